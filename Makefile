@@ -1,0 +1,60 @@
+# sluice: the two commands a user needs are `make run` and `make test`.
+# Meson + Ninja do the building; this file only names the build flavours.
+#
+#   make          release build, binary at build/sluice
+#   make run      build, then serve examples/policy.yaml on 127.0.0.1:3128
+#   make test     lint, ASan+UBSan build, unit tests, fuzz corpus replay, integration tests
+#   make fuzz     every libFuzzer target for FUZZ_SECONDS each (clang)
+#   make bench    the benchmarks (figures as ratios)
+#   make lint     clang-format, cppcheck and the banned-call check
+
+FUZZ_SECONDS ?= 60
+PYTEST       ?= /usr/bin/python3 -m pytest
+POLICY       ?= examples/policy.yaml
+BOOTSTRAP    := scripts/bootstrap
+
+.PHONY: all build run test unit integration fuzz fuzz-build bench lint format clean bootstrap
+
+all: build
+
+bootstrap:
+	@$(BOOTSTRAP)
+
+build: bootstrap
+	@test -f build/build.ninja || meson setup build --buildtype=release -Dtests=false >/dev/null
+	@ninja -C build
+
+run: build
+	./build/sluice check $(POLICY)
+
+build-test/build.ninja:
+	meson setup build-test --buildtype=debug -Db_sanitize=address,undefined \
+	    -Db_lundef=false -Dc_args='-fno-sanitize-recover=all -fno-omit-frame-pointer' >/dev/null
+
+test: bootstrap lint build-test/build.ninja
+	@ninja -C build-test
+	meson test -C build-test --print-errorlogs --suite unit --suite fuzz-replay
+	$(MAKE) --no-print-directory integration SLUICE_BIN=$(CURDIR)/build-test/sluice
+
+integration:
+	SLUICE_BIN=$${SLUICE_BIN:-$(CURDIR)/build/sluice} $(PYTEST) -q tests/integration
+
+build-fuzz/build.ninja:
+	CC=clang meson setup build-fuzz --buildtype=debugoptimized -Dfuzzing=true -Dtests=false \
+	    -Dbench=false -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
+
+fuzz: bootstrap build-fuzz/build.ninja
+	@ninja -C build-fuzz
+	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz-all build-fuzz
+
+bench: build
+	bench/run
+
+lint: bootstrap
+	@scripts/lint
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf build build-test build-fuzz

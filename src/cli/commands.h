@@ -1,0 +1,39 @@
+/* commands: the subcommand table and what every subcommand shares.
+ *
+ * One file per subcommand (cli/check.c, cli/version.c, ...), each exporting
+ * one `struct command`; main() dispatches through commands_find(). Exit
+ * statuses are SPEC.md's: 0 success, 1 problems found, 2 usage or
+ * configuration error (a one-line message on standard error). */
+#ifndef SLUICE_CLI_COMMANDS_H
+#define SLUICE_CLI_COMMANDS_H
+
+#include <stdio.h>
+
+enum exit_status { EXIT_OK = 0, EXIT_PROBLEMS = 1, EXIT_USAGE = 2 };
+
+struct command {
+    const char *name;
+    const char *synopsis; /* one line: the arguments after the name */
+    const char *summary;  /* one line: what it does */
+    const char *help;     /* the rest of `sluice NAME --help` */
+    int (*main)(int argc, char **argv); /* argv[0] is the command name */
+};
+
+extern const struct command cmd_check;
+extern const struct command cmd_version;
+
+/* The table, terminated by NULL. */
+extern const struct command *const commands[];
+
+const struct command *commands_find(const char *name);
+/* Prints `sluice --help`. */
+void commands_print_help(FILE *out);
+/* Prints "usage: sluice NAME SYNOPSIS" to standard error, returns EXIT_USAGE. */
+int command_usage(const struct command *cmd);
+/* Prints `sluice NAME --help` to standard output, returns EXIT_OK. */
+int command_help(const struct command *cmd);
+/* Reports "sluice NAME: <message>" plus the usage line; returns EXIT_USAGE. */
+int command_usage_error(const struct command *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#endif

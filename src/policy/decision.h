@@ -1,0 +1,83 @@
+/* decision: what the policy says about one request.
+ *
+ * policy_decide() is a pure function of (policy, agent, method, target,
+ * port, time): no I/O, no allocation, no global state. The gate calls it
+ * once per request (or CONNECT) and turns its result into one event. */
+#ifndef SLUICE_POLICY_DECISION_H
+#define SLUICE_POLICY_DECISION_H
+
+#include <stdint.h>
+#include <time.h>
+
+#include "policy/host.h"
+#include "policy/model.h"
+
+enum verdict { VERDICT_ALLOW, VERDICT_DENY, VERDICT_REPORT };
+
+/* SPEC.md's deny reasons, in SPEC order. The first group is decided by the
+ * policy; the rest by the gate (parsing, DNS, shaping, connection limits). */
+enum deny_reason {
+    REASON_NONE = 0,
+    REASON_NOT_IN_POLICY,
+    REASON_DENIED_HOST,
+    REASON_PORT_NOT_ALLOWED,
+    REASON_METHOD_NOT_ALLOWED,
+    REASON_NEEDS_INSPECTION,
+    REASON_SELF_REQUEST,
+    REASON_AGENT_NOT_ALLOWED,
+    REASON_GRANT_EXPIRED,
+    REASON_IP_LITERAL,
+    REASON_PRIVATE_ADDRESS,
+    REASON_HOST_MISMATCH,
+    REASON_SNI_MISMATCH,
+    REASON_RATE_LIMITED,
+    REASON_BAD_REQUEST,
+    REASON_AUTH_REQUIRED,
+    REASON_DNS_FAILURE,
+    REASON_UPSTREAM_UNREACHABLE,
+    REASON_TOO_MANY_CONNECTIONS,
+    REASON_QUARANTINED,
+    REASON_COUNT
+};
+
+/* "not_in_policy", ...; NULL for REASON_NONE. */
+const char *reason_name(enum deny_reason r);
+/* The HTTP status SPEC.md gives a denial for <r> (403, 407, 400, 429, 502). */
+int reason_status(enum deny_reason r);
+const char *verdict_name(enum verdict v);
+
+struct decision_query {
+    const struct agent *agent; /* NULL: the implicit "default" agent (no agents section) */
+    const char *agent_id;      /* the name rules' agents: lists are compared with */
+    unsigned method;           /* one method_bit(); METHOD_CONNECT for a tunnel */
+    const struct host *target; /* normalised by host_normalise() */
+    uint16_t port;
+    time_t now;                /* wall clock, for grant expiry */
+};
+
+struct decision {
+    enum verdict verdict;
+    enum deny_reason reason;   /* REASON_NONE when allowed; kept for report mode */
+    enum tier tier;            /* TIER_NONE when no rule covers the request */
+    const struct rule *rule;   /* the deciding rule, or NULL */
+    const char *owner;         /* the grant's owner (the rule that set the tier), or NULL */
+};
+
+/* Decides <q> under <p> (which must be indexed). Precedence, from SPEC.md:
+ *  1. the deny list (exact or wildcard) first: denied_host;
+ *  2. host names match exact and wildcard host rules, IP literals only
+ *     cidr: rules (none: ip_literal);
+ *  3. among rules covering the host: agent, then port, then method must
+ *     match (agent_not_allowed, port_not_allowed, method_not_allowed);
+ *     rules whose grant has expired are skipped, and if only they would
+ *     have matched the answer is grant_expired;
+ *  4. the most specific survivor wins: exact over wildcard (longer suffix
+ *     over shorter; longer prefix for CIDRs), then a rule naming the method,
+ *     then the lower tier;
+ *  5. CONNECT needs a matching rule without a methods restriction
+ *     (else needs_inspection) and is classified at the highest tier of the
+ *     live rules for that host, port and agent.
+ * A denial for an agent in report mode becomes VERDICT_REPORT. */
+void policy_decide(const struct policy *p, const struct decision_query *q, struct decision *out);
+
+#endif

@@ -1,0 +1,58 @@
+/* host: host-name normalisation and host-pattern validation.
+ *
+ * Owns the one definition of "the same host" that policy matching relies on:
+ * lower case, one trailing dot removed, IDNA (UTS 46, via libidn2) to its
+ * ASCII form, then strict LDH validation: labels of 1-63 bytes of
+ * [a-z0-9_-], no leading or trailing hyphen, 253 bytes at most. A name whose
+ * last label is numeric is an IP literal (valid or not), never a name.
+ * There is no suffix or "tail" comparison anywhere in this module's users:
+ * two names are the same host only when their normal forms are equal. */
+#ifndef SLUICE_POLICY_HOST_H
+#define SLUICE_POLICY_HOST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "util/ipaddr.h"
+
+#define HOST_MAX 253
+
+enum host_kind {
+    HOST_NAME, /* <name> holds the normal form */
+    HOST_IP,   /* <ip> holds the address (an IP literal in any spelling) */
+};
+
+struct host {
+    enum host_kind kind;
+    char name[HOST_MAX + 1]; /* HOST_NAME: normal form; HOST_IP: canonical address text */
+    struct ipaddr ip;        /* HOST_IP only */
+};
+
+/* Normalises the host <s> (<len> bytes, hostile: any bytes at all) as found
+ * in a request target, Host header, SNI or policy. IPv6 may be bracketed.
+ * Returns 0 and fills <out>, or -1 and sets <*why> to a static phrase
+ * ("empty label", "invalid IP literal", ...). */
+int host_normalise(const char *s, size_t len, struct host *out, const char **why);
+
+enum pattern_kind {
+    PATTERN_EXACT,    /* "api.github.com" */
+    PATTERN_WILDCARD, /* "*.github.com": one or more labels below the suffix */
+};
+
+struct host_pattern {
+    enum pattern_kind kind;
+    char name[HOST_MAX + 1]; /* exact: the normal name; wildcard: the suffix, without "*." */
+};
+
+/* Validates and normalises a policy host pattern. Rejects "*", globs other
+ * than one leading "*." label, wildcards over a public suffix (ICANN section
+ * of the Public Suffix List, e.g. "*.com", "*.co.uk") or over any single
+ * label, IP literals (they belong in cidr: rules), and everything
+ * host_normalise() rejects. Returns 0, or -1 with <*why> set. */
+int host_pattern_parse(const char *s, struct host_pattern *out, const char **why);
+
+/* True when <name> (a normal form) is matched by <p>. Used by tests and by
+ * the report; the matcher uses its index, never a scan. */
+bool host_pattern_matches(const struct host_pattern *p, const char *name);
+
+#endif

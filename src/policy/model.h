@@ -1,0 +1,181 @@
+/* model: the policy as sluice holds it in memory (the types only).
+ *
+ * A policy is built by policy_load() (load.c) from SPEC.md's YAML, is
+ * immutable once loaded and indexed, and is shared read-only by every
+ * request decided under it; a reload builds a new one and swaps it. Every
+ * string and array in it is owned by the policy and freed by policy_free(). */
+#ifndef SLUICE_POLICY_MODEL_H
+#define SLUICE_POLICY_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "policy/host.h"
+#include "util/ipaddr.h"
+
+enum tier { TIER_NONE = -1, TIER_0 = 0, TIER_1, TIER_2, TIER_3 };
+
+/* Methods a rule may name. A request with any other method matches only
+ * rules without a methods restriction. */
+enum method_bit {
+    METHOD_GET = 1u << 0,
+    METHOD_HEAD = 1u << 1,
+    METHOD_POST = 1u << 2,
+    METHOD_PUT = 1u << 3,
+    METHOD_PATCH = 1u << 4,
+    METHOD_DELETE = 1u << 5,
+    METHOD_OPTIONS = 1u << 6,
+    METHOD_TRACE = 1u << 7,
+    METHOD_CONNECT = 1u << 8,
+    METHOD_OTHER = 1u << 9, /* an extension method; never named by a rule */
+};
+#define METHODS_WRITE (METHOD_POST | METHOD_PUT | METHOD_PATCH | METHOD_DELETE)
+
+/* Maps a method token (case-sensitive, as HTTP says) to its bit;
+ * METHOD_OTHER for anything unknown. */
+unsigned method_bit(const char *method);
+const char *method_name(unsigned bit);
+
+enum agent_mode { AGENT_ENFORCE = 0, AGENT_REPORT };
+
+struct rate_spec {
+    bool set;
+    uint64_t requests;  /* tokens added each <per_ms>; 0 = no request bucket */
+    uint64_t per_ms;    /* default 1000 */
+    uint64_t burst;     /* one-time extra tokens */
+    uint64_t bandwidth; /* bytes per second; 0 = unshaped */
+    int line;
+};
+
+struct agent {
+    char *id;
+    int line;
+    struct cidr *sources; /* owned array */
+    size_t nsources;
+    bool unix_source;   /* "unix" listed in sources */
+    char *token;        /* the resolved secret, or NULL */
+    char *token_ref;    /* as written, e.g. "env:SLUICE_TOKEN_CI" (for reports) */
+    enum agent_mode mode;
+};
+
+enum rule_kind { RULE_EXACT, RULE_WILDCARD, RULE_CIDR };
+
+struct rule {
+    size_t index; /* position in rules[], for "rules[N]" in logs */
+    int line;
+    enum rule_kind kind;
+    char *pattern;   /* as normalised: "api.github.com", "*.github.com", "10.0.0.0/8" */
+    char *host;      /* EXACT: the name; WILDCARD: the suffix; CIDR: NULL */
+    struct cidr cidr; /* CIDR only */
+    uint16_t *ports;  /* owned; sorted, unique; default {80, 443} */
+    size_t nports;
+    unsigned methods; /* 0 = every method */
+    enum tier tier;
+    char *owner;      /* NULL when not given */
+    bool has_expires;
+    int32_t expires;  /* day number (see util/units.h): valid through that day, UTC */
+    char **agents;    /* owned; NULL/0 = every agent */
+    size_t nagents;
+    struct rate_spec rate;
+};
+
+struct deny_entry {
+    int line;
+    struct host_pattern pattern;
+};
+
+struct network_cfg {
+    bool default_deny_ranges; /* "default": see addr guard for the set */
+    struct cidr *deny_ranges; /* extra ranges, owned */
+    size_t ndeny_ranges;
+    struct cidr *allow_ranges;
+    size_t nallow_ranges;
+};
+
+struct dns_static {
+    char *name; /* normal form */
+    struct ipaddr addr;
+    int line;
+};
+
+struct dns_cfg {
+    char **servers; /* "IP" or "IP:PORT" / "[V6]:PORT", validated */
+    size_t nservers;
+    struct dns_static *statics;
+    size_t nstatics;
+};
+
+struct limits_cfg {
+    struct rate_spec rate;
+    uint32_t max_connections_per_agent; /* 0 = unlimited */
+    uint64_t quarantine_ms;
+    uint64_t header_bytes;    /* default 32 KiB */
+    uint64_t idle_timeout_ms; /* default 60 s */
+};
+
+struct threshold {
+    bool set;
+    uint64_t max;
+    uint64_t per_ms;
+    int line;
+};
+
+struct off_hours_cfg {
+    bool set;
+    char *tz;          /* IANA zone name or "UTC" */
+    int start_min;     /* minutes after midnight, working hours start */
+    int end_min;       /* working hours end (exclusive) */
+    uint8_t days_mask; /* bit 0 = Monday ... bit 6 = Sunday: working days */
+    int line;
+};
+
+struct baseline_cfg {
+    bool set;
+    double factor;
+    uint64_t floor;
+    uint64_t learn_ms;
+    int line;
+};
+
+enum sink_kind { SINK_EXEC, SINK_WEBHOOK };
+
+struct sink {
+    enum sink_kind kind;
+    char *target; /* program path or URL */
+    int line;
+};
+
+struct alerts_cfg {
+    bool present; /* the alerts section exists */
+    bool first_contact;
+    struct threshold write_burst;
+    struct threshold upload_bytes;
+    struct threshold denied_burst;
+    struct off_hours_cfg off_hours;
+    struct baseline_cfg baseline;
+    int expiry_warn_days; /* default 14 */
+    bool expiry_warn_days_set;
+    struct sink *sinks;
+    size_t nsinks;
+};
+
+struct policy_index; /* index.h */
+
+struct policy {
+    char *path;
+    int version;
+    struct agent *agents;
+    size_t nagents;
+    struct rule *rules;
+    size_t nrules;
+    struct deny_entry *deny;
+    size_t ndeny;
+    struct network_cfg network;
+    struct dns_cfg dns;
+    struct limits_cfg limits;
+    struct alerts_cfg alerts;
+    struct policy_index *index; /* built by policy_index_build(); owned */
+};
+
+#endif

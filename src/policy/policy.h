@@ -1,0 +1,39 @@
+/* policy: loading and freeing a policy file.
+ *
+ * policy_load() reads SPEC.md's YAML with libyaml, validates every key
+ * (unknown keys are errors), parses sizes, periods, dates, CIDRs and host
+ * patterns, resolves env: tokens, checks tier-3 grants for owner and
+ * expiry and rejects duplicate rules. Every problem is reported to <diag>
+ * as "file:line: field: message"; loading goes on after an error so that
+ * `sluice check` lists all of them. Time-dependent findings (expired and
+ * expiring grants) are lint.c's, because they depend on "now". */
+#ifndef SLUICE_POLICY_POLICY_H
+#define SLUICE_POLICY_POLICY_H
+
+#include <stddef.h>
+
+#include "policy/model.h"
+#include "util/diag.h"
+
+/* Hard caps on hostile policy input. */
+#define POLICY_MAX_BYTES (64u * 1024 * 1024)
+#define POLICY_MAX_RULES 1000000u
+#define POLICY_MAX_DEPTH 16
+
+/* Returns a new policy parsed from <path>, indexed and ready for
+ * policy_decide(); the caller frees it with policy_free(). Returns NULL when
+ * <diag> holds at least one error (or the file cannot be read), after
+ * reporting every problem found. Warnings do not make it fail. */
+struct policy *policy_load(const char *path, struct diag *diag);
+
+/* Same, from a buffer; <name> is used in messages (borrowed). */
+struct policy *policy_load_buffer(const char *name, const char *buf, size_t len,
+                                  struct diag *diag);
+
+/* Frees <p> and everything it owns. Accepts NULL. */
+void policy_free(struct policy *p);
+
+/* Returns the agent with <id>, or NULL. */
+const struct agent *policy_find_agent(const struct policy *p, const char *id);
+
+#endif

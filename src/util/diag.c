@@ -1,0 +1,87 @@
+#include "util/diag.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/xalloc.h"
+
+void diag_init(struct diag *d, const char *file)
+{
+    memset(d, 0, sizeof(*d));
+    d->file = file;
+}
+
+void diag_free(struct diag *d)
+{
+    if (d == NULL)
+        return;
+    for (size_t i = 0; i < d->count; i++) {
+        free(d->entries[i].field);
+        free(d->entries[i].message);
+    }
+    free(d->entries);
+    d->entries = NULL;
+    d->count = d->cap = d->errors = d->warnings = 0;
+}
+
+static void diag_add(struct diag *d, enum diag_level level, int line, const char *field,
+                     const char *fmt, va_list ap)
+{
+    if (d->count == d->cap) {
+        d->cap = d->cap ? d->cap * 2 : 8;
+        d->entries = xreallocarray(d->entries, d->cap, sizeof(*d->entries));
+    }
+    struct diag_entry *e = &d->entries[d->count++];
+    e->level = level;
+    e->line = line;
+    e->field = xstrdup(field ? field : "");
+    e->message = xvasprintf(fmt, ap);
+    if (level == DIAG_ERROR)
+        d->errors++;
+    else
+        d->warnings++;
+}
+
+void diag_error(struct diag *d, int line, const char *field, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    diag_add(d, DIAG_ERROR, line, field, fmt, ap);
+    va_end(ap);
+}
+
+void diag_warning(struct diag *d, int line, const char *field, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    diag_add(d, DIAG_WARNING, line, field, fmt, ap);
+    va_end(ap);
+}
+
+bool diag_has_errors(const struct diag *d)
+{
+    return d->errors > 0;
+}
+
+const struct diag_entry *diag_first_error(const struct diag *d)
+{
+    for (size_t i = 0; i < d->count; i++)
+        if (d->entries[i].level == DIAG_ERROR)
+            return &d->entries[i];
+    return NULL;
+}
+
+void diag_format(const struct diag *d, const struct diag_entry *e, char *out, size_t outlen)
+{
+    const char *file = d->file ? d->file : "-";
+    if (e->line > 0 && e->field[0] != '\0')
+        snprintf(out, outlen, "%s:%d: %s: %s", file, e->line, e->field, e->message);
+    else if (e->line > 0)
+        snprintf(out, outlen, "%s:%d: %s", file, e->line, e->message);
+    else if (e->field[0] != '\0')
+        snprintf(out, outlen, "%s: %s: %s", file, e->field, e->message);
+    else
+        snprintf(out, outlen, "%s: %s", file, e->message);
+}

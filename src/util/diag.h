@@ -1,0 +1,48 @@
+/* diag: the diagnostics a parser collects while it reads a file.
+ *
+ * Owns: a growing list of errors and warnings, each with file, line and
+ * field, formatted HAProxy-style as "file:line: field: what is wrong".
+ * Parsers report every problem they find instead of stopping at the first,
+ * so `sluice check` can list them all; `serve` prints the first error. */
+#ifndef SLUICE_UTIL_DIAG_H
+#define SLUICE_UTIL_DIAG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+enum diag_level { DIAG_ERROR, DIAG_WARNING };
+
+struct diag_entry {
+    enum diag_level level;
+    int line;        /* 0 when the problem is about the whole file */
+    char *field;     /* dotted path such as "rules[3].expires"; may be "" */
+    char *message;
+};
+
+struct diag {
+    const char *file;           /* borrowed; names the file in every message */
+    struct diag_entry *entries; /* owned */
+    size_t count;
+    size_t cap;
+    size_t errors;
+    size_t warnings;
+};
+
+/* Prepares <d> to collect diagnostics about <file> (borrowed, must outlive d). */
+void diag_init(struct diag *d, const char *file);
+/* Frees every entry; <d> may be reused after diag_init(). Accepts NULL. */
+void diag_free(struct diag *d);
+
+void diag_error(struct diag *d, int line, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void diag_warning(struct diag *d, int line, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+bool diag_has_errors(const struct diag *d);
+/* Returns the first error, or NULL. */
+const struct diag_entry *diag_first_error(const struct diag *d);
+
+/* Formats <e> as "file:line: field: message" into <out> (always terminated). */
+void diag_format(const struct diag *d, const struct diag_entry *e, char *out, size_t outlen);
+
+#endif

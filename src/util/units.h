@@ -1,0 +1,23 @@
+/* units: sizes, periods and dates as written in a policy.
+ * Sizes: an integer with B, KiB, MiB or GiB (a bare integer is bytes).
+ * Periods: an integer with s, m or h (a bare integer is seconds).
+ * Dates: ISO YYYY-MM-DD, counted as whole days since 1970-01-01 (UTC).
+ * All parsers reject overflow, signs, spaces and trailing garbage. */
+#ifndef SLUICE_UTIL_UNITS_H
+#define SLUICE_UTIL_UNITS_H
+
+#include <stdint.h>
+#include <time.h>
+
+int parse_size(const char *s, uint64_t *bytes);
+int parse_period_ms(const char *s, uint64_t *ms);
+/* Returns 0 and the day number, or -1 for anything that is not a real date. */
+int parse_date(const char *s, int32_t *day);
+/* Writes YYYY-MM-DD for <day> into <out> (at least 11 bytes). */
+void format_date(int32_t day, char *out, size_t outlen);
+/* The UTC day number that <t> falls in. */
+int32_t day_of(time_t t);
+/* Non-negative decimal integer, no sign, no spaces, at most <max>. */
+int parse_uint(const char *s, uint64_t max, uint64_t *out);
+
+#endif
