@@ -4,7 +4,7 @@
 #include <string.h>
 
 const struct command *const commands[] = {
-    /* check: added when cli/check.c lands */
+    &cmd_check,
     &cmd_version,
     NULL,
 };

@@ -75,6 +75,7 @@ struct rule {
     char *owner;      /* NULL when not given */
     bool has_expires;
     int32_t expires;  /* day number (see util/units.h): valid through that day, UTC */
+    int expires_line; /* where expires: is written, for findings about it */
     char **agents;    /* owned; NULL/0 = every agent */
     size_t nagents;
     struct rate_spec rate;

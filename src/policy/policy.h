@@ -30,6 +30,18 @@ struct policy *policy_load(const char *path, struct diag *diag);
 struct policy *policy_load_buffer(const char *name, const char *buf, size_t len,
                                   struct diag *diag);
 
+enum policy_load_flags {
+    /* An env: token whose variable is unset or empty is a warning, not an
+     * error, and the agent gets no secret: for `sluice check`, which audits
+     * a policy where the secrets are not present. Never for serving. */
+    POLICY_LOAD_SECRETS_OPTIONAL = 1u << 0,
+};
+
+/* policy_load() and policy_load_buffer() with <flags> (enum policy_load_flags). */
+struct policy *policy_load_flags(const char *path, unsigned flags, struct diag *diag);
+struct policy *policy_load_buffer_flags(const char *name, const char *buf, size_t len,
+                                        unsigned flags, struct diag *diag);
+
 /* Frees <p> and everything it owns. Accepts NULL. */
 void policy_free(struct policy *p);
 

@@ -27,6 +27,9 @@ void diag_free(struct diag *d)
 }
 
 static void diag_add(struct diag *d, enum diag_level level, int line, const char *field,
+                     const char *fmt, va_list ap) __attribute__((format(printf, 5, 0)));
+
+static void diag_add(struct diag *d, enum diag_level level, int line, const char *field,
                      const char *fmt, va_list ap)
 {
     if (d->count == d->cap) {

@@ -1,0 +1,100 @@
+/* fuzz_host: host_normalise() and host_pattern_parse() on any bytes.
+ * Invariants: a normal form is 1..253 bytes of [a-z0-9._-] (names) or the
+ * canonical text of the address (IPs); normalising it again gives the same
+ * result (a fixed point); a failure always says why; a pattern matches what
+ * it names and never its own wildcard suffix. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "policy/host.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void check_host(const struct host *h)
+{
+    struct host again;
+    struct ipaddr ip;
+    const char *why = NULL;
+    char text[IPADDR_STRLEN];
+    size_t n = strnlen(h->name, sizeof(h->name));
+
+    if (n == 0 || n > HOST_MAX)
+        abort();
+    if (h->kind == HOST_NAME) {
+        for (size_t i = 0; i < n; i++) {
+            char c = h->name[i];
+            if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+                  c == '.'))
+                abort();
+        }
+        if (h->name[0] == '.' || h->name[n - 1] == '.')
+            abort();
+        if (ip_literal_parse(h->name, n, &ip) != IP_LITERAL_NONE)
+            abort();
+    } else if (h->kind == HOST_IP) {
+        ipaddr_format(&h->ip, text, sizeof(text));
+        if (strcmp(text, h->name) != 0)
+            abort();
+    } else {
+        abort();
+    }
+    if (host_normalise(h->name, n, &again, &why) != 0)
+        abort();
+    if (again.kind != h->kind || strcmp(again.name, h->name) != 0)
+        abort();
+    if (h->kind == HOST_IP && !ipaddr_equal(&again.ip, &h->ip))
+        abort();
+}
+
+static void check_pattern(const struct host_pattern *p)
+{
+    char name[HOST_MAX + 8];
+    size_t n = strnlen(p->name, sizeof(p->name));
+    if (n == 0 || n > HOST_MAX)
+        abort();
+    if (p->kind == PATTERN_EXACT) {
+        if (!host_pattern_matches(p, p->name))
+            abort();
+        return;
+    }
+    if (p->kind != PATTERN_WILDCARD || strchr(p->name, '.') == NULL)
+        abort();
+    if (host_pattern_matches(p, p->name))
+        abort();
+    name[0] = 'a';
+    name[1] = '.';
+    memcpy(name + 2, p->name, n + 1);
+    if (!host_pattern_matches(p, name))
+        abort();
+    name[1] = 'a'; /* "aa" + suffix: glued on, not a label below it */
+    if (host_pattern_matches(p, name + 1) || host_pattern_matches(p, name))
+        abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct host h;
+    struct host_pattern p;
+    const char *why = NULL;
+
+    if (host_normalise((const char *)data, size, &h, &why) == 0)
+        check_host(&h);
+    else if (why == NULL || why[0] == '\0')
+        abort();
+
+    if (size < 2048) {
+        char *buf = malloc(size + 1);
+        if (buf == NULL)
+            return 0;
+        memcpy(buf, data, size);
+        buf[size] = '\0';
+        why = NULL;
+        if (host_pattern_parse(buf, &p, &why) == 0)
+            check_pattern(&p);
+        else if (why == NULL || why[0] == '\0')
+            abort();
+        free(buf);
+    }
+    return 0;
+}

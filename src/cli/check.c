@@ -1,0 +1,150 @@
+/* sluice check: validates a policy and prints the egress audit on paper.
+ * Exit 0 when clean (warnings allowed), 1 on errors (including grants
+ * expired as of --now), 2 on usage errors or an unreadable file. */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "cli/commands.h"
+#include "policy/lint.h"
+#include "policy/policy.h"
+#include "policy/report.h"
+#include "util/units.h"
+
+enum check_format { FORMAT_TEXT, FORMAT_JSON };
+
+struct check_args {
+    const char *file;
+    int32_t today;
+    int warn_days; /* -1: the policy's alerts.expiry_warn_days, else 14 */
+    enum check_format format;
+};
+
+static int parse_args(int argc, char **argv, struct check_args *a)
+{
+    static const struct option options[] = {
+        {"now", required_argument, NULL, 'n'},
+        {"warn-days", required_argument, NULL, 'w'},
+        {"format", required_argument, NULL, 'f'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    a->today = day_of(time(NULL));
+    a->warn_days = -1;
+    a->format = FORMAT_TEXT;
+    opterr = 0;
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
+        uint64_t n;
+        switch (c) {
+        case 'n':
+            if (parse_date(optarg, &a->today) != 0)
+                return command_usage_error(&cmd_check, "--now: '%s' is not a YYYY-MM-DD date",
+                                           optarg);
+            break;
+        case 'w':
+            if (parse_uint(optarg, 3650, &n) != 0)
+                return command_usage_error(&cmd_check,
+                                           "--warn-days: '%s' is not a number of days (0-3650)",
+                                           optarg);
+            a->warn_days = (int)n;
+            break;
+        case 'f':
+            if (strcmp(optarg, "text") == 0)
+                a->format = FORMAT_TEXT;
+            else if (strcmp(optarg, "json") == 0)
+                a->format = FORMAT_JSON;
+            else
+                return command_usage_error(&cmd_check, "--format: '%s' is not text or json",
+                                           optarg);
+            break;
+        case 'h':
+            command_help(&cmd_check);
+            return 1;
+        case ':':
+            return command_usage_error(&cmd_check, "%s needs a value", argv[optind - 1]);
+        default:
+            return command_usage_error(&cmd_check, "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind != argc - 1)
+        return command_usage_error(&cmd_check, optind >= argc ? "missing policy FILE"
+                                                              : "expected one policy FILE");
+    a->file = argv[optind];
+    return 0;
+}
+
+static int check_main(int argc, char **argv)
+{
+    struct check_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc == 1)
+        return EXIT_OK; /* --help */
+    if (rc != 0)
+        return rc;
+
+    struct stat st;
+    if (stat(a.file, &st) != 0) {
+        fprintf(stderr, "sluice check: cannot read %s: %s\n", a.file, strerror(errno));
+        return EXIT_USAGE;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        fprintf(stderr, "sluice check: cannot read %s: not a regular file\n", a.file);
+        return EXIT_USAGE;
+    }
+    FILE *probe = fopen(a.file, "r");
+    if (probe == NULL) {
+        fprintf(stderr, "sluice check: cannot read %s: %s\n", a.file, strerror(errno));
+        return EXIT_USAGE;
+    }
+    fclose(probe);
+
+    struct diag d;
+    diag_init(&d, a.file);
+    struct policy *p = policy_load_flags(a.file, POLICY_LOAD_SECRETS_OPTIONAL, &d);
+    int warn_days = a.warn_days;
+    if (p != NULL) {
+        if (warn_days < 0)
+            warn_days = lint_warn_days(p);
+        policy_lint(p, a.today, warn_days, &d);
+    } else if (warn_days < 0) {
+        warn_days = LINT_DEFAULT_WARN_DAYS;
+    }
+
+    json_t *report = report_build(a.file, p, &d, a.today, warn_days);
+    if (a.format == FORMAT_JSON) {
+        json_dumpf(report, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        fputc('\n', stdout);
+    } else {
+        report_print_text(report, stdout);
+    }
+    json_decref(report);
+
+    int status = diag_has_errors(&d) ? EXIT_PROBLEMS : EXIT_OK;
+    policy_free(p);
+    diag_free(&d);
+    return status;
+}
+
+const struct command cmd_check = {
+    .name = "check",
+    .synopsis = "FILE [--now YYYY-MM-DD] [--warn-days N] [--format text|json]",
+    .summary = "validate a policy and print what each agent can reach, at which tier",
+    .help = "Errors (exit 1): YAML syntax, unknown keys, bad host patterns, CIDRs or ports,\n"
+            "tiers outside 0-3, duplicate rules, tier-3 rules without an owner or an expiry\n"
+            "date, and grants expired as of --now (default: today, UTC).\n"
+            "Warnings (exit 0): grants expiring within --warn-days (default: the policy's\n"
+            "alerts.expiry_warn_days, else 14).\n"
+            "The report lists rules per tier, every tier-3 grant with its owner, expiry and\n"
+            "days left, and for each agent every destination it can reach and at which tier.\n"
+            "\n"
+            "  --now YYYY-MM-DD   judge expiry as of this day (UTC)\n"
+            "  --warn-days N      warn about grants expiring within N days\n"
+            "  --format text|json one JSON document instead of text\n",
+    .main = check_main,
+};

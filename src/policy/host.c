@@ -1,0 +1,295 @@
+#include "policy/host.h"
+
+#include <idn2.h>
+#include <libpsl.h>
+#include <string.h>
+
+/* Longest input worth looking at: a Unicode name of up to 253 ASCII bytes
+ * once encoded can take a few bytes per character before it. */
+#define HOST_INPUT_MAX 1024
+
+static const char WHY_EMPTY_HOST[] = "empty host";
+static const char WHY_EMPTY_LABEL[] = "empty label";
+static const char WHY_LONG_LABEL[] = "label longer than 63 bytes";
+static const char WHY_LONG_NAME[] = "name longer than 253 bytes";
+static const char WHY_BAD_CHAR[] = "character not allowed in a host name";
+static const char WHY_HYPHEN[] = "label starts or ends with a hyphen";
+static const char WHY_BAD_IP[] = "invalid IP literal";
+static const char WHY_BAD_IDN[] = "invalid internationalised name";
+
+static bool is_ldh(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_';
+}
+
+/* Strict UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF. */
+static bool utf8_valid(const unsigned char *s, size_t len)
+{
+    size_t i = 0;
+    while (i < len) {
+        unsigned char c = s[i];
+        size_t n;
+        uint32_t cp;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if (c >= 0xc2 && c <= 0xdf) {
+            n = 1;
+            cp = c & 0x1f;
+        } else if (c >= 0xe0 && c <= 0xef) {
+            n = 2;
+            cp = c & 0x0f;
+        } else if (c >= 0xf0 && c <= 0xf4) {
+            n = 3;
+            cp = c & 0x07;
+        } else {
+            return false;
+        }
+        if (len - i - 1 < n)
+            return false;
+        for (size_t k = 1; k <= n; k++) {
+            if ((s[i + k] & 0xc0) != 0x80)
+                return false;
+            cp = cp << 6 | (s[i + k] & 0x3f);
+        }
+        if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)) ||
+            (cp >= 0xd800 && cp <= 0xdfff))
+            return false;
+        i += n + 1;
+    }
+    return true;
+}
+
+static int fill_ip(const struct ipaddr *ip, struct host *out)
+{
+    out->kind = HOST_IP;
+    out->ip = *ip;
+    ipaddr_format(ip, out->name, sizeof(out->name));
+    return 0;
+}
+
+/* Checks an ASCII name of <len> bytes label by label. */
+static const char *ldh_check(const char *s, size_t len)
+{
+    size_t start = 0;
+    if (len == 0)
+        return WHY_EMPTY_HOST;
+    for (size_t i = 0; i <= len; i++) {
+        if (i < len && s[i] != '.') {
+            if (!is_ldh((unsigned char)s[i]))
+                return WHY_BAD_CHAR;
+            continue;
+        }
+        size_t n = i - start;
+        if (n == 0)
+            return WHY_EMPTY_LABEL;
+        if (n > 63)
+            return WHY_LONG_LABEL;
+        if (s[start] == '-' || s[i - 1] == '-')
+            return WHY_HYPHEN;
+        start = i + 1;
+    }
+    if (len > HOST_MAX)
+        return WHY_LONG_NAME;
+    return NULL;
+}
+
+static bool has_alabel(const char *s, size_t len)
+{
+    for (size_t i = 0; i + 4 <= len; i++) {
+        if ((i == 0 || s[i - 1] == '.') && (s[i] == 'x' || s[i] == 'X') &&
+            (s[i + 1] == 'n' || s[i + 1] == 'N') && s[i + 2] == '-' && s[i + 3] == '-')
+            return true;
+    }
+    return false;
+}
+
+/* UTS 46 to ASCII: non-transitional first, transitional as a fallback.
+ * Returns a string the caller frees with idn2_free(), or NULL. */
+static char *idna_to_ascii(const char *s, size_t len)
+{
+    char in[HOST_INPUT_MAX + 1];
+    char *res = NULL;
+    memcpy(in, s, len);
+    in[len] = '\0';
+    if (idn2_to_ascii_8z(in, &res, IDN2_NONTRANSITIONAL) == IDN2_OK)
+        return res;
+    res = NULL;
+    if (idn2_to_ascii_8z(in, &res, IDN2_TRANSITIONAL) == IDN2_OK)
+        return res;
+    return NULL;
+}
+
+int host_normalise(const char *s, size_t len, struct host *out, const char **why)
+{
+    struct ipaddr ip;
+    char name[HOST_INPUT_MAX + 1];
+    const char *w;
+    bool ascii = true;
+
+    if (s == NULL || len == 0) {
+        w = WHY_EMPTY_HOST;
+        goto err;
+    }
+    if (len > HOST_INPUT_MAX) {
+        w = WHY_LONG_NAME;
+        goto err;
+    }
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x80)
+            ascii = false;
+        else if (c < 0x20 || c == 0x7f)
+            goto bad_char;
+    }
+
+    switch (ip_literal_parse(s, len, &ip)) {
+    case IP_LITERAL_V4:
+    case IP_LITERAL_V6:
+        return fill_ip(&ip, out);
+    case IP_LITERAL_INVALID:
+        w = WHY_BAD_IP;
+        goto err;
+    case IP_LITERAL_NONE:
+        break;
+    }
+
+    /* A name: plain ASCII bytes other than letters, digits, '-', '_' and
+     * '.' are refused before IDNA can map them (it allows ':' or '/'). */
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x80 && c != '.' && !is_ldh(c))
+            goto bad_char;
+    }
+    if (s[len - 1] == '.')
+        len--;
+    if (len == 0) {
+        w = WHY_EMPTY_HOST;
+        goto err;
+    }
+    if (s[len - 1] == '.') {
+        w = WHY_EMPTY_LABEL;
+        goto err;
+    }
+
+    if (ascii && !has_alabel(s, len)) {
+        for (size_t i = 0; i < len; i++) {
+            char c = s[i];
+            name[i] = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
+        }
+    } else {
+        if (!ascii && !utf8_valid((const unsigned char *)s, len)) {
+            w = WHY_BAD_IDN;
+            goto err;
+        }
+        char *res = idna_to_ascii(s, len);
+        if (res == NULL) {
+            w = WHY_BAD_IDN;
+            goto err;
+        }
+        size_t rlen = strlen(res);
+        if (rlen > HOST_INPUT_MAX) {
+            idn2_free(res);
+            w = WHY_LONG_NAME;
+            goto err;
+        }
+        memcpy(name, res, rlen);
+        idn2_free(res);
+        len = rlen;
+        /* IDNA maps full-width digits and dots: "１２７.０.０.１" is an IP. */
+        for (size_t i = 0; i < len; i++)
+            if (name[i] != '.' && !is_ldh((unsigned char)name[i]))
+                goto bad_char;
+        switch (ip_literal_parse(name, len, &ip)) {
+        case IP_LITERAL_V4:
+        case IP_LITERAL_V6:
+            return fill_ip(&ip, out);
+        case IP_LITERAL_INVALID:
+            w = WHY_BAD_IP;
+            goto err;
+        case IP_LITERAL_NONE:
+            break;
+        }
+    }
+
+    w = ldh_check(name, len);
+    if (w != NULL)
+        goto err;
+    out->kind = HOST_NAME;
+    memcpy(out->name, name, len);
+    out->name[len] = '\0';
+    memset(&out->ip, 0, sizeof(out->ip));
+    return 0;
+
+bad_char:
+    w = WHY_BAD_CHAR;
+err:
+    if (why != NULL)
+        *why = w;
+    return -1;
+}
+
+int host_pattern_parse(const char *s, struct host_pattern *out, const char **why)
+{
+    struct host h;
+    const char *w;
+    enum pattern_kind kind = PATTERN_EXACT;
+
+    if (s == NULL) {
+        w = WHY_EMPTY_HOST;
+        goto err;
+    }
+    size_t len = strnlen(s, HOST_INPUT_MAX + 1);
+    if (strcmp(s, "*") == 0) {
+        w = "'*' matches everything; name the hosts";
+        goto err;
+    }
+    if (len >= 2 && s[0] == '*' && s[1] == '.') {
+        kind = PATTERN_WILDCARD;
+        s += 2;
+        len -= 2;
+    }
+    if (memchr(s, '*', len) != NULL) {
+        w = "'*' is allowed only as the whole first label, as in *.example.com";
+        goto err;
+    }
+    if (host_normalise(s, len, &h, &w) != 0)
+        goto err;
+    if (h.kind == HOST_IP) {
+        w = "IP literals belong in a cidr: rule";
+        goto err;
+    }
+    if (kind == PATTERN_WILDCARD) {
+        if (strchr(h.name, '.') == NULL) {
+            w = "a wildcard needs a suffix of two labels or more";
+            goto err;
+        }
+        const psl_ctx_t *psl = psl_builtin();
+        if (psl == NULL ||
+            psl_is_public_suffix2(psl, h.name, PSL_TYPE_ICANN | PSL_TYPE_NO_STAR_RULE)) {
+            w = "a wildcard over a public suffix matches other owners' hosts";
+            goto err;
+        }
+    }
+    out->kind = kind;
+    memcpy(out->name, h.name, sizeof(out->name));
+    return 0;
+
+err:
+    if (why != NULL)
+        *why = w;
+    return -1;
+}
+
+bool host_pattern_matches(const struct host_pattern *p, const char *name)
+{
+    if (p == NULL || name == NULL)
+        return false;
+    if (p->kind == PATTERN_EXACT)
+        return strcmp(p->name, name) == 0;
+    size_t n = strlen(name), sl = strlen(p->name);
+    if (sl == 0 || n < sl + 2)
+        return false;
+    return name[n - sl - 1] == '.' && name[0] != '.' && memcmp(name + n - sl, p->name, sl) == 0;
+}

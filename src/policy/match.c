@@ -1,0 +1,319 @@
+/* match: the decision engine, a pure function from (agent, method, target,
+ * port, time) to a decision (see decision.h for the precedence).
+ *
+ * Candidates come from the index in classes, most specific first: for a
+ * host name the exact rules, then the wildcard rules of each proper suffix
+ * of the name, longest suffix first; for an IP literal the cidr: rules of
+ * each prefix length, longest first. No rule list is ever scanned: the cost
+ * depends on the name's label count and the number of prefix lengths.
+ *
+ * Each candidate goes through the same filters in the same order: agent,
+ * port, method, expiry. The furthest filter any candidate got past names the
+ * denial when nothing matches (a rule for another agent says
+ * agent_not_allowed, one for another port port_not_allowed, and so on).
+ *
+ * Two choices the SPEC leaves open, decided here:
+ *  - A plain request (anything but CONNECT) is ranked over every class: the
+ *    first class, in specificity order, holding a live rule that matches
+ *    agent, port and method supplies the winner. So an exact rule for GET
+ *    does not hide a wildcard rule that allows every method: the wildcard's
+ *    author allowed that method for every name below it.
+ *  - A CONNECT uses only the most specific class that holds any live rule
+ *    matching agent and port; less specific classes are not consulted, so
+ *    an exact rule shadows the wildcards for the same host. Rules written
+ *    for one host name say what a tunnel to it may carry: "api.github.com:
+ *    GET only" must not become an opaque tunnel because "*.github.com" is
+ *    unrestricted. The tunnel is allowed only when that class has a rule
+ *    without a methods restriction (naming CONNECT is still a restriction),
+ *    and is classified at the highest tier in that class. */
+#include <string.h>
+
+#include "policy/decision.h"
+#include "policy/index.h"
+#include "util/units.h"
+
+enum stage {
+    STAGE_NONE,   /* no rule covers the target */
+    STAGE_HOST,   /* covered, but every rule is for other agents */
+    STAGE_AGENT,  /* agent ok, port not */
+    STAGE_PORT,   /* agent and port ok, method not */
+    STAGE_METHOD, /* agent, port and method ok, but only expired grants */
+    STAGE_LIVE,   /* a live rule matches */
+};
+
+struct search {
+    const struct policy *p;
+    const struct decision_query *q;
+    int32_t today;
+    bool connect;
+    enum stage stage;
+    unsigned cls;               /* classes visited so far */
+    const struct rule *best;    /* plain request: the winner */
+    const struct rule *expired; /* best expired full match, in the first class holding one */
+    unsigned expired_cls;
+    /* CONNECT: the live rules matching agent and port in the chosen class */
+    const struct rule *open; /* best rule without a methods restriction */
+    const struct rule *top;  /* the highest tier (ties: ranking order) */
+};
+
+static bool agent_ok(const struct rule *r, const char *agent_id)
+{
+    if (r->agents == NULL || r->nagents == 0)
+        return true;
+    if (agent_id == NULL)
+        return false;
+    for (size_t i = 0; i < r->nagents; i++) {
+        if (r->agents[i] != NULL && strcmp(r->agents[i], agent_id) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* A rule without ports (not something the loader produces) gets the SPEC's
+ * default, 80 and 443. */
+static bool port_ok(const struct rule *r, uint16_t port)
+{
+    if (r->ports == NULL || r->nports == 0)
+        return port == 80 || port == 443;
+    size_t lo = 0, hi = r->nports;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (r->ports[mid] == port)
+            return true;
+        if (r->ports[mid] < port)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return false;
+}
+
+static bool method_ok(const struct rule *r, unsigned method)
+{
+    return r->methods == 0 || (r->methods & method) != 0;
+}
+
+/* Within one specificity class: a rule naming methods beats one that does
+ * not, then the lower tier, then file order. */
+static bool better(const struct rule *a, const struct rule *b)
+{
+    bool na = a->methods != 0, nb = b->methods != 0;
+    if (na != nb)
+        return na;
+    if (a->tier != b->tier)
+        return a->tier < b->tier;
+    return a < b; /* same rules[] array: file order */
+}
+
+static void reach(struct search *s, enum stage st)
+{
+    if (st > s->stage)
+        s->stage = st;
+}
+
+/* Runs one class of candidates through the filters. Returns 1 when the
+ * class settled the decision (no less specific class may change it). */
+static int visit_class(struct search *s, struct rule_list l)
+{
+    bool live = false;
+    s->cls++;
+    for (size_t i = 0; i < l.count; i++) {
+        if (l.items[i] >= s->p->nrules)
+            continue;
+        const struct rule *r = &s->p->rules[l.items[i]];
+        reach(s, STAGE_HOST);
+        if (!agent_ok(r, s->q->agent_id))
+            continue;
+        reach(s, STAGE_AGENT);
+        if (!port_ok(r, s->q->port))
+            continue;
+        reach(s, STAGE_PORT);
+        /* A CONNECT's methods are judged on the whole class below. */
+        if (!s->connect && !method_ok(r, s->q->method))
+            continue;
+        reach(s, STAGE_METHOD);
+        if (r->has_expires && s->today > r->expires) {
+            if (s->expired == NULL || (s->expired_cls == s->cls && better(r, s->expired))) {
+                s->expired = r;
+                s->expired_cls = s->cls;
+            }
+            continue;
+        }
+        reach(s, STAGE_LIVE);
+        live = true;
+        if (!s->connect) {
+            if (s->best == NULL || better(r, s->best))
+                s->best = r;
+            continue;
+        }
+        if (r->methods == 0 && (s->open == NULL || better(r, s->open)))
+            s->open = r;
+        if (s->top == NULL || r->tier > s->top->tier ||
+            (r->tier == s->top->tier && better(r, s->top)))
+            s->top = r;
+    }
+    return live ? 1 : 0;
+}
+
+static int visit_cidr(struct rule_list rules, unsigned prefix, void *arg)
+{
+    (void)prefix; /* classes arrive longest prefix first */
+    return visit_class(arg, rules);
+}
+
+static void search_name(struct search *s, const char *name)
+{
+    const struct policy_index *ix = s->p->index;
+    if (visit_class(s, index_exact(ix, name)))
+        return;
+    /* Proper suffixes after each label boundary, longest first. */
+    for (size_t i = 0; i < HOST_MAX && name[i] != '\0'; i++) {
+        if (name[i] != '.' || name[i + 1] == '\0')
+            continue;
+        struct rule_list l = index_wildcard(ix, name + i + 1);
+        if (l.count != 0 && visit_class(s, l))
+            return;
+    }
+}
+
+static void set_rule(struct decision *out, const struct rule *r)
+{
+    out->rule = r;
+    out->tier = r != NULL ? r->tier : TIER_NONE;
+    out->owner = r != NULL ? r->owner : NULL;
+}
+
+static void deny(struct decision *out, enum deny_reason why, const struct rule *r)
+{
+    out->verdict = VERDICT_DENY;
+    out->reason = why;
+    set_rule(out, r);
+}
+
+static void conclude(const struct search *s, struct decision *out, bool ip)
+{
+    if (s->connect && s->top != NULL) {
+        if (s->open == NULL) {
+            deny(out, REASON_NEEDS_INSPECTION, s->top);
+            return;
+        }
+        out->verdict = VERDICT_ALLOW;
+        out->reason = REASON_NONE;
+        out->rule = s->open;
+        out->tier = s->top->tier;
+        out->owner = s->open->tier == s->top->tier ? s->open->owner : s->top->owner;
+        return;
+    }
+    if (!s->connect && s->best != NULL) {
+        out->verdict = VERDICT_ALLOW;
+        out->reason = REASON_NONE;
+        set_rule(out, s->best);
+        return;
+    }
+    switch (s->stage) {
+    case STAGE_NONE:
+        deny(out, ip ? REASON_IP_LITERAL : REASON_NOT_IN_POLICY, NULL);
+        break;
+    case STAGE_HOST:
+        deny(out, REASON_AGENT_NOT_ALLOWED, NULL);
+        break;
+    case STAGE_AGENT:
+        deny(out, REASON_PORT_NOT_ALLOWED, NULL);
+        break;
+    case STAGE_PORT:
+        deny(out, REASON_METHOD_NOT_ALLOWED, NULL);
+        break;
+    case STAGE_METHOD:
+    case STAGE_LIVE: /* not reached: a live match concluded above */
+        deny(out, REASON_GRANT_EXPIRED, s->expired);
+        break;
+    }
+}
+
+void policy_decide(const struct policy *p, const struct decision_query *q, struct decision *out)
+{
+    struct search s;
+    memset(&s, 0, sizeof(s));
+    memset(out, 0, sizeof(*out));
+    s.p = p;
+    s.q = q;
+    s.connect = q->method == METHOD_CONNECT;
+    s.today = day_of(q->now);
+
+    if (q->target == NULL || p->index == NULL) {
+        deny(out, REASON_NOT_IN_POLICY, NULL);
+    } else if (q->target->kind == HOST_IP) {
+        /* The deny list names hosts; an IP literal meets only cidr: rules. */
+        index_cidr_each(p->index, &q->target->ip, visit_cidr, &s);
+        conclude(&s, out, true);
+    } else if (index_denied(p->index, q->target->name)) {
+        deny(out, REASON_DENIED_HOST, NULL);
+    } else {
+        search_name(&s, q->target->name);
+        conclude(&s, out, false);
+    }
+    if (out->verdict == VERDICT_DENY && q->agent != NULL && q->agent->mode == AGENT_REPORT)
+        out->verdict = VERDICT_REPORT;
+}
+
+static const char *const reason_names[REASON_COUNT] = {
+    [REASON_NONE] = NULL,
+    [REASON_NOT_IN_POLICY] = "not_in_policy",
+    [REASON_DENIED_HOST] = "denied_host",
+    [REASON_PORT_NOT_ALLOWED] = "port_not_allowed",
+    [REASON_METHOD_NOT_ALLOWED] = "method_not_allowed",
+    [REASON_NEEDS_INSPECTION] = "needs_inspection",
+    [REASON_SELF_REQUEST] = "self_request",
+    [REASON_AGENT_NOT_ALLOWED] = "agent_not_allowed",
+    [REASON_GRANT_EXPIRED] = "grant_expired",
+    [REASON_IP_LITERAL] = "ip_literal",
+    [REASON_PRIVATE_ADDRESS] = "private_address",
+    [REASON_HOST_MISMATCH] = "host_mismatch",
+    [REASON_SNI_MISMATCH] = "sni_mismatch",
+    [REASON_RATE_LIMITED] = "rate_limited",
+    [REASON_BAD_REQUEST] = "bad_request",
+    [REASON_AUTH_REQUIRED] = "auth_required",
+    [REASON_DNS_FAILURE] = "dns_failure",
+    [REASON_UPSTREAM_UNREACHABLE] = "upstream_unreachable",
+    [REASON_TOO_MANY_CONNECTIONS] = "too_many_connections",
+    [REASON_QUARANTINED] = "quarantined",
+};
+
+const char *reason_name(enum deny_reason r)
+{
+    if ((unsigned)r >= REASON_COUNT)
+        return NULL;
+    return reason_names[r];
+}
+
+int reason_status(enum deny_reason r)
+{
+    switch (r) {
+    case REASON_AUTH_REQUIRED:
+        return 407;
+    case REASON_BAD_REQUEST:
+        return 400;
+    case REASON_RATE_LIMITED:
+        return 429;
+    case REASON_DNS_FAILURE:
+    case REASON_UPSTREAM_UNREACHABLE:
+        return 502;
+    case REASON_TOO_MANY_CONNECTIONS:
+        return 503;
+    default:
+        return 403;
+    }
+}
+
+const char *verdict_name(enum verdict v)
+{
+    switch (v) {
+    case VERDICT_ALLOW:
+        return "allow";
+    case VERDICT_DENY:
+        return "deny";
+    case VERDICT_REPORT:
+        return "report";
+    }
+    return "deny";
+}

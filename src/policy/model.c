@@ -1,0 +1,100 @@
+/* model: the small helpers that go with the policy types. */
+#include "policy/model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "policy/index.h"
+#include "policy/policy.h"
+
+static const struct {
+    const char *name;
+    unsigned bit;
+} method_names[] = {
+    {"GET", METHOD_GET},         {"HEAD", METHOD_HEAD},   {"POST", METHOD_POST},
+    {"PUT", METHOD_PUT},         {"PATCH", METHOD_PATCH}, {"DELETE", METHOD_DELETE},
+    {"OPTIONS", METHOD_OPTIONS}, {"TRACE", METHOD_TRACE}, {"CONNECT", METHOD_CONNECT},
+};
+
+unsigned method_bit(const char *method)
+{
+    if (method == NULL)
+        return METHOD_OTHER;
+    for (size_t i = 0; i < sizeof(method_names) / sizeof(method_names[0]); i++)
+        if (strcmp(method, method_names[i].name) == 0)
+            return method_names[i].bit;
+    return METHOD_OTHER;
+}
+
+/* Returns the token for one method bit: "OTHER" for METHOD_OTHER and "?" for
+ * anything that is not exactly one known bit (never NULL). */
+const char *method_name(unsigned bit)
+{
+    for (size_t i = 0; i < sizeof(method_names) / sizeof(method_names[0]); i++)
+        if (bit == method_names[i].bit)
+            return method_names[i].name;
+    return bit == METHOD_OTHER ? "OTHER" : "?";
+}
+
+static void rule_free(struct rule *r)
+{
+    free(r->pattern);
+    free(r->host);
+    free(r->ports);
+    free(r->owner);
+    for (size_t i = 0; i < r->nagents; i++)
+        free(r->agents[i]);
+    free(r->agents);
+}
+
+static void agent_free(struct agent *a)
+{
+    free(a->id);
+    free(a->sources);
+    if (a->token != NULL) {
+        /* the secret does not linger in freed memory */
+        volatile char *s = a->token;
+        while (*s != '\0')
+            *s++ = '\0';
+        free(a->token);
+    }
+    free(a->token_ref);
+}
+
+void policy_free(struct policy *p)
+{
+    if (p == NULL)
+        return;
+    policy_index_free(p->index);
+    free(p->path);
+    for (size_t i = 0; i < p->nagents; i++)
+        agent_free(&p->agents[i]);
+    free(p->agents);
+    for (size_t i = 0; i < p->nrules; i++)
+        rule_free(&p->rules[i]);
+    free(p->rules);
+    free(p->deny);
+    free(p->network.deny_ranges);
+    free(p->network.allow_ranges);
+    for (size_t i = 0; i < p->dns.nservers; i++)
+        free(p->dns.servers[i]);
+    free(p->dns.servers);
+    for (size_t i = 0; i < p->dns.nstatics; i++)
+        free(p->dns.statics[i].name);
+    free(p->dns.statics);
+    free(p->alerts.off_hours.tz);
+    for (size_t i = 0; i < p->alerts.nsinks; i++)
+        free(p->alerts.sinks[i].target);
+    free(p->alerts.sinks);
+    free(p);
+}
+
+const struct agent *policy_find_agent(const struct policy *p, const char *id)
+{
+    if (p == NULL || id == NULL)
+        return NULL;
+    for (size_t i = 0; i < p->nagents; i++)
+        if (p->agents[i].id != NULL && strcmp(p->agents[i].id, id) == 0)
+            return &p->agents[i];
+    return NULL;
+}

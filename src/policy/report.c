@@ -1,0 +1,336 @@
+#include "policy/report.h"
+
+#include <string.h>
+
+#include "policy/lint.h"
+#include "policy/policy.h"
+#include "util/units.h"
+
+static json_t *diag_entries_json(const struct diag *d, enum diag_level level)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < d->count; i++) {
+        const struct diag_entry *e = &d->entries[i];
+        if (e->level != level)
+            continue;
+        char text[1024];
+        diag_format(d, e, text, sizeof(text));
+        json_array_append_new(arr, json_pack("{s:s, s:i, s:s, s:s, s:s}", "file",
+                                             d->file ? d->file : "-", "line", e->line, "field",
+                                             e->field, "message", e->message, "text", text));
+    }
+    return arr;
+}
+
+static json_t *ports_json(const struct rule *r)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < r->nports; i++)
+        json_array_append_new(arr, json_integer(r->ports[i]));
+    return arr;
+}
+
+static json_t *methods_json(const struct rule *r)
+{
+    if (r->methods == 0)
+        return json_null();
+    json_t *arr = json_array();
+    for (unsigned bit = 1; bit <= METHOD_OTHER; bit <<= 1)
+        if (r->methods & bit)
+            json_array_append_new(arr, json_string(method_name(bit)));
+    return arr;
+}
+
+static json_t *strings_json(char *const *v, size_t n)
+{
+    if (n == 0)
+        return json_null();
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, json_string(v[i]));
+    return arr;
+}
+
+static json_t *date_json(const struct rule *r)
+{
+    if (!r->has_expires)
+        return json_null();
+    char date[16];
+    format_date(r->expires, date, sizeof(date));
+    return json_string(date);
+}
+
+/* The one JSON shape of a rule, used in the grant list and in each agent's reach. */
+static json_t *rule_json(const struct rule *r, int32_t today)
+{
+    char name[32];
+    snprintf(name, sizeof(name), "rules[%zu]", r->index);
+    json_t *o = json_pack("{s:s, s:i, s:s, s:o, s:o, s:i}", "rule", name, "line", r->line,
+                          "host", r->pattern, "ports", ports_json(r), "methods", methods_json(r),
+                          "tier", (int)r->tier);
+    json_object_set_new(o, "owner", r->owner ? json_string(r->owner) : json_null());
+    json_object_set_new(o, "expires", date_json(r));
+    json_object_set_new(o, "days_left",
+                        r->has_expires ? json_integer(lint_days_left(r, today)) : json_null());
+    json_object_set_new(o, "agents", strings_json(r->agents, r->nagents));
+    bool expired = r->has_expires && lint_days_left(r, today) < 0;
+    json_object_set_new(o, "state", json_string(expired ? "expired" : "live"));
+    return o;
+}
+
+static bool rule_applies_to(const struct rule *r, const char *agent_id)
+{
+    if (r->nagents == 0)
+        return true;
+    for (size_t i = 0; i < r->nagents; i++)
+        if (strcmp(r->agents[i], agent_id) == 0)
+            return true;
+    return false;
+}
+
+static json_t *reach_json(const struct policy *p, const char *agent_id, int32_t today)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < p->nrules; i++)
+        if (rule_applies_to(&p->rules[i], agent_id))
+            json_array_append_new(arr, rule_json(&p->rules[i], today));
+    return arr;
+}
+
+static json_t *agent_json(const struct policy *p, const struct agent *a, int32_t today)
+{
+    json_t *sources = json_array();
+    for (size_t i = 0; i < a->nsources; i++) {
+        char text[64];
+        json_array_append_new(sources,
+                              json_string(cidr_format(&a->sources[i], text, sizeof(text))));
+    }
+    if (a->unix_source)
+        json_array_append_new(sources, json_string("unix"));
+    json_t *o = json_pack("{s:s, s:b, s:s, s:o}", "id", a->id, "defined", 1, "mode",
+                          a->mode == AGENT_REPORT ? "report" : "enforce", "sources", sources);
+    json_object_set_new(o, "token", a->token_ref ? json_string(a->token_ref) : json_null());
+    json_object_set_new(o, "reach", reach_json(p, a->id, today));
+    return o;
+}
+
+/* Agents that rules name but no agents entry defines (e.g. the id given to
+ * `sluice run --agent`): listed so their reach is on paper too. */
+static void add_undefined_agents(const struct policy *p, json_t *agents, int32_t today)
+{
+    for (size_t i = 0; i < p->nrules; i++) {
+        const struct rule *r = &p->rules[i];
+        for (size_t j = 0; j < r->nagents; j++) {
+            const char *id = r->agents[j];
+            if (policy_find_agent(p, id) != NULL)
+                continue;
+            bool seen = false;
+            size_t k;
+            json_t *v;
+            json_array_foreach(agents, k, v)
+            {
+                if (strcmp(json_string_value(json_object_get(v, "id")), id) == 0)
+                    seen = true;
+            }
+            if (seen)
+                continue;
+            json_t *o = json_pack("{s:s, s:b, s:s, s:n, s:n}", "id", id, "defined", 0, "mode",
+                                  "enforce", "sources", "token");
+            json_object_set_new(o, "reach", reach_json(p, id, today));
+            json_array_append_new(agents, o);
+        }
+    }
+}
+
+static json_t *agents_json(const struct policy *p, int32_t today)
+{
+    json_t *agents = json_array();
+    if (p->nagents == 0) {
+        json_t *o = json_pack("{s:s, s:b, s:s, s:[s], s:n}", "id", "default", "defined", 1,
+                              "mode", "enforce", "sources", "any", "token");
+        json_object_set_new(o, "reach", reach_json(p, "default", today));
+        json_array_append_new(agents, o);
+    }
+    for (size_t i = 0; i < p->nagents; i++)
+        json_array_append_new(agents, agent_json(p, &p->agents[i], today));
+    add_undefined_agents(p, agents, today);
+    return agents;
+}
+
+json_t *report_build(const char *file, const struct policy *p, const struct diag *d,
+                     int32_t today, int warn_days)
+{
+    char date[16];
+    format_date(today, date, sizeof(date));
+    json_t *r = json_pack("{s:s, s:b, s:s, s:i}", "file", file, "ok", !diag_has_errors(d),
+                          "today", date, "warn_days", warn_days);
+    json_object_set_new(r, "errors", diag_entries_json(d, DIAG_ERROR));
+    json_object_set_new(r, "warnings", diag_entries_json(d, DIAG_WARNING));
+    if (p == NULL)
+        return r;
+
+    json_int_t per_tier[4] = {0, 0, 0, 0};
+    json_t *grants = json_array();
+    for (size_t i = 0; i < p->nrules; i++) {
+        const struct rule *rule = &p->rules[i];
+        if (rule->tier >= TIER_0 && rule->tier <= TIER_3)
+            per_tier[rule->tier]++;
+        if (rule->tier == TIER_3)
+            json_array_append_new(grants, rule_json(rule, today));
+    }
+    json_t *deny = json_array();
+    for (size_t i = 0; i < p->ndeny; i++) {
+        const struct host_pattern *hp = &p->deny[i].pattern;
+        char text[HOST_MAX + 3];
+        snprintf(text, sizeof(text), "%s%s", hp->kind == PATTERN_WILDCARD ? "*." : "", hp->name);
+        json_array_append_new(deny, json_string(text));
+    }
+    json_object_set_new(r, "summary",
+                        json_pack("{s:I, s:I, s:I, s:{s:I, s:I, s:I, s:I}}", "rules",
+                                  (json_int_t)p->nrules, "agents", (json_int_t)p->nagents, "deny",
+                                  (json_int_t)p->ndeny, "tiers", "0", per_tier[0], "1",
+                                  per_tier[1], "2", per_tier[2], "3", per_tier[3]));
+    json_object_set_new(r, "tier3_grants", grants);
+    json_object_set_new(r, "deny", deny);
+    json_object_set_new(r, "agents", agents_json(p, today));
+    return r;
+}
+
+/* ---- text rendering ---- */
+
+static void print_list(FILE *out, const json_t *arr, const char *sep)
+{
+    size_t i;
+    const json_t *v;
+    json_array_foreach(arr, i, v)
+    {
+        if (i > 0)
+            fputs(sep, out);
+        if (json_is_integer(v))
+            fprintf(out, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        else
+            fputs(json_string_value(v), out);
+    }
+}
+
+static void print_rule_line(FILE *out, const json_t *rule, bool with_tier)
+{
+    fputs("    ", out);
+    if (with_tier)
+        fprintf(out, "tier %" JSON_INTEGER_FORMAT "  ",
+                json_integer_value(json_object_get(rule, "tier")));
+    fprintf(out, "%-10s %s:", json_string_value(json_object_get(rule, "rule")),
+            json_string_value(json_object_get(rule, "host")));
+    print_list(out, json_object_get(rule, "ports"), ",");
+    const json_t *methods = json_object_get(rule, "methods");
+    if (json_is_array(methods)) {
+        fputs(" [", out);
+        print_list(out, methods, " ");
+        fputc(']', out);
+    }
+    const json_t *owner = json_object_get(rule, "owner");
+    if (json_is_string(owner))
+        fprintf(out, "  owner %s", json_string_value(owner));
+    const json_t *expires = json_object_get(rule, "expires");
+    if (json_is_string(expires)) {
+        json_int_t left = json_integer_value(json_object_get(rule, "days_left"));
+        if (left < 0)
+            fprintf(out, "  EXPIRED %s (%" JSON_INTEGER_FORMAT " day%s ago)",
+                    json_string_value(expires), -left, left == -1 ? "" : "s");
+        else
+            fprintf(out, "  expires %s (%" JSON_INTEGER_FORMAT " day%s left)",
+                    json_string_value(expires), left, left == 1 ? "" : "s");
+    }
+    const json_t *agents = json_object_get(rule, "agents");
+    if (json_is_array(agents) && !with_tier) {
+        fputs("  agents ", out);
+        print_list(out, agents, ",");
+    }
+    fputc('\n', out);
+}
+
+static void print_findings(FILE *out, const json_t *arr, const char *label)
+{
+    size_t i;
+    const json_t *v;
+    json_array_foreach(arr, i, v)
+    {
+        fprintf(out, "%s: %s\n", label, json_string_value(json_object_get(v, "text")));
+    }
+}
+
+void report_print_text(const json_t *report, FILE *out)
+{
+    const json_t *errors = json_object_get(report, "errors");
+    const json_t *warnings = json_object_get(report, "warnings");
+    print_findings(out, errors, "error");
+    print_findings(out, warnings, "warning");
+
+    const json_t *summary = json_object_get(report, "summary");
+    if (summary != NULL) {
+        const json_t *tiers = json_object_get(summary, "tiers");
+        fprintf(out, "\n%s: %" JSON_INTEGER_FORMAT " rules, %" JSON_INTEGER_FORMAT
+                     " agents, %" JSON_INTEGER_FORMAT " deny entries (as of %s)\n",
+                json_string_value(json_object_get(report, "file")),
+                json_integer_value(json_object_get(summary, "rules")),
+                json_integer_value(json_object_get(summary, "agents")),
+                json_integer_value(json_object_get(summary, "deny")),
+                json_string_value(json_object_get(report, "today")));
+        fputs("rules per tier:", out);
+        static const char *const names[4] = {"0 unauthenticated read", "1 authenticated read",
+                                             "2 write to own systems", "3 public write"};
+        for (int t = 0; t < 4; t++) {
+            char key[2] = {(char)('0' + t), '\0'};
+            fprintf(out, "%s tier %s: %" JSON_INTEGER_FORMAT, t ? "," : "", names[t],
+                    json_integer_value(json_object_get(tiers, key)));
+        }
+        fputc('\n', out);
+
+        const json_t *grants = json_object_get(report, "tier3_grants");
+        fprintf(out, "\ntier-3 grants (%zu), each signed by a person:\n", json_array_size(grants));
+        if (json_array_size(grants) == 0)
+            fputs("    none: nothing irreversible is allowed\n", out);
+        size_t i;
+        const json_t *v;
+        json_array_foreach(grants, i, v)
+        {
+            print_rule_line(out, v, false);
+        }
+
+        const json_t *deny = json_object_get(report, "deny");
+        if (json_array_size(deny) > 0) {
+            fputs("\ndenied before any rule: ", out);
+            print_list(out, deny, ", ");
+            fputc('\n', out);
+        }
+
+        fputs("\nreach per agent:\n", out);
+        json_array_foreach(json_object_get(report, "agents"), i, v)
+        {
+            fprintf(out, "  %s (%s%s", json_string_value(json_object_get(v, "id")),
+                    json_string_value(json_object_get(v, "mode")),
+                    json_is_true(json_object_get(v, "defined")) ? "" : ", named by rules only");
+            const json_t *sources = json_object_get(v, "sources");
+            if (json_is_array(sources)) {
+                fputs("; sources ", out);
+                print_list(out, sources, " ");
+            }
+            const json_t *token = json_object_get(v, "token");
+            if (json_is_string(token))
+                fprintf(out, "; token %s", json_string_value(token));
+            fputs("):\n", out);
+            const json_t *reach = json_object_get(v, "reach");
+            if (json_array_size(reach) == 0)
+                fputs("    nothing: every request is denied\n", out);
+            size_t j;
+            const json_t *rule;
+            json_array_foreach(reach, j, rule)
+            {
+                print_rule_line(out, rule, true);
+            }
+        }
+    }
+    fprintf(out, "\nresult: %zu error%s, %zu warning%s\n", json_array_size(errors),
+            json_array_size(errors) == 1 ? "" : "s", json_array_size(warnings),
+            json_array_size(warnings) == 1 ? "" : "s");
+}

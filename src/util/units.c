@@ -1,0 +1,162 @@
+#include "util/units.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Reads the leading decimal digits of <s> into <*out>; returns how many
+ * there were (0 on overflow or when there are none). */
+static size_t leading_uint(const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+    size_t i = 0;
+    while (s[i] >= '0' && s[i] <= '9') {
+        unsigned d = (unsigned)(s[i] - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return 0;
+        v = v * 10 + d;
+        i++;
+    }
+    *out = v;
+    return i;
+}
+
+int parse_uint(const char *s, uint64_t max, uint64_t *out)
+{
+    uint64_t v;
+    if (s == NULL)
+        return -1;
+    size_t n = leading_uint(s, &v);
+    if (n == 0 || s[n] != '\0' || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+struct unit {
+    const char *suffix;
+    uint64_t factor;
+};
+
+static int parse_with_units(const char *s, const struct unit *units, size_t nunits, uint64_t *out)
+{
+    uint64_t v;
+    if (s == NULL)
+        return -1;
+    size_t n = leading_uint(s, &v);
+    if (n == 0)
+        return -1;
+    for (size_t i = 0; i < nunits; i++) {
+        if (strcmp(s + n, units[i].suffix) != 0)
+            continue;
+        if (v > UINT64_MAX / units[i].factor)
+            return -1;
+        *out = v * units[i].factor;
+        return 0;
+    }
+    return -1;
+}
+
+int parse_size(const char *s, uint64_t *bytes)
+{
+    static const struct unit units[] = {
+        {"", 1}, {"B", 1}, {"KiB", 1024}, {"MiB", 1024 * 1024}, {"GiB", 1024 * 1024 * 1024},
+    };
+    return parse_with_units(s, units, sizeof(units) / sizeof(units[0]), bytes);
+}
+
+int parse_period_ms(const char *s, uint64_t *ms)
+{
+    static const struct unit units[] = {
+        {"", 1000},
+        {"s", 1000},
+        {"m", 60 * 1000},
+        {"h", 3600 * 1000},
+    };
+    return parse_with_units(s, units, sizeof(units) / sizeof(units[0]), ms);
+}
+
+/* Day numbers and civil dates, after Howard Hinnant's "chrono-compatible
+ * low-level date algorithms" (proleptic Gregorian, day 0 = 1970-01-01). */
+static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
+{
+    y -= m <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    unsigned yoe = (unsigned)(y - era * 400);
+    unsigned doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+    unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + (int64_t)doe - 719468;
+}
+
+static void civil_from_days(int64_t z, int64_t *y, unsigned *m, unsigned *d)
+{
+    z += 719468;
+    int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+    unsigned doe = (unsigned)(z - era * 146097);
+    unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    unsigned mp = (5 * doy + 2) / 153;
+    *d = doy - (153 * mp + 2) / 5 + 1;
+    *m = mp < 10 ? mp + 3 : mp - 9;
+    *y = (int64_t)yoe + era * 400 + (*m <= 2);
+}
+
+static bool is_leap(unsigned y)
+{
+    return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+}
+
+static unsigned days_in_month(unsigned y, unsigned m)
+{
+    static const unsigned days[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    return m == 2 && is_leap(y) ? 29 : days[m - 1];
+}
+
+/* Reads exactly <n> decimal digits. */
+static bool fixed_digits(const char *s, size_t n, unsigned *out)
+{
+    unsigned v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        v = v * 10 + (unsigned)(s[i] - '0');
+    }
+    *out = v;
+    return true;
+}
+
+int parse_date(const char *s, int32_t *day)
+{
+    unsigned y, m, d;
+    if (s == NULL || strnlen(s, 11) != 10 || s[4] != '-' || s[7] != '-')
+        return -1;
+    if (!fixed_digits(s, 4, &y) || !fixed_digits(s + 5, 2, &m) || !fixed_digits(s + 8, 2, &d))
+        return -1;
+    if (y < 1970 || y > 9999 || m < 1 || m > 12 || d < 1 || d > days_in_month(y, m))
+        return -1;
+    *day = (int32_t)days_from_civil(y, m, d);
+    return 0;
+}
+
+void format_date(int32_t day, char *out, size_t outlen)
+{
+    int64_t y;
+    unsigned m, d;
+    if (out == NULL || outlen == 0)
+        return;
+    civil_from_days(day, &y, &m, &d);
+    snprintf(out, outlen, "%04lld-%02u-%02u", (long long)y, m, d);
+}
+
+int32_t day_of(time_t t)
+{
+    int64_t s = (int64_t)t;
+    int64_t q = s / 86400;
+    if (s % 86400 < 0)
+        q--;
+    if (q > INT32_MAX)
+        return INT32_MAX;
+    if (q < INT32_MIN)
+        return INT32_MIN;
+    return (int32_t)q;
+}

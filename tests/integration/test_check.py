@@ -1,0 +1,333 @@
+"""`sluice check` and the command line, run as a user would run them.
+
+Exit codes (SPEC.md): 0 clean (warnings allowed), 1 errors found, 2 usage
+error or unreadable file. Every error names file:line and the field.
+"""
+import json
+import os
+import subprocess
+import textwrap
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLES = os.path.join(REPO, "examples")
+NOW = "2026-12-01"  # the examples' grants are judged as of this day
+
+GOOD = """\
+version: 1
+agents:
+  - id: ci-bot
+    sources: [127.0.0.1/32, "unix"]
+    token: env:SLUICE_TEST_TOKEN
+rules:
+  - host: registry.npmjs.org
+    ports: [443]
+    tier: 0
+  - host: "*.githubusercontent.com"
+    tier: 0
+  - host: api.github.com
+    methods: [GET, HEAD]
+    tier: 1
+  - host: api.github.com
+    methods: [POST, PUT, PATCH, DELETE]
+    tier: 3
+    owner: chaysen
+    expires: 2026-12-31
+    agents: [ci-bot]
+  - cidr: 192.168.10.0/24
+    ports: [8080]
+    tier: 2
+deny:
+  - gist.github.com
+"""
+
+
+@pytest.fixture(scope="module")
+def sluice_bin():
+    """The binary under test: $SLUICE_BIN, default build/sluice."""
+    path = os.path.abspath(os.environ.get("SLUICE_BIN") or os.path.join(REPO, "build", "sluice"))
+    assert os.access(path, os.X_OK), "sluice binary not found: %s" % path
+    return path
+
+
+def run(bin_, *args, env_extra=None):
+    env = dict(os.environ)
+    env["SLUICE_TEST_TOKEN"] = "s3cret"
+    if env_extra:
+        env.update(env_extra)
+    return subprocess.run([bin_, *args], capture_output=True, text=True, timeout=60, env=env)
+
+
+def write(tmp_path, text, name="policy.yaml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+@pytest.mark.parametrize("example", ["policy.yaml", "ci-bot.yaml", "eval-fleet.yaml"])
+def test_bundled_examples_are_clean(sluice_bin, example):
+    r = run(sluice_bin, "check", os.path.join(EXAMPLES, example), "--now", NOW,
+            env_extra={"SLUICE_TOKEN_CI": "x"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "result: 0 errors, 0 warnings" in r.stdout
+
+
+def test_check_audits_a_policy_whose_secrets_are_absent(sluice_bin, tmp_path):
+    """CI checks the policy without the agents' secrets: a warning, not a failure."""
+    path = write(tmp_path, GOOD)
+    env = {k: v for k, v in os.environ.items() if k != "SLUICE_TEST_TOKEN"}
+    r = subprocess.run([sluice_bin, "check", path, "--now", "2026-11-30"], capture_output=True,
+                       text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stdout
+    assert "policy.yaml:5: agents[0].token: environment variable SLUICE_TEST_TOKEN is not set" \
+        in r.stdout
+
+
+def test_default_policy_enables_no_tier3(sluice_bin):
+    r = run(sluice_bin, "check", os.path.join(EXAMPLES, "policy.yaml"), "--now", NOW,
+            "--format", "json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["summary"]["tiers"]["3"] == 0
+    assert doc["tier3_grants"] == []
+    assert doc["summary"]["tiers"]["0"] > 10
+
+
+def test_report_text_lists_tiers_grants_and_reach(sluice_bin, tmp_path):
+    path = write(tmp_path, GOOD)
+    r = run(sluice_bin, "check", path, "--now", "2026-11-30")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    assert "5 rules, 1 agents, 1 deny entries" in out
+    assert "tier 0 unauthenticated read: 2" in out
+    assert "tier 3 public write: 1" in out
+    assert "tier-3 grants (1)" in out
+    assert "owner chaysen  expires 2026-12-31 (31 days left)" in out
+    assert "ci-bot (enforce; sources 127.0.0.1/32 unix; token env:SLUICE_TEST_TOKEN)" in out
+    assert "gist.github.com" in out
+
+
+def test_report_json_is_one_document_with_the_same_facts(sluice_bin, tmp_path):
+    path = write(tmp_path, GOOD)
+    r = run(sluice_bin, "check", path, "--now", "2026-11-30", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is True
+    assert doc["summary"] == {"rules": 5, "agents": 1, "deny": 1,
+                              "tiers": {"0": 2, "1": 1, "2": 1, "3": 1}}
+    (grant,) = doc["tier3_grants"]
+    assert grant["rule"] == "rules[3]"
+    assert grant["owner"] == "chaysen"
+    assert grant["expires"] == "2026-12-31"
+    assert grant["days_left"] == 31
+    assert grant["methods"] == ["POST", "PUT", "PATCH", "DELETE"]
+    (agent,) = doc["agents"]
+    assert agent["id"] == "ci-bot"
+    reach = {(x["host"], x["tier"]) for x in agent["reach"]}
+    assert ("api.github.com", 3) in reach
+    assert ("192.168.10.0/24", 2) in reach
+    assert doc["deny"] == ["gist.github.com"]
+
+
+def test_without_agents_everyone_is_default(sluice_bin, tmp_path):
+    path = write(tmp_path, """\
+        version: 1
+        rules:
+          - host: pypi.org
+            tier: 0
+          - host: git.example.com
+            tier: 2
+            agents: [run]
+        """)
+    r = run(sluice_bin, "check", path, "--format", "json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    ids = {a["id"]: a for a in doc["agents"]}
+    assert [x["host"] for x in ids["default"]["reach"]] == ["pypi.org"]
+    # An agent that only rules name (e.g. `sluice run --agent run`) is listed too.
+    assert ids["run"]["defined"] is False
+    assert {x["host"] for x in ids["run"]["reach"]} == {"pypi.org", "git.example.com"}
+
+
+def test_expired_grant_fails_the_build(sluice_bin, tmp_path):
+    path = write(tmp_path, GOOD)
+    r = run(sluice_bin, "check", path, "--now", "2027-01-01")
+    assert r.returncode == 1
+    assert "policy.yaml:19: rules[3].expires:" in r.stdout
+    assert "expired on 2026-12-31, 1 day ago" in r.stdout
+    # The last valid day is still valid.
+    assert run(sluice_bin, "check", path, "--now", "2026-12-31").returncode == 0
+
+
+def test_expiring_grant_warns_but_passes(sluice_bin, tmp_path):
+    path = write(tmp_path, GOOD)
+    r = run(sluice_bin, "check", path, "--now", "2026-12-20")
+    assert r.returncode == 0
+    assert "warning: " in r.stdout and "11 days left" in r.stdout
+    r = run(sluice_bin, "check", path, "--now", "2026-12-20", "--warn-days", "5")
+    assert r.returncode == 0 and "warning:" not in r.stdout
+    r = run(sluice_bin, "check", path, "--now", "2026-11-01", "--warn-days", "100")
+    assert "warning:" in r.stdout
+
+
+def test_warn_days_default_comes_from_the_policy(sluice_bin, tmp_path):
+    path = write(tmp_path, GOOD + "alerts:\n  expiry_warn_days: 40\n")
+    r = run(sluice_bin, "check", path, "--now", "2026-11-25")  # 36 days left
+    assert r.returncode == 0
+    assert "36 days left" in r.stdout and "warning:" in r.stdout
+    r = run(sluice_bin, "check", path, "--now", "2026-11-25", "--format", "json")
+    assert json.loads(r.stdout)["warn_days"] == 40
+
+
+BAD_CASES = [
+    ("tier-3 without owner", """\
+        version: 1
+        rules:
+          - host: api.github.com
+            tier: 3
+            expires: 2027-01-01
+        """, "policy.yaml:3: rules[0].owner:"),
+    ("tier-3 without expires", """\
+        version: 1
+        rules:
+          - host: api.github.com
+            tier: 3
+            owner: chaysen
+        """, "policy.yaml:3: rules[0].expires:"),
+    ("tier out of range", """\
+        version: 1
+        rules:
+          - host: api.github.com
+            tier: 5
+        """, "policy.yaml:4: rules[0].tier:"),
+    ("wildcard over a public suffix", """\
+        version: 1
+        rules:
+          - host: pypi.org
+            tier: 0
+          - host: "*.co.uk"
+            tier: 0
+        """, "policy.yaml:5: rules[1].host:"),
+    ("bare star", """\
+        version: 1
+        rules:
+          - host: "*"
+            tier: 0
+        """, "policy.yaml:3: rules[0].host:"),
+    ("mid-label glob", """\
+        version: 1
+        rules:
+          - host: "api*.github.com"
+            tier: 0
+        """, "policy.yaml:3: rules[0].host:"),
+    ("bad cidr", """\
+        version: 1
+        rules:
+          - cidr: 10.0.0.0/33
+            tier: 2
+        """, "policy.yaml:3: rules[0].cidr:"),
+    ("bad port", """\
+        version: 1
+        rules:
+          - host: pypi.org
+            ports: [443, 70000]
+            tier: 0
+        """, "policy.yaml:4: rules[0].ports"),
+    ("duplicate rule", """\
+        version: 1
+        rules:
+          - host: pypi.org
+            tier: 0
+          - host: PyPI.org.
+            tier: 1
+        """, "policy.yaml:5: rules[1]:"),
+    ("unknown key", """\
+        version: 1
+        rules:
+          - host: pypi.org
+            tier: 0
+            prots: [443]
+        """, "policy.yaml:5: rules[0]:"),
+    ("yaml syntax", """\
+        version: 1
+        rules:
+          - host: pypi.org
+            tier: [0
+        """, "policy.yaml:"),
+]
+
+
+@pytest.mark.parametrize("name,text,where", BAD_CASES, ids=[c[0] for c in BAD_CASES])
+def test_policy_errors_exit_1_naming_file_line_and_field(sluice_bin, tmp_path, name, text, where):
+    path = write(tmp_path, text)
+    r = run(sluice_bin, "check", path, "--now", "2026-11-30")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "error: " + path.rsplit("/", 1)[0] + "/" + where in r.stdout, r.stdout
+    assert "result: " in r.stdout and "0 errors" not in r.stdout
+
+
+def test_every_error_is_reported_not_just_the_first(sluice_bin, tmp_path):
+    path = write(tmp_path, """\
+        version: 1
+        rules:
+          - host: "*.com"
+            tier: 0
+          - host: api.github.com
+            tier: 3
+          - host: pypi.org
+            tier: 9
+        """)
+    r = run(sluice_bin, "check", path, "--format", "json")
+    assert r.returncode == 1
+    doc = json.loads(r.stdout)
+    fields = {e["field"] for e in doc["errors"]}
+    assert {"rules[0].host", "rules[1].owner", "rules[1].expires", "rules[2].tier"} <= fields
+    for e in doc["errors"]:
+        assert e["file"] == path and e["line"] > 0
+
+
+def test_errors_in_json_name_line_and_field(sluice_bin, tmp_path):
+    path = write(tmp_path, BAD_CASES[0][1])
+    r = run(sluice_bin, "check", path, "--format", "json")
+    assert r.returncode == 1
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is False
+    assert doc["errors"][0]["line"] == 3
+    assert doc["errors"][0]["field"] == "rules[0].owner"
+
+
+@pytest.mark.parametrize("args", [
+    ["check"],
+    ["check", "/nonexistent/policy.yaml"],
+    ["check", "/"],
+    ["check", "{good}", "--bogus"],
+    ["check", "{good}", "--format", "xml"],
+    ["check", "{good}", "--now", "2026-13-01"],
+    ["check", "{good}", "--warn-days", "-3"],
+    ["check", "{good}", "{good}"],
+    ["frobnicate"],
+    [],
+])
+def test_usage_errors_exit_2(sluice_bin, tmp_path, args):
+    good = write(tmp_path, GOOD)
+    r = run(sluice_bin, *[a.replace("{good}", good) for a in args])
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "usage" in r.stderr or "cannot read" in r.stderr
+
+
+def test_unreadable_file_exits_2(sluice_bin, tmp_path):
+    path = write(tmp_path, GOOD)
+    os.chmod(path, 0)
+    if os.access(path, os.R_OK):
+        pytest.skip("running as root: permissions do not stop reads")
+    assert run(sluice_bin, "check", path).returncode == 2
+
+
+def test_help_and_version(sluice_bin):
+    r = run(sluice_bin, "--help")
+    assert r.returncode == 0 and "check" in r.stdout and "version" in r.stdout
+    r = run(sluice_bin, "check", "--help")
+    assert r.returncode == 0 and r.stdout.startswith("usage: sluice check FILE")
+    r = run(sluice_bin, "version")
+    assert r.returncode == 0 and r.stdout.startswith("sluice ")

@@ -1,0 +1,151 @@
+/* test_diag: collecting diagnostics, counting them, formatting them. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "util/diag.h"
+
+static void test_empty(void **state)
+{
+    (void)state;
+    struct diag d;
+    diag_init(&d, "p.yaml");
+    assert_false(diag_has_errors(&d));
+    assert_null(diag_first_error(&d));
+    assert_int_equal(d.count, 0);
+    assert_int_equal(d.errors, 0);
+    assert_int_equal(d.warnings, 0);
+    assert_string_equal(d.file, "p.yaml");
+    diag_free(&d);
+    diag_free(NULL);
+}
+
+static void test_counters(void **state)
+{
+    (void)state;
+    struct diag d;
+    diag_init(&d, "p.yaml");
+    diag_warning(&d, 3, "rules[0].expires", "expires in %d days", 5);
+    assert_false(diag_has_errors(&d));
+    assert_null(diag_first_error(&d));
+    assert_int_equal(d.warnings, 1);
+
+    diag_error(&d, 7, "rules[1].tier", "tier %d is not 0..3", 4);
+    diag_error(&d, 9, "rules[2].host", "%s", "empty label");
+    assert_true(diag_has_errors(&d));
+    assert_int_equal(d.count, 3);
+    assert_int_equal(d.errors, 2);
+    assert_int_equal(d.warnings, 1);
+
+    const struct diag_entry *e = diag_first_error(&d);
+    assert_non_null(e);
+    assert_int_equal(e->level, DIAG_ERROR);
+    assert_int_equal(e->line, 7);
+    assert_string_equal(e->field, "rules[1].tier");
+    assert_string_equal(e->message, "tier 4 is not 0..3");
+    assert_int_equal(d.entries[0].level, DIAG_WARNING);
+    assert_string_equal(d.entries[0].message, "expires in 5 days");
+
+    diag_free(&d);
+    assert_int_equal(d.count, 0);
+    assert_int_equal(d.errors, 0);
+    assert_int_equal(d.warnings, 0);
+    assert_null(d.entries);
+    assert_false(diag_has_errors(&d));
+
+    /* Reusable after diag_init(). */
+    diag_init(&d, "q.yaml");
+    diag_error(&d, 1, "version", "unsupported version %d", 2);
+    assert_int_equal(d.errors, 1);
+    diag_free(&d);
+}
+
+static void test_growth(void **state)
+{
+    (void)state;
+    struct diag d;
+    diag_init(&d, "p.yaml");
+    for (int i = 0; i < 100; i++) {
+        if (i % 3 == 0)
+            diag_warning(&d, i, "f", "w%d", i);
+        else
+            diag_error(&d, i, "f", "e%d", i);
+    }
+    assert_int_equal(d.count, 100);
+    assert_int_equal(d.warnings, 34);
+    assert_int_equal(d.errors, 66);
+    assert_true(d.cap >= 100);
+    assert_string_equal(d.entries[99].message, "w99");
+    assert_string_equal(diag_first_error(&d)->message, "e1");
+    diag_free(&d);
+}
+
+static void test_format(void **state)
+{
+    (void)state;
+    struct diag d;
+    char buf[256];
+    diag_init(&d, "policy.yaml");
+    diag_error(&d, 12, "rules[3].expires", "not a date: %s", "2026-02-30");
+    diag_error(&d, 4, "", "unknown key");
+    diag_error(&d, 0, "rules", "must be a list");
+    diag_error(&d, 0, NULL, "file is empty");
+    diag_warning(&d, 8, NULL, "odd %s", "indent");
+
+    diag_format(&d, &d.entries[0], buf, sizeof(buf));
+    assert_string_equal(buf, "policy.yaml:12: rules[3].expires: not a date: 2026-02-30");
+    diag_format(&d, &d.entries[1], buf, sizeof(buf));
+    assert_string_equal(buf, "policy.yaml:4: unknown key");
+    diag_format(&d, &d.entries[2], buf, sizeof(buf));
+    assert_string_equal(buf, "policy.yaml: rules: must be a list");
+    diag_format(&d, &d.entries[3], buf, sizeof(buf));
+    assert_string_equal(buf, "policy.yaml: file is empty");
+    assert_string_equal(d.entries[3].field, "");
+    diag_format(&d, &d.entries[4], buf, sizeof(buf));
+    assert_string_equal(buf, "policy.yaml:8: odd indent");
+
+    /* Always terminated, even when cut short. */
+    char small[10];
+    memset(small, 'x', sizeof(small));
+    diag_format(&d, &d.entries[0], small, sizeof(small));
+    assert_string_equal(small, "policy.ya");
+    diag_free(&d);
+
+    /* Without a file name. */
+    diag_init(&d, NULL);
+    diag_error(&d, 2, "agents", "%s", "100%");
+    diag_format(&d, &d.entries[0], buf, sizeof(buf));
+    assert_string_equal(buf, "-:2: agents: 100%");
+    diag_free(&d);
+}
+
+static void test_long_message(void **state)
+{
+    (void)state;
+    struct diag d;
+    char big[5000];
+    memset(big, 'm', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    diag_init(&d, "p.yaml");
+    diag_error(&d, 1, "f", "%s", big);
+    assert_int_equal(strlen(d.entries[0].message), sizeof(big) - 1);
+    char buf[64];
+    diag_format(&d, &d.entries[0], buf, sizeof(buf));
+    assert_int_equal(strlen(buf), sizeof(buf) - 1);
+    assert_memory_equal(buf, "p.yaml:1: f: mmm", 16);
+    diag_free(&d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_empty),        cmocka_unit_test(test_counters),
+        cmocka_unit_test(test_growth),       cmocka_unit_test(test_format),
+        cmocka_unit_test(test_long_message),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,112 @@
+/* Unit tests for policy/lint.c: expiry findings relative to a given day. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "policy/lint.h"
+#include "util/units.h"
+
+static int32_t day(const char *s)
+{
+    int32_t d = 0;
+    assert_int_equal(parse_date(s, &d), 0);
+    return d;
+}
+
+static struct rule make_rule(size_t index, const char *pattern, const char *expires)
+{
+    struct rule r;
+    memset(&r, 0, sizeof(r));
+    r.index = index;
+    r.line = (int)(10 + index);
+    r.pattern = (char *)(uintptr_t)pattern;
+    r.tier = TIER_3;
+    r.owner = (char *)(uintptr_t) "chaysen";
+    if (expires != NULL) {
+        r.has_expires = true;
+        r.expires = day(expires);
+    }
+    return r;
+}
+
+static void test_expired_is_error_expiring_is_warning(void **state)
+{
+    (void)state;
+    struct rule rules[4] = {
+        make_rule(0, "api.github.com", "2026-11-29"),  /* expired yesterday */
+        make_rule(1, "slack.com", "2026-11-30"),       /* last valid day: 0 days left */
+        make_rule(2, "smtp.example.com", "2026-12-14"), /* 14 days left: inside the window */
+        make_rule(3, "far.example.com", "2026-12-15"),  /* 15 days left: outside */
+    };
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    p.rules = rules;
+    p.nrules = 4;
+
+    struct diag d;
+    diag_init(&d, "p.yaml");
+    policy_lint(&p, day("2026-11-30"), 14, &d);
+    assert_int_equal(d.errors, 1);
+    assert_int_equal(d.warnings, 2);
+
+    char text[512];
+    diag_format(&d, diag_first_error(&d), text, sizeof(text));
+    assert_non_null(strstr(text, "p.yaml:10: rules[0].expires: grant for api.github.com"));
+    assert_non_null(strstr(text, "expired on 2026-11-29, 1 day ago"));
+    assert_int_equal(d.entries[1].level, DIAG_WARNING);
+    assert_non_null(strstr(d.entries[1].message, "0 days left"));
+    assert_non_null(strstr(d.entries[2].message, "14 days left"));
+    diag_free(&d);
+}
+
+static void test_rules_without_expiry_are_ignored(void **state)
+{
+    (void)state;
+    struct rule rules[1] = {make_rule(0, "pypi.org", NULL)};
+    rules[0].tier = TIER_0;
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    p.rules = rules;
+    p.nrules = 1;
+    struct diag d;
+    diag_init(&d, "p.yaml");
+    policy_lint(&p, day("2099-01-01"), 3650, &d);
+    assert_int_equal(d.count, 0);
+    diag_free(&d);
+}
+
+static void test_warn_days_default_and_policy_value(void **state)
+{
+    (void)state;
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    assert_int_equal(lint_warn_days(&p), LINT_DEFAULT_WARN_DAYS);
+    p.alerts.present = true;
+    p.alerts.expiry_warn_days = 30;
+    assert_int_equal(lint_warn_days(&p), 30);
+}
+
+static void test_days_left(void **state)
+{
+    (void)state;
+    struct rule r = make_rule(0, "x.example.com", "2027-01-01");
+    assert_int_equal(lint_days_left(&r, day("2026-12-31")), 1);
+    assert_int_equal(lint_days_left(&r, day("2027-01-01")), 0);
+    assert_int_equal(lint_days_left(&r, day("2027-01-02")), -1);
+    assert_int_equal(lint_days_left(&r, day("2026-01-01")), 365);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_expired_is_error_expiring_is_warning),
+        cmocka_unit_test(test_rules_without_expiry_are_ignored),
+        cmocka_unit_test(test_warn_days_default_and_policy_value),
+        cmocka_unit_test(test_days_left),
+    };
+    return cmocka_run_group_tests_name("lint", tests, NULL, NULL);
+}

@@ -1,0 +1,887 @@
+/* Unit tests for the decision engine (match.c) and its index (index.c).
+ * Policies are built in code, not loaded from YAML, so that these tests
+ * exercise exactly the precedence rules of decision.h. */
+#include <arpa/inet.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "policy/decision.h"
+#include "policy/index.h"
+
+#define MAXR  64
+#define MAXD  8
+#define DAY   86400
+#define TODAY 20000 /* 2024-10-04 */
+#define NOW   ((time_t)TODAY * DAY + 3600)
+
+struct fx {
+    struct policy p;
+    struct rule rules[MAXR];
+    struct deny_entry deny[MAXD];
+    uint16_t ports[MAXR][4];
+    char hosts[MAXR][HOST_MAX + 1];
+    char pats[MAXR][HOST_MAX + 8];
+    const char *agents[MAXR][2];
+};
+
+static uint16_t web_ports[2] = {80, 443};
+
+static void mask(struct cidr *c)
+{
+    for (unsigned i = 0; i < 16; i++) {
+        unsigned bits = c->prefix > i * 8 ? c->prefix - i * 8 : 0;
+        c->addr.b[i] &= bits >= 8 ? 0xff : (uint8_t)(0xff << (8 - bits));
+    }
+}
+
+/* Fills <a> from an IPv4 or IPv6 text; returns false for anything else. */
+static bool parse_ip(const char *s, struct ipaddr *a)
+{
+    uint8_t v4[4];
+    memset(a, 0, sizeof(*a));
+    if (inet_pton(AF_INET, s, v4) == 1) {
+        a->b[10] = 0xff;
+        a->b[11] = 0xff;
+        memcpy(a->b + 12, v4, 4);
+        return true;
+    }
+    return inet_pton(AF_INET6, s, a->b) == 1;
+}
+
+/* Adds a rule for <pattern> ("name", "*.suffix" or "addr/len"), ports
+ * 80/443, every agent, no expiry. */
+static struct rule *add(struct fx *f, const char *pattern, unsigned methods, enum tier tier)
+{
+    size_t i = f->p.nrules++;
+    assert_true(i < MAXR);
+    struct rule *r = &f->rules[i];
+    memset(r, 0, sizeof(*r));
+    r->index = i;
+    r->line = (int)i + 1;
+    r->methods = methods;
+    r->tier = tier;
+    r->ports = web_ports;
+    r->nports = 2;
+    snprintf(f->pats[i], sizeof(f->pats[i]), "%s", pattern);
+    r->pattern = f->pats[i];
+    const char *slash = strchr(pattern, '/');
+    if (slash != NULL) {
+        char ip[64];
+        snprintf(ip, sizeof(ip), "%.*s", (int)(slash - pattern), pattern);
+        r->kind = RULE_CIDR;
+        assert_true(parse_ip(ip, &r->cidr.addr));
+        int len = atoi(slash + 1);
+        r->cidr.prefix = (uint8_t)(strchr(ip, ':') == NULL ? len + 96 : len);
+        mask(&r->cidr);
+    } else if (strncmp(pattern, "*.", 2) == 0) {
+        r->kind = RULE_WILDCARD;
+        snprintf(f->hosts[i], sizeof(f->hosts[i]), "%s", pattern + 2);
+        r->host = f->hosts[i];
+    } else {
+        r->kind = RULE_EXACT;
+        snprintf(f->hosts[i], sizeof(f->hosts[i]), "%s", pattern);
+        r->host = f->hosts[i];
+    }
+    return r;
+}
+
+static void set_ports(struct fx *f, struct rule *r, uint16_t a, uint16_t b)
+{
+    size_t i = r->index;
+    f->ports[i][0] = a;
+    f->ports[i][1] = b;
+    r->ports = f->ports[i];
+    r->nports = b != 0 ? 2 : 1;
+}
+
+static void set_agent(struct fx *f, struct rule *r, const char *agent)
+{
+    f->agents[r->index][0] = agent;
+    r->agents = (char **)(uintptr_t)f->agents[r->index];
+    r->nagents = 1;
+}
+
+static void set_expiry(struct rule *r, int32_t day, const char *owner)
+{
+    r->has_expires = true;
+    r->expires = day;
+    r->owner = (char *)(uintptr_t)owner;
+}
+
+static void add_deny(struct fx *f, const char *pattern)
+{
+    size_t i = f->p.ndeny++;
+    assert_true(i < MAXD);
+    struct deny_entry *d = &f->deny[i];
+    memset(d, 0, sizeof(*d));
+    if (strncmp(pattern, "*.", 2) == 0) {
+        d->pattern.kind = PATTERN_WILDCARD;
+        pattern += 2;
+    } else {
+        d->pattern.kind = PATTERN_EXACT;
+    }
+    snprintf(d->pattern.name, sizeof(d->pattern.name), "%s", pattern);
+}
+
+static struct fx *fx_new(void)
+{
+    struct fx *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    f->p.rules = f->rules;
+    f->p.deny = f->deny;
+    return f;
+}
+
+static void fx_index(struct fx *f)
+{
+    assert_int_equal(policy_index_build(&f->p), 0);
+    assert_non_null(f->p.index);
+}
+
+static void fx_free(struct fx *f)
+{
+    policy_index_free(f->p.index);
+    free(f);
+}
+
+struct ask {
+    const struct agent *agent;
+    const char *agent_id;
+    unsigned method;
+    uint16_t port;
+    time_t now;
+};
+
+static struct decision decide_at(const struct fx *f, const char *host, struct ask a)
+{
+    struct host h;
+    memset(&h, 0, sizeof(h));
+    if (parse_ip(host, &h.ip)) {
+        h.kind = HOST_IP;
+    } else {
+        h.kind = HOST_NAME;
+    }
+    snprintf(h.name, sizeof(h.name), "%s", host);
+    struct decision_query q = {
+        .agent = a.agent,
+        .agent_id = a.agent_id,
+        .method = a.method,
+        .target = &h,
+        .port = a.port,
+        .now = a.now ? a.now : NOW,
+    };
+    struct decision d;
+    memset(&d, 0x5a, sizeof(d)); /* every field must be written */
+    policy_decide(&f->p, &q, &d);
+    return d;
+}
+
+static struct decision decide(const struct fx *f, const char *host, unsigned method, uint16_t port)
+{
+    struct ask a = {NULL, "default", method, port, 0};
+    return decide_at(f, host, a);
+}
+
+static void assert_allow(struct decision d, const struct rule *r, enum tier tier)
+{
+    assert_int_equal(d.verdict, VERDICT_ALLOW);
+    assert_int_equal(d.reason, REASON_NONE);
+    assert_ptr_equal(d.rule, r);
+    assert_int_equal(d.tier, tier);
+}
+
+static void assert_deny(struct decision d, enum deny_reason why)
+{
+    if (d.verdict != VERDICT_DENY || d.reason != why)
+        fail_msg("expected deny %s, got %s %s", reason_name(why), verdict_name(d.verdict),
+                 reason_name(d.reason) ? reason_name(d.reason) : "(none)");
+    if (why != REASON_GRANT_EXPIRED && why != REASON_NEEDS_INSPECTION) {
+        assert_null(d.rule);
+        assert_int_equal(d.tier, TIER_NONE);
+        assert_null(d.owner);
+    }
+}
+
+/* ---- precedence ---- */
+
+static void test_deny_wins(void **state)
+{
+    struct fx *f = fx_new();
+    struct rule *wild = add(f, "*.github.com", 0, TIER_0);
+    add(f, "gist.github.com", 0, TIER_0);
+    struct rule *apex = add(f, "evil.test", 0, TIER_0);
+    add(f, "a.evil.test", 0, TIER_0);
+    add_deny(f, "gist.github.com");
+    add_deny(f, "*.evil.test");
+    fx_index(f);
+
+    assert_deny(decide(f, "gist.github.com", METHOD_GET, 443), REASON_DENIED_HOST);
+    assert_allow(decide(f, "api.github.com", METHOD_GET, 443), wild, TIER_0);
+    /* the exact deny entry covers that name only */
+    assert_allow(decide(f, "x.gist.github.com", METHOD_GET, 443), wild, TIER_0);
+    /* a wildcard deny covers every name below its suffix, not the suffix */
+    assert_deny(decide(f, "a.evil.test", METHOD_GET, 443), REASON_DENIED_HOST);
+    assert_deny(decide(f, "b.a.evil.test", METHOD_CONNECT, 443), REASON_DENIED_HOST);
+    assert_allow(decide(f, "evil.test", METHOD_GET, 443), apex, TIER_0);
+    assert_deny(decide(f, "notevil.test", METHOD_GET, 443), REASON_NOT_IN_POLICY);
+    fx_free(f);
+}
+
+static void test_exact_over_wildcard(void **state)
+{
+    struct fx *f = fx_new();
+    struct rule *wild = add(f, "*.github.com", 0, TIER_0);
+    struct rule *exact = add(f, "api.github.com", 0, TIER_2);
+    struct rule *deep = add(f, "*.a.example.com", 0, TIER_2);
+    struct rule *shallow = add(f, "*.example.com", 0, TIER_0);
+    fx_index(f);
+
+    /* exact wins although its tier is higher and it comes later */
+    assert_allow(decide(f, "api.github.com", METHOD_GET, 443), exact, TIER_2);
+    assert_allow(decide(f, "x.api.github.com", METHOD_GET, 443), wild, TIER_0);
+    /* longer wildcard suffix over shorter */
+    assert_allow(decide(f, "x.a.example.com", METHOD_GET, 443), deep, TIER_2);
+    assert_allow(decide(f, "y.x.a.example.com", METHOD_GET, 443), deep, TIER_2);
+    assert_allow(decide(f, "a.example.com", METHOD_GET, 443), shallow, TIER_0);
+    assert_allow(decide(f, "b.example.com", METHOD_GET, 443), shallow, TIER_0);
+    fx_free(f);
+}
+
+static void test_wildcard_boundaries(void **state)
+{
+    struct fx *f = fx_new();
+    struct rule *w = add(f, "*.example.com", 0, TIER_0);
+    fx_index(f);
+
+    assert_allow(decide(f, "a.example.com", METHOD_GET, 443), w, TIER_0);
+    assert_allow(decide(f, "a.b.example.com", METHOD_GET, 443), w, TIER_0);
+    assert_deny(decide(f, "example.com", METHOD_GET, 443), REASON_NOT_IN_POLICY);
+    assert_deny(decide(f, "badexample.com", METHOD_GET, 443), REASON_NOT_IN_POLICY);
+    assert_deny(decide(f, "example.com.evil.test", METHOD_GET, 443), REASON_NOT_IN_POLICY);
+    assert_deny(decide(f, "a.example.com.evil.test", METHOD_GET, 443), REASON_NOT_IN_POLICY);
+    assert_deny(decide(f, "com", METHOD_GET, 443), REASON_NOT_IN_POLICY);
+    assert_deny(decide(f, "", METHOD_GET, 443), REASON_NOT_IN_POLICY);
+    fx_free(f);
+}
+
+static void test_glued_names(void **state)
+{
+    struct fx *f = fx_new();
+    struct rule *r = add(f, "api.github.com", 0, TIER_0);
+    fx_index(f);
+
+    assert_allow(decide(f, "api.github.com", METHOD_GET, 443), r, TIER_0);
+    assert_deny(decide(f, "api.github.com.evil.test", METHOD_GET, 443), REASON_NOT_IN_POLICY);
+    assert_deny(decide(f, "evilapi.github.com", METHOD_GET, 443), REASON_NOT_IN_POLICY);
+    assert_deny(decide(f, "api-github.com", METHOD_GET, 443), REASON_NOT_IN_POLICY);
+    assert_deny(decide(f, "x.api.github.com", METHOD_GET, 443), REASON_NOT_IN_POLICY);
+    assert_deny(decide(f, "github.com", METHOD_GET, 443), REASON_NOT_IN_POLICY);
+    assert_deny(decide(f, "api.github.co", METHOD_CONNECT, 443), REASON_NOT_IN_POLICY);
+    fx_free(f);
+}
+
+static void test_method_named_over_unnamed(void **state)
+{
+    struct fx *f = fx_new();
+    struct rule *any = add(f, "api.github.com", 0, TIER_0);
+    struct rule *get = add(f, "api.github.com", METHOD_GET | METHOD_HEAD, TIER_1);
+    struct rule *wr = add(f, "api.github.com", METHODS_WRITE, TIER_3);
+    fx_index(f);
+
+    assert_allow(decide(f, "api.github.com", METHOD_GET, 443), get, TIER_1);
+    assert_allow(decide(f, "api.github.com", METHOD_HEAD, 443), get, TIER_1);
+    assert_allow(decide(f, "api.github.com", METHOD_POST, 443), wr, TIER_3);
+    assert_allow(decide(f, "api.github.com", METHOD_OPTIONS, 443), any, TIER_0);
+    assert_allow(decide(f, "api.github.com", METHOD_OTHER, 443), any, TIER_0);
+    fx_free(f);
+}
+
+static void test_lower_tier_then_file_order(void **state)
+{
+    struct fx *f = fx_new();
+    add(f, "a.test", 0, TIER_2);
+    struct rule *low = add(f, "a.test", 0, TIER_1);
+    add(f, "a.test", METHOD_GET, TIER_3);
+    struct rule *low_get = add(f, "a.test", METHOD_GET, TIER_2);
+    struct rule *first = add(f, "b.test", 0, TIER_1);
+    struct rule *second = add(f, "b.test", 0, TIER_1);
+    second->owner = (char *)(uintptr_t) "second";
+    fx_index(f);
+
+    assert_allow(decide(f, "a.test", METHOD_POST, 80), low, TIER_1);
+    assert_allow(decide(f, "a.test", METHOD_GET, 80), low_get, TIER_2);
+    assert_allow(decide(f, "b.test", METHOD_GET, 80), first, TIER_1);
+    fx_free(f);
+}
+
+static void test_owner_follows_rule(void **state)
+{
+    struct fx *f = fx_new();
+    struct rule *r = add(f, "a.test", METHOD_POST, TIER_3);
+    set_expiry(r, TODAY + 10, "chaysen");
+    fx_index(f);
+    struct decision d = decide(f, "a.test", METHOD_POST, 443);
+    assert_allow(d, r, TIER_3);
+    assert_string_equal(d.owner, "chaysen");
+    fx_free(f);
+}
+
+static void test_agent_scoped(void **state)
+{
+    struct fx *f = fx_new();
+    struct rule *r = add(f, "api.github.com", 0, TIER_1);
+    set_agent(f, r, "ci-bot");
+    struct rule *w = add(f, "*.example.com", 0, TIER_0);
+    set_agent(f, w, "ci-bot");
+    struct rule *empty = add(f, "every.test", 0, TIER_0);
+    set_agent(f, empty, "ci-bot");
+    empty->nagents = 0; /* an empty list is "every agent" */
+    fx_index(f);
+
+    struct ask ci = {NULL, "ci-bot", METHOD_GET, 443, 0};
+    struct ask other = {NULL, "dev", METHOD_GET, 443, 0};
+    struct ask anon = {NULL, NULL, METHOD_GET, 443, 0};
+    assert_allow(decide_at(f, "api.github.com", ci), r, TIER_1);
+    assert_deny(decide_at(f, "api.github.com", other), REASON_AGENT_NOT_ALLOWED);
+    assert_deny(decide_at(f, "api.github.com", anon), REASON_AGENT_NOT_ALLOWED);
+    assert_deny(decide_at(f, "a.example.com", other), REASON_AGENT_NOT_ALLOWED);
+    assert_allow(decide_at(f, "a.example.com", ci), w, TIER_0);
+    assert_allow(decide_at(f, "every.test", other), empty, TIER_0);
+    assert_allow(decide_at(f, "every.test", anon), empty, TIER_0);
+    other.method = METHOD_CONNECT;
+    assert_deny(decide_at(f, "api.github.com", other), REASON_AGENT_NOT_ALLOWED);
+    fx_free(f);
+}
+
+static void test_port_not_allowed(void **state)
+{
+    struct fx *f = fx_new();
+    struct rule *r = add(f, "registry.npmjs.org", 0, TIER_0);
+    set_ports(f, r, 443, 0);
+    struct rule *two = add(f, "two.test", 0, TIER_0);
+    set_ports(f, two, 443, 8443);
+    struct rule *none = add(f, "default.test", 0, TIER_0);
+    none->ports = NULL; /* not something the loader makes: 80 and 443 */
+    none->nports = 0;
+    fx_index(f);
+
+    assert_allow(decide(f, "registry.npmjs.org", METHOD_GET, 443), r, TIER_0);
+    assert_deny(decide(f, "registry.npmjs.org", METHOD_GET, 80), REASON_PORT_NOT_ALLOWED);
+    assert_deny(decide(f, "registry.npmjs.org", METHOD_CONNECT, 22), REASON_PORT_NOT_ALLOWED);
+    assert_allow(decide(f, "two.test", METHOD_GET, 8443), two, TIER_0);
+    assert_deny(decide(f, "two.test", METHOD_GET, 8000), REASON_PORT_NOT_ALLOWED);
+    assert_deny(decide(f, "two.test", METHOD_GET, 9000), REASON_PORT_NOT_ALLOWED);
+    assert_deny(decide(f, "two.test", METHOD_GET, 0), REASON_PORT_NOT_ALLOWED);
+    assert_allow(decide(f, "default.test", METHOD_GET, 80), none, TIER_0);
+    assert_deny(decide(f, "default.test", METHOD_GET, 8080), REASON_PORT_NOT_ALLOWED);
+    fx_free(f);
+}
+
+static void test_method_not_allowed(void **state)
+{
+    struct fx *f = fx_new();
+    add(f, "api.github.com", METHOD_GET | METHOD_HEAD, TIER_1);
+    fx_index(f);
+
+    assert_deny(decide(f, "api.github.com", METHOD_POST, 443), REASON_METHOD_NOT_ALLOWED);
+    assert_deny(decide(f, "api.github.com", METHOD_OTHER, 443), REASON_METHOD_NOT_ALLOWED);
+    assert_deny(decide(f, "api.github.com", METHOD_DELETE, 443), REASON_METHOD_NOT_ALLOWED);
+    fx_free(f);
+}
+
+/* The reason is the furthest filter any candidate passed, across classes. */
+static void test_furthest_stage(void **state)
+{
+    struct fx *f = fx_new();
+    struct rule *e = add(f, "api.github.com", 0, TIER_0);
+    set_agent(f, e, "ci-bot");
+    struct rule *w = add(f, "*.github.com", 0, TIER_0);
+    set_ports(f, w, 8443, 0);
+    struct rule *m = add(f, "m.test", METHOD_GET, TIER_0);
+    set_ports(f, m, 443, 0);
+    struct rule *m2 = add(f, "m.test", 0, TIER_0);
+    set_agent(f, m2, "ci-bot");
+    fx_index(f);
+
+    struct ask dev = {NULL, "dev", METHOD_GET, 443, 0};
+    /* exact: wrong agent; wildcard: right agent, wrong port */
+    assert_deny(decide_at(f, "api.github.com", dev), REASON_PORT_NOT_ALLOWED);
+    dev.method = METHOD_POST;
+    /* one rule for another agent, one for this agent without POST */
+    assert_deny(decide_at(f, "m.test", dev), REASON_METHOD_NOT_ALLOWED);
+    dev.port = 80;
+    assert_deny(decide_at(f, "m.test", dev), REASON_PORT_NOT_ALLOWED);
+    fx_free(f);
+}
+
+/* A plain request is ranked over every class: an exact rule for GET does
+ * not hide a wildcard that allows every method. */
+static void test_plain_request_falls_through(void **state)
+{
+    struct fx *f = fx_new();
+    struct rule *get = add(f, "api.github.com", METHOD_GET, TIER_1);
+    struct rule *wild = add(f, "*.github.com", 0, TIER_2);
+    fx_index(f);
+
+    assert_allow(decide(f, "api.github.com", METHOD_GET, 443), get, TIER_1);
+    assert_allow(decide(f, "api.github.com", METHOD_POST, 443), wild, TIER_2);
+    fx_free(f);
+}
+
+static void test_connect(void **state)
+{
+    struct fx *f = fx_new();
+    /* only method-restricted rules */
+    struct rule *ro = add(f, "ro.test", METHOD_GET | METHOD_HEAD, TIER_1);
+    struct rule *ro3 = add(f, "ro.test", METHOD_POST, TIER_3);
+    ro3->owner = (char *)(uintptr_t) "writer";
+    /* an open rule plus a tier-3 write grant: allowed at tier 3 */
+    struct rule *open = add(f, "api.github.com", 0, TIER_0);
+    open->owner = (char *)(uintptr_t) "reader";
+    struct rule *w3 = add(f, "api.github.com", METHODS_WRITE, TIER_3);
+    set_expiry(w3, TODAY + 30, "chaysen");
+    /* the write grant on another port does not raise the tier */
+    struct rule *other_port = add(f, "b.test", METHOD_POST, TIER_3);
+    set_ports(f, other_port, 8443, 0);
+    struct rule *b = add(f, "b.test", 0, TIER_1);
+    /* tie on the max tier: the owner of the winner */
+    struct rule *t_open = add(f, "t.test", 0, TIER_2);
+    t_open->owner = (char *)(uintptr_t) "open-owner";
+    struct rule *t_post = add(f, "t.test", METHOD_POST, TIER_2);
+    t_post->owner = (char *)(uintptr_t) "post-owner";
+    /* naming CONNECT is still a restriction */
+    add(f, "c.test", METHOD_CONNECT, TIER_0);
+    /* exact shadows wildcard for a CONNECT */
+    struct rule *sh = add(f, "s.shadow.test", METHOD_GET, TIER_1);
+    struct rule *shw = add(f, "*.shadow.test", 0, TIER_0);
+    /* an exact rule for another agent does not shadow */
+    struct rule *oa = add(f, "o.shadow.test", 0, TIER_3);
+    set_agent(f, oa, "ci-bot");
+    fx_index(f);
+
+    struct decision d = decide(f, "ro.test", METHOD_CONNECT, 443);
+    assert_deny(d, REASON_NEEDS_INSPECTION);
+    assert_ptr_equal(d.rule, ro3);
+    assert_int_equal(d.tier, TIER_3);
+    assert_string_equal(d.owner, "writer");
+    (void)ro;
+
+    d = decide(f, "api.github.com", METHOD_CONNECT, 443);
+    assert_allow(d, open, TIER_3);
+    assert_string_equal(d.owner, "chaysen");
+
+    d = decide(f, "b.test", METHOD_CONNECT, 443);
+    assert_allow(d, b, TIER_1);
+    assert_null(d.owner);
+
+    d = decide(f, "t.test", METHOD_CONNECT, 443);
+    assert_allow(d, t_open, TIER_2);
+    assert_string_equal(d.owner, "open-owner");
+
+    d = decide(f, "c.test", METHOD_CONNECT, 443);
+    assert_deny(d, REASON_NEEDS_INSPECTION);
+
+    d = decide(f, "s.shadow.test", METHOD_CONNECT, 443);
+    assert_deny(d, REASON_NEEDS_INSPECTION);
+    assert_ptr_equal(d.rule, sh);
+    assert_int_equal(d.tier, TIER_1);
+    /* ... while a plain GET/POST still ranks every class */
+    assert_allow(decide(f, "s.shadow.test", METHOD_POST, 443), shw, TIER_0);
+    assert_allow(decide(f, "x.shadow.test", METHOD_CONNECT, 443), shw, TIER_0);
+    assert_allow(decide(f, "o.shadow.test", METHOD_CONNECT, 443), shw, TIER_0);
+    fx_free(f);
+}
+
+static void test_grant_expired(void **state)
+{
+    struct fx *f = fx_new();
+    struct rule *g = add(f, "api.github.com", METHODS_WRITE, TIER_3);
+    set_expiry(g, TODAY, "chaysen");
+    struct rule *open = add(f, "api.github.com", 0, TIER_0);
+    set_ports(f, open, 8443, 0);
+    /* an expired exact grant does not hide a live wildcard */
+    struct rule *x = add(f, "x.example.com", 0, TIER_2);
+    set_expiry(x, TODAY - 1, "old");
+    struct rule *w = add(f, "*.example.com", 0, TIER_0);
+    /* an expired open rule for a CONNECT */
+    struct rule *c = add(f, "c.test", 0, TIER_1);
+    set_expiry(c, TODAY - 1, "gone");
+    struct rule *cget = add(f, "c.test", METHOD_GET, TIER_1);
+    set_ports(f, cget, 8080, 0);
+    fx_index(f);
+
+    struct ask a = {NULL, "default", METHOD_POST, 443, (time_t)TODAY * DAY};
+    assert_allow(decide_at(f, "api.github.com", a), g, TIER_3);
+    a.now = (time_t)TODAY * DAY + DAY - 1; /* last second of the expires day, UTC */
+    assert_allow(decide_at(f, "api.github.com", a), g, TIER_3);
+    a.now = (time_t)(TODAY + 1) * DAY; /* the next day */
+    struct decision d = decide_at(f, "api.github.com", a);
+    assert_deny(d, REASON_GRANT_EXPIRED);
+    assert_ptr_equal(d.rule, g);
+    assert_int_equal(d.tier, TIER_3);
+    assert_string_equal(d.owner, "chaysen");
+
+    assert_allow(decide(f, "x.example.com", METHOD_GET, 443), w, TIER_0);
+
+    d = decide(f, "c.test", METHOD_CONNECT, 443);
+    assert_deny(d, REASON_GRANT_EXPIRED);
+    assert_ptr_equal(d.rule, c);
+    assert_string_equal(d.owner, "gone");
+    /* an expired rule on a wrong port is not a grant_expired */
+    assert_deny(decide(f, "c.test", METHOD_GET, 8081), REASON_PORT_NOT_ALLOWED);
+    fx_free(f);
+}
+
+static void test_ip_literal(void **state)
+{
+    struct fx *f = fx_new();
+    add(f, "api.github.com", 0, TIER_0);
+    add_deny(f, "*.evil.test");
+    fx_index(f);
+    assert_deny(decide(f, "140.82.112.6", METHOD_GET, 443), REASON_IP_LITERAL);
+    assert_deny(decide(f, "2001:db8::1", METHOD_CONNECT, 443), REASON_IP_LITERAL);
+    fx_free(f);
+
+    f = fx_new();
+    struct rule *r = add(f, "192.168.10.0/24", 0, TIER_2);
+    set_ports(f, r, 8080, 0);
+    add_deny(f, "*.evil.test");
+    fx_index(f);
+    assert_deny(decide(f, "192.168.11.1", METHOD_GET, 8080), REASON_IP_LITERAL);
+    assert_allow(decide(f, "192.168.10.7", METHOD_GET, 8080), r, TIER_2);
+    assert_deny(decide(f, "192.168.10.7", METHOD_GET, 80), REASON_PORT_NOT_ALLOWED);
+    /* the same name as a host name is not an IP rule's business */
+    assert_deny(decide(f, "evil.test", METHOD_GET, 8080), REASON_NOT_IN_POLICY);
+    fx_free(f);
+}
+
+static void test_cidr_longest_prefix(void **state)
+{
+    struct fx *f = fx_new();
+    struct rule *r8 = add(f, "10.0.0.0/8", 0, TIER_0);
+    struct rule *r16 = add(f, "10.1.0.0/16", 0, TIER_2);
+    struct rule *host = add(f, "10.1.2.3/32", METHOD_GET, TIER_3);
+    struct rule *v6 = add(f, "fd00::/8", 0, TIER_1);
+    struct rule *v6l = add(f, "fd00:1::/32", METHOD_GET, TIER_1);
+    struct rule *any = add(f, "0.0.0.0/0", METHOD_HEAD, TIER_1);
+    fx_index(f);
+
+    assert_allow(decide(f, "10.2.0.1", METHOD_GET, 443), r8, TIER_0);
+    assert_allow(decide(f, "10.1.9.9", METHOD_GET, 443), r16, TIER_2);
+    assert_allow(decide(f, "10.1.2.3", METHOD_GET, 443), host, TIER_3);
+    /* the /32 does not allow POST: the /16 does */
+    assert_allow(decide(f, "10.1.2.3", METHOD_POST, 443), r16, TIER_2);
+    /* CONNECT: the /32 class matches agent and port, and shadows */
+    assert_deny(decide(f, "10.1.2.3", METHOD_CONNECT, 443), REASON_NEEDS_INSPECTION);
+    assert_allow(decide(f, "10.1.2.4", METHOD_CONNECT, 443), r16, TIER_2);
+    assert_allow(decide(f, "fd00:1::5", METHOD_GET, 443), v6l, TIER_1);
+    assert_allow(decide(f, "fd00:2::5", METHOD_GET, 443), v6, TIER_1);
+    assert_allow(decide(f, "8.8.8.8", METHOD_HEAD, 443), any, TIER_1);
+    assert_deny(decide(f, "8.8.8.8", METHOD_GET, 443), REASON_METHOD_NOT_ALLOWED);
+    /* ::/0-style v4 /0 covers only v4 addresses */
+    assert_deny(decide(f, "2001:db8::1", METHOD_GET, 443), REASON_IP_LITERAL);
+    fx_free(f);
+}
+
+static void test_v4_mapped(void **state)
+{
+    struct fx *f = fx_new();
+    struct rule *r = add(f, "127.0.0.0/8", 0, TIER_0);
+    fx_index(f);
+    assert_allow(decide(f, "::ffff:127.0.0.1", METHOD_GET, 80), r, TIER_0);
+    assert_allow(decide(f, "127.0.0.1", METHOD_GET, 80), r, TIER_0);
+    assert_deny(decide(f, "::ffff:128.0.0.1", METHOD_GET, 80), REASON_IP_LITERAL);
+    assert_deny(decide(f, "::127.0.0.1", METHOD_GET, 80), REASON_IP_LITERAL);
+    fx_free(f);
+}
+
+static void test_report_mode(void **state)
+{
+    struct fx *f = fx_new();
+    struct rule *r = add(f, "a.test", 0, TIER_0);
+    add_deny(f, "bad.test");
+    fx_index(f);
+    struct agent rep = {.id = (char *)(uintptr_t) "watch", .mode = AGENT_REPORT};
+    struct agent enf = {.id = (char *)(uintptr_t) "ci", .mode = AGENT_ENFORCE};
+
+    struct ask a = {&rep, "watch", METHOD_GET, 443, 0};
+    struct decision d = decide_at(f, "b.test", a);
+    assert_int_equal(d.verdict, VERDICT_REPORT);
+    assert_int_equal(d.reason, REASON_NOT_IN_POLICY);
+    d = decide_at(f, "bad.test", a);
+    assert_int_equal(d.verdict, VERDICT_REPORT);
+    assert_int_equal(d.reason, REASON_DENIED_HOST);
+    assert_allow(decide_at(f, "a.test", a), r, TIER_0);
+
+    struct ask e = {&enf, "ci", METHOD_GET, 443, 0};
+    assert_deny(decide_at(f, "b.test", e), REASON_NOT_IN_POLICY);
+    fx_free(f);
+}
+
+static void test_empty_policy(void **state)
+{
+    struct fx *f = fx_new();
+    /* no index at all: deny by default */
+    assert_deny(decide(f, "a.test", METHOD_GET, 443), REASON_NOT_IN_POLICY);
+    fx_index(f);
+    assert_deny(decide(f, "a.test", METHOD_GET, 443), REASON_NOT_IN_POLICY);
+    assert_deny(decide(f, "a.test", METHOD_CONNECT, 443), REASON_NOT_IN_POLICY);
+    assert_deny(decide(f, "10.0.0.1", METHOD_GET, 443), REASON_IP_LITERAL);
+    assert_int_equal(index_exact(f->p.index, "a.test").count, 0);
+    assert_int_equal(index_wildcard(f->p.index, "a.test").count, 0);
+    assert_false(index_denied(f->p.index, "a.test"));
+    /* building again replaces (and frees) the old index */
+    fx_index(f);
+    assert_deny(decide(f, "a.test", METHOD_GET, 443), REASON_NOT_IN_POLICY);
+    fx_free(f);
+
+    /* NULL-tolerant lookups and free */
+    assert_int_equal(index_exact(NULL, "a").count, 0);
+    assert_int_equal(index_wildcard(NULL, "a").count, 0);
+    assert_false(index_denied(NULL, "a"));
+    policy_index_free(NULL);
+
+    struct decision d;
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    struct decision_query q = {.method = METHOD_GET, .port = 443};
+    policy_decide(&p, &q, &d); /* no target */
+    assert_int_equal(d.reason, REASON_NOT_IN_POLICY);
+}
+
+/* ---- the index itself ---- */
+
+static int record_prefix(struct rule_list rules, unsigned prefix, void *arg)
+{
+    unsigned *seen = arg;
+    seen[seen[0] + 1] = prefix;
+    seen[0]++;
+    return 0;
+}
+
+static int stop_first(struct rule_list rules, unsigned prefix, void *arg)
+{
+    *(unsigned *)arg = prefix;
+    return 42;
+}
+
+static void test_index_lists(void **state)
+{
+    struct fx *f = fx_new();
+    add(f, "a.test", 0, TIER_0);
+    add(f, "*.a.test", 0, TIER_0);
+    add(f, "a.test", METHOD_GET, TIER_1);
+    add(f, "10.0.0.0/8", 0, TIER_0);
+    add(f, "10.1.0.0/16", 0, TIER_0);
+    add(f, "10.1.0.0/16", METHOD_GET, TIER_0);
+    add(f, "11.0.0.0/8", 0, TIER_0);
+    add_deny(f, "x.test");
+    add_deny(f, "*.y.test");
+    fx_index(f);
+    const struct policy_index *ix = f->p.index;
+
+    struct rule_list l = index_exact(ix, "a.test");
+    assert_int_equal(l.count, 2);
+    assert_int_equal(l.items[0], 0);
+    assert_int_equal(l.items[1], 2);
+    l = index_wildcard(ix, "a.test");
+    assert_int_equal(l.count, 1);
+    assert_int_equal(l.items[0], 1);
+    assert_int_equal(index_exact(ix, "b.a.test").count, 0);
+    assert_int_equal(index_wildcard(ix, "test").count, 0);
+
+    assert_true(index_denied(ix, "x.test"));
+    assert_false(index_denied(ix, "a.x.test"));
+    assert_false(index_denied(ix, "y.test"));
+    assert_true(index_denied(ix, "a.y.test"));
+    assert_true(index_denied(ix, "b.a.y.test"));
+    assert_false(index_denied(ix, "ay.test"));
+    assert_false(index_denied(ix, "y.test.z"));
+    assert_false(index_denied(ix, ".y.test.")); /* no empty suffix lookups */
+
+    struct ipaddr a;
+    assert_true(parse_ip("10.1.2.3", &a));
+    unsigned seen[8] = {0};
+    assert_int_equal(index_cidr_each(ix, &a, record_prefix, seen), 0);
+    assert_int_equal(seen[0], 2);
+    assert_int_equal(seen[1], 96 + 16);
+    assert_int_equal(seen[2], 96 + 8);
+    unsigned first = 0;
+    assert_int_equal(index_cidr_each(ix, &a, stop_first, &first), 42);
+    assert_int_equal(first, 96 + 16);
+    assert_true(parse_ip("12.0.0.1", &a));
+    assert_int_equal(index_cidr_each(ix, &a, stop_first, &first), 0);
+    assert_int_equal(index_cidr_each(NULL, &a, stop_first, &first), 0);
+    fx_free(f);
+}
+
+/* Many keys: long probe chains and shared runs must still give each name
+ * its own rules, in file order, and nothing to a miss. */
+static void test_many_rules(void **state)
+{
+    enum { N = 20000 };
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    p.rules = calloc(N, sizeof(*p.rules));
+    char(*names)[32] = calloc(N, sizeof(*names));
+    assert_non_null(p.rules);
+    assert_non_null(names);
+    p.nrules = N;
+    for (size_t i = 0; i < N; i++) {
+        struct rule *r = &p.rules[i];
+        r->index = i;
+        r->ports = web_ports;
+        r->nports = 2;
+        r->tier = i % 5 == 1 ? TIER_3 : (enum tier)(i % 3);
+        if (i % 10 == 9) {
+            /* cidr /32s (v4) */
+            r->kind = RULE_CIDR;
+            r->cidr.prefix = 128;
+            r->cidr.addr.b[10] = 0xff;
+            r->cidr.addr.b[11] = 0xff;
+            r->cidr.addr.b[12] = 10;
+            r->cidr.addr.b[13] = (uint8_t)(i >> 16);
+            r->cidr.addr.b[14] = (uint8_t)(i >> 8);
+            r->cidr.addr.b[15] = (uint8_t)i;
+            continue;
+        }
+        /* every fifth pair shares a name, so runs longer than one exist */
+        size_t k = i % 5 == 1 ? i - 1 : i;
+        snprintf(names[i], sizeof(names[i]), "h%zu.example.test", k);
+        r->kind = i % 10 == 8 ? RULE_WILDCARD : RULE_EXACT;
+        r->host = names[i];
+    }
+    assert_int_equal(policy_index_build(&p), 0);
+
+    for (size_t i = 0; i < N; i++) {
+        struct host h;
+        memset(&h, 0, sizeof(h));
+        struct decision_query q = {NULL, "x", METHOD_GET, &h, 443, NOW};
+        struct decision d;
+        if (p.rules[i].kind == RULE_CIDR) {
+            h.kind = HOST_IP;
+            h.ip = p.rules[i].cidr.addr;
+        } else if (p.rules[i].kind == RULE_WILDCARD) {
+            h.kind = HOST_NAME;
+            snprintf(h.name, sizeof(h.name), "w.%s", p.rules[i].host);
+        } else {
+            h.kind = HOST_NAME;
+            snprintf(h.name, sizeof(h.name), "%s", p.rules[i].host);
+        }
+        policy_decide(&p, &q, &d);
+        assert_int_equal(d.verdict, VERDICT_ALLOW);
+        /* i%5==1 shares i-1's name: the lower tier (i-1's) wins */
+        size_t want = i % 5 == 1 && p.rules[i].kind == RULE_EXACT ? i - 1 : i;
+        assert_ptr_equal(d.rule, &p.rules[want]);
+        if (p.rules[i].kind == RULE_EXACT) {
+            struct rule_list l = index_exact(p.index, h.name);
+            assert_int_equal(l.count, i % 5 <= 1 ? 2 : 1);
+            if (l.count == 2)
+                assert_true(l.items[0] < l.items[1]);
+        }
+        /* misses: one more label, a glued name, another address */
+        if (h.kind == HOST_NAME) {
+            size_t n = strlen(h.name);
+            assert_true(n < HOST_MAX);
+            h.name[n] = 'x';
+            h.name[n + 1] = '\0';
+            policy_decide(&p, &q, &d);
+            assert_int_equal(d.reason, REASON_NOT_IN_POLICY);
+        } else {
+            h.ip.b[12] = 11;
+            policy_decide(&p, &q, &d);
+            assert_int_equal(d.reason, REASON_IP_LITERAL);
+        }
+    }
+    policy_index_free(p.index);
+    free(p.rules);
+    free(names);
+}
+
+/* ---- names and statuses ---- */
+
+static void test_names(void **state)
+{
+    static const char *const want[REASON_COUNT] = {
+        NULL,
+        "not_in_policy",
+        "denied_host",
+        "port_not_allowed",
+        "method_not_allowed",
+        "needs_inspection",
+        "self_request",
+        "agent_not_allowed",
+        "grant_expired",
+        "ip_literal",
+        "private_address",
+        "host_mismatch",
+        "sni_mismatch",
+        "rate_limited",
+        "bad_request",
+        "auth_required",
+        "dns_failure",
+        "upstream_unreachable",
+        "too_many_connections",
+        "quarantined",
+    };
+    for (int r = 0; r < REASON_COUNT; r++) {
+        if (want[r] == NULL)
+            assert_null(reason_name((enum deny_reason)r));
+        else
+            assert_string_equal(reason_name((enum deny_reason)r), want[r]);
+    }
+    assert_null(reason_name(REASON_COUNT));
+    assert_null(reason_name((enum deny_reason) - 1));
+
+    assert_int_equal(reason_status(REASON_NOT_IN_POLICY), 403);
+    assert_int_equal(reason_status(REASON_DENIED_HOST), 403);
+    assert_int_equal(reason_status(REASON_NEEDS_INSPECTION), 403);
+    assert_int_equal(reason_status(REASON_QUARANTINED), 403);
+    assert_int_equal(reason_status(REASON_PRIVATE_ADDRESS), 403);
+    assert_int_equal(reason_status(REASON_AUTH_REQUIRED), 407);
+    assert_int_equal(reason_status(REASON_BAD_REQUEST), 400);
+    assert_int_equal(reason_status(REASON_RATE_LIMITED), 429);
+    assert_int_equal(reason_status(REASON_DNS_FAILURE), 502);
+    assert_int_equal(reason_status(REASON_UPSTREAM_UNREACHABLE), 502);
+    assert_int_equal(reason_status(REASON_TOO_MANY_CONNECTIONS), 503);
+
+    assert_string_equal(verdict_name(VERDICT_ALLOW), "allow");
+    assert_string_equal(verdict_name(VERDICT_DENY), "deny");
+    assert_string_equal(verdict_name(VERDICT_REPORT), "report");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_deny_wins),
+        cmocka_unit_test(test_exact_over_wildcard),
+        cmocka_unit_test(test_wildcard_boundaries),
+        cmocka_unit_test(test_glued_names),
+        cmocka_unit_test(test_method_named_over_unnamed),
+        cmocka_unit_test(test_lower_tier_then_file_order),
+        cmocka_unit_test(test_owner_follows_rule),
+        cmocka_unit_test(test_agent_scoped),
+        cmocka_unit_test(test_port_not_allowed),
+        cmocka_unit_test(test_method_not_allowed),
+        cmocka_unit_test(test_furthest_stage),
+        cmocka_unit_test(test_plain_request_falls_through),
+        cmocka_unit_test(test_connect),
+        cmocka_unit_test(test_grant_expired),
+        cmocka_unit_test(test_ip_literal),
+        cmocka_unit_test(test_cidr_longest_prefix),
+        cmocka_unit_test(test_v4_mapped),
+        cmocka_unit_test(test_report_mode),
+        cmocka_unit_test(test_empty_policy),
+        cmocka_unit_test(test_index_lists),
+        cmocka_unit_test(test_many_rules),
+        cmocka_unit_test(test_names),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

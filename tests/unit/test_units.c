@@ -1,0 +1,246 @@
+/* test_units: sizes, periods, dates and plain integers as written in a policy. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "util/units.h"
+
+static void test_parse_size(void **state)
+{
+    (void)state;
+    uint64_t b = 7;
+    assert_int_equal(parse_size("512", &b), 0);
+    assert_int_equal(b, 512);
+    assert_int_equal(parse_size("0", &b), 0);
+    assert_int_equal(b, 0);
+    assert_int_equal(parse_size("10B", &b), 0);
+    assert_int_equal(b, 10);
+    assert_int_equal(parse_size("32KiB", &b), 0);
+    assert_int_equal(b, 32 * 1024);
+    assert_int_equal(parse_size("1MiB", &b), 0);
+    assert_int_equal(b, 1024 * 1024);
+    assert_int_equal(parse_size("2GiB", &b), 0);
+    assert_int_equal(b, 2ull * 1024 * 1024 * 1024);
+    assert_int_equal(parse_size("18446744073709551615", &b), 0);
+    assert_int_equal(b, UINT64_MAX);
+    assert_int_equal(parse_size("17179869183GiB", &b), 0);
+    assert_int_equal(b, 17179869183ull << 30);
+
+    static const char *const bad[] = {
+        "",
+        "B",
+        "1.5MiB",
+        "-1",
+        "+1",
+        " 1",
+        "1 ",
+        "1 MiB",
+        "1KB",
+        "1MB",
+        "1GB",
+        "1kib",
+        "1mib",
+        "1K",
+        "1M",
+        "1TiB",
+        "1BB",
+        "MiB1",
+        "0x10",
+        "1e3",
+        "1MiBx",
+        "1iB",
+        "1KiBB",
+        "18446744073709551616",       /* overflows the integer */
+        "17179869184GiB",             /* overflows after the unit */
+        "99999999999999999999999KiB", /* overflows, then a unit */
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        b = 42;
+        if (parse_size(bad[i], &b) != -1)
+            fail_msg("parse_size accepted \"%s\"", bad[i]);
+        assert_int_equal(b, 42); /* untouched on failure */
+    }
+    assert_int_equal(parse_size(NULL, &b), -1);
+}
+
+static void test_parse_period(void **state)
+{
+    (void)state;
+    uint64_t ms = 7;
+    assert_int_equal(parse_period_ms("30", &ms), 0);
+    assert_int_equal(ms, 30000);
+    assert_int_equal(parse_period_ms("30s", &ms), 0);
+    assert_int_equal(ms, 30000);
+    assert_int_equal(parse_period_ms("5m", &ms), 0);
+    assert_int_equal(ms, 300000);
+    assert_int_equal(parse_period_ms("24h", &ms), 0);
+    assert_int_equal(ms, 86400000);
+    assert_int_equal(parse_period_ms("0s", &ms), 0);
+    assert_int_equal(ms, 0);
+    assert_int_equal(parse_period_ms("1s", &ms), 0);
+    assert_int_equal(ms, 1000);
+
+    static const char *const bad[] = {
+        "",
+        "s",
+        "1.5s",
+        "-1s",
+        "+1s",
+        " 1s",
+        "1s ",
+        "1 s",
+        "1ms",
+        "1d",
+        "1S",
+        "1M",
+        "1H",
+        "1hh",
+        "1sm",
+        "s1",
+        "1w",
+        "0x1s",
+        "18446744073709552", /* x1000 overflows */
+        "5124095576031h",    /* x3600000 overflows */
+        "99999999999999999999s",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ms = 42;
+        if (parse_period_ms(bad[i], &ms) != -1)
+            fail_msg("parse_period_ms accepted \"%s\"", bad[i]);
+        assert_int_equal(ms, 42);
+    }
+    assert_int_equal(parse_period_ms(NULL, &ms), -1);
+    /* The largest that fits. */
+    assert_int_equal(parse_period_ms("18446744073709551s", &ms), 0);
+    assert_int_equal(ms, 18446744073709551000ull);
+    assert_int_equal(parse_period_ms("5124095576030h", &ms), 0);
+    assert_int_equal(ms, 5124095576030ull * 3600000);
+}
+
+static void test_parse_date(void **state)
+{
+    (void)state;
+    int32_t d = 7;
+    assert_int_equal(parse_date("1970-01-01", &d), 0);
+    assert_int_equal(d, 0);
+    assert_int_equal(parse_date("1970-01-02", &d), 0);
+    assert_int_equal(d, 1);
+    assert_int_equal(parse_date("2000-03-01", &d), 0);
+    assert_int_equal(d, 11017);
+    assert_int_equal(parse_date("2024-02-29", &d), 0);
+    assert_int_equal(d, 19782);
+    assert_int_equal(parse_date("2000-02-29", &d), 0);
+    assert_int_equal(parse_date("2026-12-31", &d), 0);
+    assert_int_equal(d, 20818);
+    assert_int_equal(parse_date("9999-12-31", &d), 0);
+    assert_int_equal(d, 2932896);
+
+    static const char *const bad[] = {
+        "2026-02-29",  "1900-02-29",  "2100-02-29",
+        "2023-02-29",  "2026-04-31",  "2026-06-31",
+        "2026-09-31",  "2026-11-31",  "2026-01-32",
+        "2026-00-10",  "2026-13-01",  "2026-01-00",
+        "1969-12-31",  "0000-01-01",  "2026-1-01",
+        "2026-01-1",   "26-01-01",    "2026/01/01",
+        "2026-01-01 ", " 2026-01-01", "2026-01-01T00:00:00Z",
+        "2026-01-0a",  "20260101",    "+026-01-01",
+        "2026-+1-01",  "2026--1-01",  "",
+        "10000-01-01",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        d = 42;
+        if (parse_date(bad[i], &d) != -1)
+            fail_msg("parse_date accepted \"%s\"", bad[i]);
+        assert_int_equal(d, 42);
+    }
+    assert_int_equal(parse_date(NULL, &d), -1);
+}
+
+static void test_format_date(void **state)
+{
+    (void)state;
+    char buf[11];
+    format_date(0, buf, sizeof(buf));
+    assert_string_equal(buf, "1970-01-01");
+    format_date(19782, buf, sizeof(buf));
+    assert_string_equal(buf, "2024-02-29");
+    format_date(20818, buf, sizeof(buf));
+    assert_string_equal(buf, "2026-12-31");
+    format_date(-1, buf, sizeof(buf));
+    assert_string_equal(buf, "1969-12-31");
+    format_date(2932896, buf, sizeof(buf));
+    assert_string_equal(buf, "9999-12-31");
+
+    char small[5];
+    format_date(0, small, sizeof(small));
+    assert_string_equal(small, "1970");
+    format_date(0, NULL, 0); /* no crash */
+
+    /* Every day from 1970 to 2200 round-trips through text. */
+    int32_t prev = -1;
+    for (int32_t day = 0; day < 84000; day++) {
+        int32_t back;
+        format_date(day, buf, sizeof(buf));
+        assert_int_equal(parse_date(buf, &back), 0);
+        assert_int_equal(back, day);
+        assert_true(back > prev);
+        prev = back;
+    }
+}
+
+static void test_day_of(void **state)
+{
+    (void)state;
+    assert_int_equal(day_of(0), 0);
+    assert_int_equal(day_of(86399), 0);
+    assert_int_equal(day_of(86400), 1);
+    assert_int_equal(day_of(-1), -1);
+    assert_int_equal(day_of(-86400), -1);
+    assert_int_equal(day_of(-86401), -2);
+    assert_int_equal(day_of(1709164800), 19782); /* 2024-02-29T00:00:00Z */
+    assert_int_equal(day_of(1709251199), 19782); /* 2024-02-29T23:59:59Z */
+    if (sizeof(time_t) > 4) {
+        assert_int_equal(day_of((time_t)INT64_MAX), INT32_MAX);
+        assert_int_equal(day_of((time_t)INT64_MIN), INT32_MIN);
+    }
+}
+
+static void test_parse_uint(void **state)
+{
+    (void)state;
+    uint64_t v = 7;
+    assert_int_equal(parse_uint("0", 10, &v), 0);
+    assert_int_equal(v, 0);
+    assert_int_equal(parse_uint("10", 10, &v), 0);
+    assert_int_equal(v, 10);
+    assert_int_equal(parse_uint("65535", 65535, &v), 0);
+    assert_int_equal(v, 65535);
+    assert_int_equal(parse_uint("18446744073709551615", UINT64_MAX, &v), 0);
+    assert_int_equal(v, UINT64_MAX);
+
+    static const char *const bad[] = {
+        "", "11", "-1", "+1", " 1", "1 ", "1.0", "0x1", "a", "18446744073709551616",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        v = 42;
+        if (parse_uint(bad[i], 10, &v) != -1)
+            fail_msg("parse_uint accepted \"%s\"", bad[i]);
+        assert_int_equal(v, 42);
+    }
+    assert_int_equal(parse_uint("65536", 65535, &v), -1);
+    assert_int_equal(parse_uint(NULL, 10, &v), -1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse_size), cmocka_unit_test(test_parse_period),
+        cmocka_unit_test(test_parse_date), cmocka_unit_test(test_format_date),
+        cmocka_unit_test(test_day_of),     cmocka_unit_test(test_parse_uint),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
