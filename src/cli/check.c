@@ -49,9 +49,8 @@ static int parse_args(int argc, char **argv, struct check_args *a)
             break;
         case 'w':
             if (parse_uint(optarg, 3650, &n) != 0)
-                return command_usage_error(&cmd_check,
-                                           "--warn-days: '%s' is not a number of days (0-3650)",
-                                           optarg);
+                return command_usage_error(
+                    &cmd_check, "--warn-days: '%s' is not a number of days (0-3650)", optarg);
             a->warn_days = (int)n;
             break;
         case 'f':

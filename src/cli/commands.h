@@ -13,9 +13,9 @@ enum exit_status { EXIT_OK = 0, EXIT_PROBLEMS = 1, EXIT_USAGE = 2 };
 
 struct command {
     const char *name;
-    const char *synopsis; /* one line: the arguments after the name */
-    const char *summary;  /* one line: what it does */
-    const char *help;     /* the rest of `sluice NAME --help` */
+    const char *synopsis;               /* one line: the arguments after the name */
+    const char *summary;                /* one line: what it does */
+    const char *help;                   /* the rest of `sluice NAME --help` */
     int (*main)(int argc, char **argv); /* argv[0] is the command name */
 };
 

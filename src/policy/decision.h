@@ -52,15 +52,15 @@ struct decision_query {
     unsigned method;           /* one method_bit(); METHOD_CONNECT for a tunnel */
     const struct host *target; /* normalised by host_normalise() */
     uint16_t port;
-    time_t now;                /* wall clock, for grant expiry */
+    time_t now; /* wall clock, for grant expiry */
 };
 
 struct decision {
     enum verdict verdict;
-    enum deny_reason reason;   /* REASON_NONE when allowed; kept for report mode */
-    enum tier tier;            /* TIER_NONE when no rule covers the request */
-    const struct rule *rule;   /* the deciding rule, or NULL */
-    const char *owner;         /* the grant's owner (the rule that set the tier), or NULL */
+    enum deny_reason reason; /* REASON_NONE when allowed; kept for report mode */
+    enum tier tier;          /* TIER_NONE when no rule covers the request */
+    const struct rule *rule; /* the deciding rule, or NULL */
+    const char *owner;       /* the grant's owner (the rule that set the tier), or NULL */
 };
 
 /* Decides <q> under <p> (which must be indexed). Precedence, from SPEC.md:

@@ -53,9 +53,9 @@ struct agent {
     int line;
     struct cidr *sources; /* owned array */
     size_t nsources;
-    bool unix_source;   /* "unix" listed in sources */
-    char *token;        /* the resolved secret, or NULL */
-    char *token_ref;    /* as written, e.g. "env:SLUICE_TOKEN_CI" (for reports) */
+    bool unix_source; /* "unix" listed in sources */
+    char *token;      /* the resolved secret, or NULL */
+    char *token_ref;  /* as written, e.g. "env:SLUICE_TOKEN_CI" (for reports) */
     enum agent_mode mode;
 };
 
@@ -65,14 +65,14 @@ struct rule {
     size_t index; /* position in rules[], for "rules[N]" in logs */
     int line;
     enum rule_kind kind;
-    char *pattern;   /* as normalised: "api.github.com", "*.github.com", "10.0.0.0/8" */
-    char *host;      /* EXACT: the name; WILDCARD: the suffix; CIDR: NULL */
+    char *pattern;    /* as normalised: "api.github.com", "*.github.com", "10.0.0.0/8" */
+    char *host;       /* EXACT: the name; WILDCARD: the suffix; CIDR: NULL */
     struct cidr cidr; /* CIDR only */
     uint16_t *ports;  /* owned; sorted, unique; default {80, 443} */
     size_t nports;
     unsigned methods; /* 0 = every method */
     enum tier tier;
-    char *owner;      /* NULL when not given */
+    char *owner; /* NULL when not given */
     bool has_expires;
     int32_t expires;  /* day number (see util/units.h): valid through that day, UTC */
     int expires_line; /* where expires: is written, for findings about it */

@@ -27,8 +27,7 @@
 struct policy *policy_load(const char *path, struct diag *diag);
 
 /* Same, from a buffer; <name> is used in messages (borrowed). */
-struct policy *policy_load_buffer(const char *name, const char *buf, size_t len,
-                                  struct diag *diag);
+struct policy *policy_load_buffer(const char *name, const char *buf, size_t len, struct diag *diag);
 
 enum policy_load_flags {
     /* An env: token whose variable is unset or empty is a warning, not an

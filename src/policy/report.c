@@ -65,9 +65,9 @@ static json_t *rule_json(const struct rule *r, int32_t today)
 {
     char name[32];
     snprintf(name, sizeof(name), "rules[%zu]", r->index);
-    json_t *o = json_pack("{s:s, s:i, s:s, s:o, s:o, s:i}", "rule", name, "line", r->line,
-                          "host", r->pattern, "ports", ports_json(r), "methods", methods_json(r),
-                          "tier", (int)r->tier);
+    json_t *o = json_pack("{s:s, s:i, s:s, s:o, s:o, s:i}", "rule", name, "line", r->line, "host",
+                          r->pattern, "ports", ports_json(r), "methods", methods_json(r), "tier",
+                          (int)r->tier);
     json_object_set_new(o, "owner", r->owner ? json_string(r->owner) : json_null());
     json_object_set_new(o, "expires", date_json(r));
     json_object_set_new(o, "days_left",
@@ -146,8 +146,8 @@ static json_t *agents_json(const struct policy *p, int32_t today)
 {
     json_t *agents = json_array();
     if (p->nagents == 0) {
-        json_t *o = json_pack("{s:s, s:b, s:s, s:[s], s:n}", "id", "default", "defined", 1,
-                              "mode", "enforce", "sources", "any", "token");
+        json_t *o = json_pack("{s:s, s:b, s:s, s:[s], s:n}", "id", "default", "defined", 1, "mode",
+                              "enforce", "sources", "any", "token");
         json_object_set_new(o, "reach", reach_json(p, "default", today));
         json_array_append_new(agents, o);
     }
@@ -157,13 +157,13 @@ static json_t *agents_json(const struct policy *p, int32_t today)
     return agents;
 }
 
-json_t *report_build(const char *file, const struct policy *p, const struct diag *d,
-                     int32_t today, int warn_days)
+json_t *report_build(const char *file, const struct policy *p, const struct diag *d, int32_t today,
+                     int warn_days)
 {
     char date[16];
     format_date(today, date, sizeof(date));
-    json_t *r = json_pack("{s:s, s:b, s:s, s:i}", "file", file, "ok", !diag_has_errors(d),
-                          "today", date, "warn_days", warn_days);
+    json_t *r = json_pack("{s:s, s:b, s:s, s:i}", "file", file, "ok", !diag_has_errors(d), "today",
+                          date, "warn_days", warn_days);
     json_object_set_new(r, "errors", diag_entries_json(d, DIAG_ERROR));
     json_object_set_new(r, "warnings", diag_entries_json(d, DIAG_WARNING));
     if (p == NULL)
@@ -188,8 +188,8 @@ json_t *report_build(const char *file, const struct policy *p, const struct diag
     json_object_set_new(r, "summary",
                         json_pack("{s:I, s:I, s:I, s:{s:I, s:I, s:I, s:I}}", "rules",
                                   (json_int_t)p->nrules, "agents", (json_int_t)p->nagents, "deny",
-                                  (json_int_t)p->ndeny, "tiers", "0", per_tier[0], "1",
-                                  per_tier[1], "2", per_tier[2], "3", per_tier[3]));
+                                  (json_int_t)p->ndeny, "tiers", "0", per_tier[0], "1", per_tier[1],
+                                  "2", per_tier[2], "3", per_tier[3]));
     json_object_set_new(r, "tier3_grants", grants);
     json_object_set_new(r, "deny", deny);
     json_object_set_new(r, "agents", agents_json(p, today));
@@ -269,8 +269,9 @@ void report_print_text(const json_t *report, FILE *out)
     const json_t *summary = json_object_get(report, "summary");
     if (summary != NULL) {
         const json_t *tiers = json_object_get(summary, "tiers");
-        fprintf(out, "\n%s: %" JSON_INTEGER_FORMAT " rules, %" JSON_INTEGER_FORMAT
-                     " agents, %" JSON_INTEGER_FORMAT " deny entries (as of %s)\n",
+        fprintf(out,
+                "\n%s: %" JSON_INTEGER_FORMAT " rules, %" JSON_INTEGER_FORMAT
+                " agents, %" JSON_INTEGER_FORMAT " deny entries (as of %s)\n",
                 json_string_value(json_object_get(report, "file")),
                 json_integer_value(json_object_get(summary, "rules")),
                 json_integer_value(json_object_get(summary, "agents")),

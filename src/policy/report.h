@@ -18,8 +18,8 @@
 /* Returns a new report (the caller releases it with json_decref) about
  * <p> (NULL when it failed to load) with the findings in <d>, as of the
  * day number <today>. */
-json_t *report_build(const char *file, const struct policy *p, const struct diag *d,
-                     int32_t today, int warn_days);
+json_t *report_build(const char *file, const struct policy *p, const struct diag *d, int32_t today,
+                     int warn_days);
 
 /* Prints <report> as text: findings first, then the audit. */
 void report_print_text(const json_t *report, FILE *out);

@@ -14,8 +14,8 @@ enum diag_level { DIAG_ERROR, DIAG_WARNING };
 
 struct diag_entry {
     enum diag_level level;
-    int line;        /* 0 when the problem is about the whole file */
-    char *field;     /* dotted path such as "rules[3].expires"; may be "" */
+    int line;    /* 0 when the problem is about the whole file */
+    char *field; /* dotted path such as "rules[3].expires"; may be "" */
     char *message;
 };
 

@@ -37,8 +37,8 @@ static void test_expired_is_error_expiring_is_warning(void **state)
 {
     (void)state;
     struct rule rules[4] = {
-        make_rule(0, "api.github.com", "2026-11-29"),  /* expired yesterday */
-        make_rule(1, "slack.com", "2026-11-30"),       /* last valid day: 0 days left */
+        make_rule(0, "api.github.com", "2026-11-29"),   /* expired yesterday */
+        make_rule(1, "slack.com", "2026-11-30"),        /* last valid day: 0 days left */
         make_rule(2, "smtp.example.com", "2026-12-14"), /* 14 days left: inside the window */
         make_rule(3, "far.example.com", "2026-12-15"),  /* 15 days left: outside */
     };
