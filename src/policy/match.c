@@ -298,9 +298,7 @@ int reason_status(enum deny_reason r)
     case REASON_DNS_FAILURE:
     case REASON_UPSTREAM_UNREACHABLE:
         return 502;
-    case REASON_TOO_MANY_CONNECTIONS:
-        return 503;
-    default:
+    default: /* too_many_connections and quarantined too: SPEC.md gives them 403 */
         return 403;
     }
 }

@@ -850,7 +850,7 @@ static void test_names(void **state)
     assert_int_equal(reason_status(REASON_RATE_LIMITED), 429);
     assert_int_equal(reason_status(REASON_DNS_FAILURE), 502);
     assert_int_equal(reason_status(REASON_UPSTREAM_UNREACHABLE), 502);
-    assert_int_equal(reason_status(REASON_TOO_MANY_CONNECTIONS), 503);
+    assert_int_equal(reason_status(REASON_TOO_MANY_CONNECTIONS), 403);
 
     assert_string_equal(verdict_name(VERDICT_ALLOW), "allow");
     assert_string_equal(verdict_name(VERDICT_DENY), "deny");

@@ -1,0 +1,384 @@
+/* load_ctx: the policy loader's reading toolkit (see load_ctx.h): field
+ * paths and messages, typed scalars, mappings through load_walk_map(), CIDR
+ * lists and rate specs. */
+#include "policy/load_ctx.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/units.h"
+#include "util/xalloc.h"
+
+/* ---- field paths and messages ------------------------------------------ */
+
+size_t load_field_push(struct load_ctx *c, const char *fmt, ...)
+{
+    size_t mark = c->flen;
+    size_t room = sizeof(c->field) - c->flen;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(c->field + c->flen, room, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        c->flen += (size_t)n < room ? (size_t)n : room - 1;
+    return mark;
+}
+
+void load_field_pop(struct load_ctx *c, size_t mark)
+{
+    c->flen = mark;
+    c->field[mark] = '\0';
+}
+
+size_t load_field_key(struct load_ctx *c, const char *key)
+{
+    return load_field_push(c, c->flen > 0 ? ".%s" : "%s", key);
+}
+
+/* Hostile text made fit for a message: printable ASCII only, bounded. Two
+ * slots rotate so that one message may show two values. */
+const char *load_show(struct load_ctx *c, const char *s)
+{
+    char *out = c->show[c->show_slot];
+    c->show_slot ^= 1;
+    size_t o = 0;
+    for (size_t i = 0; s[i] != '\0'; i++) {
+        if (i == SHOW_MAX) {
+            memcpy(out + o, "...", 3);
+            o += 3;
+            break;
+        }
+        unsigned char ch = (unsigned char)s[i];
+        out[o++] = ch >= 0x20 && ch < 0x7f ? (char)ch : '?';
+    }
+    out[o] = '\0';
+    return out;
+}
+
+void load_err(struct load_ctx *c, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *msg = xvasprintf(fmt, ap);
+    va_end(ap);
+    diag_error(c->diag, line, c->field, "%s", msg);
+    free(msg);
+}
+
+void load_warn(struct load_ctx *c, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *msg = xvasprintf(fmt, ap);
+    va_end(ap);
+    diag_warning(c->diag, line, c->field, "%s", msg);
+    free(msg);
+}
+
+/* Reports <msg> about the key <key> below the current path. */
+void load_err_at_key(struct load_ctx *c, const char *key, int line, const char *msg)
+{
+    size_t m = load_field_key(c, key);
+    load_err(c, line, "%s", msg);
+    load_field_pop(c, m);
+}
+
+/* ---- typed scalars ------------------------------------------------------ */
+
+int load_want_list(struct load_ctx *c, const struct ynode *n)
+{
+    if (n->kind == YNODE_SEQUENCE)
+        return 0;
+    load_err(c, n->line, "expected a list");
+    return -1;
+}
+
+int load_want_map(struct load_ctx *c, const struct ynode *n)
+{
+    if (n->kind == YNODE_MAPPING)
+        return 0;
+    load_err(c, n->line, "expected a mapping");
+    return -1;
+}
+
+int load_want_nonempty_list(struct load_ctx *c, const struct ynode *n)
+{
+    if (load_want_list(c, n) != 0)
+        return -1;
+    if (n->count > 0)
+        return 0;
+    load_err(c, n->line, "must not be empty");
+    return -1;
+}
+
+const char *load_get_str(struct load_ctx *c, const struct ynode *n)
+{
+    if (n->kind == YNODE_SCALAR && !ynode_is_null(n))
+        return n->str;
+    load_err(c, n->line, "expected a string");
+    return NULL;
+}
+
+const char *load_get_nonempty_str(struct load_ctx *c, const struct ynode *n)
+{
+    const char *s = load_get_str(c, n);
+    if (s == NULL || *s != '\0')
+        return s;
+    load_err(c, n->line, "must not be empty");
+    return NULL;
+}
+
+bool load_all_digits(const char *s)
+{
+    if (*s == '\0')
+        return false;
+    for (; *s != '\0'; s++)
+        if (*s < '0' || *s > '9')
+            return false;
+    return true;
+}
+
+/* A plain decimal integer within <lo>..<hi>. Returns 0 or -1 (reported). */
+int load_get_uint(struct load_ctx *c, const struct ynode *n, uint64_t lo, uint64_t hi,
+                  uint64_t *out)
+{
+    if (n->kind != YNODE_SCALAR || ynode_is_null(n)) {
+        load_err(c, n->line, "expected an integer");
+        return -1;
+    }
+    if (n->quoted) {
+        load_err(c, n->line, "expected an integer, not a quoted string");
+        return -1;
+    }
+    uint64_t v;
+    if (parse_uint(n->str, UINT64_MAX, &v) != 0) {
+        if (load_all_digits(n->str)) /* only overflow makes digits fail */
+            load_err(c, n->line, "%s is too large (at most %" PRIu64 ")", load_show(c, n->str), hi);
+        else
+            load_err(c, n->line, "expected an integer, got '%s'", load_show(c, n->str));
+        return -1;
+    }
+    if (v < lo) {
+        load_err(c, n->line, "must be at least %" PRIu64, lo);
+        return -1;
+    }
+    if (v > hi) {
+        load_err(c, n->line, "%" PRIu64 " is too large (at most %" PRIu64 ")", v, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int load_get_bool(struct load_ctx *c, const struct ynode *n, bool *out)
+{
+    if (n->kind == YNODE_SCALAR && !n->quoted) {
+        if (strcmp(n->str, "true") == 0) {
+            *out = true;
+            return 0;
+        }
+        if (strcmp(n->str, "false") == 0) {
+            *out = false;
+            return 0;
+        }
+    }
+    load_err(c, n->line, "expected true or false");
+    return -1;
+}
+
+/* A period; <min_ms> is 0 or 1 ("greater than 0") or a larger floor. */
+int load_get_period(struct load_ctx *c, const struct ynode *n, uint64_t min_ms, uint64_t *out)
+{
+    const char *s = load_get_str(c, n);
+    if (s == NULL)
+        return -1;
+    uint64_t ms;
+    if (parse_period_ms(s, &ms) != 0) {
+        load_err(c, n->line, "invalid period '%s' (expected e.g. 30s, 5m, 1h)", load_show(c, s));
+        return -1;
+    }
+    if (ms < min_ms) {
+        if (min_ms == 1)
+            load_err(c, n->line, "must be greater than 0");
+        else
+            load_err(c, n->line, "must be at least %" PRIu64 "s", min_ms / 1000);
+        return -1;
+    }
+    *out = ms;
+    return 0;
+}
+
+/* A size; with <per_second>, an optional "/s" suffix is accepted. */
+int load_get_size(struct load_ctx *c, const struct ynode *n, bool per_second, uint64_t *out)
+{
+    const char *s = load_get_str(c, n);
+    if (s == NULL)
+        return -1;
+    char tmp[64];
+    size_t len = n->len;
+    if (per_second && len > 2 && strcmp(s + len - 2, "/s") == 0)
+        len -= 2;
+    if (len < sizeof(tmp)) {
+        memcpy(tmp, s, len);
+        tmp[len] = '\0';
+        if (parse_size(tmp, out) == 0)
+            return 0;
+    }
+    load_err(c, n->line, "invalid size '%s' (expected e.g. 512KiB, 10MiB%s)", load_show(c, s),
+             per_second ? ", 1MiB/s" : "");
+    return -1;
+}
+
+/* ---- mappings and lists ------------------------------------------------- */
+
+static void expected_keys(const struct key_handler *keys, size_t nkeys, char *out, size_t len)
+{
+    size_t o = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < nkeys && o < len; i++) {
+        int n = snprintf(out + o, len - o, "%s%s", i ? ", " : "", keys[i].name);
+        if (n < 0)
+            break;
+        o += (size_t)n;
+    }
+}
+
+/* Checks every key of <map> against <keys>, reports unknown and duplicate
+ * ones, then calls the handler of each key present, in table order, with
+ * the path extended by the key. Fills <vals> (nkeys entries) with the value
+ * nodes found, NULL for absent keys. */
+void load_walk_map(struct load_ctx *c, const struct ynode *map, const struct key_handler *keys,
+                   size_t nkeys, void *obj, const struct ynode **vals)
+{
+    const struct ynode *kn[KEYS_MAX] = {0};
+    for (size_t i = 0; i < nkeys; i++)
+        vals[i] = NULL;
+    for (const struct ynode *k = ynode_first(map); k != NULL; k = ynode_next(map, k)) {
+        const struct ynode *v = ynode_next(map, k);
+        if (v == NULL)
+            break; /* libyaml always pairs keys with values */
+        size_t i = 0;
+        while (i < nkeys && !(k->kind == YNODE_SCALAR && strcmp(k->str, keys[i].name) == 0))
+            i++;
+        if (k->kind != YNODE_SCALAR) {
+            load_err(c, k->line, "expected a string key");
+        } else if (i == nkeys) {
+            char list[256];
+            expected_keys(keys, nkeys, list, sizeof(list));
+            load_err(c, k->line, "unknown key '%s' (expected one of %s)", load_show(c, k->str),
+                     list);
+        } else if (kn[i] != NULL) {
+            load_err(c, k->line, "duplicate key '%s' (first at line %d)", keys[i].name,
+                     kn[i]->line);
+        } else {
+            kn[i] = k;
+            vals[i] = v;
+        }
+        k = v;
+    }
+    for (size_t i = 0; i < nkeys; i++) {
+        if (vals[i] == NULL || keys[i].fn == NULL)
+            continue;
+        size_t m = load_field_key(c, keys[i].name);
+        keys[i].fn(c, vals[i], obj);
+        load_field_pop(c, m);
+    }
+}
+
+/* Requires key <idx> of a load_walk_map() result; reports it missing at <line>. */
+bool load_require_key(struct load_ctx *c, const struct ynode **vals, size_t idx,
+                      const struct key_handler *keys, int line)
+{
+    if (vals[idx] != NULL)
+        return true;
+    load_err_at_key(c, keys[idx].name, line, "is required");
+    return false;
+}
+
+/* Parses a CIDR with the messages every section shares. */
+int load_parse_cidr_node(struct load_ctx *c, const struct ynode *n, const char *s, struct cidr *out)
+{
+    int rc = cidr_parse(s, out);
+    if (rc == 0)
+        return 0;
+    if (rc == -2)
+        load_err(c, n->line, "invalid CIDR '%s': host bits set below the prefix", load_show(c, s));
+    else
+        load_err(c, n->line, "invalid CIDR '%s'", load_show(c, s));
+    return -1;
+}
+
+/* Reads a list of CIDRs into a new array; the word <word> (when not NULL)
+ * sets <*saw_word> instead. */
+void load_cidr_list(struct load_ctx *c, const struct ynode *list, const char *word, bool *saw_word,
+                    struct cidr **out, size_t *nout)
+{
+    free(*out);
+    *out = xcalloc(list->count, sizeof(**out));
+    *nout = 0;
+    size_t i = 0;
+    for (const struct ynode *it = ynode_first(list); it != NULL; it = ynode_next(list, it), i++) {
+        size_t m = load_field_push(c, "[%zu]", i);
+        const char *s = load_get_str(c, it);
+        if (s != NULL && word != NULL && strcmp(s, word) == 0)
+            *saw_word = true;
+        else if (s != NULL && load_parse_cidr_node(c, it, s, &(*out)[*nout]) == 0)
+            (*nout)++;
+        load_field_pop(c, m);
+    }
+}
+
+void load_set_str(char **dst, const char *s)
+{
+    free(*dst);
+    *dst = s ? xstrdup(s) : NULL;
+}
+
+/* ---- rate specs (rules and limits) -------------------------------------- */
+
+static void rate_requests(struct load_ctx *c, const struct ynode *v, void *obj)
+{
+    struct rate_spec *r = obj;
+    load_get_uint(c, v, 0, UINT64_MAX, &r->requests);
+}
+
+static void rate_per(struct load_ctx *c, const struct ynode *v, void *obj)
+{
+    struct rate_spec *r = obj;
+    load_get_period(c, v, 1, &r->per_ms);
+}
+
+static void rate_burst(struct load_ctx *c, const struct ynode *v, void *obj)
+{
+    struct rate_spec *r = obj;
+    load_get_uint(c, v, 0, UINT64_MAX, &r->burst);
+}
+
+static void rate_bandwidth(struct load_ctx *c, const struct ynode *v, void *obj)
+{
+    struct rate_spec *r = obj;
+    load_get_size(c, v, true, &r->bandwidth);
+}
+
+static const struct key_handler rate_keys[] = {
+    {"requests", rate_requests},
+    {"per", rate_per},
+    {"burst", rate_burst},
+    {"bandwidth", rate_bandwidth},
+};
+
+void load_rate_spec(struct load_ctx *c, const struct ynode *v, struct rate_spec *r)
+{
+    if (load_want_map(c, v) != 0)
+        return;
+    r->per_ms = 1000;
+    r->set = true;
+    r->line = v->line;
+    const struct ynode *vals[NKEYS(rate_keys)];
+    load_walk_map(c, v, rate_keys, NKEYS(rate_keys), r, vals);
+    if (vals[0] == NULL && vals[3] == NULL)
+        load_err(c, v->line, "needs requests or bandwidth");
+}

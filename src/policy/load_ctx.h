@@ -1,0 +1,119 @@
+/* load_ctx: the policy loader's reading toolkit. INTERNAL to the policy
+ * loader (load.c, load_ctx.c, load_alerts.c): nothing outside src/policy/
+ * includes it; the gate and the CLI use policy.h.
+ *
+ * A struct load_ctx carries the policy being filled, the diagnostics and
+ * the dotted field path of the value being read ("rules[3].ports[0]").
+ * Every reader reports through load_err()/load_warn() as
+ * "file:line: field: message" and returns 0 / -1 (or NULL) after reporting;
+ * reading goes on after an error so that every problem is reported.
+ * Mappings go through load_walk_map(), which rejects unknown and duplicate
+ * keys and calls one value_fn per known key, in the table's order. */
+#ifndef SLUICE_POLICY_LOAD_CTX_H
+#define SLUICE_POLICY_LOAD_CTX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "policy/policy.h"
+#include "policy/yaml_tree.h"
+
+#define FIELD_MAX 384 /* bytes of a field path, NUL included */
+#define SHOW_MAX  64  /* characters of hostile text a message shows */
+#define KEYS_MAX  16  /* entries of a key_handler table, at most */
+
+struct load_ctx {
+    struct diag *diag;
+    struct policy *p;
+    char field[FIELD_MAX]; /* the dotted path of the value being read */
+    size_t flen;
+    char show[2][SHOW_MAX * 4 + 8];
+    int show_slot;
+    const char **agent_ids; /* sorted ids of the agents section, for lookups */
+    size_t nagent_ids;
+    unsigned flags; /* enum policy_load_flags */
+};
+
+/* Reads the value <v> of one key into <obj> (the handler knows its type). */
+typedef void (*value_fn)(struct load_ctx *c, const struct ynode *v, void *obj);
+
+struct key_handler {
+    const char *name;
+    value_fn fn;
+};
+
+#define NKEYS(t) (sizeof(t) / sizeof((t)[0]))
+
+/* ---- field paths and messages ---- */
+
+/* Appends printf(<fmt>) to the field path (truncated at FIELD_MAX) and
+ * returns the mark that load_field_pop() restores. */
+__attribute__((format(printf, 2, 3))) size_t load_field_push(struct load_ctx *c, const char *fmt,
+                                                             ...);
+void load_field_pop(struct load_ctx *c, size_t mark);
+/* Appends ".<key>" (or "<key>" at the root); returns the mark. */
+size_t load_field_key(struct load_ctx *c, const char *key);
+/* Hostile text made fit for a message: printable ASCII only, at most
+ * SHOW_MAX characters. Returns one of two buffers in <c> that rotate, so one
+ * message may show two values; valid until the next call but one. */
+const char *load_show(struct load_ctx *c, const char *s);
+/* An error or a warning at <line> about the current field path. */
+__attribute__((format(printf, 3, 4))) void load_err(struct load_ctx *c, int line, const char *fmt,
+                                                    ...);
+__attribute__((format(printf, 3, 4))) void load_warn(struct load_ctx *c, int line, const char *fmt,
+                                                     ...);
+/* Reports <msg> about the key <key> below the current path. */
+void load_err_at_key(struct load_ctx *c, const char *key, int line, const char *msg);
+
+/* ---- typed values: 0 (or a string owned by the tree) on success, -1 (or
+ * NULL) after reporting ---- */
+
+int load_want_list(struct load_ctx *c, const struct ynode *n);
+int load_want_map(struct load_ctx *c, const struct ynode *n);
+int load_want_nonempty_list(struct load_ctx *c, const struct ynode *n);
+const char *load_get_str(struct load_ctx *c, const struct ynode *n);
+const char *load_get_nonempty_str(struct load_ctx *c, const struct ynode *n);
+/* True when <s> (NUL-terminated) is one or more ASCII digits. */
+bool load_all_digits(const char *s);
+/* A plain decimal integer within <lo>..<hi>. */
+int load_get_uint(struct load_ctx *c, const struct ynode *n, uint64_t lo, uint64_t hi,
+                  uint64_t *out);
+int load_get_bool(struct load_ctx *c, const struct ynode *n, bool *out);
+/* A period; <min_ms> is 0 or 1 ("greater than 0") or a larger floor. */
+int load_get_period(struct load_ctx *c, const struct ynode *n, uint64_t min_ms, uint64_t *out);
+/* A size; with <per_second>, an optional "/s" suffix is accepted. */
+int load_get_size(struct load_ctx *c, const struct ynode *n, bool per_second, uint64_t *out);
+
+/* ---- mappings and lists ---- */
+
+/* Checks every key of <map> against <keys> (<nkeys> <= KEYS_MAX), reports
+ * unknown and duplicate ones, then calls the handler of each key present, in
+ * table order, with the path extended by the key. Fills <vals> (nkeys
+ * entries) with the value nodes found, NULL for absent keys. */
+void load_walk_map(struct load_ctx *c, const struct ynode *map, const struct key_handler *keys,
+                   size_t nkeys, void *obj, const struct ynode **vals);
+/* Requires key <idx> of a load_walk_map() result; reports it missing at
+ * <line>. */
+bool load_require_key(struct load_ctx *c, const struct ynode **vals, size_t idx,
+                      const struct key_handler *keys, int line);
+/* Parses the CIDR <s> (the text of <n>) with the messages every section
+ * shares. */
+int load_parse_cidr_node(struct load_ctx *c, const struct ynode *n, const char *s,
+                         struct cidr *out);
+/* Reads a list of CIDRs into a new array <*out> (freeing the old one); the
+ * word <word> (when not NULL) sets <*saw_word> instead. */
+void load_cidr_list(struct load_ctx *c, const struct ynode *list, const char *word, bool *saw_word,
+                    struct cidr **out, size_t *nout);
+/* Replaces <*dst> (freed) with a copy of <s>, or NULL. */
+void load_set_str(char **dst, const char *s);
+
+/* ---- sections shared or kept in their own file ---- */
+
+/* A rate: {requests, per, burst, bandwidth} (rules and limits). */
+void load_rate_spec(struct load_ctx *c, const struct ynode *v, struct rate_spec *r);
+/* The limits and alerts sections (load_alerts.c); <obj> is the policy. */
+void load_sec_limits(struct load_ctx *c, const struct ynode *v, void *obj);
+void load_sec_alerts(struct load_ctx *c, const struct ynode *v, void *obj);
+
+#endif
