@@ -25,7 +25,7 @@ build: bootstrap
 	@ninja -C build
 
 run: build
-	./build/sluice check $(POLICY)
+	./build/sluice serve --policy $(POLICY) --listen 127.0.0.1:3128 --log -
 
 build-test/build.ninja:
 	meson setup build-test --buildtype=debug -Db_sanitize=address,undefined \

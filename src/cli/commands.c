@@ -5,6 +5,7 @@
 
 const struct command *const commands[] = {
     &cmd_check,
+    &cmd_serve,
     &cmd_version,
     NULL,
 };

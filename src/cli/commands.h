@@ -20,6 +20,7 @@ struct command {
 };
 
 extern const struct command cmd_check;
+extern const struct command cmd_serve;
 extern const struct command cmd_version;
 
 /* The table, terminated by NULL. */

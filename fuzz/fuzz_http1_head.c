@@ -1,0 +1,173 @@
+/* fuzz_http1_head: the request and response head parsers and the heads
+ * they forward. Invariants: a parsed head lies within the input, every
+ * pointer points into it, the target host holds only the allowed bytes, a
+ * strict prefix of a complete head is incomplete, and the head written
+ * upstream (or back to the client) parses again with the same framing and
+ * never carries Proxy-Authorization. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+
+#include "gate/http1.h"
+#include "policy/model.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static struct http_request req, again;
+static struct http_response rsp, rsp_again;
+
+static void check(int cond)
+{
+    if (!cond)
+        abort();
+}
+
+static int inside(const char *p, size_t n, const char *buf, size_t len)
+{
+    return p >= buf && n <= len && p - buf <= (ptrdiff_t)(len - n);
+}
+
+static void check_headers(const struct http_header *h, size_t n, const char *buf, size_t len)
+{
+    check(n <= HTTP_MAX_HEADERS);
+    for (size_t i = 0; i < n; i++) {
+        check(h[i].name_len > 0);
+        check(inside(h[i].name, h[i].name_len, buf, len));
+        check(inside(h[i].value, h[i].value_len, buf, len));
+        for (size_t j = 0; j < h[i].value_len; j++)
+            check(h[i].value[j] != '\r' && h[i].value[j] != '\n' && h[i].value[j] != '\0');
+    }
+}
+
+/* True when a header of that name (any case) is among <h>. */
+static int has_header(const struct http_header *h, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (h[i].name_len == strlen(name) && strncasecmp(h[i].name, name, h[i].name_len) == 0)
+            return 1;
+    return 0;
+}
+
+static void check_request(const char *buf, size_t len)
+{
+    const char *why = NULL;
+    int rc = http1_parse_request(buf, len, len + 1, &req, &why);
+    check(rc >= HTTP1_BAD && rc <= (int)len);
+    if (rc < 0)
+        check(why != NULL);
+    if (rc <= 0)
+        return;
+    check(req.head_len == (size_t)rc);
+    check_headers(req.headers, req.nheaders, buf, (size_t)rc);
+    check(req.method[0] != '\0' && strlen(req.method) <= HTTP_METHOD_MAX);
+    if (req.host_header != NULL)
+        check(inside(req.host_header, req.host_header_len, buf, (size_t)rc));
+    if (req.proxy_authorization != NULL)
+        check(inside(req.proxy_authorization, req.proxy_authorization_len, buf, (size_t)rc));
+    if (req.form == TARGET_ABSOLUTE || req.form == TARGET_AUTHORITY) {
+        size_t hl = strlen(req.host);
+        check(hl > 0 && hl <= HTTP_HOST_MAX);
+        for (size_t i = 0; i < hl; i++) {
+            char c = req.host[i];
+            int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                     c == '.' || (req.host_ipv6 ? c == ':' : (c == '-' || c == '_'));
+            check(ok);
+        }
+        check(req.port != 0);
+    }
+    if (req.form == TARGET_AUTHORITY)
+        check(req.method_bit == METHOD_CONNECT && req.port_explicit);
+    if (req.form == TARGET_ABSOLUTE)
+        check(req.path_len > 0 && req.path[0] == '/' &&
+              (req.path_len == 1 || inside(req.path, req.path_len, buf, (size_t)rc)));
+    check(!(req.chunked && req.content_length >= 0));
+    /* A strict prefix of the head is incomplete (or refused for a bare LF,
+     * which the complete head cannot contain). */
+    check(http1_parse_request(buf, (size_t)rc - 1, len + 1, &again, &why) == HTTP1_NEED_MORE);
+
+    if (req.form != TARGET_ABSOLUTE)
+        return;
+    struct evbuffer *out = evbuffer_new();
+    check(out != NULL);
+    check(http1_write_upstream_request(&req, out) == 0);
+    size_t n = evbuffer_get_length(out);
+    char *s = (char *)evbuffer_pullup(out, -1);
+    check(s != NULL);
+    /* Reparsed, it is the same request with the same framing (room allowing
+     * for the Host and Connection headers the writer may add). */
+    if (req.nheaders > HTTP_MAX_HEADERS - 2) {
+        evbuffer_free(out);
+        return;
+    }
+    int rc2 = http1_parse_request(s, n, n + 1, &again, &why);
+    check(rc2 == (int)n);
+    check(again.form == TARGET_ORIGIN);
+    check(again.method_bit == req.method_bit);
+    check(again.content_length == req.content_length);
+    check(again.chunked == req.chunked);
+    check(again.conn_close);
+    check(again.proxy_authorization == NULL);
+    check(!has_header(again.headers, again.nheaders, "proxy-authorization"));
+    check(!has_header(again.headers, again.nheaders, "proxy-connection"));
+    evbuffer_free(out);
+}
+
+static void check_response(const char *buf, size_t len)
+{
+    const char *why = NULL;
+    int rc = http1_parse_response(buf, len, len + 1, &rsp, &why);
+    check(rc >= HTTP1_BAD && rc <= (int)len);
+    if (rc < 0)
+        check(why != NULL);
+    if (rc <= 0)
+        return;
+    check(rsp.head_len == (size_t)rc);
+    check(rsp.status >= 100 && rsp.status <= 999);
+    check_headers(rsp.headers, rsp.nheaders, buf, (size_t)rc);
+    check(inside(rsp.reason, rsp.reason_len, buf, (size_t)rc));
+    check(!(rsp.chunked && rsp.content_length >= 0));
+    enum body_kind k = http1_response_body(&rsp, METHOD_GET);
+    check(k != BODY_UNTIL_CLOSE || rsp.content_length < 0);
+    check(http1_parse_response(buf, (size_t)rc - 1, len + 1, &rsp_again, &why) == HTTP1_NEED_MORE);
+
+    struct evbuffer *out = evbuffer_new();
+    check(out != NULL);
+    check(http1_write_upstream_response(&rsp, out, (len & 1) != 0) == 0);
+    size_t n = evbuffer_get_length(out);
+    char *s = (char *)evbuffer_pullup(out, -1);
+    check(s != NULL);
+    if (rsp.nheaders > HTTP_MAX_HEADERS - 1) { /* no room for Connection */
+        evbuffer_free(out);
+        return;
+    }
+    int rc2 = http1_parse_response(s, n, n + 1, &rsp_again, &why);
+    check(rc2 == (int)n);
+    check(rsp_again.status == rsp.status);
+    check(rsp_again.content_length == rsp.content_length);
+    check(rsp_again.chunked == rsp.chunked);
+    check(!has_header(rsp_again.headers, rsp_again.nheaders, "proxy-authenticate"));
+    evbuffer_free(out);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size > 65536)
+        return 0;
+    /* An exact-size copy: ASan flags any read past the input. */
+    char *buf = malloc(size ? size : 1);
+    if (buf == NULL)
+        return 0;
+    memcpy(buf, data, size);
+    check_request(buf, size);
+    check_response(buf, size);
+    /* A small max_head never yields a head longer than it. */
+    const char *why;
+    int rc = http1_parse_request(buf, size, 64, &req, &why);
+    check(rc <= 64);
+    if (size >= 64 && rc == HTTP1_NEED_MORE)
+        abort();
+    free(buf);
+    return 0;
+}

@@ -1,0 +1,192 @@
+/* sluice serve: run the gateway.
+ *
+ * Loads the policy (the first error, "file:line: field: message", exits 2;
+ * expired or expiring grants only warn), binds every --listen address,
+ * opens the decision log and serves until SIGTERM/SIGINT: then it stops
+ * accepting, lets requests and tunnels in flight finish within --grace,
+ * flushes the log and exits 0. SIGHUP reloads the policy (a policy that
+ * fails to load is reported and the old one stays) and reopens the log. */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "gate/gateway.h"
+#include "gate/listener.h"
+#include "policy/policy.h"
+#include "util/diag.h"
+#include "util/units.h"
+
+#define SERVE_MAX_LISTENS 32
+
+struct serve_args {
+    const char *policy;
+    const char *log;
+    struct listen_addr listens[SERVE_MAX_LISTENS];
+    size_t nlistens;
+    unsigned max_conns;
+    unsigned grace_ms;
+};
+
+static int parse_args(int argc, char **argv, struct serve_args *a)
+{
+    static const struct option options[] = {
+        {"policy", required_argument, NULL, 'p'},
+        {"listen", required_argument, NULL, 'l'},
+        {"log", required_argument, NULL, 'L'},
+        {"admin", required_argument, NULL, 'A'},
+        {"alerts", required_argument, NULL, 'a'},
+        {"state", required_argument, NULL, 's'},
+        {"max-conns", required_argument, NULL, 'm'},
+        {"grace", required_argument, NULL, 'g'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    opterr = 0;
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
+        const char *why = NULL;
+        uint64_t n;
+        switch (c) {
+        case 'p':
+            a->policy = optarg;
+            break;
+        case 'l':
+            if (a->nlistens >= SERVE_MAX_LISTENS)
+                return command_usage_error(&cmd_serve, "--listen: at most %d addresses",
+                                           SERVE_MAX_LISTENS);
+            if (listen_addr_parse(optarg, &a->listens[a->nlistens], &why) < 0)
+                return command_usage_error(&cmd_serve, "--listen %s: %s", optarg, why);
+            a->nlistens++;
+            break;
+        case 'L':
+            a->log = optarg;
+            break;
+        case 'A':
+        case 'a':
+        case 's':
+            fprintf(stderr, "sluice serve: %s is not available in this version\n",
+                    c == 'A'   ? "--admin"
+                    : c == 'a' ? "--alerts"
+                               : "--state");
+            return EXIT_USAGE;
+        case 'm':
+            if (parse_uint(optarg, 1000000, &n) != 0 || n == 0)
+                return command_usage_error(&cmd_serve,
+                                           "--max-conns: '%s' is not a number (1-1000000)", optarg);
+            a->max_conns = (unsigned)n;
+            break;
+        case 'g':
+            if (parse_period_ms(optarg, &n) != 0 || n > 3600 * 1000)
+                return command_usage_error(&cmd_serve, "--grace: '%s' is not a period such as 5s",
+                                           optarg);
+            a->grace_ms = n > 0 ? (unsigned)n : 1;
+            break;
+        case 'h':
+            command_help(&cmd_serve);
+            return 1;
+        case ':':
+            return command_usage_error(&cmd_serve, "%s needs a value", argv[optind - 1]);
+        default:
+            return command_usage_error(&cmd_serve, "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return command_usage_error(&cmd_serve, "unexpected argument '%s'", argv[optind]);
+    if (a->policy == NULL)
+        return command_usage_error(&cmd_serve, "--policy FILE is required");
+    if (a->nlistens == 0) {
+        const char *why;
+        if (listen_addr_parse("127.0.0.1:3128", &a->listens[0], &why) < 0)
+            return command_usage_error(&cmd_serve, "default listen address: %s", why);
+        a->nlistens = 1;
+    }
+    return 0;
+}
+
+static int serve_main(int argc, char **argv)
+{
+    struct serve_args *a = calloc(1, sizeof(*a));
+    if (a == NULL) {
+        fputs("sluice serve: out of memory\n", stderr);
+        return EXIT_USAGE;
+    }
+    int rc = parse_args(argc, argv, a);
+    if (rc != 0) {
+        free(a);
+        return rc == 1 ? EXIT_OK : rc;
+    }
+
+    struct diag d;
+    diag_init(&d, a->policy);
+    struct policy *p = policy_load(a->policy, &d);
+    if (p == NULL) {
+        char msg[1024];
+        const struct diag_entry *e = diag_first_error(&d);
+        if (e != NULL)
+            diag_format(&d, e, msg, sizeof(msg));
+        else
+            snprintf(msg, sizeof(msg), "%s: cannot load the policy", a->policy);
+        fprintf(stderr, "%s\n", msg);
+        diag_free(&d);
+        free(a);
+        return EXIT_USAGE;
+    }
+    diag_free(&d);
+    gateway_print_grant_warnings(p);
+    size_t nrules = p->nrules;
+
+    signal(SIGPIPE, SIG_IGN);
+    /* libevent restores these when the gateway frees its signal events: a
+     * second SIGTERM that arrives while the log is being flushed must not
+     * kill the process half way through its exit. */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    struct gateway_config cfg = {
+        .policy_path = a->policy,
+        .listens = a->listens,
+        .nlistens = a->nlistens,
+        .log_path = a->log,
+        .max_conns = a->max_conns,
+        .grace_ms = a->grace_ms,
+    };
+    char err[512];
+    struct gateway *gw = gateway_new(&cfg, p, err, sizeof(err));
+    if (gw == NULL) {
+        fprintf(stderr, "sluice serve: %s\n", err);
+        free(a);
+        return EXIT_USAGE;
+    }
+    char where[1024] = "";
+    size_t off = 0;
+    for (size_t i = 0; i < gw->nlisteners && off < sizeof(where); i++) {
+        int n = snprintf(where + off, sizeof(where) - off, "%s%s", i > 0 ? ", " : "",
+                         listener_addr(gw->listeners[i])->text);
+        if (n < 0)
+            break;
+        off += (size_t)n;
+    }
+    fprintf(stderr, "sluice: serving %zu rule%s on %s\n", nrules, nrules == 1 ? "" : "s", where);
+    gateway_run(gw);
+    gateway_free(gw);
+    free(a);
+    return EXIT_OK;
+}
+
+const struct command cmd_serve = {
+    .name = "serve",
+    .synopsis = "--policy FILE [--listen ADDR]... [--log FILE|-] [--max-conns N] [--grace PERIOD]",
+    .summary = "run the egress gateway (an HTTP proxy) under a policy",
+    .help = "  --policy FILE    the policy to enforce (reloaded on SIGHUP)\n"
+            "  --listen ADDR    HOST:PORT, [V6]:PORT or unix:/path; repeatable\n"
+            "                   (default 127.0.0.1:3128; a unix socket is made mode 0660)\n"
+            "  --log FILE|-     the decision log, JSON lines (default: standard output)\n"
+            "  --max-conns N    concurrent client connections (default 4096)\n"
+            "  --grace PERIOD   on SIGTERM/SIGINT, time left to requests in flight (default 5s)\n"
+            "  --admin, --alerts, --state are not available in this version.\n",
+    .main = serve_main,
+};

@@ -1,0 +1,321 @@
+/* addr_guard: the address ranges the gateway refuses to connect to
+ * (see addr_guard.h). Addresses are 16 bytes, IPv4 as ::ffff:a.b.c.d, so
+ * one prefix test serves both families. */
+#include "gate/addr_guard.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The ways an IPv6 address can carry an IPv4 one that some router or
+ * relay will turn into a real IPv4 destination. */
+enum embed {
+    EMBED_COMPAT,    /* ::a.b.c.d, IPv4-compatible (RFC 4291 2.5.5.1, deprecated) */
+    EMBED_NAT64,     /* 64:ff9b::a.b.c.d, the NAT64 well-known prefix (RFC 6052) */
+    EMBED_NAT64_LOC, /* 64:ff9b:1::/48, local-use NAT64 prefixes (RFC 8215) */
+    EMBED_6TO4,      /* 2002:aabb:ccdd::/48, 6to4 (RFC 3056) */
+    EMBED_TEREDO,    /* 2001:0::/32, Teredo server and client (RFC 4380) */
+    EMBED_COUNT
+};
+
+static const char *const embed_names[EMBED_COUNT] = {"v4-compatible", "nat64", "nat64 local-use",
+                                                     "6to4", "teredo"};
+
+struct range {
+    struct cidr c;
+    const char *name; /* static, or <owned> */
+    char *owned;
+    char *embedded[EMBED_COUNT]; /* IPv4 ranges: "6to4 of loopback", ... */
+    bool v4;
+};
+
+struct addr_guard {
+    struct range *deny;
+    size_t ndeny;
+    struct cidr *allow;
+    size_t nallow;
+};
+
+/* The default deny set: every range where an address does not name a
+ * public host on the Internet, plus the ranges that reach this host, its
+ * LAN or its cloud provider's control plane. */
+struct default_range {
+    uint8_t b[16];  /* the prefix: IPv4 in its last 4 bytes when v4 */
+    uint8_t prefix; /* on the IPv4 (32) or IPv6 (128) scale */
+    bool v4;
+    const char *name;
+};
+
+#define V4(a, b, c, d, n, name)                                                                    \
+    {                                                                                              \
+        {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, a, b, c, d}, n, true, name                            \
+    }
+
+static const struct default_range default_ranges[] = {
+    /* "This network" (RFC 791, RFC 1122 3.2.1.3): 0.0.0.0 reaches the local
+     * host on Linux, and the rest is never a valid destination. */
+    V4(0, 0, 0, 0, 8, "this-network"),
+    /* Private networks (RFC 1918): the LAN, internal services. */
+    V4(10, 0, 0, 0, 8, "rfc1918"),
+    /* Shared address space for carrier-grade NAT (RFC 6598): the ISP's
+     * side of a NAT, and cloud-internal addresses (Tailscale and others). */
+    V4(100, 64, 0, 0, 10, "cgnat"),
+    /* Loopback (RFC 1122): this host's own services, including us. */
+    V4(127, 0, 0, 0, 8, "loopback"),
+    /* Link-local (RFC 3927), which holds 169.254.169.254, the cloud
+     * instance metadata service that hands out credentials. */
+    V4(169, 254, 0, 0, 16, "link-local"),
+    /* Private networks (RFC 1918). */
+    V4(172, 16, 0, 0, 12, "rfc1918"),
+    /* IETF protocol assignments (RFC 6890): DS-Lite, NAT64 discovery. */
+    V4(192, 0, 0, 0, 24, "ietf-protocol"),
+    /* TEST-NET-1 documentation range (RFC 5737): never routed. */
+    V4(192, 0, 2, 0, 24, "documentation"),
+    /* Private networks (RFC 1918): home and office LANs, routers. */
+    V4(192, 168, 0, 0, 16, "rfc1918"),
+    /* Benchmarking (RFC 2544): lab networks, never on the Internet. */
+    V4(198, 18, 0, 0, 15, "benchmarking"),
+    /* TEST-NET-2 and TEST-NET-3 documentation ranges (RFC 5737). */
+    V4(198, 51, 100, 0, 24, "documentation"),
+    V4(203, 0, 113, 0, 24, "documentation"),
+    /* Multicast (RFC 5771): not a single host; reaches the local segment. */
+    V4(224, 0, 0, 0, 4, "multicast"),
+    /* Reserved, formerly class E (RFC 1112): not routable. */
+    V4(240, 0, 0, 0, 4, "reserved"),
+    /* Limited broadcast (RFC 919): every host on the local segment. */
+    V4(255, 255, 255, 255, 32, "broadcast"),
+
+    /* Unspecified (RFC 4291 2.5.2): connecting to :: reaches this host. */
+    {{0}, 128, false, "unspecified"},
+    /* Loopback (RFC 4291 2.5.3). */
+    {{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, 128, false, "loopback"},
+    /* Unique local addresses (RFC 4193): the IPv6 private networks. */
+    {{0xfc}, 7, false, "ula"},
+    /* Link-local (RFC 4291 2.5.6): the local segment; fe80::a9fe:a9fe
+     * style metadata endpoints live here too. */
+    {{0xfe, 0x80}, 10, false, "link-local"},
+    /* Site-local (RFC 3879, deprecated), still treated as private. */
+    {{0xfe, 0xc0}, 10, false, "site-local"},
+    /* Multicast (RFC 4291 2.7). */
+    {{0xff}, 8, false, "multicast"},
+    /* Documentation (RFC 3849): never routed. */
+    {{0x20, 0x01, 0x0d, 0xb8}, 32, false, "documentation"},
+    /* Discard-only (RFC 6666): a black hole by design. */
+    {{0x01, 0x00}, 64, false, "discard-only"},
+};
+
+#define NDEFAULT (sizeof(default_ranges) / sizeof(default_ranges[0]))
+
+static bool prefix_match(const struct cidr *c, const struct ipaddr *a)
+{
+    unsigned full = c->prefix / 8, rest = c->prefix % 8;
+
+    if (c->prefix > 128)
+        return false;
+    if (memcmp(c->addr.b, a->b, full) != 0)
+        return false;
+    if (rest == 0)
+        return true;
+    uint8_t mask = (uint8_t)(0xff << (8 - rest));
+    return (c->addr.b[full] & mask) == (a->b[full] & mask);
+}
+
+static const uint8_t v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
+static bool is_v4(const struct ipaddr *a)
+{
+    return memcmp(a->b, v4_mapped, sizeof(v4_mapped)) == 0;
+}
+
+static bool cidr_is_v4(const struct cidr *c)
+{
+    return c->prefix >= 96 && is_v4(&c->addr);
+}
+
+/* Sets <out> to the IPv4 address made of the 32 bits of <a> starting at
+ * byte <at>, skipping byte 8 (RFC 6052's "u" octet) when <skip_u>. */
+static void v4_from(struct ipaddr *out, const struct ipaddr *a, unsigned at, bool skip_u)
+{
+    memcpy(out->b, v4_mapped, sizeof(v4_mapped));
+    for (unsigned i = 0, j = at; i < 4; i++, j++) {
+        if (skip_u && j == 8)
+            j++;
+        out->b[12 + i] = a->b[j];
+    }
+}
+
+/* Fills <v4> with the IPv4 addresses <a> embeds and returns how many
+ * (0 when <a> is IPv4 itself or embeds nothing); <*kind> says how. */
+static size_t embedded_v4(const struct ipaddr *a, struct ipaddr v4[4], enum embed *kind)
+{
+    static const uint8_t zero[12] = {0};
+    static const uint8_t nat64[12] = {0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
+    static const uint8_t nat64_local[6] = {0, 0x64, 0xff, 0x9b, 0, 1};
+
+    if (is_v4(a))
+        return 0;
+    if (memcmp(a->b, zero, 12) == 0) {
+        *kind = EMBED_COMPAT;
+        v4_from(&v4[0], a, 12, false);
+        return 1;
+    }
+    if (memcmp(a->b, nat64, 12) == 0) {
+        *kind = EMBED_NAT64;
+        v4_from(&v4[0], a, 12, false);
+        return 1;
+    }
+    if (memcmp(a->b, nat64_local, 6) == 0) {
+        /* The operator picks the prefix length inside the /48, so every
+         * RFC 6052 position that fits is a candidate: /96 (the last 32
+         * bits), /64 (bits 72-103), /56 (56-63, 72-95) and /48 (48-63,
+         * 72-87). A read in 0.0.0.0/8 means nothing is encoded there (the
+         * other formats leave those bits zero) and is skipped, unless every
+         * position reads so. Any other private read denies: erring on the
+         * safe side for prefixes that public DNS does not return. */
+        static const struct {
+            unsigned at;
+            bool skip_u;
+        } pos[] = {{12, false}, {9, false}, {7, true}, {6, true}};
+        size_t n = 0;
+        *kind = EMBED_NAT64_LOC;
+        for (size_t i = 0; i < sizeof(pos) / sizeof(pos[0]); i++) {
+            v4_from(&v4[n], a, pos[i].at, pos[i].skip_u);
+            if (v4[n].b[12] != 0)
+                n++;
+        }
+        if (n == 0)
+            v4_from(&v4[n++], a, 12, false);
+        return n;
+    }
+    if (a->b[0] == 0x20 && a->b[1] == 0x02) {
+        *kind = EMBED_6TO4; /* 2002:V4ADDR::/48: bits 16..47 */
+        v4_from(&v4[0], a, 2, false);
+        return 1;
+    }
+    if (a->b[0] == 0x20 && a->b[1] == 0x01 && a->b[2] == 0 && a->b[3] == 0) {
+        /* Teredo: the server's address in bits 32..63, the client's in the
+         * last 32 bits, inverted. */
+        *kind = EMBED_TEREDO;
+        v4_from(&v4[0], a, 4, false);
+        v4_from(&v4[1], a, 12, false);
+        for (int i = 12; i < 16; i++)
+            v4[1].b[i] ^= 0xff;
+        return 2;
+    }
+    return 0;
+}
+
+static int add_names(struct range *r)
+{
+    if (!r->v4)
+        return 0;
+    for (int e = 0; e < EMBED_COUNT; e++) {
+        size_t len = strlen(embed_names[e]) + strlen(r->name) + 5;
+        r->embedded[e] = malloc(len);
+        if (r->embedded[e] == NULL)
+            return -1;
+        snprintf(r->embedded[e], len, "%s of %s", embed_names[e], r->name);
+    }
+    return 0;
+}
+
+struct addr_guard *addr_guard_new(const struct network_cfg *cfg)
+{
+    struct addr_guard *g = calloc(1, sizeof(*g));
+    size_t n;
+
+    if (g == NULL)
+        return NULL;
+    n = (cfg->default_deny_ranges ? NDEFAULT : 0) + cfg->ndeny_ranges;
+    if (n > 0 && (g->deny = calloc(n, sizeof(*g->deny))) == NULL)
+        goto err;
+    if (cfg->default_deny_ranges) {
+        for (size_t i = 0; i < NDEFAULT; i++) {
+            const struct default_range *d = &default_ranges[i];
+            struct range *r = &g->deny[g->ndeny++];
+            memcpy(r->c.addr.b, d->b, 16);
+            if (d->v4)
+                memcpy(r->c.addr.b, v4_mapped, sizeof(v4_mapped));
+            r->c.prefix = (uint8_t)(d->v4 ? 96 + d->prefix : d->prefix);
+            r->v4 = d->v4;
+            r->name = d->name;
+            if (add_names(r) < 0)
+                goto err;
+        }
+    }
+    for (size_t i = 0; i < cfg->ndeny_ranges; i++) {
+        struct range *r = &g->deny[g->ndeny++];
+        char buf[48];
+        r->c = cfg->deny_ranges[i];
+        r->v4 = cidr_is_v4(&r->c);
+        snprintf(buf, sizeof(buf), "network.deny_ranges[%zu]", i);
+        if ((r->owned = strdup(buf)) == NULL)
+            goto err;
+        r->name = r->owned;
+        if (add_names(r) < 0)
+            goto err;
+    }
+    if (cfg->nallow_ranges > 0) {
+        g->allow = calloc(cfg->nallow_ranges, sizeof(*g->allow));
+        if (g->allow == NULL)
+            goto err;
+        memcpy(g->allow, cfg->allow_ranges, cfg->nallow_ranges * sizeof(*g->allow));
+        g->nallow = cfg->nallow_ranges;
+    }
+    return g;
+err:
+    addr_guard_free(g);
+    return NULL;
+}
+
+void addr_guard_free(struct addr_guard *g)
+{
+    if (g == NULL)
+        return;
+    for (size_t i = 0; i < g->ndeny; i++) {
+        free(g->deny[i].owned);
+        for (int e = 0; e < EMBED_COUNT; e++)
+            free(g->deny[i].embedded[e]);
+    }
+    free(g->deny);
+    free(g->allow);
+    free(g);
+}
+
+/* Returns the first deny range holding <a>, or NULL. */
+static const struct range *find_deny(const struct addr_guard *g, const struct ipaddr *a,
+                                     bool v4_only)
+{
+    for (size_t i = 0; i < g->ndeny; i++) {
+        if (v4_only && !g->deny[i].v4)
+            continue;
+        if (prefix_match(&g->deny[i].c, a))
+            return &g->deny[i];
+    }
+    return NULL;
+}
+
+bool addr_guard_denies(const struct addr_guard *g, const struct ipaddr *a, const char **range_name)
+{
+    const struct range *r = find_deny(g, a, false);
+    const char *name = r != NULL ? r->name : NULL;
+
+    if (r == NULL) {
+        struct ipaddr v4[4];
+        enum embed kind = EMBED_COMPAT;
+        size_t n = embedded_v4(a, v4, &kind);
+        for (size_t i = 0; i < n && r == NULL; i++)
+            r = find_deny(g, &v4[i], true);
+        if (r != NULL)
+            name = r->embedded[kind];
+    }
+    if (r == NULL)
+        return false;
+    /* allow_ranges exempt the address actually connected to. */
+    for (size_t i = 0; i < g->nallow; i++)
+        if (prefix_match(&g->allow[i], a))
+            return false;
+    if (range_name != NULL)
+        *range_name = name;
+    return true;
+}

@@ -1,0 +1,183 @@
+/* agent: who is asking (see agent.h and SPEC.md "Agents"). */
+#include "gate/agent.h"
+
+#include <string.h>
+
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+
+/* Longest Proxy-Authorization value looked at; longer ones are refused. */
+#define AUTH_MAX 4096
+
+static bool is_space(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+static bool scheme_is(const char *s, size_t len, const char *scheme)
+{
+    size_t n = strlen(scheme);
+    if (len != n)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c >= 'A' && c <= 'Z')
+            c = (char)(c - 'A' + 'a');
+        if (c != scheme[i])
+            return false;
+    }
+    return true;
+}
+
+static int b64_value(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '+')
+        return 62;
+    if (c == '/')
+        return 63;
+    return -1;
+}
+
+/* Strict base64 (RFC 4648, with padding optional but never in the middle)
+ * of <in> into <out> (at least len*3/4 bytes). Returns the decoded length,
+ * or -1 for anything malformed. */
+static long b64_decode(const char *in, size_t len, unsigned char *out)
+{
+    size_t pad = 0, o = 0;
+    uint32_t acc = 0;
+    unsigned bits = 0;
+
+    while (pad < 2 && len > 0 && in[len - 1] == '=') {
+        len--;
+        pad++;
+    }
+    if (len % 4 == 1 || (pad > 0 && (len + pad) % 4 != 0))
+        return -1;
+    for (size_t i = 0; i < len; i++) {
+        int v = b64_value((unsigned char)in[i]);
+        if (v < 0)
+            return -1;
+        acc = (acc << 6) | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out[o++] = (unsigned char)(acc >> bits);
+            acc &= (1u << bits) - 1;
+        }
+    }
+    if (acc != 0) /* non-zero leftover bits: not a canonical encoding */
+        return -1;
+    return (long)o;
+}
+
+/* Extracts the secret from a Proxy-Authorization value into <buf> (<cap>
+ * bytes). Returns its length, or -1 when the header is malformed or uses
+ * another scheme. */
+static long auth_secret(const char *v, size_t len, unsigned char *buf, size_t cap)
+{
+    size_t i = 0, start;
+
+    while (i < len && is_space(v[i]))
+        i++;
+    start = i;
+    while (i < len && !is_space(v[i]))
+        i++;
+    const char *scheme = v + start;
+    size_t scheme_len = i - start;
+    while (i < len && is_space(v[i]))
+        i++;
+    while (len > i && is_space(v[len - 1]))
+        len--;
+    const char *cred = v + i;
+    size_t cred_len = len - i;
+
+    if (cred_len == 0)
+        return -1;
+    for (size_t k = 0; k < cred_len; k++)
+        if (is_space(cred[k]) || (unsigned char)cred[k] < 0x21 || cred[k] == 0x7f)
+            return -1;
+    if (scheme_is(scheme, scheme_len, "bearer")) {
+        if (cred_len > cap)
+            return -1;
+        memcpy(buf, cred, cred_len);
+        return (long)cred_len;
+    }
+    if (scheme_is(scheme, scheme_len, "basic")) {
+        if (cred_len / 4 * 3 + 3 > cap)
+            return -1;
+        long n = b64_decode(cred, cred_len, buf);
+        if (n < 0)
+            return -1;
+        unsigned char *colon = memchr(buf, ':', (size_t)n);
+        if (colon == NULL)
+            return -1;
+        size_t plen = (size_t)n - (size_t)(colon + 1 - buf);
+        memmove(buf, colon + 1, plen);
+        return (long)plen;
+    }
+    return -1;
+}
+
+bool agent_sources_contain(const struct agent *a, const struct client_origin *o)
+{
+    if (o->is_unix)
+        return a->unix_source;
+    for (size_t i = 0; i < a->nsources; i++)
+        if (cidr_contains(&a->sources[i], &o->addr))
+            return true;
+    return false;
+}
+
+enum agent_result agent_identify(const struct policy *p, const struct client_origin *o,
+                                 const char *proxy_auth, size_t proxy_auth_len,
+                                 const struct agent **out)
+{
+    unsigned char secret[AUTH_MAX];
+    unsigned char want[SHA256_DIGEST_LENGTH], have[SHA256_DIGEST_LENGTH];
+    bool token_wanted = false;
+
+    *out = NULL;
+    if (p->nagents == 0)
+        return AGENT_OK;
+
+    if (proxy_auth != NULL) {
+        long n = proxy_auth_len > AUTH_MAX
+                     ? -1
+                     : auth_secret(proxy_auth, proxy_auth_len, secret, sizeof(secret));
+        if (n <= 0)
+            return AGENT_AUTH_REQUIRED;
+        SHA256(secret, (size_t)n, have);
+        OPENSSL_cleanse(secret, sizeof(secret));
+        for (size_t i = 0; i < p->nagents; i++) {
+            const struct agent *a = &p->agents[i];
+            if (a->token == NULL || a->token[0] == '\0' || !agent_sources_contain(a, o))
+                continue;
+            /* Digests of equal length compared in constant time: neither
+             * the secret's length nor its content leaks through timing. */
+            SHA256((const unsigned char *)a->token, strlen(a->token), want);
+            if (CRYPTO_memcmp(want, have, sizeof(have)) == 0) {
+                *out = a;
+                return AGENT_OK;
+            }
+        }
+        return AGENT_AUTH_REQUIRED;
+    }
+
+    for (size_t i = 0; i < p->nagents; i++) {
+        const struct agent *a = &p->agents[i];
+        if (!agent_sources_contain(a, o))
+            continue;
+        if (a->token == NULL) {
+            *out = a;
+            return AGENT_OK;
+        }
+        token_wanted = true;
+    }
+    return token_wanted ? AGENT_AUTH_REQUIRED : AGENT_NOT_ALLOWED;
+}

@@ -1,0 +1,49 @@
+/* agent: who is asking (SPEC.md "Agents").
+ *
+ * Maps a client's origin (its source address, or the unix listener) and the
+ * secret it presents in Proxy-Authorization (Basic: the password; Bearer:
+ * the token) to the policy's agent. Secrets are compared in constant time
+ * (SHA-256 digests compared with CRYPTO_memcmp). A pure function: no I/O,
+ * no allocation, no state. */
+#ifndef SLUICE_GATE_AGENT_H
+#define SLUICE_GATE_AGENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "policy/model.h"
+#include "util/ipaddr.h"
+
+/* The implicit agent of a policy without an agents section. */
+#define AGENT_DEFAULT_ID "default"
+
+struct client_origin {
+    bool is_unix;       /* came through a unix listener */
+    struct ipaddr addr; /* the peer address (TCP listeners only) */
+};
+
+enum agent_result {
+    AGENT_OK,            /* *out is the agent (NULL: the implicit "default") */
+    AGENT_AUTH_REQUIRED, /* answer 407 auth_required */
+    AGENT_NOT_ALLOWED,   /* answer 403 agent_not_allowed */
+};
+
+/* Identifies the client <o> under <p>. <proxy_auth> is the
+ * Proxy-Authorization header value (<proxy_auth_len> bytes, hostile, not
+ * necessarily NUL-terminated), or NULL when the client sent none.
+ *  - no agents section: every client is "default" (*out = NULL, AGENT_OK);
+ *  - a secret (Basic password or Bearer token; scheme case-insensitive):
+ *    the first agent, in file order, whose sources contain <o> and whose
+ *    token equals it; none, or a malformed header: AGENT_AUTH_REQUIRED;
+ *  - no secret: the first agent whose sources contain <o> and that has no
+ *    token; else AGENT_AUTH_REQUIRED when a matching-source agent has a
+ *    token, else AGENT_NOT_ALLOWED.
+ * <*out> is set on AGENT_OK only (borrowed from <p>). */
+enum agent_result agent_identify(const struct policy *p, const struct client_origin *o,
+                                 const char *proxy_auth, size_t proxy_auth_len,
+                                 const struct agent **out);
+
+/* True when <a>'s sources contain <o>. */
+bool agent_sources_contain(const struct agent *a, const struct client_origin *o);
+
+#endif

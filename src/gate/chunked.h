@@ -1,0 +1,48 @@
+/* chunked: an incremental framer for chunked message bodies (RFC 9112 7.1).
+ *
+ * Not a decoder: the gateway forwards chunked bytes unchanged and only needs
+ * to know where the body ends and that its framing is valid, so that no
+ * second message can hide inside a body (request smuggling). Strict: hex
+ * sizes of at most 16 digits and below 2^63, CRLF line ends only (a bare LF
+ * is an error), CRLF after each chunk's data, chunk-size lines (extensions
+ * included) of at most CHUNKED_MAX_LINE bytes, a trailer section of at most
+ * CHUNKED_MAX_TRAILERS bytes made of "name: value" lines. Works for any split
+ * of the input across calls. The struct is plain data: no allocation, no
+ * cleanup. */
+#ifndef SLUICE_GATE_CHUNKED_H
+#define SLUICE_GATE_CHUNKED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CHUNKED_MAX_LINE     1024
+#define CHUNKED_MAX_TRAILERS 8192
+#define CHUNKED_MAX_DIGITS   16
+
+enum chunked_result {
+    CHUNKED_MORE = 0,   /* every byte consumed; the body goes on */
+    CHUNKED_DONE = 1,   /* the body ended inside this piece */
+    CHUNKED_ERROR = -1, /* invalid framing; see <why> */
+};
+
+struct chunked {
+    int state;          /* internal */
+    uint64_t remaining; /* data bytes left in the current chunk, or the size being read */
+    unsigned ndigits;   /* hex digits read in the current size */
+    size_t line_len;    /* bytes of the current size line */
+    size_t trailer_len; /* bytes of the trailer section so far */
+    uint64_t total;     /* bytes of the body framed so far */
+    const char *why;    /* static phrase after CHUNKED_ERROR, else NULL */
+};
+
+void chunked_init(struct chunked *c);
+
+/* Feeds the next <len> bytes of the body. Returns CHUNKED_MORE with
+ * <*consumed> = <len>; CHUNKED_DONE with <*consumed> = the bytes up to and
+ * including the CRLF that ends the trailer section (what follows belongs to
+ * the next message); or CHUNKED_ERROR with <*consumed> = the offset of the
+ * offending byte and c->why set. Once DONE or ERROR, every further call
+ * returns the same result with <*consumed> = 0. */
+int chunked_feed(struct chunked *c, const char *data, size_t len, size_t *consumed);
+
+#endif

@@ -1,0 +1,639 @@
+#include "gate/conn.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include "gate/addr_guard.h"
+#include "gate/deny.h"
+#include "gate/gateway.h"
+#include "gate/tunnel.h"
+#include "policy/policy.h"
+#include "watch/bus.h"
+
+static void on_read(struct bufferevent *bev, void *arg);
+static void on_write(struct bufferevent *bev, void *arg);
+static void on_event(struct bufferevent *bev, short what, void *arg);
+static void on_head_deadline(evutil_socket_t fd, short what, void *arg);
+
+static const struct policy *cur_policy(const struct conn *c)
+{
+    return c->ex.pol != NULL ? c->ex.pol->policy : c->gw->current->policy;
+}
+
+uint64_t conn_idle_ms(const struct conn *c)
+{
+    uint64_t ms = cur_policy(c)->limits.idle_timeout_ms;
+    return ms > 0 ? ms : 60000;
+}
+
+static struct timeval tv_of(uint64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    return tv;
+}
+
+void conn_set_client_timeouts(struct conn *c, bool reading)
+{
+    struct timeval tv = tv_of(conn_idle_ms(c));
+    bufferevent_set_timeouts(c->client, reading ? &tv : NULL, &tv);
+}
+
+static size_t head_limit(const struct conn *c)
+{
+    uint64_t h = cur_policy(c)->limits.header_bytes;
+    if (h == 0)
+        h = 32 * 1024;
+    if (h > 16 * 1024 * 1024)
+        h = 16 * 1024 * 1024;
+    return (size_t)h;
+}
+
+void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
+                 const struct sockaddr *sa, socklen_t salen)
+{
+    (void)salen;
+    struct conn *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        close(fd);
+        return;
+    }
+    c->gw = gw;
+    c->id = ++gw->next_conn_id;
+    c->fd = fd;
+    c->up_fd = -1;
+    c->origin.is_unix = listener_is_unix(l);
+    uint16_t port;
+    if (!c->origin.is_unix)
+        sockaddr_to_ipaddr(sa, &c->origin.addr, &port);
+    sockaddr_format(sa, c->peer, sizeof(c->peer));
+    c->client = bufferevent_socket_new(gw->base, fd, 0);
+    c->timer = evtimer_new(gw->base, on_head_deadline, c);
+    c->next = gw->conns;
+    if (gw->conns != NULL)
+        gw->conns->prev = c;
+    gw->conns = c;
+    gw->nconns++;
+    gw->counters.accepted++;
+    if (c->client == NULL || c->timer == NULL) {
+        conn_free(c);
+        return;
+    }
+    bufferevent_setcb(c->client, on_read, on_write, on_event, c);
+    c->state = CS_HEAD;
+    bufferevent_setwatermark(c->client, EV_READ, 0, head_limit(c));
+    conn_set_client_timeouts(c, true);
+    struct timeval tv = tv_of(conn_idle_ms(c));
+    evtimer_add(c->timer, &tv);
+    bufferevent_enable(c->client, EV_READ);
+}
+
+bool conn_is_idle(const struct conn *c)
+{
+    return c->state == CS_HEAD && !c->ex.active &&
+           evbuffer_get_length(bufferevent_get_input(c->client)) == 0;
+}
+
+static void drop_upstream(struct conn *c)
+{
+    if (c->rreq != NULL) {
+        resolve_cancel(c->rreq);
+        c->rreq = NULL;
+    }
+    if (c->uc != NULL) {
+        upstream_connect_cancel(c->uc);
+        c->uc = NULL;
+    }
+    if (c->up != NULL) {
+        bufferevent_free(c->up);
+        c->up = NULL;
+    }
+    if (c->up_fd >= 0) {
+        close(c->up_fd);
+        c->up_fd = -1;
+    }
+}
+
+static void fill_event(const struct conn *c, struct egress_event *ev, enum event_kind kind)
+{
+    const struct exchange *ex = &c->ex;
+    memset(ev, 0, sizeof(*ev));
+    ev->kind = kind;
+    clock_gettime(CLOCK_REALTIME, &ev->ts);
+    ev->id = ex->id;
+    ev->agent = ex->agent_id;
+    ev->method = ex->method[0] != '\0' ? ex->method : NULL;
+    ev->method_bit = ex->mbit;
+    ev->scheme = !ex->have_target ? NULL : ex->is_connect ? "https" : "http";
+    ev->host = ex->have_target ? ex->target.name : NULL;
+    ev->port = ex->have_target ? ex->port : 0;
+    ev->path = ex->path;
+    ev->tier = ex->dec.tier;
+    ev->rule = ex->dec.rule;
+    ev->owner = ex->dec.owner;
+    ev->verdict = ex->verdict;
+    ev->reason = ex->reason;
+    ev->ip = ex->ip[0] != '\0' ? ex->ip : NULL;
+}
+
+void conn_publish_egress(struct conn *c)
+{
+    struct egress_event ev;
+    if (c->ex.egress_published)
+        return;
+    c->ex.egress_published = true;
+    clock_gettime(CLOCK_MONOTONIC, &c->ex.t_decided);
+    fill_event(c, &ev, EVENT_EGRESS);
+    bus_publish(&c->gw->bus, &ev);
+}
+
+void conn_end_exchange(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    if (!ex->active)
+        return;
+    if (!ex->egress_published)
+        conn_publish_egress(c);
+    if (!ex->end_published) {
+        struct egress_event ev;
+        struct timespec now;
+        ex->end_published = true;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        fill_event(c, &ev, EVENT_EGRESS_END);
+        ev.status = ex->status;
+        ev.bytes_up = ex->bytes_up;
+        ev.bytes_down = ex->bytes_down;
+        int64_t ms = (int64_t)(now.tv_sec - ex->t_decided.tv_sec) * 1000 +
+                     (now.tv_nsec - ex->t_decided.tv_nsec) / 1000000;
+        ev.ms = ms > 0 ? (uint64_t)ms : 0;
+        bus_publish(&c->gw->bus, &ev);
+    }
+    free(ex->path);
+    if (ex->uphead != NULL)
+        evbuffer_free(ex->uphead);
+    gw_policy_unref(ex->pol);
+    memset(ex, 0, sizeof(*ex));
+}
+
+void conn_free(struct conn *c)
+{
+    struct gateway *gw = c->gw;
+    if (c->tunnel != NULL) {
+        c->ex.bytes_up += tunnel_bytes_up(c->tunnel);
+        c->ex.bytes_down += tunnel_bytes_down(c->tunnel);
+    }
+    conn_end_exchange(c);
+    drop_upstream(c);
+    if (c->tunnel != NULL)
+        tunnel_free(c->tunnel); /* closes both descriptors */
+    if (c->timer != NULL)
+        event_free(c->timer);
+    if (c->client != NULL)
+        bufferevent_free(c->client);
+    if (c->fd >= 0)
+        close(c->fd);
+    if (c->counted_agent != NULL) {
+        gateway_agent_release(gw, c->counted_agent);
+        free(c->counted_agent);
+    }
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        gw->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    gw->nconns--;
+    free(c);
+    gateway_conn_gone(gw);
+}
+
+/* Queues nothing more: closes once the output is written. The caller must
+ * not touch <c> afterwards. */
+static void close_when_flushed(struct conn *c)
+{
+    c->state = CS_CLOSING;
+    bufferevent_disable(c->client, EV_READ);
+    evtimer_del(c->timer);
+    conn_set_client_timeouts(c, false);
+    if (evbuffer_get_length(bufferevent_get_output(c->client)) == 0)
+        conn_free(c);
+}
+
+void conn_refuse(struct conn *c, enum deny_reason reason, const char *detail, bool respond)
+{
+    struct exchange *ex = &c->ex;
+    ex->verdict = VERDICT_DENY;
+    ex->reason = reason;
+    c->gw->counters.denied++;
+    drop_upstream(c);
+    conn_publish_egress(c);
+    if (respond) {
+        struct deny_info d = {
+            .reason = reason,
+            .host = ex->have_target ? ex->target.name : NULL,
+            .port = ex->port,
+            .agent = ex->agent_id,
+            .method = ex->method[0] != '\0' ? ex->method : NULL,
+            .ip = ex->ip[0] != '\0' ? ex->ip : NULL,
+            .detail = detail,
+            .retry_after = 1,
+        };
+        int st = deny_write(&d, bufferevent_get_output(c->client));
+        ex->status = st > 0 ? st : 0;
+    } else if (ex->status == 0) {
+        ex->status = reason_status(reason);
+    }
+    conn_end_exchange(c);
+    close_when_flushed(c);
+}
+
+/* Reasons the gate finds itself (not the policy) that an agent in report
+ * mode is let through with: the request can still be carried out. */
+static bool reportable(enum deny_reason r)
+{
+    return r == REASON_HOST_MISMATCH || r == REASON_PRIVATE_ADDRESS || r == REASON_SNI_MISMATCH;
+}
+
+bool conn_gate_denies(struct conn *c, enum deny_reason r, bool respond)
+{
+    if (c->ex.mode == AGENT_REPORT && reportable(r)) {
+        if (c->ex.verdict == VERDICT_ALLOW) {
+            c->ex.verdict = VERDICT_REPORT;
+            c->ex.reason = r;
+        }
+        return false;
+    }
+    conn_refuse(c, r, NULL, respond);
+    return true;
+}
+
+void conn_exchange_done(struct conn *c)
+{
+    bool keep = c->ex.keep_alive && !c->gw->stopping;
+    conn_end_exchange(c);
+    drop_upstream(c);
+    if (!keep) {
+        close_when_flushed(c);
+        return;
+    }
+    c->state = CS_HEAD;
+    bufferevent_setwatermark(c->client, EV_READ, 0, head_limit(c));
+    conn_set_client_timeouts(c, true);
+    struct timeval tv = tv_of(conn_idle_ms(c));
+    evtimer_add(c->timer, &tv);
+    bufferevent_enable(c->client, EV_READ);
+    if (evbuffer_get_length(bufferevent_get_input(c->client)) > 0)
+        bufferevent_trigger(c->client, EV_READ,
+                            BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+}
+
+static void begin_exchange(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    memset(ex, 0, sizeof(*ex));
+    ex->active = true;
+    ex->pol = gw_policy_ref(c->gw->current);
+    ex->dec.tier = TIER_NONE;
+    ex->verdict = VERDICT_ALLOW;
+    snprintf(ex->id, sizeof(ex->id), "c%llu.%u", (unsigned long long)c->id, ++c->nreq);
+    clock_gettime(CLOCK_MONOTONIC, &ex->t_decided);
+    c->gw->counters.requests++;
+    evtimer_del(c->timer);
+}
+
+/* Finds the agent; returns false (after refusing) when there is none. */
+static bool identify(struct conn *c, const char *auth, size_t auth_len)
+{
+    struct exchange *ex = &c->ex;
+    const struct policy *p = ex->pol->policy;
+    const struct agent *a = NULL;
+    if (c->gw->cfg.forced_agent != NULL) {
+        a = policy_find_agent(p, c->gw->cfg.forced_agent);
+        ex->agent_id = c->gw->cfg.forced_agent;
+    } else {
+        enum agent_result r = agent_identify(p, &c->origin, auth, auth_len, &a);
+        if (r != AGENT_OK) {
+            conn_refuse(c,
+                        r == AGENT_AUTH_REQUIRED ? REASON_AUTH_REQUIRED : REASON_AGENT_NOT_ALLOWED,
+                        NULL, true);
+            return false;
+        }
+        ex->agent_id = a != NULL ? a->id : AGENT_DEFAULT_ID;
+    }
+    ex->agent = a;
+    ex->mode = a != NULL ? a->mode : AGENT_ENFORCE;
+    if (c->counted_agent == NULL || strcmp(c->counted_agent, ex->agent_id) != 0) {
+        if (c->counted_agent != NULL) {
+            gateway_agent_release(c->gw, c->counted_agent);
+            free(c->counted_agent);
+            c->counted_agent = NULL;
+        }
+        if (gateway_agent_acquire(c->gw, ex->agent_id, p->limits.max_connections_per_agent) < 0) {
+            conn_refuse(c, REASON_TOO_MANY_CONNECTIONS, NULL, true);
+            return false;
+        }
+        c->counted_agent = strdup(ex->agent_id);
+        if (c->counted_agent == NULL) {
+            gateway_agent_release(c->gw, ex->agent_id);
+            conn_refuse(c, REASON_TOO_MANY_CONNECTIONS, NULL, true);
+            return false;
+        }
+    }
+    return true;
+}
+
+static void on_connected(int err, struct bufferevent *bev, evutil_socket_t fd, size_t idx,
+                         void *arg)
+{
+    struct conn *c = arg;
+    struct exchange *ex = &c->ex;
+    c->uc = NULL;
+    if (idx < ex->naddrs)
+        ipaddr_format(&ex->addrs[idx], ex->ip, sizeof(ex->ip));
+    if (err != 0) {
+        conn_refuse(c, REASON_UPSTREAM_UNREACHABLE, NULL, true);
+        return;
+    }
+    c->up = bev;
+    c->up_fd = fd;
+    if (ex->is_connect) {
+        connect_start(c);
+    } else {
+        conn_publish_egress(c);
+        forward_start(c);
+    }
+}
+
+/* Guards every address, keeps those that may be connected to, connects. */
+static void connect_checked(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    const struct addr_guard *g = ex->pol->guard;
+    const struct rule *r = ex->dec.rule;
+    struct ipaddr keep[RESOLVE_MAX_ADDRS], priv[RESOLVE_MAX_ADDRS];
+    size_t nkeep = 0, npriv = 0;
+    char self_ip[IPADDR_STRLEN] = "";
+    for (size_t i = 0; i < ex->naddrs; i++) {
+        const struct ipaddr *a = &ex->addrs[i];
+        if (gateway_is_self(c->gw, a, ex->port)) {
+            if (self_ip[0] == '\0')
+                ipaddr_format(a, self_ip, sizeof(self_ip));
+            continue;
+        }
+        /* An IP literal that its cidr: rule names is exempt from deny_ranges;
+         * a name is exempt only through allow_ranges. */
+        bool exempt = ex->target.kind == HOST_IP && r != NULL && r->kind == RULE_CIDR &&
+                      cidr_contains(&r->cidr, a);
+        if (!exempt && addr_guard_denies(g, a, NULL))
+            priv[npriv++] = *a;
+        else
+            keep[nkeep++] = *a;
+    }
+    if (nkeep == 0 && npriv == 0) {
+        memcpy(ex->ip, self_ip, sizeof(self_ip));
+        conn_refuse(c, REASON_SELF_REQUEST, NULL, true);
+        return;
+    }
+    if (nkeep == 0) {
+        ipaddr_format(&priv[0], ex->ip, sizeof(ex->ip));
+        if (conn_gate_denies(c, REASON_PRIVATE_ADDRESS, true))
+            return;
+        memcpy(keep, priv, npriv * sizeof(priv[0]));
+        nkeep = npriv;
+        ex->ip[0] = '\0';
+    }
+    memcpy(ex->addrs, keep, nkeep * sizeof(keep[0]));
+    ex->naddrs = nkeep;
+    uint64_t t = conn_idle_ms(c);
+    if (t > GATEWAY_CONNECT_TIMEOUT_MS)
+        t = GATEWAY_CONNECT_TIMEOUT_MS;
+    c->state = CS_CONNECT;
+    c->uc = upstream_connect_start(c->gw->base, ex->addrs, ex->naddrs, ex->port, (unsigned)t,
+                                   on_connected, c);
+    if (c->uc == NULL)
+        conn_refuse(c, REASON_UPSTREAM_UNREACHABLE, NULL, true);
+}
+
+static void on_resolved(int err, const struct ipaddr *addrs, size_t n, void *arg)
+{
+    struct conn *c = arg;
+    struct exchange *ex = &c->ex;
+    c->rreq = NULL;
+    if (err != 0 || n == 0) {
+        const char *why = err == RESOLVE_ERR_NXDOMAIN     ? "no such name"
+                          : err == RESOLVE_ERR_TIMEOUT    ? "timed out"
+                          : err == RESOLVE_ERR_NO_SERVERS ? "no name server"
+                                                          : "lookup failed";
+        conn_refuse(c, REASON_DNS_FAILURE, why, true);
+        return;
+    }
+    if (n > RESOLVE_MAX_ADDRS)
+        n = RESOLVE_MAX_ADDRS;
+    memcpy(ex->addrs, addrs, n * sizeof(addrs[0]));
+    ex->naddrs = n;
+    connect_checked(c);
+}
+
+/* Everything after the head has been parsed and consumed. */
+static void decide_and_go(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    if (gateway_is_self_name(c->gw, ex->target.name, ex->port) ||
+        (ex->target.kind == HOST_IP && gateway_is_self(c->gw, &ex->target.ip, ex->port))) {
+        conn_refuse(c, REASON_SELF_REQUEST, NULL, true);
+        return;
+    }
+    struct decision_query q = {
+        .agent = ex->agent,
+        .agent_id = ex->agent_id,
+        .method = ex->mbit,
+        .target = &ex->target,
+        .port = ex->port,
+        .now = time(NULL),
+    };
+    policy_decide(ex->pol->policy, &q, &ex->dec);
+    if (ex->dec.verdict == VERDICT_DENY) {
+        conn_refuse(c, ex->dec.reason, NULL, true);
+        return;
+    }
+    if (ex->dec.verdict == VERDICT_REPORT && ex->verdict == VERDICT_ALLOW) {
+        ex->verdict = VERDICT_REPORT;
+        ex->reason = ex->dec.reason;
+    }
+    bufferevent_disable(c->client, EV_READ);
+    bufferevent_set_timeouts(c->client, NULL, NULL);
+    if (ex->target.kind == HOST_IP) {
+        ex->addrs[0] = ex->target.ip;
+        ex->naddrs = 1;
+        connect_checked(c);
+        return;
+    }
+    c->state = CS_RESOLVE;
+    c->rreq = resolver_lookup(c->gw->resolver, ex->target.name, on_resolved, c);
+    if (c->rreq == NULL)
+        conn_refuse(c, REASON_DNS_FAILURE, "out of memory", true);
+}
+
+static void handle_request(struct conn *c, const struct http_request *req)
+{
+    struct exchange *ex = &c->ex;
+    struct evbuffer *in = bufferevent_get_input(c->client);
+    const char *why = NULL, *bad = NULL;
+    memcpy(ex->method, req->method, sizeof(ex->method));
+    ex->mbit = req->method_bit;
+    ex->is_connect = req->method_bit == METHOD_CONNECT;
+    /* The target first, so that even a refused agent's event names it. */
+    if (ex->is_connect ? req->form != TARGET_AUTHORITY : req->form != TARGET_ABSOLUTE) {
+        bad = ex->is_connect
+                  ? "CONNECT needs host:port"
+                  : "not a proxy request (the target must be absolute: http://host/path)";
+    } else if (host_normalise(req->host, strlen(req->host), &ex->target, &why) < 0) {
+        bad = why != NULL ? why : "invalid host";
+    } else {
+        ex->have_target = true;
+        ex->port = req->port;
+        if (ex->port == 0)
+            bad = "port 0";
+    }
+    if (!ex->is_connect && req->path != NULL) {
+        ex->path = strndup(req->path, req->path_len);
+        if (ex->path == NULL)
+            bad = "out of memory";
+    }
+    if (!identify(c, req->proxy_authorization, req->proxy_authorization_len))
+        return;
+    if (bad != NULL) {
+        conn_refuse(c, REASON_BAD_REQUEST, bad, true);
+        return;
+    }
+    enum deny_reason r = REASON_NONE;
+    if (!ex->is_connect) {
+        r = forward_prepare(c, req, &why);
+        if (r == REASON_BAD_REQUEST) {
+            conn_refuse(c, r, why, true);
+            return;
+        }
+    }
+    evbuffer_drain(in, req->head_len);
+    if (r != REASON_NONE && conn_gate_denies(c, r, true))
+        return;
+    decide_and_go(c);
+}
+
+static void read_head(struct conn *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->client);
+    size_t len = evbuffer_get_length(in);
+    if (len == 0)
+        return;
+    size_t max = head_limit(c);
+    size_t n = len < max ? len : max;
+    const char *buf = (const char *)evbuffer_pullup(in, (ev_ssize_t)n);
+    if (buf == NULL) {
+        conn_free(c);
+        return;
+    }
+    struct http_request *req = malloc(sizeof(*req));
+    if (req == NULL) {
+        conn_free(c);
+        return;
+    }
+    const char *why = NULL;
+    int rc = http1_parse_request(buf, n, max, req, &why);
+    if (rc == HTTP1_NEED_MORE) {
+        free(req);
+        return;
+    }
+    begin_exchange(c);
+    if (rc < 0) {
+        /* Best effort: name the agent a client without a secret would be. */
+        const struct agent *a = NULL;
+        if (c->gw->cfg.forced_agent != NULL)
+            c->ex.agent_id = c->gw->cfg.forced_agent;
+        else if (agent_identify(c->ex.pol->policy, &c->origin, NULL, 0, &a) == AGENT_OK)
+            c->ex.agent_id = a != NULL ? a->id : AGENT_DEFAULT_ID;
+        free(req);
+        conn_refuse(c, REASON_BAD_REQUEST,
+                    rc == HTTP1_TOO_BIG ? "request head too large"
+                    : why != NULL       ? why
+                                        : "malformed",
+                    true);
+        return;
+    }
+    handle_request(c, req);
+    free(req);
+}
+
+static void on_head_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn *c = arg;
+    (void)fd;
+    (void)what;
+    if (c->state == CS_HEAD)
+        conn_free(c); /* a head that took longer than idle_timeout in all */
+    else if (c->state == CS_PEEK) {
+        c->peek_over = true; /* the peek window is over: decide now */
+        connect_on_client_read(c);
+    }
+}
+
+static void on_read(struct bufferevent *bev, void *arg)
+{
+    struct conn *c = arg;
+    (void)bev;
+    switch (c->state) {
+    case CS_HEAD:
+        read_head(c);
+        break;
+    case CS_FORWARD:
+        forward_on_client_read(c);
+        break;
+    case CS_PEEK:
+        connect_on_client_read(c);
+        break;
+    default:
+        break;
+    }
+}
+
+static void on_write(struct bufferevent *bev, void *arg)
+{
+    struct conn *c = arg;
+    (void)bev;
+    switch (c->state) {
+    case CS_CLOSING:
+        if (evbuffer_get_length(bufferevent_get_output(c->client)) == 0)
+            conn_free(c);
+        break;
+    case CS_FORWARD:
+        forward_on_client_write(c);
+        break;
+    case CS_FLUSH:
+        connect_on_client_write(c);
+        break;
+    default:
+        break;
+    }
+}
+
+static void on_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct conn *c = arg;
+    (void)bev;
+    if (c->state == CS_FORWARD) {
+        forward_on_client_event(c, what);
+        return;
+    }
+    if (c->state == CS_PEEK && (what & BEV_EVENT_EOF)) {
+        /* The client ended its side: decide on what it sent. */
+        c->peek_over = true;
+        connect_on_client_read(c);
+        return;
+    }
+    conn_free(c);
+}

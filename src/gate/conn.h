@@ -1,0 +1,159 @@
+/* conn: one client connection and the request it is working on.
+ *
+ * A client connection is a bufferevent (the one byte-stream abstraction, so
+ * the same code can run over a TLS-terminated stream later) carrying a
+ * sequence of exchanges: one HTTP request, or one CONNECT. Each exchange
+ * flows one way, in this order (conn.c): read and parse the head, identify
+ * the agent, normalise the target, check Host, decide, resolve, guard every
+ * address, connect (upstream.c), publish the agent_egress event, then
+ * forward (forward.c) or tunnel (connect.c, tunnel.c), and publish
+ * agent_egress_end when it finishes. Every exchange publishes exactly one
+ * of each, denials and bad requests included.
+ *
+ * Internal to src/gate: conn.c, forward.c and connect.c share these types. */
+#ifndef SLUICE_GATE_CONN_H
+#define SLUICE_GATE_CONN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <event2/util.h>
+
+#include "gate/agent.h"
+#include "gate/chunked.h"
+#include "gate/http1.h"
+#include "gate/resolve.h"
+#include "gate/sni.h"
+#include "gate/upstream.h"
+#include "policy/decision.h"
+#include "policy/host.h"
+
+struct gateway;
+struct gw_policy;
+struct listener;
+struct bufferevent;
+struct evbuffer;
+struct event;
+struct tunnel;
+struct resolve_req;
+struct upstream_connect;
+
+/* Above this many bytes waiting in one direction's output, stop reading the
+ * other side; resume when it drains below FLOW_LOW. */
+#define FLOW_HIGH (256u * 1024)
+#define FLOW_LOW  (64u * 1024)
+/* A CONNECT's first bytes are read for at most this long and this much. */
+#define PEEK_MS  1000
+#define PEEK_MAX (SNI_MAX_HELLO + 2048)
+
+enum conn_state {
+    CS_HEAD,    /* reading a request head */
+    CS_RESOLVE, /* waiting for DNS */
+    CS_CONNECT, /* connecting upstream */
+    CS_PEEK,    /* CONNECT: 200 sent, reading the first client bytes */
+    CS_FLUSH,   /* CONNECT: flushing peeked bytes before the splice tunnel */
+    CS_TUNNEL,  /* CONNECT: splicing */
+    CS_FORWARD, /* plain HTTP: request and response bodies flowing */
+    CS_CLOSING, /* a final response queued: close once it is written */
+};
+
+struct exchange {
+    bool active;
+    char id[48];           /* "c17.1" */
+    struct gw_policy *pol; /* the policy this request is decided under (a reference) */
+    const struct agent *agent;
+    const char *agent_id; /* NULL when unknown (auth failed); borrowed */
+    enum agent_mode mode;
+    char method[HTTP_METHOD_MAX + 1];
+    unsigned mbit;
+    bool is_connect;
+    bool have_target;
+    struct host target;
+    uint16_t port;
+    char *path; /* owned copy; NULL for CONNECT */
+    struct decision dec;
+    enum verdict verdict;    /* final: allow, deny or report */
+    enum deny_reason reason; /* why (kept in report mode) */
+    char ip[IPADDR_STRLEN];  /* the address connected to or refused */
+    struct ipaddr addrs[RESOLVE_MAX_ADDRS];
+    size_t naddrs;
+    struct timespec t_decided; /* CLOCK_MONOTONIC */
+    bool egress_published, end_published;
+    int status;
+    uint64_t bytes_up, bytes_down;
+
+    /* plain HTTP forwarding */
+    struct evbuffer *uphead; /* the rewritten head, sent once connected */
+    enum body_kind req_body, rsp_body;
+    uint64_t req_left, rsp_left;
+    struct chunked req_chunked, rsp_chunked;
+    bool req_done, rsp_head_done, rsp_done;
+    bool client_close; /* the client asked to close after this request */
+    bool keep_alive;   /* the client connection survives this exchange */
+};
+
+struct conn {
+    struct conn *next, *prev;
+    struct gateway *gw;
+    uint64_t id;
+    unsigned nreq;
+    evutil_socket_t fd;
+    struct bufferevent *client;
+    struct client_origin origin;
+    char peer[64];
+    enum conn_state state;
+    char *counted_agent; /* the agent this connection counts against */
+    struct resolve_req *rreq;
+    struct upstream_connect *uc;
+    struct bufferevent *up;
+    evutil_socket_t up_fd;
+    struct tunnel *tunnel;
+    struct event *timer; /* head deadline; CONNECT peek window */
+    bool peek_over;      /* the peek window closed (timer or client EOF) */
+    struct exchange ex;
+};
+
+/* conn.c */
+/* Takes ownership of <fd>, accepted by <l>. Closes it when out of memory. */
+void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
+                 const struct sockaddr *sa, socklen_t salen);
+/* Frees <c>: cancels what is pending, publishes the end event of an
+ * exchange that was decided, closes both sides. */
+void conn_free(struct conn *c);
+/* True when <c> is between requests (may be closed at once on shutdown). */
+bool conn_is_idle(const struct conn *c);
+/* Publishes the agent_egress event of the current exchange (once). */
+void conn_publish_egress(struct conn *c);
+/* Publishes agent_egress_end (once) and releases the exchange. */
+void conn_end_exchange(struct conn *c);
+/* Refuses the current exchange with <reason> (a response is written when
+ * <respond>), publishes both events and closes once the response is out. */
+void conn_refuse(struct conn *c, enum deny_reason reason, const char *detail, bool respond);
+/* The exchange finished cleanly: next request or close. */
+void conn_exchange_done(struct conn *c);
+/* A denial found by the gate (not the policy): refuses (returns true, <c>
+ * may be gone), or for an agent in report mode records it and returns
+ * false so the request goes on. */
+bool conn_gate_denies(struct conn *c, enum deny_reason r, bool respond);
+uint64_t conn_idle_ms(const struct conn *c);
+void conn_set_client_timeouts(struct conn *c, bool reading);
+
+/* forward.c */
+/* Starts forwarding the current request over the connected <c->up>. */
+void forward_start(struct conn *c);
+void forward_on_client_read(struct conn *c);
+void forward_on_client_write(struct conn *c);
+void forward_on_client_event(struct conn *c, short what);
+/* Parses and checks the plain-HTTP parts of the request head (called from
+ * conn.c while the head is still in the input buffer): writes the upstream
+ * head into ex->uphead. Returns 0, or a deny reason. */
+enum deny_reason forward_prepare(struct conn *c, const struct http_request *req, const char **why);
+
+/* connect.c */
+/* Called once the upstream of a CONNECT is up: sends 200 and peeks. */
+void connect_start(struct conn *c);
+void connect_on_client_read(struct conn *c);
+void connect_on_client_write(struct conn *c);
+
+#endif

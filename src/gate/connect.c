@@ -1,0 +1,148 @@
+/* connect: the CONNECT method, after its target was decided and connected.
+ *
+ * The gate answers "200 Connection established", then reads the first
+ * bytes the client sends (at most PEEK_MAX, for at most PEEK_MS): when they
+ * are a TLS ClientHello whose SNI names another host than the CONNECT
+ * target, the tunnel is refused (sni_mismatch) and closed before a single
+ * byte goes upstream. The 200 has already been sent by then: the agent sees
+ * its TLS handshake cut, and the refusal is in the decision log, which is
+ * what matters. A client that sends no ClientHello (not TLS, no SNI, or a
+ * server-speaks-first protocol that waits for the upstream: the window
+ * expires) is let through. Only then is the agent_egress event published
+ * and the peeked bytes forwarded; the tunnel is then opaque (tunnel.c). */
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+#include "gate/conn.h"
+#include "gate/gateway.h"
+#include "gate/tunnel.h"
+
+static const char established[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+
+static void on_tunnel_end(struct tunnel *t, enum tunnel_end how, void *arg)
+{
+    struct conn *c = arg;
+    (void)how;
+    (void)t;
+    conn_free(c); /* counts the tunnel's bytes, frees it and both sockets */
+}
+
+static void go_tunnel(struct conn *c)
+{
+    evutil_socket_t cfd = c->fd, ufd = c->up_fd;
+    bufferevent_disable(c->client, EV_READ | EV_WRITE);
+    bufferevent_disable(c->up, EV_READ | EV_WRITE);
+    bufferevent_free(c->client);
+    bufferevent_free(c->up);
+    c->client = NULL;
+    c->up = NULL;
+    c->fd = -1;
+    c->up_fd = -1;
+    c->state = CS_TUNNEL;
+    c->tunnel = tunnel_new(c->gw->base, cfd, ufd, conn_idle_ms(c), on_tunnel_end, c);
+    if (c->tunnel == NULL)
+        conn_free(c);
+}
+
+void connect_on_client_write(struct conn *c)
+{
+    if (c->state != CS_FLUSH)
+        return;
+    if (evbuffer_get_length(bufferevent_get_output(c->client)) == 0 &&
+        evbuffer_get_length(bufferevent_get_output(c->up)) == 0)
+        go_tunnel(c);
+}
+
+static void up_write(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    connect_on_client_write(arg);
+}
+
+static void up_event(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    (void)what;
+    conn_free(arg);
+}
+
+void connect_start(struct conn *c)
+{
+    struct timeval tv = {PEEK_MS / 1000, (PEEK_MS % 1000) * 1000};
+    c->state = CS_PEEK;
+    c->peek_over = false;
+    c->ex.status = 200;
+    struct timeval up_tv = {(time_t)(conn_idle_ms(c) / 1000), 0};
+    bufferevent_setcb(c->up, NULL, up_write, up_event, c);
+    bufferevent_set_timeouts(c->up, NULL, &up_tv);
+    bufferevent_disable(c->up, EV_READ);
+    if (bufferevent_write(c->client, established, sizeof(established) - 1) < 0) {
+        conn_free(c);
+        return;
+    }
+    bufferevent_setwatermark(c->client, EV_READ, 0, PEEK_MAX);
+    bufferevent_setwatermark(c->client, EV_WRITE, 0, 0);
+    struct timeval idle = {(time_t)(conn_idle_ms(c) / 1000), 0};
+    bufferevent_set_timeouts(c->client, NULL, &idle);
+    bufferevent_enable(c->client, EV_READ);
+    evtimer_add(c->timer, &tv);
+    /* Bytes sent right behind the CONNECT head are already here. */
+    if (evbuffer_get_length(bufferevent_get_input(c->client)) > 0)
+        connect_on_client_read(c);
+}
+
+/* True when the ClientHello in <buf> names another host than the target. */
+static bool sni_differs(const struct conn *c, const char *buf, size_t len, bool *decided)
+{
+    char name[SNI_NAME_MAX + 1];
+    size_t nlen = 0;
+    struct host h;
+    const char *why;
+    enum sni_result r = sni_parse((const uint8_t *)buf, len, name, sizeof(name), &nlen);
+    *decided = r != SNI_NEED_MORE;
+    if (r != SNI_FOUND)
+        return false;
+    if (host_normalise(name, nlen, &h, &why) < 0)
+        return true;
+    return h.kind != c->ex.target.kind || strcmp(h.name, c->ex.target.name) != 0;
+}
+
+void connect_on_client_read(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    if (c->state != CS_PEEK)
+        return;
+    struct evbuffer *in = bufferevent_get_input(c->client);
+    size_t len = evbuffer_get_length(in);
+    bool decided = false, mismatch = false;
+    if (len > 0) {
+        size_t n = len < PEEK_MAX ? len : PEEK_MAX;
+        const char *buf = (const char *)evbuffer_pullup(in, (ev_ssize_t)n);
+        if (buf == NULL) {
+            conn_free(c);
+            return;
+        }
+        mismatch = sni_differs(c, buf, n, &decided);
+        if (n >= PEEK_MAX)
+            decided = true;
+    }
+    if (!decided && !c->peek_over)
+        return; /* wait for more, until the window closes */
+    evtimer_del(c->timer);
+    bufferevent_disable(c->client, EV_READ);
+    if (mismatch && conn_gate_denies(c, REASON_SNI_MISMATCH, false))
+        return;
+    conn_publish_egress(c);
+    c->state = CS_FLUSH;
+    ex->bytes_up += len;
+    if (bufferevent_write_buffer(c->up, in) < 0) {
+        conn_free(c);
+        return;
+    }
+    bufferevent_enable(c->up, EV_WRITE);
+    connect_on_client_write(c);
+}

@@ -1,0 +1,36 @@
+/* deny: the response an agent gets when sluice refuses a request.
+ *
+ * SPEC.md "Deny reasons": the status of reason_status(), a
+ * "Sluice-Reason: REASON" header, Retry-After for rate_limited,
+ * Proxy-Authenticate for auth_required, "Connection: close" (the gateway
+ * always closes after a refusal, so it never has to skip an unread request
+ * body), and a one-line text/plain body that says what happened and what to
+ * ask for, one message per reason. */
+#ifndef SLUICE_GATE_DENY_H
+#define SLUICE_GATE_DENY_H
+
+#include <stdint.h>
+
+#include "policy/decision.h"
+
+struct evbuffer;
+
+struct deny_info {
+    enum deny_reason reason;
+    const char *host; /* normalised target, or NULL when unknown */
+    uint16_t port;
+    const char *agent;    /* agent id, or NULL when unknown */
+    const char *method;   /* or NULL */
+    const char *ip;       /* refused / unreachable address, or NULL */
+    const char *detail;   /* a static phrase for bad_request ("head too large"), or NULL */
+    unsigned retry_after; /* seconds, rate_limited / quarantined only */
+};
+
+/* Appends the whole response for <d> to <out>. Returns the HTTP status
+ * written, or -1 when <out> could not grow. */
+int deny_write(const struct deny_info *d, struct evbuffer *out);
+
+/* The one-line message (no newline) for <d> into <buf>. */
+void deny_message(const struct deny_info *d, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,373 @@
+/* forward: plain HTTP through the gateway (absolute-form requests).
+ *
+ * One upstream connection per request (the upstream head says
+ * "Connection: close"): no pooling, so a response that ends at close is
+ * always delimited and no request can ever ride on another agent's or
+ * another host's connection. The client connection is kept alive across
+ * requests when both sides allow it; each request on it is decided and
+ * logged on its own. Bodies are forwarded unchanged, framed by
+ * Content-Length or by the chunked framer (so nothing can hide behind a
+ * body), with backpressure: a side stops being read while the other side's
+ * output holds more than FLOW_HIGH bytes. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+
+#include "gate/conn.h"
+#include "gate/gateway.h"
+
+static void up_read(struct bufferevent *bev, void *arg);
+static void up_write(struct bufferevent *bev, void *arg);
+static void up_event(struct bufferevent *bev, short what, void *arg);
+
+/* Splits a Host header value into host and port (0 when absent). */
+static int split_host_header(const char *v, size_t len, const char **h, size_t *hlen,
+                             uint16_t *port)
+{
+    const char *colon = NULL;
+    *port = 0;
+    if (len > 0 && v[0] == '[') {
+        const char *rb = memchr(v, ']', len);
+        if (rb == NULL)
+            return -1;
+        *h = v;
+        *hlen = (size_t)(rb - v) + 1;
+        if (*hlen < len) {
+            if (rb[1] != ':')
+                return -1;
+            colon = rb + 1;
+        }
+    } else {
+        colon = memchr(v, ':', len);
+        *h = v;
+        *hlen = colon != NULL ? (size_t)(colon - v) : len;
+    }
+    if (colon != NULL) {
+        size_t plen = len - (size_t)(colon + 1 - v);
+        unsigned long p = 0;
+        if (plen > 5)
+            return -1;
+        for (size_t i = 0; i < plen; i++) {
+            char ch = colon[1 + i];
+            if (ch < '0' || ch > '9')
+                return -1;
+            p = p * 10 + (unsigned long)(ch - '0');
+        }
+        if (p > 65535 || (plen > 0 && p == 0))
+            return -1;
+        *port = (uint16_t)p; /* "host:" means the default port */
+    }
+    return 0;
+}
+
+enum deny_reason forward_prepare(struct conn *c, const struct http_request *req, const char **why)
+{
+    struct exchange *ex = &c->ex;
+    ex->uphead = evbuffer_new();
+    if (ex->uphead == NULL || http1_write_upstream_request(req, ex->uphead) < 0) {
+        *why = "cannot build the upstream request";
+        return REASON_BAD_REQUEST;
+    }
+    ex->req_body = http1_request_body(req);
+    ex->req_left = req->content_length > 0 ? (uint64_t)req->content_length : 0;
+    chunked_init(&ex->req_chunked);
+    ex->client_close = req->conn_close;
+
+    if (req->host_header == NULL) {
+        if (req->version_minor >= 1) {
+            *why = "missing Host header";
+            return REASON_BAD_REQUEST;
+        }
+        return REASON_NONE; /* HTTP/1.0: the target names the host */
+    }
+    const char *h;
+    size_t hlen;
+    uint16_t port;
+    struct host hh;
+    const char *ignored;
+    if (split_host_header(req->host_header, req->host_header_len, &h, &hlen, &port) < 0 ||
+        host_normalise(h, hlen, &hh, &ignored) < 0)
+        return REASON_HOST_MISMATCH;
+    if (port == 0)
+        port = 80;
+    if (hh.kind != ex->target.kind || strcmp(hh.name, ex->target.name) != 0 || port != ex->port)
+        return REASON_HOST_MISMATCH;
+    return REASON_NONE;
+}
+
+static struct timeval idle_tv(const struct conn *c)
+{
+    uint64_t ms = conn_idle_ms(c);
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    return tv;
+}
+
+/* The exchange is over when the response is complete and written out. */
+static void maybe_done(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    if (!ex->rsp_done)
+        return;
+    if (!ex->req_done)
+        ex->keep_alive = false; /* the rest of the request body is still unread */
+    struct evbuffer *out = bufferevent_get_output(c->client);
+    if (evbuffer_get_length(out) > 0) {
+        bufferevent_setwatermark(c->client, EV_WRITE, 0, 0);
+        return;
+    }
+    conn_exchange_done(c);
+}
+
+/* An error after the request went upstream: answer 502 if the agent has
+ * not seen a response yet, else cut the connection. */
+static void fail(struct conn *c, const char *why)
+{
+    if (!c->ex.rsp_head_done) {
+        conn_refuse(c, REASON_UPSTREAM_UNREACHABLE, why, true);
+        return;
+    }
+    conn_free(c);
+}
+
+/* Moves request body bytes from the client to the upstream. */
+static void pump_request(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    struct evbuffer *in = bufferevent_get_input(c->client);
+    struct evbuffer *out = bufferevent_get_output(c->up);
+    while (!ex->req_done && evbuffer_get_length(in) > 0) {
+        if (evbuffer_get_length(out) >= FLOW_HIGH) {
+            bufferevent_disable(c->client, EV_READ);
+            return; /* up_write resumes */
+        }
+        size_t n = evbuffer_get_length(in);
+        if (ex->req_body == BODY_LENGTH) {
+            if (n > ex->req_left)
+                n = (size_t)ex->req_left;
+            ex->req_left -= n;
+            if (ex->req_left == 0)
+                ex->req_done = true;
+        } else {
+            struct evbuffer_iovec v;
+            if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
+                break;
+            int rc = chunked_feed(&ex->req_chunked, v.iov_base, v.iov_len, &n);
+            if (rc == CHUNKED_ERROR) {
+                fail(c, ex->req_chunked.why);
+                return;
+            }
+            if (rc == CHUNKED_DONE)
+                ex->req_done = true;
+        }
+        if (evbuffer_remove_buffer(in, out, n) != (int)n) {
+            fail(c, "out of memory");
+            return;
+        }
+        ex->bytes_up += n;
+    }
+    if (ex->req_done) {
+        bufferevent_disable(c->client, EV_READ);
+        conn_set_client_timeouts(c, false);
+    }
+}
+
+/* Moves response body bytes from the upstream to the client. Returns -1
+ * when <c> was freed. */
+static int pump_response(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    struct evbuffer *in = bufferevent_get_input(c->up);
+    struct evbuffer *out = bufferevent_get_output(c->client);
+    while (!ex->rsp_done && evbuffer_get_length(in) > 0) {
+        if (evbuffer_get_length(out) >= FLOW_HIGH) {
+            bufferevent_disable(c->up, EV_READ);
+            return 0; /* forward_on_client_write resumes */
+        }
+        size_t n = evbuffer_get_length(in);
+        if (ex->rsp_body == BODY_LENGTH) {
+            if (n > ex->rsp_left)
+                n = (size_t)ex->rsp_left;
+            ex->rsp_left -= n;
+            if (ex->rsp_left == 0)
+                ex->rsp_done = true;
+        } else if (ex->rsp_body == BODY_CHUNKED) {
+            struct evbuffer_iovec v;
+            if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
+                break;
+            int rc = chunked_feed(&ex->rsp_chunked, v.iov_base, v.iov_len, &n);
+            if (rc == CHUNKED_ERROR) {
+                conn_free(c); /* the head went out: cut the connection */
+                return -1;
+            }
+            if (rc == CHUNKED_DONE)
+                ex->rsp_done = true;
+        }
+        if (evbuffer_remove_buffer(in, out, n) != (int)n) {
+            conn_free(c);
+            return -1;
+        }
+        ex->bytes_down += n;
+    }
+    return 0;
+}
+
+/* Reads response heads (interim ones are passed on) until the final one. */
+static int read_response_head(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    struct evbuffer *in = bufferevent_get_input(c->up);
+    struct evbuffer *out = bufferevent_get_output(c->client);
+    uint64_t limit = ex->pol->policy->limits.header_bytes;
+    if (limit == 0 || limit > 1024 * 1024)
+        limit = 64 * 1024;
+    while (!ex->rsp_head_done) {
+        size_t len = evbuffer_get_length(in);
+        if (len == 0)
+            return 0;
+        size_t n = len < limit ? len : (size_t)limit;
+        const char *buf = (const char *)evbuffer_pullup(in, (ev_ssize_t)n);
+        struct http_response *rsp = malloc(sizeof(*rsp));
+        const char *why = NULL;
+        if (buf == NULL || rsp == NULL) {
+            free(rsp);
+            fail(c, "out of memory");
+            return -1;
+        }
+        int rc = http1_parse_response(buf, n, (size_t)limit, rsp, &why);
+        if (rc == HTTP1_NEED_MORE) {
+            free(rsp);
+            return 0;
+        }
+        if (rc < 0 || rsp->status == 101) {
+            free(rsp);
+            fail(c, "the upstream sent an invalid response");
+            return -1;
+        }
+        if (rsp->status < 200) {
+            if (http1_write_upstream_response(rsp, out, false) < 0) {
+                free(rsp);
+                fail(c, "out of memory");
+                return -1;
+            }
+            evbuffer_drain(in, rsp->head_len);
+            free(rsp);
+            continue;
+        }
+        ex->rsp_body = http1_response_body(rsp, ex->mbit);
+        ex->status = rsp->status;
+        ex->keep_alive = !ex->client_close && !rsp->conn_close &&
+                         ex->rsp_body != BODY_UNTIL_CLOSE && !c->gw->stopping;
+        ex->rsp_left = rsp->content_length > 0 ? (uint64_t)rsp->content_length : 0;
+        chunked_init(&ex->rsp_chunked);
+        if (http1_write_upstream_response(rsp, out, ex->keep_alive) < 0) {
+            free(rsp);
+            fail(c, "out of memory");
+            return -1;
+        }
+        evbuffer_drain(in, rsp->head_len);
+        free(rsp);
+        ex->rsp_head_done = true;
+        if (ex->rsp_body == BODY_NONE || (ex->rsp_body == BODY_LENGTH && ex->rsp_left == 0))
+            ex->rsp_done = true;
+    }
+    return 0;
+}
+
+void forward_start(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    struct timeval tv = idle_tv(c);
+    c->state = CS_FORWARD;
+    bufferevent_setcb(c->up, up_read, up_write, up_event, c);
+    bufferevent_set_timeouts(c->up, &tv, &tv);
+    bufferevent_setwatermark(c->up, EV_WRITE, FLOW_LOW, 0);
+    bufferevent_setwatermark(c->up, EV_READ, 0, FLOW_HIGH);
+    bufferevent_setwatermark(c->client, EV_WRITE, FLOW_LOW, 0);
+    bufferevent_setwatermark(c->client, EV_READ, 0, FLOW_HIGH);
+    if (bufferevent_write_buffer(c->up, ex->uphead) < 0) {
+        fail(c, "out of memory");
+        return;
+    }
+    bufferevent_enable(c->up, EV_READ | EV_WRITE);
+    if (ex->req_body == BODY_NONE) {
+        ex->req_done = true;
+        return;
+    }
+    conn_set_client_timeouts(c, true);
+    bufferevent_enable(c->client, EV_READ);
+    pump_request(c);
+}
+
+void forward_on_client_read(struct conn *c)
+{
+    pump_request(c);
+}
+
+void forward_on_client_write(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    if (ex->rsp_done) {
+        maybe_done(c);
+        return;
+    }
+    if (c->up != NULL && evbuffer_get_length(bufferevent_get_output(c->client)) <= FLOW_LOW) {
+        bufferevent_enable(c->up, EV_READ);
+        if (pump_response(c) < 0)
+            return;
+        maybe_done(c);
+    }
+}
+
+void forward_on_client_event(struct conn *c, short what)
+{
+    (void)what;
+    conn_free(c); /* the client went away or timed out: nothing left to do */
+}
+
+static void up_read(struct bufferevent *bev, void *arg)
+{
+    struct conn *c = arg;
+    (void)bev;
+    if (read_response_head(c) < 0)
+        return;
+    if (c->ex.rsp_head_done) {
+        if (pump_response(c) < 0)
+            return;
+        maybe_done(c);
+    }
+}
+
+static void up_write(struct bufferevent *bev, void *arg)
+{
+    struct conn *c = arg;
+    (void)bev;
+    if (!c->ex.req_done) {
+        bufferevent_enable(c->client, EV_READ);
+        pump_request(c);
+    }
+}
+
+static void up_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct conn *c = arg;
+    struct exchange *ex = &c->ex;
+    (void)bev;
+    if ((what & BEV_EVENT_EOF) && ex->rsp_head_done) {
+        if (pump_response(c) < 0)
+            return;
+        if (ex->rsp_body == BODY_UNTIL_CLOSE)
+            ex->rsp_done = true;
+        if (!ex->rsp_done) {
+            conn_free(c); /* truncated by the upstream: the agent must see it cut */
+            return;
+        }
+        maybe_done(c);
+        return;
+    }
+    if (what & BEV_EVENT_TIMEOUT)
+        fail(c, "the upstream did not answer in time");
+    else
+        fail(c, "the upstream closed the connection");
+}

@@ -1,0 +1,117 @@
+/* gateway: one running `sluice serve`.
+ *
+ * Owns the event loop, the policy in force, the listeners, the resolver, the
+ * bus (and the JSON-lines log subscribed to it), every client connection and
+ * the counters. The policy is held in a refcounted wrapper together with the
+ * address guard built from it: a reload swaps the wrapper, and each request
+ * keeps a reference to the one it was decided under until it ends, so
+ * nothing in flight changes rules halfway. */
+#ifndef SLUICE_GATE_GATEWAY_H
+#define SLUICE_GATE_GATEWAY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gate/listener.h"
+#include "policy/model.h"
+#include "watch/bus.h"
+
+struct event_base;
+struct event;
+struct resolver;
+struct addr_guard;
+struct log_jsonl;
+struct conn;
+
+#define GATEWAY_DEFAULT_MAX_CONNS  4096
+#define GATEWAY_DEFAULT_GRACE_MS   5000
+#define GATEWAY_CONNECT_TIMEOUT_MS 10000
+
+struct gateway_config {
+    const char *policy_path;           /* borrowed; reloaded from here on SIGHUP */
+    const struct listen_addr *listens; /* borrowed array */
+    size_t nlistens;
+    const char *log_path;     /* NULL or "-": standard output */
+    unsigned max_conns;       /* 0: GATEWAY_DEFAULT_MAX_CONNS */
+    unsigned grace_ms;        /* 0: GATEWAY_DEFAULT_GRACE_MS */
+    const char *forced_agent; /* `run`: every client is this agent; NULL otherwise */
+};
+
+/* A policy and what is built from it, shared by the requests decided under it. */
+struct gw_policy {
+    struct policy *policy;
+    struct addr_guard *guard;
+    unsigned refs;
+};
+
+struct gw_policy *gw_policy_ref(struct gw_policy *gp);
+void gw_policy_unref(struct gw_policy *gp);
+
+struct agent_conns {
+    char *id;
+    unsigned n;
+};
+
+struct gateway_counters {
+    uint64_t accepted;
+    uint64_t refused_full; /* connections closed at once: global cap reached */
+    uint64_t requests;
+    uint64_t denied;
+    uint64_t reloads;
+    uint64_t reload_failures;
+};
+
+struct gateway {
+    struct event_base *base;
+    struct gateway_config cfg;
+    struct gw_policy *current;
+    struct listener **listeners;
+    size_t nlisteners;
+    bool listeners_paused;
+    struct resolver *resolver;
+    struct bus bus;
+    struct log_jsonl *log;
+    struct conn *conns; /* doubly linked through conn->next/prev */
+    unsigned nconns;
+    uint64_t next_conn_id;
+    struct agent_conns *agents; /* open connections per agent */
+    size_t nagents;
+    struct gateway_counters counters;
+    bool stopping;
+    struct event *sig_hup, *sig_term, *sig_int, *grace_timer;
+};
+
+/* Returns a gateway serving <policy> (takes ownership) per <cfg> (copied;
+ * the strings and arrays it points to are borrowed and must outlive it), its
+ * listeners bound and its log open, or NULL with a message in <err>. */
+struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *policy, char *err,
+                            size_t errlen);
+/* Runs the loop until a stop completes. Returns 0. */
+int gateway_run(struct gateway *gw);
+/* Loads <path> (the configured one when NULL), indexes it and makes it the
+ * policy for new requests. On failure prints "sluice: reload failed: ..."
+ * on standard error, keeps the old policy, returns -1. */
+int gateway_reload(struct gateway *gw, const char *path);
+/* Stops accepting, closes idle clients, lets requests in flight finish
+ * within the grace period, then leaves the loop. */
+void gateway_stop(struct gateway *gw);
+/* Prints, on standard error, a warning for each grant of <p> that has
+ * expired (requests under it are denied) or expires within the warn window. */
+void gateway_print_grant_warnings(const struct policy *p);
+/* Flushes and closes the log, frees everything. Accepts NULL. */
+void gateway_free(struct gateway *gw);
+
+/* Used by connections. */
+/* True when <ip>:<port> is one of the gateway's listeners. */
+bool gateway_is_self(const struct gateway *gw, const struct ipaddr *ip, uint16_t port);
+/* True when the normalised name <name>:<port> is written as a listener's host. */
+bool gateway_is_self_name(const struct gateway *gw, const char *name, uint16_t port);
+/* Counts one more open connection for agent <id>; returns 0, or -1 when the
+ * agent already has <max> (0: unlimited) or memory ran out. */
+int gateway_agent_acquire(struct gateway *gw, const char *id, unsigned max);
+void gateway_agent_release(struct gateway *gw, const char *id);
+/* A connection has been freed (gateway bookkeeping, resumes listeners). */
+void gateway_conn_gone(struct gateway *gw);
+
+#endif

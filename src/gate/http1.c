@@ -1,0 +1,813 @@
+/* http1: HTTP/1.1 request and response heads (see http1.h). */
+#include "gate/http1.h"
+
+#include <string.h>
+
+#include <event2/buffer.h>
+
+#include "policy/model.h"
+
+/* ---------------------------------------------------------------------- */
+/* Character classes (RFC 9110 5.6.2, 5.5) */
+
+static bool is_tchar(unsigned char c)
+{
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
+        return true;
+    return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+static bool is_digit(unsigned char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+static bool is_hex(unsigned char c)
+{
+    return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+static bool is_alpha(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+
+/* field-vchar / SP / HTAB: VCHAR, obs-text, SP, HT. */
+static bool is_field_char(unsigned char c)
+{
+    return c == '\t' || (c >= 0x20 && c != 0x7f);
+}
+
+/* A byte of a host name in a request target: sluice accepts only what can
+ * become a DNS name or an IP literal; host_normalise() does the rest. */
+static bool is_host_char(unsigned char c)
+{
+    return is_alpha(c) || is_digit(c) || c == '.' || c == '-' || c == '_';
+}
+
+static unsigned char lower(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32) : c;
+}
+
+static bool eqi(const char *a, size_t alen, const char *b)
+{
+    size_t blen = strlen(b);
+    if (alen != blen)
+        return false;
+    for (size_t i = 0; i < alen; i++)
+        if (lower((unsigned char)a[i]) != lower((unsigned char)b[i]))
+            return false;
+    return true;
+}
+
+static bool eqi2(const char *a, size_t alen, const char *b, size_t blen)
+{
+    if (alen != blen)
+        return false;
+    for (size_t i = 0; i < alen; i++)
+        if (lower((unsigned char)a[i]) != lower((unsigned char)b[i]))
+            return false;
+    return true;
+}
+
+static bool is_ows(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+/* The method_bit() mapping of policy/model.h, kept here so that the parser
+ * does not depend on the policy library. Case-sensitive, as HTTP says. */
+static unsigned request_method_bit(const char *m)
+{
+    static const struct {
+        const char *name;
+        unsigned bit;
+    } map[] = {
+        {"GET", METHOD_GET},         {"HEAD", METHOD_HEAD},   {"POST", METHOD_POST},
+        {"PUT", METHOD_PUT},         {"PATCH", METHOD_PATCH}, {"DELETE", METHOD_DELETE},
+        {"OPTIONS", METHOD_OPTIONS}, {"TRACE", METHOD_TRACE}, {"CONNECT", METHOD_CONNECT},
+    };
+    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+        if (strcmp(m, map[i].name) == 0)
+            return map[i].bit;
+    return METHOD_OTHER;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Lists: "a, b ,c" -> elements trimmed of OWS (empty elements included). */
+
+struct list_iter {
+    const char *p;
+    const char *end;
+    bool done;
+};
+
+static void list_init(struct list_iter *it, const char *v, size_t len)
+{
+    it->p = v;
+    it->end = v + len;
+    it->done = false;
+}
+
+static bool list_next(struct list_iter *it, const char **elem, size_t *elen)
+{
+    if (it->done)
+        return false;
+    const char *s = it->p;
+    const char *e = s;
+    while (e < it->end && *e != ',')
+        e++;
+    if (e == it->end)
+        it->done = true;
+    else
+        it->p = e + 1;
+    while (s < e && is_ows(*s))
+        s++;
+    while (e > s && is_ows(e[-1]))
+        e--;
+    *elem = s;
+    *elen = (size_t)(e - s);
+    return true;
+}
+
+static bool all_tchars(const char *s, size_t len)
+{
+    if (len == 0)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (!is_tchar((unsigned char)s[i]))
+            return false;
+    return true;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Head framing and header lines */
+
+/* Finds the end of the head: returns its length, HTTP1_NEED_MORE, or an
+ * error. Every LF must follow a CR. */
+static int find_head_end(const char *buf, size_t len, size_t max_head, const char **why)
+{
+    size_t lim = len < max_head ? len : max_head;
+    size_t line_start = 0;
+    for (size_t i = 0; i < lim; i++) {
+        if (buf[i] != '\n')
+            continue;
+        if (i == 0 || buf[i - 1] != '\r') {
+            *why = "bare LF in head";
+            return HTTP1_BAD;
+        }
+        if (i - line_start == 1 && line_start > 0) {
+            if (i + 1 > (size_t)INT32_MAX) {
+                *why = "head too large";
+                return HTTP1_TOO_BIG;
+            }
+            return (int)(i + 1);
+        }
+        line_start = i + 1;
+    }
+    if (len >= max_head) {
+        *why = "head too large";
+        return HTTP1_TOO_BIG;
+    }
+    return HTTP1_NEED_MORE;
+}
+
+/* Parses the field lines from <p> to <end> (the CRLF ending the last field
+ * line included, the empty line excluded). */
+static int parse_fields(const char *p, const char *end, struct http_header *hdrs, size_t *nhdrs,
+                        const char **why)
+{
+    size_t n = 0;
+    while (p < end) {
+        const char *eol = p;
+        while (eol < end && *eol != '\r')
+            eol++;
+        if (eol + 1 >= end || eol[1] != '\n') {
+            *why = "CR without LF in header";
+            return -1;
+        }
+        if (is_ows(*p)) {
+            *why = "obsolete line folding";
+            return -1;
+        }
+        const char *c = p;
+        while (c < eol && is_tchar((unsigned char)*c))
+            c++;
+        if (c == eol || *c != ':') {
+            *why = c == p ? "invalid header name" : "invalid character in header name";
+            return -1;
+        }
+        if (c == p) {
+            *why = "empty header name";
+            return -1;
+        }
+        if (n == HTTP_MAX_HEADERS) {
+            *why = "too many headers";
+            return -1;
+        }
+        const char *v = c + 1;
+        for (const char *q = v; q < eol; q++) {
+            if (!is_field_char((unsigned char)*q)) {
+                *why = "invalid character in header value";
+                return -1;
+            }
+        }
+        const char *ve = eol;
+        while (v < ve && is_ows(*v))
+            v++;
+        while (ve > v && is_ows(ve[-1]))
+            ve--;
+        hdrs[n].name = p;
+        hdrs[n].name_len = (size_t)(c - p);
+        hdrs[n].value = v;
+        hdrs[n].value_len = (size_t)(ve - v);
+        n++;
+        p = eol + 2;
+    }
+    *nhdrs = n;
+    return 0;
+}
+
+/* Content-Length: 1*DIGIT, possibly as a list of identical values, possibly
+ * over several headers (all identical). <*cl> is -1 before the first. */
+static int merge_content_length(const char *v, size_t len, int64_t *cl, const char **why)
+{
+    struct list_iter it;
+    const char *e;
+    size_t elen;
+    list_init(&it, v, len);
+    while (list_next(&it, &e, &elen)) {
+        if (elen == 0) {
+            *why = "invalid Content-Length";
+            return -1;
+        }
+        int64_t x = 0;
+        for (size_t i = 0; i < elen; i++) {
+            if (!is_digit((unsigned char)e[i])) {
+                *why = "invalid Content-Length";
+                return -1;
+            }
+            int d = e[i] - '0';
+            if (x > (INT64_MAX - d) / 10) {
+                *why = "Content-Length too large";
+                return -1;
+            }
+            x = x * 10 + d;
+        }
+        if (*cl >= 0 && *cl != x) {
+            *why = "conflicting Content-Length values";
+            return -1;
+        }
+        *cl = x;
+    }
+    return 0;
+}
+
+/* Connection: a list of tokens; sets <*close> / <*keep_alive>. */
+static int parse_connection(const char *v, size_t len, bool *close, bool *keep_alive,
+                            const char **why)
+{
+    struct list_iter it;
+    const char *e;
+    size_t elen;
+    list_init(&it, v, len);
+    while (list_next(&it, &e, &elen)) {
+        if (elen == 0)
+            continue;
+        if (!all_tchars(e, elen)) {
+            *why = "invalid Connection header";
+            return -1;
+        }
+        if (eqi(e, elen, "close"))
+            *close = true;
+        else if (eqi(e, elen, "keep-alive"))
+            *keep_alive = true;
+    }
+    return 0;
+}
+
+static const char *const hop_by_hop[] = {
+    "connection",         "keep-alive", "proxy-connection", "proxy-authorization",
+    "proxy-authenticate", "te",         "trailer",          "upgrade",
+};
+
+bool http1_is_hop_by_hop(const char *name, size_t len)
+{
+    for (size_t i = 0; i < sizeof(hop_by_hop) / sizeof(hop_by_hop[0]); i++)
+        if (eqi(name, len, hop_by_hop[i]))
+            return true;
+    return false;
+}
+
+/* True when <name> is listed in one of the Connection headers. */
+static bool named_in_connection(const struct http_header *hdrs, size_t n, const char *name,
+                                size_t name_len)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!eqi(hdrs[i].name, hdrs[i].name_len, "connection"))
+            continue;
+        struct list_iter it;
+        const char *e;
+        size_t elen;
+        list_init(&it, hdrs[i].value, hdrs[i].value_len);
+        while (list_next(&it, &e, &elen))
+            if (eqi2(e, elen, name, name_len))
+                return true;
+    }
+    return false;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Request targets */
+
+/* Parses "host[:port]" / "[v6][:port]" (<len> bytes) into <req>. */
+static int parse_authority(const char *s, size_t len, bool need_port, struct http_request *req,
+                           const char **why)
+{
+    const char *end = s + len;
+    const char *h, *he, *p;
+    if (memchr(s, '@', len) != NULL) {
+        *why = "userinfo in request target";
+        return -1;
+    }
+    if (len > 0 && *s == '[') {
+        h = s + 1;
+        he = h;
+        bool colon = false;
+        while (he < end && *he != ']') {
+            if (*he == ':')
+                colon = true;
+            else if (!is_hex((unsigned char)*he) && *he != '.') {
+                *why = "invalid IPv6 address in request target";
+                return -1;
+            }
+            he++;
+        }
+        if (he == end || he == h || !colon) {
+            *why = "invalid IPv6 address in request target";
+            return -1;
+        }
+        p = he + 1;
+        req->host_ipv6 = true;
+    } else {
+        h = s;
+        he = s;
+        while (he < end && *he != ':') {
+            if (!is_host_char((unsigned char)*he)) {
+                *why = "invalid character in host";
+                return -1;
+            }
+            he++;
+        }
+        p = he;
+        req->host_ipv6 = false;
+    }
+    if (he == h) {
+        *why = "empty host";
+        return -1;
+    }
+    if ((size_t)(he - h) > HTTP_HOST_MAX) {
+        *why = "host too long";
+        return -1;
+    }
+    memcpy(req->host, h, (size_t)(he - h));
+    req->host[he - h] = '\0';
+    if (p == end) {
+        if (need_port) {
+            *why = "CONNECT needs host:port";
+            return -1;
+        }
+        req->port = 80;
+        req->port_explicit = false;
+        return 0;
+    }
+    if (*p != ':') {
+        *why = "invalid request target";
+        return -1;
+    }
+    p++;
+    if (p == end || end - p > 5) {
+        *why = "invalid port";
+        return -1;
+    }
+    unsigned port = 0;
+    for (; p < end; p++) {
+        if (!is_digit((unsigned char)*p)) {
+            *why = "invalid port";
+            return -1;
+        }
+        port = port * 10 + (unsigned)(*p - '0');
+    }
+    if (port == 0 || port > 65535) {
+        *why = "invalid port";
+        return -1;
+    }
+    req->port = (uint16_t)port;
+    req->port_explicit = true;
+    return 0;
+}
+
+static int parse_target(const char *t, size_t len, struct http_request *req, const char **why)
+{
+    req->scheme[0] = '\0';
+    req->host[0] = '\0';
+    req->host_ipv6 = false;
+    req->port = 0;
+    req->port_explicit = false;
+    req->path = NULL;
+    req->path_len = 0;
+    if (memchr(t, '#', len) != NULL) {
+        *why = "fragment in request target";
+        return -1;
+    }
+    if (req->method_bit == METHOD_CONNECT) {
+        req->form = TARGET_AUTHORITY;
+        return parse_authority(t, len, true, req, why);
+    }
+    if (len == 1 && t[0] == '*') {
+        if (req->method_bit != METHOD_OPTIONS) {
+            *why = "asterisk target needs OPTIONS";
+            return -1;
+        }
+        req->form = TARGET_ASTERISK;
+        req->path = t;
+        req->path_len = 1;
+        return 0;
+    }
+    if (t[0] == '/') {
+        req->form = TARGET_ORIGIN;
+        req->path = t;
+        req->path_len = len;
+        return 0;
+    }
+    /* absolute-form: scheme "://" authority [path-abempty] ["?" query] */
+    size_t i = 0;
+    while (i < len && (is_alpha((unsigned char)t[i]) ||
+                       (i > 0 && (is_digit((unsigned char)t[i]) || t[i] == '+' || t[i] == '-' ||
+                                  t[i] == '.'))))
+        i++;
+    if (i == 0 || len - i < 3 || memcmp(t + i, "://", 3) != 0) {
+        *why = "invalid request target";
+        return -1;
+    }
+    if (eqi(t, i, "https")) {
+        *why = "use CONNECT for https";
+        return -1;
+    }
+    if (!eqi(t, i, "http")) {
+        *why = "unsupported scheme";
+        return -1;
+    }
+    memcpy(req->scheme, "http", 5);
+    req->form = TARGET_ABSOLUTE;
+    const char *a = t + i + 3;
+    const char *end = t + len;
+    const char *ae = a;
+    while (ae < end && *ae != '/' && *ae != '?')
+        ae++;
+    if (parse_authority(a, (size_t)(ae - a), false, req, why) != 0)
+        return -1;
+    if (ae == end) {
+        req->path = "/";
+        req->path_len = 1;
+    } else if (*ae == '?') {
+        *why = "missing path before query";
+        return -1;
+    } else {
+        req->path = ae;
+        req->path_len = (size_t)(end - ae);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Requests */
+
+int http1_parse_request(const char *buf, size_t len, size_t max_head, struct http_request *out,
+                        const char **why)
+{
+    int hl = find_head_end(buf, len, max_head, why);
+    if (hl <= 0)
+        return hl;
+    const char *end = buf + hl - 2; /* the final empty line's CRLF excluded */
+
+    /* request-line = method SP request-target SP HTTP-version CRLF */
+    const char *p = buf;
+    const char *m = p;
+    while (p < end && is_tchar((unsigned char)*p))
+        p++;
+    if (p == m || *p != ' ') {
+        *why = "invalid method";
+        return HTTP1_BAD;
+    }
+    if ((size_t)(p - m) > HTTP_METHOD_MAX) {
+        *why = "method too long";
+        return HTTP1_BAD;
+    }
+    memcpy(out->method, m, (size_t)(p - m));
+    out->method[p - m] = '\0';
+    out->method_bit = request_method_bit(out->method);
+    p++;
+    const char *t = p;
+    while (p < end && (unsigned char)*p > 0x20 && (unsigned char)*p < 0x7f)
+        p++;
+    if (p == t || *p != ' ') {
+        *why = "invalid request target";
+        return HTTP1_BAD;
+    }
+    size_t tlen = (size_t)(p - t);
+    p++;
+    if (end - p < 10 || memcmp(p, "HTTP/1.", 7) != 0 || (p[7] != '0' && p[7] != '1') ||
+        p[8] != '\r' || p[9] != '\n') {
+        *why = "unsupported HTTP version";
+        return HTTP1_BAD;
+    }
+    out->version_minor = p[7] - '0';
+    p += 10;
+    if (parse_target(t, tlen, out, why) != 0)
+        return HTTP1_BAD;
+
+    if (parse_fields(p, end, out->headers, &out->nheaders, why) != 0)
+        return HTTP1_BAD;
+
+    out->content_length = -1;
+    out->chunked = false;
+    out->expect_continue = false;
+    out->host_header = NULL;
+    out->host_header_len = 0;
+    out->proxy_authorization = NULL;
+    out->proxy_authorization_len = 0;
+    bool close = false, keep_alive = false, te = false;
+    for (size_t i = 0; i < out->nheaders; i++) {
+        const struct http_header *h = &out->headers[i];
+        if (eqi(h->name, h->name_len, "content-length")) {
+            if (merge_content_length(h->value, h->value_len, &out->content_length, why) != 0)
+                return HTTP1_BAD;
+        } else if (eqi(h->name, h->name_len, "transfer-encoding")) {
+            if (te) {
+                *why = "several Transfer-Encoding headers";
+                return HTTP1_BAD;
+            }
+            te = true;
+            if (!eqi(h->value, h->value_len, "chunked")) {
+                *why = "unsupported Transfer-Encoding";
+                return HTTP1_BAD;
+            }
+            out->chunked = true;
+        } else if (eqi(h->name, h->name_len, "host")) {
+            if (out->host_header != NULL) {
+                *why = "duplicate Host header";
+                return HTTP1_BAD;
+            }
+            out->host_header = h->value;
+            out->host_header_len = h->value_len;
+        } else if (eqi(h->name, h->name_len, "proxy-authorization")) {
+            if (out->proxy_authorization != NULL) {
+                *why = "duplicate Proxy-Authorization header";
+                return HTTP1_BAD;
+            }
+            out->proxy_authorization = h->value;
+            out->proxy_authorization_len = h->value_len;
+        } else if (eqi(h->name, h->name_len, "connection")) {
+            if (parse_connection(h->value, h->value_len, &close, &keep_alive, why) != 0)
+                return HTTP1_BAD;
+        } else if (eqi(h->name, h->name_len, "expect")) {
+            if (eqi(h->value, h->value_len, "100-continue"))
+                out->expect_continue = true;
+        }
+    }
+    if (te && out->content_length >= 0) {
+        *why = "both Content-Length and Transfer-Encoding";
+        return HTTP1_BAD;
+    }
+    if (te && out->version_minor == 0) {
+        *why = "Transfer-Encoding in HTTP/1.0";
+        return HTTP1_BAD;
+    }
+    if (out->version_minor == 1 && out->host_header == NULL) {
+        *why = "missing Host header";
+        return HTTP1_BAD;
+    }
+    if (out->method_bit == METHOD_CONNECT && (te || out->content_length > 0)) {
+        *why = "CONNECT with a body";
+        return HTTP1_BAD;
+    }
+    out->conn_close = close || (out->version_minor == 0 && !keep_alive);
+    out->head_len = (size_t)hl;
+    return hl;
+}
+
+enum body_kind http1_request_body(const struct http_request *req)
+{
+    if (req->method_bit == METHOD_CONNECT)
+        return BODY_NONE;
+    if (req->chunked)
+        return BODY_CHUNKED;
+    if (req->content_length > 0)
+        return BODY_LENGTH;
+    return BODY_NONE;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Responses */
+
+/* Transfer-Encoding of a response: a list of codings; chunked at most once
+ * and only as the final one. */
+static int response_te(const char *v, size_t len, bool *seen_chunked, bool *final_chunked,
+                       const char **why)
+{
+    struct list_iter it;
+    const char *e;
+    size_t elen;
+    list_init(&it, v, len);
+    while (list_next(&it, &e, &elen)) {
+        if (elen == 0)
+            continue;
+        size_t n = 0;
+        while (n < elen && is_tchar((unsigned char)e[n]))
+            n++;
+        if (n == 0) {
+            *why = "invalid Transfer-Encoding";
+            return -1;
+        }
+        if (*seen_chunked) {
+            *why = "chunked is not the final transfer coding";
+            return -1;
+        }
+        *final_chunked = eqi(e, n, "chunked");
+        if (*final_chunked) {
+            if (n != elen) {
+                *why = "invalid Transfer-Encoding";
+                return -1;
+            }
+            *seen_chunked = true;
+        }
+    }
+    return 0;
+}
+
+int http1_parse_response(const char *buf, size_t len, size_t max_head, struct http_response *out,
+                         const char **why)
+{
+    int hl = find_head_end(buf, len, max_head, why);
+    if (hl <= 0)
+        return hl;
+    const char *end = buf + hl - 2;
+    const char *p = buf;
+
+    /* status-line = HTTP-version SP status-code SP [ reason-phrase ] CRLF;
+     * "HTTP/1.1 200\r\n" (no SP) is accepted as well. */
+    if (end - p < 14 || memcmp(p, "HTTP/1.", 7) != 0 || (p[7] != '0' && p[7] != '1') ||
+        p[8] != ' ') {
+        *why = "invalid status line";
+        return HTTP1_BAD;
+    }
+    out->version_minor = p[7] - '0';
+    p += 9;
+    if (!is_digit((unsigned char)p[0]) || !is_digit((unsigned char)p[1]) ||
+        !is_digit((unsigned char)p[2]) || p[0] == '0') {
+        *why = "invalid status code";
+        return HTTP1_BAD;
+    }
+    out->status = (p[0] - '0') * 100 + (p[1] - '0') * 10 + (p[2] - '0');
+    p += 3;
+    if (*p == ' ') {
+        p++;
+    } else if (*p != '\r') {
+        *why = "invalid status line";
+        return HTTP1_BAD;
+    }
+    const char *r = p;
+    while (p < end && *p != '\r') {
+        if (!is_field_char((unsigned char)*p)) {
+            *why = "invalid character in reason phrase";
+            return HTTP1_BAD;
+        }
+        p++;
+    }
+    if (p + 1 >= end || p[1] != '\n') {
+        *why = "invalid status line";
+        return HTTP1_BAD;
+    }
+    out->reason = r;
+    out->reason_len = (size_t)(p - r);
+    p += 2;
+
+    if (parse_fields(p, end, out->headers, &out->nheaders, why) != 0)
+        return HTTP1_BAD;
+
+    out->content_length = -1;
+    out->chunked = false;
+    bool close = false, keep_alive = false, te = false, seen_chunked = false;
+    for (size_t i = 0; i < out->nheaders; i++) {
+        const struct http_header *h = &out->headers[i];
+        if (eqi(h->name, h->name_len, "content-length")) {
+            if (merge_content_length(h->value, h->value_len, &out->content_length, why) != 0)
+                return HTTP1_BAD;
+        } else if (eqi(h->name, h->name_len, "transfer-encoding")) {
+            te = true;
+            if (response_te(h->value, h->value_len, &seen_chunked, &out->chunked, why) != 0)
+                return HTTP1_BAD;
+        } else if (eqi(h->name, h->name_len, "connection")) {
+            if (parse_connection(h->value, h->value_len, &close, &keep_alive, why) != 0)
+                return HTTP1_BAD;
+        }
+    }
+    if (te && out->content_length >= 0) {
+        *why = "both Content-Length and Transfer-Encoding";
+        return HTTP1_BAD;
+    }
+    if (te && out->version_minor == 0) {
+        *why = "Transfer-Encoding in HTTP/1.0";
+        return HTTP1_BAD;
+    }
+    out->conn_close = close || (out->version_minor == 0 && !keep_alive) || (te && !out->chunked);
+    out->head_len = (size_t)hl;
+    return hl;
+}
+
+enum body_kind http1_response_body(const struct http_response *rsp, unsigned request_method_bit)
+{
+    if (request_method_bit == METHOD_HEAD)
+        return BODY_NONE;
+    if (rsp->status < 200 || rsp->status == 204 || rsp->status == 304)
+        return BODY_NONE;
+    if (rsp->chunked)
+        return BODY_CHUNKED;
+    if (rsp->content_length == 0)
+        return BODY_NONE;
+    if (rsp->content_length > 0)
+        return BODY_LENGTH;
+    return BODY_UNTIL_CLOSE;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Writers */
+
+/* Headers that Connection cannot make hop-by-hop: the message framing, which
+ * sluice has already decided on and forwards unchanged (dropping
+ * Content-Length because "Connection: Content-Length" said so would turn the
+ * body into a second request upstream), and Host. */
+static bool is_end_to_end(const char *name, size_t len)
+{
+    return eqi(name, len, "content-length") || eqi(name, len, "transfer-encoding") ||
+           eqi(name, len, "host");
+}
+
+static int write_headers(const struct http_header *hdrs, size_t n, struct evbuffer *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        const struct http_header *h = &hdrs[i];
+        if (http1_is_hop_by_hop(h->name, h->name_len) ||
+            (!is_end_to_end(h->name, h->name_len) &&
+             named_in_connection(hdrs, n, h->name, h->name_len)))
+            continue;
+        if (evbuffer_add(out, h->name, h->name_len) != 0 || evbuffer_add(out, ": ", 2) != 0 ||
+            evbuffer_add(out, h->value, h->value_len) != 0 || evbuffer_add(out, "\r\n", 2) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int http1_write_upstream_request(const struct http_request *req, struct evbuffer *out)
+{
+    if (req->form != TARGET_ABSOLUTE || req->path == NULL)
+        return -1;
+    if (evbuffer_add(out, req->method, strlen(req->method)) != 0 ||
+        evbuffer_add(out, " ", 1) != 0 || evbuffer_add(out, req->path, req->path_len) != 0 ||
+        evbuffer_add(out, " HTTP/1.1\r\n", 11) != 0)
+        return -1;
+    if (req->host_header == NULL) {
+        const char *lb = req->host_ipv6 ? "[" : "";
+        const char *rb = req->host_ipv6 ? "]" : "";
+        int rc = req->port != 80 ? evbuffer_add_printf(out, "Host: %s%s%s:%u\r\n", lb, req->host,
+                                                       rb, (unsigned)req->port)
+                                 : evbuffer_add_printf(out, "Host: %s%s%s\r\n", lb, req->host, rb);
+        if (rc < 0)
+            return -1;
+    }
+    if (write_headers(req->headers, req->nheaders, out) != 0)
+        return -1;
+    if (evbuffer_add(out, "Connection: close\r\n\r\n", 21) != 0)
+        return -1;
+    return 0;
+}
+
+int http1_write_upstream_response(const struct http_response *rsp, struct evbuffer *out,
+                                  bool keep_alive)
+{
+    if (evbuffer_add_printf(out, "HTTP/1.1 %03d ", rsp->status) < 0 ||
+        evbuffer_add(out, rsp->reason, rsp->reason_len) != 0 || evbuffer_add(out, "\r\n", 2) != 0)
+        return -1;
+    if (write_headers(rsp->headers, rsp->nheaders, out) != 0)
+        return -1;
+    if (rsp->status >= 200) {
+        const char *c = keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
+        if (evbuffer_add(out, c, strlen(c)) != 0)
+            return -1;
+    }
+    if (evbuffer_add(out, "\r\n", 2) != 0)
+        return -1;
+    return 0;
+}

@@ -1,0 +1,153 @@
+/* http1: HTTP/1.1 request and response heads, for a forward proxy.
+ *
+ * Pure parsers (no sockets, no libevent) over a byte range that is NOT
+ * NUL-terminated, plus two serialisers that write the head to forward into a
+ * libevent evbuffer. Strict where ambiguity could smuggle a request past the
+ * gateway (RFC 9112 framing: CRLF only, no obs-fold, no CL+TE, one
+ * Content-Length value, Transfer-Encoding exactly "chunked"), lenient only
+ * where real servers differ harmlessly (empty reason phrases).
+ *
+ * Ownership: every pointer in a parsed struct http_request / http_response
+ * (path, headers[].name/value, host_header, proxy_authorization, reason)
+ * points into the caller's buffer <buf>; it stays valid only while that
+ * buffer is neither freed nor moved (with an evbuffer: pullup head_len bytes,
+ * parse, write the upstream head, and only then drain head_len). The fixed
+ * arrays (method, scheme, host) are NUL-terminated copies. */
+#ifndef SLUICE_GATE_HTTP1_H
+#define SLUICE_GATE_HTTP1_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct evbuffer;
+
+#define HTTP_MAX_HEADERS 100
+#define HTTP_METHOD_MAX  31  /* bytes in a method token */
+#define HTTP_HOST_MAX    255 /* bytes in the target's host */
+
+/* Return values of the head parsers (a positive value is the head length). */
+#define HTTP1_NEED_MORE 0
+#define HTTP1_BAD       (-1)
+#define HTTP1_TOO_BIG   (-2)
+
+enum target_form {
+    TARGET_ORIGIN,    /* "/path?q": not a proxy request; the caller refuses it */
+    TARGET_ABSOLUTE,  /* "http://host[:port]/path?q" */
+    TARGET_AUTHORITY, /* "host:port", CONNECT only */
+    TARGET_ASTERISK,  /* "*", OPTIONS only */
+};
+
+struct http_header {
+    const char *name; /* a token, as sent (compare case-insensitively) */
+    size_t name_len;
+    const char *value; /* trimmed of leading and trailing SP/HT; may be empty */
+    size_t value_len;
+};
+
+struct http_request {
+    char method[HTTP_METHOD_MAX + 1]; /* the token, case as sent */
+    unsigned method_bit;              /* enum method_bit of policy/model.h */
+    enum target_form form;
+    char scheme[8]; /* "http" for TARGET_ABSOLUTE, "" otherwise */
+    /* TARGET_ABSOLUTE and TARGET_AUTHORITY: the target's host, brackets
+     * removed for IPv6, NOT normalised (use host_normalise()). Only bytes
+     * [A-Za-z0-9.-_] for a name, [0-9A-Fa-f:.] for a bracketed IPv6; never
+     * empty. "" for the other forms. */
+    char host[HTTP_HOST_MAX + 1];
+    bool host_ipv6;     /* the host was written in [brackets] */
+    uint16_t port;      /* explicit, else 80 for http://; 0 for origin/asterisk form */
+    bool port_explicit; /* always true for CONNECT */
+    /* TARGET_ABSOLUTE: path and query ("/" when the target has no path;
+     * then it points to a static string). TARGET_ORIGIN: the whole target.
+     * TARGET_ASTERISK: "*". TARGET_AUTHORITY: NULL, 0. */
+    const char *path;
+    size_t path_len;
+    int version_minor; /* 0 or 1 (HTTP/1.0, HTTP/1.1) */
+    struct http_header headers[HTTP_MAX_HEADERS];
+    size_t nheaders;
+    int64_t content_length;  /* -1 when absent */
+    bool chunked;            /* Transfer-Encoding: chunked */
+    bool conn_close;         /* HTTP/1.0 without keep-alive, or Connection: close */
+    bool expect_continue;    /* Expect: 100-continue */
+    const char *host_header; /* the Host value (trimmed), NULL when absent */
+    size_t host_header_len;
+    const char *proxy_authorization; /* NULL when absent; never forwarded */
+    size_t proxy_authorization_len;
+    size_t head_len; /* bytes of the head, final CRLF included */
+};
+
+struct http_response {
+    int status; /* 100..999 */
+    int version_minor;
+    const char *reason; /* the reason phrase as sent (may be empty) */
+    size_t reason_len;
+    int64_t content_length; /* -1 when absent */
+    bool chunked;           /* chunked is the final transfer coding */
+    bool conn_close;        /* Connection: close, HTTP/1.0 without keep-alive, or a
+                             * body that ends only when the server closes */
+    struct http_header headers[HTTP_MAX_HEADERS];
+    size_t nheaders;
+    size_t head_len;
+};
+
+/* Parses a request head from <buf> (<len> bytes). Returns the head length
+ * (> 0) and fills <out>; HTTP1_NEED_MORE (0) when the head is incomplete and
+ * <len> < <max_head>; HTTP1_BAD (-1) with <*why> set to a static phrase
+ * (e.g. "both Content-Length and Transfer-Encoding", "use CONNECT for https")
+ * for a malformed or ambiguous request; HTTP1_TOO_BIG (-2) when no complete
+ * head fits in <max_head> bytes. A bare LF is reported as HTTP1_BAD as soon
+ * as it is seen; the rest is checked once the head is complete. Bytes after
+ * the head (a body, a pipelined request) are not looked at. */
+int http1_parse_request(const char *buf, size_t len, size_t max_head, struct http_request *out,
+                        const char **why);
+
+/* Same convention for a response head ("HTTP/1.x SP 3DIGIT [SP reason]").
+ * An interim response (1xx) is a complete head of its own: parse again after
+ * it. A Transfer-Encoding whose final coding is not chunked makes the body
+ * last until close (RFC 9112 6.3) and sets conn_close. */
+int http1_parse_response(const char *buf, size_t len, size_t max_head, struct http_response *out,
+                         const char **why);
+
+enum body_kind {
+    BODY_NONE,
+    BODY_LENGTH,      /* content_length (> 0) bytes */
+    BODY_CHUNKED,     /* frame it with chunked.h */
+    BODY_UNTIL_CLOSE, /* responses only: until the server closes */
+};
+
+/* The body that follows a request head: chunked, Content-Length > 0, or
+ * none (CONNECT never has one: its following bytes are the tunnel). */
+enum body_kind http1_request_body(const struct http_request *req);
+
+/* The body that follows a response to a request with <request_method_bit>
+ * (METHOD_HEAD: none): none for 1xx, 204, 304 and Content-Length: 0. */
+enum body_kind http1_response_body(const struct http_response *rsp, unsigned request_method_bit);
+
+/* True when the header <name> (<len> bytes, any case) is hop-by-hop for a
+ * proxy: Connection, Keep-Alive, Proxy-Connection, Proxy-Authorization,
+ * Proxy-Authenticate, TE, Trailer, Upgrade. (Headers named in Connection are
+ * hop-by-hop too; the writers check those separately.) */
+bool http1_is_hop_by_hop(const char *name, size_t len);
+
+/* Appends to <out> the head to send upstream for <req> (TARGET_ABSOLUTE
+ * only): "METHOD SP path SP HTTP/1.1", every header except the hop-by-hop
+ * ones and those named in Connection (so never Proxy-Authorization; but
+ * Content-Length, Transfer-Encoding and Host are always kept), a Host
+ * header built from the target when the request had none (HTTP/1.0), then
+ * "Connection: close" (sluice does not pool upstream connections: one
+ * upstream connection per request, so a response without length ends at
+ * close) and the final CRLF. Content-Length / Transfer-Encoding are kept:
+ * the body is forwarded unchanged. Returns 0, or -1 (wrong form, or the
+ * evbuffer could not grow; <out> may then hold a partial head). */
+int http1_write_upstream_request(const struct http_request *req, struct evbuffer *out);
+
+/* Appends to <out> the head to send to the client for <rsp>: "HTTP/1.1 SP
+ * status SP reason", every header except the hop-by-hop ones and those named
+ * in Connection, then "Connection: keep-alive" or "Connection: close" per
+ * <keep_alive> (no Connection header on a 1xx), and the final CRLF.
+ * Returns 0 or -1. */
+int http1_write_upstream_response(const struct http_response *rsp, struct evbuffer *out,
+                                  bool keep_alive);
+
+#endif

@@ -1,0 +1,377 @@
+#include "gate/listener.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <event2/listener.h>
+
+#define LISTEN_BACKLOG  511
+#define LOCAL_ADDRS_MAX 64
+
+struct listener {
+    struct listen_addr addr;
+    struct evconnlistener *lev;
+    struct event *pause_timer;
+    listener_accept_fn fn;
+    void *arg;
+    bool unspecified; /* bound to 0.0.0.0 or :: */
+    struct ipaddr local[LOCAL_ADDRS_MAX];
+    size_t nlocal;
+};
+
+void sockaddr_format(const struct sockaddr *sa, char *out, size_t outlen)
+{
+    char ip[INET6_ADDRSTRLEN];
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)sa;
+        inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
+        snprintf(out, outlen, "%s:%u", ip, (unsigned)ntohs(in->sin_port));
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)(const void *)sa;
+        inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof(ip));
+        snprintf(out, outlen, "[%s]:%u", ip, (unsigned)ntohs(in6->sin6_port));
+    } else if (sa->sa_family == AF_UNIX) {
+        const struct sockaddr_un *un = (const struct sockaddr_un *)(const void *)sa;
+        snprintf(out, outlen, "unix:%.*s", (int)sizeof(un->sun_path), un->sun_path);
+    } else {
+        snprintf(out, outlen, "?");
+    }
+}
+
+int sockaddr_to_ipaddr(const struct sockaddr *sa, struct ipaddr *ip, uint16_t *port)
+{
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)sa;
+        ipaddr_from_v4(ip, ntohl(in->sin_addr.s_addr));
+        *port = ntohs(in->sin_port);
+        return 0;
+    }
+    if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)(const void *)sa;
+        memcpy(ip->b, &in6->sin6_addr, 16);
+        *port = ntohs(in6->sin6_port);
+        return 0;
+    }
+    return -1;
+}
+
+static int parse_port(const char *s, uint16_t *port)
+{
+    char *end;
+    if (*s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v > 65535)
+        return -1;
+    *port = (uint16_t)v;
+    return 0;
+}
+
+static int parse_unix(const char *path, struct listen_addr *out, const char **why)
+{
+    struct sockaddr_un *un = (struct sockaddr_un *)(void *)&out->ss;
+    size_t len = strlen(path);
+    if (len == 0 || path[0] != '/') {
+        *why = "unix socket path must be absolute";
+        return -1;
+    }
+    if (len >= sizeof(un->sun_path)) {
+        *why = "unix socket path too long";
+        return -1;
+    }
+    out->kind = LISTEN_UNIX;
+    un->sun_family = AF_UNIX;
+    memcpy(un->sun_path, path, len + 1);
+    out->sslen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + 1);
+    snprintf(out->text, sizeof(out->text), "unix:%s", path);
+    return 0;
+}
+
+int listen_addr_parse(const char *s, struct listen_addr *out, const char **why)
+{
+    memset(out, 0, sizeof(*out));
+    if (strncmp(s, "unix:", 5) == 0)
+        return parse_unix(s + 5, out, why);
+
+    const char *colon;
+    char host[LISTEN_ADDR_TEXT];
+    size_t hlen;
+    if (s[0] == '[') {
+        const char *rb = strchr(s, ']');
+        if (rb == NULL || rb[1] != ':') {
+            *why = "expected [V6]:PORT";
+            return -1;
+        }
+        hlen = (size_t)(rb - s - 1);
+        if (hlen == 0 || hlen >= sizeof(host)) {
+            *why = "invalid IPv6 address";
+            return -1;
+        }
+        memcpy(host, s + 1, hlen);
+        colon = rb + 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (colon == NULL || colon == s) {
+            *why = "expected HOST:PORT, [V6]:PORT or unix:/path";
+            return -1;
+        }
+        hlen = (size_t)(colon - s);
+        if (hlen >= sizeof(host) || memchr(s, ':', hlen) != NULL) {
+            *why = "expected HOST:PORT (IPv6 needs brackets)";
+            return -1;
+        }
+        memcpy(host, s, hlen);
+    }
+    host[hlen] = '\0';
+    uint16_t port;
+    if (parse_port(colon + 1, &port) < 0) {
+        *why = "invalid port";
+        return -1;
+    }
+
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
+    hints.ai_family = s[0] == '[' ? AF_INET6 : AF_UNSPEC;
+    if (s[0] == '[')
+        hints.ai_flags |= AI_NUMERICHOST;
+    if (getaddrinfo(host, colon + 1, &hints, &res) != 0 || res == NULL) {
+        *why = "cannot resolve listen address";
+        return -1;
+    }
+    if (res->ai_addrlen > sizeof(out->ss)) {
+        freeaddrinfo(res);
+        *why = "unsupported address";
+        return -1;
+    }
+    out->kind = LISTEN_TCP;
+    memcpy(&out->ss, res->ai_addr, res->ai_addrlen);
+    out->sslen = (socklen_t)res->ai_addrlen;
+    freeaddrinfo(res);
+    memcpy(out->host, host, hlen + 1);
+    sockaddr_format((const struct sockaddr *)&out->ss, out->text, sizeof(out->text));
+    return 0;
+}
+
+static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa,
+                      int salen, void *arg)
+{
+    struct listener *l = arg;
+    (void)lev;
+    l->fn(l, fd, sa, (socklen_t)salen, l->arg);
+}
+
+static void on_resume(evutil_socket_t fd, short what, void *arg)
+{
+    struct listener *l = arg;
+    (void)fd;
+    (void)what;
+    evconnlistener_enable(l->lev);
+}
+
+/* accept() failed (EMFILE, ENFILE, ENOBUFS...): back off instead of spinning. */
+static void on_accept_error(struct evconnlistener *lev, void *arg)
+{
+    struct listener *l = arg;
+    static const struct timeval backoff = {0, 100 * 1000};
+    int err = EVUTIL_SOCKET_ERROR();
+    fprintf(stderr, "sluice: accept on %s: %s\n", l->addr.text, evutil_socket_error_to_string(err));
+    evconnlistener_disable(lev);
+    evtimer_add(l->pause_timer, &backoff);
+}
+
+static void collect_local_addrs(struct listener *l)
+{
+    struct ifaddrs *ifa = NULL;
+    l->nlocal = 0;
+    if (getifaddrs(&ifa) != 0)
+        return;
+    for (struct ifaddrs *i = ifa; i != NULL && l->nlocal < LOCAL_ADDRS_MAX; i = i->ifa_next) {
+        uint16_t port;
+        if (i->ifa_addr == NULL)
+            continue;
+        if (sockaddr_to_ipaddr(i->ifa_addr, &l->local[l->nlocal], &port) == 0)
+            l->nlocal++;
+    }
+    freeifaddrs(ifa);
+}
+
+static evutil_socket_t open_unix(const struct listen_addr *a, char *err, size_t errlen)
+{
+    const struct sockaddr_un *un = (const struct sockaddr_un *)(const void *)&a->ss;
+    struct stat st;
+    if (lstat(un->sun_path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode)) {
+            snprintf(err, errlen, "%s: exists and is not a socket", a->text);
+            return -1;
+        }
+        unlink(un->sun_path); /* a stale socket from an earlier run */
+    }
+    evutil_socket_t fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: socket: %s", a->text, strerror(errno));
+        return -1;
+    }
+    if (bind(fd, (const struct sockaddr *)&a->ss, a->sslen) != 0) {
+        snprintf(err, errlen, "%s: bind: %s", a->text, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (chmod(un->sun_path, 0660) != 0) {
+        snprintf(err, errlen, "%s: chmod: %s", a->text, strerror(errno));
+        unlink(un->sun_path);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+struct listener *listener_open(struct event_base *base, const struct listen_addr *a,
+                               listener_accept_fn fn, void *arg, char *err, size_t errlen)
+{
+    struct listener *l = calloc(1, sizeof(*l));
+    if (l == NULL) {
+        snprintf(err, errlen, "%s: out of memory", a->text);
+        return NULL;
+    }
+    l->addr = *a;
+    l->fn = fn;
+    l->arg = arg;
+    unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE;
+    if (a->kind == LISTEN_UNIX) {
+        evutil_socket_t fd = open_unix(a, err, errlen);
+        if (fd < 0)
+            goto err;
+        l->lev = evconnlistener_new(base, on_accept, l, flags, LISTEN_BACKLOG, fd);
+        if (l->lev == NULL) {
+            snprintf(err, errlen, "%s: listen: %s", a->text, strerror(errno));
+            close(fd);
+            goto err_unlink;
+        }
+    } else {
+        l->lev = evconnlistener_new_bind(base, on_accept, l, flags, LISTEN_BACKLOG,
+                                         (const struct sockaddr *)&a->ss, (int)a->sslen);
+        if (l->lev == NULL) {
+            snprintf(err, errlen, "%s: cannot listen: %s", a->text, strerror(errno));
+            goto err;
+        }
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        if (getsockname(evconnlistener_get_fd(l->lev), (struct sockaddr *)&ss, &sl) == 0) {
+            memcpy(&l->addr.ss, &ss, sl);
+            l->addr.sslen = sl;
+            sockaddr_format((const struct sockaddr *)&ss, l->addr.text, sizeof(l->addr.text));
+        }
+        struct ipaddr ip;
+        uint16_t port;
+        static const struct ipaddr any6 = {{0}};
+        struct ipaddr any4;
+        ipaddr_from_v4(&any4, 0);
+        if (sockaddr_to_ipaddr((const struct sockaddr *)&l->addr.ss, &ip, &port) == 0 &&
+            (ipaddr_equal(&ip, &any6) || ipaddr_equal(&ip, &any4))) {
+            l->unspecified = true;
+            collect_local_addrs(l);
+        }
+    }
+    l->pause_timer = evtimer_new(base, on_resume, l);
+    if (l->pause_timer == NULL) {
+        snprintf(err, errlen, "%s: out of memory", a->text);
+        evconnlistener_free(l->lev);
+        goto err_unlink;
+    }
+    evconnlistener_set_error_cb(l->lev, on_accept_error);
+    return l;
+
+err_unlink:
+    if (a->kind == LISTEN_UNIX)
+        unlink(((const struct sockaddr_un *)(const void *)&a->ss)->sun_path);
+err:
+    free(l);
+    return NULL;
+}
+
+void listener_shutdown(struct listener *l)
+{
+    if (l->pause_timer != NULL) {
+        event_free(l->pause_timer);
+        l->pause_timer = NULL;
+    }
+    if (l->lev != NULL) {
+        evconnlistener_free(l->lev);
+        l->lev = NULL;
+        if (l->addr.kind == LISTEN_UNIX)
+            unlink(((const struct sockaddr_un *)(const void *)&l->addr.ss)->sun_path);
+    }
+}
+
+void listener_free(struct listener *l)
+{
+    if (l == NULL)
+        return;
+    listener_shutdown(l);
+    free(l);
+}
+
+void listener_pause(struct listener *l)
+{
+    if (l->lev == NULL)
+        return;
+    evconnlistener_disable(l->lev);
+    evtimer_del(l->pause_timer);
+}
+
+void listener_resume(struct listener *l)
+{
+    if (l->lev != NULL)
+        evconnlistener_enable(l->lev);
+}
+
+const struct listen_addr *listener_addr(const struct listener *l)
+{
+    return &l->addr;
+}
+
+bool listener_is_unix(const struct listener *l)
+{
+    return l->addr.kind == LISTEN_UNIX;
+}
+
+bool listener_covers(const struct listener *l, const struct ipaddr *ip, uint16_t port)
+{
+    struct ipaddr mine;
+    uint16_t myport;
+    if (l->addr.kind != LISTEN_TCP)
+        return false;
+    if (sockaddr_to_ipaddr((const struct sockaddr *)&l->addr.ss, &mine, &myport) < 0 ||
+        myport != port)
+        return false;
+    static const struct ipaddr any6 = {{0}};
+    struct ipaddr any4;
+    ipaddr_from_v4(&any4, 0);
+    /* Connecting to 0.0.0.0 or :: reaches the local host. */
+    if (ipaddr_equal(&mine, ip) || ipaddr_equal(ip, &any4) || ipaddr_equal(ip, &any6))
+        return true;
+    if (!l->unspecified)
+        return false;
+    /* Bound to every address: any local address reaches it, and so does all
+     * of 127.0.0.0/8 and ::1. */
+    if (ipaddr_is_v4(ip) && (ipaddr_v4(ip) >> 24) == 127)
+        return true;
+    static const struct ipaddr lo6 = {{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}};
+    if (ipaddr_equal(ip, &lo6))
+        return true;
+    for (size_t i = 0; i < l->nlocal; i++)
+        if (ipaddr_equal(&l->local[i], ip))
+            return true;
+    return false;
+}

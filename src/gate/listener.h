@@ -1,0 +1,75 @@
+/* listener: the addresses `sluice serve` listens on.
+ *
+ * ADDR is SPEC.md's "HOST:PORT", "[V6]:PORT" or "unix:/path/to.sock".
+ * TCP listeners bind with SO_REUSEADDR and a backlog of 511. A unix
+ * listener replaces a stale socket file (only when the path is a socket:
+ * any other file is an error), is made mode 0660 before it listens (owner
+ * and group may connect; `run` relays connect as the same user), and is
+ * unlinked when the listener is freed. Port 0 picks a free port; the
+ * listener then reports the port it got.
+ *
+ * Accept errors such as EMFILE pause the listener for 100 ms instead of
+ * spinning. */
+#ifndef SLUICE_GATE_LISTENER_H
+#define SLUICE_GATE_LISTENER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <event2/event.h>
+#include <event2/util.h>
+
+#include "util/ipaddr.h"
+
+#define LISTEN_ADDR_TEXT 160
+
+enum listen_kind { LISTEN_TCP, LISTEN_UNIX };
+
+struct listen_addr {
+    enum listen_kind kind;
+    struct sockaddr_storage ss; /* TCP: the address to bind; UNIX: sockaddr_un */
+    socklen_t sslen;
+    char host[LISTEN_ADDR_TEXT]; /* TCP: the HOST as written (for self_request) */
+    char text[LISTEN_ADDR_TEXT]; /* as printed: "127.0.0.1:3128", "[::1]:3128", "unix:/p" */
+};
+
+/* Parses <s> into <out>. A HOST that is not an IP literal is looked up
+ * once with getaddrinfo() (start-up only: this may block). Returns 0, or -1
+ * with <*why> set to a static phrase. */
+int listen_addr_parse(const char *s, struct listen_addr *out, const char **why);
+
+struct listener;
+
+/* Called for each accepted connection; the callee owns <fd>. */
+typedef void (*listener_accept_fn)(struct listener *l, evutil_socket_t fd,
+                                   const struct sockaddr *sa, socklen_t salen, void *arg);
+
+/* Binds and listens on <a>. Returns the listener (free with listener_free),
+ * or NULL with a message in <err>. */
+struct listener *listener_open(struct event_base *base, const struct listen_addr *a,
+                               listener_accept_fn fn, void *arg, char *err, size_t errlen);
+/* Stops listening, closes the socket, unlinks a unix socket. Accepts NULL. */
+void listener_free(struct listener *l);
+/* Stops listening for good (closes the socket, unlinks a unix socket) but
+ * keeps the address, so listener_covers() still answers. */
+void listener_shutdown(struct listener *l);
+void listener_pause(struct listener *l);
+void listener_resume(struct listener *l);
+
+/* The address actually bound (the port filled in when 0 was asked for). */
+const struct listen_addr *listener_addr(const struct listener *l);
+bool listener_is_unix(const struct listener *l);
+
+/* True when <ip>:<port> reaches listener <l>: the same address, or any
+ * local address when <l> is bound to the unspecified address. */
+bool listener_covers(const struct listener *l, const struct ipaddr *ip, uint16_t port);
+
+/* Formats "ip:port" / "[v6]:port" for <sa> into <out>. */
+void sockaddr_format(const struct sockaddr *sa, char *out, size_t outlen);
+/* Converts an AF_INET/AF_INET6 sockaddr to an ipaddr and port. Returns 0 or -1. */
+int sockaddr_to_ipaddr(const struct sockaddr *sa, struct ipaddr *ip, uint16_t *port);
+
+#endif

@@ -1,0 +1,71 @@
+/* resolve: the gateway's own DNS, on the event loop (libevent's evdns).
+ *
+ * The gateway resolves names itself and connects to the address it checked,
+ * so there is no second lookup and no rebinding window. Names in the
+ * policy's dns.static map are answered first, without a query (always on a
+ * later loop iteration, never inside resolver_lookup()). Otherwise A and
+ * AAAA are queried together (no search domains) against dns.servers, or
+ * the servers in /etc/resolv.conf; with no server at all a lookup fails
+ * (RESOLVE_ERR_NO_SERVERS) instead of waiting. Each query times out after
+ * 2 s, 2 attempts. Nothing here blocks (no getaddrinfo).
+ *
+ * Owns: the evdns base, a copy of the static map, and every in-flight
+ * request until its callback has run or it was cancelled. */
+#ifndef SLUICE_GATE_RESOLVE_H
+#define SLUICE_GATE_RESOLVE_H
+
+#include <stddef.h>
+
+#include "policy/model.h"
+#include "util/ipaddr.h"
+
+struct event_base;
+struct resolver;
+struct resolve_req;
+
+#define RESOLVE_MAX_ADDRS 16
+
+/* Errors given to a resolve_cb (all negative). */
+enum resolve_err {
+    RESOLVE_ERR_NXDOMAIN = -1,   /* the name does not exist, or has no A/AAAA */
+    RESOLVE_ERR_TIMEOUT = -2,    /* no answer in time */
+    RESOLVE_ERR_NO_SERVERS = -3, /* no name server configured */
+    RESOLVE_ERR_FAILED = -4,     /* server failure, refused, bad name, shutdown */
+};
+
+/* Called once per lookup, on the event loop: <err> 0 with <n> >= 1
+ * addresses (A answers first, then AAAA; at most RESOLVE_MAX_ADDRS; the
+ * array is valid only during the call), or <err> < 0 with n == 0. */
+typedef void (*resolve_cb)(int err, const struct ipaddr *addrs, size_t n, void *arg);
+
+/* Returns a new resolver on <base> (borrowed, must outlive it) configured
+ * from <cfg> (borrowed; the static map is copied). Servers come from
+ * cfg->servers ("IP", "IP:PORT", "[V6]:PORT"), else /etc/resolv.conf.
+ * Returns NULL with <*err> set (malloc'd, caller frees) when a configured
+ * server cannot be added or memory runs out. */
+struct resolver *resolver_new(struct event_base *base, const struct dns_cfg *cfg, char **err);
+
+/* Applies a reloaded policy's <cfg>: swaps the static map and, when the
+ * server list changed, rebuilds the evdns base (in-flight lookups finish on
+ * the old one). Returns 0, or -1 and keeps the old configuration. */
+int resolver_reload(struct resolver *r, const struct dns_cfg *cfg);
+
+/* Frees <r>. In-flight lookups are cancelled: their callbacks never run.
+ * evdns reports each cancelled query on a later loop turn, which is when
+ * its small request record is released; a process that frees the event
+ * base right after may leak those few bytes. Accepts NULL. */
+void resolver_free(struct resolver *r);
+
+/* Starts resolving <name> (NUL-terminated, host_normalise()'s normal form;
+ * an IP literal is answered as itself). <cb> runs later, never from inside
+ * this call. Returns a handle valid until <cb> has run or resolve_cancel()
+ * was called, or NULL when the lookup could not start (out of memory;
+ * then <cb> is never called). */
+struct resolve_req *resolver_lookup(struct resolver *r, const char *name, resolve_cb cb, void *arg);
+
+/* Cancels <req>: its callback is never called and the handle is invalid
+ * afterwards. Must not be called from inside that request's callback.
+ * Accepts NULL. */
+void resolve_cancel(struct resolve_req *req);
+
+#endif

@@ -1,0 +1,215 @@
+/* sni: the server name of a TLS ClientHello (see sni.h).
+ *
+ * RFC 8446 4.1.2 / RFC 5246 7.4.1.2, RFC 6066 3:
+ *   record      = type(1)=22 version(2)=3.x length(2) fragment
+ *   handshake   = msg_type(1)=1 length(3) ClientHello
+ *   ClientHello = legacy_version(2) random(32) session_id<0..32>
+ *                 cipher_suites<2..2^16-2> compression_methods<1..2^8-1>
+ *                 [extensions<..2^16-1>]
+ *   server_name = server_name_list<1..2^16-1> of name_type(1) HostName<1..2^16-1>
+ * The handshake message is gathered from the records into a local buffer,
+ * then walked with a cursor that tells "past the declared length"
+ * (malformed) from "past the bytes received so far" (need more). */
+#include "gate/sni.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+#define TLS_RECORD_HEADER  5
+#define TLS_MAX_FRAGMENT   16384
+#define TLS_HANDSHAKE      22
+#define TLS_CLIENT_HELLO   1
+#define EXT_SERVER_NAME    0
+#define NAME_TYPE_HOSTNAME 0
+
+struct cursor {
+    const uint8_t *b;
+    size_t pos;
+    size_t avail; /* bytes of b received so far */
+};
+
+/* Claims <n> bytes at the cursor within <end>: 0, or an sni_result. */
+static int take(struct cursor *c, size_t end, size_t n, size_t *at)
+{
+    if (n > end - c->pos)
+        return SNI_MALFORMED;
+    if (c->pos + n > c->avail)
+        return SNI_NEED_MORE;
+    *at = c->pos;
+    c->pos += n;
+    return -1;
+}
+
+#define TAKE(c, end, n, at)                                                                        \
+    do {                                                                                           \
+        int rc_ = take((c), (end), (n), (at));                                                     \
+        if (rc_ >= 0)                                                                              \
+            return (enum sni_result)rc_;                                                           \
+    } while (0)
+
+static size_t be16(const uint8_t *p)
+{
+    return ((size_t)p[0] << 8) | p[1];
+}
+
+/* Walks the server_name extension body [c->pos, end). */
+static enum sni_result parse_server_name(struct cursor *c, size_t end, size_t *name_at,
+                                         size_t *name_len)
+{
+    size_t at;
+    TAKE(c, end, 2, &at);
+    size_t list_len = be16(c->b + at);
+    if (list_len == 0 || list_len != end - c->pos)
+        return SNI_MALFORMED;
+    bool found = false;
+    while (c->pos < end) {
+        TAKE(c, end, 3, &at);
+        uint8_t type = c->b[at];
+        size_t n = be16(c->b + at + 1);
+        if (n == 0)
+            return SNI_MALFORMED;
+        TAKE(c, end, n, &at);
+        if (type != NAME_TYPE_HOSTNAME)
+            continue;
+        if (found || n > SNI_NAME_MAX || memchr(c->b + at, 0, n) != NULL)
+            return SNI_MALFORMED;
+        found = true;
+        *name_at = at;
+        *name_len = n;
+    }
+    return found ? SNI_FOUND : SNI_ABSENT;
+}
+
+/* Walks the ClientHello body of the handshake message in c->b. */
+static enum sni_result parse_client_hello(struct cursor *c, size_t end, size_t *name_at,
+                                          size_t *name_len)
+{
+    size_t at;
+    TAKE(c, end, 2 + 32, &at); /* legacy_version, random */
+    if (c->b[at] != 3)
+        return SNI_MALFORMED;
+    TAKE(c, end, 1, &at);
+    size_t n = c->b[at];
+    if (n > 32)
+        return SNI_MALFORMED;
+    TAKE(c, end, n, &at);
+    TAKE(c, end, 2, &at);
+    n = be16(c->b + at);
+    if (n < 2 || n % 2 != 0)
+        return SNI_MALFORMED;
+    TAKE(c, end, n, &at);
+    TAKE(c, end, 1, &at);
+    n = c->b[at];
+    if (n < 1)
+        return SNI_MALFORMED;
+    TAKE(c, end, n, &at);
+    if (c->pos == end)
+        return SNI_ABSENT; /* no extensions at all (TLS 1.0 style) */
+    TAKE(c, end, 2, &at);
+    if (be16(c->b + at) != end - c->pos)
+        return SNI_MALFORMED;
+    bool seen = false; /* a server_name extension */
+    bool found = false;
+    while (c->pos < end) {
+        TAKE(c, end, 4, &at);
+        size_t type = be16(c->b + at);
+        size_t ext_end_len = be16(c->b + at + 2);
+        if (ext_end_len > end - c->pos)
+            return SNI_MALFORMED;
+        size_t ext_end = c->pos + ext_end_len;
+        if (type != EXT_SERVER_NAME) {
+            TAKE(c, end, ext_end_len, &at);
+            continue;
+        }
+        if (seen)
+            return SNI_MALFORMED; /* a second server_name extension */
+        seen = true;
+        enum sni_result r = parse_server_name(c, ext_end, name_at, name_len);
+        if (r != SNI_FOUND && r != SNI_ABSENT)
+            return r;
+        found = r == SNI_FOUND;
+    }
+    return found ? SNI_FOUND : SNI_ABSENT;
+}
+
+/* Checks the record header bytes present at <p> (<n> < 5 allowed). */
+static enum sni_result check_record_header(const uint8_t *p, size_t n, bool first)
+{
+    enum sni_result bad = first ? SNI_NOT_TLS : SNI_MALFORMED;
+    if (n >= 1 && p[0] != TLS_HANDSHAKE)
+        return bad;
+    if (n >= 2 && p[1] != 3)
+        return bad;
+    if (n >= 3 && p[2] > 4)
+        return bad;
+    if (n >= 5) {
+        size_t rlen = be16(p + 3);
+        if (rlen == 0 || rlen > TLS_MAX_FRAGMENT)
+            return SNI_MALFORMED;
+    }
+    return SNI_NEED_MORE;
+}
+
+enum sni_result sni_parse(const uint8_t *buf, size_t len, char *name, size_t name_cap,
+                          size_t *name_len)
+{
+    uint8_t hs[SNI_MAX_HELLO];
+    size_t have = 0; /* handshake bytes gathered */
+    size_t need = 0; /* 4 + message length, once known */
+    size_t pos = 0;
+    bool first = true;
+
+    *name_len = 0;
+    if (len == 0)
+        return SNI_NEED_MORE;
+    while (need == 0 || have < need) {
+        size_t left = len - pos;
+        enum sni_result r = check_record_header(buf + pos, left, first);
+        if (r != SNI_NEED_MORE)
+            return r;
+        if (left < TLS_RECORD_HEADER)
+            break;
+        first = false;
+        size_t rlen = be16(buf + pos + 3);
+        const uint8_t *frag = buf + pos + TLS_RECORD_HEADER;
+        size_t flen = left - TLS_RECORD_HEADER < rlen ? left - TLS_RECORD_HEADER : rlen;
+        size_t i = 0;
+        while (i < flen && (need == 0 || have < need)) {
+            if (need == 0) {
+                hs[have++] = frag[i++];
+                if (have == 1 && hs[0] != TLS_CLIENT_HELLO)
+                    return SNI_MALFORMED;
+                if (have == 4) {
+                    size_t msg = ((size_t)hs[1] << 16) | ((size_t)hs[2] << 8) | hs[3];
+                    if (msg > SNI_MAX_HELLO - 4)
+                        return SNI_MALFORMED;
+                    need = 4 + msg;
+                }
+                continue;
+            }
+            size_t n = need - have < flen - i ? need - have : flen - i;
+            memcpy(hs + have, frag + i, n);
+            have += n;
+            i += n;
+        }
+        if (need != 0 && have >= need)
+            break;
+        if (flen < rlen)
+            break; /* a partial record: everything received is in hs */
+        pos += TLS_RECORD_HEADER + rlen;
+    }
+    if (need == 0)
+        return SNI_NEED_MORE; /* handshake header incomplete, valid so far */
+
+    struct cursor c = {.b = hs, .pos = 4, .avail = have};
+    size_t at = 0, n = 0;
+    enum sni_result r = parse_client_hello(&c, need, &at, &n);
+    if (r != SNI_FOUND)
+        return r;
+    if (n + 1 > name_cap)
+        return SNI_MALFORMED;
+    memcpy(name, hs + at, n);
+    name[n] = '\0';
+    *name_len = n;
+    return SNI_FOUND;
+}

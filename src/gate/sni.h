@@ -1,0 +1,36 @@
+/* sni: the server name a TLS client asks for, read from its ClientHello.
+ *
+ * Used on the first bytes of a CONNECT tunnel, before they are forwarded, to
+ * refuse a tunnel whose SNI names another host than the CONNECT target
+ * (sni_mismatch). Pure: no allocation, no TLS library. Reassembles a
+ * ClientHello fragmented over several handshake records (legacy record
+ * versions 3.0 to 3.4), bounded to SNI_MAX_HELLO bytes of handshake message,
+ * and bounds-checks every length it walks. */
+#ifndef SLUICE_GATE_SNI_H
+#define SLUICE_GATE_SNI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SNI_NAME_MAX  255         /* bytes in a server name */
+#define SNI_MAX_HELLO (16384 + 4) /* handshake header + ClientHello body */
+
+enum sni_result {
+    SNI_FOUND,     /* <name> holds the host_name */
+    SNI_ABSENT,    /* a valid ClientHello without server_name (or without a host_name in it) */
+    SNI_NEED_MORE, /* the bytes so far are a valid prefix of a ClientHello */
+    SNI_NOT_TLS,   /* the first record header is not a TLS handshake record (SSLv2 too) */
+    SNI_MALFORMED, /* TLS handshake records, but not a valid ClientHello */
+};
+
+/* Parses the ClientHello at the start of <buf> (<len> bytes). On SNI_FOUND
+ * copies the host_name bytes, raw (the caller normalises them; never a NUL,
+ * 1 to SNI_NAME_MAX bytes), into <name> followed by a NUL, and sets
+ * <*name_len> (without the NUL). A name that does not fit <name_cap> - 1 is
+ * SNI_MALFORMED: pass SNI_NAME_MAX + 1 bytes. NEED_MORE is only returned for
+ * a prefix that is valid so far: a prefix of a FOUND/ABSENT input is never
+ * MALFORMED. Bytes after the ClientHello are ignored. */
+enum sni_result sni_parse(const uint8_t *buf, size_t len, char *name, size_t name_cap,
+                          size_t *name_len);
+
+#endif

@@ -1,0 +1,260 @@
+#include "gate/tunnel.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#define TUNNEL_CHUNK  65536 /* bytes moved by one splice */
+#define TUNNEL_BUF    16384 /* the read/write fallback's buffer */
+#define TUNNEL_ROUNDS 16    /* rounds per wakeup, so one busy tunnel cannot starve the loop */
+
+struct dir {
+    struct tunnel *t;
+    evutil_socket_t src, dst;
+    int pipe[2];      /* splice mode; -1 in copy mode */
+    char *buf;        /* copy mode */
+    size_t off;       /* copy mode: first unsent byte in buf */
+    size_t pending;   /* bytes read from src and not yet written to dst */
+    bool eof;         /* src has ended */
+    bool done;        /* eof seen, everything delivered, dst shut down for writing */
+    uint64_t bytes;   /* delivered to dst */
+    struct event *rd; /* src readable */
+    struct event *wr; /* dst writable */
+};
+
+struct tunnel {
+    evutil_socket_t fd[2]; /* client, upstream */
+    struct dir d[2];       /* d[0]: client -> upstream; d[1]: upstream -> client */
+    struct event *idle;
+    struct timeval idle_tv;
+    bool ended;
+    tunnel_cb cb;
+    void *arg;
+};
+
+static void end(struct tunnel *t, enum tunnel_end how)
+{
+    if (t->ended)
+        return;
+    t->ended = true;
+    for (int i = 0; i < 2; i++) {
+        event_del(t->d[i].rd);
+        event_del(t->d[i].wr);
+    }
+    event_del(t->idle);
+    t->cb(t, how, t->arg);
+}
+
+static int to_copy_mode(struct dir *d)
+{
+    d->buf = malloc(TUNNEL_BUF);
+    if (d->buf == NULL)
+        return -1;
+    close(d->pipe[0]);
+    close(d->pipe[1]);
+    d->pipe[0] = d->pipe[1] = -1;
+    return 0;
+}
+
+/* Writes what is pending to dst. Returns 1 when all was written, 0 when dst
+ * is full (wr armed), -1 on error. */
+static int drain(struct dir *d)
+{
+    while (d->pending > 0) {
+        ssize_t n;
+        if (d->pipe[0] >= 0)
+            n = splice(d->pipe[0], NULL, d->dst, NULL, d->pending,
+                       SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        else
+            n = send(d->dst, d->buf + d->off, d->pending, MSG_NOSIGNAL);
+        if (n > 0) {
+            d->pending -= (size_t)n;
+            d->off += (size_t)n;
+            d->bytes += (uint64_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            event_add(d->wr, NULL);
+            return 0;
+        }
+        return -1;
+    }
+    d->off = 0;
+    return 1;
+}
+
+/* Reads from src into the pipe or buffer. Returns 1 with bytes pending or
+ * at EOF, 0 when src has nothing (rd armed), -1 on error. */
+static int fill(struct dir *d)
+{
+    for (;;) {
+        ssize_t n;
+        if (d->pipe[1] >= 0)
+            n = splice(d->src, NULL, d->pipe[1], NULL, TUNNEL_CHUNK,
+                       SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        else
+            n = recv(d->src, d->buf, TUNNEL_BUF, 0);
+        if (n > 0) {
+            d->pending = (size_t)n;
+            d->off = 0;
+            return 1;
+        }
+        if (n == 0) {
+            d->eof = true;
+            return 1;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            event_add(d->rd, NULL);
+            return 0;
+        }
+        if (errno == EINVAL && d->pipe[1] >= 0) {
+            if (to_copy_mode(d) < 0)
+                return -1;
+            continue;
+        }
+        return -1;
+    }
+}
+
+/* Moves what it can in one direction. Returns -1 on error. */
+static int pump(struct dir *d)
+{
+    bool progress = false;
+    int rc = 0;
+    for (int round = 0; round < TUNNEL_ROUNDS && !d->done; round++) {
+        uint64_t before = d->bytes;
+        rc = drain(d);
+        if (d->bytes != before)
+            progress = true;
+        if (rc <= 0)
+            break;
+        if (d->eof) {
+            shutdown(d->dst, SHUT_WR);
+            d->done = true;
+            break;
+        }
+        rc = fill(d);
+        if (rc <= 0)
+            break;
+        progress = true;
+    }
+    if (rc > 0 && !d->done) {
+        /* Out of rounds: come back on the next loop iteration. */
+        if (d->pending > 0)
+            event_add(d->wr, NULL);
+        else
+            event_add(d->rd, NULL);
+    }
+    if (progress)
+        event_add(d->t->idle, &d->t->idle_tv);
+    return rc < 0 ? -1 : 0;
+}
+
+static void on_io(evutil_socket_t fd, short what, void *arg)
+{
+    struct dir *d = arg;
+    struct tunnel *t = d->t;
+    (void)fd;
+    (void)what;
+    if (pump(d) < 0) {
+        end(t, TUNNEL_ERROR);
+        return;
+    }
+    if (t->d[0].done && t->d[1].done)
+        end(t, TUNNEL_DONE);
+}
+
+static void on_idle(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    end(arg, TUNNEL_IDLE);
+}
+
+struct tunnel *tunnel_new(struct event_base *base, evutil_socket_t client_fd,
+                          evutil_socket_t upstream_fd, uint64_t idle_ms, tunnel_cb cb, void *arg)
+{
+    struct tunnel *t = calloc(1, sizeof(*t));
+    if (t == NULL) {
+        close(client_fd);
+        close(upstream_fd);
+        return NULL;
+    }
+    t->fd[0] = client_fd;
+    t->fd[1] = upstream_fd;
+    t->cb = cb;
+    t->arg = arg;
+    t->idle_tv.tv_sec = (time_t)(idle_ms / 1000);
+    t->idle_tv.tv_usec = (suseconds_t)((idle_ms % 1000) * 1000);
+    for (int i = 0; i < 2; i++) {
+        struct dir *d = &t->d[i];
+        d->t = t;
+        d->src = t->fd[i];
+        d->dst = t->fd[1 - i];
+        d->pipe[0] = d->pipe[1] = -1;
+    }
+    t->idle = evtimer_new(base, on_idle, t);
+    if (t->idle == NULL)
+        goto err;
+    for (int i = 0; i < 2; i++) {
+        struct dir *d = &t->d[i];
+        if (pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
+            d->pipe[0] = d->pipe[1] = -1;
+            d->buf = malloc(TUNNEL_BUF);
+            if (d->buf == NULL)
+                goto err;
+        }
+        d->rd = event_new(base, d->src, EV_READ, on_io, d);
+        d->wr = event_new(base, d->dst, EV_WRITE, on_io, d);
+        if (d->rd == NULL || d->wr == NULL)
+            goto err;
+        event_add(d->rd, NULL);
+    }
+    event_add(t->idle, &t->idle_tv);
+    return t;
+err:
+    tunnel_free(t);
+    return NULL;
+}
+
+void tunnel_free(struct tunnel *t)
+{
+    if (t == NULL)
+        return;
+    for (int i = 0; i < 2; i++) {
+        struct dir *d = &t->d[i];
+        if (d->rd != NULL)
+            event_free(d->rd);
+        if (d->wr != NULL)
+            event_free(d->wr);
+        if (d->pipe[0] >= 0)
+            close(d->pipe[0]);
+        if (d->pipe[1] >= 0)
+            close(d->pipe[1]);
+        free(d->buf);
+    }
+    if (t->idle != NULL)
+        event_free(t->idle);
+    close(t->fd[0]);
+    close(t->fd[1]);
+    free(t);
+}
+
+uint64_t tunnel_bytes_up(const struct tunnel *t)
+{
+    return t->d[0].bytes;
+}
+
+uint64_t tunnel_bytes_down(const struct tunnel *t)
+{
+    return t->d[1].bytes;
+}

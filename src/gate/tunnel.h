@@ -1,0 +1,36 @@
+/* tunnel: the opaque byte pipe of an allowed CONNECT.
+ *
+ * Moves bytes between two connected sockets with splice(2) through one pipe
+ * per direction (zero copy), falling back to read/write through a 16 KiB
+ * buffer where splice is refused (EINVAL: a socket type that cannot splice).
+ * Counts bytes both ways. Half-close: when one side ends, what it sent is
+ * delivered and the other side gets shutdown(SHUT_WR); the tunnel is done
+ * when both directions have ended, on an error, or after <idle_ms> without
+ * a byte either way.
+ *
+ * Owns: both sockets (closed by tunnel_free) and its pipes and events. */
+#ifndef SLUICE_GATE_TUNNEL_H
+#define SLUICE_GATE_TUNNEL_H
+
+#include <stdint.h>
+
+#include <event2/util.h>
+
+struct event_base;
+struct tunnel;
+
+enum tunnel_end { TUNNEL_DONE, TUNNEL_IDLE, TUNNEL_ERROR };
+
+/* Called once when the tunnel ends; the callee frees it with tunnel_free(). */
+typedef void (*tunnel_cb)(struct tunnel *t, enum tunnel_end how, void *arg);
+
+/* Starts a tunnel between <client_fd> and <upstream_fd> (takes ownership of
+ * both, also on failure). Returns NULL when out of memory or descriptors. */
+struct tunnel *tunnel_new(struct event_base *base, evutil_socket_t client_fd,
+                          evutil_socket_t upstream_fd, uint64_t idle_ms, tunnel_cb cb, void *arg);
+/* Closes both sockets and frees <t>. Accepts NULL. */
+void tunnel_free(struct tunnel *t);
+uint64_t tunnel_bytes_up(const struct tunnel *t);   /* client -> upstream */
+uint64_t tunnel_bytes_down(const struct tunnel *t); /* upstream -> client */
+
+#endif

@@ -1,0 +1,160 @@
+#include "gate/upstream.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+
+struct upstream_connect {
+    struct event_base *base;
+    struct ipaddr addrs[UPSTREAM_MAX_ADDRS];
+    size_t n;
+    size_t next; /* the next address to try */
+    uint16_t port;
+    struct timeval timeout;
+    struct bufferevent *bev; /* the attempt in progress */
+    evutil_socket_t fd;
+    struct event *kick; /* starts or continues the attempts off the caller's stack */
+    upstream_cb cb;
+    void *arg;
+};
+
+void upstream_sockaddr(const struct ipaddr *a, uint16_t port, struct sockaddr_storage *ss,
+                       socklen_t *len)
+{
+    memset(ss, 0, sizeof(*ss));
+    if (ipaddr_is_v4(a)) {
+        struct sockaddr_in *in = (struct sockaddr_in *)(void *)ss;
+        in->sin_family = AF_INET;
+        in->sin_port = htons(port);
+        in->sin_addr.s_addr = htonl(ipaddr_v4(a));
+        *len = sizeof(*in);
+    } else {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)(void *)ss;
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons(port);
+        memcpy(&in6->sin6_addr, a->b, 16);
+        *len = sizeof(*in6);
+    }
+}
+
+static void drop_attempt(struct upstream_connect *uc)
+{
+    if (uc->bev != NULL) {
+        bufferevent_free(uc->bev);
+        uc->bev = NULL;
+    }
+    if (uc->fd >= 0) {
+        close(uc->fd);
+        uc->fd = -1;
+    }
+}
+
+static void finish(struct upstream_connect *uc, int err)
+{
+    upstream_cb cb = uc->cb;
+    void *arg = uc->arg;
+    struct bufferevent *bev = uc->bev;
+    evutil_socket_t fd = uc->fd;
+    size_t idx = uc->next > 0 ? uc->next - 1 : 0;
+    if (err != 0) {
+        drop_attempt(uc);
+        bev = NULL;
+        fd = -1;
+    } else {
+        bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
+        bufferevent_set_timeouts(bev, NULL, NULL);
+    }
+    event_free(uc->kick);
+    free(uc);
+    cb(err, bev, fd, idx, arg);
+}
+
+static void try_next(struct upstream_connect *uc);
+
+static void on_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct upstream_connect *uc = arg;
+    (void)bev;
+    if (what & BEV_EVENT_CONNECTED) {
+        int one = 1;
+        setsockopt(uc->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        finish(uc, 0);
+        return;
+    }
+    drop_attempt(uc);
+    /* Continue from the loop, not from inside this bufferevent's callback. */
+    event_active(uc->kick, EV_TIMEOUT, 0);
+}
+
+static void try_next(struct upstream_connect *uc)
+{
+    while (uc->next < uc->n) {
+        struct sockaddr_storage ss;
+        socklen_t len;
+        const struct ipaddr *a = &uc->addrs[uc->next++];
+        upstream_sockaddr(a, uc->port, &ss, &len);
+        uc->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (uc->fd < 0)
+            continue;
+        uc->bev = bufferevent_socket_new(uc->base, uc->fd, 0);
+        if (uc->bev == NULL) {
+            drop_attempt(uc);
+            continue;
+        }
+        bufferevent_setcb(uc->bev, NULL, NULL, on_event, uc);
+        bufferevent_set_timeouts(uc->bev, &uc->timeout, &uc->timeout);
+        if (bufferevent_socket_connect(uc->bev, (struct sockaddr *)&ss, (int)len) == 0)
+            return; /* on_event tells */
+        drop_attempt(uc);
+    }
+    finish(uc, -1);
+}
+
+static void on_kick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    try_next(arg);
+}
+
+struct upstream_connect *upstream_connect_start(struct event_base *base, const struct ipaddr *addrs,
+                                                size_t n, uint16_t port, unsigned timeout_ms,
+                                                upstream_cb cb, void *arg)
+{
+    struct upstream_connect *uc = calloc(1, sizeof(*uc));
+    if (uc == NULL)
+        return NULL;
+    uc->kick = evtimer_new(base, on_kick, uc);
+    if (uc->kick == NULL) {
+        free(uc);
+        return NULL;
+    }
+    if (n > UPSTREAM_MAX_ADDRS)
+        n = UPSTREAM_MAX_ADDRS;
+    memcpy(uc->addrs, addrs, n * sizeof(addrs[0]));
+    uc->n = n;
+    uc->base = base;
+    uc->port = port;
+    uc->fd = -1;
+    uc->timeout.tv_sec = timeout_ms / 1000;
+    uc->timeout.tv_usec = (timeout_ms % 1000) * 1000;
+    uc->cb = cb;
+    uc->arg = arg;
+    event_active(uc->kick, EV_TIMEOUT, 0);
+    return uc;
+}
+
+void upstream_connect_cancel(struct upstream_connect *uc)
+{
+    if (uc == NULL)
+        return;
+    drop_attempt(uc);
+    event_free(uc->kick);
+    free(uc);
+}

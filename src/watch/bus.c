@@ -1,0 +1,24 @@
+#include "watch/bus.h"
+
+#include <string.h>
+
+void bus_init(struct bus *b)
+{
+    memset(b, 0, sizeof(*b));
+}
+
+int bus_subscribe(struct bus *b, bus_fn fn, void *arg)
+{
+    if (b->nsubs >= BUS_MAX_SUBSCRIBERS)
+        return -1;
+    b->subs[b->nsubs].fn = fn;
+    b->subs[b->nsubs].arg = arg;
+    b->nsubs++;
+    return 0;
+}
+
+void bus_publish(const struct bus *b, const struct egress_event *ev)
+{
+    for (int i = 0; i < b->nsubs; i++)
+        b->subs[i].fn(ev, b->subs[i].arg);
+}

@@ -1,0 +1,27 @@
+/* bus: delivers each egress event to every subscriber, synchronously, in
+ * subscription order. Subscribers run on the event loop and must not block:
+ * one that needs slow work (a webhook, a database write) queues it.
+ * The bus owns only its subscriber list. */
+#ifndef SLUICE_WATCH_BUS_H
+#define SLUICE_WATCH_BUS_H
+
+#include "watch/event.h"
+
+#define BUS_MAX_SUBSCRIBERS 16
+
+typedef void (*bus_fn)(const struct egress_event *ev, void *arg);
+
+struct bus {
+    struct {
+        bus_fn fn;
+        void *arg;
+    } subs[BUS_MAX_SUBSCRIBERS];
+    int nsubs;
+};
+
+void bus_init(struct bus *b);
+/* Returns 0, or -1 when the table is full. */
+int bus_subscribe(struct bus *b, bus_fn fn, void *arg);
+void bus_publish(const struct bus *b, const struct egress_event *ev);
+
+#endif

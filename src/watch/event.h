@@ -1,0 +1,45 @@
+/* event: the one decision event every request becomes.
+ *
+ * The gate fills a struct egress_event when it decides a request (kind
+ * EVENT_EGRESS, before any byte goes upstream) and when the request ends
+ * (EVENT_EGRESS_END), and hands it to the bus (bus.h). The log writer,
+ * alert detectors, metrics and state store subscribe; the gate never knows
+ * who listens. Every pointer in an event is borrowed and valid only for the
+ * duration of bus_publish(): a subscriber copies what it keeps. */
+#ifndef SLUICE_WATCH_EVENT_H
+#define SLUICE_WATCH_EVENT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "policy/decision.h"
+
+enum event_kind { EVENT_EGRESS, EVENT_EGRESS_END };
+
+struct egress_event {
+    enum event_kind kind;
+    struct timespec ts;  /* wall clock (CLOCK_REALTIME) when it happened */
+    const char *id;      /* "c17.1": connection 17, request 1 */
+    const char *agent;   /* agent id */
+    const char *method;  /* "GET", "CONNECT", ...; NULL when unparseable */
+    unsigned method_bit; /* method_bit(method) */
+    const char *scheme;  /* "http" or "https" (CONNECT); NULL when unknown */
+    const char *host;    /* normalised host or canonical IP; NULL when unparseable */
+    uint16_t port;
+    const char *path;        /* NULL where it cannot be seen (inside a tunnel) */
+    enum tier tier;          /* TIER_NONE when no rule covers the request */
+    const struct rule *rule; /* deciding rule or NULL ("rules[N]" in the log) */
+    const char *owner;       /* grant owner or NULL */
+    enum verdict verdict;
+    enum deny_reason reason; /* REASON_NONE when allowed */
+    const char *ip;          /* the address connected to (or refused); NULL when none */
+
+    /* EVENT_EGRESS_END only. */
+    int status;          /* HTTP status returned to the agent; 0 when none (tunnel: 200) */
+    uint64_t bytes_up;   /* bytes sent upstream (bodies and tunnel data, not our heads) */
+    uint64_t bytes_down; /* bytes returned to the agent */
+    uint64_t ms;         /* duration since the request was decided */
+};
+
+#endif

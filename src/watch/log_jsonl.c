@@ -1,0 +1,595 @@
+/* log_jsonl: the decision log writer (see log_jsonl.h). */
+#include "watch/log_jsonl.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+
+/* A line is formatted on the stack when it fits, else in a heap buffer of
+ * the exact size. Event strings are bounded by the gate (request heads are
+ * capped by limits.header_bytes) and escaping grows them at most 6 times,
+ * so a line never legitimately reaches this cap. */
+#define LINE_STACK   4096
+#define LINE_MAX_LEN (16u * 1024 * 1024)
+
+struct log_jsonl {
+    struct event_base *base;
+    char *path; /* NULL for standard output */
+    int fd;
+    bool is_sock;  /* write with send(MSG_DONTWAIT) */
+    bool pollable; /* not a regular file: EV_WRITE works on it */
+    bool broken;   /* the reader is gone (EPIPE): drop from now on */
+    bool reported;
+    struct evbuffer *pending;
+    size_t pending_lines; /* complete lines in <pending> */
+    size_t pending_max;
+    struct event *wev;
+    uint64_t dropped;
+};
+
+/* ---------------------------------------------------------------- format */
+
+struct out {
+    char *p;
+    size_t cap;
+    size_t len; /* would-be length, may exceed cap */
+};
+
+static void put(struct out *o, const char *s, size_t n)
+{
+    if (o->len < o->cap) {
+        size_t room = o->cap - o->len;
+        memcpy(o->p + o->len, s, n < room ? n : room);
+    }
+    o->len += n;
+}
+
+static void puts_lit(struct out *o, const char *s)
+{
+    put(o, s, strlen(s));
+}
+
+static void put_u64(struct out *o, uint64_t v)
+{
+    char buf[24];
+    int n = snprintf(buf, sizeof(buf), "%" PRIu64, v);
+    put(o, buf, (size_t)n);
+}
+
+/* Length of the valid UTF-8 sequence at <s> (<n> bytes left), or 0 when
+ * the bytes there are not one (RFC 3629: no overlongs, no surrogates,
+ * nothing above U+10FFFF). */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned char c = s[0];
+    size_t len;
+    unsigned char lo = 0x80, hi = 0xbf;
+
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        len = 2;
+    else if (c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        if (c == 0xe0)
+            lo = 0xa0;
+        else if (c == 0xed)
+            hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        if (c == 0xf0)
+            lo = 0x90;
+        else if (c == 0xf4)
+            hi = 0x8f;
+    } else
+        return 0;
+    if (n < len)
+        return 0;
+    if (s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < len; i++)
+        if (s[i] < 0x80 || s[i] > 0xbf)
+            return 0;
+    return len;
+}
+
+/* Writes <s> as a JSON string (with quotes), or null. */
+static void put_str(struct out *o, const char *s)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n;
+
+    if (s == NULL) {
+        puts_lit(o, "null");
+        return;
+    }
+    n = strlen(s);
+    put(o, "\"", 1);
+    for (size_t i = 0; i < n;) {
+        size_t run = i;
+        /* Copy the longest run of bytes that need no escaping at once. */
+        while (run < n && p[run] >= 0x20 && p[run] < 0x7f && p[run] != '"' && p[run] != '\\')
+            run++;
+        if (run > i) {
+            put(o, s + i, run - i);
+            i = run;
+            continue;
+        }
+        unsigned char c = p[i];
+        if (c == '"') {
+            puts_lit(o, "\\\"");
+            i++;
+        } else if (c == '\\') {
+            puts_lit(o, "\\\\");
+            i++;
+        } else if (c == '\n') {
+            puts_lit(o, "\\n");
+            i++;
+        } else if (c == '\r') {
+            puts_lit(o, "\\r");
+            i++;
+        } else if (c == '\t') {
+            puts_lit(o, "\\t");
+            i++;
+        } else if (c < 0x20 || c == 0x7f) {
+            char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 0xf]};
+            put(o, e, sizeof(e));
+            i++;
+        } else {
+            size_t len = utf8_seq(p + i, n - i);
+            if (len == 0) {
+                puts_lit(o, "\\ufffd");
+                i++;
+            } else if (len == 3 && p[i] == 0xe2 && p[i + 1] == 0x80 &&
+                       (p[i + 2] == 0xa8 || p[i + 2] == 0xa9)) {
+                /* U+2028/U+2029 are valid JSON but end lines in JavaScript. */
+                puts_lit(o, p[i + 2] == 0xa8 ? "\\u2028" : "\\u2029");
+                i += 3;
+            } else {
+                put(o, s + i, len);
+                i += len;
+            }
+        }
+    }
+    put(o, "\"", 1);
+}
+
+static void put_key(struct out *o, const char *key)
+{
+    put(o, ",\"", 2);
+    puts_lit(o, key);
+    put(o, "\":", 2);
+}
+
+static void put_ts(struct out *o, const struct timespec *ts)
+{
+    struct tm tm;
+    char buf[40];
+    time_t t = ts->tv_sec;
+    long ms = ts->tv_nsec / 1000000;
+
+    if (ms < 0 || ms > 999)
+        ms = 0;
+    if (gmtime_r(&t, &tm) == NULL) {
+        memset(&tm, 0, sizeof(tm));
+        tm.tm_year = 70;
+        tm.tm_mday = 1;
+    }
+    int n =
+        snprintf(buf, sizeof(buf), "\"%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ\"", tm.tm_year + 1900,
+                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+    if (n > 0)
+        put(o, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
+}
+
+static void put_tier(struct out *o, enum tier t)
+{
+    if (t < TIER_0 || t > TIER_3)
+        puts_lit(o, "null");
+    else
+        put_u64(o, (uint64_t)t);
+}
+
+size_t log_jsonl_format(const struct egress_event *ev, char *out, size_t cap)
+{
+    struct out o = {out, cap > 0 ? cap - 1 : 0, 0};
+
+    puts_lit(&o, "{\"ts\":");
+    put_ts(&o, &ev->ts);
+    put_key(&o, "event");
+    put_str(&o, ev->kind == EVENT_EGRESS_END ? "agent_egress_end" : "agent_egress");
+    put_key(&o, "id");
+    put_str(&o, ev->id);
+    put_key(&o, "agent");
+    put_str(&o, ev->agent);
+    if (ev->kind == EVENT_EGRESS_END) {
+        put_key(&o, "host");
+        put_str(&o, ev->host);
+        put_key(&o, "tier");
+        put_tier(&o, ev->tier);
+        put_key(&o, "status");
+        if (ev->status > 0)
+            put_u64(&o, (uint64_t)ev->status);
+        else
+            puts_lit(&o, "null");
+        put_key(&o, "bytes_up");
+        put_u64(&o, ev->bytes_up);
+        put_key(&o, "bytes_down");
+        put_u64(&o, ev->bytes_down);
+        put_key(&o, "ms");
+        put_u64(&o, ev->ms);
+    } else {
+        put_key(&o, "method");
+        put_str(&o, ev->method);
+        put_key(&o, "scheme");
+        put_str(&o, ev->scheme);
+        put_key(&o, "host");
+        put_str(&o, ev->host);
+        put_key(&o, "port");
+        if (ev->port != 0)
+            put_u64(&o, ev->port);
+        else
+            puts_lit(&o, "null");
+        put_key(&o, "path");
+        put_str(&o, ev->path);
+        put_key(&o, "tier");
+        put_tier(&o, ev->tier);
+        put_key(&o, "rule");
+        if (ev->rule != NULL) {
+            char buf[40];
+            int n = snprintf(buf, sizeof(buf), "\"rules[%zu]\"", ev->rule->index);
+            put(&o, buf, (size_t)n);
+        } else {
+            puts_lit(&o, "null");
+        }
+        put_key(&o, "owner");
+        put_str(&o, ev->owner);
+        put_key(&o, "decision");
+        put_str(&o, verdict_name(ev->verdict));
+        put_key(&o, "reason");
+        put_str(&o, ev->reason == REASON_NONE ? NULL : reason_name(ev->reason));
+        put_key(&o, "ip");
+        put_str(&o, ev->ip);
+    }
+    put(&o, "}\n", 2);
+    if (cap > 0)
+        out[o.len < cap ? o.len : cap - 1] = '\0';
+    return o.len;
+}
+
+/* ---------------------------------------------------------------- writer */
+
+static void on_writable(evutil_socket_t fd, short what, void *arg);
+
+static void report(struct log_jsonl *l, const char *what, int e)
+{
+    if (l->reported)
+        return;
+    l->reported = true;
+    fprintf(stderr, "sluice: log %s: %s: %s\n", l->path ? l->path : "(stdout)", what, strerror(e));
+}
+
+/* Counts the complete lines in the first <n> bytes of <pending>. */
+static size_t count_lines(struct evbuffer *b, size_t n)
+{
+    size_t lines = 0;
+    struct evbuffer_ptr pos;
+
+    if (n == 0)
+        return 0;
+    evbuffer_ptr_set(b, &pos, 0, EVBUFFER_PTR_SET);
+    for (;;) {
+        struct evbuffer_ptr end;
+        evbuffer_ptr_set(b, &end, n, EVBUFFER_PTR_SET);
+        pos = evbuffer_search_range(b, "\n", 1, &pos, &end);
+        if (pos.pos < 0)
+            break;
+        lines++;
+        if (evbuffer_ptr_set(b, &pos, 1, EVBUFFER_PTR_ADD) < 0)
+            break;
+    }
+    return lines;
+}
+
+/* Drops everything pending (the reader is gone), counting the lines. */
+static void drop_pending(struct log_jsonl *l)
+{
+    l->dropped += l->pending_lines;
+    l->pending_lines = 0;
+    evbuffer_drain(l->pending, evbuffer_get_length(l->pending));
+}
+
+/* Writes what the descriptor takes now. Returns 1 when something is still
+ * pending (EAGAIN), 0 when the buffer is empty, -1 on a hard error. */
+static int drain(struct log_jsonl *l)
+{
+    while (evbuffer_get_length(l->pending) > 0) {
+        size_t len = evbuffer_get_contiguous_space(l->pending);
+        const unsigned char *p = evbuffer_pullup(l->pending, (ev_ssize_t)len);
+        ssize_t w;
+
+        if (l->is_sock)
+            w = send(l->fd, p, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        else
+            w = write(l->fd, p, len);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return 1;
+            int e = errno;
+            report(l, "write failed", e);
+            if (e == EPIPE || e == EBADF || e == ECONNRESET) {
+                l->broken = true;
+                drop_pending(l);
+            }
+            return -1;
+        }
+        if (w == 0)
+            return 1;
+        size_t done = count_lines(l->pending, (size_t)w);
+        l->pending_lines -= done < l->pending_lines ? done : l->pending_lines;
+        evbuffer_drain(l->pending, (size_t)w);
+        l->reported = false;
+    }
+    return 0;
+}
+
+static void schedule(struct log_jsonl *l, int rc)
+{
+    if (l->wev == NULL)
+        return;
+    if (rc == 1 && l->pollable) {
+        if (!event_pending(l->wev, EV_WRITE, NULL))
+            event_add(l->wev, NULL);
+    } else if (rc == 1) {
+        struct timeval tv = {0, 100000};
+        event_add(l->wev, &tv);
+    } else if (rc == -1 && evbuffer_get_length(l->pending) > 0) {
+        /* A transient error (ENOSPC, EIO): retry within a second. */
+        struct timeval tv = {1, 0};
+        event_add(l->wev, &tv);
+    } else {
+        event_del(l->wev);
+    }
+}
+
+static void on_writable(evutil_socket_t fd, short what, void *arg)
+{
+    struct log_jsonl *l = arg;
+    (void)fd;
+    (void)what;
+    schedule(l, drain(l));
+}
+
+static int make_event(struct log_jsonl *l)
+{
+    if (l->wev != NULL)
+        event_free(l->wev);
+    l->wev = NULL;
+    /* Regular files are always writable and epoll refuses them: their
+     * retries go through a plain timer instead. */
+    struct stat st;
+    l->pollable = fstat(l->fd, &st) == 0 && !S_ISREG(st.st_mode);
+    l->wev =
+        event_new(l->base, l->pollable ? l->fd : -1, l->pollable ? EV_WRITE : 0, on_writable, l);
+    return l->wev != NULL ? 0 : -1;
+}
+
+static int open_path(const char *path)
+{
+    return open(path, O_WRONLY | O_CREAT | O_APPEND | O_NONBLOCK | O_CLOEXEC, 0640);
+}
+
+/* Standard output without making the descriptor we share with the parent
+ * non-blocking: a regular file never blocks, so it is used as is; a pipe or
+ * terminal is reopened through /proc for a private open file description;
+ * a socket is written with MSG_DONTWAIT. */
+static int open_stdout(bool *is_sock)
+{
+    struct stat st;
+    int fd;
+
+    *is_sock = false;
+    if (fstat(STDOUT_FILENO, &st) < 0)
+        return -1;
+    if (S_ISREG(st.st_mode))
+        return fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+    if (S_ISSOCK(st.st_mode)) {
+        *is_sock = true;
+        return fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+    }
+    fd = open("/proc/self/fd/1", O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0)
+        return fd;
+    /* No /proc: share the description and make it non-blocking. */
+    fd = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+    if (fd >= 0) {
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+            close(fd);
+            return -1;
+        }
+    }
+    return fd;
+}
+
+static char *errmsg(const char *path, const char *what, int e)
+{
+    char buf[512];
+    int n = snprintf(buf, sizeof(buf), "%s: %s: %s", path, what, strerror(e));
+    return n > 0 ? strdup(buf) : NULL;
+}
+
+struct log_jsonl *log_jsonl_open(struct event_base *base, const char *path, char **err)
+{
+    struct log_jsonl *l = calloc(1, sizeof(*l));
+    bool std = strcmp(path, "-") == 0;
+
+    *err = NULL;
+    if (l == NULL)
+        goto nomem;
+    l->base = base;
+    l->fd = -1;
+    l->pending_max = LOG_JSONL_PENDING_MAX;
+    if (!std && (l->path = strdup(path)) == NULL)
+        goto nomem;
+    if ((l->pending = evbuffer_new()) == NULL)
+        goto nomem;
+    l->fd = std ? open_stdout(&l->is_sock) : open_path(path);
+    if (l->fd < 0) {
+        *err = errmsg(std ? "standard output" : path, "cannot open log", errno);
+        goto err;
+    }
+    if (make_event(l) < 0)
+        goto nomem;
+    return l;
+nomem:
+    if (*err == NULL)
+        *err = errmsg(path, "cannot open log", ENOMEM);
+err:
+    if (l != NULL) {
+        if (l->fd >= 0)
+            close(l->fd);
+        if (l->pending != NULL)
+            evbuffer_free(l->pending);
+        free(l->path);
+        free(l);
+    }
+    return NULL;
+}
+
+void log_jsonl_on_event(const struct egress_event *ev, void *arg)
+{
+    struct log_jsonl *l = arg;
+    char stack[LINE_STACK];
+    char *line = stack;
+    size_t n = log_jsonl_format(ev, stack, sizeof(stack));
+
+    if (l->broken) {
+        l->dropped++;
+        return;
+    }
+    if (n >= sizeof(stack)) {
+        if (n >= LINE_MAX_LEN || (line = malloc(n + 1)) == NULL) {
+            l->dropped++;
+            return;
+        }
+        log_jsonl_format(ev, line, n + 1);
+    }
+    if (evbuffer_get_length(l->pending) + n > l->pending_max) {
+        l->dropped++;
+    } else if (evbuffer_add(l->pending, line, n) < 0) {
+        l->dropped++;
+    } else {
+        l->pending_lines++;
+        /* A write is already armed: keep order, let the event drain. */
+        if (l->wev == NULL || !event_pending(l->wev, EV_WRITE | EV_TIMEOUT, NULL))
+            schedule(l, drain(l));
+    }
+    if (line != stack)
+        free(line);
+}
+
+int log_jsonl_flush(struct log_jsonl *l, int timeout_ms)
+{
+    struct timespec start, now;
+    int rc;
+
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        rc = drain(l);
+        if (rc == 0 || (rc < 0 && l->broken))
+            break;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long spent = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
+        if (spent >= timeout_ms)
+            break;
+        int left = timeout_ms - (int)spent;
+        if (rc < 0) {
+            /* A transient error: wait a little and retry. */
+            poll(NULL, 0, left < 50 ? left : 50);
+            continue;
+        }
+        struct pollfd pfd = {.fd = l->fd, .events = POLLOUT};
+        if (poll(&pfd, 1, left) < 0 && errno != EINTR)
+            break;
+    }
+    schedule(l, rc);
+    return evbuffer_get_length(l->pending) == 0 ? 0 : -1;
+}
+
+int log_jsonl_reopen(struct log_jsonl *l)
+{
+    int fd;
+
+    if (l->path == NULL)
+        return 0;
+    fd = open_path(l->path);
+    if (fd < 0) {
+        int e = errno;
+        fprintf(stderr, "sluice: log %s: cannot reopen: %s\n", l->path, strerror(e));
+        return -1;
+    }
+    if (l->wev != NULL)
+        event_del(l->wev);
+    close(l->fd);
+    l->fd = fd;
+    l->broken = false;
+    l->reported = false;
+    if (make_event(l) < 0) {
+        fprintf(stderr, "sluice: log %s: out of memory\n", l->path);
+        return -1;
+    }
+    schedule(l, drain(l));
+    return 0;
+}
+
+uint64_t log_jsonl_dropped(const struct log_jsonl *l)
+{
+    return l->dropped;
+}
+
+void log_jsonl_set_pending_max(struct log_jsonl *l, size_t max)
+{
+    l->pending_max = max > 0 ? max : LOG_JSONL_PENDING_MAX;
+}
+
+void log_jsonl_close(struct log_jsonl *l)
+{
+    if (l == NULL)
+        return;
+    if (!l->broken)
+        drain(l);
+    if (evbuffer_get_length(l->pending) > 0) {
+        size_t bytes = evbuffer_get_length(l->pending);
+        size_t lines = l->pending_lines;
+        fprintf(stderr, "sluice: log %s: %zu line(s) (%zu bytes) not written at exit\n",
+                l->path ? l->path : "(stdout)", lines, bytes);
+        l->dropped += lines;
+        l->pending_lines = 0;
+    }
+    if (l->dropped > 0)
+        fprintf(stderr, "sluice: log %s: %" PRIu64 " line(s) dropped in all\n",
+                l->path ? l->path : "(stdout)", l->dropped);
+    if (l->wev != NULL)
+        event_free(l->wev);
+    evbuffer_free(l->pending);
+    if (l->fd >= 0)
+        close(l->fd);
+    free(l->path);
+    free(l);
+}

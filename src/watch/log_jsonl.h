@@ -1,0 +1,64 @@
+/* log_jsonl: the decision log, one JSON object a line (SPEC.md "Decision log").
+ *
+ * A bus subscriber: log_jsonl_on_event() formats each egress event as one
+ * line, keys in SPEC.md's order, and appends it to the log without ever
+ * blocking the event loop. The file is opened O_APPEND|O_NONBLOCK; what the
+ * descriptor does not take at once (a pipe or a slow terminal on standard
+ * output) waits in a buffer drained by an EV_WRITE event. That buffer is
+ * capped (LOG_JSONL_PENDING_MAX); lines beyond the cap are dropped and
+ * counted, and the count is reported on standard error by log_jsonl_close():
+ * nothing is lost silently.
+ *
+ * Owns: its descriptor, its pending buffer and its write event. */
+#ifndef SLUICE_WATCH_LOG_JSONL_H
+#define SLUICE_WATCH_LOG_JSONL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "watch/event.h"
+
+struct event_base;
+struct log_jsonl;
+
+/* Bytes allowed to wait for a slow reader before lines are dropped. */
+#define LOG_JSONL_PENDING_MAX (64u * 1024 * 1024)
+
+/* Opens the log at <path> ("-" = standard output) for appending (created
+ * 0640 when missing). Returns a new log, freed with log_jsonl_close(), or
+ * NULL with <*err> set to a malloc'd message the caller frees. <base> is
+ * borrowed and must outlive the log. */
+struct log_jsonl *log_jsonl_open(struct event_base *base, const char *path, char **err);
+
+/* The bus subscriber: <arg> is the struct log_jsonl. Never blocks. */
+void log_jsonl_on_event(const struct egress_event *ev, void *arg);
+
+/* Formats <ev> as one line, ending in '\n', into <out> (<cap> bytes),
+ * NUL-terminated when <cap> > 0. Returns the length of the whole line
+ * (without the NUL) like snprintf: a result >= <cap> means <out> was too
+ * small and holds a truncated line. Pure: no I/O, no allocation. Strings
+ * are escaped as JSON (control characters as \u00XX, invalid UTF-8 bytes
+ * as \ufffd); NULL pointers, TIER_NONE, no rule, port 0 and status 0
+ * become null. */
+size_t log_jsonl_format(const struct egress_event *ev, char *out, size_t cap);
+
+/* Writes what is pending, waiting with poll() at most <timeout_ms> in all
+ * (used at shutdown). Returns 0 when nothing is left pending, -1 otherwise. */
+int log_jsonl_flush(struct log_jsonl *l, int timeout_ms);
+
+/* Reopens the log file by name (after rotation, on SIGHUP); pending lines
+ * go to the new file. A no-op for standard output. Returns 0, or -1 when
+ * the file cannot be opened (the old descriptor stays in use). */
+int log_jsonl_reopen(struct log_jsonl *l);
+
+/* Lines dropped so far (pending buffer full, or the reader gone). */
+uint64_t log_jsonl_dropped(const struct log_jsonl *l);
+
+/* Sets the pending cap (tests); 0 restores LOG_JSONL_PENDING_MAX. */
+void log_jsonl_set_pending_max(struct log_jsonl *l, size_t max);
+
+/* Tries once more to write what is pending (no waiting), reports dropped
+ * and unwritten lines on standard error, and frees <l>. Accepts NULL. */
+void log_jsonl_close(struct log_jsonl *l);
+
+#endif

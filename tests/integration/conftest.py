@@ -1,0 +1,417 @@
+"""Fixtures for the integration tests: the sluice binary, loopback upstreams
+(HTTP, TLS, server-speaks-first, a fake DNS server) and a factory that
+starts `sluice serve` on an ephemeral loopback port.
+
+Only loopback addresses (127.0.0.0/8, ::1) are ever contacted. Every policy
+built here maps the test names with dns.static and points dns.servers at
+the fake loopback DNS server, so the host's resolver is never asked.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import string
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from gate_client import EGRESS_KEYS, END_KEYS, poll  # noqa: E402
+from gate_servers import (BannerServer, FakeDNS, UpstreamHTTP, UpstreamTLS,  # noqa: E402
+                          free_port)
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+START_TIMEOUT = 10.0
+SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                   "SUMMARY: UndefinedBehaviorSanitizer")
+
+
+# --------------------------------------------------------------------------
+# the binary
+
+@pytest.fixture(scope="session")
+def sluice_bin():
+    """Absolute path of the sluice binary: $SLUICE_BIN, default build/sluice.
+    A missing binary fails every test that needs it (nothing is skipped)."""
+    path = os.path.abspath(os.environ.get("SLUICE_BIN") or os.path.join(REPO, "build", "sluice"))
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        pytest.fail("sluice binary not found or not executable: %s (set SLUICE_BIN or build it)"
+                    % path, pytrace=False)
+    return path
+
+
+# --------------------------------------------------------------------------
+# the loopback world
+
+API_IP = "127.0.0.2"
+OTHER_IP = "127.0.0.3"
+TLS_IP = "127.0.0.4"
+BANNER_IP = "127.0.0.5"
+DEAD_IP = "127.0.0.6"
+DNS_IP = "127.0.0.9"
+
+STATIC = {
+    "api.example.test": API_IP,
+    "other.example.test": OTHER_IP,
+    "tls.example.test": TLS_IP,
+    "banner.example.test": BANNER_IP,
+    "dead.example.test": DEAD_IP,
+}
+
+
+@pytest.fixture(scope="session")
+def tls_cert(tmp_path_factory):
+    """A self-signed P-256 cert for tls.example.test (and the other test
+    names), generated with openssl at session start. Returns (cert, key)."""
+    d = tmp_path_factory.mktemp("tls")
+    cert, key = str(d / "cert.pem"), str(d / "key.pem")
+    san = "subjectAltName=DNS:tls.example.test,DNS:api.example.test,DNS:other.example.test"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
+                    "-subj", "/CN=tls.example.test", "-addext", san,
+                    "-keyout", key, "-out", cert],
+                   check=True, capture_output=True, timeout=30)
+    return cert, key
+
+
+class Net:
+    """The session's upstreams and the policy builder that points at them."""
+
+    def __init__(self, cert, key):
+        self.cert, self.key = cert, key
+        self.api = UpstreamHTTP(API_IP, "api")
+        self.other = UpstreamHTTP(OTHER_IP, "other")
+        self.tls = UpstreamTLS(TLS_IP, cert, key)
+        self.banner = BannerServer(BANNER_IP)
+        self.dns = FakeDNS(DNS_IP, {"dyn.example.test": API_IP})
+        self.dead_port = free_port(DEAD_IP)
+        self.closed_udp_port = free_port("127.0.0.1", socket.SOCK_DGRAM)
+        self.vars = {
+            "api_port": self.api.port, "other_port": self.other.port,
+            "tls_port": self.tls.port, "banner_port": self.banner.port,
+            "dead_port": self.dead_port, "dns_server": "%s:%d" % (DNS_IP, self.dns.port),
+        }
+
+    def clear(self):
+        for s in (self.api, self.other, self.tls, self.banner, self.dns):
+            s.clear()
+
+    def stop(self):
+        for s in (self.api, self.other, self.tls, self.banner, self.dns):
+            s.stop()
+
+    def url(self, path="/", host="api.example.test", port=None):
+        port = self.api.port if port is None else port
+        return "http://%s:%d%s" % (host, port, path)
+
+    def policy(self, rules=(), *, deny=None, agents=None, allow_ranges=("127.0.0.0/8",),
+               static=None, static_extra=None, dns_servers=None, limits=None, alerts=None,
+               deny_ranges=None):
+        """A policy dict in SPEC.md's format; dns.static maps the test names,
+        dns.servers is the fake loopback DNS server."""
+        p = {"version": 1}
+        if agents is not None:
+            p["agents"] = list(agents)
+        p["rules"] = list(rules)
+        if deny is not None:
+            p["deny"] = list(deny)
+        net = {}
+        if deny_ranges is not None:
+            net["deny_ranges"] = deny_ranges
+        net["allow_ranges"] = list(allow_ranges)
+        p["network"] = net
+        st = dict(STATIC if static is None else static)
+        st.update(static_extra or {})
+        servers = [self.vars["dns_server"]] if dns_servers is None else list(dns_servers)
+        p["dns"] = {"servers": servers, "static": st}
+        if limits is not None:
+            p["limits"] = limits
+        if alerts is not None:
+            p["alerts"] = alerts
+        return p
+
+
+@pytest.fixture(scope="session")
+def _net_session(tls_cert):
+    n = Net(*tls_cert)
+    yield n
+    n.stop()
+
+
+@pytest.fixture
+def net(_net_session):
+    """The loopback upstreams, with their records cleared for this test."""
+    _net_session.clear()
+    return _net_session
+
+
+# --------------------------------------------------------------------------
+# policy YAML
+
+_PLAIN = re.compile(r"^[A-Za-z0-9_./-]+$")
+
+
+def _scalar(v):
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    s = str(v)
+    if _PLAIN.match(s) and not s.endswith(":") and s not in ("null", "true", "false", "~"):
+        return s
+    return json.dumps(s)
+
+
+def _is_scalar(v):
+    return not isinstance(v, (dict, list, tuple))
+
+
+def _emit(obj, indent, out):
+    pad = " " * indent
+    for k, v in obj.items():
+        if _is_scalar(v):
+            out.append("%s%s: %s" % (pad, k, _scalar(v)))
+        elif isinstance(v, dict):
+            if not v:
+                out.append("%s%s: {}" % (pad, k))
+            elif all(_is_scalar(x) for x in v.values()):
+                out.append("%s%s:" % (pad, k))
+                for kk, vv in v.items():
+                    out.append("%s  %s: %s" % (pad, _scalar(kk), _scalar(vv)))
+            else:
+                out.append("%s%s:" % (pad, k))
+                _emit(v, indent + 2, out)
+        else:
+            v = list(v)
+            if all(_is_scalar(x) for x in v):
+                out.append("%s%s: [%s]" % (pad, k, ", ".join(_scalar(x) for x in v)))
+            else:
+                out.append("%s%s:" % (pad, k))
+                for item in v:
+                    if _is_scalar(item):
+                        out.append("%s  - %s" % (pad, _scalar(item)))
+                        continue
+                    sub = []
+                    _emit(item, indent + 4, sub)
+                    sub[0] = "%s  - %s" % (pad, sub[0][indent + 4:])
+                    out.extend(sub)
+
+
+def policy_yaml(p):
+    """YAML text for a policy dict (block style, flow lists of scalars)."""
+    out = []
+    _emit(p, 0, out)
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------
+# the gateway
+
+class Gateway:
+    def __init__(self, bin_path, workdir, policy_text, listen, env, args, netns, port, unix_path):
+        self.workdir = workdir
+        self.policy_path = os.path.join(workdir, "policy.yaml")
+        self.log_path = os.path.join(workdir, "log.jsonl")
+        self.stderr_path = os.path.join(workdir, "stderr.txt")
+        self.stdout_path = os.path.join(workdir, "stdout.txt")
+        self.port = port
+        self.host = "127.0.0.1"
+        self.unix_path = unix_path
+        self.url = "http://127.0.0.1:%d" % port if port else None
+        self.write_policy(policy_text)
+        cmd = [bin_path, "serve", "--policy", self.policy_path]
+        for a in listen:
+            cmd += ["--listen", a]
+        cmd += ["--log", self.log_path] + list(args)
+        if netns:
+            # an empty network namespace (loopback only, no route), entered as
+            # an unprivileged user so that serve does not try to drop root
+            cmd = ["unshare", "--user", "--map-root-user", "--net", "sh", "-c",
+                   'ip link set lo up && exec unshare --user "$@"', "sh"] + cmd
+        self.cmd = cmd
+        full_env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+        full_env.update(env or {})
+        self._err = open(self.stderr_path, "wb")
+        self._out = open(self.stdout_path, "wb")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._out,
+                                     stderr=self._err, env=full_env, cwd=workdir)
+        self.returncode = None
+
+    # -- process
+    def write_policy(self, text):
+        tmp = self.policy_path + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, self.policy_path)
+
+    def wait_ready(self, timeout=START_TIMEOUT):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError("sluice serve exited with %d before listening; stderr:\n%s"
+                                     % (self.proc.returncode, self.stderr()))
+            try:
+                if self.port:
+                    s = socket.create_connection((self.host, self.port), timeout=0.5)
+                else:
+                    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                    s.settimeout(0.5)
+                    s.connect(self.unix_path)
+                s.close()
+                return
+            except OSError:
+                time.sleep(0.02)
+        raise AssertionError("sluice serve did not accept within %.0fs; stderr:\n%s"
+                             % (timeout, self.stderr()))
+
+    def wait_exit(self, timeout=10.0):
+        try:
+            self.returncode = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("sluice did not exit within %.0fs; stderr:\n%s"
+                                 % (timeout, self.stderr()))
+        return self.returncode
+
+    def reload(self):
+        self.proc.send_signal(signal.SIGHUP)
+
+    def stop(self, timeout=15.0, expect=0):
+        """SIGTERM; waits; asserts the exit status (0 by default)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        rc = self.wait_exit(timeout)
+        if expect is not None:
+            assert rc == expect, "sluice exited %d, expected %d; stderr:\n%s" % (
+                rc, expect, self.stderr())
+        return rc
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._err.close()
+        self._out.close()
+
+    def stderr(self):
+        pass  # the child writes straight to the file
+        with open(self.stderr_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def stdout(self):
+        with open(self.stdout_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    # -- the decision log
+    def log_lines(self):
+        """Every complete line of the log, parsed (a malformed line fails)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        out = []
+        for raw in data.split(b"\n")[:-1]:  # the last piece is partial or empty
+            if not raw.strip():
+                continue
+            try:
+                out.append(json.loads(raw.decode("utf-8")))
+            except (ValueError, UnicodeDecodeError):
+                raise AssertionError("malformed log line: %r" % raw[:300])
+        return out
+
+    def events(self, event="agent_egress", **match):
+        return [e for e in self.log_lines()
+                if e.get("event") == event and all(e.get(k) == v for k, v in match.items())]
+
+    def wait_events(self, event="agent_egress", count=1, timeout=5.0, **match):
+        return poll(lambda: (lambda evs: evs if len(evs) >= count else None)(
+            self.events(event, **match)), timeout=timeout,
+            what="%d %s event(s) matching %r in %s" % (count, event, match, self.log_path))
+
+    def decided(self, timeout=5.0, **match):
+        """Waits for the agent_egress event matching <match> and its
+        agent_egress_end; checks both key orders; returns (egress, end)."""
+        ev = self.wait_events("agent_egress", timeout=timeout, **match)[-1]
+        assert list(ev.keys()) == EGRESS_KEYS, "agent_egress keys: %r" % list(ev.keys())
+        end = self.wait_events("agent_egress_end", timeout=timeout, id=ev["id"])
+        assert len(end) == 1, "more than one agent_egress_end for %s: %r" % (ev["id"], end)
+        assert list(end[0].keys()) == END_KEYS, "agent_egress_end keys: %r" % list(end[0].keys())
+        return ev, end[0]
+
+
+@pytest.fixture
+def gateway(sluice_bin, net, tmp_path):
+    """Factory: gateway(policy, ...) starts `sluice serve` and returns a
+    started Gateway. <policy> is a dict (see Net.policy) or YAML text in
+    which $api_port, $gw_port, ... are substituted. Every gateway is stopped
+    (and killed if need be) at teardown, and its stderr checked for
+    sanitizer reports."""
+    started = []
+
+    def start(policy, *, port=None, tcp=True, unix=False, extra_listen=(), env=None, args=(),
+              netns=False, wait=True):
+        workdir = str(tmp_path / ("gw%d" % len(started)))
+        os.makedirs(workdir, exist_ok=True)
+        if netns:
+            tcp = False
+            unix = True
+        port = (port or free_port()) if tcp else None
+        unix_path = None
+        listen = []
+        if tcp:
+            listen.append("127.0.0.1:%d" % port)
+        if unix:
+            sockdir = tempfile.mkdtemp(prefix="slgw", dir="/tmp")
+            unix_path = os.path.join(sockdir, "gw.sock")
+            listen.append("unix:" + unix_path)
+        listen += list(extra_listen)
+        if isinstance(policy, dict):
+            text = policy_yaml(policy)
+        else:
+            v = dict(net.vars)
+            v["gw_port"] = port or 0
+            text = string.Template(policy).safe_substitute(v)
+        gw = Gateway(sluice_bin, workdir, text, listen, env, args, netns, port, unix_path)
+        gw.sockdir = os.path.dirname(unix_path) if unix_path else None
+        started.append(gw)
+        if wait:
+            gw.wait_ready()
+        return gw
+
+    yield start
+    problems = []
+    for gw in started:
+        gw.kill()
+        err = gw.stderr()
+        for mark in SANITIZER_MARKS:
+            if mark in err:
+                problems.append("sanitizer report in sluice stderr:\n" + err[-4000:])
+                break
+        if gw.sockdir:
+            shutil.rmtree(gw.sockdir, ignore_errors=True)
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+
+
+@pytest.fixture
+def run_sluice(sluice_bin, tmp_path):
+    """Runs sluice to completion with <args>; returns CompletedProcess (text)."""
+    def run(*args, timeout=20, env=None):
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        return subprocess.run([sluice_bin] + [str(a) for a in args], capture_output=True,
+                              text=True, timeout=timeout, cwd=str(tmp_path), env=full_env)
+    return run

@@ -1,0 +1,289 @@
+"""Clients for the gateway tests: raw HTTP/1.1 through the proxy, CONNECT
+tunnels, curl, and the assertions every deny test shares."""
+
+import http.client
+import json
+import socket
+import subprocess
+import time
+from urllib.parse import urlsplit
+
+TIMEOUT = 10.0
+
+EGRESS_KEYS = ["ts", "event", "id", "agent", "method", "scheme", "host", "port", "path",
+               "tier", "rule", "owner", "decision", "reason", "ip"]
+END_KEYS = ["ts", "event", "id", "agent", "host", "tier", "status", "bytes_up",
+            "bytes_down", "ms"]
+
+REASONS = ["not_in_policy", "denied_host", "port_not_allowed", "method_not_allowed",
+           "needs_inspection", "self_request", "agent_not_allowed", "grant_expired",
+           "ip_literal", "private_address", "host_mismatch", "sni_mismatch", "rate_limited",
+           "bad_request", "auth_required", "dns_failure", "upstream_unreachable",
+           "too_many_connections", "quarantined"]
+
+REASON_STATUS = {"rate_limited": 429, "auth_required": 407, "bad_request": 400,
+                 "dns_failure": 502, "upstream_unreachable": 502}
+
+
+def reason_status(reason):
+    return REASON_STATUS.get(reason, 403)
+
+
+class Response:
+    def __init__(self, status, reason, headers, body):
+        self.status = status
+        self.reason = reason
+        self.headers = headers  # http.client.HTTPMessage
+        self.body = body
+
+    def header(self, name):
+        return self.headers.get(name)
+
+    @property
+    def text(self):
+        return self.body.decode("utf-8", "replace")
+
+    def json(self):
+        return json.loads(self.body)
+
+    def __repr__(self):
+        return "Response(%d %s, %r)" % (self.status, self.reason, self.body[:200])
+
+
+def open_conn(gw, timeout=TIMEOUT):
+    """A socket connected to the gateway (its TCP or unix listener)."""
+    if gw.port is None:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(timeout)
+        s.connect(gw.unix_path)
+        return s
+    s = socket.create_connection((gw.host, gw.port), timeout=timeout)
+    s.settimeout(timeout)
+    return s
+
+
+def read_response(sock, method="GET"):
+    """Reads one response from <sock> (body included). Raises
+    http.client.RemoteDisconnected / OSError when the peer closed first."""
+    r = http.client.HTTPResponse(sock, method=method)
+    r.begin()
+    body = r.read()
+    resp = Response(r.status, r.reason, r.msg, body)
+    resp.will_close = r.will_close
+    return resp
+
+
+def build_request(method, url, headers=None, body=b"", host=True):
+    """Request bytes in absolute form. <host>: True adds a Host header built
+    from <url>, a string sends that value, None/False sends none."""
+    lines = ["%s %s HTTP/1.1" % (method, url)]
+    if host is True:
+        lines.append("Host: " + urlsplit(url).netloc)
+    elif host:
+        lines.append("Host: " + host)
+    hdrs = list((headers or {}).items()) if isinstance(headers, dict) else list(headers or [])
+    names = {k.lower() for k, _ in hdrs}
+    if body and "content-length" not in names and "transfer-encoding" not in names:
+        hdrs.append(("Content-Length", str(len(body))))
+    for k, v in hdrs:
+        lines.append("%s: %s" % (k, v))
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
+
+
+def request(gw, method, url, headers=None, body=b"", host=True, sock=None, timeout=TIMEOUT):
+    """Sends one request through the gateway and returns its Response. With
+    <sock>, reuses that connection (keep-alive); otherwise opens and closes
+    one."""
+    own = sock is None
+    s = open_conn(gw, timeout) if own else sock
+    try:
+        s.sendall(build_request(method, url, headers, body, host))
+        return read_response(s, method)
+    finally:
+        if own:
+            s.close()
+
+
+def exchange(gw, data, method="GET", timeout=TIMEOUT):
+    """Sends raw bytes <data>, returns the Response, or None when the gateway
+    closed without answering."""
+    s = open_conn(gw, timeout)
+    try:
+        try:
+            s.sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the gateway may answer and close before reading it all
+        try:
+            return read_response(s, method)
+        except (http.client.RemoteDisconnected, ConnectionResetError, http.client.BadStatusLine):
+            return None
+    finally:
+        s.close()
+
+
+def read_head(sock, limit=65536):
+    """Reads a response head byte by byte (so no tunnel byte is consumed)."""
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        if len(head) > limit:
+            raise AssertionError("response head too long: %r" % head[:200])
+        b = sock.recv(1)
+        if not b:
+            raise ConnectionError("closed before the end of the head: %r" % head)
+        head += b
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ", 2)
+    status = int(parts[1])
+    headers = {}
+    for ln in lines[1:]:
+        if ":" in ln:
+            k, v = ln.split(":", 1)
+            headers[k.strip().lower()] = v.strip()
+    return status, headers
+
+
+class Tunnel:
+    def __init__(self, sock, status, headers, body):
+        self.sock = sock
+        self.status = status
+        self.headers = headers  # lower-case names
+        self.body = body
+
+    def header(self, name):
+        return self.headers.get(name.lower())
+
+    @property
+    def text(self):
+        return self.body.decode("utf-8", "replace")
+
+    def close(self):
+        self.sock.close()
+
+
+def connect(gw, authority, headers=None, timeout=TIMEOUT):
+    """Sends CONNECT <authority>; returns a Tunnel. On 200 the socket is the
+    tunnel; otherwise the body is read and the socket left open."""
+    s = open_conn(gw, timeout)
+    lines = ["CONNECT %s HTTP/1.1" % authority, "Host: %s" % authority]
+    for k, v in (headers or {}).items():
+        lines.append("%s: %s" % (k, v))
+    s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+    status, hdrs = read_head(s)
+    body = b""
+    if status != 200:
+        n = int(hdrs.get("content-length", "0") or 0)
+        while len(body) < n:
+            d = s.recv(n - len(body))
+            if not d:
+                break
+            body += d
+    return Tunnel(s, status, hdrs, body)
+
+
+def recv_until_close(sock, limit=1 << 20):
+    data = b""
+    while len(data) < limit:
+        try:
+            d = sock.recv(65536)
+        except (ConnectionResetError, socket.timeout):
+            break
+        if not d:
+            break
+        data += d
+    return data
+
+
+def curl(*args, timeout=30):
+    """Runs the real curl; returns CompletedProcess (stdout bytes)."""
+    cmd = ["curl", "-sS", "--noproxy", "", "--max-time", "20"] + [str(a) for a in args]
+    return subprocess.run(cmd, capture_output=True, timeout=timeout,
+                          env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"})
+
+
+def poll(cond, timeout=5.0, interval=0.02, what="condition"):
+    """Polls <cond>() until it returns a truthy value (returned) or <timeout>."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out after %.1fs waiting for %s" % (timeout, what))
+        time.sleep(interval)
+
+
+def assert_keys(ev):
+    keys = EGRESS_KEYS if ev["event"] == "agent_egress" else END_KEYS
+    assert list(ev.keys()) == keys, "log keys out of order or wrong: %r" % list(ev.keys())
+
+
+# Reasons whose one-line body cannot name the target: the head could not be
+# parsed, or the agent is not known yet, or the limit is the agent's as a whole.
+NO_TARGET_IN_BODY = {"bad_request", "auth_required", "too_many_connections", "quarantined"}
+NO_PORT_IN_BODY = NO_TARGET_IN_BODY | {"rate_limited"}
+
+
+def assert_deny_response(resp, reason, host=None, port=None, agent=None, wording=True):
+    """A denial as SPEC.md says: status, Sluice-Reason, a one-line body
+    naming host, port and agent (<wording>: check the naming too)."""
+    assert resp is not None, "gateway closed without an answer (expected %s)" % reason
+    assert resp.status == reason_status(reason), "%r, expected %s" % (resp, reason)
+    assert resp.header("Sluice-Reason") == reason, \
+        "Sluice-Reason %r, expected %r (%r)" % (resp.header("Sluice-Reason"), reason, resp)
+    if reason == "rate_limited":
+        assert resp.header("Retry-After")
+    text = resp.text
+    assert text.strip(), "empty denial body"
+    assert "\n" not in text.rstrip("\r\n"), "denial body is more than one line: %r" % text
+    if not wording:
+        return
+    if host is not None and reason not in NO_TARGET_IN_BODY:
+        assert host in text, "body does not name the host %s: %r" % (host, text)
+    if port is not None and reason not in NO_PORT_IN_BODY:
+        assert str(port) in text, "body does not name the port %d: %r" % (port, text)
+    if agent is not None and reason not in ("auth_required", "bad_request"):
+        assert agent in text, "body does not name agent %s: %r" % (agent, text)
+
+class _Any:
+    def __repr__(self):
+        return "ANY"
+
+
+ANY = _Any()  # a field the test does not pin down
+
+
+def nothing_reached(net):
+    """Asserts that no upstream saw a request, handshake or connection."""
+    assert net.api.requests == [], "api upstream was reached: %r" % net.api.requests
+    assert net.other.requests == [], "other upstream was reached: %r" % net.other.requests
+    assert net.tls.accepted == 0, "TLS upstream accepted a connection"
+    assert net.banner.accepted == 0, "banner upstream accepted a connection"
+
+
+def assert_denied(gw, net, resp, reason, host=ANY, port=ANY, agent=ANY, method=ANY,
+                  tier=None, rule=None, owner=None, ip=ANY, scheme=ANY, path=ANY,
+                  decision="deny", reached=False):
+    """The full check of one denial: response (status, Sluice-Reason,
+    one-line body naming host:port and agent), nothing upstream, and the
+    agent_egress / agent_egress_end pair in the log. Returns (egress, end)."""
+    if decision == "deny":
+        assert_deny_response(resp, reason, wording=False)
+    if not reached:
+        nothing_reached(net)
+    ev, end = gw.decided(reason=reason)
+    want = {"decision": decision, "reason": reason, "host": host, "port": port, "agent": agent,
+            "method": method, "tier": tier, "rule": rule, "owner": owner, "ip": ip,
+            "scheme": scheme, "path": path}
+    for k, v in want.items():
+        if v is not ANY:
+            assert ev[k] == v, "agent_egress %s is %r, expected %r: %r" % (k, ev[k], v, ev)
+    if decision == "deny":
+        assert end["status"] == reason_status(reason), "end status: %r" % end
+        assert end["bytes_up"] == 0, "a denied request sent bytes upstream: %r" % end
+    assert end["agent"] == ev["agent"] and end["host"] == ev["host"] and end["tier"] == ev["tier"]
+    if decision == "deny":  # the wording last: the hard checks above come first
+        assert_deny_response(resp, reason,
+                             None if host is ANY else host,
+                             None if port is ANY else port,
+                             None if agent is ANY else agent)
+    return ev, end

@@ -1,0 +1,442 @@
+"""Loopback servers the gateway tests talk to, through the gateway.
+
+Every server binds an ephemeral port on a 127.0.0.x address and records what
+reached it, so a test can prove that a denied request never went upstream and
+that Proxy-Authorization never left the gateway. Standard library only.
+"""
+
+import hashlib
+import json
+import random
+import socket
+import ssl
+import struct
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+SOCKET_TIMEOUT = 10.0
+
+# Deterministic payloads: a block whose length is prime, so a reordered or
+# dropped piece changes the hash.
+_BLOCK = random.Random(20261130).randbytes(65521)
+
+
+def pattern_bytes(n):
+    """The first <n> bytes of the test payload stream."""
+    reps = n // len(_BLOCK) + 1
+    return (_BLOCK * reps)[:n]
+
+
+def _iter_pattern(n, piece=65536):
+    sent = 0
+    while sent < n:
+        k = min(piece, n - sent)
+        # offset into the repeating block
+        off = sent % len(_BLOCK)
+        chunk = (_BLOCK[off:] + _BLOCK * (k // len(_BLOCK) + 1))[:k]
+        yield chunk
+        sent += k
+
+
+class Recorded:
+    """One request as the upstream saw it."""
+
+    def __init__(self, method, path, headers, body, chunked, peer):
+        self.method = method
+        self.path = path
+        self.headers = headers  # list of (name, value), as received
+        self.body = body
+        self.chunked = chunked  # the body came with Transfer-Encoding: chunked
+        self.peer = peer
+
+    def header(self, name):
+        vals = [v for k, v in self.headers if k.lower() == name.lower()]
+        return vals[0] if vals else None
+
+    def has_header(self, name):
+        return any(k.lower() == name.lower() for k, _ in self.headers)
+
+    def __repr__(self):
+        return "Recorded(%s %s, %d body bytes)" % (self.method, self.path, len(self.body))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = SOCKET_TIMEOUT
+
+    def log_message(self, fmt, *args):  # keep pytest output quiet
+        pass
+
+    def _read_chunked(self):
+        body = bytearray()
+        for _ in range(1_000_000):
+            line = self.rfile.readline(4096)
+            if not line:
+                raise ConnectionError("eof in chunked body")
+            size = int(line.split(b";")[0].strip(), 16)
+            if size == 0:
+                for _ in range(100):  # trailers
+                    t = self.rfile.readline(8192)
+                    if t in (b"\r\n", b"\n", b""):
+                        break
+                return bytes(body)
+            body += self.rfile.read(size)
+            self.rfile.readline(16)
+        raise ConnectionError("too many chunks")
+
+    def _handle(self):
+        up = self.server.upstream
+        te = self.headers.get("Transfer-Encoding", "")
+        chunked = "chunked" in te.lower()
+        if chunked:
+            body = self._read_chunked()
+        else:
+            n = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(n) if n else b""
+        rec = Recorded(self.command, self.path, list(self.headers.items()), body, chunked,
+                       self.client_address)
+        up.record(rec)
+
+        parts = urlsplit(self.path)
+        q = {k: v[0] for k, v in parse_qs(parts.query).items()}
+        route = parts.path
+        if route == "/large":
+            n = int(q.get("n", "0"))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(n))
+            self.end_headers()
+            if self.command != "HEAD":
+                for piece in _iter_pattern(n):
+                    self.wfile.write(piece)
+            return
+        if route == "/chunked":
+            n = int(q.get("n", "0"))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            data = pattern_bytes(n)
+            sizes = [1, 7, 100, 4096, 65536]
+            i = 0
+            off = 0
+            while off < len(data):
+                k = sizes[i % len(sizes)]
+                i += 1
+                piece = data[off:off + k]
+                off += len(piece)
+                self.wfile.write(b"%x\r\n" % len(piece) + piece + b"\r\n")
+            self.wfile.write(b"0\r\n\r\n")
+            return
+        if route == "/slow":
+            ms = min(int(q.get("ms", "500")), 10_000)
+            time.sleep(ms / 1000.0)
+        payload = json.dumps({
+            "server": up.name,
+            "method": self.command,
+            "path": self.path,
+            "body_len": len(body),
+            "body_sha256": hashlib.sha256(body).hexdigest(),
+        }).encode() + b"\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.send_header("X-Upstream", up.name)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(payload)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _handle
+
+    def do_BREW(self):  # an extension method
+        self._handle()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def get_request(self):
+        sock, addr = super().get_request()
+        self.upstream.note_connection()
+        return sock, addr
+
+
+class UpstreamHTTP:
+    """A threaded HTTP/1.1 origin on <ip>:<ephemeral> that records requests."""
+
+    def __init__(self, ip, name):
+        self.name = name
+        self.ip = ip
+        self._lock = threading.Lock()
+        self._requests = []
+        self._connections = 0
+        self.server = _Server((ip, 0), _Handler)
+        self.server.upstream = self
+        self.port = self.server.server_address[1]
+        self._thread = threading.Thread(target=self.server.serve_forever,
+                                        kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+
+    def record(self, rec):
+        with self._lock:
+            self._requests.append(rec)
+
+    def note_connection(self):
+        with self._lock:
+            self._connections += 1
+
+    @property
+    def requests(self):
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def connections(self):
+        with self._lock:
+            return self._connections
+
+    def clear(self):
+        with self._lock:
+            self._requests.clear()
+            self._connections = 0
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class UpstreamTLS:
+    """A TLS origin (self-signed cert) that records SNI names, handshakes and
+    request heads, and answers every request with a small body."""
+
+    BODY = b"hello over tls\n"
+
+    def __init__(self, ip, certfile, keyfile):
+        self.ip = ip
+        self._lock = threading.Lock()
+        self.accepted = 0
+        self.sni = []
+        self.handshakes = 0
+        self.heads = []
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(certfile, keyfile)
+        self.ctx.sni_callback = self._on_sni
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((ip, 0))
+        self.sock.listen(64)
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _on_sni(self, sslsock, name, ctx):
+        with self._lock:
+            self.sni.append(name)
+
+    def _loop(self):
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            with self._lock:
+                self.accepted += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        conn.settimeout(SOCKET_TIMEOUT)
+        try:
+            tls = self.ctx.wrap_socket(conn, server_side=True)
+        except (ssl.SSLError, OSError):
+            conn.close()
+            return
+        with self._lock:
+            self.handshakes += 1
+        try:
+            head = b""
+            for _ in range(1000):
+                if b"\r\n\r\n" in head:
+                    break
+                d = tls.recv(4096)
+                if not d:
+                    break
+                head += d
+            if b"\r\n\r\n" in head:
+                with self._lock:
+                    self.heads.append(head)
+                tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n"
+                            b"Connection: close\r\n\r\n" % len(self.BODY) + self.BODY)
+            try:
+                tls.unwrap()
+            except (ssl.SSLError, OSError):
+                pass
+        except (ssl.SSLError, OSError):
+            pass
+        finally:
+            tls.close()
+
+    def clear(self):
+        with self._lock:
+            self.accepted = 0
+            self.sni = []
+            self.handshakes = 0
+            self.heads = []
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(2)
+        self.sock.close()
+
+
+class BannerServer:
+    """A "server speaks first" upstream (SMTP-like): sends a banner on
+    accept, then reads one line and answers it, then closes."""
+
+    BANNER = b"220 banner.example.test ESMTP sluice-test ready\r\n"
+    REPLY = b"221 2.0.0 bye\r\n"
+
+    def __init__(self, ip):
+        self.ip = ip
+        self._lock = threading.Lock()
+        self.accepted = 0
+        self.received = []
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((ip, 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self):
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            with self._lock:
+                self.accepted += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        conn.settimeout(SOCKET_TIMEOUT)
+        try:
+            conn.sendall(self.BANNER)
+            line = b""
+            for _ in range(100):
+                if line.endswith(b"\n"):
+                    break
+                d = conn.recv(1024)
+                if not d:
+                    break
+                line += d
+            with self._lock:
+                self.received.append(line)
+            if line.endswith(b"\n"):
+                conn.sendall(self.REPLY)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def clear(self):
+        with self._lock:
+            self.accepted = 0
+            self.received = []
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(2)
+        self.sock.close()
+
+
+class FakeDNS:
+    """A UDP name server on loopback: answers A records from <names>,
+    NOERROR/empty for other types of known names, NXDOMAIN for the rest.
+    Records every question (name, qtype)."""
+
+    def __init__(self, ip, names=None):
+        self.names = dict(names or {})
+        self._lock = threading.Lock()
+        self.queries = []
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((ip, 0))
+        self.sock.settimeout(0.1)
+        self.ip = ip
+        self.port = self.sock.getsockname()[1]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self):
+        while not self._stop.is_set():
+            try:
+                data, addr = self.sock.recvfrom(2048)
+            except (socket.timeout, OSError):
+                continue
+            try:
+                reply = self._answer(data)
+            except (ValueError, IndexError, struct.error):
+                continue
+            if reply:
+                try:
+                    self.sock.sendto(reply, addr)
+                except OSError:
+                    pass
+
+    def _answer(self, data):
+        if len(data) < 12:
+            return None
+        qid, flags, qd = struct.unpack("!HHH", data[:6])
+        if qd != 1:
+            return None
+        i = 12
+        labels = []
+        for _ in range(128):
+            n = data[i]
+            i += 1
+            if n == 0:
+                break
+            labels.append(data[i:i + n].decode("ascii", "replace"))
+            i += n
+        qtype, qclass = struct.unpack("!HH", data[i:i + 4])
+        question = data[12:i + 4]
+        name = ".".join(labels).lower()
+        with self._lock:
+            self.queries.append((name, qtype))
+        rd = flags & 0x0100
+        if name not in self.names:
+            return struct.pack("!HHHHHH", qid, 0x8000 | rd | 0x0080 | 3, 1, 0, 0, 0) + question
+        answers = b""
+        count = 0
+        if qtype == 1 and qclass == 1:
+            answers = struct.pack("!HHHIH", 0xC00C, 1, 1, 60, 4) + socket.inet_aton(self.names[name])
+            count = 1
+        return struct.pack("!HHHHHH", qid, 0x8000 | rd | 0x0080, 1, count, 0, 0) + question + answers
+
+    def clear(self):
+        with self._lock:
+            self.queries = []
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(2)
+        self.sock.close()
+
+
+def free_port(ip="127.0.0.1", kind=socket.SOCK_STREAM):
+    """A port that was free on <ip> a moment ago (nothing listens on it)."""
+    s = socket.socket(socket.AF_INET, kind)
+    try:
+        s.bind((ip, 0))
+        return s.getsockname()[1]
+    finally:
+        s.close()

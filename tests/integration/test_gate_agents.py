@@ -1,0 +1,173 @@
+"""Agents: who is asking (sources, tokens), agents: restrictions, report mode."""
+
+import base64
+
+from gate_client import ANY, assert_denied, request
+
+TOKEN = "s3cret-token-for-tests"
+ENV = {"SLUICE_TEST_TOKEN": TOKEN, "SLUICE_TEST_TOKEN2": "another-secret"}
+
+
+def api_rule(net, **kw):
+    r = {"host": "api.example.test", "ports": [net.api.port], "tier": 0}
+    r.update(kw)
+    return r
+
+
+def basic(password, user="agent"):
+    return "Basic " + base64.b64encode(("%s:%s" % (user, password)).encode()).decode()
+
+
+def test_agent_not_allowed_by_rule(gateway, net):
+    agents = [{"id": "ci-bot", "sources": ["127.0.0.1/32"]},
+              {"id": "deploy-bot", "sources": ["10.9.9.0/24"]}]
+    rules = [api_rule(net, agents=["deploy-bot"]),
+             {"host": "other.example.test", "ports": [net.other.port], "tier": 0}]
+    gw = gateway(net.policy(rules, agents=agents))
+    r = request(gw, "GET", net.url("/agents"))
+    assert_denied(gw, net, r, "agent_not_allowed", host="api.example.test", port=net.api.port,
+                  agent="ci-bot", tier=ANY, rule=ANY, owner=ANY, ip=None)
+    # the same agent may use a rule open to every agent
+    r = request(gw, "GET", net.url("/open", host="other.example.test", port=net.other.port))
+    assert r.status == 200
+    ev, _ = gw.decided(path="/open")
+    assert ev["agent"] == "ci-bot" and ev["decision"] == "allow"
+
+
+def test_agent_not_allowed_unknown_source(gateway, net):
+    agents = [{"id": "far-bot", "sources": ["10.9.9.0/24"]}]
+    gw = gateway(net.policy([api_rule(net)], agents=agents))
+    r = request(gw, "GET", net.url("/who"))
+    assert_denied(gw, net, r, "agent_not_allowed", host="api.example.test", port=net.api.port,
+                  agent=ANY, tier=ANY, rule=ANY, owner=ANY, ip=None)
+
+
+def _token_policy(net):
+    agents = [{"id": "ci-bot", "sources": ["127.0.0.0/8"], "token": "env:SLUICE_TEST_TOKEN"}]
+    return net.policy([api_rule(net)], agents=agents)
+
+
+def test_auth_required_without_credentials(gateway, net):
+    gw = gateway(_token_policy(net), env=ENV)
+    r = request(gw, "GET", net.url("/noauth"))
+    assert_denied(gw, net, r, "auth_required", host="api.example.test", port=net.api.port,
+                  agent=ANY, tier=ANY, rule=ANY, owner=ANY, ip=None)
+
+
+def test_auth_required_wrong_secret(gateway, net):
+    gw = gateway(_token_policy(net), env=ENV)
+    for cred in (basic("wrong"), "Bearer wrong", "Bearer " + TOKEN + "x", basic(TOKEN[:-1]),
+                 "Digest " + TOKEN, "Basic !!!notbase64"):
+        r = request(gw, "GET", net.url("/badauth"), headers={"Proxy-Authorization": cred})
+        assert r.status == 407, (cred, r)
+        assert r.header("Sluice-Reason") == "auth_required"
+    assert net.api.requests == []
+    evs = gw.wait_events(count=6, reason="auth_required")
+    assert all(e["decision"] == "deny" for e in evs)
+
+
+def test_auth_basic_and_bearer_allowed_not_forwarded(gateway, net):
+    gw = gateway(_token_policy(net), env=ENV)
+    r1 = request(gw, "GET", net.url("/basic"), headers={"Proxy-Authorization": basic(TOKEN)})
+    r2 = request(gw, "GET", net.url("/bearer"),
+                 headers={"Proxy-Authorization": "Bearer " + TOKEN})
+    assert r1.status == 200 and r2.status == 200
+    reqs = net.api.requests
+    assert [q.path for q in reqs] == ["/basic", "/bearer"]
+    for q in reqs:
+        assert not q.has_header("Proxy-Authorization"), q.headers
+        assert TOKEN not in repr(q.headers)
+    for path in ("/basic", "/bearer"):
+        ev, end = gw.decided(path=path)
+        assert ev["agent"] == "ci-bot" and ev["decision"] == "allow" and end["status"] == 200
+    # the secret never reaches the log either
+    with open(gw.log_path) as f:
+        assert TOKEN not in f.read()
+
+
+def test_curl_proxy_user(gateway, net):
+    from gate_client import curl
+    gw = gateway(_token_policy(net), env=ENV)
+    p = curl("-x", gw.url, "--proxy-user", "bot:" + TOKEN, net.url("/curl-auth"))
+    assert p.returncode == 0, p.stderr
+    assert not net.api.requests[0].has_header("Proxy-Authorization")
+
+
+def test_secret_of_no_agent_is_not_passed_to_tokenless_agent(gateway, net):
+    agents = [{"id": "tok-bot", "sources": ["127.0.0.0/8"], "token": "env:SLUICE_TEST_TOKEN"},
+              {"id": "open-bot", "sources": ["127.0.0.0/8"]}]
+    gw = gateway(net.policy([api_rule(net)], agents=agents), env=ENV)
+    r = request(gw, "GET", net.url("/x"), headers={"Proxy-Authorization": "Bearer nobody"})
+    assert r.status == 407 and r.header("Sluice-Reason") == "auth_required"
+    assert net.api.requests == []
+    r = request(gw, "GET", net.url("/anon"))
+    assert r.status == 200
+    ev, _ = gw.decided(path="/anon")
+    assert ev["agent"] == "open-bot"
+    r = request(gw, "GET", net.url("/tok"), headers={"Proxy-Authorization": "Bearer " + TOKEN})
+    assert r.status == 200
+    ev, _ = gw.decided(path="/tok")
+    assert ev["agent"] == "tok-bot"
+
+
+def test_first_matching_agent_by_token(gateway, net):
+    agents = [{"id": "a1", "sources": ["127.0.0.0/8"], "token": "env:SLUICE_TEST_TOKEN"},
+              {"id": "a2", "sources": ["127.0.0.0/8"], "token": "env:SLUICE_TEST_TOKEN2"}]
+    gw = gateway(net.policy([api_rule(net)], agents=agents), env=ENV)
+    r = request(gw, "GET", net.url("/a2"),
+                headers={"Proxy-Authorization": basic("another-secret")})
+    assert r.status == 200
+    assert gw.decided(path="/a2")[0]["agent"] == "a2"
+
+
+def test_report_mode_lets_denied_through(gateway, net):
+    agents = [{"id": "watcher", "sources": ["127.0.0.1/32"], "mode": "report"}]
+    gw = gateway(net.policy([api_rule(net)], agents=agents))
+    url = net.url("/reported", host="other.example.test", port=net.other.port)
+    r = request(gw, "GET", url)
+    assert r.status == 200 and r.json()["server"] == "other"
+    assert [q.path for q in net.other.requests] == ["/reported"]
+    ev, end = gw.decided(path="/reported")
+    assert ev["decision"] == "report" and ev["reason"] == "not_in_policy"
+    assert ev["agent"] == "watcher" and ev["tier"] is None and ev["rule"] is None
+    assert ev["ip"] == "127.0.0.3"
+    assert end["status"] == 200
+    r = request(gw, "GET", net.url("/normal"))
+    assert r.status == 200
+    ev, _ = gw.decided(path="/normal")
+    assert ev["decision"] == "allow" and ev["reason"] is None
+
+
+def test_unix_source_agent(gateway, net):
+    agents = [{"id": "boxed", "sources": ["unix"]},
+              {"id": "local", "sources": ["127.0.0.1/32"]}]
+    gw = gateway(net.policy([api_rule(net)], agents=agents), unix=True)
+    assert request(gw, "GET", net.url("/tcp")).status == 200
+    port = gw.port
+    gw.port = None  # talk to the unix listener
+    try:
+        assert request(gw, "GET", net.url("/unix")).status == 200
+    finally:
+        gw.port = port
+    assert gw.decided(path="/tcp")[0]["agent"] == "local"
+    assert gw.decided(path="/unix")[0]["agent"] == "boxed"
+
+
+def test_report_mode_gate_denial_logged(gateway, net):
+    # report mode covers the gate's own checks too: logged "report", let through
+    agents = [{"id": "watcher", "sources": ["127.0.0.1/32"], "mode": "report"}]
+    gw = gateway(net.policy([api_rule(net)], agents=agents, allow_ranges=()))
+    r = request(gw, "GET", net.url("/priv-report"))
+    assert r.status == 200
+    ev, _ = gw.decided(path="/priv-report")
+    assert ev["decision"] == "report" and ev["reason"] == "private_address"
+    assert ev["ip"] == "127.0.0.2" and ev["tier"] == 0
+
+
+def test_enforce_agent_beside_report_agent(gateway, net):
+    agents = [{"id": "watcher", "sources": ["127.0.0.9/32"], "mode": "report"},
+              {"id": "strict", "sources": ["127.0.0.1/32"]}]
+    gw = gateway(net.policy([api_rule(net)], agents=agents))
+    r = request(gw, "GET", net.url("/strict", host="other.example.test", port=net.other.port))
+    assert_denied(gw, net, r, "not_in_policy", host="other.example.test", port=net.other.port,
+                  agent="strict", ip=None)

@@ -1,0 +1,257 @@
+"""Attempts to get past the gateway: look-alike names, wildcard apex, IP
+literal spellings, request smuggling, garbage and oversized heads."""
+
+import pytest
+
+from gate_client import (ANY, assert_denied, connect, exchange, nothing_reached, open_conn,
+                         read_response, request)
+
+
+def api_rule(net, **kw):
+    r = {"host": "api.example.test", "ports": [net.api.port], "tier": 0}
+    r.update(kw)
+    return r
+
+
+@pytest.mark.parametrize("name", ["api.example.test.evil.test", "evilapi.example.test",
+                                  "api-example.test", "xapi.example.test",
+                                  "api.example.testx", "pi.example.test", "example.test",
+                                  "api.example.test-evil.test", "api..example.test"])
+def test_lookalike_names_denied(gateway, net, name):
+    # every look-alike also resolves (statically) to the api upstream, so
+    # only the policy stands between it and the request
+    st = {name: "127.0.0.2"} if ".." not in name else {}
+    gw = gateway(net.policy([api_rule(net)], static_extra=st))
+    url = "http://%s:%d/look" % (name, net.api.port)
+    r = request(gw, "GET", url)
+    assert r.status in (403, 400), r
+    nothing_reached(net)
+    if ".." in name:
+        assert r.header("Sluice-Reason") in ("bad_request", "not_in_policy"), r
+        return
+    assert_denied(gw, net, r, "not_in_policy", host=name, port=net.api.port, ip=None)
+    assert net.dns.queries == []
+
+
+@pytest.mark.parametrize("name", ["api.example.test.evil.test", "evilapi.example.test",
+                                  "api-example.test"])
+def test_lookalike_names_denied_connect(gateway, net, name):
+    gw = gateway(net.policy([api_rule(net)], static_extra={name: "127.0.0.2"}))
+    t = connect(gw, "%s:%d" % (name, net.api.port))
+    try:
+        assert_denied(gw, net, t, "not_in_policy", host=name, port=net.api.port,
+                      method="CONNECT", path=None, ip=None)
+    finally:
+        t.close()
+    assert net.api.connections == 0
+
+
+def test_wildcard_never_matches_apex_or_glued(gateway, net):
+    rules = [{"host": "*.example.test", "ports": [net.api.port], "tier": 0}]
+    st = {"example.test": "127.0.0.2", "a.example.test": "127.0.0.2",
+          "a.b.example.test": "127.0.0.2", "badexample.test": "127.0.0.2",
+          "example.test.evil.test": "127.0.0.2"}
+    gw = gateway(net.policy(rules, static=st))
+    for name in ("example.test", "badexample.test", "example.test.evil.test"):
+        r = request(gw, "GET", "http://%s:%d/w" % (name, net.api.port))
+        assert r.status == 403 and r.header("Sluice-Reason") == "not_in_policy", (name, r)
+    nothing_reached(net)
+    for name in ("a.example.test", "a.b.example.test"):
+        r = request(gw, "GET", "http://%s:%d/ok-%s" % (name, net.api.port, name))
+        assert r.status == 200, (name, r)
+    assert len(net.api.requests) == 2
+    ev, _ = gw.decided(path="/ok-a.b.example.test")
+    assert ev["host"] == "a.b.example.test" and ev["rule"] == "rules[0]"
+
+
+@pytest.mark.parametrize("spelling", ["API.Example.TEST", "api.example.test.",
+                                      "API.EXAMPLE.TEST."])
+def test_case_and_trailing_dot_allowed(gateway, net, spelling):
+    gw = gateway(net.policy([api_rule(net)]))
+    url = "http://%s:%d/case" % (spelling, net.api.port)
+    r = request(gw, "GET", url)
+    assert r.status == 200, r
+    assert [q.path for q in net.api.requests] == ["/case"]
+    ev, _ = gw.decided(path="/case")
+    assert ev["host"] == "api.example.test" and ev["decision"] == "allow"
+
+
+V4_SPELLINGS = ["127.0.0.1", "127.1", "2130706433", "0177.0.0.1", "0x7f000001", "0x7f.0.0.1",
+                "127.000.000.001"]
+V6_SPELLINGS = ["[::ffff:127.0.0.1]", "[::1]", "[::ffff:7f00:1]", "[0:0:0:0:0:0:0:1]"]
+
+
+@pytest.mark.parametrize("spelling", V4_SPELLINGS + V6_SPELLINGS)
+def test_ip_literal_refused_without_cidr_rule(gateway, net, spelling):
+    # a policy that allows the name whose address is the literal
+    gw = gateway(net.policy([api_rule(net),
+                             {"host": "localhost.example.test", "ports": [net.api.port],
+                              "tier": 0}],
+                            static_extra={"localhost.example.test": "127.0.0.1"}))
+    url = "http://%s:%d/lit" % (spelling, net.api.port)
+    r = request(gw, "GET", url)
+    host = "127.0.0.1" if spelling in V4_SPELLINGS else ANY
+    assert_denied(gw, net, r, "ip_literal", host=host, port=net.api.port, ip=ANY)
+
+
+@pytest.mark.parametrize("spelling", ["127.0.0.1", "2130706433", "0x7f000001", "[::1]"])
+def test_ip_literal_refused_connect(gateway, net, spelling):
+    gw = gateway(net.policy([api_rule(net)]))
+    t = connect(gw, "%s:%d" % (spelling, net.api.port))
+    try:
+        assert_denied(gw, net, t, "ip_literal", port=net.api.port, method="CONNECT", ip=ANY)
+    finally:
+        t.close()
+
+
+@pytest.mark.parametrize("spelling", ["127.0.0.2", "127.2", "2130706434", "0177.0.0.2",
+                                      "0x7f000002"])
+def test_ip_literal_allowed_by_cidr_rule(gateway, net, spelling):
+    rules = [{"cidr": "127.0.0.0/8", "ports": [net.api.port], "tier": 2}]
+    gw = gateway(net.policy(rules))
+    r = request(gw, "GET", "http://%s:%d/cidr" % (spelling, net.api.port))
+    assert r.status == 200 and r.json()["server"] == "api", r
+    ev, end = gw.decided(path="/cidr")
+    assert ev["decision"] == "allow" and ev["tier"] == 2 and ev["rule"] == "rules[0]"
+    assert ev["host"] == "127.0.0.2" and ev["ip"] == "127.0.0.2"
+
+
+def test_ip_literal_cidr_rule_other_port_refused(gateway, net):
+    rules = [{"cidr": "127.0.0.0/8", "ports": [net.api.port], "tier": 2}]
+    gw = gateway(net.policy(rules))
+    r = request(gw, "GET", "http://127.0.0.3:%d/cidr" % net.other.port)
+    assert r.status == 403
+    assert r.header("Sluice-Reason") == "port_not_allowed"
+    nothing_reached(net)
+
+
+SMUGGLE = [
+    # CL + TE: the classic desync
+    b"POST {u} HTTP/1.1\r\nHost: {h}\r\nContent-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"0\r\n\r\nGET {o} HTTP/1.1\r\nHost: {oh}\r\n\r\n",
+    # TE + CL (order swapped)
+    b"POST {u} HTTP/1.1\r\nHost: {h}\r\nTransfer-Encoding: chunked\r\nContent-Length: 40\r\n\r\n"
+    b"0\r\n\r\nGET {o} HTTP/1.1\r\nHost: {oh}\r\n\r\n",
+    # two different Content-Length values
+    b"POST {u} HTTP/1.1\r\nHost: {h}\r\nContent-Length: 3\r\nContent-Length: 50\r\n\r\n"
+    b"abcGET {o} HTTP/1.1\r\nHost: {oh}\r\n\r\n",
+    # obfuscated Transfer-Encoding
+    b"POST {u} HTTP/1.1\r\nHost: {h}\r\nTransfer-Encoding: xchunked\r\n\r\n"
+    b"0\r\n\r\nGET {o} HTTP/1.1\r\nHost: {oh}\r\n\r\n",
+    b"POST {u} HTTP/1.1\r\nHost: {h}\r\nTransfer-Encoding : chunked\r\n\r\n"
+    b"0\r\n\r\nGET {o} HTTP/1.1\r\nHost: {oh}\r\n\r\n",
+    b"POST {u} HTTP/1.1\r\nHost: {h}\r\nTransfer-Encoding: chunked, identity\r\n\r\n"
+    b"0\r\n\r\nGET {o} HTTP/1.1\r\nHost: {oh}\r\n\r\n",
+    # obs-fold continuation line
+    b"POST {u} HTTP/1.1\r\nHost: {h}\r\nX-A: a\r\n Transfer-Encoding: chunked\r\n"
+    b"Content-Length: 3\r\n\r\nabc",
+    # bare LF line ends
+    b"GET {u} HTTP/1.1\nHost: {h}\n\n",
+    # negative / huge Content-Length
+    b"POST {u} HTTP/1.1\r\nHost: {h}\r\nContent-Length: -1\r\n\r\n",
+    b"POST {u} HTTP/1.1\r\nHost: {h}\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+]
+
+
+@pytest.mark.parametrize("idx", range(len(SMUGGLE)))
+def test_smuggling_refused(gateway, net, idx):
+    gw = gateway(net.policy([api_rule(net),
+                             {"host": "other.example.test", "ports": [net.other.port],
+                              "tier": 0}]))
+    fill = {b"{u}": net.url("/front").encode(),
+            b"{h}": b"api.example.test:%d" % net.api.port,
+            b"{o}": net.url("/smuggled", host="other.example.test",
+                            port=net.other.port).encode(),
+            b"{oh}": b"other.example.test:%d" % net.other.port}
+    data = SMUGGLE[idx]
+    for k, v in fill.items():
+        data = data.replace(k, v)
+    r = exchange(gw, data, method="POST")
+    assert_denied(gw, net, r, "bad_request", tier=ANY, rule=ANY, owner=ANY, ip=None)
+    assert net.other.requests == [] and net.api.requests == []
+
+
+@pytest.mark.parametrize("data", [
+    b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03" + bytes(range(64)) + b"\r\n\r\n",
+    b"\x00\x00\x00\x00\r\n\r\n",
+    b"GET\x00 http://api.example.test/ HTTP/1.1\r\n\r\n",
+    b"GET http://api.example.test/ HTTP/9.9\r\nHost: api.example.test\r\n\r\n",
+    b"GET http://api.example.test/ HTTP/1.1 extra\r\nHost: api.example.test\r\n\r\n",
+    b"G E T http://api.example.test/ HTTP/1.1\r\n\r\n",
+    b"GET http://api.example.test/\xff\xfe HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
+    b"GET http://api.example.test/ HTTP/1.1\r\nBad Header: x\r\n\r\n",
+    b"GET http://api.example.test/ HTTP/1.1\r\n: empty-name\r\n\r\n",
+])
+def test_garbage_bad_request(gateway, net, data):
+    gw = gateway(net.policy([api_rule(net)]))
+    r = exchange(gw, data)
+    assert_denied(gw, net, r, "bad_request", tier=ANY, rule=ANY, owner=ANY, ip=None)
+
+
+@pytest.mark.parametrize("target", [
+    "http://api.example.test:{p}@other.example.test:{q}/ui",
+    "http://other.example.test:{q}#@api.example.test:{p}/",
+    "http://api%2eexample.test:{p}/",
+    "https://api.example.test:{p}/",
+    "http://api.example.test:{p}:{q}/",
+    "http://api.example.test:99999/",
+    "http://api.example.test:-1/",
+    "http://api.example.test\\@other.example.test:{q}/",
+    "http:///api.example.test:{p}/",
+    "ftp://api.example.test:{p}/",
+])
+def test_weird_targets_never_reach_anything(gateway, net, target):
+    gw = gateway(net.policy([api_rule(net)]))
+    t = target.format(p=net.api.port, q=net.other.port)
+    r = exchange(gw, ("GET %s HTTP/1.1\r\nHost: api.example.test:%d\r\n\r\n"
+                      % (t, net.api.port)).encode())
+    assert r is not None, "no answer for %s" % t
+    assert r.status in (400, 403), r
+    assert r.header("Sluice-Reason") in ("bad_request", "not_in_policy", "host_mismatch",
+                                         "port_not_allowed"), r
+    nothing_reached(net)
+    gw.decided(reason=r.header("Sluice-Reason"))
+
+
+def test_oversized_head(gateway, net):
+    gw = gateway(net.policy([api_rule(net)], limits={"header_bytes": "4KiB"}))
+    head = ("GET %s HTTP/1.1\r\nHost: api.example.test:%d\r\nX-Pad: %s\r\n\r\n"
+            % (net.url("/big"), net.api.port, "a" * 8192)).encode()
+    r = exchange(gw, head)
+    assert_denied(gw, net, r, "bad_request", tier=ANY, rule=ANY, owner=ANY, ip=None)
+    # a head just under the limit still goes through
+    r = request(gw, "GET", net.url("/small"), headers={"X-Pad": "b" * 2000})
+    assert r.status == 200
+
+
+def test_oversized_head_never_terminated(gateway, net):
+    # a head that never ends must be cut at the limit, not buffered forever
+    gw = gateway(net.policy([api_rule(net)], limits={"header_bytes": "4KiB"}))
+    s = open_conn(gw)
+    try:
+        s.sendall(b"GET " + net.url("/").encode() + b" HTTP/1.1\r\nX-Pad: ")
+        try:
+            for _ in range(64):
+                s.sendall(b"z" * 1024)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        try:
+            r = read_response(s)
+        except (ConnectionResetError, OSError):
+            r = None
+    finally:
+        s.close()
+    if r is not None:
+        assert r.status == 400 and r.header("Sluice-Reason") == "bad_request"
+    nothing_reached(net)
+    gw.decided(reason="bad_request")
+
+
+def test_many_headers(gateway, net):
+    gw = gateway(net.policy([api_rule(net)]))
+    hdrs = [("X-H%d" % i, "v") for i in range(500)]
+    r = request(gw, "GET", net.url("/many"), headers=hdrs)
+    assert r.status in (200, 400), r
+    if r.status == 400:
+        assert r.header("Sluice-Reason") == "bad_request"
+        nothing_reached(net)

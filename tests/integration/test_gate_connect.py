@@ -1,0 +1,227 @@
+"""CONNECT tunnels: TLS through the gateway, SNI checks, server-speaks-first
+upstreams, tunnel byte counts."""
+
+import socket
+import ssl
+import subprocess
+
+from gate_client import ANY, assert_denied, connect, curl, poll, recv_until_close
+from gate_servers import BannerServer, UpstreamTLS
+
+
+def tls_rule(net, **kw):
+    r = {"host": "tls.example.test", "ports": [net.tls.port], "tier": 1}
+    r.update(kw)
+    return r
+
+
+def client_ctx(net):
+    ctx = ssl.create_default_context(cafile=net.cert)
+    return ctx
+
+
+def test_connect_tls_with_curl(gateway, net):
+    gw = gateway(net.policy([tls_rule(net)]))
+    url = "https://tls.example.test:%d/through" % net.tls.port
+    p = curl("-p", "-x", gw.url, "--cacert", net.cert, url)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == UpstreamTLS.BODY
+    assert net.tls.sni == ["tls.example.test"]
+    assert net.tls.heads and net.tls.heads[0].startswith(b"GET /through HTTP/1.1\r\n")
+    ev, end = gw.decided(method="CONNECT")
+    assert ev["decision"] == "allow" and ev["reason"] is None
+    assert ev["scheme"] == "https" and ev["path"] is None
+    assert ev["host"] == "tls.example.test" and ev["port"] == net.tls.port
+    assert ev["tier"] == 1 and ev["rule"] == "rules[0]" and ev["ip"] == "127.0.0.4"
+    assert end["status"] == 200
+    # the TLS handshake and request went up, the certificate and body came down
+    assert end["bytes_up"] > 100 and end["bytes_down"] > 300, end
+
+
+def test_connect_tls_with_python_ssl(gateway, net):
+    gw = gateway(net.policy([tls_rule(net)]))
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    assert t.status == 200, t.text
+    tls = client_ctx(net).wrap_socket(t.sock, server_hostname="tls.example.test")
+    try:
+        tls.sendall(b"GET /py HTTP/1.1\r\nHost: tls.example.test\r\n\r\n")
+        data = recv_until_close(tls)
+    finally:
+        tls.close()
+    assert data.startswith(b"HTTP/1.1 200 OK") and data.endswith(UpstreamTLS.BODY)
+    ev, end = gw.decided(method="CONNECT")
+    assert end["status"] == 200 and end["bytes_up"] > 0 and end["bytes_down"] > len(data)
+
+
+def test_connect_highest_tier_of_host(gateway, net):
+    # a tunnel can carry the POST the tier-3 rule grants: it is tier 3
+    rules = [tls_rule(net, tier=0),
+             tls_rule(net, tier=3, methods=["POST"], owner="alice", expires="2099-12-31")]
+    gw = gateway(net.policy(rules))
+    p = curl("-p", "-x", gw.url, "--cacert", net.cert,
+             "https://tls.example.test:%d/" % net.tls.port)
+    assert p.returncode == 0, p.stderr
+    ev, end = gw.decided(method="CONNECT")
+    assert ev["decision"] == "allow" and ev["tier"] == 3 and end["tier"] == 3
+    assert ev["owner"] == "alice"
+
+
+def test_sni_mismatch(gateway, net):
+    gw = gateway(net.policy([tls_rule(net),
+                             {"host": "other.example.test", "ports": [net.tls.port],
+                              "tier": 0}]))
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    assert t.status == 200
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    failed = False
+    try:
+        tls = ctx.wrap_socket(t.sock, server_hostname="other.example.test")
+        try:
+            tls.sendall(b"GET / HTTP/1.1\r\nHost: other.example.test\r\n\r\n")
+            failed = tls.recv(100) == b""
+        finally:
+            tls.close()
+    except (ssl.SSLError, OSError):
+        failed = True
+    finally:
+        t.close()
+    assert failed, "the TLS session through a mismatched tunnel worked"
+    assert "other.example.test" not in net.tls.sni
+    assert net.tls.handshakes == 0
+    evs = gw.wait_events(reason="sni_mismatch")
+    ev, end = gw.decided(reason="sni_mismatch")
+    assert ev["decision"] == "deny" and ev["method"] == "CONNECT"
+    assert ev["host"] == "tls.example.test" and ev["port"] == net.tls.port
+    assert len(gw.events(id=ev["id"])) == 1, "more than one agent_egress for the tunnel"
+    assert end["bytes_up"] == 0
+    assert len(evs) == 1
+
+
+def test_sni_mismatch_openssl_s_client(gateway, net):
+    gw = gateway(net.policy([tls_rule(net)]))
+    p = subprocess.run(["openssl", "s_client", "-proxy", "127.0.0.1:%d" % gw.port,
+                        "-connect", "tls.example.test:%d" % net.tls.port,
+                        "-servername", "evil.example.test", "-CAfile", net.cert, "-brief"],
+                       input=b"", capture_output=True, timeout=20)
+    assert p.returncode != 0, p.stdout + p.stderr
+    assert "evil.example.test" not in net.tls.sni and net.tls.handshakes == 0
+    gw.decided(reason="sni_mismatch")
+
+
+def test_sni_matching_case_insensitive(gateway, net):
+    gw = gateway(net.policy([tls_rule(net)]))
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    assert t.status == 200
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    tls = ctx.wrap_socket(t.sock, server_hostname="TLS.Example.Test")
+    try:
+        tls.sendall(b"GET / HTTP/1.1\r\nHost: tls.example.test\r\n\r\n")
+        assert recv_until_close(tls).endswith(UpstreamTLS.BODY)
+    finally:
+        tls.close()
+
+
+def test_connect_not_in_policy(gateway, net):
+    gw = gateway(net.policy([tls_rule(net)]))
+    t = connect(gw, "other.example.test:%d" % net.tls.port)
+    try:
+        assert_denied(gw, net, t, "not_in_policy", host="other.example.test", port=net.tls.port,
+                      agent="default", method="CONNECT", scheme="https", path=None, ip=None)
+    finally:
+        t.close()
+
+
+def test_connect_port_not_allowed(gateway, net):
+    gw = gateway(net.policy([tls_rule(net)]))
+    t = connect(gw, "tls.example.test:%d" % net.dead_port)
+    try:
+        assert_denied(gw, net, t, "port_not_allowed", host="tls.example.test", port=net.dead_port,
+                      method="CONNECT", tier=ANY, rule=ANY, owner=ANY, ip=None)
+    finally:
+        t.close()
+
+
+def test_connect_upstream_unreachable(gateway, net):
+    rules = [{"host": "dead.example.test", "ports": [net.dead_port], "tier": 0}]
+    gw = gateway(net.policy(rules))
+    t = connect(gw, "dead.example.test:%d" % net.dead_port)
+    try:
+        if t.status == 200:
+            # the gateway may answer 200 before it connects; then the tunnel closes
+            t.sock.settimeout(10)
+            assert recv_until_close(t.sock) == b""
+            gw.decided(reason="upstream_unreachable")
+        else:
+            assert_denied(gw, net, t, "upstream_unreachable", host="dead.example.test",
+                          port=net.dead_port, method="CONNECT", tier=0, rule="rules[0]",
+                          ip="127.0.0.6")
+    finally:
+        t.close()
+
+
+def test_server_speaks_first(gateway, net):
+    rules = [{"host": "banner.example.test", "ports": [net.banner.port], "tier": 2}]
+    gw = gateway(net.policy(rules))
+    t = connect(gw, "banner.example.test:%d" % net.banner.port)
+    try:
+        assert t.status == 200
+        t.sock.settimeout(10)
+        got = b""
+        for _ in range(100):
+            if got.endswith(b"\r\n"):
+                break
+            d = t.sock.recv(4096)
+            if not d:
+                break
+            got += d
+        assert got == BannerServer.BANNER
+        t.sock.sendall(b"QUIT\r\n")
+        rest = recv_until_close(t.sock)
+    finally:
+        t.close()
+    assert rest == BannerServer.REPLY
+    assert net.banner.received == [b"QUIT\r\n"]
+    ev, end = gw.decided(method="CONNECT")
+    assert ev["decision"] == "allow" and ev["host"] == "banner.example.test"
+    assert ev["tier"] == 2 and ev["ip"] == "127.0.0.5" and ev["path"] is None
+    assert end["status"] == 200
+    assert end["bytes_up"] == len(b"QUIT\r\n")
+    assert end["bytes_down"] == len(BannerServer.BANNER) + len(BannerServer.REPLY)
+
+
+def test_plain_bytes_through_tunnel_counted(gateway, net):
+    # a non-TLS client protocol through CONNECT: relayed as is
+    rules = [{"host": "banner.example.test", "ports": [net.banner.port], "tier": 2}]
+    gw = gateway(net.policy(rules))
+    t = connect(gw, "banner.example.test:%d" % net.banner.port)
+    try:
+        assert t.status == 200
+        t.sock.sendall(b"HELO client.example.test\r\n")
+        data = recv_until_close(t.sock)
+    finally:
+        t.close()
+    assert data == BannerServer.BANNER + BannerServer.REPLY
+    _, end = gw.decided(method="CONNECT")
+    assert end["bytes_up"] == len(b"HELO client.example.test\r\n")
+    assert end["bytes_down"] == len(data)
+
+
+def test_client_closes_tunnel_early(gateway, net):
+    gw = gateway(net.policy([tls_rule(net)]))
+    for _ in range(3):
+        t = connect(gw, "tls.example.test:%d" % net.tls.port)
+        assert t.status == 200
+        t.sock.shutdown(socket.SHUT_RDWR)
+        t.close()
+    evs = gw.wait_events(count=3, method="CONNECT")
+    for e in evs:
+        gw.wait_events("agent_egress_end", id=e["id"])
+    # still serving
+    p = curl("-p", "-x", gw.url, "--cacert", net.cert,
+             "https://tls.example.test:%d/" % net.tls.port)
+    assert p.returncode == 0, p.stderr
+    poll(lambda: len(gw.events("agent_egress_end")) >= 4, what="4 end events")

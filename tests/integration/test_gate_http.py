@@ -1,0 +1,269 @@
+"""Plain HTTP through the gateway: allowed requests, keep-alive, bodies."""
+
+import hashlib
+import http.client
+import json
+import socket
+
+from gate_client import (assert_deny_response, build_request, curl, open_conn, read_response,
+                         request)
+from gate_servers import pattern_bytes
+
+
+def free_port_v6():
+    s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    try:
+        s.bind(("::1", 0))
+        return s.getsockname()[1]
+    finally:
+        s.close()
+
+
+def api_rule(net, **kw):
+    r = {"host": "api.example.test", "ports": [net.api.port], "tier": 0}
+    r.update(kw)
+    return r
+
+
+def test_allow_http_client(gateway, net):
+    gw = gateway(net.policy([api_rule(net)]))
+    conn = http.client.HTTPConnection(gw.host, gw.port, timeout=10)
+    try:
+        conn.request("GET", net.url("/hello?x=1"))
+        r = conn.getresponse()
+        body = r.read()
+    finally:
+        conn.close()
+    assert r.status == 200
+    assert r.getheader("X-Upstream") == "api"
+    assert json.loads(body)["path"] == "/hello?x=1"
+    assert r.getheader("Sluice-Reason") is None
+    reqs = net.api.requests
+    assert len(reqs) == 1 and reqs[0].method == "GET" and reqs[0].path == "/hello?x=1"
+    assert reqs[0].header("Host") == "api.example.test:%d" % net.api.port
+    ev, end = gw.decided(decision="allow")
+    assert ev["agent"] == "default"
+    assert ev["method"] == "GET" and ev["scheme"] == "http"
+    assert ev["host"] == "api.example.test" and ev["port"] == net.api.port
+    assert ev["path"] == "/hello?x=1"
+    assert ev["tier"] == 0 and ev["rule"] == "rules[0]" and ev["owner"] is None
+    assert ev["reason"] is None and ev["ip"] == "127.0.0.2"
+    assert ev["ts"].endswith("Z") and ev["id"].startswith("c")
+    assert end["status"] == 200 and end["tier"] == 0 and end["host"] == "api.example.test"
+    assert end["bytes_up"] == 0 and end["bytes_down"] >= len(body)
+    assert isinstance(end["ms"], int) and end["ms"] >= 0
+
+
+def test_allow_curl(gateway, net):
+    gw = gateway(net.policy([api_rule(net, tier=1)]))
+    p = curl("-x", gw.url, net.url("/via-curl"))
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["path"] == "/via-curl"
+    ev, end = gw.decided(path="/via-curl")
+    assert ev["decision"] == "allow" and ev["tier"] == 1 and end["status"] == 200
+
+
+def test_curl_denied_sees_reason(gateway, net):
+    gw = gateway(net.policy([api_rule(net)]))
+    p = curl("-i", "-x", gw.url, net.url("/x", host="other.example.test", port=net.other.port))
+    assert p.returncode == 0, p.stderr
+    out = p.stdout.decode()
+    assert out.startswith("HTTP/1.1 403")
+    assert "sluice-reason: not_in_policy" in out.lower()
+    assert net.other.requests == []
+
+
+def test_keep_alive_mixed_allow_and_deny(gateway, net):
+    # The gateway closes a connection after any refusal (so it never has to
+    # skip an unread body): the denied request comes last on the connection.
+    gw = gateway(net.policy([api_rule(net)]))
+    s = open_conn(gw)
+    try:
+        r1 = request(gw, "GET", net.url("/one"), sock=s)
+        r2 = request(gw, "POST", net.url("/two"), body=b"2", sock=s)
+        r3 = request(gw, "GET", net.url("/three", host="other.example.test", port=net.other.port),
+                     sock=s)
+        s.settimeout(5)
+        assert s.recv(1) == b"", "connection left open after a refusal"
+    finally:
+        s.close()
+    assert r1.status == 200 and r1.json()["path"] == "/one" and not r1.will_close
+    assert r2.status == 200 and r2.json()["path"] == "/two"
+    assert_deny_response(r3, "not_in_policy", "other.example.test", net.other.port, "default")
+    assert [q.path for q in net.api.requests] == ["/one", "/two"]
+    # one upstream connection per request
+    assert net.api.connections == 2
+    assert net.other.requests == []
+    evs = gw.wait_events(count=3)
+    ids = [e["id"] for e in evs]
+    conn_id = ids[0].split(".")[0]
+    assert ids == ["%s.1" % conn_id, "%s.2" % conn_id, "%s.3" % conn_id], ids
+    assert [e["decision"] for e in evs] == ["allow", "allow", "deny"]
+    assert [e["method"] for e in evs] == ["GET", "POST", "GET"]
+    assert evs[2]["reason"] == "not_in_policy" and evs[2]["tier"] is None
+    for i in ids:
+        gw.wait_events("agent_egress_end", id=i)
+
+
+def test_separate_connections_get_separate_ids(gateway, net):
+    gw = gateway(net.policy([api_rule(net)]))
+    for i in range(3):
+        assert request(gw, "GET", net.url("/s%d" % i)).status == 200
+    ids = [e["id"] for e in gw.wait_events(count=3)]
+    assert len({i.split(".")[0] for i in ids}) == 3, ids
+    assert all(i.endswith(".1") for i in ids), ids
+
+def test_large_download_streamed_intact(gateway, net):
+    gw = gateway(net.policy([api_rule(net)]))
+    n = 16 * 1024 * 1024 + 12345
+    conn = http.client.HTTPConnection(gw.host, gw.port, timeout=30)
+    try:
+        conn.request("GET", net.url("/large?n=%d" % n))
+        r = conn.getresponse()
+        h = hashlib.sha256()
+        got = 0
+        for _ in range(100000):
+            piece = r.read(1 << 20)
+            if not piece:
+                break
+            got += len(piece)
+            h.update(piece)
+    finally:
+        conn.close()
+    assert r.status == 200
+    assert got == n
+    assert h.hexdigest() == hashlib.sha256(pattern_bytes(n)).hexdigest()
+    _, end = gw.decided(path="/large?n=%d" % n)
+    assert end["bytes_down"] >= n
+
+
+def test_large_upload_intact(gateway, net):
+    gw = gateway(net.policy([api_rule(net)]))
+    body = pattern_bytes(8 * 1024 * 1024)
+    conn = http.client.HTTPConnection(gw.host, gw.port, timeout=30)
+    try:
+        conn.request("POST", net.url("/upload"), body=body,
+                     headers={"Content-Type": "application/octet-stream"})
+        r = conn.getresponse()
+        data = r.read()
+    finally:
+        conn.close()
+    assert r.status == 200
+    info = json.loads(data)
+    assert info["body_len"] == len(body)
+    assert info["body_sha256"] == hashlib.sha256(body).hexdigest()
+    ev, end = gw.decided(path="/upload")
+    assert ev["method"] == "POST"
+    assert end["bytes_up"] == len(body)
+
+
+def test_chunked_request_body_forwarded(gateway, net):
+    gw = gateway(net.policy([api_rule(net)]))
+    data = pattern_bytes(700_001)
+    sizes = [1, 15, 4096, 100_000, 3, 65536]
+    enc = bytearray()
+    off, i = 0, 0
+    while off < len(data):
+        piece = data[off:off + sizes[i % len(sizes)]]
+        i += 1
+        off += len(piece)
+        enc += b"%x\r\n" % len(piece) + piece + b"\r\n"
+    enc += b"0\r\n\r\n"
+    s = open_conn(gw)
+    try:
+        head = ("PUT %s HTTP/1.1\r\nHost: api.example.test:%d\r\n"
+                "Transfer-Encoding: chunked\r\n\r\n" % (net.url("/chunked-up"), net.api.port))
+        s.sendall(head.encode() + bytes(enc))
+        r = read_response(s, "PUT")
+    finally:
+        s.close()
+    assert r.status == 200
+    assert r.json()["body_sha256"] == hashlib.sha256(data).hexdigest()
+    rec = net.api.requests[0]
+    assert rec.chunked and rec.body == data
+
+
+def test_chunked_response_forwarded(gateway, net):
+    gw = gateway(net.policy([api_rule(net)]))
+    n = 300_007
+    r = request(gw, "GET", net.url("/chunked?n=%d" % n))
+    assert r.status == 200
+    assert r.body == pattern_bytes(n)
+
+
+def test_slow_response_waited_for(gateway, net):
+    gw = gateway(net.policy([api_rule(net)]))
+    r = request(gw, "GET", net.url("/slow?ms=1200"))
+    assert r.status == 200 and r.json()["path"] == "/slow?ms=1200"
+    _, end = gw.decided(path="/slow?ms=1200")
+    assert end["ms"] >= 1000
+
+
+def test_unix_listener(gateway, net):
+    gw = gateway(net.policy([api_rule(net)]), tcp=False, unix=True)
+    r = request(gw, "GET", net.url("/over-unix"))
+    assert r.status == 200 and r.json()["path"] == "/over-unix"
+    ev, end = gw.decided(path="/over-unix")
+    assert ev["decision"] == "allow" and ev["agent"] == "default" and end["status"] == 200
+
+
+def test_ipv6_listener(gateway, net):
+    port6 = free_port_v6()
+    gw = gateway(net.policy([api_rule(net)]), extra_listen=["[::1]:%d" % port6])
+    s = socket.create_connection(("::1", port6), timeout=10)
+    try:
+        s.sendall(build_request("GET", net.url("/v6")))
+        r = read_response(s)
+    finally:
+        s.close()
+    assert r.status == 200 and r.json()["path"] == "/v6"
+    ev, _ = gw.decided(path="/v6")
+    assert ev["decision"] == "allow" and ev["agent"] == "default"
+
+
+def test_http10_without_host(gateway, net):
+    gw = gateway(net.policy([api_rule(net)]))
+    s = open_conn(gw)
+    try:
+        s.sendall(b"GET %s HTTP/1.0\r\n\r\n" % net.url("/ten").encode())
+        r = read_response(s)
+    finally:
+        s.close()
+    assert r.status == 200 and r.json()["path"] == "/ten"
+    assert net.api.requests[0].header("Host") in ("api.example.test:%d" % net.api.port,)
+
+
+def test_hop_by_hop_headers_not_forwarded(gateway, net):
+    gw = gateway(net.policy([api_rule(net)]))
+    r = request(gw, "GET", net.url("/hop"),
+                headers=[("Connection", "X-Private"), ("X-Private", "secret"),
+                         ("Proxy-Connection", "keep-alive"), ("X-Kept", "yes")])
+    assert r.status == 200
+    rec = net.api.requests[0]
+    assert rec.header("X-Kept") == "yes"
+    assert not rec.has_header("X-Private") and not rec.has_header("Proxy-Connection")
+
+
+def test_curl_upload_expect_continue(gateway, net, tmp_path):
+    gw = gateway(net.policy([api_rule(net)]))
+    data = pattern_bytes(3 * 1024 * 1024 + 7)
+    f = tmp_path / "up.bin"
+    f.write_bytes(data)
+    p = curl("-x", gw.url, "-H", "Expect: 100-continue", "--data-binary", "@%s" % f,
+             net.url("/curl-up"))
+    assert p.returncode == 0, p.stderr
+    info = json.loads(p.stdout)
+    assert info["body_len"] == len(data)
+    assert info["body_sha256"] == hashlib.sha256(data).hexdigest()
+
+
+def test_head_request(gateway, net):
+    gw = gateway(net.policy([api_rule(net)]))
+    s = open_conn(gw)
+    try:
+        r1 = request(gw, "HEAD", net.url("/large?n=5000"), sock=s)
+        r2 = request(gw, "GET", net.url("/after-head"), sock=s)
+    finally:
+        s.close()
+    assert r1.status == 200 and r1.body == b"" and r1.header("Content-Length") == "5000"
+    assert r2.status == 200 and r2.json()["path"] == "/after-head"

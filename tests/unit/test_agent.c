@@ -1,0 +1,305 @@
+/* Unit tests for gate/agent.c: every branch of SPEC.md's Agents paragraph. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <string.h>
+
+#include "gate/agent.h"
+
+static struct cidr v4cidr(const char *s, unsigned prefix)
+{
+    struct cidr c;
+    memset(&c, 0, sizeof(c));
+    c.addr.b[10] = c.addr.b[11] = 0xff;
+    assert_int_equal(inet_pton(AF_INET, s, c.addr.b + 12), 1);
+    c.prefix = (uint8_t)(96 + prefix);
+    return c;
+}
+
+static struct client_origin tcp(const char *s)
+{
+    struct client_origin o;
+    memset(&o, 0, sizeof(o));
+    o.addr.b[10] = o.addr.b[11] = 0xff;
+    assert_int_equal(inet_pton(AF_INET, s, o.addr.b + 12), 1);
+    return o;
+}
+
+static const struct client_origin unix_client = {.is_unix = true};
+
+/* The fixture, in file order:
+ *   0 open     127.0.0.0/8, no token
+ *   1 ci       127.0.0.0/8 + unix, token "s3cret"
+ *   2 ci2      127.0.0.0/8, token "s3cret" (same secret, later: never chosen)
+ *   3 lan      10.0.0.0/8, token "lan-token"
+ *   4 lanopen  10.0.0.0/8, no token (after a token agent)
+ *   5 sock     unix only, no token
+ *   6 remote   192.168.0.0/16, token "remote-token" (no token-less agent there)
+ *   7 other    172.16.0.0/12, token "o:t" */
+static struct cidr lo, lan, remote, other;
+static struct agent agents[8];
+static struct policy pol;
+
+static void setup_policy(void)
+{
+    lo = v4cidr("127.0.0.0", 8);
+    lan = v4cidr("10.0.0.0", 8);
+    remote = v4cidr("192.168.0.0", 16);
+    other = v4cidr("172.16.0.0", 12);
+    memset(agents, 0, sizeof(agents));
+    agents[0] = (struct agent){.id = "open", .sources = &lo, .nsources = 1};
+    agents[1] = (struct agent){
+        .id = "ci", .sources = &lo, .nsources = 1, .unix_source = true, .token = "s3cret"};
+    agents[2] = (struct agent){.id = "ci2", .sources = &lo, .nsources = 1, .token = "s3cret"};
+    agents[3] = (struct agent){.id = "lan", .sources = &lan, .nsources = 1, .token = "lan-token"};
+    agents[4] = (struct agent){.id = "lanopen", .sources = &lan, .nsources = 1};
+    agents[5] = (struct agent){.id = "sock", .unix_source = true};
+    agents[6] =
+        (struct agent){.id = "remote", .sources = &remote, .nsources = 1, .token = "remote-token"};
+    agents[7] = (struct agent){.id = "other", .sources = &other, .nsources = 1, .token = "o:t"};
+    memset(&pol, 0, sizeof(pol));
+    pol.agents = agents;
+    pol.nagents = 8;
+}
+
+/* Runs agent_identify with a NUL-terminated header (or NULL). */
+static enum agent_result ident(const struct client_origin *o, const char *auth,
+                               const struct agent **out)
+{
+    return agent_identify(&pol, o, auth, auth != NULL ? strlen(auth) : 0, out);
+}
+
+static void expect_agent(const struct client_origin *o, const char *auth, const char *id)
+{
+    const struct agent *a = (const struct agent *)&pol; /* poison: must be overwritten */
+    enum agent_result r = ident(o, auth, &a);
+    if (r != AGENT_OK)
+        fail_msg("auth %s: result %d, expected agent %s", auth ? auth : "(none)", r, id);
+    assert_non_null(a);
+    assert_string_equal(a->id, id);
+}
+
+static void expect_result(const struct client_origin *o, const char *auth, enum agent_result want)
+{
+    const struct agent *a = (const struct agent *)&pol;
+    enum agent_result r = ident(o, auth, &a);
+    if (r != want)
+        fail_msg("auth %s: result %d, expected %d", auth ? auth : "(none)", r, want);
+    assert_null(a);
+}
+
+static void test_no_agents_section(void **state)
+{
+    (void)state;
+    struct policy empty;
+    const struct agent *a = agents;
+    struct client_origin o = tcp("203.0.113.9");
+    memset(&empty, 0, sizeof(empty));
+    assert_int_equal(agent_identify(&empty, &o, NULL, 0, &a), AGENT_OK);
+    assert_null(a);
+    a = agents;
+    assert_int_equal(agent_identify(&empty, &unix_client, "Bearer x", 8, &a), AGENT_OK);
+    assert_null(a);
+    a = agents;
+    assert_int_equal(agent_identify(&empty, &o, "garbage", 7, &a), AGENT_OK);
+    assert_null(a);
+}
+
+static void test_no_secret(void **state)
+{
+    (void)state;
+    setup_policy();
+    struct client_origin o = tcp("127.0.0.1");
+    /* First token-less agent whose sources contain the client. */
+    expect_agent(&o, NULL, "open");
+    /* ... even when a token agent comes first in file order. */
+    o = tcp("10.1.2.3");
+    expect_agent(&o, NULL, "lanopen");
+    /* unix listener: agents listing "unix". */
+    expect_agent(&unix_client, NULL, "sock");
+    /* Only token agents match: 407. */
+    o = tcp("192.168.1.1");
+    expect_result(&o, NULL, AGENT_AUTH_REQUIRED);
+    /* No agent's sources contain the client: 403. */
+    o = tcp("8.8.8.8");
+    expect_result(&o, NULL, AGENT_NOT_ALLOWED);
+}
+
+static void test_no_secret_unix_only_token(void **state)
+{
+    (void)state;
+    setup_policy();
+    agents[5].unix_source = false; /* now only "ci" (token) lists unix */
+    expect_result(&unix_client, NULL, AGENT_AUTH_REQUIRED);
+    agents[1].unix_source = false; /* and now nobody */
+    expect_result(&unix_client, NULL, AGENT_NOT_ALLOWED);
+}
+
+static void test_bearer(void **state)
+{
+    (void)state;
+    setup_policy();
+    struct client_origin o = tcp("127.0.0.1");
+    expect_agent(&o, "Bearer s3cret", "ci");
+    expect_agent(&o, "bearer s3cret", "ci");
+    expect_agent(&o, "BEARER   s3cret  ", "ci");
+    expect_agent(&o, "\tBearer\ts3cret\t", "ci");
+    expect_agent(&unix_client, "Bearer s3cret", "ci");
+    o = tcp("10.0.0.1");
+    expect_agent(&o, "Bearer lan-token", "lan");
+    o = tcp("192.168.7.7");
+    expect_agent(&o, "Bearer remote-token", "remote");
+}
+
+static void test_wrong_secret_never_falls_through(void **state)
+{
+    (void)state;
+    setup_policy();
+    struct client_origin o = tcp("127.0.0.1");
+    /* A token-less agent matches the source, but a secret was presented. */
+    expect_result(&o, "Bearer wrong", AGENT_AUTH_REQUIRED);
+    expect_result(&o, "Bearer s3cre", AGENT_AUTH_REQUIRED);   /* prefix */
+    expect_result(&o, "Bearer s3cret!", AGENT_AUTH_REQUIRED); /* longer */
+    expect_result(&o, "Bearer S3CRET", AGENT_AUTH_REQUIRED);  /* case matters */
+    /* The right token for an agent whose sources do not contain us. */
+    expect_result(&o, "Bearer lan-token", AGENT_AUTH_REQUIRED);
+    o = tcp("8.8.8.8");
+    expect_result(&o, "Bearer s3cret", AGENT_AUTH_REQUIRED);
+    expect_result(&unix_client, "Bearer lan-token", AGENT_AUTH_REQUIRED);
+}
+
+static void test_first_in_file_order(void **state)
+{
+    (void)state;
+    setup_policy();
+    struct client_origin o = tcp("127.0.0.1");
+    /* ci and ci2 share a secret: ci comes first. */
+    expect_agent(&o, "Bearer s3cret", "ci");
+    /* Narrow ci's sources: now ci2 is the first whose sources match. */
+    struct cidr narrow = v4cidr("127.0.0.2", 32);
+    agents[1].sources = &narrow;
+    agents[1].unix_source = false;
+    expect_agent(&o, "Bearer s3cret", "ci2");
+    o = tcp("127.0.0.2");
+    expect_agent(&o, "Bearer s3cret", "ci");
+    /* And without a secret, "open" still comes first. */
+    expect_agent(&o, NULL, "open");
+}
+
+static void test_basic(void **state)
+{
+    (void)state;
+    setup_policy();
+    struct client_origin o = tcp("127.0.0.1");
+    expect_agent(&o, "Basic dXNlcjpzM2NyZXQ=", "ci");                 /* user:s3cret */
+    expect_agent(&o, "basic OnMzY3JldA==", "ci");                     /* :s3cret */
+    expect_agent(&o, "Basic OnMzY3JldA", "ci");                       /* unpadded */
+    expect_agent(&o, "BASIC YW55Ym9keTpzM2NyZXQ=", "ci");             /* anybody:s3cret */
+    expect_result(&o, "Basic dXNlcjp3cm9uZw==", AGENT_AUTH_REQUIRED); /* user:wrong */
+    expect_result(&o, "Basic czNjcmV0", AGENT_AUTH_REQUIRED);         /* "s3cret", no colon */
+    expect_result(&o, "Basic dXNlcjo=", AGENT_AUTH_REQUIRED);         /* "user:", empty */
+    o = tcp("172.16.0.1");
+    /* The password is everything after the first colon: "u:o:t" -> "o:t". */
+    expect_agent(&o, "Basic dTpvOnQ=", "other");
+    expect_agent(&o, "Basic dTpvOnQ", "other"); /* unpadded */
+    o = tcp("127.0.0.1");
+    expect_agent(&o, "Basic dXNlcjpzM2NyZXQ", "ci"); /* unpadded user:s3cret */
+}
+
+static void test_malformed_headers(void **state)
+{
+    (void)state;
+    setup_policy();
+    struct client_origin o = tcp("127.0.0.1");
+    static const char *const bad[] = {
+        "",
+        "   ",
+        "Bearer",
+        "Bearer ",
+        "Bearer s3cret extra",
+        "Bearers3cret",
+        "Digest s3cret",
+        "Token s3cret",
+        "s3cret",
+        "Basic",
+        "Basic !!!!",
+        "Basic dXNlcjpzM2NyZXQ==", /* wrong padding count */
+        "Basic dXNlcjpz=M2NyZXQ=", /* padding in the middle */
+        "Basic dXNlcjpzM2NyZXR=",  /* non-canonical trailing bits */
+        "Basic d",                 /* len % 4 == 1 */
+        "Basic dXNl cjpzM2NyZXQ=", /* space inside */
+        "Bearer s3\x01"
+        "cret",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const struct agent *a = agents;
+        if (ident(&o, bad[i], &a) != AGENT_AUTH_REQUIRED)
+            fail_msg("header \"%s\" should need auth", bad[i]);
+        assert_null(a);
+    }
+}
+
+static void test_not_terminated_and_bounds(void **state)
+{
+    (void)state;
+    setup_policy();
+    struct client_origin o = tcp("127.0.0.1");
+    const struct agent *a = NULL;
+    /* The length counts; what follows is not part of the value. */
+    const char buf[] = "Bearer s3cretGARBAGE";
+    assert_int_equal(agent_identify(&pol, &o, buf, 13, &a), AGENT_OK);
+    assert_string_equal(a->id, "ci");
+    a = NULL;
+    assert_int_equal(agent_identify(&pol, &o, buf, 12, &a), AGENT_AUTH_REQUIRED);
+    assert_null(a);
+    /* An embedded NUL is a control byte: refused. */
+    const char nul[] = "Bearer s3c\0ret";
+    assert_int_equal(agent_identify(&pol, &o, nul, sizeof(nul) - 1, &a), AGENT_AUTH_REQUIRED);
+    /* A huge header is refused, not copied. */
+    static char big[70000];
+    memcpy(big, "Bearer ", 7);
+    memset(big + 7, 'a', sizeof(big) - 7);
+    assert_int_equal(agent_identify(&pol, &o, big, sizeof(big), &a), AGENT_AUTH_REQUIRED);
+    memcpy(big, "Basic  ", 7);
+    assert_int_equal(agent_identify(&pol, &o, big, sizeof(big), &a), AGENT_AUTH_REQUIRED);
+    /* Zero-length value (header present but empty). */
+    assert_int_equal(agent_identify(&pol, &o, buf, 0, &a), AGENT_AUTH_REQUIRED);
+}
+
+static void test_sources_contain(void **state)
+{
+    (void)state;
+    setup_policy();
+    struct client_origin o = tcp("127.9.9.9");
+    assert_true(agent_sources_contain(&agents[0], &o));
+    assert_false(agent_sources_contain(&agents[3], &o));
+    assert_false(agent_sources_contain(&agents[5], &o));
+    assert_true(agent_sources_contain(&agents[5], &unix_client));
+    assert_false(agent_sources_contain(&agents[0], &unix_client));
+    /* A unix client is never matched by CIDRs, even 0.0.0.0/0. */
+    struct cidr all = v4cidr("0.0.0.0", 0);
+    struct agent any = {.id = "any", .sources = &all, .nsources = 1};
+    assert_false(agent_sources_contain(&any, &unix_client));
+    assert_true(agent_sources_contain(&any, &o));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_no_agents_section),
+        cmocka_unit_test(test_no_secret),
+        cmocka_unit_test(test_no_secret_unix_only_token),
+        cmocka_unit_test(test_bearer),
+        cmocka_unit_test(test_wrong_secret_never_falls_through),
+        cmocka_unit_test(test_first_in_file_order),
+        cmocka_unit_test(test_basic),
+        cmocka_unit_test(test_malformed_headers),
+        cmocka_unit_test(test_not_terminated_and_bounds),
+        cmocka_unit_test(test_sources_contain),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

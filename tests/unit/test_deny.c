@@ -1,0 +1,110 @@
+/* Unit tests for gate/deny.c: every deny reason gets its status, its
+ * Sluice-Reason header, Connection: close, a Content-Length that matches
+ * the one-line body, and a body naming host:port and the agent. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+
+#include "gate/deny.h"
+
+static char *render(const struct deny_info *d, int *status)
+{
+    struct evbuffer *b = evbuffer_new();
+    assert_non_null(b);
+    *status = deny_write(d, b);
+    size_t n = evbuffer_get_length(b);
+    char *s = malloc(n + 1);
+    assert_non_null(s);
+    evbuffer_remove(b, s, n);
+    s[n] = '\0';
+    evbuffer_free(b);
+    return s;
+}
+
+static void test_every_reason(void **state)
+{
+    (void)state;
+    for (int r = REASON_NOT_IN_POLICY; r < REASON_COUNT; r++) {
+        struct deny_info d = {.reason = (enum deny_reason)r,
+                              .host = "api.example.test",
+                              .port = 8443,
+                              .agent = "ci-bot",
+                              .method = "POST",
+                              .ip = "10.0.0.1",
+                              .detail = "head too large",
+                              .retry_after = 7};
+        int status;
+        char *s = render(&d, &status);
+        char want[128];
+        assert_int_equal(status, reason_status(d.reason));
+        snprintf(want, sizeof(want), "HTTP/1.1 %d ", status);
+        assert_memory_equal(s, want, strlen(want));
+        snprintf(want, sizeof(want), "\r\nSluice-Reason: %s\r\n", reason_name(d.reason));
+        assert_non_null(strstr(s, want));
+        assert_non_null(strstr(s, "\r\nConnection: close\r\n"));
+        const char *body = strstr(s, "\r\n\r\n");
+        assert_non_null(body);
+        body += 4;
+        /* one line, ending in a newline, and the length announced */
+        assert_non_null(strchr(body, '\n'));
+        assert_int_equal(strchr(body, '\n') - body + 1, (long)strlen(body));
+        snprintf(want, sizeof(want), "Content-Length: %zu\r\n", strlen(body));
+        assert_non_null(strstr(s, want));
+        assert_non_null(strstr(body, "api.example.test:8443"));
+        assert_memory_equal(body, "sluice: ", 8);
+        if (d.reason != REASON_AUTH_REQUIRED && d.reason != REASON_BAD_REQUEST)
+            assert_non_null(strstr(body, "ci-bot"));
+        assert_int_equal(strstr(s, "Retry-After: 7\r\n") != NULL,
+                         d.reason == REASON_RATE_LIMITED || d.reason == REASON_QUARANTINED);
+        assert_int_equal(strstr(s, "Proxy-Authenticate: Basic realm=\"sluice\"\r\n") != NULL,
+                         d.reason == REASON_AUTH_REQUIRED);
+        free(s);
+    }
+}
+
+static void test_ipv6_and_unknowns(void **state)
+{
+    (void)state;
+    struct deny_info d = {.reason = REASON_IP_LITERAL, .host = "::1", .port = 80};
+    char msg[512];
+    deny_message(&d, msg, sizeof(msg));
+    assert_non_null(strstr(msg, "[::1]:80"));
+    assert_non_null(strstr(msg, "agent unknown"));
+
+    struct deny_info b = {.reason = REASON_BAD_REQUEST};
+    deny_message(&b, msg, sizeof(msg));
+    assert_non_null(strstr(msg, "malformed"));
+    assert_null(strchr(msg, '\n'));
+
+    struct deny_info a = {.reason = REASON_AGENT_NOT_ALLOWED, .host = "x.test", .port = 443};
+    deny_message(&a, msg, sizeof(msg));
+    assert_non_null(strstr(msg, "not a known agent"));
+}
+
+static void test_small_buffer_truncates(void **state)
+{
+    (void)state;
+    struct deny_info d = {
+        .reason = REASON_NOT_IN_POLICY, .host = "a.test", .port = 1, .agent = "x"};
+    char msg[10];
+    deny_message(&d, msg, sizeof(msg));
+    assert_int_equal(strlen(msg), 9);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_reason),
+        cmocka_unit_test(test_ipv6_and_unknowns),
+        cmocka_unit_test(test_small_buffer_truncates),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,606 @@
+/* Unit tests for gate/http1.c: request and response heads, the heads
+ * forwarded upstream and back, and the body framing decisions. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <event2/buffer.h>
+
+#include "gate/http1.h"
+#include "policy/model.h"
+
+#define MAX_HEAD 32768
+
+static struct http_request req;
+static struct http_response rsp;
+static char *copy; /* the exact-size copy parsed last (pointers point into it) */
+
+static char *exact(const char *s, size_t len)
+{
+    free(copy);
+    copy = malloc(len ? len : 1);
+    assert_non_null(copy);
+    memcpy(copy, s, len);
+    return copy;
+}
+
+static int preq_n(const char *s, size_t len, size_t max_head, const char **why)
+{
+    *why = NULL;
+    return http1_parse_request(exact(s, len), len, max_head, &req, why);
+}
+
+static int preq(const char *s, const char **why)
+{
+    return preq_n(s, strlen(s), MAX_HEAD, why);
+}
+
+static int prsp(const char *s, const char **why)
+{
+    *why = NULL;
+    return http1_parse_response(exact(s, strlen(s)), strlen(s), MAX_HEAD, &rsp, why);
+}
+
+static void bad_req(const char *s, size_t len, const char *want)
+{
+    const char *why;
+    int rc = preq_n(s, len, MAX_HEAD, &why);
+    if (rc != HTTP1_BAD)
+        fail_msg("accepted (rc %d): %.*s", rc, (int)len, s);
+    assert_non_null(why);
+    if (want != NULL && strcmp(why, want) != 0)
+        fail_msg("why \"%s\", want \"%s\" for: %.*s", why, want, (int)len, s);
+}
+
+#define BAD(s, want) bad_req((s), sizeof(s) - 1, (want))
+
+static void ok_req(const char *s)
+{
+    const char *why;
+    int rc = preq(s, &why);
+    if (rc <= 0)
+        fail_msg("rc %d (%s) for: %s", rc, why ? why : "-", s);
+    assert_int_equal((size_t)rc, strlen(s));
+    assert_int_equal(req.head_len, strlen(s));
+}
+
+static const struct http_header *find(const struct http_header *h, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (h[i].name_len == strlen(name) && strncasecmp(h[i].name, name, h[i].name_len) == 0)
+            return &h[i];
+    return NULL;
+}
+
+static char *drain(struct evbuffer *b)
+{
+    size_t n = evbuffer_get_length(b);
+    char *s = malloc(n + 1);
+    assert_non_null(s);
+    evbuffer_remove(b, s, n);
+    s[n] = '\0';
+    return s;
+}
+
+/* ---------------------------------------------------------------------- */
+
+static void test_absolute_form(void **state)
+{
+    (void)state;
+    ok_req("GET http://Example.COM/a/b?c=d HTTP/1.1\r\nHost: example.com\r\n"
+           "User-Agent: t\r\nX-Trim: \t v a l \t\r\nX-Empty:\r\n\r\n");
+    assert_string_equal(req.method, "GET");
+    assert_int_equal(req.method_bit, METHOD_GET);
+    assert_int_equal(req.form, TARGET_ABSOLUTE);
+    assert_string_equal(req.scheme, "http");
+    assert_string_equal(req.host, "Example.COM");
+    assert_false(req.host_ipv6);
+    assert_int_equal(req.port, 80);
+    assert_false(req.port_explicit);
+    assert_int_equal(req.path_len, 8);
+    assert_memory_equal(req.path, "/a/b?c=d", 8);
+    assert_int_equal(req.version_minor, 1);
+    assert_int_equal(req.nheaders, 4);
+    assert_int_equal(req.content_length, -1);
+    assert_false(req.chunked);
+    assert_false(req.conn_close);
+    assert_false(req.expect_continue);
+    assert_int_equal(req.host_header_len, 11);
+    assert_memory_equal(req.host_header, "example.com", 11);
+    assert_null(req.proxy_authorization);
+    const struct http_header *h = find(req.headers, req.nheaders, "x-trim");
+    assert_non_null(h);
+    assert_int_equal(h->value_len, 5);
+    assert_memory_equal(h->value, "v a l", 5);
+    h = find(req.headers, req.nheaders, "x-empty");
+    assert_non_null(h);
+    assert_int_equal(h->value_len, 0);
+    assert_int_equal(http1_request_body(&req), BODY_NONE);
+
+    ok_req("POST HTTP://a.test:8080 HTTP/1.1\r\nHost: a.test:8080\r\nContent-Length: 5\r\n\r\n");
+    assert_int_equal(req.method_bit, METHOD_POST);
+    assert_string_equal(req.host, "a.test");
+    assert_int_equal(req.port, 8080);
+    assert_true(req.port_explicit);
+    assert_int_equal(req.path_len, 1);
+    assert_memory_equal(req.path, "/", 1);
+    assert_int_equal(req.content_length, 5);
+    assert_int_equal(http1_request_body(&req), BODY_LENGTH);
+
+    ok_req("PURGE http://[::1]:8080/x HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n");
+    assert_int_equal(req.method_bit, METHOD_OTHER);
+    assert_string_equal(req.host, "::1");
+    assert_true(req.host_ipv6);
+    assert_int_equal(req.port, 8080);
+
+    ok_req("GET http://[::ffff:127.0.0.1]/ HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_string_equal(req.host, "::ffff:127.0.0.1");
+    assert_int_equal(req.port, 80);
+
+    ok_req("GET http://0x7f000001:65535/ HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_string_equal(req.host, "0x7f000001");
+    assert_int_equal(req.port, 65535);
+
+    ok_req("GET http://a_b-c.test:00080/ HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_int_equal(req.port, 80);
+    assert_true(req.port_explicit);
+}
+
+static void test_connect_and_other_forms(void **state)
+{
+    (void)state;
+    ok_req("CONNECT api.github.com:443 HTTP/1.1\r\nHost: api.github.com:443\r\n"
+           "Proxy-Authorization: Basic eDp5\r\n\r\n");
+    assert_int_equal(req.form, TARGET_AUTHORITY);
+    assert_int_equal(req.method_bit, METHOD_CONNECT);
+    assert_string_equal(req.scheme, "");
+    assert_string_equal(req.host, "api.github.com");
+    assert_int_equal(req.port, 443);
+    assert_true(req.port_explicit);
+    assert_null(req.path);
+    assert_int_equal(req.proxy_authorization_len, 10);
+    assert_memory_equal(req.proxy_authorization, "Basic eDp5", 10);
+    assert_int_equal(http1_request_body(&req), BODY_NONE);
+
+    ok_req("CONNECT [::1]:8080 HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n");
+    assert_string_equal(req.host, "::1");
+    assert_true(req.host_ipv6);
+    assert_int_equal(req.port, 8080);
+
+    ok_req("CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\nContent-Length: 0\r\n\r\n");
+
+    ok_req("GET / HTTP/1.1\r\nHost: a.test\r\n\r\n");
+    assert_int_equal(req.form, TARGET_ORIGIN);
+    assert_int_equal(req.path_len, 1);
+    assert_string_equal(req.host, "");
+
+    ok_req("OPTIONS * HTTP/1.1\r\nHost: a.test\r\n\r\n");
+    assert_int_equal(req.form, TARGET_ASTERISK);
+    assert_int_equal(req.method_bit, METHOD_OPTIONS);
+
+    ok_req("GET http://a.test/ HTTP/1.0\r\n\r\n");
+    assert_int_equal(req.version_minor, 0);
+    assert_null(req.host_header);
+    assert_true(req.conn_close);
+
+    ok_req("GET http://a.test/ HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n");
+    assert_false(req.conn_close);
+
+    ok_req("GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nConnection: foo, ,CLOSE\r\n\r\n");
+    assert_true(req.conn_close);
+
+    ok_req("PUT http://a.test/ HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: Chunked\r\n"
+           "Expect: 100-Continue\r\n\r\n");
+    assert_true(req.chunked);
+    assert_true(req.expect_continue);
+    assert_int_equal(http1_request_body(&req), BODY_CHUNKED);
+
+    ok_req("POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nContent-Length: 7, 7\r\n"
+           "content-length: 7\r\n\r\n");
+    assert_int_equal(req.content_length, 7);
+
+    ok_req("POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nContent-Length: 0\r\n\r\n");
+    assert_int_equal(req.content_length, 0);
+    assert_int_equal(http1_request_body(&req), BODY_NONE);
+
+    ok_req("POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\n"
+           "Content-Length: 9223372036854775807\r\n\r\n");
+    assert_int_equal(req.content_length, INT64_MAX);
+}
+
+static void test_request_line_errors(void **state)
+{
+    (void)state;
+    BAD("\r\n\r\n", "invalid method");
+    BAD("GET  http://a.test/ HTTP/1.1\r\nHost: a\r\n\r\n", "invalid request target");
+    BAD("GET http://a.test/  HTTP/1.1\r\nHost: a\r\n\r\n", "unsupported HTTP version");
+    BAD("GET http://a.test/ HTTP/1.1 \r\nHost: a\r\n\r\n", "unsupported HTTP version");
+    BAD("GET\thttp://a.test/ HTTP/1.1\r\nHost: a\r\n\r\n", "invalid method");
+    BAD("G(T http://a.test/ HTTP/1.1\r\nHost: a\r\n\r\n", "invalid method");
+    BAD("GETGETGETGETGETGETGETGETGETGETGET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n",
+        "method too long");
+    BAD("GET http://a.test/\x01 HTTP/1.1\r\nHost: a\r\n\r\n", "invalid request target");
+    BAD("GET http://a.test/\x80 HTTP/1.1\r\nHost: a\r\n\r\n", "invalid request target");
+    BAD("GET http://a.test/ HTTP/2.0\r\nHost: a\r\n\r\n", "unsupported HTTP version");
+    BAD("GET http://a.test/ HTTP/1.2\r\nHost: a\r\n\r\n", "unsupported HTTP version");
+    BAD("GET http://a.test/ http/1.1\r\nHost: a\r\n\r\n", "unsupported HTTP version");
+    BAD("GET http://a.test/\r\nHost: a\r\n\r\n", "invalid request target");
+    BAD("GET http://a.test/ HTTP/1.1\rX\r\nHost: a\r\n\r\n", "unsupported HTTP version");
+}
+
+static void test_target_errors(void **state)
+{
+    (void)state;
+    BAD("GET https://a.test/ HTTP/1.1\r\nHost: a\r\n\r\n", "use CONNECT for https");
+    BAD("GET HTTPS://a.test/ HTTP/1.1\r\nHost: a\r\n\r\n", "use CONNECT for https");
+    BAD("GET ftp://a.test/ HTTP/1.1\r\nHost: a\r\n\r\n", "unsupported scheme");
+    BAD("GET http:/a.test/ HTTP/1.1\r\nHost: a\r\n\r\n", "invalid request target");
+    BAD("GET a.test:80 HTTP/1.1\r\nHost: a\r\n\r\n", "invalid request target");
+    BAD("GET http://user:pw@a.test/ HTTP/1.1\r\nHost: a\r\n\r\n", "userinfo in request target");
+    BAD("GET http://a.test@evil.test/ HTTP/1.1\r\nHost: a\r\n\r\n", "userinfo in request target");
+    BAD("GET http://a.test:0/ HTTP/1.1\r\nHost: a\r\n\r\n", "invalid port");
+    BAD("GET http://a.test:65536/ HTTP/1.1\r\nHost: a\r\n\r\n", "invalid port");
+    BAD("GET http://a.test:80a/ HTTP/1.1\r\nHost: a\r\n\r\n", "invalid port");
+    BAD("GET http://a.test:+80/ HTTP/1.1\r\nHost: a\r\n\r\n", "invalid port");
+    BAD("GET http://a.test:/ HTTP/1.1\r\nHost: a\r\n\r\n", "invalid port");
+    BAD("GET http://a.test:000080/ HTTP/1.1\r\nHost: a\r\n\r\n", "invalid port");
+    BAD("GET http:///x HTTP/1.1\r\nHost: a\r\n\r\n", "empty host");
+    BAD("GET http://:80/x HTTP/1.1\r\nHost: a\r\n\r\n", "empty host");
+    BAD("GET http://a%2e.test/ HTTP/1.1\r\nHost: a\r\n\r\n", "invalid character in host");
+    BAD("GET http://a.test?x=1 HTTP/1.1\r\nHost: a\r\n\r\n", "missing path before query");
+    BAD("GET http://a.test/#frag HTTP/1.1\r\nHost: a\r\n\r\n", "fragment in request target");
+    BAD("GET http://[::1/ HTTP/1.1\r\nHost: a\r\n\r\n", "invalid IPv6 address in request target");
+    BAD("GET http://[]/ HTTP/1.1\r\nHost: a\r\n\r\n", "invalid IPv6 address in request target");
+    BAD("GET http://[1.2.3.4]/ HTTP/1.1\r\nHost: a\r\n\r\n",
+        "invalid IPv6 address in request target");
+    BAD("GET http://[fe80::1%25eth0]/ HTTP/1.1\r\nHost: a\r\n\r\n",
+        "invalid IPv6 address in request target");
+    BAD("GET http://[::1]x/ HTTP/1.1\r\nHost: a\r\n\r\n", "invalid request target");
+    BAD("GET * HTTP/1.1\r\nHost: a\r\n\r\n", "asterisk target needs OPTIONS");
+    BAD("CONNECT a.test HTTP/1.1\r\nHost: a\r\n\r\n", "CONNECT needs host:port");
+    BAD("CONNECT [::1] HTTP/1.1\r\nHost: a\r\n\r\n", "CONNECT needs host:port");
+    BAD("CONNECT http://a.test:443/ HTTP/1.1\r\nHost: a\r\n\r\n", NULL);
+    BAD("CONNECT a.test:443/x HTTP/1.1\r\nHost: a\r\n\r\n", "invalid port");
+    BAD("CONNECT a.test:0 HTTP/1.1\r\nHost: a\r\n\r\n", "invalid port");
+    BAD("CONNECT u@a.test:443 HTTP/1.1\r\nHost: a\r\n\r\n", "userinfo in request target");
+    BAD("CONNECT a.test:443 HTTP/1.1\r\nHost: a\r\nContent-Length: 4\r\n\r\n",
+        "CONNECT with a body");
+    BAD("CONNECT a.test:443 HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "CONNECT with a body");
+
+    /* A host of HTTP_HOST_MAX bytes is accepted, one more is not. */
+    char line[600];
+    char host[HTTP_HOST_MAX + 2];
+    memset(host, 'a', sizeof(host));
+    host[HTTP_HOST_MAX] = '\0';
+    int n = snprintf(line, sizeof(line), "GET http://%s/ HTTP/1.1\r\nHost: a\r\n\r\n", host);
+    ok_req(line);
+    assert_int_equal(strlen(req.host), HTTP_HOST_MAX);
+    host[HTTP_HOST_MAX] = 'a';
+    host[HTTP_HOST_MAX + 1] = '\0';
+    n = snprintf(line, sizeof(line), "GET http://%s/ HTTP/1.1\r\nHost: a\r\n\r\n", host);
+    bad_req(line, (size_t)n, "host too long");
+}
+
+static void test_header_errors(void **state)
+{
+    (void)state;
+#define RL "GET http://a.test/ HTTP/1.1\r\n"
+    BAD(RL "Host: a\nX: y\r\n\r\n", "bare LF in head");
+    BAD("GET http://a.test/ HTTP/1.1\nHost: a\r\n\r\n", "bare LF in head");
+    BAD(RL "Host: a\r\n\n", "bare LF in head");
+    BAD(RL "Host: a\r\nX: y\rZ\r\n\r\n", "CR without LF in header");
+    BAD(RL "Host: a\r\nX: y\r\n folded\r\n\r\n", "obsolete line folding");
+    BAD(RL "Host: a\r\nX: y\r\n\tfolded\r\n\r\n", "obsolete line folding");
+    BAD(RL "Host: a\r\nX : y\r\n\r\n", "invalid character in header name");
+    BAD(RL "Host: a\r\nX\t: y\r\n\r\n", "invalid character in header name");
+    BAD(RL "Host: a\r\n: y\r\n\r\n", "empty header name");
+    BAD(RL "Host: a\r\n(X: y\r\n\r\n", "invalid header name");
+    BAD(RL "Host: a\r\nNoColon\r\n\r\n", "invalid character in header name");
+    BAD(RL "Host: a\r\nX(y): z\r\n\r\n", "invalid character in header name");
+    BAD(RL "Host: a\r\nX: a\0b\r\n\r\n", "invalid character in header value");
+    BAD(RL "Host: a\r\nX: a\x01\r\n\r\n", "invalid character in header value");
+    BAD(RL "Host: a\r\nX: a\x7f\r\n\r\n", "invalid character in header value");
+    BAD(RL "\r\n", "missing Host header");
+    BAD(RL "Host: a\r\nHost: a\r\n\r\n", "duplicate Host header");
+    BAD(RL "Host: a\r\nhOsT: b\r\n\r\n", "duplicate Host header");
+    BAD(RL "Host: a\r\nProxy-Authorization: a\r\nProxy-Authorization: b\r\n\r\n",
+        "duplicate Proxy-Authorization header");
+    BAD(RL "Host: a\r\nConnection: close, a b\r\n\r\n", "invalid Connection header");
+
+    /* HTTP_MAX_HEADERS headers are fine, one more is not. */
+    char *s = malloc(64 * (HTTP_MAX_HEADERS + 2));
+    assert_non_null(s);
+    size_t n = 0;
+    memcpy(s, RL, sizeof(RL) - 1);
+    n += sizeof(RL) - 1;
+    for (int i = 0; i < HTTP_MAX_HEADERS; i++)
+        n += (size_t)snprintf(s + n, 64, i == 0 ? "Host: a\r\n" : "X-%d: v\r\n", i);
+    memcpy(s + n, "\r\n", 3);
+    ok_req(s);
+    assert_int_equal(req.nheaders, HTTP_MAX_HEADERS);
+    n += (size_t)snprintf(s + n, 64, "X-Last: v\r\n\r\n");
+    bad_req(s, n, "too many headers");
+    free(s);
+}
+
+static void test_smuggling(void **state)
+{
+    (void)state;
+    BAD(RL "Host: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "both Content-Length and Transfer-Encoding");
+    BAD(RL "Host: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+        "both Content-Length and Transfer-Encoding");
+    BAD(RL "Host: a\r\nTransfer-Encoding: chunked, identity\r\n\r\n",
+        "unsupported Transfer-Encoding");
+    BAD(RL "Host: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", "unsupported Transfer-Encoding");
+    BAD(RL "Host: a\r\nTransfer-Encoding: xchunked\r\n\r\n", "unsupported Transfer-Encoding");
+    BAD(RL "Host: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "several Transfer-Encoding headers");
+    BAD(RL "Host: a\r\nTransfer-Encoding: identity\r\n\r\n", "unsupported Transfer-Encoding");
+    BAD(RL "Host: a\r\nTransfer-Encoding:\r\n\r\n", "unsupported Transfer-Encoding");
+    BAD("POST http://a.test/ HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "Transfer-Encoding in HTTP/1.0");
+    BAD(RL "Host: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+        "conflicting Content-Length values");
+    BAD(RL "Host: a\r\nContent-Length: 5, 6\r\n\r\n", "conflicting Content-Length values");
+    BAD(RL "Host: a\r\nContent-Length: +5\r\n\r\n", "invalid Content-Length");
+    BAD(RL "Host: a\r\nContent-Length: -5\r\n\r\n", "invalid Content-Length");
+    BAD(RL "Host: a\r\nContent-Length: 0x5\r\n\r\n", "invalid Content-Length");
+    BAD(RL "Host: a\r\nContent-Length: 5 5\r\n\r\n", "invalid Content-Length");
+    BAD(RL "Host: a\r\nContent-Length:\r\n\r\n", "invalid Content-Length");
+    BAD(RL "Host: a\r\nContent-Length: 5,\r\n\r\n", "invalid Content-Length");
+    BAD(RL "Host: a\r\nContent-Length: 9223372036854775808\r\n\r\n", "Content-Length too large");
+    BAD(RL "Host: a\r\nContent-Length: 99999999999999999999999\r\n\r\n",
+        "Content-Length too large");
+}
+
+static void test_partial_and_limits(void **state)
+{
+    (void)state;
+    const char *full = "POST http://a.test:8080/p?q=1 HTTP/1.1\r\nHost: a.test:8080\r\n"
+                       "Content-Length: 3\r\nConnection: keep-alive\r\n\r\nabc";
+    size_t head = strlen(full) - 3;
+    const char *why;
+    for (size_t n = 0; n < head; n++) {
+        int rc = preq_n(full, n, MAX_HEAD, &why);
+        if (rc != HTTP1_NEED_MORE)
+            fail_msg("prefix %zu: rc %d (%s)", n, rc, why ? why : "-");
+    }
+    for (size_t n = head; n <= strlen(full); n++)
+        assert_int_equal(preq_n(full, n, MAX_HEAD, &why), (int)head);
+    /* max_head: exactly the head fits; one byte less is too big. */
+    assert_int_equal(preq_n(full, strlen(full), head, &why), (int)head);
+    assert_int_equal(preq_n(full, strlen(full), head - 1, &why), HTTP1_TOO_BIG);
+    assert_int_equal(preq_n(full, head - 1, head - 1, &why), HTTP1_TOO_BIG);
+    assert_int_equal(preq_n(full, head - 2, head - 1, &why), HTTP1_NEED_MORE);
+
+    /* The same for responses. */
+    const char *r = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi";
+    size_t rhead = strlen(r) - 2;
+    for (size_t n = 0; n < rhead; n++) {
+        int rc = http1_parse_response(exact(r, n), n, MAX_HEAD, &rsp, &why);
+        if (rc != HTTP1_NEED_MORE)
+            fail_msg("response prefix %zu: rc %d", n, rc);
+    }
+    assert_int_equal(http1_parse_response(exact(r, strlen(r)), strlen(r), MAX_HEAD, &rsp, &why),
+                     (int)rhead);
+    assert_int_equal(http1_parse_response(exact(r, strlen(r)), strlen(r), rhead - 1, &rsp, &why),
+                     HTTP1_TOO_BIG);
+}
+
+static void test_write_upstream_request(void **state)
+{
+    (void)state;
+    struct evbuffer *b = evbuffer_new();
+    assert_non_null(b);
+    ok_req("POST http://a.test:8080/p?q=1 HTTP/1.1\r\nHost: a.test:8080\r\n"
+           "Proxy-Authorization: Basic c2VjcmV0\r\nConnection: keep-alive, X-Secret\r\n"
+           "X-Secret: s\r\nKeep-Alive: 300\r\nProxy-Connection: keep-alive\r\nTE: trailers\r\n"
+           "Trailer: X-Sum\r\nUpgrade: websocket\r\nContent-Length: 3\r\n"
+           "Accept: */*\r\nPROXY-AUTHORIZATION-X: kept\r\n\r\n");
+    assert_int_equal(http1_write_upstream_request(&req, b), 0);
+    char *s = drain(b);
+    assert_string_equal(s, "POST /p?q=1 HTTP/1.1\r\nHost: a.test:8080\r\nContent-Length: 3\r\n"
+                           "Accept: */*\r\nPROXY-AUTHORIZATION-X: kept\r\n"
+                           "Connection: close\r\n\r\n");
+    free(s);
+
+    /* HTTP/1.0 without Host: one is built from the target. */
+    ok_req("GET http://[::1]:8080 HTTP/1.0\r\nproxy-authorization: Bearer t\r\n\r\n");
+    assert_int_equal(http1_write_upstream_request(&req, b), 0);
+    s = drain(b);
+    assert_string_equal(s, "GET / HTTP/1.1\r\nHost: [::1]:8080\r\nConnection: close\r\n\r\n");
+    free(s);
+
+    ok_req("GET http://a.test/x HTTP/1.0\r\n\r\n");
+    assert_int_equal(http1_write_upstream_request(&req, b), 0);
+    s = drain(b);
+    assert_string_equal(s, "GET /x HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n");
+    free(s);
+
+    ok_req("PUT http://a.test/x HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n");
+    assert_int_equal(http1_write_upstream_request(&req, b), 0);
+    s = drain(b);
+    assert_string_equal(s, "PUT /x HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n"
+                           "Connection: close\r\n\r\n");
+    free(s);
+
+    /* Connection cannot strip the framing or Host (smuggling). */
+    ok_req("POST http://a.test/x HTTP/1.1\r\nHost: a.test\r\nContent-Length: 5\r\n"
+           "Connection: Content-Length, Host, transfer-encoding, X-A\r\nX-A: 1\r\n\r\n");
+    assert_int_equal(http1_write_upstream_request(&req, b), 0);
+    s = drain(b);
+    assert_string_equal(s, "POST /x HTTP/1.1\r\nHost: a.test\r\nContent-Length: 5\r\n"
+                           "Connection: close\r\n\r\n");
+    free(s);
+
+    /* Only absolute-form requests are forwarded. */
+    ok_req("CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\n\r\n");
+    assert_int_equal(http1_write_upstream_request(&req, b), -1);
+    ok_req("GET / HTTP/1.1\r\nHost: a.test\r\n\r\n");
+    assert_int_equal(http1_write_upstream_request(&req, b), -1);
+    evbuffer_free(b);
+}
+
+static void test_hop_by_hop(void **state)
+{
+    (void)state;
+    assert_true(http1_is_hop_by_hop("Connection", 10));
+    assert_true(http1_is_hop_by_hop("proxy-AUTHORIZATION", 19));
+    assert_true(http1_is_hop_by_hop("te", 2));
+    assert_false(http1_is_hop_by_hop("tex", 3));
+    assert_false(http1_is_hop_by_hop("Content-Length", 14));
+    assert_false(http1_is_hop_by_hop("Proxy-Authorization", 18));
+}
+
+static void test_responses(void **state)
+{
+    (void)state;
+    const char *why;
+    const char *s = "HTTP/1.1 200 OK Fine\r\nContent-Length: 12\r\nServer: x\r\n\r\n";
+    assert_int_equal(prsp(s, &why), (int)strlen(s));
+    assert_int_equal(rsp.status, 200);
+    assert_int_equal(rsp.version_minor, 1);
+    assert_int_equal(rsp.reason_len, 7);
+    assert_memory_equal(rsp.reason, "OK Fine", 7);
+    assert_int_equal(rsp.content_length, 12);
+    assert_false(rsp.conn_close);
+    assert_int_equal(http1_response_body(&rsp, METHOD_GET), BODY_LENGTH);
+    assert_int_equal(http1_response_body(&rsp, METHOD_HEAD), BODY_NONE);
+
+    s = "HTTP/1.1 200\r\nTransfer-Encoding: gzip, chunked\r\n\r\n";
+    assert_int_equal(prsp(s, &why), (int)strlen(s));
+    assert_int_equal(rsp.reason_len, 0);
+    assert_true(rsp.chunked);
+    assert_int_equal(http1_response_body(&rsp, METHOD_GET), BODY_CHUNKED);
+
+    s = "HTTP/1.1 200 \r\nTransfer-Encoding: chunked, gzip\r\n\r\n";
+    assert_int_equal(prsp(s, &why), HTTP1_BAD);
+    assert_string_equal(why, "chunked is not the final transfer coding");
+
+    s = "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n";
+    assert_int_equal(prsp(s, &why), (int)strlen(s));
+    assert_false(rsp.chunked);
+    assert_true(rsp.conn_close);
+    assert_int_equal(http1_response_body(&rsp, METHOD_GET), BODY_UNTIL_CLOSE);
+
+    s = "HTTP/1.0 200 OK\r\n\r\n";
+    assert_int_equal(prsp(s, &why), (int)strlen(s));
+    assert_true(rsp.conn_close);
+    assert_int_equal(http1_response_body(&rsp, METHOD_GET), BODY_UNTIL_CLOSE);
+
+    s = "HTTP/1.1 204 No Content\r\n\r\n";
+    assert_int_equal(prsp(s, &why), (int)strlen(s));
+    assert_int_equal(http1_response_body(&rsp, METHOD_GET), BODY_NONE);
+    s = "HTTP/1.1 304 Not Modified\r\nContent-Length: 50\r\n\r\n";
+    assert_int_equal(prsp(s, &why), (int)strlen(s));
+    assert_int_equal(http1_response_body(&rsp, METHOD_GET), BODY_NONE);
+    s = "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\r\n";
+    assert_int_equal(prsp(s, &why), 25);
+    assert_int_equal(rsp.status, 100);
+    assert_int_equal(http1_response_body(&rsp, METHOD_GET), BODY_NONE);
+    s = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+    assert_int_equal(prsp(s, &why), (int)strlen(s));
+    assert_true(rsp.conn_close);
+    assert_int_equal(http1_response_body(&rsp, METHOD_GET), BODY_NONE);
+
+    /* Errors. */
+    const char *bad[] = {
+        "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: 1x\r\n\r\n",
+        "HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked;x=1\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: ;\r\n\r\n",
+        "HTTP/1.1 200 OK\nContent-Length: 1\r\n\r\n",
+        "HTTP/1.1 200 OK\r\n X: folded\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nX : y\r\n\r\n",
+        "HTTP/1.1 200 OK\x01\r\n\r\n",
+        "HTTP/1.1 20 OK\r\n\r\n",
+        "HTTP/1.1 2000 OK\r\n\r\n",
+        "HTTP/1.1 099 OK\r\n\r\n",
+        "HTTP/1.1 abc OK\r\n\r\n",
+        "HTTP/2 200 OK\r\n\r\n",
+        "HTTP/1.1  200 OK\r\n\r\n",
+        "ICY 200 OK\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nConnection: a b\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int rc = prsp(bad[i], &why);
+        if (rc != HTTP1_BAD)
+            fail_msg("accepted (rc %d): %s", rc, bad[i]);
+        assert_non_null(why);
+    }
+}
+
+static void test_write_upstream_response(void **state)
+{
+    (void)state;
+    const char *why;
+    struct evbuffer *b = evbuffer_new();
+    assert_non_null(b);
+    const char *s = "HTTP/1.0 404 Not Here\r\nContent-Length: 3\r\nConnection: X-Internal\r\n"
+                    "X-Internal: 1\r\nProxy-Authenticate: Basic\r\nKeep-Alive: timeout=5\r\n"
+                    "Set-Cookie: a=b\r\n\r\n";
+    assert_int_equal(prsp(s, &why), (int)strlen(s));
+    assert_int_equal(http1_write_upstream_response(&rsp, b, true), 0);
+    char *out = drain(b);
+    assert_string_equal(out, "HTTP/1.1 404 Not Here\r\nContent-Length: 3\r\nSet-Cookie: a=b\r\n"
+                             "Connection: keep-alive\r\n\r\n");
+    free(out);
+    assert_int_equal(http1_write_upstream_response(&rsp, b, false), 0);
+    out = drain(b);
+    assert_string_equal(out, "HTTP/1.1 404 Not Here\r\nContent-Length: 3\r\nSet-Cookie: a=b\r\n"
+                             "Connection: close\r\n\r\n");
+    free(out);
+
+    s = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: Transfer-Encoding\r\n\r\n";
+    assert_int_equal(prsp(s, &why), (int)strlen(s));
+    assert_int_equal(http1_write_upstream_response(&rsp, b, true), 0);
+    out = drain(b);
+    assert_string_equal(out, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+                             "Connection: keep-alive\r\n\r\n");
+    free(out);
+
+    s = "HTTP/1.1 100 Continue\r\n\r\n";
+    assert_int_equal(prsp(s, &why), (int)strlen(s));
+    assert_int_equal(http1_write_upstream_response(&rsp, b, true), 0);
+    out = drain(b);
+    assert_string_equal(out, "HTTP/1.1 100 Continue\r\n\r\n");
+    free(out);
+    evbuffer_free(b);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    free(copy);
+    copy = NULL;
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_absolute_form),
+        cmocka_unit_test(test_connect_and_other_forms),
+        cmocka_unit_test(test_request_line_errors),
+        cmocka_unit_test(test_target_errors),
+        cmocka_unit_test(test_header_errors),
+        cmocka_unit_test(test_smuggling),
+        cmocka_unit_test(test_partial_and_limits),
+        cmocka_unit_test(test_write_upstream_request),
+        cmocka_unit_test(test_hop_by_hop),
+        cmocka_unit_test(test_responses),
+        cmocka_unit_test(test_write_upstream_response),
+    };
+    return cmocka_run_group_tests(tests, NULL, teardown);
+}

@@ -1,0 +1,163 @@
+/* Unit tests for gate/listener.c: ADDR parsing (SPEC.md: HOST:PORT,
+ * [V6]:PORT, unix:/path), binding on loopback, port 0, listener_covers()
+ * (self_request), stale unix sockets replaced and other files refused. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "gate/listener.h"
+
+static void test_parse_ok(void **state)
+{
+    (void)state;
+    struct listen_addr a;
+    const char *why = NULL;
+    assert_int_equal(listen_addr_parse("127.0.0.1:3128", &a, &why), 0);
+    assert_int_equal(a.kind, LISTEN_TCP);
+    assert_string_equal(a.text, "127.0.0.1:3128");
+    assert_string_equal(a.host, "127.0.0.1");
+    assert_int_equal(listen_addr_parse("[::1]:8080", &a, &why), 0);
+    assert_string_equal(a.text, "[::1]:8080");
+    assert_int_equal(listen_addr_parse("unix:/tmp/x.sock", &a, &why), 0);
+    assert_int_equal(a.kind, LISTEN_UNIX);
+    assert_string_equal(a.text, "unix:/tmp/x.sock");
+    assert_int_equal(listen_addr_parse("127.0.0.1:0", &a, &why), 0);
+}
+
+static void test_parse_errors(void **state)
+{
+    (void)state;
+    static const char *bad[] = {
+        "",
+        "3128",
+        ":3128",
+        "127.0.0.1",
+        "127.0.0.1:",
+        "127.0.0.1:65536",
+        "127.0.0.1:-1",
+        "127.0.0.1:12x",
+        "::1:3128",
+        "[::1]3128",
+        "[::1",
+        "[]:1",
+        "unix:",
+        "unix:relative.sock",
+        "[127.0.0.1]:80",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct listen_addr a;
+        const char *why = NULL;
+        if (listen_addr_parse(bad[i], &a, &why) == 0)
+            fail_msg("accepted '%s'", bad[i]);
+        assert_non_null(why);
+    }
+    char longpath[200];
+    memset(longpath, 'a', sizeof(longpath));
+    memcpy(longpath, "unix:/", 6);
+    longpath[sizeof(longpath) - 1] = '\0';
+    struct listen_addr a;
+    const char *why;
+    assert_int_equal(listen_addr_parse(longpath, &a, &why), -1);
+}
+
+static void on_accept(struct listener *l, evutil_socket_t fd, const struct sockaddr *sa,
+                      socklen_t salen, void *arg)
+{
+    (void)l, (void)sa, (void)salen, (void)arg;
+    close(fd);
+}
+
+static void test_bind_and_covers(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct listen_addr a;
+    const char *why;
+    char err[256];
+    assert_int_equal(listen_addr_parse("127.0.0.1:0", &a, &why), 0);
+    struct listener *l = listener_open(base, &a, on_accept, NULL, err, sizeof(err));
+    assert_non_null(l);
+    struct ipaddr ip, other, any;
+    uint16_t port;
+    assert_int_equal(sockaddr_to_ipaddr((const struct sockaddr *)&listener_addr(l)->ss, &ip, &port),
+                     0);
+    assert_true(port != 0);
+    assert_true(listener_covers(l, &ip, port));
+    assert_false(listener_covers(l, &ip, (uint16_t)(port + 1)));
+    ipaddr_from_v4(&other, 0x7f000002);
+    assert_false(listener_covers(l, &other, port));
+    ipaddr_from_v4(&any, 0);
+    assert_true(listener_covers(l, &any, port)); /* 0.0.0.0 reaches the local host */
+    listener_shutdown(l);
+    assert_true(listener_covers(l, &ip, port)); /* still known after shutdown */
+    listener_free(l);
+
+    /* a second bind on a busy port fails with a message */
+    assert_int_equal(listen_addr_parse("127.0.0.1:0", &a, &why), 0);
+    l = listener_open(base, &a, on_accept, NULL, err, sizeof(err));
+    assert_non_null(l);
+    struct listen_addr busy = *listener_addr(l);
+    struct listener *l2 = listener_open(base, &busy, on_accept, NULL, err, sizeof(err));
+    (void)l2; /* SO_REUSEADDR does not allow two listeners on one port */
+    assert_null(l2);
+    assert_non_null(strstr(err, "cannot listen"));
+    listener_free(l);
+    event_base_free(base);
+}
+
+static void test_unix_socket(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char path[64], spec[80], err[256];
+    snprintf(path, sizeof(path), "/tmp/sluice-test-%d.sock", (int)getpid());
+    snprintf(spec, sizeof(spec), "unix:%s", path);
+    struct listen_addr a;
+    const char *why;
+    assert_int_equal(listen_addr_parse(spec, &a, &why), 0);
+    struct listener *l = listener_open(base, &a, on_accept, NULL, err, sizeof(err));
+    assert_non_null(l);
+    struct stat st;
+    assert_int_equal(lstat(path, &st), 0);
+    assert_true(S_ISSOCK(st.st_mode));
+    assert_int_equal(st.st_mode & 0777, 0660);
+    assert_true(listener_is_unix(l));
+    listener_shutdown(l); /* removes the file, like a clean exit */
+    assert_int_equal(lstat(path, &st), -1);
+    listener_free(l);
+
+    /* a stale socket file is replaced */
+    l = listener_open(base, &a, on_accept, NULL, err, sizeof(err));
+    assert_non_null(l);
+    listener_free(l);
+    /* a regular file is never removed */
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+    l = listener_open(base, &a, on_accept, NULL, err, sizeof(err));
+    assert_null(l);
+    assert_non_null(strstr(err, "not a socket"));
+    assert_int_equal(lstat(path, &st), 0);
+    unlink(path);
+    event_base_free(base);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse_ok),
+        cmocka_unit_test(test_parse_errors),
+        cmocka_unit_test(test_bind_and_covers),
+        cmocka_unit_test(test_unix_socket),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,564 @@
+/* Unit tests for watch/log_jsonl.c: exact lines (SPEC.md's examples), key
+ * order, escaping of hostile bytes, and the non-blocking writer (files,
+ * pipes that stop reading, the pending cap, rotation, a vanished reader). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <jansson.h>
+
+#include "watch/log_jsonl.h"
+
+static struct timespec spec_ts(int sec, long ms)
+{
+    struct tm tm = {
+        .tm_year = 2026 - 1900, .tm_mon = 10, .tm_mday = 30, .tm_hour = 19, .tm_sec = sec};
+    struct timespec ts = {timegm(&tm), ms * 1000000 + 999999};
+    return ts;
+}
+
+static struct rule rule3 = {.index = 3};
+
+static struct egress_event spec_egress(void)
+{
+    struct egress_event ev = {
+        .kind = EVENT_EGRESS,
+        .ts = spec_ts(0, 123),
+        .id = "c17.1",
+        .agent = "ci-bot",
+        .method = "CONNECT",
+        .scheme = "https",
+        .host = "api.github.com",
+        .port = 443,
+        .path = NULL,
+        .tier = TIER_3,
+        .rule = &rule3,
+        .owner = "chaysen",
+        .verdict = VERDICT_ALLOW,
+        .reason = REASON_NONE,
+        .ip = "140.82.112.6",
+    };
+    return ev;
+}
+
+static const char spec_line1[] =
+    "{\"ts\":\"2026-11-30T19:00:00.123Z\",\"event\":\"agent_egress\",\"id\":\"c17.1\","
+    "\"agent\":\"ci-bot\",\"method\":\"CONNECT\",\"scheme\":\"https\",\"host\":\"api.github.com\","
+    "\"port\":443,\"path\":null,\"tier\":3,\"rule\":\"rules[3]\",\"owner\":\"chaysen\","
+    "\"decision\":\"allow\",\"reason\":null,\"ip\":\"140.82.112.6\"}\n";
+
+static const char spec_line2[] =
+    "{\"ts\":\"2026-11-30T19:00:02.456Z\",\"event\":\"agent_egress_end\",\"id\":\"c17.1\","
+    "\"agent\":\"ci-bot\",\"host\":\"api.github.com\",\"tier\":3,\"status\":200,"
+    "\"bytes_up\":1234,\"bytes_down\":5678,\"ms\":2333}\n";
+
+static void test_spec_lines(void **state)
+{
+    (void)state;
+    char buf[1024];
+    struct egress_event ev = spec_egress();
+
+    size_t n = log_jsonl_format(&ev, buf, sizeof(buf));
+    assert_string_equal(buf, spec_line1);
+    assert_int_equal(n, strlen(spec_line1));
+
+    struct egress_event end = {
+        .kind = EVENT_EGRESS_END,
+        .ts = spec_ts(2, 456),
+        .id = "c17.1",
+        .agent = "ci-bot",
+        .host = "api.github.com",
+        .tier = TIER_3,
+        .status = 200,
+        .bytes_up = 1234,
+        .bytes_down = 5678,
+        .ms = 2333,
+    };
+    n = log_jsonl_format(&end, buf, sizeof(buf));
+    assert_string_equal(buf, spec_line2);
+    assert_int_equal(n, strlen(spec_line2));
+}
+
+static void test_nulls_and_deny(void **state)
+{
+    (void)state;
+    char buf[1024];
+    struct egress_event ev = {
+        .kind = EVENT_EGRESS,
+        .ts = {0, 5000000},
+        .id = "c1.1",
+        .agent = "default",
+        .tier = TIER_NONE,
+        .verdict = VERDICT_DENY,
+        .reason = REASON_BAD_REQUEST,
+    };
+    log_jsonl_format(&ev, buf, sizeof(buf));
+    assert_string_equal(buf, "{\"ts\":\"1970-01-01T00:00:00.005Z\",\"event\":\"agent_egress\","
+                             "\"id\":\"c1.1\",\"agent\":\"default\",\"method\":null,"
+                             "\"scheme\":null,\"host\":null,\"port\":null,\"path\":null,"
+                             "\"tier\":null,\"rule\":null,\"owner\":null,\"decision\":\"deny\","
+                             "\"reason\":\"bad_request\",\"ip\":null}\n");
+
+    ev.verdict = VERDICT_REPORT;
+    ev.reason = REASON_NOT_IN_POLICY;
+    ev.method = "GET";
+    ev.scheme = "http";
+    ev.host = "evil.test";
+    ev.port = 80;
+    ev.path = "/";
+    ev.tier = TIER_0;
+    log_jsonl_format(&ev, buf, sizeof(buf));
+    assert_non_null(strstr(buf, "\"port\":80,\"path\":\"/\",\"tier\":0,\"rule\":null"));
+    assert_non_null(strstr(buf, "\"decision\":\"report\",\"reason\":\"not_in_policy\""));
+
+    struct egress_event end = {
+        .kind = EVENT_EGRESS_END, .id = "c1.1", .agent = "a", .tier = TIER_NONE};
+    log_jsonl_format(&end, buf, sizeof(buf));
+    assert_string_equal(buf, "{\"ts\":\"1970-01-01T00:00:00.000Z\",\"event\":\"agent_egress_end\","
+                             "\"id\":\"c1.1\",\"agent\":\"a\",\"host\":null,\"tier\":null,"
+                             "\"status\":null,\"bytes_up\":0,\"bytes_down\":0,\"ms\":0}\n");
+    end.bytes_up = UINT64_MAX;
+    log_jsonl_format(&end, buf, sizeof(buf));
+    assert_non_null(strstr(buf, "\"bytes_up\":18446744073709551615,"));
+}
+
+/* Formats an event whose path is <path> and returns the JSON text of the
+ * path value (between "path": and ,"tier"). */
+static void path_json(const char *path, char *out, size_t outlen)
+{
+    char buf[4096];
+    struct egress_event ev = spec_egress();
+    ev.path = path;
+    log_jsonl_format(&ev, buf, sizeof(buf));
+    char *start = strstr(buf, "\"path\":");
+    char *end = strstr(buf, ",\"tier\":");
+    assert_non_null(start);
+    assert_non_null(end);
+    start += 7;
+    assert_true((size_t)(end - start) < outlen);
+    memcpy(out, start, (size_t)(end - start));
+    out[end - start] = '\0';
+}
+
+static void test_escaping(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in, *want;
+    } cases[] = {
+        {"/plain?a=1&b=2", "\"/plain?a=1&b=2\""},
+        {"quote\"back\\slash", "\"quote\\\"back\\\\slash\""},
+        {"nl\ncr\rtab\t", "\"nl\\ncr\\rtab\\t\""},
+        {"\x01\x1f\x7f\x08\x0c", "\"\\u0001\\u001f\\u007f\\u0008\\u000c\""},
+        {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80",
+         "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\""},
+        {"bad\xff\xfe", "\"bad\\ufffd\\ufffd\""},
+        {"overlong\xc0\xaf", "\"overlong\\ufffd\\ufffd\""},
+        {"overlong3\xe0\x80\xaf", "\"overlong3\\ufffd\\ufffd\\ufffd\""},
+        {"surrogate\xed\xa0\x80", "\"surrogate\\ufffd\\ufffd\\ufffd\""},
+        {"toobig\xf4\x90\x80\x80", "\"toobig\\ufffd\\ufffd\\ufffd\\ufffd\""},
+        {"f5\xf5\x80\x80\x80", "\"f5\\ufffd\\ufffd\\ufffd\\ufffd\""},
+        {"cut\xe2\x82", "\"cut\\ufffd\\ufffd\""},
+        {"lone\x80x", "\"lone\\ufffdx\""},
+        {"ls\xe2\x80\xa8ps\xe2\x80\xa9", "\"ls\\u2028ps\\u2029\""},
+        {"max\xf4\x8f\xbf\xbf", "\"max\xf4\x8f\xbf\xbf\""},
+        {"", "\"\""},
+    };
+    char got[512];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        path_json(cases[i].in, got, sizeof(got));
+        if (strcmp(got, cases[i].want) != 0)
+            fail_msg("case %zu: got %s want %s", i, got, cases[i].want);
+    }
+}
+
+/* Every line is valid JSON whatever the bytes, and parses back to the
+ * documented keys in the documented order. */
+static void test_parse_back(void **state)
+{
+    (void)state;
+    static const char *const keys[] = {"ts",     "event", "id",       "agent",  "method",
+                                       "scheme", "host",  "port",     "path",   "tier",
+                                       "rule",   "owner", "decision", "reason", "ip"};
+    char hostile[256];
+    char buf[4096];
+    struct egress_event ev = spec_egress();
+
+    for (int i = 0; i < 255; i++)
+        hostile[i] = (char)(i + 1);
+    hostile[255] = '\0';
+    ev.path = hostile;
+    ev.method = "G\"E\\T\n";
+    ev.agent = "\xff\xfe agent";
+    log_jsonl_format(&ev, buf, sizeof(buf));
+    assert_non_null(strchr(buf, '\n'));
+    assert_ptr_equal(strchr(buf, '\n'), buf + strlen(buf) - 1);
+    for (const char *p = buf; *p != '\n'; p++)
+        assert_true((unsigned char)*p >= 0x20);
+
+    json_error_t jerr;
+    json_t *o = json_loads(buf, JSON_REJECT_DUPLICATES, &jerr);
+    if (o == NULL)
+        fail_msg("not JSON: %s: %s", jerr.text, buf);
+    /* jansson keeps object keys in insertion (= document) order. */
+    size_t k = 0;
+    for (void *it = json_object_iter(o); it != NULL; it = json_object_iter_next(o, it), k++) {
+        assert_true(k < sizeof(keys) / sizeof(keys[0]));
+        assert_string_equal(json_object_iter_key(it), keys[k]);
+    }
+    assert_int_equal(k, sizeof(keys) / sizeof(keys[0]));
+    assert_string_equal(json_string_value(json_object_get(o, "method")), "G\"E\\T\n");
+    assert_string_equal(json_string_value(json_object_get(o, "agent")),
+                        "\xef\xbf\xbd\xef\xbf\xbd agent");
+    const char *p = json_string_value(json_object_get(o, "path"));
+    assert_non_null(p);
+    /* Bytes 1..127 come back as themselves; each of 128..255 as U+FFFD. */
+    assert_memory_equal(p, hostile, 127);
+    for (int i = 0; i < 128; i++)
+        assert_memory_equal(p + 127 + 3 * i, "\xef\xbf\xbd", 3);
+    assert_int_equal(strlen(p), 127 + 3 * 128);
+    assert_true(json_is_null(json_object_get(o, "reason")));
+    assert_int_equal(json_integer_value(json_object_get(o, "port")), 443);
+    json_decref(o);
+}
+
+static void test_truncation(void **state)
+{
+    (void)state;
+    struct egress_event ev = spec_egress();
+    char small[16];
+    memset(small, 'x', sizeof(small));
+    size_t n = log_jsonl_format(&ev, small, sizeof(small));
+    assert_int_equal(n, strlen(spec_line1));
+    assert_int_equal(small[15], '\0');
+    assert_memory_equal(small, spec_line1, 15);
+    /* cap 0 writes nothing. */
+    char one = 'y';
+    assert_int_equal(log_jsonl_format(&ev, &one, 0), strlen(spec_line1));
+    assert_int_equal(one, 'y');
+    /* cap == length: the newline is cut, the result says so. */
+    char *exact = malloc(n);
+    assert_int_equal(log_jsonl_format(&ev, exact, n), n);
+    assert_int_equal(exact[n - 1], '\0');
+    free(exact);
+    /* A long escaped path goes past the stack buffer of the writer. */
+    char *path = malloc(20001);
+    memset(path, '\x01', 20000);
+    path[20000] = '\0';
+    ev.path = path;
+    n = log_jsonl_format(&ev, NULL, 0);
+    assert_int_equal(n, strlen(spec_line1) - 4 + 2 + 6 * 20000);
+    free(path);
+}
+
+/* ------------------------------------------------------------- writer */
+
+static char tmpdir[64];
+
+static int setup_dir(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/sluice-test-log.XXXXXX");
+    assert_non_null(mkdtemp(tmpdir));
+    signal(SIGPIPE, SIG_IGN);
+    return 0;
+}
+
+static int teardown_dir(void **state)
+{
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    char *buf = malloc(1 << 20);
+    *len = fread(buf, 1, (1 << 20) - 1, f);
+    buf[*len] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static void test_file(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char path[128], *err = NULL;
+    snprintf(path, sizeof(path), "%s/decisions.jsonl", tmpdir);
+
+    struct log_jsonl *l = log_jsonl_open(base, path, &err);
+    assert_non_null(l);
+    assert_null(err);
+    struct egress_event ev = spec_egress();
+    log_jsonl_on_event(&ev, l);
+    log_jsonl_on_event(&ev, l);
+    assert_int_equal(log_jsonl_flush(l, 1000), 0);
+    size_t len;
+    char *got = slurp(path, &len);
+    assert_int_equal(len, 2 * strlen(spec_line1));
+    assert_memory_equal(got, spec_line1, strlen(spec_line1));
+    free(got);
+
+    /* Rotation: rename, reopen, the next line goes to a new file. */
+    char rotated[160];
+    snprintf(rotated, sizeof(rotated), "%s.1", path);
+    assert_int_equal(rename(path, rotated), 0);
+    assert_int_equal(log_jsonl_reopen(l), 0);
+    log_jsonl_on_event(&ev, l);
+    assert_int_equal(log_jsonl_flush(l, 1000), 0);
+    got = slurp(path, &len);
+    assert_int_equal(len, strlen(spec_line1));
+    free(got);
+    got = slurp(rotated, &len);
+    assert_int_equal(len, 2 * strlen(spec_line1));
+    free(got);
+
+    /* A reopen that fails keeps the old descriptor. */
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(chmod(tmpdir, 0500), 0);
+    if (geteuid() != 0) {
+        assert_int_equal(log_jsonl_reopen(l), -1);
+        log_jsonl_on_event(&ev, l); /* goes to the unlinked file, no crash */
+        assert_int_equal(log_jsonl_flush(l, 1000), 0);
+    }
+    assert_int_equal(chmod(tmpdir, 0700), 0);
+
+    /* A long line (past the writer's stack buffer) is written whole. */
+    char *long_path = malloc(10001);
+    memset(long_path, 'p', 10000);
+    long_path[10000] = '\0';
+    ev.path = long_path;
+    assert_int_equal(log_jsonl_reopen(l), 0);
+    log_jsonl_on_event(&ev, l);
+    assert_int_equal(log_jsonl_flush(l, 1000), 0);
+    got = slurp(path, &len);
+    assert_int_equal(len, strlen(spec_line1) - 4 + 10002);
+    free(got);
+    free(long_path);
+
+    assert_int_equal(log_jsonl_dropped(l), 0);
+    log_jsonl_close(l);
+    log_jsonl_close(NULL);
+    event_base_free(base);
+}
+
+static void test_open_fails(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char *err = NULL;
+    struct log_jsonl *l = log_jsonl_open(base, "/nonexistent-dir/x/log.jsonl", &err);
+    assert_null(l);
+    assert_non_null(err);
+    assert_non_null(strstr(err, "/nonexistent-dir/x/log.jsonl"));
+    free(err);
+    event_base_free(base);
+}
+
+/* Opens the log on standard output redirected to a fresh pipe; returns the
+ * read end. Standard output is restored before returning. */
+static struct log_jsonl *open_on_pipe(struct event_base *base, int *rd)
+{
+    int p[2], saved;
+    char *err = NULL;
+    assert_int_equal(pipe(p), 0);
+    fflush(stdout);
+    saved = dup(STDOUT_FILENO);
+    assert_true(saved >= 0);
+    assert_int_equal(dup2(p[1], STDOUT_FILENO), STDOUT_FILENO);
+    struct log_jsonl *l = log_jsonl_open(base, "-", &err);
+    assert_int_equal(dup2(saved, STDOUT_FILENO), STDOUT_FILENO);
+    close(saved);
+    close(p[1]);
+    assert_non_null(l);
+    *rd = p[0];
+    return l;
+}
+
+struct reader {
+    int fd;
+    size_t got;
+    size_t lines;
+    struct event *ev;
+};
+
+static void on_readable(evutil_socket_t fd, short what, void *arg)
+{
+    struct reader *r = arg;
+    char buf[65536];
+    (void)what;
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n <= 0) {
+        event_del(r->ev);
+        return;
+    }
+    for (ssize_t i = 0; i < n; i++)
+        if (buf[i] == '\n')
+            r->lines++;
+    r->got += (size_t)n;
+}
+
+static void stop_loop(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    event_base_loopbreak(arg);
+}
+
+static void test_pipe_never_blocks(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    int rd;
+    struct log_jsonl *l = open_on_pipe(base, &rd);
+    struct egress_event ev = spec_egress();
+    const size_t line = strlen(spec_line1);
+    /* Nobody reads: far more than a pipe holds (64 KiB) must not block. */
+    const size_t lines = 4000;
+    for (size_t i = 0; i < lines; i++)
+        log_jsonl_on_event(&ev, l);
+    assert_int_equal(log_jsonl_dropped(l), 0);
+    /* Our own standard output stayed blocking. */
+    assert_int_equal(fcntl(STDOUT_FILENO, F_GETFL) & O_NONBLOCK, 0);
+
+    /* Now read on the loop: the EV_WRITE event drains the rest, in order. */
+    struct reader r = {.fd = rd};
+    assert_int_equal(fcntl(rd, F_SETFL, O_NONBLOCK), 0);
+    r.ev = event_new(base, rd, EV_READ | EV_PERSIST, on_readable, &r);
+    event_add(r.ev, NULL);
+    struct event *t = evtimer_new(base, stop_loop, base);
+    for (int spin = 0; spin < 200 && r.got < lines * line; spin++) {
+        struct timeval tv = {0, 10000};
+        evtimer_add(t, &tv);
+        event_base_dispatch(base);
+    }
+    assert_int_equal(r.got, lines * line);
+    assert_int_equal(r.lines, lines);
+    assert_int_equal(log_jsonl_flush(l, 0), 0);
+    event_free(t);
+    event_free(r.ev);
+    log_jsonl_close(l);
+    close(rd);
+    event_base_free(base);
+}
+
+static void test_pending_cap_and_flush(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    int rd;
+    struct log_jsonl *l = open_on_pipe(base, &rd);
+    struct egress_event ev = spec_egress();
+    const size_t line = strlen(spec_line1);
+
+    log_jsonl_set_pending_max(l, 10 * line);
+    /* Fill the pipe, then 10 more lines pending, then drops. */
+    size_t sent = 0;
+    while (log_jsonl_dropped(l) == 0 && sent < 100000) {
+        log_jsonl_on_event(&ev, l);
+        sent++;
+    }
+    assert_int_equal(log_jsonl_dropped(l), 1);
+    for (int i = 0; i < 5; i++)
+        log_jsonl_on_event(&ev, l);
+    assert_int_equal(log_jsonl_dropped(l), 6);
+    /* Flush cannot finish while nobody reads: it gives up in time. */
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    assert_int_equal(log_jsonl_flush(l, 100), -1);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    long ms = (b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000;
+    assert_true(ms >= 90 && ms < 2000);
+
+    /* Read everything in a child-free way: drain the pipe while flushing. */
+    char buf[65536];
+    size_t got = 0;
+    assert_int_equal(fcntl(rd, F_SETFL, O_NONBLOCK), 0);
+    for (int spin = 0; spin < 1000; spin++) {
+        ssize_t n;
+        while ((n = read(rd, buf, sizeof(buf))) > 0)
+            got += (size_t)n;
+        if (log_jsonl_flush(l, 10) == 0) {
+            while ((n = read(rd, buf, sizeof(buf))) > 0)
+                got += (size_t)n;
+            break;
+        }
+    }
+    assert_int_equal(got, (sent - 1) * line);
+    log_jsonl_set_pending_max(l, 0);
+    log_jsonl_close(l);
+    close(rd);
+    event_base_free(base);
+}
+
+static void test_reader_gone(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    int rd;
+    struct log_jsonl *l = open_on_pipe(base, &rd);
+    struct egress_event ev = spec_egress();
+    close(rd);
+    /* EPIPE (SIGPIPE ignored): lines are counted as dropped, no crash. */
+    log_jsonl_on_event(&ev, l);
+    log_jsonl_on_event(&ev, l);
+    log_jsonl_on_event(&ev, l);
+    assert_int_equal(log_jsonl_dropped(l), 3);
+    assert_int_equal(log_jsonl_flush(l, 100), 0);
+    /* Reopening standard output is a no-op. */
+    assert_int_equal(log_jsonl_reopen(l), 0);
+    log_jsonl_close(l);
+    event_base_free(base);
+}
+
+static void test_unwritten_at_close(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    int rd;
+    struct log_jsonl *l = open_on_pipe(base, &rd);
+    struct egress_event ev = spec_egress();
+    for (int i = 0; i < 3000; i++)
+        log_jsonl_on_event(&ev, l);
+    assert_int_equal(log_jsonl_dropped(l), 0);
+    /* Closing with lines pending reports them (on stderr) rather than
+     * blocking; the test checks it returns and frees everything. */
+    log_jsonl_close(l);
+    close(rd);
+    event_base_free(base);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_spec_lines),
+        cmocka_unit_test(test_nulls_and_deny),
+        cmocka_unit_test(test_escaping),
+        cmocka_unit_test(test_parse_back),
+        cmocka_unit_test(test_truncation),
+        cmocka_unit_test(test_file),
+        cmocka_unit_test(test_open_fails),
+        cmocka_unit_test(test_pipe_never_blocks),
+        cmocka_unit_test(test_pending_cap_and_flush),
+        cmocka_unit_test(test_reader_gone),
+        cmocka_unit_test(test_unwritten_at_close),
+    };
+    return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
+}

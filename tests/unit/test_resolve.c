@@ -1,0 +1,654 @@
+/* Unit tests for gate/resolve.c, on a real event loop: the static map, a
+ * fake DNS server on 127.0.0.1 (an ephemeral UDP port) answering A/AAAA,
+ * NXDOMAIN, SERVFAIL, empty answers and silence, cancellation, reload and
+ * the no-server case. Addresses in answers are only parsed, never
+ * contacted; no query ever leaves the loopback. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+/* The unit under test, with its resolv.conf path under our control. */
+static const char *test_resolv_conf = "/nonexistent/resolv.conf";
+#define RESOLV_CONF test_resolv_conf
+#include "gate/resolve.c"
+
+/* ------------------------------------------------------ fake DNS server */
+
+struct fake_dns {
+    int fd;
+    uint16_t port;
+    struct event *ev;
+    int queries;
+    int answered;
+    uint8_t last_octet; /* distinguishes two servers' answers */
+    char addr[32];      /* "127.0.0.1:PORT" */
+};
+
+static size_t put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)(v >> 8);
+    p[1] = (uint8_t)v;
+    return 2;
+}
+
+/* Appends one answer record (name = pointer to the question). */
+static size_t add_rr(uint8_t *p, uint16_t type, const uint8_t *rdata, uint16_t len)
+{
+    size_t o = 0;
+    o += put16(p + o, 0xc00c);
+    o += put16(p + o, type);
+    o += put16(p + o, 1);
+    o += put16(p + o, 0);
+    o += put16(p + o, 60);
+    o += put16(p + o, len);
+    memcpy(p + o, rdata, len);
+    return o + len;
+}
+
+static void on_query(evutil_socket_t fd, short what, void *arg)
+{
+    struct fake_dns *d = arg;
+    uint8_t q[512], r[1500];
+    struct sockaddr_storage from;
+    socklen_t fromlen = sizeof(from);
+    char name[256];
+    size_t nlen = 0;
+    (void)what;
+
+    ssize_t n = recvfrom(fd, q, sizeof(q), 0, (struct sockaddr *)&from, &fromlen);
+    if (n < 12)
+        return;
+    d->queries++;
+    /* Question name, as dotted text (lower case) for the lookup table. */
+    size_t o = 12;
+    while (o < (size_t)n && q[o] != 0) {
+        size_t l = q[o++];
+        if (o + l > (size_t)n || nlen + l + 1 >= sizeof(name))
+            return;
+        if (nlen > 0)
+            name[nlen++] = '.';
+        for (size_t i = 0; i < l; i++)
+            name[nlen++] = (char)(q[o + i] | 0x20);
+        o += l;
+    }
+    name[nlen] = '\0';
+    if (o + 5 > (size_t)n)
+        return;
+    uint16_t qtype = (uint16_t)(q[o + 1] << 8 | q[o + 2]);
+    size_t qend = o + 5;
+
+    int rcode = 0;
+    size_t an = 0, ro = qend;
+    memcpy(r, q, qend);
+    if (strcmp(name, "slow.test") == 0 || (strcmp(name, "half.test") == 0 && qtype == 28))
+        return; /* silence */
+    if (strcmp(name, "nx.test") == 0) {
+        rcode = 3;
+    } else if (strcmp(name, "fail.test") == 0) {
+        rcode = 2;
+    } else if (strcmp(name, "one.test") == 0 || strcmp(name, "half.test") == 0) {
+        if (qtype == 1) {
+            uint8_t a[4] = {192, 0, 2, d->last_octet};
+            ro += add_rr(r + ro, 1, a, 4);
+            an++;
+        } else if (qtype == 28) {
+            uint8_t a6[16] = {0x20, 0x01, 0x0d, 0xb8};
+            a6[15] = d->last_octet;
+            ro += add_rr(r + ro, 28, a6, 16);
+            an++;
+        }
+    } else if (strcmp(name, "v6only.test") == 0) {
+        if (qtype == 28) {
+            uint8_t a6[16] = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 6};
+            ro += add_rr(r + ro, 28, a6, 16);
+            an++;
+        }
+    } else if (strcmp(name, "many.test") == 0) {
+        int count = qtype == 1 ? 20 : 3;
+        for (int i = 0; i < count; i++) {
+            uint8_t a[4] = {203, 0, 113, (uint8_t)(i + 1)};
+            uint8_t a6[16] = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, (uint8_t)i};
+            ro += qtype == 1 ? add_rr(r + ro, 1, a, 4) : add_rr(r + ro, 28, a6, 16);
+            an++;
+        }
+    } else if (strcmp(name, "empty.test") != 0) {
+        rcode = 3;
+    }
+    r[2] = 0x81; /* QR, RD */
+    r[3] = (uint8_t)(0x80 | rcode);
+    put16(r + 4, 1);
+    put16(r + 6, (uint16_t)an);
+    put16(r + 8, 0);
+    put16(r + 10, 0);
+    if (sendto(fd, r, ro, 0, (struct sockaddr *)&from, fromlen) == (ssize_t)ro)
+        d->answered++;
+}
+
+static void fake_start(struct fake_dns *d, struct event_base *base, uint8_t last_octet)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    socklen_t len = sizeof(sin);
+    memset(d, 0, sizeof(*d));
+    d->last_octet = last_octet;
+    d->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    assert_true(d->fd >= 0);
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(d->fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    assert_int_equal(getsockname(d->fd, (struct sockaddr *)&sin, &len), 0);
+    d->port = ntohs(sin.sin_port);
+    snprintf(d->addr, sizeof(d->addr), "127.0.0.1:%u", d->port);
+    d->ev = event_new(base, d->fd, EV_READ | EV_PERSIST, on_query, d);
+    event_add(d->ev, NULL);
+}
+
+static void fake_stop(struct fake_dns *d)
+{
+    event_free(d->ev);
+    close(d->fd);
+}
+
+/* ------------------------------------------------------------ helpers */
+
+struct result {
+    int calls;
+    int err;
+    size_t n;
+    struct ipaddr a[RESOLVE_MAX_ADDRS];
+    struct event_base *base;
+};
+
+static void on_result(int err, const struct ipaddr *addrs, size_t n, void *arg)
+{
+    struct result *r = arg;
+    r->calls++;
+    r->err = err;
+    r->n = n;
+    assert_true(n <= RESOLVE_MAX_ADDRS);
+    if (n > 0)
+        memcpy(r->a, addrs, n * sizeof(*addrs));
+    else
+        assert_null(addrs);
+    event_base_loopbreak(r->base);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    event_base_loopbreak(arg);
+}
+
+/* Runs <base> until a callback breaks it or <ms> pass. */
+static void run(struct event_base *base, int ms)
+{
+    struct event *t = evtimer_new(base, on_timer, base);
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    evtimer_add(t, &tv);
+    event_base_dispatch(base);
+    event_free(t);
+}
+
+/* Runs until <r> has been called or <ms> pass. */
+static void run_until(struct event_base *base, struct result *r, int ms)
+{
+    for (int i = 0; i < ms / 10 && r->calls == 0; i++)
+        run(base, 10);
+}
+
+static struct ipaddr v4(const char *s)
+{
+    struct ipaddr a;
+    memset(&a, 0, sizeof(a));
+    a.b[10] = a.b[11] = 0xff;
+    assert_int_equal(inet_pton(AF_INET, s, a.b + 12), 1);
+    return a;
+}
+
+static struct ipaddr v6(const char *s)
+{
+    struct ipaddr a;
+    assert_int_equal(inet_pton(AF_INET6, s, a.b), 1);
+    return a;
+}
+
+static void assert_addr(const struct ipaddr *got, struct ipaddr want)
+{
+    assert_memory_equal(got->b, want.b, 16);
+}
+
+static struct resolver *new_resolver(struct event_base *base, const char *server,
+                                     struct dns_static *statics, size_t nstatics)
+{
+    char *servers[1] = {(char *)(uintptr_t)server};
+    struct dns_cfg cfg = {.servers = server ? servers : NULL,
+                          .nservers = server ? 1 : 0,
+                          .statics = statics,
+                          .nstatics = nstatics};
+    char *err = NULL;
+    struct resolver *r = resolver_new(base, &cfg, &err);
+    if (r == NULL)
+        fail_msg("resolver_new: %s", err ? err : "?");
+    assert_null(err);
+    return r;
+}
+
+/* -------------------------------------------------------------- tests */
+
+static void test_static_map(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct fake_dns d;
+    fake_start(&d, base, 1);
+    struct dns_static st[] = {
+        {.name = "api.example.test", .addr = v4("127.0.0.2")},
+        {.name = "dual.example.test", .addr = v4("127.0.0.3")},
+        {.name = "dual.example.test", .addr = v6("::1")},
+    };
+    struct resolver *r = new_resolver(base, d.addr, st, 3);
+    /* The resolver copied the map: clobber ours. */
+    st[0].name = "changed";
+
+    struct result res = {.base = base};
+    assert_non_null(resolver_lookup(r, "api.example.test", on_result, &res));
+    /* Never synchronously inside the lookup. */
+    assert_int_equal(res.calls, 0);
+    run_until(base, &res, 1000);
+    assert_int_equal(res.calls, 1);
+    assert_int_equal(res.err, 0);
+    assert_int_equal(res.n, 1);
+    assert_addr(&res.a[0], v4("127.0.0.2"));
+
+    struct result dual = {.base = base};
+    assert_non_null(resolver_lookup(r, "dual.example.test", on_result, &dual));
+    run_until(base, &dual, 1000);
+    assert_int_equal(dual.n, 2);
+    assert_addr(&dual.a[0], v4("127.0.0.3"));
+    assert_addr(&dual.a[1], v6("::1"));
+    /* The server was never asked. */
+    assert_int_equal(d.queries, 0);
+
+    /* IP literals are answered as themselves, also without a query. */
+    struct result lit = {.base = base};
+    assert_non_null(resolver_lookup(r, "192.0.2.9", on_result, &lit));
+    assert_int_equal(lit.calls, 0);
+    run_until(base, &lit, 1000);
+    assert_int_equal(lit.err, 0);
+    assert_int_equal(lit.n, 1);
+    assert_addr(&lit.a[0], v4("192.0.2.9"));
+    struct result lit6 = {.base = base};
+    assert_non_null(resolver_lookup(r, "2001:db8::7", on_result, &lit6));
+    run_until(base, &lit6, 1000);
+    assert_addr(&lit6.a[0], v6("2001:db8::7"));
+    assert_int_equal(d.queries, 0);
+
+    resolver_free(r);
+    fake_stop(&d);
+    event_base_free(base);
+}
+
+static void test_server_answers(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct fake_dns d;
+    fake_start(&d, base, 1);
+    struct resolver *r = new_resolver(base, d.addr, NULL, 0);
+
+    struct result res = {.base = base};
+    assert_non_null(resolver_lookup(r, "one.test", on_result, &res));
+    assert_int_equal(res.calls, 0);
+    run_until(base, &res, 3000);
+    assert_int_equal(res.calls, 1);
+    assert_int_equal(res.err, 0);
+    assert_int_equal(res.n, 2);
+    assert_addr(&res.a[0], v4("192.0.2.1"));   /* A first */
+    assert_addr(&res.a[1], v6("2001:db8::1")); /* then AAAA */
+    assert_int_equal(d.queries, 2);
+
+    struct result v6o = {.base = base};
+    assert_non_null(resolver_lookup(r, "v6only.test", on_result, &v6o));
+    run_until(base, &v6o, 3000);
+    assert_int_equal(v6o.err, 0);
+    assert_int_equal(v6o.n, 1);
+    assert_addr(&v6o.a[0], v6("2001:db8::6"));
+
+    /* 20 A + 3 AAAA records: bounded to RESOLVE_MAX_ADDRS, A first. */
+    struct result many = {.base = base};
+    assert_non_null(resolver_lookup(r, "many.test", on_result, &many));
+    run_until(base, &many, 3000);
+    assert_int_equal(many.err, 0);
+    assert_int_equal(many.n, RESOLVE_MAX_ADDRS);
+    assert_addr(&many.a[0], v4("203.0.113.1"));
+    assert_addr(&many.a[15], v4("203.0.113.16"));
+
+    resolver_free(r);
+    fake_stop(&d);
+    event_base_free(base);
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct fake_dns d;
+    fake_start(&d, base, 1);
+    struct resolver *r = new_resolver(base, d.addr, NULL, 0);
+
+    static const struct {
+        const char *name;
+        int err;
+    } cases[] = {
+        {"nx.test", RESOLVE_ERR_NXDOMAIN},
+        {"empty.test", RESOLVE_ERR_NXDOMAIN}, /* NOERROR, no records */
+        {"999.1.2.3.4", RESOLVE_ERR_FAILED},  /* invalid IP literal: never queried */
+        {"", RESOLVE_ERR_FAILED},
+        /* SERVFAIL: evdns marks the server down and retries until its
+         * attempts run out, which surfaces as a failure or a timeout. */
+        {"fail.test", 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct result res = {.base = base};
+        assert_non_null(resolver_lookup(r, cases[i].name, on_result, &res));
+        assert_int_equal(res.calls, 0);
+        run_until(base, &res, 3000);
+        if (cases[i].err == 0 && res.calls == 1 &&
+            (res.err == RESOLVE_ERR_FAILED || res.err == RESOLVE_ERR_TIMEOUT))
+            continue;
+        if (res.calls != 1 || res.err != cases[i].err)
+            fail_msg("%s: calls %d err %d, want err %d", cases[i].name, res.calls, res.err,
+                     cases[i].err);
+        assert_int_equal(res.n, 0);
+    }
+    /* A name longer than any host name fails without a query. */
+    char longname[300];
+    memset(longname, 'a', sizeof(longname) - 1);
+    longname[sizeof(longname) - 1] = '\0';
+    int before = d.queries;
+    struct result res = {.base = base};
+    assert_non_null(resolver_lookup(r, longname, on_result, &res));
+    run_until(base, &res, 1000);
+    assert_int_equal(res.err, RESOLVE_ERR_FAILED);
+    assert_int_equal(d.queries, before);
+
+    resolver_free(r);
+    fake_stop(&d);
+    event_base_free(base);
+}
+
+static void test_timeout(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct fake_dns d;
+    fake_start(&d, base, 1);
+    struct resolver *r = new_resolver(base, d.addr, NULL, 0);
+    assert_int_equal(evdns_base_set_option(r->dns, "timeout:", "0.2"), 0);
+
+    struct result res = {.base = base};
+    assert_non_null(resolver_lookup(r, "slow.test", on_result, &res));
+    run_until(base, &res, 5000);
+    assert_int_equal(res.calls, 1);
+    assert_int_equal(res.err, RESOLVE_ERR_TIMEOUT);
+    /* attempts:2 -> each of A and AAAA was sent twice. */
+    assert_int_equal(d.queries, 4);
+
+    resolver_free(r);
+    fake_stop(&d);
+    event_base_free(base);
+}
+
+static void never(int err, const struct ipaddr *addrs, size_t n, void *arg)
+{
+    (void)err;
+    (void)addrs;
+    (void)n;
+    (void)arg;
+    fail_msg("callback after cancel");
+}
+
+static void test_cancel(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct fake_dns d;
+    fake_start(&d, base, 1);
+    struct dns_static st[] = {{.name = "static.test", .addr = v4("127.0.0.2")}};
+    struct resolver *r = new_resolver(base, d.addr, st, 1);
+
+    /* Cancelled before the answer: the server answers, nobody is called. */
+    struct resolve_req *q = resolver_lookup(r, "one.test", never, NULL);
+    assert_non_null(q);
+    resolve_cancel(q);
+    /* A static answer cancelled before the next loop turn. */
+    q = resolver_lookup(r, "static.test", never, NULL);
+    assert_non_null(q);
+    resolve_cancel(q);
+    /* A failure known up front, cancelled. */
+    q = resolver_lookup(r, "", never, NULL);
+    resolve_cancel(q);
+    resolve_cancel(NULL);
+    run(base, 300);
+
+    /* Cancelled half-way: A answered, AAAA outstanding. */
+    q = resolver_lookup(r, "half.test", never, NULL);
+    for (int i = 0; i < 100 && d.answered < 3; i++)
+        run(base, 10);
+    assert_true(d.answered >= 1);
+    resolve_cancel(q);
+    run(base, 200);
+
+    /* The resolver still works afterwards. */
+    struct result res = {.base = base};
+    assert_non_null(resolver_lookup(r, "one.test", on_result, &res));
+    run_until(base, &res, 3000);
+    assert_int_equal(res.err, 0);
+    assert_int_equal(res.n, 2);
+
+    resolver_free(r);
+    fake_stop(&d);
+    event_base_free(base);
+}
+
+static void test_free_with_lookups_in_flight(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct fake_dns d;
+    fake_start(&d, base, 1);
+    struct dns_static st[] = {{.name = "static.test", .addr = v4("127.0.0.2")}};
+    struct resolver *r = new_resolver(base, d.addr, st, 1);
+    assert_non_null(resolver_lookup(r, "slow.test", never, NULL));
+    assert_non_null(resolver_lookup(r, "half.test", never, NULL));
+    for (int i = 0; i < 100 && d.answered < 1; i++)
+        run(base, 10); /* half.test's A answer is in */
+    assert_non_null(resolver_lookup(r, "static.test", never, NULL));
+    assert_non_null(resolver_lookup(r, "", never, NULL));
+    resolver_free(r);
+    resolver_free(NULL);
+    /* The loop delivers evdns' cancellations; nothing reaches us, and the
+     * requests are released (LeakSanitizer checks). */
+    run(base, 200);
+    fake_stop(&d);
+    event_base_free(base);
+}
+
+static void test_no_servers(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char path[64];
+    snprintf(path, sizeof(path), "/tmp/sluice-test-resolv.XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    static const char no_ns[] = "# nothing here\nsearch example.test\noptions ndots:1\n";
+    assert_int_equal(write(fd, no_ns, sizeof(no_ns) - 1), (ssize_t)sizeof(no_ns) - 1);
+    close(fd);
+
+    const char *const confs[] = {"/nonexistent/resolv.conf", path};
+    for (size_t i = 0; i < 2; i++) {
+        test_resolv_conf = confs[i];
+        struct resolver *r = new_resolver(base, NULL, NULL, 0);
+        assert_int_equal(evdns_base_count_nameservers(r->dns), 0);
+        struct result res = {.base = base};
+        assert_non_null(resolver_lookup(r, "one.test", on_result, &res));
+        assert_int_equal(res.calls, 0);
+        run_until(base, &res, 1000);
+        assert_int_equal(res.calls, 1);
+        assert_int_equal(res.err, RESOLVE_ERR_NO_SERVERS);
+        resolver_free(r);
+    }
+    unlink(path);
+    test_resolv_conf = "/nonexistent/resolv.conf";
+    event_base_free(base);
+}
+
+static void test_resolv_conf_servers(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct fake_dns d;
+    fake_start(&d, base, 4);
+    char path[64];
+    snprintf(path, sizeof(path), "/tmp/sluice-test-resolv.XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    dprintf(fd, "search example.test\nnameserver %s\n", d.addr);
+    close(fd);
+    test_resolv_conf = path;
+
+    struct resolver *r = new_resolver(base, NULL, NULL, 0);
+    assert_int_equal(evdns_base_count_nameservers(r->dns), 1);
+    struct result res = {.base = base};
+    assert_non_null(resolver_lookup(r, "one.test", on_result, &res));
+    run_until(base, &res, 3000);
+    assert_int_equal(res.err, 0);
+    assert_addr(&res.a[0], v4("192.0.2.4"));
+    /* No search domains: "one.test" was asked as is, once per type. */
+    assert_int_equal(d.queries, 2);
+
+    resolver_free(r);
+    unlink(path);
+    test_resolv_conf = "/nonexistent/resolv.conf";
+    fake_stop(&d);
+    event_base_free(base);
+}
+
+static void test_bad_server(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    static const char *const bad[] = {"not-an-ip", "127.0.0.1:99999", "[::1", ""};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char *servers[1] = {(char *)(uintptr_t)bad[i]};
+        struct dns_cfg cfg = {.servers = servers, .nservers = 1};
+        char *err = NULL;
+        assert_null(resolver_new(base, &cfg, &err));
+        assert_non_null(err);
+        free(err);
+    }
+    event_base_free(base);
+}
+
+static void test_reload(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct fake_dns d1, d2;
+    fake_start(&d1, base, 1);
+    fake_start(&d2, base, 2);
+    struct dns_static st1[] = {{.name = "s.test", .addr = v4("127.0.0.2")}};
+    struct resolver *r = new_resolver(base, d1.addr, st1, 1);
+
+    struct result res = {.base = base};
+    assert_non_null(resolver_lookup(r, "one.test", on_result, &res));
+    run_until(base, &res, 3000);
+    assert_addr(&res.a[0], v4("192.0.2.1"));
+
+    /* Swap the static map and the server. */
+    struct dns_static st2[] = {{.name = "s.test", .addr = v4("127.0.0.3")}};
+    char *servers2[1] = {d2.addr};
+    struct dns_cfg cfg2 = {.servers = servers2, .nservers = 1, .statics = st2, .nstatics = 1};
+    /* A lookup in flight on the old server moves to the new one. */
+    struct result moved = {.base = base};
+    assert_non_null(resolver_lookup(r, "half.test", on_result, &moved));
+    assert_int_equal(resolver_reload(r, &cfg2), 0);
+    struct result s = {.base = base};
+    assert_non_null(resolver_lookup(r, "s.test", on_result, &s));
+    run_until(base, &s, 1000);
+    assert_addr(&s.a[0], v4("127.0.0.3"));
+    res = (struct result){.base = base};
+    assert_non_null(resolver_lookup(r, "one.test", on_result, &res));
+    run_until(base, &res, 3000);
+    assert_int_equal(res.err, 0);
+    assert_addr(&res.a[0], v4("192.0.2.2"));
+
+    /* An invalid server list is refused and the old one stays. */
+    char *bad[1] = {"nonsense"};
+    struct dns_cfg cfgbad = {.servers = bad, .nservers = 1};
+    assert_int_equal(resolver_reload(r, &cfgbad), -1);
+    res = (struct result){.base = base};
+    assert_non_null(resolver_lookup(r, "s.test", on_result, &res));
+    run_until(base, &res, 1000);
+    assert_addr(&res.a[0], v4("127.0.0.3"));
+
+    /* Reload to no server at all: lookups still in flight end now. The
+     * one moved to the new server delivers the A record that server gave
+     * (its AAAA never came); the silent one fails. */
+    struct result stuck = {.base = base};
+    assert_non_null(resolver_lookup(r, "slow.test", on_result, &stuck));
+    run(base, 50);
+    assert_int_equal(moved.calls, 0);
+    assert_int_equal(stuck.calls, 0);
+    int d1_queries = d1.queries;
+    struct dns_cfg none = {0};
+    assert_int_equal(resolver_reload(r, &none), 0);
+    for (int i = 0; i < 100 && (moved.calls == 0 || stuck.calls == 0); i++)
+        run(base, 10);
+    assert_int_equal(moved.calls, 1);
+    assert_int_equal(moved.err, 0);
+    assert_int_equal(moved.n, 1);
+    assert_addr(&moved.a[0], v4("192.0.2.2"));
+    assert_int_equal(stuck.calls, 1);
+    assert_true(stuck.err < 0);
+    assert_int_equal(d1.queries, d1_queries);
+    res = (struct result){.base = base};
+    assert_non_null(resolver_lookup(r, "one.test", on_result, &res));
+    run_until(base, &res, 1000);
+    assert_int_equal(res.err, RESOLVE_ERR_NO_SERVERS);
+    /* And the static map is gone with the old policy. */
+    res = (struct result){.base = base};
+    assert_non_null(resolver_lookup(r, "s.test", on_result, &res));
+    run_until(base, &res, 1000);
+    assert_int_equal(res.err, RESOLVE_ERR_NO_SERVERS);
+
+    resolver_free(r);
+    fake_stop(&d1);
+    fake_stop(&d2);
+    event_base_free(base);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_static_map), cmocka_unit_test(test_server_answers),
+        cmocka_unit_test(test_errors),     cmocka_unit_test(test_timeout),
+        cmocka_unit_test(test_cancel),     cmocka_unit_test(test_free_with_lookups_in_flight),
+        cmocka_unit_test(test_no_servers), cmocka_unit_test(test_resolv_conf_servers),
+        cmocka_unit_test(test_bad_server), cmocka_unit_test(test_reload),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,472 @@
+/* Unit tests for gate/sni.c: real ClientHellos captured from openssl
+ * s_client, curl and Python on loopback (tests/unit/data/clienthello_*.bin),
+ * re-fragmented over several records and truncated at every length, plus
+ * hand-built edge cases for every error path. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "gate/sni.h"
+
+#define BUF_CAP 40000
+
+struct bytes {
+    uint8_t b[BUF_CAP];
+    size_t n;
+};
+
+static void put(struct bytes *o, const void *p, size_t n)
+{
+    assert_true(o->n + n <= BUF_CAP);
+    memcpy(o->b + o->n, p, n);
+    o->n += n;
+}
+
+static void put8(struct bytes *o, unsigned v)
+{
+    uint8_t b = (uint8_t)v;
+    put(o, &b, 1);
+}
+
+static void put16(struct bytes *o, size_t v)
+{
+    put8(o, (unsigned)(v >> 8) & 0xff);
+    put8(o, (unsigned)v & 0xff);
+}
+
+static void put24(struct bytes *o, size_t v)
+{
+    put8(o, (unsigned)(v >> 16) & 0xff);
+    put16(o, v & 0xffff);
+}
+
+/* Runs sni_parse on an exact-size copy of <b>. */
+static enum sni_result run(const uint8_t *b, size_t n, char *name, size_t cap, size_t *len)
+{
+    uint8_t *c = malloc(n ? n : 1);
+    assert_non_null(c);
+    memcpy(c, b, n);
+    enum sni_result r = sni_parse(c, n, name, cap, len);
+    free(c);
+    return r;
+}
+
+static enum sni_result parse(const struct bytes *b, char *name)
+{
+    size_t len;
+    return run(b->b, b->n, name, SNI_NAME_MAX + 1, &len);
+}
+
+static void load(const char *file, struct bytes *out)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/tests/unit/data/%s", SRCDIR, file);
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        fail_msg("cannot open %s", path);
+    out->n = fread(out->b, 1, BUF_CAP, f);
+    fclose(f);
+    assert_true(out->n > 5);
+}
+
+/* The handshake message of a capture (it fits one record). */
+static void message_of(const struct bytes *rec, struct bytes *msg)
+{
+    size_t rlen = ((size_t)rec->b[3] << 8) | rec->b[4];
+    assert_true(rlen + 5 <= rec->n);
+    msg->n = 0;
+    put(msg, rec->b + 5, rlen);
+}
+
+/* Wraps <msg> in handshake records of at most <frag> bytes each. */
+static void records(const struct bytes *msg, size_t frag, struct bytes *out)
+{
+    out->n = 0;
+    for (size_t off = 0; off < msg->n; off += frag) {
+        size_t n = msg->n - off < frag ? msg->n - off : frag;
+        put8(out, 22);
+        put16(out, 0x0301);
+        put16(out, n);
+        put(out, msg->b + off, n);
+    }
+}
+
+/* Builds a ClientHello handshake message with extensions <ext> (NULL: no
+ * extensions block at all). */
+static void hello(const struct bytes *ext, struct bytes *msg)
+{
+    struct bytes body = {.n = 0};
+    put16(&body, 0x0303);
+    for (int i = 0; i < 32; i++)
+        put8(&body, (unsigned)i);
+    put8(&body, 32); /* session id */
+    for (int i = 0; i < 32; i++)
+        put8(&body, 0xaa);
+    put16(&body, 4); /* cipher suites */
+    put16(&body, 0x1301);
+    put16(&body, 0xc02f);
+    put8(&body, 1); /* compression methods */
+    put8(&body, 0);
+    if (ext != NULL) {
+        put16(&body, ext->n);
+        put(&body, ext->b, ext->n);
+    }
+    msg->n = 0;
+    put8(msg, 1);
+    put24(msg, body.n);
+    put(msg, body.b, body.n);
+}
+
+/* Appends a server_name extension with one host_name <name> (<n> bytes). */
+static void ext_sni(struct bytes *ext, const char *name, size_t n)
+{
+    put16(ext, 0);
+    put16(ext, n + 5);
+    put16(ext, n + 3);
+    put8(ext, 0);
+    put16(ext, n);
+    put(ext, name, n);
+}
+
+static void ext_other(struct bytes *ext, unsigned type, size_t n)
+{
+    put16(ext, type);
+    put16(ext, n);
+    for (size_t i = 0; i < n; i++)
+        put8(ext, 0x5a);
+}
+
+static void build(const struct bytes *ext, struct bytes *rec)
+{
+    static struct bytes msg;
+    hello(ext, &msg);
+    records(&msg, 16384, rec);
+}
+
+/* Every strict prefix of <b> is NEED_MORE. */
+static void prefixes_need_more(const struct bytes *b)
+{
+    char name[SNI_NAME_MAX + 1];
+    size_t len;
+    for (size_t n = 0; n < b->n; n++) {
+        enum sni_result r = run(b->b, n, name, sizeof(name), &len);
+        if (r != SNI_NEED_MORE)
+            fail_msg("prefix %zu of %zu: result %d", n, b->n, r);
+    }
+}
+
+static void expect_found(const struct bytes *b, const char *want)
+{
+    char name[SNI_NAME_MAX + 1];
+    size_t len = 0;
+    enum sni_result r = run(b->b, b->n, name, sizeof(name), &len);
+    if (r != SNI_FOUND)
+        fail_msg("result %d, want FOUND %s", r, want);
+    assert_int_equal(len, strlen(want));
+    assert_string_equal(name, want);
+}
+
+static void expect_result(const struct bytes *b, enum sni_result want)
+{
+    char name[SNI_NAME_MAX + 1];
+    enum sni_result r = parse(b, name);
+    if (r != want)
+        fail_msg("result %d, want %d", r, want);
+}
+
+/* ---------------------------------------------------------------------- */
+
+static struct bytes in, msg, out, ext;
+
+static void test_captures(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *file;
+        const char *name; /* NULL: no SNI */
+    } caps[] = {
+        {"clienthello_openssl.bin", "api.github.com"},
+        {"clienthello_openssl_tls12.bin", "api.github.com"},
+        {"clienthello_curl.bin", "api.github.com"},
+        {"clienthello_python.bin", "pypi.org"},
+        {"clienthello_openssl_nosni.bin", NULL},
+    };
+    for (size_t i = 0; i < sizeof(caps) / sizeof(caps[0]); i++) {
+        load(caps[i].file, &in);
+        if (caps[i].name != NULL)
+            expect_found(&in, caps[i].name);
+        else
+            expect_result(&in, SNI_ABSENT);
+        prefixes_need_more(&in);
+
+        /* The same message over records of 1, 7 and 100 bytes. */
+        message_of(&in, &msg);
+        static const size_t frags[] = {1, 7, 100};
+        for (size_t f = 0; f < 3; f++) {
+            records(&msg, frags[f], &out);
+            if (caps[i].name != NULL)
+                expect_found(&out, caps[i].name);
+            else
+                expect_result(&out, SNI_ABSENT);
+            if (frags[f] == 100)
+                prefixes_need_more(&out);
+        }
+
+        /* Trailing bytes (another record, garbage) are ignored. */
+        static const char tail[] = "\x17\x03\x03\x00\x01X garbage";
+        put(&in, tail, sizeof(tail) - 1);
+        if (caps[i].name != NULL)
+            expect_found(&in, caps[i].name);
+        else
+            expect_result(&in, SNI_ABSENT);
+    }
+}
+
+static void test_not_tls(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *b;
+        size_t n;
+    } cases[] = {
+        {"GET / HTTP/1.1\r\n", 16},
+        {"CONNECT", 7},
+        {"\x80\x2e\x01\x03\x01\x00\x15", 7}, /* SSLv2 ClientHello */
+        {"\x17", 1},
+        {"\x15\x03\x03\x00\x02\x02\x28", 7}, /* an alert */
+        {"\x16\x02", 2},
+        {"\x16\x03\x05", 3},
+    };
+    char name[SNI_NAME_MAX + 1];
+    size_t len;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        assert_int_equal(run((const uint8_t *)cases[i].b, cases[i].n, name, sizeof(name), &len),
+                         SNI_NOT_TLS);
+    assert_int_equal(run((const uint8_t *)"\x16", 1, name, sizeof(name), &len), SNI_NEED_MORE);
+    assert_int_equal(run((const uint8_t *)"\x16\x03\x00\x00", 4, name, sizeof(name), &len),
+                     SNI_NEED_MORE);
+    assert_int_equal(run((const uint8_t *)"", 0, name, sizeof(name), &len), SNI_NEED_MORE);
+}
+
+static void test_built_found_and_absent(void **state)
+{
+    (void)state;
+    char name[SNI_NAME_MAX + 1];
+
+    ext.n = 0;
+    ext_other(&ext, 10, 4);
+    ext_sni(&ext, "Example.COM.", 12);
+    ext_other(&ext, 0xff01, 1);
+    build(&ext, &out);
+    expect_found(&out, "Example.COM.");
+    prefixes_need_more(&out);
+
+    /* No extensions block at all; an empty one; no server_name. */
+    build(NULL, &out);
+    expect_result(&out, SNI_ABSENT);
+    prefixes_need_more(&out);
+    ext.n = 0;
+    build(&ext, &out);
+    expect_result(&out, SNI_ABSENT);
+    ext_other(&ext, 10, 4);
+    build(&ext, &out);
+    expect_result(&out, SNI_ABSENT);
+
+    /* server_name with only a non-host_name entry. */
+    ext.n = 0;
+    put16(&ext, 0);
+    put16(&ext, 2 + 3 + 2);
+    put16(&ext, 3 + 2);
+    put8(&ext, 7);
+    put16(&ext, 2);
+    put(&ext, "ab", 2);
+    build(&ext, &out);
+    expect_result(&out, SNI_ABSENT);
+
+    /* A name of SNI_NAME_MAX bytes fits; it needs SNI_NAME_MAX + 1 of room. */
+    char big[SNI_NAME_MAX + 2];
+    memset(big, 'a', sizeof(big));
+    ext.n = 0;
+    ext_sni(&ext, big, SNI_NAME_MAX);
+    build(&ext, &out);
+    assert_int_equal(parse(&out, name), SNI_FOUND);
+    assert_int_equal(strlen(name), SNI_NAME_MAX);
+    size_t len;
+    assert_int_equal(run(out.b, out.n, name, SNI_NAME_MAX, &len), SNI_MALFORMED);
+    assert_int_equal(run(out.b, out.n, name, 0, &len), SNI_MALFORMED);
+
+    /* The largest ClientHello: a 16384-byte message body over two records. */
+    ext.n = 0;
+    ext_sni(&ext, "big.test", 8);
+    hello(&ext, &msg);
+    size_t pad = 16384 + 4 - msg.n - 4; /* padding extension (21) data length */
+    ext_other(&ext, 21, pad);
+    hello(&ext, &msg);
+    assert_int_equal(msg.n, 16384 + 4);
+    records(&msg, 16384, &out);
+    expect_found(&out, "big.test");
+    /* One byte more is refused. */
+    ext.n = 0;
+    ext_sni(&ext, "big.test", 8);
+    ext_other(&ext, 21, pad + 1);
+    hello(&ext, &msg);
+    records(&msg, 16384, &out);
+    expect_result(&out, SNI_MALFORMED);
+}
+
+/* Builds a valid message, lets <mutate> damage it, and expects MALFORMED. */
+static void test_malformed(void **state)
+{
+    (void)state;
+    char name[SNI_NAME_MAX + 1];
+
+    /* Record layer. */
+    ext.n = 0;
+    ext_sni(&ext, "a.test", 6);
+    hello(&ext, &msg);
+    records(&msg, 16384, &out);
+    expect_found(&out, "a.test");
+    struct bytes m = out;
+    m.b[3] = 0;
+    m.b[4] = 0; /* zero-length record */
+    expect_result(&m, SNI_MALFORMED);
+    m = out;
+    m.b[3] = 0x40;
+    m.b[4] = 0x01; /* 16385-byte record */
+    expect_result(&m, SNI_MALFORMED);
+    m = out;
+    m.b[5] = 2; /* ServerHello */
+    expect_result(&m, SNI_MALFORMED);
+    m = out;
+    m.b[6] = 0x01; /* message length 65536 + ... > 16384 */
+    expect_result(&m, SNI_MALFORMED);
+
+    /* A second record of another type, or bad version, mid-message. */
+    records(&msg, 10, &out);
+    m = out;
+    m.b[15] = 23;
+    expect_result(&m, SNI_MALFORMED);
+    m = out;
+    m.b[16] = 2;
+    expect_result(&m, SNI_MALFORMED);
+    m = out;
+    m.b[17] = 9;
+    expect_result(&m, SNI_MALFORMED);
+
+    /* ClientHello body fields; offsets in the one-record form:
+     * 5 record header, 4 handshake header, 9 legacy_version, 11 random,
+     * 43 session id length, 44 session id, 76 cipher suites length,
+     * 78 suites, 82 compression length, 83 method, 84 extensions length. */
+    records(&msg, 16384, &out);
+    m = out;
+    m.b[9] = 2; /* legacy_version 2.x */
+    expect_result(&m, SNI_MALFORMED);
+    m = out;
+    m.b[43] = 33; /* session id too long */
+    expect_result(&m, SNI_MALFORMED);
+    m = out;
+    m.b[77] = 3; /* odd cipher suites length */
+    expect_result(&m, SNI_MALFORMED);
+    m = out;
+    m.b[77] = 0; /* no cipher suites */
+    expect_result(&m, SNI_MALFORMED);
+    m = out;
+    m.b[82] = 0; /* no compression method */
+    expect_result(&m, SNI_MALFORMED);
+    m = out;
+    m.b[85]++; /* extensions length longer than the message */
+    expect_result(&m, SNI_MALFORMED);
+    m = out;
+    m.b[85]--; /* shorter: trailing bytes */
+    expect_result(&m, SNI_MALFORMED);
+    /* Extension lengths: 86 type, 88 ext len, 90 list len, 92 name type,
+     * 93 name len, 95 name. */
+    m = out;
+    m.b[89]++;
+    expect_result(&m, SNI_MALFORMED);
+    m = out;
+    m.b[91]--; /* list length mismatch */
+    expect_result(&m, SNI_MALFORMED);
+    m = out;
+    m.b[94]++; /* name runs past the list */
+    expect_result(&m, SNI_MALFORMED);
+    m = out;
+    m.b[96] = 0; /* NUL in the name */
+    expect_result(&m, SNI_MALFORMED);
+    assert_int_equal(parse(&m, name), SNI_MALFORMED);
+
+    /* Duplicate server_name extensions; two host_names in one list. */
+    ext.n = 0;
+    ext_sni(&ext, "a.test", 6);
+    ext_sni(&ext, "b.test", 6);
+    build(&ext, &out);
+    expect_result(&out, SNI_MALFORMED);
+    ext.n = 0;
+    put16(&ext, 0);
+    put16(&ext, 2 + 2 * (3 + 6));
+    put16(&ext, 2 * (3 + 6));
+    put8(&ext, 0);
+    put16(&ext, 6);
+    put(&ext, "a.test", 6);
+    put8(&ext, 0);
+    put16(&ext, 6);
+    put(&ext, "b.test", 6);
+    build(&ext, &out);
+    expect_result(&out, SNI_MALFORMED);
+
+    /* Empty name, empty list, empty extension, name over 255 bytes. */
+    ext.n = 0;
+    ext_sni(&ext, "", 0);
+    build(&ext, &out);
+    expect_result(&out, SNI_MALFORMED);
+    ext.n = 0;
+    put16(&ext, 0);
+    put16(&ext, 2);
+    put16(&ext, 0);
+    build(&ext, &out);
+    expect_result(&out, SNI_MALFORMED);
+    ext.n = 0;
+    put16(&ext, 0);
+    put16(&ext, 0);
+    build(&ext, &out);
+    expect_result(&out, SNI_MALFORMED);
+    char big[SNI_NAME_MAX + 1];
+    memset(big, 'a', sizeof(big));
+    ext.n = 0;
+    ext_sni(&ext, big, SNI_NAME_MAX + 1);
+    build(&ext, &out);
+    expect_result(&out, SNI_MALFORMED);
+
+    /* An extension header cut by the end of the block. */
+    ext.n = 0;
+    ext_sni(&ext, "a.test", 6);
+    put8(&ext, 0);
+    put8(&ext, 10);
+    build(&ext, &out);
+    expect_result(&out, SNI_MALFORMED);
+    /* A truncated message body whose declared end is inside a field. */
+    build(NULL, &out);
+    m = out;
+    m.b[8] -= 1; /* message one byte shorter than its compression methods */
+    m.b[4] -= 1;
+    m.n -= 1;
+    expect_result(&m, SNI_MALFORMED);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_captures),
+        cmocka_unit_test(test_not_tls),
+        cmocka_unit_test(test_built_found_and_absent),
+        cmocka_unit_test(test_malformed),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

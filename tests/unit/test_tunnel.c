@@ -1,0 +1,164 @@
+/* Unit tests for gate/tunnel.c over socket pairs: bytes both ways (more
+ * than one pipe's worth), counts, half-close delivered as shutdown, the
+ * end callback once, and the idle timeout. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "gate/tunnel.h"
+
+struct result {
+    int calls;
+    enum tunnel_end how;
+    uint64_t up, down;
+    struct event_base *base;
+};
+
+static void on_end(struct tunnel *t, enum tunnel_end how, void *arg)
+{
+    struct result *r = arg;
+    r->calls++;
+    r->how = how;
+    r->up = tunnel_bytes_up(t);
+    r->down = tunnel_bytes_down(t);
+    tunnel_free(t);
+    event_base_loopbreak(r->base);
+}
+
+static void pair(int sv[2])
+{
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+}
+
+#define BIG (300 * 1024)
+
+struct peer {
+    int fd;
+    size_t sent, got;
+    const char *data;
+    bool shut;
+};
+
+static void on_peer(evutil_socket_t fd, short what, void *arg)
+{
+    struct peer *p = arg;
+    char buf[65536];
+    (void)what;
+    if (p->sent < BIG) {
+        ssize_t n = write(fd, p->data + p->sent, BIG - p->sent);
+        if (n > 0)
+            p->sent += (size_t)n;
+    } else if (!p->shut) {
+        shutdown(fd, SHUT_WR);
+        p->shut = true;
+    }
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof(buf));
+        if (n <= 0)
+            break;
+        p->got += (size_t)n;
+    }
+}
+
+static void test_both_ways_and_half_close(void **state)
+{
+    (void)state;
+    static char data[BIG];
+    for (size_t i = 0; i < sizeof(data); i++)
+        data[i] = (char)(i * 7);
+    int a[2], b[2];
+    pair(a); /* a[0]: the agent's end, a[1]: the gateway's client side */
+    pair(b); /* b[0]: the gateway's upstream side, b[1]: the upstream's end */
+    struct event_base *base = event_base_new();
+    struct result r = {.base = base};
+    struct tunnel *t = tunnel_new(base, a[1], b[0], 5000, on_end, &r);
+    assert_non_null(t);
+    struct peer pa = {.fd = a[0], .data = data}, pb = {.fd = b[1], .data = data};
+    struct event *ea = event_new(base, a[0], EV_READ | EV_WRITE | EV_PERSIST, on_peer, &pa);
+    struct event *eb = event_new(base, b[1], EV_READ | EV_WRITE | EV_PERSIST, on_peer, &pb);
+    event_add(ea, NULL);
+    event_add(eb, NULL);
+    event_base_dispatch(base);
+    assert_int_equal(r.calls, 1);
+    assert_int_equal(r.how, TUNNEL_DONE);
+    assert_int_equal(r.up, BIG);
+    assert_int_equal(r.down, BIG);
+    /* drain what is still in flight */
+    on_peer(a[0], EV_READ, &pa);
+    on_peer(b[1], EV_READ, &pb);
+    assert_int_equal(pa.got, BIG);
+    assert_int_equal(pb.got, BIG);
+    event_free(ea);
+    event_free(eb);
+    close(a[0]);
+    close(b[1]);
+    event_base_free(base);
+}
+
+static void test_idle_timeout(void **state)
+{
+    (void)state;
+    int a[2], b[2];
+    pair(a);
+    pair(b);
+    struct event_base *base = event_base_new();
+    struct result r = {.base = base};
+    struct tunnel *t = tunnel_new(base, a[1], b[0], 50, on_end, &r);
+    assert_non_null(t);
+    assert_int_equal(write(a[0], "hi", 2), 2);
+    event_base_dispatch(base);
+    assert_int_equal(r.calls, 1);
+    assert_int_equal(r.how, TUNNEL_IDLE);
+    assert_int_equal(r.up, 2);
+    assert_int_equal(r.down, 0);
+    char buf[4];
+    assert_int_equal(read(b[1], buf, sizeof(buf)), 2);
+    /* the gateway's descriptors are closed: the peers see end of file */
+    assert_int_equal(read(b[1], buf, sizeof(buf)), 0);
+    assert_int_equal(read(a[0], buf, sizeof(buf)), 0);
+    close(a[0]);
+    close(b[1]);
+    event_base_free(base);
+}
+
+static void test_peer_reset_is_error_or_done(void **state)
+{
+    (void)state;
+    int a[2], b[2];
+    pair(a);
+    pair(b);
+    struct event_base *base = event_base_new();
+    struct result r = {.base = base};
+    struct tunnel *t = tunnel_new(base, a[1], b[0], 5000, on_end, &r);
+    assert_non_null(t);
+    close(b[1]); /* the upstream vanishes */
+    assert_int_equal(write(a[0], "data", 4), 4);
+    close(a[0]);
+    event_base_dispatch(base);
+    assert_int_equal(r.calls, 1);
+    assert_true(r.how == TUNNEL_ERROR || r.how == TUNNEL_DONE);
+    event_base_free(base);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN); /* as `sluice serve` does */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_both_ways_and_half_close),
+        cmocka_unit_test(test_idle_timeout),
+        cmocka_unit_test(test_peer_reset_is_error_or_done),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
