@@ -224,9 +224,30 @@ static void close_when_flushed(struct conn *c)
         conn_free(c);
 }
 
+/* A refusal keeps the client connection when the request left nothing
+ * unread and the reason says nothing about the connection itself: an agent
+ * that is told "no" for one host may go on asking for others on the same
+ * connection, each request decided and logged on its own. */
+static bool refusal_keeps_connection(const struct conn *c, enum deny_reason reason, bool respond)
+{
+    const struct exchange *ex = &c->ex;
+    if (!respond || !ex->refusal_keeps || c->gw->stopping || c->state == CS_TUNNEL ||
+        c->state == CS_FLUSH || c->state == CS_PEEK)
+        return false;
+    switch (reason) {
+    case REASON_BAD_REQUEST:          /* the framing is not to be trusted */
+    case REASON_TOO_MANY_CONNECTIONS: /* the connection is the problem */
+    case REASON_SNI_MISMATCH:         /* inside a tunnel: nothing to answer */
+        return false;
+    default:
+        return true;
+    }
+}
+
 void conn_refuse(struct conn *c, enum deny_reason reason, const char *detail, bool respond)
 {
     struct exchange *ex = &c->ex;
+    bool keep = refusal_keeps_connection(c, reason, respond);
     ex->verdict = VERDICT_DENY;
     ex->reason = reason;
     c->gw->counters.denied++;
@@ -242,11 +263,22 @@ void conn_refuse(struct conn *c, enum deny_reason reason, const char *detail, bo
             .ip = ex->ip[0] != '\0' ? ex->ip : NULL,
             .detail = detail,
             .retry_after = 1,
+            .keep_alive = keep,
         };
         int st = deny_write(&d, bufferevent_get_output(c->client));
         ex->status = st > 0 ? st : 0;
+        if (st < 0)
+            keep = false;
     } else if (ex->status == 0) {
         ex->status = reason_status(reason);
+    }
+    if (keep) {
+        /* The head may still be in the buffer (an agent refused before it was consumed). */
+        evbuffer_drain(bufferevent_get_input(c->client), ex->head_pending);
+        ex->head_pending = 0;
+        ex->keep_alive = true;
+        conn_exchange_done(c);
+        return;
     }
     conn_end_exchange(c);
     close_when_flushed(c);
@@ -486,6 +518,8 @@ static void handle_request(struct conn *c, const struct http_request *req)
     const char *why = NULL, *bad = NULL;
     memcpy(ex->method, req->method, sizeof(ex->method));
     ex->mbit = req->method_bit;
+    ex->head_pending = req->head_len;
+    ex->refusal_keeps = !req->conn_close && http1_request_body(req) == BODY_NONE;
     ex->is_connect = req->method_bit == METHOD_CONNECT;
     /* The target first, so that even a refused agent's event names it. */
     if (ex->is_connect ? req->form != TARGET_AUTHORITY : req->form != TARGET_ABSOLUTE) {
@@ -520,6 +554,7 @@ static void handle_request(struct conn *c, const struct http_request *req)
         }
     }
     evbuffer_drain(in, req->head_len);
+    ex->head_pending = 0;
     if (r != REASON_NONE && conn_gate_denies(c, r, true))
         return;
     decide_and_go(c);

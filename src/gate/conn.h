@@ -91,6 +91,10 @@ struct exchange {
     bool req_done, rsp_head_done, rsp_done;
     bool client_close; /* the client asked to close after this request */
     bool keep_alive;   /* the client connection survives this exchange */
+    /* A refusal may keep the client connection: set when the request has no
+     * body to skip and the client did not ask to close. */
+    bool refusal_keeps;
+    size_t head_pending; /* head bytes still in the client's input buffer */
 };
 
 struct conn {

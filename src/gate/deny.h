@@ -2,13 +2,14 @@
  *
  * SPEC.md "Deny reasons": the status of reason_status(), a
  * "Sluice-Reason: REASON" header, Retry-After for rate_limited,
- * Proxy-Authenticate for auth_required, "Connection: close" (the gateway
- * always closes after a refusal, so it never has to skip an unread request
- * body), and a one-line text/plain body that says what happened and what to
- * ask for, one message per reason. */
+ * Proxy-Authenticate for auth_required, a Connection header (keep-alive
+ * when the refused request left nothing unread, else close: the gateway
+ * never has to skip an unread request body), and a one-line text/plain body that says what happened
+ * and what to ask for, one message per reason. */
 #ifndef SLUICE_GATE_DENY_H
 #define SLUICE_GATE_DENY_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "policy/decision.h"
@@ -24,6 +25,7 @@ struct deny_info {
     const char *ip;       /* refused / unreachable address, or NULL */
     const char *detail;   /* a static phrase for bad_request ("head too large"), or NULL */
     unsigned retry_after; /* seconds, rate_limited / quarantined only */
+    bool keep_alive;      /* the client connection stays open after this response */
 };
 
 /* Appends the whole response for <d> to <out>. Returns the HTTP status

@@ -74,35 +74,56 @@ def test_curl_denied_sees_reason(gateway, net):
 
 
 def test_keep_alive_mixed_allow_and_deny(gateway, net):
-    # The gateway closes a connection after any refusal (so it never has to
-    # skip an unread body): the denied request comes last on the connection.
+    # One connection: allowed, denied, allowed again, denied again. A refusal
+    # of a request without a body keeps the connection; each request is
+    # decided and logged on its own.
     gw = gateway(net.policy([api_rule(net)]))
     s = open_conn(gw)
+    other = net.url("/three", host="other.example.test", port=net.other.port)
     try:
         r1 = request(gw, "GET", net.url("/one"), sock=s)
-        r2 = request(gw, "POST", net.url("/two"), body=b"2", sock=s)
-        r3 = request(gw, "GET", net.url("/three", host="other.example.test", port=net.other.port),
-                     sock=s)
-        s.settimeout(5)
-        assert s.recv(1) == b"", "connection left open after a refusal"
+        r2 = request(gw, "GET", other, sock=s)
+        r3 = request(gw, "POST", net.url("/two"), body=b"2", sock=s)
+        r4 = request(gw, "GET", net.url("/x", host="evil.test", port=80), sock=s)
+        r5 = request(gw, "GET", net.url("/four"), sock=s)
     finally:
         s.close()
     assert r1.status == 200 and r1.json()["path"] == "/one" and not r1.will_close
-    assert r2.status == 200 and r2.json()["path"] == "/two"
-    assert_deny_response(r3, "not_in_policy", "other.example.test", net.other.port, "default")
-    assert [q.path for q in net.api.requests] == ["/one", "/two"]
+    assert_deny_response(r2, "not_in_policy", "other.example.test", net.other.port, "default")
+    assert not r2.will_close, "a refusal without a body keeps the connection"
+    assert r3.status == 200 and r3.json()["path"] == "/two"
+    assert_deny_response(r4, "not_in_policy", "evil.test", 80, "default")
+    assert r5.status == 200 and r5.json()["path"] == "/four"
+    assert [q.path for q in net.api.requests] == ["/one", "/two", "/four"]
     # one upstream connection per request
-    assert net.api.connections == 2
+    assert net.api.connections == 3
     assert net.other.requests == []
-    evs = gw.wait_events(count=3)
+    evs = gw.wait_events(count=5)
     ids = [e["id"] for e in evs]
     conn_id = ids[0].split(".")[0]
-    assert ids == ["%s.1" % conn_id, "%s.2" % conn_id, "%s.3" % conn_id], ids
-    assert [e["decision"] for e in evs] == ["allow", "allow", "deny"]
-    assert [e["method"] for e in evs] == ["GET", "POST", "GET"]
-    assert evs[2]["reason"] == "not_in_policy" and evs[2]["tier"] is None
+    assert ids == ["%s.%d" % (conn_id, i) for i in range(1, 6)], ids
+    assert [e["decision"] for e in evs] == ["allow", "deny", "allow", "deny", "allow"]
+    assert [e["method"] for e in evs] == ["GET", "GET", "POST", "GET", "GET"]
+    assert evs[1]["reason"] == "not_in_policy" and evs[1]["tier"] is None
     for i in ids:
         gw.wait_events("agent_egress_end", id=i)
+
+
+def test_refusal_with_unread_body_closes(gateway, net):
+    # A refused request whose body was never read cannot be skipped safely:
+    # the gateway answers and closes, and nothing reaches any upstream.
+    gw = gateway(net.policy([api_rule(net)]))
+    s = open_conn(gw)
+    try:
+        r = request(gw, "POST", net.url("/x", host="other.example.test", port=net.other.port),
+                    body=b"payload", sock=s)
+        assert r.will_close
+        s.settimeout(5)
+        assert s.recv(1) == b""
+    finally:
+        s.close()
+    assert_deny_response(r, "not_in_policy", "other.example.test", net.other.port, "default")
+    assert net.other.requests == []
 
 
 def test_separate_connections_get_separate_ids(gateway, net):
