@@ -298,6 +298,7 @@ struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *pol
     }
     gw->cfg = *cfg;
     bus_init(&gw->bus);
+    alert_bus_init(&gw->alerts);
     gw->base = event_base_new();
     if (gw->base == NULL) {
         snprintf(err, errlen, "cannot create the event loop");

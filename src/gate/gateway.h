@@ -15,6 +15,7 @@
 
 #include "gate/listener.h"
 #include "policy/model.h"
+#include "watch/alert.h"
 #include "watch/bus.h"
 
 struct event_base;
@@ -71,6 +72,7 @@ struct gateway {
     bool listeners_paused;
     struct resolver *resolver;
     struct bus bus;
+    struct alert_bus alerts; /* detectors and shaping publish; sinks subscribe */
     struct log_jsonl *log;
     struct conn *conns; /* doubly linked through conn->next/prev */
     unsigned nconns;
