@@ -2,7 +2,8 @@
 # Meson + Ninja do the building; this file only names the build flavours.
 #
 #   make          release build, binary at build/sluice
-#   make run      build, then serve examples/policy.yaml on 127.0.0.1:3128
+#   make run      build, then serve examples/policy.yaml on 127.0.0.1:3128 (state in ./var,
+#                 alerts in var/alerts.jsonl, /metrics on 127.0.0.1:9128)
 #   make test     lint, ASan+UBSan build, unit tests, fuzz corpus replay, integration tests
 #   make fuzz     every libFuzzer target for FUZZ_SECONDS each (clang)
 #   make bench    the benchmarks (figures as ratios)
@@ -25,7 +26,8 @@ build: bootstrap
 	@ninja -C build
 
 run: build
-	./build/sluice serve --policy $(POLICY) --listen 127.0.0.1:3128 --log -
+	./build/sluice serve --policy $(POLICY) --listen 127.0.0.1:3128 --log - \
+	    --state var --alerts var/alerts.jsonl --admin 127.0.0.1:9128
 
 build-test/build.ninja:
 	meson setup build-test --buildtype=debug -Db_sanitize=address,undefined \

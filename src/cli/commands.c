@@ -4,10 +4,7 @@
 #include <string.h>
 
 const struct command *const commands[] = {
-    &cmd_check,
-    &cmd_serve,
-    &cmd_version,
-    NULL,
+    &cmd_audit, &cmd_calc, &cmd_check, &cmd_run, &cmd_serve, &cmd_version, NULL,
 };
 
 const struct command *commands_find(const char *name)

@@ -19,7 +19,10 @@ struct command {
     int (*main)(int argc, char **argv); /* argv[0] is the command name */
 };
 
+extern const struct command cmd_audit;
+extern const struct command cmd_calc;
 extern const struct command cmd_check;
+extern const struct command cmd_run;
 extern const struct command cmd_serve;
 extern const struct command cmd_version;
 

@@ -24,6 +24,9 @@
 struct serve_args {
     const char *policy;
     const char *log;
+    const char *alerts;
+    const char *state;
+    const char *admin;
     struct listen_addr listens[SERVE_MAX_LISTENS];
     size_t nlistens;
     unsigned max_conns;
@@ -66,13 +69,16 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
             a->log = optarg;
             break;
         case 'A':
+            a->admin = optarg;
+            break;
         case 'a':
+            a->alerts = optarg;
+            break;
         case 's':
-            fprintf(stderr, "sluice serve: %s is not available in this version\n",
-                    c == 'A'   ? "--admin"
-                    : c == 'a' ? "--alerts"
-                               : "--state");
-            return EXIT_USAGE;
+            if (optarg[0] == '\0')
+                return command_usage_error(&cmd_serve, "--state needs a directory");
+            a->state = optarg;
+            break;
         case 'm':
             if (parse_uint(optarg, 1000000, &n) != 0 || n == 0)
                 return command_usage_error(&cmd_serve,
@@ -151,6 +157,9 @@ static int serve_main(int argc, char **argv)
         .listens = a->listens,
         .nlistens = a->nlistens,
         .log_path = a->log,
+        .alerts_path = a->alerts,
+        .state_dir = a->state,
+        .admin_addr = a->admin,
         .max_conns = a->max_conns,
         .grace_ms = a->grace_ms,
     };
@@ -179,7 +188,8 @@ static int serve_main(int argc, char **argv)
 
 const struct command cmd_serve = {
     .name = "serve",
-    .synopsis = "--policy FILE [--listen ADDR]... [--log FILE|-] [--max-conns N] [--grace PERIOD]",
+    .synopsis = "--policy FILE [--listen ADDR]... [--admin ADDR] [--log FILE|-] [--alerts FILE|-] "
+                "[--state DIR] [--max-conns N] [--grace PERIOD]",
     .summary = "run the egress gateway (an HTTP proxy) under a policy",
     .help = "  --policy FILE    the policy to enforce (reloaded on SIGHUP)\n"
             "  --listen ADDR    HOST:PORT, [V6]:PORT or unix:/path; repeatable\n"
@@ -187,6 +197,10 @@ const struct command cmd_serve = {
             "  --log FILE|-     the decision log, JSON lines (default: standard output)\n"
             "  --max-conns N    concurrent client connections (default 4096)\n"
             "  --grace PERIOD   on SIGTERM/SIGINT, time left to requests in flight (default 5s)\n"
-            "  --admin, --alerts, --state are not available in this version.\n",
+            "  --admin ADDR     serve /metrics (Prometheus) and /healthz on PORT, IP:PORT or\n"
+            "                   [V6]:PORT (a bare PORT binds 127.0.0.1)\n"
+            "  --alerts FILE|-  alert lines, JSON (default: into the decision log's stream)\n"
+            "  --state DIR      the state store (SQLite, DIR/sluice.db): first-contact memory,\n"
+            "                   baselines, the webhook queue (default: none, memory only)\n",
     .main = serve_main,
 };

@@ -12,8 +12,11 @@
 #include "gate/addr_guard.h"
 #include "gate/deny.h"
 #include "gate/gateway.h"
+#include "gate/progress.h"
 #include "gate/tunnel.h"
 #include "policy/policy.h"
+#include "shape/admit.h"
+#include "shape/quota.h"
 #include "watch/bus.h"
 
 static void on_read(struct bufferevent *bev, void *arg);
@@ -163,6 +166,7 @@ void conn_end_exchange(struct conn *c)
         struct egress_event ev;
         struct timespec now;
         ex->end_published = true;
+        progress_flush(c); /* the upload bytes not yet in a progress event */
         clock_gettime(CLOCK_MONOTONIC, &now);
         fill_event(c, &ev, EVENT_EGRESS_END);
         ev.status = ex->status;
@@ -173,6 +177,7 @@ void conn_end_exchange(struct conn *c)
         ev.ms = ms > 0 ? (uint64_t)ms : 0;
         bus_publish(&c->gw->bus, &ev);
     }
+    quota_flow_close(ex->flow);
     free(ex->path);
     if (ex->uphead != NULL)
         evbuffer_free(ex->uphead);
@@ -262,7 +267,7 @@ void conn_refuse(struct conn *c, enum deny_reason reason, const char *detail, bo
             .method = ex->method[0] != '\0' ? ex->method : NULL,
             .ip = ex->ip[0] != '\0' ? ex->ip : NULL,
             .detail = detail,
-            .retry_after = 1,
+            .retry_after = ex->retry_after > 0 ? ex->retry_after : 1,
             .keep_alive = keep,
         };
         int st = deny_write(&d, bufferevent_get_output(c->client));
@@ -497,6 +502,8 @@ static void decide_and_go(struct conn *c)
         ex->verdict = VERDICT_REPORT;
         ex->reason = ex->dec.reason;
     }
+    if (shape_check_rate(c))
+        return;
     bufferevent_disable(c->client, EV_READ);
     bufferevent_set_timeouts(c->client, NULL, NULL);
     if (ex->target.kind == HOST_IP) {
@@ -539,7 +546,8 @@ static void handle_request(struct conn *c, const struct http_request *req)
         if (ex->path == NULL)
             bad = "out of memory";
     }
-    if (!identify(c, req->proxy_authorization, req->proxy_authorization_len))
+    if (!identify(c, req->proxy_authorization, req->proxy_authorization_len) ||
+        shape_check_quarantine(c))
         return;
     if (bad != NULL) {
         conn_refuse(c, REASON_BAD_REQUEST, bad, true);

@@ -38,6 +38,7 @@ struct event;
 struct tunnel;
 struct resolve_req;
 struct upstream_connect;
+struct quota_flow;
 
 /* Above this many bytes waiting in one direction's output, stop reading the
  * other side; resume when it drains below FLOW_LOW. */
@@ -82,6 +83,11 @@ struct exchange {
     bool egress_published, end_published;
     int status;
     uint64_t bytes_up, bytes_down;
+    uint64_t up_reported;       /* bytes_up already in progress events (gate/progress.h) */
+    struct timespec up_note_at; /* CLOCK_MONOTONIC of the last progress event */
+
+    unsigned retry_after;    /* seconds, for rate_limited and quarantined (shape/admit.c) */
+    struct quota_flow *flow; /* upload shaping (shape/quota.h), or NULL; owned */
 
     /* plain HTTP forwarding */
     struct evbuffer *uphead; /* the rewritten head, sent once connected */

@@ -19,7 +19,9 @@
 
 #include "gate/conn.h"
 #include "gate/gateway.h"
+#include "gate/progress.h"
 #include "gate/tunnel.h"
+#include "shape/quota.h"
 
 static const char established[] = "HTTP/1.1 200 Connection established\r\n\r\n";
 
@@ -46,6 +48,10 @@ static void go_tunnel(struct conn *c)
     c->tunnel = tunnel_new(c->gw->base, cfd, ufd, conn_idle_ms(c), on_tunnel_end, c);
     if (c->tunnel == NULL)
         conn_free(c);
+    else {
+        tunnel_set_flow(c->tunnel, c->ex.flow);
+        tunnel_set_progress(c->tunnel, progress_on_tunnel, c);
+    }
 }
 
 void connect_on_client_write(struct conn *c)
@@ -139,6 +145,9 @@ void connect_on_client_read(struct conn *c)
     conn_publish_egress(c);
     c->state = CS_FLUSH;
     ex->bytes_up += len;
+    progress_note(c);
+    if (ex->flow != NULL)
+        quota_flow_take(ex->flow, len, quota_now()); /* the peeked bytes */
     if (bufferevent_write_buffer(c->up, in) < 0) {
         conn_free(c);
         return;

@@ -17,6 +17,9 @@
 
 #include "gate/conn.h"
 #include "gate/gateway.h"
+#include "gate/progress.h"
+#include "shape/admit.h"
+#include "shape/quota.h"
 
 static void up_read(struct bufferevent *bev, void *arg);
 static void up_write(struct bufferevent *bev, void *arg);
@@ -143,6 +146,10 @@ static void pump_request(struct conn *c)
             return; /* up_write resumes */
         }
         size_t n = evbuffer_get_length(in);
+        if (ex->flow != NULL && (n = quota_flow_allow(ex->flow, n, quota_now())) == 0) {
+            shape_pause_upload(c); /* the bucket is empty: read again once it refills */
+            return;
+        }
         if (ex->req_body == BODY_LENGTH) {
             if (n > ex->req_left)
                 n = (size_t)ex->req_left;
@@ -153,7 +160,7 @@ static void pump_request(struct conn *c)
             struct evbuffer_iovec v;
             if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
                 break;
-            int rc = chunked_feed(&ex->req_chunked, v.iov_base, v.iov_len, &n);
+            int rc = chunked_feed(&ex->req_chunked, v.iov_base, v.iov_len < n ? v.iov_len : n, &n);
             if (rc == CHUNKED_ERROR) {
                 fail(c, ex->req_chunked.why);
                 return;
@@ -166,6 +173,9 @@ static void pump_request(struct conn *c)
             return;
         }
         ex->bytes_up += n;
+        progress_note(c);
+        if (ex->flow != NULL)
+            quota_flow_take(ex->flow, n, quota_now());
     }
     if (ex->req_done) {
         bufferevent_disable(c->client, EV_READ);

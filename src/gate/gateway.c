@@ -16,7 +16,9 @@
 #include "policy/policy.h"
 #include "util/diag.h"
 #include "util/units.h"
+#include "shape/quota.h"
 #include "watch/log_jsonl.h"
+#include "watch/watch.h"
 
 #define LOG_FLUSH_MS 2000
 
@@ -232,6 +234,8 @@ int gateway_reload(struct gateway *gw, const char *path)
     gateway_print_grant_warnings(p);
     gw_policy_unref(gw->current); /* requests in flight keep their reference */
     gw->current = gp;
+    quota_configure(gw->quota, p);
+    watch_policy_loaded(gw->watch, p);
     gw->counters.reloads++;
     fprintf(stderr, "sluice: reloaded %zu rule%s from %s\n", p->nrules, p->nrules == 1 ? "" : "s",
             path);
@@ -277,6 +281,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     (void)what;
     if (sig == SIGHUP) {
         gateway_reload(gw, NULL);
+        watch_reopen(gw->watch);
         if (gw->log != NULL && log_jsonl_reopen(gw->log) < 0)
             fprintf(stderr, "sluice: cannot reopen the log; still writing to the old file\n");
         return;
@@ -285,6 +290,19 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 }
 
 /* --- life cycle ------------------------------------------------------------ */
+
+/* The gauges /metrics shows (watch/metrics.h), read at each scrape. */
+static void gateway_gauges(void *arg, struct metrics_gauges *g)
+{
+    const struct gateway *gw = arg;
+    g->open_connections = gw->nconns;
+    g->open_tunnels = 0;
+    for (const struct conn *c = gw->conns; c != NULL; c = c->next)
+        if (c->tunnel != NULL)
+            g->open_tunnels++;
+    g->reloads = gw->counters.reloads;
+    g->reload_failures = gw->counters.reload_failures;
+}
 
 struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *policy, char *err,
                             size_t errlen)
@@ -324,6 +342,23 @@ struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *pol
         goto err;
     }
     bus_subscribe(&gw->bus, log_jsonl_on_event, gw->log);
+    gw->quota = quota_new(&gw->alerts, gw->base, 0);
+    if (gw->quota == NULL) {
+        snprintf(err, errlen, "out of memory");
+        goto err;
+    }
+    quota_configure(gw->quota, policy);
+    bus_subscribe(&gw->bus, quota_on_event, gw->quota);
+    struct watch_config wc = {
+        .alerts_path = cfg->alerts_path,
+        .log_path = cfg->log_path,
+        .state_dir = cfg->state_dir,
+        .admin_addr = cfg->admin_addr,
+    };
+    gw->watch = watch_new(gw->base, &gw->bus, &gw->alerts, &wc, gw->log, policy, err, errlen);
+    if (gw->watch == NULL)
+        goto err;
+    watch_set_gauges(gw->watch, gateway_gauges, gw);
     gw->listeners = calloc(cfg->nlistens > 0 ? cfg->nlistens : 1, sizeof(*gw->listeners));
     if (gw->listeners == NULL) {
         snprintf(err, errlen, "out of memory");
@@ -372,10 +407,13 @@ void gateway_free(struct gateway *gw)
         if (evs[i] != NULL)
             event_free(evs[i]);
     resolver_free(gw->resolver);
+    watch_free(gw->watch); /* after the connections (their end events), before the log */
+    gw->watch = NULL;
     if (gw->log != NULL) {
         log_jsonl_flush(gw->log, LOG_FLUSH_MS);
         log_jsonl_close(gw->log);
     }
+    quota_free(gw->quota); /* after the connections: their flows hold entries */
     gw_policy_unref(gw->current);
     for (size_t i = 0; i < gw->nagents; i++)
         free(gw->agents[i].id);

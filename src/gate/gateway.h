@@ -24,6 +24,8 @@ struct resolver;
 struct addr_guard;
 struct log_jsonl;
 struct conn;
+struct quota;
+struct watch;
 
 #define GATEWAY_DEFAULT_MAX_CONNS  4096
 #define GATEWAY_DEFAULT_GRACE_MS   5000
@@ -37,6 +39,9 @@ struct gateway_config {
     unsigned max_conns;       /* 0: GATEWAY_DEFAULT_MAX_CONNS */
     unsigned grace_ms;        /* 0: GATEWAY_DEFAULT_GRACE_MS */
     const char *forced_agent; /* `run`: every client is this agent; NULL otherwise */
+    const char *alerts_path;  /* NULL: alerts go to the decision log; "-": standard output */
+    const char *state_dir;    /* NULL: no state store */
+    const char *admin_addr;   /* NULL: no admin server (/metrics, /healthz) */
 };
 
 /* A policy and what is built from it, shared by the requests decided under it. */
@@ -73,7 +78,11 @@ struct gateway {
     struct resolver *resolver;
     struct bus bus;
     struct alert_bus alerts; /* detectors and shaping publish; sinks subscribe */
+    struct quota *quota;     /* shaping state (shape/quota.h): survives reloads */
     struct log_jsonl *log;
+
+    struct watch *watch; /* detectors, sinks, state store, metrics (watch/watch.h) */
+
     struct conn *conns; /* doubly linked through conn->next/prev */
     unsigned nconns;
     uint64_t next_conn_id;

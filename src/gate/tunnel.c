@@ -9,6 +9,8 @@
 
 #include <event2/event.h>
 
+#include "shape/quota.h"
+
 #define TUNNEL_CHUNK  65536 /* bytes moved by one splice */
 #define TUNNEL_BUF    16384 /* the read/write fallback's buffer */
 #define TUNNEL_ROUNDS 16    /* rounds per wakeup, so one busy tunnel cannot starve the loop */
@@ -35,6 +37,10 @@ struct tunnel {
     bool ended;
     tunnel_cb cb;
     void *arg;
+    struct quota_flow *flow; /* meters d[0] (shape/quota.h); borrowed, or NULL */
+
+    void (*on_up)(void *arg); /* bytes went upstream (tunnel_set_progress) */
+    void *up_arg;
 };
 
 static void end(struct tunnel *t, enum tunnel_end how)
@@ -76,6 +82,8 @@ static int drain(struct dir *d)
             d->pending -= (size_t)n;
             d->off += (size_t)n;
             d->bytes += (uint64_t)n;
+            if (d == &d->t->d[0] && d->t->on_up != NULL)
+                d->t->on_up(d->t->up_arg);
             continue;
         }
         if (n < 0 && errno == EINTR)
@@ -90,18 +98,48 @@ static int drain(struct dir *d)
     return 1;
 }
 
+static void on_io(evutil_socket_t fd, short what, void *arg);
+
+static void on_refill(void *arg)
+{
+    on_io(-1, 0, arg);
+}
+
+/* Bytes d may read now: <max>, or fewer when its bandwidth is metered; 0
+ * when the bucket is empty (the refill timer is armed: src is not read). */
+static size_t metered(struct dir *d, size_t max)
+{
+    struct quota_flow *f = d->t->flow;
+    if (f == NULL || d != &d->t->d[0])
+        return max;
+    size_t n = quota_flow_allow(f, max, quota_now());
+    if (n == 0 && quota_flow_pause(f, max, quota_now(), on_refill, d) < 0)
+        return max; /* no timer: unshaped rather than stalled */
+    return n;
+}
+
+void tunnel_set_flow(struct tunnel *t, struct quota_flow *flow)
+{
+    t->flow = flow;
+}
+
 /* Reads from src into the pipe or buffer. Returns 1 with bytes pending or
- * at EOF, 0 when src has nothing (rd armed), -1 on error. */
+ * at EOF, 0 when src has nothing (rd armed) or must wait for its bandwidth
+ * bucket (timer armed), -1 on error. */
 static int fill(struct dir *d)
 {
     for (;;) {
         ssize_t n;
+        size_t max = metered(d, d->pipe[1] >= 0 ? TUNNEL_CHUNK : TUNNEL_BUF);
+        if (max == 0)
+            return 0;
         if (d->pipe[1] >= 0)
-            n = splice(d->src, NULL, d->pipe[1], NULL, TUNNEL_CHUNK,
-                       SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+            n = splice(d->src, NULL, d->pipe[1], NULL, max, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
         else
-            n = recv(d->src, d->buf, TUNNEL_BUF, 0);
+            n = recv(d->src, d->buf, max, 0);
         if (n > 0) {
+            if (d->t->flow != NULL && d == &d->t->d[0])
+                quota_flow_take(d->t->flow, (size_t)n, quota_now());
             d->pending = (size_t)n;
             d->off = 0;
             return 1;
@@ -247,6 +285,12 @@ void tunnel_free(struct tunnel *t)
     close(t->fd[0]);
     close(t->fd[1]);
     free(t);
+}
+
+void tunnel_set_progress(struct tunnel *t, void (*cb)(void *arg), void *arg)
+{
+    t->on_up = cb;
+    t->up_arg = arg;
 }
 
 uint64_t tunnel_bytes_up(const struct tunnel *t)

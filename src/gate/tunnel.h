@@ -18,6 +18,7 @@
 
 struct event_base;
 struct tunnel;
+struct quota_flow;
 
 enum tunnel_end { TUNNEL_DONE, TUNNEL_IDLE, TUNNEL_ERROR };
 
@@ -30,6 +31,13 @@ struct tunnel *tunnel_new(struct event_base *base, evutil_socket_t client_fd,
                           evutil_socket_t upstream_fd, uint64_t idle_ms, tunnel_cb cb, void *arg);
 /* Closes both sockets and frees <t>. Accepts NULL. */
 void tunnel_free(struct tunnel *t);
+/* Meters the client -> upstream direction of <t> through <flow> (borrowed:
+ * it must outlive the tunnel's use of it; NULL: unmetered). */
+void tunnel_set_flow(struct tunnel *t, struct quota_flow *flow);
+/* Calls <cb>(<arg>) each time bytes were delivered upstream (client ->
+ * upstream), for progress events (gate/progress.h); NULL: none. <cb> must
+ * not free the tunnel. */
+void tunnel_set_progress(struct tunnel *t, void (*cb)(void *arg), void *arg);
 uint64_t tunnel_bytes_up(const struct tunnel *t);   /* client -> upstream */
 uint64_t tunnel_bytes_down(const struct tunnel *t); /* upstream -> client */
 

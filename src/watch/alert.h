@@ -8,7 +8,8 @@
  * alert (a queue for a slow webhook) copies or serialises it first.
  *
  * The JSON form is SPEC.md's "Alerts" line:
- * {"ts","event":"alert","kind","severity","agent","host","tier","id","detail"} */
+ * {"ts","event":"alert","kind","severity","agent","host","tier","id","detail","count"}
+ * (count: SPEC.md Clarifications, "Alerts and state"). */
 #ifndef SLUICE_WATCH_ALERT_H
 #define SLUICE_WATCH_ALERT_H
 
@@ -41,6 +42,7 @@ struct alert {
     enum tier tier;     /* TIER_NONE when not about one request */
     const char *id;     /* the request id ("c17.1") that caused it, or NULL */
     const char *detail; /* one human sentence */
+    unsigned count;     /* occurrences this line stands for (repeats folded in); 0 means 1 */
 };
 
 /* "first_contact", ... */

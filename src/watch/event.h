@@ -15,7 +15,16 @@
 
 #include "policy/decision.h"
 
-enum event_kind { EVENT_EGRESS, EVENT_EGRESS_END };
+/* EVENT_EGRESS_PROGRESS: bytes went upstream while a request or tunnel is
+ * still running (bytes_up holds the bytes since the previous progress
+ * event, not a total). Published at most every PROGRESS_MS or PROGRESS_BYTES
+ * per exchange, plus one last time just before EVENT_EGRESS_END with what
+ * is left, so the deltas of an exchange add up to its END's bytes_up. The
+ * decision log ignores it; the upload and baseline detectors count it. */
+enum event_kind { EVENT_EGRESS, EVENT_EGRESS_END, EVENT_EGRESS_PROGRESS };
+
+#define PROGRESS_MS    100
+#define PROGRESS_BYTES (64u * 1024)
 
 struct egress_event {
     enum event_kind kind;
@@ -35,7 +44,7 @@ struct egress_event {
     enum deny_reason reason; /* REASON_NONE when allowed */
     const char *ip;          /* the address connected to (or refused); NULL when none */
 
-    /* EVENT_EGRESS_END only. */
+    /* EVENT_EGRESS_END only (and bytes_up, as a delta, in EVENT_EGRESS_PROGRESS). */
     int status;          /* HTTP status returned to the agent; 0 when none (tunnel: 200) */
     uint64_t bytes_up;   /* bytes sent upstream (bodies and tunnel data, not our heads) */
     uint64_t bytes_down; /* bytes returned to the agent */

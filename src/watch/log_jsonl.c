@@ -472,13 +472,32 @@ err:
     return NULL;
 }
 
+void log_jsonl_write_line(struct log_jsonl *l, const char *line, size_t n)
+{
+    if (l->broken) {
+        l->dropped++;
+    } else if (evbuffer_get_length(l->pending) + n > l->pending_max) {
+        l->dropped++;
+    } else if (evbuffer_add(l->pending, line, n) < 0) {
+        l->dropped++;
+    } else {
+        l->pending_lines++;
+        /* A write is already armed: keep order, let the event drain. */
+        if (l->wev == NULL || !event_pending(l->wev, EV_WRITE | EV_TIMEOUT, NULL))
+            schedule(l, drain(l));
+    }
+}
+
 void log_jsonl_on_event(const struct egress_event *ev, void *arg)
 {
     struct log_jsonl *l = arg;
     char stack[LINE_STACK];
     char *line = stack;
-    size_t n = log_jsonl_format(ev, stack, sizeof(stack));
+    size_t n;
 
+    if (ev->kind == EVENT_EGRESS_PROGRESS)
+        return; /* not a decision: only the detectors and metrics count it */
+    n = log_jsonl_format(ev, stack, sizeof(stack));
     if (l->broken) {
         l->dropped++;
         return;
@@ -490,16 +509,56 @@ void log_jsonl_on_event(const struct egress_event *ev, void *arg)
         }
         log_jsonl_format(ev, line, n + 1);
     }
-    if (evbuffer_get_length(l->pending) + n > l->pending_max) {
-        l->dropped++;
-    } else if (evbuffer_add(l->pending, line, n) < 0) {
-        l->dropped++;
-    } else {
-        l->pending_lines++;
-        /* A write is already armed: keep order, let the event drain. */
-        if (l->wev == NULL || !event_pending(l->wev, EV_WRITE | EV_TIMEOUT, NULL))
-            schedule(l, drain(l));
+    log_jsonl_write_line(l, line, n);
+    if (line != stack)
+        free(line);
+}
+
+size_t log_jsonl_format_alert(const struct alert *a, char *out, size_t cap)
+{
+    struct out o = {out, cap > 0 ? cap - 1 : 0, 0};
+
+    puts_lit(&o, "{\"ts\":");
+    put_ts(&o, &a->ts);
+    put_key(&o, "event");
+    put_str(&o, "alert");
+    put_key(&o, "kind");
+    put_str(&o, alert_kind_name(a->kind));
+    put_key(&o, "severity");
+    put_str(&o, alert_severity_name(a->severity));
+    put_key(&o, "agent");
+    put_str(&o, a->agent);
+    put_key(&o, "host");
+    put_str(&o, a->host);
+    put_key(&o, "tier");
+    put_tier(&o, a->tier);
+    put_key(&o, "id");
+    put_str(&o, a->id);
+    put_key(&o, "detail");
+    put_str(&o, a->detail);
+    put_key(&o, "count");
+    put_u64(&o, a->count > 0 ? a->count : 1);
+    put(&o, "}\n", 2);
+    if (cap > 0)
+        out[o.len < cap ? o.len : cap - 1] = '\0';
+    return o.len;
+}
+
+void log_jsonl_on_alert(const struct alert *a, void *arg)
+{
+    struct log_jsonl *l = arg;
+    char stack[LINE_STACK];
+    char *line = stack;
+    size_t n = log_jsonl_format_alert(a, stack, sizeof(stack));
+
+    if (n >= sizeof(stack)) {
+        if (n >= LINE_MAX_LEN || (line = malloc(n + 1)) == NULL) {
+            l->dropped++;
+            return;
+        }
+        log_jsonl_format_alert(a, line, n + 1);
     }
+    log_jsonl_write_line(l, line, n);
     if (line != stack)
         free(line);
 }

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "watch/alert.h"
 #include "watch/event.h"
 
 struct event_base;
@@ -41,6 +42,18 @@ void log_jsonl_on_event(const struct egress_event *ev, void *arg);
  * as \ufffd); NULL pointers, TIER_NONE, no rule, port 0 and status 0
  * become null. */
 size_t log_jsonl_format(const struct egress_event *ev, char *out, size_t cap);
+
+/* Formats alert <a> as SPEC.md's alert line (keys ts, event, kind,
+ * severity, agent, host, tier, id, detail, count), like log_jsonl_format. */
+size_t log_jsonl_format_alert(const struct alert *a, char *out, size_t cap);
+
+/* The alert bus subscriber (the --alerts file): <arg> is the struct
+ * log_jsonl. Never blocks. */
+void log_jsonl_on_alert(const struct alert *a, void *arg);
+
+/* Appends the complete line <line> (<n> bytes, ending in '\n') to the log
+ * like the subscribers do: never blocks, dropped and counted past the cap. */
+void log_jsonl_write_line(struct log_jsonl *l, const char *line, size_t n);
 
 /* Writes what is pending, waiting with poll() at most <timeout_ms> in all
  * (used at shutdown). Returns 0 when nothing is left pending, -1 otherwise. */

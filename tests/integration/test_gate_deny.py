@@ -214,7 +214,6 @@ def test_too_many_connections(gateway, net):
     assert r.status == 200
 
 
-@pytest.mark.xfail(strict=True, reason="token buckets are issue 5 (shaping); remove this mark then")
 def test_rate_limited(gateway, net):
     pol = net.policy([api_rule(net, rate={"requests": 1, "per": "1m", "burst": 1})])
     gw = gateway(pol)
@@ -232,7 +231,6 @@ def test_rate_limited(gateway, net):
                   tier=ANY, rule=ANY, owner=ANY, ip=ANY)
 
 
-@pytest.mark.xfail(strict=True, reason="quarantine is issue 5 (shaping); remove this mark then")
 def test_quarantined_after_denied_burst(gateway, net):
     pol = net.policy([api_rule(net)], limits={"quarantine": "5m"},
                      alerts={"denied_burst": {"max": 2, "per": "1m"}})

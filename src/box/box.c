@@ -1,0 +1,264 @@
+/* box: spawning the box, its init (PID 1 inside) and the command. */
+#include "box/box.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "box/box_int.h"
+
+/* Signals the init passes on to the command. */
+static const int forwarded[] = {SIGHUP,  SIGINT,   SIGQUIT, SIGTERM, SIGUSR1,
+                                SIGUSR2, SIGWINCH, SIGCONT, SIGTSTP, SIGALRM};
+
+struct init_state {
+    int sigfd;
+    pid_t cmd;
+    int status;
+    bool done;
+};
+
+/* The report on the status pipe: 'E' + message, or 'S' + status + count. */
+struct report {
+    char kind;
+    int status;
+    unsigned long relayed;
+};
+
+static void report_error(int fd, const char *msg)
+{
+    char buf[BOX_ERR_MAX + 1];
+    size_t n = strlen(msg);
+    if (n > BOX_ERR_MAX)
+        n = BOX_ERR_MAX;
+    buf[0] = 'E';
+    memcpy(buf + 1, msg, n);
+    ssize_t w = write(fd, buf, n + 1);
+    (void)w;
+}
+
+static void report_status(int fd, int status, unsigned long relayed)
+{
+    struct report r = {'S', status, relayed};
+    ssize_t w = write(fd, &r, sizeof(r));
+    (void)w;
+}
+
+enum box_report_kind box_read_report(struct box *box, int *status, unsigned long *relayed,
+                                     char *err, size_t errlen)
+{
+    char buf[BOX_ERR_MAX + 1 + sizeof(struct report)];
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = read(box->status_fd, buf + n, sizeof(buf) - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+        if (n == sizeof(buf))
+            break;
+    }
+    if (n >= 1 && buf[0] == 'E') {
+        size_t m = n - 1 < errlen - 1 ? n - 1 : errlen - 1;
+        memcpy(err, buf + 1, m);
+        err[m] = '\0';
+        return BOX_REPORT_ERROR;
+    }
+    if (n == sizeof(struct report) && buf[0] == 'S') {
+        struct report r;
+        memcpy(&r, buf, sizeof(r));
+        *status = r.status;
+        *relayed = r.relayed;
+        return BOX_REPORT_STATUS;
+    }
+    return BOX_REPORT_NONE;
+}
+
+/* --- the command ---------------------------------------------------------- */
+
+static void __attribute__((noreturn)) command_main(const struct box_config *cfg, int exec_fd)
+{
+    char err[BOX_ERR_MAX];
+    sigset_t none;
+    sigemptyset(&none);
+    for (int s = 1; s < NSIG; s++)
+        if (s != SIGKILL && s != SIGSTOP)
+            signal(s, SIG_DFL);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    if (box_lock_down(cfg->allow_unix, err, sizeof(err)) < 0) {
+        int e = -1;
+        ssize_t w = write(exec_fd, &e, sizeof(e));
+        w = write(exec_fd, err, strlen(err));
+        (void)w;
+        _exit(126);
+    }
+    execvpe(cfg->argv[0], cfg->argv, cfg->envp);
+    int e = errno;
+    ssize_t w = write(exec_fd, &e, sizeof(e));
+    (void)w;
+    _exit(e == ENOENT ? 127 : 126);
+}
+
+/* --- the init -------------------------------------------------------------- */
+
+static int on_signal(void *arg)
+{
+    struct init_state *st = arg;
+    struct signalfd_siginfo si;
+    while (read(st->sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+        int sig = (int)si.ssi_signo;
+        if (sig == SIGCHLD) {
+            int ws;
+            pid_t p;
+            while ((p = waitpid(-1, &ws, WNOHANG)) > 0)
+                if (p == st->cmd) {
+                    st->status = ws;
+                    st->done = true;
+                }
+            continue;
+        }
+        /* a signal the terminal sent reached the command's process group
+         * already; pass on only those a process sent */
+        if (si.ssi_code != SI_KERNEL && st->cmd > 0)
+            kill(st->cmd, sig);
+    }
+    return st->done ? 1 : 0;
+}
+
+static int init_setup(const struct box_config *cfg, uid_t uid, gid_t gid, bool userns, int *gw_fd,
+                      char *err, size_t errlen)
+{
+    if (userns && box_userns_map(uid, gid, err, errlen) < 0)
+        return -1;
+    if (box_loopback_up(err, errlen) < 0)
+        return -1;
+    *gw_fd = open(cfg->gateway_socket, O_PATH | O_CLOEXEC);
+    if (*gw_fd < 0) {
+        snprintf(err, errlen, "the gateway socket %s: %s", cfg->gateway_socket, strerror(errno));
+        return -1;
+    }
+    if (box_mounts_setup(cfg, err, errlen) < 0)
+        return -1;
+    if (box_mount_proc(err, errlen) < 0)
+        return -1;
+    if (chdir(cfg->cwd) < 0) {
+        snprintf(err, errlen, "chdir %s: %s", cfg->cwd, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static void __attribute__((noreturn))
+init_main(const struct box_config *cfg, uid_t uid, gid_t gid, bool userns, int status_fd)
+{
+    char err[BOX_ERR_MAX];
+    int gw_fd = -1;
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
+        sigaddset(&mask, forwarded[i]);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    struct init_state st = {.sigfd = -1};
+    st.sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (st.sigfd < 0) {
+        snprintf(err, sizeof(err), "signalfd: %s", strerror(errno));
+        goto fail;
+    }
+    if (init_setup(cfg, uid, gid, userns, &gw_fd, err, sizeof(err)) < 0)
+        goto fail;
+    char target[64];
+    snprintf(target, sizeof(target), "/proc/self/fd/%d", gw_fd);
+    struct relay *relay = relay_new(target, BOX_RELAY_PORT, err, sizeof(err));
+    if (relay == NULL)
+        goto fail;
+    /* the command cannot read the init's memory or open its descriptors */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+
+    int ep[2];
+    if (pipe2(ep, O_CLOEXEC) < 0) {
+        snprintf(err, sizeof(err), "pipe: %s", strerror(errno));
+        goto fail;
+    }
+    st.cmd = fork();
+    if (st.cmd < 0) {
+        snprintf(err, sizeof(err), "fork: %s", strerror(errno));
+        goto fail;
+    }
+    if (st.cmd == 0) {
+        close(ep[0]);
+        command_main(cfg, ep[1]);
+    }
+    close(ep[1]);
+    int e = 0;
+    ssize_t n = read(ep[0], &e, sizeof(e));
+    if (n == (ssize_t)sizeof(e)) {
+        char msg[BOX_ERR_MAX];
+        ssize_t m = read(ep[0], msg, sizeof(msg) - 1);
+        msg[m > 0 ? m : 0] = '\0';
+        close(ep[0]);
+        int ws = 0;
+        while (waitpid(st.cmd, &ws, 0) < 0 && errno == EINTR)
+            ;
+        if (e < 0) { /* the lock-down failed: a set-up error */
+            snprintf(err, sizeof(err), "%s", msg);
+            goto fail;
+        }
+        /* the command could not be run: 127 or 126, as a shell says */
+        fprintf(stderr, "sluice run: %s: %s\n", cfg->argv[0], strerror(e));
+        report_status(status_fd, ws, 0);
+        _exit(0);
+    }
+    close(ep[0]);
+    relay_run(relay, st.sigfd, on_signal, &st);
+    report_status(status_fd, st.status, relay_accepted(relay));
+    _exit(0);
+fail:
+    report_error(status_fd, err);
+    _exit(2);
+}
+
+/* --- spawning -------------------------------------------------------------- */
+
+int box_spawn(const struct box_config *cfg, struct box *box, char *err, size_t errlen)
+{
+    uid_t uid = geteuid();
+    gid_t gid = getegid();
+    bool userns = uid != 0;
+    int flags = box_ns_flags(!userns);
+    int sp[2];
+    if (pipe2(sp, O_CLOEXEC) < 0) {
+        snprintf(err, errlen, "pipe: %s", strerror(errno));
+        return -1;
+    }
+    fflush(NULL);
+    /* fork() into the new namespaces: the child is PID 1 of its namespace */
+    long pid = syscall(SYS_clone, (unsigned long)flags | SIGCHLD, NULL, NULL, NULL, NULL);
+    if (pid < 0) {
+        int e = errno;
+        close(sp[0]);
+        close(sp[1]);
+        box_ns_explain(flags, e, err, errlen);
+        return -1;
+    }
+    if (pid == 0) {
+        close(sp[0]);
+        init_main(cfg, uid, gid, userns, sp[1]);
+    }
+    close(sp[1]);
+    box->pid = (pid_t)pid;
+    box->status_fd = sp[0];
+    return 0;
+}

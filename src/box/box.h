@@ -1,0 +1,68 @@
+/* box: the sandbox of `sluice run`, behind one small interface.
+ *
+ * box_spawn() clones a process into new user (when not root), PID,
+ * network and mount namespaces. That process is the box's init (PID 1
+ * inside): it maps the caller's uid and gid (setgroups denied), brings up
+ * the loopback interface, makes the file system read-only but for the
+ * writable paths it is given, mounts a private /tmp, /dev/shm and /proc,
+ * starts the relay (127.0.0.1:3128 and [::1]:3128 -> the gateway's unix
+ * socket outside), then forks the command with no capabilities, no new
+ * privileges and, unless allow_unix, a seccomp filter that refuses
+ * socket(AF_UNIX). It passes signals on to the command and, when the
+ * command ends, reports its wait status and exits, which kills whatever the
+ * command left behind in the PID namespace.
+ *
+ * Files: box.c (spawn, init, the command), netns.c (namespaces, uid maps,
+ * loopback), mounts.c (the file system view), relay.c, seccomp.c
+ * (seccomp and privileges), mountinfo.c (the parser audit shares). */
+#ifndef SLUICE_BOX_BOX_H
+#define SLUICE_BOX_BOX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#define BOX_RELAY_PORT 3128
+
+enum box_path_kind { BOX_PATH_RO, BOX_PATH_RW, BOX_PATH_HIDE };
+
+struct box_path {
+    enum box_path_kind kind;
+    const char *path; /* absolute and canonical (realpath), borrowed */
+    bool optional;    /* a path that does not exist is skipped, not an error */
+};
+
+struct box_config {
+    char *const *argv;            /* the command, argv[0] looked up in PATH */
+    char *const *envp;            /* its environment */
+    const char *cwd;              /* canonical; writable inside, the command starts there */
+    const char *gateway_socket;   /* the gateway's unix socket (outside) */
+    const struct box_path *paths; /* --rw, --ro, --hide and the protected files, in order */
+    size_t npaths;
+    bool allow_unix;
+};
+
+/* A spawned box. */
+struct box {
+    pid_t pid;     /* the box's init, in the caller's PID namespace */
+    int status_fd; /* readable: the init's report (see box_read_report) */
+};
+
+#define BOX_ERR_MAX 512
+
+/* Starts the box. Returns 0 with <*box> filled, or -1 with a one-line
+ * message in <err> (a namespace the kernel refuses is named, with how to
+ * enable it). Nothing is left running on failure. */
+int box_spawn(const struct box_config *cfg, struct box *box, char *err, size_t errlen);
+
+enum box_report_kind { BOX_REPORT_NONE, BOX_REPORT_ERROR, BOX_REPORT_STATUS };
+
+/* Reads the init's report from <box->status_fd> (blocking): either a
+ * set-up error (BOX_REPORT_ERROR, the message in <err>: the command never
+ * ran), the command's wait status (BOX_REPORT_STATUS, in <*status>, and the
+ * number of connections relayed in <*relayed>), or nothing (BOX_REPORT_NONE:
+ * the init died). */
+enum box_report_kind box_read_report(struct box *box, int *status, unsigned long *relayed,
+                                     char *err, size_t errlen);
+
+#endif

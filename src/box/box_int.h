@@ -1,0 +1,57 @@
+/* box_int: what the files of src/box/ share; nothing outside src/box/
+ * includes this (the interface is box.h). */
+#ifndef SLUICE_BOX_BOX_INT_H
+#define SLUICE_BOX_BOX_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "box/box.h"
+
+/* netns.c */
+/* The clone flags of a box: PID, network and mount namespaces, and a user
+ * namespace unless <as_root>. */
+int box_ns_flags(bool as_root);
+/* After clone(<flags>) failed with <err_no>: finds which namespace the
+ * kernel refuses (probing each in a throw-away child) and writes a one-line
+ * message saying how to enable it. */
+void box_ns_explain(int flags, int err_no, char *err, size_t errlen);
+/* Inside a new user namespace: denies setgroups and maps <uid>/<gid> to
+ * themselves. Returns 0, or -1 with a message. */
+int box_userns_map(uid_t uid, gid_t gid, char *err, size_t errlen);
+/* Brings the loopback interface up (ioctl SIOCSIFFLAGS). */
+int box_loopback_up(char *err, size_t errlen);
+
+/* mounts.c */
+/* Builds the box's file system view in the current (new, private) mount
+ * namespace; see box.h. Returns 0, or -1 with a message. */
+int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen);
+/* Mounts a new procfs on /proc (needs to run inside the new PID namespace). */
+int box_mount_proc(char *err, size_t errlen);
+
+/* seccomp.c */
+/* In the command, just before execve: drops every capability (bounding,
+ * ambient, inheritable, permitted), sets no_new_privs and, unless
+ * <allow_unix>, loads the seccomp filter refusing socket(AF_UNIX) and
+ * io_uring. Returns 0, or -1 with a message. */
+int box_lock_down(bool allow_unix, char *err, size_t errlen);
+
+/* relay.c */
+#define RELAY_MAX_CONNS 256
+#define RELAY_BUF       32768
+
+struct relay;
+/* Listens on 127.0.0.1:<port> and [::1]:<port> (the latter skipped when
+ * the kernel has no IPv6) and relays each connection to the unix socket at
+ * <target> (copied; at most 107 bytes). NULL with a message on failure. */
+struct relay *relay_new(const char *target, unsigned short port, char *err, size_t errlen);
+/* Relays until <on_extra>(<arg>), called whenever <extra_fd> is readable,
+ * returns nonzero. Returns 0, or -1 when poll fails. */
+int relay_run(struct relay *r, int extra_fd, int (*on_extra)(void *arg), void *arg);
+/* Connections accepted so far. */
+unsigned long relay_accepted(const struct relay *r);
+/* Closes the listeners and every connection. Accepts NULL. */
+void relay_free(struct relay *r);
+
+#endif

@@ -1,0 +1,478 @@
+#include "box/mountinfo.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One line split into whitespace-separated fields (views into the line). */
+struct field {
+    const char *p;
+    size_t n;
+};
+
+static char *dup_bytes(const char *p, size_t n)
+{
+    char *s = malloc(n + 1);
+    if (s == NULL)
+        return NULL;
+    memcpy(s, p, n);
+    s[n] = '\0';
+    return s;
+}
+
+/* Decodes the \NNN escapes of a path field (the kernel writes \040 \011
+ * \012 \134; any octal escape of a byte 1..255 is accepted, \000 and a
+ * malformed escape are refused). Returns a new string or NULL with <*why>. */
+static char *decode_path(const struct field *f, bool need_abs, const char **why)
+{
+    char *out = malloc(f->n + 1);
+    size_t o = 0;
+    if (out == NULL) {
+        *why = "out of memory";
+        return NULL;
+    }
+    for (size_t i = 0; i < f->n; i++) {
+        unsigned char c = (unsigned char)f->p[i];
+        if (c == '\\') {
+            if (f->n - i < 4 || f->p[i + 1] < '0' || f->p[i + 1] > '3' || f->p[i + 2] < '0' ||
+                f->p[i + 2] > '7' || f->p[i + 3] < '0' || f->p[i + 3] > '7') {
+                *why = "bad escape (want \\NNN octal)";
+                free(out);
+                return NULL;
+            }
+            unsigned v = (unsigned)(f->p[i + 1] - '0') * 64 + (unsigned)(f->p[i + 2] - '0') * 8 +
+                         (unsigned)(f->p[i + 3] - '0');
+            if (v == 0) {
+                *why = "escaped NUL byte";
+                free(out);
+                return NULL;
+            }
+            out[o++] = (char)v;
+            i += 3;
+            continue;
+        }
+        out[o++] = (char)c;
+    }
+    out[o] = '\0';
+    if (need_abs && out[0] != '/') {
+        *why = "not an absolute path";
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+static int parse_uint_field(const struct field *f, unsigned *out)
+{
+    uint64_t v = 0;
+    if (f->n == 0 || f->n > 10)
+        return -1;
+    for (size_t i = 0; i < f->n; i++) {
+        if (f->p[i] < '0' || f->p[i] > '9')
+            return -1;
+        v = v * 10 + (uint64_t)(f->p[i] - '0');
+    }
+    if (v > UINT32_MAX)
+        return -1;
+    *out = (unsigned)v;
+    return 0;
+}
+
+static int parse_devno(const struct field *f, unsigned *major, unsigned *minor)
+{
+    const char *colon = memchr(f->p, ':', f->n);
+    if (colon == NULL)
+        return -1;
+    struct field a = {f->p, (size_t)(colon - f->p)};
+    struct field b = {colon + 1, f->n - a.n - 1};
+    if (parse_uint_field(&a, major) < 0 || parse_uint_field(&b, minor) < 0)
+        return -1;
+    return 0;
+}
+
+/* Option lists: printable, no spaces, not empty. */
+static bool opts_ok(const struct field *f)
+{
+    if (f->n == 0)
+        return false;
+    for (size_t i = 0; i < f->n; i++) {
+        unsigned char c = (unsigned char)f->p[i];
+        if (c <= ' ' || c == 0x7f)
+            return false;
+    }
+    return true;
+}
+
+static void free_entry(struct mountinfo_entry *e)
+{
+    free(e->root);
+    free(e->mount_point);
+    free(e->mount_opts);
+    free(e->optional);
+    free(e->fstype);
+    free(e->source);
+    free(e->super_opts);
+}
+
+/* Max fields: 6 fixed + optional + separator + 3. */
+#define MAX_FIELDS (6 + MOUNTINFO_MAX_OPTIONAL + 1 + 3)
+
+static int parse_line(const char *p, size_t n, unsigned lineno, struct mountinfo_entry *e,
+                      char *err, size_t errlen)
+{
+    struct field f[MAX_FIELDS];
+    size_t nf = 0;
+    const char *why = NULL;
+    const char *field = "line";
+    size_t i = 0;
+    while (i < n) {
+        if (p[i] == ' ') {
+            i++;
+            continue;
+        }
+        if (p[i] == '\t' || p[i] == '\0' || p[i] == '\r') {
+            why = "unexpected control character";
+            goto bad;
+        }
+        size_t start = i;
+        while (i < n && p[i] != ' ' && p[i] != '\t' && p[i] != '\0' && p[i] != '\r')
+            i++;
+        if (nf >= MAX_FIELDS) {
+            why = "too many fields";
+            goto bad;
+        }
+        f[nf].p = p + start;
+        f[nf].n = i - start;
+        nf++;
+    }
+    size_t sep = 0;
+    for (size_t k = 6; k < nf; k++)
+        if (f[k].n == 1 && f[k].p[0] == '-') {
+            sep = k;
+            break;
+        }
+    if (nf < 10 || sep == 0) {
+        why = "expected ID PARENT MAJOR:MINOR ROOT MOUNT_POINT OPTIONS [OPTIONAL...] - FSTYPE "
+              "SOURCE SUPER_OPTIONS";
+        goto bad;
+    }
+    if (nf - sep - 1 != 3) {
+        field = "fstype";
+        why = "expected FSTYPE SOURCE SUPER_OPTIONS after '-'";
+        goto bad;
+    }
+    if (sep - 6 > MOUNTINFO_MAX_OPTIONAL) {
+        field = "optional";
+        why = "too many optional fields";
+        goto bad;
+    }
+    field = "id";
+    if (parse_uint_field(&f[0], &e->id) < 0) {
+        why = "not a number";
+        goto bad;
+    }
+    field = "parent";
+    if (parse_uint_field(&f[1], &e->parent) < 0) {
+        why = "not a number";
+        goto bad;
+    }
+    field = "major:minor";
+    if (parse_devno(&f[2], &e->major, &e->minor) < 0) {
+        why = "expected MAJOR:MINOR";
+        goto bad;
+    }
+    field = "root";
+    if ((e->root = decode_path(&f[3], false, &why)) == NULL) /* nsfs: "net:[N]" */
+        goto bad;
+    field = "mount_point";
+    if ((e->mount_point = decode_path(&f[4], true, &why)) == NULL)
+        goto bad;
+    field = "mount_options";
+    if (!opts_ok(&f[5])) {
+        why = "empty or not printable";
+        goto bad;
+    }
+    if ((e->mount_opts = dup_bytes(f[5].p, f[5].n)) == NULL)
+        goto oom;
+    if (!mountinfo_opt_has(e->mount_opts, "rw") && !mountinfo_opt_has(e->mount_opts, "ro")) {
+        why = "neither rw nor ro";
+        goto bad;
+    }
+    field = "optional";
+    size_t olen = 0;
+    for (size_t k = 6; k < sep; k++) {
+        if (!opts_ok(&f[k])) {
+            why = "not printable";
+            goto bad;
+        }
+        olen += f[k].n + 1;
+    }
+    e->optional = malloc(olen + 1);
+    if (e->optional == NULL)
+        goto oom;
+    size_t off = 0;
+    for (size_t k = 6; k < sep; k++) {
+        if (off > 0)
+            e->optional[off++] = ' ';
+        memcpy(e->optional + off, f[k].p, f[k].n);
+        off += f[k].n;
+    }
+    e->optional[off] = '\0';
+    field = "fstype";
+    if (!opts_ok(&f[sep + 1])) {
+        why = "not printable";
+        goto bad;
+    }
+    if ((e->fstype = dup_bytes(f[sep + 1].p, f[sep + 1].n)) == NULL)
+        goto oom;
+    field = "source";
+    if ((e->source = decode_path(&f[sep + 2], false, &why)) == NULL)
+        goto bad;
+    field = "super_options";
+    if (!opts_ok(&f[sep + 3])) {
+        why = "empty or not printable";
+        goto bad;
+    }
+    if ((e->super_opts = dup_bytes(f[sep + 3].p, f[sep + 3].n)) == NULL)
+        goto oom;
+    e->line = lineno;
+    return 0;
+oom:
+    why = "out of memory";
+bad:
+    snprintf(err, errlen, "line %u: %s: %s", lineno, field, why);
+    return -1;
+}
+
+int mountinfo_parse(const char *data, size_t len, struct mountinfo *out, char *err, size_t errlen)
+{
+    out->v = NULL;
+    out->n = 0;
+    if (len > MOUNTINFO_MAX_BYTES) {
+        snprintf(err, errlen, "line 1: file: larger than %u bytes", MOUNTINFO_MAX_BYTES);
+        return -1;
+    }
+    size_t cap = 0;
+    unsigned lineno = 0;
+    size_t pos = 0;
+    while (pos < len) {
+        const char *nl = memchr(data + pos, '\n', len - pos);
+        size_t n = nl != NULL ? (size_t)(nl - (data + pos)) : len - pos;
+        lineno++;
+        if (n > MOUNTINFO_MAX_LINE) {
+            snprintf(err, errlen, "line %u: line: longer than %d bytes", lineno,
+                     MOUNTINFO_MAX_LINE);
+            return -1;
+        }
+        if (n == 0) {
+            snprintf(err, errlen, "line %u: line: empty", lineno);
+            return -1;
+        }
+        if (out->n >= MOUNTINFO_MAX_ENTRIES) {
+            snprintf(err, errlen, "line %u: line: more than %d mounts", lineno,
+                     MOUNTINFO_MAX_ENTRIES);
+            return -1;
+        }
+        if (out->n == cap) {
+            size_t ncap = cap == 0 ? 32 : cap * 2;
+            struct mountinfo_entry *nv = realloc(out->v, ncap * sizeof(*nv));
+            if (nv == NULL) {
+                snprintf(err, errlen, "line %u: line: out of memory", lineno);
+                return -1;
+            }
+            out->v = nv;
+            cap = ncap;
+        }
+        struct mountinfo_entry *e = &out->v[out->n];
+        memset(e, 0, sizeof(*e));
+        if (parse_line(data + pos, n, lineno, e, err, errlen) < 0) {
+            free_entry(e);
+            return -1;
+        }
+        out->n++;
+        pos += n + (nl != NULL ? 1 : 0);
+    }
+    return 0;
+}
+
+void mountinfo_free(struct mountinfo *mi)
+{
+    if (mi == NULL)
+        return;
+    for (size_t i = 0; i < mi->n; i++)
+        free_entry(&mi->v[i]);
+    free(mi->v);
+    mi->v = NULL;
+    mi->n = 0;
+}
+
+bool mountinfo_opt_has(const char *opts, const char *opt)
+{
+    size_t olen = strlen(opt);
+    const char *p = opts;
+    while (*p != '\0') {
+        const char *comma = strchr(p, ',');
+        size_t n = comma != NULL ? (size_t)(comma - p) : strlen(p);
+        if (n == olen && memcmp(p, opt, n) == 0)
+            return true;
+        if (comma == NULL)
+            break;
+        p = comma + 1;
+    }
+    return false;
+}
+
+bool mountinfo_is_writable(const struct mountinfo_entry *e)
+{
+    return mountinfo_opt_has(e->mount_opts, "rw") && !mountinfo_opt_has(e->super_opts, "ro");
+}
+
+/* True when a mount sits on top of <e> at the same place (it was mounted
+ * over, as /dev/pts often is twice), or on top of one of its ancestors'. */
+bool mountinfo_is_covered(const struct mountinfo *mi, const struct mountinfo_entry *e)
+{
+    const struct mountinfo_entry *from = NULL; /* the child the walk came up from */
+    for (int depth = 0; e != NULL && depth < 64; depth++) {
+        const struct mountinfo_entry *parent = NULL;
+        for (size_t i = 0; i < mi->n; i++) {
+            if (mi->v[i].parent == e->id && mi->v[i].id != e->id && &mi->v[i] != from &&
+                strcmp(mi->v[i].mount_point, e->mount_point) == 0)
+                return true;
+            if (mi->v[i].id == e->parent && e->parent != e->id)
+                parent = &mi->v[i];
+        }
+        from = e;
+        e = parent;
+    }
+    return false;
+}
+
+/* --- justification files -------------------------------------------------- */
+
+static bool is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r';
+}
+
+void justify_free(struct justify *j)
+{
+    if (j == NULL)
+        return;
+    for (size_t i = 0; i < j->n; i++) {
+        free(j->v[i].path);
+        free(j->v[i].reason);
+    }
+    free(j->v);
+    j->v = NULL;
+    j->n = 0;
+}
+
+struct justify_entry *justify_find(struct justify *j, const char *path)
+{
+    for (size_t i = 0; i < j->n; i++)
+        if (strcmp(j->v[i].path, path) == 0)
+            return &j->v[i];
+    return NULL;
+}
+
+static const char *justify_line(const char *p, size_t n, struct justify *j, size_t *cap,
+                                unsigned lineno)
+{
+    while (n > 0 && is_space(p[0])) {
+        p++;
+        n--;
+    }
+    while (n > 0 && is_space(p[n - 1]))
+        n--;
+    if (n == 0 || p[0] == '#')
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if ((c < ' ' && c != '\t') || c == 0x7f)
+            return "control character";
+    }
+    if (p[0] != '/')
+        return "expected `PATH: reason` with an absolute PATH";
+    size_t colon = 0;
+    for (size_t i = 0; i + 1 <= n; i++)
+        if (p[i] == ':' && (i + 1 == n || is_space(p[i + 1]))) {
+            colon = i;
+            break;
+        }
+    if (colon == 0)
+        return "expected `PATH: reason` (a colon and a space after the path)";
+    size_t plen = colon;
+    while (plen > 1 && is_space(p[plen - 1]))
+        plen--;
+    while (plen > 1 && p[plen - 1] == '/')
+        plen--;
+    const char *r = p + colon + 1;
+    size_t rlen = n - colon - 1;
+    while (rlen > 0 && is_space(r[0])) {
+        r++;
+        rlen--;
+    }
+    if (rlen == 0)
+        return "the reason is empty";
+    if (j->n >= JUSTIFY_MAX_ENTRIES)
+        return "too many entries";
+    char *path = dup_bytes(p, plen);
+    if (path == NULL)
+        return "out of memory";
+    const struct justify_entry *prev = justify_find(j, path);
+    if (prev != NULL) {
+        free(path);
+        return "path justified twice";
+    }
+    if (j->n == *cap) {
+        size_t ncap = *cap == 0 ? 16 : *cap * 2;
+        struct justify_entry *nv = realloc(j->v, ncap * sizeof(*nv));
+        if (nv == NULL) {
+            free(path);
+            return "out of memory";
+        }
+        j->v = nv;
+        *cap = ncap;
+    }
+    char *reason = dup_bytes(r, rlen);
+    if (reason == NULL) {
+        free(path);
+        return "out of memory";
+    }
+    j->v[j->n++] = (struct justify_entry){path, reason, lineno, false};
+    return NULL;
+}
+
+int justify_parse(const char *data, size_t len, struct justify *out,
+                  void (*report)(void *arg, unsigned line, const char *msg), void *arg)
+{
+    out->v = NULL;
+    out->n = 0;
+    if (len > JUSTIFY_MAX_BYTES)
+        return -1;
+    size_t cap = 0, pos = 0;
+    unsigned lineno = 0;
+    int bad = 0;
+    while (pos < len && bad < JUSTIFY_MAX_ERRORS) {
+        const char *nl = memchr(data + pos, '\n', len - pos);
+        size_t n = nl != NULL ? (size_t)(nl - (data + pos)) : len - pos;
+        lineno++;
+        const char *why = NULL;
+        if (n > JUSTIFY_MAX_LINE)
+            why = "line too long";
+        else if (memchr(data + pos, '\0', n) != NULL)
+            why = "NUL byte";
+        else
+            why = justify_line(data + pos, n, out, &cap, lineno);
+        if (why != NULL) {
+            if (strcmp(why, "out of memory") == 0)
+                return -1;
+            bad++;
+            if (report != NULL)
+                report(arg, lineno, why);
+        }
+        pos += n + (nl != NULL ? 1 : 0);
+    }
+    return bad;
+}

@@ -1,0 +1,326 @@
+/* mounts: the box's view of the file system.
+ *
+ * In the box's new mount namespace (propagation made private first, so
+ * nothing here reaches the host):
+ *   1. every path the view needs is opened (O_PATH) while the host view is
+ *      still whole, and whether it was read-only on the host is noted;
+ *   2. every mount is remounted read-only, per mount (MS_BIND|MS_REMOUNT|
+ *      MS_RDONLY), keeping its nosuid/nodev/noexec/atime flags: in a user
+ *      namespace those are locked and a remount that dropped them fails;
+ *   3. /tmp and /dev/shm become private empty tmpfs;
+ *   4. the working directory, each --rw, --ro and --hide (and the protected
+ *      files run adds) are applied, shallowest path first and in the order
+ *      given among equals, so a --ro below a --rw wins: a bind of the
+ *      opened path (recursive, so mounts below come along, read-only),
+ *      remounted writable or read-only; a hidden directory becomes an empty
+ *      read-only tmpfs, a hidden file an empty read-only file (/dev/null);
+ *   5. every mount still writable is checked against the writable paths:
+ *      one left over is an error, never a half-boxed run.
+ * A writable path that is read-only on the host stays read-only. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "box/box_int.h"
+#include "box/mountinfo.h"
+
+#define MAX_OPS 512
+
+struct op {
+    enum box_path_kind kind;
+    const char *path;
+    int fd;       /* O_PATH of the source, -1 when it does not exist */
+    bool is_dir;  /* the source is a directory */
+    bool host_ro; /* read-only on the host: a --rw stays read-only */
+    size_t order;
+    size_t depth;
+};
+
+static unsigned long keep_flags(const char *path)
+{
+    struct statvfs sv;
+    unsigned long f = 0;
+    if (statvfs(path, &sv) < 0)
+        return 0;
+    if (sv.f_flag & ST_NOSUID)
+        f |= MS_NOSUID;
+    if (sv.f_flag & ST_NODEV)
+        f |= MS_NODEV;
+    if (sv.f_flag & ST_NOEXEC)
+        f |= MS_NOEXEC;
+    if (sv.f_flag & ST_NOATIME)
+        f |= MS_NOATIME;
+    if (sv.f_flag & ST_NODIRATIME)
+        f |= MS_NODIRATIME;
+    if (sv.f_flag & ST_RELATIME)
+        f |= MS_RELATIME;
+    return f;
+}
+
+static int remount(const char *path, bool ro)
+{
+    unsigned long flags = MS_BIND | MS_REMOUNT | keep_flags(path) | (ro ? MS_RDONLY : 0);
+    return mount(NULL, path, NULL, flags, NULL);
+}
+
+static int read_mountinfo(struct mountinfo *mi, char *err, size_t errlen)
+{
+    int fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot read /proc/self/mountinfo: %s", strerror(errno));
+        return -1;
+    }
+    size_t cap = 65536, n = 0;
+    char *buf = malloc(cap);
+    int rc = -1;
+    if (buf == NULL) {
+        close(fd);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (;;) {
+        if (n == cap) {
+            if (cap >= MOUNTINFO_MAX_BYTES)
+                break;
+            char *nb = realloc(buf, cap * 2);
+            if (nb == NULL)
+                break;
+            buf = nb;
+            cap *= 2;
+        }
+        ssize_t r = read(fd, buf + n, cap - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            rc = r == 0 ? 0 : -1;
+            break;
+        }
+        n += (size_t)r;
+    }
+    close(fd);
+    char perr[256];
+    if (rc < 0 || mountinfo_parse(buf, n, mi, perr, sizeof(perr)) < 0) {
+        snprintf(err, errlen, "cannot parse /proc/self/mountinfo: %s",
+                 rc < 0 ? "read failed or too large" : perr);
+        free(buf);
+        mountinfo_free(mi);
+        return -1;
+    }
+    free(buf);
+    return 0;
+}
+
+/* mkdir -p <path> (directories) and, when !<dir>, an empty file at the end. */
+static int make_target(const char *path, bool dir)
+{
+    char tmp[4096];
+    size_t n = strlen(path);
+    if (n >= sizeof(tmp))
+        return -1;
+    memcpy(tmp, path, n + 1);
+    for (size_t i = 1; i < n; i++) {
+        if (tmp[i] != '/')
+            continue;
+        tmp[i] = '\0';
+        if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
+            return -1;
+        tmp[i] = '/';
+    }
+    if (dir)
+        return mkdir(path, 0755) < 0 && errno != EEXIST ? -1 : 0;
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    return 0;
+}
+
+static int cmp_ops(const void *a, const void *b)
+{
+    const struct op *x = a, *y = b;
+    if (x->depth != y->depth)
+        return x->depth < y->depth ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order ? 1 : 0;
+}
+
+static size_t depth_of(const char *p)
+{
+    size_t d = 0;
+    for (; *p != '\0'; p++)
+        d += *p == '/';
+    return d;
+}
+
+static int apply_op(const struct op *o, char *err, size_t errlen)
+{
+    struct stat st;
+    if (o->fd < 0)
+        return 0; /* an optional path that does not exist */
+    if (o->kind == BOX_PATH_HIDE) {
+        if (stat(o->path, &st) < 0)
+            return 0; /* not visible in the box: nothing to hide */
+        int rc;
+        if (S_ISDIR(st.st_mode))
+            rc = mount("tmpfs", o->path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
+                       "mode=0755,size=4k");
+        else
+            rc =
+                mount("/dev/null", o->path, NULL, MS_BIND, NULL) == 0 ? remount(o->path, true) : -1;
+        if (rc < 0) {
+            snprintf(err, errlen, "--hide %s: %s", o->path, strerror(errno));
+            return -1;
+        }
+        return 0;
+    }
+    if (stat(o->path, &st) < 0 && make_target(o->path, o->is_dir) < 0) {
+        snprintf(err, errlen, "%s %s: cannot make it in the box: %s",
+                 o->kind == BOX_PATH_RW ? "--rw" : "--ro", o->path, strerror(errno));
+        return -1;
+    }
+    char src[64];
+    snprintf(src, sizeof(src), "/proc/self/fd/%d", o->fd);
+    bool ro = o->kind == BOX_PATH_RO || o->host_ro;
+    if (mount(src, o->path, NULL, MS_BIND | MS_REC, NULL) < 0 || remount(o->path, ro) < 0) {
+        snprintf(err, errlen, "%s %s: %s", o->kind == BOX_PATH_RW ? "--rw" : "--ro", o->path,
+                 strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static bool under(const char *path, const char *dir)
+{
+    size_t n = strlen(dir);
+    if (strcmp(dir, "/") == 0)
+        return true;
+    return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+/* Step 5: a writable mount that is not one of ours is an error. */
+static int verify(const struct op *ops, size_t nops, char *err, size_t errlen)
+{
+    struct mountinfo mi;
+    if (read_mountinfo(&mi, err, errlen) < 0)
+        return -1;
+    int rc = 0;
+    for (size_t i = 0; i < mi.n && rc == 0; i++) {
+        const struct mountinfo_entry *e = &mi.v[i];
+        if (!mountinfo_is_writable(e) || mountinfo_is_covered(&mi, e))
+            continue;
+        bool ok = strcmp(e->mount_point, "/tmp") == 0 || under(e->mount_point, "/tmp") ||
+                  strcmp(e->mount_point, "/dev/shm") == 0 || strcmp(e->mount_point, "/proc") == 0;
+        for (size_t k = 0; k < nops && !ok; k++)
+            ok = ops[k].kind == BOX_PATH_RW && strcmp(ops[k].path, e->mount_point) == 0;
+        struct stat st;
+        if (!ok && stat(e->mount_point, &st) < 0)
+            ok = true; /* covered or out of reach: the command cannot reach it either */
+        if (!ok) {
+            snprintf(err, errlen, "%s is still writable in the box (%s %s)", e->mount_point,
+                     e->fstype, e->source);
+            rc = -1;
+        }
+    }
+    mountinfo_free(&mi);
+    return rc;
+}
+
+int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen)
+{
+    size_t nops = cfg->npaths + 1;
+    if (nops > MAX_OPS) {
+        snprintf(err, errlen, "too many --ro/--rw/--hide paths (at most %d)", MAX_OPS - 8);
+        return -1;
+    }
+    struct op *ops = calloc(nops, sizeof(*ops));
+    if (ops == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = -1;
+    ops[0] = (struct op){.kind = BOX_PATH_RW, .path = cfg->cwd, .fd = -1};
+    for (size_t i = 0; i < cfg->npaths; i++)
+        ops[i + 1] = (struct op){.kind = cfg->paths[i].kind, .path = cfg->paths[i].path, .fd = -1};
+
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
+        snprintf(err, errlen, "cannot make the mounts private: %s", strerror(errno));
+        goto out;
+    }
+    /* 1. open what the view needs while the host view is whole */
+    for (size_t i = 0; i < nops; i++) {
+        struct op *o = &ops[i];
+        o->order = i;
+        o->depth = depth_of(o->path);
+        o->fd = open(o->path, O_PATH | O_CLOEXEC);
+        struct stat st;
+        if (o->fd < 0 || fstat(o->fd, &st) < 0) {
+            bool optional = i > 0 && cfg->paths[i - 1].optional;
+            if (errno == ENOENT && (optional || o->kind == BOX_PATH_HIDE)) {
+                if (o->fd >= 0)
+                    close(o->fd);
+                o->fd = -1;
+                continue;
+            }
+            snprintf(err, errlen, "%s: %s", o->path, strerror(errno));
+            goto out;
+        }
+        o->is_dir = S_ISDIR(st.st_mode);
+        struct statvfs sv;
+        o->host_ro = statvfs(o->path, &sv) == 0 && (sv.f_flag & ST_RDONLY);
+    }
+    qsort(ops, nops, sizeof(*ops), cmp_ops);
+
+    /* 2. everything read-only */
+    struct mountinfo mi;
+    if (read_mountinfo(&mi, err, errlen) < 0)
+        goto out;
+    for (size_t i = 0; i < mi.n; i++) {
+        const char *mp = mi.v[i].mount_point;
+        if (remount(mp, true) < 0 && errno != ENOENT && errno != EACCES) {
+            snprintf(err, errlen, "cannot remount %s read-only: %s", mp, strerror(errno));
+            mountinfo_free(&mi);
+            goto out;
+        }
+    }
+    mountinfo_free(&mi);
+
+    /* 3. private /tmp and /dev/shm */
+    if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") < 0) {
+        snprintf(err, errlen, "cannot mount a private /tmp: %s", strerror(errno));
+        goto out;
+    }
+    struct stat st;
+    if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) &&
+        mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") < 0) {
+        snprintf(err, errlen, "cannot mount a private /dev/shm: %s", strerror(errno));
+        goto out;
+    }
+
+    /* 4. the working directory, --rw, --ro, --hide */
+    for (size_t i = 0; i < nops; i++)
+        if (apply_op(&ops[i], err, errlen) < 0)
+            goto out;
+
+    /* 5. nothing else writable */
+    rc = verify(ops, nops, err, errlen);
+out:
+    for (size_t i = 0; i < nops; i++)
+        if (ops[i].fd >= 0)
+            close(ops[i].fd);
+    free(ops);
+    return rc;
+}
+
+int box_mount_proc(char *err, size_t errlen)
+{
+    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, NULL) < 0) {
+        snprintf(err, errlen, "cannot mount a private /proc: %s", strerror(errno));
+        return -1;
+    }
+    return 0;
+}

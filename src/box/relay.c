@@ -1,0 +1,245 @@
+/* relay: inside the box, 127.0.0.1:3128 and [::1]:3128 carried to the
+ * gateway's unix socket outside.
+ *
+ * One poll() loop, every socket non-blocking. Each connection has a
+ * bounded buffer per direction (RELAY_BUF): a side is read only while
+ * the buffer towards the other side has room, so a slow reader slows the
+ * writer instead of growing memory. An EOF from one side is passed on as
+ * shutdown(SHUT_WR) once its buffer has drained (half-close); the pair is
+ * closed when both directions are done or on any error. At most
+ * RELAY_MAX_CONNS connections: beyond that the listeners are not polled and
+ * new clients wait in the backlog. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "box/box_int.h"
+
+struct pipe_buf {
+    size_t len;
+    char data[RELAY_BUF];
+};
+
+struct relay_conn {
+    int fd[2];             /* 0: the client in the box; 1: the gateway */
+    struct pipe_buf to[2]; /* to[i]: bytes waiting to be written to fd[i] */
+    bool eof[2];           /* fd[i] has been read to its end */
+    bool shut[2];          /* fd[i] has been shut for writing */
+};
+
+struct relay {
+    int lfd[2];
+    size_t nlfd;
+    struct sockaddr_un target;
+    socklen_t target_len;
+    struct relay_conn *conns[RELAY_MAX_CONNS];
+    size_t nconns;
+    unsigned long accepted;
+};
+
+static int listen_on(int family, unsigned short port, int *out)
+{
+    int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    int rc;
+    if (family == AF_INET) {
+        struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
+        sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        rc = bind(fd, (struct sockaddr *)&sin, sizeof(sin));
+    } else {
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+        struct sockaddr_in6 sin6 = {.sin6_family = AF_INET6, .sin6_port = htons(port)};
+        sin6.sin6_addr = in6addr_loopback;
+        rc = bind(fd, (struct sockaddr *)&sin6, sizeof(sin6));
+    }
+    if (rc < 0 || listen(fd, 128) < 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    *out = fd;
+    return 0;
+}
+
+struct relay *relay_new(const char *target, unsigned short port, char *err, size_t errlen)
+{
+    struct relay *r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        snprintf(err, errlen, "relay: out of memory");
+        return NULL;
+    }
+    size_t n = strlen(target);
+    if (n == 0 || n >= sizeof(r->target.sun_path)) {
+        snprintf(err, errlen, "relay: the gateway socket path is too long: %s", target);
+        free(r);
+        return NULL;
+    }
+    r->target.sun_family = AF_UNIX;
+    memcpy(r->target.sun_path, target, n + 1);
+    r->target_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
+    if (listen_on(AF_INET, port, &r->lfd[0]) < 0) {
+        snprintf(err, errlen, "relay: cannot listen on 127.0.0.1:%u: %s", port, strerror(errno));
+        free(r);
+        return NULL;
+    }
+    r->nlfd = 1;
+    if (listen_on(AF_INET6, port, &r->lfd[1]) == 0) {
+        r->nlfd = 2;
+    } else if (errno != EAFNOSUPPORT && errno != EADDRNOTAVAIL) {
+        snprintf(err, errlen, "relay: cannot listen on [::1]:%u: %s", port, strerror(errno));
+        close(r->lfd[0]);
+        free(r);
+        return NULL;
+    }
+    return r;
+}
+
+static void conn_close(struct relay *r, size_t i)
+{
+    struct relay_conn *c = r->conns[i];
+    close(c->fd[0]);
+    close(c->fd[1]);
+    free(c);
+    r->conns[i] = r->conns[--r->nconns];
+}
+
+static void accept_one(struct relay *r, int lfd)
+{
+    int cfd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (cfd < 0)
+        return;
+    r->accepted++;
+    int gfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (gfd < 0) {
+        close(cfd);
+        return;
+    }
+    /* a unix connect completes at once or fails (EAGAIN: backlog full) */
+    if (connect(gfd, (struct sockaddr *)&r->target, r->target_len) < 0) {
+        close(gfd);
+        close(cfd);
+        return;
+    }
+    struct relay_conn *c = malloc(sizeof(*c));
+    if (c == NULL) {
+        close(gfd);
+        close(cfd);
+        return;
+    }
+    c->fd[0] = cfd;
+    c->fd[1] = gfd;
+    c->to[0].len = c->to[1].len = 0;
+    c->eof[0] = c->eof[1] = false;
+    c->shut[0] = c->shut[1] = false;
+    r->conns[r->nconns++] = c;
+}
+
+/* Moves bytes for one connection; returns -1 when it is over. */
+static int conn_step(struct relay_conn *c, const short *revents)
+{
+    for (int s = 0; s < 2; s++) {
+        int o = 1 - s;
+        /* read from side s into to[o] */
+        if (!c->eof[s] && (revents[s] & (POLLIN | POLLHUP | POLLERR)) && c->to[o].len < RELAY_BUF) {
+            ssize_t n = read(c->fd[s], c->to[o].data + c->to[o].len, RELAY_BUF - c->to[o].len);
+            if (n > 0)
+                c->to[o].len += (size_t)n;
+            else if (n == 0)
+                c->eof[s] = true;
+            else if (errno != EAGAIN && errno != EINTR)
+                return -1;
+        }
+    }
+    for (int s = 0; s < 2; s++) {
+        if (c->to[s].len > 0) {
+            ssize_t n = send(c->fd[s], c->to[s].data, c->to[s].len, MSG_NOSIGNAL);
+            if (n > 0) {
+                memmove(c->to[s].data, c->to[s].data + n, c->to[s].len - (size_t)n);
+                c->to[s].len -= (size_t)n;
+            } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+                return -1;
+            }
+        }
+        /* the other side ended and everything it sent is written: pass the EOF on */
+        if (c->eof[1 - s] && c->to[s].len == 0 && !c->shut[s]) {
+            shutdown(c->fd[s], SHUT_WR);
+            c->shut[s] = true;
+        }
+    }
+    if (c->shut[0] && c->shut[1])
+        return -1;
+    return 0;
+}
+
+int relay_run(struct relay *r, int extra_fd, int (*on_extra)(void *arg), void *arg)
+{
+    struct pollfd pfd[3 + 2 * RELAY_MAX_CONNS];
+    for (;;) {
+        size_t n = 0;
+        pfd[n++] = (struct pollfd){.fd = extra_fd, .events = POLLIN};
+        for (size_t i = 0; i < r->nlfd; i++)
+            pfd[n++] = (struct pollfd){.fd = r->nconns < RELAY_MAX_CONNS ? r->lfd[i] : -1,
+                                       .events = POLLIN};
+        size_t base = n;
+        for (size_t i = 0; i < r->nconns; i++) {
+            const struct relay_conn *c = r->conns[i];
+            for (int s = 0; s < 2; s++) {
+                short ev = 0;
+                if (!c->eof[s] && c->to[1 - s].len < RELAY_BUF)
+                    ev |= POLLIN;
+                if (c->to[s].len > 0)
+                    ev |= POLLOUT;
+                pfd[n++] = (struct pollfd){.fd = c->fd[s], .events = ev};
+            }
+        }
+        if (poll(pfd, n, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        /* connections first: their slots in pfd follow r->conns' order */
+        for (size_t i = r->nconns; i-- > 0;) {
+            short rev[2] = {pfd[base + 2 * i].revents, pfd[base + 2 * i + 1].revents};
+            if ((rev[0] | rev[1]) == 0)
+                continue;
+            if (conn_step(r->conns[i], rev) < 0)
+                conn_close(r, i);
+        }
+        for (size_t i = 0; i < r->nlfd; i++)
+            if (pfd[1 + i].revents & POLLIN)
+                for (int k = 0; k < 16 && r->nconns < RELAY_MAX_CONNS; k++) {
+                    unsigned long before = r->accepted;
+                    accept_one(r, r->lfd[i]);
+                    if (r->accepted == before)
+                        break;
+                }
+        if ((pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) && on_extra(arg) != 0)
+            return 0;
+    }
+}
+
+unsigned long relay_accepted(const struct relay *r)
+{
+    return r->accepted;
+}
+
+void relay_free(struct relay *r)
+{
+    if (r == NULL)
+        return;
+    while (r->nconns > 0)
+        conn_close(r, r->nconns - 1);
+    for (size_t i = 0; i < r->nlfd; i++)
+        close(r->lfd[i]);
+    free(r);
+}

@@ -1,0 +1,305 @@
+/* sluice audit: audits by topic. The only topic so far is `mounts`:
+ *
+ *   sluice audit mounts [--pid PID | --mountinfo FILE] [--justify FILE] [--format text|json]
+ *
+ * lists every writable mount of a process's mount namespace (from
+ * /proc/PID/mountinfo, default self, or a saved copy) and checks each
+ * against a justification file of `PATH: reason` lines. Exit 0 when every
+ * writable mount is justified, 1 when some are not, 2 on a usage error, an
+ * unreadable or malformed file (each bad justify line is reported as
+ * FILE:LINE: message). */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "box/mountinfo.h"
+#include "cli/commands.h"
+
+#define AUDIT_PATH_MAX 4096
+
+/* Reads a whole file, at most <max> bytes. Returns 0, or -1 with errno
+ * (EFBIG when larger than <max>). The caller frees <*out>. */
+static int read_all(const char *path, size_t max, char **out, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    size_t cap = 65536, n = 0;
+    char *buf = malloc(cap);
+    if (buf == NULL) {
+        close(fd);
+        errno = ENOMEM;
+        return -1;
+    }
+    for (;;) {
+        if (n == cap) {
+            if (cap > max) {
+                free(buf);
+                close(fd);
+                errno = EFBIG;
+                return -1;
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (nb == NULL) {
+                free(buf);
+                close(fd);
+                errno = ENOMEM;
+                return -1;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        ssize_t r = read(fd, buf + n, cap - n);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            int e = errno;
+            free(buf);
+            close(fd);
+            errno = e;
+            return -1;
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+    }
+    close(fd);
+    if (n > max) {
+        free(buf);
+        errno = EFBIG;
+        return -1;
+    }
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+static const struct command *const self = &cmd_audit;
+
+struct mounts_args {
+    const char *pid;
+    const char *mountinfo;
+    const char *justify;
+    bool json;
+};
+
+static int mounts_parse_args(int argc, char **argv, struct mounts_args *a)
+{
+    static const struct option options[] = {
+        {"pid", required_argument, NULL, 'p'},     {"mountinfo", required_argument, NULL, 'm'},
+        {"justify", required_argument, NULL, 'j'}, {"format", required_argument, NULL, 'f'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+    };
+    opterr = 0;
+    optind = 1;
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
+        switch (c) {
+        case 'p':
+            if (strcmp(optarg, "self") != 0) {
+                size_t n = strlen(optarg);
+                if (n == 0 || n > 10 || strspn(optarg, "0123456789") != n)
+                    return command_usage_error(self, "--pid: '%s' is not a process id", optarg);
+            }
+            a->pid = optarg;
+            break;
+        case 'm':
+            a->mountinfo = optarg;
+            break;
+        case 'j':
+            a->justify = optarg;
+            break;
+        case 'f':
+            if (strcmp(optarg, "json") == 0)
+                a->json = true;
+            else if (strcmp(optarg, "text") == 0)
+                a->json = false;
+            else
+                return command_usage_error(self, "--format: '%s' is not text or json", optarg);
+            break;
+        case 'h':
+            command_help(self);
+            return 1;
+        case ':':
+            return command_usage_error(self, "%s needs a value", argv[optind - 1]);
+        default:
+            return command_usage_error(self, "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return command_usage_error(self, "unexpected argument '%s'", argv[optind]);
+    if (a->pid != NULL && a->mountinfo != NULL)
+        return command_usage_error(self, "--pid and --mountinfo exclude each other");
+    return 0;
+}
+
+struct report_ctx {
+    const char *file;
+};
+
+static void report_bad_line(void *arg, unsigned line, const char *msg)
+{
+    const struct report_ctx *r = arg;
+    fprintf(stderr, "error: %s:%u: %s\n", r->file, line, msg);
+}
+
+static int audit_mounts(int argc, char **argv)
+{
+    struct mounts_args a = {0};
+    int rc = mounts_parse_args(argc, argv, &a);
+    if (rc != 0)
+        return rc == 1 ? EXIT_OK : rc;
+
+    char path[AUDIT_PATH_MAX];
+    if (a.mountinfo != NULL)
+        snprintf(path, sizeof(path), "%s", a.mountinfo);
+    else
+        snprintf(path, sizeof(path), "/proc/%s/mountinfo", a.pid != NULL ? a.pid : "self");
+
+    struct justify just = {0};
+    if (a.justify != NULL) {
+        char *jdata = NULL;
+        size_t jlen = 0;
+        if (read_all(a.justify, JUSTIFY_MAX_BYTES, &jdata, &jlen) < 0) {
+            fprintf(stderr, "sluice audit: %s: %s\n", a.justify, strerror(errno));
+            return EXIT_USAGE;
+        }
+        struct report_ctx r = {a.justify};
+        int bad = justify_parse(jdata, jlen, &just, report_bad_line, &r);
+        free(jdata);
+        if (bad != 0) {
+            if (bad < 0)
+                fprintf(stderr, "sluice audit: %s: too large or out of memory\n", a.justify);
+            justify_free(&just);
+            return EXIT_USAGE;
+        }
+    }
+
+    char *data = NULL;
+    size_t len = 0;
+    if (read_all(path, MOUNTINFO_MAX_BYTES, &data, &len) < 0) {
+        fprintf(stderr, "sluice audit: %s: %s\n", path, strerror(errno));
+        justify_free(&just);
+        return EXIT_USAGE;
+    }
+    struct mountinfo mi;
+    char err[256];
+    if (mountinfo_parse(data, len, &mi, err, sizeof(err)) < 0) {
+        fprintf(stderr, "sluice audit: %s: %s\n", path, err);
+        free(data);
+        mountinfo_free(&mi);
+        justify_free(&just);
+        return EXIT_USAGE;
+    }
+    free(data);
+
+    size_t nwritable = 0, nunjustified = 0;
+    json_t *doc = NULL, *arr = NULL;
+    if (a.json) {
+        doc = json_object();
+        arr = json_array();
+        json_object_set_new(doc, "mountinfo", json_string(path));
+        json_object_set_new(doc, "justify", a.justify ? json_string(a.justify) : json_null());
+    }
+    for (size_t i = 0; i < mi.n; i++) {
+        const struct mountinfo_entry *e = &mi.v[i];
+        if (!mountinfo_is_writable(e) || mountinfo_is_covered(&mi, e))
+            continue; /* a mount that is mounted over cannot be reached */
+        nwritable++;
+        struct justify_entry *j = justify_find(&just, e->mount_point);
+        if (j != NULL)
+            j->used = true;
+        else
+            nunjustified++;
+        if (a.json) {
+            json_t *o = json_object();
+            json_object_set_new(o, "mount_point", json_string(e->mount_point));
+            json_object_set_new(o, "fstype", json_string(e->fstype));
+            json_object_set_new(o, "source", json_string(e->source));
+            json_object_set_new(o, "root", json_string(e->root));
+            json_object_set_new(o, "mount_options", json_string(e->mount_opts));
+            json_object_set_new(o, "super_options", json_string(e->super_opts));
+            json_object_set_new(o, "justified", json_boolean(j != NULL));
+            json_object_set_new(o, "reason", j != NULL ? json_string(j->reason) : json_null());
+            json_object_set_new(o, "justify_line", j != NULL ? json_integer(j->line) : json_null());
+            json_array_append_new(arr, o);
+        } else if (j != NULL) {
+            printf("justified    %s (%s %s): %s\n", e->mount_point, e->fstype, e->source,
+                   j->reason);
+        } else {
+            printf("UNJUSTIFIED  %s (%s %s, %s)\n", e->mount_point, e->fstype, e->source,
+                   e->mount_opts);
+        }
+    }
+    if (a.json) {
+        json_t *unused = json_array();
+        for (size_t i = 0; i < just.n; i++)
+            if (!just.v[i].used) {
+                json_t *o = json_object();
+                json_object_set_new(o, "path", json_string(just.v[i].path));
+                json_object_set_new(o, "line", json_integer(just.v[i].line));
+                json_array_append_new(unused, o);
+            }
+        json_object_set_new(doc, "ok", json_boolean(nunjustified == 0));
+        json_object_set_new(doc, "mounts", json_integer((json_int_t)mi.n));
+        json_object_set_new(doc, "writable", arr);
+        json_object_set_new(doc, "unjustified", json_integer((json_int_t)nunjustified));
+        json_object_set_new(doc, "unused_justifications", unused);
+        char *s = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        if (s != NULL) {
+            puts(s);
+            free(s);
+        }
+        json_decref(doc);
+    } else {
+        for (size_t i = 0; i < just.n; i++)
+            if (!just.v[i].used)
+                printf("warning: %s:%u: %s is not a writable mount (stale justification?)\n",
+                       a.justify, just.v[i].line, just.v[i].path);
+        printf("result: %zu mount%s, %zu writable, %zu unjustified\n", mi.n, mi.n == 1 ? "" : "s",
+               nwritable, nunjustified);
+    }
+    mountinfo_free(&mi);
+    justify_free(&just);
+    return nunjustified > 0 ? EXIT_PROBLEMS : EXIT_OK;
+}
+
+struct audit_topic {
+    const char *name;
+    int (*main)(int argc, char **argv);
+};
+
+static const struct audit_topic topics[] = {
+    {"mounts", audit_mounts},
+};
+
+static int audit_main(int argc, char **argv)
+{
+    if (argc < 2)
+        return command_usage_error(self, "which audit? (topics: mounts)");
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)
+        return command_help(self);
+    for (size_t i = 0; i < sizeof(topics) / sizeof(topics[0]); i++)
+        if (strcmp(argv[1], topics[i].name) == 0)
+            return topics[i].main(argc - 1, argv + 1);
+    return command_usage_error(self, "unknown audit '%s' (topics: mounts)", argv[1]);
+}
+
+const struct command cmd_audit = {
+    .name = "audit",
+    .synopsis = "mounts [--pid PID | --mountinfo FILE] [--justify FILE] [--format text|json]",
+    .summary = "audit what an agent can write: every writable mount, justified in writing",
+    .help = "  mounts             list every writable mount of a mount namespace\n"
+            "  --pid PID          read /proc/PID/mountinfo (default: self)\n"
+            "  --mountinfo FILE   read a saved mountinfo file instead\n"
+            "  --justify FILE     `PATH: reason` lines; a writable mount without one is\n"
+            "                     unjustified and the exit status is 1\n"
+            "  --format text|json the report's format (default text)\n",
+    .main = audit_main,
+};

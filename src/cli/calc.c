@@ -1,0 +1,205 @@
+/* sluice calc: back-of-the-envelope figures for the people writing policies.
+ *
+ * `sluice calc retries`: how far retries multiply load when every layer of
+ * a call chain retries on its own. With L layers each making up to a
+ * attempts, one request at the top becomes up to a^L at the bottom (3
+ * layers of 3 attempts: 27x). A retry budget b per layer (retries at most
+ * a fraction b of the requests) bounds each layer to (1 + b) times its
+ * input (and never more than a), so the chain to (1 + b)^L: 1.33x for 10%
+ * over 3 layers. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+
+#define CALC_MAX_LAYERS   20
+#define CALC_MAX_ATTEMPTS 100
+#define CALC_MAX_RPS      1e12
+
+static const char retries_synopsis[] = "retries --layers N --attempts N [--budget RATIO] [--rps N]";
+
+/* Parses a decimal integer in [lo, hi]. */
+static int parse_int(const char *s, long lo, long hi, long *out)
+{
+    long v = 0;
+    if (s == NULL || *s == '\0')
+        return -1;
+    for (const char *p = s; *p != '\0'; p++) {
+        if (*p < '0' || *p > '9')
+            return -1;
+        if (v > (hi - (*p - '0')) / 10)
+            return -1; /* past hi: no need to go on */
+        v = v * 10 + (*p - '0');
+    }
+    if (v < lo)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* Parses a plain decimal number ("0.1", "250"); with <pct>, "10%" too. */
+static int parse_num(const char *s, bool pct, double *out)
+{
+    if (s == NULL || *s == '\0')
+        return -1;
+    for (const char *p = s; *p != '\0'; p++)
+        if (!((*p >= '0' && *p <= '9') || *p == '.' || (pct && *p == '%' && p[1] == '\0')))
+            return -1; /* no signs, exponents, hex, inf or nan */
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno != 0 || !isfinite(v))
+        return -1;
+    if (*end == '%') {
+        v /= 100.0;
+        end++;
+    }
+    if (*end != '\0')
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* "27", "1.33", "2.6e+40": a multiplier as people read it. */
+static void format_x(double v, char *buf, size_t cap)
+{
+    if (v >= 1e15) {
+        snprintf(buf, cap, "%.3g", v);
+        return;
+    }
+    snprintf(buf, cap, "%.2f", v);
+    char *dot = strchr(buf, '.');
+    if (dot == NULL)
+        return;
+    size_t n = strlen(buf);
+    while (n > 0 && buf[n - 1] == '0')
+        buf[--n] = '\0';
+    if (n > 0 && buf[n - 1] == '.')
+        buf[n - 1] = '\0';
+}
+
+static int retries_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int retries_error(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("sluice calc: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    fprintf(stderr, "usage: sluice calc %s\n", retries_synopsis);
+    return EXIT_USAGE;
+}
+
+static int calc_retries(int argc, char **argv)
+{
+    long layers = 0, attempts = 0;
+    double budget = -1, rps = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *opt = argv[i];
+        if (strcmp(opt, "--help") == 0 || strcmp(opt, "-h") == 0)
+            return command_help(&cmd_calc);
+        bool known = strcmp(opt, "--layers") == 0 || strcmp(opt, "--attempts") == 0 ||
+                     strcmp(opt, "--budget") == 0 || strcmp(opt, "--rps") == 0;
+        if (!known)
+            return retries_error("unknown argument '%s'", opt);
+        if (i + 1 >= argc)
+            return retries_error("%s needs a value", opt);
+        const char *v = argv[++i];
+        if (strcmp(opt, "--layers") == 0) {
+            if (parse_int(v, 1, CALC_MAX_LAYERS, &layers) < 0)
+                return retries_error("--layers: '%s' is not a whole number from 1 to 20", v);
+        } else if (strcmp(opt, "--attempts") == 0) {
+            if (parse_int(v, 1, CALC_MAX_ATTEMPTS, &attempts) < 0)
+                return retries_error("--attempts: '%s' is not a whole number from 1 to 100", v);
+        } else if (strcmp(opt, "--budget") == 0) {
+            if (parse_num(v, true, &budget) < 0 || budget < 0 || budget > 1)
+                return retries_error("--budget: '%s' is not a ratio from 0 to 1 (0.1 or 10%%)", v);
+        } else if (parse_num(v, false, &rps) < 0 || rps <= 0 || rps > CALC_MAX_RPS) {
+            return retries_error("--rps: '%s' is not a positive number of requests a second", v);
+        }
+    }
+    if (layers == 0)
+        return retries_error("%s", "--layers is required");
+    if (attempts == 0)
+        return retries_error("%s", "--attempts is required");
+
+    double worst = pow((double)attempts, (double)layers);
+    char wx[64], bx[64] = "", load[64], bload[64];
+    format_x(worst, wx, sizeof(wx));
+    printf("retry amplification: %ld layer%s, up to %ld attempt%s at each\n", layers,
+           layers == 1 ? "" : "s", attempts, attempts == 1 ? "" : "s");
+    printf("  worst case, every layer retrying every failure: %ld^%ld = %sx\n", attempts, layers,
+           wx);
+    double with_budget = worst;
+    if (budget >= 0) {
+        double per = 1.0 + budget < (double)attempts ? 1.0 + budget : (double)attempts;
+        with_budget = pow(per, (double)layers);
+        format_x(with_budget, bx, sizeof(bx));
+        char pct[32];
+        format_x(budget * 100.0, pct, sizeof(pct));
+        printf("  with a %s%% retry budget at each layer: (1 + %g)^%ld = %sx\n", pct, budget,
+               layers, bx);
+    }
+    if (rps > 0) {
+        format_x(rps * worst, load, sizeof(load));
+        char in[64];
+        format_x(rps, in, sizeof(in));
+        printf("  %s requests/s at the top: the bottom layer sees up to %s requests/s", in, load);
+        if (budget >= 0) {
+            format_x(rps * with_budget, bload, sizeof(bload));
+            printf(" (%s requests/s with the budget)", bload);
+        }
+        printf(" while it is failing\n");
+    }
+    printf("recommendation:\n"
+           "  - retry at one layer only (the one closest to the caller); every other layer "
+           "fails fast and passes the error up\n"
+           "  - give that layer a retry budget: retries at most 10%% of its requests "
+           "(--budget 0.1), so an outage costs 1.1x, not %sx\n"
+           "  - back off with full jitter: sleep = random(0, min(cap, base * 2^attempt)), "
+           "e.g. base 100 ms, cap 10 s\n"
+           "  - honour Retry-After (sluice's 429 rate_limited says how long to wait)\n",
+           wx);
+    return EXIT_OK;
+}
+
+static int calc_main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs("sluice calc: which calculation? (retries)\n", stderr);
+        return command_usage(&cmd_calc);
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)
+        return command_help(&cmd_calc);
+    if (strcmp(argv[1], "retries") == 0)
+        return calc_retries(argc - 1, argv + 1);
+    return command_usage_error(&cmd_calc, "unknown calculation '%s' (known: retries)", argv[1]);
+}
+
+const struct command cmd_calc = {
+    .name = "calc",
+    .synopsis = "retries --layers N --attempts N [--budget RATIO] [--rps N]",
+    .summary = "back-of-the-envelope figures: how far retries amplify load",
+    .help = "retries: the worst-case load amplification when each of N layers of a call chain\n"
+            "retries on its own: attempts^layers (3 layers of 3 attempts: 27x). With --budget\n"
+            "RATIO (0..1, or a percentage such as 10%), each layer's retries are capped at that\n"
+            "fraction of its requests: (1 + RATIO)^layers (10% over 3 layers: 1.33x). With\n"
+            "--rps N, the peak requests a second the bottom layer sees for N a second at the top.\n"
+            "Ends with a recommendation: retry at one layer, retry budgets, full-jitter backoff\n"
+            "(sleep = random(0, min(cap, base * 2^attempt))).\n"
+            "\n"
+            "  --layers N     layers that each retry, 1 to 20\n"
+            "  --attempts N   attempts each layer makes, the first included, 1 to 100\n"
+            "  --budget RATIO retry budget per layer, 0 to 1\n"
+            "  --rps N        requests a second offered at the top\n"
+            "\n"
+            "Exit status: 0, or 2 on a missing or invalid argument.\n",
+    .main = calc_main,
+};

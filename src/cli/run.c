@@ -1,0 +1,618 @@
+/* sluice run: a command in the box, its only way out the gateway.
+ *
+ *   sluice run --policy FILE [--agent ID] [--ro PATH]... [--rw PATH]... [--hide PATH]...
+ *              [--allow-unix] [--log FILE] [--alerts FILE] -- CMD [ARG]...
+ *   sluice run --proxy unix:/path/gw.sock [...] -- CMD [ARG]...
+ *
+ * Without --proxy, run serves the policy itself for the command's
+ * lifetime: a child process runs the gateway on a unix socket in a private
+ * temporary directory (mode 0700, hidden in the box), every client being
+ * agent --agent (default "run"), and writes the decision log to --log FILE
+ * or, by default, to a file in that directory that is read for the summary
+ * and removed at the end. The box (src/box/) is spawned next; its relay
+ * connects to that socket. Signals that a process sends to run are passed
+ * to the command (those a terminal sends reach it directly); run exits with
+ * the command's status, 128+N when it was killed by signal N, after a
+ * one-line summary on standard error. A box that cannot be built (a
+ * namespace refused, a mount that fails) is an error, exit 2: the command
+ * never runs half-boxed. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "box/box.h"
+#include "cli/commands.h"
+#include "gate/gateway.h"
+#include "gate/listener.h"
+#include "policy/policy.h"
+#include "util/diag.h"
+
+#define RUN_MAX_PATHS  256
+#define RUN_DEFAULT_ID "run"
+#define RUN_PROXY_URL  "http://127.0.0.1:3128"
+#define RUN_LOG_MAX    (256u * 1024 * 1024)
+
+extern char **environ;
+
+static const struct command *const self = &cmd_run;
+
+static const int forwarded[] = {SIGHUP,  SIGINT,   SIGQUIT, SIGTERM, SIGUSR1,
+                                SIGUSR2, SIGWINCH, SIGCONT, SIGTSTP, SIGALRM};
+
+struct run_args {
+    const char *policy;
+    const char *proxy; /* the socket path after "unix:" */
+    const char *agent;
+    const char *log;
+    const char *alerts;
+    bool allow_unix;
+    struct box_path paths[RUN_MAX_PATHS + 4];
+    size_t npaths;
+    char *owned[RUN_MAX_PATHS + 4]; /* canonical paths, freed at the end */
+    size_t nowned;
+    char **argv;
+};
+
+static char *own(struct run_args *a, char *s)
+{
+    if (s != NULL && a->nowned < sizeof(a->owned) / sizeof(a->owned[0]))
+        a->owned[a->nowned++] = s;
+    return s;
+}
+
+/* The canonical form of <p>; a path that does not exist (allowed for
+ * --hide) is made absolute as written. */
+static char *canonical(const char *p, bool may_be_missing)
+{
+    char *r = realpath(p, NULL);
+    if (r != NULL || !may_be_missing || errno != ENOENT)
+        return r;
+    if (p[0] == '/')
+        return strdup(p);
+    char cwd[PATH_MAX];
+    if (getcwd(cwd, sizeof(cwd)) == NULL)
+        return NULL;
+    size_t n = strlen(cwd) + strlen(p) + 2;
+    char *s = malloc(n);
+    if (s != NULL)
+        snprintf(s, n, "%s/%s", cwd, p);
+    return s;
+}
+
+static int add_path(struct run_args *a, enum box_path_kind kind, const char *opt, const char *p)
+{
+    if (a->npaths >= RUN_MAX_PATHS)
+        return command_usage_error(self, "at most %d --ro/--rw/--hide paths", RUN_MAX_PATHS);
+    char *c = own(a, canonical(p, kind == BOX_PATH_HIDE));
+    if (c == NULL)
+        return command_usage_error(self, "%s %s: %s", opt, p, strerror(errno));
+    if (strcmp(c, "/") == 0 && kind != BOX_PATH_RO)
+        return command_usage_error(self, "%s /: not the whole file system", opt);
+    a->paths[a->npaths++] = (struct box_path){kind, c, kind == BOX_PATH_HIDE};
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, struct run_args *a)
+{
+    static const struct option options[] = {
+        {"policy", required_argument, NULL, 'p'},
+        {"proxy", required_argument, NULL, 'P'},
+        {"agent", required_argument, NULL, 'a'},
+        {"ro", required_argument, NULL, 'r'},
+        {"rw", required_argument, NULL, 'w'},
+        {"hide", required_argument, NULL, 'H'},
+        {"allow-unix", no_argument, NULL, 'u'},
+        {"log", required_argument, NULL, 'L'},
+        {"alerts", required_argument, NULL, 'A'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    opterr = 0;
+    optind = 1;
+    int c, rc;
+    while ((c = getopt_long(argc, argv, "+:h", options, NULL)) != -1) {
+        switch (c) {
+        case 'p':
+            a->policy = optarg;
+            break;
+        case 'P':
+            if (strncmp(optarg, "unix:", 5) != 0 || optarg[5] != '/')
+                return command_usage_error(self, "--proxy: '%s' is not unix:/path/to.sock", optarg);
+            a->proxy = optarg + 5;
+            break;
+        case 'a':
+            if (optarg[0] == '\0' || strlen(optarg) > 128)
+                return command_usage_error(self, "--agent: an id of 1 to 128 characters");
+            a->agent = optarg;
+            break;
+        case 'r':
+        case 'w':
+        case 'H':
+            rc = add_path(a,
+                          c == 'r'   ? BOX_PATH_RO
+                          : c == 'w' ? BOX_PATH_RW
+                                     : BOX_PATH_HIDE,
+                          c == 'r'   ? "--ro"
+                          : c == 'w' ? "--rw"
+                                     : "--hide",
+                          optarg);
+            if (rc != 0)
+                return rc;
+            break;
+        case 'u':
+            a->allow_unix = true;
+            break;
+        case 'L':
+            if (strcmp(optarg, "-") == 0 || optarg[0] == '\0')
+                return command_usage_error(self, "--log needs a file (run reads it for its "
+                                                 "summary)");
+            a->log = optarg;
+            break;
+        case 'A':
+            if (strcmp(optarg, "-") == 0 || optarg[0] == '\0')
+                return command_usage_error(self, "--alerts needs a file (run reads it for its "
+                                                 "summary)");
+            a->alerts = optarg;
+            break;
+        case 'h':
+            command_help(self);
+            return 1;
+        case ':':
+            return command_usage_error(self, "%s needs a value", argv[optind - 1]);
+        default:
+            return command_usage_error(self, "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        return command_usage_error(self, "no command to run (sluice run [OPTIONS] -- CMD)");
+    a->argv = argv + optind;
+    if ((a->policy == NULL) == (a->proxy == NULL))
+        return command_usage_error(self, "give either --policy FILE or --proxy unix:PATH");
+    if (a->proxy != NULL && (a->log != NULL || a->alerts != NULL))
+        return command_usage_error(self, "--log, --alerts: with --proxy the serving gateway "
+                                         "writes them");
+    if (a->agent == NULL)
+        a->agent = RUN_DEFAULT_ID;
+    return 0;
+}
+
+/* --- the environment of the command --------------------------------------- */
+
+static bool is_proxy_var(const char *kv)
+{
+    static const char *const names[] = {"http_proxy", "https_proxy", "all_proxy", "no_proxy"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        size_t n = strlen(names[i]);
+        if (strncasecmp(kv, names[i], n) == 0 && kv[n] == '=')
+            return true;
+    }
+    return false;
+}
+
+static char **make_env(void)
+{
+    static char *const add[] = {
+        "HTTP_PROXY=" RUN_PROXY_URL,
+        "http_proxy=" RUN_PROXY_URL,
+        "HTTPS_PROXY=" RUN_PROXY_URL,
+        "https_proxy=" RUN_PROXY_URL,
+        "ALL_PROXY=" RUN_PROXY_URL,
+        "all_proxy=" RUN_PROXY_URL,
+        "NO_PROXY=",
+        "no_proxy=",
+    };
+    size_t n = 0;
+    while (environ[n] != NULL)
+        n++;
+    size_t nadd = sizeof(add) / sizeof(add[0]);
+    char **env = calloc(n + nadd + 1, sizeof(*env));
+    if (env == NULL)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!is_proxy_var(environ[i]))
+            env[k++] = environ[i];
+    for (size_t i = 0; i < nadd; i++)
+        env[k++] = add[i];
+    env[k] = NULL;
+    return env;
+}
+
+/* --- the gateway child ---------------------------------------------------- */
+
+struct served {
+    pid_t pid;
+    char dir[64];
+    char sock[128];
+    char log[PATH_MAX];
+    bool own_log;
+    off_t log_start;
+    off_t alerts_start;
+};
+
+/* Forks the gateway; returns 0 once it accepts, or EXIT_USAGE. */
+static int serve_start(struct run_args *a, struct served *s)
+{
+    struct diag d;
+    diag_init(&d, a->policy);
+    struct policy *p = policy_load(a->policy, &d);
+    if (p == NULL) {
+        char msg[1024];
+        const struct diag_entry *e = diag_first_error(&d);
+        if (e != NULL)
+            diag_format(&d, e, msg, sizeof(msg));
+        else
+            snprintf(msg, sizeof(msg), "%s: cannot load the policy", a->policy);
+        fprintf(stderr, "%s\n", msg);
+        diag_free(&d);
+        return EXIT_USAGE;
+    }
+    diag_free(&d);
+    gateway_print_grant_warnings(p);
+    snprintf(s->dir, sizeof(s->dir), "/tmp/sluice-run-XXXXXX");
+    if (mkdtemp(s->dir) == NULL) {
+        fprintf(stderr, "sluice run: cannot make a temporary directory: %s\n", strerror(errno));
+        s->dir[0] = '\0';
+        policy_free(p);
+        return EXIT_USAGE;
+    }
+    snprintf(s->sock, sizeof(s->sock), "%s/gw.sock", s->dir);
+    if (a->log != NULL) {
+        snprintf(s->log, sizeof(s->log), "%s", a->log);
+        struct stat st;
+        s->log_start = stat(a->log, &st) == 0 ? st.st_size : 0;
+    } else {
+        snprintf(s->log, sizeof(s->log), "%s/log.jsonl", s->dir);
+        s->own_log = true;
+    }
+    if (a->alerts != NULL) {
+        struct stat st;
+        s->alerts_start = stat(a->alerts, &st) == 0 ? st.st_size : 0;
+    }
+    char text[160];
+    snprintf(text, sizeof(text), "unix:%s", s->sock);
+    struct listen_addr la;
+    const char *why = NULL;
+    if (listen_addr_parse(text, &la, &why) < 0) {
+        fprintf(stderr, "sluice run: %s: %s\n", text, why);
+        policy_free(p);
+        return EXIT_USAGE;
+    }
+    int rp[2];
+    if (pipe2(rp, O_CLOEXEC) < 0) {
+        fprintf(stderr, "sluice run: pipe: %s\n", strerror(errno));
+        policy_free(p);
+        return EXIT_USAGE;
+    }
+    fflush(NULL);
+    s->pid = fork();
+    if (s->pid < 0) {
+        fprintf(stderr, "sluice run: fork: %s\n", strerror(errno));
+        close(rp[0]);
+        close(rp[1]);
+        policy_free(p);
+        return EXIT_USAGE;
+    }
+    if (s->pid == 0) {
+        close(rp[0]);
+        setpgid(0, 0); /* the terminal's ^C is for the command, not the gateway */
+        prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0);
+        signal(SIGPIPE, SIG_IGN);
+        signal(SIGINT, SIG_IGN);
+        signal(SIGHUP, SIG_IGN);
+        struct gateway_config cfg = {
+            .policy_path = a->policy,
+            .listens = &la,
+            .nlistens = 1,
+            .log_path = s->log,
+            .alerts_path = a->alerts, /* NULL: alerts go to the decision log */
+            .grace_ms = 2000,
+            .forced_agent = a->agent,
+        };
+        char err[512];
+        struct gateway *gw = gateway_new(&cfg, p, err, sizeof(err));
+        if (gw == NULL) {
+            fprintf(stderr, "sluice run: %s\n", err);
+            _exit(EXIT_USAGE);
+        }
+        ssize_t w = write(rp[1], "R", 1);
+        (void)w;
+        close(rp[1]);
+        gateway_run(gw);
+        gateway_free(gw);
+        _exit(0);
+    }
+    close(rp[1]);
+    policy_free(p);
+    char c;
+    ssize_t n;
+    while ((n = read(rp[0], &c, 1)) < 0 && errno == EINTR)
+        ;
+    close(rp[0]);
+    if (n != 1) {
+        waitpid(s->pid, NULL, 0);
+        s->pid = -1;
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+static void serve_stop(struct served *s)
+{
+    if (s->pid > 0) {
+        kill(s->pid, SIGTERM);
+        while (waitpid(s->pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        s->pid = -1;
+    }
+}
+
+static void serve_cleanup(struct served *s)
+{
+    if (s->dir[0] == '\0')
+        return;
+    if (s->own_log)
+        unlink(s->log);
+    unlink(s->sock);
+    rmdir(s->dir);
+}
+
+/* --- the summary ---------------------------------------------------------- */
+
+struct tally {
+    unsigned long allowed[4], allowed_total, denied, reported, alerts;
+    bool read_ok;
+};
+
+static void tally_log(const char *path, off_t start, struct tally *t)
+{
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return;
+    if (start > 0 && fseeko(f, start, SEEK_SET) != 0) {
+        fclose(f);
+        return;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    off_t total = 0;
+    while ((n = getline(&line, &cap, f)) > 0 && total < (off_t)RUN_LOG_MAX) {
+        total += n;
+        json_t *o = json_loadb(line, (size_t)n, 0, NULL);
+        if (o == NULL)
+            continue;
+        const char *ev = json_string_value(json_object_get(o, "event"));
+        const char *dec = json_string_value(json_object_get(o, "decision"));
+        json_t *tier = json_object_get(o, "tier");
+        if (ev != NULL && strcmp(ev, "alert") == 0)
+            t->alerts++;
+        if (ev != NULL && dec != NULL && strcmp(ev, "agent_egress") == 0) {
+            if (strcmp(dec, "allow") == 0) {
+                t->allowed_total++;
+                json_int_t ti = json_is_integer(tier) ? json_integer_value(tier) : -1;
+                if (ti >= 0 && ti <= 3)
+                    t->allowed[ti]++;
+            } else if (strcmp(dec, "deny") == 0) {
+                t->denied++;
+            } else if (strcmp(dec, "report") == 0) {
+                t->reported++;
+            }
+        }
+        json_decref(o);
+    }
+    free(line);
+    fclose(f);
+    t->read_ok = true;
+}
+
+static void print_summary(const struct run_args *a, const struct served *s, unsigned long relayed,
+                          int code)
+{
+    if (a->proxy != NULL) {
+        fprintf(stderr,
+                "sluice run: exit %d; relayed %lu connection%s to unix:%s (its gateway logs "
+                "the decisions)\n",
+                code, relayed, relayed == 1 ? "" : "s", a->proxy);
+        return;
+    }
+    struct tally t = {0};
+    tally_log(s->log, s->log_start, &t);
+    if (a->alerts != NULL) {
+        struct tally ta = {0};
+        tally_log(a->alerts, s->alerts_start, &ta);
+        t.alerts += ta.alerts;
+    }
+    char rep[48] = "";
+    if (t.reported > 0)
+        snprintf(rep, sizeof(rep), ", reported %lu", t.reported);
+    fprintf(stderr,
+            "sluice run: exit %d; allowed %lu (tier 0: %lu, tier 1: %lu, tier 2: %lu, tier 3: "
+            "%lu), denied %lu%s, alerts %lu%s\n",
+            code, t.allowed_total, t.allowed[0], t.allowed[1], t.allowed[2], t.allowed[3], t.denied,
+            rep, t.alerts, t.read_ok ? "" : " (the decision log could not be read)");
+}
+
+/* --- main ------------------------------------------------------------------- */
+
+static int wait_box(struct box *box, const struct served *s, int *status, unsigned long *relayed,
+                    char *err, size_t errlen)
+{
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
+        sigaddset(&mask, forwarded[i]);
+    int sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (sfd < 0) {
+        snprintf(err, errlen, "signalfd: %s", strerror(errno));
+        kill(box->pid, SIGKILL);
+        return BOX_REPORT_ERROR;
+    }
+    enum box_report_kind kind = BOX_REPORT_NONE;
+    for (;;) {
+        struct pollfd pfd[2] = {{.fd = sfd, .events = POLLIN},
+                                {.fd = box->status_fd, .events = POLLIN}};
+        if (poll(pfd, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        if (pfd[1].revents != 0) {
+            kind = box_read_report(box, status, relayed, err, errlen);
+            break;
+        }
+        struct signalfd_siginfo si;
+        while (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+            if (si.ssi_signo == SIGCHLD) {
+                if (s->pid > 0 && waitpid(s->pid, NULL, WNOHANG) == s->pid)
+                    fprintf(stderr, "sluice run: the gateway stopped; the box has no way out\n");
+                continue;
+            }
+            if (si.ssi_code != SI_KERNEL)
+                kill(box->pid, (int)si.ssi_signo);
+        }
+    }
+    close(sfd);
+    while (waitpid(box->pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    close(box->status_fd);
+    return kind;
+}
+
+static int run_main(int argc, char **argv)
+{
+    struct run_args *a = calloc(1, sizeof(*a));
+    struct served s = {.pid = -1};
+    char **env = NULL;
+    if (a == NULL) {
+        fputs("sluice run: out of memory\n", stderr);
+        return EXIT_USAGE;
+    }
+    int rc = parse_args(argc, argv, a);
+    if (rc != 0) {
+        rc = rc == 1 ? EXIT_OK : rc;
+        goto out;
+    }
+    rc = EXIT_USAGE;
+    char *cwd = own(a, canonical(".", false));
+    if (cwd == NULL) {
+        fprintf(stderr, "sluice run: the current directory: %s\n", strerror(errno));
+        goto out;
+    }
+    const char *sock = a->proxy;
+    if (a->proxy != NULL) {
+        struct stat st;
+        if (stat(a->proxy, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+            fprintf(stderr, "sluice run: --proxy unix:%s: %s\n", a->proxy,
+                    errno != 0 && !S_ISSOCK(st.st_mode) ? strerror(errno) : "not a socket");
+            goto out;
+        }
+    } else {
+        signal(SIGPIPE, SIG_IGN);
+        if (serve_start(a, &s) != 0)
+            goto out;
+        sock = s.sock;
+        /* the policy and the log stay read-only in the box; run's own directory is hidden */
+        a->paths[a->npaths++] =
+            (struct box_path){BOX_PATH_RO, own(a, canonical(a->policy, false)), true};
+        a->paths[a->npaths++] =
+            (struct box_path){BOX_PATH_RO, own(a, canonical(s.log, false)), true};
+        a->paths[a->npaths++] = (struct box_path){BOX_PATH_HIDE, s.dir, true};
+        a->paths[a->npaths++] = (struct box_path){
+            BOX_PATH_RO, a->alerts != NULL ? own(a, canonical(a->alerts, false)) : NULL, true};
+        for (size_t i = a->npaths - 4; i < a->npaths; i++)
+            if (a->paths[i].path == NULL)
+                a->paths[i].path = s.dir;
+    }
+    env = make_env();
+    if (env == NULL) {
+        fputs("sluice run: out of memory\n", stderr);
+        goto out;
+    }
+    sigset_t mask, old;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
+        sigaddset(&mask, forwarded[i]);
+    sigprocmask(SIG_BLOCK, &mask, &old);
+
+    struct box_config cfg = {
+        .argv = a->argv,
+        .envp = env,
+        .cwd = cwd,
+        .gateway_socket = sock,
+        .paths = a->paths,
+        .npaths = a->npaths,
+        .allow_unix = a->allow_unix,
+    };
+    struct box box;
+    char err[BOX_ERR_MAX];
+    if (box_spawn(&cfg, &box, err, sizeof(err)) < 0) {
+        fprintf(stderr, "sluice run: %s\n", err);
+        sigprocmask(SIG_SETMASK, &old, NULL);
+        goto out;
+    }
+    int status = 0;
+    unsigned long relayed = 0;
+    enum box_report_kind kind = wait_box(&box, &s, &status, &relayed, err, sizeof(err));
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    if (kind == BOX_REPORT_ERROR) {
+        fprintf(stderr, "sluice run: cannot build the box: %s\n", err);
+        goto out;
+    }
+    if (kind == BOX_REPORT_NONE) {
+        fprintf(stderr, "sluice run: the box ended without the command's status\n");
+        goto out;
+    }
+    rc = WIFEXITED(status)     ? WEXITSTATUS(status)
+         : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                               : EXIT_USAGE;
+    serve_stop(&s);
+    print_summary(a, &s, relayed, rc);
+out:
+    serve_stop(&s);
+    serve_cleanup(&s);
+    free(env);
+    for (size_t i = 0; i < a->nowned; i++)
+        free(a->owned[i]);
+    free(a);
+    return rc;
+}
+
+const struct command cmd_run = {
+    .name = "run",
+    .synopsis = "(--policy FILE | --proxy unix:PATH) [--agent ID] [--ro PATH]... [--rw PATH]... "
+                "[--hide PATH]... [--allow-unix] [--log FILE] [--alerts FILE] -- CMD [ARG]...",
+    .summary = "run a command in a box whose only way out is the gateway",
+    .help = "  --policy FILE      serve this policy for the command's lifetime\n"
+            "  --proxy unix:PATH  use a gateway that is already serving on that socket\n"
+            "  --agent ID         the agent every request is logged as (default run)\n"
+            "  --ro PATH          read-only inside, even below a writable path\n"
+            "  --rw PATH          writable inside (besides the current directory and /tmp)\n"
+            "  --hide PATH        replaced by an empty directory (or an empty file)\n"
+            "  --allow-unix       let the command create unix sockets (off: EACCES)\n"
+            "  --log FILE         the decision log (default: a temporary file, read for the\n"
+            "                     summary and removed)\n"
+            "  --alerts FILE      alerts, JSON lines (default: in the decision log)\n"
+            "Inside: no network but 127.0.0.1:3128 and [::1]:3128 (HTTP_PROXY, HTTPS_PROXY,\n"
+            "ALL_PROXY point there; NO_PROXY is empty), read-only files but for the current\n"
+            "directory, a private /tmp and /dev/shm, no capabilities, no new privileges.\n"
+            "Exit status: the command's (128+N when killed by signal N), 2 when the box\n"
+            "cannot be built.\n",
+    .main = run_main,
+};

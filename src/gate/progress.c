@@ -1,0 +1,64 @@
+/* progress: upload progress events (see progress.h). */
+#include "gate/progress.h"
+
+#include <string.h>
+#include <time.h>
+
+#include "gate/conn.h"
+#include "gate/gateway.h"
+#include "gate/tunnel.h"
+#include "watch/bus.h"
+
+static void publish(struct conn *c, uint64_t total, const struct timespec *now)
+{
+    struct exchange *ex = &c->ex;
+    struct egress_event ev;
+    if (total <= ex->up_reported)
+        return;
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = EVENT_EGRESS_PROGRESS;
+    clock_gettime(CLOCK_REALTIME, &ev.ts);
+    ev.id = ex->id;
+    ev.agent = ex->agent_id;
+    ev.method = ex->method[0] != '\0' ? ex->method : NULL;
+    ev.method_bit = ex->mbit;
+    ev.scheme = !ex->have_target ? NULL : ex->is_connect ? "https" : "http";
+    ev.host = ex->have_target ? ex->target.name : NULL;
+    ev.port = ex->have_target ? ex->port : 0;
+    ev.tier = ex->dec.tier;
+    ev.rule = ex->dec.rule;
+    ev.owner = ex->dec.owner;
+    ev.verdict = ex->verdict;
+    ev.reason = ex->reason;
+    ev.ip = ex->ip[0] != '\0' ? ex->ip : NULL;
+    ev.bytes_up = total - ex->up_reported;
+    ex->up_reported = total;
+    ex->up_note_at = *now;
+    bus_publish(&c->gw->bus, &ev);
+}
+
+void progress_note(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    struct timespec now;
+    uint64_t total = ex->bytes_up + (c->tunnel != NULL ? tunnel_bytes_up(c->tunnel) : 0);
+    if (!ex->active || total <= ex->up_reported)
+        return;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t ms = (int64_t)(now.tv_sec - ex->up_note_at.tv_sec) * 1000 +
+                 (now.tv_nsec - ex->up_note_at.tv_nsec) / 1000000;
+    if (total - ex->up_reported >= PROGRESS_BYTES || ms >= PROGRESS_MS)
+        publish(c, total, &now);
+}
+
+void progress_on_tunnel(void *arg)
+{
+    progress_note(arg);
+}
+
+void progress_flush(struct conn *c)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    publish(c, c->ex.bytes_up, &now);
+}

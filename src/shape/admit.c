@@ -1,0 +1,88 @@
+#include "shape/admit.h"
+
+#include <event2/bufferevent.h>
+
+#include "gate/conn.h"
+#include "gate/gateway.h"
+#include "shape/quota.h"
+
+#define NS_PER_S 1000000000ull
+
+unsigned shape_retry_after(uint64_t ns)
+{
+    uint64_t s = ns / NS_PER_S + (ns % NS_PER_S != 0);
+    if (s == 0)
+        s = 1;
+    return s > 86400u * 365 ? 86400u * 365 : (unsigned)s;
+}
+
+/* Refuses with <reason>, or lets a report-mode agent through. */
+static bool refuse(struct conn *c, enum deny_reason reason, uint64_t wait_ns)
+{
+    struct exchange *ex = &c->ex;
+    if (ex->mode == AGENT_REPORT) {
+        if (ex->verdict == VERDICT_ALLOW) {
+            ex->verdict = VERDICT_REPORT;
+            ex->reason = reason;
+        }
+        return false;
+    }
+    ex->retry_after = shape_retry_after(wait_ns);
+    conn_refuse(c, reason, NULL, true);
+    return true;
+}
+
+bool shape_check_quarantine(struct conn *c)
+{
+    struct quota *q = c->gw->quota;
+    if (q == NULL || c->ex.agent_id == NULL)
+        return false;
+    uint64_t left = quota_quarantine_left(q, c->ex.agent_id, quota_now());
+    return left > 0 && refuse(c, REASON_QUARANTINED, left);
+}
+
+bool shape_check_rate(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    struct quota *q = c->gw->quota;
+    if (q == NULL || ex->agent_id == NULL)
+        return false;
+    const struct policy *p = ex->pol->policy;
+    uint64_t now = quota_now(), wait = 0;
+    if (quota_admit(q, p, ex->agent_id, ex->dec.rule, now, &wait) < 0 &&
+        refuse(c, REASON_RATE_LIMITED, wait))
+        return true;
+    if (ex->flow == NULL)
+        ex->flow = quota_flow_open(q, p, ex->agent_id, ex->dec.rule, now);
+    return false;
+}
+
+static void on_upload_refill(void *arg)
+{
+    struct conn *c = arg;
+    if (c->state != CS_FORWARD || c->ex.req_done)
+        return;
+    if (c->up != NULL && !c->ex.rsp_head_done) {
+        /* A shaped upload may outlast idle_timeout: the upstream is not idle
+         * while it is being sent to, so its answer deadline starts again. */
+        uint64_t ms = conn_idle_ms(c);
+        struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+        bufferevent_set_timeouts(c->up, &tv, &tv);
+    }
+    bufferevent_enable(c->client, EV_READ);
+    forward_on_client_read(c);
+}
+
+void shape_pause_upload(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    bufferevent_disable(c->client, EV_READ);
+    if (quota_flow_pause(ex->flow, FLOW_HIGH, quota_now(), on_upload_refill, c) < 0) {
+        /* No timer: the bytes go unshaped rather than stall for ever. */
+        quota_flow_close(ex->flow);
+        ex->flow = NULL;
+        bufferevent_enable(c->client, EV_READ);
+        bufferevent_trigger(c->client, EV_READ,
+                            BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+    }
+}

@@ -1,0 +1,36 @@
+/* admit: where the gate's request flow meets shaping (quota.h).
+ *
+ * conn.c calls these at two points of a request's one way through:
+ * shape_check_quarantine() right after the agent is identified (before any
+ * other decision), and shape_check_rate() once the policy has allowed the
+ * request and before it is resolved. Each refuses through conn_refuse() with
+ * a Retry-After computed from the quarantine or the bucket (ceil, in whole
+ * seconds), or, for an agent in report mode, records the reason and lets
+ * the request go on, like every other denial in report mode. An admitted
+ * request gets its upload flow (ex->flow) when a bandwidth limit applies:
+ * forward.c and tunnel.c meter the bytes sent upstream through it. */
+#ifndef SLUICE_SHAPE_ADMIT_H
+#define SLUICE_SHAPE_ADMIT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct conn;
+
+/* Refuses the current exchange of <c> with `quarantined` when its agent is
+ * in quarantine: returns true (<c> may be gone). */
+bool shape_check_quarantine(struct conn *c);
+/* Takes a request token for the current exchange of <c>; when there is
+ * none, refuses it with `rate_limited` and returns true (<c> may be gone).
+ * Otherwise opens ex->flow when the upload is shaped and returns false. */
+bool shape_check_rate(struct conn *c);
+/* The upload of <c> (a plain HTTP request body) is over its bandwidth:
+ * stops reading from the client and arms the flow's timer, which reads
+ * again once the bucket has refilled. Nothing is dropped: bytes already
+ * read wait in the input buffer. */
+void shape_pause_upload(struct conn *c);
+/* Whole seconds to tell an agent to wait for <ns> nanoseconds: rounded up,
+ * at least 1. */
+unsigned shape_retry_after(uint64_t ns);
+
+#endif

@@ -1,0 +1,528 @@
+#include "shape/quota.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/event.h>
+
+#include "shape/bucket.h"
+
+#define NSLOTS           1024u /* hash chains (a power of two) */
+#define NS_PER_MS        1000000ull
+#define NS_PER_S         1000000000ull
+#define KEY_AGENT        'A'
+#define KEY_RULE         'R'
+#define FLOW_MIN_WAIT_MS 1
+
+typedef unsigned __int128 u128;
+
+/* The rate a bucket pair was last configured with. */
+struct spec {
+    uint64_t requests, per_ms, burst, bandwidth;
+};
+
+struct qentry {
+    struct qentry *next; /* hash chain */
+    uint64_t hash;
+    char *key; /* KEY_AGENT or KEY_RULE, then the agent id, NUL, the rule identity */
+    size_t keylen;
+    unsigned refs; /* flows holding it: never dropped while > 0 */
+    uint64_t used_ns;
+    struct spec spec;
+    struct bucket req, bw;
+    /* agent entries: quarantine and the denial window */
+    uint64_t q_until_ns;
+    uint64_t win_start_ns, win_count, win_prev;
+};
+
+struct quota {
+    const struct alert_bus *alerts;
+    struct event_base *base;
+    size_t max_entries, nentries;
+    struct qentry *slots[NSLOTS];
+    uint64_t denied_max, denied_per_ns, quarantine_ns;
+    uint64_t q_until_max; /* no quarantine runs past this: the fast path */
+};
+
+struct quota_flow {
+    struct quota *q;
+    struct qentry *e[2]; /* agent, rule; either may be NULL */
+    struct event *timer;
+    bool armed;
+    void (*cb)(void *arg);
+    void *arg;
+};
+
+static uint64_t sat_mul(uint64_t a, uint64_t b)
+{
+    u128 p = (u128)a * b;
+    return p > UINT64_MAX ? UINT64_MAX : (uint64_t)p;
+}
+
+uint64_t quota_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * NS_PER_S + (uint64_t)ts.tv_nsec;
+}
+
+struct quota *quota_new(const struct alert_bus *alerts, struct event_base *base, size_t max_entries)
+{
+    struct quota *q = calloc(1, sizeof(*q));
+    if (q == NULL)
+        return NULL;
+    q->alerts = alerts;
+    q->base = base;
+    q->max_entries = max_entries > 0 ? max_entries : QUOTA_DEFAULT_MAX;
+    return q;
+}
+
+static void entry_free(struct qentry *e)
+{
+    free(e->key);
+    free(e);
+}
+
+void quota_free(struct quota *q)
+{
+    if (q == NULL)
+        return;
+    for (size_t i = 0; i < NSLOTS; i++) {
+        struct qentry *e = q->slots[i];
+        while (e != NULL) {
+            struct qentry *next = e->next;
+            entry_free(e);
+            e = next;
+        }
+    }
+    free(q);
+}
+
+void quota_configure(struct quota *q, const struct policy *p)
+{
+    const struct threshold *t = &p->alerts.denied_burst;
+    q->denied_max = t->set ? t->max : 0;
+    q->denied_per_ns = t->set ? sat_mul(t->per_ms, NS_PER_MS) : 0;
+    q->quarantine_ns = sat_mul(p->limits.quarantine_ms, NS_PER_MS);
+}
+
+size_t quota_entries(const struct quota *q)
+{
+    return q->nentries;
+}
+
+/* --- keys ------------------------------------------------------------------ */
+
+static uint64_t fnv1a(const char *s, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+/* Appends what fits of <s> (<n> bytes) at <*len>; counts all of it. */
+static void put(char *buf, size_t cap, size_t *len, const char *s, size_t n)
+{
+    if (*len < cap) {
+        size_t room = cap - *len;
+        memcpy(buf + *len, s, n < room ? n : room);
+    }
+    *len += n;
+}
+
+size_t quota_rule_identity(const struct rule *r, char *buf, size_t cap)
+{
+    size_t len = 0;
+    char num[32];
+    const char *pat = r->pattern != NULL ? r->pattern : "";
+    put(buf, cap, &len, pat, strlen(pat));
+    put(buf, cap, &len, "|", 1);
+    for (size_t i = 0; i < r->nports; i++) {
+        int n = snprintf(num, sizeof(num), "%s%u", i > 0 ? "," : "", (unsigned)r->ports[i]);
+        put(buf, cap, &len, num, (size_t)n);
+    }
+    int n = snprintf(num, sizeof(num), "|%x|", r->methods);
+    put(buf, cap, &len, num, (size_t)n);
+    for (size_t i = 0; i < r->nagents; i++) {
+        if (i > 0)
+            put(buf, cap, &len, "\x1f", 1);
+        put(buf, cap, &len, r->agents[i], strlen(r->agents[i]));
+    }
+    if (cap > 0)
+        buf[len < cap ? len : cap - 1] = '\0';
+    return len;
+}
+
+/* Builds the key of <agent_id> (and <r> when not NULL) into a new buffer. */
+static char *make_key(const char *agent_id, const struct rule *r, size_t *keylen)
+{
+    size_t alen = strlen(agent_id);
+    size_t rlen = r != NULL ? quota_rule_identity(r, NULL, 0) : 0;
+    size_t len = 1 + alen + (r != NULL ? 1 + rlen : 0);
+    char *k = malloc(len + 1);
+    if (k == NULL)
+        return NULL;
+    k[0] = r != NULL ? KEY_RULE : KEY_AGENT;
+    memcpy(k + 1, agent_id, alen);
+    if (r != NULL) {
+        k[1 + alen] = '\0';
+        quota_rule_identity(r, k + 2 + alen, rlen + 1);
+    }
+    k[len] = '\0';
+    *keylen = len;
+    return k;
+}
+
+/* --- the table ------------------------------------------------------------- */
+
+static struct qentry *find(struct quota *q, const char *key, size_t len, uint64_t h)
+{
+    for (struct qentry *e = q->slots[h & (NSLOTS - 1)]; e != NULL; e = e->next)
+        if (e->hash == h && e->keylen == len && memcmp(e->key, key, len) == 0)
+            return e;
+    return NULL;
+}
+
+static bool window_quiet(const struct quota *q, const struct qentry *e, uint64_t now)
+{
+    if (e->win_count == 0 && e->win_prev == 0)
+        return true;
+    return q->denied_per_ns == 0 || now - e->win_start_ns >= 2 * q->denied_per_ns ||
+           now < e->win_start_ns;
+}
+
+static bool at_rest(const struct quota *q, struct qentry *e, uint64_t now)
+{
+    return e->refs == 0 && e->q_until_ns <= now && window_quiet(q, e, now) &&
+           bucket_at_rest(&e->req, e->spec.burst, now) && bucket_at_rest(&e->bw, 0, now);
+}
+
+static void unlink_entry(struct quota *q, struct qentry *victim)
+{
+    struct qentry **pp = &q->slots[victim->hash & (NSLOTS - 1)];
+    while (*pp != victim)
+        pp = &(*pp)->next;
+    *pp = victim->next;
+    entry_free(victim);
+    q->nentries--;
+}
+
+/* Makes room for one more entry: drops every entry at rest, and when that
+ * frees nothing, the least recently used entry no flow holds. */
+static void evict(struct quota *q, uint64_t now)
+{
+    struct qentry *lru = NULL;
+    size_t before = q->nentries;
+    for (size_t i = 0; i < NSLOTS; i++) {
+        struct qentry **pp = &q->slots[i];
+        while (*pp != NULL) {
+            struct qentry *e = *pp;
+            if (at_rest(q, e, now)) {
+                *pp = e->next;
+                entry_free(e);
+                q->nentries--;
+                continue;
+            }
+            if (e->refs == 0 && (lru == NULL || e->used_ns < lru->used_ns))
+                lru = e;
+            pp = &e->next;
+        }
+    }
+    if (q->nentries == before && lru != NULL)
+        unlink_entry(q, lru);
+}
+
+/* Finds or creates the entry of <agent_id> (and <r>). NULL: out of memory. */
+static struct qentry *lookup(struct quota *q, const char *agent_id, const struct rule *r,
+                             uint64_t now, bool create)
+{
+    size_t len;
+    char *key = make_key(agent_id, r, &len);
+    if (key == NULL)
+        return NULL;
+    uint64_t h = fnv1a(key, len);
+    struct qentry *e = find(q, key, len, h);
+    if (e != NULL || !create) {
+        free(key);
+        if (e != NULL)
+            e->used_ns = now;
+        return e;
+    }
+    if (q->nentries >= q->max_entries)
+        evict(q, now);
+    e = calloc(1, sizeof(*e));
+    if (e == NULL) {
+        free(key);
+        return NULL;
+    }
+    e->key = key;
+    e->keylen = len;
+    e->hash = h;
+    e->used_ns = now;
+    e->next = q->slots[h & (NSLOTS - 1)];
+    q->slots[h & (NSLOTS - 1)] = e;
+    q->nentries++;
+    return e;
+}
+
+/* Brings <e>'s buckets to the rate <rs> (a reload may have changed it). */
+static void apply_spec(struct qentry *e, const struct rate_spec *rs, uint64_t now)
+{
+    struct spec s = {0, 0, 0, 0};
+    if (rs != NULL && rs->set) {
+        s.requests = rs->requests;
+        s.per_ms = rs->per_ms > 0 ? rs->per_ms : 1000;
+        s.burst = rs->burst;
+        s.bandwidth = rs->bandwidth;
+    }
+    if (s.requests != e->spec.requests || s.per_ms != e->spec.per_ms || s.burst != e->spec.burst)
+        bucket_reconfigure(&e->req, s.requests, s.burst, sat_mul(s.per_ms, NS_PER_MS), now);
+    if (s.bandwidth != e->spec.bandwidth)
+        bucket_reconfigure(&e->bw, s.bandwidth, 0, NS_PER_S, now);
+    e->spec = s;
+}
+
+static bool limits_requests(const struct rate_spec *rs)
+{
+    return rs != NULL && rs->set && rs->requests > 0;
+}
+
+static bool limits_bandwidth(const struct rate_spec *rs)
+{
+    return rs != NULL && rs->set && rs->bandwidth > 0;
+}
+
+/* --- quarantine ------------------------------------------------------------ */
+
+uint64_t quota_quarantine_left(struct quota *q, const char *agent_id, uint64_t now_ns)
+{
+    if (now_ns >= q->q_until_max || agent_id == NULL)
+        return 0; /* nobody is in quarantine: no lookup */
+    struct qentry *e = lookup(q, agent_id, NULL, now_ns, false);
+    if (e == NULL || e->q_until_ns <= now_ns)
+        return 0;
+    return e->q_until_ns - now_ns;
+}
+
+bool quota_note_denial(struct quota *q, const char *agent_id, uint64_t now_ns)
+{
+    if (agent_id == NULL || q->denied_max == 0 || q->denied_per_ns == 0 || q->quarantine_ns == 0)
+        return false; /* alert only (or nothing): the denied_burst detector's business */
+    struct qentry *e = lookup(q, agent_id, NULL, now_ns, true);
+    if (e == NULL || e->q_until_ns > now_ns)
+        return false;
+    uint64_t per = q->denied_per_ns;
+    if (now_ns < e->win_start_ns || now_ns - e->win_start_ns >= 2 * per) {
+        e->win_prev = 0;
+        e->win_count = 0;
+        e->win_start_ns = now_ns;
+    } else if (now_ns - e->win_start_ns >= per) {
+        e->win_prev = e->win_count;
+        e->win_count = 0;
+        e->win_start_ns += per;
+    }
+    e->win_count++;
+    /* prev * (per - elapsed) / per + count >= max, in integers. */
+    uint64_t elapsed = now_ns - e->win_start_ns;
+    u128 lhs = (u128)e->win_prev * (per - elapsed) + (u128)e->win_count * per;
+    if (lhs < (u128)q->denied_max * per)
+        return false;
+    e->q_until_ns = now_ns > UINT64_MAX - q->quarantine_ns ? UINT64_MAX : now_ns + q->quarantine_ns;
+    if (e->q_until_ns > q->q_until_max)
+        q->q_until_max = e->q_until_ns;
+    e->win_count = 0;
+    e->win_prev = 0;
+    return true;
+}
+
+static void format_duration(uint64_t ms, char *buf, size_t cap)
+{
+    if (ms % 3600000 == 0)
+        snprintf(buf, cap, "%lluh", (unsigned long long)(ms / 3600000));
+    else if (ms % 60000 == 0)
+        snprintf(buf, cap, "%llum", (unsigned long long)(ms / 60000));
+    else if (ms % 1000 == 0)
+        snprintf(buf, cap, "%llus", (unsigned long long)(ms / 1000));
+    else
+        snprintf(buf, cap, "%llums", (unsigned long long)ms);
+}
+
+void quota_on_event(const struct egress_event *ev, void *arg)
+{
+    struct quota *q = arg;
+    if (ev->kind != EVENT_EGRESS || ev->verdict != VERDICT_DENY ||
+        ev->reason == REASON_QUARANTINED || ev->agent == NULL)
+        return;
+    if (!quota_note_denial(q, ev->agent, quota_now()) || q->alerts == NULL)
+        return;
+    char len[32], per[32], detail[256];
+    format_duration(q->quarantine_ns / NS_PER_MS, len, sizeof(len));
+    format_duration(q->denied_per_ns / NS_PER_MS, per, sizeof(per));
+    snprintf(detail, sizeof(detail),
+             "agent %s quarantined for %s: %llu denials within %s (last: %s)", ev->agent, len,
+             (unsigned long long)q->denied_max, per,
+             ev->reason != REASON_NONE ? reason_name(ev->reason) : "denied");
+    struct alert a = {
+        .kind = ALERT_QUARANTINE,
+        .severity = SEVERITY_HIGH,
+        .agent = ev->agent,
+        .host = ev->host,
+        .tier = ev->tier,
+        .id = ev->id,
+        .detail = detail,
+    };
+    alert_bus_publish(q->alerts, &a);
+}
+
+/* --- requests -------------------------------------------------------------- */
+
+int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, const struct rule *r,
+                uint64_t now_ns, uint64_t *wait_ns)
+{
+    const struct rate_spec *rs[2] = {&p->limits.rate, r != NULL ? &r->rate : NULL};
+    struct qentry *e[2] = {NULL, NULL};
+    uint64_t wait = 0;
+    *wait_ns = 0;
+    for (int i = 0; i < 2; i++) {
+        if (!limits_requests(rs[i]))
+            continue;
+        e[i] = lookup(q, agent_id, i == 0 ? NULL : r, now_ns, true);
+        if (e[i] == NULL) {
+            *wait_ns = NS_PER_S;
+            return -1;
+        }
+        apply_spec(e[i], rs[i], now_ns);
+        uint64_t w = bucket_wait_ns(&e[i]->req, 1, now_ns);
+        if (w > wait)
+            wait = w;
+    }
+    if (wait > 0) {
+        *wait_ns = wait;
+        return -1;
+    }
+    for (int i = 0; i < 2; i++)
+        if (e[i] != NULL)
+            bucket_take(&e[i]->req, 1, now_ns);
+    return 0;
+}
+
+/* --- bandwidth ------------------------------------------------------------- */
+
+struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, const char *agent_id,
+                                   const struct rule *r, uint64_t now_ns)
+{
+    const struct rate_spec *rs[2] = {&p->limits.rate, r != NULL ? &r->rate : NULL};
+    if (agent_id == NULL || (!limits_bandwidth(rs[0]) && !limits_bandwidth(rs[1])))
+        return NULL;
+    struct quota_flow *f = calloc(1, sizeof(*f));
+    if (f == NULL)
+        return NULL;
+    f->q = q;
+    for (int i = 0; i < 2; i++) {
+        if (!limits_bandwidth(rs[i]))
+            continue;
+        struct qentry *e = lookup(q, agent_id, i == 0 ? NULL : r, now_ns, true);
+        if (e == NULL)
+            continue; /* out of memory: that limit goes unshaped */
+        apply_spec(e, rs[i], now_ns);
+        e->refs++;
+        f->e[i] = e;
+    }
+    return f;
+}
+
+size_t quota_flow_allow(struct quota_flow *f, size_t want, uint64_t now_ns)
+{
+    for (int i = 0; i < 2; i++) {
+        if (f->e[i] == NULL)
+            continue;
+        uint64_t a = bucket_available(&f->e[i]->bw, now_ns);
+        if (a < want)
+            want = (size_t)a;
+        f->e[i]->used_ns = now_ns;
+    }
+    return want;
+}
+
+void quota_flow_take(struct quota_flow *f, size_t n, uint64_t now_ns)
+{
+    for (int i = 0; i < 2; i++)
+        if (f->e[i] != NULL)
+            bucket_force(&f->e[i]->bw, n, now_ns);
+}
+
+uint64_t quota_flow_wait_ns(struct quota_flow *f, size_t want, uint64_t now_ns)
+{
+    uint64_t chunk = want > 0 ? want : 1, wait = 0;
+    for (int i = 0; i < 2; i++) {
+        if (f->e[i] == NULL || bucket_is_off(&f->e[i]->bw))
+            continue;
+        uint64_t c = f->e[i]->bw.size / 16;
+        if (c < chunk)
+            chunk = c > 0 ? c : 1;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (f->e[i] == NULL)
+            continue;
+        uint64_t w = bucket_wait_ns(&f->e[i]->bw, chunk, now_ns);
+        if (w > wait)
+            wait = w;
+    }
+    return wait;
+}
+
+static void on_flow_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct quota_flow *f = arg;
+    (void)fd;
+    (void)what;
+    f->armed = false;
+    if (f->cb != NULL)
+        f->cb(f->arg);
+}
+
+int quota_flow_pause(struct quota_flow *f, size_t want, uint64_t now_ns, void (*cb)(void *arg),
+                     void *arg)
+{
+    if (f->q->base == NULL)
+        return -1;
+    if (f->timer == NULL) {
+        f->timer = evtimer_new(f->q->base, on_flow_timer, f);
+        if (f->timer == NULL)
+            return -1;
+    }
+    uint64_t ms = (quota_flow_wait_ns(f, want, now_ns) + NS_PER_MS - 1) / NS_PER_MS;
+    if (ms < FLOW_MIN_WAIT_MS)
+        ms = FLOW_MIN_WAIT_MS;
+    if (ms > 3600000)
+        ms = 3600000; /* a bucket refills within its period; bounded anyway */
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    f->cb = cb;
+    f->arg = arg;
+    if (evtimer_add(f->timer, &tv) < 0)
+        return -1;
+    f->armed = true;
+    return 0;
+}
+
+bool quota_flow_paused(const struct quota_flow *f)
+{
+    return f != NULL && f->armed;
+}
+
+void quota_flow_close(struct quota_flow *f)
+{
+    if (f == NULL)
+        return;
+    if (f->timer != NULL)
+        event_free(f->timer);
+    for (int i = 0; i < 2; i++)
+        if (f->e[i] != NULL && f->e[i]->refs > 0)
+            f->e[i]->refs--;
+    free(f);
+}

@@ -1,0 +1,113 @@
+/* quota: per-agent and per-agent-per-rule token buckets, and quarantine.
+ *
+ * One struct quota lives as long as the gateway (not the policy), so the
+ * state it keeps survives a policy reload:
+ *  - an agent entry per agent id: the limits.rate buckets (requests and
+ *    upload bandwidth, all the agent's traffic together), the count of its
+ *    recent denials and its quarantine;
+ *  - a rule entry per (agent id, rule identity): the rule's rate buckets
+ *    for that agent. A rule's identity is what makes it that rule: its host
+ *    pattern or CIDR, ports, methods and agents, never its position in the
+ *    file or its address in memory, so a reload that keeps a rule keeps its
+ *    buckets, and one that edits its rate reconfigures them without
+ *    granting tokens (bucket_reconfigure).
+ *
+ * Requests take one token from each request bucket that applies (agent,
+ * rule), both or neither. Bandwidth is one token per byte sent upstream,
+ * taken through a quota_flow; bandwidth never refuses anything, it only
+ * makes the sender wait (quota_flow_pause).
+ *
+ * Quarantine: each denial (other than `quarantined` itself) of a known
+ * agent is counted within alerts.denied_burst's period; when the count
+ * reaches its max and limits.quarantine is above 0, the agent is refused
+ * for that long and one `quarantine` alert is published. The count is a
+ * sliding window estimated from two fixed windows (the current and the
+ * previous, weighted by how much of it still overlaps the period).
+ *
+ * Memory is bounded: at most <max_entries> entries (QUOTA_DEFAULT_MAX
+ * when 0). An entry that is at rest (full buckets, no debt, no quarantine,
+ * no recent denials) is the same as no entry, and is dropped first; beyond
+ * that the least recently used entry not held by a flow is dropped.
+ *
+ * Time: every function takes a CLOCK_MONOTONIC time in nanoseconds
+ * (quota_now()), so the arithmetic is testable without sleeping. */
+#ifndef SLUICE_SHAPE_QUOTA_H
+#define SLUICE_SHAPE_QUOTA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "policy/model.h"
+#include "watch/alert.h"
+#include "watch/event.h"
+
+struct event_base;
+struct quota;
+struct quota_flow;
+
+#define QUOTA_DEFAULT_MAX 8192
+
+/* Returns a new quota that publishes its alerts on <alerts> (borrowed, may
+ * be NULL) and arms flow timers on <base> (borrowed, may be NULL: then
+ * quota_flow_pause fails). NULL when out of memory. */
+struct quota *quota_new(const struct alert_bus *alerts, struct event_base *base,
+                        size_t max_entries);
+/* Frees <q>. Every flow must be closed first. Accepts NULL. */
+void quota_free(struct quota *q);
+/* Takes denied_burst and quarantine from <p> (copied): called when a
+ * policy comes into force. Quarantines already running keep their end. */
+void quota_configure(struct quota *q, const struct policy *p);
+/* CLOCK_MONOTONIC now, in nanoseconds. */
+uint64_t quota_now(void);
+/* Entries tracked (for tests and metrics). */
+size_t quota_entries(const struct quota *q);
+
+/* Nanoseconds of quarantine left for <agent_id>; 0 when it is not in
+ * quarantine. */
+uint64_t quota_quarantine_left(struct quota *q, const char *agent_id, uint64_t now_ns);
+
+/* Admits one request (or tunnel) of <agent_id> under rule <r> (NULL: none)
+ * of policy <p>: takes one token from the agent's and the rule's request
+ * buckets. Returns 0, or -1 when one of them is empty: nothing is taken,
+ * and <*wait_ns> says when a token will be there. Out of memory: -1 with
+ * a wait of one second (a request that cannot be accounted is refused). */
+int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, const struct rule *r,
+                uint64_t now_ns, uint64_t *wait_ns);
+
+/* Counts one denial of <agent_id>; returns true when it put the agent in
+ * quarantine (the caller publishes the alert; quota_on_event does). */
+bool quota_note_denial(struct quota *q, const char *agent_id, uint64_t now_ns);
+/* The egress bus subscriber (<arg> is the struct quota): counts denials
+ * and publishes the `quarantine` alert. */
+void quota_on_event(const struct egress_event *ev, void *arg);
+
+/* Opens the upload accounting of one request or tunnel of <agent_id> under
+ * <r> (NULL: none). Returns NULL when no bandwidth limit applies (nothing to
+ * do: the fast path) or when out of memory (then the bytes go unshaped).
+ * The caller closes it with quota_flow_close(). */
+struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, const char *agent_id,
+                                   const struct rule *r, uint64_t now_ns);
+/* Bytes, up to <want>, that may be sent now (not taken). */
+size_t quota_flow_allow(struct quota_flow *f, size_t want, uint64_t now_ns);
+/* Takes <n> bytes' tokens (bytes that have moved: may go into debt). */
+void quota_flow_take(struct quota_flow *f, size_t n, uint64_t now_ns);
+/* Nanoseconds until a useful amount of <want> bytes may move: the smaller
+ * of <want> and a sixteenth of the smallest bucket (at least one byte). */
+uint64_t quota_flow_wait_ns(struct quota_flow *f, size_t want, uint64_t now_ns);
+/* Arms the flow's one-shot timer to call <cb>(<arg>) after
+ * quota_flow_wait_ns() (at least 1 ms). Re-arming replaces the previous
+ * call. Returns 0, or -1 (no event base, out of memory). */
+int quota_flow_pause(struct quota_flow *f, size_t want, uint64_t now_ns, void (*cb)(void *arg),
+                     void *arg);
+/* True while the timer armed by quota_flow_pause() has not fired. */
+bool quota_flow_paused(const struct quota_flow *f);
+/* Cancels the timer, releases the entries, frees <f>. Accepts NULL. */
+void quota_flow_close(struct quota_flow *f);
+
+/* The identity of <r> ("pattern|ports|methods|agents") into <buf>; returns
+ * its length, or the length it needs when that is >= <cap> (snprintf's
+ * convention). */
+size_t quota_rule_identity(const struct rule *r, char *buf, size_t cap);
+
+#endif

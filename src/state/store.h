@@ -1,0 +1,81 @@
+/* store: the state store, one SQLite database in WAL mode (DIR/sluice.db).
+ *
+ * What the gateway remembers across restarts: first-contact memory (agent,
+ * host), per-agent traffic baselines, the webhook delivery queue and a few
+ * counters. Reads happen once, at start (store_load_*), into the memory of
+ * the module that uses them; writes are queued in memory by store_put_* and
+ * committed in one transaction by store_flush(), which the caller runs on a
+ * timer: the event loop never waits on a write per request.
+ *
+ * A missing database is created (and DIR with it, mode 0750). A database
+ * that is not SQLite or fails its integrity check is moved aside to
+ * sluice.db.corrupt-<unix time> and a new one created; the warning says so.
+ *
+ * Owns: the database handle and the queue of writes not yet committed. */
+#ifndef SLUICE_STATE_STORE_H
+#define SLUICE_STATE_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define STORE_FILE        "sluice.db"
+#define STORE_SCHEMA      1
+#define STORE_PENDING_MAX 100000 /* writes waiting for a commit; older ones dropped beyond */
+
+struct store;
+
+struct store_baseline {
+    double req_avg;   /* requests per minute, exponentially weighted */
+    double bytes_avg; /* bytes per minute */
+    int64_t since_ms; /* when learning started (wall clock ms) */
+    int64_t minute;   /* the last minute folded into the averages (unix ms / 60000) */
+};
+
+/* Opens (creating when missing) the store in directory <dir>. Returns it,
+ * or NULL with <*err> set to a malloc'd message (the caller frees it and
+ * runs without a store). A corrupt database is moved aside and replaced:
+ * then <*warn> is set to a malloc'd message saying so (NULL otherwise). */
+struct store *store_open(const char *dir, char **err, char **warn);
+
+/* Commits the queued writes, then closes. Accepts NULL. */
+void store_close(struct store *s);
+
+/* The database's path ("DIR/sluice.db"); owned by <s>. */
+const char *store_path(const struct store *s);
+
+typedef void (*store_contact_fn)(const char *agent, const char *host, int64_t first_ms, void *arg);
+typedef void (*store_baseline_fn)(const char *agent, const struct store_baseline *b, void *arg);
+typedef void (*store_queue_fn)(int64_t id, const char *sink, const char *body, int attempts,
+                               void *arg);
+typedef void (*store_counter_fn)(const char *name, uint64_t value, void *arg);
+
+/* Each calls <fn> for every stored row (queue rows oldest first). Returns
+ * the number of rows, or -1 on a database error (reported on stderr). */
+int store_load_contacts(struct store *s, store_contact_fn fn, void *arg);
+int store_load_baselines(struct store *s, store_baseline_fn fn, void *arg);
+int store_load_queue(struct store *s, store_queue_fn fn, void *arg);
+int store_load_counters(struct store *s, store_counter_fn fn, void *arg);
+
+/* Queued writes (committed by store_flush). Strings are copied. Each
+ * returns 0, or -1 when out of memory (the write is dropped and counted). */
+int store_put_contact(struct store *s, const char *agent, const char *host, int64_t first_ms);
+int store_put_baseline(struct store *s, const char *agent, const struct store_baseline *b);
+int store_put_counter(struct store *s, const char *name, uint64_t value);
+/* Queues an alert <body> for the webhook <sink>; returns its id (> 0), or
+ * -1 when out of memory. */
+int64_t store_queue_add(struct store *s, const char *sink, const char *body);
+int store_queue_attempts(struct store *s, int64_t id, int attempts);
+int store_queue_del(struct store *s, int64_t id);
+
+/* Commits every queued write in one transaction. Returns 0 (nothing left
+ * queued), or -1 when the commit failed: the writes stay queued for the
+ * next try (at most STORE_PENDING_MAX) and the error is reported once on
+ * stderr until a commit succeeds again. */
+int store_flush(struct store *s);
+/* True when writes are waiting for store_flush(). */
+bool store_dirty(const struct store *s);
+/* Writes dropped so far (out of memory, or over STORE_PENDING_MAX). */
+uint64_t store_dropped(const struct store *s);
+
+#endif

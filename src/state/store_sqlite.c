@@ -1,0 +1,526 @@
+/* store_sqlite: the state store on SQLite (see store.h).
+ *
+ * Layout (schema version 1, in table meta):
+ *   meta(key TEXT PRIMARY KEY, value TEXT)
+ *   first_contact(agent TEXT, host TEXT, first_ms INTEGER, PRIMARY KEY(agent, host))
+ *   baseline(agent TEXT PRIMARY KEY, req_avg REAL, bytes_avg REAL, since_ms INTEGER,
+ *            minute INTEGER)
+ *   alert_queue(id INTEGER PRIMARY KEY, sink TEXT, body TEXT, attempts INTEGER,
+ *               created_ms INTEGER)
+ *   counter(name TEXT PRIMARY KEY, value INTEGER) */
+#include "state/store.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+enum op_kind { OP_CONTACT, OP_BASELINE, OP_COUNTER, OP_QADD, OP_QATTEMPTS, OP_QDEL };
+
+struct op {
+    enum op_kind kind;
+    char *a, *b; /* agent/host, agent, name, sink/body */
+    int64_t n;   /* first_ms, counter value, queue id */
+    int64_t m;   /* attempts, created_ms */
+    struct store_baseline bl;
+};
+
+struct store {
+    sqlite3 *db;
+    char *path;
+    struct op *ops;
+    size_t nops, cap;
+    int64_t next_qid;
+    uint64_t dropped;
+    bool failing; /* the last commit failed (reported once) */
+};
+
+static const char schema[] =
+    "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);"
+    "CREATE TABLE IF NOT EXISTS first_contact(agent TEXT NOT NULL, host TEXT NOT NULL,"
+    " first_ms INTEGER NOT NULL, PRIMARY KEY(agent, host));"
+    "CREATE TABLE IF NOT EXISTS baseline(agent TEXT PRIMARY KEY, req_avg REAL NOT NULL,"
+    " bytes_avg REAL NOT NULL, since_ms INTEGER NOT NULL, minute INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS alert_queue(id INTEGER PRIMARY KEY, sink TEXT NOT NULL,"
+    " body TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, created_ms INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS counter(name TEXT PRIMARY KEY, value INTEGER NOT NULL);"
+    "INSERT OR IGNORE INTO meta(key, value) VALUES('schema', '1');";
+
+__attribute__((format(printf, 1, 2))) static char *msg(const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    return strdup(buf);
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Opens <path> and makes sure it is a healthy sluice database. Returns
+ * SQLITE_OK, or the error (with *db closed and NULL). */
+static int open_db(const char *path, sqlite3 **db, char **why)
+{
+    int rc = sqlite3_open_v2(path, db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+    sqlite3_stmt *st = NULL;
+    *why = NULL;
+    if (rc != SQLITE_OK)
+        goto err;
+    sqlite3_busy_timeout(*db, 200);
+    rc = sqlite3_exec(*db, "PRAGMA journal_mode=WAL", NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        goto err;
+    rc = sqlite3_prepare_v2(*db, "PRAGMA quick_check", -1, &st, NULL);
+    if (rc != SQLITE_OK)
+        goto err;
+    rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        rc = rc == SQLITE_DONE ? SQLITE_CORRUPT : rc;
+        goto err;
+    }
+    const unsigned char *res = sqlite3_column_text(st, 0);
+    if (res == NULL || strcmp((const char *)res, "ok") != 0) {
+        rc = SQLITE_CORRUPT;
+        goto err;
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    rc = sqlite3_exec(*db,
+                      "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF;"
+                      "PRAGMA wal_autocheckpoint=1000;",
+                      NULL, NULL, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(*db, schema, NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        goto err;
+    return SQLITE_OK;
+err:
+    *why = strdup(*db != NULL ? sqlite3_errmsg(*db) : sqlite3_errstr(rc));
+    if (st != NULL)
+        sqlite3_finalize(st);
+    sqlite3_close(*db);
+    *db = NULL;
+    return rc;
+}
+
+static bool is_corruption(int rc)
+{
+    rc &= 0xff;
+    return rc == SQLITE_CORRUPT || rc == SQLITE_NOTADB;
+}
+
+static void move_aside(const char *path, char *dst, size_t dstlen)
+{
+    static const char *const sfx[] = {"", "-wal", "-shm"};
+    long t = (long)time(NULL);
+    for (size_t i = 0; i < 3; i++) {
+        char from[4200], to[4300];
+        snprintf(from, sizeof(from), "%s%s", path, sfx[i]);
+        snprintf(to, sizeof(to), "%s.corrupt-%ld%s", path, t, sfx[i]);
+        if (rename(from, to) == 0 && i == 0)
+            snprintf(dst, dstlen, "%s", to);
+    }
+}
+
+struct store *store_open(const char *dir, char **err, char **warn)
+{
+    struct store *s = NULL;
+    char *why = NULL;
+    struct stat st;
+
+    *err = NULL;
+    *warn = NULL;
+    if (dir == NULL || dir[0] == '\0' || strlen(dir) > 4000) {
+        *err = msg("%s%s: not a usable state directory", dir ? dir : "", "");
+        return NULL;
+    }
+    if (stat(dir, &st) != 0) {
+        if (errno != ENOENT || mkdir(dir, 0750) != 0) {
+            *err = msg("%s: cannot create the state directory: %s", dir, strerror(errno));
+            return NULL;
+        }
+    } else if (!S_ISDIR(st.st_mode)) {
+        *err = msg("%s: %s", dir, "not a directory");
+        return NULL;
+    }
+    s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        goto nomem;
+    size_t n = strlen(dir) + sizeof("/" STORE_FILE);
+    if ((s->path = malloc(n)) == NULL)
+        goto nomem;
+    snprintf(s->path, n, "%s/%s", dir, STORE_FILE);
+    int rc = open_db(s->path, &s->db, &why);
+    if (rc != SQLITE_OK && is_corruption(rc)) {
+        char moved[4400] = "";
+        move_aside(s->path, moved, sizeof(moved));
+        char buf[5000];
+        snprintf(buf, sizeof(buf),
+                 "%s: the state store is corrupt (%s); moved to %s and started afresh: first-"
+                 "contact memory, baselines and queued webhook alerts are lost",
+                 s->path, why ? why : "corrupt", moved[0] ? moved : "(could not move)");
+        *warn = strdup(buf);
+        free(why);
+        rc = open_db(s->path, &s->db, &why);
+    }
+    if (rc != SQLITE_OK) {
+        *err = msg("%s: cannot open the state store: %s", s->path, why ? why : "error");
+        free(why);
+        free(s->path);
+        free(s);
+        return NULL;
+    }
+    sqlite3_stmt *q = NULL;
+    s->next_qid = 1;
+    if (sqlite3_prepare_v2(s->db, "SELECT coalesce(max(id), 0) FROM alert_queue", -1, &q, NULL) ==
+            SQLITE_OK &&
+        sqlite3_step(q) == SQLITE_ROW)
+        s->next_qid = sqlite3_column_int64(q, 0) + 1;
+    sqlite3_finalize(q);
+    return s;
+nomem:
+    if (s != NULL)
+        free(s->path);
+    free(s);
+    *err = msg("%s: %s", dir, "out of memory");
+    return NULL;
+}
+
+const char *store_path(const struct store *s)
+{
+    return s->path;
+}
+
+static void op_free(struct op *o)
+{
+    free(o->a);
+    free(o->b);
+}
+
+void store_close(struct store *s)
+{
+    if (s == NULL)
+        return;
+    if (store_flush(s) < 0)
+        fprintf(stderr, "sluice: state %s: %zu write(s) lost at exit\n", s->path, s->nops);
+    for (size_t i = 0; i < s->nops; i++)
+        op_free(&s->ops[i]);
+    free(s->ops);
+    sqlite3_close(s->db);
+    free(s->path);
+    free(s);
+}
+
+/* ---- loading -------------------------------------------------------------- */
+
+static const char *col_text(sqlite3_stmt *st, int i)
+{
+    const unsigned char *t = sqlite3_column_text(st, i);
+    return t != NULL ? (const char *)t : "";
+}
+
+static int load_fail(struct store *s, sqlite3_stmt *st)
+{
+    fprintf(stderr, "sluice: state %s: cannot read: %s\n", s->path, sqlite3_errmsg(s->db));
+    sqlite3_finalize(st);
+    return -1;
+}
+
+int store_load_contacts(struct store *s, store_contact_fn fn, void *arg)
+{
+    sqlite3_stmt *st = NULL;
+    int n = 0, rc;
+    if (sqlite3_prepare_v2(s->db, "SELECT agent, host, first_ms FROM first_contact", -1, &st,
+                           NULL) != SQLITE_OK)
+        return load_fail(s, st);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        fn(col_text(st, 0), col_text(st, 1), sqlite3_column_int64(st, 2), arg);
+        n++;
+    }
+    if (rc != SQLITE_DONE)
+        return load_fail(s, st);
+    sqlite3_finalize(st);
+    return n;
+}
+
+int store_load_baselines(struct store *s, store_baseline_fn fn, void *arg)
+{
+    sqlite3_stmt *st = NULL;
+    int n = 0, rc;
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT agent, req_avg, bytes_avg, since_ms, minute FROM baseline", -1,
+                           &st, NULL) != SQLITE_OK)
+        return load_fail(s, st);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        struct store_baseline b = {
+            .req_avg = sqlite3_column_double(st, 1),
+            .bytes_avg = sqlite3_column_double(st, 2),
+            .since_ms = sqlite3_column_int64(st, 3),
+            .minute = sqlite3_column_int64(st, 4),
+        };
+        fn(col_text(st, 0), &b, arg);
+        n++;
+    }
+    if (rc != SQLITE_DONE)
+        return load_fail(s, st);
+    sqlite3_finalize(st);
+    return n;
+}
+
+int store_load_queue(struct store *s, store_queue_fn fn, void *arg)
+{
+    sqlite3_stmt *st = NULL;
+    int n = 0, rc;
+    if (sqlite3_prepare_v2(s->db, "SELECT id, sink, body, attempts FROM alert_queue ORDER BY id",
+                           -1, &st, NULL) != SQLITE_OK)
+        return load_fail(s, st);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        fn(sqlite3_column_int64(st, 0), col_text(st, 1), col_text(st, 2), sqlite3_column_int(st, 3),
+           arg);
+        n++;
+    }
+    if (rc != SQLITE_DONE)
+        return load_fail(s, st);
+    sqlite3_finalize(st);
+    return n;
+}
+
+int store_load_counters(struct store *s, store_counter_fn fn, void *arg)
+{
+    sqlite3_stmt *st = NULL;
+    int n = 0, rc;
+    if (sqlite3_prepare_v2(s->db, "SELECT name, value FROM counter", -1, &st, NULL) != SQLITE_OK)
+        return load_fail(s, st);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        sqlite3_int64 v = sqlite3_column_int64(st, 1);
+        fn(col_text(st, 0), v > 0 ? (uint64_t)v : 0, arg);
+        n++;
+    }
+    if (rc != SQLITE_DONE)
+        return load_fail(s, st);
+    sqlite3_finalize(st);
+    return n;
+}
+
+/* ---- queued writes ---------------------------------------------------------- */
+
+static struct op *push(struct store *s)
+{
+    if (s->nops >= STORE_PENDING_MAX) {
+        /* Over the cap: the oldest write goes. */
+        op_free(&s->ops[0]);
+        memmove(s->ops, s->ops + 1, (s->nops - 1) * sizeof(*s->ops));
+        s->nops--;
+        s->dropped++;
+    }
+    if (s->nops == s->cap) {
+        size_t nc = s->cap ? s->cap * 2 : 64;
+        struct op *no = realloc(s->ops, nc * sizeof(*no));
+        if (no == NULL) {
+            s->dropped++;
+            return NULL;
+        }
+        s->ops = no;
+        s->cap = nc;
+    }
+    struct op *o = &s->ops[s->nops];
+    memset(o, 0, sizeof(*o));
+    return o;
+}
+
+static int commit_op(struct store *s, struct op *o, char *a, char *b, bool need_a, bool need_b)
+{
+    if ((need_a && a == NULL) || (need_b && b == NULL)) {
+        free(a);
+        free(b);
+        s->dropped++;
+        return -1;
+    }
+    o->a = a;
+    o->b = b;
+    s->nops++;
+    return 0;
+}
+
+int store_put_contact(struct store *s, const char *agent, const char *host, int64_t first_ms)
+{
+    struct op *o = push(s);
+    if (o == NULL)
+        return -1;
+    o->kind = OP_CONTACT;
+    o->n = first_ms;
+    return commit_op(s, o, strdup(agent), strdup(host), true, true);
+}
+
+int store_put_baseline(struct store *s, const char *agent, const struct store_baseline *b)
+{
+    /* Only the latest value of an agent's baseline matters. */
+    for (size_t i = s->nops; i-- > 0;)
+        if (s->ops[i].kind == OP_BASELINE && strcmp(s->ops[i].a, agent) == 0) {
+            s->ops[i].bl = *b;
+            return 0;
+        }
+    struct op *o = push(s);
+    if (o == NULL)
+        return -1;
+    o->kind = OP_BASELINE;
+    o->bl = *b;
+    return commit_op(s, o, strdup(agent), NULL, true, false);
+}
+
+int store_put_counter(struct store *s, const char *name, uint64_t value)
+{
+    for (size_t i = s->nops; i-- > 0;)
+        if (s->ops[i].kind == OP_COUNTER && strcmp(s->ops[i].a, name) == 0) {
+            s->ops[i].n = (int64_t)value;
+            return 0;
+        }
+    struct op *o = push(s);
+    if (o == NULL)
+        return -1;
+    o->kind = OP_COUNTER;
+    o->n = (int64_t)value;
+    return commit_op(s, o, strdup(name), NULL, true, false);
+}
+
+int64_t store_queue_add(struct store *s, const char *sink, const char *body)
+{
+    struct op *o = push(s);
+    if (o == NULL)
+        return -1;
+    o->kind = OP_QADD;
+    o->n = s->next_qid;
+    o->m = now_ms();
+    if (commit_op(s, o, strdup(sink), strdup(body), true, true) < 0)
+        return -1;
+    return s->next_qid++;
+}
+
+int store_queue_attempts(struct store *s, int64_t id, int attempts)
+{
+    struct op *o = push(s);
+    if (o == NULL)
+        return -1;
+    o->kind = OP_QATTEMPTS;
+    o->n = id;
+    o->m = attempts;
+    return commit_op(s, o, NULL, NULL, false, false);
+}
+
+int store_queue_del(struct store *s, int64_t id)
+{
+    struct op *o = push(s);
+    if (o == NULL)
+        return -1;
+    o->kind = OP_QDEL;
+    o->n = id;
+    return commit_op(s, o, NULL, NULL, false, false);
+}
+
+bool store_dirty(const struct store *s)
+{
+    return s != NULL && s->nops > 0;
+}
+
+uint64_t store_dropped(const struct store *s)
+{
+    return s->dropped;
+}
+
+static const char *const op_sql[] = {
+    [OP_CONTACT] = "INSERT OR IGNORE INTO first_contact(agent, host, first_ms) VALUES(?1, ?2, ?3)",
+    [OP_BASELINE] = "INSERT OR REPLACE INTO baseline(agent, req_avg, bytes_avg, since_ms, minute)"
+                    " VALUES(?1, ?4, ?5, ?3, ?6)",
+    [OP_COUNTER] = "INSERT OR REPLACE INTO counter(name, value) VALUES(?1, ?3)",
+    [OP_QADD] = "INSERT OR REPLACE INTO alert_queue(id, sink, body, attempts, created_ms)"
+                " VALUES(?3, ?1, ?2, 0, ?6)",
+    [OP_QATTEMPTS] = "UPDATE alert_queue SET attempts = ?6 WHERE id = ?3",
+    [OP_QDEL] = "DELETE FROM alert_queue WHERE id = ?3",
+};
+
+static int run_op(struct store *s, sqlite3_stmt **cache, const struct op *o)
+{
+    sqlite3_stmt **st = &cache[o->kind];
+    if (*st == NULL && sqlite3_prepare_v2(s->db, op_sql[o->kind], -1, st, NULL) != SQLITE_OK)
+        return -1;
+    sqlite3_reset(*st);
+    sqlite3_clear_bindings(*st);
+    int np = sqlite3_bind_parameter_count(*st);
+    for (int i = 1; i <= np; i++) {
+        const char *name = sqlite3_bind_parameter_name(*st, i);
+        int which = name != NULL ? atoi(name + 1) : i;
+        switch (which) {
+        case 1:
+            sqlite3_bind_text(*st, i, o->a, -1, SQLITE_STATIC);
+            break;
+        case 2:
+            sqlite3_bind_text(*st, i, o->b, -1, SQLITE_STATIC);
+            break;
+        case 3:
+            sqlite3_bind_int64(*st, i, o->kind == OP_BASELINE ? o->bl.since_ms : o->n);
+            break;
+        case 4:
+            sqlite3_bind_double(*st, i, o->bl.req_avg);
+            break;
+        case 5:
+            sqlite3_bind_double(*st, i, o->bl.bytes_avg);
+            break;
+        case 6:
+            sqlite3_bind_int64(*st, i, o->kind == OP_BASELINE ? o->bl.minute : o->m);
+            break;
+        default:
+            break;
+        }
+    }
+    int rc = sqlite3_step(*st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+int store_flush(struct store *s)
+{
+    sqlite3_stmt *cache[OP_QDEL + 1] = {NULL};
+    int rc = 0;
+    if (s == NULL || s->nops == 0)
+        return 0;
+    if (sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+        rc = -1;
+        goto out;
+    }
+    for (size_t i = 0; i < s->nops && rc == 0; i++)
+        rc = run_op(s, cache, &s->ops[i]);
+    if (rc == 0 && sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+        rc = -1;
+out:
+    if (rc != 0) {
+        if (!s->failing)
+            fprintf(stderr,
+                    "sluice: state %s: cannot write: %s (%zu write(s) kept for retry; the gate "
+                    "goes on)\n",
+                    s->path, sqlite3_errmsg(s->db), s->nops);
+        s->failing = true;
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    } else {
+        if (s->failing)
+            fprintf(stderr, "sluice: state %s: writing again\n", s->path);
+        s->failing = false;
+        for (size_t i = 0; i < s->nops; i++)
+            op_free(&s->ops[i]);
+        s->nops = 0;
+    }
+    for (size_t i = 0; i < sizeof(cache) / sizeof(cache[0]); i++)
+        sqlite3_finalize(cache[i]);
+    return rc;
+}

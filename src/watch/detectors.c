@@ -1,0 +1,601 @@
+/* detectors: decision events in, alerts out (see detectors.h). */
+#include "watch/detectors.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "policy/lint.h"
+#include "state/store.h"
+#include "util/units.h"
+#include "watch/window.h"
+
+#define DETAIL_MAX    600
+#define PATH_SHOWN    200
+#define MINUTE_MS     60000
+#define BYTES_FLOOR_K 1024 /* the baseline floor counts KiB for bytes */
+
+struct cfg {
+    bool present;
+    bool first_contact;
+    struct threshold write_burst, upload_bytes, denied_burst;
+    struct off_hours_cfg off_hours; /* tz owned */
+    struct baseline_cfg baseline;
+    int warn_days;
+};
+
+struct agent_state {
+    char *id;
+    struct window writes, uploads, denials;
+    /* baseline */
+    bool bl_known;
+    struct store_baseline bl;
+    uint64_t cur_req, cur_bytes;
+    bool bl_dirty;
+};
+
+struct detectors {
+    struct alert_bus *out;
+    struct store *store;
+    struct cfg cfg;
+    struct agent_state *agents;
+    size_t nagents, capagents;
+    /* first-contact set: open addressing over "agent\nhost" strings */
+    char **contacts;
+    size_t ncontacts, capcontacts;
+    struct fold fold;
+    int64_t oh_minute; /* off-hours cache */
+    bool oh_result;
+    uint64_t published, folded;
+};
+
+/* ---- first-contact set ------------------------------------------------------ */
+
+static uint64_t hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+static char *contact_key(const char *agent, const char *host)
+{
+    size_t a = strlen(agent), h = strlen(host);
+    char *k = malloc(a + h + 2);
+    if (k == NULL)
+        return NULL;
+    memcpy(k, agent, a);
+    k[a] = '\n';
+    memcpy(k + a + 1, host, h + 1);
+    return k;
+}
+
+static int contacts_grow(struct detectors *d)
+{
+    size_t nc = d->capcontacts ? d->capcontacts * 2 : 1024;
+    char **nt = calloc(nc, sizeof(*nt));
+    if (nt == NULL)
+        return -1;
+    for (size_t i = 0; i < d->capcontacts; i++) {
+        char *k = d->contacts[i];
+        if (k == NULL)
+            continue;
+        size_t j = hash_str(k) & (nc - 1);
+        while (nt[j] != NULL)
+            j = (j + 1) & (nc - 1);
+        nt[j] = k;
+    }
+    free(d->contacts);
+    d->contacts = nt;
+    d->capcontacts = nc;
+    return 0;
+}
+
+/* Returns 1 when the pair was new (and is now remembered), 0 when known,
+ * -1 when it cannot be remembered (out of memory or over the cap). */
+static int contacts_add(struct detectors *d, const char *agent, const char *host)
+{
+    char *k = contact_key(agent, host);
+    if (k == NULL)
+        return -1;
+    if (d->capcontacts > 0) {
+        size_t j = hash_str(k) & (d->capcontacts - 1);
+        while (d->contacts[j] != NULL) {
+            if (strcmp(d->contacts[j], k) == 0) {
+                free(k);
+                return 0;
+            }
+            j = (j + 1) & (d->capcontacts - 1);
+        }
+    }
+    if (d->ncontacts >= DETECT_CONTACTS_MAX ||
+        ((d->ncontacts + 1) * 2 > d->capcontacts && contacts_grow(d) < 0)) {
+        free(k);
+        return -1;
+    }
+    size_t j = hash_str(k) & (d->capcontacts - 1);
+    while (d->contacts[j] != NULL)
+        j = (j + 1) & (d->capcontacts - 1);
+    d->contacts[j] = k;
+    d->ncontacts++;
+    return 1;
+}
+
+static void load_contact(const char *agent, const char *host, int64_t first_ms, void *arg)
+{
+    (void)first_ms;
+    contacts_add(arg, agent, host);
+}
+
+/* ---- agents ----------------------------------------------------------------- */
+
+static void agent_windows(const struct cfg *c, struct agent_state *a, bool only_changed)
+{
+    if (!only_changed || a->writes.per_ms != c->write_burst.per_ms)
+        window_init(&a->writes, c->write_burst.per_ms);
+    if (!only_changed || a->uploads.per_ms != c->upload_bytes.per_ms)
+        window_init(&a->uploads, c->upload_bytes.per_ms);
+    if (!only_changed || a->denials.per_ms != c->denied_burst.per_ms)
+        window_init(&a->denials, c->denied_burst.per_ms);
+}
+
+static struct agent_state *agent_get(struct detectors *d, const char *id)
+{
+    for (size_t i = 0; i < d->nagents; i++)
+        if (strcmp(d->agents[i].id, id) == 0)
+            return &d->agents[i];
+    if (d->nagents >= DETECT_AGENTS_MAX)
+        return NULL;
+    if (d->nagents == d->capagents) {
+        size_t nc = d->capagents ? d->capagents * 2 : 8;
+        struct agent_state *na = realloc(d->agents, nc * sizeof(*na));
+        if (na == NULL)
+            return NULL;
+        d->agents = na;
+        d->capagents = nc;
+    }
+    struct agent_state *a = &d->agents[d->nagents];
+    memset(a, 0, sizeof(*a));
+    if ((a->id = strdup(id)) == NULL)
+        return NULL;
+    agent_windows(&d->cfg, a, false);
+    d->nagents++;
+    return a;
+}
+
+static void load_baseline(const char *agent, const struct store_baseline *b, void *arg)
+{
+    struct agent_state *a = agent_get(arg, agent);
+    if (a == NULL)
+        return;
+    a->bl = *b;
+    a->bl_known = true;
+}
+
+/* ---- life cycle ------------------------------------------------------------- */
+
+struct detectors *detectors_new(struct alert_bus *out, struct store *store)
+{
+    struct detectors *d = calloc(1, sizeof(*d));
+    if (d == NULL)
+        return NULL;
+    d->out = out;
+    d->store = store;
+    d->oh_minute = -1;
+    fold_init(&d->fold);
+    d->cfg.write_burst.per_ms = d->cfg.upload_bytes.per_ms = d->cfg.denied_burst.per_ms = 60000;
+    if (store != NULL) {
+        store_load_contacts(store, load_contact, d);
+        store_load_baselines(store, load_baseline, d);
+    }
+    return d;
+}
+
+void detectors_free(struct detectors *d)
+{
+    if (d == NULL)
+        return;
+    for (size_t i = 0; i < d->nagents; i++)
+        free(d->agents[i].id);
+    free(d->agents);
+    for (size_t i = 0; i < d->capcontacts; i++)
+        free(d->contacts[i]);
+    free(d->contacts);
+    fold_free(&d->fold);
+    free(d->cfg.off_hours.tz);
+    free(d);
+}
+
+int detectors_configure(struct detectors *d, const struct policy *p)
+{
+    const struct alerts_cfg *a = &p->alerts;
+    struct cfg c = {0};
+    c.present = a->present;
+    c.first_contact = a->first_contact;
+    c.write_burst = a->write_burst;
+    c.upload_bytes = a->upload_bytes;
+    c.denied_burst = a->denied_burst;
+    c.off_hours = a->off_hours;
+    c.off_hours.tz = NULL;
+    if (a->off_hours.set &&
+        (c.off_hours.tz = strdup(a->off_hours.tz ? a->off_hours.tz : "UTC")) == NULL)
+        return -1;
+    c.baseline = a->baseline;
+    c.warn_days = lint_warn_days(p);
+    struct threshold *ts[] = {&c.write_burst, &c.upload_bytes, &c.denied_burst};
+    for (size_t i = 0; i < 3; i++)
+        if (ts[i]->per_ms == 0)
+            ts[i]->per_ms = 60000;
+    free(d->cfg.off_hours.tz);
+    d->cfg = c;
+    d->oh_minute = -1;
+    for (size_t i = 0; i < d->nagents; i++)
+        agent_windows(&d->cfg, &d->agents[i], true);
+    return 0;
+}
+
+uint64_t detectors_published(const struct detectors *d)
+{
+    return d->published;
+}
+
+uint64_t detectors_folded(const struct detectors *d)
+{
+    return d->folded;
+}
+
+/* ---- publishing ------------------------------------------------------------- */
+
+static void emit(struct alert *a, void *arg)
+{
+    struct detectors *d = arg;
+    d->published++;
+    alert_bus_publish(d->out, a);
+}
+
+static void raise_alert(struct detectors *d, struct alert *a, const char *key_host,
+                        uint64_t period_ms, int64_t now_ms)
+{
+    if (!fold_admit(&d->fold, a, key_host, now_ms, period_ms)) {
+        d->folded++;
+        return;
+    }
+    a->count = 1;
+    emit(a, d);
+}
+
+static void describe(const struct egress_event *ev, char *out, size_t len)
+{
+    if (ev->path != NULL)
+        snprintf(out, len, "%s %.*s%s on %s", ev->method ? ev->method : "?", PATH_SHOWN, ev->path,
+                 strlen(ev->path) > PATH_SHOWN ? "..." : "", ev->host ? ev->host : "?");
+    else
+        snprintf(out, len, "%s %s:%u", ev->method ? ev->method : "?", ev->host ? ev->host : "?",
+                 (unsigned)ev->port);
+}
+
+static void grant_text(const struct egress_event *ev, char *out, size_t len)
+{
+    char date[16] = "";
+    if (ev->rule != NULL && ev->rule->has_expires)
+        format_date(ev->rule->expires, date, sizeof(date));
+    snprintf(out, len, "owner %s, expires %s", ev->owner ? ev->owner : "none",
+             date[0] ? date : "never");
+}
+
+static const char *agent_shown(const char *a)
+{
+    return a != NULL ? a : "an unidentified client";
+}
+
+/* ---- off hours ----------------------------------------------------------- */
+
+bool detectors_off_hours(const struct off_hours_cfg *o, time_t t)
+{
+    struct tm tm;
+    bool ok;
+    if (o->tz == NULL || strcmp(o->tz, "UTC") == 0) {
+        ok = gmtime_r(&t, &tm) != NULL;
+    } else {
+        const char *old = getenv("TZ");
+        char *saved = old != NULL ? strdup(old) : NULL;
+        setenv("TZ", o->tz, 1);
+        tzset();
+        ok = localtime_r(&t, &tm) != NULL;
+        if (saved != NULL)
+            setenv("TZ", saved, 1);
+        else
+            unsetenv("TZ");
+        tzset();
+        free(saved);
+    }
+    if (!ok)
+        return false;
+    int m = tm.tm_hour * 60 + tm.tm_min;
+    int day = (tm.tm_wday + 6) % 7; /* Monday = 0 */
+    bool workday = (o->days_mask >> day) & 1u;
+    bool in_hours = o->start_min < o->end_min ? (m >= o->start_min && m < o->end_min)
+                                              : (m >= o->start_min || m < o->end_min);
+    return !(workday && in_hours);
+}
+
+static bool off_hours_now(struct detectors *d, int64_t now_ms)
+{
+    int64_t minute = now_ms / MINUTE_MS;
+    if (minute != d->oh_minute) {
+        d->oh_minute = minute;
+        d->oh_result = detectors_off_hours(&d->cfg.off_hours, (time_t)(now_ms / 1000));
+    }
+    return d->oh_result;
+}
+
+/* ---- baseline ----------------------------------------------------------- */
+
+static double alpha_of(const struct baseline_cfg *b)
+{
+    double learn = b->learn_ms > 0 ? (double)b->learn_ms : 1.0;
+    return 1.0 - exp(-(double)MINUTE_MS / learn);
+}
+
+/* Folds the minutes that ended before <minute> into the averages. */
+static void baseline_roll(struct detectors *d, struct agent_state *a, int64_t now_ms)
+{
+    int64_t minute = now_ms / MINUTE_MS;
+    if (!a->bl_known) {
+        a->bl_known = true;
+        a->bl.req_avg = a->bl.bytes_avg = 0;
+        a->bl.since_ms = now_ms;
+        a->bl.minute = minute;
+        a->cur_req = a->cur_bytes = 0;
+        a->bl_dirty = true;
+    }
+    if (minute <= a->bl.minute) {
+        if (minute < a->bl.minute) /* the clock went back: restart the minute */
+            a->bl.minute = minute;
+        return;
+    }
+    double al = alpha_of(&d->cfg.baseline);
+    if (a->bl.minute == a->bl.since_ms / MINUTE_MS) {
+        /* the first minute seeds the averages (an average from 0 would lag) */
+        a->bl.req_avg = (double)a->cur_req;
+        a->bl.bytes_avg = (double)a->cur_bytes;
+    } else {
+        a->bl.req_avg += al * ((double)a->cur_req - a->bl.req_avg);
+        a->bl.bytes_avg += al * ((double)a->cur_bytes - a->bl.bytes_avg);
+    }
+    int64_t idle = minute - a->bl.minute - 1;
+    if (idle > 0) {
+        double keep = pow(1.0 - al, (double)(idle < 100000 ? idle : 100000));
+        a->bl.req_avg *= keep;
+        a->bl.bytes_avg *= keep;
+    }
+    a->bl.minute = minute;
+    a->cur_req = a->cur_bytes = 0;
+    a->bl_dirty = true;
+    if (d->store != NULL) {
+        store_put_baseline(d->store, a->id, &a->bl);
+        a->bl_dirty = false;
+    }
+}
+
+static bool baseline_warm(const struct detectors *d, const struct agent_state *a, int64_t now_ms)
+{
+    return a->bl_known && now_ms - a->bl.since_ms >= (int64_t)d->cfg.baseline.learn_ms &&
+           a->bl.minute > a->bl.since_ms / MINUTE_MS;
+}
+
+static void baseline_check(struct detectors *d, struct agent_state *a, const char *host,
+                           int64_t now_ms)
+{
+    const struct baseline_cfg *b = &d->cfg.baseline;
+    if (!baseline_warm(d, a, now_ms))
+        return;
+    char detail[DETAIL_MAX];
+    double req_lim = b->factor * a->bl.req_avg, bytes_lim = b->factor * a->bl.bytes_avg;
+    if ((double)a->cur_req > req_lim && a->cur_req > b->floor) {
+        snprintf(detail, sizeof(detail),
+                 "%s made %llu requests this minute, over %.4g x its baseline of %.1f/min "
+                 "(floor %llu)",
+                 a->id, (unsigned long long)a->cur_req, b->factor, a->bl.req_avg,
+                 (unsigned long long)b->floor);
+    } else if ((double)a->cur_bytes > bytes_lim && a->cur_bytes > b->floor * BYTES_FLOOR_K) {
+        snprintf(detail, sizeof(detail),
+                 "%s moved %llu bytes this minute, over %.4g x its baseline of %.0f bytes/min "
+                 "(floor %llu KiB)",
+                 a->id, (unsigned long long)a->cur_bytes, b->factor, a->bl.bytes_avg,
+                 (unsigned long long)b->floor);
+    } else {
+        return;
+    }
+    struct alert al = {.kind = ALERT_BASELINE,
+                       .severity = SEVERITY_MEDIUM,
+                       .agent = a->id,
+                       .host = host,
+                       .tier = TIER_NONE,
+                       .detail = detail};
+    raise_alert(d, &al, NULL, MINUTE_MS, now_ms);
+}
+
+/* ---- the detectors ------------------------------------------------------- */
+
+static void on_egress(struct detectors *d, const struct egress_event *ev, int64_t now_ms)
+{
+    const struct cfg *c = &d->cfg;
+    bool passed = ev->verdict != VERDICT_DENY;
+    bool write = (ev->method_bit & METHODS_WRITE) != 0;
+    char what[PATH_SHOWN + 200], detail[DETAIL_MAX], grant[120];
+    struct agent_state *a = ev->agent != NULL ? agent_get(d, ev->agent) : NULL;
+
+    describe(ev, what, sizeof(what));
+    struct alert al = {.agent = ev->agent, .host = ev->host, .tier = ev->tier, .id = ev->id};
+
+    if (c->first_contact && ev->agent != NULL && ev->host != NULL &&
+        contacts_add(d, ev->agent, ev->host) == 1) {
+        if (d->store != NULL)
+            store_put_contact(d->store, ev->agent, ev->host, now_ms);
+        snprintf(detail, sizeof(detail), "%s contacted %s:%u for the first time (%s, %s)",
+                 ev->agent, ev->host, (unsigned)ev->port, ev->method ? ev->method : "?",
+                 passed ? verdict_name(ev->verdict) : "denied");
+        al.kind = ALERT_FIRST_CONTACT;
+        al.severity = passed ? SEVERITY_LOW : SEVERITY_MEDIUM;
+        al.detail = detail;
+        raise_alert(d, &al, ev->host, DETECT_FOLD_MS, now_ms);
+    }
+    if (c->present && passed && ev->tier == TIER_3) {
+        grant_text(ev, grant, sizeof(grant));
+        snprintf(detail, sizeof(detail), "%s by %s (%s)", what, agent_shown(ev->agent), grant);
+        al.kind = ALERT_TIER3_WRITE;
+        al.severity = SEVERITY_HIGH;
+        al.detail = detail;
+        raise_alert(d, &al, ev->host, DETECT_FOLD_MS, now_ms);
+    }
+    if (c->present && ev->reason == REASON_GRANT_EXPIRED) {
+        grant_text(ev, grant, sizeof(grant));
+        snprintf(detail, sizeof(detail), "%s by %s hit an expired grant (%s)", what,
+                 agent_shown(ev->agent), grant);
+        al.kind = ALERT_GRANT_EXPIRED;
+        al.severity = SEVERITY_HIGH;
+        al.detail = detail;
+        raise_alert(d, &al, ev->host, DETECT_FOLD_MS, now_ms);
+    }
+    if (c->off_hours.set && passed && write && off_hours_now(d, now_ms)) {
+        snprintf(detail, sizeof(detail), "%s by %s outside working hours (%s %02d:%02d-%02d:%02d)",
+                 what, agent_shown(ev->agent), c->off_hours.tz ? c->off_hours.tz : "UTC",
+                 c->off_hours.start_min / 60, c->off_hours.start_min % 60,
+                 c->off_hours.end_min / 60, c->off_hours.end_min % 60);
+        al.kind = ALERT_OFF_HOURS_WRITE;
+        al.severity = SEVERITY_MEDIUM;
+        al.detail = detail;
+        raise_alert(d, &al, ev->host, DETECT_FOLD_MS, now_ms);
+    }
+    if (a == NULL)
+        return;
+    if (c->write_burst.set && passed && write) {
+        uint64_t n = window_add(&a->writes, now_ms, 1);
+        if (n > c->write_burst.max) {
+            snprintf(detail, sizeof(detail),
+                     "%s made %llu write requests within %llus (max %llu); the last: %s", a->id,
+                     (unsigned long long)n, (unsigned long long)(c->write_burst.per_ms / 1000),
+                     (unsigned long long)c->write_burst.max, what);
+            al.kind = ALERT_WRITE_BURST;
+            al.severity = SEVERITY_MEDIUM;
+            al.detail = detail;
+            raise_alert(d, &al, NULL, c->write_burst.per_ms, now_ms);
+        }
+    }
+    if (c->denied_burst.set && !passed) {
+        uint64_t n = window_add(&a->denials, now_ms, 1);
+        if (n > c->denied_burst.max) {
+            snprintf(detail, sizeof(detail),
+                     "%s was denied %llu times within %llus (max %llu); the last: %s (%s)", a->id,
+                     (unsigned long long)n, (unsigned long long)(c->denied_burst.per_ms / 1000),
+                     (unsigned long long)c->denied_burst.max, what,
+                     ev->reason != REASON_NONE ? reason_name(ev->reason) : "denied");
+            al.kind = ALERT_DENIED_BURST;
+            al.severity = SEVERITY_MEDIUM;
+            al.detail = detail;
+            raise_alert(d, &al, NULL, c->denied_burst.per_ms, now_ms);
+        }
+    }
+    if (c->baseline.set) {
+        baseline_roll(d, a, now_ms);
+        a->cur_req++;
+        baseline_check(d, a, ev->host, now_ms);
+    }
+}
+
+static void on_bytes(struct detectors *d, const struct egress_event *ev, int64_t now_ms)
+{
+    const struct cfg *c = &d->cfg;
+    struct agent_state *a = ev->agent != NULL ? agent_get(d, ev->agent) : NULL;
+    uint64_t bytes = ev->kind == EVENT_EGRESS_PROGRESS ? ev->bytes_up : ev->bytes_down;
+    if (a == NULL || bytes == 0)
+        return;
+    if (c->upload_bytes.set && ev->kind == EVENT_EGRESS_PROGRESS) {
+        uint64_t n = window_add(&a->uploads, now_ms, bytes);
+        if (n > c->upload_bytes.max) {
+            char detail[DETAIL_MAX];
+            snprintf(detail, sizeof(detail),
+                     "%s sent %llu bytes upstream within %llus (max %llu); the last to %s:%u",
+                     a->id, (unsigned long long)n,
+                     (unsigned long long)(c->upload_bytes.per_ms / 1000),
+                     (unsigned long long)c->upload_bytes.max, ev->host ? ev->host : "?",
+                     (unsigned)ev->port);
+            struct alert al = {.kind = ALERT_UPLOAD_BYTES,
+                               .severity = SEVERITY_HIGH,
+                               .agent = a->id,
+                               .host = ev->host,
+                               .tier = ev->tier,
+                               .id = ev->id,
+                               .detail = detail};
+            raise_alert(d, &al, NULL, c->upload_bytes.per_ms, now_ms);
+        }
+    }
+    if (c->baseline.set) {
+        baseline_roll(d, a, now_ms);
+        a->cur_bytes += bytes;
+        baseline_check(d, a, ev->host, now_ms);
+    }
+}
+
+void detectors_feed(struct detectors *d, const struct egress_event *ev, int64_t now_ms)
+{
+    if (ev->kind == EVENT_EGRESS)
+        on_egress(d, ev, now_ms);
+    else
+        on_bytes(d, ev, now_ms);
+}
+
+void detectors_on_event(const struct egress_event *ev, void *arg)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    detectors_feed(arg, ev, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+}
+
+void detectors_tick(struct detectors *d, int64_t now_ms)
+{
+    fold_expire(&d->fold, now_ms, emit, d);
+    if (!d->cfg.baseline.set)
+        return;
+    for (size_t i = 0; i < d->nagents; i++) {
+        struct agent_state *a = &d->agents[i];
+        if (a->bl_known && now_ms / MINUTE_MS > a->bl.minute)
+            baseline_roll(d, a, now_ms);
+    }
+}
+
+int detectors_grants(struct detectors *d, const struct policy *p, int64_t now_ms)
+{
+    int n = 0;
+    if (!d->cfg.present)
+        return 0;
+    int32_t today = day_of((time_t)(now_ms / 1000));
+    for (size_t i = 0; i < p->nrules; i++) {
+        const struct rule *r = &p->rules[i];
+        if (!r->has_expires)
+            continue;
+        int32_t left = lint_days_left(r, today);
+        if (left < 0 || left > d->cfg.warn_days)
+            continue;
+        char date[16], detail[DETAIL_MAX];
+        format_date(r->expires, date, sizeof(date));
+        snprintf(detail, sizeof(detail), "rules[%zu] %s (owner %s) expires on %s: %d day%s left",
+                 r->index, r->pattern, r->owner ? r->owner : "none", date, (int)left,
+                 left == 1 ? "" : "s");
+        struct alert al = {.kind = ALERT_GRANT_EXPIRING,
+                           .severity = left <= 3 ? SEVERITY_MEDIUM : SEVERITY_LOW,
+                           .host = r->pattern,
+                           .tier = r->tier,
+                           .detail = detail,
+                           .count = 1};
+        emit(&al, d);
+        n++;
+    }
+    return n;
+}

@@ -1,0 +1,70 @@
+/* detectors: turn decision events into alerts (SPEC.md "Alerts").
+ *
+ * A bus subscriber. Each detector is configured by the policy's alerts
+ * section (copied at detectors_configure(): a reload never leaves a
+ * dangling pointer) and publishes to the alert bus through the fold table
+ * (window.h), so a storm becomes one line per period:
+ *   first_contact   the first request of an agent to a host (any verdict),
+ *                   remembered in the state store;
+ *   tier3_write     every tier-3 request let through (allow or report);
+ *   write_burst     write-method requests let through, per agent, over max per period;
+ *   upload_bytes    bytes sent upstream per agent (progress events), over max per period;
+ *   denied_burst    denials per agent over max per period;
+ *   off_hours_write a write let through outside the working hours;
+ *   baseline        a minute whose requests (or bytes) exceed factor x the learned
+ *                   per-agent average and the floor (requests; floor KiB for bytes);
+ *   grant_expired   a request denied because its grant expired;
+ *   grant_expiring  detectors_grants(): grants inside expiry_warn_days.
+ * Times are wall-clock milliseconds passed in by the caller (tests use a
+ * fake clock); detectors_on_event() reads CLOCK_REALTIME.
+ *
+ * Owns: its per-agent state, the first-contact set, the fold table. The
+ * alert bus and the store are borrowed. */
+#ifndef SLUICE_WATCH_DETECTORS_H
+#define SLUICE_WATCH_DETECTORS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "policy/model.h"
+#include "watch/alert.h"
+#include "watch/event.h"
+
+struct store;
+struct detectors;
+
+#define DETECT_FOLD_MS      60000   /* fold period of the per-request kinds */
+#define DETECT_CONTACTS_MAX 1000000 /* first-contact pairs remembered */
+#define DETECT_AGENTS_MAX   4096    /* agents with window state */
+
+/* Returns new detectors publishing to <out>, remembering in <store> (NULL:
+ * memory only; otherwise its first contacts and baselines are loaded now),
+ * or NULL when out of memory. Every detector is off until configured. */
+struct detectors *detectors_new(struct alert_bus *out, struct store *store);
+void detectors_free(struct detectors *d);
+
+/* Takes the alerts section of <p> (copied). Window state of agents is kept
+ * across a reload unless a period changed. */
+int detectors_configure(struct detectors *d, const struct policy *p);
+
+/* Feeds one event seen at <now_ms> (wall clock). */
+void detectors_feed(struct detectors *d, const struct egress_event *ev, int64_t now_ms);
+/* The bus subscriber: <arg> is the struct detectors. */
+void detectors_on_event(const struct egress_event *ev, void *arg);
+
+/* Writes the folded summaries whose period ended and closes idle baseline
+ * minutes; the caller runs it a few times a second. */
+void detectors_tick(struct detectors *d, int64_t now_ms);
+
+/* Publishes grant_expiring for each grant of <p> with 0..expiry_warn_days
+ * days left at <now_ms> (at start, on reload, daily). Returns how many. */
+int detectors_grants(struct detectors *d, const struct policy *p, int64_t now_ms);
+
+/* Alerts published (after folding) and folded away, for metrics and tests. */
+uint64_t detectors_published(const struct detectors *d);
+uint64_t detectors_folded(const struct detectors *d);
+
+/* True when <t> (unix seconds) is outside the working hours of <o>. */
+bool detectors_off_hours(const struct off_hours_cfg *o, time_t t);
+
+#endif

@@ -1,0 +1,286 @@
+/* metrics: Prometheus counters (see metrics.h). */
+#include "watch/metrics.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+
+#include "policy/decision.h"
+#include "policy/lint.h"
+#include "util/units.h"
+
+#define NTIERS    5 /* none, 0..3 */
+#define NVERDICTS 3
+
+struct agent_counts {
+    char *id;
+    uint64_t req[NTIERS][NVERDICTS][REASON_COUNT];
+    uint64_t up, down;
+};
+
+struct grant_gauge {
+    char *rule, *host, *owner;
+    int64_t ends_at; /* unix seconds: the day after the last valid one, 00:00 UTC */
+};
+
+struct metrics {
+    struct agent_counts *agents;
+    size_t nagents, cap;
+    struct agent_counts other; /* over METRICS_AGENTS_MAX, or no agent */
+    uint64_t alerts[ALERT_KIND_COUNT];
+    struct grant_gauge *grants;
+    size_t ngrants;
+    int64_t expiring, expired;
+    metrics_gauges_fn gauges;
+    metrics_extra_fn extra;
+    void *garg;
+};
+
+struct metrics *metrics_new(void)
+{
+    struct metrics *m = calloc(1, sizeof(*m));
+    if (m != NULL)
+        m->other.id = NULL;
+    return m;
+}
+
+static void grants_clear(struct metrics *m)
+{
+    for (size_t i = 0; i < m->ngrants; i++) {
+        free(m->grants[i].rule);
+        free(m->grants[i].host);
+        free(m->grants[i].owner);
+    }
+    free(m->grants);
+    m->grants = NULL;
+    m->ngrants = 0;
+}
+
+void metrics_free(struct metrics *m)
+{
+    if (m == NULL)
+        return;
+    for (size_t i = 0; i < m->nagents; i++)
+        free(m->agents[i].id);
+    free(m->agents);
+    grants_clear(m);
+    free(m);
+}
+
+void metrics_set_gauges(struct metrics *m, metrics_gauges_fn fn, metrics_extra_fn extra, void *arg)
+{
+    m->gauges = fn;
+    m->extra = extra;
+    m->garg = arg;
+}
+
+void metrics_set_policy(struct metrics *m, const struct policy *p, int64_t now)
+{
+    int32_t today = day_of((time_t)now);
+    int warn = lint_warn_days(p);
+    grants_clear(m);
+    m->expiring = m->expired = 0;
+    m->grants = calloc(p->nrules > 0 ? p->nrules : 1, sizeof(*m->grants));
+    if (m->grants == NULL)
+        return;
+    for (size_t i = 0; i < p->nrules; i++) {
+        const struct rule *r = &p->rules[i];
+        if (!r->has_expires)
+            continue;
+        int32_t left = lint_days_left(r, today);
+        if (left < 0)
+            m->expired++;
+        else if (left <= warn)
+            m->expiring++;
+        char name[32];
+        snprintf(name, sizeof(name), "rules[%zu]", r->index);
+        struct grant_gauge *g = &m->grants[m->ngrants];
+        g->rule = strdup(name);
+        g->host = strdup(r->pattern);
+        g->owner = strdup(r->owner != NULL ? r->owner : "");
+        g->ends_at = ((int64_t)r->expires + 1) * 86400;
+        if (g->rule == NULL || g->host == NULL || g->owner == NULL) {
+            free(g->rule);
+            free(g->host);
+            free(g->owner);
+            continue;
+        }
+        m->ngrants++;
+    }
+}
+
+static struct agent_counts *agent_of(struct metrics *m, const char *id)
+{
+    if (id == NULL)
+        return &m->other;
+    for (size_t i = 0; i < m->nagents; i++)
+        if (strcmp(m->agents[i].id, id) == 0)
+            return &m->agents[i];
+    if (m->nagents >= METRICS_AGENTS_MAX)
+        return &m->other;
+    if (m->nagents == m->cap) {
+        size_t nc = m->cap ? m->cap * 2 : 8;
+        struct agent_counts *na = realloc(m->agents, nc * sizeof(*na));
+        if (na == NULL)
+            return &m->other;
+        m->agents = na;
+        m->cap = nc;
+    }
+    struct agent_counts *a = &m->agents[m->nagents];
+    memset(a, 0, sizeof(*a));
+    if ((a->id = strdup(id)) == NULL)
+        return &m->other;
+    m->nagents++;
+    return a;
+}
+
+void metrics_on_event(const struct egress_event *ev, void *arg)
+{
+    struct metrics *m = arg;
+    struct agent_counts *a = agent_of(m, ev->agent);
+    switch (ev->kind) {
+    case EVENT_EGRESS: {
+        int t = ev->tier >= TIER_0 && ev->tier <= TIER_3 ? (int)ev->tier + 1 : 0;
+        int v = (unsigned)ev->verdict < NVERDICTS ? (int)ev->verdict : 1;
+        int r = (unsigned)ev->reason < REASON_COUNT ? (int)ev->reason : 0;
+        a->req[t][v][r]++;
+        break;
+    }
+    case EVENT_EGRESS_PROGRESS:
+        a->up += ev->bytes_up;
+        break;
+    case EVENT_EGRESS_END:
+        a->down += ev->bytes_down;
+        break;
+    }
+}
+
+void metrics_count_alert(struct metrics *m, enum alert_kind k)
+{
+    if ((unsigned)k < ALERT_KIND_COUNT)
+        m->alerts[k]++;
+}
+
+void metrics_set_alert_total(struct metrics *m, enum alert_kind k, uint64_t v)
+{
+    if ((unsigned)k < ALERT_KIND_COUNT)
+        m->alerts[k] = v;
+}
+
+uint64_t metrics_alert_total(const struct metrics *m, enum alert_kind k)
+{
+    return (unsigned)k < ALERT_KIND_COUNT ? m->alerts[k] : 0;
+}
+
+/* A label value, escaped as the text format wants (\\, \", \n). */
+static void put_label(struct evbuffer *o, const char *s)
+{
+    evbuffer_add(o, "\"", 1);
+    for (; *s; s++) {
+        if (*s == '\\')
+            evbuffer_add(o, "\\\\", 2);
+        else if (*s == '"')
+            evbuffer_add(o, "\\\"", 2);
+        else if (*s == '\n')
+            evbuffer_add(o, "\\n", 2);
+        else
+            evbuffer_add(o, s, 1);
+    }
+    evbuffer_add(o, "\"", 1);
+}
+
+static void head(struct evbuffer *o, const char *name, const char *type, const char *help)
+{
+    evbuffer_add_printf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static const char *tier_label(int t)
+{
+    static const char *const names[NTIERS] = {"none", "0", "1", "2", "3"};
+    return names[t];
+}
+
+static void agent_requests(struct evbuffer *o, const struct agent_counts *a, const char *id)
+{
+    for (int t = 0; t < NTIERS; t++)
+        for (int v = 0; v < NVERDICTS; v++)
+            for (int r = 0; r < REASON_COUNT; r++) {
+                if (a->req[t][v][r] == 0)
+                    continue;
+                evbuffer_add_printf(o, "sluice_requests_total{agent=");
+                put_label(o, id);
+                evbuffer_add_printf(o, ",tier=\"%s\",decision=\"%s\",reason=\"%s\"} %" PRIu64 "\n",
+                                    tier_label(t), verdict_name((enum verdict)v),
+                                    r == REASON_NONE ? "none" : reason_name((enum deny_reason)r),
+                                    a->req[t][v][r]);
+            }
+}
+
+static void agent_bytes(struct evbuffer *o, const char *name, const struct agent_counts *a,
+                        const char *id, uint64_t v)
+{
+    (void)a;
+    evbuffer_add_printf(o, "%s{agent=", name);
+    put_label(o, id);
+    evbuffer_add_printf(o, "} %" PRIu64 "\n", v);
+}
+
+int metrics_format(struct metrics *m, struct evbuffer *o)
+{
+    struct metrics_gauges g = {0};
+    if (m->gauges != NULL)
+        m->gauges(m->garg, &g);
+
+    head(o, "sluice_requests_total", "counter",
+         "Requests decided, by agent, tier, decision and reason.");
+    for (size_t i = 0; i < m->nagents; i++)
+        agent_requests(o, &m->agents[i], m->agents[i].id);
+    agent_requests(o, &m->other, "");
+
+    head(o, "sluice_bytes_up_total", "counter", "Bytes sent upstream (bodies and tunnel data).");
+    for (size_t i = 0; i < m->nagents; i++)
+        agent_bytes(o, "sluice_bytes_up_total", &m->agents[i], m->agents[i].id, m->agents[i].up);
+    head(o, "sluice_bytes_down_total", "counter", "Bytes returned to agents.");
+    for (size_t i = 0; i < m->nagents; i++)
+        agent_bytes(o, "sluice_bytes_down_total", &m->agents[i], m->agents[i].id,
+                    m->agents[i].down);
+
+    head(o, "sluice_open_connections", "gauge", "Client connections open now.");
+    evbuffer_add_printf(o, "sluice_open_connections %" PRIu64 "\n", g.open_connections);
+    head(o, "sluice_open_tunnels", "gauge", "CONNECT tunnels open now.");
+    evbuffer_add_printf(o, "sluice_open_tunnels %" PRIu64 "\n", g.open_tunnels);
+
+    head(o, "sluice_alerts_total", "counter", "Alerts written, by kind (kept across restarts).");
+    for (int k = 0; k < ALERT_KIND_COUNT; k++)
+        evbuffer_add_printf(o, "sluice_alerts_total{kind=\"%s\"} %" PRIu64 "\n",
+                            alert_kind_name((enum alert_kind)k), m->alerts[k]);
+
+    head(o, "sluice_policy_reloads_total", "counter", "Policy reloads that took effect.");
+    evbuffer_add_printf(o, "sluice_policy_reloads_total %" PRIu64 "\n", g.reloads);
+    head(o, "sluice_policy_reload_failures_total", "counter",
+         "Policy reloads refused (the old policy stayed).");
+    evbuffer_add_printf(o, "sluice_policy_reload_failures_total %" PRIu64 "\n", g.reload_failures);
+
+    head(o, "sluice_grants_expiring", "gauge", "Grants expiring within the warn window.");
+    evbuffer_add_printf(o, "sluice_grants_expiring %" PRId64 "\n", m->expiring);
+    head(o, "sluice_grants_expired", "gauge", "Grants past their expiry (requests denied).");
+    evbuffer_add_printf(o, "sluice_grants_expired %" PRId64 "\n", m->expired);
+    head(o, "sluice_grant_expiry_timestamp_seconds", "gauge",
+         "When each grant with an expiry stops being valid (unix time).");
+    for (size_t i = 0; i < m->ngrants; i++) {
+        const struct grant_gauge *gg = &m->grants[i];
+        evbuffer_add_printf(o, "sluice_grant_expiry_timestamp_seconds{rule=");
+        put_label(o, gg->rule);
+        evbuffer_add_printf(o, ",host=");
+        put_label(o, gg->host);
+        evbuffer_add_printf(o, ",owner=");
+        put_label(o, gg->owner);
+        evbuffer_add_printf(o, "} %" PRId64 "\n", gg->ends_at);
+    }
+    if (m->extra != NULL)
+        m->extra(m->garg, o);
+    return 0;
+}

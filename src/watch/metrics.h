@@ -1,0 +1,62 @@
+/* metrics: counters for Prometheus, and the --admin HTTP server.
+ *
+ * metrics_on_event (a bus subscriber) and metrics_on_alert count what
+ * passes; metrics_format writes the Prometheus text exposition (0.0.4):
+ *   sluice_requests_total{agent,tier,decision,reason}   counter
+ *   sluice_bytes_up_total{agent}, sluice_bytes_down_total{agent}  counters
+ *   sluice_open_connections, sluice_open_tunnels          gauges
+ *   sluice_alerts_total{kind}                            counter (kept in the state store)
+ *   sluice_policy_reloads_total, sluice_policy_reload_failures_total  counters
+ *   sluice_grants_expiring (grants within the warn window), sluice_grants_expired,
+ *   sluice_grant_expiry_timestamp_seconds{rule,host,owner} gauges
+ *   sluice_webhook_queue{sink}                            gauge
+ * tier is "0".."3" or "none"; reason is "none" for an allowed request.
+ *
+ * The admin server (admin_new) serves GET /metrics and GET /healthz with
+ * libevent's evhttp on one TCP address; "PORT" or ":PORT" means
+ * 127.0.0.1:PORT. Anything else is 404; methods other than GET/HEAD 405.
+ *
+ * Owns: its tables (metrics), its evhttp (admin). */
+#ifndef SLUICE_WATCH_METRICS_H
+#define SLUICE_WATCH_METRICS_H
+
+#include <stdint.h>
+
+#include "policy/model.h"
+#include "watch/alert.h"
+#include "watch/event.h"
+
+struct evbuffer;
+struct event_base;
+
+#define METRICS_AGENTS_MAX 4096 /* beyond, agents are counted as "other" */
+
+/* Values the gateway knows, read at each scrape. */
+struct metrics_gauges {
+    uint64_t open_connections, open_tunnels;
+    uint64_t reloads, reload_failures;
+};
+typedef void (*metrics_gauges_fn)(void *arg, struct metrics_gauges *g);
+/* Extra lines a scrape appends (the watch module's sink queues). */
+typedef void (*metrics_extra_fn)(void *arg, struct evbuffer *out);
+
+struct metrics;
+struct metrics *metrics_new(void);
+void metrics_free(struct metrics *m);
+void metrics_set_gauges(struct metrics *m, metrics_gauges_fn fn, metrics_extra_fn extra, void *arg);
+/* Takes the grants of <p> for the expiry gauges at <now> (unix seconds). */
+void metrics_set_policy(struct metrics *m, const struct policy *p, int64_t now);
+void metrics_on_event(const struct egress_event *ev, void *arg);
+void metrics_count_alert(struct metrics *m, enum alert_kind k);
+void metrics_set_alert_total(struct metrics *m, enum alert_kind k, uint64_t v);
+uint64_t metrics_alert_total(const struct metrics *m, enum alert_kind k);
+/* Appends the exposition to <out>. Returns 0, or -1 when out of memory. */
+int metrics_format(struct metrics *m, struct evbuffer *out);
+
+struct admin;
+/* Serves <m> on <addr>. Returns NULL with a message in <err>. */
+struct admin *admin_new(struct event_base *base, const char *addr, struct metrics *m, char *err,
+                        size_t errlen);
+void admin_free(struct admin *a);
+
+#endif

@@ -1,0 +1,297 @@
+/* sink_exec: run a program per alert, never blocking the loop (sinks.h). */
+#include "watch/sinks.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+extern char **environ;
+
+struct child {
+    struct exec_runner *r;
+    pid_t pid; /* 0: waiting to start */
+    char *path;
+    char *data;
+    size_t n, off;
+    int fd; /* the write end of its stdin, or -1 */
+    bool killed;
+    struct event *wev;   /* fd writable */
+    struct event *timer; /* the 5 s limit */
+};
+
+struct exec_runner {
+    struct event_base *base;
+    struct event *sigchld;
+    struct child **kids; /* running and waiting, in order */
+    size_t nkids, cap;
+    size_t running;
+    uint64_t failures;
+};
+
+static void child_close_fd(struct child *k)
+{
+    if (k->wev != NULL) {
+        event_free(k->wev);
+        k->wev = NULL;
+    }
+    if (k->fd >= 0) {
+        close(k->fd);
+        k->fd = -1;
+    }
+}
+
+static void child_free(struct child *k)
+{
+    child_close_fd(k);
+    if (k->timer != NULL)
+        event_free(k->timer);
+    free(k->path);
+    free(k->data);
+    free(k);
+}
+
+static void feed(struct child *k)
+{
+    while (k->fd >= 0 && k->off < k->n) {
+        ssize_t w = write(k->fd, k->data + k->off, k->n - k->off);
+        if (w > 0) {
+            k->off += (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (k->wev != NULL)
+                event_add(k->wev, NULL);
+            return;
+        }
+        break; /* EPIPE: the program did not read it all; its exit status tells */
+    }
+    child_close_fd(k);
+}
+
+static void on_writable(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    feed(arg);
+}
+
+static void on_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct child *k = arg;
+    (void)fd;
+    (void)what;
+    if (k->pid > 0 && !k->killed) {
+        k->killed = true;
+        kill(k->pid, SIGKILL);
+        fprintf(stderr, "sluice: alert sink exec %s: killed after %d s\n", k->path,
+                SINK_EXEC_TIMEOUT_MS / 1000);
+    }
+}
+
+static void start_waiting(struct exec_runner *r);
+
+static int spawn(struct exec_runner *r, struct child *k)
+{
+    int p[2];
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    sigset_t none, dfl;
+    char *argv[] = {k->path, NULL};
+    int rc;
+
+    if (pipe2(p, O_CLOEXEC) != 0)
+        return errno;
+    /* Only our end is non-blocking: the child's stdin stays blocking. */
+    if (fcntl(p[1], F_SETFL, fcntl(p[1], F_GETFL) | O_NONBLOCK) < 0) {
+        rc = errno;
+        close(p[0]);
+        close(p[1]);
+        return rc;
+    }
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, p[0], STDIN_FILENO);
+    posix_spawn_file_actions_adddup2(&fa, STDERR_FILENO, STDOUT_FILENO);
+    posix_spawnattr_init(&at);
+    sigemptyset(&none);
+    sigemptyset(&dfl);
+    sigaddset(&dfl, SIGPIPE);
+    sigaddset(&dfl, SIGTERM);
+    sigaddset(&dfl, SIGINT);
+    sigaddset(&dfl, SIGHUP);
+    sigaddset(&dfl, SIGCHLD);
+    posix_spawnattr_setsigmask(&at, &none);
+    posix_spawnattr_setsigdefault(&at, &dfl);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    rc = posix_spawn(&k->pid, k->path, &fa, &at, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    close(p[0]);
+    if (rc != 0) {
+        k->pid = 0;
+        close(p[1]);
+        return rc;
+    }
+    k->fd = p[1];
+    k->wev = event_new(r->base, k->fd, EV_WRITE, on_writable, k);
+    k->timer = evtimer_new(r->base, on_timeout, k);
+    if (k->timer != NULL) {
+        struct timeval tv = {SINK_EXEC_TIMEOUT_MS / 1000, (SINK_EXEC_TIMEOUT_MS % 1000) * 1000};
+        evtimer_add(k->timer, &tv);
+    }
+    r->running++;
+    feed(k);
+    return 0;
+}
+
+static void remove_at(struct exec_runner *r, size_t i)
+{
+    memmove(r->kids + i, r->kids + i + 1, (r->nkids - i - 1) * sizeof(*r->kids));
+    r->nkids--;
+}
+
+static void start_waiting(struct exec_runner *r)
+{
+    for (size_t i = 0; i < r->nkids && r->running < SINK_EXEC_MAX_RUNNING;) {
+        struct child *k = r->kids[i];
+        if (k->pid != 0) {
+            i++;
+            continue;
+        }
+        int rc = spawn(r, k);
+        if (rc != 0) {
+            fprintf(stderr, "sluice: alert sink exec %s: cannot run: %s\n", k->path, strerror(rc));
+            r->failures++;
+            remove_at(r, i);
+            child_free(k);
+            continue;
+        }
+        i++;
+    }
+}
+
+static void reap(struct exec_runner *r)
+{
+    for (size_t i = 0; i < r->nkids;) {
+        struct child *k = r->kids[i];
+        int st = 0;
+        if (k->pid <= 0) {
+            i++;
+            continue;
+        }
+        pid_t p = waitpid(k->pid, &st, WNOHANG);
+        if (p == 0 || (p < 0 && errno == EINTR)) {
+            i++;
+            continue;
+        }
+        if (p < 0) /* ECHILD: someone else reaped it; nothing to report */
+            st = 0;
+        else if (WIFEXITED(st) && WEXITSTATUS(st) != 0) {
+            fprintf(stderr, "sluice: alert sink exec %s: exited with status %d\n", k->path,
+                    WEXITSTATUS(st));
+            r->failures++;
+        } else if (WIFSIGNALED(st)) {
+            if (!k->killed)
+                fprintf(stderr, "sluice: alert sink exec %s: killed by signal %d\n", k->path,
+                        WTERMSIG(st));
+            r->failures++;
+        }
+        r->running--;
+        remove_at(r, i);
+        child_free(k);
+    }
+    start_waiting(r);
+}
+
+static void on_sigchld(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    reap(arg);
+}
+
+struct exec_runner *exec_runner_new(struct event_base *base)
+{
+    struct exec_runner *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return NULL;
+    r->base = base;
+    r->sigchld = evsignal_new(base, SIGCHLD, on_sigchld, r);
+    if (r->sigchld == NULL || evsignal_add(r->sigchld, NULL) < 0) {
+        if (r->sigchld != NULL)
+            event_free(r->sigchld);
+        free(r);
+        return NULL;
+    }
+    return r;
+}
+
+void exec_runner_run(struct exec_runner *r, const char *path, const char *data, size_t n)
+{
+    if (r->nkids >= SINK_EXEC_MAX_RUNNING + SINK_EXEC_MAX_WAITING) {
+        r->failures++;
+        if ((r->failures & (r->failures - 1)) == 0) /* 1, 2, 4, ...: not a storm on stderr */
+            fprintf(stderr, "sluice: alert sink exec %s: too many alerts waiting; dropped\n", path);
+        return;
+    }
+    if (r->nkids == r->cap) {
+        size_t nc = r->cap ? r->cap * 2 : 16;
+        struct child **nk = realloc(r->kids, nc * sizeof(*nk));
+        if (nk == NULL)
+            return;
+        r->kids = nk;
+        r->cap = nc;
+    }
+    struct child *k = calloc(1, sizeof(*k));
+    if (k == NULL)
+        return;
+    k->r = r;
+    k->fd = -1;
+    k->path = strdup(path);
+    k->data = malloc(n > 0 ? n : 1);
+    if (k->path == NULL || k->data == NULL) {
+        child_free(k);
+        return;
+    }
+    memcpy(k->data, data, n);
+    k->n = n;
+    r->kids[r->nkids++] = k;
+    start_waiting(r);
+}
+
+size_t exec_runner_busy(const struct exec_runner *r)
+{
+    return r->nkids;
+}
+
+uint64_t exec_runner_failures(const struct exec_runner *r)
+{
+    return r->failures;
+}
+
+void exec_runner_free(struct exec_runner *r)
+{
+    if (r == NULL)
+        return;
+    for (size_t i = 0; i < r->nkids; i++) {
+        struct child *k = r->kids[i];
+        if (k->pid > 0) {
+            kill(k->pid, SIGKILL);
+            waitpid(k->pid, NULL, 0);
+        }
+        child_free(k);
+    }
+    free(r->kids);
+    event_free(r->sigchld);
+    free(r);
+}

@@ -1,0 +1,65 @@
+/* sinks: where alerts go besides the --alerts file (SPEC.md alerts.sinks).
+ *
+ * exec: the program runs with one alert JSON line on standard input (its
+ * standard output goes to our standard error, never into the log); it is
+ * killed after SINK_EXEC_TIMEOUT_MS. Spawning uses posix_spawn, the write
+ * to the pipe is non-blocking and children are reaped on SIGCHLD with
+ * waitpid(pid, WNOHANG) for each of our own pids only, so the loop never
+ * waits. At most SINK_EXEC_MAX_RUNNING run at once; up to
+ * SINK_EXEC_MAX_WAITING more wait; beyond, alerts to exec sinks are dropped
+ * and counted. Failures (cannot spawn, non-zero exit, killed) are reported
+ * on standard error.
+ *
+ * webhook: an HTTP POST of the alert JSON (application/json) to an http://
+ * URL through libevent's evhttp client, one request in flight per sink,
+ * 5 s timeout. A failure (no connection, timeout, non-2xx) retries the
+ * same alert after a backoff doubling from 500 ms to 30 s; after
+ * SINK_WEBHOOK_MAX_ATTEMPTS the alert is parked: it stays in the state
+ * store and is retried at the next start, the others go on. Every queued
+ * alert is in the state store until delivered, so none is lost across a
+ * restart. https:// URLs are not supported in this version (reported). */
+#ifndef SLUICE_WATCH_SINKS_H
+#define SLUICE_WATCH_SINKS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct event_base;
+struct store;
+
+#define SINK_EXEC_TIMEOUT_MS      5000
+#define SINK_EXEC_MAX_RUNNING     16
+#define SINK_EXEC_MAX_WAITING     1024
+#define SINK_WEBHOOK_TIMEOUT_S    5
+#define SINK_WEBHOOK_MAX_ATTEMPTS 8
+#define SINK_WEBHOOK_BACKOFF_MS   500
+#define SINK_WEBHOOK_BACKOFF_MAX  30000
+#define SINK_WEBHOOK_QUEUE_MAX    10000 /* in memory per sink; beyond, kept only in the store */
+
+struct exec_runner;
+struct exec_runner *exec_runner_new(struct event_base *base);
+/* Runs <path> with <data> (<n> bytes, copied) on its standard input. */
+void exec_runner_run(struct exec_runner *r, const char *path, const char *data, size_t n);
+/* Children still running or waiting. */
+size_t exec_runner_busy(const struct exec_runner *r);
+uint64_t exec_runner_failures(const struct exec_runner *r);
+/* Kills what still runs (SIGKILL), reaps it, frees. Accepts NULL. */
+void exec_runner_free(struct exec_runner *r);
+
+struct webhook;
+/* Returns a sink POSTing to <url>, or NULL with <*err> (malloc'd). <store>
+ * (borrowed, or NULL) keeps its queue. */
+struct webhook *webhook_new(struct event_base *base, const char *url, struct store *store,
+                            char **err);
+const char *webhook_url(const struct webhook *w);
+/* Queues <json> (copied; stored) and sends when the sink is free. */
+void webhook_send(struct webhook *w, const char *json, size_t n);
+/* Queues an alert loaded from the store (already stored as <id>). */
+void webhook_adopt(struct webhook *w, int64_t id, const char *json, int attempts);
+size_t webhook_queued(const struct webhook *w);
+uint64_t webhook_delivered(const struct webhook *w);
+uint64_t webhook_failures(const struct webhook *w);
+/* Frees <w>; what is queued stays in the store. Accepts NULL. */
+void webhook_free(struct webhook *w);
+
+#endif

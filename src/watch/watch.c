@@ -1,0 +1,363 @@
+/* watch: detectors, sinks, store, metrics and admin for `serve` (watch.h). */
+#include "watch/watch.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+
+#include "state/store.h"
+#include "util/units.h"
+#include "watch/detectors.h"
+#include "watch/log_jsonl.h"
+#include "watch/sinks.h"
+
+#define ALERT_LINE_MAX 8192
+#define FLUSH_MS       2000
+
+struct watch {
+    struct event_base *base;
+    struct alert_bus *alerts;
+    struct store *store;
+    struct detectors *det;
+    struct metrics *metrics;
+    struct admin *admin;
+    struct log_jsonl *file; /* the alerts writer */
+    bool own_file;
+    struct exec_runner *exec;
+    char **execs; /* exec sink paths */
+    size_t nexecs;
+    struct webhook **hooks;
+    size_t nhooks;
+    struct event *tick;
+    int32_t grants_day;
+    const struct policy *policy; /* the policy in force (the gateway keeps it alive) */
+    uint64_t unmatched_queued;
+    metrics_gauges_fn gauges;
+    void *gauges_arg;
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- the alert subscriber ---------------------------------------------------- */
+
+static void on_alert(const struct alert *a, void *arg)
+{
+    struct watch *w = arg;
+    char line[ALERT_LINE_MAX];
+    size_t n = log_jsonl_format_alert(a, line, sizeof(line));
+    if (n >= sizeof(line)) {
+        /* Only a detail of many KiB gets here: cut it, keep the line valid. */
+        struct alert cut = *a;
+        char detail[1024];
+        snprintf(detail, sizeof(detail), "%.900s... (cut)", a->detail ? a->detail : "");
+        cut.detail = detail;
+        n = log_jsonl_format_alert(&cut, line, sizeof(line));
+        if (n >= sizeof(line))
+            return;
+    }
+    if (w->file != NULL)
+        log_jsonl_write_line(w->file, line, n);
+    /* sinks get the object without the newline */
+    for (size_t i = 0; i < w->nexecs; i++)
+        if (w->exec != NULL)
+            exec_runner_run(w->exec, w->execs[i], line, n);
+    for (size_t i = 0; i < w->nhooks; i++)
+        webhook_send(w->hooks[i], line, n - 1);
+    metrics_count_alert(w->metrics, a->kind);
+    if (w->store != NULL) {
+        char name[64];
+        snprintf(name, sizeof(name), "alerts.%s", alert_kind_name(a->kind));
+        store_put_counter(w->store, name, metrics_alert_total(w->metrics, a->kind));
+    }
+}
+
+/* ---- timers ---------------------------------------------------------------- */
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct watch *w = arg;
+    (void)fd;
+    (void)what;
+    int64_t now = now_ms();
+    detectors_tick(w->det, now);
+    if (w->store != NULL && store_dirty(w->store))
+        store_flush(w->store);
+    int32_t today = day_of((time_t)(now / 1000));
+    if (today != w->grants_day && w->policy != NULL) {
+        w->grants_day = today;
+        detectors_grants(w->det, w->policy, now);
+        metrics_set_policy(w->metrics, w->policy, now / 1000);
+    }
+}
+
+/* ---- sinks ---------------------------------------------------------------- */
+
+struct adopt_ctx {
+    struct watch *w;
+    struct webhook **fresh;
+    size_t nfresh;
+    bool count_unmatched;
+};
+
+static void adopt_row(int64_t id, const char *sink, const char *body, int attempts, void *arg)
+{
+    struct adopt_ctx *c = arg;
+    bool matched = false;
+    for (size_t i = 0; i < c->w->nhooks; i++)
+        if (strcmp(webhook_url(c->w->hooks[i]), sink) == 0) {
+            matched = true;
+            for (size_t j = 0; j < c->nfresh; j++)
+                if (c->fresh[j] == c->w->hooks[i])
+                    webhook_adopt(c->w->hooks[i], id, body, attempts);
+        }
+    if (!matched && c->count_unmatched)
+        c->w->unmatched_queued++;
+}
+
+static void free_execs(struct watch *w)
+{
+    for (size_t i = 0; i < w->nexecs; i++)
+        free(w->execs[i]);
+    free(w->execs);
+    w->execs = NULL;
+    w->nexecs = 0;
+}
+
+static void configure_sinks(struct watch *w, const struct policy *p, bool first)
+{
+    const struct alerts_cfg *ac = &p->alerts;
+    struct webhook **hooks = calloc(ac->nsinks + 1, sizeof(*hooks));
+    struct webhook **fresh = calloc(ac->nsinks + 1, sizeof(*fresh));
+    size_t nhooks = 0, nfresh = 0;
+    if (hooks == NULL || fresh == NULL) {
+        free(hooks);
+        free(fresh);
+        fprintf(stderr, "sluice: alert sinks: out of memory; keeping the previous ones\n");
+        return;
+    }
+    free_execs(w);
+    w->execs = calloc(ac->nsinks + 1, sizeof(*w->execs));
+    for (size_t i = 0; i < ac->nsinks; i++) {
+        const struct sink *s = &ac->sinks[i];
+        if (s->kind == SINK_EXEC) {
+            if (w->execs != NULL && (w->execs[w->nexecs] = strdup(s->target)) != NULL)
+                w->nexecs++;
+            continue;
+        }
+        struct webhook *keep = NULL;
+        for (size_t j = 0; j < w->nhooks; j++)
+            if (w->hooks[j] != NULL && strcmp(webhook_url(w->hooks[j]), s->target) == 0) {
+                keep = w->hooks[j];
+                w->hooks[j] = NULL;
+                break;
+            }
+        if (keep == NULL) {
+            char *err = NULL;
+            keep = webhook_new(w->base, s->target, w->store, &err);
+            if (keep == NULL) {
+                fprintf(stderr, "sluice: %s:%d: alerts.sinks: %s\n",
+                        p->path != NULL ? p->path : "policy", s->line, err ? err : "error");
+                free(err);
+                continue;
+            }
+            fresh[nfresh++] = keep;
+        }
+        hooks[nhooks++] = keep;
+    }
+    for (size_t j = 0; j < w->nhooks; j++)
+        webhook_free(w->hooks[j]); /* sinks no longer configured; their queue stays stored */
+    free(w->hooks);
+    w->hooks = hooks;
+    w->nhooks = nhooks;
+    if (w->nexecs > 0 && w->exec == NULL) {
+        w->exec = exec_runner_new(w->base);
+        if (w->exec == NULL)
+            fprintf(stderr, "sluice: alert sinks: cannot watch child processes; exec sinks off\n");
+    }
+    if (w->store != NULL && (nfresh > 0 || first)) {
+        store_flush(w->store);
+        struct adopt_ctx c = {w, fresh, nfresh, first};
+        w->unmatched_queued = 0;
+        store_load_queue(w->store, adopt_row, &c);
+        if (first && w->unmatched_queued > 0)
+            fprintf(stderr,
+                    "sluice: state %s: %llu queued alert(s) for webhooks no longer configured "
+                    "are kept, not sent\n",
+                    store_path(w->store), (unsigned long long)w->unmatched_queued);
+    }
+    free(fresh);
+}
+
+/* ---- metrics extras ------------------------------------------------------- */
+
+static void extra_metrics(void *arg, struct evbuffer *o)
+{
+    struct watch *w = arg;
+    evbuffer_add_printf(o, "# HELP sluice_webhook_queue Alerts waiting for a webhook.\n"
+                           "# TYPE sluice_webhook_queue gauge\n");
+    for (size_t i = 0; i < w->nhooks; i++) {
+        const char *u = webhook_url(w->hooks[i]);
+        evbuffer_add_printf(o, "sluice_webhook_queue{sink=\"");
+        for (; *u; u++) /* URLs hold no control characters (the loader refuses them) */
+            if (*u == '"' || *u == '\\')
+                evbuffer_add_printf(o, "\\%c", *u);
+            else
+                evbuffer_add(o, u, 1);
+        evbuffer_add_printf(o, "\"} %zu\n", webhook_queued(w->hooks[i]));
+    }
+}
+
+static void gauges(void *arg, struct metrics_gauges *g)
+{
+    struct watch *w = arg;
+    if (w->gauges != NULL)
+        w->gauges(w->gauges_arg, g);
+}
+
+void watch_set_gauges(struct watch *w, metrics_gauges_fn fn, void *arg)
+{
+    w->gauges = fn;
+    w->gauges_arg = arg;
+}
+
+/* ---- life cycle ------------------------------------------------------------ */
+
+static void load_counter(const char *name, uint64_t value, void *arg)
+{
+    struct metrics *m = arg;
+    if (strncmp(name, "alerts.", 7) != 0)
+        return;
+    for (int k = 0; k < ALERT_KIND_COUNT; k++)
+        if (strcmp(name + 7, alert_kind_name((enum alert_kind)k)) == 0)
+            metrics_set_alert_total(m, (enum alert_kind)k, value);
+}
+
+static bool same_stream(const char *a, const char *b)
+{
+    bool sa = a == NULL || strcmp(a, "-") == 0, sb = b == NULL || strcmp(b, "-") == 0;
+    return sa == sb && (sa || strcmp(a, b) == 0);
+}
+
+struct watch *watch_new(struct event_base *base, struct bus *bus, struct alert_bus *alerts,
+                        const struct watch_config *cfg, struct log_jsonl *log,
+                        const struct policy *p, char *err, size_t errlen)
+{
+    struct watch *w = calloc(1, sizeof(*w));
+    if (w == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    w->base = base;
+    w->alerts = alerts;
+    w->grants_day = day_of(time(NULL));
+    if (cfg->state_dir != NULL) {
+        char *e = NULL, *warn = NULL;
+        w->store = store_open(cfg->state_dir, &e, &warn);
+        if (warn != NULL)
+            fprintf(stderr, "sluice: warning: %s\n", warn);
+        if (w->store == NULL)
+            fprintf(stderr,
+                    "sluice: warning: %s; running without a state store (first-contact memory, "
+                    "baselines and the webhook queue are kept in memory only)\n",
+                    e != NULL ? e : "state store unavailable");
+        free(e);
+        free(warn);
+    }
+    w->metrics = metrics_new();
+    w->det = detectors_new(alerts, w->store);
+    w->tick = evtimer_new(base, on_tick, w);
+    if (w->metrics == NULL || w->det == NULL || w->tick == NULL ||
+        detectors_configure(w->det, p) < 0) {
+        snprintf(err, errlen, "out of memory");
+        goto err;
+    }
+    if (w->store != NULL)
+        store_load_counters(w->store, load_counter, w->metrics);
+    metrics_set_gauges(w->metrics, gauges, extra_metrics, w);
+    if (cfg->alerts_path == NULL || same_stream(cfg->alerts_path, cfg->log_path)) {
+        w->file = log;
+    } else {
+        char *e = NULL;
+        w->file = log_jsonl_open(base, cfg->alerts_path, &e);
+        if (w->file == NULL) {
+            snprintf(err, errlen, "--alerts: %s", e != NULL ? e : "cannot open");
+            free(e);
+            goto err;
+        }
+        w->own_file = true;
+    }
+    if (cfg->admin_addr != NULL) {
+        w->admin = admin_new(base, cfg->admin_addr, w->metrics, err, errlen);
+        if (w->admin == NULL)
+            goto err;
+    }
+    if (bus_subscribe(bus, detectors_on_event, w->det) < 0 ||
+        bus_subscribe(bus, metrics_on_event, w->metrics) < 0 ||
+        alert_bus_subscribe(alerts, on_alert, w) < 0) {
+        snprintf(err, errlen, "too many event subscribers");
+        goto err;
+    }
+    struct timeval tv = {0, WATCH_TICK_MS * 1000};
+    event_assign(w->tick, base, -1, EV_PERSIST, on_tick, w);
+    evtimer_add(w->tick, &tv);
+    w->policy = p;
+    configure_sinks(w, p, true);
+    metrics_set_policy(w->metrics, p, (int64_t)time(NULL));
+    detectors_grants(w->det, p, now_ms());
+    return w;
+err:
+    watch_free(w);
+    return NULL;
+}
+
+void watch_policy_loaded(struct watch *w, const struct policy *p)
+{
+    if (w == NULL)
+        return;
+    if (detectors_configure(w->det, p) < 0)
+        fprintf(stderr, "sluice: alerts: out of memory; the detectors keep their settings\n");
+    w->policy = p;
+    configure_sinks(w, p, false);
+    metrics_set_policy(w->metrics, p, (int64_t)time(NULL));
+    detectors_grants(w->det, p, now_ms());
+}
+
+void watch_reopen(struct watch *w)
+{
+    if (w != NULL && w->own_file && log_jsonl_reopen(w->file) < 0)
+        fprintf(stderr, "sluice: cannot reopen the alerts file; still writing to the old one\n");
+}
+
+void watch_free(struct watch *w)
+{
+    if (w == NULL)
+        return;
+    if (w->det != NULL)
+        detectors_tick(w->det, INT64_MAX / 2); /* write the folded summaries still open */
+    if (w->tick != NULL)
+        event_free(w->tick);
+    admin_free(w->admin);
+    for (size_t i = 0; i < w->nhooks; i++)
+        webhook_free(w->hooks[i]);
+    free(w->hooks);
+    exec_runner_free(w->exec);
+    free_execs(w);
+    if (w->own_file) {
+        log_jsonl_flush(w->file, FLUSH_MS);
+        log_jsonl_close(w->file);
+    }
+    detectors_free(w->det);
+    metrics_free(w->metrics);
+    store_close(w->store);
+    free(w);
+}

@@ -1,0 +1,56 @@
+/* watch: everything that watches the gate, wired together for `serve`.
+ *
+ * Subscribes the detectors and metrics to the egress bus, and one alert
+ * subscriber to the alert bus that writes each alert once as JSON and hands
+ * it to the --alerts file (or the decision log when there is no --alerts),
+ * the exec and webhook sinks of the policy in force, the metrics and the
+ * alert counters of the state store. Runs a 250 ms timer that writes folded
+ * summaries, closes baseline minutes, commits the state store and, when the
+ * UTC day changes, re-announces expiring grants. Serves --admin.
+ *
+ * The gate never calls into the detectors: it publishes events; it tells
+ * watch only about the policy (start, reload) and SIGHUP (reopen files).
+ *
+ * Owns: the store, detectors, sinks, metrics, admin server, the alerts file
+ * (unless it shares the decision log, which is borrowed). */
+#ifndef SLUICE_WATCH_WATCH_H
+#define SLUICE_WATCH_WATCH_H
+
+#include <stddef.h>
+
+#include "policy/model.h"
+#include "watch/alert.h"
+#include "watch/bus.h"
+#include "watch/metrics.h"
+
+struct event_base;
+struct log_jsonl;
+struct watch;
+
+#define WATCH_TICK_MS 250
+
+struct watch_config {
+    const char *alerts_path; /* NULL: alerts go to the decision log; "-": standard output */
+    const char *log_path;    /* the decision log's path (NULL or "-": standard output) */
+    const char *state_dir;   /* NULL: no state store (memory only) */
+    const char *admin_addr;  /* NULL: no admin server */
+};
+
+/* Returns the watch for a gateway, or NULL with a message in <err> (an
+ * alerts file that cannot be opened, an admin address that cannot be
+ * bound). A state store that cannot be opened is reported on standard
+ * error and the watch runs without it. <base>, <bus>, <alerts> and <log>
+ * are borrowed and must outlive it; <p> is read, not kept. */
+struct watch *watch_new(struct event_base *base, struct bus *bus, struct alert_bus *alerts,
+                        const struct watch_config *cfg, struct log_jsonl *log,
+                        const struct policy *p, char *err, size_t errlen);
+/* Gauges the gateway provides at each scrape. */
+void watch_set_gauges(struct watch *w, metrics_gauges_fn fn, void *arg);
+/* A new policy is in force (after a reload): detectors, sinks, grants. */
+void watch_policy_loaded(struct watch *w, const struct policy *p);
+/* SIGHUP: reopens the alerts file. */
+void watch_reopen(struct watch *w);
+/* Flushes the alerts file and the store, stops the sinks, frees. Accepts NULL. */
+void watch_free(struct watch *w);
+
+#endif

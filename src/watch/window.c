@@ -1,0 +1,197 @@
+/* window: sliding windows in tenths and the fold table (see window.h). */
+#include "watch/window.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void window_init(struct window *w, uint64_t per_ms)
+{
+    memset(w, 0, sizeof(*w));
+    w->per_ms = per_ms > 0 ? per_ms : 1;
+    w->width_ms = w->per_ms / WINDOW_SLOTS;
+    if (w->width_ms == 0)
+        w->width_ms = 1;
+    for (int i = 0; i < WINDOW_SLOTS; i++)
+        w->epoch[i] = -1;
+}
+
+static int64_t bucket_of(const struct window *w, int64_t now_ms)
+{
+    return now_ms >= 0 ? now_ms / (int64_t)w->width_ms : 0;
+}
+
+uint64_t window_sum(const struct window *w, int64_t now_ms)
+{
+    int64_t b = bucket_of(w, now_ms);
+    uint64_t sum = 0;
+    for (int i = 0; i < WINDOW_SLOTS; i++) {
+        int64_t e = w->epoch[i];
+        if (e >= 0 && e <= b && e > b - WINDOW_SLOTS && sum + w->slot[i] >= sum)
+            sum += w->slot[i];
+        else if (e >= 0 && e <= b && e > b - WINDOW_SLOTS)
+            sum = UINT64_MAX;
+    }
+    return sum;
+}
+
+uint64_t window_add(struct window *w, int64_t now_ms, uint64_t n)
+{
+    int64_t b = bucket_of(w, now_ms);
+    int i = (int)(b % WINDOW_SLOTS);
+    if (w->epoch[i] != b) {
+        /* A new bucket, or a clock that went back: start this slot over. */
+        w->epoch[i] = b;
+        w->slot[i] = 0;
+    }
+    w->slot[i] = w->slot[i] + n >= w->slot[i] ? w->slot[i] + n : UINT64_MAX;
+    return window_sum(w, now_ms);
+}
+
+/* ---- fold ------------------------------------------------------------------ */
+
+void fold_init(struct fold *f)
+{
+    memset(f, 0, sizeof(*f));
+}
+
+static void entry_clear_last(struct fold_entry *e)
+{
+    free(e->alert_host);
+    free(e->id);
+    free(e->detail);
+    e->alert_host = e->id = e->detail = NULL;
+}
+
+static void entry_free(struct fold_entry *e)
+{
+    free(e->agent);
+    free(e->host);
+    entry_clear_last(e);
+}
+
+void fold_free(struct fold *f)
+{
+    for (size_t i = 0; i < f->n; i++)
+        entry_free(&f->e[i]);
+    free(f->e);
+    memset(f, 0, sizeof(*f));
+}
+
+static char *dup_or_null(const char *s)
+{
+    return s != NULL ? strdup(s) : NULL;
+}
+
+static struct fold_entry *find(struct fold *f, enum alert_kind kind, const char *agent,
+                               const char *host)
+{
+    for (size_t i = 0; i < f->n; i++) {
+        struct fold_entry *e = &f->e[i];
+        if (e->kind == kind && strcmp(e->agent, agent) == 0 && strcmp(e->host, host) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int64_t now_ms,
+                uint64_t period_ms)
+{
+    const char *agent = a->agent != NULL ? a->agent : "";
+    const char *host = key_host != NULL ? key_host : "";
+    if (period_ms == 0)
+        return true;
+    struct fold_entry *e = find(f, a->kind, agent, host);
+    if (e != NULL && now_ms < e->until_ms) {
+        e->repeats++;
+        e->severity = a->severity;
+        e->tier = a->tier;
+        entry_clear_last(e);
+        e->alert_host = dup_or_null(a->host);
+        e->id = dup_or_null(a->id);
+        e->detail = dup_or_null(a->detail);
+        return false;
+    }
+    if (e != NULL) {
+        /* A period that ended without being expired yet: reopen it. The
+         * repeats it held are reported by fold_expire first in practice;
+         * if not, they are folded into this alert's period. */
+        e->until_ms = now_ms + (int64_t)period_ms;
+        e->period_ms = period_ms;
+        return true;
+    }
+    if (f->n == f->cap) {
+        if (f->cap >= FOLD_MAX)
+            return true;
+        size_t nc = f->cap ? f->cap * 2 : 16;
+        struct fold_entry *ne = realloc(f->e, nc * sizeof(*ne));
+        if (ne == NULL)
+            return true;
+        f->e = ne;
+        f->cap = nc;
+    }
+    e = &f->e[f->n];
+    memset(e, 0, sizeof(*e));
+    e->agent = strdup(agent);
+    e->host = strdup(host);
+    if (e->agent == NULL || e->host == NULL) {
+        entry_free(e);
+        return true;
+    }
+    e->kind = a->kind;
+    e->until_ms = now_ms + (int64_t)period_ms;
+    e->period_ms = period_ms;
+    f->n++;
+    return true;
+}
+
+static void format_period(uint64_t ms, char *out, size_t len)
+{
+    if (ms % 3600000 == 0)
+        snprintf(out, len, "%lluh", (unsigned long long)(ms / 3600000));
+    else if (ms % 60000 == 0)
+        snprintf(out, len, "%llum", (unsigned long long)(ms / 60000));
+    else if (ms % 1000 == 0)
+        snprintf(out, len, "%llus", (unsigned long long)(ms / 1000));
+    else
+        snprintf(out, len, "%llums", (unsigned long long)ms);
+}
+
+size_t fold_expire(struct fold *f, int64_t now_ms, fold_emit_fn fn, void *arg)
+{
+    size_t summaries = 0;
+    for (size_t i = 0; i < f->n;) {
+        struct fold_entry *e = &f->e[i];
+        if (now_ms < e->until_ms) {
+            i++;
+            continue;
+        }
+        if (e->repeats == 0) {
+            entry_free(e);
+            f->e[i] = f->e[--f->n];
+            continue;
+        }
+        char per[32], detail[1200];
+        format_period(e->period_ms, per, sizeof(per));
+        snprintf(detail, sizeof(detail), "%u more within %s, folded; the last: %s", e->repeats, per,
+                 e->detail != NULL ? e->detail : "");
+        struct alert s = {
+            .kind = e->kind,
+            .severity = e->severity,
+            .agent = e->agent[0] != '\0' ? e->agent : NULL,
+            .host = e->alert_host,
+            .tier = e->tier,
+            .id = e->id,
+            .detail = detail,
+            .count = e->repeats,
+        };
+        e->repeats = 0;
+        e->until_ms = now_ms + (int64_t)e->period_ms;
+        summaries++;
+        fn(&s, arg);
+        /* <fn> may not touch the table; the entry stays at i */
+        entry_clear_last(&f->e[i]);
+        i++;
+    }
+    return summaries;
+}

@@ -1,0 +1,76 @@
+/* window: the arithmetic of the detectors, pure and clock-free.
+ *
+ * A window counts events (or bytes) over the last <per> milliseconds as
+ * WINDOW_SLOTS buckets of per/WINDOW_SLOTS each: the sum covers the
+ * current bucket and the WINDOW_SLOTS-1 before it, that is between
+ * 0.9 x per and per of history (a sliding window in tenths).
+ *
+ * A fold table keeps one alert per (kind, agent, host) per period: the
+ * first one of a period is written at once; repeats within the period are
+ * only counted; when the period ends with repeats, one summary alert
+ * carrying their count is written and a new period opens, so a storm
+ * yields one line per period. Times are milliseconds of any one clock.
+ *
+ * Owns: a fold table owns its keys and the summaries' strings. */
+#ifndef SLUICE_WATCH_WINDOW_H
+#define SLUICE_WATCH_WINDOW_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "watch/alert.h"
+
+#define WINDOW_SLOTS 10
+#define FOLD_MAX     4096 /* open periods; beyond, alerts of new keys are not folded */
+
+struct window {
+    uint64_t per_ms;
+    uint64_t width_ms; /* per_ms / WINDOW_SLOTS, at least 1 */
+    uint64_t slot[WINDOW_SLOTS];
+    int64_t epoch[WINDOW_SLOTS]; /* bucket number each slot holds; -1 empty */
+};
+
+void window_init(struct window *w, uint64_t per_ms);
+/* Adds <n> at <now_ms> and returns the window's sum afterwards. */
+uint64_t window_add(struct window *w, int64_t now_ms, uint64_t n);
+/* The sum over the window ending at <now_ms>. */
+uint64_t window_sum(const struct window *w, int64_t now_ms);
+
+struct fold_entry {
+    enum alert_kind kind;
+    char *agent; /* "" for NULL */
+    char *host;  /* "" for NULL, or for per-agent kinds */
+    int64_t until_ms;
+    uint64_t period_ms;
+    unsigned repeats; /* folded since the period opened */
+    /* the last folded alert, for the summary */
+    enum alert_severity severity;
+    enum tier tier;
+    char *alert_host;
+    char *id;
+    char *detail;
+};
+
+struct fold {
+    struct fold_entry *e;
+    size_t n, cap;
+};
+
+void fold_init(struct fold *f);
+void fold_free(struct fold *f);
+
+/* Returns true when <a> should be written now (and opens a period of
+ * <period_ms> for its key), false when it is folded into the open period
+ * (counted; kept for the summary). <key_host> is the host the key uses
+ * (NULL for per-agent kinds). A period of 0 never folds. */
+bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int64_t now_ms,
+                uint64_t period_ms);
+
+typedef void (*fold_emit_fn)(struct alert *a, void *arg);
+/* Closes the periods ended by <now_ms>: each with repeats becomes one
+ * summary alert (count = repeats) handed to <fn>, and opens a new period;
+ * the others are forgotten. Returns the number of summaries. */
+size_t fold_expire(struct fold *f, int64_t now_ms, fold_emit_fn fn, void *arg);
+
+#endif

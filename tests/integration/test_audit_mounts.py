@@ -1,0 +1,131 @@
+"""`sluice audit mounts`: every writable mount of a mount namespace, each
+justified in writing (crafted mountinfo files; the live box is tested in
+test_box_run.py)."""
+
+import json
+import os
+
+MOUNTINFO = (
+    "22 1 254:1 / / ro,relatime shared:1 - ext4 /dev/vda1 rw\n"
+    "23 22 0:21 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw\n"
+    "24 22 0:30 / /tmp rw,nosuid,nodev - tmpfs tmpfs rw,size=10k\n"
+    "25 22 254:1 /home/u/repo /work/repo rw,relatime - ext4 /dev/vda1 rw,errors=remount-ro\n"
+    "26 22 254:2 / /srv/ro-super rw - ext4 /dev/vda2 ro\n"
+    "27 22 0:31 / /mnt/with\\040space rw - tmpfs tmpfs rw\n"
+    "28 22 0:24 / /dev/pts rw - devpts devpts rw\n"
+    "29 28 0:26 / /dev/pts ro - devpts devpts rw\n"
+)
+WRITABLE = ["/proc", "/tmp", "/work/repo", "/mnt/with space"]
+
+
+def write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def test_lists_writable_mounts(run_sluice, tmp_path):
+    mi = write(tmp_path, "mountinfo", MOUNTINFO)
+    r = run_sluice("audit", "mounts", "--mountinfo", mi)
+    assert r.returncode == 1, r.stderr
+    lines = r.stdout.splitlines()
+    unjust = [ln.split()[1] for ln in lines if ln.startswith("UNJUSTIFIED")]
+    assert unjust == ["/proc", "/tmp", "/work/repo", "/mnt/with"]  # printed as decoded text
+    assert "/mnt/with space (tmpfs" in r.stdout
+    assert "/srv/ro-super" not in r.stdout  # read-only super block
+    assert "/dev/pts" not in r.stdout  # covered by a read-only mount on top
+    assert lines[-1] == "result: 8 mounts, 4 writable, 4 unjustified"
+
+
+def test_all_justified_exit_0(run_sluice, tmp_path):
+    mi = write(tmp_path, "mountinfo", MOUNTINFO)
+    just = write(tmp_path, "justify", "# writable paths of the CI image\n\n"
+                 "/proc: the kernel's view, not files\n"
+                 "/tmp: scratch\n"
+                 "/work/repo/: the checkout\n"
+                 "/mnt/with space: a volume\n"
+                 "/var/cache: stale, the image no longer has it\n")
+    r = run_sluice("audit", "mounts", "--mountinfo", mi, "--justify", just)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "justified    /work/repo (ext4 /dev/vda1): the checkout" in r.stdout
+    assert "warning: %s:7: /var/cache is not a writable mount" % just in r.stdout
+    assert r.stdout.splitlines()[-1] == "result: 8 mounts, 4 writable, 0 unjustified"
+
+
+def test_partly_justified_exit_1_json(run_sluice, tmp_path):
+    mi = write(tmp_path, "mountinfo", MOUNTINFO)
+    just = write(tmp_path, "justify", "/tmp: scratch\n/nothing: unused\n")
+    r = run_sluice("audit", "mounts", "--mountinfo", mi, "--justify", just, "--format", "json")
+    assert r.returncode == 1
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is False
+    assert doc["mounts"] == 8
+    assert doc["unjustified"] == 3
+    assert [m["mount_point"] for m in doc["writable"]] == WRITABLE
+    tmp = [m for m in doc["writable"] if m["mount_point"] == "/tmp"][0]
+    assert tmp["justified"] is True and tmp["reason"] == "scratch" and tmp["justify_line"] == 1
+    assert tmp["fstype"] == "tmpfs" and tmp["mount_options"] == "rw,nosuid,nodev"
+    repo = [m for m in doc["writable"] if m["mount_point"] == "/work/repo"][0]
+    assert repo["justified"] is False and repo["reason"] is None
+    assert repo["root"] == "/home/u/repo"
+    assert doc["unused_justifications"] == [{"path": "/nothing", "line": 2}]
+
+
+def test_nothing_writable(run_sluice, tmp_path):
+    mi = write(tmp_path, "mountinfo", "22 1 254:1 / / ro - ext4 /dev/vda1 rw\n")
+    r = run_sluice("audit", "mounts", "--mountinfo", mi, "--format", "json")
+    assert r.returncode == 0
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is True and doc["writable"] == []
+
+
+def test_bad_justify_lines_reported(run_sluice, tmp_path):
+    mi = write(tmp_path, "mountinfo", MOUNTINFO)
+    just = write(tmp_path, "justify", "/tmp: fine\nrelative: no\n/proc\n/tmp: twice\n/x:\n")
+    r = run_sluice("audit", "mounts", "--mountinfo", mi, "--justify", just)
+    assert r.returncode == 2
+    errs = r.stderr.splitlines()
+    assert [e.split(": ")[1] for e in errs] == ["%s:2" % just, "%s:3" % just, "%s:4" % just,
+                                                "%s:5" % just]
+    assert all(e.startswith("error: ") for e in errs)
+    assert r.stdout == ""
+
+
+def test_malformed_mountinfo_exit_2(run_sluice, tmp_path):
+    mi = write(tmp_path, "mountinfo", MOUNTINFO + "30 22 0:1 / relative rw - tmpfs t rw\n")
+    r = run_sluice("audit", "mounts", "--mountinfo", mi)
+    assert r.returncode == 2
+    assert "%s: line 9: mount_point: not an absolute path" % mi in r.stderr
+
+
+def test_unreadable_files_exit_2(run_sluice, tmp_path):
+    r = run_sluice("audit", "mounts", "--mountinfo", str(tmp_path / "missing"))
+    assert r.returncode == 2
+    assert "No such file" in r.stderr
+    mi = write(tmp_path, "mountinfo", MOUNTINFO)
+    r = run_sluice("audit", "mounts", "--mountinfo", mi, "--justify", str(tmp_path / "nope"))
+    assert r.returncode == 2
+    assert "nope" in r.stderr
+
+
+def test_live_self_and_pid(run_sluice, tmp_path):
+    r = run_sluice("audit", "mounts", "--format", "json")
+    assert r.returncode in (0, 1), r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["mountinfo"] == "/proc/self/mountinfo"
+    assert doc["mounts"] >= 1
+    r = run_sluice("audit", "mounts", "--pid", str(os.getpid()), "--format", "json")
+    assert r.returncode in (0, 1)
+    assert json.loads(r.stdout)["mountinfo"] == "/proc/%d/mountinfo" % os.getpid()
+
+
+def test_usage_errors(run_sluice, tmp_path):
+    for args in (["audit"], ["audit", "policy"], ["audit", "--policy", "x"],
+                 ["audit", "mounts", "--pid", "1", "--mountinfo", "x"],
+                 ["audit", "mounts", "--pid", "abc"], ["audit", "mounts", "--format", "xml"],
+                 ["audit", "mounts", "extra"], ["audit", "mounts", "--bogus"]):
+        r = run_sluice(*args)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert "usage: sluice audit" in r.stderr
+    r = run_sluice("audit", "mounts", "--help")
+    assert r.returncode == 0 and "--justify" in r.stdout

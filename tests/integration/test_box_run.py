@@ -1,0 +1,695 @@
+"""`sluice run`: the box. The command runs in its own network, mount and PID
+namespaces; its only way out is the relay on 127.0.0.1:3128 inside, which
+carries connections to the gateway's unix socket outside.
+
+Every inner command is /usr/bin/python3 -c ... and prints one JSON object.
+Only loopback addresses are ever used: the upstreams on the host's
+127.0.0.x (reached through the gateway), and host listeners the box must not
+see."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+
+import pytest
+
+from conftest import SANITIZER_MARKS, policy_yaml
+from gate_servers import free_port
+
+PY = "/usr/bin/python3"
+SUMMARY = re.compile(r"^sluice run: exit (-?\d+); allowed (\d+) \(tier 0: (\d+), tier 1: (\d+), "
+                     r"tier 2: (\d+), tier 3: (\d+)\), denied (\d+)(?:, reported (\d+))?, "
+                     r"alerts (\d+)", re.M)
+
+# Runs inside the box: fetches <url> through $HTTP_PROXY with urllib.
+FETCH = r"""
+import json, os, sys, urllib.request, urllib.error
+out = {"proxy": os.environ.get("HTTP_PROXY"), "no_proxy": os.environ.get("NO_PROXY")}
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=10) as r:
+        out["status"] = r.status
+        out["body"] = r.read().decode()
+except urllib.error.HTTPError as e:
+    out["status"] = e.code
+    out["reason"] = e.headers.get("Sluice-Reason")
+    out["body"] = e.read().decode()
+print(json.dumps(out))
+"""
+
+
+def _clean_env(extra=None):
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    env.update(extra or {})
+    return env
+
+
+class Box:
+    """Runs `sluice run` and keeps what it printed."""
+
+    def __init__(self, sluice_bin, workdir):
+        self.bin = sluice_bin
+        self.workdir = workdir
+
+    def policy(self, p):
+        path = os.path.join(self.workdir, "policy.yaml")
+        with open(path, "w") as f:
+            f.write(policy_yaml(p) if isinstance(p, dict) else p)
+        return path
+
+    def run(self, args, code=None, cmd=None, *, cwd=None, timeout=30, env=None, user=None,
+            check_sanitizers=True):
+        argv = [self.bin, "run"] + [str(a) for a in args] + ["--"]
+        argv += cmd if cmd is not None else [PY, "-c", code]
+        if user is not None:
+            argv = ["setpriv", "--reuid=%d" % user, "--regid=%d" % user, "--clear-groups"] + argv
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                           cwd=cwd or self.workdir, env=_clean_env(env))
+        if check_sanitizers:
+            for mark in SANITIZER_MARKS:
+                assert mark not in p.stderr, p.stderr
+        return p
+
+    @staticmethod
+    def out(p):
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+        assert lines, "no JSON from the box; rc=%d stdout=%r stderr=%r" % (
+            p.returncode, p.stdout, p.stderr)
+        return json.loads(lines[-1])
+
+    @staticmethod
+    def summary(p):
+        m = SUMMARY.search(p.stderr)
+        assert m, "no summary line in stderr: %r" % p.stderr
+        g = [int(x) if x is not None else 0 for x in m.groups()]
+        return {"exit": g[0], "allowed": g[1], "tiers": g[2:6], "denied": g[6],
+                "reported": g[7], "alerts": g[8]}
+
+
+@pytest.fixture
+def box(sluice_bin, tmp_path):
+    d = tmp_path / "work"
+    d.mkdir()
+    return Box(sluice_bin, str(d))
+
+
+@pytest.fixture
+def hostdir():
+    """A directory on the host outside /tmp (the box gets its own /tmp), so
+    that it is visible, read-only, inside the box."""
+    base = "/var/tmp" if os.path.isdir("/var/tmp") else os.path.expanduser("~")
+    d = tempfile.mkdtemp(prefix="sluice-box-", dir=base)
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def api_rule(net, **kw):
+    r = {"host": "api.example.test", "ports": [net.api.port], "tier": 0}
+    r.update(kw)
+    return r
+
+
+def other_url(net, path="/o"):
+    return net.url(path, host="other.example.test", port=net.other.port)
+
+
+# --------------------------------------------------------------------------
+# the network
+
+
+def test_allowed_host_through_the_gateway(box, net):
+    pol = box.policy(net.policy([api_rule(net, tier=1)]))
+    p = box.run(["--policy", pol], FETCH, cmd=[PY, "-c", FETCH, net.url("/in-the-box")])
+    assert p.returncode == 0, p.stderr
+    o = Box.out(p)
+    assert o["proxy"] == "http://127.0.0.1:3128"
+    assert o["no_proxy"] == ""
+    assert o["status"] == 200
+    assert json.loads(o["body"])["server"] == "api"
+    assert [r.path for r in net.api.requests] == ["/in-the-box"]
+    s = Box.summary(p)
+    assert s == {"exit": 0, "allowed": 1, "tiers": [0, 1, 0, 0], "denied": 0, "reported": 0,
+                 "alerts": 0}
+
+
+def test_unlisted_host_gets_403(box, net):
+    pol = box.policy(net.policy([api_rule(net)]))
+    p = box.run(["--policy", pol], None, cmd=[PY, "-c", FETCH, other_url(net)])
+    o = Box.out(p)
+    assert o["status"] == 403
+    assert o["reason"] == "not_in_policy"
+    assert "(agent run)" in o["body"]
+    assert net.other.requests == []
+    s = Box.summary(p)
+    assert s["allowed"] == 0 and s["denied"] == 1
+
+
+def test_ipv6_relay_and_https_connect(box, net):
+    """The relay also listens on [::1]:3128; a CONNECT goes through it."""
+    pol = box.policy(net.policy([{"host": "tls.example.test", "ports": [net.tls.port],
+                                  "tier": 0}]))
+    code = r"""
+import json, socket, ssl, sys
+s = socket.create_connection(("::1", 3128), timeout=10)
+t = "tls.example.test:%s" % sys.argv[1]
+s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (t, t)).encode())
+head = b""
+while b"\r\n\r\n" not in head:
+    head += s.recv(1)
+ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+tls = ctx.wrap_socket(s, server_hostname="tls.example.test")
+tls.sendall(b"GET / HTTP/1.1\r\nHost: tls.example.test\r\n\r\n")
+data = b""
+while True:
+    d = tls.recv(4096)
+    if not d: break
+    data += d
+print(json.dumps({"head": head.decode().split("\r\n")[0], "body": data.decode()}))
+"""
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 on this host")
+    p = box.run(["--policy", pol], None, cmd=[PY, "-c", code, str(net.tls.port)])
+    o = Box.out(p)
+    assert o["head"].startswith("HTTP/1.1 200")
+    assert o["body"].endswith("hello over tls\n")
+    assert net.tls.sni == ["tls.example.test"]
+
+
+def test_direct_connections_reach_nothing(box, net):
+    """A connection that ignores the proxy finds no listener: the box has its
+    own loopback. Tried against listeners on the host's loopback only."""
+    seen = []
+    host = socket.socket()
+    host.bind(("127.0.0.1", 0))
+    host.listen(8)
+    host.settimeout(0.2)
+    port = host.getsockname()[1]
+    stop = threading.Event()
+
+    def accept():
+        while not stop.is_set():
+            try:
+                c, _ = host.accept()
+                seen.append(c)
+            except OSError:
+                pass
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    pol = box.policy(net.policy([api_rule(net)]))
+    code = r"""
+import json, socket, sys
+out = {}
+for name, addr in (("host", ("127.0.0.1", int(sys.argv[1]))),
+                   ("api", ("127.0.0.2", int(sys.argv[2])))):
+    try:
+        socket.create_connection(addr, timeout=3).close()
+        out[name] = "connected"
+    except OSError as e:
+        out[name] = e.__class__.__name__
+print(json.dumps(out))
+"""
+    try:
+        p = box.run(["--policy", pol], None, cmd=[PY, "-c", code, str(port), str(net.api.port)])
+    finally:
+        stop.set()
+        t.join(2)
+        host.close()
+    o = Box.out(p)
+    assert o["host"] == "ConnectionRefusedError"
+    assert o["api"] == "ConnectionRefusedError"
+    assert seen == []
+    assert net.api.connections == 0
+
+
+def test_no_dns_inside(box, net):
+    pol = box.policy(net.policy([api_rule(net)]))
+    code = r"""
+import json, socket, struct, sys
+out = {}
+try:
+    socket.getaddrinfo("api.example.test", 80)
+    out["resolve"] = "resolved"
+except OSError as e:
+    out["resolve"] = e.__class__.__name__
+q = struct.pack("!HHHHHH", 7, 0x100, 1, 0, 0, 0) + b"\x03dyn\x07example\x04test\x00\x00\x01\x00\x01"
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(1)
+try:
+    s.sendto(q, ("127.0.0.9", int(sys.argv[1])))
+    s.recvfrom(512)
+    out["udp"] = "answered"
+except OSError as e:
+    out["udp"] = e.__class__.__name__
+print(json.dumps(out))
+"""
+    p = box.run(["--policy", pol], None, cmd=[PY, "-c", code, str(net.dns.port)])
+    o = Box.out(p)
+    assert o["resolve"] == "gaierror"
+    assert o["udp"] != "answered"
+    assert net.dns.queries == []
+
+
+# --------------------------------------------------------------------------
+# the file system
+
+WRITE = r"""
+import errno, json, os, sys
+out = {}
+for path in sys.argv[1:]:
+    try:
+        with open(path, "w") as f:
+            f.write("from the box")
+        out[path] = "ok"
+    except OSError as e:
+        out[path] = errno.errorcode[e.errno]
+print(json.dumps(out))
+"""
+
+
+def test_read_only_outside_cwd_and_tmp(box, net, hostdir):
+    pol = box.policy(net.policy([]))
+    targets = [os.path.join(hostdir, "nope"), "/etc/sluice-box-test", "/usr/sluice-box-test",
+               os.path.join(box.workdir, "yes"), "/tmp/private", "/dev/shm/private"]
+    p = box.run(["--policy", pol], None, cmd=[PY, "-c", WRITE] + targets)
+    o = Box.out(p)
+    assert o[targets[0]] == "EROFS"
+    assert o["/etc/sluice-box-test"] == "EROFS"
+    assert o["/usr/sluice-box-test"] == "EROFS"
+    assert o[targets[3]] == "ok"
+    assert o["/tmp/private"] == "ok"
+    assert o["/dev/shm/private"] == "ok"
+    # nothing on the host but the file in the working directory
+    assert os.listdir(hostdir) == []
+    assert not os.path.exists("/etc/sluice-box-test")
+    assert not os.path.exists("/tmp/private")
+    assert not os.path.exists("/dev/shm/private")
+    with open(targets[3]) as f:
+        assert f.read() == "from the box"
+
+
+def test_rw_ro_hide(box, net, hostdir):
+    rw = os.path.join(hostdir, "rw")
+    ro_below = os.path.join(rw, "ro")
+    cwd_ro = os.path.join(box.workdir, "frozen")
+    secret = os.path.join(hostdir, "secret")
+    secret_file = os.path.join(hostdir, "token.txt")
+    for d in (rw, ro_below, cwd_ro, secret):
+        os.makedirs(d)
+    with open(os.path.join(secret, "id_rsa"), "w") as f:
+        f.write("PRIVATE")
+    with open(secret_file, "w") as f:
+        f.write("TOKEN")
+    pol = box.policy(net.policy([]))
+    code = WRITE + r"""
+out["ls_secret"] = os.listdir(sys.argv[-2]) if False else None
+"""
+    code = r"""
+import errno, json, os, sys
+rw, ro_below, cwd_ro, secret, secret_file = sys.argv[1:]
+def write(path):
+    try:
+        with open(path, "w") as f:
+            f.write("x")
+        return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+out = {"rw": write(rw + "/a"), "ro_below": write(ro_below + "/a"),
+       "cwd_ro": write(cwd_ro + "/a"), "cwd": write("b"),
+       "secret_ls": os.listdir(secret), "secret_write": write(secret + "/c"),
+       "secret_file": open(secret_file).read()}
+print(json.dumps(out))
+"""
+    p = box.run(["--policy", pol, "--rw", rw, "--ro", ro_below, "--ro", "frozen",
+                 "--hide", secret, "--hide", secret_file, "--hide", "/nonexistent/thing"],
+                None, cmd=[PY, "-c", code, rw, ro_below, cwd_ro, secret, secret_file])
+    assert p.returncode == 0, p.stderr
+    o = Box.out(p)
+    assert o == {"rw": "ok", "ro_below": "EROFS", "cwd_ro": "EROFS", "cwd": "ok",
+                 "secret_ls": [], "secret_write": "EROFS", "secret_file": ""}
+    assert os.listdir(rw) == ["ro", "a"] or sorted(os.listdir(rw)) == ["a", "ro"]
+    assert os.listdir(ro_below) == []
+    assert os.listdir(cwd_ro) == []
+    assert os.listdir(secret) == ["id_rsa"]
+
+
+def test_policy_and_log_are_read_only(box, net):
+    pol = box.policy(net.policy([api_rule(net)]))
+    log = os.path.join(box.workdir, "decisions.jsonl")
+    p = box.run(["--policy", pol, "--log", log], None,
+                cmd=[PY, "-c", WRITE, pol, log, os.path.join(box.workdir, "other")])
+    o = Box.out(p)
+    assert o[pol] == "EROFS"
+    assert o[log] == "EROFS"
+    assert o[os.path.join(box.workdir, "other")] == "ok"
+
+
+def test_missing_rw_path_is_an_error(box, net):
+    pol = box.policy(net.policy([]))
+    p = box.run(["--policy", pol, "--rw", "/nonexistent/sluice"], "print('ran')")
+    assert p.returncode == 2
+    assert "ran" not in p.stdout
+    assert "/nonexistent/sluice" in p.stderr
+
+
+# --------------------------------------------------------------------------
+# unix sockets
+
+UNIX = r"""
+import errno, json, socket, sys
+out = {}
+try:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(3)
+    s.connect(sys.argv[1])
+    s.sendall(b"hi")
+    out["connect"] = "ok"
+except OSError as e:
+    out["connect"] = errno.errorcode.get(e.errno, str(e))
+a, b = socket.socketpair()
+a.sendall(b"x")
+out["socketpair"] = b.recv(1).decode()
+print(json.dumps(out))
+"""
+
+
+def _unix_listener(path):
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    os.chmod(path, 0o777)
+    srv.listen(4)
+    srv.settimeout(0.2)
+    got = []
+    stop = threading.Event()
+
+    def loop():
+        while not stop.is_set():
+            try:
+                c, _ = srv.accept()
+                c.settimeout(2)
+                got.append(c.recv(10))
+                c.close()
+            except OSError:
+                pass
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+
+    def close():
+        stop.set()
+        t.join(2)
+        srv.close()
+    return got, close
+
+
+def test_host_unix_socket_unreachable(box, net, hostdir):
+    path = os.path.join(hostdir, "engine.sock")
+    got, close = _unix_listener(path)
+    try:
+        pol = box.policy(net.policy([]))
+        p = box.run(["--policy", pol], None, cmd=[PY, "-c", UNIX, path])
+        o = Box.out(p)
+        assert o["connect"] == "EACCES"
+        assert o["socketpair"] == "x"
+        assert got == []
+        p = box.run(["--policy", pol, "--allow-unix"], None, cmd=[PY, "-c", UNIX, path])
+        o = Box.out(p)
+        assert o["connect"] == "ok"
+        time.sleep(0.3)
+        assert got == [b"hi"]
+    finally:
+        close()
+
+
+# --------------------------------------------------------------------------
+# exit status, signals, summary
+
+
+def test_exit_status_passed_on(box, net):
+    pol = box.policy(net.policy([]))
+    p = box.run(["--policy", pol], "import sys; sys.exit(7)")
+    assert p.returncode == 7
+    assert Box.summary(p)["exit"] == 7
+    p = box.run(["--policy", pol], "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    assert p.returncode == 128 + signal.SIGKILL
+    p = box.run(["--policy", pol], None, cmd=["/nonexistent-command"])
+    assert p.returncode == 127
+    assert "/nonexistent-command" in p.stderr
+
+
+def _start(box, args, code):
+    argv = [box.bin, "run"] + args + ["--", PY, "-c", code]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=box.workdir, env=_clean_env())
+
+
+def _wait_ready(proc, timeout=15):
+    line = proc.stdout.readline()
+    assert line.strip() == "ready", "box did not start: %r %r" % (line, proc.stderr.read())
+
+
+def test_signals_forwarded(box, net):
+    pol = box.policy(net.policy([]))
+    handler = r"""
+import signal, sys, time
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(42))
+print("ready", flush=True)
+time.sleep(30)
+sys.exit(3)
+"""
+    proc = _start(box, ["--policy", pol], handler)
+    _wait_ready(proc)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(15) == 42
+    # without a handler: killed by the signal, 128+N
+    plain = "import time\nprint('ready', flush=True)\ntime.sleep(30)\n"
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        proc = _start(box, ["--policy", pol], plain)
+        _wait_ready(proc)
+        proc.send_signal(sig)
+        rc = proc.wait(15)
+        err = proc.stderr.read()
+        if sig == signal.SIGINT:
+            assert rc == 1 or rc == 128 + sig, err  # Python raises KeyboardInterrupt
+        else:
+            assert rc == 128 + sig, err
+        assert "sluice run: exit %d;" % rc in err
+
+
+def test_background_processes_die_with_the_command(box, net, tmp_path):
+    pol = box.policy(net.policy([]))
+    code = r"""
+import subprocess
+p = subprocess.Popen(["/usr/bin/python3", "-c", "import time; time.sleep(60)"])
+print('{"child": %d}' % p.pid)
+"""
+    start = time.monotonic()
+    p = box.run(["--policy", pol], code, timeout=20)
+    assert p.returncode == 0
+    assert time.monotonic() - start < 15
+    assert Box.out(p)["child"] >= 2  # a PID in the box's own namespace
+
+
+def test_summary_counts_tiers_and_denials(box, net):
+    rules = [api_rule(net, tier=2), {"host": "other.example.test", "ports": [net.other.port],
+                                     "tier": 0}]
+    pol = box.policy(net.policy(rules, deny=["dead.example.test"]))
+    code = r"""
+import urllib.request, urllib.error, sys
+for url in sys.argv[1:]:
+    try:
+        urllib.request.urlopen(url, timeout=10).read()
+    except urllib.error.HTTPError as e:
+        e.read()
+print("{}")
+"""
+    urls = [net.url("/1"), net.url("/2"), other_url(net),
+            net.url("/x", host="dead.example.test", port=net.dead_port),
+            net.url("/y", host="nowhere.example.test", port=80)]
+    p = box.run(["--policy", pol], None, cmd=[PY, "-c", code] + urls)
+    assert p.returncode == 0, p.stderr
+    s = Box.summary(p)
+    assert s["allowed"] == 3 and s["tiers"] == [1, 0, 2, 0]
+    assert s["denied"] == 2
+    assert s["alerts"] == 0
+    assert len([ln for ln in p.stderr.splitlines() if ln.startswith("sluice run: exit")]) == 1
+
+
+def test_agent_id_and_log_file(box, net):
+    rules = [api_rule(net, agents=["ci-bot"])]
+    pol = box.policy(net.policy(rules))
+    log = os.path.join(box.workdir, "..", "decisions.jsonl")
+    p = box.run(["--policy", pol, "--agent", "ci-bot", "--log", log], None,
+                cmd=[PY, "-c", FETCH, net.url("/as-ci")])
+    assert Box.out(p)["status"] == 200
+    p = box.run(["--policy", pol, "--log", log], None, cmd=[PY, "-c", FETCH, net.url("/as-run")])
+    o = Box.out(p)
+    assert o["status"] == 403 and o["reason"] == "agent_not_allowed"
+    # the summary counts only this run's lines of a shared log
+    s = Box.summary(p)
+    assert s["allowed"] == 0 and s["denied"] == 1
+    with open(log) as f:
+        evs = [json.loads(ln) for ln in f if '"agent_egress"' in ln]
+    assert [(e["agent"], e["decision"]) for e in evs] == [("ci-bot", "allow"), ("run", "deny")]
+
+
+def test_proxy_mode_uses_a_serving_gateway(box, net, gateway):
+    gw = gateway(net.policy([api_rule(net)]), tcp=False, unix=True)
+    p = box.run(["--proxy", "unix:" + gw.unix_path], None,
+                cmd=[PY, "-c", FETCH, net.url("/via-proxy")])
+    assert p.returncode == 0, p.stderr
+    assert Box.out(p)["status"] == 200
+    ev, _ = gw.decided(path="/via-proxy")
+    assert ev["decision"] == "allow"
+    assert "relayed 1 connection to unix:%s" % gw.unix_path in p.stderr
+
+
+def test_usage_errors(box, net):
+    pol = box.policy(net.policy([]))
+    for args in ([], ["--policy", pol], ["--proxy", "tcp:1.2.3.4", "--", "true"],
+                 ["--policy", pol, "--proxy", "unix:/x", "--", "true"],
+                 ["--policy", pol, "--bogus", "--", "true"],
+                 ["--policy", pol, "--log", "-", "--", "true"]):
+        p = subprocess.run([box.bin, "run"] + args, capture_output=True, text=True, timeout=10,
+                           cwd=box.workdir)
+        assert p.returncode == 2, (args, p.stderr)
+        assert "usage: sluice run" in p.stderr
+    bad = box.policy("version: 1\nrules: []\ncolour: blue\n")
+    p = subprocess.run([box.bin, "run", "--policy", bad, "--", "true"], capture_output=True,
+                       text=True, timeout=10, cwd=box.workdir)
+    assert p.returncode == 2
+    assert "policy.yaml:3" in p.stderr
+
+
+def test_refused_namespace_is_a_clear_error(box, net):
+    """With the network-namespace limit at 0 (set inside a user namespace)
+    the box cannot be built: exit 2, which namespace, how to enable it."""
+    pol = box.policy(net.policy([]))
+    marker = os.path.join(box.workdir, "ran")
+    script = ('echo 0 > /proc/sys/user/max_net_namespaces || exit 99; exec "$@"')
+    argv = ["unshare", "--user", "--map-root-user", "sh", "-c", script, "sh", box.bin, "run",
+            "--policy", pol, "--", PY, "-c", "open(%r, 'w')" % marker]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=20, cwd=box.workdir,
+                       env=_clean_env())
+    if p.returncode == 99 or "unshare:" in p.stderr:
+        pytest.skip("cannot lower user.max_net_namespaces here: %s" % p.stderr.strip())
+    assert p.returncode == 2, p.stderr
+    assert "network namespace" in p.stderr
+    assert "max_net_namespaces" in p.stderr
+    assert not os.path.exists(marker)
+
+
+# --------------------------------------------------------------------------
+# audit mounts on a live box
+
+
+def test_audit_mounts_inside_the_box(box, net, hostdir):
+    pol = box.policy(net.policy([]))
+    just = os.path.join(hostdir, "justify.txt")
+    with open(just, "w") as f:
+        f.write("/tmp: private scratch space of the box\n"
+                "/dev/shm: private shared memory of the box\n"
+                "%s: the checkout the agent works on\n" % box.workdir)
+    p = box.run(["--policy", pol], None,
+                cmd=[box.bin, "audit", "mounts", "--pid", "self", "--format", "json"])
+    assert p.returncode == 1, p.stderr
+    doc = json.loads(p.stdout)
+    writable = sorted(m["mount_point"] for m in doc["writable"])
+    assert writable == sorted(["/tmp", "/dev/shm", box.workdir])
+    p = box.run(["--policy", pol], None,
+                cmd=[box.bin, "audit", "mounts", "--justify", just])
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "3 writable, 0 unjustified" in p.stdout
+    rw = os.path.join(hostdir, "cache")
+    os.makedirs(rw)
+    p = box.run(["--policy", pol, "--rw", rw], None,
+                cmd=[box.bin, "audit", "mounts", "--justify", just])
+    assert p.returncode == 1
+    assert "UNJUSTIFIED  %s" % rw in p.stdout
+
+
+# --------------------------------------------------------------------------
+# not root: a user namespace
+
+
+def _userns_allowed():
+    try:
+        r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                            "unshare", "--user", "--map-root-user", "--net", "--mount", "true"],
+                           capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return False, str(e)
+    return r.returncode == 0, r.stderr.strip()
+
+
+def test_unprivileged_box(sluice_bin, net, tmp_path, hostdir):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to switch to nobody")
+    ok, why = _userns_allowed()
+    if not ok:
+        pytest.skip("the kernel refuses unprivileged user namespaces: %s" % why)
+    if not os.access(sluice_bin, os.X_OK) or subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sluice_bin,
+             "version"], capture_output=True).returncode != 0:
+        pytest.skip("nobody cannot execute %s" % sluice_bin)
+    work = os.path.join(hostdir, "work")
+    os.makedirs(work)
+    os.chmod(work, 0o777)
+    b = Box(sluice_bin, work)
+    pol = b.policy(net.policy([api_rule(net)]))
+    os.chmod(pol, 0o644)
+    code = FETCH + r"""
+import errno
+def write(path):
+    try:
+        open(path, "w").write("x"); return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+caps = [l for l in open("/proc/self/status") if l.startswith("CapEff")][0].split()[1]
+print(json.dumps({"uid": os.getuid(), "etc": write("/etc/sluice-x"), "cwd": write("f"),
+                  "caps": caps}))
+"""
+    p = b.run(["--policy", pol], None, cmd=[PY, "-c", code, net.url("/nobody")], user=65534)
+    assert p.returncode == 0, p.stderr
+    lines = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
+    assert lines[0]["status"] == 200
+    assert lines[1] == {"uid": 65534, "etc": "EROFS", "cwd": "ok", "caps": "0000000000000000"}
+    assert Box.summary(p)["allowed"] == 1
+
+
+def test_root_box_has_no_capabilities(box, net):
+    pol = box.policy(net.policy([]))
+    code = r"""
+import json, os
+caps = {l.split(":")[0]: l.split()[1] for l in open("/proc/self/status") if l.startswith("Cap")}
+nnp = [l.split()[1] for l in open("/proc/self/status") if l.startswith("NoNewPrivs")][0]
+print(json.dumps({"uid": os.getuid(), "eff": caps["CapEff"], "bnd": caps["CapBnd"],
+                  "nnp": nnp, "pid": os.getpid(), "procs": sorted(int(p) for p in os.listdir("/proc") if p.isdigit())}))
+"""
+    p = box.run(["--policy", pol], code)
+    o = Box.out(p)
+    assert o["eff"] == "0000000000000000"
+    assert o["bnd"] == "0000000000000000"
+    assert o["nnp"] == "1"
+    assert o["procs"] == [1, o["pid"]]  # a PID namespace: only the box's init and itself
+
+
+def test_summary_counts_alerts(box, net):
+    """Alerts go to the decision log unless --alerts FILE; the summary counts
+    them either way (first_contact raises one for the first request)."""
+    pol = box.policy(net.policy([api_rule(net)], alerts={"first_contact": True}))
+    p = box.run(["--policy", pol], None, cmd=[PY, "-c", FETCH, net.url("/first")])
+    assert Box.out(p)["status"] == 200
+    assert Box.summary(p)["alerts"] >= 1, p.stderr
+    alerts = os.path.join(box.workdir, "..", "alerts.jsonl")
+    p = box.run(["--policy", pol, "--alerts", alerts], None,
+                cmd=[PY, "-c", FETCH, net.url("/again")])
+    assert Box.summary(p)["alerts"] >= 1, p.stderr
+    with open(alerts) as f:
+        kinds = [json.loads(ln)["kind"] for ln in f if ln.strip()]
+    assert "first_contact" in kinds

@@ -1,0 +1,104 @@
+"""Retry storms: alerts.denied_burst denials within its period put the
+agent in quarantine for limits.quarantine (every request refused with
+`quarantined`, before any other decision; one `quarantine` alert), which
+lifts by itself; quarantine 0 only alerts; the state survives a reload."""
+
+import json
+import os
+import time
+
+from conftest import policy_yaml
+from gate_client import assert_denied, connect, poll, request
+
+
+def api_rule(net, **kw):
+    r = {"host": "api.example.test", "ports": [net.api.port], "tier": 0}
+    r.update(kw)
+    return r
+
+
+def alert_lines(path):
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    return [json.loads(x) for x in data.split(b"\n")[:-1] if x.strip()]
+
+
+def storm(gw, net, n):
+    url_bad = net.url("/probe", host="other.example.test", port=net.other.port)
+    for _ in range(n):
+        r = request(gw, "GET", url_bad)
+        assert r.status == 403 and r.header("Sluice-Reason") == "not_in_policy", r
+
+
+def test_quarantine_trips_alerts_once_and_lifts(gateway, net, tmp_path):
+    alerts = str(tmp_path / "alerts.jsonl")
+    pol = net.policy([api_rule(net)], limits={"quarantine": "3s"},
+                     alerts={"denied_burst": {"max": 3, "per": "1m"}})
+    gw = gateway(pol, args=("--alerts", alerts))
+    storm(gw, net, 3)
+    t_tripped = time.monotonic()
+    # Allowed host, but the agent is in quarantine: refused before the policy.
+    r = request(gw, "GET", net.url("/after"))
+    assert_denied(gw, net, r, "quarantined", host="api.example.test", port=net.api.port,
+                  agent="default", method="GET", path="/after", tier=None, rule=None,
+                  owner=None, ip=None)
+    assert 1 <= int(r.header("Retry-After")) <= 3
+    # CONNECT too, and the storm goes on: still refused, still one alert.
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    assert t.status == 403 and t.header("Sluice-Reason") == "quarantined"
+    t.close()
+    for _ in range(5):
+        assert request(gw, "GET", net.url("/again")).status == 403
+    q = poll(lambda: [a for a in alert_lines(alerts) if a.get("kind") == "quarantine"],
+             timeout=3, what="a quarantine alert in %s" % alerts)
+    time.sleep(0.3)
+    q = [a for a in alert_lines(alerts) if a.get("kind") == "quarantine"]
+    assert len(q) == 1, q
+    assert q[0]["agent"] == "default" and q[0]["severity"] == "high"
+    assert "quarantined for 3s" in q[0]["detail"]
+    # It lifts by itself.
+    time.sleep(max(0.0, 3.2 - (time.monotonic() - t_tripped)))
+    r = request(gw, "GET", net.url("/lifted"))
+    assert r.status == 200, r
+    assert [x.path for x in net.api.requests] == ["/lifted"]
+
+
+def test_quarantine_zero_only_alerts(gateway, net):
+    pol = net.policy([api_rule(net)], alerts={"denied_burst": {"max": 2, "per": "1m"}})
+    gw = gateway(pol)
+    storm(gw, net, 6)
+    assert request(gw, "GET", net.url("/fine")).status == 200
+    assert gw.events(reason="quarantined") == []
+
+
+def test_rate_limited_storm_counts(gateway, net):
+    # A client that ignores Retry-After and hammers is a retry storm too.
+    pol = net.policy([api_rule(net, rate={"requests": 1, "per": "1m"})],
+                     limits={"quarantine": "1m"},
+                     alerts={"denied_burst": {"max": 3, "per": "1m"}})
+    gw = gateway(pol)
+    statuses = [request(gw, "GET", net.url("/h%d" % i)).status for i in range(6)]
+    assert statuses == [200, 429, 429, 429, 403, 403], statuses
+    assert len(gw.events(reason="quarantined")) == 2
+
+
+def test_quarantine_survives_reload(gateway, net):
+    pol = net.policy([api_rule(net)], limits={"quarantine": "1m"},
+                     alerts={"denied_burst": {"max": 2, "per": "1m"}})
+    gw = gateway(pol)
+    storm(gw, net, 2)
+    assert request(gw, "GET", net.url("/x")).status == 403
+    # A reload (here one that also adds a rule) keeps the quarantine running.
+    other = {"host": "other.example.test", "ports": [net.other.port], "tier": 0}
+    gw.write_policy(policy_yaml(net.policy([api_rule(net), other],
+                                           limits={"quarantine": "1m"},
+                                           alerts={"denied_burst": {"max": 2, "per": "1m"}})))
+    gw.reload()
+    poll(lambda: "reloaded" in gw.stderr(), timeout=5, what="the reload")
+    r = request(gw, "GET", net.url("/still"))
+    assert r.status == 403 and r.header("Sluice-Reason") == "quarantined"
+    assert net.api.requests == []
+    assert os.path.exists(gw.log_path)

@@ -1,0 +1,139 @@
+"""Request buckets: a burst gets exactly the bucket's worth through, then 429
+rate_limited with a Retry-After computed from the bucket, and passes again
+once it has refilled; per agent across rules; tunnels count; buckets
+survive a reload."""
+
+import time
+
+from conftest import policy_yaml
+from gate_client import (assert_denied, build_request, connect, open_conn, poll, read_response,
+                         request)
+
+
+def api_rule(net, **kw):
+    r = {"host": "api.example.test", "ports": [net.api.port], "tier": 0}
+    r.update(kw)
+    return r
+
+
+def other_rule(net, **kw):
+    r = {"host": "other.example.test", "ports": [net.other.port], "tier": 0}
+    r.update(kw)
+    return r
+
+
+def burst(gw, net, n, path="/b"):
+    out = []
+    for i in range(n):
+        out.append(request(gw, "GET", net.url("%s%d" % (path, i))))
+    return out
+
+
+def test_burst_then_429_then_refill(gateway, net):
+    # Firecracker semantics: 2 tokens every 4 s (one each 2 s), full at the
+    # start, plus a one-time burst of 3: exactly 5 go at once.
+    gw = gateway(net.policy([api_rule(net, rate={"requests": 2, "per": "4s", "burst": 3})]))
+    rs = burst(gw, net, 7)
+    assert [r.status for r in rs] == [200] * 5 + [429] * 2, rs
+    assert len(net.api.requests) == 5
+    r = rs[6]  # the last one: assert_denied checks the last rate_limited event
+    ra = int(r.header("Retry-After"))
+    assert 1 <= ra <= 2, r.header("Retry-After")  # ceil of (at most) 2 s for one token
+    assert "retry after %d s" % ra in r.text
+    net.clear()
+    ev, end = assert_denied(gw, net, r, "rate_limited", host="api.example.test",
+                            port=net.api.port, agent="default", method="GET", path="/b6",
+                            tier=0, rule="rules[0]", owner=None, ip=None)
+    assert end["status"] == 429
+    # After what Retry-After said, one more goes, and only one.
+    time.sleep(ra + 0.1)
+    r = request(gw, "GET", net.url("/again"))
+    assert r.status == 200, r
+    r2 = request(gw, "GET", net.url("/again2"))
+    assert r2.status == 429, r2
+    assert [x.path for x in net.api.requests] == ["/again"]
+
+
+def test_agent_rate_across_rules(gateway, net):
+    gw = gateway(net.policy([api_rule(net), other_rule(net)],
+                            limits={"rate": {"requests": 2, "per": "1m"}}))
+    assert request(gw, "GET", net.url("/a")).status == 200
+    url_other = net.url("/o", host="other.example.test", port=net.other.port)
+    assert request(gw, "GET", url_other).status == 200
+    r = request(gw, "GET", url_other)
+    assert r.status == 429
+    assert int(r.header("Retry-After")) == 30  # one of 2 a minute
+    r = request(gw, "GET", net.url("/a2"))
+    assert r.status == 429
+    assert r.header("Sluice-Reason") == "rate_limited"
+    assert len(net.api.requests) == 1 and len(net.other.requests) == 1
+
+
+def test_rule_rate_is_per_rule(gateway, net):
+    gw = gateway(net.policy([api_rule(net, rate={"requests": 1, "per": "1m"}), other_rule(net)]))
+    assert request(gw, "GET", net.url("/1")).status == 200
+    assert request(gw, "GET", net.url("/2")).status == 429
+    url_other = net.url("/o", host="other.example.test", port=net.other.port)
+    for _ in range(3):
+        assert request(gw, "GET", url_other).status == 200
+
+
+def test_connect_takes_a_token(gateway, net):
+    rule = {"host": "tls.example.test", "ports": [net.tls.port], "tier": 0,
+            "rate": {"requests": 1, "per": "1m"}}
+    gw = gateway(net.policy([rule]))
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    assert t.status == 200
+    t.close()
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    try:
+        assert t.status == 429
+        assert int(t.header("Retry-After")) == 60
+        assert t.header("Sluice-Reason") == "rate_limited"
+    finally:
+        t.close()
+    ev = gw.wait_events(reason="rate_limited")[0]
+    assert ev["method"] == "CONNECT" and ev["decision"] == "deny"
+
+
+def test_keep_alive_connection_survives_429(gateway, net):
+    gw = gateway(net.policy([api_rule(net, rate={"requests": 1, "per": "1m"})]))
+    s = open_conn(gw)
+    try:
+        s.sendall(build_request("GET", net.url("/k1")))
+        assert read_response(s).status == 200
+        s.sendall(build_request("GET", net.url("/k2")))
+        r = read_response(s)
+        assert r.status == 429
+        s.sendall(build_request("GET", net.url("/k3")))
+        assert read_response(s).status == 429
+    finally:
+        s.close()
+
+
+def test_bucket_survives_reload(gateway, net):
+    rate = {"requests": 1, "per": "1m"}
+    gw = gateway(net.policy([api_rule(net, rate=rate)]))
+    assert request(gw, "GET", net.url("/before")).status == 200
+    # The same rule, moved to another index by a new rule in front of it.
+    gw.write_policy(policy_yaml(net.policy([other_rule(net), api_rule(net, rate=rate)])))
+    gw.reload()
+    url_other = net.url("/o", host="other.example.test", port=net.other.port)
+    poll(lambda: request(gw, "GET", url_other).status == 200, timeout=5, interval=0.05,
+         what="the reloaded policy to allow other.example.test")
+    r = request(gw, "GET", net.url("/after"))
+    assert r.status == 429, r
+    ev = gw.wait_events(reason="rate_limited")[0]
+    assert ev["rule"] == "rules[1]"
+    # Another rule (other ports) is another bucket.
+    assert [x.path for x in net.api.requests] == ["/before"]
+
+
+def test_report_mode_agent_is_let_through(gateway, net):
+    agents = [{"id": "watcher", "sources": ["127.0.0.1/32"], "mode": "report"}]
+    gw = gateway(net.policy([api_rule(net, rate={"requests": 1, "per": "1m"})], agents=agents))
+    assert request(gw, "GET", net.url("/r1")).status == 200
+    assert request(gw, "GET", net.url("/r2")).status == 200
+    ev = gw.wait_events(reason="rate_limited")[0]
+    assert ev["decision"] == "report" and ev["path"] == "/r2" and ev["agent"] == "watcher"
+    assert len(net.api.requests) == 2

@@ -1,0 +1,265 @@
+"""Each alert detector driven by real requests through `sluice serve`: the
+alert line, its fields, and that it was written within one second of the
+event that caused it; repeat folding; first-contact memory and baselines
+across a restart; a corrupt state store. Loopback only."""
+
+import datetime
+import os
+import sqlite3
+import time
+
+from gate_client import open_conn, poll, read_response, request
+from watch_helpers import (alerts, assert_prompt, wait_alert, wait_alert_timed)
+
+
+def api_rule(net, **kw):
+    r = {"host": "api.example.test", "ports": [net.api.port], "tier": 1}
+    r.update(kw)
+    return r
+
+
+def start(gateway, net, rules, alerts_cfg, tmp_path, state=True, extra=()):
+    af = str(tmp_path / "alerts.jsonl")
+    args = ["--alerts", af]
+    if state:
+        args += ["--state", str(tmp_path / "state")]
+    gw = gateway(net.policy(rules, alerts=alerts_cfg), args=args + list(extra))
+    return gw, af
+
+
+def test_first_contact_remembered_across_restart(gateway, net, tmp_path):
+    gw, af = start(gateway, net, [api_rule(net), {"host": "other.example.test",
+                                                  "ports": [net.other.port], "tier": 0}],
+                   {"first_contact": True}, tmp_path)
+    t0 = time.monotonic()
+    assert request(gw, "GET", net.url("/a")).status == 200
+    a, seen = wait_alert_timed(af, "first_contact")
+    assert a["agent"] == "default" and a["host"] == "api.example.test"
+    assert a["tier"] == 1 and a["severity"] == "low" and a["count"] == 1
+    assert "for the first time" in a["detail"]
+    ev = gw.events("agent_egress", host="api.example.test")[0]
+    assert a["id"] == ev["id"]
+    assert_prompt(a, gw, sent_at=t0, arrived_at=seen)
+    # a denied first contact alerts too, at a higher severity
+    assert request(gw, "GET", "http://nowhere.example.test/").status == 403
+    d = wait_alert(af, "first_contact", host="nowhere.example.test")[0]
+    assert d["severity"] == "medium" and "denied" in d["detail"]
+    request(gw, "GET", net.url("/b"))
+    gw.wait_events("agent_egress", count=3)
+    time.sleep(0.3)
+    assert len(alerts(af, "first_contact")) == 2
+    gw.stop()
+
+    # the same state directory: the pair is remembered, a new host is not
+    gw2 = gateway(net.policy([api_rule(net), {"host": "other.example.test",
+                                              "ports": [net.other.port], "tier": 0}],
+                             alerts={"first_contact": True}),
+                  args=["--alerts", af, "--state", str(tmp_path / "state")])
+    assert request(gw2, "GET", net.url("/c")).status == 200
+    url = "http://other.example.test:%d/" % net.other.port
+    assert request(gw2, "GET", url).status == 200
+    wait_alert(af, "first_contact", host="other.example.test")
+    time.sleep(0.3)
+    assert len(alerts(af, "first_contact", host="api.example.test")) == 1
+    assert os.path.exists(str(tmp_path / "state" / "sluice.db"))
+
+
+def test_tier3_write_names_owner_and_expiry(gateway, net, tmp_path):
+    rule = api_rule(net, tier=3, owner="chaysen", expires="2099-12-31")
+    gw, af = start(gateway, net, [rule], {"expiry_warn_days": 14}, tmp_path, state=False)
+    t0 = time.monotonic()
+    assert request(gw, "POST", net.url("/repos/x/y/pulls"), body=b"{}").status == 200
+    a, seen = wait_alert_timed(af, "tier3_write")
+    assert a["severity"] == "high" and a["tier"] == 3 and a["agent"] == "default"
+    assert a["detail"] == ("POST /repos/x/y/pulls on api.example.test by default "
+                           "(owner chaysen, expires 2099-12-31)")
+    assert_prompt(a, gw, sent_at=t0, arrived_at=seen)
+
+
+def test_write_burst_and_folding(gateway, net, tmp_path):
+    gw, af = start(gateway, net, [api_rule(net, tier=2)],
+                   {"write_burst": {"max": 3, "per": "2s"}}, tmp_path, state=False)
+    s = open_conn(gw)
+    t0 = None
+    for i in range(8):
+        if i == 3:
+            t0 = time.monotonic()
+        s.sendall(b"POST %s HTTP/1.1\r\nHost: api.example.test:%d\r\nContent-Length: 1\r\n\r\nx"
+                  % (net.url("/w").encode(), net.api.port))
+        assert read_response(s, "POST").status == 200
+        if i == 3:
+            a, seen = wait_alert_timed(af, "write_burst")
+            assert_prompt(a, gw, sent_at=t0, arrived_at=seen)
+    s.close()
+    first = wait_alert(af, "write_burst")[0]
+    assert first["count"] == 1 and first["severity"] == "medium"
+    assert "4 write requests within 2s (max 3)" in first["detail"]
+    # reads do not count
+    request(gw, "GET", net.url("/r"))
+    # the 4 later writes were folded into one summary at the end of the period
+    both = wait_alert(af, "write_burst", count=2, timeout=5)
+    assert len(both) == 2
+    assert both[1]["count"] == 4 and "4 more within 2s, folded" in both[1]["detail"]
+    time.sleep(2.5)
+    assert len(alerts(af, "write_burst")) == 2  # a quiet period closes silently
+
+
+def test_denied_burst(gateway, net, tmp_path):
+    gw, af = start(gateway, net, [api_rule(net)], {"denied_burst": {"max": 2, "per": "1m"}},
+                   tmp_path, state=False)
+    for i in range(2):
+        assert request(gw, "GET", "http://evil%d.example.test/" % i).status == 403
+    time.sleep(0.2)
+    assert alerts(af, "denied_burst") == []
+    t0 = time.monotonic()
+    request(gw, "GET", "http://evil9.example.test/")
+    a, seen = wait_alert_timed(af, "denied_burst")
+    assert a["agent"] == "default" and "denied 3 times within 60s (max 2)" in a["detail"]
+    assert "not_in_policy" in a["detail"]
+    assert_prompt(a, gw, sent_at=t0, arrived_at=seen)
+
+
+def test_upload_bytes_alerts_while_the_upload_runs(gateway, net, tmp_path):
+    gw, af = start(gateway, net, [api_rule(net, tier=2)],
+                   {"upload_bytes": {"max": "256KiB", "per": "1m"}}, tmp_path, state=False)
+    total = 2 * 1024 * 1024
+    s = open_conn(gw)
+    s.sendall(b"PUT %s HTTP/1.1\r\nHost: api.example.test:%d\r\nContent-Length: %d\r\n\r\n"
+              % (net.url("/up").encode(), net.api.port, total))
+    chunk = b"u" * 65536
+    sent = 0
+    while sent < 512 * 1024:
+        s.sendall(chunk)
+        sent += len(chunk)
+    t0 = time.monotonic()
+    a, seen = wait_alert_timed(af, "upload_bytes", timeout=3)
+    # the request is still running: no end event yet
+    assert gw.events("agent_egress_end") == []
+    assert seen - t0 < 1.0
+    assert a["severity"] == "high" and a["host"] == "api.example.test"
+    assert "max 262144" in a["detail"]
+    while sent < total:
+        s.sendall(chunk)
+        sent += len(chunk)
+    assert read_response(s, "PUT").status == 200
+    s.close()
+    end = gw.wait_events("agent_egress_end")[0]
+    assert end["bytes_up"] == total
+
+
+def test_upload_bytes_in_a_tunnel(gateway, net, tmp_path):
+    rule = {"host": "banner.example.test", "ports": [net.banner.port], "tier": 2}
+    gw, af = start(gateway, net, [rule], {"upload_bytes": {"max": "64KiB", "per": "1m"}},
+                   tmp_path, state=False)
+    s = open_conn(gw)
+    s.sendall(b"CONNECT banner.example.test:%d HTTP/1.1\r\nHost: banner.example.test:%d\r\n\r\n"
+              % (net.banner.port, net.banner.port))
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(1)
+    assert b" 200 " in head.split(b"\r\n")[0]
+    for _ in range(4):
+        try:
+            s.sendall(b"t" * 65536)
+        except OSError:
+            break
+    a = wait_alert(af, "upload_bytes", timeout=3)[0]
+    assert a["host"] == "banner.example.test"
+    s.close()
+
+
+def _off_hours_now():
+    """Working hours that exclude the present minute (two hours ahead)."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    start = (now + datetime.timedelta(hours=2)).strftime("%H:00")
+    end = (now + datetime.timedelta(hours=3)).strftime("%H:00")
+    return {"tz": "UTC", "hours": "%s-%s" % (start, end), "days": "Mon-Sun"}
+
+
+def test_off_hours_write(gateway, net, tmp_path):
+    gw, af = start(gateway, net, [api_rule(net, tier=2)], {"off_hours": _off_hours_now()},
+                   tmp_path, state=False)
+    assert request(gw, "GET", net.url("/read")).status == 200
+    t0 = time.monotonic()
+    assert request(gw, "DELETE", net.url("/thing")).status == 200
+    a, seen = wait_alert_timed(af, "off_hours_write")
+    assert alerts(af, "off_hours_write")[0]["id"] == a["id"]  # the read did not alert
+    assert "DELETE /thing" in a["detail"] and "outside working hours (UTC" in a["detail"]
+    assert_prompt(a, gw, sent_at=t0, arrived_at=seen)
+
+
+def test_grant_expired_and_expiring(gateway, net, tmp_path):
+    today = datetime.datetime.now(datetime.timezone.utc).date()
+    old = (today - datetime.timedelta(days=2)).isoformat()
+    soon = (today + datetime.timedelta(days=3)).isoformat()
+    rules = [api_rule(net, tier=3, owner="alice", expires=old),
+             {"host": "other.example.test", "ports": [net.other.port], "tier": 3,
+              "owner": "bob", "expires": soon}]
+    gw, af = start(gateway, net, rules, {"expiry_warn_days": 7}, tmp_path, state=False)
+    e = wait_alert(af, "grant_expiring")[0]  # at start
+    assert e["host"] == "other.example.test" and e["agent"] is None and e["id"] is None
+    assert "(owner bob) expires on %s: 3 days left" % soon in e["detail"]
+    t0 = time.monotonic()
+    r = request(gw, "POST", net.url("/x"), body=b"1")
+    assert r.status == 403 and r.header("Sluice-Reason") == "grant_expired"
+    a, seen = wait_alert_timed(af, "grant_expired")
+    assert a["severity"] == "high" and a["host"] == "api.example.test"
+    assert "expired grant (owner alice, expires %s)" % old in a["detail"]
+    assert_prompt(a, gw, sent_at=t0, arrived_at=seen)
+    gw.reload()  # announced again on reload
+    wait_alert(af, "grant_expiring", count=2)
+
+
+def test_baseline_learned_and_kept_across_restart(gateway, net, tmp_path):
+    cfg = {"baseline": {"factor": 2, "floor": 3, "learn": "1m"}}
+    gw, af = start(gateway, net, [api_rule(net)], cfg, tmp_path)
+    request(gw, "GET", net.url("/seed"))
+    gw.stop()
+    # a baseline learned long ago: about one request a minute
+    db = sqlite3.connect(str(tmp_path / "state" / "sluice.db"))
+    now_ms = int(time.time() * 1000)
+    db.execute("INSERT OR REPLACE INTO baseline VALUES('default', 1.0, 1e12, ?, ?)",
+               (now_ms - 86400000, now_ms // 60000 - 1))
+    db.commit()
+    db.close()
+    gw2 = gateway(net.policy([api_rule(net)], alerts=cfg),
+                  args=["--alerts", af, "--state", str(tmp_path / "state")])
+    for i in range(3):
+        request(gw2, "GET", net.url("/q%d" % i))
+    time.sleep(0.2)
+    assert alerts(af, "baseline") == []  # not over the floor yet
+    t0 = time.monotonic()
+    request(gw2, "GET", net.url("/q3"))
+    a, seen = wait_alert_timed(af, "baseline")
+    assert a["agent"] == "default" and "made 4 requests this minute" in a["detail"]
+    assert_prompt(a, gw2, sent_at=t0, arrived_at=seen)
+
+
+def test_alerts_default_to_the_decision_log(gateway, net):
+    gw = gateway(net.policy([api_rule(net, tier=3, owner="o", expires="2099-01-01")],
+                            alerts={"first_contact": True}))
+    request(gw, "POST", net.url("/x"), body=b"1")
+    kinds = poll(lambda: (lambda k: k if {"tier3_write", "first_contact"} <= set(k) else None)(
+        [e["kind"] for e in gw.log_lines() if e["event"] == "alert"]), timeout=3)
+    assert "tier3_write" in kinds
+
+
+def test_corrupt_store_is_reported_and_the_gate_goes_on(gateway, net, tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "sluice.db").write_bytes(b"garbage, not SQLite " * 500)
+    gw, af = start(gateway, net, [api_rule(net)], {"first_contact": True}, tmp_path)
+    assert request(gw, "GET", net.url("/")).status == 200
+    wait_alert(af, "first_contact")
+    err = gw.stderr()
+    assert "state store is corrupt" in err and "moved to" in err
+    assert any(n.startswith("sluice.db.corrupt-") for n in os.listdir(str(state)))
+
+
+def test_unusable_state_dir_keeps_gating(gateway, net, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    gw = gateway(net.policy([api_rule(net)], alerts={"first_contact": True}),
+                 args=["--state", str(blocker)])
+    assert request(gw, "GET", net.url("/")).status == 200
+    assert "running without a state store" in gw.stderr()

@@ -1,0 +1,137 @@
+"""Helpers for the watch tests: reading alert lines, timing them, and a
+loopback webhook receiver. Standard library only; loopback only."""
+
+import json
+import os
+import socket
+import threading
+import time
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from gate_client import poll
+
+ALERT_KEYS = ["ts", "event", "kind", "severity", "agent", "host", "tier", "id", "detail",
+              "count"]
+
+
+def read_lines(path):
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    out = []
+    for raw in data.split(b"\n")[:-1]:
+        if raw.strip():
+            out.append(json.loads(raw.decode("utf-8")))
+    return out
+
+
+def alerts(path, kind=None, **match):
+    return [a for a in read_lines(path) if a.get("event") == "alert"
+            and (kind is None or a["kind"] == kind)
+            and all(a.get(k) == v for k, v in match.items())]
+
+
+def wait_alert(path, kind, count=1, timeout=5.0, **match):
+    """Waits for <count> alerts of <kind> in <path>; returns them. Checks the
+    key order of each."""
+    got = poll(lambda: (lambda a: a if len(a) >= count else None)(alerts(path, kind, **match)),
+               timeout=timeout, what="%d %s alert(s) matching %r in %s" % (count, kind, match, path))
+    for a in got:
+        assert list(a.keys()) == ALERT_KEYS, "alert keys: %r" % list(a.keys())
+    return got
+
+
+def ts(s):
+    return datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
+
+
+def assert_prompt(alert, gw, *, sent_at=None, arrived_at=None, limit=1.0):
+    """The alert was written within <limit> s of the event that caused it:
+    its ts against the decision event's ts (same id), and the wall time from
+    the request to the line appearing in the file."""
+    if alert["id"] is not None:
+        evs = gw.events("agent_egress", id=alert["id"])
+        if evs:
+            lag = ts(alert["ts"]) - ts(evs[0]["ts"])
+            assert -0.01 <= lag < limit, "alert %s came %.3fs after its event" % (alert, lag)
+    if sent_at is not None and arrived_at is not None:
+        assert arrived_at - sent_at < limit + 0.5, "seen %.3fs after the request" % (
+            arrived_at - sent_at)
+
+
+def wait_alert_timed(path, kind, timeout=5.0, before=0, **match):
+    """Waits for alert number <before>+1 of <kind>; returns (alert, monotonic
+    time it was seen). Call it right after the request (the line may already
+    be there)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = alerts(path, kind, **match)
+        if len(got) > before:
+            return got[before], time.monotonic()
+        time.sleep(0.005)
+    raise AssertionError("no new %s alert in %s within %.1fs" % (kind, path, timeout))
+
+
+class _Hook(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n)
+        self.server.receiver.got(self.path, self.headers.get("Content-Type"), body)
+        self.send_response(self.server.receiver.status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+class _HookServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+class Receiver:
+    """A webhook receiver on 127.0.0.1:<port>, recording each POST."""
+
+    def __init__(self, port=0, status=200):
+        self.status = status
+        self.posts = []
+        self._lock = threading.Lock()
+        self.server = _HookServer(("127.0.0.1", port), _Hook)
+        self.server.receiver = self
+        self.port = self.server.server_address[1]
+        self._t = threading.Thread(target=self.server.serve_forever,
+                                   kwargs={"poll_interval": 0.05}, daemon=True)
+        self._t.start()
+
+    def got(self, path, ctype, body):
+        with self._lock:
+            self.posts.append((path, ctype, json.loads(body)))
+
+    def bodies(self):
+        with self._lock:
+            return [b for _, _, b in self.posts]
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def free_tcp_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def write_script(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o755)
+    return path

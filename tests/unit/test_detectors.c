@@ -1,0 +1,352 @@
+/* Unit tests for watch/detectors.c on a fake clock: each detector's
+ * threshold and window, folding, first-contact memory through a real store,
+ * baselines, off hours and grant expiry. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "state/store.h"
+#include "util/units.h"
+#include "watch/detectors.h"
+
+#define T0 1796065200000LL /* 2026-11-30T19:00:00Z, a Monday */
+
+struct got {
+    int n[ALERT_KIND_COUNT];
+    unsigned last_count;
+    char last_detail[600];
+    char last_agent[64];
+};
+
+static void on_alert(const struct alert *a, void *arg)
+{
+    struct got *g = arg;
+    g->n[a->kind]++;
+    g->last_count = a->count;
+    snprintf(g->last_detail, sizeof(g->last_detail), "%s", a->detail ? a->detail : "");
+    snprintf(g->last_agent, sizeof(g->last_agent), "%s", a->agent ? a->agent : "(null)");
+}
+
+struct fx {
+    struct alert_bus bus;
+    struct got got;
+    struct policy p;
+    struct rule rules[2];
+    struct detectors *d;
+};
+
+static struct egress_event ev_of(const char *agent, const char *method, const char *host,
+                                 enum verdict v, enum deny_reason r, enum tier t)
+{
+    struct egress_event ev = {
+        .kind = EVENT_EGRESS,
+        .id = "c1.1",
+        .agent = agent,
+        .method = method,
+        .method_bit = method_bit(method),
+        .scheme = "http",
+        .host = host,
+        .port = 80,
+        .path = "/p",
+        .tier = t,
+        .verdict = v,
+        .reason = r,
+    };
+    return ev;
+}
+
+static int setup(void **state)
+{
+    struct fx *f = calloc(1, sizeof(*f));
+    alert_bus_init(&f->bus);
+    alert_bus_subscribe(&f->bus, on_alert, &f->got);
+    f->p.alerts.present = true;
+    f->p.alerts.expiry_warn_days = 14; /* the loader's default */
+    f->p.rules = f->rules;
+    f->d = detectors_new(&f->bus, NULL);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fx *f = *state;
+    detectors_free(f->d);
+    free(f);
+    return 0;
+}
+
+static void write_burst_threshold_and_fold(void **state)
+{
+    struct fx *f = *state;
+    f->p.alerts.write_burst = (struct threshold){.set = true, .max = 3, .per_ms = 10000};
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    struct egress_event ev = ev_of("ci", "POST", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+    for (int i = 0; i < 3; i++)
+        detectors_feed(f->d, &ev, T0 + i * 100);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 0); /* 3 is not over 3 */
+    detectors_feed(f->d, &ev, T0 + 400);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 1);
+    assert_non_null(strstr(f->got.last_detail, "4 write requests within 10s (max 3)"));
+    /* reads and denied writes do not count; more writes fold */
+    struct egress_event get = ev_of("ci", "GET", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+    struct egress_event denied =
+        ev_of("ci", "PUT", "a.test", VERDICT_DENY, REASON_METHOD_NOT_ALLOWED, TIER_NONE);
+    detectors_feed(f->d, &get, T0 + 500);
+    detectors_feed(f->d, &denied, T0 + 500);
+    for (int i = 0; i < 5; i++)
+        detectors_feed(f->d, &ev, T0 + 600 + i);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 1);
+    assert_int_equal(detectors_folded(f->d), 5);
+    detectors_tick(f->d, T0 + 10399);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 1);
+    detectors_tick(f->d, T0 + 10400);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 2);
+    assert_int_equal(f->got.last_count, 5);
+    /* another agent has its own window */
+    struct egress_event other =
+        ev_of("bot", "DELETE", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+    detectors_feed(f->d, &other, T0 + 10500);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 2);
+    /* the window slid: 4 writes again are needed */
+    for (int i = 0; i < 3; i++)
+        detectors_feed(f->d, &ev, T0 + 30000 + i);
+    detectors_tick(f->d, T0 + 30000);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 2);
+}
+
+static void denied_burst_and_upload(void **state)
+{
+    struct fx *f = *state;
+    f->p.alerts.denied_burst = (struct threshold){.set = true, .max = 2, .per_ms = 60000};
+    f->p.alerts.upload_bytes = (struct threshold){.set = true, .max = 1000, .per_ms = 60000};
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    struct egress_event d =
+        ev_of(NULL, "GET", "x.test", VERDICT_DENY, REASON_AUTH_REQUIRED, TIER_NONE);
+    for (int i = 0; i < 5; i++)
+        detectors_feed(f->d, &d, T0 + i); /* no agent: no per-agent window */
+    assert_int_equal(f->got.n[ALERT_DENIED_BURST], 0);
+    d.agent = "ci";
+    for (int i = 0; i < 3; i++)
+        detectors_feed(f->d, &d, T0 + i);
+    assert_int_equal(f->got.n[ALERT_DENIED_BURST], 1);
+    struct egress_event up = ev_of("ci", "POST", "x.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+    up.kind = EVENT_EGRESS_PROGRESS;
+    up.bytes_up = 600;
+    detectors_feed(f->d, &up, T0);
+    assert_int_equal(f->got.n[ALERT_UPLOAD_BYTES], 0);
+    detectors_feed(f->d, &up, T0 + 100); /* 1200 > 1000, while still running */
+    assert_int_equal(f->got.n[ALERT_UPLOAD_BYTES], 1);
+    /* END's bytes_up is not counted again */
+    up.kind = EVENT_EGRESS_END;
+    up.bytes_up = 5000;
+    detectors_feed(f->d, &up, T0 + 61000);
+    detectors_tick(f->d, T0 + 200000);
+    assert_int_equal(f->got.n[ALERT_UPLOAD_BYTES], 1);
+}
+
+static void tier3_grants_and_first_contact(void **state)
+{
+    struct fx *f = *state;
+    int32_t today = day_of((time_t)(T0 / 1000));
+    f->rules[0] = (struct rule){.index = 0,
+                                .pattern = "api.test",
+                                .tier = TIER_3,
+                                .owner = "alice",
+                                .has_expires = true,
+                                .expires = today + 5};
+    f->rules[1] = (struct rule){.index = 1,
+                                .pattern = "old.test",
+                                .tier = TIER_3,
+                                .owner = "bob",
+                                .has_expires = true,
+                                .expires = today - 1};
+    f->p.nrules = 2;
+    f->p.alerts.first_contact = true;
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    assert_int_equal(detectors_grants(f->d, &f->p, T0), 1); /* the expired one is not "expiring" */
+    assert_non_null(strstr(f->got.last_detail, "5 days left"));
+    f->p.alerts.expiry_warn_days = 3;
+    f->p.alerts.expiry_warn_days_set = true;
+    detectors_configure(f->d, &f->p);
+    assert_int_equal(detectors_grants(f->d, &f->p, T0), 0);
+
+    struct egress_event ev = ev_of("ci", "POST", "api.test", VERDICT_ALLOW, REASON_NONE, TIER_3);
+    ev.rule = &f->rules[0];
+    ev.owner = "alice";
+    detectors_feed(f->d, &ev, T0);
+    assert_int_equal(f->got.n[ALERT_TIER3_WRITE], 1);
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], 1);
+    detectors_feed(f->d, &ev, T0 + 1);
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], 1); /* remembered */
+    assert_int_equal(f->got.n[ALERT_TIER3_WRITE], 1);   /* folded */
+    struct egress_event ex =
+        ev_of("ci", "POST", "old.test", VERDICT_DENY, REASON_GRANT_EXPIRED, TIER_3);
+    ex.rule = &f->rules[1];
+    detectors_feed(f->d, &ex, T0 + 2);
+    assert_int_equal(f->got.n[ALERT_GRANT_EXPIRED], 1);
+    assert_int_equal(f->got.n[ALERT_TIER3_WRITE], 1); /* denied: not a tier-3 write */
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], 2);
+    /* report mode went out: it counts as a tier-3 write */
+    ev.verdict = VERDICT_REPORT;
+    ev.host = "api2.test";
+    detectors_feed(f->d, &ev, T0 + 3);
+    assert_int_equal(f->got.n[ALERT_TIER3_WRITE], 2);
+    /* nothing at all without an alerts section */
+    memset(&f->p.alerts, 0, sizeof(f->p.alerts));
+    detectors_configure(f->d, &f->p);
+    ev.host = "api3.test";
+    detectors_feed(f->d, &ev, T0 + 4);
+    assert_int_equal(f->got.n[ALERT_TIER3_WRITE], 2);
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], 3);
+    assert_int_equal(detectors_grants(f->d, &f->p, T0), 0);
+}
+
+static void off_hours_arithmetic(void **state)
+{
+    (void)state;
+    struct off_hours_cfg o = {
+        .set = true, .tz = "UTC", .start_min = 8 * 60, .end_min = 19 * 60, .days_mask = 0x1f};
+    time_t mon19 = (time_t)(T0 / 1000); /* Monday 19:00 UTC: just outside */
+    assert_true(detectors_off_hours(&o, mon19));
+    assert_false(detectors_off_hours(&o, mon19 - 60));              /* 18:59 */
+    assert_true(detectors_off_hours(&o, mon19 - 11 * 3600 - 60));   /* 07:59 */
+    assert_true(detectors_off_hours(&o, mon19 - 2 * 86400 - 3600)); /* Saturday 18:00 */
+    o.start_min = 22 * 60; /* wrapping hours: 22:00-06:00 */
+    o.end_min = 6 * 60;
+    assert_false(detectors_off_hours(&o, mon19 + 4 * 3600)); /* 23:00 */
+    assert_true(detectors_off_hours(&o, mon19));
+    /* a named zone: 19:00 UTC is 20:00 in Berlin (winter) */
+    o.tz = "Europe/Berlin";
+    o.start_min = 8 * 60;
+    o.end_min = 20 * 60;
+    assert_true(detectors_off_hours(&o, mon19));
+    o.tz = "UTC";
+    assert_false(detectors_off_hours(&o, mon19));
+}
+
+static void off_hours_detector(void **state)
+{
+    struct fx *f = *state;
+    f->p.alerts.off_hours = (struct off_hours_cfg){
+        .set = true, .tz = "UTC", .start_min = 8 * 60, .end_min = 19 * 60, .days_mask = 0x1f};
+    detectors_configure(f->d, &f->p);
+    struct egress_event w = ev_of("ci", "PATCH", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+    struct egress_event r = ev_of("ci", "GET", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+    detectors_feed(f->d, &w, T0 - 60000); /* 18:59 */
+    detectors_feed(f->d, &r, T0);         /* a read */
+    assert_int_equal(f->got.n[ALERT_OFF_HOURS_WRITE], 0);
+    detectors_feed(f->d, &w, T0);
+    assert_int_equal(f->got.n[ALERT_OFF_HOURS_WRITE], 1);
+    assert_non_null(strstr(f->got.last_detail, "UTC 08:00-19:00"));
+}
+
+static void baseline_learns_and_alerts(void **state)
+{
+    struct fx *f = *state;
+    f->p.alerts.baseline =
+        (struct baseline_cfg){.set = true, .factor = 3, .floor = 5, .learn_ms = 5 * 60000};
+    detectors_configure(f->d, &f->p);
+    struct egress_event ev = ev_of("ci", "GET", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_0);
+    /* ten minutes of 4 requests a minute */
+    for (int m = 0; m < 10; m++)
+        for (int i = 0; i < 4; i++)
+            detectors_feed(f->d, &ev, T0 + m * 60000 + i);
+    assert_int_equal(f->got.n[ALERT_BASELINE], 0);
+    /* minute 10: 12 is 3 x 4 (not over); 16 is over the factor and the floor */
+    for (int i = 0; i < 12; i++)
+        detectors_feed(f->d, &ev, T0 + 600000 + i);
+    assert_int_equal(f->got.n[ALERT_BASELINE], 0);
+    for (int i = 0; i < 4; i++)
+        detectors_feed(f->d, &ev, T0 + 600100 + i);
+    assert_int_equal(f->got.n[ALERT_BASELINE], 1);
+    assert_non_null(strstr(f->got.last_detail, "this minute"));
+    /* an idle hour decays the baseline; the floor still holds */
+    detectors_tick(f->d, T0 + 3600000 * 2);
+    assert_int_equal(f->got.n[ALERT_BASELINE], 2); /* the summary of the 3 folded repeats */
+    assert_int_equal(f->got.last_count, 3);
+    for (int i = 0; i < 5; i++)
+        detectors_feed(f->d, &ev, T0 + 3600000 * 2 + i);
+    assert_int_equal(f->got.n[ALERT_BASELINE], 2);
+    uint64_t folded = detectors_folded(f->d);
+    detectors_feed(f->d, &ev, T0 + 3600000 * 2 + 10);
+    /* over the floor, but the summary opened a period: folded, then summarised */
+    assert_int_equal(detectors_folded(f->d), folded + 1);
+    detectors_tick(f->d, T0 + 3600000 * 2 + 60000);
+    assert_int_equal(f->got.n[ALERT_BASELINE], 3);
+    assert_int_equal(f->got.last_count, 1);
+}
+
+static void baseline_cold_start_is_quiet(void **state)
+{
+    struct fx *f = *state;
+    f->p.alerts.baseline =
+        (struct baseline_cfg){.set = true, .factor = 2, .floor = 1, .learn_ms = 3600000};
+    detectors_configure(f->d, &f->p);
+    struct egress_event ev = ev_of("ci", "GET", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_0);
+    for (int i = 0; i < 500; i++)
+        detectors_feed(f->d, &ev, T0 + i * 1000);
+    assert_int_equal(f->got.n[ALERT_BASELINE], 0); /* still learning */
+}
+
+static void memory_survives_a_restart(void **state)
+{
+    struct fx *f = *state;
+    char dir[] = "/tmp/sluice-det-XXXXXX";
+    char *err = NULL, *warn = NULL;
+    assert_non_null(mkdtemp(dir));
+    struct store *s = store_open(dir, &err, &warn);
+    assert_non_null(s);
+    struct detectors *d = detectors_new(&f->bus, s);
+    f->p.alerts.first_contact = true;
+    f->p.alerts.baseline =
+        (struct baseline_cfg){.set = true, .factor = 2, .floor = 1, .learn_ms = 60000};
+    detectors_configure(d, &f->p);
+    struct egress_event ev = ev_of("ci", "GET", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_0);
+    detectors_feed(d, &ev, T0);
+    detectors_feed(d, &ev, T0 + 120000); /* rolls a minute: the baseline is stored */
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], 1);
+    detectors_free(d);
+    store_close(s);
+
+    s = store_open(dir, &err, &warn);
+    assert_non_null(s);
+    d = detectors_new(&f->bus, s);
+    detectors_configure(d, &f->p);
+    detectors_feed(d, &ev, T0 + 130000);
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], 1); /* not the first time any more */
+    ev.host = "b.test";
+    detectors_feed(d, &ev, T0 + 130001);
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], 2);
+    /* the learned baseline came back: 3 requests this minute is over 2 x ~0.x and the floor */
+    detectors_feed(d, &ev, T0 + 130002);
+    assert_int_equal(f->got.n[ALERT_BASELINE], 1);
+    detectors_free(d);
+    store_close(s);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(write_burst_threshold_and_fold, setup, teardown),
+        cmocka_unit_test_setup_teardown(denied_burst_and_upload, setup, teardown),
+        cmocka_unit_test_setup_teardown(tier3_grants_and_first_contact, setup, teardown),
+        cmocka_unit_test(off_hours_arithmetic),
+        cmocka_unit_test_setup_teardown(off_hours_detector, setup, teardown),
+        cmocka_unit_test_setup_teardown(baseline_learns_and_alerts, setup, teardown),
+        cmocka_unit_test_setup_teardown(baseline_cold_start_is_quiet, setup, teardown),
+        cmocka_unit_test_setup_teardown(memory_survives_a_restart, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

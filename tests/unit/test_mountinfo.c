@@ -1,0 +1,260 @@
+/* test_mountinfo: the /proc/PID/mountinfo parser and the justification
+ * files of `sluice audit mounts`. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "box/mountinfo.h"
+
+static int parse(const char *text, struct mountinfo *mi, char *err, size_t errlen)
+{
+    return mountinfo_parse(text, strlen(text), mi, err, errlen);
+}
+
+static void test_parse_real_lines(void **state)
+{
+    (void)state;
+    const char *text =
+        "22 1 254:1 / / rw,relatime shared:1 - ext4 /dev/vda1 rw,errors=remount-ro\n"
+        "23 22 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw\n"
+        "24 22 0:5 / /dev ro,nosuid master:2 shared:3 - devtmpfs udev rw,size=10k\n"
+        "25 22 0:30 / /mnt/with\\040space rw - tmpfs my\\134src rw\n"
+        "26 22 254:1 /srv/data /data rw,nosuid - ext4 /dev/vda1 ro\n"
+        "27 22 0:4 net:[4026531840] /run/netns/x rw - nsfs nsfs rw";
+    struct mountinfo mi;
+    char err[256] = "";
+    assert_int_equal(parse(text, &mi, err, sizeof(err)), 0);
+    assert_int_equal(mi.n, 6);
+    assert_int_equal(mi.v[0].id, 22);
+    assert_int_equal(mi.v[0].parent, 1);
+    assert_int_equal(mi.v[0].major, 254);
+    assert_int_equal(mi.v[0].minor, 1);
+    assert_string_equal(mi.v[0].mount_point, "/");
+    assert_string_equal(mi.v[0].optional, "shared:1");
+    assert_string_equal(mi.v[0].fstype, "ext4");
+    assert_string_equal(mi.v[0].source, "/dev/vda1");
+    assert_true(mountinfo_is_writable(&mi.v[0])); /* errors=remount-ro is not ro */
+    assert_true(mountinfo_is_writable(&mi.v[1]));
+    assert_false(mountinfo_is_writable(&mi.v[2])); /* ro mount */
+    assert_string_equal(mi.v[2].optional, "master:2 shared:3");
+    assert_string_equal(mi.v[3].mount_point, "/mnt/with space");
+    assert_string_equal(mi.v[3].source, "my\\src");
+    assert_string_equal(mi.v[3].optional, "");
+    assert_false(mountinfo_is_writable(&mi.v[4])); /* ro super block */
+    assert_string_equal(mi.v[4].root, "/srv/data");
+    assert_string_equal(mi.v[5].root, "net:[4026531840]");
+    assert_int_equal(mi.v[5].line, 6);
+    mountinfo_free(&mi);
+    mountinfo_free(&mi); /* twice is harmless */
+    mountinfo_free(NULL);
+
+    assert_int_equal(parse("", &mi, err, sizeof(err)), 0);
+    assert_int_equal(mi.n, 0);
+    mountinfo_free(&mi);
+}
+
+static void test_parse_errors(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        const char *err;
+    } bad[] = {
+        {"22 1 254:1 / / rw - ext4", "line 1: line: expected"},
+        {"22 1 254:1 / / rw shared:1 ext4 /dev/vda1 rw", "line 1: line: expected"},
+        {"x 1 254:1 / / rw - ext4 /dev/vda1 rw", "line 1: id: not a number"},
+        {"22 -1 254:1 / / rw - ext4 /dev/vda1 rw", "line 1: parent: not a number"},
+        {"22 1 254 / / rw - ext4 /dev/vda1 rw", "line 1: major:minor: expected"},
+        {"22 1 254:x / / rw - ext4 /dev/vda1 rw", "line 1: major:minor: expected"},
+        {"22 1 99999999999:1 / / rw - ext4 /dev/vda1 rw", "line 1: major:minor"},
+        {"22 1 254:1 / rel rw - ext4 /dev/vda1 rw", "line 1: mount_point: not an absolute"},
+        {"22 1 254:1 / /a\\0 rw - ext4 /dev/vda1 rw", "line 1: mount_point: bad escape"},
+        {"22 1 254:1 / /a\\000 rw - ext4 /dev/vda1 rw", "line 1: mount_point: escaped NUL"},
+        {"22 1 254:1 / /a\\999 rw - ext4 /dev/vda1 rw", "line 1: mount_point: bad escape"},
+        {"22 1 254:1 / / nosuid - ext4 /dev/vda1 rw", "line 1: mount_options: neither rw"},
+        {"22 1 254:1 / / rw - ext4 /dev/vda1 rw extra", "line 1: fstype: expected"},
+        {"22 1 254:1 / / rw - ext4 /dev/\\9 rw", "line 1: source: bad escape"},
+        {"22 1 254:1 / / rw\t- ext4 /dev/vda1 rw", "line 1: line: unexpected control"},
+        {"22 1 254:1 / / rw - ext4 /dev/vda1 rw\n\n", "line 2: line: empty"},
+        {"22 1 254:1 / / rw - ext4 /dev/vda1 rw\nbad", "line 2: line: expected"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct mountinfo mi;
+        char err[256] = "";
+        assert_int_equal(parse(bad[i].text, &mi, err, sizeof(err)), -1);
+        if (strncmp(err, bad[i].err, strlen(bad[i].err)) != 0)
+            fail_msg("case %zu: got '%s', want '%s...'", i, err, bad[i].err);
+        mountinfo_free(&mi);
+    }
+}
+
+static void test_parse_limits(void **state)
+{
+    (void)state;
+    struct mountinfo mi;
+    char err[256];
+    /* an over-long line */
+    static char line[MOUNTINFO_MAX_LINE + 64];
+    memset(line, 'a', sizeof(line));
+    memcpy(line, "22 1 254:1 / /", 14);
+    assert_int_equal(mountinfo_parse(line, sizeof(line), &mi, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "longer than"));
+    mountinfo_free(&mi);
+    /* too many optional fields */
+    char opt[2048] = "22 1 254:1 / / rw";
+    for (int i = 0; i < MOUNTINFO_MAX_OPTIONAL + 1; i++)
+        strncat(opt, " shared:1", sizeof(opt) - strlen(opt) - 1);
+    strncat(opt, " - ext4 /dev/vda1 rw", sizeof(opt) - strlen(opt) - 1);
+    assert_int_equal(parse(opt, &mi, err, sizeof(err)), -1);
+    mountinfo_free(&mi);
+    /* not NUL-terminated: only <len> bytes are read */
+    const char *text = "22 1 254:1 / / rw - ext4 /dev/vda1 rwXXXX";
+    assert_int_equal(mountinfo_parse(text, strlen(text) - 4, &mi, err, sizeof(err)), 0);
+    assert_string_equal(mi.v[0].super_opts, "rw");
+    mountinfo_free(&mi);
+    /* an embedded NUL is refused */
+    const char nul[] = "22 1 254:1 / / rw - ext4 /dev/vda1 r\0w";
+    assert_int_equal(mountinfo_parse(nul, sizeof(nul) - 1, &mi, err, sizeof(err)), -1);
+    mountinfo_free(&mi);
+}
+
+static void test_opt_has(void **state)
+{
+    (void)state;
+    assert_true(mountinfo_opt_has("rw,nosuid", "rw"));
+    assert_true(mountinfo_opt_has("nosuid,rw", "rw"));
+    assert_true(mountinfo_opt_has("ro", "ro"));
+    assert_false(mountinfo_opt_has("errors=remount-ro", "ro"));
+    assert_false(mountinfo_opt_has("rwx,xrw", "rw"));
+    assert_false(mountinfo_opt_has("", "rw"));
+}
+
+static void test_covered(void **state)
+{
+    (void)state;
+    const char *text = "1 0 8:1 / / rw - ext4 /dev/sda rw\n"
+                       "2 1 0:5 / /dev rw - devtmpfs udev rw\n"
+                       "3 2 0:6 / /dev/pts rw - devpts devpts rw\n"
+                       "4 3 0:7 / /dev/pts rw - devpts devpts rw\n"
+                       "5 4 0:8 / /dev/pts/sub rw - tmpfs t rw\n"
+                       "6 2 0:9 / /dev/shm rw - tmpfs t rw\n"
+                       "7 2 0:10 / /dev rw - tmpfs over rw\n";
+    struct mountinfo mi;
+    char err[256];
+    assert_int_equal(parse(text, &mi, err, sizeof(err)), 0);
+    assert_false(mountinfo_is_covered(&mi, &mi.v[0]));
+    assert_true(mountinfo_is_covered(&mi, &mi.v[1]));  /* 7 sits on /dev */
+    assert_true(mountinfo_is_covered(&mi, &mi.v[2]));  /* 4 on top, and /dev covered */
+    assert_true(mountinfo_is_covered(&mi, &mi.v[3]));  /* its ancestor /dev is covered */
+    assert_true(mountinfo_is_covered(&mi, &mi.v[5]));  /* under the covered /dev */
+    assert_false(mountinfo_is_covered(&mi, &mi.v[6])); /* the top of /dev */
+    mountinfo_free(&mi);
+    /* without mount 7: the top /dev/pts and what is below it are reachable */
+    assert_int_equal(mountinfo_parse(text,
+                                     strlen(text) - strlen("7 2 0:10 / /dev rw - tmpfs over rw\n"),
+                                     &mi, err, sizeof(err)),
+                     0);
+    assert_true(mountinfo_is_covered(&mi, &mi.v[2]));
+    assert_false(mountinfo_is_covered(&mi, &mi.v[3]));
+    assert_false(mountinfo_is_covered(&mi, &mi.v[4]));
+    assert_false(mountinfo_is_covered(&mi, &mi.v[5]));
+    mountinfo_free(&mi);
+    /* a parent cycle ends */
+    const char *cyc = "1 2 0:1 / /a rw - t t rw\n2 1 0:2 / /b rw - t t rw\n";
+    assert_int_equal(parse(cyc, &mi, err, sizeof(err)), 0);
+    assert_false(mountinfo_is_covered(&mi, &mi.v[0]));
+    mountinfo_free(&mi);
+}
+
+struct bad_lines {
+    unsigned lines[16];
+    char msgs[16][128];
+    size_t n;
+};
+
+static void collect(void *arg, unsigned line, const char *msg)
+{
+    struct bad_lines *b = arg;
+    if (b->n < 16) {
+        b->lines[b->n] = line;
+        snprintf(b->msgs[b->n], sizeof(b->msgs[0]), "%s", msg);
+        b->n++;
+    }
+}
+
+static void test_justify(void **state)
+{
+    (void)state;
+    const char *text = "# why each writable mount exists\n"
+                       "\n"
+                       "/tmp: scratch space, private to the box\n"
+                       "  /work/repo/ :\tthe checkout the agent edits  \n"
+                       "/: never\n"
+                       "/a:b: colon inside the path\n";
+    struct justify j;
+    struct bad_lines b = {0};
+    assert_int_equal(justify_parse(text, strlen(text), &j, collect, &b), 0);
+    assert_int_equal(b.n, 0);
+    assert_int_equal(j.n, 4);
+    assert_string_equal(j.v[0].path, "/tmp");
+    assert_string_equal(j.v[0].reason, "scratch space, private to the box");
+    assert_int_equal(j.v[0].line, 3);
+    assert_string_equal(j.v[1].path, "/work/repo");
+    assert_string_equal(j.v[1].reason, "the checkout the agent edits");
+    assert_string_equal(j.v[2].path, "/");
+    assert_string_equal(j.v[3].path, "/a:b");
+    assert_non_null(justify_find(&j, "/work/repo"));
+    assert_null(justify_find(&j, "/work"));
+    justify_free(&j);
+    justify_free(NULL);
+}
+
+static void test_justify_errors(void **state)
+{
+    (void)state;
+    const char *text = "relative: no\n"
+                       "/tmp scratch\n"
+                       "/tmp:\n"
+                       "/ok: fine\n"
+                       "/ok: twice\n"
+                       "/ctl: a\x01b\n"
+                       "/nocolon:x\n";
+    struct justify j;
+    struct bad_lines b = {0};
+    assert_int_equal(justify_parse(text, strlen(text), &j, collect, &b), 6);
+    assert_int_equal(b.n, 6);
+    assert_int_equal(b.lines[0], 1);
+    assert_non_null(strstr(b.msgs[0], "absolute"));
+    assert_int_equal(b.lines[1], 2);
+    assert_int_equal(b.lines[2], 3);
+    assert_non_null(strstr(b.msgs[2], "empty"));
+    assert_int_equal(b.lines[3], 5);
+    assert_non_null(strstr(b.msgs[3], "twice"));
+    assert_int_equal(b.lines[4], 6);
+    assert_int_equal(b.lines[5], 7);
+    assert_int_equal(j.n, 1);
+    justify_free(&j);
+
+    /* NUL byte, no reporter, too large */
+    const char nul[] = "/a: b\0c\n";
+    assert_int_equal(justify_parse(nul, sizeof(nul) - 1, &j, NULL, NULL), 1);
+    justify_free(&j);
+    assert_int_equal(justify_parse(nul, JUSTIFY_MAX_BYTES + 1, &j, NULL, NULL), -1);
+    justify_free(&j);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse_real_lines), cmocka_unit_test(test_parse_errors),
+        cmocka_unit_test(test_parse_limits),     cmocka_unit_test(test_opt_has),
+        cmocka_unit_test(test_covered),          cmocka_unit_test(test_justify),
+        cmocka_unit_test(test_justify_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

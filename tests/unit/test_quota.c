@@ -1,0 +1,453 @@
+/* test_quota: per-agent and per-rule buckets, keys that survive a reload,
+ * bounded memory, quarantine and its alert, upload flows. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <event2/event.h>
+
+#include "shape/quota.h"
+
+#define MS 1000000ull
+#define S  1000000000ull
+
+static uint16_t ports_web[] = {80, 443};
+static uint16_t ports_8080[] = {8080};
+static char ci_bot[] = "ci-bot";
+static char *agents_ci[] = {ci_bot};
+
+static struct rule make_rule(size_t index, char *pattern, uint16_t *ports, size_t nports)
+{
+    struct rule r;
+    memset(&r, 0, sizeof(r));
+    r.index = index;
+    r.pattern = pattern;
+    r.ports = ports;
+    r.nports = nports;
+    return r;
+}
+
+static void set_rate(struct rate_spec *rs, uint64_t requests, uint64_t per_ms, uint64_t burst,
+                     uint64_t bandwidth)
+{
+    rs->set = true;
+    rs->requests = requests;
+    rs->per_ms = per_ms;
+    rs->burst = burst;
+    rs->bandwidth = bandwidth;
+}
+
+static void test_agent_requests(void **state)
+{
+    (void)state;
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    set_rate(&p.limits.rate, 2, 1000, 0, 0);
+    struct quota *q = quota_new(NULL, NULL, 0);
+    assert_non_null(q);
+    uint64_t w = 77;
+    assert_int_equal(quota_admit(q, &p, "a", NULL, 0, &w), 0);
+    assert_int_equal(w, 0);
+    assert_int_equal(quota_admit(q, &p, "a", NULL, 0, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "a", NULL, 0, &w), -1);
+    assert_int_equal(w, 500 * MS);
+    assert_int_equal(quota_admit(q, &p, "a", NULL, 499 * MS, &w), -1);
+    assert_int_equal(w, 1 * MS);
+    /* Another agent has its own bucket. */
+    assert_int_equal(quota_admit(q, &p, "b", NULL, 0, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "a", NULL, 500 * MS, &w), 0);
+    assert_int_equal(quota_entries(q), 2);
+    /* No rate at all: nothing tracked. */
+    struct policy none;
+    memset(&none, 0, sizeof(none));
+    assert_int_equal(quota_admit(q, &none, "c", NULL, 0, &w), 0);
+    assert_int_equal(quota_entries(q), 2);
+    /* A rate with bandwidth only has no request bucket. */
+    set_rate(&none.limits.rate, 0, 1000, 0, 100);
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(quota_admit(q, &none, "c", NULL, 0, &w), 0);
+    quota_free(q);
+    quota_free(NULL);
+}
+
+static void test_rule_and_agent_both_or_neither(void **state)
+{
+    (void)state;
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    set_rate(&p.limits.rate, 3, 1000, 0, 0);
+    struct rule r = make_rule(0, "api.example.test", ports_web, 2);
+    set_rate(&r.rate, 1, 60000, 0, 0);
+    struct quota *q = quota_new(NULL, NULL, 0);
+    uint64_t w;
+    assert_int_equal(quota_admit(q, &p, "a", &r, 0, &w), 0);
+    /* The rule's bucket is empty: refused, and the agent's token kept. */
+    assert_int_equal(quota_admit(q, &p, "a", &r, 0, &w), -1);
+    assert_int_equal(w, 60 * S);
+    assert_int_equal(quota_admit(q, &p, "a", NULL, 0, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "a", NULL, 0, &w), 0);
+    /* Now the agent's is empty too: the longer wait is the answer. */
+    assert_int_equal(quota_admit(q, &p, "a", NULL, 0, &w), -1);
+    assert_int_equal(w, 333333334);
+    assert_int_equal(quota_admit(q, &p, "a", &r, 0, &w), -1);
+    assert_int_equal(w, 60 * S);
+    /* Per agent: another agent has the rule's full bucket. */
+    assert_int_equal(quota_admit(q, &p, "b", &r, 0, &w), 0);
+    quota_free(q);
+}
+
+static void test_keys_survive_reload(void **state)
+{
+    (void)state;
+    struct policy p1, p2;
+    memset(&p1, 0, sizeof(p1));
+    memset(&p2, 0, sizeof(p2));
+    struct rule a1 = make_rule(0, "api.example.test", ports_web, 2);
+    set_rate(&a1.rate, 1, 60000, 0, 0);
+    /* The reloaded policy: the same rule moved to another index and
+     * another address, plus a rule that differs only by its ports. */
+    struct rule a2 = make_rule(3, "api.example.test", ports_web, 2);
+    set_rate(&a2.rate, 1, 60000, 0, 0);
+    struct rule other = make_rule(0, "api.example.test", ports_8080, 1);
+    set_rate(&other.rate, 1, 60000, 0, 0);
+    struct quota *q = quota_new(NULL, NULL, 0);
+    uint64_t w;
+    assert_int_equal(quota_admit(q, &p1, "a", &a1, 0, &w), 0);
+    assert_int_equal(quota_admit(q, &p2, "a", &a2, S, &w), -1); /* same bucket */
+    assert_int_equal(quota_admit(q, &p2, "a", &other, S, &w), 0);
+    /* Agents and methods are part of the identity too. */
+    struct rule ci = a2;
+    ci.agents = agents_ci;
+    ci.nagents = 1;
+    assert_int_equal(quota_admit(q, &p2, "a", &ci, S, &w), 0);
+    struct rule get = a2;
+    get.methods = 1;
+    assert_int_equal(quota_admit(q, &p2, "a", &get, S, &w), 0);
+    /* A reload that raises the rate grants nothing at once... */
+    set_rate(&a2.rate, 10, 60000, 0, 0);
+    assert_int_equal(quota_admit(q, &p2, "a", &a2, S, &w), -1);
+    assert_int_equal(w, 6 * S);
+    /* ...and refills at the new rate. */
+    assert_int_equal(quota_admit(q, &p2, "a", &a2, 7 * S, &w), 0);
+    /* A rate taken out and put back lower: the bucket is kept, nothing granted. */
+    a2.rate.set = false;
+    assert_int_equal(quota_admit(q, &p2, "a", &a2, 7 * S, &w), 0);
+    set_rate(&a2.rate, 1, 60000, 0, 0);
+    assert_int_equal(quota_admit(q, &p2, "a", &a2, 7 * S, &w), -1);
+    quota_free(q);
+}
+
+static void test_rule_identity(void **state)
+{
+    (void)state;
+    struct rule r = make_rule(0, "*.example.test", ports_web, 2);
+    r.methods = 0x3;
+    r.agents = agents_ci;
+    r.nagents = 1;
+    char buf[128];
+    size_t n = quota_rule_identity(&r, buf, sizeof(buf));
+    assert_string_equal(buf, "*.example.test|80,443|3|ci-bot");
+    assert_int_equal(n, strlen(buf));
+    char small[8];
+    assert_int_equal(quota_rule_identity(&r, small, sizeof(small)), n);
+    assert_int_equal(strlen(small), 7);
+    assert_int_equal(quota_rule_identity(&r, NULL, 0), n);
+    struct rule c = make_rule(1, NULL, NULL, 0);
+    assert_int_equal(quota_rule_identity(&c, buf, sizeof(buf)), 4);
+    assert_string_equal(buf, "||0|");
+}
+
+static void test_bounded_memory(void **state)
+{
+    (void)state;
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    set_rate(&p.limits.rate, 5, 1000, 0, 0);
+    struct quota *q = quota_new(NULL, NULL, 4);
+    uint64_t w;
+    char id[16];
+    /* Busy agents: the least recently used one goes. */
+    for (int i = 0; i < 10; i++) {
+        snprintf(id, sizeof(id), "a%d", i);
+        assert_int_equal(quota_admit(q, &p, id, NULL, (uint64_t)i * MS, &w), 0);
+        assert_true(quota_entries(q) <= 4);
+    }
+    /* a9 is still tracked (its bucket not full): a second take shows it. */
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(quota_admit(q, &p, "a9", NULL, 10 * MS, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "a9", NULL, 10 * MS, &w), -1);
+    /* Idle ones at rest are all dropped together when room is needed. */
+    assert_int_equal(quota_admit(q, &p, "z", NULL, 10 * S, &w), 0);
+    assert_int_equal(quota_entries(q), 1);
+    /* A flow pins its entries: never evicted while it is open. */
+    set_rate(&p.limits.rate, 0, 1000, 0, 1000);
+    struct quota_flow *f = quota_flow_open(q, &p, "pinned", NULL, 10 * S);
+    assert_non_null(f);
+    set_rate(&p.limits.rate, 5, 1000, 0, 0);
+    for (int i = 0; i < 10; i++) {
+        snprintf(id, sizeof(id), "b%d", i);
+        assert_int_equal(quota_admit(q, &p, id, NULL, 10 * S, &w), 0);
+    }
+    assert_int_equal(quota_flow_allow(f, 5000, 10 * S), 1000);
+    quota_flow_take(f, 1000, 10 * S);
+    assert_int_equal(quota_flow_allow(f, 5000, 10 * S), 0);
+    quota_flow_close(f);
+    quota_flow_close(NULL);
+    quota_free(q);
+}
+
+static void test_quarantine(void **state)
+{
+    (void)state;
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    p.alerts.denied_burst = (struct threshold){.set = true, .max = 3, .per_ms = 60000};
+    p.limits.quarantine_ms = 300000;
+    struct quota *q = quota_new(NULL, NULL, 0);
+    /* Not configured yet: nothing counted. */
+    assert_false(quota_note_denial(q, "a", 0));
+    quota_configure(q, &p);
+    assert_false(quota_note_denial(q, "a", 0));
+    assert_false(quota_note_denial(q, "a", S));
+    assert_int_equal(quota_quarantine_left(q, "a", S), 0);
+    assert_true(quota_note_denial(q, "a", 2 * S));
+    assert_int_equal(quota_quarantine_left(q, "a", 2 * S), 300 * S);
+    assert_int_equal(quota_quarantine_left(q, "a", 62 * S), 240 * S);
+    assert_int_equal(quota_quarantine_left(q, "b", 62 * S), 0);
+    assert_int_equal(quota_quarantine_left(q, NULL, 62 * S), 0);
+    /* In quarantine, more denials do not trip it again. */
+    for (int i = 0; i < 10; i++)
+        assert_false(quota_note_denial(q, "a", 3 * S));
+    /* A reload keeps it, even one that turns quarantine off. */
+    struct policy off = p;
+    off.limits.quarantine_ms = 0;
+    quota_configure(q, &off);
+    assert_int_equal(quota_quarantine_left(q, "a", 100 * S), 202 * S);
+    /* Quarantine 0: alert only, never quarantined here. */
+    for (int i = 0; i < 10; i++)
+        assert_false(quota_note_denial(q, "c", 100 * S));
+    quota_configure(q, &p);
+    /* It lifts by itself. */
+    assert_int_equal(quota_quarantine_left(q, "a", 302 * S), 0);
+    assert_int_equal(quota_quarantine_left(q, "a", 302 * S - 1), 1);
+    /* And the count started afresh. */
+    assert_false(quota_note_denial(q, "a", 303 * S));
+    assert_false(quota_note_denial(q, "a", 303 * S));
+    assert_true(quota_note_denial(q, "a", 303 * S));
+    /* No denied_burst: nothing. */
+    struct policy nob = p;
+    nob.alerts.denied_burst.set = false;
+    quota_configure(q, &nob);
+    for (int i = 0; i < 10; i++)
+        assert_false(quota_note_denial(q, "d", 0));
+    assert_false(quota_note_denial(q, NULL, 0));
+    quota_free(q);
+}
+
+static void test_sliding_window(void **state)
+{
+    (void)state;
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    p.alerts.denied_burst = (struct threshold){.set = true, .max = 3, .per_ms = 10000};
+    p.limits.quarantine_ms = 1000;
+    struct quota *q = quota_new(NULL, NULL, 0);
+    quota_configure(q, &p);
+    assert_false(quota_note_denial(q, "a", 0));
+    assert_false(quota_note_denial(q, "a", 1 * S));
+    /* A new window at 10 s; the previous one's 2 weigh (10 - 5) / 10. */
+    assert_false(quota_note_denial(q, "a", 15 * S)); /* 2 * 0.5 + 1 = 2 */
+    assert_false(quota_note_denial(q, "a", 16 * S)); /* 2 * 0.4 + 2 = 2.8 */
+    assert_true(quota_note_denial(q, "a", 17 * S));  /* 2 * 0.3 + 3 = 3.6 */
+    /* Two periods of silence forget everything. */
+    assert_false(quota_note_denial(q, "b", 0));
+    assert_false(quota_note_denial(q, "b", 0));
+    assert_false(quota_note_denial(q, "b", 20 * S));
+    assert_false(quota_note_denial(q, "b", 20 * S));
+    assert_true(quota_note_denial(q, "b", 20 * S));
+    quota_free(q);
+}
+
+struct seen {
+    int n;
+    enum alert_kind kind;
+    enum alert_severity severity;
+    char agent[32], host[64], id[16], detail[256];
+};
+
+static void on_alert(const struct alert *a, void *arg)
+{
+    struct seen *s = arg;
+    s->n++;
+    s->kind = a->kind;
+    s->severity = a->severity;
+    snprintf(s->agent, sizeof(s->agent), "%s", a->agent != NULL ? a->agent : "");
+    snprintf(s->host, sizeof(s->host), "%s", a->host != NULL ? a->host : "");
+    snprintf(s->id, sizeof(s->id), "%s", a->id != NULL ? a->id : "");
+    snprintf(s->detail, sizeof(s->detail), "%s", a->detail != NULL ? a->detail : "");
+}
+
+static void test_event_subscriber(void **state)
+{
+    (void)state;
+    struct alert_bus bus;
+    struct seen seen;
+    memset(&seen, 0, sizeof(seen));
+    alert_bus_init(&bus);
+    assert_int_equal(alert_bus_subscribe(&bus, on_alert, &seen), 0);
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    p.alerts.denied_burst = (struct threshold){.set = true, .max = 2, .per_ms = 60000};
+    p.limits.quarantine_ms = 300000;
+    struct quota *q = quota_new(&bus, NULL, 0);
+    quota_configure(q, &p);
+    struct egress_event ev;
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = EVENT_EGRESS;
+    ev.agent = "ci-bot";
+    ev.host = "evil.test";
+    ev.id = "c1.1";
+    ev.tier = TIER_NONE;
+    ev.verdict = VERDICT_DENY;
+    ev.reason = REASON_NOT_IN_POLICY;
+    /* Not counted: allowed, reported, end events, quarantined, no agent. */
+    struct egress_event ignored[5];
+    for (int i = 0; i < 5; i++)
+        ignored[i] = ev;
+    ignored[0].verdict = VERDICT_ALLOW;
+    ignored[1].verdict = VERDICT_REPORT;
+    ignored[2].kind = EVENT_EGRESS_END;
+    ignored[3].reason = REASON_QUARANTINED;
+    ignored[4].agent = NULL;
+    for (int round = 0; round < 3; round++)
+        for (int i = 0; i < 5; i++)
+            quota_on_event(&ignored[i], q);
+    assert_int_equal(seen.n, 0);
+    assert_int_equal(quota_quarantine_left(q, "ci-bot", quota_now()), 0);
+    quota_on_event(&ev, q);
+    assert_int_equal(seen.n, 0);
+    ev.id = "c1.2";
+    quota_on_event(&ev, q);
+    assert_int_equal(seen.n, 1);
+    assert_int_equal(seen.kind, ALERT_QUARANTINE);
+    assert_int_equal(seen.severity, SEVERITY_HIGH);
+    assert_string_equal(seen.agent, "ci-bot");
+    assert_string_equal(seen.host, "evil.test");
+    assert_string_equal(seen.id, "c1.2");
+    assert_non_null(strstr(seen.detail, "quarantined for 5m"));
+    assert_non_null(strstr(seen.detail, "not_in_policy"));
+    assert_true(quota_quarantine_left(q, "ci-bot", quota_now()) > 299 * S);
+    /* Exactly one alert however long the storm goes on. */
+    for (int i = 0; i < 20; i++)
+        quota_on_event(&ev, q);
+    assert_int_equal(seen.n, 1);
+    /* Without an alert bus: quarantined all the same, nothing published. */
+    struct quota *q2 = quota_new(NULL, NULL, 0);
+    quota_configure(q2, &p);
+    quota_on_event(&ev, q2);
+    quota_on_event(&ev, q2);
+    assert_true(quota_quarantine_left(q2, "ci-bot", quota_now()) > 0);
+    quota_free(q2);
+    quota_free(q);
+}
+
+static void test_flows(void **state)
+{
+    (void)state;
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    struct rule r = make_rule(0, "api.example.test", ports_web, 2);
+    struct quota *q = quota_new(NULL, NULL, 0);
+    /* Nothing shaped: no flow at all. */
+    assert_null(quota_flow_open(q, &p, "a", &r, 0));
+    assert_null(quota_flow_open(q, &p, "a", NULL, 0));
+    set_rate(&r.rate, 5, 1000, 0, 0); /* requests only */
+    assert_null(quota_flow_open(q, &p, "a", &r, 0));
+    set_rate(&p.limits.rate, 0, 1000, 0, 16000);
+    assert_null(quota_flow_open(q, &p, NULL, &r, 0));
+    /* Agent 16000 B/s, rule 1600 B/s: the smaller wins. */
+    set_rate(&r.rate, 0, 1000, 0, 1600);
+    struct quota_flow *f = quota_flow_open(q, &p, "a", &r, 0);
+    assert_non_null(f);
+    assert_int_equal(quota_flow_allow(f, 100000, 0), 1600);
+    assert_int_equal(quota_flow_allow(f, 100, 0), 100);
+    quota_flow_take(f, 1600, 0);
+    assert_int_equal(quota_flow_allow(f, 100000, 0), 0);
+    /* The wait is for a sixteenth of the smaller bucket: 100 B at 1600 B/s. */
+    assert_int_equal(quota_flow_wait_ns(f, 100000, 0), 62500 * 1000);
+    assert_int_equal(quota_flow_wait_ns(f, 10, 0), 6250 * 1000);
+    assert_int_equal(quota_flow_allow(f, 100000, 500 * MS), 800);
+    /* A second flow of the same agent shares its buckets. */
+    struct quota_flow *g = quota_flow_open(q, &p, "a", &r, 500 * MS);
+    assert_int_equal(quota_flow_allow(g, 100000, 500 * MS), 800);
+    /* Bytes that moved anyway (debt) hold back what follows. */
+    quota_flow_take(g, 2400, 500 * MS); /* 1600 owed on the rule */
+    assert_int_equal(quota_flow_allow(f, 100000, 1500 * MS), 0);
+    assert_int_equal(quota_flow_allow(f, 100000, 2000 * MS), 800);
+    /* No event base: pause cannot arm a timer. */
+    assert_int_equal(quota_flow_pause(f, 100, 0, NULL, NULL), -1);
+    assert_false(quota_flow_paused(f));
+    assert_false(quota_flow_paused(NULL));
+    quota_flow_close(g);
+    quota_flow_close(f);
+    quota_free(q);
+}
+
+static void on_resume(void *arg)
+{
+    int *n = arg;
+    (*n)++;
+}
+
+static void test_flow_pause_timer(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    assert_non_null(base);
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    set_rate(&p.limits.rate, 0, 1000, 0, 16000); /* 1000 B every 62.5 ms */
+    struct quota *q = quota_new(NULL, base, 0);
+    uint64_t t0 = quota_now();
+    struct quota_flow *f = quota_flow_open(q, &p, "a", NULL, t0);
+    quota_flow_take(f, 16000, t0);
+    int fired = 0;
+    assert_int_equal(quota_flow_pause(f, 1000, t0, on_resume, &fired), 0);
+    assert_true(quota_flow_paused(f));
+    /* Re-arming replaces: one call, not two. */
+    assert_int_equal(quota_flow_pause(f, 1000, t0, on_resume, &fired), 0);
+    event_base_dispatch(base);
+    assert_int_equal(fired, 1);
+    assert_false(quota_flow_paused(f));
+    uint64_t t1 = quota_now();
+    assert_true(t1 - t0 >= 62 * MS);
+    assert_true(quota_flow_allow(f, 1000, t1) >= 1000 - 1);
+    /* Closing with the timer armed cancels it. */
+    quota_flow_take(f, 16000, t1);
+    assert_int_equal(quota_flow_pause(f, 1000, t1, on_resume, &fired), 0);
+    quota_flow_close(f);
+    event_base_dispatch(base);
+    assert_int_equal(fired, 1);
+    quota_free(q);
+    event_base_free(base);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_agent_requests),
+        cmocka_unit_test(test_rule_and_agent_both_or_neither),
+        cmocka_unit_test(test_keys_survive_reload),
+        cmocka_unit_test(test_rule_identity),
+        cmocka_unit_test(test_bounded_memory),
+        cmocka_unit_test(test_quarantine),
+        cmocka_unit_test(test_sliding_window),
+        cmocka_unit_test(test_event_subscriber),
+        cmocka_unit_test(test_flows),
+        cmocka_unit_test(test_flow_pause_timer),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

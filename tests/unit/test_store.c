@@ -1,0 +1,236 @@
+/* Unit tests for state/store_sqlite.c: round trips of every table, batched
+ * writes, a missing directory, a corrupt database moved aside, an unusable
+ * path, and a store that cannot be written. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "state/store.h"
+
+struct seen {
+    int n;
+    char text[4][64];
+    int64_t num[4];
+    double d[4];
+};
+
+static void on_contact(const char *agent, const char *host, int64_t ms, void *arg)
+{
+    struct seen *s = arg;
+    if (s->n < 4) {
+        snprintf(s->text[s->n], sizeof(s->text[0]), "%s %s", agent, host);
+        s->num[s->n] = ms;
+    }
+    s->n++;
+}
+
+static void on_baseline(const char *agent, const struct store_baseline *b, void *arg)
+{
+    struct seen *s = arg;
+    if (s->n < 4) {
+        snprintf(s->text[s->n], sizeof(s->text[0]), "%s", agent);
+        s->d[s->n] = b->req_avg + b->bytes_avg;
+        s->num[s->n] = b->minute;
+    }
+    s->n++;
+}
+
+static void on_queue(int64_t id, const char *sink, const char *body, int attempts, void *arg)
+{
+    struct seen *s = arg;
+    if (s->n < 4) {
+        snprintf(s->text[s->n], sizeof(s->text[0]), "%s %s %d", sink, body, attempts);
+        s->num[s->n] = id;
+    }
+    s->n++;
+}
+
+static void on_counter(const char *name, uint64_t v, void *arg)
+{
+    struct seen *s = arg;
+    if (s->n < 4) {
+        snprintf(s->text[s->n], sizeof(s->text[0]), "%s", name);
+        s->num[s->n] = (int64_t)v;
+    }
+    s->n++;
+}
+
+static char dir[64];
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof(dir), "/tmp/sluice-store-XXXXXX");
+    return mkdtemp(dir) != NULL ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+static struct store *open_ok(const char *d)
+{
+    char *err = NULL, *warn = NULL;
+    struct store *s = store_open(d, &err, &warn);
+    assert_non_null(s);
+    assert_null(err);
+    assert_null(warn);
+    return s;
+}
+
+static void round_trip(void **state)
+{
+    (void)state;
+    char sub[128];
+    snprintf(sub, sizeof(sub), "%s/var", dir); /* missing: created */
+    struct store *s = open_ok(sub);
+    assert_false(store_dirty(s));
+    assert_int_equal(store_put_contact(s, "ci", "a.test", 42), 0);
+    assert_int_equal(store_put_contact(s, "ci", "a.test", 43), 0); /* first one wins */
+    struct store_baseline b = {.req_avg = 1.5, .bytes_avg = 2, .since_ms = 7, .minute = 9};
+    assert_int_equal(store_put_baseline(s, "ci", &b), 0);
+    b.minute = 10; /* coalesced with the pending one */
+    assert_int_equal(store_put_baseline(s, "ci", &b), 0);
+    assert_int_equal(store_put_counter(s, "alerts.x", 5), 0);
+    assert_int_equal(store_put_counter(s, "alerts.x", 6), 0);
+    int64_t q1 = store_queue_add(s, "http://h/", "{\"a\":1}");
+    int64_t q2 = store_queue_add(s, "http://h/", "{\"a\":2}");
+    assert_true(q1 > 0 && q2 == q1 + 1);
+    assert_int_equal(store_queue_del(s, q1), 0); /* in the same batch as its insert */
+    assert_int_equal(store_queue_attempts(s, q2, 3), 0);
+    assert_true(store_dirty(s));
+    assert_int_equal(store_flush(s), 0);
+    assert_false(store_dirty(s));
+    assert_int_equal(store_flush(s), 0); /* nothing to do */
+    store_close(s);
+
+    s = open_ok(sub);
+    struct seen seen = {0};
+    assert_int_equal(store_load_contacts(s, on_contact, &seen), 1);
+    assert_string_equal(seen.text[0], "ci a.test");
+    assert_int_equal(seen.num[0], 42);
+    memset(&seen, 0, sizeof(seen));
+    assert_int_equal(store_load_baselines(s, on_baseline, &seen), 1);
+    assert_int_equal(seen.num[0], 10);
+    assert_true(seen.d[0] > 3.4 && seen.d[0] < 3.6);
+    memset(&seen, 0, sizeof(seen));
+    assert_int_equal(store_load_queue(s, on_queue, &seen), 1);
+    assert_string_equal(seen.text[0], "http://h/ {\"a\":2} 3");
+    assert_int_equal(seen.num[0], q2);
+    memset(&seen, 0, sizeof(seen));
+    assert_int_equal(store_load_counters(s, on_counter, &seen), 1);
+    assert_int_equal(seen.num[0], 6);
+    /* ids keep growing across a restart */
+    assert_true(store_queue_add(s, "http://h/", "{}") > q2);
+    assert_int_equal(store_dropped(s), 0);
+    assert_non_null(strstr(store_path(s), "/var/sluice.db"));
+    store_close(s); /* commits on close */
+    s = open_ok(sub);
+    memset(&seen, 0, sizeof(seen));
+    assert_int_equal(store_load_queue(s, on_queue, &seen), 2);
+    store_close(s);
+    store_close(NULL);
+}
+
+static void corrupt_is_moved_aside(void **state)
+{
+    (void)state;
+    char path[128];
+    snprintf(path, sizeof(path), "%s/%s", dir, STORE_FILE);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 200; i++)
+        fputs("this is not a database at all\n", f);
+    fclose(f);
+    char *err = NULL, *warn = NULL;
+    struct store *s = store_open(dir, &err, &warn);
+    assert_non_null(s);
+    assert_null(err);
+    assert_non_null(warn);
+    assert_non_null(strstr(warn, "corrupt"));
+    assert_non_null(strstr(warn, "moved to"));
+    free(warn);
+    assert_int_equal(store_put_contact(s, "a", "b", 1), 0);
+    assert_int_equal(store_flush(s), 0);
+    store_close(s);
+    char pat[160];
+    glob_t g;
+    snprintf(pat, sizeof(pat), "%s/%s.corrupt-*", dir, STORE_FILE);
+    assert_int_equal(glob(pat, 0, NULL, &g), 0);
+    assert_true(g.gl_pathc >= 1);
+    globfree(&g);
+}
+
+static void unusable_paths(void **state)
+{
+    (void)state;
+    char *err = NULL, *warn = NULL;
+    char file[128];
+    assert_null(store_open("", &err, &warn));
+    assert_non_null(err);
+    free(err);
+    assert_null(store_open(NULL, &err, &warn));
+    free(err);
+    snprintf(file, sizeof(file), "%s/plain", dir);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fclose(f);
+    assert_null(store_open(file, &err, &warn)); /* not a directory */
+    assert_non_null(strstr(err, "not a directory"));
+    free(err);
+    char deep[160];
+    snprintf(deep, sizeof(deep), "%s/no/such/parent", dir);
+    assert_null(store_open(deep, &err, &warn));
+    assert_non_null(strstr(err, "cannot create"));
+    free(err);
+}
+
+static void write_failure_keeps_writes(void **state)
+{
+    (void)state;
+    struct store *s = open_ok(dir);
+    char path[128];
+    sqlite3 *db;
+    snprintf(path, sizeof(path), "%s/%s", dir, STORE_FILE);
+    /* another connection holds the write lock: the commit fails and the
+     * writes stay queued; once the lock goes they are committed */
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "BEGIN EXCLUSIVE", NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(store_put_contact(s, "a", "b", 1), 0);
+    assert_int_equal(store_flush(s), -1);
+    assert_true(store_dirty(s));
+    assert_int_equal(store_flush(s), -1); /* reported once, still kept */
+    assert_int_equal(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(store_flush(s), 0);
+    assert_false(store_dirty(s));
+    sqlite3_close(db);
+    struct seen seen = {0};
+    assert_int_equal(store_load_contacts(s, on_contact, &seen), 1);
+    store_close(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(corrupt_is_moved_aside, setup, teardown),
+        cmocka_unit_test_setup_teardown(unusable_paths, setup, teardown),
+        cmocka_unit_test_setup_teardown(write_failure_keeps_writes, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

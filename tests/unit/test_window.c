@@ -1,0 +1,149 @@
+/* Unit tests for watch/window.c: the sliding window in tenths and the fold
+ * table's period arithmetic, on a fake clock (plain integers). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "watch/window.h"
+
+static void window_counts_within_period(void **state)
+{
+    (void)state;
+    struct window w;
+    window_init(&w, 10000); /* 10 s in 1 s buckets */
+    assert_int_equal(window_add(&w, 0, 1), 1);
+    assert_int_equal(window_add(&w, 500, 1), 2);
+    assert_int_equal(window_add(&w, 9999, 1), 3);
+    /* at 10 000 the first bucket (0-999) leaves the window */
+    assert_int_equal(window_sum(&w, 10000), 1);
+    assert_int_equal(window_add(&w, 10000, 5), 6);
+    /* long after: everything is gone */
+    assert_int_equal(window_sum(&w, 100000), 0);
+    assert_int_equal(window_add(&w, 100000, 2), 2);
+}
+
+static void window_edges(void **state)
+{
+    (void)state;
+    struct window w;
+    window_init(&w, 5); /* narrower than the slots: 1 ms buckets */
+    assert_int_equal(w.width_ms, 1);
+    window_add(&w, 100, 1);
+    assert_int_equal(window_sum(&w, 109), 1);
+    assert_int_equal(window_sum(&w, 110), 0);
+    window_init(&w, 0); /* a zero period is treated as 1 ms */
+    assert_int_equal(window_add(&w, 7, 1), 1);
+    /* saturates instead of wrapping */
+    window_init(&w, 1000);
+    window_add(&w, 0, UINT64_MAX - 1);
+    assert_int_equal(window_add(&w, 0, 5), UINT64_MAX);
+    window_add(&w, 150, 5);
+    assert_int_equal(window_sum(&w, 150), UINT64_MAX);
+    /* a clock that goes back does not count the future bucket */
+    window_init(&w, 1000);
+    window_add(&w, 5000, 3);
+    assert_int_equal(window_sum(&w, 4000), 0);
+    /* negative times land in bucket 0 */
+    window_init(&w, 1000);
+    assert_int_equal(window_add(&w, -50, 1), 1);
+}
+
+struct got {
+    int n;
+    unsigned count;
+    char detail[600];
+    enum alert_kind kind;
+};
+
+static void collect(struct alert *a, void *arg)
+{
+    struct got *g = arg;
+    g->n++;
+    g->count = a->count;
+    g->kind = a->kind;
+    strncpy(g->detail, a->detail, sizeof(g->detail) - 1);
+}
+
+static void fold_one_line_per_period(void **state)
+{
+    (void)state;
+    struct fold f;
+    struct got g = {0};
+    struct alert a = {.kind = ALERT_WRITE_BURST, .agent = "ci", .host = "x.test", .detail = "d1"};
+    fold_init(&f);
+    assert_true(fold_admit(&f, &a, NULL, 0, 1000));
+    a.detail = "d2";
+    assert_false(fold_admit(&f, &a, NULL, 10, 1000));
+    a.host = "y.test"; /* per-agent key: another host folds too */
+    assert_false(fold_admit(&f, &a, NULL, 999, 1000));
+    assert_int_equal(fold_expire(&f, 999, collect, &g), 0);
+    assert_int_equal(fold_expire(&f, 1000, collect, &g), 1);
+    assert_int_equal(g.n, 1);
+    assert_int_equal(g.count, 2);
+    assert_non_null(strstr(g.detail, "2 more within 1s"));
+    assert_non_null(strstr(g.detail, "d2"));
+    /* the summary opened a new period: a repeat at once is folded */
+    assert_false(fold_admit(&f, &a, NULL, 1001, 1000));
+    assert_int_equal(fold_expire(&f, 2000, collect, &g), 1);
+    assert_int_equal(g.count, 1);
+    /* a quiet period closes silently, then the key starts over */
+    assert_int_equal(fold_expire(&f, 3000, collect, &g), 0);
+    assert_int_equal(f.n, 0);
+    assert_true(fold_admit(&f, &a, NULL, 3001, 1000));
+    fold_free(&f);
+}
+
+static void fold_keys_and_zero_period(void **state)
+{
+    (void)state;
+    struct fold f;
+    struct alert a = {.kind = ALERT_FIRST_CONTACT, .agent = "ci", .host = "a.test"};
+    fold_init(&f);
+    assert_true(fold_admit(&f, &a, "a.test", 0, 60000));
+    assert_true(fold_admit(&f, &a, "b.test", 0, 60000)); /* another host */
+    a.agent = "other";
+    assert_true(fold_admit(&f, &a, "a.test", 0, 60000)); /* another agent */
+    a.agent = NULL;
+    assert_true(fold_admit(&f, &a, "a.test", 0, 60000)); /* no agent is a key too */
+    assert_false(fold_admit(&f, &a, "a.test", 1, 60000));
+    a.kind = ALERT_TIER3_WRITE;
+    assert_true(fold_admit(&f, &a, "a.test", 1, 60000)); /* another kind */
+    assert_true(fold_admit(&f, &a, "a.test", 2, 0));     /* period 0: never folds */
+    assert_true(fold_admit(&f, &a, "a.test", 3, 0));
+    /* a period that ended but was not expired yet reopens on admit */
+    assert_true(fold_admit(&f, &a, "a.test", 70000, 60000));
+    fold_free(&f);
+    fold_free(&f); /* twice is harmless */
+}
+
+static void fold_table_is_capped(void **state)
+{
+    (void)state;
+    struct fold f;
+    char host[32];
+    struct alert a = {.kind = ALERT_FIRST_CONTACT, .agent = "ci"};
+    fold_init(&f);
+    for (int i = 0; i < FOLD_MAX + 10; i++) {
+        snprintf(host, sizeof(host), "h%d.test", i);
+        assert_true(fold_admit(&f, &a, host, 0, 60000));
+    }
+    assert_int_equal(f.n, FOLD_MAX);
+    /* a key over the cap is not tracked: its repeat is written too */
+    assert_true(fold_admit(&f, &a, host, 1, 60000));
+    fold_free(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(window_counts_within_period), cmocka_unit_test(window_edges),
+        cmocka_unit_test(fold_one_line_per_period),    cmocka_unit_test(fold_keys_and_zero_period),
+        cmocka_unit_test(fold_table_is_capped),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
