@@ -595,19 +595,22 @@ def test_audit_mounts_inside_the_box(box, net, hostdir):
         f.write("/tmp: private scratch space of the box\n"
                 "/dev/shm: private shared memory of the box\n"
                 "%s: the checkout the agent works on\n" % box.workdir)
-    p = box.run(["--policy", pol], None,
+    # The binary under test may live below /tmp (a CI clone), which the box
+    # replaces with an empty tmpfs: bind its folder in, read-only.
+    bindir = ["--ro", os.path.dirname(box.bin)]
+    p = box.run(["--policy", pol] + bindir, None,
                 cmd=[box.bin, "audit", "mounts", "--pid", "self", "--format", "json"])
     assert p.returncode == 1, p.stderr
     doc = json.loads(p.stdout)
     writable = sorted(m["mount_point"] for m in doc["writable"])
     assert writable == sorted(["/tmp", "/dev/shm", box.workdir])
-    p = box.run(["--policy", pol], None,
+    p = box.run(["--policy", pol] + bindir, None,
                 cmd=[box.bin, "audit", "mounts", "--justify", just])
     assert p.returncode == 0, p.stdout + p.stderr
     assert "3 writable, 0 unjustified" in p.stdout
     rw = os.path.join(hostdir, "cache")
     os.makedirs(rw)
-    p = box.run(["--policy", pol, "--rw", rw], None,
+    p = box.run(["--policy", pol, "--rw", rw] + bindir, None,
                 cmd=[box.bin, "audit", "mounts", "--justify", just])
     assert p.returncode == 1
     assert "UNJUSTIFIED  %s" % rw in p.stdout
