@@ -247,21 +247,9 @@ struct served {
 /* Forks the gateway; returns 0 once it accepts, or EXIT_USAGE. */
 static int serve_start(struct run_args *a, struct served *s)
 {
-    struct diag d;
-    diag_init(&d, a->policy);
-    struct policy *p = policy_load(a->policy, &d);
-    if (p == NULL) {
-        char msg[1024];
-        const struct diag_entry *e = diag_first_error(&d);
-        if (e != NULL)
-            diag_format(&d, e, msg, sizeof(msg));
-        else
-            snprintf(msg, sizeof(msg), "%s: cannot load the policy", a->policy);
-        fprintf(stderr, "%s\n", msg);
-        diag_free(&d);
+    struct policy *p = policy_load_reporting(a->policy, "");
+    if (p == NULL)
         return EXIT_USAGE;
-    }
-    diag_free(&d);
     gateway_print_grant_warnings(p);
     snprintf(s->dir, sizeof(s->dir), "/tmp/sluice-run-XXXXXX");
     if (mkdtemp(s->dir) == NULL) {

@@ -126,22 +126,11 @@ static int serve_main(int argc, char **argv)
         return rc == 1 ? EXIT_OK : rc;
     }
 
-    struct diag d;
-    diag_init(&d, a->policy);
-    struct policy *p = policy_load(a->policy, &d);
+    struct policy *p = policy_load_reporting(a->policy, "");
     if (p == NULL) {
-        char msg[1024];
-        const struct diag_entry *e = diag_first_error(&d);
-        if (e != NULL)
-            diag_format(&d, e, msg, sizeof(msg));
-        else
-            snprintf(msg, sizeof(msg), "%s: cannot load the policy", a->policy);
-        fprintf(stderr, "%s\n", msg);
-        diag_free(&d);
         free(a);
         return EXIT_USAGE;
     }
-    diag_free(&d);
     gateway_print_grant_warnings(p);
     size_t nrules = p->nrules;
 

@@ -106,20 +106,6 @@ static const struct default_range default_ranges[] = {
 
 #define NDEFAULT (sizeof(default_ranges) / sizeof(default_ranges[0]))
 
-static bool prefix_match(const struct cidr *c, const struct ipaddr *a)
-{
-    unsigned full = c->prefix / 8, rest = c->prefix % 8;
-
-    if (c->prefix > 128)
-        return false;
-    if (memcmp(c->addr.b, a->b, full) != 0)
-        return false;
-    if (rest == 0)
-        return true;
-    uint8_t mask = (uint8_t)(0xff << (8 - rest));
-    return (c->addr.b[full] & mask) == (a->b[full] & mask);
-}
-
 static const uint8_t v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 
 static bool is_v4(const struct ipaddr *a)
@@ -289,7 +275,7 @@ static const struct range *find_deny(const struct addr_guard *g, const struct ip
     for (size_t i = 0; i < g->ndeny; i++) {
         if (v4_only && !g->deny[i].v4)
             continue;
-        if (prefix_match(&g->deny[i].c, a))
+        if (cidr_contains(&g->deny[i].c, a))
             return &g->deny[i];
     }
     return NULL;
@@ -313,7 +299,7 @@ bool addr_guard_denies(const struct addr_guard *g, const struct ipaddr *a, const
         return false;
     /* allow_ranges exempt the address actually connected to. */
     for (size_t i = 0; i < g->nallow; i++)
-        if (prefix_match(&g->allow[i], a))
+        if (cidr_contains(&g->allow[i], a))
             return false;
     if (range_name != NULL)
         *range_name = name;

@@ -199,24 +199,13 @@ void gateway_conn_gone(struct gateway *gw)
 
 int gateway_reload(struct gateway *gw, const char *path)
 {
-    struct diag d;
     if (path == NULL)
         path = gw->cfg.policy_path;
-    diag_init(&d, path);
-    struct policy *p = policy_load(path, &d);
+    struct policy *p = policy_load_reporting(path, "sluice: reload failed: ");
     if (p == NULL) {
-        char msg[1024];
-        const struct diag_entry *e = diag_first_error(&d);
-        if (e != NULL)
-            diag_format(&d, e, msg, sizeof(msg));
-        else
-            snprintf(msg, sizeof(msg), "%s: cannot load the policy", path);
-        fprintf(stderr, "sluice: reload failed: %s\n", msg);
-        diag_free(&d);
         gw->counters.reload_failures++;
         return -1;
     }
-    diag_free(&d);
     struct gw_policy *gp = gw_policy_new(p);
     if (gp == NULL) {
         fprintf(stderr, "sluice: reload failed: %s: out of memory\n", path);

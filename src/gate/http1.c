@@ -76,24 +76,6 @@ static bool is_ows(char c)
     return c == ' ' || c == '\t';
 }
 
-/* The method_bit() mapping of policy/model.h, kept here so that the parser
- * does not depend on the policy library. Case-sensitive, as HTTP says. */
-static unsigned request_method_bit(const char *m)
-{
-    static const struct {
-        const char *name;
-        unsigned bit;
-    } map[] = {
-        {"GET", METHOD_GET},         {"HEAD", METHOD_HEAD},   {"POST", METHOD_POST},
-        {"PUT", METHOD_PUT},         {"PATCH", METHOD_PATCH}, {"DELETE", METHOD_DELETE},
-        {"OPTIONS", METHOD_OPTIONS}, {"TRACE", METHOD_TRACE}, {"CONNECT", METHOD_CONNECT},
-    };
-    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
-        if (strcmp(m, map[i].name) == 0)
-            return map[i].bit;
-    return METHOD_OTHER;
-}
-
 /* ---------------------------------------------------------------------- */
 /* Lists: "a, b ,c" -> elements trimmed of OWS (empty elements included). */
 
@@ -507,7 +489,7 @@ int http1_parse_request(const char *buf, size_t len, size_t max_head, struct htt
     }
     memcpy(out->method, m, (size_t)(p - m));
     out->method[p - m] = '\0';
-    out->method_bit = request_method_bit(out->method);
+    out->method_bit = method_bit(out->method);
     p++;
     const char *t = p;
     while (p < end && (unsigned char)*p > 0x20 && (unsigned char)*p < 0x7f)

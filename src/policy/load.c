@@ -920,3 +920,21 @@ struct policy *policy_load_flags(const char *path, unsigned flags, struct diag *
     free(buf);
     return p;
 }
+
+struct policy *policy_load_reporting(const char *path, const char *prefix)
+{
+    struct diag d;
+    diag_init(&d, path);
+    struct policy *p = policy_load(path, &d);
+    if (p == NULL) {
+        char msg[1024];
+        const struct diag_entry *e = diag_first_error(&d);
+        if (e != NULL)
+            diag_format(&d, e, msg, sizeof(msg));
+        else
+            snprintf(msg, sizeof(msg), "%s: cannot load the policy", path);
+        fprintf(stderr, "%s%s\n", prefix, msg);
+    }
+    diag_free(&d);
+    return p;
+}

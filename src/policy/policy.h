@@ -41,6 +41,12 @@ struct policy *policy_load_flags(const char *path, unsigned flags, struct diag *
 struct policy *policy_load_buffer_flags(const char *name, const char *buf, size_t len,
                                         unsigned flags, struct diag *diag);
 
+/* policy_load() for commands that serve: on failure prints
+ * "<prefix>file:line: field: message" (the first error) on standard error and
+ * returns NULL. Warnings are not printed (gateway_print_grant_warnings()
+ * covers expiry). */
+struct policy *policy_load_reporting(const char *path, const char *prefix);
+
 /* Frees <p> and everything it owns. Accepts NULL. */
 void policy_free(struct policy *p);
 

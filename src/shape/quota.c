@@ -8,6 +8,7 @@
 #include <event2/event.h>
 
 #include "shape/bucket.h"
+#include "util/units.h"
 
 #define NSLOTS           1024u /* hash chains (a power of two) */
 #define NS_PER_MS        1000000ull
@@ -340,18 +341,6 @@ bool quota_note_denial(struct quota *q, const char *agent_id, uint64_t now_ns)
     return true;
 }
 
-static void format_duration(uint64_t ms, char *buf, size_t cap)
-{
-    if (ms % 3600000 == 0)
-        snprintf(buf, cap, "%lluh", (unsigned long long)(ms / 3600000));
-    else if (ms % 60000 == 0)
-        snprintf(buf, cap, "%llum", (unsigned long long)(ms / 60000));
-    else if (ms % 1000 == 0)
-        snprintf(buf, cap, "%llus", (unsigned long long)(ms / 1000));
-    else
-        snprintf(buf, cap, "%llums", (unsigned long long)ms);
-}
-
 void quota_on_event(const struct egress_event *ev, void *arg)
 {
     struct quota *q = arg;
@@ -361,8 +350,8 @@ void quota_on_event(const struct egress_event *ev, void *arg)
     if (!quota_note_denial(q, ev->agent, quota_now()) || q->alerts == NULL)
         return;
     char len[32], per[32], detail[256];
-    format_duration(q->quarantine_ns / NS_PER_MS, len, sizeof(len));
-    format_duration(q->denied_per_ns / NS_PER_MS, per, sizeof(per));
+    format_period_ms(q->quarantine_ns / NS_PER_MS, len, sizeof(len));
+    format_period_ms(q->denied_per_ns / NS_PER_MS, per, sizeof(per));
     snprintf(detail, sizeof(detail),
              "agent %s quarantined for %s: %llu denials within %s (last: %s)", ev->agent, len,
              (unsigned long long)q->denied_max, per,

@@ -160,3 +160,15 @@ int32_t day_of(time_t t)
         return INT32_MIN;
     return (int32_t)q;
 }
+
+void format_period_ms(uint64_t ms, char *out, size_t outlen)
+{
+    if (ms != 0 && ms % 3600000 == 0)
+        snprintf(out, outlen, "%lluh", (unsigned long long)(ms / 3600000));
+    else if (ms != 0 && ms % 60000 == 0)
+        snprintf(out, outlen, "%llum", (unsigned long long)(ms / 60000));
+    else if (ms % 1000 == 0)
+        snprintf(out, outlen, "%llus", (unsigned long long)(ms / 1000));
+    else
+        snprintf(out, outlen, "%llums", (unsigned long long)ms);
+}

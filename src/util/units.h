@@ -6,11 +6,14 @@
 #ifndef SLUICE_UTIL_UNITS_H
 #define SLUICE_UTIL_UNITS_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <time.h>
 
 int parse_size(const char *s, uint64_t *bytes);
 int parse_period_ms(const char *s, uint64_t *ms);
+/* Writes <ms> as a policy would: "5m", "24h", "30s", else "1500ms". */
+void format_period_ms(uint64_t ms, char *out, size_t outlen);
 /* Returns 0 and the day number, or -1 for anything that is not a real date. */
 int parse_date(const char *s, int32_t *day);
 /* Writes YYYY-MM-DD for <day> into <out> (at least 11 bytes). */

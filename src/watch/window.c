@@ -1,5 +1,6 @@
 /* window: sliding windows in tenths and the fold table (see window.h). */
 #include "watch/window.h"
+#include "util/units.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,18 +146,6 @@ bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int
     return true;
 }
 
-static void format_period(uint64_t ms, char *out, size_t len)
-{
-    if (ms % 3600000 == 0)
-        snprintf(out, len, "%lluh", (unsigned long long)(ms / 3600000));
-    else if (ms % 60000 == 0)
-        snprintf(out, len, "%llum", (unsigned long long)(ms / 60000));
-    else if (ms % 1000 == 0)
-        snprintf(out, len, "%llus", (unsigned long long)(ms / 1000));
-    else
-        snprintf(out, len, "%llums", (unsigned long long)ms);
-}
-
 size_t fold_expire(struct fold *f, int64_t now_ms, fold_emit_fn fn, void *arg)
 {
     size_t summaries = 0;
@@ -172,7 +161,7 @@ size_t fold_expire(struct fold *f, int64_t now_ms, fold_emit_fn fn, void *arg)
             continue;
         }
         char per[32], detail[1200];
-        format_period(e->period_ms, per, sizeof(per));
+        format_period_ms(e->period_ms, per, sizeof(per));
         snprintf(detail, sizeof(detail), "%u more within %s, folded; the last: %s", e->repeats, per,
                  e->detail != NULL ? e->detail : "");
         struct alert s = {

@@ -235,12 +235,35 @@ static void test_parse_uint(void **state)
     assert_int_equal(parse_uint(NULL, 10, &v), -1);
 }
 
+static void test_format_period(void **state)
+{
+    (void)state;
+    char b[32];
+    static const struct {
+        uint64_t ms;
+        const char *text;
+    } cases[] = {
+        {0, "0s"},       {1500, "1500ms"}, {30000, "30s"},    {300000, "5m"},
+        {3600000, "1h"}, {5400000, "90m"}, {86400000, "24h"}, {61000, "61s"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        format_period_ms(cases[i].ms, b, sizeof(b));
+        assert_string_equal(b, cases[i].text);
+        uint64_t back = 0;
+        if (cases[i].ms % 1000 == 0) { /* whole seconds parse back to the same period */
+            assert_int_equal(parse_period_ms(b, &back), 0);
+            assert_int_equal(back, cases[i].ms);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_size), cmocka_unit_test(test_parse_period),
-        cmocka_unit_test(test_parse_date), cmocka_unit_test(test_format_date),
-        cmocka_unit_test(test_day_of),     cmocka_unit_test(test_parse_uint),
+        cmocka_unit_test(test_parse_size),   cmocka_unit_test(test_format_period),
+        cmocka_unit_test(test_parse_period), cmocka_unit_test(test_parse_date),
+        cmocka_unit_test(test_format_date),  cmocka_unit_test(test_day_of),
+        cmocka_unit_test(test_parse_uint),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
