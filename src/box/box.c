@@ -1,6 +1,7 @@
 /* box: spawning the box, its init (PID 1 inside) and the command. */
 #include "box/box.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -86,16 +87,49 @@ enum box_report_kind box_read_report(struct box *box, int *status, unsigned long
 
 /* --- the command ---------------------------------------------------------- */
 
+/* Every descriptor above 2 is closed when the command is executed: what the
+ * caller of run left open (a connected socket, a file the box would not
+ * otherwise reach) must not pass into the box. They are marked close-on-exec
+ * rather than closed so that <exec_fd> still reports a failed execve. */
+static int cloexec_from_3(void)
+{
+#if defined(SYS_close_range) && defined(CLOSE_RANGE_CLOEXEC)
+    if (syscall(SYS_close_range, 3u, ~0u, (unsigned)CLOSE_RANGE_CLOEXEC) == 0)
+        return 0;
+    if (errno != ENOSYS && errno != EINVAL)
+        return -1;
+#endif
+    /* before Linux 5.11: each descriptor /proc/self/fd lists (the box's /proc) */
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return -1;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        char *end;
+        long fd = strtol(de->d_name, &end, 10);
+        if (*end != '\0' || end == de->d_name || fd < 3 || fd == dirfd(d))
+            continue;
+        if (fcntl((int)fd, F_SETFD, FD_CLOEXEC) < 0 && errno != EBADF) {
+            closedir(d);
+            return -1;
+        }
+    }
+    closedir(d);
+    return 0;
+}
+
 static void __attribute__((noreturn)) command_main(const struct box_config *cfg, int exec_fd)
 {
-    char err[BOX_ERR_MAX];
+    char err[BOX_ERR_MAX] = "";
     sigset_t none;
     sigemptyset(&none);
     for (int s = 1; s < NSIG; s++)
         if (s != SIGKILL && s != SIGSTOP)
             signal(s, SIG_DFL);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    if (box_lock_down(cfg->allow_unix, err, sizeof(err)) < 0) {
+    if (cloexec_from_3() < 0)
+        snprintf(err, sizeof(err), "cannot close the inherited descriptors: %s", strerror(errno));
+    if (err[0] != '\0' || box_lock_down(cfg->allow_unix, err, sizeof(err)) < 0) {
         int e = -1;
         ssize_t w = write(exec_fd, &e, sizeof(e));
         w = write(exec_fd, err, strlen(err));

@@ -7,10 +7,11 @@
  * writable paths it is given, mounts a private /tmp, /dev/shm and /proc,
  * starts the relay (127.0.0.1:3128 and [::1]:3128 -> the gateway's unix
  * socket outside), then forks the command with no capabilities, no new
- * privileges and, unless allow_unix, a seccomp filter that refuses
- * socket(AF_UNIX). It passes signals on to the command and, when the
- * command ends, reports its wait status and exits, which kills whatever the
- * command left behind in the PID namespace.
+ * privileges, no descriptor above 2 from the caller and, unless allow_unix,
+ * a seccomp filter that refuses socket(AF_UNIX) and datagram socketpair().
+ * It passes signals on to the command and, when the command ends, reports
+ * its wait status and exits, which kills whatever the command left behind
+ * in the PID namespace.
  *
  * Files: box.c (spawn, init, the command), netns.c (namespaces, uid maps,
  * loopback), mounts.c (the file system view), relay.c, seccomp.c

@@ -33,8 +33,9 @@ int box_mount_proc(char *err, size_t errlen);
 /* seccomp.c */
 /* In the command, just before execve: drops every capability (bounding,
  * ambient, inheritable, permitted), sets no_new_privs and, unless
- * <allow_unix>, loads the seccomp filter refusing socket(AF_UNIX) and
- * io_uring. Returns 0, or -1 with a message. */
+ * <allow_unix>, loads the seccomp filter refusing socket(AF_UNIX),
+ * socketpair() but for stream and seqpacket pairs, and io_uring. Returns 0,
+ * or -1 with a message. */
 int box_lock_down(bool allow_unix, char *err, size_t errlen);
 
 /* relay.c */

@@ -5,8 +5,12 @@
  * check), and a mount view cannot be sure to cover every socket file on
  * the host (they can appear anywhere the host writes, at any time). So the
  * command may not create AF_UNIX sockets at all: socket(AF_UNIX, ...)
- * fails with EACCES. socketpair() stays allowed (it names no address; Node
- * and Python spawn children through it), abstract sockets are per network
+ * fails with EACCES, whatever the upper 32 bits of the domain argument hold
+ * (the kernel ignores them). socketpair() stays allowed for stream and
+ * seqpacket sockets (they name no address and cannot be reconnected; Node
+ * and Python spawn children through them), but not for any other type:
+ * a datagram socket can sendto() any socket path, and AF_UNIX makes
+ * SOCK_RAW a datagram socket (EACCES). Abstract sockets are per network
  * namespace so the host's are out of reach anyway, and the relay that
  * carries the proxy traffic to the gateway's unix socket runs in the box's
  * init, outside the filter. io_uring is refused too (it can create sockets
@@ -55,9 +59,23 @@ static int load_filter(char *err, size_t errlen)
         snprintf(err, errlen, "seccomp: cannot initialise the filter");
         return -1;
     }
+    /* socket(AF_UNIX, ...): the kernel reads the domain as an int, so only
+     * its low 32 bits are compared (an EQ on all 64 would let
+     * 0x100000001 through, which the kernel takes for AF_UNIX). */
     const struct scmp_arg_cmp is_unix = {
-        .arg = 0, .op = SCMP_CMP_EQ, .datum_a = AF_UNIX, .datum_b = 0};
+        .arg = 0, .op = SCMP_CMP_MASKED_EQ, .datum_a = 0xffffffffu, .datum_b = AF_UNIX};
     int rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 1, &is_unix);
+    /* socketpair(): stream and seqpacket pairs only. A datagram socket can
+     * sendto() any path, connected or not, and AF_UNIX turns SOCK_RAW into
+     * SOCK_DGRAM, so every other type (the low 4 bits of the int; above
+     * them only SOCK_CLOEXEC and SOCK_NONBLOCK) is refused. */
+    for (unsigned type = 0; type <= 0xf && rc == 0; type++) {
+        if (type == SOCK_STREAM || type == SOCK_SEQPACKET)
+            continue;
+        const struct scmp_arg_cmp is_type = {
+            .arg = 1, .op = SCMP_CMP_MASKED_EQ, .datum_a = 0xf, .datum_b = type};
+        rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socketpair), 1, &is_type);
+    }
     if (rc == 0)
         rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(io_uring_setup), 0);
     if (rc == 0)

@@ -5,8 +5,9 @@
  * attempts, one request at the top becomes up to a^L at the bottom (3
  * layers of 3 attempts: 27x). A retry budget b per layer (retries at most
  * a fraction b of the requests) bounds each layer to (1 + b) times its
- * input (and never more than a), so the chain to (1 + b)^L: 1.33x for 10%
- * over 3 layers. */
+ * input (and never more than a), so the chain to min(a, 1 + b)^L: 1.33x
+ * for 10% over 3 layers; a budget that allows more retries than the
+ * attempts do changes nothing (a^L). */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -99,16 +100,22 @@ static int retries_error(const char *fmt, ...)
 
 static int calc_retries(int argc, char **argv)
 {
+    static const char *const flags[] = {"--layers", "--attempts", "--budget", "--rps"};
+    bool seen[sizeof(flags) / sizeof(flags[0])] = {false};
     long layers = 0, attempts = 0;
     double budget = -1, rps = -1;
     for (int i = 1; i < argc; i++) {
         const char *opt = argv[i];
         if (strcmp(opt, "--help") == 0 || strcmp(opt, "-h") == 0)
             return command_help(&cmd_calc);
-        bool known = strcmp(opt, "--layers") == 0 || strcmp(opt, "--attempts") == 0 ||
-                     strcmp(opt, "--budget") == 0 || strcmp(opt, "--rps") == 0;
-        if (!known)
+        size_t f = 0;
+        while (f < sizeof(flags) / sizeof(flags[0]) && strcmp(opt, flags[f]) != 0)
+            f++;
+        if (f == sizeof(flags) / sizeof(flags[0]))
             return retries_error("unknown argument '%s'", opt);
+        if (seen[f])
+            return retries_error("%s given twice", opt);
+        seen[f] = true;
         if (i + 1 >= argc)
             return retries_error("%s needs a value", opt);
         const char *v = argv[++i];
@@ -139,13 +146,18 @@ static int calc_retries(int argc, char **argv)
            wx);
     double with_budget = worst;
     if (budget >= 0) {
-        double per = 1.0 + budget < (double)attempts ? 1.0 + budget : (double)attempts;
-        with_budget = pow(per, (double)layers);
+        bool capped = 1.0 + budget >= (double)attempts; /* more retries than attempts allow */
+        with_budget = pow(capped ? (double)attempts : 1.0 + budget, (double)layers);
         format_x(with_budget, bx, sizeof(bx));
         char pct[32];
         format_x(budget * 100.0, pct, sizeof(pct));
-        printf("  with a %s%% retry budget at each layer: (1 + %g)^%ld = %sx\n", pct, budget,
-               layers, bx);
+        if (capped)
+            printf("  with a %s%% retry budget at each layer: min(%ld, 1 + %g)^%ld = %ld^%ld = %sx "
+                   "(the attempts are the limit)\n",
+                   pct, attempts, budget, layers, attempts, layers, bx);
+        else
+            printf("  with a %s%% retry budget at each layer: (1 + %g)^%ld = %sx\n", pct, budget,
+                   layers, bx);
     }
     if (rps > 0) {
         format_x(rps * worst, load, sizeof(load));
@@ -190,8 +202,9 @@ const struct command cmd_calc = {
     .help = "retries: the worst-case load amplification when each of N layers of a call chain\n"
             "retries on its own: attempts^layers (3 layers of 3 attempts: 27x). With --budget\n"
             "RATIO (0..1, or a percentage such as 10%), each layer's retries are capped at that\n"
-            "fraction of its requests: (1 + RATIO)^layers (10% over 3 layers: 1.33x). With\n"
-            "--rps N, the peak requests a second the bottom layer sees for N a second at the top.\n"
+            "fraction of its requests: min(attempts, 1 + RATIO)^layers (10% over 3 layers:\n"
+            "1.33x). With --rps N, the peak requests a second the bottom layer sees for N a\n"
+            "second at the top.\n"
             "Ends with a recommendation: retry at one layer, retry budgets, full-jitter backoff\n"
             "(sleep = random(0, min(cap, base * 2^attempt))).\n"
             "\n"
@@ -200,6 +213,6 @@ const struct command cmd_calc = {
             "  --budget RATIO retry budget per layer, 0 to 1\n"
             "  --rps N        requests a second offered at the top\n"
             "\n"
-            "Exit status: 0, or 2 on a missing or invalid argument.\n",
+            "Exit status: 0, or 2 on a missing, invalid or repeated argument.\n",
     .main = calc_main,
 };

@@ -4,7 +4,9 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -14,6 +16,7 @@
 #include "policy/policy.h"
 #include "policy/report.h"
 #include "util/units.h"
+#include "util/xalloc.h"
 
 enum check_format { FORMAT_TEXT, FORMAT_JSON };
 
@@ -78,6 +81,24 @@ static int parse_args(int argc, char **argv, struct check_args *a)
     return 0;
 }
 
+/* Lints the rules of a policy that failed to load (POLICY_LOAD_KEEP_PARTIAL)
+ * so that an expired grant is reported next to the other errors. Rules
+ * whose host or cidr did not parse are left out: they name nothing. */
+static void lint_partial(const struct policy *p, int32_t today, int warn_days, struct diag *d)
+{
+    struct rule *kept = xcalloc(p->nrules != 0 ? p->nrules : 1, sizeof(*kept));
+    size_t n = 0;
+    for (size_t i = 0; i < p->nrules; i++) {
+        if (p->rules[i].pattern != NULL)
+            kept[n++] = p->rules[i]; /* a shallow copy: lint only reads it */
+    }
+    struct policy view = *p;
+    view.rules = kept;
+    view.nrules = n;
+    policy_lint(&view, today, warn_days, d);
+    free(kept);
+}
+
 static int check_main(int argc, char **argv)
 {
     struct check_args a;
@@ -105,17 +126,25 @@ static int check_main(int argc, char **argv)
 
     struct diag d;
     diag_init(&d, a.file);
-    struct policy *p = policy_load_flags(a.file, POLICY_LOAD_SECRETS_OPTIONAL, &d);
+    /* A policy with errors still comes back, as far as it parsed, so that
+     * its expired grants are listed with the other errors; it gets no
+     * report summary. */
+    struct policy *p =
+        policy_load_flags(a.file, POLICY_LOAD_SECRETS_OPTIONAL | POLICY_LOAD_KEEP_PARTIAL, &d);
+    bool partial = p != NULL && diag_has_errors(&d);
     int warn_days = a.warn_days;
     if (p != NULL) {
         if (warn_days < 0)
             warn_days = lint_warn_days(p);
-        policy_lint(p, a.today, warn_days, &d);
+        if (partial)
+            lint_partial(p, a.today, warn_days, &d);
+        else
+            policy_lint(p, a.today, warn_days, &d);
     } else if (warn_days < 0) {
         warn_days = LINT_DEFAULT_WARN_DAYS;
     }
 
-    json_t *report = report_build(a.file, p, &d, a.today, warn_days);
+    json_t *report = report_build(a.file, partial ? NULL : p, &d, a.today, warn_days);
     if (a.format == FORMAT_JSON) {
         json_dumpf(report, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         fputc('\n', stdout);

@@ -29,13 +29,15 @@ void commands_print_help(FILE *out)
 
 int command_usage(const struct command *cmd)
 {
-    fprintf(stderr, "usage: sluice %s %s\n", cmd->name, cmd->synopsis);
+    fprintf(stderr, "usage: sluice %s%s%s\n", cmd->name, cmd->synopsis[0] != '\0' ? " " : "",
+            cmd->synopsis);
     return EXIT_USAGE;
 }
 
 int command_help(const struct command *cmd)
 {
-    printf("usage: sluice %s %s\n\n%s\n", cmd->name, cmd->synopsis, cmd->summary);
+    printf("usage: sluice %s%s%s\n\n%s\n", cmd->name, cmd->synopsis[0] != '\0' ? " " : "",
+           cmd->synopsis, cmd->summary);
     if (cmd->help != NULL && cmd->help[0] != '\0')
         printf("\n%s", cmd->help);
     return EXIT_OK;

@@ -13,9 +13,10 @@
  * connects to that socket. Signals that a process sends to run are passed
  * to the command (those a terminal sends reach it directly); run exits with
  * the command's status, 128+N when it was killed by signal N, after a
- * one-line summary on standard error. A box that cannot be built (a
- * namespace refused, a mount that fails) is an error, exit 2: the command
- * never runs half-boxed. */
+ * one-line summary on standard error. The current directory, writable in
+ * the box, may not be / (warned about when it is $HOME or above it). A box
+ * that cannot be built (a namespace refused, a mount that fails) is an
+ * error, exit 2: the command never runs half-boxed. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -185,8 +186,41 @@ static int parse_args(int argc, char **argv, struct run_args *a)
     if (a->proxy != NULL && (a->log != NULL || a->alerts != NULL))
         return command_usage_error(self, "--log, --alerts: with --proxy the serving gateway "
                                          "writes them");
+    if (a->proxy != NULL && a->agent != NULL)
+        fputs("sluice run: warning: --agent has no effect with --proxy: the serving gateway "
+              "identifies clients by source and token\n",
+              stderr);
     if (a->agent == NULL)
         a->agent = RUN_DEFAULT_ID;
+    return 0;
+}
+
+/* --- the working directory ------------------------------------------------ */
+
+/* The working directory is writable in the box. "/" would make the whole
+ * file system writable: refused, like --rw /. $HOME, or a directory above
+ * it, makes every dotfile writable (~/.ssh, ~/.bashrc, ~/.gitconfig): a
+ * warning, since a tool that keeps its state there may need it. */
+static int check_cwd(const char *cwd)
+{
+    if (strcmp(cwd, "/") == 0) {
+        fputs("sluice run: the current directory is /: the whole file system would be "
+              "writable in the box; run from a project directory\n",
+              stderr);
+        return -1;
+    }
+    const char *home = getenv("HOME");
+    char *h = home != NULL && home[0] == '/' ? realpath(home, NULL) : NULL;
+    if (h == NULL)
+        return 0;
+    size_t n = strlen(cwd);
+    if (strncmp(h, cwd, n) == 0 && (h[n] == '\0' || h[n] == '/'))
+        fprintf(stderr,
+                "sluice run: warning: the current directory %s %s your home directory: "
+                "everything in it, dotfiles included, is writable in the box (hide secrets "
+                "with --hide ~/.ssh --hide ~/.aws ..., or run from a project directory)\n",
+                cwd, h[n] == '\0' ? "is" : "contains");
+    free(h);
     return 0;
 }
 
@@ -502,6 +536,8 @@ static int run_main(int argc, char **argv)
         fprintf(stderr, "sluice run: the current directory: %s\n", strerror(errno));
         goto out;
     }
+    if (check_cwd(cwd) < 0)
+        goto out;
     const char *sock = a->proxy;
     if (a->proxy != NULL) {
         struct stat st;
@@ -589,7 +625,8 @@ const struct command cmd_run = {
     .summary = "run a command in a box whose only way out is the gateway",
     .help = "  --policy FILE      serve this policy for the command's lifetime\n"
             "  --proxy unix:PATH  use a gateway that is already serving on that socket\n"
-            "  --agent ID         the agent every request is logged as (default run)\n"
+            "  --agent ID         the agent every request is logged as (default run; no\n"
+            "                     effect with --proxy)\n"
             "  --ro PATH          read-only inside, even below a writable path\n"
             "  --rw PATH          writable inside (besides the current directory and /tmp)\n"
             "  --hide PATH        replaced by an empty directory (or an empty file)\n"

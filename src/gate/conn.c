@@ -70,6 +70,7 @@ void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
     c->id = ++gw->next_conn_id;
     c->fd = fd;
     c->up_fd = -1;
+    c->idle_fd = -1;
     c->origin.is_unix = listener_is_unix(l);
     uint16_t port;
     if (!c->origin.is_unix)
@@ -91,7 +92,10 @@ void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
     c->state = CS_HEAD;
     bufferevent_setwatermark(c->client, EV_READ, 0, head_limit(c));
     conn_set_client_timeouts(c, true);
-    struct timeval tv = tv_of(conn_idle_ms(c));
+    /* The first head counts against no agent yet: it gets at most
+     * HEAD_DEADLINE_MS, so idle sockets cannot hold the pool for long. */
+    uint64_t head_ms = conn_idle_ms(c);
+    struct timeval tv = tv_of(head_ms < HEAD_DEADLINE_MS ? head_ms : HEAD_DEADLINE_MS);
     evtimer_add(c->timer, &tv);
     bufferevent_enable(c->client, EV_READ);
 }
@@ -194,6 +198,7 @@ void conn_free(struct conn *c)
     }
     conn_end_exchange(c);
     drop_upstream(c);
+    forward_drop_idle(c);
     if (c->tunnel != NULL)
         tunnel_free(c->tunnel); /* closes both descriptors */
     if (c->timer != NULL)
@@ -290,10 +295,12 @@ void conn_refuse(struct conn *c, enum deny_reason reason, const char *detail, bo
 }
 
 /* Reasons the gate finds itself (not the policy) that an agent in report
- * mode is let through with: the request can still be carried out. */
+ * mode is let through with: the request can still be carried out. Not
+ * private_address (nor self_request): the address guard protects the
+ * network the gateway stands in, not the policy, and holds in every mode. */
 static bool reportable(enum deny_reason r)
 {
-    return r == REASON_HOST_MISMATCH || r == REASON_PRIVATE_ADDRESS || r == REASON_SNI_MISMATCH;
+    return r == REASON_HOST_MISMATCH || r == REASON_SNI_MISMATCH;
 }
 
 bool conn_gate_denies(struct conn *c, enum deny_reason r, bool respond)
@@ -312,6 +319,8 @@ bool conn_gate_denies(struct conn *c, enum deny_reason r, bool respond)
 void conn_exchange_done(struct conn *c)
 {
     bool keep = c->ex.keep_alive && !c->gw->stopping;
+    if (keep)
+        forward_park(c); /* may keep c->up for the next request */
     conn_end_exchange(c);
     drop_upstream(c);
     if (!keep) {
@@ -398,6 +407,7 @@ static void on_connected(int err, struct bufferevent *bev, evutil_socket_t fd, s
     }
     c->up = bev;
     c->up_fd = fd;
+    c->up_addr = ex->addrs[idx];
     if (ex->is_connect) {
         connect_start(c);
     } else {
@@ -438,14 +448,13 @@ static void connect_checked(struct conn *c)
     }
     if (nkeep == 0) {
         ipaddr_format(&priv[0], ex->ip, sizeof(ex->ip));
-        if (conn_gate_denies(c, REASON_PRIVATE_ADDRESS, true))
-            return;
-        memcpy(keep, priv, npriv * sizeof(priv[0]));
-        nkeep = npriv;
-        ex->ip[0] = '\0';
+        conn_refuse(c, REASON_PRIVATE_ADDRESS, NULL, true); /* report mode too */
+        return;
     }
     memcpy(ex->addrs, keep, nkeep * sizeof(keep[0]));
     ex->naddrs = nkeep;
+    if (forward_try_reuse(c))
+        return; /* an idle upstream connection to a checked address */
     uint64_t t = conn_idle_ms(c);
     if (t > GATEWAY_CONNECT_TIMEOUT_MS)
         t = GATEWAY_CONNECT_TIMEOUT_MS;
@@ -618,7 +627,7 @@ static void on_head_deadline(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     if (c->state == CS_HEAD)
-        conn_free(c); /* a head that took longer than idle_timeout in all */
+        conn_free(c); /* a head over its deadline (see conn_accept) */
     else if (c->state == CS_PEEK) {
         c->peek_over = true; /* the peek window is over: decide now */
         connect_on_client_read(c);

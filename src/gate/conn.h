@@ -47,6 +47,9 @@ struct quota_flow;
 /* A CONNECT's first bytes are read for at most this long and this much. */
 #define PEEK_MS  1000
 #define PEEK_MAX (SNI_MAX_HELLO + 2048)
+/* A new connection's first request head must be complete within
+ * min(HEAD_DEADLINE_MS, idle_timeout) of the accept. */
+#define HEAD_DEADLINE_MS 10000
 
 enum conn_state {
     CS_HEAD,    /* reading a request head */
@@ -101,6 +104,12 @@ struct exchange {
      * body to skip and the client did not ask to close. */
     bool refusal_keeps;
     size_t head_pending; /* head bytes still in the client's input buffer */
+
+    /* upstream connection reuse (forward.c) */
+    bool up_keep;  /* the upstream's response lets its connection be reused */
+    bool reused;   /* c->up was kept from an earlier request of this client */
+    bool retried;  /* the request was already sent again on a fresh connection */
+    bool rsp_seen; /* a byte of the response arrived */
 };
 
 struct conn {
@@ -122,6 +131,15 @@ struct conn {
     struct event *timer; /* head deadline; CONNECT peek window */
     bool peek_over;      /* the peek window closed (timer or client EOF) */
     struct exchange ex;
+    struct ipaddr up_addr; /* the checked address c->up is connected to */
+    /* An upstream connection kept idle after a plain-HTTP exchange, for the
+     * next request of this client connection only (forward.c). */
+    struct bufferevent *idle_up;
+    evutil_socket_t idle_fd; /* -1 when none */
+    struct ipaddr idle_addr;
+    char idle_ip[IPADDR_STRLEN]; /* idle_addr, formatted */
+    uint16_t idle_port;
+    char *idle_agent; /* the agent whose request it carried; owned */
 };
 
 /* conn.c */
@@ -152,6 +170,17 @@ void conn_set_client_timeouts(struct conn *c, bool reading);
 /* forward.c */
 /* Starts forwarding the current request over the connected <c->up>. */
 void forward_start(struct conn *c);
+/* Called once the current plain-HTTP request is decided and its addresses
+ * guarded (ex->addrs holds those that may be connected to): when the idle
+ * upstream connection of <c> goes to one of them on ex->port for the same
+ * agent, takes it, publishes the egress event and starts forwarding
+ * (returns true; <c> may be gone). Otherwise closes it and returns false. */
+bool forward_try_reuse(struct conn *c);
+/* Keeps <c->up> idle for the next request when HTTP allows it (called when
+ * an exchange ends, before it is released). */
+void forward_park(struct conn *c);
+/* Closes the idle upstream connection of <c>, if any. */
+void forward_drop_idle(struct conn *c);
 void forward_on_client_read(struct conn *c);
 void forward_on_client_write(struct conn *c);
 void forward_on_client_event(struct conn *c, short what);

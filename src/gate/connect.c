@@ -6,10 +6,16 @@
  * target, the tunnel is refused (sni_mismatch) and closed before a single
  * byte goes upstream. The 200 has already been sent by then: the agent sees
  * its TLS handshake cut, and the refusal is in the decision log, which is
- * what matters. A client that sends no ClientHello (not TLS, no SNI, or a
- * server-speaks-first protocol that waits for the upstream: the window
- * expires) is let through. Only then is the agent_egress event published
- * and the peeked bytes forwarded; the tunnel is then opaque (tunnel.c). */
+ * what matters. A client that sends nothing (a server-speaks-first protocol
+ * that waits for the upstream: the window expires), bytes that are not a TLS
+ * handshake record, or a complete ClientHello without server_name is let
+ * through. Once the first bytes are a TLS handshake record, nothing else is:
+ * a ClientHello still incomplete when the window closes, when PEEK_MAX
+ * bytes have arrived or when the client ends its side, one that is
+ * malformed or larger than SNI_MAX_HELLO, is refused as sni_mismatch (fail
+ * closed: the name could not be checked). Only then is the agent_egress
+ * event published and the peeked bytes forwarded; the tunnel is then opaque
+ * (tunnel.c). */
 #include <string.h>
 #include <unistd.h>
 
@@ -101,20 +107,37 @@ void connect_start(struct conn *c)
         connect_on_client_read(c);
 }
 
-/* True when the ClientHello in <buf> names another host than the target. */
-static bool sni_differs(const struct conn *c, const char *buf, size_t len, bool *decided)
+enum peek_verdict {
+    PEEK_WAIT,   /* a valid prefix: read more while the window is open */
+    PEEK_PASS,   /* not TLS, no server_name, or the target's name */
+    PEEK_REFUSE, /* another name, or a TLS handshake that could not be checked */
+};
+
+/* Judges the first <len> bytes the client sent; <final> when no more will
+ * be read (window over, PEEK_MAX reached, client EOF). */
+static enum peek_verdict peek_judge(const struct conn *c, const char *buf, size_t len, bool final)
 {
     char name[SNI_NAME_MAX + 1];
     size_t nlen = 0;
     struct host h;
     const char *why;
-    enum sni_result r = sni_parse((const uint8_t *)buf, len, name, sizeof(name), &nlen);
-    *decided = r != SNI_NEED_MORE;
-    if (r != SNI_FOUND)
-        return false;
-    if (host_normalise(name, nlen, &h, &why) < 0)
-        return true;
-    return h.kind != c->ex.target.kind || strcmp(h.name, c->ex.target.name) != 0;
+    if (len == 0)
+        return final ? PEEK_PASS : PEEK_WAIT; /* server speaks first */
+    switch (sni_parse((const uint8_t *)buf, len, name, sizeof(name), &nlen)) {
+    case SNI_NOT_TLS:
+    case SNI_ABSENT:
+        return PEEK_PASS;
+    case SNI_NEED_MORE:
+        return final ? PEEK_REFUSE : PEEK_WAIT;
+    case SNI_FOUND:
+        if (host_normalise(name, nlen, &h, &why) < 0)
+            return PEEK_REFUSE;
+        return h.kind == c->ex.target.kind && strcmp(h.name, c->ex.target.name) == 0 ? PEEK_PASS
+                                                                                     : PEEK_REFUSE;
+    case SNI_MALFORMED:
+    default:
+        return PEEK_REFUSE;
+    }
 }
 
 void connect_on_client_read(struct conn *c)
@@ -124,23 +147,18 @@ void connect_on_client_read(struct conn *c)
         return;
     struct evbuffer *in = bufferevent_get_input(c->client);
     size_t len = evbuffer_get_length(in);
-    bool decided = false, mismatch = false;
-    if (len > 0) {
-        size_t n = len < PEEK_MAX ? len : PEEK_MAX;
-        const char *buf = (const char *)evbuffer_pullup(in, (ev_ssize_t)n);
-        if (buf == NULL) {
-            conn_free(c);
-            return;
-        }
-        mismatch = sni_differs(c, buf, n, &decided);
-        if (n >= PEEK_MAX)
-            decided = true;
+    size_t n = len < PEEK_MAX ? len : PEEK_MAX;
+    const char *buf = "";
+    if (n > 0 && (buf = (const char *)evbuffer_pullup(in, (ev_ssize_t)n)) == NULL) {
+        conn_free(c);
+        return;
     }
-    if (!decided && !c->peek_over)
+    enum peek_verdict v = peek_judge(c, buf, n, c->peek_over || n >= PEEK_MAX);
+    if (v == PEEK_WAIT)
         return; /* wait for more, until the window closes */
     evtimer_del(c->timer);
     bufferevent_disable(c->client, EV_READ);
-    if (mismatch && conn_gate_denies(c, REASON_SNI_MISMATCH, false))
+    if (v == PEEK_REFUSE && conn_gate_denies(c, REASON_SNI_MISMATCH, false))
         return;
     conn_publish_egress(c);
     c->state = CS_FLUSH;

@@ -1,16 +1,27 @@
 /* forward: plain HTTP through the gateway (absolute-form requests).
  *
- * One upstream connection per request (the upstream head says
- * "Connection: close"): no pooling, so a response that ends at close is
- * always delimited and no request can ever ride on another agent's or
- * another host's connection. The client connection is kept alive across
- * requests when both sides allow it; each request on it is decided and
- * logged on its own. Bodies are forwarded unchanged, framed by
+ * Upstream connections are reused per client connection only (HAProxy's
+ * "keep-alive" mode), never through a shared pool: after an exchange whose
+ * HTTP/1.1 response was framed (Content-Length, chunked, or no body), with
+ * no "Connection: close" from either side, the request fully sent and the
+ * response fully read, the upstream connection is kept idle (one slot per
+ * client connection) and given to that client's next request only when that
+ * request, after its own decision, resolution and address guard, is for the
+ * same agent and goes to the same checked address and port. So no request
+ * can ride on another client's, another agent's or another address's
+ * connection, and each request is still decided and logged on its own. An
+ * idle connection that the upstream closes, or that sends anything, is
+ * dropped; a reused one that the upstream closed just as the request went
+ * out is replaced once by a fresh connection to the same address when the
+ * request is a GET or HEAD without body and no byte of a response arrived
+ * (else 502). The client connection is kept alive across requests when both
+ * sides allow it. Bodies are forwarded unchanged, framed by
  * Content-Length or by the chunked framer (so nothing can hide behind a
  * body), with backpressure: a side stops being read while the other side's
  * output holds more than FLOW_HIGH bytes. */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -69,7 +80,8 @@ enum deny_reason forward_prepare(struct conn *c, const struct http_request *req,
 {
     struct exchange *ex = &c->ex;
     ex->uphead = evbuffer_new();
-    if (ex->uphead == NULL || http1_write_upstream_request(req, ex->uphead) < 0) {
+    if (ex->uphead == NULL ||
+        http1_write_upstream_request_keep(req, ex->uphead, !req->conn_close) < 0) {
         *why = "cannot build the upstream request";
         return REASON_BAD_REQUEST;
     }
@@ -267,8 +279,10 @@ static int read_response_head(struct conn *c)
         }
         ex->rsp_body = http1_response_body(rsp, ex->mbit);
         ex->status = rsp->status;
-        ex->keep_alive = !ex->client_close && !rsp->conn_close &&
-                         ex->rsp_body != BODY_UNTIL_CLOSE && !c->gw->stopping;
+        /* A framed response keeps the client connection even when the
+         * upstream closes its own: the two are separate hops. */
+        ex->keep_alive = !ex->client_close && ex->rsp_body != BODY_UNTIL_CLOSE && !c->gw->stopping;
+        ex->up_keep = ex->keep_alive && !rsp->conn_close && rsp->version_minor >= 1;
         ex->rsp_left = rsp->content_length > 0 ? (uint64_t)rsp->content_length : 0;
         chunked_init(&ex->rsp_chunked);
         if (http1_write_upstream_response(rsp, out, ex->keep_alive) < 0) {
@@ -296,7 +310,10 @@ void forward_start(struct conn *c)
     bufferevent_setwatermark(c->up, EV_READ, 0, FLOW_HIGH);
     bufferevent_setwatermark(c->client, EV_WRITE, FLOW_LOW, 0);
     bufferevent_setwatermark(c->client, EV_READ, 0, FLOW_HIGH);
-    if (bufferevent_write_buffer(c->up, ex->uphead) < 0) {
+    /* A copy: the head is kept in case the request must be sent again. */
+    size_t hl = evbuffer_get_length(ex->uphead);
+    const unsigned char *head = evbuffer_pullup(ex->uphead, -1);
+    if (head == NULL || bufferevent_write(c->up, head, hl) < 0) {
         fail(c, "out of memory");
         return;
     }
@@ -340,6 +357,7 @@ static void up_read(struct bufferevent *bev, void *arg)
 {
     struct conn *c = arg;
     (void)bev;
+    c->ex.rsp_seen = true;
     if (read_response_head(c) < 0)
         return;
     if (c->ex.rsp_head_done) {
@@ -359,6 +377,51 @@ static void up_write(struct bufferevent *bev, void *arg)
     }
 }
 
+/* A reused connection ended before any byte of a response: the upstream
+ * closed it as the request went out. Sending again is safe only for a
+ * GET or HEAD without body, and only once. */
+static bool retryable(const struct conn *c)
+{
+    const struct exchange *ex = &c->ex;
+    return ex->reused && !ex->retried && !ex->rsp_seen && !ex->rsp_head_done &&
+           ex->req_body == BODY_NONE && (ex->mbit == METHOD_GET || ex->mbit == METHOD_HEAD) &&
+           ex->uphead != NULL && !c->gw->stopping;
+}
+
+static void retry_connected(int err, struct bufferevent *bev, evutil_socket_t fd, size_t idx,
+                            void *arg)
+{
+    struct conn *c = arg;
+    (void)idx;
+    c->uc = NULL;
+    if (err != 0) {
+        fail(c, "the upstream closed the connection");
+        return;
+    }
+    c->up = bev;
+    c->up_fd = fd;
+    forward_start(c);
+}
+
+/* Sends the request again on a fresh connection to the same checked address. */
+static void retry(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    bufferevent_free(c->up);
+    c->up = NULL;
+    close(c->up_fd);
+    c->up_fd = -1;
+    ex->reused = false;
+    ex->retried = true;
+    uint64_t t = conn_idle_ms(c);
+    if (t > GATEWAY_CONNECT_TIMEOUT_MS)
+        t = GATEWAY_CONNECT_TIMEOUT_MS;
+    c->uc = upstream_connect_start(c->gw->base, &c->up_addr, 1, ex->port, (unsigned)t,
+                                   retry_connected, c);
+    if (c->uc == NULL)
+        fail(c, "out of memory");
+}
+
 static void up_event(struct bufferevent *bev, short what, void *arg)
 {
     struct conn *c = arg;
@@ -376,8 +439,94 @@ static void up_event(struct bufferevent *bev, short what, void *arg)
         maybe_done(c);
         return;
     }
+    if (!(what & BEV_EVENT_TIMEOUT) && retryable(c)) {
+        retry(c);
+        return;
+    }
     if (what & BEV_EVENT_TIMEOUT)
         fail(c, "the upstream did not answer in time");
     else
         fail(c, "the upstream closed the connection");
+}
+
+void forward_drop_idle(struct conn *c)
+{
+    if (c->idle_up != NULL) {
+        bufferevent_free(c->idle_up);
+        c->idle_up = NULL;
+    }
+    if (c->idle_fd >= 0) {
+        close(c->idle_fd);
+        c->idle_fd = -1;
+    }
+    free(c->idle_agent);
+    c->idle_agent = NULL;
+}
+
+/* An idle connection that sends anything, ends or times out is not reused. */
+static void idle_read(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    forward_drop_idle(arg);
+}
+
+static void idle_event(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    (void)what;
+    forward_drop_idle(arg);
+}
+
+void forward_park(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    if (c->up == NULL || c->state != CS_FORWARD || ex->is_connect || !ex->up_keep ||
+        !ex->keep_alive || !ex->req_done || !ex->rsp_done || ex->agent_id == NULL ||
+        c->gw->stopping || evbuffer_get_length(bufferevent_get_input(c->up)) != 0 ||
+        evbuffer_get_length(bufferevent_get_output(c->up)) != 0)
+        return;
+    forward_drop_idle(c);
+    c->idle_agent = strdup(ex->agent_id);
+    if (c->idle_agent == NULL)
+        return;
+    c->idle_up = c->up;
+    c->idle_fd = c->up_fd;
+    c->idle_addr = c->up_addr;
+    memcpy(c->idle_ip, ex->ip, sizeof(c->idle_ip)); /* the address of c->up, formatted */
+    c->idle_port = ex->port;
+    c->up = NULL;
+    c->up_fd = -1;
+    struct timeval tv = idle_tv(c);
+    bufferevent_setcb(c->idle_up, idle_read, NULL, idle_event, c);
+    bufferevent_set_timeouts(c->idle_up, &tv, NULL);
+    bufferevent_disable(c->idle_up, EV_WRITE);
+    bufferevent_enable(c->idle_up, EV_READ);
+}
+
+bool forward_try_reuse(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    if (c->idle_up == NULL)
+        return false;
+    bool match = !ex->is_connect && c->idle_port == ex->port && ex->agent_id != NULL &&
+                 strcmp(c->idle_agent, ex->agent_id) == 0;
+    size_t i = 0;
+    while (match && i < ex->naddrs && !ipaddr_equal(&ex->addrs[i], &c->idle_addr))
+        i++;
+    if (!match || i == ex->naddrs) {
+        forward_drop_idle(c);
+        return false;
+    }
+    c->up = c->idle_up;
+    c->up_fd = c->idle_fd;
+    c->up_addr = c->idle_addr;
+    c->idle_up = NULL;
+    c->idle_fd = -1;
+    free(c->idle_agent);
+    c->idle_agent = NULL;
+    ex->reused = true;
+    memcpy(ex->ip, c->idle_ip, sizeof(ex->ip));
+    conn_publish_egress(c);
+    forward_start(c);
+    return true;
 }

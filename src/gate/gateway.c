@@ -1,9 +1,13 @@
 #include "gate/gateway.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -130,13 +134,16 @@ bool gateway_is_self(const struct gateway *gw, const struct ipaddr *ip, uint16_t
     for (size_t i = 0; i < gw->nlisteners; i++)
         if (listener_covers(gw->listeners[i], ip, port))
             return true;
-    return false;
+    return gw->admin_self != NULL && listener_covers(gw->admin_self, ip, port);
 }
 
 bool gateway_is_self_name(const struct gateway *gw, const char *name, uint16_t port)
 {
-    for (size_t i = 0; i < gw->nlisteners; i++) {
-        const struct listen_addr *a = listener_addr(gw->listeners[i]);
+    for (size_t i = 0; i <= gw->nlisteners; i++) {
+        const struct listener *l = i < gw->nlisteners ? gw->listeners[i] : gw->admin_self;
+        if (l == NULL)
+            continue;
+        const struct listen_addr *a = listener_addr(l);
         struct host h;
         const char *why;
         struct ipaddr ip;
@@ -148,6 +155,29 @@ bool gateway_is_self_name(const struct gateway *gw, const char *name, uint16_t p
             return true;
     }
     return false;
+}
+
+/* The --admin address as a listen_addr ("PORT" and ":PORT" bind 127.0.0.1,
+ * as watch/admin.c does). An address that does not parse (admin.c refused
+ * it already) or port 0 (the port is not known here) is left out. */
+static void describe_admin(struct gateway *gw)
+{
+    const char *s = gw->cfg.admin_addr;
+    char buf[LISTEN_ADDR_TEXT];
+    struct listen_addr a;
+    const char *why;
+    if (s == NULL)
+        return;
+    if (s[0] == ':' || strchr(s, ':') == NULL)
+        snprintf(buf, sizeof(buf), "127.0.0.1%s%s", s[0] == ':' ? "" : ":", s);
+    else
+        snprintf(buf, sizeof(buf), "%s", s);
+    struct ipaddr ip;
+    uint16_t port = 0;
+    if (listen_addr_parse(buf, &a, &why) < 0 || a.kind != LISTEN_TCP ||
+        sockaddr_to_ipaddr((const struct sockaddr *)&a.ss, &ip, &port) < 0 || port == 0)
+        return;
+    gw->admin_self = listener_describe(&a);
 }
 
 /* --- accepting ------------------------------------------------------------- */
@@ -168,6 +198,37 @@ static void pause_listeners(struct gateway *gw, bool pause)
 static unsigned max_conns(const struct gateway *gw)
 {
     return gw->cfg.max_conns > 0 ? gw->cfg.max_conns : GATEWAY_DEFAULT_MAX_CONNS;
+}
+
+/* A spliced tunnel holds 6 descriptors (two sockets, two pipes); the rest
+ * of the process (log, listeners, resolver, store, loop) fits in FD_RESERVE. */
+#define FDS_PER_CONN 6
+#define FD_RESERVE   64
+
+/* Raises the soft RLIMIT_NOFILE to the hard limit, then caps max_conns to
+ * what the limit allows, with a warning. */
+static void fit_fd_limit(struct gateway *gw)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < rl.rlim_max) {
+        struct rlimit up = {rl.rlim_max, rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+            rl.rlim_cur = rl.rlim_max;
+    }
+    if (rl.rlim_cur == RLIM_INFINITY)
+        return;
+    unsigned want = max_conns(gw);
+    rlim_t fit =
+        rl.rlim_cur > FD_RESERVE + FDS_PER_CONN ? (rl.rlim_cur - FD_RESERVE) / FDS_PER_CONN : 1;
+    if (fit >= want)
+        return;
+    fprintf(stderr,
+            "sluice: warning: --max-conns %u needs more open files than the limit of %llu "
+            "allows: serving at most %llu connections\n",
+            want, (unsigned long long)rl.rlim_cur, (unsigned long long)fit);
+    gw->cfg.max_conns = (unsigned)fit;
 }
 
 static void on_accept(struct listener *l, evutil_socket_t fd, const struct sockaddr *sa,
@@ -197,15 +258,10 @@ void gateway_conn_gone(struct gateway *gw)
 
 /* --- reload and stop ------------------------------------------------------- */
 
-int gateway_reload(struct gateway *gw, const char *path)
+/* Makes <p> (taken) the policy for new requests: the tail of a reload,
+ * on the loop. Returns 0, or -1 (reported, old policy kept). */
+static int reload_apply(struct gateway *gw, struct policy *p, const char *path)
 {
-    if (path == NULL)
-        path = gw->cfg.policy_path;
-    struct policy *p = policy_load_reporting(path, "sluice: reload failed: ");
-    if (p == NULL) {
-        gw->counters.reload_failures++;
-        return -1;
-    }
     struct gw_policy *gp = gw_policy_new(p);
     if (gp == NULL) {
         fprintf(stderr, "sluice: reload failed: %s: out of memory\n", path);
@@ -229,6 +285,154 @@ int gateway_reload(struct gateway *gw, const char *path)
     fprintf(stderr, "sluice: reloaded %zu rule%s from %s\n", p->nrules, p->nrules == 1 ? "" : "s",
             path);
     return 0;
+}
+
+int gateway_reload(struct gateway *gw, const char *path)
+{
+    if (path == NULL)
+        path = gw->cfg.policy_path;
+    struct policy *p = policy_load_reporting(path, "sluice: reload failed: ");
+    if (p == NULL) {
+        gw->counters.reload_failures++;
+        return -1;
+    }
+    return reload_apply(gw, p, path);
+}
+
+/* A background load (SIGHUP): a thread parses and indexes the file, then
+ * writes one byte to a pipe; the loop, woken by that byte, joins the thread
+ * and swaps the result in, so requests keep being decided during the load.
+ * The thread touches nothing the loop uses: the loader keeps no shared
+ * state (libyaml, libidn2 and libpsl's builtin list are safe to use from
+ * several threads; env: tokens are read with getenv). Running out of memory
+ * in the loader ends the process, as it did in a synchronous reload. */
+struct gw_reload {
+    pthread_t thread;
+    bool running; /* a thread was started and not joined yet */
+    bool queued;  /* a SIGHUP arrived during the load: one more after it */
+    int fds[2];   /* the thread's "done" byte; [0] is watched by done_ev */
+    struct event *done_ev;
+    const char *path;      /* gw->cfg.policy_path (borrowed) */
+    struct policy *result; /* the thread's result, NULL on failure */
+    char msg[1024];        /* the first error when result is NULL */
+};
+
+static void *reload_thread(void *arg)
+{
+    struct gw_reload *r = arg;
+    struct diag d;
+    diag_init(&d, r->path);
+    r->result = policy_load(r->path, &d);
+    if (r->result == NULL) {
+        const struct diag_entry *e = diag_first_error(&d);
+        if (e != NULL)
+            diag_format(&d, e, r->msg, sizeof(r->msg));
+        else
+            snprintf(r->msg, sizeof(r->msg), "%s: cannot load the policy", r->path);
+    }
+    diag_free(&d);
+    char one = 1;
+    while (write(r->fds[1], &one, 1) < 0 && errno == EINTR)
+        continue;
+    return NULL;
+}
+
+/* Starts a background load of the configured policy. Returns 0, or -1
+ * when no thread could be started. */
+static int reload_start(struct gateway *gw)
+{
+    struct gw_reload *r = gw->reload;
+    r->result = NULL;
+    r->msg[0] = '\0';
+    r->path = gw->cfg.policy_path;
+    /* Signals stay with the loop's thread. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int e = pthread_create(&r->thread, NULL, reload_thread, r);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (e != 0)
+        return -1;
+    r->running = true;
+    return 0;
+}
+
+/* SIGHUP: a background load, or a queued one when a load is running; the
+ * synchronous reload when no thread can be had. */
+static void reload_request(struct gateway *gw)
+{
+    struct gw_reload *r = gw->reload;
+    if (r != NULL && r->running) {
+        r->queued = true;
+        return;
+    }
+    if (r == NULL || reload_start(gw) != 0)
+        gateway_reload(gw, NULL);
+}
+
+static void on_reload_done(evutil_socket_t fd, short what, void *arg)
+{
+    struct gateway *gw = arg;
+    struct gw_reload *r = gw->reload;
+    (void)what;
+    char buf[16];
+    while (read(fd, buf, sizeof(buf)) > 0)
+        continue;
+    if (!r->running)
+        return;
+    pthread_join(r->thread, NULL);
+    r->running = false;
+    struct policy *p = r->result;
+    r->result = NULL;
+    if (p == NULL) {
+        fprintf(stderr, "sluice: reload failed: %s\n", r->msg);
+        gw->counters.reload_failures++;
+    } else if (gw->stopping) {
+        policy_free(p);
+    } else {
+        reload_apply(gw, p, r->path);
+    }
+    if (r->queued && !gw->stopping) {
+        r->queued = false;
+        reload_request(gw);
+    }
+}
+
+/* The background reload's pipe and event; NULL (SIGHUP reloads on the
+ * loop) when they cannot be had. */
+static struct gw_reload *reload_new(struct gateway *gw)
+{
+    struct gw_reload *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return NULL;
+    if (pipe2(r->fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+        free(r);
+        return NULL;
+    }
+    r->done_ev = event_new(gw->base, r->fds[0], EV_READ | EV_PERSIST, on_reload_done, gw);
+    if (r->done_ev == NULL || event_add(r->done_ev, NULL) < 0) {
+        if (r->done_ev != NULL)
+            event_free(r->done_ev);
+        close(r->fds[0]);
+        close(r->fds[1]);
+        free(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* Waits for a load in progress, then frees everything. Accepts NULL. */
+static void reload_free(struct gw_reload *r)
+{
+    if (r == NULL)
+        return;
+    if (r->running)
+        pthread_join(r->thread, NULL);
+    policy_free(r->result);
+    event_free(r->done_ev);
+    close(r->fds[0]);
+    close(r->fds[1]);
+    free(r);
 }
 
 static void on_grace_over(evutil_socket_t fd, short what, void *arg)
@@ -269,7 +473,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     struct gateway *gw = arg;
     (void)what;
     if (sig == SIGHUP) {
-        gateway_reload(gw, NULL);
+        reload_request(gw);
         watch_reopen(gw->watch);
         if (gw->log != NULL && log_jsonl_reopen(gw->log) < 0)
             fprintf(stderr, "sluice: cannot reopen the log; still writing to the old file\n");
@@ -348,6 +552,8 @@ struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *pol
     if (gw->watch == NULL)
         goto err;
     watch_set_gauges(gw->watch, gateway_gauges, gw);
+    describe_admin(gw);
+    fit_fd_limit(gw);
     gw->listeners = calloc(cfg->nlistens > 0 ? cfg->nlistens : 1, sizeof(*gw->listeners));
     if (gw->listeners == NULL) {
         snprintf(err, errlen, "out of memory");
@@ -363,6 +569,7 @@ struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *pol
     gw->sig_term = evsignal_new(gw->base, SIGTERM, on_signal, gw);
     gw->sig_int = evsignal_new(gw->base, SIGINT, on_signal, gw);
     gw->grace_timer = evtimer_new(gw->base, on_grace_over, gw);
+    gw->reload = reload_new(gw); /* NULL: SIGHUP reloads on the loop */
     if (gw->sig_hup == NULL || gw->sig_term == NULL || gw->sig_int == NULL ||
         gw->grace_timer == NULL || evsignal_add(gw->sig_hup, NULL) < 0 ||
         evsignal_add(gw->sig_term, NULL) < 0 || evsignal_add(gw->sig_int, NULL) < 0) {
@@ -391,6 +598,9 @@ void gateway_free(struct gateway *gw)
     for (size_t i = 0; i < gw->nlisteners; i++)
         listener_free(gw->listeners[i]);
     free(gw->listeners);
+    listener_free(gw->admin_self);
+    reload_free(gw->reload); /* waits for a load in progress */
+    gw->reload = NULL;
     struct event *evs[] = {gw->sig_hup, gw->sig_term, gw->sig_int, gw->grace_timer};
     for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)
         if (evs[i] != NULL)

@@ -26,6 +26,7 @@ struct log_jsonl;
 struct conn;
 struct quota;
 struct watch;
+struct gw_reload;
 
 #define GATEWAY_DEFAULT_MAX_CONNS  4096
 #define GATEWAY_DEFAULT_GRACE_MS   5000
@@ -74,6 +75,7 @@ struct gateway {
     struct gw_policy *current;
     struct listener **listeners;
     size_t nlisteners;
+    struct listener *admin_self; /* the --admin address, for self_request; or NULL */
     bool listeners_paused;
     struct resolver *resolver;
     struct bus bus;
@@ -91,6 +93,7 @@ struct gateway {
     struct gateway_counters counters;
     bool stopping;
     struct event *sig_hup, *sig_term, *sig_int, *grace_timer;
+    struct gw_reload *reload; /* the background load SIGHUP starts (gateway.c); or NULL */
 };
 
 /* Returns a gateway serving <policy> (takes ownership) per <cfg> (copied;
@@ -102,7 +105,10 @@ struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *pol
 int gateway_run(struct gateway *gw);
 /* Loads <path> (the configured one when NULL), indexes it and makes it the
  * policy for new requests. On failure prints "sluice: reload failed: ..."
- * on standard error, keeps the old policy, returns -1. */
+ * on standard error, keeps the old policy, returns -1. Synchronous: the loop
+ * waits for the load. SIGHUP does the same without blocking the loop: the
+ * file is parsed and indexed on a thread and swapped in on the loop; a
+ * SIGHUP during a load queues one more. */
 int gateway_reload(struct gateway *gw, const char *path);
 /* Stops accepting, closes idle clients, lets requests in flight finish
  * within the grace period, then leaves the loop. */
@@ -114,7 +120,7 @@ void gateway_print_grant_warnings(const struct policy *p);
 void gateway_free(struct gateway *gw);
 
 /* Used by connections. */
-/* True when <ip>:<port> is one of the gateway's listeners. */
+/* True when <ip>:<port> is one of the gateway's listeners or its --admin server. */
 bool gateway_is_self(const struct gateway *gw, const struct ipaddr *ip, uint16_t port);
 /* True when the normalised name <name>:<port> is written as a listener's host. */
 bool gateway_is_self_name(const struct gateway *gw, const char *name, uint16_t port);

@@ -754,6 +754,12 @@ static int write_headers(const struct http_header *hdrs, size_t n, struct evbuff
 
 int http1_write_upstream_request(const struct http_request *req, struct evbuffer *out)
 {
+    return http1_write_upstream_request_keep(req, out, false);
+}
+
+int http1_write_upstream_request_keep(const struct http_request *req, struct evbuffer *out,
+                                      bool keep_alive)
+{
     if (req->form != TARGET_ABSOLUTE || req->path == NULL)
         return -1;
     if (evbuffer_add(out, req->method, strlen(req->method)) != 0 ||
@@ -771,7 +777,8 @@ int http1_write_upstream_request(const struct http_request *req, struct evbuffer
     }
     if (write_headers(req->headers, req->nheaders, out) != 0)
         return -1;
-    if (evbuffer_add(out, "Connection: close\r\n\r\n", 21) != 0)
+    const char *conn = keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+    if (evbuffer_add(out, conn, strlen(conn)) != 0)
         return -1;
     return 0;
 }

@@ -141,6 +141,12 @@ bool http1_is_hop_by_hop(const char *name, size_t len);
  * the body is forwarded unchanged. Returns 0, or -1 (wrong form, or the
  * evbuffer could not grow; <out> may then hold a partial head). */
 int http1_write_upstream_request(const struct http_request *req, struct evbuffer *out);
+/* The same, ending with "Connection: keep-alive" instead when <keep_alive>
+ * (the gate may reuse the upstream connection for the client's next request
+ * to the same checked address: gate/forward.c); "Connection: close" else.
+ * http1_write_upstream_request() is this with <keep_alive> false. */
+int http1_write_upstream_request_keep(const struct http_request *req, struct evbuffer *out,
+                                      bool keep_alive);
 
 /* Appends to <out> the head to send to the client for <rsp>: "HTTP/1.1 SP
  * status SP reason", every header except the hop-by-hop ones and those named

@@ -300,6 +300,26 @@ err:
     return NULL;
 }
 
+struct listener *listener_describe(const struct listen_addr *a)
+{
+    struct listener *l = calloc(1, sizeof(*l));
+    if (l == NULL)
+        return NULL;
+    l->addr = *a;
+    struct ipaddr ip;
+    uint16_t port;
+    static const struct ipaddr any6 = {{0}};
+    struct ipaddr any4;
+    ipaddr_from_v4(&any4, 0);
+    if (a->kind == LISTEN_TCP &&
+        sockaddr_to_ipaddr((const struct sockaddr *)&a->ss, &ip, &port) == 0 &&
+        (ipaddr_equal(&ip, &any6) || ipaddr_equal(&ip, &any4))) {
+        l->unspecified = true;
+        collect_local_addrs(l);
+    }
+    return l;
+}
+
 void listener_shutdown(struct listener *l)
 {
     if (l->pause_timer != NULL) {

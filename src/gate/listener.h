@@ -51,6 +51,10 @@ typedef void (*listener_accept_fn)(struct listener *l, evutil_socket_t fd,
  * or NULL with a message in <err>. */
 struct listener *listener_open(struct event_base *base, const struct listen_addr *a,
                                listener_accept_fn fn, void *arg, char *err, size_t errlen);
+/* A listener that only describes <a> (a TCP address bound elsewhere, such
+ * as the --admin server's): it never accepts, but listener_covers() answers
+ * for it. Free with listener_free. NULL when out of memory. */
+struct listener *listener_describe(const struct listen_addr *a);
 /* Stops listening, closes the socket, unlinks a unix socket. Accepts NULL. */
 void listener_free(struct listener *l);
 /* Stops listening for good (closes the socket, unlinks a unix socket) but

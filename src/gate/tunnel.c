@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,14 +12,21 @@
 
 #include "shape/quota.h"
 
-#define TUNNEL_CHUNK  65536 /* bytes moved by one splice */
 #define TUNNEL_BUF    16384 /* the read/write fallback's buffer */
 #define TUNNEL_ROUNDS 16    /* rounds per wakeup, so one busy tunnel cannot starve the loop */
+/* A direction that has carried this much is bulk: its pipe is grown to
+ * TUNNEL_PIPE_BIG (F_SETPIPE_SZ; kept as it is when refused), so one splice
+ * moves up to that much. Idle and interactive tunnels keep the default pipe
+ * (the kernel allocates pipe pages only while data sits in them). */
+#define TUNNEL_GROW_AFTER (256u * 1024)
+#define TUNNEL_PIPE_BIG   (1024 * 1024)
 
 struct dir {
     struct tunnel *t;
     evutil_socket_t src, dst;
     int pipe[2];      /* splice mode; -1 in copy mode */
+    size_t cap;       /* splice mode: the pipe's capacity */
+    bool grown;       /* splice mode: the pipe was grown (or that was tried) */
     char *buf;        /* copy mode */
     size_t off;       /* copy mode: first unsent byte in buf */
     size_t pending;   /* bytes read from src and not yet written to dst */
@@ -67,11 +75,11 @@ static int to_copy_mode(struct dir *d)
     return 0;
 }
 
-/* Writes what is pending to dst. Returns 1 when all was written, 0 when dst
- * is full (wr armed), -1 on error. */
+/* Writes what is pending to dst, once. Returns 1 when bytes went out, 0
+ * when dst is full, -1 on error. */
 static int drain(struct dir *d)
 {
-    while (d->pending > 0) {
+    for (;;) {
         ssize_t n;
         if (d->pipe[0] >= 0)
             n = splice(d->pipe[0], NULL, d->dst, NULL, d->pending,
@@ -80,22 +88,18 @@ static int drain(struct dir *d)
             n = send(d->dst, d->buf + d->off, d->pending, MSG_NOSIGNAL);
         if (n > 0) {
             d->pending -= (size_t)n;
-            d->off += (size_t)n;
+            d->off = d->pending > 0 ? d->off + (size_t)n : 0;
             d->bytes += (uint64_t)n;
             if (d == &d->t->d[0] && d->t->on_up != NULL)
                 d->t->on_up(d->t->up_arg);
-            continue;
+            return 1;
         }
         if (n < 0 && errno == EINTR)
             continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            event_add(d->wr, NULL);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return 0;
-        }
         return -1;
     }
-    d->off = 0;
-    return 1;
 }
 
 static void on_io(evutil_socket_t fd, short what, void *arg);
@@ -123,16 +127,27 @@ void tunnel_set_flow(struct tunnel *t, struct quota_flow *flow)
     t->flow = flow;
 }
 
-/* Reads from src into the pipe or buffer. Returns 1 with bytes pending or
- * at EOF, 0 when src has nothing (rd armed) or must wait for its bandwidth
- * bucket (timer armed), -1 on error. */
-static int fill(struct dir *d)
+/* Room for more bytes from src: what the pipe has left, or the whole
+ * buffer once it is empty. */
+static size_t room(const struct dir *d)
+{
+    if (d->pipe[1] >= 0)
+        return d->pending < d->cap ? d->cap - d->pending : 0;
+    return d->pending == 0 ? TUNNEL_BUF : 0;
+}
+
+enum fill_result { FILL_ERROR = -1, FILL_WAIT, FILL_DATA, FILL_PAUSED };
+
+/* Reads from src into the pipe or buffer, once: FILL_DATA (bytes added, or
+ * EOF seen), FILL_WAIT (nothing to read, or the pipe is full),
+ * FILL_PAUSED (the bandwidth bucket is empty: its timer is armed). */
+static enum fill_result fill(struct dir *d)
 {
     for (;;) {
         ssize_t n;
-        size_t max = metered(d, d->pipe[1] >= 0 ? TUNNEL_CHUNK : TUNNEL_BUF);
+        size_t max = metered(d, room(d));
         if (max == 0)
-            return 0;
+            return FILL_PAUSED;
         if (d->pipe[1] >= 0)
             n = splice(d->src, NULL, d->pipe[1], NULL, max, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
         else
@@ -140,61 +155,86 @@ static int fill(struct dir *d)
         if (n > 0) {
             if (d->t->flow != NULL && d == &d->t->d[0])
                 quota_flow_take(d->t->flow, (size_t)n, quota_now());
-            d->pending = (size_t)n;
-            d->off = 0;
-            return 1;
+            d->pending += (size_t)n;
+            return FILL_DATA;
         }
         if (n == 0) {
             d->eof = true;
-            return 1;
+            return FILL_DATA;
         }
         if (errno == EINTR)
             continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            event_add(d->rd, NULL);
-            return 0;
-        }
-        if (errno == EINVAL && d->pipe[1] >= 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return FILL_WAIT;
+        if (errno == EINVAL && d->pipe[1] >= 0 && d->pending == 0) {
             if (to_copy_mode(d) < 0)
-                return -1;
+                return FILL_ERROR;
             continue;
         }
-        return -1;
+        return FILL_ERROR;
     }
 }
 
-/* Moves what it can in one direction. Returns -1 on error. */
+static void grow_pipe(struct dir *d)
+{
+    d->grown = true;
+    int n = fcntl(d->pipe[1], F_SETPIPE_SZ, TUNNEL_PIPE_BIG);
+    if (n > 0 && (size_t)n > d->cap)
+        d->cap = (size_t)n;
+}
+
+/* Moves what it can in one direction: reads and writes until both sides
+ * would block, or for at most TUNNEL_ROUNDS rounds. Returns -1 on error. */
 static int pump(struct dir *d)
 {
-    bool progress = false;
-    int rc = 0;
+    bool progress = false, paused = false, src_dry = false, dst_full = false;
+    if (!d->grown && d->pipe[1] >= 0 && d->bytes >= TUNNEL_GROW_AFTER)
+        grow_pipe(d);
     for (int round = 0; round < TUNNEL_ROUNDS && !d->done; round++) {
-        uint64_t before = d->bytes;
-        rc = drain(d);
-        if (d->bytes != before)
-            progress = true;
-        if (rc <= 0)
-            break;
-        if (d->eof) {
+        bool moved = false;
+        if (!d->eof && !paused && !src_dry && room(d) > 0) {
+            enum fill_result fr = fill(d);
+            if (fr == FILL_ERROR)
+                return -1;
+            if (fr == FILL_DATA)
+                moved = true;
+            else if (fr == FILL_PAUSED)
+                paused = true;
+            else
+                src_dry = true;
+        }
+        if (d->pending > 0 && !dst_full) {
+            int rc = drain(d);
+            if (rc < 0)
+                return -1;
+            if (rc > 0)
+                moved = true;
+            else
+                dst_full = true;
+        }
+        if (d->eof && d->pending == 0) {
             shutdown(d->dst, SHUT_WR);
             d->done = true;
             break;
         }
-        rc = fill(d);
-        if (rc <= 0)
+        if (!moved)
             break;
         progress = true;
+        if (src_dry && d->pending == 0)
+            break;
     }
-    if (rc > 0 && !d->done) {
-        /* Out of rounds: come back on the next loop iteration. */
+    if (!d->done) {
+        /* A full pipe also reads as "nothing to read": while bytes are
+         * pending, wait for dst only (draining makes room), so a readable
+         * src with a full pipe never spins the loop. */
         if (d->pending > 0)
             event_add(d->wr, NULL);
-        else
+        else if (!d->eof && !paused)
             event_add(d->rd, NULL);
     }
     if (progress)
         event_add(d->t->idle, &d->t->idle_tv);
-    return rc < 0 ? -1 : 0;
+    return 0;
 }
 
 static void on_io(evutil_socket_t fd, short what, void *arg)
@@ -209,6 +249,18 @@ static void on_io(evutil_socket_t fd, short what, void *arg)
     }
     if (t->d[0].done && t->d[1].done)
         end(t, TUNNEL_DONE);
+}
+
+/* SLUICE_TEST_NO_SPLICE=1 (test only, read once): every tunnel uses the
+ * read/write fallback, so the test suite can exercise it. */
+static bool no_splice(void)
+{
+    static int no = -1;
+    if (no < 0) {
+        const char *e = getenv("SLUICE_TEST_NO_SPLICE");
+        no = e != NULL && strcmp(e, "1") == 0;
+    }
+    return no == 1;
 }
 
 static void on_idle(evutil_socket_t fd, short what, void *arg)
@@ -245,7 +297,10 @@ struct tunnel *tunnel_new(struct event_base *base, evutil_socket_t client_fd,
         goto err;
     for (int i = 0; i < 2; i++) {
         struct dir *d = &t->d[i];
-        if (pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
+        if (!no_splice() && pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC) == 0) {
+            int cap = fcntl(d->pipe[1], F_GETPIPE_SZ);
+            d->cap = cap > 0 ? (size_t)cap : 4096;
+        } else {
             d->pipe[0] = d->pipe[1] = -1;
             d->buf = malloc(TUNNEL_BUF);
             if (d->buf == NULL)

@@ -74,9 +74,11 @@ struct decision {
  *  4. the most specific survivor wins: exact over wildcard (longer suffix
  *     over shorter; longer prefix for CIDRs), then a rule naming the method,
  *     then the lower tier;
- *  5. CONNECT needs a matching rule without a methods restriction
- *     (else needs_inspection) and is classified at the highest tier of the
- *     live rules for that host, port and agent.
+ *  5. CONNECT gathers the live rules for that host (exact and wildcard
+ *     alike, or every covering CIDR), port and agent: it needs one without
+ *     a methods restriction (else needs_inspection), the best of those by
+ *     the ranking of 4 is the deciding rule, and it is classified at the
+ *     highest tier of all the gathered rules.
  * A denial for an agent in report mode becomes VERDICT_REPORT. */
 void policy_decide(const struct policy *p, const struct decision_query *q, struct decision *out);
 

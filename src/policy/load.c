@@ -26,6 +26,7 @@
 #include "policy/yaml_tree.h"
 #include "util/units.h"
 #include "util/xalloc.h"
+#include "util/env.h"
 
 #define AGENT_ID_MAX         64
 #define ENV_NAME_MAX         128
@@ -109,24 +110,23 @@ static void agent_token(struct load_ctx *c, const struct ynode *v, void *obj)
         load_err(c, v->line, "invalid environment variable name '%s'", load_show(c, name));
         return;
     }
-    const char *value = getenv(name);
+    char *value = env_dup(name);
     if ((value == NULL || *value == '\0') && (c->flags & POLICY_LOAD_SECRETS_OPTIONAL)) {
         load_warn(c, v->line,
                   "environment variable %s is %s here; serve refuses to start without it", name,
                   value == NULL ? "not set" : "empty");
         load_set_str(&a->token_ref, s);
-        return;
-    }
-    if (value == NULL) {
+    } else if (value == NULL) {
         load_err(c, v->line, "environment variable %s is not set", name);
-        return;
-    }
-    if (*value == '\0') {
+    } else if (*value == '\0') {
         load_err(c, v->line, "environment variable %s is empty", name);
-        return;
+    } else {
+        load_set_str(&a->token_ref, s);
+        load_set_str(&a->token, value);
     }
-    load_set_str(&a->token_ref, s);
-    load_set_str(&a->token, value);
+    if (value != NULL) /* a secret: leave no copy behind */
+        explicit_bzero(value, strlen(value));
+    free(value);
 }
 
 static void agent_mode(struct load_ctx *c, const struct ynode *v, void *obj)
@@ -856,7 +856,7 @@ struct policy *policy_load_buffer_flags(const char *name, const char *buf, size_
     free(c.agent_ids);
     if (!diag_has_errors(diag) && policy_index_build(c.p) != 0)
         diag_error(diag, 0, "", "out of memory while indexing the policy");
-    if (diag_has_errors(diag)) {
+    if (diag_has_errors(diag) && !(flags & POLICY_LOAD_KEEP_PARTIAL)) {
         policy_free(c.p);
         return NULL;
     }

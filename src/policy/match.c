@@ -18,14 +18,18 @@
  *    agent, port and method supplies the winner. So an exact rule for GET
  *    does not hide a wildcard rule that allows every method: the wildcard's
  *    author allowed that method for every name below it.
- *  - A CONNECT uses only the most specific class that holds any live rule
- *    matching agent and port; less specific classes are not consulted, so
- *    an exact rule shadows the wildcards for the same host. Rules written
- *    for one host name say what a tunnel to it may carry: "api.github.com:
- *    GET only" must not become an opaque tunnel because "*.github.com" is
- *    unrestricted. The tunnel is allowed only when that class has a rule
- *    without a methods restriction (naming CONNECT is still a restriction),
- *    and is classified at the highest tier in that class. */
+ *  - A CONNECT gathers the live rules matching agent and port from every
+ *    class, exact and wildcard alike (SPEC: "all rules for that host and
+ *    port"). It is allowed when any of them has no methods restriction
+ *    (naming CONNECT is still a restriction); the deciding rule is the best
+ *    such rule by the same ranking as a plain request. It is classified at
+ *    the highest tier of all the gathered rules, restricted ones included
+ *    (a tunnel can carry whatever any of them grants); the owner is that of
+ *    the deciding rule when it has that tier, else that of the most
+ *    specific rule holding it. Without an unrestricted rule the answer is
+ *    needs_inspection, reported against that highest-tier rule. Consistent
+ *    with plain requests: "api.github.com: GET only" next to an
+ *    unrestricted "*.github.com" lets a POST through, and so a tunnel. */
 #include <string.h>
 
 #include "policy/decision.h"
@@ -51,9 +55,11 @@ struct search {
     const struct rule *best;    /* plain request: the winner */
     const struct rule *expired; /* best expired full match, in the first class holding one */
     unsigned expired_cls;
-    /* CONNECT: the live rules matching agent and port in the chosen class */
+    /* CONNECT: over the live rules matching agent and port, every class */
     const struct rule *open; /* best rule without a methods restriction */
-    const struct rule *top;  /* the highest tier (ties: ranking order) */
+    unsigned open_cls;
+    const struct rule *top; /* the highest tier (ties: ranking order) */
+    unsigned top_cls;
 };
 
 static bool agent_ok(const struct rule *r, const char *agent_id)
@@ -111,8 +117,19 @@ static void reach(struct search *s, enum stage st)
         s->stage = st;
 }
 
+/* Does <r>, met in class <cls>, rank before <cur>, met in class <cur_cls>?
+ * Classes arrive most specific first, so an earlier class always wins. */
+static bool ranks_before(const struct rule *r, unsigned cls, const struct rule *cur,
+                         unsigned cur_cls)
+{
+    if (cur == NULL)
+        return true;
+    return cls == cur_cls && better(r, cur);
+}
+
 /* Runs one class of candidates through the filters. Returns 1 when the
- * class settled the decision (no less specific class may change it). */
+ * class settled the decision (no less specific class may change it): a
+ * plain request's first class with a live match. A CONNECT never stops. */
 static int visit_class(struct search *s, struct rule_list l)
 {
     bool live = false;
@@ -146,13 +163,17 @@ static int visit_class(struct search *s, struct rule_list l)
                 s->best = r;
             continue;
         }
-        if (r->methods == 0 && (s->open == NULL || better(r, s->open)))
+        if (r->methods == 0 && ranks_before(r, s->cls, s->open, s->open_cls)) {
             s->open = r;
+            s->open_cls = s->cls;
+        }
         if (s->top == NULL || r->tier > s->top->tier ||
-            (r->tier == s->top->tier && better(r, s->top)))
+            (r->tier == s->top->tier && ranks_before(r, s->cls, s->top, s->top_cls))) {
             s->top = r;
+            s->top_cls = s->cls;
+        }
     }
-    return live ? 1 : 0;
+    return live && !s->connect ? 1 : 0;
 }
 
 static int visit_cidr(struct rule_list rules, unsigned prefix, void *arg)

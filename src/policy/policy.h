@@ -34,6 +34,14 @@ enum policy_load_flags {
      * error, and the agent gets no secret: for `sluice check`, which audits
      * a policy where the secrets are not present. Never for serving. */
     POLICY_LOAD_SECRETS_OPTIONAL = 1u << 0,
+    /* When <diag> holds errors, return the policy as far as it was built
+     * instead of NULL: not indexed (p->index is NULL, so policy_decide()
+     * denies everything), and a rule that had errors may lack fields (its
+     * pattern NULL when the host or cidr was bad). Still NULL when nothing
+     * could be built (unreadable file, YAML syntax error, over the size
+     * cap). For `sluice check`, which lints the rules that did parse.
+     * Never for serving. */
+    POLICY_LOAD_KEEP_PARTIAL = 1u << 1,
 };
 
 /* policy_load() and policy_load_buffer() with <flags> (enum policy_load_flags). */

@@ -9,13 +9,15 @@
 
 #include "shape/bucket.h"
 #include "util/units.h"
+#include "watch/window.h"
 
-#define NSLOTS           1024u /* hash chains (a power of two) */
-#define NS_PER_MS        1000000ull
-#define NS_PER_S         1000000000ull
-#define KEY_AGENT        'A'
-#define KEY_RULE         'R'
-#define FLOW_MIN_WAIT_MS 1
+#define NSLOTS                1024u /* hash chains (a power of two) */
+#define NS_PER_MS             1000000ull
+#define NS_PER_S              1000000000ull
+#define KEY_AGENT             'A'
+#define KEY_RULE              'R'
+#define FLOW_MIN_WAIT_MS      1
+#define DENIED_DEFAULT_PER_MS 60000 /* the detector's period when none is set */
 
 typedef unsigned __int128 u128;
 
@@ -35,7 +37,8 @@ struct qentry {
     struct bucket req, bw;
     /* agent entries: quarantine and the denial window */
     uint64_t q_until_ns;
-    uint64_t win_start_ns, win_count, win_prev;
+    uint64_t denied_ns; /* monotonic time of the last denial counted; 0: none */
+    struct window denials;
 };
 
 struct quota {
@@ -43,7 +46,8 @@ struct quota {
     struct event_base *base;
     size_t max_entries, nentries;
     struct qentry *slots[NSLOTS];
-    uint64_t denied_max, denied_per_ns, quarantine_ns;
+    bool denied_set; /* alerts.denied_burst present: denials are counted */
+    uint64_t denied_max, denied_per_ms, quarantine_ns;
     uint64_t q_until_max; /* no quarantine runs past this: the fast path */
 };
 
@@ -104,9 +108,16 @@ void quota_free(struct quota *q)
 void quota_configure(struct quota *q, const struct policy *p)
 {
     const struct threshold *t = &p->alerts.denied_burst;
+    q->denied_set = t->set;
     q->denied_max = t->set ? t->max : 0;
-    q->denied_per_ns = t->set ? sat_mul(t->per_ms, NS_PER_MS) : 0;
+    q->denied_per_ms = t->per_ms > 0 ? t->per_ms : DENIED_DEFAULT_PER_MS;
     q->quarantine_ns = sat_mul(p->limits.quarantine_ms, NS_PER_MS);
+    /* As the detector does (detectors_configure): windows are kept across a
+     * reload, and started over when their period changed. */
+    for (size_t i = 0; i < NSLOTS; i++)
+        for (struct qentry *e = q->slots[i]; e != NULL; e = e->next)
+            if (e->denied_ns != 0 && e->denials.per_ms != q->denied_per_ms)
+                window_init(&e->denials, q->denied_per_ms);
 }
 
 size_t quota_entries(const struct quota *q)
@@ -189,17 +200,20 @@ static struct qentry *find(struct quota *q, const char *key, size_t len, uint64_
     return NULL;
 }
 
-static bool window_quiet(const struct quota *q, const struct qentry *e, uint64_t now)
+/* True when <e>'s denial window sums to nothing: no denial counted, or
+ * none within twice its period (a window covers at most one period, and
+ * at least 10 ms, of the wall clock). */
+static bool window_quiet(const struct qentry *e, uint64_t now)
 {
-    if (e->win_count == 0 && e->win_prev == 0)
-        return true;
-    return q->denied_per_ns == 0 || now - e->win_start_ns >= 2 * q->denied_per_ns ||
-           now < e->win_start_ns;
+    if (e->denied_ns == 0 || now < e->denied_ns)
+        return e->denied_ns == 0;
+    uint64_t span = sat_mul(e->denials.per_ms, 2 * NS_PER_MS) + 10 * NS_PER_MS;
+    return now - e->denied_ns >= span;
 }
 
 static bool at_rest(const struct quota *q, struct qentry *e, uint64_t now)
 {
-    return e->refs == 0 && e->q_until_ns <= now && window_quiet(q, e, now) &&
+    return e->refs == 0 && e->q_until_ns <= now && window_quiet(e, now) &&
            bucket_at_rest(&e->req, e->spec.burst, now) && bucket_at_rest(&e->bw, 0, now);
 }
 
@@ -310,51 +324,40 @@ uint64_t quota_quarantine_left(struct quota *q, const char *agent_id, uint64_t n
     return e->q_until_ns - now_ns;
 }
 
-bool quota_note_denial(struct quota *q, const char *agent_id, uint64_t now_ns)
+bool quota_note_denial(struct quota *q, const char *agent_id, uint64_t now_ns, int64_t wall_ms)
 {
-    if (agent_id == NULL || q->denied_max == 0 || q->denied_per_ns == 0 || q->quarantine_ns == 0)
-        return false; /* alert only (or nothing): the denied_burst detector's business */
+    if (agent_id == NULL || !q->denied_set)
+        return false; /* nothing counts denials: the detector does not either */
     struct qentry *e = lookup(q, agent_id, NULL, now_ns, true);
-    if (e == NULL || e->q_until_ns > now_ns)
+    if (e == NULL)
         return false;
-    uint64_t per = q->denied_per_ns;
-    if (now_ns < e->win_start_ns || now_ns - e->win_start_ns >= 2 * per) {
-        e->win_prev = 0;
-        e->win_count = 0;
-        e->win_start_ns = now_ns;
-    } else if (now_ns - e->win_start_ns >= per) {
-        e->win_prev = e->win_count;
-        e->win_count = 0;
-        e->win_start_ns += per;
-    }
-    e->win_count++;
-    /* prev * (per - elapsed) / per + count >= max, in integers. */
-    uint64_t elapsed = now_ns - e->win_start_ns;
-    u128 lhs = (u128)e->win_prev * (per - elapsed) + (u128)e->win_count * per;
-    if (lhs < (u128)q->denied_max * per)
-        return false;
+    if (e->denied_ns == 0)
+        window_init(&e->denials, q->denied_per_ms); /* its first denial */
+    e->denied_ns = now_ns > 0 ? now_ns : 1;
+    /* The detector's count and comparison (detectors.c, denied_burst). */
+    uint64_t n = window_add(&e->denials, wall_ms, 1);
+    if (n <= q->denied_max || q->quarantine_ns == 0 || e->q_until_ns > now_ns)
+        return false; /* under the threshold, alert only, or already in */
     e->q_until_ns = now_ns > UINT64_MAX - q->quarantine_ns ? UINT64_MAX : now_ns + q->quarantine_ns;
     if (e->q_until_ns > q->q_until_max)
         q->q_until_max = e->q_until_ns;
-    e->win_count = 0;
-    e->win_prev = 0;
     return true;
 }
 
-void quota_on_event(const struct egress_event *ev, void *arg)
+bool quota_feed(struct quota *q, const struct egress_event *ev, uint64_t now_ns, int64_t wall_ms)
 {
-    struct quota *q = arg;
-    if (ev->kind != EVENT_EGRESS || ev->verdict != VERDICT_DENY ||
-        ev->reason == REASON_QUARANTINED || ev->agent == NULL)
-        return;
-    if (!quota_note_denial(q, ev->agent, quota_now()) || q->alerts == NULL)
-        return;
+    if (ev->kind != EVENT_EGRESS || ev->verdict != VERDICT_DENY || ev->agent == NULL)
+        return false;
+    if (!quota_note_denial(q, ev->agent, now_ns, wall_ms))
+        return false;
+    if (q->alerts == NULL)
+        return true;
     char len[32], per[32], detail[256];
     format_period_ms(q->quarantine_ns / NS_PER_MS, len, sizeof(len));
-    format_period_ms(q->denied_per_ns / NS_PER_MS, per, sizeof(per));
+    format_period_ms(q->denied_per_ms, per, sizeof(per));
     snprintf(detail, sizeof(detail),
-             "agent %s quarantined for %s: %llu denials within %s (last: %s)", ev->agent, len,
-             (unsigned long long)q->denied_max, per,
+             "agent %s quarantined for %s: more than %llu denials within %s (last: %s)", ev->agent,
+             len, (unsigned long long)q->denied_max, per,
              ev->reason != REASON_NONE ? reason_name(ev->reason) : "denied");
     struct alert a = {
         .kind = ALERT_QUARANTINE,
@@ -366,6 +369,14 @@ void quota_on_event(const struct egress_event *ev, void *arg)
         .detail = detail,
     };
     alert_bus_publish(q->alerts, &a);
+    return true;
+}
+
+void quota_on_event(const struct egress_event *ev, void *arg)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts); /* the detector's clock, read the same way */
+    quota_feed(arg, ev, quota_now(), (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
 }
 
 /* --- requests -------------------------------------------------------------- */

@@ -17,12 +17,16 @@
  * taken through a quota_flow; bandwidth never refuses anything, it only
  * makes the sender wait (quota_flow_pause).
  *
- * Quarantine: each denial (other than `quarantined` itself) of a known
- * agent is counted within alerts.denied_burst's period; when the count
- * reaches its max and limits.quarantine is above 0, the agent is refused
- * for that long and one `quarantine` alert is published. The count is a
- * sliding window estimated from two fixed windows (the current and the
- * previous, weighted by how much of it still overlaps the period).
+ * Quarantine: counted exactly as the denied_burst detector counts
+ * (watch/detectors.c), so the two trip on the same denial: every denial
+ * (`quarantined` ones included) of an identified agent goes into a
+ * sliding window of alerts.denied_burst's period in tenths (watch/window.h,
+ * on the wall clock in milliseconds, as the detector's); when the sum goes
+ * over max (more than max, not equal) and limits.quarantine is above 0, the
+ * agent is refused for that long and one `quarantine` alert is published.
+ * Denials in quarantine are counted but do not extend it; nothing is reset
+ * when it trips, so an agent whose window is still over max when it lifts
+ * is quarantined again by its next denial (the detector alerts again too).
  *
  * Memory is bounded: at most <max_entries> entries (QUOTA_DEFAULT_MAX
  * when 0). An entry that is at rest (full buckets, no debt, no quarantine,
@@ -75,11 +79,19 @@ uint64_t quota_quarantine_left(struct quota *q, const char *agent_id, uint64_t n
 int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, const struct rule *r,
                 uint64_t now_ns, uint64_t *wait_ns);
 
-/* Counts one denial of <agent_id>; returns true when it put the agent in
- * quarantine (the caller publishes the alert; quota_on_event does). */
-bool quota_note_denial(struct quota *q, const char *agent_id, uint64_t now_ns);
-/* The egress bus subscriber (<arg> is the struct quota): counts denials
- * and publishes the `quarantine` alert. */
+/* Counts one denial of <agent_id> at <now_ns> (CLOCK_MONOTONIC, for the
+ * quarantine's length) and <wall_ms> (CLOCK_REALTIME milliseconds, the
+ * window's clock, as the detector's); returns true when it put the agent in
+ * quarantine (the caller publishes the alert; quota_feed does). Counts
+ * nothing without alerts.denied_burst. */
+bool quota_note_denial(struct quota *q, const char *agent_id, uint64_t now_ns, int64_t wall_ms);
+/* Feeds one bus event seen at <now_ns> / <wall_ms> (see quota_note_denial):
+ * counts it when it is a denial (EVENT_EGRESS, VERDICT_DENY, any reason)
+ * of an identified agent, the set the denied_burst detector counts, and
+ * publishes the `quarantine` alert when it trips. Returns true then. */
+bool quota_feed(struct quota *q, const struct egress_event *ev, uint64_t now_ns, int64_t wall_ms);
+/* The egress bus subscriber (<arg> is the struct quota): quota_feed() at
+ * quota_now() and the wall clock. */
 void quota_on_event(const struct egress_event *ev, void *arg);
 
 /* Opens the upload accounting of one request or tunnel of <agent_id> under

@@ -11,6 +11,7 @@
 #include "state/store.h"
 #include "util/units.h"
 #include "watch/window.h"
+#include "util/env.h"
 
 #define DETAIL_MAX    600
 #define PATH_SHOWN    200
@@ -46,7 +47,8 @@ struct detectors {
     char **contacts;
     size_t ncontacts, capcontacts;
     struct fold fold;
-    int64_t oh_minute; /* off-hours cache */
+    int64_t oh_minute;  /* off-hours cache */
+    int32_t grants_day; /* the UTC day grants were last announced */
     bool oh_result;
     uint64_t published, folded;
 };
@@ -170,6 +172,10 @@ static struct agent_state *agent_get(struct detectors *d, const char *id)
 
 static void load_baseline(const char *agent, const struct store_baseline *b, void *arg)
 {
+    /* a row that cannot be an average is relearned rather than trusted */
+    if (!isfinite(b->req_avg) || !isfinite(b->bytes_avg) || b->req_avg < 0 || b->bytes_avg < 0 ||
+        b->minute < 0 || b->since_ms < 0)
+        return;
     struct agent_state *a = agent_get(arg, agent);
     if (a == NULL)
         return;
@@ -187,6 +193,7 @@ struct detectors *detectors_new(struct alert_bus *out, struct store *store)
     d->out = out;
     d->store = store;
     d->oh_minute = -1;
+    d->grants_day = INT32_MIN;
     fold_init(&d->fold);
     d->cfg.write_burst.per_ms = d->cfg.upload_bytes.per_ms = d->cfg.denied_burst.per_ms = 60000;
     if (store != NULL) {
@@ -288,6 +295,14 @@ static void grant_text(const struct egress_event *ev, char *out, size_t len)
              date[0] ? date : "never");
 }
 
+/* Periods are written as a policy writes them ("10s", "1m"), as in the
+ * fold summaries. */
+static const char *period_text(uint64_t ms, char *out, size_t len)
+{
+    format_period_ms(ms, out, len);
+    return out;
+}
+
 static const char *agent_shown(const char *a)
 {
     return a != NULL ? a : "an unidentified client";
@@ -302,6 +317,7 @@ bool detectors_off_hours(const struct off_hours_cfg *o, time_t t)
     if (o->tz == NULL || strcmp(o->tz, "UTC") == 0) {
         ok = gmtime_r(&t, &tm) != NULL;
     } else {
+        env_lock();
         const char *old = getenv("TZ");
         char *saved = old != NULL ? strdup(old) : NULL;
         setenv("TZ", o->tz, 1);
@@ -312,6 +328,7 @@ bool detectors_off_hours(const struct off_hours_cfg *o, time_t t)
         else
             unsetenv("TZ");
         tzset();
+        env_unlock();
         free(saved);
     }
     if (!ok)
@@ -355,8 +372,10 @@ static void baseline_roll(struct detectors *d, struct agent_state *a, int64_t no
         a->bl_dirty = true;
     }
     if (minute <= a->bl.minute) {
-        if (minute < a->bl.minute) /* the clock went back: restart the minute */
+        if (minute < a->bl.minute) { /* the clock went back: restart the minute */
             a->bl.minute = minute;
+            a->bl_dirty = true;
+        }
         return;
     }
     double al = alpha_of(&d->cfg.baseline);
@@ -428,7 +447,7 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
     const struct cfg *c = &d->cfg;
     bool passed = ev->verdict != VERDICT_DENY;
     bool write = (ev->method_bit & METHODS_WRITE) != 0;
-    char what[PATH_SHOWN + 200], detail[DETAIL_MAX], grant[120];
+    char what[PATH_SHOWN + 200], detail[DETAIL_MAX], grant[120], per[32];
     struct agent_state *a = ev->agent != NULL ? agent_get(d, ev->agent) : NULL;
 
     describe(ev, what, sizeof(what));
@@ -479,8 +498,8 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
         uint64_t n = window_add(&a->writes, now_ms, 1);
         if (n > c->write_burst.max) {
             snprintf(detail, sizeof(detail),
-                     "%s made %llu write requests within %llus (max %llu); the last: %s", a->id,
-                     (unsigned long long)n, (unsigned long long)(c->write_burst.per_ms / 1000),
+                     "%s made %llu write requests within %s (max %llu); the last: %s", a->id,
+                     (unsigned long long)n, period_text(c->write_burst.per_ms, per, sizeof(per)),
                      (unsigned long long)c->write_burst.max, what);
             al.kind = ALERT_WRITE_BURST;
             al.severity = SEVERITY_MEDIUM;
@@ -492,8 +511,8 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
         uint64_t n = window_add(&a->denials, now_ms, 1);
         if (n > c->denied_burst.max) {
             snprintf(detail, sizeof(detail),
-                     "%s was denied %llu times within %llus (max %llu); the last: %s (%s)", a->id,
-                     (unsigned long long)n, (unsigned long long)(c->denied_burst.per_ms / 1000),
+                     "%s was denied %llu times within %s (max %llu); the last: %s (%s)", a->id,
+                     (unsigned long long)n, period_text(c->denied_burst.per_ms, per, sizeof(per)),
                      (unsigned long long)c->denied_burst.max, what,
                      ev->reason != REASON_NONE ? reason_name(ev->reason) : "denied");
             al.kind = ALERT_DENIED_BURST;
@@ -519,11 +538,10 @@ static void on_bytes(struct detectors *d, const struct egress_event *ev, int64_t
     if (c->upload_bytes.set && ev->kind == EVENT_EGRESS_PROGRESS) {
         uint64_t n = window_add(&a->uploads, now_ms, bytes);
         if (n > c->upload_bytes.max) {
-            char detail[DETAIL_MAX];
+            char detail[DETAIL_MAX], per[32];
             snprintf(detail, sizeof(detail),
-                     "%s sent %llu bytes upstream within %llus (max %llu); the last to %s:%u",
-                     a->id, (unsigned long long)n,
-                     (unsigned long long)(c->upload_bytes.per_ms / 1000),
+                     "%s sent %llu bytes upstream within %s (max %llu); the last to %s:%u", a->id,
+                     (unsigned long long)n, period_text(c->upload_bytes.per_ms, per, sizeof(per)),
                      (unsigned long long)c->upload_bytes.max, ev->host ? ev->host : "?",
                      (unsigned)ev->port);
             struct alert al = {.kind = ALERT_UPLOAD_BYTES,
@@ -570,12 +588,39 @@ void detectors_tick(struct detectors *d, int64_t now_ms)
     }
 }
 
+void detectors_flush(struct detectors *d, int64_t now_ms)
+{
+    fold_flush(&d->fold, now_ms, emit, d);
+    if (!d->cfg.baseline.set)
+        return;
+    for (size_t i = 0; i < d->nagents; i++) {
+        struct agent_state *a = &d->agents[i];
+        if (!a->bl_known)
+            continue;
+        /* minutes that really ended are folded in (and stored); the running
+         * one is not: a restart within it starts it again from zero */
+        baseline_roll(d, a, now_ms);
+        if (a->bl_dirty && d->store != NULL) {
+            store_put_baseline(d->store, a->id, &a->bl);
+            a->bl_dirty = false;
+        }
+    }
+}
+
+int detectors_grants_daily(struct detectors *d, const struct policy *p, int64_t now_ms)
+{
+    if (day_of((time_t)(now_ms / 1000)) == d->grants_day)
+        return -1;
+    return detectors_grants(d, p, now_ms);
+}
+
 int detectors_grants(struct detectors *d, const struct policy *p, int64_t now_ms)
 {
     int n = 0;
+    int32_t today = day_of((time_t)(now_ms / 1000));
+    d->grants_day = today;
     if (!d->cfg.present)
         return 0;
-    int32_t today = day_of((time_t)(now_ms / 1000));
     for (size_t i = 0; i < p->nrules; i++) {
         const struct rule *r = &p->rules[i];
         if (!r->has_expires)

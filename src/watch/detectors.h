@@ -59,6 +59,15 @@ void detectors_tick(struct detectors *d, int64_t now_ms);
 /* Publishes grant_expiring for each grant of <p> with 0..expiry_warn_days
  * days left at <now_ms> (at start, on reload, daily). Returns how many. */
 int detectors_grants(struct detectors *d, const struct policy *p, int64_t now_ms);
+/* The daily announcement: runs detectors_grants() when the UTC day of
+ * <now_ms> is not the day grants were last announced on (the first call
+ * always does). Returns how many, or -1 when the day has not changed. */
+int detectors_grants_daily(struct detectors *d, const struct policy *p, int64_t now_ms);
+
+/* At shutdown, with the real time <now_ms>: writes every folded summary
+ * still open (ended or not) and stores each agent's baseline as of now
+ * (the minutes that ended are folded in; the running minute is not). */
+void detectors_flush(struct detectors *d, int64_t now_ms);
 
 /* Alerts published (after folding) and folded away, for metrics and tests. */
 uint64_t detectors_published(const struct detectors *d);

@@ -63,9 +63,22 @@ static void puts_lit(struct out *o, const char *s)
 
 static void put_u64(struct out *o, uint64_t v)
 {
-    char buf[24];
-    int n = snprintf(buf, sizeof(buf), "%" PRIu64, v);
-    put(o, buf, (size_t)n);
+    char buf[24]; /* digits written from the end: no printf on the per-request path */
+    size_t i = sizeof(buf);
+    do {
+        buf[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0);
+    put(o, buf + i, sizeof(buf) - i);
+}
+
+/* <v> (0 <= v < 10^<w>) as exactly <w> digits, at <p>. */
+static void put_digits(char *p, unsigned w, long v)
+{
+    while (w > 0) {
+        p[--w] = (char)('0' + v % 10);
+        v /= 10;
+    }
 }
 
 /* Length of the valid UTF-8 sequence at <s> (<n> bytes left), or 0 when
@@ -188,11 +201,24 @@ static void put_ts(struct out *o, const struct timespec *ts)
         tm.tm_year = 70;
         tm.tm_mday = 1;
     }
-    int n =
-        snprintf(buf, sizeof(buf), "\"%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ\"", tm.tm_year + 1900,
-                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
-    if (n > 0)
-        put(o, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
+    long year = tm.tm_year + 1900L;
+    if (year < 0 || year > 9999) {
+        int n = snprintf(buf, sizeof(buf), "\"%04ld-%02d-%02dT%02d:%02d:%02d.%03ldZ\"", year,
+                         tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+        if (n > 0)
+            put(o, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
+        return;
+    }
+    /* "YYYY-MM-DDThh:mm:ss.mmmZ", quoted: by hand, it is on every line */
+    memcpy(buf, "\"0000-00-00T00:00:00.000Z\"", 26);
+    put_digits(buf + 1, 4, year);
+    put_digits(buf + 6, 2, tm.tm_mon + 1);
+    put_digits(buf + 9, 2, tm.tm_mday);
+    put_digits(buf + 12, 2, tm.tm_hour);
+    put_digits(buf + 15, 2, tm.tm_min);
+    put_digits(buf + 18, 2, tm.tm_sec);
+    put_digits(buf + 21, 3, ms);
+    put(o, buf, 26);
 }
 
 static void put_tier(struct out *o, enum tier t)

@@ -23,8 +23,15 @@ struct item {
     int attempts;
 };
 
+/* Timings and the memory cap; SLUICE_TEST_WEBHOOK_* shorten them in tests. */
+struct timings {
+    uint64_t backoff_ms, backoff_max_ms, sweep_ms;
+    size_t queue_max;
+};
+
 struct webhook {
     struct event_base *base;
+    struct timings t;
     struct evdns_base *dns;
     struct evhttp_connection *conn;
     struct store *store;
@@ -33,11 +40,44 @@ struct webhook {
     struct item *q; /* ring */
     size_t head, len, cap;
     bool busy;
+    bool parked_said; /* "undelivered after N attempts" said since the last delivery */
+    enum evhttp_request_error last_error;
+    bool errored;
     unsigned failures_in_row;
     struct event *retry;
+    struct event *sweep;
     uint64_t delivered, failures;
-    uint64_t only_stored; /* over the memory cap: kept in the store only */
+    uint64_t only_stored;  /* over the memory cap: kept in the store only */
+    uint64_t dropped;      /* over the memory cap without a store: the oldest dropped */
+    uint64_t dropped_said; /* what standard error was last told */
 };
+
+static uint64_t env_ms(const char *name, uint64_t dflt)
+{
+    const char *v = getenv(name);
+    char *end;
+    if (v == NULL || *v == '\0')
+        return dflt;
+    unsigned long long n = strtoull(v, &end, 10);
+    return *end == '\0' && n > 0 && n <= 3600000 ? (uint64_t)n : dflt;
+}
+
+/* Test-only (see SPEC.md): SLUICE_TEST_WEBHOOK_BACKOFF_MS=N makes the
+ * backoff start at N ms, cap at 60 x N and the stored queue be re-read every
+ * 120 x N; SLUICE_TEST_WEBHOOK_QUEUE_MAX=M caps the memory queue at M. */
+static struct timings timings_get(void)
+{
+    struct timings t = {SINK_WEBHOOK_BACKOFF_MS, SINK_WEBHOOK_BACKOFF_MAX, SINK_WEBHOOK_SWEEP_MS,
+                        SINK_WEBHOOK_QUEUE_MAX};
+    uint64_t b = env_ms("SLUICE_TEST_WEBHOOK_BACKOFF_MS", 0);
+    if (b > 0) {
+        t.backoff_ms = b;
+        t.backoff_max_ms = b * 60;
+        t.sweep_ms = b * 120;
+    }
+    t.queue_max = (size_t)env_ms("SLUICE_TEST_WEBHOOK_QUEUE_MAX", SINK_WEBHOOK_QUEUE_MAX);
+    return t;
+}
 
 static char *errf(const char *url, const char *why)
 {
@@ -106,12 +146,19 @@ static int parse_url(struct webhook *w, const char *url, const char **why)
 }
 
 static void try_send(struct webhook *w);
+static void on_sweep(evutil_socket_t fd, short what, void *arg);
 
 static void on_retry(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     try_send(arg);
+}
+
+static void tv_of(uint64_t ms, struct timeval *tv)
+{
+    tv->tv_sec = (time_t)(ms / 1000);
+    tv->tv_usec = (suseconds_t)((ms % 1000) * 1000);
 }
 
 static void pop(struct webhook *w)
@@ -122,17 +169,45 @@ static void pop(struct webhook *w)
     w->len--;
 }
 
+/* Moves the head to the tail (the others go first next time). */
+static void rotate(struct webhook *w)
+{
+    struct item it = w->q[w->head];
+    w->head = (w->head + 1) % w->cap;
+    w->q[(w->head + w->len - 1) % w->cap] = it;
+}
+
+static void on_error(enum evhttp_request_error e, void *arg)
+{
+    struct webhook *w = arg;
+    w->last_error = e;
+    w->errored = true;
+}
+
+static const char *failure_text(const struct webhook *w, int code, char *buf, size_t len)
+{
+    if (code > 0)
+        snprintf(buf, len, "answered %d", code);
+    else if (w->errored && w->last_error == EVREQ_HTTP_TIMEOUT)
+        snprintf(buf, len, "cannot deliver: no answer within %d s", SINK_WEBHOOK_TIMEOUT_S);
+    else
+        snprintf(buf, len, "cannot deliver");
+    return buf;
+}
+
 static void on_done(struct evhttp_request *req, void *arg)
 {
     struct webhook *w = arg;
     int code = req != NULL ? evhttp_request_get_response_code(req) : 0;
     struct item *it = &w->q[w->head];
+    char why[80];
     w->busy = false;
     if (w->len == 0)
         return;
     if (code >= 200 && code < 300) {
         w->delivered++;
         w->failures_in_row = 0;
+        w->parked_said = false;
         if (w->store != NULL && it->id > 0)
             store_queue_del(w->store, it->id);
         pop(w);
@@ -142,24 +217,30 @@ static void on_done(struct evhttp_request *req, void *arg)
     w->failures++;
     it->attempts++;
     if (w->failures_in_row++ == 0)
-        fprintf(stderr, "sluice: webhook %s: %s%s; retrying with backoff\n", w->url,
-                code > 0 ? "answered " : "cannot deliver",
-                code > 0 ? (code >= 500 ? "5xx" : "non-2xx") : "");
+        fprintf(stderr, "sluice: webhook %s: %s; retrying with backoff\n", w->url,
+                failure_text(w, code, why, sizeof(why)));
     if (w->store != NULL && it->id > 0)
         store_queue_attempts(w->store, it->id, it->attempts);
     if (it->attempts >= SINK_WEBHOOK_MAX_ATTEMPTS) {
-        fprintf(stderr, "sluice: webhook %s: an alert is undelivered after %d attempts; %s\n",
-                w->url, it->attempts,
-                w->store != NULL && it->id > 0
-                    ? "kept in the state store and retried at the next start"
-                    : "dropped (no state store)");
-        pop(w);
+        /* Never dropped: it goes behind the others, with a fresh set of
+         * attempts, and is retried for as long as the gateway runs. */
+        if (!w->parked_said)
+            fprintf(stderr,
+                    "sluice: webhook %s: an alert is undelivered after %d attempts (%s); it stays "
+                    "queued%s and is retried with the backoff capped at %llu ms\n",
+                    w->url, it->attempts, failure_text(w, code, why, sizeof(why)),
+                    w->store != NULL && it->id > 0 ? " (and in the state store)" : "",
+                    (unsigned long long)w->t.backoff_max_ms);
+        w->parked_said = true;
+        it->attempts = 0;
+        rotate(w);
     }
     unsigned shift = w->failures_in_row - 1 < 16 ? w->failures_in_row - 1 : 16;
-    uint64_t ms = (uint64_t)SINK_WEBHOOK_BACKOFF_MS << shift;
-    if (ms > SINK_WEBHOOK_BACKOFF_MAX)
-        ms = SINK_WEBHOOK_BACKOFF_MAX;
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    uint64_t ms = w->t.backoff_ms << shift;
+    if (ms > w->t.backoff_max_ms)
+        ms = w->t.backoff_max_ms;
+    struct timeval tv;
+    tv_of(ms, &tv);
     evtimer_add(w->retry, &tv);
 }
 
@@ -171,6 +252,8 @@ static void try_send(struct webhook *w)
     struct evhttp_request *req = evhttp_request_new(on_done, w);
     if (req == NULL)
         return;
+    w->errored = false;
+    evhttp_request_set_error_cb(req, on_error);
     struct evkeyvalq *h = evhttp_request_get_output_headers(req);
     char len[24];
     snprintf(len, sizeof(len), "%zu", it->n);
@@ -201,6 +284,7 @@ struct webhook *webhook_new(struct event_base *base, const char *url, struct sto
     }
     w->base = base;
     w->store = store;
+    w->t = timings_get();
     if (parse_url(w, url, &why) < 0)
         goto err;
     unsigned char ip[16];
@@ -214,12 +298,16 @@ struct webhook *webhook_new(struct event_base *base, const char *url, struct sto
     }
     w->conn = evhttp_connection_base_new(base, w->dns, w->host, w->port);
     w->retry = evtimer_new(base, on_retry, w);
+    w->sweep = event_new(base, -1, EV_PERSIST, on_sweep, w);
     w->cap = 64;
     w->q = calloc(w->cap, sizeof(*w->q));
-    if (w->conn == NULL || w->retry == NULL || w->q == NULL) {
+    if (w->conn == NULL || w->retry == NULL || w->sweep == NULL || w->q == NULL) {
         why = "out of memory";
         goto err;
     }
+    struct timeval tv;
+    tv_of(w->t.sweep_ms, &tv);
+    event_add(w->sweep, &tv);
     evhttp_connection_set_timeout(w->conn, SINK_WEBHOOK_TIMEOUT_S);
     evhttp_connection_set_retries(w->conn, 0);
     return w;
@@ -234,11 +322,35 @@ const char *webhook_url(const struct webhook *w)
     return w->url;
 }
 
+/* Drops the oldest alert not in flight, to make room (no store). */
+static void drop_oldest(struct webhook *w)
+{
+    if (w->busy && w->len >= 2) {
+        size_t second = (w->head + 1) % w->cap;
+        free(w->q[second].body);
+        w->q[second] = w->q[w->head];
+        w->head = second;
+        w->len--;
+    } else {
+        pop(w);
+    }
+    if (w->dropped++ == 0) {
+        fprintf(stderr,
+                "sluice: webhook %s: %zu alerts queued and no state store: dropping the oldest "
+                "(counted in sluice_webhook_dropped_total)\n",
+                w->url, w->len + 1);
+        w->dropped_said = 1;
+    }
+}
+
 static void enqueue(struct webhook *w, int64_t id, const char *json, size_t n, int attempts)
 {
-    if (w->len >= SINK_WEBHOOK_QUEUE_MAX) {
-        w->only_stored++;
-        return;
+    if (w->len >= w->t.queue_max) {
+        if (id > 0) { /* it is in the store: the sweep brings it back when there is room */
+            w->only_stored++;
+            return;
+        }
+        drop_oldest(w);
     }
     if (w->len == w->cap) {
         size_t nc = w->cap * 2;
@@ -262,6 +374,68 @@ static void enqueue(struct webhook *w, int64_t id, const char *json, size_t n, i
     it->attempts = attempts;
     w->len++;
     try_send(w);
+}
+
+/* ---- the periodic sweep ------------------------------------------------------ */
+
+struct sweep_ctx {
+    struct webhook *w;
+    int64_t *ids; /* the ids in memory, sorted */
+    size_t nids;
+    uint64_t left; /* rows of this sink not in memory and not taken */
+};
+
+static int cmp_id(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void sweep_row(int64_t id, const char *sink, const char *body, int attempts, void *arg)
+{
+    struct sweep_ctx *c = arg;
+    (void)attempts;
+    if (strcmp(sink, c->w->url) != 0 ||
+        (c->nids > 0 && bsearch(&id, c->ids, c->nids, sizeof(*c->ids), cmp_id) != NULL))
+        return;
+    if (c->w->len >= c->w->t.queue_max) {
+        c->left++;
+        return;
+    }
+    size_t before = c->w->len;
+    enqueue(c->w, id, body, strlen(body), 0);
+    if (c->w->len == before)
+        c->left++;
+}
+
+/* Every sweep period: alerts kept only in the store (over the memory cap)
+ * come back into memory as room frees up; drops are reported. */
+static void on_sweep(evutil_socket_t fd, short what, void *arg)
+{
+    struct webhook *w = arg;
+    (void)fd;
+    (void)what;
+    if (w->dropped != w->dropped_said) {
+        fprintf(stderr,
+                "sluice: webhook %s: %llu alert(s) dropped so far (queue full, no state "
+                "store)\n",
+                w->url, (unsigned long long)w->dropped);
+        w->dropped_said = w->dropped;
+    }
+    if (w->store == NULL || w->only_stored == 0 || w->len >= w->t.queue_max)
+        return;
+    if (store_flush(w->store) < 0)
+        return; /* the rows may not be there yet: next time */
+    struct sweep_ctx c = {w, calloc(w->len + 1, sizeof(int64_t)), 0, 0};
+    if (c.ids == NULL)
+        return;
+    for (size_t i = 0; i < w->len; i++)
+        if (w->q[(w->head + i) % w->cap].id > 0)
+            c.ids[c.nids++] = w->q[(w->head + i) % w->cap].id;
+    qsort(c.ids, c.nids, sizeof(*c.ids), cmp_id);
+    if (store_load_queue(w->store, sweep_row, &c) >= 0)
+        w->only_stored = c.left;
+    free(c.ids);
 }
 
 void webhook_send(struct webhook *w, const char *json, size_t n)
@@ -299,6 +473,11 @@ uint64_t webhook_failures(const struct webhook *w)
     return w->failures;
 }
 
+uint64_t webhook_dropped(const struct webhook *w)
+{
+    return w->dropped;
+}
+
 void webhook_free(struct webhook *w)
 {
     if (w == NULL)
@@ -309,6 +488,8 @@ void webhook_free(struct webhook *w)
         evdns_base_free(w->dns, 0);
     if (w->retry != NULL)
         event_free(w->retry);
+    if (w->sweep != NULL)
+        event_free(w->sweep);
     while (w->q != NULL && w->len > 0)
         pop(w);
     free(w->q);

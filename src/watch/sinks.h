@@ -14,10 +14,17 @@
  * URL through libevent's evhttp client, one request in flight per sink,
  * 5 s timeout. A failure (no connection, timeout, non-2xx) retries the
  * same alert after a backoff doubling from 500 ms to 30 s; after
- * SINK_WEBHOOK_MAX_ATTEMPTS the alert is parked: it stays in the state
- * store and is retried at the next start, the others go on. Every queued
- * alert is in the state store until delivered, so none is lost across a
- * restart. https:// URLs are not supported in this version (reported). */
+ * SINK_WEBHOOK_MAX_ATTEMPTS in a row the alert goes behind the others
+ * with a fresh set of attempts: nothing is given up while the gateway
+ * runs. At most SINK_WEBHOOK_QUEUE_MAX alerts are held in memory per sink;
+ * beyond, with a state store, new ones are kept only in the store and a
+ * sweep every SINK_WEBHOOK_SWEEP_MS reads them back as room frees up;
+ * without a store the oldest not in flight is dropped, counted
+ * (webhook_dropped) and reported on standard error. Every queued alert is
+ * in the state store (when there is one) until delivered, so none is lost
+ * across a restart. https:// URLs are not supported in this version
+ * (reported). Test-only: SLUICE_TEST_WEBHOOK_BACKOFF_MS and
+ * SLUICE_TEST_WEBHOOK_QUEUE_MAX shorten the timings and the cap. */
 #ifndef SLUICE_WATCH_SINKS_H
 #define SLUICE_WATCH_SINKS_H
 
@@ -35,6 +42,7 @@ struct store;
 #define SINK_WEBHOOK_BACKOFF_MS   500
 #define SINK_WEBHOOK_BACKOFF_MAX  30000
 #define SINK_WEBHOOK_QUEUE_MAX    10000 /* in memory per sink; beyond, kept only in the store */
+#define SINK_WEBHOOK_SWEEP_MS     60000 /* re-reads alerts kept only in the store */
 
 struct exec_runner;
 struct exec_runner *exec_runner_new(struct event_base *base);
@@ -59,6 +67,8 @@ void webhook_adopt(struct webhook *w, int64_t id, const char *json, int attempts
 size_t webhook_queued(const struct webhook *w);
 uint64_t webhook_delivered(const struct webhook *w);
 uint64_t webhook_failures(const struct webhook *w);
+/* Alerts dropped because the memory queue was full and there is no store. */
+uint64_t webhook_dropped(const struct webhook *w);
 /* Frees <w>; what is queued stays in the store. Accepts NULL. */
 void webhook_free(struct webhook *w);
 

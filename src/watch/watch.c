@@ -34,7 +34,6 @@ struct watch {
     struct webhook **hooks;
     size_t nhooks;
     struct event *tick;
-    int32_t grants_day;
     const struct policy *policy; /* the policy in force (the gateway keeps it alive) */
     uint64_t unmatched_queued;
     metrics_gauges_fn gauges;
@@ -92,12 +91,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     detectors_tick(w->det, now);
     if (w->store != NULL && store_dirty(w->store))
         store_flush(w->store);
-    int32_t today = day_of((time_t)(now / 1000));
-    if (today != w->grants_day && w->policy != NULL) {
-        w->grants_day = today;
-        detectors_grants(w->det, w->policy, now);
+    if (w->policy != NULL && detectors_grants_daily(w->det, w->policy, now) >= 0)
         metrics_set_policy(w->metrics, w->policy, now / 1000);
-    }
 }
 
 /* ---- sinks ---------------------------------------------------------------- */
@@ -200,20 +195,32 @@ static void configure_sinks(struct watch *w, const struct policy *p, bool first)
 
 /* ---- metrics extras ------------------------------------------------------- */
 
+static void sink_label(struct evbuffer *o, const char *u)
+{
+    for (; *u; u++) /* URLs hold no control characters (the loader refuses them) */
+        if (*u == '"' || *u == '\\')
+            evbuffer_add_printf(o, "\\%c", *u);
+        else
+            evbuffer_add(o, u, 1);
+}
+
 static void extra_metrics(void *arg, struct evbuffer *o)
 {
     struct watch *w = arg;
     evbuffer_add_printf(o, "# HELP sluice_webhook_queue Alerts waiting for a webhook.\n"
                            "# TYPE sluice_webhook_queue gauge\n");
     for (size_t i = 0; i < w->nhooks; i++) {
-        const char *u = webhook_url(w->hooks[i]);
         evbuffer_add_printf(o, "sluice_webhook_queue{sink=\"");
-        for (; *u; u++) /* URLs hold no control characters (the loader refuses them) */
-            if (*u == '"' || *u == '\\')
-                evbuffer_add_printf(o, "\\%c", *u);
-            else
-                evbuffer_add(o, u, 1);
+        sink_label(o, webhook_url(w->hooks[i]));
         evbuffer_add_printf(o, "\"} %zu\n", webhook_queued(w->hooks[i]));
+    }
+    evbuffer_add_printf(o, "# HELP sluice_webhook_dropped_total Alerts a webhook dropped (queue "
+                           "full, no state store).\n"
+                           "# TYPE sluice_webhook_dropped_total counter\n");
+    for (size_t i = 0; i < w->nhooks; i++) {
+        evbuffer_add_printf(o, "sluice_webhook_dropped_total{sink=\"");
+        sink_label(o, webhook_url(w->hooks[i]));
+        evbuffer_add_printf(o, "\"} %llu\n", (unsigned long long)webhook_dropped(w->hooks[i]));
     }
 }
 
@@ -259,7 +266,6 @@ struct watch *watch_new(struct event_base *base, struct bus *bus, struct alert_b
     }
     w->base = base;
     w->alerts = alerts;
-    w->grants_day = day_of(time(NULL));
     if (cfg->state_dir != NULL) {
         char *e = NULL, *warn = NULL;
         w->store = store_open(cfg->state_dir, &e, &warn);
@@ -343,7 +349,7 @@ void watch_free(struct watch *w)
     if (w == NULL)
         return;
     if (w->det != NULL)
-        detectors_tick(w->det, INT64_MAX / 2); /* write the folded summaries still open */
+        detectors_flush(w->det, now_ms()); /* the open summaries; baselines as of now */
     if (w->tick != NULL)
         event_free(w->tick);
     admin_free(w->admin);

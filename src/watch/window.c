@@ -146,12 +146,12 @@ bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int
     return true;
 }
 
-size_t fold_expire(struct fold *f, int64_t now_ms, fold_emit_fn fn, void *arg)
+static size_t expire(struct fold *f, int64_t now_ms, bool all, fold_emit_fn fn, void *arg)
 {
     size_t summaries = 0;
     for (size_t i = 0; i < f->n;) {
         struct fold_entry *e = &f->e[i];
-        if (now_ms < e->until_ms) {
+        if (!all && now_ms < e->until_ms) {
             i++;
             continue;
         }
@@ -183,4 +183,14 @@ size_t fold_expire(struct fold *f, int64_t now_ms, fold_emit_fn fn, void *arg)
         i++;
     }
     return summaries;
+}
+
+size_t fold_expire(struct fold *f, int64_t now_ms, fold_emit_fn fn, void *arg)
+{
+    return expire(f, now_ms, false, fn, arg);
+}
+
+size_t fold_flush(struct fold *f, int64_t now_ms, fold_emit_fn fn, void *arg)
+{
+    return expire(f, now_ms, true, fn, arg);
 }

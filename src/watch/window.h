@@ -72,5 +72,9 @@ typedef void (*fold_emit_fn)(struct alert *a, void *arg);
  * summary alert (count = repeats) handed to <fn>, and opens a new period;
  * the others are forgotten. Returns the number of summaries. */
 size_t fold_expire(struct fold *f, int64_t now_ms, fold_emit_fn fn, void *arg);
+/* At shutdown: closes every open period now, ended or not (<now_ms> is the
+ * real time); each with repeats becomes a summary handed to <fn>. Returns
+ * the number of summaries. */
+size_t fold_flush(struct fold *f, int64_t now_ms, fold_emit_fn fn, void *arg);
 
 #endif

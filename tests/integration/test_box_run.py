@@ -64,13 +64,13 @@ class Box:
         return path
 
     def run(self, args, code=None, cmd=None, *, cwd=None, timeout=30, env=None, user=None,
-            check_sanitizers=True):
+            check_sanitizers=True, pass_fds=()):
         argv = [self.bin, "run"] + [str(a) for a in args] + ["--"]
         argv += cmd if cmd is not None else [PY, "-c", code]
         if user is not None:
             argv = ["setpriv", "--reuid=%d" % user, "--regid=%d" % user, "--clear-groups"] + argv
         p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                           cwd=cwd or self.workdir, env=_clean_env(env))
+                           cwd=cwd or self.workdir, env=_clean_env(env), pass_fds=pass_fds)
         if check_sanitizers:
             for mark in SANITIZER_MARKS:
                 assert mark not in p.stderr, p.stderr
@@ -228,6 +228,68 @@ print(json.dumps(out))
     assert net.api.connections == 0
 
 
+def test_only_loopback_and_no_route(box, net):
+    pol = box.policy(net.policy([]))
+    code = r"""
+import json, socket
+with open("/proc/net/route") as f:
+    routes = f.read().splitlines()[1:]
+print(json.dumps({"ifs": socket.if_nameindex(), "routes": routes}))
+"""
+    o = Box.out(box.run(["--policy", pol], code))
+    assert o == {"ifs": [[1, "lo"]], "routes": []}
+
+
+def test_proxy_environment(box, net):
+    """Every proxy variable, either case, points at the relay, whatever the
+    caller had; NO_PROXY and no_proxy are empty."""
+    pol = box.policy(net.policy([]))
+    names = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"]
+    names += [n.lower() for n in names]
+    code = "import json, os, sys; print(json.dumps({n: os.environ.get(n) for n in sys.argv[1:]}))"
+    p = box.run(["--policy", pol], None, cmd=[PY, "-c", code] + names,
+                env={"https_proxy": "http://127.0.0.1:9/", "ALL_PROXY": "socks5://127.0.0.1:9",
+                     "NO_PROXY": "*", "no_proxy": "example.test"})
+    o = Box.out(p)
+    relay = "http://127.0.0.1:3128"
+    assert o == {"HTTP_PROXY": relay, "HTTPS_PROXY": relay, "ALL_PROXY": relay, "NO_PROXY": "",
+                 "http_proxy": relay, "https_proxy": relay, "all_proxy": relay, "no_proxy": ""}
+
+
+def test_inherited_descriptors_closed(box, net):
+    """A descriptor the caller leaves open (here a TCP connection to a host
+    listener, which the box's network could not reach) does not pass into
+    the box."""
+    pol = box.policy(net.policy([]))
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    conn = socket.create_connection(srv.getsockname())
+    peer, _ = srv.accept()
+    peer.settimeout(0.5)
+    fd = conn.fileno()
+    code = r"""
+import errno, json, os, sys
+fd = int(sys.argv[1])
+try:
+    os.write(fd, b"leak")
+    out = "wrote"
+except OSError as e:
+    out = errno.errorcode[e.errno]
+print(json.dumps({"write": out, "fds": sorted(int(f) for f in os.listdir("/proc/self/fd"))}))
+"""
+    try:
+        p = box.run(["--policy", pol], None, cmd=[PY, "-c", code, str(fd)], pass_fds=(fd,))
+        o = Box.out(p)
+        assert o["write"] == "EBADF"
+        assert max(o["fds"]) <= 3  # 0-2 and the listing's own descriptor
+        with pytest.raises(socket.timeout):
+            peer.recv(10)
+    finally:
+        for s in (conn, peer, srv):
+            s.close()
+
+
 def test_no_dns_inside(box, net):
     pol = box.policy(net.policy([api_rule(net)]))
     code = r"""
@@ -342,20 +404,49 @@ print(json.dumps(out))
 def test_policy_and_log_are_read_only(box, net):
     pol = box.policy(net.policy([api_rule(net)]))
     log = os.path.join(box.workdir, "decisions.jsonl")
-    p = box.run(["--policy", pol, "--log", log], None,
-                cmd=[PY, "-c", WRITE, pol, log, os.path.join(box.workdir, "other")])
+    alerts = os.path.join(box.workdir, "alerts.jsonl")
+    p = box.run(["--policy", pol, "--log", log, "--alerts", alerts], None,
+                cmd=[PY, "-c", WRITE, pol, log, alerts, os.path.join(box.workdir, "other")])
     o = Box.out(p)
     assert o[pol] == "EROFS"
     assert o[log] == "EROFS"
+    assert o[alerts] == "EROFS"
     assert o[os.path.join(box.workdir, "other")] == "ok"
 
 
 def test_missing_rw_path_is_an_error(box, net):
     pol = box.policy(net.policy([]))
-    p = box.run(["--policy", pol, "--rw", "/nonexistent/sluice"], "print('ran')")
-    assert p.returncode == 2
-    assert "ran" not in p.stdout
-    assert "/nonexistent/sluice" in p.stderr
+    for opt in ("--rw", "--ro"):
+        p = box.run(["--policy", pol, opt, "/nonexistent/sluice"], "print('ran')")
+        assert p.returncode == 2, (opt, p.stderr)
+        assert "ran" not in p.stdout
+        assert "%s /nonexistent/sluice" % opt in p.stderr
+
+
+def test_root_as_working_directory_is_refused(box, net, hostdir):
+    """The working directory is writable in the box: / would be all of it."""
+    pol = box.policy(net.policy([]))
+    target = os.path.join(hostdir, "x")
+    p = box.run(["--policy", pol], None, cmd=["touch", target], cwd="/")
+    assert p.returncode == 2, p.stderr
+    assert "the current directory is /" in p.stderr
+    assert not os.path.exists(target)
+
+
+def test_home_as_working_directory_warns(box, net, hostdir):
+    pol = box.policy(net.policy([]))
+    sub = os.path.join(box.workdir, "sub")
+    os.makedirs(sub)
+    warning = "your home directory: everything in it, dotfiles included, is writable"
+    for home, verb in ((box.workdir, "is"), (sub, "contains"), (hostdir, None)):
+        p = box.run(["--policy", pol], "print('{}')", env={"HOME": home})
+        assert p.returncode == 0, p.stderr
+        Box.out(p)
+        if verb is None:
+            assert "home directory" not in p.stderr
+        else:
+            assert "the current directory %s %s %s" % (box.workdir, verb, warning) in p.stderr
+            assert "--hide ~/.ssh" in p.stderr
 
 
 # --------------------------------------------------------------------------
@@ -375,6 +466,37 @@ except OSError as e:
 a, b = socket.socketpair()
 a.sendall(b"x")
 out["socketpair"] = b.recv(1).decode()
+# the kernel reads socket()'s domain as an int: 0x100000001 is AF_UNIX
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+fd = libc.syscall(ctypes.c_long(41), ctypes.c_long(0x100000001), ctypes.c_long(1),
+                  ctypes.c_long(0))
+if fd < 0:
+    out["high_bits"] = errno.errorcode.get(ctypes.get_errno())
+else:
+    try:
+        s = socket.socket(fileno=fd)
+        s.settimeout(3)
+        s.connect(sys.argv[1])
+        s.sendall(b"hi")
+        out["high_bits"] = "ok"
+    except OSError as e:
+        out["high_bits"] = errno.errorcode.get(e.errno, str(e))
+# a datagram pair (SOCK_RAW is one too for AF_UNIX) can sendto() any path
+for name, kind in (("dgram_pair", socket.SOCK_DGRAM), ("raw_pair", socket.SOCK_RAW)):
+    try:
+        a, b = socket.socketpair(socket.AF_UNIX, kind | socket.SOCK_CLOEXEC)
+        a.sendto(b"hi", sys.argv[2])
+        out[name] = "ok"
+    except OSError as e:
+        out[name] = errno.errorcode.get(e.errno, str(e))
+try:
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    a.sendall(b"y")
+    out["seqpacket_pair"] = b.recv(1).decode()
+except OSError as e:
+    out["seqpacket_pair"] = errno.errorcode.get(e.errno, str(e))
 print(json.dumps(out))
 """
 
@@ -409,21 +531,39 @@ def _unix_listener(path):
 
 def test_host_unix_socket_unreachable(box, net, hostdir):
     path = os.path.join(hostdir, "engine.sock")
+    dpath = os.path.join(hostdir, "log.sock")
     got, close = _unix_listener(path)
+    dgram = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    dgram.bind(dpath)
+    os.chmod(dpath, 0o777)
+    dgram.setblocking(False)
+
+    def datagrams():
+        seen = []
+        while True:
+            try:
+                seen.append(dgram.recv(10))
+            except BlockingIOError:
+                return seen
     try:
         pol = box.policy(net.policy([]))
-        p = box.run(["--policy", pol], None, cmd=[PY, "-c", UNIX, path])
+        p = box.run(["--policy", pol], None, cmd=[PY, "-c", UNIX, path, dpath])
         o = Box.out(p)
-        assert o["connect"] == "EACCES"
-        assert o["socketpair"] == "x"
-        assert got == []
-        p = box.run(["--policy", pol, "--allow-unix"], None, cmd=[PY, "-c", UNIX, path])
-        o = Box.out(p)
-        assert o["connect"] == "ok"
+        assert o == {"connect": "EACCES", "socketpair": "x", "high_bits": "EACCES",
+                     "dgram_pair": "EACCES", "raw_pair": "EACCES", "seqpacket_pair": "y"}
         time.sleep(0.3)
-        assert got == [b"hi"]
+        assert got == []
+        assert datagrams() == []
+        p = box.run(["--policy", pol, "--allow-unix"], None, cmd=[PY, "-c", UNIX, path, dpath])
+        o = Box.out(p)
+        assert o == {"connect": "ok", "socketpair": "x", "high_bits": "ok", "dgram_pair": "ok",
+                     "raw_pair": "ok", "seqpacket_pair": "y"}
+        time.sleep(0.3)
+        assert got == [b"hi", b"hi"]
+        assert datagrams() == [b"hi", b"hi"]
     finally:
         close()
+        dgram.close()
 
 
 # --------------------------------------------------------------------------
@@ -547,6 +687,15 @@ def test_proxy_mode_uses_a_serving_gateway(box, net, gateway):
     ev, _ = gw.decided(path="/via-proxy")
     assert ev["decision"] == "allow"
     assert "relayed 1 connection to unix:%s" % gw.unix_path in p.stderr
+    assert "--agent has no effect" not in p.stderr
+    # --agent names the box only when run serves the policy itself
+    p = box.run(["--proxy", "unix:" + gw.unix_path, "--agent", "ci-bot"], None,
+                cmd=[PY, "-c", FETCH, net.url("/via-proxy-agent")])
+    assert p.returncode == 0, p.stderr
+    assert ("sluice run: warning: --agent has no effect with --proxy: the serving gateway "
+            "identifies clients by source and token") in p.stderr
+    ev, _ = gw.decided(path="/via-proxy-agent")
+    assert ev["agent"] != "ci-bot"
 
 
 def test_usage_errors(box, net):

@@ -287,6 +287,41 @@ def test_every_error_is_reported_not_just_the_first(sluice_bin, tmp_path):
         assert e["file"] == path and e["line"] > 0
 
 
+def test_expired_grants_are_reported_next_to_other_errors(sluice_bin, tmp_path):
+    # a load error elsewhere must not hide an expired grant (the rules that
+    # parsed are still linted), but there is no report for a broken policy
+    path = write(tmp_path, """\
+        version: 1
+        rules:
+          - host: "*.com"
+            tier: 0
+          - host: pypi.org
+            tier: 0
+          - host: api.github.com
+            tier: 3
+            owner: alice
+            expires: 2020-01-01
+          - host: bad..host
+            tier: 3
+            owner: bob
+            expires: 2020-01-01
+        """)
+    r = run(sluice_bin, "check", path, "--now", NOW, "--format", "json")
+    assert r.returncode == 1
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is False and "summary" not in doc
+    fields = [e["field"] for e in doc["errors"]]
+    assert "rules[0].host" in fields and "rules[3].host" in fields
+    assert "rules[2].expires" in fields
+    assert any("expired on 2020-01-01" in e["message"] for e in doc["errors"])
+    # the rule whose host did not parse names nothing: no expiry finding
+    assert "rules[3].expires" not in fields
+    r = run(sluice_bin, "check", path, "--now", NOW)
+    assert r.returncode == 1
+    assert "rules[2].expires: grant for api.github.com" in r.stdout
+    assert r.stdout.rstrip().splitlines()[-1] == "result: 3 errors, 0 warnings"
+
+
 def test_errors_in_json_name_line_and_field(sluice_bin, tmp_path):
     path = write(tmp_path, BAD_CASES[0][1])
     r = run(sluice_bin, "check", path, "--format", "json")

@@ -153,15 +153,29 @@ def test_unix_source_agent(gateway, net):
     assert gw.decided(path="/unix")[0]["agent"] == "boxed"
 
 
-def test_report_mode_gate_denial_logged(gateway, net):
-    # report mode covers the gate's own checks too: logged "report", let through
+def test_report_mode_private_address_enforced(gateway, net):
+    # the address guard protects the gateway's network, not the policy: it
+    # holds in report mode too (169.254.169.254 stays out of reach)
     agents = [{"id": "watcher", "sources": ["127.0.0.1/32"], "mode": "report"}]
     gw = gateway(net.policy([api_rule(net)], agents=agents, allow_ranges=()))
     r = request(gw, "GET", net.url("/priv-report"))
-    assert r.status == 200
-    ev, _ = gw.decided(path="/priv-report")
-    assert ev["decision"] == "report" and ev["reason"] == "private_address"
-    assert ev["ip"] == "127.0.0.2" and ev["tier"] == 0
+    assert r.status == 403, r
+    assert net.api.requests == []
+    ev, end = gw.decided(path="/priv-report")
+    assert ev["decision"] == "deny" and ev["reason"] == "private_address"
+    assert ev["ip"] == "127.0.0.2" and ev["agent"] == "watcher"
+    assert end["bytes_up"] == 0
+
+
+def test_report_mode_gate_denial_logged(gateway, net):
+    # the gate's other checks (host_mismatch) are reported and let through
+    agents = [{"id": "watcher", "sources": ["127.0.0.1/32"], "mode": "report"}]
+    gw = gateway(net.policy([api_rule(net)], agents=agents))
+    r = request(gw, "GET", net.url("/mismatch-report"), host="other.example.test")
+    assert r.status == 200, r
+    ev, _ = gw.decided(path="/mismatch-report")
+    assert ev["decision"] == "report" and ev["reason"] == "host_mismatch"
+    assert ev["tier"] == 0
 
 
 def test_enforce_agent_beside_report_agent(gateway, net):

@@ -3,7 +3,9 @@ upstreams, tunnel byte counts."""
 
 import socket
 import ssl
+import struct
 import subprocess
+import time
 
 from gate_client import ANY, assert_denied, connect, curl, poll, recv_until_close
 from gate_servers import BannerServer, UpstreamTLS
@@ -64,6 +66,32 @@ def test_connect_highest_tier_of_host(gateway, net):
     ev, end = gw.decided(method="CONNECT")
     assert ev["decision"] == "allow" and ev["tier"] == 3 and end["tier"] == 3
     assert ev["owner"] == "alice"
+
+
+def test_connect_tier_counts_wildcards_too(gateway, net):
+    # SPEC: the highest tier of all rules for that host and port; an exact
+    # rule does not hide a wildcard, and a GET-only exact rule does not
+    # stop a tunnel the unrestricted wildcard allows
+    rules = [tls_rule(net, tier=0),
+             {"host": "*.example.test", "ports": [net.tls.port], "tier": 3, "owner": "bob",
+              "expires": "2099-12-31"},
+             {"host": "ro.example.test", "ports": [net.tls.port], "tier": 1,
+              "methods": ["GET"]}]
+    from conftest import TLS_IP
+    gw = gateway(net.policy(rules, static_extra={"ro.example.test": TLS_IP}))
+    p = curl("-p", "-x", gw.url, "--cacert", net.cert,
+             "https://tls.example.test:%d/" % net.tls.port)
+    assert p.returncode == 0, p.stderr
+    ev, _ = gw.decided(method="CONNECT", host="tls.example.test")
+    assert ev["decision"] == "allow" and ev["rule"] == "rules[0]"
+    assert ev["tier"] == 3 and ev["owner"] == "bob"
+    t = connect(gw, "ro.example.test:%d" % net.tls.port)
+    try:
+        assert t.status == 200, t.text
+    finally:
+        t.close()
+    ev, _ = gw.decided(method="CONNECT", host="ro.example.test")
+    assert ev["decision"] == "allow" and ev["rule"] == "rules[1]" and ev["tier"] == 3
 
 
 def test_sni_mismatch(gateway, net):
@@ -225,3 +253,191 @@ def test_client_closes_tunnel_early(gateway, net):
              "https://tls.example.test:%d/" % net.tls.port)
     assert p.returncode == 0, p.stderr
     poll(lambda: len(gw.events("agent_egress_end")) >= 4, what="4 end events")
+
+
+# --- the SNI check fails closed ------------------------------------------------
+
+def _hello_record(name, alpn=0, record_max=16384):
+    """A hand-made TLS 1.2-style ClientHello (server_name <name>, ALPN list
+    padded to about <alpn> bytes) cut into handshake records of at most
+    <record_max> bytes of fragment."""
+    ext = b""
+    if name:
+        n = name.encode()
+        entry = b"\x00" + struct.pack(">H", len(n)) + n
+        body = struct.pack(">H", len(entry)) + entry
+        ext += struct.pack(">HH", 0, len(body)) + body
+    if alpn:
+        protos = b""
+        while len(protos) < alpn:
+            protos += b"\xc8" + b"p" * 200
+        body = struct.pack(">H", len(protos)) + protos
+        ext += struct.pack(">HH", 16, len(body)) + body
+    ch = (b"\x03\x03" + b"\x11" * 32 + b"\x00" + b"\x00\x02\x00\x2f" + b"\x01\x00" +
+          struct.pack(">H", len(ext)) + ext)
+    hs = b"\x01" + struct.pack(">I", len(ch))[1:] + ch
+    out = b""
+    for i in range(0, len(hs), record_max):
+        frag = hs[i:i + record_max]
+        out += b"\x16\x03\x01" + struct.pack(">H", len(frag)) + frag
+    return out
+
+
+def _ssl_hello(name):
+    """The ClientHello Python's ssl module sends for <name>, and the SSLObject."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(inc, out, server_hostname=name)
+    try:
+        obj.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return obj, inc, out, out.read()
+
+
+def _assert_refused(gw, t):
+    t.sock.settimeout(10)
+    t0 = time.monotonic()
+    assert recv_until_close(t.sock) == b""
+    assert time.monotonic() - t0 < 8, "the tunnel was not closed"
+    ev, end = gw.decided(method="CONNECT")
+    assert ev["decision"] == "deny" and ev["reason"] == "sni_mismatch", ev
+    assert end["bytes_up"] == 0, end
+
+
+def test_sni_hello_stalled_past_window_refused(gateway, net):
+    # the first 3 bytes of a ClientHello, then the rest after the peek window
+    gw = gateway(net.policy([tls_rule(net)]))
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    try:
+        assert t.status == 200
+        _, _, _, hello = _ssl_hello("evil.example.test")
+        t.sock.sendall(hello[:3])
+        time.sleep(1.5)
+        try:
+            t.sock.sendall(hello[3:])
+        except OSError:
+            pass
+        _assert_refused(gw, t)
+    finally:
+        t.close()
+    time.sleep(0.2)
+    assert "evil.example.test" not in net.tls.sni and net.tls.handshakes == 0
+
+
+def test_sni_oversized_hello_refused(gateway, net):
+    # a 20 KB ClientHello (long ALPN list): larger than the parser takes
+    gw = gateway(net.policy([tls_rule(net)]))
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    try:
+        assert t.status == 200
+        hello = _hello_record("evil.example.test", alpn=20000)
+        assert len(hello) > 20000
+        try:
+            t.sock.sendall(hello)
+        except OSError:
+            pass
+        _assert_refused(gw, t)
+    finally:
+        t.close()
+
+
+def test_sni_tiny_records_past_peek_max_refused(gateway, net):
+    # one handshake byte per record: PEEK_MAX bytes arrive before the name
+    gw = gateway(net.policy([tls_rule(net)]))
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    try:
+        assert t.status == 200
+        hello = _hello_record("evil.example.test", alpn=4000, record_max=1)
+        assert len(hello) > 20000
+        try:
+            t.sock.sendall(hello)
+        except OSError:
+            pass
+        _assert_refused(gw, t)
+    finally:
+        t.close()
+
+
+def test_sni_malformed_hello_refused(gateway, net):
+    gw = gateway(net.policy([tls_rule(net)]))
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    try:
+        assert t.status == 200
+        hello = bytearray(_hello_record("tls.example.test"))
+        hello[9] = 2  # legacy_version 2.3: not a ClientHello
+        t.sock.sendall(bytes(hello))
+        _assert_refused(gw, t)
+    finally:
+        t.close()
+
+
+def test_sni_hello_without_name_allowed(gateway, net):
+    # a complete ClientHello without server_name: let through, bytes intact
+    rules = [{"host": "banner.example.test", "ports": [net.banner.port], "tier": 2}]
+    gw = gateway(net.policy(rules))
+    t = connect(gw, "banner.example.test:%d" % net.banner.port)
+    hello = _hello_record(None) + b"\r\n"
+    try:
+        assert t.status == 200
+        t.sock.sendall(hello)
+        data = recv_until_close(t.sock)
+    finally:
+        t.close()
+    assert data == BannerServer.BANNER + BannerServer.REPLY
+    ev, end = gw.decided(method="CONNECT")
+    assert ev["decision"] == "allow" and end["bytes_up"] == len(hello)
+
+
+def test_sni_hello_split_over_two_writes_allowed(gateway, net):
+    gw = gateway(net.policy([tls_rule(net)]))
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    try:
+        assert t.status == 200
+        obj, inc, out, hello = _ssl_hello("tls.example.test")
+        half = len(hello) // 2
+        t.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        t.sock.sendall(hello[:half])
+        time.sleep(0.1)
+        t.sock.sendall(hello[half:])
+        t.sock.settimeout(10)
+        for _ in range(100):
+            try:
+                obj.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                pending = out.read()
+                if pending:
+                    t.sock.sendall(pending)
+                d = t.sock.recv(65536)
+                assert d, "the tunnel closed during the handshake"
+                inc.write(d)
+        pending = out.read()
+        if pending:
+            t.sock.sendall(pending)
+        obj.write(b"GET /split HTTP/1.1\r\nHost: tls.example.test\r\n\r\n")
+        t.sock.sendall(out.read())
+        data = b""
+        for _ in range(100):
+            try:
+                chunk = obj.read(65536)
+                if not chunk:
+                    break
+                data += chunk
+            except ssl.SSLWantReadError:
+                d = t.sock.recv(65536)
+                if not d:
+                    break
+                inc.write(d)
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                break
+            if data.endswith(UpstreamTLS.BODY):
+                break
+    finally:
+        t.close()
+    assert data.startswith(b"HTTP/1.1 200 OK") and data.endswith(UpstreamTLS.BODY), data
+    ev, _ = gw.decided(method="CONNECT")
+    assert ev["decision"] == "allow"
+    assert net.tls.sni == ["tls.example.test"]

@@ -4,6 +4,8 @@ import hashlib
 import http.client
 import json
 import socket
+import threading
+import time
 
 from gate_client import (assert_deny_response, build_request, curl, open_conn, read_response,
                          request)
@@ -95,8 +97,9 @@ def test_keep_alive_mixed_allow_and_deny(gateway, net):
     assert_deny_response(r4, "not_in_policy", "evil.test", 80, "default")
     assert r5.status == 200 and r5.json()["path"] == "/four"
     assert [q.path for q in net.api.requests] == ["/one", "/two", "/four"]
-    # one upstream connection per request
-    assert net.api.connections == 3
+    # the upstream connection is kept for the client's later requests to the
+    # same checked address (the refusals in between do not touch it)
+    assert net.api.connections == 1
     assert net.other.requests == []
     evs = gw.wait_events(count=5)
     ids = [e["id"] for e in evs]
@@ -107,6 +110,233 @@ def test_keep_alive_mixed_allow_and_deny(gateway, net):
     assert evs[1]["reason"] == "not_in_policy" and evs[1]["tier"] is None
     for i in ids:
         gw.wait_events("agent_egress_end", id=i)
+
+
+class RawUpstream:
+    """An HTTP/1.1 origin on 127.0.0.7 that counts connections and answers
+    each request with a small Content-Length body. <mode>: "keep" keeps the
+    connection; "close" answers with Connection: close and closes; "idle_close"
+    answers without Connection: close, then closes; "drop_second" keeps the
+    connection but closes it without an answer when a second request comes."""
+
+    IP = "127.0.0.7"
+
+    def __init__(self, mode):
+        self.mode = mode
+        self.lock = threading.Lock()
+        self.connections = 0
+        self.heads = []
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((self.IP, 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self.stop_ev = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        while not self.stop_ev.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            with self.lock:
+                self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        conn.settimeout(10)
+        buf = b""
+        served = 0
+        try:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    d = conn.recv(4096)
+                    if not d:
+                        return
+                    buf += d
+                head, buf = buf.split(b"\r\n\r\n", 1)
+                n = 0
+                for line in head.split(b"\r\n")[1:]:
+                    k, _, v = line.partition(b":")
+                    if k.strip().lower() == b"content-length":
+                        n = int(v)
+                while len(buf) < n:
+                    d = conn.recv(4096)
+                    if not d:
+                        return
+                    buf += d
+                buf = buf[n:]
+                if self.mode == "drop_second" and served == 1:
+                    return
+                with self.lock:
+                    self.heads.append(head)
+                served += 1
+                body = b"raw %d\n" % served
+                extra = b"Connection: close\r\n" if self.mode == "close" else b""
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n%s\r\n%s"
+                             % (len(body), extra, body))
+                if self.mode in ("close", "idle_close"):
+                    return
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def url(self, path="/"):
+        return "http://raw.example.test:%d%s" % (self.port, path)
+
+    def stop(self):
+        self.stop_ev.set()
+        self.thread.join(2)
+        self.sock.close()
+
+
+def raw_policy(net, *servers, rules=()):
+    rs = list(rules) + [{"host": "raw.example.test", "ports": [s.port for s in servers],
+                         "tier": 0}]
+    return net.policy(rs, static_extra={"raw.example.test": RawUpstream.IP})
+
+
+def test_upstream_connection_reused(gateway, net):
+    # Several requests on one client connection ride one upstream connection;
+    # each is still decided and logged on its own.
+    gw = gateway(net.policy([api_rule(net)]))
+    s = open_conn(gw)
+    try:
+        rs = [request(gw, "GET", net.url("/r%d" % i), sock=s) for i in range(3)]
+        rs.append(request(gw, "POST", net.url("/p"), body=b"body", sock=s))
+        rs.append(request(gw, "HEAD", net.url("/h"), sock=s))
+    finally:
+        s.close()
+    assert [r.status for r in rs] == [200] * 5
+    assert [q.path for q in net.api.requests] == ["/r0", "/r1", "/r2", "/p", "/h"]
+    assert net.api.connections == 1
+    assert all(q.header("Connection") == "keep-alive" for q in net.api.requests)
+    assert net.api.requests[3].body == b"body"
+    evs = gw.wait_events(count=5)
+    assert [e["decision"] for e in evs] == ["allow"] * 5
+    assert [e["path"] for e in evs] == ["/r0", "/r1", "/r2", "/p", "/h"]
+    assert all(e["ip"] == "127.0.0.2" and e["rule"] == "rules[0]" for e in evs)
+    assert len({e["id"] for e in evs}) == 5
+    for e in evs:
+        end = gw.wait_events("agent_egress_end", id=e["id"])[0]
+        assert end["status"] == 200
+
+
+def test_upstream_connection_not_reused_for_other_host_or_port(gateway, net):
+    a, b = RawUpstream("keep"), RawUpstream("keep")
+    try:
+        gw = gateway(raw_policy(net, a, b, rules=[api_rule(net)]))
+        s = open_conn(gw)
+        try:
+            urls = [a.url("/1"), net.url("/2"), a.url("/3"), b.url("/4"), a.url("/5")]
+            rs = [request(gw, "GET", u, sock=s) for u in urls]
+        finally:
+            s.close()
+        assert [r.status for r in rs] == [200] * 5
+        # one idle connection per client: each switch opens a fresh one
+        assert a.connections == 3 and b.connections == 1 and net.api.connections == 1
+        evs = gw.wait_events(count=5)
+        assert [e["ip"] for e in evs] == [a.IP, "127.0.0.2", a.IP, b.IP, a.IP]
+        assert [e["port"] for e in evs] == [a.port, net.api.port, a.port, b.port, a.port]
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_upstream_connection_not_reused_across_clients(gateway, net):
+    gw = gateway(net.policy([api_rule(net)]))
+    for i in range(2):
+        assert request(gw, "GET", net.url("/c%d" % i)).status == 200
+    assert net.api.connections == 2
+
+
+def test_connection_close_response_not_reused(gateway, net):
+    a = RawUpstream("close")
+    try:
+        gw = gateway(raw_policy(net, a))
+        s = open_conn(gw)
+        try:
+            rs = [request(gw, "GET", a.url("/%d" % i), sock=s) for i in range(3)]
+        finally:
+            s.close()
+        assert [r.status for r in rs] == [200] * 3
+        assert a.connections == 3
+        assert len(gw.wait_events(count=3, decision="allow")) == 3
+    finally:
+        a.stop()
+
+
+def test_client_connection_close_sent_upstream(gateway, net):
+    gw = gateway(net.policy([api_rule(net)]))
+    r = request(gw, "GET", net.url("/cc"), headers={"Connection": "close"})
+    assert r.status == 200 and r.will_close
+    assert net.api.requests[0].header("Connection") == "close"
+
+
+def test_upstream_closing_idle_connection(gateway, net):
+    # The upstream closes its side after each answer (no Connection: close):
+    # the next request still succeeds on a fresh connection.
+    a = RawUpstream("idle_close")
+    try:
+        gw = gateway(raw_policy(net, a))
+        s = open_conn(gw)
+        try:
+            rs = []
+            for i in range(3):
+                rs.append(request(gw, "GET", a.url("/%d" % i), sock=s))
+                time.sleep(0.05)
+        finally:
+            s.close()
+        assert [r.status for r in rs] == [200] * 3
+        assert a.connections == 3
+    finally:
+        a.stop()
+
+
+def test_reused_connection_closed_on_request_retries_get(gateway, net):
+    # The upstream closes a kept connection just as the next request arrives:
+    # a GET without body is sent again once on a fresh connection, and logged once.
+    a = RawUpstream("drop_second")
+    try:
+        gw = gateway(raw_policy(net, a))
+        s = open_conn(gw)
+        try:
+            rs = [request(gw, "GET", a.url("/%d" % i), sock=s) for i in range(3)]
+        finally:
+            s.close()
+        assert [r.status for r in rs] == [200] * 3
+        assert [r.body for r in rs] == [b"raw 1\n"] * 3  # each on a fresh connection
+        assert a.connections == 3
+        evs = gw.wait_events(count=3)
+        assert [e["decision"] for e in evs] == ["allow"] * 3
+        time.sleep(0.2)
+        assert len(gw.events()) == 3
+    finally:
+        a.stop()
+
+
+def test_reused_connection_closed_on_post_is_502(gateway, net):
+    # A request with a body is never sent twice: 502.
+    a = RawUpstream("drop_second")
+    try:
+        gw = gateway(raw_policy(net, a))
+        s = open_conn(gw)
+        try:
+            r1 = request(gw, "GET", a.url("/1"), sock=s)
+            r2 = request(gw, "POST", a.url("/2"), body=b"once", sock=s)
+        finally:
+            s.close()
+        assert r1.status == 200
+        assert_deny_response(r2, "upstream_unreachable", wording=False)
+        assert a.connections == 1 and len(a.heads) == 1
+        end = gw.wait_events("agent_egress_end", count=2)
+        assert end[1]["status"] == 502
+    finally:
+        a.stop()
 
 
 def test_refusal_with_unread_body_closes(gateway, net):

@@ -23,14 +23,44 @@ def test_budget_and_rps(run_sluice):
     assert "133.1 requests/s with the budget" in r.stdout
 
 
+def line(stdout, prefix):
+    """The one line of <stdout> that starts (after its indent) with <prefix>."""
+    found = [x.strip() for x in stdout.splitlines() if x.strip().startswith(prefix)]
+    assert len(found) == 1, (prefix, stdout)
+    return found[0]
+
+
+WORST = "worst case, every layer retrying every failure:"
+
+
+def budget_line(stdout, pct):
+    return line(stdout, "with a %s retry budget at each layer:" % pct)
+
+
 def test_budget_as_percentage_and_edges(run_sluice):
     r = run_sluice("calc", "retries", "--layers", "2", "--attempts", "5", "--budget", "10%")
-    assert r.returncode == 0 and "= 25x" in r.stdout and "= 1.21x" in r.stdout
-    # one attempt: no retries, no amplification, whatever the budget
+    assert r.returncode == 0, r.stderr
+    assert line(r.stdout, WORST).endswith(": 5^2 = 25x")
+    assert budget_line(r.stdout, "10%").endswith(": (1 + 0.1)^2 = 1.21x")
+    # one attempt: no retries, no amplification, whatever the budget; the
+    # formula printed is the one that gives the figure, min(attempts, 1 + b)
     r = run_sluice("calc", "retries", "--layers", "20", "--attempts", "1", "--budget", "1")
-    assert r.returncode == 0 and "1^20 = 1x" in r.stdout and "= 1x" in r.stdout
+    assert r.returncode == 0, r.stderr
+    assert line(r.stdout, WORST).endswith(": 1^20 = 1x")
+    b = budget_line(r.stdout, "100%")
+    assert ": min(1, 1 + 1)^20 = 1^20 = 1x" in b, b
+    assert "(1 + 1)^20 = 1x" not in r.stdout
+    # a budget above what the attempts allow: capped at the attempts
+    r = run_sluice("calc", "retries", "--layers", "3", "--attempts", "2", "--budget", "1.0",
+                   "--rps", "10")
+    assert r.returncode == 0, r.stderr
+    assert ": min(2, 1 + 1)^3 = 2^3 = 8x" in budget_line(r.stdout, "100%")
+    assert "(80 requests/s with the budget)" in line(r.stdout, "10 requests/s at the top:")
+    r = run_sluice("calc", "retries", "--layers", "2", "--attempts", "2", "--budget", "0.5")
+    assert budget_line(r.stdout, "50%").endswith(": (1 + 0.5)^2 = 2.25x")
     r = run_sluice("calc", "retries", "--layers", "20", "--attempts", "100")
-    assert r.returncode == 0 and "100^20 = 1e+40x" in r.stdout
+    assert r.returncode == 0 and line(r.stdout, WORST).endswith(": 100^20 = 1e+40x")
+    assert "retry budget at each layer" not in r.stdout
 
 
 @pytest.mark.parametrize("args", [
@@ -57,6 +87,11 @@ def test_budget_as_percentage_and_edges(run_sluice):
     ["retries", "--layers", "3", "--attempts", "3", "--rps", "ten"],
     ["retries", "--layers", "3", "--attempts", "3", "--rps"],
     ["retries", "--layers", "3", "--attempts", "3", "--jitter", "1"],
+    # a flag given twice is a mistake, not "the last one wins"
+    ["retries", "--layers", "3", "--layers", "4", "--attempts", "3"],
+    ["retries", "--layers", "3", "--attempts", "3", "--attempts", "3"],
+    ["retries", "--layers", "3", "--attempts", "3", "--budget", "0.1", "--budget", "0.2"],
+    ["retries", "--layers", "3", "--attempts", "3", "--rps", "1", "--rps", "1"],
 ])
 def test_bad_input_exits_2(run_sluice, args):
     r = run_sluice("calc", *args)
@@ -73,3 +108,9 @@ def test_help(run_sluice):
         assert "--layers" in r.stdout and "--budget" in r.stdout
     r = run_sluice("--help")
     assert "calc" in r.stdout
+
+
+def test_repeated_flag_is_named(run_sluice):
+    r = run_sluice("calc", "retries", "--layers", "3", "--attempts", "3", "--layers", "3")
+    assert r.returncode == 2 and r.stdout == ""
+    assert "--layers given twice" in r.stderr

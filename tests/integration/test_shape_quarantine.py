@@ -1,7 +1,9 @@
-"""Retry storms: alerts.denied_burst denials within its period put the
-agent in quarantine for limits.quarantine (every request refused with
-`quarantined`, before any other decision; one `quarantine` alert), which
-lifts by itself; quarantine 0 only alerts; the state survives a reload."""
+"""Retry storms: more than alerts.denied_burst.max denials within its period
+(the count and comparison of the denied_burst alert, so both trip on the
+same denial) put the agent in quarantine for limits.quarantine (every
+request refused with `quarantined`, before any other decision; one
+`quarantine` alert), which lifts by itself; quarantine 0 only alerts; the
+state survives a reload."""
 
 import json
 import os
@@ -38,7 +40,7 @@ def test_quarantine_trips_alerts_once_and_lifts(gateway, net, tmp_path):
     pol = net.policy([api_rule(net)], limits={"quarantine": "3s"},
                      alerts={"denied_burst": {"max": 3, "per": "1m"}})
     gw = gateway(pol, args=("--alerts", alerts))
-    storm(gw, net, 3)
+    storm(gw, net, 4)  # max 3: the 4th denial is over it
     t_tripped = time.monotonic()
     # Allowed host, but the agent is in quarantine: refused before the policy.
     r = request(gw, "GET", net.url("/after"))
@@ -80,16 +82,42 @@ def test_rate_limited_storm_counts(gateway, net):
                      limits={"quarantine": "1m"},
                      alerts={"denied_burst": {"max": 3, "per": "1m"}})
     gw = gateway(pol)
-    statuses = [request(gw, "GET", net.url("/h%d" % i)).status for i in range(6)]
-    assert statuses == [200, 429, 429, 429, 403, 403], statuses
+    statuses = [request(gw, "GET", net.url("/h%d" % i)).status for i in range(7)]
+    assert statuses == [200, 429, 429, 429, 429, 403, 403], statuses
     assert len(gw.events(reason="quarantined")) == 2
+
+
+def test_quarantine_trips_with_the_denied_burst_alert(gateway, net, tmp_path):
+    # The quarantine and the denied_burst alert count the same denials the
+    # same way: max denials raise neither; the next one raises both, and
+    # both alerts name that request.
+    alerts = str(tmp_path / "alerts.jsonl")
+    pol = net.policy([api_rule(net)], limits={"quarantine": "1m"},
+                     alerts={"denied_burst": {"max": 3, "per": "1m"}})
+    gw = gateway(pol, args=("--alerts", alerts))
+    storm(gw, net, 3)
+    # Not quarantined at max: an allowed request still goes (and does not count).
+    assert request(gw, "GET", net.url("/at-max")).status == 200
+    time.sleep(0.5)  # alerts are written within a second: give them time to show
+    kinds = [a.get("kind") for a in alert_lines(alerts)]
+    assert "denied_burst" not in kinds and "quarantine" not in kinds, kinds
+    storm(gw, net, 1)
+    both = poll(lambda: (lambda k: k if {"denied_burst", "quarantine"} <= set(k) else None)(
+        {a["kind"]: a for a in alert_lines(alerts)}), timeout=3,
+        what="denied_burst and quarantine alerts in %s" % alerts)
+    fourth = gw.events(reason="not_in_policy")
+    assert len(fourth) == 4, fourth
+    assert both["denied_burst"]["id"] == both["quarantine"]["id"] == fourth[-1]["id"]
+    r = request(gw, "GET", net.url("/after"))
+    assert r.status == 403 and r.header("Sluice-Reason") == "quarantined"
+    assert [x.path for x in net.api.requests] == ["/at-max"]
 
 
 def test_quarantine_survives_reload(gateway, net):
     pol = net.policy([api_rule(net)], limits={"quarantine": "1m"},
                      alerts={"denied_burst": {"max": 2, "per": "1m"}})
     gw = gateway(pol)
-    storm(gw, net, 2)
+    storm(gw, net, 3)
     assert request(gw, "GET", net.url("/x")).status == 403
     # A reload (here one that also adds a rule) keeps the quarantine running.
     other = {"host": "other.example.test", "ports": [net.other.port], "tier": 0}

@@ -4,7 +4,9 @@ promtool, /healthz), driven through a real `sluice serve`. Loopback only."""
 import json
 import os
 import shutil
+import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -32,8 +34,8 @@ def test_exec_sink_gets_the_alert_on_stdin(gateway, net, tmp_path):
     t0 = time.monotonic()
     assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
     files = poll(lambda: [f for f in os.listdir(str(out)) if not f.endswith(".tmp")] or None,
-                 timeout=3, what="the exec sink's output")
-    assert time.monotonic() - t0 < 1.5
+                 timeout=10, what="the exec sink's output")
+    assert time.monotonic() - t0 < 10.0  # generous: spawning under ASan on a loaded machine
     with open(os.path.join(str(out), files[0])) as f:
         body = f.read()
     assert body.endswith("\n")
@@ -56,7 +58,7 @@ def test_exec_sink_failures_are_logged_and_slow_ones_killed(gateway, net, tmp_pa
     t0 = time.monotonic()
     for i in range(20):
         assert request(gw, "GET", net.url("/g%d" % i)).status == 200
-    assert time.monotonic() - t0 < 3
+    assert time.monotonic() - t0 < 15  # generous; a blocked loop would take 5 s per alert
     poll(lambda: "hang.sh: killed after 5 s" in gw.stderr() or None, timeout=8)
 
 
@@ -69,8 +71,8 @@ def test_webhook_delivers(gateway, net, tmp_path):
                            str(tmp_path / "state")])
         t0 = time.monotonic()
         request(gw, "POST", net.url("/p"), body=b"1")
-        got = poll(lambda: rcv.bodies() or None, timeout=3, what="a webhook POST")
-        assert time.monotonic() - t0 < 1.5
+        got = poll(lambda: rcv.bodies() or None, timeout=10, what="a webhook POST")
+        assert time.monotonic() - t0 < 10.0
         assert got[0]["kind"] == "tier3_write"
         path, ctype, _ = rcv.posts[0]
         assert path == "/hook" and ctype == "application/json"
@@ -89,12 +91,13 @@ def test_webhook_down_then_up(gateway, net, tmp_path):
     t0 = time.monotonic()
     for i in range(10):
         assert request(gw, "GET", net.url("/g%d" % i)).status == 200
-    assert time.monotonic() - t0 < 2
-    time.sleep(1.5)
-    assert "cannot deliver" in gw.stderr()
+    assert time.monotonic() - t0 < 10  # generous
+    poll(lambda: "cannot deliver" in gw.stderr() or None, timeout=10,
+         what="the delivery failure on stderr")
     rcv = Receiver(port)
     try:
-        got = poll(lambda: rcv.bodies() or None, timeout=12, what="delivery after the receiver came up")
+        got = poll(lambda: rcv.bodies() or None, timeout=40,
+                   what="delivery after the receiver came up")
         assert got[0]["kind"] == "tier3_write" and got[0]["id"] is not None
     finally:
         rcv.stop()
@@ -161,3 +164,208 @@ def test_admin_address_errors(run_sluice, tmp_path):
     r = run_sluice("serve", "--policy", str(pol), "--listen", "127.0.0.1:%d" % free_tcp_port(),
                    "--admin", "nonsense:port")
     assert r.returncode == 2 and "--admin nonsense:port" in r.stderr
+
+
+def _metrics(port):
+    return urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10).read().decode()
+
+
+def _metric_value(text, name):
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return None
+
+
+class _Silent:
+    """Accepts connections on 127.0.0.1 and reads, never answers."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.conns = []
+        self._stop = False
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self):
+        self.sock.settimeout(0.1)
+        while not self._stop:
+            try:
+                c, _ = self.sock.accept()
+                self.conns.append(c)
+            except OSError:
+                continue
+
+    def stop(self):
+        self._stop = True
+        self._t.join(2)
+        for c in self.conns:
+            c.close()
+        self.sock.close()
+
+
+def test_slow_webhook_times_out_and_does_not_slow_the_gate(gateway, net, tmp_path):
+    silent = _Silent()
+    try:
+        url = "http://127.0.0.1:%d/hook" % silent.port
+        gw = gateway(net.policy(rules(net), alerts={"sinks": [{"webhook": url}]}),
+                     args=["--alerts", str(tmp_path / "a.jsonl")])
+        assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
+        poll(lambda: silent.conns or None, timeout=10, what="the webhook connection")
+        # the POST hangs: requests are still answered promptly (a generous bound)
+        # (generous: each request well under the 5 s a blocked loop would cost)
+        for i in range(10):
+            t0 = time.monotonic()
+            assert request(gw, "GET", net.url("/g%d" % i)).status == 200
+            assert time.monotonic() - t0 < 4.0
+        poll(lambda: "no answer within 5 s" in gw.stderr() or None, timeout=20,
+             what="the webhook timeout on stderr")
+    finally:
+        silent.stop()
+
+
+@pytest.mark.parametrize("state", [True, False], ids=["store", "memory"])
+def test_webhook_keeps_retrying_past_the_attempt_budget(gateway, net, tmp_path, state):
+    port = free_tcp_port()
+    url = "http://127.0.0.1:%d/hook" % port
+    args = ["--alerts", str(tmp_path / "a.jsonl")]
+    if state:
+        args += ["--state", str(tmp_path / "state")]
+    # test-only timings: backoff from 10 ms, capped at 600 ms
+    gw = gateway(net.policy(rules(net), alerts={"sinks": [{"webhook": url}]}), args=args,
+                 env={"SLUICE_TEST_WEBHOOK_BACKOFF_MS": "10"})
+    request(gw, "POST", net.url("/p1"), body=b"1")
+    # down for longer than the first 8 attempts: the alert is not given up
+    poll(lambda: "undelivered after 8 attempts" in gw.stderr() or None, timeout=30,
+         what="the attempt budget spent")
+    assert "dropped" not in gw.stderr() and "next start" not in gw.stderr()
+    time.sleep(1.0)
+    rcv = Receiver(port)
+    try:
+        got = poll(lambda: rcv.bodies() or None, timeout=15, what="the late delivery")
+        assert got[0]["kind"] == "tier3_write" and "/p1" in got[0]["detail"]
+        time.sleep(1.0)
+        assert len(rcv.bodies()) == 1
+    finally:
+        rcv.stop()
+
+
+def test_webhook_queue_cap_without_store_drops_oldest(gateway, net, tmp_path):
+    port, admin = free_tcp_port(), free_tcp_port()
+    url = "http://127.0.0.1:%d/hook" % port
+    gw = gateway(net.policy(rules(net), alerts={"first_contact": True,
+                                                "sinks": [{"webhook": url}]}),
+                 args=["--alerts", str(tmp_path / "a.jsonl"), "--admin", str(admin)],
+                 env={"SLUICE_TEST_WEBHOOK_BACKOFF_MS": "10",
+                      "SLUICE_TEST_WEBHOOK_QUEUE_MAX": "2"})
+    for i in range(5):
+        request(gw, "GET", "http://nowhere%d.example.test/" % i)
+    wait_alert(str(tmp_path / "a.jsonl"), "first_contact", count=5)
+    poll(lambda: _metric_value(_metrics(admin), 'sluice_webhook_dropped_total{sink="%s"}' % url)
+         == 3 or None, timeout=10, what="3 drops counted")
+    poll(lambda: "dropping the oldest" in gw.stderr() or None, timeout=5)
+    rcv = Receiver(port)
+    try:
+        got = poll(lambda: (lambda b: b if len(b) >= 2 else None)(rcv.bodies()), timeout=15,
+                   what="the two newest alerts")
+        time.sleep(1.0)
+        hosts = [b["host"] for b in rcv.bodies()]
+        # the newest is kept; the other survivor is the next newest, or the
+        # older one that was in flight when the queue overflowed
+        assert len(hosts) == 2 and "nowhere4.example.test" in hosts, got
+    finally:
+        rcv.stop()
+
+
+def test_webhook_over_the_memory_cap_comes_back_from_the_store(gateway, net, tmp_path):
+    port = free_tcp_port()
+    url = "http://127.0.0.1:%d/hook" % port
+    gw = gateway(net.policy(rules(net), alerts={"first_contact": True,
+                                                "sinks": [{"webhook": url}]}),
+                 args=["--alerts", str(tmp_path / "a.jsonl"), "--state",
+                       str(tmp_path / "state")],
+                 env={"SLUICE_TEST_WEBHOOK_BACKOFF_MS": "10",
+                      "SLUICE_TEST_WEBHOOK_QUEUE_MAX": "2"})
+    for i in range(5):
+        request(gw, "GET", "http://nowhere%d.example.test/" % i)
+    wait_alert(str(tmp_path / "a.jsonl"), "first_contact", count=5)
+    time.sleep(0.5)
+    rcv = Receiver(port)
+    try:
+        poll(lambda: (lambda b: b if len(b) >= 5 else None)(rcv.bodies()), timeout=20,
+             what="all 5 alerts (3 read back from the store)")
+        time.sleep(1.5)
+        hosts = sorted(b["host"] for b in rcv.bodies())
+        assert hosts == ["nowhere%d.example.test" % i for i in range(5)]
+        assert "dropping" not in gw.stderr()
+    finally:
+        rcv.stop()
+
+
+def _listening(port):
+    """Local addresses (hex, as in /proc/net/tcp) listening on <port>."""
+    out = []
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                lines = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            addr, p = f[1].rsplit(":", 1)
+            if int(p, 16) == port and f[3] == "0A":
+                out.append(addr)
+    return out
+
+
+def test_admin_bare_port_binds_loopback_only(gateway, net, tmp_path):
+    port = free_tcp_port()
+    gateway(net.policy(rules(net, tier=1)), args=["--admin", str(port)])
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.close()
+    addrs = poll(lambda: _listening(port) or None, timeout=5, what="the admin listener")
+    assert addrs == ["0100007F"], addrs  # 127.0.0.1, not 0.0.0.0 nor ::
+
+
+def test_metrics_alert_totals_kept_across_a_restart(gateway, net, tmp_path):
+    admin = free_tcp_port()
+    pol = net.policy(rules(net, tier=1), alerts={"first_contact": True})
+    args = ["--alerts", str(tmp_path / "a.jsonl"), "--state", str(tmp_path / "state"),
+            "--admin", str(admin)]
+    gw = gateway(pol, args=args)
+    request(gw, "GET", net.url("/a"))
+    request(gw, "GET", "http://nowhere.example.test/")
+    wait_alert(str(tmp_path / "a.jsonl"), "first_contact", count=2)
+    poll(lambda: _metric_value(_metrics(admin), 'sluice_alerts_total{kind="first_contact"}')
+         == 2 or None, timeout=5)
+    gw.stop()
+    gw2 = gateway(pol, args=args)
+    assert _metric_value(_metrics(admin), 'sluice_alerts_total{kind="first_contact"}') == 2
+    request(gw2, "GET", "http://nowhere2.example.test/")
+    poll(lambda: _metric_value(_metrics(admin), 'sluice_alerts_total{kind="first_contact"}')
+         == 3 or None, timeout=5)
+
+
+def test_metrics_reload_failures_and_bytes_down(gateway, net, tmp_path):
+    admin = free_tcp_port()
+    gw = gateway(net.policy(rules(net, tier=1)), args=["--admin", str(admin)])
+    assert request(gw, "GET", net.url("/large?n=54321")).status == 200
+    assert request(gw, "GET", net.url("/small")).status == 200
+    ends = gw.wait_events("agent_egress_end", count=2)
+    down = sum(e["bytes_down"] for e in ends)
+    assert down > 54321
+    text = _metrics(admin)
+    assert _metric_value(text, 'sluice_bytes_down_total{agent="default"}') == down
+    assert _metric_value(text, "sluice_policy_reload_failures_total") == 0
+    gw.write_policy("version: 1\nrules: [\n")  # not YAML
+    gw.reload()
+    poll(lambda: _metric_value(_metrics(admin), "sluice_policy_reload_failures_total") == 1
+         or None, timeout=10, what="the failed reload counted")
+    text = _metrics(admin)
+    assert _metric_value(text, "sluice_policy_reloads_total") == 0
+    # the old policy is still in force
+    assert request(gw, "GET", net.url("/after")).status == 200

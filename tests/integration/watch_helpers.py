@@ -50,15 +50,18 @@ def ts(s):
 
 def assert_prompt(alert, gw, *, sent_at=None, arrived_at=None, limit=1.0):
     """The alert was written within <limit> s of the event that caused it:
-    its ts against the decision event's ts (same id), and the wall time from
-    the request to the line appearing in the file."""
+    its ts against the decision event's ts (same id), both stamped by the
+    gateway; and, loosely, the wall time from the request to the line
+    appearing in the file."""
     if alert["id"] is not None:
         evs = gw.events("agent_egress", id=alert["id"])
         if evs:
             lag = ts(alert["ts"]) - ts(evs[0]["ts"])
             assert -0.01 <= lag < limit, "alert %s came %.3fs after its event" % (alert, lag)
     if sent_at is not None and arrived_at is not None:
-        assert arrived_at - sent_at < limit + 0.5, "seen %.3fs after the request" % (
+        # client-side, so generous: a loaded CI machine may stall the test
+        # itself; the one-second contract is the server-side check above
+        assert arrived_at - sent_at < limit + 9.0, "seen %.3fs after the request" % (
             arrived_at - sent_at)
 
 

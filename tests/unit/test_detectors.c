@@ -336,6 +336,127 @@ static void memory_survives_a_restart(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+static void load_row(const char *agent, const struct store_baseline *b, void *arg)
+{
+    (void)agent;
+    *(struct store_baseline *)arg = *b;
+}
+
+/* The shutdown path: open summaries are written at once, and the stored
+ * baseline is the one learned as of the real time (never rolled to a fake
+ * far-away minute, which zeroed both averages). */
+static void flush_at_shutdown_keeps_the_baseline(void **state)
+{
+    struct fx *f = *state;
+    char dir[] = "/tmp/sluice-det-XXXXXX";
+    char *err = NULL, *warn = NULL;
+    assert_non_null(mkdtemp(dir));
+    struct store *s = store_open(dir, &err, &warn);
+    assert_non_null(s);
+    struct detectors *d = detectors_new(&f->bus, s);
+    f->p.alerts.baseline =
+        (struct baseline_cfg){.set = true, .factor = 2, .floor = 3, .learn_ms = 60000};
+    f->p.alerts.write_burst = (struct threshold){.set = true, .max = 1, .per_ms = 60000};
+    detectors_configure(d, &f->p);
+    struct egress_event ev = ev_of("ci", "GET", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_0);
+    for (int m = 0; m < 5; m++)
+        for (int i = 0; i < 3; i++)
+            detectors_feed(d, &ev, T0 + m * 60000 + i);
+    struct egress_event w = ev_of("ci", "POST", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+    for (int i = 0; i < 4; i++)
+        detectors_feed(d, &w, T0 + 5 * 60000 + 1000 + i); /* 1 alert, 2 folded */
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 1);
+    int64_t stop = T0 + 5 * 60000 + 2000;
+    detectors_flush(d, stop); /* long before the fold period ends */
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 2);
+    assert_int_equal(f->got.last_count, 2);
+    assert_non_null(strstr(f->got.last_detail, "2 more within 1m, folded"));
+    detectors_free(d);
+    store_close(s);
+
+    s = store_open(dir, &err, &warn);
+    assert_non_null(s);
+    struct store_baseline b = {0};
+    assert_int_equal(store_load_baselines(s, load_row, &b), 1);
+    assert_int_equal(b.minute, stop / 60000); /* as of the real minute */
+    assert_int_equal(b.since_ms, T0);
+    assert_true(b.req_avg > 2.0 && b.req_avg < 6.0); /* learned, not wiped */
+    /* a restart in the same minute: a normal minute (4 requests, the 3 of the
+     * running minute having been lost) does not alert; a burst does */
+    d = detectors_new(&f->bus, s);
+    detectors_configure(d, &f->p);
+    for (int i = 0; i < 4; i++)
+        detectors_feed(d, &ev, stop + 1000 + i);
+    assert_int_equal(f->got.n[ALERT_BASELINE], 0);
+    for (int i = 0; i < 10; i++)
+        detectors_feed(d, &ev, stop + 2000 + i);
+    assert_int_equal(f->got.n[ALERT_BASELINE], 1);
+    detectors_free(d);
+    store_close(s);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* A stored row that cannot be an average (as the old shutdown path wrote:
+ * zeros at a minute ~1e14) does not make every minute an alert. */
+static void absurd_stored_baseline_is_repaired(void **state)
+{
+    struct fx *f = *state;
+    char dir[] = "/tmp/sluice-det-XXXXXX";
+    char *err = NULL, *warn = NULL;
+    assert_non_null(mkdtemp(dir));
+    struct store *s = store_open(dir, &err, &warn);
+    assert_non_null(s);
+    struct store_baseline bad = {
+        .req_avg = 3, .bytes_avg = 0, .since_ms = T0 - 86400000, .minute = 76861433640456LL};
+    store_put_baseline(s, "ci", &bad);
+    store_flush(s);
+    struct detectors *d = detectors_new(&f->bus, s);
+    f->p.alerts.baseline =
+        (struct baseline_cfg){.set = true, .factor = 2, .floor = 3, .learn_ms = 60000};
+    detectors_configure(d, &f->p);
+    detectors_flush(d, T0);
+    detectors_free(d);
+    store_close(s);
+    s = store_open(dir, &err, &warn);
+    struct store_baseline b = {0};
+    assert_int_equal(store_load_baselines(s, load_row, &b), 1);
+    assert_int_equal(b.minute, T0 / 60000); /* brought back to the real minute */
+    store_close(s);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* grant_expiring is announced again when the UTC day changes, once. */
+static void grants_announced_daily(void **state)
+{
+    struct fx *f = *state;
+    int32_t today = day_of((time_t)(T0 / 1000));
+    f->rules[0] = (struct rule){.index = 0,
+                                .pattern = "api.test",
+                                .tier = TIER_3,
+                                .owner = "alice",
+                                .has_expires = true,
+                                .expires = today + 3};
+    f->p.nrules = 1;
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    int64_t midnight = ((int64_t)today + 1) * 86400000LL;
+    assert_int_equal(detectors_grants_daily(f->d, &f->p, T0), 1); /* the first call */
+    assert_non_null(strstr(f->got.last_detail, "3 days left"));
+    assert_int_equal(detectors_grants_daily(f->d, &f->p, T0 + 250), -1);
+    assert_int_equal(detectors_grants_daily(f->d, &f->p, midnight - 1), -1);
+    assert_int_equal(f->got.n[ALERT_GRANT_EXPIRING], 1);
+    assert_int_equal(detectors_grants_daily(f->d, &f->p, midnight), 1);
+    assert_non_null(strstr(f->got.last_detail, "2 days left"));
+    assert_int_equal(detectors_grants_daily(f->d, &f->p, midnight + 250), -1);
+    /* an announcement on reload counts as today's */
+    assert_int_equal(detectors_grants(f->d, &f->p, midnight + 86400000LL), 1);
+    assert_int_equal(detectors_grants_daily(f->d, &f->p, midnight + 86400000LL + 250), -1);
+    assert_int_equal(f->got.n[ALERT_GRANT_EXPIRING], 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -347,6 +468,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(baseline_learns_and_alerts, setup, teardown),
         cmocka_unit_test_setup_teardown(baseline_cold_start_is_quiet, setup, teardown),
         cmocka_unit_test_setup_teardown(memory_survives_a_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(flush_at_shutdown_keeps_the_baseline, setup, teardown),
+        cmocka_unit_test_setup_teardown(absurd_stored_baseline_is_repaired, setup, teardown),
+        cmocka_unit_test_setup_teardown(grants_announced_daily, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

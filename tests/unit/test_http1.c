@@ -448,6 +448,27 @@ static void test_write_upstream_request(void **state)
     evbuffer_free(b);
 }
 
+static void test_write_upstream_request_keep(void **state)
+{
+    (void)state;
+    struct evbuffer *b = evbuffer_new();
+    assert_non_null(b);
+    /* The client's own Connection header never passes: the gate's flag decides. */
+    ok_req("GET http://a.test/k HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n"
+           "Keep-Alive: 5\r\n\r\n");
+    assert_int_equal(http1_write_upstream_request_keep(&req, b, true), 0);
+    char *s = drain(b);
+    assert_string_equal(s, "GET /k HTTP/1.1\r\nHost: a.test\r\nConnection: keep-alive\r\n\r\n");
+    free(s);
+    assert_int_equal(http1_write_upstream_request_keep(&req, b, false), 0);
+    s = drain(b);
+    assert_string_equal(s, "GET /k HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n");
+    free(s);
+    ok_req("GET / HTTP/1.1\r\nHost: a.test\r\n\r\n");
+    assert_int_equal(http1_write_upstream_request_keep(&req, b, true), -1);
+    evbuffer_free(b);
+}
+
 static void test_hop_by_hop(void **state)
 {
     (void)state;
@@ -598,6 +619,7 @@ int main(void)
         cmocka_unit_test(test_smuggling),
         cmocka_unit_test(test_partial_and_limits),
         cmocka_unit_test(test_write_upstream_request),
+        cmocka_unit_test(test_write_upstream_request_keep),
         cmocka_unit_test(test_hop_by_hop),
         cmocka_unit_test(test_responses),
         cmocka_unit_test(test_write_upstream_response),

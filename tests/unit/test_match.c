@@ -458,12 +458,14 @@ static void test_connect(void **state)
     t_post->owner = (char *)(uintptr_t) "post-owner";
     /* naming CONNECT is still a restriction */
     add(f, "c.test", METHOD_CONNECT, TIER_0);
-    /* exact shadows wildcard for a CONNECT */
+    /* an exact GET rule does not hide an unrestricted wildcard */
     struct rule *sh = add(f, "s.shadow.test", METHOD_GET, TIER_1);
+    sh->owner = (char *)(uintptr_t) "reader";
     struct rule *shw = add(f, "*.shadow.test", 0, TIER_0);
-    /* an exact rule for another agent does not shadow */
+    /* an exact rule for another agent is not gathered */
     struct rule *oa = add(f, "o.shadow.test", 0, TIER_3);
     set_agent(f, oa, "ci-bot");
+    oa->owner = (char *)(uintptr_t) "bot-owner";
     fx_index(f);
 
     struct decision d = decide(f, "ro.test", METHOD_CONNECT, 443);
@@ -488,14 +490,99 @@ static void test_connect(void **state)
     d = decide(f, "c.test", METHOD_CONNECT, 443);
     assert_deny(d, REASON_NEEDS_INSPECTION);
 
+    /* the wildcard allows the tunnel, as it allows a plain POST; the
+     * exact GET rule's tier 1 is the highest, and names the owner */
     d = decide(f, "s.shadow.test", METHOD_CONNECT, 443);
-    assert_deny(d, REASON_NEEDS_INSPECTION);
-    assert_ptr_equal(d.rule, sh);
-    assert_int_equal(d.tier, TIER_1);
-    /* ... while a plain GET/POST still ranks every class */
+    assert_allow(d, shw, TIER_1);
+    assert_string_equal(d.owner, "reader");
     assert_allow(decide(f, "s.shadow.test", METHOD_POST, 443), shw, TIER_0);
+    assert_allow(decide(f, "s.shadow.test", METHOD_GET, 443), sh, TIER_1);
     assert_allow(decide(f, "x.shadow.test", METHOD_CONNECT, 443), shw, TIER_0);
-    assert_allow(decide(f, "o.shadow.test", METHOD_CONNECT, 443), shw, TIER_0);
+    d = decide(f, "o.shadow.test", METHOD_CONNECT, 443);
+    assert_allow(d, shw, TIER_0);
+    assert_null(d.owner);
+    /* for ci-bot the exact rule is gathered: the most specific open rule */
+    struct ask bot = {NULL, "ci-bot", METHOD_CONNECT, 443, 0};
+    d = decide_at(f, "o.shadow.test", bot);
+    assert_allow(d, oa, TIER_3);
+    assert_string_equal(d.owner, "bot-owner");
+    fx_free(f);
+}
+
+/* SPEC: a CONNECT is classified at the highest tier of all rules for that
+ * host and port, exact and wildcard alike; no class shadows another. */
+static void test_connect_all_classes(void **state)
+{
+    struct fx *f = fx_new();
+    /* an exact tier-0 rule under a tier-3 wildcard: the tunnel is tier 3 */
+    struct rule *tls = add(f, "tls.example.test", 0, TIER_0);
+    tls->owner = (char *)(uintptr_t) "exact-owner";
+    struct rule *w3 = add(f, "*.example.test", 0, TIER_3);
+    set_expiry(w3, TODAY + 30, "wild-owner");
+    /* the longer wildcard suffix is the deciding rule */
+    struct rule *ab = add(f, "*.b.a.test", 0, TIER_1);
+    struct rule *a = add(f, "*.a.test", 0, TIER_0);
+    /* only restricted rules, over two classes: needs_inspection, at the
+     * highest tier found in either */
+    add(f, "r.ri.test", METHOD_GET, TIER_1);
+    struct rule *rip = add(f, "*.ri.test", METHOD_POST, TIER_3);
+    set_expiry(rip, TODAY + 30, "poster");
+    /* a tie on the highest tier: the deciding rule's owner when it holds it */
+    struct rule *te = add(f, "t.tie.test", METHOD_GET, TIER_2);
+    te->owner = (char *)(uintptr_t) "exact-get";
+    struct rule *tw = add(f, "*.tie.test", 0, TIER_2);
+    tw->owner = (char *)(uintptr_t) "wild-open";
+    /* ... else the most specific rule holding it */
+    struct rule *ue = add(f, "u.t2.zz.test", METHOD_GET, TIER_2);
+    ue->owner = (char *)(uintptr_t) "exact-get";
+    struct rule *uw = add(f, "*.t2.zz.test", METHOD_POST, TIER_2);
+    uw->owner = (char *)(uintptr_t) "wild-post";
+    struct rule *uo = add(f, "*.zz.test", 0, TIER_0);
+    (void)uw;
+    /* an expired open exact rule: the live wildcard decides, and the
+     * expired rule's tier does not count */
+    struct rule *xe = add(f, "x.exp.test", 0, TIER_3);
+    set_expiry(xe, TODAY - 1, "gone");
+    struct rule *xw = add(f, "*.exp.test", 0, TIER_1);
+    /* a wildcard on another port is not gathered */
+    struct rule *pe = add(f, "p.port.test", 0, TIER_0);
+    struct rule *pw = add(f, "*.port.test", 0, TIER_3);
+    set_ports(f, pw, 8443, 0);
+    fx_index(f);
+
+    struct decision d = decide(f, "tls.example.test", METHOD_CONNECT, 443);
+    assert_allow(d, tls, TIER_3);
+    assert_string_equal(d.owner, "wild-owner");
+    /* a plain request still takes the most specific rule's tier */
+    assert_allow(decide(f, "tls.example.test", METHOD_GET, 443), tls, TIER_0);
+
+    assert_allow(decide(f, "x.b.a.test", METHOD_CONNECT, 443), ab, TIER_1);
+    assert_allow(decide(f, "x.a.test", METHOD_CONNECT, 443), a, TIER_0);
+
+    d = decide(f, "r.ri.test", METHOD_CONNECT, 443);
+    assert_deny(d, REASON_NEEDS_INSPECTION);
+    assert_ptr_equal(d.rule, rip);
+    assert_int_equal(d.tier, TIER_3);
+    assert_string_equal(d.owner, "poster");
+
+    d = decide(f, "t.tie.test", METHOD_CONNECT, 443);
+    assert_allow(d, tw, TIER_2);
+    assert_string_equal(d.owner, "wild-open");
+    (void)te;
+
+    d = decide(f, "u.t2.zz.test", METHOD_CONNECT, 443);
+    assert_allow(d, uo, TIER_2);
+    assert_string_equal(d.owner, "exact-get");
+    (void)ue;
+
+    d = decide(f, "x.exp.test", METHOD_CONNECT, 443);
+    assert_allow(d, xw, TIER_1);
+    assert_null(d.owner);
+
+    d = decide(f, "p.port.test", METHOD_CONNECT, 443);
+    assert_allow(d, pe, TIER_0);
+    d = decide(f, "p.port.test", METHOD_CONNECT, 8443);
+    assert_allow(d, pw, TIER_3);
     fx_free(f);
 }
 
@@ -578,9 +665,16 @@ static void test_cidr_longest_prefix(void **state)
     assert_allow(decide(f, "10.1.2.3", METHOD_GET, 443), host, TIER_3);
     /* the /32 does not allow POST: the /16 does */
     assert_allow(decide(f, "10.1.2.3", METHOD_POST, 443), r16, TIER_2);
-    /* CONNECT: the /32 class matches agent and port, and shadows */
-    assert_deny(decide(f, "10.1.2.3", METHOD_CONNECT, 443), REASON_NEEDS_INSPECTION);
+    /* CONNECT: the /32 GET rule does not hide the open /16, and its
+     * tier 3 classifies the tunnel */
+    assert_allow(decide(f, "10.1.2.3", METHOD_CONNECT, 443), r16, TIER_3);
     assert_allow(decide(f, "10.1.2.4", METHOD_CONNECT, 443), r16, TIER_2);
+    /* the /0 HEAD rule covers it too, at tier 1 */
+    assert_allow(decide(f, "10.2.0.1", METHOD_CONNECT, 443), r8, TIER_1);
+    /* only restricted cidr rules: needs_inspection */
+    assert_deny(decide(f, "8.8.8.8", METHOD_CONNECT, 443), REASON_NEEDS_INSPECTION);
+    struct decision d = decide(f, "fd00:1::5", METHOD_CONNECT, 443);
+    assert_allow(d, v6, TIER_1);
     assert_allow(decide(f, "fd00:1::5", METHOD_GET, 443), v6l, TIER_1);
     assert_allow(decide(f, "fd00:2::5", METHOD_GET, 443), v6, TIER_1);
     assert_allow(decide(f, "8.8.8.8", METHOD_HEAD, 443), any, TIER_1);
@@ -873,6 +967,7 @@ int main(void)
         cmocka_unit_test(test_furthest_stage),
         cmocka_unit_test(test_plain_request_falls_through),
         cmocka_unit_test(test_connect),
+        cmocka_unit_test(test_connect_all_classes),
         cmocka_unit_test(test_grant_expired),
         cmocka_unit_test(test_ip_literal),
         cmocka_unit_test(test_cidr_longest_prefix),

@@ -10,6 +10,7 @@
 #include <event2/event.h>
 
 #include "shape/quota.h"
+#include "watch/detectors.h"
 
 #define MS 1000000ull
 #define S  1000000000ull
@@ -199,6 +200,13 @@ static void test_bounded_memory(void **state)
     quota_free(q);
 }
 
+/* One denial of <id> at <t> nanoseconds on both clocks (the wall clock in
+ * milliseconds). */
+static bool deny(struct quota *q, const char *id, uint64_t t)
+{
+    return quota_note_denial(q, id, t, (int64_t)(t / MS));
+}
+
 static void test_quarantine(void **state)
 {
     (void)state;
@@ -208,42 +216,76 @@ static void test_quarantine(void **state)
     p.limits.quarantine_ms = 300000;
     struct quota *q = quota_new(NULL, NULL, 0);
     /* Not configured yet: nothing counted. */
-    assert_false(quota_note_denial(q, "a", 0));
+    for (int i = 0; i < 5; i++)
+        assert_false(deny(q, "a", 0));
     quota_configure(q, &p);
-    assert_false(quota_note_denial(q, "a", 0));
-    assert_false(quota_note_denial(q, "a", S));
-    assert_int_equal(quota_quarantine_left(q, "a", S), 0);
-    assert_true(quota_note_denial(q, "a", 2 * S));
-    assert_int_equal(quota_quarantine_left(q, "a", 2 * S), 300 * S);
-    assert_int_equal(quota_quarantine_left(q, "a", 62 * S), 240 * S);
-    assert_int_equal(quota_quarantine_left(q, "b", 62 * S), 0);
-    assert_int_equal(quota_quarantine_left(q, NULL, 62 * S), 0);
-    /* In quarantine, more denials do not trip it again. */
+    /* max denials are not over the threshold: the detector's `n > max`. */
+    assert_false(deny(q, "a", 0));
+    assert_false(deny(q, "a", S));
+    assert_false(deny(q, "a", 2 * S));
+    assert_int_equal(quota_quarantine_left(q, "a", 2 * S), 0);
+    assert_true(deny(q, "a", 3 * S));
+    assert_int_equal(quota_quarantine_left(q, "a", 3 * S), 300 * S);
+    assert_int_equal(quota_quarantine_left(q, "a", 63 * S), 240 * S);
+    assert_int_equal(quota_quarantine_left(q, "b", 63 * S), 0);
+    assert_int_equal(quota_quarantine_left(q, NULL, 63 * S), 0);
+    /* In quarantine, more denials neither trip it again nor extend it. */
     for (int i = 0; i < 10; i++)
-        assert_false(quota_note_denial(q, "a", 3 * S));
+        assert_false(deny(q, "a", 4 * S));
+    assert_int_equal(quota_quarantine_left(q, "a", 63 * S), 240 * S);
     /* A reload keeps it, even one that turns quarantine off. */
     struct policy off = p;
     off.limits.quarantine_ms = 0;
     quota_configure(q, &off);
-    assert_int_equal(quota_quarantine_left(q, "a", 100 * S), 202 * S);
+    assert_int_equal(quota_quarantine_left(q, "a", 100 * S), 203 * S);
     /* Quarantine 0: alert only, never quarantined here. */
     for (int i = 0; i < 10; i++)
-        assert_false(quota_note_denial(q, "c", 100 * S));
+        assert_false(deny(q, "c", 100 * S));
+    assert_int_equal(quota_quarantine_left(q, "c", 100 * S), 0);
     quota_configure(q, &p);
+    /* ... but counted all along, as the detector counts: turning quarantine
+     * on does not wait for a fresh storm. */
+    assert_true(deny(q, "c", 101 * S));
     /* It lifts by itself. */
-    assert_int_equal(quota_quarantine_left(q, "a", 302 * S), 0);
-    assert_int_equal(quota_quarantine_left(q, "a", 302 * S - 1), 1);
-    /* And the count started afresh. */
-    assert_false(quota_note_denial(q, "a", 303 * S));
-    assert_false(quota_note_denial(q, "a", 303 * S));
-    assert_true(quota_note_denial(q, "a", 303 * S));
-    /* No denied_burst: nothing. */
+    assert_int_equal(quota_quarantine_left(q, "a", 303 * S), 0);
+    assert_int_equal(quota_quarantine_left(q, "a", 303 * S - 1), 1);
+    /* Its window has emptied since: a new storm is needed. */
+    assert_false(deny(q, "a", 304 * S));
+    assert_false(deny(q, "a", 304 * S));
+    assert_false(deny(q, "a", 304 * S));
+    assert_true(deny(q, "a", 304 * S));
+    /* No denied_burst: nothing counted. */
     struct policy nob = p;
     nob.alerts.denied_burst.set = false;
     quota_configure(q, &nob);
     for (int i = 0; i < 10; i++)
-        assert_false(quota_note_denial(q, "d", 0));
-    assert_false(quota_note_denial(q, NULL, 0));
+        assert_false(deny(q, "d", 0));
+    assert_false(deny(q, NULL, 0));
+    quota_configure(q, &p);
+    assert_false(deny(q, "d", 1));
+    quota_free(q);
+}
+
+static void test_quarantine_again_while_over(void **state)
+{
+    (void)state;
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    p.alerts.denied_burst = (struct threshold){.set = true, .max = 2, .per_ms = 60000};
+    p.limits.quarantine_ms = 5000;
+    struct quota *q = quota_new(NULL, NULL, 0);
+    quota_configure(q, &p);
+    assert_false(deny(q, "a", 0));
+    assert_false(deny(q, "a", 0));
+    assert_true(deny(q, "a", 0));
+    /* Still hammering while quarantined: those denials count too... */
+    for (int i = 0; i < 5; i++)
+        assert_false(deny(q, "a", S));
+    /* ... so the first denial after it lifts, with the window still over
+     * max (the detector alerts on it too), quarantines the agent again. */
+    assert_int_equal(quota_quarantine_left(q, "a", 5 * S), 0);
+    assert_true(deny(q, "a", 6 * S));
+    assert_int_equal(quota_quarantine_left(q, "a", 6 * S), 5 * S);
     quota_free(q);
 }
 
@@ -256,18 +298,34 @@ static void test_sliding_window(void **state)
     p.limits.quarantine_ms = 1000;
     struct quota *q = quota_new(NULL, NULL, 0);
     quota_configure(q, &p);
-    assert_false(quota_note_denial(q, "a", 0));
-    assert_false(quota_note_denial(q, "a", 1 * S));
-    /* A new window at 10 s; the previous one's 2 weigh (10 - 5) / 10. */
-    assert_false(quota_note_denial(q, "a", 15 * S)); /* 2 * 0.5 + 1 = 2 */
-    assert_false(quota_note_denial(q, "a", 16 * S)); /* 2 * 0.4 + 2 = 2.8 */
-    assert_true(quota_note_denial(q, "a", 17 * S));  /* 2 * 0.3 + 3 = 3.6 */
-    /* Two periods of silence forget everything. */
-    assert_false(quota_note_denial(q, "b", 0));
-    assert_false(quota_note_denial(q, "b", 0));
-    assert_false(quota_note_denial(q, "b", 20 * S));
-    assert_false(quota_note_denial(q, "b", 20 * S));
-    assert_true(quota_note_denial(q, "b", 20 * S));
+    /* Tenths of 1 s: the sum covers the current tenth and the nine before. */
+    assert_false(deny(q, "a", 0));
+    assert_false(deny(q, "a", 1 * S));
+    assert_false(deny(q, "a", 2 * S));
+    assert_true(deny(q, "a", 9999 * MS)); /* 4 within the window */
+    assert_false(deny(q, "b", 0));
+    assert_false(deny(q, "b", 1 * S));
+    assert_false(deny(q, "b", 2 * S));
+    assert_false(deny(q, "b", 10 * S));    /* the first tenth has gone: 3 */
+    assert_true(deny(q, "b", 10500 * MS)); /* 4 */
+    /* A window of silence forgets everything. */
+    for (int i = 0; i < 3; i++)
+        assert_false(deny(q, "c", 0));
+    assert_false(deny(q, "c", 10 * S));
+    assert_false(deny(q, "c", 10 * S));
+    assert_false(deny(q, "c", 10 * S));
+    assert_true(deny(q, "c", 10 * S));
+    /* A reload that changes the period starts the windows over (the
+     * detector does the same); one that keeps it keeps them. */
+    for (int i = 0; i < 3; i++)
+        assert_false(deny(q, "d", 20 * S));
+    quota_configure(q, &p);
+    assert_true(deny(q, "d", 20 * S));
+    for (int i = 0; i < 3; i++)
+        assert_false(deny(q, "e", 30 * S));
+    p.alerts.denied_burst.per_ms = 20000;
+    quota_configure(q, &p);
+    assert_false(deny(q, "e", 30 * S));
     quota_free(q);
 }
 
@@ -313,24 +371,29 @@ static void test_event_subscriber(void **state)
     ev.tier = TIER_NONE;
     ev.verdict = VERDICT_DENY;
     ev.reason = REASON_NOT_IN_POLICY;
-    /* Not counted: allowed, reported, end events, quarantined, no agent. */
+    /* Not counted (nor by the detector): allowed, reported, other kinds of
+     * event, no agent. */
     struct egress_event ignored[5];
     for (int i = 0; i < 5; i++)
         ignored[i] = ev;
     ignored[0].verdict = VERDICT_ALLOW;
     ignored[1].verdict = VERDICT_REPORT;
     ignored[2].kind = EVENT_EGRESS_END;
-    ignored[3].reason = REASON_QUARANTINED;
+    ignored[3].kind = EVENT_EGRESS_PROGRESS;
     ignored[4].agent = NULL;
     for (int round = 0; round < 3; round++)
         for (int i = 0; i < 5; i++)
-            quota_on_event(&ignored[i], q);
+            assert_false(quota_feed(q, &ignored[i], S, 1000));
     assert_int_equal(seen.n, 0);
-    assert_int_equal(quota_quarantine_left(q, "ci-bot", quota_now()), 0);
-    quota_on_event(&ev, q);
+    assert_int_equal(quota_quarantine_left(q, "ci-bot", S), 0);
+    /* Counted: any denial, `quarantined` ones included (as the detector). */
+    struct egress_event qd = ev;
+    qd.reason = REASON_QUARANTINED;
+    assert_false(quota_feed(q, &qd, S, 1000));
+    assert_false(quota_feed(q, &ev, S, 1000));
     assert_int_equal(seen.n, 0);
     ev.id = "c1.2";
-    quota_on_event(&ev, q);
+    assert_true(quota_feed(q, &ev, S, 1000));
     assert_int_equal(seen.n, 1);
     assert_int_equal(seen.kind, ALERT_QUARANTINE);
     assert_int_equal(seen.severity, SEVERITY_HIGH);
@@ -338,19 +401,104 @@ static void test_event_subscriber(void **state)
     assert_string_equal(seen.host, "evil.test");
     assert_string_equal(seen.id, "c1.2");
     assert_non_null(strstr(seen.detail, "quarantined for 5m"));
+    assert_non_null(strstr(seen.detail, "more than 2 denials within 1m"));
     assert_non_null(strstr(seen.detail, "not_in_policy"));
-    assert_true(quota_quarantine_left(q, "ci-bot", quota_now()) > 299 * S);
+    assert_int_equal(quota_quarantine_left(q, "ci-bot", S), 300 * S);
     /* Exactly one alert however long the storm goes on. */
     for (int i = 0; i < 20; i++)
-        quota_on_event(&ev, q);
+        assert_false(quota_feed(q, &ev, 2 * S, 2000));
     assert_int_equal(seen.n, 1);
-    /* Without an alert bus: quarantined all the same, nothing published. */
+    /* The bus subscriber, on the real clocks; without an alert bus:
+     * quarantined all the same, nothing published. */
     struct quota *q2 = quota_new(NULL, NULL, 0);
     quota_configure(q2, &p);
-    quota_on_event(&ev, q2);
+    for (int i = 0; i < 2; i++)
+        quota_on_event(&ev, q2);
+    assert_int_equal(quota_quarantine_left(q2, "ci-bot", quota_now()), 0);
     quota_on_event(&ev, q2);
     assert_true(quota_quarantine_left(q2, "ci-bot", quota_now()) > 0);
     quota_free(q2);
+    quota_free(q);
+}
+
+struct lockstep {
+    int quarantines, bursts;
+};
+
+static void count_kinds(const struct alert *a, void *arg)
+{
+    struct lockstep *l = arg;
+    if (a->kind == ALERT_QUARANTINE)
+        l->quarantines++;
+    else if (a->kind == ALERT_DENIED_BURST)
+        l->bursts++;
+}
+
+/* The quarantine trips on the very denial that raises the denied_burst
+ * alert: the same events, on the same clock, through both. */
+static void test_trips_with_the_detector(void **state)
+{
+    (void)state;
+    struct alert_bus bus;
+    struct lockstep seen = {0, 0};
+    alert_bus_init(&bus);
+    assert_int_equal(alert_bus_subscribe(&bus, count_kinds, &seen), 0);
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    p.alerts.denied_burst = (struct threshold){.set = true, .max = 3, .per_ms = 10000};
+    p.limits.quarantine_ms = 600000;
+    struct quota *q = quota_new(&bus, NULL, 0);
+    struct detectors *d = detectors_new(&bus, NULL);
+    assert_non_null(q);
+    assert_non_null(d);
+    quota_configure(q, &p);
+    assert_int_equal(detectors_configure(d, &p), 0);
+    struct egress_event ev;
+    memset(&ev, 0, sizeof(ev));
+    ev.kind = EVENT_EGRESS;
+    ev.agent = "ci-bot";
+    ev.host = "evil.test";
+    ev.tier = TIER_NONE;
+    ev.verdict = VERDICT_DENY;
+    ev.reason = REASON_NOT_IN_POLICY;
+    const int64_t t0 = 1764529200000; /* a wall clock in ms, 2025-11-30 */
+    for (int i = 1; i <= 3; i++) {
+        quota_feed(q, &ev, (uint64_t)i * S, t0 + i * 1000);
+        detectors_feed(d, &ev, t0 + i * 1000);
+        assert_int_equal(seen.bursts, 0);
+        assert_int_equal(seen.quarantines, 0);
+    }
+    quota_feed(q, &ev, 4 * S, t0 + 4000);
+    detectors_feed(d, &ev, t0 + 4000);
+    assert_int_equal(seen.bursts, 1);
+    assert_int_equal(seen.quarantines, 1);
+
+    /* And for any sequence: with a quarantine shorter than the gap between
+     * events (so each trip can happen), the quarantine trips exactly when
+     * the detector's count is over max (alerts folded or not). */
+    p.limits.quarantine_ms = 1;
+    quota_configure(q, &p);
+    uint32_t rnd = 12345;
+    int64_t wall = t0 + 100000;
+    uint64_t mono = 1000 * S; /* past the 10 min quarantine above */
+    int trips = 0;
+    for (int i = 0; i < 5000; i++) {
+        rnd = rnd * 1103515245u + 12345u;
+        uint64_t gap_ms = 1 + (rnd >> 8) % 2500;
+        wall += (int64_t)gap_ms;
+        mono += gap_ms * MS;
+        ev.agent = (rnd >> 20) % 3 == 0 ? "other" : "ci-bot";
+        ev.verdict = (rnd >> 24) % 4 == 0 ? VERDICT_ALLOW : VERDICT_DENY;
+        ev.reason = (rnd >> 26) % 2 == 0 ? REASON_QUARANTINED : REASON_RATE_LIMITED;
+        uint64_t before = detectors_published(d) + detectors_folded(d);
+        bool tripped = quota_feed(q, &ev, mono, wall);
+        detectors_feed(d, &ev, wall);
+        bool raised = detectors_published(d) + detectors_folded(d) > before;
+        assert_int_equal(tripped, raised);
+        trips += tripped;
+    }
+    assert_true(trips > 100 && trips < 4000); /* the sequence exercised both */
+    detectors_free(d);
     quota_free(q);
 }
 
@@ -444,8 +592,10 @@ int main(void)
         cmocka_unit_test(test_rule_identity),
         cmocka_unit_test(test_bounded_memory),
         cmocka_unit_test(test_quarantine),
+        cmocka_unit_test(test_quarantine_again_while_over),
         cmocka_unit_test(test_sliding_window),
         cmocka_unit_test(test_event_subscriber),
+        cmocka_unit_test(test_trips_with_the_detector),
         cmocka_unit_test(test_flows),
         cmocka_unit_test(test_flow_pause_timer),
     };

@@ -1,0 +1,27 @@
+#include "util/env.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "util/xalloc.h"
+
+static pthread_mutex_t env_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+void env_lock(void)
+{
+    pthread_mutex_lock(&env_mutex);
+}
+
+void env_unlock(void)
+{
+    pthread_mutex_unlock(&env_mutex);
+}
+
+char *env_dup(const char *name)
+{
+    env_lock();
+    const char *v = getenv(name);
+    char *copy = v != NULL ? xstrdup(v) : NULL;
+    env_unlock();
+    return copy;
+}

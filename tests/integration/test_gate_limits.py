@@ -1,0 +1,292 @@
+"""The gate's limits: the head-read deadline, idle_timeout, --max-conns,
+--grace, the descriptor limit, the --admin address as self, the tunnel's
+read/write fallback."""
+
+import os
+import resource
+import signal
+import socket
+import subprocess
+import time
+
+from gate_client import connect, open_conn, poll, read_response, recv_until_close, request
+from gate_servers import BannerServer, free_port, pattern_bytes
+
+
+def api_rule(net, **kw):
+    r = {"host": "api.example.test", "ports": [net.api.port], "tier": 0}
+    r.update(kw)
+    return r
+
+
+def banner_rule(net):
+    return {"host": "banner.example.test", "ports": [net.banner.port], "tier": 2}
+
+
+def closed_within(sock, lo, hi):
+    """Waits (at most <hi> + 2 s) for the gateway to close <sock>; asserts
+    it did so between <lo> and <hi> seconds from now."""
+    t0 = time.monotonic()
+    sock.settimeout(hi + 2)
+    try:
+        data = sock.recv(4096)
+    except ConnectionResetError:
+        data = b""
+    except socket.timeout:
+        raise AssertionError("not closed within %.1fs" % (hi + 2))
+    took = time.monotonic() - t0
+    assert data == b"", data
+    assert lo <= took <= hi, "closed after %.2fs, expected %.1f-%.1fs" % (took, lo, hi)
+
+
+def test_head_deadline_closes_slow_head(gateway, net):
+    # a head trickled a byte at a time never trips the read timeout, but
+    # the head deadline (min(10 s, idle_timeout)) closes it
+    gw = gateway(net.policy([api_rule(net)], limits={"idle_timeout": "2s"}))
+    s = open_conn(gw)
+    try:
+        t0 = time.monotonic()
+        head = b"GET http://api.example.test:%d/slow HTTP/1.1\r\nX-Slow: " % net.api.port
+        closed = False
+        for b in head + b"a" * 60:
+            try:
+                s.sendall(bytes([b]))
+            except OSError:
+                closed = True
+                break
+            time.sleep(0.1)
+            if time.monotonic() - t0 > 6:
+                break
+        if not closed:
+            closed_within(s, 0, 1)
+        took = time.monotonic() - t0
+        assert 1.5 <= took <= 4.5, took
+    finally:
+        s.close()
+    assert net.api.requests == []
+
+
+def test_head_deadline_shorter_than_idle_timeout(gateway, net):
+    # with idle_timeout 20s, a new connection's first head still gets 10 s
+    gw = gateway(net.policy([api_rule(net)], limits={"idle_timeout": "20s"}))
+    s = open_conn(gw)
+    try:
+        s.sendall(b"GET http://api.example.test:%d/ HTTP/1.1\r\n" % net.api.port)
+        t0 = time.monotonic()
+        closed = False
+        while time.monotonic() - t0 < 13 and not closed:
+            try:
+                s.sendall(b"X-Slow: a\r\n")  # keeps the read timeout from firing
+                s.settimeout(1.0)
+                closed = s.recv(100) == b""
+            except socket.timeout:
+                pass
+            except OSError:
+                closed = True
+        took = time.monotonic() - t0
+        assert closed and 8.5 <= took <= 12, took
+    finally:
+        s.close()
+
+
+def test_idle_head_closed_after_idle_timeout(gateway, net):
+    gw = gateway(net.policy([api_rule(net)], limits={"idle_timeout": "2s"}))
+    s = open_conn(gw)
+    try:
+        closed_within(s, 1.5, 4.5)
+    finally:
+        s.close()
+
+
+def test_idle_tunnel_closed_after_idle_timeout(gateway, net):
+    gw = gateway(net.policy([banner_rule(net)], limits={"idle_timeout": "2s"}))
+    t = connect(gw, "banner.example.test:%d" % net.banner.port)
+    try:
+        assert t.status == 200
+        t.sock.settimeout(10)
+        got = b""
+        while not got.endswith(b"\n"):
+            d = t.sock.recv(4096)
+            assert d
+            got += d
+        assert got == BannerServer.BANNER
+        closed_within(t.sock, 1.0, 4.5)  # the banner was the last byte moved
+    finally:
+        t.close()
+    _, end = gw.decided(method="CONNECT")
+    assert end["bytes_down"] == len(BannerServer.BANNER)
+
+
+def test_max_conns_pauses_listeners(gateway, net):
+    gw = gateway(net.policy([api_rule(net)]), args=["--max-conns", "2"])
+    time.sleep(0.2)  # the readiness probe's connection is gone
+    a, b = open_conn(gw), open_conn(gw)
+    c = open_conn(gw)  # accepted by the kernel, not served by the gateway
+    try:
+        time.sleep(0.3)
+        c.sendall(b"GET %s HTTP/1.1\r\nHost: api.example.test:%d\r\nConnection: close\r\n\r\n"
+                  % (net.url("/third").encode(), net.api.port))
+        c.settimeout(1.0)
+        try:
+            early = c.recv(100)
+        except socket.timeout:
+            early = None
+        assert early is None, "the third connection was served: %r" % early
+        assert net.api.requests == []
+        a.close()
+        c.settimeout(10)
+        r = read_response(c)
+        assert r.status == 200, r
+        assert [q.path for q in net.api.requests] == ["/third"]
+    finally:
+        for s in (a, b, c):
+            s.close()
+
+
+def test_grace_expiry_ends_held_tunnel(gateway, net):
+    gw = gateway(net.policy([banner_rule(net)]), args=["--grace", "1s"])
+    t = connect(gw, "banner.example.test:%d" % net.banner.port)
+    try:
+        assert t.status == 200
+        t.sock.settimeout(10)
+        got = b""
+        while not got.endswith(b"\n"):
+            d = t.sock.recv(4096)
+            assert d
+            got += d
+        t0 = time.monotonic()
+        gw.proc.send_signal(signal.SIGTERM)
+        assert gw.wait_exit(10) == 0, gw.stderr()
+        took = time.monotonic() - t0
+        assert 0.8 <= took <= 5, took
+        assert recv_until_close(t.sock) == b""
+    finally:
+        t.close()
+    ev, end = gw.decided(method="CONNECT")
+    assert end["bytes_down"] == len(BannerServer.BANNER)
+
+
+def pipes_of(pid):
+    n = 0
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            if os.readlink("/proc/%d/fd/%s" % (pid, fd)).startswith("pipe:"):
+                n += 1
+        except OSError:
+            pass
+    return n
+
+
+def test_tunnel_copy_fallback(gateway, net):
+    # SLUICE_TEST_NO_SPLICE=1: the tunnel moves bytes with read/write (no pipes)
+    gw = gateway(net.policy([api_rule(net)]), env={"SLUICE_TEST_NO_SPLICE": "1"})
+    before = pipes_of(gw.proc.pid)
+    t = connect(gw, "api.example.test:%d" % net.api.port)
+    try:
+        assert t.status == 200
+        body = pattern_bytes(3 * 1024 * 1024 + 7)
+        t.sock.sendall(b"PUT /echo-none HTTP/1.1\r\nHost: api.example.test\r\n"
+                       b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body))
+        t.sock.sendall(body)
+        assert pipes_of(gw.proc.pid) == before, "the tunnel made pipes: splice is in use"
+        t.sock.settimeout(15)
+        resp = recv_until_close(t.sock, limit=1 << 24)
+    finally:
+        t.close()
+    assert resp.startswith(b"HTTP/1.") and b" 200 " in resp.split(b"\r\n")[0], resp[:200]
+    rec = net.api.requests[-1]
+    assert rec.path == "/echo-none" and len(rec.body) == len(body) and rec.body == body
+    _, end = gw.decided(method="CONNECT")
+    assert end["bytes_up"] > len(body) and end["bytes_down"] == len(resp)
+    # and downstream
+    n = 2 * 1024 * 1024 + 3
+    t = connect(gw, "api.example.test:%d" % net.api.port)
+    try:
+        assert t.status == 200
+        t.sock.sendall(b"GET /large?n=%d HTTP/1.1\r\nHost: api.example.test\r\n"
+                       b"Connection: close\r\n\r\n" % n)
+        t.sock.settimeout(15)
+        resp = recv_until_close(t.sock, limit=1 << 24)
+    finally:
+        t.close()
+    head, _, got = resp.partition(b"\r\n\r\n")
+    assert b" 200 " in head.split(b"\r\n")[0] and got == pattern_bytes(n)
+
+
+def test_tunnel_splice_uses_pipes(gateway, net):
+    # the contrast for the test above: without the variable, a tunnel splices
+    gw = gateway(net.policy([banner_rule(net)]))
+    before = pipes_of(gw.proc.pid)
+    t = connect(gw, "banner.example.test:%d" % net.banner.port)
+    try:
+        assert t.status == 200
+        t.sock.settimeout(10)
+        assert t.sock.recv(4096).startswith(b"220")
+        poll(lambda: pipes_of(gw.proc.pid) == before + 4, what="4 splice pipe ends")
+    finally:
+        t.close()
+
+
+def test_admin_address_is_self(gateway, net):
+    admin = free_port()
+    pol = net.policy([{"cidr": "127.0.0.0/8", "ports": [admin], "tier": 0},
+                      {"host": "adm.example.test", "ports": [admin], "tier": 0}],
+                     static_extra={"adm.example.test": "127.0.0.1"})
+    gw = gateway(pol, args=["--admin", "127.0.0.1:%d" % admin])
+    for url in ("http://127.0.0.1:%d/metrics" % admin, "http://adm.example.test:%d/metrics" % admin):
+        r = request(gw, "GET", url)
+        assert r.status == 403 and r.header("Sluice-Reason") == "self_request", r
+    evs = gw.events(reason="self_request")
+    assert len(evs) == 2
+
+
+def test_admin_bare_port_is_self(gateway, net):
+    admin = free_port()
+    pol = net.policy([{"cidr": "127.0.0.0/8", "ports": [admin], "tier": 0}])
+    gw = gateway(pol, args=["--admin", str(admin)])
+    r = request(gw, "GET", "http://127.0.0.1:%d/healthz" % admin)
+    assert r.status == 403 and r.header("Sluice-Reason") == "self_request", r
+
+
+def test_fd_limit_raised_and_max_conns_capped(sluice_bin, net, tmp_path):
+    from conftest import policy_yaml
+    pol = tmp_path / "p.yaml"
+    pol.write_text(policy_yaml(net.policy([api_rule(net)])))
+    port = free_port()
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 512))
+
+    p = subprocess.Popen([sluice_bin, "serve", "--policy", str(pol), "--listen",
+                          "127.0.0.1:%d" % port, "--log", str(tmp_path / "log.jsonl")],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, preexec_fn=low_limit)
+    try:
+        def up():
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                return True
+            except OSError:
+                return False
+        poll(up, timeout=15, what="sluice to listen")
+        with open("/proc/%d/limits" % p.pid) as f:
+            line = [x for x in f if x.startswith("Max open files")][0]
+        assert line.split()[3:5] == ["512", "512"], line
+    finally:
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=15)
+    err = err.decode()
+    assert p.returncode == 0, err
+    # (512 - 64) / 6 = 74 connections fit
+    assert "--max-conns 4096" in err and "512" in err and "at most 74 connections" in err, err
+
+
+def test_version_lists_libraries(run_sluice):
+    r = run_sluice("version")
+    assert r.returncode == 0, r.stderr
+    for lib in ("libevent ", "OpenSSL ", "libyaml ", "jansson ", "libidn2 ", "libpsl ",
+                "libsqlite3 ", "libseccomp "):
+        assert lib in r.stdout, r.stdout
+    r = run_sluice("version", "--help")
+    assert r.returncode == 0 and r.stdout.splitlines()[0] == "usage: sluice version"
+    assert all(line == line.rstrip() for line in r.stdout.splitlines()), repr(r.stdout)
