@@ -17,6 +17,8 @@
 
 #include "box/box_int.h"
 
+#define BOX_KEYCTL_JOIN_SESSION_KEYRING 1 /* <linux/keyctl.h> */
+
 /* Signals the init passes on to the command. */
 static const int forwarded[] = {SIGHUP,  SIGINT,   SIGQUIT, SIGTERM, SIGUSR1,
                                 SIGUSR2, SIGWINCH, SIGCONT, SIGTSTP, SIGALRM};
@@ -87,6 +89,17 @@ enum box_report_kind box_read_report(struct box *box, int *status, unsigned long
 
 /* --- the command ---------------------------------------------------------- */
 
+/* The caller's session keyring (tokens pam_keyinit, kinit or ecryptfs left
+ * there) must not pass into the box: the command joins a new, empty,
+ * anonymous session keyring. A kernel without keyrings (ENOSYS) has nothing
+ * to pass on. */
+static int new_session_keyring(void)
+{
+    if (syscall(SYS_keyctl, BOX_KEYCTL_JOIN_SESSION_KEYRING, NULL) >= 0 || errno == ENOSYS)
+        return 0;
+    return -1;
+}
+
 /* Every descriptor above 2 is closed when the command is executed: what the
  * caller of run left open (a connected socket, a file the box would not
  * otherwise reach) must not pass into the box. They are marked close-on-exec
@@ -129,6 +142,8 @@ static void __attribute__((noreturn)) command_main(const struct box_config *cfg,
     sigprocmask(SIG_SETMASK, &none, NULL);
     if (cloexec_from_3() < 0)
         snprintf(err, sizeof(err), "cannot close the inherited descriptors: %s", strerror(errno));
+    else if (new_session_keyring() < 0)
+        snprintf(err, sizeof(err), "cannot join a new session keyring: %s", strerror(errno));
     if (err[0] != '\0' || box_lock_down(cfg->allow_unix, err, sizeof(err)) < 0) {
         int e = -1;
         ssize_t w = write(exec_fd, &e, sizeof(e));
@@ -176,6 +191,11 @@ static int init_setup(const struct box_config *cfg, uid_t uid, gid_t gid, bool u
         return -1;
     if (box_loopback_up(err, errlen) < 0)
         return -1;
+    /* a UTS namespace of its own: the host's name stays the host's */
+    if (sethostname(BOX_HOSTNAME, strlen(BOX_HOSTNAME)) < 0 || setdomainname("", 0) < 0) {
+        snprintf(err, errlen, "cannot set the box's host name: %s", strerror(errno));
+        return -1;
+    }
     *gw_fd = open(cfg->gateway_socket, O_PATH | O_CLOEXEC);
     if (*gw_fd < 0) {
         snprintf(err, errlen, "the gateway socket %s: %s", cfg->gateway_socket, strerror(errno));

@@ -1,14 +1,17 @@
 /* box: the sandbox of `sluice run`, behind one small interface.
  *
  * box_spawn() clones a process into new user (when not root), PID,
- * network and mount namespaces. That process is the box's init (PID 1
- * inside): it maps the caller's uid and gid (setgroups denied), brings up
- * the loopback interface, makes the file system read-only but for the
- * writable paths it is given, mounts a private /tmp, /dev/shm and /proc,
+ * network, mount, IPC, UTS and cgroup namespaces. That process is the
+ * box's init (PID 1 inside): it maps the caller's uid and gid (setgroups
+ * denied), brings up the loopback interface, makes the file system
+ * read-only but for the writable paths it is given, mounts a private /tmp,
+ * /dev (a few host devices and its own devpts), /dev/shm and /proc,
  * starts the relay (127.0.0.1:3128 and [::1]:3128 -> the gateway's unix
  * socket outside), then forks the command with no capabilities, no new
  * privileges, no descriptor above 2 from the caller and, unless allow_unix,
- * a seccomp filter that refuses socket(AF_UNIX) and datagram socketpair().
+ * a new session keyring and a seccomp filter that refuses socket families
+ * but IP and netlink, socket(AF_UNIX) and datagram socketpair() unless
+ * allow_unix, and io_uring.
  * It passes signals on to the command and, when the command ends, reports
  * its wait status and exits, which kills whatever the command left behind
  * in the PID namespace.
@@ -24,6 +27,7 @@
 #include <sys/types.h>
 
 #define BOX_RELAY_PORT 3128
+#define BOX_HOSTNAME   "sluice-box"
 
 enum box_path_kind { BOX_PATH_RO, BOX_PATH_RW, BOX_PATH_HIDE };
 

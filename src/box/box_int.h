@@ -10,8 +10,8 @@
 #include "box/box.h"
 
 /* netns.c */
-/* The clone flags of a box: PID, network and mount namespaces, and a user
- * namespace unless <as_root>. */
+/* The clone flags of a box: PID, network, mount, IPC, UTS and cgroup
+ * namespaces, and a user namespace unless <as_root>. */
 int box_ns_flags(bool as_root);
 /* After clone(<flags>) failed with <err_no>: finds which namespace the
  * kernel refuses (probing each in a throw-away child) and writes a one-line
@@ -32,9 +32,10 @@ int box_mount_proc(char *err, size_t errlen);
 
 /* seccomp.c */
 /* In the command, just before execve: drops every capability (bounding,
- * ambient, inheritable, permitted), sets no_new_privs and, unless
- * <allow_unix>, loads the seccomp filter refusing socket(AF_UNIX),
- * socketpair() but for stream and seqpacket pairs, and io_uring. Returns 0,
+ * ambient, inheritable, permitted), sets no_new_privs and loads the
+ * seccomp filter refusing socket families but AF_INET, AF_INET6 and
+ * AF_NETLINK, io_uring and, unless <allow_unix>, socket(AF_UNIX) and
+ * socketpair() but for stream and seqpacket pairs. Returns 0,
  * or -1 with a message. */
 int box_lock_down(bool allow_unix, char *err, size_t errlen);
 

@@ -7,7 +7,8 @@
  *   2. every mount is remounted read-only, per mount (MS_BIND|MS_REMOUNT|
  *      MS_RDONLY), keeping its nosuid/nodev/noexec/atime flags: in a user
  *      namespace those are locked and a remount that dropped them fails;
- *   3. /tmp and /dev/shm become private empty tmpfs;
+ *   3. /tmp and /dev/shm become private empty tmpfs, /dev the box's own
+ *      (see dev_setup), read-only once step 4 is done;
  *   4. the working directory, each --rw, --ro and --hide (and the protected
  *      files run adds) are applied, shallowest path first and in the order
  *      given among equals, so a --ro below a --rw wins: a bind of the
@@ -16,9 +17,13 @@
  *      read-only tmpfs, a hidden file an empty read-only file (/dev/null);
  *   5. every mount still writable is checked against the writable paths:
  *      one left over is an error, never a half-boxed run.
- * A writable path that is read-only on the host stays read-only. */
+ * A writable path that is read-only on the host stays read-only. Paths are
+ * opened, and mounts made on targets reached, one component at a time
+ * without following symbolic links (run refuses links on the command line;
+ * one swapped in since fails the set-up). */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,11 +47,53 @@ struct op {
     size_t depth;
 };
 
-static unsigned long keep_flags(const char *path)
+/* Opens <path> (absolute) O_PATH one component at a time, following no
+ * symbolic link: a path that is or passes through one fails with ELOOP.
+ * Returns the descriptor, or -1 with errno. */
+static int open_nofollow(const char *path)
+{
+    if (path[0] != '/') {
+        errno = EINVAL;
+        return -1;
+    }
+    int fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    const char *s = path;
+    while (fd >= 0) {
+        while (*s == '/')
+            s++;
+        if (*s == '\0')
+            return fd;
+        const char *e = strchr(s, '/');
+        size_t len = e != NULL ? (size_t)(e - s) : strlen(s);
+        char name[NAME_MAX + 1];
+        if (len > NAME_MAX || (len == 2 && s[0] == '.' && s[1] == '.')) {
+            close(fd);
+            errno = len > NAME_MAX ? ENAMETOOLONG : EINVAL;
+            return -1;
+        }
+        memcpy(name, s, len);
+        name[len] = '\0';
+        int next = openat(fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        int e_no = errno;
+        close(fd);
+        struct stat st;
+        if (next >= 0 && fstat(next, &st) == 0 && S_ISLNK(st.st_mode)) {
+            close(next);
+            next = -1;
+            e_no = ELOOP;
+        }
+        errno = e_no;
+        fd = next;
+        s += len;
+    }
+    return -1;
+}
+
+static unsigned long keep_flags_fd(int fd)
 {
     struct statvfs sv;
     unsigned long f = 0;
-    if (statvfs(path, &sv) < 0)
+    if (fstatvfs(fd, &sv) < 0)
         return 0;
     if (sv.f_flag & ST_NOSUID)
         f |= MS_NOSUID;
@@ -65,8 +112,44 @@ static unsigned long keep_flags(const char *path)
 
 static int remount(const char *path, bool ro)
 {
-    unsigned long flags = MS_BIND | MS_REMOUNT | keep_flags(path) | (ro ? MS_RDONLY : 0);
-    return mount(NULL, path, NULL, flags, NULL);
+    int fd = open(path, O_PATH | O_CLOEXEC);
+    unsigned long flags = MS_BIND | MS_REMOUNT | (fd >= 0 ? keep_flags_fd(fd) : 0);
+    if (fd >= 0)
+        close(fd);
+    return mount(NULL, path, NULL, flags | (ro ? MS_RDONLY : 0), NULL);
+}
+
+/* Remounts the mount on top of <path>, reached without following a link. */
+static int remount_nofollow(const char *path, bool ro)
+{
+    int fd = open_nofollow(path);
+    if (fd < 0)
+        return -1;
+    char p[64];
+    snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+    unsigned long flags = MS_BIND | MS_REMOUNT | keep_flags_fd(fd) | (ro ? MS_RDONLY : 0);
+    int rc = mount(NULL, p, NULL, flags, NULL);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return rc;
+}
+
+/* mount(<src>, <target>) where <target> is reached without following a
+ * link (the mount goes on the descriptor's path). */
+static int mount_on(const char *src, const char *target, const char *fstype, unsigned long flags,
+                    const char *data)
+{
+    int fd = open_nofollow(target);
+    if (fd < 0)
+        return -1;
+    char p[64];
+    snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+    int rc = mount(src, p, fstype, flags, data);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return rc;
 }
 
 static int read_mountinfo(struct mountinfo *mi, char *err, size_t errlen)
@@ -141,6 +224,69 @@ static int make_target(const char *path, bool dir)
     return 0;
 }
 
+/* The box's /dev, as bubblewrap's --dev builds it: a tmpfs holding binds of
+ * the host's harmless devices, a devpts instance of its own (when the
+ * kernel allows one here), the private /dev/shm and the usual links. The
+ * host's kmsg, kvm, loop, fuse, disks and the rest are not there. */
+static const char *const dev_nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
+#define DEV_NODES (sizeof(dev_nodes) / sizeof(dev_nodes[0]))
+
+/* Opens the host's devices (before /dev is covered); -1 for one missing. */
+static void dev_open(int fds[DEV_NODES])
+{
+    for (size_t i = 0; i < DEV_NODES; i++) {
+        char p[32];
+        snprintf(p, sizeof(p), "/dev/%s", dev_nodes[i]);
+        fds[i] = open_nofollow(p);
+        struct stat st;
+        if (fds[i] >= 0 && (fstat(fds[i], &st) < 0 || !S_ISCHR(st.st_mode))) {
+            close(fds[i]);
+            fds[i] = -1;
+        }
+    }
+}
+
+static int dev_setup(const int fds[DEV_NODES], char *err, size_t errlen)
+{
+    if (mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k") < 0) {
+        snprintf(err, errlen, "cannot mount a private /dev: %s", strerror(errno));
+        return -1;
+    }
+    for (size_t i = 0; i < DEV_NODES; i++) {
+        if (fds[i] < 0)
+            continue;
+        char p[32], src[64];
+        snprintf(p, sizeof(p), "/dev/%s", dev_nodes[i]);
+        snprintf(src, sizeof(src), "/proc/self/fd/%d", fds[i]);
+        if (make_target(p, false) < 0 || mount(src, p, NULL, MS_BIND, NULL) < 0 ||
+            remount(p, true) < 0) {
+            snprintf(err, errlen, "cannot bind %s in the box: %s", p, strerror(errno));
+            return -1;
+        }
+    }
+    static const char *const links[][2] = {{"/proc/self/fd", "/dev/fd"},
+                                           {"/proc/self/fd/0", "/dev/stdin"},
+                                           {"/proc/self/fd/1", "/dev/stdout"},
+                                           {"/proc/self/fd/2", "/dev/stderr"}};
+    for (size_t i = 0; i < sizeof(links) / sizeof(links[0]); i++)
+        if (symlink(links[i][0], links[i][1]) < 0) {
+            snprintf(err, errlen, "cannot link %s in the box: %s", links[i][1], strerror(errno));
+            return -1;
+        }
+    if (mkdir("/dev/shm", 01777) < 0 || mkdir("/dev/pts", 0755) < 0) {
+        snprintf(err, errlen, "cannot make /dev/shm and /dev/pts in the box: %s", strerror(errno));
+        return -1;
+    }
+    /* a devpts of its own: ptys for the command, none of the host's */
+    if (mount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC | MS_RDONLY,
+              "newinstance,ptmxmode=0666,mode=0620") == 0 &&
+        symlink("pts/ptmx", "/dev/ptmx") < 0) {
+        snprintf(err, errlen, "cannot link /dev/ptmx in the box: %s", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 static int cmp_ops(const void *a, const void *b)
 {
     const struct op *x = a, *y = b;
@@ -167,11 +313,12 @@ static int apply_op(const struct op *o, char *err, size_t errlen)
             return 0; /* not visible in the box: nothing to hide */
         int rc;
         if (S_ISDIR(st.st_mode))
-            rc = mount("tmpfs", o->path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
-                       "mode=0755,size=4k");
+            rc = mount_on("tmpfs", o->path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
+                          "mode=0755,size=4k");
         else
-            rc =
-                mount("/dev/null", o->path, NULL, MS_BIND, NULL) == 0 ? remount(o->path, true) : -1;
+            rc = mount_on("/dev/null", o->path, NULL, MS_BIND, NULL) == 0
+                     ? remount_nofollow(o->path, true)
+                     : -1;
         if (rc < 0) {
             snprintf(err, errlen, "--hide %s: %s", o->path, strerror(errno));
             return -1;
@@ -186,7 +333,8 @@ static int apply_op(const struct op *o, char *err, size_t errlen)
     char src[64];
     snprintf(src, sizeof(src), "/proc/self/fd/%d", o->fd);
     bool ro = o->kind == BOX_PATH_RO || o->host_ro;
-    if (mount(src, o->path, NULL, MS_BIND | MS_REC, NULL) < 0 || remount(o->path, ro) < 0) {
+    if (mount_on(src, o->path, NULL, MS_BIND | MS_REC, NULL) < 0 ||
+        remount_nofollow(o->path, ro) < 0) {
         snprintf(err, errlen, "%s %s: %s", o->kind == BOX_PATH_RW ? "--rw" : "--ro", o->path,
                  strerror(errno));
         return -1;
@@ -214,7 +362,8 @@ static int verify(const struct op *ops, size_t nops, char *err, size_t errlen)
         if (!mountinfo_is_writable(e) || mountinfo_is_covered(&mi, e))
             continue;
         bool ok = strcmp(e->mount_point, "/tmp") == 0 || under(e->mount_point, "/tmp") ||
-                  strcmp(e->mount_point, "/dev/shm") == 0 || strcmp(e->mount_point, "/proc") == 0;
+                  strcmp(e->mount_point, "/dev/shm") == 0 || strcmp(e->mount_point, "/proc") == 0 ||
+                  strcmp(e->mount_point, "/dev/pts") == 0;
         for (size_t k = 0; k < nops && !ok; k++)
             ok = ops[k].kind == BOX_PATH_RW && strcmp(ops[k].path, e->mount_point) == 0;
         struct stat st;
@@ -243,6 +392,9 @@ int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen)
         return -1;
     }
     int rc = -1;
+    int dev_fds[DEV_NODES];
+    for (size_t i = 0; i < DEV_NODES; i++)
+        dev_fds[i] = -1;
     ops[0] = (struct op){.kind = BOX_PATH_RW, .path = cfg->cwd, .fd = -1};
     for (size_t i = 0; i < cfg->npaths; i++)
         ops[i + 1] = (struct op){.kind = cfg->paths[i].kind, .path = cfg->paths[i].path, .fd = -1};
@@ -256,7 +408,7 @@ int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen)
         struct op *o = &ops[i];
         o->order = i;
         o->depth = depth_of(o->path);
-        o->fd = open(o->path, O_PATH | O_CLOEXEC);
+        o->fd = open_nofollow(o->path);
         struct stat st;
         if (o->fd < 0 || fstat(o->fd, &st) < 0) {
             bool optional = i > 0 && cfg->paths[i - 1].optional;
@@ -266,14 +418,18 @@ int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen)
                 o->fd = -1;
                 continue;
             }
-            snprintf(err, errlen, "%s: %s", o->path, strerror(errno));
+            snprintf(err, errlen, "%s: %s", o->path,
+                     errno == ELOOP ? "is or passes through a symbolic link (replaced since run "
+                                      "checked it?)"
+                                    : strerror(errno));
             goto out;
         }
         o->is_dir = S_ISDIR(st.st_mode);
         struct statvfs sv;
-        o->host_ro = statvfs(o->path, &sv) == 0 && (sv.f_flag & ST_RDONLY);
+        o->host_ro = fstatvfs(o->fd, &sv) == 0 && (sv.f_flag & ST_RDONLY);
     }
     qsort(ops, nops, sizeof(*ops), cmp_ops);
+    dev_open(dev_fds);
 
     /* 2. everything read-only */
     struct mountinfo mi;
@@ -289,14 +445,14 @@ int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen)
     }
     mountinfo_free(&mi);
 
-    /* 3. private /tmp and /dev/shm */
+    /* 3. private /tmp, /dev and /dev/shm */
     if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") < 0) {
         snprintf(err, errlen, "cannot mount a private /tmp: %s", strerror(errno));
         goto out;
     }
-    struct stat st;
-    if (stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) &&
-        mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") < 0) {
+    if (dev_setup(dev_fds, err, errlen) < 0)
+        goto out;
+    if (mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") < 0) {
         snprintf(err, errlen, "cannot mount a private /dev/shm: %s", strerror(errno));
         goto out;
     }
@@ -306,9 +462,19 @@ int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen)
         if (apply_op(&ops[i], err, errlen) < 0)
             goto out;
 
+    /* /dev itself read-only once the paths below it are in place */
+    if (mount(NULL, "/dev", NULL, MS_REMOUNT | MS_NOSUID | MS_NOEXEC | MS_RDONLY,
+              "mode=0755,size=64k") < 0) {
+        snprintf(err, errlen, "cannot remount /dev read-only: %s", strerror(errno));
+        goto out;
+    }
+
     /* 5. nothing else writable */
     rc = verify(ops, nops, err, errlen);
 out:
+    for (size_t i = 0; i < DEV_NODES; i++)
+        if (dev_fds[i] >= 0)
+            close(dev_fds[i]);
     for (size_t i = 0; i < nops; i++)
         if (ops[i].fd >= 0)
             close(ops[i].fd);

@@ -15,7 +15,8 @@
 
 int box_ns_flags(bool as_root)
 {
-    int flags = CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWNS;
+    int flags =
+        CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
     if (!as_root)
         flags |= CLONE_NEWUSER;
     return flags;
@@ -47,6 +48,9 @@ void box_ns_explain(int flags, int err_no, char *err, size_t errlen)
         {CLONE_NEWPID, "PID", "max_pid_namespaces"},
         {CLONE_NEWNET, "network", "max_net_namespaces"},
         {CLONE_NEWNS, "mount", "max_mnt_namespaces"},
+        {CLONE_NEWIPC, "IPC", "max_ipc_namespaces"},
+        {CLONE_NEWUTS, "UTS", "max_uts_namespaces"},
+        {CLONE_NEWCGROUP, "cgroup", "max_cgroup_namespaces"},
     };
     int user = flags & CLONE_NEWUSER;
     for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {

@@ -14,7 +14,13 @@
  * namespace so the host's are out of reach anyway, and the relay that
  * carries the proxy traffic to the gateway's unix socket runs in the box's
  * init, outside the filter. io_uring is refused too (it can create sockets
- * without the socket syscall). --allow-unix loads no filter. */
+ * without the socket syscall).
+ *
+ * Other socket families: only AF_INET, AF_INET6 and AF_NETLINK (and AF_UNIX
+ * with --allow-unix) may be created; AF_VSOCK would reach the services of
+ * a VM host, AF_PACKET, AF_ALG, AF_BLUETOOTH and the rest are kernel attack
+ * surface the command has no use for (EAFNOSUPPORT, for socket() and
+ * socketpair()). --allow-unix lifts the AF_UNIX and socketpair() rules only. */
 #include <errno.h>
 #include <linux/capability.h>
 #include <seccomp.h>
@@ -52,24 +58,50 @@ static int drop_capabilities(char *err, size_t errlen)
     return 0;
 }
 
-static int load_filter(char *err, size_t errlen)
+/* Socket families the command may use: IP (through the relay, or nothing:
+ * the box's network has only its loopback) and netlink (the box's own
+ * interfaces and routes). Every other family below BOX_AF_LIMIT is refused;
+ * the kernel refuses those at or above its AF_MAX (46 in Linux 6.x) itself. */
+#define BOX_AF_LIMIT 64
+
+static bool family_allowed(unsigned fam, bool allow_unix)
+{
+    return fam == AF_INET || fam == AF_INET6 || fam == AF_NETLINK || (allow_unix && fam == AF_UNIX);
+}
+
+/* socket() and socketpair() with a refused family in the low 32 bits of the
+ * domain (the kernel reads it as an int: an EQ on all 64 bits would let
+ * 0x100000028 through, which the kernel takes for AF_VSOCK). AF_UNIX is
+ * EACCES (a policy, not a missing feature), the rest EAFNOSUPPORT. */
+static int refuse_families(scmp_filter_ctx ctx, int sys, bool allow_unix)
+{
+    int rc = 0;
+    for (unsigned fam = 0; fam < BOX_AF_LIMIT && rc == 0; fam++) {
+        if (family_allowed(fam, allow_unix) || (sys == SCMP_SYS(socketpair) && fam == AF_UNIX))
+            continue;
+        const struct scmp_arg_cmp is_fam = {
+            .arg = 0, .op = SCMP_CMP_MASKED_EQ, .datum_a = 0xffffffffu, .datum_b = fam};
+        int e = fam == AF_UNIX ? EACCES : EAFNOSUPPORT;
+        rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(e), sys, 1, &is_fam);
+    }
+    return rc;
+}
+
+static int load_filter(bool allow_unix, char *err, size_t errlen)
 {
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
     if (ctx == NULL) {
         snprintf(err, errlen, "seccomp: cannot initialise the filter");
         return -1;
     }
-    /* socket(AF_UNIX, ...): the kernel reads the domain as an int, so only
-     * its low 32 bits are compared (an EQ on all 64 would let
-     * 0x100000001 through, which the kernel takes for AF_UNIX). */
-    const struct scmp_arg_cmp is_unix = {
-        .arg = 0, .op = SCMP_CMP_MASKED_EQ, .datum_a = 0xffffffffu, .datum_b = AF_UNIX};
-    int rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 1, &is_unix);
+    int rc = refuse_families(ctx, SCMP_SYS(socket), allow_unix);
+    if (rc == 0)
+        rc = refuse_families(ctx, SCMP_SYS(socketpair), allow_unix);
     /* socketpair(): stream and seqpacket pairs only. A datagram socket can
      * sendto() any path, connected or not, and AF_UNIX turns SOCK_RAW into
      * SOCK_DGRAM, so every other type (the low 4 bits of the int; above
      * them only SOCK_CLOEXEC and SOCK_NONBLOCK) is refused. */
-    for (unsigned type = 0; type <= 0xf && rc == 0; type++) {
+    for (unsigned type = 0; type <= 0xf && rc == 0 && !allow_unix; type++) {
         if (type == SOCK_STREAM || type == SOCK_SEQPACKET)
             continue;
         const struct scmp_arg_cmp is_type = {
@@ -100,7 +132,7 @@ int box_lock_down(bool allow_unix, char *err, size_t errlen)
         snprintf(err, errlen, "cannot set no_new_privs: %s", strerror(errno));
         return -1;
     }
-    if (!allow_unix && load_filter(err, errlen) < 0)
+    if (load_filter(allow_unix, err, errlen) < 0)
         return -1;
     return 0;
 }

@@ -94,10 +94,88 @@ static char *canonical(const char *p, bool may_be_missing)
     return s;
 }
 
+/* <p> made absolute (against the working directory) and normalised as
+ * written: "." and empty components dropped, ".." taking away the one
+ * before it, no link followed. NULL when too long. */
+static char *lexical(const char *p)
+{
+    char cwd[PATH_MAX] = "";
+    if (p[0] != '/' && getcwd(cwd, sizeof(cwd)) == NULL)
+        return NULL;
+    size_t cap = strlen(cwd) + strlen(p) + 3;
+    char *out = malloc(cap);
+    if (out == NULL)
+        return NULL;
+    size_t n = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        const char *s = pass == 0 ? cwd : p;
+        while (*s != '\0') {
+            while (*s == '/')
+                s++;
+            const char *e = s;
+            while (*e != '\0' && *e != '/')
+                e++;
+            size_t len = (size_t)(e - s);
+            if (len == 2 && s[0] == '.' && s[1] == '.') {
+                while (n > 0 && out[n - 1] != '/')
+                    n--;
+                if (n > 0)
+                    n--; /* the slash */
+            } else if (len > 0 && !(len == 1 && s[0] == '.')) {
+                out[n++] = '/';
+                memcpy(out + n, s, len);
+                n += len;
+            }
+            s = e;
+        }
+    }
+    if (n == 0)
+        out[n++] = '/';
+    out[n] = '\0';
+    return out;
+}
+
+/* A --ro, --rw or --hide path that is, or passes through, a symbolic link
+ * is refused: an agent boxed in an earlier run can plant `build -> /etc`
+ * in its writable folder, and --rw ./build would then grant /etc. Returns
+ * 0, or a usage error naming the first link and its target. */
+static int refuse_links(const char *opt, const char *p)
+{
+    char *lex = lexical(p);
+    if (lex == NULL)
+        return command_usage_error(self, "%s %s: %s", opt, p, strerror(errno));
+    int rc = 0;
+    for (size_t i = 1; lex[i - 1] != '\0' && rc == 0; i++) {
+        if (lex[i] != '/' && lex[i] != '\0')
+            continue;
+        char c = lex[i];
+        lex[i] = '\0';
+        struct stat st;
+        if (lstat(lex, &st) == 0 && S_ISLNK(st.st_mode)) {
+            char target[PATH_MAX];
+            ssize_t t = readlink(lex, target, sizeof(target) - 1);
+            target[t > 0 ? t : 0] = '\0';
+            rc = command_usage_error(self,
+                                     "%s %s: %s is a symbolic link (to %s); a link in a "
+                                     "writable folder may have been planted by the agent: pass "
+                                     "the real path if you mean it",
+                                     opt, p, lex, target);
+        }
+        lex[i] = c;
+        if (c == '\0')
+            break;
+    }
+    free(lex);
+    return rc;
+}
+
 static int add_path(struct run_args *a, enum box_path_kind kind, const char *opt, const char *p)
 {
     if (a->npaths >= RUN_MAX_PATHS)
         return command_usage_error(self, "at most %d --ro/--rw/--hide paths", RUN_MAX_PATHS);
+    int rc = refuse_links(opt, p);
+    if (rc != 0)
+        return rc;
     char *c = own(a, canonical(p, kind == BOX_PATH_HIDE));
     if (c == NULL)
         return command_usage_error(self, "%s %s: %s", opt, p, strerror(errno));
@@ -224,6 +302,49 @@ static int check_cwd(const char *cwd)
     return 0;
 }
 
+/* --- paths the agent can move away ---------------------------------------- */
+
+static bool strictly_under(const char *path, const char *dir)
+{
+    size_t n = strlen(dir);
+    if (strcmp(dir, "/") == 0)
+        return path[1] != '\0';
+    return strncmp(path, dir, n) == 0 && path[n] == '/';
+}
+
+/* A read-only file or folder below a writable path keeps its contents, not
+ * its path: when a plain folder lies between the two, the command can
+ * rename that folder and leave a replacement where the file was (a policy,
+ * a log, a git hook the next run or the user trusts). Warns about each,
+ * naming <label[i]> for the protected paths run added. */
+static void warn_renamable(const struct run_args *a, const char *cwd, size_t nuser,
+                           const char *const *labels)
+{
+    for (size_t i = 0; i < a->npaths; i++) {
+        const struct box_path *p = &a->paths[i];
+        if (p->kind != BOX_PATH_RO || (i >= nuser && labels[i - nuser] == NULL))
+            continue;
+        /* the deepest other path of the view above it decides */
+        const char *above = strictly_under(p->path, cwd) ? cwd : NULL;
+        bool writable = above != NULL;
+        for (size_t k = 0; k < a->npaths; k++) {
+            const char *q = a->paths[k].path;
+            if (k == i || !strictly_under(p->path, q) ||
+                (above != NULL && strlen(q) <= strlen(above)))
+                continue;
+            above = q;
+            writable = a->paths[k].kind == BOX_PATH_RW;
+        }
+        if (!writable || strchr(p->path + strlen(above) + (strcmp(above, "/") != 0), '/') == NULL)
+            continue; /* not below a writable path, or directly in it (a mount point stays) */
+        fprintf(stderr,
+                "sluice run: warning: %s %s lies in a folder below the writable %s: the agent "
+                "cannot change this file, but it can rename the folder above it and leave a "
+                "replacement for the next run: keep it outside the writable paths\n",
+                i < nuser ? "--ro" : labels[i - nuser], p->path, above);
+    }
+}
+
 /* --- the environment of the command --------------------------------------- */
 
 static bool is_proxy_var(const char *kv)
@@ -276,6 +397,8 @@ struct served {
     bool own_log;
     off_t log_start;
     off_t alerts_start;
+    int log_fd; /* opened before the box starts: the summary never reopens a path */
+    int alerts_fd;
 };
 
 /* Forks the gateway; returns 0 once it accepts, or EXIT_USAGE. */
@@ -370,6 +493,12 @@ static int serve_start(struct run_args *a, struct served *s)
         s->pid = -1;
         return EXIT_USAGE;
     }
+    /* The files the summary reads, opened now, before the command runs: the
+     * command may rename the folder above them and leave a forgery at the
+     * same path. */
+    s->log_fd = open(s->log, O_RDONLY | O_CLOEXEC);
+    if (a->alerts != NULL)
+        s->alerts_fd = open(a->alerts, O_RDONLY | O_CLOEXEC);
     return 0;
 }
 
@@ -385,6 +514,11 @@ static void serve_stop(struct served *s)
 
 static void serve_cleanup(struct served *s)
 {
+    if (s->log_fd >= 0)
+        close(s->log_fd);
+    if (s->alerts_fd >= 0)
+        close(s->alerts_fd);
+    s->log_fd = s->alerts_fd = -1;
     if (s->dir[0] == '\0')
         return;
     if (s->own_log)
@@ -400,12 +534,16 @@ struct tally {
     bool read_ok;
 };
 
-static void tally_log(const char *path, off_t start, struct tally *t)
+static void tally_log(int fd, off_t start, struct tally *t)
 {
-    FILE *f = fopen(path, "re");
-    if (f == NULL)
+    int dfd = fd >= 0 ? dup(fd) : -1;
+    FILE *f = dfd >= 0 ? fdopen(dfd, "r") : NULL;
+    if (f == NULL) {
+        if (dfd >= 0)
+            close(dfd);
         return;
-    if (start > 0 && fseeko(f, start, SEEK_SET) != 0) {
+    }
+    if (fseeko(f, start, SEEK_SET) != 0) {
         fclose(f);
         return;
     }
@@ -453,10 +591,10 @@ static void print_summary(const struct run_args *a, const struct served *s, unsi
         return;
     }
     struct tally t = {0};
-    tally_log(s->log, s->log_start, &t);
+    tally_log(s->log_fd, s->log_start, &t);
     if (a->alerts != NULL) {
         struct tally ta = {0};
-        tally_log(a->alerts, s->alerts_start, &ta);
+        tally_log(s->alerts_fd, s->alerts_start, &ta);
         t.alerts += ta.alerts;
     }
     char rep[48] = "";
@@ -519,7 +657,7 @@ static int wait_box(struct box *box, const struct served *s, int *status, unsign
 static int run_main(int argc, char **argv)
 {
     struct run_args *a = calloc(1, sizeof(*a));
-    struct served s = {.pid = -1};
+    struct served s = {.pid = -1, .log_fd = -1, .alerts_fd = -1};
     char **env = NULL;
     if (a == NULL) {
         fputs("sluice run: out of memory\n", stderr);
@@ -539,6 +677,7 @@ static int run_main(int argc, char **argv)
     if (check_cwd(cwd) < 0)
         goto out;
     const char *sock = a->proxy;
+    size_t nuser = a->npaths;
     if (a->proxy != NULL) {
         struct stat st;
         if (stat(a->proxy, &st) < 0 || !S_ISSOCK(st.st_mode)) {
@@ -551,6 +690,7 @@ static int run_main(int argc, char **argv)
         if (serve_start(a, &s) != 0)
             goto out;
         sock = s.sock;
+        nuser = a->npaths;
         /* the policy and the log stay read-only in the box; run's own directory is hidden */
         a->paths[a->npaths++] =
             (struct box_path){BOX_PATH_RO, own(a, canonical(a->policy, false)), true};
@@ -563,6 +703,9 @@ static int run_main(int argc, char **argv)
             if (a->paths[i].path == NULL)
                 a->paths[i].path = s.dir;
     }
+    const char *const labels[] = {"the policy", s.own_log ? NULL : "the decision log", NULL,
+                                  a->alerts != NULL ? "the alerts file" : NULL};
+    warn_renamable(a, cwd, nuser, labels);
     env = make_env();
     if (env == NULL) {
         fputs("sluice run: out of memory\n", stderr);
@@ -636,7 +779,9 @@ const struct command cmd_run = {
             "  --alerts FILE      alerts, JSON lines (default: in the decision log)\n"
             "Inside: no network but 127.0.0.1:3128 and [::1]:3128 (HTTP_PROXY, HTTPS_PROXY,\n"
             "ALL_PROXY point there; NO_PROXY is empty), read-only files but for the current\n"
-            "directory, a private /tmp and /dev/shm, no capabilities, no new privileges.\n"
+            "directory, a private /tmp and /dev/shm, a minimal /dev, no capabilities, no new\n"
+            "privileges, sockets only for IP and netlink. --ro/--rw/--hide refuse symbolic\n"
+            "links.\n"
             "Exit status: the command's (128+N when killed by signal N), 2 when the box\n"
             "cannot be built.\n",
     .main = run_main,

@@ -33,6 +33,7 @@ void chunked_init(struct chunked *c)
     c->line_len = 0;
     c->trailer_len = 0;
     c->total = 0;
+    c->trailer_at = 0;
     c->why = NULL;
 }
 
@@ -156,6 +157,7 @@ int chunked_feed(struct chunked *c, const char *data, size_t len, size_t *consum
             if (c->remaining == 0) {
                 c->state = S_TRAILER_START;
                 c->trailer_len = 0;
+                c->trailer_at = c->total + 1; /* this LF included */
             } else {
                 c->state = S_DATA;
             }

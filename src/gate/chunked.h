@@ -33,6 +33,11 @@ struct chunked {
     size_t trailer_len; /* bytes of the trailer section so far */
     uint64_t total;     /* bytes of the body framed so far */
     const char *why;    /* static phrase after CHUNKED_ERROR, else NULL */
+
+    /* Once the last-chunk line ended, the bytes of the body before the
+     * trailer section (they end with "0\r\n"), else 0: a forwarder can drop
+     * the trailer section and end the body with "\r\n". */
+    uint64_t trailer_at;
 };
 
 void chunked_init(struct chunked *c);

@@ -110,6 +110,8 @@ struct exchange {
     bool reused;   /* c->up was kept from an earlier request of this client */
     bool retried;  /* the request was already sent again on a fresh connection */
     bool rsp_seen; /* a byte of the response arrived */
+
+    unsigned interim; /* interim (1xx) responses passed on (forward.c) */
 };
 
 struct conn {

@@ -8,12 +8,14 @@
  * its TLS handshake cut, and the refusal is in the decision log, which is
  * what matters. A client that sends nothing (a server-speaks-first protocol
  * that waits for the upstream: the window expires), bytes that are not a TLS
- * handshake record, or a complete ClientHello without server_name is let
- * through. Once the first bytes are a TLS handshake record, nothing else is:
- * a ClientHello still incomplete when the window closes, when PEEK_MAX
- * bytes have arrived or when the client ends its side, one that is
- * malformed or larger than SNI_MAX_HELLO, is refused as sni_mismatch (fail
- * closed: the name could not be checked). Only then is the agent_egress
+ * record, or a complete ClientHello without server_name is let through.
+ * Once the first bytes are a TLS record header (a TLS content type, version
+ * 3.x with any minor), nothing else is: a first record that is not a
+ * handshake record (an alert before the hello, which some servers skip), a
+ * ClientHello still incomplete when the window closes, when PEEK_MAX bytes
+ * have arrived or when the client ends its side, one that is malformed or
+ * larger than SNI_MAX_HELLO, is refused as sni_mismatch (fail closed: the
+ * name could not be checked). Only then is the agent_egress
  * event published and the peeked bytes forwarded; the tunnel is then opaque
  * (tunnel.c). */
 #include <string.h>

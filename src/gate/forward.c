@@ -32,6 +32,9 @@
 #include "shape/admit.h"
 #include "shape/quota.h"
 
+/* Interim (1xx) responses passed on per request; more is a 502. */
+#define INTERIM_MAX 16
+
 static void up_read(struct bufferevent *bev, void *arg);
 static void up_write(struct bufferevent *bev, void *arg);
 static void up_event(struct bufferevent *bev, short what, void *arg);
@@ -162,6 +165,7 @@ static void pump_request(struct conn *c)
             shape_pause_upload(c); /* the bucket is empty: read again once it refills */
             return;
         }
+        size_t skip = 0; /* bytes of a chunked trailer section: read, not sent */
         if (ex->req_body == BODY_LENGTH) {
             if (n > ex->req_left)
                 n = (size_t)ex->req_left;
@@ -172,15 +176,23 @@ static void pump_request(struct conn *c)
             struct evbuffer_iovec v;
             if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
                 break;
+            uint64_t t0 = ex->req_chunked.total;
             int rc = chunked_feed(&ex->req_chunked, v.iov_base, v.iov_len < n ? v.iov_len : n, &n);
             if (rc == CHUNKED_ERROR) {
                 fail(c, ex->req_chunked.why);
                 return;
             }
+            uint64_t tr = ex->req_chunked.trailer_at;
+            if (tr != 0 && tr < t0 + n)
+                skip = n - (tr > t0 ? (size_t)(tr - t0) : 0);
             if (rc == CHUNKED_DONE)
                 ex->req_done = true;
         }
-        if (evbuffer_remove_buffer(in, out, n) != (int)n) {
+        /* The trailer section (it could carry Proxy-Authorization or any
+         * hop-by-hop field) never goes upstream: the body ends "0\r\n\r\n". */
+        if (evbuffer_remove_buffer(in, out, n - skip) != (int)(n - skip) ||
+            evbuffer_drain(in, skip) < 0 ||
+            (ex->req_done && ex->req_body == BODY_CHUNKED && evbuffer_add(out, "\r\n", 2) < 0)) {
             fail(c, "out of memory");
             return;
         }
@@ -195,15 +207,19 @@ static void pump_request(struct conn *c)
     }
 }
 
-/* Moves response body bytes from the upstream to the client. Returns -1
- * when <c> was freed. */
-static int pump_response(struct conn *c)
+/* Moves response body bytes from the upstream to the client, after the
+ * head; <force> when the upstream ended (its input is bounded by the read
+ * watermark): all of it, over the FLOW_HIGH mark. Returns -1 when <c> was
+ * freed. */
+static int pump_response(struct conn *c, bool force)
 {
     struct exchange *ex = &c->ex;
     struct evbuffer *in = bufferevent_get_input(c->up);
     struct evbuffer *out = bufferevent_get_output(c->client);
+    if (!ex->rsp_head_done)
+        return 0; /* never a byte before the final head is parsed */
     while (!ex->rsp_done && evbuffer_get_length(in) > 0) {
-        if (evbuffer_get_length(out) >= FLOW_HIGH) {
+        if (!force && evbuffer_get_length(out) >= FLOW_HIGH) {
             bufferevent_disable(c->up, EV_READ);
             return 0; /* forward_on_client_write resumes */
         }
@@ -235,8 +251,11 @@ static int pump_response(struct conn *c)
     return 0;
 }
 
-/* Reads response heads (interim ones are passed on) until the final one. */
-static int read_response_head(struct conn *c)
+/* Reads response heads until the final one. Interim (1xx) ones are passed
+ * on, at most INTERIM_MAX per request (more: 502), under the same FLOW_HIGH
+ * backpressure as body bytes unless <force> (the upstream ended: its input
+ * is bounded by the read watermark). Returns -1 when <c> was freed. */
+static int read_response_head(struct conn *c, bool force)
 {
     struct exchange *ex = &c->ex;
     struct evbuffer *in = bufferevent_get_input(c->up);
@@ -248,6 +267,10 @@ static int read_response_head(struct conn *c)
         size_t len = evbuffer_get_length(in);
         if (len == 0)
             return 0;
+        if (!force && evbuffer_get_length(out) >= FLOW_HIGH) {
+            bufferevent_disable(c->up, EV_READ);
+            return 0; /* forward_on_client_write resumes */
+        }
         size_t n = len < limit ? len : (size_t)limit;
         const char *buf = (const char *)evbuffer_pullup(in, (ev_ssize_t)n);
         struct http_response *rsp = malloc(sizeof(*rsp));
@@ -268,6 +291,11 @@ static int read_response_head(struct conn *c)
             return -1;
         }
         if (rsp->status < 200) {
+            if (++ex->interim > INTERIM_MAX) {
+                free(rsp);
+                fail(c, "the upstream sent too many interim responses");
+                return -1;
+            }
             if (http1_write_upstream_response(rsp, out, false) < 0) {
                 free(rsp);
                 fail(c, "out of memory");
@@ -341,7 +369,10 @@ void forward_on_client_write(struct conn *c)
     }
     if (c->up != NULL && evbuffer_get_length(bufferevent_get_output(c->client)) <= FLOW_LOW) {
         bufferevent_enable(c->up, EV_READ);
-        if (pump_response(c) < 0)
+        /* After an interim head drained: the rest may already be buffered. */
+        if (read_response_head(c, false) < 0 || !ex->rsp_head_done)
+            return;
+        if (pump_response(c, false) < 0)
             return;
         maybe_done(c);
     }
@@ -358,10 +389,10 @@ static void up_read(struct bufferevent *bev, void *arg)
     struct conn *c = arg;
     (void)bev;
     c->ex.rsp_seen = true;
-    if (read_response_head(c) < 0)
+    if (read_response_head(c, false) < 0)
         return;
     if (c->ex.rsp_head_done) {
-        if (pump_response(c) < 0)
+        if (pump_response(c, false) < 0)
             return;
         maybe_done(c);
     }
@@ -427,8 +458,11 @@ static void up_event(struct bufferevent *bev, short what, void *arg)
     struct conn *c = arg;
     struct exchange *ex = &c->ex;
     (void)bev;
+    /* Heads held back by backpressure are still in the input. */
+    if ((what & BEV_EVENT_EOF) && !ex->rsp_head_done && read_response_head(c, true) < 0)
+        return;
     if ((what & BEV_EVENT_EOF) && ex->rsp_head_done) {
-        if (pump_response(c) < 0)
+        if (pump_response(c, true) < 0)
             return;
         if (ex->rsp_body == BODY_UNTIL_CLOSE)
             ex->rsp_done = true;

@@ -1,7 +1,7 @@
 /* sni: the server name of a TLS ClientHello (see sni.h).
  *
  * RFC 8446 4.1.2 / RFC 5246 7.4.1.2, RFC 6066 3:
- *   record      = type(1)=22 version(2)=3.x length(2) fragment
+ *   record      = type(1)=22 version(2)=3.x (any x) length(2) fragment
  *   handshake   = msg_type(1)=1 length(3) ClientHello
  *   ClientHello = legacy_version(2) random(32) session_id<0..32>
  *                 cipher_suites<2..2^16-2> compression_methods<1..2^8-1>
@@ -15,12 +15,14 @@
 #include <stdbool.h>
 #include <string.h>
 
-#define TLS_RECORD_HEADER  5
-#define TLS_MAX_FRAGMENT   16384
-#define TLS_HANDSHAKE      22
-#define TLS_CLIENT_HELLO   1
-#define EXT_SERVER_NAME    0
-#define NAME_TYPE_HOSTNAME 0
+#define TLS_RECORD_HEADER      5
+#define TLS_MAX_FRAGMENT       16384
+#define TLS_CHANGE_CIPHER_SPEC 20
+#define TLS_HANDSHAKE          22
+#define TLS_HEARTBEAT          24
+#define TLS_CLIENT_HELLO       1
+#define EXT_SERVER_NAME        0
+#define NAME_TYPE_HOSTNAME     0
 
 struct cursor {
     const uint8_t *b;
@@ -132,16 +134,33 @@ static enum sni_result parse_client_hello(struct cursor *c, size_t end, size_t *
     return found ? SNI_FOUND : SNI_ABSENT;
 }
 
-/* Checks the record header bytes present at <p> (<n> < 5 allowed). */
+/* A record content type of TLS: change_cipher_spec (20), alert (21),
+ * handshake (22), application_data (23), heartbeat (24). */
+static bool tls_content_type(uint8_t t)
+{
+    return t >= TLS_CHANGE_CIPHER_SPEC && t <= TLS_HEARTBEAT;
+}
+
+/* Checks the record header bytes present at <p> (<n> < 5 allowed). The
+ * first record is TLS when its type is a TLS content type and its major
+ * version 3 (any minor: servers accept legacy record versions they do not
+ * know); then it must be a handshake record, and so must every later one.
+ * Anything else as the first record is not TLS. */
 static enum sni_result check_record_header(const uint8_t *p, size_t n, bool first)
 {
-    enum sni_result bad = first ? SNI_NOT_TLS : SNI_MALFORMED;
-    if (n >= 1 && p[0] != TLS_HANDSHAKE)
-        return bad;
-    if (n >= 2 && p[1] != 3)
-        return bad;
-    if (n >= 3 && p[2] > 4)
-        return bad;
+    if (first) {
+        if (n >= 1 && !tls_content_type(p[0]))
+            return SNI_NOT_TLS;
+        if (n >= 2 && p[1] != 3)
+            return SNI_NOT_TLS;
+        if (n >= 2 && p[0] != TLS_HANDSHAKE)
+            return SNI_MALFORMED; /* e.g. an alert before the ClientHello */
+    } else {
+        if (n >= 1 && p[0] != TLS_HANDSHAKE)
+            return SNI_MALFORMED;
+        if (n >= 2 && p[1] != 3)
+            return SNI_MALFORMED;
+    }
     if (n >= 5) {
         size_t rlen = be16(p + 3);
         if (rlen == 0 || rlen > TLS_MAX_FRAGMENT)

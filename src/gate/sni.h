@@ -3,9 +3,13 @@
  * Used on the first bytes of a CONNECT tunnel, before they are forwarded, to
  * refuse a tunnel whose SNI names another host than the CONNECT target
  * (sni_mismatch). Pure: no allocation, no TLS library. Reassembles a
- * ClientHello fragmented over several handshake records (legacy record
- * versions 3.0 to 3.4), bounded to SNI_MAX_HELLO bytes of handshake message,
- * and bounds-checks every length it walks. */
+ * ClientHello fragmented over several handshake records (record version 3.x,
+ * any minor: servers accept legacy record versions they do not know),
+ * bounded to SNI_MAX_HELLO bytes of handshake message, and bounds-checks
+ * every length it walks. The input is TLS as soon as its first record
+ * header has a TLS content type (20 to 24) and major version 3: from then on
+ * it is a ClientHello or MALFORMED (a leading alert or any other
+ * non-handshake record included), never NOT_TLS. */
 #ifndef SLUICE_GATE_SNI_H
 #define SLUICE_GATE_SNI_H
 
@@ -19,8 +23,8 @@ enum sni_result {
     SNI_FOUND,     /* <name> holds the host_name */
     SNI_ABSENT,    /* a valid ClientHello without server_name (or without a host_name in it) */
     SNI_NEED_MORE, /* the bytes so far are a valid prefix of a ClientHello */
-    SNI_NOT_TLS,   /* the first record header is not a TLS handshake record (SSLv2 too) */
-    SNI_MALFORMED, /* TLS handshake records, but not a valid ClientHello */
+    SNI_NOT_TLS,   /* the first record header is not a TLS record (SSLv2 too) */
+    SNI_MALFORMED, /* TLS records, but not a valid ClientHello in handshake records */
 };
 
 /* Parses the ClientHello at the start of <buf> (<len> bytes). On SNI_FOUND

@@ -845,3 +845,235 @@ def test_summary_counts_alerts(box, net):
     with open(alerts) as f:
         kinds = [json.loads(ln)["kind"] for ln in f if ln.strip()]
     assert "first_contact" in kinds
+
+
+# --------------------------------------------------------------------------
+# what else of the host the box must not reach
+
+
+def test_host_sysv_ipc_and_hostname_are_not_shared(box, net):
+    """An IPC namespace: a System V message queue of the host is not there
+    (msgsnd fails, /proc/sysvipc/msg lists nothing); a UTS namespace: the
+    host name is the box's own."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    qid = libc.msgget(0, 0o1600)  # IPC_PRIVATE, IPC_CREAT, mode 0600
+    assert qid >= 0, os.strerror(ctypes.get_errno())
+    try:
+        pol = box.policy(net.policy([]))
+        code = r"""
+import ctypes, json, os, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+buf = ctypes.create_string_buffer(b"\x01" + b"\0" * 7 + b"exfil")
+r = libc.msgsnd(int(sys.argv[1]), buf, 5, 0o4000)
+rows = open("/proc/sysvipc/msg").read().splitlines()[1:]
+print(json.dumps({"msgsnd": r, "rows": rows, "host": socket.gethostname()}))
+"""
+        o = Box.out(box.run(["--policy", pol], None, cmd=[PY, "-c", code, str(qid)]))
+        assert o["msgsnd"] == -1
+        assert o["rows"] == []
+        assert o["host"] == "sluice-box"
+        buf = ctypes.create_string_buffer(64)
+        assert libc.msgrcv(qid, buf, 56, 0, 0o4000) == -1  # IPC_NOWAIT: nothing arrived
+    finally:
+        libc.msgctl(qid, 0, None)  # IPC_RMID
+
+
+KEYS = r"""
+import ctypes, json
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+# keyctl(KEYCTL_SEARCH, KEY_SPEC_SESSION_KEYRING, "user", name, 0)
+kid = libc.syscall(250, 10, -3, b"user", b"sluice-test-secret", 0)
+print(json.dumps({"kid": kid, "errno": ctypes.get_errno()}))
+"""
+
+
+def test_session_keyring_not_inherited(box, net):
+    """A key in the caller's session keyring is not found from the box: the
+    command joins a new anonymous session keyring."""
+    import ctypes
+    import platform
+    if platform.machine() != "x86_64":
+        pytest.skip("syscall numbers below are x86_64's")
+    pol = box.policy(net.policy([]))
+    # a child with its own session keyring holding the key runs sluice
+    setup = r"""
+import ctypes, subprocess, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+if libc.syscall(250, 1, None) < 0:          # KEYCTL_JOIN_SESSION_KEYRING
+    sys.exit(77)
+kid = libc.syscall(248, b"user", b"sluice-test-secret", b"hunter2", 7, -3)  # add_key
+if kid < 0:
+    sys.exit(77)
+# the key is findable here
+assert libc.syscall(250, 10, -3, b"user", b"sluice-test-secret", 0) == kid
+sys.exit(subprocess.run(sys.argv[1:]).returncode)
+"""
+    argv = [PY, "-c", setup, box.bin, "run", "--policy", pol, "--", PY, "-c", KEYS]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd=box.workdir,
+                       env=_clean_env())
+    if p.returncode == 77:
+        pytest.skip("no keyrings here")
+    assert p.returncode == 0, p.stderr
+    o = Box.out(p)
+    assert o["kid"] == -1
+    assert o["errno"] == 126  # ENOKEY
+
+
+FAMILIES = r"""
+import errno, json, socket
+res = {}
+for name, fam, typ in [("inet", 2, 1), ("inet6", 10, 1), ("netlink", 16, 3), ("packet", 17, 3),
+                       ("vsock", 40, 1), ("alg", 38, 5), ("bluetooth", 31, 1), ("can", 29, 3),
+                       ("tipc", 30, 2), ("x25", 9, 5), ("unspec", 0, 1), ("rds", 21, 5),
+                       ("unix_pair", 1, 1), ("vsock_pair", 40, 1)]:
+    try:
+        if name.endswith("_pair"):
+            for s in socket.socketpair(fam, typ):
+                s.close()
+        else:
+            socket.socket(fam, typ).close()
+        res[name] = "ok"
+    except OSError as e:
+        res[name] = errno.errorcode.get(e.errno, str(e.errno))
+print(json.dumps(res))
+"""
+
+
+def test_socket_families_refused(box, net):
+    """Only AF_INET, AF_INET6 and AF_NETLINK sockets (AF_UNIX with
+    --allow-unix); AF_VSOCK would reach a VM host's services."""
+    pol = box.policy(net.policy([]))
+    o = Box.out(box.run(["--policy", pol], FAMILIES))
+    assert o["inet"] == o["inet6"] == o["netlink"] == "ok", o
+    for name in ("packet", "vsock", "alg", "bluetooth", "can", "tipc", "x25", "unspec", "rds",
+                 "vsock_pair"):
+        assert o[name] == "EAFNOSUPPORT", (name, o)
+    assert o["unix_pair"] == "ok"
+    o = Box.out(box.run(["--policy", pol, "--allow-unix"], FAMILIES))
+    assert o["inet"] == o["netlink"] == o["unix_pair"] == "ok", o
+    assert o["vsock"] == o["packet"] == o["alg"] == "EAFNOSUPPORT", o
+
+
+DEV = r"""
+import json, os
+out = {"dev": sorted(os.listdir("/dev"))}
+def tryopen(p, fl):
+    try:
+        os.close(os.open(p, fl)); return "ok"
+    except OSError as e:
+        return e.strerror
+for p in ("/dev/kmsg", "/dev/kvm", "/dev/loop-control", "/dev/fuse", "/dev/vda", "/dev/sda"):
+    out[p] = tryopen(p, os.O_WRONLY)
+out["null"] = tryopen("/dev/null", os.O_WRONLY)
+out["urandom"] = len(open("/dev/urandom", "rb").read(16))
+try:
+    m, s = os.openpty()
+    os.write(s, b"pty\n")
+    out["pty"] = os.read(m, 16).decode().strip()
+except OSError as e:
+    out["pty"] = e.strerror
+out["fd"] = os.readlink("/dev/fd")
+try:
+    os.chmod("/dev/null", 0o600); out["chmod"] = "ok"
+except OSError as e:
+    out["chmod"] = e.strerror
+print(json.dumps(out))
+"""
+
+
+def _check_dev(o):
+    for p in ("/dev/kmsg", "/dev/kvm", "/dev/loop-control", "/dev/fuse", "/dev/vda", "/dev/sda"):
+        assert o[p] in ("No such file or directory", "Read-only file system"), (p, o)
+    assert "kmsg" not in o["dev"] and "kvm" not in o["dev"] and "loop-control" not in o["dev"]
+    assert {"null", "zero", "full", "random", "urandom", "shm", "fd"} <= set(o["dev"]), o
+    assert o["null"] == "ok" and o["urandom"] == 16
+    assert o["pty"] == "pty", o
+    assert o["fd"] == "/proc/self/fd"
+    assert o["chmod"] == "Read-only file system"
+
+
+def test_minimal_dev(box, net):
+    """/dev is the box's own: the host's kmsg, kvm, loop devices and disks
+    are not there; null, urandom and a pty work."""
+    pol = box.policy(net.policy([]))
+    _check_dev(Box.out(box.run(["--policy", pol], DEV)))
+    assert os.stat("/dev/null").st_mode & 0o777 == 0o666
+
+
+def test_unprivileged_dev_ipc_keys_families(sluice_bin, net, hostdir):
+    """The same as nobody (a user namespace): the minimal /dev, the own host
+    name, the refused families."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to switch to nobody")
+    ok, why = _userns_allowed()
+    if not ok:
+        pytest.skip("the kernel refuses unprivileged user namespaces: %s" % why)
+    work = os.path.join(hostdir, "work")
+    os.makedirs(work)
+    os.chmod(work, 0o777)
+    b = Box(sluice_bin, work)
+    pol = b.policy(net.policy([]))
+    os.chmod(pol, 0o644)
+    _check_dev(Box.out(b.run(["--policy", pol], DEV, user=65534)))
+    o = Box.out(b.run(["--policy", pol], FAMILIES, user=65534))
+    assert o["inet"] == o["netlink"] == "ok" and o["vsock"] == o["packet"] == "EAFNOSUPPORT", o
+    p = b.run(["--policy", pol], None, cmd=["hostname"], user=65534)
+    assert p.stdout.strip() == "sluice-box", p.stderr
+
+
+def test_symlinked_paths_refused(box, net, hostdir):
+    """A link planted in the writable folder by an earlier run does not turn
+    --rw ./build into a grant of its target."""
+    pol = box.policy(net.policy([]))
+    secret = os.path.join(hostdir, "secret")
+    os.makedirs(secret)
+    os.symlink(secret, os.path.join(box.workdir, "build"))
+    os.makedirs(os.path.join(box.workdir, "real"))
+    os.symlink("real", os.path.join(box.workdir, "alias"))
+    for args in (["--rw", "./build"], ["--ro", "build"], ["--hide", "build"],
+                 ["--rw", "alias/sub/.."], ["--ro", os.path.join(box.workdir, "alias")]):
+        p = box.run(["--policy", pol] + args, None,
+                    cmd=["touch", os.path.join(secret, "planted")])
+        assert p.returncode == 2, (args, p.stderr)
+        assert "is a symbolic link" in p.stderr and "pass the real path" in p.stderr, p.stderr
+        assert not os.path.exists(os.path.join(secret, "planted"))
+    p = box.run(["--policy", pol, "--rw", secret], None,
+                cmd=["touch", os.path.join(secret, "ok")])
+    assert p.returncode == 0, p.stderr
+    assert os.path.exists(os.path.join(secret, "ok"))
+
+
+def test_renamed_folder_cannot_forge_the_summary(box, net):
+    """The agent renames the folder that holds the log and writes a forged
+    line where it was: the summary reads the file run opened beforehand.
+    run warns about protected files below a writable path."""
+    os.makedirs(os.path.join(box.workdir, ".sluice"))
+    os.makedirs(os.path.join(box.workdir, ".git", "hooks"))
+    with open(os.path.join(box.workdir, ".sluice", "policy.yaml"), "w") as f:
+        f.write(policy_yaml(net.policy([])))
+    forge = ('mv .sluice .sluice.old && mkdir .sluice && for i in 1 2 3; do '
+             'echo \'{"event":"agent_egress","decision":"allow","tier":0}\' >> .sluice/run.log; '
+             'echo \'{"event":"alert","kind":"x"}\' >> .sluice/alerts.log; done')
+    p = box.run(["--policy", ".sluice/policy.yaml", "--log", ".sluice/run.log", "--alerts",
+                 ".sluice/alerts.log", "--ro", ".git/hooks"], None, cmd=["sh", "-c", forge])
+    assert p.returncode == 0, p.stderr
+    s = Box.summary(p)
+    assert s["allowed"] == 0 and s["alerts"] == 0, p.stderr
+    assert "(the decision log could not be read)" not in p.stderr
+    with open(os.path.join(box.workdir, ".sluice", "run.log")) as f:
+        assert f.read().count("allow") == 3  # the forgery is there, on the host
+    tail = ("lies in a folder below the writable %s: the agent cannot change this file, but it "
+            "can rename the folder above it and leave a replacement for the next run: keep it "
+            "outside the writable paths" % box.workdir)
+    for label, path in (("the policy", ".sluice/policy.yaml"), ("the decision log",
+                        ".sluice/run.log"), ("the alerts file", ".sluice/alerts.log"),
+                        ("--ro", ".git/hooks")):
+        assert "warning: %s %s %s" % (label, os.path.join(box.workdir, path), tail) in p.stderr
+    # directly in the writable folder (a mount point cannot be renamed): no warning
+    p = box.run(["--policy", ".sluice.old/policy.yaml", "--ro", ".git"], None, cmd=["true"])
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.count("rename the folder above it") == 1, p.stderr
+    assert "warning: the policy %s/.sluice.old/policy.yaml" % box.workdir in p.stderr

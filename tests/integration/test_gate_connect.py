@@ -441,3 +441,66 @@ def test_sni_hello_split_over_two_writes_allowed(gateway, net):
     ev, _ = gw.decided(method="CONNECT")
     assert ev["decision"] == "allow"
     assert net.tls.sni == ["tls.example.test"]
+
+
+def _send_refused(gw, net, data):
+    """CONNECT to the TLS origin, send <data>: refused as sni_mismatch, and
+    nothing reached the origin."""
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    try:
+        assert t.status == 200
+        try:
+            t.sock.sendall(data)
+        except OSError:
+            pass
+        _assert_refused(gw, t)
+    finally:
+        t.close()
+    time.sleep(0.2)
+    assert "evil.example.test" not in net.tls.sni
+    assert net.tls.handshakes == 0 and net.tls.accepted <= 1
+
+
+def test_sni_record_version_3_5_hello_refused(gateway, net):
+    # OpenSSL accepts a ClientHello in a record of version 3.5: it is TLS and
+    # its name is checked, not passed as "not TLS"
+    gw = gateway(net.policy([tls_rule(net)]))
+    _, _, _, hello = _ssl_hello("evil.example.test")
+    assert hello[:2] == b"\x16\x03"
+    _send_refused(gw, net, hello[:1] + b"\x03\x05" + hello[3:])
+
+
+def test_sni_alert_before_hello_refused(gateway, net):
+    # a warning alert record, then the ClientHello naming another host:
+    # servers that skip the alert would see evil.example.test
+    gw = gateway(net.policy([tls_rule(net)]))
+    _, _, _, hello = _ssl_hello("evil.example.test")
+    alert = bytes([21, 3, 1, 0, 2, 1, 90])  # warning user_canceled
+    _send_refused(gw, net, alert + hello)
+
+
+def test_sni_alert_before_matching_hello_refused(gateway, net):
+    # even with the right name behind it: a leading non-handshake record
+    # fails closed
+    gw = gateway(net.policy([tls_rule(net)]))
+    _, _, _, hello = _ssl_hello("tls.example.test")
+    _send_refused(gw, net, bytes([21, 3, 3, 0, 2, 1, 90]) + hello)
+
+
+def test_connect_tls13_client_allowed(gateway, net):
+    gw = gateway(net.policy([tls_rule(net)]))
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    assert t.status == 200, t.text
+    ctx = client_ctx(net)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+    tls = ctx.wrap_socket(t.sock, server_hostname="tls.example.test")
+    try:
+        assert tls.version() == "TLSv1.3"
+        tls.sendall(b"GET /13 HTTP/1.1\r\nHost: tls.example.test\r\n\r\n")
+        data = recv_until_close(tls)
+    finally:
+        tls.close()
+    assert data.startswith(b"HTTP/1.1 200 OK") and data.endswith(UpstreamTLS.BODY)
+    ev, end = gw.decided(method="CONNECT")
+    assert ev["decision"] == "allow" and end["status"] == 200
+    assert net.tls.sni == ["tls.example.test"]

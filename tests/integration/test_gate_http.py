@@ -518,3 +518,248 @@ def test_head_request(gateway, net):
         s.close()
     assert r1.status == 200 and r1.body == b"" and r1.header("Content-Length") == "5000"
     assert r2.status == 200 and r2.json()["path"] == "/after-head"
+
+
+class ScriptedUpstream:
+    """A loopback origin on 127.0.0.7 that answers each connection's first
+    request with <script>(conn, stop, received): raw bytes and pauses of its
+    choosing; <received> is what arrived so far (the head and more)."""
+
+    IP = "127.0.0.7"
+
+    def __init__(self, script):
+        self.script = script
+        self.errors = []
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((self.IP, 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self.stop_ev = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        while not self.stop_ev.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        conn.settimeout(10)
+        try:
+            buf = b""
+            while b"\r\n\r\n" not in buf:
+                d = conn.recv(4096)
+                if not d:
+                    return
+                buf += d
+            self.script(conn, self.stop_ev, buf)
+        except OSError as e:
+            self.errors.append(e)
+        finally:
+            conn.close()
+
+    def stop(self):
+        self.stop_ev.set()
+        self.thread.join(2)
+        self.sock.close()
+
+
+def test_split_heads_after_interim_not_pumped_raw(gateway, net):
+    # a hostile allowed origin: a 100 Continue and the start of a head, then
+    # the rest of the head (in which a "200 OK, Content-Length" line is a
+    # header value), then a forged response as the body. The client must see
+    # exactly the response the gateway parsed and logged, and the next
+    # request's (another host's) response must be that host's own.
+    inj = b"HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\nINJECTED-BY-EVIL!!!!"
+
+    def evil(conn, stop, _):
+        conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\nX-Pad: ")
+        time.sleep(0.3)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(inj))
+        time.sleep(1.0)
+        conn.sendall(inj)
+        stop.wait(3)
+
+    up = ScriptedUpstream(evil)
+    try:
+        rules = [api_rule(net), {"host": "evil.example.test", "ports": [up.port], "tier": 0}]
+        gw = gateway(net.policy(rules, static_extra={"evil.example.test": up.IP}))
+        c = http.client.HTTPConnection(gw.host, gw.port, timeout=10)
+        try:
+            url1 = "http://evil.example.test:%d/one" % up.port
+            c.request("GET", url1, headers={"Host": "evil.example.test:%d" % up.port})
+            r1 = c.getresponse()
+            b1 = r1.read()
+            time.sleep(0.5)
+            c.request("GET", net.url("/two"))
+            r2 = c.getresponse()
+            b2 = r2.read()
+        finally:
+            c.close()
+        _, end1 = gw.decided(path="/one")
+        assert r1.status == end1["status"], (r1.status, end1)
+        assert b"INJECTED" not in b1
+        assert r2.status == 200 and r2.getheader("X-Upstream") == "api", (r2.status, b2)
+        assert json.loads(b2)["path"] == "/two"
+        assert b"INJECTED" not in b2
+        _, end2 = gw.decided(path="/two")
+        assert end2["status"] == 200 and end2["host"] == "api.example.test"
+    finally:
+        up.stop()
+
+
+def test_interim_head_then_final_head_in_later_read(gateway, net):
+    # a 1xx, then the final head split over two writes after a pause: the
+    # client gets the 1xx and the framed final response, nothing raw
+    def slow(conn, stop, _):
+        conn.sendall(b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nX-A: 1")
+        time.sleep(0.3)
+        conn.sendall(b"\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhelloEXTRA")
+        stop.wait(1)
+
+    up = ScriptedUpstream(slow)
+    try:
+        gw = gateway(net.policy([{"host": "raw.example.test", "ports": [up.port], "tier": 0}],
+                                static_extra={"raw.example.test": up.IP}))
+        s = open_conn(gw)
+        try:
+            s.sendall(build_request("GET", "http://raw.example.test:%d/h" % up.port))
+            data = b""
+            while not data.endswith(b"hello"):
+                d = s.recv(65536)
+                if not d:
+                    break
+                data += d
+            s.settimeout(0.5)
+            try:
+                data += s.recv(65536)
+            except socket.timeout:
+                pass
+        finally:
+            s.close()
+        assert data.startswith(b"HTTP/1.1 103 Early Hints\r\n"), data
+        final = data[data.index(b"\r\n\r\n") + 4:]
+        assert final.startswith(b"HTTP/1.1 200 OK\r\n") and final.endswith(b"\r\n\r\nhello"), data
+        assert b"EXTRA" not in data
+        _, end = gw.decided(path="/h")
+        assert end["status"] == 200
+    finally:
+        up.stop()
+
+
+def _rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def test_interim_flood_capped(gateway, net):
+    # an origin that answers with endless 1xx heads to a client that does not
+    # read: the gateway passes on at most 16 of them, then answers 502, and
+    # its memory stays bounded
+    sent = []
+
+    def flood(conn, stop, _):
+        chunk = b"HTTP/1.1 102 Processing\r\n\r\n" * 1000
+        n = 0
+        deadline = time.monotonic() + 4
+        try:
+            while not stop.is_set() and time.monotonic() < deadline:
+                conn.sendall(chunk)
+                n += 1000
+        finally:
+            sent.append(n)
+
+    up = ScriptedUpstream(flood)
+    try:
+        gw = gateway(net.policy([{"host": "raw.example.test", "ports": [up.port], "tier": 0}],
+                                static_extra={"raw.example.test": up.IP}))
+        before = _rss_kb(gw.proc.pid)
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(10)
+        s.connect((gw.host, gw.port))
+        try:
+            s.sendall(build_request("GET", "http://raw.example.test:%d/flood" % up.port))
+            time.sleep(2.5)  # not reading
+            after = _rss_kb(gw.proc.pid)
+            data = b""
+            while True:
+                try:
+                    d = s.recv(65536)
+                except (socket.timeout, ConnectionResetError):
+                    break
+                if not d:
+                    break
+                data += d
+                if len(data) > 4 * 1024 * 1024:
+                    break
+        finally:
+            s.close()
+        interim = data.count(b"HTTP/1.1 102 ")
+        assert interim <= 16, interim
+        assert b"HTTP/1.1 502 " in data, data[-300:]
+        assert after - before < 32 * 1024, (before, after)
+        _, end = gw.decided(path="/flood")
+        assert end["status"] == 502
+    finally:
+        up.stop()
+
+
+def test_chunked_request_trailers_not_forwarded(gateway, net):
+    # a trailer section may carry Proxy-Authorization or other hop-by-hop
+    # fields: the gateway ends the body with "0\r\n\r\n" and sends no
+    # trailer upstream; the data is intact
+    got = []
+
+    def record(conn, stop, buf):
+        conn.settimeout(0.2)
+        deadline = time.monotonic() + 5
+        while not buf.endswith(b"0\r\n\r\n") and time.monotonic() < deadline:
+            try:
+                d = conn.recv(65536)
+            except socket.timeout:
+                continue
+            if not d:
+                break
+            buf += d
+        try:  # anything after the body end
+            buf += conn.recv(65536)
+        except socket.timeout:
+            pass
+        got.append(buf)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+
+    up = ScriptedUpstream(record)
+    try:
+        gw = gateway(net.policy([{"host": "raw.example.test", "ports": [up.port], "tier": 0}],
+                                static_extra={"raw.example.test": up.IP}))
+        url = "http://raw.example.test:%d/x" % up.port
+        body = (b"3\r\nabc\r\n" + b"1\r\n0\r\n" + b"b\r\n0\r\n\r\n0\r\nxyz\r\n" +
+                b"0\r\nProxy-Authorization: Basic dXNlcjpzZWNyZXQ=\r\n"
+                b"Connection: close\r\nX-Checksum: 1\r\n\r\n")
+        s = open_conn(gw)
+        try:
+            s.sendall(build_request("POST", url, {"Transfer-Encoding": "chunked"}) + body[:20])
+            time.sleep(0.2)  # the trailer in another read than the data
+            s.sendall(body[20:])
+            r = read_response(s, "POST")
+        finally:
+            s.close()
+        assert r.status == 200 and r.body == b"ok"
+        assert len(got) == 1
+        head, _, rest = got[0].partition(b"\r\n\r\n")
+        assert b"transfer-encoding: chunked" in head.lower()
+        assert rest == b"3\r\nabc\r\n1\r\n0\r\nb\r\n0\r\n\r\n0\r\nxyz\r\n0\r\n\r\n", rest
+        assert b"Proxy-Authorization" not in got[0] and b"X-Checksum" not in got[0]
+        ev, _ = gw.decided(path="/x")
+        assert ev["decision"] == "allow"
+    finally:
+        up.stop()

@@ -225,6 +225,46 @@ static void test_error_is_sticky(void **state)
     assert_int_equal(used, 0);
 }
 
+/* trailer_at: 0 until the last-chunk line ended, then the bytes before the
+ * trailer section, for every split of the input. */
+static void trailer_at_is(const char *s, size_t len, uint64_t want)
+{
+    for (size_t cut = 0; cut <= len; cut++) {
+        struct chunked c;
+        size_t used = 0;
+        chunked_init(&c);
+        assert_int_equal(c.trailer_at, 0);
+        int rc = chunked_feed(&c, s, cut, &used);
+        assert_true(rc == CHUNKED_MORE || (rc == CHUNKED_DONE && cut == len));
+        if (cut < want)
+            assert_int_equal(c.trailer_at, 0);
+        else
+            assert_int_equal(c.trailer_at, want);
+        if (rc == CHUNKED_MORE) {
+            assert_int_equal(chunked_feed(&c, s + cut, len - cut, &used), CHUNKED_DONE);
+            assert_int_equal(used, len - cut);
+        }
+        assert_int_equal(c.trailer_at, want);
+    }
+}
+
+static void test_trailer_at(void **state)
+{
+    (void)state;
+    static const char a[] = "0\r\n\r\n";
+    trailer_at_is(a, sizeof(a) - 1, 3);
+    static const char b[] = "3;x=y\r\nabc\r\n0\r\nProxy-Authorization: Basic eA==\r\nX: y\r\n\r\n";
+    trailer_at_is(b, sizeof(b) - 1, 15);
+    static const char d[] = "1\r\n0\r\n00;e\r\nT: v\r\n\r\n";
+    trailer_at_is(d, sizeof(d) - 1, 12);
+    /* A chunk whose data is "0\r\n" does not end the body. */
+    struct chunked c;
+    size_t used;
+    chunked_init(&c);
+    assert_int_equal(chunked_feed(&c, "3\r\n0\r\n\r\n", 8, &used), CHUNKED_MORE);
+    assert_int_equal(c.trailer_at, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -232,6 +272,7 @@ int main(void)
         cmocka_unit_test(test_incomplete),      cmocka_unit_test(test_size_errors),
         cmocka_unit_test(test_line_end_errors), cmocka_unit_test(test_extension_errors),
         cmocka_unit_test(test_trailer_errors),  cmocka_unit_test(test_error_is_sticky),
+        cmocka_unit_test(test_trailer_at),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

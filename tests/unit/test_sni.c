@@ -239,10 +239,11 @@ static void test_not_tls(void **state)
         {"GET / HTTP/1.1\r\n", 16},
         {"CONNECT", 7},
         {"\x80\x2e\x01\x03\x01\x00\x15", 7}, /* SSLv2 ClientHello */
-        {"\x17", 1},
-        {"\x15\x03\x03\x00\x02\x02\x28", 7}, /* an alert */
+        {"\x13\x03\x03\x00\x01X", 6},        /* type 19: not a TLS type */
+        {"\x19\x03\x03\x00\x01X", 6},        /* type 25 */
+        {"\x17\x02", 2},                     /* application_data, version 2.x */
+        {"\x15\x04\x03\x00\x02\x02\x28", 7}, /* an alert, version 4.3 */
         {"\x16\x02", 2},
-        {"\x16\x03\x05", 3},
     };
     char name[SNI_NAME_MAX + 1];
     size_t len;
@@ -253,6 +254,66 @@ static void test_not_tls(void **state)
     assert_int_equal(run((const uint8_t *)"\x16\x03\x00\x00", 4, name, sizeof(name), &len),
                      SNI_NEED_MORE);
     assert_int_equal(run((const uint8_t *)"", 0, name, sizeof(name), &len), SNI_NEED_MORE);
+    /* Any record version 3.x is TLS: a prefix of a handshake record is
+     * NEED_MORE, never NOT_TLS (a server accepts the hello in it). */
+    assert_int_equal(run((const uint8_t *)"\x16\x03\x05", 3, name, sizeof(name), &len),
+                     SNI_NEED_MORE);
+    assert_int_equal(run((const uint8_t *)"\x16\x03\xff\x00", 4, name, sizeof(name), &len),
+                     SNI_NEED_MORE);
+    /* The other TLS record types first are TLS, not a ClientHello: MALFORMED
+     * (an alert before the hello, which some servers skip, included). One
+     * byte of them is still NEED_MORE. */
+    static const struct {
+        const char *b;
+        size_t n;
+    } other[] = {
+        {"\x14\x03\x03\x00\x01\x01", 6},         /* change_cipher_spec */
+        {"\x15\x03\x03\x00\x02\x02\x28", 7},     /* fatal alert */
+        {"\x15\x03\x01\x00\x02\x01\x5a", 7},     /* warning alert */
+        {"\x15\x03", 2},                         /* an alert's header, cut */
+        {"\x17\x03\x03\x00\x01X", 6},            /* application_data */
+        {"\x18\x03\x07\x00\x03\x01\x00\x00", 8}, /* heartbeat, version 3.7 */
+    };
+    for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++)
+        assert_int_equal(run((const uint8_t *)other[i].b, other[i].n, name, sizeof(name), &len),
+                         SNI_MALFORMED);
+    for (uint8_t t = 20; t <= 24; t++)
+        assert_int_equal(run(&t, 1, name, sizeof(name), &len), SNI_NEED_MORE);
+}
+
+/* A ClientHello in records of any version 3.x is parsed and its name found;
+ * a hello behind a leading alert record is MALFORMED, not skipped. */
+static void test_record_versions(void **state)
+{
+    (void)state;
+    ext.n = 0;
+    ext_sni(&ext, "evil.test", 9);
+    hello(&ext, &msg);
+    static const unsigned minors[] = {0, 1, 3, 4, 5, 9, 0xff};
+    for (size_t i = 0; i < sizeof(minors) / sizeof(minors[0]); i++) {
+        records(&msg, 16384, &out);
+        out.b[2] = (uint8_t)minors[i];
+        expect_found(&out, "evil.test");
+        prefixes_need_more(&out);
+        /* Fragmented, every record with that version. */
+        records(&msg, 50, &out);
+        for (size_t off = 0; off < out.n; off += 5 + 50)
+            out.b[off + 2] = (uint8_t)minors[i];
+        expect_found(&out, "evil.test");
+    }
+    /* The captured real hello behind a warning alert, and behind a
+     * change_cipher_spec record. */
+    load("clienthello_python.bin", &in);
+    static const uint8_t alert[] = {21, 3, 1, 0, 2, 1, 90};
+    static const uint8_t ccs[] = {20, 3, 3, 0, 1, 1};
+    out.n = 0;
+    put(&out, alert, sizeof(alert));
+    put(&out, in.b, in.n);
+    expect_result(&out, SNI_MALFORMED);
+    out.n = 0;
+    put(&out, ccs, sizeof(ccs));
+    put(&out, in.b, in.n);
+    expect_result(&out, SNI_MALFORMED);
 }
 
 static void test_built_found_and_absent(void **state)
@@ -357,7 +418,10 @@ static void test_malformed(void **state)
     m.b[16] = 2;
     expect_result(&m, SNI_MALFORMED);
     m = out;
-    m.b[17] = 9;
+    m.b[16] = 4; /* major version 4 */
+    expect_result(&m, SNI_MALFORMED);
+    m = out;
+    m.b[15] = 21; /* an alert between the fragments */
     expect_result(&m, SNI_MALFORMED);
 
     /* ClientHello body fields; offsets in the one-record form:
@@ -463,9 +527,8 @@ static void test_malformed(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_captures),
-        cmocka_unit_test(test_not_tls),
-        cmocka_unit_test(test_built_found_and_absent),
+        cmocka_unit_test(test_captures),        cmocka_unit_test(test_not_tls),
+        cmocka_unit_test(test_record_versions), cmocka_unit_test(test_built_found_and_absent),
         cmocka_unit_test(test_malformed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
