@@ -149,6 +149,17 @@ static void fail(struct conn *c, const char *why)
     conn_free(c);
 }
 
+/* The client's request body is not valid chunked framing: its fault, so
+ * 400 bad_request if no response byte was sent yet, else cut. */
+static void fail_client(struct conn *c)
+{
+    if (!c->ex.rsp_head_done) {
+        conn_refuse(c, REASON_BAD_REQUEST, "malformed chunked body", true);
+        return;
+    }
+    conn_free(c);
+}
+
 /* Moves request body bytes from the client to the upstream. */
 static void pump_request(struct conn *c)
 {
@@ -179,7 +190,7 @@ static void pump_request(struct conn *c)
             uint64_t t0 = ex->req_chunked.total;
             int rc = chunked_feed(&ex->req_chunked, v.iov_base, v.iov_len < n ? v.iov_len : n, &n);
             if (rc == CHUNKED_ERROR) {
-                fail(c, ex->req_chunked.why);
+                fail_client(c);
                 return;
             }
             uint64_t tr = ex->req_chunked.trailer_at;

@@ -7,7 +7,15 @@
  * DNS_ERR_CANCEL after evdns_cancel_request()), from a deferred callback
  * that may run after the evdns base is gone; so a request is freed only
  * when its last query has called back, and a cancelled one just stays
- * silent until then. */
+ * silent until then.
+ *
+ * Answer cache: a hash table (chained) with an LRU list, at most
+ * r->cache_max names. Only lookups that went to the servers and came back
+ * complete are stored: both queries answered with addresses or with "no
+ * such name / no data" (never a timeout, a server failure, a cancellation,
+ * or a partial answer); positive for min(answer TTL, 300 s), negative for
+ * r->neg_ttl_ms. A lookup started before a reload is not stored after it
+ * (r->gen). */
 #include "gate/resolve.h"
 
 #include <stdarg.h>
@@ -15,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <event2/dns.h>
 #include <event2/event.h>
@@ -26,6 +35,20 @@
 
 enum { Q_A, Q_AAAA, NQ };
 
+#define CACHE_MAX        4096   /* names */
+#define CACHE_TTL_MAX_MS 300000 /* positive answers: at most 300 s */
+#define CACHE_NEG_TTL_MS 5000   /* negative answers (NXDOMAIN, no data) */
+#define CACHE_BUCKETS    1024   /* power of two */
+
+struct cache_entry {
+    struct cache_entry *hnext;         /* bucket chain */
+    struct cache_entry *lprev, *lnext; /* LRU list, most recent first */
+    uint64_t expires_ms;               /* monotonic */
+    size_t n;                          /* 0: a negative answer */
+    struct ipaddr a[RESOLVE_MAX_ADDRS];
+    char name[HOST_MAX + 1];
+};
+
 struct resolve_req;
 
 struct query {
@@ -33,6 +56,7 @@ struct query {
     struct evdns_request *h; /* NULL once its callback ran or it was cancelled */
     bool running;            /* its callback has not run yet */
     int err;                 /* RESOLVE_ERR_* or 0 */
+    int ttl;                 /* smallest TTL of its answers (s), -1 when none */
     size_t n;
     struct ipaddr a[RESOLVE_MAX_ADDRS];
 };
@@ -43,8 +67,11 @@ struct resolve_req {
     resolve_cb cb;
     void *arg;
     bool cancelled;
+    bool cacheable;   /* went to the servers: store the answer */
+    unsigned gen;     /* r->gen when it started */
     struct event *ev; /* immediate answers */
     struct query q[NQ];
+    char name[HOST_MAX + 1]; /* when cacheable */
 };
 
 struct resolver {
@@ -55,7 +82,143 @@ struct resolver {
     char **servers; /* owned copy of cfg->servers, to see changes */
     size_t nservers;
     struct resolve_req *live;
+    struct cache_entry *buckets[CACHE_BUCKETS];
+    struct cache_entry *lru_head, *lru_tail;
+    size_t ncache;
+    size_t cache_max;    /* CACHE_MAX; tests lower it */
+    uint64_t neg_ttl_ms; /* CACHE_NEG_TTL_MS; tests lower it */
+    unsigned gen;        /* bumped by every reload */
 };
+
+/* ---------------------------------------------------------------- cache */
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static size_t cache_bucket(const char *name)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)name; *p != '\0'; p++)
+        h = (h ^ *p) * 16777619u;
+    return h & (CACHE_BUCKETS - 1);
+}
+
+static void lru_unlink(struct resolver *r, struct cache_entry *e)
+{
+    if (e->lprev != NULL)
+        e->lprev->lnext = e->lnext;
+    else
+        r->lru_head = e->lnext;
+    if (e->lnext != NULL)
+        e->lnext->lprev = e->lprev;
+    else
+        r->lru_tail = e->lprev;
+    e->lprev = e->lnext = NULL;
+}
+
+static void lru_push(struct resolver *r, struct cache_entry *e)
+{
+    e->lprev = NULL;
+    e->lnext = r->lru_head;
+    if (r->lru_head != NULL)
+        r->lru_head->lprev = e;
+    r->lru_head = e;
+    if (r->lru_tail == NULL)
+        r->lru_tail = e;
+}
+
+static void cache_remove(struct resolver *r, struct cache_entry *e)
+{
+    struct cache_entry **pp = &r->buckets[cache_bucket(e->name)];
+    while (*pp != NULL && *pp != e)
+        pp = &(*pp)->hnext;
+    if (*pp == e)
+        *pp = e->hnext;
+    lru_unlink(r, e);
+    r->ncache--;
+    free(e);
+}
+
+static void cache_clear(struct resolver *r)
+{
+    while (r->lru_head != NULL)
+        cache_remove(r, r->lru_head);
+}
+
+/* The live entry for <name>, made most recent; an expired one is dropped. */
+static struct cache_entry *cache_find(struct resolver *r, const char *name)
+{
+    struct cache_entry *e = r->buckets[cache_bucket(name)];
+    while (e != NULL && strcmp(e->name, name) != 0)
+        e = e->hnext;
+    if (e == NULL)
+        return NULL;
+    if (now_ms() >= e->expires_ms) {
+        cache_remove(r, e);
+        return NULL;
+    }
+    lru_unlink(r, e);
+    lru_push(r, e);
+    return e;
+}
+
+/* Stores <n> addresses (0: a negative answer) for <name> for <ttl_ms>. */
+static void cache_put(struct resolver *r, const char *name, const struct ipaddr *a, size_t n,
+                      uint64_t ttl_ms)
+{
+    struct cache_entry *e;
+    size_t len = strlen(name);
+
+    if (ttl_ms == 0 || len > HOST_MAX || r->cache_max == 0)
+        return;
+    if ((e = cache_find(r, name)) == NULL) {
+        while (r->ncache >= r->cache_max && r->lru_tail != NULL)
+            cache_remove(r, r->lru_tail);
+        if ((e = calloc(1, sizeof(*e))) == NULL)
+            return; /* not cached: no harm */
+        memcpy(e->name, name, len + 1);
+        size_t b = cache_bucket(name);
+        e->hnext = r->buckets[b];
+        r->buckets[b] = e;
+        lru_push(r, e);
+        r->ncache++;
+    }
+    if (n > RESOLVE_MAX_ADDRS)
+        n = RESOLVE_MAX_ADDRS;
+    e->n = n;
+    if (n > 0)
+        memcpy(e->a, a, n * sizeof(*a));
+    e->expires_ms = now_ms() + ttl_ms;
+}
+
+/* Stores the outcome of <req> (its queries are done) when it is complete. */
+static void cache_store(struct resolve_req *req, const struct ipaddr *out, size_t n)
+{
+    struct resolver *r = req->r;
+    int ttl = -1;
+
+    if (r == NULL || !req->cacheable || req->gen != r->gen)
+        return;
+    for (int i = 0; i < NQ; i++) {
+        const struct query *q = &req->q[i];
+        if (q->err != 0 && q->err != RESOLVE_ERR_NXDOMAIN)
+            return; /* a timeout, failure or cancellation: never stored */
+        if (q->n > 0 && (ttl < 0 || q->ttl < ttl))
+            ttl = q->ttl;
+    }
+    if (n == 0) {
+        cache_put(r, req->name, NULL, 0, r->neg_ttl_ms);
+        return;
+    }
+    if (ttl <= 0)
+        return;
+    uint64_t ms = (uint64_t)ttl * 1000u;
+    cache_put(r, req->name, out, n, ms < CACHE_TTL_MAX_MS ? ms : CACHE_TTL_MAX_MS);
+}
 
 /* --------------------------------------------------------------- config */
 
@@ -181,6 +344,8 @@ struct resolver *resolver_new(struct event_base *base, const struct dns_cfg *cfg
     if (r == NULL)
         goto nomem;
     r->base = base;
+    r->cache_max = CACHE_MAX;
+    r->neg_ttl_ms = CACHE_NEG_TTL_MS;
     if (check_servers(cfg, err) < 0)
         goto fail;
     if (copy_cfg(cfg, &r->statics, &r->servers) < 0)
@@ -236,10 +401,11 @@ static void finish(struct resolve_req *req)
         free(req);
         return;
     }
-    unlink_req(req);
     for (int i = 0; i < NQ; i++)
         for (size_t j = 0; j < req->q[i].n && n < RESOLVE_MAX_ADDRS; j++)
             out[n++] = req->q[i].a[j];
+    cache_store(req, out, n);
+    unlink_req(req);
     if (n == 0) {
         /* No address: a timeout says more than "no AAAA", and "no such
          * name" more than a failure. */
@@ -278,7 +444,6 @@ static void on_answer(int result, char type, int count, int ttl, void *addresses
     struct query *q = arg;
     struct resolve_req *req = q->req;
 
-    (void)ttl;
     q->h = NULL; /* evdns frees the handle after this callback */
     q->running = false;
     if (result == DNS_ERR_NONE && count > 0 && addresses != NULL) {
@@ -294,6 +459,8 @@ static void on_answer(int result, char type, int count, int ttl, void *addresses
                 q->n++;
             }
         }
+        if (q->n > 0)
+            q->ttl = ttl > 0 ? ttl : 0;
     }
     q->err = q->n > 0 ? 0 : map_err(result);
     if (!queries_running(req))
@@ -325,13 +492,16 @@ struct resolve_req *resolver_lookup(struct resolver *r, const char *name, resolv
     struct resolve_req *req = calloc(1, sizeof(*req));
     size_t len = strlen(name);
     bool immediate = true;
+    const struct cache_entry *ce;
 
     if (req == NULL)
         return NULL;
     req->cb = cb;
     req->arg = arg;
-    for (int i = 0; i < NQ; i++)
+    for (int i = 0; i < NQ; i++) {
         req->q[i].req = req;
+        req->q[i].ttl = -1;
+    }
 
     struct query *qa = &req->q[Q_A];
     enum ip_literal_kind lit = ip_literal_parse(name, len, &qa->a[0]);
@@ -340,11 +510,20 @@ struct resolve_req *resolver_lookup(struct resolver *r, const char *name, resolv
     } else if (lit == IP_LITERAL_INVALID || len == 0 || len > HOST_MAX) {
         qa->err = req->q[Q_AAAA].err = RESOLVE_ERR_FAILED;
     } else if ((qa->n = static_answers(r, name, qa->a)) > 0) {
-        /* answered from dns.static */
+        /* answered from dns.static (never cached) */
+    } else if ((ce = cache_find(r, name)) != NULL) {
+        /* answered from the cache, on the next turn like a static answer */
+        qa->n = ce->n;
+        memcpy(qa->a, ce->a, ce->n * sizeof(ce->a[0]));
+        if (ce->n == 0)
+            qa->err = req->q[Q_AAAA].err = RESOLVE_ERR_NXDOMAIN;
     } else if (evdns_base_count_nameservers(r->dns) <= 0) {
         qa->err = req->q[Q_AAAA].err = RESOLVE_ERR_NO_SERVERS;
     } else {
         immediate = false;
+        req->cacheable = true;
+        req->gen = r->gen;
+        memcpy(req->name, name, len + 1);
     }
 
     if (immediate) {
@@ -446,6 +625,10 @@ int resolver_reload(struct resolver *r, const struct dns_cfg *cfg)
                 stop_queries(r->dns, q);
         }
     }
+    /* The servers (or what they say) may have changed: forget every answer,
+     * and those still in flight are not stored when they come. */
+    cache_clear(r);
+    r->gen++;
     free_statics(r->statics, r->nstatics);
     free_servers(r->servers, r->nservers);
     r->statics = st;
@@ -472,6 +655,7 @@ void resolver_free(struct resolver *r)
     }
     if (r->dns != NULL)
         evdns_base_free(r->dns, 0);
+    cache_clear(r);
     free_statics(r->statics, r->nstatics);
     free_servers(r->servers, r->nservers);
     free(r);

@@ -9,8 +9,18 @@
  * (RESOLVE_ERR_NO_SERVERS) instead of waiting. Each query times out after
  * 2 s, 2 attempts. Nothing here blocks (no getaddrinfo).
  *
- * Owns: the evdns base, a copy of the static map, and every in-flight
- * request until its callback has run or it was cancelled. */
+ * Answers from the servers are cached per name (at most 4096 names, least
+ * recently used evicted): addresses for min(their TTL, 300 s), "no such
+ * name" (or no A/AAAA) for 5 s; timeouts, server failures and partial
+ * answers are never cached. A cached answer is delivered on a later loop
+ * iteration like a static one. The static map always wins and is never
+ * cached; resolver_reload() empties the cache. Security: the gate checks
+ * every address through the address guard on every request, cached or
+ * not, and connects only to checked addresses, so the cache adds no
+ * rebinding window.
+ *
+ * Owns: the evdns base, a copy of the static map, the cache, and every
+ * in-flight request until its callback has run or it was cancelled. */
 #ifndef SLUICE_GATE_RESOLVE_H
 #define SLUICE_GATE_RESOLVE_H
 

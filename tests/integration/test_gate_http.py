@@ -763,3 +763,26 @@ def test_chunked_request_trailers_not_forwarded(gateway, net):
         assert ev["decision"] == "allow"
     finally:
         up.stop()
+
+
+def test_bad_chunked_request_is_400(gateway, net):
+    # invalid chunk size framing is the client's fault: 400 bad_request
+    # (not 502 upstream_unreachable), the connection closed
+    gw = gateway(net.policy([api_rule(net)]))
+    s = open_conn(gw)
+    try:
+        s.sendall(build_request("POST", net.url("/bad-chunk"), {"Transfer-Encoding": "chunked"}) +
+                  b"zz\r\nabc\r\n0\r\n\r\n")
+        r = read_response(s, "POST")
+        s.settimeout(5)
+        assert s.recv(1) == b""
+    finally:
+        s.close()
+    assert_deny_response(r, "bad_request", wording=False)
+    assert "malformed chunked body" in r.text
+    assert "unreachable" not in r.text
+    # the agent_egress line was written when the request was decided (before
+    # any body byte was read); the end line carries the 400
+    ev, end = gw.decided(path="/bad-chunk")
+    assert ev["decision"] == "allow"
+    assert end["status"] == 400 and end["bytes_up"] == 0

@@ -34,6 +34,7 @@ struct fake_dns {
     int queries;
     int answered;
     uint8_t last_octet; /* distinguishes two servers' answers */
+    uint32_t ttl;       /* of every answer record (60) */
     char addr[32];      /* "127.0.0.1:PORT" */
 };
 
@@ -45,14 +46,14 @@ static size_t put16(uint8_t *p, uint16_t v)
 }
 
 /* Appends one answer record (name = pointer to the question). */
-static size_t add_rr(uint8_t *p, uint16_t type, const uint8_t *rdata, uint16_t len)
+static size_t add_rr(uint8_t *p, uint16_t type, const uint8_t *rdata, uint16_t len, uint32_t ttl)
 {
     size_t o = 0;
     o += put16(p + o, 0xc00c);
     o += put16(p + o, type);
     o += put16(p + o, 1);
-    o += put16(p + o, 0);
-    o += put16(p + o, 60);
+    o += put16(p + o, (uint16_t)(ttl >> 16));
+    o += put16(p + o, (uint16_t)ttl);
     o += put16(p + o, len);
     memcpy(p + o, rdata, len);
     return o + len;
@@ -102,18 +103,18 @@ static void on_query(evutil_socket_t fd, short what, void *arg)
     } else if (strcmp(name, "one.test") == 0 || strcmp(name, "half.test") == 0) {
         if (qtype == 1) {
             uint8_t a[4] = {192, 0, 2, d->last_octet};
-            ro += add_rr(r + ro, 1, a, 4);
+            ro += add_rr(r + ro, 1, a, 4, d->ttl);
             an++;
         } else if (qtype == 28) {
             uint8_t a6[16] = {0x20, 0x01, 0x0d, 0xb8};
             a6[15] = d->last_octet;
-            ro += add_rr(r + ro, 28, a6, 16);
+            ro += add_rr(r + ro, 28, a6, 16, d->ttl);
             an++;
         }
     } else if (strcmp(name, "v6only.test") == 0) {
         if (qtype == 28) {
             uint8_t a6[16] = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 6};
-            ro += add_rr(r + ro, 28, a6, 16);
+            ro += add_rr(r + ro, 28, a6, 16, d->ttl);
             an++;
         }
     } else if (strcmp(name, "many.test") == 0) {
@@ -121,7 +122,7 @@ static void on_query(evutil_socket_t fd, short what, void *arg)
         for (int i = 0; i < count; i++) {
             uint8_t a[4] = {203, 0, 113, (uint8_t)(i + 1)};
             uint8_t a6[16] = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, (uint8_t)i};
-            ro += qtype == 1 ? add_rr(r + ro, 1, a, 4) : add_rr(r + ro, 28, a6, 16);
+            ro += qtype == 1 ? add_rr(r + ro, 1, a, 4, d->ttl) : add_rr(r + ro, 28, a6, 16, d->ttl);
             an++;
         }
     } else if (strcmp(name, "empty.test") != 0) {
@@ -143,6 +144,7 @@ static void fake_start(struct fake_dns *d, struct event_base *base, uint8_t last
     socklen_t len = sizeof(sin);
     memset(d, 0, sizeof(*d));
     d->last_octet = last_octet;
+    d->ttl = 60;
     d->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     assert_true(d->fd >= 0);
     sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -641,14 +643,262 @@ static void test_reload(void **state)
     event_base_free(base);
 }
 
+/* Looks <name> up and runs the loop until answered (or 3 s). */
+static struct result lookup_wait(struct event_base *base, struct resolver *r, const char *name)
+{
+    struct result res = {.base = base};
+    assert_non_null(resolver_lookup(r, name, on_result, &res));
+    assert_int_equal(res.calls, 0); /* never inside resolver_lookup() */
+    run_until(base, &res, 3000);
+    assert_int_equal(res.calls, 1);
+    return res;
+}
+
+static void test_cache_positive(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct fake_dns d;
+    fake_start(&d, base, 1);
+    d.ttl = 1;
+    struct resolver *r = new_resolver(base, d.addr, NULL, 0);
+    assert_int_equal(r->cache_max, 4096);
+
+    struct result res = lookup_wait(base, r, "one.test");
+    assert_int_equal(res.err, 0);
+    assert_int_equal(d.queries, 2);
+    assert_int_equal(r->ncache, 1);
+
+    /* Within the TTL: the same answer, no query. */
+    res = lookup_wait(base, r, "one.test");
+    assert_int_equal(res.err, 0);
+    assert_int_equal(res.n, 2);
+    assert_addr(&res.a[0], v4("192.0.2.1"));
+    assert_addr(&res.a[1], v6("2001:db8::1"));
+    assert_int_equal(d.queries, 2);
+
+    /* A cached answer can be cancelled before its turn. */
+    struct resolve_req *q = resolver_lookup(r, "one.test", never, NULL);
+    assert_non_null(q);
+    resolve_cancel(q);
+    run(base, 50);
+    assert_int_equal(d.queries, 2);
+
+    /* After the TTL (1 s): asked again. */
+    run(base, 1100);
+    res = lookup_wait(base, r, "one.test");
+    assert_int_equal(res.err, 0);
+    assert_int_equal(d.queries, 4);
+
+    /* A long TTL is capped at 300 s. */
+    d.ttl = 86400;
+    res = lookup_wait(base, r, "many.test");
+    assert_int_equal(res.n, RESOLVE_MAX_ADDRS);
+    assert_non_null(r->lru_head);
+    assert_string_equal(r->lru_head->name, "many.test");
+    uint64_t left = r->lru_head->expires_ms - now_ms();
+    assert_true(left <= 300000 && left > 290000);
+    res = lookup_wait(base, r, "many.test");
+    assert_int_equal(res.n, RESOLVE_MAX_ADDRS);
+    assert_addr(&res.a[15], v4("203.0.113.16"));
+    assert_int_equal(d.queries, 6);
+
+    /* TTL 0: not cached. */
+    d.ttl = 0;
+    res = lookup_wait(base, r, "v6only.test");
+    res = lookup_wait(base, r, "v6only.test");
+    assert_int_equal(res.err, 0);
+    assert_int_equal(d.queries, 10);
+
+    resolver_free(r);
+    fake_stop(&d);
+    event_base_free(base);
+}
+
+static void test_cache_negative(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct fake_dns d;
+    fake_start(&d, base, 1);
+    struct resolver *r = new_resolver(base, d.addr, NULL, 0);
+    assert_int_equal(r->neg_ttl_ms, 5000);
+    r->neg_ttl_ms = 300;
+
+    struct result res = lookup_wait(base, r, "nx.test");
+    assert_int_equal(res.err, RESOLVE_ERR_NXDOMAIN);
+    assert_int_equal(d.queries, 2);
+    res = lookup_wait(base, r, "nx.test");
+    assert_int_equal(res.err, RESOLVE_ERR_NXDOMAIN);
+    assert_int_equal(res.n, 0);
+    assert_int_equal(d.queries, 2);
+    /* NOERROR without records is negative too. */
+    res = lookup_wait(base, r, "empty.test");
+    res = lookup_wait(base, r, "empty.test");
+    assert_int_equal(res.err, RESOLVE_ERR_NXDOMAIN);
+    assert_int_equal(d.queries, 4);
+    /* Briefly: gone after neg_ttl_ms. */
+    run(base, 400);
+    res = lookup_wait(base, r, "nx.test");
+    assert_int_equal(res.err, RESOLVE_ERR_NXDOMAIN);
+    assert_int_equal(d.queries, 6);
+
+    resolver_free(r);
+    fake_stop(&d);
+    event_base_free(base);
+}
+
+static void test_cache_not_failures(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct fake_dns d;
+    fake_start(&d, base, 1);
+    struct resolver *r = new_resolver(base, d.addr, NULL, 0);
+    assert_int_equal(evdns_base_set_option(r->dns, "timeout:", "0.2"), 0);
+
+    /* Timeouts are never cached. */
+    struct result res = lookup_wait(base, r, "slow.test");
+    assert_int_equal(res.err, RESOLVE_ERR_TIMEOUT);
+    assert_int_equal(d.queries, 4);
+    res = lookup_wait(base, r, "slow.test");
+    assert_int_equal(res.err, RESOLVE_ERR_TIMEOUT);
+    assert_int_equal(d.queries, 8);
+    /* Nor a partial answer (A came, AAAA timed out). */
+    res = lookup_wait(base, r, "half.test");
+    assert_int_equal(res.err, 0);
+    assert_int_equal(res.n, 1);
+    int before = d.queries;
+    res = lookup_wait(base, r, "half.test");
+    assert_int_equal(res.n, 1);
+    assert_true(d.queries > before);
+    /* Nor a cancelled lookup. */
+    struct resolve_req *q = resolver_lookup(r, "one.test", never, NULL);
+    resolve_cancel(q);
+    run(base, 100);
+    assert_int_equal(r->ncache, 0);
+    /* Nor IP literals. */
+    res = lookup_wait(base, r, "192.0.2.9");
+    assert_int_equal(r->ncache, 0);
+
+    resolver_free(r);
+    fake_stop(&d);
+    event_base_free(base);
+}
+
+static void test_cache_static_and_reload(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct fake_dns d;
+    fake_start(&d, base, 1);
+    char *servers[1] = {d.addr};
+    struct resolver *r = new_resolver(base, d.addr, NULL, 0);
+
+    struct result res = lookup_wait(base, r, "one.test");
+    assert_int_equal(d.queries, 2);
+    assert_int_equal(r->ncache, 1);
+
+    /* Reload (same servers) empties the cache. */
+    struct dns_cfg same = {.servers = servers, .nservers = 1};
+    assert_int_equal(resolver_reload(r, &same), 0);
+    assert_int_equal(r->ncache, 0);
+    res = lookup_wait(base, r, "one.test");
+    assert_int_equal(d.queries, 4);
+
+    /* The static map wins over a cached answer and is never cached. */
+    struct dns_static st[] = {{.name = "one.test", .addr = v4("127.0.0.2")}};
+    struct dns_cfg withst = {.servers = servers, .nservers = 1, .statics = st, .nstatics = 1};
+    res = lookup_wait(base, r, "one.test");
+    assert_int_equal(d.queries, 4); /* cached */
+    assert_int_equal(resolver_reload(r, &withst), 0);
+    res = lookup_wait(base, r, "one.test");
+    assert_int_equal(res.n, 1);
+    assert_addr(&res.a[0], v4("127.0.0.2"));
+    assert_int_equal(r->ncache, 0);
+    assert_int_equal(d.queries, 4);
+
+    /* A lookup in flight across a reload is not stored. */
+    assert_int_equal(resolver_reload(r, &same), 0);
+    res = (struct result){.base = base};
+    assert_non_null(resolver_lookup(r, "one.test", on_result, &res));
+    assert_int_equal(resolver_reload(r, &same), 0);
+    run_until(base, &res, 3000);
+    assert_int_equal(res.err, 0);
+    assert_int_equal(r->ncache, 0);
+    res = lookup_wait(base, r, "one.test");
+    assert_int_equal(r->ncache, 1);
+
+    /* resolver_free releases the cache (LeakSanitizer checks). */
+    resolver_free(r);
+    fake_stop(&d);
+    event_base_free(base);
+}
+
+static void test_cache_eviction(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct fake_dns d;
+    fake_start(&d, base, 1);
+    struct resolver *r = new_resolver(base, d.addr, NULL, 0);
+    r->cache_max = 2;
+
+    (void)lookup_wait(base, r, "one.test");
+    (void)lookup_wait(base, r, "v6only.test");
+    assert_int_equal(d.queries, 4);
+    (void)lookup_wait(base, r, "one.test"); /* cached; now the most recent */
+    assert_int_equal(d.queries, 4);
+    (void)lookup_wait(base, r, "nx.test"); /* evicts v6only.test */
+    assert_int_equal(d.queries, 6);
+    assert_int_equal(r->ncache, 2);
+    (void)lookup_wait(base, r, "one.test");
+    (void)lookup_wait(base, r, "nx.test");
+    assert_int_equal(d.queries, 6);
+    struct result res = lookup_wait(base, r, "v6only.test");
+    assert_int_equal(res.err, 0);
+    assert_addr(&res.a[0], v6("2001:db8::6"));
+    assert_int_equal(d.queries, 8);
+    assert_int_equal(r->ncache, 2);
+
+    /* Many names: never more than the bound. */
+    r->cache_max = 3;
+    char name[32];
+    for (int i = 0; i < 8; i++) {
+        snprintf(name, sizeof(name), "n%d.test", i); /* NXDOMAIN from the fake */
+        (void)lookup_wait(base, r, name);
+        assert_true(r->ncache <= 3);
+    }
+    assert_int_equal(r->ncache, 3);
+    /* A cache of 0 names stores nothing. */
+    r->cache_max = 0;
+    cache_clear(r);
+    (void)lookup_wait(base, r, "one.test");
+    assert_int_equal(r->ncache, 0);
+
+    resolver_free(r);
+    fake_stop(&d);
+    event_base_free(base);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_static_map), cmocka_unit_test(test_server_answers),
-        cmocka_unit_test(test_errors),     cmocka_unit_test(test_timeout),
-        cmocka_unit_test(test_cancel),     cmocka_unit_test(test_free_with_lookups_in_flight),
-        cmocka_unit_test(test_no_servers), cmocka_unit_test(test_resolv_conf_servers),
-        cmocka_unit_test(test_bad_server), cmocka_unit_test(test_reload),
+        cmocka_unit_test(test_static_map),
+        cmocka_unit_test(test_server_answers),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_timeout),
+        cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_free_with_lookups_in_flight),
+        cmocka_unit_test(test_no_servers),
+        cmocka_unit_test(test_resolv_conf_servers),
+        cmocka_unit_test(test_bad_server),
+        cmocka_unit_test(test_reload),
+        cmocka_unit_test(test_cache_positive),
+        cmocka_unit_test(test_cache_negative),
+        cmocka_unit_test(test_cache_not_failures),
+        cmocka_unit_test(test_cache_static_and_reload),
+        cmocka_unit_test(test_cache_eviction),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
