@@ -68,10 +68,8 @@ static int parse_args(int argc, char **argv, struct check_args *a)
         case 'h':
             command_help(&cmd_check);
             return 1;
-        case ':':
-            return command_usage_error(&cmd_check, "%s needs a value", argv[optind - 1]);
-        default:
-            return command_usage_error(&cmd_check, "unknown option '%s'", argv[optind - 1]);
+        default: /* ':' (a missing value) or an unknown option */
+            return command_option_error(&cmd_check, c, argv);
         }
     }
     if (optind != argc - 1)

@@ -1,5 +1,6 @@
 #include "cli/commands.h"
 
+#include <getopt.h>
 #include <stdarg.h>
 #include <string.h>
 
@@ -52,4 +53,12 @@ int command_usage_error(const struct command *cmd, const char *fmt, ...)
     va_end(ap);
     fputc('\n', stderr);
     return command_usage(cmd);
+}
+
+int command_option_error(const struct command *cmd, int c, char **argv)
+{
+    const char *opt = argv[optind - 1];
+    if (c == ':')
+        return command_usage_error(cmd, "%s needs a value", opt);
+    return command_usage_error(cmd, "unknown option '%s'", opt);
 }

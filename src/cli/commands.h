@@ -40,4 +40,9 @@ int command_help(const struct command *cmd);
 int command_usage_error(const struct command *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* The usage error for what getopt_long() returned as <c> (':' for a
+ * missing value, anything else for an unknown option), naming the option
+ * in argv[optind - 1]; returns EXIT_USAGE. */
+int command_option_error(const struct command *cmd, int c, char **argv);
+
 #endif

@@ -250,10 +250,8 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         case 'h':
             command_help(self);
             return 1;
-        case ':':
-            return command_usage_error(self, "%s needs a value", argv[optind - 1]);
-        default:
-            return command_usage_error(self, "unknown option '%s'", argv[optind - 1]);
+        default: /* ':' (a missing value) or an unknown option */
+            return command_option_error(self, c, argv);
         }
     }
     if (optind >= argc)

@@ -94,10 +94,8 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
         case 'h':
             command_help(&cmd_serve);
             return 1;
-        case ':':
-            return command_usage_error(&cmd_serve, "%s needs a value", argv[optind - 1]);
-        default:
-            return command_usage_error(&cmd_serve, "unknown option '%s'", argv[optind - 1]);
+        default: /* ':' (a missing value) or an unknown option */
+            return command_option_error(&cmd_serve, c, argv);
         }
     }
     if (optind < argc)
