@@ -1,5 +1,7 @@
 #include "gate/conn.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,8 +75,13 @@ void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
     c->idle_fd = -1;
     c->origin.is_unix = listener_is_unix(l);
     uint16_t port;
-    if (!c->origin.is_unix)
+    if (!c->origin.is_unix) {
         sockaddr_to_ipaddr(sa, &c->origin.addr, &port);
+        /* Replies and tunnelled records go out as soon as they are written:
+         * Nagle would hold a small write behind an unacknowledged one. */
+        int one = 1;
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
     sockaddr_format(sa, c->peer, sizeof(c->peer));
     c->client = bufferevent_socket_new(gw->base, fd, 0);
     c->timer = evtimer_new(gw->base, on_head_deadline, c);
@@ -205,6 +212,8 @@ void conn_free(struct conn *c)
         event_free(c->timer);
     if (c->client != NULL)
         bufferevent_free(c->client);
+    if (c->scratch != NULL)
+        evbuffer_free(c->scratch);
     if (c->fd >= 0)
         close(c->fd);
     if (c->counted_agent != NULL) {
@@ -338,6 +347,30 @@ void conn_exchange_done(struct conn *c)
                             BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
 }
 
+/* "c<conn>.<request>" into <buf> (48 bytes hold any two 64-bit numbers):
+ * by hand, it is on every request. */
+static void format_exchange_id(char *buf, size_t cap, uint64_t conn, uint64_t req)
+{
+    char tmp[48];
+    size_t i = sizeof(tmp);
+    tmp[--i] = '\0';
+    do {
+        tmp[--i] = (char)('0' + req % 10);
+        req /= 10;
+    } while (req > 0);
+    tmp[--i] = '.';
+    do {
+        tmp[--i] = (char)('0' + conn % 10);
+        conn /= 10;
+    } while (conn > 0);
+    tmp[--i] = 'c';
+    size_t n = sizeof(tmp) - i;
+    if (n > cap)
+        n = cap; /* never: cap is 48 */
+    memcpy(buf, tmp + i, n);
+    buf[n - 1] = '\0';
+}
+
 static void begin_exchange(struct conn *c)
 {
     struct exchange *ex = &c->ex;
@@ -346,7 +379,7 @@ static void begin_exchange(struct conn *c)
     ex->pol = gw_policy_ref(c->gw->current);
     ex->dec.tier = TIER_NONE;
     ex->verdict = VERDICT_ALLOW;
-    snprintf(ex->id, sizeof(ex->id), "c%llu.%u", (unsigned long long)c->id, ++c->nreq);
+    format_exchange_id(ex->id, sizeof(ex->id), c->id, ++c->nreq);
     clock_gettime(CLOCK_MONOTONIC, &ex->t_decided);
     c->gw->counters.requests++;
     evtimer_del(c->timer);

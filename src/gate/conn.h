@@ -121,6 +121,7 @@ struct conn {
     unsigned nreq;
     evutil_socket_t fd;
     struct bufferevent *client;
+    struct evbuffer *scratch; /* a response head on its way to the client (forward.c); or NULL */
     struct client_origin origin;
     char peer[64];
     enum conn_state state;

@@ -29,6 +29,7 @@
 #include "gate/conn.h"
 #include "gate/gateway.h"
 #include "gate/progress.h"
+#include "gate/stream.h"
 #include "shape/admit.h"
 #include "shape/quota.h"
 
@@ -143,6 +144,12 @@ static void maybe_done(struct conn *c)
 static void fail(struct conn *c, const char *why)
 {
     if (!c->ex.rsp_head_done) {
+        /* Interim heads gathered before the failure go first. */
+        if (c->scratch != NULL && evbuffer_get_length(c->scratch) > 0 &&
+            stream_send(c->client, c->fd, c->scratch, evbuffer_get_length(c->scratch)) < 0) {
+            conn_free(c);
+            return;
+        }
         conn_refuse(c, REASON_UPSTREAM_UNREACHABLE, why, true);
         return;
     }
@@ -201,9 +208,9 @@ static void pump_request(struct conn *c)
         }
         /* The trailer section (it could carry Proxy-Authorization or any
          * hop-by-hop field) never goes upstream: the body ends "0\r\n\r\n". */
-        if (evbuffer_remove_buffer(in, out, n - skip) != (int)(n - skip) ||
-            evbuffer_drain(in, skip) < 0 ||
-            (ex->req_done && ex->req_body == BODY_CHUNKED && evbuffer_add(out, "\r\n", 2) < 0)) {
+        if (stream_send(c->up, c->up_fd, in, n - skip) < 0 || evbuffer_drain(in, skip) < 0 ||
+            (ex->req_done && ex->req_body == BODY_CHUNKED &&
+             stream_send_bytes(c->up, c->up_fd, "\r\n", 2) < 0)) {
             fail(c, "out of memory");
             return;
         }
@@ -218,6 +225,24 @@ static void pump_request(struct conn *c)
     }
 }
 
+/* Response bytes gathered for the client and not yet accepted by it. */
+static size_t client_backlog(const struct conn *c)
+{
+    return evbuffer_get_length(bufferevent_get_output(c->client)) + evbuffer_get_length(c->scratch);
+}
+
+/* Hands what read_response_head() and pump_response() gathered in
+ * c->scratch to the client: one write for a head and the body bytes that
+ * came with it. Returns -1 when <c> was freed. */
+static int flush_response(struct conn *c)
+{
+    if (stream_send(c->client, c->fd, c->scratch, evbuffer_get_length(c->scratch)) < 0) {
+        conn_free(c);
+        return -1;
+    }
+    return 0;
+}
+
 /* Moves response body bytes from the upstream to the client, after the
  * head; <force> when the upstream ended (its input is bounded by the read
  * watermark): all of it, over the FLOW_HIGH mark. Returns -1 when <c> was
@@ -226,11 +251,10 @@ static int pump_response(struct conn *c, bool force)
 {
     struct exchange *ex = &c->ex;
     struct evbuffer *in = bufferevent_get_input(c->up);
-    struct evbuffer *out = bufferevent_get_output(c->client);
     if (!ex->rsp_head_done)
         return 0; /* never a byte before the final head is parsed */
     while (!ex->rsp_done && evbuffer_get_length(in) > 0) {
-        if (!force && evbuffer_get_length(out) >= FLOW_HIGH) {
+        if (!force && client_backlog(c) >= FLOW_HIGH) {
             bufferevent_disable(c->up, EV_READ);
             return 0; /* forward_on_client_write resumes */
         }
@@ -253,7 +277,7 @@ static int pump_response(struct conn *c, bool force)
             if (rc == CHUNKED_DONE)
                 ex->rsp_done = true;
         }
-        if (evbuffer_remove_buffer(in, out, n) != (int)n) {
+        if (evbuffer_remove_buffer(in, c->scratch, n) != (int)n) {
             conn_free(c);
             return -1;
         }
@@ -270,7 +294,6 @@ static int read_response_head(struct conn *c, bool force)
 {
     struct exchange *ex = &c->ex;
     struct evbuffer *in = bufferevent_get_input(c->up);
-    struct evbuffer *out = bufferevent_get_output(c->client);
     uint64_t limit = ex->pol->policy->limits.header_bytes;
     if (limit == 0 || limit > 1024 * 1024)
         limit = 64 * 1024;
@@ -278,7 +301,7 @@ static int read_response_head(struct conn *c, bool force)
         size_t len = evbuffer_get_length(in);
         if (len == 0)
             return 0;
-        if (!force && evbuffer_get_length(out) >= FLOW_HIGH) {
+        if (!force && client_backlog(c) >= FLOW_HIGH) {
             bufferevent_disable(c->up, EV_READ);
             return 0; /* forward_on_client_write resumes */
         }
@@ -307,7 +330,7 @@ static int read_response_head(struct conn *c, bool force)
                 fail(c, "the upstream sent too many interim responses");
                 return -1;
             }
-            if (http1_write_upstream_response(rsp, out, false) < 0) {
+            if (http1_write_upstream_response(rsp, c->scratch, false) < 0) {
                 free(rsp);
                 fail(c, "out of memory");
                 return -1;
@@ -324,7 +347,7 @@ static int read_response_head(struct conn *c, bool force)
         ex->up_keep = ex->keep_alive && !rsp->conn_close && rsp->version_minor >= 1;
         ex->rsp_left = rsp->content_length > 0 ? (uint64_t)rsp->content_length : 0;
         chunked_init(&ex->rsp_chunked);
-        if (http1_write_upstream_response(rsp, out, ex->keep_alive) < 0) {
+        if (http1_write_upstream_response(rsp, c->scratch, ex->keep_alive) < 0) {
             free(rsp);
             fail(c, "out of memory");
             return -1;
@@ -338,11 +361,26 @@ static int read_response_head(struct conn *c, bool force)
     return 0;
 }
 
+/* Reads what the upstream sent (heads, then body bytes) and hands it to
+ * the client. Returns -1 when <c> was freed. */
+static int take_response(struct conn *c, bool force)
+{
+    if (read_response_head(c, force) < 0)
+        return -1;
+    if (c->ex.rsp_head_done && pump_response(c, force) < 0)
+        return -1;
+    return flush_response(c);
+}
+
 void forward_start(struct conn *c)
 {
     struct exchange *ex = &c->ex;
     struct timeval tv = idle_tv(c);
     c->state = CS_FORWARD;
+    if (c->scratch == NULL && (c->scratch = evbuffer_new()) == NULL) {
+        fail(c, "out of memory");
+        return;
+    }
     bufferevent_setcb(c->up, up_read, up_write, up_event, c);
     bufferevent_set_timeouts(c->up, &tv, &tv);
     bufferevent_setwatermark(c->up, EV_WRITE, FLOW_LOW, 0);
@@ -352,11 +390,14 @@ void forward_start(struct conn *c)
     /* A copy: the head is kept in case the request must be sent again. */
     size_t hl = evbuffer_get_length(ex->uphead);
     const unsigned char *head = evbuffer_pullup(ex->uphead, -1);
-    if (head == NULL || bufferevent_write(c->up, head, hl) < 0) {
+    if (head == NULL || stream_send_bytes(c->up, c->up_fd, head, hl) < 0) {
         fail(c, "out of memory");
         return;
     }
-    bufferevent_enable(c->up, EV_READ | EV_WRITE);
+    /* Enabling EV_WRITE arms the write event even with nothing queued:
+     * only when it is off (a bufferevent starts with it on). */
+    bufferevent_enable(c->up,
+                       (bufferevent_get_enabled(c->up) & EV_WRITE) ? EV_READ : EV_READ | EV_WRITE);
     if (ex->req_body == BODY_NONE) {
         ex->req_done = true;
         return;
@@ -381,9 +422,7 @@ void forward_on_client_write(struct conn *c)
     if (c->up != NULL && evbuffer_get_length(bufferevent_get_output(c->client)) <= FLOW_LOW) {
         bufferevent_enable(c->up, EV_READ);
         /* After an interim head drained: the rest may already be buffered. */
-        if (read_response_head(c, false) < 0 || !ex->rsp_head_done)
-            return;
-        if (pump_response(c, false) < 0)
+        if (take_response(c, false) < 0)
             return;
         maybe_done(c);
     }
@@ -400,13 +439,9 @@ static void up_read(struct bufferevent *bev, void *arg)
     struct conn *c = arg;
     (void)bev;
     c->ex.rsp_seen = true;
-    if (read_response_head(c, false) < 0)
+    if (take_response(c, false) < 0)
         return;
-    if (c->ex.rsp_head_done) {
-        if (pump_response(c, false) < 0)
-            return;
-        maybe_done(c);
-    }
+    maybe_done(c);
 }
 
 static void up_write(struct bufferevent *bev, void *arg)
@@ -473,7 +508,7 @@ static void up_event(struct bufferevent *bev, short what, void *arg)
     if ((what & BEV_EVENT_EOF) && !ex->rsp_head_done && read_response_head(c, true) < 0)
         return;
     if ((what & BEV_EVENT_EOF) && ex->rsp_head_done) {
-        if (pump_response(c, true) < 0)
+        if (pump_response(c, true) < 0 || flush_response(c) < 0)
             return;
         if (ex->rsp_body == BODY_UNTIL_CLOSE)
             ex->rsp_done = true;
@@ -544,8 +579,7 @@ void forward_park(struct conn *c)
     struct timeval tv = idle_tv(c);
     bufferevent_setcb(c->idle_up, idle_read, NULL, idle_event, c);
     bufferevent_set_timeouts(c->idle_up, &tv, NULL);
-    bufferevent_disable(c->idle_up, EV_WRITE);
-    bufferevent_enable(c->idle_up, EV_READ);
+    bufferevent_enable(c->idle_up, EV_READ); /* EV_WRITE stays on: nothing is queued */
 }
 
 bool forward_try_reuse(struct conn *c)

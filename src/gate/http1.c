@@ -737,19 +737,79 @@ static bool is_end_to_end(const char *name, size_t len)
            eqi(name, len, "host");
 }
 
-static int write_headers(const struct http_header *hdrs, size_t n, struct evbuffer *out)
+/* A head is written as a list of pieces copied into the output at once:
+ * one reservation instead of four evbuffer_add() calls per field. */
+#define HEAD_PIECES (4 * HTTP_MAX_HEADERS + 12)
+
+struct head_out {
+    struct {
+        const char *p;
+        size_t n;
+    } piece[HEAD_PIECES];
+    size_t npieces;
+    size_t len;
+};
+
+static void piece(struct head_out *h, const char *p, size_t n)
+{
+    if (h->npieces < HEAD_PIECES) {
+        h->piece[h->npieces].p = p;
+        h->piece[h->npieces].n = n;
+        h->len += n;
+    }
+    h->npieces++; /* past HEAD_PIECES: head_commit() refuses */
+}
+
+static void piece_lit(struct head_out *h, const char *s)
+{
+    piece(h, s, strlen(s));
+}
+
+static int head_commit(const struct head_out *h, struct evbuffer *out)
+{
+    struct evbuffer_iovec v;
+    if (h->npieces > HEAD_PIECES || evbuffer_reserve_space(out, (ev_ssize_t)h->len, &v, 1) < 1 ||
+        v.iov_len < h->len)
+        return -1;
+    char *d = v.iov_base;
+    for (size_t i = 0; i < h->npieces; i++) {
+        memcpy(d, h->piece[i].p, h->piece[i].n);
+        d += h->piece[i].n;
+    }
+    v.iov_len = h->len;
+    return evbuffer_commit_space(out, &v, 1);
+}
+
+/* Writes <v> (at most 99999) in decimal into <buf>, at least <width>
+ * digits; returns the number of digits. */
+static size_t put_decimal(char *buf, unsigned v, size_t width)
+{
+    char tmp[8];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0 && n < sizeof(tmp));
+    while (n < width && n < sizeof(tmp))
+        tmp[n++] = '0';
+    for (size_t i = 0; i < n; i++)
+        buf[i] = tmp[n - 1 - i];
+    return n;
+}
+
+static void head_fields(struct head_out *h, const struct http_header *hdrs, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        const struct http_header *h = &hdrs[i];
-        if (http1_is_hop_by_hop(h->name, h->name_len) ||
-            (!is_end_to_end(h->name, h->name_len) &&
-             named_in_connection(hdrs, n, h->name, h->name_len)))
+        const struct http_header *f = &hdrs[i];
+        if (http1_is_hop_by_hop(f->name, f->name_len) ||
+            (!is_end_to_end(f->name, f->name_len) &&
+             named_in_connection(hdrs, n, f->name, f->name_len)))
             continue;
-        if (evbuffer_add(out, h->name, h->name_len) != 0 || evbuffer_add(out, ": ", 2) != 0 ||
-            evbuffer_add(out, h->value, h->value_len) != 0 || evbuffer_add(out, "\r\n", 2) != 0)
-            return -1;
+        piece(h, f->name, f->name_len);
+        piece(h, ": ", 2);
+        piece(h, f->value, f->value_len);
+        piece(h, "\r\n", 2);
     }
-    return 0;
 }
 
 int http1_write_upstream_request(const struct http_request *req, struct evbuffer *out)
@@ -762,41 +822,48 @@ int http1_write_upstream_request_keep(const struct http_request *req, struct evb
 {
     if (req->form != TARGET_ABSOLUTE || req->path == NULL)
         return -1;
-    if (evbuffer_add(out, req->method, strlen(req->method)) != 0 ||
-        evbuffer_add(out, " ", 1) != 0 || evbuffer_add(out, req->path, req->path_len) != 0 ||
-        evbuffer_add(out, " HTTP/1.1\r\n", 11) != 0)
-        return -1;
+    struct head_out hb, *h = &hb; /* 6.5 KiB of stack: no allocation per request */
+    char port[8];
+    h->npieces = 0;
+    h->len = 0;
+    piece_lit(h, req->method);
+    piece(h, " ", 1);
+    piece(h, req->path, req->path_len);
+    piece(h, " HTTP/1.1\r\n", 11);
     if (req->host_header == NULL) {
-        const char *lb = req->host_ipv6 ? "[" : "";
-        const char *rb = req->host_ipv6 ? "]" : "";
-        int rc = req->port != 80 ? evbuffer_add_printf(out, "Host: %s%s%s:%u\r\n", lb, req->host,
-                                                       rb, (unsigned)req->port)
-                                 : evbuffer_add_printf(out, "Host: %s%s%s\r\n", lb, req->host, rb);
-        if (rc < 0)
-            return -1;
+        piece(h, req->host_ipv6 ? "Host: [" : "Host: ", req->host_ipv6 ? 7 : 6);
+        piece_lit(h, req->host);
+        if (req->host_ipv6)
+            piece(h, "]", 1);
+        if (req->port != 80) {
+            port[0] = ':';
+            piece(h, port, 1 + put_decimal(port + 1, req->port, 1));
+        }
+        piece(h, "\r\n", 2);
     }
-    if (write_headers(req->headers, req->nheaders, out) != 0)
-        return -1;
-    const char *conn = keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
-    if (evbuffer_add(out, conn, strlen(conn)) != 0)
-        return -1;
-    return 0;
+    head_fields(h, req->headers, req->nheaders);
+    piece_lit(h, keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n");
+    return head_commit(h, out) < 0 ? -1 : 0;
 }
 
 int http1_write_upstream_response(const struct http_response *rsp, struct evbuffer *out,
                                   bool keep_alive)
 {
-    if (evbuffer_add_printf(out, "HTTP/1.1 %03d ", rsp->status) < 0 ||
-        evbuffer_add(out, rsp->reason, rsp->reason_len) != 0 || evbuffer_add(out, "\r\n", 2) != 0)
+    struct head_out hb, *h = &hb;
+    char status[8];
+    if (rsp->status < 0 || rsp->status > 999)
         return -1;
-    if (write_headers(rsp->headers, rsp->nheaders, out) != 0)
-        return -1;
-    if (rsp->status >= 200) {
-        const char *c = keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
-        if (evbuffer_add(out, c, strlen(c)) != 0)
-            return -1;
-    }
-    if (evbuffer_add(out, "\r\n", 2) != 0)
-        return -1;
-    return 0;
+    h->npieces = 0;
+    h->len = 0;
+    piece(h, "HTTP/1.1 ", 9);
+    size_t sn = put_decimal(status, (unsigned)rsp->status, 3);
+    status[sn++] = ' ';
+    piece(h, status, sn);
+    piece(h, rsp->reason, rsp->reason_len);
+    piece(h, "\r\n", 2);
+    head_fields(h, rsp->headers, rsp->nheaders);
+    if (rsp->status >= 200)
+        piece_lit(h, keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n");
+    piece(h, "\r\n", 2);
+    return head_commit(h, out) < 0 ? -1 : 0;
 }

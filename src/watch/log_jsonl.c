@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,8 +37,13 @@ struct log_jsonl {
     size_t pending_lines; /* complete lines in <pending> */
     size_t pending_max;
     struct event *wev;
+    struct event *fev; /* writes the end lines gathered in this loop round */
+    bool flush_due;    /* fev is active */
     uint64_t dropped;
 };
+
+/* At most this many buffer pieces per write. */
+#define DRAIN_IOV 16
 
 /* ---------------------------------------------------------------- format */
 
@@ -189,6 +195,10 @@ static void put_key(struct out *o, const char *key)
 
 static void put_ts(struct out *o, const struct timespec *ts)
 {
+    /* The calendar fields of the last second seen (per thread: the
+     * formatter stays safe to call from any thread). */
+    static _Thread_local time_t last_sec = -1;
+    static _Thread_local char last_buf[27];
     struct tm tm;
     char buf[40];
     time_t t = ts->tv_sec;
@@ -196,6 +206,12 @@ static void put_ts(struct out *o, const struct timespec *ts)
 
     if (ms < 0 || ms > 999)
         ms = 0;
+    if (t == last_sec) {
+        memcpy(buf, last_buf, 26);
+        put_digits(buf + 21, 3, ms);
+        put(o, buf, 26);
+        return;
+    }
     if (gmtime_r(&t, &tm) == NULL) {
         memset(&tm, 0, sizeof(tm));
         tm.tm_year = 70;
@@ -217,6 +233,8 @@ static void put_ts(struct out *o, const struct timespec *ts)
     put_digits(buf + 12, 2, tm.tm_hour);
     put_digits(buf + 15, 2, tm.tm_min);
     put_digits(buf + 18, 2, tm.tm_sec);
+    memcpy(last_buf, buf, 26);
+    last_sec = t;
     put_digits(buf + 21, 3, ms);
     put(o, buf, 26);
 }
@@ -275,9 +293,9 @@ size_t log_jsonl_format(const struct egress_event *ev, char *out, size_t cap)
         put_tier(&o, ev->tier);
         put_key(&o, "rule");
         if (ev->rule != NULL) {
-            char buf[40];
-            int n = snprintf(buf, sizeof(buf), "\"rules[%zu]\"", ev->rule->index);
-            put(&o, buf, (size_t)n);
+            put(&o, "\"rules[", 7);
+            put_u64(&o, ev->rule->index);
+            put(&o, "]\"", 2);
         } else {
             puts_lit(&o, "null");
         }
@@ -343,14 +361,23 @@ static void drop_pending(struct log_jsonl *l)
 static int drain(struct log_jsonl *l)
 {
     while (evbuffer_get_length(l->pending) > 0) {
-        size_t len = evbuffer_get_contiguous_space(l->pending);
-        const unsigned char *p = evbuffer_pullup(l->pending, (ev_ssize_t)len);
+        struct iovec iov[DRAIN_IOV];
+        struct evbuffer_iovec v[DRAIN_IOV];
+        int nv = evbuffer_peek(l->pending, -1, NULL, v, DRAIN_IOV);
         ssize_t w;
 
-        if (l->is_sock)
-            w = send(l->fd, p, len, MSG_DONTWAIT | MSG_NOSIGNAL);
-        else
-            w = write(l->fd, p, len);
+        if (nv > DRAIN_IOV)
+            nv = DRAIN_IOV;
+        for (int i = 0; i < nv; i++) {
+            iov[i].iov_base = v[i].iov_base;
+            iov[i].iov_len = v[i].iov_len;
+        }
+        if (l->is_sock) {
+            struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)nv};
+            w = sendmsg(l->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+        } else {
+            w = writev(l->fd, iov, nv);
+        }
         if (w < 0) {
             if (errno == EINTR)
                 continue;
@@ -366,7 +393,10 @@ static int drain(struct log_jsonl *l)
         }
         if (w == 0)
             return 1;
-        size_t done = count_lines(l->pending, (size_t)w);
+        /* Only a partial write needs the lines counted. */
+        size_t done = (size_t)w == evbuffer_get_length(l->pending)
+                          ? l->pending_lines
+                          : count_lines(l->pending, (size_t)w);
         l->pending_lines -= done < l->pending_lines ? done : l->pending_lines;
         evbuffer_drain(l->pending, (size_t)w);
         l->reported = false;
@@ -399,6 +429,17 @@ static void on_writable(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     schedule(l, drain(l));
+}
+
+/* The lines that could wait (flush_soon) go out together. */
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    struct log_jsonl *l = arg;
+    (void)fd;
+    (void)what;
+    l->flush_due = false;
+    if (l->wev == NULL || !event_pending(l->wev, EV_WRITE | EV_TIMEOUT, NULL))
+        schedule(l, drain(l));
 }
 
 static int make_event(struct log_jsonl *l)
@@ -480,7 +521,7 @@ struct log_jsonl *log_jsonl_open(struct event_base *base, const char *path, char
         *err = errmsg(std ? "standard output" : path, "cannot open log", errno);
         goto err;
     }
-    if (make_event(l) < 0)
+    if (make_event(l) < 0 || (l->fev = event_new(base, -1, 0, on_flush, l)) == NULL)
         goto nomem;
     return l;
 nomem:
@@ -492,13 +533,17 @@ err:
             close(l->fd);
         if (l->pending != NULL)
             evbuffer_free(l->pending);
+        if (l->wev != NULL)
+            event_free(l->wev);
         free(l->path);
         free(l);
     }
     return NULL;
 }
 
-void log_jsonl_write_line(struct log_jsonl *l, const char *line, size_t n)
+/* Appends <line>; written at once, or when <soon>, before the event loop
+ * waits again (with the lines that come after it in this round). */
+static void append_line(struct log_jsonl *l, const char *line, size_t n, bool soon)
 {
     if (l->broken) {
         l->dropped++;
@@ -509,9 +554,20 @@ void log_jsonl_write_line(struct log_jsonl *l, const char *line, size_t n)
     } else {
         l->pending_lines++;
         /* A write is already armed: keep order, let the event drain. */
-        if (l->wev == NULL || !event_pending(l->wev, EV_WRITE | EV_TIMEOUT, NULL))
+        if (l->wev != NULL && event_pending(l->wev, EV_WRITE | EV_TIMEOUT, NULL))
+            return;
+        if (!soon) {
             schedule(l, drain(l));
+        } else if (!l->flush_due) {
+            l->flush_due = true;
+            event_active(l->fev, EV_TIMEOUT, 0);
+        }
     }
+}
+
+void log_jsonl_write_line(struct log_jsonl *l, const char *line, size_t n)
+{
+    append_line(l, line, n, false);
 }
 
 void log_jsonl_on_event(const struct egress_event *ev, void *arg)
@@ -535,7 +591,9 @@ void log_jsonl_on_event(const struct egress_event *ev, void *arg)
         }
         log_jsonl_format(ev, line, n + 1);
     }
-    log_jsonl_write_line(l, line, n);
+    /* The decision line goes out before the request does (SPEC); the end
+     * line may join the next write of this round. */
+    append_line(l, line, n, ev->kind == EVENT_EGRESS_END);
     if (line != stack)
         free(line);
 }
@@ -672,6 +730,8 @@ void log_jsonl_close(struct log_jsonl *l)
                 l->path ? l->path : "(stdout)", l->dropped);
     if (l->wev != NULL)
         event_free(l->wev);
+    if (l->fev != NULL)
+        event_free(l->fev);
     evbuffer_free(l->pending);
     if (l->fd >= 0)
         close(l->fd);

@@ -9,7 +9,12 @@
  * counted, and the count is reported on standard error by log_jsonl_close():
  * nothing is lost silently.
  *
- * Owns: its descriptor, its pending buffer and its write event. */
+ * An agent_egress line is written at once (before the request goes
+ * upstream, as SPEC.md requires). An agent_egress_end line waits until the
+ * callbacks already queued in this round of the event loop have run, so
+ * the end of one request and the decision of the next share one write.
+ *
+ * Owns: its descriptor, its pending buffer, its write and flush events. */
 #ifndef SLUICE_WATCH_LOG_JSONL_H
 #define SLUICE_WATCH_LOG_JSONL_H
 

@@ -1,0 +1,35 @@
+/* stream: writing to a bufferevent, socket first.
+ *
+ * A bufferevent writes what is queued in its output when its descriptor
+ * reports writable: one epoll_ctl() to watch for that, a loop iteration,
+ * and another epoll_ctl() once the output is empty. For the small writes
+ * that make up most proxied traffic (a request head, a 100-byte response)
+ * the socket would have taken the bytes at once. stream_send() therefore
+ * writes straight to the socket when nothing is queued ahead, and queues
+ * only what the socket did not take; order is kept because nothing else is
+ * queued. A write error is left to the bufferevent: the bytes are queued,
+ * its own write fails and its event callback reports it as before.
+ *
+ * What is written directly never reaches the output buffer, so the
+ * bufferevent's write callback does not fire for it: a caller that waits
+ * for the output to drain checks its length after the call. <fd> is the
+ * bufferevent's socket, or -1 when the stream is not a plain socket (a
+ * TLS-terminated stream): then everything is queued. */
+#ifndef SLUICE_GATE_STREAM_H
+#define SLUICE_GATE_STREAM_H
+
+#include <stddef.h>
+
+#include <event2/util.h>
+
+struct bufferevent;
+struct evbuffer;
+
+/* Moves the first <n> bytes of <src> (which must hold them) to <bev>.
+ * Returns 0, or -1 when out of memory. */
+int stream_send(struct bufferevent *bev, evutil_socket_t fd, struct evbuffer *src, size_t n);
+
+/* Writes the <n> bytes at <data> (borrowed) to <bev>. Returns 0 or -1. */
+int stream_send_bytes(struct bufferevent *bev, evutil_socket_t fd, const void *data, size_t n);
+
+#endif
