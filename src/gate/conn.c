@@ -546,7 +546,11 @@ static void decide_and_go(struct conn *c)
     }
     if (shape_check_rate(c))
         return;
-    bufferevent_disable(c->client, EV_READ);
+    /* A CONNECT's client is not read until the 200 is out. A plain request
+     * keeps reading on: turning it off and on again costs two epoll_ctl()
+     * per request, and on_read() turns it off should bytes come early. */
+    if (ex->is_connect)
+        bufferevent_disable(c->client, EV_READ);
     bufferevent_set_timeouts(c->client, NULL, NULL);
     if (ex->target.kind == HOST_IP) {
         ex->addrs[0] = ex->target.ip;
@@ -681,9 +685,33 @@ static void on_read(struct bufferevent *bev, void *arg)
     case CS_PEEK:
         connect_on_client_read(c);
         break;
+    case CS_RESOLVE:
+    case CS_CONNECT:
+        /* Bytes behind a plain request (its body, or the next request):
+         * they wait in the input until forwarding starts. */
+        bufferevent_disable(c->client, EV_READ);
+        break;
     default:
         break;
     }
+}
+
+bool conn_client_half_closed(struct conn *c, short what)
+{
+    struct exchange *ex = &c->ex;
+    if (!(what & BEV_EVENT_EOF) || (what & BEV_EVENT_ERROR) || !ex->active || ex->is_connect)
+        return false;
+    if (c->state != CS_RESOLVE && c->state != CS_CONNECT &&
+        (c->state != CS_FORWARD || !ex->req_done))
+        return false; /* ended in the middle of a body being forwarded: cut */
+    /* The client ended its side after its request: the response still goes
+     * back, then the connection closes. A body it did not finish before
+     * forwarding started is found short by forward.c (pump_request). */
+    ex->client_eof = true;
+    ex->client_close = true;
+    ex->keep_alive = false;
+    bufferevent_disable(c->client, EV_READ);
+    return true;
 }
 
 static void on_write(struct bufferevent *bev, void *arg)
@@ -710,6 +738,8 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
 {
     struct conn *c = arg;
     (void)bev;
+    if (conn_client_half_closed(c, what))
+        return;
     if (c->state == CS_FORWARD) {
         forward_on_client_event(c, what);
         return;

@@ -222,6 +222,8 @@ static void pump_request(struct conn *c)
     if (ex->req_done) {
         bufferevent_disable(c->client, EV_READ);
         conn_set_client_timeouts(c, false);
+    } else if (ex->client_eof && evbuffer_get_length(in) == 0) {
+        conn_free(c); /* the client ended its side in the middle of the body */
     }
 }
 

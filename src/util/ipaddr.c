@@ -304,11 +304,26 @@ char *ipaddr_format(const struct ipaddr *a, char *out, size_t outlen)
     char buf[IPADDR_STRLEN];
     if (out == NULL || outlen == 0)
         return out;
-    if (ipaddr_is_v4(a))
-        snprintf(buf, sizeof(buf), "%u.%u.%u.%u", a->b[12], a->b[13], a->b[14], a->b[15]);
-    else
+    if (ipaddr_is_v4(a)) {
+        /* By hand: a literal target is formatted on every request. */
+        char *p = buf;
+        for (int i = 12; i < 16; i++) {
+            unsigned v = a->b[i];
+            if (v >= 100)
+                *p++ = (char)('0' + v / 100);
+            if (v >= 10)
+                *p++ = (char)('0' + v / 10 % 10);
+            *p++ = (char)('0' + v % 10);
+            *p++ = i < 15 ? '.' : '\0';
+        }
+    } else {
         format_v6(a, buf, sizeof(buf));
-    snprintf(out, outlen, "%s", buf);
+    }
+    size_t n = strlen(buf);
+    if (n >= outlen)
+        n = outlen - 1;
+    memcpy(out, buf, n);
+    out[n] = '\0';
     return out;
 }
 

@@ -8,7 +8,7 @@ import threading
 import time
 
 from gate_client import (assert_deny_response, build_request, curl, open_conn, read_response,
-                         request)
+                         recv_until_close, request)
 from gate_servers import pattern_bytes
 
 
@@ -786,3 +786,58 @@ def test_bad_chunked_request_is_400(gateway, net):
     ev, end = gw.decided(path="/bad-chunk")
     assert ev["decision"] == "allow"
     assert end["status"] == 400 and end["bytes_up"] == 0
+
+
+def test_half_closed_client_still_gets_its_response(gateway, net):
+    # A client may end its side right after its request (shutdown(SHUT_WR));
+    # the response still comes back, then the gateway closes.
+    gw = gateway(net.policy([api_rule(net)]))
+    for path, body in (("/slow?ms=300", b""), ("/half-post", b"x" * 5000)):
+        s = open_conn(gw)
+        try:
+            s.sendall(build_request("POST" if body else "GET", net.url(path), body=body))
+            s.shutdown(socket.SHUT_WR)
+            r = read_response(s, "POST" if body else "GET")
+            assert r.status == 200 and r.json()["path"] == path
+            assert r.json()["body_len"] == len(body)
+            assert recv_until_close(s) == b""  # closed after the response
+        finally:
+            s.close()
+        _, end = gw.decided(path=path)
+        assert end["status"] == 200 and end["bytes_up"] == len(body)
+
+
+def test_half_closed_client_with_short_body_is_cut(gateway, net):
+    # A body shorter than its Content-Length, then the end of the client's
+    # side: the request never completes upstream, the connection is cut and
+    # the exchange still has its end line.
+    gw = gateway(net.policy([api_rule(net)]))
+    s = open_conn(gw)
+    try:
+        data = build_request("POST", net.url("/short"), body=b"y" * 100,
+                             headers={"Content-Length": "1000"})
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        assert recv_until_close(s) == b""
+    finally:
+        s.close()
+    ev, end = gw.decided(path="/short")
+    assert ev["decision"] == "allow" and end["bytes_up"] == 100
+    # The upstream saw the request cut short (the test server records what it read).
+    assert all(len(q.body) < 1000 for q in net.api.requests if q.path == "/short")
+
+
+def test_pipelined_requests_answered_in_order(gateway, net):
+    # Requests sent back to back before any answer: each decided, logged and
+    # answered in turn, none mixed with another.
+    gw = gateway(net.policy([api_rule(net)]))
+    paths = ["/p%d" % i for i in range(5)]
+    s = open_conn(gw)
+    try:
+        s.sendall(b"".join(build_request("GET", net.url(p)) for p in paths))
+        rs = [read_response(s) for _ in paths]
+    finally:
+        s.close()
+    assert [r.json()["path"] for r in rs] == paths
+    evs = gw.wait_events(count=5)
+    assert [e["path"] for e in evs] == paths
