@@ -28,6 +28,7 @@
 #include "gate/conn.h"
 #include "gate/gateway.h"
 #include "gate/progress.h"
+#include "gate/stream.h"
 #include "gate/tunnel.h"
 #include "shape/quota.h"
 
@@ -94,7 +95,7 @@ void connect_start(struct conn *c)
     bufferevent_setcb(c->up, NULL, up_write, up_event, c);
     bufferevent_set_timeouts(c->up, NULL, &up_tv);
     bufferevent_disable(c->up, EV_READ);
-    if (bufferevent_write(c->client, established, sizeof(established) - 1) < 0) {
+    if (stream_send_bytes(c->client, c->fd, established, sizeof(established) - 1) < 0) {
         conn_free(c);
         return;
     }
@@ -168,10 +169,11 @@ void connect_on_client_read(struct conn *c)
     progress_note(c);
     if (ex->flow != NULL)
         quota_flow_take(ex->flow, len, quota_now()); /* the peeked bytes */
-    if (bufferevent_write_buffer(c->up, in) < 0) {
+    if (stream_send(c->up, c->up_fd, in, len) < 0) {
         conn_free(c);
         return;
     }
-    bufferevent_enable(c->up, EV_WRITE);
+    if (evbuffer_get_length(bufferevent_get_output(c->up)) > 0)
+        bufferevent_enable(c->up, EV_WRITE);
     connect_on_client_write(c);
 }

@@ -24,17 +24,18 @@
 struct dir {
     struct tunnel *t;
     evutil_socket_t src, dst;
-    int pipe[2];      /* splice mode; -1 in copy mode */
-    size_t cap;       /* splice mode: the pipe's capacity */
-    bool grown;       /* splice mode: the pipe was grown (or that was tried) */
-    char *buf;        /* copy mode */
-    size_t off;       /* copy mode: first unsent byte in buf */
-    size_t pending;   /* bytes read from src and not yet written to dst */
-    bool eof;         /* src has ended */
-    bool done;        /* eof seen, everything delivered, dst shut down for writing */
-    uint64_t bytes;   /* delivered to dst */
-    struct event *rd; /* src readable */
-    struct event *wr; /* dst writable */
+    int pipe[2];       /* splice mode; -1 in copy mode */
+    size_t cap;        /* splice mode: the pipe's capacity */
+    bool grown;        /* splice mode: the pipe was grown (or that was tried) */
+    char *buf;         /* copy mode */
+    size_t off;        /* copy mode: first unsent byte in buf */
+    size_t pending;    /* bytes read from src and not yet written to dst */
+    bool eof;          /* src has ended */
+    bool done;         /* eof seen, everything delivered, dst shut down for writing */
+    uint64_t bytes;    /* delivered to dst */
+    struct event *rd;  /* src readable (persistent) */
+    struct event *wr;  /* dst writable (persistent) */
+    bool rd_on, wr_on; /* rd, wr are added: changed only when the wish changes */
 };
 
 struct tunnel {
@@ -136,11 +137,14 @@ static size_t room(const struct dir *d)
     return d->pending == 0 ? TUNNEL_BUF : 0;
 }
 
-enum fill_result { FILL_ERROR = -1, FILL_WAIT, FILL_DATA, FILL_PAUSED };
+enum fill_result { FILL_ERROR = -1, FILL_WAIT, FILL_DATA, FILL_DATA_SHORT, FILL_PAUSED };
 
 /* Reads from src into the pipe or buffer, once: FILL_DATA (bytes added, or
- * EOF seen), FILL_WAIT (nothing to read, or the pipe is full),
- * FILL_PAUSED (the bandwidth bucket is empty: its timer is armed). */
+ * EOF seen), FILL_DATA_SHORT (fewer bytes than there was room for: src is
+ * most likely drained, and a level-triggered event says so if not, so no
+ * read is tried again only to meet EAGAIN), FILL_WAIT (nothing to read, or
+ * the pipe is full), FILL_PAUSED (the bandwidth bucket is empty: its timer
+ * is armed). */
 static enum fill_result fill(struct dir *d)
 {
     for (;;) {
@@ -156,7 +160,7 @@ static enum fill_result fill(struct dir *d)
             if (d->t->flow != NULL && d == &d->t->d[0])
                 quota_flow_take(d->t->flow, (size_t)n, quota_now());
             d->pending += (size_t)n;
-            return FILL_DATA;
+            return (size_t)n < max ? FILL_DATA_SHORT : FILL_DATA;
         }
         if (n == 0) {
             d->eof = true;
@@ -183,6 +187,27 @@ static void grow_pipe(struct dir *d)
         d->cap = (size_t)n;
 }
 
+/* Sets which of src readable and dst writable <d> waits for; the events
+ * are persistent, so a wakeup that leaves the wish as it was costs no
+ * epoll_ctl(). */
+static void watch(struct dir *d, bool rd, bool wr)
+{
+    if (rd != d->rd_on) {
+        if (rd)
+            event_add(d->rd, NULL);
+        else
+            event_del(d->rd);
+        d->rd_on = rd;
+    }
+    if (wr != d->wr_on) {
+        if (wr)
+            event_add(d->wr, NULL);
+        else
+            event_del(d->wr);
+        d->wr_on = wr;
+    }
+}
+
 /* Moves what it can in one direction: reads and writes until both sides
  * would block, or for at most TUNNEL_ROUNDS rounds. Returns -1 on error. */
 static int pump(struct dir *d)
@@ -196,12 +221,12 @@ static int pump(struct dir *d)
             enum fill_result fr = fill(d);
             if (fr == FILL_ERROR)
                 return -1;
-            if (fr == FILL_DATA)
+            if (fr == FILL_DATA || fr == FILL_DATA_SHORT)
                 moved = true;
+            if (fr == FILL_DATA_SHORT || fr == FILL_WAIT)
+                src_dry = true;
             else if (fr == FILL_PAUSED)
                 paused = true;
-            else
-                src_dry = true;
         }
         if (d->pending > 0 && !dst_full) {
             int rc = drain(d);
@@ -223,15 +248,10 @@ static int pump(struct dir *d)
         if (src_dry && d->pending == 0)
             break;
     }
-    if (!d->done) {
-        /* A full pipe also reads as "nothing to read": while bytes are
-         * pending, wait for dst only (draining makes room), so a readable
-         * src with a full pipe never spins the loop. */
-        if (d->pending > 0)
-            event_add(d->wr, NULL);
-        else if (!d->eof && !paused)
-            event_add(d->rd, NULL);
-    }
+    /* A full pipe also reads as "nothing to read": while bytes are
+     * pending, wait for dst only (draining makes room), so a readable src
+     * with a full pipe never spins the loop. */
+    watch(d, !d->done && d->pending == 0 && !d->eof && !paused, !d->done && d->pending > 0);
     if (progress)
         event_add(d->t->idle, &d->t->idle_tv);
     return 0;
@@ -306,11 +326,11 @@ struct tunnel *tunnel_new(struct event_base *base, evutil_socket_t client_fd,
             if (d->buf == NULL)
                 goto err;
         }
-        d->rd = event_new(base, d->src, EV_READ, on_io, d);
-        d->wr = event_new(base, d->dst, EV_WRITE, on_io, d);
+        d->rd = event_new(base, d->src, EV_READ | EV_PERSIST, on_io, d);
+        d->wr = event_new(base, d->dst, EV_WRITE | EV_PERSIST, on_io, d);
         if (d->rd == NULL || d->wr == NULL)
             goto err;
-        event_add(d->rd, NULL);
+        watch(d, true, false);
     }
     event_add(t->idle, &t->idle_tv);
     return t;
