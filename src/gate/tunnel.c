@@ -187,25 +187,25 @@ static void grow_pipe(struct dir *d)
         d->cap = (size_t)n;
 }
 
+/* Adds or deletes <ev> when <want> differs from <*on>. */
+static void want_event(struct event *ev, bool *on, bool want)
+{
+    if (want == *on)
+        return;
+    if (want)
+        event_add(ev, NULL);
+    else
+        event_del(ev);
+    *on = want;
+}
+
 /* Sets which of src readable and dst writable <d> waits for; the events
  * are persistent, so a wakeup that leaves the wish as it was costs no
  * epoll_ctl(). */
 static void watch(struct dir *d, bool rd, bool wr)
 {
-    if (rd != d->rd_on) {
-        if (rd)
-            event_add(d->rd, NULL);
-        else
-            event_del(d->rd);
-        d->rd_on = rd;
-    }
-    if (wr != d->wr_on) {
-        if (wr)
-            event_add(d->wr, NULL);
-        else
-            event_del(d->wr);
-        d->wr_on = wr;
-    }
+    want_event(d->rd, &d->rd_on, rd);
+    want_event(d->wr, &d->wr_on, wr);
 }
 
 /* Moves what it can in one direction: reads and writes until both sides
