@@ -19,6 +19,7 @@
 #include "policy/policy.h"
 #include "shape/admit.h"
 #include "shape/quota.h"
+#include "util/units.h"
 #include "watch/bus.h"
 
 static void on_read(struct bufferevent *bev, void *arg);
@@ -347,28 +348,16 @@ void conn_exchange_done(struct conn *c)
                             BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
 }
 
-/* "c<conn>.<request>" into <buf> (48 bytes hold any two 64-bit numbers):
- * by hand, it is on every request. */
-static void format_exchange_id(char *buf, size_t cap, uint64_t conn, uint64_t req)
+/* "c<conn>.<request>" into <id>, whose 48 bytes hold any two 64-bit
+ * numbers: without printf, it is on every request. */
+static void format_exchange_id(char id[48], uint64_t conn, uint64_t req)
 {
-    char tmp[48];
-    size_t i = sizeof(tmp);
-    tmp[--i] = '\0';
-    do {
-        tmp[--i] = (char)('0' + req % 10);
-        req /= 10;
-    } while (req > 0);
-    tmp[--i] = '.';
-    do {
-        tmp[--i] = (char)('0' + conn % 10);
-        conn /= 10;
-    } while (conn > 0);
-    tmp[--i] = 'c';
-    size_t n = sizeof(tmp) - i;
-    if (n > cap)
-        n = cap; /* never: cap is 48 */
-    memcpy(buf, tmp + i, n);
-    buf[n - 1] = '\0';
+    char *p = id;
+    *p++ = 'c';
+    p += format_uint(p, conn, 0);
+    *p++ = '.';
+    p += format_uint(p, req, 0);
+    *p = '\0';
 }
 
 static void begin_exchange(struct conn *c)
@@ -379,7 +368,7 @@ static void begin_exchange(struct conn *c)
     ex->pol = gw_policy_ref(c->gw->current);
     ex->dec.tier = TIER_NONE;
     ex->verdict = VERDICT_ALLOW;
-    format_exchange_id(ex->id, sizeof(ex->id), c->id, ++c->nreq);
+    format_exchange_id(ex->id, c->id, ++c->nreq);
     clock_gettime(CLOCK_MONOTONIC, &ex->t_decided);
     c->gw->counters.requests++;
     evtimer_del(c->timer);
@@ -696,7 +685,11 @@ static void on_read(struct bufferevent *bev, void *arg)
     }
 }
 
-bool conn_client_half_closed(struct conn *c, short what)
+/* Called with the client's bufferevent event <what>: when it is the end of
+ * the client's side while a plain request is being resolved, connected or
+ * forwarded, marks the exchange (no keep-alive, no more reading) and
+ * returns true: the exchange goes on. Else returns false. */
+static bool client_half_closed(struct conn *c, short what)
 {
     struct exchange *ex = &c->ex;
     if (!(what & BEV_EVENT_EOF) || (what & BEV_EVENT_ERROR) || !ex->active || ex->is_connect)
@@ -738,7 +731,7 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
 {
     struct conn *c = arg;
     (void)bev;
-    if (conn_client_half_closed(c, what))
+    if (client_half_closed(c, what))
         return;
     if (c->state == CS_FORWARD) {
         forward_on_client_event(c, what);

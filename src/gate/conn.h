@@ -99,7 +99,7 @@ struct exchange {
     struct chunked req_chunked, rsp_chunked;
     bool req_done, rsp_head_done, rsp_done;
     bool client_close; /* the client asked to close after this request */
-    bool client_eof;   /* the client ended its side (conn_client_half_closed) */
+    bool client_eof;   /* the client ended its side after its request (conn.c) */
     bool keep_alive;   /* the client connection survives this exchange */
     /* A refusal may keep the client connection: set when the request has no
      * body to skip and the client did not ask to close. */
@@ -170,11 +170,6 @@ void conn_exchange_done(struct conn *c);
 bool conn_gate_denies(struct conn *c, enum deny_reason r, bool respond);
 uint64_t conn_idle_ms(const struct conn *c);
 void conn_set_client_timeouts(struct conn *c, bool reading);
-/* Called with the client's bufferevent event <what>: when it is the end of
- * the client's side while a plain request is being resolved, connected or
- * forwarded, marks the exchange (no keep-alive, no more reading) and
- * returns true: the exchange goes on. Else returns false. */
-bool conn_client_half_closed(struct conn *c, short what);
 
 /* forward.c */
 /* Starts forwarding the current request over the connected <c->up>. */

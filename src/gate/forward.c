@@ -139,17 +139,32 @@ static void maybe_done(struct conn *c)
     conn_exchange_done(c);
 }
 
+/* Response bytes gathered for the client and not yet accepted by it. */
+static size_t client_backlog(const struct conn *c)
+{
+    return evbuffer_get_length(bufferevent_get_output(c->client)) + evbuffer_get_length(c->scratch);
+}
+
+/* Hands what read_response_head() and pump_response() gathered in
+ * c->scratch to the client: one write for a head and the body bytes that
+ * came with it. Returns -1 when <c> was freed. */
+static int flush_response(struct conn *c)
+{
+    if (stream_send(c->client, c->fd, c->scratch, evbuffer_get_length(c->scratch)) < 0) {
+        conn_free(c);
+        return -1;
+    }
+    return 0;
+}
+
 /* An error after the request went upstream: answer 502 if the agent has
  * not seen a response yet, else cut the connection. */
 static void fail(struct conn *c, const char *why)
 {
     if (!c->ex.rsp_head_done) {
         /* Interim heads gathered before the failure go first. */
-        if (c->scratch != NULL && evbuffer_get_length(c->scratch) > 0 &&
-            stream_send(c->client, c->fd, c->scratch, evbuffer_get_length(c->scratch)) < 0) {
-            conn_free(c);
+        if (c->scratch != NULL && flush_response(c) < 0)
             return;
-        }
         conn_refuse(c, REASON_UPSTREAM_UNREACHABLE, why, true);
         return;
     }
@@ -225,24 +240,6 @@ static void pump_request(struct conn *c)
     } else if (ex->client_eof && evbuffer_get_length(in) == 0) {
         conn_free(c); /* the client ended its side in the middle of the body */
     }
-}
-
-/* Response bytes gathered for the client and not yet accepted by it. */
-static size_t client_backlog(const struct conn *c)
-{
-    return evbuffer_get_length(bufferevent_get_output(c->client)) + evbuffer_get_length(c->scratch);
-}
-
-/* Hands what read_response_head() and pump_response() gathered in
- * c->scratch to the client: one write for a head and the body bytes that
- * came with it. Returns -1 when <c> was freed. */
-static int flush_response(struct conn *c)
-{
-    if (stream_send(c->client, c->fd, c->scratch, evbuffer_get_length(c->scratch)) < 0) {
-        conn_free(c);
-        return -1;
-    }
-    return 0;
 }
 
 /* Moves response body bytes from the upstream to the client, after the

@@ -6,6 +6,7 @@
 #include <event2/buffer.h>
 
 #include "policy/model.h"
+#include "util/units.h"
 
 /* ---------------------------------------------------------------------- */
 /* Character classes (RFC 9110 5.6.2, 5.5) */
@@ -780,23 +781,6 @@ static int head_commit(const struct head_out *h, struct evbuffer *out)
     return evbuffer_commit_space(out, &v, 1);
 }
 
-/* Writes <v> (at most 99999) in decimal into <buf>, at least <width>
- * digits; returns the number of digits. */
-static size_t put_decimal(char *buf, unsigned v, size_t width)
-{
-    char tmp[8];
-    size_t n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v > 0 && n < sizeof(tmp));
-    while (n < width && n < sizeof(tmp))
-        tmp[n++] = '0';
-    for (size_t i = 0; i < n; i++)
-        buf[i] = tmp[n - 1 - i];
-    return n;
-}
-
 static void head_fields(struct head_out *h, const struct http_header *hdrs, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -823,7 +807,7 @@ int http1_write_upstream_request_keep(const struct http_request *req, struct evb
     if (req->form != TARGET_ABSOLUTE || req->path == NULL)
         return -1;
     struct head_out hb, *h = &hb; /* 6.5 KiB of stack: no allocation per request */
-    char port[8];
+    char port[1 + FORMAT_UINT_MAX];
     h->npieces = 0;
     h->len = 0;
     piece_lit(h, req->method);
@@ -837,7 +821,7 @@ int http1_write_upstream_request_keep(const struct http_request *req, struct evb
             piece(h, "]", 1);
         if (req->port != 80) {
             port[0] = ':';
-            piece(h, port, 1 + put_decimal(port + 1, req->port, 1));
+            piece(h, port, 1 + format_uint(port + 1, req->port, 0));
         }
         piece(h, "\r\n", 2);
     }
@@ -850,13 +834,13 @@ int http1_write_upstream_response(const struct http_response *rsp, struct evbuff
                                   bool keep_alive)
 {
     struct head_out hb, *h = &hb;
-    char status[8];
+    char status[FORMAT_UINT_MAX + 1];
     if (rsp->status < 0 || rsp->status > 999)
         return -1;
     h->npieces = 0;
     h->len = 0;
     piece(h, "HTTP/1.1 ", 9);
-    size_t sn = put_decimal(status, (unsigned)rsp->status, 3);
+    size_t sn = format_uint(status, (uint64_t)rsp->status, 3);
     status[sn++] = ' ';
     piece(h, status, sn);
     piece(h, rsp->reason, rsp->reason_len);

@@ -61,12 +61,30 @@ static bool utf8_valid(const unsigned char *s, size_t len)
     return true;
 }
 
-static int fill_ip(const struct ipaddr *ip, struct host *out)
+static void fill_ip(const struct ipaddr *ip, struct host *out)
 {
     out->kind = HOST_IP;
     out->ip = *ip;
     ipaddr_format(ip, out->name, sizeof(out->name));
-    return 0;
+}
+
+/* The IP-literal step of host_normalise(), taken on the input and again
+ * after IDNA: 1 when <s> is an IP literal (filled in <out>), 0 when it is
+ * not one, -1 when it is a malformed one. */
+static int ip_step(const char *s, size_t len, struct host *out)
+{
+    struct ipaddr ip;
+    switch (ip_literal_parse(s, len, &ip)) {
+    case IP_LITERAL_V4:
+    case IP_LITERAL_V6:
+        fill_ip(&ip, out);
+        return 1;
+    case IP_LITERAL_INVALID:
+        return -1;
+    case IP_LITERAL_NONE:
+    default:
+        return 0;
+    }
 }
 
 /* Checks an ASCII name of <len> bytes label by label. */
@@ -123,7 +141,6 @@ static char *idna_to_ascii(const char *s, size_t len)
 
 int host_normalise(const char *s, size_t len, struct host *out, const char **why)
 {
-    struct ipaddr ip;
     char name[HOST_INPUT_MAX + 1];
     const char *w;
     bool ascii = true;
@@ -144,15 +161,12 @@ int host_normalise(const char *s, size_t len, struct host *out, const char **why
             goto bad_char;
     }
 
-    switch (ip_literal_parse(s, len, &ip)) {
-    case IP_LITERAL_V4:
-    case IP_LITERAL_V6:
-        return fill_ip(&ip, out);
-    case IP_LITERAL_INVALID:
+    int lit = ip_step(s, len, out);
+    if (lit != 0) {
+        if (lit > 0)
+            return 0;
         w = WHY_BAD_IP;
         goto err;
-    case IP_LITERAL_NONE:
-        break;
     }
 
     /* A name: plain ASCII bytes other than letters, digits, '-', '_' and
@@ -201,15 +215,11 @@ int host_normalise(const char *s, size_t len, struct host *out, const char **why
         for (size_t i = 0; i < len; i++)
             if (name[i] != '.' && !is_ldh((unsigned char)name[i]))
                 goto bad_char;
-        switch (ip_literal_parse(name, len, &ip)) {
-        case IP_LITERAL_V4:
-        case IP_LITERAL_V6:
-            return fill_ip(&ip, out);
-        case IP_LITERAL_INVALID:
+        if ((lit = ip_step(name, len, out)) != 0) {
+            if (lit > 0)
+                return 0;
             w = WHY_BAD_IP;
             goto err;
-        case IP_LITERAL_NONE:
-            break;
         }
     }
 

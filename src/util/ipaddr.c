@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "util/units.h"
+
 /* The longest IPv6 text is 45 bytes (ffff:...:255.255.255.255), 47 with
  * brackets; anything with a ':' longer than this is not an address. An IPv4
  * attempt (ends in a number) longer than this is refused as well, so no
@@ -308,12 +310,7 @@ char *ipaddr_format(const struct ipaddr *a, char *out, size_t outlen)
         /* By hand: a literal target is formatted on every request. */
         char *p = buf;
         for (int i = 12; i < 16; i++) {
-            unsigned v = a->b[i];
-            if (v >= 100)
-                *p++ = (char)('0' + v / 100);
-            if (v >= 10)
-                *p++ = (char)('0' + v / 10 % 10);
-            *p++ = (char)('0' + v % 10);
+            p += format_uint(p, a->b[i], 0);
             *p++ = i < 15 ? '.' : '\0';
         }
     } else {

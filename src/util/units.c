@@ -172,3 +172,20 @@ void format_period_ms(uint64_t ms, char *out, size_t outlen)
     else
         snprintf(out, outlen, "%llums", (unsigned long long)ms);
 }
+
+size_t format_uint(char *out, uint64_t v, unsigned width)
+{
+    char tmp[FORMAT_UINT_MAX];
+    size_t n = 0;
+    if (width > FORMAT_UINT_MAX)
+        width = FORMAT_UINT_MAX;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0);
+    while (n < width)
+        tmp[n++] = '0';
+    for (size_t i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i];
+    return n;
+}

@@ -18,6 +18,8 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
+#include "util/units.h"
+
 /* A line is formatted on the stack when it fits, else in a heap buffer of
  * the exact size. Event strings are bounded by the gate (request heads are
  * capped by limits.header_bytes) and escaping grows them at most 6 times,
@@ -69,22 +71,8 @@ static void puts_lit(struct out *o, const char *s)
 
 static void put_u64(struct out *o, uint64_t v)
 {
-    char buf[24]; /* digits written from the end: no printf on the per-request path */
-    size_t i = sizeof(buf);
-    do {
-        buf[--i] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v > 0);
-    put(o, buf + i, sizeof(buf) - i);
-}
-
-/* <v> (0 <= v < 10^<w>) as exactly <w> digits, at <p>. */
-static void put_digits(char *p, unsigned w, long v)
-{
-    while (w > 0) {
-        p[--w] = (char)('0' + v % 10);
-        v /= 10;
-    }
+    char buf[FORMAT_UINT_MAX];
+    put(o, buf, format_uint(buf, v, 0));
 }
 
 /* Length of the valid UTF-8 sequence at <s> (<n> bytes left), or 0 when
@@ -208,7 +196,7 @@ static void put_ts(struct out *o, const struct timespec *ts)
         ms = 0;
     if (t == last_sec) {
         memcpy(buf, last_buf, 26);
-        put_digits(buf + 21, 3, ms);
+        format_uint(buf + 21, (uint64_t)ms, 3);
         put(o, buf, 26);
         return;
     }
@@ -227,15 +215,15 @@ static void put_ts(struct out *o, const struct timespec *ts)
     }
     /* "YYYY-MM-DDThh:mm:ss.mmmZ", quoted: by hand, it is on every line */
     memcpy(buf, "\"0000-00-00T00:00:00.000Z\"", 26);
-    put_digits(buf + 1, 4, year);
-    put_digits(buf + 6, 2, tm.tm_mon + 1);
-    put_digits(buf + 9, 2, tm.tm_mday);
-    put_digits(buf + 12, 2, tm.tm_hour);
-    put_digits(buf + 15, 2, tm.tm_min);
-    put_digits(buf + 18, 2, tm.tm_sec);
+    format_uint(buf + 1, (uint64_t)year, 4);
+    format_uint(buf + 6, (uint64_t)tm.tm_mon + 1, 2);
+    format_uint(buf + 9, (uint64_t)tm.tm_mday, 2);
+    format_uint(buf + 12, (uint64_t)tm.tm_hour, 2);
+    format_uint(buf + 15, (uint64_t)tm.tm_min, 2);
+    format_uint(buf + 18, (uint64_t)tm.tm_sec, 2);
     memcpy(last_buf, buf, 26);
     last_sec = t;
-    put_digits(buf + 21, 3, ms);
+    format_uint(buf + 21, (uint64_t)ms, 3);
     put(o, buf, 26);
 }
 

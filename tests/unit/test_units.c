@@ -257,13 +257,36 @@ static void test_format_period(void **state)
     }
 }
 
+static void test_format_uint(void **state)
+{
+    (void)state;
+    char buf[FORMAT_UINT_MAX + 1];
+    size_t n = format_uint(buf, 0, 0);
+    buf[n] = '\0';
+    assert_string_equal(buf, "0");
+    n = format_uint(buf, 80, 0);
+    buf[n] = '\0';
+    assert_string_equal(buf, "80");
+    n = format_uint(buf, 7, 3);
+    buf[n] = '\0';
+    assert_string_equal(buf, "007");
+    n = format_uint(buf, 2026, 2); /* wider than asked: all digits */
+    buf[n] = '\0';
+    assert_string_equal(buf, "2026");
+    n = format_uint(buf, UINT64_MAX, 0);
+    buf[n] = '\0';
+    assert_string_equal(buf, "18446744073709551615");
+    n = format_uint(buf, 5, 99); /* width capped at FORMAT_UINT_MAX */
+    assert_int_equal(n, FORMAT_UINT_MAX);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_size),   cmocka_unit_test(test_format_period),
         cmocka_unit_test(test_parse_period), cmocka_unit_test(test_parse_date),
         cmocka_unit_test(test_format_date),  cmocka_unit_test(test_day_of),
-        cmocka_unit_test(test_parse_uint),
+        cmocka_unit_test(test_parse_uint),   cmocka_unit_test(test_format_uint),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
