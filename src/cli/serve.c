@@ -31,6 +31,7 @@ struct serve_args {
     size_t nlistens;
     unsigned max_conns;
     unsigned grace_ms;
+    enum gateway_sched sched;
 };
 
 static int parse_args(int argc, char **argv, struct serve_args *a)
@@ -44,6 +45,7 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
         {"state", required_argument, NULL, 's'},
         {"max-conns", required_argument, NULL, 'm'},
         {"grace", required_argument, NULL, 'g'},
+        {"sched", required_argument, NULL, 'S'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -90,6 +92,15 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
                 return command_usage_error(&cmd_serve, "--grace: '%s' is not a period such as 5s",
                                            optarg);
             a->grace_ms = n > 0 ? (unsigned)n : 1;
+            break;
+        case 'S':
+            if (strcmp(optarg, "batch") == 0)
+                a->sched = GATEWAY_SCHED_BATCH;
+            else if (strcmp(optarg, "normal") == 0)
+                a->sched = GATEWAY_SCHED_NORMAL;
+            else
+                return command_usage_error(&cmd_serve, "--sched: '%s' is not batch or normal",
+                                           optarg);
             break;
         case 'h':
             command_help(&cmd_serve);
@@ -149,6 +160,7 @@ static int serve_main(int argc, char **argv)
         .admin_addr = a->admin,
         .max_conns = a->max_conns,
         .grace_ms = a->grace_ms,
+        .sched = a->sched,
     };
     char err[512];
     struct gateway *gw = gateway_new(&cfg, p, err, sizeof(err));
@@ -176,7 +188,7 @@ static int serve_main(int argc, char **argv)
 const struct command cmd_serve = {
     .name = "serve",
     .synopsis = "--policy FILE [--listen ADDR]... [--admin ADDR] [--log FILE|-] [--alerts FILE|-] "
-                "[--state DIR] [--max-conns N] [--grace PERIOD]",
+                "[--state DIR] [--max-conns N] [--grace PERIOD] [--sched batch|normal]",
     .summary = "run the egress gateway (an HTTP proxy) under a policy",
     .help = "  --policy FILE    the policy to enforce (reloaded on SIGHUP)\n"
             "  --listen ADDR    HOST:PORT, [V6]:PORT or unix:/path; repeatable\n"
@@ -184,6 +196,9 @@ const struct command cmd_serve = {
             "  --log FILE|-     the decision log, JSON lines (default: standard output)\n"
             "  --max-conns N    concurrent client connections (default 4096)\n"
             "  --grace PERIOD   on SIGTERM/SIGINT, time left to requests in flight (default 5s)\n"
+            "  --sched CLASS    batch (default): the gateway does not preempt the process\n"
+            "                   feeding it on a shared CPU, it moves the data in larger\n"
+            "                   batches; normal: the class it was started with\n"
             "  --admin ADDR     serve /metrics (Prometheus) and /healthz on PORT, IP:PORT or\n"
             "                   [V6]:PORT (a bare PORT binds 127.0.0.1)\n"
             "  --alerts FILE|-  alert lines, JSON (default: into the decision log's stream)\n"

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -582,8 +583,21 @@ err:
     return NULL;
 }
 
+/* SCHED_BATCH needs no privilege; where it is refused (a seccomp profile,
+ * an old kernel) the gateway says so and runs as a normal process. */
+static void apply_sched(enum gateway_sched sched)
+{
+    if (sched != GATEWAY_SCHED_BATCH)
+        return;
+    struct sched_param sp = {.sched_priority = 0};
+    if (sched_setscheduler(0, SCHED_BATCH, &sp) != 0)
+        fprintf(stderr, "sluice: warning: cannot use SCHED_BATCH (%s); scheduled as normal\n",
+                strerror(errno));
+}
+
 int gateway_run(struct gateway *gw)
 {
+    apply_sched(gw->cfg.sched);
     event_base_dispatch(gw->base);
     return 0;
 }

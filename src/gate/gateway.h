@@ -32,6 +32,16 @@ struct gw_reload;
 #define GATEWAY_DEFAULT_GRACE_MS   5000
 #define GATEWAY_CONNECT_TIMEOUT_MS 10000
 
+/* The loop thread's scheduling class. BATCH (the default) keeps the normal
+ * share of CPU but gives up wake-up preemption: a byte arriving for a tunnel
+ * does not interrupt the process on this CPU that is producing it (an
+ * agent, or an upstream on the same host), so the gateway wakes once per
+ * batch of data instead of once per TLS record. NORMAL is SCHED_OTHER. */
+enum gateway_sched {
+    GATEWAY_SCHED_BATCH = 0,
+    GATEWAY_SCHED_NORMAL,
+};
+
 struct gateway_config {
     const char *policy_path;           /* borrowed; reloaded from here on SIGHUP */
     const struct listen_addr *listens; /* borrowed array */
@@ -43,6 +53,7 @@ struct gateway_config {
     const char *alerts_path;  /* NULL: alerts go to the decision log; "-": standard output */
     const char *state_dir;    /* NULL: no state store */
     const char *admin_addr;   /* NULL: no admin server (/metrics, /healthz) */
+    enum gateway_sched sched; /* how the loop thread is scheduled (--sched) */
 };
 
 /* A policy and what is built from it, shared by the requests decided under it. */
@@ -101,7 +112,8 @@ struct gateway {
  * listeners bound and its log open, or NULL with a message in <err>. */
 struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *policy, char *err,
                             size_t errlen);
-/* Runs the loop until a stop completes. Returns 0. */
+/* Puts the calling thread (and the threads it starts) in <cfg->sched>'s
+ * class, then runs the loop until a stop completes. Returns 0. */
 int gateway_run(struct gateway *gw);
 /* Loads <path> (the configured one when NULL), indexes it and makes it the
  * policy for new requests. On failure prints "sluice: reload failed: ..."

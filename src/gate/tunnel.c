@@ -12,23 +12,35 @@
 
 #include "shape/quota.h"
 
-#define TUNNEL_BUF    16384 /* the read/write fallback's buffer */
+#define TUNNEL_BUF    16384 /* the copy path's read size (and its stash) */
 #define TUNNEL_ROUNDS 16    /* rounds per wakeup, so one busy tunnel cannot starve the loop */
-/* A direction that has carried this much is bulk: its pipe is grown to
- * TUNNEL_PIPE_BIG (F_SETPIPE_SZ; kept as it is when refused), so one splice
- * moves up to that much. Idle and interactive tunnels keep the default pipe
- * (the kernel allocates pipe pages only while data sits in them). */
+/* A direction that has carried this much in splice mode is bulk: its pipe
+ * is grown to TUNNEL_PIPE_BIG (F_SETPIPE_SZ; kept as it is when refused),
+ * so one splice moves up to that much. */
 #define TUNNEL_GROW_AFTER (256u * 1024)
 #define TUNNEL_PIPE_BIG   (1024 * 1024)
 
+/* Where the copy path reads to: one buffer for every tunnel of the loop's
+ * thread, since its bytes are sent on before the next read. */
+static _Thread_local char scratch[TUNNEL_BUF];
+
+/* A direction starts on the copy path: read into <scratch>, send at once,
+ * and keep only what dst did not take (in <stash>, allocated for as long as
+ * it holds bytes). Short flights (a TLS handshake, an API call) never make
+ * a pipe. A read that fills the whole scratch buffer means src is
+ * streaming: once nothing is pending, the direction makes its pipe and
+ * moves on with splice(2), zero copy. Where splice is refused or no pipe
+ * can be made it stays on the copy path. */
 struct dir {
     struct tunnel *t;
     evutil_socket_t src, dst;
-    int pipe[2];       /* splice mode; -1 in copy mode */
+    int pipe[2];       /* splice mode; -1 on the copy path */
     size_t cap;        /* splice mode: the pipe's capacity */
     bool grown;        /* splice mode: the pipe was grown (or that was tried) */
-    char *buf;         /* copy mode */
-    size_t off;        /* copy mode: first unsent byte in buf */
+    bool streaming;    /* copy path: a read filled the buffer; splice next */
+    bool no_pipe;      /* copy path for good (splice refused, or test switch) */
+    char *stash;       /* copy path: bytes dst did not take; NULL when none */
+    size_t off;        /* copy path: first unsent byte in stash */
     size_t pending;    /* bytes read from src and not yet written to dst */
     bool eof;          /* src has ended */
     bool done;         /* eof seen, everything delivered, dst shut down for writing */
@@ -65,15 +77,33 @@ static void end(struct tunnel *t, enum tunnel_end how)
     t->cb(t, how, t->arg);
 }
 
-static int to_copy_mode(struct dir *d)
+static void delivered(struct dir *d, size_t n)
 {
-    d->buf = malloc(TUNNEL_BUF);
-    if (d->buf == NULL)
-        return -1;
+    d->bytes += (uint64_t)n;
+    if (d == &d->t->d[0] && d->t->on_up != NULL)
+        d->t->on_up(d->t->up_arg);
+}
+
+/* Leaves splice mode for good (splice refused on this pair of sockets). */
+static void drop_pipe(struct dir *d)
+{
     close(d->pipe[0]);
     close(d->pipe[1]);
     d->pipe[0] = d->pipe[1] = -1;
-    return 0;
+    d->no_pipe = true;
+}
+
+/* Makes the direction's pipe; on failure (no descriptors) it stays on the
+ * copy path and tries again after its next streaming read. */
+static void make_pipe(struct dir *d)
+{
+    d->streaming = false;
+    if (pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
+        d->pipe[0] = d->pipe[1] = -1;
+        return;
+    }
+    int cap = fcntl(d->pipe[1], F_GETPIPE_SZ);
+    d->cap = cap > 0 ? (size_t)cap : 4096;
 }
 
 /* Writes what is pending to dst, once. Returns 1 when bytes went out, 0
@@ -86,13 +116,16 @@ static int drain(struct dir *d)
             n = splice(d->pipe[0], NULL, d->dst, NULL, d->pending,
                        SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
         else
-            n = send(d->dst, d->buf + d->off, d->pending, MSG_NOSIGNAL);
+            n = send(d->dst, d->stash + d->off, d->pending, MSG_NOSIGNAL);
         if (n > 0) {
             d->pending -= (size_t)n;
-            d->off = d->pending > 0 ? d->off + (size_t)n : 0;
-            d->bytes += (uint64_t)n;
-            if (d == &d->t->d[0] && d->t->on_up != NULL)
-                d->t->on_up(d->t->up_arg);
+            d->off += (size_t)n;
+            if (d->pending == 0 && d->stash != NULL) {
+                free(d->stash);
+                d->stash = NULL;
+                d->off = 0;
+            }
+            delivered(d, (size_t)n);
             return 1;
         }
         if (n < 0 && errno == EINTR)
@@ -101,6 +134,38 @@ static int drain(struct dir *d)
             return 0;
         return -1;
     }
+}
+
+/* Copy path: sends the <n> bytes just read into scratch and keeps in the
+ * stash what dst does not take. Returns -1 on error (or no memory). */
+static int pass_on(struct dir *d, size_t n, bool *dst_full)
+{
+    size_t sent = 0;
+    while (sent < n) {
+        ssize_t w = send(d->dst, scratch + sent, n - sent, MSG_NOSIGNAL);
+        if (w > 0) {
+            sent += (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            *dst_full = true;
+            break;
+        }
+        return -1;
+    }
+    if (sent > 0)
+        delivered(d, sent);
+    if (sent < n) {
+        d->stash = malloc(TUNNEL_BUF);
+        if (d->stash == NULL)
+            return -1;
+        memcpy(d->stash, scratch + sent, n - sent);
+        d->off = 0;
+        d->pending = n - sent;
+    }
+    return 0;
 }
 
 static void on_io(evutil_socket_t fd, short what, void *arg);
@@ -134,19 +199,22 @@ static size_t room(const struct dir *d)
 {
     if (d->pipe[1] >= 0)
         return d->pending < d->cap ? d->cap - d->pending : 0;
-    return d->pending == 0 ? TUNNEL_BUF : 0;
+    return d->pending == 0 ? TUNNEL_BUF : 0; /* the stash is not added to */
 }
 
 enum fill_result { FILL_ERROR = -1, FILL_WAIT, FILL_DATA, FILL_DATA_SHORT, FILL_PAUSED };
 
-/* Reads from src into the pipe or buffer, once: FILL_DATA (bytes added, or
- * EOF seen), FILL_DATA_SHORT (fewer bytes than there was room for: src is
- * most likely drained, and a level-triggered event says so if not, so no
- * read is tried again only to meet EAGAIN), FILL_WAIT (nothing to read, or
- * the pipe is full), FILL_PAUSED (the bandwidth bucket is empty: its timer
- * is armed). */
-static enum fill_result fill(struct dir *d)
+/* Reads from src once: into the pipe in splice mode; on the copy path into
+ * scratch, sent on at once (setting <dst_full> when dst took less).
+ * FILL_DATA (bytes moved, or EOF seen), FILL_DATA_SHORT (fewer bytes than
+ * there was room for: src is most likely drained, and a level-triggered
+ * event says so if not, so no read is tried again only to meet EAGAIN),
+ * FILL_WAIT (nothing to read, or the pipe is full), FILL_PAUSED (the
+ * bandwidth bucket is empty: its timer is armed). */
+static enum fill_result fill(struct dir *d, bool *dst_full)
 {
+    if (d->pipe[1] < 0 && d->streaming && d->pending == 0 && !d->no_pipe)
+        make_pipe(d);
     for (;;) {
         ssize_t n;
         size_t max = metered(d, room(d));
@@ -155,11 +223,18 @@ static enum fill_result fill(struct dir *d)
         if (d->pipe[1] >= 0)
             n = splice(d->src, NULL, d->pipe[1], NULL, max, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
         else
-            n = recv(d->src, d->buf, max, 0);
+            n = recv(d->src, scratch, max, 0);
         if (n > 0) {
             if (d->t->flow != NULL && d == &d->t->d[0])
                 quota_flow_take(d->t->flow, (size_t)n, quota_now());
-            d->pending += (size_t)n;
+            if (d->pipe[1] >= 0) {
+                d->pending += (size_t)n;
+            } else {
+                if ((size_t)n == TUNNEL_BUF)
+                    d->streaming = true;
+                if (pass_on(d, (size_t)n, dst_full) < 0)
+                    return FILL_ERROR;
+            }
             return (size_t)n < max ? FILL_DATA_SHORT : FILL_DATA;
         }
         if (n == 0) {
@@ -171,8 +246,7 @@ static enum fill_result fill(struct dir *d)
         if (errno == EAGAIN || errno == EWOULDBLOCK)
             return FILL_WAIT;
         if (errno == EINVAL && d->pipe[1] >= 0 && d->pending == 0) {
-            if (to_copy_mode(d) < 0)
-                return FILL_ERROR;
+            drop_pipe(d);
             continue;
         }
         return FILL_ERROR;
@@ -218,7 +292,7 @@ static int pump(struct dir *d)
     for (int round = 0; round < TUNNEL_ROUNDS && !d->done; round++) {
         bool moved = false;
         if (!d->eof && !paused && !src_dry && room(d) > 0) {
-            enum fill_result fr = fill(d);
+            enum fill_result fr = fill(d, &dst_full);
             if (fr == FILL_ERROR)
                 return -1;
             if (fr == FILL_DATA || fr == FILL_DATA_SHORT)
@@ -317,15 +391,7 @@ struct tunnel *tunnel_new(struct event_base *base, evutil_socket_t client_fd,
         goto err;
     for (int i = 0; i < 2; i++) {
         struct dir *d = &t->d[i];
-        if (!no_splice() && pipe2(d->pipe, O_NONBLOCK | O_CLOEXEC) == 0) {
-            int cap = fcntl(d->pipe[1], F_GETPIPE_SZ);
-            d->cap = cap > 0 ? (size_t)cap : 4096;
-        } else {
-            d->pipe[0] = d->pipe[1] = -1;
-            d->buf = malloc(TUNNEL_BUF);
-            if (d->buf == NULL)
-                goto err;
-        }
+        d->no_pipe = no_splice();
         d->rd = event_new(base, d->src, EV_READ | EV_PERSIST, on_io, d);
         d->wr = event_new(base, d->dst, EV_WRITE | EV_PERSIST, on_io, d);
         if (d->rd == NULL || d->wr == NULL)
@@ -353,7 +419,7 @@ void tunnel_free(struct tunnel *t)
             close(d->pipe[0]);
         if (d->pipe[1] >= 0)
             close(d->pipe[1]);
-        free(d->buf);
+        free(d->stash);
     }
     if (t->idle != NULL)
         event_free(t->idle);

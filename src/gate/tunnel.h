@@ -1,14 +1,18 @@
 /* tunnel: the opaque byte pipe of an allowed CONNECT.
  *
- * Moves bytes between two connected sockets with splice(2) through one pipe
- * per direction (zero copy), falling back to read/write through a 16 KiB
- * buffer where splice is refused (EINVAL: a socket type that cannot splice).
- * Counts bytes both ways. Half-close: when one side ends, what it sent is
+ * Moves bytes between two connected sockets. Each direction starts by
+ * copying (a read into a 16 KiB buffer shared by all tunnels, sent on at
+ * once), so short flights such as a TLS handshake or an API call make no
+ * pipe; once a read fills that buffer the direction is streaming and moves
+ * on with splice(2) through a pipe of its own (zero copy). It stays on the
+ * copy path where splice is refused (EINVAL: a socket type that cannot
+ * splice). Counts bytes both ways. Half-close: when one side ends, what it sent is
  * delivered and the other side gets shutdown(SHUT_WR); the tunnel is done
  * when both directions have ended, on an error, or after <idle_ms> without
  * a byte either way.
  *
- * Owns: both sockets (closed by tunnel_free) and its pipes and events. */
+ * Owns: both sockets (closed by tunnel_free), its pipes, the bytes a
+ * destination did not take yet, and its events. */
 #ifndef SLUICE_GATE_TUNNEL_H
 #define SLUICE_GATE_TUNNEL_H
 

@@ -1,8 +1,11 @@
 """`sluice serve` start-up, reload (SIGHUP) and shutdown (SIGTERM)."""
 
+import os
 import signal
 import socket
 import threading
+
+import pytest
 
 from conftest import policy_yaml
 from gate_client import connect, poll, request
@@ -252,3 +255,34 @@ def test_sigint_exits_0(gateway, net):
     ids = [e["id"] for e in gw.log_lines()]
     assert len(ids) == 2
 
+
+
+def sched_policy(pid):
+    """The scheduling policy of <pid>'s main thread (the loop): /proc's stat
+    field 41 (0 SCHED_OTHER, 3 SCHED_BATCH)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[41 - 3])
+
+
+def test_sched_batch_by_default(gateway, net):
+    gw = gateway(net.policy([api_rule(net)]))
+    assert sched_policy(gw.proc.pid) == os.SCHED_BATCH
+    assert request(gw, "GET", net.url("/b")).status == 200
+
+
+def test_sched_normal(gateway, net):
+    if os.sched_getscheduler(0) != os.SCHED_OTHER:  # what the gateway inherits
+        pytest.skip("the test runner is not SCHED_OTHER")
+    gw = gateway(net.policy([api_rule(net)]), args=["--sched", "normal"])
+    assert sched_policy(gw.proc.pid) == os.SCHED_OTHER
+    assert request(gw, "GET", net.url("/n")).status == 200
+
+
+def test_sched_unknown_class_exits_2(run_sluice, net, tmp_path):
+    path = tmp_path / "ok.yaml"
+    path.write_text(policy_yaml(net.policy([api_rule(net)])))
+    p = run_sluice("serve", "--policy", str(path), "--listen", "127.0.0.1:%d" % free_port(),
+                   "--sched", "fifo", timeout=15)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert "--sched: 'fifo' is not batch or normal" in p.stderr

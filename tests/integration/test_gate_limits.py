@@ -205,6 +205,7 @@ def test_tunnel_copy_fallback(gateway, net):
         assert t.status == 200
         t.sock.sendall(b"GET /large?n=%d HTTP/1.1\r\nHost: api.example.test\r\n"
                        b"Connection: close\r\n\r\n" % n)
+        time.sleep(0.5)  # read late: the client's socket fills, the rest waits in the gateway
         t.sock.settimeout(15)
         resp = recv_until_close(t.sock, limit=1 << 24)
     finally:
@@ -213,18 +214,40 @@ def test_tunnel_copy_fallback(gateway, net):
     assert b" 200 " in head.split(b"\r\n")[0] and got == pattern_bytes(n)
 
 
-def test_tunnel_splice_uses_pipes(gateway, net):
-    # the contrast for the test above: without the variable, a tunnel splices
-    gw = gateway(net.policy([banner_rule(net)]))
+def test_tunnel_copies_short_flights_and_splices_streams(gateway, net):
+    # the contrast for the test above: a short exchange is copied and makes no
+    # pipe; a direction that streams moves to splice, one pipe (two ends) each
+    gw = gateway(net.policy([api_rule(net)]))
     before = pipes_of(gw.proc.pid)
-    t = connect(gw, "banner.example.test:%d" % net.banner.port)
+    t = connect(gw, "api.example.test:%d" % net.api.port)
+    host = b"Host: api.example.test\r\n"
     try:
         assert t.status == 200
-        t.sock.settimeout(10)
-        assert t.sock.recv(4096).startswith(b"220")
-        poll(lambda: pipes_of(gw.proc.pid) == before + 4, what="4 splice pipe ends")
+        t.sock.settimeout(15)
+        t.sock.sendall(b"GET /small HTTP/1.1\r\n" + host + b"\r\n")
+        assert read_response(t.sock).status == 200
+        assert pipes_of(gw.proc.pid) == before, "a short flight made a pipe"
+        # download, read late: the gateway meets a full client socket while
+        # copying (what the client did not take waits) and then splices
+        n = 8 * 1024 * 1024 + 5
+        t.sock.sendall(b"GET /large?n=%d HTTP/1.1\r\n" % n + host + b"\r\n")
+        time.sleep(0.5)
+        r = read_response(t.sock)
+        assert r.status == 200 and r.body == pattern_bytes(n)
+        assert pipes_of(gw.proc.pid) == before + 2, "the download did not splice"
+        body = pattern_bytes(3 * 1024 * 1024 + 11)
+        t.sock.sendall(b"PUT /up HTTP/1.1\r\n" + host +
+                       b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        r = read_response(t.sock)
+        assert r.status == 200
+        assert pipes_of(gw.proc.pid) == before + 4, "the upload did not splice"
     finally:
         t.close()
+    rec = net.api.requests[-1]
+    assert rec.path == "/up" and rec.body == body
+    _, end = gw.decided(method="CONNECT")
+    assert end["bytes_up"] > len(body) and end["bytes_down"] > n
+    poll(lambda: pipes_of(gw.proc.pid) == before, what="the pipes closed with the tunnel")
 
 
 def test_admin_address_is_self(gateway, net):
