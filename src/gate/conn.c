@@ -535,11 +535,11 @@ static void decide_and_go(struct conn *c)
     }
     if (shape_check_rate(c))
         return;
-    /* A CONNECT's client is not read until the 200 is out. A plain request
-     * keeps reading on: turning it off and on again costs two epoll_ctl()
-     * per request, and on_read() turns it off should bytes come early. */
-    if (ex->is_connect)
-        bufferevent_disable(c->client, EV_READ);
+    /* The client stays readable while its target is resolved and connected:
+     * turning that off and on again costs two epoll_ctl() per request, and
+     * on_read() turns it off should bytes come early (a plain request's
+     * body, or what a CONNECT client sends before its 200: connect_start()
+     * takes those up). */
     bufferevent_set_timeouts(c->client, NULL, NULL);
     if (ex->target.kind == HOST_IP) {
         ex->addrs[0] = ex->target.ip;
@@ -676,8 +676,9 @@ static void on_read(struct bufferevent *bev, void *arg)
         break;
     case CS_RESOLVE:
     case CS_CONNECT:
-        /* Bytes behind a plain request (its body, or the next request):
-         * they wait in the input until forwarding starts. */
+        /* Bytes behind a plain request (its body, or the next request) or
+         * a CONNECT: they wait in the input until forwarding or the peek
+         * starts. */
         bufferevent_disable(c->client, EV_READ);
         break;
     default:

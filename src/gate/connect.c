@@ -42,19 +42,23 @@ static void on_tunnel_end(struct tunnel *t, enum tunnel_end how, void *arg)
     conn_free(c); /* counts the tunnel's bytes, frees it and both sockets */
 }
 
+/* Hands both sockets to a tunnel. Called with nothing left in either
+ * bufferevent: the client's input was forwarded and no output is queued.
+ * The tunnel's events are added before the bufferevents' are deleted, so a
+ * socket the client's bufferevent was still reading from stays registered
+ * with epoll (no epoll_ctl() pair to move it from one event to the other). */
 static void go_tunnel(struct conn *c)
 {
     evutil_socket_t cfd = c->fd, ufd = c->up_fd;
-    bufferevent_disable(c->client, EV_READ | EV_WRITE);
-    bufferevent_disable(c->up, EV_READ | EV_WRITE);
-    bufferevent_free(c->client);
-    bufferevent_free(c->up);
+    struct bufferevent *client = c->client, *up = c->up;
     c->client = NULL;
     c->up = NULL;
     c->fd = -1;
     c->up_fd = -1;
     c->state = CS_TUNNEL;
     c->tunnel = tunnel_new(c->gw->base, cfd, ufd, conn_idle_ms(c), on_tunnel_end, c);
+    bufferevent_free(client);
+    bufferevent_free(up);
     if (c->tunnel == NULL)
         conn_free(c);
     else {
@@ -160,7 +164,6 @@ void connect_on_client_read(struct conn *c)
     if (v == PEEK_WAIT)
         return; /* wait for more, until the window closes */
     evtimer_del(c->timer);
-    bufferevent_disable(c->client, EV_READ);
     if (v == PEEK_REFUSE && conn_gate_denies(c, REASON_SNI_MISMATCH, false))
         return;
     conn_publish_egress(c);
@@ -173,7 +176,13 @@ void connect_on_client_read(struct conn *c)
         conn_free(c);
         return;
     }
-    if (evbuffer_get_length(bufferevent_get_output(c->up)) > 0)
-        bufferevent_enable(c->up, EV_WRITE);
+    bool up_queued = evbuffer_get_length(bufferevent_get_output(c->up)) > 0;
+    if (up_queued || evbuffer_get_length(bufferevent_get_output(c->client)) > 0) {
+        /* Wait for both to be written (CS_FLUSH), without reading the
+         * client meanwhile: what it sends next is the tunnel's to move. */
+        bufferevent_disable(c->client, EV_READ);
+        if (up_queued)
+            bufferevent_enable(c->up, EV_WRITE);
+    }
     connect_on_client_write(c);
 }

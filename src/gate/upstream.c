@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -77,19 +78,55 @@ static void finish(struct upstream_connect *uc, int err)
 
 static void try_next(struct upstream_connect *uc);
 
+static void connected(struct upstream_connect *uc)
+{
+    int one = 1;
+    setsockopt(uc->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    finish(uc, 0);
+}
+
 static void on_event(struct bufferevent *bev, short what, void *arg)
 {
     struct upstream_connect *uc = arg;
     (void)bev;
     if (what & BEV_EVENT_CONNECTED) {
-        int one = 1;
-        setsockopt(uc->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-        finish(uc, 0);
+        connected(uc);
         return;
     }
     drop_attempt(uc);
     /* Continue from the loop, not from inside this bufferevent's callback. */
     event_active(uc->kick, EV_TIMEOUT, 0);
+}
+
+/* Starts a connect to <ss> on uc->fd. Returns 1 when the connection is
+ * already up (a loopback or on-host upstream completes the handshake inside
+ * connect(): then no loop round is spent waiting to be told), 0 when it is
+ * under way (uc->bev waits for it), -1 when it failed. */
+static int start_attempt(struct upstream_connect *uc, const struct sockaddr_storage *ss,
+                         socklen_t len)
+{
+    if (connect(uc->fd, (const struct sockaddr *)ss, len) != 0) {
+        if (errno != EINPROGRESS)
+            return -1;
+        struct pollfd p = {.fd = uc->fd, .events = POLLOUT};
+        if (poll(&p, 1, 0) == 1) {
+            if (p.revents & (POLLERR | POLLHUP | POLLNVAL))
+                return -1;
+        } else {
+            p.revents = 0;
+        }
+        if (!(p.revents & POLLOUT)) {
+            uc->bev = bufferevent_socket_new(uc->base, uc->fd, 0);
+            if (uc->bev == NULL)
+                return -1;
+            bufferevent_setcb(uc->bev, NULL, NULL, on_event, uc);
+            bufferevent_set_timeouts(uc->bev, &uc->timeout, &uc->timeout);
+            /* NULL address: the socket is already connecting */
+            return bufferevent_socket_connect(uc->bev, NULL, 0) == 0 ? 0 : -1;
+        }
+    }
+    uc->bev = bufferevent_socket_new(uc->base, uc->fd, 0);
+    return uc->bev != NULL ? 1 : -1;
 }
 
 static void try_next(struct upstream_connect *uc)
@@ -102,16 +139,15 @@ static void try_next(struct upstream_connect *uc)
         uc->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (uc->fd < 0)
             continue;
-        uc->bev = bufferevent_socket_new(uc->base, uc->fd, 0);
-        if (uc->bev == NULL) {
-            drop_attempt(uc);
-            continue;
-        }
-        bufferevent_setcb(uc->bev, NULL, NULL, on_event, uc);
-        bufferevent_set_timeouts(uc->bev, &uc->timeout, &uc->timeout);
-        if (bufferevent_socket_connect(uc->bev, (struct sockaddr *)&ss, (int)len) == 0)
+        switch (start_attempt(uc, &ss, len)) {
+        case 1:
+            connected(uc);
+            return;
+        case 0:
             return; /* on_event tells */
-        drop_attempt(uc);
+        default:
+            drop_attempt(uc);
+        }
     }
     finish(uc, -1);
 }

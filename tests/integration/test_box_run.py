@@ -1077,3 +1077,59 @@ def test_renamed_folder_cannot_forge_the_summary(box, net):
     assert p.returncode == 0, p.stderr
     assert p.stderr.count("rename the folder above it") == 1, p.stderr
     assert "warning: the policy %s/.sluice.old/policy.yaml" % box.workdir in p.stderr
+
+
+def _sched_of(pid):
+    """(policy, pgid) of <pid> from /proc's stat (fields 41 and 5)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[41 - 3]), int(fields[5 - 3])
+
+
+def _processes_with_arg(exe, marker):
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            if os.path.realpath("/proc/%s/exe" % d) != exe:
+                continue
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                if marker.encode() in f.read().split(b"\0"):
+                    found.append(int(d))
+        except OSError:
+            pass
+    return found
+
+
+def test_gateway_runs_batch_and_the_command_normal(box, net):
+    # run's gateway gives up wake-up preemption (--sched batch, serve's
+    # default); the command in the box keeps the class it was started with
+    if os.sched_getscheduler(0) != os.SCHED_OTHER:
+        pytest.skip("the test runner is not SCHED_OTHER")
+    pol = box.policy(net.policy([api_rule(net)]))
+    code = ("import json, os, time; print(json.dumps({'sched': os.sched_getscheduler(0)}),"
+            " flush=True); time.sleep(3)")
+    result = {}
+    th = threading.Thread(target=lambda: result.update(
+        p=box.run(["--policy", pol, "--agent", "sched-probe"], code)))
+    th.start()
+    exe = os.path.realpath(box.bin)
+    seen = {}
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and th.is_alive():
+        for pid in _processes_with_arg(exe, "sched-probe"):
+            try:
+                seen[pid] = _sched_of(pid)
+            except OSError:
+                pass
+        if any(pol_ == os.SCHED_BATCH for pol_, _ in seen.values()) and len(seen) >= 3:
+            break
+        time.sleep(0.05)
+    th.join(30)
+    p = result["p"]
+    assert p.returncode == 0, p.stderr
+    assert Box.out(p)["sched"] == os.SCHED_OTHER
+    batch = [pid for pid, (pol_, pgid) in seen.items() if pol_ == os.SCHED_BATCH]
+    assert len(batch) == 1, seen
+    assert seen[batch[0]][1] == batch[0], "the batch process is not the gateway: %r" % seen

@@ -5,9 +5,12 @@ import socket
 import ssl
 import struct
 import subprocess
+import threading
 import time
 
-from gate_client import ANY, assert_denied, connect, curl, poll, recv_until_close
+from conftest import DEAD_IP
+from gate_client import (ANY, assert_denied, connect, curl, open_conn, poll, read_head,
+                         recv_until_close)
 from gate_servers import BannerServer, UpstreamTLS
 
 
@@ -189,6 +192,115 @@ def test_connect_upstream_unreachable(gateway, net):
                           ip="127.0.0.6")
     finally:
         t.close()
+
+
+class _FullListener:
+    """A listener on <ip> whose accept queue is full, so that the kernel drops
+    a new SYN and the sender retries it a second later: a connect to it stays
+    under way instead of completing inside connect(). accept_all() starts
+    taking connections, so the retried SYN gets in: each gets b"hello\\n", and
+    b"pong\\n" when it sends b"ping\\n"."""
+
+    def __init__(self, ip):
+        self.srv = socket.socket()
+        self.srv.bind((ip, 0))
+        self.srv.listen(1)
+        self.port = self.srv.getsockname()[1]
+        self.fillers = []
+        for _ in range(3):  # the queue holds two; the third is left pending too
+            s = socket.socket()
+            s.setblocking(False)
+            try:
+                s.connect((ip, self.port))
+            except BlockingIOError:
+                pass
+            self.fillers.append(s)
+        self.accepted = []
+        self.thread = None
+
+    def accept_all(self, after, secs):
+        def run():
+            time.sleep(after)
+            self.srv.settimeout(0.2)
+            end = time.monotonic() + secs
+            while time.monotonic() < end:
+                try:
+                    c, _ = self.srv.accept()
+                except OSError:
+                    continue
+                self.accepted.append(c)
+                threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def _serve(c):
+        try:
+            c.sendall(b"hello\n")
+            c.settimeout(5)
+            if c.recv(100) == b"ping\n":
+                c.sendall(b"pong\n")
+        except OSError:
+            pass
+
+    def close(self):
+        if self.thread is not None:
+            self.thread.join(10)
+        for s in self.fillers + self.accepted + [self.srv]:
+            s.close()
+
+
+def test_connect_completes_after_a_dropped_syn(gateway, net):
+    # the upstream connect does not complete inside connect(): the gateway
+    # waits for it on the loop, then answers 200 and relays; bytes the client
+    # sent meanwhile (before its 200) are the tunnel's first bytes
+    lst = _FullListener(DEAD_IP)
+    try:
+        gw = gateway(net.policy([{"host": "dead.example.test", "ports": [lst.port],
+                                  "tier": 0}]))
+        s = open_conn(gw, 15)
+        try:
+            t0 = time.monotonic()
+            lst.accept_all(0.5, 8)  # from then on the retried SYN gets in
+            target = b"dead.example.test:%d" % lst.port
+            s.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target))
+            time.sleep(0.2)
+            s.sendall(b"ping\n")  # while the gateway is still connecting
+            status, _ = read_head(s)
+            assert status == 200
+            assert time.monotonic() - t0 > 0.5, "connected at once: the SYN was not dropped"
+            got = b""
+            while len(got) < 11:
+                d = s.recv(100)
+                assert d, got
+                got += d
+            assert got == b"hello\npong\n"
+        finally:
+            s.close()
+    finally:
+        lst.close()
+    ev, end = gw.decided(method="CONNECT")
+    assert ev["decision"] == "allow" and ev["ip"] == DEAD_IP
+    assert end["bytes_up"] == 5 and end["bytes_down"] == 11, end
+
+
+def test_connect_timeout_is_upstream_unreachable(gateway, net):
+    # a connect still under way after min(idle_timeout, 10 s) is given up
+    lst = _FullListener(DEAD_IP)
+    try:
+        gw = gateway(net.policy([{"host": "dead.example.test", "ports": [lst.port], "tier": 0}],
+                                limits={"idle_timeout": "2s"}))
+        t0 = time.monotonic()
+        t = connect(gw, "dead.example.test:%d" % lst.port, timeout=15)
+        took = time.monotonic() - t0
+        try:
+            assert_denied(gw, net, t, "upstream_unreachable", host="dead.example.test",
+                          port=lst.port, method="CONNECT", tier=0, rule="rules[0]", ip=DEAD_IP)
+        finally:
+            t.close()
+        assert 1.5 < took < 10, took
+    finally:
+        lst.close()
 
 
 def test_server_speaks_first(gateway, net):
