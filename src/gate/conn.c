@@ -1,7 +1,6 @@
 #include "gate/conn.h"
 
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,13 +75,8 @@ void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
     c->idle_fd = -1;
     c->origin.is_unix = listener_is_unix(l);
     uint16_t port;
-    if (!c->origin.is_unix) {
+    if (!c->origin.is_unix) /* TCP_NODELAY comes from the listener (listener.c) */
         sockaddr_to_ipaddr(sa, &c->origin.addr, &port);
-        /* Replies and tunnelled records go out as soon as they are written:
-         * Nagle would hold a small write behind an unacknowledged one. */
-        int one = 1;
-        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    }
     sockaddr_format(sa, c->peer, sizeof(c->peer));
     c->client = bufferevent_socket_new(gw->base, fd, 0);
     c->timer = evtimer_new(gw->base, on_head_deadline, c);

@@ -5,6 +5,7 @@
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,6 +266,13 @@ struct listener *listener_open(struct event_base *base, const struct listen_addr
             snprintf(err, errlen, "%s: cannot listen: %s", a->text, strerror(errno));
             goto err;
         }
+        /* Replies and tunnelled records go out as soon as they are written:
+         * Nagle would hold a small write behind an unacknowledged one. Set
+         * on the listener, it is inherited by every accepted socket (Linux),
+         * one setsockopt() instead of one per connection. */
+        int one = 1;
+        (void)setsockopt(evconnlistener_get_fd(l->lev), IPPROTO_TCP, TCP_NODELAY, &one,
+                         sizeof(one));
         struct sockaddr_storage ss;
         socklen_t sl = sizeof(ss);
         if (getsockname(evconnlistener_get_fd(l->lev), (struct sockaddr *)&ss, &sl) == 0) {
