@@ -119,11 +119,13 @@ static int drain(struct dir *d)
             n = send(d->dst, d->stash + d->off, d->pending, MSG_NOSIGNAL);
         if (n > 0) {
             d->pending -= (size_t)n;
-            d->off += (size_t)n;
-            if (d->pending == 0 && d->stash != NULL) {
-                free(d->stash);
-                d->stash = NULL;
-                d->off = 0;
+            if (d->stash != NULL) {
+                d->off += (size_t)n;
+                if (d->pending == 0) { /* no memory held while nothing waits */
+                    free(d->stash);
+                    d->stash = NULL;
+                    d->off = 0;
+                }
             }
             delivered(d, (size_t)n);
             return 1;
@@ -155,9 +157,7 @@ static int pass_on(struct dir *d, size_t n, bool *dst_full)
         }
         return -1;
     }
-    if (sent > 0)
-        delivered(d, sent);
-    if (sent < n) {
+    if (sent < n) { /* before delivered(): its callback must not find scratch in use */
         d->stash = malloc(TUNNEL_BUF);
         if (d->stash == NULL)
             return -1;
@@ -165,6 +165,8 @@ static int pass_on(struct dir *d, size_t n, bool *dst_full)
         d->off = 0;
         d->pending = n - sent;
     }
+    if (sent > 0)
+        delivered(d, sent);
     return 0;
 }
 
