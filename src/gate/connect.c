@@ -18,6 +18,7 @@
  * name could not be checked). Only then is the agent_egress
  * event published and the peeked bytes forwarded; the tunnel is then opaque
  * (tunnel.c). */
+#include <stdbool.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -67,12 +68,16 @@ static void go_tunnel(struct conn *c)
     }
 }
 
+/* Nothing queued toward either side: the sockets can go to the tunnel. */
+static bool flushed(const struct conn *c)
+{
+    return evbuffer_get_length(bufferevent_get_output(c->client)) == 0 &&
+           evbuffer_get_length(bufferevent_get_output(c->up)) == 0;
+}
+
 void connect_on_client_write(struct conn *c)
 {
-    if (c->state != CS_FLUSH)
-        return;
-    if (evbuffer_get_length(bufferevent_get_output(c->client)) == 0 &&
-        evbuffer_get_length(bufferevent_get_output(c->up)) == 0)
+    if (c->state == CS_FLUSH && flushed(c))
         go_tunnel(c);
 }
 
@@ -176,12 +181,11 @@ void connect_on_client_read(struct conn *c)
         conn_free(c);
         return;
     }
-    bool up_queued = evbuffer_get_length(bufferevent_get_output(c->up)) > 0;
-    if (up_queued || evbuffer_get_length(bufferevent_get_output(c->client)) > 0) {
+    if (!flushed(c)) {
         /* Wait for both to be written (CS_FLUSH), without reading the
          * client meanwhile: what it sends next is the tunnel's to move. */
         bufferevent_disable(c->client, EV_READ);
-        if (up_queued)
+        if (evbuffer_get_length(bufferevent_get_output(c->up)) > 0)
             bufferevent_enable(c->up, EV_WRITE);
     }
     connect_on_client_write(c);

@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -105,28 +106,26 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
 static int start_attempt(struct upstream_connect *uc, const struct sockaddr_storage *ss,
                          socklen_t len)
 {
-    if (connect(uc->fd, (const struct sockaddr *)ss, len) != 0) {
+    bool up = connect(uc->fd, (const struct sockaddr *)ss, len) == 0;
+    if (!up) {
         if (errno != EINPROGRESS)
             return -1;
         struct pollfd p = {.fd = uc->fd, .events = POLLOUT};
         if (poll(&p, 1, 0) == 1) {
             if (p.revents & (POLLERR | POLLHUP | POLLNVAL))
                 return -1;
-        } else {
-            p.revents = 0;
-        }
-        if (!(p.revents & POLLOUT)) {
-            uc->bev = bufferevent_socket_new(uc->base, uc->fd, 0);
-            if (uc->bev == NULL)
-                return -1;
-            bufferevent_setcb(uc->bev, NULL, NULL, on_event, uc);
-            bufferevent_set_timeouts(uc->bev, &uc->timeout, &uc->timeout);
-            /* NULL address: the socket is already connecting */
-            return bufferevent_socket_connect(uc->bev, NULL, 0) == 0 ? 0 : -1;
+            up = (p.revents & POLLOUT) != 0;
         }
     }
     uc->bev = bufferevent_socket_new(uc->base, uc->fd, 0);
-    return uc->bev != NULL ? 1 : -1;
+    if (uc->bev == NULL)
+        return -1;
+    if (up)
+        return 1;
+    bufferevent_setcb(uc->bev, NULL, NULL, on_event, uc);
+    bufferevent_set_timeouts(uc->bev, &uc->timeout, &uc->timeout);
+    /* NULL address: the socket is already connecting */
+    return bufferevent_socket_connect(uc->bev, NULL, 0) == 0 ? 0 : -1;
 }
 
 static void try_next(struct upstream_connect *uc)

@@ -29,6 +29,32 @@ def reason_status(reason):
     return REASON_STATUS.get(reason, 403)
 
 
+def api_rule(net, **kw):
+    """A rule for the api upstream (tier 0 unless <kw> says otherwise)."""
+    r = {"host": "api.example.test", "ports": [net.api.port], "tier": 0}
+    r.update(kw)
+    return r
+
+
+def other_rule(net, **kw):
+    """A rule for the other upstream (tier 0 unless <kw> says otherwise)."""
+    r = {"host": "other.example.test", "ports": [net.other.port], "tier": 0}
+    r.update(kw)
+    return r
+
+
+def other_url(net, path="/o"):
+    return net.url(path, host="other.example.test", port=net.other.port)
+
+
+def sched_and_pgid(pid):
+    """(scheduling policy, process group) of <pid>'s main thread, from /proc's
+    stat fields 41 and 5 (policy 0 is SCHED_OTHER, 3 SCHED_BATCH)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()  # after the command name
+    return int(fields[41 - 3]), int(fields[5 - 3])
+
+
 class Response:
     def __init__(self, status, reason, headers, body):
         self.status = status

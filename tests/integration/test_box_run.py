@@ -21,6 +21,7 @@ import time
 import pytest
 
 from conftest import SANITIZER_MARKS, policy_yaml
+from gate_client import api_rule, other_url, sched_and_pgid
 from gate_servers import free_port
 
 PY = "/usr/bin/python3"
@@ -108,16 +109,6 @@ def hostdir():
     os.chmod(d, 0o755)
     yield d
     shutil.rmtree(d, ignore_errors=True)
-
-
-def api_rule(net, **kw):
-    r = {"host": "api.example.test", "ports": [net.api.port], "tier": 0}
-    r.update(kw)
-    return r
-
-
-def other_url(net, path="/o"):
-    return net.url(path, host="other.example.test", port=net.other.port)
 
 
 # --------------------------------------------------------------------------
@@ -1079,13 +1070,6 @@ def test_renamed_folder_cannot_forge_the_summary(box, net):
     assert "warning: the policy %s/.sluice.old/policy.yaml" % box.workdir in p.stderr
 
 
-def _sched_of(pid):
-    """(policy, pgid) of <pid> from /proc's stat (fields 41 and 5)."""
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[41 - 3]), int(fields[5 - 3])
-
-
 def _processes_with_arg(exe, marker):
     found = []
     for d in os.listdir("/proc"):
@@ -1120,7 +1104,7 @@ def test_gateway_runs_batch_and_the_command_normal(box, net):
     while time.monotonic() < deadline and th.is_alive():
         for pid in _processes_with_arg(exe, "sched-probe"):
             try:
-                seen[pid] = _sched_of(pid)
+                seen[pid] = sched_and_pgid(pid)
             except OSError:
                 pass
         if any(pol_ == os.SCHED_BATCH for pol_, _ in seen.values()) and len(seen) >= 3:

@@ -2,16 +2,10 @@
 
 import base64
 
-from gate_client import ANY, assert_denied, request
+from gate_client import ANY, api_rule, assert_denied, request
 
 TOKEN = "s3cret-token-for-tests"
 ENV = {"SLUICE_TEST_TOKEN": TOKEN, "SLUICE_TEST_TOKEN2": "another-secret"}
-
-
-def api_rule(net, **kw):
-    r = {"host": "api.example.test", "ports": [net.api.port], "tier": 0}
-    r.update(kw)
-    return r
 
 
 def basic(password, user="agent"):

@@ -5,14 +5,8 @@ import http.client
 
 import pytest
 
-from gate_client import (ANY, assert_denied, connect, exchange, nothing_reached, open_conn,
-                         read_response, request)
-
-
-def api_rule(net, **kw):
-    r = {"host": "api.example.test", "ports": [net.api.port], "tier": 0}
-    r.update(kw)
-    return r
+from gate_client import (ANY, api_rule, assert_denied, connect, exchange, nothing_reached,
+                         open_conn, read_response, request)
 
 
 @pytest.mark.parametrize("name", ["api.example.test.evil.test", "evilapi.example.test",

@@ -7,15 +7,9 @@ import time
 
 import pytest
 
-from gate_client import (ANY, assert_denied, connect, exchange, nothing_reached, open_conn,
-                         read_response, request)
+from gate_client import (ANY, api_rule, assert_denied, connect, exchange, nothing_reached,
+                         open_conn, read_response, request)
 from gate_servers import free_port
-
-
-def api_rule(net, **kw):
-    r = {"host": "api.example.test", "ports": [net.api.port], "tier": 0}
-    r.update(kw)
-    return r
 
 
 def test_not_in_policy(gateway, net):

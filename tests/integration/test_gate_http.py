@@ -7,8 +7,8 @@ import socket
 import threading
 import time
 
-from gate_client import (assert_deny_response, build_request, curl, open_conn, read_response,
-                         recv_until_close, request)
+from gate_client import (api_rule, assert_deny_response, build_request, curl, open_conn,
+                         read_response, recv_until_close, request)
 from gate_servers import pattern_bytes
 
 
@@ -19,12 +19,6 @@ def free_port_v6():
         return s.getsockname()[1]
     finally:
         s.close()
-
-
-def api_rule(net, **kw):
-    r = {"host": "api.example.test", "ports": [net.api.port], "tier": 0}
-    r.update(kw)
-    return r
 
 
 def test_allow_http_client(gateway, net):

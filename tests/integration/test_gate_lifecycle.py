@@ -8,22 +8,9 @@ import threading
 import pytest
 
 from conftest import policy_yaml
-from gate_client import connect, poll, request
+from gate_client import (api_rule, connect, other_rule, other_url, poll, request,
+                         sched_and_pgid)
 from gate_servers import BannerServer, free_port
-
-
-def api_rule(net, **kw):
-    r = {"host": "api.example.test", "ports": [net.api.port], "tier": 0}
-    r.update(kw)
-    return r
-
-
-def other_rule(net):
-    return {"host": "other.example.test", "ports": [net.other.port], "tier": 0}
-
-
-def other_url(net, path="/o"):
-    return net.url(path, host="other.example.test", port=net.other.port)
 
 
 BROKEN = """version: 1
@@ -257,17 +244,9 @@ def test_sigint_exits_0(gateway, net):
 
 
 
-def sched_policy(pid):
-    """The scheduling policy of <pid>'s main thread (the loop): /proc's stat
-    field 41 (0 SCHED_OTHER, 3 SCHED_BATCH)."""
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[41 - 3])
-
-
 def test_sched_batch_by_default(gateway, net):
     gw = gateway(net.policy([api_rule(net)]))
-    assert sched_policy(gw.proc.pid) == os.SCHED_BATCH
+    assert sched_and_pgid(gw.proc.pid)[0] == os.SCHED_BATCH
     assert request(gw, "GET", net.url("/b")).status == 200
 
 
@@ -275,7 +254,7 @@ def test_sched_normal(gateway, net):
     if os.sched_getscheduler(0) != os.SCHED_OTHER:  # what the gateway inherits
         pytest.skip("the test runner is not SCHED_OTHER")
     gw = gateway(net.policy([api_rule(net)]), args=["--sched", "normal"])
-    assert sched_policy(gw.proc.pid) == os.SCHED_OTHER
+    assert sched_and_pgid(gw.proc.pid)[0] == os.SCHED_OTHER
     assert request(gw, "GET", net.url("/n")).status == 200
 
 

@@ -9,14 +9,9 @@ import socket
 import subprocess
 import time
 
-from gate_client import connect, open_conn, poll, read_response, recv_until_close, request
+from gate_client import (api_rule, connect, open_conn, poll, read_response, recv_until_close,
+                         request)
 from gate_servers import BannerServer, free_port, pattern_bytes
-
-
-def api_rule(net, **kw):
-    r = {"host": "api.example.test", "ports": [net.api.port], "tier": 0}
-    r.update(kw)
-    return r
 
 
 def banner_rule(net):

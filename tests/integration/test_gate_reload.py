@@ -6,23 +6,9 @@ import threading
 import time
 
 from conftest import policy_yaml
-from gate_client import poll, request
+from gate_client import api_rule, other_rule, other_url, poll, request
 
 FILLER = 50000  # enough rules that a load takes a visible time
-
-
-def api_rule(net, **kw):
-    r = {"host": "api.example.test", "ports": [net.api.port], "tier": 0}
-    r.update(kw)
-    return r
-
-
-def other_rule(net):
-    return {"host": "other.example.test", "ports": [net.other.port], "tier": 0}
-
-
-def other_url(net, path="/o"):
-    return net.url(path, host="other.example.test", port=net.other.port)
 
 
 def big_policy(net, rules, tag):

@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 
-from gate_client import build_request, connect, open_conn, read_response
+from gate_client import api_rule, build_request, connect, open_conn, read_response
 from gate_servers import pattern_bytes
 
 KIB = 1024
@@ -31,12 +31,6 @@ def assert_shaped_time(elapsed, size, rate, lower):
     assert elapsed >= lower, "%d bytes at %d B/s took only %.2fs" % (size, rate, elapsed)
     assert elapsed < 4 * ideal + 2, "%d bytes at %d B/s took %.2fs (ideal %.2fs)" % (
         size, rate, elapsed, ideal)
-
-
-def api_rule(net, **kw):
-    r = {"host": "api.example.test", "ports": [net.api.port], "tier": 0}
-    r.update(kw)
-    return r
 
 
 class HashSink:

@@ -10,13 +10,7 @@ import os
 import time
 
 from conftest import policy_yaml
-from gate_client import assert_denied, connect, poll, request
-
-
-def api_rule(net, **kw):
-    r = {"host": "api.example.test", "ports": [net.api.port], "tier": 0}
-    r.update(kw)
-    return r
+from gate_client import api_rule, assert_denied, connect, poll, request
 
 
 def alert_lines(path):

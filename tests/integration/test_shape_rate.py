@@ -7,20 +7,8 @@ import math
 import time
 
 from conftest import policy_yaml
-from gate_client import (assert_denied, build_request, connect, open_conn, poll, read_response,
-                         request)
-
-
-def api_rule(net, **kw):
-    r = {"host": "api.example.test", "ports": [net.api.port], "tier": 0}
-    r.update(kw)
-    return r
-
-
-def other_rule(net, **kw):
-    r = {"host": "other.example.test", "ports": [net.other.port], "tier": 0}
-    r.update(kw)
-    return r
+from gate_client import (api_rule, assert_denied, build_request, connect, open_conn, other_rule,
+                         poll, read_response, request)
 
 
 def burst(gw, net, n, path="/b"):
