@@ -1,4 +1,5 @@
-/* sink_webhook: POST alerts to an http:// URL with retries (sinks.h). */
+/* sink_webhook: POST alerts to an http:// or https:// URL with retries
+ * (sinks.h). */
 #include "watch/sinks.h"
 
 #include <stdbool.h>
@@ -9,12 +10,15 @@
 #include <arpa/inet.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/dns.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <openssl/sha.h>
 
 #include "state/store.h"
+#include "watch/webhook_tls.h"
 
 struct item {
     int64_t id; /* in the store; 0 when there is none */
@@ -34,8 +38,10 @@ struct webhook {
     struct timings t;
     struct evdns_base *dns;
     struct evhttp_connection *conn;
+    struct webhook_tls *tls; /* https:// only */
+    char tls_why[200];       /* why TLS failed on the last attempt, or "" */
     struct store *store;
-    char *url, *host, *path, *hosthdr;
+    char *url, *label, *host, *path, *hosthdr;
     uint16_t port;
     struct item *q; /* ring */
     size_t head, len, cap;
@@ -79,27 +85,42 @@ static struct timings timings_get(void)
     return t;
 }
 
-static char *errf(const char *url, const char *why)
+static char *errf(const char *label, const char *why)
 {
     char buf[600];
-    snprintf(buf, sizeof(buf), "webhook %s: %s", url, why);
+    snprintf(buf, sizeof(buf), "webhook %s: %s", label, why);
     return strdup(buf);
 }
 
-/* http://HOST[:PORT][/PATH] with HOST a name, an IPv4 or [IPv6]. */
-static int parse_url(struct webhook *w, const char *url, const char **why)
+char *webhook_label_of(const char *url)
+{
+    const char *p = strstr(url, "://");
+    p = p != NULL ? p + 3 : url;
+    const char *rest = p + strcspn(p, "/?#");
+    size_t keep = *rest == '/' ? 1 + strcspn(rest + 1, "/?#") : 0;
+    if (rest[keep] == '\0')
+        return strdup(url);
+    unsigned char md[SHA256_DIGEST_LENGTH];
+    SHA256((const unsigned char *)url, strlen(url), md);
+    size_t prefix = (size_t)(rest - url) + keep;
+    size_t n = prefix + sizeof("/...#12345678");
+    char *label = malloc(n);
+    if (label != NULL)
+        snprintf(label, n, "%.*s/...#%02x%02x%02x%02x", (int)prefix, url, md[0], md[1], md[2],
+                 md[3]);
+    return label;
+}
+
+/* http[s]://HOST[:PORT][/PATH] with HOST a name, an IPv4 or [IPv6]. */
+static int parse_url(struct webhook *w, const char *url, bool *https, const char **why)
 {
     const char *p;
-    if (strncmp(url, "https://", 8) == 0) {
-        *why = "https:// webhooks are not supported in this version (use http:// on loopback "
-               "or a local relay)";
+    *https = strncmp(url, "https://", 8) == 0;
+    if (!*https && strncmp(url, "http://", 7) != 0) {
+        *why = "not an http:// or https:// URL";
         return -1;
     }
-    if (strncmp(url, "http://", 7) != 0) {
-        *why = "not an http:// URL";
-        return -1;
-    }
-    p = url + 7;
+    p = url + (*https ? 8 : 7);
     size_t auth = strcspn(p, "/?#");
     const char *end = p + auth;
     const char *hs = p, *he;
@@ -125,7 +146,7 @@ static int parse_url(struct webhook *w, const char *url, const char **why)
         *why = "bad host";
         return -1;
     }
-    unsigned long port = 80;
+    unsigned long port = *https ? 443 : 80;
     if (colon != NULL) {
         char *e;
         port = strtoul(colon + 1, &e, 10);
@@ -182,6 +203,8 @@ static void on_error(enum evhttp_request_error e, void *arg)
     struct webhook *w = arg;
     w->last_error = e;
     w->errored = true;
+    if (w->tls != NULL)
+        webhook_tls_why(evhttp_connection_get_bufferevent(w->conn), w->tls_why, sizeof(w->tls_why));
 }
 
 static const char *failure_text(const struct webhook *w, int code, char *buf, size_t len)
@@ -190,6 +213,8 @@ static const char *failure_text(const struct webhook *w, int code, char *buf, si
         snprintf(buf, len, "answered %d", code);
     else if (w->errored && w->last_error == EVREQ_HTTP_TIMEOUT)
         snprintf(buf, len, "cannot deliver: no answer within %d s", SINK_WEBHOOK_TIMEOUT_S);
+    else if (w->tls_why[0] != '\0')
+        snprintf(buf, len, "cannot deliver: %s", w->tls_why);
     else
         snprintf(buf, len, "cannot deliver");
     return buf;
@@ -200,7 +225,7 @@ static void on_done(struct evhttp_request *req, void *arg)
     struct webhook *w = arg;
     int code = req != NULL ? evhttp_request_get_response_code(req) : 0;
     struct item *it = &w->q[w->head];
-    char why[80];
+    char why[240];
     w->busy = false;
     if (w->len == 0)
         return;
@@ -217,7 +242,7 @@ static void on_done(struct evhttp_request *req, void *arg)
     w->failures++;
     it->attempts++;
     if (w->failures_in_row++ == 0)
-        fprintf(stderr, "sluice: webhook %s: %s; retrying with backoff\n", w->url,
+        fprintf(stderr, "sluice: webhook %s: %s; retrying with backoff\n", w->label,
                 failure_text(w, code, why, sizeof(why)));
     if (w->store != NULL && it->id > 0)
         store_queue_attempts(w->store, it->id, it->attempts);
@@ -228,7 +253,7 @@ static void on_done(struct evhttp_request *req, void *arg)
             fprintf(stderr,
                     "sluice: webhook %s: an alert is undelivered after %d attempts (%s); it stays "
                     "queued%s and is retried with the backoff capped at %llu ms\n",
-                    w->url, it->attempts, failure_text(w, code, why, sizeof(why)),
+                    w->label, it->attempts, failure_text(w, code, why, sizeof(why)),
                     w->store != NULL && it->id > 0 ? " (and in the state store)" : "",
                     (unsigned long long)w->t.backoff_max_ms);
         w->parked_said = true;
@@ -244,6 +269,30 @@ static void on_done(struct evhttp_request *req, void *arg)
     evtimer_add(w->retry, &tv);
 }
 
+/* Opens <w>'s connection, kept for the sink's life: evhttp's own for
+ * http://, one over a TLS bufferevent for https://. evhttp reconnects it
+ * when the server closed it or a request failed, with a new handshake
+ * (tested: a server that closes after every answer, a refused handshake
+ * retried, a server that comes up late). */
+static int open_conn(struct webhook *w)
+{
+    if (w->tls == NULL) {
+        w->conn = evhttp_connection_base_new(w->base, w->dns, w->host, w->port);
+    } else {
+        struct bufferevent *bev = webhook_tls_bev(w->tls, w->base);
+        if (bev == NULL)
+            return -1;
+        w->conn = evhttp_connection_base_bufferevent_new(w->base, w->dns, bev, w->host, w->port);
+        if (w->conn == NULL)
+            bufferevent_free(bev);
+    }
+    if (w->conn == NULL)
+        return -1;
+    evhttp_connection_set_timeout(w->conn, SINK_WEBHOOK_TIMEOUT_S);
+    evhttp_connection_set_retries(w->conn, 0);
+    return 0;
+}
+
 static void try_send(struct webhook *w)
 {
     if (w->busy || w->len == 0 || evtimer_pending(w->retry, NULL))
@@ -253,6 +302,7 @@ static void try_send(struct webhook *w)
     if (req == NULL)
         return;
     w->errored = false;
+    w->tls_why[0] = '\0';
     evhttp_request_set_error_cb(req, on_error);
     struct evkeyvalq *h = evhttp_request_get_output_headers(req);
     char len[24];
@@ -276,16 +326,21 @@ struct webhook *webhook_new(struct event_base *base, const char *url, struct sto
 {
     struct webhook *w = calloc(1, sizeof(*w));
     const char *why = NULL;
+    bool https = false;
     *err = NULL;
-    if (w == NULL || (w->url = strdup(url)) == NULL) {
+    if (w == NULL || (w->url = strdup(url)) == NULL || (w->label = webhook_label_of(url)) == NULL) {
+        if (w != NULL)
+            free(w->url);
         free(w);
-        *err = errf(url, "out of memory");
+        *err = errf("(a sink)", "out of memory");
         return NULL;
     }
     w->base = base;
     w->store = store;
     w->t = timings_get();
-    if (parse_url(w, url, &why) < 0)
+    if (parse_url(w, url, &https, &why) < 0)
+        goto err;
+    if (https && (w->tls = webhook_tls_new(w->host, &why)) == NULL)
         goto err;
     unsigned char ip[16];
     if (inet_pton(AF_INET, w->host, ip) != 1 && inet_pton(AF_INET6, w->host, ip) != 1) {
@@ -296,23 +351,20 @@ struct webhook *webhook_new(struct event_base *base, const char *url, struct sto
             goto err;
         }
     }
-    w->conn = evhttp_connection_base_new(base, w->dns, w->host, w->port);
     w->retry = evtimer_new(base, on_retry, w);
     w->sweep = event_new(base, -1, EV_PERSIST, on_sweep, w);
     w->cap = 64;
     w->q = calloc(w->cap, sizeof(*w->q));
-    if (w->conn == NULL || w->retry == NULL || w->sweep == NULL || w->q == NULL) {
+    if (open_conn(w) < 0 || w->retry == NULL || w->sweep == NULL || w->q == NULL) {
         why = "out of memory";
         goto err;
     }
     struct timeval tv;
     tv_of(w->t.sweep_ms, &tv);
     event_add(w->sweep, &tv);
-    evhttp_connection_set_timeout(w->conn, SINK_WEBHOOK_TIMEOUT_S);
-    evhttp_connection_set_retries(w->conn, 0);
     return w;
 err:
-    *err = errf(url, why != NULL ? why : "error");
+    *err = errf(w->label, why != NULL ? why : "error");
     webhook_free(w);
     return NULL;
 }
@@ -320,6 +372,11 @@ err:
 const char *webhook_url(const struct webhook *w)
 {
     return w->url;
+}
+
+const char *webhook_label(const struct webhook *w)
+{
+    return w->label;
 }
 
 /* Drops the oldest alert not in flight, to make room (no store). */
@@ -338,7 +395,7 @@ static void drop_oldest(struct webhook *w)
         fprintf(stderr,
                 "sluice: webhook %s: %zu alerts queued and no state store: dropping the oldest "
                 "(counted in sluice_webhook_dropped_total)\n",
-                w->url, w->len + 1);
+                w->label, w->len + 1);
         w->dropped_said = 1;
     }
 }
@@ -419,7 +476,7 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
         fprintf(stderr,
                 "sluice: webhook %s: %llu alert(s) dropped so far (queue full, no state "
                 "store)\n",
-                w->url, (unsigned long long)w->dropped);
+                w->label, (unsigned long long)w->dropped);
         w->dropped_said = w->dropped;
     }
     if (w->store == NULL || w->only_stored == 0 || w->len >= w->t.queue_max)
@@ -486,6 +543,7 @@ void webhook_free(struct webhook *w)
         evhttp_connection_free(w->conn); /* a request in flight is dropped, no callback */
     if (w->dns != NULL)
         evdns_base_free(w->dns, 0);
+    webhook_tls_free(w->tls);
     if (w->retry != NULL)
         event_free(w->retry);
     if (w->sweep != NULL)
@@ -494,6 +552,7 @@ void webhook_free(struct webhook *w)
         pop(w);
     free(w->q);
     free(w->url);
+    free(w->label);
     free(w->host);
     free(w->path);
     free(w->hosthdr);

@@ -22,8 +22,10 @@
  * without a store the oldest not in flight is dropped, counted
  * (webhook_dropped) and reported on standard error. Every queued alert is
  * in the state store (when there is one) until delivered, so none is lost
- * across a restart. https:// URLs are not supported in this version
- * (reported). Test-only: SLUICE_TEST_WEBHOOK_BACKOFF_MS and
+ * across a restart. https:// URLs are verified against the system's CA
+ * store and the URL's host (webhook_tls.h). Standard error and metrics
+ * name a sink by its label (webhook_label_of), never by its full URL,
+ * which often carries a secret. Test-only: SLUICE_TEST_WEBHOOK_BACKOFF_MS and
  * SLUICE_TEST_WEBHOOK_QUEUE_MAX shorten the timings and the cap. */
 #ifndef SLUICE_WATCH_SINKS_H
 #define SLUICE_WATCH_SINKS_H
@@ -59,7 +61,17 @@ struct webhook;
  * (borrowed, or NULL) keeps its queue. */
 struct webhook *webhook_new(struct event_base *base, const char *url, struct store *store,
                             char **err);
+/* The sink's full URL (its identity in the store and across reloads). */
 const char *webhook_url(const struct webhook *w);
+/* How the sink is shown: webhook_label_of(webhook_url(w)). */
+const char *webhook_label(const struct webhook *w);
+/* Returns (malloc'd; NULL when out of memory) <url> as shown on standard
+ * error and in metrics: unchanged when its path has at most one segment
+ * and it has no query or fragment; otherwise cut after the first path
+ * segment to "/...#" and 8 hex digits of the URL's SHA-256, which tells
+ * sinks apart without showing a secret in the path
+ * ("https://hooks.slack.com/services/...#1f2e3d4c"). */
+char *webhook_label_of(const char *url);
 /* Queues <json> (copied; stored) and sends when the sink is free. */
 void webhook_send(struct webhook *w, const char *json, size_t n);
 /* Queues an alert loaded from the store (already stored as <id>). */

@@ -211,7 +211,7 @@ static void extra_metrics(void *arg, struct evbuffer *o)
                            "# TYPE sluice_webhook_queue gauge\n");
     for (size_t i = 0; i < w->nhooks; i++) {
         evbuffer_add_printf(o, "sluice_webhook_queue{sink=\"");
-        sink_label(o, webhook_url(w->hooks[i]));
+        sink_label(o, webhook_label(w->hooks[i]));
         evbuffer_add_printf(o, "\"} %zu\n", webhook_queued(w->hooks[i]));
     }
     evbuffer_add_printf(o, "# HELP sluice_webhook_dropped_total Alerts a webhook dropped (queue "
@@ -219,7 +219,7 @@ static void extra_metrics(void *arg, struct evbuffer *o)
                            "# TYPE sluice_webhook_dropped_total counter\n");
     for (size_t i = 0; i < w->nhooks; i++) {
         evbuffer_add_printf(o, "sluice_webhook_dropped_total{sink=\"");
-        sink_label(o, webhook_url(w->hooks[i]));
+        sink_label(o, webhook_label(w->hooks[i]));
         evbuffer_add_printf(o, "\"} %llu\n", (unsigned long long)webhook_dropped(w->hooks[i]));
     }
 }

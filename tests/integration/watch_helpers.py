@@ -4,6 +4,8 @@ loopback webhook receiver. Standard library only; loopback only."""
 import json
 import os
 import socket
+import ssl
+import subprocess
 import threading
 import time
 from datetime import datetime
@@ -89,6 +91,8 @@ class _Hook(BaseHTTPRequestHandler):
         body = self.rfile.read(n)
         self.server.receiver.got(self.path, self.headers.get("Content-Type"), body)
         self.send_response(self.server.receiver.status)
+        if self.server.receiver.close_each:
+            self.send_header("Connection", "close")
         self.send_header("Content-Length", "0")
         self.end_headers()
 
@@ -97,20 +101,55 @@ class _HookServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
+    def get_request(self):
+        sock, addr = super().get_request()
+        self.receiver.note_connection()
+        ctx = self.receiver.tls
+        if ctx is not None:
+            # the handshake happens on the handler's first read, in its thread
+            sock = ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, addr
+
+    def handle_error(self, request, client_address):
+        self.receiver.note_error()  # a refused handshake: counted, not printed
+
 
 class Receiver:
-    """A webhook receiver on 127.0.0.1:<port>, recording each POST."""
+    """A webhook receiver on 127.0.0.1:<port>, recording each POST. With
+    <tls> (cert, key) it speaks HTTPS and records the SNI name of each
+    handshake; with <close_each> it closes the connection after each answer."""
 
-    def __init__(self, port=0, status=200):
+    def __init__(self, port=0, status=200, tls=None, close_each=False):
         self.status = status
+        self.close_each = close_each
         self.posts = []
+        self.sni = []
+        self.connections = 0
+        self.errors = 0
         self._lock = threading.Lock()
+        self.tls = None
+        if tls is not None:
+            self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self.tls.load_cert_chain(*tls)
+            self.tls.sni_callback = self._on_sni
         self.server = _HookServer(("127.0.0.1", port), _Hook)
         self.server.receiver = self
         self.port = self.server.server_address[1]
         self._t = threading.Thread(target=self.server.serve_forever,
                                    kwargs={"poll_interval": 0.05}, daemon=True)
         self._t.start()
+
+    def _on_sni(self, sslsock, name, ctx):
+        with self._lock:
+            self.sni.append(name)
+
+    def note_connection(self):
+        with self._lock:
+            self.connections += 1
+
+    def note_error(self):
+        with self._lock:
+            self.errors += 1
 
     def got(self, path, ctype, body):
         with self._lock:
@@ -123,6 +162,20 @@ class Receiver:
     def stop(self):
         self.server.shutdown()
         self.server.server_close()
+
+
+def self_signed(directory, name, san):
+    """Writes a self-signed P-256 certificate for <name> with subjectAltName
+    <san> (e.g. "DNS:localhost,IP:127.0.0.1") into <directory>; returns
+    (cert, key) paths. A certificate trusted through SSL_CERT_FILE is its own
+    anchor."""
+    cert = os.path.join(str(directory), name + ".pem")
+    key = os.path.join(str(directory), name + ".key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj",
+                    "/CN=" + name, "-addext", "subjectAltName=" + san, "-keyout", key,
+                    "-out", cert], check=True, capture_output=True, timeout=30)
+    return cert, key
 
 
 def free_tcp_port():

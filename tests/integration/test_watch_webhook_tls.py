@@ -1,0 +1,145 @@
+"""https:// webhooks: alerts POSTed over TLS to a loopback receiver whose
+self-signed certificate the gateway trusts through SSL_CERT_FILE, with the
+server's name checked, and nothing sent where the check fails. Loopback only:
+"localhost" resolves from /etc/hosts."""
+
+import hashlib
+import re
+import urllib.request
+
+import pytest
+
+from gate_client import poll, request
+from watch_helpers import Receiver, free_tcp_port, self_signed, wait_alert
+
+
+def rules(net):
+    return [{"host": h, "ports": [u.port], "tier": 3, "owner": "alice", "expires": "2099-12-31"}
+            for h, u in (("api.example.test", net.api), ("other.example.test", net.other))]
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hookcerts")
+    return {
+        "local": self_signed(d, "localhost", "DNS:localhost,IP:127.0.0.1"),
+        "other": self_signed(d, "other.test", "DNS:other.test"),
+    }
+
+
+def start(gateway, net, tmp_path, url, trust, backoff_ms=None, args=()):
+    env = {"SSL_CERT_FILE": trust}
+    if backoff_ms is not None:
+        env["SLUICE_TEST_WEBHOOK_BACKOFF_MS"] = str(backoff_ms)
+    return gateway(net.policy(rules(net), alerts={"sinks": [{"webhook": url}]}),
+                   args=["--alerts", str(tmp_path / "a.jsonl")] + list(args), env=env)
+
+
+def writes(gw, net, n, tmp_path):
+    """<n> (1 or 2) tier-3 writes to different hosts: <n> alerts, none folded."""
+    targets = [net.url("/w"), net.url("/w", host="other.example.test", port=net.other.port)]
+    for url in targets[:n]:
+        assert request(gw, "POST", url, body=b"1").status == 200
+    wait_alert(str(tmp_path / "a.jsonl"), "tier3_write", count=n)
+
+
+def test_https_webhook_by_name_new_connection_each_time(gateway, net, tmp_path, certs):
+    # The receiver closes after every answer: each alert needs a new TLS
+    # connection, which the sink must build afresh (evhttp cannot reconnect
+    # a TLS bufferevent).
+    rcv = Receiver(tls=certs["local"], close_each=True)
+    try:
+        gw = start(gateway, net, tmp_path, "https://localhost:%d/hook" % rcv.port,
+                   certs["local"][0])
+        writes(gw, net, 2, tmp_path)
+        got = poll(lambda: len(rcv.bodies()) >= 2 and rcv.bodies() or None, timeout=15,
+                   what="two alerts over https")
+        assert sorted(b["host"] for b in got) == ["api.example.test", "other.example.test"]
+        assert sorted(b["detail"] for b in got) == sorted(
+            b["detail"] for b in wait_alert(str(tmp_path / "a.jsonl"), "tier3_write", count=2))
+        assert all(p == "/hook" and c == "application/json" for p, c, _ in rcv.posts)
+        assert rcv.connections == 2 and rcv.sni == ["localhost"] * 2
+        assert "cannot deliver" not in gw.stderr()
+    finally:
+        rcv.stop()
+
+
+def test_https_webhook_by_ip_keeps_its_connection(gateway, net, tmp_path, certs):
+    # An IP literal is checked against the certificate's IP addresses and
+    # sends no SNI (RFC 6066); a server that keeps the connection open gets
+    # every alert on the one connection.
+    rcv = Receiver(tls=certs["local"])
+    try:
+        gw = start(gateway, net, tmp_path, "https://127.0.0.1:%d/hook" % rcv.port,
+                   certs["local"][0])
+        writes(gw, net, 2, tmp_path)
+        poll(lambda: len(rcv.bodies()) >= 2 or None, timeout=15, what="two alerts over https")
+        assert rcv.connections == 1 and rcv.sni == [None]
+        assert "cannot deliver" not in gw.stderr()
+    finally:
+        rcv.stop()
+
+
+@pytest.mark.parametrize("served, trusted, why", [
+    ("other", "other", "certificate verify failed: hostname mismatch"),
+    ("local", "other", "certificate verify failed: self-signed certificate"),
+])
+def test_https_webhook_refuses_an_unverified_server(gateway, net, tmp_path, certs, served,
+                                                    trusted, why):
+    rcv = Receiver(tls=certs[served])
+    try:
+        gw = start(gateway, net, tmp_path, "https://localhost:%d/hook" % rcv.port,
+                   certs[trusted][0], backoff_ms=50)
+        writes(gw, net, 1, tmp_path)
+        poll(lambda: why in gw.stderr() or None, timeout=10, what="the refusal on stderr")
+        poll(lambda: rcv.errors >= 2 or None, timeout=10, what="a retried handshake")
+        assert rcv.bodies() == []
+        # the gate is not held up by the failing sink
+        assert request(gw, "GET", net.url("/after")).status == 200
+    finally:
+        rcv.stop()
+
+
+def test_https_webhook_down_then_up(gateway, net, tmp_path, certs):
+    port = free_tcp_port()
+    gw = start(gateway, net, tmp_path, "https://localhost:%d/hook" % port, certs["local"][0],
+               backoff_ms=50)
+    writes(gw, net, 1, tmp_path)
+    poll(lambda: "cannot deliver" in gw.stderr() or None, timeout=10,
+         what="the delivery failure on stderr")
+    rcv = Receiver(port, tls=certs["local"])
+    try:
+        got = poll(lambda: rcv.bodies() or None, timeout=15,
+                   what="delivery after the receiver came up")
+        assert got[0]["kind"] == "tier3_write"
+    finally:
+        rcv.stop()
+
+
+def test_webhook_secret_in_the_path_is_never_shown(gateway, net, tmp_path, certs):
+    # Slack-style URL: the path after its first segment is the credential.
+    # Standard error and /metrics name the sink by a label that cuts it; the
+    # POST still goes to the full path.
+    port, admin = free_tcp_port(), free_tcp_port()
+    secret = "T0SECRET/B0SECRET/c2VjcmV0dG9rZW4"
+    url = "https://localhost:%d/services/%s" % (port, secret)
+    label = "https://localhost:%d/services/...#%s" % (
+        port, hashlib.sha256(url.encode()).hexdigest()[:8])
+    gw = start(gateway, net, tmp_path, url, certs["local"][0], backoff_ms=50,
+               args=["--admin", str(admin)])
+    writes(gw, net, 1, tmp_path)
+    poll(lambda: "cannot deliver" in gw.stderr() or None, timeout=10,
+         what="the delivery failure on stderr")
+    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % admin, timeout=10).read().decode()
+    assert 'sluice_webhook_queue{sink="%s"} 1' % label in text
+    rcv = Receiver(port, tls=certs["local"])
+    try:
+        poll(lambda: rcv.bodies() or None, timeout=15, what="delivery to the full path")
+        assert rcv.posts[0][0] == "/services/" + secret
+    finally:
+        rcv.stop()
+    gw.stop()
+    assert "webhook " + label + ": cannot deliver" in gw.stderr()
+    for part in secret.split("/"):
+        assert part not in gw.stderr() and part not in text
+    assert not re.search(r"SECRET", gw.stderr() + gw.stdout())
