@@ -5,18 +5,24 @@
  * opens the decision log and serves until SIGTERM/SIGINT: then it stops
  * accepting, lets requests and tunnels in flight finish within --grace,
  * flushes the log and exits 0. SIGHUP reloads the policy (a policy that
- * fails to load is reported and the old one stays) and reopens the log. */
+ * fails to load is reported and the old one stays) and reopens the log.
+ * With --user, once everything is bound and open it serves as that user
+ * (util/privdrop.h); as root without --user it warns. */
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "gate/gateway.h"
 #include "gate/listener.h"
 #include "policy/policy.h"
 #include "util/diag.h"
+#include "util/privdrop.h"
 #include "util/units.h"
 
 #define SERVE_MAX_LISTENS 32
@@ -32,6 +38,8 @@ struct serve_args {
     unsigned max_conns;
     unsigned grace_ms;
     enum gateway_sched sched;
+    bool drop;
+    struct privdrop_target user;
 };
 
 static int parse_args(int argc, char **argv, struct serve_args *a)
@@ -46,6 +54,7 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
         {"max-conns", required_argument, NULL, 'm'},
         {"grace", required_argument, NULL, 'g'},
         {"sched", required_argument, NULL, 'S'},
+        {"user", required_argument, NULL, 'u'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -102,6 +111,13 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
                 return command_usage_error(&cmd_serve, "--sched: '%s' is not batch or normal",
                                            optarg);
             break;
+        case 'u': {
+            char why_user[160];
+            if (privdrop_resolve(optarg, &a->user, why_user, sizeof(why_user)) < 0)
+                return command_usage_error(&cmd_serve, "--user: %s", why_user);
+            a->drop = true;
+            break;
+        }
         case 'h':
             command_help(&cmd_serve);
             return 1;
@@ -120,6 +136,24 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
         a->nlistens = 1;
     }
     return 0;
+}
+
+/* After the switch to --user: what SIGHUP will need and the user cannot
+ * reach is said now, not at the first reload. */
+static void warn_unreachable_files(const struct serve_args *a)
+{
+    if (access(a->policy, R_OK) != 0)
+        fprintf(stderr,
+                "sluice serve: warning: user %s cannot read the policy %s (%s): SIGHUP reloads "
+                "will fail and keep the policy loaded now\n",
+                a->user.name, a->policy, strerror(errno));
+    const char *files[] = {a->log, a->alerts};
+    for (size_t i = 0; i < 2; i++)
+        if (files[i] != NULL && strcmp(files[i], "-") != 0 && access(files[i], W_OK) != 0)
+            fprintf(stderr,
+                    "sluice serve: warning: user %s cannot write %s (%s): it stays open, but "
+                    "SIGHUP cannot reopen it after a rotation\n",
+                    a->user.name, files[i], strerror(errno));
 }
 
 static int serve_main(int argc, char **argv)
@@ -178,7 +212,21 @@ static int serve_main(int argc, char **argv)
             break;
         off += (size_t)n;
     }
-    fprintf(stderr, "sluice: serving %zu rule%s on %s\n", nrules, nrules == 1 ? "" : "s", where);
+    if (a->drop) {
+        if (privdrop_apply(&a->user, err, sizeof(err)) < 0) {
+            fprintf(stderr, "sluice serve: %s\n", err);
+            gateway_free(gw);
+            free(a);
+            return EXIT_USAGE;
+        }
+        warn_unreachable_files(a);
+    } else if (geteuid() == 0) {
+        fputs("sluice serve: warning: running as root; --user USER serves as USER once the "
+              "listeners are bound and the files open\n",
+              stderr);
+    }
+    fprintf(stderr, "sluice: serving %zu rule%s on %s%s%s\n", nrules, nrules == 1 ? "" : "s", where,
+            a->drop ? " as " : "", a->drop ? a->user.name : "");
     gateway_run(gw);
     gateway_free(gw);
     free(a);
@@ -187,8 +235,9 @@ static int serve_main(int argc, char **argv)
 
 const struct command cmd_serve = {
     .name = "serve",
-    .synopsis = "--policy FILE [--listen ADDR]... [--admin ADDR] [--log FILE|-] [--alerts FILE|-] "
-                "[--state DIR] [--max-conns N] [--grace PERIOD] [--sched batch|normal]",
+    .synopsis =
+        "--policy FILE [--listen ADDR]... [--admin ADDR] [--log FILE|-] [--alerts FILE|-] "
+        "[--state DIR] [--max-conns N] [--grace PERIOD] [--sched batch|normal] [--user USER]",
     .summary = "run the egress gateway (an HTTP proxy) under a policy",
     .help = "  --policy FILE    the policy to enforce (reloaded on SIGHUP)\n"
             "  --listen ADDR    HOST:PORT, [V6]:PORT or unix:/path; repeatable\n"
@@ -203,6 +252,8 @@ const struct command cmd_serve = {
             "                   [V6]:PORT (a bare PORT binds 127.0.0.1)\n"
             "  --alerts FILE|-  alert lines, JSON (default: into the decision log's stream)\n"
             "  --state DIR      the state store (SQLite, DIR/sluice.db): first-contact memory,\n"
-            "                   baselines, the webhook queue (default: none, memory only)\n",
+            "                   baselines, the webhook queue (default: none, memory only)\n"
+            "  --user USER[:GROUP]  once listeners are bound and files open, serve as USER\n"
+            "                   (needs root; supplementary groups dropped, no_new_privs)\n",
     .main = serve_main,
 };

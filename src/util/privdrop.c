@@ -1,0 +1,118 @@
+/* privdrop: serve's switch from root to an unprivileged user (privdrop.h). */
+#include "util/privdrop.h"
+
+#include <errno.h>
+#include <grp.h>
+#include <limits.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+/* A decimal id that fits uid_t/gid_t (and is not (uid_t)-1). */
+static bool parse_id(const char *s, unsigned long *out)
+{
+    char *end;
+    if (*s < '0' || *s > '9')
+        return false;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v >= UINT_MAX)
+        return false;
+    *out = v;
+    return true;
+}
+
+int privdrop_resolve(const char *spec, struct privdrop_target *out, char *err, size_t errlen)
+{
+    char user[64], group[64] = "";
+    const char *colon = strchr(spec, ':');
+    size_t ulen = colon != NULL ? (size_t)(colon - spec) : strlen(spec);
+    if (ulen == 0 || ulen >= sizeof(user) ||
+        (colon != NULL && strlen(colon + 1) >= sizeof(group)) ||
+        (colon != NULL && colon[1] == '\0')) {
+        snprintf(err, errlen, "'%s': expected USER or USER:GROUP", spec);
+        return -1;
+    }
+    memcpy(user, spec, ulen);
+    user[ulen] = '\0';
+    if (colon != NULL)
+        snprintf(group, sizeof(group), "%s", colon + 1);
+
+    unsigned long id;
+    struct passwd *pw = getpwnam(user);
+    if (pw != NULL) {
+        out->uid = pw->pw_uid;
+        out->gid = pw->pw_gid;
+    } else if (parse_id(user, &id)) {
+        pw = getpwuid((uid_t)id);
+        out->uid = (uid_t)id;
+        if (pw == NULL && group[0] == '\0') {
+            snprintf(err, errlen,
+                     "uid %s has no entry in the user database: name a group too "
+                     "(UID:GID)",
+                     user);
+            return -1;
+        }
+        if (pw != NULL)
+            out->gid = pw->pw_gid;
+    } else {
+        snprintf(err, errlen, "no user '%s'", user);
+        return -1;
+    }
+    if (group[0] != '\0') {
+        struct group *gr = getgrnam(group);
+        if (gr != NULL) {
+            out->gid = gr->gr_gid;
+        } else if (parse_id(group, &id)) {
+            out->gid = (gid_t)id;
+        } else {
+            snprintf(err, errlen, "no group '%s'", group);
+            return -1;
+        }
+    }
+    snprintf(out->name, sizeof(out->name), "%s", spec);
+    return 0;
+}
+
+static int set_no_new_privs(char *err, size_t errlen)
+{
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+        snprintf(err, errlen, "cannot set no_new_privs: %s", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int privdrop_apply(const struct privdrop_target *t, char *err, size_t errlen)
+{
+    uid_t ruid, euid, suid;
+    gid_t rgid, egid, sgid;
+    if (geteuid() != 0) {
+        if (getuid() != t->uid || geteuid() != t->uid || getgid() != t->gid ||
+            getegid() != t->gid) {
+            snprintf(err, errlen, "cannot become user %s: not running as root", t->name);
+            return -1;
+        }
+        return set_no_new_privs(err, errlen);
+    }
+    if (setgroups(1, &t->gid) < 0 || setresgid(t->gid, t->gid, t->gid) < 0 ||
+        setresuid(t->uid, t->uid, t->uid) < 0) {
+        snprintf(err, errlen, "cannot become user %s: %s", t->name, strerror(errno));
+        return -1;
+    }
+    if (getresuid(&ruid, &euid, &suid) < 0 || getresgid(&rgid, &egid, &sgid) < 0 ||
+        ruid != t->uid || euid != t->uid || suid != t->uid || rgid != t->gid || egid != t->gid ||
+        sgid != t->gid) {
+        snprintf(err, errlen, "cannot become user %s: the ids did not all change", t->name);
+        return -1;
+    }
+    /* Paranoia (OpenSSH does the same): root must not come back. */
+    if (t->uid != 0 && (setuid(0) == 0 || seteuid(0) == 0)) {
+        snprintf(err, errlen, "cannot become user %s: root could be regained", t->name);
+        return -1;
+    }
+    return set_no_new_privs(err, errlen);
+}

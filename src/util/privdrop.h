@@ -1,0 +1,35 @@
+/* privdrop: serve's switch from root to an unprivileged user.
+ *
+ * The gateway needs root, if at all, only to bind its listeners (a port
+ * below 1024, a unix socket in /run) and open its files (/var/log, a state
+ * directory). Everything after that (parsing what agents send, answering
+ * DNS, running alert programs) is done as <user> with every supplementary
+ * group dropped and no_new_privs set, so a flaw in that code does not hand
+ * out root. */
+#ifndef SLUICE_UTIL_PRIVDROP_H
+#define SLUICE_UTIL_PRIVDROP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+struct privdrop_target {
+    uid_t uid;
+    gid_t gid;
+    char name[64]; /* as given: "nobody", "sluice:adm", "65534" */
+};
+
+/* Resolves <spec>, USER or USER:GROUP (names or numbers; without GROUP the
+ * user's primary group), into <out>. Returns 0, or -1 with <err> filled
+ * ("no user 'x'"). Reads the user and group databases: call it before
+ * anything is bound. */
+int privdrop_resolve(const char *spec, struct privdrop_target *out, char *err, size_t errlen);
+
+/* Becomes <t>: as root, supplementary groups set to <t>'s group alone, then
+ * real, effective and saved gid and uid; then checks that root cannot be
+ * regained. Not as root, only a <t> that already is the process's user and
+ * group is accepted. Either way no_new_privs is set. Returns 0, or -1 with
+ * <err> filled; on -1 the caller must not go on serving. */
+int privdrop_apply(const struct privdrop_target *t, char *err, size_t errlen);
+
+#endif

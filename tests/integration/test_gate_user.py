@@ -1,0 +1,133 @@
+"""serve --user: started as root, the gateway binds and opens what it needs,
+then serves as an unprivileged user (every id, one group, no_new_privs, no
+capabilities), and its alert programs and state store work as that user.
+Runs only as root (the CI machines are); loopback only."""
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+
+import pytest
+
+from conftest import SANITIZER_MARKS, Gateway, policy_yaml
+from gate_client import api_rule, poll, request
+from gate_servers import free_port
+from watch_helpers import wait_alert, write_script
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to change user")
+
+NOBODY = 65534
+
+
+def proc_status(pid):
+    """{field: value} from /proc/<pid>/status."""
+    with open("/proc/%d/status" % pid) as f:
+        return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+
+
+@pytest.fixture
+def open_dir():
+    """A work directory that other users may read (pytest's are 0700)."""
+    d = tempfile.mkdtemp(prefix="sluice-user-", dir="/tmp")
+    os.chmod(d, 0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def serve_in(sluice_bin, net):
+    """Factory: serve_in(dir, policy, args) starts `sluice serve` with its
+    files in <dir>; stopped and checked for sanitizer reports at teardown."""
+    started = []
+
+    def start(workdir, policy, args=(), env=None):
+        port = free_port()
+        gw = Gateway(sluice_bin, workdir, policy_yaml(policy), ["127.0.0.1:%d" % port], env,
+                     list(args), False, port, None)
+        started.append(gw)
+        gw.wait_ready()
+        return gw
+
+    yield start
+    for gw in started:
+        gw.kill()
+        assert not any(m in gw.stderr() for m in SANITIZER_MARKS), gw.stderr()[-4000:]
+
+
+def test_serves_as_the_user_once_bound(open_dir, serve_in, net):  # open_dir outlives serve_in
+    out = os.path.join(open_dir, "out")
+    os.mkdir(out)
+    os.chmod(out, 0o777)
+    prog = write_script(os.path.join(open_dir, "who.sh"),
+                        "#!/bin/sh\ncat >/dev/null\nid -u > %s/id.tmp; id -G >> %s/id.tmp\n"
+                        "mv %s/id.tmp %s/id\n" % (out, out, out, out))
+    af = os.path.join(open_dir, "alerts.jsonl")
+    state = os.path.join(open_dir, "state")
+    pol = net.policy([api_rule(net)], alerts={"first_contact": True, "sinks": [{"exec": prog}]})
+    gw = serve_in(open_dir, pol, ["--user", "nobody", "--alerts", af, "--state", state])
+
+    st = proc_status(gw.proc.pid)
+    assert st["Uid"].split() == [str(NOBODY)] * 4
+    assert st["Gid"].split() == [str(NOBODY)] * 4
+    assert st["Groups"].split() == [str(NOBODY)]
+    assert st["NoNewPrivs"] == "1" and int(st["CapEff"], 16) == 0
+    assert "as nobody" in gw.stderr() and "running as root" not in gw.stderr()
+    # the log and alerts were opened as root (0755 folder): they stay open
+    assert "user nobody cannot write %s" % gw.log_path in gw.stderr()
+
+    assert request(gw, "GET", net.url("/first")).status == 200
+    assert wait_alert(af, "first_contact")[0]["host"] == "api.example.test"
+    who = poll(lambda: os.path.exists(os.path.join(out, "id")) and
+               open(os.path.join(out, "id")).read().split() or None,
+               timeout=10, what="the alert program's ids")
+    assert who == [str(NOBODY), str(NOBODY)]  # not root, no other group
+
+    gw.reload()  # the policy is readable by nobody: the reload works
+    poll(lambda: "reloaded 1 rule" in gw.stderr() or None, timeout=5, what="the reload")
+    assert request(gw, "GET", net.url("/after")).status == 200
+    gw.stop()
+    assert len(gw.events("agent_egress")) == 2
+    # the state store kept working after the switch
+    with sqlite3.connect(os.path.join(state, "sluice.db")) as db:
+        assert db.execute("select count(*) from first_contact").fetchone()[0] == 1
+
+
+def test_unreadable_policy_is_said_at_start(gateway, net):
+    # pytest's folder is 0700: nobody cannot read the policy, which is said
+    # at start; a reload fails, the policy loaded as root stays in force.
+    gw = gateway(net.policy([api_rule(net)]), args=["--user", "nobody"])
+    poll(lambda: "user nobody cannot read the policy %s" % gw.policy_path in gw.stderr()
+         or None, timeout=5, what="the warning")
+    gw.reload()
+    poll(lambda: "sluice: reload failed: " in gw.stderr() or None, timeout=5,
+         what="the failed reload")
+    assert "reloaded" not in gw.stderr()
+    assert request(gw, "GET", net.url("/still")).status == 200
+
+
+def test_root_without_user_is_warned(gateway, net):
+    gw = gateway(net.policy([api_rule(net)]))
+    assert "warning: running as root; --user USER" in gw.stderr()
+
+
+def test_user_errors(run_sluice, sluice_bin, net, open_dir):
+    pol = os.path.join(open_dir, "p.yaml")
+    with open(pol, "w") as f:
+        f.write(policy_yaml(net.policy([api_rule(net)])))
+    os.chmod(pol, 0o644)
+    listen = "127.0.0.1:%d" % free_port()
+    for spec, why in (("no-such-user", "no user 'no-such-user'"),
+                      ("nobody:no-such-group", "no group 'no-such-group'"),
+                      ("nobody:", "'nobody:': expected USER or USER:GROUP"),
+                      ("4294967295", "no user '4294967295'")):
+        r = run_sluice("serve", "--policy", pol, "--listen", listen, "--user", spec)
+        assert r.returncode == 2 and "--user: " + why in r.stderr, r.stderr
+    # not root: only the user it already is
+    as_nobody = ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups",
+                 "--", sluice_bin, "serve", "--policy", pol, "--listen", listen, "--log",
+                 "/dev/null"]
+    r = subprocess.run(as_nobody + ["--user", "daemon"], capture_output=True, text=True,
+                       timeout=20, cwd=open_dir)
+    assert r.returncode == 2 and "cannot become user daemon: not running as root" in r.stderr
