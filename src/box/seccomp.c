@@ -20,7 +20,10 @@
  * with --allow-unix) may be created; AF_VSOCK would reach the services of
  * a VM host, AF_PACKET, AF_ALG, AF_BLUETOOTH and the rest are kernel attack
  * surface the command has no use for (EAFNOSUPPORT, for socket() and
- * socketpair()). --allow-unix lifts the AF_UNIX and socketpair() rules only. */
+ * socketpair()). --allow-unix lifts the AF_UNIX and socketpair() rules only.
+ *
+ * Kernel keyrings: add_key(), request_key() and keyctl() fail with ENOSYS
+ * (the user keyring of a root box is the host root's). */
 #include <errno.h>
 #include <linux/capability.h>
 #include <seccomp.h>
@@ -114,6 +117,14 @@ static int load_filter(bool allow_unix, char *err, size_t errlen)
         rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(io_uring_enter), 0);
     if (rc == 0)
         rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(io_uring_register), 0);
+    /* Kernel keyrings: the box joins a fresh session keyring, but the
+     * user keyring (@u) belongs to the uid, and as root (no user namespace)
+     * that is the host root's, with whatever tickets and keys it holds.
+     * The command gets no keyring calls at all (as Docker's default
+     * profile): ENOSYS, a kernel without keyrings. */
+    static const int keyring_calls[] = {SCMP_SYS(add_key), SCMP_SYS(request_key), SCMP_SYS(keyctl)};
+    for (size_t i = 0; i < sizeof(keyring_calls) / sizeof(keyring_calls[0]) && rc == 0; i++)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), keyring_calls[i], 0);
     if (rc == 0)
         rc = seccomp_load(ctx);
     seccomp_release(ctx);

@@ -874,23 +874,31 @@ KEYS = r"""
 import ctypes, json
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
-# keyctl(KEYCTL_SEARCH, KEY_SPEC_SESSION_KEYRING, "user", name, 0)
-kid = libc.syscall(250, 10, -3, b"user", b"sluice-test-secret", 0)
-print(json.dumps({"kid": kid, "errno": ctypes.get_errno()}))
+res = {}
+# keyctl(KEYCTL_SEARCH, KEY_SPEC_SESSION_KEYRING or KEY_SPEC_USER_KEYRING, "user", name, 0)
+for ring, spec, name in (("session", -3, b"sluice-test-secret"),
+                         ("user", -4, b"sluice-test-user-secret")):
+    kid = libc.syscall(250, 10, spec, b"user", name, 0)
+    res[ring] = [kid, ctypes.get_errno()]
+kid = libc.syscall(248, b"user", b"planted", b"x", 1, -3)  # add_key
+res["add_key"] = [kid, ctypes.get_errno()]
+print(json.dumps(res))
 """
 
 
-def test_session_keyring_not_inherited(box, net):
-    """A key in the caller's session keyring is not found from the box: the
-    command joins a new anonymous session keyring."""
+def test_keyrings_out_of_reach(box, net):
+    """Keys in the caller's session keyring and, as root, in root's user
+    keyring (which a root box shares, having no user namespace) are not
+    found from the box: keyring calls fail with ENOSYS there."""
     import ctypes
     import platform
     if platform.machine() != "x86_64":
         pytest.skip("syscall numbers below are x86_64's")
     pol = box.policy(net.policy([]))
-    # a child with its own session keyring holding the key runs sluice
+    # a child with its own session keyring holding a key (and, as root, a key
+    # in root's user keyring, removed afterwards) runs sluice
     setup = r"""
-import ctypes, subprocess, sys
+import ctypes, os, subprocess, sys
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 if libc.syscall(250, 1, None) < 0:          # KEYCTL_JOIN_SESSION_KEYRING
@@ -900,7 +908,16 @@ if kid < 0:
     sys.exit(77)
 # the key is findable here
 assert libc.syscall(250, 10, -3, b"user", b"sluice-test-secret", 0) == kid
-sys.exit(subprocess.run(sys.argv[1:]).returncode)
+ukid = -1
+if os.geteuid() == 0:
+    ukid = libc.syscall(248, b"user", b"sluice-test-user-secret", b"hunter3", 7, -4)
+    assert libc.syscall(250, 10, -4, b"user", b"sluice-test-user-secret", 0) == ukid
+try:
+    rc = subprocess.run(sys.argv[1:]).returncode
+finally:
+    if ukid >= 0:
+        libc.syscall(250, 21, ukid)  # KEYCTL_INVALIDATE
+sys.exit(rc)
 """
     argv = [PY, "-c", setup, box.bin, "run", "--policy", pol, "--", PY, "-c", KEYS]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd=box.workdir,
@@ -909,8 +926,8 @@ sys.exit(subprocess.run(sys.argv[1:]).returncode)
         pytest.skip("no keyrings here")
     assert p.returncode == 0, p.stderr
     o = Box.out(p)
-    assert o["kid"] == -1
-    assert o["errno"] == 126  # ENOKEY
+    enosys = 38
+    assert o == {"session": [-1, enosys], "user": [-1, enosys], "add_key": [-1, enosys]}
 
 
 FAMILIES = r"""
