@@ -156,7 +156,6 @@ void conn_publish_egress(struct conn *c)
     if (c->ex.egress_published)
         return;
     c->ex.egress_published = true;
-    clock_gettime(CLOCK_MONOTONIC, &c->ex.t_decided);
     fill_event(c, &ev, EVENT_EGRESS);
     bus_publish(&c->gw->bus, &ev);
 }

@@ -284,6 +284,25 @@ def test_connect_completes_after_a_dropped_syn(gateway, net):
     assert end["bytes_up"] == 5 and end["bytes_down"] == 11, end
 
 
+def test_client_leaving_while_connecting_is_logged_with_its_wait(gateway, net):
+    # the decision is logged when the client leaves, and the end line's ms
+    # counts from the request head, not from that late log line
+    lst = _FullListener(DEAD_IP)
+    try:
+        gw = gateway(net.policy([{"host": "dead.example.test", "ports": [lst.port],
+                                  "tier": 0}]))
+        s = open_conn(gw, 15)
+        target = b"dead.example.test:%d" % lst.port
+        s.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target))
+        time.sleep(0.4)
+        s.close()
+        ev, end = gw.decided(method="CONNECT")
+    finally:
+        lst.close()
+    assert ev["decision"] == "allow" and ev["ip"] is None  # no connection was made
+    assert end["status"] is None and end["bytes_up"] == 0 and end["ms"] >= 350, end
+
+
 def test_connect_timeout_is_upstream_unreachable(gateway, net):
     # a connect still under way after min(idle_timeout, 10 s) is given up
     lst = _FullListener(DEAD_IP)
