@@ -16,7 +16,9 @@
  * one-line summary on standard error. The current directory, writable in
  * the box, may not be / (warned about when it is $HOME or above it). A box
  * that cannot be built (a namespace refused, a mount that fails) is an
- * error, exit 2: the command never runs half-boxed. */
+ * error, exit 2: the command never runs half-boxed. Started as root, the
+ * gateway serves as nobody once its socket is bound and its files are
+ * open: it reads every byte the boxed command sends. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -41,6 +43,7 @@
 #include "gate/listener.h"
 #include "policy/policy.h"
 #include "util/diag.h"
+#include "util/privdrop.h"
 
 #define RUN_MAX_PATHS  256
 #define RUN_DEFAULT_ID "run"
@@ -399,6 +402,33 @@ struct served {
     int alerts_fd;
 };
 
+/* In run's gateway child, started as root: serve as nobody from now on
+ * (util/privdrop.h). The parent-death signal does not survive a change of
+ * user, so it is set again. Without a user nobody the gateway stays root,
+ * with a warning; as the root of a user namespace that maps no other user
+ * (unshare --map-root-user) it stays as it is. Returns -1 when the gateway
+ * must not go on. */
+static int gateway_leave_root(pid_t parent)
+{
+    struct privdrop_target nobody;
+    char err[200];
+    if (geteuid() != 0)
+        return 0;
+    if (privdrop_resolve("nobody", &nobody, err, sizeof(err)) < 0) {
+        fprintf(stderr, "sluice run: warning: the gateway stays root: %s\n", err);
+        return 0;
+    }
+    if (!privdrop_mapped(&nobody))
+        return 0; /* root of a user namespace that maps no one else: not the host's root */
+    if (privdrop_apply(&nobody, err, sizeof(err)) < 0) {
+        fprintf(stderr, "sluice run: %s\n", err);
+        return -1;
+    }
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0) < 0 || getppid() != parent)
+        return -1; /* run is gone already */
+    return 0;
+}
+
 /* Forks the gateway; returns 0 once it accepts, or EXIT_USAGE. */
 static int serve_start(struct run_args *a, struct served *s)
 {
@@ -442,6 +472,7 @@ static int serve_start(struct run_args *a, struct served *s)
         return EXIT_USAGE;
     }
     fflush(NULL);
+    pid_t parent = getpid();
     s->pid = fork();
     if (s->pid < 0) {
         fprintf(stderr, "sluice run: fork: %s\n", strerror(errno));
@@ -472,6 +503,8 @@ static int serve_start(struct run_args *a, struct served *s)
             fprintf(stderr, "sluice run: %s\n", err);
             _exit(EXIT_USAGE);
         }
+        if (gateway_leave_root(parent) < 0)
+            _exit(EXIT_USAGE);
         ssize_t w = write(rp[1], "R", 1);
         (void)w;
         close(rp[1]);

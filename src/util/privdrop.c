@@ -86,8 +86,33 @@ static int set_no_new_privs(char *err, size_t errlen)
     return 0;
 }
 
+/* Whether <id> falls in one of the "inside outside count" lines of <path>. */
+static bool id_mapped(const char *path, unsigned long id)
+{
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return true;
+    unsigned long inside, outside, count;
+    bool found = false;
+    while (!found && fscanf(f, "%lu %lu %lu", &inside, &outside, &count) == 3)
+        found = id >= inside && id - inside < count;
+    fclose(f);
+    return found;
+}
+
+bool privdrop_mapped(const struct privdrop_target *t)
+{
+    return id_mapped("/proc/self/uid_map", t->uid) && id_mapped("/proc/self/gid_map", t->gid);
+}
+
 int privdrop_apply(const struct privdrop_target *t, char *err, size_t errlen)
 {
+    if (!privdrop_mapped(t)) {
+        snprintf(err, errlen,
+                 "cannot become user %s: uid %lu or gid %lu is not mapped in this user namespace",
+                 t->name, (unsigned long)t->uid, (unsigned long)t->gid);
+        return -1;
+    }
     uid_t ruid, euid, suid;
     gid_t rgid, egid, sgid;
     if (geteuid() != 0) {

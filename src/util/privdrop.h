@@ -25,10 +25,17 @@ struct privdrop_target {
  * anything is bound. */
 int privdrop_resolve(const char *spec, struct privdrop_target *out, char *err, size_t errlen);
 
+/* True when <t>'s uid and gid both have a mapping in the process's user
+ * namespace (/proc/self/uid_map, gid_map): inside a namespace that maps
+ * only root, no other user can be become. True when the maps cannot be
+ * read (a kernel without user namespaces). */
+bool privdrop_mapped(const struct privdrop_target *t);
+
 /* Becomes <t>: as root, supplementary groups set to <t>'s group alone, then
  * real, effective and saved gid and uid; then checks that root cannot be
  * regained. Not as root, only a <t> that already is the process's user and
- * group is accepted. Either way no_new_privs is set. Returns 0, or -1 with
+ * group is accepted. Either way no_new_privs is set. An unmapped <t>
+ * (privdrop_mapped) is refused before anything changes. Returns 0, or -1 with
  * <err> filled; on -1 the caller must not go on serving. */
 int privdrop_apply(const struct privdrop_target *t, char *err, size_t errlen);
 

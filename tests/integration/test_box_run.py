@@ -9,6 +9,7 @@ see."""
 
 import json
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -1103,9 +1104,15 @@ def _processes_with_arg(exe, marker):
     return found
 
 
+def _uid(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return [int(x) for x in next(ln for ln in f if ln.startswith("Uid:")).split()[1:]]
+
+
 def test_gateway_runs_batch_and_the_command_normal(box, net):
     # run's gateway gives up wake-up preemption (--sched batch, serve's
-    # default); the command in the box keeps the class it was started with
+    # default); the command in the box keeps the class it was started with.
+    # Started as root, the gateway serves as nobody.
     if os.sched_getscheduler(0) != os.SCHED_OTHER:
         pytest.skip("the test runner is not SCHED_OTHER")
     pol = box.policy(net.policy([api_rule(net)]))
@@ -1116,12 +1123,13 @@ def test_gateway_runs_batch_and_the_command_normal(box, net):
         p=box.run(["--policy", pol, "--agent", "sched-probe"], code)))
     th.start()
     exe = os.path.realpath(box.bin)
-    seen = {}
+    seen, uids = {}, {}
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and th.is_alive():
         for pid in _processes_with_arg(exe, "sched-probe"):
             try:
                 seen[pid] = sched_and_pgid(pid)
+                uids[pid] = _uid(pid)
             except OSError:
                 pass
         if any(pol_ == os.SCHED_BATCH for pol_, _ in seen.values()) and len(seen) >= 3:
@@ -1134,3 +1142,6 @@ def test_gateway_runs_batch_and_the_command_normal(box, net):
     batch = [pid for pid, (pol_, pgid) in seen.items() if pol_ == os.SCHED_BATCH]
     assert len(batch) == 1, seen
     assert seen[batch[0]][1] == batch[0], "the batch process is not the gateway: %r" % seen
+    if os.geteuid() == 0:
+        nobody = pwd.getpwnam("nobody").pw_uid
+        assert uids[batch[0]] == [nobody] * 4, uids
