@@ -16,7 +16,7 @@
 struct privdrop_target {
     uid_t uid;
     gid_t gid;
-    char name[64]; /* as given: "nobody", "sluice:adm", "65534" */
+    char name[128]; /* as given: "nobody", "sluice:adm", "65534" */
 };
 
 /* Resolves <spec>, USER or USER:GROUP (names or numbers; without GROUP the

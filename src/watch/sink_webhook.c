@@ -213,6 +213,9 @@ static const char *failure_text(const struct webhook *w, int code, char *buf, si
         snprintf(buf, len, "answered %d", code);
     else if (w->errored && w->last_error == EVREQ_HTTP_TIMEOUT)
         snprintf(buf, len, "cannot deliver: no answer within %d s", SINK_WEBHOOK_TIMEOUT_S);
+    else if (w->errored && w->last_error == EVREQ_HTTP_DATA_TOO_LONG)
+        snprintf(buf, len, "cannot deliver: the answer is longer than %d bytes",
+                 SINK_WEBHOOK_MAX_BODY);
     else if (w->tls_why[0] != '\0')
         snprintf(buf, len, "cannot deliver: %s", w->tls_why);
     else
@@ -290,6 +293,9 @@ static int open_conn(struct webhook *w)
         return -1;
     evhttp_connection_set_timeout(w->conn, SINK_WEBHOOK_TIMEOUT_S);
     evhttp_connection_set_retries(w->conn, 0);
+    /* The answer is hostile input too: only its status matters. */
+    evhttp_connection_set_max_headers_size(w->conn, SINK_WEBHOOK_MAX_HEAD);
+    evhttp_connection_set_max_body_size(w->conn, SINK_WEBHOOK_MAX_BODY);
     return 0;
 }
 

@@ -45,6 +45,8 @@ struct store;
 #define SINK_WEBHOOK_BACKOFF_MAX  30000
 #define SINK_WEBHOOK_QUEUE_MAX    10000 /* in memory per sink; beyond, kept only in the store */
 #define SINK_WEBHOOK_SWEEP_MS     60000 /* re-reads alerts kept only in the store */
+#define SINK_WEBHOOK_MAX_HEAD     16384 /* a longer answer head is a failed delivery */
+#define SINK_WEBHOOK_MAX_BODY     65536 /* a longer answer body is a failed delivery */
 
 struct exec_runner;
 struct exec_runner *exec_runner_new(struct event_base *base);

@@ -40,7 +40,8 @@ struct webhook_tls *webhook_tls_new(const char *host, const char **why)
         *why = "cannot load the system's CA certificates";
         goto err;
     }
-    /* One request per exchange: no session cache worth keeping. */
+    /* Alerts are rare and a connection is kept while the server allows:
+     * resuming sessions is not worth a cache. */
     SSL_CTX_set_session_cache_mode(t->ctx, SSL_SESS_CACHE_OFF);
     return t;
 err:

@@ -369,3 +369,24 @@ def test_metrics_reload_failures_and_bytes_down(gateway, net, tmp_path):
     assert _metric_value(text, "sluice_policy_reloads_total") == 0
     # the old policy is still in force
     assert request(gw, "GET", net.url("/after")).status == 200
+
+
+def test_webhook_answer_is_bounded(gateway, net, tmp_path):
+    # only the status of the answer matters: one longer than 64 KiB is a
+    # failed delivery, not memory the gateway holds
+    big = Receiver(answer=b"x" * (1 << 20))
+    small = Receiver(answer=b"{\"ok\":true}" * 100)
+    try:
+        gw = gateway(net.policy(rules(net), alerts={"sinks": [
+            {"webhook": "http://127.0.0.1:%d/big" % big.port},
+            {"webhook": "http://127.0.0.1:%d/small" % small.port}]}),
+            args=["--alerts", str(tmp_path / "a.jsonl")],
+            env={"SLUICE_TEST_WEBHOOK_BACKOFF_MS": "50"})
+        request(gw, "POST", net.url("/p"), body=b"1")
+        poll(lambda: small.bodies() or None, timeout=10, what="delivery with a short answer")
+        poll(lambda: "the answer is longer than 65536 bytes" in gw.stderr() or None, timeout=10,
+             what="the long answer refused")
+        poll(lambda: len(big.bodies()) >= 2 or None, timeout=10, what="a retry")
+    finally:
+        big.stop()
+        small.stop()

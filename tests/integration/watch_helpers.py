@@ -90,11 +90,13 @@ class _Hook(BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(n)
         self.server.receiver.got(self.path, self.headers.get("Content-Type"), body)
+        answer = self.server.receiver.answer
         self.send_response(self.server.receiver.status)
         if self.server.receiver.close_each:
             self.send_header("Connection", "close")
-        self.send_header("Content-Length", "0")
+        self.send_header("Content-Length", str(len(answer)))
         self.end_headers()
+        self.wfile.write(answer)
 
 
 class _HookServer(ThreadingHTTPServer):
@@ -117,10 +119,12 @@ class _HookServer(ThreadingHTTPServer):
 class Receiver:
     """A webhook receiver on 127.0.0.1:<port>, recording each POST. With
     <tls> (cert, key) it speaks HTTPS and records the SNI name of each
-    handshake; with <close_each> it closes the connection after each answer."""
+    handshake; with <close_each> it closes the connection after each answer;
+    <answer> is the body of every answer."""
 
-    def __init__(self, port=0, status=200, tls=None, close_each=False):
+    def __init__(self, port=0, status=200, tls=None, close_each=False, answer=b""):
         self.status = status
+        self.answer = answer
         self.close_each = close_each
         self.posts = []
         self.sni = []
