@@ -11,6 +11,7 @@ import random
 import socket
 import ssl
 import struct
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -164,6 +165,11 @@ class _Server(ThreadingHTTPServer):
         self.upstream.note_connection()
         return sock, addr
 
+    def handle_error(self, request, client_address):
+        # a connection the gateway cut on purpose (a client that left mid-body):
+        # kept for the test to look at, not printed between pytest's dots
+        self.upstream.note_error(sys.exc_info()[1])
+
 
 class UpstreamHTTP:
     """A threaded HTTP/1.1 origin on <ip>:<ephemeral> that records requests."""
@@ -174,6 +180,7 @@ class UpstreamHTTP:
         self._lock = threading.Lock()
         self._requests = []
         self._connections = 0
+        self.errors = []  # exceptions raised by handlers (connections cut mid-request)
         self.server = _Server((ip, 0), _Handler)
         self.server.upstream = self
         self.port = self.server.server_address[1]
@@ -189,6 +196,10 @@ class UpstreamHTTP:
         with self._lock:
             self._connections += 1
 
+    def note_error(self, exc):
+        with self._lock:
+            self.errors.append(exc)
+
     @property
     def requests(self):
         with self._lock:
@@ -203,6 +214,7 @@ class UpstreamHTTP:
         with self._lock:
             self._requests.clear()
             self._connections = 0
+            self.errors.clear()
 
     def stop(self):
         self.server.shutdown()
