@@ -2,9 +2,12 @@
  * read with the toolkit of load_ctx.h. */
 #include "policy/load_ctx.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "util/xalloc.h"
@@ -364,6 +367,37 @@ static bool has_space_or_control(const char *s)
     return false;
 }
 
+/* Whether the host of <auth> (an http:// URL after its scheme) is this
+ * machine's loopback: localhost, 127.0.0.0/8 or [::1]. */
+static bool url_host_is_loopback(const char *auth)
+{
+    size_t n = strcspn(auth, "/?#");
+    const char *h = auth;
+    size_t hl;
+    if (*h == '[') {
+        const char *e = memchr(h, ']', n);
+        if (e == NULL)
+            return false;
+        h++;
+        hl = (size_t)(e - h);
+    } else {
+        const char *colon = memchr(h, ':', n);
+        hl = colon != NULL ? (size_t)(colon - h) : n;
+    }
+    char host[256];
+    if (hl == 0 || hl >= sizeof(host))
+        return false;
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (strcasecmp(host, "localhost") == 0)
+        return true;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    return inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+}
+
 /* One sink: a single-key mapping {exec: /path} or {webhook: URL}.
  * Returns 1 when <out> was filled. */
 static int sink_item(struct load_ctx *c, const struct ynode *it, struct sink *out)
@@ -393,6 +427,11 @@ static int sink_item(struct load_ctx *c, const struct ynode *it, struct sink *ou
         load_err(c, v->line, "webhook needs an http:// or https:// URL, got '%s'", load_show(c, s));
         return 0;
     }
+    if (!exec && scheme == 7 && !url_host_is_loopback(s + scheme))
+        load_warn(c, v->line,
+                  "webhook to %.*s over http://: every alert, and the URL with any secret in "
+                  "it, would cross the network in clear text; use https://",
+                  (int)strcspn(s + scheme, "/?#"), s + scheme);
     out->kind = exec ? SINK_EXEC : SINK_WEBHOOK;
     out->target = xstrdup(s);
     out->line = it->line;

@@ -1,4 +1,4 @@
-/* privdrop: serve's switch from root to an unprivileged user (privdrop.h). */
+/* privdrop: the gateway's switch from root to an unprivileged user (privdrop.h). */
 #include "util/privdrop.h"
 
 #include <errno.h>

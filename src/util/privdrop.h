@@ -1,4 +1,5 @@
-/* privdrop: serve's switch from root to an unprivileged user.
+/* privdrop: the gateway's switch from root to an unprivileged user
+ * (serve --user, and run's own gateway when run is root).
  *
  * The gateway needs root, if at all, only to bind its listeners (a port
  * below 1024, a unix socket in /run) and open its files (/var/log, a state

@@ -714,6 +714,31 @@ static void test_rule_warnings(void **state)
     expect_warning(V "agents: [{id: x, sources: [unix]}]\n"
                      "rules:\n  - {host: a.example.test, tier: 0, agents: [x, x]}\n",
                    "p.yaml:4: rules[0].agents[1]: agent 'x' is listed twice");
+    expect_warning(V R
+                   "alerts: {sinks: [{webhook: \"http://hooks.example.test:8080/T0/secret\"}]}\n",
+                   "p.yaml:5: alerts.sinks[0]: webhook to hooks.example.test:8080 over http://: "
+                   "every alert, and the URL with any secret in it, would cross the network in "
+                   "clear text; use https://");
+    expect_warning(V R "alerts: {sinks: [{webhook: \"http://10.0.0.7/hook\"}]}\n",
+                   "p.yaml:5: alerts.sinks[0]: webhook to 10.0.0.7 over http://: every alert, "
+                   "and the URL with any secret in it, would cross the network in clear text; "
+                   "use https://");
+}
+
+/* http:// to this machine (a local relay) and any https:// say nothing. */
+static void test_loopback_and_https_webhooks_are_quiet(void **state)
+{
+    (void)state;
+    static const char *quiet[] = {
+        "http://127.0.0.1:9000/hook", "http://127.8.9.10/x",
+        "http://localhost/x",         "http://LOCALHOST:1/",
+        "http://[::1]:9000/hook",     "https://hooks.example.test/T0/secret",
+    };
+    for (size_t i = 0; i < sizeof(quiet) / sizeof(quiet[0]); i++) {
+        char yaml[256];
+        snprintf(yaml, sizeof(yaml), V R "alerts: {sinks: [{webhook: \"%s\"}]}\n", quiet[i]);
+        policy_free(expect_clean(yaml));
+    }
 }
 
 static void test_duplicate_rules(void **state)
@@ -1058,6 +1083,7 @@ int main(void)
         cmocka_unit_test(test_rule_shape_errors),
         cmocka_unit_test(test_rule_field_errors),
         cmocka_unit_test(test_rule_warnings),
+        cmocka_unit_test(test_loopback_and_https_webhooks_are_quiet),
         cmocka_unit_test(test_duplicate_rules),
         cmocka_unit_test(test_duplicate_rules_scale),
         cmocka_unit_test(test_too_many_rules),
