@@ -41,6 +41,7 @@
 #include "cli/commands.h"
 #include "gate/gateway.h"
 #include "gate/listener.h"
+#include "gate/lockdown.h"
 #include "policy/policy.h"
 #include "util/diag.h"
 #include "util/privdrop.h"
@@ -505,6 +506,8 @@ static int serve_start(struct run_args *a, struct served *s)
         }
         if (gateway_leave_root(parent) < 0)
             _exit(EXIT_USAGE);
+        if (gateway_lockdown(err, sizeof(err)) < 0)
+            fprintf(stderr, "sluice run: warning: the gateway: %s\n", err);
         ssize_t w = write(rp[1], "R", 1);
         (void)w;
         close(rp[1]);

@@ -7,7 +7,8 @@
  * flushes the log and exits 0. SIGHUP reloads the policy (a policy that
  * fails to load is reported and the old one stays) and reopens the log.
  * With --user, once everything is bound and open it serves as that user
- * (util/privdrop.h); as root without --user it warns. */
+ * (util/privdrop.h); as root without --user it warns. Then it refuses
+ * itself the system calls it never needs (gate/lockdown.h). */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -20,6 +21,7 @@
 #include "cli/commands.h"
 #include "gate/gateway.h"
 #include "gate/listener.h"
+#include "gate/lockdown.h"
 #include "policy/policy.h"
 #include "util/diag.h"
 #include "util/privdrop.h"
@@ -225,6 +227,8 @@ static int serve_main(int argc, char **argv)
               "listeners are bound and the files open\n",
               stderr);
     }
+    if (gateway_lockdown(err, sizeof(err)) < 0)
+        fprintf(stderr, "sluice serve: warning: %s; serving without it\n", err);
     fprintf(stderr, "sluice: serving %zu rule%s on %s%s%s\n", nrules, nrules == 1 ? "" : "s", where,
             a->drop ? " as " : "", a->drop ? a->user.name : "");
     gateway_run(gw);

@@ -1104,15 +1104,18 @@ def _processes_with_arg(exe, marker):
     return found
 
 
-def _uid(pid):
+def _uid_and_seccomp(pid):
+    """([real, effective, saved, fs uid], seccomp mode) of <pid>."""
     with open("/proc/%d/status" % pid) as f:
-        return [int(x) for x in next(ln for ln in f if ln.startswith("Uid:")).split()[1:]]
+        st = dict(ln.rstrip("\n").split(":\t", 1) for ln in f if ":\t" in ln)
+    return [int(x) for x in st["Uid"].split()], int(st["Seccomp"])
 
 
 def test_gateway_runs_batch_and_the_command_normal(box, net):
     # run's gateway gives up wake-up preemption (--sched batch, serve's
     # default); the command in the box keeps the class it was started with.
-    # Started as root, the gateway serves as nobody.
+    # Started as root, the gateway serves as nobody. Either way it runs under
+    # its own seccomp filter (gate/lockdown.h).
     if os.sched_getscheduler(0) != os.SCHED_OTHER:
         pytest.skip("the test runner is not SCHED_OTHER")
     pol = box.policy(net.policy([api_rule(net)]))
@@ -1129,7 +1132,7 @@ def test_gateway_runs_batch_and_the_command_normal(box, net):
         for pid in _processes_with_arg(exe, "sched-probe"):
             try:
                 seen[pid] = sched_and_pgid(pid)
-                uids[pid] = _uid(pid)
+                uids[pid] = _uid_and_seccomp(pid)
             except OSError:
                 pass
         if any(pol_ == os.SCHED_BATCH for pol_, _ in seen.values()) and len(seen) >= 3:
@@ -1142,6 +1145,7 @@ def test_gateway_runs_batch_and_the_command_normal(box, net):
     batch = [pid for pid, (pol_, pgid) in seen.items() if pol_ == os.SCHED_BATCH]
     assert len(batch) == 1, seen
     assert seen[batch[0]][1] == batch[0], "the batch process is not the gateway: %r" % seen
+    uid, seccomp = uids[batch[0]]
+    assert seccomp == 2, uids
     if os.geteuid() == 0:
-        nobody = pwd.getpwnam("nobody").pw_uid
-        assert uids[batch[0]] == [nobody] * 4, uids
+        assert uid == [pwd.getpwnam("nobody").pw_uid] * 4, uids

@@ -1,0 +1,122 @@
+/* lockdown: what the gateway process may no longer do once it serves
+ * (lockdown.h). */
+#include "gate/lockdown.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* LeakSanitizer stops the world at exit with ptrace(): the test build
+ * (ASan) keeps that one call, or its leak check would fail. */
+#if defined(__SANITIZE_ADDRESS__)
+#define LOCKDOWN_KEEP_PTRACE 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LOCKDOWN_KEEP_PTRACE 1
+#endif
+#endif
+
+/* Refused with EPERM whatever their arguments. */
+static const char *const refused_calls[] = {
+    /* namespaces: the usual first step of an unprivileged kernel exploit */
+    "unshare",
+    "setns",
+    /* the file system tree */
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "open_tree",
+    "move_mount",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+    /* other processes' memory */
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    /* kernel attack surface the gateway has no use for */
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "add_key",
+    "request_key",
+    "keyctl",
+    /* the machine itself */
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "reboot",
+    "swapon",
+    "swapoff",
+    "acct",
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "sethostname",
+    "setdomainname",
+    "iopl",
+    "ioperm",
+    "quotactl",
+    "lookup_dcookie",
+    "open_by_handle_at",
+    "name_to_handle_at",
+};
+
+/* clone() flags that make a new namespace. */
+static const unsigned long clone_ns_flags[] = {
+    CLONE_NEWNS,   CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC,
+    CLONE_NEWUSER, CLONE_NEWPID,    CLONE_NEWNET,
+};
+
+int gateway_lockdown(char *err, size_t errlen)
+{
+    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+    if (ctx == NULL) {
+        snprintf(err, errlen, "seccomp: cannot initialise the filter");
+        return -1;
+    }
+    int rc = 0;
+    if (geteuid() == 0)
+        rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0);
+    if (rc == 0)
+        rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_TSYNC, 1);
+    for (size_t i = 0; i < sizeof(refused_calls) / sizeof(refused_calls[0]) && rc == 0; i++) {
+#ifdef LOCKDOWN_KEEP_PTRACE
+        if (strcmp(refused_calls[i], "ptrace") == 0)
+            continue;
+#endif
+        int nr = seccomp_syscall_resolve_name(refused_calls[i]);
+        if (nr == __NR_SCMP_ERROR)
+            continue; /* not a call on this architecture (iopl on arm64) */
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
+    }
+    for (size_t i = 0; i < sizeof(clone_ns_flags) / sizeof(clone_ns_flags[0]) && rc == 0; i++) {
+        const struct scmp_arg_cmp has_flag = {.arg = 0,
+                                              .op = SCMP_CMP_MASKED_EQ,
+                                              .datum_a = clone_ns_flags[i],
+                                              .datum_b = clone_ns_flags[i]};
+        rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1, &has_flag);
+    }
+    if (rc == 0)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
+    if (rc == 0)
+        rc = seccomp_load(ctx);
+    seccomp_release(ctx);
+    if (rc != 0) {
+        snprintf(err, errlen, "seccomp: cannot load the filter: %s", strerror(-rc));
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,29 @@
+/* lockdown: what the gateway process may no longer do once it serves.
+ *
+ * The gateway parses bytes from agents, upstreams, DNS servers and policy
+ * files. Once its listeners are bound and its files are open it needs
+ * sockets, the files it has, threads, timers and posix_spawn() for exec
+ * alert sinks. It never needs to create namespaces, mount anything, trace
+ * or read other processes, load BPF programs or kernel modules, use kernel
+ * keyrings or io_uring, or reboot. A seccomp filter (libseccomp) makes those
+ * calls fail with EPERM for every thread of the gateway and for the
+ * programs its exec sinks run, so a flaw in the gateway cannot use them as
+ * a step towards the kernel or the rest of the machine. clone3() fails with
+ * ENOSYS, so that glibc falls back to clone(), whose namespace flags a
+ * filter can read (clone3 passes them in memory), as Docker's profile does.
+ *
+ * This is a deny list on purpose: an allow list for libevent, OpenSSL,
+ * SQLite and glibc would break on the next library update, and what is
+ * refused here is what kernel exploits and container escapes start from. */
+#ifndef SLUICE_GATE_LOCKDOWN_H
+#define SLUICE_GATE_LOCKDOWN_H
+
+#include <stddef.h>
+
+/* Loads the filter on every thread of the process (TSYNC). As root it does
+ * not set no_new_privs (root may load a filter without it; exec sinks keep
+ * set-user-ID programs such as sendmail working); otherwise it does.
+ * Returns 0, or -1 with <err> filled: the caller decides whether to go on. */
+int gateway_lockdown(char *err, size_t errlen);
+
+#endif
