@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <arpa/inet.h>
 
@@ -40,6 +41,7 @@ struct webhook {
     struct evhttp_connection *conn;
     struct webhook_tls *tls; /* https:// only */
     char tls_why[200];       /* why TLS failed on the last attempt, or "" */
+    uint64_t attempt_ms;     /* CLOCK_MONOTONIC when the attempt started */
     struct store *store;
     char *url, *label, *host, *path, *hosthdr;
     uint16_t port;
@@ -207,11 +209,28 @@ static void on_error(enum evhttp_request_error e, void *arg)
         webhook_tls_why(evhttp_connection_get_bufferevent(w->conn), w->tls_why, sizeof(w->tls_why));
 }
 
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* evhttp reports a failure before the connection is up (connect, TLS
+ * handshake) without an error code; one that took the whole timeout is a
+ * timeout all the same. */
+static bool timed_out(const struct webhook *w)
+{
+    if (w->errored)
+        return w->last_error == EVREQ_HTTP_TIMEOUT;
+    return mono_ms() - w->attempt_ms + 50 >= (uint64_t)SINK_WEBHOOK_TIMEOUT_S * 1000u;
+}
+
 static const char *failure_text(const struct webhook *w, int code, char *buf, size_t len)
 {
     if (code > 0)
         snprintf(buf, len, "answered %d", code);
-    else if (w->errored && w->last_error == EVREQ_HTTP_TIMEOUT)
+    else if (timed_out(w))
         snprintf(buf, len, "cannot deliver: no answer within %d s", SINK_WEBHOOK_TIMEOUT_S);
     else if (w->errored && w->last_error == EVREQ_HTTP_DATA_TOO_LONG)
         snprintf(buf, len, "cannot deliver: the answer is longer than %d bytes",
@@ -309,6 +328,7 @@ static void try_send(struct webhook *w)
         return;
     w->errored = false;
     w->tls_why[0] = '\0';
+    w->attempt_ms = mono_ms();
     evhttp_request_set_error_cb(req, on_error);
     struct evkeyvalq *h = evhttp_request_get_output_headers(req);
     char len[24];
