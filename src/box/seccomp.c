@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "box/box_int.h"
+#include "util/seccomp_load.h"
 
 static int drop_capabilities(char *err, size_t errlen)
 {
@@ -125,14 +126,7 @@ static int load_filter(bool allow_unix, char *err, size_t errlen)
     static const int keyring_calls[] = {SCMP_SYS(add_key), SCMP_SYS(request_key), SCMP_SYS(keyctl)};
     for (size_t i = 0; i < sizeof(keyring_calls) / sizeof(keyring_calls[0]) && rc == 0; i++)
         rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), keyring_calls[i], 0);
-    if (rc == 0)
-        rc = seccomp_load(ctx);
-    seccomp_release(ctx);
-    if (rc != 0) {
-        snprintf(err, errlen, "seccomp: cannot load the filter: %s", strerror(-rc));
-        return -1;
-    }
-    return 0;
+    return seccomp_load_and_release(ctx, rc, err, errlen);
 }
 
 int box_lock_down(bool allow_unix, char *err, size_t errlen)

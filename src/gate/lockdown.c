@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util/seccomp_load.h"
+
 /* LeakSanitizer stops the world at exit with ptrace(): the test build
  * (ASan) keeps that one call, or its leak check would fail. */
 #if defined(__SANITIZE_ADDRESS__)
@@ -111,12 +113,5 @@ int gateway_lockdown(char *err, size_t errlen)
     }
     if (rc == 0)
         rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
-    if (rc == 0)
-        rc = seccomp_load(ctx);
-    seccomp_release(ctx);
-    if (rc != 0) {
-        snprintf(err, errlen, "seccomp: cannot load the filter: %s", strerror(-rc));
-        return -1;
-    }
-    return 0;
+    return seccomp_load_and_release(ctx, rc, err, errlen);
 }
