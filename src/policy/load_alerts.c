@@ -2,14 +2,13 @@
  * read with the toolkit of load_ctx.h. */
 #include "policy/load_ctx.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "util/ipaddr.h"
 #include "util/xalloc.h"
 
 #define TZ_MAX            128
@@ -374,28 +373,24 @@ static bool url_host_is_loopback(const char *auth)
     size_t n = strcspn(auth, "/?#");
     const char *h = auth;
     size_t hl;
-    if (*h == '[') {
+    if (*h == '[') { /* ip_literal_parse() takes the brackets */
         const char *e = memchr(h, ']', n);
         if (e == NULL)
             return false;
-        h++;
-        hl = (size_t)(e - h);
+        hl = (size_t)(e - h) + 1;
     } else {
         const char *colon = memchr(h, ':', n);
         hl = colon != NULL ? (size_t)(colon - h) : n;
     }
-    char host[256];
-    if (hl == 0 || hl >= sizeof(host))
-        return false;
-    memcpy(host, h, hl);
-    host[hl] = '\0';
-    struct in_addr a4;
-    struct in6_addr a6;
-    if (strcasecmp(host, "localhost") == 0)
+    if (hl == strlen("localhost") && strncasecmp(h, "localhost", hl) == 0)
         return true;
-    if (inet_pton(AF_INET, host, &a4) == 1)
-        return (ntohl(a4.s_addr) >> 24) == 127;
-    return inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+    struct ipaddr ip;
+    struct cidr v4, v6;
+    enum ip_literal_kind kind = ip_literal_parse(h, hl, &ip);
+    if ((kind != IP_LITERAL_V4 && kind != IP_LITERAL_V6) || cidr_parse("127.0.0.0/8", &v4) != 0 ||
+        cidr_parse("::1/128", &v6) != 0)
+        return false;
+    return cidr_contains(&v4, &ip) || cidr_contains(&v6, &ip);
 }
 
 /* One sink: a single-key mapping {exec: /path} or {webhook: URL}.

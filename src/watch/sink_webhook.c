@@ -366,10 +366,11 @@ struct webhook *webhook_new(struct event_base *base, const char *url, struct sto
     w->t = timings_get();
     if (parse_url(w, url, &https, &why) < 0)
         goto err;
-    if (https && (w->tls = webhook_tls_new(w->host, &why)) == NULL)
-        goto err;
     unsigned char ip[16];
-    if (inet_pton(AF_INET, w->host, ip) != 1 && inet_pton(AF_INET6, w->host, ip) != 1) {
+    bool is_ip = inet_pton(AF_INET, w->host, ip) == 1 || inet_pton(AF_INET6, w->host, ip) == 1;
+    if (https && (w->tls = webhook_tls_new(w->host, is_ip, &why)) == NULL)
+        goto err;
+    if (!is_ip) {
         /* a name: resolve it without blocking the loop */
         w->dns = evdns_base_new(base, EVDNS_BASE_INITIALIZE_NAMESERVERS);
         if (w->dns == NULL) {

@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <arpa/inet.h>
-
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
 #include <openssl/err.h>
@@ -20,15 +18,14 @@ struct webhook_tls {
     bool is_ip;
 };
 
-struct webhook_tls *webhook_tls_new(const char *host, const char **why)
+struct webhook_tls *webhook_tls_new(const char *host, bool is_ip, const char **why)
 {
     struct webhook_tls *t = calloc(1, sizeof(*t));
-    unsigned char ip[16];
     if (t == NULL || (t->host = strdup(host)) == NULL) {
         *why = "out of memory";
         goto err;
     }
-    t->is_ip = inet_pton(AF_INET, host, ip) == 1 || inet_pton(AF_INET6, host, ip) == 1;
+    t->is_ip = is_ip;
     t->ctx = SSL_CTX_new(TLS_client_method());
     if (t->ctx == NULL) {
         *why = "cannot create a TLS context";

@@ -10,15 +10,17 @@
 #ifndef SLUICE_WATCH_WEBHOOK_TLS_H
 #define SLUICE_WATCH_WEBHOOK_TLS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct bufferevent;
 struct event_base;
 struct webhook_tls;
 
-/* Returns a TLS client context for <host> (copied; a name or an IP literal
- * without brackets), or NULL with <*why> set to a static text. */
-struct webhook_tls *webhook_tls_new(const char *host, const char **why);
+/* Returns a TLS client context for <host> (copied; a name, or with <is_ip>
+ * an IP literal without brackets), or NULL with <*why> set to a static
+ * text. */
+struct webhook_tls *webhook_tls_new(const char *host, bool is_ip, const char **why);
 /* Returns a new, unconnected bufferevent that handshakes with the host as
  * a client once connected; it owns its SSL (freed with the bufferevent).
  * NULL when out of memory. */

@@ -250,20 +250,29 @@ class _FullListener:
             s.close()
 
 
+def _dead_rule(lst):
+    """A policy rule for <lst>, a _FullListener behind dead.example.test."""
+    return {"host": "dead.example.test", "ports": [lst.port], "tier": 0}
+
+
+def _send_connect(s, lst):
+    """Sends a CONNECT for <lst> on the client socket <s>."""
+    target = b"dead.example.test:%d" % lst.port
+    s.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target))
+
+
 def test_connect_completes_after_a_dropped_syn(gateway, net):
     # the upstream connect does not complete inside connect(): the gateway
     # waits for it on the loop, then answers 200 and relays; bytes the client
     # sent meanwhile (before its 200) are the tunnel's first bytes
     lst = _FullListener(DEAD_IP)
     try:
-        gw = gateway(net.policy([{"host": "dead.example.test", "ports": [lst.port],
-                                  "tier": 0}]))
+        gw = gateway(net.policy([_dead_rule(lst)]))
         s = open_conn(gw, 15)
         try:
             t0 = time.monotonic()
             lst.accept_all(0.5, 8)  # from then on the retried SYN gets in
-            target = b"dead.example.test:%d" % lst.port
-            s.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target))
+            _send_connect(s, lst)
             time.sleep(0.2)
             s.sendall(b"ping\n")  # while the gateway is still connecting
             status, _ = read_head(s)
@@ -289,11 +298,9 @@ def test_client_leaving_while_connecting_is_logged_with_its_wait(gateway, net):
     # counts from the request head, not from that late log line
     lst = _FullListener(DEAD_IP)
     try:
-        gw = gateway(net.policy([{"host": "dead.example.test", "ports": [lst.port],
-                                  "tier": 0}]))
+        gw = gateway(net.policy([_dead_rule(lst)]))
         s = open_conn(gw, 15)
-        target = b"dead.example.test:%d" % lst.port
-        s.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target))
+        _send_connect(s, lst)
         time.sleep(0.4)
         s.close()
         ev, end = gw.decided(method="CONNECT")
@@ -307,8 +314,7 @@ def test_connect_timeout_is_upstream_unreachable(gateway, net):
     # a connect still under way after min(idle_timeout, 10 s) is given up
     lst = _FullListener(DEAD_IP)
     try:
-        gw = gateway(net.policy([{"host": "dead.example.test", "ports": [lst.port], "tier": 0}],
-                                limits={"idle_timeout": "2s"}))
+        gw = gateway(net.policy([_dead_rule(lst)], limits={"idle_timeout": "2s"}))
         t0 = time.monotonic()
         t = connect(gw, "dead.example.test:%d" % lst.port, timeout=15)
         took = time.monotonic() - t0
