@@ -27,6 +27,12 @@ def proc_status(pid):
         return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
 
 
+def wait_serving(gw):
+    """The listeners accept as soon as they are bound; the switch of user,
+    and the "serving" line, come a moment later."""
+    poll(lambda: "sluice: serving " in gw.stderr() or None, timeout=10, what="serving")
+
+
 @pytest.fixture
 def open_dir():
     """A work directory that other users may read (pytest's are 0700)."""
@@ -48,6 +54,7 @@ def serve_in(sluice_bin, net):
                      list(args), False, port, None)
         started.append(gw)
         gw.wait_ready()
+        wait_serving(gw)
         return gw
 
     yield start
@@ -109,6 +116,7 @@ def test_unreadable_policy_is_said_at_start(gateway, net):
 
 def test_root_without_user_is_warned(gateway, net):
     gw = gateway(net.policy([api_rule(net)]))
+    wait_serving(gw)
     assert "warning: running as root; --user USER" in gw.stderr()
 
 
