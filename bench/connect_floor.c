@@ -3,7 +3,8 @@
  * It reads a CONNECT head, connects to the target, answers 200 and relays
  * bytes both ways with recv/send: no policy, no log, no DNS, no SNI check,
  * no timeouts, one thread, epoll. bench/floor puts it through the same
- * harness as sluice, so that sluice's CONNECT figures can be read against
+ * harness as sluice, and bench/connect_ab runs it in alternating rounds
+ * with direct and sluice, so that sluice's CONNECT figures can be read against
  * what the CONNECT exchange itself costs in this layout (curl sends
  * CONNECT, waits for the 200, and only then starts its TLS handshake),
  * rather than against a direct connection only.
