@@ -113,7 +113,7 @@ err:
         sqlite3_finalize(st);
     sqlite3_close(*db);
     *db = NULL;
-    return rc;
+    return rc != SQLITE_OK ? rc : SQLITE_ERROR; /* never "ok" with <why> set and no db */
 }
 
 static bool is_corruption(int rc)

@@ -232,8 +232,7 @@ static void test_malformed_headers(void **state)
         "Basic dXNlcjpzM2NyZXR=",  /* non-canonical trailing bits */
         "Basic d",                 /* len % 4 == 1 */
         "Basic dXNl cjpzM2NyZXQ=", /* space inside */
-        "Bearer s3\x01"
-        "cret",
+        "Bearer s3\001cret",       /* a control byte in the token */
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         const struct agent *a = agents;
