@@ -64,6 +64,8 @@ struct run_args {
     const char *agent;
     const char *log;
     const char *alerts;
+    const char *gateway_user;       /* --gateway-user as given, or NULL */
+    struct privdrop_target gw_user; /* resolved when gateway_user is set */
     bool allow_unix;
     struct box_path paths[RUN_MAX_PATHS + 4];
     size_t npaths;
@@ -189,20 +191,38 @@ static int add_path(struct run_args *a, enum box_path_kind kind, const char *opt
     return 0;
 }
 
+/* Resolves --gateway-user before anything starts: an unknown user, one
+ * that a run not started as root cannot become, or one this user namespace
+ * does not map is a usage error. */
+static int check_gateway_user(struct run_args *a)
+{
+    char err[200];
+    if (a->proxy != NULL) {
+        fputs("sluice run: warning: --gateway-user has no effect with --proxy: the serving "
+              "gateway runs as its own user\n",
+              stderr);
+        a->gateway_user = NULL;
+        return 0;
+    }
+    if (privdrop_resolve(a->gateway_user, &a->gw_user, err, sizeof(err)) < 0)
+        return command_usage_error(self, "--gateway-user: %s", err);
+    if (geteuid() != 0 && (a->gw_user.uid != geteuid() || a->gw_user.gid != getegid()))
+        return command_usage_error(self, "--gateway-user %s: not running as root", a->gateway_user);
+    if (!privdrop_mapped(&a->gw_user))
+        return command_usage_error(self, "--gateway-user %s: not mapped in this user namespace",
+                                   a->gateway_user);
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, struct run_args *a)
 {
     static const struct option options[] = {
-        {"policy", required_argument, NULL, 'p'},
-        {"proxy", required_argument, NULL, 'P'},
-        {"agent", required_argument, NULL, 'a'},
-        {"ro", required_argument, NULL, 'r'},
-        {"rw", required_argument, NULL, 'w'},
-        {"hide", required_argument, NULL, 'H'},
-        {"allow-unix", no_argument, NULL, 'u'},
-        {"log", required_argument, NULL, 'L'},
-        {"alerts", required_argument, NULL, 'A'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"policy", required_argument, NULL, 'p'}, {"proxy", required_argument, NULL, 'P'},
+        {"agent", required_argument, NULL, 'a'},  {"ro", required_argument, NULL, 'r'},
+        {"rw", required_argument, NULL, 'w'},     {"hide", required_argument, NULL, 'H'},
+        {"allow-unix", no_argument, NULL, 'u'},   {"log", required_argument, NULL, 'L'},
+        {"alerts", required_argument, NULL, 'A'}, {"gateway-user", required_argument, NULL, 'G'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
     opterr = 0;
     optind = 1;
@@ -251,6 +271,9 @@ static int parse_args(int argc, char **argv, struct run_args *a)
                                                  "summary)");
             a->alerts = optarg;
             break;
+        case 'G':
+            a->gateway_user = optarg;
+            break;
         case 'h':
             command_help(self);
             return 1;
@@ -272,6 +295,8 @@ static int parse_args(int argc, char **argv, struct run_args *a)
               stderr);
     if (a->agent == NULL)
         a->agent = RUN_DEFAULT_ID;
+    if (a->gateway_user != NULL)
+        return check_gateway_user(a);
     return 0;
 }
 
@@ -403,25 +428,32 @@ struct served {
     int alerts_fd;
 };
 
-/* In run's gateway child, started as root: serve as nobody from now on
- * (util/privdrop.h). The parent-death signal does not survive a change of
- * user, so it is set again. Without a user nobody the gateway stays root,
- * with a warning; as the root of a user namespace that maps no other user
- * (unshare --map-root-user) it stays as it is. Returns -1 when the gateway
- * must not go on. */
-static int gateway_leave_root(pid_t parent)
+/* In run's gateway child: serve as --gateway-user (<chosen>, checked by
+ * check_gateway_user) or, started as root without it, as nobody, from now
+ * on (util/privdrop.h). The parent-death signal does not survive a change
+ * of user, so it is set again. A chosen root keeps root. Without a user
+ * nobody the gateway stays root, with a warning; as the root of a user
+ * namespace that maps no other user (unshare --map-root-user) it stays as
+ * it is. Returns -1 when the gateway must not go on. */
+static int gateway_leave_root(pid_t parent, const struct privdrop_target *chosen)
 {
     struct privdrop_target nobody;
+    const struct privdrop_target *t = chosen;
     char err[200];
-    if (geteuid() != 0)
-        return 0;
-    if (privdrop_resolve("nobody", &nobody, err, sizeof(err)) < 0) {
-        fprintf(stderr, "sluice run: warning: the gateway stays root: %s\n", err);
-        return 0;
+    if (t == NULL) {
+        if (geteuid() != 0)
+            return 0;
+        if (privdrop_resolve("nobody", &nobody, err, sizeof(err)) < 0) {
+            fprintf(stderr, "sluice run: warning: the gateway stays root: %s\n", err);
+            return 0;
+        }
+        if (!privdrop_mapped(&nobody))
+            return 0; /* root of a user namespace that maps no one else: not the host's root */
+        t = &nobody;
+    } else if (t->uid == 0 && geteuid() == 0) {
+        return 0; /* --gateway-user root: asked for */
     }
-    if (!privdrop_mapped(&nobody))
-        return 0; /* root of a user namespace that maps no one else: not the host's root */
-    if (privdrop_apply(&nobody, err, sizeof(err)) < 0) {
+    if (privdrop_apply(t, err, sizeof(err)) < 0) {
         fprintf(stderr, "sluice run: %s\n", err);
         return -1;
     }
@@ -504,7 +536,7 @@ static int serve_start(struct run_args *a, struct served *s)
             fprintf(stderr, "sluice run: %s\n", err);
             _exit(EXIT_USAGE);
         }
-        if (gateway_leave_root(parent) < 0)
+        if (gateway_leave_root(parent, a->gateway_user != NULL ? &a->gw_user : NULL) < 0)
             _exit(EXIT_USAGE);
         if (gateway_lockdown(err, sizeof(err)) < 0)
             fprintf(stderr, "sluice run: warning: the gateway: %s\n", err);
@@ -797,8 +829,10 @@ out:
 
 const struct command cmd_run = {
     .name = "run",
-    .synopsis = "(--policy FILE | --proxy unix:PATH) [--agent ID] [--ro PATH]... [--rw PATH]... "
-                "[--hide PATH]... [--allow-unix] [--log FILE] [--alerts FILE] -- CMD [ARG]...",
+    .synopsis =
+        "(--policy FILE | --proxy unix:PATH) [--agent ID] [--ro PATH]... [--rw PATH]... "
+        "[--hide PATH]... [--allow-unix] [--log FILE] [--alerts FILE] [--gateway-user USER] -- "
+        "CMD [ARG]...",
     .summary = "run a command in a box whose only way out is the gateway",
     .help = "  --policy FILE      serve this policy for the command's lifetime\n"
             "  --proxy unix:PATH  use a gateway that is already serving on that socket\n"
@@ -811,6 +845,9 @@ const struct command cmd_run = {
             "  --log FILE         the decision log (default: a temporary file, read for the\n"
             "                     summary and removed)\n"
             "  --alerts FILE      alerts, JSON lines (default: in the decision log)\n"
+            "  --gateway-user USER[:GROUP]  the user the gateway serves as once its socket\n"
+            "                     and files are open (default, when run is root: nobody;\n"
+            "                     root keeps root); its exec alert programs run as USER\n"
             "Inside: no network but 127.0.0.1:3128 and [::1]:3128 (HTTP_PROXY, HTTPS_PROXY,\n"
             "ALL_PROXY point there; NO_PROXY is empty), read-only files but for the current\n"
             "directory, a private /tmp and /dev/shm, a minimal /dev, no capabilities, no new\n"

@@ -23,7 +23,6 @@ import pytest
 
 from conftest import SANITIZER_MARKS, policy_yaml
 from gate_client import api_rule, other_url, sched_and_pgid
-from gate_servers import free_port
 
 PY = "/usr/bin/python3"
 SUMMARY = re.compile(r"^sluice run: exit (-?\d+); allowed (\d+) \(tier 0: (\d+), tier 1: (\d+), "
@@ -771,12 +770,17 @@ def _userns_allowed():
     return r.returncode == 0, r.stderr.strip()
 
 
-def test_unprivileged_box(sluice_bin, net, tmp_path, hostdir):
+def _nobody_box(sluice_bin, net, hostdir, rules, *, userns=True):
+    """A Box whose runs may go as nobody (uid 65534): a world-writable work
+    folder and a world-readable policy of <rules>. Skips unless root (to
+    switch), nobody can execute the binary and, with <userns>, the kernel
+    allows unprivileged user namespaces. Returns (box, policy path)."""
     if os.geteuid() != 0:
         pytest.skip("needs root to switch to nobody")
-    ok, why = _userns_allowed()
-    if not ok:
-        pytest.skip("the kernel refuses unprivileged user namespaces: %s" % why)
+    if userns:
+        ok, why = _userns_allowed()
+        if not ok:
+            pytest.skip("the kernel refuses unprivileged user namespaces: %s" % why)
     if not os.access(sluice_bin, os.X_OK) or subprocess.run(
             ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sluice_bin,
              "version"], capture_output=True).returncode != 0:
@@ -785,8 +789,13 @@ def test_unprivileged_box(sluice_bin, net, tmp_path, hostdir):
     os.makedirs(work)
     os.chmod(work, 0o777)
     b = Box(sluice_bin, work)
-    pol = b.policy(net.policy([api_rule(net)]))
+    pol = b.policy(net.policy(rules))
     os.chmod(pol, 0o644)
+    return b, pol
+
+
+def test_unprivileged_box(sluice_bin, net, tmp_path, hostdir):
+    b, pol = _nobody_box(sluice_bin, net, hostdir, [api_rule(net)])
     code = FETCH + r"""
 import errno
 def write(path):
@@ -891,7 +900,6 @@ def test_keyrings_out_of_reach(box, net):
     """Keys in the caller's session keyring and, as root, in root's user
     keyring (which a root box shares, having no user namespace) are not
     found from the box: keyring calls fail with ENOSYS there."""
-    import ctypes
     import platform
     if platform.machine() != "x86_64":
         pytest.skip("syscall numbers below are x86_64's")
@@ -1015,17 +1023,7 @@ def test_minimal_dev(box, net):
 def test_unprivileged_dev_ipc_keys_families(sluice_bin, net, hostdir):
     """The same as nobody (a user namespace): the minimal /dev, the own host
     name, the refused families."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to switch to nobody")
-    ok, why = _userns_allowed()
-    if not ok:
-        pytest.skip("the kernel refuses unprivileged user namespaces: %s" % why)
-    work = os.path.join(hostdir, "work")
-    os.makedirs(work)
-    os.chmod(work, 0o777)
-    b = Box(sluice_bin, work)
-    pol = b.policy(net.policy([]))
-    os.chmod(pol, 0o644)
+    b, pol = _nobody_box(sluice_bin, net, hostdir, [])
     _check_dev(Box.out(b.run(["--policy", pol], DEV, user=65534)))
     o = Box.out(b.run(["--policy", pol], FAMILIES, user=65534))
     assert o["inet"] == o["netlink"] == "ok" and o["vsock"] == o["packet"] == "EAFNOSUPPORT", o
@@ -1111,25 +1109,23 @@ def _uid_and_seccomp(pid):
     return [int(x) for x in st["Uid"].split()], int(st["Seccomp"])
 
 
-def test_gateway_runs_batch_and_the_command_normal(box, net):
-    # run's gateway gives up wake-up preemption (--sched batch, serve's
-    # default); the command in the box keeps the class it was started with.
-    # Started as root, the gateway serves as nobody. Either way it runs under
-    # its own seccomp filter (gate/lockdown.h).
-    if os.sched_getscheduler(0) != os.SCHED_OTHER:
-        pytest.skip("the test runner is not SCHED_OTHER")
-    pol = box.policy(net.policy([api_rule(net)]))
+def _watch_gateway(box, args, marker):
+    """Runs a 3-second command under `run ARGS --agent MARKER`, watching
+    run's processes meanwhile; returns (the CompletedProcess, the gateway's
+    [real, effective, saved, fs uid], its seccomp mode, every seen process's
+    (scheduling policy, process group)). The gateway is the one process
+    in SCHED_BATCH, leader of its own group."""
     code = ("import json, os, time; print(json.dumps({'sched': os.sched_getscheduler(0)}),"
             " flush=True); time.sleep(3)")
     result = {}
     th = threading.Thread(target=lambda: result.update(
-        p=box.run(["--policy", pol, "--agent", "sched-probe"], code)))
+        p=box.run(list(args) + ["--agent", marker], code)))
     th.start()
     exe = os.path.realpath(box.bin)
     seen, uids = {}, {}
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and th.is_alive():
-        for pid in _processes_with_arg(exe, "sched-probe"):
+        for pid in _processes_with_arg(exe, marker):
             try:
                 seen[pid] = sched_and_pgid(pid)
                 uids[pid] = _uid_and_seccomp(pid)
@@ -1140,12 +1136,67 @@ def test_gateway_runs_batch_and_the_command_normal(box, net):
         time.sleep(0.05)
     th.join(30)
     p = result["p"]
-    assert p.returncode == 0, p.stderr
-    assert Box.out(p)["sched"] == os.SCHED_OTHER
     batch = [pid for pid, (pol_, pgid) in seen.items() if pol_ == os.SCHED_BATCH]
     assert len(batch) == 1, seen
     assert seen[batch[0]][1] == batch[0], "the batch process is not the gateway: %r" % seen
     uid, seccomp = uids[batch[0]]
-    assert seccomp == 2, uids
+    return p, uid, seccomp, seen
+
+
+def test_gateway_runs_batch_and_the_command_normal(box, net):
+    # run's gateway gives up wake-up preemption (--sched batch, serve's
+    # default); the command in the box keeps the class it was started with.
+    # Started as root, the gateway serves as nobody. Either way it runs under
+    # its own seccomp filter (gate/lockdown.h).
+    if os.sched_getscheduler(0) != os.SCHED_OTHER:
+        pytest.skip("the test runner is not SCHED_OTHER")
+    pol = box.policy(net.policy([api_rule(net)]))
+    p, uid, seccomp, _ = _watch_gateway(box, ["--policy", pol], "sched-probe")
+    assert p.returncode == 0, p.stderr
+    assert Box.out(p)["sched"] == os.SCHED_OTHER
+    assert seccomp == 2
     if os.geteuid() == 0:
-        assert uid == [pwd.getpwnam("nobody").pw_uid] * 4, uids
+        assert uid == [pwd.getpwnam("nobody").pw_uid] * 4, uid
+
+
+def test_gateway_user_is_chosen(box, net):
+    # --gateway-user names the user run's gateway serves as (root: keeps it).
+    if os.geteuid() != 0:
+        pytest.skip("needs root to choose the gateway's user")
+    if os.sched_getscheduler(0) != os.SCHED_OTHER:
+        pytest.skip("the test runner is not SCHED_OTHER")
+    pol = box.policy(net.policy([api_rule(net)]))
+    daemon = pwd.getpwnam("daemon").pw_uid
+    p, uid, seccomp, _ = _watch_gateway(box, ["--policy", pol, "--gateway-user", "daemon"],
+                                        "user-probe")
+    assert p.returncode == 0, p.stderr
+    assert uid == [daemon] * 4 and seccomp == 2, (uid, seccomp)
+    p, uid, _, _ = _watch_gateway(box, ["--policy", pol, "--gateway-user", "root"],
+                                  "root-probe")
+    assert p.returncode == 0, p.stderr
+    assert uid == [0] * 4, uid
+
+
+def test_gateway_user_refusals(box, net, tmp_path):
+    pol = box.policy(net.policy([api_rule(net)]))
+    marker = tmp_path / "started"
+    code = "open(%r, 'w').write('x')" % str(marker)
+    p = box.run(["--policy", pol, "--gateway-user", "no-such-user-x"], code)
+    assert p.returncode == 2
+    assert "sluice run: --gateway-user: no user 'no-such-user-x'" in p.stderr
+    p = box.run(["--policy", pol, "--gateway-user", ""], code)
+    assert p.returncode == 2, p.stderr
+    assert not marker.exists(), "the command ran"
+    # with --proxy the serving gateway's user is its own: a warning only
+    p = box.run(["--proxy", "unix:" + str(tmp_path / "none.sock"), "--gateway-user", "daemon"],
+                code)
+    assert ("sluice run: warning: --gateway-user has no effect with --proxy: the serving "
+            "gateway runs as its own user") in p.stderr
+
+
+def test_gateway_user_needs_root(sluice_bin, net, hostdir):
+    # Not root, run cannot make its gateway another user: exit 2, nothing runs.
+    b, pol = _nobody_box(sluice_bin, net, hostdir, [api_rule(net)], userns=False)
+    p = b.run(["--policy", pol, "--gateway-user", "daemon"], None, cmd=["true"], user=65534)
+    assert p.returncode == 2
+    assert "sluice run: --gateway-user daemon: not running as root" in p.stderr
