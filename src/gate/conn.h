@@ -112,7 +112,9 @@ struct exchange {
     bool retried;  /* the request was already sent again on a fresh connection */
     bool rsp_seen; /* a byte of the response arrived */
 
-    unsigned interim; /* interim (1xx) responses passed on (forward.c) */
+    unsigned interim;       /* interim (1xx) responses passed on (forward.c) */
+    size_t scratch_interim; /* scratch bytes ahead of the final head: interim heads */
+    bool rsp_head_sent;     /* the final response head was handed to the client */
 };
 
 struct conn {

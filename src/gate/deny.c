@@ -140,10 +140,14 @@ void deny_message(const struct deny_info *d, char *buf, size_t cap)
                  hp, a, d->detail != NULL ? ": " : "", d->detail != NULL ? d->detail : "");
         break;
     case REASON_UPSTREAM_UNREACHABLE:
-        snprintf(
-            buf, cap,
-            "sluice: cannot connect to %s (%s) (agent %s); the upstream is down or unreachable", hp,
-            ip, a);
+        if (d->detail != NULL) /* connected, then no response it could relay */
+            snprintf(buf, cap, "sluice: no usable response from %s (%s) (agent %s): %s", hp, ip, a,
+                     d->detail);
+        else
+            snprintf(
+                buf, cap,
+                "sluice: cannot connect to %s (%s) (agent %s); the upstream is down or unreachable",
+                hp, ip, a);
         break;
     case REASON_TOO_MANY_CONNECTIONS:
         snprintf(buf, cap,

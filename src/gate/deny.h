@@ -23,7 +23,9 @@ struct deny_info {
     const char *agent;    /* agent id, or NULL when unknown */
     const char *method;   /* or NULL */
     const char *ip;       /* refused / unreachable address, or NULL */
-    const char *detail;   /* a static phrase for bad_request ("head too large"), or NULL */
+    const char *detail;   /* a static phrase for bad_request ("head too large"), dns_failure,
+                           * or upstream_unreachable after the connect ("the upstream sent an
+                           * invalid response"); or NULL */
     unsigned retry_after; /* seconds, rate_limited / quarantined only */
     bool keep_alive;      /* the client connection stays open after this response */
 };

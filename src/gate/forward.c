@@ -150,11 +150,35 @@ static size_t client_backlog(const struct conn *c)
  * came with it. Returns -1 when <c> was freed. */
 static int flush_response(struct conn *c)
 {
-    if (stream_send(c->client, c->fd, c->scratch, evbuffer_get_length(c->scratch)) < 0) {
+    size_t n = evbuffer_get_length(c->scratch);
+    if (n > 0 && c->ex.rsp_head_done)
+        c->ex.rsp_head_sent = true;
+    if (stream_send(c->client, c->fd, c->scratch, n) < 0) {
         conn_free(c);
         return -1;
     }
     return 0;
+}
+
+/* The response body turned out malformed while its head was still in
+ * scratch, unseen by the client: takes the head and body bytes back, so
+ * that fail() answers 502 (after any interim heads) instead of cutting a
+ * response the client never got. Returns 0, or -1 when out of memory. */
+static int unsend_final_head(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    struct evbuffer *keep = evbuffer_new();
+    if (keep == NULL || evbuffer_remove_buffer(c->scratch, keep, ex->scratch_interim) < 0) {
+        if (keep != NULL)
+            evbuffer_free(keep);
+        return -1;
+    }
+    evbuffer_drain(c->scratch, evbuffer_get_length(c->scratch));
+    int rc = evbuffer_add_buffer(c->scratch, keep);
+    evbuffer_free(keep);
+    ex->rsp_head_done = false;
+    ex->bytes_down = 0;
+    return rc;
 }
 
 /* An error after the request went upstream: answer 502 if the agent has
@@ -270,7 +294,10 @@ static int pump_response(struct conn *c, bool force)
                 break;
             int rc = chunked_feed(&ex->rsp_chunked, v.iov_base, v.iov_len, &n);
             if (rc == CHUNKED_ERROR) {
-                conn_free(c); /* the head went out: cut the connection */
+                if (!ex->rsp_head_sent && unsend_final_head(c) == 0)
+                    fail(c, "the upstream sent a malformed chunked body");
+                else
+                    conn_free(c); /* the head went out: cut the connection */
                 return -1;
             }
             if (rc == CHUNKED_DONE)
@@ -341,11 +368,16 @@ static int read_response_head(struct conn *c, bool force)
         ex->rsp_body = http1_response_body(rsp, ex->mbit);
         ex->status = rsp->status;
         /* A framed response keeps the client connection even when the
-         * upstream closes its own: the two are separate hops. */
-        ex->keep_alive = !ex->client_close && ex->rsp_body != BODY_UNTIL_CLOSE && !c->gw->stopping;
+         * upstream closes its own: the two are separate hops. Not when it
+         * answers before the request body is through (a 413 to an upload):
+         * the rest of that body will not be read, so the client must not
+         * be told the connection stays. */
+        ex->keep_alive = ex->req_done && !ex->client_close && ex->rsp_body != BODY_UNTIL_CLOSE &&
+                         !c->gw->stopping;
         ex->up_keep = ex->keep_alive && !rsp->conn_close && rsp->version_minor >= 1;
         ex->rsp_left = rsp->content_length > 0 ? (uint64_t)rsp->content_length : 0;
         chunked_init(&ex->rsp_chunked);
+        ex->scratch_interim = evbuffer_get_length(c->scratch);
         if (http1_write_upstream_response(rsp, c->scratch, ex->keep_alive) < 0) {
             free(rsp);
             fail(c, "out of memory");

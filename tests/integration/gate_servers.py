@@ -221,35 +221,26 @@ class UpstreamHTTP:
         self.server.server_close()
 
 
-class UpstreamTLS:
-    """A TLS origin (self-signed cert) that records SNI names, handshakes and
-    request heads, and answers every request with a small body."""
+class LoopbackServer:
+    """A TCP listener on <ip>:<ephemeral> that serves every accepted
+    connection in a thread of its own with self._serve(conn), counting them
+    in <accepted>. Subclasses set what _serve needs before calling
+    __init__, which starts accepting. A context manager: leaving it stops
+    the server."""
 
-    BODY = b"hello over tls\n"
-
-    def __init__(self, ip, certfile, keyfile):
+    def __init__(self, ip, backlog=16):
         self.ip = ip
         self._lock = threading.Lock()
         self.accepted = 0
-        self.sni = []
-        self.handshakes = 0
-        self.heads = []
-        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.ctx.load_cert_chain(certfile, keyfile)
-        self.ctx.sni_callback = self._on_sni
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((ip, 0))
-        self.sock.listen(64)
+        self.sock.listen(backlog)
         self.sock.settimeout(0.1)
         self.port = self.sock.getsockname()[1]
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
-
-    def _on_sni(self, sslsock, name, ctx):
-        with self._lock:
-            self.sni.append(name)
 
     def _loop(self):
         while not self._stop.is_set():
@@ -260,6 +251,40 @@ class UpstreamTLS:
             with self._lock:
                 self.accepted += 1
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        raise NotImplementedError
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(2)
+        self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+class UpstreamTLS(LoopbackServer):
+    """A TLS origin (self-signed cert) that records SNI names, handshakes and
+    request heads, and answers every request with a small body."""
+
+    BODY = b"hello over tls\n"
+
+    def __init__(self, ip, certfile, keyfile):
+        self.sni = []
+        self.handshakes = 0
+        self.heads = []
+        self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ctx.load_cert_chain(certfile, keyfile)
+        self.ctx.sni_callback = self._on_sni
+        super().__init__(ip, backlog=64)
+
+    def _on_sni(self, sslsock, name, ctx):
+        with self._lock:
+            self.sni.append(name)
 
     def _serve(self, conn):
         conn.settimeout(SOCKET_TIMEOUT)
@@ -300,13 +325,8 @@ class UpstreamTLS:
             self.handshakes = 0
             self.heads = []
 
-    def stop(self):
-        self._stop.set()
-        self._thread.join(2)
-        self.sock.close()
 
-
-class BannerServer:
+class BannerServer(LoopbackServer):
     """A "server speaks first" upstream (SMTP-like): sends a banner on
     accept, then reads one line and answers it, then closes."""
 
@@ -314,29 +334,8 @@ class BannerServer:
     REPLY = b"221 2.0.0 bye\r\n"
 
     def __init__(self, ip):
-        self.ip = ip
-        self._lock = threading.Lock()
-        self.accepted = 0
         self.received = []
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((ip, 0))
-        self.sock.listen(16)
-        self.sock.settimeout(0.1)
-        self.port = self.sock.getsockname()[1]
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def _loop(self):
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except (socket.timeout, OSError):
-                continue
-            with self._lock:
-                self.accepted += 1
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        super().__init__(ip)
 
     def _serve(self, conn):
         conn.settimeout(SOCKET_TIMEOUT)
@@ -364,10 +363,33 @@ class BannerServer:
             self.accepted = 0
             self.received = []
 
-    def stop(self):
-        self._stop.set()
-        self._thread.join(2)
-        self.sock.close()
+
+class ScriptedUpstream(LoopbackServer):
+    """A loopback origin on 127.0.0.7 that answers each connection's first
+    request with <script>(conn, stop, received): raw bytes and pauses of its
+    choosing; <received> is what arrived so far (the head and more)."""
+
+    IP = "127.0.0.7"
+
+    def __init__(self, script):
+        self.script = script
+        self.errors = []
+        super().__init__(self.IP)
+
+    def _serve(self, conn):
+        conn.settimeout(10)
+        try:
+            buf = b""
+            while b"\r\n\r\n" not in buf:
+                d = conn.recv(4096)
+                if not d:
+                    return
+                buf += d
+            self.script(conn, self._stop, buf)
+        except OSError as e:
+            self.errors.append(e)
+        finally:
+            conn.close()
 
 
 class FakeDNS:

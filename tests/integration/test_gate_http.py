@@ -4,12 +4,11 @@ import hashlib
 import http.client
 import json
 import socket
-import threading
 import time
 
 from gate_client import (api_rule, assert_deny_response, build_request, curl, open_conn,
                          read_response, recv_until_close, request)
-from gate_servers import pattern_bytes
+from gate_servers import LoopbackServer, ScriptedUpstream, pattern_bytes
 
 
 def free_port_v6():
@@ -106,7 +105,7 @@ def test_keep_alive_mixed_allow_and_deny(gateway, net):
         gw.wait_events("agent_egress_end", id=i)
 
 
-class RawUpstream:
+class RawUpstream(LoopbackServer):
     """An HTTP/1.1 origin on 127.0.0.7 that counts connections and answers
     each request with a small Content-Length body. <mode>: "keep" keeps the
     connection; "close" answers with Connection: close and closes; "idle_close"
@@ -117,28 +116,12 @@ class RawUpstream:
 
     def __init__(self, mode):
         self.mode = mode
-        self.lock = threading.Lock()
-        self.connections = 0
         self.heads = []
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((self.IP, 0))
-        self.sock.listen(16)
-        self.sock.settimeout(0.1)
-        self.port = self.sock.getsockname()[1]
-        self.stop_ev = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.thread.start()
+        super().__init__(self.IP)
 
-    def _loop(self):
-        while not self.stop_ev.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except (socket.timeout, OSError):
-                continue
-            with self.lock:
-                self.connections += 1
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+    @property
+    def connections(self):
+        return self.accepted
 
     def _serve(self, conn):
         conn.settimeout(10)
@@ -165,7 +148,7 @@ class RawUpstream:
                 buf = buf[n:]
                 if self.mode == "drop_second" and served == 1:
                     return
-                with self.lock:
+                with self._lock:
                     self.heads.append(head)
                 served += 1
                 body = b"raw %d\n" % served
@@ -181,11 +164,6 @@ class RawUpstream:
 
     def url(self, path="/"):
         return "http://raw.example.test:%d%s" % (self.port, path)
-
-    def stop(self):
-        self.stop_ev.set()
-        self.thread.join(2)
-        self.sock.close()
 
 
 def raw_policy(net, *servers, rules=()):
@@ -512,55 +490,6 @@ def test_head_request(gateway, net):
         s.close()
     assert r1.status == 200 and r1.body == b"" and r1.header("Content-Length") == "5000"
     assert r2.status == 200 and r2.json()["path"] == "/after-head"
-
-
-class ScriptedUpstream:
-    """A loopback origin on 127.0.0.7 that answers each connection's first
-    request with <script>(conn, stop, received): raw bytes and pauses of its
-    choosing; <received> is what arrived so far (the head and more)."""
-
-    IP = "127.0.0.7"
-
-    def __init__(self, script):
-        self.script = script
-        self.errors = []
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((self.IP, 0))
-        self.sock.listen(16)
-        self.sock.settimeout(0.1)
-        self.port = self.sock.getsockname()[1]
-        self.stop_ev = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.thread.start()
-
-    def _loop(self):
-        while not self.stop_ev.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except (socket.timeout, OSError):
-                continue
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn):
-        conn.settimeout(10)
-        try:
-            buf = b""
-            while b"\r\n\r\n" not in buf:
-                d = conn.recv(4096)
-                if not d:
-                    return
-                buf += d
-            self.script(conn, self.stop_ev, buf)
-        except OSError as e:
-            self.errors.append(e)
-        finally:
-            conn.close()
-
-    def stop(self):
-        self.stop_ev.set()
-        self.thread.join(2)
-        self.sock.close()
 
 
 def test_split_heads_after_interim_not_pumped_raw(gateway, net):

@@ -89,6 +89,26 @@ static void test_ipv6_and_unknowns(void **state)
     assert_non_null(strstr(msg, "not a known agent"));
 }
 
+/* upstream_unreachable names a failed connect without a detail, and what
+ * the connected upstream did wrong with one. */
+static void test_upstream_unreachable_says_which(void **state)
+{
+    (void)state;
+    struct deny_info d = {.reason = REASON_UPSTREAM_UNREACHABLE,
+                          .host = "api.example.test",
+                          .port = 80,
+                          .agent = "ci-bot",
+                          .ip = "127.0.0.2"};
+    char msg[512];
+    deny_message(&d, msg, sizeof(msg));
+    assert_string_equal(msg, "sluice: cannot connect to api.example.test:80 (127.0.0.2) (agent "
+                             "ci-bot); the upstream is down or unreachable");
+    d.detail = "the upstream sent an invalid response";
+    deny_message(&d, msg, sizeof(msg));
+    assert_string_equal(msg, "sluice: no usable response from api.example.test:80 (127.0.0.2) "
+                             "(agent ci-bot): the upstream sent an invalid response");
+}
+
 static void test_small_buffer_truncates(void **state)
 {
     (void)state;
@@ -104,6 +124,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_reason),
         cmocka_unit_test(test_ipv6_and_unknowns),
+        cmocka_unit_test(test_upstream_unreachable_says_which),
         cmocka_unit_test(test_small_buffer_truncates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

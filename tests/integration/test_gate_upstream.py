@@ -1,0 +1,322 @@
+"""A hostile or broken origin behind an allowed name: what it sends is
+parsed like what agents send. A response the gateway cannot frame
+unambiguously is a 502 (upstream_unreachable) while the agent has seen no
+response byte, and a cut connection after; bytes an origin sends beyond
+its framed response never reach the agent, as a response to a later
+request or otherwise; a silent origin is given up on at the idle timeout.
+Each exchange is still logged with its end line."""
+
+import socket
+import threading
+import time
+
+import pytest
+
+from gate_client import (api_rule, exchange, open_conn, read_response, recv_until_close,
+                         request)
+from gate_servers import ScriptedUpstream
+
+EVIL = "evil.example.test"
+
+
+def evil_gateway(gateway, net, up, limits=None):
+    rules = [api_rule(net), {"host": EVIL, "ports": [up.port], "tier": 0}]
+    return gateway(net.policy(rules, static_extra={EVIL: up.IP}, limits=limits))
+
+
+def evil_url(up, path="/e"):
+    return "http://%s:%d%s" % (EVIL, up.port, path)
+
+
+def evil_get(path, up):
+    return ("GET %s HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (evil_url(up, path), EVIL, up.port)).encode()
+
+
+def get_until_close(gw, up, path):
+    """GETs <path> from the evil origin; returns every byte the gateway sent
+    until it closed (raw: what a cut leaves is visible)."""
+    s = open_conn(gw)
+    try:
+        s.sendall(evil_get(path, up))
+        return recv_until_close(s)
+    finally:
+        s.close()
+
+
+def answering(data, then_wait=2.0):
+    """A script that answers the first request with <data>, then keeps the
+    connection open for <then_wait> s (so that only the framing can end
+    the response)."""
+    def script(conn, stop, _):
+        conn.sendall(data)
+        stop.wait(then_wait)
+    return script
+
+
+BAD_RESPONSES = [
+    b"SSH-2.0-OpenSSH_9.2\r\n\r\n",
+    b"HTTP/1.1 2000 OK\r\nContent-Length: 0\r\n\r\n",
+    b"HTTP/1.1 OK\r\nContent-Length: 0\r\n\r\n",
+    b"HTTP/2 200\r\nContent-Length: 0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
+    b"HTTP/1.1 200 OK\r\nContent-Length: -5\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nBad Header: x\r\nContent-Length: 0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nX-A: a\r\n folded\r\nContent-Length: 0\r\n\r\n",
+    b"HTTP/1.1 200 OK\nContent-Length: 0\n\n",
+    b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: upgrade\r\n\r\n",
+]
+
+
+@pytest.mark.parametrize("idx", range(len(BAD_RESPONSES)))
+def test_unframeable_response_is_502(gateway, net, idx):
+    with ScriptedUpstream(answering(BAD_RESPONSES[idx])) as up:
+        gw = evil_gateway(gateway, net, up)
+        r = request(gw, "GET", evil_url(up, "/bad%d" % idx))
+        assert r.status == 502, r
+        assert r.header("Sluice-Reason") == "upstream_unreachable"
+        assert b"invalid response" in r.body, r.body
+        ev, end = gw.decided(path="/bad%d" % idx)
+        assert ev["decision"] == "allow" and end["status"] == 502, (ev, end)
+
+
+def test_oversized_response_head_is_502(gateway, net):
+    big = b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 20000 + b"\r\nContent-Length: 0\r\n\r\n"
+    with ScriptedUpstream(answering(big)) as up:
+        gw = evil_gateway(gateway, net, up, limits={"header_bytes": "8KiB"})
+        r = request(gw, "GET", evil_url(up, "/big"))
+        assert r.status == 502 and r.header("Sluice-Reason") == "upstream_unreachable", r
+        _, end = gw.decided(path="/big")
+        assert end["status"] == 502
+
+
+CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n"
+
+
+@pytest.mark.parametrize("parts,why", [
+    ([b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b"x" * 500], "truncated"),
+    ([CHUNKED_HEAD, b"zz\r\n"], "chunked"),
+])
+def test_broken_body_after_the_head_cuts_the_agent(gateway, net, parts, why):
+    # The head went out: the agent must see its response cut, and not be
+    # able to take the cut for the end of a shorter response.
+    def script(conn, stop, _):
+        for p in parts:
+            conn.sendall(p)
+            time.sleep(0.5)  # the gateway relays what came so far
+        if why == "truncated":
+            conn.shutdown(socket.SHUT_WR)
+        stop.wait(3)
+
+    with ScriptedUpstream(script) as up:
+        gw = evil_gateway(gateway, net, up)
+        data = get_until_close(gw, up, "/cut")
+        head, _, got = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), data[:200]
+        if why == "truncated":
+            assert got == b"x" * 500
+        else:
+            assert got == b"5\r\nhello\r\n", got
+        _, end = gw.decided(path="/cut")
+        assert end["status"] == 200
+
+
+def test_broken_body_with_the_head_is_502(gateway, net):
+    # The malformed chunk arrives with the head, before any of it went to
+    # the agent: it gets a 502 rather than a response cut at its start.
+    with ScriptedUpstream(answering(CHUNKED_HEAD + b"zz\r\n")) as up:
+        gw = evil_gateway(gateway, net, up)
+        r = request(gw, "GET", evil_url(up, "/early"))
+        assert r.status == 502 and r.header("Sluice-Reason") == "upstream_unreachable", r
+        assert b"malformed chunked body" in r.body, r.body
+        _, end = gw.decided(path="/early")
+        assert end["status"] == 502 and end["bytes_down"] == 0, end
+
+
+INJECTED = b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nINJECTED"
+
+
+def raw_turn(s, data, quiet=0.6):
+    """Sends <data> on <s> and returns every byte that arrives until none
+    has for <quiet> s: raw, so that nothing beyond a response can hide in a
+    reader's buffer."""
+    s.sendall(data)
+    s.settimeout(quiet)
+    got = b""
+    while True:
+        try:
+            d = s.recv(65536)
+        except socket.timeout:
+            return got
+        if not d:
+            return got
+        got += d
+
+
+def statuses(raw):
+    """The status codes of the response heads at the start of lines in <raw>."""
+    return [int(line[9:12]) for line in raw.split(b"\r\n") if line.startswith(b"HTTP/1.1 ")]
+
+
+@pytest.mark.parametrize("first", [
+    b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",  # beyond Content-Length
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    b"HTTP/1.1 204 No Content\r\n\r\n",                     # a body-less status
+    b"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n",
+])
+def test_bytes_beyond_the_response_never_reach_the_agent(gateway, net, first):
+    # The origin follows its response with a forged one, at once or a
+    # moment later, and answers a second request on the same connection, if
+    # one comes, with "second". The agent's next request to it must get a
+    # response of its own: the connection that carried extra bytes is not
+    # reused, and the forged bytes go nowhere.
+    conns = []
+
+    def script(conn, stop, received):
+        conns.append(1)
+        conn.sendall(first + (INJECTED if len(conns) % 2 else b""))
+        if len(conns) % 2 == 0:
+            time.sleep(0.2)
+            conn.sendall(INJECTED)
+        conn.settimeout(3)
+        buf = received.partition(b"\r\n\r\n")[2]
+        try:
+            while b"\r\n\r\n" not in buf:
+                d = conn.recv(4096)
+                if not d:
+                    return
+                buf += d
+        except OSError:
+            return
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond")
+        stop.wait(2)
+
+    with ScriptedUpstream(script) as up:
+        gw = evil_gateway(gateway, net, up)
+        s = open_conn(gw)
+        try:
+            for i in range(3):
+                raw = raw_turn(s, evil_get("/r%d" % i, up))
+                assert b"INJECTED" not in raw, (i, raw)
+                assert len(statuses(raw)) == 1, (i, raw)
+            raw = raw_turn(s, ("GET %s HTTP/1.1\r\nHost: api.example.test:%d\r\n\r\n"
+                               % (net.url("/api"), net.api.port)).encode())
+            assert statuses(raw) == [200] and b"X-Upstream: api" in raw, raw
+        finally:
+            s.close()
+        for i in range(3):
+            gw.decided(path="/r%d" % i)
+
+
+def test_head_response_with_a_body_is_not_relayed(gateway, net):
+    with ScriptedUpstream(answering(b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nINJECTED")) as up:
+        gw = evil_gateway(gateway, net, up)
+        s = open_conn(gw)
+        try:
+            raw = raw_turn(s, ("HEAD %s HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
+                               % (evil_url(up, "/h"), EVIL, up.port)).encode())
+            assert statuses(raw) == [200] and raw.endswith(b"\r\n\r\n"), raw
+            assert b"Content-Length: 8" in raw and b"INJECTED" not in raw, raw
+            raw = raw_turn(s, ("GET %s HTTP/1.1\r\nHost: api.example.test:%d\r\n\r\n"
+                               % (net.url("/after"), net.api.port)).encode())
+            assert statuses(raw) == [200] and b"X-Upstream: api" in raw, raw
+            assert b"INJECTED" not in raw
+        finally:
+            s.close()
+
+
+def test_body_until_close(gateway, net):
+    # An HTTP/1.0 response without Content-Length ends when the origin
+    # closes: relayed whole, then the agent's connection is closed too
+    # (it has no other way to know where the body ends).
+    def script(conn, stop, _):
+        conn.sendall(b"HTTP/1.0 200 OK\r\n\r\n" + b"y" * 3000)
+        conn.shutdown(socket.SHUT_WR)
+        stop.wait(1)
+
+    with ScriptedUpstream(script) as up:
+        gw = evil_gateway(gateway, net, up)
+        head, _, body = get_until_close(gw, up, "/u").partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200") and b"connection: close" in head.lower(), head
+        assert body == b"y" * 3000
+        _, end = gw.decided(path="/u")
+        assert end["status"] == 200 and end["bytes_down"] >= 3000
+
+
+def test_early_answer_to_an_upload(gateway, net):
+    # The origin refuses an upload after its head (413) and closes: the
+    # agent gets the 413, and its connection is not kept (the rest of its
+    # body was never read).
+    def script(conn, stop, _):
+        conn.sendall(b"HTTP/1.1 413 Content Too Large\r\nContent-Length: 4\r\n"
+                     b"Connection: close\r\n\r\nbig!")
+        stop.wait(1)
+
+    with ScriptedUpstream(script) as up:
+        gw = evil_gateway(gateway, net, up)
+        s = open_conn(gw)
+        try:
+            s.sendall(("POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Length: 10000000\r\n\r\n"
+                       % (evil_url(up, "/up"), EVIL, up.port)).encode() + b"z" * 1000)
+            r = read_response(s, method="POST")
+            assert r.status == 413 and r.body == b"big!", r
+            assert r.header("Connection") == "close", r
+        finally:
+            s.close()
+        _, end = gw.decided(path="/up")
+        assert end["status"] == 413
+
+
+def test_silent_upstream_is_given_up_on(gateway, net):
+    # It accepts, reads the request and says nothing: after the idle
+    # timeout the agent gets a 502 naming the wait.
+    with ScriptedUpstream(lambda conn, stop, _: stop.wait(10)) as up:
+        gw = evil_gateway(gateway, net, up, limits={"idle_timeout": "1s"})
+        r = request(gw, "GET", evil_url(up, "/silent"), timeout=15)
+        assert r.status == 502 and r.header("Sluice-Reason") == "upstream_unreachable", r
+        assert b"did not answer in time" in r.body, r.body
+        _, end = gw.decided(path="/silent")
+        assert end["status"] == 502 and end["ms"] >= 900, end
+
+
+def test_head_dribbled_then_abandoned(gateway, net):
+    # Half a head, then nothing: also the idle timeout, not a wait forever.
+    with ScriptedUpstream(answering(b"HTTP/1.1 200 OK\r\nContent-Le", then_wait=10)) as up:
+        gw = evil_gateway(gateway, net, up, limits={"idle_timeout": "1s"})
+        r = request(gw, "GET", evil_url(up, "/half"), timeout=15)
+        assert r.status == 502, r
+        gw.decided(path="/half")
+
+
+def test_many_origins_misbehaving_at_once(gateway, net):
+    # Several of the above at the same time on one gateway: each agent gets
+    # its own outcome, and the gateway keeps answering.
+    scripts = [answering(BAD_RESPONSES[0]), answering(INJECTED + INJECTED),
+               answering(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc")]
+    ups = [ScriptedUpstream(sc) for sc in scripts]
+    try:
+        rules = [api_rule(net)] + [
+            {"host": "e%d.example.test" % i, "ports": [u.port], "tier": 0}
+            for i, u in enumerate(ups)]
+        gw = gateway(net.policy(rules, static_extra={
+            "e%d.example.test" % i: u.IP for i, u in enumerate(ups)}))
+        results = {}
+
+        def one(i, u):
+            url = "http://e%d.example.test:%d/m" % (i, u.port)
+            results[i] = exchange(gw, ("GET %s HTTP/1.1\r\nHost: e%d.example.test:%d\r\n\r\n"
+                                       % (url, i, u.port)).encode())
+
+        threads = [threading.Thread(target=one, args=(i, u)) for i, u in enumerate(ups)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(15)
+        assert results[0].status == 502
+        assert results[1].status == 200 and results[1].body == b"INJECTED"
+        assert results[2].status == 200 and results[2].body == b"abc"
+        assert request(gw, "GET", net.url("/still")).status == 200
+    finally:
+        for u in ups:
+            u.stop()
