@@ -216,14 +216,23 @@ static int check_gateway_user(struct run_args *a)
 
 static int parse_args(int argc, char **argv, struct run_args *a)
 {
+    /* One option a line, as in the other commands. */
+    /* clang-format off */
     static const struct option options[] = {
-        {"policy", required_argument, NULL, 'p'}, {"proxy", required_argument, NULL, 'P'},
-        {"agent", required_argument, NULL, 'a'},  {"ro", required_argument, NULL, 'r'},
-        {"rw", required_argument, NULL, 'w'},     {"hide", required_argument, NULL, 'H'},
-        {"allow-unix", no_argument, NULL, 'u'},   {"log", required_argument, NULL, 'L'},
-        {"alerts", required_argument, NULL, 'A'}, {"gateway-user", required_argument, NULL, 'G'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+        {"policy", required_argument, NULL, 'p'},
+        {"proxy", required_argument, NULL, 'P'},
+        {"agent", required_argument, NULL, 'a'},
+        {"ro", required_argument, NULL, 'r'},
+        {"rw", required_argument, NULL, 'w'},
+        {"hide", required_argument, NULL, 'H'},
+        {"allow-unix", no_argument, NULL, 'u'},
+        {"log", required_argument, NULL, 'L'},
+        {"alerts", required_argument, NULL, 'A'},
+        {"gateway-user", required_argument, NULL, 'G'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
+    /* clang-format on */
     opterr = 0;
     optind = 1;
     int c, rc;
