@@ -22,7 +22,9 @@ from gate_client import EGRESS_KEYS, END_KEYS, api_rule, connect, poll, request
 
 SEED = 20261201
 WORKERS = 12
-LOAD_SECONDS = 6.0
+# SLUICE_SOAK_SECONDS lengthens the load for a manual run (at most 600 s);
+# make test runs it for 6.
+LOAD_SECONDS = min(max(float(os.environ.get("SLUICE_SOAK_SECONDS") or 6), 1.0), 600.0)
 RELOAD_EVERY = 0.25
 
 
