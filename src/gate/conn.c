@@ -77,7 +77,6 @@ void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
     uint16_t port;
     if (!c->origin.is_unix) /* TCP_NODELAY comes from the listener (listener.c) */
         sockaddr_to_ipaddr(sa, &c->origin.addr, &port);
-    sockaddr_format(sa, c->peer, sizeof(c->peer));
     c->client = bufferevent_socket_new(gw->base, fd, 0);
     c->timer = evtimer_new(gw->base, on_head_deadline, c);
     c->next = gw->conns;

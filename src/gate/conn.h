@@ -126,7 +126,6 @@ struct conn {
     struct bufferevent *client;
     struct evbuffer *scratch; /* a response head on its way to the client (forward.c); or NULL */
     struct client_origin origin;
-    char peer[64];
     enum conn_state state;
     char *counted_agent; /* the agent this connection counts against */
     struct resolve_req *rreq;
