@@ -2,9 +2,10 @@
 parsed like what agents send. A response the gateway cannot frame
 unambiguously is a 502 (upstream_unreachable) while the agent has seen no
 response byte, and a cut connection after; bytes an origin sends beyond
-its framed response never reach the agent, as a response to a later
-request or otherwise; a silent origin is given up on at the idle timeout.
-Each exchange is still logged with its end line."""
+its framed response, with it or while its connection is idle, are not
+relayed and that connection is not reused (so they cannot pass for the
+answer to a later request); a silent origin is given up on at the idle
+timeout. Each exchange is still logged with its end line."""
 
 import socket
 import threading
