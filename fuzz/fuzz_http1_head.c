@@ -1,9 +1,11 @@
-/* fuzz_http1_head: the request and response head parsers and the heads
- * they forward. Invariants: a parsed head lies within the input, every
- * pointer points into it, the target host holds only the allowed bytes, a
- * strict prefix of a complete head is incomplete, and the head written
- * upstream (or back to the client) parses again with the same framing and
- * never carries Proxy-Authorization. */
+/* fuzz_http1_head: the request and response head parsers, the heads they
+ * forward, and the Host header's split into host and port. Invariants: a
+ * parsed head lies within the input, every pointer points into it, the
+ * target host holds only the allowed bytes, a strict prefix of a complete
+ * head is incomplete, the head written upstream (or back to the client)
+ * parses again with the same framing and never carries
+ * Proxy-Authorization, and a split Host is its host then ":port" or
+ * nothing. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +52,34 @@ static int has_header(const struct http_header *h, size_t n, const char *name)
     return 0;
 }
 
+/* http1_split_host on <v>: the host is a part of <v> from its start (with
+ * both brackets when it starts with one), and what follows it is nothing,
+ * or ":" and the decimal port (nothing after the colon: port 0). */
+static void check_split_host(const char *v, size_t len)
+{
+    const char *h = NULL;
+    size_t hlen = 0;
+    uint16_t port = 1;
+    if (http1_split_host(v, len, &h, &hlen, &port) != 0)
+        return;
+    check(h == v && hlen <= len);
+    if (len > 0 && v[0] == '[')
+        check(hlen >= 2 && h[hlen - 1] == ']' && memchr(h + 1, ']', hlen - 2) == NULL);
+    else
+        check(memchr(h, ':', hlen) == NULL);
+    if (hlen == len) {
+        check(port == 0);
+        return;
+    }
+    check(v[hlen] == ':' && len - hlen - 1 <= 5);
+    unsigned long p = 0;
+    for (size_t i = hlen + 1; i < len; i++) {
+        check(v[i] >= '0' && v[i] <= '9');
+        p = p * 10 + (unsigned long)(v[i] - '0');
+    }
+    check(p == port && (port != 0 || len == hlen + 1));
+}
+
 static void check_request(const char *buf, size_t len)
 {
     const char *why = NULL;
@@ -62,8 +92,10 @@ static void check_request(const char *buf, size_t len)
     check(req.head_len == (size_t)rc);
     check_headers(req.headers, req.nheaders, buf, (size_t)rc);
     check(req.method[0] != '\0' && strlen(req.method) <= HTTP_METHOD_MAX);
-    if (req.host_header != NULL)
+    if (req.host_header != NULL) {
         check(inside(req.host_header, req.host_header_len, buf, (size_t)rc));
+        check_split_host(req.host_header, req.host_header_len);
+    }
     if (req.proxy_authorization != NULL)
         check(inside(req.proxy_authorization, req.proxy_authorization_len, buf, (size_t)rc));
     if (req.form == TARGET_ABSOLUTE || req.form == TARGET_AUTHORITY) {
@@ -162,6 +194,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(buf, data, size);
     check_request(buf, size);
     check_response(buf, size);
+    check_split_host(buf, size < 300 ? size : 300); /* any bytes as a Host value */
     /* A small max_head never yields a head longer than it. */
     const char *why;
     int rc = http1_parse_request(buf, size, 64, &req, &why);

@@ -40,46 +40,6 @@ static void up_read(struct bufferevent *bev, void *arg);
 static void up_write(struct bufferevent *bev, void *arg);
 static void up_event(struct bufferevent *bev, short what, void *arg);
 
-/* Splits a Host header value into host and port (0 when absent). */
-static int split_host_header(const char *v, size_t len, const char **h, size_t *hlen,
-                             uint16_t *port)
-{
-    const char *colon = NULL;
-    *port = 0;
-    if (len > 0 && v[0] == '[') {
-        const char *rb = memchr(v, ']', len);
-        if (rb == NULL)
-            return -1;
-        *h = v;
-        *hlen = (size_t)(rb - v) + 1;
-        if (*hlen < len) {
-            if (rb[1] != ':')
-                return -1;
-            colon = rb + 1;
-        }
-    } else {
-        colon = memchr(v, ':', len);
-        *h = v;
-        *hlen = colon != NULL ? (size_t)(colon - v) : len;
-    }
-    if (colon != NULL) {
-        size_t plen = len - (size_t)(colon + 1 - v);
-        unsigned long p = 0;
-        if (plen > 5)
-            return -1;
-        for (size_t i = 0; i < plen; i++) {
-            char ch = colon[1 + i];
-            if (ch < '0' || ch > '9')
-                return -1;
-            p = p * 10 + (unsigned long)(ch - '0');
-        }
-        if (p > 65535 || (plen > 0 && p == 0))
-            return -1;
-        *port = (uint16_t)p; /* "host:" means the default port */
-    }
-    return 0;
-}
-
 enum deny_reason forward_prepare(struct conn *c, const struct http_request *req, const char **why)
 {
     struct exchange *ex = &c->ex;
@@ -106,7 +66,7 @@ enum deny_reason forward_prepare(struct conn *c, const struct http_request *req,
     uint16_t port;
     struct host hh;
     const char *ignored;
-    if (split_host_header(req->host_header, req->host_header_len, &h, &hlen, &port) < 0 ||
+    if (http1_split_host(req->host_header, req->host_header_len, &h, &hlen, &port) < 0 ||
         host_normalise(h, hlen, &hh, &ignored) < 0)
         return REASON_HOST_MISMATCH;
     if (port == 0)

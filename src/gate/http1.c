@@ -391,6 +391,44 @@ static int parse_authority(const char *s, size_t len, bool need_port, struct htt
     return 0;
 }
 
+int http1_split_host(const char *v, size_t len, const char **h, size_t *hlen, uint16_t *port)
+{
+    const char *colon = NULL;
+    *port = 0;
+    if (len > 0 && v[0] == '[') {
+        const char *rb = memchr(v, ']', len);
+        if (rb == NULL)
+            return -1;
+        *h = v;
+        *hlen = (size_t)(rb - v) + 1;
+        if (*hlen < len) {
+            if (rb[1] != ':')
+                return -1;
+            colon = rb + 1;
+        }
+    } else {
+        colon = memchr(v, ':', len);
+        *h = v;
+        *hlen = colon != NULL ? (size_t)(colon - v) : len;
+    }
+    if (colon != NULL) {
+        size_t plen = len - (size_t)(colon + 1 - v);
+        unsigned long p = 0;
+        if (plen > 5)
+            return -1;
+        for (size_t i = 0; i < plen; i++) {
+            char ch = colon[1 + i];
+            if (ch < '0' || ch > '9')
+                return -1;
+            p = p * 10 + (unsigned long)(ch - '0');
+        }
+        if (p > 65535 || (plen > 0 && p == 0))
+            return -1;
+        *port = (uint16_t)p; /* "host:" means the default port */
+    }
+    return 0;
+}
+
 static int parse_target(const char *t, size_t len, struct http_request *req, const char **why)
 {
     req->scheme[0] = '\0';

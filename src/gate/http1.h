@@ -124,6 +124,14 @@ enum body_kind http1_request_body(const struct http_request *req);
  * (METHOD_HEAD: none): none for 1xx, 204, 304 and Content-Length: 0. */
 enum body_kind http1_response_body(const struct http_response *rsp, unsigned request_method_bit);
 
+/* Splits a Host header value (<v>, <len> bytes, hostile) into the host,
+ * "name" or "[v6]" brackets included (*h, *hlen: a part of <v>), and the
+ * port (0 when absent or empty: "host:" means the default port). Returns 0,
+ * or -1 for an unclosed "[", anything but ":port" after "]", or a port
+ * that is not 1 to 5 digits of 1..65535. The host is not checked: the
+ * caller normalises it (policy/host.h) and compares it with the target. */
+int http1_split_host(const char *v, size_t len, const char **h, size_t *hlen, uint16_t *port);
+
 /* True when the header <name> (<len> bytes, any case) is hop-by-hop for a
  * proxy: Connection, Keep-Alive, Proxy-Connection, Proxy-Authorization,
  * Proxy-Authenticate, TE, Trailer, Upgrade. (Headers named in Connection are

@@ -608,6 +608,45 @@ static int teardown(void **state)
     return 0;
 }
 
+/* The Host header's split: host (brackets kept), then the port. */
+static void test_split_host(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in;
+        int rc;
+        const char *host;
+        uint16_t port;
+    } cases[] = {
+        {"api.example.test", 0, "api.example.test", 0},
+        {"api.example.test:8080", 0, "api.example.test", 8080},
+        {"api.example.test:", 0, "api.example.test", 0},
+        {"[::1]", 0, "[::1]", 0},
+        {"[::1]:443", 0, "[::1]", 443},
+        {"a:65535", 0, "a", 65535},
+        {"a:65536", -1, NULL, 0},
+        {"a:0", -1, NULL, 0},
+        {"a:123456", -1, NULL, 0},
+        {"a:8o", -1, NULL, 0},
+        {"a:+80", -1, NULL, 0},
+        {"[::1", -1, NULL, 0},
+        {"[::1]x", -1, NULL, 0},
+        {"[::1]:", 0, "[::1]", 0},
+        {"", 0, "", 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *h = NULL;
+        size_t hlen = 0;
+        uint16_t port = 7;
+        int rc = http1_split_host(cases[i].in, strlen(cases[i].in), &h, &hlen, &port);
+        if (rc != cases[i].rc)
+            fail_msg("%s: rc %d", cases[i].in, rc);
+        if (rc == 0 && (hlen != strlen(cases[i].host) || memcmp(h, cases[i].host, hlen) != 0 ||
+                        port != cases[i].port))
+            fail_msg("%s: host '%.*s' port %u", cases[i].in, (int)hlen, h, port);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -623,6 +662,7 @@ int main(void)
         cmocka_unit_test(test_hop_by_hop),
         cmocka_unit_test(test_responses),
         cmocka_unit_test(test_write_upstream_response),
+        cmocka_unit_test(test_split_host),
     };
     return cmocka_run_group_tests(tests, NULL, teardown);
 }
