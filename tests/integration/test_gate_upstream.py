@@ -95,12 +95,12 @@ def test_oversized_response_head_is_502(gateway, net):
 INJECTED = b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nINJECTED"
 
 
-def raw_turn(s, data, quiet=0.6):
-    """Sends <data> on <s> and returns every byte that arrives until none
-    has for <quiet> s: raw, so that nothing beyond a response can hide in a
-    reader's buffer."""
+def raw_turn(s, data, quiet=0.6, first=10.0):
+    """Sends <data> on <s> and returns every byte that arrives, waiting up
+    to <first> s for the first and then until none has come for <quiet> s:
+    raw, so that nothing beyond a response can hide in a reader's buffer."""
     s.sendall(data)
-    s.settimeout(quiet)
+    s.settimeout(first)
     got = b""
     while True:
         try:
@@ -110,6 +110,7 @@ def raw_turn(s, data, quiet=0.6):
         if not d:
             return got
         got += d
+        s.settimeout(quiet)
 
 
 def statuses(raw):
