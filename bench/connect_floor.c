@@ -98,7 +98,8 @@ static int watch(struct end *e, uint32_t want)
     return epoll_ctl(ep, op, e->fd, &ev);
 }
 
-static void send_all(int fd, const char *s)
+/* One non-blocking send: a status line fits any socket buffer. */
+static void send_text(int fd, const char *s)
 {
     (void)send(fd, s, strlen(s), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
@@ -198,7 +199,7 @@ static void open_tunnel(struct relay *r)
 {
     struct sockaddr_in sin;
     if (parse_target(r->head, &sin) < 0) {
-        send_all(r->e[0].fd, "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n");
+        send_text(r->e[0].fd, "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n");
         kill_relay(r);
         return;
     }
@@ -216,11 +217,11 @@ static void open_tunnel(struct relay *r)
         up = poll(&p, 1, 0) == 1 && p.revents == POLLOUT;
     }
     if (!up) {
-        send_all(r->e[0].fd, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n");
+        send_text(r->e[0].fd, "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n");
         kill_relay(r);
         return;
     }
-    send_all(r->e[0].fd, "HTTP/1.1 200 Connection established\r\n\r\n");
+    send_text(r->e[0].fd, "HTTP/1.1 200 Connection established\r\n\r\n");
     r->tunnel = true;
     relay_io(r);
 }
@@ -239,7 +240,7 @@ static void read_head(struct relay *r)
     char *end = strstr(r->head, "\r\n\r\n");
     if (end == NULL) {
         if (r->hlen == HEAD_MAX) {
-            send_all(r->e[0].fd, "HTTP/1.1 431 Request Header Fields Too Large\r\n\r\n");
+            send_text(r->e[0].fd, "HTTP/1.1 431 Request Header Fields Too Large\r\n\r\n");
             kill_relay(r);
         }
         return;

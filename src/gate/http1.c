@@ -304,6 +304,24 @@ static bool named_in_connection(const struct http_header *hdrs, size_t n, const 
 /* ---------------------------------------------------------------------- */
 /* Request targets */
 
+/* A port: 1 to 5 decimal digits (<len> bytes at <p>) of 1..65535. Returns
+ * 0 with *port set, or -1. Shared by request targets and Host headers. */
+static int parse_port(const char *p, size_t len, uint16_t *port)
+{
+    unsigned v = 0;
+    if (len == 0 || len > 5)
+        return -1;
+    for (size_t i = 0; i < len; i++) {
+        if (!is_digit((unsigned char)p[i]))
+            return -1;
+        v = v * 10 + (unsigned)(p[i] - '0');
+    }
+    if (v == 0 || v > 65535)
+        return -1;
+    *port = (uint16_t)v;
+    return 0;
+}
+
 /* Parses "host[:port]" / "[v6][:port]" (<len> bytes) into <req>. */
 static int parse_authority(const char *s, size_t len, bool need_port, struct http_request *req,
                            const char **why)
@@ -370,23 +388,10 @@ static int parse_authority(const char *s, size_t len, bool need_port, struct htt
         return -1;
     }
     p++;
-    if (p == end || end - p > 5) {
+    if (parse_port(p, (size_t)(end - p), &req->port) != 0) {
         *why = "invalid port";
         return -1;
     }
-    unsigned port = 0;
-    for (; p < end; p++) {
-        if (!is_digit((unsigned char)*p)) {
-            *why = "invalid port";
-            return -1;
-        }
-        port = port * 10 + (unsigned)(*p - '0');
-    }
-    if (port == 0 || port > 65535) {
-        *why = "invalid port";
-        return -1;
-    }
-    req->port = (uint16_t)port;
     req->port_explicit = true;
     return 0;
 }
@@ -411,22 +416,12 @@ int http1_split_host(const char *v, size_t len, const char **h, size_t *hlen, ui
         *h = v;
         *hlen = colon != NULL ? (size_t)(colon - v) : len;
     }
-    if (colon != NULL) {
-        size_t plen = len - (size_t)(colon + 1 - v);
-        unsigned long p = 0;
-        if (plen > 5)
-            return -1;
-        for (size_t i = 0; i < plen; i++) {
-            char ch = colon[1 + i];
-            if (ch < '0' || ch > '9')
-                return -1;
-            p = p * 10 + (unsigned long)(ch - '0');
-        }
-        if (p > 65535 || (plen > 0 && p == 0))
-            return -1;
-        *port = (uint16_t)p; /* "host:" means the default port */
-    }
-    return 0;
+    if (colon == NULL)
+        return 0;
+    size_t plen = len - (size_t)(colon + 1 - v);
+    if (plen == 0)
+        return 0; /* "host:" means the default port */
+    return parse_port(colon + 1, plen, port);
 }
 
 static int parse_target(const char *t, size_t len, struct http_request *req, const char **why)

@@ -18,7 +18,8 @@ import threading
 import time
 
 from conftest import policy_yaml
-from gate_client import EGRESS_KEYS, END_KEYS, api_rule, connect, poll, request
+from gate_client import (EGRESS_KEYS, END_KEYS, api_rule, connect, open_conn, poll,
+                         recv_until_close, request)
 
 SEED = 20261201
 WORKERS = 12
@@ -61,22 +62,11 @@ class Client:
         return options[(self.offset + n) % len(options)]
 
     def conn(self):
-        s = socket.create_connection(("127.0.0.1", self.gw.port), timeout=5)
-        s.settimeout(3)
-        return s
+        return open_conn(self.gw, timeout=3)
 
     @staticmethod
-    def drain(s, limit=1 << 21):
-        n = 0
-        try:
-            while n < limit:
-                b = s.recv(65536)
-                if not b:
-                    break
-                n += len(b)
-        except OSError:
-            pass
-        return n
+    def drain(s):
+        recv_until_close(s, limit=1 << 21)
 
     @staticmethod
     def reset(s):
