@@ -10,6 +10,7 @@ the fake loopback DNS server, so the host's resolver is never asked.
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -220,7 +221,8 @@ def policy_yaml(p):
 # the gateway
 
 class Gateway:
-    def __init__(self, bin_path, workdir, policy_text, listen, env, args, netns, port, unix_path):
+    def __init__(self, bin_path, workdir, policy_text, listen, env, args, netns, port, unix_path,
+                 netns_helper=None):
         self.workdir = workdir
         self.policy_path = os.path.join(workdir, "policy.yaml")
         self.log_path = os.path.join(workdir, "log.jsonl")
@@ -237,9 +239,15 @@ class Gateway:
         cmd += ["--log", self.log_path] + list(args)
         if netns:
             # an empty network namespace (loopback only, no route), entered as
-            # an unprivileged user so that serve does not try to drop root
+            # an unprivileged user so that serve does not try to drop root;
+            # <netns_helper> (argv) runs beside it, as that namespace's root
+            helper = ""
+            if netns_helper:
+                helper = "%s 2>%s & " % (" ".join(shlex.quote(a) for a in netns_helper),
+                                         shlex.quote(os.path.join(workdir, "helper.err")))
             cmd = ["unshare", "--user", "--map-root-user", "--net", "sh", "-c",
-                   'ip link set lo up && exec unshare --user "$@"', "sh"] + cmd
+                   'ip link set lo up || exit 1; %sexec unshare --user "$@"' % helper,
+                   "sh"] + cmd
         self.cmd = cmd
         full_env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
         full_env.update(env or {})
@@ -365,7 +373,7 @@ def gateway(sluice_bin, net, tmp_path):
     started = []
 
     def start(policy, *, port=None, tcp=True, unix=False, extra_listen=(), env=None, args=(),
-              netns=False, wait=True):
+              netns=False, netns_helper=None, wait=True):
         workdir = str(tmp_path / ("gw%d" % len(started)))
         os.makedirs(workdir, exist_ok=True)
         if netns:
@@ -387,7 +395,8 @@ def gateway(sluice_bin, net, tmp_path):
             v = dict(net.vars)
             v["gw_port"] = port or 0
             text = string.Template(policy).safe_substitute(v)
-        gw = Gateway(sluice_bin, workdir, text, listen, env, args, netns, port, unix_path)
+        gw = Gateway(sluice_bin, workdir, text, listen, env, args, netns, port, unix_path,
+                     netns_helper)
         gw.sockdir = os.path.dirname(unix_path) if unix_path else None
         started.append(gw)
         if wait:

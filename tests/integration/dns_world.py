@@ -1,0 +1,244 @@
+"""A scripted name server and witness upstreams, run inside the empty network
+namespace of a gateway under test (see the gateway fixture's netns_helper).
+
+    dns_world.py --script FILE --events FILE --dns ADDR... --http ADDR...
+
+The name server answers UDP questions on each --dns ADDR from FILE (JSON),
+which it reads again for every question, so a test can change the answers
+between requests (an atomic replace). FILE maps lower-case names to:
+
+    {"A": ["127.0.0.2"], "AAAA": ["::1"],  records (default none)
+     "ttl": 60,                             their TTL (default 60)
+     "cname": "other.test",                 a CNAME first; the address
+                                            records are then the target's
+     "rcode": 2,                            the response code (default 0)
+     "tc": true,                            the truncation flag
+     "delay": 0.5,                          seconds before answering
+     "mode": "..."}                         a misbehaviour, below
+
+Names not in FILE get NXDOMAIN. Modes: "drop" (no answer), "wrong_id" (the
+answer carries another query id), "wrong_name" (the answer's question names
+another name), "other_addr" (the answer comes from another address,
+127.0.0.9, to a question asked over IPv4), "garbage" (random
+bytes behind a copied id), "ptr_loop" (an answer whose name is a compression
+pointer to itself), "overcount" (ANCOUNT 50 with one record), "short_rdata"
+(an A record with 3 bytes of address), "long_rdata" (an A record whose
+RDLENGTH runs past the packet).
+
+Each --http ADDR accepts TCP connections and answers any request with 200
+and a body naming the address that was reached, then closes. Every question
+and every accepted connection is appended to the events file as one JSON
+line ({"event": "query", "name", "qtype"} / {"event": "conn", "addr"});
+{"event": "ready"} comes once every socket is bound.
+
+The process exits when its parent does (it is started by the shell that
+then becomes the gateway) or after --lifetime seconds. Standard library
+only; loopback addresses of its own namespace only.
+"""
+
+import argparse
+import json
+import os
+import random
+import select
+import socket
+import struct
+import sys
+import threading
+import time
+
+
+def split_addr(text):
+    """'127.0.0.1:53' or '[::1]:53' -> (family, host, port)."""
+    host, _, port = text.rpartition(":")
+    if host.startswith("["):
+        return socket.AF_INET6, host[1:-1], int(port)
+    return socket.AF_INET, host, int(port)
+
+
+class Events:
+    def __init__(self, path):
+        self.lock = threading.Lock()
+        self.f = open(path, "a", buffering=1)
+
+    def put(self, **kw):
+        with self.lock:
+            self.f.write(json.dumps(kw) + "\n")
+
+
+def read_question(data):
+    """(qid, flags, question bytes, labels as sent, qtype) or None."""
+    if len(data) < 12:
+        return None
+    qid, flags, qd = struct.unpack("!HHH", data[:6])
+    if qd != 1:
+        return None
+    i, labels = 12, []
+    while i < len(data) and len(labels) < 128:
+        n = data[i]
+        i += 1
+        if n == 0:
+            break
+        if n > 63:
+            return None
+        labels.append(data[i:i + n])
+        i += n
+    if i + 4 > len(data):
+        return None
+    qtype, _ = struct.unpack("!HH", data[i:i + 4])
+    return qid, flags, data[12:i + 4], labels, qtype
+
+
+def encode_name(name):
+    out = b""
+    for label in name.strip(".").split("."):
+        out += bytes([len(label)]) + label.encode("ascii")
+    return out + b"\0"
+
+
+def rr(owner, rtype, ttl, rdata):
+    return owner + struct.pack("!HHIH", rtype, 1, ttl, len(rdata)) + rdata
+
+
+def address_records(entry, qtype, owner):
+    ttl = int(entry.get("ttl", 60))
+    out = []
+    if qtype == 1:
+        out = [rr(owner, 1, ttl, socket.inet_pton(socket.AF_INET, a)) for a in entry.get("A", [])]
+    elif qtype == 28:
+        out = [rr(owner, 28, ttl, socket.inet_pton(socket.AF_INET6, a))
+               for a in entry.get("AAAA", [])]
+    return out
+
+
+def answer(script, data, peer_events):
+    """The reply to <data> (bytes or None) and the mode that shapes its sending."""
+    q = read_question(data)
+    if q is None:
+        return None, None
+    qid, flags, question, labels, qtype = q
+    name = b".".join(labels).decode("ascii", "replace").lower()
+    peer_events.put(event="query", name=name, qtype=qtype)
+    entry = script.get(name)
+    rd = flags & 0x0100
+    if entry is None:
+        return struct.pack("!HHHHHH", qid, 0x8000 | rd | 0x0080 | 3, 1, 0, 0, 0) + question, None
+    mode = entry.get("mode", "")
+    if entry.get("delay"):
+        time.sleep(min(float(entry["delay"]), 10.0))
+    if mode == "drop":
+        return None, mode
+    if mode == "garbage":
+        return struct.pack("!H", qid) + bytes(random.getrandbits(8) for _ in range(60)), mode
+    if mode == "wrong_name":
+        question = encode_name("x" + name) + question[-4:]
+    records = []
+    owner = b"\xc0\x0c"  # a pointer to the question's name
+    if entry.get("cname"):
+        target = encode_name(entry["cname"])
+        records.append(rr(owner, 5, int(entry.get("ttl", 60)), target))
+        owner = target
+    records += address_records(entry, qtype, owner)
+    if mode == "ptr_loop":
+        # the pointer sits at the answer's start and points at itself
+        at = 12 + len(question)
+        records = [struct.pack("!H", 0xC000 | at) + struct.pack("!HHIH", 1, 1, 60, 4) +
+                   bytes([127, 0, 0, 2])]
+    if mode == "short_rdata":
+        records = [rr(owner, 1, 60, b"\x7f\x00\x00")]
+    if mode == "long_rdata":
+        records = [owner + struct.pack("!HHIH", 1, 1, 60, 400) + b"\x7f\x00\x00\x02"]
+    ancount = 50 if mode == "overcount" else len(records)
+    rflags = 0x8000 | rd | 0x0080 | (int(entry.get("rcode", 0)) & 0xF)
+    if entry.get("tc"):
+        rflags |= 0x0200
+    rid = (qid + 1) & 0xFFFF if mode == "wrong_id" else qid
+    head = struct.pack("!HHHHHH", rid, rflags, 1, ancount, 0, 0)
+    return head + question + b"".join(records), mode
+
+
+def serve_dns(sock, script_path, events, other):
+    while True:
+        try:
+            data, peer = sock.recvfrom(4096)
+        except OSError:
+            return
+        try:
+            with open(script_path) as f:
+                script = json.load(f)
+        except (OSError, ValueError):
+            script = {}
+        try:
+            reply, mode = answer(script, data, events)
+        except (ValueError, KeyError, struct.error, OSError) as e:
+            events.put(event="error", what=repr(e))
+            continue
+        if reply is None:
+            continue
+        out = other if mode == "other_addr" and sock.family == socket.AF_INET else sock
+        try:
+            out.sendto(reply, peer)
+        except OSError:
+            pass
+
+
+def serve_http(lsock, addr, events):
+    while True:
+        try:
+            conn, _ = lsock.accept()
+        except OSError:
+            return
+        events.put(event="conn", addr=addr)
+        conn.settimeout(5)
+        try:
+            data = b""
+            while b"\r\n\r\n" not in data and len(data) < 65536:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+            body = ("reached %s\n" % addr).encode()
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+                         % len(body) + body)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--script", required=True)
+    ap.add_argument("--events", required=True)
+    ap.add_argument("--dns", action="append", default=[])
+    ap.add_argument("--http", action="append", default=[])
+    ap.add_argument("--lifetime", type=float, default=300.0)
+    a = ap.parse_args()
+    events = Events(a.events)
+    parent = os.getppid()
+    socks = []
+    other = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    other.bind(("127.0.0.9", 0))
+    for text in a.dns:
+        fam, host, port = split_addr(text)
+        s = socket.socket(fam, socket.SOCK_DGRAM)
+        s.bind((host, port))
+        socks.append(s)
+        threading.Thread(target=serve_dns, args=(s, a.script, events, other), daemon=True).start()
+    for text in a.http:
+        fam, host, port = split_addr(text)
+        s = socket.socket(fam, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, port))
+        s.listen(64)
+        socks.append(s)
+        threading.Thread(target=serve_http, args=(s, text, events), daemon=True).start()
+    events.put(event="ready")
+    deadline = time.monotonic() + a.lifetime
+    while os.getppid() == parent and time.monotonic() < deadline:
+        select.select([], [], [], 0.2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,259 @@
+"""A hostile name server: what the gateway does with the answers of the DNS
+servers it is given (dns.servers), when they are private, mixed, rebound,
+spoofed, malformed or missing.
+
+Each gateway here runs in an empty network namespace of its own, reached over
+its unix socket, with a scripted name server and witness HTTP servers beside
+it (dns_world.py): even a gateway that trusted a bad answer could not send a
+packet past that namespace's loopback. allow_ranges lets through only
+127.0.0.2, where a witness answers; the witnesses on 127.0.0.3 and [::1]
+stand for private addresses and record any connection that reaches them.
+"""
+
+import json
+import os
+import shutil
+import sys
+import threading
+
+import pytest
+
+from gate_client import assert_deny_response, poll, request
+
+pytestmark = pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ALLOWED = "127.0.0.2"
+WITNESSES = ["127.0.0.2:80", "127.0.0.3:80", "[::1]:80", "127.0.0.3:81"]
+
+
+class World:
+    """A gateway in its own namespace and the scripted servers beside it."""
+
+    def __init__(self, gateway, net, tmp_path, script, names, servers):
+        self.dir = tmp_path / ("world%d" % len(list(tmp_path.glob("world*"))))
+        self.dir.mkdir()
+        self.script_path = str(self.dir / "script.json")
+        self.events_path = str(self.dir / "events.jsonl")
+        self.set(script)
+        helper = [sys.executable, os.path.join(HERE, "dns_world.py"), "--script",
+                  self.script_path, "--events", self.events_path,
+                  "--dns", "127.0.0.1:53", "--dns", "[::1]:53"]
+        for w in WITNESSES:
+            helper += ["--http", w]
+        rules = [{"host": n, "ports": [80, 81], "tier": 0} for n in names]
+        pol = net.policy(rules, static={}, dns_servers=servers, allow_ranges=[ALLOWED + "/32"])
+        self.gw = gateway(pol, netns=True, netns_helper=helper)
+        poll(lambda: any(e["event"] == "ready" for e in self.events()), timeout=10,
+             what="the namespace's name server and witnesses")
+
+    def set(self, script):
+        tmp = self.script_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(script, f)
+        os.replace(tmp, self.script_path)
+
+    def events(self):
+        try:
+            with open(self.events_path) as f:
+                return [json.loads(line) for line in f if line.endswith("\n")]
+        except FileNotFoundError:
+            return []
+
+    def queries(self, name):
+        return [e["qtype"] for e in self.events() if e["event"] == "query" and e["name"] == name]
+
+    def reached(self):
+        return [e["addr"] for e in self.events() if e["event"] == "conn"]
+
+    def get(self, name, port=80):
+        return request(self.gw, "GET", "http://%s:%d/" % (name, port))
+
+
+@pytest.fixture
+def world(gateway, net, tmp_path):
+    """world(script, names=None, servers=None): a World whose policy allows
+    port 80 of each name in <names> (default: the script's names)."""
+    def make(script, names=None, servers=None):
+        return World(gateway, net, tmp_path, script, names or list(script),
+                     servers or ["127.0.0.1:53"])
+    return make
+
+
+def assert_reached(resp, addr):
+    assert resp is not None and resp.status == 200, "expected 200 from %s: %r" % (addr, resp)
+    assert resp.body == ("reached %s\n" % addr).encode(), resp.body
+
+
+def assert_refused(w, resp, name, reason, ip, port=80):
+    """A denial with <reason> whose decision names <ip>, and no witness but
+    the allowed one ever reached."""
+    assert_deny_response(resp, reason, name, port, "default")
+    ev, end = w.gw.decided(host=name)
+    assert (ev["decision"], ev["reason"], ev["ip"]) == ("deny", reason, ip), ev
+    assert end["bytes_up"] == 0 and end["status"] == resp.status, end
+    assert all(a == ALLOWED + ":80" for a in w.reached()), w.reached()
+
+
+def test_answer_used(world):
+    w = world({"ok.test": {"A": [ALLOWED]}})
+    r = w.get("ok.test")
+    assert_reached(r, ALLOWED + ":80")
+    ev, end = w.gw.decided(host="ok.test")
+    assert (ev["decision"], ev["ip"], end["status"]) == ("allow", ALLOWED, 200)
+    assert sorted(w.queries("ok.test")) == [1, 28]  # A and AAAA, once each
+
+
+@pytest.mark.parametrize("rtype,addr,logged", [
+    ("A", "10.0.0.1", "10.0.0.1"),
+    ("A", "169.254.169.254", "169.254.169.254"),
+    ("A", "100.64.0.1", "100.64.0.1"),
+    ("A", "0.0.0.0", "0.0.0.0"),
+    ("A", "127.0.0.3", "127.0.0.3"),
+    ("A", "224.0.0.1", "224.0.0.1"),
+    ("A", "255.255.255.255", "255.255.255.255"),
+    ("AAAA", "::1", "::1"),
+    ("AAAA", "::", "::"),
+    ("AAAA", "fe80::1", "fe80::1"),
+    ("AAAA", "fd00::1", "fd00::1"),
+    ("AAAA", "ff02::1", "ff02::1"),
+    ("AAAA", "::ffff:10.0.0.1", "10.0.0.1"),  # v4-mapped: logged as the IPv4 address
+    ("AAAA", "::ffff:127.0.0.3", "127.0.0.3"),
+    ("AAAA", "64:ff9b::a00:1", "64:ff9b::a00:1"),          # NAT64 of 10.0.0.1
+    ("AAAA", "2002:a9fe:a9fe::1", "2002:a9fe:a9fe::1"),    # 6to4 of 169.254.169.254
+    ("AAAA", "2001:0:4136:e378:8000:63bf:f5ff:fffe", "2001:0:4136:e378:8000:63bf:f5ff:fffe"),
+    # ^ Teredo whose client address is 10.0.0.1 (stored inverted)
+])
+def test_private_answer_refused(world, rtype, addr, logged):
+    w = world({"priv.test": {rtype: [addr]}})
+    r = w.get("priv.test")
+    assert_refused(w, r, "priv.test", "private_address", logged)
+    assert w.reached() == []
+
+
+def test_mixed_answer_connects_only_to_the_checked_address(world):
+    # private addresses first in both families; the one allowed address last
+    w = world({"mixed.test": {"A": ["127.0.0.3", "10.0.0.1", ALLOWED],
+                              "AAAA": ["::1", "::ffff:127.0.0.3"]}})
+    for _ in range(3):
+        assert_reached(w.get("mixed.test"), ALLOWED + ":80")
+    assert w.reached() == [ALLOWED + ":80"] * 3
+    ev, _ = w.gw.decided(host="mixed.test")
+    assert ev["ip"] == ALLOWED
+
+
+def test_no_fallback_to_a_private_address(world):
+    # the allowed address refuses the connection (nothing listens on its port
+    # 81); the private one behind it, where a witness listens, is never tried
+    w = world({"fallback.test": {"A": [ALLOWED, "127.0.0.3"]}})
+    r = w.get("fallback.test", 81)
+    assert_refused(w, r, "fallback.test", "upstream_unreachable", ALLOWED, port=81)
+    assert w.reached() == []
+
+
+def test_rebinding_after_ttl_zero_is_checked_again(world):
+    w = world({"rebind.test": {"A": [ALLOWED], "ttl": 0}})
+    assert_reached(w.get("rebind.test"), ALLOWED + ":80")
+    w.set({"rebind.test": {"A": ["127.0.0.3"], "ttl": 0}})
+    r = w.get("rebind.test")
+    assert_refused(w, r, "rebind.test", "private_address", "127.0.0.3")
+    assert w.queries("rebind.test").count(1) == 2  # asked again: nothing cached
+    assert w.reached() == [ALLOWED + ":80"]
+
+
+def test_answer_cached_for_its_ttl(world):
+    w = world({"cached.test": {"A": [ALLOWED], "ttl": 120}})
+    assert_reached(w.get("cached.test"), ALLOWED + ":80")
+    w.set({"cached.test": {"A": ["127.0.0.3"], "ttl": 120}})
+    assert_reached(w.get("cached.test"), ALLOWED + ":80")
+    assert sorted(w.queries("cached.test")) == [1, 28]  # one lookup for both
+
+
+def test_cname_to_a_private_address(world):
+    w = world({"alias.test": {"cname": "inside.corp.test", "A": ["10.1.2.3"]}})
+    r = w.get("alias.test")
+    assert_refused(w, r, "alias.test", "private_address", "10.1.2.3")
+
+
+def test_cname_to_the_allowed_address(world):
+    w = world({"alias.test": {"cname": "cdn.test", "A": [ALLOWED]}})
+    assert_reached(w.get("alias.test"), ALLOWED + ":80")
+
+
+@pytest.mark.parametrize("entry", [
+    {"rcode": 2},              # SERVFAIL
+    {"rcode": 5},              # REFUSED
+    {"rcode": 4},              # NOTIMP
+    {"rcode": 1},              # FORMERR
+    {"tc": True, "A": [ALLOWED]},  # truncated: never trusted, even with a record
+    {},                        # NOERROR and no record at all
+], ids=["servfail", "refused", "notimp", "formerr", "truncated", "nodata"])
+def test_failed_answer_is_dns_failure_and_not_kept(world, entry):
+    w = world({"bad.test": entry, "good.test": {"A": [ALLOWED]}})
+    r = w.get("bad.test")
+    assert_refused(w, r, "bad.test", "dns_failure", None)
+    assert w.reached() == []
+    # the server is asked again at once for another name, and for this one
+    # once it answers properly
+    assert_reached(w.get("good.test"), ALLOWED + ":80")
+    if entry:  # a failure is never cached (a NOERROR without data is, briefly)
+        w.set({"bad.test": {"A": [ALLOWED]}, "good.test": {"A": [ALLOWED]}})
+        assert_reached(w.get("bad.test"), ALLOWED + ":80")
+
+
+def test_nxdomain(world):
+    w = world({}, names=["gone.test"])
+    r = w.get("gone.test")
+    assert_refused(w, r, "gone.test", "dns_failure", None)
+    assert r.text.startswith("sluice: cannot resolve gone.test:80 (agent default): no such name"), r.text
+
+
+def test_spoofed_and_malformed_answers_are_not_believed(world):
+    # Every answer here carries or aims at the allowed address, so believing
+    # one would show as a 200. The gateway must instead wait its own timeout
+    # (2 s, 2 attempts) and deny; the lookups run at once, to keep this short.
+    modes = ["wrong_id", "wrong_name", "other_addr", "garbage", "ptr_loop",
+             "overcount", "short_rdata", "long_rdata", "drop"]
+    script = {"%s.test" % m.replace("_", "-"): {"A": [ALLOWED], "mode": m} for m in modes}
+    w = world(script)
+    results = {}
+
+    def one(name):
+        try:
+            results[name] = w.get(name)
+        except OSError as e:
+            results[name] = e
+    threads = [threading.Thread(target=one, args=(n,)) for n in script]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    believed = [n for n in script if getattr(results.get(n), "status", None) == 200]
+    assert believed == [], "answers believed: %r" % believed
+    for name in script:
+        r = results.get(name)
+        assert not isinstance(r, OSError) and r is not None, "%s: %r" % (name, r)
+        assert_refused(w, r, name, "dns_failure", None)
+    assert w.reached() == []
+    assert w.gw.proc.poll() is None
+
+
+def test_many_addresses_are_bounded(world):
+    # 60 A records (127.0.2.x: loopback, outside allow_ranges) and the allowed
+    # address last: only the first 16 answers are kept, so it is never seen
+    many = ["127.0.2.%d" % i for i in range(1, 61)]
+    w = world({"many.test": {"A": many + [ALLOWED]}, "few.test": {"A": [ALLOWED] + many}})
+    r = w.get("many.test")
+    assert_refused(w, r, "many.test", "private_address", "127.0.2.1")
+    assert_reached(w.get("few.test"), ALLOWED + ":80")
+
+
+def test_slow_answer_within_timeout(world):
+    w = world({"slow.test": {"A": [ALLOWED], "delay": 1.0}})
+    assert_reached(w.get("slow.test"), ALLOWED + ":80")
+
+
+def test_ipv6_name_server(world):
+    w = world({"v6.test": {"A": [ALLOWED]}}, servers=["[::1]:53"])
+    assert_reached(w.get("v6.test"), ALLOWED + ":80")
+    assert sorted(w.queries("v6.test")) == [1, 28]
