@@ -1,13 +1,18 @@
 /* resolve: the gateway's own DNS over evdns (see resolve.h).
  *
- * A lookup is a struct resolve_req holding two evdns queries (A and AAAA),
- * or, for static names, IP literals and failures known up front, one
- * activated event that answers on the next loop iteration. evdns always
- * runs a query's callback exactly once (an answer, an error, or
- * DNS_ERR_CANCEL after evdns_cancel_request()), from a deferred callback
- * that may run after the evdns base is gone; so a request is freed only
- * when its last query has called back, and a cancelled one just stays
- * silent until then.
+ * A lookup is a struct resolve_req holding two queries (A and AAAA), or,
+ * for static names, IP literals and failures known up front, one activated
+ * event that answers on the next loop iteration.
+ *
+ * Each server has an evdns base of its own, asked once per try (attempts:1),
+ * so that this file, not evdns, chooses the server: evdns' own rotation
+ * over several servers sent a lookup's retries back to a dead server and
+ * failed lookups another server would have answered. Each try of a query
+ * is a struct attempt: evdns always runs its callback exactly once (an
+ * answer, an error, or DNS_ERR_CANCEL after evdns_cancel_request()), from a
+ * deferred callback that may run after the query is gone; so an attempt is
+ * freed only by its callback, and one whose query was cancelled or moved to
+ * other servers (its q set to NULL) just stays silent until then.
  *
  * Answer cache: a hash table (chained) with an LRU list, at most
  * r->cache_max names. Only lookups that went to the servers and came back
@@ -39,6 +44,7 @@ enum { Q_A, Q_AAAA, NQ };
 #define CACHE_TTL_MAX_MS 300000 /* positive answers: at most 300 s */
 #define CACHE_NEG_TTL_MS 5000   /* negative answers (NXDOMAIN, no data) */
 #define CACHE_BUCKETS    1024   /* power of two */
+#define TRY_TIMEOUT      "2"    /* seconds a server has to answer one try */
 
 struct cache_entry {
     struct cache_entry *hnext;         /* bucket chain */
@@ -51,12 +57,22 @@ struct cache_entry {
 
 struct resolve_req;
 
+struct query;
+
+struct attempt {
+    struct query *q;         /* NULL once orphaned: the callback only frees */
+    struct evdns_base *dns;  /* the base it was sent on */
+    struct evdns_request *h; /* valid until the callback */
+    size_t server;           /* index of that base in r->dns */
+};
+
 struct query {
     struct resolve_req *req;
-    struct evdns_request *h; /* NULL once its callback ran or it was cancelled */
-    bool running;            /* its callback has not run yet */
-    int err;                 /* RESOLVE_ERR_* or 0 */
-    int ttl;                 /* smallest TTL of its answers (s), -1 when none */
+    int type;            /* Q_A or Q_AAAA */
+    struct attempt *att; /* the try in flight, NULL when none */
+    unsigned tries;      /* servers asked so far */
+    int err;             /* RESOLVE_ERR_* or 0 */
+    int ttl;             /* smallest TTL of its answers (s), -1 when none */
     size_t n;
     struct ipaddr a[RESOLVE_MAX_ADDRS];
 };
@@ -66,7 +82,6 @@ struct resolve_req {
     struct resolve_req *prev, *next;
     resolve_cb cb;
     void *arg;
-    bool cancelled;
     bool cacheable;   /* went to the servers: store the answer */
     unsigned gen;     /* r->gen when it started */
     struct event *ev; /* immediate answers */
@@ -76,7 +91,9 @@ struct resolve_req {
 
 struct resolver {
     struct event_base *base;
-    struct evdns_base *dns;
+    struct evdns_base **dns; /* one base per server, in the configured order */
+    size_t ndns;
+    size_t preferred;           /* where lookups start: the last server that answered */
     struct dns_static *statics; /* owned copies */
     size_t nstatics;
     char **servers; /* owned copy of cfg->servers, to see changes */
@@ -300,30 +317,106 @@ static int check_servers(const struct dns_cfg *cfg, char **err)
     return 0;
 }
 
-/* Adds the servers of <cfg>, or those of /etc/resolv.conf, to <dns>. */
-static int add_servers(struct evdns_base *dns, const struct dns_cfg *cfg, char **err)
+/* evdns keeps at most 64 queries in flight by default and queues the rest
+ * in order: then one agent asking for names whose server never answers
+ * holds every other lookup of the gateway behind its timeouts, for seconds.
+ * RESOLVE_MAX_INFLIGHT is two queries for each of the gateway's default
+ * 4096 connections, each of which waits for one lookup at most. One
+ * attempt per try: the retries are ours (on_answer). */
+static int set_options(struct evdns_base *dns)
 {
-    for (size_t i = 0; i < cfg->nservers; i++) {
-        if (evdns_base_nameserver_ip_add(dns, cfg->servers[i]) != 0) {
-            if (err != NULL)
-                *err = errmsg("dns.servers: cannot use server \"%s\"", cfg->servers[i]);
-            return -1;
-        }
-    }
-    if (cfg->nservers == 0) {
-        /* Missing file or no nameserver line: no server (never the
-         * 127.0.0.1 evdns would otherwise assume); lookups then fail. */
-        (void)evdns_base_resolv_conf_parse(
-            dns, DNS_OPTION_NAMESERVERS | DNS_OPTION_NAMESERVERS_NO_DEFAULT, RESOLV_CONF);
-    }
+    char inflight[16];
+
+    snprintf(inflight, sizeof(inflight), "%d", RESOLVE_MAX_INFLIGHT);
+    if (evdns_base_set_option(dns, "timeout:", TRY_TIMEOUT) != 0 ||
+        evdns_base_set_option(dns, "attempts:", "1") != 0 ||
+        evdns_base_set_option(dns, "max-inflight:", inflight) != 0)
+        return -1;
     return 0;
 }
 
-static int set_options(struct evdns_base *dns)
+static void free_bases(struct evdns_base **b, size_t n)
 {
-    if (evdns_base_set_option(dns, "timeout:", "2") != 0 ||
-        evdns_base_set_option(dns, "attempts:", "2") != 0)
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != NULL)
+            evdns_base_free(b[i], 0);
+    free(b);
+}
+
+/* A base that asks the one server at <sa>. NULL when that fails. */
+static struct evdns_base *open_base(struct event_base *base, const struct sockaddr *sa,
+                                    socklen_t len)
+{
+    struct evdns_base *dns = evdns_base_new(base, EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+    if (dns == NULL)
+        return NULL;
+    if (evdns_base_nameserver_sockaddr_add(dns, sa, len, 0) != 0 || set_options(dns) < 0) {
+        evdns_base_free(dns, 0);
+        return NULL;
+    }
+    return dns;
+}
+
+/* The addresses of the servers in <cfg>, or else those of /etc/resolv.conf
+ * (a missing file or no nameserver line: none, never the 127.0.0.1 evdns
+ * would otherwise assume), into <ss> (room for <cap>). Returns how many. */
+static size_t server_addrs(struct event_base *base, const struct dns_cfg *cfg,
+                           struct sockaddr_storage *ss, socklen_t *len, size_t cap)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < cfg->nservers && n < cap; i++) {
+        int l = (int)sizeof(ss[n]);
+        if (evutil_parse_sockaddr_port(cfg->servers[i], (struct sockaddr *)&ss[n], &l) == 0)
+            len[n++] = (socklen_t)l;
+    }
+    if (cfg->nservers > 0)
+        return n;
+    struct evdns_base *conf = evdns_base_new(base, EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+    if (conf == NULL)
+        return 0;
+    (void)evdns_base_resolv_conf_parse(
+        conf, DNS_OPTION_NAMESERVERS | DNS_OPTION_NAMESERVERS_NO_DEFAULT, RESOLV_CONF);
+    int count = evdns_base_count_nameservers(conf);
+    for (int i = 0; i < count && n < cap; i++) {
+        int l = evdns_base_get_nameserver_addr(conf, i, (struct sockaddr *)&ss[n], sizeof(ss[n]));
+        if (l > 0 && (size_t)l <= sizeof(ss[n]))
+            len[n++] = (socklen_t)l;
+    }
+    evdns_base_free(conf, 0);
+    return n;
+}
+
+/* Opens one base per server of <cfg> (see server_addrs) into <*out>
+ * (malloc'd; free with free_bases) and <*n>. Returns 0, or -1 with <*err>. */
+static int open_bases(struct event_base *base, const struct dns_cfg *cfg, struct evdns_base ***out,
+                      size_t *n, char **err)
+{
+    struct sockaddr_storage ss[POLICY_MAX_DNS_SERVERS];
+    socklen_t len[POLICY_MAX_DNS_SERVERS];
+    size_t count = server_addrs(base, cfg, ss, len, POLICY_MAX_DNS_SERVERS);
+
+    *out = NULL;
+    *n = 0;
+    if (count == 0)
+        return 0;
+    struct evdns_base **b = calloc(count, sizeof(*b));
+    if (b == NULL) {
+        *err = errmsg("%s", "dns: out of memory");
         return -1;
+    }
+    for (size_t i = 0; i < count; i++) {
+        if ((b[i] = open_base(base, (const struct sockaddr *)&ss[i], len[i])) == NULL) {
+            if (cfg->nservers > 0)
+                *err = errmsg("dns.servers: cannot use server \"%s\"", cfg->servers[i]);
+            else
+                *err = errmsg("dns: cannot use server %zu of %s", i + 1, RESOLV_CONF);
+            free_bases(b, count);
+            return -1;
+        }
+    }
+    *out = b;
+    *n = count;
     return 0;
 }
 
@@ -352,15 +445,8 @@ struct resolver *resolver_new(struct event_base *base, const struct dns_cfg *cfg
         goto nomem;
     r->nstatics = cfg->nstatics;
     r->nservers = cfg->nservers;
-    r->dns = evdns_base_new(base, EVDNS_BASE_DISABLE_WHEN_INACTIVE);
-    if (r->dns == NULL)
-        goto nomem;
-    if (add_servers(r->dns, cfg, err) < 0)
+    if (open_bases(base, cfg, &r->dns, &r->ndns, err) < 0)
         goto fail;
-    if (set_options(r->dns) < 0) {
-        *err = errmsg("%s", "dns: cannot set resolver options");
-        goto fail;
-    }
     return r;
 nomem:
     *err = errmsg("%s", "dns: out of memory");
@@ -387,20 +473,16 @@ static void unlink_req(struct resolve_req *q)
 
 static bool queries_running(const struct resolve_req *req)
 {
-    return req->q[Q_A].running || req->q[Q_AAAA].running;
+    return req->q[Q_A].att != NULL || req->q[Q_AAAA].att != NULL;
 }
 
-/* Both queries are done: merge and answer (or stay silent if cancelled). */
+/* Both queries are done: merge and answer. */
 static void finish(struct resolve_req *req)
 {
     struct ipaddr out[RESOLVE_MAX_ADDRS];
     size_t n = 0;
     int err = 0;
 
-    if (req->cancelled) {
-        free(req);
-        return;
-    }
     for (int i = 0; i < NQ; i++)
         for (size_t j = 0; j < req->q[i].n && n < RESOLVE_MAX_ADDRS; j++)
             out[n++] = req->q[i].a[j];
@@ -425,6 +507,28 @@ static void finish(struct resolve_req *req)
     free(req);
 }
 
+static void on_immediate(evutil_socket_t fd, short what, void *arg)
+{
+    struct resolve_req *req = arg;
+
+    (void)fd;
+    (void)what;
+    event_free(req->ev);
+    req->ev = NULL;
+    finish(req);
+}
+
+/* Answers <req> with what its queries hold on the next loop iteration.
+ * Returns 0, or -1 when out of memory. */
+static int finish_later(struct resolver *r, struct resolve_req *req)
+{
+    req->ev = event_new(r->base, -1, 0, on_immediate, req);
+    if (req->ev == NULL)
+        return -1;
+    event_active(req->ev, EV_TIMEOUT, 1);
+    return 0;
+}
+
 static int map_err(int result)
 {
     switch (result) {
@@ -439,43 +543,113 @@ static int map_err(int result)
     }
 }
 
+/* True for what another server may answer better: silence, a server
+ * failure, a refusal, a truncated or malformed answer. */
+static bool worth_another_server(int result)
+{
+    switch (result) {
+    case DNS_ERR_TIMEOUT:
+    case DNS_ERR_SERVERFAILED:
+    case DNS_ERR_REFUSED:
+    case DNS_ERR_NOTIMPL:
+    case DNS_ERR_FORMAT:
+    case DNS_ERR_TRUNCATED:
+    case DNS_ERR_UNKNOWN:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Tries per query: each server once, at least twice, at most 4 times. */
+static unsigned max_tries(const struct resolver *r)
+{
+    return r->ndns < 2 ? 2 : r->ndns > 4 ? 4 : (unsigned)r->ndns;
+}
+
+static void on_answer(int result, char type, int count, int ttl, void *addresses, void *arg);
+
+/* Sends query <q> of <req> to server <server>. Returns 0, or -1 (nothing
+ * in flight then). */
+static int send_query(struct resolver *r, struct resolve_req *req, struct query *q, size_t server)
+{
+    struct attempt *at = calloc(1, sizeof(*at));
+
+    if (at == NULL)
+        return -1;
+    at->q = q;
+    at->server = server;
+    at->dns = r->dns[server];
+    if (q->type == Q_A)
+        at->h = evdns_base_resolve_ipv4(at->dns, req->name, DNS_QUERY_NO_SEARCH, on_answer, at);
+    else
+        at->h = evdns_base_resolve_ipv6(at->dns, req->name, DNS_QUERY_NO_SEARCH, on_answer, at);
+    if (at->h == NULL) {
+        free(at);
+        return -1;
+    }
+    q->att = at;
+    q->tries++;
+    return 0;
+}
+
+/* Stops query <q>'s try in flight: its callback still runs, and only frees
+ * the attempt. */
+static void orphan(struct query *q)
+{
+    struct attempt *at = q->att;
+
+    if (at == NULL)
+        return;
+    q->att = NULL;
+    at->q = NULL;
+    evdns_cancel_request(at->dns, at->h);
+}
+
+static void take_addresses(struct query *q, char type, int count, int ttl, const void *addresses)
+{
+    for (int i = 0; i < count && q->n < RESOLVE_MAX_ADDRS; i++) {
+        struct ipaddr *a = &q->a[q->n];
+        if (type == DNS_IPv4_A) {
+            memset(a->b, 0, 10);
+            a->b[10] = a->b[11] = 0xff;
+            memcpy(a->b + 12, (const uint8_t *)addresses + 4 * (size_t)i, 4);
+            q->n++;
+        } else if (type == DNS_IPv6_AAAA) {
+            memcpy(a->b, (const uint8_t *)addresses + 16 * (size_t)i, 16);
+            q->n++;
+        }
+    }
+    if (q->n > 0)
+        q->ttl = ttl > 0 ? ttl : 0;
+}
+
 static void on_answer(int result, char type, int count, int ttl, void *addresses, void *arg)
 {
-    struct query *q = arg;
-    struct resolve_req *req = q->req;
+    struct attempt *at = arg;
+    struct query *q = at->q;
+    size_t server = at->server;
 
-    q->h = NULL; /* evdns frees the handle after this callback */
-    q->running = false;
-    if (result == DNS_ERR_NONE && count > 0 && addresses != NULL) {
-        for (int i = 0; i < count && q->n < RESOLVE_MAX_ADDRS; i++) {
-            struct ipaddr *a = &q->a[q->n];
-            if (type == DNS_IPv4_A) {
-                memset(a->b, 0, 10);
-                a->b[10] = a->b[11] = 0xff;
-                memcpy(a->b + 12, (const uint8_t *)addresses + 4 * (size_t)i, 4);
-                q->n++;
-            } else if (type == DNS_IPv6_AAAA) {
-                memcpy(a->b, (const uint8_t *)addresses + 16 * (size_t)i, 16);
-                q->n++;
-            }
-        }
-        if (q->n > 0)
-            q->ttl = ttl > 0 ? ttl : 0;
+    free(at); /* evdns frees its handle after this callback */
+    if (q == NULL)
+        return; /* cancelled, or moved to other servers */
+    q->att = NULL;
+    struct resolve_req *req = q->req;
+    struct resolver *r = req->r;
+    if (worth_another_server(result)) {
+        /* A silent server stops being where lookups start. */
+        if (result == DNS_ERR_TIMEOUT && r->preferred == server)
+            r->preferred = (server + 1) % r->ndns;
+        if (q->tries < max_tries(r) && send_query(r, req, q, (server + 1) % r->ndns) == 0)
+            return;
+    } else if (result != DNS_ERR_CANCEL && result != DNS_ERR_SHUTDOWN) {
+        r->preferred = server; /* it answered */
     }
+    if (result == DNS_ERR_NONE && count > 0 && addresses != NULL)
+        take_addresses(q, type, count, ttl, addresses);
     q->err = q->n > 0 ? 0 : map_err(result);
     if (!queries_running(req))
         finish(req);
-}
-
-static void on_immediate(evutil_socket_t fd, short what, void *arg)
-{
-    struct resolve_req *req = arg;
-
-    (void)fd;
-    (void)what;
-    event_free(req->ev);
-    req->ev = NULL;
-    finish(req);
 }
 
 static size_t static_answers(const struct resolver *r, const char *name, struct ipaddr *out)
@@ -487,11 +661,23 @@ static size_t static_answers(const struct resolver *r, const char *name, struct 
     return n;
 }
 
+/* Sends both queries of <req> to the preferred server; a query that cannot
+ * start fails. Returns true when at least one is in flight. */
+static bool send_queries(struct resolver *r, struct resolve_req *req)
+{
+    for (int i = 0; i < NQ; i++) {
+        struct query *q = &req->q[i];
+        q->tries = 0;
+        if (send_query(r, req, q, r->preferred) < 0)
+            q->err = RESOLVE_ERR_FAILED;
+    }
+    return queries_running(req);
+}
+
 struct resolve_req *resolver_lookup(struct resolver *r, const char *name, resolve_cb cb, void *arg)
 {
     struct resolve_req *req = calloc(1, sizeof(*req));
     size_t len = strlen(name);
-    bool immediate = true;
     const struct cache_entry *ce;
 
     if (req == NULL)
@@ -500,11 +686,13 @@ struct resolve_req *resolver_lookup(struct resolver *r, const char *name, resolv
     req->arg = arg;
     for (int i = 0; i < NQ; i++) {
         req->q[i].req = req;
+        req->q[i].type = i;
         req->q[i].ttl = -1;
     }
 
     struct query *qa = &req->q[Q_A];
     enum ip_literal_kind lit = ip_literal_parse(name, len, &qa->a[0]);
+    bool ask = false;
     if (lit == IP_LITERAL_V4 || lit == IP_LITERAL_V6) {
         qa->n = 1;
     } else if (lit == IP_LITERAL_INVALID || len == 0 || len > HOST_MAX) {
@@ -517,45 +705,18 @@ struct resolve_req *resolver_lookup(struct resolver *r, const char *name, resolv
         memcpy(qa->a, ce->a, ce->n * sizeof(ce->a[0]));
         if (ce->n == 0)
             qa->err = req->q[Q_AAAA].err = RESOLVE_ERR_NXDOMAIN;
-    } else if (evdns_base_count_nameservers(r->dns) <= 0) {
+    } else if (r->ndns == 0) {
         qa->err = req->q[Q_AAAA].err = RESOLVE_ERR_NO_SERVERS;
     } else {
-        immediate = false;
+        ask = true;
         req->cacheable = true;
         req->gen = r->gen;
         memcpy(req->name, name, len + 1);
     }
-
-    if (immediate) {
-        req->ev = event_new(r->base, -1, 0, on_immediate, req);
-        if (req->ev == NULL) {
-            free(req);
-            return NULL;
-        }
-        event_active(req->ev, EV_TIMEOUT, 1);
-    } else {
-        struct query *q6 = &req->q[Q_AAAA];
-        qa->running = true;
-        qa->h = evdns_base_resolve_ipv4(r->dns, name, DNS_QUERY_NO_SEARCH, on_answer, qa);
-        if (qa->h == NULL) {
-            qa->running = false;
-            qa->err = RESOLVE_ERR_FAILED;
-        }
-        q6->running = true;
-        q6->h = evdns_base_resolve_ipv6(r->dns, name, DNS_QUERY_NO_SEARCH, on_answer, q6);
-        if (q6->h == NULL) {
-            q6->running = false;
-            q6->err = RESOLVE_ERR_FAILED;
-        }
-        if (!queries_running(req)) {
-            /* Neither query started: answer the failure on the next turn. */
-            req->ev = event_new(r->base, -1, 0, on_immediate, req);
-            if (req->ev == NULL) {
-                free(req);
-                return NULL;
-            }
-            event_active(req->ev, EV_TIMEOUT, 1);
-        }
+    /* Neither query started: answer on the next turn. */
+    if (!(ask && send_queries(r, req)) && finish_later(r, req) < 0) {
+        free(req);
+        return NULL;
     }
     req->r = r;
     req->next = r->live;
@@ -565,36 +726,16 @@ struct resolve_req *resolver_lookup(struct resolver *r, const char *name, resolv
     return req;
 }
 
-/* Stops <req>'s evdns queries; their callbacks still run (with
- * DNS_ERR_CANCEL) and release <req> when it is cancelled. */
-static void stop_queries(struct evdns_base *dns, struct resolve_req *req)
-{
-    for (int i = 0; i < NQ; i++) {
-        struct evdns_request *h = req->q[i].h;
-        req->q[i].h = NULL;
-        if (h != NULL)
-            evdns_cancel_request(dns, h);
-    }
-}
-
 void resolve_cancel(struct resolve_req *req)
 {
-    struct resolver *r;
-
-    if (req == NULL || req->cancelled)
+    if (req == NULL)
         return;
-    r = req->r;
     unlink_req(req);
-    req->cancelled = true;
-    if (req->ev != NULL) {
+    if (req->ev != NULL)
         event_free(req->ev);
-        free(req);
-        return;
-    }
-    if (r != NULL)
-        stop_queries(r->dns, req);
-    if (!queries_running(req))
-        free(req);
+    for (int i = 0; i < NQ; i++)
+        orphan(&req->q[i]);
+    free(req);
 }
 
 int resolver_reload(struct resolver *r, const struct dns_cfg *cfg)
@@ -602,28 +743,44 @@ int resolver_reload(struct resolver *r, const struct dns_cfg *cfg)
     struct dns_static *st;
     char **sv;
     char *err = NULL;
+    struct evdns_base **dns = r->dns;
+    size_t ndns = r->ndns;
 
-    if (check_servers(cfg, &err) < 0) {
+    if (check_servers(cfg, &err) < 0 ||
+        (!servers_equal(r, cfg) && open_bases(r->base, cfg, &dns, &ndns, &err) < 0)) {
         fprintf(stderr, "sluice: %s\n", err != NULL ? err : "dns: invalid server");
         free(err);
         return -1;
     }
-    if (copy_cfg(cfg, &st, &sv) < 0)
+    if (copy_cfg(cfg, &st, &sv) < 0) {
+        if (dns != r->dns)
+            free_bases(dns, ndns);
         return -1;
-    if (!servers_equal(r, cfg)) {
-        /* In-flight queries move to evdns' waiting list and are sent again
-         * to the new servers on resume. */
-        evdns_base_clear_nameservers_and_suspend(r->dns);
-        if (add_servers(r->dns, cfg, &err) < 0) {
-            fprintf(stderr, "sluice: %s\n", err != NULL ? err : "dns: cannot add server");
-            free(err);
+    }
+    if (dns != r->dns) {
+        /* Queries in flight go to the new servers (or, when there are
+         * none, fail on the next turn); then the old bases go. */
+        struct evdns_base **old = r->dns;
+        size_t nold = r->ndns;
+        r->dns = dns;
+        r->ndns = ndns;
+        r->preferred = 0;
+        for (struct resolve_req *q = r->live; q != NULL; q = q->next) {
+            if (!queries_running(q))
+                continue;
+            for (int i = 0; i < NQ; i++) {
+                struct query *qq = &q->q[i];
+                if (qq->att == NULL)
+                    continue;
+                orphan(qq);
+                qq->tries = 0;
+                if (ndns == 0 || send_query(r, q, qq, 0) < 0)
+                    qq->err = RESOLVE_ERR_NO_SERVERS;
+            }
+            if (!queries_running(q) && finish_later(r, q) < 0)
+                fprintf(stderr, "sluice: dns: out of memory: a lookup of %s never ends\n", q->name);
         }
-        evdns_base_resume(r->dns);
-        if (evdns_base_count_nameservers(r->dns) <= 0) {
-            /* Nothing would ever answer them: fail them now. */
-            for (struct resolve_req *q = r->live; q != NULL; q = q->next)
-                stop_queries(r->dns, q);
-        }
+        free_bases(old, nold);
     }
     /* The servers (or what they say) may have changed: forget every answer,
      * and those still in flight are not stored when they come. */
@@ -642,19 +799,9 @@ void resolver_free(struct resolver *r)
 {
     if (r == NULL)
         return;
-    while (r->live != NULL) {
-        struct resolve_req *req = r->live;
-        if (req->ev != NULL) {
-            unlink_req(req);
-            event_free(req->ev);
-            free(req);
-            continue;
-        }
-        /* Queries still running release <req> from their callbacks. */
-        resolve_cancel(req);
-    }
-    if (r->dns != NULL)
-        evdns_base_free(r->dns, 0);
+    while (r->live != NULL)
+        resolve_cancel(r->live); /* the callbacks of their tries only free those */
+    free_bases(r->dns, r->ndns);
     cache_clear(r);
     free_statics(r->statics, r->nstatics);
     free_servers(r->servers, r->nservers);

@@ -5,9 +5,16 @@
  * policy's dns.static map are answered first, without a query (always on a
  * later loop iteration, never inside resolver_lookup()). Otherwise A and
  * AAAA are queried together (no search domains) against dns.servers, or
- * the servers in /etc/resolv.conf; with no server at all a lookup fails
- * (RESOLVE_ERR_NO_SERVERS) instead of waiting. Each query times out after
- * 2 s, 2 attempts. Nothing here blocks (no getaddrinfo).
+ * the servers in /etc/resolv.conf (at most POLICY_MAX_DNS_SERVERS); with
+ * no server at all a lookup fails (RESOLVE_ERR_NO_SERVERS) instead of
+ * waiting. Servers are asked in turn: a lookup starts at the server that
+ * answered last, and a query that gets no answer within 2 s, a server
+ * failure (which evdns reports as a timeout), a refusal, or a truncated or
+ * malformed answer is asked of the next server; each server once, at least
+ * 2 tries and at most 4 in all (so a lone server is asked twice). Up to
+ * RESOLVE_MAX_INFLIGHT queries per server are in flight at once, so names
+ * whose server stalls hold up no other lookup. Nothing here blocks (no
+ * getaddrinfo).
  *
  * Answers from the servers are cached per name (at most 4096 names, least
  * recently used evicted): addresses for min(their TTL, 300 s), "no such
@@ -19,8 +26,8 @@
  * not, and connects only to checked addresses, so the cache adds no
  * rebinding window.
  *
- * Owns: the evdns base, a copy of the static map, the cache, and every
- * in-flight request until its callback has run or it was cancelled. */
+ * Owns: one evdns base per server, a copy of the static map, the cache, and
+ * every in-flight request until its callback has run or it was cancelled. */
 #ifndef SLUICE_GATE_RESOLVE_H
 #define SLUICE_GATE_RESOLVE_H
 
@@ -34,6 +41,9 @@ struct resolver;
 struct resolve_req;
 
 #define RESOLVE_MAX_ADDRS 16
+/* Queries sent to one server and not yet answered, at most; more wait in
+ * order (resolve.c). */
+#define RESOLVE_MAX_INFLIGHT 8192
 
 /* Errors given to a resolve_cb (all negative). */
 enum resolve_err {
@@ -56,8 +66,9 @@ typedef void (*resolve_cb)(int err, const struct ipaddr *addrs, size_t n, void *
 struct resolver *resolver_new(struct event_base *base, const struct dns_cfg *cfg, char **err);
 
 /* Applies a reloaded policy's <cfg>: swaps the static map and, when the
- * server list changed, rebuilds the evdns base (in-flight lookups finish on
- * the old one). Returns 0, or -1 and keeps the old configuration. */
+ * server list changed, the servers: queries in flight are asked again of
+ * the new ones (with none, their lookups fail on the next loop iteration).
+ * Returns 0, or -1 and keeps the old configuration. */
 int resolver_reload(struct resolver *r, const struct dns_cfg *cfg);
 
 /* Frees <r>. In-flight lookups are cancelled: their callbacks never run.

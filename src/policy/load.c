@@ -673,6 +673,10 @@ static void dns_servers(struct load_ctx *c, const struct ynode *v, void *obj)
     struct dns_cfg *d = obj;
     if (load_want_list(c, v) != 0)
         return;
+    if (v->count > POLICY_MAX_DNS_SERVERS) {
+        load_err(c, v->line, "too many DNS servers (at most %d)", POLICY_MAX_DNS_SERVERS);
+        return;
+    }
     d->servers = xcalloc(v->count, sizeof(*d->servers));
     size_t i = 0;
     for (const struct ynode *it = ynode_first(v); it != NULL; it = ynode_next(v, it), i++) {

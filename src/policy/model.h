@@ -100,8 +100,11 @@ struct dns_static {
     int line;
 };
 
+/* dns.servers holds at most this many (the gateway asks them in turn). */
+#define POLICY_MAX_DNS_SERVERS 8
+
 struct dns_cfg {
-    char **servers; /* "IP" or "IP:PORT" / "[V6]:PORT", validated */
+    char **servers; /* "IP" or "IP:PORT" / "[V6]:PORT", validated; <= POLICY_MAX_DNS_SERVERS */
     size_t nservers;
     struct dns_static *statics;
     size_t nstatics;

@@ -1,7 +1,7 @@
 """A scripted name server and witness upstreams, run inside the empty network
 namespace of a gateway under test (see the gateway fixture's netns_helper).
 
-    dns_world.py --script FILE --events FILE --dns ADDR... --http ADDR...
+    dns_world.py --script FILE --events FILE --dns ADDR... --http ADDR... --sink ADDR...
 
 The name server answers UDP questions on each --dns ADDR from FILE (JSON),
 which it reads again for every question, so a test can change the answers
@@ -16,7 +16,8 @@ between requests (an atomic replace). FILE maps lower-case names to:
      "delay": 0.5,                          seconds before answering
      "mode": "..."}                         a misbehaviour, below
 
-Names not in FILE get NXDOMAIN. Modes: "drop" (no answer), "wrong_id" (the
+A key "*.zone.test" answers every name one label below zone.test without a key of
+its own. Names not in FILE get NXDOMAIN. Modes: "drop" (no answer), "wrong_id" (the
 answer carries another query id), "wrong_name" (the answer's question names
 another name), "other_addr" (the answer comes from another address,
 127.0.0.9, to a question asked over IPv4), "garbage" (random
@@ -24,6 +25,9 @@ bytes behind a copied id), "ptr_loop" (an answer whose name is a compression
 pointer to itself), "overcount" (ANCOUNT 50 with one record), "short_rdata"
 (an A record with 3 bytes of address), "long_rdata" (an A record whose
 RDLENGTH runs past the packet).
+
+Each --sink ADDR is a UDP socket that takes questions and never answers
+(a name server that went silent).
 
 Each --http ADDR accepts TCP connections and answers any request with 200
 and a body naming the address that was reached, then closes. Every question
@@ -120,6 +124,8 @@ def answer(script, data, peer_events):
     name = b".".join(labels).decode("ascii", "replace").lower()
     peer_events.put(event="query", name=name, qtype=qtype)
     entry = script.get(name)
+    if entry is None and "." in name:
+        entry = script.get("*." + name.split(".", 1)[1])
     rd = flags & 0x0100
     if entry is None:
         return struct.pack("!HHHHHH", qid, 0x8000 | rd | 0x0080 | 3, 1, 0, 0, 0) + question, None
@@ -157,29 +163,36 @@ def answer(script, data, peer_events):
     return head + question + b"".join(records), mode
 
 
+def reply_one(sock, data, peer, script_path, events, other):
+    try:
+        with open(script_path) as f:
+            script = json.load(f)
+    except (OSError, ValueError):
+        script = {}
+    try:
+        reply, mode = answer(script, data, events)
+    except (ValueError, KeyError, struct.error, OSError) as e:
+        events.put(event="error", what=repr(e))
+        return
+    if reply is None:
+        return
+    out = other if mode == "other_addr" and sock.family == socket.AF_INET else sock
+    try:
+        out.sendto(reply, peer)
+    except OSError:
+        pass
+
+
 def serve_dns(sock, script_path, events, other):
+    """Answers each question in a thread of its own, so that a delayed
+    answer holds up no other."""
     while True:
         try:
             data, peer = sock.recvfrom(4096)
         except OSError:
             return
-        try:
-            with open(script_path) as f:
-                script = json.load(f)
-        except (OSError, ValueError):
-            script = {}
-        try:
-            reply, mode = answer(script, data, events)
-        except (ValueError, KeyError, struct.error, OSError) as e:
-            events.put(event="error", what=repr(e))
-            continue
-        if reply is None:
-            continue
-        out = other if mode == "other_addr" and sock.family == socket.AF_INET else sock
-        try:
-            out.sendto(reply, peer)
-        except OSError:
-            pass
+        threading.Thread(target=reply_one, args=(sock, data, peer, script_path, events, other),
+                         daemon=True).start()
 
 
 def serve_http(lsock, addr, events):
@@ -212,6 +225,7 @@ def main():
     ap.add_argument("--events", required=True)
     ap.add_argument("--dns", action="append", default=[])
     ap.add_argument("--http", action="append", default=[])
+    ap.add_argument("--sink", action="append", default=[])
     ap.add_argument("--lifetime", type=float, default=300.0)
     a = ap.parse_args()
     events = Events(a.events)
@@ -225,6 +239,11 @@ def main():
         s.bind((host, port))
         socks.append(s)
         threading.Thread(target=serve_dns, args=(s, a.script, events, other), daemon=True).start()
+    for text in a.sink:
+        fam, host, port = split_addr(text)
+        s = socket.socket(fam, socket.SOCK_DGRAM)
+        s.bind((host, port))
+        socks.append(s)
     for text in a.http:
         fam, host, port = split_addr(text)
         s = socket.socket(fam, socket.SOCK_STREAM)

@@ -24,6 +24,8 @@ pytestmark = pytest.mark.skipif(shutil.which("unshare") is None, reason="needs u
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ALLOWED = "127.0.0.2"
+SILENT_SERVER = "127.0.0.1:5300"  # takes questions, never answers
+REFUSING_SERVER = "127.0.0.1:5301"  # nothing listens: port unreachable
 WITNESSES = ["127.0.0.2:80", "127.0.0.3:80", "[::1]:80", "127.0.0.3:81"]
 
 
@@ -38,7 +40,7 @@ class World:
         self.set(script)
         helper = [sys.executable, os.path.join(HERE, "dns_world.py"), "--script",
                   self.script_path, "--events", self.events_path,
-                  "--dns", "127.0.0.1:53", "--dns", "[::1]:53"]
+                  "--dns", "127.0.0.1:53", "--dns", "[::1]:53", "--sink", SILENT_SERVER]
         for w in WITNESSES:
             helper += ["--http", w]
         rules = [{"host": n, "ports": [80, 81], "tier": 0} for n in names]
@@ -257,3 +259,50 @@ def test_ipv6_name_server(world):
     w = world({"v6.test": {"A": [ALLOWED]}}, servers=["[::1]:53"])
     assert_reached(w.get("v6.test"), ALLOWED + ":80")
     assert sorted(w.queries("v6.test")) == [1, 28]
+
+
+def test_stalled_lookups_do_not_hold_up_other_names(world):
+    # An agent granted a wildcard asks for many names below it whose server
+    # never answers (an authoritative server that stalls on purpose). A
+    # lookup of another name must not queue behind them: it is answered
+    # while all of them are still waiting for their timeout.
+    w = world({"*.stall.test": {"mode": "drop"}, "ok.test": {"A": [ALLOWED]}},
+              names=["*.stall.test", "ok.test"])
+    n = 150
+    done = []
+    lock = threading.Lock()
+
+    def stalled(i):
+        try:
+            r = w.get("n%d.stall.test" % i)
+        except OSError as e:
+            r = e
+        with lock:
+            done.append(("stall", r))
+    threads = [threading.Thread(target=stalled, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    poll(lambda: sum(1 for e in w.events() if e["event"] == "query"
+                     and e["name"].endswith(".stall.test")) >= 64, timeout=20,
+         what="64 questions for stalled names")
+    r = w.get("ok.test")
+    with lock:
+        before = list(done)
+    assert_reached(r, ALLOWED + ":80")
+    assert before == [], "stalled lookups finished before ok.test: %d" % len(before)
+    for t in threads:
+        t.join(30)
+    assert len(done) == n
+    for _, r in done:
+        assert not isinstance(r, OSError), r
+        assert_deny_response(r, "dns_failure", wording=False)
+
+
+@pytest.mark.parametrize("first", [SILENT_SERVER, REFUSING_SERVER], ids=["silent", "refusing"])
+def test_a_dead_server_before_a_live_one(world, first):
+    # the live server answers every lookup, including those first sent to the
+    # dead one: those are sent again to the next server after a timeout
+    w = world({"n%d.test" % i: {"A": [ALLOWED]} for i in range(4)},
+              servers=[first, "127.0.0.1:53"])
+    for i in range(4):
+        assert_reached(w.get("n%d.test" % i), ALLOWED + ":80")

@@ -838,6 +838,9 @@ static void test_other_section_errors(void **state)
          "p.yaml:5: network: unknown key 'allow' (expected one of deny_ranges, allow_ranges)"},
         {V R "dns: []\n", "p.yaml:5: dns: expected a mapping"},
         {V R "dns: {servers: 1.1.1.1}\n", "p.yaml:5: dns.servers: expected a list"},
+        {V R "dns: {servers: [127.0.0.1, 127.0.0.2, 127.0.0.3, 127.0.0.4, 127.0.0.5, 127.0.0.6, "
+             "127.0.0.7, 127.0.0.8, 127.0.0.9]}\n",
+         "p.yaml:5: dns.servers: too many DNS servers (at most 8)"},
         {V R "dns: {servers: [\"1.1.1.1:0\"]}\n",
          "p.yaml:5: dns.servers[0]: invalid DNS server '1.1.1.1:0' (expected IP, IP:PORT or "
          "[IPv6]:PORT)"},

@@ -33,6 +33,7 @@ struct fake_dns {
     struct event *ev;
     int queries;
     int answered;
+    bool mute;          /* counts questions, never answers */
     uint8_t last_octet; /* distinguishes two servers' answers */
     uint32_t ttl;       /* of every answer record (60) */
     char addr[32];      /* "127.0.0.1:PORT" */
@@ -73,6 +74,8 @@ static void on_query(evutil_socket_t fd, short what, void *arg)
     if (n < 12)
         return;
     d->queries++;
+    if (d->mute)
+        return;
     /* Question name, as dotted text (lower case) for the lookup table. */
     size_t o = 12;
     while (o < (size_t)n && q[o] != 0) {
@@ -398,7 +401,7 @@ static void test_timeout(void **state)
     struct fake_dns d;
     fake_start(&d, base, 1);
     struct resolver *r = new_resolver(base, d.addr, NULL, 0);
-    assert_int_equal(evdns_base_set_option(r->dns, "timeout:", "0.2"), 0);
+    assert_int_equal(evdns_base_set_option(r->dns[0], "timeout:", "0.2"), 0);
 
     struct result res = {.base = base};
     assert_non_null(resolver_lookup(r, "slow.test", on_result, &res));
@@ -504,7 +507,7 @@ static void test_no_servers(void **state)
     for (size_t i = 0; i < 2; i++) {
         test_resolv_conf = confs[i];
         struct resolver *r = new_resolver(base, NULL, NULL, 0);
-        assert_int_equal(evdns_base_count_nameservers(r->dns), 0);
+        assert_int_equal(r->ndns, 0);
         struct result res = {.base = base};
         assert_non_null(resolver_lookup(r, "one.test", on_result, &res));
         assert_int_equal(res.calls, 0);
@@ -533,7 +536,7 @@ static void test_resolv_conf_servers(void **state)
     test_resolv_conf = path;
 
     struct resolver *r = new_resolver(base, NULL, NULL, 0);
-    assert_int_equal(evdns_base_count_nameservers(r->dns), 1);
+    assert_int_equal(r->ndns, 1);
     struct result res = {.base = base};
     assert_non_null(resolver_lookup(r, "one.test", on_result, &res));
     run_until(base, &res, 3000);
@@ -654,6 +657,71 @@ static struct result lookup_wait(struct event_base *base, struct resolver *r, co
     return res;
 }
 
+/* Several servers, each asked in turn: a silent one is passed over for the
+ * next, which then gets the lookups that follow; a server failure is asked
+ * of the next server too; with every server silent a query is tried 4
+ * times, never more. */
+static void test_failover(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct fake_dns d[5];
+    char *servers[5];
+    for (int i = 0; i < 5; i++) {
+        fake_start(&d[i], base, (uint8_t)(i + 1));
+        servers[i] = d[i].addr;
+    }
+    d[0].mute = true;
+    struct dns_cfg cfg = {.servers = servers, .nservers = 2};
+    char *err = NULL;
+    struct resolver *r = resolver_new(base, &cfg, &err);
+    assert_non_null(r);
+    assert_int_equal(r->ndns, 2);
+    for (size_t i = 0; i < r->ndns; i++)
+        assert_int_equal(evdns_base_set_option(r->dns[i], "timeout:", "0.2"), 0);
+
+    struct result res = lookup_wait(base, r, "one.test");
+    assert_int_equal(res.err, 0);
+    assert_addr(&res.a[0], v4("192.0.2.2"));
+    assert_int_equal(d[0].queries, 2); /* A and AAAA, once each */
+    assert_int_equal(d[1].queries, 2);
+    res = lookup_wait(base, r, "v6only.test");
+    assert_int_equal(res.err, 0);
+    assert_int_equal(d[0].queries, 2); /* not asked again */
+    assert_int_equal(d[1].queries, 4);
+
+    /* SERVFAIL from the one that answers: the other is asked too (evdns
+     * reports a SERVFAIL as a timeout, at once). */
+    d[0].mute = false;
+    res = lookup_wait(base, r, "fail.test");
+    assert_int_equal(res.err, RESOLVE_ERR_TIMEOUT);
+    assert_int_equal(d[0].queries, 4);
+    assert_int_equal(d[1].queries, 6);
+    resolver_free(r);
+
+    /* Five silent servers: 4 tries per query in all. */
+    cfg.nservers = 5;
+    r = resolver_new(base, &cfg, &err);
+    assert_non_null(r);
+    for (size_t i = 0; i < r->ndns; i++)
+        assert_int_equal(evdns_base_set_option(r->dns[i], "timeout:", "0.2"), 0);
+    int before = 0, after = 0;
+    for (int i = 0; i < 5; i++) {
+        before += d[i].queries;
+        d[i].mute = true;
+    }
+    res = lookup_wait(base, r, "one.test");
+    assert_int_equal(res.err, RESOLVE_ERR_TIMEOUT);
+    for (int i = 0; i < 5; i++)
+        after += d[i].queries;
+    assert_int_equal(after - before, 8);
+    resolver_free(r);
+    run(base, 50); /* the cancelled tries report */
+    for (int i = 0; i < 5; i++)
+        fake_stop(&d[i]);
+    event_base_free(base);
+}
+
 static void test_cache_positive(void **state)
 {
     (void)state;
@@ -755,7 +823,7 @@ static void test_cache_not_failures(void **state)
     struct fake_dns d;
     fake_start(&d, base, 1);
     struct resolver *r = new_resolver(base, d.addr, NULL, 0);
-    assert_int_equal(evdns_base_set_option(r->dns, "timeout:", "0.2"), 0);
+    assert_int_equal(evdns_base_set_option(r->dns[0], "timeout:", "0.2"), 0);
 
     /* Timeouts are never cached. */
     struct result res = lookup_wait(base, r, "slow.test");
@@ -894,6 +962,7 @@ int main(void)
         cmocka_unit_test(test_resolv_conf_servers),
         cmocka_unit_test(test_bad_server),
         cmocka_unit_test(test_reload),
+        cmocka_unit_test(test_failover),
         cmocka_unit_test(test_cache_positive),
         cmocka_unit_test(test_cache_negative),
         cmocka_unit_test(test_cache_not_failures),
