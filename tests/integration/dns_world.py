@@ -27,7 +27,8 @@ pointer to itself), "overcount" (ANCOUNT 50 with one record), "short_rdata"
 RDLENGTH runs past the packet).
 
 Each --sink ADDR is a UDP socket that takes questions and never answers
-(a name server that went silent).
+(a name server that went silent); it records them as {"event": "unanswered",
+"name", "qtype"}.
 
 Each --http ADDR accepts TCP connections and answers any request with 200
 and a body naming the address that was reached, then closes. Every question
@@ -195,6 +196,18 @@ def serve_dns(sock, script_path, events, other):
                          daemon=True).start()
 
 
+def serve_sink(sock, events):
+    while True:
+        try:
+            data, _ = sock.recvfrom(4096)
+        except OSError:
+            return
+        q = read_question(data)
+        if q is not None:
+            events.put(event="unanswered", name=b".".join(q[3]).decode("ascii", "replace").lower(),
+                       qtype=q[4])
+
+
 def serve_http(lsock, addr, events):
     while True:
         try:
@@ -244,6 +257,7 @@ def main():
         s = socket.socket(fam, socket.SOCK_DGRAM)
         s.bind((host, port))
         socks.append(s)
+        threading.Thread(target=serve_sink, args=(s, events), daemon=True).start()
     for text in a.http:
         fam, host, port = split_addr(text)
         s = socket.socket(fam, socket.SOCK_STREAM)

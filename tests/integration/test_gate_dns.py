@@ -18,6 +18,7 @@ import threading
 
 import pytest
 
+from conftest import policy_yaml
 from gate_client import assert_deny_response, poll, request
 
 pytestmark = pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
@@ -33,6 +34,8 @@ class World:
     """A gateway in its own namespace and the scripted servers beside it."""
 
     def __init__(self, gateway, net, tmp_path, script, names, servers):
+        self.net = net
+        self.names = names
         self.dir = tmp_path / ("world%d" % len(list(tmp_path.glob("world*"))))
         self.dir.mkdir()
         self.script_path = str(self.dir / "script.json")
@@ -43,11 +46,19 @@ class World:
                   "--dns", "127.0.0.1:53", "--dns", "[::1]:53", "--sink", SILENT_SERVER]
         for w in WITNESSES:
             helper += ["--http", w]
-        rules = [{"host": n, "ports": [80, 81], "tier": 0} for n in names]
-        pol = net.policy(rules, static={}, dns_servers=servers, allow_ranges=[ALLOWED + "/32"])
-        self.gw = gateway(pol, netns=True, netns_helper=helper)
+        self.gw = gateway(self.policy(servers), netns=True, netns_helper=helper)
         poll(lambda: any(e["event"] == "ready" for e in self.events()), timeout=10,
              what="the namespace's name server and witnesses")
+
+    def policy(self, servers):
+        rules = [{"host": n, "ports": [80, 81], "tier": 0} for n in self.names]
+        return self.net.policy(rules, static={}, dns_servers=servers,
+                               allow_ranges=[ALLOWED + "/32"])
+
+    def set_servers(self, servers):
+        """Rewrites the policy with <servers> and reloads it (SIGHUP)."""
+        self.gw.write_policy(policy_yaml(self.policy(servers)))
+        self.gw.reload()
 
     def set(self, script):
         tmp = self.script_path + ".tmp"
@@ -306,3 +317,29 @@ def test_a_dead_server_before_a_live_one(world, first):
               servers=[first, "127.0.0.1:53"])
     for i in range(4):
         assert_reached(w.get("n%d.test" % i), ALLOWED + ":80")
+
+
+def test_reload_moves_lookups_in_flight_to_the_new_servers(world):
+    # lookups waiting on a silent server are asked again of the servers a
+    # reloaded policy names, and answered by them
+    w = world({"moved%d.test" % i: {"A": [ALLOWED]} for i in range(6)},
+              servers=[SILENT_SERVER])
+    results = {}
+
+    def one(name):
+        try:
+            results[name] = w.get(name)
+        except OSError as e:
+            results[name] = e
+    threads = [threading.Thread(target=one, args=("moved%d.test" % i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    poll(lambda: sum(1 for e in w.events() if e["event"] == "unanswered") >= 12, timeout=5,
+         what="12 questions at the silent server")
+    assert w.gw.events("agent_egress") == []
+    w.set_servers(["127.0.0.1:53"])
+    for t in threads:
+        t.join(20)
+    for i in range(6):
+        assert_reached(results.get("moved%d.test" % i), ALLOWED + ":80")
+    assert all(q["name"].startswith("moved") for q in w.events() if q["event"] == "query")
