@@ -19,7 +19,7 @@ import threading
 import pytest
 
 from conftest import policy_yaml
-from gate_client import assert_deny_response, poll, request
+from gate_client import assert_deny_response, build_request, open_conn, poll, request
 
 pytestmark = pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
 
@@ -343,3 +343,29 @@ def test_reload_moves_lookups_in_flight_to_the_new_servers(world):
     for i in range(6):
         assert_reached(results.get("moved%d.test" % i), ALLOWED + ":80")
     assert all(q["name"].startswith("moved") for q in w.events() if q["event"] == "query")
+
+
+def test_clients_leaving_while_their_lookups_wait(world):
+    # 30 clients ask for names whose server never answers and hang up while
+    # the lookups wait. An end of input after a whole request may be a
+    # half-close that still wants the answer, so each lookup runs to its end:
+    # each request gets its decision (dns_failure) and end lines, and the
+    # gateway goes on answering
+    w = world({"*.stall.test": {"mode": "drop"}, "ok.test": {"A": [ALLOWED]}},
+              names=["*.stall.test", "ok.test"])
+    socks = []
+    for i in range(30):
+        s = open_conn(w.gw)
+        s.sendall(build_request("GET", "http://gone%d.stall.test/" % i))
+        socks.append(s)
+    poll(lambda: sum(1 for e in w.events() if e["event"] == "query"
+                     and e["name"].startswith("gone")) >= 60, timeout=10,
+         what="60 questions for the stalled names")
+    for s in socks:
+        s.close()
+    ends = w.gw.wait_events("agent_egress_end", count=30, timeout=10)
+    decided = w.gw.events("agent_egress")
+    assert sorted(e["host"] for e in decided) == sorted("gone%d.stall.test" % i for i in range(30))
+    assert sorted(e["id"] for e in ends) == sorted(e["id"] for e in decided)
+    assert {(e["reason"], e["ip"]) for e in decided} == {("dns_failure", None)}
+    assert_reached(w.get("ok.test"), ALLOWED + ":80")
