@@ -496,6 +496,14 @@ static void gateway_gauges(void *arg, struct metrics_gauges *g)
             g->open_tunnels++;
     g->reloads = gw->counters.reloads;
     g->reload_failures = gw->counters.reload_failures;
+    struct resolve_server_stats st[METRICS_DNS_SERVERS];
+    g->ndns = resolver_server_stats(gw->resolver, st, METRICS_DNS_SERVERS);
+    for (size_t i = 0; i < g->ndns; i++) {
+        memcpy(g->dns[i].addr, st[i].addr, sizeof(g->dns[i].addr));
+        g->dns[i].answers = st[i].answers;
+        g->dns[i].timeouts = st[i].timeouts;
+        g->dns[i].failures = st[i].failures;
+    }
 }
 
 struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *policy, char *err,

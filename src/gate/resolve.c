@@ -23,6 +23,8 @@
  * (r->gen). */
 #include "gate/resolve.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -57,13 +59,19 @@ struct cache_entry {
 
 struct resolve_req;
 
+/* One server, with an evdns base that asks only it. */
+struct name_server {
+    struct evdns_base *dns;
+    struct resolve_server_stats st;
+};
+
 struct query;
 
 struct attempt {
     struct query *q;         /* NULL once orphaned: the callback only frees */
     struct evdns_base *dns;  /* the base it was sent on */
     struct evdns_request *h; /* valid until the callback */
-    size_t server;           /* index of that base in r->dns */
+    size_t server;           /* its index in r->ns */
 };
 
 struct query {
@@ -91,8 +99,8 @@ struct resolve_req {
 
 struct resolver {
     struct event_base *base;
-    struct evdns_base **dns; /* one base per server, in the configured order */
-    size_t ndns;
+    struct name_server *ns; /* the servers, in the configured order */
+    size_t nns;
     size_t preferred;           /* where lookups start: the last server that answered */
     struct dns_static *statics; /* owned copies */
     size_t nstatics;
@@ -335,12 +343,27 @@ static int set_options(struct evdns_base *dns)
     return 0;
 }
 
-static void free_bases(struct evdns_base **b, size_t n)
+static void free_servers_ns(struct name_server *ns, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        if (b[i] != NULL)
-            evdns_base_free(b[i], 0);
-    free(b);
+        if (ns[i].dns != NULL)
+            evdns_base_free(ns[i].dns, 0);
+    free(ns);
+}
+
+/* "IP:PORT" or "[V6]:PORT" for <sa>, into <out>. */
+static void format_server(const struct sockaddr *sa, char *out, size_t cap)
+{
+    char ip[INET6_ADDRSTRLEN] = "?";
+    if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)(const void *)sa;
+        evutil_inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof(ip));
+        snprintf(out, cap, "[%s]:%u", ip, (unsigned)ntohs(s6->sin6_port));
+    } else {
+        const struct sockaddr_in *s4 = (const struct sockaddr_in *)(const void *)sa;
+        evutil_inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof(ip));
+        snprintf(out, cap, "%s:%u", ip, (unsigned)ntohs(s4->sin_port));
+    }
 }
 
 /* A base that asks the one server at <sa>. NULL when that fails. */
@@ -387,10 +410,11 @@ static size_t server_addrs(struct event_base *base, const struct dns_cfg *cfg,
     return n;
 }
 
-/* Opens one base per server of <cfg> (see server_addrs) into <*out>
- * (malloc'd; free with free_bases) and <*n>. Returns 0, or -1 with <*err>. */
-static int open_bases(struct event_base *base, const struct dns_cfg *cfg, struct evdns_base ***out,
-                      size_t *n, char **err)
+/* Opens the servers of <cfg> (see server_addrs), each with its own base,
+ * into <*out> (malloc'd; free with free_servers_ns) and <*n>. Returns 0,
+ * or -1 with <*err>. */
+static int open_servers(struct event_base *base, const struct dns_cfg *cfg,
+                        struct name_server **out, size_t *n, char **err)
 {
     struct sockaddr_storage ss[POLICY_MAX_DNS_SERVERS];
     socklen_t len[POLICY_MAX_DNS_SERVERS];
@@ -400,18 +424,19 @@ static int open_bases(struct event_base *base, const struct dns_cfg *cfg, struct
     *n = 0;
     if (count == 0)
         return 0;
-    struct evdns_base **b = calloc(count, sizeof(*b));
+    struct name_server *b = calloc(count, sizeof(*b));
     if (b == NULL) {
         *err = errmsg("%s", "dns: out of memory");
         return -1;
     }
     for (size_t i = 0; i < count; i++) {
-        if ((b[i] = open_base(base, (const struct sockaddr *)&ss[i], len[i])) == NULL) {
+        format_server((const struct sockaddr *)&ss[i], b[i].st.addr, sizeof(b[i].st.addr));
+        if ((b[i].dns = open_base(base, (const struct sockaddr *)&ss[i], len[i])) == NULL) {
             if (cfg->nservers > 0)
                 *err = errmsg("dns.servers: cannot use server \"%s\"", cfg->servers[i]);
             else
                 *err = errmsg("dns: cannot use server %zu of %s", i + 1, RESOLV_CONF);
-            free_bases(b, count);
+            free_servers_ns(b, count);
             return -1;
         }
     }
@@ -445,7 +470,7 @@ struct resolver *resolver_new(struct event_base *base, const struct dns_cfg *cfg
         goto nomem;
     r->nstatics = cfg->nstatics;
     r->nservers = cfg->nservers;
-    if (open_bases(base, cfg, &r->dns, &r->ndns, err) < 0)
+    if (open_servers(base, cfg, &r->ns, &r->nns, err) < 0)
         goto fail;
     return r;
 nomem:
@@ -564,10 +589,30 @@ static bool worth_another_server(int result)
 /* Tries per query: each server once, at least twice, at most 4 times. */
 static unsigned max_tries(const struct resolver *r)
 {
-    return r->ndns < 2 ? 2 : r->ndns > 4 ? 4 : (unsigned)r->ndns;
+    return r->nns < 2 ? 2 : r->nns > 4 ? 4 : (unsigned)r->nns;
 }
 
 static void on_answer(int result, char type, int count, int ttl, void *addresses, void *arg);
+
+static void count_result(struct resolve_server_stats *st, int result)
+{
+    switch (result) {
+    case DNS_ERR_NONE:
+    case DNS_ERR_NOTEXIST:
+    case DNS_ERR_NODATA:
+        st->answers++;
+        break;
+    case DNS_ERR_TIMEOUT:
+        st->timeouts++;
+        break;
+    case DNS_ERR_CANCEL:
+    case DNS_ERR_SHUTDOWN:
+        break;
+    default:
+        st->failures++;
+        break;
+    }
+}
 
 /* Sends query <q> of <req> to server <server>. Returns 0, or -1 (nothing
  * in flight then). */
@@ -579,7 +624,7 @@ static int send_query(struct resolver *r, struct resolve_req *req, struct query 
         return -1;
     at->q = q;
     at->server = server;
-    at->dns = r->dns[server];
+    at->dns = r->ns[server].dns;
     if (q->type == Q_A)
         at->h = evdns_base_resolve_ipv4(at->dns, req->name, DNS_QUERY_NO_SEARCH, on_answer, at);
     else
@@ -636,11 +681,12 @@ static void on_answer(int result, char type, int count, int ttl, void *addresses
     q->att = NULL;
     struct resolve_req *req = q->req;
     struct resolver *r = req->r;
+    count_result(&r->ns[server].st, result);
     if (worth_another_server(result)) {
         /* A silent server stops being where lookups start. */
         if (result == DNS_ERR_TIMEOUT && r->preferred == server)
-            r->preferred = (server + 1) % r->ndns;
-        if (q->tries < max_tries(r) && send_query(r, req, q, (server + 1) % r->ndns) == 0)
+            r->preferred = (server + 1) % r->nns;
+        if (q->tries < max_tries(r) && send_query(r, req, q, (server + 1) % r->nns) == 0)
             return;
     } else if (result != DNS_ERR_CANCEL && result != DNS_ERR_SHUTDOWN) {
         r->preferred = server; /* it answered */
@@ -705,7 +751,7 @@ struct resolve_req *resolver_lookup(struct resolver *r, const char *name, resolv
         memcpy(qa->a, ce->a, ce->n * sizeof(ce->a[0]));
         if (ce->n == 0)
             qa->err = req->q[Q_AAAA].err = RESOLVE_ERR_NXDOMAIN;
-    } else if (r->ndns == 0) {
+    } else if (r->nns == 0) {
         qa->err = req->q[Q_AAAA].err = RESOLVE_ERR_NO_SERVERS;
     } else {
         ask = true;
@@ -743,27 +789,27 @@ int resolver_reload(struct resolver *r, const struct dns_cfg *cfg)
     struct dns_static *st;
     char **sv;
     char *err = NULL;
-    struct evdns_base **dns = r->dns;
-    size_t ndns = r->ndns;
+    struct name_server *ns = r->ns;
+    size_t nns = r->nns;
 
     if (check_servers(cfg, &err) < 0 ||
-        (!servers_equal(r, cfg) && open_bases(r->base, cfg, &dns, &ndns, &err) < 0)) {
+        (!servers_equal(r, cfg) && open_servers(r->base, cfg, &ns, &nns, &err) < 0)) {
         fprintf(stderr, "sluice: %s\n", err != NULL ? err : "dns: invalid server");
         free(err);
         return -1;
     }
     if (copy_cfg(cfg, &st, &sv) < 0) {
-        if (dns != r->dns)
-            free_bases(dns, ndns);
+        if (ns != r->ns)
+            free_servers_ns(ns, nns);
         return -1;
     }
-    if (dns != r->dns) {
+    if (ns != r->ns) {
         /* Queries in flight go to the new servers (or, when there are
          * none, fail on the next turn); then the old bases go. */
-        struct evdns_base **old = r->dns;
-        size_t nold = r->ndns;
-        r->dns = dns;
-        r->ndns = ndns;
+        struct name_server *old = r->ns;
+        size_t nold = r->nns;
+        r->ns = ns;
+        r->nns = nns;
         r->preferred = 0;
         for (struct resolve_req *q = r->live; q != NULL; q = q->next) {
             if (!queries_running(q))
@@ -774,13 +820,13 @@ int resolver_reload(struct resolver *r, const struct dns_cfg *cfg)
                     continue;
                 orphan(qq);
                 qq->tries = 0;
-                if (ndns == 0 || send_query(r, q, qq, 0) < 0)
+                if (nns == 0 || send_query(r, q, qq, 0) < 0)
                     qq->err = RESOLVE_ERR_NO_SERVERS;
             }
             if (!queries_running(q) && finish_later(r, q) < 0)
                 fprintf(stderr, "sluice: dns: out of memory: a lookup of %s never ends\n", q->name);
         }
-        free_bases(old, nold);
+        free_servers_ns(old, nold);
     }
     /* The servers (or what they say) may have changed: forget every answer,
      * and those still in flight are not stored when they come. */
@@ -795,13 +841,21 @@ int resolver_reload(struct resolver *r, const struct dns_cfg *cfg)
     return 0;
 }
 
+size_t resolver_server_stats(const struct resolver *r, struct resolve_server_stats *out, size_t cap)
+{
+    size_t n = r->nns < cap ? r->nns : cap;
+    for (size_t i = 0; i < n; i++)
+        out[i] = r->ns[i].st;
+    return n;
+}
+
 void resolver_free(struct resolver *r)
 {
     if (r == NULL)
         return;
     while (r->live != NULL)
         resolve_cancel(r->live); /* the callbacks of their tries only free those */
-    free_bases(r->dns, r->ndns);
+    free_servers_ns(r->ns, r->nns);
     cache_clear(r);
     free_statics(r->statics, r->nstatics);
     free_servers(r->servers, r->nservers);

@@ -32,6 +32,7 @@
 #define SLUICE_GATE_RESOLVE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "policy/model.h"
 #include "util/ipaddr.h"
@@ -70,6 +71,20 @@ struct resolver *resolver_new(struct event_base *base, const struct dns_cfg *cfg
  * the new ones (with none, their lookups fail on the next loop iteration).
  * Returns 0, or -1 and keeps the old configuration. */
 int resolver_reload(struct resolver *r, const struct dns_cfg *cfg);
+
+/* What one server did with the queries sent to it (for /metrics). */
+struct resolve_server_stats {
+    char addr[64];     /* "IP:PORT" or "[V6]:PORT" */
+    uint64_t answers;  /* addresses, or no such name / no data */
+    uint64_t timeouts; /* no answer in time, or SERVFAIL (evdns reports it so) */
+    uint64_t failures; /* refused, not implemented, format error, truncated, malformed */
+};
+
+/* Copies the counters of the current servers, in order, into <out> (room
+ * for <cap>); returns how many. They start at 0 when a reload changes the
+ * servers. */
+size_t resolver_server_stats(const struct resolver *r, struct resolve_server_stats *out,
+                             size_t cap);
 
 /* Frees <r>. In-flight lookups are cancelled: their callbacks never run.
  * evdns reports each cancelled query on a later loop turn, which is when

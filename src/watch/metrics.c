@@ -264,6 +264,21 @@ int metrics_format(struct metrics *m, struct evbuffer *o)
          "Policy reloads refused (the old policy stayed).");
     evbuffer_add_printf(o, "sluice_policy_reload_failures_total %" PRIu64 "\n", g.reload_failures);
 
+    head(o, "sluice_dns_responses_total", "counter",
+         "What each DNS server did with the queries sent to it (since it was configured).");
+    for (size_t i = 0; i < g.ndns && i < METRICS_DNS_SERVERS; i++) {
+        const struct metrics_dns_server *d = &g.dns[i];
+        const struct {
+            const char *name;
+            uint64_t v;
+        } results[] = {{"answer", d->answers}, {"timeout", d->timeouts}, {"failure", d->failures}};
+        for (size_t k = 0; k < sizeof(results) / sizeof(results[0]); k++) {
+            evbuffer_add_printf(o, "sluice_dns_responses_total{server=");
+            put_label(o, d->addr);
+            evbuffer_add_printf(o, ",result=\"%s\"} %" PRIu64 "\n", results[k].name, results[k].v);
+        }
+    }
+
     head(o, "sluice_grants_expiring", "gauge", "Grants expiring within the warn window.");
     evbuffer_add_printf(o, "sluice_grants_expiring %" PRId64 "\n", m->expiring);
     head(o, "sluice_grants_expired", "gauge", "Grants past their expiry (requests denied).");

@@ -10,6 +10,8 @@
  *   sluice_grants_expiring (grants within the warn window), sluice_grants_expired,
  *   sluice_grant_expiry_timestamp_seconds{rule,host,owner} gauges
  *   sluice_webhook_queue{sink}                            gauge
+ *   sluice_dns_responses_total{server,result}             counter
+ *     (result: answer, timeout (SERVFAIL included), failure)
  * tier is "0".."3" or "none"; reason is "none" for an allowed request.
  *
  * The admin server (admin_new) serves GET /metrics and GET /healthz with
@@ -31,10 +33,20 @@ struct event_base;
 
 #define METRICS_AGENTS_MAX 4096 /* beyond, agents are counted as "other" */
 
+#define METRICS_DNS_SERVERS 8
+
+/* What one DNS server did with the gateway's queries. */
+struct metrics_dns_server {
+    char addr[64]; /* "IP:PORT" or "[V6]:PORT" */
+    uint64_t answers, timeouts, failures;
+};
+
 /* Values the gateway knows, read at each scrape. */
 struct metrics_gauges {
     uint64_t open_connections, open_tunnels;
     uint64_t reloads, reload_failures;
+    struct metrics_dns_server dns[METRICS_DNS_SERVERS];
+    size_t ndns;
 };
 typedef void (*metrics_gauges_fn)(void *arg, struct metrics_gauges *g);
 /* Extra lines a scrape appends (the watch module's sink queues). */

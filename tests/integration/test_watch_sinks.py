@@ -392,3 +392,27 @@ def test_webhook_answer_is_bounded(gateway, net, tmp_path):
     finally:
         big.stop()
         small.stop()
+
+
+def test_metrics_dns_servers(gateway, net, tmp_path):
+    # a dead first server (nothing listens on its port) and the loopback one
+    # after it: the first lookup's queries time out on the dead one and are
+    # answered by the next; the second lookup goes to the live one at once
+    admin = free_tcp_port()
+    dead = "127.0.0.1:%d" % net.closed_udp_port
+    rules = [{"host": "dyn.example.test", "ports": [net.api.port], "tier": 0},
+             {"host": "nx.example.test", "ports": [80], "tier": 0}]
+    gw = gateway(net.policy(rules, dns_servers=[dead, net.vars["dns_server"]]),
+                 args=["--admin", str(admin)])
+    assert request(gw, "GET", net.url("/d", host="dyn.example.test"), timeout=20).status == 200
+    assert request(gw, "GET", "http://nx.example.test/").status == 502
+    text = _metrics(admin)
+    r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 0, r.stdout + r.stderr
+    live = net.vars["dns_server"]
+    want = {(dead, "answer"): 0, (dead, "timeout"): 2, (dead, "failure"): 0,
+            (live, "answer"): 4, (live, "timeout"): 0, (live, "failure"): 0}
+    for (server, result), v in want.items():
+        name = 'sluice_dns_responses_total{server="%s",result="%s"}' % (server, result)
+        assert _metric_value(text, name) == v, (name, text)

@@ -401,7 +401,7 @@ static void test_timeout(void **state)
     struct fake_dns d;
     fake_start(&d, base, 1);
     struct resolver *r = new_resolver(base, d.addr, NULL, 0);
-    assert_int_equal(evdns_base_set_option(r->dns[0], "timeout:", "0.2"), 0);
+    assert_int_equal(evdns_base_set_option(r->ns[0].dns, "timeout:", "0.2"), 0);
 
     struct result res = {.base = base};
     assert_non_null(resolver_lookup(r, "slow.test", on_result, &res));
@@ -507,7 +507,7 @@ static void test_no_servers(void **state)
     for (size_t i = 0; i < 2; i++) {
         test_resolv_conf = confs[i];
         struct resolver *r = new_resolver(base, NULL, NULL, 0);
-        assert_int_equal(r->ndns, 0);
+        assert_int_equal(r->nns, 0);
         struct result res = {.base = base};
         assert_non_null(resolver_lookup(r, "one.test", on_result, &res));
         assert_int_equal(res.calls, 0);
@@ -536,7 +536,7 @@ static void test_resolv_conf_servers(void **state)
     test_resolv_conf = path;
 
     struct resolver *r = new_resolver(base, NULL, NULL, 0);
-    assert_int_equal(r->ndns, 1);
+    assert_int_equal(r->nns, 1);
     struct result res = {.base = base};
     assert_non_null(resolver_lookup(r, "one.test", on_result, &res));
     run_until(base, &res, 3000);
@@ -676,9 +676,9 @@ static void test_failover(void **state)
     char *err = NULL;
     struct resolver *r = resolver_new(base, &cfg, &err);
     assert_non_null(r);
-    assert_int_equal(r->ndns, 2);
-    for (size_t i = 0; i < r->ndns; i++)
-        assert_int_equal(evdns_base_set_option(r->dns[i], "timeout:", "0.2"), 0);
+    assert_int_equal(r->nns, 2);
+    for (size_t i = 0; i < r->nns; i++)
+        assert_int_equal(evdns_base_set_option(r->ns[i].dns, "timeout:", "0.2"), 0);
 
     struct result res = lookup_wait(base, r, "one.test");
     assert_int_equal(res.err, 0);
@@ -689,6 +689,14 @@ static void test_failover(void **state)
     assert_int_equal(res.err, 0);
     assert_int_equal(d[0].queries, 2); /* not asked again */
     assert_int_equal(d[1].queries, 4);
+    struct resolve_server_stats st[3];
+    assert_int_equal(resolver_server_stats(r, st, 3), 2);
+    assert_string_equal(st[0].addr, d[0].addr);
+    assert_string_equal(st[1].addr, d[1].addr);
+    assert_int_equal(st[0].timeouts, 2);
+    assert_int_equal(st[0].answers + st[0].failures, 0);
+    assert_int_equal(st[1].answers, 4);
+    assert_int_equal(st[1].timeouts + st[1].failures, 0);
 
     /* SERVFAIL from the one that answers: the other is asked too (evdns
      * reports a SERVFAIL as a timeout, at once). */
@@ -697,14 +705,18 @@ static void test_failover(void **state)
     assert_int_equal(res.err, RESOLVE_ERR_TIMEOUT);
     assert_int_equal(d[0].queries, 4);
     assert_int_equal(d[1].queries, 6);
+    assert_int_equal(resolver_server_stats(r, st, 1), 1); /* bounded by <cap> */
+    assert_int_equal(resolver_server_stats(r, st, 3), 2);
+    assert_int_equal(st[0].timeouts, 4);
+    assert_int_equal(st[1].timeouts, 2);
     resolver_free(r);
 
     /* Five silent servers: 4 tries per query in all. */
     cfg.nservers = 5;
     r = resolver_new(base, &cfg, &err);
     assert_non_null(r);
-    for (size_t i = 0; i < r->ndns; i++)
-        assert_int_equal(evdns_base_set_option(r->dns[i], "timeout:", "0.2"), 0);
+    for (size_t i = 0; i < r->nns; i++)
+        assert_int_equal(evdns_base_set_option(r->ns[i].dns, "timeout:", "0.2"), 0);
     int before = 0, after = 0;
     for (int i = 0; i < 5; i++) {
         before += d[i].queries;
@@ -823,7 +835,7 @@ static void test_cache_not_failures(void **state)
     struct fake_dns d;
     fake_start(&d, base, 1);
     struct resolver *r = new_resolver(base, d.addr, NULL, 0);
-    assert_int_equal(evdns_base_set_option(r->dns[0], "timeout:", "0.2"), 0);
+    assert_int_equal(evdns_base_set_option(r->ns[0].dns, "timeout:", "0.2"), 0);
 
     /* Timeouts are never cached. */
     struct result res = lookup_wait(base, r, "slow.test");
