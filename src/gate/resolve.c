@@ -1,18 +1,20 @@
 /* resolve: the gateway's own DNS over evdns (see resolve.h).
  *
- * A lookup is a struct resolve_req holding two queries (A and AAAA), or,
- * for static names, IP literals and failures known up front, one activated
- * event that answers on the next loop iteration.
+ * A lookup is a struct resolve_req holding two queries (A and AAAA) and an
+ * event, made up front, through which static names, IP literals, cached
+ * answers and failures known at once are answered from the event loop.
  *
  * Each server has an evdns base of its own, asked once per try (attempts:1),
  * so that this file, not evdns, chooses the server: evdns' own rotation
  * over several servers sent a lookup's retries back to a dead server and
  * failed lookups another server would have answered. Each try of a query
- * is a struct attempt: evdns always runs its callback exactly once (an
- * answer, an error, or DNS_ERR_CANCEL after evdns_cancel_request()), from a
- * deferred callback that may run after the query is gone; so an attempt is
- * freed only by its callback, and one whose query was cancelled or moved to
- * other servers (its q set to NULL) just stays silent until then.
+ * is a struct attempt: evdns runs its callback exactly once (an answer, an
+ * error, or DNS_ERR_CANCEL after evdns_cancel_request()), from a deferred
+ * callback that may run after the query is gone; so an attempt is freed
+ * only by its callback, and one whose query was cancelled or moved to other
+ * servers (its q set to NULL) just stays silent until then. (evdns skips
+ * the callback only when it cannot allocate the record that schedules it;
+ * that lookup then never ends, which this file does not guard against.)
  *
  * Answer cache: a hash table (chained) with an LRU list, at most
  * r->cache_max names. Only lookups that went to the servers and came back
@@ -47,6 +49,7 @@ enum { Q_A, Q_AAAA, NQ };
 #define CACHE_NEG_TTL_MS 5000   /* negative answers (NXDOMAIN, no data) */
 #define CACHE_BUCKETS    1024   /* power of two */
 #define TRY_TIMEOUT      "2"    /* seconds a server has to answer one try */
+#define RETIRED_MAX      16     /* replaced bases kept (retire_servers) */
 
 struct cache_entry {
     struct cache_entry *hnext;         /* bucket chain */
@@ -92,7 +95,7 @@ struct resolve_req {
     void *arg;
     bool cacheable;   /* went to the servers: store the answer */
     unsigned gen;     /* r->gen when it started */
-    struct event *ev; /* immediate answers */
+    struct event *ev; /* answers the lookup from the loop (finish_later); made up front */
     struct query q[NQ];
     char name[HOST_MAX + 1]; /* when cacheable */
 };
@@ -101,6 +104,8 @@ struct resolver {
     struct event_base *base;
     struct name_server *ns; /* the servers, in the configured order */
     size_t nns;
+    struct evdns_base *retired[RETIRED_MAX]; /* see retire_servers() */
+    size_t nretired;
     size_t preferred;           /* where lookups start: the last server that answered */
     struct dns_static *statics; /* owned copies */
     size_t nstatics;
@@ -338,6 +343,7 @@ static int set_options(struct evdns_base *dns)
     snprintf(inflight, sizeof(inflight), "%d", RESOLVE_MAX_INFLIGHT);
     if (evdns_base_set_option(dns, "timeout:", TRY_TIMEOUT) != 0 ||
         evdns_base_set_option(dns, "attempts:", "1") != 0 ||
+        evdns_base_set_option(dns, "initial-probe-timeout:", "3600") != 0 ||
         evdns_base_set_option(dns, "max-inflight:", inflight) != 0)
         return -1;
     return 0;
@@ -349,6 +355,32 @@ static void free_servers_ns(struct name_server *ns, size_t n)
         if (ns[i].dns != NULL)
             evdns_base_free(ns[i].dns, 0);
     free(ns);
+}
+
+/* Frees the bases of servers a reload replaced (<old>, <n>; the array is
+ * freed too). A base whose server last answered is freed at once. One whose
+ * server last timed out or failed may have evdns' probe of it (a question
+ * for google.com, at most hourly here) about to report to a callback that
+ * reads the server's record, which evdns_base_free() would leave dangling:
+ * such a base is kept until resolver_free() (evdns goes on probing its
+ * server, at most hourly), at most RETIRED_MAX of them (then the oldest
+ * goes). */
+static void retire_servers(struct resolver *r, struct name_server *old, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (old[i].dns == NULL || !old[i].st.down) {
+            if (old[i].dns != NULL)
+                evdns_base_free(old[i].dns, 0);
+            continue;
+        }
+        if (r->nretired == RETIRED_MAX) {
+            evdns_base_free(r->retired[0], 0);
+            memmove(r->retired, r->retired + 1, (RETIRED_MAX - 1) * sizeof(r->retired[0]));
+            r->nretired--;
+        }
+        r->retired[r->nretired++] = old[i].dns;
+    }
+    free(old);
 }
 
 /* "IP:PORT" or "[V6]:PORT" for <sa>, into <out>. */
@@ -529,29 +561,23 @@ static void finish(struct resolve_req *req)
             err = RESOLVE_ERR_FAILED;
     }
     req->cb(err, n > 0 ? out : NULL, n, req->arg);
+    event_free(req->ev);
     free(req);
 }
 
 static void on_immediate(evutil_socket_t fd, short what, void *arg)
 {
-    struct resolve_req *req = arg;
-
     (void)fd;
     (void)what;
-    event_free(req->ev);
-    req->ev = NULL;
-    finish(req);
+    finish(arg);
 }
 
-/* Answers <req> with what its queries hold on the next loop iteration.
- * Returns 0, or -1 when out of memory. */
-static int finish_later(struct resolver *r, struct resolve_req *req)
+/* Answers <req> with what its queries hold from the event loop, after the
+ * current callback (its event exists since resolver_lookup: this cannot
+ * fail). */
+static void finish_later(struct resolve_req *req)
 {
-    req->ev = event_new(r->base, -1, 0, on_immediate, req);
-    if (req->ev == NULL)
-        return -1;
     event_active(req->ev, EV_TIMEOUT, 1);
-    return 0;
 }
 
 static int map_err(int result)
@@ -601,15 +627,18 @@ static void count_result(struct resolve_server_stats *st, int result)
     case DNS_ERR_NOTEXIST:
     case DNS_ERR_NODATA:
         st->answers++;
+        st->down = false;
         break;
     case DNS_ERR_TIMEOUT:
         st->timeouts++;
+        st->down = true;
         break;
     case DNS_ERR_CANCEL:
     case DNS_ERR_SHUTDOWN:
         break;
     default:
         st->failures++;
+        st->down = true;
         break;
     }
 }
@@ -728,6 +757,10 @@ struct resolve_req *resolver_lookup(struct resolver *r, const char *name, resolv
 
     if (req == NULL)
         return NULL;
+    if ((req->ev = event_new(r->base, -1, 0, on_immediate, req)) == NULL) {
+        free(req);
+        return NULL;
+    }
     req->cb = cb;
     req->arg = arg;
     for (int i = 0; i < NQ; i++) {
@@ -759,11 +792,9 @@ struct resolve_req *resolver_lookup(struct resolver *r, const char *name, resolv
         req->gen = r->gen;
         memcpy(req->name, name, len + 1);
     }
-    /* Neither query started: answer on the next turn. */
-    if (!(ask && send_queries(r, req)) && finish_later(r, req) < 0) {
-        free(req);
-        return NULL;
-    }
+    /* Neither query started: answer from the loop. */
+    if (!(ask && send_queries(r, req)))
+        finish_later(req);
     req->r = r;
     req->next = r->live;
     if (r->live != NULL)
@@ -777,8 +808,7 @@ void resolve_cancel(struct resolve_req *req)
     if (req == NULL)
         return;
     unlink_req(req);
-    if (req->ev != NULL)
-        event_free(req->ev);
+    event_free(req->ev);
     for (int i = 0; i < NQ; i++)
         orphan(&req->q[i]);
     free(req);
@@ -820,13 +850,15 @@ int resolver_reload(struct resolver *r, const struct dns_cfg *cfg)
                     continue;
                 orphan(qq);
                 qq->tries = 0;
-                if (nns == 0 || send_query(r, q, qq, 0) < 0)
+                if (nns == 0)
                     qq->err = RESOLVE_ERR_NO_SERVERS;
+                else if (send_query(r, q, qq, 0) < 0)
+                    qq->err = RESOLVE_ERR_FAILED;
             }
-            if (!queries_running(q) && finish_later(r, q) < 0)
-                fprintf(stderr, "sluice: dns: out of memory: a lookup of %s never ends\n", q->name);
+            if (!queries_running(q))
+                finish_later(q);
         }
-        free_servers_ns(old, nold);
+        retire_servers(r, old, nold);
     }
     /* The servers (or what they say) may have changed: forget every answer,
      * and those still in flight are not stored when they come. */
@@ -856,6 +888,8 @@ void resolver_free(struct resolver *r)
     while (r->live != NULL)
         resolve_cancel(r->live); /* the callbacks of their tries only free those */
     free_servers_ns(r->ns, r->nns);
+    for (size_t i = 0; i < r->nretired; i++)
+        evdns_base_free(r->retired[i], 0);
     cache_clear(r);
     free_statics(r->statics, r->nstatics);
     free_servers(r->servers, r->nservers);

@@ -2,8 +2,8 @@
  *
  * The gateway resolves names itself and connects to the address it checked,
  * so there is no second lookup and no rebinding window. Names in the
- * policy's dns.static map are answered first, without a query (always on a
- * later loop iteration, never inside resolver_lookup()). Otherwise A and
+ * policy's dns.static map are answered first, without a query (always from
+ * the event loop, after resolver_lookup() has returned). Otherwise A and
  * AAAA are queried together (no search domains) against dns.servers, or
  * the servers in /etc/resolv.conf (at most POLICY_MAX_DNS_SERVERS); with
  * no server at all a lookup fails (RESOLVE_ERR_NO_SERVERS) instead of
@@ -19,8 +19,8 @@
  * Answers from the servers are cached per name (at most 4096 names, least
  * recently used evicted): addresses for min(their TTL, 300 s), "no such
  * name" (or no A/AAAA) for 5 s; timeouts, server failures and partial
- * answers are never cached. A cached answer is delivered on a later loop
- * iteration like a static one. The static map always wins and is never
+ * answers are never cached. A cached answer is delivered from the loop like
+ * a static one. The static map always wins and is never
  * cached; resolver_reload() empties the cache. Security: the gate checks
  * every address through the address guard on every request, cached or
  * not, and connects only to checked addresses, so the cache adds no
@@ -31,6 +31,7 @@
 #ifndef SLUICE_GATE_RESOLVE_H
 #define SLUICE_GATE_RESOLVE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -68,7 +69,7 @@ struct resolver *resolver_new(struct event_base *base, const struct dns_cfg *cfg
 
 /* Applies a reloaded policy's <cfg>: swaps the static map and, when the
  * server list changed, the servers: queries in flight are asked again of
- * the new ones (with none, their lookups fail on the next loop iteration).
+ * the new ones (with none, their lookups fail, from the event loop).
  * Returns 0, or -1 and keeps the old configuration. */
 int resolver_reload(struct resolver *r, const struct dns_cfg *cfg);
 
@@ -78,6 +79,7 @@ struct resolve_server_stats {
     uint64_t answers;  /* addresses, or no such name / no data */
     uint64_t timeouts; /* no answer in time, or SERVFAIL (evdns reports it so) */
     uint64_t failures; /* refused, not implemented, format error, truncated, malformed */
+    bool down;         /* its last result was a timeout or a failure */
 };
 
 /* Copies the counters of the current servers, in order, into <out> (room
@@ -86,10 +88,11 @@ struct resolve_server_stats {
 size_t resolver_server_stats(const struct resolver *r, struct resolve_server_stats *out,
                              size_t cap);
 
-/* Frees <r>. In-flight lookups are cancelled: their callbacks never run.
- * evdns reports each cancelled query on a later loop turn, which is when
- * its small request record is released; a process that frees the event
- * base right after may leak those few bytes. Accepts NULL. */
+/* Frees <r>. In-flight lookups are cancelled: their callbacks never run,
+ * and their handles are invalid afterwards. evdns reports each cancelled
+ * query on a later loop turn, which is when its small request record is
+ * released; a process that frees the event base right after may leak those
+ * few bytes. Accepts NULL. */
 void resolver_free(struct resolver *r);
 
 /* Starts resolving <name> (NUL-terminated, host_normalise()'s normal form;

@@ -695,6 +695,8 @@ static void test_failover(void **state)
     assert_string_equal(st[1].addr, d[1].addr);
     assert_int_equal(st[0].timeouts, 2);
     assert_int_equal(st[0].answers + st[0].failures, 0);
+    assert_true(st[0].down);
+    assert_false(st[1].down);
     assert_int_equal(st[1].answers, 4);
     assert_int_equal(st[1].timeouts + st[1].failures, 0);
 
@@ -731,6 +733,38 @@ static void test_failover(void **state)
     run(base, 50); /* the cancelled tries report */
     for (int i = 0; i < 5; i++)
         fake_stop(&d[i]);
+    event_base_free(base);
+}
+
+/* A reload that replaces a server frees its base when the server answered
+ * last; one that timed out last is kept (evdns' probe of it may be about to
+ * report into the base), RETIRED_MAX at most. */
+static void test_reload_retires_down_servers(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct fake_dns d1, d2;
+    fake_start(&d1, base, 1);
+    fake_start(&d2, base, 2);
+    struct resolver *r = new_resolver(base, d1.addr, NULL, 0);
+    char *s1[1] = {d1.addr}, *s2[1] = {d2.addr};
+    struct dns_cfg c1 = {.servers = s1, .nservers = 1}, c2 = {.servers = s2, .nservers = 1};
+
+    struct result res = lookup_wait(base, r, "one.test");
+    assert_int_equal(res.err, 0);
+    assert_false(r->ns[0].st.down);
+    assert_int_equal(resolver_reload(r, &c2), 0);
+    assert_int_equal(r->nretired, 0);
+    for (size_t i = 0; i < RETIRED_MAX + 3; i++) {
+        r->ns[0].st.down = true; /* as after a timeout */
+        assert_int_equal(resolver_reload(r, i % 2 == 0 ? &c1 : &c2), 0);
+        assert_int_equal(r->nretired, i + 1 < RETIRED_MAX ? i + 1 : RETIRED_MAX);
+    }
+    res = lookup_wait(base, r, "one.test");
+    assert_int_equal(res.err, 0);
+    resolver_free(r);
+    fake_stop(&d1);
+    fake_stop(&d2);
     event_base_free(base);
 }
 
@@ -975,6 +1009,7 @@ int main(void)
         cmocka_unit_test(test_bad_server),
         cmocka_unit_test(test_reload),
         cmocka_unit_test(test_failover),
+        cmocka_unit_test(test_reload_retires_down_servers),
         cmocka_unit_test(test_cache_positive),
         cmocka_unit_test(test_cache_negative),
         cmocka_unit_test(test_cache_not_failures),
