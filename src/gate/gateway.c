@@ -485,6 +485,14 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 
 /* --- life cycle ------------------------------------------------------------ */
 
+/* libevent's own warnings and errors, in the gateway's format (its debug
+ * messages are off). */
+static void libevent_log(int severity, const char *msg)
+{
+    if (severity >= EVENT_LOG_WARN)
+        fprintf(stderr, "sluice: libevent: %s\n", msg);
+}
+
 /* The gauges /metrics shows (watch/metrics.h), read at each scrape. */
 static void gateway_gauges(void *arg, struct metrics_gauges *g)
 {
@@ -519,6 +527,7 @@ struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *pol
     gw->cfg = *cfg;
     bus_init(&gw->bus);
     alert_bus_init(&gw->alerts);
+    event_set_log_callback(libevent_log);
     gw->base = event_base_new();
     if (gw->base == NULL) {
         snprintf(err, errlen, "cannot create the event loop");

@@ -44,8 +44,14 @@ static void on_request(struct evhttp_request *req, void *arg)
         else
             evhttp_send_error(req, 500, NULL);
     } else if (plen == 8 && memcmp(uri, "/healthz", 8) == 0) {
-        evbuffer_add_printf(body, "ok\n");
-        reply(req, 200, "OK", "text/plain", body);
+        char why[256];
+        if (metrics_health(a->m, why, sizeof(why))) {
+            evbuffer_add_printf(body, "ok\n");
+            reply(req, 200, "OK", "text/plain", body);
+        } else {
+            evbuffer_add_printf(body, "unhealthy: %s\n", why);
+            reply(req, 503, "Service Unavailable", "text/plain", body);
+        }
     } else {
         evbuffer_add_printf(body, "not found: try /metrics or /healthz\n");
         reply(req, 404, "Not Found", "text/plain", body);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -32,9 +33,10 @@ struct log_jsonl {
     char *path; /* NULL for standard output */
     int fd;
     bool is_sock;  /* write with send(MSG_DONTWAIT) */
-    bool pollable; /* not a regular file: EV_WRITE works on it */
+    bool pollable; /* epoll takes it (a pipe, socket or terminal): EV_WRITE works */
     bool broken;   /* the reader is gone (EPIPE): drop from now on */
     bool reported;
+    int write_errno; /* the last write's error while it lasts, else 0 */
     struct evbuffer *pending;
     size_t pending_lines; /* complete lines in <pending> */
     size_t pending_max;
@@ -372,6 +374,7 @@ static int drain(struct log_jsonl *l)
             if (errno == EAGAIN || errno == EWOULDBLOCK)
                 return 1;
             int e = errno;
+            l->write_errno = e;
             report(l, "write failed", e);
             if (e == EPIPE || e == EBADF || e == ECONNRESET) {
                 l->broken = true;
@@ -388,6 +391,7 @@ static int drain(struct log_jsonl *l)
         l->pending_lines -= done < l->pending_lines ? done : l->pending_lines;
         evbuffer_drain(l->pending, (size_t)w);
         l->reported = false;
+        l->write_errno = 0;
     }
     return 0;
 }
@@ -430,15 +434,25 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
         schedule(l, drain(l));
 }
 
+/* True when epoll can watch <fd>. Regular files, and character devices
+ * such as /dev/full, are refused (EPERM): their retries go through a plain
+ * timer instead. The kernel is asked, with a throwaway epoll instance. */
+static bool epoll_takes(int fd)
+{
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event e = {.events = EPOLLOUT};
+    bool ok = ep >= 0 && epoll_ctl(ep, EPOLL_CTL_ADD, fd, &e) == 0;
+    if (ep >= 0)
+        close(ep);
+    return ok;
+}
+
 static int make_event(struct log_jsonl *l)
 {
     if (l->wev != NULL)
         event_free(l->wev);
     l->wev = NULL;
-    /* Regular files are always writable and epoll refuses them: their
-     * retries go through a plain timer instead. */
-    struct stat st;
-    l->pollable = fstat(l->fd, &st) == 0 && !S_ISREG(st.st_mode);
+    l->pollable = epoll_takes(l->fd);
     l->wev =
         event_new(l->base, l->pollable ? l->fd : -1, l->pollable ? EV_WRITE : 0, on_writable, l);
     return l->wev != NULL ? 0 : -1;
@@ -681,6 +695,7 @@ int log_jsonl_reopen(struct log_jsonl *l)
     l->fd = fd;
     l->broken = false;
     l->reported = false;
+    l->write_errno = 0;
     if (make_event(l) < 0) {
         fprintf(stderr, "sluice: log %s: out of memory\n", l->path);
         return -1;
@@ -692,6 +707,18 @@ int log_jsonl_reopen(struct log_jsonl *l)
 uint64_t log_jsonl_dropped(const struct log_jsonl *l)
 {
     return l->dropped;
+}
+
+size_t log_jsonl_pending_bytes(const struct log_jsonl *l)
+{
+    return evbuffer_get_length(l->pending);
+}
+
+const char *log_jsonl_error(const struct log_jsonl *l)
+{
+    if (l->broken)
+        return "its reader is gone";
+    return l->write_errno != 0 ? strerror(l->write_errno) : NULL;
 }
 
 void log_jsonl_set_pending_max(struct log_jsonl *l, size_t max)

@@ -72,6 +72,14 @@ int log_jsonl_reopen(struct log_jsonl *l);
 /* Lines dropped so far (pending buffer full, or the reader gone). */
 uint64_t log_jsonl_dropped(const struct log_jsonl *l);
 
+/* Bytes waiting to be written. */
+size_t log_jsonl_pending_bytes(const struct log_jsonl *l);
+
+/* Why the log cannot be written now (the last write's error, such as "No
+ * space left on device", until a write succeeds; or "its reader is gone"),
+ * or NULL when it can. The text is static (strerror's). */
+const char *log_jsonl_error(const struct log_jsonl *l);
+
 /* Sets the pending cap (tests); 0 restores LOG_JSONL_PENDING_MAX. */
 void log_jsonl_set_pending_max(struct log_jsonl *l, size_t max);
 

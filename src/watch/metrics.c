@@ -228,6 +228,20 @@ static void agent_bytes(struct evbuffer *o, const char *name, const struct agent
     evbuffer_add_printf(o, "} %" PRIu64 "\n", v);
 }
 
+bool metrics_health(struct metrics *m, char *why, size_t cap)
+{
+    struct metrics_gauges g = {0};
+    if (m->gauges != NULL)
+        m->gauges(m->garg, &g);
+    for (size_t i = 0; i < g.nlogs; i++) {
+        if (g.logs[i].error != NULL) {
+            snprintf(why, cap, "%s log: %s", g.logs[i].name, g.logs[i].error);
+            return false;
+        }
+    }
+    return true;
+}
+
 int metrics_format(struct metrics *m, struct evbuffer *o)
 {
     struct metrics_gauges g = {0};
@@ -278,6 +292,21 @@ int metrics_format(struct metrics *m, struct evbuffer *o)
             evbuffer_add_printf(o, ",result=\"%s\"} %" PRIu64 "\n", results[k].name, results[k].v);
         }
     }
+
+    head(o, "sluice_log_writable", "gauge",
+         "1 while a log can be written, 0 while its writes fail (lines then wait in memory).");
+    for (size_t i = 0; i < g.nlogs; i++)
+        evbuffer_add_printf(o, "sluice_log_writable{log=\"%s\"} %d\n", g.logs[i].name,
+                            g.logs[i].error == NULL);
+    head(o, "sluice_log_pending_bytes", "gauge", "Bytes waiting to be written to a log.");
+    for (size_t i = 0; i < g.nlogs; i++)
+        evbuffer_add_printf(o, "sluice_log_pending_bytes{log=\"%s\"} %" PRIu64 "\n", g.logs[i].name,
+                            g.logs[i].pending);
+    head(o, "sluice_log_dropped_lines_total", "counter",
+         "Lines a log dropped (its pending bytes over their cap, or its reader gone).");
+    for (size_t i = 0; i < g.nlogs; i++)
+        evbuffer_add_printf(o, "sluice_log_dropped_lines_total{log=\"%s\"} %" PRIu64 "\n",
+                            g.logs[i].name, g.logs[i].dropped);
 
     head(o, "sluice_grants_expiring", "gauge", "Grants expiring within the warn window.");
     evbuffer_add_printf(o, "sluice_grants_expiring %" PRId64 "\n", m->expiring);

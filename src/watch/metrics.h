@@ -12,6 +12,10 @@
  *   sluice_webhook_queue{sink}                            gauge
  *   sluice_dns_responses_total{server,result}             counter
  *     (result: answer, timeout (SERVFAIL included), failure)
+ *   sluice_log_writable{log}, sluice_log_pending_bytes{log}  gauges
+ *   sluice_log_dropped_lines_total{log}                   counter
+ *     (log: decisions, and alerts when they have a file of their own)
+ * metrics_health() tells /healthz whether every log can be written.
  * tier is "0".."3" or "none"; reason is "none" for an allowed request.
  *
  * The admin server (admin_new) serves GET /metrics and GET /healthz with
@@ -22,6 +26,8 @@
 #ifndef SLUICE_WATCH_METRICS_H
 #define SLUICE_WATCH_METRICS_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "policy/model.h"
@@ -41,12 +47,22 @@ struct metrics_dns_server {
     uint64_t answers, timeouts, failures;
 };
 
+/* One log file the gateway writes. */
+struct metrics_log {
+    const char *name;  /* "decisions", "alerts" */
+    const char *error; /* why it cannot be written now, or NULL */
+    uint64_t dropped;  /* lines dropped */
+    uint64_t pending;  /* bytes waiting */
+};
+
 /* Values the gateway knows, read at each scrape. */
 struct metrics_gauges {
     uint64_t open_connections, open_tunnels;
     uint64_t reloads, reload_failures;
     struct metrics_dns_server dns[METRICS_DNS_SERVERS];
     size_t ndns;
+    struct metrics_log logs[2];
+    size_t nlogs;
 };
 typedef void (*metrics_gauges_fn)(void *arg, struct metrics_gauges *g);
 /* Extra lines a scrape appends (the watch module's sink queues). */
@@ -64,6 +80,9 @@ void metrics_set_alert_total(struct metrics *m, enum alert_kind k, uint64_t v);
 uint64_t metrics_alert_total(const struct metrics *m, enum alert_kind k);
 /* Appends the exposition to <out>. Returns 0, or -1 when out of memory. */
 int metrics_format(struct metrics *m, struct evbuffer *out);
+/* True when every log can be written; else false, with the first that
+ * cannot and why in <why> ("decisions log: No space left on device"). */
+bool metrics_health(struct metrics *m, char *why, size_t cap);
 
 struct admin;
 /* Serves <m> on <addr>. Returns NULL with a message in <err>. */

@@ -26,6 +26,7 @@ struct watch {
     struct detectors *det;
     struct metrics *metrics;
     struct admin *admin;
+    struct log_jsonl *log;  /* the decision log (borrowed) */
     struct log_jsonl *file; /* the alerts writer */
     bool own_file;
     struct exec_runner *exec;
@@ -224,11 +225,24 @@ static void extra_metrics(void *arg, struct evbuffer *o)
     }
 }
 
+static void log_gauges(struct metrics_log *m, const char *name, const struct log_jsonl *l)
+{
+    m->name = name;
+    m->error = log_jsonl_error(l);
+    m->dropped = log_jsonl_dropped(l);
+    m->pending = log_jsonl_pending_bytes(l);
+}
+
 static void gauges(void *arg, struct metrics_gauges *g)
 {
     struct watch *w = arg;
     if (w->gauges != NULL)
         w->gauges(w->gauges_arg, g);
+    g->nlogs = 0;
+    if (w->log != NULL)
+        log_gauges(&g->logs[g->nlogs++], "decisions", w->log);
+    if (w->own_file && w->file != NULL)
+        log_gauges(&g->logs[g->nlogs++], "alerts", w->file);
 }
 
 void watch_set_gauges(struct watch *w, metrics_gauges_fn fn, void *arg)
@@ -266,6 +280,7 @@ struct watch *watch_new(struct event_base *base, struct bus *bus, struct alert_b
     }
     w->base = base;
     w->alerts = alerts;
+    w->log = log;
     if (cfg->state_dir != NULL) {
         char *e = NULL, *warn = NULL;
         w->store = store_open(cfg->state_dir, &e, &warn);

@@ -3,6 +3,7 @@ promtool, /healthz), driven through a real `sluice serve`. Loopback only."""
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -416,3 +417,42 @@ def test_metrics_dns_servers(gateway, net, tmp_path):
     for (server, result), v in want.items():
         name = 'sluice_dns_responses_total{server="%s",result="%s"}' % (server, result)
         assert _metric_value(text, name) == v, (name, text)
+
+
+def test_a_log_that_cannot_be_written(gateway, net, tmp_path):
+    # /dev/full refuses every write (ENOSPC): requests still flow, their lines
+    # wait in memory, /healthz says why it is unhealthy and /metrics shows
+    # it; the error is told once, and what was never written at exit
+    admin = free_tcp_port()
+    gw = gateway(net.policy(rules(net, tier=1)), args=["--log", "/dev/full", "--admin", str(admin)])
+    for _ in range(3):
+        assert request(gw, "GET", net.url("/full")).status == 200
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen("http://127.0.0.1:%d/healthz" % admin, timeout=5)
+    assert e.value.code == 503
+    assert e.value.read() == b"unhealthy: decisions log: No space left on device\n"
+    text = _metrics(admin)
+    r = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert _metric_value(text, 'sluice_log_writable{log="decisions"}') == 0
+    assert _metric_value(text, 'sluice_log_pending_bytes{log="decisions"}') > 0
+    assert _metric_value(text, 'sluice_log_dropped_lines_total{log="decisions"}') == 0
+    gw.stop()
+    err = gw.stderr()
+    assert err.count("sluice: log /dev/full: write failed: No space left on device") == 1, err
+    assert re.search(r"sluice: log /dev/full: 6 line\(s\) \(\d+ bytes\) not written at exit",
+                     err), err
+    assert "[warn]" not in err, err
+
+
+def test_healthz_ok_while_logs_are_written(gateway, net, tmp_path):
+    admin = free_tcp_port()
+    gw = gateway(net.policy(rules(net, tier=1)), args=["--admin", str(admin)])
+    assert request(gw, "GET", net.url("/ok")).status == 200
+    gw.wait_events("agent_egress_end")
+    assert urllib.request.urlopen("http://127.0.0.1:%d/healthz" % admin, timeout=5).read() == \
+        b"ok\n"
+    text = _metrics(admin)
+    assert _metric_value(text, 'sluice_log_writable{log="decisions"}') == 1
+    assert _metric_value(text, 'sluice_log_pending_bytes{log="decisions"}') == 0

@@ -20,7 +20,7 @@
 #include <event2/event.h>
 #include <jansson.h>
 
-#include "watch/log_jsonl.h"
+#include "watch/log_jsonl.c" /* the unit under test, internals included */
 
 static struct timespec spec_ts(int sec, long ms)
 {
@@ -528,6 +528,40 @@ static void test_reader_gone(void **state)
     event_base_free(base);
 }
 
+/* A device that refuses every write (ENOSPC): lines wait, the error is
+ * told, its retries go through a timer (epoll refuses /dev/full), and a
+ * log that is not failing tells nothing. */
+static void test_disk_full(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char *err = NULL;
+    struct log_jsonl *l = log_jsonl_open(base, "/dev/full", &err);
+    assert_non_null(l);
+    assert_false(l->pollable);
+    assert_null(log_jsonl_error(l));
+    struct egress_event ev = spec_egress();
+    log_jsonl_on_event(&ev, l);
+    log_jsonl_on_event(&ev, l);
+    assert_string_equal(log_jsonl_error(l), strerror(ENOSPC));
+    assert_int_equal(log_jsonl_pending_bytes(l), 2 * strlen(spec_line1));
+    assert_int_equal(log_jsonl_dropped(l), 0);
+    /* a timer retries (no EV_WRITE on a descriptor epoll refuses) */
+    assert_true(event_pending(l->wev, EV_TIMEOUT, NULL));
+    assert_false(event_pending(l->wev, EV_WRITE, NULL));
+    log_jsonl_close(l);
+
+    int rd;
+    l = open_on_pipe(base, &rd);
+    assert_true(l->pollable);
+    log_jsonl_on_event(&ev, l);
+    assert_null(log_jsonl_error(l));
+    assert_int_equal(log_jsonl_pending_bytes(l), 0);
+    log_jsonl_close(l);
+    close(rd);
+    event_base_free(base);
+}
+
 static void test_unwritten_at_close(void **state)
 {
     (void)state;
@@ -558,6 +592,7 @@ int main(void)
         cmocka_unit_test(test_pipe_never_blocks),
         cmocka_unit_test(test_pending_cap_and_flush),
         cmocka_unit_test(test_reader_gone),
+        cmocka_unit_test(test_disk_full),
         cmocka_unit_test(test_unwritten_at_close),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
