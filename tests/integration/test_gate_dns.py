@@ -82,6 +82,27 @@ class World:
     def get(self, name, port=80):
         return request(self.gw, "GET", "http://%s:%d/" % (name, port))
 
+    def start_gets(self, names):
+        """GETs each of <names> at once, each from a thread of its own.
+        Returns wait(timeout): it waits for them all and returns {name:
+        its Response, or the OSError it raised}."""
+        results = {}
+
+        def one(name):
+            try:
+                results[name] = self.get(name)
+            except OSError as e:
+                results[name] = e
+        threads = [threading.Thread(target=one, args=(n,)) for n in names]
+        for t in threads:
+            t.start()
+
+        def wait(timeout=30):
+            for t in threads:
+                t.join(timeout)
+            return results
+        return wait
+
 
 @pytest.fixture
 def world(gateway, net, tmp_path):
@@ -223,24 +244,13 @@ def test_nxdomain(world):
 
 def test_spoofed_and_malformed_answers_are_not_believed(world):
     # Every answer here carries or aims at the allowed address, so believing
-    # one would show as a 200. The gateway must instead wait its own timeout
-    # (2 s, 2 attempts) and deny; the lookups run at once, to keep this short.
+    # one would show as a 200. The gateway must instead wait out its own
+    # tries (2 of 2 s) and deny; the lookups run at once, to keep this short.
     modes = ["wrong_id", "wrong_name", "other_addr", "garbage", "ptr_loop",
              "overcount", "short_rdata", "long_rdata", "drop"]
     script = {"%s.test" % m.replace("_", "-"): {"A": [ALLOWED], "mode": m} for m in modes}
     w = world(script)
-    results = {}
-
-    def one(name):
-        try:
-            results[name] = w.get(name)
-        except OSError as e:
-            results[name] = e
-    threads = [threading.Thread(target=one, args=(n,)) for n in script]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
+    results = w.start_gets(list(script))()
     believed = [n for n in script if getattr(results.get(n), "status", None) == 200]
     assert believed == [], "answers believed: %r" % believed
     for name in script:
@@ -324,22 +334,12 @@ def test_reload_moves_lookups_in_flight_to_the_new_servers(world):
     # reloaded policy names, and answered by them
     w = world({"moved%d.test" % i: {"A": [ALLOWED]} for i in range(6)},
               servers=[SILENT_SERVER])
-    results = {}
-
-    def one(name):
-        try:
-            results[name] = w.get(name)
-        except OSError as e:
-            results[name] = e
-    threads = [threading.Thread(target=one, args=("moved%d.test" % i,)) for i in range(6)]
-    for t in threads:
-        t.start()
+    wait = w.start_gets(["moved%d.test" % i for i in range(6)])
     poll(lambda: sum(1 for e in w.events() if e["event"] == "unanswered") >= 12, timeout=5,
          what="12 questions at the silent server")
     assert w.gw.events("agent_egress") == []
     w.set_servers(["127.0.0.1:53"])
-    for t in threads:
-        t.join(20)
+    results = wait(20)
     for i in range(6):
         assert_reached(results.get("moved%d.test" % i), ALLOWED + ":80")
     assert all(q["name"].startswith("moved") for q in w.events() if q["event"] == "query")
