@@ -14,7 +14,7 @@
  * only by its callback, and one whose query was cancelled or moved to other
  * servers (its q set to NULL) just stays silent until then. (evdns skips
  * the callback only when it cannot allocate the record that schedules it;
- * that lookup then never ends, which this file does not guard against.)
+ * see on_immediate().)
  *
  * Answer cache: a hash table (chained) with an LRU list, at most
  * r->cache_max names. Only lookups that went to the servers and came back
@@ -44,12 +44,13 @@
 
 enum { Q_A, Q_AAAA, NQ };
 
-#define CACHE_MAX        4096   /* names */
-#define CACHE_TTL_MAX_MS 300000 /* positive answers: at most 300 s */
-#define CACHE_NEG_TTL_MS 5000   /* negative answers (NXDOMAIN, no data) */
-#define CACHE_BUCKETS    1024   /* power of two */
-#define TRY_TIMEOUT      "2"    /* seconds a server has to answer one try */
-#define RETIRED_MAX      16     /* replaced bases kept (retire_servers) */
+#define CACHE_MAX         4096   /* names */
+#define CACHE_TTL_MAX_MS  300000 /* positive answers: at most 300 s */
+#define CACHE_NEG_TTL_MS  5000   /* negative answers (NXDOMAIN, no data) */
+#define CACHE_BUCKETS     1024   /* power of two */
+#define TRY_TIMEOUT_MS    2000   /* a server has this long to answer one try */
+#define DEADLINE_SLACK_MS 1000   /* past the last try's end: see arm_deadline() */
+#define RETIRED_MAX       16     /* replaced bases kept (retire_servers) */
 
 struct cache_entry {
     struct cache_entry *hnext;         /* bucket chain */
@@ -117,6 +118,7 @@ struct resolver {
     size_t ncache;
     size_t cache_max;    /* CACHE_MAX; tests lower it */
     uint64_t neg_ttl_ms; /* CACHE_NEG_TTL_MS; tests lower it */
+    uint64_t try_ms;     /* TRY_TIMEOUT_MS; what a lookup's deadline counts (tests lower it) */
     unsigned gen;        /* bumped by every reload */
 };
 
@@ -338,10 +340,11 @@ static int check_servers(const struct dns_cfg *cfg, char **err)
  * attempt per try: the retries are ours (on_answer). */
 static int set_options(struct evdns_base *dns)
 {
-    char inflight[16];
+    char inflight[16], timeout[16];
 
     snprintf(inflight, sizeof(inflight), "%d", RESOLVE_MAX_INFLIGHT);
-    if (evdns_base_set_option(dns, "timeout:", TRY_TIMEOUT) != 0 ||
+    snprintf(timeout, sizeof(timeout), "%d.%03d", TRY_TIMEOUT_MS / 1000, TRY_TIMEOUT_MS % 1000);
+    if (evdns_base_set_option(dns, "timeout:", timeout) != 0 ||
         evdns_base_set_option(dns, "attempts:", "1") != 0 ||
         evdns_base_set_option(dns, "initial-probe-timeout:", "3600") != 0 ||
         evdns_base_set_option(dns, "max-inflight:", inflight) != 0)
@@ -496,6 +499,7 @@ struct resolver *resolver_new(struct event_base *base, const struct dns_cfg *cfg
     r->base = base;
     r->cache_max = CACHE_MAX;
     r->neg_ttl_ms = CACHE_NEG_TTL_MS;
+    r->try_ms = TRY_TIMEOUT_MS;
     if (check_servers(cfg, err) < 0)
         goto fail;
     if (copy_cfg(cfg, &r->statics, &r->servers) < 0)
@@ -565,11 +569,48 @@ static void finish(struct resolve_req *req)
     free(req);
 }
 
+/* Tries per query: each server once, at least twice, at most 4 times. */
+static unsigned max_tries(const struct resolver *r)
+{
+    return r->nns < 2 ? 2 : r->nns > 4 ? 4 : (unsigned)r->nns;
+}
+
+static void orphan(struct query *q);
+static void count_result(struct resolve_server_stats *st, int result);
+
+/* The lookup's event: an answer known at once (activated), or its deadline
+ * (a timer). evdns' own timer ends every try before the deadline, unless
+ * the try still waits in evdns' queue (RESOLVE_MAX_INFLIGHT queries out to
+ * its server): such a try is cancelled here, counted as a timeout, and its
+ * server taken as down. (Should evdns have lost a try's callback for want
+ * of memory, its handle is gone too, and libevent gives no way to tell.) */
 static void on_immediate(evutil_socket_t fd, short what, void *arg)
 {
+    struct resolve_req *req = arg;
+
     (void)fd;
     (void)what;
-    finish(arg);
+    /* The AAAA query first: should it wait in evdns' queue, cancelling the
+     * A query first would send it, to be cancelled at once. */
+    for (int i = NQ - 1; i >= 0; i--) {
+        struct query *q = &req->q[i];
+        if (q->att != NULL) {
+            count_result(&req->r->ns[q->att->server].st, DNS_ERR_TIMEOUT);
+            orphan(q);
+            q->err = RESOLVE_ERR_TIMEOUT;
+        }
+    }
+    finish(req);
+}
+
+/* Every lookup that asks the servers ends by its deadline: all its tries,
+ * one after the other, plus DEADLINE_SLACK_MS ("timeouts on every wait",
+ * even should evdns never call back). */
+static void arm_deadline(struct resolver *r, struct resolve_req *req)
+{
+    uint64_t ms = (uint64_t)max_tries(r) * r->try_ms + DEADLINE_SLACK_MS;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    event_add(req->ev, &tv);
 }
 
 /* Answers <req> with what its queries hold from the event loop, after the
@@ -610,12 +651,6 @@ static bool worth_another_server(int result)
     default:
         return false;
     }
-}
-
-/* Tries per query: each server once, at least twice, at most 4 times. */
-static unsigned max_tries(const struct resolver *r)
-{
-    return r->nns < 2 ? 2 : r->nns > 4 ? 4 : (unsigned)r->nns;
 }
 
 static void on_answer(int result, char type, int count, int ttl, void *addresses, void *arg);
@@ -746,7 +781,10 @@ static bool send_queries(struct resolver *r, struct resolve_req *req)
         if (send_query(r, req, q, r->preferred) < 0)
             q->err = RESOLVE_ERR_FAILED;
     }
-    return queries_running(req);
+    if (!queries_running(req))
+        return false;
+    arm_deadline(r, req);
+    return true;
 }
 
 struct resolve_req *resolver_lookup(struct resolver *r, const char *name, resolve_cb cb, void *arg)
@@ -857,6 +895,8 @@ int resolver_reload(struct resolver *r, const struct dns_cfg *cfg)
             }
             if (!queries_running(q))
                 finish_later(q);
+            else
+                arm_deadline(r, q); /* the tries start again */
         }
         retire_servers(r, old, nold);
     }

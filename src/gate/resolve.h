@@ -11,7 +11,8 @@
  * answered last, and a query that gets no answer within 2 s, a server
  * failure (which evdns reports as a timeout), a refusal, or a truncated or
  * malformed answer is asked of the next server; each server once, at least
- * 2 tries and at most 4 in all (so a lone server is asked twice). Up to
+ * 2 tries and at most 4 in all (so a lone server is asked twice), and the
+ * lookup ends by a deadline of its own (its tries plus 1 s). Up to
  * RESOLVE_MAX_INFLIGHT queries per server are in flight at once, so names
  * whose server stalls hold up no other lookup. Nothing here blocks (no
  * getaddrinfo).

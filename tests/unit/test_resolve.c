@@ -768,6 +768,41 @@ static void test_reload_retires_down_servers(void **state)
     event_base_free(base);
 }
 
+/* A lookup ends by its deadline even when evdns has not ended its tries:
+ * here evdns' own timer is set past the deadline, and it holds one query at
+ * a time, so the AAAA query waits in its queue. Both are cancelled (the
+ * queued one is never sent later), counted as timeouts, and the server
+ * taken as down. */
+static void test_deadline(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct fake_dns d;
+    fake_start(&d, base, 1);
+    d.mute = true;
+    struct resolver *r = new_resolver(base, d.addr, NULL, 0);
+    assert_int_equal(evdns_base_set_option(r->ns[0].dns, "timeout:", "1.5"), 0);
+    assert_int_equal(evdns_base_set_option(r->ns[0].dns, "max-inflight:", "1"), 0);
+    r->try_ms = 100; /* the deadline: 2 tries x 100 ms + 1 s */
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    struct result res = lookup_wait(base, r, "one.test");
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    long ms = (b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000;
+    assert_int_equal(res.err, RESOLVE_ERR_TIMEOUT);
+    assert_true(ms >= 1100);        /* not before the deadline */
+    assert_int_equal(d.queries, 1); /* the A query; the AAAA one still queued */
+    struct resolve_server_stats st;
+    assert_int_equal(resolver_server_stats(r, &st, 1), 1);
+    assert_int_equal(st.timeouts, 2);
+    assert_true(st.down);
+    run(base, 2000); /* past evdns' own timer: nothing more is sent */
+    assert_int_equal(d.queries, 1);
+    resolver_free(r);
+    fake_stop(&d);
+    event_base_free(base);
+}
+
 static void test_cache_positive(void **state)
 {
     (void)state;
@@ -1010,6 +1045,7 @@ int main(void)
         cmocka_unit_test(test_reload),
         cmocka_unit_test(test_failover),
         cmocka_unit_test(test_reload_retires_down_servers),
+        cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_cache_positive),
         cmocka_unit_test(test_cache_negative),
         cmocka_unit_test(test_cache_not_failures),
