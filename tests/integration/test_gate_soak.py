@@ -2,7 +2,8 @@
 attackers do (allowed and denied requests, keep-alive, bodies cut short,
 malformed chunked framing, oversized heads, garbage, CONNECT with a right,
 a wrong or no SNI, server-speaks-first tunnels, resets mid-response) while
-the policy is reloaded, good and broken, several times a second.
+the policy is reloaded, good and broken, several times a second, its DNS
+servers swapped while lookups (answered and not) are in flight.
 
 What must hold afterwards: the gateway still answers; every decided
 request has exactly one agent_egress_end; every log line is whole JSON with
@@ -31,7 +32,10 @@ RELOAD_EVERY = 0.25
 
 def soak_policy(net, variant):
     """Rules for every upstream; <variant> moves tiers and methods so that
-    consecutive reloads really differ."""
+    consecutive reloads really differ, and swaps the DNS server list (the
+    loopback name server once or twice) so that lookups in flight move to
+    new servers."""
+    dns = net.vars["dns_server"]
     return net.policy(
         [api_rule(net, methods=["GET", "HEAD", "POST"], tier=variant % 2),
          {"host": "tls.example.test", "ports": [net.tls.port], "tier": 1},
@@ -39,7 +43,10 @@ def soak_policy(net, variant):
          {"host": "other.example.test", "ports": [net.other.port], "methods": ["POST", "PUT"],
           "tier": 3, "owner": "alice", "expires": "2099-01-01"},
          {"host": "dead.example.test", "ports": [net.dead_port], "tier": 3, "owner": "bob",
-          "expires": "2020-01-01"}],
+          "expires": "2020-01-01"},
+         {"host": "dyn.example.test", "ports": [net.api.port], "tier": 0},
+         {"host": "nx.example.test", "ports": [80], "tier": 0}],
+        dns_servers=[dns] * (1 + variant % 2),
         limits={"idle_timeout": "2s", "header_bytes": "16KiB",
                 "max_connections_per_agent": 64},
         alerts={"first_contact": True, "write_burst": {"max": 20, "per": "1m"},
@@ -84,6 +91,8 @@ class Client:
                                        ("nowhere.example.test", net.api.port),
                                        ("other.example.test", net.other.port),
                                        ("dead.example.test", net.dead_port),
+                                       ("dyn.example.test", net.api.port),
+                                       ("nx.example.test", 80),
                                        ("127.0.0.2", net.api.port)])
                 path = r.choice(["/", "/large?n=200000", "/chunked?n=70000", "/slow?ms=30"])
                 s.sendall(("GET http://%s:%d%s HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
@@ -298,8 +307,10 @@ def test_soak_under_reloads_then_quiet(gateway, net):
     assert decisions == {"allow", "deny"}, decisions
     # the load reached the paths it is meant to, not only one of them
     for r in ("not_in_policy", "port_not_allowed", "method_not_allowed", "grant_expired",
-              "sni_mismatch", "ip_literal", "bad_request"):
+              "sni_mismatch", "ip_literal", "bad_request", "dns_failure"):
         assert r in reasons, (r, sorted(x for x in reasons if x))
+    assert any(e["host"] == "dyn.example.test" and e["ip"] == "127.0.0.2" for e in egress), \
+        "no name answered by the DNS server was allowed"
     print("soak: %d reloads, %d client actions %r, %d decisions"
           % (reloads, sum(counts.values()), counts, len(egress)))
 
