@@ -16,14 +16,15 @@
  * the callback only when it cannot allocate the record that schedules it;
  * see on_immediate().)
  *
- * Answer cache: a hash table (chained) with an LRU list, at most
- * r->cache_max names. Only lookups that went to the servers and came back
+ * Answer cache (dns_cache.c): at most CACHE_MAX names. Only lookups that
+ * went to the servers and came back
  * complete are stored: both queries answered with addresses or with "no
  * such name / no data" (never a timeout, a server failure, a cancellation,
  * or a partial answer); positive for min(answer TTL, 300 s), negative for
  * r->neg_ttl_ms. A lookup started before a reload is not stored after it
  * (r->gen). */
 #include "gate/resolve.h"
+#include "gate/dns_cache.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -47,19 +48,9 @@ enum { Q_A, Q_AAAA, NQ };
 #define CACHE_MAX         4096   /* names */
 #define CACHE_TTL_MAX_MS  300000 /* positive answers: at most 300 s */
 #define CACHE_NEG_TTL_MS  5000   /* negative answers (NXDOMAIN, no data) */
-#define CACHE_BUCKETS     1024   /* power of two */
 #define TRY_TIMEOUT_MS    2000   /* a server has this long to answer one try */
 #define DEADLINE_SLACK_MS 1000   /* past the last try's end: see arm_deadline() */
 #define RETIRED_MAX       16     /* replaced bases kept (retire_servers) */
-
-struct cache_entry {
-    struct cache_entry *hnext;         /* bucket chain */
-    struct cache_entry *lprev, *lnext; /* LRU list, most recent first */
-    uint64_t expires_ms;               /* monotonic */
-    size_t n;                          /* 0: a negative answer */
-    struct ipaddr a[RESOLVE_MAX_ADDRS];
-    char name[HOST_MAX + 1];
-};
 
 struct resolve_req;
 
@@ -113,13 +104,10 @@ struct resolver {
     char **servers; /* owned copy of cfg->servers, to see changes */
     size_t nservers;
     struct resolve_req *live;
-    struct cache_entry *buckets[CACHE_BUCKETS];
-    struct cache_entry *lru_head, *lru_tail;
-    size_t ncache;
-    size_t cache_max;    /* CACHE_MAX; tests lower it */
-    uint64_t neg_ttl_ms; /* CACHE_NEG_TTL_MS; tests lower it */
-    uint64_t try_ms;     /* TRY_TIMEOUT_MS; what a lookup's deadline counts (tests lower it) */
-    unsigned gen;        /* bumped by every reload */
+    struct dns_cache cache; /* at most CACHE_MAX names; tests lower it */
+    uint64_t neg_ttl_ms;    /* CACHE_NEG_TTL_MS; tests lower it */
+    uint64_t try_ms;        /* TRY_TIMEOUT_MS; what a lookup's deadline counts (tests lower it) */
+    unsigned gen;           /* bumped by every reload */
 };
 
 /* ---------------------------------------------------------------- cache */
@@ -129,102 +117,6 @@ static uint64_t now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static size_t cache_bucket(const char *name)
-{
-    uint32_t h = 2166136261u; /* FNV-1a */
-    for (const unsigned char *p = (const unsigned char *)name; *p != '\0'; p++)
-        h = (h ^ *p) * 16777619u;
-    return h & (CACHE_BUCKETS - 1);
-}
-
-static void lru_unlink(struct resolver *r, struct cache_entry *e)
-{
-    if (e->lprev != NULL)
-        e->lprev->lnext = e->lnext;
-    else
-        r->lru_head = e->lnext;
-    if (e->lnext != NULL)
-        e->lnext->lprev = e->lprev;
-    else
-        r->lru_tail = e->lprev;
-    e->lprev = e->lnext = NULL;
-}
-
-static void lru_push(struct resolver *r, struct cache_entry *e)
-{
-    e->lprev = NULL;
-    e->lnext = r->lru_head;
-    if (r->lru_head != NULL)
-        r->lru_head->lprev = e;
-    r->lru_head = e;
-    if (r->lru_tail == NULL)
-        r->lru_tail = e;
-}
-
-static void cache_remove(struct resolver *r, struct cache_entry *e)
-{
-    struct cache_entry **pp = &r->buckets[cache_bucket(e->name)];
-    while (*pp != NULL && *pp != e)
-        pp = &(*pp)->hnext;
-    if (*pp == e)
-        *pp = e->hnext;
-    lru_unlink(r, e);
-    r->ncache--;
-    free(e);
-}
-
-static void cache_clear(struct resolver *r)
-{
-    while (r->lru_head != NULL)
-        cache_remove(r, r->lru_head);
-}
-
-/* The live entry for <name>, made most recent; an expired one is dropped. */
-static struct cache_entry *cache_find(struct resolver *r, const char *name)
-{
-    struct cache_entry *e = r->buckets[cache_bucket(name)];
-    while (e != NULL && strcmp(e->name, name) != 0)
-        e = e->hnext;
-    if (e == NULL)
-        return NULL;
-    if (now_ms() >= e->expires_ms) {
-        cache_remove(r, e);
-        return NULL;
-    }
-    lru_unlink(r, e);
-    lru_push(r, e);
-    return e;
-}
-
-/* Stores <n> addresses (0: a negative answer) for <name> for <ttl_ms>. */
-static void cache_put(struct resolver *r, const char *name, const struct ipaddr *a, size_t n,
-                      uint64_t ttl_ms)
-{
-    struct cache_entry *e;
-    size_t len = strlen(name);
-
-    if (ttl_ms == 0 || len > HOST_MAX || r->cache_max == 0)
-        return;
-    if ((e = cache_find(r, name)) == NULL) {
-        while (r->ncache >= r->cache_max && r->lru_tail != NULL)
-            cache_remove(r, r->lru_tail);
-        if ((e = calloc(1, sizeof(*e))) == NULL)
-            return; /* not cached: no harm */
-        memcpy(e->name, name, len + 1);
-        size_t b = cache_bucket(name);
-        e->hnext = r->buckets[b];
-        r->buckets[b] = e;
-        lru_push(r, e);
-        r->ncache++;
-    }
-    if (n > RESOLVE_MAX_ADDRS)
-        n = RESOLVE_MAX_ADDRS;
-    e->n = n;
-    if (n > 0)
-        memcpy(e->a, a, n * sizeof(*a));
-    e->expires_ms = now_ms() + ttl_ms;
 }
 
 /* Stores the outcome of <req> (its queries are done) when it is complete. */
@@ -243,13 +135,14 @@ static void cache_store(struct resolve_req *req, const struct ipaddr *out, size_
             ttl = q->ttl;
     }
     if (n == 0) {
-        cache_put(r, req->name, NULL, 0, r->neg_ttl_ms);
+        dns_cache_put(&r->cache, req->name, NULL, 0, now_ms(), r->neg_ttl_ms);
         return;
     }
     if (ttl <= 0)
         return;
     uint64_t ms = (uint64_t)ttl * 1000u;
-    cache_put(r, req->name, out, n, ms < CACHE_TTL_MAX_MS ? ms : CACHE_TTL_MAX_MS);
+    dns_cache_put(&r->cache, req->name, out, n, now_ms(),
+                  ms < CACHE_TTL_MAX_MS ? ms : CACHE_TTL_MAX_MS);
 }
 
 /* --------------------------------------------------------------- config */
@@ -497,7 +390,7 @@ struct resolver *resolver_new(struct event_base *base, const struct dns_cfg *cfg
     if (r == NULL)
         goto nomem;
     r->base = base;
-    r->cache_max = CACHE_MAX;
+    dns_cache_init(&r->cache, CACHE_MAX);
     r->neg_ttl_ms = CACHE_NEG_TTL_MS;
     r->try_ms = TRY_TIMEOUT_MS;
     if (check_servers(cfg, err) < 0)
@@ -791,7 +684,7 @@ struct resolve_req *resolver_lookup(struct resolver *r, const char *name, resolv
 {
     struct resolve_req *req = calloc(1, sizeof(*req));
     size_t len = strlen(name);
-    const struct cache_entry *ce;
+    const struct dns_cache_entry *ce;
 
     if (req == NULL)
         return NULL;
@@ -816,7 +709,7 @@ struct resolve_req *resolver_lookup(struct resolver *r, const char *name, resolv
         qa->err = req->q[Q_AAAA].err = RESOLVE_ERR_FAILED;
     } else if ((qa->n = static_answers(r, name, qa->a)) > 0) {
         /* answered from dns.static (never cached) */
-    } else if ((ce = cache_find(r, name)) != NULL) {
+    } else if ((ce = dns_cache_find(&r->cache, name, now_ms())) != NULL) {
         /* answered from the cache, on the next turn like a static answer */
         qa->n = ce->n;
         memcpy(qa->a, ce->a, ce->n * sizeof(ce->a[0]));
@@ -902,7 +795,7 @@ int resolver_reload(struct resolver *r, const struct dns_cfg *cfg)
     }
     /* The servers (or what they say) may have changed: forget every answer,
      * and those still in flight are not stored when they come. */
-    cache_clear(r);
+    dns_cache_clear(&r->cache);
     r->gen++;
     free_statics(r->statics, r->nstatics);
     free_servers(r->servers, r->nservers);
@@ -930,7 +823,7 @@ void resolver_free(struct resolver *r)
     free_servers_ns(r->ns, r->nns);
     for (size_t i = 0; i < r->nretired; i++)
         evdns_base_free(r->retired[i], 0);
-    cache_clear(r);
+    dns_cache_clear(&r->cache);
     free_statics(r->statics, r->nstatics);
     free_servers(r->servers, r->nservers);
     free(r);

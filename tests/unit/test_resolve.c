@@ -811,12 +811,12 @@ static void test_cache_positive(void **state)
     fake_start(&d, base, 1);
     d.ttl = 1;
     struct resolver *r = new_resolver(base, d.addr, NULL, 0);
-    assert_int_equal(r->cache_max, 4096);
+    assert_int_equal(r->cache.max, 4096);
 
     struct result res = lookup_wait(base, r, "one.test");
     assert_int_equal(res.err, 0);
     assert_int_equal(d.queries, 2);
-    assert_int_equal(r->ncache, 1);
+    assert_int_equal(r->cache.n, 1);
 
     /* Within the TTL: the same answer, no query. */
     res = lookup_wait(base, r, "one.test");
@@ -843,9 +843,9 @@ static void test_cache_positive(void **state)
     d.ttl = 86400;
     res = lookup_wait(base, r, "many.test");
     assert_int_equal(res.n, RESOLVE_MAX_ADDRS);
-    assert_non_null(r->lru_head);
-    assert_string_equal(r->lru_head->name, "many.test");
-    uint64_t left = r->lru_head->expires_ms - now_ms();
+    assert_non_null(r->cache.lru_head);
+    assert_string_equal(r->cache.lru_head->name, "many.test");
+    uint64_t left = r->cache.lru_head->expires_ms - now_ms();
     assert_true(left <= 300000 && left > 290000);
     res = lookup_wait(base, r, "many.test");
     assert_int_equal(res.n, RESOLVE_MAX_ADDRS);
@@ -925,10 +925,10 @@ static void test_cache_not_failures(void **state)
     struct resolve_req *q = resolver_lookup(r, "one.test", never, NULL);
     resolve_cancel(q);
     run(base, 100);
-    assert_int_equal(r->ncache, 0);
+    assert_int_equal(r->cache.n, 0);
     /* Nor IP literals. */
     res = lookup_wait(base, r, "192.0.2.9");
-    assert_int_equal(r->ncache, 0);
+    assert_int_equal(r->cache.n, 0);
 
     resolver_free(r);
     fake_stop(&d);
@@ -946,12 +946,12 @@ static void test_cache_static_and_reload(void **state)
 
     struct result res = lookup_wait(base, r, "one.test");
     assert_int_equal(d.queries, 2);
-    assert_int_equal(r->ncache, 1);
+    assert_int_equal(r->cache.n, 1);
 
     /* Reload (same servers) empties the cache. */
     struct dns_cfg same = {.servers = servers, .nservers = 1};
     assert_int_equal(resolver_reload(r, &same), 0);
-    assert_int_equal(r->ncache, 0);
+    assert_int_equal(r->cache.n, 0);
     res = lookup_wait(base, r, "one.test");
     assert_int_equal(d.queries, 4);
 
@@ -964,7 +964,7 @@ static void test_cache_static_and_reload(void **state)
     res = lookup_wait(base, r, "one.test");
     assert_int_equal(res.n, 1);
     assert_addr(&res.a[0], v4("127.0.0.2"));
-    assert_int_equal(r->ncache, 0);
+    assert_int_equal(r->cache.n, 0);
     assert_int_equal(d.queries, 4);
 
     /* A lookup in flight across a reload is not stored. */
@@ -974,9 +974,9 @@ static void test_cache_static_and_reload(void **state)
     assert_int_equal(resolver_reload(r, &same), 0);
     run_until(base, &res, 3000);
     assert_int_equal(res.err, 0);
-    assert_int_equal(r->ncache, 0);
+    assert_int_equal(r->cache.n, 0);
     res = lookup_wait(base, r, "one.test");
-    assert_int_equal(r->ncache, 1);
+    assert_int_equal(r->cache.n, 1);
 
     /* resolver_free releases the cache (LeakSanitizer checks). */
     resolver_free(r);
@@ -991,7 +991,7 @@ static void test_cache_eviction(void **state)
     struct fake_dns d;
     fake_start(&d, base, 1);
     struct resolver *r = new_resolver(base, d.addr, NULL, 0);
-    r->cache_max = 2;
+    r->cache.max = 2;
 
     (void)lookup_wait(base, r, "one.test");
     (void)lookup_wait(base, r, "v6only.test");
@@ -1000,7 +1000,7 @@ static void test_cache_eviction(void **state)
     assert_int_equal(d.queries, 4);
     (void)lookup_wait(base, r, "nx.test"); /* evicts v6only.test */
     assert_int_equal(d.queries, 6);
-    assert_int_equal(r->ncache, 2);
+    assert_int_equal(r->cache.n, 2);
     (void)lookup_wait(base, r, "one.test");
     (void)lookup_wait(base, r, "nx.test");
     assert_int_equal(d.queries, 6);
@@ -1008,22 +1008,22 @@ static void test_cache_eviction(void **state)
     assert_int_equal(res.err, 0);
     assert_addr(&res.a[0], v6("2001:db8::6"));
     assert_int_equal(d.queries, 8);
-    assert_int_equal(r->ncache, 2);
+    assert_int_equal(r->cache.n, 2);
 
     /* Many names: never more than the bound. */
-    r->cache_max = 3;
+    r->cache.max = 3;
     char name[32];
     for (int i = 0; i < 8; i++) {
         snprintf(name, sizeof(name), "n%d.test", i); /* NXDOMAIN from the fake */
         (void)lookup_wait(base, r, name);
-        assert_true(r->ncache <= 3);
+        assert_true(r->cache.n <= 3);
     }
-    assert_int_equal(r->ncache, 3);
+    assert_int_equal(r->cache.n, 3);
     /* A cache of 0 names stores nothing. */
-    r->cache_max = 0;
-    cache_clear(r);
+    r->cache.max = 0;
+    dns_cache_clear(&r->cache);
     (void)lookup_wait(base, r, "one.test");
-    assert_int_equal(r->ncache, 0);
+    assert_int_equal(r->cache.n, 0);
 
     resolver_free(r);
     fake_stop(&d);
