@@ -651,21 +651,37 @@ static bool port_text(const char *s)
     return load_all_digits(s) && parse_uint(s, 65535, &port) == 0 && port >= 1;
 }
 
-/* "IP", "IPv4:PORT" or "[IPv6]:PORT". */
-static bool valid_dns_server(const char *s)
+/* "IP", "IPv4:PORT" or "[IPv6]:PORT"; the address into <ip>. */
+static bool valid_dns_server(const char *s, struct ipaddr *ip)
 {
     size_t n = strlen(s);
     if (s[0] == '[') {
         const char *close = strchr(s, ']');
-        return close != NULL && ip_text(s + 1, (size_t)(close - s - 1), true, NULL) &&
+        return close != NULL && ip_text(s + 1, (size_t)(close - s - 1), true, ip) &&
                close[1] == ':' && port_text(close + 2);
     }
     const char *colon = strchr(s, ':');
     if (colon == NULL)
-        return ip_text(s, n, false, NULL);
+        return ip_text(s, n, false, ip);
     if (strchr(colon + 1, ':') != NULL)
-        return ip_text(s, n, true, NULL);
-    return ip_text(s, (size_t)(colon - s), false, NULL) && port_text(colon + 1);
+        return ip_text(s, n, true, ip);
+    return ip_text(s, (size_t)(colon - s), false, ip) && port_text(colon + 1);
+}
+
+/* True for an address on this host or a local network (loopback, RFC 1918,
+ * CGNAT, link-local, ULA): a resolver there is not reached across networks
+ * the operator does not control. */
+static bool local_network_address(const struct ipaddr *a)
+{
+    const uint8_t *b = a->b;
+    if (ipaddr_is_v4(a)) {
+        uint8_t x = b[12], y = b[13];
+        return x == 127 || x == 10 || (x == 172 && (y & 0xf0) == 16) || (x == 192 && y == 168) ||
+               (x == 100 && (y & 0xc0) == 64) || (x == 169 && y == 254);
+    }
+    static const uint8_t loopback6[16] = {[15] = 1};
+    return memcmp(b, loopback6, 16) == 0 || (b[0] & 0xfe) == 0xfc ||
+           (b[0] == 0xfe && (b[1] & 0xc0) == 0x80);
 }
 
 static void dns_servers(struct load_ctx *c, const struct ynode *v, void *obj)
@@ -682,11 +698,19 @@ static void dns_servers(struct load_ctx *c, const struct ynode *v, void *obj)
     for (const struct ynode *it = ynode_first(v); it != NULL; it = ynode_next(v, it), i++) {
         size_t m = load_field_push(c, "[%zu]", i);
         const char *s = load_get_str(c, it);
-        if (s != NULL && !valid_dns_server(s))
+        struct ipaddr ip;
+        if (s != NULL && !valid_dns_server(s, &ip)) {
             load_err(c, it->line, "invalid DNS server '%s' (expected IP, IP:PORT or [IPv6]:PORT)",
                      load_show(c, s));
-        else if (s != NULL)
+        } else if (s != NULL) {
+            if (!local_network_address(&ip))
+                load_warn(c, it->line,
+                          "DNS server %s is neither on this host nor on a local network: its "
+                          "answers come over plain UDP, where a forged one needs only a 16-bit "
+                          "ID; prefer a resolver on this host or on a network you trust",
+                          load_show(c, s));
             d->servers[d->nservers++] = xstrdup(s);
+        }
         load_field_pop(c, m);
     }
 }

@@ -719,6 +719,16 @@ static void test_rule_warnings(void **state)
                    "p.yaml:5: alerts.sinks[0]: webhook to hooks.example.test:8080 over http://: "
                    "every alert, and the URL with any secret in it, would cross the network in "
                    "clear text; use https://");
+    expect_warning(V R "dns: {servers: [127.0.0.53, \"192.0.2.53:5353\"]}\n",
+                   "p.yaml:5: dns.servers[1]: DNS server 192.0.2.53:5353 is neither on this host "
+                   "nor on a local network: its answers come over plain UDP, where a forged one "
+                   "needs only a 16-bit ID; prefer a resolver on this host or on a network you "
+                   "trust");
+    expect_warning(V R "dns: {servers: [\"[2001:db8::53]:53\"]}\n",
+                   "p.yaml:5: dns.servers[0]: DNS server [2001:db8::53]:53 is neither on this "
+                   "host nor on a local network: its answers come over plain UDP, where a forged "
+                   "one needs only a 16-bit ID; prefer a resolver on this host or on a network "
+                   "you trust");
     expect_warning(V R "alerts: {sinks: [{webhook: \"http://10.0.0.7/hook\"}]}\n",
                    "p.yaml:5: alerts.sinks[0]: webhook to 10.0.0.7 over http://: every alert, "
                    "and the URL with any secret in it, would cross the network in clear text; "
