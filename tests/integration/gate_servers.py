@@ -17,6 +17,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
+from dns_world import read_question, rr
+
 SOCKET_TIMEOUT = 10.0
 
 # Deterministic payloads: a block whose length is prime, so a reordered or
@@ -427,23 +429,12 @@ class FakeDNS:
                     pass
 
     def _answer(self, data):
-        if len(data) < 12:
+        q = read_question(data)
+        if q is None:
             return None
-        qid, flags, qd = struct.unpack("!HHH", data[:6])
-        if qd != 1:
-            return None
-        i = 12
-        labels = []
-        for _ in range(128):
-            n = data[i]
-            i += 1
-            if n == 0:
-                break
-            labels.append(data[i:i + n].decode("ascii", "replace"))
-            i += n
-        qtype, qclass = struct.unpack("!HH", data[i:i + 4])
-        question = data[12:i + 4]
-        name = ".".join(labels).lower()
+        qid, flags, question, labels, qtype = q
+        qclass = struct.unpack("!H", question[-2:])[0]
+        name = b".".join(labels).decode("ascii", "replace").lower()
         with self._lock:
             self.queries.append((name, qtype))
         rd = flags & 0x0100
@@ -452,7 +443,7 @@ class FakeDNS:
         answers = b""
         count = 0
         if qtype == 1 and qclass == 1:
-            answers = struct.pack("!HHHIH", 0xC00C, 1, 1, 60, 4) + socket.inet_aton(self.names[name])
+            answers = rr(b"\xc0\x0c", 1, 60, socket.inet_aton(self.names[name]))
             count = 1
         return struct.pack("!HHHHHH", qid, 0x8000 | rd | 0x0080, 1, count, 0, 0) + question + answers
 
