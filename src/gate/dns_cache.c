@@ -4,12 +4,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-static size_t bucket_of(const char *name)
+uint32_t dns_name_hash(const char *name)
 {
     uint32_t h = 2166136261u; /* FNV-1a */
     for (const unsigned char *p = (const unsigned char *)name; *p != '\0'; p++)
         h = (h ^ *p) * 16777619u;
-    return h & (DNS_CACHE_BUCKETS - 1);
+    return h;
+}
+
+static size_t bucket_of(const char *name)
+{
+    return dns_name_hash(name) & (DNS_CACHE_BUCKETS - 1);
 }
 
 static void lru_unlink(struct dns_cache *c, struct dns_cache_entry *e)

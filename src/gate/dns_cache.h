@@ -35,6 +35,10 @@ struct dns_cache {
     size_t max; /* names at most; 0 keeps nothing */
 };
 
+/* FNV-1a of the NUL-terminated <name>: the cache's buckets, and the
+ * resolver's table of lookups in flight. */
+uint32_t dns_name_hash(const char *name);
+
 /* Makes <c> empty, holding at most <max> names. */
 void dns_cache_init(struct dns_cache *c, size_t max);
 

@@ -1,8 +1,15 @@
 /* resolve: the gateway's own DNS over evdns (see resolve.h).
  *
- * A lookup is a struct resolve_req holding two queries (A and AAAA) and an
- * event, made up front, through which static names, IP literals, cached
- * answers and failures known at once are answered from the event loop.
+ * A lookup is a struct resolve_req, one per caller. Static names, IP
+ * literals, cached answers and failures known at once are answered through
+ * the request's own event, from the event loop. A name that has to be asked
+ * of the servers is a struct flight, shared by every request for that name
+ * while it is in flight (16 first contacts to one host send one A and one
+ * AAAA query, not 16 of each): its two queries and one event, made up front,
+ * which is its deadline or, for an end known at once, runs it from the loop.
+ * A flight whose last request is cancelled is cancelled too: nobody waits
+ * for its answer, and an agent that opens and drops connections does not
+ * leave queries behind.
  *
  * Each server has an evdns base of its own, asked once per try (attempts:1),
  * so that this file, not evdns, chooses the server: evdns' own rotation
@@ -14,15 +21,14 @@
  * only by its callback, and one whose query was cancelled or moved to other
  * servers (its q set to NULL) just stays silent until then. (evdns skips
  * the callback only when it cannot allocate the record that schedules it;
- * see on_immediate().)
+ * see on_flight_event().)
  *
- * Answer cache (dns_cache.c): at most CACHE_MAX names. Only lookups that
- * went to the servers and came back
- * complete are stored: both queries answered with addresses or with "no
- * such name / no data" (never a timeout, a server failure, a cancellation,
- * or a partial answer); positive for min(answer TTL, 300 s), negative for
- * r->neg_ttl_ms. A lookup started before a reload is not stored after it
- * (r->gen). */
+ * Answer cache (dns_cache.c): at most CACHE_MAX names. Only flights that
+ * came back complete are stored: both queries answered with addresses or
+ * with "no such name / no data" (never a timeout, a server failure, a
+ * cancellation, or a partial answer); positive for min(answer TTL, 300 s),
+ * negative for r->neg_ttl_ms. A flight started before a reload is not
+ * stored after it (r->gen). */
 #include "gate/resolve.h"
 #include "gate/dns_cache.h"
 
@@ -51,8 +57,7 @@ enum { Q_A, Q_AAAA, NQ };
 #define TRY_TIMEOUT_MS    2000   /* a server has this long to answer one try */
 #define DEADLINE_SLACK_MS 1000   /* past the last try's end: see arm_deadline() */
 #define RETIRED_MAX       16     /* replaced bases kept (retire_servers) */
-
-struct resolve_req;
+#define FLIGHT_BUCKETS    1024   /* the table of names in flight; a power of two */
 
 /* One server, with an evdns base that asks only it. */
 struct name_server {
@@ -61,6 +66,7 @@ struct name_server {
 };
 
 struct query;
+struct flight;
 
 struct attempt {
     struct query *q;         /* NULL once orphaned: the callback only frees */
@@ -70,7 +76,7 @@ struct attempt {
 };
 
 struct query {
-    struct resolve_req *req;
+    struct flight *f;
     int type;            /* Q_A or Q_AAAA */
     struct attempt *att; /* the try in flight, NULL when none */
     unsigned tries;      /* servers asked so far */
@@ -80,16 +86,31 @@ struct query {
     struct ipaddr a[RESOLVE_MAX_ADDRS];
 };
 
+/* A name being asked of the servers, and the requests waiting for it. */
+struct flight {
+    struct resolver *r;
+    struct flight *hnext;        /* chain in r->flights; NULL when last or out */
+    bool hashed;                 /* in r->flights: new lookups of its name join it */
+    bool answering;              /* flight_finish() is calling its requests */
+    unsigned gen;                /* r->gen when it started */
+    struct resolve_req *waiters; /* in the order they came, through wprev/wnext */
+    struct resolve_req *wlast;
+    struct event *ev; /* its deadline, or its end known at once (finish_later) */
+    struct query q[NQ];
+    char name[HOST_MAX + 1];
+};
+
 struct resolve_req {
     struct resolver *r; /* NULL once the resolver is gone */
     struct resolve_req *prev, *next;
     resolve_cb cb;
     void *arg;
-    bool cacheable;   /* went to the servers: store the answer */
-    unsigned gen;     /* r->gen when it started */
-    struct event *ev; /* answers the lookup from the loop (finish_later); made up front */
-    struct query q[NQ];
-    char name[HOST_MAX + 1]; /* when cacheable */
+    struct flight *f;                  /* the flight it waits for, or NULL */
+    struct resolve_req *wprev, *wnext; /* among f's waiters */
+    struct event *ev;                  /* without a flight: answers from the loop (on_req_event) */
+    int err;                           /* without a flight: the answer known at once */
+    size_t n;
+    struct ipaddr a[RESOLVE_MAX_ADDRS];
 };
 
 struct resolver {
@@ -104,6 +125,8 @@ struct resolver {
     char **servers; /* owned copy of cfg->servers, to see changes */
     size_t nservers;
     struct resolve_req *live;
+    struct flight *flights[FLIGHT_BUCKETS]; /* names in flight, by dns_name_hash() */
+    size_t nflights;
     struct dns_cache cache; /* at most CACHE_MAX names; tests lower it */
     uint64_t neg_ttl_ms;    /* CACHE_NEG_TTL_MS; tests lower it */
     uint64_t try_ms;        /* TRY_TIMEOUT_MS; what a lookup's deadline counts (tests lower it) */
@@ -119,29 +142,29 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-/* Stores the outcome of <req> (its queries are done) when it is complete. */
-static void cache_store(struct resolve_req *req, const struct ipaddr *out, size_t n)
+/* Stores the outcome of <f> (its queries are done) when it is complete. */
+static void cache_store(const struct flight *f, const struct ipaddr *out, size_t n)
 {
-    struct resolver *r = req->r;
+    struct resolver *r = f->r;
     int ttl = -1;
 
-    if (r == NULL || !req->cacheable || req->gen != r->gen)
+    if (f->gen != r->gen)
         return;
     for (int i = 0; i < NQ; i++) {
-        const struct query *q = &req->q[i];
+        const struct query *q = &f->q[i];
         if (q->err != 0 && q->err != RESOLVE_ERR_NXDOMAIN)
             return; /* a timeout, failure or cancellation: never stored */
         if (q->n > 0 && (ttl < 0 || q->ttl < ttl))
             ttl = q->ttl;
     }
     if (n == 0) {
-        dns_cache_put(&r->cache, req->name, NULL, 0, now_ms(), r->neg_ttl_ms);
+        dns_cache_put(&r->cache, f->name, NULL, 0, now_ms(), r->neg_ttl_ms);
         return;
     }
     if (ttl <= 0)
         return;
     uint64_t ms = (uint64_t)ttl * 1000u;
-    dns_cache_put(&r->cache, req->name, out, n, now_ms(),
+    dns_cache_put(&r->cache, f->name, out, n, now_ms(),
                   ms < CACHE_TTL_MAX_MS ? ms : CACHE_TTL_MAX_MS);
 }
 
@@ -425,41 +448,133 @@ static void unlink_req(struct resolve_req *q)
     q->r = NULL;
 }
 
-static bool queries_running(const struct resolve_req *req)
+static void link_req(struct resolver *r, struct resolve_req *req)
 {
-    return req->q[Q_A].att != NULL || req->q[Q_AAAA].att != NULL;
+    req->r = r;
+    req->next = r->live;
+    if (r->live != NULL)
+        r->live->prev = req;
+    r->live = req;
 }
 
-/* Both queries are done: merge and answer. */
-static void finish(struct resolve_req *req)
+/* An answer known at once (IP literal, static map, cache, a failure). */
+static void on_req_event(evutil_socket_t fd, short what, void *arg)
+{
+    struct resolve_req *req = arg;
+
+    (void)fd;
+    (void)what;
+    unlink_req(req);
+    req->cb(req->err, req->n > 0 ? req->a : NULL, req->n, req->arg);
+    event_free(req->ev);
+    free(req);
+}
+
+/* ---------------------------------------------------------------- flights */
+
+static struct flight **flight_bucket(struct resolver *r, const char *name)
+{
+    return &r->flights[dns_name_hash(name) & (FLIGHT_BUCKETS - 1)];
+}
+
+static struct flight *flight_find(struct resolver *r, const char *name)
+{
+    for (struct flight *f = *flight_bucket(r, name); f != NULL; f = f->hnext)
+        if (strcmp(f->name, name) == 0)
+            return f;
+    return NULL;
+}
+
+/* Takes <f> out of the table: lookups from now on start a flight of their
+ * own. */
+static void flight_unhash(struct flight *f)
+{
+    if (!f->hashed)
+        return;
+    struct flight **pp = flight_bucket(f->r, f->name);
+    while (*pp != f)
+        pp = &(*pp)->hnext;
+    *pp = f->hnext;
+    f->hnext = NULL;
+    f->hashed = false;
+    f->r->nflights--;
+}
+
+static void waiter_add(struct flight *f, struct resolve_req *req)
+{
+    req->f = f;
+    req->wnext = NULL;
+    req->wprev = f->wlast;
+    if (f->wlast != NULL)
+        f->wlast->wnext = req;
+    else
+        f->waiters = req;
+    f->wlast = req;
+}
+
+static void waiter_remove(struct resolve_req *req)
+{
+    struct flight *f = req->f;
+
+    if (req->wprev != NULL)
+        req->wprev->wnext = req->wnext;
+    else
+        f->waiters = req->wnext;
+    if (req->wnext != NULL)
+        req->wnext->wprev = req->wprev;
+    else
+        f->wlast = req->wprev;
+    req->wprev = req->wnext = NULL;
+    req->f = NULL;
+}
+
+static bool queries_running(const struct flight *f)
+{
+    return f->q[Q_A].att != NULL || f->q[Q_AAAA].att != NULL;
+}
+
+/* The error for a flight that found no address: a timeout says more than
+ * "no AAAA", and "no such name" more than a failure. */
+static int flight_error(const struct flight *f)
+{
+    int a = f->q[Q_A].err, b = f->q[Q_AAAA].err;
+
+    if (a == RESOLVE_ERR_TIMEOUT || b == RESOLVE_ERR_TIMEOUT)
+        return RESOLVE_ERR_TIMEOUT;
+    if (a == RESOLVE_ERR_NO_SERVERS || b == RESOLVE_ERR_NO_SERVERS)
+        return RESOLVE_ERR_NO_SERVERS;
+    if (a == RESOLVE_ERR_NXDOMAIN || b == RESOLVE_ERR_NXDOMAIN)
+        return RESOLVE_ERR_NXDOMAIN;
+    if (a == 0 && b == 0)
+        return RESOLVE_ERR_NXDOMAIN;
+    return RESOLVE_ERR_FAILED;
+}
+
+/* Both queries of <f> are done: merge, store, and answer every request
+ * waiting for it, in the order they came, then free <f>. A callback may
+ * cancel another waiting request (it is then not called), or start a new
+ * lookup of the same name (a new flight: this one is out of the table). */
+static void flight_finish(struct flight *f)
 {
     struct ipaddr out[RESOLVE_MAX_ADDRS];
     size_t n = 0;
-    int err = 0;
 
     for (int i = 0; i < NQ; i++)
-        for (size_t j = 0; j < req->q[i].n && n < RESOLVE_MAX_ADDRS; j++)
-            out[n++] = req->q[i].a[j];
-    cache_store(req, out, n);
-    unlink_req(req);
-    if (n == 0) {
-        /* No address: a timeout says more than "no AAAA", and "no such
-         * name" more than a failure. */
-        int a = req->q[Q_A].err, b = req->q[Q_AAAA].err;
-        if (a == RESOLVE_ERR_TIMEOUT || b == RESOLVE_ERR_TIMEOUT)
-            err = RESOLVE_ERR_TIMEOUT;
-        else if (a == RESOLVE_ERR_NO_SERVERS || b == RESOLVE_ERR_NO_SERVERS)
-            err = RESOLVE_ERR_NO_SERVERS;
-        else if (a == RESOLVE_ERR_NXDOMAIN || b == RESOLVE_ERR_NXDOMAIN)
-            err = RESOLVE_ERR_NXDOMAIN;
-        else if (a == 0 && b == 0)
-            err = RESOLVE_ERR_NXDOMAIN;
-        else
-            err = RESOLVE_ERR_FAILED;
+        for (size_t j = 0; j < f->q[i].n && n < RESOLVE_MAX_ADDRS; j++)
+            out[n++] = f->q[i].a[j];
+    cache_store(f, out, n);
+    int err = n > 0 ? 0 : flight_error(f);
+    flight_unhash(f);
+    f->answering = true;
+    while (f->waiters != NULL) {
+        struct resolve_req *req = f->waiters;
+        waiter_remove(req);
+        unlink_req(req);
+        req->cb(err, n > 0 ? out : NULL, n, req->arg);
+        free(req);
     }
-    req->cb(err, n > 0 ? out : NULL, n, req->arg);
-    event_free(req->ev);
-    free(req);
+    event_free(f->ev);
+    free(f);
 }
 
 /* Tries per query: each server once, at least twice, at most 4 times. */
@@ -471,47 +586,58 @@ static unsigned max_tries(const struct resolver *r)
 static void orphan(struct query *q);
 static void count_result(struct resolve_server_stats *st, int result);
 
-/* The lookup's event: an answer known at once (activated), or its deadline
+/* A flight that nobody waits for any more: its tries are cancelled. */
+static void flight_free(struct flight *f)
+{
+    flight_unhash(f);
+    event_free(f->ev);
+    for (int i = 0; i < NQ; i++)
+        orphan(&f->q[i]);
+    free(f);
+}
+
+/* The flight's event: an end known at once (activated), or its deadline
  * (a timer). evdns' own timer ends every try before the deadline, unless
  * the try still waits in evdns' queue (RESOLVE_MAX_INFLIGHT queries out to
  * its server): such a try is cancelled here, counted as a timeout, and its
  * server taken as down. (Should evdns have lost a try's callback for want
  * of memory, its handle is gone too, and libevent gives no way to tell.) */
-static void on_immediate(evutil_socket_t fd, short what, void *arg)
+static void on_flight_event(evutil_socket_t fd, short what, void *arg)
 {
-    struct resolve_req *req = arg;
+    struct flight *f = arg;
 
     (void)fd;
     (void)what;
     /* The AAAA query first: should it wait in evdns' queue, cancelling the
      * A query first would send it, to be cancelled at once. */
     for (int i = NQ - 1; i >= 0; i--) {
-        struct query *q = &req->q[i];
+        struct query *q = &f->q[i];
         if (q->att != NULL) {
-            count_result(&req->r->ns[q->att->server].st, DNS_ERR_TIMEOUT);
+            count_result(&f->r->ns[q->att->server].st, DNS_ERR_TIMEOUT);
             orphan(q);
             q->err = RESOLVE_ERR_TIMEOUT;
         }
     }
-    finish(req);
+    flight_finish(f);
 }
 
-/* Every lookup that asks the servers ends by its deadline: all its tries,
- * one after the other, plus DEADLINE_SLACK_MS ("timeouts on every wait",
- * even should evdns never call back). */
-static void arm_deadline(struct resolver *r, struct resolve_req *req)
+/* Every flight ends by its deadline: all its tries, one after the other,
+ * plus DEADLINE_SLACK_MS ("timeouts on every wait", even should evdns never
+ * call back). A reload that moves its queries to new servers does not move
+ * the deadline. */
+static void arm_deadline(struct resolver *r, struct flight *f)
 {
     uint64_t ms = (uint64_t)max_tries(r) * r->try_ms + DEADLINE_SLACK_MS;
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
-    event_add(req->ev, &tv);
+    event_add(f->ev, &tv);
 }
 
-/* Answers <req> with what its queries hold from the event loop, after the
- * current callback (its event exists since resolver_lookup: this cannot
+/* Ends <f> with what its queries hold, from the event loop, after the
+ * current callback (its event exists since flight_start: this cannot
  * fail). */
-static void finish_later(struct resolve_req *req)
+static void finish_later(struct flight *f)
 {
-    event_active(req->ev, EV_TIMEOUT, 1);
+    event_active(f->ev, EV_TIMEOUT, 1);
 }
 
 static int map_err(int result)
@@ -571,9 +697,9 @@ static void count_result(struct resolve_server_stats *st, int result)
     }
 }
 
-/* Sends query <q> of <req> to server <server>. Returns 0, or -1 (nothing
- * in flight then). */
-static int send_query(struct resolver *r, struct resolve_req *req, struct query *q, size_t server)
+/* Sends query <q> of <f> to server <server>. Returns 0, or -1 (nothing in
+ * flight then). */
+static int send_query(struct resolver *r, struct flight *f, struct query *q, size_t server)
 {
     struct attempt *at = calloc(1, sizeof(*at));
 
@@ -583,9 +709,9 @@ static int send_query(struct resolver *r, struct resolve_req *req, struct query 
     at->server = server;
     at->dns = r->ns[server].dns;
     if (q->type == Q_A)
-        at->h = evdns_base_resolve_ipv4(at->dns, req->name, DNS_QUERY_NO_SEARCH, on_answer, at);
+        at->h = evdns_base_resolve_ipv4(at->dns, f->name, DNS_QUERY_NO_SEARCH, on_answer, at);
     else
-        at->h = evdns_base_resolve_ipv6(at->dns, req->name, DNS_QUERY_NO_SEARCH, on_answer, at);
+        at->h = evdns_base_resolve_ipv6(at->dns, f->name, DNS_QUERY_NO_SEARCH, on_answer, at);
     if (at->h == NULL) {
         free(at);
         return -1;
@@ -636,14 +762,14 @@ static void on_answer(int result, char type, int count, int ttl, void *addresses
     if (q == NULL)
         return; /* cancelled, or moved to other servers */
     q->att = NULL;
-    struct resolve_req *req = q->req;
-    struct resolver *r = req->r;
+    struct flight *f = q->f;
+    struct resolver *r = f->r;
     count_result(&r->ns[server].st, result);
     if (worth_another_server(result)) {
         /* A silent server stops being where lookups start. */
         if (result == DNS_ERR_TIMEOUT && r->preferred == server)
             r->preferred = (server + 1) % r->nns;
-        if (q->tries < max_tries(r) && send_query(r, req, q, (server + 1) % r->nns) == 0)
+        if (q->tries < max_tries(r) && send_query(r, f, q, (server + 1) % r->nns) == 0)
             return;
     } else if (result != DNS_ERR_CANCEL && result != DNS_ERR_SHUTDOWN) {
         r->preferred = server; /* it answered */
@@ -651,8 +777,78 @@ static void on_answer(int result, char type, int count, int ttl, void *addresses
     if (result == DNS_ERR_NONE && count > 0 && addresses != NULL)
         take_addresses(q, type, count, ttl, addresses);
     q->err = q->n > 0 ? 0 : map_err(result);
-    if (!queries_running(req))
-        finish(req);
+    if (!queries_running(f))
+        flight_finish(f);
+}
+
+/* Sends both queries of <f> to the preferred server and arms its deadline;
+ * a query that cannot start fails. Returns true when at least one is in
+ * flight. */
+static bool send_queries(struct resolver *r, struct flight *f)
+{
+    for (int i = 0; i < NQ; i++) {
+        struct query *q = &f->q[i];
+        q->tries = 0;
+        if (send_query(r, f, q, r->preferred) < 0)
+            q->err = RESOLVE_ERR_FAILED;
+    }
+    if (!queries_running(f))
+        return false;
+    arm_deadline(r, f);
+    return true;
+}
+
+/* A new flight for <name> (<len> bytes, at most HOST_MAX), in the table
+ * and asking the servers (or, when no query could start, failing from the
+ * loop). NULL when out of memory. */
+static struct flight *flight_start(struct resolver *r, const char *name, size_t len)
+{
+    struct flight *f = calloc(1, sizeof(*f));
+
+    if (f == NULL)
+        return NULL;
+    if ((f->ev = event_new(r->base, -1, 0, on_flight_event, f)) == NULL) {
+        free(f);
+        return NULL;
+    }
+    f->r = r;
+    f->gen = r->gen;
+    memcpy(f->name, name, len + 1);
+    for (int i = 0; i < NQ; i++) {
+        f->q[i].f = f;
+        f->q[i].type = i;
+        f->q[i].ttl = -1;
+    }
+    struct flight **bucket = flight_bucket(r, name);
+    f->hnext = *bucket;
+    *bucket = f;
+    f->hashed = true;
+    r->nflights++;
+    if (!send_queries(r, f))
+        finish_later(f);
+    return f;
+}
+
+/* Asks the queries of <f> still running again of the (new) servers, from
+ * the preferred one, each server once more. With no server, or none that
+ * can be asked, <f> ends from the loop. Its deadline stays. */
+static void flight_move(struct resolver *r, struct flight *f)
+{
+    if (!queries_running(f))
+        return;
+    for (int i = 0; i < NQ; i++) {
+        struct query *q = &f->q[i];
+        if (q->att == NULL)
+            continue;
+        orphan(q);
+        q->tries = 0;
+        if (r->nns == 0)
+            q->err = RESOLVE_ERR_NO_SERVERS;
+        else if (send_query(r, f, q, r->preferred) < 0)
+            q->err = RESOLVE_ERR_FAILED;
+    }
+    if (!queries_running(f))
+        finish_later(f);
 }
 
 static size_t static_answers(const struct resolver *r, const char *name, struct ipaddr *out)
@@ -664,22 +860,6 @@ static size_t static_answers(const struct resolver *r, const char *name, struct 
     return n;
 }
 
-/* Sends both queries of <req> to the preferred server; a query that cannot
- * start fails. Returns true when at least one is in flight. */
-static bool send_queries(struct resolver *r, struct resolve_req *req)
-{
-    for (int i = 0; i < NQ; i++) {
-        struct query *q = &req->q[i];
-        q->tries = 0;
-        if (send_query(r, req, q, r->preferred) < 0)
-            q->err = RESOLVE_ERR_FAILED;
-    }
-    if (!queries_running(req))
-        return false;
-    arm_deadline(r, req);
-    return true;
-}
-
 struct resolve_req *resolver_lookup(struct resolver *r, const char *name, resolve_cb cb, void *arg)
 {
     struct resolve_req *req = calloc(1, sizeof(*req));
@@ -688,49 +868,40 @@ struct resolve_req *resolver_lookup(struct resolver *r, const char *name, resolv
 
     if (req == NULL)
         return NULL;
-    if ((req->ev = event_new(r->base, -1, 0, on_immediate, req)) == NULL) {
-        free(req);
-        return NULL;
-    }
     req->cb = cb;
     req->arg = arg;
-    for (int i = 0; i < NQ; i++) {
-        req->q[i].req = req;
-        req->q[i].type = i;
-        req->q[i].ttl = -1;
-    }
-
-    struct query *qa = &req->q[Q_A];
-    enum ip_literal_kind lit = ip_literal_parse(name, len, &qa->a[0]);
-    bool ask = false;
+    enum ip_literal_kind lit = ip_literal_parse(name, len, &req->a[0]);
     if (lit == IP_LITERAL_V4 || lit == IP_LITERAL_V6) {
-        qa->n = 1;
+        req->n = 1;
     } else if (lit == IP_LITERAL_INVALID || len == 0 || len > HOST_MAX) {
-        qa->err = req->q[Q_AAAA].err = RESOLVE_ERR_FAILED;
-    } else if ((qa->n = static_answers(r, name, qa->a)) > 0) {
+        req->err = RESOLVE_ERR_FAILED;
+    } else if ((req->n = static_answers(r, name, req->a)) > 0) {
         /* answered from dns.static (never cached) */
     } else if ((ce = dns_cache_find(&r->cache, name, now_ms())) != NULL) {
         /* answered from the cache, on the next turn like a static answer */
-        qa->n = ce->n;
-        memcpy(qa->a, ce->a, ce->n * sizeof(ce->a[0]));
+        req->n = ce->n;
+        memcpy(req->a, ce->a, ce->n * sizeof(ce->a[0]));
         if (ce->n == 0)
-            qa->err = req->q[Q_AAAA].err = RESOLVE_ERR_NXDOMAIN;
+            req->err = RESOLVE_ERR_NXDOMAIN;
     } else if (r->nns == 0) {
-        qa->err = req->q[Q_AAAA].err = RESOLVE_ERR_NO_SERVERS;
+        req->err = RESOLVE_ERR_NO_SERVERS;
     } else {
-        ask = true;
-        req->cacheable = true;
-        req->gen = r->gen;
-        memcpy(req->name, name, len + 1);
+        /* Asked of the servers: join the flight for this name, or start it. */
+        struct flight *f = flight_find(r, name);
+        if (f == NULL && (f = flight_start(r, name, len)) == NULL) {
+            free(req);
+            return NULL;
+        }
+        waiter_add(f, req);
     }
-    /* Neither query started: answer from the loop. */
-    if (!(ask && send_queries(r, req)))
-        finish_later(req);
-    req->r = r;
-    req->next = r->live;
-    if (r->live != NULL)
-        r->live->prev = req;
-    r->live = req;
+    if (req->f == NULL) {
+        if ((req->ev = event_new(r->base, -1, 0, on_req_event, req)) == NULL) {
+            free(req);
+            return NULL;
+        }
+        event_active(req->ev, EV_TIMEOUT, 1);
+    }
+    link_req(r, req);
     return req;
 }
 
@@ -739,10 +910,29 @@ void resolve_cancel(struct resolve_req *req)
     if (req == NULL)
         return;
     unlink_req(req);
-    event_free(req->ev);
-    for (int i = 0; i < NQ; i++)
-        orphan(&req->q[i]);
+    struct flight *f = req->f;
+    if (f != NULL) {
+        waiter_remove(req);
+        if (f->waiters == NULL && !f->answering)
+            flight_free(f);
+    } else {
+        event_free(req->ev);
+    }
     free(req);
+}
+
+/* Where lookups start after a reload: the server that was preferred
+ * (<pref> in <old>, <nold>), when the new list <ns>, <nns> still has it;
+ * else the first. */
+static size_t same_server(const struct name_server *old, size_t nold, size_t pref,
+                          const struct name_server *ns, size_t nns)
+{
+    if (pref >= nold)
+        return 0;
+    for (size_t i = 0; i < nns; i++)
+        if (strcmp(ns[i].st.addr, old[pref].st.addr) == 0)
+            return i;
+    return 0;
 }
 
 int resolver_reload(struct resolver *r, const struct dns_cfg *cfg)
@@ -771,26 +961,10 @@ int resolver_reload(struct resolver *r, const struct dns_cfg *cfg)
         size_t nold = r->nns;
         r->ns = ns;
         r->nns = nns;
-        r->preferred = 0;
-        for (struct resolve_req *q = r->live; q != NULL; q = q->next) {
-            if (!queries_running(q))
-                continue;
-            for (int i = 0; i < NQ; i++) {
-                struct query *qq = &q->q[i];
-                if (qq->att == NULL)
-                    continue;
-                orphan(qq);
-                qq->tries = 0;
-                if (nns == 0)
-                    qq->err = RESOLVE_ERR_NO_SERVERS;
-                else if (send_query(r, q, qq, 0) < 0)
-                    qq->err = RESOLVE_ERR_FAILED;
-            }
-            if (!queries_running(q))
-                finish_later(q);
-            else
-                arm_deadline(r, q); /* the tries start again */
-        }
+        r->preferred = same_server(old, nold, r->preferred, ns, nns);
+        for (size_t b = 0; b < FLIGHT_BUCKETS; b++)
+            for (struct flight *f = r->flights[b]; f != NULL; f = f->hnext)
+                flight_move(r, f);
         retire_servers(r, old, nold);
     }
     /* The servers (or what they say) may have changed: forget every answer,

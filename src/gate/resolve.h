@@ -8,11 +8,15 @@
  * the servers in /etc/resolv.conf (at most POLICY_MAX_DNS_SERVERS); with
  * no server at all a lookup fails (RESOLVE_ERR_NO_SERVERS) instead of
  * waiting. Servers are asked in turn: a lookup starts at the server that
- * answered last, and a query that gets no answer within 2 s, a server
- * failure (which evdns reports as a timeout), a refusal, or a truncated or
+ * answered last (a reload keeps it while it is still listed), and a query that gets no answer
+ * within 2 s, a server failure (which evdns reports as a timeout), a refusal, or a truncated or
  * malformed answer is asked of the next server; each server once, at least
  * 2 tries and at most 4 in all (so a lone server is asked twice), and the
- * lookup ends by a deadline of its own (its tries plus 1 s). Up to
+ * lookup ends by a deadline of its own (its tries plus 1 s; a reload that
+ * moves its queries to new servers does not move it). Lookups of a name
+ * already being asked share that query and its answer (and its deadline):
+ * one A and one AAAA query per name in flight, however many connections
+ * wait for it; the query is cancelled when the last of them is. Up to
  * RESOLVE_MAX_INFLIGHT queries per server are in flight at once, so names
  * whose server stalls hold up no other lookup. Nothing here blocks (no
  * getaddrinfo).
@@ -27,8 +31,9 @@
  * not, and connects only to checked addresses, so the cache adds no
  * rebinding window.
  *
- * Owns: one evdns base per server, a copy of the static map, the cache, and
- * every in-flight request until its callback has run or it was cancelled. */
+ * Owns: one evdns base per server, a copy of the static map, the cache, the
+ * names in flight, and every request until its callback has run or it was
+ * cancelled. */
 #ifndef SLUICE_GATE_RESOLVE_H
 #define SLUICE_GATE_RESOLVE_H
 

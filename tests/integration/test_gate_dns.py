@@ -319,6 +319,35 @@ def test_stalled_lookups_do_not_hold_up_other_names(world):
         assert_deny_response(r, "dns_failure", wording=False)
 
 
+def test_one_question_per_name_in_flight(world):
+    # 24 first contacts to one name while its answer is slow, in three
+    # spellings that name the same host, share one A and one AAAA question
+    # and its answer; the name server is not asked 48 times
+    w = world({"shared.test": {"A": [ALLOWED], "delay": 1.0}})
+    spellings = ["shared.test", "SHARED.Test", "shared.test."]
+    results = []
+    lock = threading.Lock()
+
+    def one(name):
+        try:
+            r = w.get(name)
+        except OSError as e:
+            r = e
+        with lock:
+            results.append(r)
+    threads = [threading.Thread(target=one, args=(spellings[i % 3],)) for i in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(results) == 24
+    for r in results:
+        assert not isinstance(r, OSError), r
+        assert_reached(r, ALLOWED + ":80")
+    assert sorted(w.queries("shared.test")) == [1, 28]
+    assert len(w.gw.events("agent_egress")) == 24
+
+
 @pytest.mark.parametrize("first", [SILENT_SERVER, REFUSING_SERVER], ids=["silent", "refusing"])
 def test_a_dead_server_before_a_live_one(world, first):
     # the live server answers every lookup, including those first sent to the

@@ -803,6 +803,227 @@ static void test_deadline(void **state)
     event_base_free(base);
 }
 
+/* A waiting request that records when it was called, and may cancel
+ * another request or start a lookup of its own from its callback. */
+struct waiter {
+    struct result res;
+    int order; /* 1 for the first called */
+    int *seq;
+    struct resolve_req **cancel; /* cancelled (and cleared) when called */
+    struct resolver *r;
+    const char *again; /* looked up again when called, into again_res */
+    struct result *again_res;
+};
+
+static void on_waiter(int err, const struct ipaddr *addrs, size_t n, void *arg)
+{
+    struct waiter *w = arg;
+    w->order = ++*w->seq;
+    if (w->cancel != NULL && *w->cancel != NULL) {
+        resolve_cancel(*w->cancel);
+        *w->cancel = NULL;
+    }
+    if (w->again != NULL)
+        assert_non_null(resolver_lookup(w->r, w->again, on_result, w->again_res));
+    on_result(err, addrs, n, &w->res);
+}
+
+/* Lookups of one name while it is in flight share its queries: 16 first
+ * contacts send one A and one AAAA query, and all 16 get the answer, in
+ * the order they asked. */
+static void test_shared_lookup(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct fake_dns d;
+    fake_start(&d, base, 1);
+    struct resolver *r = new_resolver(base, d.addr, NULL, 0);
+    struct waiter w[16];
+    int seq = 0;
+
+    for (int i = 0; i < 16; i++) {
+        w[i] = (struct waiter){.res = {.base = base}, .seq = &seq};
+        assert_non_null(resolver_lookup(r, "one.test", on_waiter, &w[i]));
+    }
+    assert_int_equal(r->nflights, 1);
+    for (int i = 0; i < 300 && seq < 16; i++)
+        run(base, 10);
+    assert_int_equal(seq, 16);
+    assert_int_equal(d.queries, 2);
+    for (int i = 0; i < 16; i++) {
+        assert_int_equal(w[i].order, i + 1);
+        assert_int_equal(w[i].res.calls, 1);
+        assert_int_equal(w[i].res.err, 0);
+        assert_int_equal(w[i].res.n, 2);
+        assert_addr(&w[i].res.a[0], v4("192.0.2.1"));
+        assert_addr(&w[i].res.a[1], v6("2001:db8::1"));
+    }
+    assert_int_equal(r->nflights, 0);
+
+    /* Different names are not shared. */
+    struct result a = {.base = base}, b = {.base = base};
+    assert_non_null(resolver_lookup(r, "v6only.test", on_result, &a));
+    assert_non_null(resolver_lookup(r, "many.test", on_result, &b));
+    assert_int_equal(r->nflights, 2);
+    for (int i = 0; i < 300 && (a.calls == 0 || b.calls == 0); i++)
+        run(base, 10);
+    assert_int_equal(d.queries, 6);
+    assert_int_equal(a.n, 1);
+    assert_int_equal(b.n, RESOLVE_MAX_ADDRS);
+
+    resolver_free(r);
+    fake_stop(&d);
+    event_base_free(base);
+}
+
+/* A shared lookup runs while anyone waits for it: cancelling some of its
+ * requests leaves it to the others, cancelling the last cancels its
+ * queries. One that joins late gets the same answer at the same time. */
+static void test_shared_lookup_cancel(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct fake_dns d;
+    fake_start(&d, base, 1);
+    struct resolver *r = new_resolver(base, d.addr, NULL, 0);
+    assert_int_equal(evdns_base_set_option(r->ns[0].dns, "timeout:", "0.2"), 0);
+
+    /* Three wait for a silent name; all three leave: nothing is left. */
+    struct resolve_req *q[3];
+    for (int i = 0; i < 3; i++)
+        assert_non_null(q[i] = resolver_lookup(r, "slow.test", never, NULL));
+    assert_int_equal(r->nflights, 1);
+    resolve_cancel(q[1]);
+    resolve_cancel(q[0]);
+    assert_int_equal(r->nflights, 1);
+    resolve_cancel(q[2]);
+    assert_int_equal(r->nflights, 0);
+    run(base, 500); /* past evdns' timer: no retry is sent, no callback runs */
+    assert_int_equal(d.queries, 2);
+
+    /* half.test: the A answer comes, the AAAA never. A request that joins
+     * after the A answer gets it too, when the AAAA tries have run out; the
+     * one that left in between is not called. */
+    struct result first = {.base = base}, late = {.base = base};
+    assert_non_null(resolver_lookup(r, "half.test", on_result, &first));
+    struct resolve_req *leaver = resolver_lookup(r, "half.test", never, NULL);
+    assert_non_null(leaver);
+    for (int i = 0; i < 100 && d.answered < 1; i++)
+        run(base, 10);
+    assert_int_equal(d.answered, 1);
+    resolve_cancel(leaver);
+    assert_non_null(resolver_lookup(r, "half.test", on_result, &late));
+    for (int i = 0; i < 300 && (first.calls == 0 || late.calls == 0); i++)
+        run(base, 10);
+    assert_int_equal(first.calls, 1);
+    assert_int_equal(late.calls, 1);
+    assert_int_equal(first.n, 1);
+    assert_int_equal(late.n, 1);
+    assert_addr(&late.a[0], v4("192.0.2.1"));
+    assert_int_equal(d.queries, 2 + 3); /* A once, AAAA twice */
+
+    resolver_free(r);
+    fake_stop(&d);
+    event_base_free(base);
+}
+
+/* The callbacks of a shared lookup may cancel a request still waiting for
+ * it (which is then not called), or look the same name up again (a new
+ * lookup, not the one ending). */
+static void test_shared_lookup_reentry(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct fake_dns d;
+    fake_start(&d, base, 1);
+    struct resolver *r = new_resolver(base, d.addr, NULL, 0);
+    assert_int_equal(evdns_base_set_option(r->ns[0].dns, "timeout:", "0.2"), 0);
+    int seq = 0;
+    struct result again = {.base = base};
+    struct resolve_req *victim = NULL;
+    struct waiter w0 = {.res = {.base = base}, .seq = &seq, .cancel = &victim};
+    struct waiter w2 = {
+        .res = {.base = base}, .seq = &seq, .r = r, .again = "fail.test", .again_res = &again};
+
+    /* fail.test: SERVFAIL each time, never cached. */
+    /* w0 cancels the last request still waiting: the lookup is ending,
+     * and stays whole until its callbacks are done. */
+    assert_non_null(resolver_lookup(r, "fail.test", on_waiter, &w2));
+    assert_non_null(resolver_lookup(r, "fail.test", on_waiter, &w0));
+    assert_non_null(victim = resolver_lookup(r, "fail.test", never, NULL));
+    for (int i = 0; i < 300 && seq < 2; i++)
+        run(base, 10);
+    assert_int_equal(w2.order, 1);
+    assert_int_equal(w0.order, 2);
+    assert_null(victim);
+    assert_true(w0.res.err == RESOLVE_ERR_TIMEOUT || w0.res.err == RESOLVE_ERR_FAILED);
+    assert_int_equal(w2.res.err, w0.res.err);
+    int sent = d.queries;
+    assert_int_equal(r->nflights, 1); /* the lookup w2 started */
+    run_until(base, &again, 3000);
+    assert_int_equal(again.calls, 1);
+    assert_int_equal(again.err, w0.res.err);
+    assert_true(d.queries > sent);
+    assert_int_equal(r->nflights, 0);
+
+    resolver_free(r);
+    fake_stop(&d);
+    event_base_free(base);
+}
+
+/* A reload keeps where lookups start when that server is still listed, and
+ * does not move the deadline of a lookup whose queries it moves. */
+static void test_reload_keeps_preferred_and_deadline(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct fake_dns d[3];
+    for (int i = 0; i < 3; i++)
+        fake_start(&d[i], base, (uint8_t)(i + 1));
+    d[0].mute = true;
+    char *s1[2] = {d[0].addr, d[1].addr}, *s2[2] = {d[2].addr, d[1].addr};
+    struct dns_cfg c1 = {.servers = s1, .nservers = 2}, c2 = {.servers = s2, .nservers = 2};
+    char *err = NULL;
+    struct resolver *r = resolver_new(base, &c1, &err);
+    assert_non_null(r);
+    for (size_t i = 0; i < r->nns; i++)
+        assert_int_equal(evdns_base_set_option(r->ns[i].dns, "timeout:", "0.2"), 0);
+    struct result res = lookup_wait(base, r, "one.test");
+    assert_addr(&res.a[0], v4("192.0.2.2"));
+    assert_int_equal(r->preferred, 1);
+
+    assert_int_equal(resolver_reload(r, &c2), 0);
+    assert_int_equal(r->preferred, 1); /* d[1], still second */
+    res = lookup_wait(base, r, "v6only.test");
+    assert_int_equal(res.err, 0);
+    assert_int_equal(d[2].queries, 0); /* the first server was not needed */
+
+    /* A lookup on a silent server, moved by a reload: same deadline. */
+    d[1].mute = d[2].mute = true;
+    r->try_ms = 100;
+    struct result stuck = {.base = base};
+    assert_non_null(resolver_lookup(r, "slow.test", on_result, &stuck));
+    struct flight *f = flight_find(r, "slow.test");
+    assert_non_null(f);
+    struct timeval before, after;
+    assert_true(event_pending(f->ev, EV_TIMEOUT, &before));
+    run(base, 50);
+    assert_int_equal(resolver_reload(r, &c1), 0);
+    assert_ptr_equal(flight_find(r, "slow.test"), f);
+    assert_true(event_pending(f->ev, EV_TIMEOUT, &after));
+    assert_int_equal(before.tv_sec, after.tv_sec);
+    assert_int_equal(before.tv_usec, after.tv_usec);
+    run_until(base, &stuck, 3000);
+    assert_int_equal(stuck.calls, 1);
+    assert_int_equal(stuck.err, RESOLVE_ERR_TIMEOUT);
+
+    resolver_free(r);
+    run(base, 50);
+    for (int i = 0; i < 3; i++)
+        fake_stop(&d[i]);
+    event_base_free(base);
+}
+
 static void test_cache_positive(void **state)
 {
     (void)state;
@@ -1046,6 +1267,10 @@ int main(void)
         cmocka_unit_test(test_failover),
         cmocka_unit_test(test_reload_retires_down_servers),
         cmocka_unit_test(test_deadline),
+        cmocka_unit_test(test_shared_lookup),
+        cmocka_unit_test(test_shared_lookup_cancel),
+        cmocka_unit_test(test_shared_lookup_reentry),
+        cmocka_unit_test(test_reload_keeps_preferred_and_deadline),
         cmocka_unit_test(test_cache_positive),
         cmocka_unit_test(test_cache_negative),
         cmocka_unit_test(test_cache_not_failures),
