@@ -21,7 +21,8 @@
  * only by its callback, and one whose query was cancelled or moved to other
  * servers (its q set to NULL) just stays silent until then. (evdns skips
  * the callback only when it cannot allocate the record that schedules it;
- * see on_flight_event().)
+ * see on_flight_event().) The servers, their bases and counters are
+ * name_servers.c's; which server a try goes to is decided here.
  *
  * Answer cache (dns_cache.c): at most CACHE_MAX names. Only flights that
  * came back complete are stored: both queries answered with addresses or
@@ -31,10 +32,10 @@
  * stored after it (r->gen). */
 #include "gate/resolve.h"
 #include "gate/dns_cache.h"
+#include "gate/name_servers.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,16 +55,8 @@ enum { Q_A, Q_AAAA, NQ };
 #define CACHE_MAX         4096   /* names */
 #define CACHE_TTL_MAX_MS  300000 /* positive answers: at most 300 s */
 #define CACHE_NEG_TTL_MS  5000   /* negative answers (NXDOMAIN, no data) */
-#define TRY_TIMEOUT_MS    2000   /* a server has this long to answer one try */
 #define DEADLINE_SLACK_MS 1000   /* past the last try's end: see arm_deadline() */
-#define RETIRED_MAX       16     /* replaced bases kept (retire_servers) */
 #define FLIGHT_BUCKETS    1024   /* the table of names in flight; a power of two */
-
-/* One server, with an evdns base that asks only it. */
-struct name_server {
-    struct evdns_base *dns;
-    struct resolve_server_stats st;
-};
 
 struct query;
 struct flight;
@@ -117,10 +110,9 @@ struct resolver {
     struct event_base *base;
     struct name_server *ns; /* the servers, in the configured order */
     size_t nns;
-    struct evdns_base *retired[RETIRED_MAX]; /* see retire_servers() */
-    size_t nretired;
-    size_t preferred;           /* where lookups start: the last server that answered */
-    struct dns_static *statics; /* owned copies */
+    struct name_servers_retired retired; /* replaced bases, see name_servers_retire() */
+    size_t preferred;                    /* where lookups start: the last server that answered */
+    struct dns_static *statics;          /* owned copies */
     size_t nstatics;
     char **servers; /* owned copy of cfg->servers, to see changes */
     size_t nservers;
@@ -129,8 +121,8 @@ struct resolver {
     size_t nflights;
     struct dns_cache cache; /* at most CACHE_MAX names; tests lower it */
     uint64_t neg_ttl_ms;    /* CACHE_NEG_TTL_MS; tests lower it */
-    uint64_t try_ms;        /* TRY_TIMEOUT_MS; what a lookup's deadline counts (tests lower it) */
-    unsigned gen;           /* bumped by every reload */
+    uint64_t try_ms; /* NAME_SERVER_TRY_MS; what a lookup's deadline counts (tests lower it) */
+    unsigned gen;    /* bumped by every reload */
 };
 
 /* ---------------------------------------------------------------- cache */
@@ -221,181 +213,6 @@ static bool servers_equal(const struct resolver *r, const struct dns_cfg *cfg)
     return true;
 }
 
-static char *errmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static char *errmsg(const char *fmt, ...)
-{
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    return n > 0 ? strdup(buf) : NULL;
-}
-
-/* Checks that every server in <cfg> is an address evdns will take. */
-static int check_servers(const struct dns_cfg *cfg, char **err)
-{
-    for (size_t i = 0; i < cfg->nservers; i++) {
-        struct sockaddr_storage ss;
-        int len = (int)sizeof(ss);
-        if (evutil_parse_sockaddr_port(cfg->servers[i], (struct sockaddr *)&ss, &len) < 0) {
-            if (err != NULL)
-                *err = errmsg("dns.servers: invalid server address \"%s\"", cfg->servers[i]);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-/* evdns keeps at most 64 queries in flight by default and queues the rest
- * in order: then one agent asking for names whose server never answers
- * holds every other lookup of the gateway behind its timeouts, for seconds.
- * RESOLVE_MAX_INFLIGHT is two queries for each of the gateway's default
- * 4096 connections, each of which waits for one lookup at most. One
- * attempt per try: the retries are ours (on_answer). */
-static int set_options(struct evdns_base *dns)
-{
-    char inflight[16], timeout[16];
-
-    snprintf(inflight, sizeof(inflight), "%d", RESOLVE_MAX_INFLIGHT);
-    snprintf(timeout, sizeof(timeout), "%d.%03d", TRY_TIMEOUT_MS / 1000, TRY_TIMEOUT_MS % 1000);
-    if (evdns_base_set_option(dns, "timeout:", timeout) != 0 ||
-        evdns_base_set_option(dns, "attempts:", "1") != 0 ||
-        evdns_base_set_option(dns, "initial-probe-timeout:", "3600") != 0 ||
-        evdns_base_set_option(dns, "max-inflight:", inflight) != 0)
-        return -1;
-    return 0;
-}
-
-static void free_servers_ns(struct name_server *ns, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (ns[i].dns != NULL)
-            evdns_base_free(ns[i].dns, 0);
-    free(ns);
-}
-
-/* Frees the bases of servers a reload replaced (<old>, <n>; the array is
- * freed too). A base whose server last answered is freed at once. One whose
- * server last timed out or failed may have evdns' probe of it (a question
- * for google.com, at most hourly here) about to report to a callback that
- * reads the server's record, which evdns_base_free() would leave dangling:
- * such a base is kept until resolver_free() (evdns goes on probing its
- * server, at most hourly), at most RETIRED_MAX of them (then the oldest
- * goes). */
-static void retire_servers(struct resolver *r, struct name_server *old, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (old[i].dns == NULL || !old[i].st.down) {
-            if (old[i].dns != NULL)
-                evdns_base_free(old[i].dns, 0);
-            continue;
-        }
-        if (r->nretired == RETIRED_MAX) {
-            evdns_base_free(r->retired[0], 0);
-            memmove(r->retired, r->retired + 1, (RETIRED_MAX - 1) * sizeof(r->retired[0]));
-            r->nretired--;
-        }
-        r->retired[r->nretired++] = old[i].dns;
-    }
-    free(old);
-}
-
-/* "IP:PORT" or "[V6]:PORT" for <sa>, into <out>. */
-static void format_server(const struct sockaddr *sa, char *out, size_t cap)
-{
-    char ip[INET6_ADDRSTRLEN] = "?";
-    if (sa->sa_family == AF_INET6) {
-        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)(const void *)sa;
-        evutil_inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof(ip));
-        snprintf(out, cap, "[%s]:%u", ip, (unsigned)ntohs(s6->sin6_port));
-    } else {
-        const struct sockaddr_in *s4 = (const struct sockaddr_in *)(const void *)sa;
-        evutil_inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof(ip));
-        snprintf(out, cap, "%s:%u", ip, (unsigned)ntohs(s4->sin_port));
-    }
-}
-
-/* A base that asks the one server at <sa>. NULL when that fails. */
-static struct evdns_base *open_base(struct event_base *base, const struct sockaddr *sa,
-                                    socklen_t len)
-{
-    struct evdns_base *dns = evdns_base_new(base, EVDNS_BASE_DISABLE_WHEN_INACTIVE);
-    if (dns == NULL)
-        return NULL;
-    if (evdns_base_nameserver_sockaddr_add(dns, sa, len, 0) != 0 || set_options(dns) < 0) {
-        evdns_base_free(dns, 0);
-        return NULL;
-    }
-    return dns;
-}
-
-/* The addresses of the servers in <cfg>, or else those of /etc/resolv.conf
- * (a missing file or no nameserver line: none, never the 127.0.0.1 evdns
- * would otherwise assume), into <ss> (room for <cap>). Returns how many. */
-static size_t server_addrs(struct event_base *base, const struct dns_cfg *cfg,
-                           struct sockaddr_storage *ss, socklen_t *len, size_t cap)
-{
-    size_t n = 0;
-
-    for (size_t i = 0; i < cfg->nservers && n < cap; i++) {
-        int l = (int)sizeof(ss[n]);
-        if (evutil_parse_sockaddr_port(cfg->servers[i], (struct sockaddr *)&ss[n], &l) == 0)
-            len[n++] = (socklen_t)l;
-    }
-    if (cfg->nservers > 0)
-        return n;
-    struct evdns_base *conf = evdns_base_new(base, EVDNS_BASE_DISABLE_WHEN_INACTIVE);
-    if (conf == NULL)
-        return 0;
-    (void)evdns_base_resolv_conf_parse(
-        conf, DNS_OPTION_NAMESERVERS | DNS_OPTION_NAMESERVERS_NO_DEFAULT, RESOLV_CONF);
-    int count = evdns_base_count_nameservers(conf);
-    for (int i = 0; i < count && n < cap; i++) {
-        int l = evdns_base_get_nameserver_addr(conf, i, (struct sockaddr *)&ss[n], sizeof(ss[n]));
-        if (l > 0 && (size_t)l <= sizeof(ss[n]))
-            len[n++] = (socklen_t)l;
-    }
-    evdns_base_free(conf, 0);
-    return n;
-}
-
-/* Opens the servers of <cfg> (see server_addrs), each with its own base,
- * into <*out> (malloc'd; free with free_servers_ns) and <*n>. Returns 0,
- * or -1 with <*err>. */
-static int open_servers(struct event_base *base, const struct dns_cfg *cfg,
-                        struct name_server **out, size_t *n, char **err)
-{
-    struct sockaddr_storage ss[POLICY_MAX_DNS_SERVERS];
-    socklen_t len[POLICY_MAX_DNS_SERVERS];
-    size_t count = server_addrs(base, cfg, ss, len, POLICY_MAX_DNS_SERVERS);
-
-    *out = NULL;
-    *n = 0;
-    if (count == 0)
-        return 0;
-    struct name_server *b = calloc(count, sizeof(*b));
-    if (b == NULL) {
-        *err = errmsg("%s", "dns: out of memory");
-        return -1;
-    }
-    for (size_t i = 0; i < count; i++) {
-        format_server((const struct sockaddr *)&ss[i], b[i].st.addr, sizeof(b[i].st.addr));
-        if ((b[i].dns = open_base(base, (const struct sockaddr *)&ss[i], len[i])) == NULL) {
-            if (cfg->nservers > 0)
-                *err = errmsg("dns.servers: cannot use server \"%s\"", cfg->servers[i]);
-            else
-                *err = errmsg("dns: cannot use server %zu of %s", i + 1, RESOLV_CONF);
-            free_servers_ns(b, count);
-            return -1;
-        }
-    }
-    *out = b;
-    *n = count;
-    return 0;
-}
-
 /* evdns' own messages (a server marked down, and so on): warnings only,
  * in the gateway's format. */
 static void evdns_log(int is_warning, const char *msg)
@@ -415,18 +232,18 @@ struct resolver *resolver_new(struct event_base *base, const struct dns_cfg *cfg
     r->base = base;
     dns_cache_init(&r->cache, CACHE_MAX);
     r->neg_ttl_ms = CACHE_NEG_TTL_MS;
-    r->try_ms = TRY_TIMEOUT_MS;
-    if (check_servers(cfg, err) < 0)
+    r->try_ms = NAME_SERVER_TRY_MS;
+    if (name_servers_check(cfg, err) < 0)
         goto fail;
     if (copy_cfg(cfg, &r->statics, &r->servers) < 0)
         goto nomem;
     r->nstatics = cfg->nstatics;
     r->nservers = cfg->nservers;
-    if (open_servers(base, cfg, &r->ns, &r->nns, err) < 0)
+    if (name_servers_open(base, cfg, RESOLV_CONF, &r->ns, &r->nns, err) < 0)
         goto fail;
     return r;
 nomem:
-    *err = errmsg("%s", "dns: out of memory");
+    *err = strdup("dns: out of memory");
 fail:
     resolver_free(r);
     return NULL;
@@ -584,7 +401,6 @@ static unsigned max_tries(const struct resolver *r)
 }
 
 static void orphan(struct query *q);
-static void count_result(struct resolve_server_stats *st, int result);
 
 /* A flight that nobody waits for any more: its tries are cancelled. */
 static void flight_free(struct flight *f)
@@ -613,7 +429,7 @@ static void on_flight_event(evutil_socket_t fd, short what, void *arg)
     for (int i = NQ - 1; i >= 0; i--) {
         struct query *q = &f->q[i];
         if (q->att != NULL) {
-            count_result(&f->r->ns[q->att->server].st, DNS_ERR_TIMEOUT);
+            name_server_count(&f->r->ns[q->att->server].st, DNS_ERR_TIMEOUT);
             orphan(q);
             q->err = RESOLVE_ERR_TIMEOUT;
         }
@@ -673,29 +489,6 @@ static bool worth_another_server(int result)
 }
 
 static void on_answer(int result, char type, int count, int ttl, void *addresses, void *arg);
-
-static void count_result(struct resolve_server_stats *st, int result)
-{
-    switch (result) {
-    case DNS_ERR_NONE:
-    case DNS_ERR_NOTEXIST:
-    case DNS_ERR_NODATA:
-        st->answers++;
-        st->down = false;
-        break;
-    case DNS_ERR_TIMEOUT:
-        st->timeouts++;
-        st->down = true;
-        break;
-    case DNS_ERR_CANCEL:
-    case DNS_ERR_SHUTDOWN:
-        break;
-    default:
-        st->failures++;
-        st->down = true;
-        break;
-    }
-}
 
 /* Sends query <q> of <f> to server <server>. Returns 0, or -1 (nothing in
  * flight then). */
@@ -764,7 +557,7 @@ static void on_answer(int result, char type, int count, int ttl, void *addresses
     q->att = NULL;
     struct flight *f = q->f;
     struct resolver *r = f->r;
-    count_result(&r->ns[server].st, result);
+    name_server_count(&r->ns[server].st, result);
     if (worth_another_server(result)) {
         /* A silent server stops being where lookups start. */
         if (result == DNS_ERR_TIMEOUT && r->preferred == server)
@@ -921,20 +714,6 @@ void resolve_cancel(struct resolve_req *req)
     free(req);
 }
 
-/* Where lookups start after a reload: the server that was preferred
- * (<pref> in <old>, <nold>), when the new list <ns>, <nns> still has it;
- * else the first. */
-static size_t same_server(const struct name_server *old, size_t nold, size_t pref,
-                          const struct name_server *ns, size_t nns)
-{
-    if (pref >= nold)
-        return 0;
-    for (size_t i = 0; i < nns; i++)
-        if (strcmp(ns[i].st.addr, old[pref].st.addr) == 0)
-            return i;
-    return 0;
-}
-
 int resolver_reload(struct resolver *r, const struct dns_cfg *cfg)
 {
     struct dns_static *st;
@@ -943,15 +722,16 @@ int resolver_reload(struct resolver *r, const struct dns_cfg *cfg)
     struct name_server *ns = r->ns;
     size_t nns = r->nns;
 
-    if (check_servers(cfg, &err) < 0 ||
-        (!servers_equal(r, cfg) && open_servers(r->base, cfg, &ns, &nns, &err) < 0)) {
+    if (name_servers_check(cfg, &err) < 0 ||
+        (!servers_equal(r, cfg) &&
+         name_servers_open(r->base, cfg, RESOLV_CONF, &ns, &nns, &err) < 0)) {
         fprintf(stderr, "sluice: %s\n", err != NULL ? err : "dns: invalid server");
         free(err);
         return -1;
     }
     if (copy_cfg(cfg, &st, &sv) < 0) {
         if (ns != r->ns)
-            free_servers_ns(ns, nns);
+            name_servers_free(ns, nns);
         return -1;
     }
     if (ns != r->ns) {
@@ -961,11 +741,11 @@ int resolver_reload(struct resolver *r, const struct dns_cfg *cfg)
         size_t nold = r->nns;
         r->ns = ns;
         r->nns = nns;
-        r->preferred = same_server(old, nold, r->preferred, ns, nns);
+        r->preferred = name_servers_same(old, nold, r->preferred, ns, nns);
         for (size_t b = 0; b < FLIGHT_BUCKETS; b++)
             for (struct flight *f = r->flights[b]; f != NULL; f = f->hnext)
                 flight_move(r, f);
-        retire_servers(r, old, nold);
+        name_servers_retire(&r->retired, old, nold);
     }
     /* The servers (or what they say) may have changed: forget every answer,
      * and those still in flight are not stored when they come. */
@@ -994,9 +774,8 @@ void resolver_free(struct resolver *r)
         return;
     while (r->live != NULL)
         resolve_cancel(r->live); /* the callbacks of their tries only free those */
-    free_servers_ns(r->ns, r->nns);
-    for (size_t i = 0; i < r->nretired; i++)
-        evdns_base_free(r->retired[i], 0);
+    name_servers_free(r->ns, r->nns);
+    name_servers_retired_free(&r->retired);
     dns_cache_clear(&r->cache);
     free_statics(r->statics, r->nstatics);
     free_servers(r->servers, r->nservers);

@@ -31,9 +31,9 @@
  * not, and connects only to checked addresses, so the cache adds no
  * rebinding window.
  *
- * Owns: one evdns base per server, a copy of the static map, the cache, the
- * names in flight, and every request until its callback has run or it was
- * cancelled. */
+ * Owns: the name servers (name_servers.h), a copy of the static map, the
+ * cache, the names in flight, and every request until its callback has run
+ * or it was cancelled. */
 #ifndef SLUICE_GATE_RESOLVE_H
 #define SLUICE_GATE_RESOLVE_H
 

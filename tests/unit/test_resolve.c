@@ -738,7 +738,7 @@ static void test_failover(void **state)
 
 /* A reload that replaces a server frees its base when the server answered
  * last; one that timed out last is kept (evdns' probe of it may be about to
- * report into the base), RETIRED_MAX at most. */
+ * report into the base), NAME_SERVER_RETIRED at most. */
 static void test_reload_retires_down_servers(void **state)
 {
     (void)state;
@@ -754,11 +754,11 @@ static void test_reload_retires_down_servers(void **state)
     assert_int_equal(res.err, 0);
     assert_false(r->ns[0].st.down);
     assert_int_equal(resolver_reload(r, &c2), 0);
-    assert_int_equal(r->nretired, 0);
-    for (size_t i = 0; i < RETIRED_MAX + 3; i++) {
+    assert_int_equal(r->retired.n, 0);
+    for (size_t i = 0; i < NAME_SERVER_RETIRED + 3; i++) {
         r->ns[0].st.down = true; /* as after a timeout */
         assert_int_equal(resolver_reload(r, i % 2 == 0 ? &c1 : &c2), 0);
-        assert_int_equal(r->nretired, i + 1 < RETIRED_MAX ? i + 1 : RETIRED_MAX);
+        assert_int_equal(r->retired.n, i + 1 < NAME_SERVER_RETIRED ? i + 1 : NAME_SERVER_RETIRED);
     }
     res = lookup_wait(base, r, "one.test");
     assert_int_equal(res.err, 0);

@@ -1,0 +1,221 @@
+/* name_servers: the resolver's name servers (see name_servers.h). */
+#include "gate/name_servers.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/dns.h>
+#include <event2/event.h>
+#include <event2/util.h>
+
+static char *errmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static char *errmsg(const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    return n > 0 ? strdup(buf) : NULL;
+}
+
+int name_servers_check(const struct dns_cfg *cfg, char **err)
+{
+    for (size_t i = 0; i < cfg->nservers; i++) {
+        struct sockaddr_storage ss;
+        int len = (int)sizeof(ss);
+        if (evutil_parse_sockaddr_port(cfg->servers[i], (struct sockaddr *)&ss, &len) < 0) {
+            if (err != NULL)
+                *err = errmsg("dns.servers: invalid server address \"%s\"", cfg->servers[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* evdns keeps at most 64 queries in flight by default and queues the rest
+ * in order: then one agent asking for names whose server never answers
+ * holds every other lookup of the gateway behind its timeouts, for seconds.
+ * RESOLVE_MAX_INFLIGHT is two queries for each of the gateway's default
+ * 4096 connections, each of which waits for one lookup at most. One
+ * attempt per try: the retries are the resolver's. */
+static int set_options(struct evdns_base *dns)
+{
+    char inflight[16], timeout[16];
+
+    snprintf(inflight, sizeof(inflight), "%d", RESOLVE_MAX_INFLIGHT);
+    snprintf(timeout, sizeof(timeout), "%d.%03d", NAME_SERVER_TRY_MS / 1000,
+             NAME_SERVER_TRY_MS % 1000);
+    if (evdns_base_set_option(dns, "timeout:", timeout) != 0 ||
+        evdns_base_set_option(dns, "attempts:", "1") != 0 ||
+        evdns_base_set_option(dns, "initial-probe-timeout:", "3600") != 0 ||
+        evdns_base_set_option(dns, "max-inflight:", inflight) != 0)
+        return -1;
+    return 0;
+}
+
+void name_servers_free(struct name_server *ns, size_t n)
+{
+    if (ns == NULL)
+        return;
+    for (size_t i = 0; i < n; i++)
+        if (ns[i].dns != NULL)
+            evdns_base_free(ns[i].dns, 0);
+    free(ns);
+}
+
+void name_servers_retire(struct name_servers_retired *ret, struct name_server *old, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (old[i].dns == NULL || !old[i].st.down) {
+            if (old[i].dns != NULL)
+                evdns_base_free(old[i].dns, 0);
+            continue;
+        }
+        if (ret->n == NAME_SERVER_RETIRED) {
+            evdns_base_free(ret->dns[0], 0);
+            memmove(ret->dns, ret->dns + 1, (NAME_SERVER_RETIRED - 1) * sizeof(ret->dns[0]));
+            ret->n--;
+        }
+        ret->dns[ret->n++] = old[i].dns;
+    }
+    free(old);
+}
+
+void name_servers_retired_free(struct name_servers_retired *ret)
+{
+    for (size_t i = 0; i < ret->n; i++)
+        evdns_base_free(ret->dns[i], 0);
+    ret->n = 0;
+}
+
+/* "IP:PORT" or "[V6]:PORT" for <sa>, into <out>. */
+static void format_server(const struct sockaddr *sa, char *out, size_t cap)
+{
+    char ip[INET6_ADDRSTRLEN] = "?";
+    if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)(const void *)sa;
+        evutil_inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof(ip));
+        snprintf(out, cap, "[%s]:%u", ip, (unsigned)ntohs(s6->sin6_port));
+    } else {
+        const struct sockaddr_in *s4 = (const struct sockaddr_in *)(const void *)sa;
+        evutil_inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof(ip));
+        snprintf(out, cap, "%s:%u", ip, (unsigned)ntohs(s4->sin_port));
+    }
+}
+
+/* A base that asks the one server at <sa>. NULL when that fails. */
+static struct evdns_base *open_base(struct event_base *base, const struct sockaddr *sa,
+                                    socklen_t len)
+{
+    struct evdns_base *dns = evdns_base_new(base, EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+    if (dns == NULL)
+        return NULL;
+    if (evdns_base_nameserver_sockaddr_add(dns, sa, len, 0) != 0 || set_options(dns) < 0) {
+        evdns_base_free(dns, 0);
+        return NULL;
+    }
+    return dns;
+}
+
+/* The addresses of the servers in <cfg>, or else those of /etc/resolv.conf
+ * (a missing file or no nameserver line: none, never the 127.0.0.1 evdns
+ * would otherwise assume), into <ss> (room for <cap>). Returns how many. */
+static size_t server_addrs(struct event_base *base, const struct dns_cfg *cfg,
+                           const char *resolv_conf, struct sockaddr_storage *ss, socklen_t *len,
+                           size_t cap)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < cfg->nservers && n < cap; i++) {
+        int l = (int)sizeof(ss[n]);
+        if (evutil_parse_sockaddr_port(cfg->servers[i], (struct sockaddr *)&ss[n], &l) == 0)
+            len[n++] = (socklen_t)l;
+    }
+    if (cfg->nservers > 0)
+        return n;
+    struct evdns_base *conf = evdns_base_new(base, EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+    if (conf == NULL)
+        return 0;
+    (void)evdns_base_resolv_conf_parse(
+        conf, DNS_OPTION_NAMESERVERS | DNS_OPTION_NAMESERVERS_NO_DEFAULT, resolv_conf);
+    int count = evdns_base_count_nameservers(conf);
+    for (int i = 0; i < count && n < cap; i++) {
+        int l = evdns_base_get_nameserver_addr(conf, i, (struct sockaddr *)&ss[n], sizeof(ss[n]));
+        if (l > 0 && (size_t)l <= sizeof(ss[n]))
+            len[n++] = (socklen_t)l;
+    }
+    evdns_base_free(conf, 0);
+    return n;
+}
+
+int name_servers_open(struct event_base *base, const struct dns_cfg *cfg, const char *resolv_conf,
+                      struct name_server **out, size_t *n, char **err)
+{
+    struct sockaddr_storage ss[POLICY_MAX_DNS_SERVERS];
+    socklen_t len[POLICY_MAX_DNS_SERVERS];
+    size_t count = server_addrs(base, cfg, resolv_conf, ss, len, POLICY_MAX_DNS_SERVERS);
+
+    *out = NULL;
+    *n = 0;
+    if (count == 0)
+        return 0;
+    struct name_server *b = calloc(count, sizeof(*b));
+    if (b == NULL) {
+        *err = errmsg("%s", "dns: out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < count; i++) {
+        format_server((const struct sockaddr *)&ss[i], b[i].st.addr, sizeof(b[i].st.addr));
+        if ((b[i].dns = open_base(base, (const struct sockaddr *)&ss[i], len[i])) == NULL) {
+            if (cfg->nservers > 0)
+                *err = errmsg("dns.servers: cannot use server \"%s\"", cfg->servers[i]);
+            else
+                *err = errmsg("dns: cannot use server %zu of %s", i + 1, resolv_conf);
+            name_servers_free(b, count);
+            return -1;
+        }
+    }
+    *out = b;
+    *n = count;
+    return 0;
+}
+
+void name_server_count(struct resolve_server_stats *st, int result)
+{
+    switch (result) {
+    case DNS_ERR_NONE:
+    case DNS_ERR_NOTEXIST:
+    case DNS_ERR_NODATA:
+        st->answers++;
+        st->down = false;
+        break;
+    case DNS_ERR_TIMEOUT:
+        st->timeouts++;
+        st->down = true;
+        break;
+    case DNS_ERR_CANCEL:
+    case DNS_ERR_SHUTDOWN:
+        break;
+    default:
+        st->failures++;
+        st->down = true;
+        break;
+    }
+}
+
+size_t name_servers_same(const struct name_server *old, size_t nold, size_t pref,
+                         const struct name_server *ns, size_t nns)
+{
+    if (pref >= nold)
+        return 0;
+    for (size_t i = 0; i < nns; i++)
+        if (strcmp(ns[i].st.addr, old[pref].st.addr) == 0)
+            return i;
+    return 0;
+}
