@@ -90,6 +90,12 @@ static int fail(struct chunked *c, const char *why, size_t at, size_t *consumed)
 
 int chunked_feed(struct chunked *c, const char *data, size_t len, size_t *consumed)
 {
+    return chunked_feed_data(c, data, len, consumed, NULL, NULL);
+}
+
+int chunked_feed_data(struct chunked *c, const char *data, size_t len, size_t *consumed,
+                      chunked_data_fn emit, void *arg)
+{
     if (c->state == S_DONE || c->state == S_ERROR) {
         *consumed = 0;
         return c->state == S_DONE ? CHUNKED_DONE : CHUNKED_ERROR;
@@ -100,6 +106,8 @@ int chunked_feed(struct chunked *c, const char *data, size_t len, size_t *consum
         if (c->state == S_DATA) {
             size_t avail = len - i;
             size_t n = c->remaining < avail ? (size_t)c->remaining : avail;
+            if (emit != NULL && emit(arg, data + i, n) < 0)
+                return fail(c, "out of memory", i, consumed);
             c->remaining -= n;
             i += n;
             c->total += n;

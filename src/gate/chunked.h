@@ -1,8 +1,9 @@
 /* chunked: an incremental framer for chunked message bodies (RFC 9112 7.1).
  *
- * Not a decoder: the gateway forwards chunked bytes unchanged and only needs
- * to know where the body ends and that its framing is valid, so that no
- * second message can hide inside a body (request smuggling). Strict: hex
+ * Mostly not a decoder: the gateway forwards chunked bytes unchanged and
+ * only needs to know where the body ends and that its framing is valid, so
+ * that no second message can hide inside a body (request smuggling); only
+ * an HTTP/1.0 client gets the data alone (chunked_feed_data). Strict: hex
  * sizes of at most 16 digits and below 2^63, CRLF line ends only (a bare LF
  * is an error), CRLF after each chunk's data, chunk-size lines (extensions
  * included) of at most CHUNKED_MAX_LINE bytes, a trailer section of at most
@@ -42,6 +43,10 @@ struct chunked {
 
 void chunked_init(struct chunked *c);
 
+/* Receives a run of chunk data (a piece of what the body carries, without
+ * its framing); returns 0, or -1 to stop (chunked_feed_data fails). */
+typedef int (*chunked_data_fn)(void *arg, const char *data, size_t len);
+
 /* Feeds the next <len> bytes of the body. Returns CHUNKED_MORE with
  * <*consumed> = <len>; CHUNKED_DONE with <*consumed> = the bytes up to and
  * including the CRLF that ends the trailer section (what follows belongs to
@@ -49,5 +54,12 @@ void chunked_init(struct chunked *c);
  * offending byte and c->why set. Once DONE or ERROR, every further call
  * returns the same result with <*consumed> = 0. */
 int chunked_feed(struct chunked *c, const char *data, size_t len, size_t *consumed);
+
+/* As chunked_feed(), and hands each run of chunk data among the bytes it
+ * consumes to <emit>(<arg>, ...) in order: a decoder, for a client that
+ * cannot take chunked framing (HTTP/1.0). Should <emit> fail, so does the
+ * body (CHUNKED_ERROR, why "out of memory"). */
+int chunked_feed_data(struct chunked *c, const char *data, size_t len, size_t *consumed,
+                      chunked_data_fn emit, void *arg);
 
 #endif

@@ -680,13 +680,23 @@ static void on_read(struct bufferevent *bev, void *arg)
 
 /* Called with the client's bufferevent event <what>: when it is the end of
  * the client's side while a plain request is being resolved, connected or
- * forwarded, marks the exchange (no keep-alive, no more reading) and
- * returns true: the exchange goes on. Else returns false. */
+ * forwarded, or a CONNECT resolved or connected, marks the exchange (no
+ * keep-alive, no more reading) and returns true: the exchange goes on (a
+ * CONNECT client that sent its head and shut its side, as `nc -N` does,
+ * still gets its 200, and what it sent goes through: connect_start()).
+ * Else returns false. */
 static bool client_half_closed(struct conn *c, short what)
 {
     struct exchange *ex = &c->ex;
-    if (!(what & BEV_EVENT_EOF) || (what & BEV_EVENT_ERROR) || !ex->active || ex->is_connect)
+    if (!(what & BEV_EVENT_EOF) || (what & BEV_EVENT_ERROR) || !ex->active)
         return false;
+    if (ex->is_connect) {
+        if (c->state != CS_RESOLVE && c->state != CS_CONNECT)
+            return false;
+        ex->client_eof = true;
+        bufferevent_disable(c->client, EV_READ);
+        return true;
+    }
     if (c->state != CS_RESOLVE && c->state != CS_CONNECT &&
         (c->state != CS_FORWARD || !ex->req_done))
         return false; /* ended in the middle of a body being forwarded: cut */

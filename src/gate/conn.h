@@ -99,6 +99,8 @@ struct exchange {
     struct chunked req_chunked, rsp_chunked;
     bool req_done, rsp_head_done, rsp_done;
     bool client_close; /* the client asked to close after this request */
+    bool client_v10;   /* the client spoke HTTP/1.0: no 1xx, no chunked framing to it */
+    bool unchunk;      /* the response is chunked and the client gets its data alone */
     bool client_eof;   /* the client ended its side after its request (conn.c) */
     bool keep_alive;   /* the client connection survives this exchange */
     /* A refusal may keep the client connection: set when the request has no
@@ -112,6 +114,7 @@ struct exchange {
     bool retried;  /* the request was already sent again on a fresh connection */
     bool rsp_seen; /* a byte of the response arrived */
 
+    size_t peek_queued;     /* CONNECT: peeked bytes queued for the upstream (connect.c) */
     unsigned interim;       /* interim (1xx) responses passed on (forward.c) */
     size_t scratch_interim; /* scratch bytes ahead of the final head: interim heads */
     bool rsp_head_sent;     /* the final response head was handed to the client */

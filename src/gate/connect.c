@@ -43,6 +43,18 @@ static void on_tunnel_end(struct tunnel *t, enum tunnel_end how, void *arg)
     conn_free(c); /* counts the tunnel's bytes, frees it and both sockets */
 }
 
+/* Counts <n> bytes the client sent as gone upstream (the end event,
+ * progress, upload shaping). */
+static void count_up(struct conn *c, size_t n)
+{
+    if (n == 0)
+        return;
+    c->ex.bytes_up += n;
+    progress_note(c);
+    if (c->ex.flow != NULL)
+        quota_flow_take(c->ex.flow, n, quota_now());
+}
+
 /* Hands both sockets to a tunnel. Called with nothing left in either
  * bufferevent: the client's input was forwarded and no output is queued.
  * The tunnel's events are added before the bufferevents' are deleted, so a
@@ -50,6 +62,8 @@ static void on_tunnel_end(struct tunnel *t, enum tunnel_end how, void *arg)
  * with epoll (no epoll_ctl() pair to move it from one event to the other). */
 static void go_tunnel(struct conn *c)
 {
+    count_up(c, c->ex.peek_queued); /* flushed: the upstream's socket took them */
+    c->ex.peek_queued = 0;
     evutil_socket_t cfd = c->fd, ufd = c->up_fd;
     struct bufferevent *client = c->client, *up = c->up;
     c->client = NULL;
@@ -112,6 +126,13 @@ void connect_start(struct conn *c)
     bufferevent_setwatermark(c->client, EV_WRITE, 0, 0);
     struct timeval idle = {(time_t)(conn_idle_ms(c) / 1000), 0};
     bufferevent_set_timeouts(c->client, NULL, &idle);
+    if (c->ex.client_eof) {
+        /* The client ended its side while its target was resolved or
+         * connected: what it sent is all there will be. */
+        c->peek_over = true;
+        connect_on_client_read(c);
+        return;
+    }
     bufferevent_enable(c->client, EV_READ);
     evtimer_add(c->timer, &tv);
     /* Bytes sent right behind the CONNECT head are already here. */
@@ -173,14 +194,17 @@ void connect_on_client_read(struct conn *c)
         return;
     conn_publish_egress(c);
     c->state = CS_FLUSH;
-    ex->bytes_up += len;
-    progress_note(c);
-    if (ex->flow != NULL)
-        quota_flow_take(ex->flow, len, quota_now()); /* the peeked bytes */
+    struct evbuffer *up_out = bufferevent_get_output(c->up);
+    size_t queued = evbuffer_get_length(up_out);
     if (stream_send(c->up, c->up_fd, in, len) < 0) {
         conn_free(c);
         return;
     }
+    /* The peeked bytes count as sent once the upstream's socket took them:
+     * those it took now, the rest when the flush is over (go_tunnel). */
+    queued = evbuffer_get_length(up_out) - queued;
+    ex->peek_queued = queued;
+    count_up(c, len - queued);
     if (!flushed(c)) {
         /* Wait for both to be written (CS_FLUSH), without reading the
          * client meanwhile: what it sends next is the tunnel's to move. */

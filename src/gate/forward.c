@@ -53,6 +53,7 @@ enum deny_reason forward_prepare(struct conn *c, const struct http_request *req,
     ex->req_left = req->content_length > 0 ? (uint64_t)req->content_length : 0;
     chunked_init(&ex->req_chunked);
     ex->client_close = req->conn_close;
+    ex->client_v10 = req->version_minor == 0;
 
     if (req->host_header == NULL) {
         if (req->version_minor >= 1) {
@@ -166,6 +167,20 @@ static void fail_client(struct conn *c)
     conn_free(c);
 }
 
+/* The whole request went upstream (or is queued for it): from now on the
+ * upstream has idle_timeout to answer, each time it goes quiet, and the
+ * client idle_timeout to take each piece of the response (a client that
+ * stops reading is given up on, as is one that stops sending). Until now,
+ * the upstream's silence was no fault: an upload may outlast idle_timeout
+ * while neither side is idle, and stalls on the way are the client's read
+ * and the upstream's write timeouts. */
+static void request_sent(struct conn *c)
+{
+    struct timeval tv = idle_tv(c);
+    bufferevent_set_timeouts(c->up, &tv, &tv);
+    conn_set_client_timeouts(c, false);
+}
+
 /* Moves request body bytes from the client to the upstream. */
 static void pump_request(struct conn *c)
 {
@@ -220,10 +235,15 @@ static void pump_request(struct conn *c)
     }
     if (ex->req_done) {
         bufferevent_disable(c->client, EV_READ);
-        conn_set_client_timeouts(c, false);
+        request_sent(c);
     } else if (ex->client_eof && evbuffer_get_length(in) == 0) {
         conn_free(c); /* the client ended its side in the middle of the body */
     }
+}
+
+static int add_data(void *arg, const char *data, size_t len)
+{
+    return evbuffer_add(arg, data, len);
 }
 
 /* Moves response body bytes from the upstream to the client, after the
@@ -241,7 +261,7 @@ static int pump_response(struct conn *c, bool force)
             bufferevent_disable(c->up, EV_READ);
             return 0; /* forward_on_client_write resumes */
         }
-        size_t n = evbuffer_get_length(in);
+        size_t n = evbuffer_get_length(in), before = evbuffer_get_length(c->scratch);
         if (ex->rsp_body == BODY_LENGTH) {
             if (n > ex->rsp_left)
                 n = (size_t)ex->rsp_left;
@@ -252,7 +272,9 @@ static int pump_response(struct conn *c, bool force)
             struct evbuffer_iovec v;
             if (evbuffer_peek(in, -1, NULL, &v, 1) < 1)
                 break;
-            int rc = chunked_feed(&ex->rsp_chunked, v.iov_base, v.iov_len, &n);
+            int rc = ex->unchunk ? chunked_feed_data(&ex->rsp_chunked, v.iov_base, v.iov_len, &n,
+                                                     add_data, c->scratch)
+                                 : chunked_feed(&ex->rsp_chunked, v.iov_base, v.iov_len, &n);
             if (rc == CHUNKED_ERROR) {
                 if (!ex->rsp_head_sent && unsend_final_head(c) == 0)
                     fail(c, "the upstream sent a malformed chunked body");
@@ -263,6 +285,11 @@ static int pump_response(struct conn *c, bool force)
             if (rc == CHUNKED_DONE)
                 ex->rsp_done = true;
         }
+        if (ex->unchunk) {
+            evbuffer_drain(in, n); /* its data is in scratch already */
+            ex->bytes_down += evbuffer_get_length(c->scratch) - before;
+            continue;
+        }
         if (evbuffer_remove_buffer(in, c->scratch, n) != (int)n) {
             conn_free(c);
             return -1;
@@ -270,6 +297,14 @@ static int pump_response(struct conn *c, bool force)
         ex->bytes_down += n;
     }
     return 0;
+}
+
+/* The largest response head taken: limits.header_bytes (64 KiB when unset
+ * or over 1 MiB). */
+static size_t response_head_limit(const struct conn *c)
+{
+    uint64_t limit = c->ex.pol->policy->limits.header_bytes;
+    return limit == 0 || limit > 1024 * 1024 ? 64 * 1024 : (size_t)limit;
 }
 
 /* Reads response heads until the final one. Interim (1xx) ones are passed
@@ -280,9 +315,7 @@ static int read_response_head(struct conn *c, bool force)
 {
     struct exchange *ex = &c->ex;
     struct evbuffer *in = bufferevent_get_input(c->up);
-    uint64_t limit = ex->pol->policy->limits.header_bytes;
-    if (limit == 0 || limit > 1024 * 1024)
-        limit = 64 * 1024;
+    size_t limit = response_head_limit(c);
     while (!ex->rsp_head_done) {
         size_t len = evbuffer_get_length(in);
         if (len == 0)
@@ -291,7 +324,7 @@ static int read_response_head(struct conn *c, bool force)
             bufferevent_disable(c->up, EV_READ);
             return 0; /* forward_on_client_write resumes */
         }
-        size_t n = len < limit ? len : (size_t)limit;
+        size_t n = len < limit ? len : limit;
         const char *buf = (const char *)evbuffer_pullup(in, (ev_ssize_t)n);
         struct http_response *rsp = malloc(sizeof(*rsp));
         const char *why = NULL;
@@ -300,7 +333,7 @@ static int read_response_head(struct conn *c, bool force)
             fail(c, "out of memory");
             return -1;
         }
-        int rc = http1_parse_response(buf, n, (size_t)limit, rsp, &why);
+        int rc = http1_parse_response(buf, n, limit, rsp, &why);
         if (rc == HTTP1_NEED_MORE) {
             free(rsp);
             return 0;
@@ -316,7 +349,9 @@ static int read_response_head(struct conn *c, bool force)
                 fail(c, "the upstream sent too many interim responses");
                 return -1;
             }
-            if (http1_write_upstream_response(rsp, c->scratch, false) < 0) {
+            /* Not to an HTTP/1.0 client (RFC 9110 15.2), which would take
+             * it for the answer. */
+            if (!ex->client_v10 && http1_write_upstream_response(rsp, c->scratch, 0) < 0) {
                 free(rsp);
                 fail(c, "out of memory");
                 return -1;
@@ -332,13 +367,18 @@ static int read_response_head(struct conn *c, bool force)
          * answers before the request body is through (a 413 to an upload):
          * the rest of that body will not be read, so the client must not
          * be told the connection stays. */
+        /* An HTTP/1.0 client cannot take chunked framing (RFC 9112 6.1): it
+         * gets the data alone, ended by the close. */
+        ex->unchunk = ex->client_v10 && ex->rsp_body == BODY_CHUNKED;
         ex->keep_alive = ex->req_done && !ex->client_close && ex->rsp_body != BODY_UNTIL_CLOSE &&
-                         !c->gw->stopping;
+                         !ex->unchunk && !c->gw->stopping;
         ex->up_keep = ex->keep_alive && !rsp->conn_close && rsp->version_minor >= 1;
         ex->rsp_left = rsp->content_length > 0 ? (uint64_t)rsp->content_length : 0;
         chunked_init(&ex->rsp_chunked);
         ex->scratch_interim = evbuffer_get_length(c->scratch);
-        if (http1_write_upstream_response(rsp, c->scratch, ex->keep_alive) < 0) {
+        unsigned flags =
+            (ex->keep_alive ? HTTP1_RSP_KEEP_ALIVE : 0u) | (ex->unchunk ? HTTP1_RSP_UNCHUNKED : 0u);
+        if (http1_write_upstream_response(rsp, c->scratch, flags) < 0) {
             free(rsp);
             fail(c, "out of memory");
             return -1;
@@ -346,6 +386,8 @@ static int read_response_head(struct conn *c, bool force)
         evbuffer_drain(in, rsp->head_len);
         free(rsp);
         ex->rsp_head_done = true;
+        if (limit > FLOW_HIGH)
+            bufferevent_setwatermark(c->up, EV_READ, 0, FLOW_HIGH);
         if (ex->rsp_body == BODY_NONE || (ex->rsp_body == BODY_LENGTH && ex->rsp_left == 0))
             ex->rsp_done = true;
     }
@@ -356,11 +398,22 @@ static int read_response_head(struct conn *c, bool force)
  * the client. Returns -1 when <c> was freed. */
 static int take_response(struct conn *c, bool force)
 {
-    if (read_response_head(c, force) < 0)
-        return -1;
-    if (c->ex.rsp_head_done && pump_response(c, force) < 0)
-        return -1;
-    return flush_response(c);
+    for (;;) {
+        if (read_response_head(c, force) < 0)
+            return -1;
+        if (c->ex.rsp_head_done && pump_response(c, force) < 0)
+            return -1;
+        if (flush_response(c) < 0)
+            return -1;
+        /* Backpressure paused the upstream for bytes still in scratch (a
+         * head over FLOW_HIGH), and the socket took them all at once: no
+         * write callback will come to resume it, so go on here. Each turn
+         * takes what the input holds; nothing is read meanwhile. */
+        if (c->ex.rsp_done || (bufferevent_get_enabled(c->up) & EV_READ) ||
+            evbuffer_get_length(bufferevent_get_output(c->client)) > FLOW_LOW)
+            return 0;
+        bufferevent_enable(c->up, EV_READ);
+    }
 }
 
 void forward_start(struct conn *c)
@@ -373,9 +426,13 @@ void forward_start(struct conn *c)
         return;
     }
     bufferevent_setcb(c->up, up_read, up_write, up_event, c);
-    bufferevent_set_timeouts(c->up, &tv, &tv);
+    bufferevent_set_timeouts(c->up, NULL, &tv); /* the read timeout: request_sent() */
     bufferevent_setwatermark(c->up, EV_WRITE, FLOW_LOW, 0);
-    bufferevent_setwatermark(c->up, EV_READ, 0, FLOW_HIGH);
+    /* Room for a whole response head (limits.header_bytes may be over
+     * FLOW_HIGH: such a head must fit, or it would neither complete nor be
+     * found too large); FLOW_HIGH again once it is parsed. */
+    size_t head_max = response_head_limit(c);
+    bufferevent_setwatermark(c->up, EV_READ, 0, head_max > FLOW_HIGH ? head_max : FLOW_HIGH);
     bufferevent_setwatermark(c->client, EV_WRITE, FLOW_LOW, 0);
     bufferevent_setwatermark(c->client, EV_READ, 0, FLOW_HIGH);
     /* A copy: the head is kept in case the request must be sent again. */
@@ -391,6 +448,7 @@ void forward_start(struct conn *c)
                        (bufferevent_get_enabled(c->up) & EV_WRITE) ? EV_READ : EV_READ | EV_WRITE);
     if (ex->req_body == BODY_NONE) {
         ex->req_done = true;
+        request_sent(c);
         return;
     }
     conn_set_client_timeouts(c, true);

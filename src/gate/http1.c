@@ -814,11 +814,24 @@ static int head_commit(const struct head_out *h, struct evbuffer *out)
     return evbuffer_commit_space(out, &v, 1);
 }
 
-static void head_fields(struct head_out *h, const struct http_header *hdrs, size_t n)
+/* Sluice-* fields are the gateway's own (Sluice-Reason on its refusals):
+ * never relayed, in either direction, so that an origin cannot make its
+ * answer pass for the gateway's refusal, nor an agent speak for the
+ * gateway to an origin. */
+static bool is_gateway_field(const char *name, size_t len)
+{
+    return len >= 7 && eqi(name, 7, "sluice-");
+}
+
+/* The fields of <hdrs> that go on to the next hop; without
+ * Transfer-Encoding when <unchunked>. */
+static void head_fields(struct head_out *h, const struct http_header *hdrs, size_t n,
+                        bool unchunked)
 {
     for (size_t i = 0; i < n; i++) {
         const struct http_header *f = &hdrs[i];
-        if (http1_is_hop_by_hop(f->name, f->name_len) ||
+        if (http1_is_hop_by_hop(f->name, f->name_len) || is_gateway_field(f->name, f->name_len) ||
+            (unchunked && eqi(f->name, f->name_len, "transfer-encoding")) ||
             (!is_end_to_end(f->name, f->name_len) &&
              named_in_connection(hdrs, n, f->name, f->name_len)))
             continue;
@@ -858,13 +871,13 @@ int http1_write_upstream_request_keep(const struct http_request *req, struct evb
         }
         piece(h, "\r\n", 2);
     }
-    head_fields(h, req->headers, req->nheaders);
+    head_fields(h, req->headers, req->nheaders, false);
     piece_lit(h, keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n");
     return head_commit(h, out) < 0 ? -1 : 0;
 }
 
 int http1_write_upstream_response(const struct http_response *rsp, struct evbuffer *out,
-                                  bool keep_alive)
+                                  unsigned flags)
 {
     struct head_out hb, *h = &hb;
     char status[FORMAT_UINT_MAX + 1];
@@ -878,9 +891,10 @@ int http1_write_upstream_response(const struct http_response *rsp, struct evbuff
     piece(h, status, sn);
     piece(h, rsp->reason, rsp->reason_len);
     piece(h, "\r\n", 2);
-    head_fields(h, rsp->headers, rsp->nheaders);
+    head_fields(h, rsp->headers, rsp->nheaders, (flags & HTTP1_RSP_UNCHUNKED) != 0);
     if (rsp->status >= 200)
-        piece_lit(h, keep_alive ? "Connection: keep-alive\r\n" : "Connection: close\r\n");
+        piece_lit(h, (flags & HTTP1_RSP_KEEP_ALIVE) ? "Connection: keep-alive\r\n"
+                                                    : "Connection: close\r\n");
     piece(h, "\r\n", 2);
     return head_commit(h, out) < 0 ? -1 : 0;
 }

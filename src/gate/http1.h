@@ -156,12 +156,16 @@ int http1_write_upstream_request(const struct http_request *req, struct evbuffer
 int http1_write_upstream_request_keep(const struct http_request *req, struct evbuffer *out,
                                       bool keep_alive);
 
+/* Flags of http1_write_upstream_response(). */
+#define HTTP1_RSP_KEEP_ALIVE 1u /* "Connection: keep-alive", else "close" */
+#define HTTP1_RSP_UNCHUNKED  2u /* no Transfer-Encoding: the body goes as its data alone */
+
 /* Appends to <out> the head to send to the client for <rsp>: "HTTP/1.1 SP
- * status SP reason", every header except the hop-by-hop ones and those named
- * in Connection, then "Connection: keep-alive" or "Connection: close" per
- * <keep_alive> (no Connection header on a 1xx), and the final CRLF.
- * Returns 0 or -1. */
+ * status SP reason", every header except the hop-by-hop ones, those named in
+ * Connection and the gateway's own (Sluice-*), then "Connection:
+ * keep-alive" or "Connection: close" per <flags> (no Connection header on a
+ * 1xx), and the final CRLF. Returns 0 or -1. */
 int http1_write_upstream_response(const struct http_response *rsp, struct evbuffer *out,
-                                  bool keep_alive);
+                                  unsigned flags);
 
 #endif

@@ -62,13 +62,6 @@ static void on_upload_refill(void *arg)
     struct conn *c = arg;
     if (c->state != CS_FORWARD || c->ex.req_done)
         return;
-    if (c->up != NULL && !c->ex.rsp_head_done) {
-        /* A shaped upload may outlast idle_timeout: the upstream is not idle
-         * while it is being sent to, so its answer deadline starts again. */
-        uint64_t ms = conn_idle_ms(c);
-        struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
-        bufferevent_set_timeouts(c->up, &tv, &tv);
-    }
     bufferevent_enable(c->client, EV_READ);
     forward_on_client_read(c);
 }

@@ -11,7 +11,7 @@ import time
 from conftest import DEAD_IP
 from gate_client import (ANY, assert_denied, connect, curl, open_conn, poll, read_head,
                          recv_until_close)
-from gate_servers import BannerServer, UpstreamTLS
+from gate_servers import BannerServer, LoopbackServer, UpstreamTLS
 
 
 def tls_rule(net, **kw):
@@ -293,21 +293,88 @@ def test_connect_completes_after_a_dropped_syn(gateway, net):
     assert end["bytes_up"] == 5 and end["bytes_down"] == 11, end
 
 
-def test_client_leaving_while_connecting_is_logged_with_its_wait(gateway, net):
-    # the decision is logged when the client leaves, and the end line's ms
-    # counts from the request head, not from that late log line
+def test_client_ending_its_side_while_connecting_still_gets_its_tunnel(gateway, net):
+    # CONNECT, its first bytes and shutdown(SHUT_WR) (as `nc -N` does), all
+    # while the gateway is still connecting: an end of input may be a
+    # half-close, so the 200 still comes, the bytes go through, the end of
+    # input is passed on, and the answer comes back (it used to depend on
+    # timing: dropped while connecting or resolving, kept once peeking)
     lst = _FullListener(DEAD_IP)
     try:
         gw = gateway(net.policy([_dead_rule(lst)]))
         s = open_conn(gw, 15)
+        try:
+            lst.accept_all(0.5, 3)
+            _send_connect(s, lst)
+            s.sendall(b"ping\n")
+            s.shutdown(socket.SHUT_WR)
+            got = b""
+            for _ in range(100):
+                if got.endswith(b"pong\n"):
+                    break
+                d = s.recv(4096)
+                if not d:
+                    break
+                got += d
+        finally:
+            s.close()
+    finally:
+        lst.close()
+    assert got == b"HTTP/1.1 200 Connection established\r\n\r\nhello\npong\n", got
+    ev, end = gw.decided(method="CONNECT")
+    assert ev["decision"] == "allow" and ev["ip"] == DEAD_IP
+    assert end["status"] == 200 and end["bytes_up"] == 5 and end["bytes_down"] == 11, end
+
+
+def test_client_leaving_while_connecting_is_logged_with_its_wait(gateway, net):
+    # a client that closes while the gateway connects cannot be told from
+    # one that only ended its side: the connect goes on, here until it times
+    # out, and the end line's ms counts from the request head, not from
+    # that late log line
+    lst = _FullListener(DEAD_IP)
+    try:
+        gw = gateway(net.policy([_dead_rule(lst)], limits={"idle_timeout": "1s"}))
+        s = open_conn(gw, 15)
         _send_connect(s, lst)
-        time.sleep(0.4)
+        time.sleep(0.2)
         s.close()
         ev, end = gw.decided(method="CONNECT")
     finally:
         lst.close()
-    assert ev["decision"] == "allow" and ev["ip"] is None  # no connection was made
-    assert end["status"] is None and end["bytes_up"] == 0 and end["ms"] >= 350, end
+    assert (ev["decision"], ev["reason"], ev["ip"]) == ("deny", "upstream_unreachable",
+                                                        DEAD_IP), ev
+    assert end["status"] == 502 and end["bytes_up"] == 0 and end["ms"] >= 900, end
+
+
+class _ResettingServer(LoopbackServer):
+    """Resets each connection as soon as it accepts it."""
+
+    def _serve(self, conn):
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()
+
+
+def test_peeked_bytes_count_once_the_upstream_took_them(gateway, net):
+    # the upstream resets the connection as soon as it accepts it; the
+    # client's first bytes (not TLS, let through after the peek) could not
+    # be sent, and the end line does not say they were
+    with _ResettingServer("127.0.0.7") as srv:
+        gw = gateway(net.policy([{"host": "rst.example.test", "ports": [srv.port], "tier": 0}],
+                                static_extra={"rst.example.test": "127.0.0.7"}))
+        c = connect(gw, "rst.example.test:%d" % srv.port)
+        try:
+            assert c.status == 200
+            poll(lambda: srv.accepted == 1, timeout=5, what="the upstream's accept")
+            time.sleep(0.3)  # the reset is in
+            c.sock.sendall(b"x" * 10000)
+            try:
+                recv_until_close(c.sock)
+            except OSError:
+                pass
+        finally:
+            c.close()
+        _, end = gw.decided(method="CONNECT")
+    assert end["status"] == 200 and end["bytes_up"] == 0, end
 
 
 def test_connect_timeout_is_upstream_unreachable(gateway, net):

@@ -456,6 +456,65 @@ def test_http10_without_host(gateway, net):
     assert net.api.requests[0].header("Host") in ("api.example.test:%d" % net.api.port,)
 
 
+def test_http10_client_gets_the_data_of_a_chunked_response(gateway, net):
+    # The request goes upstream as HTTP/1.1, so the origin may answer
+    # chunked; an HTTP/1.0 client cannot take that framing (RFC 9112 6.1):
+    # it gets the data alone, ended by the close, and a keep-alive it asked
+    # for is not kept
+    gw = gateway(net.policy([api_rule(net)]))
+    n = 200_000
+    s = open_conn(gw)
+    try:
+        s.sendall(b"GET %s HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"
+                  % net.url("/chunked?n=%d" % n).encode())
+        raw = recv_until_close(s)
+    finally:
+        s.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 "), head
+    assert b"transfer-encoding" not in head.lower(), head
+    assert b"\r\nConnection: close" in head, head
+    assert body == pattern_bytes(n)
+    _, end = gw.decided(path="/chunked?n=%d" % n)
+    assert end["status"] == 200 and end["bytes_down"] == n, end
+
+    # an HTTP/1.1 client on the same gateway still gets the chunks
+    r = request(gw, "GET", net.url("/chunked?n=100"))
+    assert r.header("Transfer-Encoding") == "chunked" and r.body == pattern_bytes(100)
+
+
+def test_http10_client_gets_no_interim_response(gateway, net):
+    # RFC 9110 15.2: no 1xx to an HTTP/1.0 client, which would take the
+    # first head for the answer; it gets the final one only
+    def script(conn, stop, _):
+        conn.sendall(b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n"
+                     b"HTTP/1.1 100 Continue\r\n\r\n"
+                     b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        stop.wait(1)
+
+    host = "early.example.test"
+    with ScriptedUpstream(script) as up:
+        gw = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
+                                static_extra={host: up.IP}))
+        s = open_conn(gw)
+        try:
+            s.sendall(b"GET http://%s:%d/hints HTTP/1.0\r\n\r\n" % (host.encode(), up.port))
+            raw = recv_until_close(s)
+        finally:
+            s.close()
+        assert raw.startswith(b"HTTP/1.1 200 OK\r\n") and raw.endswith(b"\r\n\r\nok"), raw
+        assert raw.count(b"HTTP/1.1 ") == 1, raw
+        # an HTTP/1.1 client gets the interim heads
+        s = open_conn(gw)
+        try:
+            s.sendall(b"GET http://%s:%d/hints HTTP/1.1\r\nHost: %s:%d\r\nConnection: close"
+                      b"\r\n\r\n" % (host.encode(), up.port, host.encode(), up.port))
+            raw = recv_until_close(s)
+        finally:
+            s.close()
+        assert raw.startswith(b"HTTP/1.1 103 Early Hints\r\n") and raw.count(b"HTTP/1.1 ") == 3
+
+
 def test_hop_by_hop_headers_not_forwarded(gateway, net):
     gw = gateway(net.policy([api_rule(net)]))
     r = request(gw, "GET", net.url("/hop"),

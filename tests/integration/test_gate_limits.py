@@ -1,17 +1,21 @@
-"""The gate's limits: the head-read deadline, idle_timeout, --max-conns,
---grace, the descriptor limit, the --admin address as self, the tunnel's
-read/write fallback."""
+"""The gate's limits: the head-read deadline, idle_timeout (for heads,
+tunnels, clients that stop reading a response, and not for uploads that
+keep flowing), --max-conns, --grace, the descriptor limit, the --admin
+address as self, the tunnel's read/write fallback."""
 
 import os
 import resource
 import signal
 import socket
 import subprocess
+import threading
 import time
+
+import pytest
 
 from gate_client import (api_rule, connect, open_conn, poll, read_response, recv_until_close,
                          request)
-from gate_servers import BannerServer, free_port, pattern_bytes
+from gate_servers import BannerServer, ScriptedUpstream, free_port, pattern_bytes
 
 
 def banner_rule(net):
@@ -110,6 +114,71 @@ def test_idle_tunnel_closed_after_idle_timeout(gateway, net):
         t.close()
     _, end = gw.decided(method="CONNECT")
     assert end["bytes_down"] == len(BannerServer.BANNER)
+
+
+@pytest.mark.parametrize("body", [b"", b"x"], ids=["get", "post"])
+def test_a_client_that_stops_reading_a_response_is_given_up_on(gateway, net, body):
+    # An origin sends 32 MiB to a client that never reads: once both sides'
+    # buffers are full, nothing moves for idle_timeout and the gateway closes
+    # both connections (a GET without body used to be held forever, with
+    # the upstream connection and the agent's slot)
+    big = 32 * 1024 * 1024
+    outcome = {}
+    done = threading.Event()
+
+    def script(conn, stop, _):
+        conn.settimeout(20)
+        try:
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % big + b"a" * big)
+            outcome["what"] = "all sent"
+        except socket.timeout:
+            outcome["what"] = "still blocked"
+        except OSError:
+            outcome["what"] = "closed by the gateway"
+        done.set()
+
+    with ScriptedUpstream(script) as up:
+        host = "stall.example.test"
+        rules = [{"host": host, "ports": [up.port], "tier": 0 if not body else 2}]
+        gw = gateway(net.policy(rules, static_extra={host: up.IP},
+                                limits={"idle_timeout": "1s"}))
+        s = open_conn(gw)
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            method = "POST" if body else "GET"
+            head = "%s http://%s:%d/big HTTP/1.1\r\nHost: %s:%d\r\n" % (method, host, up.port,
+                                                                        host, up.port)
+            if body:
+                head += "Content-Length: %d\r\n" % len(body)
+            s.sendall(head.encode() + b"\r\n" + body)
+            assert done.wait(25), "the upstream was still sending after 25 s"
+            assert outcome["what"] == "closed by the gateway", outcome
+        finally:
+            s.close()
+        _, end = gw.decided(path="/big")
+        assert end["status"] == 200 and 0 < end["bytes_down"] < big, end
+
+
+def test_a_steady_upload_may_outlast_idle_timeout(gateway, net):
+    # One body byte every 0.25 s for 2.5 s, with idle_timeout 1 s: neither
+    # side is ever idle that long, so the origin's answer after the body is
+    # relayed (the upstream's silence while it is being sent to is no fault)
+    gw = gateway(net.policy([api_rule(net)], limits={"idle_timeout": "1s"}))
+    body = b"0123456789"
+    s = open_conn(gw, timeout=15)
+    try:
+        s.sendall(b"POST %s HTTP/1.1\r\nHost: api.example.test:%d\r\nContent-Length: %d\r\n\r\n"
+                  % (net.url("/steady").encode(), net.api.port, len(body)))
+        for i in range(len(body)):
+            time.sleep(0.25)
+            s.sendall(body[i:i + 1])
+        r = read_response(s, "POST")
+    finally:
+        s.close()
+    assert r.status == 200, (r.status, r.header("Sluice-Reason"), r.body[:200])
+    assert net.api.requests[-1].body == body
+    _, end = gw.decided(path="/steady")
+    assert end["status"] == 200 and end["bytes_up"] == len(body), end
 
 
 def test_max_conns_pauses_listeners(gateway, net):

@@ -265,6 +265,76 @@ static void test_trailer_at(void **state)
     assert_int_equal(c.trailer_at, 0);
 }
 
+/* What chunked_feed_data() hands on: at most 64 bytes, or a failure
+ * after <fail_after> calls. */
+struct sink {
+    char buf[64];
+    size_t len;
+    int calls;
+    int fail_after; /* 0: never */
+};
+
+static int collect(void *arg, const char *data, size_t len)
+{
+    struct sink *k = arg;
+    assert_true(len > 0);
+    if (k->fail_after > 0 && k->calls == k->fail_after)
+        return -1;
+    k->calls++;
+    assert_true(k->len + len <= sizeof(k->buf));
+    memcpy(k->buf + k->len, data, len);
+    k->len += len;
+    return 0;
+}
+
+/* The data alone, for every split of the input; nothing of the framing,
+ * extensions or trailers, and nothing past the end of the body. */
+static void decodes_to(const char *s, size_t len, const char *want)
+{
+    unsigned splits[] = {0, 1, 2, 3, 17};
+    for (size_t i = 0; i < sizeof(splits) / sizeof(splits[0]); i++) {
+        struct chunked c;
+        struct sink k = {.len = 0};
+        size_t off = 0, used = 0;
+        int rc = CHUNKED_MORE;
+        uint32_t seed = splits[i];
+        chunked_init(&c);
+        while (off < len && rc == CHUNKED_MORE) {
+            size_t n = splits[i] == 0 ? len - off : splits[i] == 1 ? 1 : 1 + (seed >> 16) % 5;
+            seed = seed * 1103515245u + 12345u;
+            if (n > len - off)
+                n = len - off;
+            rc = chunked_feed_data(&c, s + off, n, &used, collect, &k);
+            off += used;
+        }
+        assert_int_equal(rc, CHUNKED_DONE);
+        assert_int_equal(k.len, strlen(want));
+        assert_memory_equal(k.buf, want, k.len);
+    }
+}
+
+static void test_decode(void **state)
+{
+    (void)state;
+    static const char a[] = "5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-T: y\r\n\r\nNEXT";
+    decodes_to(a, sizeof(a) - 1, "hello world");
+    static const char b[] = "3\r\n0\r\n\r\n0\r\n\r\n"; /* data that looks like framing */
+    decodes_to(b, sizeof(b) - 1, "0\r\n");
+    static const char d[] = "0\r\n\r\n";
+    decodes_to(d, sizeof(d) - 1, "");
+
+    /* A sink that fails fails the body, at the data it refused. */
+    struct chunked c;
+    struct sink k = {.fail_after = 1};
+    size_t used;
+    chunked_init(&c);
+    assert_int_equal(chunked_feed_data(&c, "2\r\nab\r\n", 7, &used, collect, &k), CHUNKED_MORE);
+    assert_int_equal(chunked_feed_data(&c, "2\r\ncd\r\n", 7, &used, collect, &k), CHUNKED_ERROR);
+    assert_int_equal(used, 3);
+    assert_string_equal(c.why, "out of memory");
+    assert_int_equal(k.len, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -272,7 +342,7 @@ int main(void)
         cmocka_unit_test(test_incomplete),      cmocka_unit_test(test_size_errors),
         cmocka_unit_test(test_line_end_errors), cmocka_unit_test(test_extension_errors),
         cmocka_unit_test(test_trailer_errors),  cmocka_unit_test(test_error_is_sticky),
-        cmocka_unit_test(test_trailer_at),
+        cmocka_unit_test(test_trailer_at),      cmocka_unit_test(test_decode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

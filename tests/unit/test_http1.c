@@ -572,12 +572,12 @@ static void test_write_upstream_response(void **state)
                     "X-Internal: 1\r\nProxy-Authenticate: Basic\r\nKeep-Alive: timeout=5\r\n"
                     "Set-Cookie: a=b\r\n\r\n";
     assert_int_equal(prsp(s, &why), (int)strlen(s));
-    assert_int_equal(http1_write_upstream_response(&rsp, b, true), 0);
+    assert_int_equal(http1_write_upstream_response(&rsp, b, HTTP1_RSP_KEEP_ALIVE), 0);
     char *out = drain(b);
     assert_string_equal(out, "HTTP/1.1 404 Not Here\r\nContent-Length: 3\r\nSet-Cookie: a=b\r\n"
                              "Connection: keep-alive\r\n\r\n");
     free(out);
-    assert_int_equal(http1_write_upstream_response(&rsp, b, false), 0);
+    assert_int_equal(http1_write_upstream_response(&rsp, b, 0), 0);
     out = drain(b);
     assert_string_equal(out, "HTTP/1.1 404 Not Here\r\nContent-Length: 3\r\nSet-Cookie: a=b\r\n"
                              "Connection: close\r\n\r\n");
@@ -585,15 +585,33 @@ static void test_write_upstream_response(void **state)
 
     s = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: Transfer-Encoding\r\n\r\n";
     assert_int_equal(prsp(s, &why), (int)strlen(s));
-    assert_int_equal(http1_write_upstream_response(&rsp, b, true), 0);
+    assert_int_equal(http1_write_upstream_response(&rsp, b, HTTP1_RSP_KEEP_ALIVE), 0);
     out = drain(b);
     assert_string_equal(out, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
                              "Connection: keep-alive\r\n\r\n");
     free(out);
 
+    /* For an HTTP/1.0 client: no Transfer-Encoding, whatever its case. */
+    s = "HTTP/1.1 200 OK\r\nX-A: 1\r\ntransfer-ENCODING: chunked\r\nX-B: 2\r\n\r\n";
+    assert_int_equal(prsp(s, &why), (int)strlen(s));
+    assert_int_equal(http1_write_upstream_response(&rsp, b, HTTP1_RSP_UNCHUNKED), 0);
+    out = drain(b);
+    assert_string_equal(out, "HTTP/1.1 200 OK\r\nX-A: 1\r\nX-B: 2\r\nConnection: close\r\n\r\n");
+    free(out);
+
+    /* The gateway's own fields never come from an origin. */
+    s = "HTTP/1.1 403 Forbidden\r\nSluice-Reason: not_in_policy\r\nSLUICE-X: 1\r\n"
+        "Sluice: 2\r\nContent-Length: 0\r\n\r\n";
+    assert_int_equal(prsp(s, &why), (int)strlen(s));
+    assert_int_equal(http1_write_upstream_response(&rsp, b, 0), 0);
+    out = drain(b);
+    assert_string_equal(out, "HTTP/1.1 403 Forbidden\r\nSluice: 2\r\nContent-Length: 0\r\n"
+                             "Connection: close\r\n\r\n");
+    free(out);
+
     s = "HTTP/1.1 100 Continue\r\n\r\n";
     assert_int_equal(prsp(s, &why), (int)strlen(s));
-    assert_int_equal(http1_write_upstream_response(&rsp, b, true), 0);
+    assert_int_equal(http1_write_upstream_response(&rsp, b, HTTP1_RSP_KEEP_ALIVE), 0);
     out = drain(b);
     assert_string_equal(out, "HTTP/1.1 100 Continue\r\n\r\n");
     free(out);
