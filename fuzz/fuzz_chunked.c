@@ -1,7 +1,9 @@
-/* fuzz_chunked: the chunked-body framer. The first two bytes choose a split
- * point; the rest is a body. Invariants: feeding the body in one piece, in
- * two pieces at the split, and byte by byte gives the same result, the same
- * end (DONE) or error offset (ERROR), and never consumes more than given. */
+/* fuzz_chunked: the chunked-body framer and decoder. The first two bytes
+ * choose a split point; the rest is a body. Invariants: feeding the body in
+ * one piece, in two pieces at the split, and byte by byte gives the same
+ * result, the same end (DONE) or error offset (ERROR), the same decoded data
+ * (chunked_feed_data), never consumes more than given, and hands on only
+ * bytes from within the piece, fewer than it consumed. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,14 @@ struct outcome {
     int rc;
     size_t at; /* DONE: bytes consumed in all; ERROR: absolute offset */
     const char *why;
+    char *data; /* the decoded data (malloc'd), <ndata> bytes */
+    size_t ndata;
+};
+
+struct sink {
+    const char *lo, *hi; /* the piece being fed */
+    char *buf;
+    size_t len;
 };
 
 static void check(int cond)
@@ -22,12 +32,25 @@ static void check(int cond)
         abort();
 }
 
+static int collect(void *arg, const char *p, size_t n)
+{
+    struct sink *k = arg;
+    check(n > 0 && p >= k->lo && p + n <= k->hi);
+    char *b = realloc(k->buf, k->len + n);
+    check(b != NULL);
+    memcpy(b + k->len, p, n);
+    k->buf = b;
+    k->len += n;
+    return 0;
+}
+
 /* Feeds <body> in pieces of <step> bytes (0: the first piece is <split>
  * bytes and the second the rest). */
 static struct outcome run(const char *body, size_t len, size_t split, size_t step)
 {
     struct chunked c;
-    struct outcome o = {CHUNKED_MORE, 0, NULL};
+    struct outcome o = {CHUNKED_MORE, 0, NULL, NULL, 0};
+    struct sink k = {NULL, NULL, NULL, 0};
     size_t off = 0;
     chunked_init(&c);
     while (off < len) {
@@ -38,9 +61,12 @@ static struct outcome run(const char *body, size_t len, size_t split, size_t ste
         check(piece != NULL);
         memcpy(piece, body + off, n);
         size_t used = (size_t)-1;
-        int rc = chunked_feed(&c, piece, n, &used);
+        k.lo = piece;
+        k.hi = piece + n;
+        int rc = chunked_feed_data(&c, piece, n, &used, collect, &k);
         free(piece);
         check(used <= n);
+        check(k.len <= off + used);
         if (rc != CHUNKED_MORE) {
             check(rc == CHUNKED_DONE || rc == CHUNKED_ERROR);
             check((rc == CHUNKED_ERROR) == (c.why != NULL));
@@ -49,6 +75,8 @@ static struct outcome run(const char *body, size_t len, size_t split, size_t ste
             o.rc = rc;
             o.at = off + used;
             o.why = c.why;
+            o.data = k.buf;
+            o.ndata = k.len;
             /* Sticky. */
             check(chunked_feed(&c, "0\r\n\r\n", 5, &used) == rc && used == 0);
             return o;
@@ -57,8 +85,16 @@ static struct outcome run(const char *body, size_t len, size_t split, size_t ste
         off += n;
     }
     o.at = len;
+    o.data = k.buf;
+    o.ndata = k.len;
     check(c.total == len);
     return o;
+}
+
+static int same(const struct outcome *a, const struct outcome *b)
+{
+    return a->rc == b->rc && a->at == b->at && a->why == b->why && a->ndata == b->ndata &&
+           (a->ndata == 0 || memcmp(a->data, b->data, a->ndata) == 0);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -70,10 +106,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *body = (const char *)data + 2;
     struct outcome whole = run(body, len, len, 0);
     struct outcome two = run(body, len, split, 0);
-    check(whole.rc == two.rc && whole.at == two.at && whole.why == two.why);
+    check(same(&whole, &two));
     if (len <= 4096) {
         struct outcome bytes = run(body, len, 0, 1);
-        check(whole.rc == bytes.rc && whole.at == bytes.at && whole.why == bytes.why);
+        check(same(&whole, &bytes));
+        free(bytes.data);
     }
+    free(whole.data);
+    free(two.data);
     return 0;
 }

@@ -166,7 +166,8 @@ static void check_response(const char *buf, size_t len)
 
     struct evbuffer *out = evbuffer_new();
     check(out != NULL);
-    check(http1_write_upstream_response(&rsp, out, (unsigned)(len & 3)) == 0);
+    unsigned flags = (unsigned)(len & 3); /* HTTP1_RSP_KEEP_ALIVE, HTTP1_RSP_UNCHUNKED */
+    check(http1_write_upstream_response(&rsp, out, flags) == 0);
     size_t n = evbuffer_get_length(out);
     char *s = (char *)evbuffer_pullup(out, -1);
     check(s != NULL);
@@ -178,8 +179,11 @@ static void check_response(const char *buf, size_t len)
     check(rc2 == (int)n);
     check(rsp_again.status == rsp.status);
     check(rsp_again.content_length == rsp.content_length);
-    check(rsp_again.chunked == rsp.chunked);
+    check(rsp_again.chunked == (rsp.chunked && !(flags & HTTP1_RSP_UNCHUNKED)));
+    if (flags & HTTP1_RSP_UNCHUNKED)
+        check(!has_header(rsp_again.headers, rsp_again.nheaders, "transfer-encoding"));
     check(!has_header(rsp_again.headers, rsp_again.nheaders, "proxy-authenticate"));
+    check(!has_header(rsp_again.headers, rsp_again.nheaders, "sluice-reason"));
     evbuffer_free(out);
 }
 
