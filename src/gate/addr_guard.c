@@ -11,6 +11,7 @@
  * relay will turn into a real IPv4 destination. */
 enum embed {
     EMBED_COMPAT,    /* ::a.b.c.d, IPv4-compatible (RFC 4291 2.5.5.1, deprecated) */
+    EMBED_SIIT,      /* ::ffff:0:a.b.c.d, IPv4-translated (RFC 2765 SIIT) */
     EMBED_NAT64,     /* 64:ff9b::a.b.c.d, the NAT64 well-known prefix (RFC 6052) */
     EMBED_NAT64_LOC, /* 64:ff9b:1::/48, local-use NAT64 prefixes (RFC 8215) */
     EMBED_6TO4,      /* 2002:aabb:ccdd::/48, 6to4 (RFC 3056) */
@@ -18,8 +19,8 @@ enum embed {
     EMBED_COUNT
 };
 
-static const char *const embed_names[EMBED_COUNT] = {"v4-compatible", "nat64", "nat64 local-use",
-                                                     "6to4", "teredo"};
+static const char *const embed_names[EMBED_COUNT] = {"v4-compatible",   "v4-translated", "nat64",
+                                                     "nat64 local-use", "6to4",          "teredo"};
 
 struct range {
     struct cidr c;
@@ -136,12 +137,18 @@ static size_t embedded_v4(const struct ipaddr *a, struct ipaddr v4[4], enum embe
 {
     static const uint8_t zero[12] = {0};
     static const uint8_t nat64[12] = {0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
+    static const uint8_t siit[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0};
     static const uint8_t nat64_local[6] = {0, 0x64, 0xff, 0x9b, 0, 1};
 
     if (is_v4(a))
         return 0;
     if (memcmp(a->b, zero, 12) == 0) {
         *kind = EMBED_COMPAT;
+        v4_from(&v4[0], a, 12, false);
+        return 1;
+    }
+    if (memcmp(a->b, siit, 12) == 0) {
+        *kind = EMBED_SIIT; /* a stateless translator maps it to the IPv4 address */
         v4_from(&v4[0], a, 12, false);
         return 1;
     }

@@ -134,6 +134,14 @@ bool agent_sources_contain(const struct agent *a, const struct client_origin *o)
     return false;
 }
 
+bool agent_token_possible(const struct policy *p, const struct client_origin *o)
+{
+    for (size_t i = 0; i < p->nagents; i++)
+        if (p->agents[i].token != NULL && agent_sources_contain(&p->agents[i], o))
+            return true;
+    return false;
+}
+
 enum agent_result agent_identify(const struct policy *p, const struct client_origin *o,
                                  const char *proxy_auth, size_t proxy_auth_len,
                                  const struct agent **out)

@@ -43,6 +43,11 @@ enum agent_result agent_identify(const struct policy *p, const struct client_ori
                                  const char *proxy_auth, size_t proxy_auth_len,
                                  const struct agent **out);
 
+/* True when an agent whose sources contain <o> has a token: a client at
+ * <o> may then be it, and who sent a request whose secret could not be
+ * read is not known. */
+bool agent_token_possible(const struct policy *p, const struct client_origin *o);
+
 /* True when <a>'s sources contain <o>. */
 bool agent_sources_contain(const struct agent *a, const struct client_origin *o);
 

@@ -446,10 +446,12 @@ static void connect_checked(struct conn *c)
                 ipaddr_format(a, self_ip, sizeof(self_ip));
             continue;
         }
-        /* An IP literal that its cidr: rule names is exempt from deny_ranges;
-         * a name is exempt only through allow_ranges. */
+        /* An IP literal that the cidr: rule allowing it names is exempt from
+         * deny_ranges (not one whose rule is expired or method-restricted,
+         * which report mode lets through); a name is exempt only through
+         * allow_ranges. */
         bool exempt = ex->target.kind == HOST_IP && r != NULL && r->kind == RULE_CIDR &&
-                      cidr_contains(&r->cidr, a);
+                      ex->dec.verdict == VERDICT_ALLOW && cidr_contains(&r->cidr, a);
         if (!exempt && addr_guard_denies(g, a, NULL))
             priv[npriv++] = *a;
         else
@@ -621,11 +623,15 @@ static void read_head(struct conn *c)
     }
     begin_exchange(c);
     if (rc < 0) {
-        /* Best effort: name the agent a client without a secret would be. */
+        /* Best effort: name the agent a client without a secret would be,
+         * unless a secret could have named another (the malformed head's
+         * Proxy-Authorization is not read): then nobody is blamed, and no
+         * agent's denials are counted for it. */
         const struct agent *a = NULL;
         if (c->gw->cfg.forced_agent != NULL)
             c->ex.agent_id = c->gw->cfg.forced_agent;
-        else if (agent_identify(c->ex.pol->policy, &c->origin, NULL, 0, &a) == AGENT_OK)
+        else if (!agent_token_possible(c->ex.pol->policy, &c->origin) &&
+                 agent_identify(c->ex.pol->policy, &c->origin, NULL, 0, &a) == AGENT_OK)
             c->ex.agent_id = a != NULL ? a->id : AGENT_DEFAULT_ID;
         free(req);
         conn_refuse(c, REASON_BAD_REQUEST,

@@ -2,7 +2,9 @@
 
 import base64
 
-from gate_client import ANY, api_rule, assert_denied, request
+import pytest
+
+from gate_client import ANY, api_rule, assert_denied, connect, exchange, request
 
 TOKEN = "s3cret-token-for-tests"
 ENV = {"SLUICE_TEST_TOKEN": TOKEN, "SLUICE_TEST_TOKEN2": "another-secret"}
@@ -159,6 +161,58 @@ def test_report_mode_private_address_enforced(gateway, net):
     assert ev["decision"] == "deny" and ev["reason"] == "private_address"
     assert ev["ip"] == "127.0.0.2" and ev["agent"] == "watcher"
     assert end["bytes_up"] == 0
+
+
+@pytest.mark.parametrize("case", ["expired", "get_only"])
+def test_report_mode_cidr_rule_that_does_not_allow_keeps_the_guard(gateway, net, case):
+    # a cidr: rule exempts the IP literals it allows from deny_ranges; one
+    # that does not allow the request (an expired grant; a GET-only rule
+    # under a CONNECT, needs_inspection) exempts nothing, even for an agent
+    # in report mode, which would otherwise be let through to loopback
+    agents = [{"id": "watcher", "sources": ["127.0.0.1/32"], "mode": "report"}]
+    rule = {"cidr": "127.0.0.0/8", "ports": [net.api.port], "tier": 1}
+    if case == "expired":
+        rule["expires"] = "2020-01-01"
+    else:
+        rule["methods"] = ["GET"]
+    gw = gateway(net.policy([rule], agents=agents, allow_ranges=()))
+    target = "127.0.0.2:%d" % net.api.port
+    if case == "expired":
+        r = request(gw, "GET", "http://%s/expired-cidr" % target)
+        status = r.status
+        ev, end = gw.decided(path="/expired-cidr")
+    else:
+        t = connect(gw, target)
+        status = t.status
+        t.close()
+        ev, end = gw.decided(method="CONNECT")
+    assert status == 403
+    assert (ev["decision"], ev["reason"], ev["ip"]) == ("deny", "private_address", "127.0.0.2"), ev
+    assert net.api.requests == [] and end["bytes_up"] == 0
+
+
+def test_malformed_request_blames_no_agent_a_token_could_name(gateway, net):
+    # a head that cannot be parsed is not read for its Proxy-Authorization:
+    # when a token could name an agent at this source, nobody is blamed (its
+    # denials must not count against the token-less agent, nor be hidden
+    # from the token holder's); with no token agent there, the token-less
+    # agent is named as before
+    agents = [{"id": "tok-bot", "sources": ["127.0.0.1/32"], "token": "env:SLUICE_TEST_TOKEN"},
+              {"id": "open-bot", "sources": ["127.0.0.0/8"]}]
+    gw = gateway(net.policy([api_rule(net)], agents=agents), env=ENV)
+    bad = ("GET %s HTTP/1.1\r\nHost: a\r\nHost: b\r\nProxy-Authorization: Bearer %s\r\n\r\n"
+           % (net.url("/dup-host"), TOKEN)).encode()
+    r = exchange(gw, bad)
+    assert r.status == 400 and r.header("Sluice-Reason") == "bad_request"
+    ev, _ = gw.decided(reason="bad_request")
+    assert ev["agent"] is None, ev
+    agents = [{"id": "tok-bot", "sources": ["127.0.0.9/32"], "token": "env:SLUICE_TEST_TOKEN"},
+              {"id": "open-bot", "sources": ["127.0.0.0/8"]}]
+    gw = gateway(net.policy([api_rule(net)], agents=agents), env=ENV)
+    r = exchange(gw, bad)
+    assert r.status == 400
+    ev, _ = gw.decided(reason="bad_request")
+    assert ev["agent"] == "open-bot", ev
 
 
 def test_report_mode_gate_denial_logged(gateway, net):

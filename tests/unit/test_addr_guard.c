@@ -178,6 +178,18 @@ static void test_nat64(void **state)
     addr_guard_free(g);
 }
 
+static void test_v4_translated(void **state)
+{
+    (void)state;
+    struct addr_guard *g = default_guard();
+    /* ::ffff:0:a.b.c.d (RFC 2765 SIIT): a translator maps it to a.b.c.d. */
+    expect_denied(g, "::ffff:0:a9fe:a9fe", "v4-translated of link-local");
+    expect_denied(g, "::ffff:0:7f00:1", "v4-translated of loopback");
+    expect_denied(g, "::ffff:0:10.1.2.3", "v4-translated of rfc1918");
+    expect_allowed(g, "::ffff:0:808:808");
+    addr_guard_free(g);
+}
+
 static void test_6to4(void **state)
 {
     (void)state;
@@ -287,17 +299,12 @@ static void test_null_name_and_free(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_default_v4),
-        cmocka_unit_test(test_default_v6),
-        cmocka_unit_test(test_v4_mapped),
-        cmocka_unit_test(test_v4_compatible),
-        cmocka_unit_test(test_nat64),
-        cmocka_unit_test(test_6to4),
-        cmocka_unit_test(test_teredo),
-        cmocka_unit_test(test_allow_ranges),
-        cmocka_unit_test(test_extra_deny),
-        cmocka_unit_test(test_no_default),
-        cmocka_unit_test(test_null_name_and_free),
+        cmocka_unit_test(test_default_v4),   cmocka_unit_test(test_default_v6),
+        cmocka_unit_test(test_v4_mapped),    cmocka_unit_test(test_v4_compatible),
+        cmocka_unit_test(test_nat64),        cmocka_unit_test(test_v4_translated),
+        cmocka_unit_test(test_6to4),         cmocka_unit_test(test_teredo),
+        cmocka_unit_test(test_allow_ranges), cmocka_unit_test(test_extra_deny),
+        cmocka_unit_test(test_no_default),   cmocka_unit_test(test_null_name_and_free),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
