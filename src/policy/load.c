@@ -603,6 +603,11 @@ static void net_deny_ranges(struct load_ctx *c, const struct ynode *v, void *obj
     }
     n->default_deny_ranges = false;
     load_cidr_list(c, v, "default", &n->default_deny_ranges, &n->deny_ranges, &n->ndeny_ranges);
+    if (!n->default_deny_ranges)
+        load_warn(c, v->line,
+                  "deny_ranges does not include \"default\": loopback, RFC 1918, link-local "
+                  "(169.254.169.254, cloud metadata) and the other default ranges are not denied "
+                  "unless listed; add \"default\" to the list to keep them");
 }
 
 static void net_allow_ranges(struct load_ctx *c, const struct ynode *v, void *obj)

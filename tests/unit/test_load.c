@@ -368,9 +368,14 @@ static void test_network_and_days(void **state)
     assert_true(p->network.default_deny_ranges);
     assert_int_equal(p->network.ndeny_ranges, 2);
     policy_free(p);
-    p = expect_clean(V R "network: {deny_ranges: [], allow_ranges: []}\n");
-    assert_false(p->network.default_deny_ranges);
-    policy_free(p);
+    /* A list without "default" loads, with a warning that says what it
+     * leaves open. */
+#define OPEN_RANGES                                                                                \
+    "network.deny_ranges: deny_ranges does not include \"default\": loopback, RFC 1918, "          \
+    "link-local (169.254.169.254, cloud metadata) and the other default ranges are not denied "    \
+    "unless listed; add \"default\" to the list to keep them"
+    expect_warning(V R "network: {deny_ranges: [], allow_ranges: []}\n", "p.yaml:5: " OPEN_RANGES);
+    expect_warning(V R "network:\n  deny_ranges: [10.0.0.0/8]\n", "p.yaml:6: " OPEN_RANGES);
 
     p = expect_clean(V R "alerts: {off_hours: {hours: \"00:00-24:00\", days: \"Mon,Wed,Fri\"}}\n");
     assert_int_equal(p->alerts.off_hours.days_mask, 0x15);
