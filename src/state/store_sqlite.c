@@ -11,11 +11,13 @@
 #include "state/store.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,12 +37,15 @@ struct op {
 struct store {
     sqlite3 *db;
     char *path;
+    int lock_fd; /* DIR/sluice.lock, flock()ed: one gateway per store */
     struct op *ops;
     size_t nops, cap;
     int64_t next_qid;
     uint64_t dropped;
     bool failing; /* the last commit failed (reported once) */
 };
+
+static int commit(struct store *s);
 
 static const char schema[] =
     "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);"
@@ -70,6 +75,14 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* How long a statement waits for a lock another process holds (the sqlite3
+ * shell, a backup): at start and at exit a little; from the event loop
+ * (store_flush) not at all, or every tick would stall the gateway for it:
+ * a write that finds the database locked is kept and tried again on the
+ * next tick. */
+#define STARTUP_BUSY_MS 200
+#define EXIT_BUSY_MS    1000
+
 /* Opens <path> and makes sure it is a healthy sluice database. Returns
  * SQLITE_OK, or the error (with *db closed and NULL). */
 static int open_db(const char *path, sqlite3 **db, char **why)
@@ -79,7 +92,7 @@ static int open_db(const char *path, sqlite3 **db, char **why)
     *why = NULL;
     if (rc != SQLITE_OK)
         goto err;
-    sqlite3_busy_timeout(*db, 200);
+    sqlite3_busy_timeout(*db, STARTUP_BUSY_MS);
     rc = sqlite3_exec(*db, "PRAGMA journal_mode=WAL", NULL, NULL, NULL);
     if (rc != SQLITE_OK)
         goto err;
@@ -135,6 +148,31 @@ static void move_aside(const char *path, char *dst, size_t dstlen)
     }
 }
 
+/* Takes DIR/sluice.lock for <s>: two gateways writing one store would hand
+ * out the same queue ids and overwrite each other's queued alerts. Returns
+ * 0, or -1 with <*err> (another gateway holds it, or it cannot be made). */
+static int lock_dir(struct store *s, const char *dir, char **err)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/sluice.lock", dir);
+    s->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0640);
+    if (s->lock_fd < 0) {
+        *err = msg("%s: cannot open the state lock: %s", path, strerror(errno));
+        return -1;
+    }
+    if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        *err = e == EWOULDBLOCK ? msg("%s: %s", dir,
+                                      "the state store is in use by another sluice gateway "
+                                      "(each needs a --state directory of its own)")
+                                : msg("%s: cannot lock the state store: %s", path, strerror(e));
+        close(s->lock_fd);
+        s->lock_fd = -1;
+        return -1;
+    }
+    return 0;
+}
+
 struct store *store_open(const char *dir, char **err, char **warn)
 {
     struct store *s = NULL;
@@ -159,6 +197,11 @@ struct store *store_open(const char *dir, char **err, char **warn)
     s = calloc(1, sizeof(*s));
     if (s == NULL)
         goto nomem;
+    s->lock_fd = -1;
+    if (lock_dir(s, dir, err) < 0) {
+        free(s);
+        return NULL;
+    }
     size_t n = strlen(dir) + sizeof("/" STORE_FILE);
     if ((s->path = malloc(n)) == NULL)
         goto nomem;
@@ -180,6 +223,7 @@ struct store *store_open(const char *dir, char **err, char **warn)
         *err = msg("%s: cannot open the state store: %s", s->path, why ? why : "error");
         free(why);
         free(s->path);
+        close(s->lock_fd);
         free(s);
         return NULL;
     }
@@ -192,8 +236,11 @@ struct store *store_open(const char *dir, char **err, char **warn)
     sqlite3_finalize(q);
     return s;
 nomem:
-    if (s != NULL)
+    if (s != NULL) {
         free(s->path);
+        if (s->lock_fd >= 0)
+            close(s->lock_fd);
+    }
     free(s);
     *err = msg("%s: %s", dir, "out of memory");
     return NULL;
@@ -214,13 +261,15 @@ void store_close(struct store *s)
 {
     if (s == NULL)
         return;
-    if (store_flush(s) < 0)
+    sqlite3_busy_timeout(s->db, EXIT_BUSY_MS);
+    if (commit(s) < 0)
         fprintf(stderr, "sluice: state %s: %zu write(s) lost at exit\n", s->path, s->nops);
     for (size_t i = 0; i < s->nops; i++)
         op_free(&s->ops[i]);
     free(s->ops);
     sqlite3_close(s->db);
     free(s->path);
+    close(s->lock_fd); /* releases the lock */
     free(s);
 }
 
@@ -491,9 +540,19 @@ static int run_op(struct store *s, sqlite3_stmt **cache, const struct op *o)
 
 int store_flush(struct store *s)
 {
+    if (s == NULL)
+        return 0;
+    sqlite3_busy_timeout(s->db, 0); /* from the loop: never wait for a lock */
+    return commit(s);
+}
+
+/* Commits the queued writes in one transaction; on failure they stay queued
+ * (reported once until a commit goes through). Returns 0 or -1. */
+static int commit(struct store *s)
+{
     sqlite3_stmt *cache[OP_QDEL + 1] = {NULL};
     int rc = 0;
-    if (s == NULL || s->nops == 0)
+    if (s->nops == 0)
         return 0;
     if (sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
         rc = -1;

@@ -268,7 +268,7 @@ static void emit(struct alert *a, void *arg)
 static void raise_alert(struct detectors *d, struct alert *a, const char *key_host,
                         uint64_t period_ms, int64_t now_ms)
 {
-    if (!fold_admit(&d->fold, a, key_host, now_ms, period_ms)) {
+    if (!fold_admit(&d->fold, a, key_host, now_ms, period_ms, emit, d)) {
         d->folded++;
         return;
     }

@@ -122,6 +122,10 @@ static int spawn(struct exec_runner *r, struct child *k)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, p[0], STDIN_FILENO);
     posix_spawn_file_actions_adddup2(&fa, STDERR_FILENO, STDOUT_FILENO);
+    /* Nothing else: not every descriptor of the gateway is close-on-exec
+     * (libevent 2.1 opens a webhook's connection without it), and an alert
+     * program must not hold the webhook's connection, or any other. */
+    posix_spawn_file_actions_addclosefrom_np(&fa, STDERR_FILENO + 1);
     posix_spawnattr_init(&at);
     sigemptyset(&none);
     sigemptyset(&dfl);

@@ -95,8 +95,10 @@ static struct fold_entry *find(struct fold *f, enum alert_kind kind, const char 
     return NULL;
 }
 
+static void summarise(struct fold_entry *e, int64_t now_ms, fold_emit_fn fn, void *arg);
+
 bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int64_t now_ms,
-                uint64_t period_ms)
+                uint64_t period_ms, fold_emit_fn fn, void *arg)
 {
     const char *agent = a->agent != NULL ? a->agent : "";
     const char *host = key_host != NULL ? key_host : "";
@@ -114,9 +116,10 @@ bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int
         return false;
     }
     if (e != NULL) {
-        /* A period that ended without being expired yet: reopen it. The
-         * repeats it held are reported by fold_expire first in practice;
-         * if not, they are folded into this alert's period. */
+        /* A period that ended before fold_expire() came round: its repeats
+         * are summarised now, then this alert opens the next period. */
+        if (e->repeats > 0)
+            summarise(e, now_ms, fn, arg);
         e->until_ms = now_ms + (int64_t)period_ms;
         e->period_ms = period_ms;
         return true;
@@ -146,6 +149,30 @@ bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int
     return true;
 }
 
+/* Hands the summary of <e>'s repeats to <fn> and opens its next period.
+ * <fn> may not touch the table. */
+static void summarise(struct fold_entry *e, int64_t now_ms, fold_emit_fn fn, void *arg)
+{
+    char per[32], detail[1200];
+    format_period_ms(e->period_ms, per, sizeof(per));
+    snprintf(detail, sizeof(detail), "%u more within %s, folded; the last: %s", e->repeats, per,
+             e->detail != NULL ? e->detail : "");
+    struct alert s = {
+        .kind = e->kind,
+        .severity = e->severity,
+        .agent = e->agent[0] != '\0' ? e->agent : NULL,
+        .host = e->alert_host,
+        .tier = e->tier,
+        .id = e->id,
+        .detail = detail,
+        .count = e->repeats,
+    };
+    e->repeats = 0;
+    e->until_ms = now_ms + (int64_t)e->period_ms;
+    fn(&s, arg);
+    entry_clear_last(e);
+}
+
 static size_t expire(struct fold *f, int64_t now_ms, bool all, fold_emit_fn fn, void *arg)
 {
     size_t summaries = 0;
@@ -160,26 +187,8 @@ static size_t expire(struct fold *f, int64_t now_ms, bool all, fold_emit_fn fn, 
             f->e[i] = f->e[--f->n];
             continue;
         }
-        char per[32], detail[1200];
-        format_period_ms(e->period_ms, per, sizeof(per));
-        snprintf(detail, sizeof(detail), "%u more within %s, folded; the last: %s", e->repeats, per,
-                 e->detail != NULL ? e->detail : "");
-        struct alert s = {
-            .kind = e->kind,
-            .severity = e->severity,
-            .agent = e->agent[0] != '\0' ? e->agent : NULL,
-            .host = e->alert_host,
-            .tier = e->tier,
-            .id = e->id,
-            .detail = detail,
-            .count = e->repeats,
-        };
-        e->repeats = 0;
-        e->until_ms = now_ms + (int64_t)e->period_ms;
+        summarise(e, now_ms, fn, arg);
         summaries++;
-        fn(&s, arg);
-        /* <fn> may not touch the table; the entry stays at i */
-        entry_clear_last(&f->e[i]);
         i++;
     }
     return summaries;

@@ -60,14 +60,18 @@ struct fold {
 void fold_init(struct fold *f);
 void fold_free(struct fold *f);
 
+typedef void (*fold_emit_fn)(struct alert *a, void *arg);
+
 /* Returns true when <a> should be written now (and opens a period of
  * <period_ms> for its key), false when it is folded into the open period
  * (counted; kept for the summary). <key_host> is the host the key uses
- * (NULL for per-agent kinds). A period of 0 never folds. */
+ * (NULL for per-agent kinds). A period of 0 never folds. When the key's
+ * period has ended with repeats that fold_expire() has not summarised yet,
+ * their summary goes to <fn> first, so that a steady stream of alerts still
+ * gets one summary per period. */
 bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int64_t now_ms,
-                uint64_t period_ms);
+                uint64_t period_ms, fold_emit_fn fn, void *arg);
 
-typedef void (*fold_emit_fn)(struct alert *a, void *arg);
 /* Closes the periods ended by <now_ms>: each with repeats becomes one
  * summary alert (count = repeats) handed to <fn>, and opens a new period;
  * the others are forgotten. Returns the number of summaries. */

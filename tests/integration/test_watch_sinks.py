@@ -45,6 +45,39 @@ def test_exec_sink_gets_the_alert_on_stdin(gateway, net, tmp_path):
     assert alert == wait_alert(af, "tier3_write")[0]
 
 
+def test_exec_sink_inherits_no_descriptor_but_its_stdio(gateway, net, tmp_path):
+    # a webhook's connection stays open between alerts (libevent opens it
+    # without close-on-exec): an alert program started meanwhile must not
+    # get it, nor any other socket of the gateway's
+    rcv = Receiver()
+    out = tmp_path / "fds"
+    out.mkdir()
+    prog = write_script(str(tmp_path / "fds.sh"),
+                        "#!/bin/sh\ncat >/dev/null\n"
+                        "for f in /proc/$$/fd/*; do readlink \"$f\"; done > %s/$$.tmp\n"
+                        "mv %s/$$.tmp %s/$$.txt\n" % (out, out, out))
+    other = {"host": "other.example.test", "ports": [net.other.port], "tier": 3,
+             "owner": "alice", "expires": "2099-12-31"}
+    policy = net.policy(rules(net) + [other], alerts={"sinks": [
+        {"webhook": "http://127.0.0.1:%d/h" % rcv.port}, {"exec": prog}]})
+    urls = [net.url("/p0"), net.url("/p1", host="other.example.test", port=net.other.port)]
+    try:
+        gw = gateway(policy, args=["--alerts", str(tmp_path / "a.jsonl")])
+        for i in range(2):  # the second alert (another host: not folded) finds the
+            # webhook's connection open
+            assert request(gw, "POST", urls[i], body=b"1").status == 200
+            poll(lambda: len(rcv.bodies()) > i or None, timeout=10, what="the webhook")
+            poll(lambda: len([f for f in os.listdir(str(out)) if f.endswith(".txt")]) > i
+                 or None, timeout=10, what="the exec sink's list")
+        assert rcv.connections == 1
+    finally:
+        rcv.stop()
+    for name in os.listdir(str(out)):
+        with open(os.path.join(str(out), name)) as f:
+            links = f.read().split()
+        assert not [x for x in links if x.startswith("socket:")], links
+
+
 def test_exec_sink_failures_are_logged_and_slow_ones_killed(gateway, net, tmp_path):
     fail = write_script(str(tmp_path / "fail.sh"), "#!/bin/sh\ncat >/dev/null\nexit 3\n")
     hang = write_script(str(tmp_path / "hang.sh"), "#!/bin/sh\nexec sleep 30\n")

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
@@ -212,7 +213,15 @@ static void write_failure_keeps_writes(void **state)
     assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
     assert_int_equal(sqlite3_exec(db, "BEGIN EXCLUSIVE", NULL, NULL, NULL), SQLITE_OK);
     assert_int_equal(store_put_contact(s, "a", "b", 1), 0);
+    /* From the loop, a flush does not wait for the lock (SQLite's busy
+     * handler would sleep 200 ms in all): it fails at once and is tried
+     * again on the next tick. */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     assert_int_equal(store_flush(s), -1);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    long waited_ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+    assert_true(waited_ms < 150);
     assert_true(store_dirty(s));
     assert_int_equal(store_flush(s), -1); /* reported once, still kept */
     assert_int_equal(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
@@ -224,6 +233,22 @@ static void write_failure_keeps_writes(void **state)
     store_close(s);
 }
 
+/* One gateway per store: a second open of the same directory fails while
+ * the first holds it (their queue ids would collide), and succeeds after. */
+static void one_gateway_per_store(void **state)
+{
+    (void)state;
+    char *err = NULL, *warn = NULL;
+    struct store *s = open_ok(dir);
+    assert_null(store_open(dir, &err, &warn));
+    assert_non_null(err);
+    assert_non_null(strstr(err, "in use by another sluice gateway"));
+    free(err);
+    store_close(s);
+    s = open_ok(dir);
+    store_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -231,6 +256,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(corrupt_is_moved_aside, setup, teardown),
         cmocka_unit_test_setup_teardown(unusable_paths, setup, teardown),
         cmocka_unit_test_setup_teardown(write_failure_keeps_writes, setup, teardown),
+        cmocka_unit_test_setup_teardown(one_gateway_per_store, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -76,11 +76,11 @@ static void fold_one_line_per_period(void **state)
     struct got g = {0};
     struct alert a = {.kind = ALERT_WRITE_BURST, .agent = "ci", .host = "x.test", .detail = "d1"};
     fold_init(&f);
-    assert_true(fold_admit(&f, &a, NULL, 0, 1000));
+    assert_true(fold_admit(&f, &a, NULL, 0, 1000, collect, &g));
     a.detail = "d2";
-    assert_false(fold_admit(&f, &a, NULL, 10, 1000));
+    assert_false(fold_admit(&f, &a, NULL, 10, 1000, collect, &g));
     a.host = "y.test"; /* per-agent key: another host folds too */
-    assert_false(fold_admit(&f, &a, NULL, 999, 1000));
+    assert_false(fold_admit(&f, &a, NULL, 999, 1000, collect, &g));
     assert_int_equal(fold_expire(&f, 999, collect, &g), 0);
     assert_int_equal(fold_expire(&f, 1000, collect, &g), 1);
     assert_int_equal(g.n, 1);
@@ -88,13 +88,13 @@ static void fold_one_line_per_period(void **state)
     assert_non_null(strstr(g.detail, "2 more within 1s"));
     assert_non_null(strstr(g.detail, "d2"));
     /* the summary opened a new period: a repeat at once is folded */
-    assert_false(fold_admit(&f, &a, NULL, 1001, 1000));
+    assert_false(fold_admit(&f, &a, NULL, 1001, 1000, collect, &g));
     assert_int_equal(fold_expire(&f, 2000, collect, &g), 1);
     assert_int_equal(g.count, 1);
     /* a quiet period closes silently, then the key starts over */
     assert_int_equal(fold_expire(&f, 3000, collect, &g), 0);
     assert_int_equal(f.n, 0);
-    assert_true(fold_admit(&f, &a, NULL, 3001, 1000));
+    assert_true(fold_admit(&f, &a, NULL, 3001, 1000, collect, &g));
     fold_free(&f);
 }
 
@@ -102,47 +102,80 @@ static void fold_keys_and_zero_period(void **state)
 {
     (void)state;
     struct fold f;
+    struct got g = {0};
     struct alert a = {.kind = ALERT_FIRST_CONTACT, .agent = "ci", .host = "a.test"};
     fold_init(&f);
-    assert_true(fold_admit(&f, &a, "a.test", 0, 60000));
-    assert_true(fold_admit(&f, &a, "b.test", 0, 60000)); /* another host */
+    assert_true(fold_admit(&f, &a, "a.test", 0, 60000, collect, &g));
+    assert_true(fold_admit(&f, &a, "b.test", 0, 60000, collect, &g)); /* another host */
     a.agent = "other";
-    assert_true(fold_admit(&f, &a, "a.test", 0, 60000)); /* another agent */
+    assert_true(fold_admit(&f, &a, "a.test", 0, 60000, collect, &g)); /* another agent */
     a.agent = NULL;
-    assert_true(fold_admit(&f, &a, "a.test", 0, 60000)); /* no agent is a key too */
-    assert_false(fold_admit(&f, &a, "a.test", 1, 60000));
+    assert_true(fold_admit(&f, &a, "a.test", 0, 60000, collect, &g)); /* no agent is a key too */
+    assert_false(fold_admit(&f, &a, "a.test", 1, 60000, collect, &g));
     a.kind = ALERT_TIER3_WRITE;
-    assert_true(fold_admit(&f, &a, "a.test", 1, 60000)); /* another kind */
-    assert_true(fold_admit(&f, &a, "a.test", 2, 0));     /* period 0: never folds */
-    assert_true(fold_admit(&f, &a, "a.test", 3, 0));
-    /* a period that ended but was not expired yet reopens on admit */
-    assert_true(fold_admit(&f, &a, "a.test", 70000, 60000));
+    assert_true(fold_admit(&f, &a, "a.test", 1, 60000, collect, &g)); /* another kind */
+    assert_true(fold_admit(&f, &a, "a.test", 2, 0, collect, &g));     /* period 0: never folds */
+    assert_true(fold_admit(&f, &a, "a.test", 3, 0, collect, &g));
+    /* a period that ended but was not expired yet reopens on admit, its
+     * repeat (the first-contact one, at 1) summarised first */
+    a.kind = ALERT_FIRST_CONTACT;
+    assert_true(fold_admit(&f, &a, "a.test", 70000, 60000, collect, &g));
+    assert_int_equal(g.n, 1);
+    assert_int_equal(g.count, 1);
     fold_free(&f);
     fold_free(&f); /* twice is harmless */
+}
+
+/* A steady stream of alerts of one key, each arriving before fold_expire()
+ * came round after its period ended: one summary per period still, each
+ * counting that period's repeats only (they used to be carried on, and
+ * summarised only at the end). */
+static void fold_steady_stream_summarised_per_period(void **state)
+{
+    (void)state;
+    struct fold f;
+    struct got g = {0};
+    struct alert a = {.kind = ALERT_WRITE_BURST, .agent = "ci", .detail = "d"};
+    fold_init(&f);
+    int written = 0;
+    for (int64_t t = 0; t < 10000; t += 100) /* 10 alerts a second for 10 s, period 1 s */
+        written += fold_admit(&f, &a, NULL, t, 1000, collect, &g);
+    /* the first alert, then one alert and one summary of 9 repeats per later
+     * second (each period's first alert is written, the next 9 folded) */
+    assert_int_equal(written, 10);
+    assert_int_equal(g.n, 9);
+    assert_int_equal(g.count, 9);
+    assert_int_equal(fold_flush(&f, 10000, collect, &g), 1);
+    assert_int_equal(g.count, 9);
+    fold_free(&f);
 }
 
 static void fold_table_is_capped(void **state)
 {
     (void)state;
     struct fold f;
+    struct got g = {0};
     char host[32];
     struct alert a = {.kind = ALERT_FIRST_CONTACT, .agent = "ci"};
     fold_init(&f);
     for (int i = 0; i < FOLD_MAX + 10; i++) {
         snprintf(host, sizeof(host), "h%d.test", i);
-        assert_true(fold_admit(&f, &a, host, 0, 60000));
+        assert_true(fold_admit(&f, &a, host, 0, 60000, collect, &g));
     }
     assert_int_equal(f.n, FOLD_MAX);
     /* a key over the cap is not tracked: its repeat is written too */
-    assert_true(fold_admit(&f, &a, host, 1, 60000));
+    assert_true(fold_admit(&f, &a, host, 1, 60000, collect, &g));
     fold_free(&f);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(window_counts_within_period), cmocka_unit_test(window_edges),
-        cmocka_unit_test(fold_one_line_per_period),    cmocka_unit_test(fold_keys_and_zero_period),
+        cmocka_unit_test(window_counts_within_period),
+        cmocka_unit_test(window_edges),
+        cmocka_unit_test(fold_one_line_per_period),
+        cmocka_unit_test(fold_keys_and_zero_period),
+        cmocka_unit_test(fold_steady_stream_summarised_per_period),
         cmocka_unit_test(fold_table_is_capped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
