@@ -426,7 +426,10 @@ void forward_start(struct conn *c)
         return;
     }
     bufferevent_setcb(c->up, up_read, up_write, up_event, c);
-    bufferevent_set_timeouts(c->up, NULL, &tv); /* the read timeout: request_sent() */
+    /* The upstream's read timeout starts once the request is through: at
+     * once without a body, else in request_sent(). */
+    bool no_body = ex->req_body == BODY_NONE;
+    bufferevent_set_timeouts(c->up, no_body ? &tv : NULL, &tv);
     bufferevent_setwatermark(c->up, EV_WRITE, FLOW_LOW, 0);
     /* Room for a whole response head (limits.header_bytes may be over
      * FLOW_HIGH: such a head must fit, or it would neither complete nor be
@@ -446,9 +449,9 @@ void forward_start(struct conn *c)
      * only when it is off (a bufferevent starts with it on). */
     bufferevent_enable(c->up,
                        (bufferevent_get_enabled(c->up) & EV_WRITE) ? EV_READ : EV_READ | EV_WRITE);
-    if (ex->req_body == BODY_NONE) {
+    if (no_body) {
         ex->req_done = true;
-        request_sent(c);
+        conn_set_client_timeouts(c, false); /* see request_sent() */
         return;
     }
     conn_set_client_timeouts(c, true);
