@@ -1,62 +1,451 @@
-/* admin: the --admin HTTP server, /metrics and /healthz (see metrics.h). */
+/* admin: the --admin HTTP server, /metrics and /healthz (admin.h).
+ *
+ * Why not evhttp: evhttp keeps connections alive and reads pipelined
+ * requests into its input buffer while a reply waits for a client that
+ * does not read (memory without bound), its timeout is per read (a client
+ * sending a byte now and then is never closed), it has no connection cap,
+ * and its listener has no accept error callback (EMFILE makes it spin).
+ * A scraper needs none of what evhttp adds, so this serves one request per
+ * connection on a bufferevent, with every bound written out below:
+ *
+ *   accept -> HEAD (read into a fixed ADMIN_HEAD_MAX array; the read
+ *   watermark is what room is left, so libevent never buffers more; the
+ *   whole head within ADMIN_HEAD_MS of the accept) -> REPLY (reading off,
+ *   the reply queued with Connection: close, written within ADMIN_REPLY_MS:
+ *   a client that does not read is dropped then) -> LINGER (our side shut
+ *   down after the reply; what the client still sends is read and dropped,
+ *   at most ADMIN_LINGER_MAX bytes for ADMIN_LINGER_MS, so that the close
+ *   does not turn into a reset that could destroy the reply in flight)
+ *   -> closed.
+ *
+ * A connection's lifetime is thus at most 5 + 10 + 1 s and its memory the
+ * head array plus one reply. ADMIN_CONNS_MAX of them at once: at the cap
+ * the listener is disabled, so further clients wait in the kernel's accept
+ * queue, costing no descriptor and no memory here, and are served in turn
+ * as slots free up (refusing them at accept instead would let 64 slow
+ * clients lock a scraper out for good). */
+#include "watch/admin.h"
+
 #include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
 
 #include "watch/metrics.h"
 
-struct admin {
-    struct evhttp *http;
-    struct metrics *m;
+#define ADMIN_BACKLOG       128 /* as evhttp_bind_socket had it */
+#define ADMIN_METHOD_MAX    32  /* a longer method is a 400 */
+#define ADMIN_WARN_EVERY_MS 60000
+
+/* ------------------------------------------------------------------------
+ * The request head: a pure parser, fed the bytes received so far. */
+
+enum admin_parse { ADMIN_PARSE_MORE, ADMIN_PARSE_DONE, ADMIN_PARSE_BAD };
+enum admin_method { ADMIN_GET, ADMIN_HEAD, ADMIN_OTHER_METHOD };
+enum admin_page { ADMIN_METRICS, ADMIN_HEALTHZ, ADMIN_OTHER_PAGE };
+
+/* Where the parser is in a head; zeroed before the first byte. */
+struct admin_head {
+    size_t pos;     /* the next line starts here */
+    size_t scanned; /* bytes from pos already searched for LF */
+    bool have_line; /* the request line is parsed */
+    enum admin_method method;
+    enum admin_page page;
 };
 
-static void reply(struct evhttp_request *req, int code, const char *why, const char *ctype,
-                  struct evbuffer *body)
+/* RFC 9110 tchar. */
+static bool is_tchar(unsigned char c)
 {
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", ctype);
-    evhttp_send_reply(req, code, why, body);
+    if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))
+        return true;
+    return c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL;
 }
 
-static void on_request(struct evhttp_request *req, void *arg)
+/* "METHOD SP /target SP HTTP/1.x", without its CRLF, <n> bytes: exactly
+ * one space between the parts, an origin-form target of visible ASCII. */
+static bool parse_request_line(struct admin_head *h, const char *s, size_t n)
 {
-    struct admin *a = arg;
-    const char *uri = evhttp_request_get_uri(req);
-    size_t plen = strcspn(uri, "?#");
-    struct evbuffer *body = evbuffer_new();
-    if (body == NULL) {
-        evhttp_send_error(req, 500, NULL);
+    size_t i = 0;
+    while (i < n && i <= ADMIN_METHOD_MAX && is_tchar((unsigned char)s[i]))
+        i++;
+    if (i == 0 || i > ADMIN_METHOD_MAX || i >= n || s[i] != ' ')
+        return false;
+    if (i == 3 && memcmp(s, "GET", 3) == 0)
+        h->method = ADMIN_GET;
+    else if (i == 4 && memcmp(s, "HEAD", 4) == 0)
+        h->method = ADMIN_HEAD;
+    else
+        h->method = ADMIN_OTHER_METHOD;
+    size_t t = ++i;
+    while (i < n && (unsigned char)s[i] > ' ' && (unsigned char)s[i] < 0x7f)
+        i++;
+    if (i == t || s[t] != '/' || i >= n || s[i] != ' ')
+        return false;
+    size_t tlen = i - t;
+    i++;
+    if (n - i != 8 || memcmp(s + i, "HTTP/1.", 7) != 0 || s[i + 7] < '0' || s[i + 7] > '9')
+        return false;
+    /* the query string is ignored (and a '#', never sent by a client) */
+    size_t plen = 0;
+    while (plen < tlen && s[t + plen] != '?' && s[t + plen] != '#')
+        plen++;
+    if (plen == 8 && memcmp(s + t, "/metrics", 8) == 0)
+        h->page = ADMIN_METRICS;
+    else if (plen == 8 && memcmp(s + t, "/healthz", 8) == 0)
+        h->page = ADMIN_HEALTHZ;
+    else
+        h->page = ADMIN_OTHER_PAGE;
+    return true;
+}
+
+/* "Name: value" without its CRLF: a token, a colon right after it (no
+ * space before it, no obs-fold), a value without control characters. Its
+ * content is otherwise ignored: nothing here depends on a header. */
+static bool header_line_ok(const char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n && is_tchar((unsigned char)s[i]))
+        i++;
+    if (i == 0 || i >= n || s[i] != ':')
+        return false;
+    for (i++; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if ((c < ' ' && c != '\t') || c == 0x7f)
+            return false;
+    }
+    return true;
+}
+
+/* Parses the head in <buf> (<len> bytes, all that has arrived), from where
+ * <h> stopped the last time: each byte is looked at once. Every line ends
+ * in CRLF; the request line comes first (no empty line before it); an
+ * empty line ends the head. DONE fills h->method and h->page. */
+static enum admin_parse admin_head_parse(struct admin_head *h, const char *buf, size_t len)
+{
+    for (;;) {
+        const char *line = buf + h->pos;
+        const char *lf = memchr(line + h->scanned, '\n', len - h->pos - h->scanned);
+        if (lf == NULL) {
+            h->scanned = len - h->pos;
+            return ADMIN_PARSE_MORE;
+        }
+        size_t n = (size_t)(lf - line);
+        if (n == 0 || line[n - 1] != '\r')
+            return ADMIN_PARSE_BAD; /* a bare LF */
+        n--;
+        h->pos += n + 2;
+        h->scanned = 0;
+        if (!h->have_line) {
+            if (!parse_request_line(h, line, n))
+                return ADMIN_PARSE_BAD;
+            h->have_line = true;
+        } else if (n == 0) {
+            return ADMIN_PARSE_DONE;
+        } else if (!header_line_ok(line, n)) {
+            return ADMIN_PARSE_BAD;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * The server. */
+
+enum admin_state { AC_HEAD, AC_REPLY, AC_LINGER };
+
+struct admin_conn {
+    struct admin *a;                /* the server; its list holds this connection */
+    struct admin_conn *prev, *next; /* a->conns */
+    struct bufferevent *bev;        /* owned; closes the socket when freed */
+    struct event *deadline;         /* owned; ends the current state */
+    enum admin_state state;
+    size_t lingered; /* bytes read and dropped in AC_LINGER */
+    struct admin_head head;
+    size_t len;               /* bytes in buf */
+    char buf[ADMIN_HEAD_MAX]; /* the request head as it arrives */
+};
+
+struct admin {
+    struct event_base *base;    /* borrowed */
+    struct metrics *m;          /* borrowed */
+    struct evconnlistener *lev; /* owned; closes the listening socket */
+    struct event *resume;       /* owned; ends the pause after an accept error */
+    bool backing_off;           /* paused after an accept error */
+    bool warned;                /* an accept error was told, at warned_ms */
+    uint64_t warned_ms;
+    char addr[64];            /* as given to --admin, for messages */
+    struct admin_conn *conns; /* owned, every open connection */
+    unsigned nconns;
+};
+
+static uint64_t monotonic_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void arm(struct event *ev, unsigned ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    evtimer_add(ev, &tv);
+}
+
+/* Accepts while below the cap and not backing off; else leaves new
+ * clients in the kernel's queue. */
+static void admin_listen_update(struct admin *a)
+{
+    if (a->lev == NULL)
+        return;
+    if (a->backing_off || a->nconns >= ADMIN_CONNS_MAX)
+        evconnlistener_disable(a->lev);
+    else
+        evconnlistener_enable(a->lev);
+}
+
+/* Closes <c> and frees it; the caller must not touch <c> afterwards. */
+static void conn_free(struct admin_conn *c)
+{
+    struct admin *a = c->a;
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        a->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    a->nconns--;
+    event_free(c->deadline);
+    bufferevent_free(c->bev);
+    free(c);
+    admin_listen_update(a);
+}
+
+static void conn_linger(struct admin_conn *c)
+{
+    c->state = AC_LINGER;
+    bufferevent_disable(c->bev, EV_WRITE);
+    /* FIN after the reply; the client sees the end, then closes */
+    if (shutdown(bufferevent_getfd(c->bev), SHUT_WR) != 0) {
+        conn_free(c);
         return;
     }
-    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
-    if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
-        evbuffer_add_printf(body, "method not allowed\n");
-        reply(req, 405, "Method Not Allowed", "text/plain", body);
-    } else if (plen == 8 && memcmp(uri, "/metrics", 8) == 0) {
-        if (metrics_format(a->m, body) == 0)
-            reply(req, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", body);
-        else
-            evhttp_send_error(req, 500, NULL);
-    } else if (plen == 8 && memcmp(uri, "/healthz", 8) == 0) {
-        char why[256];
-        if (metrics_health(a->m, why, sizeof(why))) {
-            evbuffer_add_printf(body, "ok\n");
-            reply(req, 200, "OK", "text/plain", body);
+    bufferevent_setwatermark(c->bev, EV_READ, 0, ADMIN_HEAD_MAX);
+    bufferevent_enable(c->bev, EV_READ);
+    arm(c->deadline, ADMIN_LINGER_MS);
+}
+
+/* Queues the reply: the status line, the headers and, unless <head_only>,
+ * <body> (emptied). Reading stops for good: one request per connection. */
+static void conn_reply(struct admin_conn *c, int code, const char *why, const char *ctype,
+                       const char *extra, struct evbuffer *body, bool head_only)
+{
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    char date[64];
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm) == NULL ||
+        strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", &tm) == 0)
+        date[0] = '\0';
+    c->state = AC_REPLY;
+    bufferevent_disable(c->bev, EV_READ);
+    if (evbuffer_add_printf(out,
+                            "HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: %s\r\n"
+                            "Content-Length: %zu\r\n%sConnection: close\r\n\r\n",
+                            code, why, date, ctype, evbuffer_get_length(body), extra) < 0 ||
+        (!head_only && evbuffer_add_buffer(out, body) != 0)) {
+        conn_free(c);
+        return;
+    }
+    arm(c->deadline, ADMIN_REPLY_MS);
+    bufferevent_enable(c->bev, EV_WRITE);
+}
+
+/* A reply with a text/plain body of its own: errors, /healthz, 404. */
+static void conn_reply_text(struct admin_conn *c, int code, const char *why, const char *extra,
+                            const char *text)
+{
+    struct evbuffer *body = evbuffer_new();
+    if (body == NULL || evbuffer_add(body, text, strlen(text)) != 0) {
+        evbuffer_free(body);
+        conn_free(c);
+        return;
+    }
+    conn_reply(c, code, why, "text/plain", extra, body, c->head.method == ADMIN_HEAD);
+    evbuffer_free(body);
+}
+
+static void conn_answer(struct admin_conn *c)
+{
+    const struct admin_head *h = &c->head;
+    if (h->method == ADMIN_OTHER_METHOD) {
+        conn_reply_text(c, 405, "Method Not Allowed", "Allow: GET, HEAD\r\n",
+                        "method not allowed\n");
+    } else if (h->page == ADMIN_METRICS) {
+        struct evbuffer *body = evbuffer_new();
+        if (body == NULL || metrics_format(c->a->m, body) != 0) {
+            evbuffer_free(body);
+            conn_reply_text(c, 500, "Internal Server Error", "", "out of memory\n");
+            return;
+        }
+        conn_reply(c, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", "", body,
+                   h->method == ADMIN_HEAD);
+        evbuffer_free(body);
+    } else if (h->page == ADMIN_HEALTHZ) {
+        char why[256], text[300];
+        if (metrics_health(c->a->m, why, sizeof(why))) {
+            conn_reply_text(c, 200, "OK", "", "ok\n");
         } else {
-            evbuffer_add_printf(body, "unhealthy: %s\n", why);
-            reply(req, 503, "Service Unavailable", "text/plain", body);
+            snprintf(text, sizeof(text), "unhealthy: %s\n", why);
+            conn_reply_text(c, 503, "Service Unavailable", "", text);
         }
     } else {
-        evbuffer_add_printf(body, "not found: try /metrics or /healthz\n");
-        reply(req, 404, "Not Found", "text/plain", body);
+        conn_reply_text(c, 404, "Not Found", "", "not found: try /metrics or /healthz\n");
     }
-    evbuffer_free(body);
+}
+
+static void on_read(struct bufferevent *bev, void *arg)
+{
+    struct admin_conn *c = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    if (c->state != AC_HEAD) {
+        size_t n = evbuffer_get_length(in);
+        evbuffer_drain(in, n);
+        c->lingered += n;
+        if (c->state == AC_LINGER && c->lingered >= ADMIN_LINGER_MAX)
+            conn_free(c);
+        return;
+    }
+    /* the watermark keeps <in> within the room left in buf */
+    int got = evbuffer_remove(in, c->buf + c->len, sizeof(c->buf) - c->len);
+    if (got > 0)
+        c->len += (size_t)got;
+    evbuffer_drain(in, evbuffer_get_length(in));
+    switch (admin_head_parse(&c->head, c->buf, c->len)) {
+    case ADMIN_PARSE_DONE:
+        conn_answer(c);
+        return;
+    case ADMIN_PARSE_BAD:
+        c->head.method = ADMIN_GET; /* an error always carries its text */
+        conn_reply_text(c, 400, "Bad Request", "", "bad request\n");
+        return;
+    case ADMIN_PARSE_MORE:
+        break;
+    }
+    if (c->len == sizeof(c->buf)) {
+        c->head.method = ADMIN_GET;
+        conn_reply_text(c, 431, "Request Header Fields Too Large", "", "request head too large\n");
+        return;
+    }
+    bufferevent_setwatermark(bev, EV_READ, 0, sizeof(c->buf) - c->len);
+}
+
+static void on_write(struct bufferevent *bev, void *arg)
+{
+    struct admin_conn *c = arg;
+    if (c->state == AC_REPLY && evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+        conn_linger(c);
+}
+
+/* The client ended its side or the connection failed: nothing more to do
+ * in any state (a complete head was answered before its EOF was read). */
+static void on_event(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    (void)what;
+    conn_free(arg);
+}
+
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    struct admin_conn *c = arg;
+    (void)fd;
+    (void)what;
+    if (c->state == AC_HEAD) {
+        c->head.method = ADMIN_GET;
+        conn_reply_text(c, 408, "Request Timeout", "", "request timeout\n");
+    } else {
+        conn_free(c); /* a reply not taken, or the linger is over */
+    }
+}
+
+static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa,
+                      int salen, void *arg)
+{
+    struct admin *a = arg;
+    (void)lev;
+    (void)sa;
+    (void)salen;
+    if (a->nconns >= ADMIN_CONNS_MAX) { /* not expected: the listener is off at the cap */
+        evutil_closesocket(fd);
+        admin_listen_update(a);
+        return;
+    }
+    struct admin_conn *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        evutil_closesocket(fd);
+        return;
+    }
+    c->a = a;
+    c->bev = bufferevent_socket_new(a->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (c->bev == NULL) {
+        evutil_closesocket(fd);
+        free(c);
+        return;
+    }
+    c->deadline = evtimer_new(a->base, on_deadline, c);
+    if (c->deadline == NULL) {
+        bufferevent_free(c->bev);
+        free(c);
+        return;
+    }
+    c->next = a->conns;
+    if (a->conns != NULL)
+        a->conns->prev = c;
+    a->conns = c;
+    a->nconns++;
+    bufferevent_setcb(c->bev, on_read, on_write, on_event, c);
+    bufferevent_setwatermark(c->bev, EV_READ, 0, sizeof(c->buf));
+    bufferevent_enable(c->bev, EV_READ);
+    arm(c->deadline, ADMIN_HEAD_MS);
+    admin_listen_update(a);
+}
+
+static void on_resume(evutil_socket_t fd, short what, void *arg)
+{
+    struct admin *a = arg;
+    (void)fd;
+    (void)what;
+    a->backing_off = false;
+    admin_listen_update(a);
+}
+
+/* accept() failed (EMFILE, ENFILE, ENOBUFS...): the client stays queued,
+ * so retrying at once would fail again at once; pause instead. */
+static void on_accept_error(struct evconnlistener *lev, void *arg)
+{
+    struct admin *a = arg;
+    int err = EVUTIL_SOCKET_ERROR();
+    a->backing_off = true;
+    evconnlistener_disable(lev);
+    arm(a->resume, ADMIN_BACKOFF_MS);
+    uint64_t now = monotonic_ms();
+    if (!a->warned || now - a->warned_ms >= ADMIN_WARN_EVERY_MS) {
+        fprintf(stderr,
+                "sluice: admin server %s: accept: %s: pausing for %d ms at a time (told at "
+                "most once a minute)\n",
+                a->addr, evutil_socket_error_to_string(err), ADMIN_BACKOFF_MS);
+        a->warned = true;
+        a->warned_ms = now;
+    }
 }
 
 /* "PORT", ":PORT", "HOST:PORT", "[V6]:PORT" -> host and port. */
@@ -107,45 +496,65 @@ struct admin *admin_new(struct event_base *base, const char *addr, struct metric
 {
     char host[256];
     uint16_t port;
-    struct in_addr a4;
-    struct in6_addr a6;
-    if (parse_addr(addr, host, sizeof(host), &port) < 0 ||
-        (inet_pton(AF_INET, host, &a4) != 1 && inet_pton(AF_INET6, host, &a6) != 1)) {
-        snprintf(err, errlen, "--admin %s: expected PORT, IP:PORT or [V6]:PORT (a literal address)",
-                 addr);
-        return NULL;
+    struct sockaddr_storage ss;
+    socklen_t sslen;
+    struct sockaddr_in *in4 = (struct sockaddr_in *)(void *)&ss;
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)(void *)&ss;
+    memset(&ss, 0, sizeof(ss));
+    if (parse_addr(addr, host, sizeof(host), &port) < 0) {
+        goto bad_addr;
+    } else if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
+        in4->sin_family = AF_INET;
+        in4->sin_port = htons(port);
+        sslen = sizeof(*in4);
+    } else if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons(port);
+        sslen = sizeof(*in6);
+    } else {
+        goto bad_addr;
     }
     struct admin *a = calloc(1, sizeof(*a));
-    if (a == NULL || (a->http = evhttp_new(base)) == NULL) {
+    if (a == NULL || (a->resume = evtimer_new(base, on_resume, a)) == NULL) {
         snprintf(err, errlen, "--admin %s: out of memory", addr);
         free(a);
         return NULL;
     }
+    a->base = base;
     a->m = m;
-    evhttp_set_allowed_methods(a->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST |
-                                            EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE);
-    evhttp_set_max_headers_size(a->http, 16384);
-    evhttp_set_max_body_size(a->http, 4096);
-    evhttp_set_timeout(a->http, 10);
-    evhttp_set_gencb(a->http, on_request, a);
-    if (evhttp_bind_socket(a->http, host, port) != 0) {
+    snprintf(a->addr, sizeof(a->addr), "%s", addr);
+    a->lev = evconnlistener_new_bind(
+        base, on_accept, a, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE,
+        ADMIN_BACKLOG, (const struct sockaddr *)&ss, (int)sslen);
+    if (a->lev == NULL) {
         snprintf(err, errlen, "--admin %s: cannot listen on %s port %u", addr, host,
                  (unsigned)port);
         admin_free(a);
         return NULL;
     }
+    evconnlistener_set_error_cb(a->lev, on_accept_error);
     if (!is_loopback(host))
         fprintf(stderr,
                 "sluice: warning: the admin server on %s is reachable from beyond this host\n",
                 addr);
     return a;
+
+bad_addr:
+    snprintf(err, errlen, "--admin %s: expected PORT, IP:PORT or [V6]:PORT (a literal address)",
+             addr);
+    return NULL;
 }
 
 void admin_free(struct admin *a)
 {
     if (a == NULL)
         return;
-    if (a->http != NULL)
-        evhttp_free(a->http);
+    if (a->lev != NULL)
+        evconnlistener_free(a->lev);
+    a->lev = NULL; /* conn_free() must not re-enable it */
+    while (a->conns != NULL)
+        conn_free(a->conns);
+    if (a->resume != NULL)
+        event_free(a->resume);
     free(a);
 }

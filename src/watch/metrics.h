@@ -1,4 +1,4 @@
-/* metrics: counters for Prometheus, and the --admin HTTP server.
+/* metrics: counters for Prometheus, and the verdict /healthz gives.
  *
  * metrics_on_event (a bus subscriber) and metrics_on_alert count what
  * passes; metrics_format writes the Prometheus text exposition (0.0.4):
@@ -17,12 +17,9 @@
  *     (log: decisions, and alerts when they have a file of their own)
  * metrics_health() tells /healthz whether every log can be written.
  * tier is "0".."3" or "none"; reason is "none" for an allowed request.
+ * The --admin server that answers /metrics and /healthz is admin.h's.
  *
- * The admin server (admin_new) serves GET /metrics and GET /healthz with
- * libevent's evhttp on one TCP address; "PORT" or ":PORT" means
- * 127.0.0.1:PORT. Anything else is 404; methods other than GET/HEAD 405.
- *
- * Owns: its tables (metrics), its evhttp (admin). */
+ * Owns: its tables. */
 #ifndef SLUICE_WATCH_METRICS_H
 #define SLUICE_WATCH_METRICS_H
 
@@ -35,7 +32,6 @@
 #include "watch/event.h"
 
 struct evbuffer;
-struct event_base;
 
 #define METRICS_AGENTS_MAX 4096 /* beyond, agents are counted as "other" */
 
@@ -83,11 +79,5 @@ int metrics_format(struct metrics *m, struct evbuffer *out);
 /* True when every log can be written; else false, with the first that
  * cannot and why in <why> ("decisions log: No space left on device"). */
 bool metrics_health(struct metrics *m, char *why, size_t cap);
-
-struct admin;
-/* Serves <m> on <addr>. Returns NULL with a message in <err>. */
-struct admin *admin_new(struct event_base *base, const char *addr, struct metrics *m, char *err,
-                        size_t errlen);
-void admin_free(struct admin *a);
 
 #endif

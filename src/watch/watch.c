@@ -12,6 +12,7 @@
 
 #include "state/store.h"
 #include "util/units.h"
+#include "watch/admin.h"
 #include "watch/detectors.h"
 #include "watch/log_jsonl.h"
 #include "watch/sinks.h"

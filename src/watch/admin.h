@@ -1,0 +1,55 @@
+/* admin: the --admin HTTP server, GET/HEAD /metrics and /healthz.
+ *
+ * One TCP address: "PORT" or ":PORT" means 127.0.0.1:PORT; "IP:PORT" and
+ * "[V6]:PORT" take a literal address (a warning when it is not loopback).
+ * /metrics answers metrics_format()'s text, /healthz metrics_health()'s
+ * verdict (200 "ok" or 503 "unhealthy: ..."); any other path is 404 and any
+ * other method 405; a query string is ignored.
+ *
+ * Whoever connects is a stranger, so every resource a client can make the
+ * server hold is bounded (admin.c says why each bound is what it is):
+ *   - one request per connection: the reply carries "Connection: close",
+ *     nothing after the request head is parsed, the socket closes once the
+ *     reply is written (so pipelining cannot queue work or memory);
+ *   - a request head of at most ADMIN_HEAD_MAX bytes, request line parsed
+ *     strictly ("METHOD SP /target SP HTTP/1.x CRLF"; 400 when malformed,
+ *     431 when longer), and never more than that buffered;
+ *   - ADMIN_HEAD_MS from the accept to a complete head (408 after), then
+ *     ADMIN_REPLY_MS to write the reply, then at most ADMIN_LINGER_MS (and
+ *     ADMIN_LINGER_MAX bytes read and discarded) before the close;
+ *   - at most ADMIN_CONNS_MAX connections at once: at the cap the listener
+ *     stops accepting (new clients wait in the kernel's backlog) until one
+ *     closes;
+ *   - an accept() that fails (EMFILE...) pauses the listener for
+ *     ADMIN_BACKOFF_MS instead of spinning, told on standard error at most
+ *     once a minute.
+ *
+ * Owns: its listening socket, its timers and every admin connection (each
+ * with its bufferevent, head buffer and queued reply). Borrows the metrics
+ * and the event base, which must outlive it. */
+#ifndef SLUICE_WATCH_ADMIN_H
+#define SLUICE_WATCH_ADMIN_H
+
+#include <stddef.h>
+
+#define ADMIN_HEAD_MAX   8192        /* bytes: the request line and headers */
+#define ADMIN_CONNS_MAX  64          /* connections open at once */
+#define ADMIN_HEAD_MS    5000        /* accept -> complete request head */
+#define ADMIN_REPLY_MS   10000       /* complete head -> reply written */
+#define ADMIN_LINGER_MS  1000        /* reply written -> close */
+#define ADMIN_LINGER_MAX (64 * 1024) /* bytes read and dropped while lingering */
+#define ADMIN_BACKOFF_MS 250         /* after a failed accept() */
+
+struct event_base;
+struct metrics;
+struct admin;
+
+/* Serves <m> on <addr>. Returns the server (free with admin_free), or NULL
+ * with a message in <err> (a malformed address, one that cannot be bound,
+ * no memory). */
+struct admin *admin_new(struct event_base *base, const char *addr, struct metrics *m, char *err,
+                        size_t errlen);
+/* Closes the listener and every admin connection. Accepts NULL. */
+void admin_free(struct admin *a);
+
+#endif

@@ -1,0 +1,277 @@
+"""The --admin server's bounds (SPEC.md, --admin): one request per
+connection, a request head of at most 8 KiB parsed strictly, 5 s from the
+accept to a complete head, at most 64 connections at once, and accept
+errors that pause the listener instead of spinning. Driven through a real
+`sluice serve`; loopback only; every loop bounded in count and time."""
+
+import os
+import resource
+import select
+import socket
+import time
+import urllib.request
+
+from gate_client import poll, request
+from watch_helpers import free_tcp_port
+
+HEAD_MS = 5000  # src/watch/admin.h ADMIN_HEAD_MS
+CONNS_MAX = 64  # ADMIN_CONNS_MAX
+
+
+def rules(net):
+    return [{"host": "api.example.test", "ports": [net.api.port], "tier": 1}]
+
+
+def start(gateway, net):
+    port = free_tcp_port()
+    gw = gateway(net.policy(rules(net)), args=["--admin", "127.0.0.1:%d" % port])
+    return gw, port
+
+
+def rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS for %d" % pid)
+
+
+def nfds(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+def admin_sockets(pid, port):
+    """How many TCP sockets <pid> holds whose local port is <port>: the
+    accepted admin connections (and the listener)."""
+    inodes = set()
+    for f in os.listdir("/proc/%d/fd" % pid):
+        try:
+            link = os.readlink("/proc/%d/fd/%s" % (pid, f))
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    n = 0
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(name) as f:
+            for line in f.read().splitlines()[1:]:
+                fields = line.split()
+                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[9] in inodes:
+                    n += 1
+    return n
+
+
+def cpu_ticks(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime, stime
+
+
+def exchange(port, data, timeout=10.0):
+    """Sends <data> on a new admin connection; returns all it answers, read
+    until the server closes (bounded by <timeout>)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(data)
+        out = b""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and len(out) < (1 << 20):
+            d = s.recv(65536)
+            if not d:
+                return out
+            out += d
+        raise AssertionError("the admin server did not close: %r" % out[:200])
+    finally:
+        s.close()
+
+
+def status_lines(data):
+    return [line for line in data.split(b"\r\n") if line.startswith(b"HTTP/")]
+
+
+def test_admin_answers_one_strictly_parsed_request_per_connection(gateway, net):
+    gw, port = start(gateway, net)
+    # pipelined requests: the first is answered, with Connection: close, and
+    # the connection ends; nothing after the first head is parsed
+    out = exchange(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+                         b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+                         b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert status_lines(out) == [b"HTTP/1.1 200 OK"], out
+    head, body = out.split(b"\r\n\r\n", 1)
+    assert b"\r\nConnection: close" in head and body == b"ok\n"
+    # HEAD: the headers of the GET, no body; a query string is ignored
+    out = exchange(port, b"HEAD /metrics?x=1 HTTP/1.0\r\n\r\n")
+    head, body = out.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n") and body == b""
+    assert b"\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n" in head
+    assert int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0]) > 0
+    out = exchange(port, b"GET /metrics?name[]=x HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 200 OK\r\n") and b"sluice_open_connections " in out
+    out = exchange(port, b"GET /x HTTP/1.1\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 404 ") and out.endswith(b"not found: try /metrics or /healthz\n")
+    # a body after a refused method is read and dropped, the 405 arrives whole
+    out = exchange(port, b"POST /metrics HTTP/1.1\r\nContent-Length: 5000\r\n\r\n" + b"b" * 5000)
+    assert out.startswith(b"HTTP/1.1 405 ") and b"\r\nAllow: GET, HEAD\r\n" in out
+    assert out.endswith(b"\r\n\r\nmethod not allowed\n")
+    # malformed heads: 400 and a close
+    for bad in (b"GET /metrics HTTP/1.1\nHost: x\n\n",       # bare LF
+                b"GET  /metrics HTTP/1.1\r\n\r\n",           # two spaces
+                b"GET /metrics HTTP/2.0\r\n\r\n",            # not HTTP/1.x
+                b"GET /metrics\r\n\r\n",                     # HTTP/0.9
+                b"\r\nGET /metrics HTTP/1.1\r\n\r\n",        # an empty line first
+                b"GET http://x/metrics HTTP/1.1\r\n\r\n",    # not origin-form
+                b"GET /metrics HTTP/1.1\r\n folded\r\n\r\n",  # obs-fold
+                b"GET /metrics HTTP/1.1\r\nX : y\r\n\r\n",   # space before the colon
+                b"GET /metrics HTTP/1.1\r\nX: \x00\r\n\r\n",  # a control character
+                b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n"):  # TLS
+        out = exchange(port, bad)
+        assert status_lines(out) == [b"HTTP/1.1 400 Bad Request"], (bad, out)
+    # a head longer than 8 KiB: 431, and no more of it buffered
+    out = exchange(port, b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 9000 + b"\r\n\r\n")
+    assert status_lines(out) == [b"HTTP/1.1 431 Request Header Fields Too Large"], out
+    assert request(gw, "GET", net.url("/after")).status == 200
+
+
+def test_admin_pipelining_client_that_never_reads_is_bounded(gateway, net):
+    # Before: evhttp read pipelined requests into memory while its replies
+    # waited for a client that never read (800 MB sent: RSS 5.6 -> 837 MB).
+    gw, port = start(gateway, net)
+    pid = gw.proc.pid
+    assert b"200 OK" in exchange(port, b"GET /metrics HTTP/1.1\r\n\r\n")  # warm
+    rss0 = rss_kb(pid)
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(2)
+    s.connect(("127.0.0.1", port))
+    chunk = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 2000  # 70 KB
+    cap = 50 << 20
+    sent, why, t0 = 0, "cap", time.monotonic()
+    s.settimeout(0.5)
+    try:
+        while sent < cap and time.monotonic() - t0 < 10:
+            try:
+                sent += s.send(chunk)
+            except socket.timeout:
+                why = "blocked"
+                break
+            except OSError as e:  # the server closed: EPIPE, ECONNRESET
+                why = "closed (%s)" % e
+                break
+        else:
+            why = "cap" if sent >= cap else "time"
+    finally:
+        s.close()
+    rss1 = rss_kb(pid)
+    # the gateway stopped taking bytes long before 50 MB: what it took is
+    # what the kernel's socket buffers hold, not its own memory
+    assert why != "cap" and why != "time", (why, sent)
+    assert sent < 32 << 20, (why, sent)
+    assert rss1 - rss0 < 20 * 1024, "RSS %d -> %d KB after %d bytes (%s)" % (rss0, rss1, sent, why)
+    assert request(gw, "GET", net.url("/ok")).status == 200
+    assert b"200 OK" in exchange(port, b"GET /healthz HTTP/1.1\r\n\r\n")
+
+
+def test_admin_trickling_and_idle_clients_are_closed_by_the_deadline(gateway, net):
+    # Before: evhttp's timeout was per read, so a byte every few seconds kept
+    # a connection for ever.
+    gw, port = start(gateway, net)
+    trickle = socket.create_connection(("127.0.0.1", port), timeout=2)
+    trickle.sendall(b"GET /metrics HTTP/1.1\r\nX: ")
+    idle = socket.create_connection(("127.0.0.1", port), timeout=2)
+    socks = {"trickle": trickle, "idle": idle}
+    got = {"trickle": b"", "idle": b""}
+    closed = {}
+    t0 = time.monotonic()
+    limit = HEAD_MS / 1000.0 + 7  # the deadline, plus the linger and a loaded machine
+    try:
+        while len(closed) < 2 and time.monotonic() - t0 < limit:
+            if "trickle" not in closed:
+                try:
+                    trickle.send(b"a")
+                except OSError:
+                    pass  # closed: recv below tells
+            r, _, _ = select.select([s for n, s in socks.items() if n not in closed], [], [], 0.5)
+            for s in r:
+                name = "trickle" if s is trickle else "idle"
+                try:
+                    d = s.recv(4096)
+                except OSError:
+                    d = b""
+                if d:
+                    got[name] += d
+                else:
+                    closed[name] = time.monotonic() - t0
+    finally:
+        trickle.close()
+        idle.close()
+    assert sorted(closed) == ["idle", "trickle"], (closed, got)
+    for name in ("trickle", "idle"):
+        # 408 (when the reply got there before the close)
+        assert got[name] == b"" or got[name].startswith(b"HTTP/1.1 408 Request Timeout\r\n"), got
+    assert got["idle"].startswith(b"HTTP/1.1 408 "), got
+    # not before the deadline
+    assert min(closed.values()) >= HEAD_MS / 1000.0 - 0.5, closed
+    assert b"200 OK" in exchange(port, b"GET /healthz HTTP/1.1\r\n\r\n")
+
+
+def test_admin_connection_cap(gateway, net):
+    # Before: no cap; every admin connection held a descriptor until the
+    # process ran out. Now at most 64 are accepted; the rest wait in the
+    # kernel's queue, proxied requests go on, and once they go /metrics works.
+    gw, port = start(gateway, net)
+    pid = gw.proc.pid
+    assert admin_sockets(pid, port) == 1  # the listener
+    socks = []
+    try:
+        for _ in range(CONNS_MAX + 36):
+            s = socket.create_connection(("127.0.0.1", port), timeout=2)
+            s.sendall(b"GET /metrics HTTP/1.1\r\nX: ")
+            socks.append(s)
+        poll(lambda: admin_sockets(pid, port) >= 1 + CONNS_MAX or None, timeout=5,
+             what="%d admin connections accepted" % CONNS_MAX)
+        time.sleep(0.3)
+        assert admin_sockets(pid, port) == 1 + CONNS_MAX
+        # the proxy is not starved meanwhile
+        assert request(gw, "GET", net.url("/during")).status == 200
+        assert request(gw, "GET", net.url("/during2")).status == 200
+    finally:
+        for s in socks:
+            s.close()
+    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5).read()
+    assert b'sluice_requests_total{agent="default",tier="1",decision="allow"' in text
+    assert urllib.request.urlopen("http://127.0.0.1:%d/healthz" % port, timeout=5).read() == \
+        b"ok\n"
+    poll(lambda: admin_sockets(pid, port) == 1 or None, timeout=5, what="every admin socket closed")
+
+
+def test_admin_accept_errors_pause_the_listener(gateway, net):
+    # Before: no error callback on evhttp's listener; under EMFILE it spun at
+    # 100% CPU writing a line to standard error per pass (140 MB in 5 s).
+    # The gateway's own descriptor limit is lowered (soft limit only, put
+    # back afterwards) so that accept() fails with EMFILE after 3 more.
+    gw, port = start(gateway, net)
+    pid = gw.proc.pid
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    socks = []
+    try:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (nfds(pid) + 3, hard))
+        e0 = os.path.getsize(gw.stderr_path)
+        for _ in range(10):
+            socks.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+        poll(lambda: "Too many open files" in gw.stderr() or None, timeout=5,
+             what="the accept error told")
+        c0, t0 = cpu_ticks(pid), time.monotonic()
+        time.sleep(2)
+        c1, t1 = cpu_ticks(pid), time.monotonic()
+        cpu = (c1 - c0) / os.sysconf("SC_CLK_TCK") / (t1 - t0)
+        grown = os.path.getsize(gw.stderr_path) - e0
+        assert cpu < 0.5, "the gateway used %.0f%% CPU while accept() failed" % (100 * cpu)
+        assert grown < 1000, gw.stderr()[-2000:]  # told once, not once per pass
+    finally:
+        for s in socks:
+            s.close()
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+    assert gw.stderr().count("Too many open files") == 1
+    assert urllib.request.urlopen("http://127.0.0.1:%d/healthz" % port, timeout=5).read() == \
+        b"ok\n"
+    assert request(gw, "GET", net.url("/after")).status == 200
