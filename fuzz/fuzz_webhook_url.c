@@ -1,12 +1,15 @@
 /* fuzz_webhook_url: a webhook URL from a policy (http:// or https://), as
- * the sink parses it and as standard error and metrics show it.
- * Invariants: a parsed URL has a host of 1..253 bytes without '@', a port
- * in 1..65535 (443 or 80 when none is written), a path that starts with
- * '/', a Host header that is the URL's authority; https is the scheme
- * written. Its label is either the URL itself (a path of at most one
- * segment, no query or fragment) or the URL cut after its first path
- * segment followed by "/...#" and 8 hex digits; the same URL always gets
- * the same label. Includes the .c to reach parse_url(). */
+ * the sink parses it (util/weburl.c through parse_url) and as standard
+ * error and metrics show it (weburl_label).
+ * Invariants: a parsed URL has no '@' in its authority, a host of 1..253
+ * bytes, a port in 1..65535 (443 or 80 when none is written), a path that
+ * starts with '/' and holds no '#', a Host header that is the URL's
+ * authority; https is the scheme written. Its label is either the URL
+ * itself (no '@' in the authority, a path of at most one segment, no query
+ * or fragment) or the URL without any USER:PASSWORD@, cut after its first
+ * path segment, followed by "/...#" and 8 hex digits; the label's
+ * authority holds no '@'; the same URL always gets the same label.
+ * Includes the .c to reach parse_url(). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,44 +21,64 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 static void check_parsed(const char *url, const struct webhook *w, bool https)
 {
     size_t hl = strlen(w->host);
-    if (hl == 0 || hl > 253 || strchr(w->hosthdr, '@') != NULL)
+    const char *auth = url + (https ? 8 : 7);
+    size_t al = strcspn(auth, "/?#");
+    if (hl == 0 || hl > 253 || memchr(auth, '@', al) != NULL)
         abort();
     if (w->port == 0 || (https != (strncmp(url, "https://", 8) == 0)))
         abort();
-    if (w->path[0] != '/')
+    if (w->path[0] != '/' || strchr(w->path, '#') != NULL)
         abort();
-    const char *auth = url + (https ? 8 : 7);
-    size_t al = strcspn(auth, "/?#");
     if (strlen(w->hosthdr) != al || memcmp(w->hosthdr, auth, al) != 0)
         abort();
     if (memchr(auth, ':', al) == NULL && auth[0] != '[' && w->port != (https ? 443 : 80))
         abort();
 }
 
+/* Where the authority of <s> starts: after "SCHEME://" (a letter, then
+ * letters, digits, '+', '-', '.'), else at <s>. */
+static const char *authority_of(const char *s)
+{
+    size_t i = strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+-.");
+    bool letter = (s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z');
+    return letter && strncmp(s + i, "://", 3) == 0 ? s + i + 3 : s;
+}
+
 static void check_label(const char *url)
 {
-    char *a = webhook_label_of(url), *b = webhook_label_of(url);
+    char *a = weburl_label(url), *b = weburl_label(url);
     if (a == NULL || b == NULL || strcmp(a, b) != 0)
         abort();
-    size_t al = strlen(a), ul = strlen(url);
-    if (strcmp(a, url) != 0) {
+    size_t al = strlen(a);
+    const char *p = authority_of(url);
+    size_t auth = strcspn(p, "/?#");
+    const char *at = memrchr(p, '@', auth);
+    if (strcmp(a, url) == 0) {
+        if (at != NULL)
+            abort();
+    } else {
         static const char tail[] = "/...#";
         if (al < 13 || memcmp(a + al - 13, tail, 5) != 0)
             abort();
         for (size_t i = al - 8; i < al; i++)
             if (strchr("0123456789abcdef", a[i]) == NULL || a[i] == '\0')
                 abort();
-        size_t prefix = al - 13;
-        if (prefix > ul || memcmp(a, url, prefix) != 0)
-            abort();
-        /* the cut hides everything after the first path segment */
-        const char *p = strstr(url, "://");
-        p = p != NULL ? p + 3 : url;
-        const char *rest = p + strcspn(p, "/?#");
+        /* the scheme, the authority without USER:PASSWORD@, the first path
+         * segment: nothing else of the URL */
+        const char *hp = at != NULL ? at + 1 : p;
+        const char *rest = p + auth;
         size_t keep = *rest == '/' ? 1 + strcspn(rest + 1, "/?#") : 0;
-        if (prefix != (size_t)(rest - url) + keep || rest[keep] == '\0')
+        size_t scheme = (size_t)(p - url), shown = (size_t)(rest + keep - hp);
+        if (at == NULL && rest[keep] == '\0')
+            abort();
+        if (al - 13 != scheme + shown || memcmp(a, url, scheme) != 0 ||
+            memcmp(a + scheme, hp, shown) != 0)
             abort();
     }
+    /* the label's own authority holds no user name or password */
+    const char *lp = authority_of(a);
+    if (memchr(lp, '@', strcspn(lp, "/?#")) != NULL)
+        abort();
     free(a);
     free(b);
 }

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "util/ipaddr.h"
+#include "util/weburl.h"
 #include "util/xalloc.h"
 
 #define TZ_MAX            128
@@ -366,22 +367,10 @@ static bool has_space_or_control(const char *s)
     return false;
 }
 
-/* Whether the host of <auth> (an http:// URL after its scheme) is this
- * machine's loopback: localhost, 127.0.0.0/8 or [::1]. */
-static bool url_host_is_loopback(const char *auth)
+/* Whether the host of a webhook URL (<h>, <hl> bytes, without brackets) is
+ * this machine's loopback: localhost, 127.0.0.0/8 or [::1]. */
+static bool url_host_is_loopback(const char *h, size_t hl)
 {
-    size_t n = strcspn(auth, "/?#");
-    const char *h = auth;
-    size_t hl;
-    if (*h == '[') { /* ip_literal_parse() takes the brackets */
-        const char *e = memchr(h, ']', n);
-        if (e == NULL)
-            return false;
-        hl = (size_t)(e - h) + 1;
-    } else {
-        const char *colon = memchr(h, ':', n);
-        hl = colon != NULL ? (size_t)(colon - h) : n;
-    }
     if (hl == strlen("localhost") && strncasecmp(h, "localhost", hl) == 0)
         return true;
     struct ipaddr ip;
@@ -391,6 +380,43 @@ static bool url_host_is_loopback(const char *auth)
         cidr_parse("::1/128", &v6) != 0)
         return false;
     return cidr_contains(&v4, &ip) || cidr_contains(&v6, &ip);
+}
+
+/* A webhook URL as messages show it: its label (weburl.h), never the URL,
+ * whose user:password@, path or query may be a secret. Valid as
+ * load_show()'s result. */
+static const char *show_webhook(struct load_ctx *c, const char *url)
+{
+    char *label = weburl_label(url);
+    const char *shown = load_show(c, label != NULL ? label : "(a webhook)");
+    free(label);
+    return shown;
+}
+
+/* Checks the webhook URL <s> as the sink will parse it (weburl.h), so that
+ * `check` refuses what `serve` could not use; warns about http:// off this
+ * machine. Every message names the URL by its label. Returns 0 when it
+ * loads. */
+static int webhook_url(struct load_ctx *c, const struct ynode *v, const char *s)
+{
+    size_t scheme = strncmp(s, "http://", 7) == 0 ? 7 : strncmp(s, "https://", 8) == 0 ? 8 : 0;
+    if (scheme == 0 || s[scheme] == '\0' || s[scheme] == '/' || has_space_or_control(s)) {
+        load_err(c, v->line, "webhook needs an http:// or https:// URL, got '%s'",
+                 show_webhook(c, s));
+        return -1;
+    }
+    struct weburl u;
+    const char *why = NULL;
+    if (weburl_parse(s, &u, &why) < 0) {
+        load_err(c, v->line, "webhook %s: %s", show_webhook(c, s), why);
+        return -1;
+    }
+    if (scheme == 7 && !url_host_is_loopback(u.host, u.host_len))
+        load_warn(c, v->line,
+                  "webhook to %.*s over http://: every alert, and the URL with any secret in "
+                  "it, would cross the network in clear text; use https://",
+                  (int)u.hostport_len, u.hostport); /* parsed: at most 263 bytes, no controls */
+    return 0;
 }
 
 /* One sink: a single-key mapping {exec: /path} or {webhook: URL}.
@@ -416,17 +442,8 @@ static int sink_item(struct load_ctx *c, const struct ynode *it, struct sink *ou
         load_err(c, v->line, "exec needs an absolute path, got '%s'", load_show(c, s));
         return 0;
     }
-    size_t scheme = strncmp(s, "http://", 7) == 0 ? 7 : strncmp(s, "https://", 8) == 0 ? 8 : 0;
-    if (!exec &&
-        (scheme == 0 || s[scheme] == '\0' || s[scheme] == '/' || has_space_or_control(s))) {
-        load_err(c, v->line, "webhook needs an http:// or https:// URL, got '%s'", load_show(c, s));
+    if (!exec && webhook_url(c, v, s) < 0)
         return 0;
-    }
-    if (!exec && scheme == 7 && !url_host_is_loopback(s + scheme))
-        load_warn(c, v->line,
-                  "webhook to %.*s over http://: every alert, and the URL with any secret in "
-                  "it, would cross the network in clear text; use https://",
-                  (int)strcspn(s + scheme, "/?#"), s + scheme);
     out->kind = exec ? SINK_EXEC : SINK_WEBHOOK;
     out->target = xstrdup(s);
     out->line = it->line;

@@ -16,9 +16,9 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
-#include <openssl/sha.h>
 
 #include "state/store.h"
+#include "util/weburl.h"
 #include "watch/webhook_tls.h"
 
 struct item {
@@ -28,10 +28,13 @@ struct item {
     int attempts;
 };
 
-/* Timings and the memory cap; SLUICE_TEST_WEBHOOK_* shorten them in tests. */
+/* Timings and the memory cap; SLUICE_TEST_WEBHOOK_* shorten them in tests.
+ * attempt_ms (SINK_WEBHOOK_TIMEOUT_S) has no such switch: only the unit
+ * tests, which include this file, shorten it. */
 struct timings {
     uint64_t backoff_ms, backoff_max_ms, sweep_ms;
     size_t queue_max;
+    uint64_t attempt_ms; /* the deadline of an attempt, from its start */
 };
 
 struct webhook {
@@ -42,6 +45,13 @@ struct webhook {
     struct webhook_tls *tls; /* https:// only */
     char tls_why[200];       /* why TLS failed on the last attempt, or "" */
     uint64_t attempt_ms;     /* CLOCK_MONOTONIC when the attempt started */
+    /* The request in flight (owned by evhttp, which frees it after on_done
+     * or when it is cancelled), or NULL: set before evhttp_make_request,
+     * cleared by on_done and by on_deadline, so the deadline never cancels
+     * a request evhttp has finished with. */
+    struct evhttp_request *req;
+    struct event *deadline; /* ends the attempt t.attempt_ms after it started */
+    bool cut;               /* the deadline ended the last attempt */
     struct store *store;
     char *url, *label, *host, *path, *hosthdr;
     uint16_t port;
@@ -76,7 +86,7 @@ static uint64_t env_ms(const char *name, uint64_t dflt)
 static struct timings timings_get(void)
 {
     struct timings t = {SINK_WEBHOOK_BACKOFF_MS, SINK_WEBHOOK_BACKOFF_MAX, SINK_WEBHOOK_SWEEP_MS,
-                        SINK_WEBHOOK_QUEUE_MAX};
+                        SINK_WEBHOOK_QUEUE_MAX, (uint64_t)SINK_WEBHOOK_TIMEOUT_S * 1000u};
     uint64_t b = env_ms("SLUICE_TEST_WEBHOOK_BACKOFF_MS", 0);
     if (b > 0) {
         t.backoff_ms = b;
@@ -94,73 +104,25 @@ static char *errf(const char *label, const char *why)
     return strdup(buf);
 }
 
-char *webhook_label_of(const char *url)
-{
-    const char *p = strstr(url, "://");
-    p = p != NULL ? p + 3 : url;
-    const char *rest = p + strcspn(p, "/?#");
-    size_t keep = *rest == '/' ? 1 + strcspn(rest + 1, "/?#") : 0;
-    if (rest[keep] == '\0')
-        return strdup(url);
-    unsigned char md[SHA256_DIGEST_LENGTH];
-    SHA256((const unsigned char *)url, strlen(url), md);
-    size_t prefix = (size_t)(rest - url) + keep;
-    size_t n = prefix + sizeof("/...#12345678");
-    char *label = malloc(n);
-    if (label != NULL)
-        snprintf(label, n, "%.*s/...#%02x%02x%02x%02x", (int)prefix, url, md[0], md[1], md[2],
-                 md[3]);
-    return label;
-}
-
-/* http[s]://HOST[:PORT][/PATH] with HOST a name, an IPv4 or [IPv6]. */
+/* Fills <w>'s host, port, request target and Host header from <url>
+ * (weburl.h): the target is the URL's path and query without the fragment,
+ * "/" when it has no path. */
 static int parse_url(struct webhook *w, const char *url, bool *https, const char **why)
 {
-    const char *p;
-    *https = strncmp(url, "https://", 8) == 0;
-    if (!*https && strncmp(url, "http://", 7) != 0) {
-        *why = "not an http:// or https:// URL";
+    struct weburl u;
+    if (weburl_parse(url, &u, why) < 0)
         return -1;
+    *https = u.https;
+    bool slash = u.target_len > 0 && u.target[0] == '/';
+    w->host = strndup(u.host, u.host_len);
+    w->path = malloc(u.target_len + 2);
+    if (w->path != NULL) {
+        w->path[0] = '/';
+        memcpy(w->path + !slash, u.target, u.target_len);
+        w->path[u.target_len + !slash] = '\0';
     }
-    p = url + (*https ? 8 : 7);
-    size_t auth = strcspn(p, "/?#");
-    const char *end = p + auth;
-    const char *hs = p, *he;
-    const char *colon = NULL;
-    if (*p == '[') {
-        he = memchr(p, ']', auth);
-        if (he == NULL) {
-            *why = "unterminated [IPv6] host";
-            return -1;
-        }
-        hs = p + 1;
-        if (he + 1 < end && he[1] == ':')
-            colon = he + 1;
-        else if (he + 1 != end) {
-            *why = "bad host";
-            return -1;
-        }
-    } else {
-        colon = memchr(p, ':', auth);
-        he = colon != NULL ? colon : end;
-    }
-    if (he == hs || he - hs > 253 || memchr(p, '@', auth) != NULL) {
-        *why = "bad host";
-        return -1;
-    }
-    unsigned long port = *https ? 443 : 80;
-    if (colon != NULL) {
-        char *e;
-        port = strtoul(colon + 1, &e, 10);
-        if (e != end || colon + 1 == end || port == 0 || port > 65535) {
-            *why = "bad port";
-            return -1;
-        }
-    }
-    w->host = strndup(hs, (size_t)(he - hs));
-    w->path = strdup(*end == '/' ? end : "/");
-    w->hosthdr = strndup(p, auth);
-    w->port = (uint16_t)port;
+    w->hosthdr = strndup(u.hostport, u.hostport_len);
+    w->port = u.port;
     if (w->host == NULL || w->path == NULL || w->hosthdr == NULL) {
         *why = "out of memory";
         return -1;
@@ -205,7 +167,7 @@ static void on_error(enum evhttp_request_error e, void *arg)
     struct webhook *w = arg;
     w->last_error = e;
     w->errored = true;
-    if (w->tls != NULL)
+    if (w->tls != NULL && e != EVREQ_HTTP_REQUEST_CANCEL)
         webhook_tls_why(evhttp_connection_get_bufferevent(w->conn), w->tls_why, sizeof(w->tls_why));
 }
 
@@ -216,14 +178,16 @@ static uint64_t mono_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-/* evhttp reports a failure before the connection is up (connect, TLS
- * handshake) without an error code; one that took the whole timeout is a
- * timeout all the same. */
+/* The deadline cut the attempt, or evhttp timed out. evhttp reports a
+ * failure before the connection is up (connect, TLS handshake) without an
+ * error code; one that took the whole timeout is a timeout all the same. */
 static bool timed_out(const struct webhook *w)
 {
+    if (w->cut)
+        return true;
     if (w->errored)
         return w->last_error == EVREQ_HTTP_TIMEOUT;
-    return mono_ms() - w->attempt_ms + 50 >= (uint64_t)SINK_WEBHOOK_TIMEOUT_S * 1000u;
+    return mono_ms() - w->attempt_ms + 50 >= w->t.attempt_ms;
 }
 
 static const char *failure_text(const struct webhook *w, int code, char *buf, size_t len)
@@ -242,10 +206,11 @@ static const char *failure_text(const struct webhook *w, int code, char *buf, si
     return buf;
 }
 
-static void on_done(struct evhttp_request *req, void *arg)
+/* The attempt for the head of the queue is over: answered <code>, or 0
+ * when there was no answer. A 2xx delivers it; anything else is a failure,
+ * retried after the backoff. */
+static void attempt_over(struct webhook *w, int code)
 {
-    struct webhook *w = arg;
-    int code = req != NULL ? evhttp_request_get_response_code(req) : 0;
     struct item *it = &w->q[w->head];
     char why[240];
     w->busy = false;
@@ -291,6 +256,44 @@ static void on_done(struct evhttp_request *req, void *arg)
     evtimer_add(w->retry, &tv);
 }
 
+/* evhttp's callback when the request is over (answered, or failed with
+ * on_error first); evhttp frees <req> when it returns. */
+static void on_done(struct evhttp_request *req, void *arg)
+{
+    struct webhook *w = arg;
+    w->req = NULL;
+    /* Removes a deadline that is due but has not run yet, too: it can no
+     * longer reach this request. */
+    evtimer_del(w->deadline);
+    attempt_over(w, req != NULL ? evhttp_request_get_response_code(req) : 0);
+}
+
+/* t.attempt_ms (SINK_WEBHOOK_TIMEOUT_S) after the request started, and it
+ * is not over. evhttp's own timeout restarts with every read, so a server
+ * that trickles its answer would hold the queue for as long as it liked:
+ * the deadline bounds the whole attempt. evhttp_cancel_request() frees the
+ * request and resets the connection (the next attempt reconnects); it
+ * calls on_error (EVREQ_HTTP_REQUEST_CANCEL) but not on_done, so the
+ * failure is counted here. No race with the request's own end: everything
+ * runs on the one loop, and on_done clears w->req and removes this timer,
+ * so a request evhttp has finished with is never cancelled; the reset
+ * unhooks the connection's bufferevent callbacks, so a read already
+ * queued for it (a TLS bufferevent defers its callbacks) does not reach
+ * the freed request. */
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    struct webhook *w = arg;
+    struct evhttp_request *req = w->req;
+    (void)fd;
+    (void)what;
+    if (req == NULL)
+        return;
+    w->req = NULL;
+    w->cut = true;
+    evhttp_cancel_request(req);
+    attempt_over(w, 0);
+}
+
 /* Opens <w>'s connection, kept for the sink's life: evhttp's own for
  * http://, one over a TLS bufferevent for https://. evhttp reconnects it
  * when the server closed it or a request failed, with a new handshake
@@ -327,6 +330,7 @@ static void try_send(struct webhook *w)
     if (req == NULL)
         return;
     w->errored = false;
+    w->cut = false;
     w->tls_why[0] = '\0';
     w->attempt_ms = mono_ms();
     evhttp_request_set_error_cb(req, on_error);
@@ -339,11 +343,22 @@ static void try_send(struct webhook *w)
     evhttp_add_header(h, "User-Agent", "sluice-alerts");
     evbuffer_add(evhttp_request_get_output_buffer(req), it->body, it->n);
     w->busy = true;
+    w->req = req;
+    /* evhttp may end the request before this returns (a connect that fails
+     * at once runs on_done from inside it): only a request still in flight
+     * gets a deadline. */
     if (evhttp_make_request(w->conn, req, EVHTTP_REQ_POST, w->path) != 0) {
         /* the request is freed by libevent on failure */
-        w->busy = false;
-        struct timeval tv = {1, 0};
-        evtimer_add(w->retry, &tv);
+        if (w->req == req) {
+            w->req = NULL;
+            w->busy = false;
+            struct timeval tv = {1, 0};
+            evtimer_add(w->retry, &tv);
+        }
+    } else if (w->req == req) {
+        struct timeval tv;
+        tv_of(w->t.attempt_ms, &tv);
+        evtimer_add(w->deadline, &tv);
     }
 }
 
@@ -354,7 +369,7 @@ struct webhook *webhook_new(struct event_base *base, const char *url, struct sto
     const char *why = NULL;
     bool https = false;
     *err = NULL;
-    if (w == NULL || (w->url = strdup(url)) == NULL || (w->label = webhook_label_of(url)) == NULL) {
+    if (w == NULL || (w->url = strdup(url)) == NULL || (w->label = weburl_label(url)) == NULL) {
         if (w != NULL)
             free(w->url);
         free(w);
@@ -379,10 +394,12 @@ struct webhook *webhook_new(struct event_base *base, const char *url, struct sto
         }
     }
     w->retry = evtimer_new(base, on_retry, w);
+    w->deadline = evtimer_new(base, on_deadline, w);
     w->sweep = event_new(base, -1, EV_PERSIST, on_sweep, w);
     w->cap = 64;
     w->q = calloc(w->cap, sizeof(*w->q));
-    if (open_conn(w) < 0 || w->retry == NULL || w->sweep == NULL || w->q == NULL) {
+    if (open_conn(w) < 0 || w->retry == NULL || w->deadline == NULL || w->sweep == NULL ||
+        w->q == NULL) {
         why = "out of memory";
         goto err;
     }
@@ -573,6 +590,8 @@ void webhook_free(struct webhook *w)
     webhook_tls_free(w->tls);
     if (w->retry != NULL)
         event_free(w->retry);
+    if (w->deadline != NULL)
+        event_free(w->deadline);
     if (w->sweep != NULL)
         event_free(w->sweep);
     while (w->q != NULL && w->len > 0)

@@ -11,8 +11,10 @@
  * on standard error.
  *
  * webhook: an HTTP POST of the alert JSON (application/json) to an http://
- * URL through libevent's evhttp client, one request in flight per sink,
- * 5 s timeout. A failure (no connection, timeout, non-2xx) retries the
+ * URL through libevent's evhttp client, one request in flight per sink;
+ * each attempt has SINK_WEBHOOK_TIMEOUT_S from the start of the request to
+ * the end of the answer (a deadline that cancels it, however slowly the
+ * server trickles). A failure (no connection, timeout, non-2xx) retries the
  * same alert after a backoff doubling from 500 ms to 30 s; after
  * SINK_WEBHOOK_MAX_ATTEMPTS in a row the alert goes behind the others
  * with a fresh set of attempts: nothing is given up while the gateway
@@ -23,9 +25,10 @@
  * (webhook_dropped) and reported on standard error. Every queued alert is
  * in the state store (when there is one) until delivered, so none is lost
  * across a restart. https:// URLs are verified against the system's CA
- * store and the URL's host (webhook_tls.h). Standard error and metrics
- * name a sink by its label (webhook_label_of), never by its full URL,
- * which often carries a secret. Test-only: SLUICE_TEST_WEBHOOK_BACKOFF_MS and
+ * store and the URL's host (webhook_tls.h). URLs are parsed by
+ * util/weburl.h, as the policy loader does. Standard error and metrics
+ * name a sink by its label (weburl_label), never by its full URL, which
+ * often carries a secret. Test-only: SLUICE_TEST_WEBHOOK_BACKOFF_MS and
  * SLUICE_TEST_WEBHOOK_QUEUE_MAX shorten the timings and the cap. */
 #ifndef SLUICE_WATCH_SINKS_H
 #define SLUICE_WATCH_SINKS_H
@@ -59,21 +62,16 @@ uint64_t exec_runner_failures(const struct exec_runner *r);
 void exec_runner_free(struct exec_runner *r);
 
 struct webhook;
-/* Returns a sink POSTing to <url>, or NULL with <*err> (malloc'd). <store>
+/* Returns a sink POSTing to <url>, or NULL with <*err> (malloc'd; it names
+ * the sink by its label, never by <url>). <store>
  * (borrowed, or NULL) keeps its queue. */
 struct webhook *webhook_new(struct event_base *base, const char *url, struct store *store,
                             char **err);
 /* The sink's full URL (its identity in the store and across reloads). */
 const char *webhook_url(const struct webhook *w);
-/* How the sink is shown: webhook_label_of(webhook_url(w)). */
+/* How the sink is shown on standard error and in metrics:
+ * weburl_label(webhook_url(w)) (util/weburl.h). */
 const char *webhook_label(const struct webhook *w);
-/* Returns (malloc'd; NULL when out of memory) <url> as shown on standard
- * error and in metrics: unchanged when its path has at most one segment
- * and it has no query or fragment; otherwise cut after the first path
- * segment to "/...#" and 8 hex digits of the URL's SHA-256, which tells
- * sinks apart without showing a secret in the path
- * ("https://hooks.slack.com/services/...#1f2e3d4c"). */
-char *webhook_label_of(const char *url);
 /* Queues <json> (copied; stored) and sends when the sink is free. */
 void webhook_send(struct webhook *w, const char *json, size_t n);
 /* Queues an alert loaded from the store (already stored as <id>). */

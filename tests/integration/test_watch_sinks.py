@@ -489,3 +489,156 @@ def test_healthz_ok_while_logs_are_written(gateway, net, tmp_path):
     text = _metrics(admin)
     assert _metric_value(text, 'sluice_log_writable{log="decisions"}') == 1
     assert _metric_value(text, 'sluice_log_pending_bytes{log="decisions"}') == 0
+
+
+class _Trickler:
+    """A webhook on 127.0.0.1 whose first answer never ends: after the
+    status line it sends one header line every second, 15 at most (15 s,
+    bounded), and notes when the client closes. Later connections get a
+    prompt 200, their bodies recorded."""
+
+    LINES = 15
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        self.cut_after = None  # seconds from the request to the client closing
+        self.lines_sent = 0
+        self.bodies = []
+        self._stop = False
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    @staticmethod
+    def _read_request(c):
+        """The request's body (read through its Content-Length), or None."""
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = c.recv(65536)
+            if not chunk or len(data) > 1 << 20:
+                return None
+            data += chunk
+        head, body = data.split(b"\r\n\r\n", 1)
+        m = re.search(rb"(?im)^content-length:\s*(\d+)\s*$", head)
+        n = int(m.group(1)) if m else 0
+        while len(body) < n:
+            chunk = c.recv(65536)
+            if not chunk:
+                return None
+            body += chunk
+        return body
+
+    def _trickle(self, c):
+        t0 = time.monotonic()
+        c.sendall(b"HTTP/1.1 200 OK\r\n")
+        for _ in range(self.LINES):
+            c.settimeout(1.0)
+            try:
+                if c.recv(1) == b"":  # the client closed: the attempt was cut
+                    self.cut_after = time.monotonic() - t0
+                    return
+            except socket.timeout:
+                pass
+            except OSError:
+                self.cut_after = time.monotonic() - t0
+                return
+            try:
+                c.sendall(b"X-Slow: a\r\n")
+                self.lines_sent += 1
+            except OSError:
+                self.cut_after = time.monotonic() - t0
+                return
+
+    def _run(self):
+        self.sock.settimeout(0.2)
+        first = True
+        deadline = time.monotonic() + 40
+        while not self._stop and time.monotonic() < deadline:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                continue
+            with c:
+                c.settimeout(10)
+                try:
+                    body = self._read_request(c)
+                    if body is None:
+                        continue
+                    if first:
+                        first = False
+                        self._trickle(c)
+                    else:
+                        self.bodies.append(json.loads(body))
+                        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close"
+                                  b"\r\n\r\n")
+                except OSError:
+                    continue
+
+    def stop(self):
+        self._stop = True
+        self._t.join(5)
+        self.sock.close()
+
+
+def test_webhook_attempt_has_a_deadline(gateway, net, tmp_path):
+    # evhttp's own 5 s timeout restarts with every read: an answer head
+    # trickled a line a second would hold the sink's queue for as long as
+    # the server liked. Each attempt ends 5 s after it started and is
+    # retried like any failed delivery.
+    srv = _Trickler()
+    try:
+        url = "http://127.0.0.1:%d/hook" % srv.port
+        gw = gateway(net.policy(rules(net), alerts={"sinks": [{"webhook": url}]}),
+                     args=["--alerts", str(tmp_path / "a.jsonl")],
+                     env={"SLUICE_TEST_WEBHOOK_BACKOFF_MS": "50"})
+        assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
+        got = poll(lambda: srv.bodies or None, timeout=20, what="the retried delivery")
+        assert got[0]["kind"] == "tier3_write" and "/p" in got[0]["detail"]
+        # cut at the deadline, long before the server would have stopped
+        # (the bounds are loose: the point is that it was cut at all)
+        assert srv.cut_after is not None and 3.0 <= srv.cut_after < 12.0, srv.cut_after
+        assert srv.lines_sent < _Trickler.LINES
+        poll(lambda: ("sluice: webhook %s: cannot deliver: no answer within 5 s; retrying "
+                      "with backoff" % url) in gw.stderr() or None, timeout=5,
+             what="the cut attempt on stderr")
+    finally:
+        srv.stop()
+
+
+def _secret_policy(tmp_path, url):
+    pol = tmp_path / "secret.yaml"
+    pol.write_text("version: 1\nrules:\n  - host: api.example.test\n    ports: [80]\n"
+                   "    tier: 1\nalerts:\n  first_contact: true\n  sinks:\n"
+                   "    - webhook: \"%s\"\n" % url)
+    return pol
+
+
+@pytest.mark.parametrize("url, secret, label, why", [
+    # a user:password@ before the host: refused, by check and serve alike
+    ("https://alerts:hunter2-SECRET@127.0.0.1:9/hook", "hunter2",
+     "webhook https://127.0.0.1:9/hook/...#9781161c",
+     "a user name or password in the URL (USER:PASSWORD@ before the host) is not supported"),
+    # a malformed URL: the path token is not quoted in the error
+    ("https://hooks.example.com/services/T000/B000/XOXB-SECRET-TOKEN extra", "XOXB",
+     "got 'https://hooks.example.com/services/...#ee8e07f8'",
+     "webhook needs an http:// or https:// URL"),
+], ids=["userinfo", "malformed"])
+def test_webhook_url_secrets_never_reach_stderr(run_sluice, tmp_path, url, secret, label, why):
+    pol = _secret_policy(tmp_path, url)
+    r = run_sluice("check", str(pol))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "secret.yaml:9: alerts.sinks[0]: " in r.stdout + r.stderr
+    for out in (r.stdout, r.stderr):
+        assert secret not in out and "SECRET" not in out, out
+    assert label in r.stdout + r.stderr and why in r.stdout + r.stderr
+    # serve refuses the same policy (it does not start and drop the sink)
+    try:
+        r = run_sluice("serve", "--policy", str(pol), "--listen",
+                       "127.0.0.1:%d" % free_tcp_port(), timeout=10)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail("serve started with the policy; stderr: %r" % (e.stderr,))
+    assert r.returncode != 0
+    assert secret not in r.stderr and "SECRET" not in r.stderr, r.stderr
+    assert label in r.stderr and why in r.stderr, r.stderr

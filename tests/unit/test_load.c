@@ -756,6 +756,56 @@ static void test_loopback_and_https_webhooks_are_quiet(void **state)
     }
 }
 
+/* A webhook URL the sink could not use fails the load (so `check` sees it)
+ * and every message names it by its label: never a user:password@ nor the
+ * path or query after the first segment, where the secret often is. */
+static void test_webhook_url_errors_hide_secrets(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *url, *want;
+    } cases[] = {
+        {"https://alerts:hunter2-SECRET@127.0.0.1:9/hook",
+         "p.yaml:5: alerts.sinks[0]: webhook https://127.0.0.1:9/hook/...#9781161c: a user name "
+         "or password in the URL (USER:PASSWORD@ before the host) is not supported: sluice would "
+         "not send it"},
+        {"http://user:SECRETPW@hooks.example.test",
+         "p.yaml:5: alerts.sinks[0]: webhook http://hooks.example.test/...#421bdd99: a user name "
+         "or password in the URL (USER:PASSWORD@ before the host) is not supported: sluice would "
+         "not send it"},
+        {"https://a:SECRET@[::1]:8443/x?y=1",
+         "p.yaml:5: alerts.sinks[0]: webhook https://[::1]:8443/x/...#8f376898: a user name or "
+         "password in the URL (USER:PASSWORD@ before the host) is not supported: sluice would "
+         "not send it"},
+        {"https://hooks.example.com/services/T000/B000/XOXB-SECRET-TOKEN extra",
+         "p.yaml:5: alerts.sinks[0]: webhook needs an http:// or https:// URL, got "
+         "'https://hooks.example.com/services/...#ee8e07f8'"},
+        {"https://hooks.example.test:80x/T0/SECRET-TOKEN",
+         "p.yaml:5: alerts.sinks[0]: webhook https://hooks.example.test:80x/T0/...#f80433a5: bad "
+         "port"},
+        {"https://[::1/T0/SECRET-TOKEN",
+         "p.yaml:5: alerts.sinks[0]: webhook https://[::1/T0/...#b1f030f5: unterminated [IPv6] "
+         "host"},
+        {"https://example.test:+443/", "p.yaml:5: alerts.sinks[0]: webhook "
+                                       "https://example.test:+443/: bad port"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char yaml[512];
+        snprintf(yaml, sizeof(yaml), V R "alerts: {sinks: [{webhook: \"%s\"}]}\n", cases[i].url);
+        expect_error(yaml, cases[i].want);
+        struct diag d;
+        policy_free(load(yaml, &d));
+        char buf[1024];
+        for (size_t j = 0; j < d.count; j++) {
+            diag_format(&d, &d.entries[j], buf, sizeof(buf));
+            if (strstr(buf, "SECRET") != NULL)
+                dump(yaml, &d);
+            assert_null(strstr(buf, "SECRET"));
+        }
+        diag_free(&d);
+    }
+}
+
 static void test_duplicate_rules(void **state)
 {
     (void)state;
@@ -1102,6 +1152,7 @@ int main(void)
         cmocka_unit_test(test_rule_field_errors),
         cmocka_unit_test(test_rule_warnings),
         cmocka_unit_test(test_loopback_and_https_webhooks_are_quiet),
+        cmocka_unit_test(test_webhook_url_errors_hide_secrets),
         cmocka_unit_test(test_duplicate_rules),
         cmocka_unit_test(test_duplicate_rules_scale),
         cmocka_unit_test(test_too_many_rules),

@@ -1,0 +1,115 @@
+/* weburl: webhook URLs and their labels (weburl.h). */
+#include "util/weburl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <openssl/sha.h>
+
+static bool is_digit(char ch)
+{
+    return ch >= '0' && ch <= '9';
+}
+
+static bool is_alpha(char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
+}
+
+/* The text after "SCHEME://" when <s> starts with one (RFC 3986: a letter,
+ * then letters, digits, '+', '-' or '.'), else <s> itself. */
+static const char *after_scheme(const char *s)
+{
+    size_t i = 0;
+    if (!is_alpha(s[0]))
+        return s;
+    while (is_alpha(s[i]) || is_digit(s[i]) || s[i] == '+' || s[i] == '-' || s[i] == '.')
+        i++;
+    return strncmp(s + i, "://", 3) == 0 ? s + i + 3 : s;
+}
+
+int weburl_parse(const char *url, struct weburl *u, const char **why)
+{
+    memset(u, 0, sizeof(*u));
+    u->https = strncmp(url, "https://", 8) == 0;
+    if (!u->https && strncmp(url, "http://", 7) != 0) {
+        *why = "not an http:// or https:// URL";
+        return -1;
+    }
+    const char *p = url + (u->https ? 8 : 7);
+    size_t auth = strcspn(p, "/?#");
+    const char *end = p + auth;
+    if (memchr(p, '@', auth) != NULL) {
+        *why = WEBURL_NO_USERINFO;
+        return -1;
+    }
+    const char *hs = p, *he;
+    const char *colon = NULL;
+    if (*p == '[') {
+        he = memchr(p, ']', auth);
+        if (he == NULL) {
+            *why = "unterminated [IPv6] host";
+            return -1;
+        }
+        hs = p + 1;
+        if (he + 1 < end && he[1] == ':')
+            colon = he + 1;
+        else if (he + 1 != end) {
+            *why = "bad host";
+            return -1;
+        }
+    } else {
+        colon = memchr(p, ':', auth);
+        he = colon != NULL ? colon : end;
+    }
+    if (he == hs || he - hs > WEBURL_HOST_MAX) {
+        *why = "bad host";
+        return -1;
+    }
+    unsigned long port = u->https ? 443 : 80;
+    if (colon != NULL) {
+        /* digits only: no sign, no space, at most 5 of them */
+        const char *d = colon + 1;
+        size_t nd = (size_t)(end - d), i = 0;
+        port = 0;
+        for (; i < nd && i < 5 && is_digit(d[i]); i++)
+            port = port * 10 + (unsigned long)(d[i] - '0');
+        if (nd == 0 || i != nd || port == 0 || port > 65535) {
+            *why = "bad port";
+            return -1;
+        }
+    }
+    u->host = hs;
+    u->host_len = (size_t)(he - hs);
+    u->hostport = p;
+    u->hostport_len = auth;
+    u->target = end;
+    u->target_len = strcspn(end, "#"); /* a fragment is never sent */
+    u->port = (uint16_t)port;
+    return 0;
+}
+
+char *weburl_label(const char *url)
+{
+    const char *p = after_scheme(url);
+    size_t auth = strcspn(p, "/?#");
+    const char *at = memrchr(p, '@', auth);
+    const char *hp = at != NULL ? at + 1 : p; /* HOST[:PORT], without USER:PASSWORD@ */
+    const char *rest = p + auth;
+    size_t keep = *rest == '/' ? 1 + strcspn(rest + 1, "/?#") : 0;
+    if (at == NULL && rest[keep] == '\0')
+        return strdup(url);
+    unsigned char md[SHA256_DIGEST_LENGTH];
+    SHA256((const unsigned char *)url, strlen(url), md);
+    size_t scheme = (size_t)(p - url), shown = (size_t)(rest + keep - hp);
+    char tail[sizeof("/...#12345678")];
+    snprintf(tail, sizeof(tail), "/...#%02x%02x%02x%02x", md[0], md[1], md[2], md[3]);
+    char *label = malloc(scheme + shown + sizeof(tail));
+    if (label == NULL)
+        return NULL;
+    memcpy(label, url, scheme);
+    memcpy(label + scheme, hp, shown);
+    memcpy(label + scheme + shown, tail, sizeof(tail));
+    return label;
+}

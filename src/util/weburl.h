@@ -1,0 +1,54 @@
+/* weburl: the http:// and https:// URLs of webhook sinks, parsed one way for
+ * the policy loader (so `sluice check` refuses what `serve` could not use)
+ * and for the sink itself, and the label that names a sink on standard
+ * error and in metrics without the secrets a URL often carries: a
+ * user:password@ before the host, a token in the path or the query.
+ *
+ * A webhook URL is http[s]://HOST[:PORT][/PATH][?QUERY][#FRAGMENT] with HOST
+ * a name, an IPv4 literal or an [IPv6] literal. A user name or password
+ * (USER[:PASSWORD]@HOST) is refused: the sink would not send it, and every
+ * message about the URL would have to hide it. */
+#ifndef SLUICE_UTIL_WEBURL_H
+#define SLUICE_UTIL_WEBURL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define WEBURL_HOST_MAX 253
+/* Why a URL with USER:PASSWORD@ before its host is refused. */
+#define WEBURL_NO_USERINFO                                                                         \
+    "a user name or password in the URL (USER:PASSWORD@ before the host) is not supported: "       \
+    "sluice would not send it"
+
+/* Parts of a parsed URL, each a span of the URL's own text (borrowed). */
+struct weburl {
+    bool https;
+    const char *host; /* without [brackets]; 1..WEBURL_HOST_MAX bytes */
+    size_t host_len;
+    const char *hostport; /* HOST[:PORT] as written, brackets included: the Host header */
+    size_t hostport_len;
+    const char *target; /* [/PATH][?QUERY] without the fragment, maybe empty: the
+                           request target is "/" followed by this when it does not
+                           start with '/' */
+    size_t target_len;
+    uint16_t port; /* as written, else 443 or 80 */
+};
+
+/* Parses the NUL-terminated <url> into <u> (spans of <url>). Returns 0, or
+ * -1 with <*why> set to a static text that quotes nothing of the URL
+ * ("not an http:// or https:// URL", "bad host", "bad port", "unterminated
+ * [IPv6] host", WEBURL_NO_USERINFO). */
+int weburl_parse(const char *url, struct weburl *u, const char **why);
+
+/* Returns (malloc'd; NULL when out of memory) how <url> is shown on
+ * standard error and in metrics, for any text, URL or not: <url> itself
+ * when it has no user name or password, its path has at most one segment
+ * and it has neither query nor fragment; otherwise <url> without its
+ * USER:PASSWORD@, cut after the first path segment, followed by "/...#"
+ * and the first 8 hex digits of the SHA-256 of the whole <url>, which
+ * tells sinks apart without showing a secret
+ * ("https://hooks.slack.com/services/...#1f2e3d4c"). */
+char *weburl_label(const char *url);
+
+#endif

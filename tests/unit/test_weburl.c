@@ -1,0 +1,185 @@
+/* Unit tests for util/weburl.c: webhook URLs as the loader and the sink
+ * parse them (http and https, default ports, what is refused) and the
+ * label that shows a sink without the secrets it may carry (a
+ * user:password@, a token in the path or the query). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "util/weburl.h"
+
+static void assert_span(const char *p, size_t n, const char *want)
+{
+    assert_int_equal(n, strlen(want));
+    assert_memory_equal(p, want, n);
+}
+
+static void parses_http_and_https(void **state)
+{
+    (void)state;
+    struct weburl u;
+    const char *why = NULL;
+    assert_int_equal(weburl_parse("https://hooks.example.test/services/T0/B0/xyz", &u, &why), 0);
+    assert_true(u.https);
+    assert_span(u.host, u.host_len, "hooks.example.test");
+    assert_span(u.hostport, u.hostport_len, "hooks.example.test");
+    assert_span(u.target, u.target_len, "/services/T0/B0/xyz");
+    assert_int_equal(u.port, 443);
+
+    assert_int_equal(weburl_parse("http://127.0.0.1:9000/hook?a=1#frag", &u, &why), 0);
+    assert_false(u.https);
+    assert_span(u.hostport, u.hostport_len, "127.0.0.1:9000");
+    assert_span(u.target, u.target_len, "/hook?a=1");
+    assert_int_equal(u.port, 9000);
+
+    assert_int_equal(weburl_parse("https://[::1]:8443", &u, &why), 0);
+    assert_span(u.host, u.host_len, "::1");
+    assert_span(u.hostport, u.hostport_len, "[::1]:8443");
+    assert_int_equal(u.target_len, 0);
+    assert_int_equal(u.port, 8443);
+
+    assert_int_equal(weburl_parse("http://example.test?x=1", &u, &why), 0);
+    assert_int_equal(u.port, 80);
+    assert_span(u.target, u.target_len, "?x=1");
+    assert_int_equal(weburl_parse("http://example.test:65535/", &u, &why), 0);
+    assert_int_equal(u.port, 65535);
+}
+
+static void refuses(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *url, *why;
+    } bad[] = {
+        {"ftp://example.test/", "not an http:// or https:// URL"},
+        {"httpss://example.test/", "not an http:// or https:// URL"},
+        {"HTTPS://example.test/", "not an http:// or https:// URL"},
+        {"https://", "bad host"},
+        {"https://:443/", "bad host"},
+        {"https://[]/", "bad host"},
+        {"https://[::1]x/", "bad host"},
+        {"https://user:secret@example.test/", WEBURL_NO_USERINFO},
+        {"https://user@example.test", WEBURL_NO_USERINFO},
+        {"https://@example.test/", WEBURL_NO_USERINFO},
+        {"https://a:b@[::1]:8443/", WEBURL_NO_USERINFO},
+        {"https://a:b@c@example.test/", WEBURL_NO_USERINFO},
+        {"https://example.test:0/", "bad port"},
+        {"https://example.test:65536/", "bad port"},
+        {"https://example.test:/", "bad port"},
+        {"https://example.test:+80/", "bad port"},
+        {"https://example.test:-1/", "bad port"},
+        {"https://example.test:8x0/", "bad port"},
+        {"https://example.test:000080/", "bad port"},
+        {"https://example.test:1:2/", "bad port"},
+        {"https://[::1/", "unterminated [IPv6] host"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct weburl u;
+        const char *why = NULL;
+        int rc = weburl_parse(bad[i].url, &u, &why);
+        if (rc != -1 || why == NULL || strcmp(why, bad[i].why) != 0)
+            print_message("%s: rc %d, why %s\n", bad[i].url, rc, why != NULL ? why : "(none)");
+        assert_int_equal(rc, -1);
+        assert_string_equal(why, bad[i].why);
+    }
+    /* an '@' after the authority is part of the path, not a user name */
+    struct weburl u;
+    const char *why = NULL;
+    assert_int_equal(weburl_parse("https://example.test/a@b", &u, &why), 0);
+    assert_span(u.host, u.host_len, "example.test");
+    /* a host of 253 bytes loads, 254 does not */
+    char url[300];
+    snprintf(url, sizeof(url), "https://%0253d/", 0);
+    assert_int_equal(weburl_parse(url, &u, &why), 0);
+    snprintf(url, sizeof(url), "https://%0254d/", 0);
+    assert_int_equal(weburl_parse(url, &u, &why), -1);
+    assert_string_equal(why, "bad host");
+}
+
+static void label_keeps_short_urls(void **state)
+{
+    (void)state;
+    static const char *same[] = {"http://127.0.0.1:9000/hook", "https://example.test",
+                                 "https://example.test/", "https://[::1]:8443/alerts"};
+    for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++) {
+        char *l = weburl_label(same[i]);
+        assert_string_equal(l, same[i]);
+        free(l);
+    }
+}
+
+static void label_hides_the_rest(void **state)
+{
+    (void)state;
+    const char *slack = "https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX";
+    const char *other = "https://hooks.slack.com/services/T000/B000/YYYYYYYYYYYYYYYYYYYYYYYY";
+    char *a = weburl_label(slack), *b = weburl_label(other);
+    assert_int_equal(strlen(a), strlen("https://hooks.slack.com/services/...#") + 8);
+    assert_memory_equal(a, "https://hooks.slack.com/services/...#", 37);
+    assert_null(strstr(a, "XXXX"));
+    assert_string_not_equal(a, b); /* two sinks stay apart */
+    char *again = weburl_label(slack);
+    assert_string_equal(a, again); /* and each keeps its name across reloads */
+    free(a);
+    free(b);
+    free(again);
+
+    char *q = weburl_label("https://example.test/hook?token=secret");
+    assert_memory_equal(q, "https://example.test/hook/...#", 30);
+    assert_null(strstr(q, "secret"));
+    free(q);
+    char *root = weburl_label("https://example.test?key=secret");
+    assert_memory_equal(root, "https://example.test/...#", 25);
+    free(root);
+}
+
+/* A user:password@ is never shown, whatever else the URL holds; the hash
+ * is of the whole URL, so two sinks that differ only there stay apart. */
+static void label_hides_userinfo(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *url, *prefix;
+    } cases[] = {
+        {"https://alerts:hunter2-SECRET@127.0.0.1:9/hook", "https://127.0.0.1:9/hook/...#"},
+        {"https://alerts:hunter2-SECRET@127.0.0.1:9", "https://127.0.0.1:9/...#"},
+        {"http://SECRET@hooks.example.test/a/b", "http://hooks.example.test/a/...#"},
+        {"https://a:b@SECRET@[::1]:8443/x?y", "https://[::1]:8443/x/...#"},
+        {"https://u:SECRET@", "https:///...#"},
+        /* not a URL: no scheme, the same rules */
+        {"u:SECRET@hooks.example.test/x", "hooks.example.test/x/...#"},
+        /* "://" in the query is no scheme */
+        {"hooks.example.test/T0/SECRET?u=https://x", "hooks.example.test/T0/...#"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *l = weburl_label(cases[i].url);
+        size_t n = strlen(cases[i].prefix);
+        if (strncmp(l, cases[i].prefix, n) != 0)
+            print_message("%s: label %s\n", cases[i].url, l);
+        assert_int_equal(strlen(l), n + 8);
+        assert_memory_equal(l, cases[i].prefix, n);
+        assert_null(strstr(l, "SECRET"));
+        assert_null(strchr(l, '@'));
+        free(l);
+    }
+    char *a = weburl_label("https://u:one@example.test/");
+    char *b = weburl_label("https://u:two@example.test/");
+    assert_string_not_equal(a, b);
+    free(a);
+    free(b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(parses_http_and_https),  cmocka_unit_test(refuses),
+        cmocka_unit_test(label_keeps_short_urls), cmocka_unit_test(label_hides_the_rest),
+        cmocka_unit_test(label_hides_userinfo),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
