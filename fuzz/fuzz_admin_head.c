@@ -4,13 +4,13 @@
  * a head that parses ends with CRLF CRLF at h.pos, within the input, its
  * first line is "TOKEN SP /TARGET SP HTTP/1.d" and the method and page
  * read back from it are those reported; a head that needs more input has
- * no LF that a complete head would have ended at. Includes the .c to reach
- * admin_head_parse(). */
+ * no LF that a complete head would have ended at. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/watch/admin.c"
+#include "watch/admin.h"
+#include "watch/admin_head.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

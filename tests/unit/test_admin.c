@@ -1,14 +1,16 @@
-/* Unit tests for watch/admin.c's request head parser: the strict request
+/* Unit tests for watch/admin_head.c, the admin server's request head parser: the strict request
  * line (METHOD SP /target SP HTTP/1.x CRLF), header lines, which page and
  * method a head asks for, and that a head fed one byte at a time parses as
- * it does whole. Includes the .c to reach admin_head_parse(). */
+ * it does whole. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "../../src/watch/admin.c"
+#include <string.h>
+
+#include "watch/admin_head.h"
 
 /* Parses <s> whole, then one byte at a time; both must agree. */
 static enum admin_parse parse(const char *s, struct admin_head *out)
