@@ -450,6 +450,25 @@ static int sink_item(struct load_ctx *c, const struct ynode *it, struct sink *ou
     return 1;
 }
 
+/* A sink listed twice gets every alert twice (and a webhook two series of
+ * the same name in /metrics): warned about, named by its label. */
+static void warn_repeated_sink(struct load_ctx *c, const struct alerts_cfg *a, const struct sink *s)
+{
+    for (size_t i = 0; i < a->nsinks; i++) {
+        if (a->sinks[i].kind != s->kind || strcmp(a->sinks[i].target, s->target) != 0)
+            continue;
+        if (s->kind == SINK_EXEC)
+            load_warn(c, s->line,
+                      "exec %s is listed twice (line %d): every alert would run it twice",
+                      load_show(c, s->target), a->sinks[i].line);
+        else
+            load_warn(c, s->line,
+                      "webhook %s is listed twice (line %d): every alert would be sent twice",
+                      show_webhook(c, s->target), a->sinks[i].line);
+        return;
+    }
+}
+
 static void al_sinks(struct load_ctx *c, const struct ynode *v, void *obj)
 {
     struct alerts_cfg *a = obj;
@@ -459,7 +478,10 @@ static void al_sinks(struct load_ctx *c, const struct ynode *v, void *obj)
     size_t i = 0;
     for (const struct ynode *it = ynode_first(v); it != NULL; it = ynode_next(v, it), i++) {
         size_t m = load_field_push(c, "[%zu]", i);
-        a->nsinks += (size_t)sink_item(c, it, &a->sinks[a->nsinks]);
+        if (sink_item(c, it, &a->sinks[a->nsinks]) == 1) {
+            warn_repeated_sink(c, a, &a->sinks[a->nsinks]);
+            a->nsinks++;
+        }
         load_field_pop(c, m);
     }
 }

@@ -756,6 +756,23 @@ static void test_loopback_and_https_webhooks_are_quiet(void **state)
     }
 }
 
+/* A sink listed twice would get every alert twice: a warning naming both
+ * lines, a webhook by its label; different sinks are not warned about. */
+static void test_repeated_sink_warned(void **state)
+{
+    (void)state;
+    expect_warning(V R "alerts:\n  sinks:\n    - webhook: https://h.example.test/a/SECRET\n"
+                       "    - exec: /bin/true\n    - webhook: https://h.example.test/a/SECRET\n",
+                   "p.yaml:9: alerts.sinks[2]: webhook https://h.example.test/a/...#ae7e3200 is "
+                   "listed twice (line 7): every alert would be sent twice");
+    expect_warning(V R "alerts:\n  sinks:\n    - exec: /bin/true\n    - exec: /bin/true\n",
+                   "p.yaml:8: alerts.sinks[1]: exec /bin/true is listed twice (line 7): every "
+                   "alert would run it twice");
+    policy_free(expect_clean(V R "alerts:\n  sinks:\n    - exec: /bin/true\n"
+                                 "    - webhook: https://h.example.test/a\n"
+                                 "    - webhook: https://h.example.test/b\n"));
+}
+
 /* A webhook URL the sink could not use fails the load (so `check` sees it)
  * and every message names it by its label: never a user:password@ nor the
  * path or query after the first segment, where the secret often is. */
@@ -1152,6 +1169,7 @@ int main(void)
         cmocka_unit_test(test_rule_field_errors),
         cmocka_unit_test(test_rule_warnings),
         cmocka_unit_test(test_loopback_and_https_webhooks_are_quiet),
+        cmocka_unit_test(test_repeated_sink_warned),
         cmocka_unit_test(test_webhook_url_errors_hide_secrets),
         cmocka_unit_test(test_duplicate_rules),
         cmocka_unit_test(test_duplicate_rules_scale),
