@@ -221,7 +221,8 @@ static void open_tunnel(struct relay *r)
         kill_relay(r);
         return;
     }
-    send_text(r->e[0].fd, "HTTP/1.1 200 Connection established\r\n\r\n");
+    /* as sluice's (connect.c): curl reads the reply a byte at a time */
+    send_text(r->e[0].fd, "HTTP/1.1 200 OK\r\n\r\n");
     r->tunnel = true;
     relay_io(r);
 }

@@ -320,7 +320,7 @@ def test_client_ending_its_side_while_connecting_still_gets_its_tunnel(gateway, 
             s.close()
     finally:
         lst.close()
-    assert got == b"HTTP/1.1 200 Connection established\r\n\r\nhello\npong\n", got
+    assert got == b"HTTP/1.1 200 OK\r\n\r\nhello\npong\n", got
     ev, end = gw.decided(method="CONNECT")
     assert ev["decision"] == "allow" and ev["ip"] == DEAD_IP
     assert end["status"] == 200 and end["bytes_up"] == 5 and end["bytes_down"] == 11, end
