@@ -1149,6 +1149,16 @@ static void test_methods(void **state)
     assert_string_equal(method_name(METHOD_OTHER), "OTHER");
     assert_string_equal(method_name(METHOD_GET | METHOD_HEAD), "?");
     assert_string_equal(method_name(0), "?");
+    /* a known method in another case: refused by the gate */
+    assert_true(method_is_case_variant("get"));
+    assert_true(method_is_case_variant("Post"));
+    assert_true(method_is_case_variant("connect"));
+    assert_false(method_is_case_variant("GET"));
+    assert_false(method_is_case_variant("PROPFIND"));
+    assert_false(method_is_case_variant("propfind"));
+    assert_false(method_is_case_variant("GETS"));
+    assert_false(method_is_case_variant(""));
+    assert_false(method_is_case_variant(NULL));
     policy_free(NULL);
 }
 
