@@ -668,6 +668,8 @@ static void test_rule_field_errors(void **state)
          "PUT, PATCH, DELETE, OPTIONS or TRACE, in upper case)"},
         {V "rules:\n  - {host: a.example.test, tier: 0, owner: \"\"}\n",
          "p.yaml:3: rules[0].owner: must not be empty"},
+        {V "rules:\n  - {host: a.example.test, tier: 3, owner: \" \\t\", expires: 2099-12-31}\n",
+         "p.yaml:3: rules[0].owner: must name a person, not be blank"},
         {V "rules:\n  - {host: a.example.test, tier: 0, expires: 2026-02-30}\n",
          "p.yaml:3: rules[0].expires: invalid date '2026-02-30' (expected YYYY-MM-DD)"},
         {V "rules:\n  - {host: a.example.test, tier: 0, expires: 31/12/2026}\n",
