@@ -575,6 +575,10 @@ static void handle_request(struct conn *c, const struct http_request *req)
         if (ex->path == NULL)
             bad = "out of memory";
     }
+    /* Decided as an extension method, "post" would miss every rule naming
+     * POST, and its tier, while the origin may well run it as a POST. */
+    if (bad == NULL && method_is_case_variant(req->method))
+        bad = "method names are case-sensitive: write GET, POST, ... in upper case";
     if (!identify(c, req->proxy_authorization, req->proxy_authorization_len) ||
         shape_check_quarantine(c))
         return;

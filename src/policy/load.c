@@ -341,12 +341,24 @@ static void rule_methods(struct load_ctx *c, const struct ynode *v, void *obj)
     r->methods = mask;
 }
 
+/* True when <s> holds a character other than a space, tab or line end. */
+static bool has_visible_char(const char *s)
+{
+    return s[strspn(s, " \t\r\n")] != '\0';
+}
+
 static void rule_owner(struct load_ctx *c, const struct ynode *v, void *obj)
 {
     struct rule *r = obj;
     const char *s = load_get_nonempty_str(c, v);
-    if (s != NULL)
-        load_set_str(&r->owner, s);
+    if (s == NULL)
+        return;
+    if (!has_visible_char(s)) {
+        /* " " would pass for a tier-3 grant's signature */
+        load_err(c, v->line, "must name a person, not be blank");
+        return;
+    }
+    load_set_str(&r->owner, s);
 }
 
 static void rule_expires(struct load_ctx *c, const struct ynode *v, void *obj)

@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "policy/index.h"
 #include "policy/policy.h"
@@ -24,6 +25,16 @@ unsigned method_bit(const char *method)
         if (strcmp(method, method_names[i].name) == 0)
             return method_names[i].bit;
     return METHOD_OTHER;
+}
+
+bool method_is_case_variant(const char *method)
+{
+    if (method == NULL || method_bit(method) != METHOD_OTHER)
+        return false;
+    for (size_t i = 0; i < sizeof(method_names) / sizeof(method_names[0]); i++)
+        if (strcasecmp(method, method_names[i].name) == 0)
+            return true;
+    return false;
 }
 
 /* Returns the token for one method bit: "OTHER" for METHOD_OTHER and "?" for

@@ -35,6 +35,10 @@ enum method_bit {
 /* Maps a method token (case-sensitive, as HTTP says) to its bit;
  * METHOD_OTHER for anything unknown. */
 unsigned method_bit(const char *method);
+/* True when <method> is one of method_bit()'s tokens spelt in another case
+ * ("post", "Get"): to HTTP another method, but many origins fold the case
+ * and take it for the known one, so the gate refuses it. */
+bool method_is_case_variant(const char *method);
 const char *method_name(unsigned bit);
 
 enum agent_mode { AGENT_ENFORCE = 0, AGENT_REPORT };

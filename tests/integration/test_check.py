@@ -195,6 +195,14 @@ BAD_CASES = [
             tier: 3
             owner: chaysen
         """, "policy.yaml:3: rules[0].expires:"),
+    ("tier-3 owner that names nobody", """\
+        version: 1
+        rules:
+          - host: api.github.com
+            tier: 3
+            owner: "  "
+            expires: 2099-12-31
+        """, "policy.yaml:5: rules[0].owner:"),
     ("tier out of range", """\
         version: 1
         rules:

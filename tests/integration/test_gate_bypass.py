@@ -121,6 +121,26 @@ def test_ip_literal_cidr_rule_other_port_refused(gateway, net):
     nothing_reached(net)
 
 
+@pytest.mark.parametrize("method", ["post", "Post", "pOST", "get", "head"])
+def test_known_method_in_another_case_refused(gateway, net, method):
+    # HTTP methods are case-sensitive, so "post" is not POST to the policy;
+    # but Django, Werkzeug and ASP.NET Core fold the case and run their POST
+    # handler. Classified as an extension method, "post" missed the tier-3
+    # POST rule and went up as a tier-2 request under the open wildcard, with
+    # no owner and no tier3_write alert: refused instead.
+    rules = [{"host": "*.example.test", "ports": [net.api.port], "tier": 2},
+             api_rule(net, methods=["POST"], tier=3, owner="alice", expires="2099-12-31")]
+    gw = gateway(net.policy(rules))
+    r = request(gw, method, net.url("/case-%s" % method), body=b"x" if method != "head" else b"")
+    assert_denied(gw, net, r, "bad_request", host="api.example.test", port=net.api.port,
+                  method=method, ip=None)
+    assert "upper case" in r.text, r.text
+    # the method as the policy writes it is decided as always
+    assert request(gw, "POST", net.url("/upper"), body=b"x").status == 200
+    ev, _ = gw.decided(path="/upper")
+    assert (ev["tier"], ev["owner"], ev["rule"]) == (3, "alice", "rules[1]")
+
+
 SMUGGLE = [
     # CL + TE: the classic desync
     b"POST {u} HTTP/1.1\r\nHost: {h}\r\nContent-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n"

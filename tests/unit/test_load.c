@@ -668,6 +668,8 @@ static void test_rule_field_errors(void **state)
          "PUT, PATCH, DELETE, OPTIONS or TRACE, in upper case)"},
         {V "rules:\n  - {host: a.example.test, tier: 0, owner: \"\"}\n",
          "p.yaml:3: rules[0].owner: must not be empty"},
+        {V "rules:\n  - {host: a.example.test, tier: 3, owner: \" \\t\", expires: 2099-12-31}\n",
+         "p.yaml:3: rules[0].owner: must name a person, not be blank"},
         {V "rules:\n  - {host: a.example.test, tier: 0, expires: 2026-02-30}\n",
          "p.yaml:3: rules[0].expires: invalid date '2026-02-30' (expected YYYY-MM-DD)"},
         {V "rules:\n  - {host: a.example.test, tier: 0, expires: 31/12/2026}\n",
@@ -1149,6 +1151,16 @@ static void test_methods(void **state)
     assert_string_equal(method_name(METHOD_OTHER), "OTHER");
     assert_string_equal(method_name(METHOD_GET | METHOD_HEAD), "?");
     assert_string_equal(method_name(0), "?");
+    /* a known method in another case: refused by the gate */
+    assert_true(method_is_case_variant("get"));
+    assert_true(method_is_case_variant("Post"));
+    assert_true(method_is_case_variant("connect"));
+    assert_false(method_is_case_variant("GET"));
+    assert_false(method_is_case_variant("PROPFIND"));
+    assert_false(method_is_case_variant("propfind"));
+    assert_false(method_is_case_variant("GETS"));
+    assert_false(method_is_case_variant(""));
+    assert_false(method_is_case_variant(NULL));
     policy_free(NULL);
 }
 
