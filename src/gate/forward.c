@@ -461,6 +461,13 @@ void forward_start(struct conn *c)
 
 void forward_on_client_read(struct conn *c)
 {
+    /* No upstream while retry() connects again (only a request without a
+     * body is sent again, so there is nothing to pump): what the client
+     * sends now belongs to its next request and waits in its input. */
+    if (c->up == NULL) {
+        bufferevent_disable(c->client, EV_READ);
+        return;
+    }
     pump_request(c);
 }
 
