@@ -423,6 +423,38 @@ def test_refusal_with_unread_body_closes(gateway, net):
     assert net.other.requests == []
 
 
+def test_refused_head_gets_a_head_alone(gateway, net):
+    # A response to HEAD has no content (RFC 9110 9.3.2): a refusal of one
+    # that keeps the connection carries its Content-Length but not the text,
+    # else the client reads the text as the start of its next response.
+    gw = gateway(net.policy([api_rule(net)]))
+    s = open_conn(gw)
+    try:
+        s.sendall(build_request("HEAD", "http://denied.example.test/h"))
+        raw = b""
+        s.settimeout(5)
+        while b"\r\n\r\n" not in raw:
+            d = s.recv(4096)
+            assert d, raw
+            raw += d
+        s.settimeout(0.5)
+        try:
+            raw += s.recv(4096)  # nothing more may come
+        except socket.timeout:
+            pass
+        head, _, rest = raw.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 403 ") and rest == b"", raw
+        assert b"\r\nSluice-Reason: not_in_policy\r\n" in head, raw
+        assert b"\r\nConnection: keep-alive" in head and b"\r\nContent-Length: " in head, raw
+        s.settimeout(10)
+        r2 = request(gw, "GET", net.url("/after"), sock=s)
+        assert r2.status == 200 and r2.json()["path"] == "/after", r2
+    finally:
+        s.close()
+    ev, end = gw.decided(method="HEAD")
+    assert ev["reason"] == "not_in_policy" and end["status"] == 403
+
+
 def test_separate_connections_get_separate_ids(gateway, net):
     gw = gateway(net.policy([api_rule(net)]))
     for i in range(3):
