@@ -276,6 +276,7 @@ void conn_refuse(struct conn *c, enum deny_reason reason, const char *detail, bo
             .detail = detail,
             .retry_after = ex->retry_after > 0 ? ex->retry_after : 1,
             .keep_alive = keep,
+            .head_only = ex->mbit == METHOD_HEAD,
         };
         int st = deny_write(&d, bufferevent_get_output(c->client));
         ex->status = st > 0 ? st : 0;

@@ -190,7 +190,8 @@ int deny_write(const struct deny_info *d, struct evbuffer *out)
         evbuffer_add_printf(out, "Retry-After: %u\r\n", d->retry_after > 0 ? d->retry_after : 1) <
             0)
         return -1;
-    if (evbuffer_add_printf(out, "\r\n%s\n", msg) < 0)
+    if (evbuffer_add(out, "\r\n", 2) < 0 ||
+        (!d->head_only && evbuffer_add_printf(out, "%s\n", msg) < 0))
         return -1;
     return status;
 }

@@ -28,10 +28,13 @@ struct deny_info {
                            * invalid response"); or NULL */
     unsigned retry_after; /* seconds, rate_limited / quarantined only */
     bool keep_alive;      /* the client connection stays open after this response */
+    bool head_only;       /* the request was HEAD: no content (RFC 9110 9.3.2), the
+                           * Content-Length is that of the text a GET would get */
 };
 
-/* Appends the whole response for <d> to <out>. Returns the HTTP status
- * written, or -1 when <out> could not grow. */
+/* Appends the whole response for <d> to <out> (its head alone when
+ * <d>->head_only). Returns the HTTP status written, or -1 when <out> could
+ * not grow. */
 int deny_write(const struct deny_info *d, struct evbuffer *out);
 
 /* The one-line message (no newline) for <d> into <buf>. */

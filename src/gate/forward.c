@@ -11,16 +11,18 @@
  * can ride on another client's, another agent's or another address's
  * connection, and each request is still decided and logged on its own. An
  * idle connection that the upstream closes, or that sends anything, is
- * dropped; a reused one that the upstream closed just as the request went
- * out is replaced once by a fresh connection to the same address when the
- * request is a GET or HEAD without body and no byte of a response arrived
- * (else 502). The client connection is kept alive across requests when both
- * sides allow it. Bodies are forwarded unchanged, framed by
- * Content-Length or by the chunked framer (so nothing can hide behind a
- * body), with backpressure: a side stops being read while the other side's
- * output holds more than FLOW_HIGH bytes. */
+ * dropped (its socket is peeked at once more before a reuse); a reused one
+ * that the upstream closed just as the request went out is replaced once by
+ * a fresh connection to the same address when the request is a GET or HEAD
+ * without body and no byte of a response arrived (else 502). The client
+ * connection is kept alive across requests when both sides allow it. Bodies
+ * are forwarded unchanged, framed by Content-Length or by the chunked framer
+ * (so nothing can hide behind a body), with backpressure: a side stops being
+ * read while the other side's output holds more than FLOW_HIGH bytes. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -461,6 +463,13 @@ void forward_start(struct conn *c)
 
 void forward_on_client_read(struct conn *c)
 {
+    /* No upstream while retry() connects again (only a request without a
+     * body is sent again, so there is nothing to pump): what the client
+     * sends now belongs to its next request and waits in its input. */
+    if (c->up == NULL) {
+        bufferevent_disable(c->client, EV_READ);
+        return;
+    }
     pump_request(c);
 }
 
@@ -634,13 +643,32 @@ void forward_park(struct conn *c)
     bufferevent_enable(c->idle_up, EV_READ); /* EV_WRITE stays on: nothing is queued */
 }
 
+/* True when nothing waits in the idle connection's socket: no byte and no
+ * end. idle_read() and idle_event() tell only once the loop reads the
+ * socket again, and a pipelined request is taken up before that, in the
+ * turn that ended the exchange: after a response that ended exactly where
+ * a read did, what the upstream sent behind it (a forged response, its
+ * close) would otherwise be found only once the next request went out, and
+ * be taken for its answer. */
+static bool idle_is_quiet(evutil_socket_t fd)
+{
+    char b;
+    ssize_t n;
+    do
+        n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
 bool forward_try_reuse(struct conn *c)
 {
     struct exchange *ex = &c->ex;
     if (c->idle_up == NULL)
         return false;
     bool match = !ex->is_connect && c->idle_port == ex->port && ex->agent_id != NULL &&
-                 strcmp(c->idle_agent, ex->agent_id) == 0;
+                 strcmp(c->idle_agent, ex->agent_id) == 0 &&
+                 evbuffer_get_length(bufferevent_get_input(c->idle_up)) == 0 &&
+                 idle_is_quiet(c->idle_fd);
     size_t i = 0;
     while (match && i < ex->naddrs && !ipaddr_equal(&ex->addrs[i], &c->idle_addr))
         i++;

@@ -4,6 +4,7 @@ import hashlib
 import http.client
 import json
 import socket
+import threading
 import time
 
 from gate_client import (api_rule, assert_deny_response, build_request, curl, open_conn,
@@ -311,6 +312,100 @@ def test_reused_connection_closed_on_post_is_502(gateway, net):
         a.stop()
 
 
+class StallingRetryUpstream:
+    """An origin on 127.0.0.7 with a listen backlog of one: it answers one
+    request on its first connection, closes that connection without an
+    answer when a second request comes (setting <dropped>), and accepts no
+    other. fill() queues a connection that is never accepted, so that the
+    kernel drops further SYNs: a fresh connect to it stays in progress."""
+
+    IP = "127.0.0.7"
+
+    def __init__(self):
+        self.dropped = threading.Event()
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((self.IP, 0))
+        self.sock.listen(0)
+        self.port = self.sock.getsockname()[1]
+        self.fillers = []
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self):
+        self.sock.settimeout(10)
+        try:
+            conn, _ = self.sock.accept()
+        except OSError:
+            return
+        conn.settimeout(10)
+        buf = b""
+        try:
+            for served in range(2):
+                while b"\r\n\r\n" not in buf:
+                    d = conn.recv(4096)
+                    if not d:
+                        return
+                    buf += d
+                buf = buf.split(b"\r\n\r\n", 1)[1]
+                if served == 1:
+                    return
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        except OSError:
+            pass
+        finally:
+            conn.close()
+            self.dropped.set()
+
+    def fill(self):
+        for _ in range(3):
+            f = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            f.setblocking(False)
+            f.connect_ex((self.IP, self.port))
+            self.fillers.append(f)
+
+    def stop(self):
+        self.sock.close()  # a SYN sent again now is refused
+        for f in self.fillers:
+            f.close()
+
+    def url(self, path="/"):
+        return "http://raw.example.test:%d%s" % (self.port, path)
+
+
+def test_client_bytes_while_a_retry_connects(gateway, net):
+    # The kept upstream connection is closed as the next GET goes out, and
+    # the fresh connection that replaces it takes a while: bytes the client
+    # sends meanwhile (its next request) wait for their turn. (They were
+    # pumped towards the upstream connection that was gone: the gateway
+    # crashed on a NULL bufferevent.)
+    up = StallingRetryUpstream()
+    try:
+        gw = gateway(raw_policy(net, up, rules=[api_rule(net)]))
+        s = open_conn(gw)
+        try:
+            assert request(gw, "GET", up.url("/1"), sock=s).status == 200
+            up.fill()
+            s.sendall(build_request("GET", up.url("/2")))
+            assert up.dropped.wait(5)
+            time.sleep(0.3)  # the gateway saw the close and is connecting again
+            nxt = build_request("GET", net.url("/next"))
+            s.sendall(nxt[:1])
+            time.sleep(0.3)
+            assert gw.proc.poll() is None, gw.stderr()
+            up.stop()  # the connect in progress fails: 502
+            r2 = read_response(s)
+            assert_deny_response(r2, "upstream_unreachable", wording=False)
+            s.sendall(nxt[1:])
+            r3 = read_response(s)
+            assert r3.status == 200 and r3.json()["path"] == "/next"
+        finally:
+            s.close()
+        assert gw.proc.poll() is None, gw.stderr()
+    finally:
+        up.stop()
+
+
 def test_refusal_with_unread_body_closes(gateway, net):
     # A refused request whose body was never read cannot be skipped safely:
     # the gateway answers and closes, and nothing reaches any upstream.
@@ -326,6 +421,38 @@ def test_refusal_with_unread_body_closes(gateway, net):
         s.close()
     assert_deny_response(r, "not_in_policy", "other.example.test", net.other.port, "default")
     assert net.other.requests == []
+
+
+def test_refused_head_gets_a_head_alone(gateway, net):
+    # A response to HEAD has no content (RFC 9110 9.3.2): a refusal of one
+    # that keeps the connection carries its Content-Length but not the text,
+    # else the client reads the text as the start of its next response.
+    gw = gateway(net.policy([api_rule(net)]))
+    s = open_conn(gw)
+    try:
+        s.sendall(build_request("HEAD", "http://denied.example.test/h"))
+        raw = b""
+        s.settimeout(5)
+        while b"\r\n\r\n" not in raw:
+            d = s.recv(4096)
+            assert d, raw
+            raw += d
+        s.settimeout(0.5)
+        try:
+            raw += s.recv(4096)  # nothing more may come
+        except socket.timeout:
+            pass
+        head, _, rest = raw.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 403 ") and rest == b"", raw
+        assert b"\r\nSluice-Reason: not_in_policy\r\n" in head, raw
+        assert b"\r\nConnection: keep-alive" in head and b"\r\nContent-Length: " in head, raw
+        s.settimeout(10)
+        r2 = request(gw, "GET", net.url("/after"), sock=s)
+        assert r2.status == 200 and r2.json()["path"] == "/after", r2
+    finally:
+        s.close()
+    ev, end = gw.decided(method="HEAD")
+    assert ev["reason"] == "not_in_policy" and end["status"] == 403
 
 
 def test_separate_connections_get_separate_ids(gateway, net):

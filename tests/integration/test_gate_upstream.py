@@ -218,6 +218,55 @@ def test_bytes_beyond_the_response_never_reach_the_agent(gateway, net, first):
             gw.decided(path="/r%d" % i)
 
 
+def read_boundary_response(total):
+    """A framed response of exactly <total> raw bytes: the gateway reads an
+    origin at most 4 KiB at a time, so with a multiple of 4096 the read that
+    completes the response takes nothing beyond it, and what the origin sent
+    next is still in the socket."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: %05d\r\n\r\n"
+    n = total - len(head % 0)
+    return (head % n) + b"a" * n
+
+
+@pytest.mark.parametrize("total", [4096, 8192])
+@pytest.mark.parametrize("after", ["inject", "close"])
+def test_unread_bytes_or_end_behind_a_response_stop_its_reuse(gateway, net, total, after):
+    # The origin follows a response that ends on a read boundary with a
+    # forged one, or with its close, in the same write; the agent's next
+    # request is already waiting (pipelined), so the gateway takes it up in
+    # the same turn, before it reads the idle connection again. The kept
+    # connection must not be reused: the socket is looked at first. (The
+    # forged response was relayed as the answer to the next request, and a
+    # POST behind a close got a 502.)
+    first = read_boundary_response(total)
+
+    def script(conn, stop, received):
+        if received.startswith(b"POST"):
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond")
+            stop.wait(2)
+            return
+        conn.sendall(first + (INJECTED if after == "inject" else b""))
+        if after == "inject":
+            stop.wait(3)
+
+    with ScriptedUpstream(script) as up:
+        gw = evil_gateway(gateway, net, up)
+        s = open_conn(gw)
+        try:
+            post = ("POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Length: 4\r\n\r\nbody"
+                    % (evil_url(up, "/b2"), EVIL, up.port)).encode()
+            s.sendall(evil_get("/b1", up) + post)
+            r1 = read_response(s)
+            r2 = read_response(s, method="POST")
+        finally:
+            s.close()
+        assert r1.status == 200 and r1.body == first.partition(b"\r\n\r\n")[2], r1
+        assert r2.status == 200 and r2.body == b"second", (r2, r2.body)
+        assert up.accepted == 2
+        gw.decided(path="/b1")
+        gw.decided(path="/b2")
+
+
 def test_head_response_with_a_body_is_not_relayed(gateway, net):
     with ScriptedUpstream(answering(b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nINJECTED")) as up:
         gw = evil_gateway(gateway, net, up)

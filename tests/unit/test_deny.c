@@ -109,6 +109,31 @@ static void test_upstream_unreachable_says_which(void **state)
                              "(agent ci-bot): the upstream sent an invalid response");
 }
 
+/* A refusal of HEAD is its head alone, with the Content-Length of the
+ * text that a GET would get (RFC 9110 9.3.2): the same head, no content. */
+static void test_head_only(void **state)
+{
+    (void)state;
+    struct deny_info d = {.reason = REASON_NOT_IN_POLICY,
+                          .host = "a.test",
+                          .port = 80,
+                          .agent = "x",
+                          .method = "HEAD",
+                          .keep_alive = true};
+    int st_full, st_head;
+    char *full = render(&d, &st_full);
+    d.head_only = true;
+    char *head = render(&d, &st_head);
+    assert_int_equal(st_full, 403);
+    assert_int_equal(st_head, 403);
+    const char *end = strstr(full, "\r\n\r\n");
+    assert_non_null(end);
+    assert_int_equal(strlen(head), (size_t)(end + 4 - full));
+    assert_memory_equal(head, full, strlen(head));
+    free(full);
+    free(head);
+}
+
 static void test_small_buffer_truncates(void **state)
 {
     (void)state;
@@ -125,6 +150,7 @@ int main(void)
         cmocka_unit_test(test_every_reason),
         cmocka_unit_test(test_ipv6_and_unknowns),
         cmocka_unit_test(test_upstream_unreachable_says_which),
+        cmocka_unit_test(test_head_only),
         cmocka_unit_test(test_small_buffer_truncates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
