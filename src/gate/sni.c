@@ -1,7 +1,8 @@
 /* sni: the server name of a TLS ClientHello (see sni.h).
  *
  * RFC 8446 4.1.2 / RFC 5246 7.4.1.2, RFC 6066 3:
- *   record      = type(1)=22 version(2)=3.x (any x) length(2) fragment
+ *   record      = type(1)=22 version(2)=3.x (any x; the first record also
+ *                 0.x to 15.x, as Go's crypto/tls takes) length(2) fragment
  *   handshake   = msg_type(1)=1 length(3) ClientHello
  *   ClientHello = legacy_version(2) random(32) session_id<0..32>
  *                 cipher_suites<2..2^16-2> compression_methods<1..2^8-1>
@@ -18,9 +19,11 @@
 #define TLS_RECORD_HEADER      5
 #define TLS_MAX_FRAGMENT       16384
 #define TLS_CHANGE_CIPHER_SPEC 20
+#define TLS_ALERT              21
 #define TLS_HANDSHAKE          22
 #define TLS_HEARTBEAT          24
 #define TLS_CLIENT_HELLO       1
+#define TLS_FIRST_MAJOR_MAX    16 /* first records: majors below it may be TLS */
 #define EXT_SERVER_NAME        0
 #define NAME_TYPE_HOSTNAME     0
 
@@ -141,17 +144,28 @@ static bool tls_content_type(uint8_t t)
     return t >= TLS_CHANGE_CIPHER_SPEC && t <= TLS_HEARTBEAT;
 }
 
+/* Whether a first record of type <t> with major version <major> is one a
+ * TLS server takes: any TLS content type with major version 3 (any minor:
+ * servers accept legacy record versions they do not know), and a handshake
+ * or alert record with any major version below 16 (Go's crypto/tls takes a
+ * first record of any version below 0x1000, and skips a warning alert). */
+static bool tls_first_record(uint8_t t, uint8_t major)
+{
+    if (major == 3)
+        return tls_content_type(t);
+    return major < TLS_FIRST_MAJOR_MAX && (t == TLS_HANDSHAKE || t == TLS_ALERT);
+}
+
 /* Checks the record header bytes present at <p> (<n> < 5 allowed). The
- * first record is TLS when its type is a TLS content type and its major
- * version 3 (any minor: servers accept legacy record versions they do not
- * know); then it must be a handshake record, and so must every later one.
- * Anything else as the first record is not TLS. */
+ * first record is TLS when a server would take it (tls_first_record); then
+ * it must be a handshake record, and so must every later one, whose major
+ * version must be 3. Anything else as the first record is not TLS. */
 static enum sni_result check_record_header(const uint8_t *p, size_t n, bool first)
 {
     if (first) {
         if (n >= 1 && !tls_content_type(p[0]))
             return SNI_NOT_TLS;
-        if (n >= 2 && p[1] != 3)
+        if (n >= 2 && !tls_first_record(p[0], p[1]))
             return SNI_NOT_TLS;
         if (n >= 2 && p[0] != TLS_HANDSHAKE)
             return SNI_MALFORMED; /* e.g. an alert before the ClientHello */

@@ -7,9 +7,11 @@
  * any minor: servers accept legacy record versions they do not know),
  * bounded to SNI_MAX_HELLO bytes of handshake message, and bounds-checks
  * every length it walks. The input is TLS as soon as its first record
- * header has a TLS content type (20 to 24) and major version 3: from then on
- * it is a ClientHello or MALFORMED (a leading alert or any other
- * non-handshake record included), never NOT_TLS. */
+ * header is one a TLS server takes: a TLS content type (20 to 24) with major
+ * version 3, or a handshake (22) or alert (21) record with any major version
+ * below 16 (Go's crypto/tls takes those): from then on it is a ClientHello
+ * or MALFORMED (a leading alert or any other non-handshake record included),
+ * never NOT_TLS. */
 #ifndef SLUICE_GATE_SNI_H
 #define SLUICE_GATE_SNI_H
 

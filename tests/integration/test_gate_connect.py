@@ -708,3 +708,41 @@ def test_connect_tls13_client_allowed(gateway, net):
     ev, end = gw.decided(method="CONNECT")
     assert ev["decision"] == "allow" and end["status"] == 200
     assert net.tls.sni == ["tls.example.test"]
+
+
+def test_sni_record_version_below_3_hello_refused(gateway, net):
+    # Go's crypto/tls (Caddy, Traefik) takes a first handshake record of any
+    # version below 0x1000: a ClientHello naming another host in a record of
+    # version 0.1 or 2.1 is TLS, its name checked, not passed as "not TLS"
+    _, _, _, hello = _ssl_hello("evil.example.test")
+    for version in (b"\x00\x01", b"\x02\x01", b"\x0f\xff"):
+        gw = gateway(net.policy([tls_rule(net)]))
+        net.tls.clear()
+        _send_refused(gw, net, hello[:1] + version + hello[3:])
+        gw.stop()
+
+
+def test_sni_alert_version_0_before_hello_refused(gateway, net):
+    # Go skips a warning alert of any version below 0x1000 before the
+    # ClientHello: such a record in front of the hello fails closed too
+    gw = gateway(net.policy([tls_rule(net)]))
+    _, _, _, hello = _ssl_hello("evil.example.test")
+    _send_refused(gw, net, bytes([21, 0, 0, 0, 2, 1, 90]) + hello)
+
+
+def test_sni_record_version_below_3_matching_name_allowed(gateway, net):
+    # the same record versions with the target's name: checked and let through
+    gw = gateway(net.policy([tls_rule(net)]))
+    _, _, _, hello = _ssl_hello("tls.example.test")
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    try:
+        assert t.status == 200
+        t.sock.sendall(hello[:1] + b"\x02\x01" + hello[3:])
+        t.sock.settimeout(10)
+        recv_until_close(t.sock)  # OpenSSL refuses the record version itself
+    except OSError:
+        pass
+    finally:
+        t.close()
+    ev, _ = gw.decided(method="CONNECT")
+    assert ev["decision"] == "allow" and ev["reason"] is None, ev

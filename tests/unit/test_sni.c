@@ -242,8 +242,11 @@ static void test_not_tls(void **state)
         {"\x13\x03\x03\x00\x01X", 6},        /* type 19: not a TLS type */
         {"\x19\x03\x03\x00\x01X", 6},        /* type 25 */
         {"\x17\x02", 2},                     /* application_data, version 2.x */
-        {"\x15\x04\x03\x00\x02\x02\x28", 7}, /* an alert, version 4.3 */
-        {"\x16\x02", 2},
+        {"\x14\x00", 2},                     /* change_cipher_spec, version 0.x */
+        {"\x18\x0f", 2},                     /* heartbeat, version 15.x */
+        {"\x15\x10\x03\x00\x02\x02\x28", 7}, /* an alert, version 16.3 */
+        {"\x16\x10", 2},                     /* a handshake, version 16.x */
+        {"\x16\xff", 2},
     };
     char name[SNI_NAME_MAX + 1];
     size_t len;
@@ -273,6 +276,9 @@ static void test_not_tls(void **state)
         {"\x15\x03", 2},                         /* an alert's header, cut */
         {"\x17\x03\x03\x00\x01X", 6},            /* application_data */
         {"\x18\x03\x07\x00\x03\x01\x00\x00", 8}, /* heartbeat, version 3.7 */
+        {"\x15\x04\x03\x00\x02\x02\x28", 7},     /* an alert, version 4.3 (Go takes it) */
+        {"\x15\x00\x00\x00\x02\x01\x5a", 7},     /* a warning alert, version 0.0 */
+        {"\x16\x02\x00\x00\x00", 5},             /* a zero-length handshake, version 2.0 */
     };
     for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++)
         assert_int_equal(run((const uint8_t *)other[i].b, other[i].n, name, sizeof(name), &len),
@@ -281,7 +287,8 @@ static void test_not_tls(void **state)
         assert_int_equal(run(&t, 1, name, sizeof(name), &len), SNI_NEED_MORE);
 }
 
-/* A ClientHello in records of any version 3.x is parsed and its name found;
+/* A ClientHello in records of any version 3.x (the first record also 0.x to
+ * 15.x, as Go takes) is parsed and its name found;
  * a hello behind a leading alert record is MALFORMED, not skipped. */
 static void test_record_versions(void **state)
 {
@@ -300,6 +307,22 @@ static void test_record_versions(void **state)
         for (size_t off = 0; off < out.n; off += 5 + 50)
             out.b[off + 2] = (uint8_t)minors[i];
         expect_found(&out, "evil.test");
+    }
+    /* Go's crypto/tls takes a first handshake record of any version below
+     * 0x1000: such a record is TLS and its name found, not NOT_TLS. Later
+     * records must still be 3.x. */
+    static const unsigned majors[] = {0, 1, 2, 4, 9, 15};
+    for (size_t i = 0; i < sizeof(majors) / sizeof(majors[0]); i++) {
+        records(&msg, 16384, &out);
+        out.b[1] = (uint8_t)majors[i];
+        out.b[2] = 1;
+        expect_found(&out, "evil.test");
+        prefixes_need_more(&out);
+        records(&msg, 50, &out);
+        out.b[1] = (uint8_t)majors[i];
+        expect_found(&out, "evil.test");
+        out.b[5 + 50 + 1] = (uint8_t)majors[i];
+        expect_result(&out, SNI_MALFORMED);
     }
     /* The captured real hello behind a warning alert, and behind a
      * change_cipher_spec record. */
