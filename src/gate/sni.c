@@ -23,6 +23,7 @@
 #define TLS_HANDSHAKE          22
 #define TLS_HEARTBEAT          24
 #define TLS_CLIENT_HELLO       1
+#define TLS_SERVER_HELLO       2
 #define TLS_FIRST_MAJOR_MAX    16 /* first records: majors below it may be TLS */
 #define EXT_SERVER_NAME        0
 #define NAME_TYPE_HOSTNAME     0
@@ -184,15 +185,17 @@ static enum sni_result check_record_header(const uint8_t *p, size_t n, bool firs
 }
 
 enum sni_result sni_parse(const uint8_t *buf, size_t len, char *name, size_t name_cap,
-                          size_t *name_len)
+                          size_t *name_len, size_t *used)
 {
     uint8_t hs[SNI_MAX_HELLO];
     size_t have = 0; /* handshake bytes gathered */
     size_t need = 0; /* 4 + message length, once known */
     size_t pos = 0;
+    size_t end = 0; /* past the record the message ends in, once it has */
     bool first = true;
 
     *name_len = 0;
+    *used = 0;
     if (len == 0)
         return SNI_NEED_MORE;
     while (need == 0 || have < need) {
@@ -225,8 +228,14 @@ enum sni_result sni_parse(const uint8_t *buf, size_t len, char *name, size_t nam
             have += n;
             i += n;
         }
-        if (need != 0 && have >= need)
+        if (need != 0 && have >= need) {
+            /* The ClientHello ends on a record boundary (RFC 8446 5.1):
+             * nothing rides behind it unread. */
+            if (i != rlen)
+                return SNI_MALFORMED;
+            end = pos + TLS_RECORD_HEADER + rlen;
             break;
+        }
         if (flen < rlen)
             break; /* a partial record: everything received is in hs */
         pos += TLS_RECORD_HEADER + rlen;
@@ -237,6 +246,8 @@ enum sni_result sni_parse(const uint8_t *buf, size_t len, char *name, size_t nam
     struct cursor c = {.b = hs, .pos = 4, .avail = have};
     size_t at = 0, n = 0;
     enum sni_result r = parse_client_hello(&c, need, &at, &n);
+    if (r == SNI_ABSENT)
+        *used = end;
     if (r != SNI_FOUND)
         return r;
     if (n + 1 > name_cap)
@@ -244,5 +255,54 @@ enum sni_result sni_parse(const uint8_t *buf, size_t len, char *name, size_t nam
     memcpy(name, hs + at, n);
     name[n] = '\0';
     *name_len = n;
+    *used = end;
     return SNI_FOUND;
+}
+
+size_t sni_skip_ccs(const uint8_t *buf, size_t len, bool *need_more)
+{
+    static const uint8_t ccs[] = {TLS_CHANGE_CIPHER_SPEC, 3, 0, 0, 1, 1};
+    *need_more = false;
+    for (size_t i = 0; i < sizeof(ccs) && i < len; i++)
+        if (i != 2 && buf[i] != ccs[i])
+            return 0;
+    if (len < sizeof(ccs)) {
+        *need_more = len > 0;
+        return 0;
+    }
+    return sizeof(ccs);
+}
+
+enum sni_reply sni_server_reply(const uint8_t *buf, size_t len)
+{
+    /* The random of a HelloRetryRequest: SHA-256("HelloRetryRequest"). */
+    static const uint8_t hrr_random[32] = {
+        0xcf, 0x21, 0xad, 0x74, 0xe5, 0x9a, 0x61, 0x11, 0xbe, 0x1d, 0x8c,
+        0x02, 0x1e, 0x65, 0xb8, 0x91, 0xc2, 0xa2, 0x11, 0x16, 0x7a, 0xbb,
+        0x8c, 0x5e, 0x07, 0x9e, 0x09, 0xe2, 0xc8, 0xa8, 0x33, 0x9c,
+    };
+    uint8_t hs[4 + 2 + 32]; /* handshake header, legacy_version, random */
+    size_t have = 0, pos = 0;
+    while (have < sizeof(hs)) {
+        size_t left = len - pos;
+        if (left >= 1 && buf[pos] != TLS_HANDSHAKE)
+            return SNI_REPLY_OTHER;
+        if (left >= 2 && buf[pos + 1] != 3)
+            return SNI_REPLY_OTHER;
+        if (left < TLS_RECORD_HEADER)
+            return SNI_REPLY_NEED_MORE;
+        size_t rlen = be16(buf + pos + 3);
+        if (rlen == 0 || rlen > TLS_MAX_FRAGMENT)
+            return SNI_REPLY_OTHER;
+        size_t flen = left - TLS_RECORD_HEADER < rlen ? left - TLS_RECORD_HEADER : rlen;
+        size_t n = sizeof(hs) - have < flen ? sizeof(hs) - have : flen;
+        memcpy(hs + have, buf + pos + TLS_RECORD_HEADER, n);
+        have += n;
+        if (have >= 1 && hs[0] != TLS_SERVER_HELLO)
+            return SNI_REPLY_OTHER;
+        if (have < sizeof(hs) && flen < rlen)
+            return SNI_REPLY_NEED_MORE;
+        pos += TLS_RECORD_HEADER + rlen;
+    }
+    return memcmp(hs + 6, hrr_random, sizeof(hrr_random)) == 0 ? SNI_REPLY_RETRY : SNI_REPLY_OTHER;
 }
