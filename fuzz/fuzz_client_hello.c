@@ -3,7 +3,9 @@
  * SNI_NAME_MAX bytes; the result of every prefix is either NEED_MORE or the
  * result of the whole input (so a prefix of a FOUND input is never
  * MALFORMED), and NEED_MORE is never returned for an input that could not
- * be completed. */
+ * be completed; a FOUND or ABSENT input cut after the <used> bytes of its
+ * records parses alike. The same input read as a server's answer
+ * (sni_server_reply): every prefix is NEED_MORE or the whole input's answer. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,13 +20,31 @@ static void check(int cond)
         abort();
 }
 
+static size_t last_used; /* <used> of the last parse_copy() */
+
+static enum sni_reply reply_copy(const uint8_t *data, size_t n)
+{
+    uint8_t *b = malloc(n ? n : 1);
+    check(b != NULL);
+    memcpy(b, data, n);
+    enum sni_reply r = sni_server_reply(b, n);
+    free(b);
+    return r;
+}
+
 static enum sni_result parse_copy(const uint8_t *data, size_t n, char *name, size_t cap,
                                   size_t *len)
 {
     uint8_t *b = malloc(n ? n : 1); /* exact size, for ASan */
     check(b != NULL);
     memcpy(b, data, n);
-    enum sni_result r = sni_parse(b, n, name, cap, len);
+    size_t used = 0;
+    enum sni_result r = sni_parse(b, n, name, cap, len, &used);
+    if (r == SNI_FOUND || r == SNI_ABSENT)
+        check(used >= 9 && used <= n);
+    else
+        check(used == 0);
+    last_used = used;
     free(b);
     return r;
 }
@@ -37,6 +57,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t len = 0;
     enum sni_result full = parse_copy(data, size, name, sizeof(name), &len);
     check(full >= SNI_FOUND && full <= SNI_MALFORMED);
+    size_t used = last_used;
     if (full == SNI_FOUND) {
         check(len >= 1 && len <= SNI_NAME_MAX && len < sizeof(name));
         check(name[len] == '\0' && strlen(name) == len);
@@ -51,6 +72,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         check(len == 0);
     }
+    if (full == SNI_FOUND || full == SNI_ABSENT) {
+        char uname[SNI_NAME_MAX + 1];
+        size_t ulen = 0;
+        check(parse_copy(data, used, uname, sizeof(uname), &ulen) == full);
+        check(last_used == used && ulen == len);
+    }
+    enum sni_reply reply = reply_copy(data, size);
     /* Prefixes: all of them for small inputs, a spread for large ones. */
     size_t step = size <= 600 ? 1 : size / 97 + 1;
     for (size_t n = 0; n < size; n += step) {
@@ -60,6 +88,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check(r == SNI_NEED_MORE || r == full);
         if (r == SNI_FOUND)
             check(plen == len && memcmp(pname, name, len) == 0);
+        enum sni_reply pr = reply_copy(data, n);
+        check(pr == SNI_REPLY_NEED_MORE || pr == reply);
     }
     return 0;
 }

@@ -196,6 +196,7 @@ void conn_free(struct conn *c)
         c->ex.bytes_up += tunnel_bytes_up(c->tunnel);
         c->ex.bytes_down += tunnel_bytes_down(c->tunnel);
     }
+    connect_settle(c); /* a CONNECT's first bytes, cut before its tunnel */
     conn_end_exchange(c);
     drop_upstream(c);
     forward_drop_idle(c);
@@ -244,7 +245,7 @@ static bool refusal_keeps_connection(const struct conn *c, enum deny_reason reas
 {
     const struct exchange *ex = &c->ex;
     if (!respond || !ex->refusal_keeps || c->gw->stopping || c->state == CS_TUNNEL ||
-        c->state == CS_FLUSH || c->state == CS_PEEK)
+        c->state == CS_FLUSH || c->state == CS_PEEK || c->state == CS_HELLO)
         return false;
     switch (reason) {
     case REASON_BAD_REQUEST:          /* the framing is not to be trusted */
@@ -677,6 +678,8 @@ static void on_read(struct bufferevent *bev, void *arg)
     case CS_PEEK:
         connect_on_client_read(c);
         break;
+    case CS_HELLO:
+        break; /* held in the input until the server answered (connect.c) */
     case CS_RESOLVE:
     case CS_CONNECT:
         /* Bytes behind a plain request (its body, or the next request) or
@@ -753,8 +756,13 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
     }
     if (c->state == CS_PEEK && (what & BEV_EVENT_EOF)) {
         /* The client ended its side: decide on what it sent. */
+        c->ex.client_eof = true;
         c->peek_over = true;
         connect_on_client_read(c);
+        return;
+    }
+    if (c->state == CS_HELLO && (what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR)) {
+        c->ex.client_eof = true; /* what it sent is all: judged after the server's answer */
         return;
     }
     conn_free(c);

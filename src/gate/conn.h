@@ -56,6 +56,7 @@ enum conn_state {
     CS_RESOLVE, /* waiting for DNS */
     CS_CONNECT, /* connecting upstream */
     CS_PEEK,    /* CONNECT: 200 sent, reading the first client bytes */
+    CS_HELLO,   /* CONNECT: a ClientHello went up; waiting for the server's answer */
     CS_FLUSH,   /* CONNECT: flushing peeked bytes before the splice tunnel */
     CS_TUNNEL,  /* CONNECT: splicing */
     CS_FORWARD, /* plain HTTP: request and response bodies flowing */
@@ -114,7 +115,7 @@ struct exchange {
     bool retried;  /* the request was already sent again on a fresh connection */
     bool rsp_seen; /* a byte of the response arrived */
 
-    size_t peek_queued;     /* CONNECT: peeked bytes queued for the upstream (connect.c) */
+    size_t peek_queued;     /* CONNECT: peeked bytes sent upstream, not yet counted (connect.c) */
     unsigned interim;       /* interim (1xx) responses passed on (forward.c) */
     size_t scratch_interim; /* scratch bytes ahead of the final head: interim heads */
     bool rsp_head_sent;     /* the final response head was handed to the client */
@@ -138,6 +139,7 @@ struct conn {
     struct tunnel *tunnel;
     struct event *timer; /* head deadline; CONNECT peek window */
     bool peek_over;      /* the peek window closed (timer or client EOF) */
+    bool hello_retried;  /* CONNECT: the server asked for a second ClientHello (connect.c) */
     struct exchange ex;
     struct ipaddr up_addr; /* the checked address c->up is connected to */
     /* An upstream connection kept idle after a plain-HTTP exchange, for the
@@ -202,5 +204,9 @@ enum deny_reason forward_prepare(struct conn *c, const struct http_request *req,
 void connect_start(struct conn *c);
 void connect_on_client_read(struct conn *c);
 void connect_on_client_write(struct conn *c);
+/* Counts in bytes_up the peeked bytes the upstream's socket took and that
+ * were not counted yet (before a refusal or conn_free(); no progress event:
+ * the decision comes first). */
+void connect_settle(struct conn *c);
 
 #endif

@@ -8,15 +8,21 @@
  * what matters. A client that sends nothing (a server-speaks-first protocol
  * that waits for the upstream: the window expires), bytes that are not a TLS
  * record, or a complete ClientHello without server_name is let through.
- * Once the first bytes are a TLS record header (a TLS content type, version
- * 3.x with any minor), nothing else is: a first record that is not a
+ * Once the first bytes are a TLS record header (one a server takes: see
+ * sni.h), nothing else is: a first record that is not a
  * handshake record (an alert before the hello, which some servers skip), a
  * ClientHello still incomplete when the window closes, when PEEK_MAX bytes
  * have arrived or when the client ends its side, one that is malformed or
  * larger than SNI_MAX_HELLO, is refused as sni_mismatch (fail closed: the
- * name could not be checked). Only then is the agent_egress
- * event published and the peeked bytes forwarded; the tunnel is then opaque
- * (tunnel.c). */
+ * name could not be checked). A ClientHello that passes goes up alone (the
+ * records that carry it; it must end where its last record ends) and what
+ * the client sent behind it waits until the server has answered it
+ * (CS_HELLO): a HelloRetryRequest makes the client send a second
+ * ClientHello, and a server takes the server_name of that one anew
+ * (OpenSSL does), so it is peeked and judged as the first was, a
+ * change_cipher_spec record before it allowed, and anything else refused.
+ * Only then is the agent_egress event published and the rest forwarded;
+ * the tunnel is then opaque (tunnel.c). */
 #include <stdbool.h>
 #include <string.h>
 #include <unistd.h>
@@ -28,6 +34,7 @@
 #include "gate/conn.h"
 #include "gate/gateway.h"
 #include "gate/progress.h"
+#include "gate/sni.h"
 #include "gate/stream.h"
 #include "gate/tunnel.h"
 #include "shape/quota.h"
@@ -59,7 +66,8 @@ static void count_up(struct conn *c, size_t n)
 }
 
 /* Hands both sockets to a tunnel. Called with nothing left in either
- * bufferevent: the client's input was forwarded and no output is queued.
+ * bufferevent: the client's input was forwarded, the upstream's (its answer
+ * to a ClientHello) too, and no output is queued.
  * The tunnel's events are added before the bufferevents' are deleted, so a
  * socket the client's bufferevent was still reading from stays registered
  * with epoll (no epoll_ctl() pair to move it from one event to the other). */
@@ -98,6 +106,29 @@ void connect_on_client_write(struct conn *c)
         go_tunnel(c);
 }
 
+static void hello_answered(struct conn *c, bool retry);
+
+/* CS_HELLO: the server's first bytes, until they tell a HelloRetryRequest
+ * from any other answer (at most 228 bytes are needed: the read watermark
+ * bounds them to PEEK_MAX). */
+static void up_read(struct bufferevent *bev, void *arg)
+{
+    struct conn *c = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    size_t len = evbuffer_get_length(in);
+    if (c->state != CS_HELLO || len == 0)
+        return;
+    size_t n = len < PEEK_MAX ? len : PEEK_MAX;
+    const uint8_t *buf = evbuffer_pullup(in, (ev_ssize_t)n);
+    if (buf == NULL) {
+        conn_free(c);
+        return;
+    }
+    enum sni_reply r = sni_server_reply(buf, n);
+    if (r != SNI_REPLY_NEED_MORE)
+        hello_answered(c, r == SNI_REPLY_RETRY);
+}
+
 static void up_write(struct bufferevent *bev, void *arg)
 {
     (void)bev;
@@ -106,9 +137,13 @@ static void up_write(struct bufferevent *bev, void *arg)
 
 static void up_event(struct bufferevent *bev, short what, void *arg)
 {
+    struct conn *c = arg;
     (void)bev;
-    (void)what;
-    conn_free(arg);
+    if (c->state == CS_HELLO && (what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR)) {
+        hello_answered(c, false); /* the server closed: nothing more to check */
+        return;
+    }
+    conn_free(c);
 }
 
 void connect_start(struct conn *c)
@@ -116,9 +151,10 @@ void connect_start(struct conn *c)
     struct timeval tv = {PEEK_MS / 1000, (PEEK_MS % 1000) * 1000};
     c->state = CS_PEEK;
     c->peek_over = false;
+    c->hello_retried = false;
     c->ex.status = 200;
     struct timeval up_tv = {(time_t)(conn_idle_ms(c) / 1000), 0};
-    bufferevent_setcb(c->up, NULL, up_write, up_event, c);
+    bufferevent_setcb(c->up, up_read, up_write, up_event, c);
     bufferevent_set_timeouts(c->up, NULL, &up_tv);
     bufferevent_disable(c->up, EV_READ);
     if (stream_send_bytes(c->client, c->fd, established, sizeof(established) - 1) < 0) {
@@ -145,30 +181,50 @@ void connect_start(struct conn *c)
 
 enum peek_verdict {
     PEEK_WAIT,   /* a valid prefix: read more while the window is open */
-    PEEK_PASS,   /* not TLS, no server_name, or the target's name */
+    PEEK_PASS,   /* not TLS, or nothing: the tunnel follows */
+    PEEK_HELLO,  /* a ClientHello without server_name or with the target's */
     PEEK_REFUSE, /* another name, or a TLS handshake that could not be checked */
 };
 
-/* Judges the first <len> bytes the client sent; <final> when no more will
- * be read (window over, PEEK_MAX reached, client EOF). */
-static enum peek_verdict peek_judge(const struct conn *c, const char *buf, size_t len, bool final)
+/* Judges the first <len> bytes the client sent, or after a
+ * HelloRetryRequest the bytes that must carry its second ClientHello;
+ * <final> when no more will be read (window over, PEEK_MAX reached, client
+ * EOF). On PEEK_HELLO sets <*used> to the length of the records that carry
+ * the hello. */
+static enum peek_verdict peek_judge(const struct conn *c, const char *buf, size_t len, bool final,
+                                    size_t *used)
 {
     char name[SNI_NAME_MAX + 1];
-    size_t nlen = 0;
+    size_t nlen = 0, skip = 0, hello_len = 0;
     struct host h;
     const char *why;
-    if (len == 0)
+    if (c->hello_retried) {
+        /* The server waits for a ClientHello, which a change_cipher_spec
+         * record may precede (RFC 8446 D.4): nothing else passes. */
+        bool more;
+        skip = sni_skip_ccs((const uint8_t *)buf, len, &more);
+        if (more)
+            return final ? PEEK_REFUSE : PEEK_WAIT;
+        buf += skip;
+        len -= skip;
+        if (len == 0)
+            return final ? PEEK_REFUSE : PEEK_WAIT;
+    } else if (len == 0) {
         return final ? PEEK_PASS : PEEK_WAIT; /* server speaks first */
-    switch (sni_parse((const uint8_t *)buf, len, name, sizeof(name), &nlen)) {
+    }
+    enum sni_result r = sni_parse((const uint8_t *)buf, len, name, sizeof(name), &nlen, &hello_len);
+    *used = skip + hello_len;
+    switch (r) {
     case SNI_NOT_TLS:
+        return c->hello_retried ? PEEK_REFUSE : PEEK_PASS;
     case SNI_ABSENT:
-        return PEEK_PASS;
+        return PEEK_HELLO;
     case SNI_NEED_MORE:
         return final ? PEEK_REFUSE : PEEK_WAIT;
     case SNI_FOUND:
         if (host_normalise(name, nlen, &h, &why) < 0)
             return PEEK_REFUSE;
-        return h.kind == c->ex.target.kind && strcmp(h.name, c->ex.target.name) == 0 ? PEEK_PASS
+        return h.kind == c->ex.target.kind && strcmp(h.name, c->ex.target.name) == 0 ? PEEK_HELLO
                                                                                      : PEEK_REFUSE;
     case SNI_MALFORMED:
     default:
@@ -176,44 +232,132 @@ static enum peek_verdict peek_judge(const struct conn *c, const char *buf, size_
     }
 }
 
-void connect_on_client_read(struct conn *c)
+void connect_settle(struct conn *c)
 {
     struct exchange *ex = &c->ex;
-    if (c->state != CS_PEEK)
+    if (c->up == NULL || ex->peek_queued == 0)
         return;
+    size_t queued = evbuffer_get_length(bufferevent_get_output(c->up));
+    size_t took = ex->peek_queued > queued ? ex->peek_queued - queued : 0;
+    ex->bytes_up += took;
+    ex->peek_queued -= took;
+    if (ex->flow != NULL && took > 0)
+        quota_flow_take(ex->flow, took, quota_now());
+}
+
+/* The check is over: publishes the decision, sends everything the client
+ * sent upstream, and hands both sockets to the tunnel once nothing is
+ * queued (CS_FLUSH, without reading either side meanwhile: what comes next
+ * is the tunnel's to move). */
+static void open_tunnel(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
     struct evbuffer *in = bufferevent_get_input(c->client);
+    struct evbuffer *up_out = bufferevent_get_output(c->up);
     size_t len = evbuffer_get_length(in);
-    size_t n = len < PEEK_MAX ? len : PEEK_MAX;
-    const char *buf = "";
-    if (n > 0 && (buf = (const char *)evbuffer_pullup(in, (ev_ssize_t)n)) == NULL) {
-        conn_free(c);
-        return;
-    }
-    enum peek_verdict v = peek_judge(c, buf, n, c->peek_over || n >= PEEK_MAX);
-    if (v == PEEK_WAIT)
-        return; /* wait for more, until the window closes */
-    evtimer_del(c->timer);
-    if (v == PEEK_REFUSE && conn_gate_denies(c, REASON_SNI_MISMATCH, false))
-        return;
     conn_publish_egress(c);
     c->state = CS_FLUSH;
-    struct evbuffer *up_out = bufferevent_get_output(c->up);
-    size_t queued = evbuffer_get_length(up_out);
     if (stream_send(c->up, c->up_fd, in, len) < 0) {
         conn_free(c);
         return;
     }
     /* The peeked bytes count as sent once the upstream's socket took them:
      * those it took now, the rest when the flush is over (go_tunnel). */
-    queued = evbuffer_get_length(up_out) - queued;
+    size_t queued = evbuffer_get_length(up_out);
+    count_up(c, ex->peek_queued + len - queued);
     ex->peek_queued = queued;
-    count_up(c, len - queued);
     if (!flushed(c)) {
-        /* Wait for both to be written (CS_FLUSH), without reading the
-         * client meanwhile: what it sends next is the tunnel's to move. */
         bufferevent_disable(c->client, EV_READ);
-        if (evbuffer_get_length(bufferevent_get_output(c->up)) > 0)
+        bufferevent_disable(c->up, EV_READ); /* read during CS_HELLO */
+        if (queued > 0)
             bufferevent_enable(c->up, EV_WRITE);
     }
     connect_on_client_write(c);
+}
+
+/* Sends the <used> bytes of a ClientHello's records upstream and waits for
+ * the server's answer (CS_HELLO). What the client sends behind them waits
+ * in its input (at most PEEK_MAX bytes: the read watermark) until then: a
+ * second ClientHello must not reach the server before the gateway knows
+ * whether it asked for one. */
+static void send_hello(struct conn *c, size_t used)
+{
+    struct evbuffer *in = bufferevent_get_input(c->client);
+    if (stream_send(c->up, c->up_fd, in, used) < 0) {
+        conn_free(c);
+        return;
+    }
+    c->ex.peek_queued += used;
+    c->state = CS_HELLO;
+    struct timeval idle = {(time_t)(conn_idle_ms(c) / 1000), 0};
+    bufferevent_set_timeouts(c->up, &idle, &idle);
+    bufferevent_setwatermark(c->up, EV_READ, 0, PEEK_MAX);
+    bufferevent_enable(c->up, EV_READ);
+    if (evbuffer_get_length(bufferevent_get_output(c->up)) > 0)
+        bufferevent_enable(c->up, EV_WRITE);
+}
+
+/* The server answered the ClientHello (or closed): its bytes go to the
+ * client. A HelloRetryRequest (<retry>) makes the client send a second
+ * ClientHello, whose server_name a server takes anew (OpenSSL does): it is
+ * peeked and judged as the first was. A second HelloRetryRequest, which no
+ * server may send (RFC 8446 4.1.4), fails closed. Any other answer ends
+ * the check. */
+static void hello_answered(struct conn *c, bool retry)
+{
+    struct evbuffer *up_in = bufferevent_get_input(c->up);
+    size_t n = evbuffer_get_length(up_in);
+    if (stream_send(c->client, c->fd, up_in, n) < 0) {
+        conn_free(c);
+        return;
+    }
+    c->ex.bytes_down += n;
+    if (retry && !c->hello_retried) {
+        struct timeval tv = {PEEK_MS / 1000, (PEEK_MS % 1000) * 1000};
+        c->hello_retried = true;
+        c->state = CS_PEEK;
+        bufferevent_disable(c->up, EV_READ);
+        c->peek_over = c->ex.client_eof;
+        if (!c->peek_over) {
+            bufferevent_enable(c->client, EV_READ);
+            evtimer_add(c->timer, &tv);
+        }
+        if (c->peek_over || evbuffer_get_length(bufferevent_get_input(c->client)) > 0)
+            connect_on_client_read(c);
+        return;
+    }
+    if (retry) {
+        connect_settle(c);
+        if (conn_gate_denies(c, REASON_SNI_MISMATCH, false))
+            return;
+    }
+    open_tunnel(c);
+}
+
+void connect_on_client_read(struct conn *c)
+{
+    if (c->state != CS_PEEK)
+        return;
+    struct evbuffer *in = bufferevent_get_input(c->client);
+    size_t len = evbuffer_get_length(in);
+    size_t n = len < PEEK_MAX ? len : PEEK_MAX;
+    size_t used = 0;
+    const char *buf = "";
+    if (n > 0 && (buf = (const char *)evbuffer_pullup(in, (ev_ssize_t)n)) == NULL) {
+        conn_free(c);
+        return;
+    }
+    enum peek_verdict v = peek_judge(c, buf, n, c->peek_over || n >= PEEK_MAX, &used);
+    if (v == PEEK_WAIT)
+        return; /* wait for more, until the window closes */
+    evtimer_del(c->timer);
+    if (v == PEEK_REFUSE) {
+        connect_settle(c); /* a first ClientHello that went up */
+        if (conn_gate_denies(c, REASON_SNI_MISMATCH, false))
+            return;
+    }
+    if (v == PEEK_HELLO)
+        send_hello(c, used);
+    else
+        open_tunnel(c);
 }

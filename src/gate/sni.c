@@ -1,7 +1,8 @@
 /* sni: the server name of a TLS ClientHello (see sni.h).
  *
  * RFC 8446 4.1.2 / RFC 5246 7.4.1.2, RFC 6066 3:
- *   record      = type(1)=22 version(2)=3.x (any x) length(2) fragment
+ *   record      = type(1)=22 version(2)=3.x (any x; the first record also
+ *                 0.x to 15.x, as Go's crypto/tls takes) length(2) fragment
  *   handshake   = msg_type(1)=1 length(3) ClientHello
  *   ClientHello = legacy_version(2) random(32) session_id<0..32>
  *                 cipher_suites<2..2^16-2> compression_methods<1..2^8-1>
@@ -18,9 +19,12 @@
 #define TLS_RECORD_HEADER      5
 #define TLS_MAX_FRAGMENT       16384
 #define TLS_CHANGE_CIPHER_SPEC 20
+#define TLS_ALERT              21
 #define TLS_HANDSHAKE          22
 #define TLS_HEARTBEAT          24
 #define TLS_CLIENT_HELLO       1
+#define TLS_SERVER_HELLO       2
+#define TLS_FIRST_MAJOR_MAX    16 /* first records: majors below it may be TLS */
 #define EXT_SERVER_NAME        0
 #define NAME_TYPE_HOSTNAME     0
 
@@ -141,17 +145,28 @@ static bool tls_content_type(uint8_t t)
     return t >= TLS_CHANGE_CIPHER_SPEC && t <= TLS_HEARTBEAT;
 }
 
+/* Whether a first record of type <t> with major version <major> is one a
+ * TLS server takes: any TLS content type with major version 3 (any minor:
+ * servers accept legacy record versions they do not know), and a handshake
+ * or alert record with any major version below 16 (Go's crypto/tls takes a
+ * first record of any version below 0x1000, and skips a warning alert). */
+static bool tls_first_record(uint8_t t, uint8_t major)
+{
+    if (major == 3)
+        return tls_content_type(t);
+    return major < TLS_FIRST_MAJOR_MAX && (t == TLS_HANDSHAKE || t == TLS_ALERT);
+}
+
 /* Checks the record header bytes present at <p> (<n> < 5 allowed). The
- * first record is TLS when its type is a TLS content type and its major
- * version 3 (any minor: servers accept legacy record versions they do not
- * know); then it must be a handshake record, and so must every later one.
- * Anything else as the first record is not TLS. */
+ * first record is TLS when a server would take it (tls_first_record); then
+ * it must be a handshake record, and so must every later one, whose major
+ * version must be 3. Anything else as the first record is not TLS. */
 static enum sni_result check_record_header(const uint8_t *p, size_t n, bool first)
 {
     if (first) {
         if (n >= 1 && !tls_content_type(p[0]))
             return SNI_NOT_TLS;
-        if (n >= 2 && p[1] != 3)
+        if (n >= 2 && !tls_first_record(p[0], p[1]))
             return SNI_NOT_TLS;
         if (n >= 2 && p[0] != TLS_HANDSHAKE)
             return SNI_MALFORMED; /* e.g. an alert before the ClientHello */
@@ -170,15 +185,17 @@ static enum sni_result check_record_header(const uint8_t *p, size_t n, bool firs
 }
 
 enum sni_result sni_parse(const uint8_t *buf, size_t len, char *name, size_t name_cap,
-                          size_t *name_len)
+                          size_t *name_len, size_t *used)
 {
     uint8_t hs[SNI_MAX_HELLO];
     size_t have = 0; /* handshake bytes gathered */
     size_t need = 0; /* 4 + message length, once known */
     size_t pos = 0;
+    size_t end = 0; /* past the record the message ends in, once it has */
     bool first = true;
 
     *name_len = 0;
+    *used = 0;
     if (len == 0)
         return SNI_NEED_MORE;
     while (need == 0 || have < need) {
@@ -211,8 +228,14 @@ enum sni_result sni_parse(const uint8_t *buf, size_t len, char *name, size_t nam
             have += n;
             i += n;
         }
-        if (need != 0 && have >= need)
+        if (need != 0 && have >= need) {
+            /* The ClientHello ends on a record boundary (RFC 8446 5.1):
+             * nothing rides behind it unread. */
+            if (i != rlen)
+                return SNI_MALFORMED;
+            end = pos + TLS_RECORD_HEADER + rlen;
             break;
+        }
         if (flen < rlen)
             break; /* a partial record: everything received is in hs */
         pos += TLS_RECORD_HEADER + rlen;
@@ -223,6 +246,8 @@ enum sni_result sni_parse(const uint8_t *buf, size_t len, char *name, size_t nam
     struct cursor c = {.b = hs, .pos = 4, .avail = have};
     size_t at = 0, n = 0;
     enum sni_result r = parse_client_hello(&c, need, &at, &n);
+    if (r == SNI_ABSENT)
+        *used = end;
     if (r != SNI_FOUND)
         return r;
     if (n + 1 > name_cap)
@@ -230,5 +255,54 @@ enum sni_result sni_parse(const uint8_t *buf, size_t len, char *name, size_t nam
     memcpy(name, hs + at, n);
     name[n] = '\0';
     *name_len = n;
+    *used = end;
     return SNI_FOUND;
+}
+
+size_t sni_skip_ccs(const uint8_t *buf, size_t len, bool *need_more)
+{
+    static const uint8_t ccs[] = {TLS_CHANGE_CIPHER_SPEC, 3, 0, 0, 1, 1};
+    *need_more = false;
+    for (size_t i = 0; i < sizeof(ccs) && i < len; i++)
+        if (i != 2 && buf[i] != ccs[i])
+            return 0;
+    if (len < sizeof(ccs)) {
+        *need_more = len > 0;
+        return 0;
+    }
+    return sizeof(ccs);
+}
+
+enum sni_reply sni_server_reply(const uint8_t *buf, size_t len)
+{
+    /* The random of a HelloRetryRequest: SHA-256("HelloRetryRequest"). */
+    static const uint8_t hrr_random[32] = {
+        0xcf, 0x21, 0xad, 0x74, 0xe5, 0x9a, 0x61, 0x11, 0xbe, 0x1d, 0x8c,
+        0x02, 0x1e, 0x65, 0xb8, 0x91, 0xc2, 0xa2, 0x11, 0x16, 0x7a, 0xbb,
+        0x8c, 0x5e, 0x07, 0x9e, 0x09, 0xe2, 0xc8, 0xa8, 0x33, 0x9c,
+    };
+    uint8_t hs[4 + 2 + 32]; /* handshake header, legacy_version, random */
+    size_t have = 0, pos = 0;
+    while (have < sizeof(hs)) {
+        size_t left = len - pos;
+        if (left >= 1 && buf[pos] != TLS_HANDSHAKE)
+            return SNI_REPLY_OTHER;
+        if (left >= 2 && buf[pos + 1] != 3)
+            return SNI_REPLY_OTHER;
+        if (left < TLS_RECORD_HEADER)
+            return SNI_REPLY_NEED_MORE;
+        size_t rlen = be16(buf + pos + 3);
+        if (rlen == 0 || rlen > TLS_MAX_FRAGMENT)
+            return SNI_REPLY_OTHER;
+        size_t flen = left - TLS_RECORD_HEADER < rlen ? left - TLS_RECORD_HEADER : rlen;
+        size_t n = sizeof(hs) - have < flen ? sizeof(hs) - have : flen;
+        memcpy(hs + have, buf + pos + TLS_RECORD_HEADER, n);
+        have += n;
+        if (have >= 1 && hs[0] != TLS_SERVER_HELLO)
+            return SNI_REPLY_OTHER;
+        if (have < sizeof(hs) && flen < rlen)
+            return SNI_REPLY_NEED_MORE;
+        pos += TLS_RECORD_HEADER + rlen;
+    }
+    return memcmp(hs + 6, hrr_random, sizeof(hrr_random)) == 0 ? SNI_REPLY_RETRY : SNI_REPLY_OTHER;
 }

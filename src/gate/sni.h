@@ -7,12 +7,15 @@
  * any minor: servers accept legacy record versions they do not know),
  * bounded to SNI_MAX_HELLO bytes of handshake message, and bounds-checks
  * every length it walks. The input is TLS as soon as its first record
- * header has a TLS content type (20 to 24) and major version 3: from then on
- * it is a ClientHello or MALFORMED (a leading alert or any other
- * non-handshake record included), never NOT_TLS. */
+ * header is one a TLS server takes: a TLS content type (20 to 24) with major
+ * version 3, or a handshake (22) or alert (21) record with any major version
+ * below 16 (Go's crypto/tls takes those): from then on it is a ClientHello
+ * or MALFORMED (a leading alert or any other non-handshake record included),
+ * never NOT_TLS. */
 #ifndef SLUICE_GATE_SNI_H
 #define SLUICE_GATE_SNI_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,8 +36,27 @@ enum sni_result {
  * <*name_len> (without the NUL). A name that does not fit <name_cap> - 1 is
  * SNI_MALFORMED: pass SNI_NAME_MAX + 1 bytes. NEED_MORE is only returned for
  * a prefix that is valid so far: a prefix of a FOUND/ABSENT input is never
- * MALFORMED. Bytes after the ClientHello are ignored. */
+ * MALFORMED. The ClientHello must end where its last record ends (RFC 8446
+ * 5.1; else MALFORMED); on FOUND and ABSENT <*used> is the length of the
+ * records that carry it (0 otherwise). Bytes after them are ignored. */
 enum sni_result sni_parse(const uint8_t *buf, size_t len, char *name, size_t name_cap,
-                          size_t *name_len);
+                          size_t *name_len, size_t *used);
+
+/* The length of the change_cipher_spec record (20 3.x 0 1 1) at the start
+ * of <buf>, which a TLS 1.3 client may send before its second ClientHello
+ * (RFC 8446 D.4); 0 when there is none, with <*need_more> set when the
+ * <len> bytes may be the start of one. */
+size_t sni_skip_ccs(const uint8_t *buf, size_t len, bool *need_more);
+
+enum sni_reply {
+    SNI_REPLY_NEED_MORE, /* a prefix of a ServerHello record */
+    SNI_REPLY_RETRY,     /* a HelloRetryRequest: a second ClientHello follows */
+    SNI_REPLY_OTHER,     /* a ServerHello, or anything else */
+};
+
+/* Tells whether the first bytes a server answered a ClientHello with are a
+ * HelloRetryRequest (RFC 8446 4.1.3: a ServerHello whose random is
+ * SHA-256("HelloRetryRequest")), gathered over handshake records. */
+enum sni_reply sni_server_reply(const uint8_t *buf, size_t len);
 
 #endif

@@ -708,3 +708,180 @@ def test_connect_tls13_client_allowed(gateway, net):
     ev, end = gw.decided(method="CONNECT")
     assert ev["decision"] == "allow" and end["status"] == 200
     assert net.tls.sni == ["tls.example.test"]
+
+
+def test_sni_record_version_below_3_hello_refused(gateway, net):
+    # Go's crypto/tls (Caddy, Traefik) takes a first handshake record of any
+    # version below 0x1000: a ClientHello naming another host in a record of
+    # version 0.1 or 2.1 is TLS, its name checked, not passed as "not TLS"
+    _, _, _, hello = _ssl_hello("evil.example.test")
+    for version in (b"\x00\x01", b"\x02\x01", b"\x0f\xff"):
+        gw = gateway(net.policy([tls_rule(net)]))
+        net.tls.clear()
+        _send_refused(gw, net, hello[:1] + version + hello[3:])
+        gw.stop()
+
+
+def test_sni_alert_version_0_before_hello_refused(gateway, net):
+    # Go skips a warning alert of any version below 0x1000 before the
+    # ClientHello: such a record in front of the hello fails closed too
+    gw = gateway(net.policy([tls_rule(net)]))
+    _, _, _, hello = _ssl_hello("evil.example.test")
+    _send_refused(gw, net, bytes([21, 0, 0, 0, 2, 1, 90]) + hello)
+
+
+def test_sni_record_version_below_3_matching_name_allowed(gateway, net):
+    # the same record versions with the target's name: checked and let through
+    gw = gateway(net.policy([tls_rule(net)]))
+    _, _, _, hello = _ssl_hello("tls.example.test")
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    try:
+        assert t.status == 200
+        t.sock.sendall(hello[:1] + b"\x02\x01" + hello[3:])
+        t.sock.settimeout(10)
+        recv_until_close(t.sock)  # OpenSSL refuses the record version itself
+    except OSError:
+        pass
+    finally:
+        t.close()
+    ev, _ = gw.decided(method="CONNECT")
+    assert ev["decision"] == "allow" and ev["reason"] is None, ev
+
+
+# --- a second ClientHello, after a HelloRetryRequest --------------------------
+
+def _split_hello(rec):
+    """(the ClientHello body up to its extensions, [[type, data], ...]) of a
+    one-record ClientHello."""
+    body = rec[9:]
+    p = 34
+    p += 1 + body[p]
+    p += 2 + struct.unpack(">H", body[p:p + 2])[0]
+    p += 1 + body[p]
+    head = body[:p]
+    end = p + 2 + struct.unpack(">H", body[p:p + 2])[0]
+    p += 2
+    exts = []
+    while p < end:
+        t, n = struct.unpack(">HH", body[p:p + 4])
+        exts.append([t, body[p + 4:p + 4 + n]])
+        p += 4 + n
+    return head, exts
+
+
+def _join_hello(head, exts):
+    e = b"".join(struct.pack(">HH", t, len(d)) + d for t, d in exts)
+    body = head + struct.pack(">H", len(e)) + e
+    hs = b"\x01" + struct.pack(">I", len(body))[1:] + body
+    return b"\x16\x03\x01" + struct.pack(">H", len(hs)) + hs
+
+
+_CCS = bytes([20, 3, 3, 0, 1, 1])
+
+
+def _hrr_hellos(first, second):
+    """A TLS 1.3 ClientHello for <first> with no key share (the server must
+    answer with a HelloRetryRequest), and a second one for <second> that
+    OpenSSL takes after it (the same legacy_session_id, an x25519 share)."""
+    h1, e1 = _split_hello(_ssl_hello(first)[3])
+    for e in e1:
+        if e[0] == 51:  # key_share: no client_shares
+            e[1] = b"\x00\x00"
+    h2, e2 = _split_hello(_ssl_hello(second)[3])
+    h2 = h2[:34] + h1[34:35 + h1[34]] + h2[35 + h2[34]:]
+    return _join_hello(h1, e1), _join_hello(h2, e2)
+
+
+def _read_hrr(sock):
+    """The server's HelloRetryRequest (one record), read from <sock>."""
+    sock.settimeout(10)
+    got = b""
+    while len(got) < 5 or len(got) < 5 + struct.unpack(">H", got[3:5])[0]:
+        d = sock.recv(4096)
+        assert d, "closed before the HelloRetryRequest: %r" % got
+        got += d
+    assert got[0] == 22 and got[5] == 2, got[:6]
+    assert got[11:43] == bytes.fromhex(
+        "cf21ad74e59a6111be1d8c021e65b891c2a211167abb8c5e079e09e2c8a8339c"), "not a HRR"
+    return got
+
+
+def test_sni_second_hello_after_hello_retry_request_refused(gateway, net):
+    # the first ClientHello names the target and gets a HelloRetryRequest;
+    # the second names another host: OpenSSL (nginx's SNI callback) takes
+    # its name, so it is checked like the first
+    gw = gateway(net.policy([tls_rule(net)]))
+    net.tls.clear()
+    ch1, ch2 = _hrr_hellos("tls.example.test", "evil.example.test")
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    try:
+        assert t.status == 200
+        t.sock.sendall(ch1)
+        _read_hrr(t.sock)
+        try:
+            t.sock.sendall(_CCS + ch2)
+        except OSError:
+            pass
+        t.sock.settimeout(10)
+        try:
+            while t.sock.recv(65536):
+                pass
+        except OSError:
+            pass
+    finally:
+        t.close()
+    ev, end = gw.decided(method="CONNECT")
+    time.sleep(0.2)
+    assert "evil.example.test" not in net.tls.sni, net.tls.sni
+    assert net.tls.sni == ["tls.example.test"]
+    assert ev["decision"] == "deny" and ev["reason"] == "sni_mismatch", ev
+    assert end["bytes_up"] == len(ch1), end
+
+
+def test_sni_second_hello_sent_with_the_first_refused(gateway, net):
+    # both hellos at once: the second waits until the server has answered
+    # the first, and is checked once that answer is a HelloRetryRequest
+    gw = gateway(net.policy([tls_rule(net)]))
+    net.tls.clear()
+    ch1, ch2 = _hrr_hellos("tls.example.test", "evil.example.test")
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    try:
+        assert t.status == 200
+        t.sock.sendall(ch1 + _CCS + ch2)
+        t.sock.settimeout(10)
+        try:
+            while t.sock.recv(65536):
+                pass
+        except OSError:
+            pass
+    finally:
+        t.close()
+    ev, end = gw.decided(method="CONNECT")
+    time.sleep(0.2)
+    assert "evil.example.test" not in net.tls.sni, net.tls.sni
+    assert ev["decision"] == "deny" and ev["reason"] == "sni_mismatch", ev
+
+
+def test_connect_hello_retry_request_allowed(gateway, net):
+    # a real HelloRetryRequest (the server takes P-256 only, Python's client
+    # offers an x25519 share first): the handshake completes through the
+    # gateway and both hellos name the target
+    with UpstreamTLS("127.0.0.7", net.cert, net.key) as srv:
+        srv.ctx.set_ecdh_curve("prime256v1")
+        gw = gateway(net.policy([{"host": "tls.example.test", "ports": [srv.port], "tier": 1}],
+                                static_extra={"tls.example.test": "127.0.0.7"}))
+        t = connect(gw, "tls.example.test:%d" % srv.port)
+        assert t.status == 200, t.text
+        ctx = client_ctx(net)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+        tls = ctx.wrap_socket(t.sock, server_hostname="tls.example.test")
+        try:
+            tls.sendall(b"GET /hrr HTTP/1.1\r\nHost: tls.example.test\r\n\r\n")
+            data = recv_until_close(tls)
+        finally:
+            tls.close()
+        assert data.startswith(b"HTTP/1.1 200 OK") and data.endswith(UpstreamTLS.BODY)
+        assert srv.sni == ["tls.example.test", "tls.example.test"], srv.sni
+    ev, end = gw.decided(method="CONNECT")
+    assert ev["decision"] == "allow" and end["status"] == 200
+    assert end["bytes_up"] > 500 and end["bytes_down"] > len(data), end

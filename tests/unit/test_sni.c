@@ -47,14 +47,20 @@ static void put24(struct bytes *o, size_t v)
     put16(o, v & 0xffff);
 }
 
+static size_t last_used; /* sni_parse's <used> in the last run() */
+
 /* Runs sni_parse on an exact-size copy of <b>. */
 static enum sni_result run(const uint8_t *b, size_t n, char *name, size_t cap, size_t *len)
 {
     uint8_t *c = malloc(n ? n : 1);
     assert_non_null(c);
     memcpy(c, b, n);
-    enum sni_result r = sni_parse(c, n, name, cap, len);
+    enum sni_result r = sni_parse(c, n, name, cap, len, &last_used);
     free(c);
+    if (r != SNI_FOUND && r != SNI_ABSENT)
+        assert_int_equal(last_used, 0);
+    else
+        assert_true(last_used > 0 && last_used <= n);
     return r;
 }
 
@@ -242,8 +248,11 @@ static void test_not_tls(void **state)
         {"\x13\x03\x03\x00\x01X", 6},        /* type 19: not a TLS type */
         {"\x19\x03\x03\x00\x01X", 6},        /* type 25 */
         {"\x17\x02", 2},                     /* application_data, version 2.x */
-        {"\x15\x04\x03\x00\x02\x02\x28", 7}, /* an alert, version 4.3 */
-        {"\x16\x02", 2},
+        {"\x14\x00", 2},                     /* change_cipher_spec, version 0.x */
+        {"\x18\x0f", 2},                     /* heartbeat, version 15.x */
+        {"\x15\x10\x03\x00\x02\x02\x28", 7}, /* an alert, version 16.3 */
+        {"\x16\x10", 2},                     /* a handshake, version 16.x */
+        {"\x16\xff", 2},
     };
     char name[SNI_NAME_MAX + 1];
     size_t len;
@@ -273,6 +282,9 @@ static void test_not_tls(void **state)
         {"\x15\x03", 2},                         /* an alert's header, cut */
         {"\x17\x03\x03\x00\x01X", 6},            /* application_data */
         {"\x18\x03\x07\x00\x03\x01\x00\x00", 8}, /* heartbeat, version 3.7 */
+        {"\x15\x04\x03\x00\x02\x02\x28", 7},     /* an alert, version 4.3 (Go takes it) */
+        {"\x15\x00\x00\x00\x02\x01\x5a", 7},     /* a warning alert, version 0.0 */
+        {"\x16\x02\x00\x00\x00", 5},             /* a zero-length handshake, version 2.0 */
     };
     for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++)
         assert_int_equal(run((const uint8_t *)other[i].b, other[i].n, name, sizeof(name), &len),
@@ -281,7 +293,8 @@ static void test_not_tls(void **state)
         assert_int_equal(run(&t, 1, name, sizeof(name), &len), SNI_NEED_MORE);
 }
 
-/* A ClientHello in records of any version 3.x is parsed and its name found;
+/* A ClientHello in records of any version 3.x (the first record also 0.x to
+ * 15.x, as Go takes) is parsed and its name found;
  * a hello behind a leading alert record is MALFORMED, not skipped. */
 static void test_record_versions(void **state)
 {
@@ -300,6 +313,22 @@ static void test_record_versions(void **state)
         for (size_t off = 0; off < out.n; off += 5 + 50)
             out.b[off + 2] = (uint8_t)minors[i];
         expect_found(&out, "evil.test");
+    }
+    /* Go's crypto/tls takes a first handshake record of any version below
+     * 0x1000: such a record is TLS and its name found, not NOT_TLS. Later
+     * records must still be 3.x. */
+    static const unsigned majors[] = {0, 1, 2, 4, 9, 15};
+    for (size_t i = 0; i < sizeof(majors) / sizeof(majors[0]); i++) {
+        records(&msg, 16384, &out);
+        out.b[1] = (uint8_t)majors[i];
+        out.b[2] = 1;
+        expect_found(&out, "evil.test");
+        prefixes_need_more(&out);
+        records(&msg, 50, &out);
+        out.b[1] = (uint8_t)majors[i];
+        expect_found(&out, "evil.test");
+        out.b[5 + 50 + 1] = (uint8_t)majors[i];
+        expect_result(&out, SNI_MALFORMED);
     }
     /* The captured real hello behind a warning alert, and behind a
      * change_cipher_spec record. */
@@ -524,12 +553,128 @@ static void test_malformed(void **state)
     expect_result(&m, SNI_MALFORMED);
 }
 
+/* The records a ClientHello takes are its <used>; a hello that does not end
+ * where its record ends is MALFORMED (RFC 8446 5.1: nothing may ride
+ * behind it, such as a second ClientHello). */
+static void test_used_and_record_boundary(void **state)
+{
+    (void)state;
+    char name[SNI_NAME_MAX + 1];
+    size_t len;
+    ext.n = 0;
+    ext_sni(&ext, "a.test", 6);
+    hello(&ext, &msg);
+    records(&msg, 16384, &out);
+    size_t whole = out.n;
+    static const char tail[] = "\x14\x03\x03\x00\x01\x01\x16\x03\x01";
+    put(&out, tail, sizeof(tail) - 1);
+    expect_found(&out, "a.test");
+    assert_int_equal(last_used, whole);
+    records(&msg, 7, &out);
+    whole = out.n;
+    put(&out, tail, sizeof(tail) - 1);
+    expect_found(&out, "a.test");
+    assert_int_equal(last_used, whole);
+    build(NULL, &out);
+    assert_int_equal(run(out.b, out.n, name, sizeof(name), &len), SNI_ABSENT);
+    assert_int_equal(last_used, out.n);
+
+    /* One more byte in the hello's record, whole or cut after the hello. */
+    records(&msg, 16384, &out);
+    out.b[4]++;
+    put8(&out, 0x01);
+    expect_result(&out, SNI_MALFORMED);
+    out.n--;
+    expect_result(&out, SNI_MALFORMED);
+    /* A second ClientHello in the same record. */
+    struct bytes two = {.n = 0};
+    put(&two, msg.b, msg.n);
+    put(&two, msg.b, msg.n);
+    records(&two, 16384, &out);
+    expect_result(&out, SNI_MALFORMED);
+}
+
+static void test_skip_ccs(void **state)
+{
+    (void)state;
+    bool more;
+    static const uint8_t ccs[] = {20, 3, 3, 0, 1, 1, 22, 3, 1};
+    assert_int_equal(sni_skip_ccs(ccs, sizeof(ccs), &more), 6);
+    assert_false(more);
+    for (size_t n = 1; n < 6; n++) {
+        assert_int_equal(sni_skip_ccs(ccs, n, &more), 0);
+        assert_true(more);
+    }
+    assert_int_equal(sni_skip_ccs(ccs, 0, &more), 0);
+    assert_false(more);
+    static const uint8_t others[][6] = {
+        {22, 3, 1, 0, 1, 1}, /* a handshake record */
+        {20, 3, 3, 0, 2, 1}, /* a longer change_cipher_spec */
+        {20, 3, 3, 0, 1, 2}, /* another value */
+        {20, 2, 3, 0, 1, 1},
+    };
+    for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
+        assert_int_equal(sni_skip_ccs(others[i], 6, &more), 0);
+        assert_false(more);
+    }
+}
+
+/* A server's answer: a HelloRetryRequest, whole or over records of 1 and 5
+ * bytes, is RETRY and every prefix NEED_MORE; a ServerHello, an alert or
+ * anything else is OTHER. */
+static void test_server_reply(void **state)
+{
+    (void)state;
+    static const uint8_t hrr_random[32] = {
+        0xcf, 0x21, 0xad, 0x74, 0xe5, 0x9a, 0x61, 0x11, 0xbe, 0x1d, 0x8c,
+        0x02, 0x1e, 0x65, 0xb8, 0x91, 0xc2, 0xa2, 0x11, 0x16, 0x7a, 0xbb,
+        0x8c, 0x5e, 0x07, 0x9e, 0x09, 0xe2, 0xc8, 0xa8, 0x33, 0x9c,
+    };
+    struct bytes sh = {.n = 0}, body = {.n = 0};
+    put16(&body, 0x0303);
+    put(&body, hrr_random, 32);
+    put8(&body, 0);
+    put16(&body, 0x1301);
+    put8(&body, 0);
+    put16(&body, 6);
+    put16(&body, 51); /* key_share: x25519 */
+    put16(&body, 2);
+    put16(&body, 0x001d);
+    put8(&sh, 2);
+    put24(&sh, body.n);
+    put(&sh, body.b, body.n);
+    static const size_t frags[] = {1, 5, 16384};
+    for (size_t f = 0; f < 3; f++) {
+        records(&sh, frags[f], &out);
+        size_t need = 38 + (38 + frags[f] - 1) / frags[f] * 5; /* to the random's end */
+        assert_int_equal(sni_server_reply(out.b, out.n), SNI_REPLY_RETRY);
+        for (size_t n = 0; n < need; n++)
+            assert_int_equal(sni_server_reply(out.b, n), SNI_REPLY_NEED_MORE);
+        assert_int_equal(sni_server_reply(out.b, need), SNI_REPLY_RETRY);
+    }
+    struct bytes m = out;
+    m.b[5 + 4 + 2 + 31] ^= 1; /* another random: a ServerHello */
+    assert_int_equal(sni_server_reply(m.b, m.n), SNI_REPLY_OTHER);
+    m = out;
+    m.b[5] = 1; /* not a ServerHello */
+    assert_int_equal(sni_server_reply(m.b, m.n), SNI_REPLY_OTHER);
+    m = out;
+    m.b[1] = 2; /* record version 2.x */
+    assert_int_equal(sni_server_reply(m.b, m.n), SNI_REPLY_OTHER);
+    static const uint8_t alert[] = {21, 3, 3, 0, 2, 2, 40};
+    assert_int_equal(sni_server_reply(alert, sizeof(alert)), SNI_REPLY_OTHER);
+    assert_int_equal(sni_server_reply((const uint8_t *)"SSH-2.0-x\r\n", 11), SNI_REPLY_OTHER);
+    static const uint8_t empty[] = {22, 3, 3, 0, 0, 2};
+    assert_int_equal(sni_server_reply(empty, sizeof(empty)), SNI_REPLY_OTHER);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_captures),        cmocka_unit_test(test_not_tls),
         cmocka_unit_test(test_record_versions), cmocka_unit_test(test_built_found_and_absent),
-        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_malformed),       cmocka_unit_test(test_used_and_record_boundary),
+        cmocka_unit_test(test_skip_ccs),        cmocka_unit_test(test_server_reply),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
