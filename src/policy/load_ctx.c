@@ -302,8 +302,21 @@ bool load_require_key(struct load_ctx *c, const struct ynode **vals, size_t idx,
 int load_parse_cidr_node(struct load_ctx *c, const struct ynode *n, const char *s, struct cidr *out)
 {
     int rc = cidr_parse(s, out);
-    if (rc == 0)
+    if (rc == 0) {
+        /* IPv4 is matched in its v4-mapped form, ::ffff:0:0/96: an IPv6
+         * prefix that holds it ("::/0", "::/1") covers every IPv4 address
+         * too, 169.254.169.254 and RFC 1918 included, which its author
+         * most likely did not mean. */
+        struct ipaddr v4;
+        ipaddr_from_v4(&v4, 0);
+        if (strchr(s, ':') != NULL && out->prefix < 96 && cidr_contains(out, &v4))
+            load_warn(c, n->line,
+                      "'%s' also covers every IPv4 address (IPv4 is matched as "
+                      "::ffff:0:0/96); list IPv4 ranges on their own, or use a narrower "
+                      "IPv6 prefix such as 2000::/3",
+                      load_show(c, s));
         return 0;
+    }
     if (rc == -2)
         load_err(c, n->line, "invalid CIDR '%s': host bits set below the prefix", load_show(c, s));
     else

@@ -171,6 +171,19 @@ def test_expiring_grant_warns_but_passes(sluice_bin, tmp_path):
     assert "warning:" in r.stdout
 
 
+def test_ipv6_range_that_holds_all_of_ipv4_warns(sluice_bin, tmp_path):
+    # IPv4 is matched as ::ffff:a.b.c.d: "::/0" in allow_ranges opens
+    # 169.254.169.254 and RFC 1918 as well; a narrower IPv6 range does not
+    pol = "version: 1\nrules:\n  - {host: a.example.test, tier: 0}\nnetwork:\n"
+    path = write(tmp_path, pol + '  allow_ranges: ["::/0"]\n')
+    r = run(sluice_bin, "check", path, "--now", NOW)
+    assert r.returncode == 0
+    assert ":5: network.allow_ranges[0]: '::/0' also covers every IPv4 address" in r.stdout
+    path = write(tmp_path, pol + '  allow_ranges: ["2000::/3", "fd00::/8"]\n')
+    r = run(sluice_bin, "check", path, "--now", NOW)
+    assert r.returncode == 0 and "warning:" not in r.stdout, r.stdout
+
+
 def test_warn_days_default_comes_from_the_policy(sluice_bin, tmp_path):
     path = write(tmp_path, GOOD + "alerts:\n  expiry_warn_days: 40\n")
     r = run(sluice_bin, "check", path, "--now", "2026-11-25")  # 36 days left

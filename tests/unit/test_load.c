@@ -376,6 +376,21 @@ static void test_network_and_days(void **state)
     "unless listed; add \"default\" to the list to keep them"
     expect_warning(V R "network: {deny_ranges: [], allow_ranges: []}\n", "p.yaml:5: " OPEN_RANGES);
     expect_warning(V R "network:\n  deny_ranges: [10.0.0.0/8]\n", "p.yaml:6: " OPEN_RANGES);
+    /* An IPv6 prefix that holds ::ffff:0:0/96 covers all of IPv4 too:
+     * warned wherever a CIDR is read; narrower ones, IPv4 ones and the
+     * mapped range written as such are not. */
+#define ALL_V4(s)                                                                                  \
+    "'" s "' also covers every IPv4 address (IPv4 is matched as ::ffff:0:0/96); list IPv4 "       \
+    "ranges on their own, or use a narrower IPv6 prefix such as 2000::/3"
+    expect_warning(V R "network: {deny_ranges: default, allow_ranges: [\"::/0\"]}\n",
+                   "p.yaml:5: network.allow_ranges[0]: " ALL_V4("::/0"));
+    expect_warning(V "rules:\n  - {cidr: \"::/1\", tier: 0}\n",
+                   "p.yaml:3: rules[0].cidr: " ALL_V4("::/1"));
+    expect_warning(V "agents:\n  - {id: a, sources: [\"0::/64\"]}\n" R,
+                   "p.yaml:3: agents[0].sources[0]: " ALL_V4("0::/64"));
+    p = expect_clean(V R "network: {deny_ranges: default, allow_ranges: [\"2000::/3\", "
+                         "\"::ffff:0:0/96\", \"::/96\", 0.0.0.0/0]}\n");
+    policy_free(p);
 
     p = expect_clean(V R "alerts: {off_hours: {hours: \"00:00-24:00\", days: \"Mon,Wed,Fri\"}}\n");
     assert_int_equal(p->alerts.off_hours.days_mask, 0x15);
