@@ -380,7 +380,7 @@ static void test_network_and_days(void **state)
      * warned wherever a CIDR is read; narrower ones, IPv4 ones and the
      * mapped range written as such are not. */
 #define ALL_V4(s)                                                                                  \
-    "'" s "' also covers every IPv4 address (IPv4 is matched as ::ffff:0:0/96); list IPv4 "       \
+    "'" s "' also covers every IPv4 address (IPv4 is matched as ::ffff:0:0/96); list IPv4 "        \
     "ranges on their own, or use a narrower IPv6 prefix such as 2000::/3"
     expect_warning(V R "network: {deny_ranges: default, allow_ranges: [\"::/0\"]}\n",
                    "p.yaml:5: network.allow_ranges[0]: " ALL_V4("::/0"));
