@@ -358,8 +358,8 @@ class _ResettingServer(LoopbackServer):
 
 def test_peeked_bytes_count_once_the_upstream_took_them(gateway, net):
     # the upstream resets the connection as soon as it accepts it; the
-    # client's first bytes (not TLS, let through after the peek) could not
-    # be sent, and the end line does not say they were
+    # client's first bytes (neither TLS nor HTTP, let through after the
+    # peek) could not be sent, and the end line does not say they were
     with _ResettingServer("127.0.0.7") as srv:
         gw = gateway(net.policy([{"host": "rst.example.test", "ports": [srv.port], "tier": 0}],
                                 static_extra={"rst.example.test": "127.0.0.7"}))
@@ -368,7 +368,7 @@ def test_peeked_bytes_count_once_the_upstream_took_them(gateway, net):
             assert c.status == 200
             poll(lambda: srv.accepted == 1, timeout=5, what="the upstream's accept")
             time.sleep(0.3)  # the reset is in
-            c.sock.sendall(b"x" * 10000)
+            c.sock.sendall(b"\x00" + b"x" * 9999)
             try:
                 recv_until_close(c.sock)
             except OSError:
