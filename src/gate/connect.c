@@ -21,6 +21,17 @@
  * ClientHello, and a server takes the server_name of that one anew
  * (OpenSSL does), so it is peeked and judged as the first was, a
  * change_cipher_spec record before it allowed, and anything else refused.
+ * First bytes that are not TLS but start like an HTTP/1.x request
+ * (peek_http.h says precisely when) are waited for, within the same window
+ * and PEEK_MAX, until the request head is complete: a Host header or
+ * absolute-form target naming another host or port than the CONNECT
+ * target is refused as host_mismatch (on a shared front the Host header
+ * picks the site), and so is, failing closed, a head still incomplete when
+ * the window closes, when PEEK_MAX bytes have arrived or when the client
+ * ends its side, or one that cannot be checked. Only the first request is
+ * seen: later ones in the same tunnel are not. Bytes that are neither
+ * (binary protocols) pass as before. After a HelloRetryRequest only a
+ * ClientHello may follow.
  * Only then is the agent_egress event published and the rest forwarded;
  * the tunnel is then opaque (tunnel.c). */
 #include <stdbool.h>
@@ -33,6 +44,7 @@
 
 #include "gate/conn.h"
 #include "gate/gateway.h"
+#include "gate/peek_http.h"
 #include "gate/progress.h"
 #include "gate/sni.h"
 #include "gate/stream.h"
@@ -180,11 +192,30 @@ void connect_start(struct conn *c)
 }
 
 enum peek_verdict {
-    PEEK_WAIT,   /* a valid prefix: read more while the window is open */
-    PEEK_PASS,   /* not TLS, or nothing: the tunnel follows */
-    PEEK_HELLO,  /* a ClientHello without server_name or with the target's */
-    PEEK_REFUSE, /* another name, or a TLS handshake that could not be checked */
+    PEEK_WAIT,        /* a valid prefix: read more while the window is open */
+    PEEK_PASS,        /* neither TLS nor HTTP, nothing, or a request naming the target */
+    PEEK_HELLO,       /* a ClientHello without server_name or with the target's */
+    PEEK_REFUSE,      /* another name, or a TLS handshake that could not be checked */
+    PEEK_REFUSE_HOST, /* an HTTP request naming another host, or one that could not be checked */
 };
+
+/* The first bytes are not TLS: judges them as an HTTP/1.x request head
+ * (peek_http.h), which must name the target. */
+static enum peek_verdict peek_judge_http(const struct conn *c, const char *buf, size_t len,
+                                         bool final)
+{
+    const char *why = NULL;
+    switch (peek_http_judge(buf, len, PEEK_MAX, &c->ex.target, c->ex.port, &why)) {
+    case PEEK_HTTP_NOT_HTTP:
+    case PEEK_HTTP_MATCH:
+        return PEEK_PASS;
+    case PEEK_HTTP_NEED_MORE:
+        return final ? PEEK_REFUSE_HOST : PEEK_WAIT;
+    case PEEK_HTTP_MISMATCH:
+    default:
+        return PEEK_REFUSE_HOST;
+    }
+}
 
 /* Judges the first <len> bytes the client sent, or after a
  * HelloRetryRequest the bytes that must carry its second ClientHello;
@@ -216,7 +247,8 @@ static enum peek_verdict peek_judge(const struct conn *c, const char *buf, size_
     *used = skip + hello_len;
     switch (r) {
     case SNI_NOT_TLS:
-        return c->hello_retried ? PEEK_REFUSE : PEEK_PASS;
+        /* After a HelloRetryRequest only a ClientHello may follow. */
+        return c->hello_retried ? PEEK_REFUSE : peek_judge_http(c, buf, len, final);
     case SNI_ABSENT:
         return PEEK_HELLO;
     case SNI_NEED_MORE:
@@ -351,9 +383,10 @@ void connect_on_client_read(struct conn *c)
     if (v == PEEK_WAIT)
         return; /* wait for more, until the window closes */
     evtimer_del(c->timer);
-    if (v == PEEK_REFUSE) {
+    if (v == PEEK_REFUSE || v == PEEK_REFUSE_HOST) {
         connect_settle(c); /* a first ClientHello that went up */
-        if (conn_gate_denies(c, REASON_SNI_MISMATCH, false))
+        if (conn_gate_denies(c, v == PEEK_REFUSE ? REASON_SNI_MISMATCH : REASON_HOST_MISMATCH,
+                             false))
             return;
     }
     if (v == PEEK_HELLO)

@@ -8,8 +8,10 @@ import subprocess
 import threading
 import time
 
+import pytest
+
 from conftest import DEAD_IP
-from gate_client import (ANY, assert_denied, connect, curl, open_conn, poll, read_head,
+from gate_client import (ANY, api_rule, assert_denied, connect, curl, open_conn, poll, read_head,
                          recv_until_close)
 from gate_servers import BannerServer, LoopbackServer, UpstreamTLS
 
@@ -356,8 +358,8 @@ class _ResettingServer(LoopbackServer):
 
 def test_peeked_bytes_count_once_the_upstream_took_them(gateway, net):
     # the upstream resets the connection as soon as it accepts it; the
-    # client's first bytes (not TLS, let through after the peek) could not
-    # be sent, and the end line does not say they were
+    # client's first bytes (neither TLS nor HTTP, let through after the
+    # peek) could not be sent, and the end line does not say they were
     with _ResettingServer("127.0.0.7") as srv:
         gw = gateway(net.policy([{"host": "rst.example.test", "ports": [srv.port], "tier": 0}],
                                 static_extra={"rst.example.test": "127.0.0.7"}))
@@ -366,7 +368,7 @@ def test_peeked_bytes_count_once_the_upstream_took_them(gateway, net):
             assert c.status == 200
             poll(lambda: srv.accepted == 1, timeout=5, what="the upstream's accept")
             time.sleep(0.3)  # the reset is in
-            c.sock.sendall(b"x" * 10000)
+            c.sock.sendall(b"\x00" + b"x" * 9999)
             try:
                 recv_until_close(c.sock)
             except OSError:
@@ -885,3 +887,219 @@ def test_connect_hello_retry_request_allowed(gateway, net):
     ev, end = gw.decided(method="CONNECT")
     assert ev["decision"] == "allow" and end["status"] == 200
     assert end["bytes_up"] > 500 and end["bytes_down"] > len(data), end
+
+
+# --- plain HTTP as a tunnel's first bytes: the Host check ---------------------
+
+def _api_tunnel(gw, net):
+    t = connect(gw, "api.example.test:%d" % net.api.port)
+    assert t.status == 200, t.text
+    return t
+
+
+def _assert_host_refused(gw, net, t):
+    """The tunnel <t> is closed with nothing relayed, the refusal logged as
+    host_mismatch, and no request reached the api upstream."""
+    t.sock.settimeout(10)
+    t0 = time.monotonic()
+    try:
+        got = recv_until_close(t.sock)
+    except OSError:
+        got = b""
+    assert got == b"", got
+    assert time.monotonic() - t0 < 8, "the tunnel was not closed"
+    ev, end = gw.decided(method="CONNECT")
+    assert ev["decision"] == "deny" and ev["reason"] == "host_mismatch", ev
+    assert ev["host"] == "api.example.test" and ev["port"] == net.api.port
+    assert end["bytes_up"] == 0, end
+    time.sleep(0.2)
+    assert net.api.requests == [], net.api.requests
+
+
+# (name, head): %(port)d is the api upstream's port
+_MISMATCHED_HEADS = [
+    ("other_host", b"GET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"),
+    ("other_host_v10", b"GET / HTTP/1.0\r\nHost: evil.example.test\r\n\r\n"),
+    ("other_port", b"GET / HTTP/1.1\r\nHost: api.example.test:1\r\n\r\n"),
+    ("two_hosts", b"GET / HTTP/1.1\r\nHost: api.example.test\r\nHost: evil.example.test\r\n\r\n"),
+    ("two_hosts_same", b"GET / HTTP/1.1\r\nHost: api.example.test\r\nHOST: api.example.test\r\n"
+                       b"\r\n"),
+    ("absolute_other_host", b"GET http://evil.example.test/ HTTP/1.1\r\n"
+                            b"Host: api.example.test\r\n\r\n"),
+    ("absolute_other_host_v10", b"GET http://evil.example.test/ HTTP/1.0\r\n\r\n"),
+    ("absolute_other_port", b"GET http://api.example.test:1/ HTTP/1.1\r\n"
+                            b"Host: api.example.test\r\n\r\n"),
+    ("connect_other_host", b"CONNECT evil.example.test:443 HTTP/1.1\r\n"
+                           b"Host: evil.example.test:443\r\n\r\n"),
+    ("no_host_v11", b"GET / HTTP/1.1\r\nAccept: */*\r\n\r\n"),
+    ("leading_crlf", b"\r\n\r\nGET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"),
+    ("lower_case_method", b"get / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"),
+    ("bare_lf", b"GET / HTTP/1.1\nHost: evil.example.test\n\n"),
+    ("version_1_2", b"GET / HTTP/1.2\r\nHost: evil.example.test\r\n\r\n"),
+    ("host_userinfo", b"GET / HTTP/1.1\r\nHost: api.example.test@evil.example.test\r\n\r\n"),
+    ("obs_fold", b"GET / HTTP/1.1\r\nHost: evil.example.test\r\nX: a\r\n b\r\n\r\n"),
+]
+
+
+@pytest.mark.parametrize("head", [h for _, h in _MISMATCHED_HEADS],
+                         ids=[n for n, _ in _MISMATCHED_HEADS])
+def test_tunnel_http_host_mismatch_refused(gateway, net, head):
+    # a plain HTTP request as the tunnel's first bytes naming (or that may
+    # name) another host than the CONNECT target: on a shared front its Host
+    # picks another site, so it is refused like a ClientHello naming one
+    gw = gateway(net.policy([api_rule(net)]))
+    t = _api_tunnel(gw, net)
+    try:
+        try:
+            t.sock.sendall(head)
+        except OSError:
+            pass
+        _assert_host_refused(gw, net, t)
+    finally:
+        t.close()
+
+
+@pytest.mark.parametrize("host", ["api.example.test", "api.example.test:%(port)d",
+                                  "API.Example.TEST", "api.example.test.",
+                                  "api.example.test.:%(port)d", "api.example.test:"])
+def test_tunnel_http_target_host_allowed(gateway, net, host):
+    gw = gateway(net.policy([api_rule(net)]))
+    h = (host % {"port": net.api.port}).encode()
+    t = _api_tunnel(gw, net)
+    try:
+        t.sock.sendall(b"GET /inner HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % h)
+        t.sock.settimeout(10)
+        data = recv_until_close(t.sock)
+    finally:
+        t.close()
+    assert data.startswith(b"HTTP/1.1 200 ") and b'"server": "api"' in data, data
+    assert [(q.path, q.header("Host")) for q in net.api.requests] == [("/inner", h.decode())]
+    ev, end = gw.decided(method="CONNECT")
+    assert ev["decision"] == "allow" and ev["reason"] is None, ev
+    assert end["bytes_up"] > 0 and end["bytes_down"] == len(data), end
+
+
+@pytest.mark.parametrize("head", [
+    b"GET http://api.example.test:%(port)d/inner HTTP/1.1\r\nHost: api.example.test\r\n"
+    b"Connection: close\r\n\r\n",
+    b"GET http://API.example.test./inner HTTP/1.0\r\n\r\n",
+    b"GET /inner HTTP/1.0\r\n\r\n",
+], ids=["absolute", "absolute_v10_no_host", "v10_no_host"])
+def test_tunnel_http_other_forms_allowed(gateway, net, head):
+    # an absolute-form target naming the target, and HTTP/1.0 without Host
+    gw = gateway(net.policy([api_rule(net)]))
+    t = _api_tunnel(gw, net)
+    try:
+        t.sock.sendall(head % {b"port": net.api.port})
+        t.sock.settimeout(10)
+        data = recv_until_close(t.sock)
+    finally:
+        t.close()
+    assert b'"server": "api"' in data, data
+    assert len(net.api.requests) == 1 and net.api.requests[0].path.endswith("/inner")
+    ev, _ = gw.decided(method="CONNECT")
+    assert ev["decision"] == "allow" and ev["reason"] is None, ev
+
+
+def test_tunnel_http_head_split_within_window_allowed(gateway, net):
+    # a head sent in three writes within the peek window is waited for
+    gw = gateway(net.policy([api_rule(net)]))
+    t = _api_tunnel(gw, net)
+    try:
+        t.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for piece in (b"GE", b"T /split HTTP/1.1\r\nHo", b"st: api.example.test\r\n"
+                      b"Connection: close\r\n\r\n"):
+            t.sock.sendall(piece)
+            time.sleep(0.1)
+        t.sock.settimeout(10)
+        data = recv_until_close(t.sock)
+    finally:
+        t.close()
+    assert b'"server": "api"' in data, data
+    assert [q.path for q in net.api.requests] == ["/split"]
+
+
+@pytest.mark.parametrize("first", [b"GE", b"GET / HTTP/1.1\r\n",
+                                   b"GET / HTTP/1.1\r\nHost: api.example.test\r\n"],
+                         ids=["method", "request_line", "headers"])
+def test_tunnel_http_head_stalled_past_window_refused(gateway, net, first):
+    # an HTTP-looking start, then the rest (naming another host) after the
+    # peek window: the check fails closed instead of letting it through
+    gw = gateway(net.policy([api_rule(net)]))
+    t = _api_tunnel(gw, net)
+    try:
+        t.sock.sendall(first)
+        time.sleep(1.5)
+        rest = b"GET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"[len(first):]
+        if first.endswith(b"api.example.test\r\n"):
+            rest = b"X-Evil: 1\r\n\r\n"
+        try:
+            t.sock.sendall(rest)
+        except OSError:
+            pass
+        _assert_host_refused(gw, net, t)
+    finally:
+        t.close()
+
+
+def test_tunnel_http_head_cut_by_client_eof_refused(gateway, net):
+    # the client ends its side before its head is complete
+    gw = gateway(net.policy([api_rule(net)]))
+    t = _api_tunnel(gw, net)
+    try:
+        t.sock.sendall(b"GET / HTTP/1.1\r\nHost: api.example.test\r\n")
+        t.sock.shutdown(socket.SHUT_WR)
+        _assert_host_refused(gw, net, t)
+    finally:
+        t.close()
+
+
+@pytest.mark.parametrize("first", [
+    b"SSH-2.0-OpenSSH_9.6\r\n",
+    b"SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13\r\n",
+    b"\x00\x01\x02\xfe\xff binary \x07\r\n",
+    b"A \x00GET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
+    b"EHLO client HTTP\r\n",
+    b"GET /\r\n",
+], ids=["ssh", "ssh_comment", "binary", "token_then_nul", "text_line", "http_0_9"])
+def test_tunnel_non_http_bytes_pass(gateway, net, first):
+    # bytes that are neither TLS nor an HTTP/1.x request line go through as
+    # before, without waiting for the window
+    rules = [{"host": "banner.example.test", "ports": [net.banner.port], "tier": 2}]
+    gw = gateway(net.policy(rules))
+    t = connect(gw, "banner.example.test:%d" % net.banner.port)
+    try:
+        assert t.status == 200
+        t0 = time.monotonic()
+        t.sock.sendall(first)
+        t.sock.settimeout(10)
+        data = recv_until_close(t.sock)
+        took = time.monotonic() - t0
+    finally:
+        t.close()
+    assert data == BannerServer.BANNER + BannerServer.REPLY, data
+    assert took < 0.9, took
+    ev, end = gw.decided(method="CONNECT")
+    assert ev["decision"] == "allow" and ev["reason"] is None, ev
+    assert end["bytes_up"] == len(first), end
+
+
+def test_tunnel_http_host_mismatch_report_mode(gateway, net):
+    # an agent in report mode: logged as report and let through, like SNI
+    agents = [{"id": "watcher", "sources": ["127.0.0.1/32"], "mode": "report"}]
+    gw = gateway(net.policy([api_rule(net)], agents=agents))
+    t = _api_tunnel(gw, net)
+    try:
+        t.sock.sendall(b"GET /fronted HTTP/1.1\r\nHost: evil.example.test\r\n"
+                       b"Connection: close\r\n\r\n")
+        t.sock.settimeout(10)
+        data = recv_until_close(t.sock)
+    finally:
+        t.close()
+    assert b'"server": "api"' in data, data
+    assert [(q.path, q.header("Host")) for q in net.api.requests] == [
+        ("/fronted", "evil.example.test")]
+    ev, end = gw.decided(method="CONNECT")
+    assert ev["decision"] == "report" and ev["reason"] == "host_mismatch", ev
+    assert ev["agent"] == "watcher"
+    assert end["status"] == 200 and end["bytes_down"] == len(data), end

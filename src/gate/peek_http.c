@@ -1,0 +1,166 @@
+/* peek_http: the host a plain HTTP/1.x request at the start of a CONNECT
+ * tunnel names (see peek_http.h). */
+#include "gate/peek_http.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+#include "gate/http1.h"
+
+/* RFC 9110 5.6.2 tchar. */
+static bool is_tchar(unsigned char c)
+{
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
+        return true;
+    return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+/* Whitespace some request-line parser takes as a separator. */
+static bool is_ws(unsigned char c)
+{
+    return c == ' ' || c == '\t' || c == '\v' || c == '\f';
+}
+
+/* A byte no request line carries (before its LF). */
+static bool is_foreign(unsigned char c)
+{
+    return (c < 0x20 && !is_ws(c) && c != '\r') || c == 0x7f;
+}
+
+static bool starts_http(const char *w, size_t n)
+{
+    static const char http[] = "http/";
+    if (n < sizeof(http) - 1)
+        return false;
+    for (size_t i = 0; i < sizeof(http) - 1; i++) {
+        unsigned char c = (unsigned char)w[i];
+        if (c >= 'A' && c <= 'Z')
+            c = (unsigned char)(c + 32);
+        if (c != (unsigned char)http[i])
+            return false;
+    }
+    return true;
+}
+
+enum line_kind {
+    LINE_NEED_MORE,
+    LINE_NOT_HTTP,
+    LINE_HTTP1, /* ends in HTTP/1.0 or HTTP/1.1 */
+    LINE_OTHER_VERSION,
+};
+
+/* Classifies the first line of <buf> (<len> bytes, leading empty lines
+ * already skipped). */
+static enum line_kind first_line(const char *buf, size_t len)
+{
+    size_t j = 0;
+    while (j < len && is_tchar((unsigned char)buf[j]))
+        j++;
+    if (j == len)
+        return LINE_NEED_MORE; /* a method token so far */
+    if (j == 0 || !is_ws((unsigned char)buf[j]))
+        return LINE_NOT_HTTP;
+    size_t k = j + 1;
+    while (k < len && buf[k] != '\n') {
+        if (is_foreign((unsigned char)buf[k]))
+            return LINE_NOT_HTTP;
+        k++;
+    }
+    if (k == len)
+        return LINE_NEED_MORE;
+    size_t e = k; /* the LF */
+    while (e > j && (is_ws((unsigned char)buf[e - 1]) || buf[e - 1] == '\r'))
+        e--;
+    size_t w = e;
+    while (w > j && !is_ws((unsigned char)buf[w - 1]))
+        w--;
+    const char *word = buf + w;
+    size_t n = e - w;
+    if (!starts_http(word, n))
+        return LINE_NOT_HTTP;
+    if (n == 8 && (memcmp(word, "HTTP/1.0", 8) == 0 || memcmp(word, "HTTP/1.1", 8) == 0))
+        return LINE_HTTP1;
+    return LINE_OTHER_VERSION;
+}
+
+static bool same_host(const char *s, size_t len, const struct host *target)
+{
+    struct host h;
+    const char *ignored;
+    if (host_normalise(s, len, &h, &ignored) < 0)
+        return false;
+    return h.kind == target->kind && strcmp(h.name, target->name) == 0;
+}
+
+/* Checks the parsed head <req> against <target>:<port>. */
+static enum peek_http_result judge_head(const struct http_request *req, const struct host *target,
+                                        uint16_t port, const char **why)
+{
+    if (req->form == TARGET_ABSOLUTE || req->form == TARGET_AUTHORITY) {
+        if (!same_host(req->host, strlen(req->host), target)) {
+            *why = "the request target names another host";
+            return PEEK_HTTP_MISMATCH;
+        }
+        if (req->port_explicit && req->port != port) {
+            *why = "the request target names another port";
+            return PEEK_HTTP_MISMATCH;
+        }
+    }
+    if (req->host_header == NULL)
+        return PEEK_HTTP_MATCH; /* HTTP/1.0: http1.c refuses HTTP/1.1 without Host */
+    const char *h;
+    size_t hlen;
+    uint16_t hport;
+    if (http1_split_host(req->host_header, req->host_header_len, &h, &hlen, &hport) < 0 ||
+        !same_host(h, hlen, target)) {
+        *why = "the Host header names another host";
+        return PEEK_HTTP_MISMATCH;
+    }
+    if (hport != 0 && hport != port) {
+        *why = "the Host header names another port";
+        return PEEK_HTTP_MISMATCH;
+    }
+    return PEEK_HTTP_MATCH;
+}
+
+enum peek_http_result peek_http_judge(const char *buf, size_t len, size_t max_head,
+                                      const struct host *target, uint16_t port, const char **why)
+{
+    size_t lim = len < max_head ? len : max_head;
+    size_t i = 0;
+    /* Empty lines before the request line, and whitespace, which a lax
+     * server may skip too: skipped (a head that starts with whitespace is
+     * then refused by http1.c, not passed). */
+    while (i < lim && (buf[i] == '\r' || buf[i] == '\n' || is_ws((unsigned char)buf[i])))
+        i++;
+    enum line_kind k = i < lim ? first_line(buf + i, lim - i) : LINE_NEED_MORE;
+    switch (k) {
+    case LINE_NOT_HTTP:
+        return PEEK_HTTP_NOT_HTTP;
+    case LINE_OTHER_VERSION:
+        *why = "an HTTP version other than 1.0 and 1.1";
+        return PEEK_HTTP_MISMATCH;
+    case LINE_NEED_MORE:
+        if (len >= max_head) {
+            *why = "no complete request line";
+            return PEEK_HTTP_MISMATCH;
+        }
+        return PEEK_HTTP_NEED_MORE;
+    case LINE_HTTP1:
+    default:
+        break;
+    }
+    struct http_request req;
+    const char *perr = "malformed request head";
+    size_t from = 0; /* http1.c parses from the first non-CRLF byte */
+    while (from < i && (buf[from] == '\r' || buf[from] == '\n'))
+        from++;
+    int hl = http1_parse_request(buf + from, lim - from, max_head - from, &req, &perr);
+    if (hl == HTTP1_NEED_MORE)
+        return PEEK_HTTP_NEED_MORE;
+    if (hl < 0) {
+        *why = perr;
+        return PEEK_HTTP_MISMATCH;
+    }
+    return judge_head(&req, target, port, why);
+}

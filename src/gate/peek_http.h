@@ -1,0 +1,69 @@
+/* peek_http: the host a plain HTTP/1.x request at the start of a CONNECT
+ * tunnel names.
+ *
+ * Used on the first bytes of a tunnel that are not TLS, before they are
+ * forwarded, to refuse a request whose Host header (or absolute-form
+ * target) names another host than the CONNECT target: on a shared front (a
+ * CDN, a virtual-hosting server) the Host header picks the site
+ * (host_mismatch). Only the first request head is looked at: what follows it
+ * in the tunnel (a body, pipelined or later requests) is not.
+ *
+ * When the first bytes are HTTP, precisely (a server must not take as a
+ * request what this calls NOT_HTTP):
+ *  - leading CR and LF bytes are skipped (RFC 9112 2.2: servers such as
+ *    nginx ignore empty lines before the request line), and so is
+ *    whitespace (SP, HT, VT, FF), which a lax server may skip as well (the
+ *    head is then parsed from that whitespace on, and refused);
+ *  - the first line starts with a method token (RFC 9110 tchar bytes: Go's
+ *    net/http takes any token as a method, not only upper-case ones)
+ *    followed by SP or HT (or VT or FF, which some parsers take as
+ *    whitespace). Anything else (a first byte that is not a tchar, a token
+ *    followed by CR, LF or any other byte: binary protocols, an SSH banner
+ *    without comments, a Redis "PING") is NOT_HTTP at once;
+ *  - a first line holding a byte no request line carries (NUL or another
+ *    control byte than HT, VT, FF and CR, or DEL) is NOT_HTTP;
+ *  - a complete first line (up to its LF) whose last whitespace-separated
+ *    word, trailing whitespace and CR ignored, does not start with "HTTP/"
+ *    (any case) is NOT_HTTP (another text protocol, or an HTTP/0.9 request,
+ *    which carries no Host). One whose last word is "HTTP/1.0" or
+ *    "HTTP/1.1" is an HTTP/1.x request head, checked below; any other
+ *    "HTTP/" word ("HTTP/1.2", which nginx and Go serve as 1.x, "http/1.1",
+ *    "HTTP/2.0" of the h2c preface, whose authority is HPACK-coded) cannot
+ *    be checked and is MISMATCH (fail closed).
+ * Until then, and until the head is complete, the bytes are NEED_MORE.
+ *
+ * An HTTP/1.x head is parsed with http1_parse_request() (gate/http1.h),
+ * as strictly as a proxy request: one that parser refuses (a bare LF,
+ * obs-fold, several Host headers, no Host in HTTP/1.1, both Content-Length
+ * and Transfer-Encoding, an https:// target, ...) is MISMATCH: the host it
+ * names could not be told. A head must be complete within <max_head>
+ * bytes. Then the Host header (when there is one) and an absolute-form or
+ * authority-form target must name the target after host_normalise()
+ * (policy/host.h), and a port they carry must be the target's port (a
+ * Host or absolute-form target without a port is accepted); HTTP/1.0
+ * without Host, with an origin-form target, is MATCH. Pure apart from
+ * host_normalise(): no allocation, no sockets. */
+#ifndef SLUICE_GATE_PEEK_HTTP_H
+#define SLUICE_GATE_PEEK_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "policy/host.h"
+
+enum peek_http_result {
+    PEEK_HTTP_NOT_HTTP,  /* the first line is not an HTTP/1.x request line */
+    PEEK_HTTP_NEED_MORE, /* may still become a request head: read more */
+    PEEK_HTTP_MATCH,     /* a complete head that names the target (or no host at all) */
+    PEEK_HTTP_MISMATCH,  /* names another host or port, or cannot be checked */
+};
+
+/* Judges the first <len> bytes of a tunnel to <target>:<port> (<buf> is not
+ * NUL-terminated; hostile). Only the first <max_head> bytes are looked at:
+ * bytes that are still NEED_MORE when <len> reaches <max_head> are
+ * MISMATCH. A result other than NEED_MORE for a prefix is the result for
+ * every longer input. On MISMATCH sets <*why> to a static phrase. */
+enum peek_http_result peek_http_judge(const char *buf, size_t len, size_t max_head,
+                                      const struct host *target, uint16_t port, const char **why);
+
+#endif

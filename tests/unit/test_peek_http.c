@@ -1,0 +1,259 @@
+/* Unit tests for gate/peek_http.c: what counts as an HTTP/1.x request at
+ * the start of a tunnel, the Host and target checks, every prefix of a
+ * head, and the max_head bound. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "gate/peek_http.h"
+
+#define PORT     8080
+#define MAX_HEAD 4096
+
+static struct host target;
+
+static int setup(void **state)
+{
+    const char *why;
+    (void)state;
+    return host_normalise("api.example.test", 16, &target, &why);
+}
+
+/* Judges an exact-size copy of <s> (<n> bytes) against the target. */
+static enum peek_http_result judge_n(const char *s, size_t n, size_t max_head, const char **why)
+{
+    char *b = malloc(n ? n : 1);
+    assert_non_null(b);
+    memcpy(b, s, n);
+    *why = NULL;
+    enum peek_http_result r = peek_http_judge(b, n, max_head, &target, PORT, why);
+    free(b);
+    if (r == PEEK_HTTP_MISMATCH)
+        assert_non_null(*why);
+    return r;
+}
+
+static enum peek_http_result judge(const char *s)
+{
+    const char *why;
+    return judge_n(s, strlen(s), MAX_HEAD, &why);
+}
+
+/* Every strict prefix of <s> is NEED_MORE or <s>'s own result. */
+static void prefixes_agree(const char *s, enum peek_http_result full)
+{
+    size_t n = strlen(s);
+    const char *why;
+    bool decided = false;
+    for (size_t k = 0; k < n; k++) {
+        enum peek_http_result r = judge_n(s, k, MAX_HEAD, &why);
+        if (decided)
+            assert_int_equal(r, full);
+        else if (r != PEEK_HTTP_NEED_MORE) {
+            assert_int_equal(r, full);
+            decided = true;
+        }
+    }
+}
+
+static void check(const char *s, enum peek_http_result want)
+{
+    enum peek_http_result r = judge(s);
+    if (r != want)
+        fail_msg("%d instead of %d for \"%s\"", (int)r, (int)want, s);
+    prefixes_agree(s, want);
+}
+
+static void test_matching_hosts(void **state)
+{
+    (void)state;
+    static const char *const ok[] = {
+        "GET / HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: api.example.test:8080\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: API.Example.TEST\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: api.example.test.\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: api.example.test.:8080\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: api.example.test:\r\n\r\n",
+        "GET / HTTP/1.1\r\nhost:   api.example.test  \r\n\r\n",
+        "POST /x?y HTTP/1.1\r\nHost: api.example.test\r\nContent-Length: 3\r\n\r\nabc",
+        "GET http://api.example.test/ HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
+        "GET http://api.example.test:8080/x HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
+        "GET http://API.example.test./ HTTP/1.0\r\n\r\n",
+        "OPTIONS * HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
+        "CONNECT api.example.test:8080 HTTP/1.1\r\nHost: api.example.test:8080\r\n\r\n",
+        "GET / HTTP/1.0\r\n\r\n",
+        "GET / HTTP/1.0\r\nAccept: */*\r\n\r\n",
+        "\r\n\r\nGET / HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
+        "\nGET / HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
+        "BREW /pot HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
+        /* what follows the first head is not looked at */
+        "GET / HTTP/1.1\r\nHost: api.example.test\r\n\r\nGET / HTTP/1.1\r\nHost: evil\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+        check(ok[i], PEEK_HTTP_MATCH);
+}
+
+static void test_mismatching_hosts(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "GET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
+        "GET / HTTP/1.0\r\nHost: evil.example.test\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: api.example.test:80\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: api.example.test\r\nHost: evil.example.test\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: api.example.test\r\nhost: api.example.test\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: api.example.test, evil.example.test\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: evil@api.example.test\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: api.example.test.evil.test\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: \r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: [::1]\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: api.example.test:99999\r\n\r\n",
+        "GET http://evil.example.test/ HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
+        "GET http://evil.example.test/ HTTP/1.0\r\n\r\n",
+        "GET http://api.example.test:80/ HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
+        "GET http://api.example.test/ HTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
+        "GET https://api.example.test/ HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
+        "CONNECT evil.example.test:443 HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
+        "CONNECT api.example.test:443 HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
+        "GET / HTTP/1.1\r\n\r\n",
+        "GET / HTTP/1.1\r\nAccept: */*\r\n\r\n",
+        "\r\nGET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
+        "get / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
+        "M-SEARCH * HTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
+        "GET\t/\tHTTP/1.1\r\nHost: api.example.test\r\n\r\n",
+        "GET  /  HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
+        "GET / HTTP/1.1 \r\nHost: api.example.test\r\n\r\n",
+        "GET / HTTP/1.1\nHost: api.example.test\n\n",
+        "GET / HTTP/1.1\r\nHost: api.example.test\n\r\n",
+        "GET / HTTP/1.1\r\nHost: evil.example.test\r\nX: a\r\n b\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost : api.example.test\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: api.example.test\r\nContent-Length: 1\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n",
+        /* versions that cannot be checked */
+        "GET / HTTP/1.2\r\nHost: evil.example.test\r\n\r\n",
+        "GET / HTTP/1.10\r\nHost: api.example.test\r\n\r\n",
+        "GET / http/1.1\r\nHost: api.example.test\r\n\r\n",
+        "GET / HTTP/2\r\n\r\n",
+        "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        "GET / HTTP/\r\n",
+        "GET HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
+        "EHLO client HTTP/x.y\r\n",
+        /* leading whitespace is skipped, and the head then refused */
+        " GET / HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
+        "\t\r\n GET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        check(bad[i], PEEK_HTTP_MISMATCH);
+}
+
+static void test_not_http(void **state)
+{
+    (void)state;
+    static const char *const other[] = {
+        "SSH-2.0-OpenSSH_9.6\r\n",
+        "SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13\r\n",
+        "PING\r\n",
+        "SET key HTTP\r\n",
+        "HELO client.example.test\r\n",
+        "GET /\r\n",
+        "GET\r\n",
+        "GET /\x01 HTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
+        "A \x7fHTTP/1.1\r\n",
+        "GET/ HTTP/1.1\r\n",
+        "GET:/ HTTP/1.1\r\n",
+        "\x01\x02\x03",
+        "\xff\xfe binary",
+        " \x01GET / HTTP/1.1\r\n",
+        "(GET / HTTP/1.1\r\n",
+    };
+    for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++)
+        check(other[i], PEEK_HTTP_NOT_HTTP);
+    /* A NUL in the line: bytes no request line carries. */
+    const char nul[] = "GET /\0 HTTP/1.1\r\nHost: evil.example.test\r\n\r\n";
+    const char *why;
+    assert_int_equal(judge_n(nul, sizeof(nul) - 1, MAX_HEAD, &why), PEEK_HTTP_NOT_HTTP);
+    assert_int_equal(judge_n("A \0", 3, MAX_HEAD, &why), PEEK_HTTP_NOT_HTTP);
+    assert_int_equal(judge_n("\0GET", 4, MAX_HEAD, &why), PEEK_HTTP_NOT_HTTP);
+    /* TLS record headers are control bytes: never HTTP. */
+    assert_int_equal(judge_n("\x16\x03\x01\x00\x05", 5, MAX_HEAD, &why), PEEK_HTTP_NOT_HTTP);
+}
+
+static void test_incomplete(void **state)
+{
+    (void)state;
+    static const char *const part[] = {
+        "",
+        "G",
+        "GET",
+        "\r\n",
+        "\r\n\r\nGE",
+        " \t",
+        "GET ",
+        "GET / HTTP/1.1",
+        "GET / HTTP/1.1\r",
+        "GET / HTTP/1.1\r\n",
+        "GET / HTTP/1.1\r\nHost: api.example.test\r\n",
+        "GET / HTTP/1.1\r\nHost: api.example.test\r\n\r",
+        "SSH-2.0-OpenSSH_9.6p1 Ubuntu",
+    };
+    for (size_t i = 0; i < sizeof(part) / sizeof(part[0]); i++)
+        assert_int_equal(judge(part[i]), PEEK_HTTP_NEED_MORE);
+}
+
+static void test_max_head(void **state)
+{
+    (void)state;
+    const char *why;
+    const char *h = "GET / HTTP/1.1\r\nHost: api.example.test\r\n\r\n";
+    size_t n = strlen(h);
+    /* The head fits exactly; one byte less and it does not. */
+    assert_int_equal(judge_n(h, n, n, &why), PEEK_HTTP_MATCH);
+    assert_int_equal(judge_n(h, n, n - 1, &why), PEEK_HTTP_MISMATCH);
+    assert_int_equal(judge_n(h, n - 1, n - 1, &why), PEEK_HTTP_MISMATCH);
+    assert_int_equal(judge_n(h, n - 2, n - 1, &why), PEEK_HTTP_NEED_MORE);
+    /* A request line, or a token, still going at max_head. */
+    char big[200];
+    memset(big, 'A', sizeof(big));
+    assert_int_equal(judge_n(big, sizeof(big), sizeof(big), &why), PEEK_HTTP_MISMATCH);
+    assert_int_equal(judge_n(big, sizeof(big) - 1, sizeof(big), &why), PEEK_HTTP_NEED_MORE);
+    memcpy(big, "GET /", 5);
+    assert_int_equal(judge_n(big, sizeof(big), 100, &why), PEEK_HTTP_MISMATCH);
+    /* Empty lines up to max_head. */
+    memset(big, '\n', sizeof(big));
+    assert_int_equal(judge_n(big, sizeof(big), sizeof(big), &why), PEEK_HTTP_MISMATCH);
+    /* What lies past max_head is not looked at. */
+    assert_int_equal(judge_n("GET / \x01", 7, 6, &why), PEEK_HTTP_MISMATCH);
+}
+
+static void test_ip_target(void **state)
+{
+    (void)state;
+    struct host ip;
+    const char *why;
+    assert_int_equal(host_normalise("127.0.0.2", 9, &ip, &why), 0);
+    const char *ok = "GET / HTTP/1.1\r\nHost: 127.0.0.2:80\r\n\r\n";
+    const char *v6 = "GET / HTTP/1.1\r\nHost: [::ffff:127.0.0.2]\r\n\r\n";
+    const char *bad = "GET / HTTP/1.1\r\nHost: 127.0.0.3\r\n\r\n";
+    assert_int_equal(peek_http_judge(ok, strlen(ok), MAX_HEAD, &ip, 80, &why), PEEK_HTTP_MATCH);
+    assert_int_equal(peek_http_judge(bad, strlen(bad), MAX_HEAD, &ip, 80, &why),
+                     PEEK_HTTP_MISMATCH);
+    enum peek_http_result r = peek_http_judge(v6, strlen(v6), MAX_HEAD, &ip, 80, &why);
+    assert_true(r == PEEK_HTTP_MATCH || r == PEEK_HTTP_MISMATCH);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matching_hosts), cmocka_unit_test(test_mismatching_hosts),
+        cmocka_unit_test(test_not_http),       cmocka_unit_test(test_incomplete),
+        cmocka_unit_test(test_max_head),       cmocka_unit_test(test_ip_target),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
