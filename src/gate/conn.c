@@ -1,9 +1,11 @@
 #include "gate/conn.h"
 
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -45,8 +47,42 @@ static struct timeval tv_of(uint64_t ms)
 
 void conn_set_client_timeouts(struct conn *c, bool reading)
 {
-    struct timeval tv = tv_of(conn_idle_ms(c));
-    bufferevent_set_timeouts(c->client, reading ? &tv : NULL, &tv);
+    uint64_t idle = conn_idle_ms(c);
+    struct timeval tv = tv_of(idle);
+    c->drain_step_ms = drain_step_ms(idle);
+    drain_reset(&c->drain);
+    struct timeval step = tv_of(c->drain_step_ms);
+    bufferevent_set_timeouts(c->client, reading ? &tv : NULL, &step);
+}
+
+/* The output callback: the bufferevent wrote into the client's socket. */
+static void on_client_drained(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+    struct conn *c = arg;
+    (void)buf;
+    if (info->n_deleted > 0)
+        c->drain.wrote = true;
+}
+
+/* The socket's unsent and unacknowledged bytes (TCP), or those its peer
+ * has not read (unix stream); -1 when they cannot be read. */
+static int64_t send_queue(evutil_socket_t fd)
+{
+    int n = 0;
+    return ioctl(fd, SIOCOUTQ, &n) == 0 && n >= 0 ? n : -1;
+}
+
+/* A write timeout on the client: a step of conn_set_client_timeouts().
+ * Returns true when the client made progress or has not been stalled for
+ * idle_timeout yet: its writing is enabled again (libevent turned it off)
+ * and the exchange goes on. */
+static bool client_still_taking(struct conn *c)
+{
+    if (c->drain_step_ms == 0 ||
+        !drain_keeps(&c->drain, send_queue(c->fd), c->drain_step_ms, conn_idle_ms(c)))
+        return false;
+    bufferevent_enable(c->client, EV_WRITE);
+    return true;
 }
 
 static size_t head_limit(const struct conn *c)
@@ -90,6 +126,11 @@ void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
         return;
     }
     bufferevent_setcb(c->client, on_read, on_write, on_event, c);
+    c->drain_cb = evbuffer_add_cb(bufferevent_get_output(c->client), on_client_drained, c);
+    if (c->drain_cb == NULL) {
+        conn_free(c);
+        return;
+    }
     c->state = CS_HEAD;
     bufferevent_setwatermark(c->client, EV_READ, 0, head_limit(c));
     conn_set_client_timeouts(c, true);
@@ -204,8 +245,13 @@ void conn_free(struct conn *c)
         tunnel_free(c->tunnel); /* closes both descriptors */
     if (c->timer != NULL)
         event_free(c->timer);
-    if (c->client != NULL)
+    if (c->client != NULL) {
+        /* go_tunnel() (connect.c) frees the bufferevent, and the callback
+         * with its output, itself: then c->client is NULL. */
+        if (c->drain_cb != NULL)
+            evbuffer_remove_cb_entry(bufferevent_get_output(c->client), c->drain_cb);
         bufferevent_free(c->client);
+    }
     if (c->scratch != NULL)
         evbuffer_free(c->scratch);
     if (c->fd >= 0)
@@ -537,6 +583,7 @@ static void decide_and_go(struct conn *c)
      * body, or what a CONNECT client sends before its 200: connect_start()
      * takes those up). */
     bufferevent_set_timeouts(c->client, NULL, NULL);
+    c->drain_step_ms = 0; /* forward.c sets them again; a CONNECT's are connect.c's */
     if (ex->target.kind == HOST_IP) {
         ex->addrs[0] = ex->target.ip;
         ex->naddrs = 1;
@@ -748,6 +795,8 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
 {
     struct conn *c = arg;
     (void)bev;
+    if (what == (BEV_EVENT_TIMEOUT | BEV_EVENT_WRITING) && client_still_taking(c))
+        return;
     if (client_half_closed(c, what))
         return;
     if (c->state == CS_FORWARD) {

@@ -22,6 +22,7 @@
 
 #include "gate/agent.h"
 #include "gate/chunked.h"
+#include "gate/drain.h"
 #include "gate/http1.h"
 #include "gate/resolve.h"
 #include "gate/sni.h"
@@ -35,6 +36,7 @@ struct listener;
 struct bufferevent;
 struct evbuffer;
 struct event;
+struct evbuffer_cb_entry;
 struct tunnel;
 struct resolve_req;
 struct upstream_connect;
@@ -140,6 +142,12 @@ struct conn {
     struct event *timer; /* head deadline; CONNECT peek window */
     bool peek_over;      /* the peek window closed (timer or client EOF) */
     bool hello_retried;  /* CONNECT: the server asked for a second ClientHello (connect.c) */
+    /* The client's write timeout as conn_set_client_timeouts() set it, a
+     * step of idle_timeout (gate/drain.h); 0 while the timeouts are another
+     * module's (a CONNECT's, connect.c; a tunnel has its own timer). */
+    uint64_t drain_step_ms;
+    struct drain drain;
+    struct evbuffer_cb_entry *drain_cb; /* notes writes into the client's socket */
     struct exchange ex;
     struct ipaddr up_addr; /* the checked address c->up is connected to */
     /* An upstream connection kept idle after a plain-HTTP exchange, for the
@@ -175,6 +183,9 @@ void conn_exchange_done(struct conn *c);
  * false so the request goes on. */
 bool conn_gate_denies(struct conn *c, enum deny_reason r, bool respond);
 uint64_t conn_idle_ms(const struct conn *c);
+/* Arms the client's timeouts: reading (when <reading>) for idle_timeout;
+ * writing for idle_timeout without progress: a client that keeps taking
+ * bytes, however slowly, is kept (gate/drain.h). */
 void conn_set_client_timeouts(struct conn *c, bool reading);
 
 /* forward.c */

@@ -172,7 +172,9 @@ static void fail_client(struct conn *c)
 /* The whole request went upstream (or is queued for it): from now on the
  * upstream has idle_timeout to answer, each time it goes quiet, and the
  * client idle_timeout to take each piece of the response (a client that
- * stops reading is given up on, as is one that stops sending). Until now,
+ * stops reading is given up on, as is one that stops sending; one that
+ * reads slowly but steadily is not: the write timeout counts progress,
+ * gate/drain.h). Until now,
  * the upstream's silence was no fault: an upload may outlast idle_timeout
  * while neither side is idle, and stalls on the way are the client's read
  * and the upstream's write timeouts. */

@@ -1,6 +1,6 @@
 """The gate's limits: the head-read deadline, idle_timeout (for heads,
 tunnels, clients that stop reading a response, and not for uploads that
-keep flowing), --max-conns, --grace, the descriptor limit, the --admin
+keep flowing nor for clients that read a response slowly but steadily), --max-conns, --grace, the descriptor limit, the --admin
 address as self, the tunnel's read/write fallback."""
 
 import os
@@ -157,6 +157,129 @@ def test_a_client_that_stops_reading_a_response_is_given_up_on(gateway, net, bod
             s.close()
         _, end = gw.decided(path="/big")
         assert end["status"] == 200 and 0 < end["bytes_down"] < big, end
+
+
+def _big_response_upstream(size, outcome, done):
+    """An origin that answers with <size> body bytes and notes in <outcome>
+    whether it could send them all."""
+    def script(conn, stop, _):
+        conn.settimeout(30)
+        try:
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size
+                         + pattern_bytes(size))
+            outcome["what"] = "all sent"
+        except socket.timeout:
+            outcome["what"] = "still blocked"
+        except OSError:
+            outcome["what"] = "closed by the gateway"
+        done.set()
+    return ScriptedUpstream(script)
+
+
+def _slow_reader_conn(gw):
+    """A client socket with a small receive buffer, set before connect so
+    that its window is small from the start (TCP), connected to <gw>."""
+    if gw.port is None:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+        s.connect(gw.unix_path)
+    else:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+        s.connect((gw.host, gw.port))
+    s.settimeout(5)
+    return s
+
+
+@pytest.mark.parametrize("listener,size,piece", [("tcp", 6 << 20, 64 << 10),
+                                                 ("unix", 512 << 10, 8 << 10)],
+                         ids=["tcp", "unix"])
+def test_a_slow_but_steady_reader_gets_the_whole_response(gateway, net, listener, size, piece):
+    # idle_timeout 1 s, a response of megabytes, a client that takes <piece>
+    # bytes every 100 ms. The gateway's socket toward it reports writable
+    # only once a good part of its send queue drained (TCP: a third of it,
+    # autotuned up to megabytes; unix: three quarters of ~200 KiB), which at
+    # this pace takes longer than idle_timeout: the write timeout used to
+    # cut the response although the client never stopped reading.
+    outcome, done = {}, threading.Event()
+    with _big_response_upstream(size, outcome, done) as up:
+        host = "slowread.example.test"
+        rules = [{"host": host, "ports": [up.port], "tier": 0}]
+        gw = gateway(net.policy(rules, static_extra={host: up.IP},
+                                limits={"idle_timeout": "1s"}),
+                     tcp=listener == "tcp", unix=listener == "unix")
+        s = _slow_reader_conn(gw)
+        got = bytearray()
+        try:
+            s.sendall(b"GET http://%s:%d/slow HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
+                      % (host.encode(), up.port, host.encode(), up.port))
+            head = b""
+            while b"\r\n\r\n" not in head:
+                d = s.recv(4096)
+                assert d, head
+                head += d
+            head, _, rest = head.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200"), head
+            got += rest
+            deadline = time.monotonic() + 40
+            cut = False
+            while len(got) < size and time.monotonic() < deadline and not cut:
+                tick = 0
+                while tick < piece and len(got) < size:
+                    d = s.recv(min(piece - tick, size - len(got)))
+                    if not d:
+                        cut = True
+                        break
+                    got += d
+                    tick += len(d)
+                time.sleep(0.1)
+        except ConnectionResetError:
+            cut = True
+        finally:
+            s.close()
+        assert not cut and len(got) == size, "cut after %d of %d bytes" % (len(got), size)
+        assert bytes(got) == pattern_bytes(size)
+        assert done.wait(5) and outcome["what"] == "all sent", outcome
+        _, end = gw.decided(path="/slow")
+        assert end["status"] == 200 and end["bytes_down"] == size, end
+
+
+@pytest.mark.parametrize("listener", ["tcp", "unix"])
+def test_a_reader_that_stops_mid_response_is_closed_after_idle_timeout(gateway, net, listener):
+    # The same client reads 256 KiB steadily, then nothing: no progress for
+    # idle_timeout (1 s) closes it, within idle_timeout and a fraction
+    size = 32 * 1024 * 1024
+    outcome, done = {}, threading.Event()
+    with _big_response_upstream(size, outcome, done) as up:
+        host = "slowread.example.test"
+        rules = [{"host": host, "ports": [up.port], "tier": 0}]
+        gw = gateway(net.policy(rules, static_extra={host: up.IP},
+                                limits={"idle_timeout": "1s"}),
+                     tcp=listener == "tcp", unix=listener == "unix")
+        s = _slow_reader_conn(gw)
+        try:
+            s.sendall(b"GET http://%s:%d/stop HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
+                      % (host.encode(), up.port, host.encode(), up.port))
+            got = 0
+            for _ in range(4):
+                tick = 0
+                while tick < 65536:
+                    d = s.recv(65536 - tick)
+                    assert d, "closed while reading, after %d bytes" % got
+                    tick += len(d)
+                got += tick
+                time.sleep(0.1)
+            t0 = time.monotonic()
+            # stop reading; the gateway's close shows in the upstream, which
+            # is cut (the client's own socket would only show it once read)
+            assert done.wait(10), "the upstream was still sending after 10 s"
+            took = time.monotonic() - t0
+        finally:
+            s.close()
+        assert outcome["what"] == "closed by the gateway", outcome
+        assert took < 3, "closed %.2fs after the client stopped reading" % took
+        _, end = gw.decided(path="/stop")
+        assert end["status"] == 200 and 0 < end["bytes_down"] < size, end
 
 
 def test_a_steady_upload_may_outlast_idle_timeout(gateway, net):

@@ -1,0 +1,32 @@
+/* drain: a client's progress at its write timeouts (see drain.h). */
+#include "gate/drain.h"
+
+void drain_reset(struct drain *d)
+{
+    d->stalled_ms = 0;
+    d->queue = -1;
+    d->wrote = false;
+}
+
+uint64_t drain_step_ms(uint64_t idle_ms)
+{
+    /* Rounded up: DRAIN_STEPS steps always make idle_timeout. */
+    uint64_t step = idle_ms / DRAIN_STEPS + (idle_ms % DRAIN_STEPS != 0);
+    return step > 0 ? step : 1;
+}
+
+bool drain_keeps(struct drain *d, int64_t queue, uint64_t step_ms, uint64_t idle_ms)
+{
+    /* A first reading has nothing to compare with: the client may have
+     * taken bytes since the timeout was set, so it is not held against it
+     * (this step is the "plus one step" of the bound). */
+    bool progress = d->wrote || (queue >= 0 && (d->queue < 0 || queue < d->queue));
+    d->wrote = false;
+    d->queue = queue;
+    if (progress) {
+        d->stalled_ms = 0;
+        return true;
+    }
+    d->stalled_ms += step_ms;
+    return d->stalled_ms < idle_ms;
+}

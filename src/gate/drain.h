@@ -1,0 +1,48 @@
+/* drain: is a client still taking the bytes it is sent?
+ *
+ * libevent's write timeout fires when a socket did not become writable for
+ * so long, not when its peer took nothing: Linux reports a TCP socket
+ * writable only once about a third of its send queue (autotuned, up to
+ * megabytes) drained, a unix stream socket once three quarters of it did.
+ * With the timeout at idle_timeout, a client reading a large response
+ * slowly but steadily was cut in the middle of it.
+ *
+ * So the client's write timeout (conn_set_client_timeouts) is a step of
+ * idle_timeout / DRAIN_STEPS. At each step conn.c reads the socket's send
+ * queue (SIOCOUTQ: bytes not yet acknowledged by a TCP peer, or not yet
+ * read by a unix one) and drain_keeps() judges: the client made progress
+ * when the queue shrank since the last step, or when the bufferevent wrote
+ * into the socket since (conn.c learns that from a callback on the output
+ * buffer, without a system call). No progress adds a step to the time the
+ * client is stalled; progress resets it; a client stalled for idle_timeout
+ * is closed: between idle_timeout and idle_timeout plus one step after the
+ * last byte it took, never before. The normal path costs nothing more: the
+ * queue is read only when a step expires.
+ *
+ * Pure: no sockets, no clock (tests/unit/test_drain.c). */
+#ifndef SLUICE_GATE_DRAIN_H
+#define SLUICE_GATE_DRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Steps per idle_timeout: the bound on closing is idle_timeout * (1 + 1/DRAIN_STEPS). */
+#define DRAIN_STEPS 4
+
+struct drain {
+    uint64_t stalled_ms; /* time without progress, in whole steps */
+    int64_t queue;       /* the send queue at the last step; -1: not known */
+    bool wrote;          /* bytes went into the socket since the last step */
+};
+
+/* A new wait (the write timeout was set again): nothing known yet. */
+void drain_reset(struct drain *d);
+/* The write timeout for <idle_ms>: idle_ms / DRAIN_STEPS rounded up, at least 1 ms. */
+uint64_t drain_step_ms(uint64_t idle_ms);
+/* A write timeout of <step_ms> expired with <queue> bytes in the socket's
+ * send queue (-1 when it could not be read: then only a write counts as
+ * progress, as before). Updates <d>; returns true to keep the client
+ * (progress, or stalled for less than <idle_ms>), false to close it. */
+bool drain_keeps(struct drain *d, int64_t queue, uint64_t step_ms, uint64_t idle_ms);
+
+#endif

@@ -1,0 +1,158 @@
+/* Unit tests for gate/drain.c: a client's progress at its write timeouts,
+ * judged from send-queue readings (plain integers, no sockets). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "gate/drain.h"
+
+#define IDLE 1000
+#define STEP 250
+
+static void step_is_a_quarter(void **state)
+{
+    (void)state;
+    assert_int_equal(drain_step_ms(60000), 15000);
+    assert_int_equal(drain_step_ms(1000), 250);
+    assert_int_equal(drain_step_ms(1001), 251);
+    assert_int_equal(drain_step_ms(3), 1); /* never 0: that would be no timeout */
+    assert_int_equal(drain_step_ms(0), 1);
+}
+
+/* Steps a client taking nothing survives from <d>'s state, counting the one that closes. */
+static int steps_to_close(struct drain *d, int64_t queue)
+{
+    for (int i = 1; i <= 100; i++)
+        if (!drain_keeps(d, queue, STEP, IDLE))
+            return i;
+    return -1;
+}
+
+static void a_client_taking_nothing_is_closed_within_idle_and_a_step(void **state)
+{
+    (void)state;
+    struct drain d;
+    drain_reset(&d);
+    /* the first reading has no predecessor: not held against the client;
+     * then DRAIN_STEPS steps of no progress are idle_timeout */
+    assert_int_equal(steps_to_close(&d, 4000000), DRAIN_STEPS + 1);
+}
+
+static void a_shrinking_queue_keeps_the_client(void **state)
+{
+    (void)state;
+    struct drain d;
+    drain_reset(&d);
+    int64_t q = 4000000;
+    for (int i = 0; i < 50; i++) {
+        assert_true(drain_keeps(&d, q, STEP, IDLE));
+        q -= 1; /* one byte acknowledged per step is progress */
+    }
+    assert_int_equal(d.stalled_ms, 0);
+}
+
+static void progress_resets_the_stall(void **state)
+{
+    (void)state;
+    struct drain d;
+    drain_reset(&d);
+    assert_true(drain_keeps(&d, 1000, STEP, IDLE)); /* first reading */
+    assert_true(drain_keeps(&d, 1000, STEP, IDLE));
+    assert_true(drain_keeps(&d, 1000, STEP, IDLE));
+    assert_true(drain_keeps(&d, 1000, STEP, IDLE)); /* 750 ms stalled */
+    assert_int_equal(d.stalled_ms, 750);
+    assert_true(drain_keeps(&d, 999, STEP, IDLE)); /* progress just in time */
+    assert_int_equal(d.stalled_ms, 0);
+    assert_int_equal(steps_to_close(&d, 999), DRAIN_STEPS);
+}
+
+static void a_write_counts_as_progress(void **state)
+{
+    (void)state;
+    struct drain d;
+    drain_reset(&d);
+    assert_true(drain_keeps(&d, 5000, STEP, IDLE));
+    assert_true(drain_keeps(&d, 5000, STEP, IDLE));
+    /* the bufferevent wrote: the queue is larger than before, yet the
+     * socket took bytes, so the client had drained some */
+    d.wrote = true;
+    assert_true(drain_keeps(&d, 9000, STEP, IDLE));
+    assert_int_equal(d.stalled_ms, 0);
+    assert_false(d.wrote);
+    /* compared with the reading after the write from now on */
+    assert_true(drain_keeps(&d, 8999, STEP, IDLE));
+    assert_int_equal(steps_to_close(&d, 8999), DRAIN_STEPS);
+}
+
+static void a_growing_queue_without_a_write_is_no_progress(void **state)
+{
+    (void)state;
+    struct drain d;
+    drain_reset(&d);
+    assert_true(drain_keeps(&d, 100, STEP, IDLE));
+    assert_true(drain_keeps(&d, 200, STEP, IDLE));
+    assert_int_equal(d.stalled_ms, STEP);
+}
+
+static void an_unreadable_queue_falls_back_to_writes_alone(void **state)
+{
+    (void)state;
+    struct drain d;
+    drain_reset(&d);
+    /* the old behaviour: closed after idle_timeout without a write */
+    assert_int_equal(steps_to_close(&d, -1), DRAIN_STEPS);
+    drain_reset(&d);
+    d.wrote = true;
+    assert_true(drain_keeps(&d, -1, STEP, IDLE));
+    assert_int_equal(steps_to_close(&d, -1), DRAIN_STEPS);
+    /* a reading after unreadable ones has nothing to compare with */
+    drain_reset(&d);
+    assert_true(drain_keeps(&d, -1, STEP, IDLE));
+    assert_true(drain_keeps(&d, 500, STEP, IDLE));
+    assert_int_equal(d.stalled_ms, 0);
+}
+
+static void reset_forgets_the_past(void **state)
+{
+    (void)state;
+    struct drain d;
+    drain_reset(&d);
+    assert_true(drain_keeps(&d, 100, STEP, IDLE));
+    assert_true(drain_keeps(&d, 100, STEP, IDLE));
+    drain_reset(&d);
+    assert_int_equal(d.stalled_ms, 0);
+    assert_int_equal(d.queue, -1);
+    assert_false(d.wrote);
+}
+
+static void an_idle_not_a_multiple_of_the_step(void **state)
+{
+    (void)state;
+    struct drain d;
+    uint64_t step = drain_step_ms(1001);
+    assert_int_equal(step, 251); /* rounded up: four steps make idle_timeout */
+    drain_reset(&d);
+    int closed_at = 0;
+    for (int i = 1; i <= 10 && closed_at == 0; i++)
+        if (!drain_keeps(&d, 7, step, 1001))
+            closed_at = i;
+    assert_int_equal(closed_at, DRAIN_STEPS + 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(step_is_a_quarter),
+        cmocka_unit_test(a_client_taking_nothing_is_closed_within_idle_and_a_step),
+        cmocka_unit_test(a_shrinking_queue_keeps_the_client),
+        cmocka_unit_test(progress_resets_the_stall),
+        cmocka_unit_test(a_write_counts_as_progress),
+        cmocka_unit_test(a_growing_queue_without_a_write_is_no_progress),
+        cmocka_unit_test(an_unreadable_queue_falls_back_to_writes_alone),
+        cmocka_unit_test(reset_forgets_the_past),
+        cmocka_unit_test(an_idle_not_a_multiple_of_the_step),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
