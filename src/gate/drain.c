@@ -19,8 +19,10 @@ bool drain_keeps(struct drain *d, int64_t queue, uint64_t step_ms, uint64_t idle
 {
     /* A first reading has nothing to compare with: the client may have
      * taken bytes since the timeout was set, so it is not held against it
-     * (this step is the "plus one step" of the bound). */
-    bool progress = d->wrote || (queue >= 0 && (d->queue < 0 || queue < d->queue));
+     * (this step is the "plus one step" of the bound), unless nothing is
+     * in flight at all (an empty queue: there was nothing to take). */
+    bool progress = d->wrote || (queue >= 0 && d->queue >= 0 && queue < d->queue) ||
+                    (queue > 0 && d->queue < 0);
     d->wrote = false;
     d->queue = queue;
     if (progress) {

@@ -16,8 +16,11 @@
  * buffer, without a system call). No progress adds a step to the time the
  * client is stalled; progress resets it; a client stalled for idle_timeout
  * is closed: between idle_timeout and idle_timeout plus one step after the
- * last byte it took, never before. The normal path costs nothing more: the
- * queue is read only when a step expires.
+ * last byte it took, never before (within idle_timeout exactly when nothing
+ * was in flight: an empty queue at the first step counts against it). The
+ * normal path costs nothing more: the queue is read only when a step
+ * expires. tunnel.c judges a CONNECT tunnel's idleness the same way, from
+ * the send queues of both its sockets.
  *
  * Pure: no sockets, no clock (tests/unit/test_drain.c). */
 #ifndef SLUICE_GATE_DRAIN_H

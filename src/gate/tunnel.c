@@ -5,11 +5,14 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <event2/event.h>
 
+#include "gate/drain.h"
 #include "shape/quota.h"
 
 #define TUNNEL_BUF    16384 /* the copy path's read size (and its stash) */
@@ -53,8 +56,15 @@ struct dir {
 struct tunnel {
     evutil_socket_t fd[2]; /* client, upstream */
     struct dir d[2];       /* d[0]: client -> upstream; d[1]: upstream -> client */
+    /* Idleness is judged in steps of idle_ms / DRAIN_STEPS (drain.h): a
+     * tunnel whose bytes wait in a socket toward a peer that takes them
+     * slowly moves nothing itself for a long while (Linux reports the
+     * socket writable only once a good part of its send queue drained), yet
+     * is not idle while those queues shrink. */
     struct event *idle;
-    struct timeval idle_tv;
+    struct timeval step_tv;
+    uint64_t idle_ms, step_ms;
+    struct drain drain;
     bool ended;
     tunnel_cb cb;
     void *arg;
@@ -328,8 +338,10 @@ static int pump(struct dir *d)
      * pending, wait for dst only (draining makes room), so a readable src
      * with a full pipe never spins the loop. */
     watch(d, !d->done && d->pending == 0 && !d->eof && !paused, !d->done && d->pending > 0);
-    if (progress)
-        event_add(d->t->idle, &d->t->idle_tv);
+    if (progress) {
+        drain_reset(&d->t->drain);
+        event_add(d->t->idle, &d->t->step_tv);
+    }
     return 0;
 }
 
@@ -359,11 +371,27 @@ static bool no_splice(void)
     return no == 1;
 }
 
+/* The bytes in <fd>'s send queue (TCP: not yet acknowledged; unix: not
+ * yet read by the peer); -1 when they cannot be read. */
+static int64_t send_queue(evutil_socket_t fd)
+{
+    int n = 0;
+    return ioctl(fd, SIOCOUTQ, &n) == 0 && n >= 0 ? n : -1;
+}
+
+/* A step passed without a byte moved: the tunnel ends once neither
+ * socket's send queue has shrunk for idle_timeout. */
 static void on_idle(evutil_socket_t fd, short what, void *arg)
 {
+    struct tunnel *t = arg;
     (void)fd;
     (void)what;
-    end(arg, TUNNEL_IDLE);
+    int64_t a = send_queue(t->fd[0]), b = send_queue(t->fd[1]);
+    if (drain_keeps(&t->drain, a < 0 || b < 0 ? -1 : a + b, t->step_ms, t->idle_ms)) {
+        event_add(t->idle, &t->step_tv);
+        return;
+    }
+    end(t, TUNNEL_IDLE);
 }
 
 struct tunnel *tunnel_new(struct event_base *base, evutil_socket_t client_fd,
@@ -379,8 +407,11 @@ struct tunnel *tunnel_new(struct event_base *base, evutil_socket_t client_fd,
     t->fd[1] = upstream_fd;
     t->cb = cb;
     t->arg = arg;
-    t->idle_tv.tv_sec = (time_t)(idle_ms / 1000);
-    t->idle_tv.tv_usec = (suseconds_t)((idle_ms % 1000) * 1000);
+    t->idle_ms = idle_ms;
+    t->step_ms = drain_step_ms(idle_ms);
+    t->step_tv.tv_sec = (time_t)(t->step_ms / 1000);
+    t->step_tv.tv_usec = (suseconds_t)((t->step_ms % 1000) * 1000);
+    drain_reset(&t->drain);
     for (int i = 0; i < 2; i++) {
         struct dir *d = &t->d[i];
         d->t = t;
@@ -400,7 +431,7 @@ struct tunnel *tunnel_new(struct event_base *base, evutil_socket_t client_fd,
             goto err;
         watch(d, true, false);
     }
-    event_add(t->idle, &t->idle_tv);
+    event_add(t->idle, &t->step_tv);
     return t;
 err:
     tunnel_free(t);

@@ -191,6 +191,25 @@ def _slow_reader_conn(gw):
     return s
 
 
+def _take_then_stop(s, done):
+    """Reads 256 KiB from <s> steadily, then nothing; returns the seconds
+    until the upstream's <done> tells the gateway cut it (the gateway's
+    close shows there: the client's own socket would show it only once
+    read)."""
+    got = 0
+    for _ in range(4):
+        tick = 0
+        while tick < 65536:
+            d = s.recv(65536 - tick)
+            assert d, "closed while reading, after %d bytes" % got
+            tick += len(d)
+        got += tick
+        time.sleep(0.1)
+    t0 = time.monotonic()
+    assert done.wait(10), "the upstream was still sending after 10 s"
+    return time.monotonic() - t0
+
+
 @pytest.mark.parametrize("listener,size,piece", [("tcp", 6 << 20, 64 << 10),
                                                  ("unix", 512 << 10, 8 << 10)],
                          ids=["tcp", "unix"])
@@ -260,25 +279,85 @@ def test_a_reader_that_stops_mid_response_is_closed_after_idle_timeout(gateway, 
         try:
             s.sendall(b"GET http://%s:%d/stop HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
                       % (host.encode(), up.port, host.encode(), up.port))
-            got = 0
-            for _ in range(4):
-                tick = 0
-                while tick < 65536:
-                    d = s.recv(65536 - tick)
-                    assert d, "closed while reading, after %d bytes" % got
-                    tick += len(d)
-                got += tick
-                time.sleep(0.1)
-            t0 = time.monotonic()
-            # stop reading; the gateway's close shows in the upstream, which
-            # is cut (the client's own socket would only show it once read)
-            assert done.wait(10), "the upstream was still sending after 10 s"
-            took = time.monotonic() - t0
+            took = _take_then_stop(s, done)
         finally:
             s.close()
         assert outcome["what"] == "closed by the gateway", outcome
         assert took < 3, "closed %.2fs after the client stopped reading" % took
         _, end = gw.decided(path="/stop")
+        assert end["status"] == 200 and 0 < end["bytes_down"] < size, end
+
+
+def _slow_tunnel(gateway, net, up):
+    """A gateway with idle_timeout 1 s and a slow-reader client (small
+    receive buffer) with a tunnel open to <up>, and a request for it sent
+    through the tunnel (its Host names the target, as the peek wants)."""
+    host, port = "slowtunnel.example.test", up.port
+    gw = gateway(net.policy([{"host": host, "ports": [port], "tier": 0}],
+                            static_extra={host: up.IP}, limits={"idle_timeout": "1s"}))
+    s = _slow_reader_conn(gw)
+    s.sendall(b"CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
+              % (host.encode(), port, host.encode(), port))
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        d = s.recv(1)
+        assert d, head
+        head += d
+    assert head.startswith(b"HTTP/1.1 200"), head
+    s.sendall(b"GET /big HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host.encode(), port))
+    return gw, s
+
+
+def test_a_slow_but_steady_reader_keeps_its_tunnel(gateway, net):
+    # The tunnel's idle timer used to count only bytes it moved itself;
+    # toward a client that takes 64 KiB every 100 ms its socket reports
+    # writable only once a good part of its send queue drained, which takes
+    # longer than idle_timeout (1 s): the tunnel was ended as idle although
+    # the client never stopped reading.
+    size = 6 << 20
+    outcome, done = {}, threading.Event()
+    with _big_response_upstream(size, outcome, done) as up:
+        gw, s = _slow_tunnel(gateway, net, up)
+        want = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size
+        total = len(want) + size
+        got = bytearray()
+        cut = False
+        try:
+            deadline = time.monotonic() + 40
+            while len(got) < total and time.monotonic() < deadline and not cut:
+                tick = 0
+                while tick < (64 << 10) and len(got) < total:
+                    d = s.recv(min((64 << 10) - tick, total - len(got)))
+                    if not d:
+                        cut = True
+                        break
+                    got += d
+                    tick += len(d)
+                time.sleep(0.1)
+        except ConnectionResetError:
+            cut = True
+        finally:
+            s.close()
+        assert not cut and len(got) == total, "cut after %d of %d bytes" % (len(got), total)
+        assert bytes(got) == want + pattern_bytes(size)
+        _, end = gw.decided(method="CONNECT")
+        assert end["status"] == 200 and end["bytes_down"] == total, end
+
+
+def test_a_tunnel_whose_reader_stops_is_closed_after_idle_timeout(gateway, net):
+    # The same client takes 256 KiB, then nothing: no byte moved and no send
+    # queue shrinking for idle_timeout (1 s) ends the tunnel
+    size = 32 << 20
+    outcome, done = {}, threading.Event()
+    with _big_response_upstream(size, outcome, done) as up:
+        gw, s = _slow_tunnel(gateway, net, up)
+        try:
+            took = _take_then_stop(s, done)
+        finally:
+            s.close()
+        assert outcome["what"] == "closed by the gateway", outcome
+        assert took < 3, "closed %.2fs after the client stopped reading" % took
+        _, end = gw.decided(method="CONNECT")
         assert end["status"] == 200 and 0 < end["bytes_down"] < size, end
 
 

@@ -40,6 +40,22 @@ static void a_client_taking_nothing_is_closed_within_idle_and_a_step(void **stat
     assert_int_equal(steps_to_close(&d, 4000000), DRAIN_STEPS + 1);
 }
 
+static void nothing_in_flight_is_closed_within_idle(void **state)
+{
+    (void)state;
+    struct drain d;
+    drain_reset(&d);
+    /* an empty queue at the first reading: there was nothing to take, so
+     * the step counts (an idle tunnel is closed at idle_timeout) */
+    assert_int_equal(steps_to_close(&d, 0), DRAIN_STEPS);
+    /* a queue that empties is progress, once */
+    drain_reset(&d);
+    assert_true(drain_keeps(&d, 100, STEP, IDLE));
+    assert_true(drain_keeps(&d, 0, STEP, IDLE));
+    assert_int_equal(d.stalled_ms, 0);
+    assert_int_equal(steps_to_close(&d, 0), DRAIN_STEPS);
+}
+
 static void a_shrinking_queue_keeps_the_client(void **state)
 {
     (void)state;
@@ -146,6 +162,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(step_is_a_quarter),
         cmocka_unit_test(a_client_taking_nothing_is_closed_within_idle_and_a_step),
+        cmocka_unit_test(nothing_in_flight_is_closed_within_idle),
         cmocka_unit_test(a_shrinking_queue_keeps_the_client),
         cmocka_unit_test(progress_resets_the_stall),
         cmocka_unit_test(a_write_counts_as_progress),
