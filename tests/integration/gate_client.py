@@ -99,6 +99,47 @@ def read_response(sock, method="GET"):
     return resp
 
 
+class _SharedReader:
+    """Hands http.client one buffered reader of <sock> for several
+    responses: a reader of its own per response may take bytes of the next
+    one into its buffer, where the next reader never sees them. A response
+    that is done closes what makefile() gave it: here a view that leaves
+    the shared reader open."""
+
+    class _View:
+        def __init__(self, fp):
+            self._fp = fp
+
+        def __getattr__(self, name):
+            return getattr(self._fp, name)
+
+        def close(self):
+            pass
+
+    def __init__(self, sock):
+        self.fp = sock.makefile("rb")
+
+    def makefile(self, *_args, **_kwargs):
+        return self._View(self.fp)
+
+
+def read_responses(sock, methods):
+    """Reads one response per entry of <methods> from <sock>, pipelined
+    responses included (one buffered reader for all of them)."""
+    shared = _SharedReader(sock)
+    out = []
+    try:
+        for method in methods:
+            r = http.client.HTTPResponse(shared, method=method)
+            r.begin()
+            resp = Response(r.status, r.reason, r.msg, r.read())
+            resp.will_close = r.will_close
+            out.append(resp)
+    finally:
+        shared.fp.close()
+    return out
+
+
 def build_request(method, url, headers=None, body=b"", host=True):
     """Request bytes in absolute form. <host>: True adds a Host header built
     from <url>, a string sends that value, None/False sends none."""

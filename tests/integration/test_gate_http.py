@@ -8,7 +8,7 @@ import threading
 import time
 
 from gate_client import (api_rule, assert_deny_response, build_request, curl, open_conn,
-                         read_response, recv_until_close, request)
+                         read_response, read_responses, recv_until_close, request)
 from gate_servers import LoopbackServer, ScriptedUpstream, pattern_bytes
 
 
@@ -944,7 +944,7 @@ def test_pipelined_requests_answered_in_order(gateway, net):
     s = open_conn(gw)
     try:
         s.sendall(b"".join(build_request("GET", net.url(p)) for p in paths))
-        rs = [read_response(s) for _ in paths]
+        rs = read_responses(s, ["GET"] * len(paths))
     finally:
         s.close()
     assert [r.json()["path"] for r in rs] == paths

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from gate_client import (api_rule, exchange, open_conn, read_response, recv_until_close,
-                         request)
+from gate_client import (api_rule, exchange, open_conn, read_response, read_responses,
+                         recv_until_close, request)
 from gate_servers import ScriptedUpstream
 
 EVIL = "evil.example.test"
@@ -256,8 +256,7 @@ def test_unread_bytes_or_end_behind_a_response_stop_its_reuse(gateway, net, tota
             post = ("POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Length: 4\r\n\r\nbody"
                     % (evil_url(up, "/b2"), EVIL, up.port)).encode()
             s.sendall(evil_get("/b1", up) + post)
-            r1 = read_response(s)
-            r2 = read_response(s, method="POST")
+            r1, r2 = read_responses(s, ["GET", "POST"])
         finally:
             s.close()
         assert r1.status == 200 and r1.body == first.partition(b"\r\n\r\n")[2], r1
