@@ -1,11 +1,9 @@
 #include "gate/conn.h"
 
-#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -64,14 +62,6 @@ static void on_client_drained(struct evbuffer *buf, const struct evbuffer_cb_inf
         c->drain.wrote = true;
 }
 
-/* The socket's unsent and unacknowledged bytes (TCP), or those its peer
- * has not read (unix stream); -1 when they cannot be read. */
-static int64_t send_queue(evutil_socket_t fd)
-{
-    int n = 0;
-    return ioctl(fd, SIOCOUTQ, &n) == 0 && n >= 0 ? n : -1;
-}
-
 /* A write timeout on the client: a step of conn_set_client_timeouts().
  * Returns true when the client made progress or has not been stalled for
  * idle_timeout yet: its writing is enabled again (libevent turned it off)
@@ -79,7 +69,7 @@ static int64_t send_queue(evutil_socket_t fd)
 static bool client_still_taking(struct conn *c)
 {
     if (c->drain_step_ms == 0 ||
-        !drain_keeps(&c->drain, send_queue(c->fd), c->drain_step_ms, conn_idle_ms(c)))
+        !drain_keeps(&c->drain, drain_send_queue(c->fd), c->drain_step_ms, conn_idle_ms(c)))
         return false;
     bufferevent_enable(c->client, EV_WRITE);
     return true;

@@ -1,6 +1,9 @@
 /* drain: a client's progress at its write timeouts (see drain.h). */
 #include "gate/drain.h"
 
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
+
 void drain_reset(struct drain *d)
 {
     d->stalled_ms = 0;
@@ -31,4 +34,10 @@ bool drain_keeps(struct drain *d, int64_t queue, uint64_t step_ms, uint64_t idle
     }
     d->stalled_ms += step_ms;
     return d->stalled_ms < idle_ms;
+}
+
+int64_t drain_send_queue(evutil_socket_t fd)
+{
+    int n = 0;
+    return ioctl(fd, SIOCOUTQ, &n) == 0 && n >= 0 ? n : -1;
 }

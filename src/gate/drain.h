@@ -22,12 +22,15 @@
  * expires. tunnel.c judges a CONNECT tunnel's idleness the same way, from
  * the send queues of both its sockets.
  *
- * Pure: no sockets, no clock (tests/unit/test_drain.c). */
+ * drain_keeps() is pure: no sockets, no clock (tests/unit/test_drain.c);
+ * drain_send_queue() is the one reading of a socket both callers make. */
 #ifndef SLUICE_GATE_DRAIN_H
 #define SLUICE_GATE_DRAIN_H
 
 #include <stdbool.h>
 #include <stdint.h>
+
+#include <event2/util.h>
 
 /* Steps per idle_timeout: the bound on closing is idle_timeout * (1 + 1/DRAIN_STEPS). */
 #define DRAIN_STEPS 4
@@ -47,5 +50,8 @@ uint64_t drain_step_ms(uint64_t idle_ms);
  * progress, as before). Updates <d>; returns true to keep the client
  * (progress, or stalled for less than <idle_ms>), false to close it. */
 bool drain_keeps(struct drain *d, int64_t queue, uint64_t step_ms, uint64_t idle_ms);
+/* The bytes in <fd>'s send queue (SIOCOUTQ; TCP: not yet acknowledged,
+ * unix stream: not yet read by the peer); -1 when they cannot be read. */
+int64_t drain_send_queue(evutil_socket_t fd);
 
 #endif

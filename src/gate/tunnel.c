@@ -5,8 +5,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/sockios.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -371,14 +369,6 @@ static bool no_splice(void)
     return no == 1;
 }
 
-/* The bytes in <fd>'s send queue (TCP: not yet acknowledged; unix: not
- * yet read by the peer); -1 when they cannot be read. */
-static int64_t send_queue(evutil_socket_t fd)
-{
-    int n = 0;
-    return ioctl(fd, SIOCOUTQ, &n) == 0 && n >= 0 ? n : -1;
-}
-
 /* A step passed without a byte moved: the tunnel ends once neither
  * socket's send queue has shrunk for idle_timeout. */
 static void on_idle(evutil_socket_t fd, short what, void *arg)
@@ -386,7 +376,7 @@ static void on_idle(evutil_socket_t fd, short what, void *arg)
     struct tunnel *t = arg;
     (void)fd;
     (void)what;
-    int64_t a = send_queue(t->fd[0]), b = send_queue(t->fd[1]);
+    int64_t a = drain_send_queue(t->fd[0]), b = drain_send_queue(t->fd[1]);
     if (drain_keeps(&t->drain, a < 0 || b < 0 ? -1 : a + b, t->step_ms, t->idle_ms)) {
         event_add(t->idle, &t->step_tv);
         return;

@@ -191,6 +191,23 @@ def _slow_reader_conn(gw):
     return s
 
 
+def _read_slowly(s, got, total, piece):
+    """Reads from <s> into <got> until it holds <total> bytes, <piece>
+    bytes every 100 ms, for at most 40 s; returns True when the gateway
+    closed first (the response was cut)."""
+    deadline = time.monotonic() + 40
+    while len(got) < total and time.monotonic() < deadline:
+        tick = 0
+        while tick < piece and len(got) < total:
+            d = s.recv(min(piece - tick, total - len(got)))
+            if not d:
+                return True
+            got += d
+            tick += len(d)
+        time.sleep(0.1)
+    return False
+
+
 def _take_then_stop(s, done):
     """Reads 256 KiB from <s> steadily, then nothing; returns the seconds
     until the upstream's <done> tells the gateway cut it (the gateway's
@@ -240,18 +257,7 @@ def test_a_slow_but_steady_reader_gets_the_whole_response(gateway, net, listener
             head, _, rest = head.partition(b"\r\n\r\n")
             assert head.startswith(b"HTTP/1.1 200"), head
             got += rest
-            deadline = time.monotonic() + 40
-            cut = False
-            while len(got) < size and time.monotonic() < deadline and not cut:
-                tick = 0
-                while tick < piece and len(got) < size:
-                    d = s.recv(min(piece - tick, size - len(got)))
-                    if not d:
-                        cut = True
-                        break
-                    got += d
-                    tick += len(d)
-                time.sleep(0.1)
+            cut = _read_slowly(s, got, size, piece)
         except ConnectionResetError:
             cut = True
         finally:
@@ -321,19 +327,8 @@ def test_a_slow_but_steady_reader_keeps_its_tunnel(gateway, net):
         want = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size
         total = len(want) + size
         got = bytearray()
-        cut = False
         try:
-            deadline = time.monotonic() + 40
-            while len(got) < total and time.monotonic() < deadline and not cut:
-                tick = 0
-                while tick < (64 << 10) and len(got) < total:
-                    d = s.recv(min((64 << 10) - tick, total - len(got)))
-                    if not d:
-                        cut = True
-                        break
-                    got += d
-                    tick += len(d)
-                time.sleep(0.1)
+            cut = _read_slowly(s, got, total, 64 << 10)
         except ConnectionResetError:
             cut = True
         finally:
