@@ -782,6 +782,7 @@ struct head_out {
     } piece[HEAD_PIECES];
     size_t npieces;
     size_t len;
+    char content_length[FORMAT_UINT_MAX]; /* the one value head_fields() writes */
 };
 
 static void piece(struct head_out *h, const char *p, size_t n)
@@ -824,10 +825,15 @@ static bool is_gateway_field(const char *name, size_t len)
 }
 
 /* The fields of <hdrs> that go on to the next hop; without
- * Transfer-Encoding when <unchunked>. */
+ * Transfer-Encoding when <unchunked>. Content-Length goes on once, as the
+ * single decimal <content_length> the parser settled on (-1: none): a list
+ * of identical values ("5, 5"), repeated fields or leading zeros are what
+ * the parser accepted, and RFC 9110 8.6 lets a proxy replace them with one
+ * value, which leaves the next hop nothing to read differently. */
 static void head_fields(struct head_out *h, const struct http_header *hdrs, size_t n,
-                        bool unchunked)
+                        int64_t content_length, bool unchunked)
 {
+    bool length_sent = false;
     for (size_t i = 0; i < n; i++) {
         const struct http_header *f = &hdrs[i];
         if (http1_is_hop_by_hop(f->name, f->name_len) || is_gateway_field(f->name, f->name_len) ||
@@ -835,6 +841,17 @@ static void head_fields(struct head_out *h, const struct http_header *hdrs, size
             (!is_end_to_end(f->name, f->name_len) &&
              named_in_connection(hdrs, n, f->name, f->name_len)))
             continue;
+        if (eqi(f->name, f->name_len, "content-length")) {
+            if (length_sent || content_length < 0)
+                continue;
+            length_sent = true;
+            piece(h, f->name, f->name_len);
+            piece(h, ": ", 2);
+            piece(h, h->content_length,
+                  format_uint(h->content_length, (uint64_t)content_length, 0));
+            piece(h, "\r\n", 2);
+            continue;
+        }
         piece(h, f->name, f->name_len);
         piece(h, ": ", 2);
         piece(h, f->value, f->value_len);
@@ -871,7 +888,7 @@ int http1_write_upstream_request_keep(const struct http_request *req, struct evb
         }
         piece(h, "\r\n", 2);
     }
-    head_fields(h, req->headers, req->nheaders, false);
+    head_fields(h, req->headers, req->nheaders, req->content_length, false);
     piece_lit(h, keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n");
     return head_commit(h, out) < 0 ? -1 : 0;
 }
@@ -891,7 +908,8 @@ int http1_write_upstream_response(const struct http_response *rsp, struct evbuff
     piece(h, status, sn);
     piece(h, rsp->reason, rsp->reason_len);
     piece(h, "\r\n", 2);
-    head_fields(h, rsp->headers, rsp->nheaders, (flags & HTTP1_RSP_UNCHUNKED) != 0);
+    head_fields(h, rsp->headers, rsp->nheaders, rsp->content_length,
+                (flags & HTTP1_RSP_UNCHUNKED) != 0);
     if (rsp->status >= 200)
         piece_lit(h, (flags & HTTP1_RSP_KEEP_ALIVE) ? "Connection: keep-alive\r\n"
                                                     : "Connection: close\r\n");

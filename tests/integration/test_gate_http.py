@@ -7,8 +7,8 @@ import socket
 import threading
 import time
 
-from gate_client import (api_rule, assert_deny_response, build_request, curl, open_conn,
-                         read_response, read_responses, recv_until_close, request)
+from gate_client import (api_rule, assert_deny_response, build_request, curl, exchange,
+                         open_conn, read_response, read_responses, recv_until_close, request)
 from gate_servers import LoopbackServer, ScriptedUpstream, pattern_bytes
 
 
@@ -651,6 +651,23 @@ def test_hop_by_hop_headers_not_forwarded(gateway, net):
     rec = net.api.requests[0]
     assert rec.header("X-Kept") == "yes"
     assert not rec.has_header("X-Private") and not rec.has_header("Proxy-Connection")
+
+
+def test_content_length_goes_upstream_as_one_value(gateway, net):
+    # A list of identical values, a repeat and leading zeros frame the body
+    # the same for the gateway; the origin gets one plain value (RFC 9110
+    # 8.6), so no hop after the gateway can read the framing its own way.
+    gw = gateway(net.policy([api_rule(net)]))
+    head = ("POST %s HTTP/1.1\r\nHost: api.example.test:%d\r\nContent-Length: 5, 5\r\n"
+            "X-Kept: yes\r\nContent-Length: 005\r\n\r\n" % (net.url("/cl"), net.api.port))
+    r = exchange(gw, head.encode() + b"hello", method="POST")
+    assert r.status == 200, r
+    rec = net.api.requests[0]
+    assert rec.body == b"hello" and rec.header("X-Kept") == "yes"
+    assert [(k, v) for k, v in rec.headers if k.lower() == "content-length"] == [
+        ("Content-Length", "5")], rec.headers
+    _, end = gw.decided(path="/cl")
+    assert end["bytes_up"] == 5, end
 
 
 def test_curl_upload_expect_continue(gateway, net, tmp_path):

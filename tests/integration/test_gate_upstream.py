@@ -414,3 +414,22 @@ def test_an_origin_cannot_speak_as_the_gateway(gateway, net, name):
         assert r.header(name) is None, r.headers
         ev, end = gw.decided(path="/forged")
         assert ev["decision"] == "allow" and end["status"] == 403
+
+
+def test_content_length_reaches_the_agent_as_one_value(gateway, net):
+    # The same from an origin: the agent's client sees one plain value
+    listed = b"HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\nContent-Length: 05\r\n\r\nhello"
+    with ScriptedUpstream(answering(listed)) as up:
+        gw = evil_gateway(gateway, net, up)
+        s = open_conn(gw)
+        try:
+            raw = raw_turn(s, evil_get("/listed", up))
+        finally:
+            s.close()
+        head, _, body = raw.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        assert lines[0] == b"HTTP/1.1 200 OK" and body == b"hello", raw
+        assert [x for x in lines if x.lower().startswith(b"content-length")] == [
+            b"Content-Length: 5"], raw
+        _, end = gw.decided(path="/listed")
+        assert end["status"] == 200 and end["bytes_down"] == 5, end
