@@ -349,31 +349,42 @@ def test_client_leaving_while_connecting_is_logged_with_its_wait(gateway, net):
 
 
 class _ResettingServer(LoopbackServer):
-    """Resets each connection as soon as it accepts it."""
+    """Resets each connection it accepts once <go> is set (at most 10 s
+    later), then sets <reset>. Waiting for <go> puts the reset after the
+    gateway's 200: a reset that came first, while the gateway was still
+    taking up the connect on a loaded machine, is a 502, and another test."""
+
+    def __init__(self, ip):
+        self.go = threading.Event()
+        self.reset = threading.Event()
+        super().__init__(ip)
 
     def _serve(self, conn):
+        self.go.wait(10)
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-        conn.close()
+        conn.close()  # on loopback the RST is in the gateway's socket on return
+        self.reset.set()
 
 
 def test_peeked_bytes_count_once_the_upstream_took_them(gateway, net):
-    # the upstream resets the connection as soon as it accepts it; the
-    # client's first bytes (neither TLS nor HTTP, let through after the
-    # peek) could not be sent, and the end line does not say they were
+    # the upstream resets the connection after the 200; the client's first
+    # bytes (neither TLS nor HTTP, let through after the peek) could not be
+    # sent, and the end line does not say they were
     with _ResettingServer("127.0.0.7") as srv:
         gw = gateway(net.policy([{"host": "rst.example.test", "ports": [srv.port], "tier": 0}],
                                 static_extra={"rst.example.test": "127.0.0.7"}))
         c = connect(gw, "rst.example.test:%d" % srv.port)
         try:
             assert c.status == 200
-            poll(lambda: srv.accepted == 1, timeout=5, what="the upstream's accept")
-            time.sleep(0.3)  # the reset is in
+            srv.go.set()
+            assert srv.reset.wait(10), "the upstream never reset"
             c.sock.sendall(b"\x00" + b"x" * 9999)
             try:
                 recv_until_close(c.sock)
             except OSError:
                 pass
         finally:
+            srv.go.set()
             c.close()
         _, end = gw.decided(method="CONNECT")
     assert end["status"] == 200 and end["bytes_up"] == 0, end
