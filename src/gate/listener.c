@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -14,8 +13,7 @@
 
 #include <event2/listener.h>
 
-#define LISTEN_BACKLOG  511
-#define LOCAL_ADDRS_MAX 64
+#define LISTEN_BACKLOG 511
 
 struct listener {
     struct listen_addr addr;
@@ -24,8 +22,6 @@ struct listener {
     listener_accept_fn fn;
     void *arg;
     bool unspecified; /* bound to 0.0.0.0 or :: */
-    struct ipaddr local[LOCAL_ADDRS_MAX];
-    size_t nlocal;
 };
 
 void sockaddr_format(const struct sockaddr *sa, char *out, size_t outlen)
@@ -191,22 +187,6 @@ static void on_accept_error(struct evconnlistener *lev, void *arg)
     evtimer_add(l->pause_timer, &backoff);
 }
 
-static void collect_local_addrs(struct listener *l)
-{
-    struct ifaddrs *ifa = NULL;
-    l->nlocal = 0;
-    if (getifaddrs(&ifa) != 0)
-        return;
-    for (struct ifaddrs *i = ifa; i != NULL && l->nlocal < LOCAL_ADDRS_MAX; i = i->ifa_next) {
-        uint16_t port;
-        if (i->ifa_addr == NULL)
-            continue;
-        if (sockaddr_to_ipaddr(i->ifa_addr, &l->local[l->nlocal], &port) == 0)
-            l->nlocal++;
-    }
-    freeifaddrs(ifa);
-}
-
 static evutil_socket_t open_unix(const struct listen_addr *a, char *err, size_t errlen)
 {
     const struct sockaddr_un *un = (const struct sockaddr_un *)(const void *)&a->ss;
@@ -288,7 +268,6 @@ struct listener *listener_open(struct event_base *base, const struct listen_addr
         if (sockaddr_to_ipaddr((const struct sockaddr *)&l->addr.ss, &ip, &port) == 0 &&
             (ipaddr_equal(&ip, &any6) || ipaddr_equal(&ip, &any4))) {
             l->unspecified = true;
-            collect_local_addrs(l);
         }
     }
     l->pause_timer = evtimer_new(base, on_resume, l);
@@ -323,7 +302,6 @@ struct listener *listener_describe(const struct listen_addr *a)
         sockaddr_to_ipaddr((const struct sockaddr *)&a->ss, &ip, &port) == 0 &&
         (ipaddr_equal(&ip, &any6) || ipaddr_equal(&ip, &any4))) {
         l->unspecified = true;
-        collect_local_addrs(l);
     }
     return l;
 }
@@ -374,6 +352,44 @@ bool listener_is_unix(const struct listener *l)
     return l->addr.kind == LISTEN_UNIX;
 }
 
+/* True when <ip> is an address of this host as things stand now (an
+ * address added since the start counts too): the kernel picks a local
+ * destination itself as the source of a datagram socket connected to it,
+ * and no other. A socket that cannot be made, or a source that cannot be
+ * read, counts as local (the request is refused); a destination without a
+ * route is not local. */
+static bool is_local_address(const struct ipaddr *ip)
+{
+    struct sockaddr_storage ss, src;
+    socklen_t len, slen = sizeof(src);
+    struct ipaddr got;
+    uint16_t port;
+    memset(&ss, 0, sizeof(ss));
+    if (ipaddr_is_v4(ip)) {
+        struct sockaddr_in *in = (struct sockaddr_in *)(void *)&ss;
+        in->sin_family = AF_INET;
+        in->sin_port = htons(9); /* any port: nothing is sent */
+        in->sin_addr.s_addr = htonl(ipaddr_v4(ip));
+        len = sizeof(*in);
+    } else {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)(void *)&ss;
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons(9);
+        memcpy(&in6->sin6_addr, ip->b, 16);
+        len = sizeof(*in6);
+    }
+    int fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return true;
+    bool local = false; /* no route to it (connect() fails): not ours */
+    if (connect(fd, (const struct sockaddr *)&ss, len) == 0)
+        local = getsockname(fd, (struct sockaddr *)&src, &slen) != 0 ||
+                sockaddr_to_ipaddr((const struct sockaddr *)&src, &got, &port) != 0 ||
+                ipaddr_equal(&got, ip);
+    close(fd);
+    return local;
+}
+
 bool listener_covers(const struct listener *l, const struct ipaddr *ip, uint16_t port)
 {
     struct ipaddr mine;
@@ -396,10 +412,5 @@ bool listener_covers(const struct listener *l, const struct ipaddr *ip, uint16_t
     if (ipaddr_is_v4(ip) && (ipaddr_v4(ip) >> 24) == 127)
         return true;
     static const struct ipaddr lo6 = {{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}};
-    if (ipaddr_equal(ip, &lo6))
-        return true;
-    for (size_t i = 0; i < l->nlocal; i++)
-        if (ipaddr_equal(&l->local[i], ip))
-            return true;
-    return false;
+    return ipaddr_equal(ip, &lo6) || is_local_address(ip);
 }

@@ -68,7 +68,8 @@ const struct listen_addr *listener_addr(const struct listener *l);
 bool listener_is_unix(const struct listener *l);
 
 /* True when <ip>:<port> reaches listener <l>: the same address, or any
- * local address when <l> is bound to the unspecified address. */
+ * local address when <l> is bound to the unspecified address (asked of the
+ * kernel at each call, so an address the host got after the start counts). */
 bool listener_covers(const struct listener *l, const struct ipaddr *ip, uint16_t port);
 
 /* Formats "ip:port" / "[v6]:port" for <sa> into <out>. */

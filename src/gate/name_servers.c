@@ -123,6 +123,21 @@ static struct evdns_base *open_base(struct event_base *base, const struct sockad
     return dns;
 }
 
+/* A server written "IP" (no port; evutil_parse_sockaddr_port() gives it 0)
+ * is asked on the DNS port. */
+static void set_default_port(struct sockaddr_storage *ss)
+{
+    if (ss->ss_family == AF_INET6) {
+        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)(void *)ss;
+        if (s6->sin6_port == 0)
+            s6->sin6_port = htons(53);
+    } else if (ss->ss_family == AF_INET) {
+        struct sockaddr_in *s4 = (struct sockaddr_in *)(void *)ss;
+        if (s4->sin_port == 0)
+            s4->sin_port = htons(53);
+    }
+}
+
 /* The addresses of the servers in <cfg>, or else those of /etc/resolv.conf
  * (a missing file or no nameserver line: none, never the 127.0.0.1 evdns
  * would otherwise assume), into <ss> (room for <cap>). Returns how many. */
@@ -134,8 +149,10 @@ static size_t server_addrs(struct event_base *base, const struct dns_cfg *cfg,
 
     for (size_t i = 0; i < cfg->nservers && n < cap; i++) {
         int l = (int)sizeof(ss[n]);
-        if (evutil_parse_sockaddr_port(cfg->servers[i], (struct sockaddr *)&ss[n], &l) == 0)
+        if (evutil_parse_sockaddr_port(cfg->servers[i], (struct sockaddr *)&ss[n], &l) == 0) {
+            set_default_port(&ss[n]);
             len[n++] = (socklen_t)l;
+        }
     }
     if (cfg->nservers > 0)
         return n;

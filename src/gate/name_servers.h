@@ -1,9 +1,10 @@
 /* name_servers: the resolver's name servers, each behind an evdns base of
  * its own (see resolve.h for how lookups use them).
  *
- * Servers come from dns.servers ("IP", "IP:PORT", "[V6]:PORT"), else from
- * the nameserver lines of /etc/resolv.conf (never the 127.0.0.1 evdns would
- * otherwise assume), at most POLICY_MAX_DNS_SERVERS. Each base asks its one
+ * Servers come from dns.servers ("IP", asked on port 53, "IP:PORT",
+ * "[V6]:PORT"), else from the nameserver lines of /etc/resolv.conf (never
+ * the 127.0.0.1 evdns would otherwise assume), at most
+ * POLICY_MAX_DNS_SERVERS. Each base asks its one
  * server once per try (attempts:1: the retries are the resolver's), gives
  * it NAME_SERVER_TRY_MS to answer, keeps up to RESOLVE_MAX_INFLIGHT queries
  * out to it, and probes it at most hourly once it is down.

@@ -2,6 +2,7 @@
 status, Sluice-Reason, nothing upstream, and the log pair."""
 
 import datetime
+import os
 import shutil
 import time
 
@@ -261,3 +262,33 @@ def test_self_request_ipv6_listener(gateway, net):
     gw = gateway(pol, extra_listen=["[::1]:%d" % port6])
     r = request(gw, "GET", "http://[::1]:%d/loop6" % port6)
     assert_denied(gw, net, r, "self_request", port=port6, tier=ANY, rule=ANY, owner=ANY, ip=ANY)
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+def test_self_request_address_added_after_start(gateway, net, tmp_path):
+    # A gateway listening on 0.0.0.0 is reached through every address of its
+    # host, also one the host gets once the gateway runs (a DHCP lease, an
+    # interface brought up later). In an empty namespace of its own, such an
+    # address is added to lo after the start: a request to it is the
+    # gateway's own, by literal and by name, and never reaches the listener.
+    port = free_port()
+    trigger, done = str(tmp_path / "add-address"), str(tmp_path / "address-added")
+    helper = ["sh", "-c", 'i=0; while [ ! -e "$0" ] && [ $i -lt 400 ]; do sleep 0.05; '
+              'i=$((i+1)); done; ip addr add 10.99.0.5/32 dev lo && touch "$1"', trigger, done]
+    pol = net.policy([{"cidr": "10.99.0.0/16", "ports": [port], "tier": 0},
+                      {"host": "late.example.test", "ports": [port], "tier": 0}],
+                     static_extra={"late.example.test": "10.99.0.5"},
+                     allow_ranges=["10.99.0.0/16"])
+    gw = gateway(pol, netns=True, netns_helper=helper, extra_listen=["0.0.0.0:%d" % port])
+    open(trigger, "w").close()
+    for _ in range(200):
+        if os.path.exists(done):
+            break
+        time.sleep(0.05)
+    assert os.path.exists(done), "the helper could not add the address"
+    for host in ("10.99.0.5", "late.example.test"):
+        r = request(gw, "GET", "http://%s:%d/loop" % (host, port))
+        assert r.status == 403 and r.header("Sluice-Reason") == "self_request", r
+    evs = gw.wait_events(reason="self_request", count=2)
+    assert [e["host"] for e in evs] == ["10.99.0.5", "late.example.test"], evs
+    assert gw.events(method="GET", decision="allow") == []

@@ -282,6 +282,14 @@ def test_ipv6_name_server(world):
     assert sorted(w.queries("v6.test")) == [1, 28]
 
 
+@pytest.mark.parametrize("server", ["127.0.0.1", "::1"])
+def test_name_server_without_a_port_is_asked_on_53(world, server):
+    # dns.servers takes "IP" (SPEC): the DNS port, 53, is meant
+    w = world({"bare.test": {"A": [ALLOWED]}}, servers=[server])
+    assert_reached(w.get("bare.test"), ALLOWED + ":80")
+    assert sorted(w.queries("bare.test")) == [1, 28]
+
+
 def test_stalled_lookups_do_not_hold_up_other_names(world):
     # An agent granted a wildcard asks for many names below it whose server
     # never answers (an authoritative server that stalls on purpose). A
