@@ -159,8 +159,8 @@ bool gateway_is_self_name(const struct gateway *gw, const char *name, uint16_t p
 }
 
 /* The --admin address as a listen_addr ("PORT" and ":PORT" bind 127.0.0.1,
- * as watch/admin.c does). An address that does not parse (admin.c refused
- * it already) or port 0 (the port is not known here) is left out. */
+ * as watch/admin.c does). An address that does not parse, or port 0, is
+ * left out: watch/admin.c refuses both, and serve does not start. */
 static void describe_admin(struct gateway *gw)
 {
     const char *s = gw->cfg.admin_addr;

@@ -183,6 +183,23 @@ def test_bad_listen_address_exits_2(run_sluice, net, tmp_path):
     assert p.returncode == 2, (p.returncode, p.stderr)
 
 
+@pytest.mark.parametrize("admin, why", [
+    ("0", "port 0 is not allowed"), (":0", "port 0 is not allowed"),
+    ("127.0.0.1:0", "port 0 is not allowed"), ("[::1]:0", "port 0 is not allowed"),
+    ("localhost:9090", "expected PORT, IP:PORT or [V6]:PORT"),
+    ("127.0.0.1:99999", "expected PORT, IP:PORT or [V6]:PORT"),
+    ("abc", "expected PORT, IP:PORT or [V6]:PORT")])
+def test_bad_admin_address_exits_2(run_sluice, net, tmp_path, admin, why):
+    # Port 0 is refused too: the port the kernel picked would be told
+    # nowhere, and self_request could not cover it
+    path = tmp_path / "ok.yaml"
+    path.write_text(policy_yaml(net.policy([api_rule(net)])))
+    p = run_sluice("serve", "--policy", str(path), "--listen", "127.0.0.1:%d" % free_port(),
+                   "--admin", admin, timeout=15)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert ("--admin %s: %s" % (admin, why)) in p.stderr, p.stderr
+
+
 def test_sigterm_exits_0_and_log_complete(gateway, net):
     rules = [api_rule(net), {"host": "banner.example.test", "ports": [net.banner.port],
                              "tier": 2}]
