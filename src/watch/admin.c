@@ -396,8 +396,7 @@ struct admin *admin_new(struct event_base *base, const char *addr, struct metric
     } else if (port == 0) {
         /* A port the kernel picks is told nowhere, so nothing could scrape
          * it, and the gateway could not refuse requests to it (self_request). */
-        snprintf(err, errlen, "--admin %s: port 0 is not allowed: name the port to serve on",
-                 addr);
+        snprintf(err, errlen, "--admin %s: port 0 is not allowed: name the port to serve on", addr);
         return NULL;
     } else if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
         in4->sin_family = AF_INET;
