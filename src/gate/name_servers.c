@@ -203,6 +203,23 @@ int name_servers_open(struct event_base *base, const struct dns_cfg *cfg, const 
     return 0;
 }
 
+bool name_servers_unchanged(struct event_base *base, const struct dns_cfg *cfg,
+                            const char *resolv_conf, const struct name_server *ns, size_t n)
+{
+    struct sockaddr_storage ss[POLICY_MAX_DNS_SERVERS];
+    socklen_t len[POLICY_MAX_DNS_SERVERS];
+    size_t count = server_addrs(base, cfg, resolv_conf, ss, len, POLICY_MAX_DNS_SERVERS);
+    if (count != n)
+        return false;
+    for (size_t i = 0; i < count; i++) {
+        char addr[sizeof(ns[i].st.addr)];
+        format_server((const struct sockaddr *)&ss[i], addr, sizeof(addr));
+        if (strcmp(addr, ns[i].st.addr) != 0)
+            return false;
+    }
+    return true;
+}
+
 void name_server_count(struct resolve_server_stats *st, int result)
 {
     switch (result) {

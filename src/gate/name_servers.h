@@ -15,6 +15,7 @@
 #ifndef SLUICE_GATE_NAME_SERVERS_H
 #define SLUICE_GATE_NAME_SERVERS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "gate/resolve.h"
@@ -48,6 +49,12 @@ int name_servers_check(const struct dns_cfg *cfg, char **err);
  * <*err> (malloc'd) and nothing open. */
 int name_servers_open(struct event_base *base, const struct dns_cfg *cfg, const char *resolv_conf,
                       struct name_server **out, size_t *n, char **err);
+
+/* True when <cfg> (or resolv.conf at <resolv_conf> when cfg names none)
+ * gives the same server addresses, in the same order, as the <n> of <ns>:
+ * a reload keeps those servers, their bases and what they did. */
+bool name_servers_unchanged(struct event_base *base, const struct dns_cfg *cfg,
+                            const char *resolv_conf, const struct name_server *ns, size_t n);
 
 /* Frees the <n> servers of <ns> and the array. Accepts NULL. */
 void name_servers_free(struct name_server *ns, size_t n);

@@ -114,8 +114,6 @@ struct resolver {
     size_t preferred;                    /* where lookups start: the last server that answered */
     struct dns_static *statics;          /* owned copies */
     size_t nstatics;
-    char **servers; /* owned copy of cfg->servers, to see changes */
-    size_t nservers;
     struct resolve_req *live;
     struct flight *flights[FLIGHT_BUCKETS]; /* names in flight, by dns_name_hash() */
     size_t nflights;
@@ -169,17 +167,9 @@ static void free_statics(struct dns_static *s, size_t n)
     free(s);
 }
 
-static void free_servers(char **s, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        free(s[i]);
-    free(s);
-}
-
-static int copy_cfg(const struct dns_cfg *cfg, struct dns_static **st, char ***sv)
+static int copy_statics(const struct dns_cfg *cfg, struct dns_static **st)
 {
     *st = NULL;
-    *sv = NULL;
     if (cfg->nstatics > 0 && (*st = calloc(cfg->nstatics, sizeof(**st))) == NULL)
         goto err;
     for (size_t i = 0; i < cfg->nstatics; i++) {
@@ -187,30 +177,11 @@ static int copy_cfg(const struct dns_cfg *cfg, struct dns_static **st, char ***s
         if (((*st)[i].name = strdup(cfg->statics[i].name)) == NULL)
             goto err;
     }
-    if (cfg->nservers > 0 && (*sv = calloc(cfg->nservers, sizeof(**sv))) == NULL)
-        goto err;
-    for (size_t i = 0; i < cfg->nservers; i++)
-        if (((*sv)[i] = strdup(cfg->servers[i])) == NULL)
-            goto err;
     return 0;
 err:
-    if (*st != NULL)
-        free_statics(*st, cfg->nstatics);
-    if (*sv != NULL)
-        free_servers(*sv, cfg->nservers);
+    free_statics(*st, cfg->nstatics);
     *st = NULL;
-    *sv = NULL;
     return -1;
-}
-
-static bool servers_equal(const struct resolver *r, const struct dns_cfg *cfg)
-{
-    if (r->nservers != cfg->nservers)
-        return false;
-    for (size_t i = 0; i < cfg->nservers; i++)
-        if (strcmp(r->servers[i], cfg->servers[i]) != 0)
-            return false;
-    return true;
 }
 
 /* evdns' own messages (a server marked down, and so on): warnings only,
@@ -235,10 +206,9 @@ struct resolver *resolver_new(struct event_base *base, const struct dns_cfg *cfg
     r->try_ms = NAME_SERVER_TRY_MS;
     if (name_servers_check(cfg, err) < 0)
         goto fail;
-    if (copy_cfg(cfg, &r->statics, &r->servers) < 0)
+    if (copy_statics(cfg, &r->statics) < 0)
         goto nomem;
     r->nstatics = cfg->nstatics;
-    r->nservers = cfg->nservers;
     if (name_servers_open(base, cfg, RESOLV_CONF, &r->ns, &r->nns, err) < 0)
         goto fail;
     return r;
@@ -717,19 +687,20 @@ void resolve_cancel(struct resolve_req *req)
 int resolver_reload(struct resolver *r, const struct dns_cfg *cfg)
 {
     struct dns_static *st;
-    char **sv;
     char *err = NULL;
     struct name_server *ns = r->ns;
     size_t nns = r->nns;
 
+    /* The servers are opened anew when they changed: in dns.servers, or in
+     * resolv.conf when the policy names none (re-read at every reload). */
     if (name_servers_check(cfg, &err) < 0 ||
-        (!servers_equal(r, cfg) &&
+        (!name_servers_unchanged(r->base, cfg, RESOLV_CONF, r->ns, r->nns) &&
          name_servers_open(r->base, cfg, RESOLV_CONF, &ns, &nns, &err) < 0)) {
         fprintf(stderr, "sluice: %s\n", err != NULL ? err : "dns: invalid server");
         free(err);
         return -1;
     }
-    if (copy_cfg(cfg, &st, &sv) < 0) {
+    if (copy_statics(cfg, &st) < 0) {
         if (ns != r->ns)
             name_servers_free(ns, nns);
         return -1;
@@ -752,11 +723,8 @@ int resolver_reload(struct resolver *r, const struct dns_cfg *cfg)
     dns_cache_clear(&r->cache);
     r->gen++;
     free_statics(r->statics, r->nstatics);
-    free_servers(r->servers, r->nservers);
     r->statics = st;
     r->nstatics = cfg->nstatics;
-    r->servers = sv;
-    r->nservers = cfg->nservers;
     return 0;
 }
 
@@ -778,6 +746,5 @@ void resolver_free(struct resolver *r)
     name_servers_retired_free(&r->retired);
     dns_cache_clear(&r->cache);
     free_statics(r->statics, r->nstatics);
-    free_servers(r->servers, r->nservers);
     free(r);
 }

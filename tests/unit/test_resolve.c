@@ -1156,6 +1156,73 @@ static void test_cache_not_failures(void **state)
     event_base_free(base);
 }
 
+/* Writes a resolv.conf naming <addr> (or no server when NULL) at <path>. */
+static void write_resolv_conf(const char *path, const char *addr)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    if (addr != NULL)
+        fprintf(f, "nameserver %s\n", addr);
+    else
+        fprintf(f, "# no server\n");
+    assert_int_equal(fclose(f), 0);
+}
+
+/* A policy without dns.servers uses resolv.conf as it is at each reload:
+ * a new server there is asked after SIGHUP; the same servers are kept
+ * (their bases and what they did), and none left means no server. */
+static void test_reload_rereads_resolv_conf(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct fake_dns d1, d2;
+    fake_start(&d1, base, 1);
+    fake_start(&d2, base, 2);
+    char path[64];
+    snprintf(path, sizeof(path), "/tmp/sluice-test-resolv.XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    write_resolv_conf(path, d1.addr);
+    test_resolv_conf = path;
+    struct dns_cfg none = {0};
+
+    struct resolver *r = new_resolver(base, NULL, NULL, 0);
+    assert_int_equal(r->nns, 1);
+    struct result res = lookup_wait(base, r, "one.test");
+    assert_addr(&res.a[0], v4("192.0.2.1"));
+
+    /* Unchanged: the same server set stays, with its counts. */
+    struct name_server *before = r->ns;
+    uint64_t answers = r->ns[0].st.answers;
+    assert_int_equal(resolver_reload(r, &none), 0);
+    assert_ptr_equal(r->ns, before);
+    assert_int_equal(r->ns[0].st.answers, answers);
+
+    /* Changed: the new server answers. */
+    write_resolv_conf(path, d2.addr);
+    assert_int_equal(resolver_reload(r, &none), 0);
+    assert_int_equal(r->nns, 1);
+    assert_string_equal(r->ns[0].st.addr, d2.addr);
+    res = lookup_wait(base, r, "one.test");
+    assert_int_equal(res.err, 0);
+    assert_addr(&res.a[0], v4("192.0.2.2"));
+
+    /* Gone: no server. */
+    write_resolv_conf(path, NULL);
+    assert_int_equal(resolver_reload(r, &none), 0);
+    assert_int_equal(r->nns, 0);
+    res = lookup_wait(base, r, "two.test");
+    assert_int_equal(res.err, RESOLVE_ERR_NO_SERVERS);
+
+    resolver_free(r);
+    unlink(path);
+    test_resolv_conf = "/nonexistent/resolv.conf";
+    fake_stop(&d1);
+    fake_stop(&d2);
+    event_base_free(base);
+}
+
 static void test_cache_static_and_reload(void **state)
 {
     (void)state;
@@ -1262,6 +1329,7 @@ int main(void)
         cmocka_unit_test(test_free_with_lookups_in_flight),
         cmocka_unit_test(test_no_servers),
         cmocka_unit_test(test_resolv_conf_servers),
+        cmocka_unit_test(test_reload_rereads_resolv_conf),
         cmocka_unit_test(test_bad_server),
         cmocka_unit_test(test_reload),
         cmocka_unit_test(test_failover),
