@@ -23,7 +23,8 @@
  * the send queues of both its sockets.
  *
  * drain_keeps() is pure: no sockets, no clock (tests/unit/test_drain.c);
- * drain_send_queue() is the one reading of a socket both callers make. */
+ * drain_send_queue() is the one reading of a socket its callers make, and
+ * drain_on_write() the one way they learn of writes. */
 #ifndef SLUICE_GATE_DRAIN_H
 #define SLUICE_GATE_DRAIN_H
 
@@ -31,6 +32,9 @@
 #include <stdint.h>
 
 #include <event2/util.h>
+
+struct evbuffer;
+struct evbuffer_cb_info;
 
 /* Steps per idle_timeout: the bound on closing is idle_timeout * (1 + 1/DRAIN_STEPS). */
 #define DRAIN_STEPS 4
@@ -53,5 +57,8 @@ bool drain_keeps(struct drain *d, int64_t queue, uint64_t step_ms, uint64_t idle
 /* The bytes in <fd>'s send queue (SIOCOUTQ; TCP: not yet acknowledged,
  * unix stream: not yet read by the peer); -1 when they cannot be read. */
 int64_t drain_send_queue(evutil_socket_t fd);
+/* An evbuffer callback for a bufferevent's output, <drain> the struct
+ * drain of its socket: notes that bytes went from <buf> into the socket. */
+void drain_on_write(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *drain);
 
 #endif
