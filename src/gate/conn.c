@@ -53,15 +53,6 @@ void conn_set_client_timeouts(struct conn *c, bool reading)
     bufferevent_set_timeouts(c->client, reading ? &tv : NULL, &step);
 }
 
-/* The output callback: the bufferevent wrote into the client's socket. */
-static void on_client_drained(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
-{
-    struct conn *c = arg;
-    (void)buf;
-    if (info->n_deleted > 0)
-        c->drain.wrote = true;
-}
-
 /* A write timeout on the client: a step of conn_set_client_timeouts().
  * Returns true when the client made progress or has not been stalled for
  * idle_timeout yet: its writing is enabled again (libevent turned it off)
@@ -116,7 +107,7 @@ void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
         return;
     }
     bufferevent_setcb(c->client, on_read, on_write, on_event, c);
-    c->drain_cb = evbuffer_add_cb(bufferevent_get_output(c->client), on_client_drained, c);
+    c->drain_cb = evbuffer_add_cb(bufferevent_get_output(c->client), drain_on_write, &c->drain);
     if (c->drain_cb == NULL) {
         conn_free(c);
         return;

@@ -101,6 +101,11 @@ struct exchange {
     uint64_t req_left, rsp_left;
     struct chunked req_chunked, rsp_chunked;
     bool req_done, rsp_head_done, rsp_done;
+    /* Until the upstream took the whole request (req_taken), its timeouts
+     * are steps of idle_timeout that judge its progress (forward.c,
+     * gate/drain.h); then it has idle_timeout to answer. */
+    bool req_taken;
+    struct drain up_drain;
     bool client_close; /* the client asked to close after this request */
     bool client_v10;   /* the client spoke HTTP/1.0: no 1xx, no chunked framing to it */
     bool unchunk;      /* the response is chunked and the client gets its data alone */

@@ -4,6 +4,8 @@
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
 
+#include <event2/buffer.h>
+
 void drain_reset(struct drain *d)
 {
     d->stalled_ms = 0;
@@ -40,4 +42,12 @@ int64_t drain_send_queue(evutil_socket_t fd)
 {
     int n = 0;
     return ioctl(fd, SIOCOUTQ, &n) == 0 && n >= 0 ? n : -1;
+}
+
+void drain_on_write(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *drain)
+{
+    struct drain *d = drain;
+    (void)buf;
+    if (info->n_deleted > 0)
+        d->wrote = true;
 }

@@ -12,18 +12,21 @@
  * queue (SIOCOUTQ: bytes not yet acknowledged by a TCP peer, or not yet
  * read by a unix one) and drain_keeps() judges: the client made progress
  * when the queue shrank since the last step, or when the bufferevent wrote
- * into the socket since (conn.c learns that from a callback on the output
- * buffer, without a system call). No progress adds a step to the time the
+ * into the socket since (drain_on_write(), a callback on the output
+ * buffer, tells without a system call). No progress adds a step to the time the
  * client is stalled; progress resets it; a client stalled for idle_timeout
  * is closed: between idle_timeout and idle_timeout plus one step after the
  * last byte it took, never before (within idle_timeout exactly when nothing
  * was in flight: an empty queue at the first step counts against it). The
  * normal path costs nothing more: the queue is read only when a step
  * expires. tunnel.c judges a CONNECT tunnel's idleness the same way, from
- * the send queues of both its sockets.
+ * the send queues of both its sockets, and forward.c an upstream taking a
+ * request body, from its own: its timeouts are steps until it took all of
+ * the request, and only then does it have idle_timeout to answer.
  *
  * drain_keeps() is pure: no sockets, no clock (tests/unit/test_drain.c);
- * drain_send_queue() is the one reading of a socket both callers make. */
+ * drain_send_queue() is the one reading of a socket its callers make, and
+ * drain_on_write() the one way they learn of writes. */
 #ifndef SLUICE_GATE_DRAIN_H
 #define SLUICE_GATE_DRAIN_H
 
@@ -31,6 +34,9 @@
 #include <stdint.h>
 
 #include <event2/util.h>
+
+struct evbuffer;
+struct evbuffer_cb_info;
 
 /* Steps per idle_timeout: the bound on closing is idle_timeout * (1 + 1/DRAIN_STEPS). */
 #define DRAIN_STEPS 4
@@ -53,5 +59,8 @@ bool drain_keeps(struct drain *d, int64_t queue, uint64_t step_ms, uint64_t idle
 /* The bytes in <fd>'s send queue (SIOCOUTQ; TCP: not yet acknowledged,
  * unix stream: not yet read by the peer); -1 when they cannot be read. */
 int64_t drain_send_queue(evutil_socket_t fd);
+/* An evbuffer callback for a bufferevent's output, <drain> the struct
+ * drain of its socket: notes that bytes went from <buf> into the socket. */
+void drain_on_write(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *drain);
 
 #endif

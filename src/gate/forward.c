@@ -29,6 +29,7 @@
 #include <event2/bufferevent.h>
 
 #include "gate/conn.h"
+#include "gate/drain.h"
 #include "gate/gateway.h"
 #include "gate/progress.h"
 #include "gate/stream.h"
@@ -79,11 +80,22 @@ enum deny_reason forward_prepare(struct conn *c, const struct http_request *req,
     return REASON_NONE;
 }
 
-static struct timeval idle_tv(const struct conn *c)
+static struct timeval tv_of(uint64_t ms)
 {
-    uint64_t ms = conn_idle_ms(c);
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
     return tv;
+}
+
+static struct timeval idle_tv(const struct conn *c)
+{
+    return tv_of(conn_idle_ms(c));
+}
+
+/* A step of idle_timeout: the upstream's timeouts until it took the
+ * request (upstream_taking()). */
+static struct timeval step_tv(const struct conn *c)
+{
+    return tv_of(drain_step_ms(conn_idle_ms(c)));
 }
 
 /* The exchange is over when the response is complete and written out. */
@@ -169,20 +181,53 @@ static void fail_client(struct conn *c)
     conn_free(c);
 }
 
-/* The whole request went upstream (or is queued for it): from now on the
- * upstream has idle_timeout to answer, each time it goes quiet, and the
- * client idle_timeout to take each piece of the response (a client that
- * stops reading is given up on, as is one that stops sending; one that
- * reads slowly but steadily is not: the write timeout counts progress,
- * gate/drain.h). Until now,
- * the upstream's silence was no fault: an upload may outlast idle_timeout
- * while neither side is idle, and stalls on the way are the client's read
- * and the upstream's write timeouts. */
-static void request_sent(struct conn *c)
+/* The upstream took the whole request (nothing of it is left in its
+ * output or its socket's send queue): from now on it has idle_timeout to
+ * answer, each time it goes quiet. Until now its silence was no fault: an
+ * upload may outlast idle_timeout while neither side is idle. */
+static void request_taken(struct conn *c)
 {
     struct timeval tv = idle_tv(c);
+    c->ex.req_taken = true;
     bufferevent_set_timeouts(c->up, &tv, &tv);
+}
+
+/* The whole request is read from the client and handed to the upstream;
+ * the client now has idle_timeout to take each piece of the response (a
+ * client that stops reading is given up on, as is one that stops sending;
+ * one that reads slowly but steadily is not: the write timeout counts
+ * progress, gate/drain.h). What the upstream has not taken yet drains from
+ * its output and send queue, megabytes for an origin that reads slowly:
+ * the upstream's read timeout is a step that judges that progress
+ * (upstream_taking()) until it took it all; no write timeout, which would
+ * judge the same progress a second time. */
+static void request_sent(struct conn *c)
+{
+    struct timeval step = step_tv(c);
+    drain_reset(&c->ex.up_drain);
+    bufferevent_set_timeouts(c->up, &step, NULL);
     conn_set_client_timeouts(c, false);
+}
+
+/* A step of the upstream's timeouts expired before it took the whole
+ * request: the write timeout while the body is being read from the client,
+ * the read timeout once it all was (request_sent()). Progress is what it
+ * is for a client taking a response (gate/drain.h): the send queue
+ * shrinking, or the bufferevent writing into the socket. Returns true when
+ * the upstream took bytes or has not been stalled for idle_timeout (the
+ * timeout's direction is enabled again: libevent turned it off), or took
+ * all of the request; false when it stopped taking it. */
+static bool upstream_taking(struct conn *c, short what)
+{
+    struct exchange *ex = &c->ex;
+    uint64_t idle = conn_idle_ms(c);
+    int64_t queue = drain_send_queue(c->up_fd);
+    if (ex->req_done && queue == 0 && evbuffer_get_length(bufferevent_get_output(c->up)) == 0)
+        request_taken(c);
+    else if (!drain_keeps(&ex->up_drain, queue, drain_step_ms(idle), idle))
+        return false;
+    bufferevent_enable(c->up, (what & BEV_EVENT_READING) ? EV_READ : EV_WRITE);
+    return true;
 }
 
 /* Moves request body bytes from the client to the upstream. */
@@ -430,10 +475,26 @@ void forward_start(struct conn *c)
         return;
     }
     bufferevent_setcb(c->up, up_read, up_write, up_event, c);
-    /* The upstream's read timeout starts once the request is through: at
-     * once without a body, else in request_sent(). */
+    /* The upstream's read timeout starts once it took the request: at once
+     * without a body. With one, its write timeout is a step that judges
+     * its progress in taking the body (upstream_taking()), noting the
+     * bufferevent's writes into its socket; a reused connection has the
+     * callback already. */
     bool no_body = ex->req_body == BODY_NONE;
-    bufferevent_set_timeouts(c->up, no_body ? &tv : NULL, &tv);
+    ex->req_taken = no_body;
+    if (no_body) {
+        bufferevent_set_timeouts(c->up, &tv, &tv);
+    } else {
+        struct evbuffer *out = bufferevent_get_output(c->up);
+        struct timeval step = step_tv(c);
+        drain_reset(&ex->up_drain);
+        evbuffer_remove_cb(out, drain_on_write, &ex->up_drain);
+        if (evbuffer_add_cb(out, drain_on_write, &ex->up_drain) == NULL) {
+            fail(c, "out of memory");
+            return;
+        }
+        bufferevent_set_timeouts(c->up, NULL, &step);
+    }
     bufferevent_setwatermark(c->up, EV_WRITE, FLOW_LOW, 0);
     /* Room for a whole response head (limits.header_bytes may be over
      * FLOW_HIGH: such a head must fit, or it would neither complete nor be
@@ -567,6 +628,11 @@ static void up_event(struct bufferevent *bev, short what, void *arg)
     struct conn *c = arg;
     struct exchange *ex = &c->ex;
     (void)bev;
+    if ((what & BEV_EVENT_TIMEOUT) && !ex->req_taken) {
+        if (!upstream_taking(c, what))
+            fail(c, "the upstream stopped taking the request");
+        return;
+    }
     /* Heads held back by backpressure are still in the input. */
     if ((what & BEV_EVENT_EOF) && !ex->rsp_head_done && read_response_head(c, true) < 0)
         return;

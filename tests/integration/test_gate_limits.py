@@ -1,8 +1,11 @@
 """The gate's limits: the head-read deadline, idle_timeout (for heads,
-tunnels, clients that stop reading a response, and not for uploads that
-keep flowing nor for clients that read a response slowly but steadily), --max-conns, --grace, the descriptor limit, the --admin
+tunnels, clients that stop reading a response, origins that stop taking a
+request body, and not for uploads that keep flowing nor for clients that
+read a response or origins that take an upload slowly but steadily),
+--max-conns, --grace, the descriptor limit, the --admin
 address as self, the tunnel's read/write fallback."""
 
+import http.client
 import os
 import resource
 import signal
@@ -354,6 +357,141 @@ def test_a_tunnel_whose_reader_stops_is_closed_after_idle_timeout(gateway, net):
         assert took < 3, "closed %.2fs after the client stopped reading" % took
         _, end = gw.decided(method="CONNECT")
         assert end["status"] == 200 and 0 < end["bytes_down"] < size, end
+
+
+def _chunked(body, piece=64 << 10):
+    """<body> as a chunked request body, <piece> bytes a chunk."""
+    out = bytearray()
+    for i in range(0, len(body), piece):
+        out += b"%x\r\n" % len(body[i:i + piece]) + body[i:i + piece] + b"\r\n"
+    return bytes(out + b"0\r\n\r\n")
+
+
+def _slow_upload_upstream(want, outcome, done, stop_after=None):
+    """An origin that reads a request body 64 KiB every 100 ms until it
+    holds the <want> bytes sent (then answers 200 "got N"), or with
+    <stop_after> takes that many and then nothing until it is stopped.
+    Notes in <outcome> the bytes it got ("got"), when it stopped reading
+    ("stopped") and an end before <want> ("cut")."""
+    def script(conn, stop, received):
+        got = bytearray(received.partition(b"\r\n\r\n")[2])
+        conn.settimeout(5)
+        deadline = time.monotonic() + 40
+        try:
+            while len(got) < len(want) and time.monotonic() < deadline:
+                if stop_after is not None and len(got) >= stop_after:
+                    outcome["stopped"] = time.monotonic()
+                    stop.wait(20)
+                    return
+                tick = 0
+                while tick < (64 << 10) and len(got) < len(want):
+                    d = conn.recv(min((64 << 10) - tick, len(want) - len(got)))
+                    if not d:
+                        outcome["cut"] = "closed"
+                        return
+                    got += d
+                    tick += len(d)
+                time.sleep(0.1)
+            answer = b"got %d" % len(got)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(answer) + answer)
+        except OSError as e:
+            outcome["cut"] = repr(e)
+        finally:
+            outcome["got"] = bytes(got)
+            done.set()
+    return ScriptedUpstream(script)
+
+
+def _upload(gw, up, path, framing, body):
+    """POSTs <body> (sent whole, <framing>: "length" or "chunked") through
+    <gw> to <up> from a thread, reading meanwhile; returns the response, or
+    None when the gateway cut the connection, and the time it came."""
+    host = "slowupload.example.test"
+    if framing == "chunked":
+        fields, wire = b"Transfer-Encoding: chunked\r\n", _chunked(body)
+    else:
+        fields, wire = b"Content-Length: %d\r\n" % len(body), body
+    head = b"POST http://%s:%d%s HTTP/1.1\r\nHost: %s:%d\r\n%s\r\n" % (
+        host.encode(), up.port, path.encode(), host.encode(), up.port, fields)
+    s = open_conn(gw, timeout=45)
+    sender = threading.Thread(target=_send_quietly, args=(s, head + wire), daemon=True)
+    sender.start()
+    try:
+        try:
+            r = read_response(s, "POST")
+        except (ConnectionResetError, http.client.RemoteDisconnected):
+            r = None
+        return r, time.monotonic()
+    finally:
+        s.close()
+        sender.join(5)
+
+
+def _send_quietly(s, data):
+    try:
+        s.sendall(data)
+    except OSError:
+        pass  # the gateway answered and closed before taking it all
+
+
+def _slow_upload_gateway(gateway, net, up):
+    """A gateway with idle_timeout 1 s that lets slowupload.example.test
+    reach <up>."""
+    host = "slowupload.example.test"
+    return gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
+                              static_extra={host: up.IP}, limits={"idle_timeout": "1s"}))
+
+
+@pytest.mark.parametrize("framing", ["length", "chunked"])
+def test_a_slow_but_steady_origin_gets_the_whole_upload(gateway, net, framing):
+    # idle_timeout 1 s, a 6 MiB request body, an origin that takes 64 KiB
+    # every 100 ms. The gateway's socket toward it reports writable only
+    # once a third of its send queue (autotuned, up to 4 MiB) drained, which
+    # at this pace takes longer than idle_timeout: the upstream's write
+    # timeout cut the upload although the origin never stopped reading.
+    body = pattern_bytes(6 << 20)
+    want = _chunked(body) if framing == "chunked" else body
+    outcome, done = {}, threading.Event()
+    with _slow_upload_upstream(want, outcome, done) as up:
+        gw = _slow_upload_gateway(gateway, net, up)
+        r, _ = _upload(gw, up, "/up", framing, body)
+        assert done.wait(45), "the origin was still reading after 45 s"
+        got = outcome.get("got", b"")
+        n = len(got)
+        assert n == len(want) and "cut" not in outcome, \
+            "the origin got %d of %d bytes (%s); the client got %r" % (
+                n, len(want), outcome.get("cut"), r and (r.status, r.body[:200]))
+        assert got == want
+        assert r is not None and r.status == 200, (r, r and r.header("Sluice-Reason"))
+        assert r.body == b"got %d" % len(want)
+        _, end = gw.decided(path="/up")
+        assert end["status"] == 200 and end["bytes_up"] == len(want), end
+
+
+@pytest.mark.parametrize("size", [32 << 20, 1 << 20], ids=["while_read", "once_read"])
+def test_an_origin_that_stops_taking_an_upload_is_given_up_on(gateway, net, size):
+    # The same origin takes 256 KiB of the body, then nothing: no progress
+    # for idle_timeout (1 s) ends the exchange, with a 502 since no response
+    # byte went out, within idle_timeout and a fraction; while the gateway
+    # still reads the body (32 MiB), and once it read it all (1 MiB, held
+    # in its buffers toward the origin)
+    body = pattern_bytes(size)
+    outcome, done = {}, threading.Event()
+    with _slow_upload_upstream(body, outcome, done, stop_after=256 << 10) as up:
+        gw = _slow_upload_gateway(gateway, net, up)
+        r, when = _upload(gw, up, "/stop", "length", body)
+        assert "stopped" in outcome, outcome.get("cut")
+        took = when - outcome["stopped"]
+        assert took < 3, "given up on %.2fs after the origin stopped reading" % took
+        assert r is not None and r.status == 502, r
+        assert r.header("Sluice-Reason") == "upstream_unreachable", r
+        assert b"the upstream stopped taking the request" in r.body, r.body
+        _, end = gw.decided(path="/stop")
+        assert end["status"] == 502, end
+        if size > 1 << 20:
+            assert 0 < end["bytes_up"] < size, end
+        else:
+            assert end["bytes_up"] == size, end
 
 
 def test_a_steady_upload_may_outlast_idle_timeout(gateway, net):

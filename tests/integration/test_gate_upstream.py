@@ -325,12 +325,16 @@ def test_early_answer_to_an_upload(gateway, net):
         assert end["status"] == 413
 
 
-def test_silent_upstream_is_given_up_on(gateway, net):
+@pytest.mark.parametrize("body", [b"", b"x" * 1000], ids=["get", "post"])
+def test_silent_upstream_is_given_up_on(gateway, net, body):
     # It accepts, reads the request and says nothing: after the idle
-    # timeout the agent gets a 502 naming the wait.
+    # timeout the agent gets a 502 naming the wait. With a body, the wait
+    # starts once the upstream took it all (until then the gateway judges
+    # whether it keeps taking it): still the wait, not a stalled upload.
     with ScriptedUpstream(lambda conn, stop, _: stop.wait(10)) as up:
         gw = evil_gateway(gateway, net, up, limits={"idle_timeout": "1s"})
-        r = request(gw, "GET", evil_url(up, "/silent"), timeout=15)
+        r = request(gw, "POST" if body else "GET", evil_url(up, "/silent"), body=body,
+                    timeout=15)
         assert r.status == 502 and r.header("Sluice-Reason") == "upstream_unreachable", r
         assert b"did not answer in time" in r.body, r.body
         _, end = gw.decided(path="/silent")

@@ -1,10 +1,13 @@
 /* Unit tests for gate/drain.c: a client's progress at its write timeouts,
- * judged from send-queue readings (plain integers, no sockets). */
+ * judged from send-queue readings (plain integers, no sockets), and the
+ * output callback that notes writes (an evbuffer, no socket). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
+
+#include <event2/buffer.h>
 
 #include "gate/drain.h"
 
@@ -157,6 +160,25 @@ static void an_idle_not_a_multiple_of_the_step(void **state)
     assert_int_equal(closed_at, DRAIN_STEPS + 1);
 }
 
+static void bytes_leaving_the_output_are_a_write(void **state)
+{
+    (void)state;
+    struct drain d;
+    drain_reset(&d);
+    struct evbuffer *out = evbuffer_new();
+    assert_non_null(out);
+    assert_non_null(evbuffer_add_cb(out, drain_on_write, &d));
+    /* bytes queued are not bytes written */
+    assert_int_equal(evbuffer_add(out, "abcdef", 6), 0);
+    assert_false(d.wrote);
+    /* the bufferevent takes what it wrote out of its output */
+    assert_int_equal(evbuffer_drain(out, 4), 0);
+    assert_true(d.wrote);
+    assert_true(drain_keeps(&d, 9000, STEP, IDLE));
+    assert_false(d.wrote);
+    evbuffer_free(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -170,6 +192,7 @@ int main(void)
         cmocka_unit_test(an_unreadable_queue_falls_back_to_writes_alone),
         cmocka_unit_test(reset_forgets_the_past),
         cmocka_unit_test(an_idle_not_a_multiple_of_the_step),
+        cmocka_unit_test(bytes_leaving_the_output_are_a_write),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
