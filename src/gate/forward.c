@@ -230,6 +230,32 @@ static bool upstream_taking(struct conn *c, short what)
     return true;
 }
 
+/* Makes the close of <fd> a reset: what its send queue still holds is
+ * dropped, not delivered. An origin that stopped taking a request the agent
+ * is then told failed (502) must not get the rest of it afterwards from the
+ * queue a plain close leaves to the kernel, and act on a write the agent
+ * believes failed and may send again. */
+static void reset_on_close(evutil_socket_t fd)
+{
+    struct linger l = {.l_onoff = 1, .l_linger = 0};
+    (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l)); /* else a plain close */
+}
+
+/* The upstream stopped taking the request: what the gateway still holds of
+ * it (the output, the socket's send queue, unacknowledged) is dropped with
+ * a reset, and not counted in bytes_up, which then tells how much of the
+ * body reached the origin. */
+static void drop_untaken(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    int64_t queue = drain_send_queue(c->up_fd);
+    uint64_t held = evbuffer_get_length(bufferevent_get_output(c->up));
+    if (queue > 0)
+        held += (uint64_t)queue;
+    ex->bytes_up = ex->bytes_up > held ? ex->bytes_up - held : 0;
+    reset_on_close(c->up_fd);
+}
+
 /* Moves request body bytes from the client to the upstream. */
 static void pump_request(struct conn *c)
 {
@@ -629,8 +655,10 @@ static void up_event(struct bufferevent *bev, short what, void *arg)
     struct exchange *ex = &c->ex;
     (void)bev;
     if ((what & BEV_EVENT_TIMEOUT) && !ex->req_taken) {
-        if (!upstream_taking(c, what))
+        if (!upstream_taking(c, what)) {
+            drop_untaken(c);
             fail(c, "the upstream stopped taking the request");
+        }
         return;
     }
     /* Heads held back by backpressure are still in the input. */
