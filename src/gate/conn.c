@@ -37,19 +37,13 @@ uint64_t conn_idle_ms(const struct conn *c)
     return ms > 0 ? ms : 60000;
 }
 
-static struct timeval tv_of(uint64_t ms)
-{
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
-    return tv;
-}
-
 void conn_set_client_timeouts(struct conn *c, bool reading)
 {
     uint64_t idle = conn_idle_ms(c);
-    struct timeval tv = tv_of(idle);
+    struct timeval tv = timeval_of_ms(idle);
     c->drain_step_ms = drain_step_ms(idle);
     drain_reset(&c->drain);
-    struct timeval step = tv_of(c->drain_step_ms);
+    struct timeval step = timeval_of_ms(c->drain_step_ms);
     bufferevent_set_timeouts(c->client, reading ? &tv : NULL, &step);
 }
 
@@ -118,7 +112,7 @@ void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
     /* The first head counts against no agent yet: it gets at most
      * HEAD_DEADLINE_MS, so idle sockets cannot hold the pool for long. */
     uint64_t head_ms = conn_idle_ms(c);
-    struct timeval tv = tv_of(head_ms < HEAD_DEADLINE_MS ? head_ms : HEAD_DEADLINE_MS);
+    struct timeval tv = timeval_of_ms(head_ms < HEAD_DEADLINE_MS ? head_ms : HEAD_DEADLINE_MS);
     evtimer_add(c->timer, &tv);
     bufferevent_enable(c->client, EV_READ);
 }
@@ -361,7 +355,7 @@ void conn_exchange_done(struct conn *c)
     c->state = CS_HEAD;
     bufferevent_setwatermark(c->client, EV_READ, 0, head_limit(c));
     conn_set_client_timeouts(c, true);
-    struct timeval tv = tv_of(conn_idle_ms(c));
+    struct timeval tv = timeval_of_ms(conn_idle_ms(c));
     evtimer_add(c->timer, &tv);
     bufferevent_enable(c->client, EV_READ);
     if (evbuffer_get_length(bufferevent_get_input(c->client)) > 0)

@@ -50,6 +50,7 @@
 #include "gate/stream.h"
 #include "gate/tunnel.h"
 #include "shape/quota.h"
+#include "util/units.h"
 
 /* The shortest 200 a client takes: curl (and so git and every libcurl
  * tool) reads a CONNECT reply one byte per recv(), so each byte of a reason
@@ -160,7 +161,7 @@ static void up_event(struct bufferevent *bev, short what, void *arg)
 
 void connect_start(struct conn *c)
 {
-    struct timeval tv = {PEEK_MS / 1000, (PEEK_MS % 1000) * 1000};
+    struct timeval tv = timeval_of_ms(PEEK_MS);
     c->state = CS_PEEK;
     c->peek_over = false;
     c->hello_retried = false;
@@ -345,7 +346,7 @@ static void hello_answered(struct conn *c, bool retry)
     }
     c->ex.bytes_down += n;
     if (retry && !c->hello_retried) {
-        struct timeval tv = {PEEK_MS / 1000, (PEEK_MS % 1000) * 1000};
+        struct timeval tv = timeval_of_ms(PEEK_MS);
         c->hello_retried = true;
         c->state = CS_PEEK;
         bufferevent_disable(c->up, EV_READ);

@@ -35,6 +35,7 @@
 #include "gate/stream.h"
 #include "shape/admit.h"
 #include "shape/quota.h"
+#include "util/units.h"
 
 /* Interim (1xx) responses passed on per request; more is a 502. */
 #define INTERIM_MAX 16
@@ -80,22 +81,16 @@ enum deny_reason forward_prepare(struct conn *c, const struct http_request *req,
     return REASON_NONE;
 }
 
-static struct timeval tv_of(uint64_t ms)
-{
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
-    return tv;
-}
-
 static struct timeval idle_tv(const struct conn *c)
 {
-    return tv_of(conn_idle_ms(c));
+    return timeval_of_ms(conn_idle_ms(c));
 }
 
 /* A step of idle_timeout: the upstream's timeouts until it took the
  * request (upstream_taking()). */
 static struct timeval step_tv(const struct conn *c)
 {
-    return tv_of(drain_step_ms(conn_idle_ms(c)));
+    return timeval_of_ms(drain_step_ms(conn_idle_ms(c)));
 }
 
 /* The exchange is over when the response is complete and written out. */

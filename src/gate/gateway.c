@@ -465,7 +465,7 @@ void gateway_stop(struct gateway *gw)
         return;
     }
     unsigned ms = gw->cfg.grace_ms > 0 ? gw->cfg.grace_ms : GATEWAY_DEFAULT_GRACE_MS;
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    struct timeval tv = timeval_of_ms(ms);
     evtimer_add(gw->grace_timer, &tv);
 }
 

@@ -33,6 +33,7 @@
 #include "gate/resolve.h"
 #include "gate/dns_cache.h"
 #include "gate/name_servers.h"
+#include "util/units.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -414,7 +415,7 @@ static void on_flight_event(evutil_socket_t fd, short what, void *arg)
 static void arm_deadline(struct resolver *r, struct flight *f)
 {
     uint64_t ms = (uint64_t)max_tries(r) * r->try_ms + DEADLINE_SLACK_MS;
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    struct timeval tv = timeval_of_ms(ms);
     event_add(f->ev, &tv);
 }
 

@@ -12,6 +12,7 @@
 
 #include "gate/drain.h"
 #include "shape/quota.h"
+#include "util/units.h"
 
 #define TUNNEL_BUF    16384 /* the copy path's read size (and its stash) */
 #define TUNNEL_ROUNDS 16    /* rounds per wakeup, so one busy tunnel cannot starve the loop */
@@ -399,8 +400,7 @@ struct tunnel *tunnel_new(struct event_base *base, evutil_socket_t client_fd,
     t->arg = arg;
     t->idle_ms = idle_ms;
     t->step_ms = drain_step_ms(idle_ms);
-    t->step_tv.tv_sec = (time_t)(t->step_ms / 1000);
-    t->step_tv.tv_usec = (suseconds_t)((t->step_ms % 1000) * 1000);
+    t->step_tv = timeval_of_ms(t->step_ms);
     drain_reset(&t->drain);
     for (int i = 0; i < 2; i++) {
         struct dir *d = &t->d[i];

@@ -12,6 +12,8 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
+#include "util/units.h"
+
 struct upstream_connect {
     struct event_base *base;
     struct ipaddr addrs[UPSTREAM_MAX_ADDRS];
@@ -177,8 +179,7 @@ struct upstream_connect *upstream_connect_start(struct event_base *base, const s
     uc->base = base;
     uc->port = port;
     uc->fd = -1;
-    uc->timeout.tv_sec = timeout_ms / 1000;
-    uc->timeout.tv_usec = (timeout_ms % 1000) * 1000;
+    uc->timeout = timeval_of_ms(timeout_ms);
     uc->cb = cb;
     uc->arg = arg;
     event_active(uc->kick, EV_TIMEOUT, 0);

@@ -501,7 +501,7 @@ int quota_flow_pause(struct quota_flow *f, size_t want, uint64_t now_ns, void (*
         ms = FLOW_MIN_WAIT_MS;
     if (ms > 3600000)
         ms = 3600000; /* a bucket refills within its period; bounded anyway */
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    struct timeval tv = timeval_of_ms(ms);
     f->cb = cb;
     f->arg = arg;
     if (evtimer_add(f->timer, &tv) < 0)

@@ -189,3 +189,9 @@ size_t format_uint(char *out, uint64_t v, unsigned width)
         out[i] = tmp[n - 1 - i];
     return n;
 }
+
+struct timeval timeval_of_ms(uint64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    return tv;
+}

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/time.h>
 #include <time.h>
 
 int parse_size(const char *s, uint64_t *bytes);
@@ -30,5 +31,8 @@ int parse_uint(const char *s, uint64_t max, uint64_t *out);
  * Returns the number of digits written. No printf: the gate formats ids,
  * ports and timestamps with it on every request. */
 size_t format_uint(char *out, uint64_t v, unsigned width);
+
+/* <ms> milliseconds as the struct timeval that libevent's timers take. */
+struct timeval timeval_of_ms(uint64_t ms);
 
 #endif

@@ -43,6 +43,7 @@
 
 #include "watch/admin_head.h"
 #include "watch/metrics.h"
+#include "util/units.h"
 
 #define ADMIN_BACKLOG       128 /* as evhttp_bind_socket had it */
 #define ADMIN_WARN_EVERY_MS 60000
@@ -86,7 +87,7 @@ static uint64_t monotonic_ms(void)
 
 static void arm(struct event *ev, unsigned ms)
 {
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    struct timeval tv = timeval_of_ms(ms);
     evtimer_add(ev, &tv);
 }
 

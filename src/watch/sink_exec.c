@@ -14,6 +14,8 @@
 
 #include <event2/event.h>
 
+#include "util/units.h"
+
 extern char **environ;
 
 struct child {
@@ -150,7 +152,7 @@ static int spawn(struct exec_runner *r, struct child *k)
     k->wev = event_new(r->base, k->fd, EV_WRITE, on_writable, k);
     k->timer = evtimer_new(r->base, on_timeout, k);
     if (k->timer != NULL) {
-        struct timeval tv = {SINK_EXEC_TIMEOUT_MS / 1000, (SINK_EXEC_TIMEOUT_MS % 1000) * 1000};
+        struct timeval tv = timeval_of_ms(SINK_EXEC_TIMEOUT_MS);
         evtimer_add(k->timer, &tv);
     }
     r->running++;

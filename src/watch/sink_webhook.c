@@ -20,6 +20,7 @@
 #include "state/store.h"
 #include "util/weburl.h"
 #include "watch/webhook_tls.h"
+#include "util/units.h"
 
 struct item {
     int64_t id; /* in the store; 0 when there is none */
@@ -140,12 +141,6 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
     try_send(arg);
 }
 
-static void tv_of(uint64_t ms, struct timeval *tv)
-{
-    tv->tv_sec = (time_t)(ms / 1000);
-    tv->tv_usec = (suseconds_t)((ms % 1000) * 1000);
-}
-
 static void pop(struct webhook *w)
 {
     struct item *it = &w->q[w->head];
@@ -252,7 +247,7 @@ static void attempt_over(struct webhook *w, int code)
     if (ms > w->t.backoff_max_ms)
         ms = w->t.backoff_max_ms;
     struct timeval tv;
-    tv_of(ms, &tv);
+    tv = timeval_of_ms(ms);
     evtimer_add(w->retry, &tv);
 }
 
@@ -357,7 +352,7 @@ static void try_send(struct webhook *w)
         }
     } else if (w->req == req) {
         struct timeval tv;
-        tv_of(w->t.attempt_ms, &tv);
+        tv = timeval_of_ms(w->t.attempt_ms);
         evtimer_add(w->deadline, &tv);
     }
 }
@@ -404,7 +399,7 @@ struct webhook *webhook_new(struct event_base *base, const char *url, struct sto
         goto err;
     }
     struct timeval tv;
-    tv_of(w->t.sweep_ms, &tv);
+    tv = timeval_of_ms(w->t.sweep_ms);
     event_add(w->sweep, &tv);
     return w;
 err:
