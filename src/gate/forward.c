@@ -547,10 +547,12 @@ void forward_start(struct conn *c)
 
 void forward_on_client_read(struct conn *c)
 {
-    /* No upstream while retry() connects again (only a request without a
-     * body is sent again, so there is nothing to pump): what the client
-     * sends now belongs to its next request and waits in its input. */
-    if (c->up == NULL) {
+    /* The request is all read (a GET's at once), or there is no upstream
+     * while retry() connects again (only a request without a body is sent
+     * again): what the client sends now belongs to its next request and
+     * waits in its input. Not through pump_request(), whose request_sent()
+     * would make the upstream's wait for the answer a step again. */
+    if (c->up == NULL || c->ex.req_done) {
         bufferevent_disable(c->client, EV_READ);
         return;
     }

@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from gate_client import (api_rule, connect, open_conn, poll, read_response, recv_until_close,
-                         request)
+from gate_client import (api_rule, connect, open_conn, poll, read_response, read_responses,
+                         recv_until_close, request)
 from gate_servers import BannerServer, ScriptedUpstream, free_port, pattern_bytes
 
 
@@ -750,3 +750,27 @@ def test_version_lists_libraries(run_sluice):
     r = run_sluice("version", "--help")
     assert r.returncode == 0 and r.stdout.splitlines()[0] == "usage: sluice version"
     assert all(line == line.rstrip() for line in r.stdout.splitlines()), repr(r.stdout)
+
+
+def test_a_pipelined_request_leaves_the_wait_for_an_answer_at_idle_timeout(gateway, net):
+    # A GET's upstream has idle_timeout to answer. A second request that the
+    # client pipelines behind it arrives while the first is forwarded: it
+    # waits in the input, and must not shorten that wait to a step of
+    # idle_timeout (the timeout judging an upload's progress), which made an
+    # origin answering after 1.2 s with idle_timeout 2 s a 502
+    gw = gateway(net.policy([api_rule(net)], limits={"idle_timeout": "2s"}))
+    host = b"Host: api.example.test:%d\r\n" % net.api.port
+    s = open_conn(gw, timeout=15)
+    try:
+        s.sendall(b"GET %s HTTP/1.1\r\n%s\r\n" % (net.url("/slow?ms=1200").encode(), host))
+        time.sleep(0.2)
+        s.sendall(b"GET %s HTTP/1.1\r\n%sConnection: close\r\n\r\n"
+                  % (net.url("/next").encode(), host))
+        first, second = read_responses(s, ["GET", "GET"])
+    finally:
+        s.close()
+    assert first.status == 200, (first.status, first.header("Sluice-Reason"), first.body[:200])
+    assert second.status == 200, second
+    _, end = gw.decided(path="/slow?ms=1200")
+    assert end["status"] == 200, end
+
