@@ -774,3 +774,49 @@ def test_a_pipelined_request_leaves_the_wait_for_an_answer_at_idle_timeout(gatew
     _, end = gw.decided(path="/slow?ms=1200")
     assert end["status"] == 200, end
 
+
+def test_an_early_answer_reaches_a_client_still_uploading(gateway, net):
+    # The origin answers a 4 MiB upload at once, in full (200 KiB), and reads
+    # none of the body. The client goes on sending it and reads the answer
+    # slowly but steadily, for longer than idle_timeout (1 s). The answer
+    # was all in the gateway; the upstream taking nothing more of a request
+    # it has answered is no reason to cut the client off in the middle of it
+    answer = pattern_bytes(200 << 10)
+    hold = threading.Event()
+
+    def script(conn, stop, received):
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(answer) + answer)
+        hold.wait(15)  # reads nothing more, keeps the connection
+
+    with ScriptedUpstream(script) as up:
+        host = "early.example.test"
+        gw = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
+                                static_extra={host: up.IP}, limits={"idle_timeout": "1s"}))
+        s = _slow_reader_conn(gw)
+        s.settimeout(15)
+        body_len = 4 << 20
+        head = ("POST http://%s:%d/early HTTP/1.1\r\nHost: %s:%d\r\nContent-Length: %d\r\n\r\n"
+                % (host, up.port, host, up.port, body_len)).encode()
+        sender = threading.Thread(target=_send_quietly, args=(s, head + pattern_bytes(body_len)))
+        sender.start()
+        got = b""
+        try:
+            for _ in range(2000):  # 4 KiB per 20 ms at most: about 200 KiB/s
+                time.sleep(0.02)
+                try:
+                    d = s.recv(4096)
+                except OSError:
+                    break
+                if not d:
+                    break
+                got += d
+        finally:
+            hold.set()
+            s.close()
+            sender.join(5)
+        head_end = got.find(b"\r\n\r\n")
+        assert got.startswith(b"HTTP/1.1 200") and head_end > 0, got[:200]
+        assert got[head_end + 4:] == answer, "got %d of %d bytes of the answer" % (
+            len(got) - head_end - 4, len(answer))
+        _, end = gw.decided(path="/early")
+        assert end["status"] == 200 and end["bytes_down"] == len(answer), end
