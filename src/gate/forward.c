@@ -103,6 +103,15 @@ static void maybe_done(struct conn *c)
         ex->keep_alive = false; /* the rest of the request body is still unread */
     struct evbuffer *out = bufferevent_get_output(c->client);
     if (evbuffer_get_length(out) > 0) {
+        /* The whole response is here: the exchange waits only for the
+         * client to take it, under the client's own timeouts. What the
+         * upstream does meanwhile (a kept connection's silence after its
+         * answer, not taking the rest of a request it answered early) is
+         * no fault of it, and nothing more of the request goes up. */
+        if (c->up != NULL)
+            bufferevent_disable(c->up, EV_READ | EV_WRITE);
+        if (!ex->req_done)
+            bufferevent_disable(c->client, EV_READ);
         bufferevent_setwatermark(c->client, EV_WRITE, 0, 0);
         return;
     }
@@ -257,6 +266,10 @@ static void pump_request(struct conn *c)
     struct exchange *ex = &c->ex;
     struct evbuffer *in = bufferevent_get_input(c->client);
     struct evbuffer *out = bufferevent_get_output(c->up);
+    if (ex->rsp_done && !ex->req_done) {
+        bufferevent_disable(c->client, EV_READ); /* answered: the rest is not sent (maybe_done()) */
+        return;
+    }
     while (!ex->req_done && evbuffer_get_length(in) > 0) {
         if (evbuffer_get_length(out) >= FLOW_HIGH) {
             bufferevent_disable(c->client, EV_READ);

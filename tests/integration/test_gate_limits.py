@@ -775,6 +775,27 @@ def test_a_pipelined_request_leaves_the_wait_for_an_answer_at_idle_timeout(gatew
     assert end["status"] == 200, end
 
 
+def _expect_answer(s, answer, fast, piece, pause):
+    """Reads a 200 response from <s> until the gateway ends it: the first
+    <fast> bytes at once, then <piece> bytes per <pause> seconds (at most
+    5000 reads); asserts its body is <answer>."""
+    got = b""
+    for _ in range(5000):
+        if len(got) >= fast:
+            time.sleep(pause)
+        try:
+            d = s.recv(piece)
+        except OSError:
+            break
+        if not d:
+            break
+        got += d
+    head_end = got.find(b"\r\n\r\n")
+    assert got.startswith(b"HTTP/1.1 200") and head_end > 0, got[:200]
+    assert got[head_end + 4:] == answer, "got %d of %d bytes of the answer" % (
+        len(got) - head_end - 4, len(answer))
+
+
 def test_an_early_answer_reaches_a_client_still_uploading(gateway, net):
     # The origin answers a 4 MiB upload at once, in full (200 KiB), and reads
     # none of the body. The client goes on sending it and reads the answer
@@ -799,24 +820,43 @@ def test_an_early_answer_reaches_a_client_still_uploading(gateway, net):
                 % (host, up.port, host, up.port, body_len)).encode()
         sender = threading.Thread(target=_send_quietly, args=(s, head + pattern_bytes(body_len)))
         sender.start()
-        got = b""
         try:
-            for _ in range(2000):  # 4 KiB per 20 ms at most: about 200 KiB/s
-                time.sleep(0.02)
-                try:
-                    d = s.recv(4096)
-                except OSError:
-                    break
-                if not d:
-                    break
-                got += d
+            _expect_answer(s, answer, 0, 4096, 0.02)  # about 200 KiB/s
         finally:
             hold.set()
             s.close()
             sender.join(5)
-        head_end = got.find(b"\r\n\r\n")
-        assert got.startswith(b"HTTP/1.1 200") and head_end > 0, got[:200]
-        assert got[head_end + 4:] == answer, "got %d of %d bytes of the answer" % (
-            len(got) - head_end - 4, len(answer))
         _, end = gw.decided(path="/early")
         assert end["status"] == 200 and end["bytes_down"] == len(answer), end
+
+
+def test_a_kept_origin_quiet_after_its_answer_does_not_cut_a_slow_reader(gateway, net):
+    # The origin sends a 2 MiB answer and keeps its connection open, quiet,
+    # as a keep-alive server does. The client reads most of it at once,
+    # then the last MiB slowly but steadily (8 KiB per 50 ms), for
+    # longer than idle_timeout (1 s). The answer was complete in the
+    # gateway: the origin's silence after it is no fault of the exchange
+    size = 2 << 20
+    hold = threading.Event()
+
+    def script(conn, stop, received):
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size + pattern_bytes(size))
+        hold.wait(20)
+
+    with ScriptedUpstream(script) as up:
+        host = "quiet.example.test"
+        gw = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
+                                static_extra={host: up.IP}, limits={"idle_timeout": "1s"}),
+                     tcp=False, unix=True)
+        s = _slow_reader_conn(gw)
+        s.settimeout(15)
+        try:
+            s.sendall(b"GET http://%s:%d/quiet HTTP/1.1\r\nHost: %s:%d\r\nConnection: close\r\n\r\n"
+                      % (host.encode(), up.port, host.encode(), up.port))
+            # the last MiB at about 160 KiB/s
+            _expect_answer(s, pattern_bytes(size), size - (1 << 20), 8192, 0.05)
+        finally:
+            hold.set()
+            s.close()
+        _, end = gw.decided(path="/quiet")
+        assert end["status"] == 200 and end["bytes_down"] == size, end
