@@ -208,6 +208,11 @@ static void request_taken(struct conn *c)
 static void request_sent(struct conn *c)
 {
     struct timeval step = step_tv(c);
+    if (c->ex.rsp_head_done) {
+        request_taken(c); /* answered already: no wait for the answer to start */
+        conn_set_client_timeouts(c, false);
+        return;
+    }
     drain_reset(&c->ex.up_drain);
     bufferevent_set_timeouts(c->up, &step, NULL);
     conn_set_client_timeouts(c, false);
@@ -469,6 +474,15 @@ static int read_response_head(struct conn *c, bool force)
         evbuffer_drain(in, rsp->head_len);
         free(rsp);
         ex->rsp_head_done = true;
+        if (!ex->req_done) {
+            /* An answer before the request is through: the client may stop
+             * sending (RFC 9112 9.3) and is judged as it takes the answer,
+             * the upstream as it sends it (idle_timeout for each piece),
+             * and still, by the step, as it takes the body. */
+            struct timeval tv = idle_tv(c), step = step_tv(c);
+            bufferevent_set_timeouts(c->up, &tv, &step);
+            conn_set_client_timeouts(c, false);
+        }
         if (limit > FLOW_HIGH)
             bufferevent_setwatermark(c->up, EV_READ, 0, FLOW_HIGH);
         if (ex->rsp_body == BODY_NONE || (ex->rsp_body == BODY_LENGTH && ex->rsp_left == 0))
@@ -664,7 +678,9 @@ static void up_event(struct bufferevent *bev, short what, void *arg)
     struct conn *c = arg;
     struct exchange *ex = &c->ex;
     (void)bev;
-    if ((what & BEV_EVENT_TIMEOUT) && !ex->req_taken) {
+    /* Silence in an answer is never the upstream taking the request. */
+    if ((what & BEV_EVENT_TIMEOUT) && !ex->req_taken &&
+        !((what & BEV_EVENT_READING) && ex->rsp_head_done)) {
         if (!upstream_taking(c, what)) {
             drop_untaken(c);
             fail(c, "the upstream stopped taking the request");
