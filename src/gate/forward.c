@@ -762,7 +762,7 @@ void forward_park(struct conn *c)
     struct timeval tv = idle_tv(c);
     bufferevent_setcb(c->idle_up, idle_read, NULL, idle_event, c);
     bufferevent_set_timeouts(c->idle_up, &tv, NULL);
-    bufferevent_enable(c->idle_up, EV_READ); /* EV_WRITE stays on: nothing is queued */
+    bufferevent_enable(c->idle_up, EV_READ); /* EV_WRITE as it was: forward_start() turns it on */
 }
 
 /* True when nothing waits in the idle connection's socket: no byte and no
