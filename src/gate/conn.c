@@ -207,6 +207,16 @@ void conn_end_exchange(struct conn *c)
     memset(ex, 0, sizeof(*ex));
 }
 
+/* <c> no longer counts against its agent's connections. */
+static void release_agent(struct conn *c)
+{
+    if (c->counted_agent != NULL) {
+        gateway_agent_release(c->gw, c->counted_agent);
+        free(c->counted_agent);
+        c->counted_agent = NULL;
+    }
+}
+
 void conn_free(struct conn *c)
 {
     struct gateway *gw = c->gw;
@@ -233,10 +243,7 @@ void conn_free(struct conn *c)
         evbuffer_free(c->scratch);
     if (c->fd >= 0)
         close(c->fd);
-    if (c->counted_agent != NULL) {
-        gateway_agent_release(gw, c->counted_agent);
-        free(c->counted_agent);
-    }
+    release_agent(c);
     if (c->prev != NULL)
         c->prev->next = c->next;
     else
@@ -269,6 +276,13 @@ static void close_flushed(struct conn *c)
     if (c->state != CS_LINGER && c->client != NULL && client_unread(c) &&
         shutdown(c->fd, SHUT_WR) == 0) {
         struct timeval tv = timeval_of_ms(LINGER_MS);
+        /* The exchange is over: its end line now, not at the close, and
+         * neither its upstream nor the agent's connection count is kept
+         * while the gateway only drops what the client still sends. */
+        conn_end_exchange(c);
+        drop_upstream(c);
+        forward_drop_idle(c);
+        release_agent(c);
         c->state = CS_LINGER;
         c->drain_step_ms = 0;
         bufferevent_set_timeouts(c->client, NULL, NULL);

@@ -830,6 +830,31 @@ def test_an_early_answer_reaches_a_client_still_uploading(gateway, net):
         assert end["status"] == 200 and end["bytes_down"] == len(answer), end
 
 
+def test_a_lingering_close_ends_the_exchange_and_frees_the_agent(gateway, net):
+    # A refused upload whose body is still coming: the gateway ends its side
+    # and drops what the client sends until it ends its own (a lingering
+    # close). The exchange is over: its end line is written and it no longer
+    # counts against the agent, whose next connection is served at once
+    # while the first still lingers
+    gw = gateway(net.policy([api_rule(net)], limits={"max_connections_per_agent": 1}))
+    a = open_conn(gw)
+    try:
+        a.sendall(b"POST http://other.example.test:%d/up HTTP/1.1\r\n"
+                  b"Host: other.example.test:%d\r\nContent-Length: %d\r\n\r\n"
+                  % (net.other.port, net.other.port, 1 << 20) + b"x" * 65536)
+        r = read_response(a, "POST")
+        assert r.status == 403 and r.header("Sluice-Reason") == "not_in_policy", r
+        _, end = gw.decided(path="/up")
+        assert end["status"] == 403, end
+        a.sendall(b"x" * 4096)  # still sending: the gateway still reads
+        second = request(gw, "GET", net.url("/next"))
+        assert second.status == 200, second
+        assert recv_until_close(a) == b""  # the gateway's end of its side
+    finally:
+        a.close()
+    assert net.other.requests == []
+
+
 def test_a_kept_origin_quiet_after_its_answer_does_not_cut_a_slow_reader(gateway, net):
     # The origin sends a 2 MiB answer and keeps its connection open, quiet,
     # as a keep-alive server does. The client reads most of it at once,
