@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -119,8 +121,8 @@ void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
 
 bool conn_is_idle(const struct conn *c)
 {
-    return c->state == CS_HEAD && !c->ex.active &&
-           evbuffer_get_length(bufferevent_get_input(c->client)) == 0;
+    return c->state == CS_LINGER || (c->state == CS_HEAD && !c->ex.active &&
+                                     evbuffer_get_length(bufferevent_get_input(c->client)) == 0);
 }
 
 static void drop_upstream(struct conn *c)
@@ -205,6 +207,16 @@ void conn_end_exchange(struct conn *c)
     memset(ex, 0, sizeof(*ex));
 }
 
+/* <c> no longer counts against its agent's connections. */
+static void release_agent(struct conn *c)
+{
+    if (c->counted_agent != NULL) {
+        gateway_agent_release(c->gw, c->counted_agent);
+        free(c->counted_agent);
+        c->counted_agent = NULL;
+    }
+}
+
 void conn_free(struct conn *c)
 {
     struct gateway *gw = c->gw;
@@ -231,10 +243,7 @@ void conn_free(struct conn *c)
         evbuffer_free(c->scratch);
     if (c->fd >= 0)
         close(c->fd);
-    if (c->counted_agent != NULL) {
-        gateway_agent_release(gw, c->counted_agent);
-        free(c->counted_agent);
-    }
+    release_agent(c);
     if (c->prev != NULL)
         c->prev->next = c->next;
     else
@@ -246,6 +255,46 @@ void conn_free(struct conn *c)
     gateway_conn_gone(gw);
 }
 
+/* True when bytes from the client wait unread: in its input, or in its
+ * socket's receive queue. */
+static bool client_unread(const struct conn *c)
+{
+    int n = 0;
+    return evbuffer_get_length(bufferevent_get_input(c->client)) > 0 ||
+           (ioctl(c->fd, FIONREAD, &n) == 0 && n > 0);
+}
+
+/* The output is written: closes <c>. Not at once when the client's bytes
+ * wait unread (a request body the exchange ended without: an early answer
+ * from the origin, a refusal): that close would be a reset, and with it the
+ * kernel drops what of the answer its send queue still holds. So the
+ * gateway ends its side (shutdown: the queue is delivered, then the end)
+ * and reads and drops what the client sends until it ends its own, for at
+ * most LINGER_MS (a lingering close). */
+static void close_flushed(struct conn *c)
+{
+    if (c->state != CS_LINGER && c->client != NULL && client_unread(c) &&
+        shutdown(c->fd, SHUT_WR) == 0) {
+        struct timeval tv = timeval_of_ms(LINGER_MS);
+        /* The exchange is over: its end line now, not at the close, and
+         * neither its upstream nor the agent's connection count is kept
+         * while the gateway only drops what the client still sends. */
+        conn_end_exchange(c);
+        drop_upstream(c);
+        forward_drop_idle(c);
+        release_agent(c);
+        c->state = CS_LINGER;
+        c->drain_step_ms = 0;
+        bufferevent_set_timeouts(c->client, NULL, NULL);
+        evbuffer_drain(bufferevent_get_input(c->client),
+                       evbuffer_get_length(bufferevent_get_input(c->client)));
+        evtimer_add(c->timer, &tv);
+        bufferevent_enable(c->client, EV_READ);
+        return;
+    }
+    conn_free(c);
+}
+
 /* Queues nothing more: closes once the output is written. The caller must
  * not touch <c> afterwards. */
 static void close_when_flushed(struct conn *c)
@@ -255,7 +304,7 @@ static void close_when_flushed(struct conn *c)
     evtimer_del(c->timer);
     conn_set_client_timeouts(c, false);
     if (evbuffer_get_length(bufferevent_get_output(c->client)) == 0)
-        conn_free(c);
+        close_flushed(c);
 }
 
 /* A refusal keeps the client connection when the request left nothing
@@ -678,8 +727,8 @@ static void on_head_deadline(evutil_socket_t fd, short what, void *arg)
     struct conn *c = arg;
     (void)fd;
     (void)what;
-    if (c->state == CS_HEAD)
-        conn_free(c); /* a head over its deadline (see conn_accept) */
+    if (c->state == CS_HEAD || c->state == CS_LINGER)
+        conn_free(c); /* a head over its deadline (see conn_accept), or lingering's end */
     else if (c->state == CS_PEEK) {
         c->peek_over = true; /* the peek window is over: decide now */
         connect_on_client_read(c);
@@ -702,6 +751,10 @@ static void on_read(struct bufferevent *bev, void *arg)
         break;
     case CS_HELLO:
         break; /* held in the input until the server answered (connect.c) */
+    case CS_LINGER:
+        evbuffer_drain(bufferevent_get_input(c->client),
+                       evbuffer_get_length(bufferevent_get_input(c->client)));
+        break;
     case CS_RESOLVE:
     case CS_CONNECT:
         /* Bytes behind a plain request (its body, or the next request) or
@@ -753,7 +806,7 @@ static void on_write(struct bufferevent *bev, void *arg)
     switch (c->state) {
     case CS_CLOSING:
         if (evbuffer_get_length(bufferevent_get_output(c->client)) == 0)
-            conn_free(c);
+            close_flushed(c);
         break;
     case CS_FORWARD:
         forward_on_client_write(c);

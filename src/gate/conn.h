@@ -52,6 +52,9 @@ struct quota_flow;
 /* A new connection's first request head must be complete within
  * min(HEAD_DEADLINE_MS, idle_timeout) of the accept. */
 #define HEAD_DEADLINE_MS 10000
+/* A client closed on while its bytes were still unread is read (and what it
+ * sends dropped) for at most this long after the gateway ended its side. */
+#define LINGER_MS 2000
 
 enum conn_state {
     CS_HEAD,    /* reading a request head */
@@ -63,6 +66,7 @@ enum conn_state {
     CS_TUNNEL,  /* CONNECT: splicing */
     CS_FORWARD, /* plain HTTP: request and response bodies flowing */
     CS_CLOSING, /* a final response queued: close once it is written */
+    CS_LINGER,  /* written and ended (shutdown): reading and dropping what the client still sends */
 };
 
 struct exchange {
@@ -172,7 +176,7 @@ void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
 /* Frees <c>: cancels what is pending, publishes the end event of an
  * exchange that was decided, closes both sides. */
 void conn_free(struct conn *c);
-/* True when <c> is between requests (may be closed at once on shutdown). */
+/* True when <c> is between requests or lingering (may be closed at once on shutdown). */
 bool conn_is_idle(const struct conn *c);
 /* Publishes the agent_egress event of the current exchange (once). */
 void conn_publish_egress(struct conn *c);

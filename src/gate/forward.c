@@ -103,6 +103,15 @@ static void maybe_done(struct conn *c)
         ex->keep_alive = false; /* the rest of the request body is still unread */
     struct evbuffer *out = bufferevent_get_output(c->client);
     if (evbuffer_get_length(out) > 0) {
+        /* The whole response is here: the exchange waits only for the
+         * client to take it, under the client's own timeouts. What the
+         * upstream does meanwhile (a kept connection's silence after its
+         * answer, not taking the rest of a request it answered early) is
+         * no fault of it, and nothing more of the request goes up. */
+        if (c->up != NULL)
+            bufferevent_disable(c->up, EV_READ | EV_WRITE);
+        if (!ex->req_done)
+            bufferevent_disable(c->client, EV_READ);
         bufferevent_setwatermark(c->client, EV_WRITE, 0, 0);
         return;
     }
@@ -199,6 +208,11 @@ static void request_taken(struct conn *c)
 static void request_sent(struct conn *c)
 {
     struct timeval step = step_tv(c);
+    if (c->ex.rsp_head_done) {
+        request_taken(c); /* answered already: no wait for the answer to start */
+        conn_set_client_timeouts(c, false);
+        return;
+    }
     drain_reset(&c->ex.up_drain);
     bufferevent_set_timeouts(c->up, &step, NULL);
     conn_set_client_timeouts(c, false);
@@ -257,6 +271,10 @@ static void pump_request(struct conn *c)
     struct exchange *ex = &c->ex;
     struct evbuffer *in = bufferevent_get_input(c->client);
     struct evbuffer *out = bufferevent_get_output(c->up);
+    if (ex->rsp_done && !ex->req_done) {
+        bufferevent_disable(c->client, EV_READ); /* answered: the rest is not sent (maybe_done()) */
+        return;
+    }
     while (!ex->req_done && evbuffer_get_length(in) > 0) {
         if (evbuffer_get_length(out) >= FLOW_HIGH) {
             bufferevent_disable(c->client, EV_READ);
@@ -456,6 +474,15 @@ static int read_response_head(struct conn *c, bool force)
         evbuffer_drain(in, rsp->head_len);
         free(rsp);
         ex->rsp_head_done = true;
+        if (!ex->req_done) {
+            /* An answer before the request is through: the client may stop
+             * sending (RFC 9112 9.3) and is judged as it takes the answer,
+             * the upstream as it sends it (idle_timeout for each piece),
+             * and still, by the step, as it takes the body. */
+            struct timeval tv = idle_tv(c), step = step_tv(c);
+            bufferevent_set_timeouts(c->up, &tv, &step);
+            conn_set_client_timeouts(c, false);
+        }
         if (limit > FLOW_HIGH)
             bufferevent_setwatermark(c->up, EV_READ, 0, FLOW_HIGH);
         if (ex->rsp_body == BODY_NONE || (ex->rsp_body == BODY_LENGTH && ex->rsp_left == 0))
@@ -547,10 +574,12 @@ void forward_start(struct conn *c)
 
 void forward_on_client_read(struct conn *c)
 {
-    /* No upstream while retry() connects again (only a request without a
-     * body is sent again, so there is nothing to pump): what the client
-     * sends now belongs to its next request and waits in its input. */
-    if (c->up == NULL) {
+    /* The request is all read (a GET's at once), or there is no upstream
+     * while retry() connects again (only a request without a body is sent
+     * again): what the client sends now belongs to its next request and
+     * waits in its input. Not through pump_request(), whose request_sent()
+     * would make the upstream's wait for the answer a step again. */
+    if (c->up == NULL || c->ex.req_done) {
         bufferevent_disable(c->client, EV_READ);
         return;
     }
@@ -649,7 +678,9 @@ static void up_event(struct bufferevent *bev, short what, void *arg)
     struct conn *c = arg;
     struct exchange *ex = &c->ex;
     (void)bev;
-    if ((what & BEV_EVENT_TIMEOUT) && !ex->req_taken) {
+    /* Silence in an answer is never the upstream taking the request. */
+    if ((what & BEV_EVENT_TIMEOUT) && !ex->req_taken &&
+        !((what & BEV_EVENT_READING) && ex->rsp_head_done)) {
         if (!upstream_taking(c, what)) {
             drop_untaken(c);
             fail(c, "the upstream stopped taking the request");
@@ -731,7 +762,7 @@ void forward_park(struct conn *c)
     struct timeval tv = idle_tv(c);
     bufferevent_setcb(c->idle_up, idle_read, NULL, idle_event, c);
     bufferevent_set_timeouts(c->idle_up, &tv, NULL);
-    bufferevent_enable(c->idle_up, EV_READ); /* EV_WRITE stays on: nothing is queued */
+    bufferevent_enable(c->idle_up, EV_READ); /* EV_WRITE as it was: forward_start() turns it on */
 }
 
 /* True when nothing waits in the idle connection's socket: no byte and no

@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from gate_client import (api_rule, connect, open_conn, poll, read_response, recv_until_close,
-                         request)
+from gate_client import (api_rule, connect, open_conn, poll, read_response, read_responses,
+                         recv_until_close, request)
 from gate_servers import BannerServer, ScriptedUpstream, free_port, pattern_bytes
 
 
@@ -753,3 +753,166 @@ def test_version_lists_libraries(run_sluice):
     r = run_sluice("version", "--help")
     assert r.returncode == 0 and r.stdout.splitlines()[0] == "usage: sluice version"
     assert all(line == line.rstrip() for line in r.stdout.splitlines()), repr(r.stdout)
+
+
+def test_a_pipelined_request_leaves_the_wait_for_an_answer_at_idle_timeout(gateway, net):
+    # A GET's upstream has idle_timeout to answer. A second request that the
+    # client pipelines behind it arrives while the first is forwarded: it
+    # waits in the input, and must not shorten that wait to a step of
+    # idle_timeout (the timeout judging an upload's progress), which made an
+    # origin answering after 1.2 s with idle_timeout 2 s a 502
+    gw = gateway(net.policy([api_rule(net)], limits={"idle_timeout": "2s"}))
+    host = b"Host: api.example.test:%d\r\n" % net.api.port
+    s = open_conn(gw, timeout=15)
+    try:
+        s.sendall(b"GET %s HTTP/1.1\r\n%s\r\n" % (net.url("/slow?ms=1200").encode(), host))
+        time.sleep(0.2)
+        s.sendall(b"GET %s HTTP/1.1\r\n%sConnection: close\r\n\r\n"
+                  % (net.url("/next").encode(), host))
+        first, second = read_responses(s, ["GET", "GET"])
+    finally:
+        s.close()
+    assert first.status == 200, (first.status, first.header("Sluice-Reason"), first.body[:200])
+    assert second.status == 200, second
+    _, end = gw.decided(path="/slow?ms=1200")
+    assert end["status"] == 200, end
+
+
+def _expect_answer(s, answer, fast, piece, pause):
+    """Reads a 200 response from <s> until the gateway ends it: the first
+    <fast> bytes at once, then <piece> bytes per <pause> seconds (at most
+    5000 reads); asserts its body is <answer>."""
+    got = b""
+    for _ in range(5000):
+        if len(got) >= fast:
+            time.sleep(pause)
+        try:
+            d = s.recv(piece)
+        except OSError:
+            break
+        if not d:
+            break
+        got += d
+    head_end = got.find(b"\r\n\r\n")
+    assert got.startswith(b"HTTP/1.1 200") and head_end > 0, got[:200]
+    assert got[head_end + 4:] == answer, "got %d of %d bytes of the answer" % (
+        len(got) - head_end - 4, len(answer))
+
+
+def test_an_early_answer_reaches_a_client_still_uploading(gateway, net):
+    # The origin answers a 4 MiB upload at once, in full (200 KiB), and reads
+    # none of the body. The client goes on sending it and reads the answer
+    # slowly but steadily, for longer than idle_timeout (1 s). The answer
+    # was all in the gateway; the upstream taking nothing more of a request
+    # it has answered is no reason to cut the client off in the middle of it
+    answer = pattern_bytes(200 << 10)
+    hold = threading.Event()
+
+    def script(conn, stop, received):
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(answer) + answer)
+        hold.wait(15)  # reads nothing more, keeps the connection
+
+    with ScriptedUpstream(script) as up:
+        host = "early.example.test"
+        gw = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
+                                static_extra={host: up.IP}, limits={"idle_timeout": "1s"}))
+        s = _slow_reader_conn(gw)
+        s.settimeout(15)
+        body_len = 4 << 20
+        head = ("POST http://%s:%d/early HTTP/1.1\r\nHost: %s:%d\r\nContent-Length: %d\r\n\r\n"
+                % (host, up.port, host, up.port, body_len)).encode()
+        sender = threading.Thread(target=_send_quietly, args=(s, head + pattern_bytes(body_len)))
+        sender.start()
+        try:
+            _expect_answer(s, answer, 0, 4096, 0.02)  # about 200 KiB/s
+        finally:
+            hold.set()
+            s.close()
+            sender.join(5)
+        _, end = gw.decided(path="/early")
+        assert end["status"] == 200 and end["bytes_down"] == len(answer), end
+
+
+def test_a_lingering_close_ends_the_exchange_and_frees_the_agent(gateway, net):
+    # A refused upload whose body is still coming: the gateway ends its side
+    # and drops what the client sends until it ends its own (a lingering
+    # close). The exchange is over: its end line is written and it no longer
+    # counts against the agent, whose next connection is served at once
+    # while the first still lingers
+    gw = gateway(net.policy([api_rule(net)], limits={"max_connections_per_agent": 1}))
+    a = open_conn(gw)
+    try:
+        a.sendall(b"POST http://other.example.test:%d/up HTTP/1.1\r\n"
+                  b"Host: other.example.test:%d\r\nContent-Length: %d\r\n\r\n"
+                  % (net.other.port, net.other.port, 1 << 20) + b"x" * 65536)
+        r = read_response(a, "POST")
+        assert r.status == 403 and r.header("Sluice-Reason") == "not_in_policy", r
+        _, end = gw.decided(path="/up")
+        assert end["status"] == 403, end
+        a.sendall(b"x" * 4096)  # still sending: the gateway still reads
+        second = request(gw, "GET", net.url("/next"))
+        assert second.status == 200, second
+        assert recv_until_close(a) == b""  # the gateway's end of its side
+    finally:
+        a.close()
+    assert net.other.requests == []
+
+
+def test_a_kept_origin_quiet_after_its_answer_does_not_cut_a_slow_reader(gateway, net):
+    # The origin sends a 2 MiB answer and keeps its connection open, quiet,
+    # as a keep-alive server does. The client reads most of it at once,
+    # then the last MiB slowly but steadily (8 KiB per 50 ms), for
+    # longer than idle_timeout (1 s). The answer was complete in the
+    # gateway: the origin's silence after it is no fault of the exchange
+    size = 2 << 20
+    hold = threading.Event()
+
+    def script(conn, stop, received):
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size + pattern_bytes(size))
+        hold.wait(20)
+
+    with ScriptedUpstream(script) as up:
+        host = "quiet.example.test"
+        gw = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
+                                static_extra={host: up.IP}, limits={"idle_timeout": "1s"}),
+                     tcp=False, unix=True)
+        s = _slow_reader_conn(gw)
+        s.settimeout(15)
+        try:
+            s.sendall(b"GET http://%s:%d/quiet HTTP/1.1\r\nHost: %s:%d\r\nConnection: close\r\n\r\n"
+                      % (host.encode(), up.port, host.encode(), up.port))
+            # the last MiB at about 160 KiB/s
+            _expect_answer(s, pattern_bytes(size), size - (1 << 20), 8192, 0.05)
+        finally:
+            hold.set()
+            s.close()
+        _, end = gw.decided(path="/quiet")
+        assert end["status"] == 200 and end["bytes_down"] == size, end
+
+
+def test_a_client_that_stops_its_upload_on_an_early_answer_gets_all_of_it(gateway, net):
+    # The origin answers as soon as the head arrives, a byte every 0.25 s
+    # for 2.5 s. The client, seeing the answer, stops sending its body (as
+    # RFC 9112 9.3 has it do) and reads. With idle_timeout 1 s it was cut
+    # for not sending, although the answer was moving all along
+    def script(conn, stop, received):
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nConnection: close\r\n\r\n")
+        for i in range(10):
+            time.sleep(0.25)
+            conn.sendall(b"%d" % i)
+
+    with ScriptedUpstream(script) as up:
+        host = "early.example.test"
+        gw = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
+                                static_extra={host: up.IP}, limits={"idle_timeout": "1s"}))
+        s = open_conn(gw, timeout=15)
+        try:
+            s.sendall(b"POST http://%s:%d/stop HTTP/1.1\r\nHost: %s:%d\r\nContent-Length: %d\r\n"
+                      b"\r\n%s" % (host.encode(), up.port, host.encode(), up.port, 1 << 20,
+                                   b"x" * 1000))
+            r = read_response(s, "POST")
+        finally:
+            s.close()
+        assert r.status == 200 and r.body == b"0123456789", r
+        _, end = gw.decided(path="/stop")
+        assert end["status"] == 200 and end["bytes_down"] == 10, end
