@@ -371,12 +371,19 @@ static bool no_splice(void)
 }
 
 /* A step passed without a byte moved: the tunnel ends once neither
- * socket's send queue has shrunk for idle_timeout. */
+ * socket's send queue has shrunk for idle_timeout. A tunnel whose upload
+ * waits for its bandwidth bucket (the refill timer is armed) is not idle:
+ * the gateway holds the agent's bytes, not the agent. */
 static void on_idle(evutil_socket_t fd, short what, void *arg)
 {
     struct tunnel *t = arg;
     (void)fd;
     (void)what;
+    if (quota_flow_paused(t->flow)) {
+        drain_reset(&t->drain);
+        event_add(t->idle, &t->step_tv);
+        return;
+    }
     int64_t a = drain_send_queue(t->fd[0]), b = drain_send_queue(t->fd[1]);
     if (drain_keeps(&t->drain, a < 0 || b < 0 ? -1 : a + b, t->step_ms, t->idle_ms)) {
         event_add(t->idle, &t->step_tv);
