@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -370,16 +371,24 @@ static bool no_splice(void)
     return no == 1;
 }
 
+/* True when the client's bytes wait for the bandwidth bucket: its refill
+ * timer is armed and the client's socket holds bytes not read. */
+static bool upload_held(const struct tunnel *t)
+{
+    int n = 0;
+    return quota_flow_paused(t->flow) && ioctl(t->fd[0], FIONREAD, &n) == 0 && n > 0;
+}
+
 /* A step passed without a byte moved: the tunnel ends once neither
  * socket's send queue has shrunk for idle_timeout. A tunnel whose upload
- * waits for its bandwidth bucket (the refill timer is armed) is not idle:
- * the gateway holds the agent's bytes, not the agent. */
+ * waits for its bandwidth bucket is not idle: the gateway holds the
+ * agent's bytes, not the agent. */
 static void on_idle(evutil_socket_t fd, short what, void *arg)
 {
     struct tunnel *t = arg;
     (void)fd;
     (void)what;
-    if (quota_flow_paused(t->flow)) {
+    if (upload_held(t)) {
         drain_reset(&t->drain);
         event_add(t->idle, &t->step_tv);
         return;
