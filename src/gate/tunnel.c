@@ -2,10 +2,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -371,12 +371,14 @@ static bool no_splice(void)
     return no == 1;
 }
 
-/* True when the client's bytes wait for the bandwidth bucket: its refill
- * timer is armed and the client's socket holds bytes not read. */
+/* True when what the client sent waits for the bandwidth bucket: its
+ * refill timer is armed and the client's socket is readable (bytes not
+ * read, or the end of its side). */
 static bool upload_held(const struct tunnel *t)
 {
-    int n = 0;
-    return quota_flow_paused(t->flow) && ioctl(t->fd[0], FIONREAD, &n) == 0 && n > 0;
+    struct pollfd p = {.fd = t->fd[0], .events = POLLIN | POLLRDHUP};
+    return quota_flow_paused(t->flow) && poll(&p, 1, 0) == 1 &&
+           (p.revents & (POLLIN | POLLRDHUP | POLLHUP)) != 0;
 }
 
 /* A step passed without a byte moved: the tunnel ends once neither

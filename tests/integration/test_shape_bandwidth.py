@@ -13,6 +13,8 @@ import socket
 import threading
 import time
 
+import pytest
+
 from gate_client import api_rule, build_request, connect, open_conn, read_response
 from gate_servers import pattern_bytes
 
@@ -263,22 +265,24 @@ def test_tunnel_download_not_shaped(gateway, net):
         src.stop()
 
 
-def test_tunnel_paused_by_bandwidth_is_not_idle(gateway, net):
+@pytest.mark.parametrize("rest", [512, 0], ids=["bytes", "end_only"])
+def test_tunnel_paused_by_bandwidth_is_not_idle(gateway, net, rest):
     # The first bytes of a tunnel (read for the SNI check) are counted at
-    # once, which puts the bucket in debt: 8 KiB at 1 KiB/s is a pause of
-    # about 7 s before the next byte is read. The agent sends all the
-    # while; it is the gateway that holds its bytes, so the tunnel is not
-    # idle (idle_timeout 1 s) and everything arrives.
+    # once, which puts the bucket in debt: 3000 bytes at 512 B/s is a pause
+    # of about 5 s before the next byte, or the end of the agent's side, is
+    # read. The agent sent them; it is the gateway that holds them, so the
+    # tunnel is not idle (idle_timeout 1 s) and everything arrives, the end
+    # included.
     sink = HashSink(SINK_IP)
     try:
         rule = {"host": "sink.example.test", "ports": [sink.port], "tier": 0,
-                "rate": {"bandwidth": "1KiB/s"}}
+                "rate": {"bandwidth": "512B/s"}}
         gw = gateway(net.policy([rule], static_extra={"sink.example.test": SINK_IP},
                                 limits={"idle_timeout": "1s"}))
         t = connect(gw, "sink.example.test:%d" % sink.port)
         assert t.status == 200
-        first = b"\0" + pattern_bytes(8 * KIB - 1)  # neither TLS nor HTTP
-        rest = pattern_bytes(2 * KIB)
+        first = b"\0" + pattern_bytes(2999)  # neither TLS nor HTTP; one read
+        rest = pattern_bytes(rest)
         reply = _send_to_sink(t, [first, rest], pause=0.2)  # the peek takes <first> alone
         assert reply, "the tunnel was cut while shaping held the agent's bytes"
         data = first + rest
