@@ -122,8 +122,11 @@ void connect_on_client_write(struct conn *c)
 static void hello_answered(struct conn *c, bool retry);
 
 /* CS_HELLO: the server's first bytes, until they tell a HelloRetryRequest
- * from any other answer (at most 228 bytes are needed: the read watermark
- * bounds them to PEEK_MAX). */
+ * (all of it: the client needs the whole message before it sends another
+ * ClientHello) from any other answer (at most 228 bytes are needed for
+ * that). The read watermark bounds them to PEEK_MAX: a HelloRetryRequest
+ * longer than that goes to the client as far as it came, and the second
+ * ClientHello it never gets to send is refused when the window ends. */
 static void up_read(struct bufferevent *bev, void *arg)
 {
     struct conn *c = arg;
@@ -138,8 +141,8 @@ static void up_read(struct bufferevent *bev, void *arg)
         return;
     }
     enum sni_reply r = sni_server_reply(buf, n);
-    if (r != SNI_REPLY_NEED_MORE)
-        hello_answered(c, r == SNI_REPLY_RETRY);
+    if (r != SNI_REPLY_NEED_MORE || n >= PEEK_MAX)
+        hello_answered(c, r != SNI_REPLY_OTHER);
 }
 
 static void up_write(struct bufferevent *bev, void *arg)

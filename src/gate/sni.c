@@ -273,6 +273,27 @@ size_t sni_skip_ccs(const uint8_t *buf, size_t len, bool *need_more)
     return sizeof(ccs);
 }
 
+/* True when the handshake records at the start of <buf> carry <need>
+ * bytes of handshake message, or when a record that is not a handshake
+ * record comes first (nothing more to wait for). */
+static bool whole_message(const uint8_t *buf, size_t len, size_t need)
+{
+    size_t pos = 0, got = 0;
+    while (got < need) {
+        if (len - pos >= 1 && buf[pos] != TLS_HANDSHAKE)
+            return true;
+        if (len - pos < TLS_RECORD_HEADER)
+            return false;
+        size_t rlen = be16(buf + pos + 3);
+        size_t avail = len - pos - TLS_RECORD_HEADER < rlen ? len - pos - TLS_RECORD_HEADER : rlen;
+        got += avail;
+        if (avail < rlen)
+            return got >= need;
+        pos += TLS_RECORD_HEADER + rlen;
+    }
+    return true;
+}
+
 enum sni_reply sni_server_reply(const uint8_t *buf, size_t len)
 {
     /* The random of a HelloRetryRequest: SHA-256("HelloRetryRequest"). */
@@ -304,5 +325,9 @@ enum sni_reply sni_server_reply(const uint8_t *buf, size_t len)
             return SNI_REPLY_NEED_MORE;
         pos += TLS_RECORD_HEADER + rlen;
     }
-    return memcmp(hs + 6, hrr_random, sizeof(hrr_random)) == 0 ? SNI_REPLY_RETRY : SNI_REPLY_OTHER;
+    if (memcmp(hs + 6, hrr_random, sizeof(hrr_random)) != 0)
+        return SNI_REPLY_OTHER;
+    /* The client answers a HelloRetryRequest only once it has all of it. */
+    size_t need = 4 + ((size_t)hs[1] << 16 | (size_t)hs[2] << 8 | hs[3]);
+    return whole_message(buf, len, need) ? SNI_REPLY_RETRY : SNI_REPLY_NEED_MORE;
 }

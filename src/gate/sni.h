@@ -56,7 +56,10 @@ enum sni_reply {
 
 /* Tells whether the first bytes a server answered a ClientHello with are a
  * HelloRetryRequest (RFC 8446 4.1.3: a ServerHello whose random is
- * SHA-256("HelloRetryRequest")), gathered over handshake records. */
+ * SHA-256("HelloRetryRequest")), gathered over handshake records. RETRY
+ * only once the whole message is there (NEED_MORE before: the client
+ * sends its second ClientHello only after all of it), or a record that is
+ * not a handshake record follows what there is of it. */
 enum sni_reply sni_server_reply(const uint8_t *buf, size_t len);
 
 #endif

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -370,13 +371,30 @@ static bool no_splice(void)
     return no == 1;
 }
 
+/* True when what the client sent waits for the bandwidth bucket: its
+ * refill timer is armed and the client's socket is readable (bytes not
+ * read, or the end of its side). */
+static bool upload_held(const struct tunnel *t)
+{
+    struct pollfd p = {.fd = t->fd[0], .events = POLLIN | POLLRDHUP};
+    return quota_flow_paused(t->flow) && poll(&p, 1, 0) == 1 &&
+           (p.revents & (POLLIN | POLLRDHUP | POLLHUP)) != 0;
+}
+
 /* A step passed without a byte moved: the tunnel ends once neither
- * socket's send queue has shrunk for idle_timeout. */
+ * socket's send queue has shrunk for idle_timeout. A tunnel whose upload
+ * waits for its bandwidth bucket is not idle: the gateway holds the
+ * agent's bytes, not the agent. */
 static void on_idle(evutil_socket_t fd, short what, void *arg)
 {
     struct tunnel *t = arg;
     (void)fd;
     (void)what;
+    if (upload_held(t)) {
+        drain_reset(&t->drain);
+        event_add(t->idle, &t->step_tv);
+        return;
+    }
     int64_t a = drain_send_queue(t->fd[0]), b = drain_send_queue(t->fd[1]);
     if (drain_keeps(&t->drain, a < 0 || b < 0 ? -1 : a + b, t->step_ms, t->idle_ms)) {
         event_add(t->idle, &t->step_tv);

@@ -900,6 +900,85 @@ def test_connect_hello_retry_request_allowed(gateway, net):
     assert end["bytes_up"] > 500 and end["bytes_down"] > len(data), end
 
 
+def _hrr_record():
+    """A HelloRetryRequest record (TLS 1.3, x25519 asked for)."""
+    random = bytes.fromhex("cf21ad74e59a6111be1d8c021e65b891c2a211167abb8c5e079e09e2c8a8339c")
+    exts = struct.pack(">HHH", 43, 2, 0x0304) + struct.pack(">HHH", 51, 2, 0x001d)
+    body = (b"\x03\x03" + random + b"\x20" + bytes(32) + b"\x13\x01\x00" +
+            struct.pack(">H", len(exts)) + exts)
+    hs = b"\x02" + struct.pack(">I", len(body))[1:] + body
+    return b"\x16\x03\x03" + struct.pack(">H", len(hs)) + hs
+
+
+class SplitHrrServer(LoopbackServer):
+    """A TCP upstream that answers a first ClientHello with a
+    HelloRetryRequest written in two pieces <pause> seconds apart (the
+    first 45 bytes, then the rest), reads the second ClientHello and
+    answers it with REPLY, then closes."""
+
+    REPLY = b"after the retry"
+
+    def __init__(self, ip, pause=0.3):
+        self.pause = pause
+        self.got = []
+        super().__init__(ip)
+
+    @staticmethod
+    def _record(c, buf):
+        while len(buf) < 5 or len(buf) < 5 + struct.unpack(">H", buf[3:5])[0]:
+            d = c.recv(65536)
+            if not d:
+                raise OSError("closed")
+            buf += d
+        n = 5 + struct.unpack(">H", buf[3:5])[0]
+        return buf[:n], buf[n:]
+
+    def _serve(self, c):
+        with c:
+            c.settimeout(10)
+            try:
+                hello, rest = self._record(c, b"")
+                self.got.append(hello)
+                hrr = _hrr_record()
+                c.sendall(hrr[:45])
+                time.sleep(self.pause)
+                c.sendall(hrr[45:])
+                rec, rest = self._record(c, rest)
+                if rec[0] == 20:  # change_cipher_spec
+                    rec, rest = self._record(c, rest)
+                self.got.append(rec)
+                c.sendall(self.REPLY)
+            except OSError:
+                pass
+
+
+def test_hello_retry_request_written_in_pieces_reaches_the_client(gateway, net):
+    # the server's HelloRetryRequest comes in two writes: the gateway knows
+    # it for one from its first 43 bytes, but the client needs all of it
+    # before it sends its second ClientHello; the rest must not be held
+    # until the peek window ends (which refused the tunnel)
+    with SplitHrrServer("127.0.0.7") as srv:
+        gw = gateway(net.policy([{"host": "hrr.example.test", "ports": [srv.port], "tier": 1}],
+                                static_extra={"hrr.example.test": "127.0.0.7"}))
+        ch1, ch2 = _hrr_hellos("hrr.example.test", "hrr.example.test")
+        t = connect(gw, "hrr.example.test:%d" % srv.port)
+        try:
+            assert t.status == 200
+            t.sock.sendall(ch1)
+            assert _read_hrr(t.sock) == _hrr_record()
+            t.sock.sendall(_CCS + ch2)
+            t.sock.settimeout(10)
+            got = recv_until_close(t.sock)
+        finally:
+            t.close()
+        assert got == SplitHrrServer.REPLY
+        assert srv.got == [ch1, ch2]
+        ev, end = gw.decided(method="CONNECT")
+        assert ev["decision"] == "allow", ev
+        assert end["bytes_up"] == len(ch1) + len(_CCS) + len(ch2), end
+        assert end["bytes_down"] == len(_hrr_record()) + len(SplitHrrServer.REPLY), end
+
+
 # --- plain HTTP as a tunnel's first bytes: the Host check ---------------------
 
 def _api_tunnel(gw, net):

@@ -13,6 +13,8 @@ import socket
 import threading
 import time
 
+import pytest
+
 from gate_client import api_rule, build_request, connect, open_conn, read_response
 from gate_servers import pattern_bytes
 
@@ -70,6 +72,36 @@ class HashSink:
 
     def stop(self):
         self.sock.close()
+
+
+def _send_to_sink(t, chunks, pause=0.0):
+    """Sends <chunks> through tunnel <t> (<pause> seconds apart), ends its
+    side and returns the HashSink's reply line (b"" when the tunnel was cut
+    first); closes <t>."""
+    reply = b""
+    try:
+        t.sock.settimeout(60)
+        for i, chunk in enumerate(chunks):
+            if i > 0:
+                time.sleep(pause)
+            t.sock.sendall(chunk)
+        t.sock.shutdown(socket.SHUT_WR)
+        while not reply.endswith(b"\n"):
+            d = t.sock.recv(4096)
+            if not d:
+                break
+            reply += d
+    except ConnectionResetError:
+        pass
+    finally:
+        t.close()
+    return reply
+
+
+def _assert_sink_got(reply, data):
+    n, digest = reply.split()
+    assert int(n) == len(data)
+    assert digest.decode() == hashlib.sha256(data).hexdigest()
 
 
 def post(gw, url, body, headers=None):
@@ -152,22 +184,9 @@ def test_tunnel_shaped_and_intact(gateway, net):
         assert t.status == 200
         data = pattern_bytes(192 * KIB + 17)
         t0 = time.monotonic()
-        try:
-            t.sock.settimeout(60)
-            t.sock.sendall(data)
-            t.sock.shutdown(socket.SHUT_WR)
-            reply = b""
-            while not reply.endswith(b"\n"):
-                d = t.sock.recv(4096)
-                if not d:
-                    break
-                reply += d
-        finally:
-            t.close()
+        reply = _send_to_sink(t, [data])
         elapsed = time.monotonic() - t0
-        n, digest = reply.split()
-        assert int(n) == len(data)
-        assert digest.decode() == hashlib.sha256(data).hexdigest()
+        _assert_sink_got(reply, data)
         # 192 KiB at 64 KiB/s, the first 64 KiB at once: >= 2 s.
         assert_shaped_time(elapsed, len(data), 64 * KIB, lower=1.5)
         ev, end = gw.decided(method="CONNECT")
@@ -244,3 +263,31 @@ def test_tunnel_download_not_shaped(gateway, net):
         assert end["bytes_up"] == len(b"send it\n") and end["bytes_down"] == size
     finally:
         src.stop()
+
+
+@pytest.mark.parametrize("rest", [512, 0], ids=["bytes", "end_only"])
+def test_tunnel_paused_by_bandwidth_is_not_idle(gateway, net, rest):
+    # The first bytes of a tunnel (read for the SNI check) are counted at
+    # once, which puts the bucket in debt: 3000 bytes at 512 B/s is a pause
+    # of about 5 s before the next byte, or the end of the agent's side, is
+    # read. The agent sent them; it is the gateway that holds them, so the
+    # tunnel is not idle (idle_timeout 1 s) and everything arrives, the end
+    # included.
+    sink = HashSink(SINK_IP)
+    try:
+        rule = {"host": "sink.example.test", "ports": [sink.port], "tier": 0,
+                "rate": {"bandwidth": "512B/s"}}
+        gw = gateway(net.policy([rule], static_extra={"sink.example.test": SINK_IP},
+                                limits={"idle_timeout": "1s"}))
+        t = connect(gw, "sink.example.test:%d" % sink.port)
+        assert t.status == 200
+        first = b"\0" + pattern_bytes(2999)  # neither TLS nor HTTP; one read
+        rest = pattern_bytes(rest)
+        reply = _send_to_sink(t, [first, rest], pause=0.2)  # the peek takes <first> alone
+        assert reply, "the tunnel was cut while shaping held the agent's bytes"
+        data = first + rest
+        _assert_sink_got(reply, data)
+        ev, end = gw.decided(method="CONNECT", timeout=30)
+        assert end["bytes_up"] == len(data)
+    finally:
+        sink.stop()

@@ -620,8 +620,9 @@ static void test_skip_ccs(void **state)
 }
 
 /* A server's answer: a HelloRetryRequest, whole or over records of 1 and 5
- * bytes, is RETRY and every prefix NEED_MORE; a ServerHello, an alert or
- * anything else is OTHER. */
+ * bytes, is RETRY and every prefix NEED_MORE (the client answers only the
+ * whole message), unless a record that is not a handshake record cuts it;
+ * a ServerHello, an alert or anything else is OTHER. */
 static void test_server_reply(void **state)
 {
     (void)state;
@@ -646,13 +647,19 @@ static void test_server_reply(void **state)
     static const size_t frags[] = {1, 5, 16384};
     for (size_t f = 0; f < 3; f++) {
         records(&sh, frags[f], &out);
-        size_t need = 38 + (38 + frags[f] - 1) / frags[f] * 5; /* to the random's end */
         assert_int_equal(sni_server_reply(out.b, out.n), SNI_REPLY_RETRY);
-        for (size_t n = 0; n < need; n++)
+        for (size_t n = 0; n < out.n; n++)
             assert_int_equal(sni_server_reply(out.b, n), SNI_REPLY_NEED_MORE);
-        assert_int_equal(sni_server_reply(out.b, need), SNI_REPLY_RETRY);
     }
-    struct bytes m = out;
+    struct bytes m = out; /* one record: cut after the random, then an alert */
+    size_t cut = 5 + 38;
+    m.b[3] = 0;
+    m.b[4] = 38;
+    static const uint8_t alert_rec[] = {21, 3, 3, 0, 2, 2, 40};
+    memcpy(m.b + cut, alert_rec, sizeof(alert_rec));
+    assert_int_equal(sni_server_reply(m.b, cut), SNI_REPLY_NEED_MORE);
+    assert_int_equal(sni_server_reply(m.b, cut + 1), SNI_REPLY_RETRY);
+    m = out;
     m.b[5 + 4 + 2 + 31] ^= 1; /* another random: a ServerHello */
     assert_int_equal(sni_server_reply(m.b, m.n), SNI_REPLY_OTHER);
     m = out;
