@@ -169,7 +169,7 @@ void connect_start(struct conn *c)
     c->peek_over = false;
     c->hello_retried = false;
     c->ex.status = 200;
-    struct timeval up_tv = {(time_t)(conn_idle_ms(c) / 1000), 0};
+    struct timeval up_tv = timeval_of_ms(conn_idle_ms(c));
     bufferevent_setcb(c->up, up_read, up_write, up_event, c);
     bufferevent_set_timeouts(c->up, NULL, &up_tv);
     bufferevent_disable(c->up, EV_READ);
@@ -179,7 +179,7 @@ void connect_start(struct conn *c)
     }
     bufferevent_setwatermark(c->client, EV_READ, 0, PEEK_MAX);
     bufferevent_setwatermark(c->client, EV_WRITE, 0, 0);
-    struct timeval idle = {(time_t)(conn_idle_ms(c) / 1000), 0};
+    struct timeval idle = timeval_of_ms(conn_idle_ms(c));
     bufferevent_set_timeouts(c->client, NULL, &idle);
     if (c->ex.client_eof) {
         /* The client ended its side while its target was resolved or
@@ -325,7 +325,7 @@ static void send_hello(struct conn *c, size_t used)
     }
     c->ex.peek_queued += used;
     c->state = CS_HELLO;
-    struct timeval idle = {(time_t)(conn_idle_ms(c) / 1000), 0};
+    struct timeval idle = timeval_of_ms(conn_idle_ms(c));
     bufferevent_set_timeouts(c->up, &idle, &idle);
     bufferevent_setwatermark(c->up, EV_READ, 0, PEEK_MAX);
     bufferevent_enable(c->up, EV_READ);
