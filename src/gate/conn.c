@@ -255,6 +255,13 @@ void conn_free(struct conn *c)
     gateway_conn_gone(gw);
 }
 
+/* Drops what the client sent and the gateway read (lingering). */
+static void drop_client_input(struct conn *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->client);
+    evbuffer_drain(in, evbuffer_get_length(in));
+}
+
 /* True when bytes from the client wait unread: in its input, or in its
  * socket's receive queue. */
 static bool client_unread(const struct conn *c)
@@ -286,8 +293,7 @@ static void close_flushed(struct conn *c)
         c->state = CS_LINGER;
         c->drain_step_ms = 0;
         bufferevent_set_timeouts(c->client, NULL, NULL);
-        evbuffer_drain(bufferevent_get_input(c->client),
-                       evbuffer_get_length(bufferevent_get_input(c->client)));
+        drop_client_input(c);
         evtimer_add(c->timer, &tv);
         bufferevent_enable(c->client, EV_READ);
         return;
@@ -752,8 +758,7 @@ static void on_read(struct bufferevent *bev, void *arg)
     case CS_HELLO:
         break; /* held in the input until the server answered (connect.c) */
     case CS_LINGER:
-        evbuffer_drain(bufferevent_get_input(c->client),
-                       evbuffer_get_length(bufferevent_get_input(c->client)));
+        drop_client_input(c);
         break;
     case CS_RESOLVE:
     case CS_CONNECT:

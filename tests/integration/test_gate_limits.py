@@ -235,6 +235,20 @@ def _take_then_stop(gw, s, outcome, done):
     return took
 
 
+def _slow_read_get(gateway, net, up, listener, path):
+    """A gateway with idle_timeout 1 s that lets slowread.example.test reach
+    <up>, on a <listener> ("tcp" or "unix"), and a slow-reader client that
+    has sent it GET <path>; returns both."""
+    host = "slowread.example.test"
+    rules = [{"host": host, "ports": [up.port], "tier": 0}]
+    gw = gateway(net.policy(rules, static_extra={host: up.IP}, limits={"idle_timeout": "1s"}),
+                 tcp=listener == "tcp", unix=listener == "unix")
+    s = _slow_reader_conn(gw)
+    s.sendall(b"GET http://%s:%d%s HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
+              % (host.encode(), up.port, path.encode(), host.encode(), up.port))
+    return gw, s
+
+
 @pytest.mark.parametrize("listener,size,piece", [("tcp", 6 << 20, 64 << 10),
                                                  ("unix", 512 << 10, 8 << 10)],
                          ids=["tcp", "unix"])
@@ -247,16 +261,9 @@ def test_a_slow_but_steady_reader_gets_the_whole_response(gateway, net, listener
     # cut the response although the client never stopped reading.
     outcome, done = {}, threading.Event()
     with _big_response_upstream(size, outcome, done) as up:
-        host = "slowread.example.test"
-        rules = [{"host": host, "ports": [up.port], "tier": 0}]
-        gw = gateway(net.policy(rules, static_extra={host: up.IP},
-                                limits={"idle_timeout": "1s"}),
-                     tcp=listener == "tcp", unix=listener == "unix")
-        s = _slow_reader_conn(gw)
+        gw, s = _slow_read_get(gateway, net, up, listener, "/slow")
         got = bytearray()
         try:
-            s.sendall(b"GET http://%s:%d/slow HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
-                      % (host.encode(), up.port, host.encode(), up.port))
             head = b""
             while b"\r\n\r\n" not in head:
                 d = s.recv(4096)
@@ -284,15 +291,8 @@ def test_a_reader_that_stops_mid_response_is_closed_after_idle_timeout(gateway, 
     size = 32 * 1024 * 1024
     outcome, done = {}, threading.Event()
     with _big_response_upstream(size, outcome, done) as up:
-        host = "slowread.example.test"
-        rules = [{"host": host, "ports": [up.port], "tier": 0}]
-        gw = gateway(net.policy(rules, static_extra={host: up.IP},
-                                limits={"idle_timeout": "1s"}),
-                     tcp=listener == "tcp", unix=listener == "unix")
-        s = _slow_reader_conn(gw)
+        gw, s = _slow_read_get(gateway, net, up, listener, "/stop")
         try:
-            s.sendall(b"GET http://%s:%d/stop HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
-                      % (host.encode(), up.port, host.encode(), up.port))
             took = _take_then_stop(gw, s, outcome, done)
         finally:
             s.close()
