@@ -28,8 +28,11 @@ struct quota;
 struct watch;
 struct gw_reload;
 
-#define GATEWAY_DEFAULT_MAX_CONNS  4096
-#define GATEWAY_DEFAULT_GRACE_MS   5000
+#define GATEWAY_DEFAULT_MAX_CONNS 4096
+#define GATEWAY_DEFAULT_GRACE_MS  5000
+
+/* The budget for connecting upstream (every address of a name together), or
+ * idle_timeout when that is shorter: see upstream.h. */
 #define GATEWAY_CONNECT_TIMEOUT_MS 10000
 
 /* The loop thread's scheduling class. BATCH (the default) keeps the normal

@@ -126,13 +126,6 @@ struct resolver {
 
 /* ---------------------------------------------------------------- cache */
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 /* Stores the outcome of <f> (its queries are done) when it is complete. */
 static void cache_store(const struct flight *f, const struct ipaddr *out, size_t n)
 {
@@ -149,13 +142,13 @@ static void cache_store(const struct flight *f, const struct ipaddr *out, size_t
             ttl = q->ttl;
     }
     if (n == 0) {
-        dns_cache_put(&r->cache, f->name, NULL, 0, now_ms(), r->neg_ttl_ms);
+        dns_cache_put(&r->cache, f->name, NULL, 0, monotonic_ms(), r->neg_ttl_ms);
         return;
     }
     if (ttl <= 0)
         return;
     uint64_t ms = (uint64_t)ttl * 1000u;
-    dns_cache_put(&r->cache, f->name, out, n, now_ms(),
+    dns_cache_put(&r->cache, f->name, out, n, monotonic_ms(),
                   ms < CACHE_TTL_MAX_MS ? ms : CACHE_TTL_MAX_MS);
 }
 
@@ -641,7 +634,7 @@ struct resolve_req *resolver_lookup(struct resolver *r, const char *name, resolv
         req->err = RESOLVE_ERR_FAILED;
     } else if ((req->n = static_answers(r, name, req->a)) > 0) {
         /* answered from dns.static (never cached) */
-    } else if ((ce = dns_cache_find(&r->cache, name, now_ms())) != NULL) {
+    } else if ((ce = dns_cache_find(&r->cache, name, monotonic_ms())) != NULL) {
         /* answered from the cache, on the next turn like a static answer */
         req->n = ce->n;
         memcpy(req->a, ce->a, ce->n * sizeof(ce->a[0]));

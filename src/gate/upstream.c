@@ -1,6 +1,7 @@
 #include "gate/upstream.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -20,13 +21,37 @@ struct upstream_connect {
     size_t n;
     size_t next; /* the next address to try */
     uint16_t port;
-    struct timeval timeout;
+    uint64_t deadline_ms;    /* CLOCK_MONOTONIC: the end of the whole budget */
+    struct timeval timeout;  /* the timeout of the attempt in progress */
     struct bufferevent *bev; /* the attempt in progress */
     evutil_socket_t fd;
     struct event *kick; /* starts or continues the attempts off the caller's stack */
     upstream_cb cb;
     void *arg;
 };
+
+unsigned upstream_attempt_ms(uint64_t left_ms, size_t addrs_left)
+{
+    if (left_ms == 0 || addrs_left == 0)
+        return 0;
+    uint64_t share = left_ms / addrs_left;
+    if (share < UPSTREAM_ATTEMPT_FLOOR_MS)
+        share = UPSTREAM_ATTEMPT_FLOOR_MS;
+    if (share > left_ms)
+        share = left_ms;
+    return share > UINT_MAX ? UINT_MAX : (unsigned)share;
+}
+
+/* Sets uc->timeout for the attempt at uc->next. Returns false when the
+ * budget is spent. */
+static bool time_next_attempt(struct upstream_connect *uc)
+{
+    uint64_t now = monotonic_ms();
+    uint64_t left = uc->deadline_ms > now ? uc->deadline_ms - now : 0;
+    unsigned ms = upstream_attempt_ms(left, uc->n - uc->next);
+    uc->timeout = timeval_of_ms(ms);
+    return ms > 0;
+}
 
 void upstream_sockaddr(const struct ipaddr *a, uint16_t port, struct sockaddr_storage *ss,
                        socklen_t *len)
@@ -132,7 +157,7 @@ static int start_attempt(struct upstream_connect *uc, const struct sockaddr_stor
 
 static void try_next(struct upstream_connect *uc)
 {
-    while (uc->next < uc->n) {
+    while (uc->next < uc->n && time_next_attempt(uc)) {
         struct sockaddr_storage ss;
         socklen_t len;
         const struct ipaddr *a = &uc->addrs[uc->next++];
@@ -161,7 +186,7 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
 }
 
 struct upstream_connect *upstream_connect_start(struct event_base *base, const struct ipaddr *addrs,
-                                                size_t n, uint16_t port, unsigned timeout_ms,
+                                                size_t n, uint16_t port, unsigned budget_ms,
                                                 upstream_cb cb, void *arg)
 {
     struct upstream_connect *uc = calloc(1, sizeof(*uc));
@@ -179,7 +204,7 @@ struct upstream_connect *upstream_connect_start(struct event_base *base, const s
     uc->base = base;
     uc->port = port;
     uc->fd = -1;
-    uc->timeout = timeval_of_ms(timeout_ms);
+    uc->deadline_ms = monotonic_ms() + budget_ms;
     uc->cb = cb;
     uc->arg = arg;
     event_active(uc->kick, EV_TIMEOUT, 0);

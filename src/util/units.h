@@ -34,5 +34,8 @@ size_t format_uint(char *out, uint64_t v, unsigned width);
 
 /* <ms> milliseconds as the struct timeval that libevent's timers take. */
 struct timeval timeval_of_ms(uint64_t ms);
+/* CLOCK_MONOTONIC now, in milliseconds: for deadlines that a change of the
+ * wall clock must not move. */
+uint64_t monotonic_ms(void);
 
 #endif

@@ -78,13 +78,6 @@ struct admin {
     unsigned nconns;
 };
 
-static uint64_t monotonic_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 static void arm(struct event *ev, unsigned ms)
 {
     struct timeval tv = timeval_of_ms(ms);

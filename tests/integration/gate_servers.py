@@ -395,7 +395,8 @@ class ScriptedUpstream(LoopbackServer):
 
 
 class FakeDNS:
-    """A UDP name server on loopback: answers A records from <names>,
+    """A UDP name server on loopback: answers A records from <names> (a name
+    maps to one IPv4 address or a list of them, answered in that order),
     NOERROR/empty for other types of known names, NXDOMAIN for the rest.
     Records every question (name, qtype)."""
 
@@ -443,8 +444,10 @@ class FakeDNS:
         answers = b""
         count = 0
         if qtype == 1 and qclass == 1:
-            answers = rr(b"\xc0\x0c", 1, 60, socket.inet_aton(self.names[name]))
-            count = 1
+            addrs = self.names[name]
+            for a in [addrs] if isinstance(addrs, str) else addrs:
+                answers += rr(b"\xc0\x0c", 1, 60, socket.inet_aton(a))
+                count += 1
         return struct.pack("!HHHHHH", qid, 0x8000 | rd | 0x0080, 1, count, 0, 0) + question + answers
 
     def clear(self):
@@ -455,6 +458,63 @@ class FakeDNS:
         self._stop.set()
         self._thread.join(2)
         self.sock.close()
+
+
+class FullListener:
+    """A listener on <ip> (on <port>, default one the kernel picks) whose
+    accept queue is full, so that the kernel drops a new SYN and the sender
+    retries it a second later: a connect to it stays under way instead of
+    completing inside connect(), and never completes until accept_all()
+    starts taking connections, so the retried SYN gets in: each gets
+    b"hello\\n", and b"pong\\n" when it sends b"ping\\n"."""
+
+    def __init__(self, ip, port=0):
+        self.srv = socket.socket()
+        self.srv.bind((ip, port))
+        self.srv.listen(1)
+        self.port = self.srv.getsockname()[1]
+        self.fillers = []
+        for _ in range(3):  # the queue holds two; the third is left pending too
+            s = socket.socket()
+            s.setblocking(False)
+            try:
+                s.connect((ip, self.port))
+            except BlockingIOError:
+                pass
+            self.fillers.append(s)
+        self.accepted = []
+        self.thread = None
+
+    def accept_all(self, after, secs):
+        def run():
+            time.sleep(after)
+            self.srv.settimeout(0.2)
+            end = time.monotonic() + secs
+            while time.monotonic() < end:
+                try:
+                    c, _ = self.srv.accept()
+                except OSError:
+                    continue
+                self.accepted.append(c)
+                threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def _serve(c):
+        try:
+            c.sendall(b"hello\n")
+            c.settimeout(5)
+            if c.recv(100) == b"ping\n":
+                c.sendall(b"pong\n")
+        except OSError:
+            pass
+
+    def close(self):
+        if self.thread is not None:
+            self.thread.join(10)
+        for s in self.fillers + self.accepted + [self.srv]:
+            s.close()
 
 
 def free_port(ip="127.0.0.1", kind=socket.SOCK_STREAM):

@@ -13,7 +13,7 @@ import pytest
 from conftest import DEAD_IP
 from gate_client import (ANY, api_rule, assert_denied, connect, curl, open_conn, poll, read_head,
                          recv_until_close)
-from gate_servers import BannerServer, LoopbackServer, UpstreamTLS
+from gate_servers import BannerServer, FullListener, LoopbackServer, UpstreamTLS
 
 
 def tls_rule(net, **kw):
@@ -196,64 +196,8 @@ def test_connect_upstream_unreachable(gateway, net):
         t.close()
 
 
-class _FullListener:
-    """A listener on <ip> whose accept queue is full, so that the kernel drops
-    a new SYN and the sender retries it a second later: a connect to it stays
-    under way instead of completing inside connect(). accept_all() starts
-    taking connections, so the retried SYN gets in: each gets b"hello\\n", and
-    b"pong\\n" when it sends b"ping\\n"."""
-
-    def __init__(self, ip):
-        self.srv = socket.socket()
-        self.srv.bind((ip, 0))
-        self.srv.listen(1)
-        self.port = self.srv.getsockname()[1]
-        self.fillers = []
-        for _ in range(3):  # the queue holds two; the third is left pending too
-            s = socket.socket()
-            s.setblocking(False)
-            try:
-                s.connect((ip, self.port))
-            except BlockingIOError:
-                pass
-            self.fillers.append(s)
-        self.accepted = []
-        self.thread = None
-
-    def accept_all(self, after, secs):
-        def run():
-            time.sleep(after)
-            self.srv.settimeout(0.2)
-            end = time.monotonic() + secs
-            while time.monotonic() < end:
-                try:
-                    c, _ = self.srv.accept()
-                except OSError:
-                    continue
-                self.accepted.append(c)
-                threading.Thread(target=self._serve, args=(c,), daemon=True).start()
-        self.thread = threading.Thread(target=run, daemon=True)
-        self.thread.start()
-
-    @staticmethod
-    def _serve(c):
-        try:
-            c.sendall(b"hello\n")
-            c.settimeout(5)
-            if c.recv(100) == b"ping\n":
-                c.sendall(b"pong\n")
-        except OSError:
-            pass
-
-    def close(self):
-        if self.thread is not None:
-            self.thread.join(10)
-        for s in self.fillers + self.accepted + [self.srv]:
-            s.close()
-
-
 def _dead_rule(lst):
-    """A policy rule for <lst>, a _FullListener behind dead.example.test."""
+    """A policy rule for <lst>, a FullListener behind dead.example.test."""
     return {"host": "dead.example.test", "ports": [lst.port], "tier": 0}
 
 
@@ -267,7 +211,7 @@ def test_connect_completes_after_a_dropped_syn(gateway, net):
     # the upstream connect does not complete inside connect(): the gateway
     # waits for it on the loop, then answers 200 and relays; bytes the client
     # sent meanwhile (before its 200) are the tunnel's first bytes
-    lst = _FullListener(DEAD_IP)
+    lst = FullListener(DEAD_IP)
     try:
         gw = gateway(net.policy([_dead_rule(lst)]))
         s = open_conn(gw, 15)
@@ -301,7 +245,7 @@ def test_client_ending_its_side_while_connecting_still_gets_its_tunnel(gateway, 
     # half-close, so the 200 still comes, the bytes go through, the end of
     # input is passed on, and the answer comes back (it used to depend on
     # timing: dropped while connecting or resolving, kept once peeking)
-    lst = _FullListener(DEAD_IP)
+    lst = FullListener(DEAD_IP)
     try:
         gw = gateway(net.policy([_dead_rule(lst)]))
         s = open_conn(gw, 15)
@@ -333,7 +277,7 @@ def test_client_leaving_while_connecting_is_logged_with_its_wait(gateway, net):
     # one that only ended its side: the connect goes on, here until it times
     # out, and the end line's ms counts from the request head, not from
     # that late log line
-    lst = _FullListener(DEAD_IP)
+    lst = FullListener(DEAD_IP)
     try:
         gw = gateway(net.policy([_dead_rule(lst)], limits={"idle_timeout": "1s"}))
         s = open_conn(gw, 15)
@@ -392,7 +336,7 @@ def test_peeked_bytes_count_once_the_upstream_took_them(gateway, net):
 
 def test_connect_timeout_is_upstream_unreachable(gateway, net):
     # a connect still under way after min(idle_timeout, 10 s) is given up
-    lst = _FullListener(DEAD_IP)
+    lst = FullListener(DEAD_IP)
     try:
         gw = gateway(net.policy([_dead_rule(lst)], limits={"idle_timeout": "2s"}))
         t0 = time.monotonic()
