@@ -199,6 +199,7 @@ void conn_end_exchange(struct conn *c)
         ev.ms = ms > 0 ? (uint64_t)ms : 0;
         bus_publish(&c->gw->bus, &ev);
     }
+    c->request_unfinished = ex->req_body != BODY_NONE && !ex->req_done;
     quota_flow_close(ex->flow);
     free(ex->path);
     if (ex->uphead != NULL)
@@ -262,26 +263,29 @@ static void drop_client_input(struct conn *c)
     evbuffer_drain(in, evbuffer_get_length(in));
 }
 
-/* True when bytes from the client wait unread: in its input, or in its
- * socket's receive queue. */
-static bool client_unread(const struct conn *c)
+/* True when the client sent bytes, beyond the first <skip> of its input,
+ * that wait unread: in its input, or in its socket's receive queue. */
+static bool client_unread_beyond(const struct conn *c, size_t skip)
 {
     int n = 0;
-    return evbuffer_get_length(bufferevent_get_input(c->client)) > 0 ||
+    return evbuffer_get_length(bufferevent_get_input(c->client)) > skip ||
            (ioctl(c->fd, FIONREAD, &n) == 0 && n > 0);
 }
 
 /* The output is written: closes <c>. Not at once when the client's bytes
- * wait unread (a request body the exchange ended without: an early answer
- * from the origin, a refusal): that close would be a reset, and with it the
- * kernel drops what of the answer its send queue still holds. So the
- * gateway ends its side (shutdown: the queue is delivered, then the end)
- * and reads and drops what the client sends until it ends its own, for at
- * most LINGER_MS (a lingering close). */
+ * wait unread, or are still to come (a request body the exchange ended
+ * without: an early answer from the origin, a refusal; bytes of it that
+ * arrive after the close count as much as those already here): that close
+ * would be a reset, and with it the kernel drops what of the answer its
+ * send queue still holds (with a pipelined request, the end of an earlier
+ * answer too). So the gateway ends its side (shutdown: the queue is
+ * delivered, then the end) and reads and drops what the client sends until
+ * it ends its own, for at most LINGER_MS (a lingering close). A clean
+ * close (the request complete, nothing unread) is immediate. */
 static void close_flushed(struct conn *c)
 {
-    if (c->state != CS_LINGER && c->client != NULL && client_unread(c) &&
-        shutdown(c->fd, SHUT_WR) == 0) {
+    if (c->state != CS_LINGER && c->client != NULL &&
+        (c->request_unfinished || client_unread_beyond(c, 0)) && shutdown(c->fd, SHUT_WR) == 0) {
         struct timeval tv = timeval_of_ms(LINGER_MS);
         /* The exchange is over: its end line now, not at the close, and
          * neither its upstream nor the agent's connection count is kept
@@ -316,12 +320,15 @@ static void close_when_flushed(struct conn *c)
 /* A refusal keeps the client connection when the request left nothing
  * unread and the reason says nothing about the connection itself: an agent
  * that is told "no" for one host may go on asking for others on the same
- * connection, each request decided and logged on its own. */
+ * connection, each request decided and logged on its own. Not a CONNECT
+ * with bytes behind its head (a client that did not wait for the 200: an
+ * optimistic ClientHello): they are tunnel bytes, never a next request. */
 static bool refusal_keeps_connection(const struct conn *c, enum deny_reason reason, bool respond)
 {
     const struct exchange *ex = &c->ex;
     if (!respond || !ex->refusal_keeps || c->gw->stopping || c->state == CS_TUNNEL ||
-        c->state == CS_FLUSH || c->state == CS_PEEK || c->state == CS_HELLO)
+        c->state == CS_FLUSH || c->state == CS_PEEK || c->state == CS_HELLO ||
+        (ex->is_connect && client_unread_beyond(c, ex->head_pending)))
         return false;
     switch (reason) {
     case REASON_BAD_REQUEST:          /* the framing is not to be trusted */
@@ -634,7 +641,9 @@ static void handle_request(struct conn *c, const struct http_request *req)
     memcpy(ex->method, req->method, sizeof(ex->method));
     ex->mbit = req->method_bit;
     ex->head_pending = req->head_len;
-    ex->refusal_keeps = !req->conn_close && http1_request_body(req) == BODY_NONE;
+    /* The framing first: a refusal that leaves a body unread closes lingering. */
+    ex->req_body = http1_request_body(req);
+    ex->refusal_keeps = !req->conn_close && ex->req_body == BODY_NONE;
     ex->is_connect = req->method_bit == METHOD_CONNECT;
     /* The target first, so that even a refused agent's event names it. */
     if (ex->is_connect ? req->form != TARGET_AUTHORITY : req->form != TARGET_ABSOLUTE) {

@@ -52,8 +52,9 @@ struct quota_flow;
 /* A new connection's first request head must be complete within
  * min(HEAD_DEADLINE_MS, idle_timeout) of the accept. */
 #define HEAD_DEADLINE_MS 10000
-/* A client closed on while its bytes were still unread is read (and what it
- * sends dropped) for at most this long after the gateway ended its side. */
+/* A client closed on while its bytes were still unread, or its request body
+ * not read to its end, is read (and what it sends dropped) for at most this
+ * long after the gateway ended its side. */
 #define LINGER_MS 2000
 
 enum conn_state {
@@ -158,6 +159,9 @@ struct conn {
     struct drain drain;
     struct evbuffer_cb_entry *drain_cb; /* notes writes into the client's socket */
     struct exchange ex;
+    /* The last exchange ended before its request body was read to its end
+     * (conn_end_exchange()): the rest may still come, so the close lingers. */
+    bool request_unfinished;
     struct ipaddr up_addr; /* the checked address c->up is connected to */
     /* An upstream connection kept idle after a plain-HTTP exchange, for the
      * next request of this client connection only (forward.c). */

@@ -53,7 +53,7 @@ enum deny_reason forward_prepare(struct conn *c, const struct http_request *req,
         *why = "cannot build the upstream request";
         return REASON_BAD_REQUEST;
     }
-    ex->req_body = http1_request_body(req);
+    /* ex->req_body: set by handle_request() (conn.c), refusals need it too */
     ex->req_left = req->content_length > 0 ? (uint64_t)req->content_length : 0;
     chunked_init(&ex->req_chunked);
     ex->client_close = req->conn_close;

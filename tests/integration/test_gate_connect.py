@@ -11,8 +11,8 @@ import time
 import pytest
 
 from conftest import DEAD_IP
-from gate_client import (ANY, api_rule, assert_denied, connect, curl, open_conn, poll, read_head,
-                         recv_until_close)
+from gate_client import (ANY, Tunnel, api_rule, assert_denied, connect, curl, open_conn, poll,
+                         read_head, recv_until_close, request)
 from gate_servers import BannerServer, FullListener, LoopbackServer, UpstreamTLS
 
 
@@ -176,6 +176,63 @@ def test_connect_port_not_allowed(gateway, net):
                       method="CONNECT", tier=ANY, rule=ANY, owner=ANY, ip=None)
     finally:
         t.close()
+
+
+def _refused_connect(gw, net, behind):
+    """Sends, in one write, a CONNECT to blocked.example.test (a denied
+    host) and <behind>; returns the socket and the refusal it got."""
+    s = open_conn(gw)
+    authority = "blocked.example.test:%d" % net.tls.port
+    s.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % ((authority.encode(),) * 2) + behind)
+    status, headers = read_head(s)
+    body = b""
+    while len(body) < int(headers.get("content-length", "0")):
+        d = s.recv(4096)
+        if not d:
+            break
+        body += d
+    return s, Tunnel(s, status, headers, body)
+
+
+def test_a_refused_connect_with_tunnel_bytes_behind_its_head_closes(gateway, net):
+    # An optimistic client sends its ClientHello with the CONNECT head,
+    # without waiting for the 200. The CONNECT is refused: those bytes were
+    # meant for the target, never a next request. Kept for one, they waited
+    # as an unfinished head until a deadline (or were refused again as a
+    # bad request, a second decision for bytes that were never a request):
+    # the connection closes after the refusal, lingering so it arrives whole
+    gw = gateway(net.policy([tls_rule(net)], deny=["blocked.example.test"],
+                            limits={"idle_timeout": "30s"}))
+    hello = b"\x16\x03\x01\x00\x40\x01\x00\x00\x3c\x03\x03" + b"\x00" * 58
+    s, t = _refused_connect(gw, net, hello)
+    try:
+        assert t.status == 403 and t.header("Sluice-Reason") == "denied_host", (t.status, t.headers)
+        s.settimeout(10)
+        t0 = time.monotonic()
+        assert recv_until_close(s) == b""
+        took = time.monotonic() - t0
+    finally:
+        s.close()
+    assert took < 4, "closed after %.1fs" % took
+    assert_denied(gw, net, t, "denied_host", host="blocked.example.test", port=net.tls.port,
+                  method="CONNECT", ip=None)
+    time.sleep(0.3)  # a second decision would be logged by now
+    evs = gw.events("agent_egress")
+    assert len(evs) == 1, evs
+
+
+def test_a_refused_connect_with_nothing_behind_its_head_keeps_the_connection(gateway, net):
+    # Nothing follows the head: the client waits for the answer, and may ask
+    # for something else on the same connection
+    gw = gateway(net.policy([tls_rule(net), api_rule(net)], deny=["blocked.example.test"]))
+    s, t = _refused_connect(gw, net, b"")
+    try:
+        assert t.status == 403 and t.header("Sluice-Reason") == "denied_host", (t.status, t.headers)
+        r = request(gw, "GET", net.url("/after"), sock=s)
+    finally:
+        s.close()
+    assert r.status == 200 and r.json()["path"] == "/after", r
+    assert [e["decision"] for e in gw.wait_events(count=2)] == ["deny", "allow"]
 
 
 def test_connect_upstream_unreachable(gateway, net):

@@ -858,6 +858,43 @@ def test_a_lingering_close_ends_the_exchange_and_frees_the_agent(gateway, net):
     assert net.other.requests == []
 
 
+def test_a_refusal_reaches_a_client_whose_body_arrives_after_the_close(gateway, net):
+    # A GET for 256 KiB and, pipelined behind it, the head of a 1 MiB upload
+    # to a host the policy does not name. The client reads nothing yet, with
+    # a small receive buffer: the end of the GET's answer and the refusal
+    # wait in the gateway's send queue when it ends the exchange, and
+    # nothing of the body is unread then. Then the body comes, in pieces.
+    # Closed at once, the connection was reset by the first piece, which
+    # dropped that queue: the client got neither the whole answer nor the
+    # refusal. The close lingers because the request was not read to its
+    # end, not only on bytes unread when it is decided
+    size = 256 << 10
+    gw = gateway(net.policy([api_rule(net)]))
+    s = _slow_reader_conn(gw)
+    try:
+        s.sendall(b"GET %s HTTP/1.1\r\nHost: api.example.test:%d\r\n\r\n"
+                  b"POST http://other.example.test:%d/late HTTP/1.1\r\n"
+                  b"Host: other.example.test:%d\r\nContent-Length: %d\r\n\r\n"
+                  % (net.url("/large?n=%d" % size).encode(), net.api.port, net.other.port,
+                     net.other.port, 1 << 20))
+        gw.decided(path="/late")  # decided and ended: nothing unread in the gateway
+        time.sleep(0.2)
+        for _ in range(32):  # 512 KiB, 16 KiB every 5 ms
+            try:
+                s.sendall(b"x" * 16384)
+            except OSError:
+                break
+            time.sleep(0.005)
+        first, refusal = read_responses(s, ["GET", "POST"])
+    finally:
+        s.close()
+    assert first.status == 200 and first.body == pattern_bytes(size), first
+    assert refusal.status == 403 and refusal.header("Sluice-Reason") == "not_in_policy", refusal
+    ev, end = gw.decided(path="/late")
+    assert ev["decision"] == "deny" and end["status"] == 403, (ev, end)
+    assert net.other.requests == []
+
+
 def test_a_kept_origin_quiet_after_its_answer_does_not_cut_a_slow_reader(gateway, net):
     # The origin sends a 2 MiB answer and keeps its connection open, quiet,
     # as a keep-alive server does. The client reads most of it at once,
