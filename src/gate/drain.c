@@ -10,7 +10,7 @@ void drain_reset(struct drain *d)
 {
     d->stalled_ms = 0;
     d->queue = -1;
-    d->wrote = false;
+    d->moved = false;
 }
 
 uint64_t drain_step_ms(uint64_t idle_ms)
@@ -26,9 +26,9 @@ bool drain_keeps(struct drain *d, int64_t queue, uint64_t step_ms, uint64_t idle
      * taken bytes since the timeout was set, so it is not held against it
      * (this step is the "plus one step" of the bound), unless nothing is
      * in flight at all (an empty queue: there was nothing to take). */
-    bool progress = d->wrote || (queue >= 0 && d->queue >= 0 && queue < d->queue) ||
+    bool progress = d->moved || (queue >= 0 && d->queue >= 0 && queue < d->queue) ||
                     (queue > 0 && d->queue < 0);
-    d->wrote = false;
+    d->moved = false;
     d->queue = queue;
     if (progress) {
         d->stalled_ms = 0;
@@ -46,8 +46,12 @@ int64_t drain_send_queue(evutil_socket_t fd)
 
 void drain_on_write(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *drain)
 {
-    struct drain *d = drain;
     (void)buf;
     if (info->n_deleted > 0)
-        d->wrote = true;
+        drain_note_progress(drain);
+}
+
+void drain_note_progress(struct drain *d)
+{
+    d->moved = true;
 }

@@ -22,7 +22,9 @@
  * expires. tunnel.c judges a CONNECT tunnel's idleness the same way, from
  * the send queues of both its sockets, and forward.c an upstream taking a
  * request body, from its own: its timeouts are steps until it took all of
- * the request, and only then does it have idle_timeout to answer.
+ * the request, and only then does it have idle_timeout to answer (once
+ * the head of an early answer came, the answer's bytes are progress too:
+ * drain_note_progress()).
  *
  * drain_keeps() is pure: no sockets, no clock (tests/unit/test_drain.c);
  * drain_send_queue() is the one reading of a socket its callers make, and
@@ -44,7 +46,8 @@ struct evbuffer_cb_info;
 struct drain {
     uint64_t stalled_ms; /* time without progress, in whole steps */
     int64_t queue;       /* the send queue at the last step; -1: not known */
-    bool wrote;          /* bytes went into the socket since the last step */
+    bool moved;          /* progress the queue does not show, since the last step:
+                          * bytes went into the socket, or drain_note_progress() */
 };
 
 /* A new wait (the write timeout was set again): nothing known yet. */
@@ -62,5 +65,8 @@ int64_t drain_send_queue(evutil_socket_t fd);
 /* An evbuffer callback for a bufferevent's output, <drain> the struct
  * drain of its socket: notes that bytes went from <buf> into the socket. */
 void drain_on_write(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *drain);
+/* Progress <d>'s peer made another way than taking bytes (an upstream
+ * sending its answer): the next drain_keeps() keeps it. */
+void drain_note_progress(struct drain *d);
 
 #endif

@@ -93,31 +93,6 @@ static struct timeval step_tv(const struct conn *c)
     return timeval_of_ms(drain_step_ms(conn_idle_ms(c)));
 }
 
-/* The exchange is over when the response is complete and written out. */
-static void maybe_done(struct conn *c)
-{
-    struct exchange *ex = &c->ex;
-    if (!ex->rsp_done)
-        return;
-    if (!ex->req_done)
-        ex->keep_alive = false; /* the rest of the request body is still unread */
-    struct evbuffer *out = bufferevent_get_output(c->client);
-    if (evbuffer_get_length(out) > 0) {
-        /* The whole response is here: the exchange waits only for the
-         * client to take it, under the client's own timeouts. What the
-         * upstream does meanwhile (a kept connection's silence after its
-         * answer, not taking the rest of a request it answered early) is
-         * no fault of it, and nothing more of the request goes up. */
-        if (c->up != NULL)
-            bufferevent_disable(c->up, EV_READ | EV_WRITE);
-        if (!ex->req_done)
-            bufferevent_disable(c->client, EV_READ);
-        bufferevent_setwatermark(c->client, EV_WRITE, 0, 0);
-        return;
-    }
-    conn_exchange_done(c);
-}
-
 /* Response bytes gathered for the client and not yet accepted by it. */
 static size_t client_backlog(const struct conn *c)
 {
@@ -204,28 +179,48 @@ static void request_taken(struct conn *c)
  * its output and send queue, megabytes for an origin that reads slowly:
  * the upstream's read timeout is a step that judges that progress
  * (upstream_taking()) until it took it all; no write timeout, which would
- * judge the same progress a second time. */
+ * judge the same progress a second time. After an early answer's head
+ * (answer_started()) those timeouts are set already, and the step goes on
+ * judging the answer's bytes as progress too. */
 static void request_sent(struct conn *c)
 {
-    struct timeval step = step_tv(c);
-    if (c->ex.rsp_head_done) {
-        request_taken(c); /* answered already: no wait for the answer to start */
-        conn_set_client_timeouts(c, false);
-        return;
+    if (!c->ex.rsp_head_done) {
+        struct timeval step = step_tv(c);
+        drain_reset(&c->ex.up_drain);
+        bufferevent_set_timeouts(c->up, &step, NULL);
     }
-    drain_reset(&c->ex.up_drain);
-    bufferevent_set_timeouts(c->up, &step, NULL);
     conn_set_client_timeouts(c, false);
+}
+
+/* The final response head arrived before the upstream took the whole
+ * request: an early answer (RFC 9112 9.3), which an origin may go on
+ * streaming while it reads the rest of the upload slowly or not at all
+ * (full-duplex HTTP/1.1). The client may stop sending and is judged as it
+ * takes the answer. The upstream is judged on the exchange as a whole:
+ * the answer's bytes (noted by up_read()) are progress as much as its
+ * taking request bytes, and it is given up on only when it does neither
+ * for idle_timeout. Its read timeout is the step that judges both
+ * (upstream_taking()); no write timeout, which would cut it for not
+ * taking the request while its answer flows. */
+static void answer_started(struct conn *c)
+{
+    struct timeval step = step_tv(c);
+    bufferevent_set_timeouts(c->up, &step, NULL);
+    if (!c->ex.req_done)
+        conn_set_client_timeouts(c, false);
 }
 
 /* A step of the upstream's timeouts expired before it took the whole
  * request: the write timeout while the body is being read from the client,
- * the read timeout once it all was (request_sent()). Progress is what it
- * is for a client taking a response (gate/drain.h): the send queue
- * shrinking, or the bufferevent writing into the socket. Returns true when
- * the upstream took bytes or has not been stalled for idle_timeout (the
- * timeout's direction is enabled again: libevent turned it off), or took
- * all of the request; false when it stopped taking it. */
+ * the read timeout once it all was (request_sent()) or once an early
+ * answer's head came (answer_started()). Progress is what it is for a
+ * client taking a response (gate/drain.h): the send queue shrinking, or
+ * the bufferevent writing into the socket; after an early answer's head,
+ * also bytes of that answer arriving (drain_note_progress()). Returns true
+ * when the upstream made progress or has not been stalled for idle_timeout
+ * (the timeout's direction is enabled again: libevent turned it off), or
+ * took all of the request; false when it stopped taking it (and sending
+ * the answer it began). */
 static bool upstream_taking(struct conn *c, short what)
 {
     struct exchange *ex = &c->ex;
@@ -250,10 +245,10 @@ static void reset_on_close(evutil_socket_t fd)
     (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l)); /* else a plain close */
 }
 
-/* The upstream stopped taking the request: what the gateway still holds of
- * it (the output, the socket's send queue, unacknowledged) is dropped with
- * a reset, and not counted in bytes_up, which then tells how much of the
- * body reached the origin. */
+/* The upstream stopped taking the request, or answered before it was all
+ * sent: what the gateway still holds of it (the output, the socket's send
+ * queue, unacknowledged) is dropped with a reset, and not counted in
+ * bytes_up, which then tells how much of the body reached the origin. */
 static void drop_untaken(struct conn *c)
 {
     struct exchange *ex = &c->ex;
@@ -263,6 +258,51 @@ static void drop_untaken(struct conn *c)
         held += (uint64_t)queue;
     ex->bytes_up = ex->bytes_up > held ? ex->bytes_up - held : 0;
     reset_on_close(c->up_fd);
+}
+
+/* Closes the exchange's upstream connection. */
+static void close_upstream(struct conn *c)
+{
+    bufferevent_free(c->up);
+    c->up = NULL;
+    close(c->up_fd);
+    c->up_fd = -1;
+}
+
+/* The exchange is over when the response is complete and written out.
+ * Complete before the request was all read from the client (an early
+ * answer), the rest of the request is not sent: the upstream connection
+ * is closed at once, as drop_untaken() has it (reset, so that what the
+ * upstream did not take of the request is dropped, not delivered after the
+ * exchange ended, and not counted in bytes_up), and the client connection
+ * is not kept. */
+static void maybe_done(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    if (!ex->rsp_done)
+        return;
+    if (!ex->req_done) {
+        ex->keep_alive = false; /* the rest of the request body is still unread */
+        if (c->up != NULL) {
+            drop_untaken(c);
+            close_upstream(c);
+        }
+    }
+    struct evbuffer *out = bufferevent_get_output(c->client);
+    if (evbuffer_get_length(out) > 0) {
+        /* The whole response is here: the exchange waits only for the
+         * client to take it, under the client's own timeouts. What the
+         * upstream does meanwhile (a kept connection's silence after its
+         * answer) is no fault of it, and nothing more of the request goes
+         * up (an upstream that answered early is closed already). */
+        if (c->up != NULL)
+            bufferevent_disable(c->up, EV_READ | EV_WRITE);
+        if (!ex->req_done)
+            bufferevent_disable(c->client, EV_READ);
+        bufferevent_setwatermark(c->client, EV_WRITE, 0, 0);
+        return;
+    }
+    conn_exchange_done(c);
 }
 
 /* Moves request body bytes from the client to the upstream. */
@@ -474,15 +514,8 @@ static int read_response_head(struct conn *c, bool force)
         evbuffer_drain(in, rsp->head_len);
         free(rsp);
         ex->rsp_head_done = true;
-        if (!ex->req_done) {
-            /* An answer before the request is through: the client may stop
-             * sending (RFC 9112 9.3) and is judged as it takes the answer,
-             * the upstream as it sends it (idle_timeout for each piece),
-             * and still, by the step, as it takes the body. */
-            struct timeval tv = idle_tv(c), step = step_tv(c);
-            bufferevent_set_timeouts(c->up, &tv, &step);
-            conn_set_client_timeouts(c, false);
-        }
+        if (!ex->req_taken)
+            answer_started(c);
         if (limit > FLOW_HIGH)
             bufferevent_setwatermark(c->up, EV_READ, 0, FLOW_HIGH);
         if (ex->rsp_body == BODY_NONE || (ex->rsp_body == BODY_LENGTH && ex->rsp_left == 0))
@@ -523,11 +556,12 @@ void forward_start(struct conn *c)
         return;
     }
     bufferevent_setcb(c->up, up_read, up_write, up_event, c);
-    /* The upstream's read timeout starts once it took the request: at once
-     * without a body. With one, its write timeout is a step that judges
-     * its progress in taking the body (upstream_taking()), noting the
-     * bufferevent's writes into its socket; a reused connection has the
-     * callback already. */
+    /* The upstream's wait for its answer (a read timeout of idle_timeout)
+     * starts once it took the request: at once without a body. With one,
+     * until then (or an early answer's head: answer_started()), its write
+     * timeout is a step that judges its progress in taking the body
+     * (upstream_taking()), noting the bufferevent's writes into its
+     * socket; a reused connection has the callback already. */
     bool no_body = ex->req_body == BODY_NONE;
     ex->req_taken = no_body;
     if (no_body) {
@@ -615,6 +649,8 @@ static void up_read(struct bufferevent *bev, void *arg)
     c->ex.rsp_seen = true;
     if (take_response(c, false) < 0)
         return;
+    if (c->ex.rsp_head_done && !c->ex.req_taken)
+        drain_note_progress(&c->ex.up_drain); /* an early answer moving (answer_started()) */
     maybe_done(c);
 }
 
@@ -658,10 +694,7 @@ static void retry_connected(int err, struct bufferevent *bev, evutil_socket_t fd
 static void retry(struct conn *c)
 {
     struct exchange *ex = &c->ex;
-    bufferevent_free(c->up);
-    c->up = NULL;
-    close(c->up_fd);
-    c->up_fd = -1;
+    close_upstream(c);
     ex->reused = false;
     ex->retried = true;
     uint64_t t = conn_idle_ms(c);
@@ -678,9 +711,9 @@ static void up_event(struct bufferevent *bev, short what, void *arg)
     struct conn *c = arg;
     struct exchange *ex = &c->ex;
     (void)bev;
-    /* Silence in an answer is never the upstream taking the request. */
-    if ((what & BEV_EVENT_TIMEOUT) && !ex->req_taken &&
-        !((what & BEV_EVENT_READING) && ex->rsp_head_done)) {
+    /* Until it took the request, its timeouts are steps (answer_started(),
+     * request_sent(), forward_start()). */
+    if ((what & BEV_EVENT_TIMEOUT) && !ex->req_taken) {
         if (!upstream_taking(c, what)) {
             drop_untaken(c);
             fail(c, "the upstream stopped taking the request");

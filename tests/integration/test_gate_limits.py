@@ -1,7 +1,8 @@
 """The gate's limits: the head-read deadline, idle_timeout (for heads,
 tunnels, clients that stop reading a response, origins that stop taking a
 request body, and not for uploads that keep flowing nor for clients that
-read a response or origins that take an upload slowly but steadily),
+read a response or origins that take an upload slowly but steadily or
+stream an early answer to it),
 --max-conns, --grace, the descriptor limit, the --admin
 address as self, the tunnel's read/write fallback."""
 
@@ -440,7 +441,7 @@ def _upload(gw, up, path, framing, body):
     try:
         try:
             r = read_response(s, "POST")
-        except (ConnectionResetError, http.client.RemoteDisconnected):
+        except (ConnectionResetError, http.client.RemoteDisconnected, http.client.IncompleteRead):
             r = None
         return r, time.monotonic()
     finally:
@@ -953,3 +954,112 @@ def test_a_client_that_stops_its_upload_on_an_early_answer_gets_all_of_it(gatewa
         assert r.status == 200 and r.body == b"0123456789", r
         _, end = gw.decided(path="/stop")
         assert end["status"] == 200 and end["bytes_down"] == 10, end
+
+
+def _answering_origin(head, pieces, pause, outcome, go):
+    """An origin that reads a request head only, sends <head> and then each
+    of <pieces> <pause> seconds apart, reading nothing of the body, then
+    waits for <go> and reads what it can get of the body until the end:
+    notes in <outcome> when it sent its last piece ("last") and the body
+    bytes it got in all ("took")."""
+    def script(conn, stop, received):
+        took = len(received) - received.index(b"\r\n\r\n") - 4
+        conn.sendall(head)
+        for piece in pieces:
+            time.sleep(pause)
+            conn.sendall(piece)
+        outcome["last"] = time.monotonic()
+        go.wait(20)
+        conn.settimeout(5)
+        try:
+            for _ in range(10000):
+                d = conn.recv(1 << 20)
+                if not d:
+                    break
+                took += len(d)
+        except OSError:
+            pass  # reset by the gateway, or quiet: all it will get
+        outcome["took"] = took
+    return ScriptedUpstream(script)
+
+
+def _origin_count(outcome):
+    """Waits (at most 10 s) for an _answering_origin's count of the body it got."""
+    poll(lambda: "took" in outcome, timeout=10, what="the origin's count of the body")
+    return outcome["took"]
+
+
+@pytest.mark.parametrize("framing", ["length", "chunked"])
+def test_an_origin_streaming_its_answer_to_an_upload_it_does_not_take_is_not_cut(
+        gateway, net, framing):
+    # The origin answers an 8 MiB upload at once with a 200 head, then a
+    # piece every 0.2 s for 4 s, reading none of the body (full-duplex
+    # HTTP/1.1: RFC 9112 9.3). With idle_timeout 1 s it was cut for not
+    # taking the request (the client's connection cut in the middle of the
+    # answer), although its answer kept arriving. When the answer is
+    # complete the rest of the body is not sent: bytes_up is what reached
+    # the origin
+    pieces = [b"piece %02d;" % i for i in range(20)]
+    answer = b"".join(pieces)
+    if framing == "chunked":
+        head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        wire = [b"%x\r\n%s\r\n" % (len(p), p) for p in pieces[:-1]] + [
+            b"%x\r\n%s\r\n0\r\n\r\n" % (len(pieces[-1]), pieces[-1])]
+    else:
+        head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(answer)
+        wire = pieces
+    outcome, go = {}, threading.Event()
+    body_len = 8 << 20
+    with _answering_origin(head, wire, 0.2, outcome, go) as up:
+        gw = _slow_upload_gateway(gateway, net, up)
+        try:
+            r, _ = _upload(gw, up, "/stream", "length", pattern_bytes(body_len))
+            assert r is not None, "the answer was cut"
+            assert r.status == 200 and r.body == answer, (r, r.body[:200])
+            _, end = gw.decided(path="/stream")
+        finally:
+            go.set()
+        # the body bytes as relayed, chunk framing included
+        assert end["status"] == 200 and end["bytes_down"] == len(b"".join(wire)), end
+        assert 0 < end["bytes_up"] == _origin_count(outcome) < body_len, (end, outcome)
+
+
+def test_an_origin_answering_an_upload_at_once_has_only_what_it_took_counted(gateway, net):
+    # The origin reads none of the 8 MiB body and, 0.5 s after its head
+    # (the gateway's buffers toward it full by then), sends its whole
+    # answer: the rest is not sent, and the end line's bytes_up is what the
+    # origin got, not also what the gateway held toward it
+    answer = b"early"
+    rsp = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(answer), answer)
+    outcome, go = {}, threading.Event()
+    body_len = 8 << 20
+    with _answering_origin(b"", [rsp], 0.5, outcome, go) as up:
+        gw = _slow_upload_gateway(gateway, net, up)
+        try:
+            r, _ = _upload(gw, up, "/once", "length", pattern_bytes(body_len))
+            assert r is not None and r.status == 200 and r.body == answer, r
+            _, end = gw.decided(path="/once")
+        finally:
+            go.set()
+        assert end["status"] == 200 and end["bytes_down"] == len(answer), end
+        assert 0 < end["bytes_up"] == _origin_count(outcome) < body_len, (end, outcome)
+
+
+def test_an_origin_whose_answer_stalls_while_it_does_not_take_the_upload_is_cut(gateway, net):
+    # The same origin sends a head and three pieces of a longer answer, then
+    # neither sends nor reads: the exchange ends around idle_timeout (1 s)
+    # after the last piece, the client's connection cut (its head went out)
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n"
+    outcome, go = {}, threading.Event()
+    with _answering_origin(head, [b"a" * 10] * 3, 0.2, outcome, go) as up:
+        gw = _slow_upload_gateway(gateway, net, up)
+        try:
+            r, when = _upload(gw, up, "/stall", "length", pattern_bytes(8 << 20))
+            assert r is None, r
+            took = when - outcome["last"]
+            assert 0.7 <= took <= 3, "cut %.2fs after the last piece" % took
+            _, end = gw.decided(path="/stall")
+        finally:
+            go.set()
+        assert end["status"] == 200 and end["bytes_down"] == 30, end
+        assert 0 < end["bytes_up"] < 8 << 20, end

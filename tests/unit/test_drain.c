@@ -96,10 +96,10 @@ static void a_write_counts_as_progress(void **state)
     assert_true(drain_keeps(&d, 5000, STEP, IDLE));
     /* the bufferevent wrote: the queue is larger than before, yet the
      * socket took bytes, so the client had drained some */
-    d.wrote = true;
+    drain_note_progress(&d);
     assert_true(drain_keeps(&d, 9000, STEP, IDLE));
     assert_int_equal(d.stalled_ms, 0);
-    assert_false(d.wrote);
+    assert_false(d.moved);
     /* compared with the reading after the write from now on */
     assert_true(drain_keeps(&d, 8999, STEP, IDLE));
     assert_int_equal(steps_to_close(&d, 8999), DRAIN_STEPS);
@@ -123,7 +123,7 @@ static void an_unreadable_queue_falls_back_to_writes_alone(void **state)
     /* the old behaviour: closed after idle_timeout without a write */
     assert_int_equal(steps_to_close(&d, -1), DRAIN_STEPS);
     drain_reset(&d);
-    d.wrote = true;
+    drain_note_progress(&d);
     assert_true(drain_keeps(&d, -1, STEP, IDLE));
     assert_int_equal(steps_to_close(&d, -1), DRAIN_STEPS);
     /* a reading after unreadable ones has nothing to compare with */
@@ -143,7 +143,7 @@ static void reset_forgets_the_past(void **state)
     drain_reset(&d);
     assert_int_equal(d.stalled_ms, 0);
     assert_int_equal(d.queue, -1);
-    assert_false(d.wrote);
+    assert_false(d.moved);
 }
 
 static void an_idle_not_a_multiple_of_the_step(void **state)
@@ -170,13 +170,29 @@ static void bytes_leaving_the_output_are_a_write(void **state)
     assert_non_null(evbuffer_add_cb(out, drain_on_write, &d));
     /* bytes queued are not bytes written */
     assert_int_equal(evbuffer_add(out, "abcdef", 6), 0);
-    assert_false(d.wrote);
+    assert_false(d.moved);
     /* the bufferevent takes what it wrote out of its output */
     assert_int_equal(evbuffer_drain(out, 4), 0);
-    assert_true(d.wrote);
+    assert_true(d.moved);
     assert_true(drain_keeps(&d, 9000, STEP, IDLE));
-    assert_false(d.wrote);
+    assert_false(d.moved);
     evbuffer_free(out);
+}
+
+static void noted_progress_keeps_a_stalled_peer(void **state)
+{
+    (void)state;
+    struct drain d;
+    drain_reset(&d);
+    /* an upstream neither taking a request nor, so far, answering */
+    for (int i = 0; i < DRAIN_STEPS - 1; i++)
+        assert_true(drain_keeps(&d, 5000, STEP, IDLE));
+    /* its answer's bytes arrived: progress, though its queue stays */
+    drain_note_progress(&d);
+    assert_true(drain_keeps(&d, 5000, STEP, IDLE));
+    assert_int_equal(d.stalled_ms, 0);
+    assert_false(d.moved);
+    assert_int_equal(steps_to_close(&d, 5000), DRAIN_STEPS);
 }
 
 int main(void)
@@ -193,6 +209,7 @@ int main(void)
         cmocka_unit_test(reset_forgets_the_past),
         cmocka_unit_test(an_idle_not_a_multiple_of_the_step),
         cmocka_unit_test(bytes_leaving_the_output_are_a_write),
+        cmocka_unit_test(noted_progress_keeps_a_stalled_peer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
