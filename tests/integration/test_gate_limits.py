@@ -8,12 +8,14 @@ address as self, the tunnel's read/write fallback."""
 
 import http.client
 import os
+import re
 import resource
 import signal
 import socket
 import subprocess
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -456,12 +458,12 @@ def _send_quietly(s, data):
         pass  # the gateway answered and closed before taking it all
 
 
-def _slow_upload_gateway(gateway, net, up):
+def _slow_upload_gateway(gateway, net, up, **kw):
     """A gateway with idle_timeout 1 s that lets slowupload.example.test
-    reach <up>."""
+    reach <up> (<kw> go to gateway())."""
     host = "slowupload.example.test"
     return gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
-                              static_extra={host: up.IP}, limits={"idle_timeout": "1s"}))
+                              static_extra={host: up.IP}, limits={"idle_timeout": "1s"}), **kw)
 
 
 @pytest.mark.parametrize("framing", ["length", "chunked"])
@@ -1028,13 +1030,15 @@ def test_an_origin_answering_an_upload_at_once_has_only_what_it_took_counted(gat
     # The origin reads none of the 8 MiB body and, 0.5 s after its head
     # (the gateway's buffers toward it full by then), sends its whole
     # answer: the rest is not sent, and the end line's bytes_up is what the
-    # origin got, not also what the gateway held toward it
+    # origin got, not also what the gateway held toward it. The progress
+    # events (/metrics, upload_bytes) counted what was handed on: more
     answer = b"early"
     rsp = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(answer), answer)
     outcome, go = {}, threading.Event()
     body_len = 8 << 20
+    admin = free_port()
     with _answering_origin(b"", [rsp], 0.5, outcome, go) as up:
-        gw = _slow_upload_gateway(gateway, net, up)
+        gw = _slow_upload_gateway(gateway, net, up, args=["--admin", "127.0.0.1:%d" % admin])
         try:
             r, _ = _upload(gw, up, "/once", "length", pattern_bytes(body_len))
             assert r is not None and r.status == 200 and r.body == answer, r
@@ -1043,6 +1047,9 @@ def test_an_origin_answering_an_upload_at_once_has_only_what_it_took_counted(gat
             go.set()
         assert end["status"] == 200 and end["bytes_down"] == len(answer), end
         assert 0 < end["bytes_up"] == _origin_count(outcome) < body_len, (end, outcome)
+    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % admin, timeout=5).read()
+    m = re.search(rb'^sluice_bytes_up_total\{agent="default"\} (\d+)$', text, re.M)
+    assert m and end["bytes_up"] < int(m.group(1)) <= body_len, (m, end)
 
 
 def test_an_origin_whose_answer_stalls_while_it_does_not_take_the_upload_is_cut(gateway, net):
