@@ -113,6 +113,16 @@ def raw_turn(s, data, quiet=0.6, first=10.0):
         s.settimeout(quiet)
 
 
+def raw_get(gw, up, path):
+    """GETs <path> from the evil origin on a connection of its own; returns
+    raw_turn()'s bytes."""
+    s = open_conn(gw)
+    try:
+        return raw_turn(s, evil_get(path, up))
+    finally:
+        s.close()
+
+
 def statuses(raw):
     """The status codes of the response heads at the start of lines in <raw>."""
     return [int(line[9:12]) for line in raw.split(b"\r\n") if line.startswith(b"HTTP/1.1 ")]
@@ -156,11 +166,7 @@ def test_broken_body_with_the_head_is_502(gateway, net, interim):
     # (after the interim head that came first, if one did).
     with ScriptedUpstream(answering(interim + CHUNKED_HEAD + b"zz\r\n")) as up:
         gw = evil_gateway(gateway, net, up)
-        s = open_conn(gw)
-        try:
-            raw = raw_turn(s, evil_get("/early", up))
-        finally:
-            s.close()
+        raw = raw_get(gw, up, "/early")
         assert statuses(raw) == ([100, 502] if interim else [502]), raw
         assert b"Sluice-Reason: upstream_unreachable" in raw, raw
         assert b"malformed chunked body" in raw and b"hello" not in raw, raw
@@ -425,11 +431,7 @@ def test_content_length_reaches_the_agent_as_one_value(gateway, net):
     listed = b"HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\nContent-Length: 05\r\n\r\nhello"
     with ScriptedUpstream(answering(listed)) as up:
         gw = evil_gateway(gateway, net, up)
-        s = open_conn(gw)
-        try:
-            raw = raw_turn(s, evil_get("/listed", up))
-        finally:
-            s.close()
+        raw = raw_get(gw, up, "/listed")
         head, _, body = raw.partition(b"\r\n\r\n")
         lines = head.split(b"\r\n")
         assert lines[0] == b"HTTP/1.1 200 OK" and body == b"hello", raw

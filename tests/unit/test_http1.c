@@ -394,62 +394,60 @@ static void test_partial_and_limits(void **state)
                      HTTP1_TOO_BIG);
 }
 
+/* Parses <in> (a whole head) and checks that the request written upstream
+ * from it, into <b> (emptied), is exactly <out>. */
+static void expect_upstream(struct evbuffer *b, const char *in, const char *out)
+{
+    ok_req(in);
+    assert_int_equal(http1_write_upstream_request(&req, b), 0);
+    char *s = drain(b);
+    assert_string_equal(s, out);
+    free(s);
+}
+
 static void test_write_upstream_request(void **state)
 {
     (void)state;
     struct evbuffer *b = evbuffer_new();
     assert_non_null(b);
-    ok_req("POST http://a.test:8080/p?q=1 HTTP/1.1\r\nHost: a.test:8080\r\n"
-           "Proxy-Authorization: Basic c2VjcmV0\r\nConnection: keep-alive, X-Secret\r\n"
-           "X-Secret: s\r\nKeep-Alive: 300\r\nProxy-Connection: keep-alive\r\nTE: trailers\r\n"
-           "Trailer: X-Sum\r\nUpgrade: websocket\r\nContent-Length: 3\r\n"
-           "Accept: */*\r\nPROXY-AUTHORIZATION-X: kept\r\n\r\n");
-    assert_int_equal(http1_write_upstream_request(&req, b), 0);
-    char *s = drain(b);
-    assert_string_equal(s, "POST /p?q=1 HTTP/1.1\r\nHost: a.test:8080\r\nContent-Length: 3\r\n"
-                           "Accept: */*\r\nPROXY-AUTHORIZATION-X: kept\r\n"
-                           "Connection: close\r\n\r\n");
-    free(s);
+    expect_upstream(
+        b,
+        "POST http://a.test:8080/p?q=1 HTTP/1.1\r\nHost: a.test:8080\r\n"
+        "Proxy-Authorization: Basic c2VjcmV0\r\nConnection: keep-alive, X-Secret\r\n"
+        "X-Secret: s\r\nKeep-Alive: 300\r\nProxy-Connection: keep-alive\r\nTE: trailers\r\n"
+        "Trailer: X-Sum\r\nUpgrade: websocket\r\nContent-Length: 3\r\n"
+        "Accept: */*\r\nPROXY-AUTHORIZATION-X: kept\r\n\r\n",
+        "POST /p?q=1 HTTP/1.1\r\nHost: a.test:8080\r\nContent-Length: 3\r\n"
+        "Accept: */*\r\nPROXY-AUTHORIZATION-X: kept\r\n"
+        "Connection: close\r\n\r\n");
 
     /* HTTP/1.0 without Host: one is built from the target. */
-    ok_req("GET http://[::1]:8080 HTTP/1.0\r\nproxy-authorization: Bearer t\r\n\r\n");
-    assert_int_equal(http1_write_upstream_request(&req, b), 0);
-    s = drain(b);
-    assert_string_equal(s, "GET / HTTP/1.1\r\nHost: [::1]:8080\r\nConnection: close\r\n\r\n");
-    free(s);
+    expect_upstream(b, "GET http://[::1]:8080 HTTP/1.0\r\nproxy-authorization: Bearer t\r\n\r\n",
+                    "GET / HTTP/1.1\r\nHost: [::1]:8080\r\nConnection: close\r\n\r\n");
 
-    ok_req("GET http://a.test/x HTTP/1.0\r\n\r\n");
-    assert_int_equal(http1_write_upstream_request(&req, b), 0);
-    s = drain(b);
-    assert_string_equal(s, "GET /x HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n");
-    free(s);
+    expect_upstream(b, "GET http://a.test/x HTTP/1.0\r\n\r\n",
+                    "GET /x HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n");
 
-    ok_req("PUT http://a.test/x HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n");
-    assert_int_equal(http1_write_upstream_request(&req, b), 0);
-    s = drain(b);
-    assert_string_equal(s, "PUT /x HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n"
-                           "Connection: close\r\n\r\n");
-    free(s);
+    expect_upstream(
+        b, "PUT http://a.test/x HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "PUT /x HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n"
+        "Connection: close\r\n\r\n");
 
     /* Connection cannot strip the framing or Host (smuggling). */
-    ok_req("POST http://a.test/x HTTP/1.1\r\nHost: a.test\r\nContent-Length: 5\r\n"
-           "Connection: Content-Length, Host, transfer-encoding, X-A\r\nX-A: 1\r\n\r\n");
-    assert_int_equal(http1_write_upstream_request(&req, b), 0);
-    s = drain(b);
-    assert_string_equal(s, "POST /x HTTP/1.1\r\nHost: a.test\r\nContent-Length: 5\r\n"
-                           "Connection: close\r\n\r\n");
-    free(s);
+    expect_upstream(b,
+                    "POST http://a.test/x HTTP/1.1\r\nHost: a.test\r\nContent-Length: 5\r\n"
+                    "Connection: Content-Length, Host, transfer-encoding, X-A\r\nX-A: 1\r\n\r\n",
+                    "POST /x HTTP/1.1\r\nHost: a.test\r\nContent-Length: 5\r\n"
+                    "Connection: close\r\n\r\n");
 
     /* Content-Length goes on once, as the one decimal value the parser
      * settled on: lists of identical values, repeats and leading zeros are
      * not relayed for the next hop to read its own way. */
-    ok_req("POST http://a.test/x HTTP/1.1\r\nHost: a.test\r\ncontent-length: 5, 5\r\n"
-           "X-A: 1\r\nContent-Length: 005\r\n\r\n");
-    assert_int_equal(http1_write_upstream_request(&req, b), 0);
-    s = drain(b);
-    assert_string_equal(s, "POST /x HTTP/1.1\r\nHost: a.test\r\ncontent-length: 5\r\nX-A: 1\r\n"
-                           "Connection: close\r\n\r\n");
-    free(s);
+    expect_upstream(b,
+                    "POST http://a.test/x HTTP/1.1\r\nHost: a.test\r\ncontent-length: 5, 5\r\n"
+                    "X-A: 1\r\nContent-Length: 005\r\n\r\n",
+                    "POST /x HTTP/1.1\r\nHost: a.test\r\ncontent-length: 5\r\nX-A: 1\r\n"
+                    "Connection: close\r\n\r\n");
 
     /* Only absolute-form requests are forwarded. */
     ok_req("CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\n\r\n");
