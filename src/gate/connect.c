@@ -95,7 +95,8 @@ static void go_tunnel(struct conn *c)
     c->fd = -1;
     c->up_fd = -1;
     c->state = CS_TUNNEL;
-    c->tunnel = tunnel_new(c->gw->base, cfd, ufd, conn_idle_ms(c), on_tunnel_end, c);
+    c->tunnel =
+        tunnel_new(c->gw->base, cfd, ufd, conn_idle_ms(c), c->gw->cfg.splice, on_tunnel_end, c);
     bufferevent_free(client);
     bufferevent_free(up);
     if (c->tunnel == NULL)

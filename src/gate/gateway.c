@@ -201,10 +201,14 @@ static unsigned max_conns(const struct gateway *gw)
     return gw->cfg.max_conns > 0 ? gw->cfg.max_conns : GATEWAY_DEFAULT_MAX_CONNS;
 }
 
-/* A spliced tunnel holds 6 descriptors (two sockets, two pipes); the rest
- * of the process (log, listeners, resolver, store, loop) fits in FD_RESERVE. */
-#define FDS_PER_CONN 6
-#define FD_RESERVE   64
+/* A connection holds at most its client's socket and one upstream socket
+ * (a kept upstream connection is dropped before another is made); with
+ * --splice a tunnel adds a pipe (two descriptors) for each direction that
+ * streams. The rest of the process (log, listeners, resolver, store, loop)
+ * fits in FD_RESERVE. */
+#define FDS_PER_CONN         2
+#define FDS_PER_SPLICED_CONN 6
+#define FD_RESERVE           64
 
 /* Raises the soft RLIMIT_NOFILE to the hard limit, then caps max_conns to
  * what the limit allows, with a warning. */
@@ -221,8 +225,8 @@ static void fit_fd_limit(struct gateway *gw)
     if (rl.rlim_cur == RLIM_INFINITY)
         return;
     unsigned want = max_conns(gw);
-    rlim_t fit =
-        rl.rlim_cur > FD_RESERVE + FDS_PER_CONN ? (rl.rlim_cur - FD_RESERVE) / FDS_PER_CONN : 1;
+    rlim_t per = gw->cfg.splice ? FDS_PER_SPLICED_CONN : FDS_PER_CONN;
+    rlim_t fit = rl.rlim_cur > FD_RESERVE + per ? (rl.rlim_cur - FD_RESERVE) / per : 1;
     if (fit >= want)
         return;
     fprintf(stderr,

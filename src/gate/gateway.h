@@ -57,6 +57,7 @@ struct gateway_config {
     const char *state_dir;    /* NULL: no state store */
     const char *admin_addr;   /* NULL: no admin server (/metrics, /healthz) */
     enum gateway_sched sched; /* how the loop thread is scheduled (--sched) */
+    bool splice;              /* streaming tunnel directions splice (--splice; tunnel.h) */
 };
 
 /* A policy and what is built from it, shared by the requests decided under it. */

@@ -1,12 +1,15 @@
 /* tunnel: the opaque byte pipe of an allowed CONNECT.
  *
- * Moves bytes between two connected sockets. Each direction starts by
- * copying (a read into a 16 KiB buffer shared by all tunnels, sent on at
- * once), so short flights such as a TLS handshake or an API call make no
- * pipe; once a read fills that buffer the direction is streaming and moves
- * on with splice(2) through a pipe of its own (zero copy). It stays on the
- * copy path where splice is refused (EINVAL: a socket type that cannot
- * splice). Counts bytes both ways. Half-close: when one side ends, what it sent is
+ * Moves bytes between two connected sockets. Each direction copies: a read
+ * of at most 64 KiB into a buffer shared by all tunnels, sent on at once;
+ * what the destination does not take waits in a buffer of the direction's
+ * own, and its source is not read meanwhile. With <splice>, a direction
+ * whose read fills that buffer is streaming and moves on with splice(2)
+ * through a pipe of its own (zero copy for the gateway, dearer for a
+ * receiver on the same host: tunnel.c), so short flights such as a TLS
+ * handshake make no pipe either way; it stays on the copy path where
+ * splice is refused (EINVAL: a socket type that cannot splice). Counts
+ * bytes both ways. Half-close: when one side ends, what it sent is
  * delivered and the other side gets shutdown(SHUT_WR); the tunnel is done
  * when both directions have ended, on an error, or after <idle_ms> without
  * a byte either way.
@@ -16,6 +19,7 @@
 #ifndef SLUICE_GATE_TUNNEL_H
 #define SLUICE_GATE_TUNNEL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <event2/util.h>
@@ -30,9 +34,11 @@ enum tunnel_end { TUNNEL_DONE, TUNNEL_IDLE, TUNNEL_ERROR };
 typedef void (*tunnel_cb)(struct tunnel *t, enum tunnel_end how, void *arg);
 
 /* Starts a tunnel between <client_fd> and <upstream_fd> (takes ownership of
- * both, also on failure). Returns NULL when out of memory or descriptors. */
+ * both, also on failure); <splice>: streaming directions move to splice(2).
+ * Returns NULL when out of memory or descriptors. */
 struct tunnel *tunnel_new(struct event_base *base, evutil_socket_t client_fd,
-                          evutil_socket_t upstream_fd, uint64_t idle_ms, tunnel_cb cb, void *arg);
+                          evutil_socket_t upstream_fd, uint64_t idle_ms, bool splice, tunnel_cb cb,
+                          void *arg);
 /* Closes both sockets and frees <t>. Accepts NULL. */
 void tunnel_free(struct tunnel *t);
 /* Meters the client -> upstream direction of <t> through <flow> (borrowed:

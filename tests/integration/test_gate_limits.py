@@ -620,9 +620,10 @@ def pipes_of(pid):
     return n
 
 
-def test_tunnel_copy_fallback(gateway, net):
-    # SLUICE_TEST_NO_SPLICE=1: the tunnel moves bytes with read/write (no pipes)
-    gw = gateway(net.policy([api_rule(net)]), env={"SLUICE_TEST_NO_SPLICE": "1"})
+def test_tunnel_copies_streams_by_default(gateway, net):
+    # without --splice the tunnel moves every byte with recv/send, a 3 MiB
+    # upload and a 2 MiB download included: no pipe is ever made
+    gw = gateway(net.policy([api_rule(net)]))
     before = pipes_of(gw.proc.pid)
     t = connect(gw, "api.example.test:%d" % net.api.port)
     try:
@@ -651,16 +652,18 @@ def test_tunnel_copy_fallback(gateway, net):
         time.sleep(0.5)  # read late: the client's socket fills, the rest waits in the gateway
         t.sock.settimeout(15)
         resp = recv_until_close(t.sock, limit=1 << 24)
+        assert pipes_of(gw.proc.pid) == before, "the download made pipes: splice is in use"
     finally:
         t.close()
     head, _, got = resp.partition(b"\r\n\r\n")
     assert b" 200 " in head.split(b"\r\n")[0] and got == pattern_bytes(n)
 
 
-def test_tunnel_copies_short_flights_and_splices_streams(gateway, net):
-    # the contrast for the test above: a short exchange is copied and makes no
-    # pipe; a direction that streams moves to splice, one pipe (two ends) each
-    gw = gateway(net.policy([api_rule(net)]))
+def test_spliced_tunnel_copies_short_flights_and_splices_streams(gateway, net):
+    # the contrast for the test above: with --splice a short exchange is still
+    # copied and makes no pipe; a direction that streams moves to splice, one
+    # pipe (two ends) each
+    gw = gateway(net.policy([api_rule(net)]), args=["--splice"])
     before = pipes_of(gw.proc.pid)
     t = connect(gw, "api.example.test:%d" % net.api.port)
     host = b"Host: api.example.test\r\n"
@@ -714,7 +717,8 @@ def test_admin_bare_port_is_self(gateway, net):
     assert r.status == 403 and r.header("Sluice-Reason") == "self_request", r
 
 
-def test_fd_limit_raised_and_max_conns_capped(sluice_bin, net, tmp_path):
+@pytest.mark.parametrize("splice,fit", [(False, 224), (True, 74)], ids=["copy", "splice"])
+def test_fd_limit_raised_and_max_conns_capped(sluice_bin, net, tmp_path, splice, fit):
     from conftest import policy_yaml
     pol = tmp_path / "p.yaml"
     pol.write_text(policy_yaml(net.policy([api_rule(net)])))
@@ -724,7 +728,8 @@ def test_fd_limit_raised_and_max_conns_capped(sluice_bin, net, tmp_path):
         resource.setrlimit(resource.RLIMIT_NOFILE, (256, 512))
 
     p = subprocess.Popen([sluice_bin, "serve", "--policy", str(pol), "--listen",
-                          "127.0.0.1:%d" % port, "--log", str(tmp_path / "log.jsonl")],
+                          "127.0.0.1:%d" % port, "--log", str(tmp_path / "log.jsonl")] +
+                         (["--splice"] if splice else []),
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, preexec_fn=low_limit)
     try:
@@ -743,8 +748,10 @@ def test_fd_limit_raised_and_max_conns_capped(sluice_bin, net, tmp_path):
         _, err = p.communicate(timeout=15)
     err = err.decode()
     assert p.returncode == 0, err
-    # (512 - 64) / 6 = 74 connections fit
-    assert "--max-conns 4096" in err and "512" in err and "at most 74 connections" in err, err
+    # a connection holds 2 descriptors, a spliced tunnel 6: (512 - 64) / 2 = 224
+    # connections fit, with --splice (512 - 64) / 6 = 74
+    assert "--max-conns 4096" in err and "512" in err, err
+    assert "at most %d connections" % fit in err, err
 
 
 def test_version_lists_libraries(run_sluice):

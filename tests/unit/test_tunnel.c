@@ -72,9 +72,11 @@ static void on_peer(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-static void test_both_ways_and_half_close(void **state)
+/* BIG bytes each way at once, both ends closing their side when done: the
+ * tunnel delivers all of it, counts it, and ends DONE; copying, or with
+ * <splice> (streaming directions move to a pipe). */
+static void both_ways_and_half_close(bool splice)
 {
-    (void)state;
     static char data[BIG];
     for (size_t i = 0; i < sizeof(data); i++)
         data[i] = (char)(i * 7);
@@ -83,7 +85,7 @@ static void test_both_ways_and_half_close(void **state)
     pair(b); /* b[0]: the gateway's upstream side, b[1]: the upstream's end */
     struct event_base *base = event_base_new();
     struct result r = {.base = base};
-    struct tunnel *t = tunnel_new(base, a[1], b[0], 5000, on_end, &r);
+    struct tunnel *t = tunnel_new(base, a[1], b[0], 5000, splice, on_end, &r);
     assert_non_null(t);
     struct peer pa = {.fd = a[0], .data = data}, pb = {.fd = b[1], .data = data};
     struct event *ea = event_new(base, a[0], EV_READ | EV_WRITE | EV_PERSIST, on_peer, &pa);
@@ -107,6 +109,18 @@ static void test_both_ways_and_half_close(void **state)
     event_base_free(base);
 }
 
+static void test_both_ways_and_half_close(void **state)
+{
+    (void)state;
+    both_ways_and_half_close(false);
+}
+
+static void test_both_ways_and_half_close_spliced(void **state)
+{
+    (void)state;
+    both_ways_and_half_close(true);
+}
+
 static void test_idle_timeout(void **state)
 {
     (void)state;
@@ -115,7 +129,7 @@ static void test_idle_timeout(void **state)
     pair(b);
     struct event_base *base = event_base_new();
     struct result r = {.base = base};
-    struct tunnel *t = tunnel_new(base, a[1], b[0], 50, on_end, &r);
+    struct tunnel *t = tunnel_new(base, a[1], b[0], 50, false, on_end, &r);
     assert_non_null(t);
     assert_int_equal(write(a[0], "hi", 2), 2);
     event_base_dispatch(base);
@@ -141,7 +155,7 @@ static void test_peer_reset_is_error_or_done(void **state)
     pair(b);
     struct event_base *base = event_base_new();
     struct result r = {.base = base};
-    struct tunnel *t = tunnel_new(base, a[1], b[0], 5000, on_end, &r);
+    struct tunnel *t = tunnel_new(base, a[1], b[0], 5000, false, on_end, &r);
     assert_non_null(t);
     close(b[1]); /* the upstream vanishes */
     assert_int_equal(write(a[0], "data", 4), 4);
@@ -157,6 +171,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN); /* as `sluice serve` does */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_both_ways_and_half_close),
+        cmocka_unit_test(test_both_ways_and_half_close_spliced),
         cmocka_unit_test(test_idle_timeout),
         cmocka_unit_test(test_peer_reset_is_error_or_done),
     };
