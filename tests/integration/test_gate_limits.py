@@ -609,6 +609,13 @@ def test_grace_expiry_ends_held_tunnel(gateway, net):
     assert end["bytes_down"] == len(BannerServer.BANNER)
 
 
+def started_pipes(gw):
+    # the pipes a started gateway holds (signals, reload) before any tunnel:
+    # its listeners accept before they are made, so wait for "serving"
+    poll(lambda: "sluice: serving" in gw.stderr(), what="the gateway to finish starting")
+    return pipes_of(gw.proc.pid)
+
+
 def pipes_of(pid):
     n = 0
     for fd in os.listdir("/proc/%d/fd" % pid):
@@ -624,7 +631,7 @@ def test_tunnel_copies_streams_by_default(gateway, net):
     # without --splice the tunnel moves every byte with recv/send, a 3 MiB
     # upload and a 2 MiB download included: no pipe is ever made
     gw = gateway(net.policy([api_rule(net)]))
-    before = pipes_of(gw.proc.pid)
+    before = started_pipes(gw)
     t = connect(gw, "api.example.test:%d" % net.api.port)
     try:
         assert t.status == 200
@@ -664,7 +671,7 @@ def test_spliced_tunnel_copies_short_flights_and_splices_streams(gateway, net):
     # copied and makes no pipe; a direction that streams moves to splice, one
     # pipe (two ends) each
     gw = gateway(net.policy([api_rule(net)]), args=["--splice"])
-    before = pipes_of(gw.proc.pid)
+    before = started_pipes(gw)
     t = connect(gw, "api.example.test:%d" % net.api.port)
     host = b"Host: api.example.test\r\n"
     try:
