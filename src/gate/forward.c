@@ -39,6 +39,9 @@
 
 /* Interim (1xx) responses passed on per request; more is a 502. */
 #define INTERIM_MAX 16
+/* Body bytes gathered per read event (stream_read_more(): libevent reads
+ * 4 KiB at a time); the upload or download moves in pieces of this size. */
+#define READ_AHEAD (64u * 1024)
 
 static void up_read(struct bufferevent *bev, void *arg);
 static void up_write(struct bufferevent *bev, void *arg);
@@ -617,6 +620,14 @@ void forward_on_client_read(struct conn *c)
         bufferevent_disable(c->client, EV_READ);
         return;
     }
+    /* A body streaming toward an upstream that takes it: read on past
+     * libevent's 4 KiB; an error ends the connection as the bufferevent's
+     * own would (forward_on_client_event()). */
+    if (evbuffer_get_length(bufferevent_get_output(c->up)) < FLOW_HIGH &&
+        stream_read_more(c->client, c->fd, READ_AHEAD) < 0) {
+        conn_free(c);
+        return;
+    }
     pump_request(c);
 }
 
@@ -645,10 +656,23 @@ void forward_on_client_event(struct conn *c, short what)
 static void up_read(struct bufferevent *bev, void *arg)
 {
     struct conn *c = arg;
-    (void)bev;
     c->ex.rsp_seen = true;
+    /* A body streaming toward a client that takes it: read on past
+     * libevent's 4 KiB. An error met doing so is the bufferevent's to
+     * report, once what was read went on; the connection is not kept. */
+    bool failed = c->ex.rsp_head_done && !c->ex.rsp_done && client_backlog(c) < FLOW_HIGH &&
+                  stream_read_more(bev, c->up_fd, READ_AHEAD) < 0;
+    int err = errno;
+    if (failed)
+        c->ex.up_keep = false;
     if (take_response(c, false) < 0)
         return;
+    if (failed && !c->ex.rsp_done) {
+        EVUTIL_SET_SOCKET_ERROR(err);
+        bufferevent_disable(bev, EV_READ);
+        up_event(bev, BEV_EVENT_READING | BEV_EVENT_ERROR, c);
+        return;
+    }
     if (c->ex.rsp_head_done && !c->ex.req_taken)
         drain_note_progress(&c->ex.up_drain); /* an early answer moving (answer_started()) */
     maybe_done(c);

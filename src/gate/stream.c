@@ -3,9 +3,11 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/event.h>
 
 /* True when <bev> has nothing queued, so bytes may go to <fd> directly. */
 static bool may_write_directly(struct bufferevent *bev, evutil_socket_t fd)
@@ -41,4 +43,74 @@ int stream_send_bytes(struct bufferevent *bev, evutil_socket_t fd, const void *d
     if (n == 0)
         return 0;
     return bufferevent_write(bev, p, n);
+}
+
+/* Reads once into at most <want> bytes of reserved space in <in>. Returns
+ * the bytes read, 0 at EAGAIN or the end of the peer's side, -1 on an
+ * error (errno set); <*room> is the space offered. */
+static ssize_t read_once(struct evbuffer *in, evutil_socket_t fd, size_t want, size_t *room)
+{
+    struct evbuffer_iovec v[2];
+    struct iovec iov[2];
+    int nv = evbuffer_reserve_space(in, (ev_ssize_t)want, v, 2);
+    if (nv < 1)
+        return 0; /* out of memory: the bufferevent reads on as before */
+    size_t offered = 0;
+    for (int i = 0; i < nv; i++) {
+        size_t len = v[i].iov_len < want - offered ? v[i].iov_len : want - offered;
+        iov[i].iov_base = v[i].iov_base;
+        iov[i].iov_len = len;
+        offered += len;
+    }
+    ssize_t n;
+    do
+        n = readv(fd, iov, nv);
+    while (n < 0 && errno == EINTR);
+    if (n <= 0) {
+        evbuffer_commit_space(in, v, 0);
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+            return -1;
+        return 0;
+    }
+    size_t left = (size_t)n;
+    int used = 0;
+    for (; used < nv && left > 0; used++) {
+        if (v[used].iov_len > left)
+            v[used].iov_len = left;
+        left -= v[used].iov_len;
+    }
+    evbuffer_commit_space(in, v, used);
+    *room = offered;
+    return n;
+}
+
+ssize_t stream_read_more(struct bufferevent *bev, evutil_socket_t fd, size_t upto)
+{
+    struct evbuffer *in = bufferevent_get_input(bev);
+    size_t high = 0;
+    bufferevent_getwatermark(bev, EV_READ, NULL, &high);
+    if (high != 0 && high < upto)
+        upto = high;
+    ssize_t total = 0;
+    /* A socket bufferevent keeps the end of its input frozen but while it
+     * reads itself; so does this. */
+    evbuffer_unfreeze(in, 0);
+    while (fd >= 0) {
+        size_t len = evbuffer_get_length(in);
+        if (len >= upto)
+            break;
+        size_t room = 0;
+        ssize_t n = read_once(in, fd, upto - len, &room);
+        if (n < 0) {
+            total = -1;
+            break;
+        }
+        total += n;
+        if ((size_t)n < room || n == 0)
+            break; /* the socket had no more */
+    }
+    int err = errno;
+    evbuffer_freeze(in, 0);
+    errno = err;
+    return total;
 }

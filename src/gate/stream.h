@@ -1,4 +1,5 @@
-/* stream: writing to a bufferevent, socket first.
+/* stream: writing to a bufferevent, socket first; reading more than
+ * libevent does per event.
  *
  * A bufferevent writes what is queued in its output when its descriptor
  * reports writable: one epoll_ctl() to watch for that, a loop iteration,
@@ -19,6 +20,7 @@
 #define SLUICE_GATE_STREAM_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 #include <event2/util.h>
 
@@ -31,5 +33,18 @@ int stream_send(struct bufferevent *bev, evutil_socket_t fd, struct evbuffer *sr
 
 /* Writes the <n> bytes at <data> (borrowed) to <bev>. Returns 0 or -1. */
 int stream_send_bytes(struct bufferevent *bev, evutil_socket_t fd, const void *data, size_t n);
+
+/* libevent 2.1 reads at most 4 KiB per read event (evbuffer_read's cap):
+ * a body streamed through a bufferevent costs a loop round, a FIONREAD
+ * ioctl and a readv per 4 KiB. Called from <bev>'s read callback, this
+ * reads on from <fd> straight into <bev>'s input (readv into reserved
+ * space, no ioctl) until the input holds <upto> bytes (at most its read
+ * high watermark), or the socket has nothing more. The end of the peer's
+ * side is left for the bufferevent's next read: a socket at its end stays
+ * readable. Returns the bytes read, or -1 with errno set on an error other
+ * than EAGAIN: that error is consumed, so the caller must act on it as on
+ * the bufferevent's own (BEV_EVENT_READING | BEV_EVENT_ERROR). <fd> -1 (not
+ * a plain socket): reads nothing. */
+ssize_t stream_read_more(struct bufferevent *bev, evutil_socket_t fd, size_t upto);
 
 #endif

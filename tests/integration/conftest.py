@@ -265,6 +265,10 @@ class Gateway:
         os.replace(tmp, self.policy_path)
 
     def wait_ready(self, timeout=START_TIMEOUT):
+        """Waits until the gateway accepts and has said "sluice: serving":
+        the kernel accepts on the first listener as soon as it listens, before
+        the others (a second --listen), the signal handlers and the reload
+        pipe exist."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -278,7 +282,9 @@ class Gateway:
                     s.settimeout(0.5)
                     s.connect(self.unix_path)
                 s.close()
-                return
+                if "sluice: serving " in self.stderr():
+                    return
+                time.sleep(0.02)
             except OSError:
                 time.sleep(0.02)
         raise AssertionError("sluice serve did not accept within %.0fs; stderr:\n%s"

@@ -354,3 +354,12 @@ def assert_denied(gw, net, resp, reason, host=ANY, port=ANY, agent=ANY, method=A
                              None if port is ANY else port,
                              None if agent is ANY else agent)
     return ev, end
+
+
+def proc_number(pid, name, key):
+    """The number after <key> ("VmRSS:", "syscr:") in /proc/<pid>/<name>."""
+    with open("/proc/%d/%s" % (pid, name)) as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1])
+    raise AssertionError("no %s in /proc/%d/%s" % (key, pid, name))

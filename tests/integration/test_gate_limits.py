@@ -609,13 +609,6 @@ def test_grace_expiry_ends_held_tunnel(gateway, net):
     assert end["bytes_down"] == len(BannerServer.BANNER)
 
 
-def started_pipes(gw):
-    # the pipes a started gateway holds (signals, reload) before any tunnel:
-    # its listeners accept before they are made, so wait for "serving"
-    poll(lambda: "sluice: serving" in gw.stderr(), what="the gateway to finish starting")
-    return pipes_of(gw.proc.pid)
-
-
 def pipes_of(pid):
     n = 0
     for fd in os.listdir("/proc/%d/fd" % pid):
@@ -631,7 +624,7 @@ def test_tunnel_copies_streams_by_default(gateway, net):
     # without --splice the tunnel moves every byte with recv/send, a 3 MiB
     # upload and a 2 MiB download included: no pipe is ever made
     gw = gateway(net.policy([api_rule(net)]))
-    before = started_pipes(gw)
+    before = pipes_of(gw.proc.pid)
     t = connect(gw, "api.example.test:%d" % net.api.port)
     try:
         assert t.status == 200
@@ -671,7 +664,7 @@ def test_spliced_tunnel_copies_short_flights_and_splices_streams(gateway, net):
     # copied and makes no pipe; a direction that streams moves to splice, one
     # pipe (two ends) each
     gw = gateway(net.policy([api_rule(net)]), args=["--splice"])
-    before = started_pipes(gw)
+    before = pipes_of(gw.proc.pid)
     t = connect(gw, "api.example.test:%d" % net.api.port)
     host = b"Host: api.example.test\r\n"
     try:

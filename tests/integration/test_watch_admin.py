@@ -11,7 +11,7 @@ import socket
 import time
 import urllib.request
 
-from gate_client import poll, request
+from gate_client import poll, proc_number, request
 from watch_helpers import free_tcp_port
 
 HEAD_MS = 5000  # src/watch/admin.h ADMIN_HEAD_MS
@@ -29,11 +29,7 @@ def start(gateway, net):
 
 
 def rss_kb(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError("no VmRSS for %d" % pid)
+    return proc_number(pid, "status", "VmRSS:")
 
 
 def nfds(pid):
