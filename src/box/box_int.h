@@ -41,7 +41,8 @@ int box_lock_down(bool allow_unix, char *err, size_t errlen);
 
 /* relay.c */
 #define RELAY_MAX_CONNS 256
-#define RELAY_BUF       32768
+#define RELAY_BUF       65536 /* per direction and connection */
+#define RELAY_ROUNDS    16    /* read/write rounds per connection per poll() */
 
 struct relay;
 /* Listens on 127.0.0.1:<port> and [::1]:<port> (the latter skipped when

@@ -21,8 +21,9 @@
 
 #include "box/box_int.h"
 
+/* Bytes read from one side, waiting for the other: data[off, off + len). */
 struct pipe_buf {
-    size_t len;
+    size_t off, len;
     char data[RELAY_BUF];
 };
 
@@ -138,38 +139,88 @@ static void accept_one(struct relay *r, int lfd)
     }
     c->fd[0] = cfd;
     c->fd[1] = gfd;
+    c->to[0].off = c->to[1].off = 0;
     c->to[0].len = c->to[1].len = 0;
     c->eof[0] = c->eof[1] = false;
     c->shut[0] = c->shut[1] = false;
     r->conns[r->nconns++] = c;
 }
 
-/* Moves bytes for one connection; returns -1 when it is over. */
+/* Reads once from <fd> into <b>'s free space (moving what waits to the
+ * front first when that makes room). Returns the bytes read, 0 at the end
+ * of the side, -1 with errno set (EAGAIN: nothing now). */
+static ssize_t fill(struct pipe_buf *b, int fd)
+{
+    if (b->len == 0)
+        b->off = 0;
+    else if (b->off > 0 && b->off + b->len == RELAY_BUF) {
+        memmove(b->data, b->data + b->off, b->len);
+        b->off = 0;
+    }
+    ssize_t n = read(fd, b->data + b->off + b->len, RELAY_BUF - b->off - b->len);
+    if (n > 0)
+        b->len += (size_t)n;
+    return n;
+}
+
+/* Sends once what <b> holds to <fd>. Returns the bytes sent, or -1 with
+ * errno set (EAGAIN: the socket is full). */
+static ssize_t drain(struct pipe_buf *b, int fd)
+{
+    ssize_t n = send(fd, b->data + b->off, b->len, MSG_NOSIGNAL);
+    if (n > 0) {
+        b->off += (size_t)n;
+        b->len -= (size_t)n;
+    }
+    return n;
+}
+
+/* Moves bytes for one connection, <revents> saying which sides poll()
+ * found readable: reads and writes until both directions would block, or
+ * for RELAY_ROUNDS rounds (so that one busy connection cannot starve the
+ * others), one poll() for up to that many buffers. Returns -1 when it is
+ * over. */
 static int conn_step(struct relay_conn *c, const short *revents)
 {
-    for (int s = 0; s < 2; s++) {
-        int o = 1 - s;
-        /* read from side s into to[o] */
-        if (!c->eof[s] && (revents[s] & (POLLIN | POLLHUP | POLLERR)) && c->to[o].len < RELAY_BUF) {
-            ssize_t n = read(c->fd[s], c->to[o].data + c->to[o].len, RELAY_BUF - c->to[o].len);
-            if (n > 0)
-                c->to[o].len += (size_t)n;
-            else if (n == 0)
-                c->eof[s] = true;
-            else if (errno != EAGAIN && errno != EINTR)
-                return -1;
-        }
-    }
-    for (int s = 0; s < 2; s++) {
-        if (c->to[s].len > 0) {
-            ssize_t n = send(c->fd[s], c->to[s].data, c->to[s].len, MSG_NOSIGNAL);
+    bool readable[2], writable[2] = {true, true};
+    for (int s = 0; s < 2; s++)
+        readable[s] = (revents[s] & (POLLIN | POLLHUP | POLLERR)) != 0;
+    for (int round = 0; round < RELAY_ROUNDS; round++) {
+        bool moved = false;
+        for (int s = 0; s < 2; s++) {
+            int o = 1 - s;
+            /* read from side s into to[o] */
+            if (c->eof[s] || !readable[s] || c->to[o].len == RELAY_BUF)
+                continue;
+            size_t room = RELAY_BUF - c->to[o].len;
+            ssize_t n = fill(&c->to[o], c->fd[s]);
             if (n > 0) {
-                memmove(c->to[s].data, c->to[s].data + n, c->to[s].len - (size_t)n);
-                c->to[s].len -= (size_t)n;
-            } else if (n < 0 && errno != EAGAIN && errno != EINTR) {
+                moved = true;
+                if ((size_t)n < room)
+                    readable[s] = false; /* drained: poll() says when there is more */
+            } else if (n == 0) {
+                c->eof[s] = true;
+            } else if (errno == EAGAIN || errno == EINTR) {
+                readable[s] = false;
+            } else {
                 return -1;
             }
         }
+        for (int s = 0; s < 2; s++) {
+            if (c->to[s].len == 0 || !writable[s])
+                continue;
+            ssize_t n = drain(&c->to[s], c->fd[s]);
+            if (n > 0)
+                moved = true;
+            else if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                writable[s] = false;
+            else if (n < 0)
+                return -1;
+        }
+        if (!moved)
+            break;
+    }
+    for (int s = 0; s < 2; s++) {
         /* the other side ended and everything it sent is written: pass the EOF on */
         if (c->eof[1 - s] && c->to[s].len == 0 && !c->shut[s]) {
             shutdown(c->fd[s], SHUT_WR);

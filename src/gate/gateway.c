@@ -202,10 +202,10 @@ static unsigned max_conns(const struct gateway *gw)
 }
 
 /* A connection holds at most its client's socket and one upstream socket
- * (a kept upstream connection is dropped before another is made); with
- * --splice a tunnel adds a pipe (two descriptors) for each direction that
- * streams. The rest of the process (log, listeners, resolver, store, loop)
- * fits in FD_RESERVE. */
+ * (a kept upstream connection is dropped before another is made); a
+ * spliced tunnel (--splice, or a client on a unix socket: connect.c) adds a
+ * pipe (two descriptors) for each direction that streams. The rest of the
+ * process (log, listeners, resolver, store, loop) fits in FD_RESERVE. */
 #define FDS_PER_CONN         2
 #define FDS_PER_SPLICED_CONN 6
 #define FD_RESERVE           64
@@ -226,6 +226,9 @@ static void fit_fd_limit(struct gateway *gw)
         return;
     unsigned want = max_conns(gw);
     rlim_t per = gw->cfg.splice ? FDS_PER_SPLICED_CONN : FDS_PER_CONN;
+    for (size_t i = 0; i < gw->cfg.nlistens; i++)
+        if (gw->cfg.listens[i].kind == LISTEN_UNIX)
+            per = FDS_PER_SPLICED_CONN;
     rlim_t fit = rl.rlim_cur > FD_RESERVE + per ? (rl.rlim_cur - FD_RESERVE) / per : 1;
     if (fit >= want)
         return;

@@ -7,6 +7,7 @@ Only loopback addresses are ever used: the upstreams on the host's
 127.0.0.x (reached through the gateway), and host listeners the box must not
 see."""
 
+import hashlib
 import json
 import os
 import pwd
@@ -23,6 +24,7 @@ import pytest
 
 from conftest import SANITIZER_MARKS, policy_yaml
 from gate_client import api_rule, other_url, sched_and_pgid
+from gate_servers import pattern_bytes
 
 PY = "/usr/bin/python3"
 SUMMARY = re.compile(r"^sluice run: exit (-?\d+); allowed (\d+) \(tier 0: (\d+), tier 1: (\d+), "
@@ -30,6 +32,20 @@ SUMMARY = re.compile(r"^sluice run: exit (-?\d+); allowed (\d+) \(tier 0: (\d+),
                      r"alerts (\d+)", re.M)
 
 # Runs inside the box: fetches <url> through $HTTP_PROXY with urllib.
+# In-box code: tunnel(addr, host, port, timeout) sends CONNECT host:port to
+# the relay on addr:3128 and returns the socket and the reply's status line.
+TUNNEL = r"""
+import socket, sys
+def tunnel(addr, host, port, timeout):
+    s = socket.create_connection((addr, 3128), timeout=timeout)
+    t = "%s:%s" % (host, port)
+    s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (t, t)).encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(1)
+    return s, head.decode().split("\r\n")[0]
+"""
+
 FETCH = r"""
 import json, os, sys, urllib.request, urllib.error
 out = {"proxy": os.environ.get("HTTP_PROXY"), "no_proxy": os.environ.get("NO_PROXY")}
@@ -146,14 +162,9 @@ def test_ipv6_relay_and_https_connect(box, net):
     """The relay also listens on [::1]:3128; a CONNECT goes through it."""
     pol = box.policy(net.policy([{"host": "tls.example.test", "ports": [net.tls.port],
                                   "tier": 0}]))
-    code = r"""
-import json, socket, ssl, sys
-s = socket.create_connection(("::1", 3128), timeout=10)
-t = "tls.example.test:%s" % sys.argv[1]
-s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (t, t)).encode())
-head = b""
-while b"\r\n\r\n" not in head:
-    head += s.recv(1)
+    code = TUNNEL + r"""
+import json, ssl
+s, head = tunnel("::1", "tls.example.test", sys.argv[1], 10)
 ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
 tls = ctx.wrap_socket(s, server_hostname="tls.example.test")
 tls.sendall(b"GET / HTTP/1.1\r\nHost: tls.example.test\r\n\r\n")
@@ -162,7 +173,7 @@ while True:
     d = tls.recv(4096)
     if not d: break
     data += d
-print(json.dumps({"head": head.decode().split("\r\n")[0], "body": data.decode()}))
+print(json.dumps({"head": head, "body": data.decode()}))
 """
     if not socket.has_ipv6:
         pytest.skip("no IPv6 on this host")
@@ -171,6 +182,38 @@ print(json.dumps({"head": head.decode().split("\r\n")[0], "body": data.decode()}
     assert o["head"].startswith("HTTP/1.1 200")
     assert o["body"].endswith("hello over tls\n")
     assert net.tls.sni == ["tls.example.test"]
+
+
+def test_relay_carries_large_transfers_both_ways_and_the_end(box, net):
+    """8 MiB up and 8 MiB down through a tunnel, over the relay, intact; then
+    the client ends its side and the end comes back (half-close both ways)."""
+    pol = box.policy(net.policy([api_rule(net)]))
+    code = TUNNEL + r"""
+import hashlib, json
+n = 8 * 1024 * 1024
+s, connect = tunnel("127.0.0.1", "api.example.test", sys.argv[1], 30)
+body = bytes(range(256)) * (n // 256)
+s.sendall(b"PUT /up HTTP/1.1\r\nHost: api.example.test\r\nContent-Length: %d\r\n\r\n" % n)
+s.sendall(body)
+s.sendall(b"GET /large?n=%d HTTP/1.1\r\nHost: api.example.test\r\nConnection: close\r\n\r\n" % n)
+s.shutdown(socket.SHUT_WR)
+data = b""
+while True:
+    d = s.recv(1 << 20)
+    if not d: break
+    data += d
+print(json.dumps({"connect": connect, "up_sha": hashlib.sha256(body).hexdigest(),
+                  "len": len(data), "tail_sha": hashlib.sha256(data[-n:]).hexdigest(),
+                  "head": data[:200].decode("latin-1")}))
+"""
+    p = box.run(["--policy", pol], None, cmd=[PY, "-c", code, str(net.api.port)], timeout=60)
+    assert p.returncode == 0, p.stderr
+    o = Box.out(p)
+    assert o["connect"].startswith("HTTP/1.1 200"), o
+    put = [r for r in net.api.requests if r.path == "/up"]
+    assert len(put) == 1 and hashlib.sha256(put[0].body).hexdigest() == o["up_sha"]
+    assert o["head"].startswith("HTTP/1.") and " 200 " in o["head"].split("\r\n")[0], o
+    assert o["tail_sha"] == hashlib.sha256(pattern_bytes(8 * 1024 * 1024)).hexdigest()
 
 
 def test_direct_connections_reach_nothing(box, net):

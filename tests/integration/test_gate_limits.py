@@ -659,11 +659,16 @@ def test_tunnel_copies_streams_by_default(gateway, net):
     assert b" 200 " in head.split(b"\r\n")[0] and got == pattern_bytes(n)
 
 
-def test_spliced_tunnel_copies_short_flights_and_splices_streams(gateway, net):
-    # the contrast for the test above: with --splice a short exchange is still
-    # copied and makes no pipe; a direction that streams moves to splice, one
-    # pipe (two ends) each
-    gw = gateway(net.policy([api_rule(net)]), args=["--splice"])
+@pytest.mark.parametrize("how", ["--splice", "unix-client"])
+def test_spliced_tunnel_copies_short_flights_and_splices_streams(gateway, net, how):
+    # the contrast for the test above: with --splice, or for a client on a unix
+    # socket (sluice run's relay, which copies the bytes again itself), a short
+    # exchange is still copied and makes no pipe; a direction that streams
+    # moves to splice, one pipe (two ends) each
+    if how == "--splice":
+        gw = gateway(net.policy([api_rule(net)]), args=["--splice"])
+    else:
+        gw = gateway(net.policy([api_rule(net)]), tcp=False, unix=True)
     before = pipes_of(gw.proc.pid)
     t = connect(gw, "api.example.test:%d" % net.api.port)
     host = b"Host: api.example.test\r\n"
@@ -717,8 +722,9 @@ def test_admin_bare_port_is_self(gateway, net):
     assert r.status == 403 and r.header("Sluice-Reason") == "self_request", r
 
 
-@pytest.mark.parametrize("splice,fit", [(False, 224), (True, 74)], ids=["copy", "splice"])
-def test_fd_limit_raised_and_max_conns_capped(sluice_bin, net, tmp_path, splice, fit):
+@pytest.mark.parametrize("extra,fit", [([], 224), (["--splice"], 74), (["unix"], 74)],
+                         ids=["copy", "splice", "unix-listener"])
+def test_fd_limit_raised_and_max_conns_capped(sluice_bin, net, tmp_path, extra, fit):
     from conftest import policy_yaml
     pol = tmp_path / "p.yaml"
     pol.write_text(policy_yaml(net.policy([api_rule(net)])))
@@ -729,7 +735,8 @@ def test_fd_limit_raised_and_max_conns_capped(sluice_bin, net, tmp_path, splice,
 
     p = subprocess.Popen([sluice_bin, "serve", "--policy", str(pol), "--listen",
                           "127.0.0.1:%d" % port, "--log", str(tmp_path / "log.jsonl")] +
-                         (["--splice"] if splice else []),
+                         [x if x != "unix" else "--listen=unix:%s" % (tmp_path / "gw.sock")
+                          for x in extra],
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, preexec_fn=low_limit)
     try:
@@ -749,7 +756,8 @@ def test_fd_limit_raised_and_max_conns_capped(sluice_bin, net, tmp_path, splice,
     err = err.decode()
     assert p.returncode == 0, err
     # a connection holds 2 descriptors, a spliced tunnel 6: (512 - 64) / 2 = 224
-    # connections fit, with --splice (512 - 64) / 6 = 74
+    # connections fit; with --splice, or a unix listener (whose clients'
+    # tunnels splice), (512 - 64) / 6 = 74
     assert "--max-conns 4096" in err and "512" in err, err
     assert "at most %d connections" % fit in err, err
 
