@@ -741,6 +741,9 @@ def test_fd_limit_raised_and_max_conns_capped(sluice_bin, net, tmp_path, extra, 
                          stderr=subprocess.PIPE, preexec_fn=low_limit)
     try:
         def up():
+            if p.poll() is not None:  # say why at once rather than after the wait
+                raise AssertionError("sluice exited with %d: %s"
+                                     % (p.returncode, p.stderr.read().decode()))
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
                 return True
