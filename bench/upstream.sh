@@ -1,0 +1,39 @@
+# shellcheck shell=sh
+# bench/upstream.sh: sourced by bench/connect_ab and bench/box. The
+# harness's nginx (its nginx.conf.in, from ../shared/bench or PEERBENCH's
+# folder) on 127.0.0.1:18080 (plain), :18081 (status) and :18443 (TLS,
+# /small and a 256 MiB /big), pinned to CPU 1, in a fresh temporary folder.
+#
+#   upstream_start NAME     sets $dir, adds nginx to $pids; NAME prefixes errors
+#   wait_listening PORT...  waits (at most 10 s) for the ports to listen
+#
+# The caller's cleanup kills $pids and removes $dir (its EXIT trap).
+
+upstream_start() {
+    name=$1
+    template=$(dirname "${PEERBENCH:-../shared/bench/run.sh}")/nginx.conf.in
+    [ -f "$template" ] || { echo "$name: no $template (set PEERBENCH)" >&2; exit 1; }
+    dir=$(mktemp -d /tmp/sluice-bench.XXXXXX)
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+        -keyout "$dir/key.pem" -out "$dir/cert.pem" -subj /CN=127.0.0.1 \
+        -addext subjectAltName=IP:127.0.0.1 >/dev/null 2>&1
+    mkdir "$dir/nginx-tmp"
+    head -c 268435456 /dev/urandom >"$dir/big"
+    # the harness's own upstream configuration, rendered as run.sh does
+    sed -e "s#@RUN@#$dir#g; s#@DATA@#$dir#g; s#@HTTP_PORT@#18080#g; s#@TLS_PORT@#18443#g" \
+        -e "s#@STATUS_PORT@#18081#g" "$template" >"$dir/nginx.conf"
+    taskset -c 1 nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/nginx-error.log" \
+        >"$dir/nginx.out" 2>&1 &
+    pids="$pids $!"
+}
+
+wait_listening() {
+    i=0
+    for port in "$@"; do
+        while [ -z "$(ss -Hltn "sport = :$port")" ]; do
+            i=$((i + 1))
+            [ "$i" -le 100 ] || { echo "$name: the servers did not start" >&2; cat "$dir"/*.out >&2; exit 1; }
+            sleep 0.1
+        done
+    done
+}
