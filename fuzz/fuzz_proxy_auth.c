@@ -6,7 +6,8 @@
  * accepted (AGENT_OK) exactly when, with spaces and tabs trimmed at both
  * ends, it is a scheme (Basic or Bearer, any case), a run of spaces or tabs
  * and a credential without spaces, controls or DEL; the credential is the
- * token itself (Bearer) or the canonical base64, padding optional, of
+ * token itself (Bearer) or the canonical base64, padding optional (but
+ * whole where there is any), of
  * "user:" and the token (Basic: the secret is what follows the first
  * colon); and the token is one of the two. Then the agent is that token's.
  * Anything else is AGENT_AUTH_REQUIRED: a client that presents a header is
@@ -42,14 +43,18 @@ static bool scheme_is(const char *s, size_t len, const char *want)
 }
 
 /* The reference decoder: <in> must be the canonical encoding of what it
- * decodes to, once padded; OpenSSL decodes and encodes. Returns the
- * decoded length, or -1. <out> holds at least len + 3 bytes. */
+ * decodes to, once padded; OpenSSL decodes and encodes. Padding is
+ * optional, but padding that is there completes the last quantum ("QQ=="
+ * or "QQ", never "QQ="). Returns the decoded length, or -1. <out> holds at
+ * least len + 3 bytes. */
 static long ref_b64(const char *in, size_t len, unsigned char *out)
 {
     char padded[AUTH_MAX + 4];
     unsigned char again[AUTH_MAX + 8];
     size_t pad = 0;
     if (len == 0 || len > AUTH_MAX)
+        return -1;
+    if (in[len - 1] == '=' && len % 4 != 0)
         return -1;
     memcpy(padded, in, len);
     while (len % 4 != 0)
