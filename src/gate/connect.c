@@ -95,11 +95,7 @@ static void go_tunnel(struct conn *c)
     c->fd = -1;
     c->up_fd = -1;
     c->state = CS_TUNNEL;
-    /* A client on a unix socket is sluice run's relay (or another local
-     * proxy), which copies the bytes again before its agent sees them: the
-     * page fragments splice(2) hands on cost that copy nothing more, and
-     * spare the gateway its own (README, Benchmarks). */
-    bool splice = c->gw->cfg.splice || c->origin.is_unix;
+    bool splice = gateway_tunnel_splices(c->gw, c->origin.is_unix);
     c->tunnel = tunnel_new(c->gw->base, cfd, ufd, conn_idle_ms(c), splice, on_tunnel_end, c);
     bufferevent_free(client);
     bufferevent_free(up);

@@ -662,7 +662,7 @@ static void up_read(struct bufferevent *bev, void *arg)
      * report, once what was read went on; the connection is not kept. */
     bool failed = c->ex.rsp_head_done && !c->ex.rsp_done && client_backlog(c) < FLOW_HIGH &&
                   stream_read_more(bev, c->up_fd, READ_AHEAD) < 0;
-    int err = errno;
+    int err = failed ? errno : 0;
     if (failed)
         c->ex.up_keep = false;
     if (take_response(c, false) < 0)

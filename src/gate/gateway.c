@@ -201,11 +201,16 @@ static unsigned max_conns(const struct gateway *gw)
     return gw->cfg.max_conns > 0 ? gw->cfg.max_conns : GATEWAY_DEFAULT_MAX_CONNS;
 }
 
+bool gateway_tunnel_splices(const struct gateway *gw, bool client_on_unix)
+{
+    return gw->cfg.splice || client_on_unix;
+}
+
 /* A connection holds at most its client's socket and one upstream socket
  * (a kept upstream connection is dropped before another is made); a
- * spliced tunnel (--splice, or a client on a unix socket: connect.c) adds a
- * pipe (two descriptors) for each direction that streams. The rest of the
- * process (log, listeners, resolver, store, loop) fits in FD_RESERVE. */
+ * spliced tunnel (gateway_tunnel_splices()) adds a pipe (two descriptors)
+ * for each direction that streams. The rest of the process (log,
+ * listeners, resolver, store, loop) fits in FD_RESERVE. */
 #define FDS_PER_CONN         2
 #define FDS_PER_SPLICED_CONN 6
 #define FD_RESERVE           64
@@ -225,9 +230,9 @@ static void fit_fd_limit(struct gateway *gw)
     if (rl.rlim_cur == RLIM_INFINITY)
         return;
     unsigned want = max_conns(gw);
-    rlim_t per = gw->cfg.splice ? FDS_PER_SPLICED_CONN : FDS_PER_CONN;
+    rlim_t per = FDS_PER_CONN;
     for (size_t i = 0; i < gw->cfg.nlistens; i++)
-        if (gw->cfg.listens[i].kind == LISTEN_UNIX)
+        if (gateway_tunnel_splices(gw, gw->cfg.listens[i].kind == LISTEN_UNIX))
             per = FDS_PER_SPLICED_CONN;
     rlim_t fit = rl.rlim_cur > FD_RESERVE + per ? (rl.rlim_cur - FD_RESERVE) / per : 1;
     if (fit >= want)

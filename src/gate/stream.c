@@ -45,10 +45,10 @@ int stream_send_bytes(struct bufferevent *bev, evutil_socket_t fd, const void *d
     return bufferevent_write(bev, p, n);
 }
 
-/* Reads once into at most <want> bytes of reserved space in <in>. Returns
- * the bytes read, 0 at EAGAIN or the end of the peer's side, -1 on an
- * error (errno set); <*room> is the space offered. */
-static ssize_t read_once(struct evbuffer *in, evutil_socket_t fd, size_t want, size_t *room)
+/* Reads once into <want> bytes of reserved space in <in>. Returns the
+ * bytes read, 0 at EAGAIN or the end of the peer's side, -1 on an error
+ * (errno set). */
+static ssize_t read_once(struct evbuffer *in, evutil_socket_t fd, size_t want)
 {
     struct evbuffer_iovec v[2];
     struct iovec iov[2];
@@ -80,7 +80,6 @@ static ssize_t read_once(struct evbuffer *in, evutil_socket_t fd, size_t want, s
         left -= v[used].iov_len;
     }
     evbuffer_commit_space(in, v, used);
-    *room = offered;
     return n;
 }
 
@@ -99,15 +98,14 @@ ssize_t stream_read_more(struct bufferevent *bev, evutil_socket_t fd, size_t upt
         size_t len = evbuffer_get_length(in);
         if (len >= upto)
             break;
-        size_t room = 0;
-        ssize_t n = read_once(in, fd, upto - len, &room);
+        ssize_t n = read_once(in, fd, upto - len);
         if (n < 0) {
             total = -1;
             break;
         }
         total += n;
-        if ((size_t)n < room || n == 0)
-            break; /* the socket had no more */
+        if ((size_t)n < upto - len)
+            break; /* the socket had no more (or is at its end: n is 0) */
     }
     int err = errno;
     evbuffer_freeze(in, 0);
