@@ -4,7 +4,8 @@
 # folder) on 127.0.0.1:18080 (plain), :18081 (status) and :18443 (TLS,
 # /small and a 256 MiB /big), pinned to CPU 1, in a fresh temporary folder.
 #
-#   upstream_start NAME     sets $dir, adds nginx to $pids; NAME prefixes errors
+#   upstream_start NAME     sets $dir and $nginx_pid, adds nginx to $pids; NAME
+#                           prefixes errors
 #   wait_listening PORT...  waits (at most 10 s) for the ports to listen
 #
 # The caller's cleanup kills $pids and removes $dir (its EXIT trap).
@@ -24,7 +25,8 @@ upstream_start() {
         -e "s#@STATUS_PORT@#18081#g" "$template" >"$dir/nginx.conf"
     taskset -c 1 nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/nginx-error.log" \
         >"$dir/nginx.out" 2>&1 &
-    pids="$pids $!"
+    nginx_pid=$!
+    pids="$pids $nginx_pid"
 }
 
 wait_listening() {
