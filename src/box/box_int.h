@@ -54,6 +54,8 @@ struct relay *relay_new(const char *target, unsigned short port, char *err, size
 int relay_run(struct relay *r, int extra_fd, int (*on_extra)(void *arg), void *arg);
 /* Connections accepted so far. */
 unsigned long relay_accepted(const struct relay *r);
+/* Times poll() returned so far: how often the relay woke up. */
+unsigned long relay_wakeups(const struct relay *r);
 /* Closes the listeners and every connection. Accepts NULL. */
 void relay_free(struct relay *r);
 

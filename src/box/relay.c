@@ -6,7 +6,12 @@
  * the buffer towards the other side has room, so a slow reader slows the
  * writer instead of growing memory. An EOF from one side is passed on as
  * shutdown(SHUT_WR) once its buffer has drained (half-close); the pair is
- * closed when both directions are done or on any error. At most
+ * closed when both directions are done or on any error. A side with
+ * nothing to read or write is left out of poll(): poll() reports a hang-up
+ * whatever was asked, and the gateway's side of a connection it closed
+ * stays hung up for as long as the client keeps its own end open (an idle
+ * connection in an agent's pool, say), which would wake the relay at once,
+ * again and again. At most
  * RELAY_MAX_CONNS connections: beyond that the listeners are not polled and
  * new clients wait in the backlog. */
 #include <errno.h>
@@ -42,6 +47,7 @@ struct relay {
     struct relay_conn *conns[RELAY_MAX_CONNS];
     size_t nconns;
     unsigned long accepted;
+    unsigned long wakeups;
 };
 
 static int listen_on(int family, unsigned short port, int *out)
@@ -250,7 +256,8 @@ int relay_run(struct relay *r, int extra_fd, int (*on_extra)(void *arg), void *a
                     ev |= POLLIN;
                 if (c->to[s].len > 0)
                     ev |= POLLOUT;
-                pfd[n++] = (struct pollfd){.fd = c->fd[s], .events = ev};
+                /* poll() skips a negative descriptor, and its hang-up with it */
+                pfd[n++] = (struct pollfd){.fd = ev != 0 ? c->fd[s] : -1, .events = ev};
             }
         }
         if (poll(pfd, n, -1) < 0) {
@@ -258,6 +265,7 @@ int relay_run(struct relay *r, int extra_fd, int (*on_extra)(void *arg), void *a
                 continue;
             return -1;
         }
+        r->wakeups++;
         /* connections first: their slots in pfd follow r->conns' order */
         for (size_t i = r->nconns; i-- > 0;) {
             short rev[2] = {pfd[base + 2 * i].revents, pfd[base + 2 * i + 1].revents};
@@ -282,6 +290,11 @@ int relay_run(struct relay *r, int extra_fd, int (*on_extra)(void *arg), void *a
 unsigned long relay_accepted(const struct relay *r)
 {
     return r->accepted;
+}
+
+unsigned long relay_wakeups(const struct relay *r)
+{
+    return r->wakeups;
 }
 
 void relay_free(struct relay *r)

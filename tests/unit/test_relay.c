@@ -1,0 +1,232 @@
+/* Unit tests for box/relay.c: the relay of `sluice run`'s box, on a free
+ * loopback port of the test's own, towards a unix listener the test plays
+ * the gateway on. Bytes both ways, and above all that a connection whose
+ * one side is over while the other stays open does not keep waking the
+ * relay: poll() reports a hang-up whatever it was asked, and a relay that
+ * polled such a side would spin a core for as long as the client kept its
+ * socket (an idle connection in an agent's pool does, for minutes). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "box/box_int.h"
+
+/* How long a connection is watched in a state where nothing moves. A relay
+ * that sleeps wakes up at most once or twice in it; one that spins, tens of
+ * thousands of times. */
+#define QUIET_MS 200
+#define QUIET_WAKEUPS_MAX 4
+
+struct world {
+    char dir[64];
+    char path[96];
+    int gw_listen;  /* the test's "gateway" */
+    int stop[2];    /* a byte here ends relay_run() */
+    unsigned short port;
+    struct relay *relay;
+    pthread_t thread;
+};
+
+static int on_stop(void *arg)
+{
+    (void)arg;
+    return 1;
+}
+
+static void *run_relay(void *arg)
+{
+    struct world *w = arg;
+    relay_run(w->relay, w->stop[0], on_stop, NULL);
+    return NULL;
+}
+
+/* A port that was free on 127.0.0.1 a moment ago. */
+static unsigned short free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    socklen_t len = sizeof(sin);
+    assert_true(fd >= 0);
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sin, &len), 0);
+    close(fd);
+    return ntohs(sin.sin_port);
+}
+
+static int setup(void **state)
+{
+    struct world *w = calloc(1, sizeof(*w));
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    char err[256] = "";
+    assert_non_null(w);
+    snprintf(w->dir, sizeof(w->dir), "/tmp/sluice-relay-XXXXXX");
+    assert_non_null(mkdtemp(w->dir));
+    snprintf(w->path, sizeof(w->path), "%s/gw.sock", w->dir);
+    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", w->path);
+    w->gw_listen = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_true(w->gw_listen >= 0);
+    assert_int_equal(bind(w->gw_listen, (struct sockaddr *)&sun, sizeof(sun)), 0);
+    assert_int_equal(listen(w->gw_listen, 8), 0);
+    for (int tries = 0; tries < 20 && w->relay == NULL; tries++) {
+        w->port = free_port();
+        w->relay = relay_new(w->path, w->port, err, sizeof(err));
+    }
+    if (w->relay == NULL)
+        fail_msg("relay_new: %s", err);
+    assert_int_equal(pipe(w->stop), 0);
+    assert_int_equal(pthread_create(&w->thread, NULL, run_relay, w), 0);
+    *state = w;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct world *w = *state;
+    assert_int_equal(write(w->stop[1], "x", 1), 1);
+    pthread_join(w->thread, NULL);
+    relay_free(w->relay);
+    close(w->stop[0]);
+    close(w->stop[1]);
+    close(w->gw_listen);
+    unlink(w->path);
+    rmdir(w->dir);
+    free(w);
+    return 0;
+}
+
+/* A client in the "box" connected through the relay, and the gateway's end
+ * of that connection. Both blocking, with a 5 s receive timeout. */
+static void connect_through(struct world *w, int *client, int *gateway)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(w->port)};
+    struct timeval tv = {.tv_sec = 5};
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    *client = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(*client >= 0);
+    assert_int_equal(connect(*client, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    struct pollfd p = {.fd = w->gw_listen, .events = POLLIN};
+    assert_int_equal(poll(&p, 1, 5000), 1);
+    *gateway = accept(w->gw_listen, NULL, NULL);
+    assert_true(*gateway >= 0);
+    setsockopt(*client, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(*gateway, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+static void send_all(int fd, const char *s)
+{
+    assert_int_equal(send(fd, s, strlen(s), MSG_NOSIGNAL), (ssize_t)strlen(s));
+}
+
+static void expect(int fd, const char *s)
+{
+    char buf[64];
+    size_t n = strlen(s), got = 0;
+    while (got < n) {
+        ssize_t k = recv(fd, buf + got, n - got, 0);
+        assert_true(k > 0);
+        got += (size_t)k;
+    }
+    assert_memory_equal(buf, s, n);
+}
+
+static void expect_end(int fd)
+{
+    char c;
+    assert_int_equal(recv(fd, &c, 1, 0), 0);
+}
+
+/* The relay's wake-ups while nothing moves, for QUIET_MS. */
+static unsigned long quiet_wakeups(struct world *w)
+{
+    unsigned long before = relay_wakeups(w->relay);
+    usleep(QUIET_MS * 1000);
+    return relay_wakeups(w->relay) - before;
+}
+
+/* The gateway answers and closes (a refusal, `Connection: close`, or an
+ * idle kept-alive connection timed out); the client reads the end but
+ * keeps its socket open. */
+static void test_gateway_closed_client_open_is_quiet(void **state)
+{
+    struct world *w = *state;
+    int client, gateway;
+    connect_through(w, &client, &gateway);
+    send_all(client, "request");
+    expect(gateway, "request");
+    send_all(gateway, "answer");
+    close(gateway);
+    expect(client, "answer");
+    expect_end(client);
+    unsigned long n = quiet_wakeups(w);
+    if (n > QUIET_WAKEUPS_MAX)
+        fail_msg("the relay woke up %lu times in %d ms with nothing to move", n, QUIET_MS);
+    close(client);
+}
+
+/* The client ends its side, then drops the connection with a reset while
+ * the gateway is still working on its answer. */
+static void test_client_reset_after_its_end_is_quiet(void **state)
+{
+    struct world *w = *state;
+    int client, gateway;
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    connect_through(w, &client, &gateway);
+    send_all(client, "request");
+    assert_int_equal(shutdown(client, SHUT_WR), 0);
+    expect(gateway, "request");
+    expect_end(gateway);
+    assert_int_equal(setsockopt(client, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+    close(client); /* a reset */
+    unsigned long n = quiet_wakeups(w);
+    if (n > QUIET_WAKEUPS_MAX)
+        fail_msg("the relay woke up %lu times in %d ms with nothing to move", n, QUIET_MS);
+    /* the answer finds the client gone: the relay closes the pair */
+    send_all(gateway, "answer");
+    char c;
+    ssize_t k = recv(gateway, &c, 1, 0);
+    assert_true(k == 0 || (k < 0 && errno == ECONNRESET));
+    close(gateway);
+}
+
+/* Half-closes both ways, bytes both ways after the client's end. */
+static void test_half_close_both_ways(void **state)
+{
+    struct world *w = *state;
+    int client, gateway;
+    connect_through(w, &client, &gateway);
+    send_all(client, "up");
+    assert_int_equal(shutdown(client, SHUT_WR), 0);
+    expect(gateway, "up");
+    expect_end(gateway);
+    send_all(gateway, "down after the client's end");
+    assert_int_equal(shutdown(gateway, SHUT_WR), 0);
+    expect(client, "down after the client's end");
+    expect_end(client);
+    close(client);
+    close(gateway);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_gateway_closed_client_open_is_quiet, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_client_reset_after_its_end_is_quiet, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_half_close_both_ways, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
