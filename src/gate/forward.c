@@ -308,6 +308,17 @@ static void maybe_done(struct conn *c)
     conn_exchange_done(c);
 }
 
+/* Of the <n> body bytes just fed to <ck> from offset <t0>, how many belong
+ * to the trailer section (the fields after the last chunk and the final
+ * CRLF): read, never passed on. */
+static size_t trailer_bytes(const struct chunked *ck, uint64_t t0, size_t n)
+{
+    uint64_t tr = ck->trailer_at;
+    if (tr == 0 || tr >= t0 + n)
+        return 0;
+    return n - (tr > t0 ? (size_t)(tr - t0) : 0);
+}
+
 /* Moves request body bytes from the client to the upstream. */
 static void pump_request(struct conn *c)
 {
@@ -345,24 +356,23 @@ static void pump_request(struct conn *c)
                 fail_client(c);
                 return;
             }
-            uint64_t tr = ex->req_chunked.trailer_at;
-            if (tr != 0 && tr < t0 + n)
-                skip = n - (tr > t0 ? (size_t)(tr - t0) : 0);
+            skip = trailer_bytes(&ex->req_chunked, t0, n);
             if (rc == CHUNKED_DONE)
                 ex->req_done = true;
         }
         /* The trailer section (it could carry Proxy-Authorization or any
          * hop-by-hop field) never goes upstream: the body ends "0\r\n\r\n". */
+        bool end = ex->req_done && ex->req_body == BODY_CHUNKED;
         if (stream_send(c->up, c->up_fd, in, n - skip) < 0 || evbuffer_drain(in, skip) < 0 ||
-            (ex->req_done && ex->req_body == BODY_CHUNKED &&
-             stream_send_bytes(c->up, c->up_fd, "\r\n", 2) < 0)) {
+            (end && stream_send_bytes(c->up, c->up_fd, "\r\n", 2) < 0)) {
             fail(c, "out of memory");
             return;
         }
-        ex->bytes_up += n;
+        size_t sent = n - skip + (end ? 2 : 0); /* what the upstream gets */
+        ex->bytes_up += sent;
         progress_note(c);
         if (ex->flow != NULL)
-            quota_flow_take(ex->flow, n, quota_now());
+            quota_flow_take(ex->flow, sent, quota_now());
     }
     if (ex->req_done) {
         bufferevent_disable(c->client, EV_READ);
@@ -393,6 +403,7 @@ static int pump_response(struct conn *c, bool force)
             return 0; /* forward_on_client_write resumes */
         }
         size_t n = evbuffer_get_length(in), before = evbuffer_get_length(c->scratch);
+        uint64_t t0 = ex->rsp_chunked.total;
         if (ex->rsp_body == BODY_LENGTH) {
             if (n > ex->rsp_left)
                 n = (size_t)ex->rsp_left;
@@ -421,11 +432,17 @@ static int pump_response(struct conn *c, bool force)
             ex->bytes_down += evbuffer_get_length(c->scratch) - before;
             continue;
         }
-        if (evbuffer_remove_buffer(in, c->scratch, n) != (int)n) {
+        /* Nor does a response's trailer section reach the client: it could
+         * carry the gateway's own fields (Sluice-*) or hop-by-hop ones, and
+         * a forwarder may drop trailers (RFC 9112 7.1.2). */
+        size_t skip = ex->rsp_body == BODY_CHUNKED ? trailer_bytes(&ex->rsp_chunked, t0, n) : 0;
+        bool end = ex->rsp_done && ex->rsp_body == BODY_CHUNKED;
+        if (evbuffer_remove_buffer(in, c->scratch, n - skip) != (int)(n - skip) ||
+            evbuffer_drain(in, skip) < 0 || (end && evbuffer_add(c->scratch, "\r\n", 2) < 0)) {
             conn_free(c);
             return -1;
         }
-        ex->bytes_down += n;
+        ex->bytes_down += n - skip + (end ? 2 : 0);
     }
     return 0;
 }

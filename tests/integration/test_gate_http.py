@@ -878,8 +878,9 @@ def test_chunked_request_trailers_not_forwarded(gateway, net):
         assert b"transfer-encoding: chunked" in head.lower()
         assert rest == b"3\r\nabc\r\n1\r\n0\r\nb\r\n0\r\n\r\n0\r\nxyz\r\n0\r\n\r\n", rest
         assert b"Proxy-Authorization" not in got[0] and b"X-Checksum" not in got[0]
-        ev, _ = gw.decided(path="/x")
+        ev, end = gw.decided(path="/x")
         assert ev["decision"] == "allow"
+        assert end["bytes_up"] == len(rest), end  # what went upstream, not the trailer"
     finally:
         up.stop()
 

@@ -439,3 +439,69 @@ def test_content_length_reaches_the_agent_as_one_value(gateway, net):
             b"Content-Length: 5"], raw
         _, end = gw.decided(path="/listed")
         assert end["status"] == 200 and end["bytes_down"] == 5, end
+
+
+def test_response_trailers_never_reach_the_agent(gateway, net):
+    # A chunked answer's trailer section could carry the gateway's own
+    # fields or hop-by-hop ones: it is dropped (RFC 9112 7.1.2 lets a
+    # forwarder), the body ends "0\r\n\r\n", its data intact, and bytes_down
+    # is what the agent got. The trailer comes in a read of its own.
+    def script(conn, stop, _):
+        conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                     b"5\r\nhello\r\n0\r\nSluice-Reason: policy_denied\r\n")
+        time.sleep(0.2)
+        conn.sendall(b"Connection: close\r\nX-Checksum: 1\r\n\r\n")
+        stop.wait(2)
+
+    with ScriptedUpstream(script) as up:
+        gw = evil_gateway(gateway, net, up)
+        raw = raw_get(gw, up, "/trailers")
+        head, _, body = raw.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n"), raw
+        assert body == b"5\r\nhello\r\n0\r\n\r\n", raw
+        _, end = gw.decided(path="/trailers")
+        assert end["status"] == 200 and end["bytes_down"] == len(body), end
+
+
+def test_interim_heads_go_without_framing_fields(gateway, net):
+    # A 1xx has no body (RFC 9110 15.2): Content-Length or Transfer-Encoding
+    # on one is the origin's mistake, not passed on for a lenient client to
+    # frame by; the final head keeps its own
+    def script(conn, stop, _):
+        conn.sendall(b"HTTP/1.1 100 Continue\r\nContent-Length: 5\r\n\r\n"
+                     b"HTTP/1.1 103 Early Hints\r\nTransfer-Encoding: chunked\r\nLink: </a>\r\n\r\n"
+                     b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        stop.wait(2)
+
+    with ScriptedUpstream(script) as up:
+        gw = evil_gateway(gateway, net, up)
+        raw = raw_get(gw, up, "/interim")
+        heads = raw.split(b"\r\n\r\n")
+        assert heads[0] == b"HTTP/1.1 100 Continue", raw
+        assert heads[1] == b"HTTP/1.1 103 Early Hints\r\nLink: </a>", raw
+        assert heads[2].startswith(b"HTTP/1.1 200 OK\r\n") and b"Content-Length: 2" in heads[2]
+        assert heads[3] == b"ok", raw
+
+
+def test_refusal_reaches_an_agent_that_ended_its_side(gateway, net):
+    # The agent sends its request and ends its side (printf ... | nc -N);
+    # then the origin fails it. The 502 still reaches the agent before the
+    # connection closes, as the end line says.
+    def script(conn, stop, _):
+        time.sleep(0.3)  # the agent's end arrives meanwhile
+
+    with ScriptedUpstream(script) as up:
+        gw = evil_gateway(gateway, net, up)
+        s = open_conn(gw)
+        try:
+            s.sendall(evil_get("/half", up))
+            time.sleep(0.05)
+            s.shutdown(socket.SHUT_WR)
+            raw = recv_until_close(s)
+        finally:
+            s.close()
+        assert raw.startswith(b"HTTP/1.1 502 "), raw
+        assert b"\r\nSluice-Reason: upstream_unreachable\r\n" in raw, raw
+        assert b"\r\nConnection: close\r\n" in raw, raw
+        _, end = gw.decided(path="/half")
+        assert end["status"] == 502, end
