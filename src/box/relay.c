@@ -57,6 +57,9 @@ static int listen_on(int family, unsigned short port, int *out)
         return -1;
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    /* accepted sockets inherit it: TCP urgent data (MSG_OOB) stays in the
+     * stream and is carried on as a plain byte, where read() would skip it */
+    setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &one, sizeof(one));
     int rc;
     if (family == AF_INET) {
         struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};

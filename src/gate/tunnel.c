@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -105,12 +106,27 @@ static void delivered(struct dir *d, size_t n)
 }
 
 /* Leaves splice mode for good (splice refused on this pair of sockets). */
-static void drop_pipe(struct dir *d)
+/* Closes the direction's pipe, which must be empty: it copies until its
+ * next streaming read makes another. */
+static void close_pipe(struct dir *d)
 {
     close(d->pipe[0]);
     close(d->pipe[1]);
     d->pipe[0] = d->pipe[1] = -1;
+}
+
+/* The same, for good: splicing does not apply to src. */
+static void drop_pipe(struct dir *d)
+{
+    close_pipe(d);
     d->no_pipe = true;
+}
+
+/* True when the next byte to read from <fd> is TCP urgent data. */
+static bool at_urgent_mark(int fd)
+{
+    int at = 0;
+    return ioctl(fd, SIOCATMARK, &at) == 0 && at == 1;
 }
 
 /* Makes the direction's pipe; on failure (no descriptors) it stays on the
@@ -175,6 +191,8 @@ static int pass_on(struct dir *d, size_t n, bool *dst_full)
             *dst_full = true;
             break;
         }
+        if (sent > 0)
+            delivered(d, sent); /* the counts are what dst got, to the end */
         return -1;
     }
     if (sent < n) { /* before delivered(): its callback must not find scratch in use */
@@ -259,12 +277,24 @@ static enum fill_result fill(struct dir *d, bool *dst_full)
             }
             return (size_t)n < max ? FILL_DATA_SHORT : FILL_DATA;
         }
+        if (n < 0 && errno == EINTR)
+            continue;
+        /* splice() stops at TCP urgent data (tcp_read_sock), where recv()
+         * goes on: it then reads nothing, EAGAIN while the socket still
+         * reads as readable, or 0 as at the end once the peer ended its
+         * side. The pipe, once empty, gives way to a copy that takes the
+         * urgent byte (inline: see tunnel_new) and what follows it. */
+        if ((n == 0 || errno == EAGAIN || errno == EWOULDBLOCK) && d->pipe[1] >= 0 &&
+            at_urgent_mark(d->src)) {
+            if (d->pending > 0)
+                return FILL_WAIT; /* the pipe drains first; src is then readable */
+            close_pipe(d);
+            continue;
+        }
         if (n == 0) {
             d->eof = true;
             return FILL_DATA;
         }
-        if (errno == EINTR)
-            continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK)
             return FILL_WAIT;
         if (errno == EINVAL && d->pipe[1] >= 0 && d->pending == 0) {
@@ -421,6 +451,11 @@ struct tunnel *tunnel_new(struct event_base *base, evutil_socket_t client_fd,
     drain_reset(&t->drain);
     for (int i = 0; i < 2; i++) {
         struct dir *d = &t->d[i];
+        /* TCP urgent data (MSG_OOB) stays in the stream, where the other
+         * side gets it as a plain byte; else recv() would skip it and the
+         * tunnel lose it unseen. */
+        int one = 1;
+        (void)setsockopt(t->fd[i], SOL_SOCKET, SO_OOBINLINE, &one, sizeof(one));
         d->t = t;
         d->src = t->fd[i];
         d->dst = t->fd[1 - i];

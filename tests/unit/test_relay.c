@@ -221,12 +221,30 @@ static void test_half_close_both_ways(void **state)
     close(gateway);
 }
 
+/* TCP urgent data from the client (MSG_OOB) reaches the gateway as a plain
+ * byte in its place: read() would skip it, and the stream lose it unseen. */
+static void test_urgent_byte_is_carried_inline(void **state)
+{
+    struct world *w = *state;
+    int client, gateway;
+    connect_through(w, &client, &gateway);
+    send_all(client, "before");
+    assert_int_equal(send(client, "X", 1, MSG_OOB), 1);
+    send_all(client, "after");
+    assert_int_equal(shutdown(client, SHUT_WR), 0);
+    expect(gateway, "beforeXafter");
+    expect_end(gateway);
+    close(client);
+    close(gateway);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_gateway_closed_client_open_is_quiet, setup, teardown),
         cmocka_unit_test_setup_teardown(test_client_reset_after_its_end_is_quiet, setup, teardown),
         cmocka_unit_test_setup_teardown(test_half_close_both_ways, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_urgent_byte_is_carried_inline, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

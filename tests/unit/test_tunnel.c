@@ -1,6 +1,6 @@
 /* Unit tests for gate/tunnel.c over socket pairs: bytes both ways (more
  * than one pipe's worth), counts, half-close delivered as shutdown, the
- * end callback once, and the idle timeout. */
+ * end callback once, the idle timeout, and TCP urgent data. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -166,6 +167,138 @@ static void test_peer_reset_is_error_or_done(void **state)
     event_base_free(base);
 }
 
+/* A connected TCP pair on loopback, both ends non-blocking: urgent data
+ * (MSG_OOB) is TCP's alone. */
+static void tcp_pair(int sv[2])
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    socklen_t len = sizeof(sin);
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(l >= 0);
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(l, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    assert_int_equal(listen(l, 1), 0);
+    assert_int_equal(getsockname(l, (struct sockaddr *)&sin, &len), 0);
+    sv[0] = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(connect(sv[0], (struct sockaddr *)&sin, sizeof(sin)), 0);
+    sv[1] = accept(l, NULL, NULL);
+    assert_true(sv[1] >= 0);
+    close(l);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(fcntl(sv[i], F_SETFL, O_NONBLOCK), 0);
+}
+
+#define BEFORE_URGENT (300 * 1024)
+
+/* The upstream's end: BEFORE_URGENT bytes (enough to stream, and so to
+ * splice), one urgent byte, "world", then the end of its side. */
+struct urgent_sender {
+    int fd;
+    size_t sent;
+    int stage;
+};
+
+static void on_urgent_sender(evutil_socket_t fd, short what, void *arg)
+{
+    static char fill[65536];
+    struct urgent_sender *u = arg;
+    (void)what;
+    memset(fill, 'a', sizeof(fill));
+    while (u->stage == 0 && u->sent < BEFORE_URGENT) {
+        size_t n = BEFORE_URGENT - u->sent;
+        ssize_t w = write(fd, fill, n < sizeof(fill) ? n : sizeof(fill));
+        if (w <= 0)
+            return;
+        u->sent += (size_t)w;
+    }
+    if (u->stage == 0) {
+        /* after the bytes before it are in flight: the mark falls in the
+         * middle of the stream */
+        if (send(fd, "X", 1, MSG_OOB) != 1 || send(fd, "world", 5, 0) != 5)
+            return;
+        shutdown(fd, SHUT_WR);
+        u->stage = 1;
+    }
+}
+
+/* The agent's end: counts what arrives, keeps the last bytes, and ends its
+ * own side at the end of the stream. */
+struct urgent_reader {
+    size_t got;
+    char tail[8];
+    bool shut;
+};
+
+static void on_urgent_reader(evutil_socket_t fd, short what, void *arg)
+{
+    struct urgent_reader *r = arg;
+    char buf[65536];
+    (void)what;
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof(buf));
+        if (n > 0) {
+            size_t k = (size_t)n < sizeof(r->tail) ? (size_t)n : sizeof(r->tail);
+            memmove(r->tail, r->tail + k, sizeof(r->tail) - k);
+            memcpy(r->tail + sizeof(r->tail) - k, buf + n - (ssize_t)k, k);
+            r->got += (size_t)n;
+            continue;
+        }
+        if (n == 0 && !r->shut) {
+            shutdown(fd, SHUT_WR);
+            r->shut = true;
+        }
+        return;
+    }
+}
+
+/* TCP urgent data in a stream: it reaches the agent as a plain byte, in its
+ * place, and what follows it too. Spliced, the read stops at the urgent
+ * mark (splice() does not pass it, and the socket stays readable): without
+ * a way past it the rest never came and the loop spun until the guard
+ * below. Copied, recv() skipped the byte unless the socket keeps it inline. */
+static void urgent_data_stays_in_the_stream(bool splice)
+{
+    int a[2], b[2];
+    tcp_pair(a); /* a[0]: the agent's end, a[1]: the gateway's client side */
+    tcp_pair(b); /* b[0]: the gateway's upstream side, b[1]: the upstream's end */
+    struct event_base *base = event_base_new();
+    struct result r = {.base = base};
+    struct tunnel *t = tunnel_new(base, a[1], b[0], 5000, splice, on_end, &r);
+    assert_non_null(t);
+    struct urgent_sender us = {.fd = b[1]};
+    struct urgent_reader ur = {.got = 0};
+    struct event *es = event_new(base, b[1], EV_WRITE | EV_PERSIST, on_urgent_sender, &us);
+    struct event *er = event_new(base, a[0], EV_READ | EV_PERSIST, on_urgent_reader, &ur);
+    event_add(es, NULL);
+    event_add(er, NULL);
+    struct timeval guard = {.tv_sec = 5};
+    event_base_loopexit(base, &guard);
+    event_base_dispatch(base);
+    on_urgent_reader(a[0], EV_READ, &ur); /* what is still in flight */
+    assert_int_equal(r.calls, 1);
+    assert_int_equal(r.how, TUNNEL_DONE);
+    assert_int_equal(ur.got, BEFORE_URGENT + 6);
+    assert_memory_equal(ur.tail + 2, "Xworld", 6);
+    assert_int_equal(r.down, BEFORE_URGENT + 6);
+    event_free(es);
+    event_free(er);
+    close(a[0]);
+    close(b[1]);
+    event_base_free(base);
+}
+
+static void test_urgent_data_copied(void **state)
+{
+    (void)state;
+    urgent_data_stays_in_the_stream(false);
+}
+
+static void test_urgent_data_spliced(void **state)
+{
+    (void)state;
+    urgent_data_stays_in_the_stream(true);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN); /* as `sluice serve` does */
@@ -174,6 +307,8 @@ int main(void)
         cmocka_unit_test(test_both_ways_and_half_close_spliced),
         cmocka_unit_test(test_idle_timeout),
         cmocka_unit_test(test_peer_reset_is_error_or_done),
+        cmocka_unit_test(test_urgent_data_copied),
+        cmocka_unit_test(test_urgent_data_spliced),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
