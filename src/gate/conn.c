@@ -329,10 +329,9 @@ static bool refusal_keeps_connection(const struct conn *c, enum deny_reason reas
     /* A client that ended its side (client_eof) has nothing more to ask:
      * kept, the connection would be found at its end and closed before the
      * refusal went out. */
-    if (!respond || !ex->refusal_keeps || ex->client_eof || ex->client_close ||
-        c->gw->stopping || c->state == CS_TUNNEL ||
-        c->state == CS_FLUSH || c->state == CS_PEEK || c->state == CS_HELLO ||
-        (ex->is_connect && client_unread_beyond(c, ex->head_pending)))
+    if (!respond || !ex->refusal_keeps || ex->client_eof || ex->client_close || c->gw->stopping ||
+        c->state == CS_TUNNEL || c->state == CS_FLUSH || c->state == CS_PEEK ||
+        c->state == CS_HELLO || (ex->is_connect && client_unread_beyond(c, ex->head_pending)))
         return false;
     switch (reason) {
     case REASON_BAD_REQUEST:          /* the framing is not to be trusted */

@@ -28,14 +28,14 @@
 /* How long a connection is watched in a state where nothing moves. A relay
  * that sleeps wakes up at most once or twice in it; one that spins, tens of
  * thousands of times. */
-#define QUIET_MS 200
+#define QUIET_MS          200
 #define QUIET_WAKEUPS_MAX 4
 
 struct world {
     char dir[64];
     char path[96];
-    int gw_listen;  /* the test's "gateway" */
-    int stop[2];    /* a byte here ends relay_run() */
+    int gw_listen; /* the test's "gateway" */
+    int stop[2];   /* a byte here ends relay_run() */
     unsigned short port;
     struct relay *relay;
     pthread_t thread;
