@@ -141,7 +141,19 @@ static void up_read(struct bufferevent *bev, void *arg)
         conn_free(c);
         return;
     }
-    enum sni_reply r = sni_server_reply(buf, n);
+    /* A TLS 1.3 server sends one change_cipher_spec record right after its
+     * first handshake message (RFC 8446 D.4): after a HelloRetryRequest it
+     * may come apart from it, and be read only now, ahead of the answer to
+     * the second ClientHello. That answer is what tells: a second
+     * HelloRetryRequest fails closed. */
+    size_t skip = 0;
+    bool more = false;
+    if (c->hello_retried) {
+        skip = sni_skip_ccs(buf, n, &more);
+        if (more && n < PEEK_MAX)
+            return;
+    }
+    enum sni_reply r = sni_server_reply(buf + skip, n - skip);
     if (r != SNI_REPLY_NEED_MORE || n >= PEEK_MAX)
         hello_answered(c, r != SNI_REPLY_OTHER);
 }

@@ -941,22 +941,34 @@ class SplitHrrServer(LoopbackServer):
                 pass
 
 
+def _tunnel_past_a_retry(gateway, net, srv):
+    """A gateway allowing hrr.example.test at <srv>, and a tunnel to it whose
+    first ClientHello got the HelloRetryRequest and whose second (with the
+    client's change_cipher_spec) is sent: (gw, tunnel, ch1, ch2)."""
+    gw = gateway(net.policy([{"host": "hrr.example.test", "ports": [srv.port], "tier": 1}],
+                            static_extra={"hrr.example.test": "127.0.0.7"}))
+    ch1, ch2 = _hrr_hellos("hrr.example.test", "hrr.example.test")
+    t = connect(gw, "hrr.example.test:%d" % srv.port)
+    try:
+        assert t.status == 200
+        t.sock.sendall(ch1)
+        assert _read_hrr(t.sock) == _hrr_record()
+        t.sock.sendall(_CCS + ch2)
+        t.sock.settimeout(10)
+    except BaseException:
+        t.close()
+        raise
+    return gw, t, ch1, ch2
+
+
 def test_hello_retry_request_written_in_pieces_reaches_the_client(gateway, net):
     # the server's HelloRetryRequest comes in two writes: the gateway knows
     # it for one from its first 43 bytes, but the client needs all of it
     # before it sends its second ClientHello; the rest must not be held
     # until the peek window ends (which refused the tunnel)
     with SplitHrrServer("127.0.0.7") as srv:
-        gw = gateway(net.policy([{"host": "hrr.example.test", "ports": [srv.port], "tier": 1}],
-                                static_extra={"hrr.example.test": "127.0.0.7"}))
-        ch1, ch2 = _hrr_hellos("hrr.example.test", "hrr.example.test")
-        t = connect(gw, "hrr.example.test:%d" % srv.port)
+        gw, t, ch1, ch2 = _tunnel_past_a_retry(gateway, net, srv)
         try:
-            assert t.status == 200
-            t.sock.sendall(ch1)
-            assert _read_hrr(t.sock) == _hrr_record()
-            t.sock.sendall(_CCS + ch2)
-            t.sock.settimeout(10)
             got = recv_until_close(t.sock)
         finally:
             t.close()
@@ -966,6 +978,65 @@ def test_hello_retry_request_written_in_pieces_reaches_the_client(gateway, net):
         assert ev["decision"] == "allow", ev
         assert end["bytes_up"] == len(ch1) + len(_CCS) + len(ch2), end
         assert end["bytes_down"] == len(_hrr_record()) + len(SplitHrrServer.REPLY), end
+
+
+class LateCcsHrrServer(SplitHrrServer):
+    """A TCP upstream that answers a first ClientHello with a
+    HelloRetryRequest and sends the change_cipher_spec record that follows
+    it (RFC 8446 D.4) <pause> seconds later, apart; then answers the second
+    ClientHello with a second HelloRetryRequest, which no server may send,
+    and records whatever comes after (a third ClientHello must not)."""
+
+    def _serve(self, c):
+        with c:
+            c.settimeout(10)
+            rest = b""
+            try:
+                for answer in (_hrr_record(), _hrr_record(), None):
+                    rec, rest = self._record(c, rest)
+                    if rec[0] == 20:  # the client's change_cipher_spec
+                        rec, rest = self._record(c, rest)
+                    self.got.append(rec)
+                    if answer is None:
+                        break
+                    c.sendall(answer)
+                    if len(self.got) == 1:
+                        time.sleep(self.pause)
+                        c.sendall(_CCS)
+            except OSError:
+                pass
+
+
+def test_second_hello_retry_request_after_a_late_ccs_refused(gateway, net):
+    # the server's change_cipher_spec after its HelloRetryRequest comes apart
+    # from it and is read ahead of its answer to the second ClientHello: it
+    # is not that answer. The answer is a second HelloRetryRequest, which
+    # fails closed (sni_mismatch); a third ClientHello, naming another host,
+    # never reaches the server
+    with LateCcsHrrServer("127.0.0.7") as srv:
+        gw, t, ch1, ch2 = _tunnel_past_a_retry(gateway, net, srv)
+        _, ch3 = _hrr_hellos("hrr.example.test", "evil.example.test")
+        try:
+            got = b""
+            while True:  # whatever comes back, until the gateway closes
+                try:
+                    d = t.sock.recv(65536)
+                except OSError:
+                    break
+                if not d:
+                    break
+                got += d
+                if got.endswith(_hrr_record()):
+                    try:
+                        t.sock.sendall(ch3)
+                    except OSError:
+                        break
+        finally:
+            t.close()
+        ev, _ = gw.decided(method="CONNECT")
+        time.sleep(0.2)
+        assert srv.got == [ch1, ch2], srv.got
+        assert ev["decision"] == "deny" and ev["reason"] == "sni_mismatch", ev
 
 
 # --- plain HTTP as a tunnel's first bytes: the Host check ---------------------
