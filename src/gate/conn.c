@@ -72,6 +72,28 @@ static size_t head_limit(const struct conn *c)
     return (size_t)h;
 }
 
+/* How long the next request head may take: idle_timeout on a connection
+ * that counts against an agent. One that counts against none (a new one,
+ * or one whose requests were all refused before an agent was known: no
+ * credentials, a wrong token, a source no agent has) gets what is left of
+ * min(HEAD_DEADLINE_MS, idle_timeout) from its accept, however many such
+ * refusals it collects, so that idle or trickling sockets, or a stream of
+ * refused requests, cannot hold the global pool; 0 when that is spent. */
+static uint64_t next_head_ms(const struct conn *c)
+{
+    uint64_t idle = conn_idle_ms(c);
+    if (c->counted_agent != NULL)
+        return idle;
+    uint64_t cap = idle < HEAD_DEADLINE_MS ? idle : HEAD_DEADLINE_MS;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    int64_t since = (int64_t)(now.tv_sec - c->t_accept.tv_sec) * 1000 +
+                    (now.tv_nsec - c->t_accept.tv_nsec) / 1000000;
+    if (since < 0)
+        since = 0;
+    return (uint64_t)since < cap ? cap - (uint64_t)since : 0;
+}
+
 void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
                  const struct sockaddr *sa, socklen_t salen)
 {
@@ -111,10 +133,8 @@ void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
     c->state = CS_HEAD;
     bufferevent_setwatermark(c->client, EV_READ, 0, head_limit(c));
     conn_set_client_timeouts(c, true);
-    /* The first head counts against no agent yet: it gets at most
-     * HEAD_DEADLINE_MS, so idle sockets cannot hold the pool for long. */
-    uint64_t head_ms = conn_idle_ms(c);
-    struct timeval tv = timeval_of_ms(head_ms < HEAD_DEADLINE_MS ? head_ms : HEAD_DEADLINE_MS);
+    clock_gettime(CLOCK_MONOTONIC, &c->t_accept);
+    struct timeval tv = timeval_of_ms(next_head_ms(c));
     evtimer_add(c->timer, &tv);
     bufferevent_enable(c->client, EV_READ);
 }
@@ -329,7 +349,8 @@ static bool refusal_keeps_connection(const struct conn *c, enum deny_reason reas
     /* A client that ended its side (client_eof) has nothing more to ask:
      * kept, the connection would be found at its end and closed before the
      * refusal went out. */
-    if (!respond || !ex->refusal_keeps || ex->client_eof || ex->client_close || c->gw->stopping ||
+    if (!respond || !ex->refusal_keeps || ex->client_eof || ex->client_close ||
+        next_head_ms(c) == 0 || /* no time left for another head (see there) */ c->gw->stopping ||
         c->state == CS_TUNNEL || c->state == CS_FLUSH || c->state == CS_PEEK ||
         c->state == CS_HELLO || (ex->is_connect && client_unread_beyond(c, ex->head_pending)))
         return false;
@@ -408,7 +429,8 @@ bool conn_gate_denies(struct conn *c, enum deny_reason r, bool respond)
 
 void conn_exchange_done(struct conn *c)
 {
-    bool keep = c->ex.keep_alive && !c->gw->stopping;
+    uint64_t head_ms = next_head_ms(c);
+    bool keep = c->ex.keep_alive && !c->gw->stopping && head_ms > 0;
     if (keep)
         forward_park(c); /* may keep c->up for the next request */
     conn_end_exchange(c);
@@ -420,7 +442,7 @@ void conn_exchange_done(struct conn *c)
     c->state = CS_HEAD;
     bufferevent_setwatermark(c->client, EV_READ, 0, head_limit(c));
     conn_set_client_timeouts(c, true);
-    struct timeval tv = timeval_of_ms(conn_idle_ms(c));
+    struct timeval tv = timeval_of_ms(head_ms);
     evtimer_add(c->timer, &tv);
     bufferevent_enable(c->client, EV_READ);
     if (evbuffer_get_length(bufferevent_get_input(c->client)) > 0)

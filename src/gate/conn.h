@@ -50,7 +50,9 @@ struct quota_flow;
 #define PEEK_MS  1000
 #define PEEK_MAX (SNI_MAX_HELLO + 2048)
 /* A new connection's first request head must be complete within
- * min(HEAD_DEADLINE_MS, idle_timeout) of the accept. */
+ * min(HEAD_DEADLINE_MS, idle_timeout) of the accept; so must every later
+ * one while the connection counts against no agent (its requests were
+ * refused before one was known). */
 #define HEAD_DEADLINE_MS 10000
 /* A client closed on while its bytes were still unread, or its request body
  * not read to its end, is read (and what it sends dropped) for at most this
@@ -143,7 +145,8 @@ struct conn {
     struct evbuffer *scratch; /* a response head on its way to the client (forward.c); or NULL */
     struct client_origin origin;
     enum conn_state state;
-    char *counted_agent; /* the agent this connection counts against */
+    char *counted_agent;      /* the agent this connection counts against */
+    struct timespec t_accept; /* CLOCK_MONOTONIC: the head deadline counts from it */
     struct resolve_req *rreq;
     struct upstream_connect *uc;
     struct bufferevent *up;

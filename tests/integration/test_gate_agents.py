@@ -1,10 +1,12 @@
 """Agents: who is asking (sources, tokens), agents: restrictions, report mode."""
 
 import base64
+import time
 
 import pytest
 
-from gate_client import ANY, api_rule, assert_denied, connect, exchange, request
+from gate_client import (ANY, api_rule, assert_denied, build_request, connect, exchange,
+                         open_conn, read_response, request)
 
 TOKEN = "s3cret-token-for-tests"
 ENV = {"SLUICE_TEST_TOKEN": TOKEN, "SLUICE_TEST_TOKEN2": "another-secret"}
@@ -233,3 +235,46 @@ def test_enforce_agent_beside_report_agent(gateway, net):
     r = request(gw, "GET", net.url("/strict", host="other.example.test", port=net.other.port))
     assert_denied(gw, net, r, "not_in_policy", host="other.example.test", port=net.other.port,
                   agent="strict", ip=None)
+
+
+def _refused_or_served_for(gw, url, cred, seconds):
+    """Sends a request with <cred> on one connection every 0.3 s for
+    <seconds>; returns (statuses, seconds until the gateway closed it, or
+    None when it stayed open)."""
+    s = open_conn(gw)
+    statuses, t0 = [], time.monotonic()
+    try:
+        while time.monotonic() - t0 < seconds:
+            try:
+                s.sendall(build_request("GET", url, {"Proxy-Authorization": cred}))
+                r = read_response(s)
+            except OSError:
+                return statuses, time.monotonic() - t0
+            if r is None:
+                return statuses, time.monotonic() - t0
+            statuses.append(r.status)
+            if r.header("Connection") == "close":
+                return statuses, time.monotonic() - t0
+            time.sleep(0.3)
+        return statuses, None
+    finally:
+        s.close()
+
+
+def test_refused_before_an_agent_is_known_cannot_hold_a_connection(gateway, net):
+    # A connection whose requests are all refused before an agent is known
+    # (here a wrong token: 407) counts against no agent, so
+    # max_connections_per_agent cannot bound it: it keeps the first head's
+    # deadline, min(10 s, idle_timeout) from its accept, however many
+    # refusals it collects. Before, each refusal gave it idle_timeout anew,
+    # and such connections could fill --max-conns for ever. An agent's own
+    # connection keeps idle_timeout between its requests.
+    policy = _token_policy(net)
+    policy["limits"] = {"idle_timeout": "2s"}
+    gw = gateway(policy, env=ENV)
+    url = net.url("/held")
+    statuses, closed = _refused_or_served_for(gw, url, "Bearer nope", 5)
+    assert statuses and set(statuses) == {407}, statuses
+    assert closed is not None and closed < 3.5, (closed, statuses)
+    statuses, closed = _refused_or_served_for(gw, url, "Bearer " + TOKEN, 3.5)
+    assert closed is None and set(statuses) == {200}, (closed, statuses)
