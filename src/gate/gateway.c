@@ -652,7 +652,11 @@ void gateway_free(struct gateway *gw)
     watch_free(gw->watch); /* after the connections (their end events), before the log */
     gw->watch = NULL;
     if (gw->log != NULL) {
-        log_jsonl_flush(gw->log, LOG_FLUSH_MS);
+        /* A slow reader (a pipe, a socket) or a full disk gets the shutdown
+         * budget the operator gave (--grace), and at least LOG_FLUSH_MS:
+         * what is still unwritten then is reported as lost. */
+        unsigned grace = gw->cfg.grace_ms > 0 ? gw->cfg.grace_ms : GATEWAY_DEFAULT_GRACE_MS;
+        log_jsonl_flush(gw->log, grace > LOG_FLUSH_MS ? (int)grace : LOG_FLUSH_MS);
         log_jsonl_close(gw->log);
     }
     quota_free(gw->quota); /* after the connections: their flows hold entries */

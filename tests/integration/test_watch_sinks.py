@@ -5,6 +5,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -477,6 +478,48 @@ def test_a_log_that_cannot_be_written(gateway, net, tmp_path):
     assert re.search(r"sluice: log /dev/full: 6 line\(s\) \(\d+ bytes\) not written at exit",
                      err), err
     assert "[warn]" not in err, err
+
+
+def test_lines_behind_a_slow_reader_are_written_at_exit(sluice_bin, net, tmp_path):
+    # `--log -` into a pipe whose reader takes nothing for a while: requests
+    # go on (the loop never waits for the log), the lines wait in memory,
+    # and at SIGTERM serve waits for the reader up to --grace (5 s by
+    # default; it gave up after 2 s before, and the lines were lost)
+    from conftest import policy_yaml
+    pol = tmp_path / "p.yaml"
+    pol.write_text(policy_yaml(net.policy(rules(net, tier=1))))
+    port = free_tcp_port()
+    p = subprocess.Popen([sluice_bin, "serve", "--policy", str(pol), "--listen",
+                          "127.0.0.1:%d" % port, "--log", "-"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    n = 60  # about 270 KB of lines: more than the pipe holds
+    try:
+        gw = type("Gw", (), {"host": "127.0.0.1", "port": port})()
+
+        def up():
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                return True
+            except OSError:
+                return p.poll() is not None
+        poll(up, timeout=15, what="sluice to listen")
+        assert p.poll() is None, p.stderr.read()
+        for i in range(n):
+            path = "/behind/%d/%s" % (i, "x" * 2000)
+            assert request(gw, "GET", net.url(path)).status == 200
+        p.send_signal(signal.SIGTERM)
+        time.sleep(3)  # the reader is still away past the old 2 s
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    err = err.decode()
+    assert p.returncode == 0, err
+    assert "not written at exit" not in err, err
+    events = [json.loads(line)["event"] for line in out.decode().splitlines()]
+    assert events.count("agent_egress") == n and events.count("agent_egress_end") == n, err
 
 
 def test_healthz_ok_while_logs_are_written(gateway, net, tmp_path):
