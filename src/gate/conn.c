@@ -346,12 +346,16 @@ static void close_when_flushed(struct conn *c)
 static bool refusal_keeps_connection(const struct conn *c, enum deny_reason reason, bool respond)
 {
     const struct exchange *ex = &c->ex;
+    if (!respond || !ex->refusal_keeps || c->gw->stopping)
+        return false;
     /* A client that ended its side (client_eof) has nothing more to ask:
      * kept, the connection would be found at its end and closed before the
      * refusal went out. */
-    if (!respond || !ex->refusal_keeps || ex->client_eof || ex->client_close ||
-        next_head_ms(c) == 0 || /* no time left for another head (see there) */ c->gw->stopping ||
-        c->state == CS_TUNNEL || c->state == CS_FLUSH || c->state == CS_PEEK ||
+    if (ex->client_eof || ex->client_close)
+        return false;
+    if (next_head_ms(c) == 0) /* no time left for another head (see there) */
+        return false;
+    if (c->state == CS_TUNNEL || c->state == CS_FLUSH || c->state == CS_PEEK ||
         c->state == CS_HELLO || (ex->is_connect && client_unread_beyond(c, ex->head_pending)))
         return false;
     switch (reason) {

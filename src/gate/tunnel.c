@@ -105,7 +105,6 @@ static void delivered(struct dir *d, size_t n)
         d->t->on_up(d->t->up_arg);
 }
 
-/* Leaves splice mode for good (splice refused on this pair of sockets). */
 /* Closes the direction's pipe, which must be empty: it copies until its
  * next streaming read makes another. */
 static void close_pipe(struct dir *d)
@@ -115,7 +114,7 @@ static void close_pipe(struct dir *d)
     d->pipe[0] = d->pipe[1] = -1;
 }
 
-/* The same, for good: splicing does not apply to src. */
+/* Leaves splice mode for good (splice refused on this pair of sockets). */
 static void drop_pipe(struct dir *d)
 {
     close_pipe(d);
