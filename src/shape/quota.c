@@ -387,15 +387,20 @@ int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, c
     const struct rate_spec *rs[2] = {&p->limits.rate, r != NULL ? &r->rate : NULL};
     struct qentry *e[2] = {NULL, NULL};
     uint64_t wait = 0;
+    int rc = 0;
     *wait_ns = 0;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 2 && rc == 0; i++) {
         if (!limits_requests(rs[i]))
             continue;
         e[i] = lookup(q, agent_id, i == 0 ? NULL : r, now_ns, true);
         if (e[i] == NULL) {
-            *wait_ns = NS_PER_S;
-            return -1;
+            wait = NS_PER_S;
+            rc = -1;
+            break;
         }
+        /* Held until the end: the rule's lookup may evict every entry at
+         * rest to make room, and the agent's, full, is one. */
+        e[i]->refs++;
         apply_spec(e[i], rs[i], now_ns);
         uint64_t w = bucket_wait_ns(&e[i]->req, 1, now_ns);
         if (w > wait)
@@ -403,12 +408,16 @@ int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, c
     }
     if (wait > 0) {
         *wait_ns = wait;
-        return -1;
+        rc = -1;
     }
-    for (int i = 0; i < 2; i++)
-        if (e[i] != NULL)
+    for (int i = 0; i < 2; i++) {
+        if (e[i] == NULL)
+            continue;
+        if (rc == 0)
             bucket_take(&e[i]->req, 1, now_ns);
-    return 0;
+        e[i]->refs--;
+    }
+    return rc;
 }
 
 /* --- bandwidth ------------------------------------------------------------- */

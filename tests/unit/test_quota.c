@@ -200,6 +200,33 @@ static void test_bounded_memory(void **state)
     quota_free(q);
 }
 
+/* A full table, and a new agent's first request under a rule with a rate
+ * of its own: the rule's entry needs room, which evicts every entry at
+ * rest, and the agent's own, just made and full, is at rest. It must not
+ * be evicted while the admission still holds it (it was: a use after free
+ * that ASan reports here). */
+static void test_full_table_keeps_the_entry_being_admitted(void **state)
+{
+    (void)state;
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    set_rate(&p.limits.rate, 10, 1000, 0, 0);
+    char pat[] = "example.test";
+    struct rule r = make_rule(0, pat, ports_web, 2);
+    set_rate(&r.rate, 2, 1000, 0, 0);
+    struct quota *q = quota_new(NULL, NULL, 2);
+    uint64_t w;
+    assert_int_equal(quota_admit(q, &p, "other1", NULL, 1 * S, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "other2", NULL, 1 * S, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "new", &r, 1 * S, &w), 0);
+    /* both buckets of "new" were charged: the rule's allows one more */
+    assert_int_equal(quota_admit(q, &p, "new", &r, 1 * S, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "new", &r, 1 * S, &w), -1);
+    assert_true(w > 0);
+    assert_true(quota_entries(q) <= 2);
+    quota_free(q);
+}
+
 /* One denial of <id> at <t> nanoseconds on both clocks (the wall clock in
  * milliseconds). */
 static bool deny(struct quota *q, const char *id, uint64_t t)
@@ -591,6 +618,7 @@ int main(void)
         cmocka_unit_test(test_keys_survive_reload),
         cmocka_unit_test(test_rule_identity),
         cmocka_unit_test(test_bounded_memory),
+        cmocka_unit_test(test_full_table_keeps_the_entry_being_admitted),
         cmocka_unit_test(test_quarantine),
         cmocka_unit_test(test_quarantine_again_while_over),
         cmocka_unit_test(test_sliding_window),
