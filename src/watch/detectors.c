@@ -463,7 +463,11 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
         al.kind = ALERT_FIRST_CONTACT;
         al.severity = passed ? SEVERITY_LOW : SEVERITY_MEDIUM;
         al.detail = detail;
-        raise_alert(d, &al, ev->host, DETECT_FOLD_MS, now_ms);
+        /* Not folded (period 0): a pair contacts first once, so there is
+         * never a repeat to fold, and a fold entry per pair would let an
+         * agent fill the fold table with made-up hosts, after which nothing
+         * would fold (every tier-3 write, expired grant... its own line). */
+        raise_alert(d, &al, ev->host, 0, now_ms);
     }
     if (c->present && passed && ev->tier == TIER_3) {
         grant_text(ev, grant, sizeof(grant));

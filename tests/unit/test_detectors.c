@@ -210,6 +210,40 @@ static void tier3_grants_and_first_contact(void **state)
     assert_int_equal(detectors_grants(f->d, &f->p, T0), 0);
 }
 
+/* An agent contacting thousands of made-up hosts (each a first contact,
+ * denied) must not stop the folding of what comes after: repeated expired-
+ * grant denials still make one line per period. (First contacts took a
+ * fold entry each; past the table's 4096, every later alert went out
+ * unfolded.) */
+static void first_contacts_leave_folding_alone(void **state)
+{
+    struct fx *f = *state;
+    int32_t today = day_of((time_t)(T0 / 1000));
+    f->rules[0] = (struct rule){.index = 0,
+                                .pattern = "old.test",
+                                .tier = TIER_3,
+                                .owner = "bob",
+                                .has_expires = true,
+                                .expires = today - 1};
+    f->p.nrules = 1;
+    f->p.alerts.first_contact = true;
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    char host[32];
+    for (int i = 0; i < 5000; i++) {
+        snprintf(host, sizeof(host), "h%d.bad.test", i);
+        struct egress_event ev =
+            ev_of("ci", "GET", host, VERDICT_DENY, REASON_NOT_IN_POLICY, TIER_NONE);
+        detectors_feed(f->d, &ev, T0 + i / 100);
+    }
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], 5000);
+    struct egress_event ex =
+        ev_of("ci", "POST", "old.test", VERDICT_DENY, REASON_GRANT_EXPIRED, TIER_3);
+    ex.rule = &f->rules[0];
+    for (int i = 0; i < 50; i++)
+        detectors_feed(f->d, &ex, T0 + 100 + i);
+    assert_int_equal(f->got.n[ALERT_GRANT_EXPIRED], 1);
+}
+
 static void off_hours_arithmetic(void **state)
 {
     (void)state;
@@ -463,6 +497,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(write_burst_threshold_and_fold, setup, teardown),
         cmocka_unit_test_setup_teardown(denied_burst_and_upload, setup, teardown),
         cmocka_unit_test_setup_teardown(tier3_grants_and_first_contact, setup, teardown),
+        cmocka_unit_test_setup_teardown(first_contacts_leave_folding_alone, setup, teardown),
         cmocka_unit_test(off_hours_arithmetic),
         cmocka_unit_test_setup_teardown(off_hours_detector, setup, teardown),
         cmocka_unit_test_setup_teardown(baseline_learns_and_alerts, setup, teardown),
