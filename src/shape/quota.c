@@ -389,7 +389,7 @@ int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, c
     uint64_t wait = 0;
     int rc = 0;
     *wait_ns = 0;
-    for (int i = 0; i < 2 && rc == 0; i++) {
+    for (int i = 0; i < 2; i++) {
         if (!limits_requests(rs[i]))
             continue;
         e[i] = lookup(q, agent_id, i == 0 ? NULL : r, now_ns, true);
