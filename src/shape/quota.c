@@ -285,21 +285,28 @@ static struct qentry *lookup(struct quota *q, const char *agent_id, const struct
     return e;
 }
 
-/* Brings <e>'s buckets to the rate <rs> (a reload may have changed it). */
-static void apply_spec(struct qentry *e, const struct rate_spec *rs, uint64_t now)
+/* Brings <e>'s request bucket to the rate <rs> (a reload may have changed
+ * it). Only admissions do, under a rate with a request limit: an upload's
+ * flow, under one with only a bandwidth, would turn the bucket off, and a
+ * later reload bringing the limit back would find it full, where a reload
+ * never grants tokens. */
+static void apply_requests(struct qentry *e, const struct rate_spec *rs, uint64_t now)
 {
-    struct spec s = {0, 0, 0, 0};
-    if (rs != NULL && rs->set) {
-        s.requests = rs->requests;
-        s.per_ms = rs->per_ms > 0 ? rs->per_ms : 1000;
-        s.burst = rs->burst;
-        s.bandwidth = rs->bandwidth;
-    }
-    if (s.requests != e->spec.requests || s.per_ms != e->spec.per_ms || s.burst != e->spec.burst)
-        bucket_reconfigure(&e->req, s.requests, s.burst, sat_mul(s.per_ms, NS_PER_MS), now);
-    if (s.bandwidth != e->spec.bandwidth)
-        bucket_reconfigure(&e->bw, s.bandwidth, 0, NS_PER_S, now);
-    e->spec = s;
+    uint64_t per_ms = rs->per_ms > 0 ? rs->per_ms : 1000;
+    if (rs->requests != e->spec.requests || per_ms != e->spec.per_ms || rs->burst != e->spec.burst)
+        bucket_reconfigure(&e->req, rs->requests, rs->burst, sat_mul(per_ms, NS_PER_MS), now);
+    e->spec.requests = rs->requests;
+    e->spec.per_ms = per_ms;
+    e->spec.burst = rs->burst;
+}
+
+/* The same for the bandwidth bucket, by the flows, under a rate with a
+ * bandwidth. */
+static void apply_bandwidth(struct qentry *e, const struct rate_spec *rs, uint64_t now)
+{
+    if (rs->bandwidth != e->spec.bandwidth)
+        bucket_reconfigure(&e->bw, rs->bandwidth, 0, NS_PER_S, now);
+    e->spec.bandwidth = rs->bandwidth;
 }
 
 static bool limits_requests(const struct rate_spec *rs)
@@ -401,7 +408,7 @@ int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, c
         /* Held until the end: the rule's lookup may evict every entry at
          * rest to make room, and the agent's, full, is one. */
         e[i]->refs++;
-        apply_spec(e[i], rs[i], now_ns);
+        apply_requests(e[i], rs[i], now_ns);
         uint64_t w = bucket_wait_ns(&e[i]->req, 1, now_ns);
         if (w > wait)
             wait = w;
@@ -438,7 +445,7 @@ struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, cons
         struct qentry *e = lookup(q, agent_id, i == 0 ? NULL : r, now_ns, true);
         if (e == NULL)
             continue; /* out of memory: that limit goes unshaped */
-        apply_spec(e, rs[i], now_ns);
+        apply_bandwidth(e, rs[i], now_ns);
         e->refs++;
         f->e[i] = e;
     }

@@ -227,6 +227,31 @@ static void test_full_table_keeps_the_entry_being_admitted(void **state)
     quota_free(q);
 }
 
+/* A reload never grants tokens, also across one that drops the request
+ * limit and keeps a bandwidth, with an upload in between: the upload's flow
+ * turned the request bucket off, and the reload bringing the limit back
+ * found it full. */
+static void test_reload_through_a_bandwidth_only_rate_grants_nothing(void **state)
+{
+    (void)state;
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    set_rate(&p.limits.rate, 1, 3600 * 1000, 0, 1000);
+    struct quota *q = quota_new(NULL, NULL, 0);
+    uint64_t w;
+    assert_int_equal(quota_admit(q, &p, "a", NULL, 1 * S, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "a", NULL, 1 * S, &w), -1);
+    assert_true(w >= 3599 * S);
+    set_rate(&p.limits.rate, 0, 3600 * 1000, 0, 1000); /* reload: bandwidth only */
+    struct quota_flow *f = quota_flow_open(q, &p, "a", NULL, 2 * S);
+    assert_non_null(f);
+    quota_flow_close(f);
+    set_rate(&p.limits.rate, 1, 3600 * 1000, 0, 1000); /* reload: the limit is back */
+    assert_int_equal(quota_admit(q, &p, "a", NULL, 3 * S, &w), -1);
+    assert_true(w >= 3590 * S);
+    quota_free(q);
+}
+
 /* One denial of <id> at <t> nanoseconds on both clocks (the wall clock in
  * milliseconds). */
 static bool deny(struct quota *q, const char *id, uint64_t t)
@@ -619,6 +644,7 @@ int main(void)
         cmocka_unit_test(test_rule_identity),
         cmocka_unit_test(test_bounded_memory),
         cmocka_unit_test(test_full_table_keeps_the_entry_being_admitted),
+        cmocka_unit_test(test_reload_through_a_bandwidth_only_rate_grants_nothing),
         cmocka_unit_test(test_quarantine),
         cmocka_unit_test(test_quarantine_again_while_over),
         cmocka_unit_test(test_sliding_window),
