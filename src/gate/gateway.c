@@ -201,6 +201,13 @@ static unsigned max_conns(const struct gateway *gw)
     return gw->cfg.max_conns > 0 ? gw->cfg.max_conns : GATEWAY_DEFAULT_MAX_CONNS;
 }
 
+/* --grace: how long requests in flight, and then the log's last lines, get
+ * at SIGTERM. */
+static unsigned grace_ms(const struct gateway *gw)
+{
+    return gw->cfg.grace_ms > 0 ? gw->cfg.grace_ms : GATEWAY_DEFAULT_GRACE_MS;
+}
+
 bool gateway_tunnel_splices(const struct gateway *gw, bool client_on_unix)
 {
     return gw->cfg.splice || client_on_unix;
@@ -476,7 +483,7 @@ void gateway_stop(struct gateway *gw)
         event_base_loopexit(gw->base, NULL);
         return;
     }
-    unsigned ms = gw->cfg.grace_ms > 0 ? gw->cfg.grace_ms : GATEWAY_DEFAULT_GRACE_MS;
+    unsigned ms = grace_ms(gw);
     struct timeval tv = timeval_of_ms(ms);
     evtimer_add(gw->grace_timer, &tv);
 }
@@ -655,7 +662,7 @@ void gateway_free(struct gateway *gw)
         /* A slow reader (a pipe, a socket) or a full disk gets the shutdown
          * budget the operator gave (--grace), and at least LOG_FLUSH_MS:
          * what is still unwritten then is reported as lost. */
-        unsigned grace = gw->cfg.grace_ms > 0 ? gw->cfg.grace_ms : GATEWAY_DEFAULT_GRACE_MS;
+        unsigned grace = grace_ms(gw);
         log_jsonl_flush(gw->log, grace > LOG_FLUSH_MS ? (int)grace : LOG_FLUSH_MS);
         log_jsonl_close(gw->log);
     }

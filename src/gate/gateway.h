@@ -136,13 +136,13 @@ void gateway_print_grant_warnings(const struct policy *p);
 void gateway_free(struct gateway *gw);
 
 /* Used by connections. */
-/* True when <ip>:<port> is one of the gateway's listeners or its --admin server. */
 /* Whether a tunnel moves streaming bytes with splice(2) (tunnel.h): with
  * --splice, and for a client on a unix socket: sluice run's relay (or
  * another local proxy), which copies the bytes again before its agent sees
  * them, so splice's page fragments cost that copy nothing more and spare
  * the gateway its own (README, Benchmarks). */
 bool gateway_tunnel_splices(const struct gateway *gw, bool client_on_unix);
+/* True when <ip>:<port> is one of the gateway's listeners or its --admin server. */
 bool gateway_is_self(const struct gateway *gw, const struct ipaddr *ip, uint16_t port);
 /* True when the normalised name <name>:<port> is written as a listener's host. */
 bool gateway_is_self_name(const struct gateway *gw, const char *name, uint16_t port);
