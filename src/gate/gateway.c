@@ -656,6 +656,7 @@ void gateway_free(struct gateway *gw)
         if (evs[i] != NULL)
             event_free(evs[i]);
     resolver_free(gw->resolver);
+    watch_drain(gw->watch, grace_ms(gw)); /* summaries; sinks finish what they hold */
     watch_free(gw->watch); /* after the connections (their end events), before the log */
     gw->watch = NULL;
     if (gw->log != NULL) {

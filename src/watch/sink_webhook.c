@@ -439,6 +439,16 @@ static void drop_oldest(struct webhook *w)
     }
 }
 
+/* Out of memory for an alert: one in the store waits there for the sweep;
+ * one that is not is dropped and counted like one over the cap. */
+static void lost_to_memory(struct webhook *w, int64_t id)
+{
+    if (id > 0)
+        w->only_stored++;
+    else
+        w->dropped++;
+}
+
 static void enqueue(struct webhook *w, int64_t id, const char *json, size_t n, int attempts)
 {
     if (w->len >= w->t.queue_max) {
@@ -451,8 +461,10 @@ static void enqueue(struct webhook *w, int64_t id, const char *json, size_t n, i
     if (w->len == w->cap) {
         size_t nc = w->cap * 2;
         struct item *nq = calloc(nc, sizeof(*nq));
-        if (nq == NULL)
+        if (nq == NULL) {
+            lost_to_memory(w, id);
             return;
+        }
         for (size_t i = 0; i < w->len; i++)
             nq[i] = w->q[(w->head + i) % w->cap];
         free(w->q);
@@ -462,8 +474,10 @@ static void enqueue(struct webhook *w, int64_t id, const char *json, size_t n, i
     }
     struct item *it = &w->q[(w->head + w->len) % w->cap];
     it->body = malloc(n > 0 ? n : 1);
-    if (it->body == NULL)
+    if (it->body == NULL) {
+        lost_to_memory(w, id);
         return;
+    }
     memcpy(it->body, json, n);
     it->n = n;
     it->id = id;
@@ -559,6 +573,15 @@ size_t webhook_queued(const struct webhook *w)
     return w->len;
 }
 
+size_t webhook_unstored(const struct webhook *w)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < w->len; i++)
+        if (w->q[(w->head + i) % w->cap].id <= 0)
+            n++;
+    return n;
+}
+
 uint64_t webhook_delivered(const struct webhook *w)
 {
     return w->delivered;
@@ -578,6 +601,12 @@ void webhook_free(struct webhook *w)
 {
     if (w == NULL)
         return;
+    size_t lost = webhook_unstored(w);
+    if (lost > 0)
+        fprintf(stderr,
+                "sluice: webhook %s: %zu alert%s undelivered at exit and in no state store: "
+                "lost\n",
+                w->label, lost, lost == 1 ? "" : "s");
     if (w->conn != NULL)
         evhttp_connection_free(w->conn); /* a request in flight is dropped, no callback */
     if (w->dns != NULL)

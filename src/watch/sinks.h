@@ -77,6 +77,10 @@ void webhook_send(struct webhook *w, const char *json, size_t n);
 /* Queues an alert loaded from the store (already stored as <id>). */
 void webhook_adopt(struct webhook *w, int64_t id, const char *json, int attempts);
 size_t webhook_queued(const struct webhook *w);
+/* Of those, the alerts that only memory holds (no state store, or one that
+ * could not take them): what stopping now would lose. webhook_free()
+ * reports them on standard error. */
+size_t webhook_unstored(const struct webhook *w);
 uint64_t webhook_delivered(const struct webhook *w);
 uint64_t webhook_failures(const struct webhook *w);
 /* Alerts dropped because the memory queue was full and there is no store. */

@@ -18,7 +18,8 @@
 #include "watch/sinks.h"
 
 #define ALERT_LINE_MAX 8192
-#define FLUSH_MS       2000
+#define FLUSH_MS       2000 /* the alerts file's last flush, at least */
+#define DRAIN_CHECK_MS 20   /* how often watch_drain() looks at the sinks */
 
 struct watch {
     struct event_base *base;
@@ -40,7 +41,19 @@ struct watch {
     uint64_t unmatched_queued;
     metrics_gauges_fn gauges;
     void *gauges_arg;
+    /* watch_drain(): its deadline (CLOCK_MONOTONIC ms), the timer that
+     * checks on the sinks, and the alerts file's last flush budget */
+    int64_t drain_until_ms;
+    struct event *drain_check;
+    int exit_flush_ms;
 };
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static int64_t now_ms(void)
 {
@@ -279,6 +292,7 @@ struct watch *watch_new(struct event_base *base, struct bus *bus, struct alert_b
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
+    w->exit_flush_ms = FLUSH_MS;
     w->base = base;
     w->alerts = alerts;
     w->log = log;
@@ -360,6 +374,49 @@ void watch_reopen(struct watch *w)
         fprintf(stderr, "sluice: cannot reopen the alerts file; still writing to the old one\n");
 }
 
+/* ---- stopping ---------------------------------------------------------------- */
+
+/* True while stopping now would lose an alert a sink has: an exec program
+ * running or waiting to run, a webhook alert that only memory holds (one in
+ * the state store is delivered after the restart). */
+static bool sinks_hold_alerts(const struct watch *w)
+{
+    if (w->exec != NULL && exec_runner_busy(w->exec) > 0)
+        return true;
+    for (size_t i = 0; i < w->nhooks; i++)
+        if (webhook_unstored(w->hooks[i]) > 0)
+            return true;
+    return false;
+}
+
+static void on_drain_check(evutil_socket_t fd, short what, void *arg)
+{
+    struct watch *w = arg;
+    (void)fd;
+    (void)what;
+    if (!sinks_hold_alerts(w) || mono_ms() >= w->drain_until_ms)
+        event_base_loopbreak(w->base);
+}
+
+void watch_drain(struct watch *w, unsigned timeout_ms)
+{
+    if (w == NULL)
+        return;
+    detectors_flush(w->det, now_ms()); /* the open summaries; baselines as of now */
+    w->exit_flush_ms = timeout_ms > FLUSH_MS ? (int)timeout_ms : FLUSH_MS;
+    if (!sinks_hold_alerts(w))
+        return;
+    w->drain_until_ms = mono_ms() + timeout_ms;
+    w->drain_check = event_new(w->base, -1, EV_PERSIST, on_drain_check, w);
+    if (w->drain_check == NULL)
+        return;
+    struct timeval tv = {0, DRAIN_CHECK_MS * 1000};
+    event_add(w->drain_check, &tv);
+    event_base_dispatch(w->base); /* the sinks' events, the alerts file's writes */
+    event_free(w->drain_check);
+    w->drain_check = NULL;
+}
+
 void watch_free(struct watch *w)
 {
     if (w == NULL)
@@ -375,7 +432,7 @@ void watch_free(struct watch *w)
     exec_runner_free(w->exec);
     free_execs(w);
     if (w->own_file) {
-        log_jsonl_flush(w->file, FLUSH_MS);
+        log_jsonl_flush(w->file, w->exit_flush_ms);
         log_jsonl_close(w->file);
     }
     detectors_free(w->det);

@@ -50,7 +50,15 @@ void watch_set_gauges(struct watch *w, metrics_gauges_fn fn, void *arg);
 void watch_policy_loaded(struct watch *w, const struct policy *p);
 /* SIGHUP: reopens the alerts file. */
 void watch_reopen(struct watch *w);
-/* Flushes the alerts file and the store, stops the sinks, frees. Accepts NULL. */
+/* At a stop, once the connections are gone (their events published):
+ * writes the open fold summaries, then runs the event loop until the sinks
+ * hold no alert a stop would lose (exec programs running or waiting,
+ * webhook alerts in no state store), at most <timeout_ms>; the alerts
+ * file's last flush then gets as long (and at least 2 s). What is left is
+ * reported on standard error by watch_free(). Accepts NULL. */
+void watch_drain(struct watch *w, unsigned timeout_ms);
+/* Flushes the alerts file and the store, stops the sinks (killing exec
+ * programs still running), frees. Accepts NULL. */
 void watch_free(struct watch *w);
 
 #endif

@@ -685,3 +685,49 @@ def test_webhook_url_secrets_never_reach_stderr(run_sluice, tmp_path, url, secre
     assert r.returncode != 0
     assert secret not in r.stderr and "SECRET" not in r.stderr, r.stderr
     assert label in r.stderr and why in r.stderr, r.stderr
+
+
+def test_summaries_written_at_a_stop_reach_the_sinks(gateway, net, tmp_path):
+    # A stop writes the open fold summaries; the sinks must get them too: the
+    # exec program runs to its end (it was killed at once), the webhook
+    # without a state store delivers (it was dropped with the queue).
+    out = tmp_path / "got"
+    out.mkdir()
+    prog = write_script(str(tmp_path / "page.sh"),
+                        "#!/bin/sh\nsleep 0.3\ncat > %s/a.$$.tmp && mv %s/a.$$.tmp %s/a.$$\n"
+                        % (out, out, out))
+    rcv = Receiver()
+    try:
+        gw = gateway(net.policy(rules(net), alerts={"sinks": [
+            {"exec": prog}, {"webhook": "http://127.0.0.1:%d/h" % rcv.port}]}),
+            args=["--alerts", str(tmp_path / "a.jsonl")])
+        for i in range(3):
+            assert request(gw, "POST", net.url("/w%d" % i), body=b"1").status == 200
+        poll(lambda: len(rcv.bodies()) >= 1 or None, timeout=10, what="the first alert")
+        poll(lambda: len([f for f in os.listdir(str(out)) if not f.endswith(".tmp")]) >= 1
+             or None, timeout=10, what="the exec sink's first alert")
+        gw.stop()
+        hooked = [b for b in rcv.bodies() if b["kind"] == "tier3_write"]
+        assert [b["count"] for b in hooked] == [1, 2], hooked
+        got = []
+        for name in os.listdir(str(out)):
+            with open(os.path.join(str(out), name)) as f:
+                got.append(json.loads(f.read()))
+        assert sorted(a["count"] for a in got) == [1, 2], got
+        assert "lost" not in gw.stderr()
+    finally:
+        rcv.stop()
+
+
+def test_webhook_alerts_lost_at_a_stop_are_reported(gateway, net, tmp_path):
+    # Nobody listens and there is no state store: the stop waits --grace for
+    # the webhook, then says what it loses instead of dropping it silently.
+    port = free_tcp_port()
+    gw = gateway(net.policy(rules(net), alerts={"sinks": [
+        {"webhook": "http://127.0.0.1:%d/h" % port}]}),
+        args=["--alerts", str(tmp_path / "a.jsonl"), "--grace", "1s"],
+        env={"SLUICE_TEST_WEBHOOK_BACKOFF_MS": "10"})
+    assert request(gw, "POST", net.url("/w"), body=b"1").status == 200
+    wait_alert(str(tmp_path / "a.jsonl"), "tier3_write")
+    gw.stop()
+    assert "1 alert undelivered at exit and in no state store: lost" in gw.stderr()
