@@ -453,21 +453,35 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
     describe(ev, what, sizeof(what));
     struct alert al = {.agent = ev->agent, .host = ev->host, .tier = ev->tier, .id = ev->id};
 
-    if (c->first_contact && ev->agent != NULL && ev->host != NULL &&
-        contacts_add(d, ev->agent, ev->host) == 1) {
-        if (d->store != NULL)
-            store_put_contact(d->store, ev->agent, ev->host, now_ms);
-        snprintf(detail, sizeof(detail), "%s contacted %s:%u for the first time (%s, %s)",
-                 ev->agent, ev->host, (unsigned)ev->port, ev->method ? ev->method : "?",
-                 passed ? verdict_name(ev->verdict) : "denied");
+    int fresh = c->first_contact && ev->agent != NULL && ev->host != NULL
+                    ? contacts_add(d, ev->agent, ev->host)
+                    : 0;
+    const char *how = passed ? verdict_name(ev->verdict) : "denied";
+    if (fresh != 0) {
         al.kind = ALERT_FIRST_CONTACT;
         al.severity = passed ? SEVERITY_LOW : SEVERITY_MEDIUM;
         al.detail = detail;
+    }
+    if (fresh > 0) {
+        if (d->store != NULL)
+            store_put_contact(d->store, ev->agent, ev->host, now_ms);
+        snprintf(detail, sizeof(detail), "%s contacted %s:%u for the first time (%s, %s)",
+                 ev->agent, ev->host, (unsigned)ev->port, ev->method ? ev->method : "?", how);
         /* Not folded (period 0): a pair contacts first once, so there is
          * never a repeat to fold, and a fold entry per pair would let an
-         * agent fill the fold table with made-up hosts, after which nothing
-         * would fold (every tier-3 write, expired grant... its own line). */
+         * agent fill the fold table with made-up hosts. */
         raise_alert(d, &al, ev->host, 0, now_ms);
+    } else if (fresh < 0) {
+        /* Memory for pairs is full (an agent may have filled it with
+         * made-up hosts to hide a real first contact): a pair not
+         * remembered is still told, folded per agent and minute. */
+        snprintf(detail, sizeof(detail),
+                 "%s contacted %s:%u, which it may not have contacted before (%s, %s): "
+                 "first-contact memory is full (%u pairs), so this agent's contacts with hosts "
+                 "not remembered are folded per minute",
+                 ev->agent, ev->host, (unsigned)ev->port, ev->method ? ev->method : "?", how,
+                 (unsigned)DETECT_CONTACTS_MAX);
+        raise_alert(d, &al, NULL, MINUTE_MS, now_ms);
     }
     if (c->present && passed && ev->tier == TIER_3) {
         grant_text(ev, grant, sizeof(grant));

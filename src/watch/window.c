@@ -97,14 +97,39 @@ static struct fold_entry *find(struct fold *f, enum alert_kind kind, const char 
 
 static void summarise(struct fold_entry *e, int64_t now_ms, fold_emit_fn fn, void *arg);
 
+/* The key part a spilled entry has in place of a host (and an agent): no
+ * host name or agent id holds a newline. */
+#define FOLD_SPILL "\n"
+
+/* The entry <a> folds into: its own key's, or, when the table has no room
+ * for a new one at a level, the next level's. NULL when that key has no
+ * entry yet: <*level>, <*agent> and <*host> then say which key to open. */
+static struct fold_entry *entry_for(struct fold *f, const struct alert *a, enum fold_level *level,
+                                    const char **agent, const char **host)
+{
+    static const size_t room[FOLD_LEVELS] = {FOLD_MAX, FOLD_SPILL_MAX, ALERT_KIND_COUNT};
+    for (enum fold_level lv = FOLD_BY_HOST; lv < FOLD_LEVELS; lv++) {
+        if (lv == FOLD_BY_AGENT)
+            *host = FOLD_SPILL;
+        else if (lv == FOLD_BY_KIND)
+            *agent = FOLD_SPILL;
+        *level = lv;
+        struct fold_entry *e = find(f, a->kind, *agent, *host);
+        if (e != NULL || f->at[lv] < room[lv])
+            return e;
+    }
+    return NULL; /* every kind has its entry: not reached */
+}
+
 bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int64_t now_ms,
                 uint64_t period_ms, fold_emit_fn fn, void *arg)
 {
     const char *agent = a->agent != NULL ? a->agent : "";
     const char *host = key_host != NULL ? key_host : "";
+    enum fold_level level;
     if (period_ms == 0)
         return true;
-    struct fold_entry *e = find(f, a->kind, agent, host);
+    struct fold_entry *e = entry_for(f, a, &level, &agent, &host);
     if (e != NULL && now_ms < e->until_ms) {
         e->repeats++;
         e->severity = a->severity;
@@ -125,8 +150,6 @@ bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int
         return true;
     }
     if (f->n == f->cap) {
-        if (f->cap >= FOLD_MAX)
-            return true;
         size_t nc = f->cap ? f->cap * 2 : 16;
         struct fold_entry *ne = realloc(f->e, nc * sizeof(*ne));
         if (ne == NULL)
@@ -143,9 +166,11 @@ bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int
         return true;
     }
     e->kind = a->kind;
+    e->level = level;
     e->until_ms = now_ms + (int64_t)period_ms;
     e->period_ms = period_ms;
     f->n++;
+    f->at[level]++;
     return true;
 }
 
@@ -153,15 +178,21 @@ bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int
  * <fn> may not touch the table. */
 static void summarise(struct fold_entry *e, int64_t now_ms, fold_emit_fn fn, void *arg)
 {
+    static const char *const how[FOLD_LEVELS] = {
+        [FOLD_BY_HOST] = "folded",
+        [FOLD_BY_AGENT] = "folded over all hosts (the fold table is full)",
+        [FOLD_BY_KIND] = "folded over all agents and hosts (the fold table is full)",
+    };
     char per[32], detail[1200];
     format_period_ms(e->period_ms, per, sizeof(per));
-    snprintf(detail, sizeof(detail), "%u more within %s, folded; the last: %s", e->repeats, per,
-             e->detail != NULL ? e->detail : "");
+    snprintf(detail, sizeof(detail), "%u more within %s, %s; the last: %s", e->repeats, per,
+             how[e->level], e->detail != NULL ? e->detail : "");
+    /* A spilled summary stands for many hosts (and agents): it names none. */
     struct alert s = {
         .kind = e->kind,
         .severity = e->severity,
-        .agent = e->agent[0] != '\0' ? e->agent : NULL,
-        .host = e->alert_host,
+        .agent = e->level != FOLD_BY_KIND && e->agent[0] != '\0' ? e->agent : NULL,
+        .host = e->level == FOLD_BY_HOST ? e->alert_host : NULL,
         .tier = e->tier,
         .id = e->id,
         .detail = detail,
@@ -183,6 +214,7 @@ static size_t expire(struct fold *f, int64_t now_ms, bool all, fold_emit_fn fn, 
             continue;
         }
         if (e->repeats == 0) {
+            f->at[e->level]--;
             entry_free(e);
             f->e[i] = f->e[--f->n];
             continue;

@@ -10,6 +10,11 @@
  * only counted; when the period ends with repeats, one summary alert
  * carrying their count is written and a new period opens, so a storm
  * yields one line per period. Times are milliseconds of any one clock.
+ * The table is bounded: past FOLD_MAX open (kind, agent, host) periods, an
+ * alert of a new key folds by (kind, agent) over all hosts, and past
+ * FOLD_SPILL_MAX of those by kind alone, so that an agent writing to
+ * thousands of hosts under a wildcard rule cannot turn folding off (each
+ * alert its own line, to every sink) for everyone else.
  *
  * Owns: a fold table owns its keys and the summaries' strings. */
 #ifndef SLUICE_WATCH_WINDOW_H
@@ -21,8 +26,13 @@
 
 #include "watch/alert.h"
 
-#define WINDOW_SLOTS 10
-#define FOLD_MAX     4096 /* open periods; beyond, alerts of new keys are not folded */
+#define WINDOW_SLOTS   10
+#define FOLD_MAX       4096 /* open (kind, agent, host) periods; beyond, new keys spill */
+#define FOLD_SPILL_MAX 1024 /* open (kind, agent) spill periods; beyond, by kind alone */
+
+/* What an entry's key holds: a spilled one stands for many hosts (and
+ * agents), and its summary says so. */
+enum fold_level { FOLD_BY_HOST, FOLD_BY_AGENT, FOLD_BY_KIND, FOLD_LEVELS };
 
 struct window {
     uint64_t per_ms;
@@ -39,8 +49,9 @@ uint64_t window_sum(const struct window *w, int64_t now_ms);
 
 struct fold_entry {
     enum alert_kind kind;
-    char *agent; /* "" for NULL */
-    char *host;  /* "" for NULL, or for per-agent kinds */
+    enum fold_level level;
+    char *agent; /* "" for NULL; FOLD_SPILL at FOLD_BY_KIND */
+    char *host;  /* "" for NULL, or for per-agent kinds; FOLD_SPILL when spilled */
     int64_t until_ms;
     uint64_t period_ms;
     unsigned repeats; /* folded since the period opened */
@@ -55,6 +66,7 @@ struct fold_entry {
 struct fold {
     struct fold_entry *e;
     size_t n, cap;
+    size_t at[FOLD_LEVELS]; /* entries of each level */
 };
 
 void fold_init(struct fold *f);

@@ -244,6 +244,45 @@ static void first_contacts_leave_folding_alone(void **state)
     assert_int_equal(f->got.n[ALERT_GRANT_EXPIRED], 1);
 }
 
+/* Once first-contact memory is full, a pair it cannot remember is still
+ * told (an agent could otherwise fill it with made-up hosts, then reach a
+ * real one unseen), folded per agent and minute. */
+static void first_contacts_past_the_memory_are_still_told(void **state)
+{
+    struct fx *f = *state;
+    f->p.alerts.first_contact = true;
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    char host[32];
+    for (int i = 0; i < DETECT_CONTACTS_MAX; i++) {
+        snprintf(host, sizeof(host), "h%d.test", i);
+        struct egress_event ev =
+            ev_of("filler", "GET", host, VERDICT_DENY, REASON_NOT_IN_POLICY, TIER_NONE);
+        detectors_feed(f->d, &ev, T0);
+    }
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], DETECT_CONTACTS_MAX);
+    struct egress_event real = ev_of("ci", "POST", "real.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+    detectors_feed(f->d, &real, T0 + 1);
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], DETECT_CONTACTS_MAX + 1);
+    assert_string_equal(f->got.last_agent, "ci");
+    assert_non_null(strstr(f->got.last_detail, "ci contacted real.test:80, which it may not"));
+    assert_non_null(strstr(f->got.last_detail, "first-contact memory is full"));
+    /* more of them within the minute fold; its end brings the summary */
+    for (int i = 0; i < 20; i++) {
+        snprintf(host, sizeof(host), "more%d.test", i);
+        struct egress_event ev = ev_of("ci", "GET", host, VERDICT_ALLOW, REASON_NONE, TIER_1);
+        detectors_feed(f->d, &ev, T0 + 2);
+    }
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], DETECT_CONTACTS_MAX + 1);
+    detectors_tick(f->d, T0 + 60001);
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], DETECT_CONTACTS_MAX + 2);
+    assert_int_equal(f->got.last_count, 20);
+    /* a pair remembered before the memory filled stays quiet */
+    struct egress_event known =
+        ev_of("filler", "GET", "h7.test", VERDICT_DENY, REASON_NOT_IN_POLICY, TIER_NONE);
+    detectors_feed(f->d, &known, T0 + 60002);
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], DETECT_CONTACTS_MAX + 2);
+}
+
 static void off_hours_arithmetic(void **state)
 {
     (void)state;
@@ -498,6 +537,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(denied_burst_and_upload, setup, teardown),
         cmocka_unit_test_setup_teardown(tier3_grants_and_first_contact, setup, teardown),
         cmocka_unit_test_setup_teardown(first_contacts_leave_folding_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(first_contacts_past_the_memory_are_still_told, setup,
+                                        teardown),
         cmocka_unit_test(off_hours_arithmetic),
         cmocka_unit_test_setup_teardown(off_hours_detector, setup, teardown),
         cmocka_unit_test_setup_teardown(baseline_learns_and_alerts, setup, teardown),

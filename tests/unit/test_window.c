@@ -58,11 +58,23 @@ struct got {
     unsigned count;
     char detail[600];
     enum alert_kind kind;
+    struct {
+        unsigned count;
+        char agent[32], host[32], detail[200];
+    } seen[4]; /* the first alerts collected, in order */
 };
 
 static void collect(struct alert *a, void *arg)
 {
     struct got *g = arg;
+    if (g->n < 4) {
+        g->seen[g->n].count = a->count;
+        snprintf(g->seen[g->n].agent, sizeof(g->seen[g->n].agent), "%s",
+                 a->agent != NULL ? a->agent : "(none)");
+        snprintf(g->seen[g->n].host, sizeof(g->seen[g->n].host), "%s",
+                 a->host != NULL ? a->host : "(none)");
+        snprintf(g->seen[g->n].detail, sizeof(g->seen[g->n].detail), "%s", a->detail);
+    }
     g->n++;
     g->count = a->count;
     g->kind = a->kind;
@@ -150,21 +162,69 @@ static void fold_steady_stream_summarised_per_period(void **state)
     fold_free(&f);
 }
 
-static void fold_table_is_capped(void **state)
+/* The index of the collected alert whose detail starts with <start>, or -1. */
+static int seen_with(const struct got *g, const char *start)
+{
+    for (int i = 0; i < g->n && i < 4; i++)
+        if (strncmp(g->seen[i].detail, start, strlen(start)) == 0)
+            return i;
+    return -1;
+}
+
+/* Past FOLD_MAX open keys, a new (agent, host) folds by agent over all
+ * hosts, and past FOLD_SPILL_MAX spilled agents by kind alone: the table
+ * stays bounded and a storm of new hosts still yields one line a period. */
+static void fold_table_spills_when_full(void **state)
 {
     (void)state;
     struct fold f;
     struct got g = {0};
-    char host[32];
-    struct alert a = {.kind = ALERT_FIRST_CONTACT, .agent = "ci"};
+    char host[32], agent[32];
+    struct alert a = {.kind = ALERT_TIER3_WRITE, .agent = "ci", .detail = "w"};
     fold_init(&f);
-    for (int i = 0; i < FOLD_MAX + 10; i++) {
+    for (int i = 0; i < FOLD_MAX; i++) {
         snprintf(host, sizeof(host), "h%d.test", i);
         assert_true(fold_admit(&f, &a, host, 0, 60000, collect, &g));
     }
     assert_int_equal(f.n, FOLD_MAX);
-    /* a key over the cap is not tracked: its repeat is written too */
-    assert_true(fold_admit(&f, &a, host, 1, 60000, collect, &g));
+    /* the table is full: new hosts of "ci" open one spilled period */
+    assert_true(fold_admit(&f, &a, "new0.test", 1, 60000, collect, &g));
+    for (int i = 1; i <= 50; i++) {
+        snprintf(host, sizeof(host), "new%d.test", i);
+        a.host = host;
+        assert_false(fold_admit(&f, &a, host, 2, 60000, collect, &g));
+    }
+    /* a known key still folds by itself */
+    a.host = "h7.test";
+    assert_false(fold_admit(&f, &a, "h7.test", 3, 60000, collect, &g));
+    assert_int_equal(f.n, FOLD_MAX + 1);
+    /* other agents spill by agent until FOLD_SPILL_MAX, then by kind */
+    for (int i = 0; i < FOLD_SPILL_MAX - 1; i++) {
+        snprintf(agent, sizeof(agent), "a%d", i);
+        a.agent = agent;
+        assert_true(fold_admit(&f, &a, "x.test", 4, 60000, collect, &g));
+    }
+    a.agent = "late";
+    assert_true(fold_admit(&f, &a, "x.test", 5, 60000, collect, &g));
+    a.agent = "later";
+    assert_false(fold_admit(&f, &a, "y.test", 6, 60000, collect, &g));
+    assert_int_equal(f.n, FOLD_MAX + FOLD_SPILL_MAX + 1);
+    /* the summaries say how they folded, and name no host they do not own */
+    g.n = 0;
+    memset(&g.seen, 0, sizeof(g.seen));
+    assert_int_equal(fold_flush(&f, 7, collect, &g), 3);
+    int own = seen_with(&g, "1 more within 1m, folded; the last");
+    assert_true(own >= 0);
+    assert_string_equal(g.seen[own].agent, "ci");
+    assert_string_equal(g.seen[own].host, "h7.test");
+    int by_agent = seen_with(&g, "50 more within 1m, folded over all hosts");
+    assert_true(by_agent >= 0);
+    assert_string_equal(g.seen[by_agent].agent, "ci");
+    assert_string_equal(g.seen[by_agent].host, "(none)");
+    int by_kind = seen_with(&g, "1 more within 1m, folded over all agents and hosts");
+    assert_true(by_kind >= 0);
+    assert_string_equal(g.seen[by_kind].agent, "(none)");
+    assert_string_equal(g.seen[by_kind].host, "(none)");
     fold_free(&f);
 }
 
@@ -176,7 +236,7 @@ int main(void)
         cmocka_unit_test(fold_one_line_per_period),
         cmocka_unit_test(fold_keys_and_zero_period),
         cmocka_unit_test(fold_steady_stream_summarised_per_period),
-        cmocka_unit_test(fold_table_is_capped),
+        cmocka_unit_test(fold_table_spills_when_full),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
