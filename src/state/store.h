@@ -70,11 +70,18 @@ int store_queue_del(struct store *s, int64_t id);
 
 /* Commits every queued write in one transaction. Returns 0 (nothing left
  * queued), or -1 when the commit failed: the writes stay queued for the
- * next try (at most STORE_PENDING_MAX) and the error is reported once on
- * stderr until a commit succeeds again. */
+ * next try (at most STORE_PENDING_MAX; beyond, the oldest tenth is
+ * dropped) and the error is reported once on stderr until a commit
+ * succeeds again. A commit that found the database locked is tried again
+ * on the next call; one that failed after it began (a full disk) only
+ * after a backoff doubling from 1 s to 30 s (calls before return -1 at
+ * once). Drops are told on stderr: the first, then the count each time a
+ * commit succeeds again, and at close. */
 int store_flush(struct store *s);
 /* True when writes are waiting for store_flush(). */
 bool store_dirty(const struct store *s);
+/* Writes waiting for a commit. */
+size_t store_pending(const struct store *s);
 /* Writes dropped so far (out of memory, or over STORE_PENDING_MAX). */
 uint64_t store_dropped(const struct store *s);
 

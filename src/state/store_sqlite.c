@@ -42,10 +42,19 @@ struct store {
     size_t nops, cap;
     int64_t next_qid;
     uint64_t dropped;
-    bool failing; /* the last commit failed (reported once) */
+    uint64_t dropped_said; /* what standard error was last told */
+    bool failing;          /* the last commit failed (reported once) */
+    bool failing_at_begin; /* ... and could not even begin (a lock) */
+    /* After a commit that failed past the lock (a full disk: every queued
+     * write was run, then rolled back), the next waits, doubling from
+     * RETRY_MS to RETRY_MAX_MS: redoing up to STORE_PENDING_MAX writes
+     * every tick would take the loop's time. CLOCK_MONOTONIC ms. */
+    int64_t retry_at_ms;
+    int64_t retry_ms;
 };
 
 static int commit(struct store *s);
+static void tell_dropped(struct store *s);
 
 static const char schema[] =
     "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);"
@@ -82,6 +91,15 @@ static int64_t now_ms(void)
  * next tick. */
 #define STARTUP_BUSY_MS 200
 #define EXIT_BUSY_MS    1000
+#define RETRY_MS        1000
+#define RETRY_MAX_MS    30000
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 /* Opens <path> and makes sure it is a healthy sluice database. Returns
  * SQLITE_OK, or the error (with *db closed and NULL). */
@@ -264,6 +282,7 @@ void store_close(struct store *s)
     sqlite3_busy_timeout(s->db, EXIT_BUSY_MS);
     if (commit(s) < 0)
         fprintf(stderr, "sluice: state %s: %zu write(s) lost at exit\n", s->path, s->nops);
+    tell_dropped(s);
     for (size_t i = 0; i < s->nops; i++)
         op_free(&s->ops[i]);
     free(s->ops);
@@ -369,11 +388,15 @@ int store_load_counters(struct store *s, store_counter_fn fn, void *arg)
 static struct op *push(struct store *s)
 {
     if (s->nops >= STORE_PENDING_MAX) {
-        /* Over the cap: the oldest write goes. */
-        op_free(&s->ops[0]);
-        memmove(s->ops, s->ops + 1, (s->nops - 1) * sizeof(*s->ops));
-        s->nops--;
-        s->dropped++;
+        /* Over the cap: the oldest tenth goes at once, so that a store
+         * that stays locked costs a move of the queue per 10,000 writes,
+         * not per write. */
+        size_t drop = STORE_PENDING_MAX / 10;
+        for (size_t i = 0; i < drop; i++)
+            op_free(&s->ops[i]);
+        memmove(s->ops, s->ops + drop, (s->nops - drop) * sizeof(*s->ops));
+        s->nops -= drop;
+        s->dropped += drop;
     }
     if (s->nops == s->cap) {
         size_t nc = s->cap ? s->cap * 2 : 64;
@@ -484,6 +507,11 @@ bool store_dirty(const struct store *s)
     return s != NULL && s->nops > 0;
 }
 
+size_t store_pending(const struct store *s)
+{
+    return s->nops;
+}
+
 uint64_t store_dropped(const struct store *s)
 {
     return s->dropped;
@@ -538,12 +566,39 @@ static int run_op(struct store *s, sqlite3_stmt **cache, const struct op *o)
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
+/* Says on standard error how many writes were dropped since it last did. */
+static void tell_dropped(struct store *s)
+{
+    if (s->dropped == s->dropped_said)
+        return;
+    fprintf(stderr,
+            "sluice: state %s: %" PRIu64 " write(s) dropped so far (over %u waiting for a "
+            "commit, or out of memory): first contacts, baselines, queued webhook alerts or "
+            "counters written meanwhile may be missing after a restart\n",
+            s->path, s->dropped, (unsigned)STORE_PENDING_MAX);
+    s->dropped_said = s->dropped;
+}
+
 int store_flush(struct store *s)
 {
     if (s == NULL)
         return 0;
+    if (s->retry_at_ms != 0 && mono_ms() < s->retry_at_ms)
+        return -1;
     sqlite3_busy_timeout(s->db, 0); /* from the loop: never wait for a lock */
-    return commit(s);
+    int rc = commit(s);
+    if (rc == 0 || s->failing_at_begin) {
+        s->retry_at_ms = 0;
+        s->retry_ms = 0;
+    } else {
+        s->retry_ms = s->retry_ms == 0 ? RETRY_MS : s->retry_ms * 2;
+        if (s->retry_ms > RETRY_MAX_MS)
+            s->retry_ms = RETRY_MAX_MS;
+        s->retry_at_ms = mono_ms() + s->retry_ms;
+    }
+    if (rc == 0 || s->dropped_said == 0)
+        tell_dropped(s); /* the first drop, then once writing again */
+    return rc;
 }
 
 /* Commits the queued writes in one transaction; on failure they stay queued
@@ -554,7 +609,9 @@ static int commit(struct store *s)
     int rc = 0;
     if (s->nops == 0)
         return 0;
+    s->failing_at_begin = false;
     if (sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+        s->failing_at_begin = true; /* a lock: cheap to try again next tick */
         rc = -1;
         goto out;
     }

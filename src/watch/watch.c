@@ -237,6 +237,19 @@ static void extra_metrics(void *arg, struct evbuffer *o)
         sink_label(o, webhook_label(w->hooks[i]));
         evbuffer_add_printf(o, "\"} %llu\n", (unsigned long long)webhook_dropped(w->hooks[i]));
     }
+    if (w->store == NULL)
+        return;
+    evbuffer_add_printf(o,
+                        "# HELP sluice_state_pending_writes Writes waiting for a commit to the "
+                        "state store.\n"
+                        "# TYPE sluice_state_pending_writes gauge\n"
+                        "sluice_state_pending_writes %zu\n"
+                        "# HELP sluice_state_dropped_writes_total Writes the state store dropped "
+                        "(over %u waiting, or out of memory).\n"
+                        "# TYPE sluice_state_dropped_writes_total counter\n"
+                        "sluice_state_dropped_writes_total %llu\n",
+                        store_pending(w->store), (unsigned)STORE_PENDING_MAX,
+                        (unsigned long long)store_dropped(w->store));
 }
 
 static void log_gauges(struct metrics_log *m, const char *name, const struct log_jsonl *l)

@@ -165,7 +165,7 @@ def test_metrics_pass_promtool(gateway, net, tmp_path):
     gw = gateway(net.policy(rules(net, tier=1) + [
         {"host": "other.example.test", "ports": [net.other.port], "tier": 3, "owner": "bob",
          "expires": "2099-01-01"}], alerts={"first_contact": True}),
-        args=["--admin", "127.0.0.1:%d" % port])
+        args=["--admin", "127.0.0.1:%d" % port, "--state", str(tmp_path / "state")])
     request(gw, "GET", net.url("/m"))
     request(gw, "POST", net.url("/m"), body=b"abc")
     request(gw, "GET", "http://nowhere.example.test/")
@@ -183,6 +183,8 @@ def test_metrics_pass_promtool(gateway, net, tmp_path):
     assert 'sluice_alerts_total{kind="first_contact"} 2' in text
     assert "sluice_open_connections " in text and "sluice_open_tunnels 0" in text
     assert "sluice_policy_reloads_total 0" in text
+    assert "sluice_state_dropped_writes_total 0" in text
+    assert re.search(r"^sluice_state_pending_writes \d+$", text, re.M), text
     assert 'sluice_grant_expiry_timestamp_seconds{rule="rules[1]"' in text
     gw.reload()
     poll(lambda: "sluice_policy_reloads_total 1" in urllib.request.urlopen(

@@ -233,6 +233,74 @@ static void write_failure_keeps_writes(void **state)
     store_close(s);
 }
 
+static void on_contact_count(const char *agent, const char *host, int64_t ms, void *arg)
+{
+    (void)agent;
+    (void)ms;
+    int *n = arg;
+    if (strcmp(host, "h0") == 0 || strcmp(host, "h9999") == 0)
+        *n += 1000000; /* one of the oldest tenth, which had to go */
+    (*n)++;
+}
+
+/* A store that stays locked past STORE_PENDING_MAX writes drops the oldest
+ * tenth at once (not one write per new write, each moving the whole queue),
+ * counts them, and commits the rest once the lock goes. */
+static void over_the_cap_the_oldest_tenth_goes(void **state)
+{
+    (void)state;
+    struct store *s = open_ok(dir);
+    char path[128], host[32];
+    sqlite3 *db;
+    snprintf(path, sizeof(path), "%s/%s", dir, STORE_FILE);
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "BEGIN EXCLUSIVE", NULL, NULL, NULL), SQLITE_OK);
+    for (int i = 0; i <= STORE_PENDING_MAX; i++) {
+        snprintf(host, sizeof(host), "h%d", i);
+        assert_int_equal(store_put_contact(s, "a", host, 1), 0);
+    }
+    assert_int_equal(store_dropped(s), STORE_PENDING_MAX / 10);
+    assert_int_equal(store_pending(s), STORE_PENDING_MAX - STORE_PENDING_MAX / 10 + 1);
+    assert_int_equal(store_flush(s), -1); /* locked: tried again at the next call */
+    assert_int_equal(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(store_flush(s), 0);
+    sqlite3_close(db);
+    int n = 0;
+    assert_int_equal(store_load_contacts(s, on_contact_count, &n),
+                     STORE_PENDING_MAX - STORE_PENDING_MAX / 10 + 1);
+    assert_int_equal(n, STORE_PENDING_MAX - STORE_PENDING_MAX / 10 + 1);
+    store_close(s);
+}
+
+/* A commit that fails after it began (here a trigger stands in for a full
+ * disk: every queued write ran, then all rolled back) is not redone at each
+ * tick: the next try waits 1 s, doubling. */
+static void a_commit_failing_past_the_lock_backs_off(void **state)
+{
+    (void)state;
+    struct store *s = open_ok(dir);
+    char path[128];
+    sqlite3 *db;
+    snprintf(path, sizeof(path), "%s/%s", dir, STORE_FILE);
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db,
+                                  "CREATE TRIGGER full BEFORE INSERT ON first_contact "
+                                  "BEGIN SELECT RAISE(ABORT, 'disk full (test)'); END",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    assert_int_equal(store_put_contact(s, "a", "b", 1), 0);
+    assert_int_equal(store_flush(s), -1);
+    assert_int_equal(sqlite3_exec(db, "DROP TRIGGER full", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    assert_int_equal(store_flush(s), -1); /* not tried: the backoff runs */
+    assert_int_equal(store_pending(s), 1);
+    struct timespec pause = {1, 100 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    assert_int_equal(store_flush(s), 0);
+    assert_false(store_dirty(s));
+    store_close(s);
+}
+
 /* One gateway per store: a second open of the same directory fails while
  * the first holds it (their queue ids would collide), and succeeds after. */
 static void one_gateway_per_store(void **state)
@@ -257,6 +325,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(unusable_paths, setup, teardown),
         cmocka_unit_test_setup_teardown(write_failure_keeps_writes, setup, teardown),
         cmocka_unit_test_setup_teardown(one_gateway_per_store, setup, teardown),
+        cmocka_unit_test_setup_teardown(over_the_cap_the_oldest_tenth_goes, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_commit_failing_past_the_lock_backs_off, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
