@@ -201,17 +201,25 @@ static void unusable_paths(void **state)
     free(err);
 }
 
+/* A second connection to the store in <dir>, as another process would
+ * open it (the sqlite3 shell, a backup), after running <sql> on it. */
+static sqlite3 *other_connection(const char *sql)
+{
+    char path[128];
+    sqlite3 *db;
+    snprintf(path, sizeof(path), "%s/%s", dir, STORE_FILE);
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    return db;
+}
+
 static void write_failure_keeps_writes(void **state)
 {
     (void)state;
     struct store *s = open_ok(dir);
-    char path[128];
-    sqlite3 *db;
-    snprintf(path, sizeof(path), "%s/%s", dir, STORE_FILE);
     /* another connection holds the write lock: the commit fails and the
      * writes stay queued; once the lock goes they are committed */
-    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, "BEGIN EXCLUSIVE", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3 *db = other_connection("BEGIN EXCLUSIVE");
     assert_int_equal(store_put_contact(s, "a", "b", 1), 0);
     /* From the loop, a flush does not wait for the lock (SQLite's busy
      * handler would sleep 200 ms in all): it fails at once and is tried
@@ -250,11 +258,8 @@ static void over_the_cap_the_oldest_tenth_goes(void **state)
 {
     (void)state;
     struct store *s = open_ok(dir);
-    char path[128], host[32];
-    sqlite3 *db;
-    snprintf(path, sizeof(path), "%s/%s", dir, STORE_FILE);
-    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db, "BEGIN EXCLUSIVE", NULL, NULL, NULL), SQLITE_OK);
+    char host[32];
+    sqlite3 *db = other_connection("BEGIN EXCLUSIVE");
     for (int i = 0; i <= STORE_PENDING_MAX; i++) {
         snprintf(host, sizeof(host), "h%d", i);
         assert_int_equal(store_put_contact(s, "a", host, 1), 0);
@@ -279,15 +284,8 @@ static void a_commit_failing_past_the_lock_backs_off(void **state)
 {
     (void)state;
     struct store *s = open_ok(dir);
-    char path[128];
-    sqlite3 *db;
-    snprintf(path, sizeof(path), "%s/%s", dir, STORE_FILE);
-    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
-    assert_int_equal(sqlite3_exec(db,
-                                  "CREATE TRIGGER full BEFORE INSERT ON first_contact "
-                                  "BEGIN SELECT RAISE(ABORT, 'disk full (test)'); END",
-                                  NULL, NULL, NULL),
-                     SQLITE_OK);
+    sqlite3 *db = other_connection("CREATE TRIGGER full BEFORE INSERT ON first_contact "
+                                   "BEGIN SELECT RAISE(ABORT, 'disk full (test)'); END");
     assert_int_equal(store_put_contact(s, "a", "b", 1), 0);
     assert_int_equal(store_flush(s), -1);
     assert_int_equal(sqlite3_exec(db, "DROP TRIGGER full", NULL, NULL, NULL), SQLITE_OK);
