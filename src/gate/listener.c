@@ -165,6 +165,13 @@ static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct soc
 {
     struct listener *l = arg;
     (void)lev;
+    /* TCP urgent data (MSG_OOB, also carried on unix stream sockets) stays
+     * in the stream, a plain byte in its place: else recv() skips it, and a
+     * request body comes up one byte short of its Content-Length, on every
+     * path (HTTP, CONNECT, tunnels). Set on each accepted socket: a unix one
+     * inherits nothing from its listener. */
+    int one = 1;
+    (void)setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &one, sizeof(one));
     l->fn(l, fd, sa, (socklen_t)salen, l->arg);
 }
 

@@ -452,7 +452,9 @@ struct tunnel *tunnel_new(struct event_base *base, evutil_socket_t client_fd,
         struct dir *d = &t->d[i];
         /* TCP urgent data (MSG_OOB) stays in the stream, where the other
          * side gets it as a plain byte; else recv() would skip it and the
-         * tunnel lose it unseen. */
+         * tunnel lose it unseen. The gateway's sockets have it from the
+         * accept and the upstream connect already (listener.c, upstream.c);
+         * set again so that a tunnel does not rely on its caller for it. */
         int one = 1;
         (void)setsockopt(t->fd[i], SOL_SOCKET, SO_OOBINLINE, &one, sizeof(one));
         d->t = t;

@@ -165,6 +165,12 @@ static void try_next(struct upstream_connect *uc)
         uc->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (uc->fd < 0)
             continue;
+        /* An origin's urgent data (MSG_OOB) stays in the stream, a plain
+         * byte in its place: else recv() skips it and a response body comes
+         * up one byte short. Set before connect(), so that it covers the
+         * first byte too (a server that speaks first). */
+        int one = 1;
+        (void)setsockopt(uc->fd, SOL_SOCKET, SO_OOBINLINE, &one, sizeof(one));
         switch (start_attempt(uc, &ss, len)) {
         case 1:
             connected(uc);

@@ -456,6 +456,29 @@ def test_plain_bytes_through_tunnel_counted(gateway, net):
     assert end["bytes_down"] == len(data)
 
 
+def test_urgent_byte_in_first_bytes_goes_through(gateway, net):
+    # an urgent byte (MSG_OOB) in the first bytes, read during the peek
+    # window before the tunnel exists: it reaches the upstream as a plain
+    # byte in its place (the client's socket has SO_OOBINLINE from the
+    # accept, not only once its tunnel starts)
+    rules = [{"host": "banner.example.test", "ports": [net.banner.port], "tier": 2}]
+    gw = gateway(net.policy(rules))
+    line = b"HELO client.example.test\r\n"
+    t = connect(gw, "banner.example.test:%d" % net.banner.port)
+    try:
+        assert t.status == 200
+        t.sock.sendall(line[:5])
+        assert t.sock.send(line[5:6], socket.MSG_OOB) == 1
+        t.sock.sendall(line[6:])
+        data = recv_until_close(t.sock)
+    finally:
+        t.close()
+    assert net.banner.received == [line], net.banner.received
+    assert data == BannerServer.BANNER + BannerServer.REPLY
+    _, end = gw.decided(method="CONNECT")
+    assert end["bytes_up"] == len(line), end
+
+
 def test_client_closes_tunnel_early(gateway, net):
     gw = gateway(net.policy([tls_rule(net)]))
     for _ in range(3):
