@@ -874,8 +874,11 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
         forward_on_client_event(c, what);
         return;
     }
-    if (c->state == CS_PEEK && (what & BEV_EVENT_EOF)) {
-        /* The client ended its side: decide on what it sent. */
+    if (c->state == CS_PEEK && (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))) {
+        /* The client ended its side, or reset the connection: decide on
+         * what it sent. A reset ends it as surely as a FIN: a ClientHello
+         * or request head it cut short is refused all the same (fail
+         * closed), not logged as the allowed tunnel it never was. */
         c->ex.client_eof = true;
         c->peek_over = true;
         connect_on_client_read(c);

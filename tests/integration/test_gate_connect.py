@@ -568,6 +568,42 @@ def test_sni_hello_stalled_past_window_refused(gateway, net):
     assert "evil.example.test" not in net.tls.sni and net.tls.handshakes == 0
 
 
+def _reset(sock):
+    """Closes <sock> with a reset (RST) instead of a FIN."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+@pytest.mark.parametrize("first,decision,reason", [
+    (b"", "allow", None),
+    (_hello_record("tls.example.test")[:40], "deny", "sni_mismatch"),
+    (b"GET / HTTP/1.1\r\nHost: tls.example.test\r\n", "deny", "host_mismatch"),
+], ids=["nothing", "partial_hello", "partial_http_head"])
+def test_client_reset_in_peek_window_judged_on_what_it_sent(gateway, net, first, decision,
+                                                            reason):
+    # a client that resets the connection within the peek window ends its
+    # side as one that sends a FIN does: what it sent is judged at once.
+    # Nothing: the tunnel was allowed and carried nothing (the authority was
+    # allowed; status 200 is what it got). A ClientHello or request head cut
+    # short: refused, failing closed; it used to be logged as allow
+    gw = gateway(net.policy([tls_rule(net)]))
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    try:
+        assert t.status == 200
+        if first:
+            t.sock.sendall(first)
+            time.sleep(0.2)  # read by the gateway, well within the 1 s window
+        _reset(t.sock)
+    finally:
+        t.close()
+    ev, end = gw.decided(method="CONNECT")
+    assert (ev["decision"], ev["reason"]) == (decision, reason), ev
+    assert (end["status"], end["bytes_up"], end["bytes_down"]) == (200, 0, 0), end
+    assert end["ms"] < 900, "decided at the window's end, not at the reset: %r" % end
+    time.sleep(0.2)
+    assert net.tls.handshakes == 0 and net.tls.heads == []
+
+
 def test_sni_oversized_hello_refused(gateway, net):
     # a 20 KB ClientHello (long ALPN list): larger than the parser takes
     gw = gateway(net.policy([tls_rule(net)]))
