@@ -881,6 +881,7 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
          * closed), not logged as the allowed tunnel it never was. */
         c->ex.client_eof = true;
         c->peek_over = true;
+        c->client_reset = (what & BEV_EVENT_ERROR) != 0;
         connect_on_client_read(c);
         return;
     }

@@ -154,6 +154,7 @@ struct conn {
     struct tunnel *tunnel;
     struct event *timer; /* head deadline; CONNECT peek window */
     bool peek_over;      /* the peek window closed (timer or client EOF) */
+    bool client_reset;   /* ... by a reset: judged, then no tunnel is opened */
     bool hello_retried;  /* CONNECT: the server asked for a second ClientHello (connect.c) */
     /* The client's write timeout as conn_set_client_timeouts() set it, a
      * step of idle_timeout (gate/drain.h); 0 while the timeouts are another

@@ -406,6 +406,12 @@ void connect_on_client_read(struct conn *c)
                              false))
             return;
     }
+    if (c->client_reset) {
+        /* Nothing is left to carry: no tunnel, no hello upstream. What it
+         * sent passed the check, so the decision is the policy's. */
+        conn_free(c);
+        return;
+    }
     if (v == PEEK_HELLO)
         send_hello(c, used);
     else
