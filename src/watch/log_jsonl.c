@@ -39,6 +39,11 @@ struct log_jsonl {
     int write_errno; /* the last write's error while it lasts, else 0 */
     struct evbuffer *pending;
     size_t pending_lines; /* complete lines in <pending> */
+    /* Bytes of <pending>'s first line already on the descriptor (a write
+     * that stopped mid-line): <pending> always starts at a line's start, so
+     * that a reopen after rotation writes that line whole to the new file
+     * rather than its tail alone. */
+    size_t line_sent;
     size_t pending_max;
     struct event *wev;
     struct event *fev; /* writes the end lines gathered in this loop round */
@@ -316,12 +321,14 @@ static void report(struct log_jsonl *l, const char *what, int e)
     fprintf(stderr, "sluice: log %s: %s: %s\n", l->path ? l->path : "(stdout)", what, strerror(e));
 }
 
-/* Counts the complete lines in the first <n> bytes of <pending>. */
-static size_t count_lines(struct evbuffer *b, size_t n)
+/* The length of the complete lines in the first <n> bytes of <b> (up to
+ * and with the last newline there); their number in <*lines>. */
+static size_t complete_lines(struct evbuffer *b, size_t n, size_t *lines)
 {
-    size_t lines = 0;
+    size_t whole = 0;
     struct evbuffer_ptr pos;
 
+    *lines = 0;
     if (n == 0)
         return 0;
     evbuffer_ptr_set(b, &pos, 0, EVBUFFER_PTR_SET);
@@ -331,11 +338,12 @@ static size_t count_lines(struct evbuffer *b, size_t n)
         pos = evbuffer_search_range(b, "\n", 1, &pos, &end);
         if (pos.pos < 0)
             break;
-        lines++;
+        (*lines)++;
+        whole = (size_t)pos.pos + 1;
         if (evbuffer_ptr_set(b, &pos, 1, EVBUFFER_PTR_ADD) < 0)
             break;
     }
-    return lines;
+    return whole;
 }
 
 /* Drops everything pending (the reader is gone), counting the lines. */
@@ -343,6 +351,7 @@ static void drop_pending(struct log_jsonl *l)
 {
     l->dropped += l->pending_lines;
     l->pending_lines = 0;
+    l->line_sent = 0;
     evbuffer_drain(l->pending, evbuffer_get_length(l->pending));
 }
 
@@ -353,7 +362,9 @@ static int drain(struct log_jsonl *l)
     while (evbuffer_get_length(l->pending) > 0) {
         struct iovec iov[DRAIN_IOV];
         struct evbuffer_iovec v[DRAIN_IOV];
-        int nv = evbuffer_peek(l->pending, -1, NULL, v, DRAIN_IOV);
+        struct evbuffer_ptr from;
+        evbuffer_ptr_set(l->pending, &from, l->line_sent, EVBUFFER_PTR_SET);
+        int nv = evbuffer_peek(l->pending, -1, &from, v, DRAIN_IOV);
         ssize_t w;
 
         if (nv > DRAIN_IOV)
@@ -384,12 +395,15 @@ static int drain(struct log_jsonl *l)
         }
         if (w == 0)
             return 1;
-        /* Only a partial write needs the lines counted. */
-        size_t done = (size_t)w == evbuffer_get_length(l->pending)
-                          ? l->pending_lines
-                          : count_lines(l->pending, (size_t)w);
+        /* Only a partial write needs the lines counted; what it wrote of
+         * a line it did not finish stays in <pending>, as line_sent. */
+        size_t upto = l->line_sent + (size_t)w, done = l->pending_lines;
+        size_t whole = upto == evbuffer_get_length(l->pending)
+                           ? upto
+                           : complete_lines(l->pending, upto, &done);
         l->pending_lines -= done < l->pending_lines ? done : l->pending_lines;
-        evbuffer_drain(l->pending, (size_t)w);
+        evbuffer_drain(l->pending, whole);
+        l->line_sent = upto - whole;
         l->reported = false;
         l->write_errno = 0;
     }
@@ -693,6 +707,7 @@ int log_jsonl_reopen(struct log_jsonl *l)
         event_del(l->wev);
     close(l->fd);
     l->fd = fd;
+    l->line_sent = 0; /* a line the old file got part of goes whole to the new one */
     l->broken = false;
     l->reported = false;
     l->write_errno = 0;
@@ -711,7 +726,7 @@ uint64_t log_jsonl_dropped(const struct log_jsonl *l)
 
 size_t log_jsonl_pending_bytes(const struct log_jsonl *l)
 {
-    return evbuffer_get_length(l->pending);
+    return evbuffer_get_length(l->pending) - l->line_sent;
 }
 
 const char *log_jsonl_error(const struct log_jsonl *l)
@@ -733,7 +748,7 @@ void log_jsonl_close(struct log_jsonl *l)
     if (!l->broken)
         drain(l);
     if (evbuffer_get_length(l->pending) > 0) {
-        size_t bytes = evbuffer_get_length(l->pending);
+        size_t bytes = log_jsonl_pending_bytes(l);
         size_t lines = l->pending_lines;
         fprintf(stderr, "sluice: log %s: %zu line(s) (%zu bytes) not written at exit\n",
                 l->path ? l->path : "(stdout)", lines, bytes);

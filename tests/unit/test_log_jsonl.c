@@ -562,6 +562,52 @@ static void test_disk_full(void **state)
     event_base_free(base);
 }
 
+/* A write that stopped mid-line (a pipe or disk that took part of it),
+ * then a rotation: the new file gets that line whole, not its tail, so its
+ * first line parses like every other. */
+static void test_reopen_after_a_partial_line(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char path[128], *err = NULL;
+    snprintf(path, sizeof(path), "%s/fifo.jsonl", tmpdir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    int rd = open(path, O_RDONLY | O_NONBLOCK);
+    assert_true(rd >= 0);
+    struct log_jsonl *l = log_jsonl_open(base, path, &err);
+    assert_non_null(l);
+    struct egress_event ev = spec_egress();
+    const size_t line = strlen(spec_line1), lines = 400;
+    for (size_t i = 0; i < lines; i++) /* nobody reads: the pipe fills */
+        log_jsonl_on_event(&ev, l);
+    /* Each line went alone, taken whole or not at all (under PIPE_BUF); a
+     * write of the many lines waiting, into the room two pages make, is
+     * what stops mid-line. */
+    char *buf = malloc(lines * line);
+    ssize_t n = read(rd, buf, 8192);
+    assert_int_equal(n, 8192);
+    size_t got = (size_t)n;
+    assert_int_equal(log_jsonl_flush(l, 0), -1);
+    while ((n = read(rd, buf + got, lines * line - got)) > 0)
+        got += (size_t)n;
+    close(rd);
+    assert_true(got % line != 0); /* the pipe got part of a line */
+    assert_int_equal(log_jsonl_pending_bytes(l), lines * line - got);
+    assert_int_equal(unlink(path), 0); /* rotated: the path names a new file */
+    assert_int_equal(log_jsonl_reopen(l), 0);
+    assert_int_equal(log_jsonl_flush(l, 1000), 0);
+    size_t len;
+    char *file = slurp(path, &len);
+    assert_int_equal(len, (lines - got / line) * line);
+    for (size_t off = 0; off < len; off += line)
+        assert_memory_equal(file + off, spec_line1, line);
+    assert_int_equal(log_jsonl_dropped(l), 0);
+    free(file);
+    free(buf);
+    log_jsonl_close(l);
+    event_base_free(base);
+}
+
 static void test_unwritten_at_close(void **state)
 {
     (void)state;
@@ -593,6 +639,7 @@ int main(void)
         cmocka_unit_test(test_pending_cap_and_flush),
         cmocka_unit_test(test_reader_gone),
         cmocka_unit_test(test_disk_full),
+        cmocka_unit_test(test_reopen_after_a_partial_line),
         cmocka_unit_test(test_unwritten_at_close),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
