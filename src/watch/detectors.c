@@ -378,6 +378,19 @@ static void baseline_roll(struct detectors *d, struct agent_state *a, int64_t no
         }
         return;
     }
+    int64_t first = a->bl.since_ms / MINUTE_MS;
+    if (a->bl.minute == first && a->bl.since_ms % MINUTE_MS != 0) {
+        /* Learning began within that minute: its count is part of a
+         * minute's, and would seed the average low. Learning starts over
+         * at the next minute, the first full one, which seeds it. */
+        a->bl.since_ms = (first + 1) * MINUTE_MS;
+        a->bl.minute = first + 1;
+        a->cur_req = a->cur_bytes = 0;
+        a->bl_dirty = true;
+        if (minute == a->bl.minute)
+            return; /* it is running now */
+        /* else it ended idle: it seeds a zero, below */
+    }
     double al = alpha_of(&d->cfg.baseline);
     if (a->bl.minute == a->bl.since_ms / MINUTE_MS) {
         /* the first minute seeds the averages (an average from 0 would lag) */

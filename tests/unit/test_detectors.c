@@ -358,6 +358,32 @@ static void baseline_learns_and_alerts(void **state)
     assert_int_equal(f->got.last_count, 1);
 }
 
+/* Learning that begins within a minute is seeded by the first full minute
+ * (SPEC), not by the few seconds of the first one, which would put the
+ * average, and so the alert threshold, far too low. */
+static void baseline_seeded_by_the_first_full_minute(void **state)
+{
+    struct fx *f = *state;
+    f->p.alerts.baseline =
+        (struct baseline_cfg){.set = true, .factor = 2, .floor = 1, .learn_ms = 2 * 60000};
+    detectors_configure(f->d, &f->p);
+    struct egress_event ev = ev_of("ci", "GET", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_0);
+    for (int i = 0; i < 10; i++) /* the last 10 s of minute 0 */
+        detectors_feed(f->d, &ev, T0 + 50000 + i);
+    for (int m = 1; m <= 2; m++) /* two full minutes of 100 */
+        for (int i = 0; i < 100; i++)
+            detectors_feed(f->d, &ev, T0 + m * 60000 + i);
+    assert_int_equal(f->got.n[ALERT_BASELINE], 0);
+    /* minute 3: learned for 2 minutes; 200 is not over 2 x 100, 201 is */
+    for (int i = 0; i < 200; i++)
+        detectors_feed(f->d, &ev, T0 + 3 * 60000 + i);
+    assert_int_equal(f->got.n[ALERT_BASELINE], 0);
+    detectors_feed(f->d, &ev, T0 + 3 * 60000 + 200);
+    assert_int_equal(f->got.n[ALERT_BASELINE], 1);
+    assert_non_null(strstr(f->got.last_detail, "made 201 requests this minute, over 2 x its "
+                                               "baseline of 100.0/min"));
+}
+
 static void baseline_cold_start_is_quiet(void **state)
 {
     struct fx *f = *state;
@@ -537,6 +563,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(denied_burst_and_upload, setup, teardown),
         cmocka_unit_test_setup_teardown(tier3_grants_and_first_contact, setup, teardown),
         cmocka_unit_test_setup_teardown(first_contacts_leave_folding_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(baseline_seeded_by_the_first_full_minute, setup, teardown),
         cmocka_unit_test_setup_teardown(first_contacts_past_the_memory_are_still_told, setup,
                                         teardown),
         cmocka_unit_test(off_hours_arithmetic),
