@@ -85,6 +85,7 @@ struct flight {
     struct resolver *r;
     struct flight *hnext;        /* chain in r->flights; NULL when last or out */
     bool hashed;                 /* in r->flights: new lookups of its name join it */
+    bool closed;                 /* ... unless a change of servers closed it to them */
     bool answering;              /* flight_finish() is calling its requests */
     unsigned gen;                /* r->gen when it started */
     struct resolve_req *waiters; /* in the order they came, through wprev/wnext */
@@ -261,7 +262,7 @@ static struct flight **flight_bucket(struct resolver *r, const char *name)
 static struct flight *flight_find(struct resolver *r, const char *name)
 {
     for (struct flight *f = *flight_bucket(r, name); f != NULL; f = f->hnext)
-        if (strcmp(f->name, name) == 0)
+        if (!f->closed && strcmp(f->name, name) == 0)
             return f;
     return NULL;
 }
@@ -707,9 +708,14 @@ int resolver_reload(struct resolver *r, const struct dns_cfg *cfg)
         r->ns = ns;
         r->nns = nns;
         r->preferred = name_servers_same(old, nold, r->preferred, ns, nns);
+        /* The flights go on for the requests already waiting on them, but
+         * no later lookup joins them: one whose A the old servers already
+         * answered must not answer a lookup made after the change. */
         for (size_t b = 0; b < FLIGHT_BUCKETS; b++)
-            for (struct flight *f = r->flights[b]; f != NULL; f = f->hnext)
+            for (struct flight *f = r->flights[b]; f != NULL; f = f->hnext) {
                 flight_move(r, f);
+                f->closed = true;
+            }
         name_servers_retire(&r->retired, old, nold);
     }
     /* The servers (or what they say) may have changed: forget every answer,

@@ -75,8 +75,9 @@ struct resolver *resolver_new(struct event_base *base, const struct dns_cfg *cfg
 
 /* Applies a reloaded policy's <cfg>: swaps the static map and, when the
  * server list changed, the servers: queries in flight are asked again of
- * the new ones (with none, their lookups fail, from the event loop).
- * Returns 0, or -1 and keeps the old configuration. */
+ * the new ones (with none, their lookups fail, from the event loop), for
+ * the requests already waiting on them only: later lookups of those names
+ * start flights of their own. Returns 0, or -1 and keeps the old configuration. */
 int resolver_reload(struct resolver *r, const struct dns_cfg *cfg);
 
 /* What one server did with the queries sent to it (for /metrics). */

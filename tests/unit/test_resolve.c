@@ -1009,7 +1009,7 @@ static void test_reload_keeps_preferred_and_deadline(void **state)
     assert_true(event_pending(f->ev, EV_TIMEOUT, &before));
     run(base, 50);
     assert_int_equal(resolver_reload(r, &c1), 0);
-    assert_ptr_equal(flight_find(r, "slow.test"), f);
+    assert_null(flight_find(r, "slow.test")); /* new lookups start their own */
     assert_true(event_pending(f->ev, EV_TIMEOUT, &after));
     assert_int_equal(before.tv_sec, after.tv_sec);
     assert_int_equal(before.tv_usec, after.tv_usec);
@@ -1020,6 +1020,44 @@ static void test_reload_keeps_preferred_and_deadline(void **state)
     resolver_free(r);
     run(base, 50);
     for (int i = 0; i < 3; i++)
+        fake_stop(&d[i]);
+    event_base_free(base);
+}
+
+/* A reload that changes the servers leaves the flights in flight to those
+ * already waiting on them: a lookup after it asks the new servers, and
+ * never gets an answer the old ones gave (here the A of half.test, whose
+ * AAAA no server answers). */
+static void test_lookup_after_a_server_change_asks_the_new_servers(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct fake_dns d[2];
+    for (int i = 0; i < 2; i++)
+        fake_start(&d[i], base, (uint8_t)(i + 1));
+    char *s1[1] = {d[0].addr}, *s2[1] = {d[1].addr};
+    struct dns_cfg c1 = {.servers = s1, .nservers = 1}, c2 = {.servers = s2, .nservers = 1};
+    char *err = NULL;
+    struct resolver *r = resolver_new(base, &c1, &err);
+    assert_non_null(r);
+    r->try_ms = 100;
+    struct result before = {.base = base};
+    assert_non_null(resolver_lookup(r, "half.test", on_result, &before));
+    for (int i = 0; i < 50 && d[0].answered == 0; i++)
+        run(base, 10);
+    assert_int_equal(d[0].answered, 1); /* the A; the AAAA waits */
+    assert_int_equal(resolver_reload(r, &c2), 0);
+    for (size_t i = 0; i < r->nns; i++)
+        assert_int_equal(evdns_base_set_option(r->ns[i].dns, "timeout:", "0.2"), 0);
+    struct result after = lookup_wait(base, r, "half.test");
+    assert_int_equal(after.n, 1);
+    assert_addr(&after.a[0], v4("192.0.2.2")); /* the new server's */
+    run_until(base, &before, 3000);
+    assert_int_equal(before.calls, 1);
+    assert_addr(&before.a[0], v4("192.0.2.1")); /* its own flight, as it was */
+    resolver_free(r);
+    run(base, 50);
+    for (int i = 0; i < 2; i++)
         fake_stop(&d[i]);
     event_base_free(base);
 }
@@ -1339,6 +1377,7 @@ int main(void)
         cmocka_unit_test(test_shared_lookup_cancel),
         cmocka_unit_test(test_shared_lookup_reentry),
         cmocka_unit_test(test_reload_keeps_preferred_and_deadline),
+        cmocka_unit_test(test_lookup_after_a_server_change_asks_the_new_servers),
         cmocka_unit_test(test_cache_positive),
         cmocka_unit_test(test_cache_negative),
         cmocka_unit_test(test_cache_not_failures),
