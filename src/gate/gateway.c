@@ -25,7 +25,8 @@
 #include "watch/log_jsonl.h"
 #include "watch/watch.h"
 
-#define LOG_FLUSH_MS 2000
+#define LOG_FLUSH_MS       2000 /* the log's last flush, at least */
+#define SINKS_DRAIN_MIN_MS 1000 /* the alert sinks' last wait, at least */
 
 static struct gw_policy *gw_policy_new(struct policy *p)
 {
@@ -201,11 +202,22 @@ static unsigned max_conns(const struct gateway *gw)
     return gw->cfg.max_conns > 0 ? gw->cfg.max_conns : GATEWAY_DEFAULT_MAX_CONNS;
 }
 
-/* --grace: how long requests in flight, and then the log's last lines, get
- * at SIGTERM. */
+/* --grace: how long a stop gives requests in flight, then the alert sinks
+ * and the logs' last lines, from SIGTERM. */
 static unsigned grace_ms(const struct gateway *gw)
 {
     return gw->cfg.grace_ms > 0 ? gw->cfg.grace_ms : GATEWAY_DEFAULT_GRACE_MS;
+}
+
+/* What is left of --grace since the stop began (all of it when the gateway
+ * is freed without one: a start-up error), and at least <floor_ms>, so that
+ * a stop takes about --grace in all, not --grace for each of its steps. */
+static unsigned grace_left_ms(const struct gateway *gw, unsigned floor_ms)
+{
+    int64_t left = grace_ms(gw);
+    if (gw->stop_began_ms != 0)
+        left -= (int64_t)monotonic_ms() - gw->stop_began_ms;
+    return left > (int64_t)floor_ms ? (unsigned)left : floor_ms;
 }
 
 bool gateway_tunnel_splices(const struct gateway *gw, bool client_on_unix)
@@ -470,6 +482,7 @@ void gateway_stop(struct gateway *gw)
     if (gw->stopping)
         return;
     gw->stopping = true;
+    gw->stop_began_ms = (int64_t)monotonic_ms();
     for (size_t i = 0; i < gw->nlisteners; i++)
         listener_shutdown(gw->listeners[i]); /* new connections are refused */
     struct conn *c = gw->conns;
@@ -655,16 +668,19 @@ void gateway_free(struct gateway *gw)
     for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)
         if (evs[i] != NULL)
             event_free(evs[i]);
+    /* The open summaries, and the sinks finishing what they hold: the loop
+     * runs again, and --admin may still be asked (its gauges read the
+     * resolver, freed after). */
+    watch_drain(gw->watch, grace_left_ms(gw, SINKS_DRAIN_MIN_MS));
     resolver_free(gw->resolver);
-    watch_drain(gw->watch, grace_ms(gw)); /* summaries; sinks finish what they hold */
+    gw->resolver = NULL;
     watch_free(gw->watch); /* after the connections (their end events), before the log */
     gw->watch = NULL;
     if (gw->log != NULL) {
-        /* A slow reader (a pipe, a socket) or a full disk gets the shutdown
-         * budget the operator gave (--grace), and at least LOG_FLUSH_MS:
+        /* A slow reader (a pipe, a socket) or a full disk gets what is
+         * left of the stop's budget (--grace), and at least LOG_FLUSH_MS:
          * what is still unwritten then is reported as lost. */
-        unsigned grace = grace_ms(gw);
-        log_jsonl_flush(gw->log, grace > LOG_FLUSH_MS ? (int)grace : LOG_FLUSH_MS);
+        log_jsonl_flush(gw->log, (int)grace_left_ms(gw, LOG_FLUSH_MS));
         log_jsonl_close(gw->log);
     }
     quota_free(gw->quota); /* after the connections: their flows hold entries */

@@ -107,6 +107,7 @@ struct gateway {
     size_t nagents;
     struct gateway_counters counters;
     bool stopping;
+    int64_t stop_began_ms; /* CLOCK_MONOTONIC, at SIGTERM/SIGINT; 0 before */
     struct event *sig_hup, *sig_term, *sig_int, *grace_timer;
     struct gw_reload *reload; /* the background load SIGHUP starts (gateway.c); or NULL */
 };

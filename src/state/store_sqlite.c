@@ -9,6 +9,7 @@
  *               created_ms INTEGER)
  *   counter(name TEXT PRIMARY KEY, value INTEGER) */
 #include "state/store.h"
+#include "util/units.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -93,13 +94,6 @@ static int64_t now_ms(void)
 #define EXIT_BUSY_MS    1000
 #define RETRY_MS        1000
 #define RETRY_MAX_MS    30000
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Opens <path> and makes sure it is a healthy sluice database. Returns
  * SQLITE_OK, or the error (with *db closed and NULL). */
@@ -583,8 +577,11 @@ int store_flush(struct store *s)
 {
     if (s == NULL)
         return 0;
-    if (s->retry_at_ms != 0 && mono_ms() < s->retry_at_ms)
+    if (s->retry_at_ms != 0 && (int64_t)monotonic_ms() < s->retry_at_ms) {
+        if (s->dropped_said == 0)
+            tell_dropped(s); /* the first drop is told at once, backoff or not */
         return -1;
+    }
     sqlite3_busy_timeout(s->db, 0); /* from the loop: never wait for a lock */
     int rc = commit(s);
     if (rc == 0 || s->failing_at_begin) {
@@ -594,7 +591,7 @@ int store_flush(struct store *s)
         s->retry_ms = s->retry_ms == 0 ? RETRY_MS : s->retry_ms * 2;
         if (s->retry_ms > RETRY_MAX_MS)
             s->retry_ms = RETRY_MAX_MS;
-        s->retry_at_ms = mono_ms() + s->retry_ms;
+        s->retry_at_ms = (int64_t)monotonic_ms() + s->retry_ms;
     }
     if (rc == 0 || s->dropped_said == 0)
         tell_dropped(s); /* the first drop, then once writing again */

@@ -172,9 +172,12 @@ static struct agent_state *agent_get(struct detectors *d, const char *id)
 
 static void load_baseline(const char *agent, const struct store_baseline *b, void *arg)
 {
-    /* a row that cannot be an average is relearned rather than trusted */
+    /* A row that cannot be an average is relearned rather than trusted; so
+     * is one stored before its first minute ended, which holds no average
+     * yet (kept, it would have the minute of the restart, seen only in
+     * part, seed it). */
     if (!isfinite(b->req_avg) || !isfinite(b->bytes_avg) || b->req_avg < 0 || b->bytes_avg < 0 ||
-        b->minute < 0 || b->since_ms < 0)
+        b->minute < 0 || b->since_ms < 0 || b->minute <= b->since_ms / MINUTE_MS)
         return;
     struct agent_state *a = agent_get(arg, agent);
     if (a == NULL)

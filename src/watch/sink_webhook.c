@@ -597,16 +597,19 @@ uint64_t webhook_dropped(const struct webhook *w)
     return w->dropped;
 }
 
+void webhook_say_lost(const struct webhook *w, const char *when)
+{
+    size_t lost = webhook_unstored(w);
+    if (lost > 0)
+        fprintf(stderr,
+                "sluice: webhook %s: %zu alert%s undelivered %s and in no state store: lost\n",
+                w->label, lost, lost == 1 ? "" : "s", when);
+}
+
 void webhook_free(struct webhook *w)
 {
     if (w == NULL)
         return;
-    size_t lost = webhook_unstored(w);
-    if (lost > 0)
-        fprintf(stderr,
-                "sluice: webhook %s: %zu alert%s undelivered at exit and in no state store: "
-                "lost\n",
-                w->label, lost, lost == 1 ? "" : "s");
     if (w->conn != NULL)
         evhttp_connection_free(w->conn); /* a request in flight is dropped, no callback */
     if (w->dns != NULL)

@@ -78,9 +78,10 @@ void webhook_send(struct webhook *w, const char *json, size_t n);
 void webhook_adopt(struct webhook *w, int64_t id, const char *json, int attempts);
 size_t webhook_queued(const struct webhook *w);
 /* Of those, the alerts that only memory holds (no state store, or one that
- * could not take them): what stopping now would lose. webhook_free()
- * reports them on standard error. */
+ * could not take them): what stopping now would lose. */
 size_t webhook_unstored(const struct webhook *w);
+/* Names those on standard error, if any, as lost <when> ("at exit"). */
+void webhook_say_lost(const struct webhook *w, const char *when);
 uint64_t webhook_delivered(const struct webhook *w);
 uint64_t webhook_failures(const struct webhook *w);
 /* Alerts dropped because the memory queue was full and there is no store. */

@@ -48,13 +48,6 @@ struct watch {
     int exit_flush_ms;
 };
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int64_t now_ms(void)
 {
     struct timespec ts;
@@ -184,8 +177,12 @@ static void configure_sinks(struct watch *w, const struct policy *p, bool first)
         }
         hooks[nhooks++] = keep;
     }
-    for (size_t j = 0; j < w->nhooks; j++)
+    for (size_t j = 0; j < w->nhooks; j++) {
+        if (w->hooks[j] == NULL)
+            continue;
+        webhook_say_lost(w->hooks[j], "when the sink left the policy");
         webhook_free(w->hooks[j]); /* sinks no longer configured; their queue stays stored */
+    }
     free(w->hooks);
     w->hooks = hooks;
     w->nhooks = nhooks;
@@ -407,7 +404,7 @@ static void on_drain_check(evutil_socket_t fd, short what, void *arg)
     struct watch *w = arg;
     (void)fd;
     (void)what;
-    if (!sinks_hold_alerts(w) || mono_ms() >= w->drain_until_ms)
+    if (!sinks_hold_alerts(w) || (int64_t)monotonic_ms() >= w->drain_until_ms)
         event_base_loopbreak(w->base);
 }
 
@@ -416,18 +413,18 @@ void watch_drain(struct watch *w, unsigned timeout_ms)
     if (w == NULL)
         return;
     detectors_flush(w->det, now_ms()); /* the open summaries; baselines as of now */
-    w->exit_flush_ms = timeout_ms > FLUSH_MS ? (int)timeout_ms : FLUSH_MS;
-    if (!sinks_hold_alerts(w))
-        return;
-    w->drain_until_ms = mono_ms() + timeout_ms;
-    w->drain_check = event_new(w->base, -1, EV_PERSIST, on_drain_check, w);
-    if (w->drain_check == NULL)
-        return;
-    struct timeval tv = {0, DRAIN_CHECK_MS * 1000};
-    event_add(w->drain_check, &tv);
-    event_base_dispatch(w->base); /* the sinks' events, the alerts file's writes */
-    event_free(w->drain_check);
-    w->drain_check = NULL;
+    w->drain_until_ms = (int64_t)monotonic_ms() + timeout_ms;
+    if (sinks_hold_alerts(w) &&
+        (w->drain_check = event_new(w->base, -1, EV_PERSIST, on_drain_check, w)) != NULL) {
+        struct timeval tv = {0, DRAIN_CHECK_MS * 1000};
+        event_add(w->drain_check, &tv);
+        event_base_dispatch(w->base); /* the sinks' events, the alerts file's writes */
+        event_free(w->drain_check);
+        w->drain_check = NULL;
+    }
+    /* The alerts file's last flush: what is left, and at least FLUSH_MS. */
+    int64_t left = w->drain_until_ms - (int64_t)monotonic_ms();
+    w->exit_flush_ms = left > FLUSH_MS ? (int)left : FLUSH_MS;
 }
 
 void watch_free(struct watch *w)
@@ -439,8 +436,10 @@ void watch_free(struct watch *w)
     if (w->tick != NULL)
         event_free(w->tick);
     admin_free(w->admin);
-    for (size_t i = 0; i < w->nhooks; i++)
+    for (size_t i = 0; i < w->nhooks; i++) {
+        webhook_say_lost(w->hooks[i], "at exit");
         webhook_free(w->hooks[i]);
+    }
     free(w->hooks);
     exec_runner_free(w->exec);
     free_execs(w);

@@ -54,8 +54,9 @@ void watch_reopen(struct watch *w);
  * writes the open fold summaries, then runs the event loop until the sinks
  * hold no alert a stop would lose (exec programs running or waiting,
  * webhook alerts in no state store), at most <timeout_ms>; the alerts
- * file's last flush then gets as long (and at least 2 s). What is left is
- * reported on standard error by watch_free(). Accepts NULL. */
+ * file's last flush (in watch_free) then gets what is left of it, and at
+ * least 2 s. What is left is reported on standard error by watch_free().
+ * Accepts NULL. */
 void watch_drain(struct watch *w, unsigned timeout_ms);
 /* Flushes the alerts file and the store, stops the sinks (killing exec
  * programs still running), frees. Accepts NULL. */

@@ -15,6 +15,7 @@ import urllib.request
 
 import pytest
 
+from conftest import policy_yaml
 from gate_client import poll, request
 from watch_helpers import Receiver, free_tcp_port, wait_alert, write_script
 
@@ -487,7 +488,6 @@ def test_lines_behind_a_slow_reader_are_written_at_exit(sluice_bin, net, tmp_pat
     # go on (the loop never waits for the log), the lines wait in memory,
     # and at SIGTERM serve waits for the reader up to --grace (5 s by
     # default; it gave up after 2 s before, and the lines were lost)
-    from conftest import policy_yaml
     pol = tmp_path / "p.yaml"
     pol.write_text(policy_yaml(net.policy(rules(net, tier=1))))
     port = free_tcp_port()
@@ -733,3 +733,47 @@ def test_webhook_alerts_lost_at_a_stop_are_reported(gateway, net, tmp_path):
     wait_alert(str(tmp_path / "a.jsonl"), "tier3_write")
     gw.stop()
     assert "1 alert undelivered at exit and in no state store: lost" in gw.stderr()
+
+
+def test_admin_answers_while_the_sinks_drain(gateway, net, tmp_path):
+    # During the stop's wait for the sinks the loop runs and --admin still
+    # answers; its gauges read the gateway's DNS servers, which were freed
+    # before that wait (ASan: heap-use-after-free in resolver_server_stats).
+    prog = write_script(str(tmp_path / "slow.sh"), "#!/bin/sh\ncat >/dev/null\nsleep 3\n")
+    admin = free_tcp_port()
+    gw = gateway(net.policy(rules(net), alerts={"sinks": [{"exec": prog}]}),
+                 args=["--alerts", str(tmp_path / "a.jsonl"), "--admin", "127.0.0.1:%d" % admin,
+                       "--grace", "5s"])
+    assert request(gw, "POST", net.url("/w"), body=b"1").status == 200
+    wait_alert(str(tmp_path / "a.jsonl"), "tier3_write")
+    gw.proc.send_signal(signal.SIGTERM)
+    # no connection is open: serving ends at once, and the wait for the
+    # program (3 s) begins; scrape within it
+    time.sleep(0.5)
+    text = poll(lambda: _scrape_or_none(admin), timeout=2, what="/metrics during the stop")
+    assert "sluice_open_connections 0" in text
+    gw.stop()
+
+
+def _scrape_or_none(port):
+    try:
+        return urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=2).read().decode()
+    except OSError:
+        return None
+
+
+def test_a_webhook_removed_by_a_reload_is_not_said_lost_at_exit(gateway, net, tmp_path):
+    port = free_tcp_port()
+    gw = gateway(net.policy(rules(net), alerts={"sinks": [
+        {"webhook": "http://127.0.0.1:%d/h" % port}]}),
+        args=["--alerts", str(tmp_path / "a.jsonl")])
+    assert request(gw, "POST", net.url("/w"), body=b"1").status == 200
+    wait_alert(str(tmp_path / "a.jsonl"), "tier3_write")
+    gw.write_policy(policy_yaml(net.policy(rules(net), alerts={"sinks": []})))
+    gw.reload()
+    poll(lambda: "when the sink left the policy" in gw.stderr() or None, timeout=10,
+         what="the lost alert named at the reload")
+    assert "1 alert undelivered when the sink left the policy and in no state store: lost" \
+        in gw.stderr()
+    assert "at exit" not in gw.stderr()
+    assert gw.proc.poll() is None

@@ -384,6 +384,45 @@ static void baseline_seeded_by_the_first_full_minute(void **state)
                                                "baseline of 100.0/min"));
 }
 
+/* A stop within learning's first minute stores a row that holds no average
+ * yet: after a restart it is relearned from the next full minute, not
+ * seeded by the minute of the restart, seen only in part. */
+static void baseline_unseeded_row_is_relearned(void **state)
+{
+    struct fx *f = *state;
+    char dir[] = "/tmp/sluice-det-XXXXXX";
+    char *err = NULL, *warn = NULL;
+    assert_non_null(mkdtemp(dir));
+    struct store *s = store_open(dir, &err, &warn);
+    assert_non_null(s);
+    struct detectors *d = detectors_new(&f->bus, s);
+    f->p.alerts.baseline =
+        (struct baseline_cfg){.set = true, .factor = 2, .floor = 1, .learn_ms = 2 * 60000};
+    detectors_configure(d, &f->p);
+    struct egress_event ev = ev_of("ci", "GET", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_0);
+    for (int i = 0; i < 10; i++) /* the last 10 s of minute 0, then a stop */
+        detectors_feed(d, &ev, T0 + 50000 + i);
+    detectors_flush(d, T0 + 59000);
+    detectors_free(d);
+    store_close(s);
+
+    s = store_open(dir, &err, &warn);
+    assert_non_null(s);
+    d = detectors_new(&f->bus, s);
+    detectors_configure(d, &f->p);
+    for (int i = 0; i < 10; i++) /* back for the last 10 s of minute 1 */
+        detectors_feed(d, &ev, T0 + 110000 + i);
+    for (int m = 2; m <= 5; m++) /* then a steady 100 a minute */
+        for (int i = 0; i < 100; i++)
+            detectors_feed(d, &ev, T0 + m * 60000 + i);
+    assert_int_equal(f->got.n[ALERT_BASELINE], 0);
+    detectors_free(d);
+    store_close(s);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static void baseline_cold_start_is_quiet(void **state)
 {
     struct fx *f = *state;
@@ -564,6 +603,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(tier3_grants_and_first_contact, setup, teardown),
         cmocka_unit_test_setup_teardown(first_contacts_leave_folding_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(baseline_seeded_by_the_first_full_minute, setup, teardown),
+        cmocka_unit_test_setup_teardown(baseline_unseeded_row_is_relearned, setup, teardown),
         cmocka_unit_test_setup_teardown(first_contacts_past_the_memory_are_still_told, setup,
                                         teardown),
         cmocka_unit_test(off_hours_arithmetic),
