@@ -703,11 +703,16 @@ int log_jsonl_reopen(struct log_jsonl *l)
         fprintf(stderr, "sluice: log %s: cannot reopen: %s\n", l->path, strerror(e));
         return -1;
     }
+    /* A line the old file got part of goes whole to a new one (rotated);
+     * the same file (a SIGHUP for a policy reload) gets the rest of it. */
+    struct stat was, now;
+    if (fstat(l->fd, &was) < 0 || fstat(fd, &now) < 0 || was.st_dev != now.st_dev ||
+        was.st_ino != now.st_ino)
+        l->line_sent = 0;
     if (l->wev != NULL)
         event_del(l->wev);
     close(l->fd);
     l->fd = fd;
-    l->line_sent = 0; /* a line the old file got part of goes whole to the new one */
     l->broken = false;
     l->reported = false;
     l->write_errno = 0;

@@ -565,44 +565,94 @@ static void test_disk_full(void **state)
 /* A write that stopped mid-line (a pipe or disk that took part of it),
  * then a rotation: the new file gets that line whole, not its tail, so its
  * first line parses like every other. */
+#define FIFO_LINES 400
+
+/* A log on a FIFO at <path> whose write stopped mid-line: FIFO_LINES lines
+ * were logged while nobody read, then the reader took two pages (read into
+ * <buf>, <*got> bytes) and a write of the many lines waiting filled them.
+ * Each line had gone alone, taken whole or not at all (under PIPE_BUF): a
+ * write of many is what stops mid-line. Returns the log; <*rd> the reader. */
+static struct log_jsonl *fifo_log_mid_line(struct event_base *base, const char *path, int *rd,
+                                           char *buf, size_t *got)
+{
+    char *err = NULL;
+    assert_int_equal(mkfifo(path, 0600), 0);
+    *rd = open(path, O_RDONLY | O_NONBLOCK);
+    assert_true(*rd >= 0);
+    struct log_jsonl *l = log_jsonl_open(base, path, &err);
+    assert_non_null(l);
+    struct egress_event ev = spec_egress();
+    for (size_t i = 0; i < FIFO_LINES; i++)
+        log_jsonl_on_event(&ev, l);
+    ssize_t n = read(*rd, buf, 8192);
+    assert_int_equal(n, 8192);
+    *got = (size_t)n;
+    assert_int_equal(log_jsonl_flush(l, 0), -1);
+    assert_true(l->line_sent > 0); /* the FIFO holds part of a line */
+    return l;
+}
+
+/* Reads what <rd> has into <buf> (<cap> bytes) from <*got> on. */
+static void read_all(int rd, char *buf, size_t cap, size_t *got)
+{
+    ssize_t n;
+    while (*got < cap && (n = read(rd, buf + *got, cap - *got)) > 0)
+        *got += (size_t)n;
+}
+
+/* A write that stopped mid-line, then a rotation: the new file gets that
+ * line whole, not its tail, so its first line parses like every other. */
 static void test_reopen_after_a_partial_line(void **state)
 {
     (void)state;
     struct event_base *base = event_base_new();
-    char path[128], *err = NULL;
+    const size_t line = strlen(spec_line1), cap = FIFO_LINES * line;
+    char path[128], *buf = malloc(cap);
+    int rd;
+    size_t got;
     snprintf(path, sizeof(path), "%s/fifo.jsonl", tmpdir);
-    assert_int_equal(mkfifo(path, 0600), 0);
-    int rd = open(path, O_RDONLY | O_NONBLOCK);
-    assert_true(rd >= 0);
-    struct log_jsonl *l = log_jsonl_open(base, path, &err);
-    assert_non_null(l);
-    struct egress_event ev = spec_egress();
-    const size_t line = strlen(spec_line1), lines = 400;
-    for (size_t i = 0; i < lines; i++) /* nobody reads: the pipe fills */
-        log_jsonl_on_event(&ev, l);
-    /* Each line went alone, taken whole or not at all (under PIPE_BUF); a
-     * write of the many lines waiting, into the room two pages make, is
-     * what stops mid-line. */
-    char *buf = malloc(lines * line);
-    ssize_t n = read(rd, buf, 8192);
-    assert_int_equal(n, 8192);
-    size_t got = (size_t)n;
-    assert_int_equal(log_jsonl_flush(l, 0), -1);
-    while ((n = read(rd, buf + got, lines * line - got)) > 0)
-        got += (size_t)n;
+    struct log_jsonl *l = fifo_log_mid_line(base, path, &rd, buf, &got);
+    read_all(rd, buf, cap, &got);
     close(rd);
-    assert_true(got % line != 0); /* the pipe got part of a line */
-    assert_int_equal(log_jsonl_pending_bytes(l), lines * line - got);
+    assert_true(got % line != 0); /* the FIFO got part of a line */
+    assert_int_equal(log_jsonl_pending_bytes(l), cap - got);
     assert_int_equal(unlink(path), 0); /* rotated: the path names a new file */
     assert_int_equal(log_jsonl_reopen(l), 0);
     assert_int_equal(log_jsonl_flush(l, 1000), 0);
     size_t len;
     char *file = slurp(path, &len);
-    assert_int_equal(len, (lines - got / line) * line);
+    assert_int_equal(len, (FIFO_LINES - got / line) * line);
     for (size_t off = 0; off < len; off += line)
         assert_memory_equal(file + off, spec_line1, line);
     assert_int_equal(log_jsonl_dropped(l), 0);
     free(file);
+    free(buf);
+    log_jsonl_close(l);
+    event_base_free(base);
+}
+
+/* The same, but SIGHUP finds the path naming the same file (a policy
+ * reload, no rotation): the write goes on where it stopped, mid-line. */
+static void test_reopen_of_the_same_file_goes_on_mid_line(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    const size_t line = strlen(spec_line1), cap = FIFO_LINES * line;
+    char path[128], *buf = malloc(cap);
+    int rd;
+    size_t got;
+    snprintf(path, sizeof(path), "%s/fifo-same.jsonl", tmpdir);
+    struct log_jsonl *l = fifo_log_mid_line(base, path, &rd, buf, &got);
+    assert_int_equal(log_jsonl_reopen(l), 0);
+    for (int i = 0; i < 1000 && got < cap; i++) {
+        read_all(rd, buf, cap, &got);
+        log_jsonl_flush(l, 0);
+    }
+    read_all(rd, buf, cap, &got);
+    close(rd);
+    assert_int_equal(got, cap);
+    for (size_t off = 0; off < got; off += line)
+        assert_memory_equal(buf + off, spec_line1, line);
     free(buf);
     log_jsonl_close(l);
     event_base_free(base);
@@ -640,6 +690,7 @@ int main(void)
         cmocka_unit_test(test_reader_gone),
         cmocka_unit_test(test_disk_full),
         cmocka_unit_test(test_reopen_after_a_partial_line),
+        cmocka_unit_test(test_reopen_of_the_same_file_goes_on_mid_line),
         cmocka_unit_test(test_unwritten_at_close),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
