@@ -862,6 +862,19 @@ static void on_write(struct bufferevent *bev, void *arg)
     }
 }
 
+/* A client error during a CONNECT's check: the client reset the connection
+ * (or can no longer be written to). Nothing will reach it, so what waits
+ * for it is dropped: a refusal then closes at once rather than wait for a
+ * flush that libevent, having turned the events off, would never start. */
+static void note_client_reset(struct conn *c, short what)
+{
+    if (!(what & BEV_EVENT_ERROR))
+        return;
+    c->client_reset = true;
+    struct evbuffer *out = bufferevent_get_output(c->client);
+    evbuffer_drain(out, evbuffer_get_length(out));
+}
+
 static void on_event(struct bufferevent *bev, short what, void *arg)
 {
     struct conn *c = arg;
@@ -881,12 +894,15 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
          * closed), not logged as the allowed tunnel it never was. */
         c->ex.client_eof = true;
         c->peek_over = true;
-        c->client_reset = (what & BEV_EVENT_ERROR) != 0;
+        note_client_reset(c, what);
         connect_on_client_read(c);
         return;
     }
-    if (c->state == CS_HELLO && (what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR)) {
-        c->ex.client_eof = true; /* what it sent is all: judged after the server's answer */
+    if (c->state == CS_HELLO && (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))) {
+        /* What it sent is all: judged after the server's answer (a second
+         * ClientHello waiting behind the first is judged, reset or not). */
+        c->ex.client_eof = true;
+        note_client_reset(c, what);
         return;
     }
     conn_free(c);

@@ -356,11 +356,14 @@ static void hello_answered(struct conn *c, bool retry)
 {
     struct evbuffer *up_in = bufferevent_get_input(c->up);
     size_t n = evbuffer_get_length(up_in);
-    if (stream_send(c->client, c->fd, up_in, n) < 0) {
+    if (c->client_reset) {
+        evbuffer_drain(up_in, n); /* nobody to take it */
+    } else if (stream_send(c->client, c->fd, up_in, n) < 0) {
         conn_free(c);
         return;
+    } else {
+        c->ex.bytes_down += n;
     }
-    c->ex.bytes_down += n;
     if (retry && !c->hello_retried) {
         struct timeval tv = timeval_of_ms(PEEK_MS);
         c->hello_retried = true;
@@ -379,6 +382,10 @@ static void hello_answered(struct conn *c, bool retry)
         connect_settle(c);
         if (conn_gate_denies(c, REASON_SNI_MISMATCH, false))
             return;
+    }
+    if (c->client_reset) {
+        conn_free(c); /* judged; nothing left to carry */
+        return;
     }
     open_tunnel(c);
 }

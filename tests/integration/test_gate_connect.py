@@ -1039,6 +1039,37 @@ def test_hello_retry_request_written_in_pieces_reaches_the_client(gateway, net):
         assert end["bytes_down"] == len(_hrr_record()) + len(SplitHrrServer.REPLY), end
 
 
+@pytest.mark.parametrize("how", ["fin", "reset"])
+def test_second_hello_behind_the_first_judged_when_the_client_ends(gateway, net, how):
+    # the client sends its first ClientHello and, without waiting for the
+    # answer, a second naming another host, then ends its side (a FIN) or
+    # resets: while the server's answer is awaited (CS_HELLO) the second
+    # waits in the gateway; the answer is a HelloRetryRequest, so the
+    # second is judged and refused, reset or not (a reset was logged allow)
+    with SplitHrrServer("127.0.0.7", pause=0.5) as srv:
+        gw = gateway(net.policy([{"host": "hrr.example.test", "ports": [srv.port], "tier": 1}],
+                                static_extra={"hrr.example.test": "127.0.0.7"}))
+        ch1, _ = _hrr_hellos("hrr.example.test", "hrr.example.test")
+        _, evil = _hrr_hellos("hrr.example.test", "evil.example.test")
+        t = connect(gw, "hrr.example.test:%d" % srv.port)
+        try:
+            assert t.status == 200
+            t.sock.sendall(ch1 + _CCS + evil)
+            time.sleep(0.2)  # the first went up; the answer is half sent
+            if how == "reset":
+                _reset(t.sock)
+            else:
+                t.sock.shutdown(socket.SHUT_WR)
+                t.sock.settimeout(5)
+                recv_until_close(t.sock)
+        finally:
+            t.close()
+        ev, end = gw.decided(method="CONNECT")
+        assert (ev["decision"], ev["reason"]) == ("deny", "sni_mismatch"), ev
+        assert end["bytes_up"] == len(ch1), end
+        assert srv.got == [ch1]
+
+
 class LateCcsHrrServer(SplitHrrServer):
     """A TCP upstream that answers a first ClientHello with a
     HelloRetryRequest and sends the change_cipher_spec record that follows
