@@ -160,18 +160,25 @@ int listen_addr_parse(const char *s, struct listen_addr *out, const char **why)
     return 0;
 }
 
+/* TCP urgent data (MSG_OOB) stays in the stream, a plain byte in its place:
+ * else recv() skips it, and a request body comes up one byte short of its
+ * Content-Length, on every path (HTTP, CONNECT, tunnels). */
+static void listener_oob_inline(evutil_socket_t fd)
+{
+    int one = 1;
+    (void)setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &one, sizeof(one));
+}
+
 static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa,
                       int salen, void *arg)
 {
     struct listener *l = arg;
     (void)lev;
-    /* TCP urgent data (MSG_OOB, also carried on unix stream sockets) stays
-     * in the stream, a plain byte in its place: else recv() skips it, and a
-     * request body comes up one byte short of its Content-Length, on every
-     * path (HTTP, CONNECT, tunnels). Set on each accepted socket: a unix one
-     * inherits nothing from its listener. */
-    int one = 1;
-    (void)setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &one, sizeof(one));
+    /* Urgent data (MSG_OOB), which Linux carries on unix stream sockets
+     * too, stays in the stream (see listener_oob_inline): an accepted unix
+     * socket inherits nothing from its listener, so it is set on each. */
+    if (l->addr.ss.ss_family == AF_UNIX)
+        listener_oob_inline(fd);
     l->fn(l, fd, sa, (socklen_t)salen, l->arg);
 }
 
@@ -260,6 +267,10 @@ struct listener *listener_open(struct event_base *base, const struct listen_addr
         int one = 1;
         (void)setsockopt(evconnlistener_get_fd(l->lev), IPPROTO_TCP, TCP_NODELAY, &one,
                          sizeof(one));
+        /* The same for SO_OOBINLINE, and it must be there before accept():
+         * a second urgent pointer arriving before it drops the first
+         * urgent byte, inline or not being decided only then. */
+        listener_oob_inline(evconnlistener_get_fd(l->lev));
         struct sockaddr_storage ss;
         socklen_t sl = sizeof(ss);
         if (getsockname(evconnlistener_get_fd(l->lev), (struct sockaddr *)&ss, &sl) == 0) {

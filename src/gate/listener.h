@@ -8,8 +8,9 @@
  * unlinked when the listener is freed. Port 0 picks a free port; the
  * listener then reports the port it got.
  *
- * Every accepted socket gets SO_OOBINLINE (TCP urgent data stays in the
- * stream, a plain byte in its place) before it is handed on.
+ * Every accepted socket has SO_OOBINLINE (TCP urgent data stays in the
+ * stream, a plain byte in its place) before it is handed on: a TCP one from
+ * its listener, so from its first byte, a unix one set at the accept.
  *
  * Accept errors such as EMFILE pause the listener for 100 ms instead of
  * spinning. */

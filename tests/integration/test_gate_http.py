@@ -3,6 +3,7 @@
 import hashlib
 import http.client
 import json
+import signal
 import socket
 import threading
 import time
@@ -577,6 +578,31 @@ def test_urgent_byte_in_request_body_goes_upstream(gateway, net):
         assert got == [body], "the upstream got another body (unix %s)" % unix
         _, end = gw.decided(path="/urgent-up")
         assert end["status"] == 200 and end["bytes_up"] == len(body), end
+
+
+def test_urgent_bytes_before_the_accept_are_kept(gateway, net):
+    # Two urgent bytes that arrive before the gateway accepts the
+    # connection: with SO_OOBINLINE set only on the accepted socket, the
+    # second urgent pointer drops the first byte ("ET" for "GET", 501);
+    # set on the TCP listener, the socket has it from its first byte. The
+    # gateway is stopped (SIGSTOP) so that the bytes come first.
+    gw = gateway(net.policy([api_rule(net)]))
+    data = build_request("GET", net.url("/oob-early"))
+    gw.proc.send_signal(signal.SIGSTOP)
+    try:
+        s = open_conn(gw, timeout=5)
+        assert s.send(data[0:1], socket.MSG_OOB) == 1
+        assert s.send(data[1:2], socket.MSG_OOB) == 1
+        s.sendall(data[2:])
+        time.sleep(0.2)
+    finally:
+        gw.proc.send_signal(signal.SIGCONT)
+    try:
+        r = read_response(s, "GET")
+    finally:
+        s.close()
+    assert r.status == 200, r
+    assert [q.path for q in net.api.requests] == ["/oob-early"]
 
 
 def test_urgent_byte_in_response_body_reaches_the_client(gateway, net):
