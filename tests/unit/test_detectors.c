@@ -384,6 +384,31 @@ static void baseline_seeded_by_the_first_full_minute(void **state)
                                                "baseline of 100.0/min"));
 }
 
+/* Opens the state store in <dir>, which exists. */
+static struct store *store_at(const char *dir)
+{
+    char *err = NULL, *warn = NULL;
+    struct store *s = store_open(dir, &err, &warn);
+    assert_non_null(s);
+    assert_null(warn);
+    return s;
+}
+
+/* A state store in a new directory made from the template <dir>
+ * ("/tmp/...-XXXXXX", rewritten in place); remove_dir() removes it. */
+static struct store *store_in_new_dir(char *dir)
+{
+    assert_non_null(mkdtemp(dir));
+    return store_at(dir);
+}
+
+static void remove_dir(const char *dir)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* A stop within learning's first minute stores a row that holds no average
  * yet: after a restart it is relearned from the next full minute, not
  * seeded by the minute of the restart, seen only in part. */
@@ -391,10 +416,7 @@ static void baseline_unseeded_row_is_relearned(void **state)
 {
     struct fx *f = *state;
     char dir[] = "/tmp/sluice-det-XXXXXX";
-    char *err = NULL, *warn = NULL;
-    assert_non_null(mkdtemp(dir));
-    struct store *s = store_open(dir, &err, &warn);
-    assert_non_null(s);
+    struct store *s = store_in_new_dir(dir);
     struct detectors *d = detectors_new(&f->bus, s);
     f->p.alerts.baseline =
         (struct baseline_cfg){.set = true, .factor = 2, .floor = 1, .learn_ms = 2 * 60000};
@@ -406,8 +428,7 @@ static void baseline_unseeded_row_is_relearned(void **state)
     detectors_free(d);
     store_close(s);
 
-    s = store_open(dir, &err, &warn);
-    assert_non_null(s);
+    s = store_at(dir);
     d = detectors_new(&f->bus, s);
     detectors_configure(d, &f->p);
     for (int i = 0; i < 10; i++) /* back for the last 10 s of minute 1 */
@@ -418,9 +439,7 @@ static void baseline_unseeded_row_is_relearned(void **state)
     assert_int_equal(f->got.n[ALERT_BASELINE], 0);
     detectors_free(d);
     store_close(s);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
+    remove_dir(dir);
 }
 
 static void baseline_cold_start_is_quiet(void **state)
@@ -439,10 +458,7 @@ static void memory_survives_a_restart(void **state)
 {
     struct fx *f = *state;
     char dir[] = "/tmp/sluice-det-XXXXXX";
-    char *err = NULL, *warn = NULL;
-    assert_non_null(mkdtemp(dir));
-    struct store *s = store_open(dir, &err, &warn);
-    assert_non_null(s);
+    struct store *s = store_in_new_dir(dir);
     struct detectors *d = detectors_new(&f->bus, s);
     f->p.alerts.first_contact = true;
     f->p.alerts.baseline =
@@ -455,8 +471,7 @@ static void memory_survives_a_restart(void **state)
     detectors_free(d);
     store_close(s);
 
-    s = store_open(dir, &err, &warn);
-    assert_non_null(s);
+    s = store_at(dir);
     d = detectors_new(&f->bus, s);
     detectors_configure(d, &f->p);
     detectors_feed(d, &ev, T0 + 130000);
@@ -469,9 +484,7 @@ static void memory_survives_a_restart(void **state)
     assert_int_equal(f->got.n[ALERT_BASELINE], 1);
     detectors_free(d);
     store_close(s);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
+    remove_dir(dir);
 }
 
 static void load_row(const char *agent, const struct store_baseline *b, void *arg)
@@ -487,10 +500,7 @@ static void flush_at_shutdown_keeps_the_baseline(void **state)
 {
     struct fx *f = *state;
     char dir[] = "/tmp/sluice-det-XXXXXX";
-    char *err = NULL, *warn = NULL;
-    assert_non_null(mkdtemp(dir));
-    struct store *s = store_open(dir, &err, &warn);
-    assert_non_null(s);
+    struct store *s = store_in_new_dir(dir);
     struct detectors *d = detectors_new(&f->bus, s);
     f->p.alerts.baseline =
         (struct baseline_cfg){.set = true, .factor = 2, .floor = 3, .learn_ms = 60000};
@@ -512,8 +522,7 @@ static void flush_at_shutdown_keeps_the_baseline(void **state)
     detectors_free(d);
     store_close(s);
 
-    s = store_open(dir, &err, &warn);
-    assert_non_null(s);
+    s = store_at(dir);
     struct store_baseline b = {0};
     assert_int_equal(store_load_baselines(s, load_row, &b), 1);
     assert_int_equal(b.minute, stop / 60000); /* as of the real minute */
@@ -531,9 +540,7 @@ static void flush_at_shutdown_keeps_the_baseline(void **state)
     assert_int_equal(f->got.n[ALERT_BASELINE], 1);
     detectors_free(d);
     store_close(s);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
+    remove_dir(dir);
 }
 
 /* A stored row that cannot be an average (as the old shutdown path wrote:
@@ -542,10 +549,7 @@ static void absurd_stored_baseline_is_repaired(void **state)
 {
     struct fx *f = *state;
     char dir[] = "/tmp/sluice-det-XXXXXX";
-    char *err = NULL, *warn = NULL;
-    assert_non_null(mkdtemp(dir));
-    struct store *s = store_open(dir, &err, &warn);
-    assert_non_null(s);
+    struct store *s = store_in_new_dir(dir);
     struct store_baseline bad = {
         .req_avg = 3, .bytes_avg = 0, .since_ms = T0 - 86400000, .minute = 76861433640456LL};
     store_put_baseline(s, "ci", &bad);
@@ -557,14 +561,12 @@ static void absurd_stored_baseline_is_repaired(void **state)
     detectors_flush(d, T0);
     detectors_free(d);
     store_close(s);
-    s = store_open(dir, &err, &warn);
+    s = store_at(dir);
     struct store_baseline b = {0};
     assert_int_equal(store_load_baselines(s, load_row, &b), 1);
     assert_int_equal(b.minute, T0 / 60000); /* brought back to the real minute */
     store_close(s);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
+    remove_dir(dir);
 }
 
 /* grant_expiring is announced again when the UTC day changes, once. */
