@@ -76,7 +76,58 @@ void fold_free(struct fold *f)
     for (size_t i = 0; i < f->n; i++)
         entry_free(&f->e[i]);
     free(f->e);
+    free(f->index);
     memset(f, 0, sizeof(*f));
+}
+
+/* FNV-1a over the key: kind, agent, a separator no agent holds, host. */
+static uint64_t key_hash(enum alert_kind kind, const char *agent, const char *host)
+{
+    uint64_t h = (1469598103934665603ull ^ (uint64_t)kind) * 1099511628211ull;
+    for (const char *p = agent; *p != '\0'; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    h = (h ^ '\n') * 1099511628211ull;
+    for (const char *p = host; *p != '\0'; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    return h;
+}
+
+static void index_put(struct fold *f, size_t i)
+{
+    const struct fold_entry *e = &f->e[i];
+    size_t mask = f->nindex - 1, j = key_hash(e->kind, e->agent, e->host) & mask;
+    while (f->index[j] != 0)
+        j = (j + 1) & mask;
+    f->index[j] = (uint32_t)(i + 1);
+}
+
+/* Indexes every entry anew in the slots there are (after entries moved). */
+static void index_refill(struct fold *f)
+{
+    if (f->nindex == 0)
+        return;
+    memset(f->index, 0, f->nindex * sizeof(*f->index));
+    for (size_t i = 0; i < f->n; i++)
+        index_put(f, i);
+}
+
+/* Makes room in the index for <want> entries. Returns 0, or -1 when out of
+ * memory (the index stays as it was, valid for the entries there are). */
+static int index_reserve(struct fold *f, size_t want)
+{
+    if (2 * want <= f->nindex)
+        return 0;
+    size_t n = f->nindex > 0 ? f->nindex : 64;
+    while (n < 2 * want)
+        n *= 2;
+    uint32_t *ix = calloc(n, sizeof(*ix));
+    if (ix == NULL)
+        return -1;
+    free(f->index);
+    f->index = ix;
+    f->nindex = n;
+    index_refill(f);
+    return 0;
 }
 
 static char *dup_or_null(const char *s)
@@ -87,8 +138,11 @@ static char *dup_or_null(const char *s)
 static struct fold_entry *find(struct fold *f, enum alert_kind kind, const char *agent,
                                const char *host)
 {
-    for (size_t i = 0; i < f->n; i++) {
-        struct fold_entry *e = &f->e[i];
+    if (f->nindex == 0)
+        return NULL;
+    size_t mask = f->nindex - 1;
+    for (size_t j = key_hash(kind, agent, host) & mask; f->index[j] != 0; j = (j + 1) & mask) {
+        struct fold_entry *e = &f->e[f->index[j] - 1];
         if (e->kind == kind && strcmp(e->agent, agent) == 0 && strcmp(e->host, host) == 0)
             return e;
     }
@@ -149,6 +203,8 @@ bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int
         e->period_ms = period_ms;
         return true;
     }
+    if (index_reserve(f, f->n + 1) < 0)
+        return true; /* out of memory: written, not folded */
     if (f->n == f->cap) {
         size_t nc = f->cap ? f->cap * 2 : 16;
         struct fold_entry *ne = realloc(f->e, nc * sizeof(*ne));
@@ -171,6 +227,7 @@ bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int
     e->period_ms = period_ms;
     f->n++;
     f->at[level]++;
+    index_put(f, f->n - 1);
     return true;
 }
 
@@ -206,7 +263,7 @@ static void summarise(struct fold_entry *e, int64_t now_ms, fold_emit_fn fn, voi
 
 static size_t expire(struct fold *f, int64_t now_ms, bool all, fold_emit_fn fn, void *arg)
 {
-    size_t summaries = 0;
+    size_t summaries = 0, before = f->n;
     for (size_t i = 0; i < f->n;) {
         struct fold_entry *e = &f->e[i];
         if (!all && now_ms < e->until_ms) {
@@ -223,6 +280,8 @@ static size_t expire(struct fold *f, int64_t now_ms, bool all, fold_emit_fn fn, 
         summaries++;
         i++;
     }
+    if (f->n != before)
+        index_refill(f); /* entries moved into the places of those removed */
     return summaries;
 }
 

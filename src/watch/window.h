@@ -67,6 +67,11 @@ struct fold {
     struct fold_entry *e;
     size_t n, cap;
     size_t at[FOLD_LEVELS]; /* entries of each level */
+    /* Open addressing over the entries by key (entry number + 1; 0: empty),
+     * at least twice as many slots as entries: an alert finds its period
+     * without a scan of thousands during a storm. */
+    uint32_t *index;
+    size_t nindex;
 };
 
 void fold_init(struct fold *f);

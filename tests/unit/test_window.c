@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -228,6 +229,80 @@ static void fold_table_spills_when_full(void **state)
     fold_free(&f);
 }
 
+/* The fold table against a plain model of its rules (one period per key,
+ * repeats counted, a summary when a period with repeats ends, a quiet one
+ * forgotten), over a long random run of alerts and expiries on 5,000 keys,
+ * so that the index finds every period through the entries' moves. */
+#define MODEL_AGENTS 50
+#define MODEL_HOSTS  100
+
+struct model {
+    bool open[MODEL_AGENTS * MODEL_HOSTS];
+    int64_t until[MODEL_AGENTS * MODEL_HOSTS];
+    uint64_t period[MODEL_AGENTS * MODEL_HOSTS];
+    unsigned repeats[MODEL_AGENTS * MODEL_HOSTS];
+};
+
+static void count_summary(struct alert *a, void *arg)
+{
+    (void)a;
+    (*(int *)arg)++;
+}
+
+static void fold_matches_a_plain_model(void **state)
+{
+    (void)state;
+    static struct model m;
+    struct fold f;
+    char agent[16], host[16];
+    uint64_t rnd = 20261202;
+    int64_t now = 0;
+    int got = 0, want = 0;
+    memset(&m, 0, sizeof(m));
+    fold_init(&f);
+    for (int step = 0; step < 200000; step++) {
+        rnd = rnd * 6364136223846793005ull + 1442695040888963407ull;
+        now += (int64_t)(rnd >> 60); /* 0-15 ms */
+        if ((rnd >> 32) % 50 == 0) {
+            for (int k = 0; k < MODEL_AGENTS * MODEL_HOSTS; k++) {
+                if (!m.open[k] || now < m.until[k])
+                    continue;
+                if (m.repeats[k] == 0) {
+                    m.open[k] = false;
+                    continue;
+                }
+                want++;
+                m.repeats[k] = 0;
+                m.until[k] = now + (int64_t)m.period[k];
+            }
+            fold_expire(&f, now, count_summary, &got);
+            assert_int_equal(got, want);
+            continue;
+        }
+        int k = (int)((rnd >> 20) % (MODEL_AGENTS * MODEL_HOSTS));
+        uint64_t period = 100 + (rnd >> 40) % 900;
+        snprintf(agent, sizeof(agent), "a%d", k / MODEL_HOSTS);
+        snprintf(host, sizeof(host), "h%d.test", k % MODEL_HOSTS);
+        struct alert a = {.kind = ALERT_TIER3_WRITE, .agent = agent, .host = host, .detail = "w"};
+        bool write;
+        if (m.open[k] && now < m.until[k]) {
+            m.repeats[k]++;
+            write = false;
+        } else {
+            if (m.open[k] && m.repeats[k] > 0)
+                want++; /* the ended period's summary goes first */
+            m.open[k] = true;
+            m.repeats[k] = 0;
+            m.period[k] = period;
+            m.until[k] = now + (int64_t)period;
+            write = true;
+        }
+        assert_int_equal(fold_admit(&f, &a, host, now, period, count_summary, &got), write);
+        assert_int_equal(got, want);
+    }
+    fold_free(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -237,6 +312,7 @@ int main(void)
         cmocka_unit_test(fold_keys_and_zero_period),
         cmocka_unit_test(fold_steady_stream_summarised_per_period),
         cmocka_unit_test(fold_table_spills_when_full),
+        cmocka_unit_test(fold_matches_a_plain_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
