@@ -84,5 +84,9 @@ bool store_dirty(const struct store *s);
 size_t store_pending(const struct store *s);
 /* Writes dropped so far (out of memory, or over STORE_PENDING_MAX). */
 uint64_t store_dropped(const struct store *s);
+/* True when the queue row of alert <id> (from store_queue_add) was dropped
+ * over STORE_PENDING_MAX before it was written: the alert is no longer kept
+ * in the store (and may be counted so when it still is). */
+bool store_queue_lost(const struct store *s, int64_t id);
 
 #endif

@@ -35,6 +35,8 @@ struct op {
     struct store_baseline bl;
 };
 
+#define LOST_RANGES 64 /* ranges of queue ids whose rows were dropped */
+
 struct store {
     sqlite3 *db;
     char *path;
@@ -43,7 +45,16 @@ struct store {
     size_t nops, cap;
     int64_t next_qid;
     uint64_t dropped;
-    uint64_t dropped_said; /* what standard error was last told */
+    uint64_t dropped_said;   /* what standard error was last told */
+    uint64_t alerts_dropped; /* of those, webhook alerts' queue rows (OP_QADD) */
+    /* The queue ids whose row was dropped, as ranges (ids rise with the
+     * writes, so a drop's ids run together): a webhook then knows that an
+     * alert it holds is in memory only. At most LOST_RANGES; past that the
+     * last range stretches, counting more ids lost rather than fewer. */
+    struct {
+        int64_t lo, hi;
+    } lost[LOST_RANGES];
+    size_t nlost;
     bool failing;          /* the last commit failed (reported once) */
     bool failing_at_begin; /* ... and could not even begin (a lock) */
     /* After a commit that failed past the lock (a full disk: every queued
@@ -379,6 +390,28 @@ int store_load_counters(struct store *s, store_counter_fn fn, void *arg)
 
 /* ---- queued writes ---------------------------------------------------------- */
 
+/* The queue row of alert <id> was dropped before it was written. */
+static void note_lost_alert(struct store *s, int64_t id)
+{
+    s->alerts_dropped++;
+    if (s->nlost > 0 && id == s->lost[s->nlost - 1].hi + 1) {
+        s->lost[s->nlost - 1].hi = id;
+    } else if (s->nlost < LOST_RANGES) {
+        s->lost[s->nlost].lo = s->lost[s->nlost].hi = id;
+        s->nlost++;
+    } else if (id > s->lost[s->nlost - 1].hi) {
+        s->lost[s->nlost - 1].hi = id;
+    }
+}
+
+bool store_queue_lost(const struct store *s, int64_t id)
+{
+    for (size_t i = 0; i < s->nlost; i++)
+        if (id >= s->lost[i].lo && id <= s->lost[i].hi)
+            return true;
+    return false;
+}
+
 static struct op *push(struct store *s)
 {
     if (s->nops >= STORE_PENDING_MAX) {
@@ -386,8 +419,11 @@ static struct op *push(struct store *s)
          * that stays locked costs a move of the queue per 10,000 writes,
          * not per write. */
         size_t drop = STORE_PENDING_MAX / 10;
-        for (size_t i = 0; i < drop; i++)
+        for (size_t i = 0; i < drop; i++) {
+            if (s->ops[i].kind == OP_QADD)
+                note_lost_alert(s, s->ops[i].n);
             op_free(&s->ops[i]);
+        }
         memmove(s->ops, s->ops + drop, (s->nops - drop) * sizeof(*s->ops));
         s->nops -= drop;
         s->dropped += drop;
@@ -567,9 +603,10 @@ static void tell_dropped(struct store *s)
         return;
     fprintf(stderr,
             "sluice: state %s: %" PRIu64 " write(s) dropped so far (over %u waiting for a "
-            "commit, or out of memory): first contacts, baselines, queued webhook alerts or "
-            "counters written meanwhile may be missing after a restart\n",
-            s->path, s->dropped, (unsigned)STORE_PENDING_MAX);
+            "commit, or out of memory), %" PRIu64 " of them webhook alerts kept in memory "
+            "only: first contacts, baselines, queued webhook alerts or counters written "
+            "meanwhile may be missing after a restart\n",
+            s->path, s->dropped, (unsigned)STORE_PENDING_MAX, s->alerts_dropped);
     s->dropped_said = s->dropped;
 }
 

@@ -576,9 +576,11 @@ size_t webhook_queued(const struct webhook *w)
 size_t webhook_unstored(const struct webhook *w)
 {
     size_t n = 0;
-    for (size_t i = 0; i < w->len; i++)
-        if (w->q[(w->head + i) % w->cap].id <= 0)
+    for (size_t i = 0; i < w->len; i++) {
+        int64_t id = w->q[(w->head + i) % w->cap].id;
+        if (id <= 0 || (w->store != NULL && store_queue_lost(w->store, id)))
             n++;
+    }
     return n;
 }
 

@@ -362,6 +362,39 @@ static void free_with_a_request_in_flight(void **state)
     event_base_free(base);
 }
 
+/* An alert the sink holds whose row the state store dropped (over
+ * STORE_PENDING_MAX writes waiting, a store locked for long) is kept in
+ * memory only: a stop must wait for it, or name it as lost, as for one
+ * without a store. Nothing is flushed here, so the writes just wait. */
+static void alert_whose_stored_row_was_dropped_is_unstored(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sluice-hook-XXXXXX", *err = NULL, *warn = NULL, cmd[64];
+    assert_non_null(mkdtemp(dir));
+    struct store *st = store_open(dir, &err, &warn);
+    assert_non_null(st);
+    struct event_base *base = event_base_new();
+    struct webhook *w = webhook_new(base, "http://127.0.0.1:9/hook", st, &err);
+    assert_non_null(w);
+    webhook_send(w, "{\"a\":1}", 7);
+    assert_int_equal(webhook_queued(w), 1);
+    assert_int_equal(webhook_unstored(w), 0); /* its row waits in the store */
+    char host[32];
+    for (int i = 0; i < STORE_PENDING_MAX; i++) {
+        snprintf(host, sizeof(host), "h%d.test", i);
+        store_put_contact(st, "a", host, 1);
+    }
+    assert_int_equal(store_dropped(st), STORE_PENDING_MAX / 10);
+    assert_int_equal(webhook_unstored(w), 1); /* the row was among the oldest */
+    webhook_send(w, "{\"a\":2}", 7);
+    assert_int_equal(webhook_unstored(w), 1); /* a later one's row is kept */
+    webhook_free(w);
+    store_close(st);
+    event_base_free(base);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -372,6 +405,7 @@ int main(void)
         cmocka_unit_test(deadline_races_the_answer),
         cmocka_unit_test(deadline_due_with_the_answer),
         cmocka_unit_test(free_with_a_request_in_flight),
+        cmocka_unit_test(alert_whose_stored_row_was_dropped_is_unstored),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

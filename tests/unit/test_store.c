@@ -246,7 +246,7 @@ static void on_contact_count(const char *agent, const char *host, int64_t ms, vo
     (void)agent;
     (void)ms;
     int *n = arg;
-    if (strcmp(host, "h0") == 0 || strcmp(host, "h9999") == 0)
+    if (strcmp(host, "h0") == 0 || strcmp(host, "h9998") == 0)
         *n += 1000000; /* one of the oldest tenth, which had to go */
     (*n)++;
 }
@@ -260,12 +260,17 @@ static void over_the_cap_the_oldest_tenth_goes(void **state)
     struct store *s = open_ok(dir);
     char host[32];
     sqlite3 *db = other_connection("BEGIN EXCLUSIVE");
-    for (int i = 0; i <= STORE_PENDING_MAX; i++) {
+    int64_t lost = store_queue_add(s, "http://127.0.0.1:9/h", "{}"); /* the oldest write */
+    assert_true(lost > 0);
+    for (int i = 0; i < STORE_PENDING_MAX; i++) {
         snprintf(host, sizeof(host), "h%d", i);
         assert_int_equal(store_put_contact(s, "a", host, 1), 0);
     }
     assert_int_equal(store_dropped(s), STORE_PENDING_MAX / 10);
     assert_int_equal(store_pending(s), STORE_PENDING_MAX - STORE_PENDING_MAX / 10 + 1);
+    assert_true(store_queue_lost(s, lost)); /* its queue row was among them */
+    int64_t kept = store_queue_add(s, "http://127.0.0.1:9/h", "{}");
+    assert_false(store_queue_lost(s, kept));
     assert_int_equal(store_flush(s), -1); /* locked: tried again at the next call */
     assert_int_equal(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
     assert_int_equal(store_flush(s), 0);
