@@ -603,9 +603,9 @@ static void tell_dropped(struct store *s)
         return;
     fprintf(stderr,
             "sluice: state %s: %" PRIu64 " write(s) dropped so far (over %u waiting for a "
-            "commit, or out of memory), %" PRIu64 " of them webhook alerts kept in memory "
-            "only: first contacts, baselines, queued webhook alerts or counters written "
-            "meanwhile may be missing after a restart\n",
+            "commit, or out of memory), %" PRIu64 " of them queued webhook alerts: first "
+            "contacts, baselines, queued webhook alerts or counters written meanwhile may be "
+            "missing after a restart\n",
             s->path, s->dropped, (unsigned)STORE_PENDING_MAX, s->alerts_dropped);
     s->dropped_said = s->dropped;
 }
