@@ -282,7 +282,7 @@ static enum fill_result fill(struct dir *d, bool *dst_full)
          * goes on: it then reads nothing, EAGAIN while the socket still
          * reads as readable, or 0 as at the end once the peer ended its
          * side. The pipe, once empty, gives way to a copy that takes the
-         * urgent byte (inline: see tunnel_new) and what follows it. */
+         * urgent byte (inline: see tunnel.h) and what follows it. */
         if ((n == 0 || errno == EAGAIN || errno == EWOULDBLOCK) && d->pipe[1] >= 0 &&
             at_urgent_mark(d->src)) {
             if (d->pending > 0)
@@ -450,13 +450,6 @@ struct tunnel *tunnel_new(struct event_base *base, evutil_socket_t client_fd,
     drain_reset(&t->drain);
     for (int i = 0; i < 2; i++) {
         struct dir *d = &t->d[i];
-        /* TCP urgent data (MSG_OOB) stays in the stream, where the other
-         * side gets it as a plain byte; else recv() would skip it and the
-         * tunnel lose it unseen. The gateway's sockets have it from the
-         * accept and the upstream connect already (listener.c, upstream.c);
-         * set again so that a tunnel does not rely on its caller for it. */
-        int one = 1;
-        (void)setsockopt(t->fd[i], SOL_SOCKET, SO_OOBINLINE, &one, sizeof(one));
         d->t = t;
         d->src = t->fd[i];
         d->dst = t->fd[1 - i];

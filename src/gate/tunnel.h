@@ -35,7 +35,10 @@ typedef void (*tunnel_cb)(struct tunnel *t, enum tunnel_end how, void *arg);
 
 /* Starts a tunnel between <client_fd> and <upstream_fd> (takes ownership of
  * both, also on failure); <splice>: streaming directions move to splice(2).
- * Returns NULL when out of memory or descriptors. */
+ * Both sockets have SO_OOBINLINE, so that TCP urgent data stays in the
+ * stream and is carried as a plain byte (the gateway's listeners and
+ * upstream connects set it on every socket they make). Returns NULL when
+ * out of memory or descriptors. */
 struct tunnel *tunnel_new(struct event_base *base, evutil_socket_t client_fd,
                           evutil_socket_t upstream_fd, uint64_t idle_ms, bool splice, tunnel_cb cb,
                           void *arg);

@@ -55,8 +55,7 @@ struct store {
         int64_t lo, hi;
     } lost[LOST_RANGES];
     size_t nlost;
-    bool failing;          /* the last commit failed (reported once) */
-    bool failing_at_begin; /* ... and could not even begin (a lock) */
+    bool failing; /* the last commit failed (reported once) */
     /* After a commit that failed past the lock (a full disk: every queued
      * write was run, then rolled back), the next waits, doubling from
      * RETRY_MS to RETRY_MAX_MS: redoing up to STORE_PENDING_MAX writes
@@ -104,6 +103,7 @@ static int64_t now_ms(void)
 #define STARTUP_BUSY_MS 200
 #define EXIT_BUSY_MS    1000
 #define RETRY_MS        1000
+#define COMMIT_LOCKED   (-2)
 #define RETRY_MAX_MS    30000
 
 /* Opens <path> and makes sure it is a healthy sluice database. Returns
@@ -621,7 +621,7 @@ int store_flush(struct store *s)
     }
     sqlite3_busy_timeout(s->db, 0); /* from the loop: never wait for a lock */
     int rc = commit(s);
-    if (rc == 0 || s->failing_at_begin) {
+    if (rc == 0 || rc == COMMIT_LOCKED) { /* a lock is cheap to try again next tick */
         s->retry_at_ms = 0;
         s->retry_ms = 0;
     } else {
@@ -632,21 +632,21 @@ int store_flush(struct store *s)
     }
     if (rc == 0 || s->dropped_said == 0)
         tell_dropped(s); /* the first drop, then once writing again */
-    return rc;
+    return rc == 0 ? 0 : -1;
 }
 
 /* Commits the queued writes in one transaction; on failure they stay queued
- * (reported once until a commit goes through). Returns 0 or -1. */
+ * (reported once until a commit goes through). Returns 0, COMMIT_LOCKED when
+ * the transaction could not begin (another process holds the lock), or -1
+ * when it failed after it began. */
 static int commit(struct store *s)
 {
     sqlite3_stmt *cache[OP_QDEL + 1] = {NULL};
     int rc = 0;
     if (s->nops == 0)
         return 0;
-    s->failing_at_begin = false;
     if (sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
-        s->failing_at_begin = true; /* a lock: cheap to try again next tick */
-        rc = -1;
+        rc = COMMIT_LOCKED;
         goto out;
     }
     for (size_t i = 0; i < s->nops && rc == 0; i++)

@@ -25,19 +25,31 @@ def rules(net, tier=3):
              "owner": "alice", "expires": "2099-12-31"}]
 
 
-def test_exec_sink_gets_the_alert_on_stdin(gateway, net, tmp_path):
+def recording_program(tmp_path, first=""):
+    """An exec sink program that runs the shell line <first>, then writes
+    the alert it reads to a file of its own in the returned folder (whole:
+    written under a .tmp name, then renamed). Returns (program, folder)."""
     out = tmp_path / "got"
     out.mkdir()
     prog = write_script(str(tmp_path / "page.sh"),
-                        "#!/bin/sh\ncat > %s/alert.$$.tmp && mv %s/alert.$$.tmp %s/alert.$$\n"
-                        % (out, out, out))
+                        "#!/bin/sh\n%s\ncat > %s/alert.$$.tmp && mv %s/alert.$$.tmp %s/alert.$$\n"
+                        % (first, out, out, out))
+    return prog, out
+
+
+def recorded(out):
+    """The names of the alerts a recording_program wrote whole so far."""
+    return [f for f in os.listdir(str(out)) if not f.endswith(".tmp")]
+
+
+def test_exec_sink_gets_the_alert_on_stdin(gateway, net, tmp_path):
+    prog, out = recording_program(tmp_path)
     af = str(tmp_path / "alerts.jsonl")
     gw = gateway(net.policy(rules(net), alerts={"sinks": [{"exec": prog}]}),
                  args=["--alerts", af])
     t0 = time.monotonic()
     assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
-    files = poll(lambda: [f for f in os.listdir(str(out)) if not f.endswith(".tmp")] or None,
-                 timeout=10, what="the exec sink's output")
+    files = poll(lambda: recorded(out) or None, timeout=10, what="the exec sink's output")
     assert time.monotonic() - t0 < 10.0  # generous: spawning under ASan on a loaded machine
     with open(os.path.join(str(out), files[0])) as f:
         body = f.read()
@@ -693,11 +705,7 @@ def test_summaries_written_at_a_stop_reach_the_sinks(gateway, net, tmp_path):
     # A stop writes the open fold summaries; the sinks must get them too: the
     # exec program runs to its end (it was killed at once), the webhook
     # without a state store delivers (it was dropped with the queue).
-    out = tmp_path / "got"
-    out.mkdir()
-    prog = write_script(str(tmp_path / "page.sh"),
-                        "#!/bin/sh\nsleep 0.3\ncat > %s/a.$$.tmp && mv %s/a.$$.tmp %s/a.$$\n"
-                        % (out, out, out))
+    prog, out = recording_program(tmp_path, first="sleep 0.3")
     rcv = Receiver()
     try:
         gw = gateway(net.policy(rules(net), alerts={"sinks": [
@@ -706,13 +714,12 @@ def test_summaries_written_at_a_stop_reach_the_sinks(gateway, net, tmp_path):
         for i in range(3):
             assert request(gw, "POST", net.url("/w%d" % i), body=b"1").status == 200
         poll(lambda: len(rcv.bodies()) >= 1 or None, timeout=10, what="the first alert")
-        poll(lambda: len([f for f in os.listdir(str(out)) if not f.endswith(".tmp")]) >= 1
-             or None, timeout=10, what="the exec sink's first alert")
+        poll(lambda: recorded(out) or None, timeout=10, what="the exec sink's first alert")
         gw.stop()
         hooked = [b for b in rcv.bodies() if b["kind"] == "tier3_write"]
         assert [b["count"] for b in hooked] == [1, 2], hooked
         got = []
-        for name in os.listdir(str(out)):
+        for name in recorded(out):
             with open(os.path.join(str(out), name)) as f:
                 got.append(json.loads(f.read()))
         assert sorted(a["count"] for a in got) == [1, 2], got

@@ -167,8 +167,9 @@ static void test_peer_reset_is_error_or_done(void **state)
     event_base_free(base);
 }
 
-/* A connected TCP pair on loopback, both ends non-blocking: urgent data
- * (MSG_OOB) is TCP's alone. */
+/* A connected TCP pair on loopback, both ends non-blocking, with
+ * SO_OOBINLINE as the gateway's listeners and upstream connects set it
+ * (tunnel.h): urgent data (MSG_OOB) is TCP's alone. */
 static void tcp_pair(int sv[2])
 {
     struct sockaddr_in sin = {.sin_family = AF_INET};
@@ -184,8 +185,11 @@ static void tcp_pair(int sv[2])
     sv[1] = accept(l, NULL, NULL);
     assert_true(sv[1] >= 0);
     close(l);
-    for (int i = 0; i < 2; i++)
+    int one = 1;
+    for (int i = 0; i < 2; i++) {
         assert_int_equal(fcntl(sv[i], F_SETFL, O_NONBLOCK), 0);
+        assert_int_equal(setsockopt(sv[i], SOL_SOCKET, SO_OOBINLINE, &one, sizeof(one)), 0);
+    }
 }
 
 #define BEFORE_URGENT (300 * 1024)
