@@ -4,8 +4,10 @@
  * result of the whole input (so a prefix of a FOUND input is never
  * MALFORMED), and NEED_MORE is never returned for an input that could not
  * be completed; a FOUND or ABSENT input cut after the <used> bytes of its
- * records parses alike. The same input read as a server's answer
+ * records parses alike, and says alike whether it carries an encrypted
+ * ClientHello (never said of any other result). The same input read as a server's answer
  * (sni_server_reply): every prefix is NEED_MORE or the whole input's answer. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +22,8 @@ static void check(int cond)
         abort();
 }
 
-static size_t last_used; /* <used> of the last parse_copy() */
+static size_t last_used;    /* <used> of the last parse_copy() */
+static bool last_encrypted; /* <encrypted> of the last parse_copy() */
 
 static enum sni_reply reply_copy(const uint8_t *data, size_t n)
 {
@@ -39,12 +42,14 @@ static enum sni_result parse_copy(const uint8_t *data, size_t n, char *name, siz
     check(b != NULL);
     memcpy(b, data, n);
     size_t used = 0;
-    enum sni_result r = sni_parse(b, n, name, cap, len, &used);
+    bool encrypted = true;
+    enum sni_result r = sni_parse(b, n, name, cap, len, &used, &encrypted);
     if (r == SNI_FOUND || r == SNI_ABSENT)
         check(used >= 9 && used <= n);
     else
-        check(used == 0);
+        check(used == 0 && !encrypted);
     last_used = used;
+    last_encrypted = encrypted;
     free(b);
     return r;
 }
@@ -58,6 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     enum sni_result full = parse_copy(data, size, name, sizeof(name), &len);
     check(full >= SNI_FOUND && full <= SNI_MALFORMED);
     size_t used = last_used;
+    bool encrypted = last_encrypted;
     if (full == SNI_FOUND) {
         check(len >= 1 && len <= SNI_NAME_MAX && len < sizeof(name));
         check(name[len] == '\0' && strlen(name) == len);
@@ -76,7 +82,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char uname[SNI_NAME_MAX + 1];
         size_t ulen = 0;
         check(parse_copy(data, used, uname, sizeof(uname), &ulen) == full);
-        check(last_used == used && ulen == len);
+        check(last_used == used && ulen == len && last_encrypted == encrypted);
     }
     enum sni_reply reply = reply_copy(data, size);
     /* Prefixes: all of them for small inputs, a spread for large ones. */
@@ -86,6 +92,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         size_t plen = 0;
         enum sni_result r = parse_copy(data, n, pname, sizeof(pname), &plen);
         check(r == SNI_NEED_MORE || r == full);
+        if (r == SNI_FOUND || r == SNI_ABSENT)
+            check(last_encrypted == encrypted);
         if (r == SNI_FOUND)
             check(plen == len && memcmp(pname, name, len) == 0);
         enum sni_reply pr = reply_copy(data, n);

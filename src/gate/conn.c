@@ -362,6 +362,7 @@ static bool refusal_keeps_connection(const struct conn *c, enum deny_reason reas
     case REASON_BAD_REQUEST:          /* the framing is not to be trusted */
     case REASON_TOO_MANY_CONNECTIONS: /* the connection is the problem */
     case REASON_SNI_MISMATCH:         /* inside a tunnel: nothing to answer */
+    case REASON_ENCRYPTED_CLIENT_HELLO:
         return false;
     default:
         return true;
@@ -415,7 +416,8 @@ void conn_refuse(struct conn *c, enum deny_reason reason, const char *detail, bo
  * network the gateway stands in, not the policy, and holds in every mode. */
 static bool reportable(enum deny_reason r)
 {
-    return r == REASON_HOST_MISMATCH || r == REASON_SNI_MISMATCH;
+    return r == REASON_HOST_MISMATCH || r == REASON_SNI_MISMATCH ||
+           r == REASON_ENCRYPTED_CLIENT_HELLO;
 }
 
 bool conn_gate_denies(struct conn *c, enum deny_reason r, bool respond)

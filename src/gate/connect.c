@@ -214,7 +214,33 @@ enum peek_verdict {
     PEEK_HELLO,       /* a ClientHello without server_name or with the target's */
     PEEK_REFUSE,      /* another name, or a TLS handshake that could not be checked */
     PEEK_REFUSE_HOST, /* an HTTP request naming another host, or one that could not be checked */
+    PEEK_REFUSE_ECH, /* a ClientHello that passed but hides an inner one (Encrypted Client Hello) */
 };
+
+/* The deny reason of a refusing verdict. */
+static enum deny_reason peek_reason(enum peek_verdict v)
+{
+    switch (v) {
+    case PEEK_REFUSE_HOST:
+        return REASON_HOST_MISMATCH;
+    case PEEK_REFUSE_ECH:
+        return REASON_ENCRYPTED_CLIENT_HELLO;
+    default:
+        return REASON_SNI_MISMATCH;
+    }
+}
+
+/* A ClientHello that names the target (or no name) and carries an
+ * encrypted one: its server_name is an outer name, and a front that
+ * decrypts the inner hello serves whatever site that one names. Refused
+ * unless the policy allows it (network.encrypted_client_hello), since the
+ * gateway cannot tell a real inner hello from the GREASE Chromium sends. */
+static enum peek_verdict hello_verdict(const struct conn *c, bool encrypted)
+{
+    if (encrypted && !c->ex.pol->policy->network.allow_encrypted_hello)
+        return PEEK_REFUSE_ECH;
+    return PEEK_HELLO;
+}
 
 /* The first bytes are not TLS: judges them as an HTTP/1.x request head
  * (peek_http.h), which must name the target. */
@@ -244,6 +270,7 @@ static enum peek_verdict peek_judge(const struct conn *c, const char *buf, size_
 {
     char name[SNI_NAME_MAX + 1];
     size_t nlen = 0, skip = 0, hello_len = 0;
+    bool encrypted = false;
     struct host h;
     const char *why;
     if (c->hello_retried) {
@@ -260,21 +287,23 @@ static enum peek_verdict peek_judge(const struct conn *c, const char *buf, size_
     } else if (len == 0) {
         return final ? PEEK_PASS : PEEK_WAIT; /* server speaks first */
     }
-    enum sni_result r = sni_parse((const uint8_t *)buf, len, name, sizeof(name), &nlen, &hello_len);
+    enum sni_result r =
+        sni_parse((const uint8_t *)buf, len, name, sizeof(name), &nlen, &hello_len, &encrypted);
     *used = skip + hello_len;
     switch (r) {
     case SNI_NOT_TLS:
         /* After a HelloRetryRequest only a ClientHello may follow. */
         return c->hello_retried ? PEEK_REFUSE : peek_judge_http(c, buf, len, final);
     case SNI_ABSENT:
-        return PEEK_HELLO;
+        return hello_verdict(c, encrypted);
     case SNI_NEED_MORE:
         return final ? PEEK_REFUSE : PEEK_WAIT;
     case SNI_FOUND:
         if (host_normalise(name, nlen, &h, &why) < 0)
             return PEEK_REFUSE;
-        return h.kind == c->ex.target.kind && strcmp(h.name, c->ex.target.name) == 0 ? PEEK_HELLO
-                                                                                     : PEEK_REFUSE;
+        if (h.kind != c->ex.target.kind || strcmp(h.name, c->ex.target.name) != 0)
+            return PEEK_REFUSE;
+        return hello_verdict(c, encrypted);
     case SNI_MALFORMED:
     default:
         return PEEK_REFUSE;
@@ -407,11 +436,11 @@ void connect_on_client_read(struct conn *c)
     if (v == PEEK_WAIT)
         return; /* wait for more, until the window closes */
     evtimer_del(c->timer);
-    if (v == PEEK_REFUSE || v == PEEK_REFUSE_HOST) {
+    if (v == PEEK_REFUSE || v == PEEK_REFUSE_HOST || v == PEEK_REFUSE_ECH) {
         connect_settle(c); /* a first ClientHello that went up */
-        if (conn_gate_denies(c, v == PEEK_REFUSE ? REASON_SNI_MISMATCH : REASON_HOST_MISMATCH,
-                             false))
+        if (conn_gate_denies(c, peek_reason(v), false))
             return;
+        v = v == PEEK_REFUSE_ECH ? PEEK_HELLO : v; /* report mode: the hello goes on */
     }
     if (c->client_reset) {
         /* Nothing is left to carry: no tunnel, no hello upstream. What it

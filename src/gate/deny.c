@@ -117,6 +117,12 @@ void deny_message(const struct deny_info *d, char *buf, size_t cap)
             "sluice: the TLS server name does not match the CONNECT target %s (agent %s); connect to the host you name",
             hp, a);
         break;
+    case REASON_ENCRYPTED_CLIENT_HELLO:
+        snprintf(
+            buf, cap,
+            "sluice: the TLS ClientHello for %s hides the server it asks for (Encrypted Client Hello) (agent %s); turn ECH off in the client, or ask the policy owner to set network.encrypted_client_hello: allow",
+            hp, a);
+        break;
     case REASON_RATE_LIMITED:
         snprintf(buf, cap, "sluice: agent %s is over its rate limit for %s; retry after %u s", a,
                  hp, d->retry_after);

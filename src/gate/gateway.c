@@ -344,9 +344,10 @@ struct gw_reload {
     bool queued;  /* a SIGHUP arrived during the load: one more after it */
     int fds[2];   /* the thread's "done" byte; [0] is watched by done_ev */
     struct event *done_ev;
-    const char *path;      /* gw->cfg.policy_path (borrowed) */
-    struct policy *result; /* the thread's result, NULL on failure */
-    char msg[1024];        /* the first error when result is NULL */
+    const char *path;                    /* gw->cfg.policy_path (borrowed) */
+    struct policy *result;               /* the thread's result, NULL on failure */
+    char msg[1024];                      /* the first error when result is NULL */
+    char warnings[POLICY_WARNINGS_TEXT]; /* the loader's warnings, printed when applied */
 };
 
 static void *reload_thread(void *arg)
@@ -355,6 +356,7 @@ static void *reload_thread(void *arg)
     struct diag d;
     diag_init(&d, r->path);
     r->result = policy_load(r->path, &d);
+    diag_format_warnings(&d, r->warnings, sizeof(r->warnings));
     if (r->result == NULL) {
         const struct diag_entry *e = diag_first_error(&d);
         if (e != NULL)
@@ -422,6 +424,7 @@ static void on_reload_done(evutil_socket_t fd, short what, void *arg)
     } else if (gw->stopping) {
         policy_free(p);
     } else {
+        fputs(r->warnings, stderr);
         reload_apply(gw, p, r->path);
     }
     if (r->queued && !gw->stopping) {

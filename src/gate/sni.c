@@ -26,6 +26,10 @@
 #define TLS_SERVER_HELLO       2
 #define TLS_FIRST_MAJOR_MAX    16 /* first records: majors below it may be TLS */
 #define EXT_SERVER_NAME        0
+#define EXT_ECH                0xfe0d /* encrypted_client_hello */
+#define EXT_ECH_DRAFT_FIRST    0xfe08 /* drafts 7 to 12 of ECH */
+#define EXT_ECH_DRAFT_LAST     0xfe0c
+#define EXT_ESNI               0xffce /* encrypted_server_name, the drafts before ECH */
 #define NAME_TYPE_HOSTNAME     0
 
 struct cursor {
@@ -86,9 +90,16 @@ static enum sni_result parse_server_name(struct cursor *c, size_t end, size_t *n
     return found ? SNI_FOUND : SNI_ABSENT;
 }
 
-/* Walks the ClientHello body of the handshake message in c->b. */
+bool sni_encrypted_extension(unsigned type)
+{
+    return type == EXT_ECH || type == EXT_ESNI ||
+           (type >= EXT_ECH_DRAFT_FIRST && type <= EXT_ECH_DRAFT_LAST);
+}
+
+/* Walks the ClientHello body of the handshake message in c->b; sets
+ * <*encrypted> when an extension carries an encrypted hello or name. */
 static enum sni_result parse_client_hello(struct cursor *c, size_t end, size_t *name_at,
-                                          size_t *name_len)
+                                          size_t *name_len, bool *encrypted)
 {
     size_t at;
     TAKE(c, end, 2 + 32, &at); /* legacy_version, random */
@@ -123,6 +134,8 @@ static enum sni_result parse_client_hello(struct cursor *c, size_t end, size_t *
         if (ext_end_len > end - c->pos)
             return SNI_MALFORMED;
         size_t ext_end = c->pos + ext_end_len;
+        if (sni_encrypted_extension((unsigned)type))
+            *encrypted = true;
         if (type != EXT_SERVER_NAME) {
             TAKE(c, end, ext_end_len, &at);
             continue;
@@ -185,7 +198,7 @@ static enum sni_result check_record_header(const uint8_t *p, size_t n, bool firs
 }
 
 enum sni_result sni_parse(const uint8_t *buf, size_t len, char *name, size_t name_cap,
-                          size_t *name_len, size_t *used)
+                          size_t *name_len, size_t *used, bool *encrypted)
 {
     uint8_t hs[SNI_MAX_HELLO];
     size_t have = 0; /* handshake bytes gathered */
@@ -196,6 +209,7 @@ enum sni_result sni_parse(const uint8_t *buf, size_t len, char *name, size_t nam
 
     *name_len = 0;
     *used = 0;
+    *encrypted = false;
     if (len == 0)
         return SNI_NEED_MORE;
     while (need == 0 || have < need) {
@@ -245,9 +259,12 @@ enum sni_result sni_parse(const uint8_t *buf, size_t len, char *name, size_t nam
 
     struct cursor c = {.b = hs, .pos = 4, .avail = have};
     size_t at = 0, n = 0;
-    enum sni_result r = parse_client_hello(&c, need, &at, &n);
-    if (r == SNI_ABSENT)
+    bool ech = false;
+    enum sni_result r = parse_client_hello(&c, need, &at, &n, &ech);
+    if (r == SNI_ABSENT) {
         *used = end;
+        *encrypted = ech;
+    }
     if (r != SNI_FOUND)
         return r;
     if (n + 1 > name_cap)
@@ -256,6 +273,7 @@ enum sni_result sni_parse(const uint8_t *buf, size_t len, char *name, size_t nam
     name[n] = '\0';
     *name_len = n;
     *used = end;
+    *encrypted = ech;
     return SNI_FOUND;
 }
 

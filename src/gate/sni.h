@@ -38,9 +38,19 @@ enum sni_result {
  * a prefix that is valid so far: a prefix of a FOUND/ABSENT input is never
  * MALFORMED. The ClientHello must end where its last record ends (RFC 8446
  * 5.1; else MALFORMED); on FOUND and ABSENT <*used> is the length of the
- * records that carry it (0 otherwise). Bytes after them are ignored. */
+ * records that carry it (0 otherwise). Bytes after them are ignored.
+ * <*encrypted> is set on FOUND and ABSENT when the ClientHello carries an
+ * Encrypted Client Hello extension (see sni_encrypted_extension()): its
+ * server_name is then an outer one, and the name the server serves may be
+ * another, hidden from the gateway. */
 enum sni_result sni_parse(const uint8_t *buf, size_t len, char *name, size_t name_cap,
-                          size_t *name_len, size_t *used);
+                          size_t *name_len, size_t *used, bool *encrypted);
+
+/* True for an extension type that carries an encrypted ClientHello or
+ * server name: encrypted_client_hello (0xfe0d, draft-ietf-tls-esni), the code points
+ * of its drafts 7 to 12 (0xfe08 to 0xfe0c) and the ESNI extension of the
+ * drafts before them (0xffce, which Firefox shipped). */
+bool sni_encrypted_extension(unsigned type);
 
 /* The length of the change_cipher_spec record (20 3.x 0 1 1) at the start
  * of <buf>, which a TLS 1.3 client may send before its second ClientHello

@@ -629,9 +629,29 @@ static void net_allow_ranges(struct load_ctx *c, const struct ynode *v, void *ob
         load_cidr_list(c, v, NULL, NULL, &n->allow_ranges, &n->nallow_ranges);
 }
 
+static void net_encrypted_hello(struct load_ctx *c, const struct ynode *v, void *obj)
+{
+    struct network_cfg *n = obj;
+    const char *s = load_get_str(c, v);
+    if (s == NULL)
+        return;
+    if (strcmp(s, "refuse") == 0)
+        n->allow_encrypted_hello = false;
+    else if (strcmp(s, "allow") == 0) {
+        n->allow_encrypted_hello = true;
+        load_warn(c, v->line,
+                  "a ClientHello that carries an encrypted one (Encrypted Client Hello) is let "
+                  "through: its server_name is an outer name, so on a shared front (a CDN) an "
+                  "agent reaches any site behind an allowed name; allow it only for agents you "
+                  "trust, or turn ECH off in the clients");
+    } else
+        load_err(c, v->line, "unknown value '%s' (expected refuse or allow)", load_show(c, s));
+}
+
 static const struct key_handler network_keys[] = {
     {"deny_ranges", net_deny_ranges},
     {"allow_ranges", net_allow_ranges},
+    {"encrypted_client_hello", net_encrypted_hello},
 };
 
 static void sec_network(struct load_ctx *c, const struct ynode *v, void *obj)
@@ -979,6 +999,10 @@ struct policy *policy_load_reporting(const char *path, const char *prefix)
         else
             snprintf(msg, sizeof(msg), "%s: cannot load the policy", path);
         fprintf(stderr, "%s%s\n", prefix, msg);
+    } else if (d.warnings > 0) {
+        char text[POLICY_WARNINGS_TEXT];
+        diag_format_warnings(&d, text, sizeof(text));
+        fputs(text, stderr);
     }
     diag_free(&d);
     return p;

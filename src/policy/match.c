@@ -298,6 +298,7 @@ static const char *const reason_names[REASON_COUNT] = {
     [REASON_UPSTREAM_UNREACHABLE] = "upstream_unreachable",
     [REASON_TOO_MANY_CONNECTIONS] = "too_many_connections",
     [REASON_QUARANTINED] = "quarantined",
+    [REASON_ENCRYPTED_CLIENT_HELLO] = "encrypted_client_hello",
 };
 
 const char *reason_name(enum deny_reason r)

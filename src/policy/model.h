@@ -96,6 +96,10 @@ struct network_cfg {
     size_t ndeny_ranges;
     struct cidr *allow_ranges;
     size_t nallow_ranges;
+    /* encrypted_client_hello: allow. By default (false) a CONNECT whose
+     * ClientHello carries an encrypted one is refused: its server_name is
+     * an outer name, and the site the server serves may be another. */
+    bool allow_encrypted_hello;
 };
 
 struct dns_static {

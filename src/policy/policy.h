@@ -51,9 +51,13 @@ struct policy *policy_load_buffer_flags(const char *name, const char *buf, size_
 
 /* policy_load() for commands that serve: on failure prints
  * "<prefix>file:line: field: message" (the first error) on standard error and
- * returns NULL. Warnings are not printed (gateway_print_grant_warnings()
- * covers expiry). */
+ * returns NULL; on success prints the loader's warnings there, each as
+ * "warning: file:line: field: message" (diag_format_warnings()). Expiry is
+ * not among them: gateway_print_grant_warnings() covers it. */
 struct policy *policy_load_reporting(const char *path, const char *prefix);
+
+/* The room a server gives a policy's warnings on standard error. */
+#define POLICY_WARNINGS_TEXT 8192
 
 /* Frees <p> and everything it owns. Accepts NULL. */
 void policy_free(struct policy *p);

@@ -76,6 +76,32 @@ const struct diag_entry *diag_first_error(const struct diag *d)
     return NULL;
 }
 
+void diag_format_warnings(const struct diag *d, char *out, size_t outlen)
+{
+    static const char more[] = "warning: ... and %zu more warning%s (sluice check lists them)\n";
+    char line[1024];
+    size_t used = 0, left = d->warnings;
+    /* Room kept for the closing count: the longest it can be. */
+    size_t reserve = sizeof(more) + 20;
+    if (outlen == 0)
+        return;
+    out[0] = '\0';
+    for (size_t i = 0; i < d->count; i++) {
+        const struct diag_entry *e = &d->entries[i];
+        if (e->level != DIAG_WARNING)
+            continue;
+        diag_format(d, e, line, sizeof(line));
+        size_t n = strlen("warning: ") + strlen(line) + 1;
+        bool last = left == 1;
+        if (used + n + (last ? 0 : reserve) >= outlen)
+            break;
+        used += (size_t)snprintf(out + used, outlen - used, "warning: %s\n", line);
+        left--;
+    }
+    if (left > 0 && used < outlen)
+        snprintf(out + used, outlen - used, more, left, left == 1 ? "" : "s");
+}
+
 void diag_format(const struct diag *d, const struct diag_entry *e, char *out, size_t outlen)
 {
     const char *file = d->file ? d->file : "-";

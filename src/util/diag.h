@@ -45,4 +45,9 @@ const struct diag_entry *diag_first_error(const struct diag *d);
 /* Formats <e> as "file:line: field: message" into <out> (always terminated). */
 void diag_format(const struct diag *d, const struct diag_entry *e, char *out, size_t outlen);
 
+/* Formats every warning as "warning: file:line: field: message\n" into
+ * <out> (always terminated; "" when there is none). What does not fit ends
+ * in one line that counts the warnings left out. */
+void diag_format_warnings(const struct diag *d, char *out, size_t outlen);
+
 #endif

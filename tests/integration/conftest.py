@@ -323,7 +323,7 @@ class Gateway:
         self._out.close()
 
     def stderr(self):
-        pass  # the child writes straight to the file
+        # the child writes straight to the file
         with open(self.stderr_path, "rb") as f:
             return f.read().decode("utf-8", "replace")
 

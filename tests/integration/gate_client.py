@@ -19,7 +19,7 @@ REASONS = ["not_in_policy", "denied_host", "port_not_allowed", "method_not_allow
            "needs_inspection", "self_request", "agent_not_allowed", "grant_expired",
            "ip_literal", "private_address", "host_mismatch", "sni_mismatch", "rate_limited",
            "bad_request", "auth_required", "dns_failure", "upstream_unreachable",
-           "too_many_connections", "quarantined"]
+           "too_many_connections", "quarantined", "encrypted_client_hello"]
 
 REASON_STATUS = {"rate_limited": 429, "auth_required": 407, "bad_request": 400,
                  "dns_failure": 502, "upstream_unreachable": 502}

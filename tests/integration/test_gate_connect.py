@@ -538,13 +538,13 @@ def _ssl_hello(name):
     return obj, inc, out, out.read()
 
 
-def _assert_refused(gw, t):
+def _assert_refused(gw, t, reason="sni_mismatch"):
     t.sock.settimeout(10)
     t0 = time.monotonic()
     assert recv_until_close(t.sock) == b""
     assert time.monotonic() - t0 < 8, "the tunnel was not closed"
     ev, end = gw.decided(method="CONNECT")
-    assert ev["decision"] == "deny" and ev["reason"] == "sni_mismatch", ev
+    assert ev["decision"] == "deny" and ev["reason"] == reason, ev
     assert end["bytes_up"] == 0, end
 
 
@@ -867,13 +867,10 @@ def _read_hrr(sock):
     return got
 
 
-def test_sni_second_hello_after_hello_retry_request_refused(gateway, net):
-    # the first ClientHello names the target and gets a HelloRetryRequest;
-    # the second names another host: OpenSSL (nginx's SNI callback) takes
-    # its name, so it is checked like the first
-    gw = gateway(net.policy([tls_rule(net)]))
-    net.tls.clear()
-    ch1, ch2 = _hrr_hellos("tls.example.test", "evil.example.test")
+def _second_hello_after_hrr(gw, net, ch1, ch2):
+    """Sends <ch1> through a tunnel to the TLS origin, reads its
+    HelloRetryRequest, then sends a change_cipher_spec record and <ch2>, and
+    reads until the tunnel closes. Returns the tunnel's two log lines."""
     t = connect(gw, "tls.example.test:%d" % net.tls.port)
     try:
         assert t.status == 200
@@ -891,7 +888,17 @@ def test_sni_second_hello_after_hello_retry_request_refused(gateway, net):
             pass
     finally:
         t.close()
-    ev, end = gw.decided(method="CONNECT")
+    return gw.decided(method="CONNECT")
+
+
+def test_sni_second_hello_after_hello_retry_request_refused(gateway, net):
+    # the first ClientHello names the target and gets a HelloRetryRequest;
+    # the second names another host: OpenSSL (nginx's SNI callback) takes
+    # its name, so it is checked like the first
+    gw = gateway(net.policy([tls_rule(net)]))
+    net.tls.clear()
+    ch1, ch2 = _hrr_hellos("tls.example.test", "evil.example.test")
+    ev, end = _second_hello_after_hrr(gw, net, ch1, ch2)
     time.sleep(0.2)
     assert "evil.example.test" not in net.tls.sni, net.tls.sni
     assert net.tls.sni == ["tls.example.test"]
@@ -1343,3 +1350,99 @@ def test_tunnel_http_host_mismatch_report_mode(gateway, net):
     assert ev["decision"] == "report" and ev["reason"] == "host_mismatch", ev
     assert ev["agent"] == "watcher"
     assert end["status"] == 200 and end["bytes_down"] == len(data), end
+
+
+# --- Encrypted Client Hello -------------------------------------------------
+
+def _ech_ext(ext_type=0xfe0d):
+    """An outer ECHClientHello extension (draft-ietf-tls-esni 5): type outer,
+    HKDF-SHA256 and AES-128-GCM, a config_id, an X25519 enc and a payload
+    standing for the encrypted inner ClientHello, which names another site."""
+    body = (b"\x00" + struct.pack(">HHB", 1, 1, 0x2a) + struct.pack(">H", 32) + b"\x11" * 32 +
+            struct.pack(">H", 180) + b"\x22" * 180)
+    return [ext_type, body]
+
+
+def _with_ech(rec, ext_type=0xfe0d, sni=True):
+    """The one-record ClientHello <rec> with an ECH extension added (and its
+    server_name taken out unless <sni>)."""
+    head, exts = _split_hello(rec)
+    if not sni:
+        exts = [e for e in exts if e[0] != 0]
+    return _join_hello(head, exts[:1] + [_ech_ext(ext_type)] + exts[1:])
+
+
+@pytest.mark.parametrize("outer, ext_type, sni, reason", [
+    ("tls.example.test", 0xfe0d, True, "encrypted_client_hello"),
+    ("tls.example.test", 0xfe0d, False, "encrypted_client_hello"),
+    ("tls.example.test", 0xffce, True, "encrypted_client_hello"),  # ESNI, before ECH
+    ("evil.example.test", 0xfe0d, True, "sni_mismatch"),  # the outer name is checked first
+], ids=["ech", "ech-without-server-name", "esni", "ech-other-outer-name"])
+def test_encrypted_client_hello_refused(gateway, net, outer, ext_type, sni, reason):
+    # an outer ClientHello naming the target, whose encrypted inner one names
+    # whatever site the front serves: refused by default, nothing goes up
+    gw = gateway(net.policy([tls_rule(net)]))
+    hello = _with_ech(_ssl_hello(outer)[3], ext_type, sni)
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    try:
+        assert t.status == 200
+        t.sock.sendall(hello)
+        _assert_refused(gw, t, reason)
+    finally:
+        t.close()
+    time.sleep(0.2)
+    assert net.tls.sni == [] and net.tls.handshakes == 0
+
+
+def _ech_through(gw, net):
+    """Sends an ECH ClientHello naming the target through a tunnel; returns
+    what the server answered before the tunnel closed."""
+    hello = _with_ech(_ssl_hello("tls.example.test")[3])
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    try:
+        assert t.status == 200
+        t.sock.sendall(hello)
+        t.sock.settimeout(10)
+        got = t.sock.recv(65536)
+    finally:
+        t.close()
+    return hello, got
+
+
+def test_encrypted_client_hello_allowed_by_policy(gateway, net):
+    # network.encrypted_client_hello: allow lets it through (with a warning
+    # at start): the server gets the hello and answers it
+    p = net.policy([tls_rule(net)])
+    p["network"]["encrypted_client_hello"] = "allow"
+    gw = gateway(p)
+    assert "network.encrypted_client_hello: a ClientHello that carries" in gw.stderr()
+    hello, got = _ech_through(gw, net)
+    assert got[:1] == b"\x16" and got[5:6] == b"\x02", got[:16]  # a ServerHello
+    ev, end = gw.decided(method="CONNECT")
+    assert ev["decision"] == "allow" and ev["reason"] is None, ev
+    assert end["bytes_up"] >= len(hello), end
+    poll(lambda: net.tls.sni == ["tls.example.test"], what="the hello at the server")
+
+
+def test_encrypted_client_hello_report_mode(gateway, net):
+    # an agent in report mode: logged as report and let through
+    agents = [{"id": "watcher", "sources": ["127.0.0.1/32"], "mode": "report"}]
+    gw = gateway(net.policy([tls_rule(net)], agents=agents))
+    hello, got = _ech_through(gw, net)
+    assert got[:1] == b"\x16" and got[5:6] == b"\x02", got[:16]
+    ev, end = gw.decided(method="CONNECT")
+    assert ev["decision"] == "report" and ev["reason"] == "encrypted_client_hello", ev
+    assert ev["agent"] == "watcher" and end["bytes_up"] >= len(hello), end
+
+
+def test_encrypted_second_hello_after_hello_retry_request_refused(gateway, net):
+    # the first ClientHello is plain; the second, after a HelloRetryRequest,
+    # carries ECH: checked like the first, so refused
+    gw = gateway(net.policy([tls_rule(net)]))
+    net.tls.clear()
+    ch1, ch2 = _hrr_hellos("tls.example.test", "tls.example.test")
+    ev, end = _second_hello_after_hrr(gw, net, ch1, _with_ech(ch2))
+    assert ev["decision"] == "deny" and ev["reason"] == "encrypted_client_hello", ev
+    assert end["bytes_up"] == len(ch1), end
+    time.sleep(0.2)
+    assert net.tls.sni == ["tls.example.test"], net.tls.sni

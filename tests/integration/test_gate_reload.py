@@ -114,3 +114,21 @@ def test_signals_during_a_load_queue_one_more_reload(gateway, net):
         time.sleep(min(first_took / 2 + 0.5, 20))
         assert reload_count(gw) == 2, gw.stderr()[-2000:]
     assert gw.proc.poll() is None
+
+
+def test_policy_warnings_are_printed_at_start_and_at_each_reload(gateway, net):
+    # serve says what sluice check would warn of: at start, and again for
+    # the file a reload brings in, before it says it reloaded
+    open_ranges = "network.deny_ranges: deny_ranges does not include \"default\""
+    gw = gateway(net.policy([api_rule(net)], deny_ranges=["10.0.0.0/8"]))
+    err = gw.stderr()
+    assert "warning: %s:" % gw.policy_path in err and open_ranges in err, err
+    p = net.policy([api_rule(net)])
+    p["network"]["encrypted_client_hello"] = "allow"
+    gw.write_policy(policy_yaml(p))
+    gw.reload()
+    poll(lambda: reload_count(gw) >= 1, timeout=10, what="the reload")
+    err = gw.stderr()
+    ech = err.index("network.encrypted_client_hello: a ClientHello that carries")
+    assert ech < err.index("sluice: reloaded "), err
+    assert err.count(open_ranges) == 1, err  # the new file has no such warning

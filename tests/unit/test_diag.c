@@ -3,11 +3,47 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
 #include "util/diag.h"
+
+static void test_format_warnings(void **state)
+{
+    (void)state;
+    struct diag d;
+    char out[256];
+    diag_init(&d, "p.yaml");
+    diag_format_warnings(&d, out, sizeof(out));
+    assert_string_equal(out, "");
+    diag_warning(&d, 3, "network.deny_ranges", "open");
+    diag_error(&d, 4, "rules[0].tier", "not a tier");
+    diag_warning(&d, 0, "", "no rules");
+    diag_format_warnings(&d, out, sizeof(out));
+    assert_string_equal(out, "warning: p.yaml:3: network.deny_ranges: open\n"
+                             "warning: p.yaml: no rules\n");
+    /* What does not fit is counted, on a line of its own. */
+    for (int i = 0; i < 20; i++)
+        diag_warning(&d, 10 + i, "agents[0].sources", "a warning of some length, number %d", i);
+    diag_format_warnings(&d, out, sizeof(out));
+    assert_true(strlen(out) < sizeof(out));
+    const char *tail = strstr(out, "warning: ... and ");
+    assert_non_null(tail);
+    assert_true(strstr(tail, " more warnings (sluice check lists them)\n") != NULL);
+    assert_int_equal(out[strlen(out) - 1], '\n');
+    int shown = 0;
+    for (const char *p = out; (p = strstr(p, "warning: p.yaml")) != NULL; p++)
+        shown++;
+    unsigned long more = strtoul(tail + strlen("warning: ... and "), NULL, 10);
+    assert_int_equal(shown + (int)more, 22);
+    assert_true(shown >= 2);
+    /* A buffer too small for anything still ends terminated. */
+    diag_format_warnings(&d, out, 8);
+    assert_true(strlen(out) < 8);
+    diag_free(&d);
+}
 
 static void test_empty(void **state)
 {
@@ -145,7 +181,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_empty),        cmocka_unit_test(test_counters),
         cmocka_unit_test(test_growth),       cmocka_unit_test(test_format),
-        cmocka_unit_test(test_long_message),
+        cmocka_unit_test(test_long_message), cmocka_unit_test(test_format_warnings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -367,6 +367,22 @@ static void test_network_and_days(void **state)
         expect_clean(V R "network:\n  deny_ranges: [10.0.0.0/8, default, fd00::/8]\n");
     assert_true(p->network.default_deny_ranges);
     assert_int_equal(p->network.ndeny_ranges, 2);
+    assert_false(p->network.allow_encrypted_hello); /* refused unless allowed */
+    policy_free(p);
+    expect_warning(V R "network: {encrypted_client_hello: allow}\n",
+                   "p.yaml:5: network.encrypted_client_hello: a ClientHello that carries an "
+                   "encrypted one (Encrypted Client Hello) is let through: its server_name is "
+                   "an outer name, so on a shared front (a CDN) an agent reaches any site "
+                   "behind an allowed name; allow it only for agents you trust, or turn ECH "
+                   "off in the clients");
+    struct diag d;
+    p = load(V R "network: {encrypted_client_hello: allow}\n", &d);
+    assert_non_null(p);
+    assert_true(p->network.allow_encrypted_hello);
+    diag_free(&d);
+    policy_free(p);
+    p = expect_clean(V R "network: {encrypted_client_hello: refuse}\n");
+    assert_false(p->network.allow_encrypted_hello);
     policy_free(p);
     /* A list without "default" loads, with a warning that says what it
      * leaves open. */
@@ -934,7 +950,13 @@ static void test_other_section_errors(void **state)
         {V R "network: {allow_ranges: [default]}\n",
          "p.yaml:5: network.allow_ranges[0]: invalid CIDR 'default'"},
         {V R "network: {allow: []}\n",
-         "p.yaml:5: network: unknown key 'allow' (expected one of deny_ranges, allow_ranges)"},
+         "p.yaml:5: network: unknown key 'allow' (expected one of deny_ranges, allow_ranges, "
+         "encrypted_client_hello)"},
+        {V R "network: {encrypted_client_hello: pass}\n",
+         "p.yaml:5: network.encrypted_client_hello: unknown value 'pass' (expected refuse or "
+         "allow)"},
+        {V R "network: {encrypted_client_hello: [allow]}\n",
+         "p.yaml:5: network.encrypted_client_hello: expected a string"},
         {V R "dns: []\n", "p.yaml:5: dns: expected a mapping"},
         {V R "dns: {servers: 1.1.1.1}\n", "p.yaml:5: dns.servers: expected a list"},
         {V R "dns: {servers: [127.0.0.1, 127.0.0.2, 127.0.0.3, 127.0.0.4, 127.0.0.5, 127.0.0.6, "

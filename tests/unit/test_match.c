@@ -924,6 +924,7 @@ static void test_names(void **state)
         "upstream_unreachable",
         "too_many_connections",
         "quarantined",
+        "encrypted_client_hello",
     };
     for (int r = 0; r < REASON_COUNT; r++) {
         if (want[r] == NULL)

@@ -47,7 +47,8 @@ static void put24(struct bytes *o, size_t v)
     put16(o, v & 0xffff);
 }
 
-static size_t last_used; /* sni_parse's <used> in the last run() */
+static size_t last_used;    /* sni_parse's <used> in the last run() */
+static bool last_encrypted; /* sni_parse's <encrypted> in the last run() */
 
 /* Runs sni_parse on an exact-size copy of <b>. */
 static enum sni_result run(const uint8_t *b, size_t n, char *name, size_t cap, size_t *len)
@@ -55,11 +56,13 @@ static enum sni_result run(const uint8_t *b, size_t n, char *name, size_t cap, s
     uint8_t *c = malloc(n ? n : 1);
     assert_non_null(c);
     memcpy(c, b, n);
-    enum sni_result r = sni_parse(c, n, name, cap, len, &last_used);
+    last_encrypted = true;
+    enum sni_result r = sni_parse(c, n, name, cap, len, &last_used, &last_encrypted);
     free(c);
-    if (r != SNI_FOUND && r != SNI_ABSENT)
+    if (r != SNI_FOUND && r != SNI_ABSENT) {
         assert_int_equal(last_used, 0);
-    else
+        assert_false(last_encrypted);
+    } else
         assert_true(last_used > 0 && last_used <= n);
     return r;
 }
@@ -210,6 +213,7 @@ static void test_captures(void **state)
             expect_found(&in, caps[i].name);
         else
             expect_result(&in, SNI_ABSENT);
+        assert_false(last_encrypted);
         prefixes_need_more(&in);
 
         /* The same message over records of 1, 7 and 100 bytes. */
@@ -233,6 +237,82 @@ static void test_captures(void **state)
         else
             expect_result(&in, SNI_ABSENT);
     }
+}
+
+/* An outer ECHClientHello (draft-ietf-tls-esni 5): type outer, HPKE
+ * suite, config_id, enc and payload, as extension <type>. */
+static void ext_ech(struct bytes *e, unsigned type)
+{
+    struct bytes body = {.n = 0};
+    put8(&body, 0);    /* ECHClientHelloType outer */
+    put16(&body, 1);   /* kdf_id HKDF-SHA256 */
+    put16(&body, 1);   /* aead_id AES-128-GCM */
+    put8(&body, 0x2a); /* config_id */
+    put16(&body, 32);  /* enc: an X25519 public key */
+    for (int i = 0; i < 32; i++)
+        put8(&body, 0x11);
+    put16(&body, 200); /* payload: the encrypted inner ClientHello */
+    for (int i = 0; i < 200; i++)
+        put8(&body, 0x22);
+    put16(e, type);
+    put16(e, body.n);
+    put(e, body.b, body.n);
+}
+
+static void test_encrypted_hello(void **state)
+{
+    (void)state;
+    static const struct {
+        unsigned type;
+        bool encrypted;
+    } types[] = {
+        {0xfe0d, true},  {0xfe08, true},  {0xfe0a, true},  {0xfe0c, true},  {0xffce, true},
+        {0xfe07, false}, {0xfe0e, false}, {0xffcd, false}, {0xffcf, false}, {0x000d, false},
+    };
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        assert_int_equal(sni_encrypted_extension(types[i].type), types[i].encrypted);
+        /* The outer name is found as any other, with the flag beside it,
+         * wherever the extension stands. */
+        ext.n = 0;
+        ext_other(&ext, 10, 4);
+        ext_ech(&ext, types[i].type);
+        ext_sni(&ext, "public.example", 14);
+        build(&ext, &out);
+        expect_found(&out, "public.example");
+        assert_int_equal(last_encrypted, types[i].encrypted);
+        prefixes_need_more(&out);
+        ext.n = 0;
+        ext_sni(&ext, "public.example", 14);
+        ext_ech(&ext, types[i].type);
+        build(&ext, &out);
+        expect_found(&out, "public.example");
+        assert_int_equal(last_encrypted, types[i].encrypted);
+        /* Without a server_name. */
+        ext.n = 0;
+        ext_ech(&ext, types[i].type);
+        build(&ext, &out);
+        expect_result(&out, SNI_ABSENT);
+        assert_int_equal(last_encrypted, types[i].encrypted);
+        /* Over records of 7 bytes. */
+        message_of(&out, &msg);
+        records(&msg, 7, &in);
+        expect_result(&in, SNI_ABSENT);
+        assert_int_equal(last_encrypted, types[i].encrypted);
+    }
+    /* A malformed hello says nothing of ECH, even with the extension in it. */
+    ext.n = 0;
+    ext_ech(&ext, 0xfe0d);
+    ext_sni(&ext, "public.example", 14);
+    build(&ext, &out);
+    out.b[9] = 2; /* legacy_version 2.3 */
+    expect_result(&out, SNI_MALFORMED);
+    assert_false(last_encrypted);
+    /* Nor does one whose name does not fit the caller's buffer. */
+    build(&ext, &out);
+    char small[8];
+    size_t len = 0;
+    assert_int_equal(run(out.b, out.n, small, sizeof(small), &len), SNI_MALFORMED);
+    assert_false(last_encrypted);
 }
 
 static void test_not_tls(void **state)
@@ -682,6 +762,7 @@ int main(void)
         cmocka_unit_test(test_record_versions), cmocka_unit_test(test_built_found_and_absent),
         cmocka_unit_test(test_malformed),       cmocka_unit_test(test_used_and_record_boundary),
         cmocka_unit_test(test_skip_ccs),        cmocka_unit_test(test_server_reply),
+        cmocka_unit_test(test_encrypted_hello),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
