@@ -23,12 +23,16 @@
  * socketpair()). --allow-unix lifts the AF_UNIX and socketpair() rules only.
  *
  * Kernel keyrings: add_key(), request_key() and keyctl() fail with ENOSYS
- * (the user keyring of a root box is the host root's). */
+ * (the user keyring of a root box is the host root's).
+ *
+ * The terminal: ioctl(TIOCSTI) and ioctl(TIOCLINUX) fail with EPERM, so the
+ * command cannot type into the terminal it shares with the user's shell. */
 #include <errno.h>
 #include <linux/capability.h>
 #include <seccomp.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -126,6 +130,19 @@ static int load_filter(bool allow_unix, char *err, size_t errlen)
     static const int keyring_calls[] = {SCMP_SYS(add_key), SCMP_SYS(request_key), SCMP_SYS(keyctl)};
     for (size_t i = 0; i < sizeof(keyring_calls) / sizeof(keyring_calls[0]) && rc == 0; i++)
         rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), keyring_calls[i], 0);
+    /* The terminal: the command stays in run's session and foreground
+     * process group (a terminal's ^C reaches it directly), so TIOCSTI
+     * would let it push a command line into the terminal's input queue,
+     * read and run, unboxed, by the user's shell once run exits
+     * (bubblewrap's CVE-2017-5226); TIOCLINUX pastes a virtual console's
+     * selection likewise. Both fail with EPERM, the request compared in
+     * its low 32 bits (the kernel reads an unsigned int). */
+    static const unsigned long tty_inject[] = {TIOCSTI, TIOCLINUX};
+    for (size_t i = 0; i < sizeof(tty_inject) / sizeof(tty_inject[0]) && rc == 0; i++) {
+        const struct scmp_arg_cmp is_req = {
+            .arg = 1, .op = SCMP_CMP_MASKED_EQ, .datum_a = 0xffffffffu, .datum_b = tty_inject[i]};
+        rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1, &is_req);
+    }
     return seccomp_load_and_release(ctx, rc, err, errlen);
 }
 

@@ -1017,6 +1017,72 @@ def test_socket_families_refused(box, net):
     assert o["vsock"] == o["packet"] == o["alg"] == "EAFNOSUPPORT", o
 
 
+TIOCSTI = r"""
+import errno, fcntl, json, termios
+res = {}
+for name, req in (("tiocsti", termios.TIOCSTI), ("tiocsti_high", termios.TIOCSTI | (1 << 32))):
+    try:
+        fcntl.ioctl(0, req, b"#")
+        res[name] = "ok"
+    except OSError as e:
+        res[name] = errno.errorcode.get(e.errno, str(e.errno))
+print(json.dumps(res))
+"""
+
+
+def _run_on_terminal(argv, cwd, user=None):
+    """Runs <argv> with a new pty as its controlling terminal and standard
+    input (standard output and error are pipes). Returns the process's
+    result and what is left in the terminal's input queue."""
+    import fcntl
+    import termios
+    master, slave = os.openpty()
+
+    def ctty():
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    if user is not None:
+        os.fchown(slave, user, -1)
+        argv = ["setpriv", "--reuid=%d" % user, "--regid=%d" % user, "--clear-groups"] + argv
+    try:
+        p = subprocess.run(argv, stdin=slave, capture_output=True, text=True, timeout=30,
+                           cwd=cwd, env=_clean_env(), start_new_session=True, preexec_fn=ctty)
+        # what a shell reading this terminal would get next
+        attrs = termios.tcgetattr(slave)
+        attrs[3] &= ~termios.ICANON
+        attrs[6][termios.VMIN] = 0
+        attrs[6][termios.VTIME] = 0
+        termios.tcsetattr(slave, termios.TCSANOW, attrs)
+        try:
+            pending = os.read(slave, 1024)
+        except BlockingIOError:
+            pending = b""
+    finally:
+        os.close(slave)
+        os.close(master)
+    return p, pending
+
+
+def test_terminal_input_cannot_be_injected(box, net, hostdir):
+    """The command shares run's terminal (signals from it reach the command
+    directly), so TIOCSTI would let it push a command line into the
+    terminal's input, which the user's shell runs, unboxed, once run exits
+    (bubblewrap's CVE-2017-5226). The seccomp filter refuses it (and
+    TIOCLINUX), whatever the ioctl request's upper 32 bits hold."""
+    pol = box.policy(net.policy([]))
+    argv = [box.bin, "run", "--policy", pol, "--", PY, "-c", TIOCSTI]
+    p, pending = _run_on_terminal(argv, box.workdir)
+    assert p.returncode == 0, p.stderr
+    assert Box.out(p) == {"tiocsti": "EPERM", "tiocsti_high": "EPERM"}
+    assert pending == b""
+    b, upol = _nobody_box(box.bin, net, hostdir, [])
+    argv = [b.bin, "run", "--policy", upol, "--", PY, "-c", TIOCSTI]
+    p, pending = _run_on_terminal(argv, b.workdir, user=65534)
+    assert p.returncode == 0, p.stderr
+    assert Box.out(p) == {"tiocsti": "EPERM", "tiocsti_high": "EPERM"}
+    assert pending == b""
+
+
 DEV = r"""
 import json, os
 out = {"dev": sorted(os.listdir("/dev"))}
