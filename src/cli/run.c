@@ -141,37 +141,74 @@ static char *lexical(const char *p)
     return out;
 }
 
-/* A --ro, --rw or --hide path that is, or passes through, a symbolic link
- * is refused: an agent boxed in an earlier run can plant `build -> /etc`
- * in its writable folder, and --rw ./build would then grant /etc. Returns
- * 0, or a usage error naming the first link and its target. */
-static int refuse_links(const char *opt, const char *p)
+/* <p> made absolute (against the working directory) as written: its "."
+ * and ".." components kept, so that a link before a ".." is seen. NULL when
+ * out of memory or the working directory is unknown. */
+static char *absolute(const char *p)
 {
-    char *lex = lexical(p);
-    if (lex == NULL)
-        return command_usage_error(self, "%s %s: %s", opt, p, strerror(errno));
-    int rc = 0;
-    for (size_t i = 1; lex[i - 1] != '\0' && rc == 0; i++) {
-        if (lex[i] != '/' && lex[i] != '\0')
+    char cwd[PATH_MAX] = "";
+    if (p[0] != '/' && getcwd(cwd, sizeof(cwd)) == NULL)
+        return NULL;
+    size_t n = strlen(cwd) + strlen(p) + 2;
+    char *s = malloc(n);
+    if (s != NULL)
+        snprintf(s, n, "%s%s%s", cwd, cwd[0] != '\0' ? "/" : "", p);
+    return s;
+}
+
+/* The first prefix of <path> (absolute), component by component, that is
+ * a symbolic link: returns 1 with it in <link> (<path> cut there, restored
+ * before returning) and its target in <target>, or 0. */
+static int first_link(char *path, char *link, size_t linklen, char *target, size_t targetlen)
+{
+    for (size_t i = 1; path[i - 1] != '\0'; i++) {
+        if (path[i] != '/' && path[i] != '\0')
             continue;
-        char c = lex[i];
-        lex[i] = '\0';
+        char c = path[i];
+        path[i] = '\0';
         struct stat st;
-        if (lstat(lex, &st) == 0 && S_ISLNK(st.st_mode)) {
-            char target[PATH_MAX];
-            ssize_t t = readlink(lex, target, sizeof(target) - 1);
+        if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
+            ssize_t t = readlink(path, target, targetlen - 1);
             target[t > 0 ? t : 0] = '\0';
-            rc = command_usage_error(self,
-                                     "%s %s: %s is a symbolic link (to %s); a link in a "
-                                     "writable folder may have been planted by the agent: pass "
-                                     "the real path if you mean it",
-                                     opt, p, lex, target);
+            snprintf(link, linklen, "%s", path);
+            path[i] = c;
+            return 1;
         }
-        lex[i] = c;
+        path[i] = c;
         if (c == '\0')
             break;
     }
+    return 0;
+}
+
+/* A --ro, --rw or --hide path that is, or passes through, a symbolic link
+ * is refused: an agent boxed in an earlier run can plant `build -> /etc`
+ * in its writable folder, and --rw ./build would then grant /etc. Both the
+ * normalised path and the path as written are walked: in `build/../data`
+ * the kernel resolves `..` from the link's target, so normalising first
+ * would hide the link (and grant /data). Returns 0, or a usage error
+ * naming the first link and its target. */
+static int refuse_links(const char *opt, const char *p)
+{
+    char *lex = lexical(p);
+    char *abs = absolute(p);
+    if (lex == NULL || abs == NULL) {
+        int e = errno;
+        free(lex);
+        free(abs);
+        return command_usage_error(self, "%s %s: %s", opt, p, strerror(e));
+    }
+    int rc = 0;
+    char link[PATH_MAX], target[PATH_MAX];
+    if (first_link(lex, link, sizeof(link), target, sizeof(target)) ||
+        first_link(abs, link, sizeof(link), target, sizeof(target)))
+        rc = command_usage_error(self,
+                                 "%s %s: %s is a symbolic link (to %s); a link in a "
+                                 "writable folder may have been planted by the agent: pass "
+                                 "the real path if you mean it",
+                                 opt, p, link, target);
     free(lex);
+    free(abs);
     return rc;
 }
 

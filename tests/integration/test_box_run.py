@@ -1160,6 +1160,18 @@ def test_symlinked_paths_refused(box, net, hostdir):
                 cmd=["touch", os.path.join(secret, "ok")])
     assert p.returncode == 0, p.stderr
     assert os.path.exists(os.path.join(secret, "ok"))
+    # a ".." after the link: normalised as written the path is ./data, which
+    # has no link (nor exists), but the kernel resolves build/.. to hostdir
+    data = os.path.join(hostdir, "data")
+    os.makedirs(data)
+    for args in (["--rw", "build/../data"], ["--rw", os.path.join(box.workdir, "build", "..",
+                                                                  "data")],
+                 ["--ro", "./build/../data"], ["--hide", "build/../data"]):
+        p = box.run(["--policy", pol] + args, None, cmd=["touch", os.path.join(data, "planted")])
+        assert p.returncode == 2, (args, p.stderr)
+        assert "build is a symbolic link" in p.stderr and "pass the real path" in p.stderr, (
+            args, p.stderr)
+        assert not os.path.exists(os.path.join(data, "planted")), args
 
 
 def test_renamed_folder_cannot_forge_the_summary(box, net):
