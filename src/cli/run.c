@@ -183,7 +183,10 @@ static int first_link(char *path, char *link, size_t linklen, char *target, size
 
 /* A --ro, --rw or --hide path that is, or passes through, a symbolic link
  * is refused: an agent boxed in an earlier run can plant `build -> /etc`
- * in its writable folder, and --rw ./build would then grant /etc. Both the
+ * in its writable folder, and --rw ./build would then grant /etc. So is a
+ * --log or --alerts file: the gateway (root until it has its files open)
+ * would create or append to the link's target, in lines whose paths and
+ * hosts the agent writes (`$(...)` in a ~/.bashrc or /etc/profile.d). Both the
  * normalised path and the path as written are walked: in `build/../data`
  * the kernel resolves `..` from the link's target, so normalising first
  * would hide the link (and grant /data). Returns 0, or a usage error
@@ -309,12 +312,16 @@ static int parse_args(int argc, char **argv, struct run_args *a)
             if (strcmp(optarg, "-") == 0 || optarg[0] == '\0')
                 return command_usage_error(self, "--log needs a file (run reads it for its "
                                                  "summary)");
+            if ((rc = refuse_links("--log", optarg)) != 0)
+                return rc;
             a->log = optarg;
             break;
         case 'A':
             if (strcmp(optarg, "-") == 0 || optarg[0] == '\0')
                 return command_usage_error(self, "--alerts needs a file (run reads it for its "
                                                  "summary)");
+            if ((rc = refuse_links("--alerts", optarg)) != 0)
+                return rc;
             a->alerts = optarg;
             break;
         case 'G':

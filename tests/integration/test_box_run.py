@@ -1174,6 +1174,38 @@ def test_symlinked_paths_refused(box, net, hostdir):
         assert not os.path.exists(os.path.join(data, "planted")), args
 
 
+def test_symlinked_log_and_alerts_refused(box, net, hostdir):
+    """A link an earlier run planted where the next run's --log or --alerts
+    file goes (the current directory is writable) would have the gateway,
+    root before it drops to nobody, create or append to its target, in lines
+    the agent writes (a request path of `$(...)` in a ~/.bashrc or an
+    /etc/profile.d script): refused, like a linked --rw path."""
+    pol = box.policy(net.policy([]))
+    rc_file = os.path.join(hostdir, "bashrc")
+    with open(rc_file, "w") as f:
+        f.write("# rc\n")
+    os.symlink(rc_file, os.path.join(box.workdir, "decisions.jsonl"))
+    os.symlink(os.path.join(hostdir, "profile.sh"), os.path.join(box.workdir, "alerts.jsonl"))
+    os.makedirs(os.path.join(hostdir, "logs"))
+    os.symlink(os.path.join(hostdir, "logs"), os.path.join(box.workdir, "logs"))
+    for args in (["--log", "decisions.jsonl"], ["--log", os.path.join(box.workdir,
+                                                                      "decisions.jsonl")],
+                 ["--alerts", "./alerts.jsonl"], ["--log", "logs/run.jsonl"]):
+        p = box.run(["--policy", pol] + args, "print('{}')")
+        assert p.returncode == 2, (args, p.stderr)
+        assert "is a symbolic link" in p.stderr and "pass the real path" in p.stderr, (
+            args, p.stderr)
+        assert "{}" not in p.stdout, args  # the command never ran
+    with open(rc_file) as f:
+        assert f.read() == "# rc\n"
+    assert not os.path.exists(os.path.join(hostdir, "profile.sh"))
+    assert os.listdir(os.path.join(hostdir, "logs")) == []
+    # the real path is fine
+    p = box.run(["--policy", pol, "--log", os.path.join(hostdir, "logs", "run.jsonl")],
+                "print('{}')")
+    assert p.returncode == 0, p.stderr
+
+
 def test_renamed_folder_cannot_forge_the_summary(box, net):
     """The agent renames the folder that holds the log and writes a forged
     line where it was: the summary reads the file run opened beforehand.
