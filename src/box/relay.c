@@ -13,7 +13,11 @@
  * connection in an agent's pool, say), which would wake the relay at once,
  * again and again. At most
  * RELAY_MAX_CONNS connections: beyond that the listeners are not polled and
- * new clients wait in the backlog. */
+ * new clients wait in the backlog. When accept() fails for want of a
+ * resource (EMFILE under a low RLIMIT_NOFILE, ENFILE, ENOBUFS, ENOMEM) the
+ * client stays in the backlog and the listener readable: the listeners then
+ * rest RELAY_ACCEPT_PAUSE_MS instead of being retried at once, which would
+ * spin a core for as long as the client waits. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -22,6 +26,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "box/box_int.h"
@@ -48,7 +53,17 @@ struct relay {
     size_t nconns;
     unsigned long accepted;
     unsigned long wakeups;
+    long long paused_until; /* CLOCK_MONOTONIC ms: listeners rest until then */
 };
+
+#define RELAY_ACCEPT_PAUSE_MS 250
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static int listen_on(int family, unsigned short port, int *out)
 {
@@ -123,28 +138,31 @@ static void conn_close(struct relay *r, size_t i)
     r->conns[i] = r->conns[--r->nconns];
 }
 
-static void accept_one(struct relay *r, int lfd)
+/* Takes one client from <lfd>'s backlog. Returns 1 when one was taken
+ * (relayed, or closed when the gateway cannot be reached), 0 when there
+ * is none now, -1 when accept() failed for want of a resource. */
+static int accept_one(struct relay *r, int lfd)
 {
     int cfd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (cfd < 0)
-        return;
+        return errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM ? -1 : 0;
     r->accepted++;
     int gfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (gfd < 0) {
         close(cfd);
-        return;
+        return 1;
     }
     /* a unix connect completes at once or fails (EAGAIN: backlog full) */
     if (connect(gfd, (struct sockaddr *)&r->target, r->target_len) < 0) {
         close(gfd);
         close(cfd);
-        return;
+        return 1;
     }
     struct relay_conn *c = malloc(sizeof(*c));
     if (c == NULL) {
         close(gfd);
         close(cfd);
-        return;
+        return 1;
     }
     c->fd[0] = cfd;
     c->fd[1] = gfd;
@@ -153,6 +171,7 @@ static void accept_one(struct relay *r, int lfd)
     c->eof[0] = c->eof[1] = false;
     c->shut[0] = c->shut[1] = false;
     r->conns[r->nconns++] = c;
+    return 1;
 }
 
 /* Reads once from <fd> into <b>'s free space (moving what waits to the
@@ -247,9 +266,17 @@ int relay_run(struct relay *r, int extra_fd, int (*on_extra)(void *arg), void *a
     for (;;) {
         size_t n = 0;
         pfd[n++] = (struct pollfd){.fd = extra_fd, .events = POLLIN};
+        int timeout = -1;
+        if (r->paused_until != 0) {
+            long long left = r->paused_until - now_ms();
+            if (left > 0)
+                timeout = (int)left;
+            else
+                r->paused_until = 0;
+        }
+        bool accepting = r->nconns < RELAY_MAX_CONNS && r->paused_until == 0;
         for (size_t i = 0; i < r->nlfd; i++)
-            pfd[n++] = (struct pollfd){.fd = r->nconns < RELAY_MAX_CONNS ? r->lfd[i] : -1,
-                                       .events = POLLIN};
+            pfd[n++] = (struct pollfd){.fd = accepting ? r->lfd[i] : -1, .events = POLLIN};
         size_t base = n;
         for (size_t i = 0; i < r->nconns; i++) {
             const struct relay_conn *c = r->conns[i];
@@ -263,7 +290,7 @@ int relay_run(struct relay *r, int extra_fd, int (*on_extra)(void *arg), void *a
                 pfd[n++] = (struct pollfd){.fd = ev != 0 ? c->fd[s] : -1, .events = ev};
             }
         }
-        if (poll(pfd, n, -1) < 0) {
+        if (poll(pfd, n, timeout) < 0) {
             if (errno == EINTR)
                 continue;
             return -1;
@@ -279,10 +306,12 @@ int relay_run(struct relay *r, int extra_fd, int (*on_extra)(void *arg), void *a
         }
         for (size_t i = 0; i < r->nlfd; i++)
             if (pfd[1 + i].revents & POLLIN)
-                for (int k = 0; k < 16 && r->nconns < RELAY_MAX_CONNS; k++) {
-                    unsigned long before = r->accepted;
-                    accept_one(r, r->lfd[i]);
-                    if (r->accepted == before)
+                for (int k = 0; k < 16 && r->nconns < RELAY_MAX_CONNS && r->paused_until == 0;
+                     k++) {
+                    int got = accept_one(r, r->lfd[i]);
+                    if (got < 0)
+                        r->paused_until = now_ms() + RELAY_ACCEPT_PAUSE_MS;
+                    if (got <= 0)
                         break;
                 }
         if ((pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) && on_extra(arg) != 0)

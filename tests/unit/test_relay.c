@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -238,6 +239,44 @@ static void test_urgent_byte_is_carried_inline(void **state)
     close(gateway);
 }
 
+/* Out of descriptors (a low RLIMIT_NOFILE, which the box's init inherits
+ * from run): accept() fails with EMFILE and leaves the client in the
+ * backlog, so the listener stays readable. The relay pauses its listeners
+ * instead of retrying at once, which would spin a core for as long as the
+ * client waited; once a descriptor is free again the client gets through. */
+static void test_out_of_descriptors_pauses_accepting(void **state)
+{
+    struct world *w = *state;
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(w->port)};
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int client = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(client >= 0);
+    struct rlimit old, low;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int lowest_free = dup(0);
+    assert_true(lowest_free >= 0);
+    close(lowest_free);
+    low = old;
+    low.rlim_cur = (rlim_t)lowest_free; /* no new descriptor at all */
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    assert_int_equal(connect(client, (struct sockaddr *)&sin, sizeof(sin)), 0); /* the backlog */
+    usleep(50 * 1000);
+    unsigned long n = quiet_wakeups(w);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    if (n > QUIET_WAKEUPS_MAX)
+        fail_msg("the relay woke up %lu times in %d ms while accept() failed", n, QUIET_MS);
+    struct pollfd p = {.fd = w->gw_listen, .events = POLLIN};
+    assert_int_equal(poll(&p, 1, 5000), 1);
+    int gateway = accept(w->gw_listen, NULL, NULL);
+    assert_true(gateway >= 0);
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(gateway, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    send_all(client, "late");
+    expect(gateway, "late");
+    close(client);
+    close(gateway);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -245,6 +284,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_client_reset_after_its_end_is_quiet, setup, teardown),
         cmocka_unit_test_setup_teardown(test_half_close_both_ways, setup, teardown),
         cmocka_unit_test_setup_teardown(test_urgent_byte_is_carried_inline, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_out_of_descriptors_pauses_accepting, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
