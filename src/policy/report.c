@@ -1,23 +1,99 @@
 #include "policy/report.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "policy/lint.h"
 #include "policy/policy.h"
 #include "util/units.h"
+#include "util/xalloc.h"
+
+/* The length of the valid UTF-8 sequence at <s> (<n> bytes left, n > 0),
+ * or 0 when it is not one: no overlong forms, surrogates or code points
+ * above U+10FFFF, as jansson requires. */
+static size_t utf8_seq(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    size_t len;
+    unsigned cp;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf) {
+        len = 2;
+        cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        cp = c & 0x07;
+    } else {
+        return 0;
+    }
+    if (n < len)
+        return 0;
+    for (size_t k = 1; k < len; k++) {
+        if ((s[k] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (s[k] & 0x3fu);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return len;
+}
+
+/* A JSON string of <s>, whatever its bytes: json_string() refuses text
+ * that is not UTF-8 (a file name given in another encoding), and a finding
+ * that came back NULL would vanish from the report. Each byte that starts
+ * no valid sequence becomes U+FFFD. Never NULL. */
+static json_t *text_json(const char *s)
+{
+    json_t *j = json_string(s);
+    if (j != NULL)
+        return j;
+    size_t n = strlen(s);
+    char *out = xmalloc(n * 3 + 1);
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_seq((const unsigned char *)s + i, n - i);
+        if (k == 0) {
+            memcpy(out + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+            continue;
+        }
+        memcpy(out + o, s + i, k);
+        o += k;
+        i += k;
+    }
+    out[o] = '\0';
+    j = json_string(out);
+    free(out);
+    return j != NULL ? j : json_string("?");
+}
 
 static json_t *diag_entries_json(const struct diag *d, enum diag_level level)
 {
     json_t *arr = json_array();
+    const char *file = d->file ? d->file : "-";
     for (size_t i = 0; i < d->count; i++) {
         const struct diag_entry *e = &d->entries[i];
         if (e->level != level)
             continue;
-        char text[1024];
-        diag_format(d, e, text, sizeof(text));
-        json_array_append_new(arr, json_pack("{s:s, s:i, s:s, s:s, s:s}", "file",
-                                             d->file ? d->file : "-", "line", e->line, "field",
-                                             e->field, "message", e->message, "text", text));
+        /* The whole text, however long: a fixed buffer could cut it in
+         * the middle of a UTF-8 character (a long owner's name). */
+        size_t room = strlen(file) + strlen(e->field) + strlen(e->message) + 32;
+        char *text = xmalloc(room);
+        diag_format(d, e, text, room);
+        json_t *o = json_object();
+        json_object_set_new(o, "file", text_json(file));
+        json_object_set_new(o, "line", json_integer(e->line));
+        json_object_set_new(o, "field", text_json(e->field));
+        json_object_set_new(o, "message", text_json(e->message));
+        json_object_set_new(o, "text", text_json(text));
+        json_array_append_new(arr, o);
+        free(text);
     }
     return arr;
 }
@@ -162,8 +238,11 @@ json_t *report_build(const char *file, const struct policy *p, const struct diag
 {
     char date[16];
     format_date(today, date, sizeof(date));
-    json_t *r = json_pack("{s:s, s:b, s:s, s:i}", "file", file, "ok", !diag_has_errors(d), "today",
-                          date, "warn_days", warn_days);
+    json_t *r = json_object();
+    json_object_set_new(r, "file", text_json(file));
+    json_object_set_new(r, "ok", json_boolean(!diag_has_errors(d)));
+    json_object_set_new(r, "today", json_string(date));
+    json_object_set_new(r, "warn_days", json_integer(warn_days));
     json_object_set_new(r, "errors", diag_entries_json(d, DIAG_ERROR));
     json_object_set_new(r, "warnings", diag_entries_json(d, DIAG_WARNING));
     if (p == NULL)

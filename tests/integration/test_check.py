@@ -387,3 +387,49 @@ def test_help_and_version(sluice_bin):
     assert r.returncode == 0 and r.stdout.startswith("usage: sluice check FILE")
     r = run(sluice_bin, "version")
     assert r.returncode == 0 and r.stdout.startswith("sluice ")
+
+
+@pytest.mark.parametrize("pad", [0, 1])
+def test_finding_longer_than_a_kibibyte_in_utf8_is_reported(sluice_bin, tmp_path, pad):
+    """An expired grant whose owner is a long non-ASCII name: its message was
+    cut at 1024 bytes in the middle of a character (for one of the two
+    paddings, whatever the length of the path), jansson refused the text,
+    and the error vanished from both formats ("result: 0 errors", exit 1)."""
+    owner = "x" * pad + "\u00e9" * 600
+    path = write(tmp_path, """\
+        version: 1
+        rules:
+          - host: api.github.com
+            methods: [POST]
+            tier: 3
+            owner: "%s"
+            expires: 2025-01-01
+        """ % owner)
+    r = run(sluice_bin, "check", path, "--now", NOW)
+    assert r.returncode == 1
+    assert "rules[0].expires: grant for api.github.com" in r.stdout
+    assert r.stdout.rstrip().splitlines()[-1] == "result: 1 error, 0 warnings"
+    r = run(sluice_bin, "check", path, "--now", NOW, "--format", "json")
+    doc = json.loads(r.stdout)
+    assert [e["field"] for e in doc["errors"]] == ["rules[0].expires"]
+    assert owner in doc["errors"][0]["message"]
+
+
+def test_file_name_that_is_not_utf8_keeps_the_findings(sluice_bin, tmp_path):
+    """A policy file named in another encoding: the JSON document was empty
+    and the text said "result: 0 errors" for a file with errors."""
+    path = b"bad\xff.yaml"
+    with open(os.path.join(os.fsencode(str(tmp_path)), path), "wb") as f:
+        f.write(b"version: 1\nrules:\n  - host: a.example.com\n    tier: 9\n")
+    r = subprocess.run([os.fsencode(sluice_bin), b"check", path], capture_output=True, timeout=60,
+                       cwd=str(tmp_path))
+    assert r.returncode == 1
+    lines = r.stdout.decode().rstrip().splitlines()
+    assert lines[0] == "error: bad\ufffd.yaml:4: rules[0].tier: tier 9 is outside 0-3"
+    assert lines[-1] == "result: 1 error, 0 warnings"
+    r = subprocess.run([os.fsencode(sluice_bin), b"check", path, b"--format", b"json"],
+                       capture_output=True, timeout=60, cwd=str(tmp_path))
+    doc = json.loads(r.stdout)
+    assert doc["file"] == "bad\ufffd.yaml"
+    assert doc["ok"] is False
+    assert [(e["line"], e["field"]) for e in doc["errors"]] == [(4, "rules[0].tier")]
