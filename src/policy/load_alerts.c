@@ -451,22 +451,70 @@ static int sink_item(struct load_ctx *c, const struct ynode *it, struct sink *ou
 }
 
 /* A sink listed twice gets every alert twice (and a webhook two series of
- * the same name in /metrics): warned about, named by its label. */
-static void warn_repeated_sink(struct load_ctx *c, const struct alerts_cfg *a, const struct sink *s)
+ * the same name in /metrics): warned about, named by its label, with the
+ * line of its first listing. The sinks are sorted by what they name, so
+ * that a hostile list of a million sinks costs n log n comparisons, not
+ * n^2 (the reload thread spent hours on it), and the warnings still come
+ * in file order. */
+struct sink_ref {
+    const struct sink *s;
+    size_t pos;   /* in the alerts.sinks list, for the field path */
+    size_t first; /* the sorted group's first listing, when a repeat */
+    bool repeat;
+};
+
+static int cmp_sink_ref(const void *a, const void *b)
 {
-    for (size_t i = 0; i < a->nsinks; i++) {
-        if (a->sinks[i].kind != s->kind || strcmp(a->sinks[i].target, s->target) != 0)
+    const struct sink_ref *x = a, *y = b;
+    if (x->s->kind != y->s->kind)
+        return x->s->kind < y->s->kind ? -1 : 1;
+    int r = strcmp(x->s->target, y->s->target);
+    if (r != 0)
+        return r;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+static int cmp_sink_ref_pos(const void *a, const void *b)
+{
+    const struct sink_ref *x = a, *y = b;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+static void warn_repeated_sinks(struct load_ctx *c, const struct alerts_cfg *a, const size_t *pos)
+{
+    size_t n = a->nsinks;
+    if (n < 2)
+        return;
+    struct sink_ref *v = xcalloc(n, sizeof(*v));
+    for (size_t i = 0; i < n; i++)
+        v[i] = (struct sink_ref){&a->sinks[i], pos[i], i, false};
+    qsort(v, n, sizeof(*v), cmp_sink_ref);
+    for (size_t i = 1, first = 0; i < n; i++) {
+        if (v[i].s->kind == v[first].s->kind && strcmp(v[i].s->target, v[first].s->target) == 0) {
+            v[i].repeat = true;
+            v[i].first = (size_t)(v[first].s - a->sinks);
+        } else {
+            first = i;
+        }
+    }
+    qsort(v, n, sizeof(*v), cmp_sink_ref_pos);
+    for (size_t i = 0; i < n; i++) {
+        if (!v[i].repeat)
             continue;
+        const struct sink *s = v[i].s;
+        int first_line = a->sinks[v[i].first].line;
+        size_t m = load_field_push(c, "[%zu]", v[i].pos);
         if (s->kind == SINK_EXEC)
             load_warn(c, s->line,
                       "exec %s is listed twice (line %d): every alert would run it twice",
-                      load_show(c, s->target), a->sinks[i].line);
+                      load_show(c, s->target), first_line);
         else
             load_warn(c, s->line,
                       "webhook %s is listed twice (line %d): every alert would be sent twice",
-                      show_webhook(c, s->target), a->sinks[i].line);
-        return;
+                      show_webhook(c, s->target), first_line);
+        load_field_pop(c, m);
     }
+    free(v);
 }
 
 static void al_sinks(struct load_ctx *c, const struct ynode *v, void *obj)
@@ -475,15 +523,16 @@ static void al_sinks(struct load_ctx *c, const struct ynode *v, void *obj)
     if (load_want_list(c, v) != 0)
         return;
     a->sinks = xcalloc(v->count, sizeof(*a->sinks));
+    size_t *pos = xcalloc(v->count != 0 ? v->count : 1, sizeof(*pos));
     size_t i = 0;
     for (const struct ynode *it = ynode_first(v); it != NULL; it = ynode_next(v, it), i++) {
         size_t m = load_field_push(c, "[%zu]", i);
-        if (sink_item(c, it, &a->sinks[a->nsinks]) == 1) {
-            warn_repeated_sink(c, a, &a->sinks[a->nsinks]);
-            a->nsinks++;
-        }
+        if (sink_item(c, it, &a->sinks[a->nsinks]) == 1)
+            pos[a->nsinks++] = i;
         load_field_pop(c, m);
     }
+    warn_repeated_sinks(c, a, pos);
+    free(pos);
 }
 
 static const struct key_handler alerts_keys[] = {

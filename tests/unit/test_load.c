@@ -806,6 +806,34 @@ static void test_repeated_sink_warned(void **state)
                                  "    - webhook: https://h.example.test/b\n"));
 }
 
+/* 100,000 distinct sinks and one repeat at the end: warned about, and
+ * fast. Each sink was compared with every one before it: n^2 / 2 string
+ * comparisons, minutes here (and hours for a 64 MiB policy in serve's
+ * reload thread) before the test's timeout. */
+static void test_repeated_sink_scale(void **state)
+{
+    (void)state;
+    size_t n = 100000, cap = n * 32 + 256, o = 0;
+    char *buf = malloc(cap);
+    assert_non_null(buf);
+    o += (size_t)snprintf(buf + o, cap - o, V R "alerts:\n  sinks:\n");
+    for (size_t i = 0; i < n; i++)
+        o += (size_t)snprintf(buf + o, cap - o, "    - exec: /usr/bin/s%zu\n", i);
+    o += (size_t)snprintf(buf + o, cap - o, "    - exec: /usr/bin/s7\n");
+    struct diag d;
+    diag_init(&d, FILE_NAME);
+    struct policy *p = policy_load_buffer(FILE_NAME, buf, o, &d);
+    assert_non_null(p);
+    assert_int_equal(d.warnings, 1);
+    assert_true(has_entry(&d, DIAG_WARNING,
+                          "p.yaml:100007: alerts.sinks[100000]: exec /usr/bin/s7 is listed twice "
+                          "(line 14): every alert would run it twice"));
+    assert_int_equal(p->alerts.nsinks, n + 1);
+    policy_free(p);
+    diag_free(&d);
+    free(buf);
+}
+
 /* A webhook URL the sink could not use fails the load (so `check` sees it)
  * and every message names it by its label: never a user:password@ nor the
  * path or query after the first segment, where the secret often is. */
@@ -1219,6 +1247,7 @@ int main(void)
         cmocka_unit_test(test_rule_warnings),
         cmocka_unit_test(test_loopback_and_https_webhooks_are_quiet),
         cmocka_unit_test(test_repeated_sink_warned),
+        cmocka_unit_test(test_repeated_sink_scale),
         cmocka_unit_test(test_webhook_url_errors_hide_secrets),
         cmocka_unit_test(test_duplicate_rules),
         cmocka_unit_test(test_duplicate_rules_scale),
