@@ -917,6 +917,7 @@ struct policy *policy_load_buffer_flags(const char *name, const char *buf, size_
     }
     c.p = policy_new(name);
     load_root(&c, ytree_root(&t));
+    load_findings_close(&c);
     ytree_free(&t);
     free(c.agent_ids);
     if (!diag_has_errors(diag) && policy_index_build(c.p) != 0)

@@ -60,6 +60,11 @@ const char *load_show(struct load_ctx *c, const char *s)
 
 void load_err(struct load_ctx *c, int line, const char *fmt, ...)
 {
+    if (c->errors_listed >= LOAD_FINDINGS_MAX) {
+        c->errors_dropped++;
+        return;
+    }
+    c->errors_listed++;
     va_list ap;
     va_start(ap, fmt);
     char *msg = xvasprintf(fmt, ap);
@@ -70,12 +75,28 @@ void load_err(struct load_ctx *c, int line, const char *fmt, ...)
 
 void load_warn(struct load_ctx *c, int line, const char *fmt, ...)
 {
+    if (c->warnings_listed >= LOAD_FINDINGS_MAX) {
+        c->warnings_dropped++;
+        return;
+    }
+    c->warnings_listed++;
     va_list ap;
     va_start(ap, fmt);
     char *msg = xvasprintf(fmt, ap);
     va_end(ap);
     diag_warning(c->diag, line, c->field, "%s", msg);
     free(msg);
+}
+
+void load_findings_close(struct load_ctx *c)
+{
+    if (c->errors_dropped > 0)
+        diag_error(c->diag, 0, "",
+                   "%zu more error%s not listed (the first %d are): fix those and check again",
+                   c->errors_dropped, c->errors_dropped == 1 ? "" : "s", LOAD_FINDINGS_MAX);
+    if (c->warnings_dropped > 0)
+        diag_warning(c->diag, 0, "", "%zu more warning%s not listed (the first %d are)",
+                     c->warnings_dropped, c->warnings_dropped == 1 ? "" : "s", LOAD_FINDINGS_MAX);
 }
 
 /* Reports <msg> about the key <key> below the current path. */

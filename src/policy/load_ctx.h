@@ -22,6 +22,11 @@
 #define FIELD_MAX 384 /* bytes of a field path, NUL included */
 #define SHOW_MAX  64  /* characters of hostile text a message shows */
 #define KEYS_MAX  16  /* entries of a key_handler table, at most */
+/* Errors, and warnings, a load lists at most; the rest are counted in one
+ * closing finding. Each costs a few hundred bytes: a 4 MB list of bad
+ * ports made two million of them (294 MB in serve, 2.2 GB in check), so a
+ * 64 MiB policy could take the gateway's memory from its reload thread. */
+#define LOAD_FINDINGS_MAX 1000
 
 struct load_ctx {
     struct diag *diag;
@@ -32,7 +37,9 @@ struct load_ctx {
     int show_slot;
     const char **agent_ids; /* sorted ids of the agents section, for lookups */
     size_t nagent_ids;
-    unsigned flags; /* enum policy_load_flags */
+    unsigned flags;                          /* enum policy_load_flags */
+    size_t errors_listed, warnings_listed;   /* by load_err(), load_warn() */
+    size_t errors_dropped, warnings_dropped; /* over LOAD_FINDINGS_MAX */
 };
 
 /* Reads the value <v> of one key into <obj> (the handler knows its type). */
@@ -58,11 +65,15 @@ size_t load_field_key(struct load_ctx *c, const char *key);
  * SHOW_MAX characters. Returns one of two buffers in <c> that rotate, so one
  * message may show two values; valid until the next call but one. */
 const char *load_show(struct load_ctx *c, const char *s);
-/* An error or a warning at <line> about the current field path. */
+/* An error or a warning at <line> about the current field path; beyond
+ * LOAD_FINDINGS_MAX of its kind, only counted (load_findings_close()). */
 __attribute__((format(printf, 3, 4))) void load_err(struct load_ctx *c, int line, const char *fmt,
                                                     ...);
 __attribute__((format(printf, 3, 4))) void load_warn(struct load_ctx *c, int line, const char *fmt,
                                                      ...);
+/* Adds the closing finding that counts what load_err() and load_warn()
+ * left out, if they left anything out. */
+void load_findings_close(struct load_ctx *c);
 /* Reports <msg> about the key <key> below the current path. */
 void load_err_at_key(struct load_ctx *c, const char *key, int line, const char *msg);
 
