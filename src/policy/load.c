@@ -358,6 +358,14 @@ static void rule_owner(struct load_ctx *c, const struct ynode *v, void *obj)
         load_err(c, v->line, "must name a person, not be blank");
         return;
     }
+    for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++)
+        if (*p < 0x20 || *p == 0x7f) {
+            /* A line end would let an owner write lines of its own into
+             * check's report and serve's expiry warnings ("result: 0
+             * errors"). */
+            load_err(c, v->line, "must be a name on one line, without control characters");
+            return;
+        }
     load_set_str(&r->owner, s);
 }
 
@@ -622,11 +630,33 @@ static void net_deny_ranges(struct load_ctx *c, const struct ynode *v, void *obj
                   "unless listed; add \"default\" to the list to keep them");
 }
 
+/* The cloud metadata address (AWS, GCP, Azure, ...): what an agent that
+ * reaches it gets is the host's credentials. */
+#define METADATA_V4 0xa9fea9feu /* 169.254.169.254 */
+
 static void net_allow_ranges(struct load_ctx *c, const struct ynode *v, void *obj)
 {
     struct network_cfg *n = obj;
-    if (load_want_list(c, v) == 0)
-        load_cidr_list(c, v, NULL, NULL, &n->allow_ranges, &n->nallow_ranges);
+    if (load_want_list(c, v) != 0)
+        return;
+    load_cidr_list(c, v, NULL, NULL, &n->allow_ranges, &n->nallow_ranges);
+    /* A range wide enough to hold it ("0.0.0.0/0", "169.254.0.0/16") most
+     * likely was not meant to open it. */
+    struct ipaddr metadata;
+    ipaddr_from_v4(&metadata, METADATA_V4);
+    size_t i = 0;
+    for (const struct ynode *it = ynode_first(v); it != NULL; it = ynode_next(v, it), i++) {
+        struct cidr r;
+        if (it->kind != YNODE_SCALAR || cidr_parse(it->str, &r) != 0 ||
+            !cidr_contains(&r, &metadata) || load_cidr_covers_ipv4(it->str, &r))
+            continue; /* the last has its own warning */
+        size_t m = load_field_push(c, "[%zu]", i);
+        load_warn(c, it->line,
+                  "'%s' exempts 169.254.169.254, the cloud metadata address (the host's "
+                  "credentials), from deny_ranges; list a narrower range",
+                  load_show(c, it->str));
+        load_field_pop(c, m);
+    }
 }
 
 static void net_encrypted_hello(struct load_ctx *c, const struct ynode *v, void *obj)

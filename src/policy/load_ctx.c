@@ -182,6 +182,15 @@ int load_get_uint(struct load_ctx *c, const struct ynode *n, uint64_t lo, uint64
             load_err(c, n->line, "expected an integer, got '%s'", load_show(c, n->str));
         return -1;
     }
+    if (n->str[0] == '0' && n->str[1] != '\0') {
+        /* YAML 1.1 tools (PyYAML, and so many a policy generator or
+         * reviewer's script) read 0443 as octal 291: the file would say
+         * one thing to them and another to the gateway. */
+        load_err(c, n->line,
+                 "'%s' has a leading zero, which YAML 1.1 tools read as octal; write %" PRIu64,
+                 load_show(c, n->str), v);
+        return -1;
+    }
     if (v < lo) {
         load_err(c, n->line, "must be at least %" PRIu64, lo);
         return -1;
@@ -319,6 +328,13 @@ bool load_require_key(struct load_ctx *c, const struct ynode **vals, size_t idx,
     return false;
 }
 
+bool load_cidr_covers_ipv4(const char *s, const struct cidr *r)
+{
+    struct ipaddr v4;
+    ipaddr_from_v4(&v4, 0);
+    return strchr(s, ':') != NULL && r->prefix < 96 && cidr_contains(r, &v4);
+}
+
 /* Parses a CIDR with the messages every section shares. */
 int load_parse_cidr_node(struct load_ctx *c, const struct ynode *n, const char *s, struct cidr *out)
 {
@@ -328,9 +344,7 @@ int load_parse_cidr_node(struct load_ctx *c, const struct ynode *n, const char *
          * prefix that holds it ("::/0", "::/1") covers every IPv4 address
          * too, 169.254.169.254 and RFC 1918 included, which its author
          * most likely did not mean. */
-        struct ipaddr v4;
-        ipaddr_from_v4(&v4, 0);
-        if (strchr(s, ':') != NULL && out->prefix < 96 && cidr_contains(out, &v4))
+        if (load_cidr_covers_ipv4(s, out))
             load_warn(c, n->line,
                       "'%s' also covers every IPv4 address (IPv4 is matched as "
                       "::ffff:0:0/96); list IPv4 ranges on their own, or use a narrower "

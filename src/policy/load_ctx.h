@@ -108,6 +108,10 @@ void load_walk_map(struct load_ctx *c, const struct ynode *map, const struct key
  * <line>. */
 bool load_require_key(struct load_ctx *c, const struct ynode **vals, size_t idx,
                       const struct key_handler *keys, int line);
+/* True when the CIDR <r>, written <s>, is an IPv6 prefix that holds
+ * ::ffff:0:0/96 ("::/0", "::/1"): it covers every IPv4 address too, which
+ * load_parse_cidr_node() warns of. */
+bool load_cidr_covers_ipv4(const char *s, const struct cidr *r);
 /* Parses the CIDR <s> (the text of <n>) with the messages every section
  * shares. */
 int load_parse_cidr_node(struct load_ctx *c, const struct ynode *n, const char *s,

@@ -405,7 +405,23 @@ static void test_network_and_days(void **state)
     expect_warning(V "agents:\n  - {id: a, sources: [\"0::/64\"]}\n" R,
                    "p.yaml:3: agents[0].sources[0]: " ALL_V4("0::/64"));
     p = expect_clean(V R "network: {deny_ranges: default, allow_ranges: [\"2000::/3\", "
-                         "\"::ffff:0:0/96\", \"::/96\", 0.0.0.0/0]}\n");
+                         "\"::/96\", 10.0.0.0/8, 127.0.0.0/8, 169.254.0.0/24]}\n");
+    policy_free(p);
+    /* allow_ranges that hold 169.254.169.254 open the cloud metadata
+     * address: warned, once (an IPv6 prefix over all of IPv4 has its own). */
+#define METADATA(s)                                                                                \
+    "'" s "' exempts 169.254.169.254, the cloud metadata address (the host's credentials), from "  \
+    "deny_ranges; list a narrower range"
+    expect_warning(V R "network: {allow_ranges: [10.0.0.0/8, 0.0.0.0/0]}\n",
+                   "p.yaml:5: network.allow_ranges[1]: " METADATA("0.0.0.0/0"));
+    expect_warning(V R "network: {allow_ranges: [169.254.0.0/16]}\n",
+                   "p.yaml:5: network.allow_ranges[0]: " METADATA("169.254.0.0/16"));
+    expect_warning(V R "network: {allow_ranges: [\"::ffff:0:0/96\"]}\n",
+                   "p.yaml:5: network.allow_ranges[0]: " METADATA("::ffff:0:0/96"));
+    p = load(V R "network: {allow_ranges: [\"::/0\"]}\n", &d);
+    assert_non_null(p);
+    assert_int_equal(d.warnings, 1);
+    diag_free(&d);
     policy_free(p);
 
     p = expect_clean(V R "alerts: {off_hours: {hours: \"00:00-24:00\", days: \"Mon,Wed,Fri\"}}\n");
@@ -538,6 +554,14 @@ static void test_yaml_errors(void **state)
         {"version: [1]\n", "p.yaml:1: version: expected an integer"},
         {"version: 99999999999999999999\n",
          "p.yaml:1: version: 99999999999999999999 is too large (at most 18446744073709551615)"},
+        {"version: 01\n",
+         "p.yaml:1: version: '01' has a leading zero, which YAML 1.1 tools read as octal; write 1"},
+        {V "rules:\n  - {host: a.example.test, tier: 0, ports: [443, 0443]}\n",
+         "p.yaml:3: rules[0].ports[1]: '0443' has a leading zero, which YAML 1.1 tools read as "
+         "octal; write 443"},
+        {V "rules:\n  - {host: a.example.test, tier: 00}\n",
+         "p.yaml:3: rules[0].tier: '00' has a leading zero, which YAML 1.1 tools read as octal; "
+         "write 0"},
     };
     RUN(cases);
 }
@@ -701,6 +725,13 @@ static void test_rule_field_errors(void **state)
          "p.yaml:3: rules[0].owner: must not be empty"},
         {V "rules:\n  - {host: a.example.test, tier: 3, owner: \" \\t\", expires: 2099-12-31}\n",
          "p.yaml:3: rules[0].owner: must name a person, not be blank"},
+        {V "rules:\n  - {host: a.example.test, tier: 3, owner: \"alice\\nresult: 0 errors, 0 "
+           "warnings\", expires: 2099-12-31}\n",
+         "p.yaml:3: rules[0].owner: must be a name on one line, without control characters"},
+        {V "rules:\n  - {host: a.example.test, tier: 0, owner: \"bob\\e[2J\"}\n",
+         "p.yaml:3: rules[0].owner: must be a name on one line, without control characters"},
+        {V "rules:\n  - {host: a.example.test, tier: 0, owner: \"carol\\x7f\"}\n",
+         "p.yaml:3: rules[0].owner: must be a name on one line, without control characters"},
         {V "rules:\n  - {host: a.example.test, tier: 0, expires: 2026-02-30}\n",
          "p.yaml:3: rules[0].expires: invalid date '2026-02-30' (expected YYYY-MM-DD)"},
         {V "rules:\n  - {host: a.example.test, tier: 0, expires: 31/12/2026}\n",
