@@ -27,8 +27,9 @@
 #define TLS_FIRST_MAJOR_MAX    16 /* first records: majors below it may be TLS */
 #define EXT_SERVER_NAME        0
 #define EXT_ECH                0xfe0d /* encrypted_client_hello */
-#define EXT_ECH_DRAFT_FIRST    0xfe08 /* drafts 7 to 12 of ECH */
+#define EXT_ECH_DRAFT_FIRST    0xfe08 /* drafts 8 to 12 of ECH */
 #define EXT_ECH_DRAFT_LAST     0xfe0c
+#define EXT_ECH_DRAFT7         0xff02 /* ECH in draft 7 */
 #define EXT_ESNI               0xffce /* encrypted_server_name, the drafts before ECH */
 #define NAME_TYPE_HOSTNAME     0
 
@@ -92,7 +93,7 @@ static enum sni_result parse_server_name(struct cursor *c, size_t end, size_t *n
 
 bool sni_encrypted_extension(unsigned type)
 {
-    return type == EXT_ECH || type == EXT_ESNI ||
+    return type == EXT_ECH || type == EXT_ESNI || type == EXT_ECH_DRAFT7 ||
            (type >= EXT_ECH_DRAFT_FIRST && type <= EXT_ECH_DRAFT_LAST);
 }
 

@@ -48,8 +48,8 @@ enum sni_result sni_parse(const uint8_t *buf, size_t len, char *name, size_t nam
 
 /* True for an extension type that carries an encrypted ClientHello or
  * server name: encrypted_client_hello (0xfe0d, draft-ietf-tls-esni), the code points
- * of its drafts 7 to 12 (0xfe08 to 0xfe0c) and the ESNI extension of the
- * drafts before them (0xffce, which Firefox shipped). */
+ * of its drafts 8 to 12 (0xfe08 to 0xfe0c) and of draft 7 (0xff02), and the
+ * ESNI extension of the drafts before them (0xffce, which Firefox shipped). */
 bool sni_encrypted_extension(unsigned type);
 
 /* The length of the change_cipher_spec record (20 3.x 0 1 1) at the start

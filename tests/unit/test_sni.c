@@ -266,8 +266,11 @@ static void test_encrypted_hello(void **state)
         unsigned type;
         bool encrypted;
     } types[] = {
-        {0xfe0d, true},  {0xfe08, true},  {0xfe0a, true},  {0xfe0c, true},  {0xffce, true},
-        {0xfe07, false}, {0xfe0e, false}, {0xffcd, false}, {0xffcf, false}, {0x000d, false},
+        {0xfe0d, true},  {0xfe08, true},  {0xfe0a, true},
+        {0xfe0c, true},  {0xffce, true},  {0xff02, true}, /* draft 7's encrypted_client_hello */
+        {0xfe07, false}, {0xfe0e, false}, {0xffcd, false},
+        {0xffcf, false}, {0x000d, false}, {0xff01, false}, /* renegotiation_info */
+        {0xff03, false},
     };
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         assert_int_equal(sni_encrypted_extension(types[i].type), types[i].encrypted);
