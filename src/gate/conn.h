@@ -156,6 +156,7 @@ struct conn {
     bool peek_over;      /* the peek window closed (timer or client EOF) */
     bool client_reset;   /* ... by a reset: judged, then no tunnel is opened */
     bool hello_retried;  /* CONNECT: the server asked for a second ClientHello (connect.c) */
+    bool peek_quiet;     /* CONNECT: the window passed with nothing sent; who speaks first? */
     /* The client's write timeout as conn_set_client_timeouts() set it, a
      * step of idle_timeout (gate/drain.h); 0 while the timeouts are another
      * module's (a CONNECT's, connect.c; a tunnel has its own timer). */

@@ -5,9 +5,9 @@
  * whose SNI names another host than the CONNECT target, the tunnel is refused (sni_mismatch) and
  * closed before a single byte goes upstream. The 200 has already been sent by then: the agent sees
  * its TLS handshake cut, and the refusal is in the decision log, which is
- * what matters. A client that sends nothing (a server-speaks-first protocol
- * that waits for the upstream: the window expires), bytes that are not a TLS
- * record, or a complete ClientHello without server_name is let through.
+ * what matters. A client that sends bytes that are not a TLS record, or a
+ * complete ClientHello without server_name, is let through (and one that
+ * sends nothing within the window: see below).
  * Once the first bytes are a TLS record header (one a server takes: see
  * sni.h), nothing else is: a first record that is not a
  * handshake record (an alert before the hello, which some servers skip), a
@@ -32,6 +32,14 @@
  * seen: later ones in the same tunnel are not. Bytes that are neither
  * (binary protocols) pass as before. After a HelloRetryRequest only a
  * ClientHello may follow.
+ * A window that passes with nothing from the client does not open the
+ * tunnel: the gateway then waits for whichever side speaks first (CS_PEEK,
+ * peek_quiet). The server (a server-speaks-first protocol: its bytes go to
+ * the client, and the tunnel opens), or the client, whose bytes are its
+ * first bytes all the same and are judged as above, in a window of their
+ * own: else a client that waited 1 s would get any ClientHello or request
+ * past the check, since a TLS or HTTP server never speaks first. Nothing
+ * from either side for the idle timeout closes the connection.
  * Only then is the agent_egress event published and the rest forwarded;
  * the tunnel is then opaque (tunnel.c). */
 #include <stdbool.h>
@@ -121,6 +129,7 @@ void connect_on_client_write(struct conn *c)
 }
 
 static void hello_answered(struct conn *c, bool retry);
+static void quiet_server_spoke(struct conn *c);
 
 /* CS_HELLO: the server's first bytes, until they tell a HelloRetryRequest
  * (all of it: the client needs the whole message before it sends another
@@ -133,6 +142,10 @@ static void up_read(struct bufferevent *bev, void *arg)
     struct conn *c = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
     size_t len = evbuffer_get_length(in);
+    if (c->state == CS_PEEK && c->peek_quiet && len > 0) {
+        quiet_server_spoke(c);
+        return;
+    }
     if (c->state != CS_HELLO || len == 0)
         return;
     size_t n = len < PEEK_MAX ? len : PEEK_MAX;
@@ -172,6 +185,11 @@ static void up_event(struct bufferevent *bev, short what, void *arg)
         hello_answered(c, false); /* the server closed: nothing more to check */
         return;
     }
+    if (c->state == CS_PEEK && c->peek_quiet && (what & BEV_EVENT_EOF) &&
+        !(what & BEV_EVENT_ERROR)) {
+        quiet_server_spoke(c); /* the server ended its side first */
+        return;
+    }
     conn_free(c);
 }
 
@@ -181,6 +199,7 @@ void connect_start(struct conn *c)
     c->state = CS_PEEK;
     c->peek_over = false;
     c->hello_retried = false;
+    c->peek_quiet = false;
     c->ex.status = 200;
     struct timeval up_tv = timeval_of_ms(conn_idle_ms(c));
     bufferevent_setcb(c->up, up_read, up_write, up_event, c);
@@ -419,12 +438,70 @@ static void hello_answered(struct conn *c, bool retry)
     open_tunnel(c);
 }
 
+/* The window passed with nothing from the client, which has not ended its
+ * side: waits for the first side to speak (peek_quiet), at most the idle
+ * timeout. The server's first bytes are read (and bounded) as a
+ * ClientHello's answer would be. */
+static void quiet_start(struct conn *c)
+{
+    struct timeval tv = timeval_of_ms(conn_idle_ms(c));
+    c->peek_quiet = true;
+    c->peek_over = false;
+    evtimer_add(c->timer, &tv);
+    bufferevent_setwatermark(c->up, EV_READ, 0, PEEK_MAX);
+    bufferevent_enable(c->up, EV_READ);
+}
+
+/* The server spoke (or ended its side) before the client said anything: a
+ * server-speaks-first protocol. Its bytes go to the client and the tunnel
+ * opens, what the client sends from now on being its answer. */
+static void quiet_server_spoke(struct conn *c)
+{
+    c->peek_quiet = false;
+    evtimer_del(c->timer);
+    hello_answered(c, false);
+}
+
+/* Ends the quiet wait of connect_on_client_read() (the client sent bytes,
+ * ended its side, or the idle timeout passed). Returns true when <c> was
+ * dealt with: the server had spoken first after all, or the wait was idle
+ * for the whole timeout (closed as an idle tunnel is: <c> is freed). Else
+ * the client's bytes are judged, within a new window. */
+static bool quiet_end(struct conn *c, size_t len)
+{
+    if (evbuffer_get_length(bufferevent_get_input(c->up)) > 0) {
+        quiet_server_spoke(c);
+        return true;
+    }
+    if (len == 0 && !c->ex.client_eof) {
+        conn_free(c); /* idle: logged as the tunnel that carried nothing */
+        return true;
+    }
+    c->peek_quiet = false;
+    bufferevent_disable(c->up, EV_READ);
+    c->peek_over = c->ex.client_eof;
+    if (!c->peek_over) {
+        struct timeval tv = timeval_of_ms(PEEK_MS);
+        evtimer_add(c->timer, &tv);
+    }
+    return false;
+}
+
 void connect_on_client_read(struct conn *c)
 {
     if (c->state != CS_PEEK)
         return;
     struct evbuffer *in = bufferevent_get_input(c->client);
     size_t len = evbuffer_get_length(in);
+    if (c->peek_quiet) {
+        if (len == 0 && !c->peek_over)
+            return;
+        if (quiet_end(c, len))
+            return;
+    } else if (len == 0 && c->peek_over && !c->ex.client_eof && !c->hello_retried) {
+        quiet_start(c); /* nothing within the window: who speaks first? */
+        return;
+    }
     size_t n = len < PEEK_MAX ? len : PEEK_MAX;
     size_t used = 0;
     const char *buf = "";

@@ -1446,3 +1446,89 @@ def test_encrypted_second_hello_after_hello_retry_request_refused(gateway, net):
     assert end["bytes_up"] == len(ch1), end
     time.sleep(0.2)
     assert net.tls.sni == ["tls.example.test"], net.tls.sni
+
+
+# --- First bytes after a quiet window ---------------------------------------
+
+def _quiet_then(gw, target, data):
+    """Opens a tunnel to <target>, sends nothing for longer than the peek
+    window, then sends <data>. Returns the tunnel."""
+    t = connect(gw, target)
+    assert t.status == 200
+    time.sleep(1.5)
+    try:
+        t.sock.sendall(data)
+    except OSError:
+        pass
+    return t
+
+
+@pytest.mark.parametrize("kind", ["ech", "sni", "host"])
+def test_first_bytes_after_a_quiet_window_are_checked(gateway, net, kind):
+    # a client that waits out the peek window before its first bytes, to an
+    # upstream that does not speak first either (a TLS or HTTP server): what
+    # it then sends are still its first bytes, checked as within the window.
+    # Before, the window's end opened the tunnel, and a client that waited
+    # 1 s got any ClientHello or request through (an inner hello, another
+    # name, another Host)
+    if kind == "host":
+        gw = gateway(net.policy([api_rule(net)]))
+        t = _quiet_then(gw, "api.example.test:%d" % net.api.port,
+                        b"GET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n")
+        try:
+            _assert_host_refused(gw, net, t)
+        finally:
+            t.close()
+        return
+    gw = gateway(net.policy([tls_rule(net)]))
+    if kind == "ech":
+        hello, reason = _with_ech(_ssl_hello("tls.example.test")[3]), "encrypted_client_hello"
+    else:
+        hello, reason = _ssl_hello("evil.example.test")[3], "sni_mismatch"
+    t = _quiet_then(gw, "tls.example.test:%d" % net.tls.port, hello)
+    try:
+        _assert_refused(gw, t, reason)
+    finally:
+        t.close()
+    time.sleep(0.2)
+    assert net.tls.sni == [] and net.tls.handshakes == 0
+
+
+def test_hello_after_a_quiet_window_allowed(gateway, net):
+    # a ClientHello naming the target, sent after the window: the tunnel
+    # works as it would have within the window
+    gw = gateway(net.policy([tls_rule(net)]))
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    assert t.status == 200
+    time.sleep(1.5)
+    tls = client_ctx(net).wrap_socket(t.sock, server_hostname="tls.example.test")
+    try:
+        tls.sendall(b"GET /late HTTP/1.1\r\nHost: tls.example.test\r\n\r\n")
+        data = recv_until_close(tls)
+    finally:
+        tls.close()
+    assert data.startswith(b"HTTP/1.1 200 OK") and data.endswith(UpstreamTLS.BODY)
+    ev, end = gw.decided(method="CONNECT")
+    assert ev["decision"] == "allow" and ev["reason"] is None, ev
+    assert end["status"] == 200 and end["bytes_up"] > 0, end
+    assert net.tls.sni == ["tls.example.test"]
+
+
+def test_quiet_tunnel_closed_when_idle(gateway, net):
+    # neither side says anything for idle_timeout: the connection is closed
+    # as an idle tunnel is, logged as the allowed tunnel that carried nothing
+    # (and a ClientHello sent after it goes nowhere)
+    gw = gateway(net.policy([tls_rule(net)], limits={"idle_timeout": "2s"}))
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    try:
+        assert t.status == 200
+        t.sock.settimeout(10)
+        t0 = time.monotonic()
+        assert recv_until_close(t.sock) == b""
+        assert 1.5 < time.monotonic() - t0 < 8
+    finally:
+        t.close()
+    ev, end = gw.decided(method="CONNECT")
+    assert ev["decision"] == "allow" and ev["reason"] is None, ev
+    assert end["status"] == 200 and end["bytes_up"] == 0 and end["bytes_down"] == 0, end
+    assert net.tls.handshakes == 0
