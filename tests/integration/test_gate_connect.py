@@ -545,7 +545,7 @@ def _assert_refused(gw, t, reason="sni_mismatch"):
     assert time.monotonic() - t0 < 8, "the tunnel was not closed"
     ev, end = gw.decided(method="CONNECT")
     assert ev["decision"] == "deny" and ev["reason"] == reason, ev
-    assert end["bytes_up"] == 0, end
+    assert end["bytes_up"] == 0 and end["status"] == 200, end  # the 200 the client got
 
 
 def test_sni_hello_stalled_past_window_refused(gateway, net):
