@@ -672,8 +672,9 @@ static void net_encrypted_hello(struct load_ctx *c, const struct ynode *v, void 
         load_warn(c, v->line,
                   "a ClientHello that carries an encrypted one (Encrypted Client Hello) is let "
                   "through: its server_name is an outer name, so on a shared front (a CDN) an "
-                  "agent reaches any site behind an allowed name; allow it only for agents you "
-                  "trust, or turn ECH off in the clients");
+                  "agent reaches any site behind an allowed name; it holds for every agent of "
+                  "the policy: allow it only when all of them are trusted, or turn ECH off in "
+                  "the clients");
     } else
         load_err(c, v->line, "unknown value '%s' (expected refuse or allow)", load_show(c, s));
 }

@@ -373,8 +373,8 @@ static void test_network_and_days(void **state)
                    "p.yaml:5: network.encrypted_client_hello: a ClientHello that carries an "
                    "encrypted one (Encrypted Client Hello) is let through: its server_name is "
                    "an outer name, so on a shared front (a CDN) an agent reaches any site "
-                   "behind an allowed name; allow it only for agents you trust, or turn ECH "
-                   "off in the clients");
+                   "behind an allowed name; it holds for every agent of the policy: allow it "
+                   "only when all of them are trusted, or turn ECH off in the clients");
     struct diag d;
     p = load(V R "network: {encrypted_client_hello: allow}\n", &d);
     assert_non_null(p);
