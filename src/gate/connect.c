@@ -252,13 +252,18 @@ static enum deny_reason peek_reason(enum peek_verdict v)
 /* A ClientHello that names the target (or no name) and carries an
  * encrypted one: its server_name is an outer name, and a front that
  * decrypts the inner hello serves whatever site that one names. Refused
- * unless the policy allows it (network.encrypted_client_hello), since the
- * gateway cannot tell a real inner hello from the GREASE Chromium sends. */
+ * unless the policy allows it (the agent's encrypted_client_hello, else
+ * network.encrypted_client_hello), since the gateway cannot tell a real
+ * inner hello from the GREASE Chromium sends. */
 static enum peek_verdict hello_verdict(const struct conn *c, bool encrypted)
 {
-    if (encrypted && !c->ex.pol->policy->network.allow_encrypted_hello)
-        return PEEK_REFUSE_ECH;
-    return PEEK_HELLO;
+    if (!encrypted)
+        return PEEK_HELLO;
+    const struct agent *a = c->ex.agent;
+    bool allow = a != NULL && a->encrypted_hello != ECH_AS_NETWORK
+                     ? a->encrypted_hello == ECH_ALLOW
+                     : c->ex.pol->policy->network.allow_encrypted_hello;
+    return allow ? PEEK_HELLO : PEEK_REFUSE_ECH;
 }
 
 /* The first bytes are not TLS: judges them as an HTTP/1.x request head

@@ -143,11 +143,45 @@ static void agent_mode(struct load_ctx *c, const struct ynode *v, void *obj)
         load_err(c, v->line, "unknown mode '%s' (expected enforce or report)", load_show(c, s));
 }
 
+/* refuse | allow, for network.encrypted_client_hello and an agent's own:
+ * 0 and <*allow> set, or -1 (reported). */
+static int load_ech_choice(struct load_ctx *c, const struct ynode *v, bool *allow)
+{
+    const char *s = load_get_str(c, v);
+    if (s == NULL)
+        return -1;
+    if (strcmp(s, "refuse") == 0 || strcmp(s, "allow") == 0) {
+        *allow = s[0] == 'a';
+        return 0;
+    }
+    load_err(c, v->line, "unknown value '%s' (expected refuse or allow)", load_show(c, s));
+    return -1;
+}
+
+#define ECH_ALLOWED_WHY                                                                            \
+    "a ClientHello that carries an encrypted one (Encrypted Client Hello) is let through: its "    \
+    "server_name is an outer name, so on a shared front (a CDN) "
+
+/* An agent's own encrypted_client_hello, over the network's: a browser
+ * agent (Chromium sends ECH GREASE to every host) can be let through alone. */
+static void agent_encrypted_hello(struct load_ctx *c, const struct ynode *v, void *obj)
+{
+    struct agent *a = obj;
+    bool allow;
+    if (load_ech_choice(c, v, &allow) != 0)
+        return;
+    a->encrypted_hello = allow ? ECH_ALLOW : ECH_REFUSE;
+    if (allow)
+        load_warn(c, v->line,
+                  ECH_ALLOWED_WHY "this agent reaches any site behind a name it is allowed");
+}
+
 static const struct key_handler agent_keys[] = {
     {"id", agent_id},
     {"sources", agent_sources},
     {"token", agent_token},
     {"mode", agent_mode},
+    {"encrypted_client_hello", agent_encrypted_hello},
 };
 
 static void agent_item(struct load_ctx *c, const struct ynode *item, struct agent *a)
@@ -662,21 +696,16 @@ static void net_allow_ranges(struct load_ctx *c, const struct ynode *v, void *ob
 static void net_encrypted_hello(struct load_ctx *c, const struct ynode *v, void *obj)
 {
     struct network_cfg *n = obj;
-    const char *s = load_get_str(c, v);
-    if (s == NULL)
+    bool allow;
+    if (load_ech_choice(c, v, &allow) != 0)
         return;
-    if (strcmp(s, "refuse") == 0)
-        n->allow_encrypted_hello = false;
-    else if (strcmp(s, "allow") == 0) {
-        n->allow_encrypted_hello = true;
+    n->allow_encrypted_hello = allow;
+    if (allow)
         load_warn(c, v->line,
-                  "a ClientHello that carries an encrypted one (Encrypted Client Hello) is let "
-                  "through: its server_name is an outer name, so on a shared front (a CDN) an "
-                  "agent reaches any site behind an allowed name; it holds for every agent of "
-                  "the policy: allow it only when all of them are trusted, or turn ECH off in "
-                  "the clients");
-    } else
-        load_err(c, v->line, "unknown value '%s' (expected refuse or allow)", load_show(c, s));
+                  ECH_ALLOWED_WHY "an agent reaches any site behind an allowed name; it holds for "
+                                  "every agent of the policy: allow it only when all of them are "
+                                  "trusted (or for one agent, in its own entry), or turn ECH off "
+                                  "in the clients");
 }
 
 static const struct key_handler network_keys[] = {

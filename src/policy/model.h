@@ -52,6 +52,9 @@ struct rate_spec {
     int line;
 };
 
+/* An agent's encrypted_client_hello: the network's setting, or its own. */
+enum ech_choice { ECH_AS_NETWORK = 0, ECH_REFUSE, ECH_ALLOW };
+
 struct agent {
     char *id;
     int line;
@@ -61,6 +64,7 @@ struct agent {
     char *token;      /* the resolved secret, or NULL */
     char *token_ref;  /* as written, e.g. "env:SLUICE_TOKEN_CI" (for reports) */
     enum agent_mode mode;
+    enum ech_choice encrypted_hello; /* ECH_AS_NETWORK: network.encrypted_client_hello */
 };
 
 enum rule_kind { RULE_EXACT, RULE_WILDCARD, RULE_CIDR };

@@ -173,6 +173,16 @@ static json_t *reach_json(const struct policy *p, const char *agent_id, int32_t 
     return arr;
 }
 
+/* The agent's encrypted_client_hello as it holds: its own, else the
+ * network's (<a> NULL: an agent with no entry). */
+static json_t *ech_json(const struct policy *p, const struct agent *a)
+{
+    bool allow = a != NULL && a->encrypted_hello != ECH_AS_NETWORK
+                     ? a->encrypted_hello == ECH_ALLOW
+                     : p->network.allow_encrypted_hello;
+    return json_string(allow ? "allow" : "refuse");
+}
+
 static json_t *agent_json(const struct policy *p, const struct agent *a, int32_t today)
 {
     json_t *sources = json_array();
@@ -186,6 +196,7 @@ static json_t *agent_json(const struct policy *p, const struct agent *a, int32_t
     json_t *o = json_pack("{s:s, s:b, s:s, s:o}", "id", a->id, "defined", 1, "mode",
                           a->mode == AGENT_REPORT ? "report" : "enforce", "sources", sources);
     json_object_set_new(o, "token", a->token_ref ? json_string(a->token_ref) : json_null());
+    json_object_set_new(o, "encrypted_client_hello", ech_json(p, a));
     json_object_set_new(o, "reach", reach_json(p, a->id, today));
     return o;
 }
@@ -212,6 +223,7 @@ static void add_undefined_agents(const struct policy *p, json_t *agents, int32_t
                 continue;
             json_t *o = json_pack("{s:s, s:b, s:s, s:n, s:n}", "id", id, "defined", 0, "mode",
                                   "enforce", "sources", "token");
+            json_object_set_new(o, "encrypted_client_hello", ech_json(p, NULL));
             json_object_set_new(o, "reach", reach_json(p, id, today));
             json_array_append_new(agents, o);
         }
@@ -224,6 +236,7 @@ static json_t *agents_json(const struct policy *p, int32_t today)
     if (p->nagents == 0) {
         json_t *o = json_pack("{s:s, s:b, s:s, s:[s], s:n}", "id", "default", "defined", 1, "mode",
                               "enforce", "sources", "any", "token");
+        json_object_set_new(o, "encrypted_client_hello", ech_json(p, NULL));
         json_object_set_new(o, "reach", reach_json(p, "default", today));
         json_array_append_new(agents, o);
     }
@@ -398,6 +411,9 @@ void report_print_text(const json_t *report, FILE *out)
             const json_t *token = json_object_get(v, "token");
             if (json_is_string(token))
                 fprintf(out, "; token %s", json_string_value(token));
+            const char *ech = json_string_value(json_object_get(v, "encrypted_client_hello"));
+            if (ech != NULL && strcmp(ech, "allow") == 0)
+                fputs("; Encrypted Client Hello let through", out);
             fputs("):\n", out);
             const json_t *reach = json_object_get(v, "reach");
             if (json_array_size(reach) == 0)

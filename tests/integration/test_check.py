@@ -148,6 +148,34 @@ def test_without_agents_everyone_is_default(sluice_bin, tmp_path):
     # An agent that only rules name (e.g. `sluice run --agent run`) is listed too.
     assert ids["run"]["defined"] is False
     assert {x["host"] for x in ids["run"]["reach"]} == {"pypi.org", "git.example.com"}
+    assert ids["default"]["encrypted_client_hello"] == "refuse"
+
+
+def test_report_says_which_agents_encrypted_client_hello_is_let_through_for(sluice_bin,
+                                                                              tmp_path):
+    path = write(tmp_path, """\
+        version: 1
+        agents:
+          - {id: browser, sources: [127.0.0.1/32], encrypted_client_hello: allow}
+          - {id: bot, sources: [unix]}
+          - {id: strict, sources: [10.0.0.1/32], encrypted_client_hello: refuse}
+        rules:
+          - host: pypi.org
+            tier: 0
+            agents: [browser, bot, strict, run]
+        network:
+          encrypted_client_hello: allow
+        """)
+    r = run(sluice_bin, "check", path, "--format", "json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    ech = {a["id"]: a["encrypted_client_hello"] for a in doc["agents"]}
+    assert ech == {"browser": "allow", "bot": "allow", "strict": "refuse", "run": "allow"}
+    fields = {w["field"] for w in doc["warnings"]}
+    assert {"agents[0].encrypted_client_hello", "network.encrypted_client_hello"} <= fields
+    out = run(sluice_bin, "check", path).stdout
+    assert "browser (enforce; sources 127.0.0.1/32; Encrypted Client Hello let through)" in out
+    assert "strict (enforce; sources 10.0.0.1/32):" in out
 
 
 def test_expired_grant_fails_the_build(sluice_bin, tmp_path):

@@ -1532,3 +1532,38 @@ def test_quiet_tunnel_closed_when_idle(gateway, net):
     assert ev["decision"] == "allow" and ev["reason"] is None, ev
     assert end["status"] == 200 and end["bytes_up"] == 0 and end["bytes_down"] == 0, end
     assert net.tls.handshakes == 0
+
+
+def test_encrypted_client_hello_allowed_for_one_agent(gateway, net):
+    # an agent's own encrypted_client_hello overrides the network's: the
+    # browser agent (token) is let through, the other agent still refused;
+    # and an agent's refuse holds under a network-wide allow
+    token = "ech-browser-secret"
+    agents = [{"id": "browser", "sources": ["127.0.0.0/8"], "token": "env:SLUICE_TEST_ECH",
+               "encrypted_client_hello": "allow"},
+              {"id": "bot", "sources": ["127.0.0.0/8"], "encrypted_client_hello": "refuse"}]
+    for network in ("refuse", "allow"):
+        p = net.policy([tls_rule(net)], agents=agents)
+        p["network"]["encrypted_client_hello"] = network
+        gw = gateway(p, env={"SLUICE_TEST_ECH": token})
+        assert "agents[0].encrypted_client_hello: a ClientHello that carries" in gw.stderr()
+        for agent, headers in (("browser", {"Proxy-Authorization": "Bearer " + token}),
+                               ("bot", {})):
+            net.tls.clear()
+            hello = _with_ech(_ssl_hello("tls.example.test")[3])
+            t = connect(gw, "tls.example.test:%d" % net.tls.port, headers=headers)
+            try:
+                assert t.status == 200, t.body
+                t.sock.sendall(hello)
+                t.sock.settimeout(10)
+                got = t.sock.recv(65536) if agent == "browser" else recv_until_close(t.sock)
+            finally:
+                t.close()
+            ev, _ = gw.decided(method="CONNECT", agent=agent)
+            if agent == "browser":
+                assert got[:1] == b"\x16", got  # the server's answer
+                assert ev["decision"] == "allow", ev
+            else:
+                assert got == b""
+                assert ev["decision"] == "deny" and ev["reason"] == "encrypted_client_hello", ev
+        gw.stop()

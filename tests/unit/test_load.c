@@ -374,7 +374,13 @@ static void test_network_and_days(void **state)
                    "encrypted one (Encrypted Client Hello) is let through: its server_name is "
                    "an outer name, so on a shared front (a CDN) an agent reaches any site "
                    "behind an allowed name; it holds for every agent of the policy: allow it "
-                   "only when all of them are trusted, or turn ECH off in the clients");
+                   "only when all of them are trusted (or for one agent, in its own entry), or "
+                   "turn ECH off in the clients");
+    expect_warning(V "agents:\n  - {id: a, sources: [unix], encrypted_client_hello: allow}\n" R,
+                   "p.yaml:3: agents[0].encrypted_client_hello: a ClientHello that carries an "
+                   "encrypted one (Encrypted Client Hello) is let through: its server_name is "
+                   "an outer name, so on a shared front (a CDN) this agent reaches any site "
+                   "behind a name it is allowed");
     struct diag d;
     p = load(V R "network: {encrypted_client_hello: allow}\n", &d);
     assert_non_null(p);
@@ -636,7 +642,11 @@ static void test_agent_errors(void **state)
         {V "agents:\n  - {id: a, sources: [unix], mode: audit}\n",
          "p.yaml:3: agents[0].mode: unknown mode 'audit' (expected enforce or report)"},
         {V "agents:\n  - {id: a, sources: [unix], mdoe: report}\n",
-         "p.yaml:3: agents[0]: unknown key 'mdoe' (expected one of id, sources, token, mode)"},
+         "p.yaml:3: agents[0]: unknown key 'mdoe' (expected one of id, sources, token, mode, "
+         "encrypted_client_hello)"},
+        {V "agents:\n  - {id: a, sources: [unix], encrypted_client_hello: yes}\n",
+         "p.yaml:3: agents[0].encrypted_client_hello: unknown value 'yes' (expected refuse or "
+         "allow)"},
         {V "agents:\n  - {id: a, id: b, sources: [unix]}\n",
          "p.yaml:3: agents[0]: duplicate key 'id' (first at line 3)"},
     };
