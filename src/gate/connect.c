@@ -57,6 +57,7 @@
 #include "gate/sni.h"
 #include "gate/stream.h"
 #include "gate/tunnel.h"
+#include "policy/policy.h"
 #include "shape/quota.h"
 #include "util/units.h"
 
@@ -257,13 +258,9 @@ static enum deny_reason peek_reason(enum peek_verdict v)
  * inner hello from the GREASE Chromium sends. */
 static enum peek_verdict hello_verdict(const struct conn *c, bool encrypted)
 {
-    if (!encrypted)
-        return PEEK_HELLO;
-    const struct agent *a = c->ex.agent;
-    bool allow = a != NULL && a->encrypted_hello != ECH_AS_NETWORK
-                     ? a->encrypted_hello == ECH_ALLOW
-                     : c->ex.pol->policy->network.allow_encrypted_hello;
-    return allow ? PEEK_HELLO : PEEK_REFUSE_ECH;
+    if (encrypted && !policy_allows_encrypted_hello(c->ex.pol->policy, c->ex.agent))
+        return PEEK_REFUSE_ECH;
+    return PEEK_HELLO;
 }
 
 /* The first bytes are not TLS: judges them as an HTTP/1.x request head

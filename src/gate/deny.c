@@ -120,7 +120,7 @@ void deny_message(const struct deny_info *d, char *buf, size_t cap)
     case REASON_ENCRYPTED_CLIENT_HELLO:
         snprintf(
             buf, cap,
-            "sluice: the TLS ClientHello for %s hides the server it asks for (Encrypted Client Hello) (agent %s); turn ECH off in the client, or ask the policy owner to set network.encrypted_client_hello: allow",
+            "sluice: the TLS ClientHello for %s hides the server it asks for (Encrypted Client Hello) (agent %s); turn ECH off in the client, or ask the policy owner to allow it for this agent (encrypted_client_hello: allow in its entry)",
             hp, a);
         break;
     case REASON_RATE_LIMITED:

@@ -100,6 +100,13 @@ void policy_free(struct policy *p)
     free(p);
 }
 
+bool policy_allows_encrypted_hello(const struct policy *p, const struct agent *a)
+{
+    if (a != NULL && a->encrypted_hello != ECH_AS_NETWORK)
+        return a->encrypted_hello == ECH_ALLOW;
+    return p->network.allow_encrypted_hello;
+}
+
 const struct agent *policy_find_agent(const struct policy *p, const char *id)
 {
     if (p == NULL || id == NULL)

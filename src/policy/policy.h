@@ -65,4 +65,9 @@ void policy_free(struct policy *p);
 /* Returns the agent with <id>, or NULL. */
 const struct agent *policy_find_agent(const struct policy *p, const char *id);
 
+/* Whether a ClientHello that carries an encrypted one is let through for
+ * agent <a> (NULL: an agent without an entry): its own
+ * encrypted_client_hello, else network.encrypted_client_hello. */
+bool policy_allows_encrypted_hello(const struct policy *p, const struct agent *a);
+
 #endif

@@ -461,3 +461,28 @@ def test_file_name_that_is_not_utf8_keeps_the_findings(sluice_bin, tmp_path):
     assert doc["file"] == "bad\ufffd.yaml"
     assert doc["ok"] is False
     assert [(e["line"], e["field"]) for e in doc["errors"]] == [(4, "rules[0].tier")]
+
+
+def test_many_agents_named_only_by_rules(sluice_bin, tmp_path):
+    # 20,000 rules, each naming an agent of its own, and one for everyone:
+    # each agent reaches its rule and the shared one, in file order. Every
+    # agent walked every rule before (10 s for these in a release build,
+    # 64 s under the sanitizers, past the timeout, which only catches that).
+    n = 20000
+    lines = ["version: 1", "rules:", "  - {host: shared.example.test, tier: 0}"]
+    lines += ["  - {host: h%d.example.test, tier: 1, agents: [a%d]}" % (i, i) for i in range(n)]
+    path = tmp_path / "many.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    r = subprocess.run([sluice_bin, "check", str(path), "--format", "json"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    doc = json.loads(r.stdout)
+    agents = doc["agents"]
+    assert [a["id"] for a in agents] == ["default"] + ["a%d" % i for i in range(n)]
+    assert [x["host"] for x in agents[0]["reach"]] == ["shared.example.test"]
+    for i in (0, 1, n // 2, n - 1):
+        a = agents[1 + i]
+        assert a["defined"] is False
+        assert [x["host"] for x in a["reach"]] == ["shared.example.test",
+                                                    "h%d.example.test" % i]
+        assert [x["rule"] for x in a["reach"]] == ["rules[0]", "rules[%d]" % (i + 1)]
