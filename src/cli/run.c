@@ -762,8 +762,16 @@ static int wait_box(struct box *box, const struct served *s, int *status, unsign
                     fprintf(stderr, "sluice run: the gateway stopped; the box has no way out\n");
                 continue;
             }
-            if (si.ssi_code != SI_KERNEL)
+            if (si.ssi_code != SI_KERNEL) {
                 kill(box->pid, (int)si.ssi_signo);
+            } else if (si.ssi_signo == SIGTSTP) {
+                /* ^Z: the terminal stopped its foreground process group,
+                 * the command with it. run stops too, as SIGTSTP's default
+                 * action would have it (it is blocked for the signalfd):
+                 * else the shell, waiting on run, would hang without its
+                 * prompt. `fg` (SIGCONT to the group) wakes both. */
+                kill(getpid(), SIGSTOP);
+            }
         }
     }
     close(sfd);

@@ -23,7 +23,7 @@ import time
 import pytest
 
 from conftest import SANITIZER_MARKS, policy_yaml
-from gate_client import api_rule, other_url, sched_and_pgid
+from gate_client import api_rule, other_url, poll, sched_and_pgid
 from gate_servers import pattern_bytes
 
 PY = "/usr/bin/python3"
@@ -1353,3 +1353,42 @@ def test_gateway_user_needs_root(sluice_bin, net, hostdir):
     p = b.run(["--policy", pol, "--gateway-user", "daemon"], None, cmd=["true"], user=65534)
     assert p.returncode == 2
     assert "sluice run: --gateway-user daemon: not running as root" in p.stderr
+
+def _proc_state(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_ctrl_z_stops_run_with_the_command(box, net):
+    """^Z on the terminal stops the foreground process group, the command
+    in it; run, which blocks SIGTSTP to read it from a signalfd, stops as
+    well, so that the shell waiting on it gets its prompt back (run kept
+    running, and the shell hung, before). SIGCONT to the group, as `fg`
+    sends, wakes both, and the command then runs to its end."""
+    import fcntl
+    import termios
+    pol = box.policy(net.policy([]))
+    master, slave = os.openpty()
+
+    def ctty():
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    argv = [box.bin, "run", "--policy", pol, "--", PY, "-c",
+            "import time; [time.sleep(0.05) for _ in range(60)]; print('done')"]
+    p = subprocess.Popen(argv, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, cwd=box.workdir, env=_clean_env(), start_new_session=True,
+                         preexec_fn=ctty)
+    try:
+        time.sleep(1.0)  # the box is up and the command sleeping
+        os.write(master, b"\x1a")  # ^Z
+        poll(lambda: _proc_state(p.pid) == "T", timeout=10, what="run stopped by ^Z")
+        os.killpg(p.pid, signal.SIGCONT)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        os.close(slave)
+        os.close(master)
+    assert p.returncode == 0, err
+    assert out.strip() == "done"
