@@ -47,11 +47,17 @@ def other_url(net, path="/o"):
     return net.url(path, host="other.example.test", port=net.other.port)
 
 
+def proc_stat(pid):
+    """The fields of /proc/<pid>/stat after the command name: field N of
+    proc(5) is [N - 3] (the state, field 3, is [0])."""
+    with open("/proc/%d/stat" % pid) as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
 def sched_and_pgid(pid):
     """(scheduling policy, process group) of <pid>'s main thread, from /proc's
     stat fields 41 and 5 (policy 0 is SCHED_OTHER, 3 SCHED_BATCH)."""
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()  # after the command name
+    fields = proc_stat(pid)
     return int(fields[41 - 3]), int(fields[5 - 3])
 
 

@@ -23,7 +23,7 @@ import time
 import pytest
 
 from conftest import SANITIZER_MARKS, policy_yaml
-from gate_client import api_rule, other_url, poll, sched_and_pgid
+from gate_client import api_rule, other_url, poll, proc_stat, sched_and_pgid
 from gate_servers import pattern_bytes
 
 PY = "/usr/bin/python3"
@@ -1354,11 +1354,6 @@ def test_gateway_user_needs_root(sluice_bin, net, hostdir):
     assert p.returncode == 2
     assert "sluice run: --gateway-user daemon: not running as root" in p.stderr
 
-def _proc_state(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        return f.read().rsplit(")", 1)[1].split()[0]
-
-
 def test_ctrl_z_stops_run_with_the_command(box, net):
     """^Z on the terminal stops the foreground process group, the command
     in it; run, which blocks SIGTSTP to read it from a signalfd, stops as
@@ -1381,7 +1376,7 @@ def test_ctrl_z_stops_run_with_the_command(box, net):
     try:
         time.sleep(1.0)  # the box is up and the command sleeping
         os.write(master, b"\x1a")  # ^Z
-        poll(lambda: _proc_state(p.pid) == "T", timeout=10, what="run stopped by ^Z")
+        poll(lambda: proc_stat(p.pid)[0] == "T", timeout=10, what="run stopped by ^Z")
         os.killpg(p.pid, signal.SIGCONT)
         out, err = p.communicate(timeout=30)
     finally:

@@ -11,7 +11,7 @@ import socket
 import time
 import urllib.request
 
-from gate_client import poll, proc_number, request
+from gate_client import poll, proc_number, proc_stat, request
 from watch_helpers import free_tcp_port
 
 HEAD_MS = 5000  # src/watch/admin.h ADMIN_HEAD_MS
@@ -58,9 +58,8 @@ def admin_sockets(pid, port):
 
 
 def cpu_ticks(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime, stime
+    fields = proc_stat(pid)
+    return int(fields[14 - 3]) + int(fields[15 - 3])  # utime, stime
 
 
 def exchange(port, data, timeout=10.0):
