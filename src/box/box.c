@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -131,6 +133,40 @@ static int cloexec_from_3(void)
     return 0;
 }
 
+/* A regular file given as standard input, output or error was opened on
+ * the host's mount, and keeps it: through /proc/self/fd/N the command
+ * could open it again for writing, a file read-only in the box included
+ * (`run -- cmd < file`). Each such descriptor is replaced by the same file
+ * opened again by its path inside the box, with the same access mode and
+ * offset, so that it is on the box's mount, read-only unless the path is
+ * --rw. A file the box does not see at that path as the same file (hidden,
+ * moved, deleted), or cannot open so (a file given for writing that is
+ * read-only in the box: the caller meant the command to write it), keeps
+ * the descriptor it came with. Best effort: never an error. */
+static void reopen_std_files(void)
+{
+    for (int fd = 0; fd <= 2; fd++) {
+        struct stat st, again;
+        char link[32], path[PATH_MAX];
+        int flags = fcntl(fd, F_GETFL);
+        if (flags < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+            continue;
+        snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+        ssize_t n = readlink(link, path, sizeof(path) - 1);
+        if (n <= 0 || path[0] != '/')
+            continue;
+        path[n] = '\0';
+        int nfd = open(path, (flags & (O_ACCMODE | O_APPEND)) | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC);
+        if (nfd < 0)
+            continue;
+        off_t at = lseek(fd, 0, SEEK_CUR);
+        if (fstat(nfd, &again) == 0 && again.st_dev == st.st_dev && again.st_ino == st.st_ino &&
+            (at < 0 || lseek(nfd, at, SEEK_SET) == at))
+            dup2(nfd, fd); /* dup2() clears close-on-exec on <fd> */
+        close(nfd);
+    }
+}
+
 static void __attribute__((noreturn)) command_main(const struct box_config *cfg, int exec_fd)
 {
     char err[BOX_ERR_MAX] = "";
@@ -140,6 +176,7 @@ static void __attribute__((noreturn)) command_main(const struct box_config *cfg,
         if (s != SIGKILL && s != SIGSTOP)
             signal(s, SIG_DFL);
     sigprocmask(SIG_SETMASK, &none, NULL);
+    reopen_std_files();
     if (cloexec_from_3() < 0)
         snprintf(err, sizeof(err), "cannot close the inherited descriptors: %s", strerror(errno));
     else if (new_session_keyring() < 0)

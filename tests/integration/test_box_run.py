@@ -1387,3 +1387,58 @@ def test_ctrl_z_stops_run_with_the_command(box, net):
         os.close(master)
     assert p.returncode == 0, err
     assert out.strip() == "done"
+
+
+STDIN_REOPEN = r"""
+import json, os, sys
+res = {"read": sys.stdin.read()}
+try:
+    with open("/proc/self/fd/0", "w") as f:
+        f.write("from the box")
+    res["reopen"] = "ok"
+except OSError as e:
+    res["reopen"] = e.strerror
+print(json.dumps(res))
+"""
+
+
+def test_a_file_given_as_standard_input_cannot_be_rewritten(box, net, hostdir):
+    """A file given with `< file` was opened on the host's mount: the
+    command could open /proc/self/fd/0 again for writing and change it,
+    though it is read-only in the box (found by the box review). run now
+    hands the command the same file opened again by its path in the box,
+    at the same offset; a file in a --rw path stays writable so."""
+    pol = box.policy(net.policy([]))
+    ro = os.path.join(hostdir, "input.txt")
+    rw_dir = os.path.join(hostdir, "rw")
+    os.makedirs(rw_dir)
+    rw = os.path.join(rw_dir, "input.txt")
+    for path in (ro, rw):
+        with open(path, "w") as f:
+            f.write("0123456789")
+    argv = [box.bin, "run", "--policy", pol, "--rw", rw_dir, "--", PY, "-c", STDIN_REOPEN]
+    for path, reopen in ((ro, "Read-only file system"), (rw, "ok")):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            assert os.read(fd, 3) == b"012"  # the command goes on from the caller's offset
+            p = subprocess.run(argv, stdin=fd, capture_output=True, text=True, timeout=30,
+                               cwd=box.workdir, env=_clean_env())
+        finally:
+            os.close(fd)
+        assert p.returncode == 0, p.stderr
+        assert Box.out(p) == {"read": "3456789", "reopen": reopen}
+        with open(path) as f:
+            assert f.read() == ("0123456789" if path == ro else "from the box")
+    # a box of nobody's, in a user namespace: the same, for a file nobody
+    # could write on the host
+    os.chmod(ro, 0o666)
+    b, upol = _nobody_box(box.bin, net, hostdir, [])
+    argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", b.bin, "run",
+            "--policy", upol, "--", PY, "-c", STDIN_REOPEN]
+    with open(ro) as f:
+        p = subprocess.run(argv, stdin=f, capture_output=True, text=True, timeout=30,
+                           cwd=b.workdir, env=_clean_env())
+    assert p.returncode == 0, p.stderr
+    assert Box.out(p) == {"read": "0123456789", "reopen": "Read-only file system"}
+    with open(ro) as f:
+        assert f.read() == "0123456789"
