@@ -133,30 +133,33 @@ static int cloexec_from_3(void)
     return 0;
 }
 
-/* A regular file given as standard input, output or error was opened on
- * the host's mount, and keeps it: through /proc/self/fd/N the command
- * could open it again for writing, a file read-only in the box included
- * (`run -- cmd < file`). Each such descriptor is replaced by the same file
- * opened again by its path inside the box, with the same access mode and
- * offset, so that it is on the box's mount, read-only unless the path is
- * --rw. A file the box does not see at that path as the same file (hidden,
- * moved, deleted), or cannot open so (a file given for writing that is
- * read-only in the box: the caller meant the command to write it), keeps
- * the descriptor it came with. Best effort: never an error. */
+/* A regular file given for reading as standard input, output or error was
+ * opened on the host's mount, and keeps it: through /proc/self/fd/N the
+ * command could open it again for writing, a file read-only in the box
+ * included (`run -- cmd < file`). Each such descriptor is replaced by the
+ * same file opened again by its path inside the box, read-only, at the
+ * same offset, so that it is on the box's mount, read-only unless the path
+ * is --rw. A file the box does not see at that path as the same file (its
+ * own /tmp, hidden, moved, deleted) keeps the descriptor it came with.
+ * Files given for writing are left alone: the command may write them
+ * anyway, and a new open file description would no longer share its
+ * offset with the caller's (`> log 2>&1`: stdout and stderr would write
+ * over each other). Best effort: never an error. */
 static void reopen_std_files(void)
 {
     for (int fd = 0; fd <= 2; fd++) {
         struct stat st, again;
         char link[32], path[PATH_MAX];
         int flags = fcntl(fd, F_GETFL);
-        if (flags < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        if (flags < 0 || (flags & O_ACCMODE) != O_RDONLY || fstat(fd, &st) != 0 ||
+            !S_ISREG(st.st_mode))
             continue;
         snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
         ssize_t n = readlink(link, path, sizeof(path) - 1);
         if (n <= 0 || path[0] != '/')
             continue;
         path[n] = '\0';
-        int nfd = open(path, (flags & (O_ACCMODE | O_APPEND)) | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC);
+        int nfd = open(path, O_RDONLY | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC);
         if (nfd < 0)
             continue;
         off_t at = lseek(fd, 0, SEEK_CUR);
