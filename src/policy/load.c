@@ -500,7 +500,9 @@ static bool rule_item(struct load_ctx *c, const struct ynode *item, struct rule 
     r->tier = TIER_NONE;
     if (load_want_map(c, item) != 0)
         return false;
-    size_t errors = c->diag->errors;
+    /* Counted by load_err(): past the cap, an error no longer reaches the
+     * diag, and a rule without a host would go to the duplicate check. */
+    size_t errors = load_error_count(c);
     const struct ynode *vals[NKEYS(rule_keys)];
     load_walk_map(c, item, rule_keys, NKEYS(rule_keys), r, vals);
     if (vals[RK_HOST] != NULL && vals[RK_CIDR] != NULL)
@@ -519,7 +521,7 @@ static bool rule_item(struct load_ctx *c, const struct ynode *item, struct rule 
                         "tier-3 rule needs an owner (the person who signs for it)");
     if (r->tier == TIER_3 && vals[RK_EXPIRES] == NULL)
         load_err_at_key(c, "expires", item->line, "tier-3 rule needs an expiry date");
-    return c->diag->errors == errors;
+    return load_error_count(c) == errors;
 }
 
 /* Orders rules by (pattern, methods, agents); equal keys are candidates. */

@@ -99,6 +99,11 @@ void load_findings_close(struct load_ctx *c)
                      c->warnings_dropped, c->warnings_dropped == 1 ? "" : "s", LOAD_FINDINGS_MAX);
 }
 
+size_t load_error_count(const struct load_ctx *c)
+{
+    return c->errors_listed + c->errors_dropped;
+}
+
 /* Reports <msg> about the key <key> below the current path. */
 void load_err_at_key(struct load_ctx *c, const char *key, int line, const char *msg)
 {

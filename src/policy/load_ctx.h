@@ -74,6 +74,10 @@ __attribute__((format(printf, 3, 4))) void load_warn(struct load_ctx *c, int lin
 /* Adds the closing finding that counts what load_err() and load_warn()
  * left out, if they left anything out. */
 void load_findings_close(struct load_ctx *c);
+/* The errors load_err() was given so far, listed or not: what tells
+ * whether a part of the file had one (the diag holds at most
+ * LOAD_FINDINGS_MAX of them). */
+size_t load_error_count(const struct load_ctx *c);
 /* Reports <msg> about the key <key> below the current path. */
 void load_err_at_key(struct load_ctx *c, const char *key, int line, const char *msg);
 

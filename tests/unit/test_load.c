@@ -1034,6 +1034,31 @@ static void test_findings_capped(void **state)
     free(buf);
 }
 
+static void test_rule_errors_past_the_cap(void **state)
+{
+    /* A rule whose errors come after the first 1000 still has them: it
+     * stays out of the duplicate check, which reads each rule's host
+     * (a rule without one went there and crashed the load). */
+    (void)state;
+    size_t len;
+    char *ports = ports_policy(1000, "x", &len);
+    const char tail[] = "  - tier: 1\n  - tier: 1\n";
+    char *buf = malloc(len + sizeof(tail));
+    assert_non_null(buf);
+    memcpy(buf, ports, len);
+    memcpy(buf + len, tail, sizeof(tail));
+    struct diag d;
+    diag_init(&d, FILE_NAME);
+    assert_null(policy_load_buffer(FILE_NAME, buf, len + sizeof(tail) - 1, &d));
+    assert_int_equal(d.errors, 1001);
+    assert_true(has_entry(&d, DIAG_ERROR,
+                          "p.yaml: 2 more errors not listed (the first 1000 are): fix those "
+                          "and check again"));
+    diag_free(&d);
+    free(buf);
+    free(ports);
+}
+
 static void test_too_many_rules(void **state)
 {
     (void)state;
@@ -1348,6 +1373,7 @@ int main(void)
         cmocka_unit_test(test_duplicate_rules_scale),
         cmocka_unit_test(test_too_many_rules),
         cmocka_unit_test(test_findings_capped),
+        cmocka_unit_test(test_rule_errors_past_the_cap),
         cmocka_unit_test(test_other_section_errors),
         cmocka_unit_test(test_alert_errors),
         cmocka_unit_test(test_iana_tz),
