@@ -728,6 +728,24 @@ static void print_summary(const struct run_args *a, const struct served *s, unsi
 
 /* --- main ------------------------------------------------------------------- */
 
+/* ^Z: the terminal stopped its foreground process group, the command with
+ * it. run stops too, as SIGTSTP's default action would have it (it is
+ * blocked for the signalfd): else the shell, waiting on run, would hang
+ * without its prompt. `fg` (SIGCONT to the group) wakes both. The kernel
+ * takes that action, by a SIGTSTP let through for a moment: it stops no
+ * process of an orphaned group (run a session's leader, as under tmux,
+ * `ssh -t` or `xterm -e`, where nothing would ever continue it), and the
+ * command there went on while a SIGSTOP left run stopped for good. */
+static void stop_as_tstp(void)
+{
+    sigset_t tstp, old;
+    sigemptyset(&tstp);
+    sigaddset(&tstp, SIGTSTP);
+    raise(SIGTSTP);
+    sigprocmask(SIG_UNBLOCK, &tstp, &old); /* taken here: stopped, or dropped */
+    sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
 static int wait_box(struct box *box, const struct served *s, int *status, unsigned long *relayed,
                     char *err, size_t errlen)
 {
@@ -765,12 +783,7 @@ static int wait_box(struct box *box, const struct served *s, int *status, unsign
             if (si.ssi_code != SI_KERNEL) {
                 kill(box->pid, (int)si.ssi_signo);
             } else if (si.ssi_signo == SIGTSTP) {
-                /* ^Z: the terminal stopped its foreground process group,
-                 * the command with it. run stops too, as SIGTSTP's default
-                 * action would have it (it is blocked for the signalfd):
-                 * else the shell, waiting on run, would hang without its
-                 * prompt. `fg` (SIGCONT to the group) wakes both. */
-                kill(getpid(), SIGSTOP);
+                stop_as_tstp();
             }
         }
     }

@@ -23,7 +23,7 @@ import time
 import pytest
 
 from conftest import SANITIZER_MARKS, policy_yaml
-from gate_client import api_rule, other_url, poll, proc_stat, sched_and_pgid
+from gate_client import api_rule, other_url, proc_stat, sched_and_pgid
 from gate_servers import pattern_bytes
 
 PY = "/usr/bin/python3"
@@ -1354,38 +1354,92 @@ def test_gateway_user_needs_root(sluice_bin, net, hostdir):
     assert p.returncode == 2
     assert "sluice run: --gateway-user daemon: not running as root" in p.stderr
 
+# A job-control shell in miniature: the session's leader, on the pty given
+# as its controlling terminal, starts argv in a process group of its own,
+# makes it the terminal's foreground group, and waits on it as a shell does
+# (WUNTRACED): it prints "stopped" when run stops, continues the group as
+# `fg` would, and prints run's exit status.
+_JOB_SHELL = r"""
+import os, signal, subprocess, sys
+p = subprocess.Popen(sys.argv[1:], process_group=0)
+signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+os.tcsetpgrp(0, p.pid)
+while True:
+    _, st = os.waitpid(p.pid, os.WUNTRACED)
+    if os.WIFSTOPPED(st):
+        print("stopped", flush=True)
+        os.killpg(p.pid, signal.SIGCONT)
+        continue
+    print("exit", os.waitstatus_to_exitcode(st), flush=True)
+    break
+"""
+
+
+def _run_on_pty(argv, box, stop_after=1.0):
+    """Runs argv as a session's leader with a pty as its controlling
+    terminal, writes ^Z to the pty after <stop_after> s, and returns
+    (returncode, stdout, stderr)."""
+    import fcntl
+    import termios
+    master, slave = os.openpty()
+
+    def ctty():
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    p = subprocess.Popen(argv, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, cwd=box.workdir, env=_clean_env(), start_new_session=True,
+                         preexec_fn=ctty)
+    try:
+        time.sleep(stop_after)  # the box is up and the command sleeping
+        os.write(master, b"\x1a")  # ^Z
+        out, err = p.communicate(timeout=30)
+    finally:
+        for pid in _session_members(p.pid):  # run's group and its own
+            os.kill(pid, signal.SIGKILL)
+        p.wait()
+        os.close(slave)
+        os.close(master)
+    return p.returncode, out, err
+
+
+def _session_members(sid):
+    """The processes of session <sid> (stat field 6)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                if int(proc_stat(int(d))[6 - 3]) == sid:
+                    pids.append(int(d))
+            except (OSError, IndexError, ValueError):
+                pass
+    return pids
+
+
 def test_ctrl_z_stops_run_with_the_command(box, net):
     """^Z on the terminal stops the foreground process group, the command
     in it; run, which blocks SIGTSTP to read it from a signalfd, stops as
     well, so that the shell waiting on it gets its prompt back (run kept
     running, and the shell hung, before). SIGCONT to the group, as `fg`
     sends, wakes both, and the command then runs to its end."""
-    import fcntl
-    import termios
     pol = box.policy(net.policy([]))
-    master, slave = os.openpty()
+    argv = [PY, "-c", _JOB_SHELL, box.bin, "run", "--policy", pol, "--", PY, "-c",
+            "import time; [time.sleep(0.05) for _ in range(60)]; print('done')"]
+    rc, out, err = _run_on_pty(argv, box)
+    assert rc == 0, err
+    assert out.split() == ["stopped", "done", "exit", "0"], (out, err)
 
-    def ctty():
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
+def test_ctrl_z_in_an_orphaned_group_stops_nothing(box, net):
+    """run as a session's leader (tmux, `ssh -t host sluice run ...`,
+    `xterm -e`): its process group is orphaned, and the kernel stops none
+    of it on ^Z, the command included, since nothing would continue it.
+    run must not stop either: a SIGSTOP of its own left it stopped for
+    good while the command ran on and ended, and nothing came back."""
+    pol = box.policy(net.policy([]))
     argv = [box.bin, "run", "--policy", pol, "--", PY, "-c",
             "import time; [time.sleep(0.05) for _ in range(60)]; print('done')"]
-    p = subprocess.Popen(argv, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, cwd=box.workdir, env=_clean_env(), start_new_session=True,
-                         preexec_fn=ctty)
-    try:
-        time.sleep(1.0)  # the box is up and the command sleeping
-        os.write(master, b"\x1a")  # ^Z
-        poll(lambda: proc_stat(p.pid)[0] == "T", timeout=10, what="run stopped by ^Z")
-        os.killpg(p.pid, signal.SIGCONT)
-        out, err = p.communicate(timeout=30)
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-        os.close(slave)
-        os.close(master)
-    assert p.returncode == 0, err
+    rc, out, err = _run_on_pty(argv, box)
+    assert rc == 0, err
     assert out.strip() == "done"
 
 
