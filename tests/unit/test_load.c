@@ -706,6 +706,19 @@ static void test_rule_shape_errors(void **state)
     }
 }
 
+static void test_owner_not_ascii(void **state)
+{
+    /* Letters beyond ASCII are a name's (U+00A0 and up, U+00EB here): only
+     * the controls are refused, C1 (U+0080 to U+009F) as C0. */
+    (void)state;
+    struct policy *p = expect_clean(V "rules:\n  - {host: a.example.test, tier: 0, owner: "
+                                      "\"Zo\xc3\xab \xc2\xa0"
+                                      "D\"}\n");
+    assert_string_equal(p->rules[0].owner, "Zo\xc3\xab \xc2\xa0"
+                                           "D");
+    policy_free(p);
+}
+
 static void test_rule_field_errors(void **state)
 {
     (void)state;
@@ -741,6 +754,10 @@ static void test_rule_field_errors(void **state)
         {V "rules:\n  - {host: a.example.test, tier: 0, owner: \"bob\\e[2J\"}\n",
          "p.yaml:3: rules[0].owner: must be a name on one line, without control characters"},
         {V "rules:\n  - {host: a.example.test, tier: 0, owner: \"carol\\x7f\"}\n",
+         "p.yaml:3: rules[0].owner: must be a name on one line, without control characters"},
+        {V "rules:\n  - {host: a.example.test, tier: 0, owner: \"dave\\Nresult: 0 errors\"}\n",
+         "p.yaml:3: rules[0].owner: must be a name on one line, without control characters"},
+        {V "rules:\n  - {host: a.example.test, tier: 0, owner: \"erin\\x9b2A\"}\n",
          "p.yaml:3: rules[0].owner: must be a name on one line, without control characters"},
         {V "rules:\n  - {host: a.example.test, tier: 0, expires: 2026-02-30}\n",
          "p.yaml:3: rules[0].expires: invalid date '2026-02-30' (expected YYYY-MM-DD)"},
@@ -1364,6 +1381,7 @@ int main(void)
         cmocka_unit_test(test_agent_errors),
         cmocka_unit_test(test_rule_shape_errors),
         cmocka_unit_test(test_rule_field_errors),
+        cmocka_unit_test(test_owner_not_ascii),
         cmocka_unit_test(test_rule_warnings),
         cmocka_unit_test(test_loopback_and_https_webhooks_are_quiet),
         cmocka_unit_test(test_repeated_sink_warned),
