@@ -168,6 +168,23 @@ bool load_all_digits(const char *s)
 }
 
 /* A plain decimal integer within <lo>..<hi>. Returns 0 or -1 (reported). */
+/* A plain scalar of digits with a leading zero (0443) is refused: YAML 1.1
+ * tools (PyYAML, and so many a policy generator or reviewer's script) read
+ * it as octal 291, and the file would say one thing to them and another
+ * to the gateway. Returns 0, or -1 (reported). */
+static int refuse_leading_zero(struct load_ctx *c, const struct ynode *n)
+{
+    const char *s = n->str;
+    if (n->kind != YNODE_SCALAR || n->quoted || s[0] != '0' || s[1] == '\0' || !load_all_digits(s))
+        return 0;
+    const char *v = s;
+    while (v[0] == '0' && v[1] != '\0')
+        v++;
+    load_err(c, n->line, "'%s' has a leading zero, which YAML 1.1 tools read as octal; write %s",
+             load_show(c, s), v);
+    return -1;
+}
+
 int load_get_uint(struct load_ctx *c, const struct ynode *n, uint64_t lo, uint64_t hi,
                   uint64_t *out)
 {
@@ -187,15 +204,8 @@ int load_get_uint(struct load_ctx *c, const struct ynode *n, uint64_t lo, uint64
             load_err(c, n->line, "expected an integer, got '%s'", load_show(c, n->str));
         return -1;
     }
-    if (n->str[0] == '0' && n->str[1] != '\0') {
-        /* YAML 1.1 tools (PyYAML, and so many a policy generator or
-         * reviewer's script) read 0443 as octal 291: the file would say
-         * one thing to them and another to the gateway. */
-        load_err(c, n->line,
-                 "'%s' has a leading zero, which YAML 1.1 tools read as octal; write %" PRIu64,
-                 load_show(c, n->str), v);
+    if (refuse_leading_zero(c, n) != 0)
         return -1;
-    }
     if (v < lo) {
         load_err(c, n->line, "must be at least %" PRIu64, lo);
         return -1;
@@ -228,7 +238,7 @@ int load_get_bool(struct load_ctx *c, const struct ynode *n, bool *out)
 int load_get_period(struct load_ctx *c, const struct ynode *n, uint64_t min_ms, uint64_t *out)
 {
     const char *s = load_get_str(c, n);
-    if (s == NULL)
+    if (s == NULL || refuse_leading_zero(c, n) != 0)
         return -1;
     uint64_t ms;
     if (parse_period_ms(s, &ms) != 0) {
@@ -250,7 +260,7 @@ int load_get_period(struct load_ctx *c, const struct ynode *n, uint64_t min_ms, 
 int load_get_size(struct load_ctx *c, const struct ynode *n, bool per_second, uint64_t *out)
 {
     const char *s = load_get_str(c, n);
-    if (s == NULL)
+    if (s == NULL || refuse_leading_zero(c, n) != 0)
         return -1;
     char tmp[64];
     size_t len = n->len;

@@ -562,6 +562,9 @@ static void test_yaml_errors(void **state)
          "p.yaml:1: version: 99999999999999999999 is too large (at most 18446744073709551615)"},
         {"version: 01\n",
          "p.yaml:1: version: '01' has a leading zero, which YAML 1.1 tools read as octal; write 1"},
+        {V R "limits: {header_bytes: 040000}\n",
+         "p.yaml:5: limits.header_bytes: '040000' has a leading zero, which YAML 1.1 tools read "
+         "as octal; write 40000"},
         {V "rules:\n  - {host: a.example.test, tier: 0, ports: [443, 0443]}\n",
          "p.yaml:3: rules[0].ports[1]: '0443' has a leading zero, which YAML 1.1 tools read as "
          "octal; write 443"},
