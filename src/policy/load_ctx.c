@@ -167,7 +167,6 @@ bool load_all_digits(const char *s)
     return true;
 }
 
-/* A plain decimal integer within <lo>..<hi>. Returns 0 or -1 (reported). */
 /* A plain scalar of digits with a leading zero (0443) is refused: YAML 1.1
  * tools (PyYAML, and so many a policy generator or reviewer's script) read
  * it as octal 291, and the file would say one thing to them and another
@@ -185,6 +184,7 @@ static int refuse_leading_zero(struct load_ctx *c, const struct ynode *n)
     return -1;
 }
 
+/* A plain decimal integer within <lo>..<hi>. Returns 0 or -1 (reported). */
 int load_get_uint(struct load_ctx *c, const struct ynode *n, uint64_t lo, uint64_t hi,
                   uint64_t *out)
 {
