@@ -100,47 +100,6 @@ static char *canonical(const char *p, bool may_be_missing)
     return s;
 }
 
-/* <p> made absolute (against the working directory) and normalised as
- * written: "." and empty components dropped, ".." taking away the one
- * before it, no link followed. NULL when too long. */
-static char *lexical(const char *p)
-{
-    char cwd[PATH_MAX] = "";
-    if (p[0] != '/' && getcwd(cwd, sizeof(cwd)) == NULL)
-        return NULL;
-    size_t cap = strlen(cwd) + strlen(p) + 3;
-    char *out = malloc(cap);
-    if (out == NULL)
-        return NULL;
-    size_t n = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        const char *s = pass == 0 ? cwd : p;
-        while (*s != '\0') {
-            while (*s == '/')
-                s++;
-            const char *e = s;
-            while (*e != '\0' && *e != '/')
-                e++;
-            size_t len = (size_t)(e - s);
-            if (len == 2 && s[0] == '.' && s[1] == '.') {
-                while (n > 0 && out[n - 1] != '/')
-                    n--;
-                if (n > 0)
-                    n--; /* the slash */
-            } else if (len > 0 && !(len == 1 && s[0] == '.')) {
-                out[n++] = '/';
-                memcpy(out + n, s, len);
-                n += len;
-            }
-            s = e;
-        }
-    }
-    if (n == 0)
-        out[n++] = '/';
-    out[n] = '\0';
-    return out;
-}
-
 /* <p> made absolute (against the working directory) as written: its "."
  * and ".." components kept, so that a link before a ".." is seen. NULL when
  * out of memory or the working directory is unknown. */
@@ -154,6 +113,41 @@ static char *absolute(const char *p)
     if (s != NULL)
         snprintf(s, n, "%s%s%s", cwd, cwd[0] != '\0' ? "/" : "", p);
     return s;
+}
+
+/* <p> made absolute (absolute()) and normalised as written: "." and empty
+ * components dropped, ".." taking away the one before it, no link
+ * followed. NULL as absolute(). */
+static char *lexical(const char *p)
+{
+    char *out = absolute(p);
+    if (out == NULL)
+        return NULL;
+    size_t n = 0; /* normalising only shortens: in place */
+    const char *s = out;
+    while (*s != '\0') {
+        while (*s == '/')
+            s++;
+        const char *e = s;
+        while (*e != '\0' && *e != '/')
+            e++;
+        size_t len = (size_t)(e - s);
+        if (len == 2 && s[0] == '.' && s[1] == '.') {
+            while (n > 0 && out[n - 1] != '/')
+                n--;
+            if (n > 0)
+                n--; /* the slash */
+        } else if (len > 0 && !(len == 1 && s[0] == '.')) {
+            out[n++] = '/';
+            memmove(out + n, s, len);
+            n += len;
+        }
+        s = e;
+    }
+    if (n == 0)
+        out[n++] = '/';
+    out[n] = '\0';
+    return out;
 }
 
 /* The first prefix of <path> (absolute), component by component, that is

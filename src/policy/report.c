@@ -6,42 +6,8 @@
 #include "policy/lint.h"
 #include "policy/policy.h"
 #include "util/units.h"
+#include "util/utf8.h"
 #include "util/xalloc.h"
-
-/* The length of the valid UTF-8 sequence at <s> (<n> bytes left, n > 0),
- * or 0 when it is not one: no overlong forms, surrogates or code points
- * above U+10FFFF, as jansson requires. */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    size_t len;
-    unsigned cp;
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xc2 && c <= 0xdf) {
-        len = 2;
-        cp = c & 0x1f;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        len = 3;
-        cp = c & 0x0f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        len = 4;
-        cp = c & 0x07;
-    } else {
-        return 0;
-    }
-    if (n < len)
-        return 0;
-    for (size_t k = 1; k < len; k++) {
-        if ((s[k] & 0xc0) != 0x80)
-            return 0;
-        cp = cp << 6 | (s[k] & 0x3fu);
-    }
-    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
-        (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return len;
-}
 
 /* A JSON string of <s>, whatever its bytes: json_string() refuses text
  * that is not UTF-8 (a file name given in another encoding), and a finding

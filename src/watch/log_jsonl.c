@@ -20,6 +20,7 @@
 #include <event2/event.h>
 
 #include "util/units.h"
+#include "util/utf8.h"
 
 /* A line is formatted on the stack when it fits, else in a heap buffer of
  * the exact size. Event strings are bounded by the gate (request heads are
@@ -80,43 +81,6 @@ static void put_u64(struct out *o, uint64_t v)
 {
     char buf[FORMAT_UINT_MAX];
     put(o, buf, format_uint(buf, v, 0));
-}
-
-/* Length of the valid UTF-8 sequence at <s> (<n> bytes left), or 0 when
- * the bytes there are not one (RFC 3629: no overlongs, no surrogates,
- * nothing above U+10FFFF). */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-    unsigned char c = s[0];
-    size_t len;
-    unsigned char lo = 0x80, hi = 0xbf;
-
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xc2 && c <= 0xdf)
-        len = 2;
-    else if (c >= 0xe0 && c <= 0xef) {
-        len = 3;
-        if (c == 0xe0)
-            lo = 0xa0;
-        else if (c == 0xed)
-            hi = 0x9f;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        len = 4;
-        if (c == 0xf0)
-            lo = 0x90;
-        else if (c == 0xf4)
-            hi = 0x8f;
-    } else
-        return 0;
-    if (n < len)
-        return 0;
-    if (s[1] < lo || s[1] > hi)
-        return 0;
-    for (size_t i = 2; i < len; i++)
-        if (s[i] < 0x80 || s[i] > 0xbf)
-            return 0;
-    return len;
 }
 
 /* Writes <s> as a JSON string (with quotes), or null. */

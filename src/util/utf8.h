@@ -1,0 +1,20 @@
+/* utf8: strict UTF-8 (RFC 3629), one decoder for every place that checks
+ * text from the outside: host names before IDNA, JSON strings the log and
+ * sluice check write.
+ *
+ * Owns nothing: pure functions over the caller's bytes. */
+#ifndef SLUICE_UTIL_UTF8_H
+#define SLUICE_UTIL_UTF8_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Length (1 to 4) of the valid UTF-8 sequence at <s>, which has <n> > 0
+ * bytes left, or 0 when the bytes there are not one: no overlong forms,
+ * no surrogates, nothing above U+10FFFF, no sequence cut short. */
+size_t utf8_seq(const unsigned char *s, size_t n);
+
+/* True when the <len> bytes at <s> are all valid UTF-8 sequences. */
+bool utf8_valid(const unsigned char *s, size_t len);
+
+#endif
