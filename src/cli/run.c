@@ -44,6 +44,7 @@
 #include "gate/lockdown.h"
 #include "policy/policy.h"
 #include "util/diag.h"
+#include "util/open_nolinks.h"
 #include "util/privdrop.h"
 
 #define RUN_MAX_PATHS  256
@@ -576,6 +577,8 @@ static int serve_start(struct run_args *a, struct served *s)
             .alerts_path = a->alerts, /* NULL: alerts go to the decision log */
             .grace_ms = 2000,
             .forced_agent = a->agent,
+            .files_no_links = true, /* refuse_links() checked them; this closes the gap
+                                     * between that check and the open */
         };
         char err[512];
         struct gateway *gw = gateway_new(&cfg, p, err, sizeof(err));
@@ -609,9 +612,9 @@ static int serve_start(struct run_args *a, struct served *s)
     /* The files the summary reads, opened now, before the command runs: the
      * command may rename the folder above them and leave a forgery at the
      * same path. */
-    s->log_fd = open(s->log, O_RDONLY | O_CLOEXEC);
+    s->log_fd = open_no_links(s->log, O_RDONLY | O_CLOEXEC, 0);
     if (a->alerts != NULL)
-        s->alerts_fd = open(a->alerts, O_RDONLY | O_CLOEXEC);
+        s->alerts_fd = open_no_links(a->alerts, O_RDONLY | O_CLOEXEC, 0);
     return 0;
 }
 

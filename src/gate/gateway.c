@@ -581,7 +581,8 @@ struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *pol
         free(e);
         goto err;
     }
-    gw->log = log_jsonl_open(gw->base, cfg->log_path != NULL ? cfg->log_path : "-", &e);
+    unsigned log_flags = cfg->files_no_links ? LOG_JSONL_NO_LINKS : 0;
+    gw->log = log_jsonl_open(gw->base, cfg->log_path != NULL ? cfg->log_path : "-", log_flags, &e);
     if (gw->log == NULL) {
         snprintf(err, errlen, "%s", e != NULL ? e : "cannot open the log");
         free(e);
@@ -598,6 +599,7 @@ struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *pol
     struct watch_config wc = {
         .alerts_path = cfg->alerts_path,
         .log_path = cfg->log_path,
+        .files_no_links = cfg->files_no_links,
         .state_dir = cfg->state_dir,
         .admin_addr = cfg->admin_addr,
     };

@@ -58,6 +58,8 @@ struct gateway_config {
     const char *admin_addr;   /* NULL: no admin server (/metrics, /healthz) */
     enum gateway_sched sched; /* how the loop thread is scheduled (--sched) */
     bool splice;              /* streaming tunnel directions splice (--splice; tunnel.h) */
+    bool files_no_links;      /* `run`: the log and alerts files are refused through a
+                               * symbolic link (util/open_nolinks.h) */
 };
 
 /* A policy and what is built from it, shared by the requests decided under it. */

@@ -19,6 +19,7 @@
 #include <event2/buffer.h>
 #include <event2/event.h>
 
+#include "util/open_nolinks.h"
 #include "util/units.h"
 #include "util/utf8.h"
 
@@ -31,7 +32,8 @@
 
 struct log_jsonl {
     struct event_base *base;
-    char *path; /* NULL for standard output */
+    char *path;     /* NULL for standard output */
+    unsigned flags; /* LOG_JSONL_NO_LINKS */
     int fd;
     bool is_sock;  /* write with send(MSG_DONTWAIT) */
     bool pollable; /* epoll takes it (a pipe, socket or terminal): EV_WRITE works */
@@ -436,9 +438,12 @@ static int make_event(struct log_jsonl *l)
     return l->wev != NULL ? 0 : -1;
 }
 
-static int open_path(const char *path)
+static int open_path(const struct log_jsonl *l)
 {
-    return open(path, O_WRONLY | O_CREAT | O_APPEND | O_NONBLOCK | O_CLOEXEC, 0640);
+    int flags = O_WRONLY | O_CREAT | O_APPEND | O_NONBLOCK | O_CLOEXEC;
+    if (l->flags & LOG_JSONL_NO_LINKS)
+        return open_no_links(l->path, flags, 0640);
+    return open(l->path, flags, 0640);
 }
 
 /* Standard output without making the descriptor we share with the parent
@@ -474,6 +479,15 @@ static int open_stdout(bool *is_sock)
     return fd;
 }
 
+/* What a failed open says: ELOOP under LOG_JSONL_NO_LINKS is a refusal, not
+ * a loop of links. */
+static const char *open_failure(const struct log_jsonl *l, int e)
+{
+    if (e == ELOOP && (l->flags & LOG_JSONL_NO_LINKS))
+        return "cannot open log (a symbolic link on its path is refused)";
+    return "cannot open log";
+}
+
 static char *errmsg(const char *path, const char *what, int e)
 {
     char buf[512];
@@ -481,7 +495,8 @@ static char *errmsg(const char *path, const char *what, int e)
     return n > 0 ? strdup(buf) : NULL;
 }
 
-struct log_jsonl *log_jsonl_open(struct event_base *base, const char *path, char **err)
+struct log_jsonl *log_jsonl_open(struct event_base *base, const char *path, unsigned flags,
+                                 char **err)
 {
     struct log_jsonl *l = calloc(1, sizeof(*l));
     bool std = strcmp(path, "-") == 0;
@@ -490,15 +505,16 @@ struct log_jsonl *log_jsonl_open(struct event_base *base, const char *path, char
     if (l == NULL)
         goto nomem;
     l->base = base;
+    l->flags = flags;
     l->fd = -1;
     l->pending_max = LOG_JSONL_PENDING_MAX;
     if (!std && (l->path = strdup(path)) == NULL)
         goto nomem;
     if ((l->pending = evbuffer_new()) == NULL)
         goto nomem;
-    l->fd = std ? open_stdout(&l->is_sock) : open_path(path);
+    l->fd = std ? open_stdout(&l->is_sock) : open_path(l);
     if (l->fd < 0) {
-        *err = errmsg(std ? "standard output" : path, "cannot open log", errno);
+        *err = errmsg(std ? "standard output" : path, open_failure(l, errno), errno);
         goto err;
     }
     if (make_event(l) < 0 || (l->fev = event_new(base, -1, 0, on_flush, l)) == NULL)
@@ -661,10 +677,14 @@ int log_jsonl_reopen(struct log_jsonl *l)
 
     if (l->path == NULL)
         return 0;
-    fd = open_path(l->path);
+    fd = open_path(l);
     if (fd < 0) {
         int e = errno;
-        fprintf(stderr, "sluice: log %s: cannot reopen: %s\n", l->path, strerror(e));
+        fprintf(stderr, "sluice: log %s: %s: %s\n", l->path,
+                e == ELOOP && (l->flags & LOG_JSONL_NO_LINKS) ? "cannot reopen (a symbolic link "
+                                                                "on its path is refused)"
+                                                              : "cannot reopen",
+                strerror(e));
         return -1;
     }
     /* A line the old file got part of goes whole to a new one (rotated);

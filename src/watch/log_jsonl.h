@@ -30,11 +30,16 @@ struct log_jsonl;
 /* Bytes allowed to wait for a slow reader before lines are dropped. */
 #define LOG_JSONL_PENDING_MAX (64u * 1024 * 1024)
 
+/* log_jsonl_open()'s flags. */
+#define LOG_JSONL_NO_LINKS 1u /* refuse a path with a symbolic link in it (open_no_links), */
+                              /* at the open and at every reopen */
+
 /* Opens the log at <path> ("-" = standard output) for appending (created
- * 0640 when missing). Returns a new log, freed with log_jsonl_close(), or
- * NULL with <*err> set to a malloc'd message the caller frees. <base> is
- * borrowed and must outlive the log. */
-struct log_jsonl *log_jsonl_open(struct event_base *base, const char *path, char **err);
+ * 0640 when missing). <flags> is 0 or LOG_JSONL_NO_LINKS. Returns a new
+ * log, freed with log_jsonl_close(), or NULL with <*err> set to a malloc'd
+ * message the caller frees. <base> is borrowed and must outlive the log. */
+struct log_jsonl *log_jsonl_open(struct event_base *base, const char *path, unsigned flags,
+                                 char **err);
 
 /* The bus subscriber: <arg> is the struct log_jsonl. Never blocks. */
 void log_jsonl_on_event(const struct egress_event *ev, void *arg);

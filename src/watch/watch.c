@@ -334,7 +334,8 @@ struct watch *watch_new(struct event_base *base, struct bus *bus, struct alert_b
         w->file = log;
     } else {
         char *e = NULL;
-        w->file = log_jsonl_open(base, cfg->alerts_path, &e);
+        w->file = log_jsonl_open(base, cfg->alerts_path,
+                                 cfg->files_no_links ? LOG_JSONL_NO_LINKS : 0, &e);
         if (w->file == NULL) {
             snprintf(err, errlen, "--alerts: %s", e != NULL ? e : "cannot open");
             free(e);

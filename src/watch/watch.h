@@ -16,6 +16,7 @@
 #ifndef SLUICE_WATCH_WATCH_H
 #define SLUICE_WATCH_WATCH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "policy/model.h"
@@ -34,6 +35,7 @@ struct watch_config {
     const char *log_path;    /* the decision log's path (NULL or "-": standard output) */
     const char *state_dir;   /* NULL: no state store (memory only) */
     const char *admin_addr;  /* NULL: no admin server */
+    bool files_no_links;     /* the alerts file is opened with LOG_JSONL_NO_LINKS */
 };
 
 /* Returns the watch for a gateway, or NULL with a message in <err> (an

@@ -303,7 +303,7 @@ static void test_file(void **state)
     char path[128], *err = NULL;
     snprintf(path, sizeof(path), "%s/decisions.jsonl", tmpdir);
 
-    struct log_jsonl *l = log_jsonl_open(base, path, &err);
+    struct log_jsonl *l = log_jsonl_open(base, path, 0, &err);
     assert_non_null(l);
     assert_null(err);
     struct egress_event ev = spec_egress();
@@ -364,11 +364,65 @@ static void test_open_fails(void **state)
     (void)state;
     struct event_base *base = event_base_new();
     char *err = NULL;
-    struct log_jsonl *l = log_jsonl_open(base, "/nonexistent-dir/x/log.jsonl", &err);
+    struct log_jsonl *l = log_jsonl_open(base, "/nonexistent-dir/x/log.jsonl", 0, &err);
     assert_null(l);
     assert_non_null(err);
     assert_non_null(strstr(err, "/nonexistent-dir/x/log.jsonl"));
     free(err);
+    event_base_free(base);
+}
+
+/* LOG_JSONL_NO_LINKS (run's log and alerts files): a symbolic link as the
+ * file or as a folder on its way is refused, at the open and at a reopen,
+ * and nothing is created at the link's target. */
+static void test_no_links(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char real[128], target[128], link_file[128], link_dir[128], via_dir[160], *err = NULL;
+    snprintf(real, sizeof(real), "%s/real", tmpdir);
+    snprintf(target, sizeof(target), "%s/real/target.jsonl", tmpdir);
+    snprintf(link_file, sizeof(link_file), "%s/file-link.jsonl", tmpdir);
+    snprintf(link_dir, sizeof(link_dir), "%s/dir-link", tmpdir);
+    snprintf(via_dir, sizeof(via_dir), "%s/dir-link/target.jsonl", tmpdir);
+    assert_int_equal(mkdir(real, 0700), 0);
+    assert_int_equal(symlink(target, link_file), 0);
+    assert_int_equal(symlink(real, link_dir), 0);
+
+    struct log_jsonl *l = log_jsonl_open(base, link_file, LOG_JSONL_NO_LINKS, &err);
+    assert_null(l);
+    assert_non_null(err);
+    assert_non_null(strstr(err, "a symbolic link on its path is refused"));
+    free(err);
+    err = NULL;
+    l = log_jsonl_open(base, via_dir, LOG_JSONL_NO_LINKS, &err);
+    assert_null(l);
+    free(err);
+    err = NULL;
+    assert_int_equal(access(target, F_OK), -1);
+
+    /* Without the flag a link is followed (serve's --log may be one). */
+    l = log_jsonl_open(base, via_dir, 0, &err);
+    assert_non_null(l);
+    log_jsonl_close(l);
+    assert_int_equal(unlink(target), 0);
+
+    /* A file replaced by a link after the open: the reopen refuses it and
+     * the log keeps its descriptor. */
+    char path[128];
+    snprintf(path, sizeof(path), "%s/plain.jsonl", tmpdir);
+    l = log_jsonl_open(base, path, LOG_JSONL_NO_LINKS, &err);
+    assert_non_null(l);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(symlink(target, path), 0);
+    assert_int_equal(log_jsonl_reopen(l), -1);
+    assert_int_equal(access(target, F_OK), -1);
+    log_jsonl_close(l);
+
+    unlink(path);
+    unlink(link_file);
+    unlink(link_dir);
+    rmdir(real);
     event_base_free(base);
 }
 
@@ -383,7 +437,7 @@ static struct log_jsonl *open_on_pipe(struct event_base *base, int *rd)
     saved = dup(STDOUT_FILENO);
     assert_true(saved >= 0);
     assert_int_equal(dup2(p[1], STDOUT_FILENO), STDOUT_FILENO);
-    struct log_jsonl *l = log_jsonl_open(base, "-", &err);
+    struct log_jsonl *l = log_jsonl_open(base, "-", 0, &err);
     assert_int_equal(dup2(saved, STDOUT_FILENO), STDOUT_FILENO);
     close(saved);
     close(p[1]);
@@ -536,7 +590,7 @@ static void test_disk_full(void **state)
     (void)state;
     struct event_base *base = event_base_new();
     char *err = NULL;
-    struct log_jsonl *l = log_jsonl_open(base, "/dev/full", &err);
+    struct log_jsonl *l = log_jsonl_open(base, "/dev/full", 0, &err);
     assert_non_null(l);
     assert_false(l->pollable);
     assert_null(log_jsonl_error(l));
@@ -579,7 +633,7 @@ static struct log_jsonl *fifo_log_mid_line(struct event_base *base, const char *
     assert_int_equal(mkfifo(path, 0600), 0);
     *rd = open(path, O_RDONLY | O_NONBLOCK);
     assert_true(*rd >= 0);
-    struct log_jsonl *l = log_jsonl_open(base, path, &err);
+    struct log_jsonl *l = log_jsonl_open(base, path, 0, &err);
     assert_non_null(l);
     struct egress_event ev = spec_egress();
     for (size_t i = 0; i < FIFO_LINES; i++)
@@ -687,6 +741,7 @@ int main(void)
         cmocka_unit_test(test_open_fails),
         cmocka_unit_test(test_pipe_never_blocks),
         cmocka_unit_test(test_pending_cap_and_flush),
+        cmocka_unit_test(test_no_links),
         cmocka_unit_test(test_reader_gone),
         cmocka_unit_test(test_disk_full),
         cmocka_unit_test(test_reopen_after_a_partial_line),
