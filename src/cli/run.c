@@ -45,6 +45,7 @@
 #include "policy/policy.h"
 #include "util/diag.h"
 #include "util/open_nolinks.h"
+#include "util/priority.h"
 #include "util/privdrop.h"
 
 #define RUN_MAX_PATHS  256
@@ -586,6 +587,9 @@ static int serve_start(struct run_args *a, struct served *s)
             fprintf(stderr, "sluice run: %s\n", err);
             _exit(EXIT_USAGE);
         }
+        /* As serve's default --nice: quietly kept where it cannot be raised
+         * (run without root, in a user namespace). */
+        (void)priority_apply(PRIORITY_DEFAULT_NICE, false, err, sizeof(err));
         if (gateway_leave_root(parent, a->gateway_user != NULL ? &a->gw_user : NULL) < 0)
             _exit(EXIT_USAGE);
         if (gateway_lockdown(err, sizeof(err)) < 0)

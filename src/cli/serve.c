@@ -24,6 +24,7 @@
 #include "gate/lockdown.h"
 #include "policy/policy.h"
 #include "util/diag.h"
+#include "util/priority.h"
 #include "util/privdrop.h"
 #include "util/units.h"
 
@@ -40,10 +41,23 @@ struct serve_args {
     unsigned max_conns;
     unsigned grace_ms;
     enum gateway_sched sched;
+    int nice;
+    bool nice_given;
     bool splice;
     bool drop;
     struct privdrop_target user;
 };
+
+/* A nice value, -20 to 19, in decimal; 0 or -1. */
+static int parse_nice(const char *s, int *out)
+{
+    bool minus = s[0] == '-';
+    uint64_t n;
+    if (parse_uint(s + minus, 20, &n) != 0 || (!minus && n > 19))
+        return -1;
+    *out = minus ? -(int)n : (int)n;
+    return 0;
+}
 
 static int parse_args(int argc, char **argv, struct serve_args *a)
 {
@@ -57,6 +71,7 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
         {"max-conns", required_argument, NULL, 'm'},
         {"grace", required_argument, NULL, 'g'},
         {"sched", required_argument, NULL, 'S'},
+        {"nice", required_argument, NULL, 'N'},
         {"splice", no_argument, NULL, 'P'},
         {"user", required_argument, NULL, 'u'},
         {"help", no_argument, NULL, 'h'},
@@ -114,6 +129,12 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
             else
                 return command_usage_error(&cmd_serve, "--sched: '%s' is not batch or normal",
                                            optarg);
+            break;
+        case 'N':
+            if (parse_nice(optarg, &a->nice) != 0)
+                return command_usage_error(&cmd_serve, "--nice: '%s' is not a number (-20-19)",
+                                           optarg);
+            a->nice_given = true;
             break;
         case 'P':
             a->splice = true;
@@ -211,6 +232,13 @@ static int serve_main(int argc, char **argv)
         free(a);
         return EXIT_USAGE;
     }
+    /* Before --user: a nice below the one serve was started with needs root. */
+    if (priority_apply(a->nice_given ? a->nice : PRIORITY_DEFAULT_NICE, a->nice_given, err,
+                       sizeof(err)) < 0)
+        fprintf(stderr,
+                "sluice serve: warning: --nice: %s; serving at the nice it was started "
+                "with\n",
+                err);
     char where[1024] = "";
     size_t off = 0;
     for (size_t i = 0; i < gw->nlisteners && off < sizeof(where); i++) {
@@ -247,7 +275,8 @@ const struct command cmd_serve = {
     .name = "serve",
     .synopsis =
         "--policy FILE [--listen ADDR]... [--admin ADDR] [--log FILE|-] [--alerts FILE|-] "
-        "[--state DIR] [--max-conns N] [--grace PERIOD] [--sched batch|normal] [--splice] [--user USER]",
+        "[--state DIR] [--max-conns N] [--grace PERIOD] [--sched batch|normal] [--nice N] [--splice] "
+        "[--user USER]",
     .summary = "run the egress gateway (an HTTP proxy) under a policy",
     .help = "  --policy FILE    the policy to enforce (reloaded on SIGHUP)\n"
             "  --listen ADDR    HOST:PORT, [V6]:PORT or unix:/path; repeatable\n"
@@ -259,6 +288,9 @@ const struct command cmd_serve = {
             "  --sched CLASS    batch (default): the gateway does not preempt the process\n"
             "                   feeding it on a shared CPU, it moves the data in larger\n"
             "                   batches; normal: the class it was started with\n"
+            "  --nice N         the gateway's nice, -20 to 19 (default -10 when started at\n"
+            "                   nice 0 as root: processes it wakes on its CPU wait for the\n"
+            "                   end of its batch instead of preempting it at each request)\n"
             "  --splice         tunnels that stream move their bytes with splice(2): less\n"
             "                   CPU for the gateway, more for a receiver on this host\n"
             "                   (default: they copy, 64 KiB at a time, but for clients\n"

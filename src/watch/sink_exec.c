@@ -14,6 +14,7 @@
 
 #include <event2/event.h>
 
+#include "util/priority.h"
 #include "util/units.h"
 
 extern char **environ;
@@ -148,6 +149,7 @@ static int spawn(struct exec_runner *r, struct child *k)
         close(p[1]);
         return rc;
     }
+    priority_restore_child(k->pid); /* not the gateway's raised priority */
     k->fd = p[1];
     k->wev = event_new(r->base, k->fd, EV_WRITE, on_writable, k);
     k->timer = evtimer_new(r->base, on_timeout, k);

@@ -222,7 +222,7 @@ def policy_yaml(p):
 
 class Gateway:
     def __init__(self, bin_path, workdir, policy_text, listen, env, args, netns, port, unix_path,
-                 netns_helper=None):
+                 netns_helper=None, prefix=()):
         self.workdir = workdir
         self.policy_path = os.path.join(workdir, "policy.yaml")
         self.log_path = os.path.join(workdir, "log.jsonl")
@@ -236,7 +236,7 @@ class Gateway:
         cmd = [bin_path, "serve", "--policy", self.policy_path]
         for a in listen:
             cmd += ["--listen", a]
-        cmd += ["--log", self.log_path] + list(args)
+        cmd = list(prefix) + cmd + ["--log", self.log_path] + list(args)
         if netns:
             # an empty network namespace (loopback only, no route), entered as
             # an unprivileged user so that serve does not try to drop root;
@@ -379,7 +379,8 @@ def gateway(sluice_bin, net, tmp_path):
     started = []
 
     def start(policy, *, port=None, tcp=True, unix=False, extra_listen=(), env=None, args=(),
-              netns=False, netns_helper=None, wait=True):
+              netns=False, netns_helper=None, wait=True, prefix=()):
+        """<prefix>: argv that execs the gateway (["nice", "-n", "5"])."""
         workdir = str(tmp_path / ("gw%d" % len(started)))
         os.makedirs(workdir, exist_ok=True)
         if netns:
@@ -402,7 +403,7 @@ def gateway(sluice_bin, net, tmp_path):
             v["gw_port"] = port or 0
             text = string.Template(policy).safe_substitute(v)
         gw = Gateway(sluice_bin, workdir, text, listen, env, args, netns, port, unix_path,
-                     netns_helper)
+                     netns_helper, prefix)
         gw.sockdir = os.path.dirname(unix_path) if unix_path else None
         started.append(gw)
         if wait:

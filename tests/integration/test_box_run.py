@@ -1265,23 +1265,24 @@ def _uid_and_seccomp(pid):
 def _watch_gateway(box, args, marker):
     """Runs a 3-second command under `run ARGS --agent MARKER`, watching
     run's processes meanwhile; returns (the CompletedProcess, the gateway's
-    [real, effective, saved, fs uid], its seccomp mode, every seen process's
-    (scheduling policy, process group)). The gateway is the one process
-    in SCHED_BATCH, leader of its own group."""
-    code = ("import json, os, time; print(json.dumps({'sched': os.sched_getscheduler(0)}),"
-            " flush=True); time.sleep(3)")
+    [real, effective, saved, fs uid], its seccomp mode, its nice value). The
+    gateway is the one process in SCHED_BATCH, leader of its own group. The
+    command prints its scheduling policy and nice value."""
+    code = ("import json, os, time; print(json.dumps({'sched': os.sched_getscheduler(0),"
+            " 'nice': os.nice(0)}), flush=True); time.sleep(3)")
     result = {}
     th = threading.Thread(target=lambda: result.update(
         p=box.run(list(args) + ["--agent", marker], code)))
     th.start()
     exe = os.path.realpath(box.bin)
-    seen, uids = {}, {}
+    seen, uids, nices = {}, {}, {}
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and th.is_alive():
         for pid in _processes_with_arg(exe, marker):
             try:
                 seen[pid] = sched_and_pgid(pid)
                 uids[pid] = _uid_and_seccomp(pid)
+                nices[pid] = int(proc_stat(pid)[19 - 3])
             except OSError:
                 pass
         if any(pol_ == os.SCHED_BATCH for pol_, _ in seen.values()) and len(seen) >= 3:
@@ -1293,23 +1294,30 @@ def _watch_gateway(box, args, marker):
     assert len(batch) == 1, seen
     assert seen[batch[0]][1] == batch[0], "the batch process is not the gateway: %r" % seen
     uid, seccomp = uids[batch[0]]
-    return p, uid, seccomp, seen
+    return p, uid, seccomp, nices[batch[0]]
 
 
 def test_gateway_runs_batch_and_the_command_normal(box, net):
     # run's gateway gives up wake-up preemption (--sched batch, serve's
-    # default); the command in the box keeps the class it was started with.
-    # Started as root, the gateway serves as nobody. Either way it runs under
-    # its own seccomp filter (gate/lockdown.h).
+    # default) and, started as root at nice 0, runs at serve's default nice
+    # (-10); the command in the box keeps the class and nice it was started
+    # with. Started as root, the gateway serves as nobody. Either way it runs
+    # under its own seccomp filter (gate/lockdown.h).
     if os.sched_getscheduler(0) != os.SCHED_OTHER:
         pytest.skip("the test runner is not SCHED_OTHER")
     pol = box.policy(net.policy([api_rule(net)]))
-    p, uid, seccomp, _ = _watch_gateway(box, ["--policy", pol], "sched-probe")
+    p, uid, seccomp, nice = _watch_gateway(box, ["--policy", pol], "sched-probe")
     assert p.returncode == 0, p.stderr
     assert Box.out(p)["sched"] == os.SCHED_OTHER
+    assert Box.out(p)["nice"] == os.nice(0)
     assert seccomp == 2
     if os.geteuid() == 0:
         assert uid == [pwd.getpwnam("nobody").pw_uid] * 4, uid
+        if os.nice(0) == 0:
+            assert nice == -10
+    else:  # no privilege to raise it: kept, without a word
+        assert nice == os.nice(0)
+        assert "nice" not in p.stderr
 
 
 def test_gateway_user_is_chosen(box, net):

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from conftest import policy_yaml
-from gate_client import (api_rule, connect, other_rule, other_url, poll, request,
+from gate_client import (api_rule, connect, other_rule, other_url, poll, proc_stat, request,
                          sched_and_pgid)
 from gate_servers import BannerServer, free_port
 
@@ -273,6 +273,64 @@ def test_sched_normal(gateway, net):
     gw = gateway(net.policy([api_rule(net)]), args=["--sched", "normal"])
     assert sched_and_pgid(gw.proc.pid)[0] == os.SCHED_OTHER
     assert request(gw, "GET", net.url("/n")).status == 200
+
+
+def gateway_nice(pid):
+    """The nice value of <pid>'s main thread (/proc stat field 19)."""
+    return int(proc_stat(pid)[19 - 3])
+
+
+def test_nice_by_default(gateway, net):
+    # Started at nice 0, the gateway raises its priority to nice -10 where it
+    # may (root); without the privilege it keeps its nice, and says nothing.
+    if os.nice(0) != 0:
+        pytest.skip("the test runner is not at nice 0")
+    gw = gateway(net.policy([api_rule(net)]))
+    assert request(gw, "GET", net.url("/n")).status == 200
+    assert gateway_nice(gw.proc.pid) == (-10 if os.geteuid() == 0 else 0)
+    assert "nice" not in gw.stderr()
+
+
+def test_nice_given(gateway, net):
+    # --nice N sets it (a higher nice needs no privilege), after --user too;
+    # --nice 0 keeps a gateway at the runner's nice.
+    if os.nice(0) != 0:
+        pytest.skip("the test runner is not at nice 0")
+    gw = gateway(net.policy([api_rule(net)]), args=["--nice", "7"])
+    assert gateway_nice(gw.proc.pid) == 7
+    gw = gateway(net.policy([api_rule(net)]), args=["--nice", "0"])
+    assert gateway_nice(gw.proc.pid) == 0
+    if os.geteuid() == 0:
+        gw = gateway(net.policy([api_rule(net)]), args=["--nice", "-20", "--user", "nobody"])
+        assert request(gw, "GET", net.url("/u")).status == 200
+        assert gateway_nice(gw.proc.pid) == -20
+
+
+def test_nice_kept_when_started_niced(gateway, net):
+    # A gateway started at another nice (nice(1), systemd's Nice=) keeps it
+    # unless --nice says otherwise.
+    gw = gateway(net.policy([api_rule(net)]), prefix=["nice", "-n", "5"])
+    assert request(gw, "GET", net.url("/k")).status == 200
+    assert gateway_nice(gw.proc.pid) == min(19, os.nice(0) + 5)
+
+
+def test_nice_refused_is_a_warning(gateway, net):
+    # An asked-for nice the gateway may not take is a warning, not a stop:
+    # in a user namespace (netns=True) even its root may not lower its nice.
+    gw = gateway(net.policy([api_rule(net)]), args=["--nice", "-5"], netns=True)
+    assert gateway_nice(gw.proc.pid) == os.nice(0)
+    assert "--nice: cannot set nice -5" in gw.stderr()
+    assert "serving at the nice it was started with" in gw.stderr()
+
+
+@pytest.mark.parametrize("value", ["20", "-21", "x", "", "+3", "1.5"])
+def test_nice_out_of_range_exits_2(run_sluice, net, tmp_path, value):
+    path = tmp_path / "ok.yaml"
+    path.write_text(policy_yaml(net.policy([api_rule(net)])))
+    p = run_sluice("serve", "--policy", str(path), "--listen", "127.0.0.1:%d" % free_port(),
+                   "--nice", value, timeout=15)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert "--nice: '%s' is not a number (-20-19)" % value in p.stderr
 
 
 def test_sched_unknown_class_exits_2(run_sluice, net, tmp_path):

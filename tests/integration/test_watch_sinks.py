@@ -59,6 +59,18 @@ def test_exec_sink_gets_the_alert_on_stdin(gateway, net, tmp_path):
     assert alert == wait_alert(af, "tier3_write")[0]
 
 
+def test_exec_sink_runs_at_the_nice_serve_was_started_with(gateway, net, tmp_path):
+    # the gateway raises its own priority (--nice, -10 by default as root);
+    # an alert program gets the nice the gateway was started with back
+    seen = tmp_path / "nice.txt"
+    prog, out = recording_program(tmp_path, "sleep 0.2; nice > %s" % seen)
+    gw = gateway(net.policy(rules(net), alerts={"sinks": [{"exec": prog}]}),
+                 args=["--alerts", str(tmp_path / "alerts.jsonl"), "--nice", "3"])
+    assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
+    poll(lambda: recorded(out) or None, timeout=10, what="the exec sink's output")
+    assert int(seen.read_text()) == os.nice(0)
+
+
 def test_exec_sink_inherits_no_descriptor_but_its_stdio(gateway, net, tmp_path):
     # a webhook's connection stays open between alerts (libevent opens it
     # without close-on-exec): an alert program started meanwhile must not

@@ -1,0 +1,40 @@
+/* priority: see priority.h. */
+#include "util/priority.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+
+/* The nice the process was started with, and whether priority_apply()
+ * changed it. Process-wide, as the property is. */
+static int start_nice;
+static bool changed;
+
+int priority_apply(int nice, bool given, char *err, size_t errlen)
+{
+    errno = 0;
+    int now = getpriority(PRIO_PROCESS, 0); /* -1 is a valid nice: errno tells */
+    if (now == -1 && errno != 0) {
+        snprintf(err, errlen, "cannot read the nice value: %s", strerror(errno));
+        return given ? -1 : 1;
+    }
+    if (!given && now != 0)
+        return 1;
+    if (now == nice)
+        return 0;
+    if (setpriority(PRIO_PROCESS, 0, nice) != 0) {
+        snprintf(err, errlen, "cannot set nice %d: %s", nice, strerror(errno));
+        return given ? -1 : 1;
+    }
+    start_nice = now;
+    changed = true;
+    return 0;
+}
+
+void priority_restore_child(pid_t pid)
+{
+    /* It may fail for a child that has already exited: nothing to restore. */
+    if (changed)
+        (void)setpriority(PRIO_PROCESS, (id_t)pid, start_nice);
+}
