@@ -75,8 +75,19 @@ static const char schema[] =
     " bytes_avg REAL NOT NULL, since_ms INTEGER NOT NULL, minute INTEGER NOT NULL);"
     "CREATE TABLE IF NOT EXISTS alert_queue(id INTEGER PRIMARY KEY, sink TEXT NOT NULL,"
     " body TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, created_ms INTEGER NOT NULL);"
-    "CREATE TABLE IF NOT EXISTS counter(name TEXT PRIMARY KEY, value INTEGER NOT NULL);"
-    "INSERT OR IGNORE INTO meta(key, value) VALUES('schema', '1');";
+    "CREATE TABLE IF NOT EXISTS counter(name TEXT PRIMARY KEY, value INTEGER NOT NULL);";
+
+/* Whether meta holds the schema version (a store made before needs no write
+ * to open): SQLITE_ROW, SQLITE_DONE, or the error. */
+static int schema_row(sqlite3 *db)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(db, "SELECT 1 FROM meta WHERE key = 'schema'", -1, &st, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc;
+}
 
 __attribute__((format(printf, 1, 2))) static char *msg(const char *fmt, ...)
 {
@@ -138,8 +149,21 @@ static int open_db(const char *path, sqlite3 **db, char **why)
                       "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF;"
                       "PRAGMA wal_autocheckpoint=1000;",
                       NULL, NULL, NULL);
+    /* CREATE TABLE IF NOT EXISTS writes nothing when the tables are there,
+     * and an INSERT takes the write lock even when it inserts nothing: a
+     * store opened while another process holds that lock (the sqlite3
+     * shell, a backup) reads as usual, its writes waiting for the lock,
+     * instead of leaving the gateway without a store for its whole run. */
     if (rc == SQLITE_OK)
         rc = sqlite3_exec(*db, schema, NULL, NULL, NULL);
+    if (rc == SQLITE_OK) {
+        rc = schema_row(*db);
+        if (rc == SQLITE_DONE)
+            rc = sqlite3_exec(*db, "INSERT INTO meta(key, value) VALUES('schema', '1')", NULL, NULL,
+                              NULL);
+        else if (rc == SQLITE_ROW)
+            rc = SQLITE_OK;
+    }
     if (rc != SQLITE_OK)
         goto err;
     return SQLITE_OK;

@@ -241,6 +241,30 @@ static void write_failure_keeps_writes(void **state)
     store_close(s);
 }
 
+/* A store opened while another process holds the write lock (the sqlite3
+ * shell, a backup) is opened all the same: what it holds is read, and its
+ * writes wait for the lock like those of a store opened before it. */
+static void opened_while_another_process_writes(void **state)
+{
+    (void)state;
+    struct store *s = open_ok(dir);
+    assert_int_equal(store_put_contact(s, "a", "b", 1), 0);
+    store_close(s);
+    sqlite3 *db = other_connection("BEGIN EXCLUSIVE");
+    s = open_ok(dir);
+    struct seen seen = {0};
+    assert_int_equal(store_load_contacts(s, on_contact, &seen), 1);
+    assert_string_equal(seen.text[0], "a b");
+    assert_int_equal(store_put_contact(s, "a", "c", 2), 0);
+    assert_int_equal(store_flush(s), -1); /* locked: kept for the next tick */
+    assert_int_equal(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    assert_int_equal(store_flush(s), 0);
+    seen.n = 0;
+    assert_int_equal(store_load_contacts(s, on_contact, &seen), 2);
+    store_close(s);
+}
+
 static void on_contact_count(const char *agent, const char *host, int64_t ms, void *arg)
 {
     (void)agent;
@@ -327,6 +351,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(corrupt_is_moved_aside, setup, teardown),
         cmocka_unit_test_setup_teardown(unusable_paths, setup, teardown),
         cmocka_unit_test_setup_teardown(write_failure_keeps_writes, setup, teardown),
+        cmocka_unit_test_setup_teardown(opened_while_another_process_writes, setup, teardown),
         cmocka_unit_test_setup_teardown(one_gateway_per_store, setup, teardown),
         cmocka_unit_test_setup_teardown(over_the_cap_the_oldest_tenth_goes, setup, teardown),
         cmocka_unit_test_setup_teardown(a_commit_failing_past_the_lock_backs_off, setup, teardown),
