@@ -38,6 +38,7 @@ struct exec_runner {
     size_t nkids, cap;
     size_t running;
     uint64_t failures;
+    uint64_t dropped; /* alerts not given to a program: too many waiting */
 };
 
 static void child_close_fd(struct child *k)
@@ -244,31 +245,45 @@ struct exec_runner *exec_runner_new(struct event_base *base)
     return r;
 }
 
+/* An alert <path> will not get; counted (sluice_exec_dropped_total) and
+ * told at the 1st, 2nd, 4th... drop: not a storm on standard error. */
+static void drop(struct exec_runner *r, const char *path, const char *why)
+{
+    r->failures++;
+    r->dropped++;
+    if ((r->dropped & (r->dropped - 1)) == 0)
+        fprintf(stderr, "sluice: alert sink exec %s: %s; %llu alert(s) dropped so far\n", path, why,
+                (unsigned long long)r->dropped);
+}
+
 void exec_runner_run(struct exec_runner *r, const char *path, const char *data, size_t n)
 {
     if (r->nkids >= SINK_EXEC_MAX_RUNNING + SINK_EXEC_MAX_WAITING) {
-        r->failures++;
-        if ((r->failures & (r->failures - 1)) == 0) /* 1, 2, 4, ...: not a storm on stderr */
-            fprintf(stderr, "sluice: alert sink exec %s: too many alerts waiting; dropped\n", path);
+        drop(r, path, "too many alerts running or waiting");
         return;
     }
     if (r->nkids == r->cap) {
         size_t nc = r->cap ? r->cap * 2 : 16;
         struct child **nk = realloc(r->kids, nc * sizeof(*nk));
-        if (nk == NULL)
+        if (nk == NULL) {
+            drop(r, path, "out of memory");
             return;
+        }
         r->kids = nk;
         r->cap = nc;
     }
     struct child *k = calloc(1, sizeof(*k));
-    if (k == NULL)
+    if (k == NULL) {
+        drop(r, path, "out of memory");
         return;
+    }
     k->r = r;
     k->fd = -1;
     k->path = strdup(path);
     k->data = malloc(n > 0 ? n : 1);
     if (k->path == NULL || k->data == NULL) {
         child_free(k);
+        drop(r, path, "out of memory");
         return;
     }
     memcpy(k->data, data, n);
@@ -287,10 +302,18 @@ uint64_t exec_runner_failures(const struct exec_runner *r)
     return r->failures;
 }
 
+uint64_t exec_runner_dropped(const struct exec_runner *r)
+{
+    return r->dropped;
+}
+
 void exec_runner_free(struct exec_runner *r)
 {
     if (r == NULL)
         return;
+    if (r->dropped > 0)
+        fprintf(stderr, "sluice: alert sinks exec: %llu alert(s) dropped in all\n",
+                (unsigned long long)r->dropped);
     for (size_t i = 0; i < r->nkids; i++) {
         struct child *k = r->kids[i];
         if (k->pid > 0) {

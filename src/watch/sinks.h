@@ -7,8 +7,8 @@
  * waitpid(pid, WNOHANG) for each of our own pids only, so the loop never
  * waits. At most SINK_EXEC_MAX_RUNNING run at once; up to
  * SINK_EXEC_MAX_WAITING more wait; beyond, alerts to exec sinks are dropped
- * and counted. Failures (cannot spawn, non-zero exit, killed) are reported
- * on standard error.
+ * and counted (exec_runner_dropped: sluice_exec_dropped_total). Failures
+ * (cannot spawn, non-zero exit, killed) are reported on standard error.
  *
  * webhook: an HTTP POST of the alert JSON (application/json) to an http://
  * URL through libevent's evhttp client, one request in flight per sink;
@@ -58,6 +58,9 @@ void exec_runner_run(struct exec_runner *r, const char *path, const char *data, 
 /* Children still running or waiting. */
 size_t exec_runner_busy(const struct exec_runner *r);
 uint64_t exec_runner_failures(const struct exec_runner *r);
+/* Alerts not given to a program: over SINK_EXEC_MAX_RUNNING +
+ * SINK_EXEC_MAX_WAITING at once (or out of memory), one per sink. */
+uint64_t exec_runner_dropped(const struct exec_runner *r);
 /* Kills what still runs (SIGKILL), reaps it, frees. Accepts NULL. */
 void exec_runner_free(struct exec_runner *r);
 

@@ -234,6 +234,13 @@ static void extra_metrics(void *arg, struct evbuffer *o)
         sink_label(o, webhook_label(w->hooks[i]));
         evbuffer_add_printf(o, "\"} %llu\n", (unsigned long long)webhook_dropped(w->hooks[i]));
     }
+    evbuffer_add_printf(o,
+                        "# HELP sluice_exec_dropped_total Alerts not given to an exec sink (over "
+                        "%d running or waiting).\n"
+                        "# TYPE sluice_exec_dropped_total counter\n"
+                        "sluice_exec_dropped_total %llu\n",
+                        SINK_EXEC_MAX_RUNNING + SINK_EXEC_MAX_WAITING,
+                        (unsigned long long)(w->exec != NULL ? exec_runner_dropped(w->exec) : 0));
     if (w->store == NULL)
         return;
     evbuffer_add_printf(o,
