@@ -314,6 +314,16 @@ void exec_runner_free(struct exec_runner *r)
     if (r->dropped > 0)
         fprintf(stderr, "sluice: alert sinks exec: %llu alert(s) dropped in all\n",
                 (unsigned long long)r->dropped);
+    /* What the stop's wait (--grace) left: said, as a webhook's lost
+     * alerts are, not dropped silently. */
+    size_t waiting = 0;
+    for (size_t i = 0; i < r->nkids; i++)
+        waiting += r->kids[i]->pid == 0;
+    if (r->nkids > 0)
+        fprintf(stderr,
+                "sluice: alert sinks exec: %zu alert(s) lost at exit: %zu program(s) killed "
+                "while running, %zu never started\n",
+                r->nkids, r->nkids - waiting, waiting);
     for (size_t i = 0; i < r->nkids; i++) {
         struct child *k = r->kids[i];
         if (k->pid > 0) {

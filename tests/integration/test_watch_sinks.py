@@ -755,6 +755,23 @@ def test_webhook_alerts_lost_at_a_stop_are_reported(gateway, net, tmp_path):
     assert "1 alert undelivered at exit and in no state store: lost" in gw.stderr()
 
 
+def test_exec_alerts_lost_at_a_stop_are_reported(gateway, net, tmp_path):
+    # 20 alerts to a program slower than --grace: 16 run, 4 wait. The stop
+    # waits 1 s for them, then kills what runs and drops what waits: it says
+    # so, as it does for a webhook's alerts, instead of losing them silently.
+    prog = write_script(str(tmp_path / "slow.sh"), "#!/bin/sh\nexec sleep 30\n")
+    af = str(tmp_path / "a.jsonl")
+    gw = gateway(net.policy(rules(net), alerts={"first_contact": True,
+                                                "sinks": [{"exec": prog}]}),
+                 args=["--alerts", af, "--grace", "1s"])
+    for i in range(20):
+        request(gw, "GET", "http://h%d.example.test/" % i)
+    wait_alert(af, "first_contact", count=20)
+    gw.stop()
+    assert "20 alert(s) lost at exit: 16 program(s) killed while running, 4 never started" in (
+        gw.stderr())
+
+
 def test_admin_answers_while_the_sinks_drain(gateway, net, tmp_path):
     # During the stop's wait for the sinks the loop runs and --admin still
     # answers; its gauges read the gateway's DNS servers, which were freed
