@@ -20,6 +20,7 @@
 
 #include "box/mountinfo.h"
 #include "cli/commands.h"
+#include "util/utf8.h"
 
 #define AUDIT_PATH_MAX 4096
 
@@ -81,6 +82,20 @@ static int read_all(const char *path, size_t max, char **out, size_t *len)
 }
 
 static const struct command *const self = &cmd_audit;
+
+/* A JSON string of <s>, whatever its bytes: json_string() refuses text
+ * that is not UTF-8 (a mount point named in Latin-1), and the key it was
+ * set under would vanish from the report. */
+static json_t *text_json(const char *s)
+{
+    json_t *j = json_string(s);
+    if (j != NULL)
+        return j;
+    char *out = utf8_lossy(s);
+    j = json_string(out);
+    free(out);
+    return j != NULL ? j : json_string("?");
+}
 
 struct mounts_args {
     const char *pid;
@@ -202,8 +217,8 @@ static int audit_mounts(int argc, char **argv)
     if (a.json) {
         doc = json_object();
         arr = json_array();
-        json_object_set_new(doc, "mountinfo", json_string(path));
-        json_object_set_new(doc, "justify", a.justify ? json_string(a.justify) : json_null());
+        json_object_set_new(doc, "mountinfo", text_json(path));
+        json_object_set_new(doc, "justify", a.justify ? text_json(a.justify) : json_null());
     }
     for (size_t i = 0; i < mi.n; i++) {
         const struct mountinfo_entry *e = &mi.v[i];
@@ -217,14 +232,14 @@ static int audit_mounts(int argc, char **argv)
             nunjustified++;
         if (a.json) {
             json_t *o = json_object();
-            json_object_set_new(o, "mount_point", json_string(e->mount_point));
-            json_object_set_new(o, "fstype", json_string(e->fstype));
-            json_object_set_new(o, "source", json_string(e->source));
-            json_object_set_new(o, "root", json_string(e->root));
-            json_object_set_new(o, "mount_options", json_string(e->mount_opts));
-            json_object_set_new(o, "super_options", json_string(e->super_opts));
+            json_object_set_new(o, "mount_point", text_json(e->mount_point));
+            json_object_set_new(o, "fstype", text_json(e->fstype));
+            json_object_set_new(o, "source", text_json(e->source));
+            json_object_set_new(o, "root", text_json(e->root));
+            json_object_set_new(o, "mount_options", text_json(e->mount_opts));
+            json_object_set_new(o, "super_options", text_json(e->super_opts));
             json_object_set_new(o, "justified", json_boolean(j != NULL));
-            json_object_set_new(o, "reason", j != NULL ? json_string(j->reason) : json_null());
+            json_object_set_new(o, "reason", j != NULL ? text_json(j->reason) : json_null());
             json_object_set_new(o, "justify_line", j != NULL ? json_integer(j->line) : json_null());
             json_array_append_new(arr, o);
         } else if (j != NULL) {
@@ -240,7 +255,7 @@ static int audit_mounts(int argc, char **argv)
         for (size_t i = 0; i < just.n; i++)
             if (!just.v[i].used) {
                 json_t *o = json_object();
-                json_object_set_new(o, "path", json_string(just.v[i].path));
+                json_object_set_new(o, "path", text_json(just.v[i].path));
                 json_object_set_new(o, "line", json_integer(just.v[i].line));
                 json_array_append_new(unused, o);
             }

@@ -18,22 +18,7 @@ static json_t *text_json(const char *s)
     json_t *j = json_string(s);
     if (j != NULL)
         return j;
-    size_t n = strlen(s);
-    char *out = xmalloc(n * 3 + 1);
-    size_t o = 0;
-    for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq((const unsigned char *)s + i, n - i);
-        if (k == 0) {
-            memcpy(out + o, "\xef\xbf\xbd", 3);
-            o += 3;
-            i++;
-            continue;
-        }
-        memcpy(out + o, s + i, k);
-        o += k;
-        i += k;
-    }
-    out[o] = '\0';
+    char *out = utf8_lossy(s);
     j = json_string(out);
     free(out);
     return j != NULL ? j : json_string("?");

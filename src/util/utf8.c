@@ -1,6 +1,10 @@
 /* utf8: strict UTF-8 (see utf8.h). */
 #include "util/utf8.h"
 
+#include <string.h>
+
+#include "util/xalloc.h"
+
 size_t utf8_seq(const unsigned char *s, size_t n)
 {
     unsigned char c = s[0];
@@ -44,4 +48,25 @@ bool utf8_valid(const unsigned char *s, size_t len)
         i += k;
     }
     return true;
+}
+
+char *utf8_lossy(const char *s)
+{
+    size_t n = strlen(s);
+    char *out = xmalloc(n * 3 + 1);
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_seq((const unsigned char *)s + i, n - i);
+        if (k == 0) {
+            memcpy(out + o, "\xef\xbf\xbd", 3);
+            o += 3;
+            i++;
+            continue;
+        }
+        memcpy(out + o, s + i, k);
+        o += k;
+        i += k;
+    }
+    out[o] = '\0';
+    return out;
 }

@@ -1,8 +1,9 @@
 /* utf8: strict UTF-8 (RFC 3629), one decoder for every place that checks
- * text from the outside: host names before IDNA, JSON strings the log and
- * sluice check write.
+ * text from the outside: host names before IDNA, JSON strings the log,
+ * sluice check and sluice audit write.
  *
- * Owns nothing: pure functions over the caller's bytes. */
+ * Owns nothing: pure functions over the caller's bytes (utf8_lossy()'s
+ * result is the caller's). */
 #ifndef SLUICE_UTIL_UTF8_H
 #define SLUICE_UTIL_UTF8_H
 
@@ -16,5 +17,11 @@ size_t utf8_seq(const unsigned char *s, size_t n);
 
 /* True when the <len> bytes at <s> are all valid UTF-8 sequences. */
 bool utf8_valid(const unsigned char *s, size_t len);
+
+/* A copy of the NUL-terminated <s> in which each byte that starts no valid
+ * sequence is U+FFFD: text that a JSON writer takes whatever its bytes (a
+ * file or mount name in another encoding). The caller frees it; never
+ * NULL (xmalloc). */
+char *utf8_lossy(const char *s);
 
 #endif

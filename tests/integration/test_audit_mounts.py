@@ -71,6 +71,27 @@ def test_partly_justified_exit_1_json(run_sluice, tmp_path):
     assert doc["unused_justifications"] == [{"path": "/nothing", "line": 2}]
 
 
+def test_json_keeps_names_that_are_not_utf8(run_sluice, tmp_path):
+    # A mount point named in Latin-1 (the kernel writes its bytes as they
+    # are) is still listed with its mount_point, the byte that is not UTF-8
+    # as U+FFFD; so is a justification's reason. Before, json_string()
+    # refused the name and the key vanished from the unjustified mount.
+    mi = tmp_path / "mountinfo"
+    mi.write_bytes(b"22 1 254:1 / / ro - ext4 /dev/vda1 rw\n"
+                   b"23 22 0:30 / /srv/caf\xe9 rw - tmpfs tmp\xe9 rw\n"
+                   b"24 22 0:31 / /srv/ok rw - tmpfs tmpfs rw\n")
+    just = tmp_path / "justify"
+    just.write_bytes(b"/srv/ok: caf\xe9 cache\n")
+    r = run_sluice("audit", "mounts", "--mountinfo", mi, "--justify", just, "--format", "json")
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    assert [m["mount_point"] for m in doc["writable"]] == ["/srv/caf\ufffd", "/srv/ok"]
+    assert doc["writable"][0]["source"] == "tmp\ufffd"
+    assert doc["writable"][0]["justified"] is False
+    assert doc["writable"][1]["reason"] == "caf\ufffd cache"
+    assert doc["unjustified"] == 1
+
+
 def test_nothing_writable(run_sluice, tmp_path):
     mi = write(tmp_path, "mountinfo", "22 1 254:1 / / ro - ext4 /dev/vda1 rw\n")
     r = run_sluice("audit", "mounts", "--mountinfo", mi, "--format", "json")
