@@ -21,6 +21,7 @@
 #include "box/mountinfo.h"
 #include "cli/commands.h"
 #include "util/utf8.h"
+#include "util/xalloc.h"
 
 #define AUDIT_PATH_MAX 4096
 
@@ -95,6 +96,45 @@ static json_t *text_json(const char *s)
     j = json_string(out);
     free(out);
     return j != NULL ? j : json_string("?");
+}
+
+/* A copy of <s> for the text report, each control character (a byte below
+ * 0x20, 0x7f, a C1 control U+0080 to U+009F) and the backslash written as
+ * mountinfo writes them, \ooo: a mount point holding a line end (\012,
+ * which the parser decodes) or a terminal escape cannot write lines of its
+ * own into the report. The caller frees it. */
+static char *shown(const char *s)
+{
+    size_t n = strlen(s), o = 0;
+    char *out = xmalloc(n * 4 + 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i], next = (unsigned char)s[i + 1];
+        bool c1 = c == 0xc2 && next >= 0x80 && next <= 0x9f; /* s[n] is the NUL */
+        if (c >= 0x20 && c != 0x7f && c != '\\' && !c1) {
+            out[o++] = (char)c;
+            continue;
+        }
+        o += (size_t)snprintf(out + o, 5, "\\%03o", c);
+        if (c1)
+            o += (size_t)snprintf(out + o, 5, "\\%03o", (unsigned char)s[++i]);
+    }
+    out[o] = '\0';
+    return out;
+}
+
+/* One writable mount's line of the text report. */
+static void print_mount(const struct mountinfo_entry *e, const struct justify_entry *j)
+{
+    char *mp = shown(e->mount_point), *fs = shown(e->fstype), *src = shown(e->source);
+    char *more = shown(j != NULL ? j->reason : e->mount_opts);
+    if (j != NULL)
+        printf("justified    %s (%s %s): %s\n", mp, fs, src, more);
+    else
+        printf("UNJUSTIFIED  %s (%s %s, %s)\n", mp, fs, src, more);
+    free(mp);
+    free(fs);
+    free(src);
+    free(more);
 }
 
 struct mounts_args {
@@ -242,12 +282,8 @@ static int audit_mounts(int argc, char **argv)
             json_object_set_new(o, "reason", j != NULL ? text_json(j->reason) : json_null());
             json_object_set_new(o, "justify_line", j != NULL ? json_integer(j->line) : json_null());
             json_array_append_new(arr, o);
-        } else if (j != NULL) {
-            printf("justified    %s (%s %s): %s\n", e->mount_point, e->fstype, e->source,
-                   j->reason);
         } else {
-            printf("UNJUSTIFIED  %s (%s %s, %s)\n", e->mount_point, e->fstype, e->source,
-                   e->mount_opts);
+            print_mount(e, j);
         }
     }
     if (a.json) {
@@ -272,9 +308,12 @@ static int audit_mounts(int argc, char **argv)
         json_decref(doc);
     } else {
         for (size_t i = 0; i < just.n; i++)
-            if (!just.v[i].used)
+            if (!just.v[i].used) {
+                char *jp = shown(just.v[i].path);
                 printf("warning: %s:%u: %s is not a writable mount (stale justification?)\n",
-                       a.justify, just.v[i].line, just.v[i].path);
+                       a.justify, just.v[i].line, jp);
+                free(jp);
+            }
         printf("result: %zu mount%s, %zu writable, %zu unjustified\n", mi.n, mi.n == 1 ? "" : "s",
                nwritable, nunjustified);
     }

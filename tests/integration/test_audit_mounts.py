@@ -92,6 +92,27 @@ def test_json_keeps_names_that_are_not_utf8(run_sluice, tmp_path):
     assert doc["unjustified"] == 1
 
 
+def test_text_names_cannot_forge_lines(run_sluice, tmp_path):
+    # A mount point holding a line end (\012 in mountinfo, which anyone can
+    # make in a mount namespace of their own) or a terminal escape is shown
+    # as mountinfo writes it: it cannot add a "justified" line, or a result
+    # line, of its own to the report. The backslash is escaped too, so that
+    # the text stays unambiguous.
+    forged = "/tmp/x\\012justified\\040\\040\\040\\040/etc\\040(ext4\\040/dev/vda1):\\040ok"
+    mi = tmp_path / "mountinfo"
+    mi.write_bytes(b"22 1 254:1 / / ro - ext4 /dev/vda1 rw\n"
+                   b"23 22 0:30 / " + forged.encode() + b" rw - tmpfs tmpfs rw\n"
+                   b"24 22 0:31 / /srv/a\\134b\x1b[2Kc\xc2\x85d rw - tmpfs tmpfs rw\n")
+    r = run_sluice("audit", "mounts", "--mountinfo", mi)
+    assert r.returncode == 1, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 3, lines
+    assert lines[0] == ("UNJUSTIFIED  /tmp/x\\012justified    /etc (ext4 /dev/vda1): ok "
+                        "(tmpfs tmpfs, rw)")
+    assert lines[1] == "UNJUSTIFIED  /srv/a\\134b\\033[2Kc\\302\\205d (tmpfs tmpfs, rw)"
+    assert lines[2] == "result: 3 mounts, 2 writable, 2 unjustified"
+
+
 def test_nothing_writable(run_sluice, tmp_path):
     mi = write(tmp_path, "mountinfo", "22 1 254:1 / / ro - ext4 /dev/vda1 rw\n")
     r = run_sluice("audit", "mounts", "--mountinfo", mi, "--format", "json")
