@@ -206,6 +206,17 @@ static int serve_main(int argc, char **argv)
     size_t nrules = p->nrules;
 
     signal(SIGPIPE, SIG_IGN);
+    /* Held, not lost, until the gateway's handlers are in place: a SIGTERM
+     * while it starts (loading a state store of a million first contacts
+     * takes seconds) stops it as soon as it runs. (One that comes between
+     * the block and the SIG_IGN below is still lost: SIG_IGN discards what
+     * is pending.) */
+    sigset_t stops, mask;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGTERM);
+    sigaddset(&stops, SIGINT);
+    sigaddset(&stops, SIGHUP);
+    sigprocmask(SIG_BLOCK, &stops, &mask);
     /* libevent restores these when the gateway frees its signal events: a
      * second SIGTERM that arrives while the log is being flushed must not
      * kill the process half way through its exit. */
@@ -227,6 +238,7 @@ static int serve_main(int argc, char **argv)
     };
     char err[512];
     struct gateway *gw = gateway_new(&cfg, p, err, sizeof(err));
+    sigprocmask(SIG_SETMASK, &mask, NULL); /* what is pending goes to its handler */
     if (gw == NULL) {
         fprintf(stderr, "sluice serve: %s\n", err);
         free(a);

@@ -3,6 +3,8 @@
 import os
 import signal
 import socket
+import sqlite3
+import subprocess
 import threading
 
 import pytest
@@ -340,3 +342,54 @@ def test_sched_unknown_class_exits_2(run_sluice, net, tmp_path):
                    "--sched", "fifo", timeout=15)
     assert p.returncode == 2, (p.returncode, p.stderr)
     assert "--sched: 'fifo' is not batch or normal" in p.stderr
+
+
+def _fds_name(pid, suffix):
+    try:
+        for fd in os.listdir("/proc/%d/fd" % pid):
+            try:
+                if os.readlink("/proc/%d/fd/%s" % (pid, fd)).endswith(suffix):
+                    return True
+            except OSError:
+                pass
+    except OSError:
+        pass
+    return None
+
+
+def test_sigterm_during_startup_stops(sluice_bin, run_sluice, net, tmp_path):
+    # A state store holding a million first contacts takes a second or more
+    # to load. A SIGTERM that arrives then (a service manager stopping a
+    # gateway that is still starting) stops it once it is up, exit 0;
+    # before, it was ignored and the gateway went on serving.
+    policy = tmp_path / "p.yaml"
+    policy.write_text(policy_yaml(net.policy([api_rule(net)], alerts={"first_contact": True})))
+    state = tmp_path / "state"
+    args = [sluice_bin, "serve", "--policy", str(policy), "--listen", "127.0.0.1:%d" % free_port(),
+            "--log", str(tmp_path / "log.jsonl"), "--state", str(state)]
+    err = tmp_path / "err"
+    with open(err, "wb") as f:  # a first start makes the store
+        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=f)
+    poll(lambda: "serving" in err.read_text() or None, timeout=10, what="the first start")
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(15) == 0, err.read_text()
+    db = sqlite3.connect(str(state / "sluice.db"))
+    with db:
+        db.executemany("INSERT INTO first_contact VALUES(?, ?, 1)",
+                       (("a%d" % (i % 100), "h%d.example.test" % i) for i in range(1000000)))
+    db.close()
+    with open(err, "wb") as f:
+        p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=f)
+    try:
+        poll(lambda: _fds_name(p.pid, "/sluice.db"), timeout=10, interval=0.005,
+             what="the state store to be opened")
+        assert "serving" not in err.read_text()  # still loading it
+        p.send_signal(signal.SIGTERM)
+        rc = p.wait(20)
+    except subprocess.TimeoutExpired:
+        rc = None
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert rc == 0, err.read_text()
