@@ -312,6 +312,7 @@ static int reload_apply(struct gateway *gw, struct policy *p, const char *path)
     gw_policy_unref(gw->current); /* requests in flight keep their reference */
     gw->current = gp;
     quota_configure(gw->quota, p);
+    quota_reshape(gw->quota, p, quota_now()); /* tunnels already open included */
     watch_policy_loaded(gw->watch, p);
     gw->counters.reloads++;
     fprintf(stderr, "sluice: reloaded %zu rule%s from %s\n", p->nrules, p->nrules == 1 ? "" : "s",

@@ -17,6 +17,7 @@
 #define KEY_AGENT             'A'
 #define KEY_RULE              'R'
 #define FLOW_MIN_WAIT_MS      1
+#define FLOW_MAX_WAIT_MS      1000  /* a paused flow looks again at least this often */
 #define DENIED_DEFAULT_PER_MS 60000 /* the detector's period when none is set */
 
 typedef unsigned __int128 u128;
@@ -35,6 +36,7 @@ struct qentry {
     uint64_t used_ns;
     struct spec spec;
     struct bucket req, bw;
+    bool bw_off; /* the policy in force limits no bandwidth here: flows pass it by */
     /* agent entries: quarantine and the denial window */
     uint64_t q_until_ns;
     uint64_t denied_ns; /* monotonic time of the last denial counted; 0: none */
@@ -307,6 +309,7 @@ static void apply_bandwidth(struct qentry *e, const struct rate_spec *rs, uint64
     if (rs->bandwidth != e->spec.bandwidth)
         bucket_reconfigure(&e->bw, rs->bandwidth, 0, NS_PER_S, now);
     e->spec.bandwidth = rs->bandwidth;
+    e->bw_off = false;
 }
 
 static bool limits_requests(const struct rate_spec *rs)
@@ -452,10 +455,16 @@ struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, cons
     return f;
 }
 
+/* True when flow <f> is metered by its entry <i>. */
+static bool flow_meters(const struct quota_flow *f, int i)
+{
+    return f->e[i] != NULL && !f->e[i]->bw_off;
+}
+
 size_t quota_flow_allow(struct quota_flow *f, size_t want, uint64_t now_ns)
 {
     for (int i = 0; i < 2; i++) {
-        if (f->e[i] == NULL)
+        if (!flow_meters(f, i))
             continue;
         uint64_t a = bucket_available(&f->e[i]->bw, now_ns);
         if (a < want)
@@ -468,7 +477,7 @@ size_t quota_flow_allow(struct quota_flow *f, size_t want, uint64_t now_ns)
 void quota_flow_take(struct quota_flow *f, size_t n, uint64_t now_ns)
 {
     for (int i = 0; i < 2; i++)
-        if (f->e[i] != NULL)
+        if (flow_meters(f, i))
             bucket_force(&f->e[i]->bw, n, now_ns);
 }
 
@@ -476,14 +485,14 @@ uint64_t quota_flow_wait_ns(struct quota_flow *f, size_t want, uint64_t now_ns)
 {
     uint64_t chunk = want > 0 ? want : 1, wait = 0;
     for (int i = 0; i < 2; i++) {
-        if (f->e[i] == NULL || bucket_is_off(&f->e[i]->bw))
+        if (!flow_meters(f, i) || bucket_is_off(&f->e[i]->bw))
             continue;
         uint64_t c = f->e[i]->bw.size / 16;
         if (c < chunk)
             chunk = c > 0 ? c : 1;
     }
     for (int i = 0; i < 2; i++) {
-        if (f->e[i] == NULL)
+        if (!flow_meters(f, i))
             continue;
         uint64_t w = bucket_wait_ns(&f->e[i]->bw, chunk, now_ns);
         if (w > wait)
@@ -515,8 +524,8 @@ int quota_flow_pause(struct quota_flow *f, size_t want, uint64_t now_ns, void (*
     uint64_t ms = (quota_flow_wait_ns(f, want, now_ns) + NS_PER_MS - 1) / NS_PER_MS;
     if (ms < FLOW_MIN_WAIT_MS)
         ms = FLOW_MIN_WAIT_MS;
-    if (ms > 3600000)
-        ms = 3600000; /* a bucket refills within its period; bounded anyway */
+    if (ms > FLOW_MAX_WAIT_MS)
+        ms = FLOW_MAX_WAIT_MS; /* a reload may have raised the rate: see it soon */
     struct timeval tv = timeval_of_ms(ms);
     f->cb = cb;
     f->arg = arg;
@@ -541,4 +550,91 @@ void quota_flow_close(struct quota_flow *f)
         if (f->e[i] != NULL && f->e[i]->refs > 0)
             f->e[i]->refs--;
     free(f);
+}
+
+/* --- a reload -------------------------------------------------------------- */
+
+/* A rule's identity, and its rate: quota_reshape()'s index. */
+struct rule_rate {
+    char *id;
+    size_t len;
+    const struct rate_spec *rate;
+};
+
+static int cmp_rule_rate(const void *a, const void *b)
+{
+    const struct rule_rate *x = a, *y = b;
+    if (x->len != y->len)
+        return x->len < y->len ? -1 : 1;
+    return memcmp(x->id, y->id, x->len);
+}
+
+static void free_rule_rates(struct rule_rate *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i].id);
+    free(v);
+}
+
+/* Indexes the rules of <p> that limit bandwidth, by identity, sorted, into
+ * <*out> (NULL when there are none) and <*n>. Returns 0, or -1 when out of
+ * memory. */
+static int index_bandwidth_rules(const struct policy *p, struct rule_rate **out, size_t *n)
+{
+    struct rule_rate *v = NULL;
+    *out = NULL;
+    *n = 0;
+    for (size_t i = 0; i < p->nrules; i++) {
+        const struct rule *r = &p->rules[i];
+        if (!limits_bandwidth(&r->rate))
+            continue;
+        if (v == NULL && (v = calloc(p->nrules, sizeof(*v))) == NULL)
+            return -1;
+        size_t len = quota_rule_identity(r, NULL, 0);
+        char *id = malloc(len + 1);
+        if (id == NULL) {
+            free_rule_rates(v, *n);
+            *n = 0;
+            return -1;
+        }
+        quota_rule_identity(r, id, len + 1);
+        v[(*n)++] = (struct rule_rate){id, len, &r->rate};
+    }
+    if (v != NULL)
+        qsort(v, *n, sizeof(*v), cmp_rule_rate);
+    *out = v;
+    return 0;
+}
+
+/* The rate <p> gives the bandwidth of entry <e>; NULL when none. */
+static const struct rate_spec *entry_bandwidth(const struct qentry *e, const struct policy *p,
+                                               const struct rule_rate *rules, size_t nrules)
+{
+    if (e->key[0] == KEY_AGENT)
+        return limits_bandwidth(&p->limits.rate) ? &p->limits.rate : NULL;
+    size_t skip = 2 + strlen(e->key + 1); /* KEY_RULE, the agent id, NUL */
+    struct rule_rate k = {e->key + skip, e->keylen - skip, NULL};
+    const struct rule_rate *r =
+        nrules > 0 ? bsearch(&k, rules, nrules, sizeof(*rules), cmp_rule_rate) : NULL;
+    return r != NULL ? r->rate : NULL;
+}
+
+void quota_reshape(struct quota *q, const struct policy *p, uint64_t now_ns)
+{
+    struct rule_rate *rules;
+    size_t nrules;
+    if (index_bandwidth_rules(p, &rules, &nrules) < 0)
+        return; /* out of memory: the running uploads keep their rate */
+    for (size_t i = 0; i < NSLOTS; i++) {
+        for (struct qentry *e = q->slots[i]; e != NULL; e = e->next) {
+            if (e->spec.bandwidth == 0)
+                continue; /* no upload was ever shaped here */
+            const struct rate_spec *rs = entry_bandwidth(e, p, rules, nrules);
+            if (rs != NULL)
+                apply_bandwidth(e, rs, now_ns);
+            else
+                e->bw_off = true; /* the bucket is kept, should the limit come back */
+        }
+    }
+    free_rule_rates(rules, nrules);
 }

@@ -62,6 +62,14 @@ void quota_free(struct quota *q);
 /* Takes denied_burst and quarantine from <p> (copied): called when a
  * policy comes into force. Quarantines already running keep their end. */
 void quota_configure(struct quota *q, const struct policy *p);
+/* Brings the bandwidth buckets to the rates of <p> at <now_ns>: called
+ * when a policy comes into force, so that the uploads already running (a
+ * tunnel) are shaped by it from now on, not by the policy they started
+ * under. As for a request bucket, nothing is granted: what a bucket holds
+ * is kept, clamped to its new size. Where <p> limits no bandwidth any
+ * more, the running uploads go unmetered and the bucket is kept as it is,
+ * should a later policy bring the limit back. */
+void quota_reshape(struct quota *q, const struct policy *p, uint64_t now_ns);
 /* CLOCK_MONOTONIC now, in nanoseconds. */
 uint64_t quota_now(void);
 /* Entries tracked (for tests and metrics). */
@@ -108,7 +116,9 @@ void quota_flow_take(struct quota_flow *f, size_t n, uint64_t now_ns);
  * of <want> and a sixteenth of the smallest bucket (at least one byte). */
 uint64_t quota_flow_wait_ns(struct quota_flow *f, size_t want, uint64_t now_ns);
 /* Arms the flow's one-shot timer to call <cb>(<arg>) after
- * quota_flow_wait_ns() (at least 1 ms). Re-arming replaces the previous
+ * quota_flow_wait_ns(), at least 1 ms and at most 1 s (a bucket in debt
+ * may need longer, but a reload may raise its rate meanwhile: the caller
+ * asks again and pauses again if need be). Re-arming replaces the previous
  * call. Returns 0, or -1 (no event base, out of memory). */
 int quota_flow_pause(struct quota_flow *f, size_t want, uint64_t now_ns, void (*cb)(void *arg),
                      void *arg);

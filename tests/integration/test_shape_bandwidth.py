@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from gate_client import api_rule, build_request, connect, open_conn, read_response
+from conftest import policy_yaml
+from gate_client import api_rule, build_request, connect, open_conn, poll, read_response
 from gate_servers import pattern_bytes
 
 KIB = 1024
@@ -289,5 +290,70 @@ def test_tunnel_paused_by_bandwidth_is_not_idle(gateway, net, rest):
         _assert_sink_got(reply, data)
         ev, end = gw.decided(method="CONNECT", timeout=30)
         assert end["bytes_up"] == len(data)
+    finally:
+        sink.stop()
+
+
+def test_reload_reshapes_a_running_tunnel(gateway, net):
+    # A tunnel opened under 1 MiB/s; the policy is reloaded to 1 KiB/s while
+    # it is open, and what the agent sends next goes at the new rate: the
+    # bucket is clamped to 1 KiB, so 4 KiB more take at least 3 s. (Before,
+    # a running upload kept the rate it started under for as long as it
+    # lasted: an operator could not slow down a runaway upload by a reload.)
+    sink = HashSink(SINK_IP)
+    try:
+        def policy(bandwidth):
+            rule = {"host": "sink.example.test", "ports": [sink.port], "tier": 0,
+                    "rate": {"bandwidth": bandwidth}}
+            return net.policy([rule], static_extra={"sink.example.test": SINK_IP})
+        gw = gateway(policy("1MiB/s"))
+        t = connect(gw, "sink.example.test:%d" % sink.port)
+        assert t.status == 200
+        first = b"\0" + pattern_bytes(999)  # neither TLS nor HTTP: the tunnel opens
+        t.sock.sendall(first)
+        time.sleep(1.2)  # past the peek window: the tunnel is open, its flow too
+        gw.write_policy(policy_yaml(policy("1KiB/s")))
+        gw.reload()
+        poll(lambda: "sluice: reloaded " in gw.stderr() or None, timeout=5, what="the reload")
+        rest = pattern_bytes(4 * KIB)
+        t0 = time.monotonic()
+        reply = _send_to_sink(t, [rest])
+        elapsed = time.monotonic() - t0
+        _assert_sink_got(reply, first + rest)
+        assert elapsed >= 2.5, "4 KiB at 1 KiB/s after the reload took only %.2fs" % elapsed
+    finally:
+        sink.stop()
+
+
+def test_reload_speeds_up_a_paused_tunnel(gateway, net):
+    # At 100 B/s the first 1000 bytes (counted at once) put the bucket 900
+    # bytes in debt: the tunnel pauses reading the agent for 9 s and more.
+    # A reload to 1 MiB/s is seen within about a second, not when that
+    # pause ends.
+    sink = HashSink(SINK_IP)
+    try:
+        def policy(bandwidth):
+            rule = {"host": "sink.example.test", "ports": [sink.port], "tier": 0,
+                    "rate": {"bandwidth": bandwidth}}
+            return net.policy([rule], static_extra={"sink.example.test": SINK_IP},
+                              limits={"idle_timeout": "30s"})
+        gw = gateway(policy("100B/s"))
+        t = connect(gw, "sink.example.test:%d" % sink.port)
+        assert t.status == 200
+        first = b"\0" + pattern_bytes(999)
+        t.sock.sendall(first)
+        time.sleep(1.2)  # past the peek window: the tunnel is open
+        more = pattern_bytes(100)
+        t.sock.sendall(more)  # read as the bucket is in debt: the tunnel pauses
+        time.sleep(0.3)
+        gw.write_policy(policy_yaml(policy("1MiB/s")))
+        gw.reload()
+        poll(lambda: "sluice: reloaded " in gw.stderr() or None, timeout=5, what="the reload")
+        rest = pattern_bytes(4 * KIB)
+        t0 = time.monotonic()
+        reply = _send_to_sink(t, [rest])
+        elapsed = time.monotonic() - t0
+        _assert_sink_got(reply, first + more + rest)
+        assert elapsed < 4, "the paused tunnel took %.2fs to see the reload" % elapsed
     finally:
         sink.stop()

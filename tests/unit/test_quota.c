@@ -596,6 +596,65 @@ static void test_flows(void **state)
     quota_free(q);
 }
 
+/* A reload reshapes the uploads already running: a flow opened under
+ * 16000 B/s (agent) and 1600 B/s (rule) follows the reloaded policy's
+ * rates at once, clamped and never granted more; one whose limit is gone
+ * goes unmetered, and the bucket is as it was when the limit comes back. */
+static void test_reload_reshapes_running_flows(void **state)
+{
+    (void)state;
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    struct rule r = make_rule(0, "api.example.test", ports_web, 2);
+    set_rate(&p.limits.rate, 0, 1000, 0, 16000);
+    set_rate(&r.rate, 0, 1000, 0, 1600);
+    p.rules = &r;
+    p.nrules = 1;
+    struct quota *q = quota_new(NULL, NULL, 0);
+    struct quota_flow *f = quota_flow_open(q, &p, "a", &r, 0);
+    assert_non_null(f);
+    assert_int_equal(quota_flow_allow(f, 100000, 0), 1600);
+    /* The reloaded policy: the rule moved (another index, another address)
+     * and down to 400 B/s: the 1600 bytes held are clamped to 400. */
+    struct policy p2;
+    memset(&p2, 0, sizeof(p2));
+    struct rule rules2[2] = {make_rule(0, "other.example.test", ports_web, 2),
+                             make_rule(1, "api.example.test", ports_web, 2)};
+    set_rate(&p2.limits.rate, 0, 1000, 0, 16000);
+    set_rate(&rules2[0].rate, 0, 1000, 0, 100000);
+    set_rate(&rules2[1].rate, 0, 1000, 0, 400);
+    p2.rules = rules2;
+    p2.nrules = 2;
+    quota_reshape(q, &p2, 0);
+    assert_int_equal(quota_flow_allow(f, 100000, 0), 400);
+    quota_flow_take(f, 400, 0);
+    assert_int_equal(quota_flow_allow(f, 100000, 500 * MS), 200); /* refills at 400 B/s */
+    /* Up to 3200 B/s: refills faster, grants nothing at once. */
+    set_rate(&rules2[1].rate, 0, 1000, 0, 3200);
+    quota_reshape(q, &p2, 500 * MS);
+    assert_int_equal(quota_flow_allow(f, 100000, 500 * MS), 200);
+    assert_int_equal(quota_flow_allow(f, 100000, 1 * S), 1800);
+    /* The agent's limit goes down to 1000 B/s: it is the smaller now. */
+    set_rate(&p2.limits.rate, 0, 1000, 0, 1000);
+    quota_reshape(q, &p2, 1 * S);
+    assert_int_equal(quota_flow_allow(f, 100000, 1 * S), 1000);
+    quota_flow_take(f, 1000, 1 * S);
+    /* Both limits taken away: the running flow goes unmetered... */
+    p2.limits.rate.set = false;
+    rules2[1].rate.set = false;
+    quota_reshape(q, &p2, 1 * S);
+    assert_int_equal(quota_flow_allow(f, 100000, 1 * S), 100000);
+    quota_flow_take(f, 100000, 1 * S);
+    /* ...and when they come back, the buckets are where they were: the
+     * agent's empty since 1 s, the unmetered bytes not charged. */
+    p2.limits.rate.set = true;
+    rules2[1].rate.set = true;
+    quota_reshape(q, &p2, 1500 * MS);
+    assert_int_equal(quota_flow_allow(f, 100000, 1500 * MS), 500);
+    quota_flow_close(f);
+    quota_free(q);
+}
+
 static void on_resume(void *arg)
 {
     int *n = arg;
@@ -651,6 +710,7 @@ int main(void)
         cmocka_unit_test(test_event_subscriber),
         cmocka_unit_test(test_trips_with_the_detector),
         cmocka_unit_test(test_flows),
+        cmocka_unit_test(test_reload_reshapes_running_flows),
         cmocka_unit_test(test_flow_pause_timer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
