@@ -288,7 +288,7 @@ const struct command cmd_serve = {
     .synopsis =
         "--policy FILE [--listen ADDR]... [--admin ADDR] [--log FILE|-] [--alerts FILE|-] "
         "[--state DIR] [--max-conns N] [--grace PERIOD] [--sched batch|normal] [--nice N] [--splice] "
-        "[--user USER]",
+        "[--user USER[:GROUP]]",
     .summary = "run the egress gateway (an HTTP proxy) under a policy",
     .help = "  --policy FILE    the policy to enforce (reloaded on SIGHUP)\n"
             "  --listen ADDR    HOST:PORT, [V6]:PORT or unix:/path; repeatable\n"
