@@ -56,6 +56,12 @@ int store_load_contacts(struct store *s, store_contact_fn fn, void *arg);
 int store_load_baselines(struct store *s, store_baseline_fn fn, void *arg);
 int store_load_queue(struct store *s, store_queue_fn fn, void *arg);
 int store_load_counters(struct store *s, store_counter_fn fn, void *arg);
+/* Calls <fn> for the queue rows of webhook <sink> whose id is above
+ * <after>, oldest first, at most <limit> of them: what a sink has room for,
+ * read without going through the rest of the queue. Returns the number of
+ * rows, or -1 on a database error (reported on stderr). */
+int store_load_queue_of(struct store *s, const char *sink, int64_t after, int limit,
+                        store_queue_fn fn, void *arg);
 
 /* Queued writes (committed by store_flush). Strings are copied. Each
  * returns 0, or -1 when out of memory (the write is dropped and counted). */

@@ -519,7 +519,13 @@ static void sweep_row(int64_t id, const char *sink, const char *body, int attemp
 }
 
 /* Every sweep period: alerts kept only in the store (over the memory cap)
- * come back into memory as room frees up; drops are reported. */
+ * come back into memory as room frees up, oldest first; drops are reported.
+ * It reads only the sink's oldest rows, never the whole queue: an agent can
+ * queue hundreds of thousands of alerts while the webhook is down, and
+ * reading them all each minute stalled the loop. Among the sink's first
+ * room + nids + 1 rows at most nids are in memory already, so they hold
+ * the room's worth of others and tell whether more wait (only_stored needs
+ * no more than that: it only says whether to sweep). */
 static void on_sweep(evutil_socket_t fd, short what, void *arg)
 {
     struct webhook *w = arg;
@@ -543,7 +549,8 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
         if (w->q[(w->head + i) % w->cap].id > 0)
             c.ids[c.nids++] = w->q[(w->head + i) % w->cap].id;
     qsort(c.ids, c.nids, sizeof(*c.ids), cmp_id);
-    if (store_load_queue(w->store, sweep_row, &c) >= 0)
+    size_t room = w->t.queue_max - w->len;
+    if (store_load_queue_of(w->store, w->url, 0, (int)(room + c.nids + 1), sweep_row, &c) >= 0)
         w->only_stored = c.left;
     free(c.ids);
 }

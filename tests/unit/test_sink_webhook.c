@@ -9,7 +9,39 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "state/store.h"
+
+/* The queue rows the sink reads from the store, counted on their way to
+ * its callback: the sink's calls are routed here by the macros below. */
+static long rows_read;
+static store_queue_fn counted_fn;
+
+static void count_row(int64_t id, const char *sink, const char *body, int attempts, void *arg)
+{
+    rows_read++;
+    counted_fn(id, sink, body, attempts, arg);
+}
+
+/* Unused by the sink now; kept so that a sweep reading the whole queue
+ * again is counted too. */
+__attribute__((unused)) static int counted_load_queue(struct store *s, store_queue_fn fn, void *arg)
+{
+    counted_fn = fn;
+    return store_load_queue(s, count_row, arg);
+}
+
+static int counted_load_queue_of(struct store *s, const char *sink, int64_t after, int limit,
+                                 store_queue_fn fn, void *arg)
+{
+    counted_fn = fn;
+    return store_load_queue_of(s, sink, after, limit, count_row, arg);
+}
+
+#define store_load_queue    counted_load_queue
+#define store_load_queue_of counted_load_queue_of
 #include "../../src/watch/sink_webhook.c"
+#undef store_load_queue
+#undef store_load_queue_of
 
 #include <event2/listener.h>
 #include <netinet/in.h>
@@ -395,6 +427,65 @@ static void alert_whose_stored_row_was_dropped_is_unstored(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* The sweep brings back the oldest alerts kept only in the store, as many
+ * as there is room for in memory, and reads no more of the queue than
+ * that: 20,000 rows (half another sink's) against room for 8 read at most
+ * 8 + the 2 in memory + 1. It used to read the whole queue, on the loop,
+ * every minute: 250 ms with 500,000 rows. */
+static void sweep_reads_only_what_it_has_room_for(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sluice-hook-XXXXXX", *err = NULL, *warn = NULL, cmd[64];
+    const char *url = "http://127.0.0.1:9/hook";
+    assert_non_null(mkdtemp(dir));
+    struct store *st = store_open(dir, &err, &warn);
+    assert_non_null(st);
+    int64_t first = 0;
+    for (int i = 0; i < 20000; i++) {
+        int64_t id = store_queue_add(st, i % 2 == 0 ? url : "http://127.0.0.1:9/other", "{}");
+        if (i == 0)
+            first = id;
+    }
+    assert_int_equal(store_flush(st), 0);
+    struct event_base *base = event_base_new();
+    struct webhook *w = webhook_new(base, url, st, &err);
+    assert_non_null(w);
+    w->t.queue_max = 10;
+    webhook_adopt(w, first + 2, "{}", 0); /* in memory already: not taken twice */
+    webhook_adopt(w, first + 6, "{}", 0);
+    w->only_stored = 9998;
+    rows_read = 0;
+    on_sweep(-1, 0, w);
+    assert_true(rows_read <= 8 + 2 + 1);
+    assert_int_equal(webhook_queued(w), 10);
+    int64_t want[] = {2, 6, 0, 4, 8, 10, 12, 14, 16, 18};
+    for (size_t i = 0; i < 10; i++)
+        assert_int_equal(w->q[(w->head + i) % w->cap].id, first + want[i]);
+    assert_true(w->only_stored > 0); /* more wait: the next sweep comes back */
+    rows_read = 0;
+    on_sweep(-1, 0, w); /* no room: nothing read */
+    assert_int_equal(rows_read, 0);
+    /* room for all that is left: taken, and nothing more to sweep */
+    webhook_free(w);
+    w = webhook_new(base, "http://127.0.0.1:9/few", st, &err);
+    assert_non_null(w);
+    for (int i = 0; i < 3; i++)
+        store_queue_add(st, "http://127.0.0.1:9/few", "{}");
+    assert_int_equal(store_flush(st), 0);
+    w->t.queue_max = 10;
+    w->only_stored = 3;
+    rows_read = 0;
+    on_sweep(-1, 0, w);
+    assert_int_equal(rows_read, 3);
+    assert_int_equal(webhook_queued(w), 3);
+    assert_int_equal(w->only_stored, 0);
+    webhook_free(w);
+    store_close(st);
+    event_base_free(base);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -406,6 +497,7 @@ int main(void)
         cmocka_unit_test(deadline_due_with_the_answer),
         cmocka_unit_test(free_with_a_request_in_flight),
         cmocka_unit_test(alert_whose_stored_row_was_dropped_is_unstored),
+        cmocka_unit_test(sweep_reads_only_what_it_has_room_for),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -344,6 +344,82 @@ static void one_gateway_per_store(void **state)
     store_close(s);
 }
 
+struct ids {
+    int n;
+    bool other; /* a row of another sink came */
+    int64_t id[16];
+};
+
+static void on_queue_ids(int64_t id, const char *sink, const char *body, int attempts, void *arg)
+{
+    struct ids *s = arg;
+    (void)body;
+    (void)attempts;
+    if (strcmp(sink, "http://a/") != 0)
+        s->other = true;
+    if (s->n < 16)
+        s->id[s->n] = id;
+    s->n++;
+}
+
+/* A webhook's sweep reads only the rows it has room for: the rows of its
+ * sink after a cursor, oldest first, at most <limit>, whatever else the
+ * queue holds (an agent can queue hundreds of thousands of alerts while a
+ * webhook is down; the sweep used to read them all, on the loop). */
+static void queue_rows_of_a_sink_up_to_a_limit(void **state)
+{
+    (void)state;
+    struct store *s = open_ok(dir);
+    int64_t first = 0;
+    for (int i = 0; i < 50000; i++) {
+        int64_t id = store_queue_add(s, i % 2 == 0 ? "http://b/" : "http://a/", "{}");
+        if (i == 1)
+            first = id;
+    }
+    assert_int_equal(store_flush(s), 0);
+    struct ids seen = {0};
+    assert_int_equal(store_load_queue_of(s, "http://a/", 0, 10, on_queue_ids, &seen), 10);
+    assert_int_equal(seen.n, 10); /* read 10 rows, not 50,000 */
+    assert_false(seen.other);
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(seen.id[i], first + 2 * i); /* the oldest, in order */
+    seen = (struct ids){0};
+    assert_int_equal(store_load_queue_of(s, "http://a/", first + 200, 7, on_queue_ids, &seen), 7);
+    assert_int_equal(seen.n, 7);
+    assert_false(seen.other);
+    assert_int_equal(seen.id[0], first + 202); /* after the cursor */
+    assert_int_equal(seen.id[6], first + 214);
+    seen = (struct ids){0};
+    assert_int_equal(store_load_queue_of(s, "http://c/", 0, 10, on_queue_ids, &seen), 0);
+    assert_int_equal(store_load_queue_of(s, "http://a/", 0, 0, on_queue_ids, &seen), 0);
+    assert_int_equal(seen.n, 0);
+    store_close(s);
+    /* a store made before the index gets it at its next open; opened while
+     * another process holds the lock, it opens all the same without */
+    sqlite3 *db = other_connection("DROP INDEX alert_queue_sink; BEGIN EXCLUSIVE");
+    s = open_ok(dir);
+    seen = (struct ids){0};
+    assert_int_equal(store_load_queue_of(s, "http://a/", 0, 3, on_queue_ids, &seen), 3);
+    assert_false(seen.other);
+    assert_int_equal(seen.id[2], first + 4);
+    store_close(s);
+    assert_int_equal(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    s = open_ok(dir);
+    store_close(s);
+    db = other_connection("SELECT 1");
+    sqlite3_stmt *st = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db,
+                                        "SELECT count(*) FROM sqlite_master WHERE type = 'index' "
+                                        "AND name = 'alert_queue_sink'",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(st, 0), 1);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -355,6 +431,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(one_gateway_per_store, setup, teardown),
         cmocka_unit_test_setup_teardown(over_the_cap_the_oldest_tenth_goes, setup, teardown),
         cmocka_unit_test_setup_teardown(a_commit_failing_past_the_lock_backs_off, setup, teardown),
+        cmocka_unit_test_setup_teardown(queue_rows_of_a_sink_up_to_a_limit, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
