@@ -62,6 +62,15 @@ struct store {
      * every tick would take the loop's time. CLOCK_MONOTONIC ms. */
     int64_t retry_at_ms;
     int64_t retry_ms;
+    /* Where in ops the pending OP_BASELINE and OP_COUNTER writes are, by
+     * kind and key (open addressing; a slot holds 1 + the op's position, 0
+     * when empty): a put finds the write to update at once, where a scan of
+     * up to STORE_PENDING_MAX writes per alert made an alert storm against
+     * a locked store quadratic. Cleared when a commit empties ops, rebuilt
+     * when the cap moves them; off (a scan) when out of memory for it. */
+    uint32_t *slots;
+    size_t nslots, nused; /* nslots a power of two, or 0 */
+    bool noindex;
 };
 
 static int commit(struct store *s);
@@ -322,6 +331,7 @@ void store_close(struct store *s)
     for (size_t i = 0; i < s->nops; i++)
         op_free(&s->ops[i]);
     free(s->ops);
+    free(s->slots);
     sqlite3_close(s->db);
     free(s->path);
     close(s->lock_fd); /* releases the lock */
@@ -467,6 +477,104 @@ bool store_queue_lost(const struct store *s, int64_t id)
     return false;
 }
 
+/* ---- the index of coalesced writes ------------------------------------------ */
+
+static bool coalesced(enum op_kind k)
+{
+    return k == OP_BASELINE || k == OP_COUNTER;
+}
+
+/* FNV-1a over the kind and the key. */
+static size_t key_hash(enum op_kind k, const char *key)
+{
+    uint64_t h = 14695981039346656037ull ^ (uint64_t)k;
+    h *= 1099511628211ull;
+    for (const unsigned char *p = (const unsigned char *)key; *p; p++) {
+        h ^= *p;
+        h *= 1099511628211ull;
+    }
+    return (size_t)h;
+}
+
+static void index_add(struct store *s, size_t pos)
+{
+    size_t i = key_hash(s->ops[pos].kind, s->ops[pos].a) & (s->nslots - 1);
+    while (s->slots[i] != 0)
+        i = (i + 1) & (s->nslots - 1);
+    s->slots[i] = (uint32_t)pos + 1;
+    s->nused++;
+}
+
+/* Fills a table of <n> slots from ops. Returns 0, or -1 out of memory
+ * (the old table is kept). */
+static int index_build(struct store *s, size_t n)
+{
+    uint32_t *slots = calloc(n, sizeof(*slots));
+    if (slots == NULL)
+        return -1;
+    free(s->slots);
+    s->slots = slots;
+    s->nslots = n;
+    s->nused = 0;
+    for (size_t i = 0; i < s->nops; i++)
+        if (coalesced(s->ops[i].kind))
+            index_add(s, i);
+    return 0;
+}
+
+static void index_off(struct store *s)
+{
+    free(s->slots);
+    s->slots = NULL;
+    s->nslots = s->nused = 0;
+    s->noindex = true;
+}
+
+/* Notes the write just queued at ops[nops - 1] (at most half the slots
+ * used, so that probes stay short). */
+static void index_note(struct store *s)
+{
+    if (s->noindex)
+        return;
+    if (2 * (s->nused + 1) > s->nslots) {
+        if (index_build(s, s->nslots ? 2 * s->nslots : 64) < 0) {
+            index_off(s);
+            return;
+        }
+        return; /* the build took the new write too */
+    }
+    index_add(s, s->nops - 1);
+}
+
+/* The pending write of kind <k> for <key>, or NULL. */
+static struct op *pending_find(struct store *s, enum op_kind k, const char *key)
+{
+    if (s->noindex) {
+        for (size_t i = s->nops; i-- > 0;)
+            if (s->ops[i].kind == k && strcmp(s->ops[i].a, key) == 0)
+                return &s->ops[i];
+        return NULL;
+    }
+    if (s->nslots == 0)
+        return NULL;
+    for (size_t i = key_hash(k, key) & (s->nslots - 1); s->slots[i] != 0;
+         i = (i + 1) & (s->nslots - 1)) {
+        struct op *o = &s->ops[s->slots[i] - 1];
+        if (o->kind == k && strcmp(o->a, key) == 0)
+            return o;
+    }
+    return NULL;
+}
+
+/* After a commit emptied ops: no table (the next put makes a small one, so
+ * that a storm's table is not kept, nor cleared at every commit), and the
+ * index back on. */
+static void index_clear(struct store *s)
+{
+    index_off(s);
+    s->noindex = false;
+}
+
 static struct op *push(struct store *s)
 {
     if (s->nops >= STORE_PENDING_MAX) {
@@ -482,6 +590,8 @@ static struct op *push(struct store *s)
         memmove(s->ops, s->ops + drop, (s->nops - drop) * sizeof(*s->ops));
         s->nops -= drop;
         s->dropped += drop;
+        if (s->nslots > 0 && index_build(s, s->nslots) < 0) /* every position moved */
+            index_off(s);
     }
     if (s->nops == s->cap) {
         size_t nc = s->cap ? s->cap * 2 : 64;
@@ -525,32 +635,38 @@ int store_put_contact(struct store *s, const char *agent, const char *host, int6
 int store_put_baseline(struct store *s, const char *agent, const struct store_baseline *b)
 {
     /* Only the latest value of an agent's baseline matters. */
-    for (size_t i = s->nops; i-- > 0;)
-        if (s->ops[i].kind == OP_BASELINE && strcmp(s->ops[i].a, agent) == 0) {
-            s->ops[i].bl = *b;
-            return 0;
-        }
-    struct op *o = push(s);
+    struct op *o = pending_find(s, OP_BASELINE, agent);
+    if (o != NULL) {
+        o->bl = *b;
+        return 0;
+    }
+    o = push(s);
     if (o == NULL)
         return -1;
     o->kind = OP_BASELINE;
     o->bl = *b;
-    return commit_op(s, o, strdup(agent), NULL, true, false);
+    if (commit_op(s, o, strdup(agent), NULL, true, false) < 0)
+        return -1;
+    index_note(s);
+    return 0;
 }
 
 int store_put_counter(struct store *s, const char *name, uint64_t value)
 {
-    for (size_t i = s->nops; i-- > 0;)
-        if (s->ops[i].kind == OP_COUNTER && strcmp(s->ops[i].a, name) == 0) {
-            s->ops[i].n = (int64_t)value;
-            return 0;
-        }
-    struct op *o = push(s);
+    struct op *o = pending_find(s, OP_COUNTER, name);
+    if (o != NULL) {
+        o->n = (int64_t)value;
+        return 0;
+    }
+    o = push(s);
     if (o == NULL)
         return -1;
     o->kind = OP_COUNTER;
     o->n = (int64_t)value;
-    return commit_op(s, o, strdup(name), NULL, true, false);
+    if (commit_op(s, o, strdup(name), NULL, true, false) < 0)
+        return -1;
+    index_note(s);
+    return 0;
 }
 
 int64_t store_queue_add(struct store *s, const char *sink, const char *body)
@@ -724,6 +840,7 @@ out:
         for (size_t i = 0; i < s->nops; i++)
             op_free(&s->ops[i]);
         s->nops = 0;
+        index_clear(s);
     }
     for (size_t i = 0; i < sizeof(cache) / sizeof(cache[0]); i++)
         sqlite3_finalize(cache[i]);
