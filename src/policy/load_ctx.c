@@ -234,6 +234,11 @@ int load_get_bool(struct load_ctx *c, const struct ynode *n, bool *out)
     return -1;
 }
 
+/* The longest period a policy may give: 87600h (3650 days, as for
+ * expiry_warn_days). The watch adds periods to clocks in milliseconds,
+ * which one of billions of hours overflowed. */
+#define PERIOD_MAX_MS (3650ull * 24 * 3600 * 1000)
+
 /* A period; <min_ms> is 0 or 1 ("greater than 0") or a larger floor. */
 int load_get_period(struct load_ctx *c, const struct ynode *n, uint64_t min_ms, uint64_t *out)
 {
@@ -250,6 +255,10 @@ int load_get_period(struct load_ctx *c, const struct ynode *n, uint64_t min_ms, 
             load_err(c, n->line, "must be greater than 0");
         else
             load_err(c, n->line, "must be at least %" PRIu64 "s", min_ms / 1000);
+        return -1;
+    }
+    if (ms > PERIOD_MAX_MS) {
+        load_err(c, n->line, "%s is too long (at most 87600h, 3650 days)", load_show(c, s));
         return -1;
     }
     *out = ms;

@@ -420,7 +420,10 @@ static void baseline_roll(struct detectors *d, struct agent_state *a, int64_t no
 
 static bool baseline_warm(const struct detectors *d, const struct agent_state *a, int64_t now_ms)
 {
-    return a->bl_known && now_ms - a->bl.since_ms >= (int64_t)d->cfg.baseline.learn_ms &&
+    /* since_ms >= 0 (a stored row with a negative one is relearned): no overflow;
+     * compared unsigned, so that no learn_ms turns negative */
+    return a->bl_known && now_ms >= a->bl.since_ms &&
+           (uint64_t)(now_ms - a->bl.since_ms) >= d->cfg.baseline.learn_ms &&
            a->bl.minute > a->bl.since_ms / MINUTE_MS;
 }
 

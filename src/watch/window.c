@@ -175,6 +175,17 @@ static struct fold_entry *entry_for(struct fold *f, const struct alert *a, enum 
     return NULL; /* every kind has its entry: not reached */
 }
 
+/* <now_ms> + <period_ms>, at most INT64_MAX (the loader caps periods at
+ * 3650 days; this holds whatever a caller passes). */
+static int64_t period_end(int64_t now_ms, uint64_t period_ms)
+{
+    if (now_ms >= 0 && period_ms > (uint64_t)(INT64_MAX - now_ms))
+        return INT64_MAX;
+    if (now_ms < 0 && period_ms > (uint64_t)INT64_MAX)
+        return now_ms + INT64_MAX; /* a clock before 1970: still no overflow */
+    return now_ms + (int64_t)period_ms;
+}
+
 bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int64_t now_ms,
                 uint64_t period_ms, fold_emit_fn fn, void *arg)
 {
@@ -199,7 +210,7 @@ bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int
          * are summarised now, then this alert opens the next period. */
         if (e->repeats > 0)
             summarise(e, now_ms, fn, arg);
-        e->until_ms = now_ms + (int64_t)period_ms;
+        e->until_ms = period_end(now_ms, period_ms);
         e->period_ms = period_ms;
         return true;
     }
@@ -223,7 +234,7 @@ bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int
     }
     e->kind = a->kind;
     e->level = level;
-    e->until_ms = now_ms + (int64_t)period_ms;
+    e->until_ms = period_end(now_ms, period_ms);
     e->period_ms = period_ms;
     f->n++;
     f->at[level]++;
@@ -256,7 +267,7 @@ static void summarise(struct fold_entry *e, int64_t now_ms, fold_emit_fn fn, voi
         .count = e->repeats,
     };
     e->repeats = 0;
-    e->until_ms = now_ms + (int64_t)e->period_ms;
+    e->until_ms = period_end(now_ms, e->period_ms);
     fn(&s, arg);
     entry_clear_last(e);
 }

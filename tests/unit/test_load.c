@@ -360,6 +360,19 @@ static void test_defaults(void **state)
     policy_free(p);
 }
 
+/* The longest period loads: 87600h, written in any unit. */
+static void test_longest_period(void **state)
+{
+    (void)state;
+    struct policy *p = expect_clean(V R "alerts:\n  baseline: {factor: 2, learn: 87600h}\n"
+                                        "  write_burst: {max: 1, per: 5256000m}\n"
+                                        "  denied_burst: {max: 1, per: 315360000s}\n");
+    assert_int_equal(p->alerts.baseline.learn_ms, 87600ull * 3600 * 1000);
+    assert_int_equal(p->alerts.write_burst.per_ms, 87600ull * 3600 * 1000);
+    assert_int_equal(p->alerts.denied_burst.per_ms, 87600ull * 3600 * 1000);
+    policy_free(p);
+}
+
 static void test_network_and_days(void **state)
 {
     (void)state;
@@ -1283,6 +1296,21 @@ static void test_alert_errors(void **state)
          "p.yaml:5: alerts.baseline.floor: expected an integer, got 'x'"},
         {V R "alerts: {expiry_warn_days: 3651}\n",
          "p.yaml:5: alerts.expiry_warn_days: 3651 is too large (at most 3650)"},
+        /* periods: at most 87600h (3650 days); the watch adds them to clocks
+         * in ms, which 2.5 billion hours overflowed */
+        {V R "alerts: {baseline: {factor: 2, learn: 3000000000h}}\n",
+         "p.yaml:5: alerts.baseline.learn: 3000000000h is too long (at most 87600h, 3650 days)"},
+        {V R "alerts: {write_burst: {max: 1, per: 87601h}}\n",
+         "p.yaml:5: alerts.write_burst.per: 87601h is too long (at most 87600h, 3650 days)"},
+        {V R "alerts: {denied_burst: {max: 1, per: 5256000001s}}\n",
+         "p.yaml:5: alerts.denied_burst.per: 5256000001s is too long (at most 87600h, 3650 "
+         "days)"},
+        {V R "limits: {quarantine: 5256001m}\n",
+         "p.yaml:5: limits.quarantine: 5256001m is too long (at most 87600h, 3650 days)"},
+        {V R "limits: {idle_timeout: 87601h}\n",
+         "p.yaml:5: limits.idle_timeout: 87601h is too long (at most 87600h, 3650 days)"},
+        {V R "limits: {rate: {requests: 1, per: 87601h}}\n",
+         "p.yaml:5: limits.rate.per: 87601h is too long (at most 87600h, 3650 days)"},
         {V R "alerts: {sinks: {exec: /bin/true}}\n", "p.yaml:5: alerts.sinks: expected a list"},
         {V R "alerts: {sinks: [/bin/true]}\n",
          "p.yaml:5: alerts.sinks[0]: expected a mapping with one key, exec or webhook"},
@@ -1375,6 +1403,7 @@ int main(void)
         cmocka_unit_test(test_spec_example),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_network_and_days),
+        cmocka_unit_test(test_longest_period),
         cmocka_unit_test(test_quoted_scalars_stay_strings),
         cmocka_unit_test(test_rule_agents_sorted),
         cmocka_unit_test(test_file),

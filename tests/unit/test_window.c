@@ -111,6 +111,31 @@ static void fold_one_line_per_period(void **state)
     fold_free(&f);
 }
 
+/* A period too long for the clock (the loader refuses over 3650 days;
+ * the fold holds whatever it is given) ends at the end of time, without
+ * overflowing: it folds the repeats that follow. */
+static void fold_period_past_the_clock(void **state)
+{
+    (void)state;
+    struct fold f;
+    struct got g = {0};
+    struct alert a = {.kind = ALERT_WRITE_BURST, .agent = "ci", .host = "x.test", .detail = "d1"};
+    int64_t now = 1764600000000; /* 2025-12 */
+    fold_init(&f);
+    assert_true(fold_admit(&f, &a, NULL, now, INT64_MAX, collect, &g)); /* signed overflow */
+    assert_false(fold_admit(&f, &a, NULL, now + 1, INT64_MAX, collect, &g));
+    fold_free(&f);
+    fold_init(&f);
+    assert_true(fold_admit(&f, &a, NULL, now, UINT64_MAX, collect, &g));
+    assert_false(fold_admit(&f, &a, NULL, now + 1, UINT64_MAX, collect, &g));
+    assert_int_equal(fold_expire(&f, INT64_MAX - 1, collect, &g), 0);
+    fold_free(&f);
+    fold_init(&f);
+    assert_true(fold_admit(&f, &a, NULL, -5, UINT64_MAX, collect, &g)); /* a clock before 1970 */
+    assert_false(fold_admit(&f, &a, NULL, INT64_MAX - 6, UINT64_MAX, collect, &g));
+    fold_free(&f);
+}
+
 static void fold_keys_and_zero_period(void **state)
 {
     (void)state;
@@ -310,6 +335,7 @@ int main(void)
         cmocka_unit_test(window_edges),
         cmocka_unit_test(fold_one_line_per_period),
         cmocka_unit_test(fold_keys_and_zero_period),
+        cmocka_unit_test(fold_period_past_the_clock),
         cmocka_unit_test(fold_steady_stream_summarised_per_period),
         cmocka_unit_test(fold_table_spills_when_full),
         cmocka_unit_test(fold_matches_a_plain_model),
