@@ -45,13 +45,43 @@ static bool starts_http(const char *w, size_t n)
 enum line_kind {
     LINE_NEED_MORE,
     LINE_NOT_HTTP,
-    LINE_HTTP1, /* ends in HTTP/1.0 or HTTP/1.1 */
+    LINE_HTTP1,      /* ends in HTTP/1.0 or HTTP/1.1 */
+    LINE_HTTP09_ABS, /* HTTP/0.9 with an absolute-form target: "GET http://h/" */
     LINE_OTHER_VERSION,
 };
 
+/* A byte of a URI scheme (RFC 3986 3.1): a letter first, then letters,
+ * digits, '+', '-' and '.'. */
+static bool is_scheme_char(unsigned char c, bool first)
+{
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))
+        return true;
+    return !first && ((c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.');
+}
+
+/* True when the <n> bytes at <w> are an absolute-form request target: a
+ * scheme, whatever it is (nginx takes any), then "://". */
+static bool absolute_form(const char *w, size_t n)
+{
+    size_t i = 0;
+    while (i < n && is_scheme_char((unsigned char)w[i], i == 0))
+        i++;
+    return i > 0 && n - i >= 3 && memcmp(w + i, "://", 3) == 0;
+}
+
+/* True when the bytes from <from> to <to> are all whitespace. */
+static bool only_ws(const char *buf, size_t from, size_t to)
+{
+    for (size_t i = from; i < to; i++)
+        if (!is_ws((unsigned char)buf[i]))
+            return false;
+    return true;
+}
+
 /* Classifies the first line of <buf> (<len> bytes, leading empty lines
- * already skipped). */
-static enum line_kind first_line(const char *buf, size_t len)
+ * already skipped). On LINE_HTTP09_ABS sets <*target> and <*tlen> to the
+ * request target. */
+static enum line_kind first_line(const char *buf, size_t len, const char **target, size_t *tlen)
 {
     size_t j = 0;
     while (j < len && is_tchar((unsigned char)buf[j]))
@@ -76,8 +106,16 @@ static enum line_kind first_line(const char *buf, size_t len)
         w--;
     const char *word = buf + w;
     size_t n = e - w;
-    if (!starts_http(word, n))
-        return LINE_NOT_HTTP;
+    if (!starts_http(word, n)) {
+        /* HTTP/0.9 ("GET target", no version) carries no Host, but an
+         * absolute-form target picks the site all the same: nginx serves
+         * "GET http://other/" from other's virtual host. */
+        if (!only_ws(buf, j, w) || !absolute_form(word, n))
+            return LINE_NOT_HTTP;
+        *target = word;
+        *tlen = n;
+        return LINE_HTTP09_ABS;
+    }
     if (n == 8 && (memcmp(word, "HTTP/1.0", 8) == 0 || memcmp(word, "HTTP/1.1", 8) == 0))
         return LINE_HTTP1;
     return LINE_OTHER_VERSION;
@@ -90,6 +128,31 @@ static bool same_host(const char *s, size_t len, const struct host *target)
     if (host_normalise(s, len, &h, &ignored) < 0)
         return false;
     return h.kind == target->kind && strcmp(h.name, target->name) == 0;
+}
+
+/* Checks the authority of the absolute-form target <t> (<len> bytes) of an
+ * HTTP/0.9 request line against <target>:<port>, as http1.c's parse of a
+ * later version's would be (userinfo is refused). */
+static enum peek_http_result judge_simple(const char *t, size_t len, const struct host *target,
+                                          uint16_t port, const char **why)
+{
+    const char *a = (const char *)memchr(t, ':', len) + 3; /* past "://" */
+    size_t alen = 0, left = len - (size_t)(a - t);
+    while (alen < left && a[alen] != '/' && a[alen] != '?' && a[alen] != '#')
+        alen++;
+    const char *h;
+    size_t hlen;
+    uint16_t hport;
+    if (memchr(a, '@', alen) != NULL || http1_split_host(a, alen, &h, &hlen, &hport) < 0 ||
+        !same_host(h, hlen, target)) {
+        *why = "the request target names another host";
+        return PEEK_HTTP_MISMATCH;
+    }
+    if (hport != 0 && hport != port) {
+        *why = "the request target names another port";
+        return PEEK_HTTP_MISMATCH;
+    }
+    return PEEK_HTTP_MATCH;
 }
 
 /* Checks the parsed head <req> against <target>:<port>. */
@@ -133,10 +196,14 @@ enum peek_http_result peek_http_judge(const char *buf, size_t len, size_t max_he
      * then refused by http1.c, not passed). */
     while (i < lim && (buf[i] == '\r' || buf[i] == '\n' || is_ws((unsigned char)buf[i])))
         i++;
-    enum line_kind k = i < lim ? first_line(buf + i, lim - i) : LINE_NEED_MORE;
+    const char *t = NULL;
+    size_t tlen = 0;
+    enum line_kind k = i < lim ? first_line(buf + i, lim - i, &t, &tlen) : LINE_NEED_MORE;
     switch (k) {
     case LINE_NOT_HTTP:
         return PEEK_HTTP_NOT_HTTP;
+    case LINE_HTTP09_ABS:
+        return judge_simple(t, tlen, target, port, why);
     case LINE_OTHER_VERSION:
         *why = "an HTTP version other than 1.0 and 1.1";
         return PEEK_HTTP_MISMATCH;

@@ -24,8 +24,12 @@
  *    control byte than HT, VT, FF and CR, or DEL) is NOT_HTTP;
  *  - a complete first line (up to its LF) whose last whitespace-separated
  *    word, trailing whitespace and CR ignored, does not start with "HTTP/"
- *    (any case) is NOT_HTTP (another text protocol, or an HTTP/0.9 request,
- *    which carries no Host). One whose last word is "HTTP/1.0" or
+ *    (any case) is NOT_HTTP (another text protocol, or an HTTP/0.9 request
+ *    such as "GET /", which carries no Host), except an HTTP/0.9 request
+ *    line whose one word after the method is an absolute-form target (a
+ *    scheme and "://": "GET http://h/", which nginx serves from
+ *    h's virtual host): its host and port are checked as an absolute-form
+ *    target's are below (userinfo is MISMATCH). One whose last word is "HTTP/1.0" or
  *    "HTTP/1.1" is an HTTP/1.x request head, checked below; any other
  *    "HTTP/" word ("HTTP/1.2", which nginx and Go serve as 1.x, "http/1.1",
  *    "HTTP/2.0" of the h2c preface, whose authority is HPACK-coded) cannot

@@ -1174,6 +1174,11 @@ _MISMATCHED_HEADS = [
     ("absolute_other_host", b"GET http://evil.example.test/ HTTP/1.1\r\n"
                             b"Host: api.example.test\r\n\r\n"),
     ("absolute_other_host_v10", b"GET http://evil.example.test/ HTTP/1.0\r\n\r\n"),
+    # HTTP/0.9 has no Host, but nginx serves an absolute-form
+    # target from that host's virtual server (the empty line only makes the
+    # api upstream, Python's, answer at once when the line gets through)
+    ("absolute_other_host_v09", b"GET http://evil.example.test/\r\n\r\n"),
+    ("absolute_other_port_v09", b"GET http://api.example.test:1/\r\n\r\n"),
     ("absolute_other_port", b"GET http://api.example.test:1/ HTTP/1.1\r\n"
                             b"Host: api.example.test\r\n\r\n"),
     ("connect_other_host", b"CONNECT evil.example.test:443 HTTP/1.1\r\n"
@@ -1231,7 +1236,8 @@ def test_tunnel_http_target_host_allowed(gateway, net, host):
     b"Connection: close\r\n\r\n",
     b"GET http://API.example.test./inner HTTP/1.0\r\n\r\n",
     b"GET /inner HTTP/1.0\r\n\r\n",
-], ids=["absolute", "absolute_v10_no_host", "v10_no_host"])
+    b"GET http://api.example.test:%(port)d/inner\r\n\r\n",
+], ids=["absolute", "absolute_v10_no_host", "v10_no_host", "absolute_v09"])
 def test_tunnel_http_other_forms_allowed(gateway, net, head):
     # an absolute-form target naming the target, and HTTP/1.0 without Host
     gw = gateway(net.policy([api_rule(net)]))
