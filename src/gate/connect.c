@@ -292,8 +292,6 @@ static enum peek_verdict peek_judge(const struct conn *c, const char *buf, size_
     char name[SNI_NAME_MAX + 1];
     size_t nlen = 0, skip = 0, hello_len = 0;
     bool encrypted = false;
-    struct host h;
-    const char *why;
     if (c->hello_retried) {
         /* The server waits for a ClientHello, which a change_cipher_spec
          * record may precede (RFC 8446 D.4): nothing else passes. */
@@ -320,9 +318,7 @@ static enum peek_verdict peek_judge(const struct conn *c, const char *buf, size_
     case SNI_NEED_MORE:
         return final ? PEEK_REFUSE : PEEK_WAIT;
     case SNI_FOUND:
-        if (host_normalise(name, nlen, &h, &why) < 0)
-            return PEEK_REFUSE;
-        if (h.kind != c->ex.target.kind || strcmp(h.name, c->ex.target.name) != 0)
+        if (!host_sent_names(name, nlen, &c->ex.target))
             return PEEK_REFUSE;
         return hello_verdict(c, encrypted);
     case SNI_MALFORMED:

@@ -121,15 +121,6 @@ static enum line_kind first_line(const char *buf, size_t len, const char **targe
     return LINE_OTHER_VERSION;
 }
 
-static bool same_host(const char *s, size_t len, const struct host *target)
-{
-    struct host h;
-    const char *ignored;
-    if (host_normalise(s, len, &h, &ignored) < 0)
-        return false;
-    return h.kind == target->kind && strcmp(h.name, target->name) == 0;
-}
-
 /* Checks the authority of the absolute-form target <t> (<len> bytes) of an
  * HTTP/0.9 request line against <target>:<port>, as http1.c's parse of a
  * later version's would be (userinfo is refused). */
@@ -144,7 +135,7 @@ static enum peek_http_result judge_simple(const char *t, size_t len, const struc
     size_t hlen;
     uint16_t hport;
     if (memchr(a, '@', alen) != NULL || http1_split_host(a, alen, &h, &hlen, &hport) < 0 ||
-        !same_host(h, hlen, target)) {
+        !host_sent_names(h, hlen, target)) {
         *why = "the request target names another host";
         return PEEK_HTTP_MISMATCH;
     }
@@ -160,7 +151,7 @@ static enum peek_http_result judge_head(const struct http_request *req, const st
                                         uint16_t port, const char **why)
 {
     if (req->form == TARGET_ABSOLUTE || req->form == TARGET_AUTHORITY) {
-        if (!same_host(req->host, strlen(req->host), target)) {
+        if (!host_sent_names(req->host, strlen(req->host), target)) {
             *why = "the request target names another host";
             return PEEK_HTTP_MISMATCH;
         }
@@ -175,7 +166,7 @@ static enum peek_http_result judge_head(const struct http_request *req, const st
     size_t hlen;
     uint16_t hport;
     if (http1_split_host(req->host_header, req->host_header_len, &h, &hlen, &hport) < 0 ||
-        !same_host(h, hlen, target)) {
+        !host_sent_names(h, hlen, target)) {
         *why = "the Host header names another host";
         return PEEK_HTTP_MISMATCH;
     }

@@ -42,8 +42,9 @@
  * and Transfer-Encoding, an https:// target, ...) is MISMATCH: the host it
  * names could not be told. A head must be complete within <max_head>
  * bytes. Then the Host header (when there is one) and an absolute-form or
- * authority-form target must name the target after host_normalise()
- * (policy/host.h), and a port they carry must be the target's port (a
+ * authority-form target must name the target as host_sent_names()
+ * (policy/host.h) tells (after host_normalise(), and in ASCII: a server
+ * looks its sites up by the bytes it got), and a port they carry must be the target's port (a
  * Host or absolute-form target without a port is accepted); HTTP/1.0
  * without Host, with an origin-form target, is MATCH. Pure apart from
  * host_normalise(): no allocation, no sockets. */

@@ -204,6 +204,18 @@ err:
     return -1;
 }
 
+bool host_sent_names(const char *s, size_t len, const struct host *target)
+{
+    struct host h;
+    const char *why;
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)s[i] >= 0x80)
+            return false;
+    if (host_normalise(s, len, &h, &why) < 0)
+        return false;
+    return h.kind == target->kind && strcmp(h.name, target->name) == 0;
+}
+
 int host_pattern_parse(const char *s, struct host_pattern *out, const char **why)
 {
     struct host h;

@@ -34,6 +34,14 @@ struct host {
  * ("empty label", "invalid IP literal", ...). */
 int host_normalise(const char *s, size_t len, struct host *out, const char **why);
 
+/* True when the host <s> (<len> bytes, hostile) that a client sends a server
+ * (a Host header, a request target, a TLS server_name) names <target>: it
+ * normalises to <target> and is ASCII. A server looks its sites up by the
+ * bytes it got, without IDNA's mapping: to nginx "\uff41pi.example.com"
+ * (a full-width "a") or a name with a soft hyphen in it is another host,
+ * which its *.example.com site takes, not api.example.com. */
+bool host_sent_names(const char *s, size_t len, const struct host *target);
+
 enum pattern_kind {
     PATTERN_EXACT,    /* "api.github.com" */
     PATTERN_WILDCARD, /* "*.github.com": one or more labels below the suffix */

@@ -651,6 +651,23 @@ def test_sni_malformed_hello_refused(gateway, net):
         t.close()
 
 
+@pytest.mark.parametrize("name", ["\uff54ls.example.test", "t\u00adls.example.test",
+                                  "tls\u200b.example.test"],
+                         ids=["full_width_t", "soft_hyphen", "zero_width_space"])
+def test_sni_unicode_spelling_of_the_target_refused(gateway, net, name):
+    # a server_name that IDNA maps to the target is another host to a
+    # server, which looks its sites up by the bytes it got (nginx serves
+    # "\uff54ls.example.test" from a *.example.test site, not the target's)
+    gw = gateway(net.policy([tls_rule(net)]))
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    try:
+        assert t.status == 200
+        t.sock.sendall(_hello_record(name))
+        _assert_refused(gw, t)
+    finally:
+        t.close()
+
+
 def test_sni_hello_without_name_allowed(gateway, net):
     # a complete ClientHello without server_name: let through, bytes intact
     rules = [{"host": "banner.example.test", "ports": [net.banner.port], "tier": 2}]
@@ -1189,6 +1206,11 @@ _MISMATCHED_HEADS = [
     ("bare_lf", b"GET / HTTP/1.1\nHost: evil.example.test\n\n"),
     ("version_1_2", b"GET / HTTP/1.2\r\nHost: evil.example.test\r\n\r\n"),
     ("host_userinfo", b"GET / HTTP/1.1\r\nHost: api.example.test@evil.example.test\r\n\r\n"),
+    # spellings IDNA maps to the target: another host to the server, whose
+    # wildcard site takes them (nginx looks sites up by the bytes it got)
+    ("host_full_width", "GET / HTTP/1.1\r\nHost: \uff41pi.example.test\r\n\r\n".encode()),
+    ("host_soft_hyphen", "GET / HTTP/1.1\r\nHost: a\u00adpi.example.test\r\n\r\n".encode()),
+    ("absolute_full_width_v09", "GET http://\uff41pi.example.test/\r\n\r\n".encode()),
     ("obs_fold", b"GET / HTTP/1.1\r\nHost: evil.example.test\r\nX: a\r\n b\r\n\r\n"),
 ]
 

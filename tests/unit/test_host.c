@@ -244,6 +244,32 @@ static void test_same_host(void **state)
     }
 }
 
+static void test_sent_names(void **state)
+{
+    (void)state;
+    struct host t, ip;
+    const char *why;
+    assert_int_equal(host_normalise("api.example.com", 15, &t, &why), 0);
+    assert_int_equal(host_normalise("127.0.0.1", 9, &ip, &why), 0);
+    /* What a server takes for the target: its name in any case, one
+     * trailing dot. */
+    static const char *const same[] = {"api.example.com", "API.Example.COM", "api.example.com."};
+    for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++)
+        assert_true(host_sent_names(same[i], strlen(same[i]), &t));
+    /* Spellings IDNA maps to it are other hosts to a server (it looks its
+     * sites up by the bytes it got), and so are names that are not it. */
+    static const char *const other[] = {
+        "\xef\xbd\x81pi.example.com",  /* full-width a */
+        "a\xc2\xadpi.example.com",     /* soft hyphen */
+        "api\xe2\x80\x8b.example.com", /* zero-width space */
+        "api.example.com.evil.test",   "api.example", "", "127.0.0.1",
+    };
+    for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++)
+        assert_false(host_sent_names(other[i], strlen(other[i]), &t));
+    assert_true(host_sent_names("127.0.0.1", 9, &ip));
+    assert_false(host_sent_names("api.example.com", 15, &ip));
+}
+
 static void expect_pattern(const char *in, enum pattern_kind kind, const char *want)
 {
     struct host_pattern p;
@@ -363,7 +389,7 @@ int main(void)
         cmocka_unit_test(test_names),           cmocka_unit_test(test_idna),
         cmocka_unit_test(test_ip_literals),     cmocka_unit_test(test_errors),
         cmocka_unit_test(test_same_host),       cmocka_unit_test(test_pattern_parse),
-        cmocka_unit_test(test_pattern_matches),
+        cmocka_unit_test(test_pattern_matches), cmocka_unit_test(test_sent_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -136,6 +136,11 @@ static void test_mismatching_hosts(void **state)
         "GET http://api.example.test@evil.example.test/\r\n",
         "GET http:///\r\n",
         "GET\thttp://evil.example.test/\t\r\n",
+        /* spellings IDNA maps to the target: another host to a server */
+        "GET / HTTP/1.1\r\nHost: \xef\xbd\x81pi.example.test\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: a\xc2\xadpi.example.test\r\n\r\n",
+        "GET / HTTP/1.0\r\nHost: api.example.test\xe3\x80\x82\r\n\r\n",
+        "GET http://\xef\xbd\x81pi.example.test/\r\n",
         "GET / HTTP/1.1\r\n\r\n",
         "GET / HTTP/1.1\r\nAccept: */*\r\n\r\n",
         "\r\nGET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
