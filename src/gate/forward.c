@@ -72,14 +72,14 @@ enum deny_reason forward_prepare(struct conn *c, const struct http_request *req,
     const char *h;
     size_t hlen;
     uint16_t port;
-    struct host hh;
-    const char *ignored;
+    /* The Host header goes upstream as it came: it must be the target's
+     * name as the origin will read it (host_sent_names()). */
     if (http1_split_host(req->host_header, req->host_header_len, &h, &hlen, &port) < 0 ||
-        host_normalise(h, hlen, &hh, &ignored) < 0)
+        !host_sent_names(h, hlen, &ex->target))
         return REASON_HOST_MISMATCH;
     if (port == 0)
         port = 80;
-    if (hh.kind != ex->target.kind || strcmp(hh.name, ex->target.name) != 0 || port != ex->port)
+    if (port != ex->port)
         return REASON_HOST_MISMATCH;
     return REASON_NONE;
 }

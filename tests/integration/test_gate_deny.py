@@ -103,8 +103,14 @@ def test_host_mismatch_other_host(gateway, net):
                   agent="default", tier=ANY, rule=ANY, owner=ANY, ip=None)
 
 
-@pytest.mark.parametrize("hostval", ["api.example.test:{other}", "api.example.test",
-                                     "api.example.test.evil.test:{api}"])
+@pytest.mark.parametrize("hostval", [
+    "api.example.test:{other}", "api.example.test", "api.example.test.evil.test:{api}",
+    # spellings IDNA maps to the target, sent as UTF-8: another host to an
+    # origin, which looks its sites up by the bytes it got (nginx serves
+    # them from its *.example.test site)
+    "\uff41pi.example.test:{api}".encode().decode("latin-1"),
+    "a\u00adpi.example.test:{api}".encode().decode("latin-1"),
+], ids=["other_port", "default_port", "suffix", "full_width", "soft_hyphen"])
 def test_host_mismatch_port_or_suffix(gateway, net, hostval):
     gw = gateway(net.policy([api_rule(net)]))
     hv = hostval.format(api=net.api.port, other=net.other.port)
