@@ -21,10 +21,13 @@ static bool is_ws(unsigned char c)
     return c == ' ' || c == '\t' || c == '\v' || c == '\f';
 }
 
-/* A byte no request line carries (before its LF). */
+/* A byte no server takes in a request line (before its LF): NUL. Not the
+ * other control bytes or DEL: nginx before 1.21.1 (1.18 in Debian 11 and
+ * Ubuntu 20.04) takes them in a request target, and the Host header then
+ * picks the site as for any request. */
 static bool is_foreign(unsigned char c)
 {
-    return (c < 0x20 && !is_ws(c) && c != '\r') || c == 0x7f;
+    return c == 0;
 }
 
 static bool starts_http(const char *w, size_t n)

@@ -1211,6 +1211,9 @@ _MISMATCHED_HEADS = [
     ("host_full_width", "GET / HTTP/1.1\r\nHost: \uff41pi.example.test\r\n\r\n".encode()),
     ("host_soft_hyphen", "GET / HTTP/1.1\r\nHost: a\u00adpi.example.test\r\n\r\n".encode()),
     ("absolute_full_width_v09", "GET http://\uff41pi.example.test/\r\n\r\n".encode()),
+    # a control byte in the target: nginx before 1.21.1 (Debian 11, Ubuntu
+    # 20.04) takes it, and picks the site by Host
+    ("control_byte_in_target", b"GET /\x01 HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"),
     ("obs_fold", b"GET / HTTP/1.1\r\nHost: evil.example.test\r\nX: a\r\n b\r\n\r\n"),
 ]
 

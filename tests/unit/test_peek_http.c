@@ -136,6 +136,12 @@ static void test_mismatching_hosts(void **state)
         "GET http://api.example.test@evil.example.test/\r\n",
         "GET http:///\r\n",
         "GET\thttp://evil.example.test/\t\r\n",
+        /* control bytes other than NUL: nginx before 1.21.1 takes them in a
+         * request target, and picks the site by Host */
+        "GET /\x01 HTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
+        "GET /\x1b[0m HTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
+        "GET /\x7f HTTP/1.0\r\nHost: evil.example.test\r\n\r\n",
+        "GET /\x01 HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
         /* spellings IDNA maps to the target: another host to a server */
         "GET / HTTP/1.1\r\nHost: \xef\xbd\x81pi.example.test\r\n\r\n",
         "GET / HTTP/1.1\r\nHost: a\xc2\xadpi.example.test\r\n\r\n",
@@ -185,7 +191,6 @@ static void test_not_http(void **state)
         "GET /http://evil.example.test/\r\n",
         "SAY http://evil.example.test/ now\r\n",
         "GET\r\n",
-        "GET /\x01 HTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
         "A \x7fHTTP/1.1\r\n",
         "GET/ HTTP/1.1\r\n",
         "GET:/ HTTP/1.1\r\n",
@@ -223,6 +228,9 @@ static void test_incomplete(void **state)
         "GET / HTTP/1.1\r\nHost: api.example.test\r\n",
         "GET / HTTP/1.1\r\nHost: api.example.test\r\n\r",
         "SSH-2.0-OpenSSH_9.6p1 Ubuntu",
+        /* a control byte other than NUL: the line's last word will tell */
+        "GET /\x01",
+        "A \x02\x03\x7f",
     };
     for (size_t i = 0; i < sizeof(part) / sizeof(part[0]); i++)
         assert_int_equal(judge(part[i]), PEEK_HTTP_NEED_MORE);
