@@ -72,13 +72,18 @@ static bool absolute_form(const char *w, size_t n)
     return i > 0 && n - i >= 3 && memcmp(w + i, "://", 3) == 0;
 }
 
-/* True when the bytes from <from> to <to> are all whitespace. */
-static bool only_ws(const char *buf, size_t from, size_t to)
+/* The request target of a first line: the word that starts after the
+ * whitespace behind the method token at <j>, up to <e> (the line's end,
+ * trailing whitespace excluded). Sets <*n> to its length. */
+static const char *second_word(const char *buf, size_t j, size_t e, size_t *n)
 {
-    for (size_t i = from; i < to; i++)
-        if (!is_ws((unsigned char)buf[i]))
-            return false;
-    return true;
+    while (j < e && is_ws((unsigned char)buf[j]))
+        j++;
+    size_t k = j;
+    while (k < e && !is_ws((unsigned char)buf[k]))
+        k++;
+    *n = k - j;
+    return buf + j;
 }
 
 /* Classifies the first line of <buf> (<len> bytes, leading empty lines
@@ -112,12 +117,10 @@ static enum line_kind first_line(const char *buf, size_t len, const char **targe
     if (!starts_http(word, n)) {
         /* HTTP/0.9 ("GET target", no version) carries no Host, but an
          * absolute-form target picks the site all the same: nginx serves
-         * "GET http://other/" from other's virtual host. */
-        if (!only_ws(buf, j, w) || !absolute_form(word, n))
-            return LINE_NOT_HTTP;
-        *target = word;
-        *tlen = n;
-        return LINE_HTTP09_ABS;
+         * "GET http://other/" from other's virtual host, and before 1.21.1
+         * "GET http://other/ more words" too (spaces in a target). */
+        *target = second_word(buf, j, e, tlen);
+        return absolute_form(*target, *tlen) ? LINE_HTTP09_ABS : LINE_NOT_HTTP;
     }
     if (n == 8 && (memcmp(word, "HTTP/1.0", 8) == 0 || memcmp(word, "HTTP/1.1", 8) == 0))
         return LINE_HTTP1;

@@ -29,7 +29,7 @@
  *    word, trailing whitespace and CR ignored, does not start with "HTTP/"
  *    (any case) is NOT_HTTP (another text protocol, or an HTTP/0.9 request
  *    such as "GET /", which carries no Host), except an HTTP/0.9 request
- *    line whose one word after the method is an absolute-form target (a
+ *    line whose first word after the method is an absolute-form target (a
  *    scheme and "://": "GET http://h/", which nginx serves from
  *    h's virtual host): its host and port are checked as an absolute-form
  *    target's are below (userinfo is MISMATCH). One whose last word is "HTTP/1.0" or

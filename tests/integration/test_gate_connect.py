@@ -1196,6 +1196,8 @@ _MISMATCHED_HEADS = [
     # api upstream, Python's, answer at once when the line gets through)
     ("absolute_other_host_v09", b"GET http://evil.example.test/\r\n\r\n"),
     ("absolute_other_port_v09", b"GET http://api.example.test:1/\r\n\r\n"),
+    # nginx before 1.21.1 takes spaces in a target: still HTTP/0.9
+    ("absolute_other_host_v09_words", b"GET http://evil.example.test/ more words\r\n\r\n"),
     ("absolute_other_port", b"GET http://api.example.test:1/ HTTP/1.1\r\n"
                             b"Host: api.example.test\r\n\r\n"),
     ("connect_other_host", b"CONNECT evil.example.test:443 HTTP/1.1\r\n"

@@ -136,6 +136,7 @@ static void test_mismatching_hosts(void **state)
         "GET http://api.example.test@evil.example.test/\r\n",
         "GET http:///\r\n",
         "GET\thttp://evil.example.test/\t\r\n",
+        "GET http://evil.example.test/ more words\r\n", /* nginx < 1.21.1: spaces in it */
         /* control bytes other than NUL: nginx before 1.21.1 takes them in a
          * request target, and picks the site by Host */
         "GET /\x01 HTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
@@ -189,7 +190,7 @@ static void test_not_http(void **state)
         "HELO client.example.test\r\n",
         "GET /\r\n",
         "GET /http://evil.example.test/\r\n",
-        "SAY http://evil.example.test/ now\r\n",
+        "SAY hello http://evil.example.test/\r\n",
         "GET\r\n",
         "A \x7fHTTP/1.1\r\n",
         "GET/ HTTP/1.1\r\n",
