@@ -720,11 +720,51 @@ static void handle_request(struct conn *c, const struct http_request *req)
     decide_and_go(c);
 }
 
+/* A refusal that keeps the connection goes on to the next request at once,
+ * without waiting for the client to take it (an allowed answer is waited
+ * for: forward.c's maybe_done()). So a client that pipelines requests and
+ * reads nothing would have their refusals, ten times their size, pile up
+ * in its output without bound. Past FLOW_HIGH bytes there, the next head
+ * is not read until the client took them down to FLOW_LOW (on_write());
+ * meanwhile the client's write timeout judges its progress, and the head
+ * deadline waits, but on a connection that counts against no agent, whose
+ * deadline counts from the accept (next_head_ms()). Returns true when the
+ * head waits. */
+static bool head_waits(struct conn *c)
+{
+    if (evbuffer_get_length(bufferevent_get_output(c->client)) <= FLOW_HIGH)
+        return false;
+    c->head_paused = true;
+    bufferevent_disable(c->client, EV_READ);
+    bufferevent_setwatermark(c->client, EV_WRITE, FLOW_LOW, 0);
+    if (c->counted_agent != NULL)
+        evtimer_del(c->timer);
+    return true;
+}
+
+/* The client took its answers down to FLOW_LOW: reads the next head, with
+ * what is left of its deadline. */
+static void head_resumes(struct conn *c)
+{
+    uint64_t head_ms = next_head_ms(c);
+    c->head_paused = false;
+    if (head_ms == 0) {
+        close_when_flushed(c);
+        return;
+    }
+    struct timeval tv = timeval_of_ms(head_ms);
+    evtimer_add(c->timer, &tv);
+    bufferevent_enable(c->client, EV_READ);
+    if (evbuffer_get_length(bufferevent_get_input(c->client)) > 0)
+        bufferevent_trigger(c->client, EV_READ,
+                            BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+}
+
 static void read_head(struct conn *c)
 {
     struct evbuffer *in = bufferevent_get_input(c->client);
     size_t len = evbuffer_get_length(in);
-    if (len == 0)
+    if (len == 0 || head_waits(c))
         return;
     size_t max = head_limit(c);
     size_t n = len < max ? len : max;
@@ -849,6 +889,10 @@ static void on_write(struct bufferevent *bev, void *arg)
     struct conn *c = arg;
     (void)bev;
     switch (c->state) {
+    case CS_HEAD:
+        if (c->head_paused && evbuffer_get_length(bufferevent_get_output(c->client)) <= FLOW_LOW)
+            head_resumes(c);
+        break;
     case CS_CLOSING:
         if (evbuffer_get_length(bufferevent_get_output(c->client)) == 0)
             close_flushed(c);

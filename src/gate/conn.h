@@ -167,6 +167,9 @@ struct conn {
     /* The last exchange ended before its request body was read to its end
      * (conn_end_exchange()): the rest may still come, so the close lingers. */
     bool request_unfinished;
+    /* Between requests: the next head waits until the client took the
+     * answers queued for it down to FLOW_LOW (conn.c, head_waits()). */
+    bool head_paused;
     struct ipaddr up_addr; /* the checked address c->up is connected to */
     /* An upstream connection kept idle after a plain-HTTP exchange, for the
      * next request of this client connection only (forward.c). */

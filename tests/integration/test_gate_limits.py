@@ -1088,3 +1088,34 @@ def test_an_origin_whose_answer_stalls_while_it_does_not_take_the_upload_is_cut(
             go.set()
         assert end["status"] == 200 and end["bytes_down"] == 30, end
         assert 0 < end["bytes_up"] < 8 << 20, end
+
+
+def test_refusals_of_pipelined_requests_wait_for_a_client_that_does_not_read(gateway, net):
+    # A refusal that keeps the connection went on to the next request at
+    # once, whatever its client had taken: a client that pipelines denied
+    # requests and reads nothing had every one of them decided and its
+    # refusal (ten times the request's size) kept in memory, without bound
+    # (600 MB in 15 s). Past 256 KiB of answers waiting for it, the
+    # gateway now reads no more heads until the client took them. Over a
+    # unix socket (no buffer autotuning) the kernel holds about 200 KiB each
+    # way: of 10000 requests, about a thousand are decided before the
+    # client reads; then every one of them is, in order.
+    gw = gateway(net.policy([api_rule(net)]), tcp=False, unix=True)
+    n = 10000
+    one = b"GET http://other.example.test/x HTTP/1.1\r\nHost: other.example.test\r\n\r\n"
+    s = open_conn(gw, timeout=30)
+    sender = threading.Thread(target=s.sendall, args=(one * n,), daemon=True)
+    sender.start()
+    time.sleep(2.0)
+    decided = len(gw.events())
+    assert decided < n // 4, "%d of %d requests decided for a client reading nothing" % (
+        decided, n)
+    got = b""
+    while got.count(b"HTTP/1.1 403 ") < n:
+        d = s.recv(1 << 16)
+        assert d, "closed after %d refusals" % got.count(b"HTTP/1.1 403 ")
+        got += d
+    sender.join(10)
+    s.close()
+    evs = gw.wait_events(count=n, timeout=20)
+    assert len(evs) == n and all(e["reason"] == "not_in_policy" for e in evs)
