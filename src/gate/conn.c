@@ -436,7 +436,10 @@ bool conn_gate_denies(struct conn *c, enum deny_reason r, bool respond)
 void conn_exchange_done(struct conn *c)
 {
     uint64_t head_ms = next_head_ms(c);
-    bool keep = c->ex.keep_alive && !c->gw->stopping && head_ms > 0;
+    struct evbuffer *in = bufferevent_get_input(c->client);
+    /* A client that ended its side is answered up to its last request. */
+    bool more = !c->client_ended || evbuffer_get_length(in) > 0;
+    bool keep = c->ex.keep_alive && !c->gw->stopping && head_ms > 0 && more;
     if (keep)
         forward_park(c); /* may keep c->up for the next request */
     conn_end_exchange(c);
@@ -450,8 +453,9 @@ void conn_exchange_done(struct conn *c)
     conn_set_client_timeouts(c, true);
     struct timeval tv = timeval_of_ms(head_ms);
     evtimer_add(c->timer, &tv);
-    bufferevent_enable(c->client, EV_READ);
-    if (evbuffer_get_length(bufferevent_get_input(c->client)) > 0)
+    if (!c->client_ended) /* else its end would be found again */
+        bufferevent_enable(c->client, EV_READ);
+    if (evbuffer_get_length(in) > 0)
         bufferevent_trigger(c->client, EV_READ,
                             BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
 }
@@ -754,7 +758,8 @@ static void head_resumes(struct conn *c)
     }
     struct timeval tv = timeval_of_ms(head_ms);
     evtimer_add(c->timer, &tv);
-    bufferevent_enable(c->client, EV_READ);
+    if (!c->client_ended)
+        bufferevent_enable(c->client, EV_READ);
     if (evbuffer_get_length(bufferevent_get_input(c->client)) > 0)
         bufferevent_trigger(c->client, EV_READ,
                             BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
@@ -782,6 +787,8 @@ static void read_head(struct conn *c)
     int rc = http1_parse_request(buf, n, max, req, &why);
     if (rc == HTTP1_NEED_MORE) {
         free(req);
+        if (c->client_ended)
+            close_when_flushed(c); /* the rest of this head will not come */
         return;
     }
     begin_exchange(c);
@@ -855,7 +862,8 @@ static void on_read(struct bufferevent *bev, void *arg)
 /* Called with the client's bufferevent event <what>: when it is the end of
  * the client's side while a plain request is being resolved, connected or
  * forwarded, or a CONNECT resolved or connected, marks the exchange (no
- * keep-alive, no more reading) and returns true: the exchange goes on (a
+ * keep-alive, unless requests pipelined behind a plain one wait in the
+ * input: c->client_ended; no more reading) and returns true: the exchange goes on (a
  * CONNECT client that sent its head and shut its side, as `nc -N` does,
  * still gets its 200, and what it sent goes through: connect_start()).
  * Else returns false. */
@@ -874,13 +882,38 @@ static bool client_half_closed(struct conn *c, short what)
     if (c->state != CS_RESOLVE && c->state != CS_CONNECT &&
         (c->state != CS_FORWARD || !ex->req_done))
         return false; /* ended in the middle of a body being forwarded: cut */
+    bufferevent_disable(c->client, EV_READ);
+    /* Its input then holds nothing of this request: what is there is
+     * requests it pipelined behind it, answered in order. */
+    if ((ex->req_body == BODY_NONE || ex->req_done) &&
+        evbuffer_get_length(bufferevent_get_input(c->client)) > 0) {
+        c->client_ended = true;
+        return true;
+    }
     /* The client ended its side after its request: the response still goes
      * back, then the connection closes. A body it did not finish before
      * forwarding started is found short by forward.c (pump_request). */
     ex->client_eof = true;
     ex->client_close = true;
     ex->keep_alive = false;
+    return true;
+}
+
+/* The end of the client's side between requests, with requests it
+ * pipelined before it still in its input (refusals that kept the
+ * connection go on to the next request at once, so the end is found
+ * while they wait): they are answered in order, as the request of a
+ * client that ends its side after it is, and the connection closes after
+ * the last one (conn_exchange_done(); read_head() for a head left
+ * incomplete). Returns true then. */
+static bool client_ended_with_requests(struct conn *c, short what)
+{
+    if (c->state != CS_HEAD || !(what & BEV_EVENT_EOF) || (what & BEV_EVENT_ERROR) ||
+        evbuffer_get_length(bufferevent_get_input(c->client)) == 0)
+        return false;
+    c->client_ended = true;
     bufferevent_disable(c->client, EV_READ);
+    bufferevent_trigger(c->client, EV_READ, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
     return true;
 }
 
@@ -951,5 +984,7 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
         note_client_reset(c, what);
         return;
     }
+    if (client_ended_with_requests(c, what))
+        return;
     conn_free(c);
 }

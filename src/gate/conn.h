@@ -170,6 +170,10 @@ struct conn {
     /* Between requests: the next head waits until the client took the
      * answers queued for it down to FLOW_LOW (conn.c, head_waits()). */
     bool head_paused;
+    /* The client ended its side with requests pipelined before the end
+     * still in its input: they are answered in order, then the connection
+     * closes (conn.c, client_ended_with_requests()). */
+    bool client_ended;
     struct ipaddr up_addr; /* the checked address c->up is connected to */
     /* An upstream connection kept idle after a plain-HTTP exchange, for the
      * next request of this client connection only (forward.c). */

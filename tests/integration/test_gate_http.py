@@ -1020,6 +1020,33 @@ def test_half_closed_client_still_gets_its_response(gateway, net):
         assert end["status"] == 200 and end["bytes_up"] == len(body)
 
 
+def test_half_closed_client_gets_every_pipelined_answer(gateway, net):
+    # Requests pipelined, then the end of the client's side: each is still
+    # decided, logged and answered in order, then the gateway closes. A
+    # refusal that keeps the connection goes on to the next request at
+    # once, so the end was found between requests, and the connection was
+    # freed with the rest of them unanswered and undecided: a part of the
+    # answers, each saying keep-alive, then the close.
+    gw = gateway(net.policy([api_rule(net)]))
+    denied = net.url("/d", host="other.example.test", port=net.other.port)
+    urls = [net.url("/a%d" % i) if i % 10 == 9 else denied for i in range(60)]
+    s = open_conn(gw)
+    try:
+        s.sendall(b"".join(build_request("GET", u) for u in urls))
+        s.shutdown(socket.SHUT_WR)
+        rs = read_responses(s, ["GET"] * len(urls))
+        assert recv_until_close(s) == b""  # closed after the last answer
+    finally:
+        s.close()
+    assert [r.status for r in rs] == [200 if "/a" in u else 403 for u in urls]
+    assert [r.json()["path"] for r in rs if r.status == 200] == ["/a%d" % i
+                                                                 for i in range(9, 60, 10)]
+    evs = gw.wait_events(count=len(urls))
+    assert len(evs) == len(urls)
+    for e in evs:
+        gw.wait_events("agent_egress_end", id=e["id"])
+
+
 def test_half_closed_client_with_short_body_is_cut(gateway, net):
     # A body shorter than its Content-Length, then the end of the client's
     # side: the request never completes upstream, the connection is cut and
