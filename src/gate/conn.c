@@ -481,6 +481,7 @@ static void begin_exchange(struct conn *c)
     ex->dec.tier = TIER_NONE;
     ex->verdict = VERDICT_ALLOW;
     format_exchange_id(ex->id, c->id, ++c->nreq);
+    memset(&c->head_scan, 0, sizeof(c->head_scan)); /* the next head is another */
     clock_gettime(CLOCK_MONOTONIC, &ex->t_decided);
     c->gw->counters.requests++;
     evtimer_del(c->timer);
@@ -778,17 +779,24 @@ static void read_head(struct conn *c)
         conn_free(c);
         return;
     }
+    /* The parser goes over the head from its start: only once its end (or
+     * an error) is there, which the scan finds looking at the new bytes
+     * alone. Else a head sent a byte at a time was parsed once per byte,
+     * CPU quadratic in its size. */
+    const char *why = NULL;
+    if (http1_head_end(&c->head_scan, buf, n, max, &why) == HTTP1_NEED_MORE) {
+        if (c->client_ended)
+            close_when_flushed(c); /* the rest of this head will not come */
+        return;
+    }
     struct http_request *req = malloc(sizeof(*req));
     if (req == NULL) {
         conn_free(c);
         return;
     }
-    const char *why = NULL;
     int rc = http1_parse_request(buf, n, max, req, &why);
     if (rc == HTTP1_NEED_MORE) {
         free(req);
-        if (c->client_ended)
-            close_when_flushed(c); /* the rest of this head will not come */
         return;
     }
     begin_exchange(c);

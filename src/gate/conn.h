@@ -121,7 +121,8 @@ struct exchange {
     /* A refusal may keep the client connection: set when the request has no
      * body to skip and the client did not ask to close. */
     bool refusal_keeps;
-    size_t head_pending; /* head bytes still in the client's input buffer */
+    size_t head_pending;        /* head bytes still in the client's input buffer */
+    struct http1_scan rsp_scan; /* the response head being read (forward.c) */
 
     /* upstream connection reuse (forward.c) */
     bool up_keep;  /* the upstream's response lets its connection be reused */
@@ -170,6 +171,7 @@ struct conn {
     /* Between requests: the next head waits until the client took the
      * answers queued for it down to FLOW_LOW (conn.c, head_waits()). */
     bool head_paused;
+    struct http1_scan head_scan; /* the request head being read (conn.c, read_head()) */
     /* The client ended its side with requests pipelined before the end
      * still in its input: they are answered in order, then the connection
      * closes (conn.c, client_ended_with_requests()). */

@@ -474,8 +474,12 @@ static int read_response_head(struct conn *c, bool force)
         }
         size_t n = len < limit ? len : limit;
         const char *buf = (const char *)evbuffer_pullup(in, (ev_ssize_t)n);
-        struct http_response *rsp = malloc(sizeof(*rsp));
         const char *why = NULL;
+        /* Parsed once its end is there, found looking at the new bytes
+         * alone (as a request head: conn.c, read_head()). */
+        if (buf != NULL && http1_head_end(&ex->rsp_scan, buf, n, limit, &why) == HTTP1_NEED_MORE)
+            return 0;
+        struct http_response *rsp = malloc(sizeof(*rsp));
         if (buf == NULL || rsp == NULL) {
             free(rsp);
             fail(c, "out of memory");
@@ -506,6 +510,7 @@ static int read_response_head(struct conn *c, bool force)
             }
             evbuffer_drain(in, rsp->head_len);
             free(rsp);
+            memset(&ex->rsp_scan, 0, sizeof(ex->rsp_scan)); /* the next head is another */
             continue;
         }
         ex->rsp_body = http1_response_body(rsp, ex->mbit);
@@ -576,6 +581,7 @@ void forward_start(struct conn *c)
         return;
     }
     bufferevent_setcb(c->up, up_read, up_write, up_event, c);
+    memset(&ex->rsp_scan, 0, sizeof(ex->rsp_scan)); /* a retry's connection starts afresh */
     /* The upstream's wait for its answer (a read timeout of idle_timeout)
      * starts once it took the request: at once without a body. With one,
      * until then (or an early answer's head: answer_started()), its write

@@ -129,31 +129,39 @@ static bool all_tchars(const char *s, size_t len)
 
 /* Finds the end of the head: returns its length, HTTP1_NEED_MORE, or an
  * error. Every LF must follow a CR. */
-static int find_head_end(const char *buf, size_t len, size_t max_head, const char **why)
+int http1_head_end(struct http1_scan *scan, const char *buf, size_t len, size_t max_head,
+                   const char **why)
 {
     size_t lim = len < max_head ? len : max_head;
-    size_t line_start = 0;
-    for (size_t i = 0; i < lim; i++) {
+    for (size_t i = scan->scanned; i < lim; i++) {
         if (buf[i] != '\n')
             continue;
         if (i == 0 || buf[i - 1] != '\r') {
             *why = "bare LF in head";
             return HTTP1_BAD;
         }
-        if (i - line_start == 1 && line_start > 0) {
+        if (i - scan->line_start == 1 && scan->line_start > 0) {
             if (i + 1 > (size_t)INT32_MAX) {
                 *why = "head too large";
                 return HTTP1_TOO_BIG;
             }
             return (int)(i + 1);
         }
-        line_start = i + 1;
+        scan->line_start = i + 1;
     }
+    if (lim > scan->scanned)
+        scan->scanned = lim;
     if (len >= max_head) {
         *why = "head too large";
         return HTTP1_TOO_BIG;
     }
     return HTTP1_NEED_MORE;
+}
+
+static int find_head_end(const char *buf, size_t len, size_t max_head, const char **why)
+{
+    struct http1_scan scan = {0, 0};
+    return http1_head_end(&scan, buf, len, max_head, why);
 }
 
 /* Parses the field lines from <p> to <end> (the CRLF ending the last field

@@ -91,6 +91,24 @@ struct http_response {
     size_t head_len;
 };
 
+/* Where a search for the end of a head stopped: the bytes looked at so far,
+ * and where the line they end in starts. Zero it for a new head. */
+struct http1_scan {
+    size_t scanned;
+    size_t line_start;
+};
+
+/* Looks for the end of the head (the empty line) that <buf> (<len> bytes)
+ * starts with, from where <scan> stopped: returns the head's length (the
+ * final CRLF included), HTTP1_NEED_MORE, HTTP1_BAD for a bare LF (<*why>
+ * set) or HTTP1_TOO_BIG as the parsers below, which look for it first.
+ * Called again as more of the same head arrives (the bytes before stay as
+ * they were), it looks at the new bytes only: a head arriving a byte at a
+ * time is scanned once, not once per byte. The parsers are then called
+ * once, when it found the end or an error. */
+int http1_head_end(struct http1_scan *scan, const char *buf, size_t len, size_t max_head,
+                   const char **why);
+
 /* Parses a request head from <buf> (<len> bytes). Returns the head length
  * (> 0) and fills <out>; HTTP1_NEED_MORE (0) when the head is incomplete and
  * <len> < <max_head>; HTTP1_BAD (-1) with <*why> set to a static phrase

@@ -19,8 +19,8 @@ import urllib.request
 
 import pytest
 
-from gate_client import (api_rule, connect, open_conn, poll, read_response, read_responses,
-                         recv_until_close, request)
+from gate_client import (api_rule, connect, open_conn, poll, proc_stat, read_response,
+                         read_responses, recv_until_close, request)
 from gate_servers import BannerServer, ScriptedUpstream, free_port, pattern_bytes
 
 
@@ -1119,3 +1119,38 @@ def test_refusals_of_pipelined_requests_wait_for_a_client_that_does_not_read(gat
     s.close()
     evs = gw.wait_events(count=n, timeout=20)
     assert len(evs) == n and all(e["reason"] == "not_in_policy" for e in evs)
+
+
+def cpu_seconds(pid):
+    """User and system CPU time <pid> used so far (proc(5) fields 14, 15)."""
+    fields = proc_stat(pid)
+    return (int(fields[14 - 3]) + int(fields[15 - 3])) / os.sysconf("SC_CLK_TCK")
+
+
+def _trickle_head(s, head, piece, pause):
+    for i in range(0, len(head), piece):
+        s.sendall(head[i:i + piece])
+        time.sleep(pause)
+
+
+def test_a_head_sent_in_small_pieces_is_scanned_once(gateway, net):
+    # The head's parser went over it from its start at every read, so a
+    # head sent a few bytes at a time cost CPU quadratic in its size: 450 KB
+    # in 128-byte pieces took 1.4 s of the loop's CPU (a client sending a few
+    # hundred KB/s kept the gateway busy), 0.05 s now that only the new bytes
+    # are looked at until the end of the head is there.
+    gw = gateway(net.policy([api_rule(net)], limits={"header_bytes": "1MiB"}))
+    pad = b"".join(b"X-Pad-%d: %s\r\n" % (i, b"a" * 5000) for i in range(90))
+    head = (b"GET %s HTTP/1.1\r\nHost: api.example.test:%d\r\n%s\r\n"
+            % (net.url("/trickled").encode(), net.api.port, pad))
+    s = open_conn(gw)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        before = cpu_seconds(gw.proc.pid)
+        _trickle_head(s, head, 128, 0.0005)
+        r = read_response(s)
+        used = cpu_seconds(gw.proc.pid) - before
+    finally:
+        s.close()
+    assert r.status == 200 and r.json()["path"] == "/trickled", r
+    assert used < 0.5, "%.2f s of CPU for one trickled head" % used

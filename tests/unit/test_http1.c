@@ -394,6 +394,45 @@ static void test_partial_and_limits(void **state)
                      HTTP1_TOO_BIG);
 }
 
+/* http1_head_end() over a head that grows a byte at a time, one scan for
+ * all the calls: what a scan of the whole prefix at once would say, at
+ * every length (the end, a bare LF and the limit found at the byte they
+ * come with), and each byte looked at once. */
+static void scan_grows(const char *s, size_t max_head)
+{
+    struct http1_scan scan = {0, 0};
+    size_t len = strlen(s);
+    for (size_t n = 0; n <= len; n++) {
+        struct http1_scan fresh = {0, 0};
+        const char *why = NULL, *why_fresh = NULL;
+        int want = http1_head_end(&fresh, s, n, max_head, &why_fresh);
+        int got = http1_head_end(&scan, s, n, max_head, &why);
+        if (got != want)
+            fail_msg("'%s' at %zu: %d, a whole scan says %d", s, n, got, want);
+        if (got != HTTP1_NEED_MORE)
+            return;
+        assert_int_equal(scan.scanned, n);
+    }
+}
+
+static void test_head_end_incremental(void **state)
+{
+    (void)state;
+    scan_grows("GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nX: y\r\n\r\nbody", MAX_HEAD);
+    scan_grows("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\r\n", MAX_HEAD);
+    scan_grows("GET http://a.test/ HTTP/1.1\r\nHost: a.test\nX: y\r\n\r\n", MAX_HEAD);
+    scan_grows("\nGET http://a.test/ HTTP/1.1\r\n\r\n", MAX_HEAD);
+    scan_grows("\r\n\r\nGET / HTTP/1.1\r\n\r\n", MAX_HEAD);
+    scan_grows("GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nX-Long: yyyyyyyy\r\n\r\n", 40);
+
+    /* Past the end: its length, however much more arrived. */
+    struct http1_scan scan = {0, 0};
+    const char *h = "HTTP/1.1 204 No Content\r\n\r\nHTTP/1.1 200 OK\r\n\r\n";
+    const char *why;
+    assert_int_equal(http1_head_end(&scan, h, 10, MAX_HEAD, &why), HTTP1_NEED_MORE);
+    assert_int_equal(http1_head_end(&scan, h, strlen(h), MAX_HEAD, &why), 27);
+}
+
 /* Parses <in> (a whole head) and checks that the request written upstream
  * from it, into <b> (emptied), is exactly <out>. */
 static void expect_upstream(struct evbuffer *b, const char *in, const char *out)
@@ -692,6 +731,7 @@ int main(void)
         cmocka_unit_test(test_header_errors),
         cmocka_unit_test(test_smuggling),
         cmocka_unit_test(test_partial_and_limits),
+        cmocka_unit_test(test_head_end_incremental),
         cmocka_unit_test(test_write_upstream_request),
         cmocka_unit_test(test_write_upstream_request_keep),
         cmocka_unit_test(test_hop_by_hop),
