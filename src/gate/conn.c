@@ -433,6 +433,20 @@ bool conn_gate_denies(struct conn *c, enum deny_reason r, bool respond)
     return true;
 }
 
+/* Waits for the next head, for <head_ms> at most: reads the client's
+ * socket unless it ended its side (its end would be found again), and
+ * takes up at once what its input already holds (pipelined requests). */
+static void await_head(struct conn *c, uint64_t head_ms)
+{
+    struct timeval tv = timeval_of_ms(head_ms);
+    evtimer_add(c->timer, &tv);
+    if (!c->client_ended)
+        bufferevent_enable(c->client, EV_READ);
+    if (evbuffer_get_length(bufferevent_get_input(c->client)) > 0)
+        bufferevent_trigger(c->client, EV_READ,
+                            BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+}
+
 void conn_exchange_done(struct conn *c)
 {
     uint64_t head_ms = next_head_ms(c);
@@ -451,13 +465,7 @@ void conn_exchange_done(struct conn *c)
     c->state = CS_HEAD;
     bufferevent_setwatermark(c->client, EV_READ, 0, head_limit(c));
     conn_set_client_timeouts(c, true);
-    struct timeval tv = timeval_of_ms(head_ms);
-    evtimer_add(c->timer, &tv);
-    if (!c->client_ended) /* else its end would be found again */
-        bufferevent_enable(c->client, EV_READ);
-    if (evbuffer_get_length(in) > 0)
-        bufferevent_trigger(c->client, EV_READ,
-                            BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+    await_head(c, head_ms);
 }
 
 /* "c<conn>.<request>" into <id>, whose 48 bytes hold any two 64-bit
@@ -757,13 +765,7 @@ static void head_resumes(struct conn *c)
         close_when_flushed(c);
         return;
     }
-    struct timeval tv = timeval_of_ms(head_ms);
-    evtimer_add(c->timer, &tv);
-    if (!c->client_ended)
-        bufferevent_enable(c->client, EV_READ);
-    if (evbuffer_get_length(bufferevent_get_input(c->client)) > 0)
-        bufferevent_trigger(c->client, EV_READ,
-                            BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+    await_head(c, head_ms);
 }
 
 static void read_head(struct conn *c)

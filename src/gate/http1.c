@@ -127,8 +127,8 @@ static bool all_tchars(const char *s, size_t len)
 /* ---------------------------------------------------------------------- */
 /* Head framing and header lines */
 
-/* Finds the end of the head: returns its length, HTTP1_NEED_MORE, or an
- * error. Every LF must follow a CR. */
+/* See http1.h; every LF must follow a CR. <scan> keeps the bytes looked at
+ * and the start of the line they end in, so a call looks at new bytes only. */
 int http1_head_end(struct http1_scan *scan, const char *buf, size_t len, size_t max_head,
                    const char **why)
 {
@@ -158,6 +158,8 @@ int http1_head_end(struct http1_scan *scan, const char *buf, size_t len, size_t 
     return HTTP1_NEED_MORE;
 }
 
+/* Finds the end of the head in <buf> in one go (the parsers' own search,
+ * from its first byte): returns its length, HTTP1_NEED_MORE, or an error. */
 static int find_head_end(const char *buf, size_t len, size_t max_head, const char **why)
 {
     struct http1_scan scan = {0, 0};

@@ -394,13 +394,12 @@ int store_load_baselines(struct store *s, store_baseline_fn fn, void *arg)
     return n;
 }
 
-int store_load_queue(struct store *s, store_queue_fn fn, void *arg)
+/* Calls <fn> for each row of <st>, a prepared SELECT id, sink, body,
+ * attempts FROM alert_queue, which it finalizes. Returns the number of
+ * rows, or -1 (load_fail()). */
+static int queue_rows(struct store *s, sqlite3_stmt *st, store_queue_fn fn, void *arg)
 {
-    sqlite3_stmt *st = NULL;
     int n = 0, rc;
-    if (sqlite3_prepare_v2(s->db, "SELECT id, sink, body, attempts FROM alert_queue ORDER BY id",
-                           -1, &st, NULL) != SQLITE_OK)
-        return load_fail(s, st);
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         fn(sqlite3_column_int64(st, 0), col_text(st, 1), col_text(st, 2), sqlite3_column_int(st, 3),
            arg);
@@ -412,11 +411,19 @@ int store_load_queue(struct store *s, store_queue_fn fn, void *arg)
     return n;
 }
 
+int store_load_queue(struct store *s, store_queue_fn fn, void *arg)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(s->db, "SELECT id, sink, body, attempts FROM alert_queue ORDER BY id",
+                           -1, &st, NULL) != SQLITE_OK)
+        return load_fail(s, st);
+    return queue_rows(s, st, fn, arg);
+}
+
 int store_load_queue_of(struct store *s, const char *sink, int64_t after, int limit,
                         store_queue_fn fn, void *arg)
 {
     sqlite3_stmt *st = NULL;
-    int n = 0, rc;
     if (sqlite3_prepare_v2(s->db,
                            "SELECT id, sink, body, attempts FROM alert_queue WHERE sink = ?1 AND "
                            "id > ?2 ORDER BY id LIMIT ?3",
@@ -425,15 +432,7 @@ int store_load_queue_of(struct store *s, const char *sink, int64_t after, int li
     sqlite3_bind_text(st, 1, sink, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, after);
     sqlite3_bind_int(st, 3, limit > 0 ? limit : 0);
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        fn(sqlite3_column_int64(st, 0), col_text(st, 1), col_text(st, 2), sqlite3_column_int(st, 3),
-           arg);
-        n++;
-    }
-    if (rc != SQLITE_DONE)
-        return load_fail(s, st);
-    sqlite3_finalize(st);
-    return n;
+    return queue_rows(s, st, fn, arg);
 }
 
 int store_load_counters(struct store *s, store_counter_fn fn, void *arg)

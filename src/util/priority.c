@@ -7,7 +7,8 @@
 #include <sys/resource.h>
 
 /* The nice the process was started with, and whether priority_apply()
- * changed it. Process-wide, as the property is. */
+ * changed it: the calling thread's (the loop's), as the nice is per thread
+ * on Linux, not process-wide. */
 static int start_nice;
 static bool changed;
 

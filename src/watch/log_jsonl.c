@@ -479,13 +479,14 @@ static int open_stdout(bool *is_sock)
     return fd;
 }
 
-/* What a failed open says: ELOOP under LOG_JSONL_NO_LINKS is a refusal, not
- * a loop of links. */
-static const char *open_failure(const struct log_jsonl *l, int e)
+/* What a failed open (or, with <reopen>, reopen) with errno <e> says: ELOOP
+ * under LOG_JSONL_NO_LINKS is a refusal, not a loop of links. */
+static const char *open_failure(const struct log_jsonl *l, int e, bool reopen)
 {
     if (e == ELOOP && (l->flags & LOG_JSONL_NO_LINKS))
-        return "cannot open log (a symbolic link on its path is refused)";
-    return "cannot open log";
+        return reopen ? "cannot reopen (a symbolic link on its path is refused)"
+                      : "cannot open log (a symbolic link on its path is refused)";
+    return reopen ? "cannot reopen" : "cannot open log";
 }
 
 static char *errmsg(const char *path, const char *what, int e)
@@ -514,7 +515,7 @@ struct log_jsonl *log_jsonl_open(struct event_base *base, const char *path, unsi
         goto nomem;
     l->fd = std ? open_stdout(&l->is_sock) : open_path(l);
     if (l->fd < 0) {
-        *err = errmsg(std ? "standard output" : path, open_failure(l, errno), errno);
+        *err = errmsg(std ? "standard output" : path, open_failure(l, errno, false), errno);
         goto err;
     }
     if (make_event(l) < 0 || (l->fev = event_new(base, -1, 0, on_flush, l)) == NULL)
@@ -680,11 +681,7 @@ int log_jsonl_reopen(struct log_jsonl *l)
     fd = open_path(l);
     if (fd < 0) {
         int e = errno;
-        fprintf(stderr, "sluice: log %s: %s: %s\n", l->path,
-                e == ELOOP && (l->flags & LOG_JSONL_NO_LINKS) ? "cannot reopen (a symbolic link "
-                                                                "on its path is refused)"
-                                                              : "cannot reopen",
-                strerror(e));
+        fprintf(stderr, "sluice: log %s: %s: %s\n", l->path, open_failure(l, e, true), strerror(e));
         return -1;
     }
     /* A line the old file got part of goes whole to a new one (rotated);

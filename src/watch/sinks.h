@@ -61,7 +61,9 @@ uint64_t exec_runner_failures(const struct exec_runner *r);
 /* Alerts not given to a program: over SINK_EXEC_MAX_RUNNING +
  * SINK_EXEC_MAX_WAITING at once (or out of memory), one per sink. */
 uint64_t exec_runner_dropped(const struct exec_runner *r);
-/* Kills what still runs (SIGKILL), reaps it, frees. Accepts NULL. */
+/* Kills what still runs (SIGKILL), reaps it, frees. Says on standard error
+ * how many alerts were dropped in all and how many it lost (programs killed
+ * while running, alerts never started). Accepts NULL. */
 void exec_runner_free(struct exec_runner *r);
 
 struct webhook;
