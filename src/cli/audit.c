@@ -20,7 +20,7 @@
 
 #include "box/mountinfo.h"
 #include "cli/commands.h"
-#include "util/utf8.h"
+#include "util/text_json.h"
 #include "util/xalloc.h"
 
 #define AUDIT_PATH_MAX 4096
@@ -83,20 +83,6 @@ static int read_all(const char *path, size_t max, char **out, size_t *len)
 }
 
 static const struct command *const self = &cmd_audit;
-
-/* A JSON string of <s>, whatever its bytes: json_string() refuses text
- * that is not UTF-8 (a mount point named in Latin-1), and the key it was
- * set under would vanish from the report. */
-static json_t *text_json(const char *s)
-{
-    json_t *j = json_string(s);
-    if (j != NULL)
-        return j;
-    char *out = utf8_lossy(s);
-    j = json_string(out);
-    free(out);
-    return j != NULL ? j : json_string("?");
-}
 
 /* A copy of <s> for the text report, each control character (a byte below
  * 0x20, 0x7f, a C1 control U+0080 to U+009F) and the backslash written as

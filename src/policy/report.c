@@ -6,23 +6,8 @@
 #include "policy/lint.h"
 #include "policy/policy.h"
 #include "util/units.h"
-#include "util/utf8.h"
+#include "util/text_json.h"
 #include "util/xalloc.h"
-
-/* A JSON string of <s>, whatever its bytes: json_string() refuses text
- * that is not UTF-8 (a file name given in another encoding), and a finding
- * that came back NULL would vanish from the report. Each byte that starts
- * no valid sequence becomes U+FFFD. Never NULL. */
-static json_t *text_json(const char *s)
-{
-    json_t *j = json_string(s);
-    if (j != NULL)
-        return j;
-    char *out = utf8_lossy(s);
-    j = json_string(out);
-    free(out);
-    return j != NULL ? j : json_string("?");
-}
 
 static json_t *diag_entries_json(const struct diag *d, enum diag_level level)
 {

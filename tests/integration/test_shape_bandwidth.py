@@ -294,6 +294,36 @@ def test_tunnel_paused_by_bandwidth_is_not_idle(gateway, net, rest):
         sink.stop()
 
 
+def _tunnel_under(gateway, net, sink, bandwidth, **limits):
+    """A gateway whose one rule lets sink.example.test at <bandwidth> (and
+    <limits>), and a tunnel to <sink> through it, open past the peek window
+    with its first 1000 bytes sent. Returns (gateway, tunnel, those bytes,
+    policy(bandwidth): the same policy at another bandwidth, to reload)."""
+    def policy(bw):
+        rule = {"host": "sink.example.test", "ports": [sink.port], "tier": 0,
+                "rate": {"bandwidth": bw}}
+        return net.policy([rule], static_extra={"sink.example.test": SINK_IP},
+                          limits=limits or None)
+    gw = gateway(policy(bandwidth))
+    t = connect(gw, "sink.example.test:%d" % sink.port)
+    assert t.status == 200
+    first = b"\0" + pattern_bytes(999)  # neither TLS nor HTTP: the tunnel opens
+    t.sock.sendall(first)
+    time.sleep(1.2)  # past the peek window: the tunnel is open, its flow too
+    return gw, t, first, policy
+
+
+def _reload_then_send(gw, t, new_policy, rest):
+    """Reloads <gw> with <new_policy>, then sends <rest> through tunnel <t>;
+    returns (the sink's reply, the seconds the sending took)."""
+    gw.write_policy(policy_yaml(new_policy))
+    gw.reload()
+    poll(lambda: "sluice: reloaded " in gw.stderr() or None, timeout=5, what="the reload")
+    t0 = time.monotonic()
+    reply = _send_to_sink(t, [rest])
+    return reply, time.monotonic() - t0
+
+
 def test_reload_reshapes_a_running_tunnel(gateway, net):
     # A tunnel opened under 1 MiB/s; the policy is reloaded to 1 KiB/s while
     # it is open, and what the agent sends next goes at the new rate: the
@@ -302,23 +332,9 @@ def test_reload_reshapes_a_running_tunnel(gateway, net):
     # lasted: an operator could not slow down a runaway upload by a reload.)
     sink = HashSink(SINK_IP)
     try:
-        def policy(bandwidth):
-            rule = {"host": "sink.example.test", "ports": [sink.port], "tier": 0,
-                    "rate": {"bandwidth": bandwidth}}
-            return net.policy([rule], static_extra={"sink.example.test": SINK_IP})
-        gw = gateway(policy("1MiB/s"))
-        t = connect(gw, "sink.example.test:%d" % sink.port)
-        assert t.status == 200
-        first = b"\0" + pattern_bytes(999)  # neither TLS nor HTTP: the tunnel opens
-        t.sock.sendall(first)
-        time.sleep(1.2)  # past the peek window: the tunnel is open, its flow too
-        gw.write_policy(policy_yaml(policy("1KiB/s")))
-        gw.reload()
-        poll(lambda: "sluice: reloaded " in gw.stderr() or None, timeout=5, what="the reload")
+        gw, t, first, policy = _tunnel_under(gateway, net, sink, "1MiB/s")
         rest = pattern_bytes(4 * KIB)
-        t0 = time.monotonic()
-        reply = _send_to_sink(t, [rest])
-        elapsed = time.monotonic() - t0
+        reply, elapsed = _reload_then_send(gw, t, policy("1KiB/s"), rest)
         _assert_sink_got(reply, first + rest)
         assert elapsed >= 2.5, "4 KiB at 1 KiB/s after the reload took only %.2fs" % elapsed
     finally:
@@ -332,27 +348,13 @@ def test_reload_speeds_up_a_paused_tunnel(gateway, net):
     # pause ends.
     sink = HashSink(SINK_IP)
     try:
-        def policy(bandwidth):
-            rule = {"host": "sink.example.test", "ports": [sink.port], "tier": 0,
-                    "rate": {"bandwidth": bandwidth}}
-            return net.policy([rule], static_extra={"sink.example.test": SINK_IP},
-                              limits={"idle_timeout": "30s"})
-        gw = gateway(policy("100B/s"))
-        t = connect(gw, "sink.example.test:%d" % sink.port)
-        assert t.status == 200
-        first = b"\0" + pattern_bytes(999)
-        t.sock.sendall(first)
-        time.sleep(1.2)  # past the peek window: the tunnel is open
+        gw, t, first, policy = _tunnel_under(gateway, net, sink, "100B/s",
+                                             idle_timeout="30s")
         more = pattern_bytes(100)
         t.sock.sendall(more)  # read as the bucket is in debt: the tunnel pauses
         time.sleep(0.3)
-        gw.write_policy(policy_yaml(policy("1MiB/s")))
-        gw.reload()
-        poll(lambda: "sluice: reloaded " in gw.stderr() or None, timeout=5, what="the reload")
         rest = pattern_bytes(4 * KIB)
-        t0 = time.monotonic()
-        reply = _send_to_sink(t, [rest])
-        elapsed = time.monotonic() - t0
+        reply, elapsed = _reload_then_send(gw, t, policy("1MiB/s"), rest)
         _assert_sink_got(reply, first + more + rest)
         assert elapsed < 4, "the paused tunnel took %.2fs to see the reload" % elapsed
     finally:
