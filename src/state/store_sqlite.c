@@ -9,6 +9,7 @@
  *               created_ms INTEGER), index alert_queue_sink(sink, id)
  *   counter(name TEXT PRIMARY KEY, value INTEGER) */
 #include "state/store.h"
+#include "util/pos_index.h"
 #include "util/units.h"
 
 #include <errno.h>
@@ -63,13 +64,12 @@ struct store {
     int64_t retry_at_ms;
     int64_t retry_ms;
     /* Where in ops the pending OP_BASELINE and OP_COUNTER writes are, by
-     * kind and key (open addressing; a slot holds 1 + the op's position, 0
-     * when empty): a put finds the write to update at once, where a scan of
-     * up to STORE_PENDING_MAX writes per alert made an alert storm against
-     * a locked store quadratic. Cleared when a commit empties ops, rebuilt
-     * when the cap moves them; off (a scan) when out of memory for it. */
-    uint32_t *slots;
-    size_t nslots, nused; /* nslots a power of two, or 0 */
+     * kind and key: a put finds the write to update at once, where a scan
+     * of up to STORE_PENDING_MAX writes per alert made an alert storm
+     * against a locked store quadratic. Cleared when a commit empties ops,
+     * refilled when the cap moves them; off (a scan) when out of memory for
+     * it. */
+    struct pos_index index;
     bool noindex;
 };
 
@@ -331,7 +331,7 @@ void store_close(struct store *s)
     for (size_t i = 0; i < s->nops; i++)
         op_free(&s->ops[i]);
     free(s->ops);
-    free(s->slots);
+    pos_index_free(&s->index);
     sqlite3_close(s->db);
     free(s->path);
     close(s->lock_fd); /* releases the lock */
@@ -484,7 +484,7 @@ static bool coalesced(enum op_kind k)
 }
 
 /* FNV-1a over the kind and the key. */
-static size_t key_hash(enum op_kind k, const char *key)
+static uint64_t key_hash(enum op_kind k, const char *key)
 {
     uint64_t h = 14695981039346656037ull ^ (uint64_t)k;
     h *= 1099511628211ull;
@@ -492,57 +492,37 @@ static size_t key_hash(enum op_kind k, const char *key)
         h ^= *p;
         h *= 1099511628211ull;
     }
-    return (size_t)h;
+    return h;
 }
 
-static void index_add(struct store *s, size_t pos)
+/* Indexes every pending coalesced write anew (a new table, or ops moved). */
+static void index_fill(struct store *s)
 {
-    size_t i = key_hash(s->ops[pos].kind, s->ops[pos].a) & (s->nslots - 1);
-    while (s->slots[i] != 0)
-        i = (i + 1) & (s->nslots - 1);
-    s->slots[i] = (uint32_t)pos + 1;
-    s->nused++;
-}
-
-/* Fills a table of <n> slots from ops. Returns 0, or -1 out of memory
- * (the old table is kept). */
-static int index_build(struct store *s, size_t n)
-{
-    uint32_t *slots = calloc(n, sizeof(*slots));
-    if (slots == NULL)
-        return -1;
-    free(s->slots);
-    s->slots = slots;
-    s->nslots = n;
-    s->nused = 0;
+    pos_index_empty(&s->index);
     for (size_t i = 0; i < s->nops; i++)
         if (coalesced(s->ops[i].kind))
-            index_add(s, i);
-    return 0;
+            pos_index_add(&s->index, key_hash(s->ops[i].kind, s->ops[i].a), i);
 }
 
 static void index_off(struct store *s)
 {
-    free(s->slots);
-    s->slots = NULL;
-    s->nslots = s->nused = 0;
+    pos_index_free(&s->index);
     s->noindex = true;
 }
 
-/* Notes the write just queued at ops[nops - 1] (at most half the slots
- * used, so that probes stay short). */
+/* Notes the write just queued at ops[nops - 1]. */
 static void index_note(struct store *s)
 {
     if (s->noindex)
         return;
-    if (2 * (s->nused + 1) > s->nslots) {
-        if (index_build(s, s->nslots ? 2 * s->nslots : 64) < 0) {
-            index_off(s);
-            return;
-        }
-        return; /* the build took the new write too */
-    }
-    index_add(s, s->nops - 1);
+    int r = pos_index_reserve(&s->index, s->index.used + 1);
+    if (r < 0)
+        index_off(s);
+    else if (r > 0)
+        index_fill(s); /* the new table takes the new write too */
+    else
+        pos_index_add(&s->index, key_hash(s->ops[s->nops - 1].kind, s->ops[s->nops - 1].a),
+                      s->nops - 1);
 }
 
 /* The pending write of kind <k> for <key>, or NULL. */
@@ -554,11 +534,10 @@ static struct op *pending_find(struct store *s, enum op_kind k, const char *key)
                 return &s->ops[i];
         return NULL;
     }
-    if (s->nslots == 0)
-        return NULL;
-    for (size_t i = key_hash(k, key) & (s->nslots - 1); s->slots[i] != 0;
-         i = (i + 1) & (s->nslots - 1)) {
-        struct op *o = &s->ops[s->slots[i] - 1];
+    uint64_t h = key_hash(k, key);
+    size_t j = POS_INDEX_START, p;
+    while ((p = pos_index_next(&s->index, h, &j)) != 0) {
+        struct op *o = &s->ops[p - 1];
         if (o->kind == k && strcmp(o->a, key) == 0)
             return o;
     }
@@ -589,8 +568,8 @@ static struct op *push(struct store *s)
         memmove(s->ops, s->ops + drop, (s->nops - drop) * sizeof(*s->ops));
         s->nops -= drop;
         s->dropped += drop;
-        if (s->nslots > 0 && index_build(s, s->nslots) < 0) /* every position moved */
-            index_off(s);
+        if (s->index.n > 0)
+            index_fill(s); /* every position moved */
     }
     if (s->nops == s->cap) {
         size_t nc = s->cap ? s->cap * 2 : 64;

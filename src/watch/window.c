@@ -76,7 +76,7 @@ void fold_free(struct fold *f)
     for (size_t i = 0; i < f->n; i++)
         entry_free(&f->e[i]);
     free(f->e);
-    free(f->index);
+    pos_index_free(&f->index);
     memset(f, 0, sizeof(*f));
 }
 
@@ -95,18 +95,15 @@ static uint64_t key_hash(enum alert_kind kind, const char *agent, const char *ho
 static void index_put(struct fold *f, size_t i)
 {
     const struct fold_entry *e = &f->e[i];
-    size_t mask = f->nindex - 1, j = key_hash(e->kind, e->agent, e->host) & mask;
-    while (f->index[j] != 0)
-        j = (j + 1) & mask;
-    f->index[j] = (uint32_t)(i + 1);
+    pos_index_add(&f->index, key_hash(e->kind, e->agent, e->host), i);
 }
 
-/* Indexes every entry anew in the slots there are (after entries moved). */
+/* Indexes every entry anew (after entries moved). */
 static void index_refill(struct fold *f)
 {
-    if (f->nindex == 0)
+    if (f->index.n == 0)
         return;
-    memset(f->index, 0, f->nindex * sizeof(*f->index));
+    pos_index_empty(&f->index);
     for (size_t i = 0; i < f->n; i++)
         index_put(f, i);
 }
@@ -115,19 +112,10 @@ static void index_refill(struct fold *f)
  * memory (the index stays as it was, valid for the entries there are). */
 static int index_reserve(struct fold *f, size_t want)
 {
-    if (2 * want <= f->nindex)
-        return 0;
-    size_t n = f->nindex > 0 ? f->nindex : 64;
-    while (n < 2 * want)
-        n *= 2;
-    uint32_t *ix = calloc(n, sizeof(*ix));
-    if (ix == NULL)
-        return -1;
-    free(f->index);
-    f->index = ix;
-    f->nindex = n;
-    index_refill(f);
-    return 0;
+    int r = pos_index_reserve(&f->index, want);
+    if (r > 0)
+        index_refill(f);
+    return r < 0 ? -1 : 0;
 }
 
 static char *dup_or_null(const char *s)
@@ -138,11 +126,10 @@ static char *dup_or_null(const char *s)
 static struct fold_entry *find(struct fold *f, enum alert_kind kind, const char *agent,
                                const char *host)
 {
-    if (f->nindex == 0)
-        return NULL;
-    size_t mask = f->nindex - 1;
-    for (size_t j = key_hash(kind, agent, host) & mask; f->index[j] != 0; j = (j + 1) & mask) {
-        struct fold_entry *e = &f->e[f->index[j] - 1];
+    uint64_t h = key_hash(kind, agent, host);
+    size_t j = POS_INDEX_START, p;
+    while ((p = pos_index_next(&f->index, h, &j)) != 0) {
+        struct fold_entry *e = &f->e[p - 1];
         if (e->kind == kind && strcmp(e->agent, agent) == 0 && strcmp(e->host, host) == 0)
             return e;
     }

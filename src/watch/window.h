@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "util/pos_index.h"
 #include "watch/alert.h"
 
 #define WINDOW_SLOTS   10
@@ -67,11 +68,9 @@ struct fold {
     struct fold_entry *e;
     size_t n, cap;
     size_t at[FOLD_LEVELS]; /* entries of each level */
-    /* Open addressing over the entries by key (entry number + 1; 0: empty),
-     * at least twice as many slots as entries: an alert finds its period
-     * without a scan of thousands during a storm. */
-    uint32_t *index;
-    size_t nindex;
+    /* The entries by key: an alert finds its period without a scan of
+     * thousands during a storm. */
+    struct pos_index index;
 };
 
 void fold_init(struct fold *f);
