@@ -77,9 +77,10 @@ def test_tier3_write_names_owner_and_expiry(gateway, net, tmp_path):
 
 
 def test_write_burst_and_folding(gateway, net, tmp_path):
-    # a 10 s period: the 8 POSTs and the wait for the first alert fit inside it
+    # a 5 s period: the 8 POSTs and the wait for the first alert (at most
+    # 1 s, assert_prompt) fit inside it
     gw, af = start(gateway, net, [api_rule(net, tier=2)],
-                   {"write_burst": {"max": 3, "per": "10s"}}, tmp_path, state=False)
+                   {"write_burst": {"max": 3, "per": "5s"}}, tmp_path, state=False)
     s = open_conn(gw)
     t0 = None
     for i in range(8):
@@ -94,15 +95,15 @@ def test_write_burst_and_folding(gateway, net, tmp_path):
     s.close()
     first = wait_alert(af, "write_burst")[0]
     assert first["count"] == 1 and first["severity"] == "medium"
-    assert "4 write requests within 10s (max 3)" in first["detail"]
+    assert "4 write requests within 5s (max 3)" in first["detail"]
     # reads do not count
     request(gw, "GET", net.url("/r"))
     # the 4 later writes were folded into one summary at the end of the period
     both = wait_alert(af, "write_burst", count=2, timeout=30)
     assert len(both) == 2
-    assert both[1]["count"] == 4 and "4 more within 10s, folded" in both[1]["detail"]
+    assert both[1]["count"] == 4 and "4 more within 5s, folded" in both[1]["detail"]
     # the summary opened a new period; quiet, it closes silently
-    ends = ts(both[1]["ts"]) + 10.0
+    ends = ts(both[1]["ts"]) + 5.0
     while time.time() < ends + 1.5:
         time.sleep(0.2)
     assert len(alerts(af, "write_burst")) == 2

@@ -110,7 +110,7 @@ def test_exec_sink_failures_are_logged_and_slow_ones_killed(gateway, net, tmp_pa
     missing = str(tmp_path / "no-such-program")
     gw = gateway(net.policy(rules(net), alerts={"sinks": [{"exec": fail}, {"exec": hang},
                                                           {"exec": missing}]}),
-                 args=["--alerts", str(tmp_path / "a.jsonl")])
+                 args=["--alerts", str(tmp_path / "a.jsonl"), "--grace", "1s"])
     assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
     poll(lambda: "exited with status 3" in gw.stderr() or None, timeout=3)
     poll(lambda: "no-such-program: cannot run" in gw.stderr() or None, timeout=3)
@@ -120,6 +120,7 @@ def test_exec_sink_failures_are_logged_and_slow_ones_killed(gateway, net, tmp_pa
         assert request(gw, "GET", net.url("/g%d" % i)).status == 200
     assert time.monotonic() - t0 < 15  # generous; a blocked loop would take 5 s per alert
     poll(lambda: "hang.sh: killed after 5 s" in gw.stderr() or None, timeout=8)
+    gw.stop()  # a clean exit 0 (--grace 1s: the sinks get their 1 s, not 5)
 
 
 def test_webhook_delivers(gateway, net, tmp_path):
@@ -277,7 +278,7 @@ def test_slow_webhook_times_out_and_does_not_slow_the_gate(gateway, net, tmp_pat
     try:
         url = "%s://127.0.0.1:%d/hook" % (scheme, silent.port)
         gw = gateway(net.policy(rules(net), alerts={"sinks": [{"webhook": url}]}),
-                     args=["--alerts", str(tmp_path / "a.jsonl")])
+                     args=["--alerts", str(tmp_path / "a.jsonl"), "--grace", "1s"])
         assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
         poll(lambda: silent.conns or None, timeout=10, what="the webhook connection")
         # the POST hangs: requests are still answered promptly (a generous bound)
@@ -288,6 +289,7 @@ def test_slow_webhook_times_out_and_does_not_slow_the_gate(gateway, net, tmp_pat
             assert time.monotonic() - t0 < 4.0
         poll(lambda: "no answer within 5 s" in gw.stderr() or None, timeout=20,
              what="the webhook timeout on stderr")
+        gw.stop()  # a clean exit 0 while the silent sink still holds its alert
     finally:
         silent.stop()
 
@@ -445,13 +447,14 @@ def test_webhook_answer_is_bounded(gateway, net, tmp_path):
         gw = gateway(net.policy(rules(net), alerts={"sinks": [
             {"webhook": "http://127.0.0.1:%d/big" % big.port},
             {"webhook": "http://127.0.0.1:%d/small" % small.port}]}),
-            args=["--alerts", str(tmp_path / "a.jsonl")],
+            args=["--alerts", str(tmp_path / "a.jsonl"), "--grace", "1s"],
             env={"SLUICE_TEST_WEBHOOK_BACKOFF_MS": "50"})
         request(gw, "POST", net.url("/p"), body=b"1")
         poll(lambda: small.bodies() or None, timeout=10, what="delivery with a short answer")
         poll(lambda: "the answer is longer than 65536 bytes" in gw.stderr() or None, timeout=10,
              what="the long answer refused")
         poll(lambda: len(big.bodies()) >= 2 or None, timeout=10, what="a retry")
+        gw.stop()  # a clean exit 0 while the failing sink still holds its alert
     finally:
         big.stop()
         small.stop()
