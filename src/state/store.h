@@ -3,9 +3,11 @@
  * What the gateway remembers across restarts: first-contact memory (agent,
  * host), per-agent traffic baselines, the webhook delivery queue and a few
  * counters. Reads happen once, at start (store_load_*), into the memory of
- * the module that uses them; writes are queued in memory by store_put_* and
- * committed in one transaction by store_flush(), which the caller runs on a
- * timer: the event loop never waits on a write per request.
+ * the module that uses them; of the webhook queue, a sink reads only what
+ * it has room for, at start and as room frees up (store_load_queue_of).
+ * Writes are queued in memory by store_put_* and committed in one
+ * transaction by store_flush(), which the caller runs on a timer: the
+ * event loop never waits on a write per request.
  *
  * A missing database is created (and DIR with it, mode 0750). A database
  * that is not SQLite or fails its integrity check is moved aside to
@@ -49,19 +51,26 @@ typedef void (*store_baseline_fn)(const char *agent, const struct store_baseline
 typedef void (*store_queue_fn)(int64_t id, const char *sink, const char *body, int attempts,
                                void *arg);
 typedef void (*store_counter_fn)(const char *name, uint64_t value, void *arg);
+typedef void (*store_queued_fn)(const char *sink, uint64_t rows, void *arg);
 
-/* Each calls <fn> for every stored row (queue rows oldest first). Returns
- * the number of rows, or -1 on a database error (reported on stderr). */
+/* Each calls <fn> for every stored row. Returns the number of rows, or -1
+ * on a database error (reported on stderr). */
 int store_load_contacts(struct store *s, store_contact_fn fn, void *arg);
 int store_load_baselines(struct store *s, store_baseline_fn fn, void *arg);
-int store_load_queue(struct store *s, store_queue_fn fn, void *arg);
 int store_load_counters(struct store *s, store_counter_fn fn, void *arg);
 /* Calls <fn> for the queue rows of webhook <sink> whose id is above
  * <after>, oldest first, at most <limit> of them: what a sink has room for,
- * read without going through the rest of the queue. Returns the number of
- * rows, or -1 on a database error (reported on stderr). */
+ * read without going through the rest of the queue. The queue is never
+ * read whole: it can hold hundreds of thousands of alerts (a sink down for
+ * days). Returns the number of rows, or -1 on a database error (reported
+ * on stderr). */
 int store_load_queue_of(struct store *s, const char *sink, int64_t after, int limit,
                         store_queue_fn fn, void *arg);
+/* Calls <fn> once per webhook sink that has queue rows, with how many:
+ * counted in the index alert_queue_sink, without reading the rows' bodies.
+ * Returns the number of sinks, or -1 on a database error (reported on
+ * stderr). */
+int store_count_queue(struct store *s, store_queued_fn fn, void *arg);
 
 /* Queued writes (committed by store_flush). Strings are copied. Each
  * returns 0, or -1 when out of memory (the write is dropped and counted). */

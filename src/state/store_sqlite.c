@@ -411,15 +411,6 @@ static int queue_rows(struct store *s, sqlite3_stmt *st, store_queue_fn fn, void
     return n;
 }
 
-int store_load_queue(struct store *s, store_queue_fn fn, void *arg)
-{
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(s->db, "SELECT id, sink, body, attempts FROM alert_queue ORDER BY id",
-                           -1, &st, NULL) != SQLITE_OK)
-        return load_fail(s, st);
-    return queue_rows(s, st, fn, arg);
-}
-
 int store_load_queue_of(struct store *s, const char *sink, int64_t after, int limit,
                         store_queue_fn fn, void *arg)
 {
@@ -433,6 +424,25 @@ int store_load_queue_of(struct store *s, const char *sink, int64_t after, int li
     sqlite3_bind_int64(st, 2, after);
     sqlite3_bind_int(st, 3, limit > 0 ? limit : 0);
     return queue_rows(s, st, fn, arg);
+}
+
+int store_count_queue(struct store *s, store_queued_fn fn, void *arg)
+{
+    sqlite3_stmt *st = NULL;
+    int n = 0, rc;
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT sink, count(*) FROM alert_queue GROUP BY sink ORDER BY sink", -1,
+                           &st, NULL) != SQLITE_OK)
+        return load_fail(s, st);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        sqlite3_int64 v = sqlite3_column_int64(st, 1);
+        fn(col_text(st, 0), v > 0 ? (uint64_t)v : 0, arg);
+        n++;
+    }
+    if (rc != SQLITE_DONE)
+        return load_fail(s, st);
+    sqlite3_finalize(st);
+    return n;
 }
 
 int store_load_counters(struct store *s, store_counter_fn fn, void *arg)

@@ -2,6 +2,7 @@
  * (sinks.h). */
 #include "watch/sinks.h"
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -569,10 +570,31 @@ void webhook_send(struct webhook *w, const char *json, size_t n)
     enqueue(w, id, json, n, 0);
 }
 
-void webhook_adopt(struct webhook *w, int64_t id, const char *json, int attempts)
+static void adopt_row(int64_t id, const char *sink, const char *body, int attempts, void *arg)
 {
+    (void)sink;
     (void)attempts; /* a new run gives every stored alert a fresh set of attempts */
-    enqueue(w, id, json, strlen(json), 0);
+    enqueue(arg, id, body, strlen(body), 0);
+}
+
+/* Reads the sink's oldest rows, as many as memory has room for and one
+ * more: that one, over the cap, is counted in only_stored, which tells the
+ * sweep that more wait. However many alerts wait (a sink down for days),
+ * the loop reads no more than that. The store is committed first, as for
+ * the sweep: a row not written yet would be missed, and one whose deletion
+ * waits (delivered by the sink this URL had before a reload removed it)
+ * would be sent twice; when the commit fails, the sweep reads them once one
+ * goes through. */
+void webhook_adopt_stored(struct webhook *w)
+{
+    if (w->store == NULL)
+        return;
+    size_t room = w->len < w->t.queue_max ? w->t.queue_max - w->len : 0;
+    if (room > INT_MAX - 1)
+        room = INT_MAX - 1;
+    if (store_flush(w->store) < 0 ||
+        store_load_queue_of(w->store, w->url, 0, (int)room + 1, adopt_row, w) < 0)
+        w->only_stored = 1; /* the sweep reads them */
 }
 
 size_t webhook_queued(const struct webhook *w)

@@ -20,8 +20,9 @@
  * with a fresh set of attempts: nothing is given up while the gateway
  * runs. At most SINK_WEBHOOK_QUEUE_MAX alerts are held in memory per sink;
  * beyond, with a state store, new ones are kept only in the store and a
- * sweep every SINK_WEBHOOK_SWEEP_MS reads them back as room frees up;
- * without a store the oldest not in flight is dropped, counted
+ * sweep every SINK_WEBHOOK_SWEEP_MS reads them back as room frees up (a
+ * new sink takes its oldest stored alerts up to the cap, the sweep the
+ * others); without a store the oldest not in flight is dropped, counted
  * (webhook_dropped) and reported on standard error. Every queued alert is
  * in the state store (when there is one) until delivered, so none is lost
  * across a restart. https:// URLs are verified against the system's CA
@@ -79,8 +80,10 @@ const char *webhook_url(const struct webhook *w);
 const char *webhook_label(const struct webhook *w);
 /* Queues <json> (copied; stored) and sends when the sink is free. */
 void webhook_send(struct webhook *w, const char *json, size_t n);
-/* Queues an alert loaded from the store (already stored as <id>). */
-void webhook_adopt(struct webhook *w, int64_t id, const char *json, int attempts);
+/* Takes the alerts the store holds for <w>, a sink just made (at start, or
+ * added by a reload), oldest first: as many as its memory queue holds, the
+ * sweep reading the others back as room frees up. Never the whole queue. */
+void webhook_adopt_stored(struct webhook *w);
 size_t webhook_queued(const struct webhook *w);
 /* Of those, the alerts that only memory holds (no state store, or one that
  * could not take them): what stopping now would lose. */

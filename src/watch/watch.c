@@ -38,7 +38,6 @@ struct watch {
     size_t nhooks;
     struct event *tick;
     const struct policy *policy; /* the policy in force (the gateway keeps it alive) */
-    uint64_t unmatched_queued;
     metrics_gauges_fn gauges;
     void *gauges_arg;
     /* watch_drain(): its deadline (CLOCK_MONOTONIC ms), the timer that
@@ -105,26 +104,30 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 
 /* ---- sinks ---------------------------------------------------------------- */
 
-struct adopt_ctx {
-    struct watch *w;
-    struct webhook **fresh;
-    size_t nfresh;
-    bool count_unmatched;
+struct unmatched_ctx {
+    const struct watch *w;
+    uint64_t rows;
 };
 
-static void adopt_row(int64_t id, const char *sink, const char *body, int attempts, void *arg)
+static void count_unmatched(const char *sink, uint64_t rows, void *arg)
 {
-    struct adopt_ctx *c = arg;
-    bool matched = false;
+    struct unmatched_ctx *c = arg;
     for (size_t i = 0; i < c->w->nhooks; i++)
-        if (strcmp(webhook_url(c->w->hooks[i]), sink) == 0) {
-            matched = true;
-            for (size_t j = 0; j < c->nfresh; j++)
-                if (c->fresh[j] == c->w->hooks[i])
-                    webhook_adopt(c->w->hooks[i], id, body, attempts);
-        }
-    if (!matched && c->count_unmatched)
-        c->w->unmatched_queued++;
+        if (strcmp(webhook_url(c->w->hooks[i]), sink) == 0)
+            return;
+    c->rows += rows;
+}
+
+/* Says on standard error how many stored alerts no configured webhook
+ * takes: counted per sink in the store, not read. */
+static void say_unmatched(const struct watch *w)
+{
+    struct unmatched_ctx c = {w, 0};
+    if (store_count_queue(w->store, count_unmatched, &c) >= 0 && c.rows > 0)
+        fprintf(stderr,
+                "sluice: state %s: %llu queued alert(s) for webhooks no longer configured are "
+                "kept, not sent\n",
+                store_path(w->store), (unsigned long long)c.rows);
 }
 
 static void free_execs(struct watch *w)
@@ -191,17 +194,10 @@ static void configure_sinks(struct watch *w, const struct policy *p, bool first)
         if (w->exec == NULL)
             fprintf(stderr, "sluice: alert sinks: cannot watch child processes; exec sinks off\n");
     }
-    if (w->store != NULL && (nfresh > 0 || first)) {
-        store_flush(w->store);
-        struct adopt_ctx c = {w, fresh, nfresh, first};
-        w->unmatched_queued = 0;
-        store_load_queue(w->store, adopt_row, &c);
-        if (first && w->unmatched_queued > 0)
-            fprintf(stderr,
-                    "sluice: state %s: %llu queued alert(s) for webhooks no longer configured "
-                    "are kept, not sent\n",
-                    store_path(w->store), (unsigned long long)w->unmatched_queued);
-    }
+    for (size_t i = 0; i < nfresh; i++)
+        webhook_adopt_stored(fresh[i]); /* each its oldest, what its memory holds */
+    if (first && w->store != NULL)
+        say_unmatched(w);
     free(fresh);
 }
 

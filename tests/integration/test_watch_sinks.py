@@ -7,6 +7,7 @@ import re
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import threading
 import time
@@ -368,6 +369,57 @@ def test_webhook_over_the_memory_cap_comes_back_from_the_store(gateway, net, tmp
         hosts = sorted(b["host"] for b in rcv.bodies())
         assert hosts == ["nowhere%d.example.test" % i for i in range(5)]
         assert "dropping" not in gw.stderr()
+    finally:
+        rcv.stop()
+
+
+def _bytes_read(pid):
+    """What process <pid> read so far through read(2) and pread(2) (rchar)."""
+    with open("/proc/%d/io" % pid) as f:
+        return int(re.search(r"^rchar: (\d+)$", f.read(), re.M).group(1))
+
+
+def test_webhook_backlog_is_read_as_memory_frees_up(gateway, net, tmp_path):
+    # A backlog in the store: 300 alerts for a webhook the policy does not
+    # name yet, behind 5000 of 4 KiB (20 MB) for one it no longer names.
+    # The start counts them without taking them; the reload that adds the
+    # first sink reads what its memory holds (100), not the whole queue
+    # (it read all 20 MB, on the loop, at every reload that added a sink),
+    # and the sweeps bring the rest: each alert once, oldest first.
+    rcv = Receiver()
+    url = "http://127.0.0.1:%d/hook" % rcv.port
+    state = tmp_path / "state"
+    args = ["--alerts", str(tmp_path / "a.jsonl"), "--state", str(state)]
+    env = {"SLUICE_TEST_WEBHOOK_BACKOFF_MS": "10", "SLUICE_TEST_WEBHOOK_QUEUE_MAX": "100"}
+    pol = net.policy(rules(net))
+    try:
+        gateway(pol, args=args).stop()  # makes the store
+        db = sqlite3.connect(str(state / "sluice.db"))
+        with db:
+            db.executemany("INSERT INTO alert_queue(sink, body, created_ms) VALUES(?, ?, 0)",
+                           [("http://127.0.0.1:9/gone", json.dumps({"pad": "x" * 4096}))
+                            for _ in range(5000)] +
+                           [(url, json.dumps({"n": i})) for i in range(300)])
+        db.close()
+        assert os.path.getsize(str(state / "sluice.db")) > 20 * 1024 * 1024
+        gw = gateway(pol, args=args, env=env)
+        assert "5300 queued alert(s) for webhooks no longer configured are kept, not sent" \
+            in gw.stderr()
+        before = _bytes_read(gw.proc.pid)
+        gw.write_policy(policy_yaml(net.policy(rules(net), alerts={"sinks": [{"webhook": url}]})))
+        gw.reload()
+        poll(lambda: "sluice: reloaded" in gw.stderr() or None, timeout=10, what="the reload")
+        read = _bytes_read(gw.proc.pid) - before
+        assert read < 4 * 1024 * 1024, read
+        poll(lambda: (lambda b: b if len(b) >= 300 else None)(rcv.bodies()), timeout=30,
+             what="the 300 stored alerts (200 read back by the sweeps)")
+        time.sleep(1.5)
+        assert [b["n"] for b in rcv.bodies()] == list(range(300))
+        gw.stop()
+        db = sqlite3.connect(str(state / "sluice.db"))
+        left = db.execute("SELECT sink, count(*) FROM alert_queue GROUP BY sink").fetchall()
+        db.close()
+        assert left == [("http://127.0.0.1:9/gone", 5000)]
     finally:
         rcv.stop()
 

@@ -12,7 +12,7 @@
 #include "state/store.h"
 
 /* The queue rows the sink reads from the store, counted on their way to
- * its callback: the sink's calls are routed here by the macros below. */
+ * its callback: the sink's calls are routed here by the macro below. */
 static long rows_read;
 static store_queue_fn counted_fn;
 
@@ -22,14 +22,6 @@ static void count_row(int64_t id, const char *sink, const char *body, int attemp
     counted_fn(id, sink, body, attempts, arg);
 }
 
-/* Unused by the sink now; kept so that a sweep reading the whole queue
- * again is counted too. */
-__attribute__((unused)) static int counted_load_queue(struct store *s, store_queue_fn fn, void *arg)
-{
-    counted_fn = fn;
-    return store_load_queue(s, count_row, arg);
-}
-
 static int counted_load_queue_of(struct store *s, const char *sink, int64_t after, int limit,
                                  store_queue_fn fn, void *arg)
 {
@@ -37,10 +29,8 @@ static int counted_load_queue_of(struct store *s, const char *sink, int64_t afte
     return store_load_queue_of(s, sink, after, limit, count_row, arg);
 }
 
-#define store_load_queue    counted_load_queue
 #define store_load_queue_of counted_load_queue_of
 #include "../../src/watch/sink_webhook.c"
-#undef store_load_queue
 #undef store_load_queue_of
 
 #include <event2/listener.h>
@@ -145,6 +135,8 @@ struct srv {
     unsigned stall_ms;
     unsigned requests, connections;
     struct sconn *open[64]; /* connections still open, freed by srv_stop */
+    long got[64];           /* N of each body {"n":N} answered, in order */
+    size_t ngot;
 };
 
 struct sconn {
@@ -204,6 +196,11 @@ static void s_read(struct bufferevent *bev, void *arg)
     free(h);
     if (evbuffer_get_length(in) < head + body)
         return;
+    char *b = strndup((const char *)evbuffer_pullup(in, (ev_ssize_t)(head + body)) + head, body);
+    assert_non_null(b);
+    if (strncmp(b, "{\"n\":", 5) == 0 && c->s->ngot < sizeof(c->s->got) / sizeof(c->s->got[0]))
+        c->s->got[c->s->ngot++] = strtol(b + 5, NULL, 10);
+    free(b);
     evbuffer_drain(in, head + body);
     c->s->requests++;
     unsigned ms = c->s->delays_ms[c->s->next++ % c->s->ndelays];
@@ -451,8 +448,8 @@ static void sweep_reads_only_what_it_has_room_for(void **state)
     struct webhook *w = webhook_new(base, url, st, &err);
     assert_non_null(w);
     w->t.queue_max = 10;
-    webhook_adopt(w, first + 2, "{}", 0); /* in memory already: not taken twice */
-    webhook_adopt(w, first + 6, "{}", 0);
+    enqueue(w, first + 2, "{}", 2, 0); /* in memory already: not taken twice */
+    enqueue(w, first + 6, "{}", 2, 0);
     w->only_stored = 9998;
     rows_read = 0;
     on_sweep(-1, 0, w);
@@ -486,6 +483,125 @@ static void sweep_reads_only_what_it_has_room_for(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* Runs <base> until <s> answered <n> bodies or <limit_ms> went by. */
+static void run_until_answered(struct event_base *base, const struct srv *s, size_t n,
+                               uint64_t limit_ms)
+{
+    struct event *tick = event_new(base, -1, EV_PERSIST, on_tick, NULL);
+    struct timeval tv = {0, 10000};
+    event_add(tick, &tv);
+    uint64_t until = mono_ms() + limit_ms;
+    while (s->ngot < n && mono_ms() < until)
+        event_base_loop(base, EVLOOP_ONCE);
+    event_free(tick);
+}
+
+/* A new sink takes its oldest stored alerts, as many as its memory holds,
+ * and reads no more of the queue than that: 20,000 rows (half another
+ * sink's) against a memory cap of 10 read 11 at most, the last over the
+ * cap telling the sweep that more wait. The start and each reload that
+ * added a sink used to read the whole queue, every sink's rows and bodies,
+ * on the loop. */
+static void adopting_reads_only_what_memory_holds(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sluice-hook-XXXXXX", *err = NULL, *warn = NULL, cmd[64];
+    const char *url = "http://127.0.0.1:9/hook";
+    assert_non_null(mkdtemp(dir));
+    struct store *st = store_open(dir, &err, &warn);
+    assert_non_null(st);
+    int64_t first = 0;
+    for (int i = 0; i < 20000; i++) {
+        int64_t id = store_queue_add(st, i % 2 == 0 ? "http://127.0.0.1:9/other" : url, "{}");
+        if (i == 1)
+            first = id;
+    }
+    assert_int_equal(store_flush(st), 0);
+    struct event_base *base = event_base_new();
+    struct webhook *w = webhook_new(base, url, st, &err);
+    assert_non_null(w);
+    w->t.queue_max = 10;
+    rows_read = 0;
+    webhook_adopt_stored(w);
+    assert_true(rows_read <= 11);
+    assert_int_equal(webhook_queued(w), 10);
+    for (size_t i = 0; i < 10; i++) /* the sink's oldest, in order */
+        assert_int_equal(w->q[(w->head + i) % w->cap].id, first + 2 * (int64_t)i);
+    assert_true(w->only_stored > 0); /* the sweep brings the others */
+    webhook_free(w);
+    /* a sink with nothing stored reads nothing and does not sweep */
+    w = webhook_new(base, "http://127.0.0.1:9/none", st, &err);
+    assert_non_null(w);
+    rows_read = 0;
+    webhook_adopt_stored(w);
+    assert_int_equal(rows_read, 0);
+    assert_int_equal(webhook_queued(w), 0);
+    assert_int_equal(w->only_stored, 0);
+    webhook_free(w);
+    store_close(st);
+    event_base_free(base);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void count_queued(const char *sink, uint64_t rows, void *arg)
+{
+    (void)sink;
+    *(uint64_t *)arg += rows;
+}
+
+/* What a new sink did not take at once comes back through the sweep, as
+ * memory frees up: 25 stored alerts, a memory cap of 10, a server that
+ * answers each: every one is delivered once, oldest first, and none is left
+ * in the store. */
+static void adopted_and_swept_alerts_are_delivered_once_in_order(void **state)
+{
+    (void)state;
+    static const unsigned delays[] = {0};
+    char dir[] = "/tmp/sluice-hook-XXXXXX", *err = NULL, *warn = NULL, cmd[64], url[64];
+    assert_non_null(mkdtemp(dir));
+    struct store *st = store_open(dir, &err, &warn);
+    assert_non_null(st);
+    struct event_base *base = event_base_new();
+    struct srv s = {.delays_ms = delays, .ndelays = 1};
+    srv_start(&s, base);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/hook", (unsigned)s.port);
+    for (int i = 0; i < 25; i++) {
+        char body[32];
+        snprintf(body, sizeof(body), "{\"n\":%d}", i);
+        assert_true(store_queue_add(st, url, body) > 0);
+        assert_true(store_queue_add(st, "http://127.0.0.1:9/other", "{\"n\":-1}") > 0);
+    }
+    assert_int_equal(store_flush(st), 0);
+    struct webhook *w = webhook_new(base, url, st, &err);
+    uint64_t left = 0;
+    assert_non_null(w);
+    w->t.queue_max = 10;
+    w->t.sweep_ms = 20;
+    struct timeval tv = {0, 20000};
+    event_add(w->sweep, &tv);
+    rows_read = 0;
+    webhook_adopt_stored(w);
+    assert_true(rows_read <= 11);
+    run_until_answered(base, &s, 25, 20000);
+    assert_int_equal(s.ngot, 25);
+    for (size_t i = 0; i < 25; i++)
+        assert_int_equal(s.got[i], (long)i);
+    run_until_delivered(base, w, 26, 300); /* nothing more comes */
+    assert_int_equal(s.ngot, 25);
+    assert_int_equal(webhook_delivered(w), 25);
+    assert_int_equal(webhook_queued(w), 0);
+    assert_int_equal(store_flush(st), 0);
+    assert_int_equal(store_count_queue(st, count_queued, &left), 1); /* the other sink's */
+    assert_int_equal(left, 25);
+    webhook_free(w);
+    srv_stop(&s);
+    store_close(st);
+    event_base_free(base);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -498,6 +614,8 @@ int main(void)
         cmocka_unit_test(free_with_a_request_in_flight),
         cmocka_unit_test(alert_whose_stored_row_was_dropped_is_unstored),
         cmocka_unit_test(sweep_reads_only_what_it_has_room_for),
+        cmocka_unit_test(adopting_reads_only_what_memory_holds),
+        cmocka_unit_test(adopted_and_swept_alerts_are_delivered_once_in_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -142,7 +142,7 @@ static void round_trip(void **state)
     assert_int_equal(seen.num[0], 10);
     assert_true(seen.d[0] > 3.4 && seen.d[0] < 3.6);
     memset(&seen, 0, sizeof(seen));
-    assert_int_equal(store_load_queue(s, on_queue, &seen), 1);
+    assert_int_equal(store_load_queue_of(s, "http://h/", 0, 10, on_queue, &seen), 1);
     assert_string_equal(seen.text[0], "http://h/ {\"a\":2} 3");
     assert_int_equal(seen.num[0], q2);
     memset(&seen, 0, sizeof(seen));
@@ -155,7 +155,7 @@ static void round_trip(void **state)
     store_close(s); /* commits on close */
     s = open_ok(sub);
     memset(&seen, 0, sizeof(seen));
-    assert_int_equal(store_load_queue(s, on_queue, &seen), 2);
+    assert_int_equal(store_load_queue_of(s, "http://h/", 0, 10, on_queue, &seen), 2);
     store_close(s);
     store_close(NULL);
 }
@@ -432,6 +432,54 @@ static void queue_rows_of_a_sink_up_to_a_limit(void **state)
     sqlite3_close(db);
 }
 
+struct per_sink {
+    int n;
+    char sink[4][16];
+    uint64_t rows[4];
+};
+
+static void on_queued(const char *sink, uint64_t rows, void *arg)
+{
+    struct per_sink *p = arg;
+    if (p->n < 4) {
+        snprintf(p->sink[p->n], sizeof(p->sink[p->n]), "%s", sink);
+        p->rows[p->n] = rows;
+    }
+    p->n++;
+}
+
+/* The rows each sink has waiting, counted (for what the start says of
+ * sinks no longer configured) without reading the rows themselves. */
+static void queue_counted_per_sink(void **state)
+{
+    (void)state;
+    struct store *s = open_ok(dir);
+    struct per_sink seen = {0};
+    assert_int_equal(store_count_queue(s, on_queued, &seen), 0);
+    assert_int_equal(seen.n, 0);
+    int64_t del = 0;
+    for (int i = 0; i < 9; i++) {
+        int64_t id = store_queue_add(s,
+                                     i < 3   ? "http://a/"
+                                     : i < 8 ? "http://b/"
+                                             : "http://c/",
+                                     "{}");
+        if (i == 4)
+            del = id;
+    }
+    assert_int_equal(store_queue_del(s, del), 0);
+    assert_int_equal(store_flush(s), 0);
+    assert_int_equal(store_count_queue(s, on_queued, &seen), 3);
+    assert_int_equal(seen.n, 3);
+    assert_string_equal(seen.sink[0], "http://a/");
+    assert_int_equal(seen.rows[0], 3);
+    assert_string_equal(seen.sink[1], "http://b/");
+    assert_int_equal(seen.rows[1], 4);
+    assert_string_equal(seen.sink[2], "http://c/");
+    assert_int_equal(seen.rows[2], 1);
+    store_close(s);
+}
+
 static void on_counter_check(const char *name, uint64_t v, void *arg)
 {
     int *bad = arg;
@@ -535,6 +583,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(over_the_cap_the_oldest_tenth_goes, setup, teardown),
         cmocka_unit_test_setup_teardown(a_commit_failing_past_the_lock_backs_off, setup, teardown),
         cmocka_unit_test_setup_teardown(queue_rows_of_a_sink_up_to_a_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(queue_counted_per_sink, setup, teardown),
         cmocka_unit_test_setup_teardown(coalescing_while_locked, setup, teardown),
         cmocka_unit_test_setup_teardown(coalesced_writes_find_theirs_at_once, setup, teardown),
     };
