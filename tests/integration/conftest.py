@@ -312,15 +312,23 @@ class Gateway:
         return rc
 
     def kill(self):
+        """Stops the gateway if it still runs: SIGTERM, then SIGKILL after
+        5 s. Returns what went wrong with a stop it made (a stop that is not
+        a prompt exit 0 is a defect, SPEC.md's Signals), else None."""
+        problem = None
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(5)
+                rc = self.proc.wait(5)
+                if rc != 0:
+                    problem = "sluice exited %d on SIGTERM at teardown" % rc
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+                problem = "sluice did not exit within 5 s of SIGTERM at teardown (killed)"
         self._err.close()
         self._out.close()
+        return problem
 
     def stderr(self):
         # the child writes straight to the file
@@ -413,8 +421,10 @@ def gateway(sluice_bin, net, tmp_path):
     yield start
     problems = []
     for gw in started:
-        gw.kill()
+        stopped = gw.kill()
         err = gw.stderr()
+        if stopped is not None:
+            problems.append(stopped + "; stderr:\n" + err[-4000:])
         for mark in SANITIZER_MARKS:
             if mark in err:
                 problems.append("sanitizer report in sluice stderr:\n" + err[-4000:])

@@ -59,7 +59,8 @@ def serve_in(sluice_bin, net):
 
     yield start
     for gw in started:
-        gw.kill()
+        stopped = gw.kill()
+        assert stopped is None, stopped + "\n" + gw.stderr()[-4000:]
         assert not any(m in gw.stderr() for m in SANITIZER_MARKS), gw.stderr()[-4000:]
 
 
