@@ -3,7 +3,9 @@
  * of the four and a MISMATCH says why; the result of every prefix is either
  * NEED_MORE or the result of the whole input (so bytes sent later never
  * turn a decision); with <max_head> at most the input's length the result
- * is never NEED_MORE, and bytes past <max_head> change nothing. */
+ * is never NEED_MORE, and bytes past <max_head> change nothing; judged in
+ * pieces by one resumed scan, the input gets at every step what it gets
+ * judged in one go. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +50,31 @@ static enum peek_http_result judge(const uint8_t *data, size_t n, size_t max_hea
     return r;
 }
 
+/* peek_http_resume() fed the input in pieces (of 1 to 16 bytes, sizes
+ * taken from the bytes themselves), each time in an exact-size copy of the
+ * bytes so far: at every step, a decided result included, what
+ * peek_http_judge() says of those bytes in one go, with the same reason. */
+static void check_in_pieces(const uint8_t *data, size_t size, size_t max_head)
+{
+    struct peek_http_scan scan = {0};
+    size_t n = 0;
+    do {
+        n += 1 + (size_t)(n < size ? data[n] & 15 : 0);
+        if (n > size)
+            n = size;
+        char *b = malloc(n ? n : 1);
+        check(b != NULL);
+        memcpy(b, data, n);
+        const char *why = NULL, *why_once = NULL;
+        enum peek_http_result r = peek_http_resume(&scan, b, n, max_head, target(), PORT, &why);
+        enum peek_http_result once = peek_http_judge(b, n, max_head, target(), PORT, &why_once);
+        free(b);
+        check(r == once);
+        if (r == PEEK_HTTP_MISMATCH)
+            check(strcmp(why, why_once) == 0);
+    } while (n < size);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size > 3 * MAX_HEAD)
@@ -67,5 +94,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     enum peek_http_result cut = judge(data, size, m);
     check(cut != PEEK_HTTP_NEED_MORE);
     check(judge(data, m, m) == cut);
+    check_in_pieces(data, size, MAX_HEAD);
+    check_in_pieces(data, size, m);
     return 0;
 }

@@ -24,6 +24,7 @@
 #include "gate/chunked.h"
 #include "gate/drain.h"
 #include "gate/http1.h"
+#include "gate/peek_http.h"
 #include "gate/resolve.h"
 #include "gate/sni.h"
 #include "gate/upstream.h"
@@ -134,6 +135,10 @@ struct exchange {
     unsigned interim;       /* interim (1xx) responses passed on (forward.c) */
     size_t scratch_interim; /* scratch bytes ahead of the final head: interim heads */
     bool rsp_head_sent;     /* the final response head was handed to the client */
+
+    /* CONNECT: how far the first bytes were judged as an HTTP request
+     * (connect.c), so that a read judges only the bytes it brought. */
+    struct peek_http_scan peek_scan;
 };
 
 struct conn {

@@ -201,6 +201,7 @@ void connect_start(struct conn *c)
     c->peek_over = false;
     c->hello_retried = false;
     c->peek_quiet = false;
+    c->ex.peek_scan = (struct peek_http_scan){0};
     c->ex.status = 200;
     struct timeval up_tv = timeval_of_ms(conn_idle_ms(c));
     bufferevent_setcb(c->up, up_read, up_write, up_event, c);
@@ -264,12 +265,14 @@ static enum peek_verdict hello_verdict(const struct conn *c, bool encrypted)
 }
 
 /* The first bytes are not TLS: judges them as an HTTP/1.x request head
- * (peek_http.h), which must name the target. */
-static enum peek_verdict peek_judge_http(const struct conn *c, const char *buf, size_t len,
-                                         bool final)
+ * (peek_http.h), which must name the target. The judging goes on from
+ * where the last read's stopped (c->ex.peek_scan): a head sent a few bytes
+ * at a time is looked at once, not once per read. */
+static enum peek_verdict peek_judge_http(struct conn *c, const char *buf, size_t len, bool final)
 {
     const char *why = NULL;
-    switch (peek_http_judge(buf, len, PEEK_MAX, &c->ex.target, c->ex.port, &why)) {
+    switch (
+        peek_http_resume(&c->ex.peek_scan, buf, len, PEEK_MAX, &c->ex.target, c->ex.port, &why)) {
     case PEEK_HTTP_NOT_HTTP:
     case PEEK_HTTP_MATCH:
         return PEEK_PASS;
@@ -286,7 +289,7 @@ static enum peek_verdict peek_judge_http(const struct conn *c, const char *buf, 
  * <final> when no more will be read (window over, PEEK_MAX reached, client
  * EOF). On PEEK_HELLO sets <*used> to the length of the records that carry
  * the hello. */
-static enum peek_verdict peek_judge(const struct conn *c, const char *buf, size_t len, bool final,
+static enum peek_verdict peek_judge(struct conn *c, const char *buf, size_t len, bool final,
                                     size_t *used)
 {
     char name[SNI_NAME_MAX + 1];

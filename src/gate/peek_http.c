@@ -183,19 +183,13 @@ static enum peek_http_result judge_head(const struct http_request *req, const st
     return PEEK_HTTP_MATCH;
 }
 
-enum peek_http_result peek_http_judge(const char *buf, size_t len, size_t max_head,
-                                      const struct host *target, uint16_t port, const char **why)
+/* The result of the classified first line <k> (its request target <t>,
+ * <tlen> bytes, for LINE_HTTP09_ABS) of a <len>-byte input; NEED_MORE for
+ * LINE_HTTP1, whose head is parsed next. */
+static enum peek_http_result line_verdict(enum line_kind k, const char *t, size_t tlen, size_t len,
+                                          size_t max_head, const struct host *target, uint16_t port,
+                                          const char **why)
 {
-    size_t lim = len < max_head ? len : max_head;
-    size_t i = 0;
-    /* Empty lines before the request line, and whitespace, which a lax
-     * server may skip too: skipped (a head that starts with whitespace is
-     * then refused by http1.c, not passed). */
-    while (i < lim && (buf[i] == '\r' || buf[i] == '\n' || is_ws((unsigned char)buf[i])))
-        i++;
-    const char *t = NULL;
-    size_t tlen = 0;
-    enum line_kind k = i < lim ? first_line(buf + i, lim - i, &t, &tlen) : LINE_NEED_MORE;
     switch (k) {
     case LINE_NOT_HTTP:
         return PEEK_HTTP_NOT_HTTP;
@@ -212,19 +206,123 @@ enum peek_http_result peek_http_judge(const char *buf, size_t len, size_t max_he
         return PEEK_HTTP_NEED_MORE;
     case LINE_HTTP1:
     default:
-        break;
-    }
-    struct http_request req;
-    const char *perr = "malformed request head";
-    size_t from = 0; /* http1.c parses from the first non-CRLF byte */
-    while (from < i && (buf[from] == '\r' || buf[from] == '\n'))
-        from++;
-    int hl = http1_parse_request(buf + from, lim - from, max_head - from, &req, &perr);
-    if (hl == HTTP1_NEED_MORE)
         return PEEK_HTTP_NEED_MORE;
-    if (hl < 0) {
-        *why = perr;
-        return PEEK_HTTP_MISMATCH;
     }
-    return judge_head(&req, target, port, why);
+}
+
+/* The first line: from where <s> stopped to <lim>, the leading empty lines
+ * and whitespace (which a lax server may skip too: skipped, and a head
+ * that starts with whitespace is then refused by http1.c, not passed), the
+ * method token, the whitespace behind it and the rest of the line up to
+ * its LF (each byte looked at once), then first_line() once, on the whole
+ * line. Returns LINE_NEED_MORE while the line is incomplete, LINE_NOT_HTTP
+ * as soon as it cannot be a request line, else what first_line() says. */
+static enum line_kind scan_first_line(struct peek_http_scan *s, const char *buf, size_t lim,
+                                      const char **t, size_t *tlen)
+{
+    size_t i = s->scanned;
+    if (s->phase == PEEK_HTTP_LEAD) {
+        for (; i < lim; i++) {
+            char c = buf[i];
+            if (c != '\r' && c != '\n' && !is_ws((unsigned char)c))
+                break;
+            if (s->from == i && (c == '\r' || c == '\n'))
+                s->from = i + 1; /* http1.c parses from the first byte not CR or LF */
+        }
+        if (i < lim) {
+            s->line = i;
+            s->phase = PEEK_HTTP_METHOD;
+        }
+    }
+    if (s->phase == PEEK_HTTP_METHOD) {
+        while (i < lim && is_tchar((unsigned char)buf[i]))
+            i++;
+        if (i < lim) {
+            if (i == s->line || !is_ws((unsigned char)buf[i])) {
+                s->looked += i + 1 - s->scanned;
+                s->scanned = i + 1;
+                return LINE_NOT_HTTP;
+            }
+            i++;
+            s->phase = PEEK_HTTP_LINE;
+        }
+    }
+    if (s->phase == PEEK_HTTP_LINE) {
+        while (i < lim && buf[i] != '\n') {
+            if (is_foreign((unsigned char)buf[i])) {
+                s->looked += i + 1 - s->scanned;
+                s->scanned = i + 1;
+                return LINE_NOT_HTTP;
+            }
+            i++;
+        }
+    }
+    s->looked += i - s->scanned;
+    s->scanned = i;
+    if (s->phase != PEEK_HTTP_LINE || i == lim)
+        return LINE_NEED_MORE;
+    s->looked += i + 1 - s->line;
+    return first_line(buf + s->line, i + 1 - s->line, t, tlen);
+}
+
+enum peek_http_result peek_http_resume(struct peek_http_scan *scan, const char *buf, size_t len,
+                                       size_t max_head, const struct host *target, uint16_t port,
+                                       const char **why)
+{
+    if (scan->phase == PEEK_HTTP_DECIDED) {
+        if (scan->result == PEEK_HTTP_MISMATCH)
+            *why = scan->why;
+        return scan->result;
+    }
+    size_t lim = len < max_head ? len : max_head;
+    enum peek_http_result r = PEEK_HTTP_NEED_MORE;
+    const char *reason = NULL;
+    if (scan->phase != PEEK_HTTP_HEAD) {
+        const char *t = NULL;
+        size_t tlen = 0;
+        enum line_kind k = scan_first_line(scan, buf, lim, &t, &tlen);
+        r = line_verdict(k, t, tlen, len, max_head, target, port, &reason);
+        if (k == LINE_HTTP1)
+            scan->phase = PEEK_HTTP_HEAD;
+    }
+    if (scan->phase == PEEK_HTTP_HEAD) {
+        /* http1_parse_request() runs once, when the end of the head, or an
+         * error, is there: until then the resumed search says NEED_MORE,
+         * as the parser's own search from the head's first byte would. */
+        size_t before = scan->head.scanned;
+        const char *perr = NULL;
+        int hl = http1_head_end(&scan->head, buf + scan->from, lim - scan->from,
+                                max_head - scan->from, &perr);
+        scan->looked += scan->head.scanned - before;
+        if (hl == HTTP1_NEED_MORE)
+            return PEEK_HTTP_NEED_MORE;
+        struct http_request req;
+        perr = "malformed request head";
+        scan->looked += lim - scan->from;
+        hl = http1_parse_request(buf + scan->from, lim - scan->from, max_head - scan->from, &req,
+                                 &perr);
+        if (hl == HTTP1_NEED_MORE)
+            return PEEK_HTTP_NEED_MORE; /* not reached: its search ends where ours did */
+        if (hl < 0) {
+            r = PEEK_HTTP_MISMATCH;
+            reason = perr;
+        } else {
+            r = judge_head(&req, target, port, &reason);
+        }
+    }
+    if (r == PEEK_HTTP_NEED_MORE)
+        return r;
+    scan->phase = PEEK_HTTP_DECIDED;
+    scan->result = r;
+    scan->why = reason;
+    if (r == PEEK_HTTP_MISMATCH)
+        *why = reason;
+    return r;
+}
+
+enum peek_http_result peek_http_judge(const char *buf, size_t len, size_t max_head,
+                                      const struct host *target, uint16_t port, const char **why)
+{
+    struct peek_http_scan scan = {0};
+    return peek_http_resume(&scan, buf, len, max_head, target, port, why);
 }

@@ -50,13 +50,20 @@
  * looks its sites up by the bytes it got), and a port they carry must be the target's port (a
  * Host or absolute-form target without a port is accepted); HTTP/1.0
  * without Host, with an origin-form target, is MATCH. Pure apart from
- * host_normalise(): no allocation, no sockets. */
+ * host_normalise(): no allocation, no sockets.
+ *
+ * The bytes of a tunnel come a few at a time, and are judged at each read:
+ * peek_http_resume() goes on from where the call before stopped (a struct
+ * peek_http_scan per tunnel), so that each byte is looked at a few times
+ * in all, not once per read (a head trickled in small pieces would else
+ * cost CPU quadratic in its size). */
 #ifndef SLUICE_GATE_PEEK_HTTP_H
 #define SLUICE_GATE_PEEK_HTTP_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gate/http1.h"
 #include "policy/host.h"
 
 enum peek_http_result {
@@ -73,5 +80,39 @@ enum peek_http_result {
  * every longer input. On MISMATCH sets <*why> to a static phrase. */
 enum peek_http_result peek_http_judge(const char *buf, size_t len, size_t max_head,
                                       const struct host *target, uint16_t port, const char **why);
+
+/* How far peek_http_resume() got: the leading empty lines and whitespace,
+ * the method token, the rest of the first line, the rest of the head. */
+enum peek_http_phase {
+    PEEK_HTTP_LEAD,
+    PEEK_HTTP_METHOD,
+    PEEK_HTTP_LINE,
+    PEEK_HTTP_HEAD,
+    PEEK_HTTP_DECIDED,
+};
+
+/* Where the judging of one input stopped: all zero for a new input. */
+struct peek_http_scan {
+    enum peek_http_phase phase;
+    size_t scanned;         /* bytes looked at from the start, up to the first line's LF */
+    size_t line;            /* where the first line starts (past empty lines, whitespace) */
+    size_t from;            /* where the head starts for http1.c: the first byte not CR or LF */
+    struct http1_scan head; /* the search for the head's end, from <from> on */
+    size_t looked;          /* bytes looked at over all the calls, every pass counted */
+    enum peek_http_result result; /* once PEEK_HTTP_DECIDED */
+    const char *why;              /* the MISMATCH's reason, once PEEK_HTTP_DECIDED */
+};
+
+/* peek_http_judge() of the first <len> bytes of an input of which <scan>
+ * has judged a prefix no longer than <len> (or nothing): <buf> holds the
+ * same bytes as at the calls before (it may have moved), then maybe more,
+ * and <max_head>, <target> and <port> are the same. Only the bytes that
+ * came since the last call are scanned; the first line is classified once,
+ * when its LF is there, and the head parsed once, when its end (or an
+ * error) is. Once the result is not NEED_MORE, every later call returns it
+ * again (and the same <*why>). */
+enum peek_http_result peek_http_resume(struct peek_http_scan *scan, const char *buf, size_t len,
+                                       size_t max_head, const struct host *target, uint16_t port,
+                                       const char **why);
 
 #endif

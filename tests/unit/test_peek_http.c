@@ -63,12 +63,49 @@ static void prefixes_agree(const char *s, enum peek_http_result full)
     }
 }
 
+/* Feeds the <n> bytes of <s> to one peek_http_resume() scan in pieces of
+ * <piece> bytes (the last one shorter), each time in a new exact-size copy
+ * of all the bytes so far (the buffer moves as an evbuffer's pullup may
+ * move it): at every step the result, and a MISMATCH's reason, are what
+ * peek_http_judge() says of the same bytes in one go, a decided result
+ * included (every longer input keeps it). Returns the bytes the scan
+ * looked at over all the calls. */
+static size_t pieces_agree(const char *s, size_t n, size_t piece, size_t max_head)
+{
+    struct peek_http_scan scan = {0};
+    size_t k = 0;
+    do {
+        k = n - k < piece ? n : k + piece;
+        const char *why_once = NULL, *why = NULL;
+        enum peek_http_result once = judge_n(s, k, max_head, &why_once);
+        char *b = malloc(k ? k : 1);
+        assert_non_null(b);
+        memcpy(b, s, k);
+        enum peek_http_result r = peek_http_resume(&scan, b, k, max_head, &target, PORT, &why);
+        free(b);
+        if (r != once)
+            fail_msg("pieces of %zu, %zu bytes of \"%.*s\": %d, in one go %d", piece, k, (int)n, s,
+                     (int)r, (int)once);
+        if (r == PEEK_HTTP_MISMATCH)
+            assert_string_equal(why, why_once);
+    } while (k < n);
+    return scan.looked;
+}
+
+/* pieces_agree() with every piece size from 1 to the whole input. */
+static void all_pieces_agree(const char *s, size_t n, size_t max_head)
+{
+    for (size_t piece = 1; piece <= (n ? n : 1); piece++)
+        pieces_agree(s, n, piece, max_head);
+}
+
 static void check(const char *s, enum peek_http_result want)
 {
     enum peek_http_result r = judge(s);
     if (r != want)
         fail_msg("%d instead of %d for \"%s\"", (int)r, (int)want, s);
     prefixes_agree(s, want);
+    all_pieces_agree(s, strlen(s), MAX_HEAD);
 }
 
 static void test_matching_hosts(void **state)
@@ -208,6 +245,9 @@ static void test_not_http(void **state)
     assert_int_equal(judge_n(nul, sizeof(nul) - 1, MAX_HEAD, &why), PEEK_HTTP_NOT_HTTP);
     assert_int_equal(judge_n("A \0", 3, MAX_HEAD, &why), PEEK_HTTP_NOT_HTTP);
     assert_int_equal(judge_n("\0GET", 4, MAX_HEAD, &why), PEEK_HTTP_NOT_HTTP);
+    all_pieces_agree(nul, sizeof(nul) - 1, MAX_HEAD);
+    all_pieces_agree("A \0", 3, MAX_HEAD);
+    all_pieces_agree("\0GET", 4, MAX_HEAD);
     /* TLS record headers are control bytes: never HTTP. */
     assert_int_equal(judge_n("\x16\x03\x01\x00\x05", 5, MAX_HEAD, &why), PEEK_HTTP_NOT_HTTP);
 }
@@ -233,8 +273,10 @@ static void test_incomplete(void **state)
         "GET /\x01",
         "A \x02\x03\x7f",
     };
-    for (size_t i = 0; i < sizeof(part) / sizeof(part[0]); i++)
+    for (size_t i = 0; i < sizeof(part) / sizeof(part[0]); i++) {
         assert_int_equal(judge(part[i]), PEEK_HTTP_NEED_MORE);
+        all_pieces_agree(part[i], strlen(part[i]), MAX_HEAD);
+    }
 }
 
 static void test_max_head(void **state)
@@ -260,6 +302,69 @@ static void test_max_head(void **state)
     assert_int_equal(judge_n(big, sizeof(big), sizeof(big), &why), PEEK_HTTP_MISMATCH);
     /* What lies past max_head is not looked at. */
     assert_int_equal(judge_n("GET / \x01", 7, 6, &why), PEEK_HTTP_MISMATCH);
+
+    /* In pieces, the bound reached at every step of the head and line. */
+    for (size_t m = 0; m <= n + 1; m++)
+        all_pieces_agree(h, n, m);
+    memset(big, 'A', sizeof(big));
+    memcpy(big, "GET /", 5);
+    for (size_t m = 0; m <= sizeof(big); m += 7)
+        all_pieces_agree(big, sizeof(big), m);
+    memset(big, '\n', sizeof(big));
+    all_pieces_agree(big, sizeof(big), sizeof(big));
+    all_pieces_agree(big, sizeof(big), sizeof(big) / 2);
+}
+
+/* Bytes looked at when <s> (<n> bytes) arrives a byte at a time and each
+ * prefix is judged from its first byte, as the gateway did at every read,
+ * until the result is decided. */
+static size_t looked_from_scratch(const char *s, size_t n, size_t max_head)
+{
+    size_t looked = 0;
+    for (size_t k = 1; k <= n; k++) {
+        struct peek_http_scan scan = {0};
+        const char *why;
+        enum peek_http_result r = peek_http_resume(&scan, s, k, max_head, &target, PORT, &why);
+        looked += scan.looked;
+        if (r != PEEK_HTTP_NEED_MORE)
+            break;
+    }
+    return looked;
+}
+
+/* A head that comes a byte at a time is looked at a few times in all (the
+ * first line scanned, then classified; the head searched for its end, then
+ * parsed), not once per byte: each read looks at the new byte alone. */
+static void test_trickled_head_is_looked_at_once(void **state)
+{
+    (void)state;
+    enum { LEN = 4000 };
+    static char in[LEN];
+    static const struct {
+        const char *start; /* then <fill> up to LEN */
+        char fill;
+        bool ends; /* the last 4 bytes end the head */
+        size_t max_head;
+    } inputs[] = {
+        {"GET / HTTP/1.1\r\nHost: api.example.test\r\nX-Pad: ", 'a', true, LEN},  /* MATCH */
+        {"GET / HTTP/1.1\r\nHost: evil.example.test\r\nX-Pad: ", 'a', true, LEN}, /* MISMATCH */
+        {"GET / HTTP/1.1\r\nHost: api.example.test\r\nX-Pad: ", 'a', false, LEN}, /* too large */
+        {"GET /", 'a', false, LEN - 1}, /* a request line still going at max_head */
+        {"", '\n', false, LEN - 1},     /* empty lines up to max_head */
+    };
+    for (size_t i = 0; i < sizeof(inputs) / sizeof(inputs[0]); i++) {
+        memset(in, inputs[i].fill, LEN);
+        memcpy(in, inputs[i].start, strlen(inputs[i].start));
+        if (inputs[i].ends)
+            memcpy(in + LEN - 4, "\r\n\r\n", 4);
+        size_t looked = pieces_agree(in, LEN, 1, inputs[i].max_head);
+        size_t scratch = looked_from_scratch(in, LEN, inputs[i].max_head);
+        print_message("input %zu, %d bytes a byte at a time: %zu bytes looked at, %zu when "
+                      "each read judges all from the first byte\n",
+                      i, LEN, looked, scratch);
+        assert_true(looked <= 4 * (size_t)LEN);
+        assert_true(scratch > 500 * looked);
+    }
 }
 
 static void test_ip_target(void **state)
@@ -281,9 +386,13 @@ static void test_ip_target(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_matching_hosts), cmocka_unit_test(test_mismatching_hosts),
-        cmocka_unit_test(test_not_http),       cmocka_unit_test(test_incomplete),
-        cmocka_unit_test(test_max_head),       cmocka_unit_test(test_ip_target),
+        cmocka_unit_test(test_matching_hosts),
+        cmocka_unit_test(test_mismatching_hosts),
+        cmocka_unit_test(test_not_http),
+        cmocka_unit_test(test_incomplete),
+        cmocka_unit_test(test_max_head),
+        cmocka_unit_test(test_ip_target),
+        cmocka_unit_test(test_trickled_head_is_looked_at_once),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
