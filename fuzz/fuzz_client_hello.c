@@ -6,7 +6,9 @@
  * be completed; a FOUND or ABSENT input cut after the <used> bytes of its
  * records parses alike, and says alike whether it carries an encrypted
  * ClientHello (never said of any other result). The same input read as a server's answer
- * (sni_server_reply): every prefix is NEED_MORE or the whole input's answer. */
+ * (sni_server_reply): every prefix is NEED_MORE or the whole input's answer.
+ * sni_parse_missing: bytes said missing only on NEED_MORE, and never more
+ * than a FOUND or ABSENT input's records have beyond the prefix. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -24,6 +26,7 @@ static void check(int cond)
 
 static size_t last_used;    /* <used> of the last parse_copy() */
 static bool last_encrypted; /* <encrypted> of the last parse_copy() */
+static size_t last_missing; /* <missing> of the last parse_copy() */
 
 static enum sni_reply reply_copy(const uint8_t *data, size_t n)
 {
@@ -41,13 +44,15 @@ static enum sni_result parse_copy(const uint8_t *data, size_t n, char *name, siz
     uint8_t *b = malloc(n ? n : 1); /* exact size, for ASan */
     check(b != NULL);
     memcpy(b, data, n);
-    size_t used = 0;
+    size_t used = 0, missing = 0;
     bool encrypted = true;
-    enum sni_result r = sni_parse(b, n, name, cap, len, &used, &encrypted);
+    enum sni_result r = sni_parse_missing(b, n, name, cap, len, &used, &encrypted, &missing);
     if (r == SNI_FOUND || r == SNI_ABSENT)
         check(used >= 9 && used <= n);
     else
         check(used == 0 && !encrypted);
+    check(r == SNI_NEED_MORE ? missing >= 1 : missing == 0);
+    last_missing = missing;
     last_used = used;
     last_encrypted = encrypted;
     free(b);
@@ -96,6 +101,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             check(last_encrypted == encrypted);
         if (r == SNI_FOUND)
             check(plen == len && memcmp(pname, name, len) == 0);
+        /* The bytes said missing are never more than the hello lacks. */
+        if (r == SNI_NEED_MORE && (full == SNI_FOUND || full == SNI_ABSENT))
+            check(n + last_missing <= used);
         enum sni_reply pr = reply_copy(data, n);
         check(pr == SNI_REPLY_NEED_MORE || pr == reply);
     }

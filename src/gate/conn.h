@@ -163,6 +163,9 @@ struct conn {
     bool client_reset;   /* ... by a reset: judged, then no tunnel is opened */
     bool hello_retried;  /* CONNECT: the server asked for a second ClientHello (connect.c) */
     bool peek_quiet;     /* CONNECT: the window passed with nothing sent; who speaks first? */
+    /* CONNECT: a ClientHello still incomplete is parsed again only once the
+     * client's bytes reach this length (connect.c; 0: at the next read). */
+    size_t peek_hello_wait;
     /* The client's write timeout as conn_set_client_timeouts() set it, a
      * step of idle_timeout (gate/drain.h); 0 while the timeouts are another
      * module's (a CONNECT's, connect.c; a tunnel has its own timer). */

@@ -201,6 +201,7 @@ void connect_start(struct conn *c)
     c->peek_over = false;
     c->hello_retried = false;
     c->peek_quiet = false;
+    c->peek_hello_wait = 0;
     c->ex.peek_scan = (struct peek_http_scan){0};
     c->ex.status = 200;
     struct timeval up_tv = timeval_of_ms(conn_idle_ms(c));
@@ -293,8 +294,10 @@ static enum peek_verdict peek_judge(struct conn *c, const char *buf, size_t len,
                                     size_t *used)
 {
     char name[SNI_NAME_MAX + 1];
-    size_t nlen = 0, skip = 0, hello_len = 0;
+    size_t nlen = 0, skip = 0, hello_len = 0, missing = 0, whole = len;
     bool encrypted = false;
+    if (!final && len < c->peek_hello_wait)
+        return PEEK_WAIT; /* the ClientHello cannot be complete yet */
     if (c->hello_retried) {
         /* The server waits for a ClientHello, which a change_cipher_spec
          * record may precede (RFC 8446 D.4): nothing else passes. */
@@ -309,9 +312,15 @@ static enum peek_verdict peek_judge(struct conn *c, const char *buf, size_t len,
     } else if (len == 0) {
         return final ? PEEK_PASS : PEEK_WAIT; /* server speaks first */
     }
-    enum sni_result r =
-        sni_parse((const uint8_t *)buf, len, name, sizeof(name), &nlen, &hello_len, &encrypted);
+    enum sni_result r = sni_parse_missing((const uint8_t *)buf, len, name, sizeof(name), &nlen,
+                                          &hello_len, &encrypted, &missing);
     *used = skip + hello_len;
+    /* Incomplete: parsed again once the bytes it lacks may be in, not at
+     * every read (a hello trickled in small records would else be parsed
+     * from its start each time: CPU quadratic in its size). A hello that
+     * is malformed further on is then refused when those bytes are in, or
+     * when the window ends, rather than at the read that showed it. */
+    c->peek_hello_wait = r == SNI_NEED_MORE ? whole + missing : 0;
     switch (r) {
     case SNI_NOT_TLS:
         /* After a HelloRetryRequest only a ClientHello may follow. */
@@ -416,6 +425,7 @@ static void hello_answered(struct conn *c, bool retry)
     if (retry && !c->hello_retried) {
         struct timeval tv = timeval_of_ms(PEEK_MS);
         c->hello_retried = true;
+        c->peek_hello_wait = 0;
         c->state = CS_PEEK;
         bufferevent_disable(c->up, EV_READ);
         c->peek_over = c->ex.client_eof;

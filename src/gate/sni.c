@@ -201,6 +201,15 @@ static enum sni_result check_record_header(const uint8_t *p, size_t n, bool firs
 enum sni_result sni_parse(const uint8_t *buf, size_t len, char *name, size_t name_cap,
                           size_t *name_len, size_t *used, bool *encrypted)
 {
+    size_t missing;
+    return sni_parse_missing(buf, len, name, name_cap, name_len, used, encrypted, &missing);
+}
+
+/* sni_parse_missing(), which sets <*missing> only on its last NEED_MORE. */
+static enum sni_result parse_records(const uint8_t *buf, size_t len, char *name, size_t name_cap,
+                                     size_t *name_len, size_t *used, bool *encrypted,
+                                     size_t *missing)
+{
     uint8_t hs[SNI_MAX_HELLO];
     size_t have = 0; /* handshake bytes gathered */
     size_t need = 0; /* 4 + message length, once known */
@@ -262,6 +271,8 @@ enum sni_result sni_parse(const uint8_t *buf, size_t len, char *name, size_t nam
     size_t at = 0, n = 0;
     bool ech = false;
     enum sni_result r = parse_client_hello(&c, need, &at, &n, &ech);
+    if (r == SNI_NEED_MORE && have < need)
+        *missing = need - have;
     if (r == SNI_ABSENT) {
         *used = end;
         *encrypted = ech;
@@ -276,6 +287,16 @@ enum sni_result sni_parse(const uint8_t *buf, size_t len, char *name, size_t nam
     *used = end;
     *encrypted = ech;
     return SNI_FOUND;
+}
+
+enum sni_result sni_parse_missing(const uint8_t *buf, size_t len, char *name, size_t name_cap,
+                                  size_t *name_len, size_t *used, bool *encrypted, size_t *missing)
+{
+    *missing = 1;
+    enum sni_result r = parse_records(buf, len, name, name_cap, name_len, used, encrypted, missing);
+    if (r != SNI_NEED_MORE)
+        *missing = 0;
+    return r;
 }
 
 size_t sni_skip_ccs(const uint8_t *buf, size_t len, bool *need_more)

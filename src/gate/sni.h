@@ -46,6 +46,17 @@ enum sni_result {
 enum sni_result sni_parse(const uint8_t *buf, size_t len, char *name, size_t name_cap,
                           size_t *name_len, size_t *used, bool *encrypted);
 
+/* sni_parse(), and on SNI_NEED_MORE sets <*missing> to the number of bytes
+ * that must still come before the result can be FOUND or ABSENT: the
+ * handshake bytes the ClientHello lacks once its length is known (the
+ * record headers that will carry them not counted), else 1; 0 on any other
+ * result. Fewer bytes may still show the hello MALFORMED. A caller fed a
+ * hello in pieces can wait for that many before it parses again, so that a
+ * hello trickled in small records is not parsed from its start at every
+ * read. */
+enum sni_result sni_parse_missing(const uint8_t *buf, size_t len, char *name, size_t name_cap,
+                                  size_t *name_len, size_t *used, bool *encrypted, size_t *missing);
+
 /* True for an extension type that carries an encrypted ClientHello or
  * server name: encrypted_client_hello (0xfe0d, draft-ietf-tls-esni), the code points
  * of its drafts 8 to 12 (0xfe08 to 0xfe0c) and of draft 7 (0xff02), and the

@@ -638,6 +638,32 @@ def test_sni_tiny_records_past_peek_max_refused(gateway, net):
         t.close()
 
 
+@pytest.mark.parametrize("spoil", ["other_name", "bad_version_in_record_9"])
+def test_sni_hello_trickled_in_small_records_refused(gateway, net, spoil):
+    # the checks wait for the bytes a hello lacks, not for the window: a
+    # trickled hello naming another host, or one that a later record makes
+    # malformed, is refused when the bytes that decide it are in
+    gw = gateway(net.policy([tls_rule(net)]))
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    try:
+        assert t.status == 200
+        name = "evil.example.test" if spoil == "other_name" else "tls.example.test"
+        hello = bytearray(_hello_record(name, record_max=7))
+        if spoil != "other_name":
+            hello[8 * 12 + 1] = 2  # the 9th record's version: 2.x, not 3.x
+        t.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            _in_pieces(40, 0.005)(t.sock, bytes(hello))
+        except OSError:
+            pass
+        _assert_refused(gw, t)
+        _, end = gw.decided(method="CONNECT")
+        assert end["bytes_up"] == 0, end
+    finally:
+        t.close()
+    assert net.tls.handshakes == 0
+
+
 def test_sni_malformed_hello_refused(gateway, net):
     gw = gateway(net.policy([tls_rule(net)]))
     t = connect(gw, "tls.example.test:%d" % net.tls.port)
@@ -685,17 +711,46 @@ def test_sni_hello_without_name_allowed(gateway, net):
     assert ev["decision"] == "allow" and end["bytes_up"] == len(hello)
 
 
-def test_sni_hello_split_over_two_writes_allowed(gateway, net):
+def _refragment(hello, record_max):
+    """The handshake records of <hello> made again with at most
+    <record_max> bytes of fragment each."""
+    hs, at = b"", 0
+    while at < len(hello):
+        n = struct.unpack("!H", hello[at + 3:at + 5])[0]
+        hs += hello[at + 5:at + 5 + n]
+        at += 5 + n
+    return b"".join(b"\x16\x03\x01" + struct.pack("!H", len(hs[i:i + record_max]))
+                    + hs[i:i + record_max] for i in range(0, len(hs), record_max))
+
+
+def _in_pieces(size, pause):
+    """A send_hello for test_sni_hello_in_pieces_allowed."""
+    def send(sock, hello):
+        for i in range(0, len(hello), size):
+            sock.sendall(hello[i:i + size])
+            time.sleep(pause)
+    return send
+
+
+@pytest.mark.parametrize("record_max, send_hello", [
+    (16384, _in_pieces(10 ** 6, 0)),
+    (16384, lambda sock, hello: (sock.sendall(hello[:len(hello) // 2]), time.sleep(0.1),
+                                 sock.sendall(hello[len(hello) // 2:]))),
+    # small records trickled: the hello is parsed again only once the bytes
+    # it lacks may be in, and is still decided when its last byte comes
+    (7, _in_pieces(40, 0.005)),
+    (1, _in_pieces(97, 0.002)),
+], ids=["whole", "two_writes", "7_byte_records_in_40_byte_writes",
+        "1_byte_records_in_97_byte_writes"])
+def test_sni_hello_in_pieces_allowed(gateway, net, record_max, send_hello):
     gw = gateway(net.policy([tls_rule(net)]))
     t = connect(gw, "tls.example.test:%d" % net.tls.port)
     try:
         assert t.status == 200
         obj, inc, out, hello = _ssl_hello("tls.example.test")
-        half = len(hello) // 2
+        hello = _refragment(hello, record_max)
         t.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        t.sock.sendall(hello[:half])
-        time.sleep(0.1)
-        t.sock.sendall(hello[half:])
+        send_hello(t.sock, hello)
         t.sock.settimeout(10)
         for _ in range(100):
             try:

@@ -49,16 +49,30 @@ static void put24(struct bytes *o, size_t v)
 
 static size_t last_used;    /* sni_parse's <used> in the last run() */
 static bool last_encrypted; /* sni_parse's <encrypted> in the last run() */
+static size_t last_missing; /* sni_parse_missing's <missing> in the last run() */
 
-/* Runs sni_parse on an exact-size copy of <b>. */
+/* Runs sni_parse_missing on an exact-size copy of <b>, and sni_parse, which
+ * must agree with it. */
 static enum sni_result run(const uint8_t *b, size_t n, char *name, size_t cap, size_t *len)
 {
     uint8_t *c = malloc(n ? n : 1);
     assert_non_null(c);
     memcpy(c, b, n);
     last_encrypted = true;
-    enum sni_result r = sni_parse(c, n, name, cap, len, &last_used, &last_encrypted);
+    enum sni_result r =
+        sni_parse_missing(c, n, name, cap, len, &last_used, &last_encrypted, &last_missing);
+    size_t used2 = 0, len2 = 0;
+    bool encrypted2 = true;
+    char name2[SNI_NAME_MAX + 1];
+    assert_int_equal(sni_parse(c, n, name2, cap < sizeof(name2) ? cap : sizeof(name2), &len2,
+                               &used2, &encrypted2),
+                     r);
+    assert_int_equal(used2, last_used);
     free(c);
+    if (r == SNI_NEED_MORE)
+        assert_true(last_missing >= 1);
+    else
+        assert_int_equal(last_missing, 0);
     if (r != SNI_FOUND && r != SNI_ABSENT) {
         assert_int_equal(last_used, 0);
         assert_false(last_encrypted);
@@ -677,6 +691,79 @@ static void test_used_and_record_boundary(void **state)
     expect_result(&out, SNI_MALFORMED);
 }
 
+/* What sni_parse_missing() says is missing from a prefix of a hello is
+ * never more than what the hello lacks: the records that carry it are
+ * <whole> bytes, so a prefix of <n> bytes lacks at least <missing> of them.
+ * Within one record it is exact, once the handshake header is in. */
+static void missing_within(const struct bytes *b, bool one_record)
+{
+    char name[SNI_NAME_MAX + 1];
+    size_t len;
+    assert_true(run(b->b, b->n, name, sizeof(name), &len) != SNI_NEED_MORE);
+    size_t whole = last_used;
+    for (size_t n = 0; n < whole; n++) {
+        assert_int_equal(run(b->b, n, name, sizeof(name), &len), SNI_NEED_MORE);
+        if (n + last_missing > whole)
+            fail_msg("prefix %zu of %zu: %zu missing", n, whole, last_missing);
+        if (one_record && n >= 9)
+            assert_int_equal(n + last_missing, whole);
+    }
+}
+
+/* The reads of a hello arriving a byte at a time that a caller waiting for
+ * <missing> bytes parses at (connect.c's peek): the hello is decided at its
+ * last byte, parsing a few times, not once per byte. */
+static size_t parses_when_trickled(const struct bytes *b)
+{
+    char name[SNI_NAME_MAX + 1];
+    size_t len, wait = 0, parses = 0;
+    for (size_t n = 1; n <= b->n; n++) {
+        if (n < wait)
+            continue;
+        parses++;
+        enum sni_result r = run(b->b, n, name, sizeof(name), &len);
+        if (r != SNI_NEED_MORE) {
+            assert_int_equal(n, b->n);
+            return parses;
+        }
+        wait = n + last_missing;
+    }
+    fail_msg("never decided");
+    return 0;
+}
+
+static void test_missing_bytes(void **state)
+{
+    (void)state;
+    static const char *const files[] = {"clienthello_curl.bin", "clienthello_openssl.bin",
+                                        "clienthello_python.bin", "clienthello_openssl_nosni.bin"};
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        load(files[i], &in);
+        message_of(&in, &msg);
+        records(&msg, 16384, &out);
+        missing_within(&out, true);
+        size_t one = parses_when_trickled(&out);
+        records(&msg, 1, &out); /* 1-byte records: 6 bytes each */
+        missing_within(&out, false);
+        size_t tiny = parses_when_trickled(&out);
+        records(&msg, 100, &out);
+        missing_within(&out, false);
+        /* One record: the header bytes one by one, then the whole rest. In
+         * 1-byte records each parse waits for a sixth of what is left at
+         * least: a few dozen parses for thousands of reads. */
+        assert_true(one <= 10);
+        if (tiny > 120)
+            fail_msg("%s in 1-byte records (%zu bytes): %zu parses", files[i], out.n, tiny);
+    }
+    /* A hello longer than its first records: still never over. */
+    ext.n = 0;
+    ext_sni(&ext, "a.test", 6);
+    ext_other(&ext, 0x0015, 12000);
+    hello(&ext, &msg);
+    records(&msg, 4000, &out);
+    missing_within(&out, false);
+}
+
 static void test_skip_ccs(void **state)
 {
     (void)state;
@@ -765,7 +852,7 @@ int main(void)
         cmocka_unit_test(test_record_versions), cmocka_unit_test(test_built_found_and_absent),
         cmocka_unit_test(test_malformed),       cmocka_unit_test(test_used_and_record_boundary),
         cmocka_unit_test(test_skip_ccs),        cmocka_unit_test(test_server_reply),
-        cmocka_unit_test(test_encrypted_hello),
+        cmocka_unit_test(test_encrypted_hello), cmocka_unit_test(test_missing_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
