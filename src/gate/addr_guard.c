@@ -99,8 +99,9 @@ static const struct default_range default_ranges[] = {
     {{0xfe, 0xc0}, 10, false, "site-local"},
     /* Multicast (RFC 4291 2.7). */
     {{0xff}, 8, false, "multicast"},
-    /* Documentation (RFC 3849): never routed. */
+    /* Documentation (RFC 3849, and RFC 9637's larger prefix): never routed. */
     {{0x20, 0x01, 0x0d, 0xb8}, 32, false, "documentation"},
+    {{0x3f, 0xff}, 20, false, "documentation"},
     /* Discard-only (RFC 6666): a black hole by design. */
     {{0x01, 0x00}, 64, false, "discard-only"},
 };

@@ -124,6 +124,10 @@ static void test_default_v6(void **state)
     expect_denied(g, "2001:db8::1", "documentation");
     expect_denied(g, "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff", "documentation");
     expect_allowed(g, "2001:db9::1");
+    expect_denied(g, "3fff::1", "documentation");
+    expect_denied(g, "3fff:fff:ffff:ffff:ffff:ffff:ffff:ffff", "documentation");
+    expect_allowed(g, "3fff:1000::1");
+    expect_allowed(g, "3ffe:ffff::1");
     expect_denied(g, "100::", "discard-only");
     expect_denied(g, "100::ffff:ffff:ffff:ffff", "discard-only");
     expect_allowed(g, "100:0:0:1::");
