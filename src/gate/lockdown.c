@@ -38,10 +38,14 @@ static const char *const refused_calls[] = {
     "fsmount",
     "fspick",
     "mount_setattr",
-    /* other processes' memory */
+    /* other processes' memory and files: each of these needs ptrace access
+     * to its target, which the gateway never has a use for */
     "ptrace",
     "process_vm_readv",
     "process_vm_writev",
+    "process_madvise", /* advice on another process's memory */
+    "pidfd_getfd",     /* a copy of another process's file descriptor */
+    "kcmp",            /* compares other processes' files, memory, ... */
     /* kernel attack surface the gateway has no use for */
     "bpf",
     "perf_event_open",

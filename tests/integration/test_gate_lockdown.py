@@ -31,24 +31,48 @@ cat > /dev/null
   /usr/bin/python3 -c 'import ctypes, sys
 libc = ctypes.CDLL(None, use_errno=True)
 sys.exit(0 if libc.syscall(250, 0, -3, 0) >= 0 else ctypes.get_errno())'; echo "keyctl $?"
+  /usr/bin/python3 -c '%(other_processes)s'
   true; echo "plain $?"
 } > %(out)s/probe.tmp 2>&1
 mv %(out)s/probe.tmp %(out)s/probe
 """
 
 
+# The calls that reach into another process (x86_64 numbers, as keyctl's
+# above): kcmp(2), pidfd_getfd(2), process_madvise(2) on the probe itself,
+# each printed with its errno (0: it worked). Unfiltered, none is EPERM.
+OTHER_PROCESSES = r"""import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def call(*a):
+    return 0 if libc.syscall(*a) >= 0 else ctypes.get_errno()
+me = os.getpid()
+pidfd = libc.syscall(434, me, 0)
+class Iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+page = (ctypes.c_char * 4096)()
+iov = Iovec(ctypes.cast(page, ctypes.c_void_p), 4096)
+print("kcmp", call(312, me, me, 0, 0, 0))
+print("pidfd_getfd", call(438, pidfd, 0, 0))
+print("process_madvise", call(440, pidfd, ctypes.byref(iov), 1, 20, 0))"""
+OTHER_CALLS = ("kcmp", "pidfd_getfd", "process_madvise")
+
+
+def probe_script(out):
+    return PROBE % {"out": out, "other_processes": OTHER_PROCESSES}
+
+
 def test_serving_gateway_and_its_sinks_are_filtered(gateway, net, tmp_path):
     # control: outside the gateway, the same probe may make namespaces here
     ctl = tmp_path / "ctl"
     ctl.mkdir()
-    subprocess.run(["sh", write_script(str(tmp_path / "ctl.sh"), PROBE % {"out": ctl})],
+    subprocess.run(["sh", write_script(str(tmp_path / "ctl.sh"), probe_script(ctl))],
                    stdin=subprocess.DEVNULL, timeout=20, check=True)
     control = dict(line.split() for line in (ctl / "probe").read_text().split("\n") if line.strip())
     if control["userns"] != "0" or control["netns"] != "0":
         pytest.skip("this machine refuses namespaces anyway: %r" % control)
     out = tmp_path / "out"
     out.mkdir()
-    prog = write_script(str(tmp_path / "probe.sh"), PROBE % {"out": out})
+    prog = write_script(str(tmp_path / "probe.sh"), probe_script(out))
     af = str(tmp_path / "alerts.jsonl")
     pol = net.policy([api_rule(net)], alerts={"first_contact": True, "sinks": [{"exec": prog}]})
     gw = gateway(pol, args=["--alerts", af])
@@ -63,6 +87,9 @@ def test_serving_gateway_and_its_sinks_are_filtered(gateway, net, tmp_path):
     for what in ("userns", "netns", "mountns"):
         assert res[what] != "0", got
     assert res["keyctl"] == "1", got  # EPERM
+    for call in OTHER_CALLS:
+        assert control[call] != "1", control  # not refused outside the gateway
+        assert res[call] == "1", got  # EPERM
     # the gate still reloads and serves
     gw.reload()
     poll(lambda: "reloaded" in gw.stderr() or None, timeout=5, what="the reload")
