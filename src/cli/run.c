@@ -832,17 +832,19 @@ static int run_main(int argc, char **argv)
             goto out;
         sock = s.sock;
         nuser = a->npaths;
-        /* the policy and the log stay read-only in the box; run's own directory is hidden */
+        /* the policy and the log stay read-only in the box; run's own
+         * directory, with the socket and the default log, is hidden (an
+         * entry without a file, no --alerts say, hides it once more) */
         a->paths[a->npaths++] =
             (struct box_path){BOX_PATH_RO, own(a, canonical(a->policy, false)), true};
-        a->paths[a->npaths++] =
-            (struct box_path){BOX_PATH_RO, own(a, canonical(s.log, false)), true};
+        a->paths[a->npaths++] = (struct box_path){
+            BOX_PATH_RO, s.own_log ? NULL : own(a, canonical(s.log, false)), true};
         a->paths[a->npaths++] = (struct box_path){BOX_PATH_HIDE, s.dir, true};
         a->paths[a->npaths++] = (struct box_path){
             BOX_PATH_RO, a->alerts != NULL ? own(a, canonical(a->alerts, false)) : NULL, true};
         for (size_t i = a->npaths - 4; i < a->npaths; i++)
             if (a->paths[i].path == NULL)
-                a->paths[i].path = s.dir;
+                a->paths[i] = (struct box_path){BOX_PATH_HIDE, s.dir, true};
     }
     const char *const labels[] = {"the policy", s.own_log ? NULL : "the decision log", NULL,
                                   a->alerts != NULL ? "the alerts file" : NULL};

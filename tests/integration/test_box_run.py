@@ -448,6 +448,24 @@ def test_policy_and_log_are_read_only(box, net):
     assert o[os.path.join(box.workdir, "other")] == "ok"
 
 
+def test_runs_private_directory_is_not_in_the_box(box, net):
+    """run's private directory (the gateway's socket, the default log) is
+    under the host's /tmp: the box, with a /tmp of its own, does not see it.
+    The entry kept for an --alerts file not given bound the directory itself
+    read-only there (and the default log, bound as a protected file, made
+    it too), so the command could list it, read the log and, with
+    --allow-unix, reach the gateway's socket past the relay."""
+    pol = box.policy(net.policy([]))
+    log = os.path.join(box.workdir, "decisions.jsonl")
+    alerts = os.path.join(box.workdir, "alerts.jsonl")
+    code = ("import glob, json, os\n"
+            "print(json.dumps({d: sorted(os.listdir(d)) for d in glob.glob('/tmp/sluice-run-*')}))")
+    for args in ([], ["--alerts", alerts], ["--log", log], ["--log", log, "--alerts", alerts]):
+        p = box.run(["--policy", pol] + args, code)
+        assert p.returncode == 0, (args, p.stderr)
+        assert Box.out(p) == {}, args
+
+
 def test_missing_rw_path_is_an_error(box, net):
     pol = box.policy(net.policy([]))
     for opt in ("--rw", "--ro"):
