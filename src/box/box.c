@@ -144,30 +144,47 @@ static int cloexec_from_3(void)
  * Files given for writing are left alone: the command may write them
  * anyway, and a new open file description would no longer share its
  * offset with the caller's (`> log 2>&1`: stdout and stderr would write
- * over each other). Best effort: never an error. */
-static void reopen_std_files(void)
+ * over each other). A directory (`< dir`) is opened again likewise, but
+ * never kept: on the host's mount, the command could create files in it
+ * through openat() and reach every file of the host's view through "..",
+ * so one the box does not show as the same directory fails the set-up.
+ * Returns 0, or -1 with a message in <err>. */
+static int reopen_std_files(char *err, size_t errlen)
 {
+    static const char *const names[] = {"input", "output", "error"};
     for (int fd = 0; fd <= 2; fd++) {
         struct stat st, again;
         char link[32], path[PATH_MAX];
         int flags = fcntl(fd, F_GETFL);
-        if (flags < 0 || (flags & O_ACCMODE) != O_RDONLY || fstat(fd, &st) != 0 ||
-            !S_ISREG(st.st_mode))
+        if (flags < 0 || fstat(fd, &st) != 0)
+            continue;
+        bool dir = S_ISDIR(st.st_mode);
+        if (!dir && ((flags & O_ACCMODE) != O_RDONLY || !S_ISREG(st.st_mode)))
             continue;
         snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
         ssize_t n = readlink(link, path, sizeof(path) - 1);
-        if (n <= 0 || path[0] != '/')
-            continue;
-        path[n] = '\0';
-        int nfd = open(path, O_RDONLY | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC);
-        if (nfd < 0)
-            continue;
-        off_t at = lseek(fd, 0, SEEK_CUR);
-        if (fstat(nfd, &again) == 0 && again.st_dev == st.st_dev && again.st_ino == st.st_ino &&
-            (at < 0 || lseek(nfd, at, SEEK_SET) == at))
-            dup2(nfd, fd); /* dup2() clears close-on-exec on <fd> */
-        close(nfd);
+        path[n > 0 ? n : 0] = '\0';
+        int nfd =
+            n > 0 && path[0] == '/'
+                ? open(path, O_RDONLY | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC | (dir ? O_DIRECTORY : 0))
+                : -1;
+        bool same = nfd >= 0 && fstat(nfd, &again) == 0 && again.st_dev == st.st_dev &&
+                    again.st_ino == st.st_ino;
+        off_t at = dir ? -1 : lseek(fd, 0, SEEK_CUR);
+        /* dup2() clears close-on-exec on <fd> */
+        bool done = same && (at < 0 || lseek(nfd, at, SEEK_SET) == at) && dup2(nfd, fd) == fd;
+        if (nfd >= 0)
+            close(nfd);
+        if (dir && !done) {
+            snprintf(err, errlen,
+                     "standard %s is the directory %s, which the box does not show as it is "
+                     "(hidden, under /tmp, moved?): through it the command would reach the "
+                     "host's files",
+                     names[fd], path[0] != '\0' ? path : "(unknown)");
+            return -1;
+        }
     }
+    return 0;
 }
 
 static void __attribute__((noreturn)) command_main(const struct box_config *cfg, int exec_fd)
@@ -179,11 +196,13 @@ static void __attribute__((noreturn)) command_main(const struct box_config *cfg,
         if (s != SIGKILL && s != SIGSTOP)
             signal(s, SIG_DFL);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    reopen_std_files();
-    if (cloexec_from_3() < 0)
-        snprintf(err, sizeof(err), "cannot close the inherited descriptors: %s", strerror(errno));
-    else if (new_session_keyring() < 0)
-        snprintf(err, sizeof(err), "cannot join a new session keyring: %s", strerror(errno));
+    if (reopen_std_files(err, sizeof(err)) == 0) {
+        if (cloexec_from_3() < 0)
+            snprintf(err, sizeof(err), "cannot close the inherited descriptors: %s",
+                     strerror(errno));
+        else if (new_session_keyring() < 0)
+            snprintf(err, sizeof(err), "cannot join a new session keyring: %s", strerror(errno));
+    }
     if (err[0] != '\0' || box_lock_down(cfg->allow_unix, err, sizeof(err)) < 0) {
         int e = -1;
         ssize_t w = write(exec_fd, &e, sizeof(e));

@@ -1524,6 +1524,59 @@ def test_a_file_given_as_standard_input_cannot_be_rewritten(box, net, hostdir):
         assert f.read() == "0123456789"
 
 
+DIR_STDIN = r"""
+import errno, json, os
+out = {}
+try:
+    os.close(os.open("escaped", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=3))
+    out["create"] = "ok"
+except OSError as e:
+    out["create"] = errno.errorcode[e.errno]
+out["ls"] = sorted(os.listdir(3))
+print(json.dumps(out))
+"""
+
+
+def test_a_directory_given_as_standard_input_stays_in_the_box(box, net, hostdir):
+    """A directory given with `< dir` was opened on the host's mount: through
+    openat() the command could create files in it, read-only in the box,
+    and through `..` reach every file of the host's view, hidden ones too
+    (found by the box review). run now hands the command the directory
+    opened again by its path in the box; one the box does not show as the
+    same directory (hidden) fails the set-up, the command never runs."""
+    pol = box.policy(net.policy([]))
+    visible = os.path.join(hostdir, "visible")
+    secret = os.path.join(hostdir, "secret")
+    for d in (visible, secret):
+        os.makedirs(d)
+        with open(os.path.join(d, "inside"), "w") as f:
+            f.write("x")
+    # Python will not start with a directory as its standard input: the
+    # shell moves it to descriptor 3
+    cmd = ["/bin/sh", "-c", 'exec "$0" -c "$1" 3<&0 0</dev/null', PY, DIR_STDIN]
+    argv = [box.bin, "run", "--policy", pol, "--hide", secret, "--"] + cmd
+    fd = os.open(visible, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        p = subprocess.run(argv, stdin=fd, capture_output=True, text=True, timeout=30,
+                           cwd=box.workdir, env=_clean_env())
+    finally:
+        os.close(fd)
+    assert p.returncode == 0, p.stderr
+    assert Box.out(p) == {"create": "EROFS", "ls": ["inside"]}
+    assert os.listdir(visible) == ["inside"]
+    fd = os.open(secret, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        p = subprocess.run(argv, stdin=fd, capture_output=True, text=True, timeout=30,
+                           cwd=box.workdir, env=_clean_env())
+    finally:
+        os.close(fd)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "{" not in p.stdout
+    assert "sluice run: cannot build the box: standard input is the directory %s" % secret \
+        in p.stderr, p.stderr
+    assert os.listdir(secret) == ["inside"]
+
+
 def test_a_log_file_given_as_output_and_error_is_shared(box, net):
     """`> log 2>&1`: standard output and error are one open file, written
     at one offset, by the command and by run (its summary line). Files
