@@ -747,7 +747,7 @@ static void stop_as_tstp(void)
     sigprocmask(SIG_SETMASK, &old, NULL);
 }
 
-static int wait_box(struct box *box, const struct served *s, int *status, unsigned long *relayed,
+static int wait_box(struct box *box, struct served *s, int *status, unsigned long *relayed,
                     char *err, size_t errlen)
 {
     sigset_t mask;
@@ -777,8 +777,11 @@ static int wait_box(struct box *box, const struct served *s, int *status, unsign
         struct signalfd_siginfo si;
         while (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
             if (si.ssi_signo == SIGCHLD) {
-                if (s->pid > 0 && waitpid(s->pid, NULL, WNOHANG) == s->pid)
+                if (s->pid > 0 && waitpid(s->pid, NULL, WNOHANG) == s->pid) {
+                    /* reaped: its PID may be another process's by the end */
+                    s->pid = -1;
                     fprintf(stderr, "sluice run: the gateway stopped; the box has no way out\n");
+                }
                 continue;
             }
             if (si.ssi_code != SI_KERNEL) {

@@ -673,6 +673,57 @@ sys.exit(3)
         assert "sluice run: exit %d;" % rc in err
 
 
+# Runs as PID 1 of a PID namespace of its own: starts `sluice run`, kills its
+# gateway, has the gateway's PID given to a bystander (ns_last_pid), lets the
+# command end and says whether the bystander outlived run.
+PID_REUSE = r"""
+import json, os, signal, subprocess, sys, time
+argv = sys.argv[1:]
+run = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+assert run.stdout.readline().strip() == "ready"
+with open("/proc/%d/task/%d/children" % (run.pid, run.pid)) as f:
+    kids = [int(k) for k in f.read().split()]
+gw = [k for k in kids if os.getpgid(k) == k][0]  # the gateway leads its own group
+os.kill(gw, signal.SIGKILL)
+for _ in range(500):
+    if not os.path.exists("/proc/%d" % gw):
+        break  # reaped by run
+    time.sleep(0.01)
+with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+    f.write(str(gw - 1))
+bystander = subprocess.Popen(["sleep", "30"])
+run.stdin.close()
+run.wait(20)
+time.sleep(0.3)
+out = {"same_pid": bystander.pid == gw, "bystander": bystander.poll(),
+       "stderr": run.stderr.read()}
+bystander.kill()
+print(json.dumps(out))
+"""
+
+
+def test_a_gateway_that_died_is_not_signalled_again(box, net):
+    """run reaps its gateway when it dies (`the gateway stopped`), and at the
+    end stopped it again by its PID: by then the PID may be another
+    process's, which got run's SIGTERM (found by the box review: a PID
+    handed on with ns_last_pid in a PID namespace of the test's own)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root for a PID namespace and ns_last_pid")
+    pol = box.policy(net.policy([]))
+    code = "import sys\nprint('ready', flush=True)\nsys.stdin.read()\n"
+    argv = ["unshare", "--pid", "--fork", "--mount-proc", PY, "-c", PID_REUSE,
+            box.bin, "run", "--policy", pol, "--", PY, "-c", code]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=box.workdir,
+                       env=_clean_env())
+    if p.returncode != 0 and "unshare failed" in p.stderr:
+        pytest.skip("no PID namespace for the test: %s" % p.stderr.strip())
+    o = Box.out(p)
+    assert "the gateway stopped" in o["stderr"], o
+    assert o["same_pid"], o  # else the test did not hand the PID on
+    assert o["bystander"] is None, o  # still running: run did not signal it
+
+
 def test_background_processes_die_with_the_command(box, net, tmp_path):
     pol = box.policy(net.policy([]))
     code = r"""
