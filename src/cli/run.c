@@ -83,23 +83,18 @@ static char *own(struct run_args *a, char *s)
     return s;
 }
 
+static char *lexical(const char *p);
+
 /* The canonical form of <p>; a path that does not exist (allowed for
- * --hide) is made absolute as written. */
+ * --hide) is made absolute and normalised as written (lexical(): the box
+ * takes no ".." on a path; refuse_links() found no link on it, so ".."
+ * takes away what the kernel would). */
 static char *canonical(const char *p, bool may_be_missing)
 {
     char *r = realpath(p, NULL);
     if (r != NULL || !may_be_missing || errno != ENOENT)
         return r;
-    if (p[0] == '/')
-        return strdup(p);
-    char cwd[PATH_MAX];
-    if (getcwd(cwd, sizeof(cwd)) == NULL)
-        return NULL;
-    size_t n = strlen(cwd) + strlen(p) + 2;
-    char *s = malloc(n);
-    if (s != NULL)
-        snprintf(s, n, "%s/%s", cwd, p);
-    return s;
+    return lexical(p);
 }
 
 /* <p> made absolute (against the working directory) as written: its "."

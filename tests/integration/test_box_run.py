@@ -435,6 +435,18 @@ print(json.dumps(out))
     assert os.listdir(secret) == ["id_rsa"]
 
 
+def test_missing_hide_path_with_dot_dot_is_ignored(box, net, hostdir):
+    """A --hide path that does not exist is ignored, however it is written:
+    one with a `..` (`--hide ../.aws`) was handed to the box as written, and
+    the box, which takes no `..` on a path, failed the set-up with EINVAL."""
+    pol = box.policy(net.policy([]))
+    missing = os.path.join(hostdir, "..", os.path.basename(hostdir), "nothing")
+    p = box.run(["--policy", pol, "--hide", "../nothing-here", "--hide", missing],
+                "print('{\"ran\": true}')")
+    assert p.returncode == 0, p.stderr
+    assert Box.out(p) == {"ran": True}
+
+
 def test_policy_and_log_are_read_only(box, net):
     pol = box.policy(net.policy([api_rule(net)]))
     log = os.path.join(box.workdir, "decisions.jsonl")
