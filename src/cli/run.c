@@ -786,9 +786,15 @@ static int wait_box(struct box *box, struct served *s, int *status, unsigned lon
             }
         }
     }
-    close(sfd);
     while (waitpid(box->pid, NULL, 0) < 0 && errno == EINTR)
         ;
+    /* Taken now, not when run unblocks them: what came with the command's
+     * end (the terminal's ^C it died of reaches run too) would end run by
+     * its default action, without the summary or the command's status. */
+    struct signalfd_siginfo si;
+    while (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+        ;
+    close(sfd);
     close(box->status_fd);
     return kind;
 }

@@ -685,6 +685,43 @@ sys.exit(3)
         assert "sluice run: exit %d;" % rc in err
 
 
+def test_a_signal_that_comes_with_the_status_does_not_kill_run(box, net):
+    """A signal that reaches run as the command ends (the terminal's ^C,
+    which the command dies of, comes to run too) was left pending when run
+    found the command's status first, and killed run once it unblocked its
+    signals: no summary, run's end the signal's, not the command's status,
+    its private directory left behind (found by the box review). Made
+    certain here: run is stopped while the signal comes and the command
+    ends."""
+    pol = box.policy(net.policy([]))
+    code = "import sys\nprint('ready', flush=True)\nsys.stdin.read()\nsys.exit(5)\n"
+    proc = subprocess.Popen([box.bin, "run", "--policy", pol, "--", PY, "-c", code],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=box.workdir,
+                            env=_clean_env())
+    _wait_ready(proc)
+    with open("/proc/%d/task/%d/children" % (proc.pid, proc.pid)) as f:
+        kids = [int(k) for k in f.read().split()]
+    init = [k for k in kids if os.getpgid(k) != k][0]  # the gateway leads its own group
+    deadline = time.monotonic() + 15
+
+    def wait_state(pid, state):
+        while proc_stat(pid)[0] != state:
+            assert time.monotonic() < deadline, (pid, state)
+            time.sleep(0.02)
+
+    os.kill(proc.pid, signal.SIGSTOP)
+    wait_state(proc.pid, "T")  # out of poll(): the signal cannot wake it there
+    os.kill(proc.pid, signal.SIGINT)
+    proc.stdin.close()  # the command ends, the box's init reports and exits
+    wait_state(init, "Z")
+    os.kill(proc.pid, signal.SIGCONT)
+    rc = proc.wait(15)
+    err = proc.stderr.read()
+    assert rc == 5, err
+    assert "sluice run: exit 5;" in err
+
+
 # Runs as PID 1 of a PID namespace of its own: starts `sluice run`, kills its
 # gateway, has the gateway's PID given to a bystander (ns_last_pid), lets the
 # command end and says whether the bystander outlived run.
