@@ -8,10 +8,12 @@
  * /dev (a few host devices and its own devpts), /dev/shm and /proc,
  * starts the relay (127.0.0.1:3128 and [::1]:3128 -> the gateway's unix
  * socket outside), then forks the command with no capabilities, no new
- * privileges, no descriptor above 2 from the caller and, unless allow_unix,
- * a new session keyring and a seccomp filter that refuses socket families
- * but IP and netlink, socket(AF_UNIX) and datagram socketpair() unless
- * allow_unix, and io_uring.
+ * privileges, no descriptor above 2 from the caller (standard input,
+ * output and error opened again in the box when they are files given for
+ * reading or directories), a new session keyring and a seccomp filter that
+ * refuses socket families but IP and netlink, socket(AF_UNIX) and datagram
+ * socketpair() unless allow_unix, io_uring, the keyring calls and the
+ * terminal's TIOCSTI and TIOCLINUX.
  * It passes signals on to the command and, when the command ends, reports
  * its wait status and exits, which kills whatever the command left behind
  * in the PID namespace.
