@@ -335,7 +335,28 @@ init_main(const struct box_config *cfg, uid_t uid, gid_t gid, bool userns, int s
         _exit(0);
     }
     close(ep[0]);
-    relay_run(relay, st.sigfd, on_signal, &st);
+    if (relay_run(relay, st.sigfd, on_signal, &st) < 0) {
+        /* The command's only way out is gone, and so is the loop that
+         * collects its status: it is killed, and the status it then has is
+         * the one reported, never one it did not end with. */
+        fprintf(stderr, "sluice run: the box's relay failed (poll: %s): the command is killed\n",
+                strerror(errno));
+        kill(st.cmd, SIGKILL);
+        while (!st.done) {
+            int ws;
+            pid_t p = waitpid(st.cmd, &ws, 0);
+            if (p == st.cmd) {
+                st.status = ws;
+                st.done = true;
+            } else if (p < 0 && errno != EINTR) {
+                break;
+            }
+        }
+        if (!st.done) {
+            report_error(status_fd, "the relay failed and the command's status was lost");
+            _exit(2);
+        }
+    }
     report_status(status_fd, st.status, relay_accepted(relay));
     _exit(0);
 fail:

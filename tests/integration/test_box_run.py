@@ -773,6 +773,26 @@ def test_a_gateway_that_died_is_not_signalled_again(box, net):
     assert o["bystander"] is None, o  # still running: run did not signal it
 
 
+def test_a_relay_that_fails_does_not_report_success(box, net):
+    """When the relay's poll() fails (here: the command, the init's uid,
+    lowers the init's RLIMIT_NOFILE below poll()'s descriptor count), the
+    init reported a status it never collected, 0, and the command was
+    killed with the init: run said `exit 0` for a command that never
+    finished (found by the box review). The init now kills the command and
+    reports the status it collects, with a message."""
+    pol = box.policy(net.policy([]))
+    code = ("import resource, socket, sys, time\n"
+            "resource.prlimit(1, resource.RLIMIT_NOFILE, (2, 2))\n"
+            "s = socket.create_connection(('127.0.0.1', 3128))  # wakes the relay\n"
+            "time.sleep(5)\n"
+            "sys.exit(0)\n")
+    p = box.run(["--policy", pol], code)
+    assert p.returncode == 128 + signal.SIGKILL, p.stderr
+    assert "sluice run: the box's relay failed (poll: Invalid argument): the command is " \
+        "killed" in p.stderr, p.stderr
+    assert Box.summary(p)["exit"] == 128 + signal.SIGKILL
+
+
 def test_background_processes_die_with_the_command(box, net, tmp_path):
     pol = box.policy(net.policy([]))
     code = r"""
