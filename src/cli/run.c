@@ -779,7 +779,11 @@ static int wait_box(struct box *box, struct served *s, int *status, unsigned lon
                 }
                 continue;
             }
-            if (si.ssi_code != SI_KERNEL) {
+            /* What the terminal sends reached the command's group too, but
+             * for its hang-up, which the kernel sends to the session's
+             * leader alone: run, under `ssh -t`, tmux or `xterm -e`. */
+            bool hangup = si.ssi_signo == SIGHUP && getsid(0) == getpid();
+            if (si.ssi_code != SI_KERNEL || hangup) {
                 kill(box->pid, (int)si.ssi_signo);
             } else if (si.ssi_signo == SIGTSTP) {
                 stop_as_tstp();

@@ -1589,6 +1589,46 @@ def test_ctrl_z_in_an_orphaned_group_stops_nothing(box, net):
     assert out.strip() == "done"
 
 
+def test_hangup_reaches_the_command_when_run_leads_the_session(box, net):
+    """run as a session's leader (`ssh -t host sluice run ...`, tmux, `xterm
+    -e`): when the terminal hangs up, the kernel sends SIGHUP to the
+    session's leader alone, not to the foreground group. run took it for a
+    signal the terminal had sent to the command as well and passed it on to
+    no one, so the command ran on, to its end, with its terminal gone
+    (found by the box review). run now passes on the hangup it gets as the
+    session's leader."""
+    import fcntl
+    import termios
+    pol = box.policy(net.policy([]))
+    code = "import time\nprint('ready', flush=True)\ntime.sleep(20)\nprint('slept')\n"
+    master, slave = os.openpty()
+
+    def ctty():
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    p = subprocess.Popen([box.bin, "run", "--policy", pol, "--", PY, "-c", code], stdin=slave,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         cwd=box.workdir, env=_clean_env(), start_new_session=True,
+                         preexec_fn=ctty)
+    os.close(slave)
+    try:
+        _wait_ready(p)
+        start = time.monotonic()
+        os.close(master)  # the terminal hangs up
+        master = -1
+        out, err = p.communicate(timeout=30)
+    finally:
+        if master >= 0:
+            os.close(master)
+        for pid in _session_members(p.pid):
+            os.kill(pid, signal.SIGKILL)
+        p.wait()
+    assert time.monotonic() - start < 10, err
+    assert p.returncode == 128 + signal.SIGHUP, err
+    assert "slept" not in out
+    assert "sluice run: exit %d;" % (128 + signal.SIGHUP) in err
+
+
 STDIN_REOPEN = r"""
 import json, os, sys
 res = {"read": sys.stdin.read()}
