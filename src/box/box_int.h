@@ -52,7 +52,8 @@ struct relay *relay_new(const char *target, unsigned short port, char *err, size
 /* Relays until <on_extra>(<arg>), called whenever <extra_fd> is readable,
  * returns nonzero. Returns 0, or -1 when poll fails. */
 int relay_run(struct relay *r, int extra_fd, int (*on_extra)(void *arg), void *arg);
-/* Connections accepted so far. */
+/* Connections carried so far: accepted and connected to the gateway's
+ * socket (not those closed because it refused them). */
 unsigned long relay_accepted(const struct relay *r);
 /* Times poll() returned so far: how often the relay woke up. */
 unsigned long relay_wakeups(const struct relay *r);

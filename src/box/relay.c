@@ -51,7 +51,7 @@ struct relay {
     socklen_t target_len;
     struct relay_conn *conns[RELAY_MAX_CONNS];
     size_t nconns;
-    unsigned long accepted;
+    unsigned long accepted; /* connections carried to the gateway's socket */
     unsigned long wakeups;
     long long paused_until; /* CLOCK_MONOTONIC ms: listeners rest until then */
 };
@@ -146,7 +146,6 @@ static int accept_one(struct relay *r, int lfd)
     int cfd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (cfd < 0)
         return errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM ? -1 : 0;
-    r->accepted++;
     int gfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (gfd < 0) {
         close(cfd);
@@ -171,6 +170,7 @@ static int accept_one(struct relay *r, int lfd)
     c->eof[0] = c->eof[1] = false;
     c->shut[0] = c->shut[1] = false;
     r->conns[r->nconns++] = c;
+    r->accepted++;
     return 1;
 }
 

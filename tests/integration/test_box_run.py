@@ -870,6 +870,36 @@ def test_proxy_mode_uses_a_serving_gateway(box, net, gateway):
     assert ev["agent"] != "ci-bot"
 
 
+def test_proxy_mode_counts_only_connections_that_reached_the_gateway(box, net, tmp_path):
+    """The summary's `relayed C connections` counted every connection the
+    relay accepted, also those it closed because the gateway's socket
+    refused them: with --proxy naming a socket nothing listens on, run said
+    it relayed connections none of which reached a gateway (found by the
+    box review)."""
+    path = str(tmp_path / "dead.sock")
+    dead = socket.socket(socket.AF_UNIX)
+    dead.bind(path)  # a socket file, but nothing listens on it
+    code = r"""
+import json, socket
+got = []
+for _ in range(2):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    try:
+        got.append(s.recv(1))
+    except OSError as e:
+        got.append(type(e).__name__)
+    s.close()
+print(json.dumps({"got": [g if isinstance(g, str) else g.decode() for g in got]}))
+"""
+    try:
+        p = box.run(["--proxy", "unix:" + path], code)
+    finally:
+        dead.close()
+    assert p.returncode == 0, p.stderr
+    assert all(g in ("", "ConnectionResetError") for g in Box.out(p)["got"])
+    assert "relayed 0 connections to unix:%s" % path in p.stderr, p.stderr
+
+
 def test_usage_errors(box, net):
     pol = box.policy(net.policy([]))
     for args in ([], ["--policy", pol], ["--proxy", "tcp:1.2.3.4", "--", "true"],
