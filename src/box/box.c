@@ -192,9 +192,11 @@ static void __attribute__((noreturn)) command_main(const struct box_config *cfg,
     char err[BOX_ERR_MAX] = "";
     sigset_t none;
     sigemptyset(&none);
+    /* the init's own dispositions undone; what run's caller ignored stays
+     * ignored, as execve() would have left it */
     for (int s = 1; s < NSIG; s++)
         if (s != SIGKILL && s != SIGSTOP)
-            signal(s, SIG_DFL);
+            signal(s, sigismember(&cfg->ignored, s) == 1 ? SIG_IGN : SIG_DFL);
     sigprocmask(SIG_SETMASK, &none, NULL);
     if (reopen_std_files(err, sizeof(err)) == 0) {
         if (cloexec_from_3() < 0)

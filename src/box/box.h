@@ -24,6 +24,7 @@
 #ifndef SLUICE_BOX_BOX_H
 #define SLUICE_BOX_BOX_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -47,6 +48,8 @@ struct box_config {
     const struct box_path *paths; /* --rw, --ro, --hide and the protected files, in order */
     size_t npaths;
     bool allow_unix;
+    sigset_t ignored; /* signals the command starts with ignored (run's caller
+                       * ignored them: nohup); the others at their default */
 };
 
 /* A spawned box. */

@@ -11,7 +11,8 @@
  * or, by default, to a file in that directory that is read for the summary
  * and removed at the end. The box (src/box/) is spawned next; its relay
  * connects to that socket. Signals that a process sends to run are passed
- * to the command (those a terminal sends reach it directly); run exits with
+ * to the command (those a terminal sends reach it directly; those run's
+ * caller ignored stay ignored, for the command too); run exits with
  * the command's status, 128+N when it was killed by signal N, after a
  * one-line summary on standard error. The current directory, writable in
  * the box, may not be / (warned about when it is $HOME or above it). A box
@@ -742,14 +743,36 @@ static void stop_as_tstp(void)
     sigprocmask(SIG_SETMASK, &old, NULL);
 }
 
-static int wait_box(struct box *box, struct served *s, int *status, unsigned long *relayed,
-                    char *err, size_t errlen)
+/* The signals run reads from a signalfd: SIGCHLD and those it passes on,
+ * but for those its caller ignored (<ignored>), which stay ignored. */
+static void run_signals(sigset_t *mask, const sigset_t *ignored)
+{
+    sigemptyset(mask);
+    sigaddset(mask, SIGCHLD);
+    for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
+        if (sigismember(ignored, forwarded[i]) != 1)
+            sigaddset(mask, forwarded[i]);
+}
+
+/* Signals ignored when run started (nohup's SIGHUP; SIGINT and SIGQUIT in
+ * a background job of a shell without job control): exec() leaves them
+ * ignored, and so does the box for the command. */
+static void ignored_at_start(sigset_t *ignored)
+{
+    sigemptyset(ignored);
+    for (int sig = 1; sig < NSIG; sig++) {
+        struct sigaction sa;
+        if (sig != SIGKILL && sig != SIGSTOP && sigaction(sig, NULL, &sa) == 0 &&
+            sa.sa_handler == SIG_IGN)
+            sigaddset(ignored, sig);
+    }
+}
+
+static int wait_box(struct box *box, struct served *s, const sigset_t *ignored, int *status,
+                    unsigned long *relayed, char *err, size_t errlen)
 {
     sigset_t mask;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGCHLD);
-    for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
-        sigaddset(&mask, forwarded[i]);
+    run_signals(&mask, ignored);
     int sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
     if (sfd < 0) {
         snprintf(err, errlen, "signalfd: %s", strerror(errno));
@@ -805,6 +828,8 @@ static int wait_box(struct box *box, struct served *s, int *status, unsigned lon
 
 static int run_main(int argc, char **argv)
 {
+    sigset_t ignored; /* before run sets any signal of its own */
+    ignored_at_start(&ignored);
     struct run_args *a = calloc(1, sizeof(*a));
     struct served s = {.pid = -1, .log_fd = -1, .alerts_fd = -1};
     char **env = NULL;
@@ -863,10 +888,7 @@ static int run_main(int argc, char **argv)
         goto out;
     }
     sigset_t mask, old;
-    sigemptyset(&mask);
-    sigaddset(&mask, SIGCHLD);
-    for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
-        sigaddset(&mask, forwarded[i]);
+    run_signals(&mask, &ignored);
     sigprocmask(SIG_BLOCK, &mask, &old);
 
     struct box_config cfg = {
@@ -877,6 +899,7 @@ static int run_main(int argc, char **argv)
         .paths = a->paths,
         .npaths = a->npaths,
         .allow_unix = a->allow_unix,
+        .ignored = ignored,
     };
     struct box box;
     char err[BOX_ERR_MAX];
@@ -887,7 +910,7 @@ static int run_main(int argc, char **argv)
     }
     int status = 0;
     unsigned long relayed = 0;
-    enum box_report_kind kind = wait_box(&box, &s, &status, &relayed, err, sizeof(err));
+    enum box_report_kind kind = wait_box(&box, &s, &ignored, &status, &relayed, err, sizeof(err));
     sigprocmask(SIG_SETMASK, &old, NULL);
     if (kind == BOX_REPORT_ERROR) {
         fprintf(stderr, "sluice run: cannot build the box: %s\n", err);

@@ -685,6 +685,43 @@ sys.exit(3)
         assert "sluice run: exit %d;" % rc in err
 
 
+def test_signals_ignored_by_runs_caller_stay_ignored(box, net):
+    """`nohup sluice run -- CMD &`: nohup starts run with SIGHUP ignored,
+    and exec() would leave it ignored for CMD, so that the hang-up that
+    comes when the user logs out leaves it running. The command reset every
+    signal to its default and run, which reads its signals from a signalfd,
+    passed a SIGHUP sent to it on: the command died of it, 129 (found by the
+    box review). A signal run starts with ignored now stays ignored for the
+    command and is not passed on; the others are as before."""
+    pol = box.policy(net.policy([]))
+    code = r"""
+import sys
+st = open("/proc/self/status").read()
+ign = int([ln for ln in st.splitlines() if ln.startswith("SigIgn")][0].split()[1], 16)
+print("ready", flush=True)
+sys.stdin.read()
+print('{"hup_ignored": %s, "term_ignored": %s}' % (
+    "true" if ign & (1 << 0) else "false", "true" if ign & (1 << 14) else "false"))
+"""
+
+    def nohup():
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+    proc = subprocess.Popen([box.bin, "run", "--policy", pol, "--", PY, "-c", code],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=box.workdir,
+                            env=_clean_env(), preexec_fn=nohup)
+    _wait_ready(proc)
+    proc.send_signal(signal.SIGHUP)  # what the shell sends its jobs as it hangs up
+    time.sleep(0.5)
+    proc.stdin.close()
+    rc = proc.wait(15)
+    out, err = proc.stdout.read(), proc.stderr.read()
+    assert rc == 0, err
+    assert Box.out(subprocess.CompletedProcess([], rc, out, err)) == {
+        "hup_ignored": True, "term_ignored": False}
+
+
 def test_a_signal_that_comes_with_the_status_does_not_kill_run(box, net):
     """A signal that reaches run as the command ends (the terminal's ^C,
     which the command dies of, comes to run too) was left pending when run
