@@ -286,6 +286,9 @@ init_main(const struct box_config *cfg, uid_t uid, gid_t gid, bool userns, int s
         sigaddset(&mask, forwarded[i]);
     sigprocmask(SIG_BLOCK, &mask, NULL);
     signal(SIGPIPE, SIG_IGN);
+    /* ignored (by run's caller), the kernel would reap the command itself
+     * and send no SIGCHLD: its end would never be seen */
+    signal(SIGCHLD, SIG_DFL);
     struct init_state st = {.sigfd = -1};
     st.sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
     if (st.sigfd < 0) {

@@ -830,6 +830,10 @@ static int run_main(int argc, char **argv)
 {
     sigset_t ignored; /* before run sets any signal of its own */
     ignored_at_start(&ignored);
+    /* run waits for its children: were SIGCHLD ignored, the kernel would
+     * reap them itself, and their PIDs could be another's by the time run
+     * signals them */
+    signal(SIGCHLD, SIG_DFL);
     struct run_args *a = calloc(1, sizeof(*a));
     struct served s = {.pid = -1, .log_fd = -1, .alerts_fd = -1};
     char **env = NULL;

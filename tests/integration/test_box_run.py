@@ -722,6 +722,40 @@ print('{"hup_ignored": %s, "term_ignored": %s}' % (
         "hup_ignored": True, "term_ignored": False}
 
 
+def test_sigchld_ignored_by_runs_caller_does_not_hang_run(box, net):
+    """A caller that ignores SIGCHLD (some supervisors do) left it ignored
+    for run and the box's init: the kernel then reaps their children itself
+    and sends no SIGCHLD, so the init never learnt that the command had
+    ended, and run waited for its report for ever (found by the box
+    review). run and the init now take SIGCHLD at its default for
+    themselves; the command still starts with it ignored, as exec() would
+    have left it."""
+    pol = box.policy(net.policy([]))
+    code = r"""
+import sys
+st = open("/proc/self/status").read()
+ign = int([ln for ln in st.splitlines() if ln.startswith("SigIgn")][0].split()[1], 16)
+print('{"chld_ignored": %s}' % ("true" if ign & (1 << 16) else "false"))
+sys.exit(3)
+"""
+
+    def ignore_sigchld():
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+
+    proc = subprocess.Popen([box.bin, "run", "--policy", pol, "--", PY, "-c", code],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=box.workdir, env=_clean_env(), preexec_fn=ignore_sigchld)
+    try:
+        out, err = proc.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # the box's init and the gateway follow run
+        proc.communicate()
+        pytest.fail("run did not end after the command")
+    assert proc.returncode == 3, err
+    assert "sluice run: exit 3;" in err
+    assert Box.out(subprocess.CompletedProcess([], 3, out, err)) == {"chld_ignored": True}
+
+
 def test_a_signal_that_comes_with_the_status_does_not_kill_run(box, net):
     """A signal that reaches run as the command ends (the terminal's ^C,
     which the command dies of, comes to run too) was left pending when run
