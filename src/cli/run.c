@@ -858,9 +858,11 @@ static int run_main(int argc, char **argv)
     size_t nuser = a->npaths;
     if (a->proxy != NULL) {
         struct stat st;
-        if (stat(a->proxy, &st) < 0 || !S_ISSOCK(st.st_mode)) {
-            fprintf(stderr, "sluice run: --proxy unix:%s: %s\n", a->proxy,
-                    errno != 0 && !S_ISSOCK(st.st_mode) ? strerror(errno) : "not a socket");
+        const char *why = stat(a->proxy, &st) < 0 ? strerror(errno)
+                          : !S_ISSOCK(st.st_mode) ? "not a socket"
+                                                  : NULL;
+        if (why != NULL) {
+            fprintf(stderr, "sluice run: --proxy unix:%s: %s\n", a->proxy, why);
             goto out;
         }
     } else {

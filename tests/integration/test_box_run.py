@@ -988,6 +988,21 @@ def test_usage_errors(box, net):
     assert "policy.yaml:3" in p.stderr
 
 
+def test_proxy_path_that_is_not_a_socket(box, net, tmp_path):
+    """--proxy unix:PATH naming a file that is not a socket is refused as
+    "not a socket", one that does not exist with why: the message took the
+    errno of whatever call had failed last (`Invalid argument` for a
+    regular file), and read the file type of a stat() that had failed."""
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    for path, why in ((str(plain), "not a socket"), (str(tmp_path), "not a socket"),
+                      (str(tmp_path / "none.sock"), "No such file or directory")):
+        p = subprocess.run([box.bin, "run", "--proxy", "unix:" + path, "--", "true"],
+                           capture_output=True, text=True, timeout=10, cwd=box.workdir)
+        assert p.returncode == 2, (path, p.stderr)
+        assert p.stderr == "sluice run: --proxy unix:%s: %s\n" % (path, why), p.stderr
+
+
 def test_refused_namespace_is_a_clear_error(box, net):
     """With the network-namespace limit at 0 (set inside a user namespace)
     the box cannot be built: exit 2, which namespace, how to enable it."""
