@@ -234,7 +234,9 @@ int host_pattern_parse(const char *s, struct host_pattern *out, const char **why
     if (len >= 2 && s[0] == '*' && s[1] == '.') {
         kind = PATTERN_WILDCARD;
         s += 2;
-        len -= 2;
+        /* Measured again: <len> stopped counting at HOST_INPUT_MAX + 1, and
+         * two less would let a longer suffix through cut short. */
+        len = strnlen(s, HOST_INPUT_MAX + 1);
     }
     if (memchr(s, '*', len) != NULL) {
         w = "'*' is allowed only as the whole first label, as in *.example.com";

@@ -338,6 +338,23 @@ static void test_pattern_parse(void **state)
     expect_pattern_error("*.a..com", "empty label");
     expect_pattern_error("a b.com", "character not allowed in a host name");
     expect_pattern_error("xn--zz.com", "invalid internationalised name");
+    {
+        /* Over 1024 bytes after "*.", which IDNA would shrink (each soft
+         * hyphen, two bytes, maps to nothing): refused whole, as the same
+         * name without "*." is, never read as its first 1023 bytes
+         * ("*.example.com", the tail naming another domain dropped). */
+        char longname[1200];
+        size_t o = 0;
+        memcpy(longname, "*.example.com", 13);
+        o = 13;
+        for (int i = 0; i < 510; i++) {
+            longname[o++] = (char)0xc2;
+            longname[o++] = (char)0xad;
+        }
+        memcpy(longname + o, ".attacker.test", 15);
+        expect_pattern_error(longname, "name longer than 253 bytes");
+        expect_pattern_error(longname + 2, "name longer than 253 bytes");
+    }
     struct host_pattern p;
     const char *why = NULL;
     assert_int_equal(host_pattern_parse(NULL, &p, &why), -1);
