@@ -764,6 +764,16 @@ static void test_rule_field_errors(void **state)
          "p.yaml:3: rules[0].owner: must not be empty"},
         {V "rules:\n  - {host: a.example.test, tier: 3, owner: \" \\t\", expires: 2099-12-31}\n",
          "p.yaml:3: rules[0].owner: must name a person, not be blank"},
+        /* Unicode spaces and line ends are as blank as ASCII ones: a
+         * no-break space, an ideographic space, a line separator. */
+        {V "rules:\n  - {host: a.example.test, tier: 3, owner: \"\\_\", expires: 2099-12-31}\n",
+         "p.yaml:3: rules[0].owner: must name a person, not be blank"},
+        {V "rules:\n  - {host: a.example.test, tier: 3, owner: \"\\u3000 \\u2003\", expires: "
+           "2099-12-31}\n",
+         "p.yaml:3: rules[0].owner: must name a person, not be blank"},
+        {V "rules:\n  - {host: a.example.test, tier: 3, owner: \"\\L\\P\\u202f\\u205f\\u1680\", "
+           "expires: 2099-12-31}\n",
+         "p.yaml:3: rules[0].owner: must name a person, not be blank"},
         {V "rules:\n  - {host: a.example.test, tier: 3, owner: \"alice\\nresult: 0 errors, 0 "
            "warnings\", expires: 2099-12-31}\n",
          "p.yaml:3: rules[0].owner: must be a name on one line, without control characters"},
