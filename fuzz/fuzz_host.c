@@ -2,7 +2,8 @@
  * Invariants: a normal form is 1..253 bytes of [a-z0-9._-] (names) or the
  * canonical text of the address (IPs); normalising it again gives the same
  * result (a fixed point); a failure always says why; a pattern matches what
- * it names and never its own wildcard suffix. */
+ * it names and never its own wildcard suffix; a wildcard "*.X" is accepted
+ * only when "X" is, as the same name. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,10 +91,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         memcpy(buf, data, size);
         buf[size] = '\0';
         why = NULL;
-        if (host_pattern_parse(buf, &p, &why) == 0)
+        if (host_pattern_parse(buf, &p, &why) == 0) {
             check_pattern(&p);
-        else if (why == NULL || why[0] == '\0')
+            /* "*.X" names what "X" names, below it: the suffix is judged
+             * as the same name would be, whole, never cut short. */
+            struct host_pattern exact;
+            if (p.kind == PATTERN_WILDCARD &&
+                (host_pattern_parse(buf + 2, &exact, &why) != 0 || exact.kind != PATTERN_EXACT ||
+                 strcmp(exact.name, p.name) != 0))
+                abort();
+        } else if (why == NULL || why[0] == '\0') {
             abort();
+        }
         free(buf);
     }
     return 0;
