@@ -659,6 +659,12 @@ static void sec_deny(struct load_ctx *c, const struct ynode *v, void *obj)
     struct policy *p = obj;
     if (load_want_list(c, v) != 0)
         return;
+    /* Each entry holds a whole pattern (some 260 bytes, against the 4 of
+     * "a.b,"): a 64 MiB list would take over 4 GB. */
+    if (v->count > POLICY_MAX_DENY) {
+        load_err(c, v->line, "too many deny entries (at most %u)", POLICY_MAX_DENY);
+        return;
+    }
     p->deny = xcalloc(v->count, sizeof(*p->deny));
     size_t i = 0;
     for (const struct ynode *it = ynode_first(v); it != NULL; it = ynode_next(v, it), i++) {

@@ -1122,6 +1122,29 @@ static void test_too_many_rules(void **state)
     free(buf);
 }
 
+/* Each deny entry holds a whole host pattern (some 260 bytes): a 64 MiB
+ * list of "a.b," would have made 16 million of them, over 4 GB. */
+static void test_too_many_deny_entries(void **state)
+{
+    (void)state;
+    size_t n = POLICY_MAX_DENY + 1, cap = n * 4 + 64, o = 0;
+    char *buf = malloc(cap);
+    assert_non_null(buf);
+    o += (size_t)snprintf(buf + o, cap - o, "version: 1\nrules: []\ndeny: [");
+    for (size_t i = 0; i < n; i++) {
+        memcpy(buf + o, "a.b,", 4);
+        o += 4;
+    }
+    buf[o - 1] = ']';
+    struct diag d;
+    diag_init(&d, FILE_NAME);
+    assert_null(policy_load_buffer(FILE_NAME, buf, o, &d));
+    assert_true(
+        has_entry(&d, DIAG_ERROR, "p.yaml:3: deny: too many deny entries (at most 1000000)"));
+    diag_free(&d);
+    free(buf);
+}
+
 /* ---- deny, network, dns, limits ----------------------------------------- */
 
 static void test_other_section_errors(void **state)
@@ -1432,6 +1455,7 @@ int main(void)
         cmocka_unit_test(test_duplicate_rules),
         cmocka_unit_test(test_duplicate_rules_scale),
         cmocka_unit_test(test_too_many_rules),
+        cmocka_unit_test(test_too_many_deny_entries),
         cmocka_unit_test(test_findings_capped),
         cmocka_unit_test(test_rule_errors_past_the_cap),
         cmocka_unit_test(test_other_section_errors),
