@@ -24,19 +24,21 @@ void policy_lint(const struct policy *p, int32_t today, int warn_days, struct di
             continue;
         char field[48];
         char date[16];
+        char tier[16] = "no valid tier"; /* a partial load's rule whose tier was refused */
+        if (r->tier >= TIER_0 && r->tier <= TIER_3)
+            snprintf(tier, sizeof(tier), "tier %d", (int)r->tier);
         snprintf(field, sizeof(field), "rules[%zu].expires", r->index);
         format_date(r->expires, date, sizeof(date));
         int32_t left = lint_days_left(r, today);
         if (left < 0)
             diag_error(d, r->expires_line ? r->expires_line : r->line, field,
-                       "grant for %s (tier %d, owner %s) expired on %s, %d day%s ago; "
+                       "grant for %s (%s, owner %s) expired on %s, %d day%s ago; "
                        "renew it with its owner or remove the rule",
-                       r->pattern, (int)r->tier, r->owner ? r->owner : "none", date, (int)-left,
+                       r->pattern, tier, r->owner ? r->owner : "none", date, (int)-left,
                        left == -1 ? "" : "s");
         else if (left <= warn_days)
             diag_warning(d, r->expires_line ? r->expires_line : r->line, field,
-                         "grant for %s (tier %d, owner %s) expires on %s, %d day%s left",
-                         r->pattern, (int)r->tier, r->owner ? r->owner : "none", date, (int)left,
-                         left == 1 ? "" : "s");
+                         "grant for %s (%s, owner %s) expires on %s, %d day%s left", r->pattern,
+                         tier, r->owner ? r->owner : "none", date, (int)left, left == 1 ? "" : "s");
     }
 }

@@ -79,6 +79,33 @@ static void test_rules_without_expiry_are_ignored(void **state)
     diag_free(&d);
 }
 
+/* sluice check lints the rules of a policy that failed to load: a rule
+ * whose tier was refused (tier: 7) is left at TIER_NONE, never shown as
+ * "tier -1". */
+static void test_rule_without_a_valid_tier(void **state)
+{
+    (void)state;
+    struct rule rules[2] = {make_rule(0, "a.example.com", "2026-01-01"),
+                            make_rule(1, "b.example.com", "2026-12-01")};
+    rules[0].tier = TIER_NONE;
+    rules[1].tier = TIER_NONE;
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    p.rules = rules;
+    p.nrules = 2;
+    struct diag d;
+    diag_init(&d, "p.yaml");
+    policy_lint(&p, day("2026-11-30"), 14, &d);
+    assert_int_equal(d.count, 2);
+    assert_string_equal(d.entries[0].message,
+                        "grant for a.example.com (no valid tier, owner chaysen) expired on "
+                        "2026-01-01, 333 days ago; renew it with its owner or remove the rule");
+    assert_string_equal(d.entries[1].message,
+                        "grant for b.example.com (no valid tier, owner chaysen) expires on "
+                        "2026-12-01, 1 day left");
+    diag_free(&d);
+}
+
 static void test_warn_days_default_and_policy_value(void **state)
 {
     (void)state;
@@ -105,6 +132,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_expired_is_error_expiring_is_warning),
         cmocka_unit_test(test_rules_without_expiry_are_ignored),
+        cmocka_unit_test(test_rule_without_a_valid_tier),
         cmocka_unit_test(test_warn_days_default_and_policy_value),
         cmocka_unit_test(test_days_left),
     };
