@@ -472,3 +472,31 @@ bool index_denied(const struct policy_index *ix, const char *name)
     }
     return false;
 }
+
+/* The first deny position of the slot of <key> in <t>, or -1. */
+static int64_t first_deny(const struct policy_index *ix, const struct table *t, const char *key,
+                          size_t len)
+{
+    struct rule_list l = table_list(t, table_find(ix, t, (const uint8_t *)key, len));
+    return l.count > 0 ? (int64_t)l.items[0] : -1;
+}
+
+int64_t index_deny_covering(const struct policy_index *ix, const struct rule *r)
+{
+    const char *name = ix != NULL && r != NULL ? rule_host(r) : NULL;
+    if (name == NULL)
+        return -1;
+    size_t len = name_len(name);
+    int64_t pos = -1;
+    /* An exact name denied as such; a wildcard rule "*.S" by "*.S" itself. */
+    if (r->kind == RULE_EXACT)
+        pos = first_deny(ix, &ix->deny_exact, name, len);
+    else
+        pos = first_deny(ix, &ix->deny_wild, name, len);
+    /* Then "*.T" for each proper suffix T of the name or of S. */
+    for (size_t i = 0; pos < 0 && i < len; i++) {
+        if (name[i] == '.' && i + 1 < len)
+            pos = first_deny(ix, &ix->deny_wild, name + i + 1, len - i - 1);
+    }
+    return pos;
+}

@@ -33,5 +33,9 @@ int index_cidr_each(const struct policy_index *ix, const struct ipaddr *a,
                     int (*fn)(struct rule_list rules, unsigned prefix, void *arg), void *arg);
 /* True when <name> (normal form) is on the deny list. */
 bool index_denied(const struct policy_index *ix, const char *name);
+/* The position in deny[] of an entry that denies every name the host rule
+ * <r> matches (for a wildcard rule, one over its suffix or a shorter one),
+ * or -1: such a rule never applies. */
+int64_t index_deny_covering(const struct policy_index *ix, const struct rule *r);
 
 #endif

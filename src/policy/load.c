@@ -974,6 +974,26 @@ static struct policy *policy_new(const char *name)
     return p;
 }
 
+/* A host rule whose every name the deny list covers never applies (the
+ * deny list is checked first), though check's report would list it in the
+ * reach of every agent it names. Needs the index (one lookup per label). */
+static void warn_denied_rules(struct load_ctx *c)
+{
+    const struct policy *p = c->p;
+    for (size_t i = 0; i < p->nrules; i++) {
+        const struct rule *r = &p->rules[i];
+        int64_t d = index_deny_covering(p->index, r);
+        if (d < 0 || (size_t)d >= p->ndeny)
+            continue;
+        size_t m = load_field_push(c, "rules[%zu].host", i);
+        load_warn(c, r->line,
+                  "%s is denied by deny[%" PRId64 "] (line %d): the deny list is checked first, "
+                  "so this rule never applies",
+                  r->pattern, d, p->deny[d].line);
+        load_field_pop(c, m);
+    }
+}
+
 static void load_root(struct load_ctx *c, const struct ynode *root)
 {
     if (root == NULL || ynode_is_null(root)) {
@@ -1014,11 +1034,15 @@ struct policy *policy_load_buffer_flags(const char *name, const char *buf, size_
     }
     c.p = policy_new(name);
     load_root(&c, ytree_root(&t));
+    if (!diag_has_errors(diag)) {
+        if (policy_index_build(c.p) != 0)
+            diag_error(diag, 0, "", "out of memory while indexing the policy");
+        else
+            warn_denied_rules(&c);
+    }
     load_findings_close(&c);
     ytree_free(&t);
     free(c.agent_ids);
-    if (!diag_has_errors(diag) && policy_index_build(c.p) != 0)
-        diag_error(diag, 0, "", "out of memory while indexing the policy");
     if (diag_has_errors(diag) && !(flags & POLICY_LOAD_KEEP_PARTIAL)) {
         policy_free(c.p);
         return NULL;

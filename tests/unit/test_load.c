@@ -1122,6 +1122,36 @@ static void test_too_many_rules(void **state)
     free(buf);
 }
 
+/* A rule whose every host the deny list covers never applies (deny is
+ * checked first): check's report would list it in every agent's reach. */
+static void test_rules_the_deny_list_covers(void **state)
+{
+    (void)state;
+    expect_warning(
+        V "rules:\n  - host: gist.github.com\n    tier: 0\ndeny: [x.test, GIST.github.com]\n",
+        "p.yaml:3: rules[0].host: gist.github.com is denied by deny[1] (line 5): the deny "
+        "list is checked first, so this rule never applies");
+    expect_warning(V
+                   "rules:\n  - host: a.b.example.test\n    tier: 0\ndeny: [\"*.example.test\"]\n",
+                   "p.yaml:3: rules[0].host: a.b.example.test is denied by deny[0] (line 5): the "
+                   "deny list is checked first, so this rule never applies");
+    expect_warning(
+        V "rules:\n  - host: \"*.example.test\"\n    tier: 0\ndeny: [\"*.example.test\"]\n",
+        "p.yaml:3: rules[0].host: *.example.test is denied by deny[0] (line 5): the "
+        "deny list is checked first, so this rule never applies");
+    expect_warning(V "rules:\n  - host: \"*.a.example.test\"\n    tier: 0\ndeny:\n  - "
+                     "\"*.example.test\"\n",
+                   "p.yaml:3: rules[0].host: *.a.example.test is denied by deny[0] (line 6): the "
+                   "deny list is checked first, so this rule never applies");
+    /* Covered in part only, or not at all: no warning. */
+    policy_free(expect_clean(V "rules:\n  - host: \"*.example.test\"\n    tier: 0\ndeny: "
+                               "[a.example.test, \"*.a.example.test\"]\n"));
+    policy_free(expect_clean(V "rules:\n  - host: example.test\n    tier: 0\ndeny: "
+                               "[\"*.example.test\", b.example.test]\n"));
+    policy_free(
+        expect_clean(V "rules:\n  - cidr: 10.0.0.0/8\n    tier: 0\ndeny: [\"*.example.test\"]\n"));
+}
+
 /* Each deny entry holds a whole host pattern (some 260 bytes): a 64 MiB
  * list of "a.b," would have made 16 million of them, over 4 GB. */
 static void test_too_many_deny_entries(void **state)
@@ -1456,6 +1486,7 @@ int main(void)
         cmocka_unit_test(test_duplicate_rules_scale),
         cmocka_unit_test(test_too_many_rules),
         cmocka_unit_test(test_too_many_deny_entries),
+        cmocka_unit_test(test_rules_the_deny_list_covers),
         cmocka_unit_test(test_findings_capped),
         cmocka_unit_test(test_rule_errors_past_the_cap),
         cmocka_unit_test(test_other_section_errors),
