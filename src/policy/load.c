@@ -375,35 +375,37 @@ static void rule_methods(struct load_ctx *c, const struct ynode *v, void *obj)
     r->methods = mask;
 }
 
-/* The length of the space or line end at <p> (UTF-8): an ASCII space, tab
- * or line end, or one of Unicode's other White_Space characters (U+0085,
- * U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000);
- * 0 for anything else. */
-static size_t space_len(const unsigned char *p)
+/* The length of the blank at <p> (UTF-8): an ASCII space, tab or line end;
+ * one of Unicode's other White_Space characters (U+0085, U+00A0, U+1680,
+ * U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000); or one of the
+ * zero-width characters, which print as nothing (U+180E, U+200B-U+200D,
+ * U+2060, U+FEFF). 0 for anything else. */
+static size_t blank_len(const unsigned char *p)
 {
     if (p[0] == ' ' || p[0] == '\t' || p[0] == '\r' || p[0] == '\n')
         return 1;
     if (p[0] == 0xc2 && (p[1] == 0x85 || p[1] == 0xa0))
         return 2;
-    if (p[0] == 0xe1 && p[1] == 0x9a && p[2] == 0x80)
+    if (p[0] == 0xe1 && ((p[1] == 0x9a && p[2] == 0x80) || (p[1] == 0xa0 && p[2] == 0x8e)))
         return 3;
     if (p[0] == 0xe2 && p[1] == 0x80 &&
-        ((p[2] >= 0x80 && p[2] <= 0x8a) || p[2] == 0xa8 || p[2] == 0xa9 || p[2] == 0xaf))
+        ((p[2] >= 0x80 && p[2] <= 0x8d) || p[2] == 0xa8 || p[2] == 0xa9 || p[2] == 0xaf))
         return 3;
-    if (p[0] == 0xe2 && p[1] == 0x81 && p[2] == 0x9f)
+    if (p[0] == 0xe2 && p[1] == 0x81 && (p[2] == 0x9f || p[2] == 0xa0))
         return 3;
-    if (p[0] == 0xe3 && p[1] == 0x80 && p[2] == 0x80)
+    if ((p[0] == 0xe3 && p[1] == 0x80 && p[2] == 0x80) ||
+        (p[0] == 0xef && p[1] == 0xbb && p[2] == 0xbf))
         return 3;
     return 0;
 }
 
-/* True when <s> holds a character other than a space or line end, ASCII
- * or Unicode: an owner of no-break spaces is as blank as one of spaces. */
+/* True when <s> holds a character other than a blank (above): an owner of
+ * no-break or zero-width spaces is as blank as one of spaces. */
 static bool has_visible_char(const char *s)
 {
     const unsigned char *p = (const unsigned char *)s;
     for (size_t n; *p != '\0'; p += n)
-        if ((n = space_len(p)) == 0)
+        if ((n = blank_len(p)) == 0)
             return true;
     return false;
 }

@@ -774,6 +774,13 @@ static void test_rule_field_errors(void **state)
         {V "rules:\n  - {host: a.example.test, tier: 3, owner: \"\\L\\P\\u202f\\u205f\\u1680\", "
            "expires: 2099-12-31}\n",
          "p.yaml:3: rules[0].owner: must name a person, not be blank"},
+        /* ... and so are the zero-width ones, which print as nothing. */
+        {V "rules:\n  - {host: a.example.test, tier: 3, owner: \"\\u200b\\ufeff\", expires: "
+           "2099-12-31}\n",
+         "p.yaml:3: rules[0].owner: must name a person, not be blank"},
+        {V "rules:\n  - {host: a.example.test, tier: 3, owner: \" \\u200c\\u200d\\u2060\\u180e \", "
+           "expires: 2099-12-31}\n",
+         "p.yaml:3: rules[0].owner: must name a person, not be blank"},
         {V "rules:\n  - {host: a.example.test, tier: 3, owner: \"alice\\nresult: 0 errors, 0 "
            "warnings\", expires: 2099-12-31}\n",
          "p.yaml:3: rules[0].owner: must be a name on one line, without control characters"},
