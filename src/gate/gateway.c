@@ -69,15 +69,16 @@ void gateway_print_grant_warnings(const struct policy *p)
         char date[16];
         format_date(r->expires, date, sizeof(date));
         int32_t left = lint_days_left(r, today);
+        int line = r->expires_line ? r->expires_line : r->line; /* as check says it */
         if (left < 0)
             fprintf(stderr,
                     "warning: %s:%d: rules[%zu].expires: grant expired on %s; requests under it "
                     "are denied\n",
-                    p->path != NULL ? p->path : "policy", r->line, r->index, date);
+                    p->path != NULL ? p->path : "policy", line, r->index, date);
         else if (left <= warn_days)
             fprintf(stderr,
                     "warning: %s:%d: rules[%zu].expires: grant expires on %s (%d day%s left)\n",
-                    p->path != NULL ? p->path : "policy", r->line, r->index, date, (int)left,
+                    p->path != NULL ? p->path : "policy", line, r->index, date, (int)left,
                     left == 1 ? "" : "s");
     }
 }

@@ -74,6 +74,11 @@ def test_grant_expired(gateway, net):
                   agent="default", method="POST", tier=ANY, rule=ANY, owner=ANY, ip=None)
     err = gw.stderr()
     assert "expire" in err.lower(), "no start-up warning about the expired grant: %r" % err
+    # it names the line of the expires: field, as sluice check's error does
+    with open(gw.policy_path) as f:
+        line = next(i for i, text in enumerate(f, 1) if "expires:" in text)
+    where = "%s:%d: rules[0].expires: grant expired on %s" % (gw.policy_path, line, yesterday)
+    assert where in err, err
 
 
 def test_private_address_loopback_not_allowed(gateway, net):
