@@ -26,8 +26,19 @@
  * (the user keyring of a root box is the host root's).
  *
  * The terminal: ioctl(TIOCSTI) and ioctl(TIOCLINUX) fail with EPERM, so the
- * command cannot type into the terminal it shares with the user's shell. */
+ * command cannot type into the terminal it shares with the user's shell.
+ *
+ * Set-user-ID and set-group-ID files: a file's owner needs no capability
+ * to set S_ISUID or S_ISGID on it, and the host's own mounts of the
+ * writable paths have no nosuid, so a root box could leave a root-owned
+ * set-user-ID program for any local user to run as root (and any box, one
+ * that runs as its user). Every call that would put either bit on a file
+ * fails with EPERM: chmod(), fchmod(), fchmodat(), fchmodat2(), creat(),
+ * mknod(), mknodat(), and open() and openat() that create (O_CREAT or
+ * O_TMPFILE). openat2() reads its mode from memory the filter cannot
+ * check, so it fails with ENOSYS, as on a kernel before 5.6. */
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/capability.h>
 #include <seccomp.h>
 #include <stdio.h>
@@ -35,6 +46,7 @@
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -95,6 +107,124 @@ static int refuse_families(scmp_filter_ctx ctx, int sys, bool allow_unix)
     return rc;
 }
 
+/* The bits the command may not put on a file. Each is a rule of its own
+ * (seccomp ANDs the comparisons of one rule; the rules of a call are ORed).
+ * A bit is tested with a mask of itself, so whatever else the argument
+ * holds, in its upper 32 bits too, does not matter: the kernel reads a
+ * mode as a umode_t (16 bits) and compares nothing above these. */
+static const unsigned setid_bits[] = {S_ISUID, S_ISGID};
+
+/* <sys> with S_ISUID or S_ISGID in its mode argument <mode_arg> fails with
+ * EPERM. */
+static int refuse_setid_mode(scmp_filter_ctx ctx, int sys, unsigned mode_arg)
+{
+    int rc = 0;
+    for (size_t i = 0; i < sizeof(setid_bits) / sizeof(setid_bits[0]) && rc == 0; i++) {
+        const struct scmp_arg_cmp has_bit = {.arg = mode_arg,
+                                             .op = SCMP_CMP_MASKED_EQ,
+                                             .datum_a = setid_bits[i],
+                                             .datum_b = setid_bits[i]};
+        rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), sys, 1, &has_bit);
+    }
+    return rc;
+}
+
+/* open() or openat() (<sys>, its flags in argument <flags_arg> and its mode
+ * in the next) fails with EPERM when it may create a file and the mode holds
+ * S_ISUID or S_ISGID. The kernel reads the mode only when the flags hold
+ * O_CREAT or __O_TMPFILE (build_open_how()): glibc passes 0 otherwise, but
+ * other C libraries and languages pass whatever they hold, so a set-ID
+ * mode without those flags, which creates nothing, is let through. The
+ * kernel's __O_TMPFILE is O_TMPFILE without O_DIRECTORY (glibc's
+ * __O_TMPFILE includes O_DIRECTORY). Both flags lie in the low 32 bits the
+ * kernel reads as an int; masks of one bit ignore the rest. */
+static int refuse_setid_open(scmp_filter_ctx ctx, int sys, unsigned flags_arg)
+{
+    static const unsigned creating[] = {O_CREAT, O_TMPFILE & ~O_DIRECTORY};
+    int rc = 0;
+    for (size_t c = 0; c < sizeof(creating) / sizeof(creating[0]) && rc == 0; c++) {
+        for (size_t i = 0; i < sizeof(setid_bits) / sizeof(setid_bits[0]) && rc == 0; i++) {
+            const struct scmp_arg_cmp cmp[2] = {
+                {.arg = flags_arg,
+                 .op = SCMP_CMP_MASKED_EQ,
+                 .datum_a = creating[c],
+                 .datum_b = creating[c]},
+                {.arg = flags_arg + 1,
+                 .op = SCMP_CMP_MASKED_EQ,
+                 .datum_a = setid_bits[i],
+                 .datum_b = setid_bits[i]},
+            };
+            rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), sys, 2, cmp);
+        }
+    }
+    return rc;
+}
+
+/* fchmodat2() (Linux 6.6) by number. Kernel headers before 6.6 have no
+ * __NR_fchmodat2, and libseccomp's SCMP_SYS(fchmodat2) does not compile
+ * without it (Debian 12: libseccomp 2.5.4 with its 6.7 table, kernel
+ * headers 6.1), so the name is looked up in libseccomp's table at run
+ * time. A libseccomp too old to know it (upstream 2.5.5 added it) gets the
+ * number: 452 in the syscall table x86_64 and the generic one (aarch64)
+ * share for every call added since Linux 5.1. Elsewhere the number is not
+ * taken on trust (alpha, MIPS and ia64 offset theirs), and with such a
+ * libseccomp fchmodat2() stays unfiltered: __NR_SCMP_ERROR. */
+static int fchmodat2_nr(void)
+{
+#ifdef __NR_fchmodat2
+    return SCMP_SYS(fchmodat2);
+#else
+    int nr = seccomp_syscall_resolve_name("fchmodat2");
+#if defined(__x86_64__) || defined(__aarch64__)
+    if (nr == __NR_SCMP_ERROR)
+        nr = 452;
+#endif
+    return nr;
+#endif
+}
+
+/* Set-user-ID and set-group-ID files (see the header). The mode's place in
+ * each call: chmod(path, mode), fchmod(fd, mode), fchmodat(dfd, path,
+ * mode), fchmodat2(dfd, path, mode, flags), creat(path, mode),
+ * mknod(path, mode, dev), mknodat(dfd, path, mode, dev); open(path, flags,
+ * mode), openat(dfd, path, flags, mode). Those the architecture lacks
+ * (aarch64 has no chmod, creat, mknod or open) get libseccomp's
+ * pseudo-numbers, whose rules match no call. The filter cannot tell a
+ * directory from a file, so chmod() cannot set or keep S_ISGID on a
+ * directory either. mkdir() is let be: the kernel keeps only the
+ * permission and sticky bits of its mode (a directory is set-group-ID only
+ * by inheriting it from its parent), and a set-group-ID directory runs
+ * nothing: files created in it take its group but not the bit (only
+ * directories inherit it), and no one without CAP_FSETID can set S_ISGID
+ * on a file of a group they are not in (setattr_prepare()). */
+static int refuse_setid(scmp_filter_ctx ctx)
+{
+    const struct {
+        int sys;
+        unsigned mode_arg;
+    } mode_calls[] = {
+        {SCMP_SYS(chmod), 1}, {SCMP_SYS(fchmod), 1}, {SCMP_SYS(fchmodat), 2}, {fchmodat2_nr(), 2},
+        {SCMP_SYS(creat), 1}, {SCMP_SYS(mknod), 1},  {SCMP_SYS(mknodat), 2},
+    };
+    int rc = 0;
+    for (size_t i = 0; i < sizeof(mode_calls) / sizeof(mode_calls[0]) && rc == 0; i++) {
+        if (mode_calls[i].sys != __NR_SCMP_ERROR)
+            rc = refuse_setid_mode(ctx, mode_calls[i].sys, mode_calls[i].mode_arg);
+    }
+    if (rc == 0)
+        rc = refuse_setid_open(ctx, SCMP_SYS(open), 1);
+    if (rc == 0)
+        rc = refuse_setid_open(ctx, SCMP_SYS(openat), 2);
+    /* openat2(dfd, path, how, size) takes flags and mode in a struct
+     * open_how the filter cannot read (a pointer into memory the process
+     * can change after the check), so it is refused whole: ENOSYS, a kernel
+     * before 5.6, after which callers fall back to openat() (glibc 2.36
+     * does not call it at all). */
+    if (rc == 0)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(openat2), 0);
+    return rc;
+}
+
 static int load_filter(bool allow_unix, char *err, size_t errlen)
 {
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
@@ -143,6 +273,8 @@ static int load_filter(bool allow_unix, char *err, size_t errlen)
             .arg = 1, .op = SCMP_CMP_MASKED_EQ, .datum_a = 0xffffffffu, .datum_b = tty_inject[i]};
         rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1, &is_req);
     }
+    if (rc == 0)
+        rc = refuse_setid(ctx);
     return seccomp_load_and_release(ctx, rc, err, errlen);
 }
 

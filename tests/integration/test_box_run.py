@@ -14,6 +14,7 @@ import pwd
 import re
 import shutil
 import signal
+import stat
 import socket
 import subprocess
 import tempfile
@@ -1335,6 +1336,216 @@ def test_terminal_input_cannot_be_injected(box, net, hostdir):
     assert p.returncode == 0, p.stderr
     assert Box.out(p) == {"tiocsti": "EPERM", "tiocsti_high": "EPERM"}
     assert pending == b""
+
+
+# Runs inside the box, in its writable current directory, with umask 0: every
+# way of putting S_ISUID or S_ISGID on a file (by the x86_64 system call, and
+# by the os functions glibc maps onto them), then the ordinary modes that must
+# still work. Prints {name: "ok" or the errno's name}.
+SETID = r"""
+import ctypes, errno, json, os, stat
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+AT_FDCWD = -100
+CHMOD, FCHMOD, FCHMODAT, FCHMODAT2 = 90, 91, 268, 452
+CREAT, MKNOD, MKNODAT, OPEN, OPENAT, OPENAT2 = 85, 133, 259, 2, 257, 437
+HIGH = 1 << 32  # the kernel reads flags and modes as 32-bit (or 16-bit) values
+os.umask(0)
+res = {}
+
+def call(nr, *args):
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long(nr),
+                     *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+    if r < 0:
+        return errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))
+    return r
+
+def rec(name, f, fd=False):
+    # records what f() gave; fd: f() returns a descriptor to close
+    try:
+        r = f()
+        if isinstance(r, str):
+            res[name] = r
+            return
+        if fd:
+            os.close(r)
+        res[name] = "ok"
+    except OSError as e:
+        res[name] = errno.errorcode.get(e.errno, str(e.errno))
+
+def fresh(name, mode=0o755):
+    os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode))
+    return name.encode()
+
+def tmpfile(name, mode):
+    r = call(OPENAT, AT_FDCWD, b".", os.O_TMPFILE | os.O_WRONLY, mode)
+    if isinstance(r, str):
+        return r
+    # give the unnamed file a name on the host: by /proc/self/fd, or, where
+    # that gives EXDEV (as on some kernels), by linkat(AT_EMPTY_PATH)
+    try:
+        try:
+            os.link("/proc/self/fd/%d" % r, name)
+        except OSError:
+            if libc.linkat(r, b"", AT_FDCWD, name.encode(), 0x1000) < 0:
+                raise OSError(ctypes.get_errno(), "linkat")
+    finally:
+        os.close(r)
+    return 0
+
+def openat2(name, mode):
+    how = ctypes.create_string_buffer(24)   # struct open_how {flags, mode, resolve}
+    ctypes.c_uint64.from_buffer(how, 0).value = os.O_WRONLY | os.O_CREAT
+    ctypes.c_uint64.from_buffer(how, 8).value = mode
+    r = call(OPENAT2, AT_FDCWD, name.encode(), how, 24)
+    if not isinstance(r, str):
+        os.close(r)
+    return r if isinstance(r, str) else 0
+
+for bit, mode in (("suid", 0o4755), ("sgid", 0o2755)):
+    def n(what):
+        return "%s_%s" % (what, bit)
+    rec(n("chmod"), lambda: call(CHMOD, fresh(n("chmod")), mode))
+    rec(n("chmod_high"), lambda: call(CHMOD, fresh(n("chmod_high")), mode | HIGH))
+    fd = os.open(fresh(n("fchmod")), os.O_RDONLY)
+    rec(n("fchmod"), lambda: call(FCHMOD, fd, mode))
+    os.close(fd)
+    rec(n("fchmodat"), lambda: call(FCHMODAT, AT_FDCWD, fresh(n("fchmodat")), mode))
+    rec(n("fchmodat2"), lambda: call(FCHMODAT2, AT_FDCWD, fresh(n("fchmodat2")), mode, 0))
+    rec(n("os_chmod"), lambda: os.chmod(fresh(n("os_chmod")), mode))
+    fd = os.open(fresh(n("os_fchmod")), os.O_RDONLY)
+    rec(n("os_fchmod"), lambda: os.fchmod(fd, mode))
+    os.close(fd)
+    rec(n("creat"), lambda: call(CREAT, n("creat").encode(), mode), fd=True)
+    rec(n("open"), lambda: call(OPEN, n("open").encode(), os.O_WRONLY | os.O_CREAT, mode),
+        fd=True)
+    rec(n("openat"), lambda: call(OPENAT, AT_FDCWD, n("openat").encode(),
+                                  os.O_WRONLY | os.O_CREAT, mode), fd=True)
+    rec(n("openat_high"), lambda: call(OPENAT, AT_FDCWD, n("openat_high").encode(),
+                                       os.O_WRONLY | os.O_CREAT | HIGH, mode | HIGH), fd=True)
+    rec(n("tmpfile"), lambda: tmpfile(n("tmpfile"), mode))
+    rec(n("os_open"), lambda: os.open(n("os_open"), os.O_WRONLY | os.O_CREAT, mode), fd=True)
+    rec(n("mknod"), lambda: call(MKNOD, n("mknod").encode(), stat.S_IFREG | mode, 0))
+    rec(n("mknodat"), lambda: call(MKNODAT, AT_FDCWD, n("mknodat").encode(),
+                                   stat.S_IFREG | mode, 0))
+    rec(n("os_mknod"), lambda: os.mknod(n("os_mknod"), stat.S_IFREG | mode))
+    rec(n("openat2"), lambda: openat2(n("openat2"), mode))
+
+# what must still work
+for mode in (0o755, 0o644):
+    m = "%o" % mode
+    rec("chmod_" + m, lambda: call(CHMOD, fresh("chmod_" + m, 0o600), mode))
+    rec("os_chmod_" + m, lambda: os.chmod(fresh("os_chmod_" + m, 0o600), mode))
+    fd = os.open(fresh("fchmod_" + m, 0o600), os.O_RDONLY)
+    rec("fchmod_" + m, lambda: call(FCHMOD, fd, mode))
+    os.close(fd)
+    rec("fchmodat_" + m, lambda: call(FCHMODAT, AT_FDCWD, fresh("fchmodat_" + m, 0o600), mode))
+    rec("fchmodat2_" + m, lambda: call(FCHMODAT2, AT_FDCWD, fresh("fchmodat2_" + m, 0o600),
+                                       mode, 0))
+rec("sticky_dir", lambda: (os.mkdir("sticky_dir", 0o755), os.chmod("sticky_dir", 0o1777)))
+rec("os_open_644", lambda: os.open("os_open_644", os.O_WRONLY | os.O_CREAT, 0o644), fd=True)
+rec("openat_644", lambda: call(OPENAT, AT_FDCWD, b"openat_644", os.O_WRONLY | os.O_CREAT, 0o644),
+    fd=True)
+rec("open_644", lambda: call(OPEN, b"open_644", os.O_WRONLY | os.O_CREAT, 0o644), fd=True)
+rec("creat_644", lambda: call(CREAT, b"creat_644", 0o644), fd=True)
+rec("tmpfile_644", lambda: tmpfile("tmpfile_644", 0o644))
+rec("mknod_644", lambda: os.mknod("mknod_644", stat.S_IFREG | 0o644))
+# without O_CREAT the mode is not read: a set-ID one (as some C libraries
+# pass whatever is in the register) opens an existing file
+fresh("existing", 0o644)
+rec("open_existing", lambda: call(OPENAT, AT_FDCWD, b"existing", os.O_RDONLY, 0o4755), fd=True)
+# mkdir() is let be: the kernel keeps only the permission and sticky bits
+rec("mkdir_sgid", lambda: os.mkdir("mkdir_sgid", 0o2775))
+rec("openat2_644", lambda: openat2("openat2_644", 0o644))
+print(json.dumps(res))
+"""
+
+SETID_WAYS = ("chmod", "chmod_high", "fchmod", "fchmodat", "fchmodat2", "os_chmod", "os_fchmod",
+              "creat", "open", "openat", "openat_high", "tmpfile", "os_open", "mknod", "mknodat",
+              "os_mknod", "openat2")
+
+
+def _fchmodat2_result():
+    """What fchmodat2() gives on this kernel outside the box: "ok", or
+    "ENOSYS" before Linux 6.6."""
+    import ctypes
+    import errno
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    with tempfile.NamedTemporaryFile() as f:
+        r = libc.syscall(ctypes.c_long(452), ctypes.c_long(-100), f.name.encode(),
+                         ctypes.c_long(0o600), ctypes.c_long(0))
+        return "ok" if r == 0 else errno.errorcode[ctypes.get_errno()]
+
+
+def _check_no_setid_files(b, pol, user=None):
+    fchmodat2 = _fchmodat2_result()
+    p = b.run(["--policy", pol], SETID, user=user)
+    assert p.returncode == 0, p.stderr
+    o = Box.out(p)
+    refused = {}
+    for bit in ("suid", "sgid"):
+        for way in SETID_WAYS:
+            name = "%s_%s" % (way, bit)
+            want = "EPERM"
+            if way == "openat2":
+                want = "ENOSYS"  # a kernel without openat2(): its mode is out of the filter's reach
+            elif way == "fchmodat2" and fchmodat2 == "ENOSYS":
+                want = "ENOSYS"
+            refused[name] = o[name]
+            assert o[name] == want, (name, o)
+    allowed = {k: v for k, v in o.items() if k not in refused}
+    for m in ("755", "644"):
+        assert allowed.pop("fchmodat2_" + m) == fchmodat2, o
+    assert allowed.pop("openat2_644") == "ENOSYS", o  # whatever the mode
+    assert allowed == dict.fromkeys(allowed, "ok"), o
+    assert len(allowed) == 17, o
+    # on the host: nothing set-user-ID or set-group-ID in the folder, and
+    # the files chmod() was refused for keep their mode
+    for name in sorted(os.listdir(b.workdir)):
+        st = os.lstat(os.path.join(b.workdir, name))
+        assert not st.st_mode & (stat.S_ISUID | stat.S_ISGID), (name, oct(st.st_mode))
+    for bit in ("suid", "sgid"):
+        for way in ("chmod", "chmod_high", "fchmod", "fchmodat", "fchmodat2", "os_chmod",
+                    "os_fchmod"):
+            st = os.stat(os.path.join(b.workdir, "%s_%s" % (way, bit)))
+            assert stat.S_IMODE(st.st_mode) == 0o755, (way, bit, oct(st.st_mode))
+        for way in ("creat", "open", "openat", "openat_high", "tmpfile", "os_open", "mknod",
+                    "mknodat", "os_mknod", "openat2"):
+            assert not os.path.exists(os.path.join(b.workdir, "%s_%s" % (way, bit))), (way, bit)
+    for name, mode in (("chmod_755", 0o755), ("chmod_644", 0o644), ("os_open_644", 0o644),
+                       ("openat_644", 0o644), ("tmpfile_644", 0o644), ("mknod_644", 0o644),
+                       ("mkdir_sgid", 0o775), ("sticky_dir", 0o1777)):
+        st = os.stat(os.path.join(b.workdir, name))
+        assert stat.S_IMODE(st.st_mode) == mode, (name, oct(st.st_mode))
+        if user is not None:
+            assert st.st_uid == user, (name, st.st_uid)
+
+
+def test_no_set_id_files(box, net):
+    """A file's owner needs no capability to make it set-user-ID or
+    set-group-ID, so a box started as root could leave a root-owned
+    set-user-ID program in its writable folder for any local user to run as
+    root. The filter refuses every call that would put S_ISUID or S_ISGID on
+    a file (chmod, fchmod, fchmodat, fchmodat2, creat, open and openat with
+    O_CREAT or O_TMPFILE, mknod, mknodat: EPERM; openat2, whose mode it
+    cannot read: ENOSYS); ordinary modes still work."""
+    import platform
+    if platform.machine() != "x86_64":
+        pytest.skip("system call numbers below are x86_64's")
+    pol = box.policy(net.policy([]))
+    _check_no_setid_files(box, pol)
+
+
+def test_no_set_id_files_unprivileged(sluice_bin, net, hostdir):
+    """Likewise in a box of another user (a user namespace): its set-user-ID
+    programs would run as that user for whoever reaches them."""
+    import platform
+    if platform.machine() != "x86_64":
+        pytest.skip("system call numbers below are x86_64's")
+    b, pol = _nobody_box(sluice_bin, net, hostdir, [])
+    _check_no_setid_files(b, pol, user=65534)
 
 
 DEV = r"""
