@@ -235,6 +235,12 @@ static void sec_agents(struct load_ctx *c, const struct ynode *v, void *obj)
     struct policy *p = obj;
     if (load_want_list(c, v) != 0)
         return;
+    /* Every item gets a struct agent, a mapping or not: a 64 MiB list of
+     * "1," would take some 2 GB. */
+    if (v->count > POLICY_MAX_AGENTS) {
+        load_err(c, v->line, "too many agents (at most %u)", POLICY_MAX_AGENTS);
+        return;
+    }
     p->agents = xcalloc(v->count, sizeof(*p->agents));
     p->nagents = v->count;
     size_t i = 0;

@@ -16,10 +16,11 @@
 #include "util/diag.h"
 
 /* Hard caps on hostile policy input. */
-#define POLICY_MAX_BYTES (64u * 1024 * 1024)
-#define POLICY_MAX_RULES 1000000u
-#define POLICY_MAX_DENY  1000000u
-#define POLICY_MAX_DEPTH 16
+#define POLICY_MAX_BYTES  (64u * 1024 * 1024)
+#define POLICY_MAX_RULES  1000000u
+#define POLICY_MAX_DENY   1000000u
+#define POLICY_MAX_AGENTS 1000000u
+#define POLICY_MAX_DEPTH  16
 
 /* Returns a new policy parsed from <path>, indexed and ready for
  * policy_decide(); the caller frees it with policy_free(). Returns NULL when

@@ -1109,24 +1109,36 @@ static void test_rule_errors_past_the_cap(void **state)
     free(ports);
 }
 
-static void test_too_many_rules(void **state)
+/* Loads a policy whose <section> (after "version: 1\n<before>") is a flow
+ * list of <n> items <item>, and expects it refused with the error <want>
+ * alone (the list is refused whole, before its items are read). */
+static void expect_list_too_long(const char *before, const char *section, const char *item,
+                                 size_t n, const char *want)
 {
-    (void)state;
-    size_t n = POLICY_MAX_RULES + 1, cap = n * 3 + 64, o = 0;
+    size_t ilen = strlen(item), cap = n * (ilen + 1) + 128, o = 0;
     char *buf = malloc(cap);
     assert_non_null(buf);
-    o += (size_t)snprintf(buf + o, cap - o, "version: 1\nrules: [");
+    o += (size_t)snprintf(buf + o, cap - o, "version: 1\n%s%s: [", before, section);
     for (size_t i = 0; i < n; i++) {
-        memcpy(buf + o, "{},", 3);
-        o += 3;
+        memcpy(buf + o, item, ilen);
+        buf[o + ilen] = ',';
+        o += ilen + 1;
     }
     buf[o - 1] = ']';
     struct diag d;
     diag_init(&d, FILE_NAME);
     assert_null(policy_load_buffer(FILE_NAME, buf, o, &d));
-    assert_true(has_entry(&d, DIAG_ERROR, "p.yaml:2: rules: too many rules (at most 1000000)"));
+    assert_true(has_entry(&d, DIAG_ERROR, want));
+    assert_int_equal(d.errors, 1);
     diag_free(&d);
     free(buf);
+}
+
+static void test_too_many_rules(void **state)
+{
+    (void)state;
+    expect_list_too_long("", "rules", "{}", POLICY_MAX_RULES + 1,
+                         "p.yaml:2: rules: too many rules (at most 1000000)");
 }
 
 /* A rule whose every host the deny list covers never applies (deny is
@@ -1164,22 +1176,17 @@ static void test_rules_the_deny_list_covers(void **state)
 static void test_too_many_deny_entries(void **state)
 {
     (void)state;
-    size_t n = POLICY_MAX_DENY + 1, cap = n * 4 + 64, o = 0;
-    char *buf = malloc(cap);
-    assert_non_null(buf);
-    o += (size_t)snprintf(buf + o, cap - o, "version: 1\nrules: []\ndeny: [");
-    for (size_t i = 0; i < n; i++) {
-        memcpy(buf + o, "a.b,", 4);
-        o += 4;
-    }
-    buf[o - 1] = ']';
-    struct diag d;
-    diag_init(&d, FILE_NAME);
-    assert_null(policy_load_buffer(FILE_NAME, buf, o, &d));
-    assert_true(
-        has_entry(&d, DIAG_ERROR, "p.yaml:3: deny: too many deny entries (at most 1000000)"));
-    diag_free(&d);
-    free(buf);
+    expect_list_too_long("rules: []\n", "deny", "a.b", POLICY_MAX_DENY + 1,
+                         "p.yaml:3: deny: too many deny entries (at most 1000000)");
+}
+
+/* Each item of agents: gets a struct agent before it is read: a 64 MiB
+ * list of "1," would have made 32 million of them, some 2 GB. */
+static void test_too_many_agents(void **state)
+{
+    (void)state;
+    expect_list_too_long("rules: []\n", "agents", "1", POLICY_MAX_AGENTS + 1,
+                         "p.yaml:3: agents: too many agents (at most 1000000)");
 }
 
 /* ---- deny, network, dns, limits ----------------------------------------- */
@@ -1493,6 +1500,7 @@ int main(void)
         cmocka_unit_test(test_duplicate_rules_scale),
         cmocka_unit_test(test_too_many_rules),
         cmocka_unit_test(test_too_many_deny_entries),
+        cmocka_unit_test(test_too_many_agents),
         cmocka_unit_test(test_rules_the_deny_list_covers),
         cmocka_unit_test(test_findings_capped),
         cmocka_unit_test(test_rule_errors_past_the_cap),
