@@ -12,8 +12,9 @@
  * output and error opened again in the box when they are files given for
  * reading or directories), a new session keyring and a seccomp filter that
  * refuses socket families but IP and netlink, socket(AF_UNIX) and datagram
- * socketpair() unless allow_unix, io_uring, the keyring calls and the
- * terminal's TIOCSTI and TIOCLINUX.
+ * socketpair() unless allow_unix, io_uring, the keyring calls, the
+ * terminal's TIOCSTI and TIOCLINUX, every call that would make a file
+ * set-user-ID or set-group-ID, and openat2().
  * It passes signals on to the command and, when the command ends, reports
  * its wait status and exits, which kills whatever the command left behind
  * in the PID namespace.

@@ -11,8 +11,9 @@
  * or, by default, to a file in that directory that is read for the summary
  * and removed at the end. The box (src/box/) is spawned next; its relay
  * connects to that socket. Signals that a process sends to run are passed
- * to the command (those a terminal sends reach it directly; those run's
- * caller ignored stay ignored, for the command too); run exits with
+ * to the command (those a terminal sends reach it directly, but for the
+ * hang-up the kernel sends run alone when it leads its session; those
+ * run's caller ignored stay ignored, for the command too); run exits with
  * the command's status, 128+N when it was killed by signal N, after a
  * one-line summary on standard error. The current directory, writable in
  * the box, may not be / (warned about when it is $HOME or above it). A box
