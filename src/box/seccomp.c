@@ -160,27 +160,24 @@ static int refuse_setid_open(scmp_filter_ctx ctx, int sys, unsigned flags_arg)
     return rc;
 }
 
-/* fchmodat2() (Linux 6.6) by number. Kernel headers before 6.6 have no
- * __NR_fchmodat2, and libseccomp's SCMP_SYS(fchmodat2) does not compile
- * without it (Debian 12: libseccomp 2.5.4 with its 6.7 table, kernel
- * headers 6.1), so the name is looked up in libseccomp's table at run
- * time. A libseccomp too old to know it (upstream 2.5.5 added it) gets the
+/* fchmodat2() (Linux 6.6) by number. SCMP_SYS(fchmodat2) compiles only
+ * where the kernel headers and libseccomp's header agree about it (Debian
+ * 12: libseccomp 2.5.4 with its 6.7 table, kernel headers 6.1 without
+ * __NR_fchmodat2, and the reverse with newer headers and an older
+ * libseccomp), so the name is always looked up in libseccomp's table at
+ * run time. A libseccomp too old to know it (upstream 2.5.5 added it) gets the
  * number: 452 in the syscall table x86_64 and the generic one (aarch64)
  * share for every call added since Linux 5.1. Elsewhere the number is not
  * taken on trust (alpha, MIPS and ia64 offset theirs), and with such a
  * libseccomp fchmodat2() stays unfiltered: __NR_SCMP_ERROR. */
 static int fchmodat2_nr(void)
 {
-#ifdef __NR_fchmodat2
-    return SCMP_SYS(fchmodat2);
-#else
     int nr = seccomp_syscall_resolve_name("fchmodat2");
 #if defined(__x86_64__) || defined(__aarch64__)
     if (nr == __NR_SCMP_ERROR)
         nr = 452;
 #endif
     return nr;
-#endif
 }
 
 /* Set-user-ID and set-group-ID files (see the header). The mode's place in
