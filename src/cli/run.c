@@ -208,6 +208,15 @@ static int refuse_links(const char *opt, const char *p)
     return rc;
 }
 
+/* The directories the box replaces with private, empty ones (mounts.c):
+ * the host's /tmp or /dev/shm cannot be the working directory or a --rw or
+ * --ro path, since the command would see the private one there and what it
+ * wrote would never reach the host. A directory below them can. */
+static bool box_private_dir(const char *path)
+{
+    return strcmp(path, "/tmp") == 0 || strcmp(path, "/dev/shm") == 0;
+}
+
 static int add_path(struct run_args *a, enum box_path_kind kind, const char *opt, const char *p)
 {
     if (a->npaths >= RUN_MAX_PATHS)
@@ -220,6 +229,11 @@ static int add_path(struct run_args *a, enum box_path_kind kind, const char *opt
         return command_usage_error(self, "%s %s: %s", opt, p, strerror(errno));
     if (strcmp(c, "/") == 0 && kind != BOX_PATH_RO)
         return command_usage_error(self, "%s /: not the whole file system", opt);
+    if (box_private_dir(c) && kind != BOX_PATH_HIDE)
+        return command_usage_error(self,
+                                   "%s %s: the box gives the command a private, empty %s; "
+                                   "name a directory below it",
+                                   opt, c, c);
     a->paths[a->npaths++] = (struct box_path){kind, c, kind == BOX_PATH_HIDE};
     return 0;
 }
@@ -349,7 +363,8 @@ static int parse_args(int argc, char **argv, struct run_args *a)
 /* --- the working directory ------------------------------------------------ */
 
 /* The working directory is writable in the box. "/" would make the whole
- * file system writable: refused, like --rw /. $HOME, or a directory above
+ * file system writable: refused, like --rw /; so is /tmp or /dev/shm, which
+ * the box replaces with a private one (box_private_dir()). $HOME, or a directory above
  * it, makes every dotfile writable (~/.ssh, ~/.bashrc, ~/.gitconfig): a
  * warning, since a tool that keeps its state there may need it. */
 static int check_cwd(const char *cwd)
@@ -358,6 +373,14 @@ static int check_cwd(const char *cwd)
         fputs("sluice run: the current directory is /: the whole file system would be "
               "writable in the box; run from a project directory\n",
               stderr);
+        return -1;
+    }
+    if (box_private_dir(cwd)) {
+        fprintf(stderr,
+                "sluice run: the current directory is %s, which the box replaces with a "
+                "private, empty one: nothing the command wrote there would reach it; run "
+                "from a directory below it or a project directory\n",
+                cwd);
         return -1;
     }
     const char *home = getenv("HOME");

@@ -498,6 +498,32 @@ def test_root_as_working_directory_is_refused(box, net, hostdir):
     assert not os.path.exists(target)
 
 
+@pytest.mark.parametrize("where", ["/tmp", "/dev/shm"])
+def test_private_directory_as_working_directory_or_path_is_refused(box, net, where):
+    """The box replaces /tmp and /dev/shm with private, empty ones: run from
+    there, or given as --rw or --ro, the command would write into the
+    private one and lose it silently. A directory below them is fine."""
+    pol = box.policy(net.policy([]))
+    mark = "sluice-box-test-%d" % os.getpid()
+    p = box.run(["--policy", pol], None, cmd=["touch", mark], cwd=where)
+    assert p.returncode == 2, p.stderr
+    assert "the current directory is %s, which the box replaces" % where in p.stderr
+    assert not os.path.exists(os.path.join(where, mark))
+    for opt in ("--rw", "--ro"):
+        p = box.run(["--policy", pol, opt, where], "print('ran')")
+        assert p.returncode == 2, (opt, p.stderr)
+        assert "ran" not in p.stdout
+        assert "%s %s: the box gives the command a private, empty %s" % (opt, where, where) \
+            in p.stderr
+    below = tempfile.mkdtemp(dir=where)
+    try:
+        p = box.run(["--policy", pol], None, cmd=["touch", mark], cwd=below)
+        assert p.returncode == 0, p.stderr
+        assert os.path.exists(os.path.join(below, mark))
+    finally:
+        shutil.rmtree(below)
+
+
 def test_home_as_working_directory_warns(box, net, hostdir):
     pol = box.policy(net.policy([]))
     sub = os.path.join(box.workdir, "sub")
