@@ -176,9 +176,11 @@ static int reopen_std_files(char *err, size_t errlen)
         if (nfd >= 0)
             close(nfd);
         if (dir && !done) {
+            /* the path cut to what the message has room for (err is
+             * BOX_ERR_MAX bytes) */
             snprintf(err, errlen,
-                     "standard %s is the directory %s, which the box does not show as it is "
-                     "(hidden, under /tmp, moved?): through it the command would reach the "
+                     "standard %s is the directory %.300s, which the box does not show as it "
+                     "is (hidden, under /tmp, moved?): through it the command would reach the "
                      "host's files",
                      names[fd], path[0] != '\0' ? path : "(unknown)");
             return -1;
