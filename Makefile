@@ -4,7 +4,8 @@
 #   make          release build, binary at build/sluice
 #   make run      build, then serve examples/policy.yaml on 127.0.0.1:3128 (state in ./var,
 #                 alerts in var/alerts.jsonl, /metrics on 127.0.0.1:9128)
-#   make test     lint, ASan+UBSan build, unit tests, fuzz corpus replay, integration tests
+#   make test     lint, release build (as make run has it: it must compile too), ASan+UBSan
+#                 build, unit tests, fuzz corpus replay, integration tests
 #   make fuzz     every libFuzzer target for FUZZ_SECONDS each (clang)
 #   make bench    the benchmarks (figures as ratios)
 #   make lint     clang-format, cppcheck and the banned-call check
@@ -33,7 +34,7 @@ build-test/build.ninja:
 	meson setup build-test --buildtype=debug -Db_sanitize=address,undefined \
 	    -Db_lundef=false -Dc_args='-fno-sanitize-recover=all -fno-omit-frame-pointer' >/dev/null
 
-test: bootstrap lint build-test/build.ninja
+test: bootstrap lint build build-test/build.ninja
 	@ninja -C build-test
 	meson test -C build-test --print-errorlogs --suite unit --suite fuzz-replay
 	$(MAKE) --no-print-directory integration SLUICE_BIN=$(CURDIR)/build-test/sluice
