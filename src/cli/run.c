@@ -896,18 +896,25 @@ static int run_main(int argc, char **argv)
         sock = s.sock;
         nuser = a->npaths;
         /* the policy and the log stay read-only in the box; run's own
-         * directory, with the socket and the default log, is hidden (an
-         * entry without a file, no --alerts say, hides it once more) */
-        a->paths[a->npaths++] =
-            (struct box_path){BOX_PATH_RO, own(a, canonical(a->policy, false)), true};
-        a->paths[a->npaths++] = (struct box_path){
-            BOX_PATH_RO, s.own_log ? NULL : own(a, canonical(s.log, false)), true};
-        a->paths[a->npaths++] = (struct box_path){BOX_PATH_HIDE, s.dir, true};
-        a->paths[a->npaths++] = (struct box_path){
-            BOX_PATH_RO, a->alerts != NULL ? own(a, canonical(a->alerts, false)) : NULL, true};
-        for (size_t i = a->npaths - 4; i < a->npaths; i++)
-            if (a->paths[i].path == NULL)
-                a->paths[i] = (struct box_path){BOX_PATH_HIDE, s.dir, true};
+         * directory, with the socket and the default log, is hidden */
+        const char *const files[] = {a->policy, s.own_log ? NULL : s.log, NULL, a->alerts};
+        for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+            char *c = files[i] != NULL ? own(a, canonical(files[i], false)) : NULL;
+            if (files[i] != NULL && c == NULL) {
+                /* a file the gateway has open that cannot be found again
+                 * by its path (moved or removed since): it could not be
+                 * kept read-only in the box */
+                fprintf(stderr,
+                        "sluice run: %s: %s; it cannot be kept read-only in the box, so the "
+                        "command does not start\n",
+                        files[i], strerror(errno));
+                goto out;
+            }
+            /* an entry without a file (no --alerts, say) hides run's own
+             * directory once more */
+            a->paths[a->npaths++] = c != NULL ? (struct box_path){BOX_PATH_RO, c, true}
+                                              : (struct box_path){BOX_PATH_HIDE, s.dir, true};
+        }
     }
     const char *const labels[] = {"the policy", s.own_log ? NULL : "the decision log", NULL,
                                   a->alerts != NULL ? "the alerts file" : NULL};

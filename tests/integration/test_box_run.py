@@ -498,6 +498,37 @@ def test_root_as_working_directory_is_refused(box, net, hostdir):
     assert not os.path.exists(target)
 
 
+def test_policy_that_cannot_be_resolved_stops_the_run(box, net):
+    """The gateway opens the policy by the path given; the box keeps it
+    read-only by its absolute path. A relative path whose absolute form is
+    longer than PATH_MAX opens but cannot be resolved (ENAMETOOLONG): the
+    run stops rather than leave the policy, here below the writable current
+    directory, unprotected."""
+    with open(box.policy(net.policy([]))) as f:
+        text = f.read()
+    deep = [box.workdir] + ["d" * 200] * 14  # about 2,900 bytes: getcwd() works
+    rel = ["p" * 200] * 8  # with these, about 4,500: past PATH_MAX
+    relpath = os.path.join(*rel, "policy.yaml")
+    code = "open(%r, 'a').write('# changed by the agent')" % relpath
+    try:
+        for part in deep:
+            os.makedirs(part, exist_ok=True)
+            os.chdir(part)
+        os.makedirs(os.path.join(*rel))
+        with open(relpath, "w") as f:
+            f.write(text)
+        # run from there (a path that long cannot be handed to cwd=)
+        p = subprocess.run([box.bin, "run", "--policy", relpath, "--", PY, "-c", code],
+                           capture_output=True, text=True, timeout=30, env=_clean_env(None))
+        with open(relpath) as f:
+            after = f.read()
+    finally:
+        os.chdir(box.workdir)
+    assert p.returncode == 2, p.stderr
+    assert "cannot be kept read-only in the box, so the command does not start" in p.stderr
+    assert after == text
+
+
 @pytest.mark.parametrize("where", ["/tmp", "/dev/shm"])
 def test_private_directory_as_working_directory_or_path_is_refused(box, net, where):
     """The box replaces /tmp and /dev/shm with private, empty ones: run from
