@@ -426,13 +426,13 @@ int store_load_queue_of(struct store *s, const char *sink, int64_t after, int li
     return queue_rows(s, st, fn, arg);
 }
 
-int store_count_queue(struct store *s, store_queued_fn fn, void *arg)
+/* Calls <fn> with the text and the count of each row <sql> yields (a name,
+ * then a non-negative integer). Returns the number of rows, or -1. */
+static int name_count_rows(struct store *s, const char *sql, store_counter_fn fn, void *arg)
 {
     sqlite3_stmt *st = NULL;
     int n = 0, rc;
-    if (sqlite3_prepare_v2(s->db,
-                           "SELECT sink, count(*) FROM alert_queue GROUP BY sink ORDER BY sink", -1,
-                           &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK)
         return load_fail(s, st);
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         sqlite3_int64 v = sqlite3_column_int64(st, 1);
@@ -445,21 +445,15 @@ int store_count_queue(struct store *s, store_queued_fn fn, void *arg)
     return n;
 }
 
+int store_count_queue(struct store *s, store_queued_fn fn, void *arg)
+{
+    return name_count_rows(s, "SELECT sink, count(*) FROM alert_queue GROUP BY sink ORDER BY sink",
+                           fn, arg);
+}
+
 int store_load_counters(struct store *s, store_counter_fn fn, void *arg)
 {
-    sqlite3_stmt *st = NULL;
-    int n = 0, rc;
-    if (sqlite3_prepare_v2(s->db, "SELECT name, value FROM counter", -1, &st, NULL) != SQLITE_OK)
-        return load_fail(s, st);
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        sqlite3_int64 v = sqlite3_column_int64(st, 1);
-        fn(col_text(st, 0), v > 0 ? (uint64_t)v : 0, arg);
-        n++;
-    }
-    if (rc != SQLITE_DONE)
-        return load_fail(s, st);
-    sqlite3_finalize(st);
-    return n;
+    return name_count_rows(s, "SELECT name, value FROM counter", fn, arg);
 }
 
 /* ---- queued writes ---------------------------------------------------------- */

@@ -2099,21 +2099,20 @@ def test_a_directory_given_as_standard_input_stays_in_the_box(box, net, hostdir)
     # shell moves it to descriptor 3
     cmd = ["/bin/sh", "-c", 'exec "$0" -c "$1" 3<&0 0</dev/null', PY, DIR_STDIN]
     argv = [box.bin, "run", "--policy", pol, "--hide", secret, "--"] + cmd
-    fd = os.open(visible, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        p = subprocess.run(argv, stdin=fd, capture_output=True, text=True, timeout=30,
-                           cwd=box.workdir, env=_clean_env())
-    finally:
-        os.close(fd)
+
+    def run_with_stdin(directory):
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            return subprocess.run(argv, stdin=fd, capture_output=True, text=True, timeout=30,
+                                  cwd=box.workdir, env=_clean_env())
+        finally:
+            os.close(fd)
+
+    p = run_with_stdin(visible)
     assert p.returncode == 0, p.stderr
     assert Box.out(p) == {"create": "EROFS", "ls": ["inside"]}
     assert os.listdir(visible) == ["inside"]
-    fd = os.open(secret, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        p = subprocess.run(argv, stdin=fd, capture_output=True, text=True, timeout=30,
-                           cwd=box.workdir, env=_clean_env())
-    finally:
-        os.close(fd)
+    p = run_with_stdin(secret)
     assert p.returncode == 2, (p.stdout, p.stderr)
     assert "{" not in p.stdout
     assert "sluice run: cannot build the box: standard input is the directory %s" % secret \

@@ -33,6 +33,19 @@ static struct rule make_rule(size_t index, const char *pattern, const char *expi
     return r;
 }
 
+/* Lints the <n> rules of a policy that has nothing else, as of <today>
+ * with a window of <warn_days>, into <d> (the caller frees it). */
+static void lint_rules(struct rule *rules, size_t n, const char *today, int warn_days,
+                       struct diag *d)
+{
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    p.rules = rules;
+    p.nrules = n;
+    diag_init(d, "p.yaml");
+    policy_lint(&p, day(today), warn_days, d);
+}
+
 static void test_expired_is_error_expiring_is_warning(void **state)
 {
     (void)state;
@@ -42,14 +55,8 @@ static void test_expired_is_error_expiring_is_warning(void **state)
         make_rule(2, "smtp.example.com", "2026-12-14"), /* 14 days left: inside the window */
         make_rule(3, "far.example.com", "2026-12-15"),  /* 15 days left: outside */
     };
-    struct policy p;
-    memset(&p, 0, sizeof(p));
-    p.rules = rules;
-    p.nrules = 4;
-
     struct diag d;
-    diag_init(&d, "p.yaml");
-    policy_lint(&p, day("2026-11-30"), 14, &d);
+    lint_rules(rules, 4, "2026-11-30", 14, &d);
     assert_int_equal(d.errors, 1);
     assert_int_equal(d.warnings, 2);
 
@@ -68,13 +75,8 @@ static void test_rules_without_expiry_are_ignored(void **state)
     (void)state;
     struct rule rules[1] = {make_rule(0, "pypi.org", NULL)};
     rules[0].tier = TIER_0;
-    struct policy p;
-    memset(&p, 0, sizeof(p));
-    p.rules = rules;
-    p.nrules = 1;
     struct diag d;
-    diag_init(&d, "p.yaml");
-    policy_lint(&p, day("2099-01-01"), 3650, &d);
+    lint_rules(rules, 1, "2099-01-01", 3650, &d);
     assert_int_equal(d.count, 0);
     diag_free(&d);
 }
@@ -89,13 +91,8 @@ static void test_rule_without_a_valid_tier(void **state)
                             make_rule(1, "b.example.com", "2026-12-01")};
     rules[0].tier = TIER_NONE;
     rules[1].tier = TIER_NONE;
-    struct policy p;
-    memset(&p, 0, sizeof(p));
-    p.rules = rules;
-    p.nrules = 2;
     struct diag d;
-    diag_init(&d, "p.yaml");
-    policy_lint(&p, day("2026-11-30"), 14, &d);
+    lint_rules(rules, 2, "2026-11-30", 14, &d);
     assert_int_equal(d.count, 2);
     assert_string_equal(d.entries[0].message,
                         "grant for a.example.com (no valid tier, owner chaysen) expired on "

@@ -391,6 +391,41 @@ static void free_with_a_request_in_flight(void **state)
     event_base_free(base);
 }
 
+/* A state store in a new temporary directory <dir> ("/tmp/sluice-hook-XXXXXX",
+ * filled in); temp_store_remove() closes it and removes the directory. */
+static struct store *temp_store(char *dir)
+{
+    char *err = NULL, *warn = NULL;
+    assert_non_null(mkdtemp(dir));
+    struct store *st = store_open(dir, &err, &warn);
+    assert_non_null(st);
+    return st;
+}
+
+static void temp_store_remove(struct store *st, const char *dir)
+{
+    char cmd[64];
+    store_close(st);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* Stores 20,000 alerts, every other one for <url> (the first row when
+ * <url_first>, else the second) and the rest for another sink, and commits
+ * them. Returns the id of <url>'s first row. */
+static int64_t queue_interleaved(struct store *st, const char *url, bool url_first)
+{
+    int64_t first = 0;
+    for (int i = 0; i < 20000; i++) {
+        bool mine = (i % 2 == 0) == url_first;
+        int64_t id = store_queue_add(st, mine ? url : "http://127.0.0.1:9/other", "{}");
+        if (mine && first == 0)
+            first = id;
+    }
+    assert_int_equal(store_flush(st), 0);
+    return first;
+}
+
 /* An alert the sink holds whose row the state store dropped (over
  * STORE_PENDING_MAX writes waiting, a store locked for long) is kept in
  * memory only: a stop must wait for it, or name it as lost, as for one
@@ -398,10 +433,8 @@ static void free_with_a_request_in_flight(void **state)
 static void alert_whose_stored_row_was_dropped_is_unstored(void **state)
 {
     (void)state;
-    char dir[] = "/tmp/sluice-hook-XXXXXX", *err = NULL, *warn = NULL, cmd[64];
-    assert_non_null(mkdtemp(dir));
-    struct store *st = store_open(dir, &err, &warn);
-    assert_non_null(st);
+    char dir[] = "/tmp/sluice-hook-XXXXXX", *err = NULL;
+    struct store *st = temp_store(dir);
     struct event_base *base = event_base_new();
     struct webhook *w = webhook_new(base, "http://127.0.0.1:9/hook", st, &err);
     assert_non_null(w);
@@ -418,10 +451,8 @@ static void alert_whose_stored_row_was_dropped_is_unstored(void **state)
     webhook_send(w, "{\"a\":2}", 7);
     assert_int_equal(webhook_unstored(w), 1); /* a later one's row is kept */
     webhook_free(w);
-    store_close(st);
+    temp_store_remove(st, dir);
     event_base_free(base);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
 }
 
 /* The sweep brings back the oldest alerts kept only in the store, as many
@@ -432,18 +463,10 @@ static void alert_whose_stored_row_was_dropped_is_unstored(void **state)
 static void sweep_reads_only_what_it_has_room_for(void **state)
 {
     (void)state;
-    char dir[] = "/tmp/sluice-hook-XXXXXX", *err = NULL, *warn = NULL, cmd[64];
+    char dir[] = "/tmp/sluice-hook-XXXXXX", *err = NULL;
     const char *url = "http://127.0.0.1:9/hook";
-    assert_non_null(mkdtemp(dir));
-    struct store *st = store_open(dir, &err, &warn);
-    assert_non_null(st);
-    int64_t first = 0;
-    for (int i = 0; i < 20000; i++) {
-        int64_t id = store_queue_add(st, i % 2 == 0 ? url : "http://127.0.0.1:9/other", "{}");
-        if (i == 0)
-            first = id;
-    }
-    assert_int_equal(store_flush(st), 0);
+    struct store *st = temp_store(dir);
+    int64_t first = queue_interleaved(st, url, true);
     struct event_base *base = event_base_new();
     struct webhook *w = webhook_new(base, url, st, &err);
     assert_non_null(w);
@@ -477,10 +500,8 @@ static void sweep_reads_only_what_it_has_room_for(void **state)
     assert_int_equal(webhook_queued(w), 3);
     assert_int_equal(w->only_stored, 0);
     webhook_free(w);
-    store_close(st);
+    temp_store_remove(st, dir);
     event_base_free(base);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
 }
 
 /* Runs <base> until <s> answered <n> bodies or <limit_ms> went by. */
@@ -505,18 +526,10 @@ static void run_until_answered(struct event_base *base, const struct srv *s, siz
 static void adopting_reads_only_what_memory_holds(void **state)
 {
     (void)state;
-    char dir[] = "/tmp/sluice-hook-XXXXXX", *err = NULL, *warn = NULL, cmd[64];
+    char dir[] = "/tmp/sluice-hook-XXXXXX", *err = NULL;
     const char *url = "http://127.0.0.1:9/hook";
-    assert_non_null(mkdtemp(dir));
-    struct store *st = store_open(dir, &err, &warn);
-    assert_non_null(st);
-    int64_t first = 0;
-    for (int i = 0; i < 20000; i++) {
-        int64_t id = store_queue_add(st, i % 2 == 0 ? "http://127.0.0.1:9/other" : url, "{}");
-        if (i == 1)
-            first = id;
-    }
-    assert_int_equal(store_flush(st), 0);
+    struct store *st = temp_store(dir);
+    int64_t first = queue_interleaved(st, url, false);
     struct event_base *base = event_base_new();
     struct webhook *w = webhook_new(base, url, st, &err);
     assert_non_null(w);
@@ -538,10 +551,8 @@ static void adopting_reads_only_what_memory_holds(void **state)
     assert_int_equal(webhook_queued(w), 0);
     assert_int_equal(w->only_stored, 0);
     webhook_free(w);
-    store_close(st);
+    temp_store_remove(st, dir);
     event_base_free(base);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
 }
 
 static void count_queued(const char *sink, uint64_t rows, void *arg)
@@ -558,10 +569,8 @@ static void adopted_and_swept_alerts_are_delivered_once_in_order(void **state)
 {
     (void)state;
     static const unsigned delays[] = {0};
-    char dir[] = "/tmp/sluice-hook-XXXXXX", *err = NULL, *warn = NULL, cmd[64], url[64];
-    assert_non_null(mkdtemp(dir));
-    struct store *st = store_open(dir, &err, &warn);
-    assert_non_null(st);
+    char dir[] = "/tmp/sluice-hook-XXXXXX", *err = NULL, url[64];
+    struct store *st = temp_store(dir);
     struct event_base *base = event_base_new();
     struct srv s = {.delays_ms = delays, .ndelays = 1};
     srv_start(&s, base);
@@ -596,10 +605,8 @@ static void adopted_and_swept_alerts_are_delivered_once_in_order(void **state)
     assert_int_equal(left, 25);
     webhook_free(w);
     srv_stop(&s);
-    store_close(st);
+    temp_store_remove(st, dir);
     event_base_free(base);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    assert_int_equal(system(cmd), 0);
 }
 
 int main(void)
