@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -275,12 +276,24 @@ static int init_setup(const struct box_config *cfg, uid_t uid, gid_t gid, bool u
     return 0;
 }
 
+/* Whether run died before the init's PR_SET_PDEATHSIG took effect: then no
+ * signal will ever come, and the box would live on with no one to collect
+ * it. In its own PID namespace the init's getppid() is 0 whoever its parent
+ * is, so the test is the status pipe: run holds its only read end, and a
+ * pipe whose readers are all gone polls POLLERR on its write end. */
+static bool run_is_gone(int status_fd)
+{
+    struct pollfd p = {.fd = status_fd, .events = POLLOUT};
+    return poll(&p, 1, 0) == 1 && (p.revents & POLLERR) != 0;
+}
+
 static void __attribute__((noreturn))
 init_main(const struct box_config *cfg, uid_t uid, gid_t gid, bool userns, int status_fd)
 {
     char err[BOX_ERR_MAX];
     int gw_fd = -1;
-    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || run_is_gone(status_fd))
+        _exit(2);
     sigset_t mask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGCHLD);
@@ -305,7 +318,10 @@ init_main(const struct box_config *cfg, uid_t uid, gid_t gid, bool userns, int s
     if (relay == NULL)
         goto fail;
     /* the command cannot read the init's memory or open its descriptors */
-    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
+        snprintf(err, sizeof(err), "prctl(PR_SET_DUMPABLE): %s", strerror(errno));
+        goto fail;
+    }
 
     int ep[2];
     if (pipe2(ep, O_CLOEXEC) < 0) {

@@ -586,7 +586,10 @@ static int serve_start(struct run_args *a, struct served *s)
     if (s->pid == 0) {
         close(rp[0]);
         setpgid(0, 0); /* the terminal's ^C is for the command, not the gateway */
-        prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0);
+        /* run may have died before the request took effect: then no
+         * signal comes, and a gateway no one stops must not start */
+        if (prctl(PR_SET_PDEATHSIG, SIGTERM, 0, 0, 0) < 0 || getppid() != parent)
+            _exit(EXIT_USAGE);
         signal(SIGPIPE, SIG_IGN);
         signal(SIGINT, SIG_IGN);
         signal(SIGHUP, SIG_IGN);
