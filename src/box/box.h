@@ -49,6 +49,10 @@ struct box_config {
     const struct box_path *paths; /* --rw, --ro, --hide and the protected files, in order */
     size_t npaths;
     bool allow_unix;
+    /* the most each of /tmp and /dev/shm holds, as tmpfs's size= takes it:
+     * bytes ("1073741824") or a share of memory ("25%"); never "0", which
+     * tmpfs reads as no bound */
+    const char *tmp_size;
     sigset_t ignored; /* signals the command starts with ignored (run's caller
                        * ignored them: nohup); the others at their default */
 };

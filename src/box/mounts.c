@@ -445,14 +445,17 @@ int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen)
     }
     mountinfo_free(&mi);
 
-    /* 3. private /tmp, /dev and /dev/shm */
-    if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") < 0) {
+    /* 3. private /tmp, /dev and /dev/shm, bounded: each would otherwise
+     * take up to half the machine's memory, and the two of them all of it */
+    char tmp_opts[64];
+    snprintf(tmp_opts, sizeof(tmp_opts), "mode=1777,size=%s", cfg->tmp_size);
+    if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmp_opts) < 0) {
         snprintf(err, errlen, "cannot mount a private /tmp: %s", strerror(errno));
         goto out;
     }
     if (dev_setup(dev_fds, err, errlen) < 0)
         goto out;
-    if (mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") < 0) {
+    if (mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, tmp_opts) < 0) {
         snprintf(err, errlen, "cannot mount a private /dev/shm: %s", strerror(errno));
         goto out;
     }

@@ -1,7 +1,8 @@
 /* sluice run: a command in the box, its only way out the gateway.
  *
  *   sluice run --policy FILE [--agent ID] [--ro PATH]... [--rw PATH]... [--hide PATH]...
- *              [--allow-unix] [--log FILE] [--alerts FILE] -- CMD [ARG]...
+ *              [--allow-unix] [--log FILE] [--alerts FILE] [--gateway-user USER]
+ *              [--tmp-size SIZE] -- CMD [ARG]...
  *   sluice run --proxy unix:/path/gw.sock [...] -- CMD [ARG]...
  *
  * Without --proxy, run serves the policy itself for the command's
@@ -49,11 +50,14 @@
 #include "util/open_nolinks.h"
 #include "util/priority.h"
 #include "util/privdrop.h"
+#include "util/units.h"
 
 #define RUN_MAX_PATHS  256
 #define RUN_DEFAULT_ID "run"
-#define RUN_PROXY_URL  "http://127.0.0.1:3128"
-#define RUN_LOG_MAX    (256u * 1024 * 1024)
+/* what each of the box's /tmp and /dev/shm holds at most, by default */
+#define RUN_DEFAULT_TMP_SIZE "25%"
+#define RUN_PROXY_URL        "http://127.0.0.1:3128"
+#define RUN_LOG_MAX          (256u * 1024 * 1024)
 
 extern char **environ;
 
@@ -71,6 +75,7 @@ struct run_args {
     const char *gateway_user;       /* --gateway-user as given, or NULL */
     struct privdrop_target gw_user; /* resolved when gateway_user is set */
     bool allow_unix;
+    char tmp_size[32]; /* tmpfs's size= for the box's /tmp and /dev/shm */
     struct box_path paths[RUN_MAX_PATHS + 4];
     size_t npaths;
     char *owned[RUN_MAX_PATHS + 4]; /* canonical paths, freed at the end */
@@ -238,6 +243,30 @@ static int add_path(struct run_args *a, enum box_path_kind kind, const char *opt
     return 0;
 }
 
+/* --tmp-size: a size (at least 1 MiB: tmpfs reads 0 as no bound at all) or
+ * a share of the machine's memory, N%, written into <out> as tmpfs's size=
+ * takes it. Returns 0, or -1 for anything else. */
+static int parse_tmp_size(const char *s, char *out, size_t outlen)
+{
+    uint64_t v;
+    size_t n = strlen(s);
+    if (n > 1 && s[n - 1] == '%') {
+        char pct[4];
+        if (n - 1 >= sizeof(pct))
+            return -1;
+        memcpy(pct, s, n - 1);
+        pct[n - 1] = '\0';
+        if (parse_uint(pct, 100, &v) < 0 || v == 0)
+            return -1;
+        snprintf(out, outlen, "%u%%", (unsigned)v);
+        return 0;
+    }
+    if (parse_size(s, &v) < 0 || v < 1024 * 1024)
+        return -1;
+    snprintf(out, outlen, "%llu", (unsigned long long)v);
+    return 0;
+}
+
 /* Resolves --gateway-user before anything starts: an unknown user, one
  * that a run not started as root cannot become, or one this user namespace
  * does not map is a usage error. */
@@ -276,12 +305,14 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         {"log", required_argument, NULL, 'L'},
         {"alerts", required_argument, NULL, 'A'},
         {"gateway-user", required_argument, NULL, 'G'},
+        {"tmp-size", required_argument, NULL, 'T'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     /* clang-format on */
     opterr = 0;
     optind = 1;
+    snprintf(a->tmp_size, sizeof(a->tmp_size), "%s", RUN_DEFAULT_TMP_SIZE);
     int c, rc;
     while ((c = getopt_long(argc, argv, "+:h", options, NULL)) != -1) {
         switch (c) {
@@ -333,6 +364,14 @@ static int parse_args(int argc, char **argv, struct run_args *a)
             break;
         case 'G':
             a->gateway_user = optarg;
+            break;
+        case 'T':
+            if (parse_tmp_size(optarg, a->tmp_size, sizeof(a->tmp_size)) < 0)
+                return command_usage_error(self,
+                                           "--tmp-size: '%s' is neither a size of at least 1MiB "
+                                           "(B, KiB, MiB, GiB) nor a share of memory from 1%% "
+                                           "to 100%%",
+                                           optarg);
             break;
         case 'h':
             command_help(self);
@@ -939,6 +978,7 @@ static int run_main(int argc, char **argv)
         .paths = a->paths,
         .npaths = a->npaths,
         .allow_unix = a->allow_unix,
+        .tmp_size = a->tmp_size,
         .ignored = ignored,
     };
     struct box box;
@@ -979,7 +1019,8 @@ const struct command cmd_run = {
     .name = "run",
     .synopsis =
         "(--policy FILE | --proxy unix:PATH) [--agent ID] [--ro PATH]... [--rw PATH]... "
-        "[--hide PATH]... [--allow-unix] [--log FILE] [--alerts FILE] [--gateway-user USER] -- "
+        "[--hide PATH]... [--allow-unix] [--log FILE] [--alerts FILE] [--gateway-user USER] "
+        "[--tmp-size SIZE] -- "
         "CMD [ARG]...",
     .summary = "run a command in a box whose only way out is the gateway",
     .help = "  --policy FILE      serve this policy for the command's lifetime\n"
@@ -996,6 +1037,8 @@ const struct command cmd_run = {
             "  --gateway-user USER[:GROUP]  the user the gateway serves as once its socket\n"
             "                     and files are open (default, when run is root: nobody;\n"
             "                     root keeps root); its exec alert programs run as USER\n"
+            "  --tmp-size SIZE    the most each of the box's /tmp and /dev/shm holds: a size\n"
+            "                     (MiB, GiB) or a share of memory (default 25%)\n"
             "Inside: no network but 127.0.0.1:3128 and [::1]:3128 (HTTP_PROXY, HTTPS_PROXY,\n"
             "ALL_PROXY point there; NO_PROXY is empty), read-only files but for the current\n"
             "directory, a private /tmp and /dev/shm, a minimal /dev, no capabilities, no new\n"

@@ -488,6 +488,67 @@ def test_missing_rw_path_is_an_error(box, net):
         assert "%s /nonexistent/sluice" % opt in p.stderr
 
 
+TMP_SIZES = r"""
+import errno, json, os
+out = {}
+for d in ("/tmp", "/dev/shm"):
+    st = os.statvfs(d)
+    out[d] = {"size": st.f_blocks * st.f_frsize}
+    try:
+        with open(os.path.join(d, "fill"), "wb") as f:
+            for _ in range(int(os.environ.get("FILL_MIB", "0"))):
+                f.write(b"\0" * (1 << 20))
+                f.flush()
+        out[d]["filled"] = True
+    except OSError as e:
+        out[d]["filled"] = errno.errorcode[e.errno]
+print(json.dumps(out))
+"""
+
+
+def _mem_total():
+    with open("/proc/meminfo") as f:
+        for ln in f:
+            if ln.startswith("MemTotal:"):
+                return int(ln.split()[1]) * 1024
+    raise AssertionError("no MemTotal in /proc/meminfo")
+
+
+def test_tmp_and_shm_are_bounded(box, net):
+    """The box's /tmp and /dev/shm are tmpfs, which takes up to half the
+    machine's memory by default: the two of them could take all of it
+    (left alone at stop 23). Each holds 25% of memory by default, and what
+    --tmp-size gives; writing past it fails with ENOSPC."""
+    pol = box.policy(net.policy([]))
+    p = box.run(["--policy", pol], TMP_SIZES)
+    assert p.returncode == 0, p.stderr
+    quarter = _mem_total() // 4
+    for d, o in Box.out(p).items():
+        assert abs(o["size"] - quarter) <= quarter // 100, (d, o, quarter)
+    p = box.run(["--policy", pol, "--tmp-size", "3MiB"], TMP_SIZES, env={"FILL_MIB": "4"})
+    assert p.returncode == 0, p.stderr
+    for d, o in Box.out(p).items():
+        assert o == {"size": 3 << 20, "filled": "ENOSPC"}, (d, o)
+    p = box.run(["--policy", pol, "--tmp-size", "10%"], TMP_SIZES, env={"FILL_MIB": "1"})
+    assert p.returncode == 0, p.stderr
+    tenth = _mem_total() // 10
+    for d, o in Box.out(p).items():
+        assert abs(o["size"] - tenth) <= tenth // 100 and o["filled"] is True, (d, o)
+
+
+@pytest.mark.parametrize("size", ["0", "1KiB", "1048575", "0%", "101%", "-5%", "%", "5%%",
+                                  " 25%", "1 GiB", "abc", ""])
+def test_tmp_size_that_is_no_bound_is_refused(box, net, size):
+    """tmpfs reads size=0 as no bound at all: 0, and anything below 1 MiB or
+    not a size or a share of memory, stops run before anything starts."""
+    pol = box.policy(net.policy([]))
+    p = box.run(["--policy", pol, "--tmp-size", size], "print('ran')")
+    assert p.returncode == 2, p.stderr
+    assert "ran" not in p.stdout
+    assert ("sluice run: --tmp-size: '%s' is neither a size of at least 1MiB (B, KiB, MiB, "
+            "GiB) nor a share of memory from 1%% to 100%%" % size) in p.stderr, p.stderr
+
+
 def test_root_as_working_directory_is_refused(box, net, hostdir):
     """The working directory is writable in the box: / would be all of it."""
     pol = box.policy(net.policy([]))
