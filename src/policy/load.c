@@ -416,6 +416,22 @@ static bool has_visible_char(const char *s)
     return false;
 }
 
+/* The length of the bidirectional formatting character at <p> (UTF-8), or
+ * 0: the embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069)
+ * and the marks (U+061C, U+200E, U+200F). An override in an owner reverses
+ * the rest of the line check prints it in: the expiry date after it too. */
+static size_t bidi_len(const unsigned char *p)
+{
+    if (p[0] == 0xd8 && p[1] == 0x9c)
+        return 2;
+    if (p[0] == 0xe2 && p[1] == 0x80 &&
+        (p[2] == 0x8e || p[2] == 0x8f || (p[2] >= 0xaa && p[2] <= 0xae)))
+        return 3;
+    if (p[0] == 0xe2 && p[1] == 0x81 && p[2] >= 0xa6 && p[2] <= 0xa9)
+        return 3;
+    return 0;
+}
+
 static void rule_owner(struct load_ctx *c, const struct ynode *v, void *obj)
 {
     struct rule *r = obj;
@@ -435,6 +451,14 @@ static void rule_owner(struct load_ctx *c, const struct ynode *v, void *obj)
              * being UTF-8): terminals take NEL (YAML's "\N") as a line end
              * and CSI as the start of an escape sequence. */
             load_err(c, v->line, "must be a name on one line, without control characters");
+            return;
+        }
+    for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++)
+        if (bidi_len(p) != 0) {
+            load_err(c, v->line,
+                     "must not hold bidirectional formatting characters (U+202A-U+202E, "
+                     "U+2066-U+2069, U+200E, U+200F, U+061C): they reorder the line it is "
+                     "printed in");
             return;
         }
     load_set_str(&r->owner, s);

@@ -105,6 +105,9 @@ static void run_errors(const struct error_case *cases, size_t n)
 #define RUN(cases) run_errors(cases, sizeof(cases) / sizeof(cases[0]))
 
 #define V "version: 1\n"
+#define BIDI_REFUSED                                                                               \
+    "must not hold bidirectional formatting characters (U+202A-U+202E, U+2066-U+2069, U+200E, "    \
+    "U+200F, U+061C): they reorder the line it is printed in"
 #define R "rules:\n  - host: a.example.test\n    tier: 0\n"
 
 /* ---- happy paths ------------------------------------------------------ */
@@ -733,6 +736,13 @@ static void test_owner_not_ascii(void **state)
     assert_string_equal(p->rules[0].owner, "Zo\xc3\xab \xc2\xa0"
                                            "D");
     policy_free(p);
+    /* Letters written right to left are a name's too (Arabic U+0639
+     * U+0644 U+064A, Hebrew U+05D3 U+05E0 U+05D4): only the formatting
+     * characters that reorder a line are refused. */
+    p = expect_clean(V "rules:\n  - {host: a.example.test, tier: 0, owner: "
+                       "\"\xd8\xb9\xd9\x84\xd9\x8a \xd7\x93\xd7\xa0\xd7\x94\"}\n");
+    assert_string_equal(p->rules[0].owner, "\xd8\xb9\xd9\x84\xd9\x8a \xd7\x93\xd7\xa0\xd7\x94");
+    policy_free(p);
 }
 
 static void test_rule_field_errors(void **state)
@@ -792,6 +802,20 @@ static void test_rule_field_errors(void **state)
          "p.yaml:3: rules[0].owner: must be a name on one line, without control characters"},
         {V "rules:\n  - {host: a.example.test, tier: 0, owner: \"erin\\x9b2A\"}\n",
          "p.yaml:3: rules[0].owner: must be a name on one line, without control characters"},
+        /* Bidirectional overrides, isolates and marks reorder the line
+         * check prints the owner in ("alice" + RLO + "13-21-6202" reads
+         * as a date that is not the grant's). */
+        {V "rules:\n  - {host: a.example.test, tier: 3, owner: \"alice\\u202e13-21-6202\", "
+           "expires: 2026-12-31}\n",
+         "p.yaml:3: rules[0].owner: " BIDI_REFUSED},
+        {V "rules:\n  - {host: a.example.test, tier: 0, owner: \"\\u202abob\\u202c\"}\n",
+         "p.yaml:3: rules[0].owner: " BIDI_REFUSED},
+        {V "rules:\n  - {host: a.example.test, tier: 0, owner: \"carol \\u2067x\\u2069\"}\n",
+         "p.yaml:3: rules[0].owner: " BIDI_REFUSED},
+        {V "rules:\n  - {host: a.example.test, tier: 0, owner: \"dave\\u200f\"}\n",
+         "p.yaml:3: rules[0].owner: " BIDI_REFUSED},
+        {V "rules:\n  - {host: a.example.test, tier: 0, owner: \"erin\\u061c\\u200e\"}\n",
+         "p.yaml:3: rules[0].owner: " BIDI_REFUSED},
         {V "rules:\n  - {host: a.example.test, tier: 0, expires: 2026-02-30}\n",
          "p.yaml:3: rules[0].expires: invalid date '2026-02-30' (expected YYYY-MM-DD)"},
         {V "rules:\n  - {host: a.example.test, tier: 0, expires: 31/12/2026}\n",
