@@ -1,8 +1,10 @@
 #include "policy/report.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "policy/index.h"
 #include "policy/lint.h"
 #include "policy/policy.h"
 #include "util/units.h"
@@ -72,8 +74,10 @@ static json_t *date_json(const struct rule *r)
     return json_string(date);
 }
 
-/* The one JSON shape of a rule, used in the grant list and in each agent's reach. */
-static json_t *rule_json(const struct rule *r, int32_t today)
+/* The one JSON shape of a rule, used in the grant list and in each agent's
+ * reach. Its state: "denied" when the deny list covers every name it
+ * matches (it never applies, whatever its date), else "expired" or "live". */
+static json_t *rule_json(const struct policy *p, const struct rule *r, int32_t today)
 {
     char name[32];
     snprintf(name, sizeof(name), "rules[%zu]", r->index);
@@ -85,8 +89,17 @@ static json_t *rule_json(const struct rule *r, int32_t today)
     json_object_set_new(o, "days_left",
                         r->has_expires ? json_integer(lint_days_left(r, today)) : json_null());
     json_object_set_new(o, "agents", strings_json(r->agents, r->nagents));
+    int64_t denied_by = index_deny_covering(p->index, r);
     bool expired = r->has_expires && lint_days_left(r, today) < 0;
-    json_object_set_new(o, "state", json_string(expired ? "expired" : "live"));
+    json_object_set_new(o, "state",
+                        json_string(denied_by >= 0 ? "denied"
+                                    : expired      ? "expired"
+                                                   : "live"));
+    if (denied_by >= 0) {
+        char deny[32];
+        snprintf(deny, sizeof(deny), "deny[%" PRId64 "]", denied_by);
+        json_object_set_new(o, "denied_by", json_string(deny));
+    }
     return o;
 }
 
@@ -110,7 +123,7 @@ static void reach_index_init(struct reach_index *x, const struct policy *p, int3
     x->named = json_object();
     for (size_t i = 0; i < p->nrules; i++) {
         const struct rule *r = &p->rules[i];
-        x->rules[i] = rule_json(r, today);
+        x->rules[i] = rule_json(p, r, today);
         if (r->nagents == 0)
             x->everyone[x->neveryone++] = i;
         for (size_t j = 0; j < r->nagents; j++) {
@@ -247,7 +260,7 @@ json_t *report_build(const char *file, const struct policy *p, const struct diag
         if (rule->tier >= TIER_0 && rule->tier <= TIER_3)
             per_tier[rule->tier]++;
         if (rule->tier == TIER_3)
-            json_array_append_new(grants, rule_json(rule, today));
+            json_array_append_new(grants, rule_json(p, rule, today));
     }
     json_t *deny = json_array();
     for (size_t i = 0; i < p->ndeny; i++) {
@@ -312,6 +325,9 @@ static void print_rule_line(FILE *out, const json_t *rule, bool with_tier)
             fprintf(out, "  expires %s (%" JSON_INTEGER_FORMAT " day%s left)",
                     json_string_value(expires), left, left == 1 ? "" : "s");
     }
+    const json_t *denied_by = json_object_get(rule, "denied_by");
+    if (json_is_string(denied_by))
+        fprintf(out, "  DENIED by %s: never applies", json_string_value(denied_by));
     const json_t *agents = json_object_get(rule, "agents");
     if (json_is_array(agents) && !with_tier) {
         fputs("  agents ", out);

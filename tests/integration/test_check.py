@@ -130,6 +130,44 @@ def test_report_json_is_one_document_with_the_same_facts(sluice_bin, tmp_path):
     assert doc["deny"] == ["gist.github.com"]
 
 
+def test_rules_the_deny_list_covers_are_marked_denied(sluice_bin, tmp_path):
+    """A rule whose every name the deny list covers never applies (deny is
+    checked first): load warns, and the report listed it as `live` in the
+    reach of every agent and among the grants (left alone at stop 23). Its
+    state is `denied`, it names the entry, and the text says so; a rule
+    covered in part stays live."""
+    path = write(tmp_path, """\
+        version: 1
+        rules:
+          - host: gist.github.com
+            tier: 0
+          - host: api.github.com
+            methods: [POST]
+            tier: 3
+            owner: chaysen
+            expires: 2026-12-31
+          - host: "*.example.test"
+            tier: 0
+        deny: [x.test, gist.github.com, "*.github.com", a.example.test]
+        """)
+    r = run(sluice_bin, "check", path, "--now", "2026-11-30", "--format", "json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    (agent,) = doc["agents"]
+    states = [(x["host"], x["state"], x.get("denied_by")) for x in agent["reach"]]
+    assert states == [("gist.github.com", "denied", "deny[1]"),
+                      ("api.github.com", "denied", "deny[2]"),
+                      ("*.example.test", "live", None)]
+    (grant,) = doc["tier3_grants"]
+    assert (grant["state"], grant["denied_by"]) == ("denied", "deny[2]")
+    r = run(sluice_bin, "check", path, "--now", "2026-11-30")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "rules[0]   gist.github.com:80,443  DENIED by deny[1]: never applies\n" in r.stdout
+    assert ("rules[1]   api.github.com:80,443 [POST]  owner chaysen  expires 2026-12-31 (31 days "
+            "left)  DENIED by deny[2]: never applies\n") in r.stdout
+    assert "rules[2]   *.example.test:80,443\n" in r.stdout
+
+
 def test_without_agents_everyone_is_default(sluice_bin, tmp_path):
     path = write(tmp_path, """\
         version: 1
