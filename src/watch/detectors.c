@@ -35,6 +35,7 @@ struct agent_state {
     struct store_baseline bl;
     uint64_t cur_req, cur_bytes;
     bool bl_dirty;
+    int64_t seen_ms; /* its last event (wall clock), for agent_evict() */
 };
 
 struct detectors {
@@ -146,14 +147,48 @@ static void agent_windows(const struct cfg *c, struct agent_state *a, bool only_
         window_init(&a->denials, c->denied_burst.per_ms);
 }
 
-static struct agent_state *agent_get(struct detectors *d, const char *id)
+static void baseline_roll(struct detectors *d, struct agent_state *a, int64_t now_ms);
+
+/* At DETECT_AGENTS_MAX agents, the one seen longest ago whose windows are
+ * all empty at <now_ms> gives its place (its baseline stored first, as at
+ * a stop): forgetting it loses no count a detector would still add to.
+ * Returns the freed slot, or NULL when every window is in use. */
+static struct agent_state *agent_evict(struct detectors *d, int64_t now_ms)
+{
+    struct agent_state *v = NULL;
+    for (size_t i = 0; i < d->nagents; i++) {
+        struct agent_state *a = &d->agents[i];
+        if ((v == NULL || a->seen_ms < v->seen_ms) && window_sum(&a->writes, now_ms) == 0 &&
+            window_sum(&a->uploads, now_ms) == 0 && window_sum(&a->denials, now_ms) == 0)
+            v = a;
+    }
+    if (v == NULL)
+        return NULL;
+    if (v->bl_known && d->cfg.baseline.set)
+        baseline_roll(d, v, now_ms);
+    if (v->bl_known && v->bl_dirty && d->store != NULL)
+        store_put_baseline(d->store, v->id, &v->bl);
+    free(v->id);
+    return v;
+}
+
+/* The state of agent <id>, made when new; at the cap an idle agent gives
+ * its place, unless <now_ms> is negative (loading the store). NULL when
+ * there is no room or memory. */
+static struct agent_state *agent_get(struct detectors *d, const char *id, int64_t now_ms)
 {
     for (size_t i = 0; i < d->nagents; i++)
-        if (strcmp(d->agents[i].id, id) == 0)
+        if (strcmp(d->agents[i].id, id) == 0) {
+            if (now_ms >= 0)
+                d->agents[i].seen_ms = now_ms;
             return &d->agents[i];
-    if (d->nagents >= DETECT_AGENTS_MAX)
-        return NULL;
-    if (d->nagents == d->capagents) {
+        }
+    struct agent_state *a = NULL;
+    if (d->nagents >= DETECT_AGENTS_MAX) {
+        if (now_ms < 0 || (a = agent_evict(d, now_ms)) == NULL)
+            return NULL;
+        d->nagents--; /* counted again below */
+    } else if (d->nagents == d->capagents) {
         size_t nc = d->capagents ? d->capagents * 2 : 8;
         struct agent_state *na = realloc(d->agents, nc * sizeof(*na));
         if (na == NULL)
@@ -161,10 +196,15 @@ static struct agent_state *agent_get(struct detectors *d, const char *id)
         d->agents = na;
         d->capagents = nc;
     }
-    struct agent_state *a = &d->agents[d->nagents];
+    if (a == NULL)
+        a = &d->agents[d->nagents];
     memset(a, 0, sizeof(*a));
-    if ((a->id = strdup(id)) == NULL)
+    if ((a->id = strdup(id)) == NULL) {
+        if (a != &d->agents[d->nagents]) /* an evicted slot: fill it with the last */
+            *a = d->agents[d->nagents];
         return NULL;
+    }
+    a->seen_ms = now_ms;
     agent_windows(&d->cfg, a, false);
     d->nagents++;
     return a;
@@ -179,7 +219,7 @@ static void load_baseline(const char *agent, const struct store_baseline *b, voi
     if (!isfinite(b->req_avg) || !isfinite(b->bytes_avg) || b->req_avg < 0 || b->bytes_avg < 0 ||
         b->minute < 0 || b->since_ms < 0 || b->minute <= b->since_ms / MINUTE_MS)
         return;
-    struct agent_state *a = agent_get(arg, agent);
+    struct agent_state *a = agent_get(arg, agent, -1);
     if (a == NULL)
         return;
     a->bl = *b;
@@ -467,7 +507,7 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
     bool passed = ev->verdict != VERDICT_DENY;
     bool write = (ev->method_bit & METHODS_WRITE) != 0;
     char what[PATH_SHOWN + 200], detail[DETAIL_MAX], grant[120], per[32];
-    struct agent_state *a = ev->agent != NULL ? agent_get(d, ev->agent) : NULL;
+    struct agent_state *a = ev->agent != NULL ? agent_get(d, ev->agent, now_ms) : NULL;
 
     describe(ev, what, sizeof(what));
     struct alert al = {.agent = ev->agent, .host = ev->host, .tier = ev->tier, .id = ev->id};
@@ -568,7 +608,7 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
 static void on_bytes(struct detectors *d, const struct egress_event *ev, int64_t now_ms)
 {
     const struct cfg *c = &d->cfg;
-    struct agent_state *a = ev->agent != NULL ? agent_get(d, ev->agent) : NULL;
+    struct agent_state *a = ev->agent != NULL ? agent_get(d, ev->agent, now_ms) : NULL;
     uint64_t bytes = ev->kind == EVENT_EGRESS_PROGRESS ? ev->bytes_up : ev->bytes_down;
     if (a == NULL || bytes == 0)
         return;

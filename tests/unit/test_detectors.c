@@ -597,6 +597,51 @@ static void grants_announced_daily(void **state)
     assert_int_equal(f->got.n[ALERT_GRANT_EXPIRING], 3);
 }
 
+/* The per-agent table holds DETECT_AGENTS_MAX agents. Agent ids come and
+ * go with reloads (one per job, say): once that many were ever seen, an
+ * agent new to the table must still get its windows, taking the place of
+ * one that has been idle longest, not be left without write_burst,
+ * denied_burst, upload_bytes and baseline for the gateway's lifetime. */
+static void agents_past_the_table_still_get_windows(void **state)
+{
+    struct fx *f = *state;
+    f->p.alerts.write_burst = (struct threshold){.set = true, .max = 1, .per_ms = 60000};
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    char id[32];
+    for (int i = 0; i < DETECT_AGENTS_MAX; i++) {
+        snprintf(id, sizeof(id), "job-%d", i);
+        struct egress_event ev = ev_of(id, "POST", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+        detectors_feed(f->d, &ev, T0 + i);
+    }
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 0);
+    /* every window is busy: an agent that would need one of their places
+     * gets none, and theirs still count */
+    struct egress_event late = ev_of("late", "POST", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+    struct egress_event job0 = ev_of("job-0", "POST", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+    detectors_feed(f->d, &late, T0 + 5000);
+    detectors_feed(f->d, &late, T0 + 5001);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 0);
+    detectors_feed(f->d, &job0, T0 + 5002);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 1);
+    assert_string_equal(f->got.last_agent, "job-0");
+    /* two minutes later every window is empty: a new agent gets one */
+    detectors_feed(f->d, &late, T0 + 120000);
+    detectors_feed(f->d, &late, T0 + 120001);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 2);
+    assert_string_equal(f->got.last_agent, "late");
+    /* and so does the next, in place of the one idle longest */
+    struct egress_event later =
+        ev_of("later", "POST", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+    detectors_feed(f->d, &later, T0 + 120002);
+    detectors_feed(f->d, &later, T0 + 120003);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 3);
+    assert_string_equal(f->got.last_agent, "later");
+    /* "late", seen last, kept its window */
+    detectors_feed(f->d, &late, T0 + 120004);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 3); /* folded into its period */
+    assert_int_equal(detectors_folded(f->d), 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -616,6 +661,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(flush_at_shutdown_keeps_the_baseline, setup, teardown),
         cmocka_unit_test_setup_teardown(absurd_stored_baseline_is_repaired, setup, teardown),
         cmocka_unit_test_setup_teardown(grants_announced_daily, setup, teardown),
+        cmocka_unit_test_setup_teardown(agents_past_the_table_still_get_windows, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
