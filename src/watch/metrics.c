@@ -257,10 +257,14 @@ int metrics_format(struct metrics *m, struct evbuffer *o)
     head(o, "sluice_bytes_up_total", "counter", "Bytes sent upstream (bodies and tunnel data).");
     for (size_t i = 0; i < m->nagents; i++)
         agent_bytes(o, "sluice_bytes_up_total", &m->agents[i], m->agents[i].id, m->agents[i].up);
+    if (m->other.up > 0) /* agents past the table, counted together as their requests are */
+        agent_bytes(o, "sluice_bytes_up_total", &m->other, "", m->other.up);
     head(o, "sluice_bytes_down_total", "counter", "Bytes returned to agents.");
     for (size_t i = 0; i < m->nagents; i++)
         agent_bytes(o, "sluice_bytes_down_total", &m->agents[i], m->agents[i].id,
                     m->agents[i].down);
+    if (m->other.down > 0)
+        agent_bytes(o, "sluice_bytes_down_total", &m->other, "", m->other.down);
 
     head(o, "sluice_open_connections", "gauge", "Client connections open now.");
     evbuffer_add_printf(o, "sluice_open_connections %" PRIu64 "\n", g.open_connections);

@@ -1,0 +1,81 @@
+/* Unit tests for watch/metrics.c: what a scrape shows of the counters,
+ * per agent and past the table of agents. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+
+#include "watch/metrics.h"
+
+/* The exposition of <m>, NUL-terminated; the caller frees it. */
+static char *scrape(struct metrics *m)
+{
+    struct evbuffer *b = evbuffer_new();
+    assert_non_null(b);
+    assert_int_equal(metrics_format(m, b), 0);
+    size_t n = evbuffer_get_length(b);
+    char *s = malloc(n + 1);
+    assert_non_null(s);
+    evbuffer_remove(b, s, n);
+    s[n] = '\0';
+    evbuffer_free(b);
+    return s;
+}
+
+static void feed(struct metrics *m, const char *agent, uint64_t up, uint64_t down)
+{
+    struct egress_event ev = {.kind = EVENT_EGRESS,
+                              .agent = agent,
+                              .tier = TIER_0,
+                              .verdict = VERDICT_ALLOW,
+                              .reason = REASON_NONE};
+    metrics_on_event(&ev, m);
+    ev.kind = EVENT_EGRESS_PROGRESS;
+    ev.bytes_up = up;
+    metrics_on_event(&ev, m);
+    ev.kind = EVENT_EGRESS_END;
+    ev.bytes_up = up;
+    ev.bytes_down = down;
+    metrics_on_event(&ev, m);
+}
+
+/* Past METRICS_AGENTS_MAX agents, the others are counted together under
+ * agent="": their bytes as well as their requests, so that the sums over
+ * agents are the gateway's. */
+static void agents_past_the_table_keep_their_bytes(void **state)
+{
+    (void)state;
+    struct metrics *m = metrics_new();
+    assert_non_null(m);
+    char id[32];
+    for (int i = 0; i < METRICS_AGENTS_MAX; i++) {
+        snprintf(id, sizeof(id), "a%d", i);
+        feed(m, id, 1, 2);
+    }
+    feed(m, "late", 100, 200);
+    feed(m, "later", 1000, 2000);
+    char *s = scrape(m);
+    assert_non_null(strstr(s, "\nsluice_bytes_up_total{agent=\"a0\"} 1\n"));
+    assert_non_null(strstr(s, "\nsluice_requests_total{agent=\"\",tier=\"0\",decision=\"allow\","
+                              "reason=\"none\"} 2\n"));
+    assert_non_null(strstr(s, "\nsluice_bytes_up_total{agent=\"\"} 1100\n"));
+    assert_non_null(strstr(s, "\nsluice_bytes_down_total{agent=\"\"} 2200\n"));
+    assert_null(strstr(s, "late"));
+    free(s);
+    metrics_free(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(agents_past_the_table_keep_their_bytes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
