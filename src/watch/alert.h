@@ -13,6 +13,7 @@
 #ifndef SLUICE_WATCH_ALERT_H
 #define SLUICE_WATCH_ALERT_H
 
+#include <stdint.h>
 #include <time.h>
 
 #include "policy/model.h"
@@ -42,7 +43,7 @@ struct alert {
     enum tier tier;     /* TIER_NONE when not about one request */
     const char *id;     /* the request id ("c17.1") that caused it, or NULL */
     const char *detail; /* one human sentence */
-    unsigned count;     /* occurrences this line stands for (repeats folded in); 0 means 1 */
+    uint64_t count;     /* occurrences this line stands for (repeats folded in); 0 means 1 */
 };
 
 /* "first_contact", ... */

@@ -2,6 +2,7 @@
 #include "watch/window.h"
 #include "util/units.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,8 +241,8 @@ static void summarise(struct fold_entry *e, int64_t now_ms, fold_emit_fn fn, voi
     };
     char per[32], detail[1200];
     format_period_ms(e->period_ms, per, sizeof(per));
-    snprintf(detail, sizeof(detail), "%u more within %s, %s; the last: %s", e->repeats, per,
-             how[e->level], e->detail != NULL ? e->detail : "");
+    snprintf(detail, sizeof(detail), "%" PRIu64 " more within %s, %s; the last: %s", e->repeats,
+             per, how[e->level], e->detail != NULL ? e->detail : "");
     /* A spilled summary stands for many hosts (and agents): it names none. */
     struct alert s = {
         .kind = e->kind,

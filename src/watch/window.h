@@ -55,7 +55,7 @@ struct fold_entry {
     char *host;  /* "" for NULL, or for per-agent kinds; FOLD_SPILL when spilled */
     int64_t until_ms;
     uint64_t period_ms;
-    unsigned repeats; /* folded since the period opened */
+    uint64_t repeats; /* folded since the period opened */
     /* the last folded alert, for the summary */
     enum alert_severity severity;
     enum tier tier;

@@ -56,7 +56,7 @@ static void window_edges(void **state)
 
 struct got {
     int n;
-    unsigned count;
+    uint64_t count;
     char detail[600];
     enum alert_kind kind;
     struct {
@@ -108,6 +108,29 @@ static void fold_one_line_per_period(void **state)
     assert_int_equal(fold_expire(&f, 3000, collect, &g), 0);
     assert_int_equal(f.n, 0);
     assert_true(fold_admit(&f, &a, NULL, 3001, 1000, collect, &g));
+    fold_free(&f);
+}
+
+/* A period folds however many repeats come: past 2^32 of them (an alert
+ * a write for a day-long write_burst period, at 50,000 writes a second)
+ * the count goes on, not back to 0, which would have closed the period
+ * without its summary. */
+static void fold_counts_past_32_bits(void **state)
+{
+    (void)state;
+    struct fold f;
+    struct got g = {0};
+    struct alert a = {.kind = ALERT_WRITE_BURST, .agent = "ci", .host = "x.test", .detail = "d"};
+    fold_init(&f);
+    assert_true(fold_admit(&f, &a, NULL, 0, 86400000, collect, &g));
+    assert_false(fold_admit(&f, &a, NULL, 1, 86400000, collect, &g));
+    assert_int_equal(f.n, 1);
+    f.e[0].repeats = 4294967295u; /* as after that many folded */
+    assert_false(fold_admit(&f, &a, NULL, 2, 86400000, collect, &g));
+    assert_int_equal(fold_expire(&f, 86400000, collect, &g), 1);
+    assert_int_equal(g.n, 1);
+    assert_true(g.count == 4294967296u);
+    assert_non_null(strstr(g.detail, "4294967296 more within 24h, folded"));
     fold_free(&f);
 }
 
@@ -336,6 +359,7 @@ int main(void)
         cmocka_unit_test(fold_one_line_per_period),
         cmocka_unit_test(fold_keys_and_zero_period),
         cmocka_unit_test(fold_period_past_the_clock),
+        cmocka_unit_test(fold_counts_past_32_bits),
         cmocka_unit_test(fold_steady_stream_summarised_per_period),
         cmocka_unit_test(fold_table_spills_when_full),
         cmocka_unit_test(fold_matches_a_plain_model),
