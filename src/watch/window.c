@@ -174,6 +174,16 @@ static int64_t period_end(int64_t now_ms, uint64_t period_ms)
     return now_ms + (int64_t)period_ms;
 }
 
+/* True while <e>'s period runs at <now_ms>: not ended, and not ending
+ * further off than one period, which only a wall clock that stepped back
+ * since the period opened does (the period then ends now, as windows and
+ * baselines start over: otherwise its key would fold every repeat, with no
+ * line, for as long as the clock went back). */
+static bool period_runs(const struct fold_entry *e, int64_t now_ms)
+{
+    return now_ms < e->until_ms && (uint64_t)e->until_ms - (uint64_t)now_ms <= e->period_ms;
+}
+
 bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int64_t now_ms,
                 uint64_t period_ms, fold_emit_fn fn, void *arg)
 {
@@ -183,7 +193,7 @@ bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int
     if (period_ms == 0)
         return true;
     struct fold_entry *e = entry_for(f, a, &level, &agent, &host);
-    if (e != NULL && now_ms < e->until_ms) {
+    if (e != NULL && period_runs(e, now_ms)) {
         e->repeats++;
         e->severity = a->severity;
         e->tier = a->tier;
@@ -265,7 +275,7 @@ static size_t expire(struct fold *f, int64_t now_ms, bool all, fold_emit_fn fn, 
     size_t summaries = 0, before = f->n;
     for (size_t i = 0; i < f->n;) {
         struct fold_entry *e = &f->e[i];
-        if (!all && now_ms < e->until_ms) {
+        if (!all && period_runs(e, now_ms)) {
             i++;
             continue;
         }

@@ -134,6 +134,39 @@ static void fold_counts_past_32_bits(void **state)
     fold_free(&f);
 }
 
+/* The wall clock stepped back (an hour, here): a period opened before the
+ * step ends no later than one period after the new time, as the windows
+ * and baselines start over, rather than folding every repeat of its key
+ * for the hour the clock went back plus its own period, with no line. */
+static void fold_period_after_the_clock_went_back(void **state)
+{
+    (void)state;
+    struct fold f;
+    struct got g = {0};
+    struct alert a = {.kind = ALERT_TIER3_WRITE, .agent = "ci", .host = "x.test", .detail = "d"};
+    const int64_t t = 1796065200000LL, back = t - 3600000;
+    fold_init(&f);
+    assert_true(fold_admit(&f, &a, "x.test", t, 60000, collect, &g));
+    assert_false(fold_admit(&f, &a, "x.test", t + 10, 60000, collect, &g));
+    /* the tick after the step closes the period with its summary */
+    assert_int_equal(fold_expire(&f, back, collect, &g), 1);
+    assert_int_equal(g.n, 1);
+    assert_true(g.count == 1);
+    /* the next period is one period long from the new time */
+    assert_false(fold_admit(&f, &a, "x.test", back + 10, 60000, collect, &g));
+    assert_int_equal(fold_expire(&f, back + 59999, collect, &g), 0);
+    assert_int_equal(fold_expire(&f, back + 60000, collect, &g), 1);
+    /* an alert after a step, before any tick, is written and opens a new period */
+    assert_int_equal(fold_expire(&f, back + 120000, collect, &g), 0); /* quiet: closed */
+    assert_true(fold_admit(&f, &a, "x.test", t, 60000, collect, &g));
+    assert_false(fold_admit(&f, &a, "x.test", t + 1, 60000, collect, &g));
+    assert_true(fold_admit(&f, &a, "x.test", back, 60000, collect, &g));
+    assert_int_equal(g.n, 3); /* the repeat before the step, summarised first */
+    assert_true(g.count == 1);
+    assert_false(fold_admit(&f, &a, "x.test", back + 1, 60000, collect, &g));
+    fold_free(&f);
+}
+
 /* A period too long for the clock (the loader refuses over 3650 days;
  * the fold holds whatever it is given) ends at the end of time, without
  * overflowing: it folds the repeats that follow. */
@@ -360,6 +393,7 @@ int main(void)
         cmocka_unit_test(fold_keys_and_zero_period),
         cmocka_unit_test(fold_period_past_the_clock),
         cmocka_unit_test(fold_counts_past_32_bits),
+        cmocka_unit_test(fold_period_after_the_clock_went_back),
         cmocka_unit_test(fold_steady_stream_summarised_per_period),
         cmocka_unit_test(fold_table_spills_when_full),
         cmocka_unit_test(fold_matches_a_plain_model),
