@@ -13,8 +13,11 @@
 #include "watch/window.h"
 #include "util/env.h"
 
-#define DETAIL_MAX    600
-#define PATH_SHOWN    200
+#define DETAIL_MAX  1024 /* the longest: a shown request, an agent and a grant */
+#define PATH_SHOWN  200
+#define OWNER_SHOWN 200
+/* "METHOD PATH... on HOST": a method of 31 bytes, a host of 253 */
+#define WHAT_MAX      (PATH_SHOWN + 320)
 #define MINUTE_MS     60000
 #define BYTES_FLOOR_K 1024 /* the baseline floor counts KiB for bytes */
 
@@ -334,8 +337,9 @@ static void grant_text(const struct egress_event *ev, char *out, size_t len)
     char date[16] = "";
     if (ev->rule != NULL && ev->rule->has_expires)
         format_date(ev->rule->expires, date, sizeof(date));
-    snprintf(out, len, "owner %s, expires %s", ev->owner ? ev->owner : "none",
-             date[0] ? date : "never");
+    const char *owner = ev->owner ? ev->owner : "none";
+    snprintf(out, len, "owner %.*s%s, expires %s", OWNER_SHOWN, owner,
+             strlen(owner) > OWNER_SHOWN ? "..." : "", date[0] ? date : "never");
 }
 
 /* Periods are written as a policy writes them ("10s", "1m"), as in the
@@ -506,7 +510,7 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
     const struct cfg *c = &d->cfg;
     bool passed = ev->verdict != VERDICT_DENY;
     bool write = (ev->method_bit & METHODS_WRITE) != 0;
-    char what[PATH_SHOWN + 200], detail[DETAIL_MAX], grant[120], per[32];
+    char what[WHAT_MAX], detail[DETAIL_MAX], grant[OWNER_SHOWN + 60], per[32];
     struct agent_state *a = ev->agent != NULL ? agent_get(d, ev->agent, now_ms) : NULL;
 
     describe(ev, what, sizeof(what));

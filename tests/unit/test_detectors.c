@@ -22,7 +22,7 @@
 struct got {
     int n[ALERT_KIND_COUNT];
     unsigned last_count;
-    char last_detail[600];
+    char last_detail[1200];
     char last_agent[64];
 };
 
@@ -642,6 +642,53 @@ static void agents_past_the_table_still_get_windows(void **state)
     assert_int_equal(detectors_folded(f->d), 1);
 }
 
+/* A tier-3 write's detail names the whole host and the grant's owner and
+ * expiry, however long the path the agent chose (it is cut at 200 bytes)
+ * and the host under a wildcard grant (up to 253 bytes). */
+static void tier3_detail_keeps_host_and_grant(void **state)
+{
+    struct fx *f = *state;
+    int32_t today = day_of((time_t)(T0 / 1000));
+    char host[254], path[402], agent[65], want[400], expires[16];
+    memset(host, 'h', 241);
+    memcpy(host + 241, ".example.com", 13); /* 253 bytes */
+    path[0] = '/';
+    memset(path + 1, 'p', 400);
+    path[401] = '\0';
+    memset(agent, 'a', 64);
+    agent[64] = '\0';
+    f->rules[0] = (struct rule){.index = 0,
+                                .pattern = "*.example.com",
+                                .tier = TIER_3,
+                                .owner = "alice",
+                                .has_expires = true,
+                                .expires = today + 5};
+    f->p.nrules = 1;
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    struct egress_event ev = ev_of(agent, "PROPPATCH", host, VERDICT_ALLOW, REASON_NONE, TIER_3);
+    ev.path = path;
+    ev.rule = &f->rules[0];
+    ev.owner = "alice";
+    detectors_feed(f->d, &ev, T0);
+    assert_int_equal(f->got.n[ALERT_TIER3_WRITE], 1);
+    snprintf(want, sizeof(want), " on %s by %s", host, agent);
+    assert_non_null(strstr(f->got.last_detail, want));
+    format_date(today + 5, expires, sizeof(expires));
+    snprintf(want, sizeof(want), "(owner alice, expires %s)", expires);
+    assert_non_null(strstr(f->got.last_detail, want));
+    /* an owner of 300 bytes is cut at 200: the expiry still shows */
+    char owner[301];
+    memset(owner, 'o', 300);
+    owner[300] = '\0';
+    f->rules[0].owner = owner;
+    ev.owner = owner;
+    ev.host = "x.example.com";
+    detectors_feed(f->d, &ev, T0 + 1);
+    assert_int_equal(f->got.n[ALERT_TIER3_WRITE], 2);
+    snprintf(want, sizeof(want), "(owner %.200s..., expires %s)", owner, expires);
+    assert_non_null(strstr(f->got.last_detail, want));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -662,6 +709,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(absurd_stored_baseline_is_repaired, setup, teardown),
         cmocka_unit_test_setup_teardown(grants_announced_daily, setup, teardown),
         cmocka_unit_test_setup_teardown(agents_past_the_table_still_get_windows, setup, teardown),
+        cmocka_unit_test_setup_teardown(tier3_detail_keeps_host_and_grant, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
