@@ -7,8 +7,9 @@
  * a Retry-After computed from the quarantine or the bucket (ceil, in whole
  * seconds), or, for an agent in report mode, records the reason and lets
  * the request go on, like every other denial in report mode. An admitted
- * request gets its upload flow (ex->flow) when a bandwidth limit applies:
- * forward.c and tunnel.c meter the bytes sent upstream through it. */
+ * request of an identified agent gets its upload flow (ex->flow), which
+ * meters the bytes sent upstream (forward.c, tunnel.c) where a bandwidth
+ * limit applies, or comes to apply by a reload. */
 #ifndef SLUICE_SHAPE_ADMIT_H
 #define SLUICE_SHAPE_ADMIT_H
 
@@ -22,7 +23,8 @@ struct conn;
 bool shape_check_quarantine(struct conn *c);
 /* Takes a request token for the current exchange of <c>; when there is
  * none, refuses it with `rate_limited` and returns true (<c> may be gone).
- * Otherwise opens ex->flow when the upload is shaped and returns false. */
+ * Otherwise opens ex->flow (metering the upload where a bandwidth limit
+ * applies, or will after a reload) and returns false. */
 bool shape_check_rate(struct conn *c);
 /* The upload of <c> (a plain HTTP request body) is over its bandwidth:
  * stops reading from the client and arms the flow's timer, which reads

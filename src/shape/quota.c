@@ -50,12 +50,16 @@ struct quota {
     struct qentry *slots[NSLOTS];
     bool denied_set; /* alerts.denied_burst present: denials are counted */
     uint64_t denied_max, denied_per_ms, quarantine_ns;
-    uint64_t q_until_max; /* no quarantine runs past this: the fast path */
+    uint64_t q_until_max;     /* no quarantine runs past this: the fast path */
+    struct quota_flow *flows; /* every open flow, for quota_reshape() */
 };
 
 struct quota_flow {
     struct quota *q;
-    struct qentry *e[2]; /* agent, rule; either may be NULL */
+    struct quota_flow *prev, *next; /* q->flows */
+    const char *agent_id;           /* borrowed: outlives the flow */
+    const struct rule *rule;        /* borrowed, or NULL: its identity, for a reload */
+    struct qentry *e[2];            /* agent, rule; either may be NULL */
     struct event *timer;
     bool armed;
     void (*cb)(void *arg);
@@ -432,26 +436,37 @@ int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, c
 
 /* --- bandwidth ------------------------------------------------------------- */
 
+/* Holds the entry of flow <f>'s agent (<i> 0) or rule (1) and brings its
+ * bandwidth bucket to <rs>. Out of memory: that limit goes unshaped. */
+static void flow_attach(struct quota_flow *f, int i, const struct rate_spec *rs, uint64_t now_ns)
+{
+    struct qentry *e = lookup(f->q, f->agent_id, i == 0 ? NULL : f->rule, now_ns, true);
+    if (e == NULL)
+        return;
+    apply_bandwidth(e, rs, now_ns);
+    e->refs++;
+    f->e[i] = e;
+}
+
 struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, const char *agent_id,
                                    const struct rule *r, uint64_t now_ns)
 {
     const struct rate_spec *rs[2] = {&p->limits.rate, r != NULL ? &r->rate : NULL};
-    if (agent_id == NULL || (!limits_bandwidth(rs[0]) && !limits_bandwidth(rs[1])))
+    if (agent_id == NULL)
         return NULL;
     struct quota_flow *f = calloc(1, sizeof(*f));
     if (f == NULL)
         return NULL;
     f->q = q;
-    for (int i = 0; i < 2; i++) {
-        if (!limits_bandwidth(rs[i]))
-            continue;
-        struct qentry *e = lookup(q, agent_id, i == 0 ? NULL : r, now_ns, true);
-        if (e == NULL)
-            continue; /* out of memory: that limit goes unshaped */
-        apply_bandwidth(e, rs[i], now_ns);
-        e->refs++;
-        f->e[i] = e;
-    }
+    f->agent_id = agent_id;
+    f->rule = r;
+    for (int i = 0; i < 2; i++)
+        if (limits_bandwidth(rs[i]))
+            flow_attach(f, i, rs[i], now_ns);
+    f->next = q->flows;
+    if (q->flows != NULL)
+        q->flows->prev = f;
+    q->flows = f;
     return f;
 }
 
@@ -549,6 +564,12 @@ void quota_flow_close(struct quota_flow *f)
     for (int i = 0; i < 2; i++)
         if (f->e[i] != NULL && f->e[i]->refs > 0)
             f->e[i]->refs--;
+    if (f->prev != NULL)
+        f->prev->next = f->next;
+    else
+        f->q->flows = f->next;
+    if (f->next != NULL)
+        f->next->prev = f->prev;
     free(f);
 }
 
@@ -619,6 +640,27 @@ static const struct rate_spec *entry_bandwidth(const struct qentry *e, const str
     return r != NULL ? r->rate : NULL;
 }
 
+/* The rate <rules> (index_bandwidth_rules()) gives the bandwidth of rule
+ * <r>, of any policy, matched by its identity; NULL when none. */
+static const struct rate_spec *rule_bandwidth(const struct rule *r, const struct rule_rate *rules,
+                                              size_t nrules)
+{
+    if (nrules == 0)
+        return NULL;
+    char buf[512];
+    size_t len = quota_rule_identity(r, buf, sizeof(buf));
+    char *id = len < sizeof(buf) ? buf : malloc(len + 1);
+    if (id == NULL)
+        return NULL; /* out of memory: that limit goes unshaped */
+    if (id != buf)
+        quota_rule_identity(r, id, len + 1);
+    struct rule_rate k = {id, len, NULL};
+    const struct rule_rate *found = bsearch(&k, rules, nrules, sizeof(*rules), cmp_rule_rate);
+    if (id != buf)
+        free(id);
+    return found != NULL ? found->rate : NULL;
+}
+
 void quota_reshape(struct quota *q, const struct policy *p, uint64_t now_ns)
 {
     struct rule_rate *rules;
@@ -635,6 +677,16 @@ void quota_reshape(struct quota *q, const struct policy *p, uint64_t now_ns)
             else
                 e->bw_off = true; /* the bucket is kept, should the limit come back */
         }
+    }
+    /* A flow opened where no bandwidth was limited (or only the agent's, or
+     * only the rule's) is held to a limit <p> brings in from now on. */
+    for (struct quota_flow *f = q->flows; f != NULL; f = f->next) {
+        if (f->e[0] == NULL && limits_bandwidth(&p->limits.rate))
+            flow_attach(f, 0, &p->limits.rate, now_ns);
+        const struct rate_spec *rs;
+        if (f->e[1] == NULL && f->rule != NULL &&
+            (rs = rule_bandwidth(f->rule, rules, nrules)) != NULL)
+            flow_attach(f, 1, rs, now_ns);
     }
     free_rule_rates(rules, nrules);
 }

@@ -65,10 +65,12 @@ void quota_configure(struct quota *q, const struct policy *p);
 /* Brings the bandwidth buckets to the rates of <p> at <now_ns>: called
  * when a policy comes into force, so that the uploads already running (a
  * tunnel) are shaped by it from now on, not by the policy they started
- * under. As for a request bucket, nothing is granted: what a bucket holds
- * is kept, clamped to its new size. Where <p> limits no bandwidth any
- * more, the running uploads go unmetered and the bucket is kept as it is,
- * should a later policy bring the limit back. */
+ * under, one that started where no bandwidth was limited included. As for
+ * a request bucket, nothing is granted: what a bucket holds is kept,
+ * clamped to its new size (a bucket a limit brings in starts full, as a
+ * new one). Where <p> limits no bandwidth any more, the running uploads go
+ * unmetered and the bucket is kept as it is, should a later policy bring
+ * the limit back. */
 void quota_reshape(struct quota *q, const struct policy *p, uint64_t now_ns);
 /* CLOCK_MONOTONIC now, in nanoseconds. */
 uint64_t quota_now(void);
@@ -103,9 +105,12 @@ bool quota_feed(struct quota *q, const struct egress_event *ev, uint64_t now_ns,
 void quota_on_event(const struct egress_event *ev, void *arg);
 
 /* Opens the upload accounting of one request or tunnel of <agent_id> under
- * <r> (NULL: none). Returns NULL when no bandwidth limit applies (nothing to
- * do: the fast path) or when out of memory (then the bytes go unshaped).
- * The caller closes it with quota_flow_close(). */
+ * <r> (NULL: none), metered by the limits of <p> that apply. A flow is
+ * opened where none does too: it meters nothing until a reload brings a
+ * limit (quota_reshape()). <agent_id> and <r> are borrowed and must outlive
+ * the flow (the exchange's policy holds them). Returns NULL without an
+ * agent or when out of memory (then the bytes go unshaped). The caller
+ * closes it with quota_flow_close(). */
 struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, const char *agent_id,
                                    const struct rule *r, uint64_t now_ns);
 /* Bytes, up to <want>, that may be sent now (not taken). */

@@ -295,13 +295,14 @@ def test_tunnel_paused_by_bandwidth_is_not_idle(gateway, net, rest):
 
 
 def _tunnel_under(gateway, net, sink, bandwidth, **limits):
-    """A gateway whose one rule lets sink.example.test at <bandwidth> (and
-    <limits>), and a tunnel to <sink> through it, open past the peek window
+    """A gateway whose one rule lets sink.example.test at <bandwidth> (None:
+    unshaped) (and <limits>), and a tunnel to <sink> through it, open past the peek window
     with its first 1000 bytes sent. Returns (gateway, tunnel, those bytes,
     policy(bandwidth): the same policy at another bandwidth, to reload)."""
     def policy(bw):
-        rule = {"host": "sink.example.test", "ports": [sink.port], "tier": 0,
-                "rate": {"bandwidth": bw}}
+        rule = {"host": "sink.example.test", "ports": [sink.port], "tier": 0}
+        if bw is not None:
+            rule["rate"] = {"bandwidth": bw}
         return net.policy([rule], static_extra={"sink.example.test": SINK_IP},
                           limits=limits or None)
     gw = gateway(policy(bandwidth))
@@ -333,6 +334,22 @@ def test_reload_reshapes_a_running_tunnel(gateway, net):
     sink = HashSink(SINK_IP)
     try:
         gw, t, first, policy = _tunnel_under(gateway, net, sink, "1MiB/s")
+        rest = pattern_bytes(4 * KIB)
+        reply, elapsed = _reload_then_send(gw, t, policy("1KiB/s"), rest)
+        _assert_sink_got(reply, first + rest)
+        assert elapsed >= 2.5, "4 KiB at 1 KiB/s after the reload took only %.2fs" % elapsed
+    finally:
+        sink.stop()
+
+
+def test_reload_shapes_a_tunnel_opened_unshaped(gateway, net):
+    # A tunnel opened where no bandwidth is limited; the reload that brings
+    # in 1 KiB/s holds it too: the new bucket starts full (1 KiB), so 4 KiB
+    # more take at least 3 s. (Before, only a tunnel opened under some limit
+    # was reshaped: one opened under none went on at full speed.)
+    sink = HashSink(SINK_IP)
+    try:
+        gw, t, first, policy = _tunnel_under(gateway, net, sink, None)
         rest = pattern_bytes(4 * KIB)
         reply, elapsed = _reload_then_send(gw, t, policy("1KiB/s"), rest)
         _assert_sink_got(reply, first + rest)

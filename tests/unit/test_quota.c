@@ -561,11 +561,19 @@ static void test_flows(void **state)
     memset(&p, 0, sizeof(p));
     struct rule r = make_rule(0, "api.example.test", ports_web, 2);
     struct quota *q = quota_new(NULL, NULL, 0);
-    /* Nothing shaped: no flow at all. */
-    assert_null(quota_flow_open(q, &p, "a", &r, 0));
-    assert_null(quota_flow_open(q, &p, "a", NULL, 0));
+    /* Nothing shaped: a flow that meters nothing (a reload may bring a
+     * limit: test_reload_shapes_a_flow_opened_unshaped), and no entry. */
     set_rate(&r.rate, 5, 1000, 0, 0); /* requests only */
-    assert_null(quota_flow_open(q, &p, "a", &r, 0));
+    struct quota_flow *none[2] = {quota_flow_open(q, &p, "a", &r, 0),
+                                  quota_flow_open(q, &p, "a", NULL, 0)};
+    for (int i = 0; i < 2; i++) {
+        assert_non_null(none[i]);
+        assert_int_equal(quota_flow_allow(none[i], 100000, 0), 100000);
+        quota_flow_take(none[i], 100000, 0);
+        assert_int_equal(quota_flow_wait_ns(none[i], 100000, 0), 0);
+        quota_flow_close(none[i]);
+    }
+    assert_int_equal(quota_entries(q), 0);
     set_rate(&p.limits.rate, 0, 1000, 0, 16000);
     assert_null(quota_flow_open(q, &p, NULL, &r, 0));
     /* Agent 16000 B/s, rule 1600 B/s: the smaller wins. */
@@ -655,6 +663,41 @@ static void test_reload_reshapes_running_flows(void **state)
     quota_free(q);
 }
 
+/* A flow opened where no bandwidth was limited is held to the limits a
+ * reload brings in: the agent's, then the rule's, each starting full. */
+static void test_reload_shapes_a_flow_opened_unshaped(void **state)
+{
+    (void)state;
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    struct rule r = make_rule(0, "api.example.test", ports_web, 2);
+    p.rules = &r;
+    p.nrules = 1;
+    struct quota *q = quota_new(NULL, NULL, 0);
+    struct quota_flow *f = quota_flow_open(q, &p, "a", &r, 0);
+    assert_non_null(f);
+    assert_int_equal(quota_flow_allow(f, 100000, 0), 100000); /* metered by nothing */
+    quota_flow_take(f, 100000, 0);
+    /* The reload limits the agent to 16000 B/s. */
+    struct policy p2;
+    memset(&p2, 0, sizeof(p2));
+    struct rule r2 = make_rule(0, "api.example.test", ports_web, 2);
+    set_rate(&p2.limits.rate, 0, 1000, 0, 16000);
+    p2.rules = &r2;
+    p2.nrules = 1;
+    quota_reshape(q, &p2, 1 * S);
+    assert_int_equal(quota_flow_allow(f, 100000, 1 * S), 16000);
+    quota_flow_take(f, 16000, 1 * S);
+    assert_int_equal(quota_flow_allow(f, 100000, 1 * S), 0);
+    /* The next one limits the rule (found by its identity) to 1600 B/s. */
+    set_rate(&r2.rate, 0, 1000, 0, 1600);
+    quota_reshape(q, &p2, 2 * S);
+    assert_int_equal(quota_flow_allow(f, 100000, 2 * S), 1600);
+    quota_flow_close(f);
+    assert_int_equal(quota_entries(q), 2);
+    quota_free(q);
+}
+
 static void on_resume(void *arg)
 {
     int *n = arg;
@@ -711,6 +754,7 @@ int main(void)
         cmocka_unit_test(test_trips_with_the_detector),
         cmocka_unit_test(test_flows),
         cmocka_unit_test(test_reload_reshapes_running_flows),
+        cmocka_unit_test(test_reload_shapes_a_flow_opened_unshaped),
         cmocka_unit_test(test_flow_pause_timer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
