@@ -66,10 +66,10 @@ static int parse_num(const char *s, bool pct, double *out)
     return 0;
 }
 
-/* "27", "1.33", "2.6e+40": a multiplier as people read it. */
+/* "27", "1.33", "2.6e+40", "0.00133": a figure as people read it. */
 static void format_x(double v, char *buf, size_t cap)
 {
-    if (v >= 1e15) {
+    if (v >= 1e15 || (v > 0 && v < 1)) { /* two decimals would print 0.001 as 0 */
         snprintf(buf, cap, "%.3g", v);
         return;
     }

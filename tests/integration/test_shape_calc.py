@@ -63,6 +63,20 @@ def test_budget_as_percentage_and_edges(run_sluice):
     assert "retry budget at each layer" not in r.stdout
 
 
+def test_small_figures_are_not_printed_as_0(run_sluice):
+    # Two decimals made 0.001 requests/s "0 requests/s", and a budget of
+    # 0.001% "a 0% retry budget": a figure below 1 keeps three significant
+    # digits.
+    r = run_sluice("calc", "retries", "--layers", "3", "--attempts", "3", "--budget", "0.1",
+                   "--rps", "0.001")
+    assert r.returncode == 0, r.stderr
+    top = line(r.stdout, "0.001 requests/s at the top:")
+    assert "up to 0.027 requests/s (0.00133 requests/s with the budget)" in top, top
+    r = run_sluice("calc", "retries", "--layers", "2", "--attempts", "3", "--budget", "0.00001")
+    assert r.returncode == 0, r.stderr
+    assert budget_line(r.stdout, "0.001%").endswith(": (1 + 1e-05)^2 = 1x")
+
+
 @pytest.mark.parametrize("args", [
     [],
     ["bogus"],
