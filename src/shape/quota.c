@@ -19,6 +19,7 @@
 #define FLOW_MIN_WAIT_MS      1
 #define FLOW_MAX_WAIT_MS      1000  /* a paused flow looks again at least this often */
 #define DENIED_DEFAULT_PER_MS 60000 /* the detector's period when none is set */
+#define EVICT_BATCH           64    /* least recently used entries dropped at once, at most */
 
 typedef unsigned __int128 u128;
 
@@ -233,11 +234,37 @@ static void unlink_entry(struct quota *q, struct qentry *victim)
     q->nentries--;
 }
 
+/* Moves entry <i> of <h> (<n> entries, a max-heap by used_ns) down to
+ * its place. */
+static void heap_down(struct qentry **h, size_t n, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, m = i;
+        if (l < n && h[l]->used_ns > h[m]->used_ns)
+            m = l;
+        if (l + 1 < n && h[l + 1]->used_ns > h[m]->used_ns)
+            m = l + 1;
+        if (m == i)
+            return;
+        struct qentry *t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+}
+
 /* Makes room for one more entry: drops every entry at rest, and when that
- * frees nothing, the least recently used entry no flow holds. */
+ * frees nothing, the least recently used entries no flow holds: a batch of
+ * them (a 64th of the table, at most EVICT_BATCH), so that a full table
+ * of busy entries is not scanned again for each newcomer. */
 static void evict(struct quota *q, uint64_t now)
 {
-    struct qentry *lru = NULL;
+    struct qentry *lru[EVICT_BATCH]; /* a max-heap: the newest of them on top */
+    size_t want = q->max_entries / 64, n = 0;
+    if (want > EVICT_BATCH)
+        want = EVICT_BATCH;
+    if (want == 0)
+        want = 1;
     size_t before = q->nentries;
     for (size_t i = 0; i < NSLOTS; i++) {
         struct qentry **pp = &q->slots[i];
@@ -249,13 +276,20 @@ static void evict(struct quota *q, uint64_t now)
                 q->nentries--;
                 continue;
             }
-            if (e->refs == 0 && (lru == NULL || e->used_ns < lru->used_ns))
-                lru = e;
+            if (e->refs == 0 && n < want) {
+                lru[n++] = e;
+                for (size_t k = n / 2; k-- > 0;)
+                    heap_down(lru, n, k);
+            } else if (e->refs == 0 && e->used_ns < lru[0]->used_ns) {
+                lru[0] = e;
+                heap_down(lru, n, 0);
+            }
             pp = &e->next;
         }
     }
-    if (q->nentries == before && lru != NULL)
-        unlink_entry(q, lru);
+    if (q->nentries == before)
+        for (size_t k = 0; k < n; k++)
+            unlink_entry(q, lru[k]);
 }
 
 /* Finds or creates the entry of <agent_id> (and <r>). NULL: out of memory. */

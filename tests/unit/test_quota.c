@@ -200,6 +200,38 @@ static void test_bounded_memory(void **state)
     quota_free(q);
 }
 
+/* A table full of busy entries (none at rest) makes room for a batch of
+ * newcomers at once, the least recently used a 64th of the table: a scan
+ * of all of them for every new entry cost about 130 us a request to an
+ * agent cycling through the rules of a large policy. */
+static void test_full_table_evicts_a_batch(void **state)
+{
+    (void)state;
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    set_rate(&p.limits.rate, 1, 3600 * 1000, 0, 0); /* one an hour: busy after one */
+    struct quota *q = quota_new(NULL, NULL, 640);
+    uint64_t w;
+    char id[16];
+    for (int i = 0; i < 640; i++) {
+        snprintf(id, sizeof(id), "a%d", i);
+        assert_int_equal(quota_admit(q, &p, id, NULL, (uint64_t)(i + 1) * MS, &w), 0);
+    }
+    assert_int_equal(quota_entries(q), 640);
+    assert_int_equal(quota_admit(q, &p, "new", NULL, 1 * S, &w), 0);
+    assert_int_equal(quota_entries(q), 640 - 10 + 1);
+    /* The ten dropped were the least recently used: a10 is still held to
+     * its empty bucket, a0 to a8 start afresh, without a scan (room for
+     * nine more). */
+    assert_int_equal(quota_admit(q, &p, "a10", NULL, 1 * S, &w), -1);
+    for (int i = 0; i < 9; i++) {
+        snprintf(id, sizeof(id), "a%d", i);
+        assert_int_equal(quota_admit(q, &p, id, NULL, 1 * S, &w), 0);
+    }
+    assert_int_equal(quota_entries(q), 640);
+    quota_free(q);
+}
+
 /* A full table, and a new agent's first request under a rule with a rate
  * of its own: the rule's entry needs room, which evicts every entry at
  * rest, and the agent's own, just made and full, is at rest. It must not
@@ -745,6 +777,7 @@ int main(void)
         cmocka_unit_test(test_keys_survive_reload),
         cmocka_unit_test(test_rule_identity),
         cmocka_unit_test(test_bounded_memory),
+        cmocka_unit_test(test_full_table_evicts_a_batch),
         cmocka_unit_test(test_full_table_keeps_the_entry_being_admitted),
         cmocka_unit_test(test_reload_through_a_bandwidth_only_rate_grants_nothing),
         cmocka_unit_test(test_quarantine),
