@@ -193,14 +193,13 @@ static int reopen_std_files(char *err, size_t errlen)
 static void __attribute__((noreturn)) command_main(const struct box_config *cfg, int exec_fd)
 {
     char err[BOX_ERR_MAX] = "";
-    sigset_t none;
-    sigemptyset(&none);
-    /* the init's own dispositions undone; what run's caller ignored stays
-     * ignored, as execve() would have left it */
+    /* the init's own dispositions and mask undone; what run's caller
+     * ignored stays ignored, and what it blocked blocked, as execve() would
+     * have left them */
     for (int s = 1; s < NSIG; s++)
         if (s != SIGKILL && s != SIGSTOP)
             signal(s, sigismember(&cfg->ignored, s) == 1 ? SIG_IGN : SIG_DFL);
-    sigprocmask(SIG_SETMASK, &none, NULL);
+    sigprocmask(SIG_SETMASK, &cfg->blocked, NULL);
     if (reopen_std_files(err, sizeof(err)) == 0) {
         if (cloexec_from_3() < 0)
             snprintf(err, sizeof(err), "cannot close the inherited descriptors: %s",

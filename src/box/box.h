@@ -55,6 +55,8 @@ struct box_config {
     const char *tmp_size;
     sigset_t ignored; /* signals the command starts with ignored (run's caller
                        * ignored them: nohup); the others at their default */
+    sigset_t blocked; /* the signal mask the command starts with: run's
+                       * caller's, as execve() would have left it */
 };
 
 /* A spawned box. */

@@ -632,6 +632,12 @@ static int serve_start(struct run_args *a, struct served *s)
         signal(SIGPIPE, SIG_IGN);
         signal(SIGINT, SIG_IGN);
         signal(SIGHUP, SIG_IGN);
+        signal(SIGXFSZ, SIG_IGN); /* a log past RLIMIT_FSIZE: EFBIG, as serve */
+        /* run's caller may have blocked signals (the box's command keeps
+         * them blocked, as execve() would): the gateway's SIGTERM must come */
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
         struct gateway_config cfg = {
             .policy_path = a->policy,
             .listens = &la,
@@ -980,6 +986,7 @@ static int run_main(int argc, char **argv)
         .allow_unix = a->allow_unix,
         .tmp_size = a->tmp_size,
         .ignored = ignored,
+        .blocked = old,
     };
     struct box box;
     char err[BOX_ERR_MAX];

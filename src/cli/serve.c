@@ -206,6 +206,9 @@ static int serve_main(int argc, char **argv)
     size_t nrules = p->nrules;
 
     signal(SIGPIPE, SIG_IGN);
+    /* A log past RLIMIT_FSIZE: a write that fails (EFBIG, told and retried
+     * as a full disk is), not a gateway killed with its traffic */
+    signal(SIGXFSZ, SIG_IGN);
     /* Held, not lost, until the gateway's handlers are in place: a SIGTERM
      * while it starts (loading a state store of a million first contacts
      * takes seconds) stops it as soon as it runs. (One that comes between
@@ -238,7 +241,12 @@ static int serve_main(int argc, char **argv)
     };
     char err[512];
     struct gateway *gw = gateway_new(&cfg, p, err, sizeof(err));
-    sigprocmask(SIG_SETMASK, &mask, NULL); /* what is pending goes to its handler */
+    /* What is pending goes to its handler. Blocked by serve's caller, they
+     * would never come: no SIGTERM would stop serve, no SIGHUP reload it. */
+    sigdelset(&mask, SIGTERM);
+    sigdelset(&mask, SIGINT);
+    sigdelset(&mask, SIGHUP);
+    sigprocmask(SIG_SETMASK, &mask, NULL);
     if (gw == NULL) {
         fprintf(stderr, "sluice serve: %s\n", err);
         free(a);

@@ -138,6 +138,7 @@ static int spawn(struct exec_runner *r, struct child *k)
     sigaddset(&dfl, SIGINT);
     sigaddset(&dfl, SIGHUP);
     sigaddset(&dfl, SIGCHLD);
+    sigaddset(&dfl, SIGXFSZ);
     posix_spawnattr_setsigmask(&at, &none);
     posix_spawnattr_setsigdefault(&at, &dfl);
     posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);

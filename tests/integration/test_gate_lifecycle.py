@@ -393,3 +393,52 @@ def test_sigterm_during_startup_stops(sluice_bin, run_sluice, net, tmp_path):
             p.kill()
             p.wait()
     assert rc == 0, err.read_text()
+
+
+# Execs argv[1:] with the signal mask and the file size limit the
+# environment variables give: what serve's caller may hand it.
+EXEC_WITH = r"""
+import os, resource, signal, sys
+blocked = [int(s) for s in os.environ.get("BLOCK", "").split()]
+signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+if os.environ.get("FSIZE"):
+    n = int(os.environ["FSIZE"])
+    resource.setrlimit(resource.RLIMIT_FSIZE, (n, n))
+    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python ignores it
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+def test_signals_blocked_by_the_caller_still_reload_and_stop(gateway, net):
+    """serve restored the mask it was started with once its handlers were
+    in place: a caller that had SIGHUP, SIGTERM and SIGINT blocked (a
+    supervisor's worker thread, a shell's `trap`) left a serve that no
+    SIGHUP reloaded and no SIGTERM stopped (found by the review of the
+    signal paths)."""
+    block = " ".join(str(int(s)) for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT))
+    gw = gateway(net.policy([api_rule(net)]), prefix=["/usr/bin/python3", "-c", EXEC_WITH],
+                 env={"BLOCK": block})
+    assert request(gw, "GET", other_url(net)).status == 403
+    gw.write_policy(policy_yaml(net.policy([api_rule(net), other_rule(net)])))
+    gw.reload()
+    poll(lambda: request(gw, "GET", other_url(net, "/after")).status == 200, timeout=5,
+         interval=0.05, what="the reloaded policy to allow other.example.test")
+    gw.stop(timeout=15)
+
+
+def test_log_past_the_file_size_limit_is_a_failing_write_not_a_kill(gateway, net):
+    """Under RLIMIT_FSIZE (ulimit -f) the kernel sends SIGXFSZ to a write
+    past the limit, and its default kills: serve died with its traffic when
+    the log reached the limit (found by the review of the watch layer). It
+    is ignored now, and the write fails with EFBIG, told and retried as a
+    full disk is; requests go on being served."""
+    gw = gateway(net.policy([api_rule(net)]), prefix=["/usr/bin/python3", "-c", EXEC_WITH],
+                 env={"FSIZE": "8192"})
+    for i in range(60):
+        assert request(gw, "GET", net.url("/fill/%d" % i)).status == 200
+        assert gw.proc.poll() is None, gw.stderr()
+    poll(lambda: "write failed: File too large" in gw.stderr(), timeout=5,
+         what="the failed write told on stderr")
+    assert os.path.getsize(gw.log_path) <= 8192
+    assert request(gw, "GET", net.url("/after")).status == 200
+    gw.stop(timeout=15)

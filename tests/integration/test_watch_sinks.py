@@ -72,6 +72,25 @@ def test_exec_sink_runs_at_the_nice_serve_was_started_with(gateway, net, tmp_pat
     assert int(seen.read_text()) == os.nice(0)
 
 
+def test_exec_sink_starts_with_default_signals(gateway, net, tmp_path):
+    """The gateway ignores SIGPIPE and SIGXFSZ (a log past the file size
+    limit is a failed write, not a kill) and blocks signals of its own: an
+    alert program must not inherit that, as ignored dispositions pass
+    through execve() (a SIGXFSZ-ignoring program writing past a limit, a
+    SIGPIPE-ignoring pipeline that never ends)."""
+    seen = tmp_path / "status.txt"
+    prog, out = recording_program(tmp_path, "grep -E '^Sig(Ign|Blk):' /proc/self/status > %s"
+                                  % seen)
+    gw = gateway(net.policy(rules(net), alerts={"sinks": [{"exec": prog}]}),
+                 args=["--alerts", str(tmp_path / "alerts.jsonl")])
+    assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
+    poll(lambda: recorded(out) or None, timeout=10, what="the exec sink's output")
+    status = dict(ln.split(":\t") for ln in seen.read_text().splitlines())
+    ignored = int(status["SigIgn"], 16)
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        assert not ignored & (1 << (sig - 1)), (sig, status)
+    assert int(status["SigBlk"], 16) == 0, status
+
 def test_exec_sink_inherits_no_descriptor_but_its_stdio(gateway, net, tmp_path):
     # a webhook's connection stays open between alerts (libevent opens it
     # without close-on-exec): an alert program started meanwhile must not
