@@ -274,18 +274,22 @@ static void close_upstream(struct conn *c)
 
 /* The exchange is over when the response is complete and written out.
  * Complete before the request was all read from the client (an early
- * answer), the rest of the request is not sent: the upstream connection
- * is closed at once, as drop_untaken() has it (reset, so that what the
- * upstream did not take of the request is dropped, not delivered after the
- * exchange ended, and not counted in bytes_up), and the client connection
- * is not kept. */
+ * answer), or before the upstream's socket took all of it from the
+ * gateway's buffer (read whole from the client, it may still wait there),
+ * the rest of the request is not sent: the upstream connection is closed
+ * at once, as drop_untaken() has it (reset, so that what the upstream did
+ * not take of the request is dropped, not delivered after the exchange
+ * ended, and not counted in bytes_up). The client connection is not kept
+ * when the rest of its request body is still unread. */
 static void maybe_done(struct conn *c)
 {
     struct exchange *ex = &c->ex;
     if (!ex->rsp_done)
         return;
-    if (!ex->req_done) {
-        ex->keep_alive = false; /* the rest of the request body is still unread */
+    if (!ex->req_done ||
+        (c->up != NULL && evbuffer_get_length(bufferevent_get_output(c->up)) > 0)) {
+        if (!ex->req_done)
+            ex->keep_alive = false; /* the rest of the request body is still unread */
         if (c->up != NULL) {
             drop_untaken(c);
             close_upstream(c);

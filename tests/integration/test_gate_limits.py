@@ -1154,3 +1154,27 @@ def test_a_head_sent_in_small_pieces_is_scanned_once(gateway, net):
         s.close()
     assert r.status == 200 and r.json()["path"] == "/trickled", r
     assert used < 0.5, "%.2f s of CPU for one trickled head" % used
+
+
+@pytest.mark.parametrize("mib", [1, 2, 3, 4, 5])
+def test_an_origin_answering_an_upload_read_whole_has_only_what_it_took_counted(gateway, net, mib):
+    # As above with bodies the gateway may read whole from the client (its
+    # buffers toward the origin, the kernel's send queue and up to 256 KiB
+    # of its own, hold them), so that the answer is complete once the
+    # request was read but before the origin took it all. What the gateway
+    # still held toward the origin is not sent, and bytes_up is what the
+    # origin got, not also what the gateway held and then dropped
+    answer = b"early"
+    rsp = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(answer), answer)
+    outcome, go = {}, threading.Event()
+    body_len = mib << 20
+    with _answering_origin(b"", [rsp], 0.5, outcome, go) as up:
+        gw = _slow_upload_gateway(gateway, net, up)
+        try:
+            r, _ = _upload(gw, up, "/whole", "length", pattern_bytes(body_len))
+            assert r is not None and r.status == 200 and r.body == answer, r
+            _, end = gw.decided(path="/whole")
+        finally:
+            go.set()
+        assert end["status"] == 200 and end["bytes_down"] == len(answer), end
+        assert 0 < end["bytes_up"] == _origin_count(outcome) <= body_len, (end, outcome)
