@@ -145,8 +145,25 @@ bool conn_is_idle(const struct conn *c)
                                      evbuffer_get_length(bufferevent_get_input(c->client)) == 0);
 }
 
+/* What the gateway still holds toward a plain request's upstream when the
+ * exchange ends or that connection is dropped (a client that cut its
+ * upload, an upstream that failed) is never sent: bytes_up, what the
+ * upstream received, leaves it out (drop_untaken() in forward.c does the
+ * same for what it resets). */
+static void forget_unsent(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    if (c->up == NULL || !ex->active || ex->is_connect || ex->end_published || ex->unsent_dropped)
+        return;
+    size_t held = evbuffer_get_length(bufferevent_get_output(c->up));
+    progress_flush(c); /* progress events count what was handed on, this too */
+    ex->bytes_up = ex->bytes_up > held ? ex->bytes_up - held : 0;
+    ex->unsent_dropped = true;
+}
+
 static void drop_upstream(struct conn *c)
 {
+    forget_unsent(c);
     if (c->rreq != NULL) {
         resolve_cancel(c->rreq);
         c->rreq = NULL;
@@ -207,6 +224,7 @@ void conn_end_exchange(struct conn *c)
     if (!ex->end_published) {
         struct egress_event ev;
         struct timespec now;
+        forget_unsent(c);
         ex->end_published = true;
         progress_flush(c); /* the upload bytes not yet in a progress event */
         clock_gettime(CLOCK_MONOTONIC, &now);

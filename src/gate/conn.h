@@ -113,6 +113,10 @@ struct exchange {
      * are steps of idle_timeout that judge its progress (forward.c,
      * gate/drain.h); then it has idle_timeout to answer. */
     bool req_taken;
+    /* What the gateway held toward the upstream is out of bytes_up already
+     * (drop_untaken(): the connection was reset); conn.c's
+     * forget_unsent() does not take it out again. */
+    bool unsent_dropped;
     struct drain up_drain;
     bool client_close; /* the client asked to close after this request */
     bool client_v10;   /* the client spoke HTTP/1.0: no 1xx, no chunked framing to it */

@@ -257,6 +257,7 @@ static void drop_untaken(struct conn *c)
     struct exchange *ex = &c->ex;
     int64_t queue = drain_send_queue(c->up_fd);
     uint64_t held = evbuffer_get_length(bufferevent_get_output(c->up));
+    ex->unsent_dropped = true; /* counted here, not again when the connection is dropped */
     if (queue > 0)
         held += (uint64_t)queue;
     ex->bytes_up = ex->bytes_up > held ? ex->bytes_up - held : 0;

@@ -1178,3 +1178,39 @@ def test_an_origin_answering_an_upload_read_whole_has_only_what_it_took_counted(
             go.set()
         assert end["status"] == 200 and end["bytes_down"] == len(answer), end
         assert 0 < end["bytes_up"] == _origin_count(outcome) <= body_len, (end, outcome)
+
+
+def test_an_upload_the_client_cuts_counts_what_the_origin_got(gateway, net):
+    # The client sends 8 MiB of a 16 MiB body and closes; the origin takes
+    # 256 KiB every 50 ms, so the gateway still holds bytes toward it when
+    # the close is read. Those are dropped with the exchange: the end
+    # line's bytes_up is what the origin got, not also what was dropped
+    sent = 8 << 20
+    outcome = {}
+
+    def script(conn, stop, received):
+        took = len(received) - received.index(b"\r\n\r\n") - 4
+        conn.settimeout(5)
+        try:
+            for _ in range(10000):
+                time.sleep(0.05)
+                d = conn.recv(256 << 10)
+                if not d:
+                    break
+                took += len(d)
+        except OSError:
+            pass
+        outcome["took"] = took
+
+    with ScriptedUpstream(script) as up:
+        gw = _slow_upload_gateway(gateway, net, up)
+        host = "slowupload.example.test"
+        s = open_conn(gw, timeout=30)
+        try:
+            s.sendall(b"POST http://%s:%d/cut HTTP/1.1\r\nHost: %s:%d\r\nContent-Length: %d\r\n\r\n"
+                      % (host.encode(), up.port, host.encode(), up.port, 2 * sent)
+                      + pattern_bytes(sent))
+        finally:
+            s.close()
+        _, end = gw.decided(path="/cut", timeout=20)
+        assert 0 < end["bytes_up"] == _origin_count(outcome) <= sent, (end, outcome)
