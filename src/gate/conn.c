@@ -161,6 +161,23 @@ static void forget_unsent(struct conn *c)
     ex->unsent_dropped = true;
 }
 
+/* Of the response bytes counted in bytes_down, those the gateway still
+ * holds for the client (its output, forward.c's scratch) when a plain
+ * exchange ends are never delivered (a client given up on, a response cut):
+ * the body being the end of what the exchange sent the client, they are
+ * the last min(held, bytes_down) of it. bytes_down then counts what the
+ * client's socket took, as a tunnel's does. */
+static void forget_undelivered(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    if (ex->is_connect || c->client == NULL)
+        return;
+    size_t held = evbuffer_get_length(bufferevent_get_output(c->client));
+    if (c->scratch != NULL)
+        held += evbuffer_get_length(c->scratch);
+    ex->bytes_down -= held < ex->bytes_down ? held : ex->bytes_down;
+}
+
 static void drop_upstream(struct conn *c)
 {
     forget_unsent(c);
@@ -225,6 +242,7 @@ void conn_end_exchange(struct conn *c)
         struct egress_event ev;
         struct timespec now;
         forget_unsent(c);
+        forget_undelivered(c);
         ex->end_published = true;
         progress_flush(c); /* the upload bytes not yet in a progress event */
         clock_gettime(CLOCK_MONOTONIC, &now);

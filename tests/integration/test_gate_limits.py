@@ -1214,3 +1214,40 @@ def test_an_upload_the_client_cuts_counts_what_the_origin_got(gateway, net):
             s.close()
         _, end = gw.decided(path="/cut", timeout=20)
         assert 0 < end["bytes_up"] == _origin_count(outcome) <= sent, (end, outcome)
+
+
+def test_a_download_given_up_on_counts_what_the_client_got(gateway, net):
+    # The client reads a response head and nothing more for 3 s: with
+    # idle_timeout 1 s the gateway gives up on it and closes (the kernel
+    # still delivers what its socket took), then the client reads to the
+    # end. The end line's bytes_down is what the client got, not also what
+    # the gateway held for it and dropped
+    big = 32 << 20
+
+    def script(conn, stop, _):
+        conn.settimeout(20)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % big + b"a" * big)
+
+    with ScriptedUpstream(script) as up:
+        gw = _slow_upload_gateway(gateway, net, up)
+        host = "slowupload.example.test"
+        s = open_conn(gw, timeout=20)
+        try:
+            s.sendall(b"GET http://%s:%d/down HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
+                      % (host.encode(), up.port, host.encode(), up.port))
+            got = b""
+            while b"\r\n\r\n" not in got:
+                d = s.recv(4096)
+                assert d, got
+                got += d
+            time.sleep(3)
+            n = len(got.partition(b"\r\n\r\n")[2])
+            while True:
+                d = s.recv(1 << 20)
+                if not d:
+                    break
+                n += len(d)
+        finally:
+            s.close()
+        _, end = gw.decided(path="/down")
+        assert end["status"] == 200 and 0 < end["bytes_down"] == n < big, (end, n)
