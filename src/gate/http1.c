@@ -918,11 +918,13 @@ int http1_write_upstream_response(const struct http_response *rsp, struct evbuff
     piece(h, status, sn);
     piece(h, rsp->reason, rsp->reason_len);
     piece(h, "\r\n", 2);
-    /* An interim head has no body (RFC 9110 15.2): framing fields on one
-     * are the origin's mistake, and a lenient client could frame by them. */
-    bool interim = rsp->status < 200;
-    head_fields(h, rsp->headers, rsp->nheaders, interim ? -1 : rsp->content_length,
-                interim || (flags & HTTP1_RSP_UNCHUNKED) != 0);
+    /* An interim head or a 204 has no body (RFC 9110 15.2, 15.3.5) and may
+     * carry no framing field (RFC 9110 8.6, RFC 9112 6.1): one is the
+     * origin's mistake, and a lenient client could frame by it. (A 304's
+     * Content-Length is the selected representation's: it stays.) */
+    bool bare = rsp->status < 200 || rsp->status == 204;
+    head_fields(h, rsp->headers, rsp->nheaders, bare ? -1 : rsp->content_length,
+                bare || (flags & HTTP1_RSP_UNCHUNKED) != 0);
     if (rsp->status >= 200)
         piece_lit(h, (flags & HTTP1_RSP_KEEP_ALIVE) ? "Connection: keep-alive\r\n"
                                                     : "Connection: close\r\n");
