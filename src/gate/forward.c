@@ -534,8 +534,11 @@ static int read_response_head(struct conn *c, bool force)
         ex->rsp_left = rsp->content_length > 0 ? (uint64_t)rsp->content_length : 0;
         chunked_init(&ex->rsp_chunked);
         ex->scratch_interim = evbuffer_get_length(c->scratch);
+        /* Nor Transfer-Encoding on a head without body (HEAD, 304): to it,
+         * it says how a body it has not would be framed. */
+        bool no_te = ex->unchunk || (ex->client_v10 && ex->rsp_body == BODY_NONE);
         unsigned flags =
-            (ex->keep_alive ? HTTP1_RSP_KEEP_ALIVE : 0u) | (ex->unchunk ? HTTP1_RSP_UNCHUNKED : 0u);
+            (ex->keep_alive ? HTTP1_RSP_KEEP_ALIVE : 0u) | (no_te ? HTTP1_RSP_UNCHUNKED : 0u);
         if (http1_write_upstream_response(rsp, c->scratch, flags) < 0) {
             free(rsp);
             fail(c, "out of memory");

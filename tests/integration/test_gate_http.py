@@ -8,6 +8,8 @@ import socket
 import threading
 import time
 
+import pytest
+
 from gate_client import (api_rule, assert_deny_response, build_request, curl, exchange,
                          open_conn, proc_number, read_head, read_response, read_responses,
                          recv_until_close, request)
@@ -702,6 +704,38 @@ def test_http10_client_gets_the_data_of_a_chunked_response(gateway, net):
     # an HTTP/1.1 client on the same gateway still gets the chunks
     r = request(gw, "GET", net.url("/chunked?n=100"))
     assert r.header("Transfer-Encoding") == "chunked" and r.body == pattern_bytes(100)
+
+
+@pytest.mark.parametrize("method,status", [(b"HEAD", b"200 OK"), (b"GET", b"304 Not Modified")])
+def test_http10_client_gets_no_transfer_encoding_on_a_bodiless_answer(gateway, net, method,
+                                                                      status):
+    # RFC 9112 6.1: no Transfer-Encoding to an HTTP/1.0 client. An answer to
+    # a HEAD, or a 304, says which framing a GET's body would have had: to
+    # an HTTP/1.0 client, which knows no such framing, it goes without it
+    def script(conn, stop, _):
+        conn.sendall(b"HTTP/1.1 " + status + b"\r\nTransfer-Encoding: chunked\r\nX-A: a\r\n\r\n")
+        stop.wait(1)
+
+    host = "early.example.test"
+    with ScriptedUpstream(script) as up:
+        gw = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
+                                static_extra={host: up.IP}))
+        s = open_conn(gw)
+        try:
+            s.sendall(b"%s http://%s:%d/te HTTP/1.0\r\n\r\n" % (method, host.encode(), up.port))
+            raw = recv_until_close(s)
+        finally:
+            s.close()
+        assert raw == b"HTTP/1.1 " + status + b"\r\nX-A: a\r\nConnection: close\r\n\r\n", raw
+        # an HTTP/1.1 client gets the field
+        s = open_conn(gw)
+        try:
+            s.sendall(b"%s http://%s:%d/te HTTP/1.1\r\nHost: %s:%d\r\nConnection: close"
+                      b"\r\n\r\n" % (method, host.encode(), up.port, host.encode(), up.port))
+            raw = recv_until_close(s)
+        finally:
+            s.close()
+        assert b"\r\nTransfer-Encoding: chunked\r\n" in raw, raw
 
 
 def test_http10_client_gets_no_interim_response(gateway, net):
