@@ -142,6 +142,15 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
     try_send(arg);
 }
 
+/* Memory is empty while alerts wait in the store only: they are read back
+ * now, not at the next sweep (which came once a minute, so a backlog
+ * drained at one memory's worth a minute). */
+static void refill_soon(struct webhook *w)
+{
+    if (w->len == 0 && w->only_stored > 0 && w->sweep != NULL)
+        event_active(w->sweep, EV_TIMEOUT, 1);
+}
+
 static void pop(struct webhook *w)
 {
     struct item *it = &w->q[w->head];
@@ -219,6 +228,7 @@ static void attempt_over(struct webhook *w, int code)
         if (w->store != NULL && it->id > 0)
             store_queue_del(w->store, it->id);
         pop(w);
+        refill_soon(w);
         try_send(w);
         return;
     }
@@ -566,6 +576,13 @@ void webhook_send(struct webhook *w, const char *json, size_t n)
         free(body);
         if (id < 0)
             id = 0;
+    }
+    if (id > 0 && w->only_stored > 0) {
+        /* Older alerts wait in the store: this one waits behind them, so
+         * that the sink gets them in the order they were raised. */
+        w->only_stored++;
+        refill_soon(w);
+        return;
     }
     enqueue(w, id, json, n, 0);
 }

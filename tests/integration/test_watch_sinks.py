@@ -392,6 +392,38 @@ def test_webhook_over_the_memory_cap_comes_back_from_the_store(gateway, net, tmp
         rcv.stop()
 
 
+def test_webhook_backlog_drains_without_waiting_for_the_sweep_and_in_order(gateway, net,
+                                                                            tmp_path):
+    """Alerts over the memory cap came back from the store only at the
+    sweep, once a minute: a backlog drained one memory's worth a minute,
+    and an alert raised while memory had room went before older ones that
+    were still in the store (left alone at stop 23). Memory is refilled as
+    soon as it is empty, and a new alert waits behind stored ones."""
+    port = free_tcp_port()
+    url = "http://127.0.0.1:%d/hook" % port
+    af = str(tmp_path / "a.jsonl")
+    # backoff from 200 ms (capped at 12 s): the sweep every 24 s
+    gw = gateway(net.policy(rules(net), alerts={"first_contact": True,
+                                                "sinks": [{"webhook": url}]}),
+                 args=["--alerts", af, "--state", str(tmp_path / "state")],
+                 env={"SLUICE_TEST_WEBHOOK_BACKOFF_MS": "200",
+                      "SLUICE_TEST_WEBHOOK_QUEUE_MAX": "2"})
+    for i in range(6):
+        request(gw, "GET", "http://nowhere%d.example.test/" % i)
+    wait_alert(af, "first_contact", count=6)
+    rcv = Receiver(port)
+    try:
+        poll(lambda: (lambda b: b if len(b) >= 2 else None)(rcv.bodies()), timeout=10,
+             what="the two alerts memory held")
+        request(gw, "GET", "http://nowhere6.example.test/")
+        poll(lambda: (lambda b: b if len(b) >= 7 else None)(rcv.bodies()), timeout=10,
+             what="all 7 alerts, well before the sweep")
+        time.sleep(0.5)
+        assert [b["host"] for b in rcv.bodies()] == \
+            ["nowhere%d.example.test" % i for i in range(7)]
+    finally:
+        rcv.stop()
+
 def _bytes_read(pid):
     """What process <pid> read so far through read(2) and pread(2) (rchar)."""
     with open("/proc/%d/io" % pid) as f:
