@@ -482,9 +482,19 @@ static void warn_renamable(const struct run_args *a, const char *cwd, size_t nus
 
 /* --- the environment of the command --------------------------------------- */
 
+/* The proxy variables, in any case: the common ones, and those of tools
+ * that read their own before them (npm and yarn 1, yarn 2+, pip, cargo). A
+ * caller's value would point them at a proxy the box cannot reach (the
+ * tool fails where it would work through the relay) or, for noproxy, send
+ * them straight out, where nothing answers. */
 static bool is_proxy_var(const char *kv)
 {
-    static const char *const names[] = {"http_proxy", "https_proxy", "all_proxy", "no_proxy"};
+    static const char *const names[] = {
+        "http_proxy",         "https_proxy",      "all_proxy",
+        "no_proxy",           "npm_config_proxy", "npm_config_https_proxy",
+        "npm_config_noproxy", "yarn_http_proxy",  "yarn_https_proxy",
+        "pip_proxy",          "cargo_http_proxy",
+    };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         size_t n = strlen(names[i]);
         if (strncasecmp(kv, names[i], n) == 0 && kv[n] == '=')
@@ -504,6 +514,13 @@ static char **make_env(void)
         "all_proxy=" RUN_PROXY_URL,
         "NO_PROXY=",
         "no_proxy=",
+        "npm_config_proxy=" RUN_PROXY_URL,
+        "npm_config_https_proxy=" RUN_PROXY_URL,
+        "npm_config_noproxy=",
+        "YARN_HTTP_PROXY=" RUN_PROXY_URL,
+        "YARN_HTTPS_PROXY=" RUN_PROXY_URL,
+        "PIP_PROXY=" RUN_PROXY_URL,
+        "CARGO_HTTP_PROXY=" RUN_PROXY_URL,
     };
     size_t n = 0;
     while (environ[n] != NULL)

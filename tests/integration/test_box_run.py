@@ -277,18 +277,31 @@ print(json.dumps({"ifs": socket.if_nameindex(), "routes": routes}))
 
 def test_proxy_environment(box, net):
     """Every proxy variable, either case, points at the relay, whatever the
-    caller had; NO_PROXY and no_proxy are empty."""
+    caller had; NO_PROXY and no_proxy are empty. So do those of tools that
+    read their own first (npm, yarn, pip, cargo): a caller's value, the
+    corporate proxy outside, was passed through, and the tool failed in the
+    box (left alone at stop 23)."""
     pol = box.policy(net.policy([]))
     names = ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY"]
     names += [n.lower() for n in names]
+    tools = ["npm_config_proxy", "npm_config_https_proxy", "npm_config_noproxy",
+             "YARN_HTTP_PROXY", "YARN_HTTPS_PROXY", "PIP_PROXY", "CARGO_HTTP_PROXY"]
+    upper = ["NPM_CONFIG_PROXY", "pip_proxy"]  # a caller's in another case
     code = "import json, os, sys; print(json.dumps({n: os.environ.get(n) for n in sys.argv[1:]}))"
-    p = box.run(["--policy", pol], None, cmd=[PY, "-c", code] + names,
+    p = box.run(["--policy", pol], None, cmd=[PY, "-c", code] + names + tools + upper,
                 env={"https_proxy": "http://127.0.0.1:9/", "ALL_PROXY": "socks5://127.0.0.1:9",
-                     "NO_PROXY": "*", "no_proxy": "example.test"})
+                     "NO_PROXY": "*", "no_proxy": "example.test",
+                     "npm_config_https_proxy": "http://127.0.0.1:9/", "npm_config_noproxy": "*",
+                     "NPM_CONFIG_PROXY": "http://127.0.0.1:9/", "pip_proxy": "127.0.0.1:9",
+                     "CARGO_HTTP_PROXY": "127.0.0.1:9"})
     o = Box.out(p)
     relay = "http://127.0.0.1:3128"
     assert o == {"HTTP_PROXY": relay, "HTTPS_PROXY": relay, "ALL_PROXY": relay, "NO_PROXY": "",
-                 "http_proxy": relay, "https_proxy": relay, "all_proxy": relay, "no_proxy": ""}
+                 "http_proxy": relay, "https_proxy": relay, "all_proxy": relay, "no_proxy": "",
+                 "npm_config_proxy": relay, "npm_config_https_proxy": relay,
+                 "npm_config_noproxy": "", "YARN_HTTP_PROXY": relay, "YARN_HTTPS_PROXY": relay,
+                 "PIP_PROXY": relay, "CARGO_HTTP_PROXY": relay,
+                 "NPM_CONFIG_PROXY": None, "pip_proxy": None}
 
 
 def test_inherited_descriptors_closed(box, net):
