@@ -16,11 +16,12 @@ enum embed {
     EMBED_NAT64_LOC, /* 64:ff9b:1::/48, local-use NAT64 prefixes (RFC 8215) */
     EMBED_6TO4,      /* 2002:aabb:ccdd::/48, 6to4 (RFC 3056) */
     EMBED_TEREDO,    /* 2001:0::/32, Teredo server and client (RFC 4380) */
+    EMBED_ISATAP,    /* any prefix with the interface id [0-3]00:5efe:a.b.c.d (RFC 5214) */
     EMBED_COUNT
 };
 
-static const char *const embed_names[EMBED_COUNT] = {"v4-compatible",   "v4-translated", "nat64",
-                                                     "nat64 local-use", "6to4",          "teredo"};
+static const char *const embed_names[EMBED_COUNT] = {
+    "v4-compatible", "v4-translated", "nat64", "nat64 local-use", "6to4", "teredo", "isatap"};
 
 struct range {
     struct cidr c;
@@ -199,6 +200,19 @@ static size_t embedded_v4(const struct ipaddr *a, struct ipaddr v4[4], enum embe
     return 0;
 }
 
+/* ISATAP (RFC 5214): under any /64, the interface identifier 0000:5efe
+ * (the u and g bits, 0x02 and 0x01 of its first byte, may be set) holds
+ * the IPv4 address that the prefix's ISATAP router, or this host's own
+ * ISATAP interface, tunnels the packet to. True when <a> has one, copied
+ * into <v4>. */
+static bool isatap_v4(const struct ipaddr *a, struct ipaddr *v4)
+{
+    if ((a->b[8] & ~0x03u) != 0 || a->b[9] != 0 || a->b[10] != 0x5e || a->b[11] != 0xfe)
+        return false;
+    v4_from(v4, a, 12, false);
+    return true;
+}
+
 static int add_names(struct range *r)
 {
     if (!r->v4)
@@ -300,6 +314,10 @@ bool addr_guard_denies(const struct addr_guard *g, const struct ipaddr *a, const
         size_t n = embedded_v4(a, v4, &kind);
         for (size_t i = 0; i < n && r == NULL; i++)
             r = find_deny(g, &v4[i], true);
+        if (r == NULL && isatap_v4(a, &v4[0])) {
+            kind = EMBED_ISATAP;
+            r = find_deny(g, &v4[0], true);
+        }
         if (r != NULL)
             name = r->embedded[kind];
     }

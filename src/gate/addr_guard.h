@@ -3,7 +3,7 @@
  * Built from a policy's network section: the deny set is the default set
  * (deny_ranges: default; see addr_guard.c for each range and why) plus any
  * extra deny_ranges; allow_ranges exempt addresses from it. An IPv6 address
- * that embeds an IPv4 address (NAT64, 6to4, Teredo, v4-compatible) is also
+ * that embeds an IPv4 address (NAT64, 6to4, Teredo, ISATAP, v4-compatible) is also
  * denied when the embedded address is in the IPv4 part of the deny set.
  * The resolver's answers and IP-literal targets both pass through here
  * before any connect() (reason private_address).

@@ -157,6 +157,8 @@ def test_answer_used(world):
     ("AAAA", "2002:a9fe:a9fe::1", "2002:a9fe:a9fe::1"),    # 6to4 of 169.254.169.254
     ("AAAA", "2001:0:4136:e378:8000:63bf:f5ff:fffe", "2001:0:4136:e378:8000:63bf:f5ff:fffe"),
     # ^ Teredo whose client address is 10.0.0.1 (stored inverted)
+    ("AAAA", "2001:4860:1:2:200:5efe:a00:1", "2001:4860:1:2:200:5efe:a00:1"),
+    # ^ ISATAP of 10.0.0.1 under a public /64
 ])
 def test_private_answer_refused(world, rtype, addr, logged):
     w = world({"priv.test": {rtype: [addr]}})

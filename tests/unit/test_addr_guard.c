@@ -224,6 +224,24 @@ static void test_teredo(void **state)
     addr_guard_free(g);
 }
 
+static void test_isatap(void **state)
+{
+    (void)state;
+    struct addr_guard *g = default_guard();
+    /* RFC 5214: the interface identifier 0000:5efe (0200:5efe when the
+     * IPv4 address is global; the u/g bits may be set) carries the IPv4
+     * address an ISATAP router tunnels the packet to, under any prefix. */
+    expect_denied(g, "2001:4860:1:2:0:5efe:7f00:1", "isatap of loopback");
+    expect_denied(g, "2001:4860:1:2:200:5efe:a00:5", "isatap of rfc1918");
+    expect_denied(g, "2a00:1450::100:5efe:a9fe:a9fe", "isatap of link-local");
+    expect_denied(g, "2a00:1450::300:5efe:c0a8:101", "isatap of rfc1918");
+    expect_allowed(g, "2001:4860:1:2:200:5efe:808:808");
+    /* Not an ISATAP identifier: other bits in the first 32. */
+    expect_allowed(g, "2001:4860:1:2:400:5efe:7f00:1");
+    expect_allowed(g, "2001:4860:1:2:1:5efe:7f00:1");
+    addr_guard_free(g);
+}
+
 static void test_allow_ranges(void **state)
 {
     (void)state;
@@ -303,12 +321,19 @@ static void test_null_name_and_free(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_default_v4),   cmocka_unit_test(test_default_v6),
-        cmocka_unit_test(test_v4_mapped),    cmocka_unit_test(test_v4_compatible),
-        cmocka_unit_test(test_nat64),        cmocka_unit_test(test_v4_translated),
-        cmocka_unit_test(test_6to4),         cmocka_unit_test(test_teredo),
-        cmocka_unit_test(test_allow_ranges), cmocka_unit_test(test_extra_deny),
-        cmocka_unit_test(test_no_default),   cmocka_unit_test(test_null_name_and_free),
+        cmocka_unit_test(test_default_v4),
+        cmocka_unit_test(test_default_v6),
+        cmocka_unit_test(test_v4_mapped),
+        cmocka_unit_test(test_v4_compatible),
+        cmocka_unit_test(test_nat64),
+        cmocka_unit_test(test_v4_translated),
+        cmocka_unit_test(test_6to4),
+        cmocka_unit_test(test_teredo),
+        cmocka_unit_test(test_isatap),
+        cmocka_unit_test(test_allow_ranges),
+        cmocka_unit_test(test_extra_deny),
+        cmocka_unit_test(test_no_default),
+        cmocka_unit_test(test_null_name_and_free),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
