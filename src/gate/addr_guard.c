@@ -28,7 +28,7 @@ struct range {
     const char *name; /* static, or <owned> */
     char *owned;
     char *embedded[EMBED_COUNT]; /* IPv4 ranges: "6to4 of loopback", ... */
-    bool v4;
+    bool v4;                     /* holds IPv4 addresses (see cidr_holds_v4()) */
 };
 
 struct addr_guard {
@@ -116,9 +116,12 @@ static bool is_v4(const struct ipaddr *a)
     return memcmp(a->b, v4_mapped, sizeof(v4_mapped)) == 0;
 }
 
-static bool cidr_is_v4(const struct cidr *c)
+/* True when <c> holds IPv4 addresses: an IPv4 range, or an IPv6 one
+ * holding ::ffff:0:0/96 (::/0 up to /95), which holds all of them. */
+static bool cidr_holds_v4(const struct cidr *c)
 {
-    return c->prefix >= 96 && is_v4(&c->addr);
+    static const struct ipaddr v4_zero = {{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff}};
+    return c->prefix >= 96 ? is_v4(&c->addr) : cidr_contains(c, &v4_zero);
 }
 
 /* Sets <out> to the IPv4 address made of the 32 bits of <a> starting at
@@ -255,7 +258,7 @@ struct addr_guard *addr_guard_new(const struct network_cfg *cfg)
         struct range *r = &g->deny[g->ndeny++];
         char buf[48];
         r->c = cfg->deny_ranges[i];
-        r->v4 = cidr_is_v4(&r->c);
+        r->v4 = cidr_holds_v4(&r->c);
         snprintf(buf, sizeof(buf), "network.deny_ranges[%zu]", i);
         if ((r->owned = strdup(buf)) == NULL)
             goto err;

@@ -306,6 +306,25 @@ static void test_no_default(void **state)
     addr_guard_free(g);
 }
 
+/* An IPv6 deny range that holds all of IPv4 (::ffff:0:0/96, which a
+ * prefix shorter than /96 may hold) denies the IPv4 addresses embedded in
+ * IPv6 as well, like an IPv4 range. */
+static void test_v6_range_over_ipv4(void **state)
+{
+    (void)state;
+    struct cidr deny[] = {cidr("::", 16), cidr("2606:4700::", 32)};
+    struct network_cfg cfg = {.default_deny_ranges = false, .deny_ranges = deny, .ndeny_ranges = 2};
+    struct addr_guard *g = addr_guard_new(&cfg);
+    assert_non_null(g);
+    expect_denied(g, "8.8.8.8", "network.deny_ranges[0]");
+    expect_denied(g, "64:ff9b::808:808", "nat64 of network.deny_ranges[0]");
+    expect_denied(g, "2002:808:808::1", "6to4 of network.deny_ranges[0]");
+    expect_denied(g, "2001:0:4136:e378:8000:63bf:f7f7:f7f7", "teredo of network.deny_ranges[0]");
+    expect_denied(g, "2606:4700::1111", "network.deny_ranges[1]");
+    expect_allowed(g, "2a00:1450::1");
+    addr_guard_free(g);
+}
+
 static void test_null_name_and_free(void **state)
 {
     (void)state;
@@ -333,6 +352,7 @@ int main(void)
         cmocka_unit_test(test_allow_ranges),
         cmocka_unit_test(test_extra_deny),
         cmocka_unit_test(test_no_default),
+        cmocka_unit_test(test_v6_range_over_ipv4),
         cmocka_unit_test(test_null_name_and_free),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
