@@ -94,14 +94,19 @@ void name_servers_retired_free(struct name_servers_retired *ret)
     ret->n = 0;
 }
 
-/* "IP:PORT" or "[V6]:PORT" for <sa>, into <out>. */
+/* "IP:PORT" or "[V6]:PORT" for <sa>, into <out>; "[V6%ZONE]:PORT" for a
+ * scoped (link-local) one, ZONE its interface index: the same address on
+ * another interface is another server. */
 static void format_server(const struct sockaddr *sa, char *out, size_t cap)
 {
     char ip[INET6_ADDRSTRLEN] = "?";
     if (sa->sa_family == AF_INET6) {
         const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)(const void *)sa;
+        char zone[16] = "";
         evutil_inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof(ip));
-        snprintf(out, cap, "[%s]:%u", ip, (unsigned)ntohs(s6->sin6_port));
+        if (s6->sin6_scope_id != 0)
+            snprintf(zone, sizeof(zone), "%%%u", (unsigned)s6->sin6_scope_id);
+        snprintf(out, cap, "[%s%s]:%u", ip, zone, (unsigned)ntohs(s6->sin6_port));
     } else {
         const struct sockaddr_in *s4 = (const struct sockaddr_in *)(const void *)sa;
         evutil_inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof(ip));

@@ -1261,6 +1261,40 @@ static void test_reload_rereads_resolv_conf(void **state)
     event_base_free(base);
 }
 
+/* A link-local server of resolv.conf is known by its zone too: a reload
+ * after its interface changed opens it anew, on the new interface, and
+ * /metrics tells the two apart. No lookup is made: nothing is sent. */
+static void test_reload_sees_a_new_zone(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char path[64];
+    snprintf(path, sizeof(path), "/tmp/sluice-test-resolv.XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    write_resolv_conf(path, "fe80::53%1");
+    test_resolv_conf = path;
+    struct dns_cfg none = {0};
+
+    struct resolver *r = new_resolver(base, NULL, NULL, 0);
+    assert_int_equal(r->nns, 1);
+    assert_string_equal(r->ns[0].st.addr, "[fe80::53%1]:53");
+    struct name_server *before = r->ns;
+    assert_int_equal(resolver_reload(r, &none), 0);
+    assert_ptr_equal(r->ns, before);
+
+    write_resolv_conf(path, "fe80::53%2");
+    assert_int_equal(resolver_reload(r, &none), 0);
+    assert_int_equal(r->nns, 1);
+    assert_string_equal(r->ns[0].st.addr, "[fe80::53%2]:53");
+
+    resolver_free(r);
+    unlink(path);
+    test_resolv_conf = "/nonexistent/resolv.conf";
+    event_base_free(base);
+}
+
 static void test_cache_static_and_reload(void **state)
 {
     (void)state;
@@ -1368,6 +1402,7 @@ int main(void)
         cmocka_unit_test(test_no_servers),
         cmocka_unit_test(test_resolv_conf_servers),
         cmocka_unit_test(test_reload_rereads_resolv_conf),
+        cmocka_unit_test(test_reload_sees_a_new_zone),
         cmocka_unit_test(test_bad_server),
         cmocka_unit_test(test_reload),
         cmocka_unit_test(test_failover),
