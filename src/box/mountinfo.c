@@ -245,10 +245,58 @@ bad:
     return -1;
 }
 
+/* The entries of the mountinfo being indexed, for the qsort comparators. */
+static const struct mountinfo_entry *sort_v;
+
+static int cmp_size(size_t a, size_t b)
+{
+    return a < b ? -1 : a > b;
+}
+
+static int cmp_id(const void *pa, const void *pb)
+{
+    size_t a = *(const size_t *)pa, b = *(const size_t *)pb;
+    if (sort_v[a].id != sort_v[b].id)
+        return sort_v[a].id < sort_v[b].id ? -1 : 1;
+    return cmp_size(a, b);
+}
+
+static int cmp_parent(const void *pa, const void *pb)
+{
+    size_t a = *(const size_t *)pa, b = *(const size_t *)pb;
+    if (sort_v[a].parent != sort_v[b].parent)
+        return sort_v[a].parent < sort_v[b].parent ? -1 : 1;
+    int c = strcmp(sort_v[a].mount_point, sort_v[b].mount_point);
+    return c != 0 ? c : cmp_size(a, b);
+}
+
+/* Makes mi->by_id and mi->by_parent; without memory for them, none (the
+ * check scans). */
+static void make_index(struct mountinfo *mi)
+{
+    if (mi->n == 0)
+        return;
+    mi->by_id = malloc(mi->n * sizeof(size_t));
+    mi->by_parent = malloc(mi->n * sizeof(size_t));
+    if (mi->by_id == NULL || mi->by_parent == NULL) {
+        free(mi->by_id);
+        free(mi->by_parent);
+        mi->by_id = mi->by_parent = NULL;
+        return;
+    }
+    for (size_t i = 0; i < mi->n; i++)
+        mi->by_id[i] = mi->by_parent[i] = i;
+    sort_v = mi->v;
+    qsort(mi->by_id, mi->n, sizeof(size_t), cmp_id);
+    qsort(mi->by_parent, mi->n, sizeof(size_t), cmp_parent);
+    sort_v = NULL;
+}
+
 int mountinfo_parse(const char *data, size_t len, struct mountinfo *out, char *err, size_t errlen)
 {
     out->v = NULL;
     out->n = 0;
+    out->by_id = out->by_parent = NULL;
     if (len > MOUNTINFO_MAX_BYTES) {
         snprintf(err, errlen, "line 1: file: larger than %u bytes", MOUNTINFO_MAX_BYTES);
         return -1;
@@ -293,6 +341,7 @@ int mountinfo_parse(const char *data, size_t len, struct mountinfo *out, char *e
         out->n++;
         pos += n + (nl != NULL ? 1 : 0);
     }
+    make_index(out);
     return 0;
 }
 
@@ -303,7 +352,10 @@ void mountinfo_free(struct mountinfo *mi)
     for (size_t i = 0; i < mi->n; i++)
         free_entry(&mi->v[i]);
     free(mi->v);
+    free(mi->by_id);
+    free(mi->by_parent);
     mi->v = NULL;
+    mi->by_id = mi->by_parent = NULL;
     mi->n = 0;
 }
 
@@ -328,20 +380,73 @@ bool mountinfo_is_writable(const struct mountinfo_entry *e)
     return mountinfo_opt_has(e->mount_opts, "rw") && !mountinfo_opt_has(e->super_opts, "ro");
 }
 
+/* The first position in mi->by_parent whose entry is not below (parent,
+ * mount_point) in its order. */
+static size_t first_child(const struct mountinfo *mi, unsigned parent, const char *mount_point)
+{
+    size_t lo = 0, hi = mi->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const struct mountinfo_entry *c = &mi->v[mi->by_parent[mid]];
+        if (c->parent < parent || (c->parent == parent && strcmp(c->mount_point, mount_point) < 0))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Whether a mount other than <e> and <from> has <e> for parent and <e>'s
+ * mount point (it sits on top of <e>); and in <*parent> the last entry
+ * whose id is <e>'s parent (none when that is <e>'s own id). With the
+ * index: a search, not a scan of every mount for every mount (100000 of
+ * them took minutes). */
+static bool on_top(const struct mountinfo *mi, const struct mountinfo_entry *e,
+                   const struct mountinfo_entry *from, const struct mountinfo_entry **parent)
+{
+    *parent = NULL;
+    if (mi->by_id == NULL) {
+        bool top = false;
+        for (size_t i = 0; i < mi->n; i++) {
+            if (mi->v[i].parent == e->id && mi->v[i].id != e->id && &mi->v[i] != from &&
+                strcmp(mi->v[i].mount_point, e->mount_point) == 0)
+                top = true;
+            if (mi->v[i].id == e->parent && e->parent != e->id)
+                *parent = &mi->v[i];
+        }
+        return top;
+    }
+    for (size_t k = first_child(mi, e->id, e->mount_point); k < mi->n; k++) {
+        const struct mountinfo_entry *c = &mi->v[mi->by_parent[k]];
+        if (c->parent != e->id || strcmp(c->mount_point, e->mount_point) != 0)
+            break;
+        if (c->id != e->id && c != from)
+            return true;
+    }
+    if (e->parent == e->id)
+        return false;
+    size_t lo = 0, hi = mi->n; /* past the last entry of id e->parent */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (mi->v[mi->by_id[mid]].id <= e->parent)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo > 0 && mi->v[mi->by_id[lo - 1]].id == e->parent)
+        *parent = &mi->v[mi->by_id[lo - 1]];
+    return false;
+}
+
 /* True when a mount sits on top of <e> at the same place (it was mounted
  * over, as /dev/pts often is twice), or on top of one of its ancestors'. */
 bool mountinfo_is_covered(const struct mountinfo *mi, const struct mountinfo_entry *e)
 {
     const struct mountinfo_entry *from = NULL; /* the child the walk came up from */
     for (int depth = 0; e != NULL && depth < 64; depth++) {
-        const struct mountinfo_entry *parent = NULL;
-        for (size_t i = 0; i < mi->n; i++) {
-            if (mi->v[i].parent == e->id && mi->v[i].id != e->id && &mi->v[i] != from &&
-                strcmp(mi->v[i].mount_point, e->mount_point) == 0)
-                return true;
-            if (mi->v[i].id == e->parent && e->parent != e->id)
-                parent = &mi->v[i];
-        }
+        const struct mountinfo_entry *parent;
+        if (on_top(mi, e, from, &parent))
+            return true;
         from = e;
         e = parent;
     }

@@ -33,6 +33,10 @@ struct mountinfo_entry {
 struct mountinfo {
     struct mountinfo_entry *v;
     size_t n;
+    /* Made by mountinfo_parse() for mountinfo_is_covered(), which scans
+     * <v> when they are NULL: the positions in <v> sorted by id, and by
+     * (parent, mount point). */
+    size_t *by_id, *by_parent;
 };
 
 /* Parses <len> bytes at <data> into <out> (which the caller frees with

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -171,6 +172,42 @@ static void test_covered(void **state)
     mountinfo_free(&mi);
 }
 
+/* As many mounts as the kernel lets a namespace hold (fs.mount-max, 100000,
+ * which an agent in a user namespace of its own can reach): the check of
+ * every mount is not quadratic in their number (it was: minutes, as many
+ * as the integration tests' timeout for `sluice audit mounts --pid`). */
+static void test_covered_many(void **state)
+{
+    (void)state;
+    size_t n = MOUNTINFO_MAX_ENTRIES, cap = n * 64, len = 0;
+    char *text = malloc(cap);
+    assert_non_null(text);
+    len += (size_t)snprintf(text + len, cap - len, "1 0 8:1 / / rw - ext4 /dev/sda rw\n");
+    /* half of them a chain, each on the one before (/c, /c/c ...: the
+     * deepest has a long walk up), the rest side by side, every tenth of
+     * those mounted over by the next */
+    for (unsigned i = 2; i <= n; i++) {
+        if (i <= n / 2)
+            len += (size_t)snprintf(text + len, cap - len, "%u %u 0:1 / /c%u rw - t t rw\n", i,
+                                    i - 1, i % 50);
+        else
+            len += (size_t)snprintf(text + len, cap - len, "%u %u 0:1 / /m/%u rw - t t rw\n", i,
+                                    i % 10 == 1 ? i - 1 : 1, i % 10 == 1 ? i - 1 : i);
+    }
+    struct mountinfo mi;
+    char err[256];
+    assert_int_equal(mountinfo_parse(text, len, &mi, err, sizeof(err)), 0);
+    assert_int_equal(mi.n, n);
+    size_t covered = 0;
+    for (size_t i = 0; i < mi.n; i++)
+        covered += mountinfo_is_covered(&mi, &mi.v[i]);
+    assert_int_equal(covered, n / 2 / 10 - 1); /* /m/N for N % 10 == 0, n/2 < N < n */
+    assert_false(mountinfo_is_covered(&mi, &mi.v[n / 2 - 1]));
+    assert_true(mountinfo_is_covered(&mi, &mi.v[n / 2 + 9])); /* id n/2 + 10, under id n/2 + 11 */
+    mountinfo_free(&mi);
+    free(text);
+}
+
 struct bad_lines {
     unsigned lines[16];
     char msgs[16][128];
@@ -253,8 +290,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_real_lines), cmocka_unit_test(test_parse_errors),
         cmocka_unit_test(test_parse_limits),     cmocka_unit_test(test_opt_has),
-        cmocka_unit_test(test_covered),          cmocka_unit_test(test_justify),
-        cmocka_unit_test(test_justify_errors),
+        cmocka_unit_test(test_covered),          cmocka_unit_test(test_covered_many),
+        cmocka_unit_test(test_justify),          cmocka_unit_test(test_justify_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
