@@ -131,12 +131,16 @@ static int parse_line(const char *p, size_t n, unsigned lineno, struct mountinfo
             i++;
             continue;
         }
-        if (p[i] == '\t' || p[i] == '\0' || p[i] == '\r') {
+        /* The kernel escapes a tab (and a line end) wherever it may
+         * appear and never writes a NUL; any other byte, a carriage return
+         * or another control character in a mount point, a source, a fuse
+         * subtype or an option value, it writes as it is. */
+        if (p[i] == '\t' || p[i] == '\0') {
             why = "unexpected control character";
             goto bad;
         }
         size_t start = i;
-        while (i < n && p[i] != ' ' && p[i] != '\t' && p[i] != '\0' && p[i] != '\r')
+        while (i < n && p[i] != ' ' && p[i] != '\t' && p[i] != '\0')
             i++;
         if (nf >= MAX_FIELDS) {
             why = "too many fields";
@@ -219,21 +223,13 @@ static int parse_line(const char *p, size_t n, unsigned lineno, struct mountinfo
         off += f[k].n;
     }
     e->optional[off] = '\0';
-    field = "fstype";
-    if (!opts_ok(&f[sep + 1])) {
-        why = "not printable";
-        goto bad;
-    }
+    field = "fstype"; /* "fuse.SUBTYPE": the subtype is the mounter's, any bytes */
     if ((e->fstype = dup_bytes(f[sep + 1].p, f[sep + 1].n)) == NULL)
         goto oom;
     field = "source";
     if ((e->source = decode_path(&f[sep + 2], false, &why)) == NULL)
         goto bad;
-    field = "super_options";
-    if (!opts_ok(&f[sep + 3])) {
-        why = "empty or not printable";
-        goto bad;
-    }
+    field = "super_options"; /* upperdir=PATH, ...: the mounter's bytes */
     if ((e->super_opts = dup_bytes(f[sep + 3].p, f[sep + 3].n)) == NULL)
         goto oom;
     e->line = lineno;

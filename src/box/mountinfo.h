@@ -5,7 +5,9 @@
  *   ID PARENT MAJOR:MINOR ROOT MOUNT_POINT MOUNT_OPTS [OPTIONAL...] - FSTYPE SOURCE SUPER_OPTS
  * ROOT, MOUNT_POINT and SOURCE escape space, tab, newline and backslash as
  * \040 \011 \012 \134; the parser decodes them (and refuses any other
- * escape, a NUL byte, or a decoded path that is not absolute). Inputs are
+ * escape, a NUL byte, or a decoded path that is not absolute). Other
+ * control characters (a carriage return) are written as they are, there
+ * and in FSTYPE and SUPER_OPTS, and kept as they are. Inputs are
  * not NUL-terminated; every string the parser returns is. */
 #ifndef SLUICE_BOX_MOUNTINFO_H
 #define SLUICE_BOX_MOUNTINFO_H

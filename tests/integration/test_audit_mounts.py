@@ -113,6 +113,37 @@ def test_text_names_cannot_forge_lines(run_sluice, tmp_path):
     assert lines[2] == "result: 3 mounts, 2 writable, 2 unjustified"
 
 
+def test_raw_control_characters_the_kernel_writes_are_read(run_sluice, tmp_path):
+    # The kernel escapes only space, tab, line end and backslash in a mount
+    # point or source (and ",= \t\n\\" in option values such as overlay's
+    # upperdir=): a carriage return or any other control character is
+    # written as it is. What `unshare -rm` and a mount on /tmp/a<CR>b wrote
+    # on this machine, with a fuse subtype and an overlay upperdir holding
+    # them too: each such mount is listed (the carriage return shown as
+    # \015), not the whole audit refused with "unexpected control character",
+    # which any process could cause by naming a directory so in a mount
+    # namespace of its own.
+    mi = tmp_path / "mountinfo"
+    mi.write_bytes(b"22 1 254:1 / / ro - ext4 /dev/vda1 rw\n"
+                   b"66 22 0:40 / /tmp/a\rb rw,relatime - tmpfs x\ry rw\n"
+                   b"67 22 0:41 / /tmp/c\x01d rw - fuse.s\rt src rw,user_id=0\n"
+                   b"68 22 0:42 / /tmp/o rw - overlay overlay rw,upperdir=/u\rp\x01q\n")
+    r = run_sluice("audit", "mounts", "--mountinfo", mi)
+    assert r.returncode == 1, r.stderr
+    assert r.stdout.splitlines() == [
+        "UNJUSTIFIED  /tmp/a\\015b (tmpfs x\\015y, rw,relatime)",
+        "UNJUSTIFIED  /tmp/c\\001d (fuse.s\\015t src, rw)",
+        "UNJUSTIFIED  /tmp/o (overlay overlay, rw)",
+        "result: 4 mounts, 3 writable, 3 unjustified",
+    ]
+    r = run_sluice("audit", "mounts", "--mountinfo", mi, "--format", "json")
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    assert [m["mount_point"] for m in doc["writable"]] == ["/tmp/a\rb", "/tmp/c\x01d", "/tmp/o"]
+    assert doc["writable"][1]["fstype"] == "fuse.s\rt"
+    assert doc["writable"][2]["super_options"] == "rw,upperdir=/u\rp\x01q"
+
+
 def test_nothing_writable(run_sluice, tmp_path):
     mi = write(tmp_path, "mountinfo", "22 1 254:1 / / ro - ext4 /dev/vda1 rw\n")
     r = run_sluice("audit", "mounts", "--mountinfo", mi, "--format", "json")
