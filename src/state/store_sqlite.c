@@ -1,6 +1,7 @@
 /* store_sqlite: the state store on SQLite (see store.h).
  *
- * Layout (schema version 1, in table meta):
+ * Layout (schema version 1, in table meta; a store of another version is
+ * not used):
  *   meta(key TEXT PRIMARY KEY, value TEXT)
  *   first_contact(agent TEXT, host TEXT, first_ms INTEGER, PRIMARY KEY(agent, host))
  *   baseline(agent TEXT PRIMARY KEY, req_avg REAL, bytes_avg REAL, since_ms INTEGER,
@@ -86,14 +87,27 @@ static const char schema[] =
     " body TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, created_ms INTEGER NOT NULL);"
     "CREATE TABLE IF NOT EXISTS counter(name TEXT PRIMARY KEY, value INTEGER NOT NULL);";
 
-/* Whether meta holds the schema version (a store made before needs no write
- * to open): SQLITE_ROW, SQLITE_DONE, or the error. */
-static int schema_row(sqlite3 *db)
+/* The schema version meta holds (a store made before needs no write to
+ * open), into <ver>: SQLITE_ROW, SQLITE_DONE when there is none (no meta
+ * table yet: a new store), or the error. */
+static int schema_row(sqlite3 *db, char *ver, size_t verlen)
 {
     sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(db, "SELECT 1 FROM meta WHERE key = 'schema'", -1, &st, NULL);
+    int rc = sqlite3_prepare_v2(
+        db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'", -1, &st, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    st = NULL;
+    if (rc != SQLITE_ROW)
+        return rc;
+    rc = sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'schema'", -1, &st, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        const unsigned char *v = sqlite3_column_text(st, 0);
+        snprintf(ver, verlen, "%s", v != NULL ? (const char *)v : "");
+    }
     sqlite3_finalize(st);
     return rc;
 }
@@ -158,6 +172,25 @@ static int open_db(const char *path, sqlite3 **db, char **why)
                       "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF;"
                       "PRAGMA wal_autocheckpoint=1000;",
                       NULL, NULL, NULL);
+    /* A store of another schema (a newer sluice's) is not ours to write:
+     * its tables may hold columns this one would not fill, and every commit
+     * would fail. It is left as it is, not moved aside. */
+    char ver[32] = "";
+    if (rc == SQLITE_OK) {
+        rc = schema_row(*db, ver, sizeof(ver));
+        if (rc == SQLITE_ROW && strcmp(ver, "1") != 0) {
+            char buf[160];
+            snprintf(buf, sizeof(buf),
+                     "it has schema %s, and this sluice knows schema %d only (a store made by "
+                     "another version of sluice): not used",
+                     ver, STORE_SCHEMA);
+            *why = strdup(buf);
+            sqlite3_close(*db);
+            *db = NULL;
+            return SQLITE_ERROR;
+        }
+        rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+    }
     /* CREATE TABLE IF NOT EXISTS writes nothing when the tables are there,
      * and an INSERT takes the write lock even when it inserts nothing: a
      * store opened while another process holds that lock (the sqlite3
@@ -165,14 +198,9 @@ static int open_db(const char *path, sqlite3 **db, char **why)
      * instead of leaving the gateway without a store for its whole run. */
     if (rc == SQLITE_OK)
         rc = sqlite3_exec(*db, schema, NULL, NULL, NULL);
-    if (rc == SQLITE_OK) {
-        rc = schema_row(*db);
-        if (rc == SQLITE_DONE)
-            rc = sqlite3_exec(*db, "INSERT INTO meta(key, value) VALUES('schema', '1')", NULL, NULL,
-                              NULL);
-        else if (rc == SQLITE_ROW)
-            rc = SQLITE_OK;
-    }
+    if (rc == SQLITE_OK && ver[0] == '\0')
+        rc = sqlite3_exec(*db, "INSERT INTO meta(key, value) VALUES('schema', '1')", NULL, NULL,
+                          NULL);
     if (rc != SQLITE_OK)
         goto err;
     /* The webhook's sweep reads a sink's oldest rows (store_load_queue_of):

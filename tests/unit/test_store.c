@@ -189,6 +189,50 @@ static void corrupt_is_moved_aside(void **state)
     globfree(&g);
 }
 
+static sqlite3 *other_connection(const char *sql);
+
+/* A store whose meta says another schema (a newer sluice's, its queue with
+ * a column this one does not fill) is not used, nor moved aside: before,
+ * it was opened as schema 1 and every commit then failed ("NOT NULL
+ * constraint failed"), the writes piling up until they were dropped. */
+static void another_schema_is_not_used(void **state)
+{
+    (void)state;
+    store_close(open_ok(dir));
+    sqlite3 *db =
+        other_connection("UPDATE meta SET value = '2' WHERE key = 'schema';"
+                         "ALTER TABLE alert_queue ADD COLUMN origin TEXT NOT NULL DEFAULT '';"
+                         "INSERT INTO first_contact VALUES('a', 'h', 1);");
+    sqlite3_close(db);
+    char *err = NULL, *warn = NULL;
+    assert_null(store_open(dir, &err, &warn));
+    assert_null(warn);
+    assert_non_null(err);
+    assert_non_null(strstr(err, "schema 2"));
+    assert_non_null(strstr(err, "this sluice knows schema 1"));
+    free(err);
+    /* left as it was: still schema 2, its row there, nothing moved aside */
+    db = other_connection("SELECT 1");
+    sqlite3_stmt *st;
+    assert_int_equal(sqlite3_prepare_v2(db,
+                                        "SELECT (SELECT value FROM meta WHERE key = 'schema'),"
+                                        " (SELECT count(*) FROM first_contact)",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    assert_string_equal((const char *)sqlite3_column_text(st, 0), "2");
+    assert_int_equal(sqlite3_column_int(st, 1), 1);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    char pat[160];
+    glob_t g;
+    snprintf(pat, sizeof(pat), "%s/%s.corrupt-*", dir, STORE_FILE);
+    assert_int_equal(glob(pat, 0, NULL, &g), GLOB_NOMATCH);
+    /* schema 1 again: used */
+    sqlite3_close(other_connection("UPDATE meta SET value = '1' WHERE key = 'schema'"));
+    store_close(open_ok(dir));
+}
+
 static void unusable_paths(void **state)
 {
     (void)state;
@@ -576,6 +620,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(corrupt_is_moved_aside, setup, teardown),
+        cmocka_unit_test_setup_teardown(another_schema_is_not_used, setup, teardown),
         cmocka_unit_test_setup_teardown(unusable_paths, setup, teardown),
         cmocka_unit_test_setup_teardown(write_failure_keeps_writes, setup, teardown),
         cmocka_unit_test_setup_teardown(opened_while_another_process_writes, setup, teardown),
