@@ -9,9 +9,10 @@
  * transaction by store_flush(), which the caller runs on a timer: the
  * event loop never waits on a write per request.
  *
- * A missing database is created (and DIR with it, mode 0750). A database
- * that is not SQLite or fails its integrity check is moved aside to
- * sluice.db.corrupt-<unix time> and a new one created; the warning says so.
+ * A missing database is created (and DIR with it, mode 0750); a DIR
+ * writable by every user is refused. A database that is not SQLite or fails
+ * its integrity check is moved aside to sluice.db.corrupt-<unix time> and a
+ * new one created; the warning says so.
  *
  * Owns: the database handle and the queue of writes not yet committed. */
 #ifndef SLUICE_STATE_STORE_H

@@ -284,6 +284,15 @@ struct store *store_open(const char *dir, char **err, char **warn)
     } else if (!S_ISDIR(st.st_mode)) {
         *err = msg("%s: %s", dir, "not a directory");
         return NULL;
+    } else if (st.st_mode & S_IWOTH) {
+        /* Any user could put a store of their own there (first contacts
+         * that keep alerts quiet), a symbolic link in place of sluice.db
+         * (followed by a gateway started as root), or take the lock. */
+        *err = msg("%s: the state directory is writable by every user (mode %04o): another user "
+                   "could put a store of their own or a symbolic link there; use a directory "
+                   "of sluice's own",
+                   dir, (unsigned)(st.st_mode & 07777));
+        return NULL;
     }
     s = calloc(1, sizeof(*s));
     if (s == NULL)

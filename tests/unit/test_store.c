@@ -233,6 +233,38 @@ static void another_schema_is_not_used(void **state)
     store_close(open_ok(dir));
 }
 
+/* A directory every user can write (a sticky one too, such as /tmp) is not
+ * used: any user could put a store of their own there (first contacts that
+ * keep an agent's alerts quiet), a symbolic link in place of sluice.db (a
+ * gateway started as root then creates its files where that points), or
+ * take sluice.lock first. */
+static void a_world_writable_directory_is_not_used(void **state)
+{
+    (void)state;
+    char sub[128];
+    snprintf(sub, sizeof(sub), "%s/shared", dir);
+    static const mode_t modes[] = {0777, 01777, 0757};
+    for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+        assert_int_equal(mkdir(sub, 0700), 0);
+        assert_int_equal(chmod(sub, modes[i]), 0);
+        char *err = NULL, *warn = NULL;
+        assert_null(store_open(sub, &err, &warn));
+        assert_non_null(err);
+        assert_non_null(strstr(err, "writable by every user"));
+        free(err);
+        char path[160];
+        snprintf(path, sizeof(path), "%s/%s", sub, STORE_FILE);
+        assert_int_equal(access(path, F_OK), -1); /* nothing made there */
+        snprintf(path, sizeof(path), "%s/sluice.lock", sub);
+        assert_int_equal(access(path, F_OK), -1);
+        assert_int_equal(rmdir(sub), 0);
+    }
+    /* group-writable, or the owner's alone: used */
+    assert_int_equal(mkdir(sub, 0700), 0);
+    assert_int_equal(chmod(sub, 0770), 0);
+    store_close(open_ok(sub));
+}
+
 static void unusable_paths(void **state)
 {
     (void)state;
@@ -621,6 +653,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(corrupt_is_moved_aside, setup, teardown),
         cmocka_unit_test_setup_teardown(another_schema_is_not_used, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_world_writable_directory_is_not_used, setup, teardown),
         cmocka_unit_test_setup_teardown(unusable_paths, setup, teardown),
         cmocka_unit_test_setup_teardown(write_failure_keeps_writes, setup, teardown),
         cmocka_unit_test_setup_teardown(opened_while_another_process_writes, setup, teardown),
