@@ -15,8 +15,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define MOUNTINFO_MAX_BYTES    (16u * 1024 * 1024) /* a whole file */
-#define MOUNTINFO_MAX_LINE     16384
+#define MOUNTINFO_MAX_BYTES (16u * 1024 * 1024) /* a whole file */
+/* A line: room for three paths of PATH_MAX (root, mount point, source)
+ * and a page of super options, every byte of each escaped as \ooo (a bind
+ * mount of a deep directory of spaces writes over 30 KiB). */
+#define MOUNTINFO_MAX_LINE     (128 * 1024)
 #define MOUNTINFO_MAX_ENTRIES  100000
 #define MOUNTINFO_MAX_OPTIONAL 32
 

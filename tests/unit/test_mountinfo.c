@@ -124,6 +124,43 @@ static void test_parse_limits(void **state)
     mountinfo_free(&mi);
 }
 
+/* The longest paths a mount can have (PATH_MAX less the NUL), every byte a
+ * space the kernel writes as \040, as its root, its mount point and its
+ * source, and a page of options: a line such as `unshare -rm` and a bind
+ * mount of a deep directory of spaces make (30138 bytes on this machine),
+ * which was refused as longer than 16384 bytes, failing the whole audit. */
+static void test_parse_longest_paths(void **state)
+{
+    (void)state;
+    size_t cap = 3 * 4095 * 4 + 4096 + 256, len = 0;
+    char *line = malloc(cap);
+    assert_non_null(line);
+    len += (size_t)snprintf(line, cap, "22 1 0:5 ");
+    for (int field = 0; field < 3; field++) {
+        line[len++] = '/';
+        for (int i = 1; i < 4095; i++) {
+            memcpy(line + len, "\\040", 4);
+            len += 4;
+        }
+        len += (size_t)snprintf(line + len, cap - len, field == 1 ? " rw - tmpfs " : " ");
+    }
+    len += (size_t)snprintf(line + len, cap - len, "rw,");
+    memset(line + len, 'o', 4092);
+    len += 4092;
+    struct mountinfo mi;
+    char err[256] = "";
+    if (mountinfo_parse(line, len, &mi, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    assert_int_equal(mi.n, 1);
+    assert_int_equal(strlen(mi.v[0].root), 4095);
+    assert_int_equal(strlen(mi.v[0].mount_point), 4095);
+    assert_int_equal(strlen(mi.v[0].source), 4095);
+    assert_int_equal(strlen(mi.v[0].super_opts), 4095);
+    assert_true(mountinfo_is_writable(&mi.v[0]));
+    mountinfo_free(&mi);
+    free(line);
+}
+
 static void test_opt_has(void **state)
 {
     (void)state;
@@ -289,9 +326,10 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_real_lines), cmocka_unit_test(test_parse_errors),
-        cmocka_unit_test(test_parse_limits),     cmocka_unit_test(test_opt_has),
-        cmocka_unit_test(test_covered),          cmocka_unit_test(test_covered_many),
-        cmocka_unit_test(test_justify),          cmocka_unit_test(test_justify_errors),
+        cmocka_unit_test(test_parse_limits),     cmocka_unit_test(test_parse_longest_paths),
+        cmocka_unit_test(test_opt_has),          cmocka_unit_test(test_covered),
+        cmocka_unit_test(test_covered_many),     cmocka_unit_test(test_justify),
+        cmocka_unit_test(test_justify_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
