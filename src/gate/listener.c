@@ -13,7 +13,11 @@
 
 #include <event2/listener.h>
 
-#define LISTEN_BACKLOG 511
+#include "util/units.h"
+
+#define LISTEN_BACKLOG       511
+#define ACCEPT_BACKOFF_MS    100   /* the pause after a failed accept() */
+#define ACCEPT_WARN_EVERY_MS 60000 /* how often that is told */
 
 struct listener {
     struct listen_addr addr;
@@ -22,6 +26,8 @@ struct listener {
     listener_accept_fn fn;
     void *arg;
     bool unspecified; /* bound to 0.0.0.0 or :: */
+    bool warned;      /* a failed accept() was told, at <warned_ms> */
+    uint64_t warned_ms;
 };
 
 void sockaddr_format(const struct sockaddr *sa, char *out, size_t outlen)
@@ -190,13 +196,23 @@ static void on_resume(evutil_socket_t fd, short what, void *arg)
     evconnlistener_enable(l->lev);
 }
 
-/* accept() failed (EMFILE, ENFILE, ENOBUFS...): back off instead of spinning. */
+/* accept() failed (EMFILE, ENFILE, ENOBUFS...): back off instead of
+ * spinning, and say so once a minute, not at every pause (ten lines a
+ * second for as long as the descriptors are short). */
 static void on_accept_error(struct evconnlistener *lev, void *arg)
 {
     struct listener *l = arg;
-    static const struct timeval backoff = {0, 100 * 1000};
+    static const struct timeval backoff = {0, ACCEPT_BACKOFF_MS * 1000};
     int err = EVUTIL_SOCKET_ERROR();
-    fprintf(stderr, "sluice: accept on %s: %s\n", l->addr.text, evutil_socket_error_to_string(err));
+    uint64_t now = monotonic_ms();
+    if (!l->warned || now - l->warned_ms >= ACCEPT_WARN_EVERY_MS) {
+        fprintf(stderr,
+                "sluice: accept on %s: %s: pausing for %d ms at a time (told at most once a "
+                "minute)\n",
+                l->addr.text, evutil_socket_error_to_string(err), ACCEPT_BACKOFF_MS);
+        l->warned = true;
+        l->warned_ms = now;
+    }
     evconnlistener_disable(lev);
     evtimer_add(l->pause_timer, &backoff);
 }

@@ -1251,3 +1251,31 @@ def test_a_download_given_up_on_counts_what_the_client_got(gateway, net):
             s.close()
         _, end = gw.decided(path="/down")
         assert end["status"] == 200 and 0 < end["bytes_down"] == n < big, (end, n)
+
+
+def test_accept_errors_are_told_once_a_minute(gateway, net):
+    # When accept() fails (EMFILE here: the gateway's soft descriptor limit
+    # is lowered under it, and put back afterwards), the listener pauses
+    # 100 ms at a time, and says so once a minute. Before, each pause wrote
+    # its own line to standard error: ten a second for as long as the
+    # descriptors were short (36,000 lines an hour).
+    gw = gateway(net.policy([api_rule(net)]))
+    pid = gw.proc.pid
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    socks = []
+    try:
+        nfds = len(os.listdir("/proc/%d/fd" % pid))
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (nfds + 3, hard))
+        for _ in range(10):
+            socks.append(socket.create_connection(("127.0.0.1", gw.port), timeout=2))
+        poll(lambda: "Too many open files" in gw.stderr() or None, timeout=5,
+             what="the accept error told")
+        time.sleep(1.5)  # fifteen pauses
+    finally:
+        for s in socks:
+            s.close()
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+    told = [ln for ln in gw.stderr().splitlines() if "Too many open files" in ln]
+    assert told == ["sluice: accept on 127.0.0.1:%d: Too many open files: pausing for 100 ms "
+                    "at a time (told at most once a minute)" % gw.port], told
+    assert request(gw, "GET", net.url("/after")).status == 200
