@@ -217,6 +217,20 @@ static void on_accept_error(struct evconnlistener *lev, void *arg)
     evtimer_add(l->pause_timer, &backoff);
 }
 
+/* True when a server listens on the unix socket at <a>: a connection to
+ * it is accepted, or waits in its full backlog. A stale socket (its server
+ * gone without removing it) refuses it. */
+static bool unix_in_use(const struct listen_addr *a)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return false;
+    bool used = connect(fd, (const struct sockaddr *)&a->ss, a->sslen) == 0 || errno == EAGAIN ||
+                errno == EINPROGRESS;
+    close(fd);
+    return used;
+}
+
 static evutil_socket_t open_unix(const struct listen_addr *a, char *err, size_t errlen)
 {
     const struct sockaddr_un *un = (const struct sockaddr_un *)(const void *)&a->ss;
@@ -224,6 +238,12 @@ static evutil_socket_t open_unix(const struct listen_addr *a, char *err, size_t 
     if (lstat(un->sun_path, &st) == 0) {
         if (!S_ISSOCK(st.st_mode)) {
             snprintf(err, errlen, "%s: exists and is not a socket", a->text);
+            return -1;
+        }
+        /* Removing a live one would leave its server (another gateway)
+         * serving nobody, and that server's exit would remove ours. */
+        if (unix_in_use(a)) {
+            snprintf(err, errlen, "%s: in use by another server", a->text);
             return -1;
         }
         unlink(un->sun_path); /* a stale socket from an earlier run */

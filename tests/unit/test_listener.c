@@ -135,9 +135,24 @@ static void test_unix_socket(void **state)
     assert_int_equal(lstat(path, &st), -1);
     listener_free(l);
 
-    /* a stale socket file is replaced */
+    /* a stale socket file (its server gone without removing it) is replaced */
+    int stale = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_true(stale >= 0);
+    assert_int_equal(bind(stale, (const struct sockaddr *)&a.ss, a.sslen), 0);
+    close(stale);
+    assert_int_equal(lstat(path, &st), 0);
     l = listener_open(base, &a, on_accept, NULL, err, sizeof(err));
     assert_non_null(l);
+    /* a socket another server listens on is not taken over: a second
+     * gateway given the same path fails, and the first keeps it */
+    struct listener *l2 = listener_open(base, &a, on_accept, NULL, err, sizeof(err));
+    assert_null(l2);
+    assert_non_null(strstr(err, "in use by another server"));
+    assert_int_equal(lstat(path, &st), 0);
+    int probe = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_true(probe >= 0);
+    assert_int_equal(connect(probe, (const struct sockaddr *)&a.ss, a.sslen), 0);
+    close(probe);
     listener_free(l);
     /* a regular file is never removed */
     FILE *f = fopen(path, "w");
