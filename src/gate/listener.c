@@ -28,6 +28,8 @@ struct listener {
     bool unspecified; /* bound to 0.0.0.0 or :: */
     bool warned;      /* a failed accept() was told, at <warned_ms> */
     uint64_t warned_ms;
+    dev_t sock_dev; /* a unix socket's file, as bound: removed at the end */
+    ino_t sock_ino; /* only while the path still names it */
 };
 
 void sockaddr_format(const struct sockaddr *sa, char *out, size_t outlen)
@@ -231,7 +233,9 @@ static bool unix_in_use(const struct listen_addr *a)
     return used;
 }
 
-static evutil_socket_t open_unix(const struct listen_addr *a, char *err, size_t errlen)
+/* Binds the unix socket of <a>; sets <*bound> to its file as bound. */
+static evutil_socket_t open_unix(const struct listen_addr *a, struct stat *bound, char *err,
+                                 size_t errlen)
 {
     const struct sockaddr_un *un = (const struct sockaddr_un *)(const void *)&a->ss;
     struct stat st;
@@ -258,13 +262,27 @@ static evutil_socket_t open_unix(const struct listen_addr *a, char *err, size_t 
         close(fd);
         return -1;
     }
-    if (chmod(un->sun_path, 0660) != 0) {
-        snprintf(err, errlen, "%s: chmod: %s", a->text, strerror(errno));
+    const char *step = chmod(un->sun_path, 0660) != 0    ? "chmod"
+                       : lstat(un->sun_path, bound) != 0 ? "stat"
+                                                         : NULL;
+    if (step != NULL) {
+        snprintf(err, errlen, "%s: %s: %s", a->text, step, strerror(errno));
         unlink(un->sun_path);
         close(fd);
         return -1;
     }
     return fd;
+}
+
+/* Removes the socket file of <l> when its path still names it: not one
+ * another server bound there after ours was removed from under it. */
+static void unlink_own(const struct listener *l)
+{
+    const char *path = ((const struct sockaddr_un *)(const void *)&l->addr.ss)->sun_path;
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == l->sock_dev &&
+        st.st_ino == l->sock_ino)
+        unlink(path);
 }
 
 struct listener *listener_open(struct event_base *base, const struct listen_addr *a,
@@ -280,9 +298,12 @@ struct listener *listener_open(struct event_base *base, const struct listen_addr
     l->arg = arg;
     unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE;
     if (a->kind == LISTEN_UNIX) {
-        evutil_socket_t fd = open_unix(a, err, errlen);
+        struct stat bound;
+        evutil_socket_t fd = open_unix(a, &bound, err, errlen);
         if (fd < 0)
             goto err;
+        l->sock_dev = bound.st_dev;
+        l->sock_ino = bound.st_ino;
         l->lev = evconnlistener_new(base, on_accept, l, flags, LISTEN_BACKLOG, fd);
         if (l->lev == NULL) {
             snprintf(err, errlen, "%s: listen: %s", a->text, strerror(errno));
@@ -335,7 +356,7 @@ struct listener *listener_open(struct event_base *base, const struct listen_addr
 
 err_unlink:
     if (a->kind == LISTEN_UNIX)
-        unlink(((const struct sockaddr_un *)(const void *)&a->ss)->sun_path);
+        unlink_own(l);
 err:
     free(l);
     return NULL;
@@ -370,7 +391,7 @@ void listener_shutdown(struct listener *l)
         evconnlistener_free(l->lev);
         l->lev = NULL;
         if (l->addr.kind == LISTEN_UNIX)
-            unlink(((const struct sockaddr_un *)(const void *)&l->addr.ss)->sun_path);
+            unlink_own(l);
     }
 }
 

@@ -153,7 +153,16 @@ static void test_unix_socket(void **state)
     assert_true(probe >= 0);
     assert_int_equal(connect(probe, (const struct sockaddr *)&a.ss, a.sslen), 0);
     close(probe);
+    /* its exit removes its own socket only: not one another server bound
+     * at the path once the file was removed from under it */
+    assert_int_equal(unlink(path), 0);
+    int other = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_true(other >= 0);
+    assert_int_equal(bind(other, (const struct sockaddr *)&a.ss, a.sslen), 0);
     listener_free(l);
+    assert_int_equal(lstat(path, &st), 0);
+    close(other);
+    unlink(path);
     /* a regular file is never removed */
     FILE *f = fopen(path, "w");
     assert_non_null(f);
