@@ -365,6 +365,15 @@ static void close_flushed(struct conn *c)
  * not touch <c> afterwards. */
 static void close_when_flushed(struct conn *c)
 {
+    /* A client that reset the connection takes nothing more: what waits
+     * for it (a 200 whose send failed, queued) is never written, libevent
+     * having turned writing off on the error, so there is no flush to
+     * wait for (nor can it be drained: a socket bufferevent's output is
+     * frozen at its start). */
+    if (c->client_reset) {
+        conn_free(c);
+        return;
+    }
     c->state = CS_CLOSING;
     bufferevent_disable(c->client, EV_READ);
     evtimer_del(c->timer);
@@ -988,16 +997,14 @@ static void on_write(struct bufferevent *bev, void *arg)
 }
 
 /* A client error during a CONNECT's check: the client reset the connection
- * (or can no longer be written to). Nothing will reach it, so what waits
- * for it is dropped: a refusal then closes at once rather than wait for a
- * flush that libevent, having turned the events off, would never start. */
+ * (or can no longer be written to). Nothing will reach it: a refusal then
+ * closes at once (close_when_flushed()) rather than wait for a flush that
+ * libevent, having turned the events off, would never start. */
 static void note_client_reset(struct conn *c, short what)
 {
     if (!(what & BEV_EVENT_ERROR))
         return;
     c->client_reset = true;
-    struct evbuffer *out = bufferevent_get_output(c->client);
-    evbuffer_drain(out, evbuffer_get_length(out));
 }
 
 static void on_event(struct bufferevent *bev, short what, void *arg)

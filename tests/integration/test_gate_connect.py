@@ -604,6 +604,33 @@ def test_client_reset_in_peek_window_judged_on_what_it_sent(gateway, net, first,
     assert net.tls.handshakes == 0 and net.tls.heads == []
 
 
+@pytest.mark.parametrize("first", [b"", _hello_record("tls.example.test")[:40]],
+                         ids=["nothing", "partial_hello"])
+def test_a_client_reset_before_its_200_frees_its_connection(gateway, net, first):
+    # A client that sends its CONNECT (and the start of a ClientHello) and
+    # resets the connection at once, while the gateway connects upstream:
+    # the 200 then fails to go out (ECONNRESET), is queued, and its write
+    # fails too. The refusal of the cut hello used to wait for that 200 to
+    # be flushed, which libevent, having turned writing off on the error,
+    # never did: the connection stayed open for ever, counted against its
+    # agent (max_connections_per_agent) and --max-conns, so five such
+    # clients shut the agent out. Each is now closed once judged.
+    policy = net.policy([tls_rule(net)], agents=[{"id": "bot", "sources": ["127.0.0.0/8"]}])
+    policy["limits"] = {"max_connections_per_agent": 1}
+    gw = gateway(policy)
+    head = b"CONNECT tls.example.test:%d HTTP/1.1\r\nHost: x\r\n\r\n" % net.tls.port
+    for _ in range(5):
+        s = open_conn(gw)
+        s.sendall(head + first)
+        _reset(s)
+    gw.wait_events("agent_egress_end", count=5, timeout=10)
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    try:
+        assert (t.status, t.header("Sluice-Reason")) == (200, None), t.text
+    finally:
+        t.close()
+
+
 def test_sni_oversized_hello_refused(gateway, net):
     # a 20 KB ClientHello (long ALPN list): larger than the parser takes
     gw = gateway(net.policy([tls_rule(net)]))
