@@ -266,6 +266,17 @@ def recv_until_close(sock, limit=1 << 20):
     return data
 
 
+def exchange_until_close(gw, data):
+    """Sends <data> on a new connection to the gateway and returns what
+    comes back until the gateway closes it."""
+    s = open_conn(gw)
+    try:
+        s.sendall(data)
+        return recv_until_close(s)
+    finally:
+        s.close()
+
+
 def curl(*args, timeout=30):
     """Runs the real curl; returns CompletedProcess (stdout bytes)."""
     cmd = ["curl", "-sS", "--noproxy", "", "--max-time", "20"] + [str(a) for a in args]

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from gate_client import (api_rule, assert_deny_response, build_request, curl, exchange,
-                         open_conn, proc_number, read_head, read_response, read_responses,
-                         recv_until_close, request)
+                         exchange_until_close, open_conn, proc_number, read_head, read_response,
+                         read_responses, recv_until_close, request)
 from gate_servers import LoopbackServer, ScriptedUpstream, pattern_bytes
 
 
@@ -686,13 +686,9 @@ def test_http10_client_gets_the_data_of_a_chunked_response(gateway, net):
     # for is not kept
     gw = gateway(net.policy([api_rule(net)]))
     n = 200_000
-    s = open_conn(gw)
-    try:
-        s.sendall(b"GET %s HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"
-                  % net.url("/chunked?n=%d" % n).encode())
-        raw = recv_until_close(s)
-    finally:
-        s.close()
+    raw = exchange_until_close(
+        gw, b"GET %s HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"
+        % net.url("/chunked?n=%d" % n).encode())
     head, _, body = raw.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 "), head
     assert b"transfer-encoding" not in head.lower(), head
@@ -706,6 +702,21 @@ def test_http10_client_gets_the_data_of_a_chunked_response(gateway, net):
     assert r.header("Transfer-Encoding") == "chunked" and r.body == pattern_bytes(100)
 
 
+def _http10_then_http11(gateway, net, script, method, path):
+    """Through a gateway to an origin that runs <script>: what a <method>
+    of <path> in HTTP/1.0 gets, then what one in HTTP/1.1 gets, each on a
+    connection of its own that the gateway closes after the answer."""
+    host = "early.example.test"
+    with ScriptedUpstream(script) as up:
+        gw = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
+                                static_extra={host: up.IP}))
+        target = b"http://%s:%d%s" % (host.encode(), up.port, path.encode())
+        raw10 = exchange_until_close(gw, b"%s %s HTTP/1.0\r\n\r\n" % (method, target))
+        raw11 = exchange_until_close(gw, b"%s %s HTTP/1.1\r\nHost: %s:%d\r\nConnection: close"
+                                         b"\r\n\r\n" % (method, target, host.encode(), up.port))
+    return raw10, raw11
+
+
 @pytest.mark.parametrize("method,status", [(b"HEAD", b"200 OK"), (b"GET", b"304 Not Modified")])
 def test_http10_client_gets_no_transfer_encoding_on_a_bodiless_answer(gateway, net, method,
                                                                       status):
@@ -716,26 +727,10 @@ def test_http10_client_gets_no_transfer_encoding_on_a_bodiless_answer(gateway, n
         conn.sendall(b"HTTP/1.1 " + status + b"\r\nTransfer-Encoding: chunked\r\nX-A: a\r\n\r\n")
         stop.wait(1)
 
-    host = "early.example.test"
-    with ScriptedUpstream(script) as up:
-        gw = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
-                                static_extra={host: up.IP}))
-        s = open_conn(gw)
-        try:
-            s.sendall(b"%s http://%s:%d/te HTTP/1.0\r\n\r\n" % (method, host.encode(), up.port))
-            raw = recv_until_close(s)
-        finally:
-            s.close()
-        assert raw == b"HTTP/1.1 " + status + b"\r\nX-A: a\r\nConnection: close\r\n\r\n", raw
-        # an HTTP/1.1 client gets the field
-        s = open_conn(gw)
-        try:
-            s.sendall(b"%s http://%s:%d/te HTTP/1.1\r\nHost: %s:%d\r\nConnection: close"
-                      b"\r\n\r\n" % (method, host.encode(), up.port, host.encode(), up.port))
-            raw = recv_until_close(s)
-        finally:
-            s.close()
-        assert b"\r\nTransfer-Encoding: chunked\r\n" in raw, raw
+    raw10, raw11 = _http10_then_http11(gateway, net, script, method, "/te")
+    assert raw10 == b"HTTP/1.1 " + status + b"\r\nX-A: a\r\nConnection: close\r\n\r\n", raw10
+    # an HTTP/1.1 client gets the field
+    assert b"\r\nTransfer-Encoding: chunked\r\n" in raw11, raw11
 
 
 def test_http10_client_gets_no_interim_response(gateway, net):
@@ -747,27 +742,11 @@ def test_http10_client_gets_no_interim_response(gateway, net):
                      b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
         stop.wait(1)
 
-    host = "early.example.test"
-    with ScriptedUpstream(script) as up:
-        gw = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
-                                static_extra={host: up.IP}))
-        s = open_conn(gw)
-        try:
-            s.sendall(b"GET http://%s:%d/hints HTTP/1.0\r\n\r\n" % (host.encode(), up.port))
-            raw = recv_until_close(s)
-        finally:
-            s.close()
-        assert raw.startswith(b"HTTP/1.1 200 OK\r\n") and raw.endswith(b"\r\n\r\nok"), raw
-        assert raw.count(b"HTTP/1.1 ") == 1, raw
-        # an HTTP/1.1 client gets the interim heads
-        s = open_conn(gw)
-        try:
-            s.sendall(b"GET http://%s:%d/hints HTTP/1.1\r\nHost: %s:%d\r\nConnection: close"
-                      b"\r\n\r\n" % (host.encode(), up.port, host.encode(), up.port))
-            raw = recv_until_close(s)
-        finally:
-            s.close()
-        assert raw.startswith(b"HTTP/1.1 103 Early Hints\r\n") and raw.count(b"HTTP/1.1 ") == 3
+    raw10, raw11 = _http10_then_http11(gateway, net, script, b"GET", "/hints")
+    assert raw10.startswith(b"HTTP/1.1 200 OK\r\n") and raw10.endswith(b"\r\n\r\nok"), raw10
+    assert raw10.count(b"HTTP/1.1 ") == 1, raw10
+    # an HTTP/1.1 client gets the interim heads
+    assert raw11.startswith(b"HTTP/1.1 103 Early Hints\r\n") and raw11.count(b"HTTP/1.1 ") == 3
 
 
 def test_hop_by_hop_headers_not_forwarded(gateway, net):

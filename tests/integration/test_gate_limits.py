@@ -1044,27 +1044,38 @@ def test_an_origin_streaming_its_answer_to_an_upload_it_does_not_take_is_not_cut
         assert 0 < end["bytes_up"] == _origin_count(outcome) < body_len, (end, outcome)
 
 
+def _early_answer_to_upload(gateway, net, path, body_len, args=()):
+    """Uploads <body_len> bytes to <path> of an origin that reads none of
+    them and answers 0.5 s after the head; asserts the answer and that the
+    end line's bytes_up (returned with the rest of the end line) is what the
+    origin got, and returns that end line."""
+    answer = b"early"
+    rsp = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(answer), answer)
+    outcome, go = {}, threading.Event()
+    with _answering_origin(b"", [rsp], 0.5, outcome, go) as up:
+        gw = _slow_upload_gateway(gateway, net, up, args=list(args))
+        try:
+            r, _ = _upload(gw, up, path, "length", pattern_bytes(body_len))
+            assert r is not None and r.status == 200 and r.body == answer, r
+            _, end = gw.decided(path=path)
+        finally:
+            go.set()
+        assert end["status"] == 200 and end["bytes_down"] == len(answer), end
+        assert 0 < end["bytes_up"] == _origin_count(outcome) <= body_len, (end, outcome)
+    return end
+
+
 def test_an_origin_answering_an_upload_at_once_has_only_what_it_took_counted(gateway, net):
     # The origin reads none of the 8 MiB body and, 0.5 s after its head
     # (the gateway's buffers toward it full by then), sends its whole
     # answer: the rest is not sent, and the end line's bytes_up is what the
     # origin got, not also what the gateway held toward it. The progress
     # events (/metrics, upload_bytes) counted what was handed on: more
-    answer = b"early"
-    rsp = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(answer), answer)
-    outcome, go = {}, threading.Event()
     body_len = 8 << 20
     admin = free_port()
-    with _answering_origin(b"", [rsp], 0.5, outcome, go) as up:
-        gw = _slow_upload_gateway(gateway, net, up, args=["--admin", "127.0.0.1:%d" % admin])
-        try:
-            r, _ = _upload(gw, up, "/once", "length", pattern_bytes(body_len))
-            assert r is not None and r.status == 200 and r.body == answer, r
-            _, end = gw.decided(path="/once")
-        finally:
-            go.set()
-        assert end["status"] == 200 and end["bytes_down"] == len(answer), end
-        assert 0 < end["bytes_up"] == _origin_count(outcome) < body_len, (end, outcome)
+    end = _early_answer_to_upload(gateway, net, "/once", body_len,
+                                  args=["--admin", "127.0.0.1:%d" % admin])
+    assert end["bytes_up"] < body_len, end
     text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % admin, timeout=5).read()
     m = re.search(rb'^sluice_bytes_up_total\{agent="default"\} (\d+)$', text, re.M)
     assert m and end["bytes_up"] < int(m.group(1)) <= body_len, (m, end)
@@ -1164,20 +1175,7 @@ def test_an_origin_answering_an_upload_read_whole_has_only_what_it_took_counted(
     # request was read but before the origin took it all. What the gateway
     # still held toward the origin is not sent, and bytes_up is what the
     # origin got, not also what the gateway held and then dropped
-    answer = b"early"
-    rsp = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(answer), answer)
-    outcome, go = {}, threading.Event()
-    body_len = mib << 20
-    with _answering_origin(b"", [rsp], 0.5, outcome, go) as up:
-        gw = _slow_upload_gateway(gateway, net, up)
-        try:
-            r, _ = _upload(gw, up, "/whole", "length", pattern_bytes(body_len))
-            assert r is not None and r.status == 200 and r.body == answer, r
-            _, end = gw.decided(path="/whole")
-        finally:
-            go.set()
-        assert end["status"] == 200 and end["bytes_down"] == len(answer), end
-        assert 0 < end["bytes_up"] == _origin_count(outcome) <= body_len, (end, outcome)
+    _early_answer_to_upload(gateway, net, "/whole", mib << 20)
 
 
 def test_an_upload_the_client_cuts_counts_what_the_origin_got(gateway, net):

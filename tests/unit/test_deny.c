@@ -13,6 +13,7 @@
 
 #include <event2/buffer.h>
 
+#include "evbuffer_text.h"
 #include "gate/deny.h"
 
 static char *render(const struct deny_info *d, int *status)
@@ -20,11 +21,7 @@ static char *render(const struct deny_info *d, int *status)
     struct evbuffer *b = evbuffer_new();
     assert_non_null(b);
     *status = deny_write(d, b);
-    size_t n = evbuffer_get_length(b);
-    char *s = malloc(n + 1);
-    assert_non_null(s);
-    evbuffer_remove(b, s, n);
-    s[n] = '\0';
+    char *s = evbuffer_text(b);
     evbuffer_free(b);
     return s;
 }

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 #include <event2/buffer.h>
 
+#include "evbuffer_text.h"
 #include "gate/http1.h"
 #include "policy/model.h"
 
@@ -75,16 +76,6 @@ static const struct http_header *find(const struct http_header *h, size_t n, con
         if (h[i].name_len == strlen(name) && strncasecmp(h[i].name, name, h[i].name_len) == 0)
             return &h[i];
     return NULL;
-}
-
-static char *drain(struct evbuffer *b)
-{
-    size_t n = evbuffer_get_length(b);
-    char *s = malloc(n + 1);
-    assert_non_null(s);
-    evbuffer_remove(b, s, n);
-    s[n] = '\0';
-    return s;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -439,7 +430,7 @@ static void expect_upstream(struct evbuffer *b, const char *in, const char *out)
 {
     ok_req(in);
     assert_int_equal(http1_write_upstream_request(&req, b), 0);
-    char *s = drain(b);
+    char *s = evbuffer_text(b);
     assert_string_equal(s, out);
     free(s);
 }
@@ -505,11 +496,11 @@ static void test_write_upstream_request_keep(void **state)
     ok_req("GET http://a.test/k HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n"
            "Keep-Alive: 5\r\n\r\n");
     assert_int_equal(http1_write_upstream_request_keep(&req, b, true), 0);
-    char *s = drain(b);
+    char *s = evbuffer_text(b);
     assert_string_equal(s, "GET /k HTTP/1.1\r\nHost: a.test\r\nConnection: keep-alive\r\n\r\n");
     free(s);
     assert_int_equal(http1_write_upstream_request_keep(&req, b, false), 0);
-    s = drain(b);
+    s = evbuffer_text(b);
     assert_string_equal(s, "GET /k HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n");
     free(s);
     ok_req("GET / HTTP/1.1\r\nHost: a.test\r\n\r\n");
@@ -621,12 +612,12 @@ static void test_write_upstream_response(void **state)
                     "Set-Cookie: a=b\r\n\r\n";
     assert_int_equal(prsp(s, &why), (int)strlen(s));
     assert_int_equal(http1_write_upstream_response(&rsp, b, HTTP1_RSP_KEEP_ALIVE), 0);
-    char *out = drain(b);
+    char *out = evbuffer_text(b);
     assert_string_equal(out, "HTTP/1.1 404 Not Here\r\nContent-Length: 3\r\nSet-Cookie: a=b\r\n"
                              "Connection: keep-alive\r\n\r\n");
     free(out);
     assert_int_equal(http1_write_upstream_response(&rsp, b, 0), 0);
-    out = drain(b);
+    out = evbuffer_text(b);
     assert_string_equal(out, "HTTP/1.1 404 Not Here\r\nContent-Length: 3\r\nSet-Cookie: a=b\r\n"
                              "Connection: close\r\n\r\n");
     free(out);
@@ -634,7 +625,7 @@ static void test_write_upstream_response(void **state)
     s = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: Transfer-Encoding\r\n\r\n";
     assert_int_equal(prsp(s, &why), (int)strlen(s));
     assert_int_equal(http1_write_upstream_response(&rsp, b, HTTP1_RSP_KEEP_ALIVE), 0);
-    out = drain(b);
+    out = evbuffer_text(b);
     assert_string_equal(out, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
                              "Connection: keep-alive\r\n\r\n");
     free(out);
@@ -643,7 +634,7 @@ static void test_write_upstream_response(void **state)
     s = "HTTP/1.1 200 OK\r\nX-A: 1\r\ntransfer-ENCODING: chunked\r\nX-B: 2\r\n\r\n";
     assert_int_equal(prsp(s, &why), (int)strlen(s));
     assert_int_equal(http1_write_upstream_response(&rsp, b, HTTP1_RSP_UNCHUNKED), 0);
-    out = drain(b);
+    out = evbuffer_text(b);
     assert_string_equal(out, "HTTP/1.1 200 OK\r\nX-A: 1\r\nX-B: 2\r\nConnection: close\r\n\r\n");
     free(out);
 
@@ -652,7 +643,7 @@ static void test_write_upstream_response(void **state)
         "Sluice: 2\r\nContent-Length: 0\r\n\r\n";
     assert_int_equal(prsp(s, &why), (int)strlen(s));
     assert_int_equal(http1_write_upstream_response(&rsp, b, 0), 0);
-    out = drain(b);
+    out = evbuffer_text(b);
     assert_string_equal(out, "HTTP/1.1 403 Forbidden\r\nSluice: 2\r\nContent-Length: 0\r\n"
                              "Connection: close\r\n\r\n");
     free(out);
@@ -660,7 +651,7 @@ static void test_write_upstream_response(void **state)
     s = "HTTP/1.1 200 OK\r\nContent-Length: 00\r\nContent-Length: 0, 0\r\nX-B: 2\r\n\r\n";
     assert_int_equal(prsp(s, &why), (int)strlen(s));
     assert_int_equal(http1_write_upstream_response(&rsp, b, 0), 0);
-    out = drain(b);
+    out = evbuffer_text(b);
     assert_string_equal(out, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-B: 2\r\n"
                              "Connection: close\r\n\r\n");
     free(out);
@@ -668,7 +659,7 @@ static void test_write_upstream_response(void **state)
     s = "HTTP/1.1 100 Continue\r\n\r\n";
     assert_int_equal(prsp(s, &why), (int)strlen(s));
     assert_int_equal(http1_write_upstream_response(&rsp, b, HTTP1_RSP_KEEP_ALIVE), 0);
-    out = drain(b);
+    out = evbuffer_text(b);
     assert_string_equal(out, "HTTP/1.1 100 Continue\r\n\r\n");
     free(out);
     evbuffer_free(b);

@@ -12,6 +12,7 @@
 
 #include <event2/buffer.h>
 
+#include "evbuffer_text.h"
 #include "watch/metrics.h"
 
 /* The exposition of <m>, NUL-terminated; the caller frees it. */
@@ -20,11 +21,7 @@ static char *scrape(struct metrics *m)
     struct evbuffer *b = evbuffer_new();
     assert_non_null(b);
     assert_int_equal(metrics_format(m, b), 0);
-    size_t n = evbuffer_get_length(b);
-    char *s = malloc(n + 1);
-    assert_non_null(s);
-    evbuffer_remove(b, s, n);
-    s[n] = '\0';
+    char *s = evbuffer_text(b);
     evbuffer_free(b);
     return s;
 }

@@ -491,17 +491,25 @@ static void test_free_with_lookups_in_flight(void **state)
     event_base_free(base);
 }
 
+/* Makes a resolv.conf of <text> under /tmp, its name in <path> (64 bytes),
+ * and has the resolver read it (test_resolv_conf); the caller unlinks it. */
+static void temp_resolv_conf(char *path, const char *text)
+{
+    snprintf(path, 64, "/tmp/sluice-test-resolv.XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    size_t n = strlen(text);
+    assert_int_equal(write(fd, text, n), (ssize_t)n);
+    close(fd);
+    test_resolv_conf = path;
+}
+
 static void test_no_servers(void **state)
 {
     (void)state;
     struct event_base *base = event_base_new();
     char path[64];
-    snprintf(path, sizeof(path), "/tmp/sluice-test-resolv.XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    static const char no_ns[] = "# nothing here\nsearch example.test\noptions ndots:1\n";
-    assert_int_equal(write(fd, no_ns, sizeof(no_ns) - 1), (ssize_t)sizeof(no_ns) - 1);
-    close(fd);
+    temp_resolv_conf(path, "# nothing here\nsearch example.test\noptions ndots:1\n");
 
     const char *const confs[] = {"/nonexistent/resolv.conf", path};
     for (size_t i = 0; i < 2; i++) {
@@ -527,13 +535,9 @@ static void test_resolv_conf_servers(void **state)
     struct event_base *base = event_base_new();
     struct fake_dns d;
     fake_start(&d, base, 4);
-    char path[64];
-    snprintf(path, sizeof(path), "/tmp/sluice-test-resolv.XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    dprintf(fd, "search example.test\nnameserver %s\n", d.addr);
-    close(fd);
-    test_resolv_conf = path;
+    char path[64], text[128];
+    snprintf(text, sizeof(text), "search example.test\nnameserver %s\n", d.addr);
+    temp_resolv_conf(path, text);
 
     struct resolver *r = new_resolver(base, NULL, NULL, 0);
     assert_int_equal(r->nns, 1);
@@ -1217,12 +1221,8 @@ static void test_reload_rereads_resolv_conf(void **state)
     fake_start(&d1, base, 1);
     fake_start(&d2, base, 2);
     char path[64];
-    snprintf(path, sizeof(path), "/tmp/sluice-test-resolv.XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
+    temp_resolv_conf(path, "");
     write_resolv_conf(path, d1.addr);
-    test_resolv_conf = path;
     struct dns_cfg none = {0};
 
     struct resolver *r = new_resolver(base, NULL, NULL, 0);
@@ -1269,12 +1269,8 @@ static void test_reload_sees_a_new_zone(void **state)
     (void)state;
     struct event_base *base = event_base_new();
     char path[64];
-    snprintf(path, sizeof(path), "/tmp/sluice-test-resolv.XXXXXX");
-    int fd = mkstemp(path);
-    assert_true(fd >= 0);
-    close(fd);
+    temp_resolv_conf(path, "");
     write_resolv_conf(path, "fe80::53%1");
-    test_resolv_conf = path;
     struct dns_cfg none = {0};
 
     struct resolver *r = new_resolver(base, NULL, NULL, 0);
