@@ -1,15 +1,24 @@
 /* dns_cache: the resolver's answer cache (see dns_cache.h). */
 #include "gate/dns_cache.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/siphash.h"
+
+/* Keyed once per process, on the loop thread (the only caller): the names
+ * are the agents' choice, and under an unkeyed hash (FNV-1a before) an
+ * agent allowed a wildcard could pick thousands of names for one bucket. */
 uint32_t dns_name_hash(const char *name)
 {
-    uint32_t h = 2166136261u; /* FNV-1a */
-    for (const unsigned char *p = (const unsigned char *)name; *p != '\0'; p++)
-        h = (h ^ *p) * 16777619u;
-    return h;
+    static struct siphash_key key;
+    static bool keyed;
+    if (!keyed) {
+        siphash_random_key(&key, &key);
+        keyed = true;
+    }
+    return (uint32_t)siphash13(&key, name, strlen(name));
 }
 
 static size_t bucket_of(const char *name)

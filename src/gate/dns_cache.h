@@ -3,7 +3,8 @@
  * Maps a name (host_normalise()'s normal form, at most HOST_MAX bytes) to
  * its addresses, or to "no such name" (no address), until an expiry time;
  * at most <max> names, the least recently used evicted first. A hash table
- * (chained, DNS_CACHE_BUCKETS buckets, FNV-1a) with an LRU list. Pure: no
+ * (chained, DNS_CACHE_BUCKETS buckets, SipHash under a random key) with an
+ * LRU list. Pure: no
  * I/O, and the time is passed in (milliseconds on a monotonic clock).
  *
  * Owns: its entries. */
@@ -35,8 +36,9 @@ struct dns_cache {
     size_t max; /* names at most; 0 keeps nothing */
 };
 
-/* FNV-1a of the NUL-terminated <name>: the cache's buckets, and the
- * resolver's table of lookups in flight. */
+/* The hash of the NUL-terminated <name> under the process's random key
+ * (util/siphash.h): the cache's buckets, and the resolver's table of
+ * lookups in flight. Loop thread only. */
 uint32_t dns_name_hash(const char *name);
 
 /* Makes <c> empty, holding at most <max> names. */

@@ -12,10 +12,9 @@
  * strings, so it stays valid however the policy's arrays are managed. */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
 
 #include "policy/index.h"
+#include "util/siphash.h"
 
 struct slot {
     uint64_t hash;
@@ -39,7 +38,7 @@ struct cidr_table {
 };
 
 struct policy_index {
-    uint64_t k0, k1; /* SipHash key */
+    struct siphash_key key; /* SipHash key */
     struct table exact;
     struct table wild;
     struct table deny_exact;
@@ -47,62 +46,6 @@ struct policy_index {
     struct cidr_table *cidr; /* longest prefix first */
     size_t ncidr;
 };
-
-/* ---- SipHash-1-3 (Aumasson & Bernstein), 64-bit output ---- */
-
-#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
-#define SIPROUND                                                                                   \
-    do {                                                                                           \
-        v0 += v1;                                                                                  \
-        v1 = ROTL(v1, 13);                                                                         \
-        v1 ^= v0;                                                                                  \
-        v0 = ROTL(v0, 32);                                                                         \
-        v2 += v3;                                                                                  \
-        v3 = ROTL(v3, 16);                                                                         \
-        v3 ^= v2;                                                                                  \
-        v0 += v3;                                                                                  \
-        v3 = ROTL(v3, 21);                                                                         \
-        v3 ^= v0;                                                                                  \
-        v2 += v1;                                                                                  \
-        v1 = ROTL(v1, 17);                                                                         \
-        v1 ^= v2;                                                                                  \
-        v2 = ROTL(v2, 32);                                                                         \
-    } while (0)
-
-static uint64_t load_le64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static uint64_t siphash13(uint64_t k0, uint64_t k1, const uint8_t *in, size_t len)
-{
-    uint64_t v0 = k0 ^ 0x736f6d6570736575ULL;
-    uint64_t v1 = k1 ^ 0x646f72616e646f6dULL;
-    uint64_t v2 = k0 ^ 0x6c7967656e657261ULL;
-    uint64_t v3 = k1 ^ 0x7465646279746573ULL;
-    const uint8_t *end = in + (len - (len % 8));
-    uint64_t b = ((uint64_t)len) << 56;
-
-    for (; in != end; in += 8) {
-        uint64_t m = load_le64(in);
-        v3 ^= m;
-        SIPROUND;
-        v0 ^= m;
-    }
-    for (size_t i = 0; i < len % 8; i++)
-        b |= ((uint64_t)in[i]) << (8 * i);
-    v3 ^= b;
-    SIPROUND;
-    v0 ^= b;
-    v2 ^= 0xff;
-    SIPROUND;
-    SIPROUND;
-    SIPROUND;
-    return v0 ^ v1 ^ v2 ^ v3;
-}
 
 /* ---- tables ---- */
 
@@ -112,7 +55,7 @@ static size_t table_probe(const struct policy_index *ix, const struct table *t, 
 {
     if (t->slots == NULL)
         return SIZE_MAX;
-    uint64_t h = siphash13(ix->k0, ix->k1, key, len);
+    uint64_t h = siphash13(&ix->key, key, len);
     for (size_t i = (size_t)h & t->mask;; i = (i + 1) & t->mask) {
         const struct slot *s = &t->slots[i];
         if (s->key == NULL)
@@ -152,7 +95,7 @@ static int table_init(struct table *t, size_t nkeys)
 static int table_count(const struct policy_index *ix, struct table *t, const uint8_t *key,
                        size_t len)
 {
-    uint64_t h = siphash13(ix->k0, ix->k1, key, len);
+    uint64_t h = siphash13(&ix->key, key, len);
     for (size_t i = (size_t)h & t->mask;; i = (i + 1) & t->mask) {
         struct slot *s = &t->slots[i];
         if (s->key == NULL) {
@@ -259,20 +202,6 @@ static struct table *cidr_table_for(struct policy_index *ix, unsigned prefix)
             return &ix->cidr[i].t;
     }
     return NULL;
-}
-
-static void seed(struct policy_index *ix)
-{
-    uint64_t k[2];
-    if (getrandom(k, sizeof(k), GRND_NONBLOCK) != (ssize_t)sizeof(k)) {
-        /* No entropy yet (early boot): still unpredictable enough across runs. */
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        k[0] = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^ (uint64_t)(uintptr_t)ix;
-        k[1] = (uint64_t)ts.tv_sec * 0xc2b2ae3d27d4eb4fULL ^ (uint64_t)time(NULL);
-    }
-    ix->k0 = k[0];
-    ix->k1 = k[1];
 }
 
 /* ---- build ---- */
@@ -390,7 +319,7 @@ int policy_index_build(struct policy *p)
     struct policy_index *ix = calloc(1, sizeof(*ix));
     if (ix == NULL)
         return -1;
-    seed(ix);
+    siphash_random_key(&ix->key, ix);
     if (build_hosts(ix, p) < 0 || build_cidr(ix, p) < 0) {
         policy_index_free(ix);
         return -1;

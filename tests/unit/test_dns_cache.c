@@ -102,6 +102,48 @@ static void test_replace_and_bounds(void **state)
 }
 
 /* Many names in few buckets: chains are walked and unlinked right. */
+/* FNV-1a of <s>, the cache's unkeyed hash before: names an agent could
+ * compute ahead to fill one bucket. */
+static uint32_t fnv1a(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++)
+        h = (h ^ *p) * 16777619u;
+    return h;
+}
+
+/* 64 names that all fell in bucket 0 under the unkeyed hash: under the
+ * process's random key they spread (64 over 1024 buckets: a chain of 8 has
+ * a chance under 1e-9). Before, they made one chain of 64, walked with a
+ * string compare each on every lookup of any of them. */
+static void test_chosen_names_spread(void **state)
+{
+    (void)state;
+    struct dns_cache c;
+    dns_cache_init(&c, 4096);
+    struct ipaddr a = v4(1);
+    size_t found = 0;
+    for (unsigned i = 0; found < 64 && i < 10000000; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "n%u.wild.test", i);
+        if ((fnv1a(name) & (DNS_CACHE_BUCKETS - 1)) != 0)
+            continue;
+        dns_cache_put(&c, name, &a, 1, 0, 1000);
+        found++;
+    }
+    assert_int_equal(found, 64);
+    size_t longest = 0;
+    for (size_t b = 0; b < DNS_CACHE_BUCKETS; b++) {
+        size_t len = 0;
+        for (const struct dns_cache_entry *e = c.buckets[b]; e != NULL; e = e->hnext)
+            len++;
+        if (len > longest)
+            longest = len;
+    }
+    assert_true(longest < 8);
+    dns_cache_clear(&c);
+}
+
 static void test_many_names(void **state)
 {
     (void)state;
@@ -134,6 +176,7 @@ int main(void)
         cmocka_unit_test(test_eviction_order),
         cmocka_unit_test(test_replace_and_bounds),
         cmocka_unit_test(test_many_names),
+        cmocka_unit_test(test_chosen_names_spread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
