@@ -535,6 +535,7 @@ static void begin_exchange(struct conn *c)
     ex->verdict = VERDICT_ALLOW;
     format_exchange_id(ex->id, c->id, ++c->nreq);
     memset(&c->head_scan, 0, sizeof(c->head_scan)); /* the next head is another */
+    c->head_crlf_skipped = false;
     clock_gettime(CLOCK_MONOTONIC, &ex->t_decided);
     c->gw->counters.requests++;
     evtimer_del(c->timer);
@@ -819,6 +820,28 @@ static void read_head(struct conn *c)
     size_t len = evbuffer_get_length(in);
     if (len == 0 || head_waits(c))
         return;
+    if (!c->head_crlf_skipped && c->head_scan.scanned == 0) {
+        /* RFC 9112 2.2: one empty line before a request line is ignored
+         * (some clients send CRLF after a POST body); a second is a 400. */
+        char two[2];
+        ev_ssize_t got = evbuffer_copyout(in, two, 2);
+        if (got >= 1 && two[0] == '\r') {
+            if (got < 2) {
+                if (c->client_ended)
+                    close_when_flushed(c);
+                return; /* the LF may follow; the head's deadline runs */
+            }
+            if (two[1] == '\n') {
+                evbuffer_drain(in, 2);
+                c->head_crlf_skipped = true;
+                if ((len -= 2) == 0) {
+                    if (c->client_ended)
+                        close_when_flushed(c);
+                    return;
+                }
+            }
+        }
+    }
     size_t max = head_limit(c);
     size_t n = len < max ? len : max;
     const char *buf = (const char *)evbuffer_pullup(in, (ev_ssize_t)n);

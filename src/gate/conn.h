@@ -184,6 +184,7 @@ struct conn {
      * answers queued for it down to FLOW_LOW (conn.c, head_waits()). */
     bool head_paused;
     struct http1_scan head_scan; /* the request head being read (conn.c, read_head()) */
+    bool head_crlf_skipped;      /* the one empty line allowed before that head was dropped */
     /* The client ended its side with requests pipelined before the end
      * still in its input: they are answered in order, then the connection
      * closes (conn.c, client_ended_with_requests()). */

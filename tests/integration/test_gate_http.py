@@ -1140,3 +1140,29 @@ def test_plain_bodies_are_read_in_large_pieces(gateway, net):
     assert got["body_len"] == n and got["body_sha256"] == hashlib.sha256(body).hexdigest()
     assert down < n // 8192, "%d reads for an 8 MiB download" % down
     assert up < n // 8192, "%d reads for an 8 MiB upload" % up
+
+
+def test_one_empty_line_before_a_request_line_is_ignored(gateway, net):
+    # RFC 9112 2.2: a server SHOULD ignore at least one empty line (CRLF)
+    # before a request line, which some clients send after a POST body; it
+    # was a 400 and the close (left alone by the review of the gate). One
+    # is ignored, before the first request or between two; a second is
+    # still a 400
+    gw = gateway(net.policy([api_rule(net)]))
+    host = b"api.example.test:%d" % net.api.port
+    s = open_conn(gw)
+    try:
+        s.sendall(b"\r\nPOST %s HTTP/1.1\r\nHost: %s\r\nContent-Length: 3\r\n\r\nabc\r\n"
+                  b"GET %s HTTP/1.1\r\nHost: %s\r\n\r\n"
+                  % (net.url("/first").encode(), host, net.url("/second").encode(), host))
+        rs = read_responses(s, ["POST", "GET"])
+    finally:
+        s.close()
+    assert [r.status for r in rs] == [200, 200], rs
+    assert [r.json()["path"] for r in rs] == ["/first", "/second"]
+    assert gw.decided(path="/first")[0]["decision"] == "allow"
+    assert gw.decided(path="/second")[0]["decision"] == "allow"
+    r = exchange(gw, b"\r\n\r\nGET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (net.url("/third").encode(),
+                                                                     host))
+    assert r is not None and r.status == 400 and r.header("Sluice-Reason") == "bad_request", r
+    assert [q.path for q in net.api.requests] == ["/first", "/second"]
