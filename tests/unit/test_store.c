@@ -190,6 +190,7 @@ static void corrupt_is_moved_aside(void **state)
 }
 
 static sqlite3 *other_connection(const char *sql);
+static char *query_text(const char *sql);
 
 /* A store whose meta says another schema (a newer sluice's, its queue with
  * a column this one does not fill) is not used, nor moved aside: before,
@@ -212,18 +213,10 @@ static void another_schema_is_not_used(void **state)
     assert_non_null(strstr(err, "this sluice knows schema 1"));
     free(err);
     /* left as it was: still schema 2, its row there, nothing moved aside */
-    db = other_connection("SELECT 1");
-    sqlite3_stmt *st;
-    assert_int_equal(sqlite3_prepare_v2(db,
-                                        "SELECT (SELECT value FROM meta WHERE key = 'schema'),"
-                                        " (SELECT count(*) FROM first_contact)",
-                                        -1, &st, NULL),
-                     SQLITE_OK);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    assert_string_equal((const char *)sqlite3_column_text(st, 0), "2");
-    assert_int_equal(sqlite3_column_int(st, 1), 1);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
+    char *v = query_text("SELECT (SELECT value FROM meta WHERE key = 'schema') || ' ' ||"
+                         " (SELECT count(*) FROM first_contact)");
+    assert_string_equal(v, "2 1");
+    free(v);
     char pat[160];
     glob_t g;
     snprintf(pat, sizeof(pat), "%s/%s.corrupt-*", dir, STORE_FILE);
@@ -299,6 +292,23 @@ static sqlite3 *other_connection(const char *sql)
     assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
     assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
     return db;
+}
+
+/* The first column of the first row <sql> gives, as text, read through a
+ * connection of its own; the caller frees it. */
+static char *query_text(const char *sql)
+{
+    sqlite3 *db = other_connection("SELECT 1");
+    sqlite3_stmt *st = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
+    const char *t = (const char *)sqlite3_column_text(st, 0);
+    assert_non_null(t);
+    char *v = strdup(t);
+    assert_non_null(v);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return v;
 }
 
 static void write_failure_keeps_writes(void **state)
@@ -495,17 +505,10 @@ static void queue_rows_of_a_sink_up_to_a_limit(void **state)
     sqlite3_close(db);
     s = open_ok(dir);
     store_close(s);
-    db = other_connection("SELECT 1");
-    sqlite3_stmt *st = NULL;
-    assert_int_equal(sqlite3_prepare_v2(db,
-                                        "SELECT count(*) FROM sqlite_master WHERE type = 'index' "
-                                        "AND name = 'alert_queue_sink'",
-                                        -1, &st, NULL),
-                     SQLITE_OK);
-    assert_int_equal(sqlite3_step(st), SQLITE_ROW);
-    assert_int_equal(sqlite3_column_int(st, 0), 1);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
+    char *v = query_text("SELECT count(*) FROM sqlite_master WHERE type = 'index' "
+                         "AND name = 'alert_queue_sink'");
+    assert_string_equal(v, "1");
+    free(v);
 }
 
 struct per_sink {
