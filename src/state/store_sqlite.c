@@ -10,6 +10,7 @@
  *               created_ms INTEGER), index alert_queue_sink(sink, id)
  *   counter(name TEXT PRIMARY KEY, value INTEGER) */
 #include "state/store.h"
+#include "state/wal_checkpointer.h"
 #include "util/pos_index.h"
 #include "util/units.h"
 
@@ -41,6 +42,7 @@ struct op {
 
 struct store {
     sqlite3 *db;
+    struct wal_checkpointer *checkpointer; /* NULL: db checkpoints itself */
     char *path;
     int lock_fd; /* DIR/sluice.lock, flock()ed: one gateway per store */
     struct op *ops;
@@ -334,6 +336,13 @@ struct store *store_open(const char *dir, char **err, char **warn)
         sqlite3_step(q) == SQLITE_ROW)
         s->next_qid = sqlite3_column_int64(q, 0) + 1;
     sqlite3_finalize(q);
+    char *why_not = NULL;
+    s->checkpointer = wal_checkpointer_start(s->path, s->db, &why_not);
+    if (s->checkpointer == NULL) {
+        fprintf(stderr, "sluice: state %s: %s (checkpoints run on the event loop)\n", s->path,
+                why_not != NULL ? why_not : "out of memory");
+        free(why_not);
+    }
     return s;
 nomem:
     if (s != NULL) {
@@ -369,6 +378,7 @@ void store_close(struct store *s)
         op_free(&s->ops[i]);
     free(s->ops);
     pos_index_free(&s->index);
+    wal_checkpointer_stop(s->checkpointer); /* before the close, which checkpoints */
     sqlite3_close(s->db);
     free(s->path);
     close(s->lock_fd); /* releases the lock */

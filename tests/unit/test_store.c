@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -79,6 +81,31 @@ static void on_counter(const char *name, uint64_t v, void *arg)
     s->n++;
 }
 
+/* SQLite's syncs, counted by the thread that makes them: these definitions
+ * take the place of libc's for libsqlite3 too (the executable's symbols
+ * come first), then make the system call themselves. */
+static atomic_int syncs_on_main, syncs_elsewhere;
+
+static void count_sync(void)
+{
+    if (syscall(SYS_gettid) == getpid())
+        atomic_fetch_add(&syncs_on_main, 1);
+    else
+        atomic_fetch_add(&syncs_elsewhere, 1);
+}
+
+int fsync(int fd)
+{
+    count_sync();
+    return (int)syscall(SYS_fsync, fd);
+}
+
+int fdatasync(int fd)
+{
+    count_sync();
+    return (int)syscall(SYS_fdatasync, fd);
+}
+
 static char dir[64];
 
 static int setup(void **state)
@@ -104,6 +131,34 @@ static struct store *open_ok(const char *d)
     assert_null(err);
     assert_null(warn);
     return s;
+}
+
+/* The commits past the log's checkpoint size: the checkpoint, and with it
+ * every sync of the disk, runs on the checkpointer's thread, none on the
+ * thread that commits (the event loop's). */
+static void checkpoints_are_off_the_commit_thread(void **state)
+{
+    (void)state;
+    struct store *s = open_ok(dir);
+    atomic_store(&syncs_on_main, 0);
+    atomic_store(&syncs_elsewhere, 0);
+    char host[320];
+    for (int round = 0; round < 100; round++) { /* about 6 MB of rows: past 1000 pages */
+        for (int i = 0; i < 200; i++) {
+            snprintf(host, sizeof(host), "%0300d.h%d.test", i, round);
+            assert_int_equal(store_put_contact(s, "ci", host, i), 0);
+        }
+        assert_int_equal(store_flush(s), 0);
+    }
+    for (int i = 0; i < 1000 && atomic_load(&syncs_elsewhere) == 0; i++)
+        usleep(10 * 1000); /* at most 10 s for the thread to wake and sync */
+    assert_int_equal(atomic_load(&syncs_on_main), 0);
+    assert_true(atomic_load(&syncs_elsewhere) > 0);
+    store_close(s);
+    s = open_ok(dir); /* every row there after the close's own checkpoint */
+    struct seen seen = {0};
+    assert_int_equal(store_load_contacts(s, on_contact, &seen), 100 * 200);
+    store_close(s);
 }
 
 static void round_trip(void **state)
@@ -654,6 +709,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(checkpoints_are_off_the_commit_thread, setup, teardown),
         cmocka_unit_test_setup_teardown(corrupt_is_moved_aside, setup, teardown),
         cmocka_unit_test_setup_teardown(another_schema_is_not_used, setup, teardown),
         cmocka_unit_test_setup_teardown(a_world_writable_directory_is_not_used, setup, teardown),
