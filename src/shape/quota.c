@@ -254,7 +254,8 @@ static void heap_down(struct qentry **h, size_t n, size_t i)
 }
 
 /* Makes room for one more entry: drops every entry at rest, and when that
- * frees nothing, the least recently used entries no flow holds: a batch of
+ * frees nothing, the least recently used entries no flow holds and no
+ * quarantine keeps: a batch of
  * them (a 64th of the table, at most EVICT_BATCH), so that a full table
  * of busy entries is not scanned again for each newcomer. */
 static void evict(struct quota *q, uint64_t now)
@@ -276,11 +277,15 @@ static void evict(struct quota *q, uint64_t now)
                 q->nentries--;
                 continue;
             }
-            if (e->refs == 0 && n < want) {
+            /* A running quarantine is kept as a flow's entries are: an
+             * agent that went quiet in it would come back unrefused. At
+             * most one per agent of the policy, and only while it runs. */
+            bool evictable = e->refs == 0 && e->q_until_ns <= now;
+            if (evictable && n < want) {
                 lru[n++] = e;
                 for (size_t k = n / 2; k-- > 0;)
                     heap_down(lru, n, k);
-            } else if (e->refs == 0 && e->used_ns < lru[0]->used_ns) {
+            } else if (evictable && e->used_ns < lru[0]->used_ns) {
                 lru[0] = e;
                 heap_down(lru, n, 0);
             }

@@ -31,9 +31,10 @@
  * Memory is bounded: at most <max_entries> entries (QUOTA_DEFAULT_MAX
  * when 0). An entry that is at rest (full buckets, no debt, no quarantine,
  * no recent denials) is the same as no entry, and is dropped first; beyond
- * that the least recently used entries not held by a flow are dropped, a
- * 64th of the table (at most 64) at once, so that a table full of busy
- * entries is not scanned anew for each new one.
+ * that the least recently used entries not held by a flow nor in a
+ * running quarantine are dropped, a 64th of the table (at most 64) at
+ * once, so that a table full of busy entries is not scanned anew for each
+ * new one.
  *
  * Time: every function takes a CLOCK_MONOTONIC time in nanoseconds
  * (quota_now()), so the arithmetic is testable without sleeping. */

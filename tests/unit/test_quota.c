@@ -350,6 +350,40 @@ static void test_quarantine(void **state)
     quota_free(q);
 }
 
+/* A full table of busy entries makes room from the least recently used,
+ * but never from a quarantine still running: an agent that went quiet in
+ * quarantine while other agents filled the table was forgotten, and its
+ * next request admitted at once. */
+static void test_eviction_keeps_a_running_quarantine(void **state)
+{
+    (void)state;
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    p.alerts.denied_burst = (struct threshold){.set = true, .max = 1, .per_ms = 60000};
+    p.limits.quarantine_ms = 300000;
+    set_rate(&p.limits.rate, 1, 3600 * 1000, 0, 0); /* one an hour: busy after one */
+    struct quota *q = quota_new(NULL, NULL, 4);
+    quota_configure(q, &p);
+    assert_false(deny(q, "a", 1 * S));
+    assert_true(deny(q, "a", 1 * S));
+    uint64_t w;
+    char id[16];
+    for (int i = 0; i < 40; i++) { /* ten tables' worth of busy newcomers */
+        snprintf(id, sizeof(id), "b%d", i);
+        assert_int_equal(quota_admit(q, &p, id, NULL, (uint64_t)(i + 2) * S, &w), 0);
+    }
+    assert_int_equal(quota_quarantine_left(q, "a", 60 * S), 241 * S);
+    assert_true(quota_entries(q) <= 5); /* the quarantine, and room for the rest */
+    /* Once it lifts the entry is an ordinary one again. */
+    for (int i = 0; i < 8; i++) {
+        snprintf(id, sizeof(id), "c%d", i);
+        assert_int_equal(quota_admit(q, &p, id, NULL, 400 * S, &w), 0);
+    }
+    assert_int_equal(quota_quarantine_left(q, "a", 400 * S), 0);
+    assert_true(quota_entries(q) <= 4);
+    quota_free(q);
+}
+
 static void test_quarantine_again_while_over(void **state)
 {
     (void)state;
@@ -781,6 +815,7 @@ int main(void)
         cmocka_unit_test(test_full_table_keeps_the_entry_being_admitted),
         cmocka_unit_test(test_reload_through_a_bandwidth_only_rate_grants_nothing),
         cmocka_unit_test(test_quarantine),
+        cmocka_unit_test(test_eviction_keeps_a_running_quarantine),
         cmocka_unit_test(test_quarantine_again_while_over),
         cmocka_unit_test(test_sliding_window),
         cmocka_unit_test(test_event_subscriber),
