@@ -151,6 +151,17 @@ static int open_db(const char *path, sqlite3 **db, char **why)
     *why = NULL;
     if (rc != SQLITE_OK)
         goto err;
+    /* A file sluice may not write (mode 0444, a read-only file system) is
+     * opened read-only without a word: every commit would then fail, the
+     * writes kept until dropped. Not used, as a store that cannot be
+     * opened is not. */
+    if (sqlite3_db_readonly(*db, "main") == 1) {
+        *why = strdup("the database is read-only (its file mode or file system): every write "
+                      "would fail");
+        sqlite3_close(*db);
+        *db = NULL;
+        return SQLITE_READONLY;
+    }
     sqlite3_busy_timeout(*db, STARTUP_BUSY_MS);
     rc = sqlite3_exec(*db, "PRAGMA journal_mode=WAL", NULL, NULL, NULL);
     if (rc != SQLITE_OK)

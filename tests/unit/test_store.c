@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <linux/capability.h>
 #include <sqlite3.h>
 
 /* Includes the .c to count the key comparisons of the queued writes'
@@ -481,6 +482,66 @@ static void a_commit_failing_past_the_lock_backs_off(void **state)
     store_close(s);
 }
 
+/* Root writes any file whatever its mode (CAP_DAC_OVERRIDE): to see what a
+ * gateway running as a user sees, the test's thread sets those
+ * capabilities aside while it opens a store, and takes them back after
+ * (they stay in its permitted set). Not root: nothing to set aside. */
+static void dac_override(bool on)
+{
+    struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct d[2];
+    if (syscall(SYS_capget, &h, d) != 0)
+        return;
+    uint32_t bits = (1u << CAP_DAC_OVERRIDE) | (1u << CAP_DAC_READ_SEARCH);
+    d[0].effective = on ? d[0].effective | (bits & d[0].permitted) : d[0].effective & ~bits;
+    assert_int_equal(syscall(SYS_capset, &h, d), 0);
+}
+
+static struct store *open_as_a_user(char **err, char **warn)
+{
+    dac_override(false);
+    struct store *s = store_open(dir, err, warn);
+    dac_override(true);
+    return s;
+}
+
+/* A store sluice cannot write (sluice.db mode 0444, or a read-only
+ * directory) is reported at open, and serve runs with memory only: SQLite
+ * opens such a file read-only without a word, and before, the store was
+ * used until its first commit failed, every write then kept for retry
+ * until dropped. */
+static void a_read_only_store_is_not_used(void **state)
+{
+    (void)state;
+    char path[128], *err = NULL, *warn = NULL;
+    snprintf(path, sizeof(path), "%s/%s", dir, STORE_FILE);
+    struct store *s = open_ok(dir);
+    assert_int_equal(store_put_contact(s, "a", "b", 1), 0);
+    store_close(s);
+    assert_int_equal(chmod(path, 0444), 0);
+    s = open_as_a_user(&err, &warn);
+    assert_null(s);
+    assert_null(warn);
+    assert_non_null(err);
+    assert_non_null(strstr(err, "cannot open the state store"));
+    assert_non_null(strstr(err, "read-only"));
+    free(err);
+    /* a directory sluice cannot write: no write-ahead log can be made */
+    assert_int_equal(chmod(path, 0644), 0);
+    assert_int_equal(chmod(dir, 0555), 0);
+    s = open_as_a_user(&err, &warn);
+    assert_int_equal(chmod(dir, 0700), 0);
+    assert_null(s);
+    assert_non_null(err);
+    assert_non_null(strstr(err, "cannot open the state store"));
+    free(err);
+    /* writable again: used, its row still there */
+    s = open_ok(dir);
+    struct seen seen = {0};
+    assert_int_equal(store_load_contacts(s, on_contact, &seen), 1);
+    store_close(s);
+}
+
 /* One gateway per store: a second open of the same directory fails while
  * the first holds it (their queue ids would collide), and succeeds after. */
 static void one_gateway_per_store(void **state)
@@ -717,6 +778,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(write_failure_keeps_writes, setup, teardown),
         cmocka_unit_test_setup_teardown(opened_while_another_process_writes, setup, teardown),
         cmocka_unit_test_setup_teardown(one_gateway_per_store, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_read_only_store_is_not_used, setup, teardown),
         cmocka_unit_test_setup_teardown(over_the_cap_the_oldest_tenth_goes, setup, teardown),
         cmocka_unit_test_setup_teardown(a_commit_failing_past_the_lock_backs_off, setup, teardown),
         cmocka_unit_test_setup_teardown(queue_rows_of_a_sink_up_to_a_limit, setup, teardown),
