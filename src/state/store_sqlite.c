@@ -239,16 +239,53 @@ static bool is_corruption(int rc)
     return rc == SQLITE_CORRUPT || rc == SQLITE_NOTADB;
 }
 
+/* Renames <from> to <to> unless <to> exists. Returns 0, or -1 (errno). */
+static int rename_noreplace(const char *from, const char *to)
+{
+    if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0)
+        return 0;
+    if (errno != EINVAL && errno != ENOSYS)
+        return -1;
+    /* A file system without RENAME_NOREPLACE: we hold the directory's lock,
+     * so no other gateway makes <to> between the look and the rename. */
+    struct stat st;
+    if (lstat(to, &st) == 0) {
+        errno = EEXIST;
+        return -1;
+    }
+    return rename(from, to);
+}
+
+#define ASIDE_TRIES 1000 /* names tried per second: .corrupt-T, .corrupt-T.1, ... */
+
+/* Moves <path> (and its -wal and -shm) to <path>.corrupt-<unix time>, or
+ * .corrupt-<unix time>.N when that name is taken: two stores found corrupt
+ * in the same second (a restart loop) each keep a copy, where the second
+ * rename replaced the first. The name moved to goes to <dst>. */
 static void move_aside(const char *path, char *dst, size_t dstlen)
 {
-    static const char *const sfx[] = {"", "-wal", "-shm"};
+    static const char *const sfx[] = {"-wal", "-shm"};
     long t = (long)time(NULL);
-    for (size_t i = 0; i < 3; i++) {
-        char from[4200], to[4300];
-        snprintf(from, sizeof(from), "%s%s", path, sfx[i]);
-        snprintf(to, sizeof(to), "%s.corrupt-%ld%s", path, t, sfx[i]);
-        if (rename(from, to) == 0 && i == 0)
-            snprintf(dst, dstlen, "%s", to);
+    char to[4300];
+    for (int i = 0;; i++) {
+        if (i == 0)
+            snprintf(to, sizeof(to), "%s.corrupt-%ld", path, t);
+        else
+            snprintf(to, sizeof(to), "%s.corrupt-%ld.%d", path, t, i);
+        if (rename_noreplace(path, to) == 0)
+            break;
+        if (errno != EEXIST || i == ASIDE_TRIES)
+            return; /* not moved: the warning says so */
+    }
+    snprintf(dst, dstlen, "%s", to);
+    /* The log and shared memory follow under the name just taken (a file
+     * of that name without its database is a stray one: replaced), so
+     * that none is left for the new store to find. */
+    for (size_t k = 0; k < 2; k++) {
+        char from[4200], to_k[4400];
+        snprintf(from, sizeof(from), "%s%s", path, sfx[k]);
+        snprintf(to_k, sizeof(to_k), "%s%s", to, sfx[k]);
+        rename(from, to_k);
     }
 }
 

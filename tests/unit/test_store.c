@@ -216,16 +216,21 @@ static void round_trip(void **state)
     store_close(NULL);
 }
 
+static void write_text(const char *path, const char *text, int times)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    for (int i = 0; i < times; i++)
+        fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+}
+
 static void corrupt_is_moved_aside(void **state)
 {
     (void)state;
     char path[128];
     snprintf(path, sizeof(path), "%s/%s", dir, STORE_FILE);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    for (int i = 0; i < 200; i++)
-        fputs("this is not a database at all\n", f);
-    fclose(f);
+    write_text(path, "this is not a database at all\n", 200);
     char *err = NULL, *warn = NULL;
     struct store *s = store_open(dir, &err, &warn);
     assert_non_null(s);
@@ -243,6 +248,61 @@ static void corrupt_is_moved_aside(void **state)
     assert_int_equal(glob(pat, 0, NULL, &g), 0);
     assert_true(g.gl_pathc >= 1);
     globfree(&g);
+}
+
+/* Whether the file at <path> starts with <text>. */
+static bool starts_with_text(const char *path, const char *text)
+{
+    char buf[64] = "";
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return strncmp(buf, text, strlen(text)) == 0;
+}
+
+/* Stores found corrupt in the same second (a gateway restarted in a loop)
+ * each keep their copy: both were moved to sluice.db.corrupt-<unix time>,
+ * the second rename replacing the first. The names of the next seconds
+ * are taken beforehand, so that the moves meet a taken name whenever they
+ * run. */
+static void corrupt_stores_moved_aside_in_one_second_are_kept(void **state)
+{
+    (void)state;
+    char path[128], aside[160];
+    snprintf(path, sizeof(path), "%s/%s", dir, STORE_FILE);
+    long t = (long)time(NULL);
+    for (int i = 0; i < 10; i++) {
+        snprintf(aside, sizeof(aside), "%s.corrupt-%ld", path, t + i);
+        write_text(aside, "an earlier copy\n", 1);
+    }
+    for (int round = 0; round < 2; round++) {
+        write_text(path, round == 0 ? "not a database, the first\n" : "not a database, again\n",
+                   200);
+        char *err = NULL, *warn = NULL;
+        struct store *s = store_open(dir, &err, &warn);
+        assert_non_null(s);
+        assert_null(err);
+        assert_non_null(warn);
+        assert_null(strstr(warn, "could not move"));
+        free(warn);
+        store_close(s);
+    }
+    char pat[160];
+    glob_t g;
+    snprintf(pat, sizeof(pat), "%s.corrupt-*", path);
+    assert_int_equal(glob(pat, 0, NULL, &g), 0);
+    int earlier = 0, first = 0, again = 0;
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        earlier += starts_with_text(g.gl_pathv[i], "an earlier copy");
+        first += starts_with_text(g.gl_pathv[i], "not a database, the first");
+        again += starts_with_text(g.gl_pathv[i], "not a database, again");
+    }
+    globfree(&g);
+    assert_int_equal(earlier, 10);
+    assert_int_equal(first, 1);
+    assert_int_equal(again, 1);
 }
 
 static sqlite3 *other_connection(const char *sql);
@@ -772,6 +832,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(checkpoints_are_off_the_commit_thread, setup, teardown),
         cmocka_unit_test_setup_teardown(corrupt_is_moved_aside, setup, teardown),
+        cmocka_unit_test_setup_teardown(corrupt_stores_moved_aside_in_one_second_are_kept, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(another_schema_is_not_used, setup, teardown),
         cmocka_unit_test_setup_teardown(a_world_writable_directory_is_not_used, setup, teardown),
         cmocka_unit_test_setup_teardown(unusable_paths, setup, teardown),
