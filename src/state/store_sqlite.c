@@ -314,6 +314,30 @@ static int lock_dir(struct store *s, const char *dir, char **err)
     return 0;
 }
 
+/* Sets <s>'s next queue id past the highest stored. Returns SQLITE_OK, or
+ * the error with <*why>: a store whose ids were handed out from 1 again
+ * would write new alerts over the stored ones (INSERT OR REPLACE), so it is
+ * not used. */
+static int read_next_qid(struct store *s, char **why)
+{
+    sqlite3_stmt *q = NULL;
+    int rc =
+        sqlite3_prepare_v2(s->db, "SELECT coalesce(max(id), 0) FROM alert_queue", -1, &q, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(q);
+    if (rc == SQLITE_ROW) {
+        s->next_qid = sqlite3_column_int64(q, 0) + 1;
+        rc = SQLITE_OK;
+    } else {
+        *why = msg("cannot read the alert queue's last id (%s): new alerts would take the ids of "
+                   "stored ones",
+                   sqlite3_errmsg(s->db));
+        rc = rc == SQLITE_OK || rc == SQLITE_DONE ? SQLITE_ERROR : rc;
+    }
+    sqlite3_finalize(q);
+    return rc;
+}
+
 struct store *store_open(const char *dir, char **err, char **warn)
 {
     struct store *s = NULL;
@@ -369,21 +393,17 @@ struct store *store_open(const char *dir, char **err, char **warn)
         free(why);
         rc = open_db(s->path, &s->db, &why);
     }
+    if (rc == SQLITE_OK)
+        rc = read_next_qid(s, &why);
     if (rc != SQLITE_OK) {
         *err = msg("%s: cannot open the state store: %s", s->path, why ? why : "error");
         free(why);
+        sqlite3_close(s->db);
         free(s->path);
         close(s->lock_fd);
         free(s);
         return NULL;
     }
-    sqlite3_stmt *q = NULL;
-    s->next_qid = 1;
-    if (sqlite3_prepare_v2(s->db, "SELECT coalesce(max(id), 0) FROM alert_queue", -1, &q, NULL) ==
-            SQLITE_OK &&
-        sqlite3_step(q) == SQLITE_ROW)
-        s->next_qid = sqlite3_column_int64(q, 0) + 1;
-    sqlite3_finalize(q);
     char *why_not = NULL;
     s->checkpointer = wal_checkpointer_start(s->path, s->db, &why_not);
     if (s->checkpointer == NULL) {

@@ -342,6 +342,29 @@ static void another_schema_is_not_used(void **state)
     store_close(open_ok(dir));
 }
 
+/* A store whose queue's last id cannot be read is not used: the next
+ * alert's id would start at 1 again, and INSERT OR REPLACE would write
+ * the new alerts over the ones stored. The read is made to fail with a
+ * view in the queue's place whose rows cannot be computed (an integer
+ * overflow), as an I/O error or a lost lock would make it fail. */
+static void a_queue_whose_last_id_cannot_be_read_is_not_used(void **state)
+{
+    (void)state;
+    store_close(open_ok(dir));
+    sqlite3_close(other_connection("DROP TABLE alert_queue;"
+                                   "CREATE VIEW alert_queue(id, sink, body, attempts, created_ms)"
+                                   " AS SELECT abs(-9223372036854775807 - 1), '', '', 0, 0"
+                                   " FROM meta;"));
+    char *err = NULL, *warn = NULL;
+    struct store *s = store_open(dir, &err, &warn);
+    assert_null(s);
+    assert_null(warn);
+    assert_non_null(err);
+    assert_non_null(strstr(err, "cannot read the alert queue"));
+    assert_non_null(strstr(err, "integer overflow"));
+    free(err);
+}
+
 /* A directory every user can write (a sticky one too, such as /tmp) is not
  * used: any user could put a store of their own there (first contacts that
  * keep an agent's alerts quiet), a symbolic link in place of sluice.db (a
@@ -835,6 +858,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(corrupt_stores_moved_aside_in_one_second_are_kept, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(another_schema_is_not_used, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_queue_whose_last_id_cannot_be_read_is_not_used, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(a_world_writable_directory_is_not_used, setup, teardown),
         cmocka_unit_test_setup_teardown(unusable_paths, setup, teardown),
         cmocka_unit_test_setup_teardown(write_failure_keeps_writes, setup, teardown),
