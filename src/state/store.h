@@ -72,6 +72,9 @@ int store_load_queue_of(struct store *s, const char *sink, int64_t after, int li
  * Returns the number of sinks, or -1 on a database error (reported on
  * stderr). */
 int store_count_queue(struct store *s, store_queued_fn fn, void *arg);
+/* How many queue rows webhook <sink> has, counted in the index
+ * alert_queue_sink; -1 on a database error (reported on stderr). */
+int64_t store_count_queue_of(struct store *s, const char *sink);
 
 /* Queued writes (committed by store_flush). Strings are copied. Each
  * returns 0, or -1 when out of memory (the write is dropped and counted). */

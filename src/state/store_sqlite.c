@@ -566,6 +566,20 @@ int store_count_queue(struct store *s, store_queued_fn fn, void *arg)
                            fn, arg);
 }
 
+int64_t store_count_queue_of(struct store *s, const char *sink)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(s->db, "SELECT count(*) FROM alert_queue WHERE sink = ?1", -1, &st,
+                           NULL) != SQLITE_OK)
+        return load_fail(s, st);
+    sqlite3_bind_text(st, 1, sink, -1, SQLITE_STATIC);
+    if (sqlite3_step(st) != SQLITE_ROW)
+        return load_fail(s, st);
+    int64_t n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return n;
+}
+
 int store_load_counters(struct store *s, store_counter_fn fn, void *arg)
 {
     return name_count_rows(s, "SELECT name, value FROM counter", fn, arg);

@@ -10,6 +10,7 @@
  *   sluice_grants_expiring (grants within the warn window), sluice_grants_expired,
  *   sluice_grant_expiry_timestamp_seconds{rule,host,owner} gauges
  *   sluice_webhook_queue{sink}                            gauge
+ *     (every alert waiting: in memory, and in the state store only)
  *   sluice_dns_responses_total{server,result}             counter
  *     (result: answer, timeout (SERVFAIL included), failure)
  *   sluice_log_writable{log}, sluice_log_pending_bytes{log}  gauges

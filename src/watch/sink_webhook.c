@@ -67,7 +67,12 @@ struct webhook {
     struct event *retry;
     struct event *sweep;
     uint64_t delivered, failures;
-    uint64_t only_stored;  /* over the memory cap: kept in the store only */
+    uint64_t only_stored; /* over the memory cap: kept in the store only */
+    /* How many of them, for sluice_webhook_queue (only_stored is a hint
+     * for the sweep, not a count): counted at adoption, then one up for
+     * each alert kept there, one down for each the sweep takes back, and
+     * set exactly when a sweep reads to the end of the sink's rows. */
+    uint64_t stored_n;
     uint64_t dropped;      /* over the memory cap without a store: the oldest dropped */
     uint64_t dropped_said; /* what standard error was last told */
 };
@@ -503,7 +508,8 @@ struct sweep_ctx {
     struct webhook *w;
     int64_t *ids; /* the ids in memory, sorted */
     size_t nids;
-    uint64_t left; /* rows of this sink not in memory and not taken */
+    uint64_t left;  /* rows of this sink not in memory and not taken */
+    uint64_t taken; /* rows taken into memory */
 };
 
 static int cmp_id(const void *a, const void *b)
@@ -527,6 +533,8 @@ static void sweep_row(int64_t id, const char *sink, const char *body, int attemp
     enqueue(c->w, id, body, strlen(body), 0);
     if (c->w->len == before)
         c->left++;
+    else
+        c->taken++;
 }
 
 /* Every sweep period: alerts kept only in the store (over the memory cap)
@@ -553,7 +561,7 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
         return;
     if (store_flush(w->store) < 0)
         return; /* the rows may not be there yet: next time */
-    struct sweep_ctx c = {w, calloc(w->len + 1, sizeof(int64_t)), 0, 0};
+    struct sweep_ctx c = {w, calloc(w->len + 1, sizeof(int64_t)), 0, 0, 0};
     if (c.ids == NULL)
         return;
     for (size_t i = 0; i < w->len; i++)
@@ -561,8 +569,14 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
             c.ids[c.nids++] = w->q[(w->head + i) % w->cap].id;
     qsort(c.ids, c.nids, sizeof(*c.ids), cmp_id);
     size_t room = w->t.queue_max - w->len;
-    if (store_load_queue_of(w->store, w->url, 0, (int)(room + c.nids + 1), sweep_row, &c) >= 0)
+    int limit = (int)(room + c.nids + 1);
+    int rows = store_load_queue_of(w->store, w->url, 0, limit, sweep_row, &c);
+    if (rows >= 0)
         w->only_stored = c.left;
+    if (rows >= 0 && rows < limit)
+        w->stored_n = c.left; /* every row of the sink was read: the exact count */
+    else
+        w->stored_n = w->stored_n > c.taken + c.left ? w->stored_n - c.taken : c.left;
     free(c.ids);
 }
 
@@ -581,10 +595,14 @@ void webhook_send(struct webhook *w, const char *json, size_t n)
         /* Older alerts wait in the store: this one waits behind them, so
          * that the sink gets them in the order they were raised. */
         w->only_stored++;
+        w->stored_n++;
         refill_soon(w);
         return;
     }
+    size_t before = w->len;
     enqueue(w, id, json, n, 0);
+    if (id > 0 && w->len == before)
+        w->stored_n++; /* over the cap, or out of memory: in the store only */
 }
 
 static void adopt_row(int64_t id, const char *sink, const char *body, int attempts, void *arg)
@@ -609,14 +627,25 @@ void webhook_adopt_stored(struct webhook *w)
     size_t room = w->len < w->t.queue_max ? w->t.queue_max - w->len : 0;
     if (room > INT_MAX - 1)
         room = INT_MAX - 1;
+    size_t before = w->len;
     if (store_flush(w->store) < 0 ||
         store_load_queue_of(w->store, w->url, 0, (int)room + 1, adopt_row, w) < 0)
         w->only_stored = 1; /* the sweep reads them */
+    /* Counted once (the index's entries for the sink, not the rows), for
+     * sluice_webhook_queue; the sweep keeps it up to date. */
+    int64_t rows = store_count_queue_of(w->store, w->url);
+    size_t taken = w->len - before;
+    w->stored_n = rows > 0 && (uint64_t)rows > taken ? (uint64_t)rows - taken : 0;
 }
 
 size_t webhook_queued(const struct webhook *w)
 {
     return w->len;
+}
+
+size_t webhook_waiting(const struct webhook *w)
+{
+    return w->len + (size_t)w->stored_n;
 }
 
 size_t webhook_unstored(const struct webhook *w)

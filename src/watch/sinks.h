@@ -84,8 +84,12 @@ void webhook_send(struct webhook *w, const char *json, size_t n);
  * added by a reload), oldest first: as many as its memory queue holds, the
  * sweep reading the others back as room frees up. Never the whole queue. */
 void webhook_adopt_stored(struct webhook *w);
+/* The alerts waiting in <w>'s memory queue (at most its cap). */
 size_t webhook_queued(const struct webhook *w);
-/* Of those, the alerts that only memory holds (no state store, or one that
+/* Every alert waiting for <w>: those in memory and those kept in the state
+ * store only, beyond the memory cap (sluice_webhook_queue). */
+size_t webhook_waiting(const struct webhook *w);
+/* Of those in memory, the alerts that only memory holds (no state store, or one that
  * could not take them): what stopping now would lose. */
 size_t webhook_unstored(const struct webhook *w);
 /* Names those on standard error, if any, as lost <when> ("at exit"). */

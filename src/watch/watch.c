@@ -215,12 +215,13 @@ static void sink_label(struct evbuffer *o, const char *u)
 static void extra_metrics(void *arg, struct evbuffer *o)
 {
     struct watch *w = arg;
-    evbuffer_add_printf(o, "# HELP sluice_webhook_queue Alerts waiting for a webhook.\n"
+    evbuffer_add_printf(o, "# HELP sluice_webhook_queue Alerts waiting for a webhook (in memory, "
+                           "and in the state store only beyond the memory queue).\n"
                            "# TYPE sluice_webhook_queue gauge\n");
     for (size_t i = 0; i < w->nhooks; i++) {
         evbuffer_add_printf(o, "sluice_webhook_queue{sink=\"");
         sink_label(o, webhook_label(w->hooks[i]));
-        evbuffer_add_printf(o, "\"} %zu\n", webhook_queued(w->hooks[i]));
+        evbuffer_add_printf(o, "\"} %zu\n", webhook_waiting(w->hooks[i]));
     }
     evbuffer_add_printf(o, "# HELP sluice_webhook_dropped_total Alerts a webhook dropped (queue "
                            "full, no state store).\n"

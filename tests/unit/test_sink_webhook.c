@@ -555,6 +555,60 @@ static void adopting_reads_only_what_memory_holds(void **state)
     event_base_free(base);
 }
 
+/* Delivers the <n> oldest alerts in memory, as a 2xx answer would: their
+ * rows deleted, memory freed for the sweep. */
+static void deliver_oldest(struct webhook *w, int n)
+{
+    for (int i = 0; i < n && w->len > 0; i++) {
+        store_queue_del(w->store, w->q[w->head].id);
+        pop(w);
+    }
+}
+
+/* sluice_webhook_queue{sink} counts every alert waiting for the sink, the
+ * ones kept in the store only (beyond the memory cap) too: it showed the
+ * memory queue alone, at most its cap (10,000), while hundreds of
+ * thousands could wait in the store, so a backlog looked flat until its
+ * last 10,000. 25 stored for the sink (and 25 for another), a memory cap
+ * of 10, three more sent: 28 wait, then fewer as they go, 0 at the end. */
+static void every_waiting_alert_is_counted(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sluice-hook-XXXXXX", *err = NULL;
+    const char *url = "http://127.0.0.1:9/hook";
+    struct store *st = temp_store(dir);
+    for (int i = 0; i < 25; i++) {
+        assert_true(store_queue_add(st, url, "{}") > 0);
+        assert_true(store_queue_add(st, "http://127.0.0.1:9/other", "{}") > 0);
+    }
+    assert_int_equal(store_flush(st), 0);
+    struct event_base *base = event_base_new();
+    struct webhook *w = webhook_new(base, url, st, &err);
+    assert_non_null(w);
+    w->t.queue_max = 10;
+    webhook_adopt_stored(w);
+    assert_int_equal(webhook_queued(w), 10);
+    assert_int_equal(webhook_waiting(w), 25);
+    for (int i = 0; i < 3; i++)
+        webhook_send(w, "{}", 2); /* behind the stored ones */
+    assert_int_equal(webhook_queued(w), 10);
+    assert_int_equal(webhook_waiting(w), 28);
+    deliver_oldest(w, 4);
+    assert_int_equal(webhook_waiting(w), 24);
+    on_sweep(-1, 0, w);
+    assert_int_equal(webhook_queued(w), 10);
+    assert_int_equal(webhook_waiting(w), 24);
+    for (int round = 0; round < 4; round++) {
+        deliver_oldest(w, 10);
+        on_sweep(-1, 0, w);
+    }
+    assert_int_equal(webhook_queued(w), 0);
+    assert_int_equal(webhook_waiting(w), 0);
+    webhook_free(w);
+    temp_store_remove(st, dir);
+    event_base_free(base);
+}
+
 static void count_queued(const char *sink, uint64_t rows, void *arg)
 {
     (void)sink;
@@ -623,6 +677,7 @@ int main(void)
         cmocka_unit_test(sweep_reads_only_what_it_has_room_for),
         cmocka_unit_test(adopting_reads_only_what_memory_holds),
         cmocka_unit_test(adopted_and_swept_alerts_are_delivered_once_in_order),
+        cmocka_unit_test(every_waiting_alert_is_counted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
