@@ -1,5 +1,6 @@
 /* window: sliding windows in tenths and the fold table (see window.h). */
 #include "watch/window.h"
+#include "util/siphash.h"
 #include "util/units.h"
 
 #include <inttypes.h>
@@ -81,16 +82,23 @@ void fold_free(struct fold *f)
     memset(f, 0, sizeof(*f));
 }
 
-/* FNV-1a over the key: kind, agent, a separator no agent holds, host. */
+/* SipHash of the key (kind, agent, host) under a key drawn once per
+ * process, on the loop thread (the only caller). The hosts are the
+ * agents' choice: under an unkeyed hash (FNV-1a before) an agent allowed a
+ * wildcard could pick thousands whose keys share a slot, and every alert of
+ * a storm would walk them all. Agent and host are hashed apart, then the
+ * pair with the kind: no separator to escape, no copy of the strings. */
 static uint64_t key_hash(enum alert_kind kind, const char *agent, const char *host)
 {
-    uint64_t h = (1469598103934665603ull ^ (uint64_t)kind) * 1099511628211ull;
-    for (const char *p = agent; *p != '\0'; p++)
-        h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    h = (h ^ '\n') * 1099511628211ull;
-    for (const char *p = host; *p != '\0'; p++)
-        h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    return h;
+    static struct siphash_key key;
+    static bool keyed;
+    if (!keyed) {
+        siphash_random_key(&key, &key);
+        keyed = true;
+    }
+    uint64_t parts[3] = {(uint64_t)kind, siphash13(&key, agent, strlen(agent)),
+                         siphash13(&key, host, strlen(host))};
+    return siphash13(&key, parts, sizeof(parts));
 }
 
 static void index_put(struct fold *f, size_t i)

@@ -384,6 +384,60 @@ static void fold_matches_a_plain_model(void **state)
     fold_free(&f);
 }
 
+/* The hash the fold index had: FNV-1a, unkeyed, over kind, agent, a
+ * newline and host. */
+static uint64_t fnv1a_key(enum alert_kind kind, const char *agent, const char *host)
+{
+    uint64_t h = (1469598103934665603ull ^ (uint64_t)kind) * 1099511628211ull;
+    for (const char *p = agent; *p != '\0'; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    h = (h ^ '\n') * 1099511628211ull;
+    for (const char *p = host; *p != '\0'; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    return h;
+}
+
+/* The longest run of used slots in <x> (linear probing: a lookup of any
+ * key that hashes into a run may walk all of it, a strcmp per slot). */
+static size_t longest_run(const struct pos_index *x)
+{
+    size_t longest = 0, run = 0;
+    for (size_t i = 0; i < 2 * x->n; i++) { /* twice round: a run may wrap */
+        run = x->slot[i % x->n] != 0 ? run + 1 : 0;
+        if (run > longest)
+            longest = run;
+    }
+    return longest < x->n ? longest : x->n;
+}
+
+/* 512 hosts whose keys all had the same home slot under FNV-1a (its low
+ * 12 bits 0: slot 0 of any table up to 4096 slots), as an agent allowed a
+ * wildcard could pick them: they made one run of 512 slots, which every
+ * alert of a storm walked. Under the process's random key they spread:
+ * 512 keys in 1024 slots make no run of 128 but with a chance under 1e-7. */
+static void fold_chosen_hosts_spread(void **state)
+{
+    (void)state;
+    struct fold f;
+    struct got g = {0};
+    struct alert a = {.kind = ALERT_TIER3_WRITE, .agent = "ci", .detail = "w"};
+    char host[32];
+    size_t found = 0;
+    fold_init(&f);
+    for (unsigned i = 0; found < 512 && i < 10000000; i++) {
+        snprintf(host, sizeof(host), "n%u.wild.test", i);
+        if ((fnv1a_key(a.kind, a.agent, host) & 4095) != 0)
+            continue;
+        a.host = host;
+        assert_true(fold_admit(&f, &a, host, 0, 60000, collect, &g));
+        found++;
+    }
+    assert_int_equal(found, 512);
+    assert_int_equal(f.index.n, 1024);
+    assert_true(longest_run(&f.index) < 128);
+    fold_free(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -397,6 +451,7 @@ int main(void)
         cmocka_unit_test(fold_steady_stream_summarised_per_period),
         cmocka_unit_test(fold_table_spills_when_full),
         cmocka_unit_test(fold_matches_a_plain_model),
+        cmocka_unit_test(fold_chosen_hosts_spread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
