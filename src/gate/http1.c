@@ -834,20 +834,29 @@ static bool is_gateway_field(const char *name, size_t len)
     return len >= 7 && eqi(name, 7, "sluice-");
 }
 
+/* True when <f> is the 100-continue expectation (as the parser sets
+ * expect_continue). */
+static bool is_expect_continue(const struct http_header *f)
+{
+    return eqi(f->name, f->name_len, "expect") && eqi(f->value, f->value_len, "100-continue");
+}
+
 /* The fields of <hdrs> that go on to the next hop; without
- * Transfer-Encoding when <unchunked>. Content-Length goes on once, as the
+ * Transfer-Encoding when <unchunked>, nor Expect: 100-continue when
+ * <no_expect>. Content-Length goes on once, as the
  * single decimal <content_length> the parser settled on (-1: none): a list
  * of identical values ("5, 5"), repeated fields or leading zeros are what
  * the parser accepted, and RFC 9110 8.6 lets a proxy replace them with one
  * value, which leaves the next hop nothing to read differently. */
 static void head_fields(struct head_out *h, const struct http_header *hdrs, size_t n,
-                        int64_t content_length, bool unchunked)
+                        int64_t content_length, bool unchunked, bool no_expect)
 {
     bool length_sent = false;
     for (size_t i = 0; i < n; i++) {
         const struct http_header *f = &hdrs[i];
         if (http1_is_hop_by_hop(f->name, f->name_len) || is_gateway_field(f->name, f->name_len) ||
             (unchunked && eqi(f->name, f->name_len, "transfer-encoding")) ||
+            (no_expect && is_expect_continue(f)) ||
             (!is_end_to_end(f->name, f->name_len) &&
              named_in_connection(hdrs, n, f->name, f->name_len)))
             continue;
@@ -898,7 +907,12 @@ int http1_write_upstream_request_keep(const struct http_request *req, struct evb
         }
         piece(h, "\r\n", 2);
     }
-    head_fields(h, req->headers, req->nheaders, req->content_length, false);
+    /* RFC 9110 10.1.1: a 100-continue expectation in an HTTP/1.0 request
+     * is ignored. Passed on in the HTTP/1.1 head it would become one the
+     * client never had: the origin may answer before the body comes (a
+     * final status the client did not ask to get early). */
+    head_fields(h, req->headers, req->nheaders, req->content_length, false,
+                req->version_minor == 0);
     piece_lit(h, keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n");
     return head_commit(h, out) < 0 ? -1 : 0;
 }
@@ -924,7 +938,7 @@ int http1_write_upstream_response(const struct http_response *rsp, struct evbuff
      * Content-Length is the selected representation's: it stays.) */
     bool bare = rsp->status < 200 || rsp->status == 204;
     head_fields(h, rsp->headers, rsp->nheaders, bare ? -1 : rsp->content_length,
-                bare || (flags & HTTP1_RSP_UNCHUNKED) != 0);
+                bare || (flags & HTTP1_RSP_UNCHUNKED) != 0, false);
     if (rsp->status >= 200)
         piece_lit(h, (flags & HTTP1_RSP_KEEP_ALIVE) ? "Connection: keep-alive\r\n"
                                                     : "Connection: close\r\n");

@@ -159,7 +159,8 @@ bool http1_is_hop_by_hop(const char *name, size_t len);
 /* Appends to <out> the head to send upstream for <req> (TARGET_ABSOLUTE
  * only): "METHOD SP path SP HTTP/1.1", every header except the hop-by-hop
  * ones and those named in Connection (so never Proxy-Authorization; but
- * Content-Length, Transfer-Encoding and Host are always kept), a Host
+ * Content-Length, Transfer-Encoding and Host are always kept), and an
+ * HTTP/1.0 request's Expect: 100-continue (RFC 9110 10.1.1), a Host
  * header built from the target when the request had none (HTTP/1.0), then
  * "Connection: close" (sluice does not pool upstream connections: one
  * upstream connection per request, so a response without length ends at

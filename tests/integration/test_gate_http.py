@@ -749,6 +749,33 @@ def test_http10_client_gets_no_interim_response(gateway, net):
     assert raw11.startswith(b"HTTP/1.1 103 Early Hints\r\n") and raw11.count(b"HTTP/1.1 ") == 3
 
 
+
+def test_http10_expect_continue_is_ignored(gateway, net):
+    # RFC 9110 10.1.1: a 100-continue expectation in an HTTP/1.0 request is
+    # ignored. The request goes upstream as HTTP/1.1, where the field would
+    # be an expectation the client never had (the origin may hold back or
+    # answer before the body): it is not passed on, and the client gets
+    # the final answer alone. An HTTP/1.1 client's expectation goes on.
+    gw = gateway(net.policy([api_rule(net)]))
+    raw10 = exchange_until_close(
+        gw, b"POST %s HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 5\r\n"
+        b"X-Kept: yes\r\n\r\nhello" % net.url("/ten-expect").encode())
+    assert raw10.startswith(b"HTTP/1.1 200 ") and raw10.count(b"HTTP/1.1 ") == 1, raw10
+    rec = net.api.requests[0]
+    assert rec.body == b"hello" and rec.header("X-Kept") == "yes", rec
+    assert not rec.has_header("Expect"), rec.headers
+    _, end = gw.decided(path="/ten-expect")
+    assert end["status"] == 200 and end["bytes_up"] == 5, end
+
+    net.api.clear()
+    head = ("POST %s HTTP/1.1\r\nHost: api.example.test:%d\r\nExpect: 100-continue\r\n"
+            "Content-Length: 5\r\nConnection: close\r\n\r\n"
+            % (net.url("/eleven-expect"), net.api.port))
+    raw11 = exchange_until_close(gw, head.encode() + b"hello")
+    assert raw11.startswith(b"HTTP/1.1 100 Continue\r\n"), raw11
+    rec = net.api.requests[0]
+    assert rec.body == b"hello" and rec.header("Expect") == "100-continue", rec.headers
+
 def test_hop_by_hop_headers_not_forwarded(gateway, net):
     gw = gateway(net.policy([api_rule(net)]))
     r = request(gw, "GET", net.url("/hop"),
