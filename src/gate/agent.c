@@ -76,10 +76,10 @@ static long b64_decode(const char *in, size_t len, unsigned char *out)
     return (long)o;
 }
 
-/* Extracts the secret from a Proxy-Authorization value into <buf> (<cap>
- * bytes). Returns its length, or -1 when the header is malformed or uses
- * another scheme. */
-static long auth_secret(const char *v, size_t len, unsigned char *buf, size_t cap)
+/* The secret of a Proxy-Authorization value <v> (<len> bytes) into <buf>
+ * (<cap> bytes), as agent_secret() has it but for the wipe on refusal.
+ * Returns its length, or -1. */
+static long read_secret(const char *v, size_t len, unsigned char *buf, size_t cap)
 {
     size_t i = 0, start;
 
@@ -119,8 +119,21 @@ static long auth_secret(const char *v, size_t len, unsigned char *buf, size_t ca
             return -1;
         size_t plen = (size_t)n - (size_t)(colon + 1 - buf);
         memmove(buf, colon + 1, plen);
+        OPENSSL_cleanse(buf + plen, (size_t)n - plen); /* the user name, the password's tail */
         return (long)plen;
     }
+    return -1;
+}
+
+long agent_secret(const char *v, size_t len, unsigned char *buf, size_t cap)
+{
+    long n = read_secret(v, len, buf, cap);
+    if (n > 0)
+        return n;
+    /* A malformed header's decoding stopped anywhere (a bad byte, no
+     * colon, an empty password): what it left may be a real secret sent
+     * wrongly. cap bytes: the decoder's extent is not known here. */
+    OPENSSL_cleanse(buf, cap);
     return -1;
 }
 
@@ -142,12 +155,36 @@ bool agent_token_possible(const struct policy *p, const struct client_origin *o)
     return false;
 }
 
+/* The first agent whose sources contain <o> and whose token's digest is
+ * <have>: AGENT_OK (*out set), or AGENT_AUTH_REQUIRED. The tokens'
+ * digests are wiped after use, as the secret's are by the caller. */
+static enum agent_result agent_with_digest(const struct policy *p, const struct client_origin *o,
+                                           const unsigned char *have, const struct agent **out)
+{
+    unsigned char want[SHA256_DIGEST_LENGTH];
+    enum agent_result r = AGENT_AUTH_REQUIRED;
+    for (size_t i = 0; i < p->nagents && r != AGENT_OK; i++) {
+        const struct agent *a = &p->agents[i];
+        if (a->token == NULL || a->token[0] == '\0' || !agent_sources_contain(a, o))
+            continue;
+        /* Digests of equal length compared in constant time: neither the
+         * secret's length nor its content leaks through timing. */
+        SHA256((const unsigned char *)a->token, strlen(a->token), want);
+        if (CRYPTO_memcmp(want, have, sizeof(want)) == 0) {
+            *out = a;
+            r = AGENT_OK;
+        }
+    }
+    OPENSSL_cleanse(want, sizeof(want));
+    return r;
+}
+
 enum agent_result agent_identify(const struct policy *p, const struct client_origin *o,
                                  const char *proxy_auth, size_t proxy_auth_len,
                                  const struct agent **out)
 {
     unsigned char secret[AUTH_MAX];
-    unsigned char want[SHA256_DIGEST_LENGTH], have[SHA256_DIGEST_LENGTH];
+    unsigned char have[SHA256_DIGEST_LENGTH];
     bool token_wanted = false;
 
     *out = NULL;
@@ -157,24 +194,14 @@ enum agent_result agent_identify(const struct policy *p, const struct client_ori
     if (proxy_auth != NULL) {
         long n = proxy_auth_len > AUTH_MAX
                      ? -1
-                     : auth_secret(proxy_auth, proxy_auth_len, secret, sizeof(secret));
+                     : agent_secret(proxy_auth, proxy_auth_len, secret, sizeof(secret));
         if (n <= 0)
-            return AGENT_AUTH_REQUIRED;
+            return AGENT_AUTH_REQUIRED; /* agent_secret() wiped <secret> */
         SHA256(secret, (size_t)n, have);
-        OPENSSL_cleanse(secret, sizeof(secret));
-        for (size_t i = 0; i < p->nagents; i++) {
-            const struct agent *a = &p->agents[i];
-            if (a->token == NULL || a->token[0] == '\0' || !agent_sources_contain(a, o))
-                continue;
-            /* Digests of equal length compared in constant time: neither
-             * the secret's length nor its content leaks through timing. */
-            SHA256((const unsigned char *)a->token, strlen(a->token), want);
-            if (CRYPTO_memcmp(want, have, sizeof(have)) == 0) {
-                *out = a;
-                return AGENT_OK;
-            }
-        }
-        return AGENT_AUTH_REQUIRED;
+        OPENSSL_cleanse(secret, (size_t)n);
+        enum agent_result r = agent_with_digest(p, o, have, out);
+        OPENSSL_cleanse(have, sizeof(have));
+        return r;
     }
 
     for (size_t i = 0; i < p->nagents; i++) {

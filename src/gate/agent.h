@@ -43,6 +43,15 @@ enum agent_result agent_identify(const struct policy *p, const struct client_ori
                                  const char *proxy_auth, size_t proxy_auth_len,
                                  const struct agent **out);
 
+/* The secret of the Proxy-Authorization value <v> (<len> bytes, as
+ * agent_identify() takes it) into <buf> (<cap> bytes): its length (> 0),
+ * or -1 when the value is malformed, of another scheme, too long for <buf>
+ * or carries an empty secret. Past the secret, and on -1 all <cap> bytes
+ * of <buf>, hold nothing of the value, decoded or not (wiped: a refused
+ * value may be a real secret sent wrongly); the caller wipes the secret
+ * once it is done with it. */
+long agent_secret(const char *v, size_t len, unsigned char *buf, size_t cap);
+
 /* True when an agent whose sources contain <o> has a token: a client at
  * <o> may then be it, and who sent a request whose secret could not be
  * read is not known. */

@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "gate/agent.h"
@@ -269,6 +270,50 @@ static void test_not_terminated_and_bounds(void **state)
     assert_int_equal(agent_identify(&pol, &o, buf, 0, &a), AGENT_AUTH_REQUIRED);
 }
 
+/* True when the <n> bytes at <p> are all <b>. */
+static bool all_bytes(const unsigned char *p, size_t n, unsigned char b)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != b)
+            return false;
+    return true;
+}
+
+/* agent_secret() leaves the secret alone in its buffer, and of a value it
+ * refuses nothing, decoded or not: a malformed header may carry a real
+ * token sent wrongly, which must not stay in memory after the refusal. */
+static void test_secret_wiped(void **state)
+{
+    (void)state;
+    unsigned char buf[64];
+    static const char *const refused[] = {
+        "Basic czNjcmV0",         /* "s3cret", no colon: decoded whole */
+        "Basic dXNlcjo=",         /* "user:": an empty password */
+        "Basic dXNlcjpzM2Ny!XQ=", /* "user:s3c" decoded, then a bad byte */
+        "Basic dXNlcjpzM2NyZXR=", /* decoded whole, non-canonical end bits */
+        "Bearer s3cret extra",    /* nothing copied: still all wiped */
+    };
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        memset(buf, 0xa5, sizeof(buf));
+        assert_int_equal(agent_secret(refused[i], strlen(refused[i]), buf, sizeof(buf)), -1);
+        if (!all_bytes(buf, sizeof(buf), 0))
+            fail_msg("\"%s\" left bytes in the buffer", refused[i]);
+    }
+    /* Accepted: the password alone; "user:" and the password's old tail
+     * (decoded before the move) wiped; past the decoded bytes, untouched. */
+    const char *v = "Basic dXNlcjpzM2NyZXQ="; /* user:s3cret, 11 bytes */
+    memset(buf, 0xa5, sizeof(buf));
+    assert_int_equal(agent_secret(v, strlen(v), buf, sizeof(buf)), 6);
+    assert_memory_equal(buf, "s3cret", 6);
+    assert_true(all_bytes(buf + 6, 5, 0));
+    assert_true(all_bytes(buf + 11, sizeof(buf) - 11, 0xa5));
+    /* Too long for the buffer: refused, wiped. */
+    v = "Bearer 0123456789";
+    memset(buf, 0xa5, sizeof(buf));
+    assert_int_equal(agent_secret(v, strlen(v), buf, 8), -1);
+    assert_true(all_bytes(buf, 8, 0));
+}
+
 static void test_sources_contain(void **state)
 {
     (void)state;
@@ -299,6 +344,7 @@ int main(void)
         cmocka_unit_test(test_malformed_headers),
         cmocka_unit_test(test_not_terminated_and_bounds),
         cmocka_unit_test(test_sources_contain),
+        cmocka_unit_test(test_secret_wiped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
