@@ -1,6 +1,7 @@
 #include "gate/conn.h"
 
 #include <netinet/in.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -541,17 +542,31 @@ static void begin_exchange(struct conn *c)
     evtimer_del(c->timer);
 }
 
-/* Finds the agent; returns false (after refusing) when there is none. */
+/* Wipes <len> bytes of the request head at <field>, which points into the
+ * client's input as evbuffer_pullup() made it contiguous (writable
+ * memory): a Proxy-Authorization value (a secret, in clear for Bearer)
+ * once it was read, or a head refused unread. libevent frees its buffers
+ * as they are, where the secret would stay until the memory is reused. */
+static void wipe_head_bytes(const char *field, size_t len)
+{
+    if (field != NULL)
+        explicit_bzero((void *)(uintptr_t)field, len);
+}
+
+/* Finds the agent; returns false (after refusing) when there is none. The
+ * Proxy-Authorization value <auth> is wiped in the head either way. */
 static bool identify(struct conn *c, const char *auth, size_t auth_len)
 {
     struct exchange *ex = &c->ex;
     const struct policy *p = ex->pol->policy;
     const struct agent *a = NULL;
     if (c->gw->cfg.forced_agent != NULL) {
+        wipe_head_bytes(auth, auth_len);
         a = policy_find_agent(p, c->gw->cfg.forced_agent);
         ex->agent_id = c->gw->cfg.forced_agent;
     } else {
         enum agent_result r = agent_identify(p, &c->origin, auth, auth_len, &a);
+        wipe_head_bytes(auth, auth_len);
         if (r != AGENT_OK) {
             conn_refuse(c,
                         r == AGENT_AUTH_REQUIRED ? REASON_AUTH_REQUIRED : REASON_AGENT_NOT_ALLOWED,
@@ -882,6 +897,9 @@ static void read_head(struct conn *c)
                  agent_identify(c->ex.pol->policy, &c->origin, NULL, 0, &a) == AGENT_OK)
             c->ex.agent_id = a != NULL ? a->id : AGENT_DEFAULT_ID;
         free(req);
+        /* Never read again (a 400 closes): its Proxy-Authorization, not
+         * looked for in a head that does not parse, goes with the rest. */
+        wipe_head_bytes(buf, n);
         conn_refuse(c, REASON_BAD_REQUEST,
                     rc == HTTP1_TOO_BIG ? "request head too large"
                     : why != NULL       ? why
