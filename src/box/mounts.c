@@ -49,9 +49,13 @@ struct op {
 
 /* Opens <path> (absolute) O_PATH one component at a time, following no
  * symbolic link: a path that is or passes through one fails with ELOOP.
- * Returns the descriptor, or -1 with errno. */
-static int open_nofollow(const char *path)
+ * Returns the descriptor, or -1 with errno; then, when <stopped_in> is not
+ * NULL, the directory the walk had reached, where the component that
+ * failed was looked up, is left open in <*stopped_in> (-1 when none). */
+static int walk_nofollow(const char *path, int *stopped_in)
 {
+    if (stopped_in != NULL)
+        *stopped_in = -1;
     if (path[0] != '/') {
         errno = EINVAL;
         return -1;
@@ -75,18 +79,26 @@ static int open_nofollow(const char *path)
         name[len] = '\0';
         int next = openat(fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
         int e_no = errno;
-        close(fd);
         struct stat st;
         if (next >= 0 && fstat(next, &st) == 0 && S_ISLNK(st.st_mode)) {
             close(next);
             next = -1;
             e_no = ELOOP;
         }
+        if (next < 0 && stopped_in != NULL)
+            *stopped_in = fd;
+        else
+            close(fd);
         errno = e_no;
         fd = next;
         s += len;
     }
     return -1;
+}
+
+static int open_nofollow(const char *path)
+{
+    return walk_nofollow(path, NULL);
 }
 
 static unsigned long keep_flags_fd(int fd)
@@ -350,6 +362,35 @@ static bool under(const char *path, const char *dir)
     return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/');
 }
 
+/* Whether the command can never reach the mount on <mount_point>: the
+ * path does not lead to it (covered, moved or deleted), or a directory on
+ * the way denies the init its search (EACCES: the box's uid has no access
+ * to it, and the user namespace's capabilities do not apply to a
+ * directory whose group it does not map) and is not the box's own. One
+ * the box's uid owns, the command can chmod() open again where it is
+ * writable (an agent makes it 000 in one run; in the next, step 2 cannot
+ * reach the mount below it to remount it read-only), so a mount behind
+ * it counts as reachable, whatever mount the directory is on. In a user
+ * namespace an owner it does not map reads as the overflow uid (nobody):
+ * a box run as nobody takes such a directory for its own, and fails. */
+static bool out_of_reach(const char *mount_point)
+{
+    struct stat st;
+    if (stat(mount_point, &st) == 0)
+        return false;
+    if (errno != EACCES)
+        return true;
+    int in;
+    int fd = walk_nofollow(mount_point, &in);
+    bool blocked = fd < 0 && errno == EACCES && in >= 0;
+    bool others = blocked && fstat(in, &st) == 0 && st.st_uid != geteuid();
+    if (fd >= 0)
+        close(fd);
+    if (in >= 0)
+        close(in);
+    return others;
+}
+
 /* Step 5: a writable mount that is not one of ours is an error. */
 static int verify(const struct op *ops, size_t nops, char *err, size_t errlen)
 {
@@ -366,9 +407,8 @@ static int verify(const struct op *ops, size_t nops, char *err, size_t errlen)
                   strcmp(e->mount_point, "/dev/pts") == 0;
         for (size_t k = 0; k < nops && !ok; k++)
             ok = ops[k].kind == BOX_PATH_RW && strcmp(ops[k].path, e->mount_point) == 0;
-        struct stat st;
-        if (!ok && stat(e->mount_point, &st) < 0)
-            ok = true; /* covered or out of reach: the command cannot reach it either */
+        if (!ok)
+            ok = out_of_reach(e->mount_point);
         if (!ok) {
             snprintf(err, errlen, "%s is still writable in the box (%s %s)", e->mount_point,
                      e->fstype, e->source);
