@@ -354,14 +354,6 @@ static int apply_op(const struct op *o, char *err, size_t errlen)
     return 0;
 }
 
-static bool under(const char *path, const char *dir)
-{
-    size_t n = strlen(dir);
-    if (strcmp(dir, "/") == 0)
-        return true;
-    return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/');
-}
-
 /* Whether the command can never reach the mount on <mount_point>: the
  * path does not lead to it (covered, moved or deleted), or a directory on
  * the way denies the init its search (EACCES: the box's uid has no access
@@ -402,9 +394,11 @@ static int verify(const struct op *ops, size_t nops, char *err, size_t errlen)
         const struct mountinfo_entry *e = &mi.v[i];
         if (!mountinfo_is_writable(e) || mountinfo_is_covered(&mi, e))
             continue;
-        bool ok = strcmp(e->mount_point, "/tmp") == 0 || under(e->mount_point, "/tmp") ||
-                  strcmp(e->mount_point, "/dev/shm") == 0 || strcmp(e->mount_point, "/proc") == 0 ||
-                  strcmp(e->mount_point, "/dev/pts") == 0;
+        /* a mount below /tmp is not the box's own: the host's are out of
+         * reach below the private /tmp (ENOENT), and one below a --rw
+         * path there is checked like one below any other */
+        bool ok = strcmp(e->mount_point, "/tmp") == 0 || strcmp(e->mount_point, "/dev/shm") == 0 ||
+                  strcmp(e->mount_point, "/proc") == 0 || strcmp(e->mount_point, "/dev/pts") == 0;
         for (size_t k = 0; k < nops && !ok; k++)
             ok = ops[k].kind == BOX_PATH_RW && strcmp(ops[k].path, e->mount_point) == 0;
         if (!ok)

@@ -1860,10 +1860,11 @@ def test_unprivileged_dev_ipc_keys_families(sluice_bin, net, hostdir):
 
 
 BEHIND_A_CLOSED_FOLDER = r"""
-import errno, json, os
+import errno, json, os, sys
+a = sys.argv[1]
 out = {}
-for k, f in (("chmod", lambda: os.chmod("a", 0o755)),
-             ("write", lambda: open("a/mnt/f", "w").write("x"))):
+for k, f in (("chmod", lambda: os.chmod(a, 0o755)),
+             ("write", lambda: open(os.path.join(a, "mnt", "f"), "w").write("x"))):
     try:
         f(); out[k] = "ok"
     except OSError as e:
@@ -1873,23 +1874,33 @@ print(json.dumps(out))
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
-def test_a_mount_behind_a_folder_the_agent_closed_stays_read_only(sluice_bin, net, hostdir):
-    """A mount below the writable folder stays read-only, even behind a
+@pytest.mark.parametrize("where", ["cwd", "rw_below_tmp"])
+def test_a_mount_behind_a_folder_the_agent_closed_stays_read_only(sluice_bin, net, hostdir,
+                                                                  where):
+    """A mount below a writable folder stays read-only, even behind a
     folder the agent made 000 in an earlier run. The init of a box that is
     not root's has no capability over a folder whose group its user
     namespace does not map, so it could not reach the mount to remount it
     read-only, and the final check took a mount it could not stat() for one
-    the command could not reach either: the command, the folder's owner,
-    opened it again with chmod() and wrote on the mount. Such a mount now
-    fails the set-up; behind a folder of another owner, which the command
-    cannot open, it is out of reach and the run goes on. The mount is made
-    in a mount namespace of the test's own (unshare -m)."""
+    the command could not reach either (and any mount below /tmp for the
+    box's own): the command, the folder's owner, opened it again with
+    chmod() and wrote on the mount. Such a mount now fails the set-up;
+    behind a folder of another owner, which the command cannot open, it is
+    out of reach and the run goes on. The writable folder is the current
+    directory, or a --rw folder below the host's /tmp. The mount is made in
+    a mount namespace of the test's own (unshare -m)."""
     b, pol = _nobody_box(sluice_bin, net, hostdir, [])
     # not nobody: in the box, an owner the user namespace does not map
     # reads as nobody, and a box of nobody's would take root's folder for
     # its own (and fail, to be safe)
     uid = 4242
-    a = os.path.join(b.workdir, "a")
+    args = ["--policy", pol]
+    top = b.workdir
+    if where == "rw_below_tmp":
+        top = tempfile.mkdtemp(prefix="sluice-box-", dir="/tmp")
+        os.chmod(top, 0o777)
+        args += ["--rw", top]
+    a = os.path.join(top, "a")
     os.makedirs(os.path.join(a, "mnt"))
     with open(os.path.join(b.workdir, "x.py"), "w") as f:
         f.write(BEHIND_A_CLOSED_FOLDER)
@@ -1901,7 +1912,7 @@ def test_a_mount_behind_a_folder_the_agent_closed_stays_read_only(sluice_bin, ne
         script = 'mount -t tmpfs -o size=1m none "$0" || exit 99; exec "$@"'
         argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script,
                 os.path.join(a, "mnt"), "setpriv", "--reuid=%d" % uid, "--regid=%d" % uid,
-                "--clear-groups", sluice_bin, "run", "--policy", pol, "--", PY, "x.py"]
+                "--clear-groups", sluice_bin, "run"] + args + ["--", PY, "x.py", a]
         p = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd=b.workdir,
                            env=_clean_env())
         if p.returncode == 99 or "unshare:" in p.stderr:
@@ -1910,20 +1921,23 @@ def test_a_mount_behind_a_folder_the_agent_closed_stays_read_only(sluice_bin, ne
             assert mark not in p.stderr, p.stderr
         return p
 
-    p = run(uid, 0o000)
-    assert p.returncode == 2, p.stdout + p.stderr
-    assert ("sluice run: cannot build the box: %s is still writable in the box"
-            % os.path.join(a, "mnt")) in p.stderr, p.stderr
-    assert not os.path.exists(os.path.join(a, "mnt", "f"))
-    assert stat.S_IMODE(os.stat(a).st_mode) == 0, "the command ran"
-    # a folder of another owner: the command cannot open it, the run goes on
-    p = run(0, 0o700)
-    assert p.returncode == 0, p.stderr
-    assert Box.out(p) == {"chmod": "EPERM", "write": "EACCES"}
-    # reachable, it is read-only like every mount below a writable path
-    p = run(uid, 0o755)
-    assert p.returncode == 0, p.stderr
-    assert Box.out(p) == {"chmod": "ok", "write": "EROFS"}
+    try:
+        p = run(uid, 0o000)
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert ("sluice run: cannot build the box: %s is still writable in the box"
+                % os.path.join(a, "mnt")) in p.stderr, p.stderr
+        assert stat.S_IMODE(os.stat(a).st_mode) == 0, "the command ran"
+        # a folder of another owner: the command cannot open it, the run goes on
+        p = run(0, 0o700)
+        assert p.returncode == 0, p.stderr
+        assert Box.out(p) == {"chmod": "EPERM", "write": "EACCES"}
+        # reachable, it is read-only like every mount below a writable path
+        p = run(uid, 0o755)
+        assert p.returncode == 0, p.stderr
+        assert Box.out(p) == {"chmod": "ok", "write": "EROFS"}
+    finally:
+        if top != b.workdir:
+            shutil.rmtree(top, ignore_errors=True)
 
 
 def test_symlinked_paths_refused(box, net, hostdir):
