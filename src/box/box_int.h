@@ -34,8 +34,9 @@ int box_mount_proc(char *err, size_t errlen);
 /* In the command, just before execve: drops every capability (bounding,
  * ambient, inheritable, permitted), sets no_new_privs and loads the
  * seccomp filter refusing socket families but AF_INET, AF_INET6 and
- * AF_NETLINK, io_uring, the keyring calls, ioctl(TIOCSTI) and
- * ioctl(TIOCLINUX), every call that would make a file set-user-ID or
+ * AF_NETLINK, io_uring, the keyring calls, ioctl(TIOCSTI),
+ * ioctl(TIOCLINUX), ioctl(KDSKBENT) and ioctl(KDSKBSENT), every call
+ * that would make a file set-user-ID or
  * set-group-ID, openat2() and, unless <allow_unix>, socket(AF_UNIX) and
  * socketpair() but for stream and seqpacket pairs. Returns 0,
  * or -1 with a message. */

@@ -25,8 +25,10 @@
  * Kernel keyrings: add_key(), request_key() and keyctl() fail with ENOSYS
  * (the user keyring of a root box is the host root's).
  *
- * The terminal: ioctl(TIOCSTI) and ioctl(TIOCLINUX) fail with EPERM, so the
- * command cannot type into the terminal it shares with the user's shell.
+ * The terminal: ioctl(TIOCSTI), ioctl(TIOCLINUX) and, for a virtual
+ * console, the key map's ioctl(KDSKBENT) and ioctl(KDSKBSENT) fail with
+ * EPERM, so the command cannot type into the terminal it shares with the
+ * user's shell, now or once run exits.
  *
  * Set-user-ID and set-group-ID files: a file's owner needs no capability
  * to set S_ISUID or S_ISGID on it, and the host's own mounts of the
@@ -40,6 +42,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/kd.h>
 #include <seccomp.h>
 #include <stdio.h>
 #include <string.h>
@@ -262,9 +265,14 @@ static int load_filter(bool allow_unix, char *err, size_t errlen)
      * would let it push a command line into the terminal's input queue,
      * read and run, unboxed, by the user's shell once run exits
      * (bubblewrap's CVE-2017-5226); TIOCLINUX pastes a virtual console's
-     * selection likewise. Both fail with EPERM, the request compared in
+     * selection likewise. On a virtual console, KDSKBENT and KDSKBSENT
+     * need no capability from the process whose controlling terminal it
+     * is (only SELinux asks for CAP_SYS_TTY_CONFIG): they rebind a key, or
+     * rewrite the string a function key types, for the whole console and
+     * after run exits, so that the user's next Enter types the command's
+     * line into the shell. All fail with EPERM, the request compared in
      * its low 32 bits (the kernel reads an unsigned int). */
-    static const unsigned long tty_inject[] = {TIOCSTI, TIOCLINUX};
+    static const unsigned long tty_inject[] = {TIOCSTI, TIOCLINUX, KDSKBENT, KDSKBSENT};
     for (size_t i = 0; i < sizeof(tty_inject) / sizeof(tty_inject[0]) && rc == 0; i++) {
         const struct scmp_arg_cmp is_req = {
             .arg = 1, .op = SCMP_CMP_MASKED_EQ, .datum_a = 0xffffffffu, .datum_b = tty_inject[i]};

@@ -1538,6 +1538,22 @@ for name, req in (("tiocsti", termios.TIOCSTI), ("tiocsti_high", termios.TIOCSTI
 print(json.dumps(res))
 """
 
+# A virtual console's key map (<linux/kd.h>): KDSKBENT binds a key to an
+# action, KDSKBSENT sets the string a function key types. The argument is
+# a null pointer, so that even on a real console nothing would change
+# (EFAULT); on the pty of the test the kernel answers ENOTTY.
+KEYMAP = r"""
+import ctypes, errno, json
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+res = {}
+for name, req in (("kdskbent", 0x4B47), ("kdskbsent", 0x4B49),
+                  ("kdskbsent_high", 0x4B49 | (1 << 32))):
+    r = libc.syscall(ctypes.c_long(16), ctypes.c_long(0), ctypes.c_long(req), ctypes.c_long(0))
+    res[name] = "ok" if r == 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+print(json.dumps(res))
+"""
+
 
 def _run_on_terminal(argv, cwd, user=None):
     """Runs <argv> with a new pty as its controlling terminal and standard
@@ -1590,6 +1606,28 @@ def test_terminal_input_cannot_be_injected(box, net, hostdir):
     assert p.returncode == 0, p.stderr
     assert Box.out(p) == {"tiocsti": "EPERM", "tiocsti_high": "EPERM"}
     assert pending == b""
+
+
+def test_console_key_map_cannot_be_rewritten(box, net):
+    """On a virtual console, the process whose controlling terminal it is
+    may rebind keys (KDSKBENT) and rewrite the strings function keys type
+    (KDSKBSENT) without any capability, for the whole console and beyond
+    run's end: the command could make the user's next Enter type a command
+    line into the shell, unboxed, as TIOCSTI would. The filter refuses both
+    with EPERM, whatever the request's upper 32 bits hold."""
+    import platform
+    if platform.machine() != "x86_64":
+        pytest.skip("the system call number below is x86_64's")
+    pol = box.policy(net.policy([]))
+    argv = [box.bin, "run", "--policy", pol, "--", PY, "-c", KEYMAP]
+    p, pending = _run_on_terminal(argv, box.workdir)
+    assert p.returncode == 0, p.stderr
+    assert Box.out(p) == {"kdskbent": "EPERM", "kdskbsent": "EPERM", "kdskbsent_high": "EPERM"}
+    # outside the box the same calls reach the terminal, which is no console
+    p = subprocess.run([PY, "-c", KEYMAP], stdin=subprocess.DEVNULL, capture_output=True,
+                       text=True, timeout=30)
+    assert json.loads(p.stdout) == {"kdskbent": "ENOTTY", "kdskbsent": "ENOTTY",
+                                    "kdskbsent_high": "ENOTTY"}, p.stdout
 
 
 # Runs inside the box, in its writable current directory, with umask 0: every
