@@ -1384,6 +1384,42 @@ print(json.dumps({"uid": os.getuid(), "eff": caps["CapEff"], "bnd": caps["CapBnd
     assert o["procs"] == [1, o["pid"]]  # a PID namespace: only the box's init and itself
 
 
+def test_proc_stays_read_only_for_a_nested_user_namespace(box, net):
+    """/proc is read-only in the box, and stays so for a user namespace the
+    command makes inside it: a uid_map write there ("0 0 1", root of the
+    namespace as the box's root) would let it set file capabilities with
+    rootid 0 on a file in a writable folder, capabilities that would work on
+    the host. The kernel refuses that map too (EPERM: the command has no
+    capabilities); the read-only /proc is the layer before it, pinned here
+    (with a writable /proc the write gets as far as that EPERM)."""
+    pol = box.policy(net.policy([]))
+    code = r"""
+import ctypes, errno, json, os
+def write(path, text):
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+        return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+out = {"proc_ro": bool(os.statvfs("/proc").f_flag & os.ST_RDONLY)}
+libc = ctypes.CDLL(None, use_errno=True)
+r = libc.unshare(0x10000000)  # CLONE_NEWUSER
+out["unshare"] = "ok" if r == 0 else errno.errorcode[ctypes.get_errno()]
+if r == 0:
+    out["setgroups"] = write("/proc/self/setgroups", "deny")
+    out["uid_map"] = write("/proc/self/uid_map", "0 0 1")
+print(json.dumps(out))
+"""
+    p = box.run(["--policy", pol], code)
+    o = Box.out(p)
+    assert o["proc_ro"] is True, o
+    if o["unshare"] == "ok":
+        assert o["uid_map"] == "EROFS", o
+    else:
+        assert o["unshare"] in ("EPERM", "EINVAL", "ENOSPC", "EUSERS"), o
+
+
 def test_summary_counts_alerts(box, net):
     """Alerts go to the decision log unless --alerts FILE; the summary counts
     them either way (first_contact raises one for the first request)."""
