@@ -49,6 +49,10 @@ struct log_jsonl {
     size_t line_sent;
     size_t pending_max;
     struct event *wev;
+    /* Retries after a failed write: a timer of its own, since a descriptor
+     * that fails may still be writable to epoll for ever (a terminal that
+     * hung up fails with EIO and polls ready): wev would spin the loop. */
+    struct event *retry;
     struct event *fev; /* writes the end lines gathered in this loop round */
     bool flush_due;    /* fev is active */
     uint64_t dropped;
@@ -376,10 +380,18 @@ static int drain(struct log_jsonl *l)
     return 0;
 }
 
+/* True while a write is armed: wev (EAGAIN) or the retry (an error). */
+static bool write_armed(const struct log_jsonl *l)
+{
+    return (l->wev != NULL && event_pending(l->wev, EV_WRITE | EV_TIMEOUT, NULL)) ||
+           (l->retry != NULL && event_pending(l->retry, EV_TIMEOUT, NULL));
+}
+
 static void schedule(struct log_jsonl *l, int rc)
 {
     if (l->wev == NULL)
         return;
+    event_del(l->retry);
     if (rc == 1 && l->pollable) {
         if (!event_pending(l->wev, EV_WRITE, NULL))
             event_add(l->wev, NULL);
@@ -389,7 +401,8 @@ static void schedule(struct log_jsonl *l, int rc)
     } else if (rc == -1 && evbuffer_get_length(l->pending) > 0) {
         /* A transient error (ENOSPC, EIO): retry within a second. */
         struct timeval tv = {1, 0};
-        event_add(l->wev, &tv);
+        event_del(l->wev);
+        event_add(l->retry, &tv);
     } else {
         event_del(l->wev);
     }
@@ -410,7 +423,7 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     l->flush_due = false;
-    if (l->wev == NULL || !event_pending(l->wev, EV_WRITE | EV_TIMEOUT, NULL))
+    if (!write_armed(l))
         schedule(l, drain(l));
 }
 
@@ -518,7 +531,8 @@ struct log_jsonl *log_jsonl_open(struct event_base *base, const char *path, unsi
         *err = errmsg(std ? "standard output" : path, open_failure(l, errno, false), errno);
         goto err;
     }
-    if (make_event(l) < 0 || (l->fev = event_new(base, -1, 0, on_flush, l)) == NULL)
+    if (make_event(l) < 0 || (l->fev = event_new(base, -1, 0, on_flush, l)) == NULL ||
+        (l->retry = evtimer_new(base, on_writable, l)) == NULL)
         goto nomem;
     return l;
 nomem:
@@ -532,6 +546,8 @@ err:
             evbuffer_free(l->pending);
         if (l->wev != NULL)
             event_free(l->wev);
+        if (l->fev != NULL)
+            event_free(l->fev);
         free(l->path);
         free(l);
     }
@@ -551,7 +567,7 @@ static void append_line(struct log_jsonl *l, const char *line, size_t n, bool so
     } else {
         l->pending_lines++;
         /* A write is already armed: keep order, let the event drain. */
-        if (l->wev != NULL && event_pending(l->wev, EV_WRITE | EV_TIMEOUT, NULL))
+        if (write_armed(l))
             return;
         if (!soon) {
             schedule(l, drain(l));
@@ -692,6 +708,7 @@ int log_jsonl_reopen(struct log_jsonl *l)
         l->line_sent = 0;
     if (l->wev != NULL)
         event_del(l->wev);
+    event_del(l->retry);
     close(l->fd);
     l->fd = fd;
     l->broken = false;
@@ -748,6 +765,8 @@ void log_jsonl_close(struct log_jsonl *l)
         event_free(l->wev);
     if (l->fev != NULL)
         event_free(l->fev);
+    if (l->retry != NULL)
+        event_free(l->retry);
     evbuffer_free(l->pending);
     if (l->fd >= 0)
         close(l->fd);

@@ -14,13 +14,26 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
 #include <jansson.h>
 
+/* The unit's writev() calls, counted (counted_writev, below). */
+static ssize_t counted_writev(int fd, const struct iovec *iov, int n);
+#define writev counted_writev
 #include "watch/log_jsonl.c" /* the unit under test, internals included */
+#undef writev
+
+static unsigned writev_calls;
+
+static ssize_t counted_writev(int fd, const struct iovec *iov, int n)
+{
+    writev_calls++;
+    return writev(fd, iov, n);
+}
 
 static struct timespec spec_ts(int sec, long ms)
 {
@@ -600,8 +613,9 @@ static void test_disk_full(void **state)
     assert_string_equal(log_jsonl_error(l), strerror(ENOSPC));
     assert_int_equal(log_jsonl_pending_bytes(l), 2 * strlen(spec_line1));
     assert_int_equal(log_jsonl_dropped(l), 0);
-    /* a timer retries (no EV_WRITE on a descriptor epoll refuses) */
-    assert_true(event_pending(l->wev, EV_TIMEOUT, NULL));
+    /* a timer retries (no EV_WRITE on a descriptor epoll refuses): the
+     * retry timer, which every failed write arms */
+    assert_true(event_pending(l->retry, EV_TIMEOUT, NULL));
     assert_false(event_pending(l->wev, EV_WRITE, NULL));
     log_jsonl_close(l);
 
@@ -613,6 +627,41 @@ static void test_disk_full(void **state)
     assert_int_equal(log_jsonl_pending_bytes(l), 0);
     log_jsonl_close(l);
     close(rd);
+    event_base_free(base);
+}
+
+/* A terminal that hung up (the one serve was started in, closed: its
+ * SIGHUP only reloads) fails every write with EIO, and epoll calls it
+ * writable for ever: the retry waits for its timer rather than writing
+ * again at every turn of the loop. */
+static void test_hung_up_terminal_is_retried_by_a_timer(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    int master = posix_openpt(O_RDWR | O_NOCTTY);
+    assert_true(master >= 0);
+    assert_int_equal(grantpt(master), 0);
+    assert_int_equal(unlockpt(master), 0);
+    char *err = NULL;
+    struct log_jsonl *l = log_jsonl_open(base, ptsname(master), 0, &err);
+    assert_non_null(l);
+    assert_true(l->pollable);
+    close(master); /* the terminal hangs up */
+    struct egress_event ev = spec_egress();
+    log_jsonl_on_event(&ev, l);
+    assert_string_equal(log_jsonl_error(l), strerror(EIO));
+    /* 100 turns of the loop, each ended by a timer due at once: without
+     * the fix, each wrote again (the retry's timer is 1 s: it may come
+     * once on a slow machine) */
+    unsigned before = writev_calls;
+    for (int i = 0; i < 100; i++) {
+        struct timeval now = {0, 0};
+        assert_int_equal(event_base_once(base, -1, EV_TIMEOUT, stop_loop, base, &now), 0);
+        event_base_loop(base, EVLOOP_ONCE);
+    }
+    assert_in_range(writev_calls - before, 0, 2);
+    assert_int_equal(log_jsonl_pending_bytes(l), strlen(spec_line1));
+    log_jsonl_close(l);
     event_base_free(base);
 }
 
@@ -744,6 +793,7 @@ int main(void)
         cmocka_unit_test(test_no_links),
         cmocka_unit_test(test_reader_gone),
         cmocka_unit_test(test_disk_full),
+        cmocka_unit_test(test_hung_up_terminal_is_retried_by_a_timer),
         cmocka_unit_test(test_reopen_after_a_partial_line),
         cmocka_unit_test(test_reopen_of_the_same_file_goes_on_mid_line),
         cmocka_unit_test(test_unwritten_at_close),
