@@ -39,6 +39,8 @@ struct exec_runner {
     size_t running;
     uint64_t failures;
     uint64_t dropped; /* alerts not given to a program: too many waiting */
+    char **hidden;    /* owned: variables programs do not get (exec_runner_hide_env) */
+    size_t nhidden;
 };
 
 static void child_close_fd(struct child *k)
@@ -105,6 +107,35 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 
 static void start_waiting(struct exec_runner *r);
 
+/* True when the environment entry <kv> ("NAME=value") is one of r->hidden. */
+static bool env_hidden(const struct exec_runner *r, const char *kv)
+{
+    const char *eq = strchr(kv, '=');
+    size_t len = eq != NULL ? (size_t)(eq - kv) : strlen(kv);
+    for (size_t i = 0; i < r->nhidden; i++)
+        if (strncmp(r->hidden[i], kv, len) == 0 && r->hidden[i][len] == '\0')
+            return true;
+    return false;
+}
+
+/* The gateway's environment without the hidden variables, for one spawn:
+ * the array is the caller's to free, its strings are environ's (nothing
+ * changes environ while the loop spawns: the loop is what sets TZ). NULL
+ * when out of memory. */
+static char **child_env(const struct exec_runner *r)
+{
+    size_t n = 0, k = 0;
+    while (environ[n] != NULL)
+        n++;
+    char **env = calloc(n + 1, sizeof(*env));
+    if (env == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        if (!env_hidden(r, environ[i]))
+            env[k++] = environ[i];
+    return env;
+}
+
 static int spawn(struct exec_runner *r, struct child *k)
 {
     int p[2];
@@ -113,14 +144,21 @@ static int spawn(struct exec_runner *r, struct child *k)
     sigset_t none, dfl;
     char *argv[] = {k->path, NULL};
     int rc;
+    char **env = child_env(r);
 
-    if (pipe2(p, O_CLOEXEC) != 0)
-        return errno;
+    if (env == NULL)
+        return ENOMEM;
+    if (pipe2(p, O_CLOEXEC) != 0) {
+        rc = errno;
+        free(env);
+        return rc;
+    }
     /* Only our end is non-blocking: the child's stdin stays blocking. */
     if (fcntl(p[1], F_SETFL, fcntl(p[1], F_GETFL) | O_NONBLOCK) < 0) {
         rc = errno;
         close(p[0]);
         close(p[1]);
+        free(env);
         return rc;
     }
     posix_spawn_file_actions_init(&fa);
@@ -142,7 +180,8 @@ static int spawn(struct exec_runner *r, struct child *k)
     posix_spawnattr_setsigmask(&at, &none);
     posix_spawnattr_setsigdefault(&at, &dfl);
     posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    rc = posix_spawn(&k->pid, k->path, &fa, &at, argv, environ);
+    rc = posix_spawn(&k->pid, k->path, &fa, &at, argv, env);
+    free(env);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
     close(p[0]);
@@ -246,6 +285,33 @@ struct exec_runner *exec_runner_new(struct event_base *base)
     return r;
 }
 
+static void free_hidden(struct exec_runner *r)
+{
+    for (size_t i = 0; i < r->nhidden; i++)
+        free(r->hidden[i]);
+    free(r->hidden);
+    r->hidden = NULL;
+    r->nhidden = 0;
+}
+
+int exec_runner_hide_env(struct exec_runner *r, const char *const *names, size_t n)
+{
+    char **copy = calloc(n + 1, sizeof(*copy));
+    if (copy == NULL)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        if ((copy[i] = strdup(names[i])) == NULL) {
+            while (i > 0)
+                free(copy[--i]);
+            free(copy);
+            return -1;
+        }
+    free_hidden(r);
+    r->hidden = copy;
+    r->nhidden = n;
+    return 0;
+}
+
 /* An alert <path> will not get; counted (sluice_exec_dropped_total) and
  * told at the 1st, 2nd, 4th... drop: not a storm on standard error. */
 static void drop(struct exec_runner *r, const char *path, const char *why)
@@ -334,6 +400,7 @@ void exec_runner_free(struct exec_runner *r)
         child_free(k);
     }
     free(r->kids);
+    free_hidden(r);
     event_free(r->sigchld);
     free(r);
 }

@@ -2,7 +2,8 @@
  *
  * exec: the program runs with one alert JSON line on standard input (its
  * standard output goes to our standard error, never into the log); it is
- * killed after SINK_EXEC_TIMEOUT_MS. Spawning uses posix_spawn, the write
+ * killed after SINK_EXEC_TIMEOUT_MS. Its environment is the gateway's
+ * without the agents' tokens (exec_runner_hide_env). Spawning uses posix_spawn, the write
  * to the pipe is non-blocking and children are reaped on SIGCHLD with
  * waitpid(pid, WNOHANG) for each of our own pids only, so the loop never
  * waits. At most SINK_EXEC_MAX_RUNNING run at once; up to
@@ -54,8 +55,15 @@ struct store;
 
 struct exec_runner;
 struct exec_runner *exec_runner_new(struct event_base *base);
-/* Runs <path> with <data> (<n> bytes, copied) on its standard input. */
+/* Runs <path> with <data> (<n> bytes, copied) on its standard input, in
+ * the gateway's environment without the variables exec_runner_hide_env()
+ * named. */
 void exec_runner_run(struct exec_runner *r, const char *path, const char *data, size_t n);
+/* The variables (<n> <names>, copied) programs started from now on do not
+ * get: those the agents' tokens are read from (env:NAME), secrets no alert
+ * program needs. Replaces the previous list. Returns 0, or -1 when out of
+ * memory (the previous list stays). */
+int exec_runner_hide_env(struct exec_runner *r, const char *const *names, size_t n);
 /* Children still running or waiting. */
 size_t exec_runner_busy(const struct exec_runner *r);
 uint64_t exec_runner_failures(const struct exec_runner *r);

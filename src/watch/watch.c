@@ -139,6 +139,24 @@ static void free_execs(struct watch *w)
     w->nexecs = 0;
 }
 
+/* Alert programs get the gateway's environment without the variables the
+ * agents' tokens are read from (token: env:NAME): secrets that are kept
+ * out of the policy file, and that no alert program needs. */
+static void hide_token_env(struct exec_runner *r, const struct policy *p)
+{
+    const char **names = calloc(p->nagents + 1, sizeof(*names));
+    size_t n = 0;
+    for (size_t i = 0; names != NULL && i < p->nagents; i++) {
+        const char *ref = p->agents[i].token_ref;
+        if (ref != NULL && strncmp(ref, "env:", 4) == 0)
+            names[n++] = ref + 4;
+    }
+    if (names == NULL || exec_runner_hide_env(r, names, n) < 0)
+        fprintf(stderr, "sluice: alert sinks: out of memory; the variables hidden from exec "
+                        "sinks are those of the previous policy\n");
+    free(names);
+}
+
 static void configure_sinks(struct watch *w, const struct policy *p, bool first)
 {
     const struct alerts_cfg *ac = &p->alerts;
@@ -194,6 +212,8 @@ static void configure_sinks(struct watch *w, const struct policy *p, bool first)
         if (w->exec == NULL)
             fprintf(stderr, "sluice: alert sinks: cannot watch child processes; exec sinks off\n");
     }
+    if (w->exec != NULL)
+        hide_token_env(w->exec, p);
     for (size_t i = 0; i < nfresh; i++)
         webhook_adopt_stored(fresh[i]); /* each its oldest, what its memory holds */
     if (first && w->store != NULL)

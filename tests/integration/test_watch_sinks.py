@@ -91,6 +91,24 @@ def test_exec_sink_starts_with_default_signals(gateway, net, tmp_path):
         assert not ignored & (1 << (sig - 1)), (sig, status)
     assert int(status["SigBlk"], 16) == 0, status
 
+def test_exec_sink_environment_holds_no_agent_token(gateway, net, tmp_path):
+    # the agents' secrets are in the gateway's environment (token: env:NAME,
+    # never in the policy file): an alert program, which needs none of
+    # them, does not get them; the rest of the environment it does
+    seen = tmp_path / "env.txt"
+    prog, out = recording_program(tmp_path, "env > %s" % seen)
+    agents = [{"id": "ci-bot", "sources": ["127.0.0.0/8"], "token": "env:SLUICE_TEST_TOKEN"},
+              {"id": "anon", "sources": ["127.0.0.0/8"]}]
+    gw = gateway(net.policy(rules(net), agents=agents, alerts={"sinks": [{"exec": prog}]}),
+                 env={"SLUICE_TEST_TOKEN": "s3cret-token", "SLUICE_TEST_KEEP": "kept"},
+                 args=["--alerts", str(tmp_path / "alerts.jsonl")])
+    assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
+    poll(lambda: recorded(out) or None, timeout=10, what="the exec sink's output")
+    env = seen.read_text().splitlines()
+    assert "SLUICE_TEST_KEEP=kept" in env
+    assert not [v for v in env if v.startswith("SLUICE_TEST_TOKEN=")], env
+
+
 def test_exec_sink_inherits_no_descriptor_but_its_stdio(gateway, net, tmp_path):
     # a webhook's connection stays open between alerts (libevent opens it
     # without close-on-exec): an alert program started meanwhile must not
