@@ -242,6 +242,28 @@ bool metrics_health(struct metrics *m, char *why, size_t cap)
     return true;
 }
 
+/* The counts of the DNS server g->dns[i] in <*total>, summed over every
+ * listing of its address (dns.servers may name one server twice, as
+ * "127.0.0.1" and "127.0.0.1:53"): a series must appear once in a scrape,
+ * and Prometheus would drop the repeat with its counts. False when an
+ * earlier listing has the address: its series is written there. */
+static bool dns_server_total(const struct metrics_gauges *g, size_t i,
+                             struct metrics_dns_server *total)
+{
+    size_t n = g->ndns < METRICS_DNS_SERVERS ? g->ndns : METRICS_DNS_SERVERS;
+    for (size_t j = 0; j < i; j++)
+        if (strcmp(g->dns[j].addr, g->dns[i].addr) == 0)
+            return false;
+    *total = g->dns[i];
+    for (size_t j = i + 1; j < n; j++)
+        if (strcmp(g->dns[j].addr, g->dns[i].addr) == 0) {
+            total->answers += g->dns[j].answers;
+            total->timeouts += g->dns[j].timeouts;
+            total->failures += g->dns[j].failures;
+        }
+    return true;
+}
+
 int metrics_format(struct metrics *m, struct evbuffer *o)
 {
     struct metrics_gauges g = {0};
@@ -285,7 +307,10 @@ int metrics_format(struct metrics *m, struct evbuffer *o)
     head(o, "sluice_dns_responses_total", "counter",
          "What each DNS server did with the queries sent to it (since it was configured).");
     for (size_t i = 0; i < g.ndns && i < METRICS_DNS_SERVERS; i++) {
-        const struct metrics_dns_server *d = &g.dns[i];
+        struct metrics_dns_server total;
+        if (!dns_server_total(&g, i, &total))
+            continue; /* counted with the first listing of its address */
+        const struct metrics_dns_server *d = &total;
         const struct {
             const char *name;
             uint64_t v;

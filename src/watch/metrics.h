@@ -12,7 +12,8 @@
  *   sluice_webhook_queue{sink}                            gauge
  *     (every alert waiting: in memory, and in the state store only)
  *   sluice_dns_responses_total{server,result}             counter
- *     (result: answer, timeout (SERVFAIL included), failure)
+ *     (result: answer, timeout (SERVFAIL included), failure; an address
+ *     listed twice is one series, its counts summed)
  *   sluice_log_writable{log}, sluice_log_pending_bytes{log}  gauges
  *   sluice_log_dropped_lines_total{log}                   counter
  *     (log: decisions, and alerts when they have a file of their own)

@@ -69,10 +69,49 @@ static void agents_past_the_table_keep_their_bytes(void **state)
     metrics_free(m);
 }
 
+/* Two DNS servers: the policy's dns.servers names one address twice
+ * ("127.0.0.1" and "127.0.0.1:53" are one server). */
+static void same_server_twice(void *arg, struct metrics_gauges *g)
+{
+    (void)arg;
+    g->ndns = 2;
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(g->dns[i].addr, sizeof(g->dns[i].addr), "127.0.0.1:53");
+        g->dns[i].answers = 1 + i;
+        g->dns[i].timeouts = 10 * (1 + i);
+        g->dns[i].failures = 100 * (1 + i);
+    }
+}
+
+/* A series appears once per scrape (the exposition format wants each label
+ * set once in a family; Prometheus drops a repeat): a server listed twice
+ * is one server, its counts summed. */
+static void a_dns_server_listed_twice_is_one_series(void **state)
+{
+    (void)state;
+    struct metrics *m = metrics_new();
+    assert_non_null(m);
+    metrics_set_gauges(m, same_server_twice, NULL, NULL);
+    char *s = scrape(m);
+    const char *answer = "\nsluice_dns_responses_total{server=\"127.0.0.1:53\",result=\"answer\"} ";
+    const char *first = strstr(s, answer);
+    assert_non_null(first);
+    assert_null(strstr(first + 1, answer));
+    assert_non_null(strstr(s, "\nsluice_dns_responses_total{server=\"127.0.0.1:53\","
+                              "result=\"answer\"} 3\n"));
+    assert_non_null(strstr(s, "\nsluice_dns_responses_total{server=\"127.0.0.1:53\","
+                              "result=\"timeout\"} 30\n"));
+    assert_non_null(strstr(s, "\nsluice_dns_responses_total{server=\"127.0.0.1:53\","
+                              "result=\"failure\"} 300\n"));
+    free(s);
+    metrics_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(agents_past_the_table_keep_their_bytes),
+        cmocka_unit_test(a_dns_server_listed_twice_is_one_series),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
