@@ -3,9 +3,12 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "util/std_fds.h"
 
 int main(int argc, char **argv)
 {
+    if (std_fds_ensure() < 0)
+        return EXIT_USAGE; /* no /dev/null, and perhaps no standard error to say so */
     if (argc < 2) {
         commands_print_help(stderr);
         return EXIT_USAGE;

@@ -442,3 +442,24 @@ def test_log_past_the_file_size_limit_is_a_failing_write_not_a_kill(gateway, net
     assert os.path.getsize(gw.log_path) <= 8192
     assert request(gw, "GET", net.url("/after")).status == 200
     gw.stop(timeout=15)
+
+
+def test_closed_standard_descriptors_are_opened_on_dev_null(gateway, net):
+    """A gateway started with standard input and error closed (`0<&- 2>&-`)
+    opens /dev/null on them first: else the first descriptors it opens (the
+    event loop's epoll, the policy, a listener) take those numbers, its error
+    messages are written into them and exec alert programs get them."""
+    gw = gateway(net.policy([api_rule(net)]), wait=False,
+                 prefix=["sh", "-c", 'exec "$@" 0<&- 2>&-', "sh"])
+
+    def accepts():
+        try:
+            socket.create_connection(("127.0.0.1", gw.port), timeout=0.5).close()
+            return True
+        except OSError:
+            return False
+
+    poll(accepts, timeout=15, what="the gateway to accept")
+    fds = {n: os.readlink("/proc/%d/fd/%d" % (gw.proc.pid, n)) for n in (0, 2)}
+    assert fds == {0: "/dev/null", 2: "/dev/null"}, fds
+    assert request(gw, "GET", net.url("/fds")).status == 200
