@@ -1,9 +1,26 @@
 /* sluice: dispatch to one subcommand (cli/commands.c holds the table). */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/commands.h"
 #include "util/std_fds.h"
+
+/* A report that did not reach standard output (a full disk, a file system
+ * that fails the write) must not pass for a clean run: `sluice check p.yaml
+ * > report.txt` exited 0 on a full disk with the report lost. What is left
+ * in the buffer is written now; a failure now or at any earlier write is
+ * exit 2. */
+static int finish_stdout(const char *name, int rc)
+{
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout))
+        return rc;
+    int e = errno;
+    fprintf(stderr, "sluice%s%s: standard output: write failed%s%s\n", name != NULL ? " " : "",
+            name != NULL ? name : "", e != 0 ? ": " : "", e != 0 ? strerror(e) : "");
+    return EXIT_USAGE;
+}
 
 int main(int argc, char **argv)
 {
@@ -16,7 +33,7 @@ int main(int argc, char **argv)
     const char *name = argv[1];
     if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
         commands_print_help(stdout);
-        return EXIT_OK;
+        return finish_stdout(NULL, EXIT_OK);
     }
     if (strcmp(name, "--version") == 0)
         name = "version";
@@ -26,5 +43,5 @@ int main(int argc, char **argv)
         fputs("usage: sluice COMMAND [ARGS]... (sluice --help lists the commands)\n", stderr);
         return EXIT_USAGE;
     }
-    return cmd->main(argc - 1, argv + 1);
+    return finish_stdout(cmd->name, cmd->main(argc - 1, argv + 1));
 }

@@ -524,3 +524,30 @@ def test_many_agents_named_only_by_rules(sluice_bin, tmp_path):
         assert [x["host"] for x in a["reach"]] == ["shared.example.test",
                                                     "h%d.example.test" % i]
         assert [x["rule"] for x in a["reach"]] == ["rules[0]", "rules[%d]" % (i + 1)]
+
+
+@pytest.mark.parametrize("args", [
+    ["check", "{good}"],
+    ["check", "{good}", "--format", "json"],
+    ["check", "{big}"],
+    ["check", "--help"],
+    ["version"],
+    ["--help"],
+    ["calc", "retries", "--layers", "3", "--attempts", "3"],
+])
+def test_output_that_cannot_be_written_is_exit_2(sluice_bin, tmp_path, args):
+    """/dev/full refuses every write: a report lost to a full disk must not
+    pass for a clean run (it exited 0, the report gone). {big} is a report
+    longer than stdio's buffer, whose first writes fail before the end."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    good = write(tmp_path, GOOD)
+    big = write(tmp_path, "version: 1\nrules:\n" + "".join(
+        "  - host: h%d.example.com\n    tier: 0\n" % i for i in range(2000)), name="big.yaml")
+    argv = [a.replace("{good}", good).replace("{big}", big) for a in args]
+    assert run(sluice_bin, *argv).returncode == 0
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sluice_bin, *argv], stdout=full, stderr=subprocess.PIPE, text=True,
+                           timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "standard output: write failed: No space left on device" in r.stderr, r.stderr
