@@ -69,7 +69,7 @@ static int parse_args(int argc, char **argv, struct check_args *a)
             command_help(&cmd_check);
             return 1;
         default: /* ':' (a missing value) or an unknown option */
-            return command_option_error(&cmd_check, c, argv);
+            return command_option_error(&cmd_check, c, argv, options);
         }
     }
     if (optind != argc - 1)

@@ -2,6 +2,7 @@
 
 #include <getopt.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <string.h>
 
 const struct command *const commands[] = {
@@ -55,10 +56,35 @@ int command_usage_error(const struct command *cmd, const char *fmt, ...)
     return command_usage(cmd);
 }
 
-int command_option_error(const struct command *cmd, int c, char **argv)
+/* True when getopt_long() refused <arg> as "--NAME=VALUE" for a known
+ * option NAME (or an abbreviation of it) that takes no value: it then
+ * sets optopt to that option's val, as it does to the letter of an
+ * unknown short option. An argument like that fails as soon as getopt
+ * reads it, so a later error never finds one before it. */
+static bool is_value_for_flag(const char *arg, const struct option *options)
+{
+    if (strncmp(arg, "--", 2) != 0 || strchr(arg, '=') == NULL)
+        return false;
+    size_t n = strcspn(arg + 2, "=");
+    for (size_t i = 0; options[i].name != NULL; i++)
+        if (options[i].has_arg == no_argument && options[i].val == optopt &&
+            strncmp(options[i].name, arg + 2, n) == 0)
+            return true;
+    return false;
+}
+
+int command_option_error(const struct command *cmd, int c, char **argv,
+                         const struct option *options)
 {
     const char *opt = argv[optind - 1];
     if (c == ':')
         return command_usage_error(cmd, "%s needs a value", opt);
-    return command_usage_error(cmd, "unknown option '%s'", opt);
+    if (optopt == 0) /* an unknown long option, the argument before optind */
+        return command_usage_error(cmd, "unknown option '%s'", opt);
+    if (is_value_for_flag(opt, options))
+        return command_usage_error(cmd, "'%.*s' takes no value", (int)strcspn(opt, "="), opt);
+    /* An unknown short option: inside a cluster ("-xy") getopt has not
+     * moved optind past it, and argv[optind - 1] is the argument before
+     * (the policy file, say), so the letter is what can be named. */
+    return command_usage_error(cmd, "unknown option '-%c'", optopt);
 }

@@ -9,6 +9,8 @@
 
 #include <stdio.h>
 
+struct option;
+
 enum exit_status { EXIT_OK = 0, EXIT_PROBLEMS = 1, EXIT_USAGE = 2 };
 
 struct command {
@@ -41,8 +43,10 @@ int command_usage_error(const struct command *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* The usage error for what getopt_long() returned as <c> (':' for a
- * missing value, anything else for an unknown option), naming the option
- * in argv[optind - 1]; returns EXIT_USAGE. */
-int command_option_error(const struct command *cmd, int c, char **argv);
+ * missing value, anything else for an unknown option, or a value given to
+ * one of <options> that takes none), naming the option at fault; returns
+ * EXIT_USAGE. */
+int command_option_error(const struct command *cmd, int c, char **argv,
+                         const struct option *options);
 
 #endif

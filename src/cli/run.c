@@ -377,7 +377,7 @@ static int parse_args(int argc, char **argv, struct run_args *a)
             command_help(self);
             return 1;
         default: /* ':' (a missing value) or an unknown option */
-            return command_option_error(self, c, argv);
+            return command_option_error(self, c, argv, options);
         }
     }
     if (optind >= argc)

@@ -150,7 +150,7 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
             command_help(&cmd_serve);
             return 1;
         default: /* ':' (a missing value) or an unknown option */
-            return command_option_error(&cmd_serve, c, argv);
+            return command_option_error(&cmd_serve, c, argv, options);
         }
     }
     if (optind < argc)

@@ -551,3 +551,26 @@ def test_output_that_cannot_be_written_is_exit_2(sluice_bin, tmp_path, args):
                            timeout=60)
     assert r.returncode == 2, r.stderr
     assert "standard output: write failed: No space left on device" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args,named", [
+    (["check", "-xy", "{good}"], "unknown option '-x'"),
+    (["check", "{good}", "-qh"], "unknown option '-q'"),
+    (["check", "{good}", "-z"], "unknown option '-z'"),
+    (["check", "--help=yes", "{good}"], "'--help' takes no value"),
+    (["check", "{good}", "--bogus"], "unknown option '--bogus'"),
+    (["check", "{good}", "--now"], "--now needs a value"),
+    (["serve", "--policy", "{good}", "-Zk"], "unknown option '-Z'"),
+    (["serve", "--policy", "{good}", "--splice=1"], "'--splice' takes no value"),
+    (["audit", "mounts", "-xy"], "unknown option '-x'"),
+    (["run", "-xy", "--", "true"], "unknown option '-x'"),
+])
+def test_usage_error_names_the_option_at_fault(sluice_bin, tmp_path, args, named):
+    """An unknown letter inside a cluster of short options ("-xy") was
+    reported as the argument before it: "unknown option 'check'", or the
+    policy file's name."""
+    good = write(tmp_path, GOOD)
+    r = run(sluice_bin, *[a.replace("{good}", good) for a in args])
+    assert r.returncode == 2, r.stdout + r.stderr
+    first = r.stderr.splitlines()[0]
+    assert first == "sluice %s: %s" % (args[0], named), r.stderr
