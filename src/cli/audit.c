@@ -84,35 +84,12 @@ static int read_all(const char *path, size_t max, char **out, size_t *len)
 
 static const struct command *const self = &cmd_audit;
 
-/* A copy of <s> for the text report, each control character (a byte below
- * 0x20, 0x7f, a C1 control U+0080 to U+009F) and the backslash written as
- * mountinfo writes them, \ooo: a mount point holding a line end (\012,
- * which the parser decodes) or a terminal escape cannot write lines of its
- * own into the report. The caller frees it. */
-static char *shown(const char *s)
-{
-    size_t n = strlen(s), o = 0;
-    char *out = xmalloc(n * 4 + 1);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i], next = (unsigned char)s[i + 1];
-        bool c1 = c == 0xc2 && next >= 0x80 && next <= 0x9f; /* s[n] is the NUL */
-        if (c >= 0x20 && c != 0x7f && c != '\\' && !c1) {
-            out[o++] = (char)c;
-            continue;
-        }
-        o += (size_t)snprintf(out + o, 5, "\\%03o", c);
-        if (c1)
-            o += (size_t)snprintf(out + o, 5, "\\%03o", (unsigned char)s[++i]);
-    }
-    out[o] = '\0';
-    return out;
-}
-
 /* One writable mount's line of the text report. */
 static void print_mount(const struct mountinfo_entry *e, const struct justify_entry *j)
 {
-    char *mp = shown(e->mount_point), *fs = shown(e->fstype), *src = shown(e->source);
-    char *more = shown(j != NULL ? j->reason : e->mount_opts);
+    char *mp = text_shown(e->mount_point), *fs = text_shown(e->fstype),
+         *src = text_shown(e->source);
+    char *more = text_shown(j != NULL ? j->reason : e->mount_opts);
     if (j != NULL)
         printf("justified    %s (%s %s): %s\n", mp, fs, src, more);
     else
@@ -295,7 +272,7 @@ static int audit_mounts(int argc, char **argv)
     } else {
         for (size_t i = 0; i < just.n; i++)
             if (!just.v[i].used) {
-                char *jp = shown(just.v[i].path);
+                char *jp = text_shown(just.v[i].path);
                 printf("warning: %s:%u: %s is not a writable mount (stale justification?)\n",
                        a.justify, just.v[i].line, jp);
                 free(jp);

@@ -342,7 +342,9 @@ static void print_findings(FILE *out, const json_t *arr, const char *label)
     const json_t *v;
     json_array_foreach(arr, i, v)
     {
-        fprintf(out, "%s: %s\n", label, json_string_value(json_object_get(v, "text")));
+        char *text = text_shown(json_string_value(json_object_get(v, "text")));
+        fprintf(out, "%s: %s\n", label, text);
+        free(text);
     }
 }
 
@@ -356,14 +358,17 @@ void report_print_text(const json_t *report, FILE *out)
     const json_t *summary = json_object_get(report, "summary");
     if (summary != NULL) {
         const json_t *tiers = json_object_get(summary, "tiers");
+        /* the file's name is the caller's, not checked as the policy's
+         * contents are: a name holding a line end could forge lines */
+        char *file = text_shown(json_string_value(json_object_get(report, "file")));
         fprintf(out,
                 "\n%s: %" JSON_INTEGER_FORMAT " rules, %" JSON_INTEGER_FORMAT
                 " agents, %" JSON_INTEGER_FORMAT " deny entries (as of %s)\n",
-                json_string_value(json_object_get(report, "file")),
-                json_integer_value(json_object_get(summary, "rules")),
+                file, json_integer_value(json_object_get(summary, "rules")),
                 json_integer_value(json_object_get(summary, "agents")),
                 json_integer_value(json_object_get(summary, "deny")),
                 json_string_value(json_object_get(report, "today")));
+        free(file);
         fputs("rules per tier:", out);
         static const char *const names[4] = {"0 unauthenticated read", "1 authenticated read",
                                              "2 write to own systems", "3 public write"};

@@ -1,9 +1,13 @@
 /* text_json: see text_json.h. */
 #include "util/text_json.h"
 
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "util/utf8.h"
+#include "util/xalloc.h"
 
 json_t *text_json(const char *s)
 {
@@ -14,4 +18,23 @@ json_t *text_json(const char *s)
     j = out != NULL ? json_string(out) : NULL;
     free(out);
     return j != NULL ? j : json_string("?");
+}
+
+char *text_shown(const char *s)
+{
+    size_t n = strlen(s), o = 0;
+    char *out = xmalloc(n * 4 + 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i], next = (unsigned char)s[i + 1];
+        bool c1 = c == 0xc2 && next >= 0x80 && next <= 0x9f; /* s[n] is the NUL */
+        if (c >= 0x20 && c != 0x7f && c != '\\' && !c1) {
+            out[o++] = (char)c;
+            continue;
+        }
+        o += (size_t)snprintf(out + o, 5, "\\%03o", c);
+        if (c1)
+            o += (size_t)snprintf(out + o, 5, "\\%03o", (unsigned char)s[++i]);
+    }
+    out[o] = '\0';
+    return out;
 }

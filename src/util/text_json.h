@@ -1,4 +1,5 @@
-/* text_json: a JSON string of any text, valid UTF-8 or not.
+/* text_json: a JSON string of any text, valid UTF-8 or not, and a line of
+ * a text report that no text can break.
  *
  * json_string() refuses text that is not UTF-8 (a file name, a mount point
  * named in Latin-1), and a key set from its NULL result vanishes from a
@@ -14,5 +15,13 @@
  * by U+FFFD (utf8_lossy()), or "?" when even that cannot be made. NULL only
  * when memory runs out. */
 json_t *text_json(const char *s);
+
+/* A copy of <s> for a text report, each control character (a byte below
+ * 0x20, 0x7f, a C1 control U+0080 to U+009F) and the backslash written
+ * \ooo, as mountinfo writes them: a mount point or a file name holding a
+ * line end (\012) or a terminal escape cannot write lines of its own into
+ * the report ("result: 0 errors"), nor rub out the ones before it. The
+ * caller frees it; never NULL (xmalloc). */
+char *text_shown(const char *s);
 
 #endif

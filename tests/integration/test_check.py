@@ -574,3 +574,29 @@ def test_usage_error_names_the_option_at_fault(sluice_bin, tmp_path, args, named
     assert r.returncode == 2, r.stdout + r.stderr
     first = r.stderr.splitlines()[0]
     assert first == "sluice %s: %s" % (args[0], named), r.stderr
+
+
+def test_file_name_cannot_write_lines_into_the_text_report(sluice_bin, tmp_path):
+    """A policy file named with a line end and a terminal escape (a name in
+    a repository an agent writes to, checked by a CI loop): the text report
+    printed it as it is, a forged "result: 0 errors" line of its own and an
+    escape that rubs out a line on a terminal. Written \\ooo, as audit
+    writes mount points; the JSON document keeps the name as it is."""
+    name = "x\nresult: 0 errors, 0 warnings\x1b[1A\x1b[2K\n.yaml"
+    path = tmp_path / name
+    path.write_text("version: 1\nrules:\n  - host: a.example.com\n    tier: 9\n")
+    r = run(sluice_bin, "check", str(path))
+    assert r.returncode == 1
+    shown = str(tmp_path) + "/x\\012result: 0 errors, 0 warnings\\033[1A\\033[2K\\012.yaml"
+    assert r.stdout.splitlines()[0] == "error: %s:4: rules[0].tier: tier 9 is outside 0-3" % shown
+    assert [l for l in r.stdout.splitlines() if l.startswith("result:")] == [
+        "result: 1 error, 0 warnings"]
+    assert "\x1b" not in r.stdout
+    path.write_text("version: 1\nrules:\n  - host: a.example.com\n    tier: 0\n")
+    r = run(sluice_bin, "check", str(path))
+    assert r.returncode == 0
+    assert "\n%s: 1 rules, 0 agents" % shown in r.stdout, r.stdout
+    assert [l for l in r.stdout.splitlines() if l.startswith("result:")] == [
+        "result: 0 errors, 0 warnings"]
+    doc = json.loads(run(sluice_bin, "check", str(path), "--format", "json").stdout)
+    assert doc["file"] == str(path)
