@@ -325,8 +325,13 @@ static int parse_args(int argc, char **argv, struct run_args *a)
             a->proxy = optarg + 5;
             break;
         case 'a':
-            if (optarg[0] == '\0' || strlen(optarg) > 128)
-                return command_usage_error(self, "--agent: an id of 1 to 128 characters");
+            /* an id no policy can name ("CI-Bot" for ci-bot) would match
+             * none of its agents: rules or entries, silently */
+            if (!policy_valid_agent_id(optarg))
+                return command_usage_error(self,
+                                           "--agent: '%s' is not an agent id (use 1-64 of a-z, "
+                                           "0-9, '.', '_', '-', as a policy does)",
+                                           optarg);
             a->agent = optarg;
             break;
         case 'r':

@@ -28,7 +28,6 @@
 #include "util/xalloc.h"
 #include "util/env.h"
 
-#define AGENT_ID_MAX         64
 #define ENV_NAME_MAX         128
 #define PORT_NONE            UINT32_MAX
 #define DEFAULT_HEADER_BYTES (32u * 1024)
@@ -39,20 +38,6 @@ static int cmp_str_ptr(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static bool valid_agent_id(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > AGENT_ID_MAX)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char ch = s[i];
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' ||
-              ch == '-'))
-            return false;
-    }
-    return true;
-}
-
 /* ---- agents ------------------------------------------------------------- */
 
 static void agent_id(struct load_ctx *c, const struct ynode *v, void *obj)
@@ -61,7 +46,7 @@ static void agent_id(struct load_ctx *c, const struct ynode *v, void *obj)
     const char *s = load_get_str(c, v);
     if (s == NULL)
         return;
-    if (!valid_agent_id(s)) {
+    if (!policy_valid_agent_id(s)) {
         load_err(c, v->line, "invalid agent id '%s' (use 1-64 of a-z, 0-9, '.', '_', '-')",
                  load_show(c, s));
         return;
@@ -497,7 +482,7 @@ static int rule_agent_item(struct load_ctx *c, const struct ynode *it, struct ag
     const char *s = load_get_str(c, it);
     if (s == NULL)
         return 0;
-    if (!valid_agent_id(s)) {
+    if (!policy_valid_agent_id(s)) {
         load_err(c, it->line, "invalid agent id '%s' (use 1-64 of a-z, 0-9, '.', '_', '-')",
                  load_show(c, s));
         return 0;

@@ -107,6 +107,20 @@ bool policy_allows_encrypted_hello(const struct policy *p, const struct agent *a
     return p->network.allow_encrypted_hello;
 }
 
+bool policy_valid_agent_id(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > AGENT_ID_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' ||
+              ch == '-'))
+            return false;
+    }
+    return true;
+}
+
 const struct agent *policy_find_agent(const struct policy *p, const char *id)
 {
     if (p == NULL || id == NULL)

@@ -64,6 +64,13 @@ struct policy *policy_load_reporting(const char *path, const char *prefix);
 /* Frees <p> and everything it owns. Accepts NULL. */
 void policy_free(struct policy *p);
 
+/* The longest agent id. */
+#define AGENT_ID_MAX 64
+
+/* True when <s> is an agent id a policy can name: 1 to AGENT_ID_MAX of
+ * a-z, 0-9, '.', '_' and '-'. */
+bool policy_valid_agent_id(const char *s);
+
 /* Returns the agent with <id>, or NULL. */
 const struct agent *policy_find_agent(const struct policy *p, const char *id);
 

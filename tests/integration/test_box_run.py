@@ -1243,6 +1243,21 @@ def test_usage_errors(box, net):
     assert "policy.yaml:3" in p.stderr
 
 
+@pytest.mark.parametrize("agent", ["CI-Bot", "ci bot", "ci-bot\nsluice run: exit 0", "", "a" * 65])
+def test_agent_id_no_policy_can_name_is_a_usage_error(box, agent):
+    """--agent took any 1 to 128 characters, while a policy's ids are 1-64 of
+    a-z, 0-9, '.', '_', '-': `--agent CI-Bot` for a policy's ci-bot ran the
+    box as an agent that none of its agents: rules or entries (mode) named,
+    without a word."""
+    pol = box.policy("version: 1\nagents:\n  - id: ci-bot\n    sources: [unix]\n    mode: report\n"
+                     "rules: []\n")
+    p = subprocess.run([box.bin, "run", "--policy", pol, "--agent", agent, "--", "true"],
+                       capture_output=True, text=True, timeout=10, cwd=box.workdir)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.startswith("sluice run: --agent: '%s' is not an agent id" % agent), p.stderr
+    assert "usage: sluice run" in p.stderr
+
+
 def test_proxy_path_that_is_not_a_socket(box, net, tmp_path):
     """--proxy unix:PATH naming a file that is not a socket is refused as
     "not a socket", one that does not exist with why: the message took the
