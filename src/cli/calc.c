@@ -105,20 +105,25 @@ static int calc_retries(int argc, char **argv)
     long layers = 0, attempts = 0;
     double budget = -1, rps = -1;
     for (int i = 1; i < argc; i++) {
-        const char *opt = argv[i];
-        if (strcmp(opt, "--help") == 0 || strcmp(opt, "-h") == 0)
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0)
             return command_help(&cmd_calc);
+        /* "--layers=3" as the other commands (getopt_long) take it */
+        const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+        size_t len = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
         size_t f = 0;
-        while (f < sizeof(flags) / sizeof(flags[0]) && strcmp(opt, flags[f]) != 0)
+        while (f < sizeof(flags) / sizeof(flags[0]) &&
+               (strncmp(arg, flags[f], len) != 0 || flags[f][len] != '\0'))
             f++;
         if (f == sizeof(flags) / sizeof(flags[0]))
-            return retries_error("unknown argument '%s'", opt);
+            return retries_error("unknown argument '%s'", arg);
+        const char *opt = flags[f];
         if (seen[f])
             return retries_error("%s given twice", opt);
         seen[f] = true;
-        if (i + 1 >= argc)
+        if (eq == NULL && i + 1 >= argc)
             return retries_error("%s needs a value", opt);
-        const char *v = argv[++i];
+        const char *v = eq != NULL ? eq + 1 : argv[++i];
         if (strcmp(opt, "--layers") == 0) {
             if (parse_int(v, 1, CALC_MAX_LAYERS, &layers) < 0)
                 return retries_error("--layers: '%s' is not a whole number from 1 to 20", v);

@@ -128,3 +128,20 @@ def test_repeated_flag_is_named(run_sluice):
     r = run_sluice("calc", "retries", "--layers", "3", "--attempts", "3", "--layers", "3")
     assert r.returncode == 2 and r.stdout == ""
     assert "--layers given twice" in r.stderr
+
+
+def test_flag_equals_value_as_the_other_commands_take_it(run_sluice):
+    """`--layers=3` was "unknown argument '--layers=3'" while check, serve,
+    run and audit (getopt_long) all take `--flag=value`."""
+    spaced = run_sluice("calc", "retries", "--layers", "3", "--attempts", "3", "--budget", "10%",
+                        "--rps", "100")
+    joined = run_sluice("calc", "retries", "--layers=3", "--attempts=3", "--budget=10%",
+                        "--rps=100")
+    assert joined.returncode == 0, joined.stderr
+    assert joined.stdout == spaced.stdout and joined.stderr == ""
+    for args, said in ((["--layers=", "--attempts", "3"], "--layers: '' is not a whole number"),
+                       (["--layers=3", "--attempts", "3", "--layers", "4"], "--layers given twice"),
+                       (["--lay=3", "--attempts", "3"], "unknown argument '--lay=3'")):
+        r = run_sluice("calc", "retries", *args)
+        assert r.returncode == 2 and r.stdout == "", (args, r.stderr)
+        assert said in r.stderr, (args, r.stderr)
