@@ -270,13 +270,16 @@ static int audit_mounts(int argc, char **argv)
         }
         json_decref(doc);
     } else {
+        /* the file's name too: the caller's, it could hold a line end */
+        char *jf = a.justify != NULL ? text_shown(a.justify) : NULL;
         for (size_t i = 0; i < just.n; i++)
             if (!just.v[i].used) {
                 char *jp = text_shown(just.v[i].path);
-                printf("warning: %s:%u: %s is not a writable mount (stale justification?)\n",
-                       a.justify, just.v[i].line, jp);
+                printf("warning: %s:%u: %s is not a writable mount (stale justification?)\n", jf,
+                       just.v[i].line, jp);
                 free(jp);
             }
+        free(jf);
         printf("result: %zu mount%s, %zu writable, %zu unjustified\n", mi.n, mi.n == 1 ? "" : "s",
                nwritable, nunjustified);
     }

@@ -113,6 +113,23 @@ def test_text_names_cannot_forge_lines(run_sluice, tmp_path):
     assert lines[2] == "result: 3 mounts, 2 writable, 2 unjustified"
 
 
+def test_justify_file_name_cannot_forge_lines(run_sluice, tmp_path):
+    # The justification file's name is printed in each stale entry's
+    # warning: a name holding a line end wrote a result line of its own.
+    mi = write(tmp_path, "mountinfo", MOUNTINFO)
+    just = write(tmp_path, "j\nresult: 8 mounts, 0 writable, 0 unjustified\x1b[2K",
+                 "/var/cache: stale\n")
+    r = run_sluice("audit", "mounts", "--mountinfo", mi, "--justify", just)
+    assert r.returncode == 1, r.stderr
+    lines = r.stdout.splitlines()
+    shown = str(tmp_path) + "/j\\012result: 8 mounts, 0 writable, 0 unjustified\\033[2K"
+    assert "warning: %s:1: /var/cache is not a writable mount (stale justification?)" % shown \
+        in lines, lines
+    assert [ln for ln in lines if ln.startswith("result:")] == [
+        "result: 8 mounts, 4 writable, 4 unjustified"]
+    assert "\x1b" not in r.stdout
+
+
 def test_raw_control_characters_the_kernel_writes_are_read(run_sluice, tmp_path):
     # The kernel escapes only space, tab, line end and backslash in a mount
     # point or source (and ",= \t\n\\" in option values such as overlay's
