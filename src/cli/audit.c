@@ -23,8 +23,6 @@
 #include "util/text_json.h"
 #include "util/xalloc.h"
 
-#define AUDIT_PATH_MAX 4096
-
 /* Reads a whole file, at most <max> bytes. Returns 0, or -1 with errno
  * (EFBIG when larger than <max>). The caller frees <*out>. */
 static int read_all(const char *path, size_t max, char **out, size_t *len)
@@ -172,11 +170,11 @@ static int audit_mounts(int argc, char **argv)
     if (rc != 0)
         return rc == 1 ? EXIT_OK : rc;
 
-    char path[AUDIT_PATH_MAX];
-    if (a.mountinfo != NULL)
-        snprintf(path, sizeof(path), "%s", a.mountinfo);
-    else
-        snprintf(path, sizeof(path), "/proc/%s/mountinfo", a.pid != NULL ? a.pid : "self");
+    /* --mountinfo as given: a copy cut to a buffer's length named another
+     * file, read without a word, when the path was longer */
+    char proc[64];
+    snprintf(proc, sizeof(proc), "/proc/%s/mountinfo", a.pid != NULL ? a.pid : "self");
+    const char *path = a.mountinfo != NULL ? a.mountinfo : proc;
 
     struct justify just = {0};
     if (a.justify != NULL) {

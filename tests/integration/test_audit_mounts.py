@@ -198,6 +198,17 @@ def test_unreadable_files_exit_2(run_sluice, tmp_path):
     assert "nope" in r.stderr
 
 
+def test_long_mountinfo_path_is_not_cut_to_another_file(run_sluice, tmp_path):
+    # --mountinfo was copied into a 4096-byte buffer: a longer path was cut
+    # there and, when the cut named a file, that file was audited instead.
+    real = write(tmp_path, "mountinfo", MOUNTINFO)
+    given = "/" * (4095 - len(real)) + real + "-of-yesterday"
+    r = run_sluice("audit", "mounts", "--mountinfo", given)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stdout == ""
+    assert "File name too long" in r.stderr, r.stderr
+
+
 def test_live_self_and_pid(run_sluice, tmp_path):
     r = run_sluice("audit", "mounts", "--format", "json")
     assert r.returncode in (0, 1), r.stderr
