@@ -355,6 +355,10 @@ static int parse_args(int argc, char **argv, struct run_args *a)
             if (strcmp(optarg, "-") == 0 || optarg[0] == '\0')
                 return command_usage_error(self, "--log needs a file (run reads it for its "
                                                  "summary)");
+            /* serve_start() keeps it in a PATH_MAX buffer (struct served):
+             * one cut there would have the gateway write another file */
+            if (strlen(optarg) >= PATH_MAX)
+                return command_usage_error(self, "--log: %s", strerror(ENAMETOOLONG));
             if ((rc = refuse_links("--log", optarg)) != 0)
                 return rc;
             a->log = optarg;

@@ -1243,6 +1243,19 @@ def test_usage_errors(box, net):
     assert "policy.yaml:3" in p.stderr
 
 
+def test_log_path_longer_than_path_max_is_a_usage_error(box):
+    """run kept --log in a PATH_MAX buffer: a longer path was cut there and
+    the gateway wrote the decision log to whatever file the cut named."""
+    pol = box.policy("version: 1\nrules: []\n")
+    real = os.path.join(box.workdir, "log.jsonl")
+    given = "/" * (4095 - len(real)) + real + "-elsewhere"
+    p = subprocess.run([box.bin, "run", "--policy", pol, "--log", given, "--", "true"],
+                       capture_output=True, text=True, timeout=30, cwd=box.workdir)
+    assert p.returncode == 2, p.stderr
+    assert "sluice run: --log: File name too long" in p.stderr, p.stderr
+    assert not os.path.exists(real)
+
+
 @pytest.mark.parametrize("agent", ["CI-Bot", "ci bot", "ci-bot\nsluice run: exit 0", "", "a" * 65])
 def test_agent_id_no_policy_can_name_is_a_usage_error(box, agent):
     """--agent took any 1 to 128 characters, while a policy's ids are 1-64 of
