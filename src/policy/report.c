@@ -348,6 +348,29 @@ static void print_findings(FILE *out, const json_t *arr, const char *label)
     }
 }
 
+/* An agent's reach: the rules it can use. An agent in report mode is let
+ * through where the policy denies it, so that list is not its limit: said
+ * first, in place of "every request is denied" when the list is empty. */
+static void print_reach(FILE *out, const json_t *agent)
+{
+    const json_t *reach = json_object_get(agent, "reach");
+    const char *mode = json_string_value(json_object_get(agent, "mode"));
+    if (mode != NULL && strcmp(mode, "report") == 0)
+        fprintf(out,
+                "    REPORT MODE: what the policy denies is let through, logged as report "
+                "(the address guard still refuses: private_address, self_request); enforce "
+                "would allow %s\n",
+                json_array_size(reach) == 0 ? "nothing" : "these:");
+    else if (json_array_size(reach) == 0)
+        fputs("    nothing: every request is denied\n", out);
+    size_t i;
+    const json_t *rule;
+    json_array_foreach(reach, i, rule)
+    {
+        print_rule_line(out, rule, true);
+    }
+}
+
 void report_print_text(const json_t *report, FILE *out)
 {
     const json_t *errors = json_object_get(report, "errors");
@@ -415,15 +438,7 @@ void report_print_text(const json_t *report, FILE *out)
             if (ech != NULL && strcmp(ech, "allow") == 0)
                 fputs("; Encrypted Client Hello let through", out);
             fputs("):\n", out);
-            const json_t *reach = json_object_get(v, "reach");
-            if (json_array_size(reach) == 0)
-                fputs("    nothing: every request is denied\n", out);
-            size_t j;
-            const json_t *rule;
-            json_array_foreach(reach, j, rule)
-            {
-                print_rule_line(out, rule, true);
-            }
+            print_reach(out, v);
         }
     }
     fprintf(out, "\nresult: %zu error%s, %zu warning%s\n", json_array_size(errors),

@@ -600,3 +600,38 @@ def test_file_name_cannot_write_lines_into_the_text_report(sluice_bin, tmp_path)
         "result: 0 errors, 0 warnings"]
     doc = json.loads(run(sluice_bin, "check", str(path), "--format", "json").stdout)
     assert doc["file"] == str(path)
+
+
+def test_agent_in_report_mode_is_not_said_to_be_denied_everything(sluice_bin, tmp_path):
+    """An agent in report mode that no rule serves was listed as "nothing:
+    every request is denied", while the gateway lets everything the policy
+    denies through for it; one with rules looked limited to them."""
+    path = write(tmp_path, """\
+        version: 1
+        agents:
+          - id: watched
+            sources: [unix]
+            mode: report
+          - id: strict
+            sources: [127.0.0.1/32]
+          - id: trial
+            sources: [127.0.0.2/32]
+            mode: report
+        rules:
+          - host: a.example.com
+            tier: 0
+            agents: [strict, trial]
+        """)
+    r = run(sluice_bin, "check", path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout.split("reach per agent:\n")[1].splitlines()
+    said = ("    REPORT MODE: what the policy denies is let through, logged as report "
+            "(the address guard still refuses: private_address, self_request); enforce would "
+            "allow ")
+    assert out[0] == "  watched (report; sources unix):"
+    assert out[1] == said + "nothing"
+    assert out[2] == "  strict (enforce; sources 127.0.0.1/32):"
+    assert out[3].startswith("    tier 0  rules[0]   a.example.com")
+    assert out[4] == "  trial (report; sources 127.0.0.2/32):"
+    assert out[5] == said + "these:"
+    assert out[6].startswith("    tier 0  rules[0]   a.example.com")
