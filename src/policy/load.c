@@ -429,12 +429,15 @@ static void rule_owner(struct load_ctx *c, const struct ynode *v, void *obj)
         return;
     }
     for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++)
-        if (*p < 0x20 || *p == 0x7f || (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f)) {
+        if (*p < 0x20 || *p == 0x7f || (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) ||
+            (p[0] == 0xe2 && p[1] == 0x80 && (p[2] == 0xa8 || p[2] == 0xa9))) {
             /* A line end would let an owner write lines of its own into
              * check's report and serve's expiry warnings ("result: 0
              * errors"). The C1 controls too (U+0080 to U+009F, the text
              * being UTF-8): terminals take NEL (YAML's "\N") as a line end
-             * and CSI as the start of an escape sequence. */
+             * and CSI as the start of an escape sequence. And the line and
+             * paragraph separators (U+2028, U+2029, YAML's "\L" and "\P"),
+             * which editors and viewers of a saved report break lines at. */
             load_err(c, v->line, "must be a name on one line, without control characters");
             return;
         }

@@ -802,6 +802,10 @@ static void test_rule_field_errors(void **state)
          "p.yaml:3: rules[0].owner: must be a name on one line, without control characters"},
         {V "rules:\n  - {host: a.example.test, tier: 0, owner: \"erin\\x9b2A\"}\n",
          "p.yaml:3: rules[0].owner: must be a name on one line, without control characters"},
+        {V "rules:\n  - {host: a.example.test, tier: 0, owner: \"frank\\Lresult: 0 errors\"}\n",
+         "p.yaml:3: rules[0].owner: must be a name on one line, without control characters"},
+        {V "rules:\n  - {host: a.example.test, tier: 0, owner: \"grace\\u2029x\"}\n",
+         "p.yaml:3: rules[0].owner: must be a name on one line, without control characters"},
         /* Bidirectional overrides, isolates and marks reorder the line
          * check prints the owner in ("alice" + RLO + "13-21-6202" reads
          * as a date that is not the grant's). */
