@@ -226,6 +226,10 @@ static int add_path(struct run_args *a, enum box_path_kind kind, const char *opt
 {
     if (a->npaths >= RUN_MAX_PATHS)
         return command_usage_error(self, "at most %d --ro/--rw/--hide paths", RUN_MAX_PATHS);
+    /* "" (an unset variable, --hide "$AWS_DIR") made absolute is the
+     * working directory: --hide "" hid the project from the command */
+    if (p[0] == '\0')
+        return command_usage_error(self, "%s needs a path, not an empty string", opt);
     int rc = refuse_links(opt, p);
     if (rc != 0)
         return rc;

@@ -1243,6 +1243,23 @@ def test_usage_errors(box, net):
     assert "policy.yaml:3" in p.stderr
 
 
+@pytest.mark.parametrize("opt", ["--hide", "--ro", "--rw"])
+def test_empty_path_is_a_usage_error(box, opt):
+    """An empty --hide (an unset variable: --hide "$AWS_DIR") was made
+    absolute as the working directory, and the box hid the project from
+    the command, which ran on in an empty directory (cat: no work.txt)."""
+    pol = os.path.join(os.path.dirname(box.workdir), "outside.yaml")
+    with open(pol, "w") as f:
+        f.write("version: 1\nrules:\n  - {host: a.example.test, tier: 0}\n")
+    with open(os.path.join(box.workdir, "work.txt"), "w") as f:
+        f.write("the project\n")
+    p = subprocess.run([box.bin, "run", "--policy", pol, opt, "", "--", "cat", "work.txt"],
+                       capture_output=True, text=True, timeout=30, cwd=box.workdir)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert p.stderr.startswith("sluice run: %s needs a path, not an empty string" % opt), p.stderr
+    assert p.stdout == ""
+
+
 def test_log_path_longer_than_path_max_is_a_usage_error(box):
     """run kept --log in a PATH_MAX buffer: a longer path was cut there and
     the gateway wrote the decision log to whatever file the cut named."""
