@@ -59,6 +59,21 @@ static int parse_nice(const char *s, int *out)
     return 0;
 }
 
+/* True when an earlier --listen names the address <l> names (as printed:
+ * "localhost:3128" is "127.0.0.1:3128"). The second bind failed with a
+ * message about another server, for a unix path, when there was none. Port
+ * 0 is a new port each time. */
+static bool listen_given(const struct serve_args *a, const struct listen_addr *l)
+{
+    size_t n = strlen(l->text);
+    if (l->kind == LISTEN_TCP && n >= 2 && strcmp(l->text + n - 2, ":0") == 0)
+        return false;
+    for (size_t i = 0; i < a->nlistens; i++)
+        if (strcmp(a->listens[i].text, l->text) == 0)
+            return true;
+    return false;
+}
+
 static int parse_args(int argc, char **argv, struct serve_args *a)
 {
     static const struct option options[] = {
@@ -93,6 +108,8 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
                                            SERVE_MAX_LISTENS);
             if (listen_addr_parse(optarg, &a->listens[a->nlistens], &why) < 0)
                 return command_usage_error(&cmd_serve, "--listen %s: %s", optarg, why);
+            if (listen_given(a, &a->listens[a->nlistens]))
+                return command_usage_error(&cmd_serve, "--listen %s: given twice", optarg);
             a->nlistens++;
             break;
         case 'L':

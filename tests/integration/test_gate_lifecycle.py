@@ -185,6 +185,24 @@ def test_bad_listen_address_exits_2(run_sluice, net, tmp_path):
     assert p.returncode == 2, (p.returncode, p.stderr)
 
 
+def test_listen_address_given_twice_is_named(run_sluice, net, tmp_path):
+    # The second bind of the same address failed with a message about
+    # another server ("unix:/p: in use by another server") when there was
+    # none; "localhost:N" after "127.0.0.1:N" is the same address. Port 0
+    # is a new port each time and may repeat.
+    path = tmp_path / "ok.yaml"
+    path.write_text(policy_yaml(net.policy([api_rule(net)])))
+    sock = str(tmp_path / "gw.sock")
+    port = free_port()
+    for first, second in (("unix:" + sock, "unix:" + sock),
+                          ("127.0.0.1:%d" % port, "localhost:%d" % port)):
+        p = run_sluice("serve", "--policy", str(path), "--listen", first, "--listen", second,
+                       timeout=15)
+        assert p.returncode == 2, (p.returncode, p.stderr)
+        assert p.stderr.startswith("sluice serve: --listen %s: given twice\n" % second), p.stderr
+        assert not os.path.exists(sock)
+
+
 @pytest.mark.parametrize("admin, why", [
     ("0", "port 0 is not allowed"), (":0", "port 0 is not allowed"),
     ("127.0.0.1:0", "port 0 is not allowed"), ("[::1]:0", "port 0 is not allowed"),
