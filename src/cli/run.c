@@ -57,7 +57,9 @@
 /* what each of the box's /tmp and /dev/shm holds at most, by default */
 #define RUN_DEFAULT_TMP_SIZE "25%"
 #define RUN_PROXY_URL        "http://127.0.0.1:3128"
-#define RUN_LOG_MAX          (256u * 1024 * 1024)
+/* the most of this run's decision log (and alerts file) the summary reads */
+#define RUN_LOG_MAX      (256u * 1024 * 1024)
+#define RUN_LOG_MAX_TEXT "256 MiB"
 
 extern char **environ;
 
@@ -750,6 +752,7 @@ static void serve_cleanup(struct served *s)
 struct tally {
     unsigned long allowed[4], allowed_total, denied, reported, alerts;
     bool read_ok;
+    bool cut; /* lines past RUN_LOG_MAX were left uncounted */
 };
 
 static void tally_log(int fd, off_t start, struct tally *t)
@@ -769,7 +772,11 @@ static void tally_log(int fd, off_t start, struct tally *t)
     size_t cap = 0;
     ssize_t n;
     off_t total = 0;
-    while ((n = getline(&line, &cap, f)) > 0 && total < (off_t)RUN_LOG_MAX) {
+    while ((n = getline(&line, &cap, f)) > 0) {
+        if (total >= (off_t)RUN_LOG_MAX) {
+            t->cut = true; /* said: a flood of lines must not hide the rest */
+            break;
+        }
         total += n;
         json_t *o = json_loadb(line, (size_t)n, 0, NULL);
         if (o == NULL)
@@ -814,15 +821,18 @@ static void print_summary(const struct run_args *a, const struct served *s, unsi
         struct tally ta = {0};
         tally_log(s->alerts_fd, s->alerts_start, &ta);
         t.alerts += ta.alerts;
+        t.cut = t.cut || ta.cut;
     }
     char rep[48] = "";
     if (t.reported > 0)
         snprintf(rep, sizeof(rep), ", reported %lu", t.reported);
     fprintf(stderr,
             "sluice run: exit %d; allowed %lu (tier 0: %lu, tier 1: %lu, tier 2: %lu, tier 3: "
-            "%lu), denied %lu%s, alerts %lu%s\n",
+            "%lu), denied %lu%s, alerts %lu%s%s\n",
             code, t.allowed_total, t.allowed[0], t.allowed[1], t.allowed[2], t.allowed[3], t.denied,
-            rep, t.alerts, t.read_ok ? "" : " (the decision log could not be read)");
+            rep, t.alerts, t.read_ok ? "" : " (the decision log could not be read)",
+            t.cut ? " (counted in the first " RUN_LOG_MAX_TEXT " of the log only: see the log)"
+                  : "");
 }
 
 /* --- main ------------------------------------------------------------------- */

@@ -1158,6 +1158,43 @@ print("{}")
     assert len([ln for ln in p.stderr.splitlines() if ln.startswith("sluice run: exit")]) == 1
 
 
+def test_summary_says_when_it_did_not_read_the_whole_log(box, tmp_path):
+    """The summary reads at most 256 MiB of this run's decision log and
+    stopped there without a word: a command that first floods the log
+    (denied requests by the hundred thousand) had what it did next left out
+    of "allowed N (tier 3: 0)". Here the test appends the flood and then an
+    allowed tier-3 line to the log while the command waits."""
+    pol = box.policy("version: 1\nrules: []\n")
+    log = str(tmp_path / "decisions.jsonl")
+    ready, go = os.path.join(box.workdir, "ready"), os.path.join(box.workdir, "go")
+    wait = ("import os, time\nopen('ready', 'w').close()\n"
+            "for _ in range(1200):\n    if os.path.exists('go'): break\n    time.sleep(0.05)\n")
+
+    def flood():
+        for _ in range(1200):
+            if os.path.exists(ready):
+                break
+            time.sleep(0.05)
+        line = "x" * 65535 + "\n"
+        with open(log, "a") as f:
+            for _ in range(4096):  # 256 MiB
+                f.write(line)
+            f.write('{"event":"agent_egress","decision":"allow","tier":3}\n')
+        open(go, "w").close()
+
+    t = threading.Thread(target=flood)
+    t.start()
+    try:
+        p = box.run(["--policy", pol, "--log", log], wait, timeout=120)
+    finally:
+        t.join()
+        os.unlink(log)
+    assert p.returncode == 0, p.stderr
+    line = [ln for ln in p.stderr.splitlines() if ln.startswith("sluice run: exit")][0]
+    assert line.endswith(" (counted in the first 256 MiB of the log only: see the log)"), line
+    assert Box.summary(p)["allowed"] == 0
+
+
 def test_agent_id_and_log_file(box, net):
     rules = [api_rule(net, agents=["ci-bot"])]
     pol = box.policy(net.policy(rules))
