@@ -118,15 +118,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static struct cidr lo;
     static struct agent agents[2];
+    static const char *const tokens[2] = {"s3cret", "o:t"};
     static struct policy pol;
     static bool ready;
     if (!ready) {
         ipaddr_from_v4(&lo.addr, 0x7f000000u);
         lo.prefix = 96 + 8; /* 127.0.0.0/8, counted on the v4-mapped form */
-        agents[0] = (struct agent){.id = "tok", .sources = &lo, .nsources = 1, .token = "s3cret"};
-        agents[1] = (struct agent){.id = "colon", .sources = &lo, .nsources = 1, .token = "o:t"};
+        agents[0] = (struct agent){.id = "tok", .sources = &lo, .nsources = 1};
+        agents[1] = (struct agent){.id = "colon", .sources = &lo, .nsources = 1};
         pol.agents = agents;
         pol.nagents = 2;
+        for (size_t i = 0; i < 2; i++) { /* as the loader holds them: digests */
+            if (policy_token_digest(&pol, tokens[i], strlen(tokens[i]), agents[i].token_digest) !=
+                0)
+                abort();
+            agents[i].has_token = true;
+        }
         ready = true;
     }
     struct client_origin o = {.is_unix = false};
@@ -142,8 +149,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         unsigned char buf[AUTH_MAX + 8];
         long n = ref_secret((const char *)data, size, buf);
         for (size_t i = 0; n > 0 && i < 2 && want == NULL; i++)
-            if ((size_t)n == strlen(agents[i].token) &&
-                memcmp(buf, agents[i].token, (size_t)n) == 0)
+            if ((size_t)n == strlen(tokens[i]) && memcmp(buf, tokens[i], (size_t)n) == 0)
                 want = &agents[i];
     }
     if (want != NULL ? (r != AGENT_OK || out != want) : (r != AGENT_AUTH_REQUIRED || out != NULL))

@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include <openssl/crypto.h>
-#include <openssl/sha.h>
 
 /* Longest Proxy-Authorization value looked at; longer ones are refused. */
 #define AUTH_MAX 4096
@@ -150,33 +149,30 @@ bool agent_sources_contain(const struct agent *a, const struct client_origin *o)
 bool agent_token_possible(const struct policy *p, const struct client_origin *o)
 {
     for (size_t i = 0; i < p->nagents; i++)
-        if (p->agents[i].token != NULL && agent_sources_contain(&p->agents[i], o))
+        if (p->agents[i].has_token && agent_sources_contain(&p->agents[i], o))
             return true;
     return false;
 }
 
 /* The first agent whose sources contain <o> and whose token's digest is
- * <have>: AGENT_OK (*out set), or AGENT_AUTH_REQUIRED. The tokens'
- * digests are wiped after use, as the secret's are by the caller. */
+ * <have> (the presented secret's, under <p>'s key): AGENT_OK (*out set),
+ * or AGENT_AUTH_REQUIRED. The agents' digests were computed at load: no
+ * hashing here, however many agents share the source. */
 static enum agent_result agent_with_digest(const struct policy *p, const struct client_origin *o,
                                            const unsigned char *have, const struct agent **out)
 {
-    unsigned char want[SHA256_DIGEST_LENGTH];
-    enum agent_result r = AGENT_AUTH_REQUIRED;
-    for (size_t i = 0; i < p->nagents && r != AGENT_OK; i++) {
+    for (size_t i = 0; i < p->nagents; i++) {
         const struct agent *a = &p->agents[i];
-        if (a->token == NULL || a->token[0] == '\0' || !agent_sources_contain(a, o))
+        if (!a->has_token || !agent_sources_contain(a, o))
             continue;
         /* Digests of equal length compared in constant time: neither the
          * secret's length nor its content leaks through timing. */
-        SHA256((const unsigned char *)a->token, strlen(a->token), want);
-        if (CRYPTO_memcmp(want, have, sizeof(want)) == 0) {
+        if (CRYPTO_memcmp(a->token_digest, have, TOKEN_DIGEST_LEN) == 0) {
             *out = a;
-            r = AGENT_OK;
+            return AGENT_OK;
         }
     }
-    OPENSSL_cleanse(want, sizeof(want));
-    return r;
+    return AGENT_AUTH_REQUIRED;
 }
 
 enum agent_result agent_identify(const struct policy *p, const struct client_origin *o,
@@ -184,7 +180,7 @@ enum agent_result agent_identify(const struct policy *p, const struct client_ori
                                  const struct agent **out)
 {
     unsigned char secret[AUTH_MAX];
-    unsigned char have[SHA256_DIGEST_LENGTH];
+    unsigned char have[TOKEN_DIGEST_LEN];
     bool token_wanted = false;
 
     *out = NULL;
@@ -197,9 +193,10 @@ enum agent_result agent_identify(const struct policy *p, const struct client_ori
                      : agent_secret(proxy_auth, proxy_auth_len, secret, sizeof(secret));
         if (n <= 0)
             return AGENT_AUTH_REQUIRED; /* agent_secret() wiped <secret> */
-        SHA256(secret, (size_t)n, have);
+        /* One digest per request, under the key the agents' were made with. */
+        int rc = policy_token_digest(p, secret, (size_t)n, have);
         OPENSSL_cleanse(secret, (size_t)n);
-        enum agent_result r = agent_with_digest(p, o, have, out);
+        enum agent_result r = rc == 0 ? agent_with_digest(p, o, have, out) : AGENT_AUTH_REQUIRED;
         OPENSSL_cleanse(have, sizeof(have));
         return r;
     }
@@ -208,7 +205,7 @@ enum agent_result agent_identify(const struct policy *p, const struct client_ori
         const struct agent *a = &p->agents[i];
         if (!agent_sources_contain(a, o))
             continue;
-        if (a->token == NULL) {
+        if (!a->has_token) {
             *out = a;
             return AGENT_OK;
         }

@@ -2,9 +2,10 @@
  *
  * Maps a client's origin (its source address, or the unix listener) and the
  * secret it presents in Proxy-Authorization (Basic: the password; Bearer:
- * the token) to the policy's agent. Secrets are compared in constant time
- * (SHA-256 digests compared with CRYPTO_memcmp). A pure function: no I/O,
- * no allocation, no state. */
+ * the token) to the policy's agent. Secrets are compared in constant time:
+ * the presented one's keyed digest (policy_token_digest(), computed once
+ * per request) against the agents' digests, made at load, with
+ * CRYPTO_memcmp. No I/O, no state of its own. */
 #ifndef SLUICE_GATE_AGENT_H
 #define SLUICE_GATE_AGENT_H
 

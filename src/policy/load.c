@@ -21,6 +21,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <openssl/rand.h>
+
 #include "policy/index.h"
 #include "policy/load_ctx.h"
 #include "policy/yaml_tree.h"
@@ -107,7 +109,11 @@ static void agent_token(struct load_ctx *c, const struct ynode *v, void *obj)
         load_err(c, v->line, "environment variable %s is empty", name);
     } else {
         load_set_str(&a->token_ref, s);
-        load_set_str(&a->token, value);
+        /* Only the keyed digest is kept: the clear value is wiped below. */
+        if (policy_token_digest(c->p, value, strlen(value), a->token_digest) == 0)
+            a->has_token = true;
+        else
+            load_err(c, v->line, "cannot hold the secret of %s: its digest failed", name);
     }
     if (value != NULL) /* a secret: leave no copy behind */
         explicit_bzero(value, strlen(value));
@@ -1053,7 +1059,10 @@ struct policy *policy_load_buffer_flags(const char *name, const char *buf, size_
         return NULL;
     }
     c.p = policy_new(name);
-    load_root(&c, ytree_root(&t));
+    if (RAND_bytes(c.p->token_key, (int)sizeof(c.p->token_key)) != 1)
+        diag_error(diag, 0, "", "no random bytes for the key the agents' tokens are held under");
+    else
+        load_root(&c, ytree_root(&t));
     if (!diag_has_errors(diag)) {
         if (policy_index_build(c.p) != 0)
             diag_error(diag, 0, "", "out of memory while indexing the policy");

@@ -5,6 +5,10 @@
 #include <string.h>
 #include <strings.h>
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
 #include "policy/index.h"
 #include "policy/policy.h"
 
@@ -62,13 +66,7 @@ static void agent_free(struct agent *a)
 {
     free(a->id);
     free(a->sources);
-    if (a->token != NULL) {
-        /* the secret does not linger in freed memory */
-        volatile char *s = a->token;
-        while (*s != '\0')
-            *s++ = '\0';
-        free(a->token);
-    }
+    OPENSSL_cleanse(a->token_digest, sizeof(a->token_digest));
     free(a->token_ref);
 }
 
@@ -97,7 +95,21 @@ void policy_free(struct policy *p)
     for (size_t i = 0; i < p->alerts.nsinks; i++)
         free(p->alerts.sinks[i].target);
     free(p->alerts.sinks);
+    OPENSSL_cleanse(p->token_key, sizeof(p->token_key));
     free(p);
+}
+
+int policy_token_digest(const struct policy *p, const void *secret, size_t len,
+                        unsigned char out[TOKEN_DIGEST_LEN])
+{
+    unsigned int n = 0;
+    const unsigned char *md =
+        HMAC(EVP_sha256(), p->token_key, (int)sizeof(p->token_key), secret, len, out, &n);
+    if (md == NULL || n != TOKEN_DIGEST_LEN) {
+        OPENSSL_cleanse(out, TOKEN_DIGEST_LEN);
+        return -1;
+    }
+    return 0;
 }
 
 bool policy_allows_encrypted_hello(const struct policy *p, const struct agent *a)

@@ -55,14 +55,22 @@ struct rate_spec {
 /* An agent's encrypted_client_hello: the network's setting, or its own. */
 enum ech_choice { ECH_AS_NETWORK = 0, ECH_REFUSE, ECH_ALLOW };
 
+/* An agent's secret is held only as HMAC-SHA-256 under its policy's key
+ * (policy_token_digest()): a read of the gateway's memory (a core dump,
+ * /proc/PID/mem) finds no token in clear, and a request's secret is hashed
+ * once, then compared with each candidate's digest. */
+#define TOKEN_KEY_LEN    32
+#define TOKEN_DIGEST_LEN 32
+
 struct agent {
     char *id;
     int line;
     struct cidr *sources; /* owned array */
     size_t nsources;
     bool unix_source; /* "unix" listed in sources */
-    char *token;      /* the resolved secret, or NULL */
-    char *token_ref;  /* as written, e.g. "env:SLUICE_TOKEN_CI" (for reports) */
+    bool has_token;   /* a secret was resolved: token_digest is its digest */
+    unsigned char token_digest[TOKEN_DIGEST_LEN];
+    char *token_ref; /* as written, e.g. "env:SLUICE_TOKEN_CI" (for reports) */
     enum agent_mode mode;
     enum ech_choice encrypted_hello; /* ECH_AS_NETWORK: network.encrypted_client_hello */
 };
@@ -192,6 +200,14 @@ struct policy {
     struct limits_cfg limits;
     struct alerts_cfg alerts;
     struct policy_index *index; /* built by policy_index_build(); owned */
+    /* Random for each policy loaded (a reload draws another): the agents'
+     * digests in memory cannot be matched against precomputed ones. */
+    unsigned char token_key[TOKEN_KEY_LEN];
 };
+
+/* The keyed digest of the <len> bytes of <secret> under <p>'s token key
+ * into <out>: 0, or -1 when OpenSSL fails (<out> then wiped). */
+int policy_token_digest(const struct policy *p, const void *secret, size_t len,
+                        unsigned char out[TOKEN_DIGEST_LEN]);
 
 #endif

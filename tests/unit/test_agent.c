@@ -7,9 +7,27 @@
 
 #include <arpa/inet.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "gate/agent.h"
+
+/* Every keyed digest the unit computes, counted (counted_token_digest,
+ * below): a request's secret is hashed once, whatever the agents. */
+static int counted_token_digest(const struct policy *p, const void *secret, size_t len,
+                                unsigned char out[TOKEN_DIGEST_LEN]);
+#define policy_token_digest counted_token_digest
+#include "gate/agent.c"
+#undef policy_token_digest
+
+static unsigned digest_calls;
+
+static int counted_token_digest(const struct policy *p, const void *secret, size_t len,
+                                unsigned char out[TOKEN_DIGEST_LEN])
+{
+    digest_calls++;
+    return policy_token_digest(p, secret, len, out);
+}
 
 static struct cidr v4cidr(const char *s, unsigned prefix)
 {
@@ -45,24 +63,35 @@ static struct cidr lo, lan, remote, other;
 static struct agent agents[8];
 static struct policy pol;
 
+/* Gives <a> the secret <token>, as the loader does: its digest under
+ * pol's key (all zero here: any key will do). */
+static void set_token(struct agent *a, const char *token)
+{
+    assert_int_equal(policy_token_digest(&pol, token, strlen(token), a->token_digest), 0);
+    a->has_token = true;
+}
+
 static void setup_policy(void)
 {
     lo = v4cidr("127.0.0.0", 8);
     lan = v4cidr("10.0.0.0", 8);
     remote = v4cidr("192.168.0.0", 16);
     other = v4cidr("172.16.0.0", 12);
+    memset(&pol, 0, sizeof(pol));
     memset(agents, 0, sizeof(agents));
     agents[0] = (struct agent){.id = "open", .sources = &lo, .nsources = 1};
-    agents[1] = (struct agent){
-        .id = "ci", .sources = &lo, .nsources = 1, .unix_source = true, .token = "s3cret"};
-    agents[2] = (struct agent){.id = "ci2", .sources = &lo, .nsources = 1, .token = "s3cret"};
-    agents[3] = (struct agent){.id = "lan", .sources = &lan, .nsources = 1, .token = "lan-token"};
+    agents[1] = (struct agent){.id = "ci", .sources = &lo, .nsources = 1, .unix_source = true};
+    set_token(&agents[1], "s3cret");
+    agents[2] = (struct agent){.id = "ci2", .sources = &lo, .nsources = 1};
+    set_token(&agents[2], "s3cret");
+    agents[3] = (struct agent){.id = "lan", .sources = &lan, .nsources = 1};
+    set_token(&agents[3], "lan-token");
     agents[4] = (struct agent){.id = "lanopen", .sources = &lan, .nsources = 1};
     agents[5] = (struct agent){.id = "sock", .unix_source = true};
-    agents[6] =
-        (struct agent){.id = "remote", .sources = &remote, .nsources = 1, .token = "remote-token"};
-    agents[7] = (struct agent){.id = "other", .sources = &other, .nsources = 1, .token = "o:t"};
-    memset(&pol, 0, sizeof(pol));
+    agents[6] = (struct agent){.id = "remote", .sources = &remote, .nsources = 1};
+    set_token(&agents[6], "remote-token");
+    agents[7] = (struct agent){.id = "other", .sources = &other, .nsources = 1};
+    set_token(&agents[7], "o:t");
     pol.agents = agents;
     pol.nagents = 8;
 }
@@ -331,6 +360,38 @@ static void test_sources_contain(void **state)
     assert_true(agent_sources_contain(&any, &o));
 }
 
+/* A request that presents a secret costs one digest, however many agents
+ * it may be: the agents' digests are computed once, at load (set_token). */
+static void test_one_digest_per_request(void **state)
+{
+    (void)state;
+    enum { N = 32 };
+    static struct agent many[N];
+    static char ids[N][8], tokens[N][8];
+    setup_policy();
+    for (size_t i = 0; i < N; i++) {
+        snprintf(ids[i], sizeof(ids[i]), "a%02zu", i);
+        snprintf(tokens[i], sizeof(tokens[i]), "t-%02zu", i);
+        many[i] = (struct agent){.id = ids[i], .sources = &lo, .nsources = 1};
+        set_token(&many[i], tokens[i]);
+    }
+    pol.agents = many;
+    pol.nagents = N;
+    struct client_origin o = tcp("127.0.0.1");
+    digest_calls = 0;
+    expect_result(&o, "Bearer wrong", AGENT_AUTH_REQUIRED);
+    assert_int_equal(digest_calls, 1);
+    digest_calls = 0;
+    expect_agent(&o, "Bearer t-31", "a31");
+    assert_int_equal(digest_calls, 1);
+    digest_calls = 0;
+    expect_agent(&o, "Basic dTp0LTAw", "a00"); /* u:t-00 */
+    assert_int_equal(digest_calls, 1);
+    digest_calls = 0;
+    expect_result(&o, NULL, AGENT_AUTH_REQUIRED); /* no secret: no digest */
+    assert_int_equal(digest_calls, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -345,6 +406,7 @@ int main(void)
         cmocka_unit_test(test_not_terminated_and_bounds),
         cmocka_unit_test(test_sources_contain),
         cmocka_unit_test(test_secret_wiped),
+        cmocka_unit_test(test_one_digest_per_request),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

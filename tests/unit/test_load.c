@@ -231,14 +231,17 @@ static void check_spec_agents(const struct policy *p)
     assert_int_equal(a->nsources, 1);
     assert_true(a->unix_source);
     assert_int_equal(a->sources[0].prefix, 128);
-    assert_string_equal(a->token, "s3cret");
+    unsigned char want[TOKEN_DIGEST_LEN];
+    assert_int_equal(policy_token_digest(p, "s3cret", 6, want), 0);
+    assert_true(a->has_token); /* the secret "s3cret", held as its digest */
+    assert_memory_equal(a->token_digest, want, sizeof(want));
     assert_string_equal(a->token_ref, "env:SLUICE_TEST_TOKEN_CI");
     assert_int_equal(a->mode, AGENT_ENFORCE);
     a = policy_find_agent(p, "watcher");
     assert_non_null(a);
     assert_int_equal(a->nsources, 2);
     assert_false(a->unix_source);
-    assert_null(a->token);
+    assert_false(a->has_token);
     assert_int_equal(a->mode, AGENT_REPORT);
     assert_null(policy_find_agent(p, "nobody"));
     assert_null(policy_find_agent(NULL, "ci-bot"));
@@ -322,6 +325,107 @@ static void test_spec_example(void **state)
     assert_int_equal(l.count, 2);
     policy_free(p);
     diag_free(&d);
+}
+
+/* ---- what the loaded policy holds ----------------------------------- */
+
+#if defined(__SANITIZE_ADDRESS__) /* GCC; clang before 16 says so only by __has_feature */
+#define HEAP_SCAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HEAP_SCAN 1
+#endif
+#endif
+
+#ifdef HEAP_SCAN
+/* The sanitizer's allocator knows which words are heap blocks (the
+ * prototypes of LLVM's sanitizer/allocator_interface.h, which GCC lacks). */
+int __sanitizer_get_ownership(const volatile void *p);
+size_t __sanitizer_get_allocated_size(const volatile void *p);
+
+struct heap_scan {
+    const char *needle;
+    const void *seen[4096];
+    size_t nseen;
+    bool found;
+};
+
+static bool heap_scan_seen(struct heap_scan *s, const void *q)
+{
+    for (size_t i = 0; i < s->nseen; i++)
+        if (s->seen[i] == q)
+            return true;
+    if (s->nseen < sizeof(s->seen) / sizeof(s->seen[0]))
+        s->seen[s->nseen++] = q;
+    return false;
+}
+
+/* Looks for the needle in the <n> bytes at <p> and, <depth> levels down,
+ * in every heap block a word of them points to: whatever field holds it,
+ * a string the policy owns is found without naming the field. */
+static void heap_scan_block(struct heap_scan *s, const unsigned char *p, size_t n, int depth)
+{
+    if (memmem(p, n, s->needle, strlen(s->needle)) != NULL)
+        s->found = true;
+    for (size_t off = 0; depth > 0 && off + sizeof(void *) <= n; off += sizeof(void *)) {
+        const void *q;
+        memcpy(&q, p + off, sizeof(q));
+        if (q != NULL && __sanitizer_get_ownership(q) && !heap_scan_seen(s, q))
+            heap_scan_block(s, q, __sanitizer_get_allocated_size(q), depth - 1);
+    }
+}
+
+static bool policy_holds(const struct policy *p, const char *needle)
+{
+    static struct heap_scan s;
+    memset(&s, 0, sizeof(s));
+    s.needle = needle;
+    heap_scan_block(&s, (const unsigned char *)p, sizeof(*p), 6);
+    return s.found;
+}
+#endif
+
+/* The agents' secrets are held as keyed digests only: nothing the loaded
+ * policy owns holds a token in clear (a core dump or a read of the
+ * gateway's memory finds none), while their env: names are still there. */
+static void test_loaded_policy_holds_no_clear_token(void **state)
+{
+    (void)state;
+#ifdef HEAP_SCAN
+    static const char yaml[] =
+        V "agents:\n"
+          "  - {id: a, sources: [unix], token: env:SLUICE_TEST_TOKEN_SCAN}\n"
+          "  - {id: b, sources: [unix], token: env:SLUICE_TEST_TOKEN_SCAN2}\n" R;
+    setenv("SLUICE_TEST_TOKEN_SCAN", "clear-token-7e1d-a", 1);
+    setenv("SLUICE_TEST_TOKEN_SCAN2", "clear-token-7e1d-b", 1);
+    struct diag d;
+    struct policy *p = load(yaml, &d);
+    if (p == NULL || d.count != 0)
+        dump(yaml, &d);
+    assert_non_null(p);
+    assert_true(policy_holds(p, "env:SLUICE_TEST_TOKEN_SCAN2")); /* the scan reaches them */
+    assert_false(policy_holds(p, "clear-token-7e1d-a"));
+    assert_false(policy_holds(p, "clear-token-7e1d-b"));
+    assert_false(policy_holds(p, "7e1d")); /* nor a piece of one */
+    /* What is held is the digest under this policy's own random key:
+     * another load of the same file holds another. */
+    unsigned char want[TOKEN_DIGEST_LEN];
+    assert_int_equal(policy_token_digest(p, "clear-token-7e1d-a", 18, want), 0);
+    assert_true(p->agents[0].has_token);
+    assert_memory_equal(p->agents[0].token_digest, want, sizeof(want));
+    struct diag d2;
+    struct policy *again = load(yaml, &d2);
+    assert_non_null(again);
+    assert_memory_not_equal(again->agents[0].token_digest, want, sizeof(want));
+    policy_free(again);
+    diag_free(&d2);
+    policy_free(p);
+    diag_free(&d);
+    unsetenv("SLUICE_TEST_TOKEN_SCAN");
+    unsetenv("SLUICE_TEST_TOKEN_SCAN2");
+#else
+    skip(); /* the scan needs the sanitizer's allocator to tell heap blocks */
+#endif
 }
 
 static void test_defaults(void **state)
@@ -1506,6 +1610,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec_example),
+        cmocka_unit_test(test_loaded_policy_holds_no_clear_token),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_network_and_days),
         cmocka_unit_test(test_longest_period),
