@@ -15,7 +15,10 @@
  * and those never wait for it (SQLite's WAL takes separate locks for the
  * writer and the checkpointer). A log the thread has copied whole starts
  * again from its beginning at the next commit, so it stays near its
- * threshold in size.
+ * threshold in size; that commit syncs the log's new header (SQLite's
+ * synchronous=NORMAL does, so that frames of the old log are never taken
+ * for new ones): one small sync on the loop per cycle of the log, where a
+ * checkpoint's two syncs and copy were.
  *
  * Owns: the thread, its database connection, its mutex and condition. */
 #ifndef SLUICE_STATE_WAL_CHECKPOINTER_H

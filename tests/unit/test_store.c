@@ -82,13 +82,26 @@ static void on_counter(const char *name, uint64_t v, void *arg)
     s->n++;
 }
 
-/* SQLite's syncs, counted by the thread that makes them: these definitions
- * take the place of libc's for libsqlite3 too (the executable's symbols
- * come first), then make the system call themselves. */
+/* SQLite's syncs of the database file (sluice.db, not its -wal), counted
+ * by the thread that makes them: these definitions take the place of
+ * libc's for libsqlite3 too (the executable's symbols come first), then
+ * make the system call themselves. The database file is synced by
+ * checkpoints only; the log's header is also synced by the writer when it
+ * starts the log again after a whole checkpoint (SQLite's
+ * synchronous=NORMAL), which these do not count. */
 static atomic_int syncs_on_main, syncs_elsewhere;
 
-static void count_sync(void)
+static void count_sync(int fd)
 {
+    char link[64], path[4096];
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, path, sizeof(path) - 1);
+    if (n <= 0)
+        return;
+    path[n] = '\0';
+    size_t len = (size_t)n, suffix = strlen("/" STORE_FILE);
+    if (len < suffix || strcmp(path + len - suffix, "/" STORE_FILE) != 0)
+        return;
     if (syscall(SYS_gettid) == getpid())
         atomic_fetch_add(&syncs_on_main, 1);
     else
@@ -97,13 +110,13 @@ static void count_sync(void)
 
 int fsync(int fd)
 {
-    count_sync();
+    count_sync(fd);
     return (int)syscall(SYS_fsync, fd);
 }
 
 int fdatasync(int fd)
 {
-    count_sync();
+    count_sync(fd);
     return (int)syscall(SYS_fdatasync, fd);
 }
 
@@ -135,8 +148,8 @@ static struct store *open_ok(const char *d)
 }
 
 /* The commits past the log's checkpoint size: the checkpoint, and with it
- * every sync of the disk, runs on the checkpointer's thread, none on the
- * thread that commits (the event loop's). */
+ * the database file's syncs, runs on the checkpointer's thread, none on
+ * the thread that commits (the event loop's). */
 static void checkpoints_are_off_the_commit_thread(void **state)
 {
     (void)state;
