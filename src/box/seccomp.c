@@ -26,9 +26,12 @@
  * (the user keyring of a root box is the host root's).
  *
  * The terminal: ioctl(TIOCSTI), ioctl(TIOCLINUX) and, for a virtual
- * console, the key map's ioctl(KDSKBENT) and ioctl(KDSKBSENT) fail with
- * EPERM, so the command cannot type into the terminal it shares with the
- * user's shell, now or once run exits.
+ * console, the ioctls that change what its keys type (the key map, dead
+ * keys, keyboard mode, lock flags), what its screen shows (mode, font,
+ * character maps, palette, lights) or which console is shown fail with
+ * EPERM (tty_refused[]), so the command cannot type into the terminal it
+ * shares with the user's shell, now or once run exits, nor leave it in a
+ * state the user's shell then runs in. Reads stay allowed.
  *
  * Set-user-ID and set-group-ID files: a file's owner needs no capability
  * to set S_ISUID or S_ISGID on it, and the host's own mounts of the
@@ -43,6 +46,7 @@
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <linux/kd.h>
+#include <linux/vt.h>
 #include <seccomp.h>
 #include <stdio.h>
 #include <string.h>
@@ -225,6 +229,95 @@ static int refuse_setid(scmp_filter_ctx ctx)
     return rc;
 }
 
+/* The terminal: the command stays in run's session and foreground process
+ * group (a terminal's ^C reaches it directly), and on a Linux virtual
+ * console (/dev/ttyN) the process whose controlling terminal it is needs
+ * no capability for most of the console's ioctls (vt_ioctl()'s "perm":
+ * owner of the tty, or CAP_SYS_TTY_CONFIG). Refused, with EPERM, are those
+ * that type into the terminal, change what its keys type or what its
+ * screen shows, or take the console over: all of them act on the console
+ * itself, so what they do outlasts run, and the user's shell, unboxed,
+ * reads and shows through what the command left. By request, compared in
+ * its low 32 bits (the kernel reads an unsigned int); numbers an older or
+ * newer kernel does not know cost nothing. */
+static const unsigned long tty_refused[] = {
+    /* typing into the terminal: TIOCSTI pushes a command line into the
+     * input queue, which the shell runs once run exits (bubblewrap's
+     * CVE-2017-5226); TIOCLINUX pastes a console's selection the same way
+     * (TIOCL_SETSEL/PASTESEL needed no capability before Linux 6.7). Its
+     * subcode lies in memory the filter cannot read, so it is refused
+     * whole, its read-only subcodes with it. */
+    TIOCSTI,
+    TIOCLINUX,
+    /* what keys type: KDSKBENT binds a key to an action (Enter to a
+     * function key), KDSKBSENT sets the string a function key types,
+     * KDSKBDIACR and KDSKBDIACRUC what a dead key followed by a key types,
+     * KDSKBMETA what Alt and a key type (no permission check at all),
+     * KDSKBMODE raw scancodes or nothing at all (K_RAW, K_OFF: the shell
+     * gets garbage, or no keyboard), KDSKBLED the lock flags (Caps Lock on,
+     * for now and as the console's default) */
+    KDSKBENT,
+    KDSKBSENT,
+    KDSKBDIACR,
+    KDSKBDIACRUC,
+    KDSKBMETA,
+    KDSKBMODE,
+    KDSKBLED,
+    /* what the screen shows: KDSETMODE (KD_GRAPHICS: the console draws no
+     * more text), fonts (KDFONTOP, whose get and set operations lie in
+     * memory the filter cannot read; PIO_FONT, PIO_FONTX, PIO_FONTRESET),
+     * the maps from characters to glyphs (PIO_SCRNMAP, PIO_UNISCRNMAP,
+     * PIO_UNIMAP, PIO_UNIMAPCLR) and the palette (PIO_CMAP): with them one
+     * glyph can stand for another, or text be drawn in its background's
+     * colour, so that what the user reads is not what the shell gets;
+     * KDSETLED fixes the keyboard lights, which then show a lock state
+     * that is not the console's; KIOCSOUND starts a tone that sounds until
+     * someone stops it */
+    KDSETMODE,
+    KDFONTOP,
+    PIO_FONT,
+    PIO_FONTX,
+    PIO_FONTRESET,
+    PIO_SCRNMAP,
+    PIO_UNISCRNMAP,
+    PIO_UNIMAP,
+    PIO_UNIMAPCLR,
+    PIO_CMAP,
+    KDSETLED,
+    KIOCSOUND,
+    /* the console itself: VT_ACTIVATE and VT_SETACTIVATE switch the
+     * screen to another console, VT_SETMODE (VT_PROCESS) makes every
+     * switch away wait for the command's answer (VT_RELDISP, refused
+     * with it), so that while it runs the user cannot leave the console
+     * (one showing what the command drew, a login prompt, say), VT_RESIZE
+     * and VT_RESIZEX resize every console */
+    VT_ACTIVATE,
+    VT_SETACTIVATE,
+    VT_SETMODE,
+    VT_RELDISP,
+    VT_RESIZE,
+    VT_RESIZEX,
+};
+/* Left allowed: every read (KDGKB*, KDGETMODE, KDGETLED, GIO_*, VT_GET*,
+ * VT_OPENQRY; programs query their terminal); KDMKTONE (a tone that stops
+ * by itself within 65 s); VT_WAITACTIVE and VT_WAITEVENT (they only wait);
+ * VT_DISALLOCATE (it frees only consoles no one has open and the kernel
+ * makes again at the next open); and those the kernel refuses a process
+ * without capabilities anyway: KDSIGACCEPT (CAP_KILL), KDSETKEYCODE,
+ * KDKBDREP, VT_LOCKSWITCH and VT_UNLOCKSWITCH (CAP_SYS_TTY_CONFIG),
+ * KDADDIO, KDDELIO, KDENABIO and KDDISABIO (ioperm(): CAP_SYS_RAWIO). */
+
+static int refuse_tty_ioctls(scmp_filter_ctx ctx)
+{
+    int rc = 0;
+    for (size_t i = 0; i < sizeof(tty_refused) / sizeof(tty_refused[0]) && rc == 0; i++) {
+        const struct scmp_arg_cmp is_req = {
+            .arg = 1, .op = SCMP_CMP_MASKED_EQ, .datum_a = 0xffffffffu, .datum_b = tty_refused[i]};
+        rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1, &is_req);
+    }
+    return rc;
+}
+
 static int load_filter(bool allow_unix, char *err, size_t errlen)
 {
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
@@ -260,24 +353,8 @@ static int load_filter(bool allow_unix, char *err, size_t errlen)
     static const int keyring_calls[] = {SCMP_SYS(add_key), SCMP_SYS(request_key), SCMP_SYS(keyctl)};
     for (size_t i = 0; i < sizeof(keyring_calls) / sizeof(keyring_calls[0]) && rc == 0; i++)
         rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), keyring_calls[i], 0);
-    /* The terminal: the command stays in run's session and foreground
-     * process group (a terminal's ^C reaches it directly), so TIOCSTI
-     * would let it push a command line into the terminal's input queue,
-     * read and run, unboxed, by the user's shell once run exits
-     * (bubblewrap's CVE-2017-5226); TIOCLINUX pastes a virtual console's
-     * selection likewise. On a virtual console, KDSKBENT and KDSKBSENT
-     * need no capability from the process whose controlling terminal it
-     * is (only SELinux asks for CAP_SYS_TTY_CONFIG): they rebind a key, or
-     * rewrite the string a function key types, for the whole console and
-     * after run exits, so that the user's next Enter types the command's
-     * line into the shell. All fail with EPERM, the request compared in
-     * its low 32 bits (the kernel reads an unsigned int). */
-    static const unsigned long tty_inject[] = {TIOCSTI, TIOCLINUX, KDSKBENT, KDSKBSENT};
-    for (size_t i = 0; i < sizeof(tty_inject) / sizeof(tty_inject[0]) && rc == 0; i++) {
-        const struct scmp_arg_cmp is_req = {
-            .arg = 1, .op = SCMP_CMP_MASKED_EQ, .datum_a = 0xffffffffu, .datum_b = tty_inject[i]};
-        rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1, &is_req);
-    }
+    if (rc == 0)
+        rc = refuse_tty_ioctls(ctx);
     if (rc == 0)
         rc = refuse_setid(ctx);
     return seccomp_load_and_release(ctx, rc, err, errlen);

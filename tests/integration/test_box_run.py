@@ -1748,6 +1748,67 @@ def test_console_key_map_cannot_be_rewritten(box, net):
                                     "kdskbsent_high": "ENOTTY"}, p.stdout
 
 
+# A virtual console's other ioctls that need no capability from the process
+# whose controlling terminal it is (<linux/kd.h>, <linux/vt.h>): those that
+# change what keys type, what the screen shows or which console is shown,
+# and, after them, reads that must stay allowed. Each is called on standard
+# input with a null pointer (or 0) for its argument, so that even on a real
+# console nothing would change; on the pty of the test the kernel answers
+# ENOTTY. Prints {name: "ok" or the errno's name}.
+CONSOLE_REFUSED = {
+    "kdskbdiacr": 0x4B4B, "kdskbdiacruc": 0x4BFB, "kdskbmeta": 0x4B63, "kdskbmode": 0x4B45,
+    "kdskbled": 0x4B65, "kdsetmode": 0x4B3A, "kdfontop": 0x4B72, "pio_font": 0x4B61,
+    "pio_fontx": 0x4B6C, "pio_fontreset": 0x4B6D, "pio_scrnmap": 0x4B41,
+    "pio_uniscrnmap": 0x4B6A, "pio_unimap": 0x4B67, "pio_unimapclr": 0x4B68, "pio_cmap": 0x4B71,
+    "kdsetled": 0x4B32, "kiocsound": 0x4B2F, "vt_activate": 0x5606, "vt_setactivate": 0x560F,
+    "vt_setmode": 0x5602, "vt_reldisp": 0x5605, "vt_resize": 0x5609, "vt_resizex": 0x560A,
+    "kdskbmode_high": 0x4B45 | (1 << 32),
+}
+CONSOLE_READS = {
+    "kdgkbmode": 0x4B44, "kdgetmode": 0x4B3B, "kdgkbent": 0x4B46, "kdgkbled": 0x4B64,
+    "kdgetled": 0x4B31, "gio_font": 0x4B60, "gio_cmap": 0x4B70, "vt_getmode": 0x5601,
+    "vt_getstate": 0x5603,
+}
+CONSOLE = r"""
+import ctypes, errno, json, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+res = {}
+for name, req in json.loads(sys.argv[1]).items():
+    r = libc.syscall(ctypes.c_long(16), ctypes.c_long(0), ctypes.c_long(req), ctypes.c_long(0))
+    res[name] = "ok" if r == 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+print(json.dumps(res))
+"""
+
+
+def test_console_state_cannot_be_changed(box, net):
+    """On a virtual console, the process whose controlling terminal it is
+    may, without any capability, change what keys type (dead keys, meta,
+    keyboard mode: K_RAW or K_OFF leave the shell garbage or no keyboard,
+    lock flags), what the screen shows (KD_GRAPHICS blanks it, fonts,
+    character maps and palette make one glyph stand for another or text
+    invisible, the lights lie) and which console is shown or may be left,
+    for the whole console and after run exits. The filter refuses each with
+    EPERM, whatever the request's upper 32 bits hold; the reads still reach
+    the terminal."""
+    import platform
+    if platform.machine() != "x86_64":
+        pytest.skip("the system call number below is x86_64's")
+    calls = dict(CONSOLE_REFUSED, **CONSOLE_READS)
+    pol = box.policy(net.policy([]))
+    argv = [box.bin, "run", "--policy", pol, "--", PY, "-c", CONSOLE, json.dumps(calls)]
+    p, pending = _run_on_terminal(argv, box.workdir)
+    assert p.returncode == 0, p.stderr
+    got = Box.out(p)
+    assert got == dict({n: "EPERM" for n in CONSOLE_REFUSED},
+                       **{n: "ENOTTY" for n in CONSOLE_READS}), got
+    assert pending == b""
+    # outside the box every one of them reaches the terminal, which is no console
+    p = subprocess.run([PY, "-c", CONSOLE, json.dumps(calls)], stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=30)
+    assert json.loads(p.stdout) == {n: "ENOTTY" for n in calls}, p.stdout
+
+
 # Runs inside the box, in its writable current directory, with umask 0: every
 # way of putting S_ISUID or S_ISGID on a file (by the x86_64 system call, and
 # by the os functions glibc maps onto them), then the ordinary modes that must
