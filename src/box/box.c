@@ -134,6 +134,15 @@ static int cloexec_from_3(void)
     return 0;
 }
 
+/* Opens the file <pfd> (O_PATH) holds for reading, through /proc/self/fd,
+ * on the same mount: never another file, whatever now stands at its path. */
+static int open_again(int pfd, bool dir)
+{
+    char p[32];
+    snprintf(p, sizeof(p), "/proc/self/fd/%d", pfd);
+    return open(p, O_RDONLY | O_NOCTTY | O_CLOEXEC | (dir ? O_DIRECTORY : 0));
+}
+
 /* A regular file given for reading as standard input, output or error was
  * opened on the host's mount, and keeps it: through /proc/self/fd/N the
  * command could open it again for writing, a file read-only in the box
@@ -149,7 +158,12 @@ static int cloexec_from_3(void)
  * never kept: on the host's mount, the command could create files in it
  * through openat() and reach every file of the host's view through "..",
  * so one the box does not show as the same directory fails the set-up.
- * Returns 0, or -1 with a message in <err>. */
+ * The path itself is opened O_PATH only, and the file read through that
+ * descriptor once it is known to be the same: whoever can write the folder
+ * may have put another node there (the file unlinked, its path then
+ * "NAME (deleted)", or swapped while run started), and a FIFO would make
+ * open() wait for a writer for ever, before the command starts (a device,
+ * do whatever its open does). Returns 0, or -1 with a message in <err>. */
 static int reopen_std_files(char *err, size_t errlen)
 {
     static const char *const names[] = {"input", "output", "error"};
@@ -165,15 +179,15 @@ static int reopen_std_files(char *err, size_t errlen)
         snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
         ssize_t n = readlink(link, path, sizeof(path) - 1);
         path[n > 0 ? n : 0] = '\0';
-        int nfd =
-            n > 0 && path[0] == '/'
-                ? open(path, O_RDONLY | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC | (dir ? O_DIRECTORY : 0))
-                : -1;
-        bool same = nfd >= 0 && fstat(nfd, &again) == 0 && again.st_dev == st.st_dev &&
+        int pfd = n > 0 && path[0] == '/' ? open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC) : -1;
+        bool same = pfd >= 0 && fstat(pfd, &again) == 0 && again.st_dev == st.st_dev &&
                     again.st_ino == st.st_ino;
+        int nfd = same ? open_again(pfd, dir) : -1;
+        if (pfd >= 0)
+            close(pfd);
         off_t at = dir ? -1 : lseek(fd, 0, SEEK_CUR);
         /* dup2() clears close-on-exec on <fd> */
-        bool done = same && (at < 0 || lseek(nfd, at, SEEK_SET) == at) && dup2(nfd, fd) == fd;
+        bool done = nfd >= 0 && (at < 0 || lseek(nfd, at, SEEK_SET) == at) && dup2(nfd, fd) == fd;
         if (nfd >= 0)
             close(nfd);
         if (dir && !done) {

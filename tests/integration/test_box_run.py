@@ -2563,6 +2563,37 @@ def test_a_file_given_as_standard_input_cannot_be_rewritten(box, net, hostdir):
         assert f.read() == "0123456789"
 
 
+def test_a_fifo_in_place_of_standard_input_does_not_hang_the_box(box, net):
+    """run opens a file given as standard input again by the path the
+    kernel gives for it (/proc/self/fd/0). Where a FIFO stands at that
+    path (put there by whoever can write the folder: the file was unlinked
+    or renamed over, so the path is "NAME (deleted)", or swapped while run
+    started), that open waited for a writer, for ever, and the command
+    never started. The path is opened O_PATH now, and the file read only
+    through that descriptor once it is the same: the FIFO is not, so the
+    command gets the descriptor it was given, as for a file the box does
+    not show."""
+    pol = box.policy(net.policy([]))
+    path = os.path.join(box.workdir, "input.txt")
+    with open(path, "w") as f:
+        f.write("0123456789")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.unlink(path)
+        os.mkfifo(path + " (deleted)")
+        assert os.readlink("/proc/self/fd/%d" % fd) == path + " (deleted)"
+        # bounded (timeout): without the fix run never ends
+        p = subprocess.run([box.bin, "run", "--policy", pol, "--", PY, "-c", STDIN_REOPEN],
+                           stdin=fd, capture_output=True, text=True, timeout=30,
+                           cwd=box.workdir, env=_clean_env())
+    finally:
+        os.close(fd)
+    assert p.returncode == 0, p.stderr
+    # the descriptor it came with: on the host's mount, so still writable,
+    # as for any file the box does not show at its path
+    assert Box.out(p)["read"] == "0123456789"
+
+
 DIR_STDIN = r"""
 import errno, json, os
 out = {}
