@@ -13,8 +13,9 @@
  * reading or directories), a new session keyring and a seccomp filter that
  * refuses socket families but IP and netlink, socket(AF_UNIX) and datagram
  * socketpair() unless allow_unix, io_uring, the keyring calls, the
- * terminal's TIOCSTI and TIOCLINUX, a virtual console's ioctls that change
- * its key map, keyboard, screen or console (seccomp.c's tty_refused[]),
+ * terminal's TIOCSTI, TIOCLINUX and TIOCSETD, a virtual console's ioctls
+ * that change its key map, keyboard, screen or console (seccomp.c's
+ * tty_refused[]),
  * every call that would make a file
  * set-user-ID or set-group-ID, and openat2().
  * It passes signals on to the command and, when the command ends, reports

@@ -35,7 +35,8 @@ int box_mount_proc(char *err, size_t errlen);
  * ambient, inheritable, permitted), sets no_new_privs and loads the
  * seccomp filter refusing socket families but AF_INET, AF_INET6 and
  * AF_NETLINK, io_uring, the keyring calls, ioctl(TIOCSTI),
- * ioctl(TIOCLINUX), a virtual console's ioctls that change it
+ * ioctl(TIOCLINUX), ioctl(TIOCSETD), a virtual console's ioctls that
+ * change it
  * (tty_refused[]: KDSKBENT, KDSKBSENT, KDSKBMODE, KDSETMODE, the font
  * and map ones, VT_ACTIVATE...), every call
  * that would make a file set-user-ID or

@@ -25,13 +25,14 @@
  * Kernel keyrings: add_key(), request_key() and keyctl() fail with ENOSYS
  * (the user keyring of a root box is the host root's).
  *
- * The terminal: ioctl(TIOCSTI), ioctl(TIOCLINUX) and, for a virtual
- * console, the ioctls that change what its keys type (the key map, dead
- * keys, keyboard mode, lock flags), what its screen shows (mode, font,
- * character maps, palette, lights) or which console is shown fail with
- * EPERM (tty_refused[]), so the command cannot type into the terminal it
- * shares with the user's shell, now or once run exits, nor leave it in a
- * state the user's shell then runs in. Reads stay allowed.
+ * The terminal: ioctl(TIOCSTI), ioctl(TIOCLINUX), the line discipline's
+ * ioctl(TIOCSETD) and, for a virtual console, the ioctls that change what
+ * its keys type (the key map, dead keys, keyboard mode, lock flags), what
+ * its screen shows (mode, font, character maps, palette, lights) or which
+ * console is shown fail with EPERM (tty_refused[]), so the command cannot
+ * type into the terminal it shares with the user's shell, now or once run
+ * exits, nor leave it in a state the user's shell then runs in. Reads
+ * stay allowed.
  *
  * Set-user-ID and set-group-ID files: a file's owner needs no capability
  * to set S_ISUID or S_ISGID on it, and the host's own mounts of the
@@ -249,6 +250,13 @@ static const unsigned long tty_refused[] = {
      * whole, its read-only subcodes with it. */
     TIOCSTI,
     TIOCLINUX,
+    /* any terminal's line discipline (TIOCSETD): the terminal keeps it
+     * after run exits, and a process of its foreground group needs no
+     * capability for those the kernel has or loads on demand: N_NULL
+     * throws away every key the user types and gives the shell nothing
+     * to read, for good (no `reset` reaches it); the others (N_HDLC and
+     * the like) are kernel code a command has no use for */
+    TIOCSETD,
     /* what keys type: KDSKBENT binds a key to an action (Enter to a
      * function key), KDSKBSENT sets the string a function key types,
      * KDSKBDIACR and KDSKBDIACRUC what a dead key followed by a key types,
@@ -298,7 +306,9 @@ static const unsigned long tty_refused[] = {
     VT_RESIZE,
     VT_RESIZEX,
 };
-/* Left allowed: every read (KDGKB*, KDGETMODE, KDGETLED, GIO_*, VT_GET*,
+/* Left allowed: the terminal's modes (tcsetattr(), TIOCSWINSZ: editors
+ * and prompts need them, and the shell or `reset` sets them back); every
+ * read (TIOCGETD, KDGKB*, KDGETMODE, KDGETLED, GIO_*, VT_GET*,
  * VT_OPENQRY; programs query their terminal); KDMKTONE (a tone that stops
  * by itself within 65 s); VT_WAITACTIVE and VT_WAITEVENT (they only wait);
  * VT_DISALLOCATE (it frees only consoles no one has open and the kernel

@@ -1809,6 +1809,44 @@ def test_console_state_cannot_be_changed(box, net):
     assert json.loads(p.stdout) == {n: "ENOTTY" for n in calls}, p.stdout
 
 
+# Sets the line discipline of its controlling terminal (standard input) to
+# N_NULL (27), which throws away all input and gives readers none, reads
+# back which one the terminal has, and puts N_TTY (0) back if it changed.
+LDISC = r"""
+import errno, fcntl, json, struct, termios
+res = {}
+try:
+    fcntl.ioctl(0, termios.TIOCSETD, struct.pack("i", 27))
+    res["tiocsetd"] = "ok"
+except OSError as e:
+    res["tiocsetd"] = errno.errorcode.get(e.errno, str(e.errno))
+res["ldisc"] = struct.unpack("i", fcntl.ioctl(0, termios.TIOCGETD, b"\0" * 4))[0]
+if res["ldisc"] != 0:
+    fcntl.ioctl(0, termios.TIOCSETD, struct.pack("i", 0))
+print(json.dumps(res))
+"""
+
+
+def test_terminal_line_discipline_cannot_be_changed(box, net):
+    """A terminal's line discipline is the terminal's, not the process's:
+    TIOCSETD needs no capability from a process of its foreground group
+    for the ones the kernel has (N_NULL, N_HDLC...), and it stays after
+    run exits. With N_NULL the user's shell would read nothing ever
+    again from the terminal, whatever the user types (no `reset` can
+    reach it); the others are kernel code the command has no use for. The
+    filter refuses TIOCSETD with EPERM; TIOCGETD still answers."""
+    if "n_null" not in open("/proc/tty/ldiscs").read():
+        pytest.skip("this kernel has no N_NULL line discipline")
+    pol = box.policy(net.policy([]))
+    argv = [box.bin, "run", "--policy", pol, "--", PY, "-c", LDISC]
+    p, pending = _run_on_terminal(argv, box.workdir)
+    assert p.returncode == 0, p.stderr
+    assert Box.out(p) == {"tiocsetd": "EPERM", "ldisc": 0}
+    # outside the box the same command changes the terminal's discipline
+    p, pending = _run_on_terminal([PY, "-c", LDISC], box.workdir)
+    assert json.loads(p.stdout) == {"tiocsetd": "ok", "ldisc": 27}, p.stdout
+
+
 # Runs inside the box, in its writable current directory, with umask 0: every
 # way of putting S_ISUID or S_ISGID on a file (by the x86_64 system call, and
 # by the os functions glibc maps onto them), then the ordinary modes that must
