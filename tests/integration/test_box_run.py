@@ -584,6 +584,7 @@ def test_policy_that_cannot_be_resolved_stops_the_run(box, net):
     rel = ["p" * 200] * 8  # with these, about 4,500: past PATH_MAX
     relpath = os.path.join(*rel, "policy.yaml")
     code = "open(%r, 'a').write('# changed by the agent')" % relpath
+    cwd = os.getcwd()
     try:
         for part in deep:
             os.makedirs(part, exist_ok=True)
@@ -597,7 +598,7 @@ def test_policy_that_cannot_be_resolved_stops_the_run(box, net):
         with open(relpath) as f:
             after = f.read()
     finally:
-        os.chdir(box.workdir)
+        os.chdir(cwd)  # the tests after this one may name files relative to it
     assert p.returncode == 2, p.stderr
     assert "cannot be kept read-only in the box, so the command does not start" in p.stderr
     assert after == text
