@@ -1,5 +1,6 @@
 /* sluice: dispatch to one subcommand (cli/commands.c holds the table). */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -31,10 +32,17 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     const char *name = argv[1];
-    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
+    bool help = strcmp(name, "help") == 0;
+    if ((help && argc == 2) || strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
         commands_print_help(stdout);
         return finish_stdout(NULL, EXIT_OK);
     }
+    if (help && argc > 3) {
+        fputs("usage: sluice help [COMMAND]\n", stderr);
+        return EXIT_USAGE;
+    }
+    if (help)
+        name = argv[2]; /* `sluice help check` is `sluice check --help` */
     if (strcmp(name, "--version") == 0)
         name = "version";
     const struct command *cmd = commands_find(name);
@@ -43,5 +51,7 @@ int main(int argc, char **argv)
         fputs("usage: sluice COMMAND [ARGS]... (sluice --help lists the commands)\n", stderr);
         return EXIT_USAGE;
     }
+    if (help)
+        return finish_stdout(cmd->name, command_help(cmd));
     return finish_stdout(cmd->name, cmd->main(argc - 1, argv + 1));
 }

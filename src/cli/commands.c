@@ -24,7 +24,7 @@ void commands_print_help(FILE *out)
           out);
     for (size_t i = 0; commands[i] != NULL; i++)
         fprintf(out, "  %-10s %s\n", commands[i]->name, commands[i]->summary);
-    fputs("\n`sluice COMMAND --help` describes one command.\n"
+    fputs("\n`sluice help COMMAND` (or `sluice COMMAND --help`) describes one command.\n"
           "Exit status: 0 success, 1 problems found, 2 usage or configuration error.\n",
           out);
 }

@@ -455,6 +455,22 @@ def test_help_and_version(sluice_bin):
     assert r.returncode == 0 and r.stdout.startswith("sluice ")
 
 
+def test_help_names_a_command(sluice_bin):
+    """`sluice help COMMAND` is `sluice COMMAND --help` (it printed the
+    general help whatever the topic); an unknown topic is a usage error."""
+    for name in ("check", "serve", "run", "audit", "calc", "version"):
+        r = run(sluice_bin, "help", name)
+        assert r.returncode == 0, (name, r.stderr)
+        assert r.stdout == run(sluice_bin, name, "--help").stdout, name
+        assert r.stdout.startswith("usage: sluice %s" % name), (name, r.stdout)
+    r = run(sluice_bin, "help")
+    assert r.returncode == 0 and r.stdout == run(sluice_bin, "--help").stdout
+    r = run(sluice_bin, "help", "frobnicate")
+    assert r.returncode == 2 and "unknown command 'frobnicate'" in r.stderr and r.stdout == ""
+    r = run(sluice_bin, "help", "check", "serve")
+    assert r.returncode == 2 and "usage: sluice help [COMMAND]" in r.stderr
+
+
 @pytest.mark.parametrize("pad", [0, 1])
 def test_finding_longer_than_a_kibibyte_in_utf8_is_reported(sluice_bin, tmp_path, pad):
     """An expired grant whose owner is a long non-ASCII name: its message was
