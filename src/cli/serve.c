@@ -26,6 +26,7 @@
 #include "util/diag.h"
 #include "util/priority.h"
 #include "util/privdrop.h"
+#include "util/stop_signals.h"
 #include "util/units.h"
 
 #define SERVE_MAX_LISTENS 32
@@ -228,21 +229,10 @@ static int serve_main(int argc, char **argv)
     signal(SIGXFSZ, SIG_IGN);
     /* Held, not lost, until the gateway's handlers are in place: a SIGTERM
      * while it starts (loading a state store of a million first contacts
-     * takes seconds) stops it as soon as it runs. (One that comes between
-     * the block and the SIG_IGN below is still lost: SIG_IGN discards what
-     * is pending.) */
-    sigset_t stops, mask;
-    sigemptyset(&stops);
-    sigaddset(&stops, SIGTERM);
-    sigaddset(&stops, SIGINT);
-    sigaddset(&stops, SIGHUP);
-    sigprocmask(SIG_BLOCK, &stops, &mask);
-    /* libevent restores these when the gateway frees its signal events: a
-     * second SIGTERM that arrives while the log is being flushed must not
-     * kill the process half way through its exit. */
-    signal(SIGTERM, SIG_IGN);
-    signal(SIGINT, SIG_IGN);
-    signal(SIGHUP, SIG_IGN);
+     * takes seconds) stops it as soon as it runs; and one during its exit
+     * (libevent puts these dispositions back) kills nothing. */
+    sigset_t mask;
+    stop_signals_hold(&mask);
     struct gateway_config cfg = {
         .policy_path = a->policy,
         .listens = a->listens,
