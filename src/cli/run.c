@@ -50,6 +50,7 @@
 #include "util/open_nolinks.h"
 #include "util/priority.h"
 #include "util/privdrop.h"
+#include "util/stderr_relay.h"
 #include "util/units.h"
 
 #define RUN_MAX_PATHS  256
@@ -697,8 +698,11 @@ static int serve_start(struct run_args *a, struct served *s)
         ssize_t w = write(rp[1], "R", 1);
         (void)w;
         close(rp[1]);
+        if (stderr_relay_start(err, sizeof(err)) < 0) /* as serve's */
+            fprintf(stderr, "sluice run: warning: the gateway: %s\n", err);
         gateway_run(gw);
         gateway_free(gw);
+        stderr_relay_stop(STDERR_RELAY_STOP_MS);
         _exit(0);
     }
     close(rp[1]);

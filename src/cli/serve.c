@@ -8,7 +8,9 @@
  * fails to load is reported and the old one stays) and reopens the log.
  * With --user, once everything is bound and open it serves as that user
  * (util/privdrop.h); as root without --user it warns. Then it refuses
- * itself the system calls it never needs (gate/lockdown.h). */
+ * itself the system calls it never needs (gate/lockdown.h). While it
+ * serves, standard error goes through a relay that never blocks the loop
+ * (util/stderr_relay.h). */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -27,6 +29,7 @@
 #include "util/priority.h"
 #include "util/privdrop.h"
 #include "util/stop_signals.h"
+#include "util/stderr_relay.h"
 #include "util/units.h"
 
 #define SERVE_MAX_LISTENS 32
@@ -247,6 +250,11 @@ static int serve_main(int argc, char **argv)
         .splice = a->splice,
     };
     char err[512];
+    /* From here on a standard error nobody reads cannot stop the gateway,
+     * at start as while it serves; the seccomp filter, loaded later with
+     * TSYNC, covers the relay's thread too. */
+    if (stderr_relay_start(err, sizeof(err)) < 0)
+        fprintf(stderr, "sluice serve: warning: %s; its messages may block the gateway\n", err);
     struct gateway *gw = gateway_new(&cfg, p, err, sizeof(err));
     /* What is pending goes to its handler. Blocked by serve's caller, they
      * would never come: no SIGTERM would stop serve, no SIGHUP reload it. */
@@ -256,6 +264,7 @@ static int serve_main(int argc, char **argv)
     sigprocmask(SIG_SETMASK, &mask, NULL);
     if (gw == NULL) {
         fprintf(stderr, "sluice serve: %s\n", err);
+        stderr_relay_stop(STDERR_RELAY_STOP_MS);
         free(a);
         return EXIT_USAGE;
     }
@@ -279,6 +288,7 @@ static int serve_main(int argc, char **argv)
         if (privdrop_apply(&a->user, err, sizeof(err)) < 0) {
             fprintf(stderr, "sluice serve: %s\n", err);
             gateway_free(gw);
+            stderr_relay_stop(STDERR_RELAY_STOP_MS);
             free(a);
             return EXIT_USAGE;
         }
@@ -294,6 +304,7 @@ static int serve_main(int argc, char **argv)
             a->drop ? " as " : "", a->drop ? a->user.name : "");
     gateway_run(gw);
     gateway_free(gw);
+    stderr_relay_stop(STDERR_RELAY_STOP_MS);
     free(a);
     return EXIT_OK;
 }

@@ -15,6 +15,7 @@
 #include <event2/event.h>
 
 #include "util/priority.h"
+#include "util/stderr_relay.h"
 #include "util/units.h"
 
 extern char **environ;
@@ -163,7 +164,13 @@ static int spawn(struct exec_runner *r, struct child *k)
     }
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, p[0], STDIN_FILENO);
-    posix_spawn_file_actions_adddup2(&fa, STDERR_FILENO, STDOUT_FILENO);
+    /* The standard error sluice was started with, blocking, not the relay's
+     * non-blocking pipe (util/stderr_relay.h): a program's output is its
+     * own, and waiting for a slow reader is its business, not the loop's. */
+    int err_fd = stderr_relay_original();
+    posix_spawn_file_actions_adddup2(&fa, err_fd, STDOUT_FILENO);
+    if (err_fd != STDERR_FILENO)
+        posix_spawn_file_actions_adddup2(&fa, err_fd, STDERR_FILENO);
     /* Nothing else: not every descriptor of the gateway is close-on-exec
      * (libevent 2.1 opens a webhook's connection without it), and an alert
      * program must not hold the webhook's connection, or any other. */

@@ -11,6 +11,7 @@
 #include <event2/event.h>
 
 #include "state/store.h"
+#include "util/stderr_relay.h"
 #include "util/units.h"
 #include "watch/admin.h"
 #include "watch/detectors.h"
@@ -258,6 +259,12 @@ static void extra_metrics(void *arg, struct evbuffer *o)
                         "sluice_exec_dropped_total %llu\n",
                         SINK_EXEC_MAX_RUNNING + SINK_EXEC_MAX_WAITING,
                         (unsigned long long)(w->exec != NULL ? exec_runner_dropped(w->exec) : 0));
+    evbuffer_add_printf(o,
+                        "# HELP sluice_stderr_dropped_lines_total Lines to standard error dropped "
+                        "(it was not read fast enough).\n"
+                        "# TYPE sluice_stderr_dropped_lines_total counter\n"
+                        "sluice_stderr_dropped_lines_total %llu\n",
+                        (unsigned long long)stderr_relay_dropped());
     if (w->store == NULL)
         return;
     evbuffer_add_printf(o,

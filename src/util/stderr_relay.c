@@ -1,0 +1,307 @@
+/* stderr_relay: standard error through a pipe and a thread (see
+ * stderr_relay.h). */
+#include "util/stderr_relay.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* What the thread reads at once; a line longer than this is copied in
+ * pieces (it could not be atomic anyway). */
+#define RELAY_BUF 16384
+/* stderr's buffer: messages up to this size reach the pipe whole lines. */
+#define RELAY_STREAM_BUF 65536
+/* A line without its newline yet is copied as is after this long. */
+#define RELAY_PARTIAL_MS 100
+
+/* The sanitizers (the test build) write their reports to descriptor 2
+ * and then end the process at once, before the thread could copy them:
+ * while the relay runs they write to the original standard error. */
+#if defined(__SANITIZE_ADDRESS__)
+#define RELAY_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RELAY_SANITIZED 1
+#endif
+#endif
+#ifdef RELAY_SANITIZED
+#include <sanitizer/common_interface_defs.h>
+static void sanitizer_reports_to(int fd)
+{
+    __sanitizer_set_report_fd((void *)(intptr_t)fd);
+}
+#else
+static void sanitizer_reports_to(int fd)
+{
+    (void)fd;
+}
+#endif
+
+static struct {
+    bool running;
+    int orig;      /* the original standard error (close-on-exec) */
+    int rd;        /* the pipe's read end, the thread's */
+    FILE *std;     /* the stderr the process had */
+    FILE *relayed; /* the stream that replaced it */
+    pthread_t thread;
+    _Atomic uint64_t dropped;
+} R = {.orig = -1, .rd = -1};
+
+size_t stderr_relay_piece(const char *buf, size_t n, size_t max)
+{
+    size_t whole = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (buf[i] != '\n')
+            continue;
+        if (i + 1 > max && whole > 0)
+            break;
+        whole = i + 1;
+        if (whole >= max)
+            break;
+    }
+    return whole;
+}
+
+static size_t count_lines(const char *buf, size_t n)
+{
+    size_t lines = 0;
+    for (size_t i = 0; i < n; i++)
+        lines += buf[i] == '\n';
+    return lines > 0 ? lines : 1;
+}
+
+/* Writes <n> bytes of <buf> to <fd>, waiting as long as it takes (also
+ * when something else made <fd>'s description non-blocking); false when
+ * it fails. */
+static bool write_all(int fd, const char *buf, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, buf, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && errno == EAGAIN) {
+            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+            (void)poll(&pfd, 1, -1);
+            continue;
+        }
+        if (w <= 0)
+            return false;
+        buf += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+/* The stream's write: into the non-blocking pipe, a piece of whole lines
+ * at a time; what the pipe does not take now is dropped and counted. It
+ * always reports success, so stderr's error flag never sticks. */
+static ssize_t relayed_write(void *cookie, const char *buf, size_t n)
+{
+    (void)cookie;
+    size_t off = 0;
+    while (off < n) {
+        size_t piece = stderr_relay_piece(buf + off, n - off, PIPE_BUF);
+        if (piece == 0)
+            piece = n - off; /* the end of a line written without its newline */
+        ssize_t w = write(STDERR_FILENO, buf + off, piece);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            atomic_fetch_add(&R.dropped, count_lines(buf + off, piece));
+            off += piece;
+            continue;
+        }
+        off += (size_t)w; /* a partial write: only a line above PIPE_BUF */
+    }
+    return (ssize_t)n;
+}
+
+/* Says, on the original standard error, how many lines were dropped since
+ * it last said so. */
+static void tell_drops(uint64_t *told)
+{
+    uint64_t now = atomic_load(&R.dropped);
+    if (now == *told)
+        return;
+    char msg[160];
+    int len = snprintf(msg, sizeof(msg),
+                       "sluice: %" PRIu64 " line(s) to standard error dropped: it was not read "
+                       "fast enough\n",
+                       now - *told);
+    if (len > 0 && write_all(R.orig, msg, (size_t)len))
+        *told = now;
+}
+
+/* Copies the whole lines of <buf> (all of it when <all>) to the original
+ * standard error; returns what it copied. */
+static size_t copy_lines(const char *buf, size_t have, bool all)
+{
+    size_t off = 0;
+    while (off < have) {
+        size_t piece = stderr_relay_piece(buf + off, have - off, PIPE_BUF);
+        if (piece == 0 && !all)
+            break;
+        if (piece == 0)
+            piece = have - off;
+        (void)write_all(R.orig, buf + off, piece); /* a gone reader: lost */
+        off += piece;
+    }
+    return off;
+}
+
+static void *relay_thread(void *arg)
+{
+    (void)arg;
+    static char buf[RELAY_BUF];
+    size_t have = 0;
+    uint64_t told = 0;
+    for (;;) {
+        struct pollfd pfd = {.fd = R.rd, .events = POLLIN};
+        int pr = poll(&pfd, 1, have > 0 ? RELAY_PARTIAL_MS : -1);
+        if (pr < 0 && errno != EINTR)
+            break;
+        if (pr > 0) {
+            ssize_t n = read(R.rd, buf + have, sizeof(buf) - have);
+            if (n < 0 && (errno == EINTR || errno == EAGAIN))
+                continue;
+            if (n <= 0) /* every write end is closed: stderr_relay_stop() */
+                break;
+            have += (size_t)n;
+        }
+        size_t done = copy_lines(buf, have, pr == 0 || have == sizeof(buf));
+        memmove(buf, buf + done, have - done);
+        have -= done;
+        tell_drops(&told);
+    }
+    copy_lines(buf, have, true);
+    tell_drops(&told);
+    return NULL;
+}
+
+/* <fd>, or a copy of it above standard error (close-on-exec) when it is
+ * one of 0 to 2; -1 (and <fd> closed) when no copy can be made. */
+static int above_stdio(int fd)
+{
+    if (fd > STDERR_FILENO)
+        return fd;
+    int above = fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return above;
+}
+
+/* Undoes what start() did up to the failure. */
+static int start_failed(int p[2], char *err, size_t errlen, const char *what)
+{
+    int e = errno;
+    if (p[0] >= 0)
+        close(p[0]);
+    if (p[1] >= 0)
+        close(p[1]);
+    if (R.orig >= 0)
+        close(R.orig);
+    R.orig = -1;
+    snprintf(err, errlen, "standard error relay: %s: %s", what, strerror(e));
+    return -1;
+}
+
+int stderr_relay_start(char *err, size_t errlen)
+{
+    int p[2] = {-1, -1};
+    if (R.running)
+        return 0;
+    fflush(stderr);
+    R.orig = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+    if (R.orig < 0)
+        return start_failed(p, err, errlen, "dup");
+    /* Both ends non-blocking: the thread polls before it reads. Neither
+     * may take the place of a closed standard input or output, where the
+     * decision log (`--log -`) would find it. */
+    if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0 || (p[0] = above_stdio(p[0])) < 0 ||
+        (p[1] = above_stdio(p[1])) < 0)
+        return start_failed(p, err, errlen, "pipe");
+    cookie_io_functions_t io = {.write = relayed_write};
+    FILE *f = fopencookie(NULL, "w", io);
+    /* Line buffered, with room for any message whole: relayed_write() gets
+     * a message in one call and cuts it at its lines, never inside one. */
+    if (f == NULL || setvbuf(f, NULL, _IOLBF, RELAY_STREAM_BUF) != 0) {
+        if (f != NULL)
+            fclose(f);
+        return start_failed(p, err, errlen, "stream");
+    }
+    R.rd = p[0];
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int e = pthread_create(&R.thread, NULL, relay_thread, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (e != 0) {
+        fclose(f);
+        R.rd = -1;
+        errno = e;
+        return start_failed(p, err, errlen, "thread");
+    }
+    /* From here on the loop cannot block on standard error. */
+    dup2(p[1], STDERR_FILENO);
+    close(p[1]);
+    R.std = stderr;
+    R.relayed = f;
+    stderr = f;
+    sanitizer_reports_to(R.orig);
+    R.running = true;
+    return 0;
+}
+
+void stderr_relay_stop(unsigned ms)
+{
+    if (!R.running)
+        return;
+    fflush(R.relayed);
+    stderr = R.std;
+    sanitizer_reports_to(STDERR_FILENO);
+    /* The last write end in this process: the thread reads the pipe to its
+     * end, then exits. */
+    dup2(R.orig, STDERR_FILENO);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    if (pthread_timedjoin_np(R.thread, NULL, &until) != 0) {
+        /* Standard error is not read: the thread stays blocked in its
+         * write until the process exits, its descriptors with it. */
+        pthread_detach(R.thread);
+        R.running = false;
+        return;
+    }
+    fclose(R.relayed);
+    R.relayed = NULL;
+    close(R.rd);
+    close(R.orig);
+    R.rd = R.orig = -1;
+    R.running = false;
+}
+
+int stderr_relay_original(void)
+{
+    return R.running ? R.orig : STDERR_FILENO;
+}
+
+uint64_t stderr_relay_dropped(void)
+{
+    return atomic_load(&R.dropped);
+}

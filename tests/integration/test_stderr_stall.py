@@ -1,0 +1,151 @@
+"""Standard error that nobody reads: `sluice serve` with its standard error
+on a pipe whose reader is alive but does not read (a stalled supervisor or
+log shipper) keeps gating; the messages it could not write are counted and
+the count told once standard error is read again. Loopback only."""
+
+import fcntl
+import os
+import shlex
+import threading
+import time
+import urllib.request
+
+from gate_client import request
+from watch_helpers import free_tcp_port, write_script
+
+F_SETPIPE_SZ = 1031
+
+
+def long_program(tmp_path, marks):
+    """An exec sink program under a path of about 3 KiB (so that each of its
+    "exited with status" messages is that long) that leaves a mark and
+    fails. Its mark names its standard output and error. Returns its path."""
+    d = str(tmp_path)
+    for i in range(14):
+        d = os.path.join(d, ("d%02d" % i) + "x" * 197)
+    os.makedirs(d)
+    return write_script(os.path.join(d, "fail.sh"),
+                        "#!/bin/sh\ncat >/dev/null\n"
+                        "o=$(readlink /proc/$$/fd/1 /proc/$$/fd/2)\necho \"$o\" >%s/$$.tmp\n"
+                        "mv %s/$$.tmp %s/$$\nexit 1\n" % ((shlex.quote(marks),) * 3))
+
+
+def fill(fd):
+    """Writes to the non-blocking <fd> until its pipe is full."""
+    n = 0
+    while True:
+        try:
+            n += os.write(fd, b"f" * 4095 + b"\n")
+        except BlockingIOError:
+            return n
+
+
+def read_until(fd, needle, timeout):
+    """Reads the non-blocking <fd> until <needle> was seen (or <timeout>);
+    returns all that was read."""
+    got = b""
+    deadline = time.monotonic() + timeout
+    while needle not in got and time.monotonic() < deadline:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            time.sleep(0.05)
+            continue
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
+def answers(gw, url, timeout):
+    """The status of a request through <gw>, or None when none came within
+    <timeout> (a frozen loop)."""
+    try:
+        return request(gw, "GET", url, timeout=timeout).status
+    except OSError:
+        return None
+
+
+def stderr_dropped(admin):
+    """sluice_stderr_dropped_lines_total, read from the --admin port."""
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % admin, timeout=10) as r:
+        metrics = r.read().decode()
+    dropped = [line for line in metrics.split("\n")
+               if line.startswith("sluice_stderr_dropped_lines_total ")]
+    assert len(dropped) == 1, dropped
+    return int(dropped[0].split()[1])
+
+
+def test_unread_stderr_does_not_freeze_the_gateway(gateway, net, tmp_path):
+    marks = str(tmp_path / "marks")
+    os.mkdir(marks)
+    prog = long_program(tmp_path, marks)
+    fifo = str(tmp_path / "stderr.fifo")
+    os.mkfifo(fifo)
+    rd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    wr = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        fcntl.fcntl(wr, F_SETPIPE_SZ, 4096)  # the smallest: full at once
+    except OSError:
+        pass
+    policy = net.policy([{"host": "api.example.test", "ports": [net.api.port], "tier": 1}],
+                        alerts={"first_contact": True, "sinks": [{"exec": prog}]})
+    admin = free_tcp_port()
+    gw = gateway(policy, wait=False, args=["--admin", str(admin)],
+                 prefix=["sh", "-c", 'exec "$@" 2>%s' % shlex.quote(fifo), "sh"])
+    deadline = time.monotonic() + 30
+    while answers(gw, "http://ready.example.test/", 2) != 403:
+        assert time.monotonic() < deadline, "the gateway never answered"
+        assert gw.proc.poll() is None, "the gateway exited"
+        time.sleep(0.1)
+    fill(wr)  # the reader is alive but reads nothing: a write now blocks
+    # each denied request to a new host: a first_contact alert, the program
+    # fails, and the gateway says so on standard error (~3 KiB each)
+    n = 60
+    for i in range(n):
+        assert answers(gw, "http://h%d.example.test/" % i, 10) == 403, \
+            "request %d: no answer, the gateway froze" % i
+    deadline = time.monotonic() + 60
+    while len([m for m in os.listdir(marks) if "." not in m]) < n + 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len([m for m in os.listdir(marks) if "." not in m]) == n + 1
+    # the programs write to the standard error serve was started with (the
+    # FIFO), not to the relay's non-blocking pipe
+    with open(os.path.join(marks, os.listdir(marks)[0])) as f:
+        assert f.read().split() == [fifo, fifo]
+    # the programs are reaped and reported, more than the relay's pipe holds
+    deadline = time.monotonic() + 30
+    while stderr_dropped(admin) == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert stderr_dropped(admin) > 0
+    assert answers(gw, "http://after.example.test/", 10) == 403, "the gateway froze"
+    # standard error read again: the messages, then how many were dropped
+    got = read_until(rd, b"dropped: it was not read fast enough\n", 20)
+    text = got.decode("utf-8", "replace")
+    assert "fail.sh: exited with status 1\n" in text, text[-2000:]
+    assert "line(s) to standard error dropped: it was not read fast enough" in text, text[-2000:]
+    # every line whole: the messages are never cut or mixed
+    for line in text.split("\n")[:-1]:
+        assert line == "f" * 4095 or line.endswith(": exited with status 1") or \
+            line.startswith("sluice"), line[:200]
+    # the stop's own messages go out while the test reads on
+    stop = threading.Event()
+    tail = []
+
+    def drain():
+        while not stop.is_set():
+            try:
+                tail.append(os.read(rd, 65536))
+            except BlockingIOError:
+                time.sleep(0.05)
+    t = threading.Thread(target=drain)
+    t.start()
+    try:
+        gw.stop()
+    finally:
+        stop.set()
+        t.join()
+        os.close(wr)
+        os.close(rd)
+    # the fixture looks for sanitizer reports in a file this test bypassed
+    assert b"Sanitizer" not in got + b"".join(tail)
