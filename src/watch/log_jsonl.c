@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -36,6 +37,7 @@ struct log_jsonl {
     unsigned flags; /* LOG_JSONL_NO_LINKS */
     int fd;
     bool is_sock;  /* write with send(MSG_DONTWAIT) */
+    bool is_pipe;  /* a pipe or FIFO: written PIPE_BUF at most at a time (pipe_piece) */
     bool pollable; /* epoll takes it (a pipe, socket or terminal): EV_WRITE works */
     bool broken;   /* the reader is gone (EPIPE): drop from now on */
     bool reported;
@@ -325,24 +327,56 @@ static void drop_pending(struct log_jsonl *l)
     evbuffer_drain(l->pending, evbuffer_get_length(l->pending));
 }
 
+/* On a pipe, how many bytes of <pending>, from line_sent on, one write
+ * takes: whole lines, at most PIPE_BUF bytes, which the kernel writes
+ * atomically (all or, non-blocking, nothing). Another writer to the same
+ * pipe (sluice's own standard error with `2>&1`, an exec program's output)
+ * then cannot land inside a line: a write of many lines is atomic only up
+ * to PIPE_BUF, and one that stops short stops mid-line. A line longer than
+ * PIPE_BUF cannot be atomic: it goes alone, to its end. */
+static size_t pipe_piece(struct log_jsonl *l)
+{
+    size_t len = evbuffer_get_length(l->pending), lines;
+    if (l->line_sent == 0) {
+        size_t whole = complete_lines(l->pending, len < PIPE_BUF ? len : PIPE_BUF, &lines);
+        if (whole > 0)
+            return whole;
+    }
+    struct evbuffer_ptr from, nl;
+    evbuffer_ptr_set(l->pending, &from, l->line_sent, EVBUFFER_PTR_SET);
+    nl = evbuffer_search(l->pending, "\n", 1, &from);
+    return nl.pos < 0 ? len - l->line_sent : (size_t)nl.pos + 1 - l->line_sent;
+}
+
+/* Fills <iov> with at most <max> bytes of <pending> from line_sent on;
+ * returns how many pieces it used. */
+static int pending_iov(struct log_jsonl *l, struct iovec *iov, size_t max)
+{
+    struct evbuffer_iovec v[DRAIN_IOV];
+    struct evbuffer_ptr from;
+    evbuffer_ptr_set(l->pending, &from, l->line_sent, EVBUFFER_PTR_SET);
+    int nv = evbuffer_peek(l->pending, max == SIZE_MAX ? -1 : (ev_ssize_t)max, &from, v, DRAIN_IOV);
+    size_t total = 0;
+
+    if (nv > DRAIN_IOV)
+        nv = DRAIN_IOV;
+    for (int i = 0; i < nv; i++) {
+        iov[i].iov_base = v[i].iov_base;
+        iov[i].iov_len = v[i].iov_len < max - total ? v[i].iov_len : max - total;
+        total += iov[i].iov_len;
+    }
+    return nv;
+}
+
 /* Writes what the descriptor takes now. Returns 1 when something is still
  * pending (EAGAIN), 0 when the buffer is empty, -1 on a hard error. */
 static int drain(struct log_jsonl *l)
 {
     while (evbuffer_get_length(l->pending) > 0) {
         struct iovec iov[DRAIN_IOV];
-        struct evbuffer_iovec v[DRAIN_IOV];
-        struct evbuffer_ptr from;
-        evbuffer_ptr_set(l->pending, &from, l->line_sent, EVBUFFER_PTR_SET);
-        int nv = evbuffer_peek(l->pending, -1, &from, v, DRAIN_IOV);
+        int nv = pending_iov(l, iov, l->is_pipe ? pipe_piece(l) : SIZE_MAX);
         ssize_t w;
 
-        if (nv > DRAIN_IOV)
-            nv = DRAIN_IOV;
-        for (int i = 0; i < nv; i++) {
-            iov[i].iov_base = v[i].iov_base;
-            iov[i].iov_len = v[i].iov_len;
-        }
         if (l->is_sock) {
             struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)nv};
             w = sendmsg(l->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -446,6 +480,8 @@ static int make_event(struct log_jsonl *l)
         event_free(l->wev);
     l->wev = NULL;
     l->pollable = epoll_takes(l->fd);
+    struct stat st;
+    l->is_pipe = fstat(l->fd, &st) == 0 && S_ISFIFO(st.st_mode);
     l->wev =
         event_new(l->base, l->pollable ? l->fd : -1, l->pollable ? EV_WRITE : 0, on_writable, l);
     return l->wev != NULL ? 0 : -1;
