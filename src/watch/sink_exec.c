@@ -93,6 +93,17 @@ static void on_writable(evutil_socket_t fd, short what, void *arg)
     feed(arg);
 }
 
+/* Kills the program <pid> and whatever it started: spawn() makes it the
+ * leader of a process group of its own, which a script's children (a
+ * sleep, a curl) join, so that an overrun leaves none of them behind (one
+ * that moved to a group or session of its own, setsid, escapes). <pid> is
+ * also killed by itself, in case it left its group. */
+static void kill_group(pid_t pid)
+{
+    kill(-pid, SIGKILL);
+    kill(pid, SIGKILL);
+}
+
 static void on_timeout(evutil_socket_t fd, short what, void *arg)
 {
     struct child *k = arg;
@@ -100,7 +111,7 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (k->pid > 0 && !k->killed) {
         k->killed = true;
-        kill(k->pid, SIGKILL);
+        kill_group(k->pid);
         fprintf(stderr, "sluice: alert sink exec %s: killed after %d s\n", k->path,
                 SINK_EXEC_TIMEOUT_MS / 1000);
     }
@@ -186,7 +197,9 @@ static int spawn(struct exec_runner *r, struct child *k)
     sigaddset(&dfl, SIGXFSZ);
     posix_spawnattr_setsigmask(&at, &none);
     posix_spawnattr_setsigdefault(&at, &dfl);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    posix_spawnattr_setpgroup(&at, 0); /* a group of its own: kill_group() */
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+                                      POSIX_SPAWN_SETPGROUP);
     rc = posix_spawn(&k->pid, k->path, &fa, &at, argv, env);
     free(env);
     posix_spawn_file_actions_destroy(&fa);
@@ -401,7 +414,7 @@ void exec_runner_free(struct exec_runner *r)
     for (size_t i = 0; i < r->nkids; i++) {
         struct child *k = r->kids[i];
         if (k->pid > 0) {
-            kill(k->pid, SIGKILL);
+            kill_group(k->pid);
             waitpid(k->pid, NULL, 0);
         }
         child_free(k);

@@ -161,6 +161,37 @@ def test_exec_sink_failures_are_logged_and_slow_ones_killed(gateway, net, tmp_pa
     gw.stop()  # a clean exit 0 (--grace 1s: the sinks get their 1 s, not 5)
 
 
+def _running(pid):
+    """True while <pid> is a process that has not ended (a zombie has)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_exec_sink_kill_reaches_what_the_program_started(gateway, net, tmp_path):
+    # a script past its 5 s is killed with what it started (a sleep here, a
+    # curl in real life): its process group, not only the script, or each
+    # overrun would leave its children behind, for ever
+    pidfile = tmp_path / "child.pid"
+    prog = write_script(str(tmp_path / "stuck.sh"),
+                        "#!/bin/sh\ncat >/dev/null\nsleep 1000 &\n"
+                        "echo $! > %s.tmp && mv %s.tmp %s\nwait\n" % (pidfile, pidfile, pidfile))
+    gw = gateway(net.policy(rules(net), alerts={"sinks": [{"exec": prog}]}),
+                 args=["--alerts", str(tmp_path / "a.jsonl")])
+    assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
+    pid = int(poll(lambda: pidfile.exists() and pidfile.read_text().strip() or None,
+                   timeout=10, what="the program's pid file"))
+    try:
+        poll(lambda: "stuck.sh: killed after 5 s" in gw.stderr() or None, timeout=15,
+             what="the kill")
+        poll(lambda: not _running(pid) or None, timeout=5, what="the program's sleep to end")
+    finally:
+        if _running(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_webhook_delivers(gateway, net, tmp_path):
     rcv = Receiver()
     try:
