@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -394,6 +395,39 @@ uint64_t exec_runner_dropped(const struct exec_runner *r)
     return r->dropped;
 }
 
+/* Reaps the programs killed at exit, waiting at most SINK_EXEC_REAP_MS in
+ * all: a SIGKILL ends a program only once it leaves an uninterruptible
+ * sleep (D state: a read from a hung NFS server), which may be never, and
+ * a blocking waitpid() would then hold the gateway's exit for ever. One
+ * still there at the deadline is named and left (the gateway's exit hands
+ * it to init). */
+static void reap_killed(struct exec_runner *r)
+{
+    uint64_t deadline = monotonic_ms() + SINK_EXEC_REAP_MS;
+    size_t left;
+    do {
+        left = 0;
+        for (size_t i = 0; i < r->nkids; i++) {
+            struct child *k = r->kids[i];
+            if (k->pid <= 0)
+                continue;
+            pid_t p = waitpid(k->pid, NULL, WNOHANG);
+            if (p == k->pid || (p < 0 && errno != EINTR))
+                k->pid = 0; /* reaped, or not ours to wait for (ECHILD) */
+            else
+                left++;
+        }
+        if (left > 0)
+            nanosleep(&(struct timespec){.tv_nsec = 10 * 1000000L}, NULL);
+    } while (left > 0 && monotonic_ms() < deadline);
+    for (size_t i = 0; i < r->nkids; i++)
+        if (r->kids[i]->pid > 0)
+            fprintf(stderr,
+                    "sluice: alert sink exec %s: pid %d did not end within %d ms of SIGKILL "
+                    "(in uninterruptible sleep?); not waited for\n",
+                    r->kids[i]->path, (int)r->kids[i]->pid, SINK_EXEC_REAP_MS);
+}
+
 void exec_runner_free(struct exec_runner *r)
 {
     if (r == NULL)
@@ -411,14 +445,12 @@ void exec_runner_free(struct exec_runner *r)
                 "sluice: alert sinks exec: %zu alert(s) lost at exit: %zu program(s) killed "
                 "while running, %zu never started\n",
                 r->nkids, r->nkids - waiting, waiting);
-    for (size_t i = 0; i < r->nkids; i++) {
-        struct child *k = r->kids[i];
-        if (k->pid > 0) {
-            kill_group(k->pid);
-            waitpid(k->pid, NULL, 0);
-        }
-        child_free(k);
-    }
+    for (size_t i = 0; i < r->nkids; i++)
+        if (r->kids[i]->pid > 0)
+            kill_group(r->kids[i]->pid);
+    reap_killed(r);
+    for (size_t i = 0; i < r->nkids; i++)
+        child_free(r->kids[i]);
     free(r->kids);
     free_hidden(r);
     event_free(r->sigchld);

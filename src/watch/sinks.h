@@ -43,6 +43,7 @@ struct event_base;
 struct store;
 
 #define SINK_EXEC_TIMEOUT_MS      5000
+#define SINK_EXEC_REAP_MS         1000 /* at exit, to reap the programs killed */
 #define SINK_EXEC_MAX_RUNNING     16
 #define SINK_EXEC_MAX_WAITING     1024
 #define SINK_WEBHOOK_TIMEOUT_S    5
@@ -71,7 +72,9 @@ uint64_t exec_runner_failures(const struct exec_runner *r);
 /* Alerts not given to a program: over SINK_EXEC_MAX_RUNNING +
  * SINK_EXEC_MAX_WAITING at once (or out of memory), one per sink. */
 uint64_t exec_runner_dropped(const struct exec_runner *r);
-/* Kills what still runs (SIGKILL), reaps it, frees. Says on standard error
+/* Kills what still runs (SIGKILL, with its process group), reaps it
+ * within SINK_EXEC_REAP_MS (one not ended by then, stuck in an
+ * uninterruptible sleep, is named and left), frees. Says on standard error
  * how many alerts were dropped in all and how many it lost (programs killed
  * while running, alerts never started). Accepts NULL. */
 void exec_runner_free(struct exec_runner *r);
