@@ -2,6 +2,8 @@
 #include "watch/metrics.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,26 +177,49 @@ uint64_t metrics_alert_total(const struct metrics *m, enum alert_kind k)
     return (unsigned)k < ALERT_KIND_COUNT ? m->alerts[k] : 0;
 }
 
-/* A label value, escaped as the text format wants (\\, \", \n). */
-static void put_label(struct evbuffer *o, const char *s)
+/* The exposition being written. A write that fails (out of memory) is
+ * remembered and the scrape fails with it: a body cut short, served with a
+ * 200, would look like a gateway whose series vanished. */
+struct out {
+    struct evbuffer *b;
+    bool failed;
+};
+
+static void put(struct out *o, const char *s, size_t n)
 {
-    evbuffer_add(o, "\"", 1);
-    for (; *s; s++) {
-        if (*s == '\\')
-            evbuffer_add(o, "\\\\", 2);
-        else if (*s == '"')
-            evbuffer_add(o, "\\\"", 2);
-        else if (*s == '\n')
-            evbuffer_add(o, "\\n", 2);
-        else
-            evbuffer_add(o, s, 1);
-    }
-    evbuffer_add(o, "\"", 1);
+    if (evbuffer_add(o->b, s, n) != 0)
+        o->failed = true;
 }
 
-static void head(struct evbuffer *o, const char *name, const char *type, const char *help)
+__attribute__((format(printf, 2, 3))) static void putf(struct out *o, const char *fmt, ...)
 {
-    evbuffer_add_printf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    va_list ap;
+    va_start(ap, fmt);
+    if (evbuffer_add_vprintf(o->b, fmt, ap) < 0)
+        o->failed = true;
+    va_end(ap);
+}
+
+/* A label value, escaped as the text format wants (\\, \", \n). */
+static void put_label(struct out *o, const char *s)
+{
+    put(o, "\"", 1);
+    for (; *s; s++) {
+        if (*s == '\\')
+            put(o, "\\\\", 2);
+        else if (*s == '"')
+            put(o, "\\\"", 2);
+        else if (*s == '\n')
+            put(o, "\\n", 2);
+        else
+            put(o, s, 1);
+    }
+    put(o, "\"", 1);
+}
+
+static void head(struct out *o, const char *name, const char *type, const char *help)
+{
+    putf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 static const char *tier_label(int t)
@@ -203,29 +228,28 @@ static const char *tier_label(int t)
     return names[t];
 }
 
-static void agent_requests(struct evbuffer *o, const struct agent_counts *a, const char *id)
+static void agent_requests(struct out *o, const struct agent_counts *a, const char *id)
 {
     for (int t = 0; t < NTIERS; t++)
         for (int v = 0; v < NVERDICTS; v++)
             for (int r = 0; r < REASON_COUNT; r++) {
                 if (a->req[t][v][r] == 0)
                     continue;
-                evbuffer_add_printf(o, "sluice_requests_total{agent=");
+                putf(o, "sluice_requests_total{agent=");
                 put_label(o, id);
-                evbuffer_add_printf(o, ",tier=\"%s\",decision=\"%s\",reason=\"%s\"} %" PRIu64 "\n",
-                                    tier_label(t), verdict_name((enum verdict)v),
-                                    r == REASON_NONE ? "none" : reason_name((enum deny_reason)r),
-                                    a->req[t][v][r]);
+                putf(o, ",tier=\"%s\",decision=\"%s\",reason=\"%s\"} %" PRIu64 "\n", tier_label(t),
+                     verdict_name((enum verdict)v),
+                     r == REASON_NONE ? "none" : reason_name((enum deny_reason)r), a->req[t][v][r]);
             }
 }
 
-static void agent_bytes(struct evbuffer *o, const char *name, const struct agent_counts *a,
+static void agent_bytes(struct out *o, const char *name, const struct agent_counts *a,
                         const char *id, uint64_t v)
 {
     (void)a;
-    evbuffer_add_printf(o, "%s{agent=", name);
+    putf(o, "%s{agent=", name);
     put_label(o, id);
-    evbuffer_add_printf(o, "} %" PRIu64 "\n", v);
+    putf(o, "} %" PRIu64 "\n", v);
 }
 
 bool metrics_health(struct metrics *m, char *why, size_t cap)
@@ -264,8 +288,9 @@ static bool dns_server_total(const struct metrics_gauges *g, size_t i,
     return true;
 }
 
-int metrics_format(struct metrics *m, struct evbuffer *o)
+int metrics_format(struct metrics *m, struct evbuffer *b)
 {
+    struct out out = {.b = b, .failed = false}, *o = &out;
     struct metrics_gauges g = {0};
     if (m->gauges != NULL)
         m->gauges(m->garg, &g);
@@ -289,20 +314,20 @@ int metrics_format(struct metrics *m, struct evbuffer *o)
         agent_bytes(o, "sluice_bytes_down_total", &m->other, "", m->other.down);
 
     head(o, "sluice_open_connections", "gauge", "Client connections open now.");
-    evbuffer_add_printf(o, "sluice_open_connections %" PRIu64 "\n", g.open_connections);
+    putf(o, "sluice_open_connections %" PRIu64 "\n", g.open_connections);
     head(o, "sluice_open_tunnels", "gauge", "CONNECT tunnels open now.");
-    evbuffer_add_printf(o, "sluice_open_tunnels %" PRIu64 "\n", g.open_tunnels);
+    putf(o, "sluice_open_tunnels %" PRIu64 "\n", g.open_tunnels);
 
     head(o, "sluice_alerts_total", "counter", "Alerts written, by kind (kept across restarts).");
     for (int k = 0; k < ALERT_KIND_COUNT; k++)
-        evbuffer_add_printf(o, "sluice_alerts_total{kind=\"%s\"} %" PRIu64 "\n",
-                            alert_kind_name((enum alert_kind)k), m->alerts[k]);
+        putf(o, "sluice_alerts_total{kind=\"%s\"} %" PRIu64 "\n",
+             alert_kind_name((enum alert_kind)k), m->alerts[k]);
 
     head(o, "sluice_policy_reloads_total", "counter", "Policy reloads that took effect.");
-    evbuffer_add_printf(o, "sluice_policy_reloads_total %" PRIu64 "\n", g.reloads);
+    putf(o, "sluice_policy_reloads_total %" PRIu64 "\n", g.reloads);
     head(o, "sluice_policy_reload_failures_total", "counter",
          "Policy reloads refused (the old policy stayed).");
-    evbuffer_add_printf(o, "sluice_policy_reload_failures_total %" PRIu64 "\n", g.reload_failures);
+    putf(o, "sluice_policy_reload_failures_total %" PRIu64 "\n", g.reload_failures);
 
     head(o, "sluice_dns_responses_total", "counter",
          "What each DNS server did with the queries sent to it (since it was configured).");
@@ -316,44 +341,43 @@ int metrics_format(struct metrics *m, struct evbuffer *o)
             uint64_t v;
         } results[] = {{"answer", d->answers}, {"timeout", d->timeouts}, {"failure", d->failures}};
         for (size_t k = 0; k < sizeof(results) / sizeof(results[0]); k++) {
-            evbuffer_add_printf(o, "sluice_dns_responses_total{server=");
+            putf(o, "sluice_dns_responses_total{server=");
             put_label(o, d->addr);
-            evbuffer_add_printf(o, ",result=\"%s\"} %" PRIu64 "\n", results[k].name, results[k].v);
+            putf(o, ",result=\"%s\"} %" PRIu64 "\n", results[k].name, results[k].v);
         }
     }
 
     head(o, "sluice_log_writable", "gauge",
          "1 while a log can be written, 0 while its writes fail (lines then wait in memory).");
     for (size_t i = 0; i < g.nlogs; i++)
-        evbuffer_add_printf(o, "sluice_log_writable{log=\"%s\"} %d\n", g.logs[i].name,
-                            g.logs[i].error == NULL);
+        putf(o, "sluice_log_writable{log=\"%s\"} %d\n", g.logs[i].name, g.logs[i].error == NULL);
     head(o, "sluice_log_pending_bytes", "gauge", "Bytes waiting to be written to a log.");
     for (size_t i = 0; i < g.nlogs; i++)
-        evbuffer_add_printf(o, "sluice_log_pending_bytes{log=\"%s\"} %" PRIu64 "\n", g.logs[i].name,
-                            g.logs[i].pending);
+        putf(o, "sluice_log_pending_bytes{log=\"%s\"} %" PRIu64 "\n", g.logs[i].name,
+             g.logs[i].pending);
     head(o, "sluice_log_dropped_lines_total", "counter",
          "Lines a log dropped (its pending bytes over their cap, or its reader gone).");
     for (size_t i = 0; i < g.nlogs; i++)
-        evbuffer_add_printf(o, "sluice_log_dropped_lines_total{log=\"%s\"} %" PRIu64 "\n",
-                            g.logs[i].name, g.logs[i].dropped);
+        putf(o, "sluice_log_dropped_lines_total{log=\"%s\"} %" PRIu64 "\n", g.logs[i].name,
+             g.logs[i].dropped);
 
     head(o, "sluice_grants_expiring", "gauge", "Grants expiring within the warn window.");
-    evbuffer_add_printf(o, "sluice_grants_expiring %" PRId64 "\n", m->expiring);
+    putf(o, "sluice_grants_expiring %" PRId64 "\n", m->expiring);
     head(o, "sluice_grants_expired", "gauge", "Grants past their expiry (requests denied).");
-    evbuffer_add_printf(o, "sluice_grants_expired %" PRId64 "\n", m->expired);
+    putf(o, "sluice_grants_expired %" PRId64 "\n", m->expired);
     head(o, "sluice_grant_expiry_timestamp_seconds", "gauge",
          "When each grant with an expiry stops being valid (unix time).");
     for (size_t i = 0; i < m->ngrants; i++) {
         const struct grant_gauge *gg = &m->grants[i];
-        evbuffer_add_printf(o, "sluice_grant_expiry_timestamp_seconds{rule=");
+        putf(o, "sluice_grant_expiry_timestamp_seconds{rule=");
         put_label(o, gg->rule);
-        evbuffer_add_printf(o, ",host=");
+        putf(o, ",host=");
         put_label(o, gg->host);
-        evbuffer_add_printf(o, ",owner=");
+        putf(o, ",owner=");
         put_label(o, gg->owner);
-        evbuffer_add_printf(o, "} %" PRId64 "\n", gg->ends_at);
+        putf(o, "} %" PRId64 "\n", gg->ends_at);
     }
-    if (m->extra != NULL)
-        m->extra(m->garg, o);
-    return 0;
+    if (m->extra != NULL && m->extra(m->garg, b) != 0)
+        o->failed = true;
+    return o->failed ? -1 : 0;
 }

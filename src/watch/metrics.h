@@ -63,8 +63,9 @@ struct metrics_gauges {
     size_t nlogs;
 };
 typedef void (*metrics_gauges_fn)(void *arg, struct metrics_gauges *g);
-/* Extra lines a scrape appends (the watch module's sink queues). */
-typedef void (*metrics_extra_fn)(void *arg, struct evbuffer *out);
+/* Extra lines a scrape appends (the watch module's sink queues); 0, or -1
+ * when a write failed (out of memory): the scrape then fails. */
+typedef int (*metrics_extra_fn)(void *arg, struct evbuffer *out);
 
 struct metrics;
 struct metrics *metrics_new(void);
@@ -76,7 +77,8 @@ void metrics_on_event(const struct egress_event *ev, void *arg);
 void metrics_count_alert(struct metrics *m, enum alert_kind k);
 void metrics_set_alert_total(struct metrics *m, enum alert_kind k, uint64_t v);
 uint64_t metrics_alert_total(const struct metrics *m, enum alert_kind k);
-/* Appends the exposition to <out>. Returns 0, or -1 when out of memory. */
+/* Appends the exposition to <out>. Returns 0, or -1 when out of memory
+ * (any write failed: <out> then holds part of it, not to be served). */
 int metrics_format(struct metrics *m, struct evbuffer *out);
 /* True when every log can be written; else false, with the first that
  * cannot and why in <why> ("decisions log: No space left on device"). */

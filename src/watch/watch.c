@@ -224,60 +224,72 @@ static void configure_sinks(struct watch *w, const struct policy *p, bool first)
 
 /* ---- metrics extras ------------------------------------------------------- */
 
-static void sink_label(struct evbuffer *o, const char *u)
+/* True when a write failed (out of memory), as the scrape must know: it
+ * is then answered 500, not 200 with part of its body. */
+static bool sink_label(struct evbuffer *o, const char *u)
 {
+    bool bad = false;
     for (; *u; u++) /* URLs hold no control characters (the loader refuses them) */
         if (*u == '"' || *u == '\\')
-            evbuffer_add_printf(o, "\\%c", *u);
+            bad |= evbuffer_add_printf(o, "\\%c", *u) < 0;
         else
-            evbuffer_add(o, u, 1);
+            bad |= evbuffer_add(o, u, 1) != 0;
+    return bad;
 }
 
-static void extra_metrics(void *arg, struct evbuffer *o)
+/* 0, or -1 when a write failed (metrics_extra_fn). */
+static int extra_metrics(void *arg, struct evbuffer *o)
 {
     struct watch *w = arg;
-    evbuffer_add_printf(o, "# HELP sluice_webhook_queue Alerts waiting for a webhook (in memory, "
-                           "and in the state store only beyond the memory queue).\n"
-                           "# TYPE sluice_webhook_queue gauge\n");
+    bool bad = false;
+    bad |= evbuffer_add_printf(
+               o, "# HELP sluice_webhook_queue Alerts waiting for a webhook (in memory, "
+                  "and in the state store only beyond the memory queue).\n"
+                  "# TYPE sluice_webhook_queue gauge\n") < 0;
     for (size_t i = 0; i < w->nhooks; i++) {
-        evbuffer_add_printf(o, "sluice_webhook_queue{sink=\"");
-        sink_label(o, webhook_label(w->hooks[i]));
-        evbuffer_add_printf(o, "\"} %zu\n", webhook_waiting(w->hooks[i]));
+        bad |= evbuffer_add_printf(o, "sluice_webhook_queue{sink=\"") < 0;
+        bad |= sink_label(o, webhook_label(w->hooks[i]));
+        bad |= evbuffer_add_printf(o, "\"} %zu\n", webhook_waiting(w->hooks[i])) < 0;
     }
-    evbuffer_add_printf(o, "# HELP sluice_webhook_dropped_total Alerts a webhook dropped (queue "
-                           "full, no state store).\n"
-                           "# TYPE sluice_webhook_dropped_total counter\n");
+    bad |= evbuffer_add_printf(
+               o, "# HELP sluice_webhook_dropped_total Alerts a webhook dropped (queue "
+                  "full, no state store).\n"
+                  "# TYPE sluice_webhook_dropped_total counter\n") < 0;
     for (size_t i = 0; i < w->nhooks; i++) {
-        evbuffer_add_printf(o, "sluice_webhook_dropped_total{sink=\"");
-        sink_label(o, webhook_label(w->hooks[i]));
-        evbuffer_add_printf(o, "\"} %llu\n", (unsigned long long)webhook_dropped(w->hooks[i]));
+        bad |= evbuffer_add_printf(o, "sluice_webhook_dropped_total{sink=\"") < 0;
+        bad |= sink_label(o, webhook_label(w->hooks[i]));
+        bad |= evbuffer_add_printf(o, "\"} %llu\n",
+                                   (unsigned long long)webhook_dropped(w->hooks[i])) < 0;
     }
-    evbuffer_add_printf(o,
-                        "# HELP sluice_exec_dropped_total Alerts not given to an exec sink (over "
-                        "%d running or waiting).\n"
-                        "# TYPE sluice_exec_dropped_total counter\n"
-                        "sluice_exec_dropped_total %llu\n",
-                        SINK_EXEC_MAX_RUNNING + SINK_EXEC_MAX_WAITING,
-                        (unsigned long long)(w->exec != NULL ? exec_runner_dropped(w->exec) : 0));
-    evbuffer_add_printf(o,
-                        "# HELP sluice_stderr_dropped_lines_total Lines to standard error dropped "
-                        "(it was not read fast enough).\n"
-                        "# TYPE sluice_stderr_dropped_lines_total counter\n"
-                        "sluice_stderr_dropped_lines_total %llu\n",
-                        (unsigned long long)stderr_relay_dropped());
+    bad |= evbuffer_add_printf(
+               o,
+               "# HELP sluice_exec_dropped_total Alerts not given to an exec sink (over "
+               "%d running or waiting).\n"
+               "# TYPE sluice_exec_dropped_total counter\n"
+               "sluice_exec_dropped_total %llu\n",
+               SINK_EXEC_MAX_RUNNING + SINK_EXEC_MAX_WAITING,
+               (unsigned long long)(w->exec != NULL ? exec_runner_dropped(w->exec) : 0)) < 0;
+    bad |= evbuffer_add_printf(o,
+                               "# HELP sluice_stderr_dropped_lines_total Lines to standard error "
+                               "dropped (it was not read fast enough).\n"
+                               "# TYPE sluice_stderr_dropped_lines_total counter\n"
+                               "sluice_stderr_dropped_lines_total %llu\n",
+                               (unsigned long long)stderr_relay_dropped()) < 0;
     if (w->store == NULL)
-        return;
-    evbuffer_add_printf(o,
-                        "# HELP sluice_state_pending_writes Writes waiting for a commit to the "
-                        "state store.\n"
-                        "# TYPE sluice_state_pending_writes gauge\n"
-                        "sluice_state_pending_writes %zu\n"
-                        "# HELP sluice_state_dropped_writes_total Writes the state store dropped "
-                        "(over %u waiting, or out of memory).\n"
-                        "# TYPE sluice_state_dropped_writes_total counter\n"
-                        "sluice_state_dropped_writes_total %llu\n",
-                        store_pending(w->store), (unsigned)STORE_PENDING_MAX,
-                        (unsigned long long)store_dropped(w->store));
+        return bad ? -1 : 0;
+    bad |= evbuffer_add_printf(
+               o,
+               "# HELP sluice_state_pending_writes Writes waiting for a commit to the "
+               "state store.\n"
+               "# TYPE sluice_state_pending_writes gauge\n"
+               "sluice_state_pending_writes %zu\n"
+               "# HELP sluice_state_dropped_writes_total Writes the state store dropped "
+               "(over %u waiting, or out of memory).\n"
+               "# TYPE sluice_state_dropped_writes_total counter\n"
+               "sluice_state_dropped_writes_total %llu\n",
+               store_pending(w->store), (unsigned)STORE_PENDING_MAX,
+               (unsigned long long)store_dropped(w->store)) < 0;
+    return bad ? -1 : 0;
 }
 
 static void log_gauges(struct metrics_log *m, const char *name, const struct log_jsonl *l)

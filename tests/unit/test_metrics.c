@@ -6,11 +6,13 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <event2/buffer.h>
+#include <event2/event.h>
 
 #include "evbuffer_text.h"
 #include "watch/metrics.h"
@@ -107,11 +109,76 @@ static void a_dns_server_listed_twice_is_one_series(void **state)
     metrics_free(m);
 }
 
+/* libevent's allocations, made to fail once <allocs_left> reach 0 (while
+ * <failing>); <alloc_failures> counts the failures. */
+static bool failing;
+static long allocs_left;
+static unsigned alloc_failures;
+
+static bool alloc_fails(void)
+{
+    if (!failing)
+        return false;
+    if (allocs_left > 0) {
+        allocs_left--;
+        return false;
+    }
+    alloc_failures++;
+    return true;
+}
+
+static void *failing_malloc(size_t n)
+{
+    return alloc_fails() ? NULL : malloc(n);
+}
+
+static void *failing_realloc(void *p, size_t n)
+{
+    return alloc_fails() ? NULL : realloc(p, n);
+}
+
+/* Out of memory in the middle of a scrape: metrics_format() says so, and
+ * the admin server then answers 500 (admin.c), rather than serving the part
+ * written so far with a 200, which a scraper would take for series gone.
+ * Each turn lets one more allocation through, until the scrape needs no
+ * more than it gets. */
+static void a_scrape_out_of_memory_fails(void **state)
+{
+    (void)state;
+    struct metrics *m = metrics_new();
+    assert_non_null(m);
+    char id[32];
+    for (int i = 0; i < 200; i++) { /* a body of several evbuffer chains */
+        snprintf(id, sizeof(id), "agent-%d", i);
+        feed(m, id, 1, 2);
+    }
+    for (long n = 0;; n++) {
+        assert_true(n < 100000);
+        struct evbuffer *b = evbuffer_new();
+        assert_non_null(b);
+        alloc_failures = 0;
+        allocs_left = n;
+        failing = true;
+        int rc = metrics_format(m, b);
+        failing = false;
+        evbuffer_free(b);
+        if (alloc_failures == 0) {
+            assert_int_equal(rc, 0);
+            assert_true(n > 1); /* some turns did fail */
+            break;
+        }
+        assert_int_equal(rc, -1);
+    }
+    metrics_free(m);
+}
+
 int main(void)
 {
+    event_set_mem_functions(failing_malloc, failing_realloc, free);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(agents_past_the_table_keep_their_bytes),
         cmocka_unit_test(a_dns_server_listed_twice_is_one_series),
+        cmocka_unit_test(a_scrape_out_of_memory_fails),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
