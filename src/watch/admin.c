@@ -59,6 +59,8 @@ struct admin_conn {
     struct bufferevent *bev;        /* owned; closes the socket when freed */
     struct event *deadline;         /* owned; ends the current state */
     enum admin_state state;
+    uint64_t body_gen; /* the /metrics body its reply holds (a->latest_gen's), or 0 */
+    size_t body_len;
     size_t lingered; /* bytes read and dropped in AC_LINGER */
     struct admin_head head;
     size_t len;               /* bytes in buf */
@@ -76,6 +78,10 @@ struct admin {
     char addr[64];            /* as given to --admin, for messages */
     struct admin_conn *conns; /* owned, every open connection */
     unsigned nconns;
+    struct evbuffer *latest; /* owned: the newest /metrics body, shared (metrics_body) */
+    uint64_t latest_gen;     /* counts bodies made; 0: none yet */
+    uint64_t latest_ms;      /* when it was made */
+    size_t latest_len;
 };
 
 static void arm(struct event *ev, unsigned ms)
@@ -96,6 +102,34 @@ static void admin_listen_update(struct admin *a)
         evconnlistener_enable(a->lev);
 }
 
+/* The bytes of /metrics bodies the replies queued hold, each body counted
+ * once however many replies share it (replies partly written count whole:
+ * a bound, not a measure). */
+static size_t bodies_held(const struct admin *a)
+{
+    size_t held = 0;
+    for (const struct admin_conn *c = a->conns; c != NULL; c = c->next) {
+        bool seen = false;
+        for (const struct admin_conn *d = a->conns; d != c && !seen; d = d->next)
+            seen = d->body_gen == c->body_gen;
+        if (c->body_gen != 0 && !seen)
+            held += c->body_len;
+    }
+    return held;
+}
+
+/* The newest body is let go once no reply holds it: an idle server holds
+ * none. */
+static void latest_release(struct admin *a)
+{
+    for (const struct admin_conn *c = a->conns; c != NULL; c = c->next)
+        if (c->body_gen == a->latest_gen)
+            return;
+    if (a->latest != NULL)
+        evbuffer_free(a->latest);
+    a->latest = NULL;
+}
+
 /* Closes <c> and frees it; the caller must not touch <c> afterwards. */
 static void conn_free(struct admin_conn *c)
 {
@@ -110,12 +144,15 @@ static void conn_free(struct admin_conn *c)
     event_free(c->deadline);
     bufferevent_free(c->bev);
     free(c);
+    latest_release(a);
     admin_listen_update(a);
 }
 
 static void conn_linger(struct admin_conn *c)
 {
     c->state = AC_LINGER;
+    c->body_gen = 0; /* written whole: it holds no body now */
+    latest_release(c->a);
     bufferevent_disable(c->bev, EV_WRITE);
     /* FIN after the reply; the client sees the end, then closes */
     if (shutdown(bufferevent_getfd(c->bev), SHUT_WR) != 0) {
@@ -167,6 +204,44 @@ static void conn_reply_text(struct admin_conn *c, int code, const char *why, con
     evbuffer_free(body);
 }
 
+/* The body of <c>'s /metrics reply: a reference to a->latest, made anew
+ * unless the bodies queued replies hold and a new one would pass
+ * ADMIN_BODIES_MAX, and the newest is under ADMIN_BODY_REUSE_MS old. Each
+ * reply had a body of its own: 64 clients that ask and do not read made
+ * the server hold 64 bodies for ADMIN_REPLY_MS (a gateway with 4096 agents
+ * has one of 12 MB, and up to ~190 MB). Now what they hold is at most
+ * ADMIN_BODIES_MAX plus the bodies made once each ADMIN_BODY_REUSE_MS past
+ * it, and a scraper gets a body that old at the most, and only then. NULL
+ * when out of memory. */
+static struct evbuffer *metrics_body(struct admin_conn *c)
+{
+    struct admin *a = c->a;
+    uint64_t now = monotonic_ms();
+    if (a->latest == NULL || now - a->latest_ms >= ADMIN_BODY_REUSE_MS ||
+        bodies_held(a) + a->latest_len <= ADMIN_BODIES_MAX) {
+        struct evbuffer *fresh = evbuffer_new();
+        if (fresh == NULL || metrics_format(a->m, fresh) != 0) {
+            evbuffer_free(fresh);
+            return NULL;
+        }
+        if (a->latest != NULL) /* replies that hold it keep its memory */
+            evbuffer_free(a->latest);
+        a->latest = fresh;
+        a->latest_gen++;
+        a->latest_ms = now;
+        a->latest_len = evbuffer_get_length(fresh);
+    }
+    struct evbuffer *body = evbuffer_new();
+    if (body == NULL || evbuffer_add_buffer_reference(body, a->latest) != 0) {
+        evbuffer_free(body);
+        latest_release(a);
+        return NULL;
+    }
+    c->body_gen = a->latest_gen;
+    c->body_len = a->latest_len;
+    return body;
+}
+
 static void conn_answer(struct admin_conn *c)
 {
     const struct admin_head *h = &c->head;
@@ -174,9 +249,8 @@ static void conn_answer(struct admin_conn *c)
         conn_reply_text(c, 405, "Method Not Allowed", "Allow: GET, HEAD\r\n",
                         "method not allowed\n");
     } else if (h->page == ADMIN_METRICS) {
-        struct evbuffer *body = evbuffer_new();
-        if (body == NULL || metrics_format(c->a->m, body) != 0) {
-            evbuffer_free(body);
+        struct evbuffer *body = metrics_body(c);
+        if (body == NULL) {
             conn_reply_text(c, 500, "Internal Server Error", "", "out of memory\n");
             return;
         }
@@ -443,6 +517,8 @@ void admin_free(struct admin *a)
     a->lev = NULL; /* conn_free() must not re-enable it */
     while (a->conns != NULL)
         conn_free(a->conns);
+    if (a->latest != NULL)
+        evbuffer_free(a->latest);
     if (a->resume != NULL)
         event_free(a->resume);
     free(a);

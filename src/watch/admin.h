@@ -17,6 +17,9 @@
  *   - ADMIN_HEAD_MS from the accept to a complete head (408 after), then
  *     ADMIN_REPLY_MS to write the reply, then at most ADMIN_LINGER_MS (and
  *     ADMIN_LINGER_MAX bytes read and discarded) before the close;
+ *   - /metrics bodies that replies hold: at most ADMIN_BODIES_MAX bytes,
+ *     beyond which a reply shares the newest body (if under
+ *     ADMIN_BODY_REUSE_MS old) rather than getting one of its own;
  *   - at most ADMIN_CONNS_MAX connections at once: at the cap the listener
  *     stops accepting (new clients wait in the kernel's backlog) until one
  *     closes;
@@ -39,6 +42,10 @@
 #define ADMIN_LINGER_MS  1000        /* reply written -> close */
 #define ADMIN_LINGER_MAX (64 * 1024) /* bytes read and dropped while lingering */
 #define ADMIN_BACKOFF_MS 250         /* after a failed accept() */
+#ifndef ADMIN_BODIES_MAX             /* a test may make it smaller */
+#define ADMIN_BODIES_MAX (64u << 20) /* bytes of /metrics bodies replies hold, at most... */
+#endif
+#define ADMIN_BODY_REUSE_MS 5000 /* ...for a body shared past it, this old at most */
 
 struct event_base;
 struct metrics;

@@ -1,16 +1,28 @@
 /* Unit tests for watch/admin_head.c, the admin server's request head parser: the strict request
  * line (METHOD SP /target SP HTTP/1.x CRLF), header lines, which page and
  * method a head asks for, and that a head fed one byte at a time parses as
- * it does whole. */
+ * it does whole; and for watch/admin.c, the memory its /metrics replies
+ * hold. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/event.h>
 
 #include "watch/admin_head.h"
+
+/* Small, so that two test bodies (~1.3 MB each) would pass it. */
+#define ADMIN_BODIES_MAX (1024 * 1024)
+#include "watch/admin.c" /* the unit under test, internals included */
 
 /* Parses <s> whole, then one byte at a time; both must agree. */
 static enum admin_parse parse(const char *s, struct admin_head *out)
@@ -114,12 +126,95 @@ static void heads_that_are_bad(void **state)
     assert_int_equal(admin_head_parse(&h, nul_line, sizeof(nul_line) - 1), ADMIN_PARSE_BAD);
 }
 
+static unsigned formats; /* scrapes: metrics_format() calls gauges() once each */
+
+static void count_format(void *arg, struct metrics_gauges *g)
+{
+    (void)arg;
+    (void)g;
+    formats++;
+}
+
+/* A TCP port on 127.0.0.1 nothing listens on now. */
+static uint16_t free_port(void)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sin);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sin, &len), 0);
+    close(fd);
+    return ntohs(sin.sin_port);
+}
+
+/* Connections in <a> whose /metrics reply is queued. */
+static unsigned replying(const struct admin *a)
+{
+    unsigned n = 0;
+    for (const struct admin_conn *c = a->conns; c != NULL; c = c->next)
+        n += c->state == AC_REPLY;
+    return n;
+}
+
+/* Clients that ask for /metrics and never read the reply each made the
+ * server hold a body of its own, for up to ADMIN_REPLY_MS: 64 of them, 64
+ * bodies (a gateway with 4096 agents has a body of ~12 MB). Past
+ * ADMIN_BODIES_MAX held, a scrape gets the body the last one got, shared,
+ * instead of a new one. */
+static void slow_scrapers_share_one_body(void **state)
+{
+    (void)state;
+    struct metrics *m = metrics_new();
+    assert_non_null(m);
+    char id[80];
+    for (int i = 0; i < 4000; i++) { /* a body of ~1.3 MB */
+        snprintf(id, sizeof(id), "agent-%058d", i);
+        struct egress_event ev = {.kind = EVENT_EGRESS, .agent = id};
+        metrics_on_event(&ev, m);
+    }
+    metrics_set_gauges(m, count_format, NULL, NULL);
+    struct event_base *base = event_base_new();
+    assert_non_null(base);
+    char addr[32], err[256];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", (unsigned)free_port());
+    struct admin *a = admin_new(base, addr, m, err, sizeof(err));
+    assert_non_null(a);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    sin.sin_port = htons((uint16_t)atoi(strchr(addr, ':') + 1));
+
+    enum { NCLIENTS = 8 };
+    int fds[NCLIENTS];
+    static const char req[] = "GET /metrics HTTP/1.1\r\n\r\n";
+    for (int i = 0; i < NCLIENTS; i++) {
+        int small = 4096;
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        assert_true(fds[i] >= 0);
+        setsockopt(fds[i], SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+        assert_int_equal(connect(fds[i], (struct sockaddr *)&sin, sizeof(sin)), 0);
+        assert_int_equal(write(fds[i], req, sizeof(req) - 1), (ssize_t)(sizeof(req) - 1));
+    }
+    for (int turn = 0; turn < 1000 && replying(a) < NCLIENTS; turn++)
+        event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    assert_int_equal(replying(a), NCLIENTS); /* none could be written whole */
+    assert_true(formats < NCLIENTS);
+    assert_in_range(formats, 1, 2);
+    assert_true(a->latest_len > ADMIN_BODIES_MAX / 2); /* two bodies would pass it */
+
+    for (int i = 0; i < NCLIENTS; i++)
+        close(fds[i]);
+    admin_free(a);
+    event_base_free(base);
+    metrics_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(heads_that_parse),
         cmocka_unit_test(heads_not_yet_complete),
         cmocka_unit_test(heads_that_are_bad),
+        cmocka_unit_test(slow_scrapers_share_one_body),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
