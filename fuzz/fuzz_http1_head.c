@@ -179,10 +179,11 @@ static void check_response(const char *buf, size_t len)
     int rc2 = http1_parse_response(s, n, n + 1, &rsp_again, &why);
     check(rc2 == (int)n);
     check(rsp_again.status == rsp.status);
-    /* An interim (1xx) head goes on without its framing fields. */
-    int interim = rsp.status < 200;
-    check(rsp_again.content_length == (interim ? -1 : rsp.content_length));
-    check(rsp_again.chunked == (!interim && rsp.chunked && !(flags & HTTP1_RSP_UNCHUNKED)));
+    /* An interim (1xx) head and a 204 go on without their framing fields
+     * (they have no body, RFC 9110 15.2, 15.3.5). */
+    int bare = rsp.status < 200 || rsp.status == 204;
+    check(rsp_again.content_length == (bare ? -1 : rsp.content_length));
+    check(rsp_again.chunked == (!bare && rsp.chunked && !(flags & HTTP1_RSP_UNCHUNKED)));
     if (flags & HTTP1_RSP_UNCHUNKED)
         check(!has_header(rsp_again.headers, rsp_again.nheaders, "transfer-encoding"));
     check(!has_header(rsp_again.headers, rsp_again.nheaders, "proxy-authenticate"));
