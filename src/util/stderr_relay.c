@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -216,8 +217,24 @@ static int start_failed(int p[2], char *err, size_t errlen, const char *what)
     return -1;
 }
 
+/* An exit() while the relay runs (fatal()'s out of memory, libevent's
+ * fatal errors, any exit() not through serve's end): its last message is
+ * still in the pipe, and the process would end before the thread copied
+ * it. This copies it out as stop does. The stream stays open: a thread
+ * still running may hold it (stdio flushes it at exit, to descriptor 2,
+ * the original standard error again). */
+static bool relay_restore(unsigned ms);
+static void relay_at_exit(void)
+{
+    if (!R.running)
+        return;
+    (void)relay_restore(STDERR_RELAY_STOP_MS);
+    R.running = false;
+}
+
 int stderr_relay_start(char *err, size_t errlen)
 {
+    static bool at_exit;
     int p[2] = {-1, -1};
     if (R.running)
         return 0;
@@ -260,13 +277,15 @@ int stderr_relay_start(char *err, size_t errlen)
     stderr = f;
     sanitizer_reports_to(R.orig);
     R.running = true;
+    if (!at_exit)
+        at_exit = atexit(relay_at_exit) == 0;
     return 0;
 }
 
-void stderr_relay_stop(unsigned ms)
+/* Gives descriptor 2 and stderr back and waits up to <ms> for the thread
+ * to copy what the pipe holds; false when it did not end in time. */
+static bool relay_restore(unsigned ms)
 {
-    if (!R.running)
-        return;
     fflush(R.relayed);
     stderr = R.std;
     sanitizer_reports_to(STDERR_FILENO);
@@ -285,6 +304,17 @@ void stderr_relay_stop(unsigned ms)
         /* Standard error is not read: the thread stays blocked in its
          * write until the process exits, its descriptors with it. */
         pthread_detach(R.thread);
+        return false;
+    }
+    return true;
+}
+
+void stderr_relay_stop(unsigned ms)
+{
+    if (!R.running)
+        return;
+    bool ended = relay_restore(ms);
+    if (!ended) {
         R.running = false;
         return;
     }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -28,20 +29,27 @@ static void test_pieces_are_whole_lines_up_to_max(void **state)
     assert_int_equal(stderr_relay_piece("", 0, 8), 0);
 }
 
+/* Makes the pipe of write end <wr> small and fills it with 'f' lines;
+ * <wr> is left blocking, as an inherited standard error is. */
+static void fill_small_pipe(int wr)
+{
+    (void)fcntl(wr, F_SETPIPE_SZ, 4096);
+    fcntl(wr, F_SETFL, O_NONBLOCK);
+    char fillbuf[512];
+    memset(fillbuf, 'f', sizeof(fillbuf));
+    fillbuf[sizeof(fillbuf) - 1] = '\n';
+    while (write(wr, fillbuf, sizeof(fillbuf)) > 0)
+        ;
+    fcntl(wr, F_SETFL, 0);
+}
+
 /* Descriptor 2 on a small pipe, full, whose reader (returned,
  * non-blocking) reads nothing yet. */
 static int stalled_stderr(int *saved)
 {
     int p[2];
     assert_int_equal(pipe2(p, O_CLOEXEC), 0);
-    (void)fcntl(p[1], F_SETPIPE_SZ, 4096);
-    fcntl(p[1], F_SETFL, O_NONBLOCK);
-    char fillbuf[512];
-    memset(fillbuf, 'f', sizeof(fillbuf));
-    fillbuf[sizeof(fillbuf) - 1] = '\n';
-    while (write(p[1], fillbuf, sizeof(fillbuf)) > 0)
-        ;
-    fcntl(p[1], F_SETFL, 0); /* blocking, as an inherited standard error is */
+    fill_small_pipe(p[1]);
     fcntl(p[0], F_SETFL, O_NONBLOCK);
     fflush(stderr);
     *saved = dup(STDERR_FILENO);
@@ -98,11 +106,83 @@ static void test_unread_stderr_drops_and_counts(void **state)
     close(rd);
 }
 
+/* The child's own exit handler, registered after the relay's and so run
+ * before it: tells the parent the child is in exit(). */
+static int exiting_fd = -1;
+static void say_exiting(void)
+{
+    ssize_t w = write(exiting_fd, "x", 1);
+    (void)w;
+}
+
+/* exit() while the relay runs and its thread waits on a full standard
+ * error: the last message, still in the relay's pipe, must reach the
+ * original standard error once it is read, not die with the process. */
+static void test_exit_copies_the_last_message(void **state)
+{
+    (void)state;
+    int p[2], sync[2];
+    assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+    assert_int_equal(pipe2(sync, O_CLOEXEC), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(20);
+        close(p[0]);
+        close(sync[0]);
+        exiting_fd = sync[1];
+        fill_small_pipe(p[1]);
+        dup2(p[1], STDERR_FILENO);
+        close(p[1]);
+        char err[256];
+        if (stderr_relay_start(err, sizeof(err)) < 0)
+            _exit(99);
+        atexit(say_exiting);
+        fprintf(stderr, "sluice: the last word\n");
+        exit(3);
+    }
+    close(p[1]);
+    close(sync[1]);
+    char c;
+    while (read(sync[0], &c, 1) < 0 && errno == EINTR)
+        ;
+    close(sync[0]);
+    /* Only now is its standard error read: once the child is gone, or
+     * once its descriptor 2 is the original standard error again (the
+     * relay's exit handler at work), not while the relay still runs. */
+    char mine[64] = "", path[64], its[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", p[0]); /* "pipe:[inode]", both ends */
+    assert_true(readlink(path, mine, sizeof(mine) - 1) > 0);
+    snprintf(path, sizeof(path), "/proc/%d/fd/2", (int)pid);
+    for (int tries = 0; tries < 2000; tries++) {
+        siginfo_t si = {0};
+        if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid)
+            break;
+        memset(its, 0, sizeof(its));
+        if (readlink(path, its, sizeof(its) - 1) > 0 && strcmp(its, mine) == 0)
+            break;
+        usleep(1000);
+    }
+    char *got = calloc(1, 1 << 16);
+    size_t have = 0;
+    ssize_t n;
+    while ((n = read(p[0], got + have, (1 << 16) - 1 - have)) > 0 || (n < 0 && errno == EINTR))
+        have += n > 0 ? (size_t)n : 0;
+    close(p[0]);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_non_null(strstr(got, "sluice: the last word\n"));
+    free(got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pieces_are_whole_lines_up_to_max),
         cmocka_unit_test(test_unread_stderr_drops_and_counts),
+        cmocka_unit_test(test_exit_copies_the_last_message),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
