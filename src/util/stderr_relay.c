@@ -217,6 +217,40 @@ static int start_failed(int p[2], char *err, size_t errlen, const char *what)
     return -1;
 }
 
+/* abort() while the relay runs (glibc's fatal messages: heap corruption,
+ * a failed assert, a buffer overflow detected): the process ends at once,
+ * and what it just wrote to descriptor 2, the pipe, would end with it.
+ * This handler copies what the pipe holds to the original standard error
+ * (the thread may have taken part of it: the rest comes from here), then
+ * lets the abort go on. Only async-signal-safe calls; at most
+ * RELAY_ABORT_MS in all, waiting for room with poll() and writing no more
+ * than a pipe takes then, so that a standard error nobody reads delays the
+ * abort, never stops it. */
+#define RELAY_ABORT_MS 1000
+static struct sigaction abort_before;
+
+static void on_abort(int sig)
+{
+    int e = errno;
+    char buf[PIPE_BUF];
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        ssize_t n = read(R.rd, buf, sizeof(buf));
+        if (n <= 0)
+            break;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        long spent = (t.tv_sec - t0.tv_sec) * 1000L + (t.tv_nsec - t0.tv_nsec) / 1000000L;
+        struct pollfd pfd = {.fd = R.orig, .events = POLLOUT};
+        if (spent >= RELAY_ABORT_MS || poll(&pfd, 1, (int)(RELAY_ABORT_MS - spent)) <= 0 ||
+            write(R.orig, buf, (size_t)n) != n)
+            break;
+    }
+    sigaction(SIGABRT, &abort_before, NULL);
+    errno = e;
+    raise(sig); /* blocked until this returns, then as before */
+}
+
 /* An exit() while the relay runs (fatal()'s out of memory, libevent's
  * fatal errors, any exit() not through serve's end): its last message is
  * still in the pipe, and the process would end before the thread copied
@@ -276,6 +310,9 @@ int stderr_relay_start(char *err, size_t errlen)
     R.relayed = f;
     stderr = f;
     sanitizer_reports_to(R.orig);
+    struct sigaction sa = {.sa_handler = on_abort};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGABRT, &sa, &abort_before);
     R.running = true;
     if (!at_exit)
         at_exit = atexit(relay_at_exit) == 0;
@@ -286,6 +323,7 @@ int stderr_relay_start(char *err, size_t errlen)
  * to copy what the pipe holds; false when it did not end in time. */
 static bool relay_restore(unsigned ms)
 {
+    sigaction(SIGABRT, &abort_before, NULL);
     fflush(R.relayed);
     stderr = R.std;
     sanitizer_reports_to(STDERR_FILENO);

@@ -177,12 +177,50 @@ static void test_exit_copies_the_last_message(void **state)
     free(got);
 }
 
+/* abort() right after a message written straight to descriptor 2 (as
+ * glibc's fatal messages are): the message reaches the original standard
+ * error before the process ends, where it was left in the pipe. */
+static void test_abort_copies_the_last_message(void **state)
+{
+    (void)state;
+    int p[2];
+    assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(20);
+        close(p[0]);
+        dup2(p[1], STDERR_FILENO);
+        close(p[1]);
+        char err[256];
+        if (stderr_relay_start(err, sizeof(err)) < 0)
+            _exit(99);
+        static const char msg[] = "malloc(): corrupted top size\n";
+        if (write(STDERR_FILENO, msg, sizeof(msg) - 1) < 0)
+            _exit(98);
+        abort();
+    }
+    close(p[1]);
+    char got[4096] = "";
+    size_t have = 0;
+    ssize_t n;
+    while ((n = read(p[0], got + have, sizeof(got) - 1 - have)) > 0 || (n < 0 && errno == EINTR))
+        have += n > 0 ? (size_t)n : 0;
+    close(p[0]);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
+    assert_non_null(strstr(got, "malloc(): corrupted top size\n"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pieces_are_whole_lines_up_to_max),
         cmocka_unit_test(test_unread_stderr_drops_and_counts),
         cmocka_unit_test(test_exit_copies_the_last_message),
+        cmocka_unit_test(test_abort_copies_the_last_message),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
