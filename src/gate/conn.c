@@ -553,6 +553,48 @@ static void wipe_head_bytes(const char *field, size_t len)
         explicit_bzero((void *)(uintptr_t)field, len);
 }
 
+/* The first <n> bytes of the client's input <in> in one piece, as
+ * evbuffer_pullup() makes them, without leaving a copy of them behind.
+ * When a head came in more than one read it lies in several chains, and
+ * pullup copies it into one and frees the others as they are: with the
+ * Proxy-Authorization value in clear, which the later wipe (in the copy)
+ * never reaches. Here the bytes are copied into a chain of their own and
+ * wiped where they were before those chains go. NULL: out of memory. */
+static const char *head_pullup(struct evbuffer *in, size_t n)
+{
+    int nvec = evbuffer_peek(in, (ev_ssize_t)n, NULL, NULL, 0);
+    if (nvec <= 1)
+        return (const char *)evbuffer_pullup(in, (ev_ssize_t)n); /* no copy made */
+    struct evbuffer_iovec *from = calloc((size_t)nvec, sizeof(*from));
+    struct evbuffer *one = evbuffer_new();
+    struct evbuffer_iovec to;
+    if (from == NULL || one == NULL || evbuffer_reserve_space(one, (ev_ssize_t)n, &to, 1) != 1 ||
+        to.iov_len < n) {
+        free(from);
+        if (one != NULL)
+            evbuffer_free(one);
+        return NULL;
+    }
+    nvec = evbuffer_peek(in, (ev_ssize_t)n, NULL, from, nvec);
+    size_t off = 0;
+    for (int i = 0; i < nvec && off < n; i++) {
+        size_t len = from[i].iov_len < n - off ? from[i].iov_len : n - off;
+        memcpy((char *)to.iov_base + off, from[i].iov_base, len);
+        explicit_bzero(from[i].iov_base, len); /* the input's own memory */
+        off += len;
+    }
+    free(from);
+    to.iov_len = n;
+    if (evbuffer_commit_space(one, &to, 1) != 0 || evbuffer_drain(in, n) != 0 ||
+        evbuffer_prepend_buffer(in, one) != 0) {
+        explicit_bzero(to.iov_base, n); /* the copy, still <one>'s */
+        evbuffer_free(one);
+        return NULL;
+    }
+    evbuffer_free(one);                                      /* empty: its chain went into <in> */
+    return (const char *)evbuffer_pullup(in, (ev_ssize_t)n); /* one chain: no copy */
+}
+
 /* Finds the agent; returns false (after refusing) when there is none. The
  * Proxy-Authorization value <auth> is wiped in the head either way. */
 static bool identify(struct conn *c, const char *auth, size_t auth_len)
@@ -859,7 +901,7 @@ static void read_head(struct conn *c)
     }
     size_t max = head_limit(c);
     size_t n = len < max ? len : max;
-    const char *buf = (const char *)evbuffer_pullup(in, (ev_ssize_t)n);
+    const char *buf = head_pullup(in, n);
     if (buf == NULL) {
         conn_free(c);
         return;

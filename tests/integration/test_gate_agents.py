@@ -7,7 +7,8 @@ import time
 import pytest
 
 from gate_client import (ANY, api_rule, assert_denied, build_request, connect, exchange,
-                         exchange_until_close, open_conn, read_response, request)
+                         exchange_until_close, open_conn, read_response, recv_until_close,
+                         request)
 
 TOKEN = "s3cret-token-for-tests"
 ENV = {"SLUICE_TEST_TOKEN": TOKEN, "SLUICE_TEST_TOKEN2": "another-secret"}
@@ -113,6 +114,38 @@ def test_refused_secrets_are_wiped(gateway, net):
         pytest.skip("the gateway's memory cannot be read here")
     assert held == [], held
     assert net.api.requests == []
+
+def test_secret_of_a_head_read_in_pieces_is_wiped(gateway, net):
+    # A head that arrives in more than one read lies in more than one of
+    # libevent's buffer chains; making it contiguous (evbuffer_pullup)
+    # copies it into a new chain and frees the old ones as they are. The
+    # secret must not stay in those: each piece here is read on its own
+    # (the pause between them), the first one holding the secret, the
+    # second larger than what the first one's chain has left.
+    gw = gateway(_token_policy(net), env=ENV)
+    url = net.url("/pieces").encode()
+    host = b"Host: api.example.test:%d\r\n" % net.api.port
+    sent = [secrets.token_hex(16).encode() for _ in range(2)]
+    for secret in sent:
+        first = b"GET %s HTTP/1.1\r\n%sProxy-Authorization: Bearer %s\r\n" % (url, host, secret)
+        first += b"X-Fill-1: %s\r\n" % (b"a" * (1000 - len(first) - 14))
+        second = b"X-Fill-2: %s\r\nConnection: close\r\n\r\n" % (b"b" * 5000)
+        s = open_conn(gw)
+        try:
+            s.sendall(first)
+            time.sleep(0.3)  # read apart from the rest, in its own chain
+            s.sendall(second)
+            raw = recv_until_close(s)
+        finally:
+            s.close()
+        assert raw.startswith(b"HTTP/1.1 407"), raw[:200]
+    try:
+        held = [s for s in sent if memory_holds(gw.proc.pid, s)]
+    except PermissionError:
+        pytest.skip("the gateway's memory cannot be read here")
+    assert held == [], held
+    assert net.api.requests == []
+
 
 def test_auth_basic_and_bearer_allowed_not_forwarded(gateway, net):
     gw = gateway(_token_policy(net), env=ENV)
