@@ -275,6 +275,33 @@ static void release_agent(struct conn *c)
     }
 }
 
+/* Wipes what is still unread in the client's input <in> before it is
+ * dropped or freed, which libevent does to its chains as they are: a head
+ * never finished (a client that left, or ran out of time) holds a
+ * Proxy-Authorization that was never read, so never wiped. Bounded by the
+ * read watermark (a head's limit, FLOW_HIGH); only for input that is
+ * never read again. */
+static void wipe_unread(struct evbuffer *in)
+{
+    struct evbuffer_iovec v[8];
+    struct evbuffer_ptr at;
+    size_t left = evbuffer_get_length(in);
+    if (left == 0 || evbuffer_ptr_set(in, &at, 0, EVBUFFER_PTR_SET) != 0)
+        return;
+    while (left > 0) {
+        int n = evbuffer_peek(in, -1, &at, v, 8);
+        size_t done = 0;
+        for (int i = 0; i < n && i < 8; i++) {
+            explicit_bzero(v[i].iov_base, v[i].iov_len);
+            done += v[i].iov_len;
+        }
+        if (n <= 0 || done == 0 || done >= left ||
+            evbuffer_ptr_set(in, &at, done, EVBUFFER_PTR_ADD) != 0)
+            return;
+        left -= done;
+    }
+}
+
 void conn_free(struct conn *c)
 {
     struct gateway *gw = c->gw;
@@ -295,6 +322,7 @@ void conn_free(struct conn *c)
          * with its output, itself: then c->client is NULL. */
         if (c->drain_cb != NULL)
             evbuffer_remove_cb_entry(bufferevent_get_output(c->client), c->drain_cb);
+        wipe_unread(bufferevent_get_input(c->client));
         bufferevent_free(c->client);
     }
     if (c->scratch != NULL)
@@ -317,6 +345,7 @@ void conn_free(struct conn *c)
 static void drop_client_input(struct conn *c)
 {
     struct evbuffer *in = bufferevent_get_input(c->client);
+    wipe_unread(in); /* a head cut short among them: its secret */
     evbuffer_drain(in, evbuffer_get_length(in));
 }
 

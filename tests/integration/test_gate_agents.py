@@ -2,6 +2,7 @@
 
 import base64
 import secrets
+import socket
 import time
 
 import pytest
@@ -85,6 +86,16 @@ def memory_holds(pid, needle):
     return False
 
 
+def assert_memory_lacks(gw, needles):
+    """Asserts that none of <needles> is in the gateway's writable memory
+    (skips where that memory cannot be read)."""
+    try:
+        held = [s for s in needles if memory_holds(gw.proc.pid, s)]
+    except PermissionError:
+        pytest.skip("the gateway's memory cannot be read here")
+    assert held == [], held
+
+
 def test_refused_secrets_are_wiped(gateway, net):
     # A secret the gateway refused (a head that does not parse, a wrong
     # token, a Basic value without a colon, which is decoded before it is
@@ -107,13 +118,18 @@ def test_refused_secrets_are_wiped(gateway, net):
     for head, status in heads:
         raw = exchange_until_close(gw, head)
         assert raw.startswith(b"HTTP/1.1 " + status), raw
-    try:
-        held = [s for s in (bad_head, wrong, no_colon, no_colon_b64)
-                if memory_holds(gw.proc.pid, s)]
-    except PermissionError:
-        pytest.skip("the gateway's memory cannot be read here")
-    assert held == [], held
+    assert_memory_lacks(gw, (bad_head, wrong, no_colon, no_colon_b64))
     assert net.api.requests == []
+
+
+def _heads_with_secrets(net, path):
+    """Two random secrets, and for each the start of a head that carries
+    it in a Bearer Proxy-Authorization (request line, Host, that field)."""
+    sent = [secrets.token_hex(16).encode() for _ in range(2)]
+    return sent, [b"GET %s HTTP/1.1\r\nHost: api.example.test:%d\r\n"
+                  b"Proxy-Authorization: Bearer %s\r\n" % (net.url(path).encode(), net.api.port, s)
+                  for s in sent]
+
 
 def test_secret_of_a_head_read_in_pieces_is_wiped(gateway, net):
     # A head that arrives in more than one read lies in more than one of
@@ -123,11 +139,8 @@ def test_secret_of_a_head_read_in_pieces_is_wiped(gateway, net):
     # (the pause between them), the first one holding the secret, the
     # second larger than what the first one's chain has left.
     gw = gateway(_token_policy(net), env=ENV)
-    url = net.url("/pieces").encode()
-    host = b"Host: api.example.test:%d\r\n" % net.api.port
-    sent = [secrets.token_hex(16).encode() for _ in range(2)]
-    for secret in sent:
-        first = b"GET %s HTTP/1.1\r\n%sProxy-Authorization: Bearer %s\r\n" % (url, host, secret)
+    sent, starts = _heads_with_secrets(net, "/pieces")
+    for first in starts:
         first += b"X-Fill-1: %s\r\n" % (b"a" * (1000 - len(first) - 14))
         second = b"X-Fill-2: %s\r\nConnection: close\r\n\r\n" % (b"b" * 5000)
         s = open_conn(gw)
@@ -139,12 +152,29 @@ def test_secret_of_a_head_read_in_pieces_is_wiped(gateway, net):
         finally:
             s.close()
         assert raw.startswith(b"HTTP/1.1 407"), raw[:200]
-    try:
-        held = [s for s in sent if memory_holds(gw.proc.pid, s)]
-    except PermissionError:
-        pytest.skip("the gateway's memory cannot be read here")
-    assert held == [], held
+    assert_memory_lacks(gw, sent)
     assert net.api.requests == []
+
+
+def test_secret_of_a_head_never_finished_is_wiped(gateway, net):
+    # A client that sends its secret and leaves before its head is whole:
+    # the head is never parsed, nor its Proxy-Authorization read, and the
+    # connection goes with its input unread. The secret must not stay in
+    # the memory freed with it.
+    gw = gateway(_token_policy(net), env=ENV)
+    sent, starts = _heads_with_secrets(net, "/unfinished")
+    for start in starts:
+        s = open_conn(gw)
+        try:
+            s.sendall(start + b"X-Unfinished: 1")
+            s.shutdown(socket.SHUT_WR)
+            assert recv_until_close(s) == b""
+        finally:
+            s.close()
+    # The gateway is done with both: a complete exchange after them.
+    r = request(gw, "GET", net.url("/after"), headers={"Proxy-Authorization": "Bearer " + TOKEN})
+    assert r.status == 200
+    assert_memory_lacks(gw, sent)
 
 
 def test_auth_basic_and_bearer_allowed_not_forwarded(gateway, net):
