@@ -56,9 +56,10 @@ struct rate_spec {
 enum ech_choice { ECH_AS_NETWORK = 0, ECH_REFUSE, ECH_ALLOW };
 
 /* An agent's secret is held only as HMAC-SHA-256 under its policy's key
- * (policy_token_digest()): a read of the gateway's memory (a core dump,
- * /proc/PID/mem) finds no token in clear, and a request's secret is hashed
- * once, then compared with each candidate's digest. */
+ * (policy_token_digest()): the policy, however long it is in force, holds
+ * no token in clear (the env: variables it was read from stay in the
+ * process's environment, which a reload reads again), and a request's
+ * secret is hashed once, then compared with each candidate's digest. */
 #define TOKEN_KEY_LEN    32
 #define TOKEN_DIGEST_LEN 32
 
