@@ -115,6 +115,44 @@ static void say_exiting(void)
     (void)w;
 }
 
+/* Makes pipe <p> and forks: 0 in the child (20 s to live, <p>'s read end
+ * closed), the child's pid in the parent. */
+static pid_t fork_with_pipe(int p[2])
+{
+    assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(20);
+        close(p[0]);
+    }
+    return pid;
+}
+
+/* In a forked child: standard error becomes <wr> (closed after), then
+ * the relay starts (or the child exits 99). */
+static void child_relays_to(int wr)
+{
+    dup2(wr, STDERR_FILENO);
+    close(wr);
+    char err[256];
+    if (stderr_relay_start(err, sizeof(err)) < 0)
+        _exit(99);
+}
+
+/* Reads <fd> to its end into <got> (<cap> bytes, NUL-terminated), then
+ * closes it. */
+static void read_to_end(int fd, char *got, size_t cap)
+{
+    size_t have = 0;
+    ssize_t n;
+    while ((n = read(fd, got + have, cap - 1 - have)) > 0 || (n < 0 && errno == EINTR))
+        have += n > 0 ? (size_t)n : 0;
+    got[have] = '\0';
+    close(fd);
+}
+
 /* exit() while the relay runs and its thread waits on a full standard
  * error: the last message, still in the relay's pipe, must reach the
  * original standard error once it is read, not die with the process. */
@@ -122,22 +160,13 @@ static void test_exit_copies_the_last_message(void **state)
 {
     (void)state;
     int p[2], sync[2];
-    assert_int_equal(pipe2(p, O_CLOEXEC), 0);
     assert_int_equal(pipe2(sync, O_CLOEXEC), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
+    pid_t pid = fork_with_pipe(p);
     if (pid == 0) {
-        alarm(20);
-        close(p[0]);
         close(sync[0]);
         exiting_fd = sync[1];
         fill_small_pipe(p[1]);
-        dup2(p[1], STDERR_FILENO);
-        close(p[1]);
-        char err[256];
-        if (stderr_relay_start(err, sizeof(err)) < 0)
-            _exit(99);
+        child_relays_to(p[1]);
         atexit(say_exiting);
         fprintf(stderr, "sluice: the last word\n");
         exit(3);
@@ -165,11 +194,7 @@ static void test_exit_copies_the_last_message(void **state)
         usleep(1000);
     }
     char *got = calloc(1, 1 << 16);
-    size_t have = 0;
-    ssize_t n;
-    while ((n = read(p[0], got + have, (1 << 16) - 1 - have)) > 0 || (n < 0 && errno == EINTR))
-        have += n > 0 ? (size_t)n : 0;
-    close(p[0]);
+    read_to_end(p[0], got, 1 << 16);
     int st;
     assert_int_equal(waitpid(pid, &st, 0), pid);
     assert_true(WIFEXITED(st));
@@ -184,30 +209,17 @@ static void test_abort_copies_the_last_message(void **state)
 {
     (void)state;
     int p[2];
-    assert_int_equal(pipe2(p, O_CLOEXEC), 0);
-    fflush(NULL);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
+    pid_t pid = fork_with_pipe(p);
     if (pid == 0) {
-        alarm(20);
-        close(p[0]);
-        dup2(p[1], STDERR_FILENO);
-        close(p[1]);
-        char err[256];
-        if (stderr_relay_start(err, sizeof(err)) < 0)
-            _exit(99);
+        child_relays_to(p[1]);
         static const char msg[] = "malloc(): corrupted top size\n";
         if (write(STDERR_FILENO, msg, sizeof(msg) - 1) < 0)
             _exit(98);
         abort();
     }
     close(p[1]);
-    char got[4096] = "";
-    size_t have = 0;
-    ssize_t n;
-    while ((n = read(p[0], got + have, sizeof(got) - 1 - have)) > 0 || (n < 0 && errno == EINTR))
-        have += n > 0 ? (size_t)n : 0;
-    close(p[0]);
+    char got[4096];
+    read_to_end(p[0], got, sizeof(got));
     int st;
     assert_int_equal(waitpid(pid, &st, 0), pid);
     assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT);
