@@ -423,6 +423,24 @@ static size_t bidi_len(const unsigned char *p)
     return 0;
 }
 
+/* The length of the invisible character at <p> (UTF-8), or 0: the soft
+ * hyphen and the zero-width characters no name needs (U+00AD, U+180E,
+ * U+200B, U+2060, U+FEFF). "al" + U+200B + "ice" prints as alice and is
+ * not found by a search for it. The zero-width joiner and non-joiner
+ * (U+200C, U+200D) are allowed: Persian and Indic names are written with
+ * them. */
+static size_t invisible_len(const unsigned char *p)
+{
+    if (p[0] == 0xc2 && p[1] == 0xad)
+        return 2;
+    if ((p[0] == 0xe1 && p[1] == 0xa0 && p[2] == 0x8e) ||
+        (p[0] == 0xe2 && p[1] == 0x80 && p[2] == 0x8b) ||
+        (p[0] == 0xe2 && p[1] == 0x81 && p[2] == 0xa0) ||
+        (p[0] == 0xef && p[1] == 0xbb && p[2] == 0xbf))
+        return 3;
+    return 0;
+}
+
 static void rule_owner(struct load_ctx *c, const struct ynode *v, void *obj)
 {
     struct rule *r = obj;
@@ -453,6 +471,13 @@ static void rule_owner(struct load_ctx *c, const struct ynode *v, void *obj)
                      "must not hold bidirectional formatting characters (U+202A-U+202E, "
                      "U+2066-U+2069, U+200E, U+200F, U+061C): they reorder the line it is "
                      "printed in");
+            return;
+        }
+    for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++)
+        if (invisible_len(p) != 0) {
+            load_err(c, v->line,
+                     "must not hold invisible characters (U+00AD, U+180E, U+200B, U+2060, "
+                     "U+FEFF): a name with one prints as another and escapes a search for it");
             return;
         }
     load_set_str(&r->owner, s);

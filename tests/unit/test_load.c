@@ -108,6 +108,9 @@ static void run_errors(const struct error_case *cases, size_t n)
 #define BIDI_REFUSED                                                                               \
     "must not hold bidirectional formatting characters (U+202A-U+202E, U+2066-U+2069, U+200E, "    \
     "U+200F, U+061C): they reorder the line it is printed in"
+#define INVISIBLE_REFUSED                                                                          \
+    "must not hold invisible characters (U+00AD, U+180E, U+200B, U+2060, U+FEFF): a name with "    \
+    "one prints as another and escapes a search for it"
 #define R "rules:\n  - host: a.example.test\n    tier: 0\n"
 
 /* ---- happy paths ------------------------------------------------------ */
@@ -847,6 +850,12 @@ static void test_owner_not_ascii(void **state)
                        "\"\xd8\xb9\xd9\x84\xd9\x8a \xd7\x93\xd7\xa0\xd7\x94\"}\n");
     assert_string_equal(p->rules[0].owner, "\xd8\xb9\xd9\x84\xd9\x8a \xd7\x93\xd7\xa0\xd7\x94");
     policy_free(p);
+    /* The zero-width non-joiner is a letter's in Persian (U+0645 U+06CC
+     * ZWNJ U+0631): allowed, where the invisible characters are not. */
+    p = expect_clean(V "rules:\n  - {host: a.example.test, tier: 0, owner: "
+                       "\"\xd9\x85\xdb\x8c\xe2\x80\x8c\xd8\xb1\"}\n");
+    assert_string_equal(p->rules[0].owner, "\xd9\x85\xdb\x8c\xe2\x80\x8c\xd8\xb1");
+    policy_free(p);
 }
 
 static void test_rule_field_errors(void **state)
@@ -924,6 +933,17 @@ static void test_rule_field_errors(void **state)
          "p.yaml:3: rules[0].owner: " BIDI_REFUSED},
         {V "rules:\n  - {host: a.example.test, tier: 0, owner: \"erin\\u061c\\u200e\"}\n",
          "p.yaml:3: rules[0].owner: " BIDI_REFUSED},
+        /* Invisible characters inside a name: "al" ZWSP "ice" prints as
+         * alice, which a search for the owner does not find. */
+        {V "rules:\n  - {host: a.example.test, tier: 3, owner: \"al\\u200bice\", "
+           "expires: 2026-12-31}\n",
+         "p.yaml:3: rules[0].owner: " INVISIBLE_REFUSED},
+        {V "rules:\n  - {host: a.example.test, tier: 0, owner: \"\\ufeffbob\"}\n",
+         "p.yaml:3: rules[0].owner: " INVISIBLE_REFUSED},
+        {V "rules:\n  - {host: a.example.test, tier: 0, owner: \"car\\u00adol\"}\n",
+         "p.yaml:3: rules[0].owner: " INVISIBLE_REFUSED},
+        {V "rules:\n  - {host: a.example.test, tier: 0, owner: \"da\\u2060ve \\u180eX\"}\n",
+         "p.yaml:3: rules[0].owner: " INVISIBLE_REFUSED},
         {V "rules:\n  - {host: a.example.test, tier: 0, expires: 2026-02-30}\n",
          "p.yaml:3: rules[0].expires: invalid date '2026-02-30' (expected YYYY-MM-DD)"},
         {V "rules:\n  - {host: a.example.test, tier: 0, expires: 31/12/2026}\n",
