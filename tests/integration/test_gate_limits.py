@@ -19,8 +19,8 @@ import urllib.request
 
 import pytest
 
-from gate_client import (api_rule, connect, open_conn, poll, proc_stat, read_response,
-                         read_responses, recv_until_close, request)
+from gate_client import (api_rule, build_request, connect, open_conn, poll, proc_stat,
+                         read_response, read_responses, recv_until_close, request)
 from gate_servers import BannerServer, ScriptedUpstream, free_port, pattern_bytes
 
 
@@ -430,13 +430,11 @@ def _upload(gw, up, path, framing, body):
     """POSTs <body> (sent whole, <framing>: "length" or "chunked") through
     <gw> to <up> from a thread, reading meanwhile; returns the response, or
     None when the gateway cut the connection, and the time it came."""
-    host = "slowupload.example.test"
     if framing == "chunked":
-        fields, wire = b"Transfer-Encoding: chunked\r\n", _chunked(body)
+        field, wire = ("Transfer-Encoding", "chunked"), _chunked(body)
     else:
-        fields, wire = b"Content-Length: %d\r\n" % len(body), body
-    head = b"POST http://%s:%d%s HTTP/1.1\r\nHost: %s:%d\r\n%s\r\n" % (
-        host.encode(), up.port, path.encode(), host.encode(), up.port, fields)
+        field, wire = ("Content-Length", str(len(body))), body
+    head = build_request("POST", _slow_upload_url(up, path), [field])
     s = open_conn(gw, timeout=45)
     sender = threading.Thread(target=_send_quietly, args=(s, head + wire), daemon=True)
     sender.start()
@@ -458,10 +456,17 @@ def _send_quietly(s, data):
         pass  # the gateway answered and closed before taking it all
 
 
+SLOW_UPLOAD_HOST = "slowupload.example.test"
+
+
+def _slow_upload_url(up, path):
+    return "http://%s:%d%s" % (SLOW_UPLOAD_HOST, up.port, path)
+
+
 def _slow_upload_gateway(gateway, net, up, **kw):
-    """A gateway with idle_timeout 1 s that lets slowupload.example.test
-    reach <up> (<kw> go to gateway())."""
-    host = "slowupload.example.test"
+    """A gateway with idle_timeout 1 s that lets SLOW_UPLOAD_HOST reach <up>
+    (<kw> go to gateway())."""
+    host = SLOW_UPLOAD_HOST
     return gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
                               static_extra={host: up.IP}, limits={"idle_timeout": "1s"}), **kw)
 
@@ -1202,12 +1207,10 @@ def test_an_upload_the_client_cuts_counts_what_the_origin_got(gateway, net):
 
     with ScriptedUpstream(script) as up:
         gw = _slow_upload_gateway(gateway, net, up)
-        host = "slowupload.example.test"
         s = open_conn(gw, timeout=30)
         try:
-            s.sendall(b"POST http://%s:%d/cut HTTP/1.1\r\nHost: %s:%d\r\nContent-Length: %d\r\n\r\n"
-                      % (host.encode(), up.port, host.encode(), up.port, 2 * sent)
-                      + pattern_bytes(sent))
+            s.sendall(build_request("POST", _slow_upload_url(up, "/cut"),
+                                    {"Content-Length": str(2 * sent)}) + pattern_bytes(sent))
         finally:
             s.close()
         _, end = gw.decided(path="/cut", timeout=20)
@@ -1228,11 +1231,9 @@ def test_a_download_given_up_on_counts_what_the_client_got(gateway, net):
 
     with ScriptedUpstream(script) as up:
         gw = _slow_upload_gateway(gateway, net, up)
-        host = "slowupload.example.test"
         s = open_conn(gw, timeout=20)
         try:
-            s.sendall(b"GET http://%s:%d/down HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
-                      % (host.encode(), up.port, host.encode(), up.port))
+            s.sendall(build_request("GET", _slow_upload_url(up, "/down")))
             got = b""
             while b"\r\n\r\n" not in got:
                 d = s.recv(4096)
