@@ -10,6 +10,7 @@
 #include "policy/lint.h"
 #include "state/store.h"
 #include "util/units.h"
+#include "watch/contact_set.h"
 #include "watch/window.h"
 #include "util/env.h"
 
@@ -47,9 +48,7 @@ struct detectors {
     struct cfg cfg;
     struct agent_state *agents;
     size_t nagents, capagents;
-    /* first-contact set: open addressing over "agent\nhost" strings */
-    char **contacts;
-    size_t ncontacts, capcontacts;
+    struct contact_set contacts;
     struct fold fold;
     int64_t oh_minute;  /* off-hours cache */
     int32_t grants_day; /* the UTC day grants were last announced */
@@ -57,85 +56,11 @@ struct detectors {
     uint64_t published, folded;
 };
 
-/* ---- first-contact set ------------------------------------------------------ */
-
-static uint64_t hash_str(const char *s)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) {
-        h ^= (unsigned char)*s;
-        h *= 1099511628211ull;
-    }
-    return h;
-}
-
-static char *contact_key(const char *agent, const char *host)
-{
-    size_t a = strlen(agent), h = strlen(host);
-    char *k = malloc(a + h + 2);
-    if (k == NULL)
-        return NULL;
-    memcpy(k, agent, a);
-    k[a] = '\n';
-    memcpy(k + a + 1, host, h + 1);
-    return k;
-}
-
-static int contacts_grow(struct detectors *d)
-{
-    size_t nc = d->capcontacts ? d->capcontacts * 2 : 1024;
-    char **nt = calloc(nc, sizeof(*nt));
-    if (nt == NULL)
-        return -1;
-    for (size_t i = 0; i < d->capcontacts; i++) {
-        char *k = d->contacts[i];
-        if (k == NULL)
-            continue;
-        size_t j = hash_str(k) & (nc - 1);
-        while (nt[j] != NULL)
-            j = (j + 1) & (nc - 1);
-        nt[j] = k;
-    }
-    free(d->contacts);
-    d->contacts = nt;
-    d->capcontacts = nc;
-    return 0;
-}
-
-/* Returns 1 when the pair was new (and is now remembered), 0 when known,
- * -1 when it cannot be remembered (out of memory or over the cap). */
-static int contacts_add(struct detectors *d, const char *agent, const char *host)
-{
-    char *k = contact_key(agent, host);
-    if (k == NULL)
-        return -1;
-    if (d->capcontacts > 0) {
-        size_t j = hash_str(k) & (d->capcontacts - 1);
-        while (d->contacts[j] != NULL) {
-            if (strcmp(d->contacts[j], k) == 0) {
-                free(k);
-                return 0;
-            }
-            j = (j + 1) & (d->capcontacts - 1);
-        }
-    }
-    if (d->ncontacts >= DETECT_CONTACTS_MAX ||
-        ((d->ncontacts + 1) * 2 > d->capcontacts && contacts_grow(d) < 0)) {
-        free(k);
-        return -1;
-    }
-    size_t j = hash_str(k) & (d->capcontacts - 1);
-    while (d->contacts[j] != NULL)
-        j = (j + 1) & (d->capcontacts - 1);
-    d->contacts[j] = k;
-    d->ncontacts++;
-    return 1;
-}
-
 static void load_contact(const char *agent, const char *host, int64_t first_ms, void *arg)
 {
     (void)first_ms;
-    contacts_add(arg, agent, host);
+    struct detectors *d = arg;
+    contact_set_add(&d->contacts, agent, host);
 }
 
 /* ---- agents ----------------------------------------------------------------- */
@@ -241,6 +166,7 @@ struct detectors *detectors_new(struct alert_bus *out, struct store *store)
     d->oh_minute = -1;
     d->grants_day = INT32_MIN;
     fold_init(&d->fold);
+    contact_set_init(&d->contacts, DETECT_CONTACTS_MAX);
     d->cfg.write_burst.per_ms = d->cfg.upload_bytes.per_ms = d->cfg.denied_burst.per_ms = 60000;
     if (store != NULL) {
         store_load_contacts(store, load_contact, d);
@@ -256,9 +182,7 @@ void detectors_free(struct detectors *d)
     for (size_t i = 0; i < d->nagents; i++)
         free(d->agents[i].id);
     free(d->agents);
-    for (size_t i = 0; i < d->capcontacts; i++)
-        free(d->contacts[i]);
-    free(d->contacts);
+    contact_set_free(&d->contacts);
     fold_free(&d->fold);
     free(d->cfg.off_hours.tz);
     free(d);
@@ -517,7 +441,7 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
     struct alert al = {.agent = ev->agent, .host = ev->host, .tier = ev->tier, .id = ev->id};
 
     int fresh = c->first_contact && ev->agent != NULL && ev->host != NULL
-                    ? contacts_add(d, ev->agent, ev->host)
+                    ? contact_set_add(&d->contacts, ev->agent, ev->host)
                     : 0;
     const char *how = passed ? verdict_name(ev->verdict) : "denied";
     if (fresh != 0) {

@@ -1,0 +1,36 @@
+/* contact_set: the (agent, host) pairs the first_contact detector has
+ * seen, as one string "agent\nhost" each (no agent id or host holds a
+ * newline).
+ *
+ * An open-addressing table with linear probing, hashed with SipHash under
+ * a key drawn when the set is made. The hosts are the agents' own choice,
+ * denied ones included: under an unkeyed hash (FNV-1a before) an agent
+ * could pick thousands of made-up hosts whose pairs share a home slot, and
+ * every later request to a host not yet seen would walk that run with a
+ * string compare per slot, on the event loop.
+ *
+ * Owns: every pair string it holds. */
+#ifndef SLUICE_WATCH_CONTACT_SET_H
+#define SLUICE_WATCH_CONTACT_SET_H
+
+#include <stddef.h>
+
+#include "util/siphash.h"
+
+struct contact_set {
+    char **slot; /* cap slots, NULL when free; cap a power of two */
+    size_t n, cap;
+    size_t max; /* pairs it holds at most */
+    struct siphash_key key;
+};
+
+/* An empty set that holds at most <max> pairs. */
+void contact_set_init(struct contact_set *s, size_t max);
+void contact_set_free(struct contact_set *s);
+
+/* Remembers the pair. Returns 1 when it was new (and is now held), 0 when
+ * it was known, -1 when it cannot be held (out of memory, or <max> pairs
+ * held already). */
+int contact_set_add(struct contact_set *s, const char *agent, const char *host);
+
+#endif
