@@ -34,6 +34,7 @@ struct cfg {
 struct agent_state {
     char *id;
     struct window writes, uploads, denials;
+    struct window contacts; /* first contacts over the last minute */
     /* baseline */
     bool bl_known;
     struct store_baseline bl;
@@ -73,6 +74,8 @@ static void agent_windows(const struct cfg *c, struct agent_state *a, bool only_
         window_init(&a->uploads, c->upload_bytes.per_ms);
     if (!only_changed || a->denials.per_ms != c->denied_burst.per_ms)
         window_init(&a->denials, c->denied_burst.per_ms);
+    if (!only_changed)
+        window_init(&a->contacts, MINUTE_MS);
 }
 
 static void baseline_roll(struct detectors *d, struct agent_state *a, int64_t now_ms);
@@ -87,7 +90,8 @@ static struct agent_state *agent_evict(struct detectors *d, int64_t now_ms)
     for (size_t i = 0; i < d->nagents; i++) {
         struct agent_state *a = &d->agents[i];
         if ((v == NULL || a->seen_ms < v->seen_ms) && window_sum(&a->writes, now_ms) == 0 &&
-            window_sum(&a->uploads, now_ms) == 0 && window_sum(&a->denials, now_ms) == 0)
+            window_sum(&a->uploads, now_ms) == 0 && window_sum(&a->denials, now_ms) == 0 &&
+            window_sum(&a->contacts, now_ms) == 0)
             v = a;
     }
     if (v == NULL)
@@ -452,12 +456,27 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
     if (fresh > 0) {
         if (d->store != NULL)
             store_put_contact(d->store, ev->agent, ev->host, now_ms);
-        snprintf(detail, sizeof(detail), "%s contacted %s:%u for the first time (%s, %s)",
-                 ev->agent, ev->host, (unsigned)ev->port, ev->method ? ev->method : "?", how);
         /* Not folded (period 0): a pair contacts first once, so there is
          * never a repeat to fold, and a fold entry per pair would let an
-         * agent fill the fold table with made-up hosts. */
-        raise_alert(d, &al, ev->host, 0, now_ms);
+         * agent fill the fold table with made-up hosts. But one request
+         * each to thousands of made-up hosts would be thousands of lines
+         * to every sink, a real alert queued behind them: past
+         * DETECT_CONTACTS_BURST in a minute, an agent's first contacts
+         * fold per agent and minute (each is still remembered, and in
+         * the decision log). */
+        uint64_t n = a != NULL ? window_add(&a->contacts, now_ms, 1) : 0;
+        if (n > DETECT_CONTACTS_BURST) {
+            snprintf(detail, sizeof(detail),
+                     "%s contacted %s:%u for the first time (%s, %s): over %u first contacts "
+                     "within 1m, so this agent's first contacts are folded per minute",
+                     ev->agent, ev->host, (unsigned)ev->port, ev->method ? ev->method : "?", how,
+                     (unsigned)DETECT_CONTACTS_BURST);
+            raise_alert(d, &al, NULL, MINUTE_MS, now_ms);
+        } else {
+            snprintf(detail, sizeof(detail), "%s contacted %s:%u for the first time (%s, %s)",
+                     ev->agent, ev->host, (unsigned)ev->port, ev->method ? ev->method : "?", how);
+            raise_alert(d, &al, ev->host, 0, now_ms);
+        }
     } else if (fresh < 0) {
         /* Memory for pairs is full (an agent may have filled it with
          * made-up hosts to hide a real first contact): a pair not

@@ -33,9 +33,10 @@
 struct store;
 struct detectors;
 
-#define DETECT_FOLD_MS      60000   /* fold period of the per-request kinds */
-#define DETECT_CONTACTS_MAX 1000000 /* first-contact pairs remembered */
-#define DETECT_AGENTS_MAX   4096    /* agents with window state */
+#define DETECT_FOLD_MS        60000   /* fold period of the per-request kinds */
+#define DETECT_CONTACTS_MAX   1000000 /* first-contact pairs remembered */
+#define DETECT_CONTACTS_BURST 30      /* an agent's first contacts a minute told one by one */
+#define DETECT_AGENTS_MAX     4096    /* agents with window state */
 
 /* Returns new detectors publishing to <out>, remembering in <store> (NULL:
  * memory only; otherwise its first contacts and baselines are loaded now),

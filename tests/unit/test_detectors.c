@@ -235,7 +235,8 @@ static void first_contacts_leave_folding_alone(void **state)
             ev_of("ci", "GET", host, VERDICT_DENY, REASON_NOT_IN_POLICY, TIER_NONE);
         detectors_feed(f->d, &ev, T0 + i / 100);
     }
-    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], 5000);
+    /* one by one up to the burst, then one line opens the agent's fold */
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], DETECT_CONTACTS_BURST + 1);
     struct egress_event ex =
         ev_of("ci", "POST", "old.test", VERDICT_DENY, REASON_GRANT_EXPIRED, TIER_3);
     ex.rule = &f->rules[0];
@@ -257,12 +258,17 @@ static void first_contacts_past_the_memory_are_still_told(void **state)
         snprintf(host, sizeof(host), "h%d.test", i);
         struct egress_event ev =
             ev_of("filler", "GET", host, VERDICT_DENY, REASON_NOT_IN_POLICY, TIER_NONE);
-        detectors_feed(f->d, &ev, T0);
+        detectors_feed(f->d, &ev, T0 - 120000);
     }
-    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], DETECT_CONTACTS_MAX);
+    /* the filler's flood: the burst one by one, one line opening its fold,
+     * and the fold's summary once its minute is over */
+    detectors_tick(f->d, T0);
+    int base = f->got.n[ALERT_FIRST_CONTACT];
+    assert_int_equal(base, DETECT_CONTACTS_BURST + 2);
+    assert_int_equal(f->got.last_count, DETECT_CONTACTS_MAX - DETECT_CONTACTS_BURST - 1);
     struct egress_event real = ev_of("ci", "POST", "real.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
     detectors_feed(f->d, &real, T0 + 1);
-    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], DETECT_CONTACTS_MAX + 1);
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], base + 1);
     assert_string_equal(f->got.last_agent, "ci");
     assert_non_null(strstr(f->got.last_detail, "ci contacted real.test:80, which it may not"));
     assert_non_null(strstr(f->got.last_detail, "first-contact memory is full"));
@@ -272,15 +278,60 @@ static void first_contacts_past_the_memory_are_still_told(void **state)
         struct egress_event ev = ev_of("ci", "GET", host, VERDICT_ALLOW, REASON_NONE, TIER_1);
         detectors_feed(f->d, &ev, T0 + 2);
     }
-    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], DETECT_CONTACTS_MAX + 1);
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], base + 1);
     detectors_tick(f->d, T0 + 60001);
-    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], DETECT_CONTACTS_MAX + 2);
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], base + 2);
     assert_int_equal(f->got.last_count, 20);
     /* a pair remembered before the memory filled stays quiet */
     struct egress_event known =
         ev_of("filler", "GET", "h7.test", VERDICT_DENY, REASON_NOT_IN_POLICY, TIER_NONE);
     detectors_feed(f->d, &known, T0 + 60002);
-    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], DETECT_CONTACTS_MAX + 2);
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], base + 2);
+}
+
+/* An agent sending one request each to made-up hosts: each is a first
+ * contact, and each was its own line to every sink, thousands a second,
+ * with a real alert queued behind them at a webhook. Past
+ * DETECT_CONTACTS_BURST within a minute its first contacts fold per agent
+ * and minute; another agent's are told as before, and once the minute has
+ * passed so are the flooder's. */
+static void first_contact_flood_folds_per_agent(void **state)
+{
+    struct fx *f = *state;
+    f->p.alerts.first_contact = true;
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    char host[40];
+    for (int i = 0; i < 1000; i++) {
+        snprintf(host, sizeof(host), "x%d.made-up.test", i);
+        struct egress_event ev =
+            ev_of("ci", "GET", host, VERDICT_DENY, REASON_NOT_IN_POLICY, TIER_NONE);
+        detectors_feed(f->d, &ev, T0 + i);
+        if (i == DETECT_CONTACTS_BURST - 1) {
+            assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], DETECT_CONTACTS_BURST);
+            assert_non_null(strstr(f->got.last_detail, "for the first time (GET, denied)"));
+            assert_null(strstr(f->got.last_detail, "folded"));
+        }
+    }
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], DETECT_CONTACTS_BURST + 1);
+    assert_non_null(strstr(f->got.last_detail, "ci contacted x30.made-up.test:80 for the first "
+                                               "time (GET, denied): over 30 first contacts"));
+    /* another agent is not folded with it */
+    struct egress_event other =
+        ev_of("docs", "GET", "x5.made-up.test", VERDICT_DENY, REASON_NOT_IN_POLICY, TIER_NONE);
+    detectors_feed(f->d, &other, T0 + 1000);
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], DETECT_CONTACTS_BURST + 2);
+    assert_string_equal(f->got.last_agent, "docs");
+    /* the minute's end: one summary of the rest */
+    detectors_tick(f->d, T0 + 60030);
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], DETECT_CONTACTS_BURST + 3);
+    assert_int_equal(f->got.last_count, 1000 - DETECT_CONTACTS_BURST - 1);
+    assert_string_equal(f->got.last_agent, "ci");
+    /* a quiet minute later, a new host is told on its own again */
+    struct egress_event later =
+        ev_of("ci", "GET", "after.made-up.test", VERDICT_DENY, REASON_NOT_IN_POLICY, TIER_NONE);
+    detectors_feed(f->d, &later, T0 + 130000);
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], DETECT_CONTACTS_BURST + 4);
+    assert_null(strstr(f->got.last_detail, "folded"));
 }
 
 static void off_hours_arithmetic(void **state)
@@ -696,6 +747,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(denied_burst_and_upload, setup, teardown),
         cmocka_unit_test_setup_teardown(tier3_grants_and_first_contact, setup, teardown),
         cmocka_unit_test_setup_teardown(first_contacts_leave_folding_alone, setup, teardown),
+        cmocka_unit_test_setup_teardown(first_contact_flood_folds_per_agent, setup, teardown),
         cmocka_unit_test_setup_teardown(baseline_seeded_by_the_first_full_minute, setup, teardown),
         cmocka_unit_test_setup_teardown(baseline_unseeded_row_is_relearned, setup, teardown),
         cmocka_unit_test_setup_teardown(first_contacts_past_the_memory_are_still_told, setup,
