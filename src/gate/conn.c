@@ -992,6 +992,8 @@ static void on_head_deadline(evutil_socket_t fd, short what, void *arg)
     else if (c->state == CS_PEEK) {
         c->peek_over = true; /* the peek window is over: decide now */
         connect_on_client_read(c);
+    } else if (c->state == CS_FORWARD) {
+        forward_on_head_deadline(c);
     }
 }
 

@@ -162,7 +162,7 @@ struct conn {
     struct bufferevent *up;
     evutil_socket_t up_fd;
     struct tunnel *tunnel;
-    struct event *timer; /* head deadline; CONNECT peek window */
+    struct event *timer; /* head deadline (a response head's too); CONNECT peek window */
     bool peek_over;      /* the peek window closed (timer or client EOF) */
     bool client_reset;   /* ... by a reset: judged, then no tunnel is opened */
     bool hello_retried;  /* CONNECT: the server asked for a second ClientHello (connect.c) */
@@ -245,6 +245,8 @@ void forward_drop_idle(struct conn *c);
 void forward_on_client_read(struct conn *c);
 void forward_on_client_write(struct conn *c);
 void forward_on_client_event(struct conn *c, short what);
+/* The response head's deadline passed (c->timer while forwarding). */
+void forward_on_head_deadline(struct conn *c);
 /* Parses and checks the plain-HTTP parts of the request head (called from
  * conn.c while the head is still in the input buffer): writes the upstream
  * head into ex->uphead. Returns 0, or a deny reason. */

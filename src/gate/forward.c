@@ -27,6 +27,7 @@
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/event.h>
 
 #include "gate/conn.h"
 #include "gate/drain.h"
@@ -460,6 +461,28 @@ static size_t response_head_limit(const struct conn *c)
     return limit == 0 || limit > 1024 * 1024 ? 64 * 1024 : (size_t)limit;
 }
 
+/* Each response head (interim or final) must be complete within
+ * idle_timeout of its first byte (c->timer, free while forwarding): the
+ * read timeout alone would let an upstream that sends one byte of it at a
+ * time, each within idle_timeout, hold the agent for header_bytes times
+ * idle_timeout without an answer. Armed once part of a head is in. */
+static void head_deadline_arm(struct conn *c)
+{
+    if (!evtimer_pending(c->timer, NULL)) {
+        struct timeval tv = idle_tv(c);
+        evtimer_add(c->timer, &tv);
+    }
+}
+
+void forward_on_head_deadline(struct conn *c)
+{
+    if (c->up == NULL || c->ex.rsp_head_done)
+        return;
+    if (!c->ex.req_taken)
+        drop_untaken(c);
+    fail(c, "the upstream did not send its response head in time");
+}
+
 /* Reads response heads until the final one. Interim (1xx) ones are passed
  * on, at most INTERIM_MAX per request (more: 502), under the same FLOW_HIGH
  * backpressure as body bytes unless <force> (the upstream ended: its input
@@ -475,15 +498,18 @@ static int read_response_head(struct conn *c, bool force)
             return 0;
         if (!force && client_backlog(c) >= FLOW_HIGH) {
             bufferevent_disable(c->up, EV_READ);
-            return 0; /* forward_on_client_write resumes */
+            evtimer_del(c->timer); /* the client is judged meanwhile; the head anew after */
+            return 0;              /* forward_on_client_write resumes */
         }
         size_t n = len < limit ? len : limit;
         const char *buf = (const char *)evbuffer_pullup(in, (ev_ssize_t)n);
         const char *why = NULL;
         /* Parsed once its end is there, found looking at the new bytes
          * alone (as a request head: conn.c, read_head()). */
-        if (buf != NULL && http1_head_end(&ex->rsp_scan, buf, n, limit, &why) == HTTP1_NEED_MORE)
+        if (buf != NULL && http1_head_end(&ex->rsp_scan, buf, n, limit, &why) == HTTP1_NEED_MORE) {
+            head_deadline_arm(c);
             return 0;
+        }
         struct http_response *rsp = malloc(sizeof(*rsp));
         if (buf == NULL || rsp == NULL) {
             free(rsp);
@@ -493,8 +519,10 @@ static int read_response_head(struct conn *c, bool force)
         int rc = http1_parse_response(buf, n, limit, rsp, &why);
         if (rc == HTTP1_NEED_MORE) {
             free(rsp);
+            head_deadline_arm(c);
             return 0;
         }
+        evtimer_del(c->timer);
         if (rc < 0 || rsp->status == 101) {
             free(rsp);
             fail(c, "the upstream sent an invalid response");

@@ -365,6 +365,36 @@ def test_head_dribbled_then_abandoned(gateway, net):
         gw.decided(path="/half")
 
 
+@pytest.mark.parametrize("interim", [False, True], ids=["final", "after_100"])
+def test_head_trickled_is_given_up_on(gateway, net, interim):
+    # A byte of the head at a time, each well within the idle timeout: the
+    # head must still be complete within idle_timeout of its first byte, or
+    # the agent waits as long as header_bytes times idle_timeout for an
+    # answer that never comes. An interim head before it does not stretch
+    # the final head's deadline.
+    def script(conn, stop, _):
+        if interim:
+            conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+        conn.sendall(b"HTTP/1.1 200 OK\r\nX-Pad: ")
+        for _ in range(150):  # 30 s at most
+            if stop.wait(0.2):
+                return
+            conn.sendall(b"a")
+
+    with ScriptedUpstream(script) as up:
+        gw = evil_gateway(gateway, net, up, limits={"idle_timeout": "1s"})
+        s = open_conn(gw, timeout=15)
+        try:
+            s.sendall(evil_get("/trickle", up))
+            r = read_response(s)  # after the 100, which http.client skips
+        finally:
+            s.close()
+        assert r.status == 502 and r.header("Sluice-Reason") == "upstream_unreachable", r
+        assert b"did not send its response head in time" in r.body, r.body
+        _, end = gw.decided(path="/trickle")
+        assert end["status"] == 502, end
+
+
 def test_many_origins_misbehaving_at_once(gateway, net):
     # Several of the above at the same time on one gateway: each agent gets
     # its own outcome, and the gateway keeps answering.
