@@ -95,6 +95,17 @@ def test_oversized_response_head_is_502(gateway, net):
 INJECTED = b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nINJECTED"
 
 
+def recv_head(conn, buf=b""):
+    """Reads from <conn> onto <buf> until a head's end is in it; None when
+    the connection ends first."""
+    while b"\r\n\r\n" not in buf:
+        d = conn.recv(4096)
+        if not d:
+            return None
+        buf += d
+    return buf
+
+
 def raw_turn(s, data, quiet=0.6, first=10.0):
     """Sends <data> on <s> and returns every byte that arrives, waiting up
     to <first> s for the first and then until none has come for <quiet> s:
@@ -195,13 +206,9 @@ def test_bytes_beyond_the_response_never_reach_the_agent(gateway, net, first):
             time.sleep(0.2)
             conn.sendall(INJECTED)
         conn.settimeout(3)
-        buf = received.partition(b"\r\n\r\n")[2]
         try:
-            while b"\r\n\r\n" not in buf:
-                d = conn.recv(4096)
-                if not d:
-                    return
-                buf += d
+            if recv_head(conn, received.partition(b"\r\n\r\n")[2]) is None:
+                return
         except OSError:
             return
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond")
@@ -279,6 +286,61 @@ def test_unread_bytes_or_end_behind_a_response_stop_its_reuse(gateway, net, tota
         assert up.accepted == 2
         gw.decided(path="/b1")
         gw.decided(path="/b2")
+
+
+@pytest.mark.parametrize("size", [1000, 200 << 10, 4 << 20], ids=["small", "held", "large"])
+def test_early_answer_keeps_the_upstream_stream_framed(gateway, net, size):
+    # The origin answers a POST (framed, keep-alive) before it read any of
+    # the body, then reads the body as its Content-Length says and answers
+    # what follows on that connection. Whether the gateway read the whole
+    # body from the client by then (small) or not (large), the next request
+    # must reach the origin only behind the whole body (the origin would
+    # else take the head for body bytes and the agent wait for ever, or
+    # worse, body bytes for a request), or on a fresh connection: never a
+    # kept connection whose request was cut short.
+    def script(conn, stop, received):
+        head, _, rest = received.partition(b"\r\n\r\n")
+        if head.startswith(b"GET"):
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfresh")
+            stop.wait(2)
+            return
+        stop.wait(0.5)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nearly")
+        left = size - len(rest)
+        while left > 0:
+            d = conn.recv(min(left, 65536))
+            if not d:
+                return
+            rest, left = b"", left - len(d)
+        buf = recv_head(conn)
+        if buf is None:
+            return
+        assert buf.startswith(b"GET "), buf[:80]
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nkept")
+        stop.wait(2)
+
+    with ScriptedUpstream(script) as up:
+        gw = evil_gateway(gateway, net, up)
+        s = open_conn(gw)
+        try:
+            s.sendall(("POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Length: %d\r\n\r\n"
+                       % (evil_url(up, "/p"), EVIL, up.port, size)).encode())
+            try:
+                s.sendall(b"z" * size)
+            except OSError:
+                pass  # the gateway stopped reading the body and closed
+            r1 = read_response(s, method="POST")
+            assert r1.status == 200 and r1.body == b"early", r1
+            if r1.will_close:
+                s.close()
+                s = open_conn(gw)
+            s.sendall(evil_get("/next", up))
+            r2 = read_response(s)
+        finally:
+            s.close()
+        assert r2.status == 200 and r2.body in (b"fresh", b"kept"), (r2, r2.body)
+        gw.decided(path="/p")
+        gw.decided(path="/next")
 
 
 def test_head_response_with_a_body_is_not_relayed(gateway, net):
