@@ -899,6 +899,277 @@ static void test_many_rules(void **state)
     free(names);
 }
 
+/* ---- the index against the plain semantics ---- */
+
+/* A reference decision, written from SPEC.md and docs/SPEC.md without the
+ * index: every rule is looked at, every deny entry too. policy_decide() must
+ * agree with it on every field, for any policy and any request. */
+
+/* The specificity class of <r> for the request <h>: lower is more specific
+ * (exact, then wildcards by longer suffix, then CIDRs by longer prefix);
+ * -1 when <r> does not cover <h>. */
+static int ref_class(const struct rule *r, const struct host *h)
+{
+    if (h->kind == HOST_IP)
+        return r->kind == RULE_CIDR && cidr_contains(&r->cidr, &h->ip) ? 128 - r->cidr.prefix : -1;
+    if (r->kind == RULE_EXACT)
+        return strcmp(r->host, h->name) == 0 ? 0 : -1;
+    if (r->kind != RULE_WILDCARD)
+        return -1;
+    struct host_pattern hp = {.kind = PATTERN_WILDCARD};
+    snprintf(hp.name, sizeof(hp.name), "%s", r->host);
+    return host_pattern_matches(&hp, h->name) ? 1 + HOST_MAX - (int)strlen(r->host) : -1;
+}
+
+/* True when <a> (class <ca>) ranks before <b> (class <cb>); <b> may be NULL. */
+static bool ref_before(const struct rule *a, int ca, const struct rule *b, int cb)
+{
+    if (b == NULL)
+        return true;
+    if (ca != cb)
+        return ca < cb;
+    if ((a->methods != 0) != (b->methods != 0))
+        return a->methods != 0;
+    if (a->tier != b->tier)
+        return a->tier < b->tier;
+    return a->index < b->index;
+}
+
+static bool ref_agent(const struct rule *r, const char *id)
+{
+    for (size_t i = 0; i < r->nagents; i++)
+        if (id != NULL && strcmp(r->agents[i], id) == 0)
+            return true;
+    return r->nagents == 0;
+}
+
+static bool ref_port(const struct rule *r, uint16_t port)
+{
+    for (size_t i = 0; i < r->nports; i++)
+        if (r->ports[i] == port)
+            return true;
+    return false;
+}
+
+static struct decision ref_decide(const struct policy *p, const struct decision_query *q)
+{
+    struct decision d = {VERDICT_DENY, REASON_NONE, TIER_NONE, NULL, NULL};
+    const struct host *h = q->target;
+    bool connect = q->method == METHOD_CONNECT;
+    int32_t today = (int32_t)(q->now / DAY);
+    bool denied = false;
+    for (size_t i = 0; h->kind == HOST_NAME && i < p->ndeny; i++)
+        denied = denied || host_pattern_matches(&p->deny[i].pattern, h->name);
+    /* 0 none, 1 covered, 2 agent, 3 port, 4 method, 5 live */
+    int stage = 0;
+    const struct rule *best = NULL, *expired = NULL, *open = NULL, *top = NULL;
+    int cbest = 0, cexp = 0, copen = 0, ctop = 0;
+    for (size_t i = 0; !denied && i < p->nrules; i++) {
+        const struct rule *r = &p->rules[i];
+        int c = ref_class(r, h);
+        if (c < 0)
+            continue;
+        int st = 1;
+        if (ref_agent(r, q->agent_id)) {
+            st = 2;
+            if (ref_port(r, q->port)) {
+                st = 3;
+                if (connect || r->methods == 0 || (r->methods & q->method) != 0)
+                    st = 4;
+            }
+        }
+        if (st == 4 && r->has_expires && today > r->expires) {
+            if (ref_before(r, c, expired, cexp)) {
+                expired = r;
+                cexp = c;
+            }
+        } else if (st == 4) {
+            st = 5;
+            if (!connect && ref_before(r, c, best, cbest)) {
+                best = r;
+                cbest = c;
+            }
+            if (connect && r->methods == 0 && ref_before(r, c, open, copen)) {
+                open = r;
+                copen = c;
+            }
+            if (connect && (top == NULL || r->tier > top->tier ||
+                            (r->tier == top->tier && ref_before(r, c, top, ctop)))) {
+                top = r;
+                ctop = c;
+            }
+        }
+        stage = st > stage ? st : stage;
+    }
+    static const enum deny_reason by_stage[] = {
+        REASON_NOT_IN_POLICY,      REASON_AGENT_NOT_ALLOWED, REASON_PORT_NOT_ALLOWED,
+        REASON_METHOD_NOT_ALLOWED, REASON_GRANT_EXPIRED,
+    };
+    const struct rule *win = connect ? open : best;
+    if (denied) {
+        d.reason = REASON_DENIED_HOST;
+    } else if (win != NULL) {
+        d.verdict = VERDICT_ALLOW;
+        d.rule = win;
+        d.tier = connect ? top->tier : win->tier;
+        d.owner = !connect || win->tier == top->tier ? win->owner : top->owner;
+    } else if (top != NULL) {
+        d.reason = REASON_NEEDS_INSPECTION;
+        d.rule = top;
+        d.tier = top->tier;
+        d.owner = top->owner;
+    } else if (stage == 0 && h->kind == HOST_IP) {
+        d.reason = REASON_IP_LITERAL;
+    } else {
+        d.reason = by_stage[stage < 5 ? stage : 4];
+        if (d.reason == REASON_GRANT_EXPIRED) {
+            d.rule = expired;
+            d.tier = expired->tier;
+            d.owner = expired->owner;
+        }
+    }
+    if (d.verdict == VERDICT_DENY && q->agent != NULL && q->agent->mode == AGENT_REPORT)
+        d.verdict = VERDICT_REPORT;
+    return d;
+}
+
+/* xorshift64: the same cases on every run. */
+static uint64_t rnd_state = 0x9e3779b97f4a7c15u;
+
+static unsigned rnd(unsigned n)
+{
+    rnd_state ^= rnd_state << 13;
+    rnd_state ^= rnd_state >> 7;
+    rnd_state ^= rnd_state << 17;
+    return (unsigned)(rnd_state % n);
+}
+
+/* A name of 1 to 4 labels from a small set, so that names share suffixes,
+ * and glued ones ("ab.c" next to "b.c") come up. */
+static void rnd_name(char *out, size_t len)
+{
+    static const char *const labels[] = {"a", "b", "ab", "c", "bc"};
+    size_t o = 0;
+    unsigned n = 1 + rnd(4);
+    out[0] = '\0';
+    for (unsigned i = 0; i < n; i++)
+        o += (size_t)snprintf(out + o, len - o, "%s%s", i ? "." : "", labels[rnd(5)]);
+}
+
+/* An address in 10.0.0.0/28 or 2001:db8::/124, so that prefixes overlap. */
+static void rnd_addr(struct ipaddr *a, bool v6)
+{
+    memset(a, 0, sizeof(*a));
+    if (v6) {
+        a->b[0] = 0x20;
+        a->b[1] = 0x01;
+        a->b[2] = 0x0d;
+        a->b[3] = 0xb8;
+    } else {
+        a->b[10] = 0xff;
+        a->b[11] = 0xff;
+        a->b[12] = 10;
+    }
+    a->b[15] = (uint8_t)rnd(16);
+}
+
+static void rnd_rule(struct fx *f)
+{
+    static const unsigned method_sets[] = {0,           0,
+                                           METHOD_GET,  METHOD_GET | METHOD_HEAD,
+                                           METHOD_POST, METHOD_GET | METHOD_POST | METHOD_PUT};
+    static const uint16_t port_pool[] = {80, 443, 8080};
+    static const char *const agent_pool[] = {"a1", "a2"};
+    char pat[HOST_MAX + 8];
+    unsigned kind = rnd(3);
+    if (kind == 0) {
+        rnd_name(pat, sizeof(pat));
+    } else if (kind == 1) {
+        memcpy(pat, "*.", 2);
+        rnd_name(pat + 2, sizeof(pat) - 2);
+    } else {
+        snprintf(pat, sizeof(pat), "0.0.0.0/1"); /* replaced below */
+    }
+    struct rule *r = add(f, pat, method_sets[rnd(6)], (enum tier)rnd(4));
+    if (kind == 2) {
+        /* /0 and /32 of IPv6 hold every IPv4 address (as ::ffff:0:0/96) */
+        static const uint8_t v4_prefixes[] = {96, 104, 120, 124, 125, 126, 127, 128};
+        static const uint8_t v6_prefixes[] = {0, 32, 64, 124, 126, 128};
+        bool v6 = rnd(4) == 0;
+        rnd_addr(&r->cidr.addr, v6);
+        r->cidr.prefix = v6 ? v6_prefixes[rnd(6)] : v4_prefixes[rnd(8)];
+        mask(&r->cidr);
+        f->pats[r->index][0] = '\0';
+    }
+    if (rnd(3) == 0) {
+        uint16_t a = port_pool[rnd(3)], b = port_pool[rnd(3)];
+        set_ports(f, r, a < b ? a : b, a == b ? 0 : (a < b ? b : a));
+    }
+    if (rnd(3) == 0)
+        set_agent(f, r, agent_pool[rnd(2)]);
+    if (rnd(3) == 0)
+        set_expiry(r, TODAY - 1 + (int32_t)rnd(3), rnd(2) ? "bob" : NULL);
+    else if (rnd(4) == 0)
+        r->owner = (char *)(uintptr_t) "carol";
+}
+
+static void test_index_agrees_with_scan(void **state)
+{
+    (void)state;
+    static const unsigned methods[] = {METHOD_GET,    METHOD_HEAD,    METHOD_POST,
+                                       METHOD_DELETE, METHOD_CONNECT, METHOD_OTHER};
+    static const uint16_t ports[] = {80, 443, 8080, 22};
+    static const char *const ids[] = {"default", "a1", "a2"};
+    struct agent reporter = {.mode = AGENT_REPORT};
+    for (int round = 0; round < 3000; round++) {
+        struct fx *f = fx_new();
+        unsigned nrules = 1 + rnd(12), ndeny = rnd(3);
+        for (unsigned i = 0; i < nrules; i++)
+            rnd_rule(f);
+        for (unsigned i = 0; i < ndeny; i++) {
+            char pat[HOST_MAX + 8];
+            bool wild = rnd(2) == 0;
+            memcpy(pat, "*.", 2);
+            rnd_name(pat + 2, sizeof(pat) - 2);
+            add_deny(f, wild ? pat : pat + 2);
+        }
+        fx_index(f);
+        for (int k = 0; k < 60; k++) {
+            struct host h;
+            memset(&h, 0, sizeof(h));
+            if (rnd(3) == 0) {
+                h.kind = HOST_IP;
+                rnd_addr(&h.ip, rnd(4) == 0);
+            } else {
+                h.kind = HOST_NAME;
+                rnd_name(h.name, sizeof(h.name));
+            }
+            struct decision_query q = {
+                .agent = rnd(5) == 0 ? &reporter : NULL,
+                .agent_id = ids[rnd(3)],
+                .method = methods[rnd(6)],
+                .target = &h,
+                .port = ports[rnd(4)],
+                .now = NOW,
+            };
+            struct decision got, want = ref_decide(&f->p, &q);
+            memset(&got, 0x5a, sizeof(got));
+            policy_decide(&f->p, &q, &got);
+            if (got.verdict != want.verdict || got.reason != want.reason || got.tier != want.tier ||
+                got.rule != want.rule || got.owner != want.owner)
+                fail_msg("round %d, %s %s port %u agent %s: got %s %s rules[%d] tier %d, "
+                         "want %s %s rules[%d] tier %d",
+                         round, method_name(q.method), h.kind == HOST_IP ? "(ip)" : h.name, q.port,
+                         q.agent_id, verdict_name(got.verdict),
+                         reason_name(got.reason) ? reason_name(got.reason) : "-",
+                         got.rule ? (int)got.rule->index : -1, got.tier, verdict_name(want.verdict),
+                         reason_name(want.reason) ? reason_name(want.reason) : "-",
+                         want.rule ? (int)want.rule->index : -1, want.tier);
+        }
+        fx_free(f);
+    }
+}
+
 /* ---- names and statuses ---- */
 
 static void test_names(void **state)
@@ -977,6 +1248,7 @@ int main(void)
         cmocka_unit_test(test_empty_policy),
         cmocka_unit_test(test_index_lists),
         cmocka_unit_test(test_many_rules),
+        cmocka_unit_test(test_index_agrees_with_scan),
         cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
