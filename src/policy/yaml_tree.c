@@ -1,6 +1,8 @@
 #include "policy/yaml_tree.h"
 
 #include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <yaml.h>
@@ -10,11 +12,21 @@
 #define YTREE_DEPTH_LIMIT 64
 #define YAML_STR_TAG      "tag:yaml.org,2002:str"
 
+/* Bytes of the field path an error names ("rules[3].host"), NUL included,
+ * and characters of a key it shows. */
+#define FIELD_MAX    384
+#define KEY_SHOW_MAX 64
+
 struct builder {
     struct ytree *t;
     struct diag *d;
     int max_depth;
     size_t stack[YTREE_DEPTH_LIMIT];
+    /* A mapping's last key, for the field path: its text at key_off in
+     * t->text, or none (a key that is not a scalar). */
+    size_t key_off[YTREE_DEPTH_LIMIT];
+    size_t key_len[YTREE_DEPTH_LIMIT];
+    bool key_ok[YTREE_DEPTH_LIMIT];
     int sp;
     int documents;
 };
@@ -22,6 +34,67 @@ struct builder {
 static int mark_line(const yaml_mark_t *m)
 {
     return m->line >= (size_t)INT_MAX ? INT_MAX : (int)m->line + 1;
+}
+
+/* Appends <key> (<len> bytes, hostile) to <out> as a message shows it:
+ * printable ASCII, '?' for any other byte, at most KEY_SHOW_MAX of them. */
+static size_t put_key(char *out, size_t o, const char *key, size_t len)
+{
+    if (o > 0 && o < FIELD_MAX - 1)
+        out[o++] = '.';
+    for (size_t i = 0; i < len && o < FIELD_MAX - 1; i++) {
+        unsigned char ch = (unsigned char)key[i];
+        if (i == KEY_SHOW_MAX) {
+            o += (size_t)snprintf(out + o, FIELD_MAX - o, "...");
+            break;
+        }
+        out[o++] = ch >= 0x20 && ch < 0x7f ? (char)ch : '?';
+    }
+    out[o < FIELD_MAX ? o : FIELD_MAX - 1] = '\0';
+    return o < FIELD_MAX ? o : FIELD_MAX - 1;
+}
+
+/* The field path of the node about to be added ("rules[3].host"), as the
+ * loader names fields, into <out> (FIELD_MAX bytes): so that an error the
+ * tree refuses a node with (an anchor, a tag, a NUL byte, nesting) names
+ * where it is. A mapping key is named by itself when it is a scalar whose
+ * text is known (<key>, <len>), else by its mapping. */
+static void node_field(const struct builder *b, const char *key, size_t len, char *out)
+{
+    size_t o = 0;
+    out[0] = '\0';
+    for (int l = 0; l < b->sp; l++) {
+        const struct ynode *n = &b->t->nodes[b->stack[l]];
+        bool last = l == b->sp - 1;
+        size_t child = last ? n->count : n->count - 1; /* the one being read */
+        if (n->kind == YNODE_SEQUENCE) {
+            int w = snprintf(out + o, FIELD_MAX - o, "[%zu]", child);
+            o = w > 0 && (size_t)w < FIELD_MAX - o ? o + (size_t)w : FIELD_MAX - 1;
+        } else if (child % 2 == 1 && b->key_ok[l]) {
+            o = put_key(out, o, b->t->text + b->key_off[l], b->key_len[l]);
+        } else {
+            /* a key: itself when known; a value under a key that is not a
+             * scalar: its mapping */
+            if (last && child % 2 == 0 && key != NULL)
+                put_key(out, o, key, len);
+            return;
+        }
+    }
+}
+
+/* An error about the node about to be added (<key>: its text when it is a
+ * scalar, else NULL), naming its field. */
+__attribute__((format(printf, 5, 6))) static void
+node_error(struct builder *b, int line, const char *key, size_t len, const char *fmt, ...)
+{
+    char field[FIELD_MAX];
+    char msg[256];
+    node_field(b, key, len, field);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    diag_error(b->d, line, field, "%s", msg);
 }
 
 static struct ynode *add_node(struct builder *b, enum ynode_kind kind, int line)
@@ -35,8 +108,13 @@ static struct ynode *add_node(struct builder *b, enum ynode_kind kind, int line)
         t->cap = t->cap ? t->cap * 2 : 64;
         t->nodes = xreallocarray(t->nodes, t->cap, sizeof(*t->nodes));
     }
-    if (b->sp > 0)
-        t->nodes[b->stack[b->sp - 1]].count++;
+    if (b->sp > 0) {
+        struct ynode *parent = &t->nodes[b->stack[b->sp - 1]];
+        parent->count++;
+        /* a mapping's key: on_scalar() records a scalar one's text */
+        if (parent->kind == YNODE_MAPPING && parent->count % 2 == 1)
+            b->key_ok[b->sp - 1] = false;
+    }
     struct ynode *n = &t->nodes[t->nnodes++];
     memset(n, 0, sizeof(*n));
     n->kind = kind;
@@ -61,12 +139,13 @@ static void add_text(struct ytree *t, const char *s, size_t len)
     t->tlen += len + 1;
 }
 
-/* Anchors, aliases and tags (other than !!str) are refused. Returns 0 or -1. */
+/* Anchors, aliases and tags (other than !!str) are refused. <key>, <len>:
+ * a scalar's text, for the field an error names. Returns 0 or -1. */
 static int check_props(struct builder *b, const yaml_char_t *anchor, const yaml_char_t *tag,
-                       int line, bool *quoted)
+                       int line, bool *quoted, const char *key, size_t len)
 {
     if (anchor != NULL) {
-        diag_error(b->d, line, "", "anchors and aliases are not supported");
+        node_error(b, line, key, len, "anchors and aliases are not supported");
         return -1;
     }
     if (tag == NULL)
@@ -75,7 +154,7 @@ static int check_props(struct builder *b, const yaml_char_t *anchor, const yaml_
         *quoted = true;
         return 0;
     }
-    diag_error(b->d, line, "", "YAML tags are not supported");
+    node_error(b, line, key, len, "YAML tags are not supported");
     return -1;
 }
 
@@ -83,12 +162,12 @@ static int on_scalar(struct builder *b, const yaml_event_t *ev)
 {
     int line = mark_line(&ev->start_mark);
     bool quoted = ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE;
-    if (check_props(b, ev->data.scalar.anchor, ev->data.scalar.tag, line, &quoted) != 0)
-        return -1;
     const char *value = (const char *)ev->data.scalar.value;
     size_t len = ev->data.scalar.length;
+    if (check_props(b, ev->data.scalar.anchor, ev->data.scalar.tag, line, &quoted, value, len) != 0)
+        return -1;
     if (memchr(value, '\0', len) != NULL) {
-        diag_error(b->d, line, "", "a string contains a NUL byte");
+        node_error(b, line, NULL, 0, "a string contains a NUL byte");
         return -1;
     }
     struct ynode *n = add_node(b, YNODE_SCALAR, line);
@@ -96,6 +175,14 @@ static int on_scalar(struct builder *b, const yaml_event_t *ev)
         return -1;
     n->quoted = quoted;
     n->len = len;
+    if (b->sp > 0 && !b->key_ok[b->sp - 1]) {
+        const struct ynode *parent = &b->t->nodes[b->stack[b->sp - 1]];
+        if (parent->kind == YNODE_MAPPING && parent->count % 2 == 1) {
+            b->key_off[b->sp - 1] = b->t->tlen;
+            b->key_len[b->sp - 1] = len;
+            b->key_ok[b->sp - 1] = true;
+        }
+    }
     add_text(b->t, value, len);
     return 0;
 }
@@ -111,14 +198,15 @@ static int on_start(struct builder *b, const yaml_event_t *ev, enum ynode_kind k
         anchor = ev->data.mapping_start.anchor;
         tag = ev->data.mapping_start.tag;
     }
-    if (check_props(b, anchor, tag, line, NULL) != 0)
+    if (check_props(b, anchor, tag, line, NULL, NULL, 0) != 0)
         return -1;
     if (b->sp >= b->max_depth) {
-        diag_error(b->d, line, "", "nesting deeper than %d levels", b->max_depth);
+        node_error(b, line, NULL, 0, "nesting deeper than %d levels", b->max_depth);
         return -1;
     }
     if (add_node(b, kind, line) == NULL)
         return -1;
+    b->key_ok[b->sp] = false;
     b->stack[b->sp++] = b->t->nnodes - 1;
     return 0;
 }
@@ -145,7 +233,7 @@ static int on_event(struct builder *b, const yaml_event_t *ev)
         }
         return 0;
     case YAML_ALIAS_EVENT:
-        diag_error(b->d, mark_line(&ev->start_mark), "", "aliases are not supported");
+        node_error(b, mark_line(&ev->start_mark), NULL, 0, "aliases are not supported");
         return -1;
     case YAML_SCALAR_EVENT:
         return on_scalar(b, ev);
