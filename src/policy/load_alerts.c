@@ -151,6 +151,23 @@ static bool valid_tz(const char *s)
     return true;
 }
 
+/* True when <path> is a compiled zone (it starts with "TZif"). The zone
+ * database holds other files too (leapseconds; zone.tab and tzdata.zi
+ * have a dot, which valid_tz() refuses): glibc cannot read one as a zone
+ * and takes its name for a POSIX TZ string, which is UTC, so off-hours
+ * alerts would go by UTC without a word. */
+static bool tzif_file(const char *path)
+{
+    char magic[4];
+    FILE *f = fopen(path, "rbe");
+    if (f == NULL)
+        return false;
+    bool ok = fread(magic, 1, sizeof(magic), f) == sizeof(magic) &&
+              memcmp(magic, "TZif", sizeof(magic)) == 0;
+    fclose(f);
+    return ok;
+}
+
 static void oh_tz(struct load_ctx *c, const struct ynode *v, void *obj)
 {
     struct off_hours_cfg *o = obj;
@@ -167,6 +184,10 @@ static void oh_tz(struct load_ctx *c, const struct ynode *v, void *obj)
         snprintf(path, sizeof(path), "%s%s", ZONEINFO_DIR, s);
         if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
             load_err(c, v->line, "unknown time zone '%s' (no such file under %s)", s, ZONEINFO_DIR);
+            return;
+        }
+        if (!tzif_file(path)) {
+            load_err(c, v->line, "unknown time zone '%s' (%s is not a time zone file)", s, path);
             return;
         }
     }
