@@ -4,9 +4,10 @@
  * nothing here reaches the host):
  *   1. every path the view needs is opened (O_PATH) while the host view is
  *      still whole, and whether it was read-only on the host is noted;
- *   2. every mount is remounted read-only, per mount (MS_BIND|MS_REMOUNT|
- *      MS_RDONLY), keeping its nosuid/nodev/noexec/atime flags: in a user
- *      namespace those are locked and a remount that dropped them fails;
+ *   2. every mount is made read-only, in one mount_setattr() on the whole
+ *      tree (Linux 5.12), or else per mount (MS_BIND|MS_REMOUNT|MS_RDONLY),
+ *      keeping its nosuid/nodev/noexec/atime flags: in a user namespace
+ *      those are locked and a remount that dropped them fails;
  *   3. /tmp and /dev/shm become private empty tmpfs, /dev the box's own
  *      (see dev_setup), read-only once step 4 is done;
  *   4. the working directory, each --rw, --ro and --hide (and the protected
@@ -24,18 +25,24 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "box/box_int.h"
 #include "box/mountinfo.h"
 
 #define MAX_OPS 512
+
+/* <linux/mount.h>, <linux/fcntl.h> */
+#define BOX_MOUNT_ATTR_RDONLY 0x1
+#define BOX_AT_RECURSIVE      0x8000
 
 struct op {
     enum box_path_kind kind;
@@ -162,6 +169,29 @@ static int mount_on(const char *src, const char *target, const char *fstype, uns
     close(fd);
     errno = e;
     return rc;
+}
+
+/* Step 2 in one call: every mount of the tree below the root made
+ * read-only by mount_setattr(2) with AT_RECURSIVE (Linux 5.12), which
+ * walks the mounts themselves, not their paths. Remounting each mount by
+ * the path mountinfo gives cannot be sure to reach it: another process
+ * (a second box sharing a writable folder) can rename a folder above it
+ * between the read and the remount, and one behind a folder the box's
+ * uid cannot search is out of the init's reach. Returns 0, or -1 (ENOSYS
+ * on an older kernel; EINVAL when the root is not a mount's, as in a
+ * chroot) for the caller to go mount by mount. The other flags of each
+ * mount are left as they are. */
+static int all_read_only(void)
+{
+#ifdef SYS_mount_setattr
+    struct {
+        uint64_t attr_set, attr_clr, propagation, userns_fd;
+    } attr = {.attr_set = BOX_MOUNT_ATTR_RDONLY};
+    return (int)syscall(SYS_mount_setattr, -1, "/", BOX_AT_RECURSIVE, &attr, sizeof(attr));
+#else
+    errno = ENOSYS;
+    return -1;
+#endif
 }
 
 static int read_mountinfo(struct mountinfo *mi, char *err, size_t errlen)
@@ -465,9 +495,10 @@ int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen)
     qsort(ops, nops, sizeof(*ops), cmp_ops);
     dev_open(dev_fds);
 
-    /* 2. everything read-only */
-    struct mountinfo mi;
-    if (read_mountinfo(&mi, err, errlen) < 0)
+    /* 2. everything read-only: in one call where the kernel has it, else
+     * mount by mount as mountinfo names them */
+    struct mountinfo mi = {0};
+    if (all_read_only() < 0 && read_mountinfo(&mi, err, errlen) < 0)
         goto out;
     for (size_t i = 0; i < mi.n; i++) {
         const char *mp = mi.v[i].mount_point;

@@ -2115,6 +2115,23 @@ def test_unprivileged_dev_ipc_keys_families(sluice_bin, net, hostdir):
     assert p.stdout.strip() == "sluice-box", p.stderr
 
 
+def _run_with_a_mount(argv, cwd):
+    """Runs <argv>, an unshare -m wrapper whose script mounts a tmpfs and
+    exits 99 when it cannot: the test is skipped then."""
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=cwd,
+                       env=_clean_env())
+    if p.returncode == 99 or "unshare:" in p.stderr:
+        pytest.skip("cannot mount a tmpfs in a mount namespace: %s" % p.stderr.strip())
+    for mark in SANITIZER_MARKS:
+        assert mark not in p.stderr, p.stderr
+    return p
+
+
+def _kernel_at_least(major, minor):
+    m = re.match(r"(\d+)\.(\d+)", os.uname().release)
+    return m is not None and (int(m.group(1)), int(m.group(2))) >= (major, minor)
+
+
 BEHIND_A_CLOSED_FOLDER = r"""
 import errno, json, os, sys
 a = sys.argv[1]
@@ -2143,8 +2160,11 @@ def test_a_mount_behind_a_folder_the_agent_closed_stays_read_only(sluice_bin, ne
     chmod() and wrote on the mount. Such a mount now fails the set-up;
     behind a folder of another owner, which the command cannot open, it is
     out of reach and the run goes on. The writable folder is the current
-    directory, or a --rw folder below the host's /tmp. The mount is made in
-    a mount namespace of the test's own (unshare -m)."""
+    directory, or a --rw folder below the host's /tmp. Since Linux 5.12 the
+    init makes every mount read-only in one call on the whole tree
+    (mount_setattr(2)), which needs no path: the mount is read-only and the
+    run goes on. The mount is made in a mount namespace of the test's own
+    (unshare -m)."""
     b, pol = _nobody_box(sluice_bin, net, hostdir, [])
     # not nobody: in the box, an owner the user namespace does not map
     # reads as nobody, and a box of nobody's would take root's folder for
@@ -2169,20 +2189,19 @@ def test_a_mount_behind_a_folder_the_agent_closed_stays_read_only(sluice_bin, ne
         argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script,
                 os.path.join(a, "mnt"), "setpriv", "--reuid=%d" % uid, "--regid=%d" % uid,
                 "--clear-groups", sluice_bin, "run"] + args + ["--", PY, "x.py", a]
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd=b.workdir,
-                           env=_clean_env())
-        if p.returncode == 99 or "unshare:" in p.stderr:
-            pytest.skip("cannot mount a tmpfs in a mount namespace: %s" % p.stderr.strip())
-        for mark in SANITIZER_MARKS:
-            assert mark not in p.stderr, p.stderr
-        return p
+        return _run_with_a_mount(argv, b.workdir)
 
     try:
         p = run(uid, 0o000)
-        assert p.returncode == 2, p.stdout + p.stderr
-        assert ("sluice run: cannot build the box: %s is still writable in the box"
-                % os.path.join(a, "mnt")) in p.stderr, p.stderr
-        assert stat.S_IMODE(os.stat(a).st_mode) == 0, "the command ran"
+        if _kernel_at_least(5, 12):
+            # mount_setattr(2) made every mount read-only, reached or not
+            assert p.returncode == 0, p.stdout + p.stderr
+            assert Box.out(p) == {"chmod": "ok", "write": "EROFS"}
+        else:
+            assert p.returncode == 2, p.stdout + p.stderr
+            assert ("sluice run: cannot build the box: %s is still writable in the box"
+                    % os.path.join(a, "mnt")) in p.stderr, p.stderr
+            assert stat.S_IMODE(os.stat(a).st_mode) == 0, "the command ran"
         # a folder of another owner: the command cannot open it, the run goes on
         p = run(0, 0o700)
         assert p.returncode == 0, p.stderr
@@ -2194,6 +2213,81 @@ def test_a_mount_behind_a_folder_the_agent_closed_stays_read_only(sluice_bin, ne
     finally:
         if top != b.workdir:
             shutil.rmtree(top, ignore_errors=True)
+
+
+RENAMED_MOUNT = r"""
+import errno, json, os
+out = "ENOENT"
+for i in range(100000):
+    for d in ("a", "b"):
+        try:
+            with open(os.path.join(d, "mnt", "f"), "w") as f:
+                f.write("x")
+            out = "ok"
+        except OSError as e:
+            out = errno.errorcode[e.errno]
+        if out != "ENOENT":
+            break
+    if out != "ENOENT":
+        break
+print(json.dumps({"write": out}))
+"""
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+@pytest.mark.parametrize("user", ["root", "nobody"])
+def test_a_mount_renamed_during_the_set_up_stays_read_only(sluice_bin, net, hostdir, user):
+    """A mount below the writable folder stays read-only while another
+    process (a second box sharing the folder) renames the folder above it
+    over and over during the set-up. Each mount was remounted read-only by
+    the path mountinfo gave, and a path that had vanished (ENOENT) was let
+    be, in that step and in the final check: a rename at both moments left
+    the mount writable, and the command wrote on it once the folder was
+    back. The mounts are now made read-only in one call on the whole tree
+    (mount_setattr(2), AT_RECURSIVE), which no rename can dodge. The mount
+    is made in a mount namespace of the test's own (unshare -m)."""
+    b, pol = _nobody_box(sluice_bin, net, hostdir, [], userns=user == "nobody")
+    a = os.path.join(b.workdir, "a")
+    other = os.path.join(b.workdir, "b")
+    os.makedirs(os.path.join(a, "mnt"))
+    with open(os.path.join(b.workdir, "x.py"), "w") as f:
+        f.write(RENAMED_MOUNT)
+    os.chmod(os.path.join(b.workdir, "x.py"), 0o644)
+    as_user = [] if user == "root" else ["setpriv", "--reuid=65534", "--regid=65534",
+                                         "--clear-groups"]
+    # the folder is renamed all along: the mount tries both names
+    script = ('i=0; while [ $i -lt 10000 ]; do for d in a b; do '
+              'mount -t tmpfs -o size=1m,mode=0777 none "$0/$d/mnt" 2>/dev/null && exec "$@"; '
+              'done; i=$((i+1)); done; exit 99')
+    argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script,
+            b.workdir] + as_user + [sluice_bin, "run", "--policy", pol, "--",
+                                                 PY, "x.py"]
+    stop = threading.Event()
+
+    def rename_again_and_again():
+        for _ in range(100000000):
+            if stop.is_set():
+                return
+            try:
+                os.rename(a, other)
+                os.rename(other, a)
+            except OSError:
+                pass
+
+    t = threading.Thread(target=rename_again_and_again)
+    t.start()
+    results = []
+    try:
+        for _ in range(40):
+            p = _run_with_a_mount(argv, b.workdir)
+            results.append((p.returncode, Box.out(p) if p.returncode == 0 else p.stderr))
+            if results[-1][1] == {"write": "ok"}:
+                break
+    finally:
+        stop.set()
+        t.join()
+    assert {"write": "ok"} not in [r[1] for r in results], results
+    assert all(r == (0, {"write": "EROFS"}) for r in results), results
 
 
 def test_symlinked_paths_refused(box, net, hostdir):
