@@ -241,7 +241,12 @@ static int read_mountinfo(struct mountinfo *mi, char *err, size_t errlen)
     return 0;
 }
 
-/* mkdir -p <path> (directories) and, when !<dir>, an empty file at the end. */
+/* mkdir -p <path> (directories) and, when !<dir>, an empty file at the end.
+ * The file is made with O_EXCL, which opens nothing already there: in a
+ * folder another process can write, a FIFO put at the path since the
+ * caller found it missing would make open() wait for a reader for ever
+ * (and a link would be followed); what is there is left to the bind,
+ * which covers it, or fails on a link. */
 static int make_target(const char *path, bool dir)
 {
     char tmp[4096];
@@ -259,9 +264,9 @@ static int make_target(const char *path, bool dir)
     }
     if (dir)
         return mkdir(path, 0755) < 0 && errno != EEXIST ? -1 : 0;
-    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0)
-        return -1;
+        return errno == EEXIST ? 0 : -1;
     close(fd);
     return 0;
 }

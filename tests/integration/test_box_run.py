@@ -2290,6 +2290,51 @@ def test_a_mount_renamed_during_the_set_up_stays_read_only(sluice_bin, net, host
     assert all(r == (0, {"write": "EROFS"}) for r in results), results
 
 
+def test_a_fifo_swapped_in_during_the_set_up_does_not_hang_it(sluice_bin, net, hostdir):
+    """A --ro file that vanished from the writable folder between the first
+    step of the set-up and its bind (another process sharing the folder
+    renamed it) was made again with open(O_WRONLY|O_CREAT), which follows a
+    link and opens what it finds: a FIFO put there in the meantime made the
+    init wait for a reader for ever, and run with it (a signal to run did
+    not help: the init had them blocked). The file is now made with O_EXCL,
+    which opens nothing that is there; the bind then covers it. A thread
+    swaps the file, nothing and a FIFO all along, for 40 runs; each must
+    end (0, or 2 when the bind found nothing), none hang."""
+    b, pol = _nobody_box(sluice_bin, net, hostdir, [], userns=False)
+    f = os.path.join(b.workdir, "f")
+    away = os.path.join(b.workdir, "f.away")
+    with open(f, "w") as fh:
+        fh.write("x")
+    stop = threading.Event()
+
+    def swap_again_and_again():
+        for _ in range(100000000):
+            if stop.is_set():
+                return
+            for step in (lambda: os.rename(f, away), lambda: os.mkfifo(f),
+                         lambda: os.unlink(f), lambda: os.rename(away, f)):
+                try:
+                    step()
+                except OSError:
+                    pass
+
+    t = threading.Thread(target=swap_again_and_again)
+    t.start()
+    hung = 0
+    try:
+        for _ in range(40):
+            try:
+                p = b.run(["--policy", pol, "--ro", f], None, cmd=["true"])
+            except subprocess.TimeoutExpired:
+                hung += 1
+                break
+            assert p.returncode in (0, 2), p.stderr
+    finally:
+        stop.set()
+        t.join()
+    assert hung == 0
+
+
 def test_symlinked_paths_refused(box, net, hostdir):
     """A link planted in the writable folder by an earlier run does not turn
     --rw ./build into a grant of its target."""
