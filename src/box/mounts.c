@@ -4,18 +4,22 @@
  * nothing here reaches the host):
  *   1. every path the view needs is opened (O_PATH) while the host view is
  *      still whole, and whether it was read-only on the host is noted;
- *   2. every mount is made read-only, in one mount_setattr() on the whole
- *      tree (Linux 5.12), or else per mount (MS_BIND|MS_REMOUNT|MS_RDONLY),
- *      keeping its nosuid/nodev/noexec/atime flags: in a user namespace
- *      those are locked and a remount that dropped them fails;
+ *   2. every mount is made read-only and nodev, in one mount_setattr() on
+ *      the whole tree (Linux 5.12), or else per mount (MS_BIND|MS_REMOUNT|
+ *      MS_RDONLY|MS_NODEV), keeping its nosuid/noexec/atime flags: in a
+ *      user namespace those are locked and a remount that dropped them
+ *      fails. nodev: a read-only mount refuses to write files, not to open
+ *      devices, and the host's view has device nodes outside /dev (a
+ *      chroot's /dev bound from the host's);
  *   3. /tmp and /dev/shm become private empty tmpfs, /dev the box's own
  *      (see dev_setup), read-only once step 4 is done;
  *   4. the working directory, each --rw, --ro and --hide (and the protected
  *      files run adds) are applied, shallowest path first and in the order
  *      given among equals, so a --ro below a --rw wins: a bind of the
  *      opened path (recursive, so mounts below come along, read-only),
- *      remounted writable or read-only; a hidden directory becomes an empty
- *      read-only tmpfs, a hidden file an empty read-only file (/dev/null);
+ *      remounted writable or read-only (nodev as on the host); a hidden
+ *      directory becomes an empty read-only tmpfs, a hidden file an empty
+ *      read-only file (/dev/null);
  *   5. every mount still writable is checked against the writable paths:
  *      one left over is an error, never a half-boxed run.
  * A writable path that is read-only on the host stays read-only. Paths are
@@ -42,14 +46,16 @@
 
 /* <linux/mount.h>, <linux/fcntl.h> */
 #define BOX_MOUNT_ATTR_RDONLY 0x1
+#define BOX_MOUNT_ATTR_NODEV  0x4
 #define BOX_AT_RECURSIVE      0x8000
 
 struct op {
     enum box_path_kind kind;
     const char *path;
-    int fd;       /* O_PATH of the source, -1 when it does not exist */
-    bool is_dir;  /* the source is a directory */
-    bool host_ro; /* read-only on the host: a --rw stays read-only */
+    int fd;          /* O_PATH of the source, -1 when it does not exist */
+    bool is_dir;     /* the source is a directory */
+    bool host_ro;    /* read-only on the host: a --rw stays read-only */
+    bool host_nodev; /* nodev on the host: the bind stays nodev */
     size_t order;
     size_t depth;
 };
@@ -108,16 +114,18 @@ static int open_nofollow(const char *path)
     return walk_nofollow(path, NULL);
 }
 
-static unsigned long keep_flags_fd(int fd)
+/* The flags a remount of the mount <fd> is on keeps (they are locked in a
+ * user namespace), with nodev as <nodev> says: the host's view is nodev in
+ * the box, its /dev and the paths named on the command line as the host
+ * has them. */
+static unsigned long keep_flags_fd(int fd, bool nodev)
 {
     struct statvfs sv;
-    unsigned long f = 0;
+    unsigned long f = nodev ? MS_NODEV : 0;
     if (fstatvfs(fd, &sv) < 0)
-        return 0;
+        return f;
     if (sv.f_flag & ST_NOSUID)
         f |= MS_NOSUID;
-    if (sv.f_flag & ST_NODEV)
-        f |= MS_NODEV;
     if (sv.f_flag & ST_NOEXEC)
         f |= MS_NOEXEC;
     if (sv.f_flag & ST_NOATIME)
@@ -129,24 +137,27 @@ static unsigned long keep_flags_fd(int fd)
     return f;
 }
 
-static int remount(const char *path, bool ro)
+static int remount(const char *path, bool ro, bool nodev)
 {
     int fd = open(path, O_PATH | O_CLOEXEC);
-    unsigned long flags = MS_BIND | MS_REMOUNT | (fd >= 0 ? keep_flags_fd(fd) : 0);
+    unsigned long flags = MS_BIND | MS_REMOUNT |
+                          (fd >= 0 ? keep_flags_fd(fd, nodev)
+                           : nodev ? MS_NODEV
+                                   : 0);
     if (fd >= 0)
         close(fd);
     return mount(NULL, path, NULL, flags | (ro ? MS_RDONLY : 0), NULL);
 }
 
 /* Remounts the mount on top of <path>, reached without following a link. */
-static int remount_nofollow(const char *path, bool ro)
+static int remount_nofollow(const char *path, bool ro, bool nodev)
 {
     int fd = open_nofollow(path);
     if (fd < 0)
         return -1;
     char p[64];
     snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
-    unsigned long flags = MS_BIND | MS_REMOUNT | keep_flags_fd(fd) | (ro ? MS_RDONLY : 0);
+    unsigned long flags = MS_BIND | MS_REMOUNT | keep_flags_fd(fd, nodev) | (ro ? MS_RDONLY : 0);
     int rc = mount(NULL, p, NULL, flags, NULL);
     int e = errno;
     close(fd);
@@ -172,8 +183,8 @@ static int mount_on(const char *src, const char *target, const char *fstype, uns
 }
 
 /* Step 2 in one call: every mount of the tree below the root made
- * read-only by mount_setattr(2) with AT_RECURSIVE (Linux 5.12), which
- * walks the mounts themselves, not their paths. Remounting each mount by
+ * read-only and nodev by mount_setattr(2) with AT_RECURSIVE (Linux 5.12),
+ * which walks the mounts themselves, not their paths. Remounting each by
  * the path mountinfo gives cannot be sure to reach it: another process
  * (a second box sharing a writable folder) can rename a folder above it
  * between the read and the remount, and one behind a folder the box's
@@ -186,7 +197,7 @@ static int all_read_only(void)
 #ifdef SYS_mount_setattr
     struct {
         uint64_t attr_set, attr_clr, propagation, userns_fd;
-    } attr = {.attr_set = BOX_MOUNT_ATTR_RDONLY};
+    } attr = {.attr_set = BOX_MOUNT_ATTR_RDONLY | BOX_MOUNT_ATTR_NODEV};
     return (int)syscall(SYS_mount_setattr, -1, "/", BOX_AT_RECURSIVE, &attr, sizeof(attr));
 #else
     errno = ENOSYS;
@@ -306,7 +317,7 @@ static int dev_setup(const int fds[DEV_NODES], char *err, size_t errlen)
         snprintf(p, sizeof(p), "/dev/%s", dev_nodes[i]);
         snprintf(src, sizeof(src), "/proc/self/fd/%d", fds[i]);
         if (make_target(p, false) < 0 || mount(src, p, NULL, MS_BIND, NULL) < 0 ||
-            remount(p, true) < 0) {
+            remount(p, true, false) < 0) {
             snprintf(err, errlen, "cannot bind %s in the box: %s", p, strerror(errno));
             return -1;
         }
@@ -364,7 +375,7 @@ static int apply_op(const struct op *o, char *err, size_t errlen)
                           "mode=0755,size=4k");
         else
             rc = mount_on("/dev/null", o->path, NULL, MS_BIND, NULL) == 0
-                     ? remount_nofollow(o->path, true)
+                     ? remount_nofollow(o->path, true, false)
                      : -1;
         if (rc < 0) {
             snprintf(err, errlen, "--hide %s: %s", o->path, strerror(errno));
@@ -381,7 +392,7 @@ static int apply_op(const struct op *o, char *err, size_t errlen)
     snprintf(src, sizeof(src), "/proc/self/fd/%d", o->fd);
     bool ro = o->kind == BOX_PATH_RO || o->host_ro;
     if (mount_on(src, o->path, NULL, MS_BIND | MS_REC, NULL) < 0 ||
-        remount_nofollow(o->path, ro) < 0) {
+        remount_nofollow(o->path, ro, o->host_nodev) < 0) {
         snprintf(err, errlen, "%s %s: %s", o->kind == BOX_PATH_RW ? "--rw" : "--ro", o->path,
                  strerror(errno));
         return -1;
@@ -495,7 +506,9 @@ int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen)
         }
         o->is_dir = S_ISDIR(st.st_mode);
         struct statvfs sv;
-        o->host_ro = fstatvfs(o->fd, &sv) == 0 && (sv.f_flag & ST_RDONLY);
+        bool got = fstatvfs(o->fd, &sv) == 0;
+        o->host_ro = got && (sv.f_flag & ST_RDONLY);
+        o->host_nodev = got && (sv.f_flag & ST_NODEV);
     }
     qsort(ops, nops, sizeof(*ops), cmp_ops);
     dev_open(dev_fds);
@@ -507,7 +520,7 @@ int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen)
         goto out;
     for (size_t i = 0; i < mi.n; i++) {
         const char *mp = mi.v[i].mount_point;
-        if (remount(mp, true) < 0 && errno != ENOENT && errno != EACCES) {
+        if (remount(mp, true, true) < 0 && errno != ENOENT && errno != EACCES) {
             snprintf(err, errlen, "cannot remount %s read-only: %s", mp, strerror(errno));
             mountinfo_free(&mi);
             goto out;

@@ -2335,6 +2335,34 @@ def test_a_fifo_swapped_in_during_the_set_up_does_not_hang_it(sluice_bin, net, h
     assert hung == 0
 
 
+@pytest.mark.parametrize("user", ["root", "nobody"])
+def test_a_device_node_outside_dev_cannot_be_opened(sluice_bin, net, hostdir, user):
+    """The box's /dev holds only harmless devices, but the host's view has
+    device nodes elsewhere too (a chroot's /dev bound from the host's, a
+    node left in a folder): a read-only mount refuses to write files, not
+    to open devices, and a box run as root (uid 0 without capabilities,
+    the owner of every root device) could open a disk there for writing,
+    and any box what its user's groups reach (input, video). Every mount of
+    the host's view is now nodev besides read-only; the box's own /dev and
+    the paths named on the command line keep what the host has. A node of
+    /dev/null's kind (1, 3), mode 0666, in a host folder: opening it fails
+    with EACCES; /dev/null and /dev/full in the box still work, and so does
+    the node given with --ro."""
+    b, pol = _nobody_box(sluice_bin, net, hostdir, [], userns=user == "nobody")
+    node = os.path.join(hostdir, "null-node")
+    os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    os.chmod(node, 0o666)
+    p = b.run(["--policy", pol], None, cmd=[PY, "-c", WRITE, node, "/dev/null", "/dev/full"],
+              user=None if user == "root" else 65534)
+    assert p.returncode == 0, p.stderr
+    assert Box.out(p) == {node: "EACCES", "/dev/null": "ok", "/dev/full": "ENOSPC"}
+    # named on the command line, it is a device as on the host
+    p = b.run(["--policy", pol, "--ro", node], None, cmd=[PY, "-c", WRITE, node],
+              user=None if user == "root" else 65534)
+    assert p.returncode == 0, p.stderr
+    assert Box.out(p) == {node: "ok"}
+
+
 def test_symlinked_paths_refused(box, net, hostdir):
     """A link planted in the writable folder by an earlier run does not turn
     --rw ./build into a grant of its target."""
