@@ -9,6 +9,7 @@
 
 #include "shape/bucket.h"
 #include "util/units.h"
+#include "watch/bus.h"
 #include "watch/window.h"
 
 #define NSLOTS                1024u /* hash chains (a power of two) */
@@ -427,9 +428,7 @@ bool quota_feed(struct quota *q, const struct egress_event *ev, uint64_t now_ns,
 
 void quota_on_event(const struct egress_event *ev, void *arg)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts); /* the detector's clock, read the same way */
-    quota_feed(arg, ev, quota_now(), (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+    quota_feed(arg, ev, quota_now(), bus_event_ms(ev)); /* the detector's time for it */
 }
 
 /* --- requests -------------------------------------------------------------- */

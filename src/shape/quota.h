@@ -104,7 +104,8 @@ bool quota_note_denial(struct quota *q, const char *agent_id, uint64_t now_ns, i
  * publishes the `quarantine` alert when it trips. Returns true then. */
 bool quota_feed(struct quota *q, const struct egress_event *ev, uint64_t now_ns, int64_t wall_ms);
 /* The egress bus subscriber (<arg> is the struct quota): quota_feed() at
- * quota_now() and the wall clock. */
+ * quota_now() and the event's wall clock (bus_event_ms(), the time the
+ * detector counts it at). */
 void quota_on_event(const struct egress_event *ev, void *arg);
 
 /* Opens the upload accounting of one request or tunnel of <agent_id> under

@@ -1,6 +1,7 @@
 #include "watch/bus.h"
 
 #include <string.h>
+#include <time.h>
 
 void bus_init(struct bus *b)
 {
@@ -21,4 +22,12 @@ void bus_publish(const struct bus *b, const struct egress_event *ev)
 {
     for (int i = 0; i < b->nsubs; i++)
         b->subs[i].fn(ev, b->subs[i].arg);
+}
+
+int64_t bus_event_ms(const struct egress_event *ev)
+{
+    struct timespec ts = ev->ts;
+    if (ts.tv_sec == 0 && ts.tv_nsec == 0)
+        clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }

@@ -23,5 +23,10 @@ void bus_init(struct bus *b);
 /* Returns 0, or -1 when the table is full. */
 int bus_subscribe(struct bus *b, bus_fn fn, void *arg);
 void bus_publish(const struct bus *b, const struct egress_event *ev);
+/* The wall clock (CLOCK_REALTIME) in milliseconds at which <ev> happened:
+ * its ts, or now when it has none. The subscribers that count events in
+ * windows (the detectors, the quarantine) count each at this one time, so
+ * that they count it alike whatever order they run in. */
+int64_t bus_event_ms(const struct egress_event *ev);
 
 #endif

@@ -10,6 +10,7 @@
 #include "policy/lint.h"
 #include "state/store.h"
 #include "util/units.h"
+#include "watch/bus.h"
 #include "watch/contact_set.h"
 #include "watch/window.h"
 #include "util/env.h"
@@ -595,9 +596,7 @@ void detectors_feed(struct detectors *d, const struct egress_event *ev, int64_t 
 
 void detectors_on_event(const struct egress_event *ev, void *arg)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    detectors_feed(arg, ev, (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+    detectors_feed(arg, ev, bus_event_ms(ev)); /* the quarantine's time for it */
 }
 
 void detectors_tick(struct detectors *d, int64_t now_ms)

@@ -16,7 +16,7 @@
  *   grant_expired   a request denied because its grant expired;
  *   grant_expiring  detectors_grants(): grants inside expiry_warn_days.
  * Times are wall-clock milliseconds passed in by the caller (tests use a
- * fake clock); detectors_on_event() reads CLOCK_REALTIME.
+ * fake clock); detectors_on_event() takes the event's own (bus_event_ms()).
  *
  * Owns: its per-agent state, the first-contact set, the fold table. The
  * alert bus and the store are borrowed. */

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 #include <event2/event.h>
@@ -539,8 +540,15 @@ static void test_event_subscriber(void **state)
     quota_free(q);
 }
 
+/* A quota and a denied_burst detector on one alert bus, the count of the
+ * alerts each raised, and a denial of ci-bot to feed both. */
 struct lockstep {
     int quarantines, bursts;
+    struct alert_bus bus;
+    struct policy p;
+    struct quota *q;
+    struct detectors *d;
+    struct egress_event ev;
 };
 
 static void count_kinds(const struct alert *a, void *arg)
@@ -552,33 +560,40 @@ static void count_kinds(const struct alert *a, void *arg)
         l->bursts++;
 }
 
+/* Sets up <l> for denied_burst {max: <max>, per: <per_ms>} and a
+ * quarantine of 10 minutes. */
+static void lockstep_open(struct lockstep *l, uint64_t max, uint64_t per_ms)
+{
+    memset(l, 0, sizeof(*l));
+    alert_bus_init(&l->bus);
+    assert_int_equal(alert_bus_subscribe(&l->bus, count_kinds, l), 0);
+    l->p.alerts.denied_burst = (struct threshold){.set = true, .max = max, .per_ms = per_ms};
+    l->p.limits.quarantine_ms = 600000;
+    l->q = quota_new(&l->bus, NULL, 0);
+    l->d = detectors_new(&l->bus, NULL);
+    assert_non_null(l->q);
+    assert_non_null(l->d);
+    quota_configure(l->q, &l->p);
+    assert_int_equal(detectors_configure(l->d, &l->p), 0);
+    l->ev.kind = EVENT_EGRESS;
+    l->ev.agent = "ci-bot";
+    l->ev.host = "evil.test";
+    l->ev.tier = TIER_NONE;
+    l->ev.verdict = VERDICT_DENY;
+    l->ev.reason = REASON_NOT_IN_POLICY;
+}
+
 /* The quarantine trips on the very denial that raises the denied_burst
  * alert: the same events, on the same clock, through both. */
 static void test_trips_with_the_detector(void **state)
 {
     (void)state;
-    struct alert_bus bus;
-    struct lockstep seen = {0, 0};
-    alert_bus_init(&bus);
-    assert_int_equal(alert_bus_subscribe(&bus, count_kinds, &seen), 0);
-    struct policy p;
-    memset(&p, 0, sizeof(p));
-    p.alerts.denied_burst = (struct threshold){.set = true, .max = 3, .per_ms = 10000};
-    p.limits.quarantine_ms = 600000;
-    struct quota *q = quota_new(&bus, NULL, 0);
-    struct detectors *d = detectors_new(&bus, NULL);
-    assert_non_null(q);
-    assert_non_null(d);
-    quota_configure(q, &p);
-    assert_int_equal(detectors_configure(d, &p), 0);
-    struct egress_event ev;
-    memset(&ev, 0, sizeof(ev));
-    ev.kind = EVENT_EGRESS;
-    ev.agent = "ci-bot";
-    ev.host = "evil.test";
-    ev.tier = TIER_NONE;
-    ev.verdict = VERDICT_DENY;
-    ev.reason = REASON_NOT_IN_POLICY;
+    struct lockstep seen;
+    lockstep_open(&seen, 3, 10000);
+    struct quota *q = seen.q;
+    struct detectors *d = seen.d;
+    struct policy p = seen.p;
+    struct egress_event ev = seen.ev;
     const int64_t t0 = 1764529200000; /* a wall clock in ms, 2025-11-30 */
     for (int i = 1; i <= 3; i++) {
         quota_feed(q, &ev, (uint64_t)i * S, t0 + i * 1000);
@@ -618,6 +633,45 @@ static void test_trips_with_the_detector(void **state)
     assert_true(trips > 100 && trips < 4000); /* the sequence exercised both */
     detectors_free(d);
     quota_free(q);
+}
+
+/* Hands <l>'s event to both bus subscribers, the quarantine's first (as
+ * the gateway subscribes them). */
+static void both_on_event(struct lockstep *l)
+{
+    quota_on_event(&l->ev, l->q);
+    detectors_on_event(&l->ev, l->d);
+}
+
+/* The bus subscribers count a denial at the time it happened, the event's
+ * own wall clock, which the quarantine and the denied_burst detector both
+ * read: each reading the clock itself as it got the event, they could put
+ * one denial in two different tenths of the window (the quarantine's
+ * subscriber runs first, and publishes its alert before the detector's
+ * runs), and trip on different denials. Two denials ten seconds apart are
+ * not two within a second, however close together they are handed on. */
+static void test_subscribers_count_at_the_event_time(void **state)
+{
+    (void)state;
+    struct lockstep l;
+    lockstep_open(&l, 1, 1000);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    l.ev.ts = now;
+    l.ev.ts.tv_sec -= 10;
+    both_on_event(&l);
+    l.ev.ts = now;
+    both_on_event(&l);
+    assert_int_equal(l.quarantines, 0);
+    assert_int_equal(l.bursts, 0);
+    assert_int_equal(quota_quarantine_left(l.q, "ci-bot", quota_now()), 0);
+    /* A second one at that same time is over max for both. */
+    both_on_event(&l);
+    assert_int_equal(l.quarantines, 1);
+    assert_int_equal(l.bursts, 1);
+    assert_true(quota_quarantine_left(l.q, "ci-bot", quota_now()) > 0);
+    detectors_free(l.d);
+    quota_free(l.q);
 }
 
 static void test_flows(void **state)
@@ -820,6 +874,7 @@ int main(void)
         cmocka_unit_test(test_sliding_window),
         cmocka_unit_test(test_event_subscriber),
         cmocka_unit_test(test_trips_with_the_detector),
+        cmocka_unit_test(test_subscribers_count_at_the_event_time),
         cmocka_unit_test(test_flows),
         cmocka_unit_test(test_reload_reshapes_running_flows),
         cmocka_unit_test(test_reload_shapes_a_flow_opened_unshaped),
