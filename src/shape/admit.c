@@ -1,5 +1,7 @@
 #include "shape/admit.h"
 
+#include <limits.h>
+
 #include <event2/bufferevent.h>
 
 #include "gate/conn.h"
@@ -13,7 +15,7 @@ unsigned shape_retry_after(uint64_t ns)
     uint64_t s = ns / NS_PER_S + (ns % NS_PER_S != 0);
     if (s == 0)
         s = 1;
-    return s > 86400u * 365 ? 86400u * 365 : (unsigned)s;
+    return s > UINT_MAX ? UINT_MAX : (unsigned)s; /* a period (87600h at most) fits */
 }
 
 /* Refuses with <reason>, or lets a report-mode agent through. */

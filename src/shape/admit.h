@@ -32,7 +32,7 @@ bool shape_check_rate(struct conn *c);
  * read wait in the input buffer. */
 void shape_pause_upload(struct conn *c);
 /* Whole seconds to tell an agent to wait for <ns> nanoseconds: rounded up,
- * at least 1. */
+ * at least 1 (at most UINT_MAX, beyond any wait a policy can make). */
 unsigned shape_retry_after(uint64_t ns);
 
 #endif

@@ -150,3 +150,32 @@ def test_report_mode_agent_is_let_through(gateway, net):
     ev = gw.wait_events(reason="rate_limited")[0]
     assert ev["decision"] == "report" and ev["path"] == "/r2" and ev["agent"] == "watcher"
     assert len(net.api.requests) == 2
+
+
+def test_retry_after_of_a_long_period_is_not_cut_to_a_year(gateway, net):
+    # One request each 8761 hours (periods go up to 87600h): the next token
+    # is 8761 h away, a little over a year, and Retry-After says so, in the
+    # header and the body. (Before, every Retry-After was cut to 365 days:
+    # an agent told 31536000 came back an hour early, to another 429.) A
+    # quarantine of that length says the same.
+    period_s = 8761 * 3600
+    gw = gateway(net.policy([api_rule(net, rate={"requests": 1, "per": "8761h"})],
+                            limits={"quarantine": "8761h"},
+                            alerts={"denied_burst": {"max": 1, "per": "1m"}}))
+    t0 = time.monotonic()
+    assert request(gw, "GET", net.url("/once")).status == 200
+    r = request(gw, "GET", net.url("/twice"))
+    assert r.status == 429, r
+    lo, hi = retry_after_bounds(time.monotonic() - t0, period_s)
+    ra = int(r.header("Retry-After"))
+    assert lo <= ra <= hi, r.header("Retry-After")
+    assert "retry after %d s" % ra in r.text
+    # A second denial within the minute: over max 1, quarantined for 8761 h.
+    t1 = time.monotonic()
+    assert request(gw, "GET", net.url("/thrice")).status == 429
+    poll(lambda: request(gw, "GET", net.url("/q")).header("Sluice-Reason") == "quarantined",
+         timeout=5, interval=0.05, what="the quarantine")
+    r = request(gw, "GET", net.url("/q2"))
+    assert r.header("Sluice-Reason") == "quarantined", r
+    lo, hi = retry_after_bounds(time.monotonic() - t1, period_s)
+    assert lo <= int(r.header("Retry-After")) <= hi, r.header("Retry-After")
