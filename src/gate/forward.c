@@ -340,15 +340,16 @@ static void pump_request(struct conn *c)
             bufferevent_disable(c->client, EV_READ);
             return; /* up_write resumes */
         }
-        size_t n = evbuffer_get_length(in);
+        size_t n = evbuffer_get_length(in), waiting;
+        if (ex->req_body == BODY_LENGTH && n > ex->req_left)
+            n = (size_t)ex->req_left; /* what follows is the next request's */
+        waiting = n;
         if (ex->flow != NULL && (n = quota_flow_allow(ex->flow, n, quota_now())) == 0) {
-            shape_pause_upload(c); /* the bucket is empty: read again once it refills */
+            shape_pause_upload(c, waiting); /* read again once the bucket has refilled */
             return;
         }
         size_t skip = 0; /* bytes of a chunked trailer section: read, not sent */
         if (ex->req_body == BODY_LENGTH) {
-            if (n > ex->req_left)
-                n = (size_t)ex->req_left;
             ex->req_left -= n;
             if (ex->req_left == 0)
                 ex->req_done = true;

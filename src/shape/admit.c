@@ -68,11 +68,11 @@ static void on_upload_refill(void *arg)
     forward_on_client_read(c);
 }
 
-void shape_pause_upload(struct conn *c)
+void shape_pause_upload(struct conn *c, size_t waiting)
 {
     struct exchange *ex = &c->ex;
     bufferevent_disable(c->client, EV_READ);
-    if (quota_flow_pause(ex->flow, FLOW_HIGH, quota_now(), on_upload_refill, c) < 0) {
+    if (quota_flow_pause(ex->flow, waiting, quota_now(), on_upload_refill, c) < 0) {
         /* No timer: the bytes go unshaped rather than stall for ever. */
         quota_flow_close(ex->flow);
         ex->flow = NULL;

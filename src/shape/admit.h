@@ -14,6 +14,7 @@
 #define SLUICE_SHAPE_ADMIT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct conn;
@@ -26,11 +27,12 @@ bool shape_check_quarantine(struct conn *c);
  * Otherwise opens ex->flow (metering the upload where a bandwidth limit
  * applies, or will after a reload) and returns false. */
 bool shape_check_rate(struct conn *c);
-/* The upload of <c> (a plain HTTP request body) is over its bandwidth:
- * stops reading from the client and arms the flow's timer, which reads
- * again once the bucket has refilled. Nothing is dropped: bytes already
+/* The upload of <c> (a plain HTTP request body, <waiting> bytes of it
+ * read) is over its bandwidth: stops reading from the client and arms the
+ * flow's timer, which reads again once the bucket has refilled enough (a
+ * sixteenth of it, or what is waiting). Nothing is dropped: bytes already
  * read wait in the input buffer. */
-void shape_pause_upload(struct conn *c);
+void shape_pause_upload(struct conn *c, size_t waiting);
 /* Whole seconds to tell an agent to wait for <ns> nanoseconds: rounded up,
  * at least 1 (at most UINT_MAX, beyond any wait a policy can make). */
 unsigned shape_retry_after(uint64_t ns);

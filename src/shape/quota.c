@@ -514,17 +514,36 @@ static bool flow_meters(const struct quota_flow *f, int i)
     return f->e[i] != NULL && !f->e[i]->bw_off;
 }
 
+/* What flow <f> waits for before it lets bytes through: <want> (at least
+ * one byte), or a sixteenth of its smallest metered bucket when less. */
+static uint64_t flow_chunk(const struct quota_flow *f, size_t want)
+{
+    uint64_t chunk = want > 0 ? want : 1;
+    for (int i = 0; i < 2; i++) {
+        if (!flow_meters(f, i) || bucket_is_off(&f->e[i]->bw))
+            continue;
+        uint64_t c = f->e[i]->bw.size / 16;
+        if (c < chunk)
+            chunk = c > 0 ? c : 1;
+    }
+    return chunk;
+}
+
 size_t quota_flow_allow(struct quota_flow *f, size_t want, uint64_t now_ns)
 {
+    uint64_t least = flow_chunk(f, want);
+    bool trickle = false;
     for (int i = 0; i < 2; i++) {
         if (!flow_meters(f, i))
             continue;
         uint64_t a = bucket_available(&f->e[i]->bw, now_ns);
+        if (a < least)
+            trickle = true; /* not worth a read and a send: the caller pauses */
         if (a < want)
             want = (size_t)a;
         f->e[i]->used_ns = now_ns;
     }
-    return want;
+    return trickle ? 0 : want;
 }
 
 void quota_flow_take(struct quota_flow *f, size_t n, uint64_t now_ns)
@@ -536,14 +555,7 @@ void quota_flow_take(struct quota_flow *f, size_t n, uint64_t now_ns)
 
 uint64_t quota_flow_wait_ns(struct quota_flow *f, size_t want, uint64_t now_ns)
 {
-    uint64_t chunk = want > 0 ? want : 1, wait = 0;
-    for (int i = 0; i < 2; i++) {
-        if (!flow_meters(f, i) || bucket_is_off(&f->e[i]->bw))
-            continue;
-        uint64_t c = f->e[i]->bw.size / 16;
-        if (c < chunk)
-            chunk = c > 0 ? c : 1;
-    }
+    uint64_t chunk = flow_chunk(f, want), wait = 0;
     for (int i = 0; i < 2; i++) {
         if (!flow_meters(f, i))
             continue;

@@ -117,7 +117,10 @@ void quota_on_event(const struct egress_event *ev, void *arg);
  * closes it with quota_flow_close(). */
 struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, const char *agent_id,
                                    const struct rule *r, uint64_t now_ns);
-/* Bytes, up to <want>, that may be sent now (not taken). */
+/* Bytes, up to <want>, that may be sent now (not taken): 0 until every
+ * bucket holds what quota_flow_wait_ns() waits for, so that a paused
+ * upload moves in pieces of that size, not in the trickle each look
+ * finds (a few bytes a read and a send, as fast as the loop goes round). */
 size_t quota_flow_allow(struct quota_flow *f, size_t want, uint64_t now_ns);
 /* Takes <n> bytes' tokens (bytes that have moved: may go into debt). */
 void quota_flow_take(struct quota_flow *f, size_t n, uint64_t now_ns);

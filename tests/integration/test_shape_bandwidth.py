@@ -9,6 +9,7 @@ shaping 10x too slowly would)."""
 import hashlib
 import http.client
 import json
+import os
 import socket
 import threading
 import time
@@ -376,3 +377,28 @@ def test_reload_speeds_up_a_paused_tunnel(gateway, net):
         assert elapsed < 4, "the paused tunnel took %.2fs to see the reload" % elapsed
     finally:
         sink.stop()
+
+
+
+def _write_calls(pid):
+    """The write system calls process <pid> made so far (its writes to the
+    upstream's socket among them)."""
+    with open("/proc/%d/io" % pid) as f:
+        return int(dict(x.split(": ") for x in f.read().splitlines())["syscw"])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="no /proc/PID/io")
+def test_shaped_upload_moves_in_pieces_not_a_trickle(gateway, net):
+    # Once the bucket is empty, an upload waits for a sixteenth of it (64
+    # KiB at 1 MiB/s) and sends that at once: 3 MiB take some tens of
+    # writes. (Before, each look let through the few bytes that came in
+    # since the last one: the POST took 480000 writes of 6 or 7 bytes, the
+    # gateway spinning on one upload while every other agent's requests
+    # waited.)
+    gw = gateway(net.policy([api_rule(net, rate={"bandwidth": "1MiB/s"})]))
+    body = pattern_bytes(3 * 1024 * KIB)
+    before = _write_calls(gw.proc.pid)
+    status, data = post(gw, net.url("/up"), body)
+    writes = _write_calls(gw.proc.pid) - before
+    assert status == 200 and json.loads(data)["body_len"] == len(body)
+    assert writes < 2000, writes

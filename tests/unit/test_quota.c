@@ -724,6 +724,37 @@ static void test_flows(void **state)
     quota_free(q);
 }
 
+/* A flow lets bytes through only once its buckets hold what a pause waits
+ * for (a sixteenth of the smallest bucket, or what is waiting when that is
+ * less), not the trickle that came in since the last look: handing that
+ * out made a shaped upload move a few bytes per read and send, as fast as
+ * the loop went round, and never pause (a tunnel at 4 MiB/s took a whole
+ * core, and a plain upload at 1 MiB/s held the loop ~200 ms at a time,
+ * every other agent's requests waiting). */
+static void test_flow_waits_for_a_useful_amount(void **state)
+{
+    (void)state;
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    set_rate(&p.limits.rate, 0, 1000, 0, 16000); /* pieces of 1000 B, each 62.5 ms */
+    struct quota *q = quota_new(NULL, NULL, 0);
+    struct quota_flow *f = quota_flow_open(q, &p, "a", NULL, 0);
+    assert_non_null(f);
+    quota_flow_take(f, 16000, 0);
+    /* 1 ms later 16 bytes came in: too few for 100000 waiting, enough for 10. */
+    assert_int_equal(quota_flow_allow(f, 100000, 1 * MS), 0);
+    assert_int_equal(quota_flow_allow(f, 10, 1 * MS), 10);
+    assert_int_equal(quota_flow_allow(f, 16, 1 * MS), 16);
+    /* Once the wait is over, what it waited for goes, then nothing. */
+    uint64_t t = 1 * MS + quota_flow_wait_ns(f, 100000, 1 * MS);
+    assert_int_equal(t, 62500 * 1000);
+    assert_int_equal(quota_flow_allow(f, 100000, t), 1000);
+    quota_flow_take(f, 1000, t);
+    assert_int_equal(quota_flow_allow(f, 100000, t + 10 * MS), 0);
+    quota_flow_close(f);
+    quota_free(q);
+}
+
 /* A reload reshapes the uploads already running: a flow opened under
  * 16000 B/s (agent) and 1600 B/s (rule) follows the reloaded policy's
  * rates at once, clamped and never granted more; one whose limit is gone
@@ -876,6 +907,7 @@ int main(void)
         cmocka_unit_test(test_trips_with_the_detector),
         cmocka_unit_test(test_subscribers_count_at_the_event_time),
         cmocka_unit_test(test_flows),
+        cmocka_unit_test(test_flow_waits_for_a_useful_amount),
         cmocka_unit_test(test_reload_reshapes_running_flows),
         cmocka_unit_test(test_reload_shapes_a_flow_opened_unshaped),
         cmocka_unit_test(test_flow_pause_timer),
