@@ -647,17 +647,17 @@ static void free_rule_rates(struct rule_rate *v, size_t n)
     free(v);
 }
 
-/* Indexes the rules of <p> that limit bandwidth, by identity, sorted, into
- * <*out> (NULL when there are none) and <*n>. Returns 0, or -1 when out of
- * memory. */
-static int index_bandwidth_rules(const struct policy *p, struct rule_rate **out, size_t *n)
+/* Indexes the rules of <p> that limit requests or bandwidth, by identity,
+ * sorted, into <*out> (NULL when there are none) and <*n>. Returns 0, or
+ * -1 when out of memory. */
+static int index_rate_rules(const struct policy *p, struct rule_rate **out, size_t *n)
 {
     struct rule_rate *v = NULL;
     *out = NULL;
     *n = 0;
     for (size_t i = 0; i < p->nrules; i++) {
         const struct rule *r = &p->rules[i];
-        if (!limits_bandwidth(&r->rate))
+        if (!limits_requests(&r->rate) && !limits_bandwidth(&r->rate))
             continue;
         if (v == NULL && (v = calloc(p->nrules, sizeof(*v))) == NULL)
             return -1;
@@ -677,12 +677,13 @@ static int index_bandwidth_rules(const struct policy *p, struct rule_rate **out,
     return 0;
 }
 
-/* The rate <p> gives the bandwidth of entry <e>; NULL when none. */
-static const struct rate_spec *entry_bandwidth(const struct qentry *e, const struct policy *p,
-                                               const struct rule_rate *rules, size_t nrules)
+/* The rate <p> gives entry <e> (its limits.rate, or its rule's); NULL
+ * when none. */
+static const struct rate_spec *entry_rate(const struct qentry *e, const struct policy *p,
+                                          const struct rule_rate *rules, size_t nrules)
 {
     if (e->key[0] == KEY_AGENT)
-        return limits_bandwidth(&p->limits.rate) ? &p->limits.rate : NULL;
+        return &p->limits.rate;
     size_t skip = 2 + strlen(e->key + 1); /* KEY_RULE, the agent id, NUL */
     struct rule_rate k = {e->key + skip, e->keylen - skip, NULL};
     const struct rule_rate *r =
@@ -690,10 +691,10 @@ static const struct rate_spec *entry_bandwidth(const struct qentry *e, const str
     return r != NULL ? r->rate : NULL;
 }
 
-/* The rate <rules> (index_bandwidth_rules()) gives the bandwidth of rule
- * <r>, of any policy, matched by its identity; NULL when none. */
-static const struct rate_spec *rule_bandwidth(const struct rule *r, const struct rule_rate *rules,
-                                              size_t nrules)
+/* The rate <rules> (index_rate_rules()) gives rule <r>, of any policy,
+ * matched by its identity; NULL when none. */
+static const struct rate_spec *rule_rate(const struct rule *r, const struct rule_rate *rules,
+                                         size_t nrules)
 {
     if (nrules == 0)
         return NULL;
@@ -715,14 +716,19 @@ void quota_reshape(struct quota *q, const struct policy *p, uint64_t now_ns)
 {
     struct rule_rate *rules;
     size_t nrules;
-    if (index_bandwidth_rules(p, &rules, &nrules) < 0)
-        return; /* out of memory: the running uploads keep their rate */
+    if (index_rate_rules(p, &rules, &nrules) < 0)
+        return; /* out of memory: the buckets keep their rates until used */
     for (size_t i = 0; i < NSLOTS; i++) {
         for (struct qentry *e = q->slots[i]; e != NULL; e = e->next) {
+            if (e->spec.requests == 0 && e->spec.bandwidth == 0)
+                continue; /* nothing was ever limited here */
+            const struct rate_spec *rs = entry_rate(e, p, rules, nrules);
+            /* From now on at the new rate, not from the next request on. */
+            if (e->spec.requests != 0 && limits_requests(rs))
+                apply_requests(e, rs, now_ns);
             if (e->spec.bandwidth == 0)
                 continue; /* no upload was ever shaped here */
-            const struct rate_spec *rs = entry_bandwidth(e, p, rules, nrules);
-            if (rs != NULL)
+            if (limits_bandwidth(rs))
                 apply_bandwidth(e, rs, now_ns);
             else
                 e->bw_off = true; /* the bucket is kept, should the limit come back */
@@ -735,7 +741,7 @@ void quota_reshape(struct quota *q, const struct policy *p, uint64_t now_ns)
             flow_attach(f, 0, &p->limits.rate, now_ns);
         const struct rate_spec *rs;
         if (f->e[1] == NULL && f->rule != NULL &&
-            (rs = rule_bandwidth(f->rule, rules, nrules)) != NULL)
+            limits_bandwidth(rs = rule_rate(f->rule, rules, nrules)))
             flow_attach(f, 1, rs, now_ns);
     }
     free_rule_rates(rules, nrules);

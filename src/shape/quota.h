@@ -65,15 +65,17 @@ void quota_free(struct quota *q);
 /* Takes denied_burst and quarantine from <p> (copied): called when a
  * policy comes into force. Quarantines already running keep their end. */
 void quota_configure(struct quota *q, const struct policy *p);
-/* Brings the bandwidth buckets to the rates of <p> at <now_ns>: called
- * when a policy comes into force, so that the uploads already running (a
- * tunnel) are shaped by it from now on, not by the policy they started
- * under, one that started where no bandwidth was limited included. As for
- * a request bucket, nothing is granted: what a bucket holds is kept,
- * clamped to its new size (a bucket a limit brings in starts full, as a
- * new one). Where <p> limits no bandwidth any more, the running uploads go
- * unmetered and the bucket is kept as it is, should a later policy bring
- * the limit back. */
+/* Brings the buckets to the rates of <p> at <now_ns>: called when a
+ * policy comes into force, so that they refill at its rates from now on,
+ * not from their next use (which would refill them for the time between
+ * at the old rate), and the uploads already running (a tunnel) are shaped
+ * by it, not by the policy they started under, one that started where no
+ * bandwidth was limited included. Nothing is granted: what a bucket holds
+ * is kept, clamped to its new size (a bucket a limit brings in starts
+ * full, as a new one). Where <p> limits no bandwidth any more, the running
+ * uploads go unmetered and the bucket is kept as it is, should a later
+ * policy bring the limit back (a request bucket <p> no longer limits is
+ * kept too, and reconfigured when a limit comes back into use). */
 void quota_reshape(struct quota *q, const struct policy *p, uint64_t now_ns);
 /* CLOCK_MONOTONIC now, in nanoseconds. */
 uint64_t quota_now(void);

@@ -755,6 +755,20 @@ static void test_flow_waits_for_a_useful_amount(void **state)
     quota_free(q);
 }
 
+/* Makes <p> a policy of one rule <r> for api.example.test, the agent's
+ * rate and the rule's both <requests> per <per_ms>, with bandwidths
+ * <agent_bw> and <rule_bw>. */
+static void one_rule_policy(struct policy *p, struct rule *r, uint64_t requests, uint64_t per_ms,
+                            uint64_t agent_bw, uint64_t rule_bw)
+{
+    memset(p, 0, sizeof(*p));
+    *r = make_rule(0, "api.example.test", ports_web, 2);
+    set_rate(&p->limits.rate, requests, per_ms, 0, agent_bw);
+    set_rate(&r->rate, requests, per_ms, 0, rule_bw);
+    p->rules = r;
+    p->nrules = 1;
+}
+
 /* A reload reshapes the uploads already running: a flow opened under
  * 16000 B/s (agent) and 1600 B/s (rule) follows the reloaded policy's
  * rates at once, clamped and never granted more; one whose limit is gone
@@ -763,12 +777,8 @@ static void test_reload_reshapes_running_flows(void **state)
 {
     (void)state;
     struct policy p;
-    memset(&p, 0, sizeof(p));
-    struct rule r = make_rule(0, "api.example.test", ports_web, 2);
-    set_rate(&p.limits.rate, 0, 1000, 0, 16000);
-    set_rate(&r.rate, 0, 1000, 0, 1600);
-    p.rules = &r;
-    p.nrules = 1;
+    struct rule r;
+    one_rule_policy(&p, &r, 0, 1000, 16000, 1600);
     struct quota *q = quota_new(NULL, NULL, 0);
     struct quota_flow *f = quota_flow_open(q, &p, "a", &r, 0);
     assert_non_null(f);
@@ -811,6 +821,37 @@ static void test_reload_reshapes_running_flows(void **state)
     quota_reshape(q, &p2, 1500 * MS);
     assert_int_equal(quota_flow_allow(f, 100000, 1500 * MS), 500);
     quota_flow_close(f);
+    quota_free(q);
+}
+
+/* A reload brings the request buckets to their new rates when it happens,
+ * not at the agent's next request: from the reload on, they refill at the
+ * new rate. (The next admission reconfigured them, after refilling them
+ * for all the time since at the old rate: an agent slowed by a reload from
+ * 10 requests a second to 10 an hour found its buckets full again ten
+ * seconds later.) */
+static void test_reload_reshapes_request_buckets(void **state)
+{
+    (void)state;
+    struct policy p, p2, rule_only;
+    struct rule r, r2;
+    one_rule_policy(&p, &r, 10, 1000, 0, 0);
+    struct quota *q = quota_new(NULL, NULL, 0);
+    uint64_t w;
+    for (int i = 0; i < 10; i++)
+        assert_int_equal(quota_admit(q, &p, "a", &r, 0, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "a", &r, 0, &w), -1);
+    /* 1 ms later, the reload: 10 an hour, for the agent and the rule (now
+     * at another address). */
+    one_rule_policy(&p2, &r2, 10, 3600 * 1000, 0, 0);
+    quota_reshape(q, &p2, 1 * MS);
+    /* 10 s on, neither holds a token (a thirtieth of one each). */
+    assert_int_equal(quota_admit(q, &p2, "a", NULL, 10 * S, &w), -1);
+    assert_true(w > 300 * S);
+    rule_only = p2;
+    rule_only.limits.rate.set = false;
+    assert_int_equal(quota_admit(q, &rule_only, "a", &r2, 10 * S, &w), -1);
+    assert_true(w > 300 * S);
     quota_free(q);
 }
 
@@ -909,6 +950,7 @@ int main(void)
         cmocka_unit_test(test_flows),
         cmocka_unit_test(test_flow_waits_for_a_useful_amount),
         cmocka_unit_test(test_reload_reshapes_running_flows),
+        cmocka_unit_test(test_reload_reshapes_request_buckets),
         cmocka_unit_test(test_reload_shapes_a_flow_opened_unshaped),
         cmocka_unit_test(test_flow_pause_timer),
     };
