@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -56,7 +57,22 @@ static struct {
     FILE *relayed; /* the stream that replaced it */
     pthread_t thread;
     _Atomic uint64_t dropped;
-} R = {.orig = -1, .rd = -1};
+    uint64_t told; /* <dropped> when the thread starts: told by the one before */
+    /* A line cut short: the pipe took its start, the rest was dropped.
+     * Under <lock> (the stream's writes and the thread's check):
+     *   open  the last byte the pipe got is not a newline;
+     *   skip  the stream's bytes up to the next newline are the rest of a
+     *         line already dropped, and are dropped with it;
+     *   owe   the line in the pipe was cut: a newline must follow it,
+     *         written before the next line by relayed_write(), or by the
+     *         thread after the cut line once it has read the pipe empty.
+     * Without that newline whatever came next on the original standard
+     * error (the next message, the count of drops, a decision line of
+     * `--log -` with `2>&1`) would be glued onto the cut line. */
+    pthread_mutex_t lock;
+    bool open, skip;
+    atomic_bool owe;
+} R = {.orig = -1, .rd = -1, .lock = PTHREAD_MUTEX_INITIALIZER};
 
 size_t stderr_relay_piece(const char *buf, size_t n, size_t max)
 {
@@ -103,28 +119,70 @@ static bool write_all(int fd, const char *buf, size_t n)
     return true;
 }
 
+/* Writes <n> bytes of <buf> to the pipe, at most once (EINTR aside). */
+static ssize_t pipe_write(const char *buf, size_t n)
+{
+    ssize_t w;
+    while ((w = write(STDERR_FILENO, buf, n)) < 0 && errno == EINTR)
+        ;
+    return w;
+}
+
 /* The stream's write: into the non-blocking pipe, a piece of whole lines
- * at a time; what the pipe does not take now is dropped and counted. It
- * always reports success, so stderr's error flag never sticks. */
+ * at a time; what the pipe does not take now is dropped and counted, a line
+ * the pipe took the start of to its end (see R.owe). It always reports
+ * success, so stderr's error flag never sticks. */
 static ssize_t relayed_write(void *cookie, const char *buf, size_t n)
 {
     (void)cookie;
     size_t off = 0;
+    pthread_mutex_lock(&R.lock);
     while (off < n) {
+        if (R.skip) {
+            const char *nl = memchr(buf + off, '\n', n - off);
+            off = nl != NULL ? (size_t)(nl - buf) + 1 : n;
+            R.skip = nl == NULL;
+            continue;
+        }
         size_t piece = stderr_relay_piece(buf + off, n - off, PIPE_BUF);
         if (piece == 0)
             piece = n - off; /* the end of a line written without its newline */
-        ssize_t w = write(STDERR_FILENO, buf + off, piece);
-        if (w < 0 && errno == EINTR)
-            continue;
+        if (atomic_load(&R.owe) && pipe_write("\n", 1) == 1) {
+            atomic_store(&R.owe, false);
+            R.open = false;
+        }
+        ssize_t w = atomic_load(&R.owe) ? -1 : pipe_write(buf + off, piece);
         if (w <= 0) {
             atomic_fetch_add(&R.dropped, count_lines(buf + off, piece));
+            if (R.open)
+                atomic_store(&R.owe, true);
             off += piece;
+            R.skip = buf[off - 1] != '\n';
             continue;
         }
         off += (size_t)w; /* a partial write: only a line above PIPE_BUF */
+        R.open = buf[off - 1] != '\n';
     }
+    pthread_mutex_unlock(&R.lock);
     return (ssize_t)n;
+}
+
+/* The thread, after a wait with nothing to read: true when a cut line owes
+ * its newline and the pipe is empty, so that the thread holds all of that
+ * line and the newline goes right after it (the stream writes nothing
+ * meanwhile). */
+static bool cut_line_read(void)
+{
+    int queued = -1;
+    bool ends = false;
+    pthread_mutex_lock(&R.lock);
+    if (atomic_load(&R.owe) && ioctl(R.rd, FIONREAD, &queued) == 0 && queued == 0) {
+        atomic_store(&R.owe, false);
+        R.open = false;
+        ends = true;
+    }
+    pthread_mutex_unlock(&R.lock);
+    return ends;
 }
 
 /* Says, on the original standard error, how many lines were dropped since
@@ -165,10 +223,12 @@ static void *relay_thread(void *arg)
     (void)arg;
     static char buf[RELAY_BUF];
     size_t have = 0;
-    uint64_t told = 0;
+    uint64_t told = R.told;
+    bool line_start = true; /* the original standard error is at one */
     for (;;) {
         struct pollfd pfd = {.fd = R.rd, .events = POLLIN};
-        int pr = poll(&pfd, 1, have > 0 ? RELAY_PARTIAL_MS : -1);
+        bool wait = have > 0 || atomic_load(&R.owe);
+        int pr = poll(&pfd, 1, wait ? RELAY_PARTIAL_MS : -1);
         if (pr < 0 && errno != EINTR)
             break;
         if (pr > 0) {
@@ -179,12 +239,21 @@ static void *relay_thread(void *arg)
                 break;
             have += (size_t)n;
         }
+        bool end_cut = pr == 0 && cut_line_read();
         size_t done = copy_lines(buf, have, pr == 0 || have == sizeof(buf));
+        if (done > 0)
+            line_start = buf[done - 1] == '\n';
         memmove(buf, buf + done, have - done);
         have -= done;
-        tell_drops(&told);
+        if (end_cut && !line_start)
+            line_start = write_all(R.orig, "\n", 1);
+        if (line_start) /* never glued onto a line not yet ended */
+            tell_drops(&told);
     }
-    copy_lines(buf, have, true);
+    if (copy_lines(buf, have, true) > 0)
+        line_start = buf[have - 1] == '\n';
+    if (!line_start && (atomic_load(&R.owe) || atomic_load(&R.dropped) != told))
+        (void)write_all(R.orig, "\n", 1);
     tell_drops(&told);
     return NULL;
 }
@@ -292,6 +361,7 @@ int stderr_relay_start(char *err, size_t errlen)
         return start_failed(p, err, errlen, "stream");
     }
     R.rd = p[0];
+    R.told = atomic_load(&R.dropped);
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);

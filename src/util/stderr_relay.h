@@ -13,7 +13,9 @@
  *   - stderr becomes a stream that writes each line whole (pieces of at
  *     most PIPE_BUF bytes, atomic on a pipe) and, when the pipe is full,
  *     drops what does not fit and counts its lines, without the stream's
- *     error flag ever being set;
+ *     error flag ever being set (a line longer than PIPE_BUF the pipe took
+ *     the start of loses the rest, and that start still ends with a
+ *     newline: nothing that follows is glued onto it);
  *   - a thread (every signal blocked) copies the pipe to the original
  *     standard error with blocking writes, line by line, and once a write
  *     goes through again says how many lines were dropped.

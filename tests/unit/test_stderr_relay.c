@@ -4,8 +4,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -58,6 +61,39 @@ static int stalled_stderr(int *saved)
     return p[0];
 }
 
+/* Reads <arg> (a descriptor) to its end, waiting at most 10 s for each
+ * piece. */
+static void *drain_to_end(void *arg)
+{
+    int fd = *(int *)arg;
+    char buf[4096];
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 10000) <= 0)
+            break;
+        ssize_t n = read(fd, buf, sizeof(buf));
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+            break;
+    }
+    return NULL;
+}
+
+/* Stops the relay while its original standard error (read end <rd>) is
+ * read, so that the thread ends rather than staying blocked on it (a later
+ * relay of this process would share the pipe with it), then gives
+ * descriptor 2 back (<saved>) and closes both. */
+static void stop_reading(int rd, int saved)
+{
+    pthread_t reader;
+    assert_int_equal(pthread_create(&reader, NULL, drain_to_end, &rd), 0);
+    stderr_relay_stop(10000);
+    assert_int_equal(stderr_relay_original(), STDERR_FILENO);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    assert_int_equal(pthread_join(reader, NULL), 0);
+    close(rd);
+}
+
 static void test_unread_stderr_drops_and_counts(void **state)
 {
     (void)state;
@@ -99,11 +135,90 @@ static void test_unread_stderr_drops_and_counts(void **state)
         line = end + 1;
     }
     free(got);
-    stderr_relay_stop(1000);
-    assert_int_equal(stderr_relay_original(), STDERR_FILENO);
-    dup2(saved, STDERR_FILENO);
-    close(saved);
-    close(rd);
+    stop_reading(rd, saved);
+}
+
+/* Reads <fd> (non-blocking) into <got> (<cap> bytes, NUL-terminated, <*have>
+ * so far) until <done>(<got>, <*have>) holds, at most about 4 s. */
+static void read_until(int fd, char *got, size_t cap, size_t *have,
+                       bool (*done)(const char *, size_t))
+{
+    for (int tries = 0; tries < 400 && !done(got, *have);) {
+        ssize_t n = read(fd, got + *have, cap - 1 - *have);
+        if (n > 0) {
+            *have += (size_t)n;
+            got[*have] = '\0';
+            continue;
+        }
+        usleep(10000);
+        tries++;
+    }
+}
+
+static bool cut_line_read(const char *got, size_t have)
+{
+    return have > 0 && got[have - 1] == '\n' && memchr(got, 'L', have) != NULL;
+}
+
+static bool after_cut_read(const char *got, size_t have)
+{
+    (void)have;
+    return strstr(got, "sluice: after the cut\n") != NULL;
+}
+
+/* A message longer than the relay's pipe holds, written while standard
+ * error is not read: the pipe takes its start, the rest is dropped. The cut
+ * line must still end on the original standard error, so that what comes
+ * next there starts a line of its own: the next message, the count of
+ * drops, or (`--log -` with `2>&1`) a decision line written to the same
+ * pipe by another descriptor. */
+static void test_cut_line_ends_before_what_follows(void **state)
+{
+    (void)state;
+    int saved;
+    int rd = stalled_stderr(&saved);
+    char err[256];
+    alarm(60);
+    assert_int_equal(stderr_relay_start(err, sizeof(err)), 0);
+    int keep = stderr_relay_original();
+    uint64_t before = stderr_relay_dropped();
+    enum { LONG_LINE = 256 * 1024, GOT = 1 << 20 };
+    char *big = malloc(LONG_LINE + 1);
+    assert_non_null(big);
+    memset(big, 'L', LONG_LINE);
+    big[LONG_LINE] = '\0';
+    fprintf(stderr, "%s\n", big);
+    free(big);
+    assert_int_equal(stderr_relay_dropped(), before + 1); /* the one line cut */
+    alarm(0);
+    char *got = calloc(1, GOT);
+    size_t have = 0;
+    read_until(rd, got, GOT, &have, cut_line_read);
+    static const char decision[] = "{\"event\":\"agent_egress\"}\n";
+    assert_int_equal(write(keep, decision, sizeof(decision) - 1), sizeof(decision) - 1);
+    fprintf(stderr, "sluice: after the cut\n");
+    read_until(rd, got, GOT, &have, after_cut_read);
+    assert_non_null(strstr(got, decision));
+    assert_non_null(strstr(got, "sluice: after the cut\n"));
+    bool cut = false;
+    for (char *line = got; *line != '\0';) {
+        char *end = strchr(line, '\n');
+        assert_non_null(end);
+        *end = '\0';
+        size_t len = strlen(line);
+        if (line[0] == 'L') {
+            assert_int_equal(strspn(line, "L"), len); /* nothing glued onto it */
+            cut = true;
+        } else if (line[0] == '{') {
+            assert_string_equal(line, "{\"event\":\"agent_egress\"}");
+        } else {
+            assert_true(strspn(line, "f") == len || strncmp(line, "sluice: ", 8) == 0);
+        }
+        line = end + 1;
+    }
+    assert_true(cut);
+    free(got);
+    stop_reading(rd, saved);
 }
 
 /* The child's own exit handler, registered after the relay's and so run
@@ -231,6 +346,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pieces_are_whole_lines_up_to_max),
         cmocka_unit_test(test_unread_stderr_drops_and_counts),
+        cmocka_unit_test(test_cut_line_ends_before_what_follows),
         cmocka_unit_test(test_exit_copies_the_last_message),
         cmocka_unit_test(test_abort_copies_the_last_message),
     };
