@@ -400,15 +400,18 @@ static bool relay_restore(unsigned ms)
     /* The last write end in this process: the thread reads the pipe to its
      * end, then exits. */
     dup2(R.orig, STDERR_FILENO);
+    /* On the monotonic clock: a wall clock stepped meanwhile (NTP, a
+     * virtual machine resumed) would make the wait end at once or last for
+     * hours. */
     struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
+    clock_gettime(CLOCK_MONOTONIC, &until);
     until.tv_sec += ms / 1000;
     until.tv_nsec += (long)(ms % 1000) * 1000000L;
     if (until.tv_nsec >= 1000000000L) {
         until.tv_sec++;
         until.tv_nsec -= 1000000000L;
     }
-    if (pthread_timedjoin_np(R.thread, NULL, &until) != 0) {
+    if (pthread_clockjoin_np(R.thread, NULL, CLOCK_MONOTONIC, &until) != 0) {
         /* Standard error is not read: the thread stays blocked in its
          * write until the process exits, its descriptors with it. */
         pthread_detach(R.thread);

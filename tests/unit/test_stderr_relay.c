@@ -1,6 +1,7 @@
 /* test_stderr_relay: the pieces a pipe gets, and a standard error nobody
  * reads: messages dropped and counted, never waited for, and the count told
  * once it is read again. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -14,7 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -221,6 +224,78 @@ static void test_cut_line_ends_before_what_follows(void **state)
     stop_reading(rd, saved);
 }
 
+/* While <realtime_behind>, CLOCK_REALTIME reads a day behind the kernel's:
+ * as if the wall clock were stepped a day forward right after it is read
+ * (NTP, a virtual machine resumed). */
+static bool realtime_behind;
+int clock_gettime(clockid_t clk, struct timespec *ts)
+{
+    long rc = syscall(SYS_clock_gettime, clk, ts);
+    if (rc == 0 && clk == CLOCK_REALTIME && realtime_behind)
+        ts->tv_sec -= 86400;
+    return rc == 0 ? 0 : -1;
+}
+
+static int open_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    assert_non_null(d);
+    while (readdir(d) != NULL)
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* Reads the stalled standard error <arg> (non-blocking) after a while, until
+ * the message of the test below has come. */
+static void *late_reader(void *arg)
+{
+    int rd = *(int *)arg;
+    static char got[1 << 16];
+    size_t have = 0;
+    usleep(300000);
+    for (int tries = 0; tries < 1000 && strstr(got, "sluice: the stop waits\n") == NULL;) {
+        ssize_t n = read(rd, got + have, sizeof(got) - 1 - have);
+        if (n > 0) {
+            have += (size_t)n;
+            got[have] = '\0';
+            if (have > sizeof(got) / 2) { /* only the end matters */
+                memmove(got, got + have / 2, have - have / 2 + 1);
+                have -= have / 2;
+            }
+            continue;
+        }
+        usleep(10000);
+        tries++;
+    }
+    return NULL;
+}
+
+/* The stop waits for the thread to copy what it holds (here until standard
+ * error is read, 300 ms on) however the wall clock moves meanwhile: the
+ * thread ends, and the relay's descriptors are closed. */
+static void test_stop_waits_on_a_steady_clock(void **state)
+{
+    (void)state;
+    int saved;
+    int rd = stalled_stderr(&saved);
+    int fds = open_fds();
+    char err[256];
+    assert_int_equal(stderr_relay_start(err, sizeof(err)), 0);
+    fprintf(stderr, "sluice: the stop waits\n");
+    pthread_t reader;
+    assert_int_equal(pthread_create(&reader, NULL, late_reader, &rd), 0);
+    realtime_behind = true;
+    stderr_relay_stop(10000);
+    realtime_behind = false;
+    assert_int_equal(pthread_join(reader, NULL), 0);
+    assert_int_equal(open_fds(), fds); /* not left to a thread still blocked */
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    close(rd);
+}
+
 /* The child's own exit handler, registered after the relay's and so run
  * before it: tells the parent the child is in exit(). */
 static int exiting_fd = -1;
@@ -347,6 +422,7 @@ int main(void)
         cmocka_unit_test(test_pieces_are_whole_lines_up_to_max),
         cmocka_unit_test(test_unread_stderr_drops_and_counts),
         cmocka_unit_test(test_cut_line_ends_before_what_follows),
+        cmocka_unit_test(test_stop_waits_on_a_steady_clock),
         cmocka_unit_test(test_exit_copies_the_last_message),
         cmocka_unit_test(test_abort_copies_the_last_message),
     };
