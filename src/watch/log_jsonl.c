@@ -348,6 +348,28 @@ static size_t pipe_piece(struct log_jsonl *l)
     return nl.pos < 0 ? len - l->line_sent : (size_t)nl.pos + 1 - l->line_sent;
 }
 
+/* Elsewhere (a file, a socket, a terminal), how many bytes of <pending>,
+ * from line_sent on, one write takes: all of them, or when they lie in more
+ * pieces than one write takes (DRAIN_IOV), the whole lines of those pieces,
+ * so that a write does not stop mid-line when it need not. A truncate of
+ * the file between two writes (logrotate's copytruncate) would leave the
+ * tail of that line first in the file, half a line no reader parses. A
+ * line longer than the pieces goes as it is. */
+static size_t whole_piece(struct log_jsonl *l)
+{
+    struct evbuffer_iovec v[DRAIN_IOV];
+    struct evbuffer_ptr from;
+    evbuffer_ptr_set(l->pending, &from, l->line_sent, EVBUFFER_PTR_SET);
+    ev_ssize_t left = (ev_ssize_t)(evbuffer_get_length(l->pending) - l->line_sent);
+    if (evbuffer_peek(l->pending, left, &from, v, DRAIN_IOV) <= DRAIN_IOV)
+        return SIZE_MAX;
+    size_t covered = l->line_sent, lines;
+    for (int i = 0; i < DRAIN_IOV; i++)
+        covered += v[i].iov_len;
+    size_t whole = complete_lines(l->pending, covered, &lines);
+    return whole > l->line_sent ? whole - l->line_sent : SIZE_MAX;
+}
+
 /* Fills <iov> with at most <max> bytes of <pending> from line_sent on;
  * returns how many pieces it used. */
 static int pending_iov(struct log_jsonl *l, struct iovec *iov, size_t max)
@@ -374,7 +396,7 @@ static int drain(struct log_jsonl *l)
 {
     while (evbuffer_get_length(l->pending) > 0) {
         struct iovec iov[DRAIN_IOV];
-        int nv = pending_iov(l, iov, l->is_pipe ? pipe_piece(l) : SIZE_MAX);
+        int nv = pending_iov(l, iov, l->is_pipe ? pipe_piece(l) : whole_piece(l));
         ssize_t w;
 
         if (l->is_sock) {

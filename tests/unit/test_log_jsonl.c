@@ -80,6 +80,24 @@ static struct egress_event spec_egress(void)
     return ev;
 }
 
+/* The agent_egress_end line of SPEC.md's example (spec_line2). */
+static struct egress_event spec_end(void)
+{
+    struct egress_event ev = {
+        .kind = EVENT_EGRESS_END,
+        .ts = spec_ts(2, 456),
+        .id = "c17.1",
+        .agent = "ci-bot",
+        .host = "api.github.com",
+        .tier = TIER_3,
+        .status = 200,
+        .bytes_up = 1234,
+        .bytes_down = 5678,
+        .ms = 2333,
+    };
+    return ev;
+}
+
 static const char spec_line1[] =
     "{\"ts\":\"2026-11-30T19:00:00.123Z\",\"event\":\"agent_egress\",\"id\":\"c17.1\","
     "\"agent\":\"ci-bot\",\"method\":\"CONNECT\",\"scheme\":\"https\",\"host\":\"api.github.com\","
@@ -101,18 +119,7 @@ static void test_spec_lines(void **state)
     assert_string_equal(buf, spec_line1);
     assert_int_equal(n, strlen(spec_line1));
 
-    struct egress_event end = {
-        .kind = EVENT_EGRESS_END,
-        .ts = spec_ts(2, 456),
-        .id = "c17.1",
-        .agent = "ci-bot",
-        .host = "api.github.com",
-        .tier = TIER_3,
-        .status = 200,
-        .bytes_up = 1234,
-        .bytes_down = 5678,
-        .ms = 2333,
-    };
+    struct egress_event end = spec_end();
     n = log_jsonl_format(&end, buf, sizeof(buf));
     assert_string_equal(buf, spec_line2);
     assert_int_equal(n, strlen(spec_line2));
@@ -322,16 +329,25 @@ static char *slurp(const char *path, size_t *len)
     return buf;
 }
 
+/* Opens a log on the file <name> in the test's folder, its path in <path>
+ * (<cap> bytes). */
+static struct log_jsonl *open_on_file(struct event_base *base, const char *name, char *path,
+                                      size_t cap)
+{
+    char *err = NULL;
+    snprintf(path, cap, "%s/%s", tmpdir, name);
+    struct log_jsonl *l = log_jsonl_open(base, path, 0, &err);
+    assert_non_null(l);
+    assert_null(err);
+    return l;
+}
+
 static void test_file(void **state)
 {
     (void)state;
     struct event_base *base = event_base_new();
-    char path[128], *err = NULL;
-    snprintf(path, sizeof(path), "%s/decisions.jsonl", tmpdir);
-
-    struct log_jsonl *l = log_jsonl_open(base, path, 0, &err);
-    assert_non_null(l);
-    assert_null(err);
+    char path[128];
+    struct log_jsonl *l = open_on_file(base, "decisions.jsonl", path, sizeof(path));
     struct egress_event ev = spec_egress();
     log_jsonl_on_event(&ev, l);
     log_jsonl_on_event(&ev, l);
@@ -382,6 +398,35 @@ static void test_file(void **state)
     assert_int_equal(log_jsonl_dropped(l), 0);
     log_jsonl_close(l);
     log_jsonl_close(NULL);
+    event_base_free(base);
+}
+
+/* A file gets whole lines at each write, also when many lines wait (the end
+ * lines of a busy loop round, more than the DRAIN_IOV pieces of the buffer
+ * hold): an external truncate between two writes (logrotate's copytruncate)
+ * then never leaves half a line at the start of the truncated file. */
+static void test_file_writes_end_at_a_line(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char path[128];
+    struct log_jsonl *l = open_on_file(base, "round.jsonl", path, sizeof(path));
+    struct egress_event end = spec_end();
+    const size_t lines = 2000;
+    for (size_t i = 0; i < lines; i++) /* one round: they wait for its end */
+        log_jsonl_on_event(&end, l);
+    assert_true(log_jsonl_pending_bytes(l) > DRAIN_IOV * 4096);
+    writev_mid_line = 0;
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    assert_int_equal(log_jsonl_pending_bytes(l), 0);
+    assert_int_equal(writev_mid_line, 0);
+    size_t len;
+    char *got = slurp(path, &len);
+    assert_int_equal(len, lines * strlen(spec_line2));
+    for (size_t off = 0; off < len; off += strlen(spec_line2))
+        assert_memory_equal(got + off, spec_line2, strlen(spec_line2));
+    free(got);
+    log_jsonl_close(l);
     event_base_free(base);
 }
 
@@ -864,6 +909,7 @@ int main(void)
         cmocka_unit_test(test_parse_back),
         cmocka_unit_test(test_truncation),
         cmocka_unit_test(test_file),
+        cmocka_unit_test(test_file_writes_end_at_a_line),
         cmocka_unit_test(test_open_fails),
         cmocka_unit_test(test_pipe_never_blocks),
         cmocka_unit_test(test_pipe_gets_whole_lines_up_to_pipe_buf),
