@@ -49,6 +49,10 @@ struct log_jsonl {
      * that a reopen after rotation writes that line whole to the new file
      * rather than its tail alone. */
     size_t line_sent;
+    /* With line_sent: where that part ends in a regular file (its offset
+     * after the write), else 0. A file shorter than that has been
+     * truncated since (logrotate's copytruncate): the line starts over. */
+    off_t line_sent_end;
     size_t pending_max;
     struct event *wev;
     /* Retries after a failed write: a timer of its own, since a descriptor
@@ -390,10 +394,22 @@ static int pending_iov(struct log_jsonl *l, struct iovec *iov, size_t max)
     return nv;
 }
 
+/* A line a write left half written in a regular file (a full disk took
+ * part of it) whose file has been truncated since: its rest alone would
+ * start the file as half a line, so the line is written whole again. */
+static void restart_cut_line(struct log_jsonl *l)
+{
+    struct stat st;
+    if (l->line_sent > 0 && l->line_sent_end > 0 && fstat(l->fd, &st) == 0 && S_ISREG(st.st_mode) &&
+        st.st_size < l->line_sent_end)
+        l->line_sent = 0;
+}
+
 /* Writes what the descriptor takes now. Returns 1 when something is still
  * pending (EAGAIN), 0 when the buffer is empty, -1 on a hard error. */
 static int drain(struct log_jsonl *l)
 {
+    restart_cut_line(l);
     while (evbuffer_get_length(l->pending) > 0) {
         struct iovec iov[DRAIN_IOV];
         int nv = pending_iov(l, iov, l->is_pipe ? pipe_piece(l) : whole_piece(l));
@@ -430,6 +446,8 @@ static int drain(struct log_jsonl *l)
         l->pending_lines -= done < l->pending_lines ? done : l->pending_lines;
         evbuffer_drain(l->pending, whole);
         l->line_sent = upto - whole;
+        l->line_sent_end =
+            l->line_sent > 0 && !l->is_pipe && !l->is_sock ? lseek(l->fd, 0, SEEK_CUR) : 0;
         l->reported = false;
         l->write_errno = 0;
     }

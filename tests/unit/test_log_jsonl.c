@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -425,6 +426,40 @@ static void test_file_writes_end_at_a_line(void **state)
     assert_int_equal(len, lines * strlen(spec_line2));
     for (size_t off = 0; off < len; off += strlen(spec_line2))
         assert_memory_equal(got + off, spec_line2, strlen(spec_line2));
+    free(got);
+    log_jsonl_close(l);
+    event_base_free(base);
+}
+
+/* A write a full file took part of (here RLIMIT_FSIZE: EFBIG, as a full
+ * disk's ENOSPC), then logrotate's copytruncate: the file is truncated in
+ * place (the same inode, no reopen). The line goes whole to the truncated
+ * file once writes go through, not its rest alone: the file starts at a
+ * line's start. */
+static void test_truncated_file_gets_a_cut_line_whole(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char path[128];
+    struct log_jsonl *l = open_on_file(base, "truncated.jsonl", path, sizeof(path));
+    const size_t line = strlen(spec_line1);
+    struct rlimit was, small;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &was), 0);
+    small = was;
+    small.rlim_cur = line + line / 2; /* the second line half fits */
+    void (*xfsz)(int) = signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
+    log_jsonl_write_line(l, spec_line1, line);
+    log_jsonl_write_line(l, spec_line1, line);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &was), 0);
+    signal(SIGXFSZ, xfsz);
+    assert_true(l->line_sent > 0); /* the file holds half of the second line */
+    assert_int_equal(truncate(path, 0), 0);
+    assert_int_equal(log_jsonl_flush(l, 1000), 0);
+    size_t len;
+    char *got = slurp(path, &len);
+    assert_int_equal(len, line);
+    assert_memory_equal(got, spec_line1, line);
     free(got);
     log_jsonl_close(l);
     event_base_free(base);
@@ -910,6 +945,7 @@ int main(void)
         cmocka_unit_test(test_truncation),
         cmocka_unit_test(test_file),
         cmocka_unit_test(test_file_writes_end_at_a_line),
+        cmocka_unit_test(test_truncated_file_gets_a_cut_line_whole),
         cmocka_unit_test(test_open_fails),
         cmocka_unit_test(test_pipe_never_blocks),
         cmocka_unit_test(test_pipe_gets_whole_lines_up_to_pipe_buf),
