@@ -4,7 +4,8 @@
  * "keep-alive" mode), never through a shared pool: after an exchange whose
  * HTTP/1.1 response was framed (Content-Length, chunked, or no body), with
  * no "Connection: close" from either side, the request fully sent and the
- * response fully read, the upstream connection is kept idle (one slot per
+ * response fully read, and a request that is no read with a body
+ * (read_with_body()), the upstream connection is kept idle (one slot per
  * client connection) and given to that client's next request only when that
  * request, after its own decision, resolution and address guard, is for the
  * same agent and goes to the same checked address and port. So no request
@@ -48,12 +49,23 @@ static void up_read(struct bufferevent *bev, void *arg);
 static void up_write(struct bufferevent *bev, void *arg);
 static void up_event(struct bufferevent *bev, short what, void *arg);
 
+/* A request with a body whose method is not a write (a GET with a body, as
+ * Elasticsearch's search API sends): an origin that ignores the body of a
+ * GET reads it as the next request on its connection, one that no rule
+ * decided (a POST behind a read-only rule). Such a request goes upstream
+ * with "Connection: close", so that an origin stops after its answer, and
+ * its connection is never kept for another request. */
+static bool read_with_body(const struct exchange *ex)
+{
+    return ex->req_body != BODY_NONE && (ex->mbit & METHODS_WRITE) == 0;
+}
+
 enum deny_reason forward_prepare(struct conn *c, const struct http_request *req, const char **why)
 {
     struct exchange *ex = &c->ex;
     ex->uphead = evbuffer_new();
-    if (ex->uphead == NULL ||
-        http1_write_upstream_request_keep(req, ex->uphead, !req->conn_close) < 0) {
+    if (ex->uphead == NULL || http1_write_upstream_request_keep(
+                                  req, ex->uphead, !req->conn_close && !read_with_body(ex)) < 0) {
         *why = "cannot build the upstream request";
         return REASON_BAD_REQUEST;
     }
@@ -559,7 +571,8 @@ static int read_response_head(struct conn *c, bool force)
         ex->unchunk = ex->client_v10 && ex->rsp_body == BODY_CHUNKED;
         ex->keep_alive = ex->req_done && !ex->client_close && ex->rsp_body != BODY_UNTIL_CLOSE &&
                          !ex->unchunk && !c->gw->stopping;
-        ex->up_keep = ex->keep_alive && !rsp->conn_close && rsp->version_minor >= 1;
+        ex->up_keep =
+            ex->keep_alive && !rsp->conn_close && rsp->version_minor >= 1 && !read_with_body(ex);
         ex->rsp_left = rsp->content_length > 0 ? (uint64_t)rsp->content_length : 0;
         chunked_init(&ex->rsp_chunked);
         ex->scratch_interim = evbuffer_get_length(c->scratch);
