@@ -3,7 +3,9 @@
  * one piece, in two pieces at the split, and byte by byte gives the same
  * result, the same end (DONE) or error offset (ERROR), the same decoded data
  * (chunked_feed_data), never consumes more than given, and hands on only
- * bytes from within the piece, fewer than it consumed. */
+ * bytes from within the piece, fewer than it consumed. A request body's
+ * framer (chunked_init_request()) gives the same outcome, or refuses a
+ * chunk size no later than the other framer fails. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,13 +48,16 @@ static int collect(void *arg, const char *p, size_t n)
 
 /* Feeds <body> in pieces of <step> bytes (0: the first piece is <split>
  * bytes and the second the rest). */
-static struct outcome run(const char *body, size_t len, size_t split, size_t step)
+static struct outcome run(const char *body, size_t len, size_t split, size_t step, int request)
 {
     struct chunked c;
     struct outcome o = {CHUNKED_MORE, 0, NULL, NULL, 0};
     struct sink k = {NULL, NULL, NULL, 0};
     size_t off = 0;
-    chunked_init(&c);
+    if (request)
+        chunked_init_request(&c);
+    else
+        chunked_init(&c);
     while (off < len) {
         size_t n = step ? step : (off == 0 && split > 0 ? split : len - off);
         if (n > len - off)
@@ -104,14 +109,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t len = size - 2;
     size_t split = (((size_t)data[0] << 8) | data[1]) % (len + 1);
     const char *body = (const char *)data + 2;
-    struct outcome whole = run(body, len, len, 0);
-    struct outcome two = run(body, len, split, 0);
+    struct outcome whole = run(body, len, len, 0, 0);
+    struct outcome two = run(body, len, split, 0, 0);
     check(same(&whole, &two));
     if (len <= 4096) {
-        struct outcome bytes = run(body, len, 0, 1);
+        struct outcome bytes = run(body, len, 0, 1, 0);
         check(same(&whole, &bytes));
         free(bytes.data);
     }
+    /* A request body's framer is the same but for the sizes it refuses. */
+    struct outcome req = run(body, len, split, 0, 1);
+    check(same(&whole, &req) ||
+          (req.rc == CHUNKED_ERROR && strncmp(req.why, "chunk size too ", 15) == 0 &&
+           (whole.rc != CHUNKED_ERROR || whole.at >= req.at)));
+    free(req.data);
     free(whole.data);
     free(two.data);
     return 0;

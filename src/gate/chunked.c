@@ -35,6 +35,15 @@ void chunked_init(struct chunked *c)
     c->total = 0;
     c->trailer_at = 0;
     c->why = NULL;
+    c->max_digits = CHUNKED_MAX_DIGITS;
+    c->max_size = (uint64_t)INT64_MAX;
+}
+
+void chunked_init_request(struct chunked *c)
+{
+    chunked_init(c);
+    c->max_digits = CHUNKED_REQUEST_MAX_DIGITS;
+    c->max_size = CHUNKED_REQUEST_MAX_SIZE;
 }
 
 static int hex_value(unsigned char ch)
@@ -125,9 +134,9 @@ int chunked_feed_data(struct chunked *c, const char *data, size_t len, size_t *c
         case S_SIZE: {
             int d = hex_value(ch);
             if (d >= 0) {
-                if (c->ndigits == CHUNKED_MAX_DIGITS)
+                if (c->ndigits == c->max_digits)
                     return fail(c, "chunk size too long", i, consumed);
-                if (c->remaining > ((uint64_t)INT64_MAX - (uint64_t)d) / 16)
+                if (c->remaining > (c->max_size - (uint64_t)d) / 16)
                     return fail(c, "chunk size too large", i, consumed);
                 c->remaining = c->remaining * 16 + (uint64_t)d;
                 c->ndigits++;

@@ -8,8 +8,9 @@
  * is an error), CRLF after each chunk's data, chunk-size lines (extensions
  * included) of at most CHUNKED_MAX_LINE bytes, a trailer section of at most
  * CHUNKED_MAX_TRAILERS bytes made of "name: value" lines. Works for any split
- * of the input across calls. The struct is plain data: no allocation, no
- * cleanup. */
+ * of the input across calls. A request body's framer is stricter about
+ * sizes (chunked_init_request()). The struct is plain data: no allocation,
+ * no cleanup. */
 #ifndef SLUICE_GATE_CHUNKED_H
 #define SLUICE_GATE_CHUNKED_H
 
@@ -19,6 +20,12 @@
 #define CHUNKED_MAX_LINE     1024
 #define CHUNKED_MAX_TRAILERS 8192
 #define CHUNKED_MAX_DIGITS   16
+/* A request body's chunk sizes: what clients send, and what an origin that
+ * keeps 32 bits of a size, or reads 8 digits of it, frames as the gateway
+ * does (a size it read otherwise would end the body elsewhere and run what
+ * follows as a request of its own). */
+#define CHUNKED_REQUEST_MAX_DIGITS 8
+#define CHUNKED_REQUEST_MAX_SIZE   0x7fffffffu
 
 enum chunked_result {
     CHUNKED_MORE = 0,   /* every byte consumed; the body goes on */
@@ -39,9 +46,18 @@ struct chunked {
      * trailer section (they end with "0\r\n"), else 0: a forwarder can drop
      * the trailer section and end the body with "\r\n". */
     uint64_t trailer_at;
+
+    /* The hex digits of a size (leading zeros included), its largest value. */
+    unsigned max_digits;
+    uint64_t max_size;
 };
 
+/* A framer for a body: sizes of CHUNKED_MAX_DIGITS and below 2^63. */
 void chunked_init(struct chunked *c);
+/* The same for a request body, forwarded to an origin: sizes of at most
+ * CHUNKED_REQUEST_MAX_DIGITS and CHUNKED_REQUEST_MAX_SIZE ("chunk size too
+ * long", "chunk size too large" else). */
+void chunked_init_request(struct chunked *c);
 
 /* Receives a run of chunk data (a piece of what the body carries, without
  * its framing); returns 0, or -1 to stop (chunked_feed_data fails). */

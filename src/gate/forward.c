@@ -71,7 +71,7 @@ enum deny_reason forward_prepare(struct conn *c, const struct http_request *req,
     }
     /* ex->req_body: set by handle_request() (conn.c), refusals need it too */
     ex->req_left = req->content_length > 0 ? (uint64_t)req->content_length : 0;
-    chunked_init(&ex->req_chunked);
+    chunked_init_request(&ex->req_chunked);
     ex->client_close = req->conn_close;
     ex->client_v10 = req->version_minor == 0;
 

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from gate_client import (api_rule, exchange, open_conn, read_response, read_responses,
-                         recv_until_close, request)
+from gate_client import (api_rule, assert_deny_response, exchange, open_conn, read_response,
+                         read_responses, recv_until_close, request)
 from gate_servers import ScriptedUpstream
 
 EVIL = "evil.example.test"
@@ -756,3 +756,60 @@ def test_a_read_with_a_body_is_not_kept_for_reuse(gateway, net):
         assert late == [], late
         gw.decided(path="/search")
         gw.decided(path="/next")
+
+
+def read_line(conn, buf):
+    """A CRLF-ended line from <buf> and <conn>: (line, rest), or (None, b"")
+    when the connection ends first."""
+    while b"\r\n" not in buf:
+        d = conn.recv(4096)
+        if not d:
+            return None, b""
+        buf += d
+    line, _, rest = buf.partition(b"\r\n")
+    return line, rest
+
+
+def test_a_chunk_size_an_origin_could_truncate_is_refused(gateway, net):
+    # An origin that keeps the low 32 bits of a chunk size reads
+    # 100000010 as 0x10: it takes 16 bytes as the chunk, ends the body at
+    # the "0" that follows and runs what comes next as a request of its
+    # own (a DELETE no rule decided), while to the gateway all of it is
+    # chunk data. A request's chunk size has at most 8 hex digits and is
+    # below 2^31 (what every client sends), else 400 bad_request before any
+    # of the body goes upstream. The origin here frames chunked bodies so.
+    def read_body(conn, head, buf):
+        if b"transfer-encoding: chunked" not in head.lower():
+            return buf
+        while True:
+            line, buf = read_line(conn, buf)
+            if line is None:
+                return None
+            size = int(line.split(b";")[0], 16) & 0xffffffff
+            while len(buf) < size + 2:
+                d = conn.recv(4096)
+                if not d:
+                    return None
+                buf += d
+            buf = buf[size + 2:]
+            if size == 0:
+                return buf
+
+    origin = WeakOrigin(read_body)
+    hidden = b"DELETE /x HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"
+    body = b"100000010\r\n" + b"a" * 16 + b"\r\n0\r\n\r\n" + hidden
+    with ScriptedUpstream(origin) as up:
+        gw = evil_gateway(gateway, net, up)
+        s = open_conn(gw)
+        try:
+            s.sendall(("POST %s HTTP/1.1\r\nHost: %s:%d\r\nTransfer-Encoding: chunked\r\n\r\n"
+                       % (evil_url(up, "/up"), EVIL, up.port)).encode() + body)
+            r = read_response(s, method="POST")
+        finally:
+            s.close()
+        origin.wait_ended(up.accepted)
+        assert b"DELETE /x HTTP/1.1" not in origin.seen, origin.seen
+        assert_deny_response(r, "bad_request", wording=False)
+        assert "malformed chunked body" in r.text, r.text
+        _, end = gw.decided(path="/up")
+        assert end["status"] == 400 and end["bytes_up"] == 0, end

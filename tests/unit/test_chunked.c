@@ -1,5 +1,6 @@
 /* Unit tests for gate/chunked.c: the incremental chunked-body framer. */
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -17,6 +18,9 @@ struct result {
     const char *why;
 };
 
+/* A request body's framer (chunked_init_request()) instead of a response's. */
+static bool request_body;
+
 /* Feeds <s> in pieces whose sizes come from <split> (0 = all at once,
  * 1 = byte by byte, else a PRNG seed). */
 static struct result feed(const char *s, size_t len, unsigned split)
@@ -25,7 +29,10 @@ static struct result feed(const char *s, size_t len, unsigned split)
     struct result r = {CHUNKED_MORE, 0, NULL};
     uint32_t seed = split;
     size_t off = 0;
-    chunked_init(&c);
+    if (request_body)
+        chunked_init_request(&c);
+    else
+        chunked_init(&c);
     while (off < len) {
         size_t n = len - off;
         if (split == 1) {
@@ -138,6 +145,38 @@ static void test_size_errors(void **state)
     ERR("00000000000000001\r\nx\r\n"); /* 17 digits */
     ERR("8000000000000000\r\n");       /* 2^63 */
     ERR("ffffffffffffffff\r\n");
+}
+
+/* A request body's chunk sizes: at most 8 hex digits, leading zeros
+ * included, and below 2^31, what every client sends. An origin that keeps
+ * the low 32 bits of 100000010 (or 8 digits of 000000010) would frame the
+ * body otherwise than the gateway and run what follows as a request. */
+static void test_request_sizes(void **state)
+{
+    (void)state;
+    request_body = true;
+    DONE("5\r\nhello\r\n0\r\n\r\n");
+    DONE("0000000a\r\n0123456789\r\n00000000\r\n\r\n"); /* 8 digits */
+    DONE("5;name=value\r\nhello\r\n0\r\nX: y\r\n\r\n");
+    MORE("7fffffff\r\nabc"); /* the largest size, 2^31 - 1 */
+    ERR("80000000\r\n");     /* 2^31 */
+    ERR("ffffffff\r\n");
+    ERR("100000010\r\n0123456789abcdef\r\n0\r\n\r\n");
+    ERR("00000000a\r\n0123456789\r\n0\r\n\r\n"); /* 9 digits */
+    ERR("5\r\nhello\r\n000000000\r\n\r\n");      /* a last chunk too */
+    ERR("5\r\nhello\r\n7fffffffffffffff\r\n");
+    struct result r = feed("80000000\r\n", 10, 0);
+    assert_int_equal(r.rc, CHUNKED_ERROR);
+    assert_int_equal(r.consumed, 7); /* at the offending digit */
+    assert_string_equal(r.why, "chunk size too large");
+    r = feed("000000000\r\n", 11, 0);
+    assert_int_equal(r.rc, CHUNKED_ERROR);
+    assert_int_equal(r.consumed, 8);
+    assert_string_equal(r.why, "chunk size too long");
+    request_body = false;
+    /* A response's framer takes them (a download in one huge chunk). */
+    MORE("100000010\r\n0123456789abcdef\r\n");
+    MORE("000000000\r\n");
 }
 
 static void test_line_end_errors(void **state)
@@ -343,6 +382,7 @@ int main(void)
         cmocka_unit_test(test_line_end_errors), cmocka_unit_test(test_extension_errors),
         cmocka_unit_test(test_trailer_errors),  cmocka_unit_test(test_error_is_sticky),
         cmocka_unit_test(test_trailer_at),      cmocka_unit_test(test_decode),
+        cmocka_unit_test(test_request_sizes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
