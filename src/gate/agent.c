@@ -5,6 +5,8 @@
 
 #include <openssl/crypto.h>
 
+#include "policy/policy.h"
+
 /* Longest Proxy-Authorization value looked at; longer ones are refused. */
 #define AUTH_MAX 4096
 
@@ -173,6 +175,19 @@ static enum agent_result agent_with_digest(const struct policy *p, const struct 
         }
     }
     return AGENT_AUTH_REQUIRED;
+}
+
+enum agent_result agent_find_again(const struct policy *p, const char *id,
+                                   const struct client_origin *o, const struct agent **out)
+{
+    *out = NULL;
+    if (p->nagents == 0)
+        return strcmp(id, AGENT_DEFAULT_ID) == 0 ? AGENT_OK : AGENT_NOT_ALLOWED;
+    const struct agent *a = policy_find_agent(p, id);
+    if (a == NULL || !agent_sources_contain(a, o))
+        return AGENT_NOT_ALLOWED;
+    *out = a;
+    return AGENT_OK;
 }
 
 enum agent_result agent_identify(const struct policy *p, const struct client_origin *o,

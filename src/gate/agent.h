@@ -44,6 +44,15 @@ enum agent_result agent_identify(const struct policy *p, const struct client_ori
                                  const char *proxy_auth, size_t proxy_auth_len,
                                  const struct agent **out);
 
+/* The agent <id> under <p> for a client at <o> that was identified as it
+ * under an earlier policy (an open tunnel decided again after a reload):
+ * AGENT_OK with <*out> when <p> still has that agent and its sources still
+ * contain <o> (the secret is not checked again: it was wiped once read), or
+ * when <id> is the implicit "default" and <p> has no agents section (<*out>
+ * NULL); else AGENT_NOT_ALLOWED (<*out> NULL). */
+enum agent_result agent_find_again(const struct policy *p, const char *id,
+                                   const struct client_origin *o, const struct agent **out);
+
 /* The secret of the Proxy-Authorization value <v> (<len> bytes, as
  * agent_identify() takes it) into <buf> (<cap> bytes): its length (> 0),
  * or -1 when the value is malformed, of another scheme, too long for <buf>

@@ -762,6 +762,71 @@ static void on_resolved(int err, const struct ipaddr *addrs, size_t n, void *arg
     connect_checked(c);
 }
 
+/* True when <c> carries a CONNECT decided to go ahead: resolving or
+ * connecting its target, or its tunnel opening or open. */
+static bool connect_going(const struct conn *c)
+{
+    if (!c->ex.active || !c->ex.is_connect || c->ex.verdict == VERDICT_DENY)
+        return false;
+    switch (c->state) {
+    case CS_RESOLVE:
+    case CS_CONNECT:
+    case CS_PEEK:
+    case CS_HELLO:
+    case CS_FLUSH:
+    case CS_TUNNEL:
+        return true;
+    default:
+        return false;
+    }
+}
+
+bool conn_redecide(struct conn *c, time_t now)
+{
+    struct exchange *ex = &c->ex;
+    if (!connect_going(c))
+        return false;
+    const struct policy *p = c->gw->current->policy;
+    const char *forced = c->gw->cfg.forced_agent;
+    const struct agent *a = NULL;
+    struct decision dec = {
+        .verdict = VERDICT_DENY, .reason = REASON_AGENT_NOT_ALLOWED, .tier = TIER_NONE};
+    /* The agent as a new request of this client would be named: by id in
+     * the new policy (the exchange's agent is the old policy's). */
+    if (forced != NULL)
+        a = policy_find_agent(p, forced);
+    if (forced != NULL || agent_find_again(p, ex->agent_id, &c->origin, &a) == AGENT_OK) {
+        struct decision_query q = {
+            .agent = a,
+            .agent_id = ex->agent_id,
+            .method = ex->mbit,
+            .target = &ex->target,
+            .port = ex->port,
+            .now = now,
+        };
+        policy_decide(p, &q, &dec);
+        if (dec.verdict != VERDICT_DENY)
+            return false; /* still allowed, or an agent in report mode: kept */
+    }
+    /* The new decision names gw->current's rule: that policy outlives <c>,
+     * whose exchange ends here (or, refused before its 200, is released by
+     * conn_refuse()). */
+    ex->dec = dec;
+    if (c->state == CS_RESOLVE || c->state == CS_CONNECT) {
+        conn_refuse(c, dec.reason, NULL, true); /* no 200 yet: refused as it is asked now */
+        return true;
+    }
+    ex->verdict = VERDICT_DENY;
+    ex->reason = dec.reason;
+    c->gw->counters.denied++;
+    /* A second agent_egress for the tunnel's id when the first said allow
+     * (SPEC.md); the first when the tunnel was still being checked. */
+    ex->egress_published = false;
+    conn_publish_egress(c);
+    conn_free(c); /* agent_egress_end, with the bytes moved; both sides closed */
+    return true;
+}
+
 /* Everything after the head has been parsed and consumed. */
 static void decide_and_go(struct conn *c)
 {

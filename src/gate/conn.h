@@ -222,6 +222,15 @@ void conn_exchange_done(struct conn *c);
  * may be gone), or for an agent in report mode records it and returns
  * false so the request goes on. */
 bool conn_gate_denies(struct conn *c, enum deny_reason r, bool respond);
+/* Decides the CONNECT of <c> again under the policy in force (gw->current)
+ * at <now>, as it was first decided (agent, CONNECT, target, port; the
+ * agent looked up by id, denied as agent_not_allowed when gone): when it
+ * is now denied (not report: an agent in report mode keeps it), publishes
+ * agent_egress again with the denial and closes both sides (a CONNECT not
+ * answered yet is refused instead), and returns true: <c> may be gone.
+ * Anything else (a plain request, a tunnel still allowed) is left as it
+ * is; returns false. Not to be called from <c>'s own callbacks. */
+bool conn_redecide(struct conn *c, time_t now);
 uint64_t conn_idle_ms(const struct conn *c);
 /* Arms the client's timeouts: reading (when <reading>) for idle_timeout;
  * writing for idle_timeout without progress: a client that keeps taking

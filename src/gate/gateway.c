@@ -289,6 +289,69 @@ void gateway_conn_gone(struct gateway *gw)
         pause_listeners(gw, false);
 }
 
+/* --- open tunnels under the policy in force --------------------------------- */
+
+/* The day timer wakes at least this often: the wall clock may be set, or
+ * the host suspended, while a timer (on the monotonic clock) waits. */
+#define DAY_CHECK_MAX_MS 60000
+
+/* Test-only (see SPEC.md): SLUICE_TEST_TUNNEL_CLOCK_AHEAD_S=N (1 s to 400
+ * days) runs the clock that open tunnels are decided again by, and the day
+ * timer, N seconds ahead of the wall clock, so that a test sees a UTC day
+ * change. Ahead only: a grant can only end sooner under it, never later. */
+static int64_t tunnel_clock_ahead_ms(void)
+{
+    const char *v = getenv("SLUICE_TEST_TUNNEL_CLOCK_AHEAD_S");
+    char *end;
+    if (v == NULL || *v == '\0')
+        return 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    return *end == '\0' && n > 0 && n <= 400ull * 86400 ? (int64_t)n * 1000 : 0;
+}
+
+/* The wall clock open tunnels are decided again by, in ms since the epoch. */
+static int64_t tunnel_clock_ms(const struct gateway *gw)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + gw->tunnel_clock_ahead_ms;
+}
+
+/* Decides every CONNECT going ahead again under gw->current, now (after a
+ * reload, and when the UTC day changes: a grant ends with its day); those
+ * now denied are closed (conn_redecide()). Closing one frees that one
+ * alone. */
+static void redecide_tunnels(struct gateway *gw)
+{
+    time_t now = (time_t)(tunnel_clock_ms(gw) / 1000);
+    struct conn *c = gw->conns;
+    while (c != NULL) {
+        struct conn *next = c->next;
+        conn_redecide(c, now);
+        c = next;
+    }
+}
+
+static void arm_day_timer(struct gateway *gw)
+{
+    uint64_t ms = ms_to_next_day(tunnel_clock_ms(gw));
+    struct timeval tv = timeval_of_ms(ms < DAY_CHECK_MAX_MS ? ms : DAY_CHECK_MAX_MS);
+    evtimer_add(gw->day_timer, &tv);
+}
+
+static void on_day_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct gateway *gw = arg;
+    (void)fd;
+    (void)what;
+    int32_t today = day_of((time_t)(tunnel_clock_ms(gw) / 1000));
+    if (today != gw->tunnels_day) {
+        gw->tunnels_day = today;
+        redecide_tunnels(gw);
+    }
+    arm_day_timer(gw);
+}
+
 /* --- reload and stop ------------------------------------------------------- */
 
 /* Makes <p> (taken) the policy for new requests: the tail of a reload,
@@ -315,6 +378,7 @@ static int reload_apply(struct gateway *gw, struct policy *p, const char *path)
     quota_configure(gw->quota, p);
     quota_reshape(gw->quota, p, quota_now()); /* tunnels already open included */
     watch_policy_loaded(gw->watch, p);
+    redecide_tunnels(gw); /* before "reloaded": what it says is in force */
     gw->counters.reloads++;
     fprintf(stderr, "sluice: reloaded %zu rule%s from %s\n", p->nrules, p->nrules == 1 ? "" : "s",
             path);
@@ -626,13 +690,17 @@ struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *pol
     gw->sig_term = evsignal_new(gw->base, SIGTERM, on_signal, gw);
     gw->sig_int = evsignal_new(gw->base, SIGINT, on_signal, gw);
     gw->grace_timer = evtimer_new(gw->base, on_grace_over, gw);
+    gw->day_timer = evtimer_new(gw->base, on_day_timer, gw);
     gw->reload = reload_new(gw); /* NULL: SIGHUP reloads on the loop */
     if (gw->sig_hup == NULL || gw->sig_term == NULL || gw->sig_int == NULL ||
-        gw->grace_timer == NULL || evsignal_add(gw->sig_hup, NULL) < 0 ||
+        gw->grace_timer == NULL || gw->day_timer == NULL || evsignal_add(gw->sig_hup, NULL) < 0 ||
         evsignal_add(gw->sig_term, NULL) < 0 || evsignal_add(gw->sig_int, NULL) < 0) {
         snprintf(err, errlen, "cannot install signal handlers");
         goto err;
     }
+    gw->tunnel_clock_ahead_ms = tunnel_clock_ahead_ms();
+    gw->tunnels_day = day_of((time_t)(tunnel_clock_ms(gw) / 1000));
+    arm_day_timer(gw);
     return gw;
 err:
     gateway_free(gw);
@@ -671,7 +739,7 @@ void gateway_free(struct gateway *gw)
     listener_free(gw->admin_self);
     reload_free(gw->reload); /* waits for a load in progress */
     gw->reload = NULL;
-    struct event *evs[] = {gw->sig_hup, gw->sig_term, gw->sig_int, gw->grace_timer};
+    struct event *evs[] = {gw->sig_hup, gw->sig_term, gw->sig_int, gw->grace_timer, gw->day_timer};
     for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)
         if (evs[i] != NULL)
             event_free(evs[i]);

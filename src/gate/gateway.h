@@ -111,7 +111,12 @@ struct gateway {
     bool stopping;
     int64_t stop_began_ms; /* CLOCK_MONOTONIC, at SIGTERM/SIGINT; 0 before */
     struct event *sig_hup, *sig_term, *sig_int, *grace_timer;
-    struct gw_reload *reload; /* the background load SIGHUP starts (gateway.c); or NULL */
+    /* Wakes when the UTC day changes (at most DAY_CHECK_MAX_MS apart, gateway.c):
+     * open tunnels are decided again, grants ending with their day. */
+    struct event *day_timer;
+    int32_t tunnels_day;           /* the UTC day tunnels were last decided in */
+    int64_t tunnel_clock_ahead_ms; /* test-only: SLUICE_TEST_TUNNEL_CLOCK_AHEAD_S (gateway.c) */
+    struct gw_reload *reload;      /* the background load SIGHUP starts (gateway.c); or NULL */
 };
 
 /* Returns a gateway serving <policy> (takes ownership) per <cfg> (copied;

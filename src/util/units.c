@@ -161,6 +161,14 @@ int32_t day_of(time_t t)
     return (int32_t)q;
 }
 
+uint64_t ms_to_next_day(int64_t now_ms)
+{
+    int64_t into = now_ms % 86400000;
+    if (into < 0)
+        into += 86400000;
+    return (uint64_t)(86400000 - into);
+}
+
 void format_period_ms(uint64_t ms, char *out, size_t outlen)
 {
     if (ms != 0 && ms % 3600000 == 0)

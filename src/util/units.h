@@ -21,6 +21,9 @@ int parse_date(const char *s, int32_t *day);
 void format_date(int32_t day, char *out, size_t outlen);
 /* The UTC day number that <t> falls in. */
 int32_t day_of(time_t t);
+/* Milliseconds from <now_ms> (the wall clock, in ms since the epoch) to the
+ * start of the next UTC day: 1 to 86400000. */
+uint64_t ms_to_next_day(int64_t now_ms);
 /* Non-negative decimal integer, no sign, no spaces, at most <max>. */
 int parse_uint(const char *s, uint64_t max, uint64_t *out);
 

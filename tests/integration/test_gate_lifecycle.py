@@ -83,8 +83,9 @@ def test_reload_keeps_open_tunnel(gateway, net):
                 break
             got += d
         assert got == BannerServer.BANNER
-        # a reload that removes the rule does not cut the tunnel in flight
-        gw.write_policy(policy_yaml(net.policy([api_rule(net)])))
+        # a reload that keeps the tunnel's rule does not cut the tunnel in
+        # flight (one that removes it closes it: test_gate_reload.py)
+        gw.write_policy(policy_yaml(net.policy(rules + [api_rule(net)])))
         gw.reload()
         poll(lambda: request(gw, "GET", net.url("/r")).status == 200, what="reload")
         t.sock.sendall(b"QUIT\r\n")

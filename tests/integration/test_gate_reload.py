@@ -2,11 +2,17 @@
 answering requests while the new policy is parsed and indexed, the swap
 happens on the loop, and signals arriving during a load queue one more."""
 
+import datetime
+import socket
 import threading
 import time
 
-from conftest import policy_yaml
-from gate_client import api_rule, other_rule, other_url, poll, request
+import pytest
+
+from conftest import API_IP, DEAD_IP, policy_yaml
+from gate_client import (api_rule, connect, open_conn, other_rule, other_url, poll, read_head,
+                         request)
+from gate_servers import FullListener, LoopbackServer
 
 FILLER = 50000  # enough rules that a load takes a visible time
 
@@ -132,3 +138,222 @@ def test_policy_warnings_are_printed_at_start_and_at_each_reload(gateway, net):
     ech = err.index("network.encrypted_client_hello: a ClientHello that carries")
     assert ech < err.index("sluice: reloaded "), err
     assert err.count(open_ranges) == 1, err  # the new file has no such warning
+
+
+# --------------------------------------------------------------------------
+# open tunnels are decided again after a reload
+
+
+class EchoServer(LoopbackServer):
+    """A plain TCP upstream that sends back every byte it receives."""
+
+    def _serve(self, conn):
+        conn.settimeout(30)
+        try:
+            while True:
+                d = conn.recv(65536)
+                if not d:
+                    break
+                conn.sendall(d)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+
+ECHO_NAMES = {"echo.example.test": API_IP, "echo2.example.test": API_IP}
+PING = b"\x00ping\n"  # neither TLS nor HTTP: the peek lets it through
+
+
+def echo_rule(port, host="echo.example.test", **kw):
+    r = {"host": host, "ports": [port], "tier": 2}
+    r.update(kw)
+    return r
+
+
+def echo_policy(net, rules, **kw):
+    return net.policy(rules, static_extra=ECHO_NAMES, **kw)
+
+
+def ping_echo(sock):
+    """Sends PING through the tunnel <sock> and reads its echo."""
+    sock.sendall(PING)
+    got = b""
+    while len(got) < len(PING):
+        d = sock.recv(64)
+        assert d, "the tunnel was closed"
+        got += d
+    assert got == PING
+
+
+def open_echo_tunnel(gw, port, host="echo.example.test"):
+    """A CONNECT tunnel that carried one PING each way; returns (tunnel, id)."""
+    t = connect(gw, "%s:%d" % (host, port))
+    assert t.status == 200, (t.status, t.body)
+    t.sock.settimeout(10)
+    ping_echo(t.sock)
+    ev = gw.wait_events("agent_egress", host=host, decision="allow")[-1]
+    return t, ev["id"]
+
+
+def reload_to(gw, policy, count):
+    gw.write_policy(policy_yaml(policy))
+    gw.reload()
+    poll(lambda: reload_count(gw) >= count, timeout=10, what="reload %d" % count)
+
+
+def assert_closed(sock):
+    """The gateway closed <sock> (an end or a reset, not a timeout), having
+    sent nothing more on it."""
+    try:
+        d = sock.recv(64)
+    except ConnectionResetError:
+        return
+    except socket.timeout:
+        raise AssertionError("the tunnel is still open")
+    assert d == b"", d
+
+
+def assert_closed_with_deny(gw, t, tid, reason, host="echo.example.test"):
+    """<t> (tunnel <tid>) was closed by the gateway, its second agent_egress
+    says deny <reason>, and its one end line counts the PING both ways."""
+    assert_closed(t.sock)
+    evs = gw.wait_events("agent_egress", count=2, id=tid)
+    assert len(evs) == 2, evs
+    assert evs[0]["decision"] == "allow"
+    deny = evs[1]
+    assert deny["decision"] == "deny" and deny["reason"] == reason, deny
+    assert deny["method"] == "CONNECT" and deny["host"] == host
+    end = gw.wait_events("agent_egress_end", id=tid)
+    assert len(end) == 1, end
+    assert end[0]["status"] == 200
+    assert end[0]["bytes_up"] == len(PING) and end[0]["bytes_down"] == len(PING), end[0]
+    return deny
+
+
+def assert_still_open(gw, t, tid):
+    ping_echo(t.sock)
+    assert len(gw.events("agent_egress", id=tid)) == 1
+    assert gw.events("agent_egress_end", id=tid) == []
+
+
+def test_a_tunnel_whose_rule_a_reload_removes_is_closed(gateway, net):
+    with EchoServer(API_IP) as echo, EchoServer(API_IP) as echo2:
+        gw = gateway(echo_policy(net, [echo_rule(echo.port),
+                                       echo_rule(echo2.port, host="echo2.example.test")]))
+        gone, gone_id = open_echo_tunnel(gw, echo.port)
+        kept, kept_id = open_echo_tunnel(gw, echo2.port, host="echo2.example.test")
+        try:
+            reload_to(gw, echo_policy(net, [echo_rule(echo2.port, host="echo2.example.test")]), 1)
+            deny = assert_closed_with_deny(gw, gone, gone_id, "not_in_policy")
+            assert deny["tier"] is None and deny["rule"] is None
+            # the tunnel whose rule stayed is untouched
+            assert_still_open(gw, kept, kept_id)
+            # a new CONNECT to the removed rule's host is refused as well
+            t = connect(gw, "echo.example.test:%d" % echo.port)
+            assert t.status == 403
+            t.close()
+        finally:
+            gone.close()
+            kept.close()
+        ev, end = gw.decided(id=kept_id)
+        assert ev["decision"] == "allow"
+        assert end["bytes_up"] == 2 * len(PING) and end["bytes_down"] == 2 * len(PING)
+
+
+def test_a_tunnel_a_reload_denies_by_name_or_narrows_is_closed(gateway, net):
+    with EchoServer(API_IP) as echo:
+        rules = [echo_rule(echo.port), echo_rule(echo.port, host="echo2.example.test")]
+        gw = gateway(echo_policy(net, rules))
+        denied, denied_id = open_echo_tunnel(gw, echo.port)
+        narrowed, narrowed_id = open_echo_tunnel(gw, echo.port, host="echo2.example.test")
+        try:
+            rules2 = [echo_rule(echo.port),
+                      echo_rule(echo.port + 1 if echo.port < 65535 else echo.port - 1,
+                                host="echo2.example.test")]
+            reload_to(gw, echo_policy(net, rules2, deny=["echo.example.test"]), 1)
+            assert_closed_with_deny(gw, denied, denied_id, "denied_host")
+            assert_closed_with_deny(gw, narrowed, narrowed_id, "port_not_allowed",
+                                    host="echo2.example.test")
+        finally:
+            denied.close()
+            narrowed.close()
+
+
+def test_a_tunnel_whose_agent_a_reload_removes_is_closed(gateway, net):
+    with EchoServer(API_IP) as echo:
+        a1 = [{"id": "a1", "sources": ["127.0.0.0/8"]}]
+        a2 = [{"id": "a2", "sources": ["127.0.0.0/8"]}]
+        gw = gateway(echo_policy(net, [echo_rule(echo.port)], agents=a1))
+        t, tid = open_echo_tunnel(gw, echo.port)
+        try:
+            reload_to(gw, echo_policy(net, [echo_rule(echo.port)], agents=a2), 1)
+            deny = assert_closed_with_deny(gw, t, tid, "agent_not_allowed")
+            assert deny["agent"] == "a1"
+            assert deny["tier"] is None and deny["rule"] is None and deny["owner"] is None
+        finally:
+            t.close()
+
+
+def test_a_report_mode_agent_keeps_its_tunnel_after_a_reload(gateway, net):
+    with EchoServer(API_IP) as echo:
+        agents = [{"id": "watcher", "sources": ["127.0.0.0/8"], "mode": "report"}]
+        gw = gateway(echo_policy(net, [echo_rule(echo.port), api_rule(net)], agents=agents))
+        t, tid = open_echo_tunnel(gw, echo.port)
+        try:
+            reload_to(gw, echo_policy(net, [api_rule(net)], agents=agents), 1)
+            # a request after the reload: the loop has handled the reload
+            assert request(gw, "GET", net.url("/after")).status == 200
+            assert_still_open(gw, t, tid)
+        finally:
+            t.close()
+
+
+def test_a_connect_still_connecting_when_its_rule_is_removed_is_refused(gateway, net):
+    # the CONNECT waits for an upstream whose accept queue is full (up to
+    # 10 s, then upstream_unreachable): the reload refuses it before its 200
+    lst = FullListener(DEAD_IP)
+    try:
+        rule = {"host": "dead.example.test", "ports": [lst.port], "tier": 0}
+        gw = gateway(net.policy([rule, api_rule(net)]))
+        s = open_conn(gw, timeout=30)
+        try:
+            s.sendall(b"CONNECT dead.example.test:%d HTTP/1.1\r\nHost: x\r\n\r\n" % lst.port)
+            time.sleep(0.3)  # under way (a reload before it refuses it all the same)
+            reload_to(gw, net.policy([api_rule(net)]), 1)
+            status, hdrs = read_head(s)
+        finally:
+            s.close()
+        assert status == 403 and hdrs.get("sluice-reason") == "not_in_policy", (status, hdrs)
+        ev, end = gw.decided(host="dead.example.test")
+        assert ev["decision"] == "deny" and ev["reason"] == "not_in_policy"
+        assert len(gw.events("agent_egress", id=ev["id"])) == 1
+    finally:
+        lst.close()
+
+
+def test_a_tunnel_whose_grant_ends_with_the_day_is_closed(gateway, net):
+    # SLUICE_TEST_TUNNEL_CLOCK_AHEAD_S runs the clock open tunnels are decided
+    # again by (and the day timer) ahead of the wall clock: here to WINDOW
+    # seconds before a UTC midnight. The tier-3 grant ends with that day.
+    window = 8
+    now = time.time()
+    ahead = int(-window - now) % 86400 or 86400
+    day = datetime.datetime.fromtimestamp(now + ahead, datetime.timezone.utc).date()
+    midnight = (now + ahead) // 86400 * 86400 + 86400  # on the gateway's tunnel clock
+    with EchoServer(API_IP) as echo:
+        rule = echo_rule(echo.port, tier=3, owner="alice", expires=day.isoformat())
+        gw = gateway(echo_policy(net, [rule], alerts={"expiry_warn_days": 7}),
+                     env={"SLUICE_TEST_TUNNEL_CLOCK_AHEAD_S": str(ahead)})
+        t, tid = open_echo_tunnel(gw, echo.port)
+        try:
+            if time.time() + ahead > midnight - 1:
+                pytest.skip("the tunnel opened too late for the day change under test")
+            t.sock.settimeout(window + 10)
+            assert_closed_with_deny(gw, t, tid, "grant_expired")  # polls past the midnight
+        finally:
+            t.close()
+    evs = gw.events("agent_egress", id=tid)
+    assert evs[0]["tier"] == 3 and evs[1]["tier"] == 3 and evs[1]["owner"] == "alice"
+    a = gw.wait_events("alert", kind="grant_expired")
+    assert a[0]["host"] == "echo.example.test" and a[0]["id"] == tid, a

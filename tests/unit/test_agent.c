@@ -360,6 +360,39 @@ static void test_sources_contain(void **state)
     assert_true(agent_sources_contain(&any, &o));
 }
 
+/* An open tunnel's agent under a reloaded policy: found by id while its
+ * sources still hold the client; the implicit "default" only while the
+ * policy has no agents section. */
+static void test_find_again(void **state)
+{
+    (void)state;
+    setup_policy();
+    struct client_origin o = tcp("127.9.9.9"), far = tcp("10.1.2.3");
+    const struct agent *a = (const struct agent *)&pol;
+    assert_int_equal(agent_find_again(&pol, "ci", &o, &a), AGENT_OK);
+    assert_ptr_equal(a, &agents[1]);
+    assert_int_equal(agent_find_again(&pol, "ci", &unix_client, &a), AGENT_OK);
+    assert_ptr_equal(a, &agents[1]);
+    /* its sources no longer hold the client */
+    assert_int_equal(agent_find_again(&pol, "ci", &far, &a), AGENT_NOT_ALLOWED);
+    assert_null(a);
+    assert_int_equal(agent_find_again(&pol, "sock", &o, &a), AGENT_NOT_ALLOWED);
+    /* gone, or the implicit agent of a policy that now has agents */
+    a = agents;
+    assert_int_equal(agent_find_again(&pol, "gone", &o, &a), AGENT_NOT_ALLOWED);
+    assert_null(a);
+    assert_int_equal(agent_find_again(&pol, AGENT_DEFAULT_ID, &o, &a), AGENT_NOT_ALLOWED);
+    /* no agents section: "default" is there, any other agent gone */
+    struct policy empty;
+    memset(&empty, 0, sizeof(empty));
+    a = agents;
+    assert_int_equal(agent_find_again(&empty, AGENT_DEFAULT_ID, &far, &a), AGENT_OK);
+    assert_null(a);
+    a = agents;
+    assert_int_equal(agent_find_again(&empty, "ci", &o, &a), AGENT_NOT_ALLOWED);
+    assert_null(a);
+}
+
 /* A request that presents a secret costs one digest, however many agents
  * it may be: the agents' digests are computed once, at load (set_token). */
 static void test_one_digest_per_request(void **state)
@@ -405,6 +438,7 @@ int main(void)
         cmocka_unit_test(test_malformed_headers),
         cmocka_unit_test(test_not_terminated_and_bounds),
         cmocka_unit_test(test_sources_contain),
+        cmocka_unit_test(test_find_again),
         cmocka_unit_test(test_secret_wiped),
         cmocka_unit_test(test_one_digest_per_request),
     };

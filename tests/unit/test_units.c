@@ -209,6 +209,20 @@ static void test_day_of(void **state)
     }
 }
 
+static void test_ms_to_next_day(void **state)
+{
+    (void)state;
+    assert_int_equal(ms_to_next_day(0), 86400000);
+    assert_int_equal(ms_to_next_day(1), 86399999);
+    assert_int_equal(ms_to_next_day(86399999), 1);
+    assert_int_equal(ms_to_next_day(86400000), 86400000);
+    assert_int_equal(ms_to_next_day(-1), 1);
+    assert_int_equal(ms_to_next_day(-86400000), 86400000);
+    /* 2024-02-29T23:59:59.500Z: half a second to 2024-03-01 */
+    assert_int_equal(ms_to_next_day(1709251199500), 500);
+    assert_int_equal(day_of((time_t)((1709251199500 + 500) / 1000)), 19783);
+}
+
 static void test_parse_uint(void **state)
 {
     (void)state;
@@ -283,10 +297,11 @@ static void test_format_uint(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_size),   cmocka_unit_test(test_format_period),
-        cmocka_unit_test(test_parse_period), cmocka_unit_test(test_parse_date),
-        cmocka_unit_test(test_format_date),  cmocka_unit_test(test_day_of),
-        cmocka_unit_test(test_parse_uint),   cmocka_unit_test(test_format_uint),
+        cmocka_unit_test(test_parse_size),     cmocka_unit_test(test_format_period),
+        cmocka_unit_test(test_parse_period),   cmocka_unit_test(test_parse_date),
+        cmocka_unit_test(test_format_date),    cmocka_unit_test(test_day_of),
+        cmocka_unit_test(test_ms_to_next_day), cmocka_unit_test(test_parse_uint),
+        cmocka_unit_test(test_format_uint),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
