@@ -220,6 +220,7 @@ static void fill_event(const struct conn *c, struct egress_event *ev, enum event
     ev->verdict = ex->verdict;
     ev->reason = ex->reason;
     ev->ip = ex->ip[0] != '\0' ? ex->ip : NULL;
+    ev->redecided = ex->redecided;
 }
 
 void conn_publish_egress(struct conn *c)
@@ -812,6 +813,7 @@ bool conn_redecide(struct conn *c, time_t now)
      * whose exchange ends here (or, refused before its 200, is released by
      * conn_refuse()). */
     ex->dec = dec;
+    ex->redecided = true;
     if (c->state == CS_RESOLVE || c->state == CS_CONNECT) {
         conn_refuse(c, dec.reason, NULL, true); /* no 200 yet: refused as it is asked now */
         return true;

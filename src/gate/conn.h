@@ -95,6 +95,7 @@ struct exchange {
     size_t naddrs;
     struct timespec t_decided; /* CLOCK_MONOTONIC */
     bool egress_published, end_published;
+    bool redecided; /* a tunnel denied when decided again (conn_redecide()) */
     int status;
     uint64_t bytes_up, bytes_down;
     uint64_t up_reported;       /* bytes_up already in progress events (gate/progress.h) */

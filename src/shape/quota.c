@@ -400,7 +400,8 @@ bool quota_note_denial(struct quota *q, const char *agent_id, uint64_t now_ns, i
 
 bool quota_feed(struct quota *q, const struct egress_event *ev, uint64_t now_ns, int64_t wall_ms)
 {
-    if (ev->kind != EVENT_EGRESS || ev->verdict != VERDICT_DENY || ev->agent == NULL)
+    if (ev->kind != EVENT_EGRESS || ev->verdict != VERDICT_DENY || ev->agent == NULL ||
+        ev->redecided)
         return false;
     if (!quota_note_denial(q, ev->agent, now_ns, wall_ms))
         return false;

@@ -532,7 +532,7 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
             raise_alert(d, &al, NULL, c->write_burst.per_ms, now_ms);
         }
     }
-    if (c->denied_burst.set && !passed) {
+    if (c->denied_burst.set && !passed && !ev->redecided) {
         uint64_t n = window_add(&a->denials, now_ms, 1);
         if (n > c->denied_burst.max) {
             snprintf(detail, sizeof(detail),

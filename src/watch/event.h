@@ -43,6 +43,10 @@ struct egress_event {
     enum verdict verdict;
     enum deny_reason reason; /* REASON_NONE when allowed */
     const char *ip;          /* the address connected to (or refused); NULL when none */
+    /* A tunnel decided again after it opened (a reload, the UTC day's
+     * change) and now denied: the policy's act, not the agent's, so the
+     * quarantine and denied_burst do not count it (SPEC.md). */
+    bool redecided;
 
     /* EVENT_EGRESS_END only (and bytes_up, as a delta, in EVENT_EGRESS_PROGRESS). */
     int status;          /* HTTP status returned to the agent; 0 when none (tunnel: 200) */

@@ -674,6 +674,31 @@ static void test_subscribers_count_at_the_event_time(void **state)
     quota_free(l.q);
 }
 
+/* A tunnel the policy denied when it was decided again (a reload, the
+ * UTC day's change) is the policy's act, not the agent's: an operator
+ * removing a rule under twenty open tunnels must not quarantine their
+ * agent, nor raise denied_burst. The agent's own denials still count. */
+static void test_redecided_denials_are_not_the_agents(void **state)
+{
+    (void)state;
+    struct lockstep l;
+    lockstep_open(&l, 1, 60000);
+    clock_gettime(CLOCK_REALTIME, &l.ev.ts);
+    l.ev.redecided = true;
+    for (int i = 0; i < 20; i++)
+        both_on_event(&l);
+    assert_int_equal(l.quarantines, 0);
+    assert_int_equal(l.bursts, 0);
+    assert_int_equal(quota_quarantine_left(l.q, "ci-bot", quota_now()), 0);
+    l.ev.redecided = false;
+    both_on_event(&l);
+    both_on_event(&l);
+    assert_int_equal(l.quarantines, 1);
+    assert_int_equal(l.bursts, 1);
+    detectors_free(l.d);
+    quota_free(l.q);
+}
+
 static void test_flows(void **state)
 {
     (void)state;
@@ -947,6 +972,7 @@ int main(void)
         cmocka_unit_test(test_event_subscriber),
         cmocka_unit_test(test_trips_with_the_detector),
         cmocka_unit_test(test_subscribers_count_at_the_event_time),
+        cmocka_unit_test(test_redecided_denials_are_not_the_agents),
         cmocka_unit_test(test_flows),
         cmocka_unit_test(test_flow_waits_for_a_useful_amount),
         cmocka_unit_test(test_reload_reshapes_running_flows),
