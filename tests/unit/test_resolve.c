@@ -1122,6 +1122,20 @@ static void test_cache_positive(void **state)
     assert_int_equal(res.err, 0);
     assert_int_equal(d.queries, 10);
 
+    /* A TTL with its top bit set (2^31 s or more) counts as 0 (RFC 2181
+     * section 8), not as a long one: not cached either. */
+    static const uint32_t huge[] = {0x80000000u, 0xffffffffu};
+    for (size_t i = 0; i < sizeof(huge) / sizeof(huge[0]); i++) {
+        d.ttl = huge[i];
+        res = lookup_wait(base, r, "v6only.test");
+        assert_int_equal(res.err, 0);
+        assert_addr(&res.a[0], v6("2001:db8::6"));
+        res = lookup_wait(base, r, "v6only.test");
+        assert_int_equal(res.err, 0);
+        assert_int_equal(d.queries, 14 + 4 * (int)i);
+        assert_int_equal(r->cache.n, 2); /* one.test and many.test only */
+    }
+
     resolver_free(r);
     fake_stop(&d);
     event_base_free(base);
