@@ -332,14 +332,29 @@ static int open_conn(struct webhook *w)
     return 0;
 }
 
+/* No request went out for the head of the queue (out of memory, or
+ * evhttp_make_request() refused it): tried again after the backoff's
+ * first step, not when the next alert comes, which on a quiet system may
+ * be never. Not an attempt: nothing is counted. */
+static void send_later(struct webhook *w)
+{
+    w->busy = false;
+    w->req = NULL;
+    struct timeval tv;
+    tv = timeval_of_ms(w->t.backoff_ms);
+    evtimer_add(w->retry, &tv);
+}
+
 static void try_send(struct webhook *w)
 {
     if (w->busy || w->len == 0 || evtimer_pending(w->retry, NULL))
         return;
     struct item *it = &w->q[w->head];
     struct evhttp_request *req = evhttp_request_new(on_done, w);
-    if (req == NULL)
+    if (req == NULL) {
+        send_later(w);
         return;
+    }
     w->errored = false;
     w->cut = false;
     w->tls_why[0] = '\0';
@@ -348,24 +363,30 @@ static void try_send(struct webhook *w)
     struct evkeyvalq *h = evhttp_request_get_output_headers(req);
     char len[24];
     snprintf(len, sizeof(len), "%zu", it->n);
-    evhttp_add_header(h, "Host", w->hosthdr);
-    evhttp_add_header(h, "Content-Type", "application/json");
-    evhttp_add_header(h, "Content-Length", len);
-    evhttp_add_header(h, "User-Agent", "sluice-alerts");
-    evbuffer_add(evhttp_request_get_output_buffer(req), it->body, it->n);
+    /* A request missing a header or its body is never sent: a server
+     * would wait for the body it announces, or refuse it. */
+    if (evhttp_add_header(h, "Host", w->hosthdr) != 0 ||
+        evhttp_add_header(h, "Content-Type", "application/json") != 0 ||
+        evhttp_add_header(h, "Content-Length", len) != 0 ||
+        evhttp_add_header(h, "User-Agent", "sluice-alerts") != 0 ||
+        evbuffer_add(evhttp_request_get_output_buffer(req), it->body, it->n) != 0) {
+        evhttp_request_free(req); /* not handed to evhttp yet: ours */
+        send_later(w);
+        return;
+    }
     w->busy = true;
     w->req = req;
-    /* evhttp may end the request before this returns (a connect that fails
-     * at once runs on_done from inside it): only a request still in flight
-     * gets a deadline. */
+    /* evhttp may end the request before this returns: a connect that fails
+     * at once (socket() out of descriptors, say) runs on_done from inside
+     * it, frees the request and returns 0; only a request still in flight
+     * gets a deadline. In libevent 2.1.12 it returns -1 in two cases: the
+     * copy of the target failed (it freed the request), or binding the
+     * local address failed (the request is left to the caller), which
+     * needs evhttp_connection_set_local_address() or _port(), never called
+     * here; so -1 means freed, and the request is not touched again. */
     if (evhttp_make_request(w->conn, req, EVHTTP_REQ_POST, w->path) != 0) {
-        /* the request is freed by libevent on failure */
-        if (w->req == req) {
-            w->req = NULL;
-            w->busy = false;
-            struct timeval tv = {1, 0};
-            evtimer_add(w->retry, &tv);
-        }
+        if (w->req == req)
+            send_later(w);
     } else if (w->req == req) {
         struct timeval tv;
         tv = timeval_of_ms(w->t.attempt_ms);

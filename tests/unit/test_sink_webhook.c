@@ -4,10 +4,14 @@
  * against a loopback server in the test's own loop, with the deadline cut
  * to 100 ms. Includes the .c to reach parse_url() and the sink's state. */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <cmocka.h>
+
+#include <event2/http.h>
 
 #include "state/store.h"
 
@@ -29,13 +33,55 @@ static int counted_load_queue_of(struct store *s, const char *sink, int64_t afte
     return store_load_queue_of(s, sink, after, limit, count_row, arg);
 }
 
+/* libevent's own allocations go through these (event_set_mem_functions(),
+ * first thing in main): with mem_fail_in at N > 0, the Nth from then on
+ * fails, once, and sets mem_failed. */
+static long mem_fail_in;
+static bool mem_failed;
+
+static bool mem_fails_now(void)
+{
+    if (mem_fail_in <= 0 || --mem_fail_in > 0)
+        return false;
+    mem_failed = true;
+    return true;
+}
+
+static void *mem_malloc(size_t n)
+{
+    return mem_fails_now() ? NULL : malloc(n);
+}
+
+static void *mem_realloc(void *p, size_t n)
+{
+    return mem_fails_now() ? NULL : realloc(p, n);
+}
+
+/* evhttp_make_request() as the sink calls it: counts the requests handed
+ * to evhttp after an allocation failed while they were made (a header or
+ * the body missing). */
+static unsigned handed_incomplete;
+
+static int counted_make_request(struct evhttp_connection *c, struct evhttp_request *req,
+                                enum evhttp_cmd_type type, const char *uri)
+{
+    if (mem_failed)
+        handed_incomplete++;
+    return evhttp_make_request(c, req, type, uri);
+}
+
 #define store_load_queue_of counted_load_queue_of
+#define evhttp_make_request counted_make_request
 #include "../../src/watch/sink_webhook.c"
+#undef evhttp_make_request
 #undef store_load_queue_of
 
 #include <event2/listener.h>
 #include <netinet/in.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 struct parsed {
     int rc;
@@ -663,8 +709,133 @@ static void adopted_and_swept_alerts_are_delivered_once_in_order(void **state)
     event_base_free(base);
 }
 
+/* A sink to a server of <s>, started in <base>, that answers at once. */
+static struct webhook *sink_to_prompt(struct event_base *base, struct srv *s)
+{
+    static const unsigned now[] = {0};
+    memset(s, 0, sizeof(*s));
+    s->delays_ms = now;
+    s->ndelays = 1;
+    srv_start(s, base);
+    return sink_to(base, s);
+}
+
+static void sink_and_srv_free(struct event_base *base, struct srv *s, struct webhook *w)
+{
+    webhook_free(w);
+    srv_stop(s);
+    event_base_free(base);
+}
+
+/* Whatever allocation of libevent's fails while an alert is sent (the
+ * request itself, its buffers, a header, the copy of the target inside
+ * evhttp_make_request(), which then frees the request, or one on the way
+ * out), the alert goes out again by itself: an attempt is in flight or the
+ * retry is armed, and it is delivered with no other alert coming. When
+ * evhttp_request_new() failed, try_send() returned with neither and the
+ * queue waited for the next alert. ASan checks that no request is leaked
+ * or freed twice. The 2nd and 3rd allocations, the header lists of
+ * evhttp_request_new(), are left out: libevent 2.1.12 then frees the half
+ * made request and crashes (evhttp_clear_headers(NULL)). */
+static void an_alert_whose_request_cannot_be_made_is_retried(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct srv s;
+    struct webhook *w = sink_to_prompt(base, &s);
+    w->t.attempt_ms = 500;
+    unsigned sent = 0;
+    bool failed = true;
+    for (long k = 1; failed && k < 200; k++) {
+        if (k == 2 || k == 3)
+            continue;
+        char body[32];
+        int n = snprintf(body, sizeof(body), "{\"n\":%u}", ++sent);
+        mem_fail_in = k;
+        mem_failed = false;
+        webhook_send(w, body, (size_t)n);
+        failed = mem_failed; /* else the send needed fewer: done */
+        mem_fail_in = 0;
+        mem_failed = false;
+        assert_true(w->busy || evtimer_pending(w->retry, NULL));
+        run_until_delivered(base, w, sent, 10000);
+        assert_int_equal(webhook_delivered(w), sent);
+    }
+    assert_false(failed);
+    assert_true(sent > 10);
+    assert_int_equal(handed_incomplete, 0);
+    assert_int_equal(webhook_queued(w), 0);
+    sink_and_srv_free(base, &s, w);
+}
+
+/* Sends one alert to <w> with RLIMIT_NOFILE at the lowest free descriptor:
+ * no socket can be made. */
+static void send_without_descriptors(struct webhook *w)
+{
+    struct rlimit was, now;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &was), 0);
+    int lowest = open("/dev/null", O_RDONLY);
+    assert_true(lowest >= 0);
+    close(lowest);
+    now = was;
+    now.rlim_cur = (rlim_t)lowest;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &now), 0);
+    send_alerts(w, 1);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &was), 0);
+}
+
+/* Out of descriptors (EMFILE), the connect fails inside
+ * evhttp_make_request(): libevent 2.1.12 runs on_done (no answer), frees
+ * the request and returns 0. The attempt counts as failed, the retry is
+ * armed, nothing is in flight (ASan: nothing leaked or freed twice); with
+ * descriptors back, the alert is delivered. */
+static void an_alert_sent_out_of_descriptors_is_retried(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct srv s;
+    struct webhook *w = sink_to_prompt(base, &s);
+    send_without_descriptors(w);
+    assert_false(w->busy);
+    assert_null(w->req);
+    assert_false(evtimer_pending(w->deadline, NULL));
+    assert_true(evtimer_pending(w->retry, NULL));
+    assert_int_equal(webhook_failures(w), 1);
+    assert_int_equal(s.connections, 0);
+    run_until_delivered(base, w, 1, 10000);
+    assert_int_equal(webhook_delivered(w), 1);
+    assert_int_equal(s.requests, 1);
+    sink_and_srv_free(base, &s, w);
+}
+
+/* The same over https://: the TLS bufferevent defers its callbacks, so the
+ * failed connect reaches on_done on the loop, after evhttp_make_request()
+ * returned 0 and the deadline was armed; the deadline is then removed and
+ * the retry armed, once (ASan: the request freed once, by evhttp). */
+static void an_https_alert_sent_out_of_descriptors_is_retried(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char *err = NULL;
+    struct webhook *w = webhook_new(base, "https://127.0.0.1:9/hook", NULL, &err);
+    assert_non_null(w);
+    send_without_descriptors(w);
+    assert_non_null(w->req);
+    assert_true(evtimer_pending(w->deadline, NULL));
+    for (int i = 0; i < 100 && w->req != NULL; i++)
+        event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    assert_null(w->req);
+    assert_false(w->busy);
+    assert_false(evtimer_pending(w->deadline, NULL));
+    assert_true(evtimer_pending(w->retry, NULL));
+    assert_int_equal(webhook_failures(w), 1);
+    webhook_free(w);
+    event_base_free(base);
+}
+
 int main(void)
 {
+    event_set_mem_functions(mem_malloc, mem_realloc, free);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(urls_http_and_https),
         cmocka_unit_test(request_target),
@@ -678,6 +849,9 @@ int main(void)
         cmocka_unit_test(adopting_reads_only_what_memory_holds),
         cmocka_unit_test(adopted_and_swept_alerts_are_delivered_once_in_order),
         cmocka_unit_test(every_waiting_alert_is_counted),
+        cmocka_unit_test(an_alert_whose_request_cannot_be_made_is_retried),
+        cmocka_unit_test(an_alert_sent_out_of_descriptors_is_retried),
+        cmocka_unit_test(an_https_alert_sent_out_of_descriptors_is_retried),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
