@@ -48,8 +48,9 @@ static bool starts_http(const char *w, size_t n)
 enum line_kind {
     LINE_NEED_MORE,
     LINE_NOT_HTTP,
-    LINE_HTTP1,      /* ends in HTTP/1.0 or HTTP/1.1 */
-    LINE_HTTP09_ABS, /* HTTP/0.9 with an absolute-form target: "GET http://h/" */
+    LINE_HTTP1,       /* ends in HTTP/1.0 or HTTP/1.1 */
+    LINE_HTTP09_ABS,  /* HTTP/0.9 with an absolute-form target: "GET http://h/" */
+    LINE_HTTP09_HEAD, /* HTTP/0.9 that header fields may follow: "GET /" (llhttp) */
     LINE_OTHER_VERSION,
 };
 
@@ -87,8 +88,8 @@ static const char *second_word(const char *buf, size_t j, size_t e, size_t *n)
 }
 
 /* Classifies the first line of <buf> (<len> bytes, leading empty lines
- * already skipped). On LINE_HTTP09_ABS sets <*target> and <*tlen> to the
- * request target. */
+ * already skipped). On LINE_HTTP09_ABS and LINE_HTTP09_HEAD sets <*target>
+ * and <*tlen> to the request target. */
 static enum line_kind first_line(const char *buf, size_t len, const char **target, size_t *tlen)
 {
     size_t j = 0;
@@ -120,6 +121,12 @@ static enum line_kind first_line(const char *buf, size_t len, const char **targe
          * "GET http://other/" from other's virtual host, and before 1.21.1
          * "GET http://other/ more words" too (spaces in a target). */
         *target = second_word(buf, j, e, tlen);
+        /* Node.js's llhttp parses header fields after "METHOD SP target"
+         * (an origin-form, '*' or absolute-form one) and its server picks
+         * the site by that Host as for any request. */
+        if (*tlen > 0 && *target + *tlen == buf + e &&
+            ((*target)[0] == '/' || (*target)[0] == '*' || absolute_form(*target, *tlen)))
+            return LINE_HTTP09_HEAD;
         return absolute_form(*target, *tlen) ? LINE_HTTP09_ABS : LINE_NOT_HTTP;
     }
     if (n == 8 && (memcmp(word, "HTTP/1.0", 8) == 0 || memcmp(word, "HTTP/1.1", 8) == 0))
@@ -195,6 +202,13 @@ static enum peek_http_result line_verdict(enum line_kind k, const char *t, size_
         return PEEK_HTTP_NOT_HTTP;
     case LINE_HTTP09_ABS:
         return judge_simple(t, tlen, target, port, why);
+    case LINE_HTTP09_HEAD:
+        /* Header fields may follow: the head is parsed next. Another host
+         * in the target refuses it at once. */
+        if (absolute_form(t, tlen) &&
+            judge_simple(t, tlen, target, port, why) == PEEK_HTTP_MISMATCH)
+            return PEEK_HTTP_MISMATCH;
+        return PEEK_HTTP_NEED_MORE;
     case LINE_OTHER_VERSION:
         *why = "an HTTP version other than 1.0 and 1.1";
         return PEEK_HTTP_MISMATCH;
@@ -265,6 +279,34 @@ static enum line_kind scan_first_line(struct peek_http_scan *s, const char *buf,
     return first_line(buf + s->line, i + 1 - s->line, t, tlen);
 }
 
+/* The head of an HTTP/0.9 request line (LINE_HTTP09_HEAD), <hl> bytes from
+ * <s>->from, parsed by http1.c as the HTTP/1.0 head it is to llhttp: the
+ * line up to the end of its target, " HTTP/1.0", CRLF, then its header
+ * fields, in <head> (PEEK_HTTP09_HEAD_MAX bytes, which <req> then points
+ * into). A head longer than that is refused. */
+static int parse_http09_head(const char *buf, const struct peek_http_scan *s, size_t hl, char *head,
+                             struct http_request *req, const char **why)
+{
+    static const char version[] = " HTTP/1.0\r\n";
+    if (s->from + hl <= s->line_end) {
+        /* An empty line ended it before the request line: whitespace,
+         * then CRLF, led it in ("\t\r\n\r\nGET /"). */
+        *why = "malformed request head";
+        return HTTP1_BAD;
+    }
+    size_t line = s->target_end - s->from;
+    size_t fields = s->from + hl - (s->line_end + 1);
+    size_t n = line + sizeof(version) - 1 + fields;
+    if (n > PEEK_HTTP09_HEAD_MAX) {
+        *why = "request head too large";
+        return HTTP1_TOO_BIG;
+    }
+    memcpy(head, buf + s->from, line);
+    memcpy(head + line, version, sizeof(version) - 1);
+    memcpy(head + line + sizeof(version) - 1, buf + s->line_end + 1, fields);
+    return http1_parse_request(head, n, n, req, why);
+}
+
 enum peek_http_result peek_http_resume(struct peek_http_scan *scan, const char *buf, size_t len,
                                        size_t max_head, const struct host *target, uint16_t port,
                                        const char **why)
@@ -282,7 +324,12 @@ enum peek_http_result peek_http_resume(struct peek_http_scan *scan, const char *
         size_t tlen = 0;
         enum line_kind k = scan_first_line(scan, buf, lim, &t, &tlen);
         r = line_verdict(k, t, tlen, len, max_head, target, port, &reason);
-        if (k == LINE_HTTP1)
+        if (k == LINE_HTTP09_HEAD) {
+            scan->http09 = true;
+            scan->target_end = (size_t)(t + tlen - buf);
+            scan->line_end = scan->scanned; /* its LF */
+        }
+        if (k == LINE_HTTP1 || (k == LINE_HTTP09_HEAD && r == PEEK_HTTP_NEED_MORE))
             scan->phase = PEEK_HTTP_HEAD;
     }
     if (scan->phase == PEEK_HTTP_HEAD) {
@@ -297,10 +344,16 @@ enum peek_http_result peek_http_resume(struct peek_http_scan *scan, const char *
         if (hl == HTTP1_NEED_MORE)
             return PEEK_HTTP_NEED_MORE;
         struct http_request req;
-        perr = "malformed request head";
-        scan->looked += lim - scan->from;
-        hl = http1_parse_request(buf + scan->from, lim - scan->from, max_head - scan->from, &req,
-                                 &perr);
+        char head[PEEK_HTTP09_HEAD_MAX]; /* an HTTP/0.9 line's head, as HTTP/1.0 */
+        if (scan->http09 && hl > 0) {
+            scan->looked += (size_t)hl;
+            hl = parse_http09_head(buf, scan, (size_t)hl, head, &req, &perr);
+        } else {
+            perr = "malformed request head";
+            scan->looked += lim - scan->from;
+            hl = http1_parse_request(buf + scan->from, lim - scan->from, max_head - scan->from,
+                                     &req, &perr);
+        }
         if (hl == HTTP1_NEED_MORE)
             return PEEK_HTTP_NEED_MORE; /* not reached: its search ends where ours did */
         if (hl < 0) {

@@ -28,11 +28,17 @@
  *  - a complete first line (up to its LF) whose last whitespace-separated
  *    word, trailing whitespace and CR ignored, does not start with "HTTP/"
  *    (any case) is NOT_HTTP (another text protocol, or an HTTP/0.9 request
- *    such as "GET /", which carries no Host), except an HTTP/0.9 request
+ *    line of more than two words), except an HTTP/0.9 request
  *    line whose first word after the method is an absolute-form target (a
  *    scheme and "://": "GET http://h/", which nginx serves from
  *    h's virtual host): its host and port are checked as an absolute-form
- *    target's are below (userinfo is MISMATCH). One whose last word is "HTTP/1.0" or
+ *    target's are below (userinfo is MISMATCH). A line of two words only,
+ *    a method and an origin-form, '*' or absolute-form target ("GET /"), may
+ *    be followed by header fields, which Node.js's llhttp parses, its
+ *    server then picking the site by that Host: it is an HTTP/1.0 head of
+ *    that line, waited for until complete and checked as below (one whose
+ *    target names another host or port is MISMATCH at once).
+ *    One whose last word is "HTTP/1.0" or
  *    "HTTP/1.1" is an HTTP/1.x request head, checked below; any other
  *    "HTTP/" word ("HTTP/1.2", which nginx and Go serve as 1.x, "http/1.1",
  *    "HTTP/2.0" of the h2c preface, whose authority is HPACK-coded) cannot
@@ -60,11 +66,16 @@
 #ifndef SLUICE_GATE_PEEK_HTTP_H
 #define SLUICE_GATE_PEEK_HTTP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "gate/http1.h"
 #include "policy/host.h"
+
+/* The longest head of an HTTP/0.9 request line with header fields that is
+ * judged (PEEK_MAX, conn.h, and room for the version it is parsed with). */
+#define PEEK_HTTP09_HEAD_MAX 20480
 
 enum peek_http_result {
     PEEK_HTTP_NOT_HTTP,  /* the first line is not an HTTP/1.x request line */
@@ -99,6 +110,9 @@ struct peek_http_scan {
     size_t from;            /* where the head starts for http1.c: the first byte not CR or LF */
     struct http1_scan head; /* the search for the head's end, from <from> on */
     size_t looked;          /* bytes looked at over all the calls, every pass counted */
+    bool http09;            /* the first line is HTTP/0.9 that header fields may follow */
+    size_t target_end;      /* then: where its request target ends */
+    size_t line_end;        /* then: where its LF is */
     enum peek_http_result result; /* once PEEK_HTTP_DECIDED */
     const char *why;              /* the MISMATCH's reason, once PEEK_HTTP_DECIDED */
 };

@@ -1299,6 +1299,11 @@ _MISMATCHED_HEADS = [
     # 20.04) takes it, and picks the site by Host
     ("control_byte_in_target", b"GET /\x01 HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"),
     ("obs_fold", b"GET / HTTP/1.1\r\nHost: evil.example.test\r\nX: a\r\n b\r\n\r\n"),
+    # HTTP/0.9 lines with header fields: Node.js's server reads them, and
+    # picks the site by that Host
+    ("v09_host_header", b"GET /\r\nHost: evil.example.test\r\n\r\n"),
+    ("v09_absolute_host_header", b"GET http://api.example.test/\r\n"
+                                 b"Host: evil.example.test\r\n\r\n"),
 ]
 
 
@@ -1422,7 +1427,7 @@ def test_tunnel_http_head_cut_by_client_eof_refused(gateway, net):
     b"\x00\x01\x02\xfe\xff binary \x07\r\n",
     b"A \x00GET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
     b"EHLO client HTTP\r\n",
-    b"GET /\r\n",
+    b"GET /\r\n\r\n",
 ], ids=["ssh", "ssh_comment", "binary", "token_then_nul", "text_line", "http_0_9"])
 def test_tunnel_non_http_bytes_pass(gateway, net, first):
     # bytes that are neither TLS nor an HTTP/1.x request line go through as

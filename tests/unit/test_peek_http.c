@@ -124,8 +124,8 @@ static void test_matching_hosts(void **state)
         "GET http://api.example.test:8080/x HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
         "GET http://API.example.test./ HTTP/1.0\r\n\r\n",
         /* HTTP/0.9 with an absolute-form target naming the target */
-        "GET http://api.example.test/\r\n",
-        "GET http://API.example.test.:8080/x?y  \r\n",
+        "GET http://api.example.test/\r\n\r\n",
+        "GET http://API.example.test.:8080/x?y  \r\n\r\n",
         "OPTIONS * HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
         "CONNECT api.example.test:8080 HTTP/1.1\r\nHost: api.example.test:8080\r\n\r\n",
         "GET / HTTP/1.0\r\n\r\n",
@@ -133,6 +133,12 @@ static void test_matching_hosts(void **state)
         "\r\n\r\nGET / HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
         "\nGET / HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
         "BREW /pot HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
+        /* HTTP/0.9 lines whose head is complete: as HTTP/1.0 heads */
+        "GET /\r\n\r\n",
+        "GET /\r\nHost: api.example.test\r\n\r\n",
+        "GET /x?y\r\nHost: API.example.test:8080\r\nAccept: */*\r\n\r\n",
+        "GET http://api.example.test/\r\nHost: api.example.test\r\n\r\n",
+        "GET /http://evil.example.test/\r\n\r\n",
         /* what follows the first head is not looked at */
         "GET / HTTP/1.1\r\nHost: api.example.test\r\n\r\nGET / HTTP/1.1\r\nHost: evil\r\n\r\n",
     };
@@ -174,6 +180,18 @@ static void test_mismatching_hosts(void **state)
         "GET http:///\r\n",
         "GET\thttp://evil.example.test/\t\r\n",
         "GET http://evil.example.test/ more words\r\n", /* nginx < 1.21.1: spaces in it */
+        /* HTTP/0.9 lines with header fields: Node.js's llhttp parses them
+         * after the line, and its server picks the site by that Host */
+        "GET /\r\nHost: evil.example.test\r\n\r\n",
+        "GET /x\r\nHost: evil.example.test\r\n\r\n",
+        "POST /x\r\nHost: evil.example.test\r\nContent-Length: 3\r\n\r\nabc",
+        "OPTIONS *\r\nHost: evil.example.test\r\n\r\n",
+        "GET http://api.example.test/\r\nHost: evil.example.test\r\n\r\n",
+        "GET /\r\nHost: api.example.test:80\r\n\r\n",
+        "GET /\r\nHost: api.example.test\r\nHost: evil.example.test\r\n\r\n",
+        "GET /\nHost: evil.example.test\r\n\r\n", /* llhttp takes the bare LF there */
+        "GET  /\r\nHost: evil.example.test\r\n\r\n",
+        "\t\r\n\r\nGET /\r\nHost: api.example.test\r\n\r\n",
         /* control bytes other than NUL: nginx before 1.21.1 takes them in a
          * request target, and picks the site by Host */
         "GET /\x01 HTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
@@ -225,8 +243,6 @@ static void test_not_http(void **state)
         "PING\r\n",
         "SET key HTTP\r\n",
         "HELO client.example.test\r\n",
-        "GET /\r\n",
-        "GET /http://evil.example.test/\r\n",
         "SAY hello http://evil.example.test/\r\n",
         "GET\r\n",
         "A \x7fHTTP/1.1\r\n",
@@ -269,6 +285,10 @@ static void test_incomplete(void **state)
         "GET / HTTP/1.1\r\nHost: api.example.test\r\n",
         "GET / HTTP/1.1\r\nHost: api.example.test\r\n\r",
         "SSH-2.0-OpenSSH_9.6p1 Ubuntu",
+        /* an HTTP/0.9 line: header fields may follow until the empty line */
+        "GET /\r\n",
+        "GET /x\r\nHost: api.example.test\r\n",
+        "GET http://api.example.test/\r\n",
         /* a control byte other than NUL: the line's last word will tell */
         "GET /\x01",
         "A \x02\x03\x7f",
