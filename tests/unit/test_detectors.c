@@ -63,6 +63,15 @@ static struct egress_event ev_of(const char *agent, const char *method, const ch
     return ev;
 }
 
+/* Feeds a GET of <agent> to <host> denied as not in the policy, seen at
+ * <t>: a first contact when the pair is new. */
+static void feed_denied_get(struct fx *f, const char *agent, const char *host, int64_t t)
+{
+    struct egress_event ev =
+        ev_of(agent, "GET", host, VERDICT_DENY, REASON_NOT_IN_POLICY, TIER_NONE);
+    detectors_feed(f->d, &ev, t);
+}
+
 static int setup(void **state)
 {
     struct fx *f = calloc(1, sizeof(*f));
@@ -231,9 +240,7 @@ static void first_contacts_leave_folding_alone(void **state)
     char host[32];
     for (int i = 0; i < 5000; i++) {
         snprintf(host, sizeof(host), "h%d.bad.test", i);
-        struct egress_event ev =
-            ev_of("ci", "GET", host, VERDICT_DENY, REASON_NOT_IN_POLICY, TIER_NONE);
-        detectors_feed(f->d, &ev, T0 + i / 100);
+        feed_denied_get(f, "ci", host, T0 + i / 100);
     }
     /* one by one up to the burst, then one line opens the agent's fold */
     assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], DETECT_CONTACTS_BURST + 1);
@@ -256,9 +263,7 @@ static void first_contacts_past_the_memory_are_still_told(void **state)
     char host[32];
     for (int i = 0; i < DETECT_CONTACTS_MAX; i++) {
         snprintf(host, sizeof(host), "h%d.test", i);
-        struct egress_event ev =
-            ev_of("filler", "GET", host, VERDICT_DENY, REASON_NOT_IN_POLICY, TIER_NONE);
-        detectors_feed(f->d, &ev, T0 - 120000);
+        feed_denied_get(f, "filler", host, T0 - 120000);
     }
     /* the filler's flood: the burst one by one, one line opening its fold,
      * and the fold's summary once its minute is over */
@@ -283,9 +288,7 @@ static void first_contacts_past_the_memory_are_still_told(void **state)
     assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], base + 2);
     assert_int_equal(f->got.last_count, 20);
     /* a pair remembered before the memory filled stays quiet */
-    struct egress_event known =
-        ev_of("filler", "GET", "h7.test", VERDICT_DENY, REASON_NOT_IN_POLICY, TIER_NONE);
-    detectors_feed(f->d, &known, T0 + 60002);
+    feed_denied_get(f, "filler", "h7.test", T0 + 60002);
     assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], base + 2);
 }
 
@@ -303,9 +306,7 @@ static void first_contact_flood_folds_per_agent(void **state)
     char host[40];
     for (int i = 0; i < 1000; i++) {
         snprintf(host, sizeof(host), "x%d.made-up.test", i);
-        struct egress_event ev =
-            ev_of("ci", "GET", host, VERDICT_DENY, REASON_NOT_IN_POLICY, TIER_NONE);
-        detectors_feed(f->d, &ev, T0 + i);
+        feed_denied_get(f, "ci", host, T0 + i);
         if (i == DETECT_CONTACTS_BURST - 1) {
             assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], DETECT_CONTACTS_BURST);
             assert_non_null(strstr(f->got.last_detail, "for the first time (GET, denied)"));
@@ -316,9 +317,7 @@ static void first_contact_flood_folds_per_agent(void **state)
     assert_non_null(strstr(f->got.last_detail, "ci contacted x30.made-up.test:80 for the first "
                                                "time (GET, denied): over 30 first contacts"));
     /* another agent is not folded with it */
-    struct egress_event other =
-        ev_of("docs", "GET", "x5.made-up.test", VERDICT_DENY, REASON_NOT_IN_POLICY, TIER_NONE);
-    detectors_feed(f->d, &other, T0 + 1000);
+    feed_denied_get(f, "docs", "x5.made-up.test", T0 + 1000);
     assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], DETECT_CONTACTS_BURST + 2);
     assert_string_equal(f->got.last_agent, "docs");
     /* the minute's end: one summary of the rest */
@@ -327,9 +326,7 @@ static void first_contact_flood_folds_per_agent(void **state)
     assert_int_equal(f->got.last_count, 1000 - DETECT_CONTACTS_BURST - 1);
     assert_string_equal(f->got.last_agent, "ci");
     /* a quiet minute later, a new host is told on its own again */
-    struct egress_event later =
-        ev_of("ci", "GET", "after.made-up.test", VERDICT_DENY, REASON_NOT_IN_POLICY, TIER_NONE);
-    detectors_feed(f->d, &later, T0 + 130000);
+    feed_denied_get(f, "ci", "after.made-up.test", T0 + 130000);
     assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], DETECT_CONTACTS_BURST + 4);
     assert_null(strstr(f->got.last_detail, "folded"));
 }
