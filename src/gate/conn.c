@@ -763,6 +763,23 @@ static void on_resolved(int err, const struct ipaddr *addrs, size_t n, void *arg
     connect_checked(c);
 }
 
+/* Decides <ex>'s request (its agent id, method, target and port) under
+ * <p> for agent <a> at <now>, into <dec>: at its head, and again for an
+ * open tunnel (conn_redecide()), whose agent is then <p>'s. */
+static void decide_exchange(const struct policy *p, const struct exchange *ex,
+                            const struct agent *a, time_t now, struct decision *dec)
+{
+    struct decision_query q = {
+        .agent = a,
+        .agent_id = ex->agent_id,
+        .method = ex->mbit,
+        .target = &ex->target,
+        .port = ex->port,
+        .now = now,
+    };
+    policy_decide(p, &q, dec);
+}
+
 /* True when <c> carries a CONNECT decided to go ahead: resolving or
  * connecting its target, or its tunnel opening or open. */
 static bool connect_going(const struct conn *c)
@@ -797,15 +814,7 @@ bool conn_redecide(struct conn *c, time_t now)
     if (forced != NULL)
         a = policy_find_agent(p, forced);
     if (forced != NULL || agent_find_again(p, ex->agent_id, &c->origin, &a) == AGENT_OK) {
-        struct decision_query q = {
-            .agent = a,
-            .agent_id = ex->agent_id,
-            .method = ex->mbit,
-            .target = &ex->target,
-            .port = ex->port,
-            .now = now,
-        };
-        policy_decide(p, &q, &dec);
+        decide_exchange(p, ex, a, now, &dec);
         if (dec.verdict != VERDICT_DENY)
             return false; /* still allowed, or an agent in report mode: kept */
     }
@@ -838,15 +847,7 @@ static void decide_and_go(struct conn *c)
         conn_refuse(c, REASON_SELF_REQUEST, NULL, true);
         return;
     }
-    struct decision_query q = {
-        .agent = ex->agent,
-        .agent_id = ex->agent_id,
-        .method = ex->mbit,
-        .target = &ex->target,
-        .port = ex->port,
-        .now = time(NULL),
-    };
-    policy_decide(ex->pol->policy, &q, &ex->dec);
+    decide_exchange(ex->pol->policy, ex, ex->agent, time(NULL), &ex->dec);
     if (ex->dec.verdict == VERDICT_DENY) {
         conn_refuse(c, ex->dec.reason, NULL, true);
         return;

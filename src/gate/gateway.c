@@ -20,6 +20,7 @@
 #include "policy/lint.h"
 #include "policy/policy.h"
 #include "util/diag.h"
+#include "util/env.h"
 #include "util/units.h"
 #include "shape/quota.h"
 #include "watch/log_jsonl.h"
@@ -301,12 +302,7 @@ void gateway_conn_gone(struct gateway *gw)
  * change. Ahead only: a grant can only end sooner under it, never later. */
 static int64_t tunnel_clock_ahead_ms(void)
 {
-    const char *v = getenv("SLUICE_TEST_TUNNEL_CLOCK_AHEAD_S");
-    char *end;
-    if (v == NULL || *v == '\0')
-        return 0;
-    unsigned long long n = strtoull(v, &end, 10);
-    return *end == '\0' && n > 0 && n <= 400ull * 86400 ? (int64_t)n * 1000 : 0;
+    return (int64_t)env_number("SLUICE_TEST_TUNNEL_CLOCK_AHEAD_S", 400ull * 86400, 0) * 1000;
 }
 
 /* The wall clock open tunnels are decided again by, in ms since the epoch. */

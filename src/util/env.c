@@ -25,3 +25,16 @@ char *env_dup(const char *name)
     env_unlock();
     return copy;
 }
+
+uint64_t env_number(const char *name, uint64_t max, uint64_t dflt)
+{
+    char *v = env_dup(name), *end;
+    uint64_t n = dflt;
+    if (v != NULL && *v != '\0') {
+        unsigned long long x = strtoull(v, &end, 10);
+        if (*end == '\0' && x > 0 && x <= max)
+            n = (uint64_t)x;
+    }
+    free(v);
+    return n;
+}

@@ -21,6 +21,7 @@
 #include "state/store.h"
 #include "util/weburl.h"
 #include "watch/webhook_tls.h"
+#include "util/env.h"
 #include "util/units.h"
 
 struct item {
@@ -79,12 +80,7 @@ struct webhook {
 
 static uint64_t env_ms(const char *name, uint64_t dflt)
 {
-    const char *v = getenv(name);
-    char *end;
-    if (v == NULL || *v == '\0')
-        return dflt;
-    unsigned long long n = strtoull(v, &end, 10);
-    return *end == '\0' && n > 0 && n <= 3600000 ? (uint64_t)n : dflt;
+    return env_number(name, 3600000, dflt);
 }
 
 /* Test-only (see SPEC.md): SLUICE_TEST_WEBHOOK_BACKOFF_MS=N makes the
