@@ -221,13 +221,19 @@ static void __attribute__((noreturn)) command_main(const struct box_config *cfg,
         else if (new_session_keyring() < 0)
             snprintf(err, sizeof(err), "cannot join a new session keyring: %s", strerror(errno));
     }
-    if (err[0] != '\0' || box_lock_down(cfg->allow_unix, err, sizeof(err)) < 0) {
+    bool landlocked = false;
+    if (err[0] != '\0' || box_lock_down(cfg, &landlocked, err, sizeof(err)) < 0) {
         int e = -1;
         ssize_t w = write(exec_fd, &e, sizeof(e));
         w = write(exec_fd, err, strlen(err));
         (void)w;
         _exit(126);
     }
+    if (!landlocked)
+        fputs("sluice run: this kernel has no Landlock (ABI 2, Linux 5.19, or later; or it is "
+              "not enabled): the box is read-only through its mounts only, and a FIFO it shows "
+              "read-only can still be opened and written\n",
+              stderr);
     execvpe(cfg->argv[0], cfg->argv, cfg->envp);
     int e = errno;
     ssize_t w = write(exec_fd, &e, sizeof(e));

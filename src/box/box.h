@@ -8,7 +8,10 @@
  * /dev (a few host devices and its own devpts), /dev/shm and /proc,
  * starts the relay (127.0.0.1:3128 and [::1]:3128 -> the gateway's unix
  * socket outside), then forks the command with no capabilities, no new
- * privileges, no descriptor above 2 from the caller (standard input,
+ * privileges, a Landlock ruleset allowing writes only below what the
+ * view leaves writable and /dev (where the kernel has Landlock ABI 2: a
+ * read-only mount does not stop writes into a FIFO), no descriptor above
+ * 2 from the caller (standard input,
  * output and error opened again in the box when they are files given for
  * reading or directories), a new session keyring and a seccomp filter that
  * refuses socket families but IP and netlink, socket(AF_UNIX) and datagram
@@ -24,7 +27,8 @@
  *
  * Files: box.c (spawn, init, the command), netns.c (namespaces, uid maps,
  * loopback), mounts.c (the file system view), relay.c, seccomp.c
- * (seccomp and privileges), mountinfo.c (the parser audit shares). */
+ * (seccomp and privileges), landlock.c, mountinfo.c (the parser audit
+ * shares). */
 #ifndef SLUICE_BOX_BOX_H
 #define SLUICE_BOX_BOX_H
 
@@ -52,6 +56,8 @@ struct box_config {
     const struct box_path *paths; /* --rw, --ro, --hide and the protected files, in order */
     size_t npaths;
     bool allow_unix;
+    bool landlock_off; /* test-only (SLUICE_TEST_NO_LANDLOCK): run as where the
+                        * kernel has no Landlock */
     /* the most each of /tmp and /dev/shm holds, as tmpfs's size= takes it:
      * bytes ("1073741824") or a share of memory ("25%"); never "0", which
      * tmpfs reads as no bound */

@@ -29,21 +29,40 @@ int box_loopback_up(char *err, size_t errlen);
 int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen);
 /* Mounts a new procfs on /proc (needs to run inside the new PID namespace). */
 int box_mount_proc(char *err, size_t errlen);
+/* Opens <path> (absolute) O_PATH one component at a time, following no
+ * symbolic link (ELOOP). Returns the descriptor, or -1 with errno. */
+int box_open_nofollow(const char *path);
+/* Calls <fn>(<fd>, <arg>) with an O_PATH descriptor of each mount point
+ * the box leaves writable (its mountinfo's writable mounts not covered by
+ * another), reached without following a link; one out of reach is
+ * skipped. Returns 0, or -1 with a message when <fn> fails (errno set). */
+int box_each_writable_mount(int (*fn)(int fd, void *arg), void *arg, char *err, size_t errlen);
+
+/* landlock.c */
+/* In the command, once no_new_privs is set: restricts it with a Landlock
+ * ruleset that handles the rights to write, make, remove and reparent
+ * files, allowed only below each writable mount (box_each_writable_mount),
+ * below /dev, on each --ro or --rw path that is not a directory and on
+ * standard input, output or error when open for writing. Returns 0 when
+ * in force, 1 when the kernel has no Landlock of ABI 2 or later (or
+ * <cfg->landlock_off>), or -1 with a message. */
+int box_landlock(const struct box_config *cfg, char *err, size_t errlen);
 
 /* seccomp.c */
 /* In the command, just before execve: drops every capability (bounding,
- * ambient, inheritable, permitted), sets no_new_privs and loads the
- * seccomp filter refusing socket families but AF_INET, AF_INET6 and
- * AF_NETLINK, io_uring, the keyring calls, ioctl(TIOCSTI),
+ * ambient, inheritable, permitted), sets no_new_privs, applies the
+ * Landlock ruleset (box_landlock(); <*landlocked> says whether it is in
+ * force) and loads the seccomp filter refusing socket families but
+ * AF_INET, AF_INET6 and AF_NETLINK, io_uring, the keyring calls, ioctl(TIOCSTI),
  * ioctl(TIOCLINUX), ioctl(TIOCSETD), a virtual console's ioctls that
  * change it
  * (tty_refused[]: KDSKBENT, KDSKBSENT, KDSKBMODE, KDSETMODE, the font
  * and map ones, VT_ACTIVATE...), every call
  * that would make a file set-user-ID or
- * set-group-ID, openat2() and, unless <allow_unix>, socket(AF_UNIX) and
- * socketpair() but for stream and seqpacket pairs. Returns 0,
+ * set-group-ID, openat2() and, unless <cfg->allow_unix>, socket(AF_UNIX)
+ * and socketpair() but for stream and seqpacket pairs. Returns 0,
  * or -1 with a message. */
-int box_lock_down(bool allow_unix, char *err, size_t errlen);
+int box_lock_down(const struct box_config *cfg, bool *landlocked, char *err, size_t errlen);
 
 /* relay.c */
 #define RELAY_MAX_CONNS 256

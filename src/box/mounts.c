@@ -109,7 +109,7 @@ static int walk_nofollow(const char *path, int *stopped_in)
     return -1;
 }
 
-static int open_nofollow(const char *path)
+int box_open_nofollow(const char *path)
 {
     return walk_nofollow(path, NULL);
 }
@@ -152,7 +152,7 @@ static int remount(const char *path, bool ro, bool nodev)
 /* Remounts the mount on top of <path>, reached without following a link. */
 static int remount_nofollow(const char *path, bool ro, bool nodev)
 {
-    int fd = open_nofollow(path);
+    int fd = box_open_nofollow(path);
     if (fd < 0)
         return -1;
     char p[64];
@@ -170,7 +170,7 @@ static int remount_nofollow(const char *path, bool ro, bool nodev)
 static int mount_on(const char *src, const char *target, const char *fstype, unsigned long flags,
                     const char *data)
 {
-    int fd = open_nofollow(target);
+    int fd = box_open_nofollow(target);
     if (fd < 0)
         return -1;
     char p[64];
@@ -295,7 +295,7 @@ static void dev_open(int fds[DEV_NODES])
     for (size_t i = 0; i < DEV_NODES; i++) {
         char p[32];
         snprintf(p, sizeof(p), "/dev/%s", dev_nodes[i]);
-        fds[i] = open_nofollow(p);
+        fds[i] = box_open_nofollow(p);
         struct stat st;
         if (fds[i] >= 0 && (fstat(fds[i], &st) < 0 || !S_ISCHR(st.st_mode))) {
             close(fds[i]);
@@ -429,8 +429,12 @@ static bool out_of_reach(const char *mount_point)
     return others;
 }
 
-/* Step 5: a writable mount that is not one of ours is an error. */
-static int verify(const struct op *ops, size_t nops, char *err, size_t errlen)
+typedef int (*writable_fn)(const struct mountinfo_entry *e, void *arg, char *err, size_t errlen);
+
+/* Calls <fn> for each mount of the current view that is writable and not
+ * covered by another, until one returns -1. Returns 0, or -1 with a
+ * message. */
+static int each_writable(writable_fn fn, void *arg, char *err, size_t errlen)
 {
     struct mountinfo mi;
     if (read_mountinfo(&mi, err, errlen) < 0)
@@ -438,25 +442,43 @@ static int verify(const struct op *ops, size_t nops, char *err, size_t errlen)
     int rc = 0;
     for (size_t i = 0; i < mi.n && rc == 0; i++) {
         const struct mountinfo_entry *e = &mi.v[i];
-        if (!mountinfo_is_writable(e) || mountinfo_is_covered(&mi, e))
-            continue;
-        /* a mount below /tmp is not the box's own: the host's are out of
-         * reach below the private /tmp (ENOENT), and one below a --rw
-         * path there is checked like one below any other */
-        bool ok = strcmp(e->mount_point, "/tmp") == 0 || strcmp(e->mount_point, "/dev/shm") == 0 ||
-                  strcmp(e->mount_point, "/proc") == 0 || strcmp(e->mount_point, "/dev/pts") == 0;
-        for (size_t k = 0; k < nops && !ok; k++)
-            ok = ops[k].kind == BOX_PATH_RW && strcmp(ops[k].path, e->mount_point) == 0;
-        if (!ok)
-            ok = out_of_reach(e->mount_point);
-        if (!ok) {
-            snprintf(err, errlen, "%s is still writable in the box (%s %s)", e->mount_point,
-                     e->fstype, e->source);
-            rc = -1;
-        }
+        if (mountinfo_is_writable(e) && !mountinfo_is_covered(&mi, e))
+            rc = fn(e, arg, err, errlen);
     }
     mountinfo_free(&mi);
     return rc;
+}
+
+struct ops_list {
+    const struct op *v;
+    size_t n;
+};
+
+static int verify_one(const struct mountinfo_entry *e, void *arg, char *err, size_t errlen)
+{
+    const struct ops_list *ops = arg;
+    /* a mount below /tmp is not the box's own: the host's are out of
+     * reach below the private /tmp (ENOENT), and one below a --rw
+     * path there is checked like one below any other */
+    bool ok = strcmp(e->mount_point, "/tmp") == 0 || strcmp(e->mount_point, "/dev/shm") == 0 ||
+              strcmp(e->mount_point, "/proc") == 0 || strcmp(e->mount_point, "/dev/pts") == 0;
+    for (size_t k = 0; k < ops->n && !ok; k++)
+        ok = ops->v[k].kind == BOX_PATH_RW && strcmp(ops->v[k].path, e->mount_point) == 0;
+    if (!ok)
+        ok = out_of_reach(e->mount_point);
+    if (!ok) {
+        snprintf(err, errlen, "%s is still writable in the box (%s %s)", e->mount_point, e->fstype,
+                 e->source);
+        return -1;
+    }
+    return 0;
+}
+
+/* Step 5: a writable mount that is not one of ours is an error. */
+static int verify(const struct op *ops, size_t nops, char *err, size_t errlen)
+{
+    struct ops_list list = {ops, nops};
+    return each_writable(verify_one, &list, err, errlen);
 }
 
 int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen)
@@ -488,7 +510,7 @@ int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen)
         struct op *o = &ops[i];
         o->order = i;
         o->depth = depth_of(o->path);
-        o->fd = open_nofollow(o->path);
+        o->fd = box_open_nofollow(o->path);
         struct stat st;
         if (o->fd < 0 || fstat(o->fd, &st) < 0) {
             bool optional = i > 0 && cfg->paths[i - 1].optional;
@@ -575,4 +597,28 @@ int box_mount_proc(char *err, size_t errlen)
         return -1;
     }
     return 0;
+}
+
+struct fd_fn {
+    int (*fn)(int fd, void *arg);
+    void *arg;
+};
+
+static int open_one(const struct mountinfo_entry *e, void *arg, char *err, size_t errlen)
+{
+    const struct fd_fn *f = arg;
+    int fd = box_open_nofollow(e->mount_point);
+    if (fd < 0)
+        return 0; /* out of the command's reach (verify() checked why) */
+    int rc = f->fn(fd, f->arg);
+    if (rc < 0)
+        snprintf(err, errlen, "cannot allow writes below %s: %s", e->mount_point, strerror(errno));
+    close(fd);
+    return rc;
+}
+
+int box_each_writable_mount(int (*fn)(int fd, void *arg), void *arg, char *err, size_t errlen)
+{
+    struct fd_fn f = {fn, arg};
+    return each_writable(open_one, &f, err, errlen);
 }

@@ -370,7 +370,7 @@ static int load_filter(bool allow_unix, char *err, size_t errlen)
     return seccomp_load_and_release(ctx, rc, err, errlen);
 }
 
-int box_lock_down(bool allow_unix, char *err, size_t errlen)
+int box_lock_down(const struct box_config *cfg, bool *landlocked, char *err, size_t errlen)
 {
     if (drop_capabilities(err, errlen) < 0)
         return -1;
@@ -378,7 +378,11 @@ int box_lock_down(bool allow_unix, char *err, size_t errlen)
         snprintf(err, errlen, "cannot set no_new_privs: %s", strerror(errno));
         return -1;
     }
-    if (load_filter(allow_unix, err, errlen) < 0)
+    int ll = box_landlock(cfg, err, errlen);
+    if (ll < 0)
+        return -1;
+    *landlocked = ll == 0;
+    if (load_filter(cfg->allow_unix, err, errlen) < 0)
         return -1;
     return 0;
 }

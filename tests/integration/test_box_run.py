@@ -2887,3 +2887,210 @@ def test_a_log_file_given_as_output_and_error_is_shared(box, net):
     # between: they share the file too)
     assert text.startswith("before\n") and text.endswith("after\n"), text
     assert "\na\nb\nc\n" in text and "sluice run: exit 0;" in text, text
+
+
+# In-box code: for each FIFO path, opens it O_WRONLY|O_NONBLOCK (the host
+# holds a reader open, so the open does not wait) and writes its name;
+# prints each path's result ("ok" or the errno's name), the box's uid and
+# the FIFOs the box sees under /run.
+FIFO_WRITE = r"""
+import errno, json, os, stat, sys
+out = {"uid": os.getuid(), "run_fifos": []}
+for path in sys.argv[1:]:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        os.write(fd, path.encode())
+        os.close(fd)
+        out[path] = "ok"
+    except OSError as e:
+        out[path] = errno.errorcode[e.errno]
+for root, dirs, files in os.walk("/run"):
+    for n in dirs + files:
+        try:
+            if stat.S_ISFIFO(os.lstat(os.path.join(root, n)).st_mode):
+                out["run_fifos"].append(os.path.join(root, n))
+        except OSError:
+            pass
+print(json.dumps(out))
+"""
+
+
+def _host_fifo(path):
+    """A FIFO at <path> and a host reader on it (O_NONBLOCK: the box's
+    O_NONBLOCK writer then finds a reader and its open does not wait)."""
+    os.mkfifo(path, 0o666)
+    os.chmod(path, 0o666)
+    return os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+
+
+def _fifo_read(fd):
+    try:
+        return os.read(fd, 4096)
+    except BlockingIOError:
+        return b""
+
+
+@pytest.mark.parametrize("user", ["root", "nobody"])
+def test_a_host_fifo_shown_read_only_cannot_be_written(sluice_bin, net, hostdir, user):
+    """A read-only mount refuses to change files, not to write into a FIFO
+    (writing one changes nothing on the file system): the command could
+    open any host FIFO it sees for writing and feed whatever reads it on
+    the host (systemd's /run/initctl takes runlevel changes and power-offs
+    from root). The box now also applies a Landlock ruleset to the
+    command, which allows writing files only below what the box leaves
+    writable (the working directory, --rw paths, its /tmp, /dev): a FIFO
+    the test makes in a folder the box shows read-only cannot be opened
+    for writing (EACCES) and the host reads nothing from it, while one in
+    a --rw folder and one in the working directory still carry the bytes.
+    A FIFO that is named with --ro is opened as the host has it, as a
+    device named so is. Skipped where the kernel has no Landlock (ABI 2
+    or later)."""
+    if not _landlock_abi() >= 2:
+        pytest.skip("the kernel has no Landlock (ABI 2 or later)")
+    b, pol = _nobody_box(sluice_bin, net, hostdir, [], userns=user == "nobody")
+    rw = os.path.join(hostdir, "rw")
+    named = os.path.join(hostdir, "named")
+    os.makedirs(rw)
+    os.makedirs(named)
+    os.chmod(rw, 0o777)
+    fifos = {"ro": os.path.join(hostdir, "fifo"), "rw": os.path.join(rw, "fifo"),
+             "cwd": os.path.join(b.workdir, "fifo"), "named": os.path.join(named, "fifo")}
+    readers = {k: _host_fifo(v) for k, v in fifos.items()}
+    try:
+        p = b.run(["--policy", pol, "--rw", rw, "--ro", fifos["named"]], None,
+                  cmd=[PY, "-c", FIFO_WRITE] + list(fifos.values()),
+                  user=None if user == "root" else 65534)
+        assert p.returncode == 0, p.stderr
+        o = Box.out(p)
+        got = {k: _fifo_read(fd) for k, fd in readers.items()}
+    finally:
+        for fd in readers.values():
+            os.close(fd)
+    assert o["uid"] == (0 if user == "root" else 65534)
+    assert o[fifos["ro"]] == "EACCES"
+    assert got["ro"] == b""
+    for k in ("rw", "cwd", "named"):
+        assert o[fifos[k]] == "ok", k
+        assert got[k] == fifos[k].encode(), k
+    assert "Landlock" not in p.stderr
+
+
+def _landlock_abi():
+    """The kernel's Landlock ABI version, 0 when it has none."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    nr = 444  # landlock_create_ruleset, the same on every architecture
+    v = libc.syscall(nr, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    return v if v > 0 else 0
+
+
+def test_without_landlock_the_box_says_a_fifo_stays_writable(box, net, hostdir):
+    """Where the kernel has no Landlock (before 5.19, or not enabled), the
+    box runs as before, mounts and seccomp only, and says once on standard
+    error that a FIFO it shows read-only can still be written; the
+    test-only SLUICE_TEST_NO_LANDLOCK=1 makes run take that path on any
+    kernel."""
+    pol = box.policy(net.policy([]))
+    fifo = os.path.join(hostdir, "fifo")
+    fd = _host_fifo(fifo)
+    try:
+        p = box.run(["--policy", pol], None, cmd=[PY, "-c", FIFO_WRITE, fifo],
+                    env={"SLUICE_TEST_NO_LANDLOCK": "1"})
+        got = _fifo_read(fd)
+    finally:
+        os.close(fd)
+    assert p.returncode == 0, p.stderr
+    assert Box.out(p)[fifo] == "ok"
+    assert got == fifo.encode()
+    assert p.stderr.count("Landlock") == 1, p.stderr
+    assert "FIFO" in p.stderr
+
+
+WORKLOAD = r"""
+import errno, json, os, subprocess, sys, tempfile
+rw, ro_file, ro_dir = sys.argv[1:4]
+out = {}
+def do(name, f):
+    try:
+        f()
+        out[name] = "ok"
+    except OSError as e:
+        out[name] = errno.errorcode[e.errno]
+def write(path, data="x"):
+    with open(path, "w") as f:
+        f.write(data)
+for k, d in (("rw", rw), ("cwd", os.getcwd()), ("tmp", tempfile.mkdtemp())):
+    do(k + " make", lambda: (os.makedirs(d + "/a/b"), os.mkdir(d + "/c"), write(d + "/a/b/f")))
+    do(k + " rename across folders", lambda: os.rename(d + "/a/b/f", d + "/c/f"))
+    do(k + " rename a folder across", lambda: os.rename(d + "/a/b", d + "/c/b"))
+    do(k + " link across folders", lambda: os.link(d + "/c/f", d + "/a/g"))
+    do(k + " symlink, fifo", lambda: (os.symlink("f", d + "/c/s"), os.mkfifo(d + "/c/p")))
+    do(k + " truncate", lambda: (os.truncate(d + "/c/f", 0), open(d + "/a/g", "r+").truncate()))
+    do(k + " remove", lambda: (os.unlink(d + "/c/p"), os.unlink(d + "/c/s"),
+                               os.unlink(d + "/c/f"), os.unlink(d + "/a/g"),
+                               os.rmdir(d + "/c/b"), os.rmdir(d + "/c"), os.rmdir(d + "/a")))
+do("/dev/shm", lambda: write("/dev/shm/x"))
+do("/dev/null", lambda: write("/dev/null"))
+do("/dev/stdout", lambda: write("/dev/stdout", "to stdout\n"))
+do("mkstemp and rename", lambda: os.rename(tempfile.mkstemp()[1], "/tmp/moved"))
+do("read-only file", lambda: write(ro_file))
+do("read-only folder", lambda: write(ro_dir + "/new"))
+do("read-only mkdir", lambda: os.mkdir(ro_dir + "/new"))
+do("read-only rename", lambda: os.rename(ro_file, ro_dir + "/moved"))
+if os.path.exists("/usr/bin/git"):
+    g = rw + "/repo"
+    r = subprocess.run("git init -q %s && cd %s && echo x > f && git add f && "
+                       "git -c user.name=a -c user.email=a@b commit -qm m && git gc -q && "
+                       "git log --oneline | wc -l" % (g, g), shell=True,
+                       capture_output=True, text=True)
+    out["git"] = r.stdout.strip() if r.returncode == 0 else r.stderr
+print(json.dumps(out))
+"""
+
+
+def test_landlock_leaves_what_the_box_makes_writable_as_it_was(box, net, hostdir):
+    """The Landlock ruleset (see the FIFO test above) must not refuse what
+    the box documents as writable, nor change how a read-only path fails:
+    in a --rw folder, the working directory and the box's /tmp, making,
+    renaming and linking across folders (Landlock refuses reparenting with
+    EXDEV unless it allows it too), FIFOs, symbolic links, truncating and
+    removing work, and so does a git repository; /dev/null, /dev/shm and
+    /dev/stdout (a pipe) take writes; writes to read-only paths still fail
+    with EROFS, not EACCES. A file given as standard output outside the
+    writable paths can still be opened again through /dev/stdout (it was
+    given for writing), as a terminal can."""
+    if not _landlock_abi() >= 2:
+        pytest.skip("the kernel has no Landlock (ABI 2 or later)")
+    pol = box.policy(net.policy([]))
+    rw = os.path.join(hostdir, "rw")
+    os.makedirs(rw)
+    ro_file = os.path.join(hostdir, "file")
+    with open(ro_file, "w") as f:
+        f.write("host")
+    p = box.run(["--policy", pol, "--rw", rw], None,
+                cmd=[PY, "-c", WORKLOAD, rw, ro_file, hostdir])
+    assert p.returncode == 0, p.stderr
+    o = Box.out(p)
+    assert "to stdout" in p.stdout
+    for d in ("rw", "cwd", "tmp"):
+        for what in ("make", "rename across folders", "rename a folder across",
+                     "link across folders", "symlink, fifo", "truncate", "remove"):
+            assert o.pop(d + " " + what) == "ok", (d, what, p.stderr)
+    want_git = "1" if os.path.exists("/usr/bin/git") else None
+    assert o.pop("git", None) == want_git
+    assert o == {"/dev/shm": "ok", "/dev/null": "ok", "/dev/stdout": "ok",
+                 "mkstemp and rename": "ok", "read-only file": "EROFS",
+                 "read-only folder": "EROFS", "read-only mkdir": "EROFS",
+                 "read-only rename": "EROFS"}
+    assert sorted(os.listdir(rw)) == (["repo"] if want_git else [])
+    assert sorted(os.listdir(hostdir)) == ["file", "rw"]
+    # standard output and error a file outside the writable paths
+    log = os.path.join(hostdir, "out.log")
+    with open(log, "w") as f:
+        r = subprocess.run([box.bin, "run", "--policy", pol, "--", "sh", "-c",
+                            "echo again > /dev/stdout && echo err >> /dev/stderr"],
+                           stdout=f, stderr=f, cwd=box.workdir, env=_clean_env(), timeout=30)
+    with open(log) as f:
+        text = f.read()
+    assert r.returncode == 0, text
+    assert "again" in text and "err" in text, text
