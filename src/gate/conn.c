@@ -263,6 +263,7 @@ void conn_end_exchange(struct conn *c)
     if (ex->uphead != NULL)
         evbuffer_free(ex->uphead);
     gw_policy_unref(ex->pol);
+    gw_policy_unref(ex->redecided_pol);
     memset(ex, 0, sizeof(*ex));
 }
 
@@ -799,6 +800,30 @@ static bool connect_going(const struct conn *c)
     }
 }
 
+/* <c>'s tunnel (or CONNECT not answered yet), which the policy in force
+ * would now deny for an agent in report mode, as <dec> (a VERDICT_REPORT)
+ * says: once per reason, the exchange takes <dec> (holding the policy it
+ * names a rule of) and, when its agent_egress is out already, publishes a
+ * second one, flagged redecided; one not out yet (resolving, connecting,
+ * first bytes being checked) goes out later with <dec>, as a new
+ * request's would. The tunnel goes on, as report mode lets it. */
+static void report_again(struct conn *c, const struct decision *dec)
+{
+    struct exchange *ex = &c->ex;
+    if (ex->verdict == VERDICT_REPORT && ex->reason == dec->reason)
+        return; /* told already: not again at each reload and day change */
+    gw_policy_unref(ex->redecided_pol);
+    ex->redecided_pol = gw_policy_ref(c->gw->current);
+    ex->dec = *dec;
+    ex->verdict = VERDICT_REPORT;
+    ex->reason = dec->reason;
+    if (!ex->egress_published)
+        return;
+    ex->redecided = true;
+    ex->egress_published = false;
+    conn_publish_egress(c);
+}
+
 bool conn_redecide(struct conn *c, time_t now)
 {
     struct exchange *ex = &c->ex;
@@ -815,8 +840,12 @@ bool conn_redecide(struct conn *c, time_t now)
         a = policy_find_agent(p, forced);
     if (forced != NULL || agent_find_again(p, ex->agent_id, &c->origin, &a) == AGENT_OK) {
         decide_exchange(p, ex, a, now, &dec);
-        if (dec.verdict != VERDICT_DENY)
-            return false; /* still allowed, or an agent in report mode: kept */
+        if (dec.verdict == VERDICT_ALLOW)
+            return false; /* still allowed: kept */
+        if (dec.verdict == VERDICT_REPORT) {
+            report_again(c, &dec); /* an agent in report mode: kept */
+            return false;
+        }
     }
     /* The new decision names gw->current's rule: that policy outlives <c>,
      * whose exchange ends here (or, refused before its 200, is released by

@@ -95,7 +95,11 @@ struct exchange {
     size_t naddrs;
     struct timespec t_decided; /* CLOCK_MONOTONIC */
     bool egress_published, end_published;
-    bool redecided; /* a tunnel denied when decided again (conn_redecide()) */
+    bool redecided; /* a tunnel denied or reported when decided again (conn_redecide()) */
+    /* The policy <dec> names a rule of once a re-decision reported the
+     * tunnel (a reference; NULL until then): a later reload may replace
+     * gw->current while the tunnel stays open. */
+    struct gw_policy *redecided_pol;
     int status;
     uint64_t bytes_up, bytes_down;
     uint64_t up_reported;       /* bytes_up already in progress events (gate/progress.h) */
@@ -226,11 +230,15 @@ bool conn_gate_denies(struct conn *c, enum deny_reason r, bool respond);
 /* Decides the CONNECT of <c> again under the policy in force (gw->current)
  * at <now>, as it was first decided (agent, CONNECT, target, port; the
  * agent looked up by id, denied as agent_not_allowed when gone): when it
- * is now denied (not report: an agent in report mode keeps it), publishes
- * agent_egress again with the denial and closes both sides (a CONNECT not
- * answered yet is refused instead), and returns true: <c> may be gone.
- * Anything else (a plain request, a tunnel still allowed) is left as it
- * is; returns false. Not to be called from <c>'s own callbacks. */
+ * is now denied, publishes agent_egress again with the denial and closes
+ * both sides (a CONNECT not answered yet is refused instead), and returns
+ * true: <c> may be gone. When its agent is in report mode and the new
+ * decision reports it with a reason its exchange does not carry yet, the
+ * exchange takes the new decision, published at once as a second
+ * agent_egress (report) when its first one is out, and <c> goes on;
+ * returns false. Anything else (a plain request, a tunnel still allowed,
+ * one reported already with that reason) is left as it is; returns false.
+ * Not to be called from <c>'s own callbacks. */
 bool conn_redecide(struct conn *c, time_t now);
 uint64_t conn_idle_ms(const struct conn *c);
 /* Arms the client's timeouts: reading (when <reading>) for idle_timeout;

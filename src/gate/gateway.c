@@ -315,8 +315,8 @@ static int64_t tunnel_clock_ms(const struct gateway *gw)
 
 /* Decides every CONNECT going ahead again under gw->current, now (after a
  * reload, and when the UTC day changes: a grant ends with its day); those
- * now denied are closed (conn_redecide()). Closing one frees that one
- * alone. */
+ * now denied are closed, those an agent in report mode would lose
+ * reported (conn_redecide()). Closing one frees that one alone. */
 static void redecide_tunnels(struct gateway *gw)
 {
     time_t now = (time_t)(tunnel_clock_ms(gw) / 1000);

@@ -186,13 +186,13 @@ def ping_echo(sock):
     assert got == PING
 
 
-def open_echo_tunnel(gw, port, host="echo.example.test"):
+def open_echo_tunnel(gw, port, host="echo.example.test", decision="allow"):
     """A CONNECT tunnel that carried one PING each way; returns (tunnel, id)."""
     t = connect(gw, "%s:%d" % (host, port))
     assert t.status == 200, (t.status, t.body)
     t.sock.settimeout(10)
     ping_echo(t.sock)
-    ev = gw.wait_events("agent_egress", host=host, decision="allow")[-1]
+    ev = gw.wait_events("agent_egress", host=host, decision=decision)[-1]
     return t, ev["id"]
 
 
@@ -295,18 +295,59 @@ def test_a_tunnel_whose_agent_a_reload_removes_is_closed(gateway, net):
             t.close()
 
 
+def assert_reported(gw, tid, reasons, first="allow"):
+    """Tunnel <tid>'s agent_egress lines: the first says <first>, then one
+    report line per reason in <reasons>, each flagged as the tunnel's (the
+    same method and host), and no end line yet."""
+    evs = gw.wait_events("agent_egress", count=1 + len(reasons), id=tid)
+    assert [e["decision"] for e in evs] == [first] + ["report"] * len(reasons), evs
+    assert [e["reason"] for e in evs[1:]] == list(reasons), evs
+    assert all(e["method"] == "CONNECT" and e["host"] == evs[0]["host"] for e in evs), evs
+    assert gw.events("agent_egress_end", id=tid) == []
+    return evs
+
+
 def test_a_report_mode_agent_keeps_its_tunnel_after_a_reload(gateway, net):
+    # report mode reports what enforce would deny: a tunnel the reload would
+    # close gets a report line, and stays open; once per reason
     with EchoServer(API_IP) as echo:
         agents = [{"id": "watcher", "sources": ["127.0.0.0/8"], "mode": "report"}]
-        gw = gateway(echo_policy(net, [echo_rule(echo.port), api_rule(net)], agents=agents))
+        rules = [echo_rule(echo.port), api_rule(net)]
+        gw = gateway(echo_policy(net, rules, agents=agents))
         t, tid = open_echo_tunnel(gw, echo.port)
+        # a tunnel already reported when it opened (no rule for echo2)
+        old, old_id = open_echo_tunnel(gw, echo.port, host="echo2.example.test",
+                                       decision="report")
         try:
             reload_to(gw, echo_policy(net, [api_rule(net)], agents=agents), 1)
+            ping_echo(t.sock)
+            evs = assert_reported(gw, tid, ["not_in_policy"])
+            assert evs[1]["tier"] is None and evs[1]["rule"] is None, evs[1]
+            assert evs[1]["agent"] == "watcher"
+            # the same verdict again: no new line, for either tunnel
+            reload_to(gw, echo_policy(net, [api_rule(net)], agents=agents), 2)
             # a request after the reload: the loop has handled the reload
             assert request(gw, "GET", net.url("/after")).status == 200
-            assert_still_open(gw, t, tid)
+            ping_echo(t.sock)
+            ping_echo(old.sock)
+            assert_reported(gw, tid, ["not_in_policy"])
+            assert_reported(gw, old_id, [], first="report")
+            # another reason: one more line
+            reload_to(gw, echo_policy(net, [api_rule(net)], agents=agents,
+                                      deny=["echo.example.test"]), 3)
+            ping_echo(t.sock)
+            assert_reported(gw, tid, ["not_in_policy", "denied_host"])
+            # allowed again: no line (as for any tunnel still allowed)
+            reload_to(gw, echo_policy(net, rules, agents=agents), 4)
+            assert request(gw, "GET", net.url("/after2")).status == 200
+            ping_echo(t.sock)
+            assert_reported(gw, tid, ["not_in_policy", "denied_host"])
         finally:
             t.close()
+            old.close()
+        end = gw.wait_events("agent_egress_end", id=tid)
+        assert len(end) == 1 and end[0]["status"] == 200, end
+        assert end[0]["bytes_up"] == 5 * len(PING) and end[0]["bytes_down"] == 5 * len(PING)
 
 
 def test_a_connect_still_connecting_when_its_rule_is_removed_is_refused(gateway, net):
@@ -332,15 +373,21 @@ def test_a_connect_still_connecting_when_its_rule_is_removed_is_refused(gateway,
         lst.close()
 
 
-def test_a_tunnel_whose_grant_ends_with_the_day_is_closed(gateway, net):
-    # SLUICE_TEST_TUNNEL_CLOCK_AHEAD_S runs the clock open tunnels are decided
-    # again by (and the day timer) ahead of the wall clock: here to WINDOW
-    # seconds before a UTC midnight. The tier-3 grant ends with that day.
-    window = 8
+def day_ending_in(window):
+    """SLUICE_TEST_TUNNEL_CLOCK_AHEAD_S runs the clock open tunnels are
+    decided again by (and the day timer) ahead of the wall clock: here to
+    <window> seconds before a UTC midnight. Returns (ahead, the day that
+    midnight ends, the midnight on the gateway's tunnel clock)."""
     now = time.time()
     ahead = int(-window - now) % 86400 or 86400
     day = datetime.datetime.fromtimestamp(now + ahead, datetime.timezone.utc).date()
-    midnight = (now + ahead) // 86400 * 86400 + 86400  # on the gateway's tunnel clock
+    return ahead, day, (now + ahead) // 86400 * 86400 + 86400
+
+
+def test_a_tunnel_whose_grant_ends_with_the_day_is_closed(gateway, net):
+    # the tier-3 grant ends with the day that ends in WINDOW seconds
+    window = 8
+    ahead, day, midnight = day_ending_in(window)
     with EchoServer(API_IP) as echo:
         rule = echo_rule(echo.port, tier=3, owner="alice", expires=day.isoformat())
         gw = gateway(echo_policy(net, [rule], alerts={"expiry_warn_days": 7}),
@@ -357,3 +404,36 @@ def test_a_tunnel_whose_grant_ends_with_the_day_is_closed(gateway, net):
     assert evs[0]["tier"] == 3 and evs[1]["tier"] == 3 and evs[1]["owner"] == "alice"
     a = gw.wait_events("alert", kind="grant_expired")
     assert a[0]["host"] == "echo.example.test" and a[0]["id"] == tid, a
+
+
+def test_a_report_mode_tunnel_whose_grant_ends_with_the_day_is_reported(gateway, net):
+    # as above, for an agent in report mode: the tunnel stays open, with a
+    # report line grant_expired and its alert; a reload under the same
+    # verdict then adds no line
+    window = 8
+    ahead, day, midnight = day_ending_in(window)
+    agents = [{"id": "watcher", "sources": ["127.0.0.0/8"], "mode": "report"}]
+    alerts = {"expiry_warn_days": 7}
+    with EchoServer(API_IP) as echo:
+        rule = echo_rule(echo.port, tier=3, owner="alice", expires=day.isoformat())
+        policy = echo_policy(net, [rule, api_rule(net)], agents=agents, alerts=alerts)
+        gw = gateway(policy, env={"SLUICE_TEST_TUNNEL_CLOCK_AHEAD_S": str(ahead)})
+        t, tid = open_echo_tunnel(gw, echo.port)
+        try:
+            if time.time() + ahead > midnight - 1:
+                pytest.skip("the tunnel opened too late for the day change under test")
+            # polls past the midnight
+            gw.wait_events("agent_egress", count=2, id=tid, timeout=window + 10)
+            ping_echo(t.sock)
+            evs = assert_reported(gw, tid, ["grant_expired"])
+            assert evs[1]["tier"] == 3 and evs[1]["owner"] == "alice", evs[1]
+            a = gw.wait_events("alert", kind="grant_expired")
+            assert a[0]["host"] == "echo.example.test" and a[0]["id"] == tid, a
+            reload_to(gw, policy, 1)
+            assert request(gw, "GET", net.url("/after")).status == 200
+            ping_echo(t.sock)
+            assert_reported(gw, tid, ["grant_expired"])
+        finally:
+            t.close()
+    end = gw.wait_events("agent_egress_end", id=tid)
+    assert len(end) == 1 and end[0]["bytes_up"] == 3 * len(PING), end
