@@ -123,9 +123,14 @@ static enum line_kind first_line(const char *buf, size_t len, const char **targe
         *target = second_word(buf, j, e, tlen);
         /* Node.js's llhttp parses header fields after "METHOD SP target"
          * (an origin-form, '*' or absolute-form one) and its server picks
-         * the site by that Host as for any request. */
+         * the site by that Host as for any request; after "CONNECT SP
+         * target" (its case only, as llhttp's) with any target, for which
+         * its server emits 'connect', and the forward proxy of Node.js's
+         * documentation then connects to the host and port it names. */
+        bool connect = j == 7 && memcmp(buf, "CONNECT", 7) == 0;
         if (*tlen > 0 && *target + *tlen == buf + e &&
-            ((*target)[0] == '/' || (*target)[0] == '*' || absolute_form(*target, *tlen)))
+            (connect || (*target)[0] == '/' || (*target)[0] == '*' ||
+             absolute_form(*target, *tlen)))
             return LINE_HTTP09_HEAD;
         return absolute_form(*target, *tlen) ? LINE_HTTP09_ABS : LINE_NOT_HTTP;
     }

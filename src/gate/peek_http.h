@@ -37,7 +37,11 @@
  *    be followed by header fields, which Node.js's llhttp parses, its
  *    server then picking the site by that Host: it is an HTTP/1.0 head of
  *    that line, waited for until complete and checked as below (one whose
- *    target names another host or port is MISMATCH at once).
+ *    target names another host or port is MISMATCH at once). So is a line
+ *    of two words whose method is "CONNECT" (llhttp's case), whatever its
+ *    target: Node.js's server emits 'connect' for "CONNECT h:443" and the
+ *    header fields after it, and its documented forward proxy connects to
+ *    h (its authority-form target is then checked as below).
  *    One whose last word is "HTTP/1.0" or
  *    "HTTP/1.1" is an HTTP/1.x request head, checked below; any other
  *    "HTTP/" word ("HTTP/1.2", which nginx and Go serve as 1.x, "http/1.1",

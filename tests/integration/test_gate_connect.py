@@ -1304,6 +1304,11 @@ _MISMATCHED_HEADS = [
     ("v09_host_header", b"GET /\r\nHost: evil.example.test\r\n\r\n"),
     ("v09_absolute_host_header", b"GET http://api.example.test/\r\n"
                                  b"Host: evil.example.test\r\n\r\n"),
+    # a CONNECT line without a version: Node.js's server emits 'connect' for
+    # it, and the forward proxy of its documentation connects to that host
+    ("v09_connect_other_host", b"CONNECT evil.example.test:443\r\n\r\n"),
+    ("v09_connect_other_host_host_header", b"CONNECT evil.example.test:443\r\n"
+                                           b"Host: api.example.test\r\n\r\n"),
 ]
 
 

@@ -139,6 +139,10 @@ static void test_matching_hosts(void **state)
         "GET /x?y\r\nHost: API.example.test:8080\r\nAccept: */*\r\n\r\n",
         "GET http://api.example.test/\r\nHost: api.example.test\r\n\r\n",
         "GET /http://evil.example.test/\r\n\r\n",
+        /* a CONNECT line without a version (Node.js's server takes it for a
+         * CONNECT, header fields and all): as the HTTP/1.0 head */
+        "CONNECT api.example.test:8080\r\n\r\n",
+        "CONNECT API.example.test.:8080 \r\nHost: api.example.test:8080\r\n\r\n",
         /* what follows the first head is not looked at */
         "GET / HTTP/1.1\r\nHost: api.example.test\r\n\r\nGET / HTTP/1.1\r\nHost: evil\r\n\r\n",
     };
@@ -190,6 +194,19 @@ static void test_mismatching_hosts(void **state)
         "GET /\r\nHost: api.example.test:80\r\n\r\n",
         "GET /\r\nHost: api.example.test\r\nHost: evil.example.test\r\n\r\n",
         "GET /\nHost: evil.example.test\r\n\r\n", /* llhttp takes the bare LF there */
+        /* a CONNECT line without a version: Node.js's server emits
+         * 'connect' for it, and its documented forward proxy connects to
+         * the host and port it names (port 80 when there is none) */
+        "CONNECT evil.example.test:443\r\n\r\n",
+        "CONNECT evil.example.test:8080\r\nHost: api.example.test:8080\r\n\r\n",
+        "CONNECT api.example.test:443\r\n\r\n",
+        "CONNECT api.example.test\r\n\r\n",
+        "CONNECT evil.example.test\r\n\r\n",
+        "CONNECT x@api.example.test:8080\r\n\r\n",
+        "CONNECT api.example.test:8080\r\nHost: evil.example.test\r\n\r\n",
+        "CONNECT api.example.test:8080\r\nContent-Length: 1\r\n\r\nx",
+        "CONNECT evil.example.test:443\n\n",
+        "CONNECT /\r\n\r\n",
         "GET  /\r\nHost: evil.example.test\r\n\r\n",
         "\t\r\n\r\nGET /\r\nHost: api.example.test\r\n\r\n",
         /* control bytes other than NUL: nginx before 1.21.1 takes them in a
@@ -252,6 +269,10 @@ static void test_not_http(void **state)
         "\xff\xfe binary",
         " \x01GET / HTTP/1.1\r\n",
         "(GET / HTTP/1.1\r\n",
+        /* two words, the second no request target: a Redis inline command
+         * on a key, a method other than CONNECT (in its case: llhttp's) */
+        "GET user:1000\r\n",
+        "connect evil.example.test:443\r\n\r\n",
     };
     for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++)
         check(other[i], PEEK_HTTP_NOT_HTTP);
@@ -289,6 +310,8 @@ static void test_incomplete(void **state)
         "GET /\r\n",
         "GET /x\r\nHost: api.example.test\r\n",
         "GET http://api.example.test/\r\n",
+        "CONNECT evil.example.test:443\r\n",
+        "CONNECT api.example.test:8080\r\nHost: api.example.test\r\n",
         /* a control byte other than NUL: the line's last word will tell */
         "GET /\x01",
         "A \x02\x03\x7f",
