@@ -23,6 +23,7 @@
 #include "util/env.h"
 #include "util/units.h"
 #include "shape/quota.h"
+#include "watch/admin.h"
 #include "watch/log_jsonl.h"
 #include "watch/watch.h"
 
@@ -231,7 +232,8 @@ bool gateway_tunnel_splices(const struct gateway *gw, bool client_on_unix)
  * (a kept upstream connection is dropped before another is made); a
  * spliced tunnel (gateway_tunnel_splices()) adds a pipe (two descriptors)
  * for each direction that streams. The rest of the process (log,
- * listeners, resolver, store, loop) fits in FD_RESERVE. */
+ * listeners, resolver, store, loop, sinks) fits in FD_RESERVE, and the
+ * --admin server's connections, when it serves, in ADMIN_CONNS_MAX more. */
 #define FDS_PER_CONN         2
 #define FDS_PER_SPLICED_CONN 6
 #define FD_RESERVE           64
@@ -255,7 +257,8 @@ static void fit_fd_limit(struct gateway *gw)
     for (size_t i = 0; i < gw->cfg.nlistens; i++)
         if (gateway_tunnel_splices(gw, gw->cfg.listens[i].kind == LISTEN_UNIX))
             per = FDS_PER_SPLICED_CONN;
-    rlim_t fit = rl.rlim_cur > FD_RESERVE + per ? (rl.rlim_cur - FD_RESERVE) / per : 1;
+    rlim_t reserve = FD_RESERVE + (gw->cfg.admin_addr != NULL ? ADMIN_CONNS_MAX : 0);
+    rlim_t fit = rl.rlim_cur > reserve + per ? (rl.rlim_cur - reserve) / per : 1;
     if (fit >= want)
         return;
     fprintf(stderr,

@@ -770,6 +770,50 @@ def test_fd_limit_raised_and_max_conns_capped(sluice_bin, net, tmp_path, extra, 
     assert "at most %d connections" % fit in err, err
 
 
+def test_max_conns_fit_leaves_room_for_the_admin_connections(gateway, net):
+    """With --admin, --max-conns is fitted to the descriptor limit leaving
+    room for the admin server's 64 connections too: with 64 admin clients
+    connected (each held for up to its 5 s head deadline), the gateway's
+    last connections, each holding its kept upstream, are served, and no
+    accept() runs out of descriptors (before the fix they waited in the
+    backlog until the admin clients were given up on)."""
+    admin = free_port()
+    gw = gateway(net.policy([api_rule(net)]), args=["--admin", str(admin)],
+                 prefix=["prlimit", "--nofile=256:256", "--"])
+    m = re.search(r"serving at most (\d+) connections", gw.stderr())
+    assert m, gw.stderr()
+    fit = int(m.group(1))
+    time.sleep(0.2)  # the readiness probe's connection is gone
+    fds = "/proc/%d/fd" % gw.proc.pid
+    held = []
+
+    def hold(i):
+        s = open_conn(gw)
+        held.append(s)
+        r = request(gw, "GET", net.url("/held%d" % i), sock=s)
+        assert r.status == 200, (i, r.status, r.header("Sluice-Reason"), r.body[:200])
+
+    try:
+        for i in range(fit - 8):
+            hold(i)
+        before = len(os.listdir(fds))
+        adm = [socket.create_connection(("127.0.0.1", admin), timeout=10) for _ in range(64)]
+        held += adm
+        poll(lambda: len(os.listdir(fds)) >= before + 64 or "accept on" in gw.stderr(),
+             what="the admin connections accepted")
+        for i in range(fit - 8, fit):  # the gateway's last connections
+            hold(i)
+        assert "Too many open files" not in gw.stderr(), gw.stderr()
+        for s in adm:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        for i, s in enumerate(adm):
+            head = s.recv(12)
+            assert head in (b"HTTP/1.1 200", b"HTTP/1.1 408"), (i, head)
+    finally:
+        for s in held:
+            s.close()
+
+
 def test_version_lists_libraries(run_sluice):
     r = run_sluice("version")
     assert r.returncode == 0, r.stderr
