@@ -166,8 +166,14 @@ static size_t server_addrs(struct event_base *base, const struct dns_cfg *cfg,
         return 0;
     (void)evdns_base_resolv_conf_parse(
         conf, DNS_OPTION_NAMESERVERS | DNS_OPTION_NAMESERVERS_NO_DEFAULT, resolv_conf);
+    /* evdns keeps its servers in a ring where each one added goes right
+     * after the first (libevent 2.1's evdns_nameserver_add_impl_()): lines
+     * A, B, C are listed A, C, B. They are taken in the order of the lines,
+     * so that the next server asked is the next line's, as the C library
+     * does, and the first <cap> lines are those kept. */
     int count = evdns_base_count_nameservers(conf);
-    for (int i = 0; i < count && n < cap; i++) {
+    for (int k = 0; k < count && n < cap; k++) {
+        int i = k == 0 ? 0 : count - k;
         int l = evdns_base_get_nameserver_addr(conf, i, (struct sockaddr *)&ss[n], sizeof(ss[n]));
         if (l > 0 && (size_t)l <= sizeof(ss[n]))
             len[n++] = (socklen_t)l;

@@ -556,6 +556,36 @@ static void test_resolv_conf_servers(void **state)
     event_base_free(base);
 }
 
+/* The servers of resolv.conf are asked in the order its lines list them,
+ * and the first POLICY_MAX_DNS_SERVERS of them are those kept. */
+static void test_resolv_conf_order(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    static const size_t counts[] = {3, POLICY_MAX_DNS_SERVERS + 2};
+    for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+        char path[64], text[1024] = "search example.test\n";
+        for (size_t i = 0; i < counts[c]; i++)
+            snprintf(text + strlen(text), sizeof(text) - strlen(text), "nameserver 127.0.0.%zu\n",
+                     i + 1);
+        temp_resolv_conf(path, text);
+        struct resolver *r = new_resolver(base, NULL, NULL, 0);
+        struct resolve_server_stats st[POLICY_MAX_DNS_SERVERS + 2];
+        size_t n = resolver_server_stats(r, st, sizeof(st) / sizeof(st[0]));
+        size_t want = counts[c] < POLICY_MAX_DNS_SERVERS ? counts[c] : POLICY_MAX_DNS_SERVERS;
+        assert_int_equal(n, want);
+        for (size_t i = 0; i < n; i++) {
+            char addr[32];
+            snprintf(addr, sizeof(addr), "127.0.0.%zu:53", i + 1);
+            assert_string_equal(st[i].addr, addr);
+        }
+        resolver_free(r);
+        unlink(path);
+    }
+    test_resolv_conf = "/nonexistent/resolv.conf";
+    event_base_free(base);
+}
+
 static void test_bad_server(void **state)
 {
     (void)state;
@@ -1413,6 +1443,7 @@ int main(void)
         cmocka_unit_test(test_resolv_conf_servers),
         cmocka_unit_test(test_reload_rereads_resolv_conf),
         cmocka_unit_test(test_reload_sees_a_new_zone),
+        cmocka_unit_test(test_resolv_conf_order),
         cmocka_unit_test(test_bad_server),
         cmocka_unit_test(test_reload),
         cmocka_unit_test(test_failover),
