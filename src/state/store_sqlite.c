@@ -146,9 +146,22 @@ static int64_t now_ms(void)
  * SQLITE_OK, or the error (with *db closed and NULL). */
 static int open_db(const char *path, sqlite3 **db, char **why)
 {
-    int rc = sqlite3_open_v2(path, db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+    /* NOFOLLOW: a symbolic link in place of sluice.db (the gateway is
+     * root when it opens its files) would have it write its tables into
+     * the link's target, another program's database, or make one wherever
+     * the link points; the lock and the checkpointer refuse links too. */
+    int rc = sqlite3_open_v2(
+        path, db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW, NULL);
     sqlite3_stmt *st = NULL;
     *why = NULL;
+    if (rc == SQLITE_CANTOPEN && *db != NULL &&
+        sqlite3_extended_errcode(*db) == SQLITE_CANTOPEN_SYMLINK) {
+        *why = strdup("it is a symbolic link, not followed (a link in the state directory is "
+                      "not sluice's own): not used");
+        sqlite3_close(*db);
+        *db = NULL;
+        return SQLITE_CANTOPEN;
+    }
     if (rc != SQLITE_OK)
         goto err;
     /* A file sluice may not write (mode 0444, a read-only file system) is

@@ -638,6 +638,63 @@ static void a_read_only_store_is_not_used(void **state)
     store_close(s);
 }
 
+/* Whether the SQLite database at <path> has a table named <table>. */
+static bool has_table(const char *path, const char *table)
+{
+    sqlite3 *db;
+    sqlite3_stmt *st = NULL;
+    assert_int_equal(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    assert_int_equal(
+        sqlite3_prepare_v2(db, "SELECT 1 FROM sqlite_master WHERE name = ?1", -1, &st, NULL),
+        SQLITE_OK);
+    sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
+    bool found = sqlite3_step(st) == SQLITE_ROW;
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return found;
+}
+
+/* A sluice.db that is a symbolic link is not followed: the gateway (root
+ * when it opens its files) wrote its tables into the link's target,
+ * another program's database, or made a database wherever the link
+ * pointed. The lock and the checkpointer's connection already refused
+ * links. Reported, and the store is not used. */
+static void a_symbolic_link_in_place_of_the_database_is_not_followed(void **state)
+{
+    (void)state;
+    char other[128], made[128], link[128], *err = NULL, *warn = NULL;
+    snprintf(other, sizeof(other), "%s/app.db", dir);
+    snprintf(made, sizeof(made), "%s/made.db", dir);
+    snprintf(link, sizeof(link), "%s/state", dir);
+    assert_int_equal(mkdir(link, 0750), 0);
+    snprintf(link, sizeof(link), "%s/state/%s", dir, STORE_FILE);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(other, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "CREATE TABLE users(name TEXT)", NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+    char state_dir[128];
+    snprintf(state_dir, sizeof(state_dir), "%s/state", dir);
+    const char *const targets[] = {other, made};
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(symlink(targets[i], link), 0);
+        struct store *s = store_open(state_dir, &err, &warn);
+        if (s != NULL)
+            store_close(s);
+        assert_null(s);
+        assert_null(warn);
+        assert_non_null(err);
+        assert_non_null(strstr(err, "cannot open the state store"));
+        assert_non_null(strstr(err, "symbolic link"));
+        free(err);
+        assert_int_equal(unlink(link), 0);
+    }
+    assert_false(has_table(other, "meta"));
+    assert_int_equal(access(made, F_OK), -1);
+    /* the link gone: a store of its own is made there */
+    store_close(open_ok(state_dir));
+}
+
 /* One gateway per store: a second open of the same directory fails while
  * the first holds it (their queue ids would collide), and succeeds after. */
 static void one_gateway_per_store(void **state)
@@ -879,6 +936,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(opened_while_another_process_writes, setup, teardown),
         cmocka_unit_test_setup_teardown(one_gateway_per_store, setup, teardown),
         cmocka_unit_test_setup_teardown(a_read_only_store_is_not_used, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_symbolic_link_in_place_of_the_database_is_not_followed,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(over_the_cap_the_oldest_tenth_goes, setup, teardown),
         cmocka_unit_test_setup_teardown(a_commit_failing_past_the_lock_backs_off, setup, teardown),
         cmocka_unit_test_setup_teardown(queue_rows_of_a_sink_up_to_a_limit, setup, teardown),
