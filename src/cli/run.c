@@ -604,13 +604,30 @@ static int gateway_leave_root(pid_t parent, const struct privdrop_target *chosen
     return 0;
 }
 
-/* Forks the gateway; returns 0 once it accepts, or EXIT_USAGE. */
-static int serve_start(struct run_args *a, struct served *s)
+/* The signals run passes on whose default action would end it, but for
+ * those its caller ignored or blocked (<ignored>, <blocked>: held for the
+ * command, as before): held from the making of its directory until the
+ * box starts. */
+static void ending_signals(sigset_t *set, const sigset_t *ignored, const sigset_t *blocked)
+{
+    static const int ending[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGALRM};
+    sigemptyset(set);
+    for (size_t i = 0; i < sizeof(ending) / sizeof(ending[0]); i++)
+        if (sigismember(ignored, ending[i]) != 1 && sigismember(blocked, ending[i]) != 1)
+            sigaddset(set, ending[i]);
+}
+
+/* Forks the gateway; returns 0 once it accepts, or EXIT_USAGE. From the
+ * making of its directory on, the signals of <ending> (ending_signals():
+ * a ^C, a `timeout` while run starts) are held: run_main() ends of one
+ * only once the directory is removed. */
+static int serve_start(struct run_args *a, struct served *s, const sigset_t *ending)
 {
     struct policy *p = policy_load_reporting(a->policy, "");
     if (p == NULL)
         return EXIT_USAGE;
     gateway_print_grant_warnings(p);
+    sigprocmask(SIG_BLOCK, ending, NULL);
     snprintf(s->dir, sizeof(s->dir), "/tmp/sluice-run-XXXXXX");
     if (mkdtemp(s->dir) == NULL) {
         fprintf(stderr, "sluice run: cannot make a temporary directory: %s\n", strerror(errno));
@@ -951,6 +968,9 @@ static int run_main(int argc, char **argv)
      * reap them itself, and their PIDs could be another's by the time run
      * signals them */
     signal(SIGCHLD, SIG_DFL);
+    sigset_t old, ending; /* the caller's mask: the command gets it, run ends with it */
+    sigprocmask(SIG_SETMASK, NULL, &old);
+    ending_signals(&ending, &ignored, &old);
     struct run_args *a = calloc(1, sizeof(*a));
     struct served s = {.pid = -1, .log_fd = -1, .alerts_fd = -1};
     char **env = NULL;
@@ -984,7 +1004,7 @@ static int run_main(int argc, char **argv)
         }
     } else {
         signal(SIGPIPE, SIG_IGN);
-        if (serve_start(a, &s) != 0)
+        if (serve_start(a, &s, &ending) != 0)
             goto out;
         sock = s.sock;
         nuser = a->npaths;
@@ -1017,9 +1037,15 @@ static int run_main(int argc, char **argv)
         fputs("sluice run: out of memory\n", stderr);
         goto out;
     }
-    sigset_t mask, old;
+    sigset_t mask, pending;
     run_signals(&mask, &ignored);
-    sigprocmask(SIG_BLOCK, &mask, &old);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    /* One that came while run started: the command is not started, and run
+     * ends of it at out, its directory removed. */
+    sigpending(&pending);
+    for (int sig = 1; sig < NSIG; sig++)
+        if (sigismember(&ending, sig) == 1 && sigismember(&pending, sig) == 1)
+            goto out;
 
     struct box_config cfg = {
         .argv = a->argv,
@@ -1039,13 +1065,11 @@ static int run_main(int argc, char **argv)
     char err[BOX_ERR_MAX];
     if (box_spawn(&cfg, &box, err, sizeof(err)) < 0) {
         fprintf(stderr, "sluice run: %s\n", err);
-        sigprocmask(SIG_SETMASK, &old, NULL);
         goto out;
     }
     int status = 0;
     unsigned long relayed = 0;
     enum box_report_kind kind = wait_box(&box, &s, &ignored, &status, &relayed, err, sizeof(err));
-    sigprocmask(SIG_SETMASK, &old, NULL);
     if (kind == BOX_REPORT_ERROR) {
         fprintf(stderr, "sluice run: cannot build the box: %s\n", err);
         goto out;
@@ -1066,6 +1090,9 @@ out:
     for (size_t i = 0; i < a->nowned; i++)
         free(a->owned[i]);
     free(a);
+    /* A signal held while run started ends it here, by its default action
+     * as it would have then (wait_box() took those that came later). */
+    sigprocmask(SIG_SETMASK, &old, NULL);
     return rc;
 }
 

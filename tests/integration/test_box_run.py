@@ -1120,6 +1120,63 @@ def test_run_killed_before_its_children_ask_for_its_death_signal(box, net, who):
         subprocess.run(["pkill", "-KILL", "-f", marker])
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP],
+                         ids=["SIGTERM", "SIGINT", "SIGHUP"])
+def test_a_signal_while_run_starts_leaves_no_directory(box, net, tmp_path, sig):
+    """A signal that ends run while it starts, after it made its private
+    directory and before the command runs (the gateway not ready yet: a
+    ^C, a `timeout`), ended it by its default action: the directory
+    /tmp/sluice-run-XXXXXX, with the gateway's socket and log once it had
+    them, stayed behind. Run now holds such a signal until it can clean up,
+    then ends of it as before, without starting the command. strace holds
+    the gateway's first prctl() 1 s, and records the directory's name."""
+    if PRCTL_NR is None or shutil.which("strace") is None:
+        pytest.skip("needs strace and a known prctl number")
+    if os.geteuid() != 0:
+        pytest.skip("needs root for --gateway-user root")
+    pol = box.policy(net.policy([]))
+    trace = str(tmp_path / "strace.out")
+    marker = str(tmp_path / "ran")
+    tracer = subprocess.Popen(
+        ["strace", "-f", "-qq", "-o", trace, "-e", "trace=prctl,mkdir,mkdirat",
+         "-e", "inject=prctl:delay_enter=1000000",
+         box.bin, "run", "--policy", pol, "--gateway-user", "root", "--rw", str(tmp_path), "--",
+         PY, "-c", "open(%r, 'w').close()" % marker],
+        cwd=box.workdir, env=_clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    made = []
+    try:
+        deadline = time.monotonic() + 60
+        run = gateway = None
+        while gateway is None and time.monotonic() < deadline and tracer.poll() is None:
+            if run is None:
+                found = _sluice_children(tracer.pid)
+                run = found[0] if found else None
+            else:
+                for c in _sluice_children(run):
+                    if _in_own_pid_namespace(c) is False and _entering_pdeathsig(c):
+                        gateway = c
+            time.sleep(0.01)
+        assert gateway is not None, "run's gateway was never seen entering prctl()"
+        os.kill(run, sig)
+        tracer.wait(timeout=30)
+        with open(trace) as f:
+            made = re.findall(r'"(/tmp/sluice-run-[A-Za-z0-9]{6})"', f.read())
+        assert len(made) == 1, made
+        assert not os.path.exists(made[0]), (made[0], os.listdir(made[0]))
+        assert tracer.returncode == -sig
+        assert not os.path.exists(marker), "the command ran"
+        deadline = time.monotonic() + 10
+        while _proc_field(gateway, "state") not in (None, "Z") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _proc_field(gateway, "state") in (None, "Z"), "the gateway outlived run"
+    finally:
+        if tracer.poll() is None:
+            tracer.kill()
+            tracer.wait()
+        for d in made:
+            shutil.rmtree(d, ignore_errors=True)
+
+
 def test_background_processes_die_with_the_command(box, net, tmp_path):
     pol = box.policy(net.policy([]))
     code = r"""
