@@ -1064,14 +1064,16 @@ def _entering_pdeathsig(pid):
 
 
 @pytest.mark.parametrize("who", ["gateway", "box"])
-def test_run_killed_before_its_children_ask_for_its_death_signal(box, net, who):
+def test_run_killed_before_its_children_ask_for_its_death_signal(box, net, tmp_path, who):
     """The gateway and the box's init each ask for a signal when run dies
     (PR_SET_PDEATHSIG), but a run that died between its fork or clone and
     that request sent none: the gateway, or the box with its command, lived
     on with no one to stop it (found by the box review). strace holds each
     prctl() 1 s on entry, so the test can kill run exactly in that window;
     the child must then see run is gone and end. A gateway that leaves root
-    asks again and checks, so the gateway's case keeps root."""
+    asks again and checks, so the gateway's case keeps root. A run killed
+    with SIGKILL cannot remove its directory: the test does, by the name
+    strace saw it made with."""
     if PRCTL_NR is None or shutil.which("strace") is None:
         pytest.skip("needs strace and a known prctl number")
     if os.geteuid() != 0:
@@ -1079,8 +1081,9 @@ def test_run_killed_before_its_children_ask_for_its_death_signal(box, net, who):
     pol = box.policy(net.policy([]))
     marker = "sluice-pdeathsig-%d" % os.getpid()
     code = "import time; time.sleep(600)  # " + marker
+    trace = str(tmp_path / "strace.out")
     tracer = subprocess.Popen(
-        ["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=prctl",
+        ["strace", "-f", "-qq", "-o", trace, "-e", "trace=prctl,mkdir,mkdirat",
          "-e", "inject=prctl:delay_enter=1000000",
          box.bin, "run", "--policy", pol, "--gateway-user", "root", "--", PY, "-c", code],
         cwd=box.workdir, env=_clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -1118,6 +1121,9 @@ def test_run_killed_before_its_children_ask_for_its_death_signal(box, net, who):
         for pid in gateway:
             os.kill(pid, signal.SIGKILL)
         subprocess.run(["pkill", "-KILL", "-f", marker])
+        with open(trace) as f:
+            for d in set(re.findall(r'"(/tmp/sluice-run-[A-Za-z0-9]{6})"', f.read())):
+                shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP],
