@@ -731,7 +731,15 @@ static int serve_start(struct run_args *a, struct served *s, const sigset_t *end
         ;
     close(rp[0]);
     if (n != 1) {
-        waitpid(s->pid, NULL, 0);
+        /* Its own errors it has told; a gateway killed (the OOM killer, a
+         * signal from another process) says nothing, and exit 2 says why. */
+        int status = 0;
+        while (waitpid(s->pid, &status, 0) < 0 && errno == EINTR)
+            ;
+        if (WIFSIGNALED(status))
+            fprintf(stderr,
+                    "sluice run: the gateway ended before it served (killed by signal %d)\n",
+                    WTERMSIG(status));
         s->pid = -1;
         return EXIT_USAGE;
     }

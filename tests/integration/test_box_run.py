@@ -1063,6 +1063,60 @@ def _entering_pdeathsig(pid):
         return False
 
 
+def _start_held_run(box, tmp_path, args, env=None, **popen):
+    """`sluice run ARGS` under strace, which holds each prctl() 1 s on
+    entry and notes the directories made (_run_dirs_made()). Needs root, for
+    --gateway-user root: a gateway that leaves root asks for its death
+    signal again."""
+    if PRCTL_NR is None or shutil.which("strace") is None:
+        pytest.skip("needs strace and a known prctl number")
+    if os.geteuid() != 0:
+        pytest.skip("needs root for --gateway-user root")
+    return subprocess.Popen(
+        ["strace", "-f", "-qq", "-o", str(tmp_path / "strace.out"), "-e",
+         "trace=prctl,mkdir,mkdirat", "-e", "inject=prctl:delay_enter=1000000",
+         box.bin, "run"] + args,
+        cwd=box.workdir, env=env or _clean_env(), **popen)
+
+
+def _run_dirs_made(tmp_path):
+    """The /tmp/sluice-run-XXXXXX directories the run of _start_held_run() made."""
+    try:
+        with open(str(tmp_path / "strace.out")) as f:
+            return sorted(set(re.findall(r'"(/tmp/sluice-run-[A-Za-z0-9]{6})"', f.read())))
+    except FileNotFoundError:
+        return []
+
+
+def _end_held_run(tracer, tmp_path):
+    """Ends what _start_held_run() started, if it still runs, and removes
+    the directories it made (a run killed with SIGKILL leaves its own)."""
+    if tracer.poll() is None:
+        tracer.kill()
+        tracer.communicate()
+    for d in _run_dirs_made(tmp_path):
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _held_in_prctl(tracer, who="gateway"):
+    """(run, its gateway or its box's init, as WHO says) once that child,
+    under TRACER (strace holding prctl()), is seen entering its first
+    prctl(): before it asks for run's death signal."""
+    deadline = time.monotonic() + 60
+    run = held = None
+    while held is None and time.monotonic() < deadline and tracer.poll() is None:
+        if run is None:
+            found = _sluice_children(tracer.pid)
+            run = found[0] if found else None
+        else:
+            for c in _sluice_children(run):
+                if _in_own_pid_namespace(c) == (who == "box") and _entering_pdeathsig(c):
+                    held = c
+        time.sleep(0.01)
+    assert held is not None, "run's %s was never seen entering prctl()" % who
+    return run, held
+
+
 @pytest.mark.parametrize("who", ["gateway", "box"])
 def test_run_killed_before_its_children_ask_for_its_death_signal(box, net, tmp_path, who):
     """The gateway and the box's init each ask for a signal when run dies
@@ -1074,34 +1128,16 @@ def test_run_killed_before_its_children_ask_for_its_death_signal(box, net, tmp_p
     asks again and checks, so the gateway's case keeps root. A run killed
     with SIGKILL cannot remove its directory: the test does, by the name
     strace saw it made with."""
-    if PRCTL_NR is None or shutil.which("strace") is None:
-        pytest.skip("needs strace and a known prctl number")
-    if os.geteuid() != 0:
-        pytest.skip("needs root for --gateway-user root")
     pol = box.policy(net.policy([]))
     marker = "sluice-pdeathsig-%d" % os.getpid()
     code = "import time; time.sleep(600)  # " + marker
-    trace = str(tmp_path / "strace.out")
-    tracer = subprocess.Popen(
-        ["strace", "-f", "-qq", "-o", trace, "-e", "trace=prctl,mkdir,mkdirat",
-         "-e", "inject=prctl:delay_enter=1000000",
-         box.bin, "run", "--policy", pol, "--gateway-user", "root", "--", PY, "-c", code],
-        cwd=box.workdir, env=_clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tracer = _start_held_run(box, tmp_path,
+                             ["--policy", pol, "--gateway-user", "root", "--", PY, "-c", code],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     victim = None
     gateway = []
     try:
-        deadline = time.monotonic() + 60
-        run = None
-        while victim is None and time.monotonic() < deadline and tracer.poll() is None:
-            if run is None:
-                found = _sluice_children(tracer.pid)
-                run = found[0] if found else None
-            else:
-                for c in _sluice_children(run):
-                    if _in_own_pid_namespace(c) == (who == "box") and _entering_pdeathsig(c):
-                        victim = c
-            time.sleep(0.01)
-        assert victim is not None, "run's %s was never seen entering prctl()" % who
+        run, victim = _held_in_prctl(tracer, who)
         if who == "box":
             # run's death stops the gateway, and a box that found no gateway
             # socket would end for that reason: the gateway is held
@@ -1121,9 +1157,32 @@ def test_run_killed_before_its_children_ask_for_its_death_signal(box, net, tmp_p
         for pid in gateway:
             os.kill(pid, signal.SIGKILL)
         subprocess.run(["pkill", "-KILL", "-f", marker])
-        with open(trace) as f:
-            for d in set(re.findall(r'"(/tmp/sluice-run-[A-Za-z0-9]{6})"', f.read())):
-                shutil.rmtree(d, ignore_errors=True)
+        _end_held_run(tracer, tmp_path)
+
+
+def test_a_gateway_that_dies_before_it_serves_is_told(box, net, tmp_path):
+    """run's gateway killed before it was ready (the OOM killer, a signal
+    from another process): run exited 2 without a word, where every exit 2
+    says why. strace holds the gateway's first prctl() 1 s, and the test
+    kills it there."""
+    pol = box.policy(net.policy([]))
+    asan = os.environ.get("ASAN_OPTIONS")  # LeakSanitizer cannot run under ptrace
+    env = _clean_env({"ASAN_OPTIONS": (asan + ":" if asan else "") + "detect_leaks=0"})
+    tracer = _start_held_run(box, tmp_path,
+                             ["--policy", pol, "--gateway-user", "root", "--", PY, "-c", "print(1)"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, gateway = _held_in_prctl(tracer)
+        os.kill(gateway, signal.SIGKILL)
+        out, err = tracer.communicate(timeout=30)
+        made = _run_dirs_made(tmp_path)
+        assert tracer.returncode == 2, err
+        assert "sluice run: the gateway ended before it served (killed by signal %d)" \
+            % signal.SIGKILL in err, err
+        assert out == ""
+        assert len(made) == 1 and not os.path.exists(made[0]), made
+    finally:
+        _end_held_run(tracer, tmp_path)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP],
@@ -1136,37 +1195,17 @@ def test_a_signal_while_run_starts_leaves_no_directory(box, net, tmp_path, sig):
     them, stayed behind. Run now holds such a signal until it can clean up,
     then ends of it as before, without starting the command. strace holds
     the gateway's first prctl() 1 s, and records the directory's name."""
-    if PRCTL_NR is None or shutil.which("strace") is None:
-        pytest.skip("needs strace and a known prctl number")
-    if os.geteuid() != 0:
-        pytest.skip("needs root for --gateway-user root")
     pol = box.policy(net.policy([]))
-    trace = str(tmp_path / "strace.out")
     marker = str(tmp_path / "ran")
-    tracer = subprocess.Popen(
-        ["strace", "-f", "-qq", "-o", trace, "-e", "trace=prctl,mkdir,mkdirat",
-         "-e", "inject=prctl:delay_enter=1000000",
-         box.bin, "run", "--policy", pol, "--gateway-user", "root", "--rw", str(tmp_path), "--",
-         PY, "-c", "open(%r, 'w').close()" % marker],
-        cwd=box.workdir, env=_clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    made = []
+    tracer = _start_held_run(box, tmp_path,
+                             ["--policy", pol, "--gateway-user", "root", "--rw", str(tmp_path),
+                              "--", PY, "-c", "open(%r, 'w').close()" % marker],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
-        run = gateway = None
-        while gateway is None and time.monotonic() < deadline and tracer.poll() is None:
-            if run is None:
-                found = _sluice_children(tracer.pid)
-                run = found[0] if found else None
-            else:
-                for c in _sluice_children(run):
-                    if _in_own_pid_namespace(c) is False and _entering_pdeathsig(c):
-                        gateway = c
-            time.sleep(0.01)
-        assert gateway is not None, "run's gateway was never seen entering prctl()"
+        run, gateway = _held_in_prctl(tracer)
         os.kill(run, sig)
         tracer.wait(timeout=30)
-        with open(trace) as f:
-            made = re.findall(r'"(/tmp/sluice-run-[A-Za-z0-9]{6})"', f.read())
+        made = _run_dirs_made(tmp_path)
         assert len(made) == 1, made
         assert not os.path.exists(made[0]), (made[0], os.listdir(made[0]))
         assert tracer.returncode == -sig
@@ -1176,11 +1215,7 @@ def test_a_signal_while_run_starts_leaves_no_directory(box, net, tmp_path, sig):
             time.sleep(0.05)
         assert _proc_field(gateway, "state") in (None, "Z"), "the gateway outlived run"
     finally:
-        if tracer.poll() is None:
-            tracer.kill()
-            tracer.wait()
-        for d in made:
-            shutil.rmtree(d, ignore_errors=True)
+        _end_held_run(tracer, tmp_path)
 
 
 def test_background_processes_die_with_the_command(box, net, tmp_path):
