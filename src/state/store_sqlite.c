@@ -238,7 +238,12 @@ static int open_db(const char *path, sqlite3 **db, char **why)
                  NULL, NULL);
     return SQLITE_OK;
 err:
-    *why = strdup(*db != NULL ? sqlite3_errmsg(*db) : sqlite3_errstr(rc));
+    /* "disk I/O error" is SQLite's word for any system call that failed:
+     * the system's error says why (a full disk, a file size limit) */
+    if (*db != NULL && sqlite3_system_errno(*db) != 0)
+        *why = msg("%s (%s)", sqlite3_errmsg(*db), strerror(sqlite3_system_errno(*db)));
+    else
+        *why = strdup(*db != NULL ? sqlite3_errmsg(*db) : sqlite3_errstr(rc));
     if (st != NULL)
         sqlite3_finalize(st);
     sqlite3_close(*db);

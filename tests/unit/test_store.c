@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdatomic.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -638,6 +640,39 @@ static void a_read_only_store_is_not_used(void **state)
     store_close(s);
 }
 
+/* A store that cannot be opened for want of room (a full disk, here a
+ * RLIMIT_FSIZE below the 32 KiB of its shared memory file) said "disk I/O
+ * error", SQLite's word for any failed system call: the reason, the
+ * system's error, is said too. */
+static void a_store_without_room_says_why(void **state)
+{
+    (void)state;
+    struct store *s = open_ok(dir);
+    assert_int_equal(store_put_contact(s, "a", "b", 1), 0);
+    store_close(s);
+    struct rlimit old, low;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    low = old;
+    low.rlim_cur = 16384;
+    void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &low), 0);
+    char *err = NULL, *warn = NULL;
+    s = store_open(dir, &err, &warn);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, was);
+    assert_null(s);
+    assert_null(warn);
+    assert_non_null(err);
+    assert_non_null(strstr(err, "cannot open the state store"));
+    assert_non_null(strstr(err, strerror(EFBIG)));
+    free(err);
+    /* room again: used, its row still there */
+    s = open_ok(dir);
+    struct seen seen = {0};
+    assert_int_equal(store_load_contacts(s, on_contact, &seen), 1);
+    store_close(s);
+}
+
 /* Whether the SQLite database at <path> has a table named <table>. */
 static bool has_table(const char *path, const char *table)
 {
@@ -938,6 +973,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_read_only_store_is_not_used, setup, teardown),
         cmocka_unit_test_setup_teardown(a_symbolic_link_in_place_of_the_database_is_not_followed,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(a_store_without_room_says_why, setup, teardown),
         cmocka_unit_test_setup_teardown(over_the_cap_the_oldest_tenth_goes, setup, teardown),
         cmocka_unit_test_setup_teardown(a_commit_failing_past_the_lock_backs_off, setup, teardown),
         cmocka_unit_test_setup_teardown(queue_rows_of_a_sink_up_to_a_limit, setup, teardown),
