@@ -725,6 +725,19 @@ static int serve_start(struct run_args *a, struct served *s, const sigset_t *end
     }
     close(rp[1]);
     policy_free(p);
+    /* A signal of <ending> does not wait for the gateway to be ready (a
+     * user lookup that waits for a network would hold a ^C as long): it is
+     * left pending, and run_main() stops the gateway where it is. */
+    int sfd = signalfd(-1, ending, SFD_NONBLOCK | SFD_CLOEXEC);
+    struct pollfd pfd[2] = {{.fd = rp[0], .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
+    while (poll(pfd, sfd >= 0 ? 2 : 1, -1) < 0 && errno == EINTR)
+        ;
+    if (sfd >= 0)
+        close(sfd);
+    if (pfd[0].revents == 0 && pfd[1].revents != 0) {
+        close(rp[0]);
+        return EXIT_USAGE;
+    }
     char c;
     ssize_t n;
     while ((n = read(rp[0], &c, 1)) < 0 && errno == EINTR)

@@ -1074,7 +1074,7 @@ def _start_held_run(box, tmp_path, args, env=None, **popen):
         pytest.skip("needs root for --gateway-user root")
     return subprocess.Popen(
         ["strace", "-f", "-qq", "-o", str(tmp_path / "strace.out"), "-e",
-         "trace=prctl,mkdir,mkdirat", "-e", "inject=prctl:delay_enter=1000000",
+         "trace=prctl,mkdir,mkdirat,bind", "-e", "inject=prctl:delay_enter=1000000",
          box.bin, "run"] + args,
         cwd=box.workdir, env=env or _clean_env(), **popen)
 
@@ -1086,6 +1086,13 @@ def _run_dirs_made(tmp_path):
             return sorted(set(re.findall(r'"(/tmp/sluice-run-[A-Za-z0-9]{6})"', f.read())))
     except FileNotFoundError:
         return []
+
+
+def _gateway_bound(tmp_path):
+    """Whether the gateway of _start_held_run()'s run bound its socket."""
+    with open(str(tmp_path / "strace.out")) as f:
+        return re.search(r'bind\(\d+, \{sa_family=AF_UNIX, sun_path="/tmp/sluice-run-\w+/gw\.sock"',
+                         f.read()) is not None
 
 
 def _end_held_run(tracer, tmp_path):
@@ -1193,8 +1200,11 @@ def test_a_signal_while_run_starts_leaves_no_directory(box, net, tmp_path, sig):
     ^C, a `timeout`), ended it by its default action: the directory
     /tmp/sluice-run-XXXXXX, with the gateway's socket and log once it had
     them, stayed behind. Run now holds such a signal until it can clean up,
-    then ends of it as before, without starting the command. strace holds
-    the gateway's first prctl() 1 s, and records the directory's name."""
+    then ends of it as before, without starting the command; it does not
+    wait for the gateway to be ready first (a gateway slow to start, on a
+    user lookup that waits for a network, would hold a ^C as long), but
+    stops it where it is: it never binds its socket. strace holds the
+    gateway's first prctl() 1 s, and records the directory's name."""
     pol = box.policy(net.policy([]))
     marker = str(tmp_path / "ran")
     tracer = _start_held_run(box, tmp_path,
@@ -1210,6 +1220,7 @@ def test_a_signal_while_run_starts_leaves_no_directory(box, net, tmp_path, sig):
         assert not os.path.exists(made[0]), (made[0], os.listdir(made[0]))
         assert tracer.returncode == -sig
         assert not os.path.exists(marker), "the command ran"
+        assert not _gateway_bound(tmp_path), "run waited for its gateway to start"
         deadline = time.monotonic() + 10
         while _proc_field(gateway, "state") not in (None, "Z") and time.monotonic() < deadline:
             time.sleep(0.05)
