@@ -848,6 +848,16 @@ static void tally_log(int fd, off_t start, struct tally *t)
     t->read_ok = true;
 }
 
+/* Whether descriptors <a> and <b> are open on one file: --alerts naming
+ * the log's file, by its path or by another (a link), whose alert lines
+ * the log's tally counts already. */
+static bool same_file(int a, int b)
+{
+    struct stat sa, sb;
+    return a >= 0 && b >= 0 && fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
 static void print_summary(const struct run_args *a, const struct served *s, unsigned long relayed,
                           int code)
 {
@@ -860,7 +870,7 @@ static void print_summary(const struct run_args *a, const struct served *s, unsi
     }
     struct tally t = {0};
     tally_log(s->log_fd, s->log_start, &t);
-    if (a->alerts != NULL) {
+    if (a->alerts != NULL && !same_file(s->log_fd, s->alerts_fd)) {
         struct tally ta = {0};
         tally_log(s->alerts_fd, s->alerts_start, &ta);
         t.alerts += ta.alerts;

@@ -1628,6 +1628,30 @@ def test_summary_counts_alerts(box, net):
     assert "first_contact" in kinds
 
 
+def test_summary_counts_alerts_once_when_log_and_alerts_are_one_file(box, net):
+    """--alerts naming the decision log's file (by the same path, or by
+    another one: a link): the summary counted each alert line twice, once
+    in the log and once in the alerts file."""
+    pol = box.policy(net.policy([api_rule(net)], alerts={"first_contact": True}))
+    log = os.path.join(box.workdir, "..", "all.jsonl")
+    other = os.path.join(box.workdir, "..", "all-too.jsonl")
+    for alerts in (log, other):
+        if alerts == other:
+            open(log, "w").close()
+            os.link(log, other)
+        p = box.run(["--policy", pol, "--log", log, "--alerts", alerts], None,
+                    cmd=[PY, "-c", FETCH, net.url("/first")])
+        assert Box.out(p)["status"] == 200, p.stderr
+        with open(log) as f:
+            lines = [json.loads(ln) for ln in f if ln.strip()]
+        assert Box.summary(p)["alerts"] == sum(1 for o in lines if o.get("event") == "alert"), \
+            (alerts, p.stderr)
+        assert Box.summary(p)["alerts"] >= 1
+        os.unlink(log)
+        if alerts == other:
+            os.unlink(other)
+
+
 # --------------------------------------------------------------------------
 # what else of the host the box must not reach
 
