@@ -42,7 +42,22 @@
  * fails with EPERM: chmod(), fchmod(), fchmodat(), fchmodat2(), creat(),
  * mknod(), mknodat(), and open() and openat() that create (O_CREAT or
  * O_TMPFILE). openat2() reads its mode from memory the filter cannot
- * check, so it fails with ENOSYS, as on a kernel before 5.6. */
+ * check, so it fails with ENOSYS, as on a kernel before 5.6.
+ *
+ * Leases: the owner of a file (root, for every root-owned file) may take
+ * a read lease on a descriptor opened read-only, and from then on every
+ * process that opens the file for writing or truncates it waits until the
+ * holder lets go or the kernel's lease-break-time (45 s) runs out, again
+ * at each new lease: through a read-only mount the command could stall the
+ * host's daemons. fcntl(F_SETLEASE) fails with EACCES (what the kernel
+ * answers a caller who may not take a lease); F_GETLEASE still answers.
+ * fanotify's permission events would stall opens the same way, but
+ * fanotify_init() of those classes needs CAP_SYS_ADMIN, which the command
+ * has not (its notification classes, as inotify and dnotify's F_NOTIFY,
+ * only watch what the command may read). flock() and fcntl() locks stay:
+ * SQLite, git and pip need them in the writable paths, the filter cannot
+ * tell which file a descriptor names, and they hold up only processes that
+ * take the same lock. */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
@@ -328,6 +343,21 @@ static int refuse_tty_ioctls(scmp_filter_ctx ctx)
     return rc;
 }
 
+/* fcntl(fd, F_SETLEASE, ...) fails with EACCES (see the header), compared
+ * in the low 32 bits of the command (the kernel reads an unsigned int);
+ * fcntl64() too where the architecture has it (elsewhere libseccomp's
+ * pseudo-number matches no call). */
+static int refuse_leases(scmp_filter_ctx ctx)
+{
+    const struct scmp_arg_cmp is_setlease = {
+        .arg = 1, .op = SCMP_CMP_MASKED_EQ, .datum_a = 0xffffffffu, .datum_b = F_SETLEASE};
+    int rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(fcntl), 1, &is_setlease);
+    if (rc == 0)
+        rc =
+            seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(fcntl64), 1, &is_setlease);
+    return rc;
+}
+
 static int load_filter(bool allow_unix, char *err, size_t errlen)
 {
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
@@ -367,6 +397,8 @@ static int load_filter(bool allow_unix, char *err, size_t errlen)
         rc = refuse_tty_ioctls(ctx);
     if (rc == 0)
         rc = refuse_setid(ctx);
+    if (rc == 0)
+        rc = refuse_leases(ctx);
     return seccomp_load_and_release(ctx, rc, err, errlen);
 }
 

@@ -3227,3 +3227,120 @@ def test_landlock_leaves_what_the_box_makes_writable_as_it_was(box, net, hostdir
         text = f.read()
     assert r.returncode == 0, text
     assert "again" in text and "err" in text, text
+
+
+# In-box code: opens <path> read-only, tries to take a read lease on it
+# (F_SETLEASE) and, separately, a fanotify group of the permission class
+# (FAN_CLASS_CONTENT, whose FAN_OPEN_PERM events make every open of a
+# marked file wait for the group's answer); writes the results ("ok" or the
+# errno's name, and F_GETLEASE's answer) as JSON to <ready>, then keeps the
+# file open until <done> appears (bounded: 60 s). SIGIO, which tells a lease
+# holder that another process waits for it to let go, is ignored.
+HOLD_UP = r"""
+import ctypes, errno, fcntl, json, os, signal, sys, time
+signal.signal(signal.SIGIO, signal.SIG_IGN)
+path, ready, done = sys.argv[1:4]
+out = {"uid": os.getuid()}
+fd = os.open(path, os.O_RDONLY)
+try:
+    fcntl.fcntl(fd, 1024, fcntl.F_RDLCK)  # F_SETLEASE
+    out["setlease"] = "ok"
+except OSError as e:
+    out["setlease"] = errno.errorcode[e.errno]
+libc = ctypes.CDLL(None, use_errno=True)
+# the same with bits above the 32 the kernel reads of the command
+nr = {"x86_64": 72, "aarch64": 25}.get(os.uname().machine)
+if nr is not None:
+    r = libc.syscall(ctypes.c_long(nr), ctypes.c_long(fd), ctypes.c_long((1 << 32) | 1024),
+                     ctypes.c_long(fcntl.F_RDLCK))
+    out["setlease_high"] = "ok" if r == 0 else errno.errorcode[ctypes.get_errno()]
+out["getlease"] = fcntl.fcntl(fd, 1025)  # F_GETLEASE
+g = libc.fanotify_init(ctypes.c_uint(0x4), ctypes.c_uint(os.O_RDONLY))  # FAN_CLASS_CONTENT
+out["fanotify_init"] = "ok" if g >= 0 else errno.errorcode[ctypes.get_errno()]
+with open(ready + ".part", "w") as f:
+    json.dump(out, f)
+os.rename(ready + ".part", ready)
+for _ in range(600):
+    if os.path.exists(done):
+        break
+    time.sleep(0.1)
+os.close(fd)
+"""
+
+
+@pytest.mark.parametrize("user", ["root", "nobody"])
+def test_the_command_cannot_hold_up_host_processes_opening_a_file(sluice_bin, net, hostdir,
+                                                                  user):
+    """A lease needs no write access: the owner of a file (root, for any
+    root-owned file) can take a read lease on a descriptor opened read-only,
+    and from then on every process that opens the file for writing or
+    truncates it waits until the holder lets go or the kernel's
+    lease-break-time (45 s by default) runs out, again at each new lease: a
+    boxed command could stall host daemons on files it sees only read-only.
+    fcntl(F_SETLEASE) fails in the box with EACCES (what the kernel answers
+    a caller who may not take a lease) and F_GETLEASE still answers
+    (F_UNLCK); a host process opens the file for writing while the box
+    holds it open. fanotify's permission events would stall opens the same
+    way: fanotify_init(FAN_CLASS_CONTENT) fails with EPERM, the box having
+    no capabilities. The same calls outside the box succeed as root, so the
+    checks are not empty."""
+    b, pol = _nobody_box(sluice_bin, net, hostdir, [], userns=user == "nobody")
+    target = os.path.join(hostdir, "shared.conf")
+    with open(target, "w") as f:
+        f.write("host data\n")
+    if user == "nobody":
+        os.chown(target, 65534, 65534)
+    ready = os.path.join(b.workdir, "ready")
+    done = os.path.join(b.workdir, "done")
+    if user == "root":
+        # the control: outside the box, the same code takes both
+        c = subprocess.run([PY, "-c", HOLD_UP, target, ready, done], input="",
+                           capture_output=True, text=True, timeout=30,
+                           env={"PATH": "/usr/bin:/bin"}, cwd=b.workdir,
+                           preexec_fn=lambda: open(done, "w").close())
+        assert c.returncode == 0, c.stderr
+        with open(ready) as f:
+            ctl = json.load(f)
+        assert ctl["setlease"] == "ok" and ctl["fanotify_init"] == "ok", ctl
+        assert ctl.get("setlease_high", "ok") == "ok", ctl
+        os.unlink(ready)
+        os.unlink(done)
+    argv = [b.bin, "run", "--policy", pol, "--", PY, "-c", HOLD_UP, target, ready, done]
+    if user == "nobody":
+        argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] + argv
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=b.workdir, env=_clean_env())
+    opened = threading.Event()
+
+    def host_writer():
+        fd = os.open(target, os.O_WRONLY)
+        opened.set()
+        os.close(fd)
+    writer = threading.Thread(target=host_writer, daemon=True)
+    try:
+        for _ in range(300):
+            if os.path.exists(ready) or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert os.path.exists(ready), proc.communicate(timeout=30)
+        with open(ready) as f:
+            o = json.load(f)
+        writer.start()
+        # bounded: the box holds the file open until <done> appears; with
+        # a lease the open waits out the lease-break-time (45 s)
+        opened_while_held = opened.wait(20)
+    finally:
+        open(done, "w").close()
+        out, err = proc.communicate(timeout=90)
+    writer.join(60)
+    assert proc.returncode == 0, err
+    for mark in SANITIZER_MARKS:
+        assert mark not in err, err
+    assert o["uid"] == (0 if user == "root" else 65534)
+    assert o["setlease"] == "EACCES", o
+    assert o.get("setlease_high", "EACCES") == "EACCES", o
+    assert o["getlease"] == 2  # F_UNLCK
+    assert o["fanotify_init"] == "EPERM", o
+    assert opened_while_held
+    assert opened.is_set()
+
