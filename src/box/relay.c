@@ -17,7 +17,13 @@
  * resource (EMFILE under a low RLIMIT_NOFILE, ENFILE, ENOBUFS, ENOMEM) the
  * client stays in the backlog and the listener readable: the listeners then
  * rest RELAY_ACCEPT_PAUSE_MS instead of being retried at once, which would
- * spin a core for as long as the client waits. */
+ * spin a core for as long as the client waits. When the gateway's listen
+ * backlog is full (a gateway serving many clients, --proxy), a unix
+ * connect() fails at once with EAGAIN, where a TCP client would wait in the
+ * gateway's SYN queue: the client is kept, unread, and the connect() tried
+ * again after RELAY_RETRY_MIN_MS, doubling up to RELAY_RETRY_MAX_MS, for up
+ * to RELAY_CONNECT_WAIT_MS; only then is it closed, as when the gateway
+ * cannot be reached at all. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -42,6 +48,10 @@ struct relay_conn {
     struct pipe_buf to[2]; /* to[i]: bytes waiting to be written to fd[i] */
     bool eof[2];           /* fd[i] has been read to its end */
     bool shut[2];          /* fd[i] has been shut for writing */
+    /* the gateway's backlog was full: fd[1] is not connected yet */
+    bool waiting;
+    long long retry_at, give_up_at; /* CLOCK_MONOTONIC ms */
+    int retry_ms;
 };
 
 struct relay {
@@ -57,6 +67,9 @@ struct relay {
 };
 
 #define RELAY_ACCEPT_PAUSE_MS 250
+#define RELAY_RETRY_MIN_MS    10
+#define RELAY_RETRY_MAX_MS    200
+#define RELAY_CONNECT_WAIT_MS 10000
 
 static long long now_ms(void)
 {
@@ -151,11 +164,16 @@ static int accept_one(struct relay *r, int lfd)
         close(cfd);
         return 1;
     }
-    /* a unix connect completes at once or fails (EAGAIN: backlog full) */
+    /* a unix connect completes at once or fails (EAGAIN: backlog full,
+     * tried again later) */
+    bool waiting = false;
     if (connect(gfd, (struct sockaddr *)&r->target, r->target_len) < 0) {
-        close(gfd);
-        close(cfd);
-        return 1;
+        if (errno != EAGAIN) {
+            close(gfd);
+            close(cfd);
+            return 1;
+        }
+        waiting = true;
     }
     struct relay_conn *c = malloc(sizeof(*c));
     if (c == NULL) {
@@ -169,9 +187,63 @@ static int accept_one(struct relay *r, int lfd)
     c->to[0].len = c->to[1].len = 0;
     c->eof[0] = c->eof[1] = false;
     c->shut[0] = c->shut[1] = false;
+    c->waiting = waiting;
+    c->retry_ms = RELAY_RETRY_MIN_MS;
+    c->retry_at = c->give_up_at = 0;
+    if (waiting) {
+        long long now = now_ms();
+        c->retry_at = now + c->retry_ms;
+        c->give_up_at = now + RELAY_CONNECT_WAIT_MS;
+    }
     r->conns[r->nconns++] = c;
-    r->accepted++;
+    if (!waiting)
+        r->accepted++;
     return 1;
+}
+
+/* Tries again the connect() of each waiting connection whose time has
+ * come: connected, it is relayed from now on; refused, or still waiting at
+ * its give_up_at, it is closed. */
+static void retry_waiting(struct relay *r)
+{
+    long long now = now_ms();
+    for (size_t i = r->nconns; i-- > 0;) {
+        struct relay_conn *c = r->conns[i];
+        if (!c->waiting || c->retry_at > now)
+            continue;
+        if (connect(c->fd[1], (struct sockaddr *)&r->target, r->target_len) == 0 ||
+            errno == EISCONN) {
+            c->waiting = false;
+            r->accepted++;
+        } else if (errno != EAGAIN || now >= c->give_up_at) {
+            conn_close(r, i);
+        } else {
+            c->retry_ms =
+                c->retry_ms * 2 > RELAY_RETRY_MAX_MS ? RELAY_RETRY_MAX_MS : c->retry_ms * 2;
+            c->retry_at = now + c->retry_ms;
+        }
+    }
+}
+
+/* poll()'s timeout: until the listeners' pause ends or the next waiting
+ * connection is tried again, -1 (none) when nothing is due. */
+static int poll_timeout(struct relay *r)
+{
+    long long now = now_ms(), until = 0;
+    if (r->paused_until != 0) {
+        if (r->paused_until > now)
+            until = r->paused_until;
+        else
+            r->paused_until = 0;
+    }
+    for (size_t i = 0; i < r->nconns; i++) {
+        const struct relay_conn *c = r->conns[i];
+        if (c->waiting && (until == 0 || c->retry_at < until))
+            until = c->retry_at;
+    }
+    if (until == 0)
+        return -1;
+    return until > now ? (int)(until - now) : 0;
 }
 
 /* Reads once from <fd> into <b>'s free space (moving what waits to the
@@ -266,14 +338,7 @@ int relay_run(struct relay *r, int extra_fd, int (*on_extra)(void *arg), void *a
     for (;;) {
         size_t n = 0;
         pfd[n++] = (struct pollfd){.fd = extra_fd, .events = POLLIN};
-        int timeout = -1;
-        if (r->paused_until != 0) {
-            long long left = r->paused_until - now_ms();
-            if (left > 0)
-                timeout = (int)left;
-            else
-                r->paused_until = 0;
-        }
+        int timeout = poll_timeout(r);
         bool accepting = r->nconns < RELAY_MAX_CONNS && r->paused_until == 0;
         for (size_t i = 0; i < r->nlfd; i++)
             pfd[n++] = (struct pollfd){.fd = accepting ? r->lfd[i] : -1, .events = POLLIN};
@@ -282,7 +347,8 @@ int relay_run(struct relay *r, int extra_fd, int (*on_extra)(void *arg), void *a
             const struct relay_conn *c = r->conns[i];
             for (int s = 0; s < 2; s++) {
                 short ev = 0;
-                if (!c->eof[s] && c->to[1 - s].len < RELAY_BUF)
+                /* a waiting client stays unread until the gateway takes it */
+                if (!c->waiting && !c->eof[s] && c->to[1 - s].len < RELAY_BUF)
                     ev |= POLLIN;
                 if (c->to[s].len > 0)
                     ev |= POLLOUT;
@@ -304,6 +370,7 @@ int relay_run(struct relay *r, int extra_fd, int (*on_extra)(void *arg), void *a
             if (conn_step(r->conns[i], rev) < 0)
                 conn_close(r, i);
         }
+        retry_waiting(r);
         for (size_t i = 0; i < r->nlfd; i++)
             if (pfd[1 + i].revents & POLLIN)
                 for (int k = 0; k < 16 && r->nconns < RELAY_MAX_CONNS && r->paused_until == 0;

@@ -151,6 +151,19 @@ static void expect_end(int fd)
     assert_int_equal(recv(fd, &c, 1, 0), 0);
 }
 
+/* The gateway's end of the next connection the relay makes (within 5 s),
+ * blocking, with a 5 s receive timeout. */
+static int accept_gateway(struct world *w)
+{
+    struct pollfd p = {.fd = w->gw_listen, .events = POLLIN};
+    assert_int_equal(poll(&p, 1, 5000), 1);
+    int gateway = accept(w->gw_listen, NULL, NULL);
+    assert_true(gateway >= 0);
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(gateway, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return gateway;
+}
+
 /* The relay's wake-ups while nothing moves, for QUIET_MS. */
 static unsigned long quiet_wakeups(struct world *w)
 {
@@ -265,14 +278,61 @@ static void test_out_of_descriptors_pauses_accepting(void **state)
     assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
     if (n > QUIET_WAKEUPS_MAX)
         fail_msg("the relay woke up %lu times in %d ms while accept() failed", n, QUIET_MS);
-    struct pollfd p = {.fd = w->gw_listen, .events = POLLIN};
-    assert_int_equal(poll(&p, 1, 5000), 1);
-    int gateway = accept(w->gw_listen, NULL, NULL);
-    assert_true(gateway >= 0);
-    struct timeval tv = {.tv_sec = 5};
-    setsockopt(gateway, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    int gateway = accept_gateway(w);
     send_all(client, "late");
     expect(gateway, "late");
+    close(client);
+    close(gateway);
+}
+
+/* The gateway's listen backlog is full (a shared gateway, --proxy, busy
+ * with a burst of clients): a non-blocking unix connect() fails with
+ * EAGAIN at once, where a TCP client of a gateway would wait in its SYN
+ * queue. The relay keeps the client waiting and tries again, quietly (no
+ * spin), instead of closing it with nothing sent on; once the gateway
+ * takes its backlog the client's request gets through and its answer back. */
+static void test_full_gateway_backlog_keeps_the_client_waiting(void **state)
+{
+    struct world *w = *state;
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", w->path);
+    int fillers[64];
+    size_t nfill = 0;
+    for (; nfill < sizeof(fillers) / sizeof(fillers[0]); nfill++) {
+        fillers[nfill] = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        assert_true(fillers[nfill] >= 0);
+        if (connect(fillers[nfill], (struct sockaddr *)&sun, sizeof(sun)) < 0) {
+            assert_int_equal(errno, EAGAIN);
+            close(fillers[nfill]);
+            break;
+        }
+    }
+    assert_true(nfill > 0 && nfill < sizeof(fillers) / sizeof(fillers[0]));
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(w->port)};
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int client = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(client >= 0);
+    assert_int_equal(connect(client, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    send_all(client, "request");
+    /* the relay takes the client and finds the backlog full: the client
+     * must not see its connection end */
+    unsigned long n = quiet_wakeups(w);
+    struct pollfd cp = {.fd = client, .events = POLLIN | POLLRDHUP};
+    assert_int_equal(poll(&cp, 1, 0), 0);
+    if (n > 40)
+        fail_msg("the relay woke up %lu times in %d ms waiting for the gateway", n, QUIET_MS);
+    for (size_t i = 0; i < nfill; i++) {
+        int a = accept(w->gw_listen, NULL, NULL);
+        assert_true(a >= 0);
+        close(a);
+        close(fillers[i]);
+    }
+    int gateway = accept_gateway(w);
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    expect(gateway, "request");
+    send_all(gateway, "answer");
+    expect(client, "answer");
     close(client);
     close(gateway);
 }
@@ -285,6 +345,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_half_close_both_ways, setup, teardown),
         cmocka_unit_test_setup_teardown(test_urgent_byte_is_carried_inline, setup, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_descriptors_pauses_accepting, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_full_gateway_backlog_keeps_the_client_waiting, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
