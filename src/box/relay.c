@@ -20,10 +20,12 @@
  * spin a core for as long as the client waits. When the gateway's listen
  * backlog is full (a gateway serving many clients, --proxy), a unix
  * connect() fails at once with EAGAIN, where a TCP client would wait in the
- * gateway's SYN queue: the client is kept, unread, and the connect() tried
- * again after RELAY_RETRY_MIN_MS, doubling up to RELAY_RETRY_MAX_MS, for up
- * to RELAY_CONNECT_WAIT_MS; only then is it closed, as when the gateway
- * cannot be reached at all. */
+ * gateway's SYN queue; and accept() may take the last descriptor, leaving
+ * none for the socket towards the gateway. Either way the client is kept,
+ * unread, and what failed tried again after RELAY_RETRY_MIN_MS, doubling
+ * up to RELAY_RETRY_MAX_MS, for up to RELAY_CONNECT_WAIT_MS; only then is
+ * it closed, as when the gateway cannot be reached at all (and for want of
+ * a descriptor the listeners rest too). */
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -48,7 +50,8 @@ struct relay_conn {
     struct pipe_buf to[2]; /* to[i]: bytes waiting to be written to fd[i] */
     bool eof[2];           /* fd[i] has been read to its end */
     bool shut[2];          /* fd[i] has been shut for writing */
-    /* the gateway's backlog was full: fd[1] is not connected yet */
+    /* fd[1] is not connected yet: the gateway's backlog was full, or no
+     * descriptor was left for it (-1 then) */
     bool waiting;
     long long retry_at, give_up_at; /* CLOCK_MONOTONIC ms */
     int retry_ms;
@@ -146,82 +149,95 @@ static void conn_close(struct relay *r, size_t i)
 {
     struct relay_conn *c = r->conns[i];
     close(c->fd[0]);
-    close(c->fd[1]);
+    if (c->fd[1] >= 0)
+        close(c->fd[1]);
     free(c);
     r->conns[i] = r->conns[--r->nconns];
 }
 
-/* Takes one client from <lfd>'s backlog. Returns 1 when one was taken
- * (relayed, or closed when the gateway cannot be reached), 0 when there
- * is none now, -1 when accept() failed for want of a resource. */
-static int accept_one(struct relay *r, int lfd)
+/* A resource is short: descriptors or memory. */
+static bool out_of_resources(int e)
 {
-    int cfd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (cfd < 0)
-        return errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM ? -1 : 0;
-    int gfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (gfd < 0) {
-        close(cfd);
-        return 1;
-    }
-    /* a unix connect completes at once or fails (EAGAIN: backlog full,
-     * tried again later) */
-    bool waiting = false;
-    if (connect(gfd, (struct sockaddr *)&r->target, r->target_len) < 0) {
-        if (errno != EAGAIN) {
-            close(gfd);
-            close(cfd);
-            return 1;
-        }
-        waiting = true;
-    }
-    struct relay_conn *c = malloc(sizeof(*c));
-    if (c == NULL) {
-        close(gfd);
-        close(cfd);
-        return 1;
-    }
-    c->fd[0] = cfd;
-    c->fd[1] = gfd;
-    c->to[0].off = c->to[1].off = 0;
-    c->to[0].len = c->to[1].len = 0;
-    c->eof[0] = c->eof[1] = false;
-    c->shut[0] = c->shut[1] = false;
-    c->waiting = waiting;
-    c->retry_ms = RELAY_RETRY_MIN_MS;
-    c->retry_at = c->give_up_at = 0;
-    if (waiting) {
-        long long now = now_ms();
-        c->retry_at = now + c->retry_ms;
-        c->give_up_at = now + RELAY_CONNECT_WAIT_MS;
-    }
-    r->conns[r->nconns++] = c;
-    if (!waiting)
-        r->accepted++;
-    return 1;
+    return e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM;
 }
 
-/* Tries again the connect() of each waiting connection whose time has
- * come: connected, it is relayed from now on; refused, or still waiting at
- * its give_up_at, it is closed. */
-static void retry_waiting(struct relay *r)
+/* Connects the waiting connection <i> to the gateway's socket: makes its
+ * socket first when it has none (none for want of descriptors or memory:
+ * tried again later), then connect(), which for a unix socket completes at
+ * once or fails (EAGAIN: the gateway's backlog is full, tried again later).
+ * Returns 1 when connected, 0 when it waits, -1 when it was closed
+ * (refused, or still waiting at its give_up_at). */
+static int gateway_connect(struct relay *r, size_t i, long long now)
 {
-    long long now = now_ms();
-    for (size_t i = r->nconns; i-- > 0;) {
-        struct relay_conn *c = r->conns[i];
-        if (!c->waiting || c->retry_at > now)
-            continue;
+    struct relay_conn *c = r->conns[i];
+    if (c->fd[1] < 0) {
+        c->fd[1] = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (c->fd[1] < 0 && !out_of_resources(errno)) {
+            conn_close(r, i);
+            return -1;
+        }
+    }
+    if (c->fd[1] >= 0) {
         if (connect(c->fd[1], (struct sockaddr *)&r->target, r->target_len) == 0 ||
             errno == EISCONN) {
             c->waiting = false;
             r->accepted++;
-        } else if (errno != EAGAIN || now >= c->give_up_at) {
-            conn_close(r, i);
-        } else {
-            c->retry_ms =
-                c->retry_ms * 2 > RELAY_RETRY_MAX_MS ? RELAY_RETRY_MAX_MS : c->retry_ms * 2;
-            c->retry_at = now + c->retry_ms;
+            return 1;
         }
+        if (errno != EAGAIN) {
+            conn_close(r, i);
+            return -1;
+        }
+    }
+    if (now >= c->give_up_at) {
+        conn_close(r, i);
+        return -1;
+    }
+    c->retry_at = now + c->retry_ms;
+    c->retry_ms = c->retry_ms * 2 > RELAY_RETRY_MAX_MS ? RELAY_RETRY_MAX_MS : c->retry_ms * 2;
+    return 0;
+}
+
+/* Takes one client from <lfd>'s backlog. Returns 1 when one was taken
+ * (relayed, waiting for the gateway's socket, or closed when the gateway
+ * refuses it), 0 when there is none now, -1 when accept() failed, or no
+ * socket towards the gateway could be made, for want of a resource. */
+static int accept_one(struct relay *r, int lfd)
+{
+    int cfd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (cfd < 0)
+        return out_of_resources(errno) ? -1 : 0;
+    struct relay_conn *c = malloc(sizeof(*c));
+    if (c == NULL) {
+        close(cfd);
+        return 1;
+    }
+    long long now = now_ms();
+    c->fd[0] = cfd;
+    c->fd[1] = -1;
+    c->to[0].off = c->to[1].off = 0;
+    c->to[0].len = c->to[1].len = 0;
+    c->eof[0] = c->eof[1] = false;
+    c->shut[0] = c->shut[1] = false;
+    c->waiting = true;
+    c->retry_ms = RELAY_RETRY_MIN_MS;
+    c->retry_at = now;
+    c->give_up_at = now + RELAY_CONNECT_WAIT_MS;
+    r->conns[r->nconns++] = c;
+    if (gateway_connect(r, r->nconns - 1, now) == 0 && c->fd[1] < 0)
+        return -1;
+    return 1;
+}
+
+/* Tries again the connect() of each waiting connection whose time has
+ * come (gateway_connect()). */
+static void retry_waiting(struct relay *r)
+{
+    long long now = now_ms();
+    for (size_t i = r->nconns; i-- > 0;) {
+        const struct relay_conn *c = r->conns[i];
+        if (c->waiting && c->retry_at <= now)
+            gateway_connect(r, i, now);
     }
 }
 

@@ -110,16 +110,44 @@ static int teardown(void **state)
     return 0;
 }
 
+/* A client in the "box" connected to the relay's port (the connect()
+ * completes in the relay's listen queue, accepted or not), blocking. */
+static int connect_client(struct world *w)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(w->port)};
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int client = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(client >= 0);
+    assert_int_equal(connect(client, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    return client;
+}
+
+/* connect_client() with only <spare> new descriptors left to the process
+ * (RLIMIT_NOFILE lowered: the relay's thread shares it, as the box's init
+ * inherits run's); the limit it had in <old>, for the caller to restore. */
+static int connect_client_short_of_descriptors(struct world *w, int spare, struct rlimit *old)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(w->port)};
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int client = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(client >= 0);
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, old), 0);
+    int lowest_free = dup(0);
+    assert_true(lowest_free >= 0);
+    close(lowest_free);
+    struct rlimit low = *old;
+    low.rlim_cur = (rlim_t)(lowest_free + spare);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    assert_int_equal(connect(client, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    return client;
+}
+
 /* A client in the "box" connected through the relay, and the gateway's end
  * of that connection. Both blocking, with a 5 s receive timeout. */
 static void connect_through(struct world *w, int *client, int *gateway)
 {
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(w->port)};
     struct timeval tv = {.tv_sec = 5};
-    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    *client = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(*client >= 0);
-    assert_int_equal(connect(*client, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    *client = connect_client(w);
     struct pollfd p = {.fd = w->gw_listen, .events = POLLIN};
     assert_int_equal(poll(&p, 1, 5000), 1);
     *gateway = accept(w->gw_listen, NULL, NULL);
@@ -162,6 +190,21 @@ static int accept_gateway(struct world *w)
     struct timeval tv = {.tv_sec = 5};
     setsockopt(gateway, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     return gateway;
+}
+
+/* <client>, which sent "request" and waited while the relay could not
+ * reach the gateway: the request reaches the gateway now and the answer
+ * comes back. Closes both ends. */
+static void waited_request_gets_through(struct world *w, int client)
+{
+    int gateway = accept_gateway(w);
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    expect(gateway, "request");
+    send_all(gateway, "answer");
+    expect(client, "answer");
+    close(client);
+    close(gateway);
 }
 
 /* The relay's wake-ups while nothing moves, for QUIET_MS. */
@@ -260,19 +303,9 @@ static void test_urgent_byte_is_carried_inline(void **state)
 static void test_out_of_descriptors_pauses_accepting(void **state)
 {
     struct world *w = *state;
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(w->port)};
-    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int client = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(client >= 0);
-    struct rlimit old, low;
-    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
-    int lowest_free = dup(0);
-    assert_true(lowest_free >= 0);
-    close(lowest_free);
-    low = old;
-    low.rlim_cur = (rlim_t)lowest_free; /* no new descriptor at all */
-    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
-    assert_int_equal(connect(client, (struct sockaddr *)&sin, sizeof(sin)), 0); /* the backlog */
+    struct rlimit old;
+    /* no new descriptor at all: the client stays in the backlog */
+    int client = connect_client_short_of_descriptors(w, 0, &old);
     usleep(50 * 1000);
     unsigned long n = quiet_wakeups(w);
     assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
@@ -283,6 +316,29 @@ static void test_out_of_descriptors_pauses_accepting(void **state)
     expect(gateway, "late");
     close(client);
     close(gateway);
+}
+
+/* One descriptor short: accept() takes the last one and the relay's
+ * socket() towards the gateway fails with EMFILE. The client waits, as one
+ * left in the backlog does when accept() itself fails, instead of being
+ * closed with nothing sent on; once descriptors are free again its request
+ * gets through. */
+static void test_no_descriptor_for_the_gateway_keeps_the_client_waiting(void **state)
+{
+    struct world *w = *state;
+    struct rlimit old;
+    /* one descriptor: the accepted client's */
+    int client = connect_client_short_of_descriptors(w, 1, &old);
+    send_all(client, "request");
+    usleep(50 * 1000);
+    unsigned long n = quiet_wakeups(w);
+    struct pollfd cp = {.fd = client, .events = POLLIN | POLLRDHUP};
+    int ended = poll(&cp, 1, 0);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    assert_int_equal(ended, 0);
+    if (n > 40)
+        fail_msg("the relay woke up %lu times in %d ms without descriptors", n, QUIET_MS);
+    waited_request_gets_through(w, client);
 }
 
 /* The gateway's listen backlog is full (a shared gateway, --proxy, busy
@@ -308,11 +364,7 @@ static void test_full_gateway_backlog_keeps_the_client_waiting(void **state)
         }
     }
     assert_true(nfill > 0 && nfill < sizeof(fillers) / sizeof(fillers[0]));
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(w->port)};
-    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int client = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(client >= 0);
-    assert_int_equal(connect(client, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    int client = connect_client(w);
     send_all(client, "request");
     /* the relay takes the client and finds the backlog full: the client
      * must not see its connection end */
@@ -327,14 +379,7 @@ static void test_full_gateway_backlog_keeps_the_client_waiting(void **state)
         close(a);
         close(fillers[i]);
     }
-    int gateway = accept_gateway(w);
-    struct timeval tv = {.tv_sec = 5};
-    setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    expect(gateway, "request");
-    send_all(gateway, "answer");
-    expect(client, "answer");
-    close(client);
-    close(gateway);
+    waited_request_gets_through(w, client);
 }
 
 int main(void)
@@ -345,6 +390,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_half_close_both_ways, setup, teardown),
         cmocka_unit_test_setup_teardown(test_urgent_byte_is_carried_inline, setup, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_descriptors_pauses_accepting, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_descriptor_for_the_gateway_keeps_the_client_waiting,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_gateway_backlog_keeps_the_client_waiting, setup,
                                         teardown),
     };
