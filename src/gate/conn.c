@@ -221,6 +221,7 @@ static void fill_event(const struct conn *c, struct egress_event *ev, enum event
     ev->reason = ex->reason;
     ev->ip = ex->ip[0] != '\0' ? ex->ip : NULL;
     ev->redecided = ex->redecided;
+    ev->again = ex->again;
 }
 
 void conn_publish_egress(struct conn *c)
@@ -820,6 +821,7 @@ static void report_again(struct conn *c, const struct decision *dec)
     if (!ex->egress_published)
         return;
     ex->redecided = true;
+    ex->again = true;
     ex->egress_published = false;
     conn_publish_egress(c);
 }
@@ -861,6 +863,7 @@ bool conn_redecide(struct conn *c, time_t now)
     c->gw->counters.denied++;
     /* A second agent_egress for the tunnel's id when the first said allow
      * (SPEC.md); the first when the tunnel was still being checked. */
+    ex->again = ex->egress_published;
     ex->egress_published = false;
     conn_publish_egress(c);
     conn_free(c); /* agent_egress_end, with the bytes moved; both sides closed */

@@ -96,6 +96,7 @@ struct exchange {
     struct timespec t_decided; /* CLOCK_MONOTONIC */
     bool egress_published, end_published;
     bool redecided; /* a tunnel denied or reported when decided again (conn_redecide()) */
+    bool again;     /* its agent_egress published again (event.h) */
     /* The policy <dec> names a rule of once a re-decision reported the
      * tunnel (a reference; NULL until then): a later reload may replace
      * gw->current while the tunnel stays open. */

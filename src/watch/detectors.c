@@ -445,7 +445,8 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
     describe(ev, what, sizeof(what));
     struct alert al = {.agent = ev->agent, .host = ev->host, .tier = ev->tier, .id = ev->id};
 
-    int fresh = c->first_contact && ev->agent != NULL && ev->host != NULL
+    /* A tunnel's line again (decided again): its contact was told with its first. */
+    int fresh = c->first_contact && !ev->again && ev->agent != NULL && ev->host != NULL
                     ? contact_set_add(&d->contacts, ev->agent, ev->host)
                     : 0;
     const char *how = passed ? verdict_name(ev->verdict) : "denied";
@@ -546,7 +547,7 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
             raise_alert(d, &al, NULL, c->denied_burst.per_ms, now_ms);
         }
     }
-    if (c->baseline.set) {
+    if (c->baseline.set && !ev->again) { /* a new verdict, not a new request */
         baseline_roll(d, a, now_ms);
         a->cur_req++;
         baseline_check(d, a, ev->host, now_ms);

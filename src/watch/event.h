@@ -47,6 +47,11 @@ struct egress_event {
      * change) and now denied: the policy's act, not the agent's, so the
      * quarantine and denied_burst do not count it (SPEC.md). */
     bool redecided;
+    /* A second (or later) agent_egress for a request whose first is out
+     * already (a tunnel decided again): a new verdict on a request already
+     * counted, not a new request nor a new contact. False for the one line
+     * of a tunnel refused or denied before its line was out. */
+    bool again;
 
     /* EVENT_EGRESS_END only (and bytes_up, as a delta, in EVENT_EGRESS_PROGRESS). */
     int status;          /* HTTP status returned to the agent; 0 when none (tunnel: 200) */

@@ -145,6 +145,8 @@ void metrics_on_event(const struct egress_event *ev, void *arg)
     struct agent_counts *a = agent_of(m, ev->agent);
     switch (ev->kind) {
     case EVENT_EGRESS: {
+        if (ev->again)
+            break; /* a tunnel decided again: counted with its first line (SPEC.md) */
         int t = ev->tier >= TIER_0 && ev->tier <= TIER_3 ? (int)ev->tier + 1 : 0;
         int v = (unsigned)ev->verdict < NVERDICTS ? (int)ev->verdict : 1;
         int r = (unsigned)ev->reason < REASON_COUNT ? (int)ev->reason : 0;

@@ -6,6 +6,7 @@ import datetime
 import socket
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -13,6 +14,7 @@ from conftest import API_IP, DEAD_IP, policy_yaml
 from gate_client import (api_rule, connect, open_conn, other_rule, other_url, poll, read_head,
                          request)
 from gate_servers import FullListener, LoopbackServer
+from watch_helpers import free_tcp_port
 
 FILLER = 50000  # enough rules that a load takes a visible time
 
@@ -237,10 +239,24 @@ def assert_still_open(gw, t, tid):
     assert gw.events("agent_egress_end", id=tid) == []
 
 
+def requests_total(port):
+    """The sluice_requests_total series of the admin server on <port>, as
+    {labels: count}."""
+    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5).read()
+    out = {}
+    for line in text.decode().splitlines():
+        if line.startswith("sluice_requests_total{"):
+            labels, _, n = line.rpartition(" ")
+            out[labels[len("sluice_requests_total"):]] = int(n)
+    return out
+
+
 def test_a_tunnel_whose_rule_a_reload_removes_is_closed(gateway, net):
+    port = free_tcp_port()
     with EchoServer(API_IP) as echo, EchoServer(API_IP) as echo2:
         gw = gateway(echo_policy(net, [echo_rule(echo.port),
-                                       echo_rule(echo2.port, host="echo2.example.test")]))
+                                       echo_rule(echo2.port, host="echo2.example.test")]),
+                     args=["--admin", "127.0.0.1:%d" % port])
         gone, gone_id = open_echo_tunnel(gw, echo.port)
         kept, kept_id = open_echo_tunnel(gw, echo2.port, host="echo2.example.test")
         try:
@@ -259,6 +275,12 @@ def test_a_tunnel_whose_rule_a_reload_removes_is_closed(gateway, net):
         ev, end = gw.decided(id=kept_id)
         assert ev["decision"] == "allow"
         assert end["bytes_up"] == 2 * len(PING) and end["bytes_down"] == 2 * len(PING)
+        # the closed tunnel is one request, counted with its first decision;
+        # the CONNECT refused after the reload is one more, denied
+        assert requests_total(port) == {
+            '{agent="default",tier="2",decision="allow",reason="none"}': 2,
+            '{agent="default",tier="none",decision="deny",reason="not_in_policy"}': 1,
+        }
 
 
 def test_a_tunnel_a_reload_denies_by_name_or_narrows_is_closed(gateway, net):
@@ -313,7 +335,8 @@ def test_a_report_mode_agent_keeps_its_tunnel_after_a_reload(gateway, net):
     with EchoServer(API_IP) as echo:
         agents = [{"id": "watcher", "sources": ["127.0.0.0/8"], "mode": "report"}]
         rules = [echo_rule(echo.port), api_rule(net)]
-        gw = gateway(echo_policy(net, rules, agents=agents))
+        port = free_tcp_port()
+        gw = gateway(echo_policy(net, rules, agents=agents), args=["--admin", "127.0.0.1:%d" % port])
         t, tid = open_echo_tunnel(gw, echo.port)
         # a tunnel already reported when it opened (no rule for echo2)
         old, old_id = open_echo_tunnel(gw, echo.port, host="echo2.example.test",
@@ -348,6 +371,12 @@ def test_a_report_mode_agent_keeps_its_tunnel_after_a_reload(gateway, net):
         end = gw.wait_events("agent_egress_end", id=tid)
         assert len(end) == 1 and end[0]["status"] == 200, end
         assert end[0]["bytes_up"] == 5 * len(PING) and end[0]["bytes_down"] == 5 * len(PING)
+        # each tunnel is one request, counted by its first line: the report
+        # lines of the reloads are new verdicts, not new requests
+        counts = requests_total(port)
+        assert counts['{agent="watcher",tier="2",decision="allow",reason="none"}'] == 1, counts
+        assert counts['{agent="watcher",tier="none",decision="report",reason="not_in_policy"}'] == 1
+        assert not [k for k in counts if "denied_host" in k], counts
 
 
 def test_a_connect_still_connecting_when_its_rule_is_removed_is_refused(gateway, net):
@@ -356,7 +385,8 @@ def test_a_connect_still_connecting_when_its_rule_is_removed_is_refused(gateway,
     lst = FullListener(DEAD_IP)
     try:
         rule = {"host": "dead.example.test", "ports": [lst.port], "tier": 0}
-        gw = gateway(net.policy([rule, api_rule(net)]))
+        port = free_tcp_port()
+        gw = gateway(net.policy([rule, api_rule(net)]), args=["--admin", "127.0.0.1:%d" % port])
         s = open_conn(gw, timeout=30)
         try:
             s.sendall(b"CONNECT dead.example.test:%d HTTP/1.1\r\nHost: x\r\n\r\n" % lst.port)
@@ -369,6 +399,9 @@ def test_a_connect_still_connecting_when_its_rule_is_removed_is_refused(gateway,
         ev, end = gw.decided(host="dead.example.test")
         assert ev["decision"] == "deny" and ev["reason"] == "not_in_policy"
         assert len(gw.events("agent_egress", id=ev["id"])) == 1
+        # its one line is its request's: counted (flagged re-decided, not again)
+        assert requests_total(port).get(
+            '{agent="default",tier="none",decision="deny",reason="not_in_policy"}') == 1
     finally:
         lst.close()
 

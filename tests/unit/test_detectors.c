@@ -690,6 +690,73 @@ static void agents_past_the_table_still_get_windows(void **state)
     assert_int_equal(detectors_folded(f->d), 1);
 }
 
+/* A tunnel decided again after a reload or at the day's change and now
+ * denied (or reported) gets a second agent_egress for its id, flagged
+ * again: a new verdict on a request already counted. It is not another
+ * request for the baseline (an operator's reload under many open tunnels
+ * doubled the agent's requests of that minute) nor another contact (with
+ * the first-contact memory full, each re-decided line told again that
+ * the agent "may not have contacted" the host); the alerts of its verdict
+ * (grant_expired) are still raised. */
+static void redecided_tunnel_is_not_a_new_request(void **state)
+{
+    struct fx *f = *state;
+    int32_t today = day_of((time_t)(T0 / 1000));
+    f->rules[0] = (struct rule){.index = 0,
+                                .pattern = "api.test",
+                                .tier = TIER_2,
+                                .owner = "alice",
+                                .has_expires = true,
+                                .expires = today - 1};
+    f->p.nrules = 1;
+    f->p.alerts.first_contact = true;
+    f->p.alerts.baseline =
+        (struct baseline_cfg){.set = true, .factor = 3, .floor = 5, .learn_ms = 5 * 60000};
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    char host[32];
+    for (int i = 0; i < DETECT_CONTACTS_MAX; i++) {
+        snprintf(host, sizeof(host), "h%d.test", i);
+        feed_denied_get(f, "filler", host, T0 - 120000);
+    }
+    detectors_tick(f->d, T0 - 60000);
+    int contacts = f->got.n[ALERT_FIRST_CONTACT];
+    /* ten minutes of 4 tunnels a minute, each to a host not remembered */
+    struct egress_event ev = ev_of("ci", "CONNECT", "api.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+    ev.scheme = "https";
+    ev.port = 443;
+    ev.path = NULL;
+    for (int m = 0; m < 10; m++)
+        for (int i = 0; i < 4; i++)
+            detectors_feed(f->d, &ev, T0 + m * 60000 + i);
+    detectors_tick(f->d, T0 + 600000);
+    assert_int_equal(f->got.n[ALERT_BASELINE], 0);
+    contacts = f->got.n[ALERT_FIRST_CONTACT];
+    /* minute 10: 12 tunnels (3 x 4, not over), then a reload denies each
+     * of them: the same 12 requests */
+    for (int i = 0; i < 12; i++)
+        detectors_feed(f->d, &ev, T0 + 600000 + i);
+    struct egress_event again = ev;
+    again.verdict = VERDICT_DENY;
+    again.reason = REASON_GRANT_EXPIRED;
+    again.rule = &f->rules[0];
+    again.owner = "alice";
+    again.redecided = true;
+    again.again = true;
+    for (int i = 0; i < 12; i++)
+        detectors_feed(f->d, &again, T0 + 600100 + i);
+    assert_int_equal(f->got.n[ALERT_BASELINE], 0);
+    assert_int_equal(f->got.n[ALERT_GRANT_EXPIRED], 1); /* its verdict's alert stays */
+    /* a minute on, the first-contact fold told: re-decided lines are no
+     * contacts, not even folded ones */
+    detectors_tick(f->d, T0 + 720000);
+    contacts = f->got.n[ALERT_FIRST_CONTACT];
+    for (int i = 0; i < 12; i++)
+        detectors_feed(f->d, &again, T0 + 720000 + i);
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], contacts);
+    detectors_tick(f->d, T0 + 780001);
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], contacts);
+}
+
 /* A tier-3 write's detail names the whole host and the grant's owner and
  * expiry, however long the path the agent chose (it is cut at 200 bytes)
  * and the host under a wildcard grant (up to 253 bytes). */
@@ -759,6 +826,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(grants_announced_daily, setup, teardown),
         cmocka_unit_test_setup_teardown(agents_past_the_table_still_get_windows, setup, teardown),
         cmocka_unit_test_setup_teardown(tier3_detail_keeps_host_and_grant, setup, teardown),
+        cmocka_unit_test_setup_teardown(redecided_tunnel_is_not_a_new_request, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -71,6 +71,36 @@ static void agents_past_the_table_keep_their_bytes(void **state)
     metrics_free(m);
 }
 
+/* A tunnel decided again (a reload, the UTC day's change) and now denied
+ * gets a second agent_egress for its id, flagged again: one request, not
+ * two. It was counted as both "allow" and "deny", so the sum over
+ * sluice_requests_total ran ahead of the requests, by every open tunnel at
+ * each reload that denied it. The one line of a tunnel refused before its
+ * line was out (redecided, not again) is its request's, and counts. */
+static void a_redecided_tunnel_counts_once(void **state)
+{
+    (void)state;
+    struct metrics *m = metrics_new();
+    assert_non_null(m);
+    feed(m, "ci", 0, 0); /* the tunnel's first line: allow, tier 0 */
+    struct egress_event ev = {.kind = EVENT_EGRESS, .agent = "ci", .redecided = true};
+    ev.verdict = VERDICT_DENY;
+    ev.reason = REASON_NOT_IN_POLICY;
+    ev.tier = TIER_NONE;
+    ev.again = true;
+    metrics_on_event(&ev, m);
+    ev.again = false; /* another tunnel, refused while it was being connected */
+    metrics_on_event(&ev, m);
+    char *s = scrape(m);
+    assert_non_null(strstr(s, "\nsluice_requests_total{agent=\"ci\",tier=\"0\",decision=\"allow\","
+                              "reason=\"none\"} 1\n"));
+    assert_non_null(strstr(s,
+                           "\nsluice_requests_total{agent=\"ci\",tier=\"none\",decision=\"deny\","
+                           "reason=\"not_in_policy\"} 1\n"));
+    free(s);
+    metrics_free(m);
+}
+
 /* Two DNS servers: the policy's dns.servers names one address twice
  * ("127.0.0.1" and "127.0.0.1:53" are one server). */
 static void same_server_twice(void *arg, struct metrics_gauges *g)
@@ -179,6 +209,7 @@ int main(void)
         cmocka_unit_test(agents_past_the_table_keep_their_bytes),
         cmocka_unit_test(a_dns_server_listed_twice_is_one_series),
         cmocka_unit_test(a_scrape_out_of_memory_fails),
+        cmocka_unit_test(a_redecided_tunnel_counts_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
