@@ -798,6 +798,29 @@ struct tally {
     bool cut; /* lines past RUN_LOG_MAX were left uncounted */
 };
 
+/* Open tunnels tracked by tally_log(), at most: past it a tunnel decided
+ * again would count twice, as it did before they were tracked. */
+#define RUN_TUNNELS_MAX 65536
+
+/* True when <o>, an agent_egress line, is the first of its request: a
+ * CONNECT tunnel decided again (a reload, the UTC day's change) gets a
+ * second one for its id, deny or report, before its one agent_egress_end
+ * (SPEC.md): a new verdict on the request, counted with its first line as
+ * sluice_requests_total does. <tunnels> holds the ids of tunnels whose first
+ * line was seen and whose end was not. */
+static bool first_line_of_request(json_t *tunnels, json_t *o)
+{
+    const char *id = json_string_value(json_object_get(o, "id"));
+    const char *method = json_string_value(json_object_get(o, "method"));
+    if (id == NULL || method == NULL || strcmp(method, "CONNECT") != 0)
+        return true;
+    if (json_object_get(tunnels, id) != NULL)
+        return false;
+    if (json_object_size(tunnels) < RUN_TUNNELS_MAX)
+        json_object_set_new(tunnels, id, json_true());
+    return true;
+}
+
 static void tally_log(int fd, off_t start, struct tally *t)
 {
     int dfd = fd >= 0 ? dup(fd) : -1;
@@ -815,6 +838,7 @@ static void tally_log(int fd, off_t start, struct tally *t)
     size_t cap = 0;
     ssize_t n;
     off_t total = 0;
+    json_t *tunnels = json_object(); /* NULL when out of memory: lines then count each */
     while ((n = getline(&line, &cap, f)) > 0) {
         if (total >= (off_t)RUN_LOG_MAX) {
             t->cut = true; /* said: a flood of lines must not hide the rest */
@@ -829,7 +853,13 @@ static void tally_log(int fd, off_t start, struct tally *t)
         json_t *tier = json_object_get(o, "tier");
         if (ev != NULL && strcmp(ev, "alert") == 0)
             t->alerts++;
-        if (ev != NULL && dec != NULL && strcmp(ev, "agent_egress") == 0) {
+        if (ev != NULL && strcmp(ev, "agent_egress_end") == 0 && tunnels != NULL) {
+            const char *id = json_string_value(json_object_get(o, "id"));
+            if (id != NULL)
+                json_object_del(tunnels, id);
+        }
+        if (ev != NULL && dec != NULL && strcmp(ev, "agent_egress") == 0 &&
+            (tunnels == NULL || first_line_of_request(tunnels, o))) {
             if (strcmp(dec, "allow") == 0) {
                 t->allowed_total++;
                 json_int_t ti = json_is_integer(tier) ? json_integer_value(tier) : -1;
@@ -843,6 +873,7 @@ static void tally_log(int fd, off_t start, struct tally *t)
         }
         json_decref(o);
     }
+    json_decref(tunnels);
     free(line);
     fclose(f);
     t->read_ok = true;

@@ -1268,31 +1268,25 @@ print("{}")
     assert len([ln for ln in p.stderr.splitlines() if ln.startswith("sluice run: exit")]) == 1
 
 
-def test_summary_says_when_it_did_not_read_the_whole_log(box, tmp_path):
-    """The summary reads at most 256 MiB of this run's decision log and
-    stopped there without a word: a command that first floods the log
-    (denied requests by the hundred thousand) had what it did next left out
-    of "allowed N (tier 3: 0)". Here the test appends the flood and then an
-    allowed tier-3 line to the log while the command waits."""
+def run_appending_to_the_log(box, tmp_path, write):
+    """Runs a command that waits while <write>(file) appends to this run's
+    decision log; returns the finished process."""
     pol = box.policy("version: 1\nrules: []\n")
     log = str(tmp_path / "decisions.jsonl")
     ready, go = os.path.join(box.workdir, "ready"), os.path.join(box.workdir, "go")
     wait = ("import os, time\nopen('ready', 'w').close()\n"
             "for _ in range(1200):\n    if os.path.exists('go'): break\n    time.sleep(0.05)\n")
 
-    def flood():
+    def append():
         for _ in range(1200):
             if os.path.exists(ready):
                 break
             time.sleep(0.05)
-        line = "x" * 65535 + "\n"
         with open(log, "a") as f:
-            for _ in range(4096):  # 256 MiB
-                f.write(line)
-            f.write('{"event":"agent_egress","decision":"allow","tier":3}\n')
+            write(f)
         open(go, "w").close()
 
-    t = threading.Thread(target=flood)
+    t = threading.Thread(target=append)
     t.start()
     try:
         p = box.run(["--policy", pol, "--log", log], wait, timeout=120)
@@ -1300,9 +1294,57 @@ def test_summary_says_when_it_did_not_read_the_whole_log(box, tmp_path):
         t.join()
         os.unlink(log)
     assert p.returncode == 0, p.stderr
+    return p
+
+
+def test_summary_says_when_it_did_not_read_the_whole_log(box, tmp_path):
+    """The summary reads at most 256 MiB of this run's decision log and
+    stopped there without a word: a command that first floods the log
+    (denied requests by the hundred thousand) had what it did next left out
+    of "allowed N (tier 3: 0)". Here the test appends the flood and then an
+    allowed tier-3 line to the log while the command waits."""
+    def flood(f):
+        line = "x" * 65535 + "\n"
+        for _ in range(4096):  # 256 MiB
+            f.write(line)
+        f.write('{"event":"agent_egress","decision":"allow","tier":3}\n')
+
+    p = run_appending_to_the_log(box, tmp_path, flood)
     line = [ln for ln in p.stderr.splitlines() if ln.startswith("sluice run: exit")][0]
     assert line.endswith(" (counted in the first 256 MiB of the log only: see the log)"), line
     assert Box.summary(p)["allowed"] == 0
+
+
+def test_summary_counts_a_tunnel_decided_again_once(box, tmp_path):
+    """A CONNECT tunnel decided again (the UTC day's change ended its grant,
+    or a reload) gets a second agent_egress line for its id, deny or report:
+    a new verdict on the same request. The summary counted it as a request
+    allowed and one denied. Here the test appends such a tunnel's lines to
+    the log while the command waits: allowed once, as its first line says,
+    like sluice_requests_total."""
+    lines = [
+        {"event": "agent_egress", "id": "c9.1", "method": "CONNECT", "decision": "allow", "tier": 3},
+        {"event": "agent_egress", "id": "c9.1", "method": "CONNECT", "decision": "deny",
+         "reason": "grant_expired", "tier": 3},
+        {"event": "agent_egress_end", "id": "c9.1", "status": 200},
+        {"event": "agent_egress", "id": "c9.2", "method": "CONNECT", "decision": "report",
+         "reason": "not_in_policy", "tier": None},
+        {"event": "agent_egress", "id": "c9.2", "method": "CONNECT", "decision": "report",
+         "reason": "denied_host", "tier": None},
+        {"event": "agent_egress_end", "id": "c9.2", "status": 200},
+        # a new connection may reuse nothing: another id, another request
+        {"event": "agent_egress", "id": "c10.1", "method": "CONNECT", "decision": "deny",
+         "reason": "not_in_policy", "tier": None},
+        {"event": "agent_egress_end", "id": "c10.1", "status": 403},
+    ]
+
+    def write(f):
+        for ln in lines:
+            f.write(json.dumps(ln) + "\n")
+
+    s = Box.summary(run_appending_to_the_log(box, tmp_path, write))
+    assert s["allowed"] == 1 and s["tiers"] == [0, 0, 0, 1], s
+    assert s["denied"] == 1 and s["reported"] == 1, s
 
 
 def test_agent_id_and_log_file(box, net):
