@@ -4,7 +4,9 @@
  * Invariants: a parsed URL has no '@' in its authority, a host of 1..253
  * bytes, a port in 1..65535 (443 or 80 when none is written), a path that
  * starts with '/' and holds no '#', a Host header that is the URL's
- * authority; https is the scheme written. Its label is either the URL
+ * authority; https is the scheme written; a host that ip_literal_parse()
+ * takes for an IP literal is one inet_pton() reads (a plain dotted quad,
+ * or IPv6), so the sink's resolver reads it as the same address. Its label is either the URL
  * itself (no '@' in the authority, a path of at most one segment, no query
  * or fragment) or the URL without any USER:PASSWORD@, cut after its first
  * path segment, followed by "/...#" and 8 hex digits; the label's
@@ -15,6 +17,7 @@
 #include <string.h>
 
 #include "../src/watch/sink_webhook.c"
+#include "util/ipaddr.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -32,6 +35,11 @@ static void check_parsed(const char *url, const struct webhook *w, bool https)
     if (strlen(w->hosthdr) != al || memcmp(w->hosthdr, auth, al) != 0)
         abort();
     if (memchr(auth, ':', al) == NULL && auth[0] != '[' && w->port != (https ? 443 : 80))
+        abort();
+    struct ipaddr a;
+    unsigned char ip[16];
+    if (ip_literal_parse(w->host, hl, &a) != IP_LITERAL_NONE &&
+        inet_pton(AF_INET, w->host, ip) != 1 && inet_pton(AF_INET6, w->host, ip) != 1)
         abort();
 }
 

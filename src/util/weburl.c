@@ -5,7 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
 #include <openssl/sha.h>
+
+#include "util/ipaddr.h"
 
 static bool is_digit(char ch)
 {
@@ -27,6 +30,52 @@ static const char *after_scheme(const char *s)
     while (is_alpha(s[i]) || is_digit(s[i]) || s[i] == '+' || s[i] == '-' || s[i] == '.')
         i++;
     return strncmp(s + i, "://", 3) == 0 ? s + i + 3 : s;
+}
+
+/* Whether the <n> bytes at <s> are a host name libevent's resolver asks DNS
+ * for as written: ASCII labels of letters, digits, '-' and '_', none empty
+ * or starting or ending with '-', one final dot allowed. Anything else it
+ * reads otherwise (evutil_inet_pton takes "1.2.3.+4" and "1.2.3.-0" for
+ * addresses) or sends to DNS as bytes no name has. */
+static bool is_host_name(const char *s, size_t n)
+{
+    size_t start = 0;
+    if (n > 0 && s[n - 1] == '.')
+        n--;
+    for (size_t i = 0; i <= n; i++) {
+        if (i < n && s[i] != '.') {
+            if (!is_alpha(s[i]) && !is_digit(s[i]) && s[i] != '-' && s[i] != '_')
+                return false;
+            continue;
+        }
+        if (i == start || s[start] == '-' || s[i - 1] == '-')
+            return false;
+        start = i + 1;
+    }
+    return true;
+}
+
+/* Checks the host of <len> bytes at <s> (without brackets; <bracketed> when
+ * it had them). Returns NULL, or why it is refused. An IP literal must be
+ * one the sink's resolver and the C library read alike: IPv6 in brackets
+ * (no zone), IPv4 as a plain dotted quad. A name that ip_literal_parse()
+ * takes for an IPv4 attempt (0127.0.0.1, 127.1, 0x7f.1, 127.0.0.1.) is
+ * not one: libevent reads some as other addresses and asks DNS for the
+ * others. */
+static const char *host_why(const char *s, size_t len, bool bracketed)
+{
+    char z[WEBURL_HOST_MAX + 1];
+    unsigned char ip[16];
+    struct ipaddr a;
+    memcpy(z, s, len);
+    z[len] = '\0';
+    if (bracketed)
+        return inet_pton(AF_INET6, z, ip) == 1 ? NULL : "bad host";
+    if (!is_host_name(s, len))
+        return "bad host";
+    if (ip_literal_parse(s, len, &a) != IP_LITERAL_NONE && inet_pton(AF_INET, z, ip) != 1)
+        return WEBURL_BAD_IPV4;
+    return NULL;
 }
 
 int weburl_parse(const char *url, struct weburl *u, const char **why)
@@ -65,6 +114,11 @@ int weburl_parse(const char *url, struct weburl *u, const char **why)
     }
     if (he == hs || he - hs > WEBURL_HOST_MAX) {
         *why = "bad host";
+        return -1;
+    }
+    const char *bad = host_why(hs, (size_t)(he - hs), hs != p);
+    if (bad != NULL) {
+        *why = bad;
         return -1;
     }
     unsigned long port = u->https ? 443 : 80;

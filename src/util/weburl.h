@@ -5,7 +5,11 @@
  * user:password@ before the host, a token in the path or the query.
  *
  * A webhook URL is http[s]://HOST[:PORT][/PATH][?QUERY][#FRAGMENT] with HOST
- * a name, an IPv4 literal or an [IPv6] literal. A user name or password
+ * an ASCII name (labels of letters, digits, '-' and '_', one final dot
+ * allowed), an IPv4 literal written a.b.c.d (no other spelling: the sink's
+ * resolver, libevent's, would read 0127.0.0.1 as 127.0.0.1 where the C
+ * library reads 87.0.0.1, and ask DNS for 127.1) or an [IPv6] literal
+ * without a zone. A user name or password
  * (USER[:PASSWORD]@HOST) is refused: the sink would not send it, and every
  * message about the URL would have to hide it. */
 #ifndef SLUICE_UTIL_WEBURL_H
@@ -20,6 +24,12 @@
 #define WEBURL_NO_USERINFO                                                                         \
     "a user name or password in the URL (USER:PASSWORD@ before the host) is not supported: "       \
     "sluice would not send it"
+/* Why a host that is an IPv4 address in another spelling than a.b.c.d is
+ * refused: libevent's resolver reads 0127.0.0.1 as 127.0.0.1 where the C
+ * library, curl and browsers read 87.0.0.1, and asks DNS for 127.1. */
+#define WEBURL_BAD_IPV4                                                                            \
+    "bad host: an IPv4 address is written a.b.c.d, four decimal numbers from 0 to 255 without "    \
+    "leading zeros"
 
 /* Parts of a parsed URL, each a span of the URL's own text (borrowed). */
 struct weburl {
@@ -38,7 +48,7 @@ struct weburl {
 /* Parses the NUL-terminated <url> into <u> (spans of <url>). Returns 0, or
  * -1 with <*why> set to a static text that quotes nothing of the URL
  * ("not an http:// or https:// URL", "bad host", "bad port", "unterminated
- * [IPv6] host", WEBURL_NO_USERINFO). */
+ * [IPv6] host", WEBURL_NO_USERINFO, WEBURL_BAD_IPV4). */
 int weburl_parse(const char *url, struct weburl *u, const char **why);
 
 /* Returns (malloc'd; NULL when out of memory) how <url> is shown on

@@ -77,6 +77,34 @@ static void refuses(void **state)
         {"https://example.test:000080/", "bad port"},
         {"https://example.test:1:2/", "bad port"},
         {"https://[::1/", "unterminated [IPv6] host"},
+        /* IP spellings that libevent's resolver reads otherwise than the C
+         * library and URL parsers (0127 is octal 87 to them, decimal 127 to
+         * evutil_inet_pton; 127.1 and 0x7f.1 would be asked of DNS) */
+        {"http://0127.0.0.1:9000/", WEBURL_BAD_IPV4},
+        {"http://127.1/", WEBURL_BAD_IPV4},
+        {"http://2130706433/", WEBURL_BAD_IPV4},
+        {"http://0x7f.0.0.1/", WEBURL_BAD_IPV4},
+        {"http://127.0.0.1./", WEBURL_BAD_IPV4},
+        {"http://127.0.0.08/", WEBURL_BAD_IPV4},
+        {"http://1.2.3.256/", WEBURL_BAD_IPV4},
+        /* names that are not names: evutil_inet_pton takes 1.2.3.+4 and
+         * 1.2.3.-0 for 1.2.3.4 and 1.2.3.0 */
+        {"http://1.2.3.+4/", "bad host"},
+        {"http://1.2.3.-0/", "bad host"},
+        {"http://example-.test/", "bad host"},
+        {"http://example..test/", "bad host"},
+        {"http://.example.test/", "bad host"},
+        {"http://exa%6dple.test/", "bad host"},
+        {"http://exa mple.test/", "bad host"},
+        {"http://ex\\ample.test/", "bad host"},
+        {"http://b\xc3\xbc"
+         "cher.test/",
+         "bad host"},
+        /* brackets hold IPv6 only, without a zone */
+        {"https://[127.0.0.1]/", "bad host"},
+        {"https://[fe80::1%25eth0]/", "bad host"},
+        {"https://[::1::2]/", "bad host"},
+        {"https://[example.test]/", "bad host"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct weburl u;
@@ -94,11 +122,50 @@ static void refuses(void **state)
     assert_span(u.host, u.host_len, "example.test");
     /* a host of 253 bytes loads, 254 does not */
     char url[300];
-    snprintf(url, sizeof(url), "https://%0253d/", 0);
+    char host[255];
+    for (size_t i = 0; i < sizeof(host) - 1; i++)
+        host[i] = i % 64 == 63 ? '.' : 'a';
+    host[253] = '\0';
+    snprintf(url, sizeof(url), "https://%s/", host);
     assert_int_equal(weburl_parse(url, &u, &why), 0);
-    snprintf(url, sizeof(url), "https://%0254d/", 0);
+    host[253] = 'a';
+    host[254] = '\0';
+    snprintf(url, sizeof(url), "https://%s/", host);
     assert_int_equal(weburl_parse(url, &u, &why), -1);
     assert_string_equal(why, "bad host");
+    /* and a number of 253 digits is no name */
+    snprintf(url, sizeof(url), "https://%0253d/", 0);
+    assert_int_equal(weburl_parse(url, &u, &why), -1);
+    assert_string_equal(why, WEBURL_BAD_IPV4);
+}
+
+/* Hosts the sink and `check` take as they are. */
+static void accepts_names_and_canonical_ips(void **state)
+{
+    (void)state;
+    static const char *const good[] = {
+        "http://127.0.0.1:9000/hook",
+        "http://0.0.0.0/",
+        "https://255.255.255.255/",
+        "https://hooks.example.test./",
+        "https://_dmarc.example.test/",
+        "https://a-b.example.test/",
+        "https://xn--bcher-kva.test/",
+        "https://[::ffff:127.0.0.1]/",
+        "https://[2001:DB8::1]:8443/",
+        "https://[::]/",
+        "https://1.2.3.4x/",
+        "https://localhost",
+        "https://123abc/",
+    };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        struct weburl u;
+        const char *why = NULL;
+        int rc = weburl_parse(good[i], &u, &why);
+        if (rc != 0)
+            print_message("%s: %s\n", good[i], why != NULL ? why : "(none)");
+        assert_int_equal(rc, 0);
+    }
 }
 
 static void label_keeps_short_urls(void **state)
@@ -179,7 +246,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(parses_http_and_https),  cmocka_unit_test(refuses),
         cmocka_unit_test(label_keeps_short_urls), cmocka_unit_test(label_hides_the_rest),
-        cmocka_unit_test(label_hides_userinfo),
+        cmocka_unit_test(label_hides_userinfo),   cmocka_unit_test(accepts_names_and_canonical_ips),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
