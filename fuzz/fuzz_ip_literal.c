@@ -1,7 +1,12 @@
 /* fuzz_ip_literal: ip_literal_parse() and cidr_parse() on any bytes.
  * Invariants: a parsed address formats to text that parses back to the same
  * address (as a host prefix too); anything with ':' is never a name; a
- * parsed CIDR formats to text that parses back to the same CIDR. */
+ * parsed CIDR formats to text that parses back to the same CIDR; what the C
+ * library reads as an address (inet_aton(), which getaddrinfo() and most
+ * clients use for IPv4 in all its spellings, and inet_pton() for IPv6) is
+ * that same address or refused (INVALID), never another address, never a
+ * name that DNS would then be asked for. */
+#include <arpa/inet.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +38,33 @@ static void check_address(const struct ipaddr *a)
         abort();
 }
 
+/* The invariant against the C library on <s> (<k>, <a> from
+ * ip_literal_parse()). inet_aton() stops at the first white space, which
+ * no host reaches the parser with: only inputs without any are compared. */
+static void check_libc(const char *s, size_t size, enum ip_literal_kind k, const struct ipaddr *a)
+{
+    char buf[128];
+    struct in_addr v4;
+    unsigned char v6[16];
+    struct ipaddr want;
+    if (size >= sizeof(buf) || memchr(s, '\0', size) != NULL)
+        return;
+    for (size_t i = 0; i < size; i++)
+        if (s[i] == ' ' || (s[i] >= '\t' && s[i] <= '\r'))
+            return;
+    memcpy(buf, s, size);
+    buf[size] = '\0';
+    if (inet_aton(buf, &v4) != 0)
+        ipaddr_from_v4(&want, ntohl(v4.s_addr));
+    else if (inet_pton(AF_INET6, buf, v6) == 1)
+        memcpy(want.b, v6, sizeof(want.b));
+    else
+        return;
+    if (k == IP_LITERAL_NONE ||
+        ((k == IP_LITERAL_V4 || k == IP_LITERAL_V6) && !ipaddr_equal(a, &want)))
+        abort();
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct ipaddr a;
@@ -45,6 +77,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     if (size > 0 && memchr(s, ':', size) != NULL && k != IP_LITERAL_V6 && k != IP_LITERAL_INVALID)
         abort();
+    check_libc(s, size, k, &a);
 
     /* cidr_parse takes a terminated string; stop at the first NUL. */
     if (size < 256) {
