@@ -26,6 +26,13 @@ struct webhook_tls *webhook_tls_new(const char *host, bool is_ip, const char **w
         goto err;
     }
     t->is_ip = is_ip;
+    /* A name written with its final dot (hooks.example.test.) is the same
+     * name: it is sent as SNI (RFC 6066: no final dot) and checked against
+     * the certificate without it, which X509_check_host() would not match
+     * to hooks.example.test (curl does the same). */
+    size_t n = strlen(t->host);
+    if (!is_ip && n > 1 && t->host[n - 1] == '.')
+        t->host[n - 1] = '\0';
     t->ctx = SSL_CTX_new(TLS_client_method());
     if (t->ctx == NULL) {
         *why = "cannot create a TLS context";

@@ -3,8 +3,9 @@
  * Owns one SSL_CTX per sink: TLS 1.2 or later, the server's certificate
  * chain verified against the system's CA store (OpenSSL's default paths:
  * /etc/ssl/certs, or the files SSL_CERT_FILE and SSL_CERT_DIR name) and
- * its name checked against the URL's host: a DNS name against the
- * certificate's DNS names (and sent as SNI), an IP literal against its IP
+ * its name checked against the URL's host: a DNS name (without a final
+ * dot written after it) against the certificate's DNS names (and sent as
+ * SNI), an IP literal against its IP
  * addresses (no SNI, RFC 6066). A handshake that fails verification
  * fails the delivery; there is no switch to turn verification off. */
 #ifndef SLUICE_WATCH_WEBHOOK_TLS_H

@@ -11,7 +11,11 @@
 #include <stdlib.h>
 #include <cmocka.h>
 
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/http.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 #include "state/store.h"
 
@@ -833,6 +837,36 @@ static void an_https_alert_sent_out_of_descriptors_is_retried(void **state)
     event_base_free(base);
 }
 
+/* A name written with its final dot (https://hooks.example.test./hook, a
+ * URL `check` takes) is sent as SNI and checked against the certificate
+ * without it, as curl does: X509_check_host() does not match
+ * "hooks.example.test." to a certificate for hooks.example.test, so every
+ * delivery failed with "hostname mismatch", and RFC 6066 sends no dot. */
+static void a_name_with_a_final_dot_is_checked_without_it(void **state)
+{
+    (void)state;
+    static const char *const urls[] = {"https://hooks.example.test./hook",
+                                       "https://hooks.example.test/hook"};
+    for (size_t i = 0; i < sizeof(urls) / sizeof(urls[0]); i++) {
+        struct event_base *base = event_base_new();
+        char *err = NULL;
+        struct webhook *w = webhook_new(base, urls[i], NULL, &err);
+        assert_non_null(w);
+        struct bufferevent *bev = webhook_tls_bev(w->tls, base);
+        assert_non_null(bev);
+        SSL *ssl = bufferevent_openssl_get_ssl(bev);
+        assert_non_null(ssl);
+        assert_string_equal(SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name),
+                            "hooks.example.test");
+        const char *checked = X509_VERIFY_PARAM_get0_host(SSL_get0_param(ssl), 0);
+        assert_non_null(checked);
+        assert_string_equal(checked, "hooks.example.test");
+        bufferevent_free(bev);
+        webhook_free(w);
+        event_base_free(base);
+    }
+}
+
 int main(void)
 {
     event_set_mem_functions(mem_malloc, mem_realloc, free);
@@ -852,6 +886,7 @@ int main(void)
         cmocka_unit_test(an_alert_whose_request_cannot_be_made_is_retried),
         cmocka_unit_test(an_alert_sent_out_of_descriptors_is_retried),
         cmocka_unit_test(an_https_alert_sent_out_of_descriptors_is_retried),
+        cmocka_unit_test(a_name_with_a_final_dot_is_checked_without_it),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
