@@ -180,37 +180,47 @@ static int audit_mounts(int argc, char **argv)
     if (a.justify != NULL) {
         char *jdata = NULL;
         size_t jlen = 0;
+        /* the caller's name, escaped as in the warnings below: one holding
+         * a line end or an escape byte would forge lines on the terminal */
+        char *jf = text_shown(a.justify);
         if (read_all(a.justify, JUSTIFY_MAX_BYTES, &jdata, &jlen) < 0) {
-            fprintf(stderr, "sluice audit: %s: %s\n", a.justify, strerror(errno));
+            fprintf(stderr, "sluice audit: %s: %s\n", jf, strerror(errno));
+            free(jf);
             return EXIT_USAGE;
         }
-        struct report_ctx r = {a.justify};
+        struct report_ctx r = {jf};
         int bad = justify_parse(jdata, jlen, &just, report_bad_line, &r);
         free(jdata);
         if (bad != 0) {
             if (bad < 0)
-                fprintf(stderr, "sluice audit: %s: too large or out of memory\n", a.justify);
+                fprintf(stderr, "sluice audit: %s: too large or out of memory\n", jf);
+            free(jf);
             justify_free(&just);
             return EXIT_USAGE;
         }
+        free(jf);
     }
 
     char *data = NULL;
     size_t len = 0;
+    char *shown = text_shown(path); /* --mountinfo too: the caller's name */
     if (read_all(path, MOUNTINFO_MAX_BYTES, &data, &len) < 0) {
-        fprintf(stderr, "sluice audit: %s: %s\n", path, strerror(errno));
+        fprintf(stderr, "sluice audit: %s: %s\n", shown, strerror(errno));
+        free(shown);
         justify_free(&just);
         return EXIT_USAGE;
     }
     struct mountinfo mi;
     char err[256];
     if (mountinfo_parse(data, len, &mi, err, sizeof(err)) < 0) {
-        fprintf(stderr, "sluice audit: %s: %s\n", path, err);
+        fprintf(stderr, "sluice audit: %s: %s\n", shown, err);
+        free(shown);
         free(data);
         mountinfo_free(&mi);
         justify_free(&just);
         return EXIT_USAGE;
     }
+    free(shown);
     free(data);
 
     size_t nwritable = 0, nunjustified = 0;

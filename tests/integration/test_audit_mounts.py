@@ -181,6 +181,25 @@ def test_bad_justify_lines_reported(run_sluice, tmp_path):
     assert r.stdout == ""
 
 
+def test_bad_justify_lines_name_the_file_escaped(run_sluice, tmp_path):
+    # The error lines on standard error named the justification file raw
+    # while the warnings escaped it: a name holding a line end wrote an
+    # error line of its own, and an escape byte reached the terminal.
+    mi = write(tmp_path, "mountinfo", MOUNTINFO)
+    just = write(tmp_path, "j\nerror: forged\x1b[2K", "relative: no\n")
+    r = run_sluice("audit", "mounts", "--mountinfo", mi, "--justify", just)
+    assert r.returncode == 2
+    shown = str(tmp_path) + "/j\\012error: forged\\033[2K"
+    errs = r.stderr.splitlines()
+    assert len(errs) == 1 and errs[0].startswith("error: %s:1: " % shown), errs
+    assert "\x1b" not in r.stderr
+    # and so is the --mountinfo file's name in its errors
+    r = run_sluice("audit", "mounts", "--mountinfo", str(tmp_path / "m\nerror: x\x1b[2K"))
+    assert r.returncode == 2
+    assert r.stderr.startswith("sluice audit: %s/m\\012error: x\\033[2K: " % tmp_path), r.stderr
+    assert "\x1b" not in r.stderr and len(r.stderr.splitlines()) == 1
+
+
 def test_malformed_mountinfo_exit_2(run_sluice, tmp_path):
     mi = write(tmp_path, "mountinfo", MOUNTINFO + "30 22 0:1 / relative rw - tmpfs t rw\n")
     r = run_sluice("audit", "mounts", "--mountinfo", mi)
