@@ -219,16 +219,25 @@ static void on_accept_error(struct evconnlistener *lev, void *arg)
     evtimer_add(l->pause_timer, &backoff);
 }
 
-/* True when a server listens on the unix socket at <a>: a connection to
- * it is accepted, or waits in its full backlog. A stale socket (its server
- * gone without removing it) refuses it. */
-static bool unix_in_use(const struct listen_addr *a)
+/* True when the unix socket at <a> may be in use: a connection to it is
+ * accepted, or waits in its full backlog, or fails for any reason but
+ * ECONNREFUSED (ENOENT: removed meanwhile), which alone says that nothing
+ * serves there (a stale socket, its server gone without removing it). A
+ * socket of another type (EPROTOTYPE: a datagram or seqpacket server) or
+ * one we may not write (EACCES: another user's server) is not stale. Sets
+ * <*why> to connect()'s error, 0 when it was accepted or waits. */
+static bool unix_in_use(const struct listen_addr *a, int *why)
 {
+    *why = 0;
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return false;
-    bool used = connect(fd, (const struct sockaddr *)&a->ss, a->sslen) == 0 || errno == EAGAIN ||
-                errno == EINPROGRESS;
+    bool used = true;
+    if (connect(fd, (const struct sockaddr *)&a->ss, a->sslen) != 0 && errno != EAGAIN &&
+        errno != EINPROGRESS) {
+        *why = errno;
+        used = errno != ECONNREFUSED && errno != ENOENT;
+    }
     close(fd);
     return used;
 }
@@ -246,8 +255,13 @@ static evutil_socket_t open_unix(const struct listen_addr *a, struct stat *bound
         }
         /* Removing a live one would leave its server (another gateway)
          * serving nobody, and that server's exit would remove ours. */
-        if (unix_in_use(a)) {
-            snprintf(err, errlen, "%s: in use by another server", a->text);
+        int why;
+        if (unix_in_use(a, &why)) {
+            if (why == 0)
+                snprintf(err, errlen, "%s: in use by another server", a->text);
+            else
+                snprintf(err, errlen, "%s: in use by another server (connect: %s)", a->text,
+                         strerror(why));
             return -1;
         }
         unlink(un->sun_path); /* a stale socket from an earlier run */

@@ -204,6 +204,55 @@ def test_listen_address_given_twice_is_named(run_sluice, net, tmp_path):
         assert not os.path.exists(sock)
 
 
+@pytest.mark.parametrize("kind", [socket.SOCK_DGRAM, socket.SOCK_SEQPACKET],
+                         ids=["dgram", "seqpacket"])
+def test_live_socket_of_another_type_is_not_taken_over(run_sluice, sluice_bin, net, tmp_path,
+                                                       kind):
+    # A connect() to a socket of another type fails with EPROTOTYPE, which
+    # was taken for a stale socket: its file was removed and the gateway
+    # listened there, taking the path of a live datagram or seqpacket server.
+    # Only a refused connection means that nothing serves there.
+    path = tmp_path / "ok.yaml"
+    path.write_text(policy_yaml(net.policy([api_rule(net)])))
+    sock = str(tmp_path / "other.sock")
+    other = socket.socket(socket.AF_UNIX, kind)
+    try:
+        other.bind(sock)
+        if kind == socket.SOCK_SEQPACKET:
+            other.listen(1)
+        ino = os.stat(sock).st_ino
+        p = run_sluice("serve", "--policy", str(path), "--listen", "unix:" + sock, timeout=15)
+        assert p.returncode == 2, (p.returncode, p.stderr)
+        assert ("sluice serve: unix:%s: in use by another server (connect: Protocol wrong type "
+                "for socket)" % sock) in p.stderr.splitlines(), p.stderr
+        assert os.stat(sock).st_ino == ino
+    finally:
+        other.close()
+
+    # a stale stream socket (nothing listens: refused) is still taken over
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    os.unlink(sock)
+    stale.bind(sock)
+    stale.close()
+    gw = subprocess.Popen([sluice_bin, "serve", "--policy", str(path), "--listen",
+                           "unix:" + sock], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        def served():
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                c.connect(sock)
+                return True
+            except OSError:
+                return gw.poll() is not None  # exited: said below
+            finally:
+                c.close()
+        assert poll(served, timeout=15)
+        assert gw.poll() is None, gw.stderr.read()
+    finally:
+        gw.terminate()
+        gw.wait(timeout=15)
+
+
 @pytest.mark.parametrize("admin, why", [
     ("0", "port 0 is not allowed"), (":0", "port 0 is not allowed"),
     ("127.0.0.1:0", "port 0 is not allowed"), ("[::1]:0", "port 0 is not allowed"),

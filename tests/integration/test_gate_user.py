@@ -5,6 +5,7 @@ Runs only as root (the CI machines are); loopback only."""
 
 import os
 import shutil
+import socket
 import sqlite3
 import subprocess
 import tempfile
@@ -140,3 +141,34 @@ def test_user_errors(run_sluice, sluice_bin, net, open_dir):
     r = subprocess.run(as_nobody + ["--user", "daemon"], capture_output=True, text=True,
                        timeout=20, cwd=open_dir)
     assert r.returncode == 2 and "cannot become user daemon: not running as root" in r.stderr
+
+
+def test_another_users_live_socket_is_not_taken_over(sluice_bin, net, open_dir):
+    # Started as nobody on the path of root's live socket (mode 0600) in a
+    # directory every user may write: connect() fails with EACCES, which was
+    # taken for a stale socket, so the gateway removed root's socket file and
+    # listened there itself. Only a refused connection says nothing serves.
+    pol = os.path.join(open_dir, "p.yaml")
+    with open(pol, "w") as f:
+        f.write(policy_yaml(net.policy([api_rule(net)])))
+    os.chmod(pol, 0o644)
+    shared = os.path.join(open_dir, "shared")
+    os.mkdir(shared)
+    os.chmod(shared, 0o777)  # not sticky: nobody may remove root's files here
+    sock = os.path.join(shared, "root.sock")
+    other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        other.bind(sock)
+        other.listen(1)
+        os.chmod(sock, 0o600)
+        ino = os.stat(sock).st_ino
+        r = subprocess.run(["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY),
+                            "--clear-groups", "--", sluice_bin, "serve", "--policy", pol,
+                            "--listen", "unix:" + sock, "--log", "/dev/null"],
+                           capture_output=True, text=True, timeout=20, cwd=open_dir)
+        assert r.returncode == 2, (r.returncode, r.stderr)
+        assert ("sluice serve: unix:%s: in use by another server (connect: Permission denied)"
+                % sock) in r.stderr.splitlines(), r.stderr
+        assert os.stat(sock).st_ino == ino
+    finally:
+        other.close()
