@@ -2,6 +2,7 @@
 #include "gate/name_servers.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -145,12 +146,16 @@ static void set_default_port(struct sockaddr_storage *ss)
 
 /* The addresses of the servers in <cfg>, or else those of /etc/resolv.conf
  * (a missing file or no nameserver line: none, never the 127.0.0.1 evdns
- * would otherwise assume), into <ss> (room for <cap>). Returns how many. */
-static size_t server_addrs(struct event_base *base, const struct dns_cfg *cfg,
-                           const char *resolv_conf, struct sockaddr_storage *ss, socklen_t *len,
-                           size_t cap)
+ * would otherwise assume), into <ss> (room for <cap>); their number in
+ * <*count>. Returns -1 with errno set when resolv.conf could not be read
+ * whole: evdns opens a socket for each nameserver line as it parses, and
+ * drops, without a word, each one it cannot open (descriptors short), as
+ * it does the file when it cannot open it. */
+static int server_addrs(struct event_base *base, const struct dns_cfg *cfg, const char *resolv_conf,
+                        struct sockaddr_storage *ss, socklen_t *len, size_t cap, size_t *count_out)
 {
     size_t n = 0;
+    *count_out = 0;
 
     for (size_t i = 0; i < cfg->nservers && n < cap; i++) {
         int l = (int)sizeof(ss[n]);
@@ -159,13 +164,24 @@ static size_t server_addrs(struct event_base *base, const struct dns_cfg *cfg,
             len[n++] = (socklen_t)l;
         }
     }
-    if (cfg->nservers > 0)
-        return n;
-    struct evdns_base *conf = evdns_base_new(base, EVDNS_BASE_DISABLE_WHEN_INACTIVE);
-    if (conf == NULL)
+    if (cfg->nservers > 0) {
+        *count_out = n;
         return 0;
+    }
+    struct evdns_base *conf = evdns_base_new(base, EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+    if (conf == NULL) {
+        errno = ENOMEM;
+        return -1;
+    }
+    errno = 0;
     (void)evdns_base_resolv_conf_parse(
         conf, DNS_OPTION_NAMESERVERS | DNS_OPTION_NAMESERVERS_NO_DEFAULT, resolv_conf);
+    int e = errno;
+    if (e == EMFILE || e == ENFILE || e == ENOMEM) {
+        evdns_base_free(conf, 0);
+        errno = e;
+        return -1;
+    }
     /* evdns keeps its servers in a ring where each one added goes right
      * after the first (libevent 2.1's evdns_nameserver_add_impl_()): lines
      * A, B, C are listed A, C, B. They are taken in the order of the lines,
@@ -179,7 +195,8 @@ static size_t server_addrs(struct event_base *base, const struct dns_cfg *cfg,
             len[n++] = (socklen_t)l;
     }
     evdns_base_free(conf, 0);
-    return n;
+    *count_out = n;
+    return 0;
 }
 
 int name_servers_open(struct event_base *base, const struct dns_cfg *cfg, const char *resolv_conf,
@@ -187,10 +204,14 @@ int name_servers_open(struct event_base *base, const struct dns_cfg *cfg, const 
 {
     struct sockaddr_storage ss[POLICY_MAX_DNS_SERVERS];
     socklen_t len[POLICY_MAX_DNS_SERVERS];
-    size_t count = server_addrs(base, cfg, resolv_conf, ss, len, POLICY_MAX_DNS_SERVERS);
+    size_t count;
 
     *out = NULL;
     *n = 0;
+    if (server_addrs(base, cfg, resolv_conf, ss, len, POLICY_MAX_DNS_SERVERS, &count) < 0) {
+        *err = errmsg("dns: cannot read the servers of %s: %s", resolv_conf, strerror(errno));
+        return -1;
+    }
     if (count == 0)
         return 0;
     struct name_server *b = calloc(count, sizeof(*b));
@@ -219,8 +240,10 @@ bool name_servers_unchanged(struct event_base *base, const struct dns_cfg *cfg,
 {
     struct sockaddr_storage ss[POLICY_MAX_DNS_SERVERS];
     socklen_t len[POLICY_MAX_DNS_SERVERS];
-    size_t count = server_addrs(base, cfg, resolv_conf, ss, len, POLICY_MAX_DNS_SERVERS);
-    if (count != n)
+    size_t count;
+    /* not read whole: name_servers_open() says why */
+    if (server_addrs(base, cfg, resolv_conf, ss, len, POLICY_MAX_DNS_SERVERS, &count) < 0 ||
+        count != n)
         return false;
     for (size_t i = 0; i < count; i++) {
         char addr[sizeof(ns[i].st.addr)];

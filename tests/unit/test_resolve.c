@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -1256,7 +1257,8 @@ static void write_resolv_conf(const char *path, const char *addr)
 
 /* A policy without dns.servers uses resolv.conf as it is at each reload:
  * a new server there is asked after SIGHUP; the same servers are kept
- * (their bases and what they did), and none left means no server. */
+ * (their bases and what they did), also when a reload cannot read them for
+ * want of descriptors, and none left means no server. */
 static void test_reload_rereads_resolv_conf(void **state)
 {
     (void)state;
@@ -1289,6 +1291,40 @@ static void test_reload_rereads_resolv_conf(void **state)
     res = lookup_wait(base, r, "one.test");
     assert_int_equal(res.err, 0);
     assert_addr(&res.a[0], v4("192.0.2.2"));
+
+    /* Short of descriptors (evdns opens a socket for each nameserver line
+     * as it reads resolv.conf, and drops, without a word, the ones it
+     * cannot open, as it does the file): the reload fails, and the servers
+     * in use are kept. It installed an empty set, or one without the
+     * servers it could not open, and every lookup failed until the next
+     * reload. Both the file (no descriptor free) and the second server's
+     * socket (one free: the file is read and closed, the first server
+     * takes it) are tried. */
+    char text[128];
+    snprintf(text, sizeof(text), "nameserver %s\nnameserver %s\n", d1.addr, d2.addr);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(resolver_reload(r, &none), 0);
+    assert_int_equal(r->nns, 2);
+    before = r->ns;
+    struct rlimit was;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &was), 0);
+    for (int spare = 0; spare < 2; spare++) {
+        int lowest = dup(0); /* the lowest descriptor free: none below it */
+        assert_true(lowest >= 0);
+        close(lowest);
+        struct rlimit low = {(rlim_t)(lowest + spare), was.rlim_max};
+        assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+        int rc = resolver_reload(r, &none);
+        assert_int_equal(setrlimit(RLIMIT_NOFILE, &was), 0);
+        assert_int_equal(rc, -1);
+        assert_ptr_equal(r->ns, before);
+        assert_int_equal(r->nns, 2);
+    }
+    res = lookup_wait(base, r, "one.test");
+    assert_int_equal(res.err, 0);
 
     /* Gone: no server. */
     write_resolv_conf(path, NULL);
