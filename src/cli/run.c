@@ -1,7 +1,7 @@
 /* sluice run: a command in the box, its only way out the gateway.
  *
  *   sluice run --policy FILE [--agent ID] [--ro PATH]... [--rw PATH]... [--hide PATH]...
- *              [--allow-unix] [--log FILE] [--alerts FILE] [--gateway-user USER]
+ *              [--allow-unix] [--log FILE] [--alerts FILE] [--gateway-user USER[:GROUP]]
  *              [--tmp-size SIZE] -- CMD [ARG]...
  *   sluice run --proxy unix:/path/gw.sock [...] -- CMD [ARG]...
  *
@@ -1162,7 +1162,7 @@ const struct command cmd_run = {
     .name = "run",
     .synopsis =
         "(--policy FILE | --proxy unix:PATH) [--agent ID] [--ro PATH]... [--rw PATH]... "
-        "[--hide PATH]... [--allow-unix] [--log FILE] [--alerts FILE] [--gateway-user USER] "
+        "[--hide PATH]... [--allow-unix] [--log FILE] [--alerts FILE] [--gateway-user USER[:GROUP]] "
         "[--tmp-size SIZE] -- "
         "CMD [ARG]...",
     .summary = "run a command in a box whose only way out is the gateway",

@@ -5,6 +5,7 @@ error or unreadable file. Every error names file:line and the field.
 """
 import json
 import os
+import re
 import subprocess
 import textwrap
 
@@ -469,6 +470,28 @@ def test_help_names_a_command(sluice_bin):
     assert r.returncode == 2 and "unknown command 'frobnicate'" in r.stderr and r.stdout == ""
     r = run(sluice_bin, "help", "check", "serve")
     assert r.returncode == 2 and "usage: sluice help [COMMAND]" in r.stderr
+
+
+def test_usage_lines_spell_each_flag_as_the_spec_does(sluice_bin):
+    """Each command's `--help` usage line names every flag of its synopsis in
+    docs/SPEC.md, with the same value (run's said `--gateway-user USER`
+    where the flag takes USER[:GROUP], as the spec and its own option line
+    say)."""
+    with open(os.path.join(REPO, "docs", "SPEC.md"), encoding="utf-8") as f:
+        spec = f.read()
+    block = spec.split("## Commands\n```\n", 1)[1].split("# planned", 1)[0]
+    flag = re.compile(r"(--[a-z-]+)( [A-Z][A-Za-z|-]*(?:\[:[A-Z]+\])?| [a-z]+\|[a-z|]+)?")
+    seen = set()
+    for line in block.splitlines():
+        words = line.split()
+        if len(words) < 2 or "--proxy" in words:
+            continue
+        cmd = words[1:3] if words[1] in ("audit", "calc") else words[1:2]
+        usage = run(sluice_bin, *cmd, "--help").stdout.splitlines()[0]
+        for name, value in flag.findall(line.split(" -- ", 1)[0]):
+            seen.add(name)
+            assert name + value in usage, (cmd, name + value, usage)
+    assert {"--gateway-user", "--user", "--tmp-size", "--justify"} <= seen, seen
 
 
 @pytest.mark.parametrize("pad", [0, 1])
