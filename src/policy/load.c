@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1104,26 +1105,71 @@ struct policy *policy_load_buffer_flags(const char *name, const char *buf, size_
     return c.p;
 }
 
-/* Reads at most POLICY_MAX_BYTES + 1 bytes of <fd> into a new buffer. */
-static char *read_all(int fd, size_t *len)
+/* How long a FIFO's (or pipe's) writer has for its first bytes, and for
+ * each write after them, before the load gives up: open() of a FIFO no one
+ * writes to would wait for ever, at start and on the reload thread (which
+ * the stop waits for). SLUICE_TEST_POLICY_FIFO_WAIT_S shortens it, test-only. */
+#define FIFO_WAIT_S 10u
+
+/* Why reading a FIFO timed out. */
+enum fifo_silence { FIFO_READ, FIFO_NO_WRITER, FIFO_WRITER_SILENT };
+
+/* Waits up to <wait_s> for the FIFO <fd> to have bytes or an end. Returns 1
+ * when it has, 0 when the time ran out, -1 (errno set) on failure. */
+static int fifo_wait(int fd, unsigned wait_s)
+{
+    uint64_t deadline = monotonic_ms() + (uint64_t)wait_s * 1000;
+    for (;;) {
+        uint64_t now = monotonic_ms();
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int n = now < deadline ? poll(&pfd, 1, (int)(deadline - now)) : 0;
+        if (n >= 0 || errno != EINTR)
+            return n > 0 ? 1 : n;
+    }
+}
+
+/* Reads at most POLICY_MAX_BYTES + 1 bytes of <fd> into a new buffer. A
+ * FIFO (<wait_s> > 0, <fd> O_NONBLOCK) is read once poll() says it has
+ * bytes or an end (a non-blocking read before a writer came reads an end);
+ * when nothing comes within <wait_s>, NULL with errno ETIMEDOUT and *why
+ * set: an end read without a hang-up means no writer came (Linux reports
+ * POLLHUP only once a writer has come and gone), EAGAIN one that wrote
+ * nothing. */
+static char *read_all(int fd, unsigned wait_s, size_t *len, enum fifo_silence *why)
 {
     size_t cap = 64 * 1024, n = 0;
     char *buf = xmalloc(cap);
-    while (n <= POLICY_MAX_BYTES) {
+    bool failed = false;
+    while (n <= POLICY_MAX_BYTES && !failed) {
         if (n == cap) {
             cap *= 2;
             buf = xreallocarray(buf, cap, 1);
         }
-        ssize_t r = read(fd, buf + n, cap - n);
-        if (r < 0 && errno == EINTR)
+        int ready = wait_s > 0 ? fifo_wait(fd, wait_s) : 1;
+        ssize_t r = ready < 0 ? -1 : read(fd, buf + n, cap - n);
+        if (ready >= 0 && r < 0 && errno == EINTR)
             continue;
-        if (r < 0) {
-            free(buf);
-            return NULL;
-        }
-        if (r == 0)
+        if (ready == 0 && (r == 0 || (r < 0 && errno == EAGAIN))) {
+            struct pollfd pfd = {.fd = fd, .events = POLLIN};
+            if (r == 0 && poll(&pfd, 1, 0) == 1)
+                break; /* the writer left just now */
+            *why = r == 0 ? FIFO_NO_WRITER : FIFO_WRITER_SILENT;
+            errno = ETIMEDOUT;
+            failed = true;
+        } else if (r < 0 && ready > 0 && errno == EAGAIN) {
+            continue;
+        } else if (r <= 0) {
+            failed = r < 0;
             break;
-        n += (size_t)r;
+        } else {
+            n += (size_t)r;
+        }
+    }
+    if (failed) {
+        int e = errno;
+        free(buf);
+        errno = e;
+        return NULL;
     }
     *len = n;
     return buf;
@@ -1138,21 +1184,42 @@ struct policy *policy_load_flags(const char *path, unsigned flags, struct diag *
 {
     if (diag->file == NULL)
         diag->file = path;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* Not blocked in open() by a FIFO no one writes to: read_all() waits
+     * for its writer, a bounded time. (A lease another process holds makes
+     * a non-blocking open fail: that wait is bounded by the kernel.) */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0 && errno == EWOULDBLOCK)
+        fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat st;
     int e = 0;
+    unsigned wait_s = 0;
     if (fd < 0)
         e = errno;
     else if (fstat(fd, &st) != 0)
         e = errno;
     else if (S_ISDIR(st.st_mode))
         e = EISDIR;
+    else if (S_ISFIFO(st.st_mode))
+        wait_s = (unsigned)env_number("SLUICE_TEST_POLICY_FIFO_WAIT_S", FIFO_WAIT_S, FIFO_WAIT_S);
+    else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)
+        e = errno;
     size_t len = 0;
-    char *buf = e == 0 ? read_all(fd, &len) : NULL;
+    enum fifo_silence why = FIFO_READ;
+    char *buf = e == 0 ? read_all(fd, wait_s, &len, &why) : NULL;
     if (e == 0 && buf == NULL)
         e = errno;
     if (fd >= 0)
         close(fd);
+    if (why == FIFO_NO_WRITER) {
+        diag_error(diag, 0, "", "cannot read %s: a FIFO no one writes to (waited %u s)", path,
+                   wait_s);
+        return NULL;
+    }
+    if (why == FIFO_WRITER_SILENT) {
+        diag_error(diag, 0, "", "cannot read %s: a FIFO whose writer wrote nothing for %u s", path,
+                   wait_s);
+        return NULL;
+    }
     if (e != 0) {
         diag_error(diag, 0, "", "cannot read %s: %s", path, strerror(e));
         return NULL;

@@ -3,6 +3,7 @@ tunnels, curl, and the assertions every deny test shares."""
 
 import http.client
 import json
+import os
 import socket
 import subprocess
 import time
@@ -282,6 +283,21 @@ def curl(*args, timeout=30):
     cmd = ["curl", "-sS", "--noproxy", "", "--max-time", "20"] + [str(a) for a in args]
     return subprocess.run(cmd, capture_output=True, timeout=timeout,
                           env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"})
+
+
+def fd_named(pid, suffix):
+    """True when process <pid> holds a descriptor whose /proc link ends in
+    <suffix>, else None (for poll())."""
+    try:
+        for fd in os.listdir("/proc/%d/fd" % pid):
+            try:
+                if os.readlink("/proc/%d/fd/%s" % (pid, fd)).endswith(suffix):
+                    return True
+            except OSError:
+                pass
+    except OSError:
+        pass
+    return None
 
 
 def poll(cond, timeout=5.0, interval=0.02, what="condition"):

@@ -10,8 +10,8 @@ import threading
 import pytest
 
 from conftest import policy_yaml
-from gate_client import (api_rule, connect, other_rule, other_url, poll, proc_stat, request,
-                         sched_and_pgid)
+from gate_client import (api_rule, connect, fd_named, other_rule, other_url, poll, proc_stat,
+                         request, sched_and_pgid)
 from gate_servers import BannerServer, free_port
 
 
@@ -412,19 +412,6 @@ def test_sched_unknown_class_exits_2(run_sluice, net, tmp_path):
     assert "--sched: 'fifo' is not batch or normal" in p.stderr
 
 
-def _fds_name(pid, suffix):
-    try:
-        for fd in os.listdir("/proc/%d/fd" % pid):
-            try:
-                if os.readlink("/proc/%d/fd/%s" % (pid, fd)).endswith(suffix):
-                    return True
-            except OSError:
-                pass
-    except OSError:
-        pass
-    return None
-
-
 def test_sigterm_during_startup_stops(sluice_bin, run_sluice, net, tmp_path):
     # A state store holding a million first contacts takes a second or more
     # to load. A SIGTERM that arrives then (a service manager stopping a
@@ -449,7 +436,7 @@ def test_sigterm_during_startup_stops(sluice_bin, run_sluice, net, tmp_path):
     with open(err, "wb") as f:
         p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=f)
     try:
-        poll(lambda: _fds_name(p.pid, "/sluice.db"), timeout=10, interval=0.005,
+        poll(lambda: fd_named(p.pid, "/sluice.db"), timeout=10, interval=0.005,
              what="the state store to be opened")
         assert "serving" not in err.read_text()  # still loading it
         p.send_signal(signal.SIGTERM)
