@@ -219,20 +219,24 @@ static void on_accept_error(struct evconnlistener *lev, void *arg)
     evtimer_add(l->pause_timer, &backoff);
 }
 
-/* True when the unix socket at <a> may be in use: a connection to it is
+/* 1 when the unix socket at <a> may be in use: a connection to it is
  * accepted, or waits in its full backlog, or fails for any reason but
  * ECONNREFUSED (ENOENT: removed meanwhile), which alone says that nothing
- * serves there (a stale socket, its server gone without removing it). A
- * socket of another type (EPROTOTYPE: a datagram or seqpacket server) or
- * one we may not write (EACCES: another user's server) is not stale. Sets
- * <*why> to connect()'s error, 0 when it was accepted or waits. */
-static bool unix_in_use(const struct listen_addr *a, int *why)
+ * serves there (a stale socket, its server gone without removing it), 0
+ * then. A socket of another type (EPROTOTYPE: a datagram or seqpacket
+ * server) or one we may not write (EACCES: another user's server) is not
+ * stale. Sets <*why> to connect()'s error, 0 when it was accepted or waits.
+ * -1, <*why> set, when no socket could be had to ask (EMFILE): that tells
+ * nothing, and a live server's file must not be taken for stale. */
+static int unix_in_use(const struct listen_addr *a, int *why)
 {
     *why = 0;
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return false;
-    bool used = true;
+    if (fd < 0) {
+        *why = errno;
+        return -1;
+    }
+    int used = 1;
     if (connect(fd, (const struct sockaddr *)&a->ss, a->sslen) != 0 && errno != EAGAIN &&
         errno != EINPROGRESS) {
         *why = errno;
@@ -256,7 +260,13 @@ static evutil_socket_t open_unix(const struct listen_addr *a, struct stat *bound
         /* Removing a live one would leave its server (another gateway)
          * serving nobody, and that server's exit would remove ours. */
         int why;
-        if (unix_in_use(a, &why)) {
+        int used = unix_in_use(a, &why);
+        if (used < 0) {
+            snprintf(err, errlen, "%s: cannot tell whether another server uses it (socket: %s)",
+                     a->text, strerror(why));
+            return -1;
+        }
+        if (used) {
             if (why == 0)
                 snprintf(err, errlen, "%s: in use by another server", a->text);
             else

@@ -253,6 +253,42 @@ def test_live_socket_of_another_type_is_not_taken_over(run_sluice, sluice_bin, n
         gw.wait(timeout=15)
 
 
+def test_live_socket_is_not_taken_over_when_the_probe_has_no_descriptor(sluice_bin, net,
+                                                                       tmp_path):
+    # unix_in_use() took a socket() that failed (EMFILE) for "not in use":
+    # a live server's socket file was removed, then the listener's own
+    # socket() failed too and serve exited 2, the other server left without
+    # its path. Each descriptor limit from very few up is tried until the
+    # probe gets its socket ("in use by another server"); the file must
+    # stay through all of them, and one limit must fail the probe itself.
+    path = tmp_path / "ok.yaml"
+    path.write_text(policy_yaml(net.policy([api_rule(net)])))
+    sock = str(tmp_path / "live.sock")
+    live = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe_failed = False
+    try:
+        live.bind(sock)
+        live.listen(1)
+        ino = os.stat(sock).st_ino
+        for n in range(4, 200):
+            p = subprocess.run(["prlimit", "--nofile=%d:%d" % (n, n), "--", sluice_bin, "serve",
+                                "--policy", str(path), "--listen", "unix:" + sock],
+                               capture_output=True, text=True, timeout=30)
+            assert os.path.exists(sock) and os.stat(sock).st_ino == ino, (n, p.stderr)
+            if ("sluice serve: unix:%s: cannot tell whether another server uses it (socket: "
+                    "Too many open files)" % sock) in p.stderr.splitlines():
+                assert p.returncode == 2, (n, p.returncode, p.stderr)
+                probe_failed = True
+            if "sluice serve: unix:%s: in use by another server" % sock in p.stderr:
+                assert p.returncode == 2, (n, p.returncode, p.stderr)
+                break
+        else:
+            pytest.fail("the probe never got a descriptor")
+    finally:
+        live.close()
+    assert probe_failed
+
+
 @pytest.mark.parametrize("admin, why", [
     ("0", "port 0 is not allowed"), (":0", "port 0 is not allowed"),
     ("127.0.0.1:0", "port 0 is not allowed"), ("[::1]:0", "port 0 is not allowed"),
