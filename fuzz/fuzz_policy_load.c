@@ -2,18 +2,79 @@
  * Invariants: it returns NULL exactly when the diagnostics hold an error;
  * every diagnostic formats; a policy that loads has every rule in tier 0-3,
  * with at least one port, sorted and unique, a pattern, its own index, and
- * an owner and an expiry date when it is tier 3; nothing leaks (ASan). */
+ * an owner and an expiry date when it is tier 3, a line within the input;
+ * the lookup index finds every rule under its own key (an exact rule under
+ * its host, a wildcard rule under its suffix, a cidr: rule at its prefix
+ * length for its network address), in lists of rules of that kind and key
+ * in file order, so no rule the loader kept is lost to the decisions;
+ * nothing leaks (ASan). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "policy/index.h"
 #include "policy/policy.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+static size_t input_lines;
+
+/* <l> is in file order, names rules of <p> of <kind> (and <host>), and
+ * holds rule <want>. */
+static void check_list(const struct policy *p, struct rule_list l, enum rule_kind kind,
+                       const char *host, size_t want)
+{
+    int found = 0;
+    for (size_t k = 0; k < l.count; k++) {
+        if (l.items[k] >= p->nrules || (k > 0 && l.items[k] <= l.items[k - 1]))
+            abort();
+        const struct rule *o = &p->rules[l.items[k]];
+        if (o->kind != kind || (host != NULL && strcmp(o->host, host) != 0))
+            abort();
+        found |= l.items[k] == want;
+    }
+    if (!found)
+        abort();
+}
+
+struct cidr_want {
+    const struct policy *p;
+    const struct rule *r;
+    int seen;
+};
+
+static int cidr_seen(struct rule_list l, unsigned prefix, void *arg)
+{
+    struct cidr_want *w = arg;
+    for (size_t k = 0; k < l.count; k++) {
+        if (l.items[k] >= w->p->nrules || w->p->rules[l.items[k]].kind != RULE_CIDR ||
+            w->p->rules[l.items[k]].cidr.prefix != prefix)
+            abort();
+    }
+    if (prefix == w->r->cidr.prefix) {
+        check_list(w->p, l, RULE_CIDR, NULL, w->r->index);
+        w->seen = 1;
+    }
+    return 0;
+}
+
+static void check_indexed(const struct policy *p, const struct rule *r)
+{
+    if (r->kind == RULE_EXACT) {
+        check_list(p, index_exact(p->index, r->host), RULE_EXACT, r->host, r->index);
+    } else if (r->kind == RULE_WILDCARD) {
+        check_list(p, index_wildcard(p->index, r->host), RULE_WILDCARD, r->host, r->index);
+    } else {
+        struct cidr_want w = {p, r, 0};
+        index_cidr_each(p->index, &r->cidr.addr, cidr_seen, &w);
+        if (!w.seen)
+            abort();
+    }
+}
+
 static void check_rule(const struct rule *r, size_t i)
 {
-    if (r->index != i || r->line < 1 || r->pattern == NULL)
+    if (r->index != i || r->line < 1 || (size_t)r->line > input_lines || r->pattern == NULL)
         abort();
     if (r->tier < TIER_0 || r->tier > TIER_3 || r->nports < 1 || r->ports == NULL)
         abort();
@@ -36,6 +97,8 @@ static void check_policy(const struct policy *p)
         abort();
     for (size_t i = 0; i < p->nrules; i++)
         check_rule(&p->rules[i], i);
+    for (size_t i = 0; i < p->nrules; i++)
+        check_indexed(p, &p->rules[i]);
     for (size_t i = 0; i < p->nagents; i++)
         if (p->agents[i].id == NULL || (p->agents[i].nsources == 0 && !p->agents[i].unix_source))
             abort();
@@ -49,6 +112,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     /* lets seeds with "token: env:SLUICE_FUZZ_TOKEN" load */
     setenv("SLUICE_FUZZ_TOKEN", "fuzz-secret", 0);
+    /* A bound on YAML's line count: LF, CR, and the last bytes of NEL,
+     * U+2028 and U+2029 in UTF-8 each end a line at most; none for the
+     * UTF-16 libyaml reads after a byte order mark. */
+    input_lines = 1;
+    for (size_t i = 0; i < size; i++)
+        input_lines += data[i] == '\n' || data[i] == '\r' || data[i] == 0x85 || data[i] == 0xa8 ||
+                       data[i] == 0xa9;
+    if (size >= 2 && ((data[0] == 0xff && data[1] == 0xfe) || (data[0] == 0xfe && data[1] == 0xff)))
+        input_lines = SIZE_MAX;
     struct diag d;
     diag_init(&d, "fuzz.yaml");
     struct policy *p = policy_load_buffer("fuzz.yaml", (const char *)data, size, &d);
