@@ -5,11 +5,14 @@
  * turn a decision); with <max_head> at most the input's length the result
  * is never NEED_MORE, and bytes past <max_head> change nothing; judged in
  * pieces by one resumed scan, the input gets at every step what it gets
- * judged in one go. */
+ * judged in one go; a complete head that http1_parse_request() (the
+ * gateway's own request parser) reads is judged MATCH or MISMATCH, never
+ * passed as not HTTP nor waited on. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gate/http1.h"
 #include "gate/peek_http.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -82,6 +85,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     enum peek_http_result full = judge(data, size, MAX_HEAD);
     if (size >= MAX_HEAD)
         check(full != PEEK_HTTP_NEED_MORE);
+    /* A complete head that the gateway's own request parser reads is
+     * judged: never passed as not HTTP, never waited on. */
+    static struct http_request req;
+    const char *w = NULL;
+    if (http1_parse_request((const char *)data, size, MAX_HEAD, &req, &w) > 0)
+        check(full == PEEK_HTTP_MATCH || full == PEEK_HTTP_MISMATCH);
     /* Prefixes: all of them for small inputs, a spread for large ones. */
     size_t step = size <= 600 ? 1 : size / 97 + 1;
     for (size_t n = 0; n < size; n += step) {
