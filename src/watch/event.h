@@ -43,9 +43,11 @@ struct egress_event {
     enum verdict verdict;
     enum deny_reason reason; /* REASON_NONE when allowed */
     const char *ip;          /* the address connected to (or refused); NULL when none */
-    /* A tunnel decided again after it opened (a reload, the UTC day's
-     * change) and now denied: the policy's act, not the agent's, so the
-     * quarantine and denied_burst do not count it (SPEC.md). */
+    /* A CONNECT decided again after it was first decided (a reload, the
+     * UTC day's change) and now denied, or reported for an agent in report
+     * mode: the policy's act, not the agent's, so the quarantine and
+     * denied_burst do not count it (SPEC.md). Set on the one line of a
+     * CONNECT refused before its line was out too: see <again>. */
     bool redecided;
     /* A second (or later) agent_egress for a request whose first is out
      * already (a tunnel decided again): a new verdict on a request already
