@@ -257,10 +257,12 @@ static int serve_main(int argc, char **argv)
         fprintf(stderr, "sluice serve: warning: %s; its messages may block the gateway\n", err);
     struct gateway *gw = gateway_new(&cfg, p, err, sizeof(err));
     /* What is pending goes to its handler. Blocked by serve's caller, they
-     * would never come: no SIGTERM would stop serve, no SIGHUP reload it. */
+     * would never come: no SIGTERM would stop serve, no SIGHUP reload it,
+     * no exec sink's program be reaped (sink_exec.c waits on SIGCHLD). */
     sigdelset(&mask, SIGTERM);
     sigdelset(&mask, SIGINT);
     sigdelset(&mask, SIGHUP);
+    sigdelset(&mask, SIGCHLD);
     sigprocmask(SIG_SETMASK, &mask, NULL);
     if (gw == NULL) {
         fprintf(stderr, "sluice serve: %s\n", err);

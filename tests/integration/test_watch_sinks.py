@@ -969,3 +969,32 @@ def test_a_webhook_removed_by_a_reload_is_not_said_lost_at_exit(gateway, net, tm
         in gw.stderr()
     assert "at exit" not in gw.stderr()
     assert gw.proc.poll() is None
+
+
+# Execs argv[1:] with the signals the environment variable BLOCK names
+# blocked: the mask serve's caller may hand it (a supervisor's worker
+# thread, a program that blocks SIGCHLD around its own fork()s).
+EXEC_BLOCKED = r"""
+import os, signal, sys
+signal.pthread_sigmask(signal.SIG_BLOCK, [int(s) for s in os.environ["BLOCK"].split()])
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+def test_exec_sink_programs_are_reaped_when_the_caller_blocked_sigchld(gateway, net, tmp_path):
+    """serve unblocked SIGHUP, SIGTERM and SIGINT whatever mask its caller
+    left, not SIGCHLD, on which the exec sinks reap their programs: under a
+    caller that blocked it no program was ever reaped (found by the review
+    of the exec sink): each stayed a zombie counted as running, its failure
+    never told, and past 16 every alert to an exec sink waited, then was
+    dropped. The gateway now unblocks SIGCHLD too."""
+    fail = write_script(str(tmp_path / "fail.sh"), "#!/bin/sh\ncat >/dev/null\nexit 3\n")
+    gw = gateway(net.policy(rules(net), alerts={"sinks": [{"exec": fail}]}),
+                 prefix=["/usr/bin/python3", "-c", EXEC_BLOCKED],
+                 env={"BLOCK": str(int(signal.SIGCHLD))},
+                 args=["--alerts", str(tmp_path / "a.jsonl"), "--grace", "1s"])
+    assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
+    poll(lambda: "fail.sh: exited with status 3" in gw.stderr() or None, timeout=10,
+         what="the program's exit status on stderr")
+    gw.stop()
+    assert "lost at exit" not in gw.stderr()
