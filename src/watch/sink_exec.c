@@ -259,6 +259,19 @@ static void reap(struct exec_runner *r)
             i++;
             continue;
         }
+        /* Ended? Looked at without reaping: its zombie keeps the number of
+         * its process group from being reused, so that what it left
+         * running there (a `curl ... &`) is killed, not some other group:
+         * else that would outlive it, past the 5 s and the cap, for ever. */
+        siginfo_t si;
+        si.si_pid = 0;
+        int w = waitid(P_PID, (id_t)k->pid, &si, WEXITED | WNOHANG | WNOWAIT);
+        if ((w == 0 && si.si_pid == 0) || (w < 0 && errno == EINTR)) {
+            i++;
+            continue;
+        }
+        if (w == 0) /* not after ECHILD: the number may be another's by now */
+            kill(-k->pid, SIGKILL);
         pid_t p = waitpid(k->pid, &st, WNOHANG);
         if (p == 0 || (p < 0 && errno == EINTR)) {
             i++;

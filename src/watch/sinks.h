@@ -3,8 +3,9 @@
  * exec: the program runs with one alert JSON line on standard input (its
  * standard output goes to our standard error, never into the log); it is
  * killed after SINK_EXEC_TIMEOUT_MS, with its process group (its own,
- * so that what a script started dies with it). Its environment is the gateway's
- * without the agents' tokens (exec_runner_hide_env). Spawning uses posix_spawn, the write
+ * so that what a script started dies with it); when it exits sooner, what
+ * it left running in its group is killed then, before it is reaped. Its environment is the
+ * gateway's without the agents' tokens (exec_runner_hide_env). Spawning uses posix_spawn, the write
  * to the pipe is non-blocking and children are reaped on SIGCHLD with
  * waitpid(pid, WNOHANG) for each of our own pids only, so the loop never
  * waits. At most SINK_EXEC_MAX_RUNNING run at once; up to
