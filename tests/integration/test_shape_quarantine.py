@@ -10,7 +10,7 @@ import os
 import time
 
 from conftest import policy_yaml
-from gate_client import api_rule, assert_denied, connect, poll, request
+from gate_client import api_rule, assert_denied, connect, exchange, poll, request
 
 
 def alert_lines(path):
@@ -124,3 +124,27 @@ def test_quarantine_survives_reload(gateway, net):
     assert r.status == 403 and r.header("Sluice-Reason") == "quarantined"
     assert net.api.requests == []
     assert os.path.exists(gw.log_path)
+
+
+def test_report_mode_agent_is_reported_quarantined_and_let_through(gateway, net, tmp_path):
+    # Enforced denials (a head that cannot be parsed is refused in every
+    # mode) count for an agent in report mode too; its quarantine refuses
+    # nothing but is logged as `report` with the reason, and the alert is
+    # raised, as docs/SPEC.md says.
+    alerts = str(tmp_path / "alerts.jsonl")
+    agents = [{"id": "watcher", "sources": ["127.0.0.1/32"], "mode": "report"}]
+    pol = net.policy([api_rule(net)], agents=agents, limits={"quarantine": "1m"},
+                     alerts={"denied_burst": {"max": 2, "per": "1m"}})
+    gw = gateway(pol, args=("--alerts", alerts))
+    bad = b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"
+    for _ in range(3):
+        r = exchange(gw, bad)
+        assert r.status == 400 and r.header("Sluice-Reason") == "bad_request", r
+    q = poll(lambda: [a for a in alert_lines(alerts) if a.get("kind") == "quarantine"],
+             timeout=3, what="a quarantine alert in %s" % alerts)
+    assert q[0]["agent"] == "watcher", q
+    r = request(gw, "GET", net.url("/still"))
+    assert r.status == 200, r
+    ev = gw.wait_events(reason="quarantined")[0]
+    assert ev["decision"] == "report" and ev["agent"] == "watcher" and ev["path"] == "/still"
+    assert [x.path for x in net.api.requests] == ["/still"]
