@@ -377,7 +377,8 @@ init_main(const struct box_config *cfg, uid_t uid, gid_t gid, bool userns, int s
         _exit(0);
     }
     close(ep[0]);
-    if (relay_run(relay, st.sigfd, on_signal, &st) < 0) {
+    bool relayed = relay_run(relay, st.sigfd, on_signal, &st) == 0;
+    if (!relayed) {
         /* The command's only way out is gone, and so is the loop that
          * collects its status: it is killed, and the status it then has is
          * the one reported, never one it did not end with. */
@@ -398,6 +399,14 @@ init_main(const struct box_config *cfg, uid_t uid, gid_t gid, bool userns, int s
             report_error(status_fd, "the relay failed and the command's status was lost");
             _exit(2);
         }
+    }
+    if (relayed) {
+        /* What the command sent just before it ended may still be in the
+         * relay's buffers or its sockets: the rest of the box is killed
+         * (its connections end) and that is carried on to the gateway,
+         * as a TCP peer would still get it. */
+        kill(-1, SIGKILL);
+        relay_drain(relay);
     }
     report_status(status_fd, st.status, relay_accepted(relay));
     _exit(0);

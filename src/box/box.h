@@ -21,9 +21,10 @@
  * tty_refused[]),
  * every call that would make a file
  * set-user-ID or set-group-ID, and openat2().
- * It passes signals on to the command and, when the command ends, reports
- * its wait status and exits, which kills whatever the command left behind
- * in the PID namespace.
+ * It passes signals on to the command and, when the command ends, kills
+ * whatever the command left behind in the PID namespace, lets the relay
+ * carry on what the box's connections sent (relay_drain()), reports the
+ * command's wait status and exits.
  *
  * Files: box.c (spawn, init, the command), netns.c (namespaces, uid maps,
  * loopback), mounts.c (the file system view), relay.c, seccomp.c

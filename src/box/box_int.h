@@ -77,6 +77,16 @@ struct relay *relay_new(const char *target, unsigned short port, char *err, size
 /* Relays until <on_extra>(<arg>), called whenever <extra_fd> is readable,
  * returns nonzero. Returns 0, or -1 when poll fails. */
 int relay_run(struct relay *r, int extra_fd, int (*on_extra)(void *arg), void *arg);
+/* Once the command has ended and every process of the box is killed:
+ * carries on to the gateway what the clients sent and the relay has not
+ * passed on yet (buffered, still in their sockets, or waiting for the
+ * gateway's socket), up to 10 s; takes no new client and drops what the
+ * gateway sends. Returns 0 when no connection is left or the time is over
+ * (relay_free() closes what is left), -1 when poll fails. */
+int relay_drain(struct relay *r);
+/* Test-only: the 10 s a client waits for the gateway's socket, and the
+ * 10 s of relay_drain(), in ms. */
+void relay_set_waits(struct relay *r, int connect_wait_ms, int drain_ms);
 /* Connections carried so far: accepted and connected to the gateway's
  * socket (not those closed because it refused them). */
 unsigned long relay_accepted(const struct relay *r);

@@ -25,7 +25,17 @@
  * unread, and what failed tried again after RELAY_RETRY_MIN_MS, doubling
  * up to RELAY_RETRY_MAX_MS, for up to RELAY_CONNECT_WAIT_MS; only then is
  * it closed, as when the gateway cannot be reached at all (and for want of
- * a descriptor the listeners rest too). */
+ * a descriptor the listeners rest too).
+ *
+ * When the command has ended (and the rest of the box with it: the caller
+ * kills it first), relay_drain() carries on to the gateway what the
+ * clients sent and the relay has not yet passed on (in its buffers, in the
+ * clients' sockets, or waiting for the gateway's socket), as a TCP peer
+ * would still get it once the sender has exited: an upload written just
+ * before the command's exit is not cut. No new client is taken then, and
+ * what the gateway sends back is read and dropped (no one is left to read
+ * it); a connection is closed once its client's end is passed on, and
+ * whatever is left when RELAY_DRAIN_MS is over is closed as it is. */
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -67,12 +77,16 @@ struct relay {
     unsigned long accepted; /* connections carried to the gateway's socket */
     unsigned long wakeups;
     long long paused_until; /* CLOCK_MONOTONIC ms: listeners rest until then */
+    int connect_wait_ms;    /* RELAY_CONNECT_WAIT_MS, RELAY_DRAIN_MS: relay_set_waits() */
+    int drain_ms;
+    bool draining; /* relay_drain(): the clients are gone */
 };
 
 #define RELAY_ACCEPT_PAUSE_MS 250
 #define RELAY_RETRY_MIN_MS    10
 #define RELAY_RETRY_MAX_MS    200
 #define RELAY_CONNECT_WAIT_MS 10000
+#define RELAY_DRAIN_MS        10000
 
 static long long now_ms(void)
 {
@@ -125,6 +139,8 @@ struct relay *relay_new(const char *target, unsigned short port, char *err, size
         free(r);
         return NULL;
     }
+    r->connect_wait_ms = RELAY_CONNECT_WAIT_MS;
+    r->drain_ms = RELAY_DRAIN_MS;
     r->target.sun_family = AF_UNIX;
     memcpy(r->target.sun_path, target, n + 1);
     r->target_len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
@@ -222,7 +238,7 @@ static int accept_one(struct relay *r, int lfd)
     c->waiting = true;
     c->retry_ms = RELAY_RETRY_MIN_MS;
     c->retry_at = now;
-    c->give_up_at = now + RELAY_CONNECT_WAIT_MS;
+    c->give_up_at = now + r->connect_wait_ms;
     r->conns[r->nconns++] = c;
     if (gateway_connect(r, r->nconns - 1, now) == 0 && c->fd[1] < 0)
         return -1;
@@ -294,9 +310,11 @@ static ssize_t drain(struct pipe_buf *b, int fd)
 /* Moves bytes for one connection, <revents> saying which sides poll()
  * found readable: reads and writes until both directions would block, or
  * for RELAY_ROUNDS rounds (so that one busy connection cannot starve the
- * others), one poll() for up to that many buffers. Returns -1 when it is
- * over. */
-static int conn_step(struct relay_conn *c, const short *revents)
+ * others), one poll() for up to that many buffers. <draining>: the client
+ * is gone (relay_drain()); what the gateway sends is dropped, a client's
+ * error is its end, and the connection is over once that end is passed
+ * on. Returns -1 when it is over. */
+static int conn_step(struct relay_conn *c, const short *revents, bool draining)
 {
     bool readable[2], writable[2] = {true, true};
     for (int s = 0; s < 2; s++)
@@ -314,7 +332,7 @@ static int conn_step(struct relay_conn *c, const short *revents)
                 moved = true;
                 if ((size_t)n < room)
                     readable[s] = false; /* drained: poll() says when there is more */
-            } else if (n == 0) {
+            } else if (n == 0 || (draining && s == 0 && errno != EAGAIN && errno != EINTR)) {
                 c->eof[s] = true;
             } else if (errno == EAGAIN || errno == EINTR) {
                 readable[s] = false;
@@ -322,6 +340,8 @@ static int conn_step(struct relay_conn *c, const short *revents)
                 return -1;
             }
         }
+        if (draining)
+            c->to[0].off = c->to[0].len = 0;
         for (int s = 0; s < 2; s++) {
             if (c->to[s].len == 0 || !writable[s])
                 continue;
@@ -343,19 +363,28 @@ static int conn_step(struct relay_conn *c, const short *revents)
             c->shut[s] = true;
         }
     }
-    if (c->shut[0] && c->shut[1])
+    if ((c->shut[0] || draining) && c->shut[1])
         return -1;
     return 0;
 }
 
-int relay_run(struct relay *r, int extra_fd, int (*on_extra)(void *arg), void *arg)
+/* relay_run() and relay_drain(): relays until <on_extra> returns nonzero
+ * (<extra_fd> -1: never), or, <until> not 0, until no connection is left
+ * or that CLOCK_MONOTONIC time (ms) has come. */
+static int relay_loop(struct relay *r, int extra_fd, int (*on_extra)(void *arg), void *arg,
+                      long long until)
 {
     struct pollfd pfd[3 + 2 * RELAY_MAX_CONNS];
     for (;;) {
         size_t n = 0;
+        long long now = now_ms();
+        if (until != 0 && (r->nconns == 0 || now >= until))
+            return 0;
         pfd[n++] = (struct pollfd){.fd = extra_fd, .events = POLLIN};
         int timeout = poll_timeout(r);
-        bool accepting = r->nconns < RELAY_MAX_CONNS && r->paused_until == 0;
+        if (until != 0 && (timeout < 0 || timeout > until - now))
+            timeout = (int)(until - now);
+        bool accepting = !r->draining && r->nconns < RELAY_MAX_CONNS && r->paused_until == 0;
         for (size_t i = 0; i < r->nlfd; i++)
             pfd[n++] = (struct pollfd){.fd = accepting ? r->lfd[i] : -1, .events = POLLIN};
         size_t base = n;
@@ -383,7 +412,7 @@ int relay_run(struct relay *r, int extra_fd, int (*on_extra)(void *arg), void *a
             short rev[2] = {pfd[base + 2 * i].revents, pfd[base + 2 * i + 1].revents};
             if ((rev[0] | rev[1]) == 0)
                 continue;
-            if (conn_step(r->conns[i], rev) < 0)
+            if (conn_step(r->conns[i], rev, r->draining) < 0)
                 conn_close(r, i);
         }
         retry_waiting(r);
@@ -400,6 +429,31 @@ int relay_run(struct relay *r, int extra_fd, int (*on_extra)(void *arg), void *a
         if ((pfd[0].revents & (POLLIN | POLLHUP | POLLERR)) && on_extra(arg) != 0)
             return 0;
     }
+}
+
+int relay_run(struct relay *r, int extra_fd, int (*on_extra)(void *arg), void *arg)
+{
+    return relay_loop(r, extra_fd, on_extra, arg, 0);
+}
+
+int relay_drain(struct relay *r)
+{
+    r->draining = true;
+    for (size_t i = 0; i < r->nlfd; i++)
+        close(r->lfd[i]);
+    r->nlfd = 0;
+    /* what the gateway sent is dropped now, what the clients did pass on */
+    const short none[2] = {0, 0};
+    for (size_t i = r->nconns; i-- > 0;)
+        if (!r->conns[i]->waiting && conn_step(r->conns[i], none, true) < 0)
+            conn_close(r, i);
+    return relay_loop(r, -1, NULL, NULL, now_ms() + r->drain_ms);
+}
+
+void relay_set_waits(struct relay *r, int connect_wait_ms, int drain_ms)
+{
+    r->connect_wait_ms = connect_wait_ms;
+    r->drain_ms = drain_ms;
 }
 
 unsigned long relay_accepted(const struct relay *r)

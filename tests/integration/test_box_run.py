@@ -3386,3 +3386,37 @@ def test_the_command_cannot_hold_up_host_processes_opening_a_file(sluice_bin, ne
     assert opened_while_held
     assert opened.is_set()
 
+
+
+def test_an_upload_the_command_wrote_before_it_exited_is_delivered(box, net, tmp_path):
+    """A command that writes a request with a large body and exits without
+    waiting for the answer: what it wrote is in the kernel's buffers and
+    the relay's when it exits, and a TCP peer would still get all of it.
+    The box's init ended the relay at the command's exit, cutting the
+    connection to the gateway mid-body: the upstream got part of the body
+    (found by the relay review)."""
+    pol = box.policy(net.policy([api_rule(net)]))
+    log = str(tmp_path / "decisions.jsonl")
+    code = r"""
+import hashlib, json, os, socket, sys
+n = 16 * 1024 * 1024
+body = bytes(range(256)) * (n // 256)
+s = socket.create_connection(("127.0.0.1", 3128), timeout=30)
+url = sys.argv[1].encode()
+s.sendall(b"PUT %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n"
+          b"Connection: close\r\n\r\n" % (url, url.split(b"/")[2], n))
+s.sendall(body)
+print(json.dumps({"sha": hashlib.sha256(body).hexdigest()}), flush=True)
+os._exit(0)
+"""
+    p = box.run(["--policy", pol, "--log", log], None,
+                cmd=[PY, "-c", code, net.url("/upload-then-exit")], timeout=60)
+    assert p.returncode == 0, p.stderr
+    sha = Box.out(p)["sha"]
+    put = [r for r in net.api.requests if r.path == "/upload-then-exit"]
+    assert len(put) == 1, (net.api.requests, p.stderr)
+    assert len(put[0].body) == 16 * 1024 * 1024
+    assert hashlib.sha256(put[0].body).hexdigest() == sha
+    with open(log) as f:
+        ends = [json.loads(ln) for ln in f if '"agent_egress_end"' in ln]
+    assert [e["bytes_up"] for e in ends] == [16 * 1024 * 1024], ends

@@ -13,6 +13,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -40,6 +41,8 @@ struct world {
     unsigned short port;
     struct relay *relay;
     pthread_t thread;
+    bool drain;       /* relay_drain() once relay_run() is over */
+    bool thread_done; /* joined by the test */
 };
 
 static int on_stop(void *arg)
@@ -52,6 +55,8 @@ static void *run_relay(void *arg)
 {
     struct world *w = arg;
     relay_run(w->relay, w->stop[0], on_stop, NULL);
+    if (w->drain)
+        relay_drain(w->relay);
     return NULL;
 }
 
@@ -99,7 +104,8 @@ static int teardown(void **state)
 {
     struct world *w = *state;
     assert_int_equal(write(w->stop[1], "x", 1), 1);
-    pthread_join(w->thread, NULL);
+    if (!w->thread_done)
+        pthread_join(w->thread, NULL);
     relay_free(w->relay);
     close(w->stop[0]);
     close(w->stop[1]);
@@ -205,6 +211,38 @@ static void waited_request_gets_through(struct world *w, int client)
     expect(client, "answer");
     close(client);
     close(gateway);
+}
+
+/* Fills the gateway's listen backlog with connections nothing accepts
+ * (at most <max>, in <fillers>), until a non-blocking connect() fails with
+ * EAGAIN. Returns how many it took. */
+static size_t fill_gateway_backlog(struct world *w, int *fillers, size_t max)
+{
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", w->path);
+    size_t nfill = 0;
+    for (; nfill < max; nfill++) {
+        fillers[nfill] = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        assert_true(fillers[nfill] >= 0);
+        if (connect(fillers[nfill], (struct sockaddr *)&sun, sizeof(sun)) < 0) {
+            assert_int_equal(errno, EAGAIN);
+            close(fillers[nfill]);
+            break;
+        }
+    }
+    assert_true(nfill > 0 && nfill < max);
+    return nfill;
+}
+
+/* The gateway takes the <nfill> connections fill_gateway_backlog() made. */
+static void free_gateway_backlog(struct world *w, const int *fillers, size_t nfill)
+{
+    for (size_t i = 0; i < nfill; i++) {
+        int a = accept(w->gw_listen, NULL, NULL);
+        assert_true(a >= 0);
+        close(a);
+        close(fillers[i]);
+    }
 }
 
 /* The relay's wake-ups while nothing moves, for QUIET_MS. */
@@ -350,20 +388,8 @@ static void test_no_descriptor_for_the_gateway_keeps_the_client_waiting(void **s
 static void test_full_gateway_backlog_keeps_the_client_waiting(void **state)
 {
     struct world *w = *state;
-    struct sockaddr_un sun = {.sun_family = AF_UNIX};
-    snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", w->path);
     int fillers[64];
-    size_t nfill = 0;
-    for (; nfill < sizeof(fillers) / sizeof(fillers[0]); nfill++) {
-        fillers[nfill] = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
-        assert_true(fillers[nfill] >= 0);
-        if (connect(fillers[nfill], (struct sockaddr *)&sun, sizeof(sun)) < 0) {
-            assert_int_equal(errno, EAGAIN);
-            close(fillers[nfill]);
-            break;
-        }
-    }
-    assert_true(nfill > 0 && nfill < sizeof(fillers) / sizeof(fillers[0]));
+    size_t nfill = fill_gateway_backlog(w, fillers, sizeof(fillers) / sizeof(fillers[0]));
     int client = connect_client(w);
     send_all(client, "request");
     /* the relay takes the client and finds the backlog full: the client
@@ -373,13 +399,138 @@ static void test_full_gateway_backlog_keeps_the_client_waiting(void **state)
     assert_int_equal(poll(&cp, 1, 0), 0);
     if (n > 40)
         fail_msg("the relay woke up %lu times in %d ms waiting for the gateway", n, QUIET_MS);
-    for (size_t i = 0; i < nfill; i++) {
-        int a = accept(w->gw_listen, NULL, NULL);
-        assert_true(a >= 0);
-        close(a);
-        close(fillers[i]);
-    }
+    free_gateway_backlog(w, fillers, nfill);
     waited_request_gets_through(w, client);
+}
+
+/* The command's end as the box's init sees it: relay_run() returns and
+ * relay_drain() carries on what is left. */
+static void stop_and_drain(struct world *w)
+{
+    w->drain = true;
+    assert_int_equal(write(w->stop[1], "x", 1), 1);
+}
+
+/* Sends <client> (made non-blocking) as many bytes of a counting pattern
+ * as the path to the gateway takes before it would block, up to <max>.
+ * Returns how many. */
+static size_t send_until_full(int client, size_t max)
+{
+    static char chunk[16384];
+    size_t sent = 0;
+    int fl = fcntl(client, F_GETFL);
+    assert_int_equal(fcntl(client, F_SETFL, fl | O_NONBLOCK), 0);
+    for (int idle = 0; sent < max && idle < 20;) {
+        for (size_t i = 0; i < sizeof(chunk); i++)
+            chunk[i] = (char)((sent + i) % 251);
+        size_t want = max - sent < sizeof(chunk) ? max - sent : sizeof(chunk);
+        ssize_t k = send(client, chunk, want, MSG_NOSIGNAL);
+        if (k > 0) {
+            sent += (size_t)k;
+            idle = 0;
+        } else {
+            assert_true(k < 0 && errno == EAGAIN);
+            idle++; /* the relay may still be moving bytes on */
+            usleep(10 * 1000);
+        }
+    }
+    return sent;
+}
+
+/* Reads <gateway> to its end (5 s receive timeout); returns the bytes
+ * read, checking that they follow send_until_full()'s pattern. */
+static size_t read_to_end(int gateway)
+{
+    static char buf[65536];
+    size_t got = 0;
+    for (;;) {
+        ssize_t k = recv(gateway, buf, sizeof(buf), 0);
+        if (k == 0 || (k < 0 && errno == ECONNRESET))
+            return got;
+        assert_true(k > 0);
+        for (ssize_t i = 0; i < k; i++)
+            if (buf[i] != (char)((got + (size_t)i) % 251))
+                fail_msg("byte %zu differs", got + (size_t)i);
+        got += (size_t)k;
+    }
+}
+
+/* The command writes an upload and exits: what it wrote, in the relay's
+ * buffer and still in its socket, reaches the gateway, then the end. The
+ * relay ended with the command and cut it. */
+static void test_drain_carries_what_the_client_sent(void **state)
+{
+    struct world *w = *state;
+    int client, gateway;
+    connect_through(w, &client, &gateway);
+    size_t sent = send_until_full(client, 64u << 20);
+    close(client);
+    stop_and_drain(w);
+    assert_int_equal(read_to_end(gateway), sent);
+    close(gateway);
+}
+
+/* A gateway that takes nothing more: the drain gives up after its time
+ * (shortened here) and closes the connection, rather than holding the
+ * box's end for ever. */
+static void test_drain_is_bounded(void **state)
+{
+    struct world *w = *state;
+    int client, gateway;
+    relay_set_waits(w->relay, 10000, 200);
+    connect_through(w, &client, &gateway);
+    size_t sent = send_until_full(client, 64u << 20);
+    close(client);
+    stop_and_drain(w);
+    pthread_join(w->thread, NULL);
+    w->thread_done = true;
+    relay_free(w->relay); /* the box's init exits: what is left is closed */
+    w->relay = NULL;
+    assert_true(read_to_end(gateway) < sent);
+    close(gateway);
+}
+
+/* The gateway answers after the client's end and keeps its end open: no
+ * one is left to read the answer, so the drain does not wait for the
+ * gateway to close. */
+static void test_drain_does_not_wait_for_the_answer(void **state)
+{
+    struct world *w = *state;
+    int client, gateway;
+    connect_through(w, &client, &gateway);
+    send_all(client, "request");
+    close(client);
+    expect(gateway, "request");
+    stop_and_drain(w);
+    expect_end(gateway);
+    /* an answer (which may find the relay's end closed already) */
+    ssize_t k = send(gateway, "answer", 6, MSG_NOSIGNAL);
+    assert_true(k == 6 || (k < 0 && (errno == EPIPE || errno == ECONNRESET)));
+    /* the relay closes its end (a hang-up; its end alone was a half-close) */
+    struct pollfd p = {.fd = gateway, .events = 0};
+    assert_int_equal(poll(&p, 1, 5000), 1);
+    assert_true(p.revents & POLLHUP);
+    close(gateway);
+}
+
+/* A client that waits for the gateway's full backlog when the command
+ * ends: once the gateway takes the backlog, its request gets there. */
+static void test_drain_carries_a_waiting_client(void **state)
+{
+    struct world *w = *state;
+    int fillers[64];
+    size_t nfill = fill_gateway_backlog(w, fillers, sizeof(fillers) / sizeof(fillers[0]));
+    int client = connect_client(w);
+    send_all(client, "request");
+    close(client);
+    usleep(50 * 1000);
+    stop_and_drain(w);
+    usleep(50 * 1000);
+    free_gateway_backlog(w, fillers, nfill);
+    int gateway = accept_gateway(w);
+    expect(gateway, "request");
+    expect_end(gateway);
+    close(gateway);
 }
 
 int main(void)
@@ -394,6 +545,10 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_gateway_backlog_keeps_the_client_waiting, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_drain_carries_what_the_client_sent, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_drain_is_bounded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_drain_does_not_wait_for_the_answer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_drain_carries_a_waiting_client, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
