@@ -403,6 +403,59 @@ static void test_full_gateway_backlog_keeps_the_client_waiting(void **state)
     waited_request_gets_through(w, client);
 }
 
+/* The gateway's backlog stays full past the wait (shortened here from
+ * 10 s): every waiting client, RELAY_MAX_CONNS of them so that the relay
+ * has no slot left, sees its connection closed (not held for ever), the
+ * relay sleeps between its tries and after, and the slots are free again:
+ * once the gateway takes its backlog a new client gets through. */
+static void test_waiting_clients_are_closed_when_the_wait_is_over(void **state)
+{
+    struct world *w = *state;
+    struct rlimit old, more;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+    more = old;
+    if (more.rlim_cur < 4 * RELAY_MAX_CONNS && more.rlim_max >= 4 * RELAY_MAX_CONNS)
+        more.rlim_cur = 4 * RELAY_MAX_CONNS;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &more), 0);
+    if (more.rlim_cur < 4 * RELAY_MAX_CONNS)
+        skip();
+    relay_set_waits(w->relay, 500, 10000);
+    int fillers[64];
+    size_t nfill = fill_gateway_backlog(w, fillers, sizeof(fillers) / sizeof(fillers[0]));
+    int clients[RELAY_MAX_CONNS];
+    for (size_t i = 0; i < RELAY_MAX_CONNS; i++) {
+        clients[i] = connect_client(w);
+        send_all(clients[i], "request");
+    }
+    unsigned long before = relay_wakeups(w->relay);
+    struct timeval tv = {.tv_sec = 5};
+    for (size_t i = 0; i < RELAY_MAX_CONNS; i++) {
+        char c;
+        setsockopt(clients[i], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        ssize_t k = recv(clients[i], &c, 1, 0);
+        if (!(k == 0 || (k < 0 && errno == ECONNRESET)))
+            fail_msg("client %zu: recv gave %zd (%s), not the connection's end", i, k,
+                     k < 0 ? strerror(errno) : "a byte");
+        close(clients[i]);
+    }
+    /* 500 ms of tries 10 to 200 ms apart (a relay that spun would wake up
+     * tens of thousands of times) */
+    unsigned long n = relay_wakeups(w->relay) - before;
+    if (n > 2000)
+        fail_msg("the relay woke up %lu times while its clients waited", n);
+    n = quiet_wakeups(w);
+    if (n > QUIET_WAKEUPS_MAX)
+        fail_msg("the relay woke up %lu times in %d ms after its clients' wait", n, QUIET_MS);
+    free_gateway_backlog(w, fillers, nfill);
+    int client, gateway;
+    connect_through(w, &client, &gateway);
+    send_all(client, "request");
+    expect(gateway, "request");
+    close(client);
+    close(gateway);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+}
+
 /* The command's end as the box's init sees it: relay_run() returns and
  * relay_drain() carries on what is left. */
 static void stop_and_drain(struct world *w)
@@ -545,6 +598,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_gateway_backlog_keeps_the_client_waiting, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_waiting_clients_are_closed_when_the_wait_is_over,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_drain_carries_what_the_client_sent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_drain_is_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_drain_does_not_wait_for_the_answer, setup, teardown),
