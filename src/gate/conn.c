@@ -312,7 +312,8 @@ void conn_free(struct conn *c)
         c->ex.bytes_up += tunnel_bytes_up(c->tunnel);
         c->ex.bytes_down += tunnel_bytes_down(c->tunnel);
     }
-    connect_settle(c); /* a CONNECT's first bytes, cut before its tunnel */
+    connect_settle(c);  /* a CONNECT's first bytes, cut before its tunnel */
+    forward_on_free(c); /* a response cut before its end */
     conn_end_exchange(c);
     drop_upstream(c);
     forward_drop_idle(c);

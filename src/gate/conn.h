@@ -266,6 +266,10 @@ void forward_on_client_write(struct conn *c);
 void forward_on_client_event(struct conn *c, short what);
 /* The response head's deadline passed (c->timer while forwarding). */
 void forward_on_head_deadline(struct conn *c);
+/* Called as <c> is freed: when its client frames the response body by the
+ * close (a body without length, or a chunked one it gets as its data
+ * alone) and that body was cut before its end, makes the close a reset. */
+void forward_on_free(struct conn *c);
 /* Parses and checks the plain-HTTP parts of the request head (called from
  * conn.c while the head is still in the input buffer): writes the upstream
  * head into ex->uphead. Returns 0, or a deny reason. */

@@ -261,6 +261,22 @@ static void reset_on_close(evutil_socket_t fd)
     (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l)); /* else a plain close */
 }
 
+/* A client that frames the response body by the close of its connection
+ * (a body without length; a chunked one that an HTTP/1.0 client gets as
+ * its data alone) takes a plain close for the end of the body: cut before
+ * its end (the upstream closed in the middle of its chunks, sent a
+ * malformed one, failed or went silent; the gateway stopping), what it got
+ * would pass for the whole answer. A reset tells it the answer was cut,
+ * as the missing bytes of a Content-Length or the missing last chunk tell
+ * any other client. */
+void forward_on_free(struct conn *c)
+{
+    const struct exchange *ex = &c->ex;
+    if (c->fd >= 0 && ex->rsp_head_done && !ex->rsp_done &&
+        (ex->rsp_body == BODY_UNTIL_CLOSE || ex->unchunk))
+        reset_on_close(c->fd);
+}
+
 /* The upstream stopped taking the request, or answered before it was all
  * sent: what the gateway still holds of it (the output, the socket's send
  * queue, unacknowledged) is dropped with a reset, and not counted in

@@ -378,6 +378,59 @@ def test_body_until_close(gateway, net):
         assert end["status"] == 200 and end["bytes_down"] >= 3000
 
 
+def recv_to_end(s):
+    """Reads <s> to its end: (the bytes, True when it ended with a reset)."""
+    got = b""
+    s.settimeout(15)
+    while True:
+        try:
+            d = s.recv(65536)
+        except ConnectionResetError:
+            return got, True
+        if not d:
+            return got, False
+        got += d
+
+
+@pytest.mark.parametrize("case", ["chunked_cut", "chunked_malformed", "until_close_stalled"])
+def test_a_cut_body_framed_by_the_close_ends_with_a_reset(gateway, net, case):
+    # The agent frames the body by the close of its connection: an HTTP/1.0
+    # agent gets a chunked body as its data alone, and any agent a body
+    # without length. Cut before its end (the origin closed in the middle of
+    # its chunks, sent a malformed one, or went silent for idle_timeout), a
+    # plain close would be the end of the body to the agent, which would
+    # take the part it got for the whole; a reset is an error to it. (The
+    # close ended it, the bytes it got passing for a complete answer.)
+    def script(conn, stop, _):
+        if case == "until_close_stalled":
+            conn.sendall(b"HTTP/1.1 200 OK\r\n\r\nhello")
+            stop.wait(5)
+            return
+        conn.sendall(CHUNKED_HEAD)
+        time.sleep(0.5)  # the gateway relays what came so far
+        if case == "chunked_cut":
+            conn.shutdown(socket.SHUT_WR)
+        else:
+            conn.sendall(b"zz\r\n")
+        stop.wait(3)
+
+    with ScriptedUpstream(script) as up:
+        gw = evil_gateway(gateway, net, up, limits={"idle_timeout": "1s"})
+        s = open_conn(gw)
+        try:
+            version = "1.1" if case == "until_close_stalled" else "1.0"
+            s.sendall(("GET %s HTTP/%s\r\nHost: %s:%d\r\n\r\n"
+                       % (evil_url(up, "/c"), version, EVIL, up.port)).encode())
+            got, reset = recv_to_end(s)
+        finally:
+            s.close()
+        assert reset, got
+        # what came before the reset, if it was still read: the head and "hello"
+        assert b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nhello".startswith(got), got
+        _, end = gw.decided(path="/c")
+        assert end["status"] == 200, end
+
+
 def test_early_answer_to_an_upload(gateway, net):
     # The origin refuses an upload after its head (413) and closes: the
     # agent gets the 413, and its connection is not kept (the rest of its
