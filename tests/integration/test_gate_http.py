@@ -224,6 +224,30 @@ def test_upstream_connection_not_reused_for_other_host_or_port(gateway, net):
         b.stop()
 
 
+def test_upstream_connection_not_reused_across_agents(gateway, net):
+    # Agents told apart by their tokens may share a client connection: an
+    # upstream connection is kept for the agent whose request it carried,
+    # never handed to another agent's request (which would ride on a
+    # connection, and read answers, that the first agent's requests set up).
+    agents = [{"id": "a1", "sources": ["127.0.0.0/8"], "token": "env:SLUICE_TEST_TOKEN"},
+              {"id": "a2", "sources": ["127.0.0.0/8"], "token": "env:SLUICE_TEST_TOKEN2"}]
+    env = {"SLUICE_TEST_TOKEN": "token-of-a1", "SLUICE_TEST_TOKEN2": "token-of-a2"}
+    gw = gateway(net.policy([api_rule(net)], agents=agents), env=env)
+    who = ["a1", "a1", "a2", "a2", "a1"]
+    s = open_conn(gw)
+    try:
+        rs = [request(gw, "GET", net.url("/g%d" % i), sock=s,
+                      headers={"Proxy-Authorization": "Bearer token-of-" + a})
+              for i, a in enumerate(who)]
+    finally:
+        s.close()
+    assert [r.status for r in rs] == [200] * 5
+    # a1's connection serves its next request; a2 and a1 again open their own
+    assert net.api.connections == 3
+    evs = gw.wait_events(count=5)
+    assert [e["agent"] for e in evs] == who
+
+
 def test_upstream_connection_not_reused_across_clients(gateway, net):
     gw = gateway(net.policy([api_rule(net)]))
     for i in range(2):
