@@ -22,10 +22,6 @@
 
 #define BOX_KEYCTL_JOIN_SESSION_KEYRING 1 /* <linux/keyctl.h> */
 
-/* Signals the init passes on to the command. */
-static const int forwarded[] = {SIGHUP,  SIGINT,   SIGQUIT, SIGTERM, SIGUSR1,
-                                SIGUSR2, SIGWINCH, SIGCONT, SIGTSTP, SIGALRM};
-
 struct init_state {
     int sigfd;
     pid_t cmd;
@@ -39,6 +35,25 @@ struct report {
     int status;
     unsigned long relayed;
 };
+
+void box_forwarded_signals(sigset_t *set)
+{
+    static const int named[] = {
+        SIGHUP,    SIGINT,  SIGQUIT,   SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT,
+        SIGTSTP,   SIGALRM, SIGVTALRM, SIGPROF, SIGXCPU, SIGABRT, SIGIO,
+#ifdef SIGPWR
+        SIGPWR,
+#endif
+#ifdef SIGSTKFLT
+        SIGSTKFLT,
+#endif
+    };
+    sigemptyset(set);
+    for (size_t i = 0; i < sizeof(named) / sizeof(named[0]); i++)
+        sigaddset(set, named[i]);
+    for (int sig = SIGRTMIN; sig <= SIGRTMAX; sig++)
+        sigaddset(set, sig);
+}
 
 static void report_error(int fd, const char *msg)
 {
@@ -314,10 +329,8 @@ init_main(const struct box_config *cfg, uid_t uid, gid_t gid, bool userns, int s
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || run_is_gone(status_fd))
         _exit(2);
     sigset_t mask;
-    sigemptyset(&mask);
+    box_forwarded_signals(&mask);
     sigaddset(&mask, SIGCHLD);
-    for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
-        sigaddset(&mask, forwarded[i]);
     sigprocmask(SIG_BLOCK, &mask, NULL);
     signal(SIGPIPE, SIG_IGN);
     /* ignored (by run's caller), the kernel would reap the command itself

@@ -77,6 +77,18 @@ struct box {
 
 #define BOX_ERR_MAX 512
 
+/* The signals the box's init passes on to the command, and run to the
+ * box, when a process sends them: every one whose default action ends a
+ * process (SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGALRM,
+ * SIGABRT, SIGVTALRM, SIGPROF, SIGXCPU, SIGIO, SIGPWR, SIGSTKFLT and the
+ * real-time signals), and SIGWINCH, SIGCONT, SIGTSTP. Not SIGKILL and
+ * SIGSTOP, which no process can take; SIGCHLD; those the kernel sends on a
+ * fault (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS), which blocked
+ * would still end the process, without a sanitizer's report; SIGPIPE and
+ * SIGXFSZ, which run ignores, as the kernel sends them for its own writes;
+ * SIGURG, SIGTTIN, SIGTTOU, which end nothing. */
+void box_forwarded_signals(sigset_t *set);
+
 /* Starts the box. Returns 0 with <*box> filled, or -1 with a one-line
  * message in <err> (a namespace the kernel refuses is named, with how to
  * enable it). Nothing is left running on failure. */

@@ -67,9 +67,6 @@ extern char **environ;
 
 static const struct command *const self = &cmd_run;
 
-static const int forwarded[] = {SIGHUP,  SIGINT,   SIGQUIT, SIGTERM, SIGUSR1,
-                                SIGUSR2, SIGWINCH, SIGCONT, SIGTSTP, SIGALRM};
-
 struct run_args {
     const char *policy;
     const char *proxy; /* the socket path after "unix:" */
@@ -604,17 +601,20 @@ static int gateway_leave_root(pid_t parent, const struct privdrop_target *chosen
     return 0;
 }
 
-/* The signals run passes on whose default action would end it, but for
- * those its caller ignored or blocked (<ignored>, <blocked>: held for the
+/* The signals run passes on whose default action would end it (all of
+ * box_forwarded_signals() but SIGWINCH, SIGCONT, SIGTSTP), but for those
+ * its caller ignored or blocked (<ignored>, <blocked>: held for the
  * command, as before): held from the making of its directory until the
  * box starts. */
 static void ending_signals(sigset_t *set, const sigset_t *ignored, const sigset_t *blocked)
 {
-    static const int ending[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1, SIGUSR2, SIGALRM};
-    sigemptyset(set);
-    for (size_t i = 0; i < sizeof(ending) / sizeof(ending[0]); i++)
-        if (sigismember(ignored, ending[i]) != 1 && sigismember(blocked, ending[i]) != 1)
-            sigaddset(set, ending[i]);
+    box_forwarded_signals(set);
+    sigdelset(set, SIGWINCH);
+    sigdelset(set, SIGCONT);
+    sigdelset(set, SIGTSTP);
+    for (int sig = 1; sig < NSIG; sig++)
+        if (sigismember(ignored, sig) == 1 || sigismember(blocked, sig) == 1)
+            sigdelset(set, sig);
 }
 
 /* Forks the gateway; returns 0 once it accepts, or EXIT_USAGE. From the
@@ -939,15 +939,16 @@ static void stop_as_tstp(void)
     sigprocmask(SIG_SETMASK, &old, NULL);
 }
 
-/* The signals run reads from a signalfd: SIGCHLD and those it passes on,
- * but for those its caller ignored (<ignored>), which stay ignored. */
+/* The signals run reads from a signalfd: SIGCHLD and those it passes on
+ * (box_forwarded_signals()), but for those its caller ignored
+ * (<ignored>), which stay ignored. */
 static void run_signals(sigset_t *mask, const sigset_t *ignored)
 {
-    sigemptyset(mask);
+    box_forwarded_signals(mask);
+    for (int sig = 1; sig < NSIG; sig++)
+        if (sigismember(ignored, sig) == 1)
+            sigdelset(mask, sig);
     sigaddset(mask, SIGCHLD);
-    for (size_t i = 0; i < sizeof(forwarded) / sizeof(forwarded[0]); i++)
-        if (sigismember(ignored, forwarded[i]) != 1)
-            sigaddset(mask, forwarded[i]);
 }
 
 /* Signals ignored when run started (nohup's SIGHUP; SIGINT and SIGQUIT in
@@ -1065,7 +1066,11 @@ static int run_main(int argc, char **argv)
             goto out;
         }
     } else {
+        /* what the kernel sends for run's own writes (a closed pipe, a
+         * file past RLIMIT_FSIZE) must not end it with its directory left:
+         * the write fails instead */
         signal(SIGPIPE, SIG_IGN);
+        signal(SIGXFSZ, SIG_IGN);
         if (serve_start(a, &s, &ending) != 0)
             goto out;
         sock = s.sock;

@@ -7,6 +7,7 @@ Only loopback addresses are ever used: the upstreams on the host's
 127.0.0.x (reached through the gateway), and host listeners the box must not
 see."""
 
+import contextlib
 import hashlib
 import json
 import os
@@ -1192,8 +1193,24 @@ def test_a_gateway_that_dies_before_it_serves_is_told(box, net, tmp_path):
         _end_held_run(tracer, tmp_path)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP],
-                         ids=["SIGTERM", "SIGINT", "SIGHUP"])
+# Signals whose default action ends run, beyond SIGTERM, SIGINT and SIGHUP:
+# those run passed on from the start and those it ended of at once, its
+# directory left behind (SIGPROF, SIGVTALRM, SIGXCPU, SIGIO, SIGPWR, real-time).
+MORE_ENDING = [signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM, signal.SIGABRT,
+               signal.SIGPROF,
+               signal.SIGVTALRM, signal.SIGXCPU, signal.SIGIO, signal.SIGPWR,
+               signal.SIGSTKFLT, signal.SIGRTMIN, signal.SIGRTMIN + 5, signal.SIGRTMAX]
+
+
+def _sig_id(sig):
+    if sig == signal.SIGRTMAX or sig < signal.SIGRTMIN:
+        return signal.Signals(sig).name
+    return "SIGRTMIN+%d" % (sig - signal.SIGRTMIN)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
+                                 signal.SIGUSR1, signal.SIGPROF, signal.SIGXCPU, signal.SIGRTMIN],
+                         ids=_sig_id)
 def test_a_signal_while_run_starts_leaves_no_directory(box, net, tmp_path, sig):
     """A signal that ends run while it starts, after it made its private
     directory and before the command runs (the gateway not ready yet: a
@@ -1227,6 +1244,86 @@ def test_a_signal_while_run_starts_leaves_no_directory(box, net, tmp_path, sig):
         assert _proc_field(gateway, "state") in (None, "Z"), "the gateway outlived run"
     finally:
         _end_held_run(tracer, tmp_path)
+
+
+def _run_dir_of(pid):
+    """The /tmp/sluice-run-XXXXXX directory of the run PID, by the decision
+    log it holds open for the summary."""
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            target = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        m = re.match(r"(/tmp/sluice-run-[A-Za-z0-9]{6})/log\.jsonl$", target)
+        if m:
+            return m.group(1)
+    return None
+
+
+@contextlib.contextmanager
+def _ready_run(box, argv, **popen):
+    """`sluice run` with ARGV after the `--`, once the command printed
+    `ready`: yields it and its /tmp/sluice-run-XXXXXX directory; kills it
+    and removes the directory if they are still there at the end."""
+    proc = subprocess.Popen([box.bin, "run"] + argv, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=box.workdir,
+                            env=_clean_env(), **popen)
+    d = None
+    try:
+        _wait_ready(proc)
+        d = _run_dir_of(proc.pid)
+        assert d is not None and os.path.isdir(d)
+        yield proc, d
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if d is not None:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.parametrize("sig", MORE_ENDING, ids=_sig_id)
+def test_a_signal_while_the_command_runs_is_passed_on(box, net, sig):
+    """Signals beyond the ten run passed on (SIGABRT, SIGPROF, SIGVTALRM,
+    SIGXCPU, SIGIO, SIGPWR, SIGSTKFLT, the real-time ones) sent to run while
+    the command ran ended run by their default action: no summary, its
+    private directory with the gateway's socket and log left in /tmp, and
+    the command killed with the box rather than told. run now passes each on
+    like SIGTERM: the command (a shell's sleep, which takes each by its
+    default action) dies of it, and run stops its gateway, removes the
+    directory and exits 128+N after its summary."""
+    pol = box.policy(net.policy([]))
+    argv = ["--policy", pol, "--", "/bin/sh", "-c", "echo ready; exec sleep 60"]
+    with _ready_run(box, argv) as (proc, d):
+        gateway = [k for k in _sluice_children(proc.pid) if os.getpgid(k) == k]
+        assert len(gateway) == 1, gateway
+        proc.send_signal(sig)
+        rc = proc.wait(20)
+        err = proc.stderr.read()
+        assert rc == 128 + sig, (rc, err)
+        assert "sluice run: exit %d;" % rc in err
+        assert not os.path.exists(d), os.listdir(d)
+        assert _proc_field(gateway[0], "state") is None, "the gateway outlived run"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGPIPE, signal.SIGXFSZ], ids=_sig_id)
+def test_a_signal_run_ignores_leaves_it_running(box, net, sig):
+    """SIGPIPE and SIGXFSZ, which the kernel sends for run's own writes (a
+    closed pipe, a file past RLIMIT_FSIZE: the write fails instead), are
+    ignored by run: one sent by a process left it running, where SIGXFSZ
+    ended it, its directory left behind. The command goes on and its status
+    is run's."""
+    pol = box.policy(net.policy([]))
+    code = "import sys\nprint('ready', flush=True)\nsys.stdin.read()\nsys.exit(5)\n"
+    with _ready_run(box, ["--policy", pol, "--", PY, "-c", code],
+                    stdin=subprocess.PIPE) as (proc, d):
+        proc.send_signal(sig)  # pending for run once kill() returns: it acts on it first
+        proc.stdin.close()
+        rc = proc.wait(20)
+        err = proc.stderr.read()
+        assert rc == 5, (rc, err)
+        assert "sluice run: exit 5;" in err
+        assert not os.path.exists(d), os.listdir(d)
 
 
 def test_background_processes_die_with_the_command(box, net, tmp_path):
