@@ -1031,6 +1031,11 @@ static int run_main(int argc, char **argv)
      * reap them itself, and their PIDs could be another's by the time run
      * signals them */
     signal(SIGCHLD, SIG_DFL);
+    /* what the kernel sends for run's own writes (a closed pipe, a file
+     * past RLIMIT_FSIZE: `2>&1 | head`) must not end it, its directory left
+     * or its exit status not the command's: the write fails instead */
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGXFSZ, SIG_IGN);
     sigset_t old, ending; /* the caller's mask: the command gets it, run ends with it */
     sigprocmask(SIG_SETMASK, NULL, &old);
     ending_signals(&ending, &ignored, &old);
@@ -1066,11 +1071,6 @@ static int run_main(int argc, char **argv)
             goto out;
         }
     } else {
-        /* what the kernel sends for run's own writes (a closed pipe, a
-         * file past RLIMIT_FSIZE) must not end it with its directory left:
-         * the write fails instead */
-        signal(SIGPIPE, SIG_IGN);
-        signal(SIGXFSZ, SIG_IGN);
         if (serve_start(a, &s, &ending) != 0)
             goto out;
         sock = s.sock;

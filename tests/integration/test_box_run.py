@@ -1482,6 +1482,28 @@ def test_proxy_mode_uses_a_serving_gateway(box, net, gateway):
     assert ev["agent"] != "ci-bot"
 
 
+@pytest.mark.parametrize("mode", ["policy", "proxy"])
+def test_a_closed_standard_error_does_not_change_the_status(box, net, gateway, mode):
+    """run's standard error a pipe no one reads any more (`2>&1 | head -1`
+    once head has ended): with --proxy, run took the SIGPIPE of its summary's
+    write by its default action and exited 141 (-13) whatever the command's
+    status, where with --policy it ignored it and exited with the command's.
+    Both ignore it now (and SIGXFSZ, a file past RLIMIT_FSIZE)."""
+    if mode == "policy":
+        args = ["--policy", box.policy(net.policy([]))]
+    else:
+        args = ["--proxy", "unix:" + gateway(net.policy([]), tcp=False, unix=True).unix_path]
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run([box.bin, "run"] + args + ["--", PY, "-c", "import sys; sys.exit(7)"],
+                           stdout=subprocess.DEVNULL, stderr=w, cwd=box.workdir,
+                           env=_clean_env(), timeout=30)
+    finally:
+        os.close(w)
+    assert p.returncode == 7
+
+
 def test_proxy_mode_counts_only_connections_that_reached_the_gateway(box, net, tmp_path):
     """The summary's `relayed C connections` counted every connection the
     relay accepted, also those it closed because the gateway's socket
