@@ -5,6 +5,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,14 +199,41 @@ static void on_resume(evutil_socket_t fd, short what, void *arg)
     evconnlistener_enable(l->lev);
 }
 
+/* An accept() error about the one connection it took off the queue, not
+ * about the listener: a network error pending on it that Linux passes on
+ * (accept(2): EPROTO, ENETDOWN...; ECONNABORTED libevent itself skips), or
+ * a firewall's refusal (EPERM). The next client is no less welcome. */
+static bool accept_error_is_per_conn(int err)
+{
+    switch (err) {
+    case EPROTO:
+    case EPERM:
+    case ENETDOWN:
+    case ENOPROTOOPT:
+    case EHOSTDOWN:
+    case ENONET:
+    case EHOSTUNREACH:
+    case EOPNOTSUPP:
+    case ENETUNREACH:
+    case ECONNABORTED:
+        return true;
+    default:
+        return false;
+    }
+}
+
 /* accept() failed (EMFILE, ENFILE, ENOBUFS...): back off instead of
  * spinning, and say so once a minute, not at every pause (ten lines a
- * second for as long as the descriptors are short). */
+ * second for as long as the descriptors are short). An error that was the
+ * dequeued connection's alone pauses nothing: the listener goes on with
+ * the next one (a pause would hold every other client for it). */
 static void on_accept_error(struct evconnlistener *lev, void *arg)
 {
     struct listener *l = arg;
     static const struct timeval backoff = {0, ACCEPT_BACKOFF_MS * 1000};
     int err = EVUTIL_SOCKET_ERROR();
+    if (accept_error_is_per_conn(err))
+        return;
     uint64_t now = monotonic_ms();
     if (!l->warned || now - l->warned_ms >= ACCEPT_WARN_EVERY_MS) {
         fprintf(stderr,

@@ -13,7 +13,8 @@
  * its listener, so from its first byte, a unix one set at the accept.
  *
  * Accept errors such as EMFILE pause the listener for 100 ms instead of
- * spinning. */
+ * spinning; one that concerns only the connection accept() took (EPROTO,
+ * EPERM from a firewall, a network error pending on it) pauses nothing. */
 #ifndef SLUICE_GATE_LISTENER_H
 #define SLUICE_GATE_LISTENER_H
 

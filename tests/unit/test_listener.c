@@ -1,20 +1,57 @@
 /* Unit tests for gate/listener.c: ADDR parsing (SPEC.md: HOST:PORT,
  * [V6]:PORT, unix:/path), binding on loopback, port 0, listener_covers()
- * (self_request), stale unix sockets replaced and other files refused. */
+ * (self_request), stale unix sockets replaced and other files refused, and
+ * which accept() errors pause the listener (accept4() and accept() are
+ * interposed here, to fail once with a chosen error). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <event2/event.h>
 
 #include "gate/listener.h"
+
+/* The next accept4()/accept() fails with this error when not 0. */
+static int fail_next_accept;
+
+static int take_failure(void)
+{
+    int e = fail_next_accept;
+    fail_next_accept = 0;
+    errno = e;
+    return e;
+}
+
+int accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags)
+{
+    if (take_failure() != 0)
+        return -1;
+    int (*real)(int, struct sockaddr *, socklen_t *, int) =
+        (int (*)(int, struct sockaddr *, socklen_t *, int))dlsym(RTLD_NEXT, "accept4");
+    return real(fd, sa, len, flags);
+}
+
+int accept(int fd, struct sockaddr *sa, socklen_t *len)
+{
+    if (take_failure() != 0)
+        return -1;
+    int (*real)(int, struct sockaddr *, socklen_t *) =
+        (int (*)(int, struct sockaddr *, socklen_t *))dlsym(RTLD_NEXT, "accept");
+    return real(fd, sa, len);
+}
 
 static void test_parse_ok(void **state)
 {
@@ -76,16 +113,24 @@ static void on_accept(struct listener *l, evutil_socket_t fd, const struct socka
     close(fd);
 }
 
+/* A listener on 127.0.0.1, on a port the kernel picks. */
+static struct listener *open_loopback(struct event_base *base, listener_accept_fn fn)
+{
+    struct listen_addr a;
+    const char *why;
+    char err[256];
+    assert_non_null(base);
+    assert_int_equal(listen_addr_parse("127.0.0.1:0", &a, &why), 0);
+    struct listener *l = listener_open(base, &a, fn, NULL, err, sizeof(err));
+    assert_non_null(l);
+    return l;
+}
+
 static void test_bind_and_covers(void **state)
 {
     (void)state;
     struct event_base *base = event_base_new();
-    struct listen_addr a;
-    const char *why;
-    char err[256];
-    assert_int_equal(listen_addr_parse("127.0.0.1:0", &a, &why), 0);
-    struct listener *l = listener_open(base, &a, on_accept, NULL, err, sizeof(err));
-    assert_non_null(l);
+    struct listener *l = open_loopback(base, on_accept);
     struct ipaddr ip, other, any;
     uint16_t port;
     assert_int_equal(sockaddr_to_ipaddr((const struct sockaddr *)&listener_addr(l)->ss, &ip, &port),
@@ -102,9 +147,8 @@ static void test_bind_and_covers(void **state)
     listener_free(l);
 
     /* a second bind on a busy port fails with a message */
-    assert_int_equal(listen_addr_parse("127.0.0.1:0", &a, &why), 0);
-    l = listener_open(base, &a, on_accept, NULL, err, sizeof(err));
-    assert_non_null(l);
+    char err[256];
+    l = open_loopback(base, on_accept);
     struct listen_addr busy = *listener_addr(l);
     struct listener *l2 = listener_open(base, &busy, on_accept, NULL, err, sizeof(err));
     (void)l2; /* SO_REUSEADDR does not allow two listeners on one port */
@@ -175,13 +219,76 @@ static void test_unix_socket(void **state)
     event_base_free(base);
 }
 
+static int accepted;
+
+static void count_accept(struct listener *l, evutil_socket_t fd, const struct sockaddr *sa,
+                         socklen_t salen, void *arg)
+{
+    (void)l, (void)sa, (void)salen, (void)arg;
+    accepted++;
+    close(fd);
+}
+
+/* Makes one accept() on a fresh listener fail with <err> while a client
+ * waits, then runs the loop without blocking, at most 20 rounds, until the
+ * client is accepted. Returns whether it was, and what the listener wrote
+ * to standard error meanwhile in <said>. */
+static bool accept_after_error(int err, char *said, size_t cap)
+{
+    struct event_base *base = event_base_new();
+    struct listener *l = open_loopback(base, count_accept);
+    int cl = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(cl >= 0);
+    assert_int_equal(
+        connect(cl, (const struct sockaddr *)&listener_addr(l)->ss, listener_addr(l)->sslen), 0);
+    FILE *cap_file = tmpfile();
+    assert_non_null(cap_file);
+    fflush(stderr);
+    int saved = dup(2);
+    assert_true(saved >= 0);
+    assert_true(dup2(fileno(cap_file), 2) == 2);
+    accepted = 0;
+    fail_next_accept = err;
+    for (int i = 0; i < 20 && accepted == 0; i++)
+        event_base_loop(base, EVLOOP_NONBLOCK);
+    fflush(stderr);
+    assert_true(dup2(saved, 2) == 2);
+    close(saved);
+    rewind(cap_file);
+    size_t n = fread(said, 1, cap - 1, cap_file);
+    said[n] = '\0';
+    fclose(cap_file);
+    fail_next_accept = 0;
+    close(cl);
+    listener_free(l);
+    event_base_free(base);
+    return accepted == 1;
+}
+
+/* An accept() error that is about the one connection it dequeued (a client
+ * that reset, EPROTO; a firewall's refusal, EPERM) must not stop the
+ * listener: the next client is accepted at once, nothing said about
+ * pausing. Out of descriptors (EMFILE) the listener pauses and says so. */
+static void test_accept_error_pause(void **state)
+{
+    (void)state;
+    static const int per_conn[] = {EPROTO, EPERM, ENETUNREACH, EHOSTUNREACH};
+    char said[512];
+    for (size_t i = 0; i < sizeof(per_conn) / sizeof(per_conn[0]); i++) {
+        bool ok = accept_after_error(per_conn[i], said, sizeof(said));
+        if (!ok || strstr(said, "pausing") != NULL)
+            fail_msg("after %s: accepted %d, said \"%s\"", strerror(per_conn[i]), ok, said);
+    }
+    (void)accept_after_error(EMFILE, said, sizeof(said));
+    assert_non_null(strstr(said, "Too many open files: pausing for 100 ms"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_ok),
-        cmocka_unit_test(test_parse_errors),
-        cmocka_unit_test(test_bind_and_covers),
-        cmocka_unit_test(test_unix_socket),
+        cmocka_unit_test(test_parse_ok),           cmocka_unit_test(test_parse_errors),
+        cmocka_unit_test(test_bind_and_covers),    cmocka_unit_test(test_unix_socket),
+        cmocka_unit_test(test_accept_error_pause),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
