@@ -1,11 +1,13 @@
 #include "gate/conn.h"
 
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -440,6 +442,7 @@ static bool refusal_keeps_connection(const struct conn *c, enum deny_reason reas
     switch (reason) {
     case REASON_BAD_REQUEST:          /* the framing is not to be trusted */
     case REASON_TOO_MANY_CONNECTIONS: /* the connection is the problem */
+    case REASON_GATEWAY_OVERLOADED:   /* its descriptor is better given back */
     case REASON_SNI_MISMATCH:         /* inside a tunnel: nothing to answer */
     case REASON_ENCRYPTED_CLIENT_HELLO:
         return false;
@@ -487,6 +490,34 @@ void conn_refuse(struct conn *c, enum deny_reason reason, const char *detail, bo
     }
     conn_end_exchange(c);
     close_when_flushed(c);
+}
+
+#define SHORT_TELL_EVERY_MS 60000
+
+void conn_refuse_short(struct conn *c, int e)
+{
+    bool fds = e == EMFILE || e == ENFILE;
+    uint64_t now = monotonic_ms();
+    struct gateway *gw = c->gw;
+    if (gw->short_told_ms == 0 || now - gw->short_told_ms >= SHORT_TELL_EVERY_MS) {
+        struct rlimit rl;
+        char why[96];
+        if (e == ENFILE)
+            snprintf(why, sizeof(why), "the system's open-file table is full");
+        else if (fds && getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+            snprintf(why, sizeof(why), "the open-file limit is %llu",
+                     (unsigned long long)rl.rlim_cur);
+        else
+            snprintf(why, sizeof(why), "%s", strerror(e));
+        fprintf(stderr,
+                "sluice: warning: out of %s (%s): requests are refused with 503 "
+                "gateway_overloaded; %s (told at most once a minute)\n",
+                fds ? "file descriptors" : "memory for sockets", why,
+                fds ? "raise the limit or lower --max-conns" : "lower --max-conns");
+        gw->short_told_ms = now > 0 ? now : 1;
+    }
+    conn_refuse(c, REASON_GATEWAY_OVERLOADED,
+                fds ? "out of file descriptors" : "out of memory for sockets", true);
 }
 
 /* Reasons the gate finds itself (not the policy) that an agent in report
@@ -678,6 +709,10 @@ static void on_connected(int err, struct bufferevent *bev, evutil_socket_t fd, s
     struct conn *c = arg;
     struct exchange *ex = &c->ex;
     c->uc = NULL;
+    if (err == UPSTREAM_ERR_NO_SOCKET) { /* no address tried: ip stays null */
+        conn_refuse_short(c, errno);
+        return;
+    }
     if (idx < ex->naddrs)
         ipaddr_format(&ex->addrs[idx], ex->ip, sizeof(ex->ip));
     if (err != 0) {

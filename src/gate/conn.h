@@ -222,6 +222,11 @@ void conn_end_exchange(struct conn *c);
 /* Refuses the current exchange with <reason> (a response is written when
  * <respond>), publishes both events and closes once the response is out. */
 void conn_refuse(struct conn *c, enum deny_reason reason, const char *detail, bool respond);
+/* Refuses the current exchange as gateway_overloaded: no socket could be
+ * had for its upstream connection, socket() failing with <e> (EMFILE,
+ * ENFILE: descriptors; ENOBUFS, ENOMEM: memory). Says so on standard error,
+ * at most once a minute, naming the open-file limit. */
+void conn_refuse_short(struct conn *c, int e);
 /* The exchange finished cleanly: next request or close. */
 void conn_exchange_done(struct conn *c);
 /* A denial found by the gate (not the policy): refuses (returns true, <c>

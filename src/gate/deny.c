@@ -155,6 +155,11 @@ void deny_message(const struct deny_info *d, char *buf, size_t cap)
                 "sluice: cannot connect to %s (%s) (agent %s); the upstream is down or unreachable",
                 hp, ip, a);
         break;
+    case REASON_GATEWAY_OVERLOADED:
+        snprintf(buf, cap,
+                 "sluice: cannot connect to %s (agent %s): the gateway is %s; retry later", hp, a,
+                 d->detail != NULL ? d->detail : "out of resources");
+        break;
     case REASON_TOO_MANY_CONNECTIONS:
         snprintf(buf, cap,
                  "sluice: %s refused: agent %s has too many open connections; close some and retry",
@@ -192,7 +197,8 @@ int deny_write(const struct deny_info *d, struct evbuffer *out)
     if (d->reason == REASON_AUTH_REQUIRED &&
         evbuffer_add_printf(out, "Proxy-Authenticate: Basic realm=\"sluice\"\r\n") < 0)
         return -1;
-    if ((d->reason == REASON_RATE_LIMITED || d->reason == REASON_QUARANTINED) &&
+    if ((d->reason == REASON_RATE_LIMITED || d->reason == REASON_QUARANTINED ||
+         d->reason == REASON_GATEWAY_OVERLOADED) &&
         evbuffer_add_printf(out, "Retry-After: %u\r\n", d->retry_after > 0 ? d->retry_after : 1) <
             0)
         return -1;

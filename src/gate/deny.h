@@ -1,7 +1,8 @@
 /* deny: the response an agent gets when sluice refuses a request.
  *
  * SPEC.md "Deny reasons": the status of reason_status(), a
- * "Sluice-Reason: REASON" header, Retry-After for rate_limited,
+ * "Sluice-Reason: REASON" header, Retry-After for rate_limited, quarantined
+ * and gateway_overloaded,
  * Proxy-Authenticate for auth_required, a Connection header (keep-alive
  * when the refused request left nothing unread, else close: the gateway
  * never has to skip an unread request body), and a one-line text/plain body that says what happened
@@ -24,9 +25,10 @@ struct deny_info {
     const char *method;   /* or NULL */
     const char *ip;       /* refused / unreachable address, or NULL */
     const char *detail;   /* a static phrase for bad_request ("head too large"), dns_failure,
-                           * or upstream_unreachable after the connect ("the upstream sent an
-                           * invalid response"); or NULL */
-    unsigned retry_after; /* seconds, rate_limited / quarantined only */
+                           * upstream_unreachable after the connect ("the upstream sent an
+                           * invalid response") or gateway_overloaded ("out of file
+                           * descriptors"); or NULL */
+    unsigned retry_after; /* seconds, rate_limited / quarantined / gateway_overloaded only */
     bool keep_alive;      /* the client connection stays open after this response */
     bool head_only;       /* the request was HEAD: no content (RFC 9110 9.3.2), the
                            * Content-Length is that of the text a GET would get */

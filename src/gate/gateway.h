@@ -109,7 +109,8 @@ struct gateway {
     size_t nagents;
     struct gateway_counters counters;
     bool stopping;
-    int64_t stop_began_ms; /* CLOCK_MONOTONIC, at SIGTERM/SIGINT; 0 before */
+    uint64_t short_told_ms; /* CLOCK_MONOTONIC: conn_refuse_short()'s last warning; 0 never */
+    int64_t stop_began_ms;  /* CLOCK_MONOTONIC, at SIGTERM/SIGINT; 0 before */
     struct event *sig_hup, *sig_term, *sig_int, *grace_timer;
     /* Wakes when the UTC day changes (at most DAY_CHECK_MAX_MS apart, gateway.c):
      * open tunnels are decided again, grants ending with their day. */

@@ -26,9 +26,17 @@ struct upstream_connect {
     struct bufferevent *bev; /* the attempt in progress */
     evutil_socket_t fd;
     struct event *kick; /* starts or continues the attempts off the caller's stack */
+    int short_errno;    /* socket()'s errno, with UPSTREAM_ERR_NO_SOCKET */
     upstream_cb cb;
     void *arg;
 };
+
+/* The errors of socket() that say the gateway is short of descriptors or
+ * memory, not that anything is wrong with the address. */
+static bool short_errno(int e)
+{
+    return e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM;
+}
 
 unsigned upstream_attempt_ms(uint64_t left_ms, size_t addrs_left)
 {
@@ -99,8 +107,11 @@ static void finish(struct upstream_connect *uc, int err)
         bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
         bufferevent_set_timeouts(bev, NULL, NULL);
     }
+    int e = uc->short_errno;
     event_free(uc->kick);
     free(uc);
+    if (err == UPSTREAM_ERR_NO_SOCKET)
+        errno = e;
     cb(err, bev, fd, idx, arg);
 }
 
@@ -163,8 +174,15 @@ static void try_next(struct upstream_connect *uc)
         const struct ipaddr *a = &uc->addrs[uc->next++];
         upstream_sockaddr(a, uc->port, &ss, &len);
         uc->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (uc->fd < 0)
+        if (uc->fd < 0) {
+            if (short_errno(errno)) {
+                /* the gateway's shortage: every other address would meet it */
+                uc->short_errno = errno;
+                finish(uc, UPSTREAM_ERR_NO_SOCKET);
+                return;
+            }
             continue;
+        }
         /* An origin's urgent data (MSG_OOB) stays in the stream, a plain
          * byte in its place: else recv() skips it and a response body comes
          * up one byte short. Set before connect(), so that it covers the

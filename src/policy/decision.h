@@ -38,12 +38,13 @@ enum deny_reason {
     REASON_TOO_MANY_CONNECTIONS,
     REASON_QUARANTINED,
     REASON_ENCRYPTED_CLIENT_HELLO,
+    REASON_GATEWAY_OVERLOADED, /* no socket for the upstream: descriptors or memory short */
     REASON_COUNT
 };
 
 /* "not_in_policy", ...; NULL for REASON_NONE. */
 const char *reason_name(enum deny_reason r);
-/* The HTTP status SPEC.md gives a denial for <r> (403, 407, 400, 429, 502). */
+/* The HTTP status SPEC.md gives a denial for <r> (403, 407, 400, 429, 502, 503). */
 int reason_status(enum deny_reason r);
 const char *verdict_name(enum verdict v);
 

@@ -299,6 +299,7 @@ static const char *const reason_names[REASON_COUNT] = {
     [REASON_TOO_MANY_CONNECTIONS] = "too_many_connections",
     [REASON_QUARANTINED] = "quarantined",
     [REASON_ENCRYPTED_CLIENT_HELLO] = "encrypted_client_hello",
+    [REASON_GATEWAY_OVERLOADED] = "gateway_overloaded",
 };
 
 const char *reason_name(enum deny_reason r)
@@ -320,6 +321,8 @@ int reason_status(enum deny_reason r)
     case REASON_DNS_FAILURE:
     case REASON_UPSTREAM_UNREACHABLE:
         return 502;
+    case REASON_GATEWAY_OVERLOADED:
+        return 503;
     default: /* too_many_connections and quarantined too: SPEC.md gives them 403 */
         return 403;
     }

@@ -20,10 +20,11 @@ REASONS = ["not_in_policy", "denied_host", "port_not_allowed", "method_not_allow
            "needs_inspection", "self_request", "agent_not_allowed", "grant_expired",
            "ip_literal", "private_address", "host_mismatch", "sni_mismatch", "rate_limited",
            "bad_request", "auth_required", "dns_failure", "upstream_unreachable",
-           "too_many_connections", "quarantined", "encrypted_client_hello"]
+           "too_many_connections", "quarantined", "encrypted_client_hello",
+           "gateway_overloaded"]
 
 REASON_STATUS = {"rate_limited": 429, "auth_required": 407, "bad_request": 400,
-                 "dns_failure": 502, "upstream_unreachable": 502}
+                 "dns_failure": 502, "upstream_unreachable": 502, "gateway_overloaded": 503}
 
 
 def reason_status(reason):

@@ -19,8 +19,8 @@ import urllib.request
 
 import pytest
 
-from gate_client import (api_rule, build_request, connect, open_conn, poll, proc_stat,
-                         read_response, read_responses, recv_until_close, request)
+from gate_client import (api_rule, assert_denied, build_request, connect, open_conn, poll,
+                         proc_stat, read_response, read_responses, recv_until_close, request)
 from gate_servers import BannerServer, ScriptedUpstream, free_port, pattern_bytes
 
 
@@ -1321,4 +1321,46 @@ def test_accept_errors_are_told_once_a_minute(gateway, net):
     told = [ln for ln in gw.stderr().splitlines() if "Too many open files" in ln]
     assert told == ["sluice: accept on 127.0.0.1:%d: Too many open files: pausing for 100 ms "
                     "at a time (told at most once a minute)" % gw.port], told
+    assert request(gw, "GET", net.url("/after")).status == 200
+
+
+def _lowest_free_fd(pid):
+    used = {int(n) for n in os.listdir("/proc/%d/fd" % pid)}
+    return min(set(range(max(used) + 2)) - used)
+
+
+def test_out_of_descriptors_for_the_upstream_is_the_gateways_fault(gateway, net):
+    # A request accepted while descriptors are short gets no socket for its
+    # upstream connection (EMFILE: the gateway's soft limit is lowered to
+    # its lowest free descriptor number once the client's socket is open,
+    # and put back afterwards). That is the gateway's shortage, not the
+    # upstream's: 503 gateway_overloaded, no address in the log (none was
+    # tried), and a warning on standard error that names the limit. Before,
+    # it was 502 upstream_unreachable, "the upstream is down or
+    # unreachable", with the upstream's address logged, and nothing told.
+    gw = gateway(net.policy([api_rule(net)]))
+    pid = gw.proc.pid
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    before = len(os.listdir("/proc/%d/fd" % pid))
+    s = open_conn(gw)
+    try:
+        poll(lambda: len(os.listdir("/proc/%d/fd" % pid)) > before, what="the client accepted")
+        limit = _lowest_free_fd(pid)
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (limit, hard))
+        try:
+            s.sendall(b"GET %s HTTP/1.1\r\nHost: api.example.test:%d\r\nConnection: close\r\n"
+                      b"\r\n" % (net.url("/short").encode(), net.api.port))
+            r = read_response(s)
+        finally:
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+    finally:
+        s.close()
+    assert_denied(gw, net, r, "gateway_overloaded", host="api.example.test", port=net.api.port,
+                  agent="default", tier=0, rule="rules[0]", ip=None)
+    assert r.header("Retry-After") == "1", r
+    assert "out of file descriptors" in r.text, r.text
+    told = [ln for ln in gw.stderr().splitlines() if "file descriptors" in ln]
+    assert told == ["sluice: warning: out of file descriptors (the open-file limit is %d): "
+                    "requests are refused with 503 gateway_overloaded; raise the limit or lower "
+                    "--max-conns (told at most once a minute)" % limit], told
     assert request(gw, "GET", net.url("/after")).status == 200

@@ -60,7 +60,8 @@ static void test_every_reason(void **state)
         if (d.reason != REASON_AUTH_REQUIRED && d.reason != REASON_BAD_REQUEST)
             assert_non_null(strstr(body, "ci-bot"));
         assert_int_equal(strstr(s, "Retry-After: 7\r\n") != NULL,
-                         d.reason == REASON_RATE_LIMITED || d.reason == REASON_QUARANTINED);
+                         d.reason == REASON_RATE_LIMITED || d.reason == REASON_QUARANTINED ||
+                             d.reason == REASON_GATEWAY_OVERLOADED);
         assert_int_equal(strstr(s, "Proxy-Authenticate: Basic realm=\"sluice\"\r\n") != NULL,
                          d.reason == REASON_AUTH_REQUIRED);
         free(s);

@@ -1196,6 +1196,7 @@ static void test_names(void **state)
         "too_many_connections",
         "quarantined",
         "encrypted_client_hello",
+        "gateway_overloaded",
     };
     for (int r = 0; r < REASON_COUNT; r++) {
         if (want[r] == NULL)
@@ -1216,6 +1217,7 @@ static void test_names(void **state)
     assert_int_equal(reason_status(REASON_RATE_LIMITED), 429);
     assert_int_equal(reason_status(REASON_DNS_FAILURE), 502);
     assert_int_equal(reason_status(REASON_UPSTREAM_UNREACHABLE), 502);
+    assert_int_equal(reason_status(REASON_GATEWAY_OVERLOADED), 503);
     assert_int_equal(reason_status(REASON_TOO_MANY_CONNECTIONS), 403);
 
     assert_string_equal(verdict_name(VERDICT_ALLOW), "allow");
