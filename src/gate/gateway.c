@@ -1,5 +1,6 @@
 #include "gate/gateway.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -22,9 +23,11 @@
 #include "util/diag.h"
 #include "util/env.h"
 #include "util/units.h"
+#include "util/weburl.h"
 #include "shape/quota.h"
 #include "watch/admin.h"
 #include "watch/log_jsonl.h"
+#include "watch/sinks.h"
 #include "watch/watch.h"
 
 #define LOG_FLUSH_MS       2000 /* the log's last flush, at least */
@@ -232,40 +235,97 @@ bool gateway_tunnel_splices(const struct gateway *gw, bool client_on_unix)
  * (a kept upstream connection is dropped before another is made); a
  * spliced tunnel (gateway_tunnel_splices()) adds a pipe (two descriptors)
  * for each direction that streams. The rest of the process (log,
- * listeners, resolver, store, loop, sinks) fits in FD_RESERVE, and the
- * --admin server's connections, when it serves, in ADMIN_CONNS_MAX more. */
+ * listeners, resolver, store, loop) fits in FD_RESERVE, the alert sinks of
+ * the policy in sink_fds() more, and the --admin server's connections,
+ * when it serves, in ADMIN_CONNS_MAX more. */
 #define FDS_PER_CONN         2
 #define FDS_PER_SPLICED_CONN 6
 #define FD_RESERVE           64
 
-/* Raises the soft RLIMIT_NOFILE to the hard limit, then caps max_conns to
- * what the limit allows, with a warning. */
-static void fit_fd_limit(struct gateway *gw)
+/* The nameserver lines of /etc/resolv.conf, at least 1: the sockets of a
+ * resolver that evdns_base_new() initialises from it (127.0.0.1 when
+ * there is none). */
+static rlim_t resolv_conf_servers(void)
+{
+    FILE *f = fopen("/etc/resolv.conf", "re");
+    rlim_t n = 0;
+    char line[512];
+    if (f == NULL)
+        return 1;
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (strncmp(line, "nameserver", 10) == 0 && (line[10] == ' ' || line[10] == '\t'))
+            n++;
+    fclose(f);
+    return n > 0 ? n : 1;
+}
+
+/* What the alert sinks of <p> may hold at once: each webhook sink its
+ * connection (one POST in flight) and, for a URL naming a host rather than
+ * an address, the sockets of its own resolver (one a nameserver of
+ * resolv.conf); the exec sinks SINK_EXEC_MAX_RUNNING programs, each with a
+ * pipe to its standard input until it has its alert, and a pipe being
+ * handed to the next one. */
+static rlim_t sink_fds(const struct policy *p)
+{
+    rlim_t n = 0, per_named = 0;
+    bool exec = false;
+    for (size_t i = 0; i < p->alerts.nsinks; i++) {
+        const struct sink *s = &p->alerts.sinks[i];
+        struct weburl u;
+        const char *why;
+        unsigned char ip[16];
+        char host[WEBURL_HOST_MAX + 1];
+        if (s->kind == SINK_EXEC) {
+            exec = true;
+            continue;
+        }
+        n++;
+        if (weburl_parse(s->target, &u, &why) < 0 || u.host_len >= sizeof(host))
+            continue; /* not opened */
+        memcpy(host, u.host, u.host_len);
+        host[u.host_len] = '\0';
+        if (inet_pton(AF_INET, host, ip) == 1 || inet_pton(AF_INET6, host, ip) == 1)
+            continue;
+        if (per_named == 0)
+            per_named = resolv_conf_servers();
+        n += per_named;
+    }
+    return n + (exec ? SINK_EXEC_MAX_RUNNING + 2 : 0);
+}
+
+/* Caps max_conns to what RLIMIT_NOFILE allows beside FD_RESERVE, <p>'s
+ * sinks and the --admin server, with a warning when that is below what was
+ * asked and differs from the cap in force (at start, and at a reload that
+ * changed the sinks). At start (<raise>) the soft limit is first raised to
+ * the hard one. */
+static void fit_fd_limit(struct gateway *gw, const struct policy *p, bool raise)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
         return;
-    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < rl.rlim_max) {
+    if (raise && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < rl.rlim_max) {
         struct rlimit up = {rl.rlim_max, rl.rlim_max};
         if (setrlimit(RLIMIT_NOFILE, &up) == 0)
             rl.rlim_cur = rl.rlim_max;
     }
     if (rl.rlim_cur == RLIM_INFINITY)
         return;
-    unsigned want = max_conns(gw);
+    unsigned want = gw->max_conns_asked;
     rlim_t per = FDS_PER_CONN;
     for (size_t i = 0; i < gw->cfg.nlistens; i++)
         if (gateway_tunnel_splices(gw, gw->cfg.listens[i].kind == LISTEN_UNIX))
             per = FDS_PER_SPLICED_CONN;
-    rlim_t reserve = FD_RESERVE + (gw->cfg.admin_addr != NULL ? ADMIN_CONNS_MAX : 0);
+    rlim_t reserve = FD_RESERVE + sink_fds(p) + (gw->cfg.admin_addr != NULL ? ADMIN_CONNS_MAX : 0);
     rlim_t fit = rl.rlim_cur > reserve + per ? (rl.rlim_cur - reserve) / per : 1;
-    if (fit >= want)
-        return;
-    fprintf(stderr,
-            "sluice: warning: --max-conns %u needs more open files than the limit of %llu "
-            "allows: serving at most %llu connections\n",
-            want, (unsigned long long)rl.rlim_cur, (unsigned long long)fit);
-    gw->cfg.max_conns = (unsigned)fit;
+    unsigned cap = fit >= want ? want : (unsigned)fit;
+    if (cap < want && cap != max_conns(gw))
+        fprintf(stderr,
+                "sluice: warning: --max-conns %u needs more open files than the limit of %llu "
+                "allows: serving at most %u connections\n",
+                want, (unsigned long long)rl.rlim_cur, cap);
+    gw->cfg.max_conns = cap;
+    if (gw->listeners != NULL && !gw->stopping) /* a lower cap at a reload: new clients wait */
+        pause_listeners(gw, gw->nconns >= cap);
 }
 
 static void on_accept(struct listener *l, evutil_socket_t fd, const struct sockaddr *sa,
@@ -374,6 +434,7 @@ static int reload_apply(struct gateway *gw, struct policy *p, const char *path)
     gateway_print_grant_warnings(p);
     gw_policy_unref(gw->current); /* requests in flight keep their reference */
     gw->current = gp;
+    fit_fd_limit(gw, p, false); /* its sinks may need more descriptors, or fewer */
     quota_configure(gw->quota, p);
     quota_reshape(gw->quota, p, quota_now()); /* tunnels already open included */
     watch_policy_loaded(gw->watch, p);
@@ -673,7 +734,8 @@ struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *pol
         goto err;
     watch_set_gauges(gw->watch, gateway_gauges, gw);
     describe_admin(gw);
-    fit_fd_limit(gw);
+    gw->max_conns_asked = max_conns(gw);
+    fit_fd_limit(gw, policy, true);
     gw->listeners = calloc(cfg->nlistens > 0 ? cfg->nlistens : 1, sizeof(*gw->listeners));
     if (gw->listeners == NULL) {
         snprintf(err, errlen, "out of memory");

@@ -94,6 +94,7 @@ struct gateway {
     size_t nlisteners;
     struct listener *admin_self; /* the --admin address, for self_request; or NULL */
     bool listeners_paused;
+    unsigned max_conns_asked; /* --max-conns as given (or the default), before fit_fd_limit() */
     struct resolver *resolver;
     struct bus bus;
     struct alert_bus alerts; /* detectors and shaping publish; sinks subscribe */

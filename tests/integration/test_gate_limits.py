@@ -22,6 +22,7 @@ import pytest
 from gate_client import (api_rule, assert_denied, build_request, connect, open_conn, poll,
                          proc_stat, read_response, read_responses, recv_until_close, request)
 from gate_servers import BannerServer, ScriptedUpstream, free_port, pattern_bytes
+from watch_helpers import Silent
 
 
 def banner_rule(net):
@@ -1364,3 +1365,45 @@ def test_out_of_descriptors_for_the_upstream_is_the_gateways_fault(gateway, net)
                     "requests are refused with 503 gateway_overloaded; raise the limit or lower "
                     "--max-conns (told at most once a minute)" % limit], told
     assert request(gw, "GET", net.url("/after")).status == 200
+
+
+def test_max_conns_fit_leaves_room_for_the_webhook_sinks(gateway, net, tmp_path):
+    # Each webhook sink holds a connection while it delivers (one POST in
+    # flight per sink). With 60 of them, --max-conns fitted to 256
+    # descriptors must leave room for all of them: with every connection
+    # the fit allows open, each holding its upstream socket (tunnels), the
+    # last one's POST raises an alert that every sink delivers, to a
+    # receiver that never answers (so each keeps its connection). Before,
+    # the fit kept 64 descriptors back whatever the sinks: the gateway
+    # reached its limit and some sinks could not connect ("cannot deliver;
+    # retrying with backoff") while it served no more than it announced.
+    silent = Silent()
+    held = []
+    try:
+        sinks = [{"webhook": "http://127.0.0.1:%d/h%d" % (silent.port, i)} for i in range(60)]
+        rule = dict(api_rule(net), tier=3, owner="alice", expires="2099-12-31")
+        gw = gateway(net.policy([rule, banner_rule(net)], alerts={"sinks": sinks}),
+                     args=["--alerts", str(tmp_path / "a.jsonl")],
+                     prefix=["prlimit", "--nofile=256:256", "--"])
+        m = re.search(r"serving at most (\d+) connections", gw.stderr())
+        assert m, gw.stderr()
+        fit = int(m.group(1))
+        time.sleep(0.2)  # the readiness probe's connection is gone
+        for i in range(fit - 1):  # tunnels, each holding its upstream socket
+            t = connect(gw, "banner.example.test:%d" % net.banner.port)
+            held.append(t.sock)
+            assert t.status == 200, (i, fit, t.status, t.headers, t.body[:200])
+        s = open_conn(gw)
+        held.append(s)
+        r = request(gw, "POST", net.url("/w"), body=b"1", sock=s)  # the alert
+        assert r.status == 200, (r.status, r.header("Sluice-Reason"), r.body[:200])
+        # a sink that cannot connect says "cannot deliver; retrying" (a
+        # timeout would say "cannot deliver: no answer within 5 s")
+        poll(lambda: len(silent.conns) >= 60 or "cannot deliver; retrying" in gw.stderr(),
+             timeout=10, what="every sink connected")
+        assert "cannot deliver; retrying" not in gw.stderr(), gw.stderr()
+        assert "Too many open files" not in gw.stderr(), gw.stderr()
+    finally:
+        for s in held:
+            s.close()
+        silent.stop()

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import policy_yaml
 from gate_client import poll, request
-from watch_helpers import Receiver, free_tcp_port, wait_alert, write_script
+from watch_helpers import Receiver, Silent, free_tcp_port, wait_alert, write_script
 
 
 def rules(net, tier=3):
@@ -337,40 +337,10 @@ def _metric_value(text, name):
     return None
 
 
-class _Silent:
-    """Accepts connections on 127.0.0.1 and reads, never answers."""
-
-    def __init__(self):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.conns = []
-        self._stop = False
-        self._t = threading.Thread(target=self._run, daemon=True)
-        self._t.start()
-
-    def _run(self):
-        self.sock.settimeout(0.1)
-        while not self._stop:
-            try:
-                c, _ = self.sock.accept()
-                self.conns.append(c)
-            except OSError:
-                continue
-
-    def stop(self):
-        self._stop = True
-        self._t.join(2)
-        for c in self.conns:
-            c.close()
-        self.sock.close()
-
-
 @pytest.mark.parametrize("scheme", ["http", "https"])
 def test_slow_webhook_times_out_and_does_not_slow_the_gate(gateway, net, tmp_path, scheme):
     # https: the server never answers the ClientHello, the handshake times out
-    silent = _Silent()
+    silent = Silent()
     try:
         url = "%s://127.0.0.1:%d/hook" % (scheme, silent.port)
         gw = gateway(net.policy(rules(net), alerts={"sinks": [{"webhook": url}]}),

@@ -195,3 +195,33 @@ def write_script(path, text):
         f.write(text)
     os.chmod(path, 0o755)
     return path
+
+
+class Silent:
+    """Accepts connections on 127.0.0.1 and reads, never answers."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(128)
+        self.port = self.sock.getsockname()[1]
+        self.conns = []
+        self._stop = False
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self):
+        self.sock.settimeout(0.1)
+        while not self._stop:
+            try:
+                c, _ = self.sock.accept()
+                self.conns.append(c)
+            except OSError:
+                continue
+
+    def stop(self):
+        self._stop = True
+        self._t.join(2)
+        for c in self.conns:
+            c.close()
+        self.sock.close()
