@@ -38,6 +38,8 @@ struct watch {
     struct webhook **hooks;
     size_t nhooks;
     struct event *tick;
+    char **token_env; /* every env:NAME a loaded policy read a token from (hide_token_env) */
+    size_t ntoken_env;
     const struct policy *policy; /* the policy in force (the gateway keeps it alive) */
     metrics_gauges_fn gauges;
     void *gauges_arg;
@@ -142,20 +144,39 @@ static void free_execs(struct watch *w)
 
 /* Alert programs get the gateway's environment without the variables the
  * agents' tokens are read from (token: env:NAME): secrets that are kept
- * out of the policy file, and that no alert program needs. */
-static void hide_token_env(struct exec_runner *r, const struct policy *p)
+ * out of the policy file, and that no alert program needs. Those of every
+ * policy loaded since the start, not only the one in force: a variable a
+ * reload no longer reads (an agent renamed its env:NAME, or left) still
+ * holds its secret. <p>'s names join w->token_env, which only grows. */
+static void hide_token_env(struct watch *w, const struct policy *p)
 {
-    const char **names = calloc(p->nagents + 1, sizeof(*names));
-    size_t n = 0;
-    for (size_t i = 0; names != NULL && i < p->nagents; i++) {
+    bool oom = false;
+    for (size_t i = 0; i < p->nagents; i++) {
         const char *ref = p->agents[i].token_ref;
-        if (ref != NULL && strncmp(ref, "env:", 4) == 0)
-            names[n++] = ref + 4;
+        if (ref == NULL || strncmp(ref, "env:", 4) != 0)
+            continue;
+        bool known = false;
+        for (size_t j = 0; j < w->ntoken_env && !known; j++)
+            known = strcmp(w->token_env[j], ref + 4) == 0;
+        if (known)
+            continue;
+        char **grown = realloc(w->token_env, (w->ntoken_env + 1) * sizeof(*grown));
+        char *name = strdup(ref + 4);
+        if (grown != NULL)
+            w->token_env = grown;
+        if (grown == NULL || name == NULL) {
+            free(name);
+            oom = true;
+            continue;
+        }
+        w->token_env[w->ntoken_env++] = name;
     }
-    if (names == NULL || exec_runner_hide_env(r, names, n) < 0)
-        fprintf(stderr, "sluice: alert sinks: out of memory; the variables hidden from exec "
-                        "sinks are those of the previous policy\n");
-    free(names);
+    if (w->exec != NULL &&
+        exec_runner_hide_env(w->exec, (const char *const *)w->token_env, w->ntoken_env) < 0)
+        oom = true;
+    if (oom)
+        fprintf(stderr, "sluice: alert sinks: out of memory; some of the variables agents' "
+                        "tokens are read from may reach exec sinks\n");
 }
 
 static void configure_sinks(struct watch *w, const struct policy *p, bool first)
@@ -164,6 +185,7 @@ static void configure_sinks(struct watch *w, const struct policy *p, bool first)
     struct webhook **hooks = calloc(ac->nsinks + 1, sizeof(*hooks));
     struct webhook **fresh = calloc(ac->nsinks + 1, sizeof(*fresh));
     size_t nhooks = 0, nfresh = 0;
+    hide_token_env(w, p); /* first: even when the sinks stay as they were */
     if (hooks == NULL || fresh == NULL) {
         free(hooks);
         free(fresh);
@@ -212,9 +234,14 @@ static void configure_sinks(struct watch *w, const struct policy *p, bool first)
         w->exec = exec_runner_new(w->base);
         if (w->exec == NULL)
             fprintf(stderr, "sluice: alert sinks: cannot watch child processes; exec sinks off\n");
+        else if (exec_runner_hide_env(w->exec, (const char *const *)w->token_env, w->ntoken_env) <
+                 0) {
+            /* no program must run with a token it might get: no exec sinks */
+            fprintf(stderr, "sluice: alert sinks: out of memory; exec sinks off\n");
+            exec_runner_free(w->exec);
+            w->exec = NULL;
+        }
     }
-    if (w->exec != NULL)
-        hide_token_env(w->exec, p);
     for (size_t i = 0; i < nfresh; i++)
         webhook_adopt_stored(fresh[i]); /* each its oldest, what its memory holds */
     if (first && w->store != NULL)
@@ -487,6 +514,9 @@ void watch_free(struct watch *w)
     free(w->hooks);
     exec_runner_free(w->exec);
     free_execs(w);
+    for (size_t i = 0; i < w->ntoken_env; i++)
+        free(w->token_env[i]);
+    free(w->token_env);
     if (w->own_file) {
         log_jsonl_flush(w->file, w->exit_flush_ms);
         log_jsonl_close(w->file);

@@ -109,6 +109,39 @@ def test_exec_sink_environment_holds_no_agent_token(gateway, net, tmp_path):
     assert not [v for v in env if v.startswith("SLUICE_TEST_TOKEN=")], env
 
 
+def test_exec_sink_environment_holds_no_token_a_reload_dropped(gateway, net, tmp_path):
+    """Only the variables the policy in force read tokens from were hidden:
+    after a reload that renamed an agent's env:NAME (or dropped the agent,
+    or its token), the old variable, still holding the old secret, reached
+    every alert program. Every variable any policy the gateway loaded read
+    a token from is hidden, for as long as it runs."""
+    seen = tmp_path / "env.txt"
+    prog, out = recording_program(tmp_path, "env > %s" % seen)
+    sinks = {"sinks": [{"exec": prog}]}
+
+    def anon(n):  # a new agent each time: its tier3_write alert is not folded
+        return {"id": "anon%d" % n, "sources": ["127.0.0.0/8"]}
+
+    def bot(name):
+        return {"id": "ci-bot", "sources": ["127.0.0.0/8"], "token": "env:" + name}
+
+    # the first policy has no exec sink: the names it read count all the same
+    gw = gateway(net.policy(rules(net), agents=[bot("SLUICE_TEST_OLD"), anon(9)]),
+                 env={"SLUICE_TEST_OLD": "old-secret", "SLUICE_TEST_NEW": "new-secret",
+                      "SLUICE_TEST_KEEP": "kept"},
+                 args=["--alerts", str(tmp_path / "alerts.jsonl")])
+    for n, agents in enumerate([[bot("SLUICE_TEST_NEW"), anon(0)], [anon(1)]]):
+        gw.write_policy(policy_yaml(net.policy(rules(net), agents=agents, alerts=sinks)))
+        gw.reload()
+        poll(lambda: gw.stderr().count("sluice: reloaded ") > n or None, timeout=10,
+             what="reload %d" % (n + 1))
+        assert request(gw, "POST", net.url("/p%d" % n), body=b"1").status == 200
+        poll(lambda: len(recorded(out)) > n or None, timeout=10, what="the exec sink's output")
+        env = seen.read_text().splitlines()
+        assert "SLUICE_TEST_KEEP=kept" in env
+        assert not [v for v in env if "-secret" in v], env
+
+
 def test_exec_sink_inherits_no_descriptor_but_its_stdio(gateway, net, tmp_path):
     # a webhook's connection stays open between alerts (libevent opens it
     # without close-on-exec): an alert program started meanwhile must not
