@@ -43,6 +43,13 @@ struct exec_runner {
     uint64_t dropped; /* alerts not given to a program: too many waiting */
     char **hidden;    /* owned: variables programs do not get (exec_runner_hide_env) */
     size_t nhidden;
+    struct unrun *unrun; /* per program that could not be run: how often, how often told */
+    size_t nunrun;
+};
+
+struct unrun {
+    char *path;
+    uint64_t failed, told;
 };
 
 static void child_close_fd(struct child *k)
@@ -230,6 +237,40 @@ static void remove_at(struct exec_runner *r, size_t i)
     r->nkids--;
 }
 
+/* <path> could not be run (<rc>, an errno): told at its 1st, 2nd, 4th...
+ * failure with how many were not told, not once per alert (an alert storm
+ * with a missing program would flood standard error); the rest at exit
+ * (exec_runner_free). Counted per program, so that each is named. */
+static void cannot_run(struct exec_runner *r, const char *path, int rc)
+{
+    struct unrun *u = NULL;
+    for (size_t i = 0; i < r->nunrun && u == NULL; i++)
+        if (strcmp(r->unrun[i].path, path) == 0)
+            u = &r->unrun[i];
+    if (u == NULL) {
+        struct unrun *grown = realloc(r->unrun, (r->nunrun + 1) * sizeof(*grown));
+        char *copy = strdup(path);
+        if (grown != NULL)
+            r->unrun = grown;
+        if (grown == NULL || copy == NULL) { /* told, then, unthrottled */
+            free(copy);
+            fprintf(stderr, "sluice: alert sink exec %s: cannot run: %s\n", path, strerror(rc));
+            return;
+        }
+        u = &r->unrun[r->nunrun++];
+        *u = (struct unrun){.path = copy};
+    }
+    u->failed++;
+    if ((u->failed & (u->failed - 1)) != 0)
+        return;
+    u->told++;
+    fprintf(stderr,
+            "sluice: alert sink exec %s: cannot run: %s; %llu alert(s) not run so far, %llu "
+            "failure(s) not told\n",
+            path, strerror(rc), (unsigned long long)u->failed,
+            (unsigned long long)(u->failed - u->told));
+}
+
 static void start_waiting(struct exec_runner *r)
 {
     for (size_t i = 0; i < r->nkids && r->running < SINK_EXEC_MAX_RUNNING;) {
@@ -240,7 +281,7 @@ static void start_waiting(struct exec_runner *r)
         }
         int rc = spawn(r, k);
         if (rc != 0) {
-            fprintf(stderr, "sluice: alert sink exec %s: cannot run: %s\n", k->path, strerror(rc));
+            cannot_run(r, k->path, rc);
             r->failures++;
             remove_at(r, i);
             child_free(k);
@@ -448,6 +489,17 @@ void exec_runner_free(struct exec_runner *r)
     if (r->dropped > 0)
         fprintf(stderr, "sluice: alert sinks exec: %llu alert(s) dropped in all\n",
                 (unsigned long long)r->dropped);
+    for (size_t i = 0; i < r->nunrun; i++) {
+        const struct unrun *u = &r->unrun[i];
+        if (u->failed > u->told)
+            fprintf(stderr,
+                    "sluice: alert sink exec %s: %llu alert(s) not run in all, %llu failure(s) "
+                    "not told\n",
+                    u->path, (unsigned long long)u->failed,
+                    (unsigned long long)(u->failed - u->told));
+        free(u->path);
+    }
+    free(r->unrun);
     /* What the stop's wait (--grace) left: said, as a webhook's lost
      * alerts are, not dropped silently. */
     size_t waiting = 0;

@@ -11,7 +11,9 @@
  * waits. At most SINK_EXEC_MAX_RUNNING run at once; up to
  * SINK_EXEC_MAX_WAITING more wait; beyond, alerts to exec sinks are dropped
  * and counted (exec_runner_dropped: sluice_exec_dropped_total). Failures
- * (cannot spawn, non-zero exit, killed) are reported on standard error.
+ * (cannot spawn, non-zero exit, killed) are reported on standard error; a
+ * program that cannot be spawned at its 1st, 2nd, 4th... failure, with
+ * how many were not told, and their total at exit.
  *
  * webhook: an HTTP POST of the alert JSON (application/json) to an http://
  * URL through libevent's evhttp client, one request in flight per sink;

@@ -194,6 +194,29 @@ def test_exec_sink_failures_are_logged_and_slow_ones_killed(gateway, net, tmp_pa
     gw.stop()  # a clean exit 0 (--grace 1s: the sinks get their 1 s, not 5)
 
 
+def test_exec_sink_that_cannot_run_is_told_at_1_2_4_failures(gateway, net, tmp_path):
+    """A program that cannot be run (missing) was told on standard error
+    once per alert, while drops were told at the 1st, 2nd, 4th...: an alert
+    storm flooded it. Its failures are told at the 1st, 2nd, 4th... with
+    how many were not told, and their total at exit."""
+    missing = str(tmp_path / "no-such-program")
+    af = str(tmp_path / "a.jsonl")
+    gw = gateway(net.policy(rules(net), alerts={"first_contact": True,
+                                                "sinks": [{"exec": missing}]}),
+                 args=["--alerts", af, "--grace", "1s"])
+    for i in range(20):  # 20 first contacts (denied, no rule): 20 alerts
+        assert request(gw, "GET", "http://h%d.example.test/" % i).status == 403
+    wait_alert(af, "first_contact", count=20, timeout=10)
+    poll(lambda: "16 alert(s) not run so far" in gw.stderr() or gw.stderr().count(
+        "no-such-program: cannot run") >= 20 or None, timeout=10, what="the 16th failure")
+    told = [ln for ln in gw.stderr().splitlines() if "no-such-program: cannot run" in ln]
+    assert len(told) == 5, told  # the 1st, 2nd, 4th, 8th and 16th
+    assert told[-1].endswith("16 alert(s) not run so far, 11 failure(s) not told"), told
+    gw.stop()
+    assert "no-such-program: 20 alert(s) not run in all, 15 failure(s) not told" \
+        in gw.stderr(), gw.stderr()
+
+
 def _running(pid):
     """True while <pid> is a process that has not ended (a zombie has)."""
     try:
