@@ -24,6 +24,14 @@
 #include "util/env.h"
 #include "util/units.h"
 
+/* The most an answer may leave unread in the connection's input: evhttp
+ * bounds an answer's head (SINK_WEBHOOK_MAX_HEAD) and body
+ * (SINK_WEBHOOK_MAX_BODY), not a chunk-size line, which it reads until its
+ * CRLF: one that never ended held all the server sent in the attempt's 5 s
+ * (tens of MB, each read scanning it all again for the line's end).
+ * Past it the attempt ends as an answer too long (on_input). */
+#define WEBHOOK_UNREAD_MAX (SINK_WEBHOOK_MAX_HEAD + SINK_WEBHOOK_MAX_BODY + 16384)
+
 struct item {
     int64_t id; /* in the store; 0 when there is none */
     char *body;
@@ -55,6 +63,7 @@ struct webhook {
     struct evhttp_request *req;
     struct event *deadline; /* ends the attempt t.attempt_ms after it started */
     bool cut;               /* the deadline ended the last attempt */
+    bool overlong;          /* the answer left over WEBHOOK_UNREAD_MAX unread */
     struct store *store;
     char *url, *label, *host, *path, *hosthdr;
     uint16_t port;
@@ -296,9 +305,27 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
     if (req == NULL)
         return;
     w->req = NULL;
-    w->cut = true;
+    w->cut = !w->overlong;
     evhttp_cancel_request(req);
+    if (w->overlong) { /* after the cancel, which reported EVREQ_HTTP_REQUEST_CANCEL */
+        w->errored = true;
+        w->last_error = EVREQ_HTTP_DATA_TOO_LONG;
+    }
     attempt_over(w, 0);
+}
+
+/* Data came into the connection's input. Past WEBHOOK_UNREAD_MAX not
+ * consumed by evhttp, the attempt ends now, through on_deadline on the
+ * next turn of the loop (not from inside evhttp's read). */
+static void on_input(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+    struct webhook *w = arg;
+    if (info->n_added == 0 || w->req == NULL || w->overlong ||
+        evbuffer_get_length(buf) <= WEBHOOK_UNREAD_MAX)
+        return;
+    w->overlong = true;
+    evtimer_del(w->deadline); /* now, not also when it was due */
+    event_active(w->deadline, EV_TIMEOUT, 1);
 }
 
 /* Opens <w>'s connection, kept for the sink's life: evhttp's own for
@@ -325,6 +352,10 @@ static int open_conn(struct webhook *w)
     /* The answer is hostile input too: only its status matters. */
     evhttp_connection_set_max_headers_size(w->conn, SINK_WEBHOOK_MAX_HEAD);
     evhttp_connection_set_max_body_size(w->conn, SINK_WEBHOOK_MAX_BODY);
+    /* kept across reconnections: evhttp reuses the bufferevent */
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(w->conn);
+    if (bev == NULL || evbuffer_add_cb(bufferevent_get_input(bev), on_input, w) == NULL)
+        return -1;
     return 0;
 }
 
@@ -353,6 +384,7 @@ static void try_send(struct webhook *w)
     }
     w->errored = false;
     w->cut = false;
+    w->overlong = false;
     w->tls_why[0] = '\0';
     w->attempt_ms = mono_ms();
     evhttp_request_set_error_cb(req, on_error);

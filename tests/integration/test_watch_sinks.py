@@ -665,6 +665,71 @@ def test_webhook_answer_is_bounded(gateway, net, tmp_path):
         small.stop()
 
 
+class _EndlessChunkSize(_Silent):
+    """A webhook on 127.0.0.1 that answers every request with a chunked
+    head, then a chunk-size line that never ends (1 MiB of '0' at a time,
+    for at most 8 s per connection, until the client closes)."""
+
+    def __init__(self):
+        self.requests = 0
+        super().__init__()
+
+    def _run(self):
+        self.sock.settimeout(0.1)
+        while not self._stop:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                continue
+            try:
+                if _Trickler._read_request(c) is None:
+                    continue
+                self.requests += 1
+                c.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                c.settimeout(1.0)
+                t0 = time.monotonic()
+                while not self._stop and time.monotonic() - t0 < 8:
+                    c.sendall(b"0" * (1 << 20))
+            except OSError:
+                pass
+            finally:
+                c.close()
+
+
+def _peak_rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for ln in f:
+            if ln.startswith("VmHWM:"):
+                return int(ln.split()[1])
+    raise AssertionError("no VmHWM for %d" % pid)
+
+
+def test_webhook_answer_with_an_endless_chunk_size_line_is_bounded(gateway, net, tmp_path):
+    """The answer's head (16 KiB) and body (64 KiB) were bounded, not a
+    chunk-size line: evhttp reads it until its CRLF, which never came, and
+    the gateway held all a server sent in the attempt's 5 s (tens of MB,
+    each read scanning all of it again for the line's end). What an answer
+    may leave unread is now bounded too: past it the sink reads no more,
+    and the attempt fails as an answer too long."""
+    srv = _EndlessChunkSize()
+    try:
+        url = "http://127.0.0.1:%d/hook" % srv.port
+        gw = gateway(net.policy(rules(net), alerts={"sinks": [{"webhook": url}]}),
+                     args=["--alerts", str(tmp_path / "a.jsonl"), "--grace", "1s"])
+        before = _peak_rss_kib(gw.proc.pid)
+        assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
+        poll(lambda: "sluice: webhook %s: cannot deliver" % url in gw.stderr() or None,
+             timeout=20, what="the failed attempt on stderr")
+        grown = _peak_rss_kib(gw.proc.pid) - before
+        assert srv.requests == 1
+        assert grown < 8 * 1024, "the gateway grew by %d KiB in the attempt" % grown
+        assert ("sluice: webhook %s: cannot deliver: the answer is longer than 65536 bytes; "
+                "retrying with backoff" % url) in gw.stderr()
+        gw.stop()
+    finally:
+        srv.stop()
+
+
 def test_metrics_dns_servers(gateway, net, tmp_path):
     # a dead first server (nothing listens on its port) and the loopback one
     # after it: the first lookup's queries time out on the dead one and are
