@@ -10,7 +10,8 @@
  *   sluice_grants_expiring (grants within the warn window), sluice_grants_expired,
  *   sluice_grant_expiry_timestamp_seconds{rule,host,owner} gauges
  *   sluice_webhook_queue{sink}                            gauge
- *     (every alert waiting: in memory, and in the state store only)
+ *     (every alert waiting: in memory, and in the state store only;
+ *     a URL listed twice is one series, its sinks' counts summed)
  *   sluice_dns_responses_total{server,result}             counter
  *     (result: answer, timeout (SERVFAIL included), failure; an address
  *     listed twice is one series, its counts summed)

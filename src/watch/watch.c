@@ -264,6 +264,26 @@ static bool sink_label(struct evbuffer *o, const char *u)
     return bad;
 }
 
+/* The alerts waiting for and dropped by the webhook w->hooks[i], summed
+ * over every sink of its label: a URL listed twice (a warning) is two
+ * sinks, and a series must appear once in a scrape (Prometheus drops the
+ * repeat, with its counts). False when an earlier sink has the label: its
+ * series is written there. */
+static bool sink_totals(const struct watch *w, size_t i, uint64_t *waiting, uint64_t *dropped)
+{
+    const char *label = webhook_label(w->hooks[i]);
+    for (size_t j = 0; j < i; j++)
+        if (strcmp(webhook_label(w->hooks[j]), label) == 0)
+            return false;
+    *waiting = *dropped = 0;
+    for (size_t j = i; j < w->nhooks; j++)
+        if (strcmp(webhook_label(w->hooks[j]), label) == 0) {
+            *waiting += webhook_waiting(w->hooks[j]);
+            *dropped += webhook_dropped(w->hooks[j]);
+        }
+    return true;
+}
+
 /* 0, or -1 when a write failed (metrics_extra_fn). */
 static int extra_metrics(void *arg, struct evbuffer *o)
 {
@@ -274,19 +294,24 @@ static int extra_metrics(void *arg, struct evbuffer *o)
                   "and in the state store only beyond the memory queue).\n"
                   "# TYPE sluice_webhook_queue gauge\n") < 0;
     for (size_t i = 0; i < w->nhooks; i++) {
+        uint64_t waiting, dropped;
+        if (!sink_totals(w, i, &waiting, &dropped))
+            continue;
         bad |= evbuffer_add_printf(o, "sluice_webhook_queue{sink=\"") < 0;
         bad |= sink_label(o, webhook_label(w->hooks[i]));
-        bad |= evbuffer_add_printf(o, "\"} %zu\n", webhook_waiting(w->hooks[i])) < 0;
+        bad |= evbuffer_add_printf(o, "\"} %llu\n", (unsigned long long)waiting) < 0;
     }
     bad |= evbuffer_add_printf(
                o, "# HELP sluice_webhook_dropped_total Alerts a webhook dropped (queue "
                   "full, no state store).\n"
                   "# TYPE sluice_webhook_dropped_total counter\n") < 0;
     for (size_t i = 0; i < w->nhooks; i++) {
+        uint64_t waiting, dropped;
+        if (!sink_totals(w, i, &waiting, &dropped))
+            continue;
         bad |= evbuffer_add_printf(o, "sluice_webhook_dropped_total{sink=\"") < 0;
         bad |= sink_label(o, webhook_label(w->hooks[i]));
-        bad |= evbuffer_add_printf(o, "\"} %llu\n",
-                                   (unsigned long long)webhook_dropped(w->hooks[i])) < 0;
+        bad |= evbuffer_add_printf(o, "\"} %llu\n", (unsigned long long)dropped) < 0;
     }
     bad |= evbuffer_add_printf(
                o,

@@ -1,17 +1,22 @@
 """The --admin server's bounds (SPEC.md, --admin): one request per
 connection, a request head of at most 8 KiB parsed strictly, 5 s from the
 accept to a complete head, at most 64 connections at once, and accept
-errors that pause the listener instead of spinning. Driven through a real
+errors that pause the listener instead of spinning; and the /metrics body,
+parsed line by line as strictly as the text format allows, its counts
+checked against the log. Driven through a real
 `sluice serve`; loopback only; every loop bounded in count and time."""
 
+import collections
 import os
+import re
 import resource
 import select
 import socket
+import ssl
 import time
 import urllib.request
 
-from gate_client import poll, proc_number, proc_stat, request
+from gate_client import connect, poll, proc_number, proc_stat, recv_until_close, request
 from watch_helpers import free_tcp_port
 
 HEAD_MS = 5000  # src/watch/admin.h ADMIN_HEAD_MS
@@ -270,3 +275,161 @@ def test_admin_accept_errors_pause_the_listener(gateway, net):
     assert urllib.request.urlopen("http://127.0.0.1:%d/healthz" % port, timeout=5).read() == \
         b"ok\n"
     assert request(gw, "GET", net.url("/after")).status == 200
+
+
+# --------------------------------------------------------------------------
+# The exposition, checked line by line.
+
+METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
+LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
+SAMPLE_VALUE = re.compile(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?\Z")
+
+
+def _labels(text, line):
+    """The label set of a sample, {name: value}, from the text between its
+    braces (the text format's escaping: \\\\, \\" and \\n only)."""
+    out, i = {}, 0
+    while i < len(text):
+        eq = text.index("=", i)
+        name = text[i:eq]
+        assert LABEL_NAME.match(name) and name not in out, line
+        assert text[eq + 1] == '"', line
+        j, value = eq + 2, []
+        while text[j] != '"':
+            if text[j] == "\\":
+                assert text[j + 1] in '\\"n', ("a bad escape", line)
+                value.append("\n" if text[j + 1] == "n" else text[j + 1])
+                j += 2
+            else:
+                value.append(text[j])
+                j += 1
+        out[name] = "".join(value)
+        i = j + 1
+        if i < len(text):
+            assert text[i] == ",", line
+            i += 1
+    return out
+
+
+def parse_exposition(body):
+    """Parses a /metrics body (bytes) strictly: UTF-8, LF line ends, every
+    line a HELP, a TYPE or a sample; each family's HELP and TYPE once and
+    before its samples, a family's samples together, no series twice, a
+    counter's name ending in _total and its values finite and not negative.
+    Returns ({(name, frozenset(labels)): value}, {name: type})."""
+    text = body.decode("utf-8")  # strict: raises on a byte that is not UTF-8
+    assert text.endswith("\n") and "\r" not in text, text[-200:]
+    series, types, helps, done = {}, {}, set(), set()
+    current = None
+    for line in text[:-1].split("\n"):
+        if line.startswith("# HELP ") or line.startswith("# TYPE "):
+            kind, name, rest = line[2:6], *line[7:].split(" ", 1)
+            assert METRIC_NAME.match(name), line
+            if name != current:
+                assert name not in done, ("family %s split" % name, line)
+                if current is not None:
+                    done.add(current)
+                current = name
+            if kind == "HELP":
+                assert name not in helps and name not in types, ("HELP twice or late", line)
+                helps.add(name)
+            else:
+                assert name not in types, ("TYPE twice", line)
+                assert rest in ("counter", "gauge"), line
+                types[name] = rest
+            continue
+        assert not line.startswith("#") and line.strip() == line and line, repr(line)
+        if "{" in line:
+            name, rest = line.split("{", 1)
+            lab, value = rest.rsplit("} ", 1)
+            labels = _labels(lab, line)
+        else:
+            name, value = line.split(" ")
+            labels = {}
+        assert METRIC_NAME.match(name), line
+        assert name == current and name in types, ("a sample out of its family", line)
+        assert SAMPLE_VALUE.match(value), line
+        key = (name, frozenset(labels.items()))
+        assert key not in series, ("a series twice", line)
+        series[key] = float(value)
+        if types[name] == "counter":
+            assert name.endswith("_total") and series[key] >= 0, line
+    for name, kind in types.items():
+        if kind == "counter":
+            assert name.endswith("_total"), name
+    return series, types
+
+
+def scrape(port):
+    out = exchange(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    head, body = out.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n"), head
+    assert int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0]) == len(body)
+    return parse_exposition(body)
+
+
+def test_metrics_exposition_is_strict_and_matches_the_log(gateway, net, tmp_path):
+    # Every kind of decision (allowed, denied, reported, no agent), a tunnel,
+    # a grant whose owner holds a quote and a backslash, a DNS server and a
+    # webhook each listed twice: the body parses strictly, every series once,
+    # and its counts are those of the log.
+    port, hook = free_tcp_port(), free_tcp_port()
+    agents = [{"id": "ci-bot", "sources": ["127.0.0.0/8"], "token": "env:SLUICE_TEST_T1"},
+              {"id": "watcher", "sources": ["127.0.0.0/8"], "token": "env:SLUICE_TEST_T2",
+               "mode": "report"}]
+    url = "http://127.0.0.1:%d/hook" % hook
+    pol = net.policy(
+        rules(net) + [{"host": "other.example.test", "ports": [net.other.port], "tier": 3,
+                       "owner": 'Bob "the" \\ Builder', "expires": "2099-01-01"},
+                      {"host": "tls.example.test", "ports": [net.tls.port], "tier": 1}],
+        agents=agents, dns_servers=[net.vars["dns_server"]] * 2,
+        alerts={"first_contact": True, "sinks": [{"webhook": url}, {"webhook": url}]})
+    gw = gateway(pol, args=["--admin", "127.0.0.1:%d" % port, "--state", str(tmp_path / "st")],
+                 env={"SLUICE_TEST_T1": "one-secret", "SLUICE_TEST_T2": "two-secret"})
+    ci = {"Proxy-Authorization": "Bearer one-secret"}
+    watcher = {"Proxy-Authorization": "Bearer two-secret"}
+    assert request(gw, "GET", net.url("/a"), headers=ci).status == 200
+    assert request(gw, "POST", net.url("/b"), headers=ci, body=b"12345").status == 200
+    assert request(gw, "GET", "http://nowhere.example.test/", headers=ci).status == 403
+    assert request(gw, "POST", net.url("/c", host="other.example.test", port=net.other.port),
+                   headers=ci, body=b"x" * 100).status == 200
+    assert request(gw, "GET", net.url("/d", host="dyn.example.test"), headers=watcher).status == 200
+    assert request(gw, "GET", net.url("/e")).status == 407
+    t = connect(gw, "tls.example.test:%d" % net.tls.port, headers=ci)
+    assert t.status == 200
+    tls = ssl.create_default_context(cafile=net.cert).wrap_socket(
+        t.sock, server_hostname="tls.example.test")
+    try:
+        tls.sendall(b"GET /t HTTP/1.1\r\nHost: tls.example.test\r\n\r\n")
+        assert recv_until_close(tls).startswith(b"HTTP/1.1 200 OK")
+    finally:
+        tls.close()
+    end = gw.wait_events("agent_egress_end", count=7)[-1]
+    assert end["agent"] == "ci-bot" and end["bytes_up"] > 100 and end["bytes_down"] > 300, end
+    series, types = scrape(port)
+    assert types["sluice_requests_total"] == "counter"
+    want = collections.Counter()
+    up, down = collections.Counter(), collections.Counter()
+    for ev in gw.events("agent_egress"):
+        want[(ev["agent"] or "", "none" if ev["tier"] is None else str(ev["tier"]),
+              ev["decision"], ev["reason"] or "none")] += 1
+    for ev in gw.events("agent_egress_end"):
+        up[ev["agent"] or ""] += ev["bytes_up"]
+        down[ev["agent"] or ""] += ev["bytes_down"]
+    got = collections.Counter()
+    for (name, labels), v in series.items():
+        d = dict(labels)
+        if name == "sluice_requests_total":
+            got[(d["agent"], d["tier"], d["decision"], d["reason"])] += int(v)
+    assert got == want, (got, want)
+    assert {"deny", "report", "allow"} <= {k[2] for k in want}, want
+    for name, sums in (("sluice_bytes_up_total", up), ("sluice_bytes_down_total", down)):
+        for agent, n in sums.items():
+            assert series.get((name, frozenset({("agent", agent)})), 0) == n, (name, agent, n)
+    owner = {(dict(labels).get("owner")) for (name, labels) in series
+             if name == "sluice_grant_expiry_timestamp_seconds"}
+    assert owner == {'Bob "the" \\ Builder'}, owner
+    assert series[("sluice_webhook_queue", frozenset({("sink", url)}))] >= 0
+    assert series[("sluice_webhook_dropped_total", frozenset({("sink", url)}))] == 0
+    assert [k for k in series if k[0] == "sluice_dns_responses_total"
+            and dict(k[1])["result"] == "answer"] != []
