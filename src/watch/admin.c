@@ -27,6 +27,7 @@
 #include "watch/admin.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -486,12 +487,15 @@ struct admin *admin_new(struct event_base *base, const char *addr, struct metric
     a->base = base;
     a->m = m;
     snprintf(a->addr, sizeof(a->addr), "%s", addr);
+    errno = 0;
     a->lev = evconnlistener_new_bind(
         base, on_accept, a, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE,
         ADMIN_BACKLOG, (const struct sockaddr *)&ss, (int)sslen);
     if (a->lev == NULL) {
-        snprintf(err, errlen, "--admin %s: cannot listen on %s port %u", addr, host,
-                 (unsigned)port);
+        /* errno is bind()'s or listen()'s: the close after it keeps it */
+        int e = errno;
+        snprintf(err, errlen, "--admin %s: cannot listen on %s port %u: %s", addr, host,
+                 (unsigned)port, e != 0 ? strerror(e) : "unknown error");
         admin_free(a);
         return NULL;
     }

@@ -433,3 +433,23 @@ def test_metrics_exposition_is_strict_and_matches_the_log(gateway, net, tmp_path
     assert series[("sluice_webhook_dropped_total", frozenset({("sink", url)}))] == 0
     assert [k for k in series if k[0] == "sluice_dns_responses_total"
             and dict(k[1])["result"] == "answer"] != []
+
+
+def test_admin_port_in_use_says_why(run_sluice, tmp_path):
+    # Before: "--admin 127.0.0.1:PORT: cannot listen on 127.0.0.1 port PORT",
+    # without the reason (the port taken, a permission, an address not here).
+    pol = tmp_path / "p.yaml"
+    pol.write_text("version: 1\nrules: []\n")
+    busy = socket.socket()
+    try:
+        busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        r = run_sluice("serve", "--policy", str(pol), "--listen",
+                       "127.0.0.1:%d" % free_tcp_port(), "--admin", "127.0.0.1:%d" % port)
+    finally:
+        busy.close()
+    assert r.returncode != 0, r.stderr
+    assert ("--admin 127.0.0.1:%d: cannot listen on 127.0.0.1 port %d: Address already in use\n"
+            % (port, port)) in r.stderr, r.stderr
