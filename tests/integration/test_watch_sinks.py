@@ -665,7 +665,7 @@ def test_webhook_answer_is_bounded(gateway, net, tmp_path):
         small.stop()
 
 
-class _EndlessChunkSize(_Silent):
+class _EndlessChunkSize(Silent):
     """A webhook on 127.0.0.1 that answers every request with a chunked
     head, then a chunk-size line that never ends (1 MiB of '0' at a time,
     for at most 8 s per connection, until the client closes)."""
