@@ -1,6 +1,5 @@
 #include "gate/gateway.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -23,11 +22,9 @@
 #include "util/diag.h"
 #include "util/env.h"
 #include "util/units.h"
-#include "util/weburl.h"
 #include "shape/quota.h"
 #include "watch/admin.h"
 #include "watch/log_jsonl.h"
-#include "watch/sinks.h"
 #include "watch/watch.h"
 
 #define LOG_FLUSH_MS       2000 /* the log's last flush, at least */
@@ -236,62 +233,11 @@ bool gateway_tunnel_splices(const struct gateway *gw, bool client_on_unix)
  * spliced tunnel (gateway_tunnel_splices()) adds a pipe (two descriptors)
  * for each direction that streams. The rest of the process (log,
  * listeners, resolver, store, loop) fits in FD_RESERVE, the alert sinks of
- * the policy in sink_fds() more, and the --admin server's connections,
+ * the policy in watch_sink_fds() more, and the --admin server's connections,
  * when it serves, in ADMIN_CONNS_MAX more. */
 #define FDS_PER_CONN         2
 #define FDS_PER_SPLICED_CONN 6
 #define FD_RESERVE           64
-
-/* The nameserver lines of /etc/resolv.conf, at least 1: the sockets of a
- * resolver that evdns_base_new() initialises from it (127.0.0.1 when
- * there is none). */
-static rlim_t resolv_conf_servers(void)
-{
-    FILE *f = fopen("/etc/resolv.conf", "re");
-    rlim_t n = 0;
-    char line[512];
-    if (f == NULL)
-        return 1;
-    while (fgets(line, sizeof(line), f) != NULL)
-        if (strncmp(line, "nameserver", 10) == 0 && (line[10] == ' ' || line[10] == '\t'))
-            n++;
-    fclose(f);
-    return n > 0 ? n : 1;
-}
-
-/* What the alert sinks of <p> may hold at once: each webhook sink its
- * connection (one POST in flight) and, for a URL naming a host rather than
- * an address, the sockets of its own resolver (one a nameserver of
- * resolv.conf); the exec sinks SINK_EXEC_MAX_RUNNING programs, each with a
- * pipe to its standard input until it has its alert, and a pipe being
- * handed to the next one. */
-static rlim_t sink_fds(const struct policy *p)
-{
-    rlim_t n = 0, per_named = 0;
-    bool exec = false;
-    for (size_t i = 0; i < p->alerts.nsinks; i++) {
-        const struct sink *s = &p->alerts.sinks[i];
-        struct weburl u;
-        const char *why;
-        unsigned char ip[16];
-        char host[WEBURL_HOST_MAX + 1];
-        if (s->kind == SINK_EXEC) {
-            exec = true;
-            continue;
-        }
-        n++;
-        if (weburl_parse(s->target, &u, &why) < 0 || u.host_len >= sizeof(host))
-            continue; /* not opened */
-        memcpy(host, u.host, u.host_len);
-        host[u.host_len] = '\0';
-        if (inet_pton(AF_INET, host, ip) == 1 || inet_pton(AF_INET6, host, ip) == 1)
-            continue;
-        if (per_named == 0)
-            per_named = resolv_conf_servers();
-        n += per_named;
-    }
-    return n + (exec ? SINK_EXEC_MAX_RUNNING + 2 : 0);
-}
 
 /* Caps max_conns to what RLIMIT_NOFILE allows beside FD_RESERVE, <p>'s
  * sinks and the --admin server, with a warning when that is below what was
@@ -315,7 +261,8 @@ static void fit_fd_limit(struct gateway *gw, const struct policy *p, bool raise)
     for (size_t i = 0; i < gw->cfg.nlistens; i++)
         if (gateway_tunnel_splices(gw, gw->cfg.listens[i].kind == LISTEN_UNIX))
             per = FDS_PER_SPLICED_CONN;
-    rlim_t reserve = FD_RESERVE + sink_fds(p) + (gw->cfg.admin_addr != NULL ? ADMIN_CONNS_MAX : 0);
+    rlim_t reserve =
+        FD_RESERVE + watch_sink_fds(p) + (gw->cfg.admin_addr != NULL ? ADMIN_CONNS_MAX : 0);
     rlim_t fit = rl.rlim_cur > reserve + per ? (rl.rlim_cur - reserve) / per : 1;
     unsigned cap = fit >= want ? want : (unsigned)fit;
     if (cap < want && cap != max_conns(gw))

@@ -7,12 +7,15 @@
 #include <string.h>
 #include <time.h>
 
+#include <arpa/inet.h>
+
 #include <event2/buffer.h>
 #include <event2/event.h>
 
 #include "state/store.h"
 #include "util/stderr_relay.h"
 #include "util/units.h"
+#include "util/weburl.h"
 #include "watch/admin.h"
 #include "watch/detectors.h"
 #include "watch/log_jsonl.h"
@@ -550,4 +553,49 @@ void watch_free(struct watch *w)
     metrics_free(w->metrics);
     store_close(w->store);
     free(w);
+}
+
+/* The nameserver lines of /etc/resolv.conf, at least 1: the sockets of a
+ * resolver that evdns_base_new() initialises from it (127.0.0.1 when
+ * there is none). */
+static size_t resolv_conf_servers(void)
+{
+    FILE *f = fopen("/etc/resolv.conf", "re");
+    size_t n = 0;
+    char line[512];
+    if (f == NULL)
+        return 1;
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (strncmp(line, "nameserver", 10) == 0 && (line[10] == ' ' || line[10] == '\t'))
+            n++;
+    fclose(f);
+    return n > 0 ? n : 1;
+}
+
+size_t watch_sink_fds(const struct policy *p)
+{
+    size_t n = 0, per_named = 0;
+    bool exec = false;
+    for (size_t i = 0; i < p->alerts.nsinks; i++) {
+        const struct sink *s = &p->alerts.sinks[i];
+        struct weburl u;
+        const char *why;
+        unsigned char ip[16];
+        char host[WEBURL_HOST_MAX + 1];
+        if (s->kind == SINK_EXEC) {
+            exec = true;
+            continue;
+        }
+        n++;
+        if (weburl_parse(s->target, &u, &why) < 0 || u.host_len >= sizeof(host))
+            continue; /* not opened */
+        memcpy(host, u.host, u.host_len);
+        host[u.host_len] = '\0';
+        if (inet_pton(AF_INET, host, ip) == 1 || inet_pton(AF_INET6, host, ip) == 1)
+            continue;
+        if (per_named == 0)
+            per_named = resolv_conf_servers();
+        n += per_named;
+    }
+    return n + (exec ? SINK_EXEC_MAX_RUNNING + 2 : 0);
 }

@@ -60,6 +60,14 @@ void watch_reopen(struct watch *w);
  * least 2 s. What is left is reported on standard error by watch_free().
  * Accepts NULL. */
 void watch_drain(struct watch *w, unsigned timeout_ms);
+/* The descriptors the alert sinks of <p> may hold at once, for the gate's
+ * fit of --max-conns to the open-file limit: each webhook sink its
+ * connection (one POST in flight) and, for a URL naming a host rather than
+ * an address, the sockets of its own resolver (one a nameserver of
+ * resolv.conf); the exec sinks SINK_EXEC_MAX_RUNNING programs, each with a
+ * pipe to its standard input until it has its alert, and a pipe being
+ * handed to the next one. */
+size_t watch_sink_fds(const struct policy *p);
 /* Flushes the alerts file and the store, stops the sinks (killing exec
  * programs still running), frees. Accepts NULL. */
 void watch_free(struct watch *w);
