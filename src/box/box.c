@@ -29,7 +29,8 @@ struct init_state {
     bool done;
 };
 
-/* The report on the status pipe: 'E' + message, or 'S' + status + count. */
+/* The report on the status pipe: 'E' + message, 'S' + status + count, or
+ * 'K' + the signal that stopped the start. */
 struct report {
     char kind;
     int status;
@@ -55,6 +56,29 @@ void box_forwarded_signals(sigset_t *set)
         sigaddset(set, sig);
 }
 
+void box_ending_signals(sigset_t *set, const sigset_t *ignored, const sigset_t *blocked)
+{
+    box_forwarded_signals(set);
+    sigdelset(set, SIGWINCH);
+    sigdelset(set, SIGCONT);
+    sigdelset(set, SIGTSTP);
+    for (int sig = 1; sig < NSIG; sig++)
+        if (sigismember(ignored, sig) == 1 || sigismember(blocked, sig) == 1)
+            sigdelset(set, sig);
+}
+
+/* The first signal of box_ending_signals() pending on the init, or 0. */
+static int pending_ending(const struct box_config *cfg)
+{
+    sigset_t ending, pending;
+    box_ending_signals(&ending, &cfg->ignored, &cfg->blocked);
+    sigpending(&pending);
+    for (int sig = 1; sig < NSIG; sig++)
+        if (sigismember(&ending, sig) == 1 && sigismember(&pending, sig) == 1)
+            return sig;
+    return 0;
+}
+
 static void report_error(int fd, const char *msg)
 {
     char buf[BOX_ERR_MAX + 1];
@@ -67,9 +91,9 @@ static void report_error(int fd, const char *msg)
     (void)w;
 }
 
-static void report_status(int fd, int status, unsigned long relayed)
+static void report_status(int fd, char kind, int status, unsigned long relayed)
 {
-    struct report r = {'S', status, relayed};
+    struct report r = {kind, status, relayed};
     ssize_t w = write(fd, &r, sizeof(r));
     (void)w;
 }
@@ -95,12 +119,12 @@ enum box_report_kind box_read_report(struct box *box, int *status, unsigned long
         err[m] = '\0';
         return BOX_REPORT_ERROR;
     }
-    if (n == sizeof(struct report) && buf[0] == 'S') {
+    if (n == sizeof(struct report) && (buf[0] == 'S' || buf[0] == 'K')) {
         struct report r;
         memcpy(&r, buf, sizeof(r));
         *status = r.status;
         *relayed = r.relayed;
-        return BOX_REPORT_STATUS;
+        return buf[0] == 'S' ? BOX_REPORT_STATUS : BOX_REPORT_STOPPED;
     }
     return BOX_REPORT_NONE;
 }
@@ -360,6 +384,17 @@ init_main(const struct box_config *cfg, uid_t uid, gid_t gid, bool userns, int s
         snprintf(err, sizeof(err), "pipe: %s", strerror(errno));
         goto fail;
     }
+    /* One that would end run came while the box was set up: a terminal's
+     * ^C, which reached the init but no command yet, or one run passed on.
+     * The start stops: the command never runs, and run ends of it. One
+     * that comes later reaches the command: a terminal's through its
+     * process group (sent during fork(), the child gets it too), run's
+     * through on_signal(). */
+    int stop = pending_ending(cfg);
+    if (stop > 0) {
+        report_status(status_fd, 'K', stop, 0);
+        _exit(0);
+    }
     st.cmd = fork();
     if (st.cmd < 0) {
         snprintf(err, sizeof(err), "fork: %s", strerror(errno));
@@ -386,7 +421,7 @@ init_main(const struct box_config *cfg, uid_t uid, gid_t gid, bool userns, int s
         }
         /* the command could not be run: 127 or 126, as a shell says */
         fprintf(stderr, "sluice run: %s: %s\n", cfg->argv[0], strerror(e));
-        report_status(status_fd, ws, 0);
+        report_status(status_fd, 'S', ws, 0);
         _exit(0);
     }
     close(ep[0]);
@@ -421,7 +456,7 @@ init_main(const struct box_config *cfg, uid_t uid, gid_t gid, bool userns, int s
         kill(-1, SIGKILL);
         relay_drain(relay);
     }
-    report_status(status_fd, st.status, relay_accepted(relay));
+    report_status(status_fd, 'S', st.status, relay_accepted(relay));
     _exit(0);
 fail:
     report_error(status_fd, err);

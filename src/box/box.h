@@ -89,18 +89,27 @@ struct box {
  * SIGURG, SIGTTIN, SIGTTOU, which end nothing. */
 void box_forwarded_signals(sigset_t *set);
 
+/* Those of box_forwarded_signals() whose default action ends a process
+ * (all but SIGWINCH, SIGCONT, SIGTSTP), but for those in <ignored> or
+ * <blocked> (run's caller ignored or blocked them: held for the command):
+ * one that comes while run starts, until the init forks the command (a
+ * terminal's ^C included, which reaches no command yet), stops the start. */
+void box_ending_signals(sigset_t *set, const sigset_t *ignored, const sigset_t *blocked);
+
 /* Starts the box. Returns 0 with <*box> filled, or -1 with a one-line
  * message in <err> (a namespace the kernel refuses is named, with how to
  * enable it). Nothing is left running on failure. */
 int box_spawn(const struct box_config *cfg, struct box *box, char *err, size_t errlen);
 
-enum box_report_kind { BOX_REPORT_NONE, BOX_REPORT_ERROR, BOX_REPORT_STATUS };
+enum box_report_kind { BOX_REPORT_NONE, BOX_REPORT_ERROR, BOX_REPORT_STATUS, BOX_REPORT_STOPPED };
 
 /* Reads the init's report from <box->status_fd> (blocking): either a
  * set-up error (BOX_REPORT_ERROR, the message in <err>: the command never
  * ran), the command's wait status (BOX_REPORT_STATUS, in <*status>, and the
- * number of connections relayed in <*relayed>), or nothing (BOX_REPORT_NONE:
- * the init died). */
+ * number of connections relayed in <*relayed>), a signal of
+ * box_ending_signals() that came before the command was forked
+ * (BOX_REPORT_STOPPED, its number in <*status>: the command never ran), or
+ * nothing (BOX_REPORT_NONE: the init died). */
 enum box_report_kind box_read_report(struct box *box, int *status, unsigned long *relayed,
                                      char *err, size_t errlen);
 

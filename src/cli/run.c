@@ -601,24 +601,8 @@ static int gateway_leave_root(pid_t parent, const struct privdrop_target *chosen
     return 0;
 }
 
-/* The signals run passes on whose default action would end it (all of
- * box_forwarded_signals() but SIGWINCH, SIGCONT, SIGTSTP), but for those
- * its caller ignored or blocked (<ignored>, <blocked>: held for the
- * command, as before): held from the making of its directory until the
- * box starts. */
-static void ending_signals(sigset_t *set, const sigset_t *ignored, const sigset_t *blocked)
-{
-    box_forwarded_signals(set);
-    sigdelset(set, SIGWINCH);
-    sigdelset(set, SIGCONT);
-    sigdelset(set, SIGTSTP);
-    for (int sig = 1; sig < NSIG; sig++)
-        if (sigismember(ignored, sig) == 1 || sigismember(blocked, sig) == 1)
-            sigdelset(set, sig);
-}
-
 /* Forks the gateway; returns 0 once it accepts, or EXIT_USAGE. From the
- * making of its directory on, the signals of <ending> (ending_signals():
+ * making of its directory on, the signals of <ending> (box_ending_signals():
  * a ^C, a `timeout` while run starts) are held: run_main() ends of one
  * only once the directory is removed. */
 static int serve_start(struct run_args *a, struct served *s, const sigset_t *ending)
@@ -1038,7 +1022,7 @@ static int run_main(int argc, char **argv)
     signal(SIGXFSZ, SIG_IGN);
     sigset_t old, ending; /* the caller's mask: the command gets it, run ends with it */
     sigprocmask(SIG_SETMASK, NULL, &old);
-    ending_signals(&ending, &ignored, &old);
+    box_ending_signals(&ending, &ignored, &old);
     struct run_args *a = calloc(1, sizeof(*a));
     struct served s = {.pid = -1, .log_fd = -1, .alerts_fd = -1};
     char **env = NULL;
@@ -1139,6 +1123,12 @@ static int run_main(int argc, char **argv)
     enum box_report_kind kind = wait_box(&box, &s, &ignored, &status, &relayed, err, sizeof(err));
     if (kind == BOX_REPORT_ERROR) {
         fprintf(stderr, "sluice run: cannot build the box: %s\n", err);
+        goto out;
+    }
+    if (kind == BOX_REPORT_STOPPED) {
+        /* one came while the box was set up: run ends of it at out, as of
+         * one that came before (wait_box() took run's own) */
+        raise(status);
         goto out;
     }
     if (kind == BOX_REPORT_NONE) {

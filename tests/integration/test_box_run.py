@@ -1246,6 +1246,59 @@ def test_a_signal_while_run_starts_leaves_no_directory(box, net, tmp_path, sig):
         _end_held_run(tracer, tmp_path)
 
 
+@pytest.mark.parametrize("how", ["terminal-SIGINT", "terminal-SIGQUIT", "process-SIGTERM"])
+def test_a_signal_while_the_box_is_set_up_stops_the_start(box, net, tmp_path, how):
+    """A signal that would end run while its box was set up (mounts,
+    /proc, the relay: before the command exists) did not stop the start:
+    a terminal's ^C or ^\\ reached run and the box's init (the command's
+    process group), which both left it alone as having reached the command
+    already, and one a process sent run was passed to the init, which
+    passed it on to the command once that had started; so the command ran
+    anyway. Now the init, until it forks the command, ends the start of
+    such a signal: the command never runs, and run stops its gateway,
+    removes its directory and ends of that signal, as it does of one that
+    comes before the box. strace holds the init's first prctl() 1 s; the
+    test is run's controlling terminal (a pty), and types ^C or ^\\ there
+    (or sends run SIGTERM) meanwhile."""
+    import fcntl
+    import termios
+    sig, key = {"terminal-SIGINT": (signal.SIGINT, b"\x03"),
+                "terminal-SIGQUIT": (signal.SIGQUIT, b"\x1c"),
+                "process-SIGTERM": (signal.SIGTERM, None)}[how]
+    pol = box.policy(net.policy([]))
+    marker = str(tmp_path / "ran")
+    master, slave = os.openpty()
+
+    def ctty():
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    # strace -o FILE PROG blocks the signals a terminal sends itself (-I3)
+    tracer = _start_held_run(box, tmp_path,
+                             ["--policy", pol, "--gateway-user", "root", "--rw", str(tmp_path),
+                              "--", PY, "-c", "open(%r, 'w').close()" % marker],
+                             stdin=slave, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             start_new_session=True, preexec_fn=ctty)
+    try:
+        run, init = _held_in_prctl(tracer, who="box")
+        gateways = [c for c in _sluice_children(run) if c != init]
+        if key is not None:
+            os.write(master, key)
+        else:
+            os.kill(run, sig)
+        _, err = tracer.communicate(timeout=60)
+        assert not os.path.exists(marker), "the command ran"
+        assert tracer.returncode == -sig, (tracer.returncode, err)
+        made = _run_dirs_made(tmp_path)
+        assert len(made) == 1, made
+        assert not os.path.exists(made[0]), (made[0], os.listdir(made[0]))
+        assert len(gateways) == 1, gateways
+        assert _proc_field(gateways[0], "state") in (None, "Z"), "the gateway outlived run"
+    finally:
+        os.close(slave)
+        os.close(master)
+        _end_held_run(tracer, tmp_path)
+
+
 def _run_dir_of(pid):
     """The /tmp/sluice-run-XXXXXX directory of the run PID, by the decision
     log it holds open for the summary."""
