@@ -949,17 +949,11 @@ static void ignored_at_start(sigset_t *ignored)
     }
 }
 
-static int wait_box(struct box *box, struct served *s, const sigset_t *ignored, int *status,
-                    unsigned long *relayed, char *err, size_t errlen)
+/* Waits for the box's report, passing on what <sfd> (run_signals(), made
+ * before the box was spawned) reads; closes <sfd>. */
+static int wait_box(struct box *box, struct served *s, int sfd, int *status, unsigned long *relayed,
+                    char *err, size_t errlen)
 {
-    sigset_t mask;
-    run_signals(&mask, ignored);
-    int sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
-    if (sfd < 0) {
-        snprintf(err, errlen, "signalfd: %s", strerror(errno));
-        kill(box->pid, SIGKILL);
-        return BOX_REPORT_ERROR;
-    }
     enum box_report_kind kind = BOX_REPORT_NONE;
     for (;;) {
         struct pollfd pfd[2] = {{.fd = sfd, .events = POLLIN},
@@ -1112,15 +1106,28 @@ static int run_main(int argc, char **argv)
         .ignored = ignored,
         .blocked = old,
     };
+    /* made before the box: failing, no command has started (test-only, see
+     * SPEC.md: SLUICE_TEST_RUN_SIGNALFD_FAIL=1 fails it as with EMFILE) */
+    int sfd = env_number("SLUICE_TEST_RUN_SIGNALFD_FAIL", 1, 0) == 1
+                  ? (errno = EMFILE, -1)
+                  : signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (sfd < 0) {
+        fprintf(stderr,
+                "sluice run: cannot watch for the signals to pass on to the command (signalfd: "
+                "%s); the command does not start\n",
+                strerror(errno));
+        goto out;
+    }
     struct box box;
     char err[BOX_ERR_MAX];
     if (box_spawn(&cfg, &box, err, sizeof(err)) < 0) {
+        close(sfd);
         fprintf(stderr, "sluice run: %s\n", err);
         goto out;
     }
     int status = 0;
     unsigned long relayed = 0;
-    enum box_report_kind kind = wait_box(&box, &s, &ignored, &status, &relayed, err, sizeof(err));
+    enum box_report_kind kind = wait_box(&box, &s, sfd, &status, &relayed, err, sizeof(err));
     if (kind == BOX_REPORT_ERROR) {
         fprintf(stderr, "sluice run: cannot build the box: %s\n", err);
         goto out;

@@ -3592,3 +3592,24 @@ os._exit(0)
     with open(log) as f:
         ends = [json.loads(ln) for ln in f if '"agent_egress_end"' in ln]
     assert [e["bytes_up"] for e in ends] == [16 * 1024 * 1024], ends
+
+
+def test_no_signalfd_for_the_box_starts_no_command(box, net, tmp_path):
+    """When run could not make the signalfd it passes signals on with
+    (signalfd() failing: out of descriptors or memory), it had spawned the
+    box already: it killed it, left it uncollected, and said 'cannot build
+    the box: signalfd: ...', though the box was built and the command may
+    have run. run now makes that signalfd before it spawns the box: failing,
+    it says so, no box is spawned and the command does not run (exit 2).
+    The test-only SLUICE_TEST_RUN_SIGNALFD_FAIL=1 makes that signalfd()
+    fail as with EMFILE."""
+    pol = box.policy(net.policy([]))
+    marker = str(tmp_path / "ran")
+    p = box.run(["--policy", pol, "--rw", str(tmp_path)], "open(%r, 'w').close()" % marker,
+                env={"SLUICE_TEST_RUN_SIGNALFD_FAIL": "1"})
+    assert p.returncode == 2, p.stderr
+    assert not os.path.exists(marker), "the command ran"
+    assert "cannot build the box" not in p.stderr, p.stderr
+    assert p.stderr.strip().endswith(
+        "sluice run: cannot watch for the signals to pass on to the command (signalfd: Too many "
+        "open files); the command does not start"), p.stderr
