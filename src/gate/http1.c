@@ -841,6 +841,44 @@ static bool is_expect_continue(const struct http_header *f)
     return eqi(f->name, f->name_len, "expect") && eqi(f->value, f->value_len, "100-continue");
 }
 
+/* Transfer-Encoding goes on as one field listing the codings of all the
+ * Transfer-Encoding fields of <hdrs>, without the empty list elements and
+ * identity (no coding) the parsers skip (RFC 9110 5.6.1.2): the field says
+ * exactly how the gateway framed the body ("chunked," or a second, empty
+ * field is chunked to it; passed on as spelled, it is not to a client that
+ * reads the field as one value, which reads on to the close instead). No
+ * field when no coding is left. */
+static void head_transfer_encoding(struct head_out *h, const struct http_header *hdrs, size_t n,
+                                   const struct http_header *first)
+{
+    size_t npieces = h->npieces, len = h->len;
+    bool any = false;
+    piece(h, first->name, first->name_len);
+    piece(h, ": ", 2);
+    for (size_t i = 0; i < n; i++) {
+        if (!eqi(hdrs[i].name, hdrs[i].name_len, "transfer-encoding"))
+            continue;
+        struct list_iter it;
+        const char *e;
+        size_t elen;
+        list_init(&it, hdrs[i].value, hdrs[i].value_len);
+        while (list_next(&it, &e, &elen)) {
+            if (elen == 0 || eqi(e, elen, "identity"))
+                continue;
+            if (any)
+                piece(h, ", ", 2);
+            piece(h, e, elen);
+            any = true;
+        }
+    }
+    if (!any) {
+        h->npieces = npieces;
+        h->len = len;
+        return;
+    }
+    piece(h, "\r\n", 2);
+}
+
 /* The fields of <hdrs> that go on to the next hop; without
  * Transfer-Encoding when <unchunked>, nor Expect: 100-continue when
  * <no_expect>. Content-Length goes on once, as the
@@ -851,7 +889,7 @@ static bool is_expect_continue(const struct http_header *f)
 static void head_fields(struct head_out *h, const struct http_header *hdrs, size_t n,
                         int64_t content_length, bool unchunked, bool no_expect)
 {
-    bool length_sent = false;
+    bool length_sent = false, te_sent = false;
     for (size_t i = 0; i < n; i++) {
         const struct http_header *f = &hdrs[i];
         if (http1_is_hop_by_hop(f->name, f->name_len) || is_gateway_field(f->name, f->name_len) ||
@@ -869,6 +907,12 @@ static void head_fields(struct head_out *h, const struct http_header *hdrs, size
             piece(h, h->content_length,
                   format_uint(h->content_length, (uint64_t)content_length, 0));
             piece(h, "\r\n", 2);
+            continue;
+        }
+        if (eqi(f->name, f->name_len, "transfer-encoding")) {
+            if (!te_sent)
+                head_transfer_encoding(h, hdrs, n, f);
+            te_sent = true;
             continue;
         }
         piece(h, f->name, f->name_len);

@@ -158,6 +158,14 @@ SMUGGLE = [
     b"0\r\n\r\nGET {o} HTTP/1.1\r\nHost: {oh}\r\n\r\n",
     b"POST {u} HTTP/1.1\r\nHost: {h}\r\nTransfer-Encoding: chunked, identity\r\n\r\n"
     b"0\r\n\r\nGET {o} HTTP/1.1\r\nHost: {oh}\r\n\r\n",
+    # spellings a lenient reader takes for chunked and another does not:
+    # a request's Transfer-Encoding is one field "chunked" or refused
+    b"POST {u} HTTP/1.1\r\nHost: {h}\r\nTransfer-Encoding: chunked,\r\n\r\n"
+    b"0\r\n\r\nGET {o} HTTP/1.1\r\nHost: {oh}\r\n\r\n",
+    b"POST {u} HTTP/1.1\r\nHost: {h}\r\nTransfer-Encoding: identity, chunked\r\n\r\n"
+    b"0\r\n\r\nGET {o} HTTP/1.1\r\nHost: {oh}\r\n\r\n",
+    b"POST {u} HTTP/1.1\r\nHost: {h}\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding:\r\n\r\n"
+    b"0\r\n\r\nGET {o} HTTP/1.1\r\nHost: {oh}\r\n\r\n",
     # obs-fold continuation line
     b"POST {u} HTTP/1.1\r\nHost: {h}\r\nX-A: a\r\n Transfer-Encoding: chunked\r\n"
     b"Content-Length: 3\r\n\r\nabc",

@@ -866,3 +866,70 @@ def test_a_chunk_size_an_origin_could_truncate_is_refused(gateway, net):
         assert "malformed chunked body" in r.text, r.text
         _, end = gw.decided(path="/up")
         assert end["status"] == 400 and end["bytes_up"] == 0, end
+
+
+# Spellings of a chunked Transfer-Encoding the gateway frames as chunked
+# (empty list elements are ignored, RFC 9110 5.6.1.2, identity is no
+# coding, and several fields are one list, RFC 9110 5.3) that a client
+# reading the field as one value does not (http.client wants "chunked"
+# alone, and takes the first of several fields).
+LENIENT_CHUNKED = [
+    b"Transfer-Encoding: chunked,",
+    b"Transfer-Encoding: chunked, ",
+    b"Transfer-Encoding: identity, chunked",
+    b"Transfer-Encoding: ,chunked",
+    b"Transfer-Encoding: chunked\r\nTransfer-Encoding:",
+    b"Transfer-Encoding:\r\nTransfer-Encoding: chunked",
+]
+
+
+@pytest.mark.parametrize("field", LENIENT_CHUNKED)
+def test_a_chunked_answer_reaches_the_client_as_plain_chunked(gateway, net, field):
+    # The gateway frames these answers as chunked and keeps the client's
+    # connection: the head it sends must say exactly that, one
+    # "Transfer-Encoding: chunked", or the client frames the body
+    # otherwise (http.client read on to the close, which never came: the
+    # next exchange on the connection stalled).
+    def script(conn, stop, received):
+        buf = received
+        for _ in range(2):
+            buf = recv_head(conn, buf)
+            if buf is None:
+                return
+            buf = buf.partition(b"\r\n\r\n")[2]
+            conn.sendall(b"HTTP/1.1 200 OK\r\n" + field + b"\r\nX-A: a\r\n\r\n"
+                         b"5\r\nhello\r\n0\r\n\r\n")
+        stop.wait(2)
+
+    with ScriptedUpstream(script) as up:
+        gw = evil_gateway(gateway, net, up)
+        s = open_conn(gw)
+        try:
+            for path in ("/te1", "/te2"):
+                s.sendall(evil_get(path, up))
+                r = read_response(s)  # times out (an error) if it reads on to the close
+                assert r.status == 200 and r.body == b"hello", r
+                assert r.headers.get_all("Transfer-Encoding") == ["chunked"], r.headers
+                assert not r.will_close, r.headers
+        finally:
+            s.close()
+        for path in ("/te1", "/te2"):
+            _, end = gw.decided(path=path)
+            assert end["status"] == 200, end
+
+
+def test_transfer_codings_before_chunked_are_kept(gateway, net):
+    # Normalising the field keeps the codings the client must undo, in
+    # their order, as one field
+    def script(conn, stop, _):
+        conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip,\r\n"
+                     b"Transfer-Encoding: , chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+        stop.wait(2)
+
+    with ScriptedUpstream(script) as up:
+        gw = evil_gateway(gateway, net, up)
+        raw = raw_get(gw, up, "/gzip")
+        head, _, body = raw.partition(b"\r\n\r\n")
+        fields = [x for x in head.split(b"\r\n") if x.lower().startswith(b"transfer-encoding")]
+        assert fields == [b"Transfer-Encoding: gzip, chunked"], raw
+        assert body == b"5\r\nhello\r\n0\r\n\r\n", raw
