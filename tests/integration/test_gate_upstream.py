@@ -933,3 +933,24 @@ def test_transfer_codings_before_chunked_are_kept(gateway, net):
         fields = [x for x in head.split(b"\r\n") if x.lower().startswith(b"transfer-encoding")]
         assert fields == [b"Transfer-Encoding: gzip, chunked"], raw
         assert body == b"5\r\nhello\r\n0\r\n\r\n", raw
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_a_response_head_has_at_most_100_fields(gateway, net, extra):
+    # HTTP_MAX_HEADERS, as for requests: 100 field lines pass, the 101st
+    # makes the head one the parser refuses, a 502
+    fields = b"".join(b"X-H%d: v\r\n" % i for i in range(99 + extra))
+    with ScriptedUpstream(answering(b"HTTP/1.1 200 OK\r\n" + fields +
+                                    b"Content-Length: 2\r\n\r\nok")) as up:
+        gw = evil_gateway(gateway, net, up)
+        raw = raw_get(gw, up, "/fields")
+        head, _, body = raw.partition(b"\r\n\r\n")
+        if extra:
+            assert head.startswith(b"HTTP/1.1 502 "), raw
+            assert b"\r\nSluice-Reason: upstream_unreachable\r\n" in head, raw
+            assert b"invalid response" in body, raw
+        else:
+            assert head.startswith(b"HTTP/1.1 200 OK\r\n") and body == b"ok", raw
+            assert b"\r\nX-H98: v\r\n" in head, raw
+        _, end = gw.decided(path="/fields")
+        assert end["status"] == (502 if extra else 200), end
