@@ -280,9 +280,19 @@ static int parse_connection(const char *v, size_t len, bool *close, bool *keep_a
     return 0;
 }
 
+/* Proxy-Authentication-Info (RFC 9110 11.6.4, RFC 7615) is for the next
+ * client only, as Proxy-Authenticate: an origin's would pass for the
+ * gateway's. */
 static const char *const hop_by_hop[] = {
-    "connection",         "keep-alive", "proxy-connection", "proxy-authorization",
-    "proxy-authenticate", "te",         "trailer",          "upgrade",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "proxy-authentication-info",
+    "te",
+    "trailer",
+    "upgrade",
 };
 
 bool http1_is_hop_by_hop(const char *name, size_t len)

@@ -609,6 +609,7 @@ static void test_write_upstream_response(void **state)
     assert_non_null(b);
     const char *s = "HTTP/1.0 404 Not Here\r\nContent-Length: 3\r\nConnection: X-Internal\r\n"
                     "X-Internal: 1\r\nProxy-Authenticate: Basic\r\nKeep-Alive: timeout=5\r\n"
+                    "Proxy-Authentication-Info: nextnonce=\"n\"\r\n"
                     "Set-Cookie: a=b\r\n\r\n";
     assert_int_equal(prsp(s, &why), (int)strlen(s));
     assert_int_equal(http1_write_upstream_response(&rsp, b, HTTP1_RSP_KEEP_ALIVE), 0);
