@@ -1692,3 +1692,129 @@ def test_encrypted_client_hello_allowed_for_one_agent(gateway, net):
                 assert got == b""
                 assert ev["decision"] == "deny" and ev["reason"] == "encrypted_client_hello", ev
         gw.stop()
+
+
+# --- the tunnel's data path: half-closes, one-way flows ------------------------
+
+class _ScriptedPeer(LoopbackServer):
+    """A plain TCP origin on 127.0.0.7 running <script>(conn, result) for
+    each connection; <done> is set when it returns."""
+
+    def __init__(self, script):
+        self.script = script
+        self.result = {}
+        self.done = threading.Event()
+        super().__init__("127.0.0.7")
+
+    def _serve(self, conn):
+        conn.settimeout(20)
+        try:
+            self.script(conn, self.result)
+        except OSError as e:
+            self.result["error"] = repr(e)
+        finally:
+            conn.close()
+            self.done.set()
+
+
+def _count_until_close(sock):
+    n = 0
+    while True:
+        d = sock.recv(65536)
+        if not d:
+            return n
+        n += len(d)
+
+
+def _peer_gateway(gateway, net, peer, splice, idle="5s"):
+    rule = {"host": "peer.example.test", "ports": [peer.port], "tier": 0}
+    return gateway(net.policy([rule], static_extra={"peer.example.test": "127.0.0.7"},
+                              limits={"idle_timeout": idle}),
+                   args=["--splice"] if splice else [])
+
+
+MIB = 1024 * 1024
+
+
+@pytest.mark.parametrize("splice", [False, True])
+@pytest.mark.parametrize("first", ["client", "upstream"])
+def test_tunnel_carries_data_after_a_half_close(gateway, net, splice, first):
+    # One side ends its own (SHUT_WR) after a few bytes; 3 MiB then go the
+    # other way, and only then does the other side end: all of it arrives,
+    # and the end line counts each direction exactly, the first (peeked)
+    # bytes included
+    def script(conn, res):
+        if first == "client":
+            res["got"] = _count_until_close(conn)
+            conn.sendall(b"d" * (3 * MIB))
+        else:
+            conn.sendall(b"hello")
+            conn.shutdown(socket.SHUT_WR)
+            res["got"] = _count_until_close(conn)
+
+    with _ScriptedPeer(script) as peer:
+        gw = _peer_gateway(gateway, net, peer, splice)
+        t = connect(gw, "peer.example.test:%d" % peer.port)
+        try:
+            assert t.status == 200
+            t.sock.settimeout(10)
+            if first == "client":
+                t.sock.sendall(b"\x00pin")
+                t.sock.shutdown(socket.SHUT_WR)
+                got = _count_until_close(t.sock)
+            else:
+                got = _count_until_close(t.sock)
+                t.sock.sendall(b"\x00" * (3 * MIB))
+                t.sock.shutdown(socket.SHUT_WR)
+                assert t.sock.recv(1) == b""
+            assert peer.done.wait(10)
+        finally:
+            t.close()
+        _, end = gw.decided(method="CONNECT")
+    if first == "client":
+        assert (peer.result.get("got"), got) == (4, 3 * MIB), peer.result
+        assert (end["bytes_up"], end["bytes_down"]) == (4, 3 * MIB), end
+    else:
+        assert (peer.result.get("got"), got) == (3 * MIB, 5), peer.result
+        assert (end["bytes_up"], end["bytes_down"]) == (3 * MIB, 5), end
+
+
+@pytest.mark.parametrize("splice", [False, True])
+@pytest.mark.parametrize("way", ["down", "up"])
+def test_tunnel_moving_one_way_is_not_idle(gateway, net, splice, way):
+    # idle_timeout 1 s, and 30 KiB trickled over 3 s in one direction only,
+    # nothing the other way: the tunnel is active, not cut
+    def script(conn, res):
+        if way == "down":
+            conn.recv(2)
+            for _ in range(30):
+                conn.sendall(b"k" * 1024)
+                time.sleep(0.1)
+        else:
+            res["got"] = _count_until_close(conn)
+            conn.sendall(b"ok")
+
+    with _ScriptedPeer(script) as peer:
+        gw = _peer_gateway(gateway, net, peer, splice, idle="1s")
+        t = connect(gw, "peer.example.test:%d" % peer.port)
+        try:
+            assert t.status == 200
+            t.sock.settimeout(10)
+            if way == "down":
+                t.sock.sendall(b"\x00g")
+                got = _count_until_close(t.sock)
+            else:
+                for _ in range(30):
+                    t.sock.sendall(b"\x00" * 1024)
+                    time.sleep(0.1)
+                t.sock.shutdown(socket.SHUT_WR)
+                got = _count_until_close(t.sock)
+            assert peer.done.wait(10)
+        finally:
+            t.close()
+        _, end = gw.decided(method="CONNECT")
+    if way == "down":
+        assert got == 30 * 1024 and (end["bytes_up"], end["bytes_down"]) == (2, got), end
+    else:
+        assert peer.result.get("got") == 30 * 1024 and got == 2, peer.result
+        assert (end["bytes_up"], end["bytes_down"]) == (30 * 1024, 2), end
