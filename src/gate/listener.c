@@ -14,6 +14,7 @@
 
 #include <event2/listener.h>
 
+#include "util/accept_error.h"
 #include "util/units.h"
 
 #define LISTEN_BACKLOG       511
@@ -197,29 +198,6 @@ static void on_resume(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     evconnlistener_enable(l->lev);
-}
-
-/* An accept() error about the one connection it took off the queue, not
- * about the listener: a network error pending on it that Linux passes on
- * (accept(2): EPROTO, ENETDOWN...; ECONNABORTED libevent itself skips), or
- * a firewall's refusal (EPERM). The next client is no less welcome. */
-static bool accept_error_is_per_conn(int err)
-{
-    switch (err) {
-    case EPROTO:
-    case EPERM:
-    case ENETDOWN:
-    case ENOPROTOOPT:
-    case EHOSTDOWN:
-    case ENONET:
-    case EHOSTUNREACH:
-    case EOPNOTSUPP:
-    case ENETUNREACH:
-    case ECONNABORTED:
-        return true;
-    default:
-        return false;
-    }
 }
 
 /* accept() failed (EMFILE, ENFILE, ENOBUFS...): back off instead of

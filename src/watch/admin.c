@@ -44,6 +44,7 @@
 
 #include "watch/admin_head.h"
 #include "watch/metrics.h"
+#include "util/accept_error.h"
 #include "util/units.h"
 
 #define ADMIN_BACKLOG       128 /* as evhttp_bind_socket had it */
@@ -388,11 +389,15 @@ static void on_resume(evutil_socket_t fd, short what, void *arg)
 }
 
 /* accept() failed (EMFILE, ENFILE, ENOBUFS...): the client stays queued,
- * so retrying at once would fail again at once; pause instead. */
+ * so retrying at once would fail again at once; pause instead. An error
+ * that was the dequeued connection's alone (accept_error.h) pauses
+ * nothing: a pause would hold every other scraper for it. */
 static void on_accept_error(struct evconnlistener *lev, void *arg)
 {
     struct admin *a = arg;
     int err = EVUTIL_SOCKET_ERROR();
+    if (accept_error_is_per_conn(err))
+        return;
     a->backing_off = true;
     evconnlistener_disable(lev);
     arm(a->resume, ADMIN_BACKOFF_MS);

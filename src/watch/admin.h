@@ -25,7 +25,8 @@
  *     closes;
  *   - an accept() that fails (EMFILE...) pauses the listener for
  *     ADMIN_BACKOFF_MS instead of spinning, told on standard error at most
- *     once a minute.
+ *     once a minute; one that concerns only the connection accept() took
+ *     (EPROTO, EPERM from a firewall; util/accept_error.h) pauses nothing.
  *
  * Owns: its listening socket, its timers and every admin connection (each
  * with its bufferevent, head buffer and queued reply). Borrows the metrics

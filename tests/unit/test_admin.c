@@ -2,7 +2,8 @@
  * line (METHOD SP /target SP HTTP/1.x CRLF), header lines, which page and
  * method a head asks for, and that a head fed one byte at a time parses as
  * it does whole; and for watch/admin.c, the memory its /metrics replies
- * hold. */
+ * hold and which accept() errors pause its listener (accept4() and
+ * accept() are interposed here, to fail once with a chosen error). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -10,6 +11,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
@@ -23,6 +25,8 @@
 /* Small, so that two test bodies (~1.3 MB each) would pass it. */
 #define ADMIN_BODIES_MAX (1024 * 1024)
 #include "watch/admin.c" /* the unit under test, internals included */
+
+#include "accept_fail.h"
 
 /* Parses <s> whole, then one byte at a time; both must agree. */
 static enum admin_parse parse(const char *s, struct admin_head *out)
@@ -208,13 +212,54 @@ static void slow_scrapers_share_one_body(void **state)
     metrics_free(m);
 }
 
+/* Makes one accept() of a fresh admin server fail with <err> while a
+ * client waits, then runs the loop without blocking, at most 20 rounds,
+ * until the client is taken. Returns whether it was, and what the server
+ * wrote to standard error meanwhile in <said>. */
+static bool accept_after_error(int err, char *said, size_t cap)
+{
+    struct metrics *m = metrics_new();
+    assert_non_null(m);
+    struct event_base *base = event_base_new();
+    assert_non_null(base);
+    char addr[32], msg[256];
+    uint16_t port = free_port();
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", (unsigned)port);
+    struct admin *a = admin_new(base, addr, m, msg, sizeof(msg));
+    assert_non_null(a);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    sin.sin_port = htons(port);
+    int cl = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(cl >= 0);
+    assert_int_equal(connect(cl, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    struct stderr_capture capture;
+    stderr_capture_begin(&capture);
+    fail_next_accept = err;
+    for (int i = 0; i < 20 && a->nconns == 0; i++)
+        event_base_loop(base, EVLOOP_NONBLOCK);
+    bool taken = a->nconns == 1;
+    stderr_capture_end(&capture, said, cap);
+    fail_next_accept = 0;
+    close(cl);
+    admin_free(a);
+    event_base_free(base);
+    metrics_free(m);
+    return taken;
+}
+
+/* Which accept() errors pause it (accept_fail.h). */
+static void accept_errors_that_pause(void **state)
+{
+    (void)state;
+    check_accept_errors(accept_after_error, "accept: Too many open files: pausing for 250 ms");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(heads_that_parse),
-        cmocka_unit_test(heads_not_yet_complete),
-        cmocka_unit_test(heads_that_are_bad),
-        cmocka_unit_test(slow_scrapers_share_one_body),
+        cmocka_unit_test(heads_that_parse),         cmocka_unit_test(heads_not_yet_complete),
+        cmocka_unit_test(heads_that_are_bad),       cmocka_unit_test(slow_scrapers_share_one_body),
+        cmocka_unit_test(accept_errors_that_pause),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,7 +10,6 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -24,34 +23,7 @@
 
 #include "gate/listener.h"
 
-/* The next accept4()/accept() fails with this error when not 0. */
-static int fail_next_accept;
-
-static int take_failure(void)
-{
-    int e = fail_next_accept;
-    fail_next_accept = 0;
-    errno = e;
-    return e;
-}
-
-int accept4(int fd, struct sockaddr *sa, socklen_t *len, int flags)
-{
-    if (take_failure() != 0)
-        return -1;
-    int (*real)(int, struct sockaddr *, socklen_t *, int) =
-        (int (*)(int, struct sockaddr *, socklen_t *, int))dlsym(RTLD_NEXT, "accept4");
-    return real(fd, sa, len, flags);
-}
-
-int accept(int fd, struct sockaddr *sa, socklen_t *len)
-{
-    if (take_failure() != 0)
-        return -1;
-    int (*real)(int, struct sockaddr *, socklen_t *) =
-        (int (*)(int, struct sockaddr *, socklen_t *))dlsym(RTLD_NEXT, "accept");
-    return real(fd, sa, len);
-}
+#include "accept_fail.h"
 
 static void test_parse_ok(void **state)
 {
@@ -241,23 +213,13 @@ static bool accept_after_error(int err, char *said, size_t cap)
     assert_true(cl >= 0);
     assert_int_equal(
         connect(cl, (const struct sockaddr *)&listener_addr(l)->ss, listener_addr(l)->sslen), 0);
-    FILE *cap_file = tmpfile();
-    assert_non_null(cap_file);
-    fflush(stderr);
-    int saved = dup(2);
-    assert_true(saved >= 0);
-    assert_true(dup2(fileno(cap_file), 2) == 2);
+    struct stderr_capture capture;
+    stderr_capture_begin(&capture);
     accepted = 0;
     fail_next_accept = err;
     for (int i = 0; i < 20 && accepted == 0; i++)
         event_base_loop(base, EVLOOP_NONBLOCK);
-    fflush(stderr);
-    assert_true(dup2(saved, 2) == 2);
-    close(saved);
-    rewind(cap_file);
-    size_t n = fread(said, 1, cap - 1, cap_file);
-    said[n] = '\0';
-    fclose(cap_file);
+    stderr_capture_end(&capture, said, cap);
     fail_next_accept = 0;
     close(cl);
     listener_free(l);
@@ -265,22 +227,11 @@ static bool accept_after_error(int err, char *said, size_t cap)
     return accepted == 1;
 }
 
-/* An accept() error that is about the one connection it dequeued (a client
- * that reset, EPROTO; a firewall's refusal, EPERM) must not stop the
- * listener: the next client is accepted at once, nothing said about
- * pausing. Out of descriptors (EMFILE) the listener pauses and says so. */
+/* Which accept() errors pause it (accept_fail.h). */
 static void test_accept_error_pause(void **state)
 {
     (void)state;
-    static const int per_conn[] = {EPROTO, EPERM, ENETUNREACH, EHOSTUNREACH};
-    char said[512];
-    for (size_t i = 0; i < sizeof(per_conn) / sizeof(per_conn[0]); i++) {
-        bool ok = accept_after_error(per_conn[i], said, sizeof(said));
-        if (!ok || strstr(said, "pausing") != NULL)
-            fail_msg("after %s: accepted %d, said \"%s\"", strerror(per_conn[i]), ok, said);
-    }
-    (void)accept_after_error(EMFILE, said, sizeof(said));
-    assert_non_null(strstr(said, "Too many open files: pausing for 100 ms"));
+    check_accept_errors(accept_after_error, "Too many open files: pausing for 100 ms");
 }
 
 int main(void)
