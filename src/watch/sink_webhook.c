@@ -66,6 +66,10 @@ struct webhook {
     bool overlong;          /* the answer left over WEBHOOK_UNREAD_MAX unread */
     struct store *store;
     char *url, *label, *host, *path, *hosthdr;
+    /* What the store files the sink's alerts under (webhook_set_listing):
+     * the URL, or for the Nth listing of a URL listed more than once
+     * "URL (listing N)" (a URL holds no space, so no URL reads so). */
+    char *key;
     uint16_t port;
     struct item *q; /* ring */
     size_t head, len, cap;
@@ -429,9 +433,12 @@ struct webhook *webhook_new(struct event_base *base, const char *url, struct sto
     const char *why = NULL;
     bool https = false;
     *err = NULL;
-    if (w == NULL || (w->url = strdup(url)) == NULL || (w->label = weburl_label(url)) == NULL) {
-        if (w != NULL)
+    if (w == NULL || (w->url = strdup(url)) == NULL || (w->key = strdup(url)) == NULL ||
+        (w->label = weburl_label(url)) == NULL) {
+        if (w != NULL) {
             free(w->url);
+            free(w->key);
+        }
         free(w);
         *err = errf("(a sink)", "out of memory");
         return NULL;
@@ -476,6 +483,26 @@ err:
 const char *webhook_url(const struct webhook *w)
 {
     return w->url;
+}
+
+int webhook_set_listing(struct webhook *w, unsigned n)
+{
+    char *key = n <= 1 ? strdup(w->url) : NULL;
+    if (n > 1) {
+        size_t len = strlen(w->url) + 32;
+        if ((key = malloc(len)) != NULL)
+            snprintf(key, len, "%s (listing %u)", w->url, n);
+    }
+    if (key == NULL)
+        return -1;
+    free(w->key);
+    w->key = key;
+    return 0;
+}
+
+const char *webhook_store_key(const struct webhook *w)
+{
+    return w->key;
 }
 
 const char *webhook_label(const struct webhook *w)
@@ -571,7 +598,7 @@ static void sweep_row(int64_t id, const char *sink, const char *body, int attemp
 {
     struct sweep_ctx *c = arg;
     (void)attempts;
-    if (strcmp(sink, c->w->url) != 0 ||
+    if (strcmp(sink, c->w->key) != 0 ||
         (c->nids > 0 && bsearch(&id, c->ids, c->nids, sizeof(*c->ids), cmp_id) != NULL))
         return;
     if (c->w->len >= c->w->t.queue_max) {
@@ -619,7 +646,7 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
     qsort(c.ids, c.nids, sizeof(*c.ids), cmp_id);
     size_t room = w->t.queue_max - w->len;
     int limit = (int)(room + c.nids + 1);
-    int rows = store_load_queue_of(w->store, w->url, 0, limit, sweep_row, &c);
+    int rows = store_load_queue_of(w->store, w->key, 0, limit, sweep_row, &c);
     if (rows >= 0)
         w->only_stored = c.left;
     if (rows >= 0 && rows < limit)
@@ -635,7 +662,7 @@ void webhook_send(struct webhook *w, const char *json, size_t n)
     if (w->store != NULL) {
         char *body = strndup(json, n);
         if (body != NULL)
-            id = store_queue_add(w->store, w->url, body);
+            id = store_queue_add(w->store, w->key, body);
         free(body);
         if (id < 0)
             id = 0;
@@ -678,11 +705,11 @@ void webhook_adopt_stored(struct webhook *w)
         room = INT_MAX - 1;
     size_t before = w->len;
     if (store_flush(w->store) < 0 ||
-        store_load_queue_of(w->store, w->url, 0, (int)room + 1, adopt_row, w) < 0)
+        store_load_queue_of(w->store, w->key, 0, (int)room + 1, adopt_row, w) < 0)
         w->only_stored = 1; /* the sweep reads them */
     /* Counted once (the index's entries for the sink, not the rows), for
      * sluice_webhook_queue; the sweep keeps it up to date. */
-    int64_t rows = store_count_queue_of(w->store, w->url);
+    int64_t rows = store_count_queue_of(w->store, w->key);
     size_t taken = w->len - before;
     w->stored_n = rows > 0 && (uint64_t)rows > taken ? (uint64_t)rows - taken : 0;
 }
@@ -751,6 +778,7 @@ void webhook_free(struct webhook *w)
         pop(w);
     free(w->q);
     free(w->url);
+    free(w->key);
     free(w->label);
     free(w->host);
     free(w->path);

@@ -88,8 +88,17 @@ struct webhook;
  * (borrowed, or NULL) keeps its queue. */
 struct webhook *webhook_new(struct event_base *base, const char *url, struct store *store,
                             char **err);
-/* The sink's full URL (its identity in the store and across reloads). */
+/* The sink's full URL (its identity across reloads). */
 const char *webhook_url(const struct webhook *w);
+/* The sink is the <n>th listing (from 1) of its URL in alerts.sinks: the
+ * store files its alerts under its URL for the first, under
+ * "URL (listing N)" for the others, so that each sink of a URL listed
+ * twice takes back its own alerts only (each alert was stored once per
+ * sink). Called before the sink stores or adopts anything; -1 when out of
+ * memory (the key is left as it was). */
+int webhook_set_listing(struct webhook *w, unsigned n);
+/* What the store files the sink's alerts under (webhook_set_listing). */
+const char *webhook_store_key(const struct webhook *w);
 /* How the sink is shown on standard error and in metrics:
  * weburl_label(webhook_url(w)) (util/weburl.h). */
 const char *webhook_label(const struct webhook *w);

@@ -119,7 +119,7 @@ static void count_unmatched(const char *sink, uint64_t rows, void *arg)
 {
     struct unmatched_ctx *c = arg;
     for (size_t i = 0; i < c->w->nhooks; i++)
-        if (strcmp(webhook_url(c->w->hooks[i]), sink) == 0)
+        if (strcmp(webhook_store_key(c->w->hooks[i]), sink) == 0)
             return;
     c->rows += rows;
 }
@@ -214,6 +214,18 @@ static void configure_sinks(struct watch *w, const struct policy *p, bool first)
         if (keep == NULL) {
             char *err = NULL;
             keep = webhook_new(w->base, s->target, w->store, &err);
+            /* The Nth listing of its URL: the kept sinks of the URL are the
+             * first ones, in order (matched in order above). */
+            unsigned listing = 1;
+            for (size_t j = 0; keep != NULL && j < nhooks; j++)
+                listing += strcmp(webhook_url(hooks[j]), s->target) == 0;
+            if (keep != NULL && webhook_set_listing(keep, listing) < 0) {
+                char buf[600];
+                snprintf(buf, sizeof(buf), "webhook %s: out of memory", webhook_label(keep));
+                webhook_free(keep);
+                keep = NULL;
+                err = strdup(buf);
+            }
             if (keep == NULL) {
                 fprintf(stderr, "sluice: %s:%d: alerts.sinks: %s\n",
                         p->path != NULL ? p->path : "policy", s->line, err ? err : "error");

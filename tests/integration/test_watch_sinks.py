@@ -337,6 +337,37 @@ def test_webhook_queue_survives_a_restart(gateway, net, tmp_path):
         rcv.stop()
 
 
+def test_webhook_listed_twice_sends_stored_alerts_twice_after_a_restart(gateway, net, tmp_path):
+    # A URL listed twice (a warning: "every alert would be sent twice") is two
+    # sinks, each storing its own copy of an alert. After a restart each must
+    # take back its own copy only, not every row stored under the URL: an
+    # alert raised while the receiver was down arrives twice, not four times,
+    # and the queue gauge counts each stored row once.
+    port = free_tcp_port()
+    admin = free_tcp_port()
+    url = "http://127.0.0.1:%d/hook" % port
+    pol = net.policy(rules(net), alerts={"sinks": [{"webhook": url}, {"webhook": url}]})
+    args = ["--alerts", str(tmp_path / "a.jsonl"), "--state", str(tmp_path / "state"),
+            "--admin", "127.0.0.1:%d" % admin]
+    gw = gateway(pol, args=args)
+    request(gw, "POST", net.url("/lost?"), body=b"1")
+    wait_alert(str(tmp_path / "a.jsonl"), "tier3_write")
+    time.sleep(0.5)
+    gw.stop()
+    gateway(pol, args=args)
+    text = poll(lambda: _scrape_or_none(admin), timeout=10, what="a scrape")
+    assert _metric_value(text, 'sluice_webhook_queue{sink="%s"}' % url) == 2, text
+    rcv = Receiver(port)
+    try:
+        poll(lambda: len(rcv.bodies()) >= 2 or None, timeout=20, what="the stored alerts")
+        time.sleep(1.0)
+        got = rcv.bodies()
+        assert len(got) == 2, got
+        assert all(b["kind"] == "tier3_write" and "/lost" in b["detail"] for b in got)
+    finally:
+        rcv.stop()
+
+
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian prometheus)")
 def test_metrics_pass_promtool(gateway, net, tmp_path):
     port = free_tcp_port()
