@@ -2,6 +2,7 @@
  * (sinks.h). */
 #include "watch/sinks.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -77,6 +78,13 @@ struct webhook {
     bool parked_said; /* "undelivered after N attempts" said since the last delivery */
     enum evhttp_request_error last_error;
     bool errored;
+    /* Why the attempt failed without an answer, for its message: errno as
+     * evhttp left it (on_error: the socket's error; on_done without an
+     * error code: a failed connect), the resolver's error (EAI_*), and
+     * whether any of the request went out (the connection was up). */
+    int sock_errno;
+    int dns_error;
+    bool sent;
     unsigned failures_in_row;
     struct event *retry;
     struct event *sweep;
@@ -181,9 +189,21 @@ static void rotate(struct webhook *w)
     w->q[(w->head + w->len - 1) % w->cap] = it;
 }
 
+/* What evhttp does not say of a failed attempt: errno, the resolver's
+ * error, kept for failure_text(). */
+static void note_failure(struct webhook *w, int err)
+{
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(w->conn);
+    w->sock_errno = err;
+    w->dns_error = bev != NULL ? bufferevent_socket_get_dns_error(bev) : 0;
+}
+
 static void on_error(enum evhttp_request_error e, void *arg)
 {
     struct webhook *w = arg;
+    /* evhttp restores the socket's errno for this callback (libevent
+     * 2.1.12, evhttp_connection_fail_()) */
+    note_failure(w, errno);
     w->last_error = e;
     w->errored = true;
     if (w->tls != NULL && e != EVREQ_HTTP_REQUEST_CANCEL)
@@ -209,6 +229,45 @@ static bool timed_out(const struct webhook *w)
     return mono_ms() - w->attempt_ms + 50 >= w->t.attempt_ms;
 }
 
+/* <err> if it is an error a connect can end with, else 0. */
+static int connect_errno(int err)
+{
+    switch (err) {
+    case ECONNREFUSED:
+    case ECONNRESET:
+    case ENETUNREACH:
+    case ENETDOWN:
+    case EHOSTUNREACH:
+    case EHOSTDOWN:
+    case ETIMEDOUT:
+    case EADDRNOTAVAIL:
+    case EAFNOSUPPORT:
+    case EACCES:
+    case EPERM:
+    case EMFILE:
+    case ENFILE:
+    case ENOBUFS:
+    case ENOMEM:
+        return err;
+    default:
+        return 0;
+    }
+}
+
+/* A connect that failed. evhttp calls on_done without an error code when
+ * the socket's error was ECONNREFUSED (evhttp_connection_cb(), which has
+ * by then closed the socket: errno tells of that close, ENOTCONN), or
+ * with errno as connect() left it when it failed at once; on_error (EOF)
+ * with errno set for the others. So on_done without an error code and
+ * without a connect's errno is a refusal. */
+static int connect_failure(const struct webhook *w)
+{
+    int err = connect_errno(w->sock_errno);
+    if (err == 0 && !w->errored)
+        err = ECONNREFUSED;
+    return err;
+}
+
 static const char *failure_text(const struct webhook *w, int code, char *buf, size_t len)
 {
     if (code > 0)
@@ -220,6 +279,16 @@ static const char *failure_text(const struct webhook *w, int code, char *buf, si
                  SINK_WEBHOOK_MAX_BODY);
     else if (w->tls_why[0] != '\0')
         snprintf(buf, len, "cannot deliver: %s", w->tls_why);
+    else if (w->dns_error != 0)
+        snprintf(buf, len, "cannot deliver: cannot resolve %s: %s", w->host,
+                 evutil_gai_strerror(w->dns_error));
+    else if (!w->sent && connect_failure(w) != 0)
+        snprintf(buf, len, "cannot deliver: cannot connect: %s", strerror(connect_failure(w)));
+    else if (w->errored && w->last_error == EVREQ_HTTP_EOF)
+        snprintf(buf, len, "cannot deliver: the connection %s before the answer",
+                 w->sock_errno == ECONNRESET ? "was reset" : "closed");
+    else if (w->errored && w->last_error == EVREQ_HTTP_INVALID_HEADER)
+        snprintf(buf, len, "cannot deliver: the answer is malformed");
     else
         snprintf(buf, len, "cannot deliver");
     return buf;
@@ -281,6 +350,8 @@ static void attempt_over(struct webhook *w, int code)
 static void on_done(struct evhttp_request *req, void *arg)
 {
     struct webhook *w = arg;
+    if (!w->errored)
+        note_failure(w, errno); /* a failed connect, when there is no answer */
     w->req = NULL;
     /* Removes a deadline that is due but has not run yet, too: it can no
      * longer reach this request. */
@@ -332,6 +403,16 @@ static void on_input(struct evbuffer *buf, const struct evbuffer_cb_info *info, 
     event_active(w->deadline, EV_TIMEOUT, 1);
 }
 
+/* evhttp wrote the request into the connection's output: it is written
+ * only once the connection is up (and a TLS one's handshake done). */
+static void on_output(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+    struct webhook *w = arg;
+    (void)buf;
+    if (info->n_added > 0 && w->req != NULL)
+        w->sent = true;
+}
+
 /* Opens <w>'s connection, kept for the sink's life: evhttp's own for
  * http://, one over a TLS bufferevent for https://. evhttp reconnects it
  * when the server closed it or a request failed, with a new handshake
@@ -358,7 +439,8 @@ static int open_conn(struct webhook *w)
     evhttp_connection_set_max_body_size(w->conn, SINK_WEBHOOK_MAX_BODY);
     /* kept across reconnections: evhttp reuses the bufferevent */
     struct bufferevent *bev = evhttp_connection_get_bufferevent(w->conn);
-    if (bev == NULL || evbuffer_add_cb(bufferevent_get_input(bev), on_input, w) == NULL)
+    if (bev == NULL || evbuffer_add_cb(bufferevent_get_input(bev), on_input, w) == NULL ||
+        evbuffer_add_cb(bufferevent_get_output(bev), on_output, w) == NULL)
         return -1;
     return 0;
 }
@@ -389,6 +471,9 @@ static void try_send(struct webhook *w)
     w->errored = false;
     w->cut = false;
     w->overlong = false;
+    w->sent = false;
+    w->sock_errno = 0;
+    w->dns_error = 0;
     w->tls_why[0] = '\0';
     w->attempt_ms = mono_ms();
     evhttp_request_set_error_cb(req, on_error);

@@ -8,6 +8,7 @@ import shutil
 import signal
 import socket
 import sqlite3
+import struct
 import subprocess
 import threading
 import time
@@ -696,10 +697,9 @@ def test_webhook_answer_is_bounded(gateway, net, tmp_path):
         small.stop()
 
 
-class _EndlessChunkSize(Silent):
-    """A webhook on 127.0.0.1 that answers every request with a chunked
-    head, then a chunk-size line that never ends (1 MiB of '0' at a time,
-    for at most 8 s per connection, until the client closes)."""
+class _EachRequest(Silent):
+    """A webhook on 127.0.0.1 that reads each request on a connection of its
+    own, counts it, hands the connection to _answer() and closes it."""
 
     def __init__(self):
         self.requests = 0
@@ -713,18 +713,28 @@ class _EndlessChunkSize(Silent):
             except OSError:
                 continue
             try:
+                c.settimeout(2)
                 if _Trickler._read_request(c) is None:
                     continue
                 self.requests += 1
-                c.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
-                c.settimeout(1.0)
-                t0 = time.monotonic()
-                while not self._stop and time.monotonic() - t0 < 8:
-                    c.sendall(b"0" * (1 << 20))
+                self._answer(c)
             except OSError:
                 pass
             finally:
                 c.close()
+
+
+class _EndlessChunkSize(_EachRequest):
+    """A webhook on 127.0.0.1 that answers every request with a chunked
+    head, then a chunk-size line that never ends (1 MiB of '0' at a time,
+    for at most 8 s per connection, until the client closes)."""
+
+    def _answer(self, c):
+        c.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        c.settimeout(1.0)
+        t0 = time.monotonic()
+        while not self._stop and time.monotonic() - t0 < 8:
+            c.sendall(b"0" * (1 << 20))
 
 
 def _peak_rss_kib(pid):
@@ -979,6 +989,53 @@ def test_webhook_attempt_has_a_deadline(gateway, net, tmp_path):
              what="the cut attempt on stderr")
     finally:
         srv.stop()
+
+
+class _Hangup(_EachRequest):
+    """A webhook on 127.0.0.1 that reads each request, then closes the
+    connection without answering: plainly (its end, a FIN), by a reset
+    (SO_LINGER 0) when <how> is "reset", or after a line that is no HTTP
+    status line when it is "garbage"."""
+
+    def __init__(self, how):
+        self.how = how
+        super().__init__()
+
+    def _answer(self, c):
+        if self.how == "reset":
+            c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        elif self.how == "garbage":
+            c.sendall(b"SMTP ready\r\n\r\n")
+
+
+@pytest.mark.parametrize("how,reason", [
+    ("refused", "cannot connect: Connection refused"),
+    ("close", "the connection closed before the answer"),
+    ("reset", "the connection was reset before the answer"),
+    ("garbage", "the answer is malformed"),
+])
+def test_webhook_failure_says_why(gateway, net, tmp_path, how, reason):
+    # A delivery that failed without an answer said only "cannot deliver":
+    # a receiver that refuses the connection, closes it after the request,
+    # resets it or answers what is no HTTP read the same. The failure names
+    # its reason.
+    srv = None if how == "refused" else _Hangup(how)
+    try:
+        port = free_tcp_port() if srv is None else srv.port
+        url = "http://127.0.0.1:%d/hook" % port
+        gw = gateway(net.policy(rules(net), alerts={"sinks": [{"webhook": url}]}),
+                     args=["--alerts", str(tmp_path / "a.jsonl")],
+                     env={"SLUICE_TEST_WEBHOOK_BACKOFF_MS": "50"})
+        assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
+        poll(lambda: "sluice: webhook %s: cannot deliver" % url in gw.stderr() or None,
+             timeout=10, what="the failed delivery on stderr")
+        want = "sluice: webhook %s: cannot deliver: %s; retrying with backoff" % (url, reason)
+        assert want in gw.stderr(), gw.stderr()
+        if srv is not None:
+            assert srv.requests >= 1
+    finally:
+        if srv is not None:
+            srv.stop()
 
 
 def _secret_policy(tmp_path, url):

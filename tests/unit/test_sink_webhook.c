@@ -867,6 +867,76 @@ static void a_name_with_a_final_dot_is_checked_without_it(void **state)
     }
 }
 
+/* A name server on 127.0.0.1, in the test's loop, that answers every
+ * question NXDOMAIN: the question sent back with QR, RD, RA and rcode 3. */
+static void nxdomain_answer(evutil_socket_t fd, short what, void *arg)
+{
+    unsigned char q[512];
+    struct sockaddr_storage from;
+    socklen_t fromlen = sizeof(from);
+    (void)what;
+    (void)arg;
+    ssize_t n = recvfrom(fd, q, sizeof(q), 0, (struct sockaddr *)&from, &fromlen);
+    if (n < 12)
+        return;
+    q[2] = 0x81;
+    q[3] = 0x83;
+    memset(q + 6, 0, 6); /* no answer, authority or additional records */
+    (void)sendto(fd, q, (size_t)n, 0, (struct sockaddr *)&from, fromlen);
+}
+
+/* A sink whose host name does not resolve says so, with the resolver's
+ * reason, where it said only "cannot deliver". Its resolver is pointed at
+ * the loopback name server above (never at the host's). */
+static void a_name_that_does_not_resolve_says_why(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    assert_non_null(base);
+    int ns = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+    assert_true(ns >= 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sinlen = sizeof(sin);
+    assert_int_equal(bind(ns, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    assert_int_equal(getsockname(ns, (struct sockaddr *)&sin, &sinlen), 0);
+    struct event *nsev = event_new(base, ns, EV_READ | EV_PERSIST, nxdomain_answer, NULL);
+    assert_non_null(nsev);
+    assert_int_equal(event_add(nsev, NULL), 0);
+
+    char *err = NULL;
+    struct webhook *w = webhook_new(base, "http://hook.example.test:9/hook", NULL, &err);
+    assert_non_null(w);
+    evhttp_connection_free(w->conn);
+    evdns_base_free(w->dns, 0);
+    w->dns = evdns_base_new(base, 0);
+    assert_non_null(w->dns);
+    char server[32];
+    snprintf(server, sizeof(server), "127.0.0.1:%u", (unsigned)ntohs(sin.sin_port));
+    assert_int_equal(evdns_base_nameserver_ip_add(w->dns, server), 0);
+    assert_int_equal(open_conn(w), 0);
+    w->t.attempt_ms = 3000;
+    w->t.backoff_ms = w->t.backoff_max_ms = 60000; /* no retry meanwhile */
+
+    send_alerts(w, 1);
+    struct event *tick = event_new(base, -1, EV_PERSIST, on_tick, NULL);
+    struct timeval tv = {0, 10000};
+    event_add(tick, &tv);
+    uint64_t until = mono_ms() + 5000;
+    while (webhook_failures(w) == 0 && mono_ms() < until)
+        event_base_loop(base, EVLOOP_ONCE);
+    event_free(tick);
+    assert_int_equal(webhook_failures(w), 1);
+    char why[240];
+    failure_text(w, 0, why, sizeof(why));
+    if (strstr(why, "cannot deliver: cannot resolve hook.example.test: ") != why)
+        fail_msg("said \"%s\"", why);
+
+    webhook_free(w);
+    event_free(nsev);
+    close(ns);
+    event_base_free(base);
+}
+
 int main(void)
 {
     event_set_mem_functions(mem_malloc, mem_realloc, free);
@@ -887,6 +957,7 @@ int main(void)
         cmocka_unit_test(an_alert_sent_out_of_descriptors_is_retried),
         cmocka_unit_test(an_https_alert_sent_out_of_descriptors_is_retried),
         cmocka_unit_test(a_name_with_a_final_dot_is_checked_without_it),
+        cmocka_unit_test(a_name_that_does_not_resolve_says_why),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
