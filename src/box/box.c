@@ -243,16 +243,27 @@ static int reopen_std_files(char *err, size_t errlen)
     return 0;
 }
 
+/* What the command's process writes on the exec pipe, before the signal,
+ * when one of box_ending_signals() came before it executed the command. */
+#define EXEC_STOPPED (-2)
+
 static void __attribute__((noreturn)) command_main(const struct box_config *cfg, int exec_fd)
 {
     char err[BOX_ERR_MAX] = "";
     /* the init's own dispositions and mask undone; what run's caller
      * ignored stays ignored, and what it blocked blocked, as execve() would
-     * have left them */
+     * have left them; but those that would end run stay blocked until just
+     * before execve(): one that comes first stops the start (a terminal's
+     * ^C would kill this process, and the command seem to have run) */
     for (int s = 1; s < NSIG; s++)
         if (s != SIGKILL && s != SIGSTOP)
             signal(s, sigismember(&cfg->ignored, s) == 1 ? SIG_IGN : SIG_DFL);
-    sigprocmask(SIG_SETMASK, &cfg->blocked, NULL);
+    sigset_t hold;
+    box_ending_signals(&hold, &cfg->ignored, &cfg->blocked);
+    for (int s = 1; s < NSIG; s++)
+        if (sigismember(&cfg->blocked, s) == 1)
+            sigaddset(&hold, s);
+    sigprocmask(SIG_SETMASK, &hold, NULL);
     if (reopen_std_files(err, sizeof(err)) == 0) {
         if (cloexec_from_3() < 0)
             snprintf(err, sizeof(err), "cannot close the inherited descriptors: %s",
@@ -273,6 +284,14 @@ static void __attribute__((noreturn)) command_main(const struct box_config *cfg,
               "not enabled): the box is read-only through its mounts only, and a FIFO it shows "
               "read-only can still be opened and written\n",
               stderr);
+    int stop = pending_ending(cfg);
+    if (stop > 0) {
+        int r[2] = {EXEC_STOPPED, stop};
+        ssize_t w = write(exec_fd, r, sizeof(r));
+        (void)w;
+        _exit(128 + stop);
+    }
+    sigprocmask(SIG_SETMASK, &cfg->blocked, NULL);
     execvpe(cfg->argv[0], cfg->argv, cfg->envp);
     int e = errno;
     ssize_t w = write(exec_fd, &e, sizeof(e));
@@ -345,6 +364,24 @@ static bool run_is_gone(int status_fd)
     return poll(&p, 1, 0) == 1 && (p.revents & POLLERR) != 0;
 }
 
+/* Waits until the command's process executes the command or writes on
+ * <exec_fd>, or one of the signals <stop_fd> (a signalfd of
+ * box_ending_signals()) reads comes first: then <cmd> is killed and that
+ * signal returned, so the start stops as it does before the fork. 0
+ * otherwise (poll() failing too: the signal then reaches the command). */
+static int await_exec(int exec_fd, int stop_fd, pid_t cmd)
+{
+    struct pollfd p[2] = {{.fd = exec_fd, .events = POLLIN}, {.fd = stop_fd, .events = POLLIN}};
+    int n;
+    while ((n = poll(p, 2, -1)) < 0 && errno == EINTR)
+        ;
+    struct signalfd_siginfo si;
+    if (n <= 0 || p[0].revents != 0 || read(stop_fd, &si, sizeof(si)) != (ssize_t)sizeof(si))
+        return 0;
+    kill(cmd, SIGKILL);
+    return (int)si.ssi_signo;
+}
+
 static void __attribute__((noreturn))
 init_main(const struct box_config *cfg, uid_t uid, gid_t gid, bool userns, int status_fd)
 {
@@ -387,13 +424,24 @@ init_main(const struct box_config *cfg, uid_t uid, gid_t gid, bool userns, int s
     /* One that would end run came while the box was set up: a terminal's
      * ^C, which reached the init but no command yet, or one run passed on.
      * The start stops: the command never runs, and run ends of it. One
-     * that comes later reaches the command: a terminal's through its
-     * process group (sent during fork(), the child gets it too), run's
-     * through on_signal(). */
+     * that comes once the command is executed reaches it: a terminal's
+     * through its process group, run's through on_signal(). */
     int stop = pending_ending(cfg);
     if (stop > 0) {
         report_status(status_fd, 'K', stop, 0);
         _exit(0);
+    }
+    /* Until the command is executed (the lock-down in between) such a
+     * signal still stops the start: a terminal's reaches the command's
+     * process too, which holds it until just before execve() and then
+     * reports it; one run passed on reaches only the init, which watches
+     * for it here. */
+    sigset_t ending;
+    box_ending_signals(&ending, &cfg->ignored, &cfg->blocked);
+    int stop_fd = signalfd(-1, &ending, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (stop_fd < 0) {
+        snprintf(err, sizeof(err), "signalfd: %s", strerror(errno));
+        goto fail;
     }
     st.cmd = fork();
     if (st.cmd < 0) {
@@ -405,16 +453,24 @@ init_main(const struct box_config *cfg, uid_t uid, gid_t gid, bool userns, int s
         command_main(cfg, ep[1]);
     }
     close(ep[1]);
+    stop = await_exec(ep[0], stop_fd, st.cmd);
+    close(stop_fd);
     int e = 0;
     ssize_t n = read(ep[0], &e, sizeof(e));
-    if (n == (ssize_t)sizeof(e)) {
+    if (n == (ssize_t)sizeof(e) || stop > 0) {
         char msg[BOX_ERR_MAX];
-        ssize_t m = read(ep[0], msg, sizeof(msg) - 1);
+        ssize_t m = n == (ssize_t)sizeof(e) ? read(ep[0], msg, sizeof(msg) - 1) : 0;
         msg[m > 0 ? m : 0] = '\0';
         close(ep[0]);
         int ws = 0;
         while (waitpid(st.cmd, &ws, 0) < 0 && errno == EINTR)
             ;
+        if (stop == 0 && e == EXEC_STOPPED && m >= (ssize_t)sizeof(stop))
+            memcpy(&stop, msg, sizeof(stop));
+        if (stop > 0) { /* the start stopped: the command never ran */
+            report_status(status_fd, 'K', stop, 0);
+            _exit(0);
+        }
         if (e < 0) { /* the lock-down failed: a set-up error */
             snprintf(err, sizeof(err), "%s", msg);
             goto fail;

@@ -92,7 +92,7 @@ void box_forwarded_signals(sigset_t *set);
 /* Those of box_forwarded_signals() whose default action ends a process
  * (all but SIGWINCH, SIGCONT, SIGTSTP), but for those in <ignored> or
  * <blocked> (run's caller ignored or blocked them: held for the command):
- * one that comes while run starts, until the init forks the command (a
+ * one that comes while run starts, until the command is executed (a
  * terminal's ^C included, which reaches no command yet), stops the start. */
 void box_ending_signals(sigset_t *set, const sigset_t *ignored, const sigset_t *blocked);
 
@@ -107,7 +107,7 @@ enum box_report_kind { BOX_REPORT_NONE, BOX_REPORT_ERROR, BOX_REPORT_STATUS, BOX
  * set-up error (BOX_REPORT_ERROR, the message in <err>: the command never
  * ran), the command's wait status (BOX_REPORT_STATUS, in <*status>, and the
  * number of connections relayed in <*relayed>), a signal of
- * box_ending_signals() that came before the command was forked
+ * box_ending_signals() that came before the command was executed
  * (BOX_REPORT_STOPPED, its number in <*status>: the command never ran), or
  * nothing (BOX_REPORT_NONE: the init died). */
 enum box_report_kind box_read_report(struct box *box, int *status, unsigned long *relayed,

@@ -1246,6 +1246,21 @@ def test_a_signal_while_run_starts_leaves_no_directory(box, net, tmp_path, sig):
         _end_held_run(tracer, tmp_path)
 
 
+def _assert_start_stopped(tracer, tmp_path, marker, sig, gateways, timeout):
+    """That the run of TRACER, sent SIG while it started, did not run its
+    command (which would have made MARKER), ended of SIG with no summary,
+    removed its directory and did not leave its gateway running."""
+    _, err = tracer.communicate(timeout=timeout)
+    assert not os.path.exists(marker), "the command ran"
+    assert tracer.returncode == -sig, (tracer.returncode, err)
+    assert b"sluice run: exit" not in err, err
+    made = _run_dirs_made(tmp_path)
+    assert len(made) == 1, made
+    assert not os.path.exists(made[0]), (made[0], os.listdir(made[0]))
+    assert len(gateways) == 1, gateways
+    assert _proc_field(gateways[0], "state") in (None, "Z"), "the gateway outlived run"
+
+
 @pytest.mark.parametrize("how", ["terminal-SIGINT", "terminal-SIGQUIT", "process-SIGTERM"])
 def test_a_signal_while_the_box_is_set_up_stops_the_start(box, net, tmp_path, how):
     """A signal that would end run while its box was set up (mounts,
@@ -1285,14 +1300,93 @@ def test_a_signal_while_the_box_is_set_up_stops_the_start(box, net, tmp_path, ho
             os.write(master, key)
         else:
             os.kill(run, sig)
-        _, err = tracer.communicate(timeout=60)
-        assert not os.path.exists(marker), "the command ran"
-        assert tracer.returncode == -sig, (tracer.returncode, err)
-        made = _run_dirs_made(tmp_path)
-        assert len(made) == 1, made
-        assert not os.path.exists(made[0]), (made[0], os.listdir(made[0]))
-        assert len(gateways) == 1, gateways
-        assert _proc_field(gateways[0], "state") in (None, "Z"), "the gateway outlived run"
+        _assert_start_stopped(tracer, tmp_path, marker, sig, gateways, timeout=60)
+    finally:
+        os.close(slave)
+        os.close(master)
+        _end_held_run(tracer, tmp_path)
+
+
+SECCOMP_NR = {"x86_64": 317, "aarch64": 277}.get(os.uname().machine)
+
+
+def _held_before_exec(tracer):
+    """(run, the box's init, the command's process) once the command's
+    process, under TRACER (strace holding seccomp()), is seen entering
+    seccomp(): locking itself down, before it executes the command."""
+    deadline = time.monotonic() + 60
+    run = init = held = None
+    while held is None and time.monotonic() < deadline and tracer.poll() is None:
+        if run is None:
+            found = _sluice_children(tracer.pid)
+            run = found[0] if found else None
+        elif init is None:
+            found = [c for c in _sluice_children(run) if _in_own_pid_namespace(c)]
+            init = found[0] if found else None
+        else:
+            for c in _sluice_children(init):
+                try:
+                    with open("/proc/%d/syscall" % c) as f:
+                        if f.read().startswith("%d " % SECCOMP_NR):
+                            held = c
+                except OSError:
+                    pass
+        time.sleep(0.01)
+    assert held is not None, "the command's process was never seen entering seccomp()"
+    return run, init, held
+
+
+@pytest.mark.parametrize("how", ["terminal-SIGINT", "process-SIGTERM", "to-the-command-SIGTERM"])
+def test_a_signal_before_the_command_is_executed_stops_the_start(box, net, tmp_path, how):
+    """A signal that would end run, coming after the box's init forked the
+    command but before the command was executed (while it locks itself
+    down: capabilities, Landlock, seccomp), did not stop the start as one
+    that comes while the box is set up does: a terminal's ^C killed the
+    process before it executed the command, and run still printed a summary
+    and exited 130 for a command that never ran; one a process sent run was
+    passed on by the init only once the command had been executed, so the
+    command started and was then killed (run's summary, 143); one sent to
+    the command's process itself killed it (run's summary, 143). Now that
+    process holds such a signal until just before it executes the command
+    and reports it instead, and the init watches for one until the command
+    is executed and, if one comes first, kills the process: either way the
+    start stops, the command never runs, run removes its directory and
+    ends of the signal, with no summary. strace holds each seccomp() call
+    2 s (the command's process loads its filter with it), with a pty as
+    run's controlling terminal; the test types ^C there (or sends run, or
+    the command's process, SIGTERM) meanwhile."""
+    import fcntl
+    import termios
+    if SECCOMP_NR is None or shutil.which("strace") is None:
+        pytest.skip("needs strace and a known seccomp number")
+    if os.geteuid() != 0:
+        pytest.skip("needs root for --gateway-user root")
+    sig, key = {"terminal-SIGINT": (signal.SIGINT, b"\x03"),
+                "process-SIGTERM": (signal.SIGTERM, None),
+                "to-the-command-SIGTERM": (signal.SIGTERM, None)}[how]
+    pol = box.policy(net.policy([]))
+    marker = str(tmp_path / "ran")
+    master, slave = os.openpty()
+
+    def ctty():
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    # strace -o FILE PROG blocks the signals a terminal sends itself (-I3)
+    tracer = subprocess.Popen(
+        ["strace", "-f", "-qq", "-o", str(tmp_path / "strace.out"), "-e",
+         "trace=seccomp,mkdir,mkdirat", "-e", "inject=seccomp:delay_enter=2000000",
+         box.bin, "run", "--policy", pol, "--gateway-user", "root", "--rw", str(tmp_path),
+         "--", PY, "-c", "open(%r, 'w').close()" % marker],
+        cwd=box.workdir, env=_clean_env(), stdin=slave, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, start_new_session=True, preexec_fn=ctty)
+    try:
+        run, init, cmd = _held_before_exec(tracer)
+        gateways = [c for c in _sluice_children(run) if c != init]
+        if key is not None:
+            os.write(master, key)
+        else:
+            os.kill(cmd if how.startswith("to-the-command") else run, sig)
+        _assert_start_stopped(tracer, tmp_path, marker, sig, gateways, timeout=120)
     finally:
         os.close(slave)
         os.close(master)
