@@ -373,13 +373,50 @@ static void rule_methods(struct load_ctx *c, const struct ynode *v, void *obj)
     r->methods = mask;
 }
 
+/* The length of a character at <p> (UTF-8) that prints as nothing though
+ * Unicode counts it neither a space nor a zero-width one: the Hangul
+ * fillers (U+115F, U+1160, U+3164, U+FFA0; U+3164 is a well-known "blank"
+ * user name), the Braille blank (U+2800), the combining grapheme joiner
+ * (U+034F), the Khmer inherent vowels (U+17B4, U+17B5), the Mongolian
+ * variation selectors (U+180B-U+180D, U+180F), the invisible operators
+ * (U+2061-U+2064), the deprecated format characters (U+206A-U+206F), the
+ * variation selectors (U+FE00-U+FE0F) and the plane-14 tags and
+ * variation selectors (U+E0000-U+E01FF). 0 for anything else. */
+static size_t blank_other_len(const unsigned char *p)
+{
+    if (p[0] == 0xcd && p[1] == 0x8f)
+        return 2;
+    if (p[0] == 0xe1 && ((p[1] == 0x85 && (p[2] == 0x9f || p[2] == 0xa0)) ||
+                         (p[1] == 0x9e && (p[2] == 0xb4 || p[2] == 0xb5)) ||
+                         (p[1] == 0xa0 && ((p[2] >= 0x8b && p[2] <= 0x8d) || p[2] == 0x8f))))
+        return 3;
+    if (p[0] == 0xe2 && p[1] == 0x81 &&
+        ((p[2] >= 0xa1 && p[2] <= 0xa4) || (p[2] >= 0xaa && p[2] <= 0xaf)))
+        return 3;
+    if ((p[0] == 0xe2 && p[1] == 0xa0 && p[2] == 0x80) ||
+        (p[0] == 0xe3 && p[1] == 0x85 && p[2] == 0xa4) ||
+        (p[0] == 0xef && p[1] == 0xb8 && p[2] >= 0x80 && p[2] <= 0x8f) ||
+        (p[0] == 0xef && p[1] == 0xbe && p[2] == 0xa0))
+        return 3;
+    if (p[0] == 0xf3 && p[1] == 0xa0 && p[2] >= 0x80 && p[2] <= 0x87 && p[3] >= 0x80 &&
+        p[3] <= 0xbf)
+        return 4;
+    return 0;
+}
+
 /* The length of the blank at <p> (UTF-8): an ASCII space, tab or line end;
  * one of Unicode's other White_Space characters (U+0085, U+00A0, U+1680,
- * U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000); or one of the
+ * U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000); one of the
  * zero-width characters, which print as nothing (U+180E, U+200B-U+200D,
- * U+2060, U+FEFF). 0 for anything else. */
+ * U+2060, U+FEFF); or one of the other characters that print as nothing
+ * (blank_other_len()). 0 for anything else. */
+static size_t blank_other_len(const unsigned char *p);
+
 static size_t blank_len(const unsigned char *p)
 {
+    size_t n = blank_other_len(p);
+    if (n != 0)
+        return n;
     if (p[0] == ' ' || p[0] == '\t' || p[0] == '\r' || p[0] == '\n')
         return 1;
     if (p[0] == 0xc2 && (p[1] == 0x85 || p[1] == 0xa0))
