@@ -261,13 +261,26 @@ static void describe(const struct egress_event *ev, char *out, size_t len)
                  (unsigned)ev->port);
 }
 
+/* How many bytes of <owner> an alert shows: all of it, or at most
+ * OWNER_SHOWN, cut before a character (UTF-8), not in the middle of one. */
+static int owner_shown(const char *owner)
+{
+    size_t n = strlen(owner);
+    if (n <= OWNER_SHOWN)
+        return (int)n;
+    n = OWNER_SHOWN;
+    while (n > 0 && ((unsigned char)owner[n] & 0xc0) == 0x80)
+        n--;
+    return (int)n;
+}
+
 static void grant_text(const struct egress_event *ev, char *out, size_t len)
 {
     char date[16] = "";
     if (ev->rule != NULL && ev->rule->has_expires)
         format_date(ev->rule->expires, date, sizeof(date));
     const char *owner = ev->owner ? ev->owner : "none";
-    snprintf(out, len, "owner %.*s%s, expires %s", OWNER_SHOWN, owner,
+    snprintf(out, len, "owner %.*s%s, expires %s", owner_shown(owner), owner,
              strlen(owner) > OWNER_SHOWN ? "..." : "", date[0] ? date : "never");
 }
 
@@ -654,9 +667,11 @@ int detectors_grants(struct detectors *d, const struct policy *p, int64_t now_ms
             continue;
         char date[16], detail[DETAIL_MAX];
         format_date(r->expires, date, sizeof(date));
-        snprintf(detail, sizeof(detail), "rules[%zu] %s (owner %s) expires on %s: %d day%s left",
-                 r->index, r->pattern, r->owner ? r->owner : "none", date, (int)left,
-                 left == 1 ? "" : "s");
+        const char *owner = r->owner ? r->owner : "none";
+        snprintf(detail, sizeof(detail),
+                 "rules[%zu] %s (owner %.*s%s) expires on %s: %d day%s left", r->index, r->pattern,
+                 owner_shown(owner), owner, strlen(owner) > OWNER_SHOWN ? "..." : "", date,
+                 (int)left, left == 1 ? "" : "s");
         struct alert al = {.kind = ALERT_GRANT_EXPIRING,
                            .severity = left <= 3 ? SEVERITY_MEDIUM : SEVERITY_LOW,
                            .host = r->pattern,

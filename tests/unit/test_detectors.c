@@ -219,6 +219,51 @@ static void tier3_grants_and_first_contact(void **state)
     assert_int_equal(detectors_grants(f->d, &f->p, T0), 0);
 }
 
+/* A long owner is shortened in an alert, as a path is: it must not push
+ * out of grant_expiring's detail the date and the days left, which are
+ * what the alert is about, and it is cut between characters, not in the
+ * middle of one (the log would show U+FFFD for the half). */
+static void long_owners_are_shortened_between_characters(void **state)
+{
+    struct fx *f = *state;
+    int32_t today = day_of((time_t)(T0 / 1000));
+    char *owner = malloc(1101);
+    assert_non_null(owner);
+    memset(owner, 'x', 1100);
+    owner[1100] = '\0';
+    f->rules[0] = (struct rule){.index = 0,
+                                .pattern = "api.test",
+                                .tier = TIER_3,
+                                .owner = owner,
+                                .has_expires = true,
+                                .expires = today + 5};
+    f->p.nrules = 1;
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    assert_int_equal(detectors_grants(f->d, &f->p, T0), 1);
+    assert_non_null(strstr(f->got.last_detail, "5 days left"));
+    assert_non_null(strstr(f->got.last_detail, "xxx..."));
+    /* 150 two-byte characters: byte 200 is the end of the 100th, 199 the
+     * middle of one, so make it start with a one-byte character */
+    owner[0] = 'y';
+    for (size_t i = 1; i + 2 <= 301; i += 2)
+        memcpy(owner + i, "\xc3\xa9", 2);
+    owner[301] = '\0';
+    struct egress_event ev = ev_of("ci", "POST", "api.test", VERDICT_ALLOW, REASON_NONE, TIER_3);
+    ev.rule = &f->rules[0];
+    ev.owner = owner;
+    detectors_feed(f->d, &ev, T0);
+    assert_int_equal(f->got.n[ALERT_TIER3_WRITE], 1);
+    const char *shown = strstr(f->got.last_detail, "owner y");
+    assert_non_null(shown);
+    const char *dots = strstr(shown, "...");
+    assert_non_null(dots);
+    /* what is shown of the owner is whole characters: an odd count of
+     * bytes after the 'y' would leave half of one */
+    assert_int_equal((size_t)(dots - (shown + strlen("owner y"))) % 2, 0);
+    assert_non_null(strstr(f->got.last_detail, "expires"));
+    free(owner);
+}
+
 /* An agent contacting thousands of made-up hosts (each a first contact,
  * denied) must not stop the folding of what comes after: repeated expired-
  * grant denials still make one line per period. (First contacts took a
@@ -810,6 +855,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(write_burst_threshold_and_fold, setup, teardown),
         cmocka_unit_test_setup_teardown(denied_burst_and_upload, setup, teardown),
         cmocka_unit_test_setup_teardown(tier3_grants_and_first_contact, setup, teardown),
+        cmocka_unit_test_setup_teardown(long_owners_are_shortened_between_characters, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(first_contacts_leave_folding_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(first_contact_flood_folds_per_agent, setup, teardown),
         cmocka_unit_test_setup_teardown(baseline_seeded_by_the_first_full_minute, setup, teardown),
