@@ -219,6 +219,7 @@ static void fill_event(const struct conn *c, struct egress_event *ev, enum event
     ev->tier = ex->dec.tier;
     ev->rule = ex->dec.rule;
     ev->owner = ex->dec.owner;
+    ev->grant = ex->dec.grant;
     ev->verdict = ex->verdict;
     ev->reason = ex->reason;
     ev->ip = ex->ip[0] != '\0' ? ex->ip : NULL;

@@ -28,6 +28,7 @@ static void publish(struct conn *c, uint64_t total, const struct timespec *now)
     ev.tier = ex->dec.tier;
     ev.rule = ex->dec.rule;
     ev.owner = ex->dec.owner;
+    ev.grant = ex->dec.grant;
     ev.verdict = ex->verdict;
     ev.reason = ex->reason;
     ev.ip = ex->ip[0] != '\0' ? ex->ip : NULL;

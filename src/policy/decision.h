@@ -59,10 +59,11 @@ struct decision_query {
 
 struct decision {
     enum verdict verdict;
-    enum deny_reason reason; /* REASON_NONE when allowed; kept for report mode */
-    enum tier tier;          /* TIER_NONE when no rule covers the request */
-    const struct rule *rule; /* the deciding rule, or NULL */
-    const char *owner;       /* the grant's owner (the rule that set the tier), or NULL */
+    enum deny_reason reason;  /* REASON_NONE when allowed; kept for report mode */
+    enum tier tier;           /* TIER_NONE when no rule covers the request */
+    const struct rule *rule;  /* the deciding rule, or NULL */
+    const char *owner;        /* the grant's owner (the rule that set the tier), or NULL */
+    const struct rule *grant; /* the rule that set the tier: its owner's, its expiry the grant's */
 };
 
 /* Decides <q> under <p> (which must be indexed). Precedence, from SPEC.md:

@@ -200,6 +200,7 @@ static void search_name(struct search *s, const char *name)
 static void set_rule(struct decision *out, const struct rule *r)
 {
     out->rule = r;
+    out->grant = r;
     out->tier = r != NULL ? r->tier : TIER_NONE;
     out->owner = r != NULL ? r->owner : NULL;
 }
@@ -222,7 +223,8 @@ static void conclude(const struct search *s, struct decision *out, bool ip)
         out->reason = REASON_NONE;
         out->rule = s->open;
         out->tier = s->top->tier;
-        out->owner = s->open->tier == s->top->tier ? s->open->owner : s->top->owner;
+        out->grant = s->open->tier == s->top->tier ? s->open : s->top;
+        out->owner = out->grant->owner;
         return;
     }
     if (!s->connect && s->best != NULL) {

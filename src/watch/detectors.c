@@ -276,9 +276,11 @@ static int owner_shown(const char *owner)
 
 static void grant_text(const struct egress_event *ev, char *out, size_t len)
 {
+    /* the grant's expiry: a tunnel's deciding rule may be a lower tier's */
+    const struct rule *g = ev->grant != NULL ? ev->grant : ev->rule;
     char date[16] = "";
-    if (ev->rule != NULL && ev->rule->has_expires)
-        format_date(ev->rule->expires, date, sizeof(date));
+    if (g != NULL && g->has_expires)
+        format_date(g->expires, date, sizeof(date));
     const char *owner = ev->owner ? ev->owner : "none";
     snprintf(out, len, "owner %.*s%s, expires %s", owner_shown(owner), owner,
              strlen(owner) > OWNER_SHOWN ? "..." : "", date[0] ? date : "never");

@@ -36,10 +36,12 @@ struct egress_event {
     const char *scheme;  /* "http" or "https" (CONNECT); NULL when unknown */
     const char *host;    /* normalised host or canonical IP; NULL when unparseable */
     uint16_t port;
-    const char *path;        /* NULL where it cannot be seen (inside a tunnel) */
-    enum tier tier;          /* TIER_NONE when no rule covers the request */
-    const struct rule *rule; /* deciding rule or NULL ("rules[N]" in the log) */
-    const char *owner;       /* grant owner or NULL */
+    const char *path;         /* NULL where it cannot be seen (inside a tunnel) */
+    enum tier tier;           /* TIER_NONE when no rule covers the request */
+    const struct rule *rule;  /* deciding rule or NULL ("rules[N]" in the log) */
+    const char *owner;        /* grant owner or NULL */
+    const struct rule *grant; /* the rule that set tier and owner, whose expiry the
+                               * grant's is (a CONNECT's may not be <rule>), or NULL */
     enum verdict verdict;
     enum deny_reason reason; /* REASON_NONE when allowed */
     const char *ip;          /* the address connected to (or refused); NULL when none */

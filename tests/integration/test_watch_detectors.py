@@ -76,6 +76,26 @@ def test_tier3_write_names_owner_and_expiry(gateway, net, tmp_path):
     assert_prompt(a, gw, sent_at=t0, arrived_at=seen)
 
 
+def test_tier3_tunnel_names_the_expiry_of_the_grant_that_made_it_tier_3(gateway, net, tmp_path):
+    # SPEC: a CONNECT is as high a tier as the highest rule gathered; the
+    # tunnel goes by the unrestricted tier-0 rule, but its tier, its owner
+    # and so the expiry its alert names are the tier-3 grant's (it said
+    # "expires never": the deciding rule's, which has no expires)
+    from gate_client import connect
+    rules = [{"host": "tls.example.test", "ports": [net.tls.port], "tier": 0},
+             {"host": "tls.example.test", "ports": [net.tls.port], "tier": 3,
+              "methods": ["POST"], "owner": "alice", "expires": "2099-12-31"}]
+    gw, af = start(gateway, net, rules, {"expiry_warn_days": 14}, tmp_path, state=False)
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    try:
+        assert t.status == 200, t.text
+    finally:
+        t.close()
+    a = wait_alert(af, "tier3_write")[0]
+    assert a["tier"] == 3 and a["host"] == "tls.example.test", a
+    assert a["detail"].endswith("(owner alice, expires 2099-12-31)"), a
+
+
 def test_write_burst_and_folding(gateway, net, tmp_path):
     # a 5 s period: the 8 POSTs and the wait for the first alert (at most
     # 1 s, assert_prompt) fit inside it

@@ -953,7 +953,7 @@ static bool ref_port(const struct rule *r, uint16_t port)
 
 static struct decision ref_decide(const struct policy *p, const struct decision_query *q)
 {
-    struct decision d = {VERDICT_DENY, REASON_NONE, TIER_NONE, NULL, NULL};
+    struct decision d = {VERDICT_DENY, REASON_NONE, TIER_NONE, NULL, NULL, NULL};
     const struct host *h = q->target;
     bool connect = q->method == METHOD_CONNECT;
     int32_t today = (int32_t)(q->now / DAY);
@@ -1012,11 +1012,13 @@ static struct decision ref_decide(const struct policy *p, const struct decision_
         d.verdict = VERDICT_ALLOW;
         d.rule = win;
         d.tier = connect ? top->tier : win->tier;
-        d.owner = !connect || win->tier == top->tier ? win->owner : top->owner;
+        d.grant = !connect || win->tier == top->tier ? win : top;
+        d.owner = d.grant->owner;
     } else if (top != NULL) {
         d.reason = REASON_NEEDS_INSPECTION;
         d.rule = top;
         d.tier = top->tier;
+        d.grant = top;
         d.owner = top->owner;
     } else if (stage == 0 && h->kind == HOST_IP) {
         d.reason = REASON_IP_LITERAL;
@@ -1025,6 +1027,7 @@ static struct decision ref_decide(const struct policy *p, const struct decision_
         if (d.reason == REASON_GRANT_EXPIRED) {
             d.rule = expired;
             d.tier = expired->tier;
+            d.grant = expired;
             d.owner = expired->owner;
         }
     }
@@ -1156,7 +1159,7 @@ static void test_index_agrees_with_scan(void **state)
             memset(&got, 0x5a, sizeof(got));
             policy_decide(&f->p, &q, &got);
             if (got.verdict != want.verdict || got.reason != want.reason || got.tier != want.tier ||
-                got.rule != want.rule || got.owner != want.owner)
+                got.rule != want.rule || got.owner != want.owner || got.grant != want.grant)
                 fail_msg("round %d, %s %s port %u agent %s: got %s %s rules[%d] tier %d, "
                          "want %s %s rules[%d] tier %d",
                          round, method_name(q.method), h.kind == HOST_IP ? "(ip)" : h.name, q.port,
