@@ -250,14 +250,35 @@ static int on_event(struct builder *b, const yaml_event_t *ev)
     }
 }
 
-static void syntax_error(struct builder *b, const yaml_parser_t *parser)
+/* The line of a reader error (a byte that is not UTF-8), which libyaml
+ * gives as an offset into <buf> alone, its problem_mark left at the start.
+ * Lines end as libyaml's marks count them: LF, CR LF, CR, NEL, LS, PS. */
+static int offset_line(const char *buf, size_t len, size_t offset)
+{
+    const unsigned char *p = (const unsigned char *)buf;
+    int line = 1;
+    if (offset > len)
+        offset = len;
+    for (size_t i = 0; i < offset && line < INT_MAX; i++)
+        if (p[i] == '\n' || (p[i] == '\r' && (i + 1 >= len || p[i + 1] != '\n')) ||
+            (p[i] == 0xc2 && i + 1 < offset && p[i + 1] == 0x85) ||
+            (p[i] == 0xe2 && i + 2 < offset && p[i + 1] == 0x80 &&
+             (p[i + 2] == 0xa8 || p[i + 2] == 0xa9)))
+            line++;
+    return line;
+}
+
+static void syntax_error(struct builder *b, const yaml_parser_t *parser, const char *buf,
+                         size_t len)
 {
     if (parser->error == YAML_MEMORY_ERROR) {
         diag_error(b->d, 0, "", "out of memory while reading YAML");
         return;
     }
     const char *problem = parser->problem ? parser->problem : "unreadable input";
-    diag_error(b->d, mark_line(&parser->problem_mark), "", "YAML syntax error: %s", problem);
+    int line = parser->error == YAML_READER_ERROR ? offset_line(buf, len, parser->problem_offset)
+                                                  : mark_line(&parser->problem_mark);
+    diag_error(b->d, line, "", "YAML syntax error: %s", problem);
 }
 
 /* Points every scalar at its text; scalars were stored in node order. */
@@ -288,7 +309,7 @@ int ytree_parse(struct ytree *t, const char *buf, size_t len, int max_depth, str
     while (rc == 0) {
         yaml_event_t ev;
         if (!yaml_parser_parse(&parser, &ev)) {
-            syntax_error(&b, &parser);
+            syntax_error(&b, &parser, buf, len);
             rc = -1;
             break;
         }

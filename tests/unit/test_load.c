@@ -658,6 +658,12 @@ static void test_yaml_errors(void **state)
         {V "rules: [\n", "p.yaml:3: YAML syntax error: did not find expected node content"},
         {V "a: b: c\n",
          "p.yaml:2: YAML syntax error: mapping values are not allowed in this context"},
+        /* a byte that is not UTF-8 is named at its line, not line 1 */
+        {V "rules: []\n# \xff\n", "p.yaml:3: YAML syntax error: invalid leading UTF-8 octet"},
+        {"version: 1\r\nrules: []\r# \xc2\x85\n# \xe2\x80\xa8x: [\"caf\xc3\"]\n",
+         "p.yaml:6: YAML syntax error: invalid trailing UTF-8 octet"},
+        {V "rules: []\ndeny: [\"caf\xc3\"]\n",
+         "p.yaml:3: YAML syntax error: invalid trailing UTF-8 octet"},
         {V "x: \"\\0\"\n", "p.yaml:2: x: a string contains a NUL byte"},
         {V R "    owner: \"a\\0\"\n", "p.yaml:5: rules[0].owner: a string contains a NUL byte"},
         {V "rules: &r []\n", "p.yaml:2: rules: anchors and aliases are not supported"},
