@@ -60,6 +60,11 @@ struct search {
     unsigned open_cls;
     const struct rule *top; /* the highest tier (ties: ranking order) */
     unsigned top_cls;
+    /* CONNECT: the best expired rule without a methods restriction, which
+     * would have opened the tunnel (grant_expired rather than
+     * needs_inspection when no live one does) */
+    const struct rule *expired_open;
+    unsigned expired_open_cls;
 };
 
 static bool agent_ok(const struct rule *r, const char *agent_id)
@@ -154,6 +159,11 @@ static int visit_class(struct search *s, struct rule_list l)
                 s->expired = r;
                 s->expired_cls = s->cls;
             }
+            if (s->connect && r->methods == 0 &&
+                ranks_before(r, s->cls, s->expired_open, s->expired_open_cls)) {
+                s->expired_open = r;
+                s->expired_open_cls = s->cls;
+            }
             continue;
         }
         reach(s, STAGE_LIVE);
@@ -216,7 +226,12 @@ static void conclude(const struct search *s, struct decision *out, bool ip)
 {
     if (s->connect && s->top != NULL) {
         if (s->open == NULL) {
-            deny(out, REASON_NEEDS_INSPECTION, s->top);
+            /* the tunnel would go ahead under an expired grant: refused
+             * for that, naming it (its alert), not for needs_inspection */
+            if (s->expired_open != NULL)
+                deny(out, REASON_GRANT_EXPIRED, s->expired_open);
+            else
+                deny(out, REASON_NEEDS_INSPECTION, s->top);
             return;
         }
         out->verdict = VERDICT_ALLOW;

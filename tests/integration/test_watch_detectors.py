@@ -96,6 +96,26 @@ def test_tier3_tunnel_names_the_expiry_of_the_grant_that_made_it_tier_3(gateway,
     assert a["detail"].endswith("(owner alice, expires 2099-12-31)"), a
 
 
+def test_tunnel_under_an_expired_grant_next_to_a_get_rule_is_grant_expired(gateway, net,
+                                                                           tmp_path):
+    # the tunnel would go ahead under the tier-3 grant, which has expired:
+    # refused with grant_expired and its alert, not needs_inspection (the
+    # live GET-only rule cannot open it) with no alert at all
+    from gate_client import connect
+    rules = [{"host": "tls.example.test", "ports": [net.tls.port], "tier": 3,
+              "owner": "alice", "expires": "2020-01-31"},
+             {"host": "tls.example.test", "ports": [net.tls.port], "tier": 1,
+              "methods": ["GET"]}]
+    gw, af = start(gateway, net, rules, {"expiry_warn_days": 14}, tmp_path, state=False)
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    t.close()
+    assert t.status == 403, t.text
+    ev = gw.wait_events("agent_egress", method="CONNECT")[0]
+    assert ev["reason"] == "grant_expired" and ev["rule"] == "rules[0]", ev
+    a = wait_alert(af, "grant_expired")[0]
+    assert a["detail"].endswith("(owner alice, expires 2020-01-31)"), a
+
+
 def test_write_burst_and_folding(gateway, net, tmp_path):
     # a 5 s period: the 8 POSTs and the wait for the first alert (at most
     # 1 s, assert_prompt) fit inside it

@@ -602,6 +602,20 @@ static void test_grant_expired(void **state)
     set_expiry(c, TODAY - 1, "gone");
     struct rule *cget = add(f, "c.test", METHOD_GET, TIER_1);
     set_ports(f, cget, 8080, 0);
+    /* ... and next to a live rule restricted to GET (exact, or under an
+     * expired open wildcard): the tunnel would go ahead under the grant,
+     * so it is refused because the grant has expired, naming it, not with
+     * needs_inspection (which raised no grant_expired alert) */
+    struct rule *e = add(f, "e.test", 0, TIER_3);
+    set_expiry(e, TODAY - 1, "e-owner");
+    add(f, "e.test", METHOD_GET, TIER_1);
+    struct rule *ew = add(f, "*.ew.test", 0, TIER_3);
+    set_expiry(ew, TODAY - 1, "ew-owner");
+    add(f, "a.ew.test", METHOD_GET, TIER_1);
+    /* an expired rule restricted to methods would not open it either */
+    struct rule *r = add(f, "r.test", METHOD_POST, TIER_3);
+    set_expiry(r, TODAY - 1, "r-owner");
+    add(f, "r.test", METHOD_GET, TIER_1);
     fx_index(f);
 
     struct ask a = {NULL, "default", METHOD_POST, 443, (time_t)TODAY * DAY};
@@ -623,6 +637,18 @@ static void test_grant_expired(void **state)
     assert_string_equal(d.owner, "gone");
     /* an expired rule on a wrong port is not a grant_expired */
     assert_deny(decide(f, "c.test", METHOD_GET, 8081), REASON_PORT_NOT_ALLOWED);
+
+    d = decide(f, "e.test", METHOD_CONNECT, 443);
+    assert_deny(d, REASON_GRANT_EXPIRED);
+    assert_ptr_equal(d.rule, e);
+    assert_ptr_equal(d.grant, e);
+    assert_int_equal(d.tier, TIER_3);
+    assert_string_equal(d.owner, "e-owner");
+    d = decide(f, "a.ew.test", METHOD_CONNECT, 443);
+    assert_deny(d, REASON_GRANT_EXPIRED);
+    assert_ptr_equal(d.rule, ew);
+    assert_string_equal(d.owner, "ew-owner");
+    assert_deny(decide(f, "r.test", METHOD_CONNECT, 443), REASON_NEEDS_INSPECTION);
     fx_free(f);
 }
 
@@ -962,8 +988,8 @@ static struct decision ref_decide(const struct policy *p, const struct decision_
         denied = denied || host_pattern_matches(&p->deny[i].pattern, h->name);
     /* 0 none, 1 covered, 2 agent, 3 port, 4 method, 5 live */
     int stage = 0;
-    const struct rule *best = NULL, *expired = NULL, *open = NULL, *top = NULL;
-    int cbest = 0, cexp = 0, copen = 0, ctop = 0;
+    const struct rule *best = NULL, *expired = NULL, *open = NULL, *top = NULL, *xopen = NULL;
+    int cbest = 0, cexp = 0, copen = 0, ctop = 0, cxopen = 0;
     for (size_t i = 0; !denied && i < p->nrules; i++) {
         const struct rule *r = &p->rules[i];
         int c = ref_class(r, h);
@@ -982,6 +1008,10 @@ static struct decision ref_decide(const struct policy *p, const struct decision_
             if (ref_before(r, c, expired, cexp)) {
                 expired = r;
                 cexp = c;
+            }
+            if (connect && r->methods == 0 && ref_before(r, c, xopen, cxopen)) {
+                xopen = r;
+                cxopen = c;
             }
         } else if (st == 4) {
             st = 5;
@@ -1015,11 +1045,12 @@ static struct decision ref_decide(const struct policy *p, const struct decision_
         d.grant = !connect || win->tier == top->tier ? win : top;
         d.owner = d.grant->owner;
     } else if (top != NULL) {
-        d.reason = REASON_NEEDS_INSPECTION;
-        d.rule = top;
-        d.tier = top->tier;
-        d.grant = top;
-        d.owner = top->owner;
+        const struct rule *r = xopen != NULL ? xopen : top;
+        d.reason = xopen != NULL ? REASON_GRANT_EXPIRED : REASON_NEEDS_INSPECTION;
+        d.rule = r;
+        d.tier = r->tier;
+        d.grant = r;
+        d.owner = r->owner;
     } else if (stage == 0 && h->kind == HOST_IP) {
         d.reason = REASON_IP_LITERAL;
     } else {
