@@ -57,7 +57,10 @@ typedef void (*store_queued_fn)(const char *sink, uint64_t rows, void *arg);
 /* Each calls <fn> for every stored row. Returns the number of rows, or -1
  * on a database error (reported on stderr). */
 int store_load_contacts(struct store *s, store_contact_fn fn, void *arg);
-int store_load_baselines(struct store *s, store_baseline_fn fn, void *arg);
+/* The baselines of the <limit> agents whose stored minute is the latest:
+ * a store keeps one for every agent ever evicted, far more than a gateway
+ * holds. */
+int store_load_baselines(struct store *s, int limit, store_baseline_fn fn, void *arg);
 int store_load_counters(struct store *s, store_counter_fn fn, void *arg);
 /* Calls <fn> for the queue rows of webhook <sink> whose id is above
  * <after>, oldest first, at most <limit> of them: what a sink has room for,

@@ -503,14 +503,16 @@ int store_load_contacts(struct store *s, store_contact_fn fn, void *arg)
     return n;
 }
 
-int store_load_baselines(struct store *s, store_baseline_fn fn, void *arg)
+int store_load_baselines(struct store *s, int limit, store_baseline_fn fn, void *arg)
 {
     sqlite3_stmt *st = NULL;
     int n = 0, rc;
     if (sqlite3_prepare_v2(s->db,
-                           "SELECT agent, req_avg, bytes_avg, since_ms, minute FROM baseline", -1,
-                           &st, NULL) != SQLITE_OK)
+                           "SELECT agent, req_avg, bytes_avg, since_ms, minute FROM baseline "
+                           "ORDER BY minute DESC LIMIT ?1",
+                           -1, &st, NULL) != SQLITE_OK)
         return load_fail(s, st);
+    sqlite3_bind_int(st, 1, limit > 0 ? limit : 0);
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         struct store_baseline b = {
             .req_avg = sqlite3_column_double(st, 1),

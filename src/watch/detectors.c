@@ -175,7 +175,7 @@ struct detectors *detectors_new(struct alert_bus *out, struct store *store)
     d->cfg.write_burst.per_ms = d->cfg.upload_bytes.per_ms = d->cfg.denied_burst.per_ms = 60000;
     if (store != NULL) {
         store_load_contacts(store, load_contact, d);
-        store_load_baselines(store, load_baseline, d);
+        store_load_baselines(store, DETECT_AGENTS_MAX, load_baseline, d);
     }
     return d;
 }

@@ -8,7 +8,7 @@ import os
 import sqlite3
 import time
 
-from gate_client import open_conn, poll, read_response, request
+from gate_client import open_conn, poll, proc_stat, read_response, request
 from watch_helpers import (alerts, assert_prompt, ts, wait_alert, wait_alert_timed)
 
 
@@ -318,6 +318,45 @@ def test_baseline_learned_and_kept_across_restart(gateway, net, tmp_path):
     a, seen = wait_alert_timed(af, "baseline", timeout=10)
     assert a["agent"] == "default" and "made 7 requests this minute" in a["detail"]
     assert_prompt(a, gw2, sent_at=t0, arrived_at=seen)
+
+
+def _cpu_seconds(pid):
+    """User and system CPU time <pid> used so far (proc(5) fields 14, 15)."""
+    fields = proc_stat(pid)
+    return (int(fields[14 - 3]) + int(fields[15 - 3])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_store_of_many_baselines_loads_the_latest_4096_at_once(gateway, net, tmp_path):
+    # Windows and baselines are kept for 4096 agents, and a store keeps the
+    # baseline of every agent it ever evicted: 300,000 of them here. The
+    # load looked each row up among the agents already loaded and read all
+    # of them (14 s of CPU for 200,000 rows in the test build before the
+    # gateway served); it reads the 4096 of the latest minutes, so that the
+    # agent active last (here "default", stored last) has its baseline
+    cfg = {"baseline": {"factor": 2, "floor": 3, "learn": "1m"}}
+    state = tmp_path / "state"
+    state.mkdir(mode=0o750)
+    _early_in_a_minute()
+    now = int(time.time() * 1000)
+    db = sqlite3.connect(str(state / "sluice.db"))
+    db.execute("CREATE TABLE baseline(agent TEXT PRIMARY KEY, req_avg REAL NOT NULL,"
+               " bytes_avg REAL NOT NULL, since_ms INTEGER NOT NULL, minute INTEGER NOT NULL)")
+    db.executemany("INSERT INTO baseline VALUES(?, 1.0, 100.0, ?, ?)",
+                   (("agent-%06d" % i, now - 86400000, now // 60000 - 10 - i % 1000)
+                    for i in range(300000)))
+    db.execute("INSERT INTO baseline VALUES('default', 3.0, 1e9, ?, ?)",
+               (now - 86400000, now // 60000))
+    db.commit()
+    db.close()
+    gw, af = start(gateway, net, [api_rule(net)], cfg, tmp_path)
+    used = _cpu_seconds(gw.proc.pid)
+    assert used < 3.0, "%.1f s of CPU to load the store" % used
+    assert "without a state store" not in gw.stderr()
+    # the baseline of "default" was loaded: 7 requests is more than twice 3
+    for i in range(7):
+        request(gw, "GET", net.url("/q%d" % i))
+    a = wait_alert(af, "baseline", timeout=10)[0]
+    assert a["agent"] == "default" and "made 7 requests this minute" in a["detail"]
 
 
 def test_per_request_kinds_fold_and_summaries_are_written_at_shutdown(gateway, net, tmp_path):

@@ -617,7 +617,7 @@ static void flush_at_shutdown_keeps_the_baseline(void **state)
 
     s = store_at(dir);
     struct store_baseline b = {0};
-    assert_int_equal(store_load_baselines(s, load_row, &b), 1);
+    assert_int_equal(store_load_baselines(s, 4096, load_row, &b), 1);
     assert_int_equal(b.minute, stop / 60000); /* as of the real minute */
     assert_int_equal(b.since_ms, T0);
     assert_true(b.req_avg > 2.0 && b.req_avg < 6.0); /* learned, not wiped */
@@ -656,7 +656,7 @@ static void absurd_stored_baseline_is_repaired(void **state)
     store_close(s);
     s = store_at(dir);
     struct store_baseline b = {0};
-    assert_int_equal(store_load_baselines(s, load_row, &b), 1);
+    assert_int_equal(store_load_baselines(s, 4096, load_row, &b), 1);
     assert_int_equal(b.minute, T0 / 60000); /* brought back to the real minute */
     store_close(s);
     remove_dir(dir);

@@ -209,7 +209,7 @@ static void round_trip(void **state)
     assert_string_equal(seen.text[0], "ci a.test");
     assert_int_equal(seen.num[0], 42);
     memset(&seen, 0, sizeof(seen));
-    assert_int_equal(store_load_baselines(s, on_baseline, &seen), 1);
+    assert_int_equal(store_load_baselines(s, 4096, on_baseline, &seen), 1);
     assert_int_equal(seen.num[0], 10);
     assert_true(seen.d[0] > 3.4 && seen.d[0] < 3.6);
     memset(&seen, 0, sizeof(seen));
@@ -901,7 +901,7 @@ static void coalescing_while_locked(void **state)
     assert_string_equal(seen.text[0], "alerts.x");
     assert_int_equal(seen.num[0], 4);
     memset(&seen, 0, sizeof(seen));
-    assert_int_equal(store_load_baselines(s, on_baseline, &seen), 2);
+    assert_int_equal(store_load_baselines(s, 4096, on_baseline, &seen), 2);
     assert_int_equal(seen.num[0] + seen.num[1], 4); /* ci and alerts.x, both minute 2 */
     store_close(s);
 }
