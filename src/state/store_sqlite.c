@@ -124,6 +124,80 @@ __attribute__((format(printf, 1, 2))) static char *msg(const char *fmt, ...)
     return strdup(buf);
 }
 
+#define LAYOUT_COLS 6
+
+/* The columns of each table and their place in its primary key (1, 2; 0
+ * when not in it), as <schema> makes them. */
+static const struct {
+    const char *table;
+    struct {
+        const char *name;
+        int pk;
+    } col[LAYOUT_COLS];
+} layout[] = {
+    {"meta", {{"key", 1}, {"value", 0}}},
+    {"first_contact", {{"agent", 1}, {"host", 2}, {"first_ms", 0}}},
+    {"baseline", {{"agent", 1}, {"req_avg", 0}, {"bytes_avg", 0}, {"since_ms", 0}, {"minute", 0}}},
+    {"alert_queue", {{"id", 1}, {"sink", 0}, {"body", 0}, {"attempts", 0}, {"created_ms", 0}}},
+    {"counter", {{"name", 1}, {"value", 0}}},
+};
+
+/* Checks that each table of <db> that exists has the columns and the key
+ * of <layout> (a missing table is made later; a view in a table's place is
+ * not checked here), and no other column a write would have to fill (NOT
+ * NULL without a default). A store that says schema 1 but was made by
+ * other hands (edited, a tool's) would otherwise fail every commit, each
+ * batch holding a write to the odd table, or, without the key, take a row
+ * per write for ever. Returns SQLITE_OK, SQLITE_ERROR with <*why>
+ * (malloc'd), or a database error. */
+static int check_layout(sqlite3 *db, char **why)
+{
+    sqlite3_stmt *st = NULL;
+    int rc =
+        sqlite3_prepare_v2(db,
+                           "SELECT p.name, p.\"notnull\", p.dflt_value, p.pk FROM sqlite_master m,"
+                           " pragma_table_info(m.name) p WHERE m.type = 'table' AND m.name = ?1",
+                           -1, &st, NULL);
+    for (size_t t = 0; rc == SQLITE_OK && t < sizeof(layout) / sizeof(layout[0]); t++) {
+        bool seen[LAYOUT_COLS] = {false};
+        int ncols = 0;
+        sqlite3_reset(st);
+        sqlite3_bind_text(st, 1, layout[t].table, -1, SQLITE_STATIC);
+        while (*why == NULL && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+            const char *name = (const char *)sqlite3_column_text(st, 0);
+            int pk = sqlite3_column_int(st, 3);
+            size_t c = 0;
+            ncols++;
+            while (c < LAYOUT_COLS && layout[t].col[c].name != NULL &&
+                   (name == NULL || strcmp(name, layout[t].col[c].name) != 0))
+                c++;
+            if (c < LAYOUT_COLS && layout[t].col[c].name != NULL) {
+                seen[c] = true;
+                if (pk != layout[t].col[c].pk)
+                    *why = msg("table %s does not have sluice's key", layout[t].table);
+            } else if (pk != 0) {
+                *why = msg("table %s does not have sluice's key", layout[t].table);
+            } else if (sqlite3_column_int(st, 1) != 0 &&
+                       sqlite3_column_type(st, 2) == SQLITE_NULL) {
+                *why = msg("table %s has a column %s that sluice does not fill (NOT NULL, without "
+                           "a default)",
+                           layout[t].table, name != NULL ? name : "");
+            }
+        }
+        if (*why == NULL && rc != SQLITE_DONE)
+            break;
+        rc = SQLITE_OK;
+        for (size_t c = 0;
+             *why == NULL && ncols > 0 && c < LAYOUT_COLS && layout[t].col[c].name != NULL; c++)
+            if (!seen[c])
+                *why = msg("table %s has no column %s", layout[t].table, layout[t].col[c].name);
+        if (*why != NULL)
+            rc = SQLITE_ERROR;
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
 static int64_t now_ms(void)
 {
     struct timespec ts;
@@ -216,6 +290,15 @@ static int open_db(const char *path, sqlite3 **db, char **why)
             return SQLITE_ERROR;
         }
         rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? SQLITE_OK : rc;
+    }
+    /* Before anything is written: such a store is left as it is. */
+    if (rc == SQLITE_OK && (rc = check_layout(*db, why)) == SQLITE_ERROR && *why != NULL) {
+        char *w = msg("%s (a store sluice did not make, or one edited by hand): not used", *why);
+        free(*why);
+        *why = w;
+        sqlite3_close(*db);
+        *db = NULL;
+        return SQLITE_ERROR;
     }
     /* CREATE TABLE IF NOT EXISTS writes nothing when the tables are there,
      * and an INSERT takes the write lock even when it inserts nothing: a

@@ -399,6 +399,54 @@ def test_corrupt_store_is_reported_and_the_gate_goes_on(gateway, net, tmp_path):
     assert any(n.startswith("sluice.db.corrupt-") for n in os.listdir(str(state)))
 
 
+_FOREIGN_TABLES = {
+    # first_contact without first_ms: every commit failed (its INSERT in
+    # each batch), so no write of the run (queued webhook alerts, counters)
+    # was ever stored, each kept for retry until dropped
+    "no first_ms": ("CREATE TABLE first_contact(agent TEXT, host TEXT, PRIMARY KEY(agent, host))",
+                    "table first_contact has no column first_ms"),
+    # a column sluice does not fill, that may not be NULL: the same, at the
+    # first alert counted
+    "NOT NULL extra": ("CREATE TABLE counter(name TEXT PRIMARY KEY, value INTEGER NOT NULL,"
+                       " who TEXT NOT NULL)",
+                       "table counter has a column who that sluice does not fill"),
+    # no primary key: INSERT OR REPLACE added a row per write, a counter's
+    # row per alert, for ever
+    "no key": ("CREATE TABLE counter(name TEXT, value INTEGER)",
+               "table counter does not have sluice's key"),
+}
+
+
+def test_a_store_whose_tables_are_not_sluices_is_not_used(gateway, net, tmp_path):
+    # A store that says schema 1 but whose tables sluice did not make (a
+    # store edited by hand, a tool's) is reported at start and left as it
+    # is, and the gateway runs from memory as for any store it cannot use
+    for n, (ddl, said) in enumerate(sorted(_FOREIGN_TABLES.values())):
+        state = tmp_path / ("state%d" % n)
+        state.mkdir(mode=0o750)
+        db = sqlite3.connect(str(state / "sluice.db"))
+        db.execute("CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT)")
+        db.execute("INSERT INTO meta VALUES('schema', '1')")
+        db.execute(ddl)
+        db.commit()
+        db.close()
+        af = str(tmp_path / ("alerts%d.jsonl" % n))
+        gw = gateway(net.policy([api_rule(net)], alerts={"first_contact": True}),
+                     args=["--alerts", af, "--state", str(state)])
+        assert request(gw, "GET", net.url("/")).status == 200
+        wait_alert(af, "first_contact")
+        gw.stop()
+        err = gw.stderr()
+        assert "cannot open the state store: " + said in err, err
+        assert "running without a state store" in err, err
+        assert "cannot write" not in err and "cannot read" not in err, err
+        db = sqlite3.connect(str(state / "sluice.db"))
+        tables = sorted(r[0] for r in db.execute("SELECT name FROM sqlite_master"
+                                                 " WHERE type = 'table'"))
+        db.close()
+        assert len(tables) == 2, tables  # left as it was: no table made
+
+
 def test_unusable_state_dir_keeps_gating(gateway, net, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
