@@ -363,7 +363,14 @@ static void baseline_roll(struct detectors *d, struct agent_state *a, int64_t no
         a->bl_dirty = true;
     }
     if (minute <= a->bl.minute) {
-        if (minute < a->bl.minute) { /* the clock went back: restart the minute */
+        if (minute < a->bl.minute) {
+            /* The clock went back (or the row was stored while it was
+             * ahead): restart the minute, and move the start of learning
+             * back as far, so that the baseline stays learned for as long
+             * as it was, not for none until the clock catches up. */
+            int64_t back = a->bl.minute - minute; /* minutes; a stored one may be huge */
+            a->bl.since_ms =
+                back <= a->bl.since_ms / MINUTE_MS ? a->bl.since_ms - back * MINUTE_MS : 0;
             a->bl.minute = minute;
             a->bl_dirty = true;
         }

@@ -359,6 +359,35 @@ def test_a_store_of_many_baselines_loads_the_latest_4096_at_once(gateway, net, t
     assert a["agent"] == "default" and "made 7 requests this minute" in a["detail"]
 
 
+def test_a_baseline_stored_while_the_clock_was_ahead_still_alerts(gateway, net, tmp_path):
+    # A store written while the clock was a day ahead (then set right):
+    # the row's minute is brought back to the current one, and its start of
+    # learning moves back with it. It stayed a day in the future, so the
+    # baseline, learned for an hour, counted as not learned for another day
+    # and raised nothing
+    cfg = {"baseline": {"factor": 2, "floor": 3, "learn": "1m"}}
+    state = tmp_path / "state"
+    state.mkdir(mode=0o750)
+    _early_in_a_minute()
+    ahead = int(time.time() * 1000) + 86400000
+    db = sqlite3.connect(str(state / "sluice.db"))
+    db.execute("CREATE TABLE baseline(agent TEXT PRIMARY KEY, req_avg REAL NOT NULL,"
+               " bytes_avg REAL NOT NULL, since_ms INTEGER NOT NULL, minute INTEGER NOT NULL)")
+    db.execute("INSERT INTO baseline VALUES('default', 3.0, 1e9, ?, ?)",
+               (ahead - 3600000, ahead // 60000))
+    db.commit()
+    db.close()
+    gw, af = start(gateway, net, [api_rule(net)], cfg, tmp_path)
+    for i in range(7):
+        request(gw, "GET", net.url("/q%d" % i))
+    a = wait_alert(af, "baseline", timeout=10)[0]
+    assert a["agent"] == "default" and "made 7 requests this minute" in a["detail"]
+    gw.stop()
+    rows = _baseline_row(tmp_path)
+    now = int(time.time() * 1000)
+    assert rows[0][3] <= now - 3600000 + 60000, rows  # learning began an hour ago
+
+
 def test_per_request_kinds_fold_and_summaries_are_written_at_shutdown(gateway, net, tmp_path):
     rule = api_rule(net, tier=3, owner="chaysen", expires="2099-12-31")
     gw, af = start(gateway, net, [rule], {"first_contact": True}, tmp_path, state=False)
