@@ -12,6 +12,7 @@
 #include "state/store.h"
 #include "state/wal_checkpointer.h"
 #include "util/pos_index.h"
+#include "util/text_json.h"
 #include "util/units.h"
 
 #include <errno.h>
@@ -124,6 +125,17 @@ __attribute__((format(printf, 1, 2))) static char *msg(const char *fmt, ...)
     return strdup(buf);
 }
 
+#define SHOWN_MAX 1024 /* the store's text as standard error shows it */
+
+/* SQLite's last error on <db>, for standard error, in <buf>: it can hold
+ * text of the store's own (a constraint's name, a trigger's message), whose
+ * control characters would write lines of their own there. */
+static const char *db_error(sqlite3 *db, char *buf, size_t n)
+{
+    text_shown_into(buf, n, sqlite3_errmsg(db));
+    return buf;
+}
+
 #define LAYOUT_COLS 6
 
 /* The columns of each table and their place in its primary key (1, 2; 0
@@ -179,9 +191,11 @@ static int check_layout(sqlite3 *db, char **why)
                 *why = msg("table %s does not have sluice's key", layout[t].table);
             } else if (sqlite3_column_int(st, 1) != 0 &&
                        sqlite3_column_type(st, 2) == SQLITE_NULL) {
+                char shown[SHOWN_MAX]; /* the store's text */
+                text_shown_into(shown, sizeof(shown), name != NULL ? name : "");
                 *why = msg("table %s has a column %s that sluice does not fill (NOT NULL, without "
                            "a default)",
-                           layout[t].table, name != NULL ? name : "");
+                           layout[t].table, shown);
             }
         }
         if (*why == NULL && rc != SQLITE_DONE)
@@ -279,12 +293,11 @@ static int open_db(const char *path, sqlite3 **db, char **why)
     if (rc == SQLITE_OK) {
         rc = schema_row(*db, ver, sizeof(ver));
         if (rc == SQLITE_ROW && strcmp(ver, "1") != 0) {
-            char buf[160];
-            snprintf(buf, sizeof(buf),
-                     "it has schema %s, and this sluice knows schema %d only (a store made by "
-                     "another version of sluice): not used",
-                     ver, STORE_SCHEMA);
-            *why = strdup(buf);
+            char shown[4 * sizeof(ver)]; /* the store's text */
+            text_shown_into(shown, sizeof(shown), ver);
+            *why = msg("it has schema %s, and this sluice knows schema %d only (a store made by "
+                       "another version of sluice): not used",
+                       shown, STORE_SCHEMA);
             sqlite3_close(*db);
             *db = NULL;
             return SQLITE_ERROR;
@@ -323,10 +336,11 @@ static int open_db(const char *path, sqlite3 **db, char **why)
 err:
     /* "disk I/O error" is SQLite's word for any system call that failed:
      * the system's error says why (a full disk, a file size limit) */
+    char e[SHOWN_MAX];
     if (*db != NULL && sqlite3_system_errno(*db) != 0)
-        *why = msg("%s (%s)", sqlite3_errmsg(*db), strerror(sqlite3_system_errno(*db)));
+        *why = msg("%s (%s)", db_error(*db, e, sizeof(e)), strerror(sqlite3_system_errno(*db)));
     else
-        *why = strdup(*db != NULL ? sqlite3_errmsg(*db) : sqlite3_errstr(rc));
+        *why = strdup(*db != NULL ? db_error(*db, e, sizeof(e)) : sqlite3_errstr(rc));
     if (st != NULL)
         sqlite3_finalize(st);
     sqlite3_close(*db);
@@ -430,9 +444,10 @@ static int read_next_qid(struct store *s, char **why)
         s->next_qid = sqlite3_column_int64(q, 0) + 1;
         rc = SQLITE_OK;
     } else {
+        char e[SHOWN_MAX];
         *why = msg("cannot read the alert queue's last id (%s): new alerts would take the ids of "
                    "stored ones",
-                   sqlite3_errmsg(s->db));
+                   db_error(s->db, e, sizeof(e)));
         rc = rc == SQLITE_OK || rc == SQLITE_DONE ? SQLITE_ERROR : rc;
     }
     sqlite3_finalize(q);
@@ -564,7 +579,8 @@ static const char *col_text(sqlite3_stmt *st, int i)
 
 static int load_fail(struct store *s, sqlite3_stmt *st)
 {
-    fprintf(stderr, "sluice: state %s: cannot read: %s\n", s->path, sqlite3_errmsg(s->db));
+    char e[SHOWN_MAX];
+    fprintf(stderr, "sluice: state %s: cannot read: %s\n", s->path, db_error(s->db, e, sizeof(e)));
     sqlite3_finalize(st);
     return -1;
 }
@@ -1040,11 +1056,12 @@ static int commit(struct store *s)
         rc = -1;
 out:
     if (rc != 0) {
+        char e[SHOWN_MAX];
         if (!s->failing)
             fprintf(stderr,
                     "sluice: state %s: cannot write: %s (%zu write(s) kept for retry; the gate "
                     "goes on)\n",
-                    s->path, sqlite3_errmsg(s->db), s->nops);
+                    s->path, db_error(s->db, e, sizeof(e)), s->nops);
         s->failing = true;
         sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
     } else {

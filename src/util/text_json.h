@@ -24,4 +24,9 @@ json_t *text_json(const char *s);
  * caller frees it; never NULL (xmalloc). */
 char *text_shown(const char *s);
 
+/* As text_shown(), into <out> of <outlen> bytes (cut at the end, never
+ * within an escape, when it is too short; 4 x strlen(s) + 1 always fits): for a
+ * server's loop, which goes on when memory runs out. Returns the length. */
+size_t text_shown_into(char *out, size_t outlen, const char *s);
+
 #endif

@@ -476,6 +476,42 @@ def test_a_store_whose_tables_are_not_sluices_is_not_used(gateway, net, tmp_path
         assert len(tables) == 2, tables  # left as it was: no table made
 
 
+def test_text_from_the_store_reaches_standard_error_escaped(gateway, net, tmp_path):
+    # What a store holds is written on standard error only with its control
+    # characters escaped: a schema version, a constraint's name in SQLite's
+    # error. Written raw, they forged lines of the gateway's own ("sluice:
+    # serving ...") or rubbed out the ones before them (a terminal escape)
+    forged = "\x1b[2J\nsluice: forged line"
+    state = tmp_path / "state"
+    state.mkdir(mode=0o750)
+    db = sqlite3.connect(str(state / "sluice.db"))
+    db.execute("CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT)")
+    db.execute("INSERT INTO meta VALUES('schema', ?)", ("2" + forged,))
+    db.commit()
+    db.close()
+    gw = gateway(net.policy([api_rule(net)]), args=["--state", str(state)])
+    err = gw.stderr()
+    assert "it has schema 2\\033[2J\\012sluice: forged line, and" in err, err
+    state2 = tmp_path / "state2"
+    state2.mkdir(mode=0o750)
+    db = sqlite3.connect(str(state2 / "sluice.db"))
+    db.execute("CREATE TABLE counter(name TEXT PRIMARY KEY, value INTEGER NOT NULL,"
+               " CONSTRAINT \"%s\" CHECK(value < 0))" % forged)
+    db.commit()
+    db.close()
+    af = str(tmp_path / "alerts.jsonl")
+    gw2 = gateway(net.policy([api_rule(net)], alerts={"first_contact": True}),
+                  args=["--alerts", af, "--state", str(state2)])
+    assert request(gw2, "GET", net.url("/")).status == 200
+    wait_alert(af, "first_contact")
+    poll(lambda: "cannot write" in gw2.stderr() or None, timeout=5, what="the failed commit")
+    gw2.stop()
+    err = gw2.stderr()
+    assert "CHECK constraint failed: \\033[2J\\012sluice: forged line (" in err, err
+    for e in (gw.stderr(), err):
+        assert "\x1b" not in e and "\nsluice: forged" not in e, e
+
+
 def test_unusable_state_dir_keeps_gating(gateway, net, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
