@@ -111,5 +111,12 @@ uint64_t store_dropped(const struct store *s);
  * over STORE_PENDING_MAX before it was written: the alert is no longer kept
  * in the store (and may be counted so when it still is). */
 bool store_queue_lost(const struct store *s, int64_t id);
+/* True when the queue row of alert <id> waits for a commit: after a
+ * store_sync() that failed, one the stop loses. */
+bool store_queue_unwritten(const struct store *s, int64_t id);
+/* Commits what waits, waiting up to 1 s for a lock another process holds:
+ * at a stop, before the sinks tell what they lose (store_close() then does
+ * not wait again). Returns 0, or -1 when writes are left waiting. */
+int store_sync(struct store *s);
 
 #endif

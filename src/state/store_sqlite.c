@@ -49,6 +49,10 @@ struct store {
     struct op *ops;
     size_t nops, cap;
     int64_t next_qid;
+    /* The queue ids from here to next_qid - 1 are rows waiting for a commit
+     * (each id is handed out with its row's write, in order; a drop takes
+     * the oldest); next_qid when none waits. */
+    int64_t qadd_lo;
     uint64_t dropped;
     uint64_t dropped_said;   /* what standard error was last told */
     uint64_t alerts_dropped; /* of those, webhook alerts' queue rows (OP_QADD) */
@@ -61,6 +65,7 @@ struct store {
     } lost[LOST_RANGES];
     size_t nlost;
     bool failing; /* the last commit failed (reported once) */
+    bool synced;  /* store_sync() ran: the stop's commit waited for the lock */
     /* After a commit that failed past the lock (a full disk: every queued
      * write was run, then rolled back), the next waits, doubling from
      * RETRY_MS to RETRY_MAX_MS: redoing up to STORE_PENDING_MAX writes
@@ -442,6 +447,7 @@ static int read_next_qid(struct store *s, char **why)
         rc = sqlite3_step(q);
     if (rc == SQLITE_ROW) {
         s->next_qid = sqlite3_column_int64(q, 0) + 1;
+        s->qadd_lo = s->next_qid;
         rc = SQLITE_OK;
     } else {
         char e[SHOWN_MAX];
@@ -554,7 +560,8 @@ void store_close(struct store *s)
 {
     if (s == NULL)
         return;
-    sqlite3_busy_timeout(s->db, EXIT_BUSY_MS);
+    /* After a store_sync() that failed, the lock is not waited for again. */
+    sqlite3_busy_timeout(s->db, s->synced ? 0 : EXIT_BUSY_MS);
     if (commit(s) < 0)
         fprintf(stderr, "sluice: state %s: %zu write(s) lost at exit\n", s->path, s->nops);
     tell_dropped(s);
@@ -720,6 +727,18 @@ static void note_lost_alert(struct store *s, int64_t id)
     }
 }
 
+bool store_queue_unwritten(const struct store *s, int64_t id)
+{
+    return id >= s->qadd_lo && id < s->next_qid;
+}
+
+int store_sync(struct store *s)
+{
+    sqlite3_busy_timeout(s->db, EXIT_BUSY_MS);
+    s->synced = true;
+    return commit(s) == 0 ? 0 : -1;
+}
+
 bool store_queue_lost(const struct store *s, int64_t id)
 {
     for (size_t i = 0; i < s->nlost; i++)
@@ -813,8 +832,10 @@ static struct op *push(struct store *s)
          * not per write. */
         size_t drop = STORE_PENDING_MAX / 10;
         for (size_t i = 0; i < drop; i++) {
-            if (s->ops[i].kind == OP_QADD)
+            if (s->ops[i].kind == OP_QADD) {
                 note_lost_alert(s, s->ops[i].n);
+                s->qadd_lo = s->ops[i].n + 1;
+            }
             op_free(&s->ops[i]);
         }
         memmove(s->ops, s->ops + drop, (s->nops - drop) * sizeof(*s->ops));
@@ -1071,6 +1092,7 @@ out:
         for (size_t i = 0; i < s->nops; i++)
             op_free(&s->ops[i]);
         s->nops = 0;
+        s->qadd_lo = s->next_qid;
         index_clear(s);
     }
     for (size_t i = 0; i < sizeof(cache) / sizeof(cache[0]); i++)

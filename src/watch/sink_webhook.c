@@ -809,12 +809,13 @@ size_t webhook_waiting(const struct webhook *w)
     return w->len + (size_t)w->stored_n;
 }
 
-size_t webhook_unstored(const struct webhook *w)
+size_t webhook_unstored(const struct webhook *w, bool stopping)
 {
     size_t n = 0;
     for (size_t i = 0; i < w->len; i++) {
         int64_t id = w->q[(w->head + i) % w->cap].id;
-        if (id <= 0 || (w->store != NULL && store_queue_lost(w->store, id)))
+        if (id <= 0 || (w->store != NULL && (store_queue_lost(w->store, id) ||
+                                             (stopping && store_queue_unwritten(w->store, id)))))
             n++;
     }
     return n;
@@ -835,9 +836,9 @@ uint64_t webhook_dropped(const struct webhook *w)
     return w->dropped;
 }
 
-void webhook_say_lost(const struct webhook *w, const char *when)
+void webhook_say_lost(const struct webhook *w, const char *when, bool stopping)
 {
-    size_t lost = webhook_unstored(w);
+    size_t lost = webhook_unstored(w, stopping);
     if (lost > 0)
         fprintf(stderr,
                 "sluice: webhook %s: %zu alert%s undelivered %s and in no state store: lost\n",

@@ -39,6 +39,7 @@
 #ifndef SLUICE_WATCH_SINKS_H
 #define SLUICE_WATCH_SINKS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -114,10 +115,12 @@ size_t webhook_queued(const struct webhook *w);
  * store only, beyond the memory cap (sluice_webhook_queue). */
 size_t webhook_waiting(const struct webhook *w);
 /* Of those in memory, the alerts that only memory holds (no state store, or one that
- * could not take them): what stopping now would lose. */
-size_t webhook_unstored(const struct webhook *w);
+ * could not take them): what stopping now would lose. <stopping>: also those
+ * whose row waits for a commit (after store_sync(), one that failed: a stop
+ * loses them; in a run a later commit writes them). */
+size_t webhook_unstored(const struct webhook *w, bool stopping);
 /* Names those on standard error, if any, as lost <when> ("at exit"). */
-void webhook_say_lost(const struct webhook *w, const char *when);
+void webhook_say_lost(const struct webhook *w, const char *when, bool stopping);
 uint64_t webhook_delivered(const struct webhook *w);
 uint64_t webhook_failures(const struct webhook *w);
 /* Alerts dropped because the memory queue was full and there is no store. */

@@ -239,7 +239,7 @@ static void configure_sinks(struct watch *w, const struct policy *p, bool first)
     for (size_t j = 0; j < w->nhooks; j++) {
         if (w->hooks[j] == NULL)
             continue;
-        webhook_say_lost(w->hooks[j], "when the sink left the policy");
+        webhook_say_lost(w->hooks[j], "when the sink left the policy", false);
         webhook_free(w->hooks[j]); /* sinks no longer configured; their queue stays stored */
     }
     free(w->hooks);
@@ -499,13 +499,14 @@ void watch_reopen(struct watch *w)
 
 /* True while stopping now would lose an alert a sink has: an exec program
  * running or waiting to run, a webhook alert that only memory holds (one in
- * the state store is delivered after the restart). */
+ * the state store is delivered after the restart; one whose row waits for a
+ * commit is not there yet: a store locked by another process, a full disk). */
 static bool sinks_hold_alerts(const struct watch *w)
 {
     if (w->exec != NULL && exec_runner_busy(w->exec) > 0)
         return true;
     for (size_t i = 0; i < w->nhooks; i++)
-        if (webhook_unstored(w->hooks[i]) > 0)
+        if (webhook_unstored(w->hooks[i], true) > 0)
             return true;
     return false;
 }
@@ -524,6 +525,8 @@ void watch_drain(struct watch *w, unsigned timeout_ms)
     if (w == NULL)
         return;
     detectors_flush(w->det, now_ms()); /* the open summaries; baselines as of now */
+    if (w->store != NULL && store_dirty(w->store))
+        store_flush(w->store); /* the rows written now are not waited for */
     w->drain_until_ms = (int64_t)monotonic_ms() + timeout_ms;
     if (sinks_hold_alerts(w) &&
         (w->drain_check = event_new(w->base, -1, EV_PERSIST, on_drain_check, w)) != NULL) {
@@ -547,8 +550,12 @@ void watch_free(struct watch *w)
     if (w->tick != NULL)
         event_free(w->tick);
     admin_free(w->admin);
+    /* The last commit, before the webhooks tell what is lost: an alert whose
+     * row it could not write is in no store. */
+    if (w->store != NULL && store_dirty(w->store))
+        store_sync(w->store);
     for (size_t i = 0; i < w->nhooks; i++) {
-        webhook_say_lost(w->hooks[i], "at exit");
+        webhook_say_lost(w->hooks[i], "at exit", true);
         webhook_free(w->hooks[i]);
     }
     free(w->hooks);

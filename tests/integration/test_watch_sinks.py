@@ -1116,6 +1116,33 @@ def test_webhook_alerts_lost_at_a_stop_are_reported(gateway, net, tmp_path):
     assert "1 alert undelivered at exit and in no state store: lost" in gw.stderr()
 
 
+def test_webhook_alerts_a_locked_store_never_took_are_reported_at_a_stop(gateway, net, tmp_path):
+    # With a state store that another process holds locked for the whole
+    # run (a backup, the sqlite3 shell), the alert's queue row is never
+    # written: the stop waits --grace for the webhook and names the alert
+    # as lost, as without a store, rather than counting it as kept (it went
+    # only into "N write(s) lost at exit")
+    state = tmp_path / "state"
+    port = free_tcp_port()
+    pol = net.policy(rules(net), alerts={"sinks": [{"webhook": "http://127.0.0.1:%d/h" % port}]})
+    gw = gateway(pol, args=["--state", str(state)])
+    gw.stop()  # the store made
+    holder = sqlite3.connect(str(state / "sluice.db"), isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        gw = gateway(pol, args=["--alerts", str(tmp_path / "a.jsonl"), "--grace", "1s",
+                                "--state", str(state)],
+                     env={"SLUICE_TEST_WEBHOOK_BACKOFF_MS": "10"})
+        assert request(gw, "POST", net.url("/w"), body=b"1").status == 200
+        wait_alert(str(tmp_path / "a.jsonl"), "tier3_write")
+        gw.stop()
+    finally:
+        holder.close()
+    err = gw.stderr()
+    assert "write(s) lost at exit" in err, err
+    assert "1 alert undelivered at exit and in no state store: lost" in err, err
+
+
 def test_exec_alerts_lost_at_a_stop_are_reported(gateway, net, tmp_path):
     # 20 alerts to a program slower than --grace: 16 run, 4 wait. The stop
     # waits 1 s for them, then kills what runs and drops what waits: it says
