@@ -170,11 +170,27 @@ static const struct {
 static int check_layout(sqlite3 *db, char **why)
 {
     sqlite3_stmt *st = NULL;
-    int rc =
-        sqlite3_prepare_v2(db,
-                           "SELECT p.name, p.\"notnull\", p.dflt_value, p.pk FROM sqlite_master m,"
-                           " pragma_table_info(m.name) p WHERE m.type = 'table' AND m.name = ?1",
-                           -1, &st, NULL);
+    /* Nor a trigger: sluice makes none, and one runs code of the store's
+     * own at each commit, on the event loop (one that drops the rows
+     * written without a word, one that computes for seconds). */
+    int rc = sqlite3_prepare_v2(db, "SELECT name FROM sqlite_master WHERE type = 'trigger' LIMIT 1",
+                                -1, &st, NULL);
+    if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        char shown[SHOWN_MAX]; /* the store's text */
+        const unsigned char *name = sqlite3_column_text(st, 0);
+        text_shown_into(shown, sizeof(shown), name != NULL ? (const char *)name : "");
+        *why = msg("it holds a trigger (%s), which sluice never makes", shown);
+        sqlite3_finalize(st);
+        return SQLITE_ERROR;
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    if (rc != SQLITE_DONE)
+        return rc;
+    rc = sqlite3_prepare_v2(db,
+                            "SELECT p.name, p.\"notnull\", p.dflt_value, p.pk FROM sqlite_master m,"
+                            " pragma_table_info(m.name) p WHERE m.type = 'table' AND m.name = ?1",
+                            -1, &st, NULL);
     for (size_t t = 0; rc == SQLITE_OK && t < sizeof(layout) / sizeof(layout[0]); t++) {
         bool seen[LAYOUT_COLS] = {false};
         int ncols = 0;

@@ -476,6 +476,30 @@ def test_a_store_whose_tables_are_not_sluices_is_not_used(gateway, net, tmp_path
         assert len(tables) == 2, tables  # left as it was: no table made
 
 
+def test_a_store_with_a_trigger_is_not_used(gateway, net, tmp_path):
+    # sluice makes no trigger: one in the store runs code of the store's
+    # own at each commit, on the event loop. This one silently dropped every
+    # first contact written (RAISE(IGNORE)), so that a restart raised them
+    # all again; one that computes for long stalls the gate at each commit
+    state = tmp_path / "state"
+    state.mkdir(mode=0o750)
+    db = sqlite3.connect(str(state / "sluice.db"))
+    db.execute("CREATE TABLE first_contact(agent TEXT NOT NULL, host TEXT NOT NULL,"
+               " first_ms INTEGER NOT NULL, PRIMARY KEY(agent, host))")
+    db.execute("CREATE TRIGGER quiet BEFORE INSERT ON first_contact"
+               " BEGIN SELECT RAISE(IGNORE); END")
+    db.commit()
+    db.close()
+    gw, af = start(gateway, net, [api_rule(net)], {"first_contact": True}, tmp_path)
+    assert request(gw, "GET", net.url("/")).status == 200
+    wait_alert(af, "first_contact")
+    gw.stop()
+    err = gw.stderr()
+    assert ("cannot open the state store: it holds a trigger (quiet), which sluice never makes"
+            in err), err
+    assert "running without a state store" in err, err
+
+
 def test_text_from_the_store_reaches_standard_error_escaped(gateway, net, tmp_path):
     # What a store holds is written on standard error only with its control
     # characters escaped: a schema version, a constraint's name in SQLite's
