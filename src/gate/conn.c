@@ -791,7 +791,10 @@ static void on_resolved(int err, const struct ipaddr *addrs, size_t n, void *arg
         const char *why = err == RESOLVE_ERR_NXDOMAIN     ? "no such name"
                           : err == RESOLVE_ERR_TIMEOUT    ? "timed out"
                           : err == RESOLVE_ERR_NO_SERVERS ? "no name server"
-                                                          : "lookup failed";
+                          : err == RESOLVE_ERR_TRUNCATED
+                              ? "the answer is too large for DNS over UDP (truncated), "
+                                "and the gateway does not ask over TCP"
+                              : "lookup failed";
         conn_refuse(c, REASON_DNS_FAILURE, why, true);
         return;
     }

@@ -316,7 +316,9 @@ static bool queries_running(const struct flight *f)
 }
 
 /* The error for a flight that found no address: a timeout says more than
- * "no AAAA", and "no such name" more than a failure. */
+ * "no AAAA", a truncated answer more than the empty one of the other type
+ * (a name with many A records and no AAAA), and "no such name" more than a
+ * failure. */
 static int flight_error(const struct flight *f)
 {
     int a = f->q[Q_A].err, b = f->q[Q_AAAA].err;
@@ -325,6 +327,8 @@ static int flight_error(const struct flight *f)
         return RESOLVE_ERR_TIMEOUT;
     if (a == RESOLVE_ERR_NO_SERVERS || b == RESOLVE_ERR_NO_SERVERS)
         return RESOLVE_ERR_NO_SERVERS;
+    if (a == RESOLVE_ERR_TRUNCATED || b == RESOLVE_ERR_TRUNCATED)
+        return RESOLVE_ERR_TRUNCATED;
     if (a == RESOLVE_ERR_NXDOMAIN || b == RESOLVE_ERR_NXDOMAIN)
         return RESOLVE_ERR_NXDOMAIN;
     if (a == 0 && b == 0)
@@ -430,6 +434,8 @@ static int map_err(int result)
         return RESOLVE_ERR_NXDOMAIN;
     case DNS_ERR_TIMEOUT:
         return RESOLVE_ERR_TIMEOUT;
+    case DNS_ERR_TRUNCATED:
+        return RESOLVE_ERR_TRUNCATED;
     default:
         return RESOLVE_ERR_FAILED;
     }

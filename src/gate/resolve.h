@@ -4,7 +4,9 @@
  * so there is no second lookup and no rebinding window. Names in the
  * policy's dns.static map are answered first, without a query (always from
  * the event loop, after resolver_lookup() has returned). Otherwise A and
- * AAAA are queried together (no search domains) against dns.servers, or
+ * AAAA are queried together (no search domains; over UDP only, without
+ * EDNS0: an answer too large for 512 bytes comes truncated and fails the
+ * lookup, RESOLVE_ERR_TRUNCATED) against dns.servers, or
  * the servers in /etc/resolv.conf (at most POLICY_MAX_DNS_SERVERS); with
  * no server at all a lookup fails (RESOLVE_ERR_NO_SERVERS) instead of
  * waiting. Servers are asked in turn: a lookup starts at the server that
@@ -59,6 +61,7 @@ enum resolve_err {
     RESOLVE_ERR_TIMEOUT = -2,    /* no answer in time */
     RESOLVE_ERR_NO_SERVERS = -3, /* no name server configured */
     RESOLVE_ERR_FAILED = -4,     /* server failure, refused, bad name, shutdown */
+    RESOLVE_ERR_TRUNCATED = -5,  /* the answer came truncated (TC): too large for UDP */
 };
 
 /* Called once per lookup, on the event loop: <err> 0 with <n> >= 1

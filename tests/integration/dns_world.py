@@ -12,7 +12,8 @@ between requests (an atomic replace). FILE maps lower-case names to:
      "cname": "other.test",                 a CNAME first; the address
                                             records are then the target's
      "rcode": 2,                            the response code (default 0)
-     "tc": true,                            the truncation flag
+     "tc": true,                            the truncation flag (or a list
+                                            of the types it is set for: ["A"])
      "delay": 0.5,                          seconds before answering
      "mode": "..."}                         a misbehaviour, below
 
@@ -157,7 +158,8 @@ def answer(script, data, peer_events):
         records = [owner + struct.pack("!HHIH", 1, 1, 60, 400) + b"\x7f\x00\x00\x02"]
     ancount = 50 if mode == "overcount" else len(records)
     rflags = 0x8000 | rd | 0x0080 | (int(entry.get("rcode", 0)) & 0xF)
-    if entry.get("tc"):
+    tc = entry.get("tc")
+    if tc is True or (isinstance(tc, list) and {1: "A", 28: "AAAA"}.get(qtype) in tc):
         rflags |= 0x0200
     rid = (qid + 1) & 0xFFFF if mode == "wrong_id" else qid
     head = struct.pack("!HHHHHH", rid, rflags, 1, ancount, 0, 0)

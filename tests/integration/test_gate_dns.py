@@ -244,6 +244,21 @@ def test_nxdomain(world):
     assert r.text.startswith("sluice: cannot resolve gone.test:80 (agent default): no such name"), r.text
 
 
+def test_truncated_answer_says_so(world):
+    # A resolver truncates an answer larger than a plain (no EDNS0) UDP
+    # answer holds, 512 bytes, and sets TC: 40 A records here (the 28 that
+    # fit are sent), while the AAAA answer, empty, fits. The gateway asks
+    # over UDP only, so such a name cannot be resolved; the refusal says
+    # why, not a bare "lookup failed" nor "no such name".
+    big = ["198.51.100.%d" % i for i in range(1, 41)]
+    w = world({"big.test": {"tc": ["A"], "A": big[:28]}})
+    r = w.get("big.test")
+    assert_refused(w, r, "big.test", "dns_failure", None)
+    assert r.text.startswith(
+        "sluice: cannot resolve big.test:80 (agent default): the answer is too large for DNS "
+        "over UDP (truncated), and the gateway does not ask over TCP"), r.text
+
+
 def test_spoofed_and_malformed_answers_are_not_believed(world):
     # Every answer here carries or aims at the allowed address, so believing
     # one would show as a 200. The gateway must instead wait out its own
