@@ -791,6 +791,8 @@ static void on_resolved(int err, const struct ipaddr *addrs, size_t n, void *arg
         const char *why = err == RESOLVE_ERR_NXDOMAIN     ? "no such name"
                           : err == RESOLVE_ERR_TIMEOUT    ? "timed out"
                           : err == RESOLVE_ERR_NO_SERVERS ? "no name server"
+                          : err == RESOLVE_ERR_NODATA
+                              ? "the name has no address (no A or AAAA record)"
                           : err == RESOLVE_ERR_TRUNCATED
                               ? "the answer is too large for DNS over UDP (truncated), "
                                 "and the gateway does not ask over TCP"

@@ -97,14 +97,14 @@ const struct dns_cache_entry *dns_cache_find(struct dns_cache *c, const char *na
     return e;
 }
 
-void dns_cache_put(struct dns_cache *c, const char *name, const struct ipaddr *a, size_t n,
-                   uint64_t now_ms, uint64_t ttl_ms)
+struct dns_cache_entry *dns_cache_put(struct dns_cache *c, const char *name, const struct ipaddr *a,
+                                      size_t n, uint64_t now_ms, uint64_t ttl_ms)
 {
     size_t len = strlen(name);
     struct dns_cache_entry *e;
 
     if (ttl_ms == 0 || len > HOST_MAX || c->max == 0)
-        return;
+        return NULL;
     if ((e = lookup(c, name)) != NULL) {
         lru_unlink(c, e);
         lru_push(c, e);
@@ -112,7 +112,7 @@ void dns_cache_put(struct dns_cache *c, const char *name, const struct ipaddr *a
         while (c->n >= c->max && c->lru_tail != NULL)
             remove_entry(c, c->lru_tail);
         if ((e = calloc(1, sizeof(*e))) == NULL)
-            return; /* not cached: no harm */
+            return NULL; /* not cached: no harm */
         memcpy(e->name, name, len + 1);
         size_t b = bucket_of(name);
         e->hnext = c->buckets[b];
@@ -123,7 +123,9 @@ void dns_cache_put(struct dns_cache *c, const char *name, const struct ipaddr *a
     if (n > RESOLVE_MAX_ADDRS)
         n = RESOLVE_MAX_ADDRS;
     e->n = n;
+    e->err = 0;
     if (n > 0)
         memcpy(e->a, a, n * sizeof(*a));
     e->expires_ms = now_ms + ttl_ms;
+    return e;
 }

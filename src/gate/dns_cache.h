@@ -25,6 +25,7 @@ struct dns_cache_entry {
     struct dns_cache_entry *lprev, *lnext; /* LRU list, most recent first */
     uint64_t expires_ms;
     size_t n; /* 0: a negative answer */
+    int err;  /* with n 0, the caller's error for it (0 until it sets one) */
     struct ipaddr a[RESOLVE_MAX_ADDRS];
     char name[HOST_MAX + 1];
 };
@@ -55,9 +56,10 @@ const struct dns_cache_entry *dns_cache_find(struct dns_cache *c, const char *na
 
 /* Stores <n> addresses of <a> (at most RESOLVE_MAX_ADDRS are kept; 0: a
  * negative answer) for <name> until <now_ms> + <ttl_ms>, replacing what it
- * held. A <ttl_ms> of 0, a name over HOST_MAX bytes, or no memory stores
- * nothing. */
-void dns_cache_put(struct dns_cache *c, const char *name, const struct ipaddr *a, size_t n,
-                   uint64_t now_ms, uint64_t ttl_ms);
+ * held, and returns its entry (err 0; valid until the next call that
+ * changes <c>). A <ttl_ms> of 0, a name over HOST_MAX bytes, or no memory
+ * stores nothing: NULL. */
+struct dns_cache_entry *dns_cache_put(struct dns_cache *c, const char *name, const struct ipaddr *a,
+                                      size_t n, uint64_t now_ms, uint64_t ttl_ms);
 
 #endif

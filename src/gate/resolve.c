@@ -127,8 +127,9 @@ struct resolver {
 
 /* ---------------------------------------------------------------- cache */
 
-/* Stores the outcome of <f> (its queries are done) when it is complete. */
-static void cache_store(const struct flight *f, const struct ipaddr *out, size_t n)
+/* Stores the outcome of <f> (its queries are done) when it is complete:
+ * its <n> addresses <out>, or with none its error <err>. */
+static void cache_store(const struct flight *f, const struct ipaddr *out, size_t n, int err)
 {
     struct resolver *r = f->r;
     int ttl = -1;
@@ -137,13 +138,16 @@ static void cache_store(const struct flight *f, const struct ipaddr *out, size_t
         return;
     for (int i = 0; i < NQ; i++) {
         const struct query *q = &f->q[i];
-        if (q->err != 0 && q->err != RESOLVE_ERR_NXDOMAIN)
+        if (q->err != 0 && q->err != RESOLVE_ERR_NXDOMAIN && q->err != RESOLVE_ERR_NODATA)
             return; /* a timeout, failure or cancellation: never stored */
         if (q->n > 0 && (ttl < 0 || q->ttl < ttl))
             ttl = q->ttl;
     }
     if (n == 0) {
-        dns_cache_put(&r->cache, f->name, NULL, 0, monotonic_ms(), r->neg_ttl_ms);
+        struct dns_cache_entry *e =
+            dns_cache_put(&r->cache, f->name, NULL, 0, monotonic_ms(), r->neg_ttl_ms);
+        if (e != NULL)
+            e->err = err; /* no such name, or no A/AAAA */
         return;
     }
     if (ttl <= 0)
@@ -331,8 +335,8 @@ static int flight_error(const struct flight *f)
         return RESOLVE_ERR_TRUNCATED;
     if (a == RESOLVE_ERR_NXDOMAIN || b == RESOLVE_ERR_NXDOMAIN)
         return RESOLVE_ERR_NXDOMAIN;
-    if (a == 0 && b == 0)
-        return RESOLVE_ERR_NXDOMAIN;
+    if ((a == 0 || a == RESOLVE_ERR_NODATA) && (b == 0 || b == RESOLVE_ERR_NODATA))
+        return RESOLVE_ERR_NODATA;
     return RESOLVE_ERR_FAILED;
 }
 
@@ -348,8 +352,8 @@ static void flight_finish(struct flight *f)
     for (int i = 0; i < NQ; i++)
         for (size_t j = 0; j < f->q[i].n && n < RESOLVE_MAX_ADDRS; j++)
             out[n++] = f->q[i].a[j];
-    cache_store(f, out, n);
     int err = n > 0 ? 0 : flight_error(f);
+    cache_store(f, out, n, err);
     flight_unhash(f);
     f->answering = true;
     while (f->waiters != NULL) {
@@ -428,10 +432,11 @@ static void finish_later(struct flight *f)
 static int map_err(int result)
 {
     switch (result) {
-    case DNS_ERR_NONE:
     case DNS_ERR_NOTEXIST:
-    case DNS_ERR_NODATA:
         return RESOLVE_ERR_NXDOMAIN;
+    case DNS_ERR_NONE:
+    case DNS_ERR_NODATA:
+        return RESOLVE_ERR_NODATA;
     case DNS_ERR_TIMEOUT:
         return RESOLVE_ERR_TIMEOUT;
     case DNS_ERR_TRUNCATED:
@@ -646,7 +651,7 @@ struct resolve_req *resolver_lookup(struct resolver *r, const char *name, resolv
         req->n = ce->n;
         memcpy(req->a, ce->a, ce->n * sizeof(ce->a[0]));
         if (ce->n == 0)
-            req->err = RESOLVE_ERR_NXDOMAIN;
+            req->err = ce->err != 0 ? ce->err : RESOLVE_ERR_NXDOMAIN;
     } else if (r->nns == 0) {
         req->err = RESOLVE_ERR_NO_SERVERS;
     } else {

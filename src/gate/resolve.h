@@ -57,11 +57,12 @@ struct resolve_req;
 
 /* Errors given to a resolve_cb (all negative). */
 enum resolve_err {
-    RESOLVE_ERR_NXDOMAIN = -1,   /* the name does not exist, or has no A/AAAA */
+    RESOLVE_ERR_NXDOMAIN = -1,   /* the name does not exist */
     RESOLVE_ERR_TIMEOUT = -2,    /* no answer in time */
     RESOLVE_ERR_NO_SERVERS = -3, /* no name server configured */
     RESOLVE_ERR_FAILED = -4,     /* server failure, refused, bad name, shutdown */
     RESOLVE_ERR_TRUNCATED = -5,  /* the answer came truncated (TC): too large for UDP */
+    RESOLVE_ERR_NODATA = -6,     /* the name exists, with no A or AAAA record */
 };
 
 /* Called once per lookup, on the event loop: <err> 0 with <n> >= 1

@@ -244,6 +244,21 @@ def test_nxdomain(world):
     assert r.text.startswith("sluice: cannot resolve gone.test:80 (agent default): no such name"), r.text
 
 
+def test_a_name_without_addresses_is_not_told_missing(world):
+    # NOERROR with no A and no AAAA record (NODATA): the name exists (a
+    # mail-only domain, say), so the refusal must not say "no such name",
+    # neither from the server's answer nor from the cache, which keeps it
+    # briefly.
+    w = world({"noaddr.test": {}})
+    for _ in range(2):
+        r = w.get("noaddr.test")
+        assert_refused(w, r, "noaddr.test", "dns_failure", None)
+        assert r.text.startswith(
+            "sluice: cannot resolve noaddr.test:80 (agent default): the name has no address "
+            "(no A or AAAA record)"), r.text
+    assert sorted(w.queries("noaddr.test")) == [1, 28]  # the second from the cache
+
+
 def test_truncated_answer_says_so(world):
     # A resolver truncates an answer larger than a plain (no EDNS0) UDP
     # answer holds, 512 bytes, and sets TC: 40 A records here (the 28 that

@@ -87,6 +87,16 @@ static void test_replace_and_bounds(void **state)
     assert_non_null(e);
     assert_int_equal(e->n, 1);
     assert_memory_equal(e->a[0].b, b.b, 16);
+    /* the entry stored is returned, its err 0 until the caller sets one,
+     * and set to 0 again when it is replaced */
+    struct dns_cache_entry *ne = dns_cache_put(&c, "neg.test", NULL, 0, 0, 100);
+    assert_non_null(ne);
+    assert_int_equal(ne->err, 0);
+    ne->err = RESOLVE_ERR_NODATA;
+    assert_int_equal(dns_cache_find(&c, "neg.test", 1)->err, RESOLVE_ERR_NODATA);
+    assert_ptr_equal(dns_cache_put(&c, "neg.test", NULL, 0, 1, 100), ne);
+    assert_int_equal(ne->err, 0);
+    assert_null(dns_cache_put(&c, "zero.test", &b, 1, 0, 0));
     /* not kept: a zero TTL, a name over HOST_MAX, a cache of size 0 */
     dns_cache_put(&c, "zero.test", &b, 1, 0, 0);
     assert_null(dns_cache_find(&c, "zero.test", 0));
@@ -94,7 +104,7 @@ static void test_replace_and_bounds(void **state)
     memset(long_name, 'a', sizeof(long_name) - 1);
     long_name[sizeof(long_name) - 1] = '\0';
     dns_cache_put(&c, long_name, &b, 1, 0, 100);
-    assert_int_equal(c.n, 1);
+    assert_int_equal(c.n, 2);
     dns_cache_clear(&c);
     dns_cache_init(&c, 0);
     dns_cache_put(&c, "none.test", &b, 1, 0, 100);

@@ -359,8 +359,8 @@ static void test_errors(void **state)
         int err;
     } cases[] = {
         {"nx.test", RESOLVE_ERR_NXDOMAIN},
-        {"empty.test", RESOLVE_ERR_NXDOMAIN}, /* NOERROR, no records */
-        {"999.1.2.3.4", RESOLVE_ERR_FAILED},  /* invalid IP literal: never queried */
+        {"empty.test", RESOLVE_ERR_NODATA},  /* NOERROR, no records: not "no such name" */
+        {"999.1.2.3.4", RESOLVE_ERR_FAILED}, /* invalid IP literal: never queried */
         {"", RESOLVE_ERR_FAILED},
         /* SERVFAIL: evdns marks the server down and retries until its
          * attempts run out, which surfaces as a failure or a timeout. */
@@ -1189,10 +1189,13 @@ static void test_cache_negative(void **state)
     assert_int_equal(res.err, RESOLVE_ERR_NXDOMAIN);
     assert_int_equal(res.n, 0);
     assert_int_equal(d.queries, 2);
-    /* NOERROR without records is negative too. */
+    /* NOERROR without records is negative too, and stays told apart from
+     * "no such name" when answered from the cache. */
     res = lookup_wait(base, r, "empty.test");
+    assert_int_equal(res.err, RESOLVE_ERR_NODATA);
     res = lookup_wait(base, r, "empty.test");
-    assert_int_equal(res.err, RESOLVE_ERR_NXDOMAIN);
+    assert_int_equal(res.err, RESOLVE_ERR_NODATA);
+    assert_int_equal(res.n, 0);
     assert_int_equal(d.queries, 4);
     /* Briefly: gone after neg_ttl_ms. */
     run(base, 400);
