@@ -24,12 +24,22 @@
  * see on_flight_event().) The servers, their bases and counters are
  * name_servers.c's; which server a try goes to is decided here.
  *
+ * Resolution delay (RFC 8305 section 3): once one query has come back with
+ * addresses, the other gets r->resolution_delay_ms more (its event, the
+ * deadline until then, is moved up), then it is abandoned and the flight
+ * ends with what it has. A server or middlebox that drops AAAA questions
+ * (or A ones) so costs the lookup 50 ms, not every try of the silent query
+ * (about 4 s with a lone server). An abandoned query is neither a timeout
+ * nor a failure: not counted against its server, and the flight is stored
+ * as if that query had been answered empty.
+ *
  * Answer cache (dns_cache.c): at most CACHE_MAX names. Only flights that
  * came back complete are stored: both queries answered with addresses or
- * with "no such name / no data" (never a timeout, a server failure, a
- * cancellation, or a partial answer); positive for min(answer TTL, 300 s),
- * negative for r->neg_ttl_ms. A flight started before a reload is not
- * stored after it (r->gen). */
+ * with "no such name / no data", or one with addresses and the other
+ * abandoned (never a timeout, a server failure or a cancellation of
+ * either); positive for min(answer TTL, 300 s) of the answers with
+ * addresses, negative for r->neg_ttl_ms. A flight started before a reload
+ * is not stored after it (r->gen). */
 #include "gate/resolve.h"
 #include "gate/dns_cache.h"
 #include "gate/name_servers.h"
@@ -53,11 +63,12 @@
 
 enum { Q_A, Q_AAAA, NQ };
 
-#define CACHE_MAX         4096   /* names */
-#define CACHE_TTL_MAX_MS  300000 /* positive answers: at most 300 s */
-#define CACHE_NEG_TTL_MS  5000   /* negative answers (NXDOMAIN, no data) */
-#define DEADLINE_SLACK_MS 1000   /* past the last try's end: see arm_deadline() */
-#define FLIGHT_BUCKETS    1024   /* the table of names in flight; a power of two */
+#define CACHE_MAX           4096   /* names */
+#define CACHE_TTL_MAX_MS    300000 /* positive answers: at most 300 s */
+#define CACHE_NEG_TTL_MS    5000   /* negative answers (NXDOMAIN, no data) */
+#define RESOLUTION_DELAY_MS 50     /* RFC 8305 section 3: the wait for the other query */
+#define DEADLINE_SLACK_MS   1000   /* past the last try's end: see arm_deadline() */
+#define FLIGHT_BUCKETS      1024   /* the table of names in flight; a power of two */
 
 struct query;
 struct flight;
@@ -75,6 +86,7 @@ struct query {
     struct attempt *att; /* the try in flight, NULL when none */
     unsigned tries;      /* servers asked so far */
     int err;             /* RESOLVE_ERR_* or 0 */
+    bool abandoned;      /* not answered within the resolution delay: no error */
     int ttl;             /* smallest TTL of its answers (s), -1 when none */
     size_t n;
     struct ipaddr a[RESOLVE_MAX_ADDRS];
@@ -90,7 +102,9 @@ struct flight {
     unsigned gen;                /* r->gen when it started */
     struct resolve_req *waiters; /* in the order they came, through wprev/wnext */
     struct resolve_req *wlast;
-    struct event *ev; /* its deadline, or its end known at once (finish_later) */
+    struct event *ev;     /* its deadline, resolution delay, or end known at once */
+    uint64_t deadline_ms; /* monotonic_ms() of the deadline (arm_deadline()) */
+    bool settling;        /* ev is the resolution delay (settle()) */
     struct query q[NQ];
     char name[HOST_MAX + 1];
 };
@@ -122,7 +136,8 @@ struct resolver {
     struct dns_cache cache; /* at most CACHE_MAX names; tests lower it */
     uint64_t neg_ttl_ms;    /* CACHE_NEG_TTL_MS; tests lower it */
     uint64_t try_ms; /* NAME_SERVER_TRY_MS; what a lookup's deadline counts (tests lower it) */
-    unsigned gen;    /* bumped by every reload */
+    uint64_t resolution_delay_ms; /* RESOLUTION_DELAY_MS; tests change it */
+    unsigned gen;                 /* bumped by every reload */
 };
 
 /* ---------------------------------------------------------------- cache */
@@ -138,6 +153,8 @@ static void cache_store(const struct flight *f, const struct ipaddr *out, size_t
         return;
     for (int i = 0; i < NQ; i++) {
         const struct query *q = &f->q[i];
+        if (q->abandoned)
+            continue; /* not answered: nothing to store of it */
         if (q->err != 0 && q->err != RESOLVE_ERR_NXDOMAIN && q->err != RESOLVE_ERR_NODATA)
             return; /* a timeout, failure or cancellation: never stored */
         if (q->n > 0 && (ttl < 0 || q->ttl < ttl))
@@ -203,6 +220,7 @@ struct resolver *resolver_new(struct event_base *base, const struct dns_cfg *cfg
     dns_cache_init(&r->cache, CACHE_MAX);
     r->neg_ttl_ms = CACHE_NEG_TTL_MS;
     r->try_ms = NAME_SERVER_TRY_MS;
+    r->resolution_delay_ms = RESOLUTION_DELAY_MS;
     if (name_servers_check(cfg, err) < 0)
         goto fail;
     if (copy_statics(cfg, &r->statics) < 0)
@@ -385,8 +403,9 @@ static void flight_free(struct flight *f)
     free(f);
 }
 
-/* The flight's event: an end known at once (activated), or its deadline
- * (a timer). evdns' own timer ends every try before the deadline, unless
+/* The flight's event: an end known at once (activated), the end of its
+ * resolution delay (settling: the query still running is abandoned), or
+ * its deadline (a timer). evdns' own timer ends every try before the deadline, unless
  * the try still waits in evdns' queue (RESOLVE_MAX_INFLIGHT queries out to
  * its server): such a try is cancelled here, counted as a timeout, and its
  * server taken as down. (Should evdns have lost a try's callback for want
@@ -401,7 +420,10 @@ static void on_flight_event(evutil_socket_t fd, short what, void *arg)
      * A query first would send it, to be cancelled at once. */
     for (int i = NQ - 1; i >= 0; i--) {
         struct query *q = &f->q[i];
-        if (q->att != NULL) {
+        if (q->att != NULL && f->settling) {
+            orphan(q);
+            q->abandoned = true;
+        } else if (q->att != NULL) {
             name_server_count(&f->r->ns[q->att->server].st, DNS_ERR_TIMEOUT);
             orphan(q);
             q->err = RESOLVE_ERR_TIMEOUT;
@@ -418,7 +440,23 @@ static void arm_deadline(struct resolver *r, struct flight *f)
 {
     uint64_t ms = (uint64_t)max_tries(r) * r->try_ms + DEADLINE_SLACK_MS;
     struct timeval tv = timeval_of_ms(ms);
+    f->deadline_ms = monotonic_ms() + ms;
     event_add(f->ev, &tv);
+}
+
+/* A query of <f> came back with addresses while the other still runs: that
+ * one has r->resolution_delay_ms more (RFC 8305 section 3), then <f> ends
+ * without it (on_flight_event()). A deadline nearer than that stays as it
+ * is, and ends the other query as a timeout. */
+static void settle(struct resolver *r, struct flight *f)
+{
+    uint64_t now = monotonic_ms();
+
+    if (f->settling || f->deadline_ms <= now || f->deadline_ms - now <= r->resolution_delay_ms)
+        return;
+    struct timeval tv = timeval_of_ms(r->resolution_delay_ms);
+    f->settling = true;
+    event_add(f->ev, &tv); /* replaces the deadline */
 }
 
 /* Ends <f> with what its queries hold, from the event loop, after the
@@ -548,6 +586,8 @@ static void on_answer(int result, char type, int count, int ttl, void *addresses
     q->err = q->n > 0 ? 0 : map_err(result);
     if (!queries_running(f))
         flight_finish(f);
+    else if (q->n > 0)
+        settle(r, f);
 }
 
 /* Sends both queries of <f> to the preferred server and arms its deadline;

@@ -15,6 +15,9 @@ between requests (an atomic replace). FILE maps lower-case names to:
      "tc": true,                            the truncation flag (or a list
                                             of the types it is set for: ["A"])
      "delay": 0.5,                          seconds before answering
+     "drop": ["AAAA"],                      the types never answered (a
+                                            resolver or middlebox that
+                                            drops AAAA questions)
      "mode": "..."}                         a misbehaviour, below
 
 A key "*.zone.test" answers every name one label below zone.test without a key of
@@ -132,6 +135,8 @@ def answer(script, data, peer_events):
     if entry is None:
         return struct.pack("!HHHHHH", qid, 0x8000 | rd | 0x0080 | 3, 1, 0, 0, 0) + question, None
     mode = entry.get("mode", "")
+    if {1: "A", 28: "AAAA"}.get(qtype) in entry.get("drop", []):
+        return None, "drop"
     if entry.get("delay"):
         time.sleep(min(float(entry["delay"]), 10.0))
     if mode == "drop":

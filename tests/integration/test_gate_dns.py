@@ -205,6 +205,25 @@ def test_answer_cached_for_its_ttl(world):
     assert sorted(w.queries("cached.test")) == [1, 28]  # one lookup for both
 
 
+@pytest.mark.parametrize("entry", [
+    {"A": [ALLOWED], "drop": ["AAAA"]},
+    {"AAAA": ["::ffff:" + ALLOWED], "drop": ["A"]},  # v4-mapped: reached over IPv4
+], ids=["aaaa_dropped", "a_dropped"])
+def test_one_family_dropped_is_answered_and_cached(world, entry):
+    # A server (a broken resolver, a middlebox) that answers one type at once
+    # and drops every question for the other: the answer is used without
+    # waiting for the other type's tries (RFC 8305's resolution delay), and
+    # cached for its TTL, so the second request asks the server nothing
+    w = world({"half.test": dict(entry, ttl=120)})
+    assert_reached(w.get("half.test"), ALLOWED + ":80")
+    poll(lambda: sorted(set(w.queries("half.test"))) == [1, 28], timeout=5,
+         what="the A and AAAA questions")
+    asked = len(w.queries("half.test"))
+    assert_reached(w.get("half.test"), ALLOWED + ":80")
+    assert len(w.queries("half.test")) == asked  # from the cache
+    assert w.reached() == [ALLOWED + ":80"] * 2
+
+
 def test_cname_to_a_private_address(world):
     w = world({"alias.test": {"cname": "inside.corp.test", "A": ["10.1.2.3"]}})
     r = w.get("alias.test")

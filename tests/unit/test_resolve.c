@@ -98,13 +98,15 @@ static void on_query(evutil_socket_t fd, short what, void *arg)
     int rcode = 0;
     size_t an = 0, ro = qend;
     memcpy(r, q, qend);
-    if (strcmp(name, "slow.test") == 0 || (strcmp(name, "half.test") == 0 && qtype == 28))
+    if (strcmp(name, "slow.test") == 0 || (strcmp(name, "half.test") == 0 && qtype == 28) ||
+        (strcmp(name, "v6half.test") == 0 && qtype == 1))
         return; /* silence */
     if (strcmp(name, "nx.test") == 0) {
         rcode = 3;
     } else if (strcmp(name, "fail.test") == 0) {
         rcode = 2;
-    } else if (strcmp(name, "one.test") == 0 || strcmp(name, "half.test") == 0) {
+    } else if (strcmp(name, "one.test") == 0 || strcmp(name, "half.test") == 0 ||
+               strcmp(name, "v6half.test") == 0) {
         if (qtype == 1) {
             uint8_t a[4] = {192, 0, 2, d->last_octet};
             ro += add_rr(r + ro, 1, a, 4, d->ttl);
@@ -612,6 +614,7 @@ static void test_reload(void **state)
     fake_start(&d2, base, 2);
     struct dns_static st1[] = {{.name = "s.test", .addr = v4("127.0.0.2")}};
     struct resolver *r = new_resolver(base, d1.addr, st1, 1);
+    r->resolution_delay_ms = 60000; /* half.test's AAAA waited for until the end */
 
     struct result res = {.base = base};
     assert_non_null(resolver_lookup(r, "one.test", on_result, &res));
@@ -922,6 +925,7 @@ static void test_shared_lookup_cancel(void **state)
     fake_start(&d, base, 1);
     struct resolver *r = new_resolver(base, d.addr, NULL, 0);
     assert_int_equal(evdns_base_set_option(r->ns[0].dns, "timeout:", "0.2"), 0);
+    r->resolution_delay_ms = 60000; /* half.test's AAAA tries run out (no resolution delay) */
 
     /* Three wait for a silent name; all three leave: nothing is left. */
     struct resolve_req *q[3];
@@ -1208,6 +1212,54 @@ static void test_cache_negative(void **state)
     event_base_free(base);
 }
 
+/* A server that answers one family at once and drops the questions for
+ * the other (broken resolvers and middleboxes drop AAAA): the answer comes
+ * without waiting for the other family's tries (RFC 8305 section 3, its
+ * resolution delay), and it is cached for the answered family's TTL, the
+ * missing family taken as not answered, not as a failure: the next request
+ * asks the server nothing. The silent query is neither a timeout nor a
+ * failure of the server. Both ways round: A answered and AAAA dropped,
+ * AAAA answered and A dropped. */
+static void test_one_family_answered(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct fake_dns d;
+    fake_start(&d, base, 1);
+    struct resolver *r = new_resolver(base, d.addr, NULL, 0);
+    static const char *const names[] = {"half.test", "v6half.test"};
+
+    for (size_t i = 0; i < 2; i++) {
+        struct ipaddr want = i == 0 ? v4("192.0.2.1") : v6("2001:db8::1");
+        struct result res = {.base = base};
+        assert_non_null(resolver_lookup(r, names[i], on_result, &res));
+        run_until(base, &res, 10000); /* a bound, not a timing */
+        assert_int_equal(res.calls, 1);
+        assert_int_equal(res.err, 0);
+        assert_int_equal(res.n, 1);
+        assert_addr(&res.a[0], want);
+        assert_non_null(r->cache.lru_head);
+        assert_string_equal(r->cache.lru_head->name, names[i]);
+        uint64_t left = r->cache.lru_head->expires_ms - monotonic_ms();
+        assert_true(left <= 60000 && left > 50000); /* the answer's TTL, 60 s */
+        int before = d.queries;
+        res = lookup_wait(base, r, names[i]);
+        assert_int_equal(res.err, 0);
+        assert_int_equal(res.n, 1);
+        assert_addr(&res.a[0], want);
+        assert_int_equal(d.queries, before); /* from the cache */
+    }
+    struct resolve_server_stats st;
+    assert_int_equal(resolver_server_stats(r, &st, 1), 1);
+    assert_int_equal(st.timeouts + st.failures, 0);
+    assert_false(st.down);
+
+    resolver_free(r);
+    run(base, 50); /* the abandoned tries report */
+    fake_stop(&d);
+    event_base_free(base);
+}
+
 static void test_cache_not_failures(void **state)
 {
     (void)state;
@@ -1224,7 +1276,10 @@ static void test_cache_not_failures(void **state)
     res = lookup_wait(base, r, "slow.test");
     assert_int_equal(res.err, RESOLVE_ERR_TIMEOUT);
     assert_int_equal(d.queries, 8);
-    /* Nor a partial answer (A came, AAAA timed out). */
+    /* Nor a partial answer (A came, AAAA timed out): here the resolution
+     * delay outlasts the deadline, so the AAAA tries run out (a timeout,
+     * not a query abandoned after the delay: test_one_family_answered). */
+    r->resolution_delay_ms = 60000;
     res = lookup_wait(base, r, "half.test");
     assert_int_equal(res.err, 0);
     assert_int_equal(res.n, 1);
@@ -1496,6 +1551,7 @@ int main(void)
         cmocka_unit_test(test_cache_positive),
         cmocka_unit_test(test_cache_negative),
         cmocka_unit_test(test_cache_not_failures),
+        cmocka_unit_test(test_one_family_answered),
         cmocka_unit_test(test_cache_static_and_reload),
         cmocka_unit_test(test_cache_eviction),
     };
