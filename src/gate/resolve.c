@@ -24,22 +24,26 @@
  * see on_flight_event().) The servers, their bases and counters are
  * name_servers.c's; which server a try goes to is decided here.
  *
- * Resolution delay (RFC 8305 section 3): once one query has come back with
- * addresses, the other gets r->resolution_delay_ms more (its event, the
- * deadline until then, is moved up), then it is abandoned and the flight
- * ends with what it has. A server or middlebox that drops AAAA questions
- * (or A ones) so costs the lookup 50 ms, not every try of the silent query
- * (about 4 s with a lone server). An abandoned query is neither a timeout
- * nor a failure: not counted against its server, and the flight is stored
- * as if that query had been answered empty.
+ * Resolution delay (RFC 8305 section 3): once the A query has come back
+ * with addresses, AAAA gets r->resolution_delay_ms more (the flight's
+ * event, the deadline until then, is moved up), then it is abandoned and
+ * the flight ends with the A answer. A server or middlebox that drops AAAA
+ * questions so costs the lookup 50 ms, not every try of the silent query
+ * (about 4 s with a lone server). Not the other way round: an AAAA answer
+ * without its A would leave a gateway without IPv6 routes nothing to
+ * connect to, so A is waited for until the deadline. An abandoned query is
+ * neither a timeout nor a failure: not counted against its server, and the
+ * flight is stored as if it had been answered empty, for at most 30 s
+ * (ONE_FAMILY_TTL_MS: an AAAA that was only slow, not dropped, is asked
+ * again soon).
  *
  * Answer cache (dns_cache.c): at most CACHE_MAX names. Only flights that
  * came back complete are stored: both queries answered with addresses or
  * with "no such name / no data", or one with addresses and the other
  * abandoned (never a timeout, a server failure or a cancellation of
  * either); positive for min(answer TTL, 300 s) of the answers with
- * addresses, negative for r->neg_ttl_ms. A flight started before a reload
- * is not stored after it (r->gen). */
+ * addresses (30 s with AAAA abandoned), negative for r->neg_ttl_ms. A flight started before a
+ * reload is not stored after it (r->gen). */
 #include "gate/resolve.h"
 #include "gate/dns_cache.h"
 #include "gate/name_servers.h"
@@ -66,7 +70,8 @@ enum { Q_A, Q_AAAA, NQ };
 #define CACHE_MAX           4096   /* names */
 #define CACHE_TTL_MAX_MS    300000 /* positive answers: at most 300 s */
 #define CACHE_NEG_TTL_MS    5000   /* negative answers (NXDOMAIN, no data) */
-#define RESOLUTION_DELAY_MS 50     /* RFC 8305 section 3: the wait for the other query */
+#define RESOLUTION_DELAY_MS 50     /* RFC 8305 section 3: the wait for AAAA once A answered */
+#define ONE_FAMILY_TTL_MS   30000  /* an answer without its abandoned AAAA: at most 30 s */
 #define DEADLINE_SLACK_MS   1000   /* past the last try's end: see arm_deadline() */
 #define FLIGHT_BUCKETS      1024   /* the table of names in flight; a power of two */
 
@@ -148,13 +153,16 @@ static void cache_store(const struct flight *f, const struct ipaddr *out, size_t
 {
     struct resolver *r = f->r;
     int ttl = -1;
+    uint64_t cap_ms = CACHE_TTL_MAX_MS;
 
     if (f->gen != r->gen)
         return;
     for (int i = 0; i < NQ; i++) {
         const struct query *q = &f->q[i];
-        if (q->abandoned)
-            continue; /* not answered: nothing to store of it */
+        if (q->abandoned) { /* not answered: nothing to store of it */
+            cap_ms = ONE_FAMILY_TTL_MS;
+            continue;
+        }
         if (q->err != 0 && q->err != RESOLVE_ERR_NXDOMAIN && q->err != RESOLVE_ERR_NODATA)
             return; /* a timeout, failure or cancellation: never stored */
         if (q->n > 0 && (ttl < 0 || q->ttl < ttl))
@@ -170,8 +178,7 @@ static void cache_store(const struct flight *f, const struct ipaddr *out, size_t
     if (ttl <= 0)
         return;
     uint64_t ms = (uint64_t)ttl * 1000u;
-    dns_cache_put(&r->cache, f->name, out, n, monotonic_ms(),
-                  ms < CACHE_TTL_MAX_MS ? ms : CACHE_TTL_MAX_MS);
+    dns_cache_put(&r->cache, f->name, out, n, monotonic_ms(), ms < cap_ms ? ms : cap_ms);
 }
 
 /* --------------------------------------------------------------- config */
@@ -444,8 +451,8 @@ static void arm_deadline(struct resolver *r, struct flight *f)
     event_add(f->ev, &tv);
 }
 
-/* A query of <f> came back with addresses while the other still runs: that
- * one has r->resolution_delay_ms more (RFC 8305 section 3), then <f> ends
+/* <f>'s A query came back with addresses while AAAA still runs: that one
+ * has r->resolution_delay_ms more (RFC 8305 section 3), then <f> ends
  * without it (on_flight_event()). A deadline nearer than that stays as it
  * is, and ends the other query as a timeout. */
 static void settle(struct resolver *r, struct flight *f)
@@ -586,7 +593,7 @@ static void on_answer(int result, char type, int count, int ttl, void *addresses
     q->err = q->n > 0 ? 0 : map_err(result);
     if (!queries_running(f))
         flight_finish(f);
-    else if (q->n > 0)
+    else if (q->n > 0 && q == &f->q[Q_A])
         settle(r, f);
 }
 

@@ -18,11 +18,11 @@
  * moves its queries to new servers does not move it). Lookups of a name
  * already being asked share that query and its answer (and its deadline):
  * one A and one AAAA query per name in flight, however many connections
- * wait for it; the query is cancelled when the last of them is. Once one
- * of A and AAAA has come back with addresses, the other has 50 ms more
- * (RFC 8305's resolution delay), not its tries: it is then abandoned, and
- * the lookup answered with what came (a server that drops AAAA questions
- * costs 50 ms, not 4 s). Up to
+ * wait for it; the query is cancelled when the last of them is. Once A
+ * has come back with addresses, AAAA has 50 ms more (RFC 8305's
+ * resolution delay), not its tries: it is then abandoned, and the lookup
+ * answered with the A addresses (a server that drops AAAA questions costs
+ * 50 ms, not 4 s); A is always waited for. Up to
  * RESOLVE_MAX_INFLIGHT queries per server are in flight at once, so names
  * whose server stalls hold up no other lookup. Nothing here blocks (no
  * getaddrinfo).
@@ -30,9 +30,9 @@
  * Answers from the servers are cached per name (at most 4096 names, least
  * recently used evicted): addresses for min(their TTL, 300 s), "no such
  * name" (or no A/AAAA) for 5 s; timeouts, server failures and answers
- * where one of A/AAAA timed out or failed are never cached (one abandoned
- * after the resolution delay counts as not answered: the other's addresses
- * are cached). A cached answer is delivered from the loop like
+ * where one of A/AAAA timed out or failed are never cached (an AAAA abandoned
+ * after the resolution delay counts as not answered: the A addresses are
+ * cached, for at most 30 s). A cached answer is delivered from the loop like
  * a static one. The static map always wins and is never
  * cached; resolver_reload() empties the cache. Security: the gate checks
  * every address through the address guard on every request, cached or
