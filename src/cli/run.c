@@ -35,6 +35,7 @@
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -223,6 +224,38 @@ static bool box_private_dir(const char *path)
     return strcmp(path, "/tmp") == 0 || strcmp(path, "/dev/shm") == 0;
 }
 
+/* Whether <path> (canonical) holds the kernel's settings: /sys or below
+ * it, or on a file system of the kernel's own (sysfs, cgroups, debugfs,
+ * tracefs, securityfs, configfs, efivarfs, bpf, pstore) mounted anywhere.
+ * Their files are root's, and root writes most of them without any
+ * capability (/sys/power/state suspends the host): bound writable, as the
+ * working directory or a --rw path is, they would let a box started as
+ * root reconfigure the host. */
+static bool kernel_settings(const char *path)
+{
+    static const unsigned long magic[] = {
+        0x62656572, /* SYSFS_MAGIC */
+        0x27e0eb,   /* CGROUP_SUPER_MAGIC */
+        0x63677270, /* CGROUP2_SUPER_MAGIC */
+        0x64626720, /* DEBUGFS_MAGIC */
+        0x74726163, /* TRACEFS_MAGIC */
+        0x73636673, /* SECURITYFS_MAGIC */
+        0x62656570, /* CONFIGFS_MAGIC */
+        0xde5e81e4, /* EFIVARFS_MAGIC */
+        0xcafe4a11, /* BPF_FS_MAGIC */
+        0x6165676c, /* PSTOREFS_MAGIC */
+    };
+    if (strcmp(path, "/sys") == 0 || strncmp(path, "/sys/", 5) == 0)
+        return true;
+    struct statfs sf;
+    if (statfs(path, &sf) < 0)
+        return false;
+    for (size_t i = 0; i < sizeof(magic) / sizeof(magic[0]); i++)
+        if ((unsigned long)sf.f_type == magic[i])
+            return true;
+    return false;
+}
+
 static int add_path(struct run_args *a, enum box_path_kind kind, const char *opt, const char *p)
 {
     if (a->npaths >= RUN_MAX_PATHS)
@@ -239,6 +272,11 @@ static int add_path(struct run_args *a, enum box_path_kind kind, const char *opt
         return command_usage_error(self, "%s %s: %s", opt, p, strerror(errno));
     if (strcmp(c, "/") == 0 && kind != BOX_PATH_RO)
         return command_usage_error(self, "%s /: not the whole file system", opt);
+    if (kind == BOX_PATH_RW && kernel_settings(c))
+        return command_usage_error(self,
+                                   "--rw %s: the kernel's settings are not made writable "
+                                   "in the box",
+                                   c);
     if (box_private_dir(c) && kind != BOX_PATH_HIDE)
         return command_usage_error(self,
                                    "%s %s: the box gives the command a private, empty %s; "
@@ -433,6 +471,13 @@ static int check_cwd(const char *cwd)
                 "sluice run: the current directory is %s, which the box replaces with a "
                 "private, empty one: nothing the command wrote there would reach it; run "
                 "from a directory below it or a project directory\n",
+                cwd);
+        return -1;
+    }
+    if (kernel_settings(cwd)) {
+        fprintf(stderr,
+                "sluice run: the current directory is %s, where the kernel's settings are: "
+                "they would be writable in the box; run from a project directory\n",
                 cwd);
         return -1;
     }
