@@ -286,9 +286,14 @@ static int add_path(struct run_args *a, enum box_path_kind kind, const char *opt
     return 0;
 }
 
-/* --tmp-size: a size (at least 1 MiB: tmpfs reads 0 as no bound at all) or
- * a share of the machine's memory, N%, written into <out> as tmpfs's size=
- * takes it. Returns 0, or -1 for anything else. */
+/* The largest --tmp-size: tmpfs rounds size= up to whole pages, and one
+ * within a page of 2^64 wraps to 0 pages, no bound at all. */
+#define RUN_TMP_SIZE_MAX (UINT64_C(1) << 63)
+
+/* --tmp-size: a size (at least 1 MiB: tmpfs reads 0 as no bound at all; at
+ * most RUN_TMP_SIZE_MAX) or a share of the machine's memory, N%, written
+ * into <out> as tmpfs's size= takes it. Returns 0, -2 for a size above
+ * RUN_TMP_SIZE_MAX, or -1 for anything else. */
 static int parse_tmp_size(const char *s, char *out, size_t outlen)
 {
     uint64_t v;
@@ -306,6 +311,8 @@ static int parse_tmp_size(const char *s, char *out, size_t outlen)
     }
     if (parse_size(s, &v) < 0 || v < 1024 * 1024)
         return -1;
+    if (v > RUN_TMP_SIZE_MAX)
+        return -2;
     snprintf(out, outlen, "%llu", (unsigned long long)v);
     return 0;
 }
@@ -418,7 +425,13 @@ static int parse_args(int argc, char **argv, struct run_args *a)
             a->gateway_user = optarg;
             break;
         case 'T':
-            if (parse_tmp_size(optarg, a->tmp_size, sizeof(a->tmp_size)) < 0)
+            rc = parse_tmp_size(optarg, a->tmp_size, sizeof(a->tmp_size));
+            if (rc == -2)
+                return command_usage_error(self,
+                                           "--tmp-size: '%s' is more than 8EiB, which tmpfs "
+                                           "would round up to no bound at all",
+                                           optarg);
+            if (rc < 0)
                 return command_usage_error(self,
                                            "--tmp-size: '%s' is neither a size of at least 1MiB "
                                            "(B, KiB, MiB, GiB) nor a share of memory from 1%% "

@@ -563,6 +563,21 @@ def test_tmp_size_that_is_no_bound_is_refused(box, net, size):
             "GiB) nor a share of memory from 1%% to 100%%" % size) in p.stderr, p.stderr
 
 
+@pytest.mark.parametrize("size", ["18446744073709551615", "18446744073709547521B",
+                                  "17179869183GiB", "9223372036854775809"])
+def test_tmp_size_that_tmpfs_would_round_to_no_bound_is_refused(box, net, size):
+    """tmpfs rounds size= up to whole pages: a size within a page of 2^64
+    wraps to 0 pages, no bound at all (df shows a size of 0), and the
+    command could fill the machine's memory. Sizes above 8 EiB, more than
+    any machine has, are refused before anything starts."""
+    pol = box.policy(net.policy([]))
+    p = box.run(["--policy", pol, "--tmp-size", size], "print('ran')")
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "ran" not in p.stdout
+    assert ("sluice run: --tmp-size: '%s' is more than 8EiB, which tmpfs would round up "
+            "to no bound at all" % size) in p.stderr, p.stderr
+
+
 def test_root_as_working_directory_is_refused(box, net, hostdir):
     """The working directory is writable in the box: / would be all of it."""
     pol = box.policy(net.policy([]))
