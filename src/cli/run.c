@@ -53,6 +53,7 @@
 #include "util/priority.h"
 #include "util/privdrop.h"
 #include "util/stderr_relay.h"
+#include "util/text_json.h"
 #include "util/units.h"
 
 #define RUN_MAX_PATHS  256
@@ -204,12 +205,19 @@ static int refuse_links(const char *opt, const char *p)
     int rc = 0;
     char link[PATH_MAX], target[PATH_MAX];
     if (first_link(lex, link, sizeof(link), target, sizeof(target)) ||
-        first_link(abs, link, sizeof(link), target, sizeof(target)))
+        first_link(abs, link, sizeof(link), target, sizeof(target))) {
+        /* the link's target, and its name, may be the agent's text: a
+         * line end or a terminal escape in them is shown \ooo */
+        char *sp = text_shown(p), *sl = text_shown(link), *st = text_shown(target);
         rc = command_usage_error(self,
                                  "%s %s: %s is a symbolic link (to %s); a link in a "
                                  "writable folder may have been planted by the agent: pass "
                                  "the real path if you mean it",
-                                 opt, p, link, target);
+                                 opt, sp, sl, st);
+        free(sp);
+        free(sl);
+        free(st);
+    }
     free(lex);
     free(abs);
     return rc;

@@ -2887,6 +2887,25 @@ def test_symlinked_paths_refused(box, net, hostdir):
         assert not os.path.exists(os.path.join(data, "planted")), args
 
 
+def test_symlink_target_in_the_refusal_is_escaped(box, net):
+    """The target of a link an earlier run planted is the agent's text: the
+    refusal showed it raw, so a line end and a terminal escape in it wrote a
+    line of run's own into standard error ('sluice run: exit 0; ...') and
+    could clear the ones before it. It is shown as mountinfo writes such
+    bytes, \\ooo."""
+    pol = box.policy(net.policy([]))
+    os.symlink("/etc\x1b[2J\nsluice run: exit 0; forged", os.path.join(box.workdir, "build"))
+    for args in (["--rw", "./build"], ["--log", "build"]):
+        p = box.run(["--policy", pol] + args, "print('ran')")
+        assert p.returncode == 2, (args, p.stderr)
+        assert "ran" not in p.stdout
+        assert "\x1b" not in p.stderr, (args, p.stderr)
+        assert not any(ln.startswith("sluice run: exit 0; forged")
+                       for ln in p.stderr.splitlines()), (args, p.stderr)
+        assert ("is a symbolic link (to /etc\\033[2J\\012sluice run: exit 0; forged)"
+                in p.stderr), (args, p.stderr)
+
+
 def test_symlinked_log_and_alerts_refused(box, net, hostdir):
     """A link an earlier run planted where the next run's --log or --alerts
     file goes (the current directory is writable) would have the gateway,
