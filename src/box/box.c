@@ -344,7 +344,7 @@ static int init_setup(const struct box_config *cfg, uid_t uid, gid_t gid, bool u
     }
     if (box_mounts_setup(cfg, err, errlen) < 0)
         return -1;
-    if (box_mount_proc(err, errlen) < 0)
+    if (box_mount_proc(cfg, err, errlen) < 0)
         return -1;
     if (chdir(cfg->cwd) < 0) {
         snprintf(err, errlen, "chdir %s: %s", cfg->cwd, strerror(errno));

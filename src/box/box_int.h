@@ -27,8 +27,9 @@ int box_loopback_up(char *err, size_t errlen);
 /* Builds the box's file system view in the current (new, private) mount
  * namespace; see box.h. Returns 0, or -1 with a message. */
 int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen);
-/* Mounts a new procfs on /proc (needs to run inside the new PID namespace). */
-int box_mount_proc(char *err, size_t errlen);
+/* Mounts a new procfs on /proc (needs to run inside the new PID namespace)
+ * and applies the --hide paths below it there. */
+int box_mount_proc(const struct box_config *cfg, char *err, size_t errlen);
 /* Opens <path> (absolute) O_PATH one component at a time, following no
  * symbolic link (ELOOP). Returns the descriptor, or -1 with errno. */
 int box_open_nofollow(const char *path);

@@ -19,7 +19,8 @@
  *      opened path (recursive, so mounts below come along, read-only),
  *      remounted writable or read-only (nodev as on the host); a hidden
  *      directory becomes an empty read-only tmpfs, a hidden file an empty
- *      read-only file (/dev/null);
+ *      read-only file (/dev/null); one below /proc waits for the box's own
+ *      /proc (box_mount_proc()), which would cover it;
  *   5. every mount still writable is checked against the writable paths:
  *      one left over is an error, never a half-boxed run.
  * A writable path that is read-only on the host stays read-only. Paths are
@@ -361,28 +362,45 @@ static size_t depth_of(const char *p)
     return d;
 }
 
+/* Whether <path> lies below /proc, where the box's own /proc goes once the
+ * view is built (box_mount_proc()): a --hide there is applied then, on the
+ * box's /proc, not on the host's one it covers. */
+static bool below_proc(const char *path)
+{
+    return strncmp(path, "/proc/", 6) == 0;
+}
+
+/* --hide <path> as the box shows it: a directory becomes an empty
+ * read-only tmpfs, anything else /dev/null, read-only. */
+static int hide_path(const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    if (stat(path, &st) < 0)
+        return 0; /* not visible in the box: nothing to hide */
+    int rc;
+    if (S_ISDIR(st.st_mode))
+        rc = mount_on("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
+                      "mode=0755,size=4k");
+    else
+        rc = mount_on("/dev/null", path, NULL, MS_BIND, NULL) == 0
+                 ? remount_nofollow(path, true, false)
+                 : -1;
+    if (rc < 0) {
+        snprintf(err, errlen, "--hide %s: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 static int apply_op(const struct op *o, char *err, size_t errlen)
 {
     struct stat st;
+    if (o->kind == BOX_PATH_HIDE && below_proc(o->path))
+        return 0; /* on the box's /proc, by box_mount_proc() */
     if (o->fd < 0)
         return 0; /* an optional path that does not exist */
-    if (o->kind == BOX_PATH_HIDE) {
-        if (stat(o->path, &st) < 0)
-            return 0; /* not visible in the box: nothing to hide */
-        int rc;
-        if (S_ISDIR(st.st_mode))
-            rc = mount_on("tmpfs", o->path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY,
-                          "mode=0755,size=4k");
-        else
-            rc = mount_on("/dev/null", o->path, NULL, MS_BIND, NULL) == 0
-                     ? remount_nofollow(o->path, true, false)
-                     : -1;
-        if (rc < 0) {
-            snprintf(err, errlen, "--hide %s: %s", o->path, strerror(errno));
-            return -1;
-        }
-        return 0;
-    }
+    if (o->kind == BOX_PATH_HIDE)
+        return hide_path(o->path, err, errlen);
     if (stat(o->path, &st) < 0 && make_target(o->path, o->is_dir) < 0) {
         snprintf(err, errlen, "%s %s: cannot make it in the box: %s",
                  o->kind == BOX_PATH_RW ? "--rw" : "--ro", o->path, strerror(errno));
@@ -590,12 +608,16 @@ out:
     return rc;
 }
 
-int box_mount_proc(char *err, size_t errlen)
+int box_mount_proc(const struct box_config *cfg, char *err, size_t errlen)
 {
     if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, NULL) < 0) {
         snprintf(err, errlen, "cannot mount a private /proc: %s", strerror(errno));
         return -1;
     }
+    for (size_t i = 0; i < cfg->npaths; i++)
+        if (cfg->paths[i].kind == BOX_PATH_HIDE && below_proc(cfg->paths[i].path) &&
+            hide_path(cfg->paths[i].path, err, errlen) < 0)
+            return -1;
     return 0;
 }
 

@@ -285,6 +285,11 @@ static int add_path(struct run_args *a, enum box_path_kind kind, const char *opt
                                    "--rw %s: the kernel's settings are not made writable "
                                    "in the box",
                                    c);
+    /* the box and the command read their own processes there (fds,
+     * mountinfo); the host's /proc is covered by the box's anyway */
+    if (kind == BOX_PATH_HIDE && strcmp(c, "/proc") == 0)
+        return command_usage_error(self, "--hide /proc: the box mounts its own /proc, which the "
+                                         "command needs; hide what below it you mean");
     if (box_private_dir(c) && kind != BOX_PATH_HIDE)
         return command_usage_error(self,
                                    "%s %s: the box gives the command a private, empty %s; "

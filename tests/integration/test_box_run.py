@@ -462,6 +462,26 @@ def test_missing_hide_path_with_dot_dot_is_ignored(box, net, hostdir):
     assert Box.out(p) == {"ran": True}
 
 
+def test_hide_below_proc_hides_in_the_box_proc(box, net):
+    """The box mounts its own /proc after the view is built: a --hide below
+    /proc was applied to the host's /proc beneath it and covered, so
+    `--hide /proc/cpuinfo` and `--hide /proc/sys/kernel` hid nothing, and
+    said nothing. They hide in the box's /proc; `--hide /proc`, which the
+    box and the command need, is refused."""
+    pol = box.policy(net.policy([]))
+    code = ("import json, os; print(json.dumps({'cpuinfo': open('/proc/cpuinfo').read(), "
+            "'kernel': os.listdir('/proc/sys/kernel'), 'self': os.path.isdir('/proc/self/fd')}))")
+    p = box.run(["--policy", pol, "--hide", "/proc/cpuinfo", "--hide", "/proc/sys/kernel",
+                 "--hide", "/proc/no-such-entry"], code)
+    assert p.returncode == 0, p.stderr
+    assert Box.out(p) == {"cpuinfo": "", "kernel": [], "self": True}
+    p = box.run(["--policy", pol, "--hide", "/proc"], "print('ran')")
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "ran" not in p.stdout
+    assert "sluice run: --hide /proc: the box mounts its own /proc, which the command needs; " \
+        "hide what below it you mean" in p.stderr, p.stderr
+
+
 def test_policy_and_log_are_read_only(box, net):
     pol = box.policy(net.policy([api_rule(net)]))
     log = os.path.join(box.workdir, "decisions.jsonl")
