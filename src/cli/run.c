@@ -232,13 +232,24 @@ static bool box_private_dir(const char *path)
     return strcmp(path, "/tmp") == 0 || strcmp(path, "/dev/shm") == 0;
 }
 
-/* Whether <path> (canonical) holds the kernel's settings: /sys or below
- * it, or on a file system of the kernel's own (sysfs, cgroups, debugfs,
- * tracefs, securityfs, configfs, efivarfs, bpf, pstore) mounted anywhere.
- * Their files are root's, and root writes most of them without any
- * capability (/sys/power/state suspends the host): bound writable, as the
- * working directory or a --rw path is, they would let a box started as
- * root reconfigure the host. */
+/* Whether <path> lies at or below <dir> (both canonical). */
+static bool at_or_below(const char *path, const char *dir)
+{
+    size_t n = strlen(dir);
+    return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+/* Whether <path> (canonical) holds the kernel's settings or the host's
+ * devices: /sys or below it, /dev or below it (but for a folder below
+ * /dev/shm, which the box makes its own), the file system of the host's
+ * /dev wherever bound, or one of the kernel's own file systems (sysfs,
+ * cgroups, debugfs, tracefs, securityfs, configfs, efivarfs, bpf, pstore,
+ * devpts, mqueue) mounted anywhere. Their files are root's, and root
+ * writes most of them without any capability (/sys/power/state suspends
+ * the host, /dev/sda is the disk, /dev/pts/N a root terminal): bound
+ * writable, as the working directory or a --rw path is, with the host's
+ * device nodes usable there, they would hand a box started as root the
+ * host. */
 static bool kernel_settings(const char *path)
 {
     static const unsigned long magic[] = {
@@ -252,8 +263,12 @@ static bool kernel_settings(const char *path)
         0xde5e81e4, /* EFIVARFS_MAGIC */
         0xcafe4a11, /* BPF_FS_MAGIC */
         0x6165676c, /* PSTOREFS_MAGIC */
+        0x1cd1,     /* DEVPTS_SUPER_MAGIC */
+        0x19800202, /* MQUEUE_MAGIC */
     };
-    if (strcmp(path, "/sys") == 0 || strncmp(path, "/sys/", 5) == 0)
+    if (at_or_below(path, "/dev/shm"))
+        return false; /* the box's own (box_private_dir()) */
+    if (at_or_below(path, "/sys") || at_or_below(path, "/dev"))
         return true;
     struct statfs sf;
     if (statfs(path, &sf) < 0)
@@ -261,7 +276,11 @@ static bool kernel_settings(const char *path)
     for (size_t i = 0; i < sizeof(magic) / sizeof(magic[0]); i++)
         if ((unsigned long)sf.f_type == magic[i])
             return true;
-    return false;
+    /* the host's /dev bound elsewhere (a chroot's): when it is a file
+     * system of its own, as devtmpfs is, which tmpfs's type hides */
+    struct stat st, dev, root;
+    return stat(path, &st) == 0 && stat("/dev", &dev) == 0 && stat("/", &root) == 0 &&
+           dev.st_dev != root.st_dev && st.st_dev == dev.st_dev;
 }
 
 static int add_path(struct run_args *a, enum box_path_kind kind, const char *opt, const char *p)
@@ -282,8 +301,8 @@ static int add_path(struct run_args *a, enum box_path_kind kind, const char *opt
         return command_usage_error(self, "%s /: not the whole file system", opt);
     if (kind == BOX_PATH_RW && kernel_settings(c))
         return command_usage_error(self,
-                                   "--rw %s: the kernel's settings are not made writable "
-                                   "in the box",
+                                   "--rw %s: the kernel's settings and the host's devices "
+                                   "are not made writable in the box",
                                    c);
     /* the box and the command read their own processes there (fds,
      * mountinfo); the host's /proc is covered by the box's anyway */
@@ -502,8 +521,9 @@ static int check_cwd(const char *cwd)
     }
     if (kernel_settings(cwd)) {
         fprintf(stderr,
-                "sluice run: the current directory is %s, where the kernel's settings are: "
-                "they would be writable in the box; run from a project directory\n",
+                "sluice run: the current directory is %s, where the kernel's settings or the "
+                "host's devices are: they would be writable in the box; run from a project "
+                "directory\n",
                 cwd);
         return -1;
     }

@@ -608,13 +608,15 @@ def test_root_as_working_directory_is_refused(box, net, hostdir):
     assert not os.path.exists(target)
 
 
-@pytest.mark.parametrize("where", ["/sys", "/sys/kernel"])
+@pytest.mark.parametrize("where", ["/sys", "/sys/kernel", "/dev", "/dev/pts", "/dev/net"])
 def test_kernel_settings_as_working_directory_or_rw_path_are_refused(box, net, where):
     """The host's /sys holds the kernel's settings (power states, memory
     management, devices), files that root owns and writes without any
-    capability. Run from there, or given as --rw, it was bound writable into
-    the box: a box started as root could suspend the host through
-    /sys/power/state. Refused before anything starts, like /."""
+    capability, and its /dev the host's devices. Run from there, or given as
+    --rw, they were bound writable into the box, /dev's with its device
+    nodes usable: a box started as root could suspend the host through
+    /sys/power/state, open /dev/net/tun or a disk, or a root terminal in
+    /dev/pts. Refused before anything starts, like /."""
     if not os.path.isdir(where):
         pytest.skip("no %s" % where)
     pol = box.policy(net.policy([]))
@@ -622,13 +624,14 @@ def test_kernel_settings_as_working_directory_or_rw_path_are_refused(box, net, w
     p = box.run(["--policy", pol], probe, cwd=where)
     assert p.returncode == 2, (p.stdout, p.stderr)
     assert "ran" not in p.stdout
-    assert ("sluice run: the current directory is %s, where the kernel's settings are: they "
-            "would be writable in the box; run from a project directory" % where) in p.stderr
+    assert ("sluice run: the current directory is %s, where the kernel's settings or the "
+            "host's devices are: they would be writable in the box; run from a project "
+            "directory" % where) in p.stderr
     p = box.run(["--policy", pol, "--rw", where], probe)
     assert p.returncode == 2, (p.stdout, p.stderr)
     assert "ran" not in p.stdout
-    assert ("sluice run: --rw %s: the kernel's settings are not made writable in the box"
-            % where) in p.stderr
+    assert ("sluice run: --rw %s: the kernel's settings and the host's devices are not made "
+            "writable in the box" % where) in p.stderr
 
 
 def test_policy_that_cannot_be_resolved_stops_the_run(box, net):
