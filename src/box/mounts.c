@@ -551,6 +551,15 @@ int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen)
         o->host_nodev = got && (sv.f_flag & ST_NODEV);
     }
     qsort(ops, nops, sizeof(*ops), cmp_ops);
+    /* among ops on the same path the last wins and covers the others:
+     * mounted too, each recursive bind would copy the ones stacked there
+     * before it (2^k mounts for a path given k times) */
+    for (size_t i = 0; i + 1 < nops; i++)
+        for (size_t k = i + 1; k < nops && ops[k].depth == ops[i].depth && ops[i].fd >= 0; k++)
+            if (strcmp(ops[k].path, ops[i].path) == 0) {
+                close(ops[i].fd);
+                ops[i].fd = -1;
+            }
     dev_open(dev_fds);
 
     /* 2. everything read-only: in one call where the kernel has it, else

@@ -450,6 +450,25 @@ print(json.dumps(out))
     assert os.listdir(secret) == ["id_rsa"]
 
 
+def test_path_given_many_times_is_mounted_once(box, net, hostdir):
+    """Among options naming the same path the last wins, and the earlier
+    ones were mounted all the same, each bind recursive, so that it copied
+    the binds stacked there before it: a path given k times made 2^k mounts,
+    and 20 times failed the set-up with 'No space left on device' (the
+    kernel's mount limit). Only the last is mounted."""
+    pol = box.policy(net.policy([]))
+    d = os.path.join(hostdir, "shared")
+    os.makedirs(d)
+    code = ("import json; print(json.dumps({'mounts': sum(1 for ln in "
+            "open('/proc/self/mountinfo') if ln.split()[4] == %r)}))" % d)
+    p = box.run(["--policy", pol] + ["--ro", d] * 19 + ["--rw", d], code)
+    assert p.returncode == 0, p.stderr
+    assert Box.out(p) == {"mounts": 1}
+    p = box.run(["--policy", pol] + ["--rw", d] * 19 + ["--ro", d],
+                "open(%r, 'w')" % os.path.join(d, "f"))
+    assert p.returncode == 1 and "Read-only file system" in p.stderr, p.stderr
+
+
 def test_missing_hide_path_with_dot_dot_is_ignored(box, net, hostdir):
     """A --hide path that does not exist is ignored, however it is written:
     one with a `..` (`--hide ../.aws`) was handed to the box as written, and
