@@ -240,13 +240,14 @@ static bool at_or_below(const char *path, const char *dir)
 }
 
 /* Whether <path> (canonical) holds the kernel's settings or the host's
- * devices: /sys or below it, /dev or below it (but for a folder below
+ * devices: /sys, /proc or /dev or below them (but for a folder below
  * /dev/shm, which the box makes its own), the file system of the host's
  * /dev wherever bound, or one of the kernel's own file systems (sysfs,
- * cgroups, debugfs, tracefs, securityfs, configfs, efivarfs, bpf, pstore,
- * devpts, mqueue) mounted anywhere. Their files are root's, and root
- * writes most of them without any capability (/sys/power/state suspends
- * the host, /dev/sda is the disk, /dev/pts/N a root terminal): bound
+ * proc, cgroups, debugfs, tracefs, securityfs, configfs, efivarfs, bpf,
+ * pstore, devpts, mqueue) mounted anywhere. Their files are root's, and
+ * root writes most of them without any capability (/sys/power/state
+ * suspends the host, /proc/sys/kernel/core_pattern runs a program as root,
+ * /dev/sda is the disk, /dev/pts/N a root terminal): bound
  * writable, as the working directory or a --rw path is, with the host's
  * device nodes usable there, they would hand a box started as root the
  * host. */
@@ -263,12 +264,13 @@ static bool kernel_settings(const char *path)
         0xde5e81e4, /* EFIVARFS_MAGIC */
         0xcafe4a11, /* BPF_FS_MAGIC */
         0x6165676c, /* PSTOREFS_MAGIC */
+        0x9fa0,     /* PROC_SUPER_MAGIC */
         0x1cd1,     /* DEVPTS_SUPER_MAGIC */
         0x19800202, /* MQUEUE_MAGIC */
     };
     if (at_or_below(path, "/dev/shm"))
         return false; /* the box's own (box_private_dir()) */
-    if (at_or_below(path, "/sys") || at_or_below(path, "/dev"))
+    if (at_or_below(path, "/sys") || at_or_below(path, "/dev") || at_or_below(path, "/proc"))
         return true;
     struct statfs sf;
     if (statfs(path, &sf) < 0)

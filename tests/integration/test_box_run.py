@@ -627,7 +627,8 @@ def test_root_as_working_directory_is_refused(box, net, hostdir):
     assert not os.path.exists(target)
 
 
-@pytest.mark.parametrize("where", ["/sys", "/sys/kernel", "/dev", "/dev/pts", "/dev/net"])
+@pytest.mark.parametrize("where", ["/sys", "/sys/kernel", "/dev", "/dev/pts", "/dev/net",
+                                   "/proc/sys/kernel"])
 def test_kernel_settings_as_working_directory_or_rw_path_are_refused(box, net, where):
     """The host's /sys holds the kernel's settings (power states, memory
     management, devices), files that root owns and writes without any
@@ -635,7 +636,9 @@ def test_kernel_settings_as_working_directory_or_rw_path_are_refused(box, net, w
     --rw, they were bound writable into the box, /dev's with its device
     nodes usable: a box started as root could suspend the host through
     /sys/power/state, open /dev/net/tun or a disk, or a root terminal in
-    /dev/pts. Refused before anything starts, like /."""
+    /dev/pts. Refused before anything starts, like /. So is /proc, which
+    the box's own /proc covers: the command ran in that one, read-only,
+    though the current directory and each --rw path are to be writable."""
     if not os.path.isdir(where):
         pytest.skip("no %s" % where)
     pol = box.policy(net.policy([]))
@@ -651,6 +654,30 @@ def test_kernel_settings_as_working_directory_or_rw_path_are_refused(box, net, w
     assert "ran" not in p.stdout
     assert ("sluice run: --rw %s: the kernel's settings and the host's devices are not made "
             "writable in the box" % where) in p.stderr
+
+
+def test_proc_mounted_elsewhere_as_working_directory_is_refused(box, net, hostdir):
+    """A proc mounted outside /proc (a chroot's or a container's root file
+    system) is the host's /proc all the same: run from its sys/kernel, the
+    folder was bound writable into the box, and a box started as root could
+    write core_pattern, a program the host's kernel runs as root at the next
+    crash. Refused by the file system's type, like /proc itself."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount")
+    pol = box.policy(net.policy([]))
+    where = os.path.join(hostdir, "proc")
+    os.makedirs(where)
+    subprocess.run(["mount", "--bind", "/proc", where], check=True)
+    try:
+        cwd = os.path.join(where, "sys", "kernel")
+        p = box.run(["--policy", pol], "import os; print('ran', os.access('core_pattern', "
+                    "os.W_OK))", cwd=cwd)
+    finally:
+        subprocess.run(["umount", where], check=True)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "ran" not in p.stdout
+    assert "sluice run: the current directory is %s, where the kernel's settings" % cwd \
+        in p.stderr, p.stderr
 
 
 def test_policy_that_cannot_be_resolved_stops_the_run(box, net):
