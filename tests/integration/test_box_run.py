@@ -469,6 +469,24 @@ def test_path_given_many_times_is_mounted_once(box, net, hostdir):
     assert p.returncode == 1 and "Read-only file system" in p.stderr, p.stderr
 
 
+def test_at_most_256_paths(box, net, hostdir):
+    """docs/SPEC.md names the limit: 256 --ro/--rw/--hide paths work, one
+    more is a usage error before anything starts."""
+    pol = box.policy(net.policy([]))
+    dirs = []
+    for i in range(257):
+        dirs.append(os.path.join(hostdir, "d%d" % i))
+        os.makedirs(dirs[-1])
+    hides = [a for d in dirs[:256] for a in ("--hide", d)]
+    p = box.run(["--policy", pol] + hides, "print('{\"ran\": true}')")
+    assert p.returncode == 0, p.stderr
+    assert Box.out(p) == {"ran": True}
+    p = box.run(["--policy", pol] + hides + ["--ro", dirs[256]], "print('ran')")
+    assert p.returncode == 2, p.stderr
+    assert "ran" not in p.stdout
+    assert "sluice run: at most 256 --ro/--rw/--hide paths" in p.stderr, p.stderr
+
+
 def test_missing_hide_path_with_dot_dot_is_ignored(box, net, hostdir):
     """A --hide path that does not exist is ignored, however it is written:
     one with a `..` (`--hide ../.aws`) was handed to the box as written, and
