@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "util/seccomp_load.h"
+#include "util/seccomp_tty.h"
 
 /* LeakSanitizer stops the world at exit with ptrace(): the test build
  * (ASan) keeps that one call, or its leak check would fail. */
@@ -117,5 +118,9 @@ int gateway_lockdown(char *err, size_t errlen)
     }
     if (rc == 0)
         rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
+    /* Serve started as root in a terminal keeps it as --user: code that took
+     * the gateway over would type into the root shell's terminal. */
+    if (rc == 0)
+        rc = seccomp_refuse_tty_ioctls(ctx);
     return seccomp_load_and_release(ctx, rc, err, errlen);
 }

@@ -11,6 +11,10 @@
  * a step towards the kernel or the rest of the machine. clone3() fails with
  * ENOSYS, so that glibc falls back to clone(), whose namespace flags a
  * filter can read (clone3 passes them in memory), as Docker's profile does.
+ * ioctl() that types into a terminal (TIOCSTI) or changes a console fails
+ * with EPERM (util/seccomp_tty.h): serve started as root in a terminal
+ * keeps that terminal after --user, and the root shell runs what is typed
+ * into it once the gateway exits.
  *
  * This is a deny list on purpose: an allow list for libevent, OpenSSL,
  * SQLite and glibc would break on the next library update, and what is

@@ -97,3 +97,63 @@ def test_serving_gateway_and_its_sinks_are_filtered(gateway, net, tmp_path):
     assert set(seccomp_modes(gw.proc.pid)) == {"2"}
     gw.stop()
 
+
+
+# Runs argv[2:] as the leader of a session of its own whose controlling
+# terminal is the pty argv[1], as a gateway started in an operator's
+# terminal runs (its programs in its session).
+WITH_TTY = ("import fcntl, os, sys, termios\n"
+            "os.setsid()\n"
+            "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+            "fcntl.ioctl(fd, termios.TIOCSCTTY, 0)\n"
+            "os.execv(sys.argv[2], sys.argv[2:])\n")
+
+# Types a space into the controlling terminal (TIOCSTI) and writes the
+# errno (0: it was typed) to <out>/tiocsti.
+TYPE_INTO_TTY = r"""#!/bin/sh
+cat > /dev/null
+/usr/bin/python3 -c 'import fcntl, os, termios
+try:
+    fcntl.ioctl(os.open("/dev/tty", os.O_RDWR), termios.TIOCSTI, b" ")
+    print(0)
+except OSError as e:
+    print(e.errno)' > %(out)s/tiocsti.tmp 2>&1
+mv %(out)s/tiocsti.tmp %(out)s/tiocsti
+"""
+
+
+def test_programs_of_a_gateway_in_a_terminal_cannot_type_into_it(gateway, net, tmp_path):
+    # Started as root in a terminal, with --user, the gateway keeps that
+    # terminal: TIOCSTI would let code that took it over as USER type a
+    # command line that the root shell runs once the gateway exits.
+    def tty_prefix():
+        master, slave = os.openpty()
+        masters.append(master)
+        name = os.ttyname(slave)
+        os.close(slave)
+        return ["/usr/bin/python3", "-c", WITH_TTY, name]
+    masters = []
+    try:
+        ctl = tmp_path / "ctl"
+        ctl.mkdir()
+        subprocess.run(tty_prefix() + ["/bin/sh", write_script(str(tmp_path / "ctl.sh"),
+                                                               TYPE_INTO_TTY % {"out": ctl})],
+                       stdin=subprocess.DEVNULL, timeout=20, check=True)
+        control = (ctl / "tiocsti").read_text().strip()
+        if control != "0":
+            pytest.skip("TIOCSTI is refused here anyway: errno %s" % control)
+        out = tmp_path / "out"
+        out.mkdir()
+        prog = write_script(str(tmp_path / "type.sh"), TYPE_INTO_TTY % {"out": out})
+        af = str(tmp_path / "alerts.jsonl")
+        pol = net.policy([api_rule(net)], alerts={"first_contact": True, "sinks": [{"exec": prog}]})
+        gw = gateway(pol, args=["--alerts", af], prefix=tty_prefix())
+        assert request(gw, "GET", net.url("/x")).status == 200
+        wait_alert(af, "first_contact")
+        got = poll(lambda: (out / "tiocsti").exists() and (out / "tiocsti").read_text() or None,
+                   timeout=10, what="the program's result")
+        assert got.strip() == "1", got  # EPERM
+        gw.stop()
+    finally:
+        for m in masters:
+            os.close(m)
