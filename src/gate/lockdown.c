@@ -3,10 +3,13 @@
 #include "gate/lockdown.h"
 
 #include <errno.h>
+#include <linux/capability.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <seccomp.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "util/seccomp_load.h"
@@ -87,6 +90,19 @@ static const unsigned long clone_ns_flags[] = {
     CLONE_NEWUSER, CLONE_NEWPID,    CLONE_NEWNET,
 };
 
+/* Whether CAP_SYS_ADMIN is in the effective set: what a filter loaded
+ * without no_new_privs needs. Root need not have it (a container's root:
+ * Docker's default capabilities leave it out). */
+static bool sys_admin_effective(void)
+{
+    struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2];
+    memset(data, 0, sizeof(data));
+    if (syscall(SYS_capget, &hdr, data) < 0)
+        return false;
+    return (data[CAP_TO_INDEX(CAP_SYS_ADMIN)].effective & CAP_TO_MASK(CAP_SYS_ADMIN)) != 0;
+}
+
 int gateway_lockdown(char *err, size_t errlen)
 {
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
@@ -95,7 +111,7 @@ int gateway_lockdown(char *err, size_t errlen)
         return -1;
     }
     int rc = 0;
-    if (geteuid() == 0)
+    if (geteuid() == 0 && sys_admin_effective())
         rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0);
     if (rc == 0)
         rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_TSYNC, 1);

@@ -24,9 +24,11 @@
 
 #include <stddef.h>
 
-/* Loads the filter on every thread of the process (TSYNC). As root it does
- * not set no_new_privs (root may load a filter without it; exec sinks keep
- * set-user-ID programs such as sendmail working); otherwise it does.
+/* Loads the filter on every thread of the process (TSYNC). As root with
+ * CAP_SYS_ADMIN it does not set no_new_privs (such a root may load a filter
+ * without it; exec sinks keep set-user-ID programs such as sendmail
+ * working); otherwise (a user, or a container's root without
+ * CAP_SYS_ADMIN, which the kernel refuses a filter without it) it does.
  * Returns 0, or -1 with <err> filled: the caller decides whether to go on. */
 int gateway_lockdown(char *err, size_t errlen);
 

@@ -157,3 +157,19 @@ def test_programs_of_a_gateway_in_a_terminal_cannot_type_into_it(gateway, net, t
     finally:
         for m in masters:
             os.close(m)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+def test_root_without_cap_sys_admin_is_filtered(gateway, net):
+    # A container's root (Docker's default capabilities have no
+    # CAP_SYS_ADMIN) may load a filter only with no_new_privs: without it
+    # the kernel refused the filter and the gateway served unfiltered.
+    gw = gateway(net.policy([api_rule(net)]),
+                 prefix=["setpriv", "--bounding-set", "-sys_admin", "--"])
+    poll(lambda: "sluice: serving " in gw.stderr() or None, timeout=10, what="serving")
+    with open("/proc/%d/status" % gw.proc.pid) as f:
+        cap_eff = [int(ln.split()[1], 16) for ln in f if ln.startswith("CapEff:")][0]
+    assert cap_eff & (1 << 21) == 0  # CAP_SYS_ADMIN: not the gateway's
+    assert "cannot load the filter" not in gw.stderr(), gw.stderr()
+    assert set(seccomp_modes(gw.proc.pid)) == {"2"}
+    assert request(gw, "GET", net.url("/x")).status == 200
