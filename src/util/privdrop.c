@@ -105,6 +105,46 @@ bool privdrop_mapped(const struct privdrop_target *t)
     return id_mapped("/proc/self/uid_map", t->uid) && id_mapped("/proc/self/gid_map", t->gid);
 }
 
+int privdrop_is_already(const struct privdrop_target *t, char *err, size_t errlen)
+{
+    if (getuid() != t->uid || geteuid() != t->uid || getgid() != t->gid || getegid() != t->gid) {
+        snprintf(err, errlen, "not running as root");
+        return -1;
+    }
+    int n = getgroups(0, NULL);
+    gid_t *groups = n > 0 ? calloc((size_t)n, sizeof(*groups)) : NULL;
+    if (n > 0 && groups != NULL)
+        n = getgroups(n, groups);
+    if (n < 0 || (n > 0 && groups == NULL)) {
+        snprintf(err, errlen, "not running as root, and its supplementary groups cannot be read");
+        free(groups);
+        return -1;
+    }
+    char list[96] = "";
+    size_t off = 0, others = 0;
+    bool cut = false;
+    for (int i = 0; i < n; i++) {
+        if (groups[i] == t->gid)
+            continue;
+        char item[32];
+        int w = snprintf(item, sizeof(item), "%s%lu", others++ > 0 ? ", " : "",
+                         (unsigned long)groups[i]);
+        if (!cut && w > 0 && off + (size_t)w < sizeof(list)) {
+            memcpy(list + off, item, (size_t)w + 1);
+            off += (size_t)w;
+        } else {
+            cut = true;
+        }
+    }
+    free(groups);
+    if (others == 0)
+        return 0;
+    snprintf(err, errlen,
+             "not running as root, and its supplementary groups (%s%s) cannot be dropped", list,
+             cut ? ", ..." : "");
+    return -1;
+}
+
 int privdrop_apply(const struct privdrop_target *t, char *err, size_t errlen)
 {
     if (!privdrop_mapped(t)) {
@@ -116,9 +156,9 @@ int privdrop_apply(const struct privdrop_target *t, char *err, size_t errlen)
     uid_t ruid, euid, suid;
     gid_t rgid, egid, sgid;
     if (geteuid() != 0) {
-        if (getuid() != t->uid || geteuid() != t->uid || getgid() != t->gid ||
-            getegid() != t->gid) {
-            snprintf(err, errlen, "cannot become user %s: not running as root", t->name);
+        char why[256];
+        if (privdrop_is_already(t, why, sizeof(why)) < 0) {
+            snprintf(err, errlen, "cannot become user %s: %s", t->name, why);
             return -1;
         }
         return set_no_new_privs(err, errlen);

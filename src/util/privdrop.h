@@ -32,10 +32,17 @@ int privdrop_resolve(const char *spec, struct privdrop_target *out, char *err, s
  * read (a kernel without user namespaces). */
 bool privdrop_mapped(const struct privdrop_target *t);
 
+/* Not as root, what privdrop_apply() takes for <t>: the process's real and
+ * effective uid and gid already <t>'s, and no supplementary group but
+ * <t>'s gid (only root can drop the others). Returns 0, or -1 with <err>
+ * filled ("not running as root", "not running as root, and its
+ * supplementary groups (4, 27) cannot be dropped"). */
+int privdrop_is_already(const struct privdrop_target *t, char *err, size_t errlen);
+
 /* Becomes <t>: as root, supplementary groups set to <t>'s group alone, then
  * real, effective and saved gid and uid; then checks that root cannot be
- * regained. Not as root, only a <t> that already is the process's user and
- * group is accepted. Either way no_new_privs is set. An unmapped <t>
+ * regained. Not as root, only a <t> that the process already is
+ * (privdrop_is_already()) is accepted. Either way no_new_privs is set. An unmapped <t>
  * (privdrop_mapped) is refused before anything changes. Returns 0, or -1 with
  * <err> filled; on -1 the caller must not go on serving. */
 int privdrop_apply(const struct privdrop_target *t, char *err, size_t errlen);

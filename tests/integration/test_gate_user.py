@@ -143,6 +143,41 @@ def test_user_errors(run_sluice, sluice_bin, net, open_dir):
     assert r.returncode == 2 and "cannot become user daemon: not running as root" in r.stderr
 
 
+def test_not_root_with_other_groups_is_not_served_as_the_user(sluice_bin, net, open_dir):
+    # Not root, --user naming the user it already is was taken as done: the
+    # gateway said it served "as nobody" with the supplementary groups it
+    # was started with (here adm), which --user promises to drop and which
+    # only root can drop.
+    pol = os.path.join(open_dir, "p.yaml")
+    with open(pol, "w") as f:
+        f.write(policy_yaml(net.policy([api_rule(net)])))
+    os.chmod(pol, 0o644)
+    serve = [sluice_bin, "serve", "--policy", pol, "--listen", "127.0.0.1:%d" % free_port(),
+             "--log", "/dev/null", "--user", "nobody"]
+    as_nobody = ["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY)]
+    errf = os.path.join(open_dir, "stderr.txt")
+
+    def start(groups):
+        """The gateway's stderr once it has exited or said it serves."""
+        with open(errf, "w") as err:
+            proc = subprocess.Popen(as_nobody + groups + ["--"] + serve, stderr=err, cwd=open_dir)
+        try:
+            poll(lambda: proc.poll() is not None or "sluice: serving" in open(errf).read(),
+                 timeout=20, what="an exit or the serving line")
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+            proc.wait(timeout=20)
+        return proc.returncode, open(errf).read()
+
+    rc, err = start(["--groups", "4"])
+    assert "sluice: serving" not in err and rc == 2, err
+    assert ("cannot become user nobody: not running as root, and its supplementary groups "
+            "(4) cannot be dropped") in err, err
+    rc, err = start(["--clear-groups"])  # with no other group, the same user is accepted
+    assert "sluice: serving 1 rule on" in err and " as nobody" in err, err
+
+
 def test_another_users_live_socket_is_not_taken_over(sluice_bin, net, open_dir):
     # Started as nobody on the path of root's live socket (mode 0600) in a
     # directory every user may write: connect() fails with EACCES, which was
