@@ -18,6 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
@@ -189,6 +192,26 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
 
 /* After the switch to --user: what SIGHUP will need and the user cannot
  * reach is said now, not at the first reload. */
+/* 0 when this process may remove the unix socket at <path> (bound before
+ * --user) at exit, else an errno: a folder it cannot write, or a sticky
+ * one (/tmp) where neither the folder nor the socket is its own. */
+static int socket_unremovable(const char *path)
+{
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL)
+        snprintf(dir, sizeof(dir), ".");
+    else
+        slash[slash == dir] = '\0';
+    struct stat ds, fs;
+    if (access(dir, W_OK | X_OK) != 0 || stat(dir, &ds) != 0 || lstat(path, &fs) != 0)
+        return errno;
+    if ((ds.st_mode & S_ISVTX) != 0 && ds.st_uid != geteuid() && fs.st_uid != geteuid())
+        return EPERM;
+    return 0;
+}
+
 static void warn_unreachable_files(const struct serve_args *a)
 {
     if (access(a->policy, R_OK) != 0)
@@ -203,6 +226,15 @@ static void warn_unreachable_files(const struct serve_args *a)
                     "sluice serve: warning: user %s cannot write %s (%s): it stays open, but "
                     "SIGHUP cannot reopen it after a rotation\n",
                     a->user.name, files[i], strerror(errno));
+    for (size_t i = 0; i < a->nlistens; i++) {
+        const char *path = ((const struct sockaddr_un *)(const void *)&a->listens[i].ss)->sun_path;
+        int e = a->listens[i].kind == LISTEN_UNIX && path[0] != '\0' ? socket_unremovable(path) : 0;
+        if (e != 0)
+            fprintf(stderr,
+                    "sluice serve: warning: user %s cannot remove the socket %s at exit (%s): it "
+                    "stays, and the next start replaces it\n",
+                    a->user.name, path, strerror(e));
+    }
 }
 
 static int serve_main(int argc, char **argv)
