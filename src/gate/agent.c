@@ -177,7 +177,7 @@ static enum agent_result agent_with_digest(const struct policy *p, const struct 
     return AGENT_AUTH_REQUIRED;
 }
 
-enum agent_result agent_find_again(const struct policy *p, const char *id,
+enum agent_result agent_find_again(const struct policy *p, const char *id, bool by_secret,
                                    const struct client_origin *o, const struct agent **out)
 {
     *out = NULL;
@@ -186,6 +186,8 @@ enum agent_result agent_find_again(const struct policy *p, const char *id,
     const struct agent *a = policy_find_agent(p, id);
     if (a == NULL || !agent_sources_contain(a, o))
         return AGENT_NOT_ALLOWED;
+    if (a->has_token && !by_secret) /* a token given to a token-less agent */
+        return AGENT_AUTH_REQUIRED;
     *out = a;
     return AGENT_OK;
 }

@@ -45,12 +45,15 @@ enum agent_result agent_identify(const struct policy *p, const struct client_ori
                                  const struct agent **out);
 
 /* The agent <id> under <p> for a client at <o> that was identified as it
- * under an earlier policy (an open tunnel decided again after a reload):
- * AGENT_OK with <*out> when <p> still has that agent and its sources still
- * contain <o> (the secret is not checked again: it was wiped once read), or
- * when <id> is the implicit "default" and <p> has no agents section (<*out>
- * NULL); else AGENT_NOT_ALLOWED (<*out> NULL). */
-enum agent_result agent_find_again(const struct policy *p, const char *id,
+ * under an earlier policy (an open tunnel decided again after a reload),
+ * <by_secret> when it presented a secret then: AGENT_OK with <*out> when
+ * <p> still has that agent and its sources still contain <o> (the secret is
+ * not checked again: it was wiped once read), or when <id> is the implicit
+ * "default" and <p> has no agents section (<*out> NULL);
+ * AGENT_AUTH_REQUIRED when the agent now has a token and the client
+ * presented no secret (a new request of it would be refused so); else
+ * AGENT_NOT_ALLOWED. <*out> is NULL but on AGENT_OK. */
+enum agent_result agent_find_again(const struct policy *p, const char *id, bool by_secret,
                                    const struct client_origin *o, const struct agent **out);
 
 /* The secret of the Proxy-Authorization value <v> (<len> bytes, as

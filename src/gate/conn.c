@@ -681,6 +681,7 @@ static bool identify(struct conn *c, const char *auth, size_t auth_len)
             return false;
         }
         ex->agent_id = a != NULL ? a->id : AGENT_DEFAULT_ID;
+        ex->by_secret = a != NULL && a->has_token; /* only a matching secret names one */
     }
     ex->agent = a;
     ex->mode = a != NULL ? a->mode : AGENT_ENFORCE;
@@ -880,9 +881,14 @@ bool conn_redecide(struct conn *c, time_t now)
         .verdict = VERDICT_DENY, .reason = REASON_AGENT_NOT_ALLOWED, .tier = TIER_NONE};
     /* The agent as a new request of this client would be named: by id in
      * the new policy (the exchange's agent is the old policy's). */
+    enum agent_result r = AGENT_OK;
     if (forced != NULL)
         a = policy_find_agent(p, forced);
-    if (forced != NULL || agent_find_again(p, ex->agent_id, &c->origin, &a) == AGENT_OK) {
+    else
+        r = agent_find_again(p, ex->agent_id, ex->by_secret, &c->origin, &a);
+    if (r == AGENT_AUTH_REQUIRED) /* its agent now wants a token it never presented */
+        dec.reason = REASON_AUTH_REQUIRED;
+    if (r == AGENT_OK) {
         decide_exchange(p, ex, a, now, &dec);
         if (dec.verdict == VERDICT_ALLOW)
             return false; /* still allowed: kept */

@@ -79,6 +79,7 @@ struct exchange {
     struct gw_policy *pol; /* the policy this request is decided under (a reference) */
     const struct agent *agent;
     const char *agent_id; /* NULL when unknown (auth failed); borrowed */
+    bool by_secret;       /* identified by the secret it presented (a token agent) */
     enum agent_mode mode;
     char method[HTTP_METHOD_MAX + 1];
     unsigned mbit;

@@ -188,14 +188,21 @@ def ping_echo(sock):
     assert got == PING
 
 
-def open_echo_tunnel(gw, port, host="echo.example.test", decision="allow"):
+def open_echo_tunnel(gw, port, host="echo.example.test", decision="allow", headers=None):
     """A CONNECT tunnel that carried one PING each way; returns (tunnel, id)."""
-    t = connect(gw, "%s:%d" % (host, port))
+    t = connect(gw, "%s:%d" % (host, port), headers=headers)
     assert t.status == 200, (t.status, t.body)
     t.sock.settimeout(10)
     ping_echo(t.sock)
     ev = gw.wait_events("agent_egress", host=host, decision=decision)[-1]
     return t, ev["id"]
+
+
+def new_connect_status(gw, port):
+    """The status a new CONNECT to echo.example.test:<port> gets."""
+    t = connect(gw, "echo.example.test:%d" % port)
+    t.close()
+    return t.status
 
 
 def reload_to(gw, policy, count):
@@ -266,9 +273,7 @@ def test_a_tunnel_whose_rule_a_reload_removes_is_closed(gateway, net):
             # the tunnel whose rule stayed is untouched
             assert_still_open(gw, kept, kept_id)
             # a new CONNECT to the removed rule's host is refused as well
-            t = connect(gw, "echo.example.test:%d" % echo.port)
-            assert t.status == 403
-            t.close()
+            assert new_connect_status(gw, echo.port) == 403
         finally:
             gone.close()
             kept.close()
@@ -315,6 +320,33 @@ def test_a_tunnel_whose_agent_a_reload_removes_is_closed(gateway, net):
             assert deny["tier"] is None and deny["rule"] is None and deny["owner"] is None
         finally:
             t.close()
+
+
+def test_a_tunnel_opened_without_a_secret_is_closed_when_its_agent_comes_to_want_one(gateway,
+                                                                                    net):
+    # a reload that gives a token-less agent a token: a new request without
+    # the secret is 407, and so is the tunnel that never presented one; one
+    # opened with the secret (its agent had one already) stays
+    env = {"SLUICE_TEST_TOKEN": "s3cret-token", "SLUICE_TEST_TOKEN2": "other-token"}
+    with EchoServer(API_IP) as echo:
+        open_bot = [{"id": "a1", "sources": ["127.0.0.0/8"]},
+                    {"id": "a2", "sources": ["127.0.0.0/8"], "token": "env:SLUICE_TEST_TOKEN2"}]
+        gw = gateway(echo_policy(net, [echo_rule(echo.port)], agents=open_bot), env=env)
+        t, tid = open_echo_tunnel(gw, echo.port)
+        kept, kept_id = open_echo_tunnel(gw, echo.port,
+                                         headers={"Proxy-Authorization": "Bearer other-token"})
+        assert kept_id != tid and gw.events("agent_egress", id=kept_id)[0]["agent"] == "a2"
+        try:
+            both = [{"id": "a1", "sources": ["127.0.0.0/8"], "token": "env:SLUICE_TEST_TOKEN"},
+                    open_bot[1]]
+            reload_to(gw, echo_policy(net, [echo_rule(echo.port)], agents=both), 1)
+            deny = assert_closed_with_deny(gw, t, tid, "auth_required")
+            assert deny["agent"] == "a1"
+            assert_still_open(gw, kept, kept_id)
+            assert new_connect_status(gw, echo.port) == 407
+        finally:
+            t.close()
+            kept.close()
 
 
 def assert_reported(gw, tid, reasons, first="allow"):

@@ -361,35 +361,43 @@ static void test_sources_contain(void **state)
 }
 
 /* An open tunnel's agent under a reloaded policy: found by id while its
- * sources still hold the client; the implicit "default" only while the
- * policy has no agents section. */
+ * sources still hold the client, and for a token agent only if the client
+ * presented a secret; the implicit "default" only while the policy has no
+ * agents section. */
 static void test_find_again(void **state)
 {
     (void)state;
     setup_policy();
     struct client_origin o = tcp("127.9.9.9"), far = tcp("10.1.2.3");
     const struct agent *a = (const struct agent *)&pol;
-    assert_int_equal(agent_find_again(&pol, "ci", &o, &a), AGENT_OK);
+    assert_int_equal(agent_find_again(&pol, "ci", true, &o, &a), AGENT_OK);
     assert_ptr_equal(a, &agents[1]);
-    assert_int_equal(agent_find_again(&pol, "ci", &unix_client, &a), AGENT_OK);
+    assert_int_equal(agent_find_again(&pol, "ci", true, &unix_client, &a), AGENT_OK);
     assert_ptr_equal(a, &agents[1]);
-    /* its sources no longer hold the client */
-    assert_int_equal(agent_find_again(&pol, "ci", &far, &a), AGENT_NOT_ALLOWED);
+    /* a token agent for a client that presented no secret (the agent got
+     * its token in the reload): it would be refused so now */
+    assert_int_equal(agent_find_again(&pol, "ci", false, &o, &a), AGENT_AUTH_REQUIRED);
     assert_null(a);
-    assert_int_equal(agent_find_again(&pol, "sock", &o, &a), AGENT_NOT_ALLOWED);
+    a = agents;
+    assert_int_equal(agent_find_again(&pol, "open", false, &o, &a), AGENT_OK);
+    assert_ptr_equal(a, &agents[0]);
+    /* its sources no longer hold the client */
+    assert_int_equal(agent_find_again(&pol, "ci", true, &far, &a), AGENT_NOT_ALLOWED);
+    assert_null(a);
+    assert_int_equal(agent_find_again(&pol, "sock", false, &o, &a), AGENT_NOT_ALLOWED);
     /* gone, or the implicit agent of a policy that now has agents */
     a = agents;
-    assert_int_equal(agent_find_again(&pol, "gone", &o, &a), AGENT_NOT_ALLOWED);
+    assert_int_equal(agent_find_again(&pol, "gone", false, &o, &a), AGENT_NOT_ALLOWED);
     assert_null(a);
-    assert_int_equal(agent_find_again(&pol, AGENT_DEFAULT_ID, &o, &a), AGENT_NOT_ALLOWED);
+    assert_int_equal(agent_find_again(&pol, AGENT_DEFAULT_ID, false, &o, &a), AGENT_NOT_ALLOWED);
     /* no agents section: "default" is there, any other agent gone */
     struct policy empty;
     memset(&empty, 0, sizeof(empty));
     a = agents;
-    assert_int_equal(agent_find_again(&empty, AGENT_DEFAULT_ID, &far, &a), AGENT_OK);
+    assert_int_equal(agent_find_again(&empty, AGENT_DEFAULT_ID, false, &far, &a), AGENT_OK);
     assert_null(a);
     a = agents;
-    assert_int_equal(agent_find_again(&empty, "ci", &o, &a), AGENT_NOT_ALLOWED);
+    assert_int_equal(agent_find_again(&empty, "ci", false, &o, &a), AGENT_NOT_ALLOWED);
     assert_null(a);
 }
 
