@@ -222,6 +222,96 @@ static void agents_index(struct load_ctx *c)
     free(v);
 }
 
+/* One source CIDR of a token-less agent, for shadowed_sources(). */
+struct source_ref {
+    struct cidr cidr;
+    size_t agent; /* its index in agents[] */
+    size_t at;    /* its rank among all such sources, in file order */
+    size_t min;   /* on the sweep's stack: the first agent of it and those below */
+};
+
+/* By range start (the parser keeps no host bits), then the wider first,
+ * then file order: a CIDR comes after every one that holds it. */
+static int cmp_source_ref(const void *a, const void *b)
+{
+    const struct source_ref *x = a, *y = b;
+    int r = memcmp(x->cidr.addr.b, y->cidr.addr.b, sizeof(x->cidr.addr.b));
+    if (r != 0)
+        return r;
+    if (x->cidr.prefix != y->cidr.prefix)
+        return x->cidr.prefix < y->cidr.prefix ? -1 : 1;
+    return x->agent < y->agent ? -1 : x->agent > y->agent;
+}
+
+/* The field is the agent's sources: the index in sources[] is not the
+ * list's ("unix" is not kept there). */
+static void warn_shadowed(struct load_ctx *c, size_t agent, const char *src, size_t by)
+{
+    const struct agent *a = &c->p->agents[agent];
+    size_t m = load_field_push(c, "[%zu].sources", agent);
+    load_warn(c, a->line,
+              "'%s' is never used: agents[%zu] (%s), earlier in the file and without a token, "
+              "holds it too (a client that presents no secret is the first agent whose sources "
+              "hold it, not the most specific)",
+              src, by, c->p->agents[by].id != NULL ? c->p->agents[by].id : "?");
+    load_field_pop(c, m);
+}
+
+/* Warns about each source of a token-less agent that an earlier token-less
+ * agent's sources hold: a client there that presents no secret is that
+ * earlier agent, whatever the later one's sources say (SPEC.md, Agents),
+ * so the later one never gets it. One sweep over the sources sorted by
+ * range: the stack holds the CIDRs that hold the current one (each with
+ * the first agent among it and those below), so a policy of a million
+ * agents costs a sort. */
+static void shadowed_sources(struct load_ctx *c)
+{
+    const struct policy *p = c->p;
+    size_t n = 0, first_unix = SIZE_MAX;
+    for (size_t i = 0; i < p->nagents; i++)
+        if (p->agents[i].token_ref == NULL)
+            n += p->agents[i].nsources;
+    struct source_ref *v = xcalloc(n > 0 ? n : 1, sizeof(*v));
+    struct source_ref *stack = xcalloc(n > 0 ? n : 1, sizeof(*stack));
+    size_t *by = xcalloc(n > 0 ? n : 1, sizeof(*by));
+    n = 0;
+    for (size_t i = 0; i < p->nagents; i++)
+        for (size_t k = 0; p->agents[i].token_ref == NULL && k < p->agents[i].nsources; k++, n++)
+            v[n] = (struct source_ref){.cidr = p->agents[i].sources[k], .agent = i, .at = n};
+    qsort(v, n, sizeof(*v), cmp_source_ref);
+    size_t depth = 0;
+    for (size_t e = 0; e < n; e++) {
+        while (depth > 0 && !(stack[depth - 1].cidr.prefix <= v[e].cidr.prefix &&
+                              cidr_contains(&stack[depth - 1].cidr, &v[e].cidr.addr)))
+            depth--;
+        by[v[e].at] =
+            depth > 0 && stack[depth - 1].min < v[e].agent ? stack[depth - 1].min : SIZE_MAX;
+        stack[depth] = v[e];
+        if (depth > 0 && stack[depth - 1].min < v[e].agent)
+            stack[depth].min = stack[depth - 1].min;
+        else
+            stack[depth].min = v[e].agent;
+        depth++;
+    }
+    char text[IPADDR_STRLEN + 5];
+    n = 0;
+    for (size_t i = 0; i < p->nagents; i++) {
+        const struct agent *a = &p->agents[i];
+        if (a->token_ref != NULL)
+            continue;
+        for (size_t k = 0; k < a->nsources; k++, n++)
+            if (by[n] != SIZE_MAX)
+                warn_shadowed(c, i, cidr_format(&a->sources[k], text, sizeof(text)), by[n]);
+        if (a->unix_source && first_unix != SIZE_MAX)
+            warn_shadowed(c, i, "unix", first_unix);
+        else if (a->unix_source)
+            first_unix = i;
+    }
+    free(by);
+    free(stack);
+    free(v);
+}
+
 static void sec_agents(struct load_ctx *c, const struct ynode *v, void *obj)
 {
     struct policy *p = obj;
@@ -242,6 +332,7 @@ static void sec_agents(struct load_ctx *c, const struct ynode *v, void *obj)
         load_field_pop(c, m);
     }
     agents_index(c);
+    shadowed_sources(c);
 }
 
 static bool agent_defined(const struct load_ctx *c, const char *id)

@@ -586,7 +586,7 @@ static void test_rule_agents_sorted(void **state)
 {
     (void)state;
     struct policy *p =
-        expect_clean(V "agents:\n  - {id: b, sources: [unix]}\n  - {id: a, sources: [unix]}\n"
+        expect_clean(V "agents:\n  - {id: b, sources: [unix]}\n  - {id: a, sources: [10.0.0.0/8]}\n"
                        "rules:\n  - {host: a.example.test, tier: 0, agents: [b, a]}\n"
                        "  - {host: a.example.test, tier: 0, agents: [b]}\n"
                        "  - {host: a.example.test, tier: 0, methods: [GET]}\n"
@@ -797,6 +797,42 @@ static void test_agent_errors(void **state)
     struct policy *p = expect_clean(V "agents: []\n" R);
     assert_int_equal(p->nagents, 0);
     policy_free(p);
+}
+
+/* A source of a token-less agent that an earlier token-less agent holds is
+ * never that agent's: a client there without a secret is the earlier one
+ * (file order, not the most specific). */
+static void test_shadowed_agent_sources(void **state)
+{
+    (void)state;
+    setenv("SLUICE_TEST_TOKEN", "s3cret", 1);
+#define SHADOWED(src, n, id)                                                                       \
+    "'" src "' is never used: agents[" #n "] (" id "), earlier in the file and without a token, "  \
+    "holds it too (a client that presents no secret is the first agent whose sources hold it, "    \
+    "not the most specific)"
+    expect_warning(V "agents:\n  - {id: wide, sources: [127.0.0.0/8]}\n"
+                     "  - {id: narrow, sources: [10.0.0.0/8, 127.0.0.1/32]}\n" R,
+                   "p.yaml:4: agents[1].sources: " SHADOWED("127.0.0.1/32", 0, "wide"));
+    expect_warning(V "agents:\n  - {id: a, sources: [unix]}\n  - {id: b, sources: [\"::1\"]}\n"
+                     "  - {id: c, sources: [\"::/0\", 10.0.0.0/8]}\n"
+                     "  - {id: d, sources: [10.1.2.3/32, unix]}\n" R,
+                   "p.yaml:6: agents[3].sources: " SHADOWED("10.1.2.3/32", 2, "c"));
+    expect_warning(V "agents:\n  - {id: a, sources: [unix]}\n  - {id: b, sources: [\"::1\"]}\n"
+                     "  - {id: c, sources: [\"::/0\", 10.0.0.0/8]}\n"
+                     "  - {id: d, sources: [10.1.2.3/32, unix]}\n" R,
+                   "p.yaml:6: agents[3].sources: " SHADOWED("unix", 0, "a"));
+    expect_warning(V "agents:\n  - {id: a, sources: [\"::1\"]}\n  - {id: b, sources: [\"::/0\"]}\n"
+                     "  - {id: c, sources: [\"::1/128\"]}\n" R,
+                   "p.yaml:5: agents[2].sources: " SHADOWED("::1/128", 0, "a"));
+    /* the narrower first, a token agent in front, or its own sources
+     * overlapping: nothing shadowed */
+    struct policy *p = expect_clean(
+        V "agents:\n  - {id: narrow, sources: [127.0.0.1/32]}\n"
+          "  - {id: tok, sources: [127.0.0.0/8], token: \"env:SLUICE_TEST_TOKEN\"}\n"
+          "  - {id: wide, sources: [127.0.0.0/8, 127.0.0.0/16, unix]}\n"
+          "  - {id: tok2, sources: [127.0.0.1/32, unix], token: \"env:SLUICE_TEST_TOKEN\"}\n" R);
+    policy_free(p);
+#undef SHADOWED
 }
 
 /* ---- rules ----------------------------------------------------------------- */
@@ -1685,6 +1721,7 @@ int main(void)
         cmocka_unit_test(test_rule_shape_errors),
         cmocka_unit_test(test_rule_field_errors),
         cmocka_unit_test(test_owner_not_ascii),
+        cmocka_unit_test(test_shadowed_agent_sources),
         cmocka_unit_test(test_rule_warnings),
         cmocka_unit_test(test_loopback_and_https_webhooks_are_quiet),
         cmocka_unit_test(test_repeated_sink_warned),
