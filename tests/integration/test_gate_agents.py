@@ -391,3 +391,25 @@ def test_refused_before_an_agent_is_known_cannot_hold_a_connection(gateway, net)
     assert closed is not None and closed < 3.5, (closed, statuses)
     statuses, closed = _refused_or_served_for(gw, url, "Bearer " + TOKEN, 3.5)
     assert closed is None and set(statuses) == {200}, (closed, statuses)
+
+
+def test_each_request_of_a_kept_connection_is_identified_on_its_own(gateway, net):
+    # nothing is remembered from an earlier request on the connection: one
+    # without a secret after one with it is a client that presents nothing
+    agents = [{"id": "a1", "sources": ["127.0.0.0/8"], "token": "env:SLUICE_TEST_TOKEN"},
+              {"id": "a2", "sources": ["127.0.0.0/8"], "token": "env:SLUICE_TEST_TOKEN2"},
+              {"id": "anon", "sources": ["127.0.0.0/8"]}]
+    gw = gateway(net.policy([api_rule(net)], agents=agents), env=ENV)
+    sock = open_conn(gw)
+    try:
+        for path, cred, status in (("/k1", "Bearer " + TOKEN, 200), ("/k2", None, 200),
+                                   ("/k3", basic("another-secret"), 200),
+                                   ("/k4", "Bearer wrong", 407), ("/k5", "bearer " + TOKEN, 200)):
+            headers = {"Proxy-Authorization": cred} if cred else {}
+            r = request(gw, "GET", net.url(path), headers=headers, sock=sock)
+            assert r.status == status, (path, r)
+    finally:
+        sock.close()
+    agents_seen = [gw.decided(path=p)[0]["agent"] for p in ("/k1", "/k2", "/k3", "/k4", "/k5")]
+    assert agents_seen == ["a1", "anon", "a2", None, "a1"]
+    assert [q.path for q in net.api.requests] == ["/k1", "/k2", "/k3", "/k5"]
