@@ -78,6 +78,17 @@ static bool valid_env_name(const char *s)
     return true;
 }
 
+/* True when <secret> can be sent as a Bearer token: the gate takes the
+ * credentials after the scheme without the blanks around them, and none
+ * (nor a control character) in them (gate/agent.c). */
+static bool bearer_can_carry(const char *secret)
+{
+    for (const unsigned char *s = (const unsigned char *)secret; *s != '\0'; s++)
+        if (*s < 0x21 || *s == 0x7f)
+            return false;
+    return true;
+}
+
 static void agent_token(struct load_ctx *c, const struct ynode *v, void *obj)
 {
     struct agent *a = obj;
@@ -115,6 +126,12 @@ static void agent_token(struct load_ctx *c, const struct ynode *v, void *obj)
             a->has_token = true;
         else
             load_err(c, v->line, "cannot hold the secret of %s: its digest failed", name);
+        if (!bearer_can_carry(value))
+            load_warn(c, v->line,
+                      "environment variable %s holds a blank or a control character (a line end "
+                      "at its end?): a Bearer token cannot carry it, and a Basic password must "
+                      "hold it as it is; remove it from the variable",
+                      name);
     }
     if (value != NULL) /* a secret: leave no copy behind */
         explicit_bzero(value, strlen(value));

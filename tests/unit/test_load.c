@@ -799,6 +799,31 @@ static void test_agent_errors(void **state)
     policy_free(p);
 }
 
+/* A secret holding a blank or a control character (a line end a secret
+ * file ended with) cannot be sent as a Bearer token: warned, never shown. */
+static void test_token_a_bearer_header_cannot_carry(void **state)
+{
+    (void)state;
+    static const char *const values[] = {"s3cret\n", " s3cret", "s3c ret", "s3cret\t",
+                                         "\x7fs3cret"};
+#define UNCARRIED                                                                                  \
+    "p.yaml:3: agents[0].token: environment variable SLUICE_TEST_BLANK holds a blank or a "        \
+    "control character (a line end at its end?): a Bearer token cannot carry it, and a Basic "     \
+    "password must hold it as it is; remove it from the variable"
+    for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+        setenv("SLUICE_TEST_BLANK", values[i], 1);
+        expect_warning(
+            V "agents:\n  - {id: a, sources: [unix], token: \"env:SLUICE_TEST_BLANK\"}\n" R,
+            UNCARRIED);
+    }
+#undef UNCARRIED
+    setenv("SLUICE_TEST_BLANK", "s3cret-\xc3\xa9~!", 1);
+    struct policy *p = expect_clean(
+        V "agents:\n  - {id: a, sources: [unix], token: \"env:SLUICE_TEST_BLANK\"}\n" R);
+    policy_free(p);
+    unsetenv("SLUICE_TEST_BLANK");
+}
+
 /* A source of a token-less agent that an earlier token-less agent holds is
  * never that agent's: a client there without a secret is the earlier one
  * (file order, not the most specific). */
@@ -1722,6 +1747,7 @@ int main(void)
         cmocka_unit_test(test_rule_field_errors),
         cmocka_unit_test(test_owner_not_ascii),
         cmocka_unit_test(test_shadowed_agent_sources),
+        cmocka_unit_test(test_token_a_bearer_header_cannot_carry),
         cmocka_unit_test(test_rule_warnings),
         cmocka_unit_test(test_loopback_and_https_webhooks_are_quiet),
         cmocka_unit_test(test_repeated_sink_warned),
