@@ -610,7 +610,21 @@ static bool is_proxy_var(const char *kv)
     return false;
 }
 
-static char **make_env(void)
+/* True when <kv> ("NAME=value") is one of the <n> variables <names>. */
+static bool is_named_var(const char *kv, char *const *names, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        size_t len = strlen(names[i]);
+        if (strncmp(kv, names[i], len) == 0 && kv[len] == '=')
+            return true;
+    }
+    return false;
+}
+
+/* run's environment for the command, with the proxy variables pointing at
+ * the relay and without the <nhidden> variables <hidden> (the policy's
+ * tokens: see serve_start()). */
+static char **make_env(char *const *hidden, size_t nhidden)
 {
     static char *const add[] = {
         "HTTP_PROXY=" RUN_PROXY_URL,
@@ -638,7 +652,7 @@ static char **make_env(void)
         return NULL;
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (!is_proxy_var(environ[i]))
+        if (!is_proxy_var(environ[i]) && !is_named_var(environ[i], hidden, nhidden))
             env[k++] = environ[i];
     for (size_t i = 0; i < nadd; i++)
         env[k++] = add[i];
@@ -658,7 +672,29 @@ struct served {
     off_t alerts_start;
     int log_fd; /* opened before the box starts: the summary never reopens a path */
     int alerts_fd;
+    char **token_env; /* the variables the policy's tokens are read from (env:NAME) */
+    size_t ntoken_env;
 };
+
+/* Keeps in <s> the name of every variable an agent's token of <p> is read
+ * from: every request from the box is --agent's, so the tokens are of no
+ * use in it, and a secret a serving gateway elsewhere knows an agent by
+ * must not reach the agent in the box. Returns -1 when out of memory. */
+static int keep_token_env(struct served *s, const struct policy *p)
+{
+    s->token_env = calloc(p->nagents > 0 ? p->nagents : 1, sizeof(*s->token_env));
+    if (s->token_env == NULL)
+        return -1;
+    for (size_t i = 0; i < p->nagents; i++) {
+        const char *ref = p->agents[i].token_ref;
+        if (ref == NULL || strncmp(ref, "env:", 4) != 0)
+            continue;
+        if ((s->token_env[s->ntoken_env] = strdup(ref + 4)) == NULL)
+            return -1;
+        s->ntoken_env++;
+    }
+    return 0;
+}
 
 /* In run's gateway child: serve as --gateway-user (<chosen>, checked by
  * check_gateway_user) or, started as root without it, as nobody, from now
@@ -703,6 +739,11 @@ static int serve_start(struct run_args *a, struct served *s, const sigset_t *end
     struct policy *p = policy_load_reporting(a->policy, "");
     if (p == NULL)
         return EXIT_USAGE;
+    if (keep_token_env(s, p) < 0) {
+        fputs("sluice run: out of memory\n", stderr);
+        policy_free(p);
+        return EXIT_USAGE;
+    }
     gateway_print_grant_warnings(p);
     sigprocmask(SIG_BLOCK, ending, NULL);
     snprintf(s->dir, sizeof(s->dir), "/tmp/sluice-run-XXXXXX");
@@ -854,6 +895,11 @@ static void serve_stop(struct served *s)
 
 static void serve_cleanup(struct served *s)
 {
+    for (size_t i = 0; i < s->ntoken_env; i++)
+        free(s->token_env[i]);
+    free(s->token_env);
+    s->token_env = NULL;
+    s->ntoken_env = 0;
     if (s->log_fd >= 0)
         close(s->log_fd);
     if (s->alerts_fd >= 0)
@@ -1170,7 +1216,7 @@ static int run_main(int argc, char **argv)
     const char *const labels[] = {"the policy", s.own_log ? NULL : "the decision log", NULL,
                                   a->alerts != NULL ? "the alerts file" : NULL};
     warn_renamable(a, cwd, nuser, labels);
-    env = make_env();
+    env = make_env(s.token_env, s.ntoken_env);
     if (env == NULL) {
         fputs("sluice run: out of memory\n", stderr);
         goto out;

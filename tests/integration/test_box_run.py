@@ -1734,6 +1734,24 @@ def test_agent_id_and_log_file(box, net):
     assert [(e["agent"], e["decision"]) for e in evs] == [("ci-bot", "allow"), ("run", "deny")]
 
 
+def test_the_policys_tokens_do_not_reach_the_command(box, net):
+    """run serves the policy itself, every request being --agent's: the
+    agents' tokens are of no use to the box, and a secret of an agent that
+    a serving gateway knows by it must not reach the agent in the box."""
+    agents = [{"id": "ci-bot", "sources": ["127.0.0.1/32"], "token": "env:SLUICE_TEST_BOX_TOKEN"},
+              {"id": "other", "sources": ["unix"], "token": "env:SLUICE_TEST_BOX_TOKEN2"}]
+    pol = box.policy(net.policy([api_rule(net)], agents=agents))
+    code = "import json, os; print(json.dumps(dict(os.environ)))"
+    p = box.run(["--policy", pol, "--agent", "ci-bot"], code,
+                env={"SLUICE_TEST_BOX_TOKEN": "box-secret-1", "SLUICE_TEST_BOX_TOKEN2": "box-2",
+                     "SLUICE_TEST_BOX_KEPT": "kept"})
+    assert p.returncode == 0, p.stderr
+    env = Box.out(p)
+    assert "SLUICE_TEST_BOX_TOKEN" not in env and "SLUICE_TEST_BOX_TOKEN2" not in env
+    assert "box-secret-1" not in p.stdout and "box-2" not in p.stdout
+    assert env["SLUICE_TEST_BOX_KEPT"] == "kept"
+
+
 def test_proxy_mode_uses_a_serving_gateway(box, net, gateway):
     gw = gateway(net.policy([api_rule(net)]), tcp=False, unix=True)
     p = box.run(["--proxy", "unix:" + gw.unix_path], None,
