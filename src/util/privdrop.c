@@ -77,10 +77,18 @@ int privdrop_resolve(const char *spec, struct privdrop_target *out, char *err, s
     return 0;
 }
 
+/* no_new_privs, and not dumpable: the kernel clears the dumpable flag on a
+ * change of ids only as fs.suid_dumpable says, and with 1 any process of the
+ * user could ptrace the gateway, or read its memory and environment (the
+ * agents' tokens) under /proc. */
 static int set_no_new_privs(char *err, size_t errlen)
 {
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
         snprintf(err, errlen, "cannot set no_new_privs: %s", strerror(errno));
+        return -1;
+    }
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
+        snprintf(err, errlen, "cannot clear the dumpable flag: %s", strerror(errno));
         return -1;
     }
     return 0;

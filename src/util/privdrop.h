@@ -42,7 +42,8 @@ int privdrop_is_already(const struct privdrop_target *t, char *err, size_t errle
 /* Becomes <t>: as root, supplementary groups set to <t>'s group alone, then
  * real, effective and saved gid and uid; then checks that root cannot be
  * regained. Not as root, only a <t> that the process already is
- * (privdrop_is_already()) is accepted. Either way no_new_privs is set. An unmapped <t>
+ * (privdrop_is_already()) is accepted. Either way no_new_privs is set and the
+ * process is made not dumpable (PR_SET_DUMPABLE 0). An unmapped <t>
  * (privdrop_mapped) is refused before anything changes. Returns 0, or -1 with
  * <err> filled; on -1 the caller must not go on serving. */
 int privdrop_apply(const struct privdrop_target *t, char *err, size_t errlen);

@@ -220,3 +220,28 @@ def test_a_socket_the_user_cannot_remove_is_said_at_start(open_dir, serve_in, ne
             "(Permission denied): it stays, and the next start replaces it" % sock) in gw.stderr()
     gw.stop()
     assert os.path.exists(sock)
+
+
+SUID_DUMPABLE = "/proc/sys/fs/suid_dumpable"
+
+
+@pytest.mark.skipif(not os.access(SUID_DUMPABLE, os.W_OK), reason="fs.suid_dumpable is not writable")
+def test_not_dumpable_after_the_switch_whatever_suid_dumpable_says(gateway, net):
+    # The kernel clears the dumpable flag on a change of ids only as
+    # fs.suid_dumpable says: with 1, the gateway would stay dumpable, and any
+    # process of nobody could ptrace it or read its memory and environment
+    # (the tokens). Its /proc files belong to root only when it is not.
+    with open(SUID_DUMPABLE) as f:
+        was = f.read().strip()
+    try:
+        with open(SUID_DUMPABLE, "w") as f:
+            f.write("1")
+        gw = gateway(net.policy([api_rule(net)]), args=["--user", "nobody"])
+        wait_serving(gw)
+    finally:
+        with open(SUID_DUMPABLE, "w") as f:
+            f.write(was)
+    assert "as nobody" in gw.stderr()
+    assert proc_status(gw.proc.pid)["Uid"].split() == [str(NOBODY)] * 4
+    for name in ("environ", "mem"):
+        assert os.stat("/proc/%d/%s" % (gw.proc.pid, name)).st_uid == 0, name
