@@ -182,6 +182,17 @@ static int first_link(char *path, char *link, size_t linklen, char *target, size
     return 0;
 }
 
+/* The usage error "OPT PATH: WHY", <p> shown \ooo (text_shown()): a path
+ * given may name a folder the agent made, with a line end or a terminal
+ * escape in its name. */
+static int path_usage_error(const char *opt, const char *p, const char *why)
+{
+    char *sp = text_shown(p);
+    int rc = command_usage_error(self, "%s %s: %s", opt, sp, why);
+    free(sp);
+    return rc;
+}
+
 /* A --ro, --rw or --hide path that is, or passes through, a symbolic link
  * is refused: an agent boxed in an earlier run can plant `build -> /etc`
  * in its writable folder, and --rw ./build would then grant /etc. So is a
@@ -200,7 +211,7 @@ static int refuse_links(const char *opt, const char *p)
         int e = errno;
         free(lex);
         free(abs);
-        return command_usage_error(self, "%s %s: %s", opt, p, strerror(e));
+        return path_usage_error(opt, p, strerror(e));
     }
     int rc = 0;
     char link[PATH_MAX], target[PATH_MAX];
@@ -298,14 +309,13 @@ static int add_path(struct run_args *a, enum box_path_kind kind, const char *opt
         return rc;
     char *c = own(a, canonical(p, kind == BOX_PATH_HIDE));
     if (c == NULL)
-        return command_usage_error(self, "%s %s: %s", opt, p, strerror(errno));
+        return path_usage_error(opt, p, strerror(errno));
     if (strcmp(c, "/") == 0 && kind != BOX_PATH_RO)
         return command_usage_error(self, "%s /: not the whole file system", opt);
     if (kind == BOX_PATH_RW && kernel_settings(c))
-        return command_usage_error(self,
-                                   "--rw %s: the kernel's settings and the host's devices "
-                                   "are not made writable in the box",
-                                   c);
+        return path_usage_error("--rw", c,
+                                "the kernel's settings and the host's devices are not made "
+                                "writable in the box");
     /* the box and the command read their own processes there (fds,
      * mountinfo); the host's /proc is covered by the box's anyway */
     if (kind == BOX_PATH_HIDE && strcmp(c, "/proc") == 0)
@@ -504,7 +514,10 @@ static int parse_args(int argc, char **argv, struct run_args *a)
  * file system writable: refused, like --rw /; so is /tmp or /dev/shm, which
  * the box replaces with a private one (box_private_dir()). $HOME, or a directory above
  * it, makes every dotfile writable (~/.ssh, ~/.bashrc, ~/.gitconfig): a
- * warning, since a tool that keeps its state there may need it. */
+ * warning, since a tool that keeps its state there may need it. The
+ * directory is shown \ooo (text_shown()): the agent may have named a
+ * folder of the writable project folder, the next run's, with a line end or
+ * a terminal escape. */
 static int check_cwd(const char *cwd)
 {
     if (strcmp(cwd, "/") == 0) {
@@ -513,35 +526,36 @@ static int check_cwd(const char *cwd)
               stderr);
         return -1;
     }
+    char *shown = text_shown(cwd);
+    int rc = -1;
     if (box_private_dir(cwd)) {
         fprintf(stderr,
                 "sluice run: the current directory is %s, which the box replaces with a "
                 "private, empty one: nothing the command wrote there would reach it; run "
                 "from a directory below it or a project directory\n",
-                cwd);
-        return -1;
-    }
-    if (kernel_settings(cwd)) {
+                shown);
+    } else if (kernel_settings(cwd)) {
         fprintf(stderr,
                 "sluice run: the current directory is %s, where the kernel's settings or the "
                 "host's devices are: they would be writable in the box; run from a project "
                 "directory\n",
-                cwd);
-        return -1;
+                shown);
+    } else {
+        rc = 0;
+        const char *home = getenv("HOME");
+        char *h = home != NULL && home[0] == '/' ? realpath(home, NULL) : NULL;
+        size_t n = strlen(cwd);
+        if (h != NULL && strncmp(h, cwd, n) == 0 && (h[n] == '\0' || h[n] == '/'))
+            fprintf(stderr,
+                    "sluice run: warning: the current directory %s %s your home directory: "
+                    "everything in it, dotfiles included, is writable in the box (hide "
+                    "secrets with --hide ~/.ssh --hide ~/.aws ..., or run from a project "
+                    "directory)\n",
+                    shown, h[n] == '\0' ? "is" : "contains");
+        free(h);
     }
-    const char *home = getenv("HOME");
-    char *h = home != NULL && home[0] == '/' ? realpath(home, NULL) : NULL;
-    if (h == NULL)
-        return 0;
-    size_t n = strlen(cwd);
-    if (strncmp(h, cwd, n) == 0 && (h[n] == '\0' || h[n] == '/'))
-        fprintf(stderr,
-                "sluice run: warning: the current directory %s %s your home directory: "
-                "everything in it, dotfiles included, is writable in the box (hide secrets "
-                "with --hide ~/.ssh --hide ~/.aws ..., or run from a project directory)\n",
-                cwd, h[n] == '\0' ? "is" : "contains");
-    free(h);
-    return 0;
+    free(shown);
+    return rc;
 }
 
 /* --- paths the agent can move away ---------------------------------------- */
@@ -579,11 +593,14 @@ static void warn_renamable(const struct run_args *a, const char *cwd, size_t nus
         }
         if (!writable || strchr(p->path + strlen(above) + (strcmp(above, "/") != 0), '/') == NULL)
             continue; /* not below a writable path, or directly in it (a mount point stays) */
+        char *sp = text_shown(p->path), *sa = text_shown(above);
         fprintf(stderr,
                 "sluice run: warning: %s %s lies in a folder below the writable %s: the agent "
                 "cannot change this file, but it can rename the folder above it and leave a "
                 "replacement for the next run: keep it outside the writable paths\n",
-                i < nuser ? "--ro" : labels[i - nuser], p->path, above);
+                i < nuser ? "--ro" : labels[i - nuser], sp, sa);
+        free(sp);
+        free(sa);
     }
 }
 
@@ -1201,10 +1218,13 @@ static int run_main(int argc, char **argv)
                 /* a file the gateway has open that cannot be found again
                  * by its path (moved or removed since): it could not be
                  * kept read-only in the box */
+                int e = errno;
+                char *shown = text_shown(files[i]);
                 fprintf(stderr,
                         "sluice run: %s: %s; it cannot be kept read-only in the box, so the "
                         "command does not start\n",
-                        files[i], strerror(errno));
+                        shown, strerror(e));
+                free(shown);
                 goto out;
             }
             /* an entry without a file (no --alerts, say) hides run's own

@@ -3011,6 +3011,31 @@ def test_symlink_target_in_the_refusal_is_escaped(box, net):
                 in p.stderr), (args, p.stderr)
 
 
+def test_the_working_directory_and_paths_in_messages_are_escaped(box, net):
+    """A folder the agent made in the writable project folder is the agent's
+    text, and the next run from inside it printed its name raw in the home
+    warning and the warning about renamable folders, as add_path()'s errors
+    printed a path as given: a line end and a terminal escape in it wrote a
+    line of run's own into standard error and could clear the ones before
+    it. They are shown as refuse_links() shows a link's target, \\ooo."""
+    pol = box.policy(net.policy([]))
+    weird = os.path.join(box.workdir, "p\x1b[2J\nsluice run: exit 0; forged")
+    os.makedirs(os.path.join(weird, "a", "b"))
+    shown = box.workdir + "/p\\033[2J\\012sluice run: exit 0; forged"
+    p = box.run(["--policy", pol, "--ro", "a/b"], "print('ran')", cwd=weird,
+                env={"HOME": weird})
+    assert p.returncode == 0, p.stderr
+    assert "warning: the current directory %s is your home directory" % shown in p.stderr
+    assert ("warning: --ro %s/a/b lies in a folder below the writable %s:" % (shown, shown)
+            in p.stderr), p.stderr
+    assert "\x1b" not in p.stderr and "ran" in p.stdout
+    assert not any(ln.startswith("sluice run: exit 0; forged") for ln in p.stderr.splitlines())
+    p = box.run(["--policy", pol, "--rw", "missing\x1b[2J\nforged"], "print('ran')", cwd=weird)
+    assert p.returncode == 2 and "ran" not in p.stdout
+    assert "sluice run: --rw missing\\033[2J\\012forged: " in p.stderr, p.stderr
+    assert "\x1b" not in p.stderr and "\nforged" not in p.stderr, p.stderr
+
+
 def test_symlinked_log_and_alerts_refused(box, net, hostdir):
     """A link an earlier run planted where the next run's --log or --alerts
     file goes (the current directory is writable) would have the gateway,
