@@ -182,8 +182,14 @@ int privdrop_apply(const struct privdrop_target *t, char *err, size_t errlen)
         snprintf(err, errlen, "cannot become user %s: the ids did not all change", t->name);
         return -1;
     }
+    /* Root stays root (serve --user root, as run's --gateway-user root):
+     * no_new_privs is left to the lockdown, which sets it only for a root
+     * without CAP_SYS_ADMIN, so that set-user-ID programs an exec sink runs
+     * keep working, as without --user. */
+    if (t->uid == 0)
+        return 0;
     /* Paranoia (OpenSSH does the same): root must not come back. */
-    if (t->uid != 0 && (setuid(0) == 0 || seteuid(0) == 0)) {
+    if (setuid(0) == 0 || seteuid(0) == 0) {
         snprintf(err, errlen, "cannot become user %s: root could be regained", t->name);
         return -1;
     }

@@ -43,7 +43,9 @@ int privdrop_is_already(const struct privdrop_target *t, char *err, size_t errle
  * real, effective and saved gid and uid; then checks that root cannot be
  * regained. Not as root, only a <t> that the process already is
  * (privdrop_is_already()) is accepted. Either way no_new_privs is set and the
- * process is made not dumpable (PR_SET_DUMPABLE 0). An unmapped <t>
+ * process is made not dumpable (PR_SET_DUMPABLE 0), but for a <t> that is
+ * root (uid 0), which keeps what root has, as without --user (the lockdown
+ * decides on no_new_privs). An unmapped <t>
  * (privdrop_mapped) is refused before anything changes. Returns 0, or -1 with
  * <err> filled; on -1 the caller must not go on serving. */
 int privdrop_apply(const struct privdrop_target *t, char *err, size_t errlen);

@@ -245,3 +245,22 @@ def test_not_dumpable_after_the_switch_whatever_suid_dumpable_says(gateway, net)
     assert proc_status(gw.proc.pid)["Uid"].split() == [str(NOBODY)] * 4
     for name in ("environ", "mem"):
         assert os.stat("/proc/%d/%s" % (gw.proc.pid, name)).st_uid == 0, name
+
+
+CAP_SYS_ADMIN = 21
+
+
+def test_user_root_keeps_what_root_has(gateway, net):
+    # --user root serves as root, as run's --gateway-user root does: the
+    # lockdown then leaves no_new_privs unset for a root with CAP_SYS_ADMIN,
+    # so that the set-user-ID programs its exec sinks run keep working, as
+    # it does without --user; --user root used to set it all the same.
+    if not int(proc_status(os.getpid())["CapEff"], 16) & (1 << CAP_SYS_ADMIN):
+        pytest.skip("no CAP_SYS_ADMIN: the lockdown sets no_new_privs itself")
+    gw = gateway(net.policy([api_rule(net)]), args=["--user", "root"])
+    wait_serving(gw)
+    st = proc_status(gw.proc.pid)
+    assert st["Uid"].split() == ["0"] * 4 and st["Groups"].split() == ["0"]
+    assert st["NoNewPrivs"] == "0"
+    assert "as root" in gw.stderr() and "warning: running as root" not in gw.stderr()
+    assert request(gw, "GET", net.url("/root")).status == 200
