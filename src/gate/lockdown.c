@@ -105,6 +105,10 @@ static bool sys_admin_effective(void)
 
 int gateway_lockdown(char *err, size_t errlen)
 {
+    /* A call of another architecture (an i386 alert program's) kills the
+     * process, libseccomp's default, as in the box: the rules name the
+     * native calls only, and an error for each call would not make such a
+     * program usable either (docs/SPEC.md, Lockdown). */
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
     if (ctx == NULL) {
         snprintf(err, errlen, "seccomp: cannot initialise the filter");
