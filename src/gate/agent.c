@@ -126,7 +126,8 @@ static long read_secret(const char *v, size_t len, unsigned char *buf, size_t ca
     return -1;
 }
 
-long agent_secret(const char *v, size_t len, unsigned char *buf, size_t cap)
+/* As agent_secret(), but 0 for a Basic value with an empty password. */
+static long secret_or_empty(const char *v, size_t len, unsigned char *buf, size_t cap)
 {
     long n = read_secret(v, len, buf, cap);
     if (n > 0)
@@ -135,7 +136,13 @@ long agent_secret(const char *v, size_t len, unsigned char *buf, size_t cap)
      * colon, an empty password): what it left may be a real secret sent
      * wrongly. cap bytes: the decoder's extent is not known here. */
     OPENSSL_cleanse(buf, cap);
-    return -1;
+    return n;
+}
+
+long agent_secret(const char *v, size_t len, unsigned char *buf, size_t cap)
+{
+    long n = secret_or_empty(v, len, buf, cap);
+    return n > 0 ? n : -1;
 }
 
 bool agent_sources_contain(const struct agent *a, const struct client_origin *o)
@@ -196,25 +203,40 @@ enum agent_result agent_identify(const struct policy *p, const struct client_ori
                                  const char *proxy_auth, size_t proxy_auth_len,
                                  const struct agent **out)
 {
+    return agent_identify_why(p, o, proxy_auth, proxy_auth_len, out, NULL);
+}
+
+enum agent_result agent_identify_why(const struct policy *p, const struct client_origin *o,
+                                     const char *proxy_auth, size_t proxy_auth_len,
+                                     const struct agent **out, const char **why)
+{
     unsigned char secret[AUTH_MAX];
     unsigned char have[TOKEN_DIGEST_LEN];
     bool token_wanted = false;
+    const char *unused;
 
     *out = NULL;
+    if (why == NULL)
+        why = &unused;
+    *why = NULL;
     if (p->nagents == 0)
         return AGENT_OK;
 
     if (proxy_auth != NULL) {
         long n = proxy_auth_len > AUTH_MAX
                      ? -1
-                     : agent_secret(proxy_auth, proxy_auth_len, secret, sizeof(secret));
-        if (n <= 0)
-            return AGENT_AUTH_REQUIRED; /* agent_secret() wiped <secret> */
+                     : secret_or_empty(proxy_auth, proxy_auth_len, secret, sizeof(secret));
+        if (n <= 0) { /* secret_or_empty() wiped <secret> */
+            *why = n == 0 ? AGENT_WHY_EMPTY_PASSWORD : AGENT_WHY_UNREADABLE;
+            return AGENT_AUTH_REQUIRED;
+        }
         /* One digest per request, under the key the agents' were made with. */
         int rc = policy_token_digest(p, secret, (size_t)n, have);
         OPENSSL_cleanse(secret, (size_t)n);
         enum agent_result r = rc == 0 ? agent_with_digest(p, o, have, out) : AGENT_AUTH_REQUIRED;
         OPENSSL_cleanse(have, sizeof(have));
+        if (r != AGENT_OK)
+            *why = rc == 0 ? AGENT_WHY_NO_MATCH : AGENT_WHY_NOT_CHECKED;
         return r;
     }
 
@@ -228,5 +250,8 @@ enum agent_result agent_identify(const struct policy *p, const struct client_ori
         }
         token_wanted = true;
     }
-    return token_wanted ? AGENT_AUTH_REQUIRED : AGENT_NOT_ALLOWED;
+    if (!token_wanted)
+        return AGENT_NOT_ALLOWED;
+    *why = AGENT_WHY_NONE_SENT;
+    return AGENT_AUTH_REQUIRED;
 }

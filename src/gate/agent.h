@@ -44,6 +44,25 @@ enum agent_result agent_identify(const struct policy *p, const struct client_ori
                                  const char *proxy_auth, size_t proxy_auth_len,
                                  const struct agent **out);
 
+/* What was wrong with a request refused AGENT_AUTH_REQUIRED: advice for
+ * its 407's body (deny_info.detail), never quoting the value. */
+#define AGENT_WHY_NONE_SENT                                                                        \
+    "the request has no Proxy-Authorization; send Proxy-Authorization with your agent's token"
+#define AGENT_WHY_NO_MATCH                                                                         \
+    "the token in its Proxy-Authorization matches no agent whose sources hold this client; check the token"
+#define AGENT_WHY_EMPTY_PASSWORD                                                                   \
+    "its Proxy-Authorization is Basic with an empty password; put the token as the password, not the user name: user:TOKEN or :TOKEN (curl -U :TOKEN), or send Bearer TOKEN"
+#define AGENT_WHY_UNREADABLE                                                                       \
+    "its Proxy-Authorization cannot be read; send Bearer TOKEN, or Basic with the token as the password (curl -U :TOKEN)"
+#define AGENT_WHY_NOT_CHECKED                                                                      \
+    "the token in its Proxy-Authorization could not be checked (out of memory?); retry"
+
+/* agent_identify(), with <*why> (when <why> is not NULL) set to one of the
+ * AGENT_WHY_ phrases when the result is AGENT_AUTH_REQUIRED (NULL else). */
+enum agent_result agent_identify_why(const struct policy *p, const struct client_origin *o,
+                                     const char *proxy_auth, size_t proxy_auth_len,
+                                     const struct agent **out, const char **why);
+
 /* The agent <id> under <p> for a client at <o> that was identified as it
  * under an earlier policy (an open tunnel decided again after a reload),
  * <by_secret> when it presented a secret then: AGENT_OK with <*out> when

@@ -672,12 +672,13 @@ static bool identify(struct conn *c, const char *auth, size_t auth_len)
         a = policy_find_agent(p, c->gw->cfg.forced_agent);
         ex->agent_id = c->gw->cfg.forced_agent;
     } else {
-        enum agent_result r = agent_identify(p, &c->origin, auth, auth_len, &a);
+        const char *why = NULL;
+        enum agent_result r = agent_identify_why(p, &c->origin, auth, auth_len, &a, &why);
         wipe_head_bytes(auth, auth_len);
         if (r != AGENT_OK) {
             conn_refuse(c,
                         r == AGENT_AUTH_REQUIRED ? REASON_AUTH_REQUIRED : REASON_AGENT_NOT_ALLOWED,
-                        NULL, true);
+                        r == AGENT_AUTH_REQUIRED ? why : NULL, true);
             return false;
         }
         ex->agent_id = a != NULL ? a->id : AGENT_DEFAULT_ID;

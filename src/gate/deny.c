@@ -5,6 +5,8 @@
 
 #include <event2/buffer.h>
 
+#include "gate/agent.h"
+
 static const char *status_text(int status)
 {
     switch (status) {
@@ -135,10 +137,9 @@ void deny_message(const struct deny_info *d, char *buf, size_t cap)
             d->detail != NULL ? d->detail : "malformed");
         break;
     case REASON_AUTH_REQUIRED:
-        snprintf(
-            buf, cap,
-            "sluice: %s refused: this gateway needs to know which agent is asking; send Proxy-Authorization with your agent's token",
-            hp);
+        snprintf(buf, cap,
+                 "sluice: %s refused: this gateway needs to know which agent is asking: %s", hp,
+                 d->detail != NULL ? d->detail : AGENT_WHY_NONE_SENT);
         break;
     case REASON_DNS_FAILURE:
         snprintf(buf, cap,

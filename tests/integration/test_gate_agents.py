@@ -196,6 +196,33 @@ def test_auth_basic_and_bearer_allowed_not_forwarded(gateway, net):
         assert TOKEN not in f.read()
 
 
+def test_auth_required_body_says_what_was_wrong(gateway, net):
+    # A missing secret, one that names no agent, a Basic value whose
+    # password is empty (the token sent as the user name: curl -U TOKEN)
+    # and a value that cannot be read each get their own advice; the
+    # token is never echoed.
+    from gate_client import curl
+    gw = gateway(_token_policy(net), env=ENV)
+    cases = ((None, "has no Proxy-Authorization"),
+             ("Bearer wrong-" + TOKEN, "matches no agent whose sources hold this client"),
+             (basic("wrong-" + TOKEN), "matches no agent whose sources hold this client"),
+             (basic("", user=TOKEN), "an empty password; put the token as the password"),
+             ("Basic " + base64.b64encode(TOKEN.encode()).decode(), "cannot be read"),
+             ("Token " + TOKEN, "cannot be read"))
+    for cred, says in cases:
+        r = request(gw, "GET", net.url("/why"),
+                    headers=None if cred is None else {"Proxy-Authorization": cred})
+        assert r.status == 407 and r.header("Sluice-Reason") == "auth_required", (cred, r)
+        assert r.header("Proxy-Authenticate") == 'Basic realm="sluice"'
+        assert r.text.startswith("sluice: api.example.test:%d refused: " % net.api.port), r.text
+        assert says in r.text, (cred, r.text)
+        assert TOKEN not in r.text and r.text.count("\n") == 1, r.text
+    # curl's -U TOKEN sends TOKEN as the user and an empty password
+    p = curl("-x", gw.url, "-U", TOKEN, "-i", net.url("/curl-user-only"))
+    assert b" 407 " in p.stdout and b"an empty password" in p.stdout, p.stdout
+    assert net.api.requests == []
+
+
 def test_curl_proxy_user(gateway, net):
     from gate_client import curl
     gw = gateway(_token_policy(net), env=ENV)

@@ -96,11 +96,44 @@ static void setup_policy(void)
     pol.nagents = 8;
 }
 
-/* Runs agent_identify with a NUL-terminated header (or NULL). */
+/* Runs agent_identify_why (agent_identify with a why) with a
+ * NUL-terminated header (or NULL): a why on AGENT_AUTH_REQUIRED alone. */
 static enum agent_result ident(const struct client_origin *o, const char *auth,
                                const struct agent **out)
 {
-    return agent_identify(&pol, o, auth, auth != NULL ? strlen(auth) : 0, out);
+    const char *why = "poison";
+    enum agent_result r =
+        agent_identify_why(&pol, o, auth, auth != NULL ? strlen(auth) : 0, out, &why);
+    assert_int_equal(why != NULL, r == AGENT_AUTH_REQUIRED);
+    return r;
+}
+
+/* The why of a 407 for <auth> at <o>. */
+static const char *why_of(const struct client_origin *o, const char *auth)
+{
+    const struct agent *a = NULL;
+    const char *why = NULL;
+    assert_int_equal(agent_identify_why(&pol, o, auth, auth != NULL ? strlen(auth) : 0, &a, &why),
+                     AGENT_AUTH_REQUIRED);
+    return why;
+}
+
+/* Each 407 says what was wrong: none sent, no agent's, an empty Basic
+ * password (the token as the user name), a value that cannot be read. */
+static void test_auth_required_why(void **state)
+{
+    (void)state;
+    setup_policy();
+    struct client_origin o = tcp("192.168.1.1"); /* only token agents */
+    assert_string_equal(why_of(&o, NULL), AGENT_WHY_NONE_SENT);
+    o = tcp("127.0.0.1");
+    assert_string_equal(why_of(&o, "Bearer wrong"), AGENT_WHY_NO_MATCH);
+    assert_string_equal(why_of(&o, "Bearer lan-token"), AGENT_WHY_NO_MATCH);       /* not here */
+    assert_string_equal(why_of(&o, "Basic dXNlcjp3cm9uZw=="), AGENT_WHY_NO_MATCH); /* user:wrong */
+    assert_string_equal(why_of(&o, "Basic czNjcmV0Og=="), AGENT_WHY_EMPTY_PASSWORD); /* s3cret: */
+    assert_string_equal(why_of(&o, "Basic czNjcmV0"), AGENT_WHY_UNREADABLE);         /* no colon */
+    assert_string_equal(why_of(&o, "Digest s3cret"), AGENT_WHY_UNREADABLE);
+    assert_string_equal(why_of(&o, "Bearer "), AGENT_WHY_UNREADABLE);
 }
 
 static void expect_agent(const struct client_origin *o, const char *auth, const char *id)
@@ -439,6 +472,7 @@ int main(void)
         cmocka_unit_test(test_no_agents_section),
         cmocka_unit_test(test_no_secret),
         cmocka_unit_test(test_no_secret_unix_only_token),
+        cmocka_unit_test(test_auth_required_why),
         cmocka_unit_test(test_bearer),
         cmocka_unit_test(test_wrong_secret_never_falls_through),
         cmocka_unit_test(test_first_in_file_order),
