@@ -329,6 +329,55 @@ static void shadowed_sources(struct load_ctx *c)
     free(v);
 }
 
+/* By secret (its digest, or the variable it is to be read from when that
+ * is unset for sluice check), then file order. */
+static int cmp_agent_secret(const void *a, const void *b)
+{
+    const struct agent *x = *(const struct agent *const *)a;
+    const struct agent *y = *(const struct agent *const *)b;
+    int r = (int)x->has_token - (int)y->has_token;
+    if (r == 0)
+        r = x->has_token ? memcmp(x->token_digest, y->token_digest, TOKEN_DIGEST_LEN)
+                         : strcmp(x->token_ref, y->token_ref);
+    return r != 0 ? r : (x < y ? -1 : x > y);
+}
+
+/* Warns about each agent whose secret an earlier agent's is too (one
+ * variable, or two holding one value): a client that presents it is the
+ * first of them whose sources hold it (SPEC.md, Agents), so the later is
+ * never chosen where both agents' sources hold the client. Names the
+ * agents, never the value. */
+static void shared_tokens(struct load_ctx *c)
+{
+    const struct policy *p = c->p;
+    const struct agent **v = xcalloc(p->nagents > 0 ? p->nagents : 1, sizeof(*v));
+    size_t n = 0;
+    for (size_t i = 0; i < p->nagents; i++)
+        if (p->agents[i].token_ref != NULL)
+            v[n++] = &p->agents[i];
+    qsort(v, n, sizeof(*v), cmp_agent_secret);
+    for (size_t i = 1, first = 0; i < n; i++) {
+        bool same = v[i]->has_token == v[first]->has_token &&
+                    (v[i]->has_token
+                         ? memcmp(v[i]->token_digest, v[first]->token_digest, TOKEN_DIGEST_LEN) == 0
+                         : strcmp(v[i]->token_ref, v[first]->token_ref) == 0);
+        if (!same) {
+            first = i;
+            continue;
+        }
+        size_t m = load_field_push(c, "[%zu].token", (size_t)(v[i] - p->agents));
+        load_warn(
+            c, v[i]->line,
+            "the same secret as agents[%zu] (%s, line %d), earlier in the file: a client that "
+            "presents it is the first of them whose sources hold it; give each agent a "
+            "token of its own",
+            (size_t)(v[first] - p->agents), v[first]->id != NULL ? v[first]->id : "?",
+            v[first]->line);
+        load_field_pop(c, m);
+    }
+    free(v);
+}
+
 static void sec_agents(struct load_ctx *c, const struct ynode *v, void *obj)
 {
     struct policy *p = obj;
@@ -350,6 +399,7 @@ static void sec_agents(struct load_ctx *c, const struct ynode *v, void *obj)
     }
     agents_index(c);
     shadowed_sources(c);
+    shared_tokens(c);
 }
 
 static bool agent_defined(const struct load_ctx *c, const char *id)

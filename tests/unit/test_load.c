@@ -831,6 +831,7 @@ static void test_shadowed_agent_sources(void **state)
 {
     (void)state;
     setenv("SLUICE_TEST_TOKEN", "s3cret", 1);
+    setenv("SLUICE_TEST_TOKEN2", "another-s3cret", 1);
 #define SHADOWED(src, n, id)                                                                       \
     "'" src "' is never used: agents[" #n "] (" id "), earlier in the file and without a token, "  \
     "holds it too (a client that presents no secret is the first agent whose sources hold it, "    \
@@ -855,9 +856,41 @@ static void test_shadowed_agent_sources(void **state)
         V "agents:\n  - {id: narrow, sources: [127.0.0.1/32]}\n"
           "  - {id: tok, sources: [127.0.0.0/8], token: \"env:SLUICE_TEST_TOKEN\"}\n"
           "  - {id: wide, sources: [127.0.0.0/8, 127.0.0.0/16, unix]}\n"
-          "  - {id: tok2, sources: [127.0.0.1/32, unix], token: \"env:SLUICE_TEST_TOKEN\"}\n" R);
+          "  - {id: tok2, sources: [127.0.0.1/32, unix], token: \"env:SLUICE_TEST_TOKEN2\"}\n" R);
     policy_free(p);
 #undef SHADOWED
+}
+
+/* Two agents with one secret: a client that presents it is the first of
+ * them whose sources hold it, the later never where both do. */
+static void test_agents_sharing_a_token(void **state)
+{
+    (void)state;
+    setenv("SLUICE_TEST_TOKEN", "s3cret", 1);
+    setenv("SLUICE_TEST_TOKEN2", "s3cret", 1);
+    setenv("SLUICE_TEST_TOKEN3", "other", 1);
+#define SHARED(n, id, line)                                                                        \
+    "the same secret as agents[" #n "] (" id ", line " #line "), earlier in the file: a client "   \
+    "that presents it is the first of them whose sources hold it; give each agent a token of its " \
+    "own"
+    /* one variable, and two variables holding one value */
+    expect_warning(
+        V "agents:\n  - {id: a, sources: [127.0.0.0/8], token: \"env:SLUICE_TEST_TOKEN\"}\n"
+          "  - {id: b, sources: [127.0.0.1/32], token: \"env:SLUICE_TEST_TOKEN\"}\n" R,
+        "p.yaml:4: agents[1].token: " SHARED(0, "a", 3));
+    expect_warning(V "agents:\n  - {id: a, sources: [unix], token: \"env:SLUICE_TEST_TOKEN3\"}\n"
+                     "  - {id: b, sources: [unix], token: \"env:SLUICE_TEST_TOKEN2\"}\n"
+                     "  - {id: c, sources: [unix]}\n"
+                     "  - {id: d, sources: [unix], token: \"env:SLUICE_TEST_TOKEN\"}\n" R,
+                   "p.yaml:6: agents[3].token: " SHARED(1, "b", 4));
+    struct policy *p =
+        expect_clean(V "agents:\n  - {id: a, sources: [unix], token: \"env:SLUICE_TEST_TOKEN\"}\n"
+                       "  - {id: b, sources: [unix], token: \"env:SLUICE_TEST_TOKEN3\"}\n"
+                       "  - {id: c, sources: [unix]}\n  - {id: d, sources: [10.0.0.0/8]}\n" R);
+    policy_free(p);
+#undef SHARED
+    unsetenv("SLUICE_TEST_TOKEN2");
+    unsetenv("SLUICE_TEST_TOKEN3");
 }
 
 /* ---- rules ----------------------------------------------------------------- */
@@ -1747,6 +1780,7 @@ int main(void)
         cmocka_unit_test(test_rule_field_errors),
         cmocka_unit_test(test_owner_not_ascii),
         cmocka_unit_test(test_shadowed_agent_sources),
+        cmocka_unit_test(test_agents_sharing_a_token),
         cmocka_unit_test(test_token_a_bearer_header_cannot_carry),
         cmocka_unit_test(test_rule_warnings),
         cmocka_unit_test(test_loopback_and_https_webhooks_are_quiet),
