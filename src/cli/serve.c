@@ -250,7 +250,7 @@ static int serve_main(int argc, char **argv)
         return rc == 1 ? EXIT_OK : rc;
     }
 
-    struct policy *p = policy_load_reporting(a->policy, "");
+    struct policy *p = policy_load_reporting(a->policy, 0, "");
     if (p == NULL) {
         free(a);
         return EXIT_USAGE;

@@ -392,11 +392,17 @@ static int reload_apply(struct gateway *gw, struct policy *p, const char *path)
     return 0;
 }
 
+/* A gateway whose every client is one agent (run) compares no secret. */
+static unsigned load_flags(const struct gateway *gw)
+{
+    return gw->cfg.forced_agent != NULL ? POLICY_LOAD_SECRETS_UNUSED : 0;
+}
+
 int gateway_reload(struct gateway *gw, const char *path)
 {
     if (path == NULL)
         path = gw->cfg.policy_path;
-    struct policy *p = policy_load_reporting(path, "sluice: reload failed: ");
+    struct policy *p = policy_load_reporting(path, load_flags(gw), "sluice: reload failed: ");
     if (p == NULL) {
         gw->counters.reload_failures++;
         return -1;
@@ -418,6 +424,7 @@ struct gw_reload {
     int fds[2];   /* the thread's "done" byte; [0] is watched by done_ev */
     struct event *done_ev;
     const char *path;                    /* gw->cfg.policy_path (borrowed) */
+    unsigned flags;                      /* load_flags() */
     struct policy *result;               /* the thread's result, NULL on failure */
     char msg[1024];                      /* the first error when result is NULL */
     char warnings[POLICY_WARNINGS_TEXT]; /* the loader's warnings, printed when applied */
@@ -428,7 +435,7 @@ static void *reload_thread(void *arg)
     struct gw_reload *r = arg;
     struct diag d;
     diag_init(&d, r->path);
-    r->result = policy_load(r->path, &d);
+    r->result = policy_load_flags(r->path, r->flags, &d);
     diag_format_warnings(&d, r->warnings, sizeof(r->warnings));
     if (r->result == NULL) {
         const struct diag_entry *e = diag_first_error(&d);
@@ -452,6 +459,7 @@ static int reload_start(struct gateway *gw)
     r->result = NULL;
     r->msg[0] = '\0';
     r->path = gw->cfg.policy_path;
+    r->flags = load_flags(gw);
     /* Signals stay with the loop's thread. */
     sigset_t all, old;
     sigfillset(&all);

@@ -110,7 +110,9 @@ static void agent_token(struct load_ctx *c, const struct ynode *v, void *obj)
         return;
     }
     char *value = env_dup(name);
-    if ((value == NULL || *value == '\0') && (c->flags & POLICY_LOAD_SECRETS_OPTIONAL)) {
+    if ((value == NULL || *value == '\0') && (c->flags & POLICY_LOAD_SECRETS_UNUSED)) {
+        load_set_str(&a->token_ref, s); /* run: its variable is still kept from the box */
+    } else if ((value == NULL || *value == '\0') && (c->flags & POLICY_LOAD_SECRETS_OPTIONAL)) {
         load_warn(c, v->line,
                   "environment variable %s is %s here; serve refuses to start without it", name,
                   value == NULL ? "not set" : "empty");
@@ -1424,11 +1426,11 @@ struct policy *policy_load_flags(const char *path, unsigned flags, struct diag *
     return p;
 }
 
-struct policy *policy_load_reporting(const char *path, const char *prefix)
+struct policy *policy_load_reporting(const char *path, unsigned flags, const char *prefix)
 {
     struct diag d;
     diag_init(&d, path);
-    struct policy *p = policy_load(path, &d);
+    struct policy *p = policy_load_flags(path, flags, &d);
     if (p == NULL) {
         char msg[1024];
         const struct diag_entry *e = diag_first_error(&d);

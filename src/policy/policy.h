@@ -44,6 +44,12 @@ enum policy_load_flags {
      * cap). For `sluice check`, which lints the rules that did parse.
      * Never for serving. */
     POLICY_LOAD_KEEP_PARTIAL = 1u << 1,
+    /* An env: token whose variable is unset or empty is no error and no
+     * warning, and the agent gets no secret (its token_ref is kept): for
+     * `sluice run`'s gateway, where every client is --agent
+     * (gateway_config.forced_agent) and no secret is ever compared. Never
+     * for a gateway that identifies clients. */
+    POLICY_LOAD_SECRETS_UNUSED = 1u << 2,
 };
 
 /* policy_load() and policy_load_buffer() with <flags> (enum policy_load_flags). */
@@ -51,12 +57,12 @@ struct policy *policy_load_flags(const char *path, unsigned flags, struct diag *
 struct policy *policy_load_buffer_flags(const char *name, const char *buf, size_t len,
                                         unsigned flags, struct diag *diag);
 
-/* policy_load() for commands that serve: on failure prints
+/* policy_load_flags() for commands that serve: on failure prints
  * "<prefix>file:line: field: message" (the first error) on standard error and
  * returns NULL; on success prints the loader's warnings there, each as
  * "warning: file:line: field: message" (diag_format_warnings()). Expiry is
  * not among them: gateway_print_grant_warnings() covers it. */
-struct policy *policy_load_reporting(const char *path, const char *prefix);
+struct policy *policy_load_reporting(const char *path, unsigned flags, const char *prefix);
 
 /* The room a server gives a policy's warnings on standard error. */
 #define POLICY_WARNINGS_TEXT 8192

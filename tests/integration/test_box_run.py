@@ -1752,6 +1752,31 @@ def test_the_policys_tokens_do_not_reach_the_command(box, net):
     assert env["SLUICE_TEST_BOX_KEPT"] == "kept"
 
 
+def test_run_serves_a_policy_whose_token_variables_are_unset(box, net):
+    """Every request from the box is --agent's: run's gateway compares no
+    secret, so a token variable unset or empty where run is started (a
+    developer's machine without CI's secrets) does not stop it, while
+    serve still refuses such a policy."""
+    agents = [{"id": "ci-bot", "sources": ["127.0.0.1/32"], "token": "env:SLUICE_TEST_BOX_UNSET"},
+              {"id": "other", "sources": ["unix"], "token": "env:SLUICE_TEST_BOX_EMPTY"}]
+    pol = box.policy(net.policy([api_rule(net, agents=["ci-bot"])], agents=agents))
+    env = {"SLUICE_TEST_BOX_EMPTY": "", "SLUICE_TEST_BOX_KEPT": "kept"}
+    code = FETCH + "\nout['env'] = sorted(k for k in os.environ if 'SLUICE_TEST_BOX' in k)" \
+        + "\nprint(json.dumps(out))"
+    p = box.run(["--policy", pol, "--agent", "ci-bot"], None,
+                cmd=[PY, "-c", code, net.url("/unset-tokens")], env=env)
+    assert p.returncode == 0, p.stderr
+    out = Box.out(p)
+    assert out["status"] == 200, out
+    assert out["env"] == ["SLUICE_TEST_BOX_KEPT"], out
+    assert "not set" not in p.stderr and "is empty" not in p.stderr, p.stderr
+    assert Box.summary(p)["allowed"] == 1
+    s = subprocess.run([box.bin, "serve", "--policy", pol, "--listen", "127.0.0.1:0"],
+                       capture_output=True, text=True, timeout=30, env=_clean_env(env))
+    assert s.returncode == 2, s.stderr
+    assert "agents[0].token: environment variable SLUICE_TEST_BOX_UNSET is not set" in s.stderr
+
+
 def test_proxy_mode_uses_a_serving_gateway(box, net, gateway):
     gw = gateway(net.policy([api_rule(net)]), tcp=False, unix=True)
     p = box.run(["--proxy", "unix:" + gw.unix_path], None,

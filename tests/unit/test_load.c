@@ -861,6 +861,38 @@ static void test_shadowed_agent_sources(void **state)
 #undef SHADOWED
 }
 
+/* POLICY_LOAD_SECRETS_UNUSED (run's gateway): an unset or empty token
+ * variable is neither an error nor a warning; the agent has no secret, and
+ * its variable is still named. Without the flag, an error. */
+static void test_secrets_unused(void **state)
+{
+    (void)state;
+    unsetenv("SLUICE_TEST_UNSET");
+    setenv("SLUICE_TEST_EMPTY", "", 1);
+    setenv("SLUICE_TEST_TOKEN", "s3cret", 1);
+    const char *yaml = V "agents:\n  - {id: a, sources: [unix], token: \"env:SLUICE_TEST_UNSET\"}\n"
+                         "  - {id: b, sources: [unix], token: \"env:SLUICE_TEST_EMPTY\"}\n"
+                         "  - {id: c, sources: [unix], token: \"env:SLUICE_TEST_TOKEN\"}\n" R;
+    struct diag d;
+    diag_init(&d, FILE_NAME);
+    struct policy *p =
+        policy_load_buffer_flags(FILE_NAME, yaml, strlen(yaml), POLICY_LOAD_SECRETS_UNUSED, &d);
+    if (p == NULL || d.count != 0)
+        dump(yaml, &d);
+    assert_non_null(p);
+    assert_int_equal(d.count, 0);
+    assert_false(p->agents[0].has_token);
+    assert_string_equal(p->agents[0].token_ref, "env:SLUICE_TEST_UNSET");
+    assert_false(p->agents[1].has_token);
+    assert_string_equal(p->agents[1].token_ref, "env:SLUICE_TEST_EMPTY");
+    assert_true(p->agents[2].has_token);
+    policy_free(p);
+    diag_free(&d);
+    expect_error(yaml,
+                 "p.yaml:3: agents[0].token: environment variable SLUICE_TEST_UNSET is not set");
+    unsetenv("SLUICE_TEST_EMPTY");
+}
+
 /* Two agents with one secret: a client that presents it is the first of
  * them whose sources hold it, the later never where both do. */
 static void test_agents_sharing_a_token(void **state)
@@ -1781,6 +1813,7 @@ int main(void)
         cmocka_unit_test(test_owner_not_ascii),
         cmocka_unit_test(test_shadowed_agent_sources),
         cmocka_unit_test(test_agents_sharing_a_token),
+        cmocka_unit_test(test_secrets_unused),
         cmocka_unit_test(test_token_a_bearer_header_cannot_carry),
         cmocka_unit_test(test_rule_warnings),
         cmocka_unit_test(test_loopback_and_https_webhooks_are_quiet),
