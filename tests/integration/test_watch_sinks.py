@@ -1061,7 +1061,7 @@ def test_webhook_failure_says_why(gateway, net, tmp_path, how, reason):
         port = free_tcp_port() if srv is None else srv.port
         url = "http://127.0.0.1:%d/hook" % port
         gw = gateway(net.policy(rules(net), alerts={"sinks": [{"webhook": url}]}),
-                     args=["--alerts", str(tmp_path / "a.jsonl")],
+                     args=["--alerts", str(tmp_path / "a.jsonl"), "--grace", "1s"],
                      env={"SLUICE_TEST_WEBHOOK_BACKOFF_MS": "50"})
         assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
         poll(lambda: "sluice: webhook %s: cannot deliver" % url in gw.stderr() or None,
