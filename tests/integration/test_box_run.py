@@ -1477,7 +1477,7 @@ def test_a_signal_before_the_command_is_executed_stops_the_start(box, net, tmp_p
     is executed and, if one comes first, kills the process: either way the
     start stops, the command never runs, run removes its directory and
     ends of the signal, with no summary. strace holds each seccomp() call
-    0.5 s (the command's process loads its filter with it), with a pty as
+    0.2 s (the command's process loads its filter with it), with a pty as
     run's controlling terminal; the test types ^C there (or sends run, or
     the command's process, SIGTERM) meanwhile."""
     import fcntl
@@ -1499,7 +1499,7 @@ def test_a_signal_before_the_command_is_executed_stops_the_start(box, net, tmp_p
     # strace -o FILE PROG blocks the signals a terminal sends itself (-I3)
     tracer = subprocess.Popen(
         ["strace", "-f", "-qq", "-o", str(tmp_path / "strace.out"), "-e",
-         "trace=seccomp,mkdir,mkdirat", "-e", "inject=seccomp:delay_enter=500000",
+         "trace=seccomp,mkdir,mkdirat", "-e", "inject=seccomp:delay_enter=200000",
          box.bin, "run", "--policy", pol, "--gateway-user", "root", "--rw", str(tmp_path),
          "--", PY, "-c", "open(%r, 'w').close()" % marker],
         cwd=box.workdir, env=_clean_env(), stdin=slave, stdout=subprocess.DEVNULL,

@@ -220,16 +220,6 @@ def test_aaaa_dropped_is_answered_and_cached(world):
     assert w.reached() == [ALLOWED + ":80"] * 2
 
 
-def test_a_dropped_is_waited_for(world):
-    # Not the other way round: with AAAA answered and A dropped, A's tries
-    # are waited for (a lone server is asked twice) before the AAAA
-    # addresses are used, since a gateway without IPv6 routes could reach
-    # none of them; the request still gets through (v4-mapped: over IPv4)
-    w = world({"half.test": {"AAAA": ["::ffff:" + ALLOWED], "drop": ["A"], "ttl": 120}})
-    assert_reached(w.get("half.test"), ALLOWED + ":80")
-    assert w.queries("half.test").count(1) == 2, w.queries("half.test")
-
-
 def test_cname_to_a_private_address(world):
     w = world({"alias.test": {"cname": "inside.corp.test", "A": ["10.1.2.3"]}})
     r = w.get("alias.test")

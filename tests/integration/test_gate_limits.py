@@ -1342,6 +1342,7 @@ def test_out_of_descriptors_for_the_upstream_is_the_gateways_fault(gateway, net)
     gw = gateway(net.policy([api_rule(net)]))
     pid = gw.proc.pid
     soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    time.sleep(0.2)  # the readiness probe's connection is gone
     before = len(os.listdir("/proc/%d/fd" % pid))
     s = open_conn(gw)
     try:
