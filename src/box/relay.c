@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #include "box/box_int.h"
+#include "util/shortage.h"
 
 /* Bytes read from one side, waiting for the other: data[off, off + len). */
 struct pipe_buf {
@@ -171,12 +172,6 @@ static void conn_close(struct relay *r, size_t i)
     r->conns[i] = r->conns[--r->nconns];
 }
 
-/* A resource is short: descriptors or memory. */
-static bool out_of_resources(int e)
-{
-    return e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM;
-}
-
 /* Connects the waiting connection <i> to the gateway's socket: makes its
  * socket first when it has none (none for want of descriptors or memory:
  * tried again later), then connect(), which for a unix socket completes at
@@ -188,7 +183,7 @@ static int gateway_connect(struct relay *r, size_t i, long long now)
     struct relay_conn *c = r->conns[i];
     if (c->fd[1] < 0) {
         c->fd[1] = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (c->fd[1] < 0 && !out_of_resources(errno)) {
+        if (c->fd[1] < 0 && !errno_is_shortage(errno)) {
             conn_close(r, i);
             return -1;
         }
@@ -222,7 +217,7 @@ static int accept_one(struct relay *r, int lfd)
 {
     int cfd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (cfd < 0)
-        return out_of_resources(errno) ? -1 : 0;
+        return errno_is_shortage(errno) ? -1 : 0;
     struct relay_conn *c = malloc(sizeof(*c));
     if (c == NULL) {
         close(cfd);

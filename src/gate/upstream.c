@@ -14,6 +14,7 @@
 #include <event2/event.h>
 
 #include "util/units.h"
+#include "util/shortage.h"
 
 struct upstream_connect {
     struct event_base *base;
@@ -30,13 +31,6 @@ struct upstream_connect {
     upstream_cb cb;
     void *arg;
 };
-
-/* The errors of socket() that say the gateway is short of descriptors or
- * memory, not that anything is wrong with the address. */
-static bool short_errno(int e)
-{
-    return e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM;
-}
 
 unsigned upstream_attempt_ms(uint64_t left_ms, size_t addrs_left)
 {
@@ -175,7 +169,7 @@ static void try_next(struct upstream_connect *uc)
         upstream_sockaddr(a, uc->port, &ss, &len);
         uc->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (uc->fd < 0) {
-            if (short_errno(errno)) {
+            if (errno_is_shortage(errno)) { /* not the address's fault */
                 /* the gateway's shortage: every other address would meet it */
                 uc->short_errno = errno;
                 finish(uc, UPSTREAM_ERR_NO_SOCKET);
