@@ -262,6 +262,7 @@ static int open_db(const char *path, sqlite3 **db, char **why)
     int rc = sqlite3_open_v2(
         path, db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW, NULL);
     sqlite3_stmt *st = NULL;
+    char e[SHOWN_MAX];
     *why = NULL;
     if (rc == SQLITE_CANTOPEN && *db != NULL &&
         sqlite3_extended_errcode(*db) == SQLITE_CANTOPEN_SYMLINK) {
@@ -357,7 +358,6 @@ static int open_db(const char *path, sqlite3 **db, char **why)
 err:
     /* "disk I/O error" is SQLite's word for any system call that failed:
      * the system's error says why (a full disk, a file size limit) */
-    char e[SHOWN_MAX];
     if (*db != NULL && sqlite3_system_errno(*db) != 0)
         *why = msg("%s (%s)", db_error(*db, e, sizeof(e)), strerror(sqlite3_system_errno(*db)));
     else
