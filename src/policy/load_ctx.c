@@ -453,4 +453,20 @@ void load_rate_spec(struct load_ctx *c, const struct ynode *v, struct rate_spec 
     load_walk_map(c, v, rate_keys, NKEYS(rate_keys), r, vals);
     if (vals[0] == NULL && vals[3] == NULL)
         load_err(c, v->line, "needs requests or bandwidth");
+    /* per paces requests only; the bandwidth bucket refills in a second.
+     * {requests: 600, per: 1m, bandwidth: 60MiB} reads as 60MiB a minute
+     * and would let 60 times that through: without /s, a bandwidth next
+     * to another per is refused. */
+    const struct ynode *bw = vals[3];
+    if (bw != NULL && r->bandwidth > 0 && r->per_ms != 1000 &&
+        !(bw->len > 2 && strcmp(bw->str + bw->len - 2, "/s") == 0)) {
+        char per[32];
+        format_period_ms(r->per_ms, per, sizeof(per));
+        size_t m = load_field_key(c, "bandwidth");
+        load_err(c, bw->line,
+                 "%s is bytes a second, not per %s: per paces requests only; write %s/s if a "
+                 "second is meant",
+                 load_show(c, bw->str), per, load_show(c, bw->str));
+        load_field_pop(c, m);
+    }
 }

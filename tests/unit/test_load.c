@@ -454,6 +454,10 @@ static void test_defaults(void **state)
     assert_false(p->alerts.first_contact);
     policy_free(p);
 
+    /* with /s, or per a second, a bandwidth says what it is */
+    policy_free(expect_clean(V R "limits: {rate: {requests: 1, per: 1m, bandwidth: 1KiB/s}}\n"));
+    policy_free(expect_clean(V R "limits: {rate: {bandwidth: 1KiB, per: 1s}}\n"));
+
     p = expect_clean(V R "limits: {rate: {bandwidth: 1KiB}}\nalerts:\n  off_hours: {hours: "
                          "\"22:00-06:00\"}\n  baseline: {factor: 2.5}\n");
     assert_int_equal(p->limits.rate.per_ms, 1000);
@@ -1131,6 +1135,15 @@ static void test_rule_field_errors(void **state)
         {V "rules:\n  - {host: a.example.test, tier: 0, rate: {bandwidth: /s}}\n",
          "p.yaml:3: rules[0].rate.bandwidth: invalid size '/s' (expected e.g. 512KiB, 10MiB, "
          "1MiB/s)"},
+        /* per paces requests only: a bandwidth without /s next to another
+         * per reads as bytes per that period, and is bytes a second */
+        {V "rules:\n  - {host: a.example.test, tier: 0, rate: {bandwidth: 100MiB, per: 1h}}\n",
+         "p.yaml:3: rules[0].rate.bandwidth: 100MiB is bytes a second, not per 1h: per paces "
+         "requests only; write 100MiB/s if a second is meant"},
+        {V "rules:\n  - host: a.example.test\n    tier: 0\n    rate:\n      requests: 600\n"
+           "      per: 1m\n      bandwidth: 60MiB\n",
+         "p.yaml:8: rules[0].rate.bandwidth: 60MiB is bytes a second, not per 1m: per paces "
+         "requests only; write 60MiB/s if a second is meant"},
         {V "rules:\n  - {host: a.example.test, tier: 0, rate: {requests: 1, burst: -1}}\n",
          "p.yaml:3: rules[0].rate.burst: expected an integer, got '-1'"},
         {V "rules:\n  - {host: a.example.test, tier: 0, rate: {requests: 1, rps: 1}}\n",
