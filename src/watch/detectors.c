@@ -430,13 +430,16 @@ static void baseline_check(struct detectors *d, struct agent_state *a, const cha
         return;
     char detail[DETAIL_MAX];
     double req_lim = b->factor * a->bl.req_avg, bytes_lim = b->factor * a->bl.bytes_avg;
+    /* over floor KiB, by division: the policy's floor may be up to 2^64 - 1,
+     * and floor x 1024 wrapped (a floor of 2^54 KiB was 0 bytes) */
+    bool bytes_over_floor = a->cur_bytes > 0 && (a->cur_bytes - 1) / BYTES_FLOOR_K >= b->floor;
     if ((double)a->cur_req > req_lim && a->cur_req > b->floor) {
         snprintf(detail, sizeof(detail),
                  "%s made %llu requests this minute, over %.4g x its baseline of %.1f/min "
                  "(floor %llu)",
                  a->id, (unsigned long long)a->cur_req, b->factor, a->bl.req_avg,
                  (unsigned long long)b->floor);
-    } else if ((double)a->cur_bytes > bytes_lim && a->cur_bytes > b->floor * BYTES_FLOOR_K) {
+    } else if ((double)a->cur_bytes > bytes_lim && bytes_over_floor) {
         snprintf(detail, sizeof(detail),
                  "%s moved %llu bytes this minute, over %.4g x its baseline of %.0f bytes/min "
                  "(floor %llu KiB)",

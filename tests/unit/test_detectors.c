@@ -477,6 +477,32 @@ static void baseline_seeded_by_the_first_full_minute(void **state)
                                                "baseline of 100.0/min"));
 }
 
+/* The floor counts KiB for bytes: one too large to be held in bytes (any
+ * floor: the loader takes up to 2^64 - 1) is more bytes than any minute
+ * moves, never a small number wrapped around: floor 2^54 x 1024 was 0, and
+ * every minute over factor x the average alerted. */
+static void baseline_huge_floor_holds_bytes(void **state)
+{
+    struct fx *f = *state;
+    f->p.alerts.baseline = (struct baseline_cfg){
+        .set = true, .factor = 2, .floor = UINT64_C(1) << 54, .learn_ms = 2 * 60000};
+    detectors_configure(f->d, &f->p);
+    struct egress_event up = ev_of("ci", "POST", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+    up.kind = EVENT_EGRESS_PROGRESS;
+    up.bytes_up = 100;
+    for (int m = 0; m <= 2; m++) /* learned on 100 bytes a minute */
+        detectors_feed(f->d, &up, T0 + m * 60000);
+    up.bytes_up = 1000000; /* minute 3: far over 2 x 100, far under the floor */
+    detectors_feed(f->d, &up, T0 + 3 * 60000);
+    detectors_tick(f->d, T0 + 4 * 60000);
+    assert_int_equal(f->got.n[ALERT_BASELINE], 0);
+    /* the same minute under a floor of 1 KiB does alert: the test can fail */
+    f->p.alerts.baseline.floor = 1;
+    detectors_configure(f->d, &f->p);
+    detectors_feed(f->d, &up, T0 + 5 * 60000);
+    assert_int_equal(f->got.n[ALERT_BASELINE], 1);
+}
+
 /* Opens the state store in <dir>, which exists. */
 static struct store *store_at(const char *dir)
 {
@@ -860,6 +886,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(first_contacts_leave_folding_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(first_contact_flood_folds_per_agent, setup, teardown),
         cmocka_unit_test_setup_teardown(baseline_seeded_by_the_first_full_minute, setup, teardown),
+        cmocka_unit_test_setup_teardown(baseline_huge_floor_holds_bytes, setup, teardown),
         cmocka_unit_test_setup_teardown(baseline_unseeded_row_is_relearned, setup, teardown),
         cmocka_unit_test_setup_teardown(first_contacts_past_the_memory_are_still_told, setup,
                                         teardown),
