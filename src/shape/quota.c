@@ -400,8 +400,7 @@ bool quota_note_denial(struct quota *q, const char *agent_id, uint64_t now_ns, i
 
 bool quota_feed(struct quota *q, const struct egress_event *ev, uint64_t now_ns, int64_t wall_ms)
 {
-    if (ev->kind != EVENT_EGRESS || ev->verdict != VERDICT_DENY || ev->agent == NULL ||
-        ev->redecided)
+    if (!bus_counts_denial(ev)) /* the detector's set (detectors.c, denied_burst) */
         return false;
     if (!quota_note_denial(q, ev->agent, now_ns, wall_ms))
         return false;

@@ -19,7 +19,8 @@
  *
  * Quarantine: counted exactly as the denied_burst detector counts
  * (watch/detectors.c), so the two trip on the same denial: every denial
- * (`quarantined` ones included) of an identified agent goes into a
+ * (`quarantined` ones included, not `gateway_overloaded`, the gateway's
+ * own shortage: bus_counts_denial()) of an identified agent goes into a
  * sliding window of alerts.denied_burst's period in tenths (watch/window.h,
  * on the wall clock in milliseconds, as the detector's); when the sum goes
  * over max (more than max, not equal) and limits.quarantine is above 0, the
@@ -101,8 +102,8 @@ int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, c
  * nothing without alerts.denied_burst. */
 bool quota_note_denial(struct quota *q, const char *agent_id, uint64_t now_ns, int64_t wall_ms);
 /* Feeds one bus event seen at <now_ns> / <wall_ms> (see quota_note_denial):
- * counts it when it is a denial (EVENT_EGRESS, VERDICT_DENY, any reason)
- * of an identified agent, the set the denied_burst detector counts, and
+ * counts it when bus_counts_denial() (a denial of an identified agent,
+ * not gateway_overloaded), the set the denied_burst detector counts, and
  * publishes the `quarantine` alert when it trips. Returns true then. */
 bool quota_feed(struct quota *q, const struct egress_event *ev, uint64_t now_ns, int64_t wall_ms);
 /* The egress bus subscriber (<arg> is the struct quota): quota_feed() at

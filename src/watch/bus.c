@@ -31,3 +31,9 @@ int64_t bus_event_ms(const struct egress_event *ev)
         clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
+
+bool bus_counts_denial(const struct egress_event *ev)
+{
+    return ev->kind == EVENT_EGRESS && ev->verdict == VERDICT_DENY && ev->agent != NULL &&
+           !ev->redecided && ev->reason != REASON_GATEWAY_OVERLOADED;
+}

@@ -28,5 +28,12 @@ void bus_publish(const struct bus *b, const struct egress_event *ev);
  * windows (the detectors, the quarantine) count each at this one time, so
  * that they count it alike whatever order they run in. */
 int64_t bus_event_ms(const struct egress_event *ev);
+/* True when <ev> is a denial the quarantine and the denied_burst detector
+ * count (both ask this, so that they count the same set): a decision
+ * (EVENT_EGRESS) denied, of an identified agent, for any reason but
+ * gateway_overloaded (the gateway's own shortage of descriptors or memory,
+ * not the agent's doing), and not a tunnel decided again (<redecided>: the
+ * policy's act). */
+bool bus_counts_denial(const struct egress_event *ev);
 
 #endif

@@ -558,7 +558,7 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
             raise_alert(d, &al, NULL, c->write_burst.per_ms, now_ms);
         }
     }
-    if (c->denied_burst.set && !passed && !ev->redecided) {
+    if (c->denied_burst.set && bus_counts_denial(ev)) { /* the quarantine's set */
         uint64_t n = window_add(&a->denials, now_ms, 1);
         if (n > c->denied_burst.max) {
             snprintf(detail, sizeof(detail),

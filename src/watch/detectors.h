@@ -9,7 +9,7 @@
  *   tier3_write     every tier-3 request let through (allow or report);
  *   write_burst     write-method requests let through, per agent, over max per period;
  *   upload_bytes    bytes sent upstream per agent (progress events), over max per period;
- *   denied_burst    denials per agent over max per period;
+ *   denied_burst    denials per agent over max per period (bus_counts_denial());
  *   off_hours_write a write let through outside the working hours;
  *   baseline        a minute whose requests (or bytes) exceed factor x the learned
  *                   per-agent average and the floor (requests; floor KiB for bytes);

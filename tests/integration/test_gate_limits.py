@@ -22,7 +22,7 @@ import pytest
 from gate_client import (api_rule, assert_denied, build_request, connect, open_conn, poll,
                          proc_stat, read_response, read_responses, recv_until_close, request)
 from gate_servers import BannerServer, ScriptedUpstream, free_port, pattern_bytes
-from watch_helpers import Silent
+from watch_helpers import Silent, wait_alert
 
 
 def banner_rule(net):
@@ -1330,6 +1330,30 @@ def _lowest_free_fd(pid):
     return min(set(range(max(used) + 2)) - used)
 
 
+def _short_of_descriptors(gw, net, path):
+    """GET <path> of api.example.test sent while the gateway has no
+    descriptor left for the upstream socket (its soft limit lowered to its
+    lowest free descriptor number once the client's socket is open, and put
+    back afterwards). Returns the response and the limit it had."""
+    pid = gw.proc.pid
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    time.sleep(0.2)  # the readiness probe's (or an earlier request's) connection is gone
+    before = len(os.listdir("/proc/%d/fd" % pid))
+    s = open_conn(gw)
+    try:
+        poll(lambda: len(os.listdir("/proc/%d/fd" % pid)) > before, what="the client accepted")
+        limit = _lowest_free_fd(pid)
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (limit, hard))
+        try:
+            s.sendall(b"GET %s HTTP/1.1\r\nHost: api.example.test:%d\r\nConnection: close\r\n"
+                      b"\r\n" % (net.url(path).encode(), net.api.port))
+            return read_response(s), limit
+        finally:
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+    finally:
+        s.close()
+
+
 def test_out_of_descriptors_for_the_upstream_is_the_gateways_fault(gateway, net):
     # A request accepted while descriptors are short gets no socket for its
     # upstream connection (EMFILE: the gateway's soft limit is lowered to
@@ -1340,23 +1364,7 @@ def test_out_of_descriptors_for_the_upstream_is_the_gateways_fault(gateway, net)
     # it was 502 upstream_unreachable, "the upstream is down or
     # unreachable", with the upstream's address logged, and nothing told.
     gw = gateway(net.policy([api_rule(net)]))
-    pid = gw.proc.pid
-    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
-    time.sleep(0.2)  # the readiness probe's connection is gone
-    before = len(os.listdir("/proc/%d/fd" % pid))
-    s = open_conn(gw)
-    try:
-        poll(lambda: len(os.listdir("/proc/%d/fd" % pid)) > before, what="the client accepted")
-        limit = _lowest_free_fd(pid)
-        resource.prlimit(pid, resource.RLIMIT_NOFILE, (limit, hard))
-        try:
-            s.sendall(b"GET %s HTTP/1.1\r\nHost: api.example.test:%d\r\nConnection: close\r\n"
-                      b"\r\n" % (net.url("/short").encode(), net.api.port))
-            r = read_response(s)
-        finally:
-            resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
-    finally:
-        s.close()
+    r, limit = _short_of_descriptors(gw, net, "/short")
     assert_denied(gw, net, r, "gateway_overloaded", host="api.example.test", port=net.api.port,
                   agent="default", tier=0, rule="rules[0]", ip=None)
     assert r.header("Retry-After") == "1", r
@@ -1366,6 +1374,32 @@ def test_out_of_descriptors_for_the_upstream_is_the_gateways_fault(gateway, net)
                     "requests are refused with 503 gateway_overloaded; raise the limit or lower "
                     "--max-conns (told at most once a minute)" % limit], told
     assert request(gw, "GET", net.url("/after")).status == 200
+
+
+def test_the_gateways_overload_is_not_the_agents_denial(gateway, net, tmp_path):
+    # gateway_overloaded is the gateway's own shortage, not the agent's
+    # doing: it counts toward neither denied_burst nor the quarantine
+    # (during an overload every busy agent would otherwise be quarantined,
+    # a brief shortage made an outage, and alerted on). Before, two of them
+    # over max 1 quarantined the agent: /after was refused as quarantined.
+    alerts_path = str(tmp_path / "alerts.jsonl")
+    gw = gateway(net.policy([api_rule(net)], limits={"quarantine": "1m"},
+                            alerts={"denied_burst": {"max": 1, "per": "1m"}}),
+                 args=("--alerts", alerts_path))
+    for i in range(2):
+        r, _ = _short_of_descriptors(gw, net, "/short%d" % i)
+        assert r.status == 503 and r.header("Sluice-Reason") == "gateway_overloaded", r
+    assert len(gw.events(reason="gateway_overloaded")) == 2  # still logged as denials
+    r = request(gw, "GET", net.url("/after"))
+    assert r.status == 200, (r.status, r.header("Sluice-Reason"))
+    # The agent's own denials still count, from the first: two trip both.
+    url_bad = net.url("/probe", host="other.example.test", port=net.other.port)
+    for _ in range(2):
+        assert request(gw, "GET", url_bad).status == 403
+    burst = wait_alert(alerts_path, "denied_burst")
+    assert "was denied 2 times within 1m (max 1)" in burst[0]["detail"], burst
+    wait_alert(alerts_path, "quarantine")
+    assert request(gw, "GET", net.url("/now")).header("Sluice-Reason") == "quarantined"
 
 
 def test_max_conns_fit_leaves_room_for_the_webhook_sinks(gateway, net, tmp_path):

@@ -11,6 +11,7 @@
 #include <event2/event.h>
 
 #include "shape/quota.h"
+#include "watch/bus.h"
 #include "watch/detectors.h"
 
 #define MS 1000000ull
@@ -622,7 +623,9 @@ static void test_trips_with_the_detector(void **state)
         mono += gap_ms * MS;
         ev.agent = (rnd >> 20) % 3 == 0 ? "other" : "ci-bot";
         ev.verdict = (rnd >> 24) % 4 == 0 ? VERDICT_ALLOW : VERDICT_DENY;
-        ev.reason = (rnd >> 26) % 2 == 0 ? REASON_QUARANTINED : REASON_RATE_LIMITED;
+        ev.reason = (rnd >> 26) % 3 == 0   ? REASON_QUARANTINED
+                    : (rnd >> 26) % 3 == 1 ? REASON_RATE_LIMITED
+                                           : REASON_GATEWAY_OVERLOADED;
         uint64_t before = detectors_published(d) + detectors_folded(d);
         bool tripped = quota_feed(q, &ev, mono, wall);
         detectors_feed(d, &ev, wall);
@@ -674,6 +677,16 @@ static void test_subscribers_count_at_the_event_time(void **state)
     quota_free(l.q);
 }
 
+/* Hands <l>'s event to both twenty times (max is 1): neither trips. */
+static void twenty_not_counted(struct lockstep *l)
+{
+    for (int i = 0; i < 20; i++)
+        both_on_event(l);
+    assert_int_equal(l->quarantines, 0);
+    assert_int_equal(l->bursts, 0);
+    assert_int_equal(quota_quarantine_left(l->q, "ci-bot", quota_now()), 0);
+}
+
 /* A tunnel the policy denied when it was decided again (a reload, the
  * UTC day's change) is the policy's act, not the agent's: an operator
  * removing a rule under twenty open tunnels must not quarantine their
@@ -685,13 +698,35 @@ static void test_redecided_denials_are_not_the_agents(void **state)
     lockstep_open(&l, 1, 60000);
     clock_gettime(CLOCK_REALTIME, &l.ev.ts);
     l.ev.redecided = true;
-    for (int i = 0; i < 20; i++)
-        both_on_event(&l);
-    assert_int_equal(l.quarantines, 0);
-    assert_int_equal(l.bursts, 0);
-    assert_int_equal(quota_quarantine_left(l.q, "ci-bot", quota_now()), 0);
+    twenty_not_counted(&l);
     l.ev.redecided = false;
     both_on_event(&l);
+    both_on_event(&l);
+    assert_int_equal(l.quarantines, 1);
+    assert_int_equal(l.bursts, 1);
+    detectors_free(l.d);
+    quota_free(l.q);
+}
+
+/* A denial for the gateway's own shortage (gateway_overloaded: no
+ * descriptor or memory for the upstream socket) is not the agent's doing:
+ * during an overload every busy agent would trip denied_burst and be
+ * quarantined, a brief shortage made an outage. Neither counts it; the
+ * upstream's failures (dns_failure, upstream_unreachable: a retry storm)
+ * still count, for both. */
+static void test_overloaded_denials_are_not_the_agents(void **state)
+{
+    (void)state;
+    struct lockstep l;
+    lockstep_open(&l, 1, 60000);
+    clock_gettime(CLOCK_REALTIME, &l.ev.ts);
+    l.ev.reason = REASON_GATEWAY_OVERLOADED;
+    assert_false(bus_counts_denial(&l.ev));
+    twenty_not_counted(&l);
+    l.ev.reason = REASON_DNS_FAILURE;
+    assert_true(bus_counts_denial(&l.ev));
+    both_on_event(&l);
+    l.ev.reason = REASON_UPSTREAM_UNREACHABLE;
     both_on_event(&l);
     assert_int_equal(l.quarantines, 1);
     assert_int_equal(l.bursts, 1);
@@ -973,6 +1008,7 @@ int main(void)
         cmocka_unit_test(test_trips_with_the_detector),
         cmocka_unit_test(test_subscribers_count_at_the_event_time),
         cmocka_unit_test(test_redecided_denials_are_not_the_agents),
+        cmocka_unit_test(test_overloaded_denials_are_not_the_agents),
         cmocka_unit_test(test_flows),
         cmocka_unit_test(test_flow_waits_for_a_useful_amount),
         cmocka_unit_test(test_reload_reshapes_running_flows),
