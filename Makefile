@@ -12,6 +12,10 @@
 
 FUZZ_SECONDS ?= 60
 PYTEST       ?= /usr/bin/python3 -m pytest
+# Integration tests mostly wait (on timeouts, slow peers, signals), so they run in
+# TEST_JOBS pytest-xdist workers; those marked `serial` (they change something the
+# whole machine shares) run alone afterwards. TEST_JOBS=0 runs everything in one process.
+TEST_JOBS    ?= 2
 POLICY       ?= examples/policy.yaml
 BOOTSTRAP    := scripts/bootstrap
 
@@ -40,7 +44,9 @@ test: bootstrap lint build build-test/build.ninja
 	$(MAKE) --no-print-directory integration SLUICE_BIN=$(CURDIR)/build-test/sluice
 
 integration:
-	SLUICE_BIN=$${SLUICE_BIN:-$(CURDIR)/build/sluice} $(PYTEST) -q tests/integration
+	SLUICE_BIN=$${SLUICE_BIN:-$(CURDIR)/build/sluice} $(PYTEST) -q -p xdist -n $(TEST_JOBS) \
+	    -m 'not serial' tests/integration
+	SLUICE_BIN=$${SLUICE_BIN:-$(CURDIR)/build/sluice} $(PYTEST) -q -m serial tests/integration
 
 build-fuzz/build.ninja:
 	CC=clang meson setup build-fuzz --buildtype=debugoptimized -Dfuzzing=true -Dtests=false \

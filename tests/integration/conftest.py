@@ -37,6 +37,12 @@ SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime e
                    "LeakSanitizer has encountered a fatal error")
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "serial: changes something the whole machine shares (a sysctl); "
+        "`make test` runs these alone, after the rest has run in parallel workers")
+
+
 # --------------------------------------------------------------------------
 # the binary
 

@@ -225,6 +225,7 @@ def test_a_socket_the_user_cannot_remove_is_said_at_start(open_dir, serve_in, ne
 SUID_DUMPABLE = "/proc/sys/fs/suid_dumpable"
 
 
+@pytest.mark.serial  # fs.suid_dumpable is the machine's: no other test may run meanwhile
 @pytest.mark.skipif(not os.access(SUID_DUMPABLE, os.W_OK), reason="fs.suid_dumpable is not writable")
 def test_not_dumpable_after_the_switch_whatever_suid_dumpable_says(gateway, net):
     # The kernel clears the dumpable flag on a change of ids only as
