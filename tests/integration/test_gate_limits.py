@@ -12,6 +12,7 @@ import re
 import resource
 import signal
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -1330,6 +1331,32 @@ def _lowest_free_fd(pid):
     return min(set(range(max(used) + 2)) - used)
 
 
+def _accepted_fd_seen(pid, s):
+    """Whether gateway <pid> holds the accepted end of client socket <s>
+    (an IPv4 TCP connection): its inode, found in /proc/net/tcp by the two
+    ends' addresses, among the gateway's descriptors. Counting descriptors
+    instead could miss the accept when another one closed meanwhile."""
+    def hexaddr(a):
+        return "%08X:%04X" % (struct.unpack("<I", socket.inet_aton(a[0]))[0], a[1])
+    local, remote = hexaddr(s.getpeername()), hexaddr(s.getsockname())
+    inode = None
+    with open("/proc/%d/net/tcp" % pid) as f:
+        for row in f.read().splitlines()[1:]:
+            cols = row.split()
+            if cols[1] == local and cols[2] == remote:
+                inode = cols[9]
+    if inode is None:
+        return False
+    fds = "/proc/%d/fd" % pid
+    for n in os.listdir(fds):
+        try:
+            if os.readlink(os.path.join(fds, n)) == "socket:[%s]" % inode:
+                return True
+        except OSError:
+            pass
+    return False
+
+
 def _short_of_descriptors(gw, net, path):
     """GET <path> of api.example.test sent while the gateway has no
     descriptor left for the upstream socket (its soft limit lowered to its
@@ -1338,10 +1365,9 @@ def _short_of_descriptors(gw, net, path):
     pid = gw.proc.pid
     soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
     time.sleep(0.2)  # the readiness probe's (or an earlier request's) connection is gone
-    before = len(os.listdir("/proc/%d/fd" % pid))
     s = open_conn(gw)
     try:
-        poll(lambda: len(os.listdir("/proc/%d/fd" % pid)) > before, what="the client accepted")
+        poll(lambda: _accepted_fd_seen(pid, s), what="the client accepted")
         limit = _lowest_free_fd(pid)
         resource.prlimit(pid, resource.RLIMIT_NOFILE, (limit, hard))
         try:
