@@ -73,14 +73,38 @@ static bool is_value_for_flag(const char *arg, const struct option *options)
     return false;
 }
 
+/* The options that "--NAME" or "--NAME=VALUE" <arg> abbreviates, as
+ * "--a, --b" in <out>; returns how many there are. getopt_long() refuses
+ * an abbreviation of more than one (`--p` for --policy or --proxy) as it
+ * does an unknown option, with optopt 0. */
+static size_t abbreviated(const char *arg, const struct option *options, char *out, size_t cap)
+{
+    size_t n = strncmp(arg, "--", 2) == 0 ? strcspn(arg + 2, "=") : 0, count = 0, o = 0;
+    out[0] = '\0';
+    for (size_t i = 0; n > 0 && options[i].name != NULL; i++) {
+        if (strncmp(options[i].name, arg + 2, n) != 0)
+            continue;
+        int w = snprintf(out + o, cap - o, "%s--%s", count > 0 ? ", " : "", options[i].name);
+        if (w > 0 && (size_t)w < cap - o)
+            o += (size_t)w;
+        count++;
+    }
+    return count;
+}
+
 int command_option_error(const struct command *cmd, int c, char **argv,
                          const struct option *options)
 {
     const char *opt = argv[optind - 1];
     if (c == ':')
         return command_usage_error(cmd, "%s needs a value", opt);
-    if (optopt == 0) /* an unknown long option, the argument before optind */
+    if (optopt == 0) { /* an unknown or ambiguous long option, the argument before optind */
+        char names[256];
+        if (abbreviated(opt, options, names, sizeof(names)) > 1)
+            return command_usage_error(cmd, "'%.*s' is ambiguous (%s)", (int)strcspn(opt, "="), opt,
+                                       names);
         return command_usage_error(cmd, "unknown option '%s'", opt);
+    }
     if (is_value_for_flag(opt, options))
         return command_usage_error(cmd, "'%.*s' takes no value", (int)strcspn(opt, "="), opt);
     /* An unknown short option: inside a cluster ("-xy") getopt has not

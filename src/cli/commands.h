@@ -43,9 +43,9 @@ int command_usage_error(const struct command *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* The usage error for what getopt_long() returned as <c> (':' for a
- * missing value, anything else for an unknown option, or a value given to
- * one of <options> that takes none), naming the option at fault; returns
- * EXIT_USAGE. */
+ * missing value, anything else for an unknown option, an abbreviation of
+ * more than one of <options>, or a value given to one that takes none),
+ * naming the option at fault; returns EXIT_USAGE. */
 int command_option_error(const struct command *cmd, int c, char **argv,
                          const struct option *options);
 

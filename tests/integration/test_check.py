@@ -615,6 +615,26 @@ def test_usage_error_names_the_option_at_fault(sluice_bin, tmp_path, args, named
     assert first == "sluice %s: %s" % (args[0], named), r.stderr
 
 
+@pytest.mark.parametrize("args,named", [
+    (["serve", "--s", "x", "--policy", "{good}"],
+     "'--s' is ambiguous (--state, --sched, --splice)"),
+    (["serve", "--policy", "{good}", "--a=127.0.0.1:1"], "'--a' is ambiguous (--admin, --alerts)"),
+    (["run", "--p", "{good}", "--", "true"], "'--p' is ambiguous (--policy, --proxy)"),
+    (["run", "--policy", "{good}", "--r", "/tmp", "--", "true"], "'--r' is ambiguous (--ro, --rw)"),
+    (["serve", "--policy", "{good}", "--=x"], "unknown option '--=x'"),
+])
+def test_an_ambiguous_abbreviation_is_not_called_unknown(sluice_bin, tmp_path, args, named):
+    """getopt_long() takes an option by any abbreviation that names only
+    one (`--pol` for `--policy`) and refuses one that names several as it
+    does an unknown option: `sluice run --p p.yaml` said "unknown option
+    '--p'", as if neither --policy nor --proxy existed."""
+    good = write(tmp_path, GOOD)
+    r = run(sluice_bin, *[a.replace("{good}", good) for a in args])
+    assert r.returncode == 2, r.stdout + r.stderr
+    first = r.stderr.splitlines()[0]
+    assert first == "sluice %s: %s" % (args[0], named), r.stderr
+
+
 def test_file_name_cannot_write_lines_into_the_text_report(sluice_bin, tmp_path):
     """A policy file named with a line end and a terminal escape (a name in
     a repository an agent writes to, checked by a CI loop): the text report
