@@ -21,28 +21,33 @@ static char *dup_bytes(const char *p, size_t n)
     return s;
 }
 
-/* Decodes the \NNN escapes of a path field (the kernel writes \040 \011
- * \012 \134; any octal escape of a byte 1..255 is accepted, \000 and a
- * malformed escape are refused). Returns a new string or NULL with <*why>. */
-static char *decode_path(const struct field *f, bool need_abs, const char **why)
+/* Decodes the \NNN escapes of <n> bytes at <p> (the kernel writes \040
+ * \011 \012 \134; any octal escape of a byte 1..255 is accepted, \000 is
+ * refused, and so is a backslash that starts no escape when <strict>, which
+ * is else kept as it is). Returns a new string or NULL with <*why>. */
+static char *decode_escapes(const char *p, size_t n, bool strict, const char **why)
 {
-    char *out = malloc(f->n + 1);
+    char *out = malloc(n + 1);
     size_t o = 0;
     if (out == NULL) {
         *why = "out of memory";
         return NULL;
     }
-    for (size_t i = 0; i < f->n; i++) {
-        unsigned char c = (unsigned char)f->p[i];
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
         if (c == '\\') {
-            if (f->n - i < 4 || f->p[i + 1] < '0' || f->p[i + 1] > '3' || f->p[i + 2] < '0' ||
-                f->p[i + 2] > '7' || f->p[i + 3] < '0' || f->p[i + 3] > '7') {
+            if (n - i < 4 || p[i + 1] < '0' || p[i + 1] > '3' || p[i + 2] < '0' || p[i + 2] > '7' ||
+                p[i + 3] < '0' || p[i + 3] > '7') {
+                if (!strict) {
+                    out[o++] = (char)c;
+                    continue;
+                }
                 *why = "bad escape (want \\NNN octal)";
                 free(out);
                 return NULL;
             }
-            unsigned v = (unsigned)(f->p[i + 1] - '0') * 64 + (unsigned)(f->p[i + 2] - '0') * 8 +
-                         (unsigned)(f->p[i + 3] - '0');
+            unsigned v = (unsigned)(p[i + 1] - '0') * 64 + (unsigned)(p[i + 2] - '0') * 8 +
+                         (unsigned)(p[i + 3] - '0');
             if (v == 0) {
                 *why = "escaped NUL byte";
                 free(out);
@@ -55,7 +60,15 @@ static char *decode_path(const struct field *f, bool need_abs, const char **why)
         out[o++] = (char)c;
     }
     out[o] = '\0';
-    if (need_abs && out[0] != '/') {
+    return out;
+}
+
+/* A path field decoded (decode_escapes(), strict); with <need_abs>, one
+ * that is not absolute is refused. */
+static char *decode_path(const struct field *f, bool need_abs, const char **why)
+{
+    char *out = decode_escapes(f->p, f->n, true, why);
+    if (out != NULL && need_abs && out[0] != '/') {
         *why = "not an absolute path";
         free(out);
         return NULL;
@@ -518,9 +531,11 @@ static const char *justify_line(const char *p, size_t n, struct justify *j, size
         return "the reason is empty";
     if (j->n >= JUSTIFY_MAX_ENTRIES)
         return "too many entries";
-    char *path = dup_bytes(p, plen);
+    const char *why = NULL;
+    /* \ooo as the report shows a backslash or a control character */
+    char *path = decode_escapes(p, plen, false, &why);
     if (path == NULL)
-        return "out of memory";
+        return why;
     const struct justify_entry *prev = justify_find(j, path);
     if (prev != NULL) {
         free(path);

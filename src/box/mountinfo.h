@@ -64,7 +64,9 @@ bool mountinfo_is_covered(const struct mountinfo *mi, const struct mountinfo_ent
 
 /* A justification file: one `PATH: reason` a line; blank lines and lines
  * starting with '#' are skipped. PATH is absolute (a trailing '/' other
- * than the root's is dropped); the reason is not empty. */
+ * than the root's is dropped), its \ooo escapes decoded as mountinfo's (the
+ * report's way of showing a backslash or a control character; another
+ * backslash is kept as it is); the reason is not empty. */
 struct justify_entry {
     char *path;
     char *reason;

@@ -161,6 +161,50 @@ def test_raw_control_characters_the_kernel_writes_are_read(run_sluice, tmp_path)
     assert doc["writable"][2]["super_options"] == "rw,upperdir=/u\rp\x01q"
 
 
+def test_every_mount_point_can_be_justified_as_the_report_shows_it(run_sluice, tmp_path):
+    # The report shows a backslash or a control character of a mount point
+    # as \ooo, but the justification file took its paths literally: a line
+    # copied from the report ("/srv/a\\134b") matched nothing and was called
+    # stale, and a mount point holding a carriage return or a line end (the
+    # kernel writes the first raw), or a colon and a space, could not be
+    # justified at all, so the audit could never pass. A PATH's \ooo escapes
+    # are decoded, as mountinfo's are; another backslash is kept as it is.
+    mi = tmp_path / "mountinfo"
+    mi.write_bytes(b"22 1 254:1 / / ro - ext4 /dev/vda1 rw\n"
+                   b"23 22 0:30 / /srv/a\\134b rw - tmpfs tmpfs rw\n"
+                   b"24 22 0:31 / /tmp/a\rb rw - tmpfs tmpfs rw\n"
+                   b"25 22 0:32 / /mnt/x:\\040y rw - tmpfs tmpfs rw\n"
+                   b"26 22 0:33 / /mnt/nl\\012x rw - tmpfs tmpfs rw\n"
+                   b"27 22 0:34 / /srv/c\\134d rw - tmpfs tmpfs rw\n"
+                   b"28 22 0:35 / /mnt/end\\040 rw - tmpfs tmpfs rw\n")
+    r = run_sluice("audit", "mounts", "--mountinfo", mi)
+    assert r.returncode == 1, r.stderr
+    shown = [ln[len("UNJUSTIFIED  "):].split(" (tmpfs")[0] for ln in r.stdout.splitlines()
+             if ln.startswith("UNJUSTIFIED")]
+    assert shown == ["/srv/a\\134b", "/tmp/a\\015b", "/mnt/x: y", "/mnt/nl\\012x",
+                     "/srv/c\\134d", "/mnt/end "], shown
+    just = tmp_path / "justify"
+    just.write_text("/srv/a\\134b: copied from the report\n"
+                    "/tmp/a\\015b: a carriage return\n"
+                    "/mnt/x:\\040y: a colon and a space\n"
+                    "/mnt/nl\\012x: a line end\n"
+                    "/srv/c\\d: a backslash before no escape, as it is\n"
+                    "/mnt/end\\040: a trailing space\n")
+    r = run_sluice("audit", "mounts", "--mountinfo", mi, "--justify", just)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "warning" not in r.stdout, r.stdout
+    assert r.stdout.splitlines()[-1] == "result: 7 mounts, 6 writable, 0 unjustified"
+    assert "justified    /srv/a\\134b (tmpfs tmpfs): copied from the report" in r.stdout
+    r = run_sluice("audit", "mounts", "--mountinfo", mi, "--justify", just, "--format", "json")
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is True and doc["unused_justifications"] == []
+    # an escaped NUL names no path
+    just.write_text("/srv/a\\000b: no\n")
+    r = run_sluice("audit", "mounts", "--mountinfo", mi, "--justify", just)
+    assert r.returncode == 2
+    assert r.stderr == "error: %s:1: escaped NUL byte\n" % just, r.stderr
+
+
 def test_nothing_writable(run_sluice, tmp_path):
     mi = write(tmp_path, "mountinfo", "22 1 254:1 / / ro - ext4 /dev/vda1 rw\n")
     r = run_sluice("audit", "mounts", "--mountinfo", mi, "--format", "json")
