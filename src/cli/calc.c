@@ -175,15 +175,21 @@ static int calc_retries(int argc, char **argv)
         }
         printf(" while it is failing\n");
     }
+    /* with one attempt a layer nothing retries: 1x, which no budget beats */
+    char cost[96];
+    if (attempts == 1)
+        snprintf(cost, sizeof(cost), "at most 1.1x");
+    else
+        snprintf(cost, sizeof(cost), "1.1x, not %sx", wx);
     printf("recommendation:\n"
            "  - retry at one layer only (the one closest to the caller); every other layer "
            "fails fast and passes the error up\n"
            "  - give that layer a retry budget: retries at most 10%% of its requests "
-           "(--budget 0.1), so an outage costs 1.1x, not %sx\n"
+           "(--budget 0.1), so an outage costs %s\n"
            "  - back off with full jitter: sleep = random(0, min(cap, base * 2^attempt)), "
            "e.g. base 100 ms, cap 10 s\n"
            "  - honour Retry-After (sluice's 429 rate_limited says how long to wait)\n",
-           wx);
+           cost);
     return EXIT_OK;
 }
 

@@ -145,3 +145,17 @@ def test_flag_equals_value_as_the_other_commands_take_it(run_sluice):
         r = run_sluice("calc", "retries", *args)
         assert r.returncode == 2 and r.stdout == "", (args, r.stderr)
         assert said in r.stderr, (args, r.stderr)
+
+
+def test_the_recommendation_compares_the_budget_only_with_a_larger_figure(run_sluice):
+    # With one attempt a layer nothing retries and the worst case is 1x, but
+    # the recommendation said a 10% budget made an outage cost "1.1x, not
+    # 1x", as if the budget, more than nothing, were the saving.
+    r = run_sluice("calc", "retries", "--layers", "3", "--attempts", "1")
+    assert r.returncode == 0, r.stderr
+    rec = line(r.stdout, "- give that layer a retry budget:")
+    assert rec.endswith("(--budget 0.1), so an outage costs at most 1.1x"), rec
+    assert "not 1x" not in r.stdout
+    r = run_sluice("calc", "retries", "--layers", "1", "--attempts", "2")
+    rec = line(r.stdout, "- give that layer a retry budget:")
+    assert rec.endswith("(--budget 0.1), so an outage costs 1.1x, not 2x"), rec
