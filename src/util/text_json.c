@@ -22,22 +22,31 @@ json_t *text_json(const char *s)
 
 size_t text_shown_into(char *out, size_t outlen, const char *s)
 {
-    size_t o = 0;
+    size_t o = 0, n = strlen(s);
     if (outlen == 0)
         return 0;
-    for (size_t i = 0; s[i] != '\0'; i++) {
-        unsigned char c = (unsigned char)s[i], next = (unsigned char)s[i + 1];
-        bool c1 = c == 0xc2 && next >= 0x80 && next <= 0x9f; /* s[n] is the NUL */
-        size_t need = c >= 0x20 && c != 0x7f && c != '\\' && !c1 ? 1 : c1 ? 8 : 4;
+    for (size_t i = 0; i < n;) {
+        const unsigned char *u = (const unsigned char *)s + i;
+        /* a valid UTF-8 sequence goes whole (or not at all), but for a C1
+         * control, U+0080 to U+009F (c2 80 to c2 9f); a byte that starts
+         * none goes alone, escaped when it is 0x80 to 0x9f, which a
+         * terminal reading 8-bit controls takes for one (0x85 a line end,
+         * 0x9b an escape) */
+        size_t len = u[0] < 0x80 ? 1 : utf8_seq(u, n - i);
+        bool c1 = len == 2 && u[0] == 0xc2 && u[1] <= 0x9f;
+        bool esc = c1 || u[0] < 0x20 || u[0] == 0x7f || u[0] == '\\' || (len == 0 && u[0] <= 0x9f);
+        if (len == 0)
+            len = 1;
+        size_t need = esc ? 4 * len : len;
         if (o + need >= outlen)
-            break; /* never within an escape */
-        if (need == 1) {
-            out[o++] = (char)c;
-            continue;
+            break; /* never within an escape or a sequence */
+        for (size_t k = 0; k < len; k++) {
+            if (esc)
+                o += (size_t)snprintf(out + o, 5, "\\%03o", u[k]);
+            else
+                out[o++] = (char)u[k];
         }
-        o += (size_t)snprintf(out + o, 5, "\\%03o", c);
-        if (c1)
-            o += (size_t)snprintf(out + o, 5, "\\%03o", (unsigned char)s[++i]);
+        i += len;
     }
     out[o] = '\0';
     return o;

@@ -21,12 +21,15 @@ json_t *text_json(const char *s);
  * \ooo, as mountinfo writes them: a mount point or a file name holding a
  * line end (\012) or a terminal escape cannot write lines of its own into
  * the report ("result: 0 errors"), nor rub out the ones before it. The
- * caller frees it; never NULL (xmalloc). */
+ * caller frees it; never NULL (xmalloc). A byte 0x80 to 0x9f that is no
+ * part of a valid UTF-8 sequence (Latin-1 text) is escaped too: a terminal
+ * reading 8-bit controls takes 0x85 for a line end, 0x9b for an escape. */
 char *text_shown(const char *s);
 
 /* As text_shown(), into <out> of <outlen> bytes (cut at the end, never
- * within an escape, when it is too short; 4 x strlen(s) + 1 always fits): for a
- * server's loop, which goes on when memory runs out. Returns the length. */
+ * within an escape or a UTF-8 sequence, when it is too short; 4 x
+ * strlen(s) + 1 always fits): for a server's loop, which goes on when
+ * memory runs out. Returns the length. */
 size_t text_shown_into(char *out, size_t outlen, const char *s);
 
 #endif

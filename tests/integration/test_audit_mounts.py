@@ -4,6 +4,7 @@ test_box_run.py)."""
 
 import json
 import os
+import subprocess
 
 MOUNTINFO = (
     "22 1 254:1 / / ro,relatime shared:1 - ext4 /dev/vda1 rw\n"
@@ -111,6 +112,29 @@ def test_text_names_cannot_forge_lines(run_sluice, tmp_path):
                         "(tmpfs tmpfs, rw)")
     assert lines[1] == "UNJUSTIFIED  /srv/a\\134b\\033[2Kc\\302\\205d (tmpfs tmpfs, rw)"
     assert lines[2] == "result: 3 mounts, 2 writable, 2 unjustified"
+
+
+def test_raw_c1_bytes_are_escaped_too(sluice_bin, tmp_path):
+    # A C1 control was escaped only as UTF-8 writes it (\302\205): a mount
+    # point holding the raw byte 0x85 (NEL, a line end) or 0x9b (CSI), as a
+    # name in Latin-1 holds them, reached the report as it is, and a
+    # terminal that reads 8-bit controls (xterm outside a UTF-8 locale) took
+    # them for a line end and an escape. A byte 0x80 to 0x9f that is no part
+    # of a valid UTF-8 sequence is written \ooo; other bytes of Latin-1
+    # (0xe9), and the continuation bytes of valid UTF-8 (U+0100 is c4 80,
+    # the euro sign e2 82 ac), are left as they are.
+    mi = tmp_path / "mountinfo"
+    mi.write_bytes(b"22 1 254:1 / / ro - ext4 /dev/vda1 rw\n"
+                   b"23 22 0:30 / /tmp/a\x85result:\\0400\x9b2Kb rw - tmpfs tmp\x9b rw\n"
+                   b"24 22 0:31 / /srv/caf\xe9-\xc4\x80\xe2\x82\xac rw - tmpfs tmpfs rw\n")
+    r = subprocess.run([sluice_bin, "audit", "mounts", "--mountinfo", str(mi)],
+                       capture_output=True, timeout=20)
+    assert r.returncode == 1, r.stderr
+    assert r.stdout.splitlines() == [
+        b"UNJUSTIFIED  /tmp/a\\205result: 0\\2332Kb (tmpfs tmp\\233, rw)",
+        b"UNJUSTIFIED  /srv/caf\xe9-\xc4\x80\xe2\x82\xac (tmpfs tmpfs, rw)",
+        b"result: 3 mounts, 2 writable, 2 unjustified",
+    ], r.stdout
 
 
 def test_justify_file_name_cannot_forge_lines(run_sluice, tmp_path):
