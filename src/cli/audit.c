@@ -6,7 +6,8 @@
  * /proc/PID/mountinfo, default self, or a saved copy) and checks each
  * against a justification file of `PATH: reason` lines. Exit 0 when every
  * writable mount is justified, 1 when some are not, 2 on a usage error, an
- * unreadable or malformed file (each bad justify line is reported as
+ * unreadable or malformed file (an empty mountinfo among them: a mount
+ * namespace has at least its root; each bad justify line is reported as
  * FILE:LINE: message). */
 #include <errno.h>
 #include <fcntl.h>
@@ -212,7 +213,12 @@ static int audit_mounts(int argc, char **argv)
     }
     struct mountinfo mi;
     char err[256];
-    if (mountinfo_parse(data, len, &mi, err, sizeof(err)) < 0) {
+    int parsed = mountinfo_parse(data, len, &mi, err, sizeof(err));
+    if (parsed == 0 && mi.n == 0) { /* an empty copy, /dev/null: nothing read is no clean audit */
+        snprintf(err, sizeof(err), "no mounts, where a mount namespace has at least its root");
+        parsed = -1;
+    }
+    if (parsed < 0) {
         fprintf(stderr, "sluice audit: %s: %s\n", shown, err);
         free(shown);
         free(data);

@@ -275,6 +275,21 @@ def test_malformed_mountinfo_exit_2(run_sluice, tmp_path):
     assert "%s: line 9: mount_point: not an absolute path" % mi in r.stderr
 
 
+def test_an_empty_mountinfo_is_no_clean_audit(run_sluice, tmp_path):
+    # A mount namespace holds at least its root mount, but an empty file
+    # (a copy whose `cat /proc/PID/mountinfo > saved` failed, /dev/null)
+    # passed the audit: "result: 0 mounts, 0 writable, 0 unjustified", exit
+    # 0, a CI gate passed on nothing read.
+    mi = write(tmp_path, "mountinfo", "")
+    just = write(tmp_path, "justify", "/tmp: scratch\n")
+    for extra in ([], ["--justify", just], ["--format", "json"]):
+        r = run_sluice("audit", "mounts", "--mountinfo", mi, *extra)
+        assert r.returncode == 2, (extra, r.stdout, r.stderr)
+        assert r.stdout == ""
+        assert r.stderr == ("sluice audit: %s: no mounts, where a mount namespace has at least "
+                            "its root\n" % mi), r.stderr
+
+
 def test_unreadable_files_exit_2(run_sluice, tmp_path):
     r = run_sluice("audit", "mounts", "--mountinfo", str(tmp_path / "missing"))
     assert r.returncode == 2
