@@ -4,7 +4,8 @@
  * no longer than the input; re-encoding the decoded mount points and
  * parsing again gives the same entries (a round trip); a failure always
  * fills the message with "line N: ". justify_parse() never reports more bad
- * lines than the input has lines, and every path it keeps is absolute. */
+ * lines than the input has lines, and every path it keeps is absolute and
+ * found by justify_find() (the index by path holds each entry). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,7 +112,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (bad > 0 && (size_t)bad > count_lines(data, size))
         abort();
     for (size_t i = 0; i < j.n; i++)
-        if (j.v[i].path[0] != '/' || j.v[i].reason[0] == '\0')
+        if (j.v[i].path[0] != '/' || j.v[i].reason[0] == '\0' ||
+            justify_find(&j, j.v[i].path) != &j.v[i])
             abort();
     justify_free(&j);
     return 0;

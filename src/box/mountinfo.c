@@ -478,16 +478,34 @@ void justify_free(struct justify *j)
         free(j->v[i].reason);
     }
     free(j->v);
+    free(j->by_path);
     j->v = NULL;
+    j->by_path = NULL;
     j->n = 0;
 }
 
+/* The first position in j->by_path whose path is not below <path>. */
+static size_t first_path(const struct justify *j, const char *path)
+{
+    size_t lo = 0, hi = j->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (strcmp(j->v[j->by_path[mid]].path, path) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* A search of the index, not a scan of every justification for every
+ * mount (10000 of them for 100000 mounts took seconds). */
 struct justify_entry *justify_find(struct justify *j, const char *path)
 {
-    for (size_t i = 0; i < j->n; i++)
-        if (strcmp(j->v[i].path, path) == 0)
-            return &j->v[i];
-    return NULL;
+    if (j->n == 0)
+        return NULL;
+    size_t k = first_path(j, path);
+    return k < j->n && strcmp(j->v[j->by_path[k]].path, path) == 0 ? &j->v[j->by_path[k]] : NULL;
 }
 
 static const char *justify_line(const char *p, size_t n, struct justify *j, size_t *cap,
@@ -536,19 +554,22 @@ static const char *justify_line(const char *p, size_t n, struct justify *j, size
     char *path = decode_escapes(p, plen, false, &why);
     if (path == NULL)
         return why;
-    const struct justify_entry *prev = justify_find(j, path);
-    if (prev != NULL) {
+    size_t at = j->n > 0 ? first_path(j, path) : 0;
+    if (at < j->n && strcmp(j->v[j->by_path[at]].path, path) == 0) {
         free(path);
         return "path justified twice";
     }
     if (j->n == *cap) {
         size_t ncap = *cap == 0 ? 16 : *cap * 2;
         struct justify_entry *nv = realloc(j->v, ncap * sizeof(*nv));
-        if (nv == NULL) {
+        if (nv != NULL)
+            j->v = nv;
+        size_t *nb = nv != NULL ? realloc(j->by_path, ncap * sizeof(*nb)) : NULL;
+        if (nb == NULL) {
             free(path);
             return "out of memory";
         }
-        j->v = nv;
+        j->by_path = nb;
         *cap = ncap;
     }
     char *reason = dup_bytes(r, rlen);
@@ -556,6 +577,8 @@ static const char *justify_line(const char *p, size_t n, struct justify *j, size
         free(path);
         return "out of memory";
     }
+    memmove(&j->by_path[at + 1], &j->by_path[at], (j->n - at) * sizeof(size_t));
+    j->by_path[at] = j->n;
     j->v[j->n++] = (struct justify_entry){path, reason, lineno, false};
     return NULL;
 }
@@ -565,6 +588,7 @@ int justify_parse(const char *data, size_t len, struct justify *out,
 {
     out->v = NULL;
     out->n = 0;
+    out->by_path = NULL;
     if (len > JUSTIFY_MAX_BYTES)
         return -1;
     size_t cap = 0, pos = 0;

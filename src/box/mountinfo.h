@@ -77,6 +77,7 @@ struct justify_entry {
 struct justify {
     struct justify_entry *v;
     size_t n;
+    size_t *by_path; /* the positions in <v> sorted by path */
 };
 
 #define JUSTIFY_MAX_BYTES   (4u * 1024 * 1024)
