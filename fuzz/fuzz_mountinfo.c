@@ -37,9 +37,9 @@ static void round_trip(const struct mountinfo *mi)
     size_t cap = 64;
     for (size_t i = 0; i < mi->n; i++) {
         const struct mountinfo_entry *e = &mi->v[i];
-        cap += 4 * (strlen(e->root) + strlen(e->mount_point) + strlen(e->source)) +
-               strlen(e->mount_opts) + strlen(e->optional) + strlen(e->fstype) +
-               strlen(e->super_opts) + 64;
+        cap +=
+            4 * (strlen(e->root) + strlen(e->mount_point) + strlen(e->fstype) + strlen(e->source)) +
+            strlen(e->mount_opts) + strlen(e->optional) + strlen(e->super_opts) + 64;
     }
     char *buf = malloc(cap);
     char *tmp = malloc(cap);
@@ -54,8 +54,10 @@ static void round_trip(const struct mountinfo *mi)
         escape(e->root, tmp, cap);
         off += (size_t)snprintf(buf + off, cap - off, "%s ", tmp);
         escape(e->mount_point, tmp, cap);
-        off += (size_t)snprintf(buf + off, cap - off, "%s %s%s%s - %s ", tmp, e->mount_opts,
-                                e->optional[0] ? " " : "", e->optional, e->fstype);
+        off += (size_t)snprintf(buf + off, cap - off, "%s %s%s%s - ", tmp, e->mount_opts,
+                                e->optional[0] ? " " : "", e->optional);
+        escape(e->fstype, tmp, cap);
+        off += (size_t)snprintf(buf + off, cap - off, "%s ", tmp);
         escape(e->source, tmp, cap);
         off += (size_t)snprintf(buf + off, cap - off, "%s %s\n", tmp, e->super_opts);
     }

@@ -236,9 +236,9 @@ static int parse_line(const char *p, size_t n, unsigned lineno, struct mountinfo
         off += f[k].n;
     }
     e->optional[off] = '\0';
-    field = "fstype"; /* "fuse.SUBTYPE": the subtype is the mounter's, any bytes */
-    if ((e->fstype = dup_bytes(f[sep + 1].p, f[sep + 1].n)) == NULL)
-        goto oom;
+    field = "fstype"; /* "fuse.SUBTYPE": the subtype is the mounter's, escaped as a path */
+    if ((e->fstype = decode_path(&f[sep + 1], false, &why)) == NULL)
+        goto bad;
     field = "source";
     if ((e->source = decode_path(&f[sep + 2], false, &why)) == NULL)
         goto bad;

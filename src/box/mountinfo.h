@@ -3,12 +3,13 @@
  *
  * A mountinfo line is (proc(5)):
  *   ID PARENT MAJOR:MINOR ROOT MOUNT_POINT MOUNT_OPTS [OPTIONAL...] - FSTYPE SOURCE SUPER_OPTS
- * ROOT, MOUNT_POINT and SOURCE escape space, tab, newline and backslash as
- * \040 \011 \012 \134; the parser decodes them (and refuses any other
- * escape, a NUL byte, or a decoded path that is not absolute). Other
- * control characters (a carriage return) are written as they are, there
- * and in FSTYPE and SUPER_OPTS, and kept as they are. Inputs are
- * not NUL-terminated; every string the parser returns is. */
+ * ROOT, MOUNT_POINT, FSTYPE (a fuse subtype) and SOURCE escape space, tab,
+ * newline and backslash as \040 \011 \012 \134; the parser decodes them
+ * (and refuses any other escape, a NUL byte, or a decoded mount point that
+ * is not absolute). Other control characters (a carriage return) are
+ * written as they are, there and in SUPER_OPTS (escaped, if at all, by each
+ * file system its own way, and kept as written), and kept as they are.
+ * Inputs are not NUL-terminated; every string the parser returns is. */
 #ifndef SLUICE_BOX_MOUNTINFO_H
 #define SLUICE_BOX_MOUNTINFO_H
 
@@ -29,8 +30,8 @@ struct mountinfo_entry {
     char *mount_point; /* decoded */
     char *mount_opts;  /* per-mount options: "rw,nosuid,relatime" */
     char *optional;    /* optional fields joined by ' ' ("" when none) */
-    char *fstype;
-    char *source; /* decoded */
+    char *fstype;      /* decoded */
+    char *source;      /* decoded */
     char *super_opts;
     unsigned line; /* 1-based line in the input */
 };

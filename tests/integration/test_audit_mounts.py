@@ -229,6 +229,25 @@ def test_every_mount_point_can_be_justified_as_the_report_shows_it(run_sluice, t
     assert r.stderr == "error: %s:1: escaped NUL byte\n" % just, r.stderr
 
 
+def test_fstype_escapes_are_decoded(run_sluice, tmp_path):
+    # The kernel escapes a file system type as it does a mount point
+    # (show_type(): a fuse subtype's space, tab, line end and backslash as
+    # \040 \011 \012 \134), but the parser kept the type as written: the
+    # text report showed "fuse.my\134040fs" and the JSON "fuse.my\\040fs"
+    # for the subtype "my fs".
+    mi = tmp_path / "mountinfo"
+    mi.write_bytes(b"22 1 254:1 / / ro - ext4 /dev/vda1 rw\n"
+                   b"23 22 0:30 / /mnt/a rw - fuse.my\\040fs src rw\n"
+                   b"24 22 0:31 / /mnt/b rw - fuse.x\\134y\\012z src rw\n")
+    r = run_sluice("audit", "mounts", "--mountinfo", mi)
+    assert r.returncode == 1, r.stderr
+    assert r.stdout.splitlines()[:2] == ["UNJUSTIFIED  /mnt/a (fuse.my fs src, rw)",
+                                         "UNJUSTIFIED  /mnt/b (fuse.x\\134y\\012z src, rw)"]
+    r = run_sluice("audit", "mounts", "--mountinfo", mi, "--format", "json")
+    doc = json.loads(r.stdout)
+    assert [m["fstype"] for m in doc["writable"]] == ["fuse.my fs", "fuse.x\\y\nz"]
+
+
 def test_nothing_writable(run_sluice, tmp_path):
     mi = write(tmp_path, "mountinfo", "22 1 254:1 / / ro - ext4 /dev/vda1 rw\n")
     r = run_sluice("audit", "mounts", "--mountinfo", mi, "--format", "json")
