@@ -3,7 +3,10 @@
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "util/text_json.h"
 
 const struct command *const commands[] = {
     &cmd_audit, &cmd_calc, &cmd_check, &cmd_run, &cmd_serve, &cmd_version, NULL,
@@ -92,6 +95,17 @@ static size_t abbreviated(const char *arg, const struct option *options, char *o
     return count;
 }
 
+/* "unknown option 'ARG'", ARG shown \ooo (text_shown()): a file name that
+ * starts with '-' (`sluice check "$f"` over a folder an agent writes to)
+ * could else write lines of its own into standard error. */
+static int unknown_option(const struct command *cmd, const char *arg)
+{
+    char *shown = text_shown(arg);
+    int rc = command_usage_error(cmd, "unknown option '%s'", shown);
+    free(shown);
+    return rc;
+}
+
 int command_option_error(const struct command *cmd, int c, char **argv,
                          const struct option *options)
 {
@@ -103,12 +117,13 @@ int command_option_error(const struct command *cmd, int c, char **argv,
         if (abbreviated(opt, options, names, sizeof(names)) > 1)
             return command_usage_error(cmd, "'%.*s' is ambiguous (%s)", (int)strcspn(opt, "="), opt,
                                        names);
-        return command_usage_error(cmd, "unknown option '%s'", opt);
+        return unknown_option(cmd, opt);
     }
     if (is_value_for_flag(opt, options))
         return command_usage_error(cmd, "'%.*s' takes no value", (int)strcspn(opt, "="), opt);
     /* An unknown short option: inside a cluster ("-xy") getopt has not
      * moved optind past it, and argv[optind - 1] is the argument before
      * (the policy file, say), so the letter is what can be named. */
-    return command_usage_error(cmd, "unknown option '-%c'", optopt);
+    char letter[3] = {'-', (char)optopt, '\0'};
+    return unknown_option(cmd, letter);
 }

@@ -635,6 +635,27 @@ def test_an_ambiguous_abbreviation_is_not_called_unknown(sluice_bin, tmp_path, a
     assert first == "sluice %s: %s" % (args[0], named), r.stderr
 
 
+def test_an_unknown_option_is_named_escaped(sluice_bin, tmp_path):
+    """A file name that starts with '-' is taken for an option (`for f in *;
+    do sluice check "$f"; done` in a folder an agent writes to): the usage
+    error echoed it as it is, so a name holding a line end and a terminal
+    escape wrote a line of its own into standard error and rubbed out the
+    one before. It is shown as the reports show names, \\ooo."""
+    for args, cmd in ((["check", "--x\nsluice check: forged\x1b[1A\x1b[2K"], "check"),
+                      (["audit", "mounts", "--x\nforged"], "audit"),
+                      (["check", "-\x1b"], "check")):
+        r = run(sluice_bin, *args)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert "\x1b" not in r.stderr
+        assert len(r.stderr.splitlines()) == 2, r.stderr
+        assert r.stderr.splitlines()[1].startswith("usage: sluice %s" % cmd)
+    first = run(sluice_bin, "check", "--x\nsluice check: forged\x1b[1A\x1b[2K").stderr
+    assert first.splitlines()[0] == (
+        "sluice check: unknown option '--x\\012sluice check: forged\\033[1A\\033[2K'"), first
+    first = run(sluice_bin, "check", "-\x1b").stderr
+    assert first.splitlines()[0] == "sluice check: unknown option '-\\033'", first
+
+
 def test_file_name_cannot_write_lines_into_the_text_report(sluice_bin, tmp_path):
     """A policy file named with a line end and a terminal escape (a name in
     a repository an agent writes to, checked by a CI loop): the text report
