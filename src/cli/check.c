@@ -15,6 +15,7 @@
 #include "policy/lint.h"
 #include "policy/policy.h"
 #include "policy/report.h"
+#include "util/text_json.h"
 #include "util/units.h"
 #include "util/xalloc.h"
 
@@ -106,18 +107,21 @@ static int check_main(int argc, char **argv)
     if (rc != 0)
         return rc;
 
+    /* the caller's name, shown \ooo as in the report: one holding a line
+     * end or an escape byte would write lines of its own */
     struct stat st;
-    if (stat(a.file, &st) != 0) {
-        fprintf(stderr, "sluice check: cannot read %s: %s\n", a.file, strerror(errno));
-        return EXIT_USAGE;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        fprintf(stderr, "sluice check: cannot read %s: not a regular file\n", a.file);
-        return EXIT_USAGE;
-    }
-    FILE *probe = fopen(a.file, "r");
-    if (probe == NULL) {
-        fprintf(stderr, "sluice check: cannot read %s: %s\n", a.file, strerror(errno));
+    FILE *probe = NULL;
+    const char *why = NULL;
+    if (stat(a.file, &st) != 0)
+        why = strerror(errno);
+    else if (!S_ISREG(st.st_mode))
+        why = "not a regular file";
+    else if ((probe = fopen(a.file, "r")) == NULL)
+        why = strerror(errno);
+    if (why != NULL) {
+        char *shown = text_shown(a.file);
+        fprintf(stderr, "sluice check: cannot read %s: %s\n", shown, why);
+        free(shown);
         return EXIT_USAGE;
     }
     fclose(probe);

@@ -682,6 +682,23 @@ def test_file_name_cannot_write_lines_into_the_text_report(sluice_bin, tmp_path)
     assert doc["file"] == str(path)
 
 
+def test_file_name_cannot_write_lines_into_standard_error(sluice_bin, tmp_path):
+    """The report shows the file's name \\ooo, but a file check cannot read
+    (a folder or a FIFO an agent named so, missing) was named as it is in
+    'cannot read': a line end and an escape in the name wrote a line of
+    their own into standard error and rubbed out the one before."""
+    name = "x\nresult: 0 errors, 0 warnings\x1b[1A\x1b[2K"
+    shown = str(tmp_path) + "/x\\012result: 0 errors, 0 warnings\\033[1A\\033[2K"
+    (tmp_path / name).mkdir()
+    r = run(sluice_bin, "check", str(tmp_path / name))
+    assert r.returncode == 2
+    assert r.stderr == "sluice check: cannot read %s: not a regular file\n" % shown, r.stderr
+    r = run(sluice_bin, "check", str(tmp_path / name / "missing"))
+    assert r.returncode == 2
+    assert r.stderr == ("sluice check: cannot read %s/missing: No such file or directory\n"
+                        % shown), r.stderr
+
+
 def test_agent_in_report_mode_is_not_said_to_be_denied_everything(sluice_bin, tmp_path):
     """An agent in report mode that no rule serves was listed as "nothing:
     every request is denied", while the gateway lets everything the policy
