@@ -341,6 +341,24 @@ def test_live_self_and_pid(run_sluice, tmp_path):
     assert json.loads(r.stdout)["mountinfo"] == "/proc/%d/mountinfo" % os.getpid()
 
 
+def test_a_flag_given_twice_is_a_usage_error(run_sluice, tmp_path):
+    # Each flag took the last of its values without a word: `--pid A --pid
+    # B` audited B alone and exited 0 whatever A's mounts, and `--justify
+    # base --justify extra` dropped base's lines, as calc, which refuses a
+    # repeated flag, does not.
+    mi = write(tmp_path, "mountinfo", MOUNTINFO)
+    just = write(tmp_path, "justify", "/tmp: scratch\n")
+    for args, flag in ((["--pid", "self", "--pid", str(os.getpid())], "--pid"),
+                       (["--mountinfo", mi, "--mountinfo=" + mi], "--mountinfo"),
+                       (["--mountinfo", mi, "--justify", just, "--just", just], "--justify"),
+                       (["--mountinfo", mi, "--format", "json", "--format", "json"], "--format")):
+        r = run_sluice("audit", "mounts", *args)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert r.stdout == ""
+        assert r.stderr.splitlines()[0] == "sluice audit: %s given twice" % flag, r.stderr
+        assert r.stderr.splitlines()[1].startswith("usage: sluice audit mounts")
+
+
 def test_usage_errors(run_sluice, tmp_path):
     for args in (["audit"], ["audit", "policy"], ["audit", "--policy", "x"],
                  ["audit", "mounts", "--pid", "1", "--mountinfo", "x"],
