@@ -23,6 +23,7 @@
 #include "policy/policy.h"
 #include "shape/admit.h"
 #include "shape/quota.h"
+#include "util/shortage.h"
 #include "util/units.h"
 #include "watch/bus.h"
 
@@ -498,6 +499,7 @@ void conn_refuse(struct conn *c, enum deny_reason reason, const char *detail, bo
 void conn_refuse_short(struct conn *c, int e)
 {
     bool fds = e == EMFILE || e == ENFILE;
+    bool ports = errno_is_port_shortage(e);
     uint64_t now = monotonic_ms();
     struct gateway *gw = c->gw;
     if (gw->short_told_ms == 0 || now - gw->short_told_ms >= SHORT_TELL_EVERY_MS) {
@@ -513,12 +515,20 @@ void conn_refuse_short(struct conn *c, int e)
         fprintf(stderr,
                 "sluice: warning: out of %s (%s): requests are refused with 503 "
                 "gateway_overloaded; %s (told at most once a minute)\n",
-                fds ? "file descriptors" : "memory for sockets", why,
-                fds ? "raise the limit or lower --max-conns" : "lower --max-conns");
+                fds     ? "file descriptors"
+                : ports ? "local ports"
+                        : "memory for sockets",
+                why,
+                fds     ? "raise the limit or lower --max-conns"
+                : ports ? "widen net.ipv4.ip_local_port_range or lower --max-conns"
+                        : "lower --max-conns");
         gw->short_told_ms = now > 0 ? now : 1;
     }
     conn_refuse(c, REASON_GATEWAY_OVERLOADED,
-                fds ? "out of file descriptors" : "out of memory for sockets", true);
+                fds     ? "out of file descriptors"
+                : ports ? "out of local ports"
+                        : "out of memory for sockets",
+                true);
 }
 
 /* Reasons the gate finds itself (not the policy) that an agent in report
@@ -712,7 +722,7 @@ static void on_connected(int err, struct bufferevent *bev, evutil_socket_t fd, s
     struct conn *c = arg;
     struct exchange *ex = &c->ex;
     c->uc = NULL;
-    if (err == UPSTREAM_ERR_NO_SOCKET) { /* no address tried: ip stays null */
+    if (err == UPSTREAM_ERR_SHORT) { /* no address could be tried for sure: ip stays null */
         conn_refuse_short(c, errno);
         return;
     }

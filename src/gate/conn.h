@@ -224,9 +224,10 @@ void conn_end_exchange(struct conn *c);
  * <respond>), publishes both events and closes once the response is out. */
 void conn_refuse(struct conn *c, enum deny_reason reason, const char *detail, bool respond);
 /* Refuses the current exchange as gateway_overloaded: no socket could be
- * had for its upstream connection, socket() failing with <e> (EMFILE,
- * ENFILE: descriptors; ENOBUFS, ENOMEM: memory). Says so on standard error,
- * at most once a minute, naming the open-file limit. */
+ * had for its upstream connection, socket() or connect() failing with <e>
+ * (EMFILE, ENFILE: descriptors; ENOBUFS, ENOMEM: memory; EADDRNOTAVAIL,
+ * EAGAIN: local ports). Says so on standard error, at most once a minute,
+ * naming the open-file limit or net.ipv4.ip_local_port_range. */
 void conn_refuse_short(struct conn *c, int e);
 /* The exchange finished cleanly: next request or close. */
 void conn_exchange_done(struct conn *c);

@@ -794,7 +794,7 @@ static void retry_connected(int err, struct bufferevent *bev, evutil_socket_t fd
     struct conn *c = arg;
     (void)idx;
     c->uc = NULL;
-    if (err == UPSTREAM_ERR_NO_SOCKET) { /* retryable(): nothing was answered yet */
+    if (err == UPSTREAM_ERR_SHORT) { /* retryable(): nothing was answered yet */
         conn_refuse_short(c, errno);
         return;
     }

@@ -27,7 +27,7 @@ struct upstream_connect {
     struct bufferevent *bev; /* the attempt in progress */
     evutil_socket_t fd;
     struct event *kick; /* starts or continues the attempts off the caller's stack */
-    int short_errno;    /* socket()'s errno, with UPSTREAM_ERR_NO_SOCKET */
+    int short_errno;    /* the shortage's errno, for UPSTREAM_ERR_SHORT; 0 none */
     upstream_cb cb;
     void *arg;
 };
@@ -104,7 +104,7 @@ static void finish(struct upstream_connect *uc, int err)
     int e = uc->short_errno;
     event_free(uc->kick);
     free(uc);
-    if (err == UPSTREAM_ERR_NO_SOCKET)
+    if (err == UPSTREAM_ERR_SHORT)
         errno = e;
     cb(err, bev, fd, idx, arg);
 }
@@ -134,7 +134,11 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
 /* Starts a connect to <ss> on uc->fd. Returns 1 when the connection is
  * already up (a loopback or on-host upstream completes the handshake inside
  * connect(): then no loop round is spent waiting to be told), 0 when it is
- * under way (uc->bev waits for it), -1 when it failed. */
+ * under way (uc->bev waits for it), -1 when it failed, errno saying why
+ * (connect()'s; ENOMEM when the bufferevent could not be had). A failure
+ * told later (POLLERR here, on_event) is the path's or the upstream's,
+ * never the host's shortage: Linux takes the local port and the SYN's
+ * memory inside connect() itself. */
 static int start_attempt(struct upstream_connect *uc, const struct sockaddr_storage *ss,
                          socklen_t len)
 {
@@ -145,13 +149,15 @@ static int start_attempt(struct upstream_connect *uc, const struct sockaddr_stor
         struct pollfd p = {.fd = uc->fd, .events = POLLOUT};
         if (poll(&p, 1, 0) == 1) {
             if (p.revents & (POLLERR | POLLHUP | POLLNVAL))
-                return -1;
+                return -1; /* errno still EINPROGRESS: not a shortage */
             up = (p.revents & POLLOUT) != 0;
         }
     }
     uc->bev = bufferevent_socket_new(uc->base, uc->fd, 0);
-    if (uc->bev == NULL)
+    if (uc->bev == NULL) {
+        errno = ENOMEM;
         return -1;
+    }
     if (up)
         return 1;
     bufferevent_setcb(uc->bev, NULL, NULL, on_event, uc);
@@ -172,7 +178,7 @@ static void try_next(struct upstream_connect *uc)
             if (errno_is_shortage(errno)) { /* not the address's fault */
                 /* the gateway's shortage: every other address would meet it */
                 uc->short_errno = errno;
-                finish(uc, UPSTREAM_ERR_NO_SOCKET);
+                finish(uc, UPSTREAM_ERR_SHORT);
                 return;
             }
             continue;
@@ -189,11 +195,23 @@ static void try_next(struct upstream_connect *uc)
             return;
         case 0:
             return; /* on_event tells */
-        default:
+        default: {
+            int e = errno;
             drop_attempt(uc);
+            if (errno_is_shortage(e)) { /* memory: every other address would meet it */
+                uc->short_errno = e;
+                finish(uc, UPSTREAM_ERR_SHORT);
+                return;
+            }
+            /* No local port toward this address: one may be free toward the
+             * next. Not this address's fault, so, if no address connects,
+             * neither is it the upstream's. */
+            if (errno_is_port_shortage(e))
+                uc->short_errno = e;
+        }
         }
     }
-    finish(uc, -1);
+    finish(uc, uc->short_errno != 0 ? UPSTREAM_ERR_SHORT : -1);
 }
 
 static void on_kick(evutil_socket_t fd, short what, void *arg)

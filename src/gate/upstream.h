@@ -27,8 +27,8 @@ struct event_base;
 struct bufferevent;
 struct upstream_connect;
 
-#define UPSTREAM_MAX_ADDRS     16
-#define UPSTREAM_ERR_NO_SOCKET (-2)
+#define UPSTREAM_MAX_ADDRS 16
+#define UPSTREAM_ERR_SHORT (-2)
 /* The least an attempt is given while that much of the budget remains. */
 #define UPSTREAM_ATTEMPT_FLOOR_MS 1000
 
@@ -47,9 +47,13 @@ void upstream_sockaddr(const struct ipaddr *a, uint16_t port, struct sockaddr_st
  * BEV_OPT_CLOSE_ON_FREE) and its socket <fd>, and must close <fd> itself.
  * <err> < 0: no address connected: each one tried failed, and none is left
  * or the budget is spent (<idx> is the last one tried, <bev> NULL, <fd> -1);
- * UPSTREAM_ERR_NO_SOCKET when the gateway could not have a socket for the
- * next address (descriptors or memory short: then the others are not tried,
- * and errno, as <cb> is called, is socket()'s), else -1.
+ * UPSTREAM_ERR_SHORT when that was the gateway's own shortage, not the
+ * addresses' fault: no socket for the next address or no memory for its
+ * connect() (descriptors or memory short: then the others are not tried),
+ * or no local port toward an address (errno_is_port_shortage(): the others
+ * are still tried, and one that connects wins; an address that failed
+ * otherwise does not make the upstream the one at fault); errno, as <cb> is
+ * called, is that of the socket() or connect() that was short; else -1.
  * The upstream_connect is freed before <cb> runs. */
 typedef void (*upstream_cb)(int err, struct bufferevent *bev, evutil_socket_t fd, size_t idx,
                             void *arg);

@@ -38,7 +38,7 @@ enum deny_reason {
     REASON_TOO_MANY_CONNECTIONS,
     REASON_QUARANTINED,
     REASON_ENCRYPTED_CLIENT_HELLO,
-    REASON_GATEWAY_OVERLOADED, /* no socket for the upstream: descriptors or memory short */
+    REASON_GATEWAY_OVERLOADED, /* no socket for the upstream: descriptors, memory or ports short */
     REASON_COUNT
 };
 

@@ -1,4 +1,4 @@
-/* shortage: errors that say descriptors or memory ran out (shortage.h). */
+/* shortage: errors that say descriptors, memory or ports ran out (shortage.h). */
 #include "util/shortage.h"
 
 #include <errno.h>
@@ -6,4 +6,9 @@
 bool errno_is_shortage(int err)
 {
     return err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+}
+
+bool errno_is_port_shortage(int err)
+{
+    return err == EADDRNOTAVAIL || err == EAGAIN;
 }

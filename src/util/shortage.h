@@ -1,6 +1,6 @@
 /* shortage: whether a failed call's errno says the process (or the system)
- * is short of descriptors or memory, rather than that anything is wrong
- * with what the call was asked to do. Shared by the gate's upstream
+ * is short of descriptors, memory or local ports, rather than that anything
+ * is wrong with what the call was asked to do. Shared by the gate's upstream
  * connects (gateway_overloaded) and the box's relay (a client kept waiting
  * instead of closed). */
 #ifndef SLUICE_UTIL_SHORTAGE_H
@@ -10,5 +10,13 @@
 
 /* EMFILE, ENFILE, ENOBUFS or ENOMEM. */
 bool errno_is_shortage(int err);
+
+/* EADDRNOTAVAIL or EAGAIN, from connect() on a TCP socket not bound before:
+ * no local port is left toward that address and port (every port of
+ * net.ipv4.ip_local_port_range is in a connection to it; EAGAIN is what
+ * older kernels said, and what Linux says of a full routing cache). The
+ * host's shortage, not the peer's, and one address's only: a port may still
+ * be free toward another. */
+bool errno_is_port_shortage(int err);
 
 #endif

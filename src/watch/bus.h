@@ -31,9 +31,9 @@ int64_t bus_event_ms(const struct egress_event *ev);
 /* True when <ev> is a denial the quarantine and the denied_burst detector
  * count (both ask this, so that they count the same set): a decision
  * (EVENT_EGRESS) denied, of an identified agent, for any reason but
- * gateway_overloaded (the gateway's own shortage of descriptors or memory,
- * not the agent's doing), and not a tunnel decided again (<redecided>: the
- * policy's act). */
+ * gateway_overloaded (the gateway's own shortage of descriptors, memory or
+ * local ports, not the agent's doing), and not a tunnel decided again
+ * (<redecided>: the policy's act). */
 bool bus_counts_denial(const struct egress_event *ev);
 
 #endif

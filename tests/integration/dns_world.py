@@ -40,12 +40,21 @@ and every accepted connection is appended to the events file as one JSON
 line ({"event": "query", "name", "qtype"} / {"event": "conn", "addr"});
 {"event": "ready"} comes once every socket is bound.
 
+--ports "LO HI" sets the namespace's net.ipv4.ip_local_port_range (as its
+root) before anything connects. Each --hog ADDR is a listener that takes
+connections and never answers, to which the helper itself connects until
+connect() says no local port is left (EADDRNOTAVAIL; at most 64 tries),
+and holds them all: anything else connecting to ADDR then finds the
+ephemeral ports taken, while other addresses still get one. It records
+{"event": "hogged", "addr", "ports": n, "errno": name}.
+
 The process exits when its parent does (it is started by the shell that
 then becomes the gateway) or after --lifetime seconds. Standard library
 only; loopback addresses of its own namespace only.
 """
 
 import argparse
+import errno
 import json
 import os
 import random
@@ -239,6 +248,26 @@ def serve_http(lsock, addr, events):
             conn.close()
 
 
+def hog(text, events):
+    """Takes every local port toward <text> (see --hog). Returns the sockets."""
+    fam, host, port = split_addr(text)
+    lsock = socket.socket(fam, socket.SOCK_STREAM)
+    lsock.bind((host, port))
+    lsock.listen(128)
+    held, err = [lsock], None
+    for _ in range(64):
+        c = socket.socket(fam, socket.SOCK_STREAM)
+        try:
+            c.connect((host, port))
+        except OSError as e:
+            c.close()
+            err = errno.errorcode.get(e.errno, str(e.errno))
+            break
+        held.append(c)
+    events.put(event="hogged", addr=text, ports=len(held) - 1, errno=err)
+    return held
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--script", required=True)
@@ -246,6 +275,8 @@ def main():
     ap.add_argument("--dns", action="append", default=[])
     ap.add_argument("--http", action="append", default=[])
     ap.add_argument("--sink", action="append", default=[])
+    ap.add_argument("--ports")
+    ap.add_argument("--hog", action="append", default=[])
     ap.add_argument("--lifetime", type=float, default=300.0)
     a = ap.parse_args()
     events = Events(a.events)
@@ -273,6 +304,11 @@ def main():
         s.listen(64)
         socks.append(s)
         threading.Thread(target=serve_http, args=(s, text, events), daemon=True).start()
+    if a.ports:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", "w") as f:
+            f.write(a.ports)
+    for text in a.hog:
+        socks += hog(text, events)
     events.put(event="ready")
     deadline = time.monotonic() + a.lifetime
     while os.getppid() == parent and time.monotonic() < deadline:

@@ -33,9 +33,10 @@ WITNESSES = ["127.0.0.2:80", "127.0.0.3:80", "[::1]:80", "127.0.0.3:81"]
 class World:
     """A gateway in its own namespace and the scripted servers beside it."""
 
-    def __init__(self, gateway, net, tmp_path, script, names, servers):
+    def __init__(self, gateway, net, tmp_path, script, names, servers, helper_args=(), allow=()):
         self.net = net
         self.names = names
+        self.allow = [ALLOWED + "/32"] + list(allow)
         self.dir = tmp_path / ("world%d" % len(list(tmp_path.glob("world*"))))
         self.dir.mkdir()
         self.script_path = str(self.dir / "script.json")
@@ -46,6 +47,7 @@ class World:
                   "--dns", "127.0.0.1:53", "--dns", "[::1]:53", "--sink", SILENT_SERVER]
         for w in WITNESSES:
             helper += ["--http", w]
+        helper += list(helper_args)
         self.gw = gateway(self.policy(servers), netns=True, netns_helper=helper)
         poll(lambda: any(e["event"] == "ready" for e in self.events()), timeout=10,
              what="the namespace's name server and witnesses")
@@ -53,7 +55,7 @@ class World:
     def policy(self, servers):
         rules = [{"host": n, "ports": [80, 81], "tier": 0} for n in self.names]
         return self.net.policy(rules, static={}, dns_servers=servers,
-                               allow_ranges=[ALLOWED + "/32"])
+                               allow_ranges=self.allow)
 
     def set_servers(self, servers):
         """Rewrites the policy with <servers> and reloads it (SIGHUP)."""
@@ -106,11 +108,13 @@ class World:
 
 @pytest.fixture
 def world(gateway, net, tmp_path):
-    """world(script, names=None, servers=None): a World whose policy allows
-    port 80 of each name in <names> (default: the script's names)."""
-    def make(script, names=None, servers=None):
+    """world(script, names=None, servers=None, helper_args=(), allow=()): a
+    World whose policy allows port 80 of each name in <names> (default: the
+    script's names), <allow> more ranges than ALLOWED's, its helper given
+    <helper_args> too (--ports, --hog)."""
+    def make(script, names=None, servers=None, helper_args=(), allow=()):
         return World(gateway, net, tmp_path, script, names or list(script),
-                     servers or ["127.0.0.1:53"])
+                     servers or ["127.0.0.1:53"], helper_args, allow)
     return make
 
 
@@ -453,3 +457,41 @@ def test_clients_leaving_while_their_lookups_wait(world):
     assert sorted(e["id"] for e in ends) == sorted(e["id"] for e in decided)
     assert {(e["reason"], e["ip"]) for e in decided} == {("dns_failure", None)}
     assert_reached(w.get("ok.test"), ALLOWED + ":80")
+
+
+HOGGED = "127.0.0.6"  # every local port toward its port 80 is taken
+REFUSING = "127.0.0.7"  # nothing listens: connections refused
+
+
+def test_no_local_port_is_the_gateways_shortage(world):
+    # The namespace has two ephemeral ports (ip_local_port_range 40000
+    # 40001), both held by connections to HOGGED:80, so the gateway's
+    # connect() to it fails with EADDRNOTAVAIL: the gateway host's own
+    # shortage, not the upstream's. 503 gateway_overloaded, ip null, and
+    # a warning that names net.ipv4.ip_local_port_range, also when another
+    # address of the name refused (it was never the only one tried); a
+    # name whose next address is up is still served, and a refusal alone is
+    # still upstream_unreachable. Before, each shortage was 502
+    # upstream_unreachable, "the upstream is down or unreachable".
+    w = world({"hogged.test": {"A": [HOGGED]},
+               "hogged-refused.test": {"A": [HOGGED, REFUSING]},
+               "hogged-up.test": {"A": [HOGGED, ALLOWED]},
+               "refused.test": {"A": [REFUSING]}},
+              helper_args=["--ports", "40000 40001", "--hog", HOGGED + ":80"],
+              allow=[HOGGED + "/32", REFUSING + "/32"])
+    hogged = [e for e in w.events() if e["event"] == "hogged"]
+    assert hogged == [{"event": "hogged", "addr": HOGGED + ":80", "ports": 2,
+                       "errno": "EADDRNOTAVAIL"}], hogged
+    for name in ("hogged.test", "hogged-refused.test"):
+        r = w.get(name)
+        assert_refused(w, r, name, "gateway_overloaded", None)
+        assert r.header("Retry-After") == "1", r
+        assert "the gateway is out of local ports; retry later" in r.text, r.text
+    told = [ln for ln in w.gw.stderr().splitlines() if "local ports" in ln]
+    assert told == ["sluice: warning: out of local ports (Cannot assign requested address): "
+                    "requests are refused with 503 gateway_overloaded; widen "
+                    "net.ipv4.ip_local_port_range or lower --max-conns (told at most once a "
+                    "minute)"], told
+    assert_reached(w.get("hogged-up.test"), ALLOWED + ":80")
+    r = w.get("refused.test")
+    assert_refused(w, r, "refused.test", "upstream_unreachable", REFUSING)
