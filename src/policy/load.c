@@ -468,9 +468,9 @@ static void rule_ports(struct load_ctx *c, const struct ynode *v, void *obj)
     for (const struct ynode *it = ynode_first(v); it != NULL; it = ynode_next(v, it), i++) {
         size_t m = load_field_push(c, "[%zu]", i);
         uint64_t port;
-        if (load_get_uint(c, it, 0, UINT64_MAX, &port) == 0) {
+        if (load_get_uint_sat(c, it, &port) == 0) {
             if (port < 1 || port > 65535)
-                load_err(c, it->line, "port %" PRIu64 " is outside 1-65535", port);
+                load_err(c, it->line, "port %s is outside 1-65535", load_show(c, it->str));
             else
                 items[n++] = (struct port_item){(uint16_t)port, it->line, i};
         }
@@ -496,10 +496,10 @@ static void rule_tier(struct load_ctx *c, const struct ynode *v, void *obj)
 {
     struct rule *r = obj;
     uint64_t t;
-    if (load_get_uint(c, v, 0, UINT64_MAX, &t) != 0)
+    if (load_get_uint_sat(c, v, &t) != 0)
         return;
     if (t > TIER_3) {
-        load_err(c, v->line, "tier %" PRIu64 " is outside 0-3", t);
+        load_err(c, v->line, "tier %s is outside 0-3", load_show(c, v->str));
         return;
     }
     r->tier = (enum tier)t;
@@ -1197,10 +1197,11 @@ static void sec_version(struct load_ctx *c, const struct ynode *v, void *obj)
 {
     struct policy *p = obj;
     uint64_t n;
-    if (load_get_uint(c, v, 0, UINT64_MAX, &n) != 0)
+    if (load_get_uint_sat(c, v, &n) != 0)
         return;
     if (n != 1) {
-        load_err(c, v->line, "unsupported version %" PRIu64 " (this sluice reads version 1)", n);
+        load_err(c, v->line, "unsupported version %s (this sluice reads version 1)",
+                 load_show(c, v->str));
         return;
     }
     p->version = 1;

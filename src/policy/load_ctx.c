@@ -184,10 +184,11 @@ static int refuse_leading_zero(struct load_ctx *c, const struct ynode *n)
     return -1;
 }
 
-/* A plain decimal integer within <lo>..<hi>. Returns 0 or -1 (reported). */
-int load_get_uint(struct load_ctx *c, const struct ynode *n, uint64_t lo, uint64_t hi,
-                  uint64_t *out)
+/* A plain decimal integer; one too large for 64 bits sets <*huge> and
+ * returns -1 unreported. Returns 0 or -1. */
+static int get_uint(struct load_ctx *c, const struct ynode *n, uint64_t *out, bool *huge)
 {
+    *huge = false;
     if (n->kind != YNODE_SCALAR || ynode_is_null(n)) {
         load_err(c, n->line, "expected an integer");
         return -1;
@@ -196,16 +197,41 @@ int load_get_uint(struct load_ctx *c, const struct ynode *n, uint64_t lo, uint64
         load_err(c, n->line, "expected an integer, not a quoted string");
         return -1;
     }
-    uint64_t v;
-    if (parse_uint(n->str, UINT64_MAX, &v) != 0) {
+    if (parse_uint(n->str, UINT64_MAX, out) != 0) {
         if (load_all_digits(n->str)) /* only overflow makes digits fail */
-            load_err(c, n->line, "%s is too large (at most %" PRIu64 ")", load_show(c, n->str), hi);
+            *huge = true;
         else
             load_err(c, n->line, "expected an integer, got '%s'", load_show(c, n->str));
         return -1;
     }
-    if (refuse_leading_zero(c, n) != 0)
+    return refuse_leading_zero(c, n);
+}
+
+/* An integer for a field that checks and names its own range: one too
+ * large for 64 bits reads as UINT64_MAX, past any such range, and the
+ * caller's message shows n->str, the number as written. */
+int load_get_uint_sat(struct load_ctx *c, const struct ynode *n, uint64_t *out)
+{
+    bool huge;
+    if (get_uint(c, n, out, &huge) == 0)
+        return 0;
+    if (!huge)
         return -1;
+    *out = UINT64_MAX;
+    return 0;
+}
+
+/* A plain decimal integer within <lo>..<hi>. Returns 0 or -1 (reported). */
+int load_get_uint(struct load_ctx *c, const struct ynode *n, uint64_t lo, uint64_t hi,
+                  uint64_t *out)
+{
+    uint64_t v;
+    bool huge;
+    if (get_uint(c, n, &v, &huge) != 0) {
+        if (huge)
+            load_err(c, n->line, "%s is too large (at most %" PRIu64 ")", load_show(c, n->str), hi);
+        return -1;
+    }
     if (v < lo) {
         load_err(c, n->line, "must be at least %" PRIu64, lo);
         return -1;

@@ -94,6 +94,10 @@ bool load_all_digits(const char *s);
 /* A plain decimal integer within <lo>..<hi>. */
 int load_get_uint(struct load_ctx *c, const struct ynode *n, uint64_t lo, uint64_t hi,
                   uint64_t *out);
+/* A plain decimal integer, one too large for 64 bits read as UINT64_MAX: for
+ * a field that checks its own range and names it, showing the number as
+ * written (n->str), however large. */
+int load_get_uint_sat(struct load_ctx *c, const struct ynode *n, uint64_t *out);
 int load_get_bool(struct load_ctx *c, const struct ynode *n, bool *out);
 /* A period; <min_ms> is 0 or 1 ("greater than 0") or a larger floor. */
 int load_get_period(struct load_ctx *c, const struct ynode *n, uint64_t min_ms, uint64_t *out);
