@@ -42,7 +42,7 @@ static void lim_header_bytes(struct load_ctx *c, const struct ynode *v, void *ob
 {
     struct limits_cfg *l = obj;
     uint64_t n;
-    if (load_get_size(c, v, false, &n) != 0)
+    if (load_get_size_sat(c, v, false, &n) != 0)
         return;
     if (n < 1024 || n > 1024 * 1024) {
         load_err(c, v->line, "%s is outside 1KiB-1MiB", load_show(c, v->str));

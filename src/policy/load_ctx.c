@@ -272,7 +272,10 @@ int load_get_period(struct load_ctx *c, const struct ynode *n, uint64_t min_ms, 
     if (s == NULL || refuse_leading_zero(c, n) != 0)
         return -1;
     uint64_t ms;
-    if (parse_period_ms(s, &ms) != 0) {
+    int got = parse_period_ms(s, &ms);
+    if (got == -2) /* past 64 bits of milliseconds: past the cap below */
+        ms = UINT64_MAX;
+    else if (got != 0) {
         load_err(c, n->line, "invalid period '%s' (expected e.g. 30s, 5m, 1h)", load_show(c, s));
         return -1;
     }
@@ -291,9 +294,12 @@ int load_get_period(struct load_ctx *c, const struct ynode *n, uint64_t min_ms, 
     return 0;
 }
 
-/* A size; with <per_second>, an optional "/s" suffix is accepted. */
-int load_get_size(struct load_ctx *c, const struct ynode *n, bool per_second, uint64_t *out)
+/* A size; with <per_second>, an optional "/s" suffix is accepted. One too
+ * large for 64 bits sets <*huge> and returns -1 unreported. */
+static int get_size(struct load_ctx *c, const struct ynode *n, bool per_second, uint64_t *out,
+                    bool *huge)
 {
+    *huge = false;
     const char *s = load_get_str(c, n);
     if (s == NULL || refuse_leading_zero(c, n) != 0)
         return -1;
@@ -304,12 +310,42 @@ int load_get_size(struct load_ctx *c, const struct ynode *n, bool per_second, ui
     if (len < sizeof(tmp)) {
         memcpy(tmp, s, len);
         tmp[len] = '\0';
-        if (parse_size(tmp, out) == 0)
+        int got = parse_size(tmp, out);
+        if (got == 0)
             return 0;
+        if (got == -2) {
+            *huge = true;
+            return -1;
+        }
     }
     load_err(c, n->line, "invalid size '%s' (expected e.g. 512KiB, 10MiB%s)", load_show(c, s),
              per_second ? ", 1MiB/s" : "");
     return -1;
+}
+
+/* A size; with <per_second>, an optional "/s" suffix is accepted. */
+int load_get_size(struct load_ctx *c, const struct ynode *n, bool per_second, uint64_t *out)
+{
+    bool huge;
+    if (get_size(c, n, per_second, out, &huge) == 0)
+        return 0;
+    if (huge)
+        load_err(c, n->line, "'%s' is too large (at most %" PRIu64 " bytes, 1 byte under 16 EiB)",
+                 load_show(c, n->str), UINT64_MAX);
+    return -1;
+}
+
+/* As load_get_size(), for a field that checks and names its own range: one
+ * too large for 64 bits reads as UINT64_MAX. */
+int load_get_size_sat(struct load_ctx *c, const struct ynode *n, bool per_second, uint64_t *out)
+{
+    bool huge;
+    if (get_size(c, n, per_second, out, &huge) == 0)
+        return 0;
+    if (!huge)
+        return -1;
+    *out = UINT64_MAX;
+    return 0;
 }
 
 /* ---- mappings and lists ------------------------------------------------- */

@@ -103,6 +103,10 @@ int load_get_bool(struct load_ctx *c, const struct ynode *n, bool *out);
 int load_get_period(struct load_ctx *c, const struct ynode *n, uint64_t min_ms, uint64_t *out);
 /* A size; with <per_second>, an optional "/s" suffix is accepted. */
 int load_get_size(struct load_ctx *c, const struct ynode *n, bool per_second, uint64_t *out);
+/* As load_get_size(), one too large for 64 bits read as UINT64_MAX: for a
+ * field that checks its own range and names it, showing the size as
+ * written. */
+int load_get_size_sat(struct load_ctx *c, const struct ynode *n, bool per_second, uint64_t *out);
 
 /* ---- mappings and lists ---- */
 

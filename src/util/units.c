@@ -5,16 +5,19 @@
 #include <string.h>
 
 /* Reads the leading decimal digits of <s> into <*out>; returns how many
- * there were (0 on overflow or when there are none). */
-static size_t leading_uint(const char *s, uint64_t *out)
+ * there were (0 when there are none). <*over> tells whether they overflow
+ * 64 bits (and <*out> is then meaningless). */
+static size_t leading_uint(const char *s, uint64_t *out, bool *over)
 {
     uint64_t v = 0;
     size_t i = 0;
+    *over = false;
     while (s[i] >= '0' && s[i] <= '9') {
         unsigned d = (unsigned)(s[i] - '0');
         if (v > (UINT64_MAX - d) / 10)
-            return 0;
-        v = v * 10 + d;
+            *over = true;
+        else
+            v = v * 10 + d;
         i++;
     }
     *out = v;
@@ -24,10 +27,11 @@ static size_t leading_uint(const char *s, uint64_t *out)
 int parse_uint(const char *s, uint64_t max, uint64_t *out)
 {
     uint64_t v;
+    bool over;
     if (s == NULL)
         return -1;
-    size_t n = leading_uint(s, &v);
-    if (n == 0 || s[n] != '\0' || v > max)
+    size_t n = leading_uint(s, &v, &over);
+    if (n == 0 || over || s[n] != '\0' || v > max)
         return -1;
     *out = v;
     return 0;
@@ -41,16 +45,17 @@ struct unit {
 static int parse_with_units(const char *s, const struct unit *units, size_t nunits, uint64_t *out)
 {
     uint64_t v;
+    bool over;
     if (s == NULL)
         return -1;
-    size_t n = leading_uint(s, &v);
+    size_t n = leading_uint(s, &v, &over);
     if (n == 0)
         return -1;
     for (size_t i = 0; i < nunits; i++) {
         if (strcmp(s + n, units[i].suffix) != 0)
             continue;
-        if (v > UINT64_MAX / units[i].factor)
-            return -1;
+        if (over || v > UINT64_MAX / units[i].factor)
+            return -2; /* well formed, but past 64 bits */
         *out = v * units[i].factor;
         return 0;
     }

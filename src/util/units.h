@@ -11,6 +11,8 @@
 #include <sys/time.h>
 #include <time.h>
 
+/* Return 0, -1 for what is not a size (a period), or -2 for one well
+ * formed but too large for 64 bits (of bytes, of milliseconds). */
 int parse_size(const char *s, uint64_t *bytes);
 int parse_period_ms(const char *s, uint64_t *ms);
 /* Writes <ms> as a policy would: "5m", "24h", "30s", else "1500ms". */

@@ -1141,6 +1141,9 @@ static void test_rule_field_errors(void **state)
         {V "rules:\n  - {host: a.example.test, tier: 0, rate: {bandwidth: /s}}\n",
          "p.yaml:3: rules[0].rate.bandwidth: invalid size '/s' (expected e.g. 512KiB, 10MiB, "
          "1MiB/s)"},
+        {V "rules:\n  - {host: a.example.test, tier: 0, rate: {bandwidth: 17179869184GiB/s}}\n",
+         "p.yaml:3: rules[0].rate.bandwidth: '17179869184GiB/s' is too large (at most "
+         "18446744073709551615 bytes, 1 byte under 16 EiB)"},
         /* per paces requests only: a bandwidth without /s next to another
          * per reads as bytes per that period, and is bytes a second */
         {V "rules:\n  - {host: a.example.test, tier: 0, rate: {bandwidth: 100MiB, per: 1h}}\n",
@@ -1593,6 +1596,11 @@ static void test_other_section_errors(void **state)
          "p.yaml:5: limits.header_bytes: 512 is outside 1KiB-1MiB"},
         {V R "limits: {header_bytes: 2MiB}\n",
          "p.yaml:5: limits.header_bytes: 2MiB is outside 1KiB-1MiB"},
+        {V R "limits: {header_bytes: 99999999999999999999GiB}\n",
+         "p.yaml:5: limits.header_bytes: 99999999999999999999GiB is outside 1KiB-1MiB"},
+        {V R "alerts: {upload_bytes: {max: 99999999999999999999GiB, per: 1m}}\n",
+         "p.yaml:5: alerts.upload_bytes.max: '99999999999999999999GiB' is too large (at most "
+         "18446744073709551615 bytes, 1 byte under 16 EiB)"},
         {V R "limits: {header_bytes: 32KB}\n",
          "p.yaml:5: limits.header_bytes: invalid size '32KB' (expected e.g. 512KiB, 10MiB)"},
         {V R "limits: {header_bytes: 32KiB/s}\n",
@@ -1717,6 +1725,13 @@ static void test_alert_errors(void **state)
          "days)"},
         {V R "limits: {quarantine: 5256001m}\n",
          "p.yaml:5: limits.quarantine: 5256001m is too long (at most 87600h, 3650 days)"},
+        /* past 64 bits too: too long, not an invalid period */
+        {V R "limits: {quarantine: 18446744073709551616s}\n",
+         "p.yaml:5: limits.quarantine: 18446744073709551616s is too long (at most 87600h, 3650 "
+         "days)"},
+        {V R "alerts: {write_burst: {max: 1, per: 5124095576031h}}\n",
+         "p.yaml:5: alerts.write_burst.per: 5124095576031h is too long (at most 87600h, 3650 "
+         "days)"},
         {V R "limits: {idle_timeout: 87601h}\n",
          "p.yaml:5: limits.idle_timeout: 87601h is too long (at most 87600h, 3650 days)"},
         {V R "limits: {rate: {requests: 1, per: 87601h}}\n",
