@@ -337,7 +337,7 @@ static int add_path(struct run_args *a, enum box_path_kind kind, const char *opt
 /* --tmp-size: a size (at least 1 MiB: tmpfs reads 0 as no bound at all; at
  * most RUN_TMP_SIZE_MAX) or a share of the machine's memory, N%, written
  * into <out> as tmpfs's size= takes it. Returns 0, -2 for a size above
- * RUN_TMP_SIZE_MAX, or -1 for anything else. */
+ * RUN_TMP_SIZE_MAX (one past 64 bits included), or -1 for anything else. */
 static int parse_tmp_size(const char *s, char *out, size_t outlen)
 {
     uint64_t v;
@@ -353,10 +353,11 @@ static int parse_tmp_size(const char *s, char *out, size_t outlen)
         snprintf(out, outlen, "%u%%", (unsigned)v);
         return 0;
     }
-    if (parse_size(s, &v) < 0 || v < 1024 * 1024)
+    int got = parse_size(s, &v);
+    if (got == -2 || (got == 0 && v > RUN_TMP_SIZE_MAX))
+        return -2; /* past 64 bits too: a size, not text that is none */
+    if (got != 0 || v < 1024 * 1024)
         return -1;
-    if (v > RUN_TMP_SIZE_MAX)
-        return -2;
     snprintf(out, outlen, "%llu", (unsigned long long)v);
     return 0;
 }

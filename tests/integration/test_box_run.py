@@ -621,7 +621,8 @@ def test_tmp_size_that_is_no_bound_is_refused(box, net, size):
 
 
 @pytest.mark.parametrize("size", ["18446744073709551615", "18446744073709547521B",
-                                  "17179869183GiB", "9223372036854775809"])
+                                  "17179869183GiB", "9223372036854775809",
+                                  "18446744073709551616", "17179869184GiB"])
 def test_tmp_size_that_tmpfs_would_round_to_no_bound_is_refused(box, net, size):
     """tmpfs rounds size= up to whole pages: a size within a page of 2^64
     wraps to 0 pages, no bound at all (df shows a size of 0), and the
