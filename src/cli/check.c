@@ -45,9 +45,15 @@ static int parse_args(int argc, char **argv, struct check_args *a)
     int c;
     while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
         uint64_t n;
+        int got;
         switch (c) {
         case 'n':
-            if (parse_date(optarg, &a->today) != 0)
+            got = parse_date(optarg, &a->today);
+            if (got == -2)
+                return command_usage_error(
+                    &cmd_check, "--now: '%s' is before 1970-01-01, the earliest date sluice reads",
+                    optarg);
+            if (got != 0)
                 return command_usage_error(&cmd_check, "--now: '%s' is not a YYYY-MM-DD date",
                                            optarg);
             break;

@@ -687,7 +687,15 @@ static void rule_expires(struct load_ctx *c, const struct ynode *v, void *obj)
     const char *s = load_get_str(c, v);
     if (s == NULL)
         return;
-    if (parse_date(s, &r->expires) != 0) {
+    int got = parse_date(s, &r->expires);
+    if (got == -2) {
+        load_err(c, v->line,
+                 "%s is before 1970-01-01, the earliest date sluice reads (dates count "
+                 "days from it)",
+                 load_show(c, s));
+        return;
+    }
+    if (got != 0) {
         load_err(c, v->line, "invalid date '%s' (expected YYYY-MM-DD)", load_show(c, s));
         return;
     }

@@ -74,6 +74,19 @@ def test_bundled_examples_are_clean(sluice_bin, example):
     assert "result: 0 errors, 0 warnings" in r.stdout
 
 
+@pytest.mark.parametrize("day,why", [
+    ("31/12/2026", "is not a YYYY-MM-DD date"),
+    ("2026-02-30", "is not a YYYY-MM-DD date"),
+    ("1969-12-31", "is before 1970-01-01, the earliest date sluice reads"),
+])
+def test_check_now_that_is_no_day_says_why(sluice_bin, tmp_path, day, why):
+    """--now takes a YYYY-MM-DD day from 1970-01-01 on; a well-formed day
+    before that is not told its syntax is wrong."""
+    r = run(sluice_bin, "check", write(tmp_path, GOOD), "--now", day)
+    assert r.returncode == 2, r.stdout
+    assert "sluice check: --now: '%s' %s" % (day, why) in r.stderr, r.stderr
+
+
 def test_check_audits_a_policy_whose_secrets_are_absent(sluice_bin, tmp_path):
     """CI checks the policy without the agents' secrets: a warning, not a failure."""
     path = write(tmp_path, GOOD)

@@ -1116,6 +1116,10 @@ static void test_rule_field_errors(void **state)
          "p.yaml:3: rules[0].owner: " INVISIBLE_REFUSED},
         {V "rules:\n  - {host: a.example.test, tier: 0, expires: 2026-02-30}\n",
          "p.yaml:3: rules[0].expires: invalid date '2026-02-30' (expected YYYY-MM-DD)"},
+        /* well formed, but before day 0 */
+        {V "rules:\n  - {host: a.example.test, tier: 0, expires: 1969-12-31}\n",
+         "p.yaml:3: rules[0].expires: 1969-12-31 is before 1970-01-01, the earliest date sluice "
+         "reads (dates count days from it)"},
         {V "rules:\n  - {host: a.example.test, tier: 0, expires: 31/12/2026}\n",
          "p.yaml:3: rules[0].expires: invalid date '31/12/2026' (expected YYYY-MM-DD)"},
         {V "rules:\n  - {host: a.example.test, tier: 0, agents: []}\n",

@@ -138,7 +138,7 @@ static void test_parse_date(void **state)
         "2023-02-29",  "2026-04-31",  "2026-06-31",
         "2026-09-31",  "2026-11-31",  "2026-01-32",
         "2026-00-10",  "2026-13-01",  "2026-01-00",
-        "1969-12-31",  "0000-01-01",  "2026-1-01",
+        "1969-02-29",  "0000-02-30",  "2026-1-01",
         "2026-01-1",   "26-01-01",    "2026/01/01",
         "2026-01-01 ", " 2026-01-01", "2026-01-01T00:00:00Z",
         "2026-01-0a",  "20260101",    "+026-01-01",
@@ -152,6 +152,14 @@ static void test_parse_date(void **state)
         assert_int_equal(d, 42);
     }
     assert_int_equal(parse_date(NULL, &d), -1);
+    /* Real days before day 0: -2, so the loader says so. */
+    static const char *const early[] = {"1969-12-31", "0000-01-01", "1968-02-29"};
+    for (size_t i = 0; i < sizeof(early) / sizeof(early[0]); i++) {
+        d = 42;
+        if (parse_date(early[i], &d) != -2)
+            fail_msg("parse_date did not find \"%s\" too early", early[i]);
+        assert_int_equal(d, 42);
+    }
 }
 
 static void test_format_date(void **state)
