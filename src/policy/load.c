@@ -642,7 +642,8 @@ static size_t invisible_len(const unsigned char *p)
 static void rule_owner(struct load_ctx *c, const struct ynode *v, void *obj)
 {
     struct rule *r = obj;
-    const char *s = load_get_nonempty_str(c, v);
+    /* null ("owner:") is as blank as "": both say what an owner must be */
+    const char *s = v->kind == YNODE_SCALAR && ynode_is_null(v) ? "" : load_get_str(c, v);
     if (s == NULL)
         return;
     if (!has_visible_char(s)) {

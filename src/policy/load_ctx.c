@@ -148,15 +148,6 @@ const char *load_get_str(struct load_ctx *c, const struct ynode *n)
     return NULL;
 }
 
-const char *load_get_nonempty_str(struct load_ctx *c, const struct ynode *n)
-{
-    const char *s = load_get_str(c, n);
-    if (s == NULL || *s != '\0')
-        return s;
-    load_err(c, n->line, "must not be empty");
-    return NULL;
-}
-
 bool load_all_digits(const char *s)
 {
     if (*s == '\0')

@@ -88,7 +88,6 @@ int load_want_list(struct load_ctx *c, const struct ynode *n);
 int load_want_map(struct load_ctx *c, const struct ynode *n);
 int load_want_nonempty_list(struct load_ctx *c, const struct ynode *n);
 const char *load_get_str(struct load_ctx *c, const struct ynode *n);
-const char *load_get_nonempty_str(struct load_ctx *c, const struct ynode *n);
 /* True when <s> (NUL-terminated) is one or more ASCII digits. */
 bool load_all_digits(const char *s);
 /* A plain decimal integer within <lo>..<hi>. */

@@ -583,7 +583,7 @@ static void test_quoted_scalars_stay_strings(void **state)
     policy_free(p);
     expect_error(V "rules:\n  - host: a.example.test\n    tier: 3\n    owner: null\n    expires: "
                    "2027-01-01\n",
-                 "p.yaml:5: rules[0].owner: expected a string");
+                 "p.yaml:5: rules[0].owner: must name a person, not be blank");
 }
 
 static void test_rule_agents_sorted(void **state)
@@ -1037,7 +1037,11 @@ static void test_rule_field_errors(void **state)
          "p.yaml:3: rules[0].methods[0]: unknown method 'PROPFIND' (expected GET, HEAD, POST, "
          "PUT, PATCH, DELETE, OPTIONS or TRACE, in upper case)"},
         {V "rules:\n  - {host: a.example.test, tier: 0, owner: \"\"}\n",
-         "p.yaml:3: rules[0].owner: must not be empty"},
+         "p.yaml:3: rules[0].owner: must name a person, not be blank"},
+        {V "rules:\n  - {host: a.example.test, tier: 3, owner: , expires: 2099-12-31}\n",
+         "p.yaml:3: rules[0].owner: must name a person, not be blank"},
+        {V "rules:\n  - {host: a.example.test, tier: 0, owner: [alice]}\n",
+         "p.yaml:3: rules[0].owner: expected a string"},
         {V "rules:\n  - {host: a.example.test, tier: 3, owner: \" \\t\", expires: 2099-12-31}\n",
          "p.yaml:3: rules[0].owner: must name a person, not be blank"},
         /* Unicode spaces and line ends are as blank as ASCII ones: a
