@@ -190,6 +190,16 @@ static void oh_tz(struct load_ctx *c, const struct ynode *v, void *obj)
             load_err(c, v->line, "unknown time zone '%s' (%s is not a time zone file)", s, path);
             return;
         }
+        if (strncmp(s, "right/", 6) == 0) {
+            /* A "right" zone counts leap seconds, which the system clock
+             * (POSIX time) leaves out: glibc would read every minute some
+             * 27 s late. posix/ holds the plain zones, and is fine. */
+            load_err(c, v->line,
+                     "'%s' counts leap seconds, which would put off-hours boundaries some 27 s "
+                     "late; write '%s'",
+                     s, s + 6);
+            return;
+        }
     }
     load_set_str(&o->tz, s);
 }

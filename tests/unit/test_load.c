@@ -1787,6 +1787,24 @@ static void test_iana_tz(void **state)
                  "zoneinfo/leapseconds is not a time zone file)");
 }
 
+/* A zone under right/ counts leap seconds: glibc's clock would put every
+ * off-hours boundary some 27 s late. posix/ holds the plain zones. */
+static void test_right_tz_refused(void **state)
+{
+    (void)state;
+    struct stat st;
+    if (stat("/usr/share/zoneinfo/right/Europe/Berlin", &st) != 0 ||
+        stat("/usr/share/zoneinfo/posix/Europe/Berlin", &st) != 0)
+        skip();
+    expect_error(V R "alerts: {off_hours: {tz: right/Europe/Berlin, hours: \"08:00-19:00\"}}\n",
+                 "p.yaml:5: alerts.off_hours.tz: 'right/Europe/Berlin' counts leap seconds, "
+                 "which would put off-hours boundaries some 27 s late; write 'Europe/Berlin'");
+    struct policy *p = expect_clean(
+        V R "alerts: {off_hours: {tz: posix/Europe/Berlin, hours: \"08:00-19:00\"}}\n");
+    assert_string_equal(p->alerts.off_hours.tz, "posix/Europe/Berlin");
+    policy_free(p);
+}
+
 /* Many errors in one file: every one is reported, not just the first. */
 static void test_reports_everything(void **state)
 {
@@ -1875,6 +1893,7 @@ int main(void)
         cmocka_unit_test(test_other_section_errors),
         cmocka_unit_test(test_alert_errors),
         cmocka_unit_test(test_iana_tz),
+        cmocka_unit_test(test_right_tz_refused),
         cmocka_unit_test(test_reports_everything),
         cmocka_unit_test(test_methods),
     };
