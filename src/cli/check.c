@@ -53,6 +53,9 @@ static int parse_args(int argc, char **argv, struct check_args *a)
                 return command_usage_error(
                     &cmd_check, "--now: '%s' is before 1970-01-01, the earliest date sluice reads",
                     optarg);
+            if (got == -3)
+                return command_usage_error(&cmd_check, "--now: '%s' is not a day of the calendar",
+                                           optarg);
             if (got != 0)
                 return command_usage_error(&cmd_check, "--now: '%s' is not a YYYY-MM-DD date",
                                            optarg);

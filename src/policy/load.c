@@ -696,6 +696,10 @@ static void rule_expires(struct load_ctx *c, const struct ynode *v, void *obj)
                  load_show(c, s));
         return;
     }
+    if (got == -3) {
+        load_err(c, v->line, "%s is not a day of the calendar", load_show(c, s));
+        return;
+    }
     if (got != 0) {
         load_err(c, v->line, "invalid date '%s' (expected YYYY-MM-DD)", load_show(c, s));
         return;

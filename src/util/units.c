@@ -138,7 +138,7 @@ int parse_date(const char *s, int32_t *day)
     if (!fixed_digits(s, 4, &y) || !fixed_digits(s + 5, 2, &m) || !fixed_digits(s + 8, 2, &d))
         return -1;
     if (m < 1 || m > 12 || d < 1 || d > days_in_month(y, m))
-        return -1;
+        return -3; /* YYYY-MM-DD, but no such day */
     if (y < 1970)
         return -2; /* a real day, but before day 0 */
     *day = (int32_t)days_from_civil(y, m, d);

@@ -17,8 +17,9 @@ int parse_size(const char *s, uint64_t *bytes);
 int parse_period_ms(const char *s, uint64_t *ms);
 /* Writes <ms> as a policy would: "5m", "24h", "30s", else "1500ms". */
 void format_period_ms(uint64_t ms, char *out, size_t outlen);
-/* Returns 0 and the day number, -1 for anything that is not a real date,
- * or -2 for a real date before 1970-01-01 (day 0, the earliest taken). */
+/* Returns 0 and the day number, -1 for anything not written YYYY-MM-DD,
+ * -2 for a real date before 1970-01-01 (day 0, the earliest taken), or -3
+ * for one written YYYY-MM-DD that is no day (2026-02-30, 2026-13-01). */
 int parse_date(const char *s, int32_t *day);
 /* Writes YYYY-MM-DD for <day> into <out> (at least 11 bytes). */
 void format_date(int32_t day, char *out, size_t outlen);

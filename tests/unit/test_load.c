@@ -1119,7 +1119,9 @@ static void test_rule_field_errors(void **state)
         {V "rules:\n  - {host: a.example.test, tier: 0, owner: \"da\\u2060ve \\u180eX\"}\n",
          "p.yaml:3: rules[0].owner: " INVISIBLE_REFUSED},
         {V "rules:\n  - {host: a.example.test, tier: 0, expires: 2026-02-30}\n",
-         "p.yaml:3: rules[0].expires: invalid date '2026-02-30' (expected YYYY-MM-DD)"},
+         "p.yaml:3: rules[0].expires: 2026-02-30 is not a day of the calendar"},
+        {V "rules:\n  - {host: a.example.test, tier: 0, expires: 2026-13-01}\n",
+         "p.yaml:3: rules[0].expires: 2026-13-01 is not a day of the calendar"},
         /* well formed, but before day 0 */
         {V "rules:\n  - {host: a.example.test, tier: 0, expires: 1969-12-31}\n",
          "p.yaml:3: rules[0].expires: 1969-12-31 is before 1970-01-01, the earliest date sluice "
