@@ -105,6 +105,7 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
     while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
         const char *why = NULL;
         uint64_t n;
+        int got;
         switch (c) {
         case 'p':
             a->policy = optarg;
@@ -140,7 +141,11 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
             a->max_conns = (unsigned)n;
             break;
         case 'g':
-            if (parse_period_ms(optarg, &n) != 0 || n > 3600 * 1000)
+            got = parse_period_ms(optarg, &n);
+            if (got == -2 || (got == 0 && n > 3600 * 1000))
+                return command_usage_error(
+                    &cmd_serve, "--grace: '%s' is longer than 1h, the most it may be", optarg);
+            if (got != 0)
                 return command_usage_error(&cmd_serve, "--grace: '%s' is not a period such as 5s",
                                            optarg);
             a->grace_ms = n > 0 ? (unsigned)n : 1;

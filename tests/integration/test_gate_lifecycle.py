@@ -289,6 +289,16 @@ def test_live_socket_is_not_taken_over_when_the_probe_has_no_descriptor(sluice_b
     assert probe_failed
 
 
+def serve_usage_error(run_sluice, net, tmp_path, args, want):
+    """serve with a good policy and <args> exits 2 saying <want>."""
+    path = tmp_path / "ok.yaml"
+    path.write_text(policy_yaml(net.policy([api_rule(net)])))
+    p = run_sluice("serve", "--policy", str(path), "--listen", "127.0.0.1:%d" % free_port(),
+                   *args, timeout=15)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert want in p.stderr, p.stderr
+
+
 @pytest.mark.parametrize("admin, why", [
     ("0", "port 0 is not allowed"), (":0", "port 0 is not allowed"),
     ("127.0.0.1:0", "port 0 is not allowed"), ("[::1]:0", "port 0 is not allowed"),
@@ -298,12 +308,19 @@ def test_live_socket_is_not_taken_over_when_the_probe_has_no_descriptor(sluice_b
 def test_bad_admin_address_exits_2(run_sluice, net, tmp_path, admin, why):
     # Port 0 is refused too: the port the kernel picked would be told
     # nowhere, and self_request could not cover it
-    path = tmp_path / "ok.yaml"
-    path.write_text(policy_yaml(net.policy([api_rule(net)])))
-    p = run_sluice("serve", "--policy", str(path), "--listen", "127.0.0.1:%d" % free_port(),
-                   "--admin", admin, timeout=15)
-    assert p.returncode == 2, (p.returncode, p.stderr)
-    assert ("--admin %s: %s" % (admin, why)) in p.stderr, p.stderr
+    serve_usage_error(run_sluice, net, tmp_path, ["--admin", admin],
+                      "--admin %s: %s" % (admin, why))
+
+
+@pytest.mark.parametrize("grace, why", [
+    ("5x", "is not a period such as 5s"), ("2h", "is longer than 1h, the most it may be"),
+    ("3601s", "is longer than 1h, the most it may be"),
+    ("18446744073709551616s", "is longer than 1h, the most it may be")])
+def test_bad_grace_exits_2_saying_why(run_sluice, net, tmp_path, grace, why):
+    # A period past the 1h cap is a period: it is told so, not that it is
+    # none
+    serve_usage_error(run_sluice, net, tmp_path, ["--grace", grace],
+                      "--grace: '%s' %s" % (grace, why))
 
 
 def test_sigterm_exits_0_and_log_complete(gateway, net):
