@@ -57,7 +57,10 @@ struct dir {
     size_t off;        /* copy path: first unsent byte in stash */
     size_t pending;    /* bytes read from src and not yet written to dst */
     bool eof;          /* src has ended */
-    bool done;         /* eof seen, everything delivered, dst shut down for writing */
+    bool failed;       /* src ended with an error (a reset): the tunnel ends once
+                        * what was read of it is delivered */
+    bool done;         /* eof seen, everything delivered, dst shut down for writing
+                        * (not after src failed); or dst failed (nothing to deliver to) */
     uint64_t bytes;    /* delivered to dst */
     struct event *rd;  /* src readable (persistent) */
     struct event *wr;  /* dst writable (persistent) */
@@ -241,6 +244,8 @@ static size_t room(const struct dir *d)
     return d->pending == 0 ? TUNNEL_BUF : 0; /* the stash is not added to */
 }
 
+static void watch(struct dir *d, bool rd, bool wr);
+
 enum fill_result { FILL_ERROR = -1, FILL_WAIT, FILL_DATA, FILL_DATA_SHORT, FILL_PAUSED };
 
 /* Reads from src once: into the pipe in splice mode; on the copy path into
@@ -300,7 +305,16 @@ static enum fill_result fill(struct dir *d, bool *dst_full)
             drop_pipe(d);
             continue;
         }
-        return FILL_ERROR;
+        /* src failed: Linux reports a reset only once every byte that
+         * came before it was read, and a spliced direction may read it
+         * with some of those still in its pipe. They are delivered first;
+         * the other direction, which writes to src, is over. */
+        d->eof = true;
+        d->failed = true;
+        struct dir *o = &d->t->d[d == &d->t->d[0] ? 1 : 0];
+        o->done = true;
+        watch(o, false, false);
+        return FILL_DATA;
     }
 }
 
@@ -363,7 +377,8 @@ static int pump(struct dir *d)
                 dst_full = true;
         }
         if (d->eof && d->pending == 0) {
-            shutdown(d->dst, SHUT_WR);
+            if (!d->failed)
+                shutdown(d->dst, SHUT_WR);
             d->done = true;
             break;
         }
@@ -395,7 +410,7 @@ static void on_io(evutil_socket_t fd, short what, void *arg)
         return;
     }
     if (t->d[0].done && t->d[1].done)
-        end(t, TUNNEL_DONE);
+        end(t, t->d[0].failed || t->d[1].failed ? TUNNEL_ERROR : TUNNEL_DONE);
 }
 
 /* True when what the client sent waits for the bandwidth bucket: its

@@ -4,8 +4,10 @@ request body, and not for uploads that keep flowing nor for clients that
 read a response or origins that take an upload slowly but steadily or
 stream an early answer to it),
 --max-conns, --grace, the descriptor limit, the --admin
-address as self, the tunnel's read/write fallback."""
+address as self, the tunnel's read/write fallback and what it passes on when one
+side resets."""
 
+import fcntl
 import http.client
 import os
 import re
@@ -14,6 +16,7 @@ import signal
 import socket
 import struct
 import subprocess
+import termios
 import threading
 import time
 import urllib.request
@@ -306,14 +309,9 @@ def test_a_reader_that_stops_mid_response_is_closed_after_idle_timeout(gateway, 
         assert end["status"] == 200 and 0 < end["bytes_down"] < size, end
 
 
-def _slow_tunnel(gateway, net, up):
-    """A gateway with idle_timeout 1 s and a slow-reader client (small
-    receive buffer) with a tunnel open to <up>, and a request for it sent
-    through the tunnel (its Host names the target, as the peek wants)."""
-    host, port = "slowtunnel.example.test", up.port
-    gw = gateway(net.policy([{"host": host, "ports": [port], "tier": 0}],
-                            static_extra={host: up.IP}, limits={"idle_timeout": "1s"}))
-    s = _slow_reader_conn(gw)
+def _connect_on(s, host, port):
+    """Sends CONNECT <host>:<port> on <s> and reads the gateway's 200 a
+    byte at a time (no byte of the tunnel with it)."""
     s.sendall(b"CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
               % (host.encode(), port, host.encode(), port))
     head = b""
@@ -322,6 +320,17 @@ def _slow_tunnel(gateway, net, up):
         assert d, head
         head += d
     assert head.startswith(b"HTTP/1.1 200"), head
+
+
+def _slow_tunnel(gateway, net, up):
+    """A gateway with idle_timeout 1 s and a slow-reader client (small
+    receive buffer) with a tunnel open to <up>, and a request for it sent
+    through the tunnel (its Host names the target, as the peek wants)."""
+    host, port = "slowtunnel.example.test", up.port
+    gw = gateway(net.policy([{"host": host, "ports": [port], "tier": 0}],
+                            static_extra={host: up.IP}, limits={"idle_timeout": "1s"}))
+    s = _slow_reader_conn(gw)
+    _connect_on(s, host, port)
     s.sendall(b"GET /big HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host.encode(), port))
     return gw, s
 
@@ -706,6 +715,91 @@ def test_spliced_tunnel_copies_short_flights_and_splices_streams(gateway, net, h
     _, end = gw.decided(method="CONNECT")
     assert end["bytes_up"] > len(body) and end["bytes_down"] > n
     poll(lambda: pipes_of(gw.proc.pid) == before, what="the pipes closed with the tunnel")
+
+
+def _outq(sock):
+    """The bytes in <sock>'s send queue its peer has not acknowledged (SIOCOUTQ)."""
+    return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]
+
+
+def _send_what_fits(sock, data):
+    """Sends <data> on <sock>, made non-blocking, until it is all sent or
+    0.5 s pass without room; returns the bytes sent."""
+    sock.setblocking(False)
+    sent = waits = 0
+    while sent < len(data) and waits < 50:
+        try:
+            sent += sock.send(data[sent:sent + 65536])
+            waits = 0
+        except BlockingIOError:
+            time.sleep(0.01)
+            waits += 1
+    return sent
+
+
+@pytest.mark.parametrize("how", ["--splice", "unix-client"])
+def test_an_answer_the_origin_sent_before_resetting_reaches_a_spliced_client(gateway, net, how):
+    # An origin sends an answer of megabytes (as much as the way holds),
+    # waits until the gateway's kernel has taken it all, then resets the
+    # connection. The client takes the first 512 KiB at once (the direction
+    # streams: spliced, its pipe grown), the rest only after the reset and
+    # slowly: the gateway's pipe toward it is full, the rest of the answer
+    # waits in its socket. The spliced direction read the reset (ECONNRESET,
+    # after the last byte) while bytes still waited in its pipe, and the
+    # tunnel ended at once: the client was short of what the pipe held,
+    # though connected directly it would have had every byte (Linux keeps
+    # what arrived before a reset readable).
+    answer = pattern_bytes(8 << 20)
+    reset, acked = threading.Event(), {}
+
+    def script(conn, stop, received):
+        sent = _send_what_fits(conn, answer)
+        for _ in range(1000):  # at most 10 s for the gateway to take it all
+            if _outq(conn) == 0:
+                break
+            time.sleep(0.01)
+        acked["n"] = sent - _outq(conn)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()  # a reset
+        reset.set()
+
+    with ScriptedUpstream(script) as up:
+        host = "resetting.example.test"
+        policy = net.policy([{"host": host, "ports": [up.port], "tier": 0}],
+                            static_extra={host: up.IP})
+        if how == "--splice":
+            gw = gateway(policy, args=["--splice"])
+        else:
+            gw = gateway(policy, tcp=False, unix=True)
+        before = pipes_of(gw.proc.pid)
+        s = _slow_reader_conn(gw)
+        try:
+            _connect_on(s, host, up.port)
+            s.sendall(b"GET /big HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host.encode(), up.port))
+            got = b""
+            while len(got) < 512 << 10:  # taken at once: the direction streams, spliced
+                d = s.recv(65536)
+                assert d, "closed after %d bytes" % len(got)
+                got += d
+            assert pipes_of(gw.proc.pid) == before + 2, "the download did not splice"
+            assert reset.wait(15), "the origin did not get to its reset"
+            s.settimeout(10)
+            for _ in range(1000):  # slowly: the gateway's socket toward it stays full
+                try:
+                    d = s.recv(65536)
+                except ConnectionResetError:
+                    break
+                if not d:
+                    break
+                got += d
+                time.sleep(0.01)
+        finally:
+            s.close()
+    assert acked["n"] > 1 << 20, acked
+    assert len(got) == acked["n"] and got == answer[:acked["n"]], \
+        "got %d of the %d bytes the gateway took" % (len(got), acked["n"])
+    _, end = gw.decided(method="CONNECT")
+    assert end["bytes_down"] == len(got), end
 
 
 def test_admin_address_is_self(gateway, net):
