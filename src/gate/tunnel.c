@@ -27,6 +27,9 @@
  * so one splice moves up to that much. */
 #define TUNNEL_GROW_AFTER (256u * 1024)
 #define TUNNEL_PIPE_BIG   (1024 * 1024)
+/* How often a tunnel whose directions are done looks whether a sink's peer
+ * has taken the last bytes (over()): no event tells. */
+#define TUNNEL_LINGER_MS 20
 
 /* Where the copy path reads to: one buffer for every tunnel of the loop's
  * thread, since its bytes are sent on before the next read. */
@@ -56,11 +59,11 @@ struct dir {
     char *stash;       /* copy path: bytes dst did not take; NULL when none */
     size_t off;        /* copy path: first unsent byte in stash */
     size_t pending;    /* bytes read from src and not yet written to dst */
-    bool eof;          /* src has ended */
-    bool failed;       /* src ended with an error (a reset): the tunnel ends once
-                        * what was read of it is delivered */
-    bool done;         /* eof seen, everything delivered, dst shut down for writing
-                        * (not after src failed); or dst failed (nothing to deliver to) */
+    bool eof;          /* src has ended (or failed) */
+    bool done;         /* eof seen, everything delivered, dst shut down for writing;
+                        * or dst failed (sink) */
+    bool sink;         /* dst failed: what src sends is read and dropped */
+    bool sunk;         /* sink: src has ended (or failed), nothing more to read */
     uint64_t bytes;    /* delivered to dst */
     struct event *rd;  /* src readable (persistent) */
     struct event *wr;  /* dst writable (persistent) */
@@ -76,10 +79,12 @@ struct tunnel {
      * socket writable only once a good part of its send queue drained), yet
      * is not idle while those queues shrink. */
     struct event *idle;
+    struct event *linger; /* over() polled: made when first needed, or NULL */
     struct timeval step_tv;
     uint64_t idle_ms, step_ms;
     struct drain drain;
     bool ended;
+    bool failed; /* a socket failed (a reset): the tunnel ends as TUNNEL_ERROR */
     tunnel_cb cb;
     void *arg;
     struct quota_flow *flow; /* meters d[0] (shape/quota.h); borrowed, or NULL */
@@ -98,6 +103,8 @@ static void end(struct tunnel *t, enum tunnel_end how)
         event_del(t->d[i].wr);
     }
     event_del(t->idle);
+    if (t->linger != NULL)
+        event_del(t->linger);
     t->cb(t, how, t->arg);
 }
 
@@ -177,7 +184,8 @@ static int drain(struct dir *d)
 }
 
 /* Copy path: sends the <n> bytes just read into scratch and keeps in the
- * stash what dst does not take. Returns -1 on error (or no memory). */
+ * stash what dst does not take. Returns -1 when dst failed, -2 when out of
+ * memory (bytes read from src are lost: the stream cannot go on). */
 static int pass_on(struct dir *d, size_t n, bool *dst_full)
 {
     size_t sent = 0;
@@ -200,7 +208,7 @@ static int pass_on(struct dir *d, size_t n, bool *dst_full)
     if (sent < n) { /* before delivered(): its callback must not find scratch in use */
         d->stash = malloc(TUNNEL_BUF);
         if (d->stash == NULL)
-            return -1;
+            return -2;
         memcpy(d->stash, scratch + sent, n - sent);
         d->off = 0;
         d->pending = n - sent;
@@ -246,15 +254,55 @@ static size_t room(const struct dir *d)
 
 static void watch(struct dir *d, bool rd, bool wr);
 
-enum fill_result { FILL_ERROR = -1, FILL_WAIT, FILL_DATA, FILL_DATA_SHORT, FILL_PAUSED };
+/* dst failed (a reset: its peer is gone): d is over and what it held is
+ * dropped. The other direction goes on: it reads from that socket what
+ * came before the failure (then the failure, or the end: fill()) and
+ * delivers it, so a reset the gateway meets first while writing takes none
+ * of those bytes with it. What src sends meanwhile is read and dropped
+ * (sink()), and the tunnel ends only once src's peer has those bytes
+ * (over()): closing a socket with unread bytes is a reset, which would
+ * drop what its peer has not acknowledged yet. */
+static void dst_failed(struct dir *d)
+{
+    d->done = true;
+    d->sink = true;
+    d->t->failed = true;
+    watch(d, true, false);
+}
+
+/* Reads and drops what src sends (d->sink), until its end or a failure. */
+static void sink(struct dir *d)
+{
+    for (int round = 0; round < TUNNEL_ROUNDS; round++) {
+        ssize_t n = recv(d->src, scratch, TUNNEL_BUF, 0);
+        if (n > 0 || (n < 0 && errno == EINTR))
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        d->sunk = true;
+        watch(d, false, false); /* nothing more will come */
+        return;
+    }
+}
+
+enum fill_result {
+    FILL_ERROR = -1,
+    FILL_WAIT,
+    FILL_DATA,
+    FILL_DATA_SHORT,
+    FILL_PAUSED,
+    FILL_DST_FAILED,
+};
 
 /* Reads from src once: into the pipe in splice mode; on the copy path into
  * scratch, sent on at once (setting <dst_full> when dst took less).
- * FILL_DATA (bytes moved, or EOF seen), FILL_DATA_SHORT (fewer bytes than
+ * FILL_DATA (bytes moved, or EOF or a failure of src seen: the pending
+ * bytes are still delivered), FILL_DATA_SHORT (fewer bytes than
  * there was room for: src is most likely drained, and a level-triggered
  * event says so if not, so no read is tried again only to meet EAGAIN),
  * FILL_WAIT (nothing to read, or the pipe is full), FILL_PAUSED (the
- * bandwidth bucket is empty: its timer is armed). */
+ * bandwidth bucket is empty: its timer is armed), FILL_DST_FAILED (copying,
+ * dst failed), FILL_ERROR (out of memory). */
 static enum fill_result fill(struct dir *d, bool *dst_full)
 {
     if (d->pipe[1] < 0 && d->streaming && d->pending == 0 && !d->no_pipe)
@@ -276,8 +324,9 @@ static enum fill_result fill(struct dir *d, bool *dst_full)
             } else {
                 if ((size_t)n == TUNNEL_BUF)
                     d->streaming = true;
-                if (pass_on(d, (size_t)n, dst_full) < 0)
-                    return FILL_ERROR;
+                int rc = pass_on(d, (size_t)n, dst_full);
+                if (rc < 0)
+                    return rc == -1 ? FILL_DST_FAILED : FILL_ERROR;
             }
             return (size_t)n < max ? FILL_DATA_SHORT : FILL_DATA;
         }
@@ -308,12 +357,12 @@ static enum fill_result fill(struct dir *d, bool *dst_full)
         /* src failed: Linux reports a reset only once every byte that
          * came before it was read, and a spliced direction may read it
          * with some of those still in its pipe. They are delivered first;
-         * the other direction, which writes to src, is over. */
+         * the other direction, which writes to src, is over (a sink). */
         d->eof = true;
-        d->failed = true;
+        d->t->failed = true;
         struct dir *o = &d->t->d[d == &d->t->d[0] ? 1 : 0];
-        o->done = true;
-        watch(o, false, false);
+        if (!o->done)
+            dst_failed(o);
         return FILL_DATA;
     }
 }
@@ -352,6 +401,10 @@ static void watch(struct dir *d, bool rd, bool wr)
 static int pump(struct dir *d)
 {
     bool progress = false, paused = false, src_dry = false, dst_full = false;
+    if (d->sink) {
+        sink(d);
+        return 0;
+    }
     if (!d->grown && d->pipe[1] >= 0 && d->bytes >= TUNNEL_GROW_AFTER)
         grow_pipe(d);
     for (int round = 0; round < TUNNEL_ROUNDS && !d->done; round++) {
@@ -360,6 +413,10 @@ static int pump(struct dir *d)
             enum fill_result fr = fill(d, &dst_full);
             if (fr == FILL_ERROR)
                 return -1;
+            if (fr == FILL_DST_FAILED) {
+                dst_failed(d);
+                break;
+            }
             if (fr == FILL_DATA || fr == FILL_DATA_SHORT)
                 moved = true;
             if (fr == FILL_DATA_SHORT || fr == FILL_WAIT)
@@ -369,16 +426,17 @@ static int pump(struct dir *d)
         }
         if (d->pending > 0 && !dst_full) {
             int rc = drain(d);
-            if (rc < 0)
-                return -1;
+            if (rc < 0) {
+                dst_failed(d);
+                break;
+            }
             if (rc > 0)
                 moved = true;
             else
                 dst_full = true;
         }
         if (d->eof && d->pending == 0) {
-            if (!d->failed)
-                shutdown(d->dst, SHUT_WR);
+            shutdown(d->dst, SHUT_WR);
             d->done = true;
             break;
         }
@@ -391,12 +449,57 @@ static int pump(struct dir *d)
     /* A full pipe also reads as "nothing to read": while bytes are
      * pending, wait for dst only (draining makes room), so a readable src
      * with a full pipe never spins the loop. */
-    watch(d, !d->done && d->pending == 0 && !d->eof && !paused, !d->done && d->pending > 0);
+    if (!d->sink)
+        watch(d, !d->done && d->pending == 0 && !d->eof && !paused, !d->done && d->pending > 0);
     if (progress) {
         drain_reset(&d->t->drain);
         event_add(d->t->idle, &d->t->step_tv);
     }
     return 0;
+}
+
+/* True when the tunnel has nothing left to do: both directions are done,
+ * and no sink's socket, toward which the other direction delivered, still
+ * holds some of those bytes (its peer acknowledged them, or ended its side:
+ * closing it then is no reset that would drop them). */
+static bool over(const struct tunnel *t)
+{
+    if (!t->d[0].done || !t->d[1].done)
+        return false;
+    for (int i = 0; i < 2; i++) {
+        const struct dir *d = &t->d[i];
+        if (d->sink && !d->sunk && drain_send_queue(d->src) > 0)
+            return false;
+    }
+    return true;
+}
+
+static void on_linger(evutil_socket_t fd, short what, void *arg);
+
+/* Ends <t> when it is over(); when only a sink's peer has yet to take the
+ * last bytes, looks again in TUNNEL_LINGER_MS (else at the next idle step:
+ * on_idle()). */
+static void end_if_over(struct tunnel *t)
+{
+    if (over(t)) {
+        end(t, t->failed ? TUNNEL_ERROR : TUNNEL_DONE);
+        return;
+    }
+    if (!t->d[0].done || !t->d[1].done)
+        return;
+    if (t->linger == NULL)
+        t->linger = evtimer_new(event_get_base(t->idle), on_linger, t);
+    if (t->linger != NULL) {
+        struct timeval tv = timeval_of_ms(TUNNEL_LINGER_MS);
+        evtimer_add(t->linger, &tv);
+    }
+}
+
+static void on_linger(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    end_if_over(arg);
 }
 
 static void on_io(evutil_socket_t fd, short what, void *arg)
@@ -409,8 +512,7 @@ static void on_io(evutil_socket_t fd, short what, void *arg)
         end(t, TUNNEL_ERROR);
         return;
     }
-    if (t->d[0].done && t->d[1].done)
-        end(t, t->d[0].failed || t->d[1].failed ? TUNNEL_ERROR : TUNNEL_DONE);
+    end_if_over(t);
 }
 
 /* True when what the client sent waits for the bandwidth bucket: its
@@ -426,12 +528,17 @@ static bool upload_held(const struct tunnel *t)
 /* A step passed without a byte moved: the tunnel ends once neither
  * socket's send queue has shrunk for idle_timeout. A tunnel whose upload
  * waits for its bandwidth bucket is not idle: the gateway holds the
- * agent's bytes, not the agent. */
+ * agent's bytes, not the agent. One that waited only for a sink's peer to
+ * take the last bytes (over()) ends once it has. */
 static void on_idle(evutil_socket_t fd, short what, void *arg)
 {
     struct tunnel *t = arg;
     (void)fd;
     (void)what;
+    if (over(t)) { /* a sink's peer took the last bytes without a word */
+        end(t, TUNNEL_ERROR);
+        return;
+    }
     if (upload_held(t)) {
         drain_reset(&t->drain);
         event_add(t->idle, &t->step_tv);
@@ -507,6 +614,8 @@ void tunnel_free(struct tunnel *t)
     }
     if (t->idle != NULL)
         event_free(t->idle);
+    if (t->linger != NULL)
+        event_free(t->linger);
     close(t->fd[0]);
     close(t->fd[1]);
     free(t);

@@ -12,8 +12,8 @@
  * bytes both ways. Half-close: when one side ends, what it sent is
  * delivered and the other side gets shutdown(SHUT_WR); the tunnel is done
  * when both directions have ended, on an error (a side that resets: once
- * what was read of it is delivered), or after <idle_ms> without a byte
- * either way.
+ * what came from it is delivered and taken, what the other side sends
+ * meanwhile being dropped), or after <idle_ms> without a byte either way.
  *
  * Owns: both sockets (closed by tunnel_free), its pipes, the bytes a
  * destination did not take yet, and its events. */

@@ -802,6 +802,65 @@ def test_an_answer_the_origin_sent_before_resetting_reaches_a_spliced_client(gat
     assert end["bytes_down"] == len(got), end
 
 
+@pytest.mark.parametrize("how", ["copy", "--splice"])
+def test_an_upload_the_client_sent_before_resetting_reaches_the_origin(gateway, net, how):
+    # A client uploads to an origin that reads nothing for now, while the
+    # origin's download fills the way back (the client reads none of it:
+    # the gateway holds some); the client then resets its connection. The
+    # gateway, writing the download to it, met the reset first and ended
+    # the tunnel: the upload it had read (in its buffer or pipe) and what
+    # its kernel had taken from the client were dropped, though connected
+    # directly the origin would have read every byte of it (Linux keeps
+    # what arrived before a reset readable).
+    body = pattern_bytes(16 << 20)
+    stalled, reset, done, got = threading.Event(), threading.Event(), threading.Event(), {}
+
+    def script(conn, stop, received):
+        _send_what_fits(conn, pattern_bytes(16 << 20))
+        stalled.set()
+        if reset.wait(15):
+            conn.setblocking(True)
+            conn.settimeout(10)
+            data = received[received.index(b"\r\n\r\n") + 4:]
+            try:
+                while len(data) < len(body):
+                    d = conn.recv(1 << 20)
+                    if not d:
+                        break
+                    data += d
+            except OSError:
+                pass
+            got["data"] = data
+        done.set()
+
+    with ScriptedUpstream(script) as up:
+        host = "resetclient.example.test"
+        gw = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
+                                static_extra={host: up.IP}),
+                     args=["--splice"] if how == "--splice" else [])
+        s = _slow_reader_conn(gw)
+        head = b"PUT /up HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host.encode(), up.port)
+        try:
+            _connect_on(s, host, up.port)
+            s.sendall(head)
+            assert stalled.wait(15), "the origin's download did not fill the way"
+            sent = _send_what_fits(s, body)
+            # what the gateway's kernel took, at least (it may take more
+            # before the reset): the rest dies with s
+            acked = sent - _outq(s)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        finally:
+            s.close()  # a reset
+        reset.set()
+        assert done.wait(20), "the origin did not finish reading"
+    assert acked > 1 << 20, acked
+    data = got["data"]
+    assert acked <= len(data) <= sent and data == body[:len(data)], \
+        "the origin got %d of the %d bytes the gateway took" % (len(data), acked)
+    _, end = gw.decided(method="CONNECT")
+    assert end["bytes_up"] == len(head) + len(data), end
+
+
 def test_admin_address_is_self(gateway, net):
     admin = free_port()
     pol = net.policy([{"cidr": "127.0.0.0/8", "ports": [admin], "tier": 0},
