@@ -586,7 +586,10 @@ int quota_flow_pause(struct quota_flow *f, size_t want, uint64_t now_ns, void (*
         if (f->timer == NULL)
             return -1;
     }
-    uint64_t ms = (quota_flow_wait_ns(f, want, now_ns) + NS_PER_MS - 1) / NS_PER_MS;
+    /* Rounded up by division: adding NS_PER_MS - 1 wrapped a saturated
+     * wait (a debt of billions of seconds) round to 0 ms. */
+    uint64_t ns = quota_flow_wait_ns(f, want, now_ns);
+    uint64_t ms = ns / NS_PER_MS + (ns % NS_PER_MS != 0);
     if (ms < FLOW_MIN_WAIT_MS)
         ms = FLOW_MIN_WAIT_MS;
     if (ms > FLOW_MAX_WAIT_MS)

@@ -989,6 +989,58 @@ static void test_flow_pause_timer(void **state)
     event_base_free(base);
 }
 
+/* A flow whose bucket owes more than 2^64 ns of refill (bandwidth: 1, a
+ * debt of 2^36 bytes: quota_flow_wait_ns() saturates at UINT64_MAX) waits
+ * the most a pause waits, 1 s. Rounding the wait up to ms added 999999 to
+ * it first, which wrapped round to a wait of 0 ms, taken as the least, 1
+ * ms: such a flow looked again a thousand times a second. Its timer must
+ * not fire before one armed for 100 ms. */
+struct race {
+    struct event_base *base;
+    int flow, other; /* the order each fired in: 1, 2 */
+    int n;
+};
+
+static void on_race_flow(void *arg)
+{
+    struct race *r = arg;
+    r->flow = ++r->n;
+}
+
+static void on_race_other(evutil_socket_t fd, short what, void *arg)
+{
+    struct race *r = arg;
+    (void)fd;
+    (void)what;
+    r->other = ++r->n;
+    event_base_loopbreak(r->base);
+}
+
+static void test_flow_pause_saturated_wait(void **state)
+{
+    (void)state;
+    struct race r = {event_base_new(), 0, 0, 0};
+    assert_non_null(r.base);
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    set_rate(&p.limits.rate, 0, 1000, 0, 1);
+    struct quota *q = quota_new(NULL, r.base, 0);
+    uint64_t t0 = quota_now();
+    struct quota_flow *f = quota_flow_open(q, &p, "a", NULL, t0);
+    quota_flow_take(f, (size_t)1 << 36, t0);
+    assert_int_equal(quota_flow_wait_ns(f, 1, t0), UINT64_MAX);
+    assert_int_equal(quota_flow_pause(f, 1, t0, on_race_flow, &r), 0);
+    struct timeval tv = {0, 100 * 1000};
+    assert_int_equal(event_base_once(r.base, -1, EV_TIMEOUT, on_race_other, &r, &tv), 0);
+    event_base_dispatch(r.base);
+    assert_int_equal(r.other, 1); /* the 100 ms timer first */
+    assert_int_equal(r.flow, 0);
+    assert_true(quota_flow_paused(f));
+    quota_flow_close(f);
+    quota_free(q);
+    event_base_free(r.base);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1015,6 +1067,7 @@ int main(void)
         cmocka_unit_test(test_reload_reshapes_request_buckets),
         cmocka_unit_test(test_reload_shapes_a_flow_opened_unshaped),
         cmocka_unit_test(test_flow_pause_timer),
+        cmocka_unit_test(test_flow_pause_saturated_wait),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
