@@ -118,13 +118,9 @@ static int mounts_parse_args(int argc, char **argv, struct mounts_args *a)
     int c;
     unsigned seen = 0; /* each flag once: a second --pid audited it alone, silently */
     while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
-        for (size_t i = 0; options[i].name != NULL; i++) {
-            if (options[i].val != c || options[i].has_arg != required_argument)
-                continue;
-            if (seen & (1u << i))
-                return command_usage_error(self, "--%s given twice", options[i].name);
-            seen |= 1u << i;
-        }
+        int rc = command_option_once(self, c, options, NULL, &seen);
+        if (rc != 0)
+            return rc;
         switch (c) {
         case 'p':
             if (strcmp(optarg, "self") != 0) {

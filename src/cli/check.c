@@ -43,9 +43,12 @@ static int parse_args(int argc, char **argv, struct check_args *a)
     opterr = 0;
     optind = 1;
     int c;
+    unsigned seen = 0; /* each flag once: a second --now judged another day, silently */
     while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
         uint64_t n;
-        int got;
+        int got = command_option_once(&cmd_check, c, options, NULL, &seen);
+        if (got != 0)
+            return got;
         switch (c) {
         case 'n':
             got = parse_date(optarg, &a->today);

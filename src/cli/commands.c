@@ -1,6 +1,7 @@
 #include "cli/commands.h"
 
 #include <getopt.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -104,6 +105,21 @@ static int unknown_option(const struct command *cmd, const char *arg)
     int rc = command_usage_error(cmd, "unknown option '%s'", shown);
     free(shown);
     return rc;
+}
+
+int command_option_once(const struct command *cmd, int c, const struct option *options,
+                        const char *repeatable, unsigned *seen)
+{
+    if (c == 0 || (repeatable != NULL && strchr(repeatable, c) != NULL))
+        return 0;
+    for (size_t i = 0; i < sizeof(*seen) * CHAR_BIT && options[i].name != NULL; i++) {
+        if (options[i].val != c || options[i].has_arg != required_argument)
+            continue;
+        if (*seen & (1u << i))
+            return command_usage_error(cmd, "--%s given twice", options[i].name);
+        *seen |= 1u << i;
+    }
+    return 0;
 }
 
 int command_option_error(const struct command *cmd, int c, char **argv,

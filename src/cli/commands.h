@@ -49,4 +49,13 @@ int command_usage_error(const struct command *cmd, const char *fmt, ...)
 int command_option_error(const struct command *cmd, int c, char **argv,
                          const struct option *options);
 
+/* For what getopt_long() returned as <c>: when it is the val of a flag of
+ * <options> that takes a value, not in <repeatable> (those vals, or NULL),
+ * and its bit in <seen> (one per entry of <options>, 0 before the first
+ * call) is set already, the usage error "--NAME given twice", EXIT_USAGE;
+ * else sets the bit and returns 0. A flag that kept its last value would
+ * have a wrapper that adds one run another policy, silently. */
+int command_option_once(const struct command *cmd, int c, const struct option *options,
+                        const char *repeatable, unsigned *seen);
+
 #endif

@@ -409,7 +409,10 @@ static int parse_args(int argc, char **argv, struct run_args *a)
     optind = 1;
     snprintf(a->tmp_size, sizeof(a->tmp_size), "%s", RUN_DEFAULT_TMP_SIZE);
     int c, rc;
+    unsigned seen = 0; /* each flag once (--ro, --rw, --hide may repeat) */
     while ((c = getopt_long(argc, argv, "+:h", options, NULL)) != -1) {
+        if ((rc = command_option_once(self, c, options, "rwH", &seen)) != 0)
+            return rc;
         switch (c) {
         case 'p':
             a->policy = optarg;

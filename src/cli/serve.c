@@ -102,10 +102,13 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
     opterr = 0;
     optind = 1;
     int c;
+    unsigned seen = 0; /* each flag once (--listen may repeat): a second --policy served it */
     while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
         const char *why = NULL;
         uint64_t n;
-        int got;
+        int got = command_option_once(&cmd_serve, c, options, "l", &seen);
+        if (got != 0)
+            return got;
         switch (c) {
         case 'p':
             a->policy = optarg;

@@ -607,6 +607,31 @@ def test_tmp_and_shm_are_bounded(box, net):
         assert abs(o["size"] - tenth) <= tenth // 100 and o["filled"] is True, (d, o)
 
 
+@pytest.mark.parametrize("given, flag", [
+    (["--policy", "{pol}", "--policy", "{pol}"], "--policy"),
+    (["--proxy", "unix:/nonexistent/a.sock", "--proxy=unix:/nonexistent/b.sock"], "--proxy"),
+    (["--policy", "{pol}", "--agent", "ci-bot", "--ag", "eval"], "--agent"),
+    (["--policy", "{pol}", "--log", "{dir}/a.log", "--log", "{dir}/b.log"], "--log"),
+    (["--policy", "{pol}", "--alerts", "{dir}/a.jsonl", "--alerts", "{dir}/b.jsonl"], "--alerts"),
+    (["--policy", "{pol}", "--gateway-user", "{uid}", "--gateway-user", "{uid}"],
+     "--gateway-user"),
+    (["--policy", "{pol}", "--tmp-size", "64MiB", "--tmp=1GiB"], "--tmp-size"),
+])
+def test_a_flag_given_twice_is_a_usage_error(box, given, flag):
+    """Each flag took the last of its values without a word: a wrapper that
+    adds --policy or --agent ran the box under another policy, or as
+    another agent, than the operator's. --ro, --rw and --hide alone may
+    repeat."""
+    pol = box.policy("version: 1\nrules: []\n")
+    args = [a.replace("{pol}", pol).replace("{dir}", box.workdir)
+            .replace("{uid}", str(os.getuid())) for a in given]
+    p = box.run(args, "print('ran')")
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "ran" not in p.stdout
+    assert p.stderr.splitlines()[0] == "sluice run: %s given twice" % flag, p.stderr
+    assert p.stderr.splitlines()[1].startswith("usage: sluice run")
+
+
 @pytest.mark.parametrize("size", ["0", "1KiB", "1048575", "0%", "101%", "-5%", "%", "5%%",
                                   " 25%", "1 GiB", "abc", ""])
 def test_tmp_size_that_is_no_bound_is_refused(box, net, size):

@@ -452,6 +452,24 @@ def test_usage_errors_exit_2(sluice_bin, tmp_path, args):
     assert "usage" in r.stderr or "cannot read" in r.stderr
 
 
+@pytest.mark.parametrize("args,flag", [
+    (["--now", "2026-01-01", "--now", "2027-01-01"], "--now"),
+    (["--warn-days", "30", "--warn-days=0"], "--warn-days"),
+    (["--format", "json", "--form", "text"], "--format"),
+])
+def test_a_flag_given_twice_is_a_usage_error(sluice_bin, tmp_path, args, flag):
+    """Each flag took the last of its values without a word: a wrapper that
+    adds `--now` or `--format` to an operator's own had the check judge
+    another day, or print another report, than the one asked for (as
+    `sluice audit mounts` and `calc` refuse a repeated flag)."""
+    good = write(tmp_path, GOOD)
+    r = run(sluice_bin, "check", good, *args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stdout == ""
+    assert r.stderr.splitlines()[0] == "sluice check: %s given twice" % flag, r.stderr
+    assert r.stderr.splitlines()[1].startswith("usage: sluice check")
+
+
 def test_unreadable_file_exits_2(sluice_bin, tmp_path):
     path = write(tmp_path, GOOD)
     os.chmod(path, 0)

@@ -299,6 +299,37 @@ def serve_usage_error(run_sluice, net, tmp_path, args, want):
     assert want in p.stderr, p.stderr
 
 
+@pytest.mark.parametrize("given, flag", [
+    (["--policy", "{tmp}/b.yaml"], "--policy"),
+    (["--pol={tmp}/b.yaml"], "--policy"),
+    (["--log", "{tmp}/a.log", "--log", "{tmp}/b.log"], "--log"),
+    (["--admin", "127.0.0.1:{port}", "--admin", "127.0.0.1:{port2}"], "--admin"),
+    (["--alerts", "{tmp}/a.jsonl", "--alerts=-"], "--alerts"),
+    (["--state", "{tmp}/sa", "--state", "{tmp}/sb"], "--state"),
+    (["--max-conns", "10", "--max-conns", "20"], "--max-conns"),
+    (["--grace", "1s", "--grace", "2s"], "--grace"),
+    (["--sched", "batch", "--sch", "normal"], "--sched"),
+    (["--nice", "5", "--nice", "10"], "--nice"),
+    (["--user", "{uid}", "--user", "{uid}"], "--user"),
+])
+def test_a_flag_given_twice_is_a_usage_error(run_sluice, tmp_path, given, flag):
+    # Each flag took the last of its values without a word: a wrapper that
+    # adds --policy served another policy than the operator's, and one that
+    # adds --log wrote the decisions elsewhere. --listen alone may repeat
+    # (with another address each time). No gateway starts for this.
+    for name in ("a.yaml", "b.yaml"):
+        (tmp_path / name).write_text("version: 1\nrules: []\n")
+    args = [a.replace("{tmp}", str(tmp_path)).replace("{port2}", str(free_port()))
+            .replace("{port}", str(free_port())).replace("{uid}", str(os.getuid()))
+            for a in given]
+    p = run_sluice("serve", "--policy", str(tmp_path / "a.yaml"), "--listen", "127.0.0.1:0",
+                   *args, timeout=10)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert p.stdout == ""
+    assert p.stderr.splitlines()[0] == "sluice serve: %s given twice" % flag, p.stderr
+    assert p.stderr.splitlines()[1].startswith("usage: sluice serve")
+
+
 @pytest.mark.parametrize("admin, why", [
     ("0", "port 0 is not allowed"), (":0", "port 0 is not allowed"),
     ("127.0.0.1:0", "port 0 is not allowed"), ("[::1]:0", "port 0 is not allowed"),
