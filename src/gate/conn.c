@@ -501,8 +501,9 @@ void conn_refuse_short(struct conn *c, int e)
     bool fds = e == EMFILE || e == ENFILE;
     bool ports = errno_is_port_shortage(e);
     uint64_t now = monotonic_ms();
-    struct gateway *gw = c->gw;
-    if (gw->short_told_ms == 0 || now - gw->short_told_ms >= SHORT_TELL_EVERY_MS) {
+    /* Each kind its own minute: one told must not hide another. */
+    uint64_t *told = &c->gw->short_told_ms[fds ? 0 : ports ? 1 : 2];
+    if (*told == 0 || now - *told >= SHORT_TELL_EVERY_MS) {
         struct rlimit rl;
         char why[96];
         if (e == ENFILE)
@@ -522,7 +523,7 @@ void conn_refuse_short(struct conn *c, int e)
                 fds     ? "raise the limit or lower --max-conns"
                 : ports ? "widen net.ipv4.ip_local_port_range or lower --max-conns"
                         : "lower --max-conns");
-        gw->short_told_ms = now > 0 ? now : 1;
+        *told = now > 0 ? now : 1;
     }
     conn_refuse(c, REASON_GATEWAY_OVERLOADED,
                 fds     ? "out of file descriptors"

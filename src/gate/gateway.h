@@ -110,8 +110,10 @@ struct gateway {
     size_t nagents;
     struct gateway_counters counters;
     bool stopping;
-    uint64_t short_told_ms; /* CLOCK_MONOTONIC: conn_refuse_short()'s last warning; 0 never */
-    int64_t stop_began_ms;  /* CLOCK_MONOTONIC, at SIGTERM/SIGINT; 0 before */
+    /* CLOCK_MONOTONIC: conn_refuse_short()'s last warning of each kind
+     * (0 descriptors, 1 local ports, 2 memory: each told once a minute); 0 never */
+    uint64_t short_told_ms[3];
+    int64_t stop_began_ms; /* CLOCK_MONOTONIC, at SIGTERM/SIGINT; 0 before */
     struct event *sig_hup, *sig_term, *sig_int, *grace_timer;
     /* Wakes when the UTC day changes (at most DAY_CHECK_MAX_MS apart, gateway.c):
      * open tunnels are decided again, grants ending with their day. */

@@ -12,14 +12,17 @@ stand for private addresses and record any connection that reaches them.
 
 import json
 import os
+import resource
 import shutil
 import sys
 import threading
+import time
 
 import pytest
 
 from conftest import policy_yaml
-from gate_client import assert_deny_response, build_request, open_conn, poll, request
+from gate_client import (assert_deny_response, build_request, open_conn, poll, read_response,
+                         request)
 
 pytestmark = pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
 
@@ -495,3 +498,81 @@ def test_no_local_port_is_the_gateways_shortage(world):
     assert_reached(w.get("hogged-up.test"), ALLOWED + ":80")
     r = w.get("refused.test")
     assert_refused(w, r, "refused.test", "upstream_unreachable", REFUSING)
+
+
+def _socket_fds(pid):
+    """{descriptor: 'socket:[inode]'} of process <pid>'s sockets."""
+    out = {}
+    fds = "/proc/%d/fd" % pid
+    for n in os.listdir(fds):
+        try:
+            target = os.readlink(os.path.join(fds, n))
+        except OSError:
+            continue
+        if target.startswith("socket:"):
+            out[int(n)] = target
+    return out
+
+
+def _get_short_of_descriptors(w, name):
+    """GET http://<name>/ sent while the gateway has no descriptor left for
+    the upstream socket: once the client's connection is accepted (a socket
+    the gateway did not hold before), its soft RLIMIT_NOFILE is lowered to
+    its lowest free descriptor number, and put back after the response.
+    gw.proc.pid is the gateway itself (unshare and sh exec it). Returns the
+    response and the limit it had."""
+    pid = w.gw.proc.pid
+    assert os.path.basename(os.readlink("/proc/%d/exe" % pid)) == "sluice"
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    time.sleep(0.2)  # the previous request's connection is gone
+    before = set(_socket_fds(pid).values())
+    s = open_conn(w.gw)
+    try:
+        poll(lambda: set(_socket_fds(pid).values()) - before, what="the client accepted")
+        used = {int(n) for n in os.listdir("/proc/%d/fd" % pid)}
+        limit = min(set(range(max(used) + 2)) - used)
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (limit, hard))
+        try:
+            s.sendall(build_request("GET", "http://%s/" % name))
+            return read_response(s), limit
+        finally:
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+    finally:
+        s.close()
+
+
+def test_each_shortage_is_told_once_a_minute_of_its_own(world):
+    # The warning on standard error is told at most once a minute for each
+    # kind of shortage: once the local ports were told, a shortage of
+    # descriptors a moment later is told too (the operator who widened the
+    # port range must still learn of the open-file limit), and a second one
+    # of either kind within the minute is not told again. Before, the kinds
+    # shared one timer: the descriptors' warning was never told.
+    w = world({"hogged.test": {"A": [HOGGED]}, "hogged-again.test": {"A": [HOGGED]},
+               "up.test": {"A": [ALLOWED], "ttl": 600},
+               "up-again.test": {"A": [ALLOWED], "ttl": 600}},
+              helper_args=["--ports", "40000 40001", "--hog", HOGGED + ":80"],
+              allow=[HOGGED + "/32"])
+    poll(lambda: any(e["event"] == "hogged" for e in w.events()), what="the ports held")
+    # resolved now (cached for 600s): the request short of descriptors
+    # needs no socket for a question
+    assert_reached(w.get("up.test"), ALLOWED + ":80")
+    assert_reached(w.get("up-again.test"), ALLOWED + ":80")
+    r = w.get("hogged.test")
+    assert_refused(w, r, "hogged.test", "gateway_overloaded", None)
+    r, limit = _get_short_of_descriptors(w, "up.test")
+    assert_refused(w, r, "up.test", "gateway_overloaded", None)
+    assert "the gateway is out of file descriptors; retry later" in r.text, r.text
+    r = w.get("hogged-again.test")
+    assert_refused(w, r, "hogged-again.test", "gateway_overloaded", None)
+    r, _ = _get_short_of_descriptors(w, "up-again.test")
+    assert_refused(w, r, "up-again.test", "gateway_overloaded", None)
+    told = [ln for ln in w.gw.stderr().splitlines() if "warning: out of" in ln]
+    assert told == ["sluice: warning: out of local ports (Cannot assign requested address): "
+                    "requests are refused with 503 gateway_overloaded; widen "
+                    "net.ipv4.ip_local_port_range or lower --max-conns (told at most once a "
+                    "minute)",
+                    "sluice: warning: out of file descriptors (the open-file limit is %d): "
+                    "requests are refused with 503 gateway_overloaded; raise the limit or lower "
+                    "--max-conns (told at most once a minute)" % limit], told
+    assert_reached(w.get("up.test"), ALLOWED + ":80")
