@@ -78,6 +78,11 @@ static bool valid_env_name(const char *s)
     return true;
 }
 
+/* A secret shorter than this can be guessed: a wrong one is a 407 that
+ * nothing throttles or alerts on. 16 random hex characters are 64 bits,
+ * some 29 million years on average at 10,000 tries a second. */
+#define TOKEN_MIN_BYTES 16
+
 /* True when <secret> can be sent as a Bearer token: the gate takes the
  * credentials after the scheme without the blanks around them, and none
  * (nor a control character) in them (gate/agent.c). */
@@ -128,6 +133,12 @@ static void agent_token(struct load_ctx *c, const struct ynode *v, void *obj)
             a->has_token = true;
         else
             load_err(c, v->line, "cannot hold the secret of %s: its digest failed", name);
+        if (strlen(value) < TOKEN_MIN_BYTES) /* a's id is read first: handlers go in table order */
+            load_warn(c, v->line,
+                      "environment variable %s holds a secret shorter than %d bytes: anyone who "
+                      "reaches the gateway can guess it (wrong tokens are not throttled); give "
+                      "agent '%s' a long random one, e.g. openssl rand -hex 16 (32 characters)",
+                      name, TOKEN_MIN_BYTES, a->id != NULL ? a->id : "?");
         if (!bearer_can_carry(value))
             load_warn(c, v->line,
                       "environment variable %s holds a blank or a control character (a line end "

@@ -54,7 +54,7 @@ def sluice_bin():
 
 def run(bin_, *args, env_extra=None):
     env = dict(os.environ)
-    env["SLUICE_TEST_TOKEN"] = "s3cret"
+    env["SLUICE_TEST_TOKEN"] = "s3cret-token-for-tests"
     if env_extra:
         env.update(env_extra)
     return subprocess.run([bin_, *args], capture_output=True, text=True, timeout=60, env=env)
@@ -69,7 +69,7 @@ def write(tmp_path, text, name="policy.yaml"):
 @pytest.mark.parametrize("example", ["policy.yaml", "ci-bot.yaml", "eval-fleet.yaml"])
 def test_bundled_examples_are_clean(sluice_bin, example):
     r = run(sluice_bin, "check", os.path.join(EXAMPLES, example), "--now", NOW,
-            env_extra={"SLUICE_TOKEN_CI": "x"})
+            env_extra={"SLUICE_TOKEN_CI": "ci-token-of-sixteen-bytes-or-more"})
     assert r.returncode == 0, r.stdout + r.stderr
     assert "result: 0 errors, 0 warnings" in r.stdout
 
@@ -85,6 +85,23 @@ def test_check_now_that_is_no_day_says_why(sluice_bin, tmp_path, day, why):
     r = run(sluice_bin, "check", write(tmp_path, GOOD), "--now", day)
     assert r.returncode == 2, r.stdout
     assert "sluice check: --now: '%s' %s" % (day, why) in r.stderr, r.stderr
+
+
+def test_check_warns_of_a_token_short_enough_to_guess(sluice_bin, tmp_path):
+    """Wrong tokens are 407s nothing throttles: a secret below 16 bytes is a
+    warning (exit 0) naming the agent and its variable, never the value."""
+    path = write(tmp_path, GOOD)
+    r = run(sluice_bin, "check", path, "--now", NOW, env_extra={"SLUICE_TEST_TOKEN": "Qz81xw7"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ("warning: %s:5: agents[0].token: environment variable SLUICE_TEST_TOKEN holds a "
+            "secret shorter than 16 bytes: anyone who reaches the gateway can guess it (wrong "
+            "tokens are not throttled); give agent 'ci-bot' a long random one, e.g. openssl "
+            "rand -hex 16 (32 characters)" % path) in r.stdout, r.stdout
+    assert r.stdout.rstrip().splitlines()[-1] == "result: 0 errors, 1 warning", r.stdout
+    assert "Qz8" not in r.stdout + r.stderr
+    r = run(sluice_bin, "check", path, "--now", NOW,
+            env_extra={"SLUICE_TEST_TOKEN": "0123456789abcdef"})
+    assert r.stdout.rstrip().splitlines()[-1] == "result: 0 errors, 0 warnings", r.stdout
 
 
 def test_check_audits_a_policy_whose_secrets_are_absent(sluice_bin, tmp_path):

@@ -235,8 +235,8 @@ static void check_spec_agents(const struct policy *p)
     assert_true(a->unix_source);
     assert_int_equal(a->sources[0].prefix, 128);
     unsigned char want[TOKEN_DIGEST_LEN];
-    assert_int_equal(policy_token_digest(p, "s3cret", 6, want), 0);
-    assert_true(a->has_token); /* the secret "s3cret", held as its digest */
+    assert_int_equal(policy_token_digest(p, "s3cret-token-for-tests", 22, want), 0);
+    assert_true(a->has_token); /* the secret "s3cret-token-for-tests", as its digest */
     assert_memory_equal(a->token_digest, want, sizeof(want));
     assert_string_equal(a->token_ref, "env:SLUICE_TEST_TOKEN_CI");
     assert_int_equal(a->mode, AGENT_ENFORCE);
@@ -308,7 +308,7 @@ static void check_spec_alerts(const struct policy *p)
 static void test_spec_example(void **state)
 {
     (void)state;
-    setenv("SLUICE_TEST_TOKEN_CI", "s3cret", 1);
+    setenv("SLUICE_TEST_TOKEN_CI", "s3cret-token-for-tests", 1);
     struct diag d;
     struct policy *p = load(spec_example, &d);
     if (p == NULL || d.count != 1)
@@ -823,11 +823,60 @@ static void test_token_a_bearer_header_cannot_carry(void **state)
             UNCARRIED);
     }
 #undef UNCARRIED
-    setenv("SLUICE_TEST_BLANK", "s3cret-\xc3\xa9~!", 1);
+    setenv("SLUICE_TEST_BLANK", "s3cret-token-\xc3\xa9~!", 1);
     struct policy *p = expect_clean(
         V "agents:\n  - {id: a, sources: [unix], token: \"env:SLUICE_TEST_BLANK\"}\n" R);
     policy_free(p);
     unsetenv("SLUICE_TEST_BLANK");
+}
+
+/* A secret shorter than 16 bytes can be guessed: wrong ones are 407s that
+ * nothing throttles. Warned with the agent and its variable, never the
+ * value; the length is counted in bytes. */
+static void test_token_too_short_to_resist_guessing(void **state)
+{
+    (void)state;
+#define SHORT_TOKEN(line, n, id, var)                                                              \
+    "p.yaml:" #line ": agents[" #n "].token: environment variable " var " holds a secret shorter " \
+    "than 16 bytes: anyone who reaches the gateway can guess it (wrong tokens are not "            \
+    "throttled); give agent '" id "' a long random one, e.g. openssl rand -hex 16 (32 characters)"
+    static const char *const shorts[] = {"s3cret", "x", "0123456789abcde"};
+    for (size_t i = 0; i < sizeof(shorts) / sizeof(shorts[0]); i++) {
+        setenv("SLUICE_TEST_SHORT", shorts[i], 1);
+        expect_warning(
+            V "agents:\n  - {id: a, sources: [unix], token: \"env:SLUICE_TEST_SHORT\"}\n" R,
+            SHORT_TOKEN(3, 0, "a", "SLUICE_TEST_SHORT"));
+    }
+    /* the id written after the token is still named */
+    expect_warning(V "agents:\n  - {id: a, sources: [unix]}\n"
+                     "  - {token: \"env:SLUICE_TEST_SHORT\", sources: [unix], id: late}\n" R,
+                   SHORT_TOKEN(4, 1, "late", "SLUICE_TEST_SHORT"));
+    /* bytes, not characters: five two-byte letters and six ASCII are 16 */
+    setenv("SLUICE_TEST_SHORT", "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9s3cret", 1);
+    struct policy *p = expect_clean(
+        V "agents:\n  - {id: a, sources: [unix], token: \"env:SLUICE_TEST_SHORT\"}\n" R);
+    policy_free(p);
+    setenv("SLUICE_TEST_SHORT", "0123456789abcdef", 1);
+    p = expect_clean(V
+                     "agents:\n  - {id: a, sources: [unix], token: \"env:SLUICE_TEST_SHORT\"}\n" R);
+    policy_free(p);
+    /* never the value, nor a part of it */
+    setenv("SLUICE_TEST_SHORT", "q7Zk", 1);
+    const char *yaml =
+        V "agents:\n  - {id: a, sources: [unix], token: \"env:SLUICE_TEST_SHORT\"}\n" R;
+    struct diag d;
+    p = load(yaml, &d);
+    assert_non_null(p);
+    assert_int_equal(d.count, 1);
+    char buf[1024];
+    for (size_t i = 0; i < d.count; i++) {
+        diag_format(&d, &d.entries[i], buf, sizeof(buf));
+        assert_null(strstr(buf, "q7Z"));
+    }
+    policy_free(p);
+    diag_free(&d);
+#undef SHORT_TOKEN
+    unsetenv("SLUICE_TEST_SHORT");
 }
 
 /* A source of a token-less agent that an earlier token-less agent holds is
@@ -836,8 +885,8 @@ static void test_token_a_bearer_header_cannot_carry(void **state)
 static void test_shadowed_agent_sources(void **state)
 {
     (void)state;
-    setenv("SLUICE_TEST_TOKEN", "s3cret", 1);
-    setenv("SLUICE_TEST_TOKEN2", "another-s3cret", 1);
+    setenv("SLUICE_TEST_TOKEN", "s3cret-token-for-tests", 1);
+    setenv("SLUICE_TEST_TOKEN2", "another-s3cret-token", 1);
 #define SHADOWED(src, n, id)                                                                       \
     "'" src "' is never used: agents[" #n "] (" id "), earlier in the file and without a token, "  \
     "holds it too (a client that presents no secret is the first agent whose sources hold it, "    \
@@ -875,7 +924,7 @@ static void test_secrets_unused(void **state)
     (void)state;
     unsetenv("SLUICE_TEST_UNSET");
     setenv("SLUICE_TEST_EMPTY", "", 1);
-    setenv("SLUICE_TEST_TOKEN", "s3cret", 1);
+    setenv("SLUICE_TEST_TOKEN", "s3cret-token-for-tests", 1);
     const char *yaml = V "agents:\n  - {id: a, sources: [unix], token: \"env:SLUICE_TEST_UNSET\"}\n"
                          "  - {id: b, sources: [unix], token: \"env:SLUICE_TEST_EMPTY\"}\n"
                          "  - {id: c, sources: [unix], token: \"env:SLUICE_TEST_TOKEN\"}\n" R;
@@ -904,9 +953,9 @@ static void test_secrets_unused(void **state)
 static void test_agents_sharing_a_token(void **state)
 {
     (void)state;
-    setenv("SLUICE_TEST_TOKEN", "s3cret", 1);
-    setenv("SLUICE_TEST_TOKEN2", "s3cret", 1);
-    setenv("SLUICE_TEST_TOKEN3", "other", 1);
+    setenv("SLUICE_TEST_TOKEN", "s3cret-token-for-tests", 1);
+    setenv("SLUICE_TEST_TOKEN2", "s3cret-token-for-tests", 1);
+    setenv("SLUICE_TEST_TOKEN3", "other-token-for-tests", 1);
 #define SHARED(n, id, line)                                                                        \
     "the same secret as agents[" #n "] (" id ", line " #line "), earlier in the file: a client "   \
     "that presents it is the first of them whose sources hold it; give each agent a token of its " \
@@ -1879,6 +1928,7 @@ int main(void)
         cmocka_unit_test(test_agents_sharing_a_token),
         cmocka_unit_test(test_secrets_unused),
         cmocka_unit_test(test_token_a_bearer_header_cannot_carry),
+        cmocka_unit_test(test_token_too_short_to_resist_guessing),
         cmocka_unit_test(test_rule_warnings),
         cmocka_unit_test(test_loopback_and_https_webhooks_are_quiet),
         cmocka_unit_test(test_repeated_sink_warned),
