@@ -1,6 +1,7 @@
 /* http1: HTTP/1.1 request and response heads (see http1.h). */
 #include "gate/http1.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include <event2/buffer.h>
@@ -803,6 +804,8 @@ struct head_out {
     size_t npieces;
     size_t len;
     char content_length[FORMAT_UINT_MAX]; /* the one value head_fields() writes */
+    char te_small[128];                   /* the Transfer-Encoding value written, */
+    char *te;                             /* or on the heap when longer (NULL) */
 };
 
 static void piece(struct head_out *h, const char *p, size_t n)
@@ -820,19 +823,31 @@ static void piece_lit(struct head_out *h, const char *s)
     piece(h, s, strlen(s));
 }
 
-static int head_commit(const struct head_out *h, struct evbuffer *out)
+static void head_init(struct head_out *h)
+{
+    h->npieces = 0;
+    h->len = 0;
+    h->te = NULL;
+}
+
+/* Writes the head to <out> and frees what <h> holds, written or not. */
+static int head_commit(struct head_out *h, struct evbuffer *out)
 {
     struct evbuffer_iovec v;
-    if (h->npieces > HEAD_PIECES || evbuffer_reserve_space(out, (ev_ssize_t)h->len, &v, 1) < 1 ||
-        v.iov_len < h->len)
-        return -1;
-    char *d = v.iov_base;
-    for (size_t i = 0; i < h->npieces; i++) {
-        memcpy(d, h->piece[i].p, h->piece[i].n);
-        d += h->piece[i].n;
+    int rc = -1;
+    if (h->npieces <= HEAD_PIECES && evbuffer_reserve_space(out, (ev_ssize_t)h->len, &v, 1) >= 1 &&
+        v.iov_len >= h->len) {
+        char *d = v.iov_base;
+        for (size_t i = 0; i < h->npieces; i++) {
+            memcpy(d, h->piece[i].p, h->piece[i].n);
+            d += h->piece[i].n;
+        }
+        v.iov_len = h->len;
+        rc = evbuffer_commit_space(out, &v, 1);
     }
-    v.iov_len = h->len;
-    return evbuffer_commit_space(out, &v, 1);
+    free(h->te);
+    h->te = NULL;
+    return rc;
 }
 
 /* Sluice-* fields are the gateway's own (Sluice-Reason on its refusals):
@@ -857,14 +872,21 @@ static bool is_expect_continue(const struct http_header *f)
  * exactly how the gateway framed the body ("chunked," or a second, empty
  * field is chunked to it; passed on as spelled, it is not to a client that
  * reads the field as one value, which reads on to the close instead). No
- * field when no coding is left. */
+ * field when no coding is left. The codings are copied into one value (a
+ * piece each would run out of pieces on a long list): written with ", "
+ * between them, they take at most twice a field's length and 2 bytes. */
 static void head_transfer_encoding(struct head_out *h, const struct http_header *hdrs, size_t n,
                                    const struct http_header *first)
 {
-    size_t npieces = h->npieces, len = h->len;
-    bool any = false;
-    piece(h, first->name, first->name_len);
-    piece(h, ": ", 2);
+    size_t cap = 0, len = 0;
+    for (size_t i = 0; i < n; i++)
+        if (eqi(hdrs[i].name, hdrs[i].name_len, "transfer-encoding"))
+            cap += 2 * hdrs[i].value_len + 2;
+    char *v = h->te_small;
+    if (cap > sizeof(h->te_small) && (v = h->te = malloc(cap)) == NULL) {
+        h->npieces = HEAD_PIECES + 1; /* head_commit() refuses: out of memory */
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         if (!eqi(hdrs[i].name, hdrs[i].name_len, "transfer-encoding"))
             continue;
@@ -875,17 +897,19 @@ static void head_transfer_encoding(struct head_out *h, const struct http_header 
         while (list_next(&it, &e, &elen)) {
             if (elen == 0 || eqi(e, elen, "identity"))
                 continue;
-            if (any)
-                piece(h, ", ", 2);
-            piece(h, e, elen);
-            any = true;
+            if (len > 0) {
+                memcpy(v + len, ", ", 2);
+                len += 2;
+            }
+            memcpy(v + len, e, elen);
+            len += elen;
         }
     }
-    if (!any) {
-        h->npieces = npieces;
-        h->len = len;
+    if (len == 0)
         return;
-    }
+    piece(h, first->name, first->name_len);
+    piece(h, ": ", 2);
+    piece(h, v, len);
     piece(h, "\r\n", 2);
 }
 
@@ -944,8 +968,7 @@ int http1_write_upstream_request_keep(const struct http_request *req, struct evb
         return -1;
     struct head_out hb, *h = &hb; /* 6.5 KiB of stack: no allocation per request */
     char port[1 + FORMAT_UINT_MAX];
-    h->npieces = 0;
-    h->len = 0;
+    head_init(h);
     piece_lit(h, req->method);
     piece(h, " ", 1);
     piece(h, req->path, req->path_len);
@@ -978,8 +1001,7 @@ int http1_write_upstream_response(const struct http_response *rsp, struct evbuff
     char status[FORMAT_UINT_MAX + 1];
     if (rsp->status < 0 || rsp->status > 999)
         return -1;
-    h->npieces = 0;
-    h->len = 0;
+    head_init(h);
     piece(h, "HTTP/1.1 ", 9);
     size_t sn = format_uint(status, (uint64_t)rsp->status, 3);
     status[sn++] = ' ';

@@ -666,6 +666,37 @@ static void test_write_upstream_response(void **state)
     evbuffer_free(b);
 }
 
+/* Transfer-Encoding goes on as one field however many codings it lists:
+ * a list of 300 (in two fields, with empty elements and identity among
+ * them) is written, not refused for want of room in the writer's pieces,
+ * which the gateway took for running out of memory (502). */
+static void test_write_response_many_codings(void **state)
+{
+    (void)state;
+    const char *why;
+    char s[4096], want[4096];
+    size_t n = (size_t)snprintf(s, sizeof(s), "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip");
+    size_t w = (size_t)snprintf(want, sizeof(want), "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip");
+    for (int i = 1; i < 300; i++) {
+        n += (size_t)snprintf(s + n, sizeof(s) - n, i % 50 == 0 ? ",, identity, br" : ", br");
+        w += (size_t)snprintf(want + w, sizeof(want) - w, ", br");
+    }
+    n +=
+        (size_t)snprintf(s + n, sizeof(s) - n, "\r\nX-A: 1\r\nTransfer-Encoding: ,chunked\r\n\r\n");
+    w += (size_t)snprintf(want + w, sizeof(want) - w,
+                          ", chunked\r\nX-A: 1\r\nConnection: keep-alive\r\n\r\n");
+    assert_true(n < sizeof(s) - 1 && w < sizeof(want) - 1);
+    assert_int_equal(prsp(s, &why), (int)n);
+    assert_true(rsp.chunked);
+    struct evbuffer *b = evbuffer_new();
+    assert_non_null(b);
+    assert_int_equal(http1_write_upstream_response(&rsp, b, HTTP1_RSP_KEEP_ALIVE), 0);
+    char *out = evbuffer_text(b);
+    assert_string_equal(out, want);
+    free(out);
+    evbuffer_free(b);
+}
+
 static int teardown(void **state)
 {
     (void)state;
@@ -729,6 +760,7 @@ int main(void)
         cmocka_unit_test(test_hop_by_hop),
         cmocka_unit_test(test_responses),
         cmocka_unit_test(test_write_upstream_response),
+        cmocka_unit_test(test_write_response_many_codings),
         cmocka_unit_test(test_split_host),
     };
     return cmocka_run_group_tests(tests, NULL, teardown);
