@@ -1,7 +1,7 @@
 /* fuzz_policy_load: policy_load_buffer() on arbitrary bytes.
  * Invariants: it returns NULL exactly when the diagnostics hold an error;
- * every diagnostic formats; a policy that loads has every rule in tier 0-3,
- * with at least one port, sorted and unique, a pattern, its own index, and
+ * every diagnostic formats and names a line within the input (or none); a policy that loads has
+ * every rule in tier 0-3, with at least one port, sorted and unique, a pattern, its own index, and
  * an owner and an expiry date when it is tier 3, a line within the input;
  * the lookup index finds every rule under its own key (an exact rule under
  * its host, a wildcard rule under its suffix, a cidr: rule at its prefix
@@ -128,7 +128,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     char line[1024];
     for (size_t i = 0; i < d.count; i++) {
-        if (d.entries[i].line < 0 || d.entries[i].message == NULL)
+        if (d.entries[i].line < 0 || (size_t)d.entries[i].line > input_lines ||
+            d.entries[i].message == NULL)
             abort();
         diag_format(&d, &d.entries[i], line, sizeof(line));
         if (strlen(line) >= sizeof(line))

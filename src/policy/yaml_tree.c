@@ -278,6 +278,16 @@ static void syntax_error(struct builder *b, const yaml_parser_t *parser, const c
     const char *problem = parser->problem ? parser->problem : "unreadable input";
     int line = parser->error == YAML_READER_ERROR ? offset_line(buf, len, parser->problem_offset)
                                                   : mark_line(&parser->problem_mark);
+    /* At the end of a file without a final line end the mark is on the
+     * line after the last (libyaml's scanner ends the stream with a line
+     * break of its own): the file's last line is named instead. Not in
+     * UTF-16 (read after a byte order mark), whose line ends
+     * offset_line() does not count. */
+    const unsigned char *u = (const unsigned char *)buf;
+    bool utf16 = len >= 2 && ((u[0] == 0xff && u[1] == 0xfe) || (u[0] == 0xfe && u[1] == 0xff));
+    int last = offset_line(buf, len, len);
+    if (!utf16 && line > last)
+        line = last;
     diag_error(b->d, line, "", "YAML syntax error: %s", problem);
 }
 

@@ -660,6 +660,11 @@ static void test_yaml_errors(void **state)
         {"---\n", "p.yaml: the policy is empty (expected a mapping with version: 1)"},
         {"- a\n- b\n", "p.yaml:1: expected a mapping"},
         {V "rules: [\n", "p.yaml:3: YAML syntax error: did not find expected node content"},
+        /* at the end of a file without a final line end: its last line,
+         * not the one after it that libyaml's mark is on */
+        {V "rules: [", "p.yaml:2: YAML syntax error: did not find expected node content"},
+        {V "t:e:\n(", "p.yaml:3: YAML syntax error: could not find expected ':'"},
+        {V "x: {a: 1\r", "p.yaml:3: YAML syntax error: did not find expected ',' or '}'"},
         {V "a: b: c\n",
          "p.yaml:2: YAML syntax error: mapping values are not allowed in this context"},
         /* a byte that is not UTF-8 is named at its line, not line 1 */
