@@ -6,7 +6,8 @@
  * parses again with the same framing and never carries
  * Proxy-Authorization, a split Host is its host then ":port" or
  * nothing, and the end of a head found in pieces is where one scan finds
- * it. */
+ * it; a relayed response carries at most one Transfer-Encoding, without
+ * empty list elements or identity. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,34 @@ static int has_header(const struct http_header *h, size_t n, const char *name)
         if (h[i].name_len == strlen(name) && strncasecmp(h[i].name, name, h[i].name_len) == 0)
             return 1;
     return 0;
+}
+
+/* The Transfer-Encoding a relayed head carries: at most one field, a
+ * list of codings without an empty element or identity (the codings the
+ * gateway framed the body by, as one value a client reads alike). */
+static void check_relayed_te(const struct http_header *h, size_t n)
+{
+    size_t fields = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (h[i].name_len != 17 || strncasecmp(h[i].name, "transfer-encoding", 17) != 0)
+            continue;
+        fields++;
+        const char *v = h[i].value, *end = v + h[i].value_len;
+        while (v <= end) {
+            const char *c = memchr(v, ',', (size_t)(end - v));
+            const char *e = c != NULL ? c : end;
+            const char *s = v;
+            while (s < e && (*s == ' ' || *s == '\t'))
+                s++;
+            while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
+                e--;
+            check(e > s && !(e - s == 8 && strncasecmp(s, "identity", 8) == 0));
+            if (c == NULL)
+                break;
+            v = c + 1;
+        }
+    }
+    check(fields <= 1);
 }
 
 /* http1_split_host on <v>: the host is a part of <v> from its start (with
@@ -186,6 +215,7 @@ static void check_response(const char *buf, size_t len)
     check(rsp_again.chunked == (!bare && rsp.chunked && !(flags & HTTP1_RSP_UNCHUNKED)));
     if (flags & HTTP1_RSP_UNCHUNKED)
         check(!has_header(rsp_again.headers, rsp_again.nheaders, "transfer-encoding"));
+    check_relayed_te(rsp_again.headers, rsp_again.nheaders);
     check(!has_header(rsp_again.headers, rsp_again.nheaders, "proxy-authenticate"));
     check(!has_header(rsp_again.headers, rsp_again.nheaders, "sluice-reason"));
     evbuffer_free(out);
