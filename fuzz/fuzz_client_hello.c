@@ -8,7 +8,9 @@
  * ClientHello (never said of any other result). The same input read as a server's answer
  * (sni_server_reply): every prefix is NEED_MORE or the whole input's answer.
  * sni_parse_missing: bytes said missing only on NEED_MORE, and never more
- * than a FOUND or ABSENT input's records have beyond the prefix. */
+ * than a FOUND or ABSENT input's records have beyond the prefix.
+ * sni_skip_ccs: the change_cipher_spec record skipped when it is there,
+ * NEED_MORE exactly for a start of one. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -59,6 +61,27 @@ static enum sni_result parse_copy(const uint8_t *data, size_t n, char *name, siz
     return r;
 }
 
+/* sni_skip_ccs() on the first 0 to 7 bytes: the 6 of a change_cipher_spec
+ * record (20 3 x 0 1 1) skipped when they are there, <need_more> exactly
+ * for 1 to 5 bytes that start one, nothing skipped otherwise. */
+static void check_skip_ccs(const uint8_t *data, size_t size)
+{
+    static const uint8_t ccs[6] = {20, 3, 0, 0, 1, 1};
+    size_t k = 0; /* the leading bytes that match */
+    while (k < size && k < sizeof(ccs) && (k == 2 || data[k] == ccs[k]))
+        k++;
+    for (size_t n = 0; n <= size && n <= 7; n++) {
+        uint8_t *b = malloc(n ? n : 1); /* exact size, for ASan */
+        check(b != NULL);
+        memcpy(b, data, n);
+        bool more = true;
+        size_t skip = sni_skip_ccs(b, n, &more);
+        free(b);
+        check(skip == (n >= 6 && k == 6 ? 6 : 0));
+        check(more == (n > 0 && n < 6 && k >= n));
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size > 70000)
@@ -89,6 +112,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check(parse_copy(data, used, uname, sizeof(uname), &ulen) == full);
         check(last_used == used && ulen == len && last_encrypted == encrypted);
     }
+    check_skip_ccs(data, size);
     enum sni_reply reply = reply_copy(data, size);
     /* Prefixes: all of them for small inputs, a spread for large ones. */
     size_t step = size <= 600 ? 1 : size / 97 + 1;
