@@ -1,13 +1,15 @@
 /* fuzz_policy_load: policy_load_buffer() on arbitrary bytes.
  * Invariants: it returns NULL exactly when the diagnostics hold an error;
- * every diagnostic formats and names a line within the input (or none); a policy that loads has
- * every rule in tier 0-3, with at least one port, sorted and unique, a pattern, its own index, and
- * an owner and an expiry date when it is tier 3, a line within the input;
- * the lookup index finds every rule under its own key (an exact rule under
- * its host, a wildcard rule under its suffix, a cidr: rule at its prefix
- * length for its network address), in lists of rules of that kind and key
- * in file order, so no rule the loader kept is lost to the decisions;
- * nothing leaks (ASan). */
+ * every diagnostic formats, as printable ASCII (what load_show() makes of
+ * hostile text), and names a line within the input (or none); a policy
+ * that loads has every rule in tier 0-3, with at least one port, sorted
+ * and unique, a pattern, its own index, and an owner and an expiry date
+ * when it is tier 3, a line within the input; the lookup index finds
+ * every rule under its own key (an exact rule under its host, a wildcard
+ * rule under its suffix, a cidr: rule at its prefix length for its
+ * network address), in lists of rules of that kind and key in file order,
+ * so no rule the loader kept is lost to the decisions; nothing leaks
+ * (ASan). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,6 +136,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         diag_format(&d, &d.entries[i], line, sizeof(line));
         if (strlen(line) >= sizeof(line))
             abort();
+        for (const char *c = line; *c != '\0'; c++)
+            if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f)
+                abort();
     }
     if (p != NULL)
         check_policy(p);
