@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -60,10 +62,10 @@ struct dir {
     size_t off;        /* copy path: first unsent byte in stash */
     size_t pending;    /* bytes read from src and not yet written to dst */
     bool eof;          /* src has ended (or failed) */
-    bool done;         /* eof seen, everything delivered, dst shut down for writing;
+    bool done;         /* eof seen, everything delivered, dst shut down for writing (not
+                        * when the tunnel failed: its close is a reset, end());
                         * or dst failed (sink) */
     bool sink;         /* dst failed: what src sends is read and dropped */
-    bool sunk;         /* sink: src has ended (or failed), nothing more to read */
     uint64_t bytes;    /* delivered to dst */
     struct event *rd;  /* src readable (persistent) */
     struct event *wr;  /* dst writable (persistent) */
@@ -93,11 +95,20 @@ struct tunnel {
     void *up_arg;
 };
 
+/* A tunnel that ended on a failure closes both sockets with a reset
+ * (tunnel_free()): a side that got the bytes the failed side sent is told
+ * the stream broke after them, as connected directly it would be, rather
+ * than taking the close for its end (a body framed by the close). */
 static void end(struct tunnel *t, enum tunnel_end how)
 {
     if (t->ended)
         return;
     t->ended = true;
+    if (how == TUNNEL_ERROR || t->failed) {
+        struct linger l = {.l_onoff = 1, .l_linger = 0};
+        for (int i = 0; i < 2; i++)
+            (void)setsockopt(t->fd[i], SOL_SOCKET, SO_LINGER, &l, sizeof(l)); /* not on unix */
+    }
     for (int i = 0; i < 2; i++) {
         event_del(t->d[i].rd);
         event_del(t->d[i].wr);
@@ -279,7 +290,6 @@ static void sink(struct dir *d)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return;
-        d->sunk = true;
         watch(d, false, false); /* nothing more will come */
         return;
     }
@@ -436,7 +446,8 @@ static int pump(struct dir *d)
                 dst_full = true;
         }
         if (d->eof && d->pending == 0) {
-            shutdown(d->dst, SHUT_WR);
+            if (!d->t->failed) /* else the reset of the close ends it: end() */
+                shutdown(d->dst, SHUT_WR);
             d->done = true;
             break;
         }
@@ -458,17 +469,28 @@ static int pump(struct dir *d)
     return 0;
 }
 
+/* True when <fd> is a TCP socket that is closed (it got a reset): its send
+ * queue (SIOCOUTQ) then still counts what its peer never acknowledged. */
+static bool tcp_closed(evutil_socket_t fd)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    return getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_state == TCP_CLOSE;
+}
+
 /* True when the tunnel has nothing left to do: both directions are done,
- * and no sink's socket, toward which the other direction delivered, still
- * holds some of those bytes (its peer acknowledged them, or ended its side:
- * closing it then is no reset that would drop them). */
+ * and, when it failed, neither socket still holds bytes delivered to it
+ * (its peer acknowledged them, or the socket failed too): the close is
+ * then a reset (end()), which drops what its peer has not acknowledged,
+ * also when that peer ended its side (a direction that ended before the
+ * failure was no sink, yet its destination may still hold its last
+ * bytes). */
 static bool over(const struct tunnel *t)
 {
     if (!t->d[0].done || !t->d[1].done)
         return false;
-    for (int i = 0; i < 2; i++) {
-        const struct dir *d = &t->d[i];
-        if (d->sink && !d->sunk && drain_send_queue(d->src) > 0)
+    for (int i = 0; i < 2 && t->failed; i++) {
+        if (drain_send_queue(t->fd[i]) > 0 && !tcp_closed(t->fd[i]))
             return false;
     }
     return true;

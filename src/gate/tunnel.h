@@ -14,6 +14,9 @@
  * when both directions have ended, on an error (a side that resets: once
  * what came from it is delivered and taken, what the other side sends
  * meanwhile being dropped), or after <idle_ms> without a byte either way.
+ * A tunnel that ended on an error closes both sockets with a reset (no
+ * shutdown(SHUT_WR) before it), so the other side sees the failure after
+ * the last byte rather than the end of the stream.
  *
  * Owns: both sockets (closed by tunnel_free), its pipes, the bytes a
  * destination did not take yet, and its events. */

@@ -754,10 +754,7 @@ def test_an_answer_the_origin_sent_before_resetting_reaches_a_spliced_client(gat
 
     def script(conn, stop, received):
         sent = _send_what_fits(conn, answer)
-        for _ in range(1000):  # at most 10 s for the gateway to take it all
-            if _outq(conn) == 0:
-                break
-            time.sleep(0.01)
+        _wait_taken(conn)
         acked["n"] = sent - _outq(conn)
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         conn.close()  # a reset
@@ -802,6 +799,33 @@ def test_an_answer_the_origin_sent_before_resetting_reaches_a_spliced_client(gat
     assert end["bytes_down"] == len(got), end
 
 
+def _wait_taken(sock):
+    """Waits, at most 10 s, until <sock>'s peer acknowledged all it was sent."""
+    for _ in range(1000):
+        if _outq(sock) == 0:
+            break
+        time.sleep(0.01)
+
+
+def _put_tunnel(gateway, net, up, host, how, opener):
+    """A gateway (with --splice when <how> is "--splice") that lets <host>
+    through to <up>, a client socket from <opener>(gw) with a tunnel open to
+    it and the head of a PUT sent through the tunnel; returns the gateway,
+    the socket and the head."""
+    gw = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
+                            static_extra={host: up.IP}),
+                 args=["--splice"] if how == "--splice" else [])
+    s = opener(gw)
+    head = b"PUT /up HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host.encode(), up.port)
+    try:
+        _connect_on(s, host, up.port)
+        s.sendall(head)
+    except BaseException:
+        s.close()
+        raise
+    return gw, s, head
+
+
 @pytest.mark.parametrize("how", ["copy", "--splice"])
 def test_an_upload_the_client_sent_before_resetting_reaches_the_origin(gateway, net, how):
     # A client uploads to an origin that reads nothing for now, while the
@@ -834,15 +858,9 @@ def test_an_upload_the_client_sent_before_resetting_reaches_the_origin(gateway, 
         done.set()
 
     with ScriptedUpstream(script) as up:
-        host = "resetclient.example.test"
-        gw = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
-                                static_extra={host: up.IP}),
-                     args=["--splice"] if how == "--splice" else [])
-        s = _slow_reader_conn(gw)
-        head = b"PUT /up HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host.encode(), up.port)
+        gw, s, head = _put_tunnel(gateway, net, up, "resetclient.example.test", how,
+                                  _slow_reader_conn)
         try:
-            _connect_on(s, host, up.port)
-            s.sendall(head)
             assert stalled.wait(15), "the origin's download did not fill the way"
             sent = _send_what_fits(s, body)
             # what the gateway's kernel took, at least (it may take more
@@ -859,6 +877,74 @@ def test_an_upload_the_client_sent_before_resetting_reaches_the_origin(gateway, 
         "the origin got %d of the %d bytes the gateway took" % (len(data), acked)
     _, end = gw.decided(method="CONNECT")
     assert end["bytes_up"] == len(head) + len(data), end
+
+
+
+def _read_to_end(sock):
+    """Reads <sock> (blocking, 10 s a read) to its end; returns the bytes
+    and how it ended: "eof" (a FIN) or "reset" (ECONNRESET)."""
+    sock.setblocking(True)
+    sock.settimeout(10)
+    data = b""
+    for _ in range(100000):
+        try:
+            d = sock.recv(1 << 20)
+        except ConnectionResetError:
+            return data, "reset"
+        if not d:
+            return data, "eof"
+        data += d
+    raise AssertionError("no end after %d bytes" % len(data))
+
+
+@pytest.mark.parametrize("how", ["copy", "--splice"])
+@pytest.mark.parametrize("who", ["origin", "client", "origin-half-closed"])
+def test_a_side_that_resets_is_a_reset_to_the_other_side(gateway, net, who, how):
+    # One side sends bytes through the tunnel, then resets its connection.
+    # The gateway delivered those bytes to the other side and then shut it
+    # down for writing: the other side saw a clean end of stream where a
+    # direct connection would have shown it a reset, and a peer framing
+    # its data by the close took a cut stream for a whole one. It must
+    # get every byte, then the reset; also a client that ended its side
+    # first and reads slowly (the reset must not drop what the gateway
+    # still holds for it).
+    payload = pattern_bytes(1 << 20)  # enough to stream (spliced with --splice)
+    reset, done, seen = threading.Event(), threading.Event(), {}
+
+    def script(conn, stop, received):
+        if who != "client":
+            conn.sendall(payload)
+            _wait_taken(conn)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()  # a reset
+            reset.set()
+        elif reset.wait(15):
+            data, end = _read_to_end(conn)
+            seen["data"], seen["end"] = received[received.index(b"\r\n\r\n") + 4:] + data, end
+        done.set()
+
+    with ScriptedUpstream(script) as up:
+        gw, s, _ = _put_tunnel(gateway, net, up, "resetside.example.test", how,
+                               _slow_reader_conn if who == "origin-half-closed" else open_conn)
+        try:
+            if who == "origin-half-closed":
+                s.shutdown(socket.SHUT_WR)
+            if who != "client":
+                assert reset.wait(15), "the origin did not get to its reset"
+                seen["data"], seen["end"] = _read_to_end(s)
+            else:
+                s.sendall(payload)
+                _wait_taken(s)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        finally:
+            s.close()  # a reset, when the client resets
+        reset.set()
+        assert done.wait(20), "the origin did not finish"
+    assert len(seen["data"]) == len(payload) and seen["data"] == payload, \
+        "got %d of %d bytes" % (len(seen["data"]), len(payload))
+    assert seen["end"] == "reset", "the %s's reset reached the other side as a clean end" % who
+    _, end = gw.decided(method="CONNECT")
+    assert end["bytes_%s" % ("up" if who == "client" else "down")] >= len(payload), end
 
 
 def test_admin_address_is_self(gateway, net):
