@@ -30,19 +30,35 @@ static bool is_foreign(unsigned char c)
     return c == 0;
 }
 
-static bool starts_http(const char *w, size_t n)
+/* True when the <n> bytes at <w> start with <prefix> (lower case), in any
+ * case. */
+static bool starts_with_nocase(const char *w, size_t n, const char *prefix)
 {
-    static const char http[] = "http/";
-    if (n < sizeof(http) - 1)
+    size_t plen = strlen(prefix);
+    if (n < plen)
         return false;
-    for (size_t i = 0; i < sizeof(http) - 1; i++) {
+    for (size_t i = 0; i < plen; i++) {
         unsigned char c = (unsigned char)w[i];
         if (c >= 'A' && c <= 'Z')
             c = (unsigned char)(c + 32);
-        if (c != (unsigned char)http[i])
+        if (c != (unsigned char)prefix[i])
             return false;
     }
     return true;
+}
+
+static bool starts_http(const char *w, size_t n)
+{
+    return starts_with_nocase(w, n, "http/");
+}
+
+/* The versions Node.js's llhttp takes besides HTTP/ ones: RTSP/ (with GET,
+ * POST, OPTIONS, ...) and ICE/ (with SOURCE). Its server then hands the
+ * request to the application as an HTTP/1.x one, which picks the site by
+ * its Host: such a line cannot be told from a request, and is refused. */
+static bool starts_other_protocol(const char *w, size_t n)
+{
+    return starts_with_nocase(w, n, "rtsp/") || starts_with_nocase(w, n, "ice/");
 }
 
 enum line_kind {
@@ -115,6 +131,8 @@ static enum line_kind first_line(const char *buf, size_t len, const char **targe
         w--;
     const char *word = buf + w;
     size_t n = e - w;
+    if (starts_other_protocol(word, n))
+        return LINE_OTHER_VERSION;
     if (!starts_http(word, n)) {
         /* HTTP/0.9 ("GET target", no version) carries no Host, but an
          * absolute-form target picks the site all the same: nginx serves
@@ -215,7 +233,7 @@ static enum peek_http_result line_verdict(enum line_kind k, const char *t, size_
             return PEEK_HTTP_MISMATCH;
         return PEEK_HTTP_NEED_MORE;
     case LINE_OTHER_VERSION:
-        *why = "an HTTP version other than 1.0 and 1.1";
+        *why = "a version other than HTTP/1.0 and HTTP/1.1";
         return PEEK_HTTP_MISMATCH;
     case LINE_NEED_MORE:
         if (len >= max_head) {

@@ -26,8 +26,8 @@
  *    then picks its site (a method token and whitespace followed by
  *    binary bytes without a LF wait for one, within the window);
  *  - a complete first line (up to its LF) whose last whitespace-separated
- *    word, trailing whitespace and CR ignored, does not start with "HTTP/"
- *    (any case) is NOT_HTTP (another text protocol, or an HTTP/0.9 request
+ *    word, trailing whitespace and CR ignored, does not start with "HTTP/",
+ *    "RTSP/" or "ICE/" (any case) is NOT_HTTP (another text protocol, or an HTTP/0.9 request
  *    line of more than two words), except an HTTP/0.9 request
  *    line whose first word after the method is an absolute-form target (a
  *    scheme and "://": "GET http://h/", which nginx serves from
@@ -46,7 +46,10 @@
  *    "HTTP/1.1" is an HTTP/1.x request head, checked below; any other
  *    "HTTP/" word ("HTTP/1.2", which nginx and Go serve as 1.x, "http/1.1",
  *    "HTTP/2.0" of the h2c preface, whose authority is HPACK-coded) cannot
- *    be checked and is MISMATCH (fail closed).
+ *    be checked and is MISMATCH (fail closed), and so is a last word that
+ *    starts with "RTSP/" or "ICE/" (any case): Node.js's llhttp takes
+ *    those versions too ("GET / RTSP/1.0", "SOURCE / ICE/1.0"), its server
+ *    serving the request as an HTTP/1.x one, by its Host.
  * Until then, and until the head is complete, the bytes are NEED_MORE.
  *
  * An HTTP/1.x head is parsed with http1_parse_request() (gate/http1.h),

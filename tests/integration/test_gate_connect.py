@@ -1289,6 +1289,10 @@ _MISMATCHED_HEADS = [
     ("lower_case_method", b"get / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"),
     ("bare_lf", b"GET / HTTP/1.1\nHost: evil.example.test\n\n"),
     ("version_1_2", b"GET / HTTP/1.2\r\nHost: evil.example.test\r\n\r\n"),
+    # Node.js's llhttp takes RTSP/ and ICE/ versions too, and its server
+    # picks the site by Host as for HTTP/1.x
+    ("version_rtsp", b"GET / RTSP/1.0\r\nHost: evil.example.test\r\n\r\n"),
+    ("version_ice", b"SOURCE / ICE/1.0\r\nHost: evil.example.test\r\n\r\n"),
     ("host_userinfo", b"GET / HTTP/1.1\r\nHost: api.example.test@evil.example.test\r\n\r\n"),
     # spellings IDNA maps to the target: another host to the server, whose
     # wildcard site takes them (nginx looks sites up by the bytes it got)

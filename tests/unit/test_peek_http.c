@@ -243,6 +243,12 @@ static void test_mismatching_hosts(void **state)
         "GET / HTTP/\r\n",
         "GET HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
         "EHLO client HTTP/x.y\r\n",
+        /* RTSP and ICE versions: Node.js's llhttp serves them as HTTP/1.x
+         * requests (GET, POST, OPTIONS with RTSP/; SOURCE with ICE/) and
+         * its server picks the site by that Host */
+        "GET / RTSP/1.0\r\nHost: evil.example.test\r\n\r\n",
+        "OPTIONS * RTSP/2.0\r\nHost: evil.example.test\r\n\r\n",
+        "SOURCE / ICE/1.0\r\nHost: evil.example.test\r\n\r\n",
         /* leading whitespace is skipped, and the head then refused */
         " GET / HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
         "\t\r\n GET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
