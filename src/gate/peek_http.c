@@ -15,10 +15,14 @@ static bool is_tchar(unsigned char c)
     return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
 }
 
-/* Whitespace some request-line parser takes as a separator. */
+/* Whitespace some request-line parser takes as a separator: also the
+ * bytes Python's str.split() takes as whitespace once http.server has
+ * decoded the line as Latin-1 (FS, GS, RS, US, NEL, NBSP), which it splits
+ * the request line with. */
 static bool is_ws(unsigned char c)
 {
-    return c == ' ' || c == '\t' || c == '\v' || c == '\f';
+    return c == ' ' || c == '\t' || c == '\v' || c == '\f' || (c >= 0x1c && c <= 0x1f) ||
+           c == 0x85 || c == 0xa0;
 }
 
 /* A byte no server takes in a request line (before its LF): NUL. Not the

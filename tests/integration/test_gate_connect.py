@@ -1293,6 +1293,11 @@ _MISMATCHED_HEADS = [
     # picks the site by Host as for HTTP/1.x
     ("version_rtsp", b"GET / RTSP/1.0\r\nHost: evil.example.test\r\n\r\n"),
     ("version_ice", b"SOURCE / ICE/1.0\r\nHost: evil.example.test\r\n\r\n"),
+    # whitespace to Python's str.split(), which http.server (the api
+    # upstream's) splits the request line with, decoded as Latin-1
+    ("python_whitespace", b"GET\x1c/\xa0HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"),
+    ("python_whitespace_leading", b"\x85GET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"),
+    ("python_whitespace_v09", b"GET\x1f/\r\nHost: evil.example.test\r\n\r\n"),
     ("host_userinfo", b"GET / HTTP/1.1\r\nHost: api.example.test@evil.example.test\r\n\r\n"),
     # spellings IDNA maps to the target: another host to the server, whose
     # wildcard site takes them (nginx looks sites up by the bytes it got)

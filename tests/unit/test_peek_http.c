@@ -249,6 +249,12 @@ static void test_mismatching_hosts(void **state)
         "GET / RTSP/1.0\r\nHost: evil.example.test\r\n\r\n",
         "OPTIONS * RTSP/2.0\r\nHost: evil.example.test\r\n\r\n",
         "SOURCE / ICE/1.0\r\nHost: evil.example.test\r\n\r\n",
+        /* whitespace to Python's str.split() (http.server splits the
+         * request line with it, the line decoded as Latin-1) */
+        "GET\x1c/\x1cHTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
+        "GET\x85/\xa0HTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
+        "\x1f\xa0GET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
+        "GET\x1d/\r\nHost: evil.example.test\r\n\r\n",
         /* leading whitespace is skipped, and the head then refused */
         " GET / HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
         "\t\r\n GET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
