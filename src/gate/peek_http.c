@@ -17,12 +17,13 @@ static bool is_tchar(unsigned char c)
 
 /* Whitespace some request-line parser takes as a separator: also the
  * bytes Python's str.split() takes as whitespace once http.server has
- * decoded the line as Latin-1 (FS, GS, RS, US, NEL, NBSP), which it splits
- * the request line with. */
+ * decoded the line as Latin-1 (CR, FS, GS, RS, US, NEL, NBSP), which it
+ * splits the request line with ("GET\r/\rHTTP/1.1": the line is read up to
+ * its LF). */
 static bool is_ws(unsigned char c)
 {
-    return c == ' ' || c == '\t' || c == '\v' || c == '\f' || (c >= 0x1c && c <= 0x1f) ||
-           c == 0x85 || c == 0xa0;
+    return c == ' ' || c == '\t' || c == '\v' || c == '\f' || c == '\r' ||
+           (c >= 0x1c && c <= 0x1f) || c == 0x85 || c == 0xa0;
 }
 
 /* A byte no server takes in a request line (before its LF): NUL. Not the

@@ -13,15 +13,15 @@
  *  - leading CR and LF bytes are skipped (RFC 9112 2.2: servers such as
  *    nginx ignore empty lines before the request line), and so is
  *    whitespace (SP, HT, VT, FF, and 0x1C to 0x1F, 0x85 and 0xA0, which
- *    Python's http.server splits a request line on), which a lax server
- *    may skip as well (the head is then parsed from that whitespace on,
- *    and refused);
+ *    Python's http.server splits a request line on, as it does CR), which
+ *    a lax server may skip as well (the head is then parsed from that
+ *    whitespace on, and refused);
  *  - the first line starts with a method token (RFC 9110 tchar bytes: Go's
  *    net/http takes any token as a method, not only upper-case ones)
- *    followed by SP or HT (or any whitespace above, which some parsers
- *    take as a separator). Anything else (a first byte that is not a tchar, a token
- *    followed by CR, LF or any other byte: binary protocols, an SSH banner
- *    without comments, a Redis "PING") is NOT_HTTP at once;
+ *    followed by SP or HT (or CR or any whitespace above, which some
+ *    parsers take as a separator). Anything else (a first byte that is not
+ *    a tchar, a token followed by LF or any other byte: binary protocols, an
+ *    SSH banner without comments) is NOT_HTTP at once;
  *  - a first line holding a NUL byte, which no server takes in a request
  *    line, is NOT_HTTP. Other control bytes and DEL are not enough: nginx
  *    before 1.21.1 takes them in a request target, and the Host header

@@ -1298,6 +1298,8 @@ _MISMATCHED_HEADS = [
     ("python_whitespace", b"GET\x1c/\xa0HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"),
     ("python_whitespace_leading", b"\x85GET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"),
     ("python_whitespace_v09", b"GET\x1f/\r\nHost: evil.example.test\r\n\r\n"),
+    ("python_cr_separator", b"GET\r/ HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"),
+    ("python_cr_separator_v09", b"GET\r/\r\nHost: evil.example.test\r\n\r\n"),
     ("host_userinfo", b"GET / HTTP/1.1\r\nHost: api.example.test@evil.example.test\r\n\r\n"),
     # spellings IDNA maps to the target: another host to the server, whose
     # wildcard site takes them (nginx looks sites up by the bytes it got)

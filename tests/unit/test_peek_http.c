@@ -255,6 +255,10 @@ static void test_mismatching_hosts(void **state)
         "GET\x85/\xa0HTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
         "\x1f\xa0GET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
         "GET\x1d/\r\nHost: evil.example.test\r\n\r\n",
+        /* and CR, which str.split() takes as whitespace too (the line is
+         * read up to its LF) */
+        "GET\r/\rHTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
+        "GET\r/\r\nHost: evil.example.test\r\n\r\n",
         /* leading whitespace is skipped, and the head then refused */
         " GET / HTTP/1.1\r\nHost: api.example.test\r\n\r\n",
         "\t\r\n GET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
