@@ -26,15 +26,6 @@ static bool is_ws(unsigned char c)
            (c >= 0x1c && c <= 0x1f) || c == 0x85 || c == 0xa0;
 }
 
-/* A byte no server takes in a request line (before its LF): NUL. Not the
- * other control bytes or DEL: nginx before 1.21.1 (1.18 in Debian 11 and
- * Ubuntu 20.04) takes them in a request target, and the Host header then
- * picks the site as for any request. */
-static bool is_foreign(unsigned char c)
-{
-    return c == 0;
-}
-
 /* True when the <n> bytes at <w> start with <prefix> (lower case), in any
  * case. */
 static bool starts_with_nocase(const char *w, size_t n, const char *prefix)
@@ -120,12 +111,13 @@ static enum line_kind first_line(const char *buf, size_t len, const char **targe
         return LINE_NEED_MORE; /* a method token so far */
     if (j == 0 || !is_ws((unsigned char)buf[j]))
         return LINE_NOT_HTTP;
+    /* No byte before the LF makes it another protocol: Python's
+     * http.server takes a NUL in a request target, nginx before 1.21.1
+     * (1.18 in Debian 11 and Ubuntu 20.04) the other control bytes and DEL,
+     * and the Host header then picks the site as for any request. */
     size_t k = j + 1;
-    while (k < len && buf[k] != '\n') {
-        if (is_foreign((unsigned char)buf[k]))
-            return LINE_NOT_HTTP;
+    while (k < len && buf[k] != '\n')
         k++;
-    }
     if (k == len)
         return LINE_NEED_MORE;
     size_t e = k; /* the LF */
@@ -290,14 +282,8 @@ static enum line_kind scan_first_line(struct peek_http_scan *s, const char *buf,
         }
     }
     if (s->phase == PEEK_HTTP_LINE) {
-        while (i < lim && buf[i] != '\n') {
-            if (is_foreign((unsigned char)buf[i])) {
-                s->looked += i + 1 - s->scanned;
-                s->scanned = i + 1;
-                return LINE_NOT_HTTP;
-            }
+        while (i < lim && buf[i] != '\n')
             i++;
-        }
     }
     s->looked += i - s->scanned;
     s->scanned = i;

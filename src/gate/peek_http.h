@@ -22,11 +22,11 @@
  *    parsers take as a separator). Anything else (a first byte that is not
  *    a tchar, a token followed by LF or any other byte: binary protocols, an
  *    SSH banner without comments) is NOT_HTTP at once;
- *  - a first line holding a NUL byte, which no server takes in a request
- *    line, is NOT_HTTP. Other control bytes and DEL are not enough: nginx
- *    before 1.21.1 takes them in a request target, and the Host header
- *    then picks its site (a method token and whitespace followed by
- *    binary bytes without a LF wait for one, within the window);
+ *  - no byte before the LF makes the first line NOT_HTTP: Python's
+ *    http.server takes a NUL in a request target, nginx before 1.21.1 the
+ *    other control bytes and DEL, and the Host header then picks the site
+ *    (a method token and whitespace followed by binary bytes without a LF
+ *    wait for one, within the window);
  *  - a complete first line (up to its LF) whose last whitespace-separated
  *    word, trailing whitespace and CR ignored, does not start with "HTTP/",
  *    "RTSP/" or "ICE/" (any case) is NOT_HTTP (another text protocol, or an HTTP/0.9 request

@@ -1300,6 +1300,10 @@ _MISMATCHED_HEADS = [
     ("python_whitespace_v09", b"GET\x1f/\r\nHost: evil.example.test\r\n\r\n"),
     ("python_cr_separator", b"GET\r/ HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"),
     ("python_cr_separator_v09", b"GET\r/\r\nHost: evil.example.test\r\n\r\n"),
+    # a NUL in the request target: Python's http.server takes it
+    ("nul_in_target", b"GET /\x00 HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"),
+    ("nul_in_target_v09", b"GET /\x00\r\nHost: evil.example.test\r\n\r\n"),
+    ("token_then_nul", b"A \x00GET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"),
     ("host_userinfo", b"GET / HTTP/1.1\r\nHost: api.example.test@evil.example.test\r\n\r\n"),
     # spellings IDNA maps to the target: another host to the server, whose
     # wildcard site takes them (nginx looks sites up by the bytes it got)
@@ -1441,7 +1445,7 @@ def test_tunnel_http_head_cut_by_client_eof_refused(gateway, net):
     b"SSH-2.0-OpenSSH_9.6\r\n",
     b"SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13\r\n",
     b"\x00\x01\x02\xfe\xff binary \x07\r\n",
-    b"A \x00GET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
+    b"A \x00binary \x01\r\n",
     b"EHLO client HTTP\r\n",
     b"GET /\r\n\r\n",
 ], ids=["ssh", "ssh_comment", "binary", "token_then_nul", "text_line", "http_0_9"])
