@@ -242,7 +242,12 @@ class Gateway:
         cmd = [bin_path, "serve", "--policy", self.policy_path]
         for a in listen:
             cmd += ["--listen", a]
-        cmd = list(prefix) + cmd + ["--log", self.log_path] + list(args)
+        args = list(args)
+        if "--log" in args:  # the test's own log (a flag that takes one value is given once)
+            self.log_path = args[args.index("--log") + 1]
+        else:
+            args = ["--log", self.log_path] + args
+        cmd = list(prefix) + cmd + args
         if netns:
             # an empty network namespace (loopback only, no route), entered as
             # an unprivileged user so that serve does not try to drop root;
