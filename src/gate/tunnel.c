@@ -95,20 +95,28 @@ struct tunnel {
     void *up_arg;
 };
 
-/* A tunnel that ended on a failure closes both sockets with a reset
- * (tunnel_free()): a side that got the bytes the failed side sent is told
- * the stream broke after them, as connected directly it would be, rather
- * than taking the close for its end (a body framed by the close). */
+/* Makes tunnel_free()'s close of both sockets a reset (not on unix). */
+static void reset_on_close(struct tunnel *t)
+{
+    struct linger l = {.l_onoff = 1, .l_linger = 0};
+    for (int i = 0; i < 2; i++)
+        (void)setsockopt(t->fd[i], SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+}
+
+/* A tunnel that ended on a failure, or that the gateway cut while a side
+ * still held it open (idle here; tunnel_free() before its end: --grace
+ * out, a policy that now denies it), closes both sockets with a reset: a
+ * side is told the stream broke after the last byte it got, as connected
+ * directly it would be of a failure, rather than taking the close for its
+ * end (a body framed by the close). Only a tunnel whose two sides ended
+ * theirs closes cleanly. */
 static void end(struct tunnel *t, enum tunnel_end how)
 {
     if (t->ended)
         return;
     t->ended = true;
-    if (how == TUNNEL_ERROR || t->failed) {
-        struct linger l = {.l_onoff = 1, .l_linger = 0};
-        for (int i = 0; i < 2; i++)
-            (void)setsockopt(t->fd[i], SOL_SOCKET, SO_LINGER, &l, sizeof(l)); /* not on unix */
-    }
+    if (how != TUNNEL_DONE || t->failed)
+        reset_on_close(t);
     for (int i = 0; i < 2; i++) {
         event_del(t->d[i].rd);
         event_del(t->d[i].wr);
@@ -638,6 +646,8 @@ void tunnel_free(struct tunnel *t)
         event_free(t->idle);
     if (t->linger != NULL)
         event_free(t->linger);
+    if (!t->ended) /* cut while open */
+        reset_on_close(t);
     close(t->fd[0]);
     close(t->fd[1]);
     free(t);

@@ -16,7 +16,9 @@
  * meanwhile being dropped), or after <idle_ms> without a byte either way.
  * A tunnel that ended on an error closes both sockets with a reset (no
  * shutdown(SHUT_WR) before it), so the other side sees the failure after
- * the last byte rather than the end of the stream.
+ * the last byte rather than the end of the stream; so does one that ended
+ * idle, or that tunnel_free() cuts before its end: only a tunnel whose two
+ * sides ended theirs closes cleanly.
  *
  * Owns: both sockets (closed by tunnel_free), its pipes, the bytes a
  * destination did not take yet, and its events. */
@@ -46,7 +48,8 @@ typedef void (*tunnel_cb)(struct tunnel *t, enum tunnel_end how, void *arg);
 struct tunnel *tunnel_new(struct event_base *base, evutil_socket_t client_fd,
                           evutil_socket_t upstream_fd, uint64_t idle_ms, bool splice, tunnel_cb cb,
                           void *arg);
-/* Closes both sockets and frees <t>. Accepts NULL. */
+/* Closes both sockets (with a reset unless <t> ended as TUNNEL_DONE) and
+ * frees <t>. Accepts NULL. */
 void tunnel_free(struct tunnel *t);
 /* Meters the client -> upstream direction of <t> through <flow> (borrowed:
  * it must outlive the tunnel's use of it; NULL: unmetered). */

@@ -5,7 +5,7 @@ read a response or origins that take an upload slowly but steadily or
 stream an early answer to it),
 --max-conns, --grace, the descriptor limit, the --admin
 address as self, the tunnel's read/write fallback and what it passes on when one
-side resets."""
+side resets, and the reset of a tunnel it cuts."""
 
 import fcntl
 import http.client
@@ -26,6 +26,7 @@ import pytest
 from gate_client import (api_rule, assert_denied, build_request, connect, open_conn, poll,
                          proc_stat, read_response, read_responses, recv_until_close, request)
 from gate_servers import BannerServer, ScriptedUpstream, free_port, pattern_bytes
+from conftest import policy_yaml
 from watch_helpers import Silent, wait_alert
 
 
@@ -945,6 +946,55 @@ def test_a_side_that_resets_is_a_reset_to_the_other_side(gateway, net, who, how)
     assert seen["end"] == "reset", "the %s's reset reached the other side as a clean end" % who
     _, end = gw.decided(method="CONNECT")
     assert end["bytes_%s" % ("up" if who == "client" else "down")] >= len(payload), end
+
+
+@pytest.mark.parametrize("cut", ["idle", "grace", "reload"])
+def test_a_tunnel_the_gateway_cuts_is_a_reset_to_both_sides(gateway, net, cut):
+    # The gateway ends a tunnel both sides still hold open: idle for
+    # idle_timeout, still open when --grace runs out, or denied by a reload
+    # (as a grant that ends at midnight is). It closed both plainly, a FIN
+    # each way, which a peer framing its data by the close (here an HTTP/1.0
+    # body without length) takes for the stream's whole: each side must read
+    # what came, then ECONNRESET.
+    host = "cut.example.test"
+    answer = b"HTTP/1.0 200 OK\r\n\r\nthe first part of a body framed by the close"
+    origin, done = {}, threading.Event()
+
+    def script(conn, stop, received):
+        conn.sendall(answer)
+        origin["end"] = _read_to_end(conn)[1]
+        done.set()
+
+    with ScriptedUpstream(script) as up:
+        rule = {"host": host, "ports": [up.port], "tier": 0}
+        limits = {"idle_timeout": "1s"} if cut == "idle" else {}
+        gw = gateway(net.policy([rule], static_extra={host: up.IP}, limits=limits),
+                     args=["--grace", "1s"])
+        s = open_conn(gw)
+        try:
+            _connect_on(s, host, up.port)
+            s.sendall(b"GET / HTTP/1.0\r\nHost: %s\r\n\r\n" % host.encode())
+            s.settimeout(10)
+            got = b""
+            while len(got) < len(answer):
+                d = s.recv(4096)
+                assert d, got
+                got += d
+            if cut == "grace":
+                gw.proc.send_signal(signal.SIGTERM)
+            elif cut == "reload":
+                other = {"host": "other.example.test", "ports": [up.port], "tier": 0}
+                gw.write_policy(policy_yaml(net.policy([other], static_extra={host: up.IP})))
+                gw.reload()
+            rest, end = _read_to_end(s)
+        finally:
+            s.close()
+        assert done.wait(15), "the origin saw no end"
+    assert got == answer and rest == b"", rest
+    assert (end, origin["end"]) == ("reset", "reset"), \
+        "client saw %s, origin saw %s, after the gateway cut the tunnel (%s)" % (end, origin["end"], cut)
+    if cut == "grace":
+        assert gw.wait_exit(10) == 0, gw.stderr()
 
 
 def test_admin_address_is_self(gateway, net):
