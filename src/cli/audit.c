@@ -125,8 +125,15 @@ static int mounts_parse_args(int argc, char **argv, struct mounts_args *a)
         case 'p':
             if (strcmp(optarg, "self") != 0) {
                 size_t n = strlen(optarg);
-                if (n == 0 || n > 10 || strspn(optarg, "0123456789") != n)
+                if (n == 0 || strspn(optarg, "0123456789") != n)
                     return command_usage_error(self, "--pid: '%s' is not a process id", optarg);
+                /* /proc names a process in plain decimal: 0001 is 1 */
+                size_t zeros = strspn(optarg, "0");
+                if (zeros == n)
+                    zeros = n - 1;
+                if (n - zeros > 10)
+                    return command_usage_error(self, "--pid: '%s' is not a process id", optarg);
+                optarg += zeros;
             }
             a->pid = optarg;
             break;

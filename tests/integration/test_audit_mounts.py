@@ -341,6 +341,17 @@ def test_live_self_and_pid(run_sluice, tmp_path):
     assert json.loads(r.stdout)["mountinfo"] == "/proc/%d/mountinfo" % os.getpid()
 
 
+def test_a_pid_with_leading_zeros_is_that_process(run_sluice):
+    # /proc names a process in plain decimal: `--pid 0001` read
+    # /proc/0001/mountinfo and failed with No such file, though process 1
+    # exists. The number is read as the number it is.
+    pid = os.getpid()
+    for given in ("0%d" % pid, "000%d" % pid, "0" * (11 - len(str(pid))) + str(pid)):
+        r = run_sluice("audit", "mounts", "--pid", given, "--format", "json")
+        assert r.returncode in (0, 1), (given, r.stderr)
+        assert json.loads(r.stdout)["mountinfo"] == "/proc/%d/mountinfo" % pid
+
+
 def test_a_flag_given_twice_is_a_usage_error(run_sluice, tmp_path):
     # Each flag took the last of its values without a word: `--pid A --pid
     # B` audited B alone and exited 0 whatever A's mounts, and `--justify
