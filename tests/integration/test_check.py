@@ -502,6 +502,7 @@ def test_help_and_version(sluice_bin):
     assert r.returncode == 0 and r.stdout.startswith("usage: sluice check FILE")
     r = run(sluice_bin, "version")
     assert r.returncode == 0 and r.stdout.startswith("sluice ")
+    assert run(sluice_bin, "--version").stdout == r.stdout  # documented as the same
 
 
 def test_help_names_a_command(sluice_bin):
