@@ -498,17 +498,16 @@ void conn_refuse(struct conn *c, enum deny_reason reason, const char *detail, bo
 
 void conn_refuse_short(struct conn *c, int e)
 {
-    bool fds = e == EMFILE || e == ENFILE;
-    bool ports = errno_is_port_shortage(e);
+    enum shortage_kind kind = shortage_kind(e);
     uint64_t now = monotonic_ms();
     /* Each kind its own minute: one told must not hide another. */
-    uint64_t *told = &c->gw->short_told_ms[fds ? 0 : ports ? 1 : 2];
+    uint64_t *told = &c->gw->short_told_ms[kind];
     if (*told == 0 || now - *told >= SHORT_TELL_EVERY_MS) {
         struct rlimit rl;
         char why[96];
         if (e == ENFILE)
             snprintf(why, sizeof(why), "the system's open-file table is full");
-        else if (fds && getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        else if (e == EMFILE && getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
             snprintf(why, sizeof(why), "the open-file limit is %llu",
                      (unsigned long long)rl.rlim_cur);
         else
@@ -516,20 +515,12 @@ void conn_refuse_short(struct conn *c, int e)
         fprintf(stderr,
                 "sluice: warning: out of %s (%s): requests are refused with 503 "
                 "gateway_overloaded; %s (told at most once a minute)\n",
-                fds     ? "file descriptors"
-                : ports ? "local ports"
-                        : "memory for sockets",
-                why,
-                fds     ? "raise the limit or lower --max-conns"
-                : ports ? "widen net.ipv4.ip_local_port_range or lower --max-conns"
-                        : "lower --max-conns");
+                shortage_what(kind), why, shortage_advice(kind));
         *told = now > 0 ? now : 1;
     }
-    conn_refuse(c, REASON_GATEWAY_OVERLOADED,
-                fds     ? "out of file descriptors"
-                : ports ? "out of local ports"
-                        : "out of memory for sockets",
-                true);
+    char detail[64];
+    snprintf(detail, sizeof(detail), "out of %s", shortage_what(kind));
+    conn_refuse(c, REASON_GATEWAY_OVERLOADED, detail, true);
 }
 
 /* Reasons the gate finds itself (not the policy) that an agent in report

@@ -15,6 +15,7 @@
 
 #include "gate/listener.h"
 #include "policy/model.h"
+#include "util/shortage.h"
 #include "watch/alert.h"
 #include "watch/bus.h"
 
@@ -111,8 +112,8 @@ struct gateway {
     struct gateway_counters counters;
     bool stopping;
     /* CLOCK_MONOTONIC: conn_refuse_short()'s last warning of each kind
-     * (0 descriptors, 1 local ports, 2 memory: each told once a minute); 0 never */
-    uint64_t short_told_ms[3];
+     * (indexed by enum shortage_kind: each told once a minute); 0 never */
+    uint64_t short_told_ms[SHORTAGE_KINDS];
     int64_t stop_began_ms; /* CLOCK_MONOTONIC, at SIGTERM/SIGINT; 0 before */
     struct event *sig_hup, *sig_term, *sig_int, *grace_timer;
     /* Wakes when the UTC day changes (at most DAY_CHECK_MAX_MS apart, gateway.c):

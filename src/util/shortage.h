@@ -19,4 +19,25 @@ bool errno_is_shortage(int err);
  * be free toward another. */
 bool errno_is_port_shortage(int err);
 
+/* The kinds of shortage the gate warns of on standard error, each at most
+ * once a minute on a timer of its own (conn_refuse_short()): one told must
+ * not hide another. */
+enum shortage_kind {
+    SHORTAGE_FDS,        /* EMFILE: this process's RLIMIT_NOFILE */
+    SHORTAGE_SYSTEM_FDS, /* ENFILE: the whole system's file table (fs.file-max) */
+    SHORTAGE_PORTS,      /* errno_is_port_shortage() */
+    SHORTAGE_MEMORY,     /* ENOBUFS, ENOMEM, anything else */
+    SHORTAGE_KINDS
+};
+
+/* The kind of shortage <err> (an errno of socket() or connect()) is. */
+enum shortage_kind shortage_kind(int err);
+
+/* What ran out, for "out of WHAT": "file descriptors", "local ports", "memory
+ * for sockets". */
+const char *shortage_what(enum shortage_kind k);
+
+/* What the operator can do about it, for the warning. */
+const char *shortage_advice(enum shortage_kind k);
+
 #endif
