@@ -42,6 +42,7 @@
 
 #include "box/box_int.h"
 #include "box/mountinfo.h"
+#include "util/text_json.h"
 
 #define MAX_OPS 512
 
@@ -485,8 +486,14 @@ static int verify_one(const struct mountinfo_entry *e, void *arg, char *err, siz
     if (!ok)
         ok = out_of_reach(e->mount_point);
     if (!ok) {
-        snprintf(err, errlen, "%s is still writable in the box (%s %s)", e->mount_point, e->fstype,
-                 e->source);
+        /* names the agent may have chosen (a folder in its writable one):
+         * shown as run's other paths are, so a line end forges no line */
+        char *point = text_shown(e->mount_point), *fstype = text_shown(e->fstype),
+             *source = text_shown(e->source);
+        snprintf(err, errlen, "%s is still writable in the box (%s %s)", point, fstype, source);
+        free(point);
+        free(fstype);
+        free(source);
         return -1;
     }
     return 0;

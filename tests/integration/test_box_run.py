@@ -2858,6 +2858,54 @@ def test_a_mount_behind_a_folder_the_agent_closed_stays_read_only(sluice_bin, ne
             shutil.rmtree(top, ignore_errors=True)
 
 
+# Loads a seccomp filter that fails mount_setattr(2) (442 on every
+# architecture) with ENOSYS, as on a kernel before 5.12, then runs the rest
+# of its arguments: the box remounts mount by mount.
+NO_MOUNT_SETATTR = r"""
+import ctypes, os, sys
+lib = ctypes.CDLL("libseccomp.so.2")
+lib.seccomp_init.restype = ctypes.c_void_p
+ctx = lib.seccomp_init(ctypes.c_uint32(0x7fff0000))  # SCMP_ACT_ALLOW
+if not ctx or lib.seccomp_rule_add(ctypes.c_void_p(ctx), ctypes.c_uint32(0x00050000 | 38),
+                                   ctypes.c_int(442), ctypes.c_uint(0)) != 0 \
+        or lib.seccomp_load(ctypes.c_void_p(ctx)) != 0:
+    sys.exit(98)
+os.execvp(sys.argv[1], sys.argv[1:])
+"""
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+def test_a_mount_still_writable_is_named_escaped(sluice_bin, net, hostdir):
+    """The error for a mount still writable in the box printed its mount
+    point raw, where run's other messages show a path with each control
+    character as \\ooo: a mount point holding a line end, made by the agent
+    in its writable folder, wrote a 'sluice run:' line of its own into
+    standard error. The set-up of test_a_mount_behind_a_folder_the_agent_
+    closed_stays_read_only, with mount_setattr(2) refused so that the box
+    remounts by path and the mount behind the closed folder stays writable."""
+    b, pol = _nobody_box(sluice_bin, net, hostdir, [])
+    uid = 4242
+    a = os.path.join(b.workdir, "a")
+    mnt = os.path.join(a, "mnt\nsluice run: forged")
+    os.makedirs(mnt)
+    os.chown(a, uid, 0)
+    os.chmod(a, 0o000)
+    script = 'mount -t tmpfs -o size=1m none "$0" || exit 99; exec "$@"'
+    argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, mnt,
+            PY, "-c", NO_MOUNT_SETATTR, "setpriv", "--reuid=%d" % uid, "--regid=%d" % uid,
+            "--clear-groups", sluice_bin, "run", "--policy", pol, "--", "true"]
+    try:
+        p = _run_with_a_mount(argv, b.workdir)
+    finally:
+        os.chmod(a, 0o755)
+    if p.returncode == 98:
+        pytest.skip("cannot load a seccomp filter: %s" % p.stderr.strip())
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert ("sluice run: cannot build the box: %s is still writable in the box (tmpfs none)\n"
+            % mnt.replace("\n", "\\012")) in p.stderr, p.stderr
+    assert "\nsluice run: forged" not in p.stderr, p.stderr
+
+
 RENAMED_MOUNT = r"""
 import errno, json, os
 out = "ENOENT"
