@@ -19,6 +19,7 @@
 #include "gate/deny.h"
 #include "gate/gateway.h"
 #include "gate/progress.h"
+#include "gate/stream.h"
 #include "gate/tunnel.h"
 #include "policy/policy.h"
 #include "shape/admit.h"
@@ -347,6 +348,17 @@ void conn_free(struct conn *c)
     gw->nconns--;
     free(c);
     gateway_conn_gone(gw);
+}
+
+void conn_cut(struct conn *c)
+{
+    if (c->state == CS_PEEK || c->state == CS_HELLO || c->state == CS_FLUSH) {
+        if (c->fd >= 0)
+            stream_reset_on_close(c->fd);
+        if (c->up_fd >= 0)
+            stream_reset_on_close(c->up_fd);
+    }
+    conn_free(c); /* an open tunnel: tunnel_free() resets both sides */
 }
 
 /* Drops what the client sent and the gateway read (lingering). */
@@ -917,7 +929,7 @@ bool conn_redecide(struct conn *c, time_t now)
     ex->again = ex->egress_published;
     ex->egress_published = false;
     conn_publish_egress(c);
-    conn_free(c); /* agent_egress_end, with the bytes moved; both sides closed */
+    conn_cut(c); /* agent_egress_end, with the bytes moved; both sides reset */
     return true;
 }
 

@@ -214,6 +214,13 @@ void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
 /* Frees <c>: cancels what is pending, publishes the end event of an
  * exchange that was decided, closes both sides. */
 void conn_free(struct conn *c);
+/* Frees <c>, cut by the gateway while it was going on (--grace ran out,
+ * or a policy now denies its tunnel): a CONNECT past its 200 whose first
+ * bytes are being checked (CS_PEEK, CS_HELLO, CS_FLUSH) closes both sides
+ * with a reset, as an open tunnel does (tunnel_free()): its client got the
+ * 200, perhaps the server's first bytes, and must not take a plain close
+ * for the stream's end. Any other state: conn_free(). */
+void conn_cut(struct conn *c);
 /* True when <c> is between requests or lingering (may be closed at once on shutdown). */
 bool conn_is_idle(const struct conn *c);
 /* Publishes the agent_egress event of the current exchange (once). */

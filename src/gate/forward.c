@@ -250,17 +250,6 @@ static bool upstream_taking(struct conn *c, short what)
     return true;
 }
 
-/* Makes the close of <fd> a reset: what its send queue still holds is
- * dropped, not delivered. An origin that stopped taking a request the agent
- * is then told failed (502) must not get the rest of it afterwards from the
- * queue a plain close leaves to the kernel, and act on a write the agent
- * believes failed and may send again. */
-static void reset_on_close(evutil_socket_t fd)
-{
-    struct linger l = {.l_onoff = 1, .l_linger = 0};
-    (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l)); /* else a plain close */
-}
-
 /* A client that frames the response body by the close of its connection
  * (a body without length; a chunked one that an HTTP/1.0 client gets as
  * its data alone) takes a plain close for the end of the body: cut before
@@ -274,13 +263,16 @@ void forward_on_free(struct conn *c)
     const struct exchange *ex = &c->ex;
     if (c->fd >= 0 && ex->rsp_head_done && !ex->rsp_done &&
         (ex->rsp_body == BODY_UNTIL_CLOSE || ex->unchunk))
-        reset_on_close(c->fd);
+        stream_reset_on_close(c->fd);
 }
 
 /* The upstream stopped taking the request, or answered before it was all
  * sent: what the gateway still holds of it (the output, the socket's send
  * queue, unacknowledged) is dropped with a reset, and not counted in
- * bytes_up, which then tells how much of the body reached the origin. */
+ * bytes_up, which then tells how much of the body reached the origin. An
+ * origin the agent is then told failed (502) must not get the rest of it
+ * afterwards from the queue a plain close leaves to the kernel, and act on
+ * a write the agent believes failed and may send again. */
 static void drop_untaken(struct conn *c)
 {
     struct exchange *ex = &c->ex;
@@ -290,7 +282,7 @@ static void drop_untaken(struct conn *c)
     if (queue > 0)
         held += (uint64_t)queue;
     ex->bytes_up = ex->bytes_up > held ? ex->bytes_up - held : 0;
-    reset_on_close(c->up_fd);
+    stream_reset_on_close(c->up_fd);
 }
 
 /* Closes the exchange's upstream connection. */

@@ -557,7 +557,7 @@ static void on_grace_over(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     while (gw->conns != NULL)
-        conn_free(gw->conns); /* publishes the end events */
+        conn_cut(gw->conns); /* publishes the end events */
     event_base_loopexit(gw->base, NULL);
 }
 

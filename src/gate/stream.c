@@ -112,3 +112,9 @@ ssize_t stream_read_more(struct bufferevent *bev, evutil_socket_t fd, size_t upt
     errno = err;
     return total;
 }
+
+void stream_reset_on_close(evutil_socket_t fd)
+{
+    struct linger l = {.l_onoff = 1, .l_linger = 0};
+    (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l)); /* else a plain close */
+}

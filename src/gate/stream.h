@@ -47,4 +47,9 @@ int stream_send_bytes(struct bufferevent *bev, evutil_socket_t fd, const void *d
  * a plain socket): reads nothing. */
 ssize_t stream_read_more(struct bufferevent *bev, evutil_socket_t fd, size_t upto);
 
+/* Makes the close of socket <fd> a reset (SO_LINGER {1,0}): what its send
+ * queue still holds is dropped, and the peer reads ECONNRESET, not the end
+ * of the stream. A unix socket has no reset: its close stays plain. */
+void stream_reset_on_close(evutil_socket_t fd);
+
 #endif

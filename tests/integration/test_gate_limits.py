@@ -14,6 +14,7 @@ import re
 import resource
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import termios
@@ -25,7 +26,7 @@ import pytest
 
 from gate_client import (api_rule, assert_denied, build_request, connect, open_conn, poll,
                          proc_stat, read_response, read_responses, recv_until_close, request)
-from gate_servers import BannerServer, ScriptedUpstream, free_port, pattern_bytes
+from gate_servers import BannerServer, LoopbackServer, ScriptedUpstream, free_port, pattern_bytes
 from conftest import policy_yaml
 from watch_helpers import Silent, wait_alert
 
@@ -948,6 +949,17 @@ def test_a_side_that_resets_is_a_reset_to_the_other_side(gateway, net, who, how)
     assert end["bytes_%s" % ("up" if who == "client" else "down")] >= len(payload), end
 
 
+def _cut_tunnel(gw, net, cut, host, up):
+    """Has <gw> cut the tunnel to <host> at <up>: SIGTERM ("grace"; its
+    --grace then runs out), or a reload to a policy without <host>."""
+    if cut == "grace":
+        gw.proc.send_signal(signal.SIGTERM)
+        return
+    other = {"host": "other.example.test", "ports": [up.port], "tier": 0}
+    gw.write_policy(policy_yaml(net.policy([other], static_extra={host: up.IP})))
+    gw.reload()
+
+
 @pytest.mark.parametrize("cut", ["idle", "grace", "reload"])
 def test_a_tunnel_the_gateway_cuts_is_a_reset_to_both_sides(gateway, net, cut):
     # The gateway ends a tunnel both sides still hold open: idle for
@@ -980,12 +992,8 @@ def test_a_tunnel_the_gateway_cuts_is_a_reset_to_both_sides(gateway, net, cut):
                 d = s.recv(4096)
                 assert d, got
                 got += d
-            if cut == "grace":
-                gw.proc.send_signal(signal.SIGTERM)
-            elif cut == "reload":
-                other = {"host": "other.example.test", "ports": [up.port], "tier": 0}
-                gw.write_policy(policy_yaml(net.policy([other], static_extra={host: up.IP})))
-                gw.reload()
+            if cut != "idle":
+                _cut_tunnel(gw, net, cut, host, up)
             rest, end = _read_to_end(s)
         finally:
             s.close()
@@ -993,6 +1001,71 @@ def test_a_tunnel_the_gateway_cuts_is_a_reset_to_both_sides(gateway, net, cut):
     assert got == answer and rest == b"", rest
     assert (end, origin["end"]) == ("reset", "reset"), \
         "client saw %s, origin saw %s, after the gateway cut the tunnel (%s)" % (end, origin["end"], cut)
+    if cut == "grace":
+        assert gw.wait_exit(10) == 0, gw.stderr()
+
+
+class _QuietOrigin(LoopbackServer):
+    """An origin that never speaks first: reads <want> bytes (a ClientHello
+    it does not answer), sets <got>, then reads to the end, in <end>."""
+
+    IP = ScriptedUpstream.IP
+
+    def __init__(self, want):
+        self.want, self.got, self.done, self.end = want, threading.Event(), threading.Event(), None
+        super().__init__(self.IP)
+
+    def _serve(self, conn):
+        try:
+            conn.settimeout(10)
+            buf = b""
+            while len(buf) < self.want:
+                d = conn.recv(4096)
+                if not d:
+                    break
+                buf += d
+            self.got.set()
+            self.end = _read_to_end(conn)[1]
+        except OSError as e:
+            self.end = repr(e)
+        finally:
+            conn.close()
+            self.done.set()
+
+
+@pytest.mark.parametrize("stage", ["peek", "hello"])
+@pytest.mark.parametrize("cut", ["grace", "reload"])
+def test_a_tunnel_cut_while_its_first_bytes_are_checked_is_a_reset(gateway, net, cut, stage):
+    # A CONNECT past its 200 whose first bytes are still being checked: the
+    # client said nothing yet (peek), or its ClientHello went up and the
+    # server has not answered (hello). --grace running out, or a reload
+    # that now denies it, closed both sides plainly, a FIN the client takes
+    # for the stream's end; as an open tunnel, each side must get a reset.
+    host = "early.example.test"
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    out = ssl.MemoryBIO()
+    try:
+        ctx.wrap_bio(ssl.MemoryBIO(), out, server_hostname=host).do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    hello = out.read() if stage == "hello" else b""
+    with _QuietOrigin(len(hello)) as up:
+        rule = {"host": host, "ports": [up.port], "tier": 0}
+        gw = gateway(net.policy([rule], static_extra={host: up.IP}), args=["--grace", "1s"])
+        s = open_conn(gw)
+        try:
+            _connect_on(s, host, up.port)
+            s.sendall(hello)
+            assert up.got.wait(10), "the origin did not get the ClientHello"
+            _cut_tunnel(gw, net, cut, host, up)
+            rest, end = _read_to_end(s)
+        finally:
+            s.close()
+        assert up.done.wait(15), "the origin saw no end"
+    assert rest == b"", rest
+    assert (end, up.end) == ("reset", "reset"), \
+        "client saw %s, origin saw %s, cut by %s in %s" % (end, up.end, cut, stage)
     if cut == "grace":
         assert gw.wait_exit(10) == 0, gw.stderr()
 
