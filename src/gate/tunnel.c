@@ -15,6 +15,7 @@
 #include <event2/event.h>
 
 #include "gate/drain.h"
+#include "gate/stream.h"
 #include "shape/quota.h"
 #include "util/units.h"
 
@@ -98,9 +99,8 @@ struct tunnel {
 /* Makes tunnel_free()'s close of both sockets a reset (not on unix). */
 static void reset_on_close(struct tunnel *t)
 {
-    struct linger l = {.l_onoff = 1, .l_linger = 0};
     for (int i = 0; i < 2; i++)
-        (void)setsockopt(t->fd[i], SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+        stream_reset_on_close(t->fd[i]);
 }
 
 /* A tunnel that ended on a failure, or that the gateway cut while a side
