@@ -559,6 +559,24 @@ def test_missing_rw_path_is_an_error(box, net):
         assert "%s /nonexistent/sluice" % opt in p.stderr
 
 
+def test_a_path_the_box_cannot_make_is_named_escaped(box, net, hostdir):
+    """A --rw path below a --hide folder cannot be made in the box (the
+    hidden folder is an empty read-only tmpfs): the error printed the path
+    raw, where run's other messages show each control character as \\ooo,
+    so a name holding a line end wrote a 'sluice run:' line of its own into
+    standard error."""
+    pol = box.policy(net.policy([]))
+    secret = os.path.join(hostdir, "secret")
+    below = os.path.join(secret, "x\nsluice run: forged")
+    os.makedirs(below)
+    p = box.run(["--policy", pol, "--hide", secret, "--rw", below], "print('ran')")
+    assert p.returncode == 2, p.stderr
+    assert "ran" not in p.stdout
+    assert ("--rw %s: cannot make it in the box" % below.replace("\n", "\\012")
+            in p.stderr), p.stderr
+    assert "\nsluice run: forged" not in p.stderr, p.stderr
+
+
 TMP_SIZES = r"""
 import errno, json, os
 out = {}
