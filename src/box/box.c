@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "box/box_int.h"
+#include "util/text_json.h"
 
 #define BOX_KEYCTL_JOIN_SESSION_KEYRING 1 /* <linux/keyctl.h> */
 
@@ -347,7 +348,10 @@ static int init_setup(const struct box_config *cfg, uid_t uid, gid_t gid, bool u
     if (box_mount_proc(cfg, err, errlen) < 0)
         return -1;
     if (chdir(cfg->cwd) < 0) {
-        snprintf(err, errlen, "chdir %s: %s", cfg->cwd, strerror(errno));
+        int e = errno;
+        char *shown = text_shown(cfg->cwd); /* a folder an agent may have named */
+        snprintf(err, errlen, "chdir %s: %s", shown, strerror(e));
+        free(shown);
         return -1;
     }
     return 0;
