@@ -191,7 +191,14 @@ static void up_event(struct bufferevent *bev, short what, void *arg)
         quiet_server_spoke(c); /* the server ended its side first */
         return;
     }
-    conn_free(c);
+    /* The upstream failed (a reset, an error, a timeout) while the first
+     * bytes were checked: the client, which has its 200 and perhaps the
+     * server's first bytes, is reset as by an open tunnel (conn_cut()), not
+     * handed a clean end of stream. */
+    if (what & (BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))
+        conn_cut(c);
+    else
+        conn_free(c);
 }
 
 void connect_start(struct conn *c)

@@ -1007,12 +1007,14 @@ def test_a_tunnel_the_gateway_cuts_is_a_reset_to_both_sides(gateway, net, cut):
 
 class _QuietOrigin(LoopbackServer):
     """An origin that never speaks first: reads <want> bytes (a ClientHello
-    it does not answer), sets <got>, then reads to the end, in <end>."""
+    it does not answer), sets <got>, then reads to the end, in <end>; or,
+    given <reset>, waits for that event and resets the connection."""
 
     IP = ScriptedUpstream.IP
 
-    def __init__(self, want):
+    def __init__(self, want, reset=None):
         self.want, self.got, self.done, self.end = want, threading.Event(), threading.Event(), None
+        self.reset = reset
         super().__init__(self.IP)
 
     def _serve(self, conn):
@@ -1025,12 +1027,28 @@ class _QuietOrigin(LoopbackServer):
                     break
                 buf += d
             self.got.set()
+            if self.reset is not None:
+                self.reset.wait(10)
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                return  # the close is a reset
             self.end = _read_to_end(conn)[1]
         except OSError as e:
             self.end = repr(e)
         finally:
             conn.close()
             self.done.set()
+
+
+def _client_hello(host):
+    """The first flight of a TLS client naming <host>: its ClientHello."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    out = ssl.MemoryBIO()
+    try:
+        ctx.wrap_bio(ssl.MemoryBIO(), out, server_hostname=host).do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return out.read()
 
 
 @pytest.mark.parametrize("stage", ["peek", "hello"])
@@ -1042,14 +1060,7 @@ def test_a_tunnel_cut_while_its_first_bytes_are_checked_is_a_reset(gateway, net,
     # that now denies it, closed both sides plainly, a FIN the client takes
     # for the stream's end; as an open tunnel, each side must get a reset.
     host = "early.example.test"
-    ctx = ssl.create_default_context()
-    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-    out = ssl.MemoryBIO()
-    try:
-        ctx.wrap_bio(ssl.MemoryBIO(), out, server_hostname=host).do_handshake()
-    except ssl.SSLWantReadError:
-        pass
-    hello = out.read() if stage == "hello" else b""
+    hello = _client_hello(host) if stage == "hello" else b""
     with _QuietOrigin(len(hello)) as up:
         rule = {"host": host, "ports": [up.port], "tier": 0}
         gw = gateway(net.policy([rule], static_extra={host: up.IP}), args=["--grace", "1s"])
@@ -1068,6 +1079,33 @@ def test_a_tunnel_cut_while_its_first_bytes_are_checked_is_a_reset(gateway, net,
         "client saw %s, origin saw %s, cut by %s in %s" % (end, up.end, cut, stage)
     if cut == "grace":
         assert gw.wait_exit(10) == 0, gw.stderr()
+
+
+@pytest.mark.parametrize("stage", ["peek", "hello"])
+def test_an_origin_that_resets_while_the_first_bytes_are_checked_is_a_reset(gateway, net, stage):
+    # A CONNECT past its 200 whose first bytes are still being checked: the
+    # client said nothing yet (peek: the gateway waits for whichever side
+    # speaks first), or its ClientHello went up and the server read it
+    # (hello). The origin then resets its connection: the gateway closed the
+    # client plainly, a FIN it takes for the stream's end; as in an open
+    # tunnel, the client must read a reset.
+    host = "early-reset.example.test"
+    hello = _client_hello(host) if stage == "hello" else b""
+    go = threading.Event()
+    with _QuietOrigin(len(hello), reset=go) as up:
+        rule = {"host": host, "ports": [up.port], "tier": 0}
+        gw = gateway(net.policy([rule], static_extra={host: up.IP}))
+        s = open_conn(gw)
+        try:
+            _connect_on(s, host, up.port)
+            s.sendall(hello)
+            assert up.got.wait(10), "the origin did not get the ClientHello"
+            go.set()  # the client has its 200 (and the origin the hello)
+            rest, end = _read_to_end(s)
+        finally:
+            s.close()
+    assert (rest, end) == (b"", "reset"), \
+        "client read %r then %s after the origin reset in %s" % (rest, end, stage)
 
 
 def test_admin_address_is_self(gateway, net):
