@@ -348,10 +348,8 @@ static int init_setup(const struct box_config *cfg, uid_t uid, gid_t gid, bool u
     if (box_mount_proc(cfg, err, errlen) < 0)
         return -1;
     if (chdir(cfg->cwd) < 0) {
-        int e = errno;
-        char *shown = text_shown(cfg->cwd); /* a folder an agent may have named */
-        snprintf(err, errlen, "chdir %s: %s", shown, strerror(e));
-        free(shown);
+        /* the current directory: a folder an agent may have named */
+        box_path_error(err, errlen, "chdir ", cfg->cwd, "", strerror(errno));
         return -1;
     }
     return 0;
@@ -554,4 +552,12 @@ int box_spawn(const struct box_config *cfg, struct box *box, char *err, size_t e
     box->pid = (pid_t)pid;
     box->status_fd = sp[0];
     return 0;
+}
+
+void box_path_error(char *err, size_t errlen, const char *before, const char *path,
+                    const char *after, const char *why)
+{
+    char *shown = text_shown(path);
+    snprintf(err, errlen, "%s%s%s: %s", before, shown, after, why);
+    free(shown);
 }

@@ -33,6 +33,13 @@ int box_mount_proc(const struct box_config *cfg, char *err, size_t errlen);
 /* Opens <path> (absolute) O_PATH one component at a time, following no
  * symbolic link (ELOOP). Returns the descriptor, or -1 with errno. */
 int box_open_nofollow(const char *path);
+
+/* Writes "<before><path><after>: <why>" into <err>, <path> shown \ooo
+ * (text_shown()): a name holding a line end writes no line of run's own.
+ * <why> is read before anything is allocated (strerror(errno) as the
+ * caller's argument stays the error that happened). */
+void box_path_error(char *err, size_t errlen, const char *before, const char *path,
+                    const char *after, const char *why);
 /* Calls <fn>(<fd>, <arg>) with an O_PATH descriptor of each mount point
  * the box leaves writable (its mountinfo's writable mounts not covered by
  * another), reached without following a link; one out of reach is

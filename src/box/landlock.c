@@ -34,14 +34,12 @@
 #include <linux/landlock.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "box/box_int.h"
-#include "util/text_json.h"
 
 /* the same numbers on every architecture */
 #ifndef SYS_landlock_create_ruleset
@@ -89,12 +87,8 @@ static int allow_path(struct ruleset *rs, const char *path, bool dir_only, char 
         return 0; /* not in the box: nothing to allow */
     struct stat st;
     int rc = fstat(fd, &st) == 0 && S_ISDIR(st.st_mode) == dir_only ? allow(fd, rs) : 0;
-    if (rc < 0) {
-        int e = errno;
-        char *shown = text_shown(path);
-        snprintf(err, errlen, "cannot allow writes on %s: %s", shown, strerror(e));
-        free(shown);
-    }
+    if (rc < 0)
+        box_path_error(err, errlen, "cannot allow writes on ", path, "", strerror(errno));
     close(fd);
     return rc;
 }

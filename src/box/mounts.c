@@ -387,10 +387,7 @@ static int hide_path(const char *path, char *err, size_t errlen)
                  ? remount_nofollow(path, true, false)
                  : -1;
     if (rc < 0) {
-        int e = errno;
-        char *shown = text_shown(path);
-        snprintf(err, errlen, "--hide %s: %s", shown, strerror(e));
-        free(shown);
+        box_path_error(err, errlen, "--hide ", path, "", strerror(errno));
         return -1;
     }
     return 0;
@@ -406,11 +403,8 @@ static int apply_op(const struct op *o, char *err, size_t errlen)
     if (o->kind == BOX_PATH_HIDE)
         return hide_path(o->path, err, errlen);
     if (stat(o->path, &st) < 0 && make_target(o->path, o->is_dir) < 0) {
-        int e = errno;
-        char *shown = text_shown(o->path);
-        snprintf(err, errlen, "%s %s: cannot make it in the box: %s",
-                 o->kind == BOX_PATH_RW ? "--rw" : "--ro", shown, strerror(e));
-        free(shown);
+        box_path_error(err, errlen, o->kind == BOX_PATH_RW ? "--rw " : "--ro ", o->path,
+                       ": cannot make it in the box", strerror(errno));
         return -1;
     }
     char src[64];
@@ -418,11 +412,8 @@ static int apply_op(const struct op *o, char *err, size_t errlen)
     bool ro = o->kind == BOX_PATH_RO || o->host_ro;
     if (mount_on(src, o->path, NULL, MS_BIND | MS_REC, NULL) < 0 ||
         remount_nofollow(o->path, ro, o->host_nodev) < 0) {
-        int e = errno;
-        char *shown = text_shown(o->path);
-        snprintf(err, errlen, "%s %s: %s", o->kind == BOX_PATH_RW ? "--rw" : "--ro", shown,
-                 strerror(e));
-        free(shown);
+        box_path_error(err, errlen, o->kind == BOX_PATH_RW ? "--rw " : "--ro ", o->path, "",
+                       strerror(errno));
         return -1;
     }
     return 0;
@@ -554,13 +545,10 @@ int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen)
                 o->fd = -1;
                 continue;
             }
-            int e = errno;
-            char *shown = text_shown(o->path);
-            snprintf(err, errlen, "%s: %s", shown,
-                     e == ELOOP ? "is or passes through a symbolic link (replaced since run "
-                                  "checked it?)"
-                                : strerror(e));
-            free(shown);
+            box_path_error(err, errlen, "", o->path, "",
+                           errno == ELOOP ? "is or passes through a symbolic link (replaced "
+                                            "since run checked it?)"
+                                          : strerror(errno));
             goto out;
         }
         o->is_dir = S_ISDIR(st.st_mode);
@@ -589,10 +577,7 @@ int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen)
     for (size_t i = 0; i < mi.n; i++) {
         const char *mp = mi.v[i].mount_point;
         if (remount(mp, true, true) < 0 && errno != ENOENT && errno != EACCES) {
-            int e = errno;
-            char *shown = text_shown(mp);
-            snprintf(err, errlen, "cannot remount %s read-only: %s", shown, strerror(e));
-            free(shown);
+            box_path_error(err, errlen, "cannot remount ", mp, " read-only", strerror(errno));
             mountinfo_free(&mi);
             goto out;
         }
@@ -664,12 +649,9 @@ static int open_one(const struct mountinfo_entry *e, void *arg, char *err, size_
     if (fd < 0)
         return 0; /* out of the command's reach (verify() checked why) */
     int rc = f->fn(fd, f->arg);
-    if (rc < 0) {
-        int saved = errno;
-        char *shown = text_shown(e->mount_point);
-        snprintf(err, errlen, "cannot allow writes below %s: %s", shown, strerror(saved));
-        free(shown);
-    }
+    if (rc < 0)
+        box_path_error(err, errlen, "cannot allow writes below ", e->mount_point, "",
+                       strerror(errno));
     close(fd);
     return rc;
 }
