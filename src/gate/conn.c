@@ -227,6 +227,8 @@ static void fill_event(const struct conn *c, struct egress_event *ev, enum event
     ev->ip = ex->ip[0] != '\0' ? ex->ip : NULL;
     ev->redecided = ex->redecided;
     ev->again = ex->again;
+    ev->source = c->origin.is_unix ? NULL : &c->origin.addr;
+    ev->credentials = ex->credentials;
 }
 
 void conn_publish_egress(struct conn *c)
@@ -689,6 +691,10 @@ static bool identify(struct conn *c, const char *auth, size_t auth_len)
         const char *why = NULL;
         enum agent_result r = agent_identify_why(p, &c->origin, auth, auth_len, &a, &why);
         wipe_head_bytes(auth, auth_len);
+        /* auth_failures counts the refusals of these (a secret that could
+         * not be checked is the gateway's failure, not a guess) */
+        ex->credentials = auth != NULL && p->nagents > 0 &&
+                          (why == NULL || strcmp(why, AGENT_WHY_NOT_CHECKED) != 0);
         if (r != AGENT_OK) {
             conn_refuse(c,
                         r == AGENT_AUTH_REQUIRED ? REASON_AUTH_REQUIRED : REASON_AGENT_NOT_ALLOWED,

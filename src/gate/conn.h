@@ -80,6 +80,7 @@ struct exchange {
     const struct agent *agent;
     const char *agent_id; /* NULL when unknown (auth failed); borrowed */
     bool by_secret;       /* identified by the secret it presented (a token agent) */
+    bool credentials;     /* presented credentials that were judged (event.h) */
     enum agent_mode mode;
     char method[HTTP_METHOD_MAX + 1];
     unsigned mbit;

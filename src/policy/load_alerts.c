@@ -137,6 +137,11 @@ static void al_denied_burst(struct load_ctx *c, const struct ynode *v, void *obj
     threshold(c, v, &((struct alerts_cfg *)obj)->denied_burst, false);
 }
 
+static void al_auth_failures(struct load_ctx *c, const struct ynode *v, void *obj)
+{
+    threshold(c, v, &((struct alerts_cfg *)obj)->auth_failures, false);
+}
+
 static bool valid_tz(const char *s)
 {
     size_t n = strlen(s);
@@ -571,6 +576,7 @@ static const struct key_handler alerts_keys[] = {
     {"write_burst", al_write_burst},
     {"upload_bytes", al_upload_bytes},
     {"denied_burst", al_denied_burst},
+    {"auth_failures", al_auth_failures},
     {"off_hours", al_off_hours},
     {"baseline", al_baseline},
     {"expiry_warn_days", al_expiry_warn_days},

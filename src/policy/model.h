@@ -177,6 +177,7 @@ struct alerts_cfg {
     struct threshold write_burst;
     struct threshold upload_bytes;
     struct threshold denied_burst;
+    struct threshold auth_failures; /* per client source, of credentials naming no agent */
     struct off_hours_cfg off_hours;
     struct baseline_cfg baseline;
     int expiry_warn_days; /* default 14 */

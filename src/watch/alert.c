@@ -13,6 +13,7 @@ static const char *const kind_names[ALERT_KIND_COUNT] = {
     [ALERT_GRANT_EXPIRED] = "grant_expired",
     [ALERT_GRANT_EXPIRING] = "grant_expiring",
     [ALERT_QUARANTINE] = "quarantine",
+    [ALERT_AUTH_FAILURES] = "auth_failures",
 };
 
 const char *alert_kind_name(enum alert_kind k)

@@ -9,6 +9,8 @@
 
 #include "policy/lint.h"
 #include "state/store.h"
+#include "util/pos_index.h"
+#include "util/siphash.h"
 #include "util/units.h"
 #include "watch/bus.h"
 #include "watch/contact_set.h"
@@ -26,7 +28,7 @@
 struct cfg {
     bool present;
     bool first_contact;
-    struct threshold write_burst, upload_bytes, denied_burst;
+    struct threshold write_burst, upload_bytes, denied_burst, auth_failures;
     struct off_hours_cfg off_hours; /* tz owned */
     struct baseline_cfg baseline;
     int warn_days;
@@ -44,6 +46,16 @@ struct agent_state {
     int64_t seen_ms; /* its last event (wall clock), for agent_evict() */
 };
 
+/* An auth_failures source: an IPv4 address, an IPv6 /64 (a host commonly
+ * holds a whole one, and could spread its guesses over its addresses), the
+ * unix socket's clients, or every source past DETECT_SOURCES_MAX. */
+enum source_kind { SOURCE_ADDR, SOURCE_UNIX, SOURCE_OVERFLOW };
+
+struct source_state {
+    struct ipaddr key; /* SOURCE_ADDR: the address, an IPv6 one cut to its /64 */
+    struct window fails;
+};
+
 struct detectors {
     struct alert_bus *out;
     struct store *store;
@@ -52,8 +64,17 @@ struct detectors {
     size_t nagents, capagents;
     struct contact_set contacts;
     struct fold fold;
-    int64_t oh_minute;  /* off-hours cache */
-    int32_t grants_day; /* the UTC day grants were last announced */
+    /* auth_failures: the table of sources, indexed by a keyed hash of
+     * their key (the addresses are the clients' choice), and the two
+     * sources outside it */
+    struct source_state *sources;
+    size_t nsources, capsources;
+    struct pos_index source_index;
+    struct siphash_key source_hash_key;
+    struct source_state unix_clients, overflow;
+    int64_t sources_swept_ms; /* the table's last sweep for idle sources */
+    int64_t oh_minute;        /* off-hours cache */
+    int32_t grants_day;       /* the UTC day grants were last announced */
     bool oh_result;
     uint64_t published, folded;
 };
@@ -159,6 +180,101 @@ static void load_baseline(const char *agent, const struct store_baseline *b, voi
     a->bl_known = true;
 }
 
+/* ---- client sources (auth_failures) ------------------------------------------ */
+
+#define SOURCES_SWEEP_MS 1000 /* a full table looks for idle sources at most this often */
+
+static uint64_t source_hash(const struct detectors *d, const struct ipaddr *key)
+{
+    return siphash13(&d->source_hash_key, key->b, sizeof(key->b));
+}
+
+/* Indexes every source anew (after sources moved, or a new table). */
+static void sources_reindex(struct detectors *d)
+{
+    pos_index_empty(&d->source_index);
+    for (size_t i = 0; i < d->nsources; i++)
+        pos_index_add(&d->source_index, source_hash(d, &d->sources[i].key), i);
+}
+
+/* A reload that changes auth_failures.per starts every source's window
+ * afresh, as it does an agent's. */
+static void sources_configure(struct detectors *d)
+{
+    uint64_t per = d->cfg.auth_failures.per_ms;
+    if (d->overflow.fails.per_ms == per)
+        return;
+    for (size_t i = 0; i < d->nsources; i++)
+        window_init(&d->sources[i].fails, per);
+    window_init(&d->unix_clients.fails, per);
+    window_init(&d->overflow.fails, per);
+}
+
+/* Forgets the sources whose window is empty at <now_ms>: forgetting them
+ * loses no count. At most once every SOURCES_SWEEP_MS, so that a flood of
+ * new sources into a table full of busy ones does not scan it each time. */
+static void sources_sweep(struct detectors *d, int64_t now_ms)
+{
+    if (d->sources_swept_ms != INT64_MIN && now_ms >= d->sources_swept_ms &&
+        now_ms - d->sources_swept_ms < SOURCES_SWEEP_MS)
+        return;
+    d->sources_swept_ms = now_ms;
+    size_t kept = 0;
+    for (size_t i = 0; i < d->nsources; i++)
+        if (window_sum(&d->sources[i].fails, now_ms) > 0)
+            d->sources[kept++] = d->sources[i];
+    if (kept != d->nsources) {
+        d->nsources = kept;
+        sources_reindex(d);
+    }
+}
+
+/* The source a refusal from <addr> (NULL: a unix-socket client) counts
+ * under: its own, made when new, or the overflow when the table is full of
+ * sources still counting (or memory is short). <*kind> says which; <*key>
+ * is the address key (an IPv6 address cut to its /64). */
+static struct source_state *source_get(struct detectors *d, const struct ipaddr *addr,
+                                       int64_t now_ms, enum source_kind *kind, struct ipaddr *key)
+{
+    *kind = SOURCE_UNIX;
+    if (addr == NULL)
+        return &d->unix_clients;
+    *key = *addr;
+    if (!ipaddr_is_v4(key))
+        memset(key->b + 8, 0, 8);
+    uint64_t h = source_hash(d, key);
+    size_t j = POS_INDEX_START, p;
+    *kind = SOURCE_ADDR;
+    while ((p = pos_index_next(&d->source_index, h, &j)) != 0)
+        if (ipaddr_equal(&d->sources[p - 1].key, key))
+            return &d->sources[p - 1];
+    if (d->nsources >= DETECT_SOURCES_MAX)
+        sources_sweep(d, now_ms);
+    *kind = SOURCE_OVERFLOW;
+    if (d->nsources >= DETECT_SOURCES_MAX)
+        return &d->overflow;
+    if (d->nsources == d->capsources) {
+        size_t nc = d->capsources ? d->capsources * 2 : 16;
+        struct source_state *ns = realloc(d->sources, nc * sizeof(*ns));
+        if (ns == NULL)
+            return &d->overflow;
+        d->sources = ns;
+        d->capsources = nc;
+    }
+    int r = pos_index_reserve(&d->source_index, d->nsources + 1);
+    if (r < 0)
+        return &d->overflow;
+    struct source_state *s = &d->sources[d->nsources++];
+    s->key = *key;
+    window_init(&s->fails, d->cfg.auth_failures.per_ms);
+    if (r > 0)
+        sources_reindex(d);
+    else
+        pos_index_add(&d->source_index, h, d->nsources - 1);
+    *kind = SOURCE_ADDR;
+    return s;
+}
+
 /* ---- life cycle ------------------------------------------------------------- */
 
 struct detectors *detectors_new(struct alert_bus *out, struct store *store)
@@ -173,6 +289,11 @@ struct detectors *detectors_new(struct alert_bus *out, struct store *store)
     fold_init(&d->fold);
     contact_set_init(&d->contacts, DETECT_CONTACTS_MAX);
     d->cfg.write_burst.per_ms = d->cfg.upload_bytes.per_ms = d->cfg.denied_burst.per_ms = 60000;
+    d->cfg.auth_failures.per_ms = 60000;
+    siphash_random_key(&d->source_hash_key, d);
+    window_init(&d->unix_clients.fails, d->cfg.auth_failures.per_ms);
+    window_init(&d->overflow.fails, d->cfg.auth_failures.per_ms);
+    d->sources_swept_ms = INT64_MIN;
     if (store != NULL) {
         store_load_contacts(store, load_contact, d);
         store_load_baselines(store, DETECT_AGENTS_MAX, load_baseline, d);
@@ -187,6 +308,8 @@ void detectors_free(struct detectors *d)
     for (size_t i = 0; i < d->nagents; i++)
         free(d->agents[i].id);
     free(d->agents);
+    free(d->sources);
+    pos_index_free(&d->source_index);
     contact_set_free(&d->contacts);
     fold_free(&d->fold);
     free(d->cfg.off_hours.tz);
@@ -202,6 +325,7 @@ int detectors_configure(struct detectors *d, const struct policy *p)
     c.write_burst = a->write_burst;
     c.upload_bytes = a->upload_bytes;
     c.denied_burst = a->denied_burst;
+    c.auth_failures = a->auth_failures;
     c.off_hours = a->off_hours;
     c.off_hours.tz = NULL;
     if (a->off_hours.set &&
@@ -209,8 +333,8 @@ int detectors_configure(struct detectors *d, const struct policy *p)
         return -1;
     c.baseline = a->baseline;
     c.warn_days = lint_warn_days(p);
-    struct threshold *ts[] = {&c.write_burst, &c.upload_bytes, &c.denied_burst};
-    for (size_t i = 0; i < 3; i++)
+    struct threshold *ts[] = {&c.write_burst, &c.upload_bytes, &c.denied_burst, &c.auth_failures};
+    for (size_t i = 0; i < 4; i++)
         if (ts[i]->per_ms == 0)
             ts[i]->per_ms = 60000;
     free(d->cfg.off_hours.tz);
@@ -218,6 +342,7 @@ int detectors_configure(struct detectors *d, const struct policy *p)
     d->oh_minute = -1;
     for (size_t i = 0; i < d->nagents; i++)
         agent_windows(&d->cfg, &d->agents[i], true);
+    sources_configure(d);
     return 0;
 }
 
@@ -459,6 +584,64 @@ static void baseline_check(struct detectors *d, struct agent_state *a, const cha
 
 /* ---- the detectors ------------------------------------------------------- */
 
+/* True when <ev> is a refusal auth_failures counts: auth_required for
+ * credentials the request presented that identify no agent (a secret
+ * matching none, unreadable, or Basic with an empty password), not one
+ * without credentials (a client not set up, not a guess) nor a tunnel
+ * decided again (the policy's act). */
+static bool counts_auth_failure(const struct egress_event *ev)
+{
+    return ev->verdict == VERDICT_DENY && ev->reason == REASON_AUTH_REQUIRED && ev->credentials &&
+           ev->agent == NULL && !ev->redecided && !ev->again;
+}
+
+/* Counts the refusal <ev> against its source and alerts past the max. The
+ * detail names the source, the count and the window, and of the request
+ * only its method, host and port: nothing of its credentials. */
+static void auth_failure(struct detectors *d, const struct egress_event *ev, int64_t now_ms)
+{
+    const struct threshold *t = &d->cfg.auth_failures;
+    enum source_kind kind;
+    struct ipaddr key;
+    struct source_state *s = source_get(d, ev->source, now_ms, &kind, &key);
+    uint64_t n = window_add(&s->fails, now_ms, 1);
+    if (n <= t->max)
+        return;
+    char last[IPADDR_STRLEN] = "?", net[IPADDR_STRLEN + 4], from[2 * IPADDR_STRLEN + 64];
+    char detail[DETAIL_MAX], per[32];
+    const char *fold_key = from;
+    if (ev->source != NULL)
+        ipaddr_format(ev->source, last, sizeof(last));
+    if (kind == SOURCE_UNIX) {
+        snprintf(from, sizeof(from), "the unix socket's clients");
+    } else if (kind == SOURCE_OVERFLOW) {
+        snprintf(from, sizeof(from), "sources past the %u tracked, counted together (the last %s)",
+                 (unsigned)DETECT_SOURCES_MAX, last);
+        fold_key = "overflow";
+    } else if (ipaddr_is_v4(&key)) {
+        snprintf(from, sizeof(from), "%s", last);
+    } else {
+        struct cidr c64 = {.addr = key, .prefix = 64};
+        cidr_format(&c64, net, sizeof(net));
+        snprintf(from, sizeof(from), "%s (the last %s)", net, last);
+        fold_key = net;
+    }
+    snprintf(detail, sizeof(detail),
+             "%llu requests from %s within %s (max %llu) presented credentials that identify no "
+             "agent (a token that matches none, unreadable, or Basic with an empty password): "
+             "someone may be guessing tokens; the last: %s %s:%u",
+             (unsigned long long)n, from, period_text(t->per_ms, per, sizeof(per)),
+             (unsigned long long)t->max, ev->method ? ev->method : "?", ev->host ? ev->host : "?",
+             (unsigned)ev->port);
+    struct alert al = {.kind = ALERT_AUTH_FAILURES,
+                       .severity = SEVERITY_HIGH,
+                       .host = ev->host,
+                       .tier = ev->tier,
+                       .id = ev->id,
+                       .detail = detail};
+    raise_alert(d, &al, fold_key, t->per_ms, now_ms);
+}
+
 static void on_egress(struct detectors *d, const struct egress_event *ev, int64_t now_ms)
 {
     const struct cfg *c = &d->cfg;
@@ -543,6 +726,8 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
         al.detail = detail;
         raise_alert(d, &al, ev->host, DETECT_FOLD_MS, now_ms);
     }
+    if (c->auth_failures.set && counts_auth_failure(ev))
+        auth_failure(d, ev, now_ms);
     if (a == NULL)
         return;
     if (c->write_burst.set && passed && write) {

@@ -10,6 +10,9 @@
  *   write_burst     write-method requests let through, per agent, over max per period;
  *   upload_bytes    bytes sent upstream per agent (progress events), over max per period;
  *   denied_burst    denials per agent over max per period (bus_counts_denial());
+ *   auth_failures   auth_required refusals of credentials that named no agent, per
+ *                   client source (an IPv4 address, an IPv6 /64, the unix socket's
+ *                   clients as one), over max per period: someone guessing tokens;
  *   off_hours_write a write let through outside the working hours;
  *   baseline        a minute whose requests (or bytes) exceed factor x the learned
  *                   per-agent average and the floor (requests; floor KiB for bytes);
@@ -18,7 +21,7 @@
  * Times are wall-clock milliseconds passed in by the caller (tests use a
  * fake clock); detectors_on_event() takes the event's own (bus_event_ms()).
  *
- * Owns: its per-agent state, the first-contact set, the fold table. The
+ * Owns: its per-agent and per-source state, the first-contact set, the fold table. The
  * alert bus and the store are borrowed. */
 #ifndef SLUICE_WATCH_DETECTORS_H
 #define SLUICE_WATCH_DETECTORS_H
@@ -37,6 +40,12 @@ struct detectors;
 #define DETECT_CONTACTS_MAX   1000000 /* first-contact pairs remembered */
 #define DETECT_CONTACTS_BURST 30      /* an agent's first contacts a minute told one by one */
 #define DETECT_AGENTS_MAX     4096    /* agents with window state */
+/* Client sources with an auth_failures window. Past it, a source not in
+ * the table is counted with every other such source under one overflow
+ * key (a source whose window emptied gives its place first): evicting a
+ * busy source instead would let a flood of addresses wipe a guesser's
+ * count, while the overflow key still counts the guesser's every try. */
+#define DETECT_SOURCES_MAX 4096
 
 /* Returns new detectors publishing to <out>, remembering in <store> (NULL:
  * memory only; otherwise its first contacts and baselines are loaded now),

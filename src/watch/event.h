@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "policy/decision.h"
+#include "util/ipaddr.h"
 
 /* EVENT_EGRESS_PROGRESS: bytes went upstream while a request or tunnel is
  * still running (bytes_up holds the bytes since the previous progress
@@ -56,6 +57,15 @@ struct egress_event {
      * counted, not a new request nor a new contact. False for the one line
      * of a tunnel refused or denied before its line was out. */
     bool again;
+    /* Who asked, for the auth_failures detector; neither is in the
+     * decision log. <source> is the client's address, NULL for a client of
+     * a unix listener. <credentials> is true when the request presented a
+     * Proxy-Authorization that was judged: read and compared with the
+     * agents' tokens, or found unreadable (false when it sent none, under
+     * run's fixed agent, and when the secret could not be checked, the
+     * gateway's own failure, not the client's guess). */
+    const struct ipaddr *source;
+    bool credentials;
 
     /* EVENT_EGRESS_END only (and bytes_up, as a delta, in EVENT_EGRESS_PROGRESS). */
     int status;          /* HTTP status returned to the agent; 0 when none (tunnel: 200) */

@@ -24,6 +24,9 @@ struct got {
     unsigned last_count;
     char last_detail[1200];
     char last_agent[64];
+    char last_host[64];
+    char last_id[64];
+    enum alert_severity last_severity;
 };
 
 static void on_alert(const struct alert *a, void *arg)
@@ -33,6 +36,9 @@ static void on_alert(const struct alert *a, void *arg)
     g->last_count = a->count;
     snprintf(g->last_detail, sizeof(g->last_detail), "%s", a->detail ? a->detail : "");
     snprintf(g->last_agent, sizeof(g->last_agent), "%s", a->agent ? a->agent : "(null)");
+    snprintf(g->last_host, sizeof(g->last_host), "%s", a->host ? a->host : "(null)");
+    snprintf(g->last_id, sizeof(g->last_id), "%s", a->id ? a->id : "(null)");
+    g->last_severity = a->severity;
 }
 
 struct fx {
@@ -160,6 +166,183 @@ static void denied_burst_and_upload(void **state)
     detectors_feed(f->d, &up, T0 + 61000);
     detectors_tick(f->d, T0 + 200000);
     assert_int_equal(f->got.n[ALERT_UPLOAD_BYTES], 1);
+}
+
+/* A 407 auth_required refusal of a request from <src> (NULL: a client of
+ * the unix socket), <credentials> when it presented some. */
+static struct egress_event auth_ev(const struct ipaddr *src, bool credentials)
+{
+    struct egress_event ev =
+        ev_of(NULL, "GET", "x.test", VERDICT_DENY, REASON_AUTH_REQUIRED, TIER_NONE);
+    ev.id = "c9.1";
+    ev.source = src;
+    ev.credentials = credentials;
+    return ev;
+}
+
+static struct ipaddr ip_of(const char *s)
+{
+    struct ipaddr a;
+    assert_true(ip_literal_parse(s, strlen(s), &a) != IP_LITERAL_NONE);
+    return a;
+}
+
+/* auth_failures: credentials that identify no agent, counted per client
+ * source over a sliding window; more than max alerts once (high, no
+ * agent), further ones fold into the period's summary. A refusal without
+ * credentials, of an identified agent or of a tunnel decided again does
+ * not count. */
+static void auth_failures_per_source(void **state)
+{
+    struct fx *f = *state;
+    f->p.alerts.auth_failures = (struct threshold){.set = true, .max = 3, .per_ms = 10000};
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    struct ipaddr lo = ip_of("127.0.0.1"), other = ip_of("10.0.0.2");
+    struct egress_event guess = auth_ev(&lo, true), none = auth_ev(&lo, false);
+    for (int i = 0; i < 10; i++) /* no credentials: a client not set up */
+        detectors_feed(f->d, &none, T0 + i);
+    struct egress_event redecided = auth_ev(&lo, true);
+    redecided.redecided = true;
+    detectors_feed(f->d, &redecided, T0 + 10);
+    struct egress_event named = auth_ev(&lo, true);
+    named.agent = "ci"; /* not a refusal of credentials naming no agent */
+    detectors_feed(f->d, &named, T0 + 11);
+    for (int i = 0; i < 3; i++)
+        detectors_feed(f->d, &guess, T0 + 100 + i);
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], 0); /* 3 is not over 3 */
+    detectors_feed(f->d, &guess, T0 + 200);
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], 1);
+    assert_int_equal(f->got.last_severity, SEVERITY_HIGH);
+    assert_string_equal(f->got.last_agent, "(null)");
+    assert_string_equal(f->got.last_host, "x.test");
+    assert_string_equal(f->got.last_id, "c9.1");
+    assert_non_null(strstr(f->got.last_detail, "4 requests from 127.0.0.1 within 10s (max 3)"));
+    assert_non_null(strstr(f->got.last_detail, "the last: GET x.test:80"));
+    /* another source has a window of its own */
+    struct egress_event elsewhere = auth_ev(&other, true);
+    for (int i = 0; i < 3; i++)
+        detectors_feed(f->d, &elsewhere, T0 + 300 + i);
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], 1);
+    /* more guesses: one line per trip, the rest folded into a summary */
+    for (int i = 0; i < 5; i++)
+        detectors_feed(f->d, &guess, T0 + 400 + i);
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], 1);
+    detectors_feed(f->d, &elsewhere, T0 + 500); /* its own trip: not folded with 127.0.0.1's */
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], 2);
+    assert_non_null(strstr(f->got.last_detail, "4 requests from 10.0.0.2 within 10s"));
+    detectors_tick(f->d, T0 + 10200);
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], 3);
+    assert_int_equal(f->got.last_count, 5);
+    assert_non_null(strstr(f->got.last_detail, "5 more within 10s, folded"));
+    /* the window slid: 4 guesses again are needed */
+    for (int i = 0; i < 3; i++)
+        detectors_feed(f->d, &guess, T0 + 30000 + i);
+    detectors_tick(f->d, T0 + 30000);
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], 3);
+    /* off unless configured */
+    f->p.alerts.auth_failures.set = false;
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    for (int i = 0; i < 20; i++)
+        detectors_feed(f->d, &guess, T0 + 60000 + i);
+    detectors_tick(f->d, T0 + 200000);
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], 3);
+}
+
+/* An IPv6 client counts with the rest of its /64 (a host commonly holds
+ * one, and could spread guesses over its addresses); the unix socket's
+ * clients count as one source. */
+static void auth_failures_v6_prefix_and_unix_socket(void **state)
+{
+    struct fx *f = *state;
+    f->p.alerts.auth_failures = (struct threshold){.set = true, .max = 2, .per_ms = 60000};
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    struct ipaddr a = ip_of("2001:db8::1"), b = ip_of("2001:db8::ffff:2"),
+                  c = ip_of("2001:db8:0:1::1");
+    struct egress_event ea = auth_ev(&a, true), eb = auth_ev(&b, true), ec = auth_ev(&c, true);
+    detectors_feed(f->d, &ea, T0);
+    detectors_feed(f->d, &ec, T0 + 1); /* another /64 */
+    detectors_feed(f->d, &ec, T0 + 2);
+    detectors_feed(f->d, &eb, T0 + 3);
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], 0);
+    detectors_feed(f->d, &ea, T0 + 4);
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], 1);
+    assert_non_null(
+        strstr(f->got.last_detail, "3 requests from 2001:db8::/64 (the last 2001:db8::1) within"));
+    struct egress_event u = auth_ev(NULL, true);
+    for (int i = 0; i < 3; i++)
+        detectors_feed(f->d, &u, T0 + 10 + i);
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], 2);
+    assert_non_null(strstr(f->got.last_detail, "3 requests from the unix socket's clients"));
+}
+
+/* The source table holds DETECT_SOURCES_MAX sources. Full of sources still
+ * counting, a new source is counted with every other new one under one
+ * overflow key: a flood of addresses can neither wipe a guesser's count
+ * nor hide a new guesser. Once sources go idle, new ones get places. */
+static void auth_failures_table_is_bounded(void **state)
+{
+    struct fx *f = *state;
+    f->p.alerts.auth_failures = (struct threshold){.set = true, .max = 2, .per_ms = 60000};
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    struct ipaddr first;
+    for (uint32_t i = 0; i < DETECT_SOURCES_MAX; i++) {
+        struct ipaddr s;
+        ipaddr_from_v4(&s, 0x0a000000u + i); /* 10.0.0.0 on */
+        if (i == 0)
+            first = s;
+        struct egress_event ev = auth_ev(&s, true);
+        detectors_feed(f->d, &ev, T0 + i);
+    }
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], 0);
+    struct ipaddr g1 = ip_of("192.0.2.1"), g2 = ip_of("192.0.2.2");
+    struct egress_event e1 = auth_ev(&g1, true), e2 = auth_ev(&g2, true);
+    detectors_feed(f->d, &e1, T0 + 5000);
+    detectors_feed(f->d, &e2, T0 + 5001);
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], 0);
+    detectors_feed(f->d, &e1, T0 + 5002); /* 3 past the table, counted together */
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], 1);
+    assert_non_null(strstr(f->got.last_detail, "3 requests from sources past the 4096 tracked, "
+                                               "counted together (the last 192.0.2.1)"));
+    /* a source in the table kept its count */
+    struct egress_event e0 = auth_ev(&first, true);
+    detectors_feed(f->d, &e0, T0 + 5003);
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], 1);
+    detectors_feed(f->d, &e0, T0 + 5004);
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], 2);
+    assert_non_null(strstr(f->got.last_detail, "3 requests from 10.0.0.0 within 1m"));
+    /* two minutes later every window is empty: a new source has its own */
+    for (int i = 0; i < 3; i++)
+        detectors_feed(f->d, &e2, T0 + 125000 + i);
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], 3);
+    assert_non_null(strstr(f->got.last_detail, "3 requests from 192.0.2.2 within 1m"));
+}
+
+/* A reload changes max at once and keeps the windows; one that changes
+ * per starts them afresh, as for denied_burst. */
+static void auth_failures_reload(void **state)
+{
+    struct fx *f = *state;
+    f->p.alerts.auth_failures = (struct threshold){.set = true, .max = 5, .per_ms = 60000};
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    struct ipaddr lo = ip_of("127.0.0.1");
+    struct egress_event guess = auth_ev(&lo, true);
+    for (int i = 0; i < 3; i++)
+        detectors_feed(f->d, &guess, T0 + i);
+    f->p.alerts.auth_failures.max = 2;
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], 0);
+    detectors_feed(f->d, &guess, T0 + 10);
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], 1);
+    assert_non_null(strstr(f->got.last_detail, "4 requests from 127.0.0.1 within 1m (max 2)"));
+    f->p.alerts.auth_failures.per_ms = 30000;
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    detectors_tick(f->d, T0 + 70000); /* the fold period ends */
+    detectors_feed(f->d, &guess, T0 + 70001);
+    detectors_feed(f->d, &guess, T0 + 70002);
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], 1); /* 2, counted afresh */
+    detectors_feed(f->d, &guess, T0 + 70003);
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], 2);
+    assert_non_null(strstr(f->got.last_detail, "3 requests from 127.0.0.1 within 30s (max 2)"));
 }
 
 static void tier3_grants_and_first_contact(void **state)
@@ -880,6 +1063,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(write_burst_threshold_and_fold, setup, teardown),
         cmocka_unit_test_setup_teardown(denied_burst_and_upload, setup, teardown),
+        cmocka_unit_test_setup_teardown(auth_failures_per_source, setup, teardown),
+        cmocka_unit_test_setup_teardown(auth_failures_v6_prefix_and_unix_socket, setup, teardown),
+        cmocka_unit_test_setup_teardown(auth_failures_table_is_bounded, setup, teardown),
+        cmocka_unit_test_setup_teardown(auth_failures_reload, setup, teardown),
         cmocka_unit_test_setup_teardown(tier3_grants_and_first_contact, setup, teardown),
         cmocka_unit_test_setup_teardown(long_owners_are_shortened_between_characters, setup,
                                         teardown),

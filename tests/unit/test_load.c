@@ -169,7 +169,8 @@ static const char spec_example[] =
     "  expiry_warn_days: 7\n"
     "  sinks:\n"
     "    - exec: /usr/local/bin/page-oncall\n"
-    "    - webhook: http://127.0.0.1:9000/hook\n";
+    "    - webhook: http://127.0.0.1:9000/hook\n"
+    "  auth_failures: {max: 5, per: 30s}\n";
 
 static void check_spec_rules(const struct policy *p)
 {
@@ -287,6 +288,9 @@ static void check_spec_alerts(const struct policy *p)
     assert_int_equal(a->upload_bytes.max, 10u * 1024 * 1024);
     assert_int_equal(a->upload_bytes.per_ms, 30000);
     assert_int_equal(a->denied_burst.per_ms, 60000); /* default 1m */
+    assert_true(a->auth_failures.set);
+    assert_int_equal(a->auth_failures.max, 5);
+    assert_int_equal(a->auth_failures.per_ms, 30000);
     assert_true(a->off_hours.set);
     assert_string_equal(a->off_hours.tz, "UTC");
     assert_int_equal(a->off_hours.start_min, 8 * 60);
@@ -1711,6 +1715,17 @@ static void test_alert_errors(void **state)
          "p.yaml:5: alerts.denied_burst.max: must be at least 1"},
         {V R "alerts: {denied_burst: {max: 1, per: 0}}\n",
          "p.yaml:5: alerts.denied_burst.per: must be greater than 0"},
+        {V R "alerts: {auth_failures: {max: 0}}\n",
+         "p.yaml:5: alerts.auth_failures.max: must be at least 1"},
+        {V R "alerts: {auth_failures: {max: 1, per: 0}}\n",
+         "p.yaml:5: alerts.auth_failures.per: must be greater than 0"},
+        {V R "alerts: {auth_failures: {per: 1m}}\n",
+         "p.yaml:5: alerts.auth_failures.max: is required"},
+        {V R "alerts: {auth_failures: {max: ten}}\n",
+         "p.yaml:5: alerts.auth_failures.max: expected an integer, got 'ten'"},
+        {V R "alerts: {auth_failures: {max: 1, window: 1m}}\n",
+         "p.yaml:5: alerts.auth_failures: unknown key 'window' (expected one of max, per)"},
+        {V R "alerts: {auth_failures: 10}\n", "p.yaml:5: alerts.auth_failures: expected a mapping"},
         {V R "alerts: {upload_bytes: {max: 0B}}\n",
          "p.yaml:5: alerts.upload_bytes.max: must be at least 1B"},
         {V R "alerts: {upload_bytes: {max: lots}}\n",
@@ -1819,7 +1834,7 @@ static void test_alert_errors(void **state)
         {V R "alerts: {sinks: [{webhook: ~}]}\n", "p.yaml:5: alerts.sinks[0]: expected a string"},
         {V R "alerts: {paging: true}\n",
          "p.yaml:5: alerts: unknown key 'paging' (expected one of first_contact, write_burst, "
-         "upload_bytes, denied_burst, off_hours, baseline, expiry_warn_days, sinks)"},
+         "upload_bytes, denied_burst, auth_failures, off_hours, baseline, expiry_warn_days, sinks)"},
     };
     RUN(cases);
 }
