@@ -8,10 +8,11 @@ throttled. Real gateway, loopback only."""
 
 import base64
 import time
+import urllib.request
 
 from conftest import policy_yaml
 from gate_client import api_rule, poll, request
-from watch_helpers import alerts, assert_prompt, wait_alert, wait_alert_timed
+from watch_helpers import alerts, assert_prompt, free_tcp_port, wait_alert, wait_alert_timed
 
 TOKEN = "s3cret-token-for-auth-failures"
 ENV = {"SLUICE_TEST_TOKEN": TOKEN}
@@ -37,11 +38,11 @@ def wrong(i):
     return "Basic !!zz9-DDDD-%d!!" % i
 
 
-def start(gateway, net, tmp_path, max_, per="1m", unix=False):
+def start(gateway, net, tmp_path, max_, per="1m", unix=False, args=()):
     af = str(tmp_path / "alerts.jsonl")
     pol = net.policy([api_rule(net)], agents=AGENTS,
                      alerts={"auth_failures": {"max": max_, "per": per}})
-    gw = gateway(pol, env=ENV, args=["--alerts", af], tcp=not unix, unix=unix)
+    gw = gateway(pol, env=ENV, args=["--alerts", af] + list(args), tcp=not unix, unix=unix)
     return gw, af
 
 
@@ -97,7 +98,8 @@ def test_wrong_tokens_past_max_raise_one_alert(gateway, net, tmp_path):
 
 
 def test_the_right_token_neither_counts_nor_resets(gateway, net, tmp_path):
-    gw, af = start(gateway, net, tmp_path, 3)
+    admin = free_tcp_port()
+    gw, af = start(gateway, net, tmp_path, 3, args=["--admin", "127.0.0.1:%d" % admin])
     for i in range(3):
         guess(gw, net, i)
     for _ in range(5):
@@ -108,6 +110,9 @@ def test_the_right_token_neither_counts_nor_resets(gateway, net, tmp_path):
     guess(gw, net, 3, path="/fourth")  # the 4th wrong one, the right ones between
     a = wait_alert(af, "auth_failures")[0]
     assert "4 requests from 127.0.0.1 within 1m (max 3)" in a["detail"], a
+    # counted by kind in the metrics
+    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % admin, timeout=10).read()
+    assert b'sluice_alerts_total{kind="auth_failures"} 1\n' in text, text
 
 
 def test_unix_socket_clients_count_as_one_source(gateway, net, tmp_path):
