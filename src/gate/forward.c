@@ -568,6 +568,16 @@ static int read_response_head(struct conn *c, bool force)
             continue;
         }
         ex->rsp_body = http1_response_body(rsp, ex->mbit);
+        /* HTTP/1.0 has no Transfer-Encoding (RFC 9112 6.1): a body still
+         * in a coding other than chunked (gzip) would reach an HTTP/1.0
+         * client with nothing saying so, its coded bytes passing for the
+         * body. The gateway does not decode them. */
+        if (ex->client_v10 && rsp->other_coding && ex->rsp_body != BODY_NONE) {
+            free(rsp);
+            fail(c, "the upstream sent a transfer coding other than chunked, which an HTTP/1.0 "
+                    "client cannot take");
+            return -1;
+        }
         ex->status = rsp->status;
         /* A framed response keeps the client connection even when the
          * upstream closes its own: the two are separate hops. Not when it

@@ -650,9 +650,10 @@ enum body_kind http1_request_body(const struct http_request *req)
 /* Responses */
 
 /* Transfer-Encoding of a response: a list of codings; chunked at most once
- * and only as the final one. */
+ * and only as the final one. <*other> is set when one is neither chunked
+ * nor identity (no coding). */
 static int response_te(const char *v, size_t len, bool *seen_chunked, bool *final_chunked,
-                       const char **why)
+                       bool *other, const char **why)
 {
     struct list_iter it;
     const char *e;
@@ -679,6 +680,8 @@ static int response_te(const char *v, size_t len, bool *seen_chunked, bool *fina
                 return -1;
             }
             *seen_chunked = true;
+        } else if (!eqi(e, n, "identity") || n != elen) {
+            *other = true;
         }
     }
     return 0;
@@ -736,6 +739,7 @@ int http1_parse_response(const char *buf, size_t len, size_t max_head, struct ht
 
     out->content_length = -1;
     out->chunked = false;
+    out->other_coding = false;
     bool close = false, keep_alive = false, te = false, seen_chunked = false;
     for (size_t i = 0; i < out->nheaders; i++) {
         const struct http_header *h = &out->headers[i];
@@ -744,7 +748,8 @@ int http1_parse_response(const char *buf, size_t len, size_t max_head, struct ht
                 return HTTP1_BAD;
         } else if (eqi(h->name, h->name_len, "transfer-encoding")) {
             te = true;
-            if (response_te(h->value, h->value_len, &seen_chunked, &out->chunked, why) != 0)
+            if (response_te(h->value, h->value_len, &seen_chunked, &out->chunked,
+                            &out->other_coding, why) != 0)
                 return HTTP1_BAD;
         } else if (eqi(h->name, h->name_len, "connection")) {
             if (parse_connection(h->value, h->value_len, &close, &keep_alive, why) != 0)

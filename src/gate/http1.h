@@ -84,6 +84,7 @@ struct http_response {
     size_t reason_len;
     int64_t content_length; /* -1 when absent */
     bool chunked;           /* chunked is the final transfer coding */
+    bool other_coding;      /* a transfer coding other than chunked (and identity) */
     bool conn_close;        /* Connection: close, HTTP/1.0 without keep-alive, or a
                              * body that ends only when the server closes */
     struct http_header headers[HTTP_MAX_HEADERS];

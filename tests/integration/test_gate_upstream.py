@@ -33,12 +33,14 @@ def evil_get(path, up):
     return ("GET %s HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (evil_url(up, path), EVIL, up.port)).encode()
 
 
-def get_until_close(gw, up, path):
-    """GETs <path> from the evil origin; returns every byte the gateway sent
+def get_until_close(gw, up, path, method="GET", version="1.1", fields=""):
+    """GETs <path> from the evil origin (or <method>s it, in HTTP/<version>,
+    with <fields> after the Host); returns every byte the gateway sent
     until it closed (raw: what a cut leaves is visible)."""
     s = open_conn(gw)
     try:
-        s.sendall(evil_get(path, up))
+        s.sendall(("%s %s HTTP/%s\r\nHost: %s:%d\r\n%s\r\n"
+                   % (method, evil_url(up, path), version, EVIL, up.port, fields)).encode())
         return recv_until_close(s)
     finally:
         s.close()
@@ -954,3 +956,48 @@ def test_a_response_head_has_at_most_100_fields(gateway, net, extra):
             assert b"\r\nX-H98: v\r\n" in head, raw
         _, end = gw.decided(path="/fields")
         assert end["status"] == (502 if extra else 200), end
+
+
+@pytest.mark.parametrize("te,body", [
+    (b"gzip, chunked", b"5\r\nhello\r\n0\r\n\r\n"),
+    (b"gzip", b"hello"),
+    (b"identity, x-custom,\r\nTransfer-Encoding: chunked", b"5\r\nhello\r\n0\r\n\r\n"),
+], ids=["gzip_chunked", "gzip_until_close", "custom_chunked"])
+def test_a_transfer_coding_an_http10_agent_cannot_take_is_502(gateway, net, te, body):
+    # HTTP/1.0 has no Transfer-Encoding (RFC 9112 6.1): an HTTP/1.0 agent
+    # gets a chunked body as its data alone, but data still in another
+    # transfer coding (gzip) would reach it with nothing saying so, and it
+    # would take the coded bytes for the body. The gateway does not decode:
+    # 502, naming why. An HTTP/1.1 agent gets the codings as they are.
+    def script(conn, stop, _):
+        conn.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: " + te + b"\r\n\r\n" + body)
+        if b"chunked" not in te:
+            conn.shutdown(socket.SHUT_WR)
+        stop.wait(2)
+
+    with ScriptedUpstream(script) as up:
+        gw = evil_gateway(gateway, net, up)
+        raw = get_until_close(gw, up, "/te10", version="1.0")
+        head, _, rest = raw.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 502 "), raw
+        assert b"\r\nSluice-Reason: upstream_unreachable\r\n" in head, raw
+        assert b"transfer coding" in rest, raw
+        assert b"hello" not in raw, raw
+        _, end = gw.decided(path="/te10")
+        assert end["status"] == 502, end
+        raw = get_until_close(gw, up, "/te11", fields="Connection: close\r\n")
+        assert raw.startswith(b"HTTP/1.1 200 OK\r\n") and b"\r\nTransfer-Encoding: " in raw, raw
+        assert raw.endswith(b"\r\n\r\n" + body), raw
+
+
+@pytest.mark.parametrize("method", ["HEAD", "GET"])
+def test_an_http10_agent_gets_a_bodiless_answer_despite_its_codings(gateway, net, method):
+    # No body, nothing to decode: a HEAD's answer, or a 304, whatever
+    # codings it names, reaches an HTTP/1.0 agent without Transfer-Encoding
+    status = b"200 OK" if method == "HEAD" else b"304 Not Modified"
+    with ScriptedUpstream(answering(b"HTTP/1.1 " + status +
+                                    b"\r\nTransfer-Encoding: gzip, chunked\r\n\r\n")) as up:
+        gw = evil_gateway(gateway, net, up)
+        raw = get_until_close(gw, up, "/nob", method=method, version="1.0")
+        assert raw.startswith(b"HTTP/1.1 " + status + b"\r\n"), raw
+        assert b"transfer-encoding" not in raw.lower() and raw.endswith(b"\r\n\r\n"), raw

@@ -538,7 +538,13 @@ static void test_responses(void **state)
     assert_int_equal(prsp(s, &why), (int)strlen(s));
     assert_int_equal(rsp.reason_len, 0);
     assert_true(rsp.chunked);
+    assert_true(rsp.other_coding);
     assert_int_equal(http1_response_body(&rsp, METHOD_GET), BODY_CHUNKED);
+
+    s = "HTTP/1.1 200\r\nTransfer-Encoding: identity,\r\nTransfer-Encoding: chunked\r\n\r\n";
+    assert_int_equal(prsp(s, &why), (int)strlen(s));
+    assert_true(rsp.chunked);
+    assert_false(rsp.other_coding);
 
     s = "HTTP/1.1 200 \r\nTransfer-Encoding: chunked, gzip\r\n\r\n";
     assert_int_equal(prsp(s, &why), HTTP1_BAD);
@@ -547,6 +553,7 @@ static void test_responses(void **state)
     s = "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n";
     assert_int_equal(prsp(s, &why), (int)strlen(s));
     assert_false(rsp.chunked);
+    assert_true(rsp.other_coding);
     assert_true(rsp.conn_close);
     assert_int_equal(http1_response_body(&rsp, METHOD_GET), BODY_UNTIL_CLOSE);
 
