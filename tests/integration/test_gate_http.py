@@ -10,9 +10,10 @@ import time
 
 import pytest
 
+from conftest import policy_yaml
 from gate_client import (api_rule, assert_deny_response, build_request, curl, exchange,
-                         exchange_until_close, open_conn, proc_number, read_head, read_response,
-                         read_responses, recv_until_close, request)
+                         exchange_until_close, open_conn, poll, proc_number, read_head,
+                         read_response, read_responses, recv_until_close, request)
 from gate_servers import LoopbackServer, ScriptedUpstream, pattern_bytes
 
 
@@ -1217,3 +1218,24 @@ def test_one_empty_line_before_a_request_line_is_ignored(gateway, net):
                                                                      host))
     assert r is not None and r.status == 400 and r.header("Sluice-Reason") == "bad_request", r
     assert [q.path for q in net.api.requests] == ["/first", "/second"]
+
+
+def test_kept_connection_not_reused_after_a_reload_denies_its_address(gateway, net):
+    # A connection kept before a reload is reused only when the request's
+    # own address guard, under the policy now in force, still lets its
+    # address through: once loopback is no longer allowed, the next request
+    # on the same client connection is refused (private_address), and
+    # nothing of it reaches the origin over the kept connection.
+    gw = gateway(net.policy([api_rule(net)]))
+    s = open_conn(gw)
+    try:
+        assert request(gw, "GET", net.url("/before"), sock=s).status == 200
+        gw.write_policy(policy_yaml(net.policy([api_rule(net)], allow_ranges=())))
+        gw.reload()
+        poll(lambda: "sluice: reloaded " in gw.stderr(), timeout=10, what="the reload")
+        r = request(gw, "GET", net.url("/after"), sock=s)
+    finally:
+        s.close()
+    assert r.status == 403 and r.header("Sluice-Reason") == "private_address", r
+    assert [q.path for q in net.api.requests] == ["/before"]
+    assert net.api.connections == 1
