@@ -800,8 +800,8 @@ static void retry_connected(int err, struct bufferevent *bev, evutil_socket_t fd
         conn_refuse_short(c, errno);
         return;
     }
-    if (err != 0) {
-        fail(c, "the upstream closed the connection");
+    if (err != 0) { /* the fresh connection failed: as any connect does (on_connected()) */
+        conn_refuse(c, REASON_UPSTREAM_UNREACHABLE, NULL, true);
         return;
     }
     c->up = bev;

@@ -321,19 +321,29 @@ def test_reused_connection_closed_on_request_retries_get(gateway, net):
         a.stop()
 
 
-def test_reused_connection_closed_on_post_is_502(gateway, net):
-    # A request with a body is never sent twice: 502.
+@pytest.mark.parametrize("case", ["post", "get_retry_refused"])
+def test_reused_connection_closed_on_request_is_502(gateway, net, case):
+    # A request with a body is never sent twice: 502. A GET is, on a fresh
+    # connection; when that cannot connect (the origin stopped listening),
+    # the 502 says so, as for any request that cannot connect, not that the
+    # upstream closed the connection.
     a = RawUpstream("drop_second")
     try:
         gw = gateway(raw_policy(net, a))
         s = open_conn(gw)
         try:
             r1 = request(gw, "GET", a.url("/1"), sock=s)
-            r2 = request(gw, "POST", a.url("/2"), body=b"once", sock=s)
+            if case == "post":
+                r2 = request(gw, "POST", a.url("/2"), body=b"once", sock=s)
+            else:
+                a.stop()  # its kept connection stays, served by its own thread
+                r2 = request(gw, "GET", a.url("/2"), sock=s)
         finally:
             s.close()
         assert r1.status == 200
         assert_deny_response(r2, "upstream_unreachable", wording=False)
+        if case == "get_retry_refused":
+            assert b"cannot connect to raw.example.test" in r2.body, r2.body
         assert a.connections == 1 and len(a.heads) == 1
         end = gw.wait_events("agent_egress_end", count=2)
         assert end[1]["status"] == 502
