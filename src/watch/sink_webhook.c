@@ -17,6 +17,7 @@
 #include <event2/dns.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <event2/http_struct.h> /* on_head(): response_code */
 #include <event2/keyvalq_struct.h>
 
 #include "state/store.h"
@@ -65,6 +66,8 @@ struct webhook {
     struct event *deadline; /* ends the attempt t.attempt_ms after it started */
     bool cut;               /* the deadline ended the last attempt */
     bool overlong;          /* the answer left over WEBHOOK_UNREAD_MAX unread */
+    unsigned interim;       /* interim (1xx) answers skipped in this attempt */
+    bool nudged;            /* on_head() queued a TLS write callback for evhttp */
     struct store *store;
     char *url, *label, *host, *path, *hosthdr;
     /* What the store files the sink's alerts under (webhook_set_listing):
@@ -272,6 +275,9 @@ static const char *failure_text(const struct webhook *w, int code, char *buf, si
 {
     if (code > 0)
         snprintf(buf, len, "answered %d", code);
+    else if (w->interim > SINK_WEBHOOK_MAX_INTERIM)
+        snprintf(buf, len, "cannot deliver: the answer has more than %d interim (1xx) responses",
+                 SINK_WEBHOOK_MAX_INTERIM);
     else if (timed_out(w))
         snprintf(buf, len, "cannot deliver: no answer within %d s", SINK_WEBHOOK_TIMEOUT_S);
     else if (w->errored && w->last_error == EVREQ_HTTP_DATA_TOO_LONG)
@@ -379,6 +385,16 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (req == NULL)
         return;
+    if (w->nudged &&
+        (bufferevent_get_enabled(evhttp_connection_get_bufferevent(w->conn)) & EV_WRITE) &&
+        mono_ms() - w->attempt_ms < w->t.attempt_ms + 1000) {
+        /* The write callback on_head() queued has not run: cancelled now,
+         * it would reach evhttp for a request that is gone. It runs first
+         * on the next turn of the loop (bounded all the same). */
+        struct timeval tv = {0, 1000};
+        evtimer_add(w->deadline, &tv);
+        return;
+    }
     w->req = NULL;
     w->cut = !w->overlong;
     evhttp_cancel_request(req);
@@ -387,6 +403,42 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
         w->last_error = EVREQ_HTTP_DATA_TOO_LONG;
     }
     attempt_over(w, 0);
+}
+
+/* evhttp's callback once the head of an answer is read. An interim answer
+ * (1xx: 102 Processing, 103 Early Hints; RFC 9110 15.2), which a server may
+ * send before its final one whether asked for or not, is not the answer:
+ * evhttp reads on after a 100 Continue only, and took any other for the
+ * final answer ("answered 103"), so the alert was sent again and again
+ * and never counted delivered while the server answered so. Each is made a
+ * 100 for evhttp, its headers dropped, at most SINK_WEBHOOK_MAX_INTERIM
+ * per attempt, as the gate allows an upstream; one more fails the attempt
+ * (evhttp then calls on_error and on_done). A 101 is no interim answer
+ * here: no upgrade was asked for. evhttp's 100 path writes what is left of
+ * the request (nothing: the body went with the head) and reads the next
+ * head once its write callback says the output is empty, which a socket
+ * bufferevent reports when the socket is writable but a TLS one only after
+ * it wrote something: for https:// the callback is queued here (deferred:
+ * it runs once evhttp is done with this head; before the connection's own
+ * events, so that no error ends the request first, and on_deadline() waits
+ * for it). Without it a TLS answer with a 100 Continue waited for the
+ * deadline. */
+static int on_head(struct evhttp_request *req, void *arg)
+{
+    struct webhook *w = arg;
+    int code = evhttp_request_get_response_code(req);
+    if (code < 100 || code > 199 || code == 101)
+        return 0;
+    if (++w->interim > SINK_WEBHOOK_MAX_INTERIM)
+        return -1;
+    evhttp_clear_headers(evhttp_request_get_input_headers(req));
+    req->response_code = 100;
+    if (w->tls != NULL) {
+        w->nudged = true;
+        bufferevent_trigger(evhttp_connection_get_bufferevent(w->conn), EV_WRITE,
+                            BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+    }
+    return 0;
 }
 
 /* Data came into the connection's input. Past WEBHOOK_UNREAD_MAX not
@@ -471,12 +523,15 @@ static void try_send(struct webhook *w)
     w->errored = false;
     w->cut = false;
     w->overlong = false;
+    w->interim = 0;
+    w->nudged = false;
     w->sent = false;
     w->sock_errno = 0;
     w->dns_error = 0;
     w->tls_why[0] = '\0';
     w->attempt_ms = mono_ms();
     evhttp_request_set_error_cb(req, on_error);
+    evhttp_request_set_header_cb(req, on_head);
     struct evkeyvalq *h = evhttp_request_get_output_headers(req);
     char len[24];
     snprintf(len, sizeof(len), "%zu", it->n);

@@ -19,8 +19,10 @@
  * URL through libevent's evhttp client, one request in flight per sink;
  * each attempt has SINK_WEBHOOK_TIMEOUT_S from the start of the request to
  * the end of the answer (a deadline that cancels it, however slowly the
- * server trickles). A failure (no connection, timeout, non-2xx) retries the
- * same alert after a backoff doubling from 500 ms to 30 s; after
+ * server trickles); interim (1xx) answers before the final one are
+ * skipped, at most SINK_WEBHOOK_MAX_INTERIM (more fail the attempt). A
+ * failure (no connection, timeout, non-2xx) retries the same alert after
+ * a backoff doubling from 500 ms to 30 s; after
  * SINK_WEBHOOK_MAX_ATTEMPTS in a row the alert goes behind the others
  * with a fresh set of attempts: nothing is given up while the gateway
  * runs. At most SINK_WEBHOOK_QUEUE_MAX alerts are held in memory per sink;
@@ -58,6 +60,7 @@ struct store;
 #define SINK_WEBHOOK_SWEEP_MS     60000 /* re-reads alerts kept only in the store */
 #define SINK_WEBHOOK_MAX_HEAD     16384 /* a longer answer head is a failed delivery */
 #define SINK_WEBHOOK_MAX_BODY     65536 /* a longer answer body is a failed delivery */
+#define SINK_WEBHOOK_MAX_INTERIM  16    /* interim (1xx) answers skipped; more fail it */
 
 struct exec_runner;
 struct exec_runner *exec_runner_new(struct event_base *base);

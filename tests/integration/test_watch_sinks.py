@@ -8,6 +8,7 @@ import shutil
 import signal
 import socket
 import sqlite3
+import ssl
 import struct
 import subprocess
 import threading
@@ -19,7 +20,8 @@ import pytest
 
 from conftest import policy_yaml
 from gate_client import poll, request
-from watch_helpers import Receiver, Silent, free_tcp_port, wait_alert, write_script
+from watch_helpers import (Receiver, Silent, free_tcp_port, self_signed, wait_alert,
+                           write_script)
 
 
 def rules(net, tier=3):
@@ -736,10 +738,15 @@ def test_webhook_answer_is_bounded(gateway, net, tmp_path):
 
 class _EachRequest(Silent):
     """A webhook on 127.0.0.1 that reads each request on a connection of its
-    own, counts it, hands the connection to _answer() and closes it."""
+    own, counts it, hands the connection and the request's body to _answer()
+    and closes it. With <tls> (cert, key) it speaks HTTPS."""
 
-    def __init__(self):
+    def __init__(self, tls=None):
         self.requests = 0
+        self.ctx = None
+        if tls is not None:
+            self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self.ctx.load_cert_chain(*tls)
         super().__init__()
 
     def _run(self):
@@ -751,11 +758,14 @@ class _EachRequest(Silent):
                 continue
             try:
                 c.settimeout(2)
-                if _Trickler._read_request(c) is None:
+                if self.ctx is not None:
+                    c = self.ctx.wrap_socket(c, server_side=True)
+                body = _Trickler._read_request(c)
+                if body is None:
                     continue
                 self.requests += 1
-                self._answer(c)
-            except OSError:
+                self._answer(c, body)
+            except OSError:  # ssl.SSLError too
                 pass
             finally:
                 c.close()
@@ -766,7 +776,7 @@ class _EndlessChunkSize(_EachRequest):
     head, then a chunk-size line that never ends (1 MiB of '0' at a time,
     for at most 8 s per connection, until the client closes)."""
 
-    def _answer(self, c):
+    def _answer(self, c, body):
         c.sendall(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
         c.settimeout(1.0)
         t0 = time.monotonic()
@@ -1038,7 +1048,7 @@ class _Hangup(_EachRequest):
         self.how = how
         super().__init__()
 
-    def _answer(self, c):
+    def _answer(self, c, body):
         if self.how == "reset":
             c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         elif self.how == "garbage":
@@ -1073,6 +1083,80 @@ def test_webhook_failure_says_why(gateway, net, tmp_path, how, reason):
     finally:
         if srv is not None:
             srv.stop()
+
+
+class _Interim(_EachRequest):
+    """A webhook on 127.0.0.1 (https:// with <tls>) that answers each request
+    with <n> interim responses (100 Continue, 102 Processing, 103 Early Hints
+    with a header, in turn), a pause after the first, then a 200, and
+    records the alert of each."""
+
+    HEADS = [b"HTTP/1.1 100 Continue\r\n\r\n", b"HTTP/1.1 102 Processing\r\n\r\n",
+             b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"]
+
+    def __init__(self, n, tls=None):
+        self.n = n
+        self.alerts = []
+        super().__init__(tls)
+
+    def _answer(self, c, body):
+        self.alerts.append(json.loads(body))
+        for i in range(self.n):
+            c.sendall(self.HEADS[i % 3])
+            if i == 0:
+                time.sleep(0.2)
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        c.recv(1)  # until the client closes, at most 2 s
+
+
+def _interim_gateway(gateway, net, tmp_path, scheme, n):
+    tls, env = None, {"SLUICE_TEST_WEBHOOK_BACKOFF_MS": "50"}
+    if scheme == "https":
+        tls = self_signed(tmp_path, "localhost", "DNS:localhost,IP:127.0.0.1")
+        env["SSL_CERT_FILE"] = tls[0]
+    srv = _Interim(n, tls)
+    url = "%s://localhost:%d/hook" % (scheme, srv.port)
+    gw = gateway(net.policy(rules(net), alerts={"first_contact": True,
+                                                "sinks": [{"webhook": url}]}),
+                 args=["--alerts", str(tmp_path / "a.jsonl"), "--grace", "1s"], env=env)
+    return gw, srv, url
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_webhook_interim_responses_are_skipped(gateway, net, tmp_path, scheme):
+    # A server may send interim (1xx) responses before its final one, asked
+    # for or not (RFC 9110 15.2: 102 Processing, 103 Early Hints); evhttp
+    # took any but 100 for the answer ("answered 102"): the alert was sent
+    # again and again and never counted delivered while the server answered
+    # so; over https even a 100 Continue held the attempt until its deadline.
+    # They are skipped now, the final answer counts.
+    gw, srv, url = _interim_gateway(gateway, net, tmp_path, scheme, 4)
+    try:
+        for i in range(2):
+            request(gw, "GET", "http://nowhere%d.example.test/" % i)
+        hosts = ["nowhere%d.example.test" % i for i in range(2)]
+        poll(lambda: {a.get("host") for a in srv.alerts} >= set(hosts) or None, timeout=15,
+             what="both alerts at the webhook")
+        assert [a["host"] for a in srv.alerts] == hosts, gw.stderr()
+        assert "sluice: webhook %s:" % url not in gw.stderr(), gw.stderr()
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_webhook_too_many_interim_responses_fail_the_attempt(gateway, net, tmp_path, scheme):
+    # Skipped, but not without end: past 16 in one answer (as the gate
+    # allows an upstream) the attempt fails, saying why.
+    gw, srv, url = _interim_gateway(gateway, net, tmp_path, scheme, 17)
+    try:
+        request(gw, "GET", "http://nowhere.example.test/")
+        poll(lambda: "sluice: webhook %s: cannot deliver" % url in gw.stderr() or None,
+             timeout=10, what="the failed delivery on stderr")
+        want = ("sluice: webhook %s: cannot deliver: the answer has more than 16 interim (1xx) "
+                "responses; retrying with backoff" % url)
+        assert want in gw.stderr(), gw.stderr()
+    finally:
+        srv.stop()
 
 
 def _secret_policy(tmp_path, url):
