@@ -812,6 +812,7 @@ static void on_resolved(int err, const struct ipaddr *addrs, size_t n, void *arg
     if (err != 0 || n == 0) {
         const char *why = err == RESOLVE_ERR_NXDOMAIN     ? "no such name"
                           : err == RESOLVE_ERR_TIMEOUT    ? "timed out"
+                          : err == RESOLVE_ERR_SERVFAIL   ? "the name server failed (SERVFAIL)"
                           : err == RESOLVE_ERR_NO_SERVERS ? "no name server"
                           : err == RESOLVE_ERR_NODATA
                               ? "the name has no address (no A or AAAA record)"

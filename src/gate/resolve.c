@@ -73,7 +73,8 @@ enum { Q_A, Q_AAAA, NQ };
 #define RESOLUTION_DELAY_MS 50     /* RFC 8305 section 3: the wait for AAAA once A answered */
 #define ONE_FAMILY_TTL_MS   30000  /* an answer without its abandoned AAAA: at most 30 s */
 #define DEADLINE_SLACK_MS   1000   /* past the last try's end: see arm_deadline() */
-#define FLIGHT_BUCKETS      1024   /* the table of names in flight; a power of two */
+#define SERVFAIL_MS         (NAME_SERVER_TRY_MS / 2) /* a "timeout" sooner: a SERVFAIL */
+#define FLIGHT_BUCKETS      1024 /* the table of names in flight; a power of two */
 
 struct query;
 struct flight;
@@ -83,6 +84,7 @@ struct attempt {
     struct evdns_base *dns;  /* the base it was sent on */
     struct evdns_request *h; /* valid until the callback */
     size_t server;           /* its index in r->ns */
+    uint64_t sent_ms;        /* monotonic_ms() when it was sent */
 };
 
 struct query {
@@ -142,7 +144,8 @@ struct resolver {
     uint64_t neg_ttl_ms;    /* CACHE_NEG_TTL_MS; tests lower it */
     uint64_t try_ms; /* NAME_SERVER_TRY_MS; what a lookup's deadline counts (tests lower it) */
     uint64_t resolution_delay_ms; /* RESOLUTION_DELAY_MS; tests change it */
-    unsigned gen;                 /* bumped by every reload */
+    uint64_t servfail_ms; /* SERVFAIL_MS; tests lower it with evdns' timeout (on_answer()) */
+    unsigned gen;         /* bumped by every reload */
 };
 
 /* ---------------------------------------------------------------- cache */
@@ -228,6 +231,7 @@ struct resolver *resolver_new(struct event_base *base, const struct dns_cfg *cfg
     r->neg_ttl_ms = CACHE_NEG_TTL_MS;
     r->try_ms = NAME_SERVER_TRY_MS;
     r->resolution_delay_ms = RESOLUTION_DELAY_MS;
+    r->servfail_ms = SERVFAIL_MS;
     if (name_servers_check(cfg, err) < 0)
         goto fail;
     if (copy_statics(cfg, &r->statics) < 0)
@@ -362,6 +366,8 @@ static int flight_error(const struct flight *f)
         return RESOLVE_ERR_NXDOMAIN;
     if ((a == 0 || a == RESOLVE_ERR_NODATA) && (b == 0 || b == RESOLVE_ERR_NODATA))
         return RESOLVE_ERR_NODATA;
+    if (a == RESOLVE_ERR_SERVFAIL || b == RESOLVE_ERR_SERVFAIL)
+        return RESOLVE_ERR_SERVFAIL;
     return RESOLVE_ERR_FAILED;
 }
 
@@ -486,6 +492,8 @@ static int map_err(int result)
         return RESOLVE_ERR_TIMEOUT;
     case DNS_ERR_TRUNCATED:
         return RESOLVE_ERR_TRUNCATED;
+    case DNS_ERR_SERVERFAILED:
+        return RESOLVE_ERR_SERVFAIL;
     default:
         return RESOLVE_ERR_FAILED;
     }
@@ -522,6 +530,7 @@ static int send_query(struct resolver *r, struct flight *f, struct query *q, siz
     at->q = q;
     at->server = server;
     at->dns = r->ns[server].dns;
+    at->sent_ms = monotonic_ms();
     if (q->type == Q_A)
         at->h = evdns_base_resolve_ipv4(at->dns, f->name, DNS_QUERY_NO_SEARCH, on_answer, at);
     else
@@ -571,6 +580,7 @@ static void on_answer(int result, char type, int count, int ttl, void *addresses
     struct attempt *at = arg;
     struct query *q = at->q;
     size_t server = at->server;
+    uint64_t sent_ms = at->sent_ms;
 
     free(at); /* evdns frees its handle after this callback */
     if (q == NULL)
@@ -578,10 +588,16 @@ static void on_answer(int result, char type, int count, int ttl, void *addresses
     q->att = NULL;
     struct flight *f = q->f;
     struct resolver *r = f->r;
+    /* evdns answers a SERVFAIL by "letting the request time out" there and
+     * then (attempts:1): its callback says DNS_ERR_TIMEOUT long before the
+     * try's timer (NAME_SERVER_TRY_MS) could have fired. Such a server
+     * answered, and the agent is not told its lookup timed out. */
+    if (result == DNS_ERR_TIMEOUT && monotonic_ms() - sent_ms < r->servfail_ms)
+        result = DNS_ERR_SERVERFAILED;
     name_server_count(&r->ns[server].st, result);
     if (worth_another_server(result)) {
-        /* A silent server stops being where lookups start. */
-        if (result == DNS_ERR_TIMEOUT && r->preferred == server)
+        /* A silent or failing server stops being where lookups start. */
+        if ((result == DNS_ERR_TIMEOUT || result == DNS_ERR_SERVERFAILED) && r->preferred == server)
             r->preferred = (server + 1) % r->nns;
         if (q->tries < max_tries(r) && send_query(r, f, q, (server + 1) % r->nns) == 0)
             return;

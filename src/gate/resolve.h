@@ -11,7 +11,8 @@
  * no server at all a lookup fails (RESOLVE_ERR_NO_SERVERS) instead of
  * waiting. Servers are asked in turn: a lookup starts at the server that
  * answered last (a reload keeps it while it is still listed), and a query that gets no answer
- * within 2 s, a server failure (which evdns reports as a timeout), a refusal, or a truncated or
+ * within 2 s, a server failure (SERVFAIL, which evdns reports as a timeout at once:
+ * RESOLVE_ERR_SERVFAIL, see on_answer()), a refusal, or a truncated or
  * malformed answer is asked of the next server; each server once, at least
  * 2 tries and at most 4 in all (so a lone server is asked twice), and the
  * lookup ends by a deadline of its own (its tries plus 1 s; a reload that
@@ -66,9 +67,10 @@ enum resolve_err {
     RESOLVE_ERR_NXDOMAIN = -1,   /* the name does not exist */
     RESOLVE_ERR_TIMEOUT = -2,    /* no answer in time */
     RESOLVE_ERR_NO_SERVERS = -3, /* no name server configured */
-    RESOLVE_ERR_FAILED = -4,     /* server failure, refused, bad name, shutdown */
+    RESOLVE_ERR_FAILED = -4,     /* refused, not implemented, malformed, bad name, shutdown */
     RESOLVE_ERR_TRUNCATED = -5,  /* the answer came truncated (TC): too large for UDP */
     RESOLVE_ERR_NODATA = -6,     /* the name exists, with no A or AAAA record */
+    RESOLVE_ERR_SERVFAIL = -7,   /* the servers answered SERVFAIL */
 };
 
 /* Called once per lookup, on the event loop: <err> 0 with <n> >= 1
@@ -94,8 +96,8 @@ int resolver_reload(struct resolver *r, const struct dns_cfg *cfg);
 struct resolve_server_stats {
     char addr[64];     /* "IP:PORT", "[V6]:PORT" or "[V6%ZONE]:PORT" (format_server()) */
     uint64_t answers;  /* addresses, or no such name / no data */
-    uint64_t timeouts; /* no answer in time, or SERVFAIL (evdns reports it so) */
-    uint64_t failures; /* refused, not implemented, format error, truncated, malformed */
+    uint64_t timeouts; /* no answer in time */
+    uint64_t failures; /* SERVFAIL, refused, not implemented, format error, truncated, malformed */
     bool down;         /* its last result was a timeout or a failure */
 };
 

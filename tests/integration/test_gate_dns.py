@@ -266,6 +266,18 @@ def test_nxdomain(world):
     assert r.text.startswith("sluice: cannot resolve gone.test:80 (agent default): no such name"), r.text
 
 
+def test_servfail_is_not_told_a_timeout(world):
+    # A server that answers SERVFAIL at once (a broken zone, a DNSSEC
+    # failure upstream) did not time out: evdns hands such an answer over
+    # as DNS_ERR_TIMEOUT, and the refusal must not say "timed out".
+    w = world({"broken.test": {"rcode": 2}})
+    r = w.get("broken.test")
+    assert_refused(w, r, "broken.test", "dns_failure", None)
+    assert r.text.startswith(
+        "sluice: cannot resolve broken.test:80 (agent default): the name server failed "
+        "(SERVFAIL)"), r.text
+
+
 def test_a_name_without_addresses_is_not_told_missing(world):
     # NOERROR with no A and no AAAA record (NODATA): the name exists (a
     # mail-only domain, say), so the refusal must not say "no such name",

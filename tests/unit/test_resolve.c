@@ -364,23 +364,25 @@ static void test_errors(void **state)
         {"empty.test", RESOLVE_ERR_NODATA},  /* NOERROR, no records: not "no such name" */
         {"999.1.2.3.4", RESOLVE_ERR_FAILED}, /* invalid IP literal: never queried */
         {"", RESOLVE_ERR_FAILED},
-        /* SERVFAIL: evdns marks the server down and retries until its
-         * attempts run out, which surfaces as a failure or a timeout. */
-        {"fail.test", 0},
+        /* SERVFAIL at once: evdns hands it over as a timeout, but it is
+         * no timeout (the lone server is asked twice). */
+        {"fail.test", RESOLVE_ERR_SERVFAIL},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct result res = {.base = base};
         assert_non_null(resolver_lookup(r, cases[i].name, on_result, &res));
         assert_int_equal(res.calls, 0);
         run_until(base, &res, 3000);
-        if (cases[i].err == 0 && res.calls == 1 &&
-            (res.err == RESOLVE_ERR_FAILED || res.err == RESOLVE_ERR_TIMEOUT))
-            continue;
         if (res.calls != 1 || res.err != cases[i].err)
             fail_msg("%s: calls %d err %d, want err %d", cases[i].name, res.calls, res.err,
                      cases[i].err);
         assert_int_equal(res.n, 0);
     }
+    /* The SERVFAILs were failures of the server, not timeouts. */
+    struct resolve_server_stats st;
+    assert_int_equal(resolver_server_stats(r, &st, 1), 1);
+    assert_int_equal(st.timeouts, 0);
+    assert_int_equal(st.failures, 4); /* fail.test: A and AAAA, twice each */
     /* A name longer than any host name fails without a query. */
     char longname[300];
     memset(longname, 'a', sizeof(longname) - 1);
@@ -405,6 +407,7 @@ static void test_timeout(void **state)
     fake_start(&d, base, 1);
     struct resolver *r = new_resolver(base, d.addr, NULL, 0);
     assert_int_equal(evdns_base_set_option(r->ns[0].dns, "timeout:", "0.2"), 0);
+    r->servfail_ms = 100; /* evdns times out after 200 ms here */
 
     struct result res = {.base = base};
     assert_non_null(resolver_lookup(r, "slow.test", on_result, &res));
@@ -715,6 +718,7 @@ static void test_failover(void **state)
     struct resolver *r = resolver_new(base, &cfg, &err);
     assert_non_null(r);
     assert_int_equal(r->nns, 2);
+    r->servfail_ms = 100; /* evdns times out after 200 ms here */
     for (size_t i = 0; i < r->nns; i++)
         assert_int_equal(evdns_base_set_option(r->ns[i].dns, "timeout:", "0.2"), 0);
 
@@ -739,22 +743,25 @@ static void test_failover(void **state)
     assert_int_equal(st[1].timeouts + st[1].failures, 0);
 
     /* SERVFAIL from the one that answers: the other is asked too (evdns
-     * reports a SERVFAIL as a timeout, at once). */
+     * reports a SERVFAIL as a timeout, at once; it is counted a failure). */
     d[0].mute = false;
     res = lookup_wait(base, r, "fail.test");
-    assert_int_equal(res.err, RESOLVE_ERR_TIMEOUT);
+    assert_int_equal(res.err, RESOLVE_ERR_SERVFAIL);
     assert_int_equal(d[0].queries, 4);
     assert_int_equal(d[1].queries, 6);
     assert_int_equal(resolver_server_stats(r, st, 1), 1); /* bounded by <cap> */
     assert_int_equal(resolver_server_stats(r, st, 3), 2);
-    assert_int_equal(st[0].timeouts, 4);
-    assert_int_equal(st[1].timeouts, 2);
+    assert_int_equal(st[0].timeouts, 2);
+    assert_int_equal(st[0].failures, 2);
+    assert_int_equal(st[1].timeouts, 0);
+    assert_int_equal(st[1].failures, 2);
     resolver_free(r);
 
     /* Five silent servers: 4 tries per query in all. */
     cfg.nservers = 5;
     r = resolver_new(base, &cfg, &err);
     assert_non_null(r);
+    r->servfail_ms = 100; /* evdns times out after 200 ms here */
     for (size_t i = 0; i < r->nns; i++)
         assert_int_equal(evdns_base_set_option(r->ns[i].dns, "timeout:", "0.2"), 0);
     int before = 0, after = 0;
@@ -925,6 +932,7 @@ static void test_shared_lookup_cancel(void **state)
     fake_start(&d, base, 1);
     struct resolver *r = new_resolver(base, d.addr, NULL, 0);
     assert_int_equal(evdns_base_set_option(r->ns[0].dns, "timeout:", "0.2"), 0);
+    r->servfail_ms = 100;           /* evdns times out after 200 ms here */
     r->resolution_delay_ms = 60000; /* half.test's AAAA tries run out (no resolution delay) */
 
     /* Three wait for a silent name; all three leave: nothing is left. */
@@ -977,6 +985,7 @@ static void test_shared_lookup_reentry(void **state)
     fake_start(&d, base, 1);
     struct resolver *r = new_resolver(base, d.addr, NULL, 0);
     assert_int_equal(evdns_base_set_option(r->ns[0].dns, "timeout:", "0.2"), 0);
+    r->servfail_ms = 100; /* evdns times out after 200 ms here */
     int seq = 0;
     struct result again = {.base = base};
     struct resolve_req *victim = NULL;
@@ -995,7 +1004,7 @@ static void test_shared_lookup_reentry(void **state)
     assert_int_equal(w2.order, 1);
     assert_int_equal(w0.order, 2);
     assert_null(victim);
-    assert_true(w0.res.err == RESOLVE_ERR_TIMEOUT || w0.res.err == RESOLVE_ERR_FAILED);
+    assert_int_equal(w0.res.err, RESOLVE_ERR_SERVFAIL);
     assert_int_equal(w2.res.err, w0.res.err);
     int sent = d.queries;
     assert_int_equal(r->nflights, 1); /* the lookup w2 started */
@@ -1025,6 +1034,7 @@ static void test_reload_keeps_preferred_and_deadline(void **state)
     char *err = NULL;
     struct resolver *r = resolver_new(base, &c1, &err);
     assert_non_null(r);
+    r->servfail_ms = 100; /* evdns times out after 200 ms here */
     for (size_t i = 0; i < r->nns; i++)
         assert_int_equal(evdns_base_set_option(r->ns[i].dns, "timeout:", "0.2"), 0);
     struct result res = lookup_wait(base, r, "one.test");
@@ -1086,6 +1096,7 @@ static void test_lookup_after_a_server_change_asks_the_new_servers(void **state)
         run(base, 10);
     assert_int_equal(d[0].answered, 1); /* the A; the AAAA waits */
     assert_int_equal(resolver_reload(r, &c2), 0);
+    r->servfail_ms = 100; /* evdns times out after 200 ms here */
     for (size_t i = 0; i < r->nns; i++)
         assert_int_equal(evdns_base_set_option(r->ns[i].dns, "timeout:", "0.2"), 0);
     struct result after = lookup_wait(base, r, "half.test");
@@ -1253,6 +1264,7 @@ static void test_one_family_answered(void **state)
 
     /* AAAA answered, A silent: A's tries run out (shortened here). */
     assert_int_equal(evdns_base_set_option(r->ns[0].dns, "timeout:", "0.2"), 0);
+    r->servfail_ms = 100; /* evdns times out after 200 ms here */
     size_t cached = r->cache.n;
     res = lookup_wait(base, r, "v6half.test");
     assert_int_equal(res.err, 0);
@@ -1276,6 +1288,7 @@ static void test_cache_not_failures(void **state)
     fake_start(&d, base, 1);
     struct resolver *r = new_resolver(base, d.addr, NULL, 0);
     assert_int_equal(evdns_base_set_option(r->ns[0].dns, "timeout:", "0.2"), 0);
+    r->servfail_ms = 100; /* evdns times out after 200 ms here */
 
     /* Timeouts are never cached. */
     struct result res = lookup_wait(base, r, "slow.test");
