@@ -554,6 +554,18 @@ static void test_resolv_conf_servers(void **state)
     assert_addr(&res.a[0], v4("192.0.2.4"));
     /* No search domains: "one.test" was asked as is, once per type. */
     assert_int_equal(d.queries, 2);
+    /* Nor for a name that does not exist, with few dots, even on a base
+     * that has a search list (as one initialised from resolv.conf would):
+     * the policy decided on "nx.test", and "nx.test.example.test" is
+     * another name. */
+    assert_int_equal(evdns_base_set_option(r->ns[0].dns, "ndots:", "5"), 0);
+    evdns_base_search_add(r->ns[0].dns, "example.test");
+    struct result nx = {.base = base};
+    assert_non_null(resolver_lookup(r, "nx.test", on_result, &nx));
+    run_until(base, &nx, 3000);
+    assert_int_equal(nx.calls, 1);
+    assert_int_equal(nx.err, RESOLVE_ERR_NXDOMAIN);
+    assert_int_equal(d.queries, 4);
 
     resolver_free(r);
     unlink(path);
