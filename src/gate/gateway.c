@@ -338,11 +338,20 @@ static void redecide_tunnels(struct gateway *gw)
     }
 }
 
-static void arm_day_timer(struct gateway *gw)
+static int64_t day_clock_ms(void *arg)
 {
-    uint64_t ms = ms_to_next_day(tunnel_clock_ms(gw));
-    struct timeval tv = timeval_of_ms(ms < DAY_CHECK_MAX_MS ? ms : DAY_CHECK_MAX_MS);
+    return tunnel_clock_ms(arg);
+}
+
+/* Sets gw->tunnels_day to the day the tunnel clock is in, and the day
+ * timer to wake at its end; returns whether the day changed. */
+static bool watch_day(struct gateway *gw)
+{
+    uint64_t ms;
+    bool changed = day_watch(&gw->tunnels_day, day_clock_ms, gw, DAY_CHECK_MAX_MS, &ms);
+    struct timeval tv = timeval_of_ms(ms);
     evtimer_add(gw->day_timer, &tv);
+    return changed;
 }
 
 static void on_day_timer(evutil_socket_t fd, short what, void *arg)
@@ -350,12 +359,8 @@ static void on_day_timer(evutil_socket_t fd, short what, void *arg)
     struct gateway *gw = arg;
     (void)fd;
     (void)what;
-    int32_t today = day_of((time_t)(tunnel_clock_ms(gw) / 1000));
-    if (today != gw->tunnels_day) {
-        gw->tunnels_day = today;
+    if (watch_day(gw))
         redecide_tunnels(gw);
-    }
-    arm_day_timer(gw);
 }
 
 /* --- reload and stop ------------------------------------------------------- */
@@ -715,8 +720,7 @@ struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *pol
         goto err;
     }
     gw->tunnel_clock_ahead_ms = tunnel_clock_ahead_ms();
-    gw->tunnels_day = day_of((time_t)(tunnel_clock_ms(gw) / 1000));
-    arm_day_timer(gw);
+    watch_day(gw);
     return gw;
 err:
     gateway_free(gw);

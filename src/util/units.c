@@ -176,6 +176,20 @@ uint64_t ms_to_next_day(int64_t now_ms)
     return (uint64_t)(86400000 - into);
 }
 
+bool day_watch(int32_t *day, int64_t (*clock_ms)(void *), void *arg, uint64_t max_ms,
+               uint64_t *wait_ms)
+{
+    /* One reading for both: a second one could be past the midnight the
+     * first was before, and the day's change would wait for max_ms. */
+    int64_t now = clock_ms(arg);
+    int32_t today = day_of((time_t)(now / 1000));
+    bool changed = today != *day;
+    *day = today;
+    uint64_t ms = ms_to_next_day(now);
+    *wait_ms = ms < max_ms ? ms : max_ms;
+    return changed;
+}
+
 void format_period_ms(uint64_t ms, char *out, size_t outlen)
 {
     if (ms != 0 && ms % 3600000 == 0)

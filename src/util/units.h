@@ -6,6 +6,7 @@
 #ifndef SLUICE_UTIL_UNITS_H
 #define SLUICE_UTIL_UNITS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/time.h>
@@ -28,6 +29,12 @@ int32_t day_of(time_t t);
 /* Milliseconds from <now_ms> (the wall clock, in ms since the epoch) to the
  * start of the next UTC day: 1 to 86400000. */
 uint64_t ms_to_next_day(int64_t now_ms);
+/* One look of a timer that wakes at each UTC midnight of the wall clock
+ * <clock_ms>(<arg>) (ms since the epoch): sets *<day> to the day it is in
+ * and returns whether that is another day than *<day> was, and sets
+ * *<wait_ms> to the time to the next midnight, at most <max_ms>. */
+bool day_watch(int32_t *day, int64_t (*clock_ms)(void *), void *arg, uint64_t max_ms,
+               uint64_t *wait_ms);
 /* Non-negative decimal integer, no sign, no spaces, at most <max>. */
 int parse_uint(const char *s, uint64_t max, uint64_t *out);
 

@@ -238,6 +238,51 @@ static void test_ms_to_next_day(void **state)
     assert_int_equal(day_of((time_t)((1709251199500 + 500) / 1000)), 19783);
 }
 
+/* A wall clock that moves on at each reading: the readings <ms>, in turn
+ * (the last one again once they are used up). */
+struct ticking_clock {
+    const int64_t *ms;
+    size_t n, reads;
+};
+
+static int64_t ticking_ms(void *arg)
+{
+    struct ticking_clock *c = arg;
+    size_t i = c->reads < c->n ? c->reads : c->n - 1;
+    c->reads++;
+    return c->ms[i];
+}
+
+static void test_day_watch(void **state)
+{
+    (void)state;
+    /* 2024-02-29T23:59:59.999Z, then 2024-03-01T00:00:00.000Z */
+    const int64_t last_ms[] = {1709251199999, 1709251200000};
+    struct ticking_clock c = {last_ms, 2, 0};
+    int32_t day = 19782;
+    uint64_t wait = 0;
+    /* the timer woke in the day's last millisecond and the clock passed
+     * midnight as it was read again: the day is the 29th, to be looked at
+     * again in 1 ms, not after max_ms (the change would be seen a minute
+     * late) */
+    assert_false(day_watch(&day, ticking_ms, &c, 60000, &wait));
+    assert_int_equal(day, 19782);
+    assert_int_equal(wait, 1);
+    assert_int_equal(c.reads, 1);
+    /* the next look sees the new day */
+    assert_true(day_watch(&day, ticking_ms, &c, 60000, &wait));
+    assert_int_equal(day, 19783);
+    assert_int_equal(wait, 60000); /* at most max_ms */
+    assert_false(day_watch(&day, ticking_ms, &c, 60000, &wait));
+    /* half a second before a midnight: woken at it */
+    const int64_t half_ms[] = {1709251199500};
+    struct ticking_clock h = {half_ms, 1, 0};
+    day = 0; /* a first look: any day is another */
+    assert_true(day_watch(&day, ticking_ms, &h, 60000, &wait));
+    assert_int_equal(day, 19782);
+    assert_int_equal(wait, 500);
+}
+
 static void test_parse_uint(void **state)
 {
     (void)state;
@@ -316,7 +361,7 @@ int main(void)
         cmocka_unit_test(test_parse_period),   cmocka_unit_test(test_parse_date),
         cmocka_unit_test(test_format_date),    cmocka_unit_test(test_day_of),
         cmocka_unit_test(test_ms_to_next_day), cmocka_unit_test(test_parse_uint),
-        cmocka_unit_test(test_format_uint),
+        cmocka_unit_test(test_format_uint),    cmocka_unit_test(test_day_watch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
