@@ -3,6 +3,8 @@ answering requests while the new policy is parsed and indexed, the swap
 happens on the loop, and signals arriving during a load queue one more."""
 
 import datetime
+import json
+import os
 import socket
 import threading
 import time
@@ -449,20 +451,60 @@ def day_ending_in(window):
     return ahead, day, (now + ahead) // 86400 * 86400 + 86400
 
 
+def process_state(pid):
+    """<pid>'s scheduler state, kernel wait channel and CPU seconds, as
+    /proc has them ("gone" when it has none)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/%d/wchan" % pid) as f:
+            wchan = f.read().strip() or "-"
+    except OSError:
+        return "gone"
+    ticks = os.sysconf("SC_CLK_TCK")
+    return "state %s, wchan %s, %.2f s user, %.2f s system" % (
+        fields[0], wchan, int(fields[11]) / ticks, int(fields[12]) / ticks)
+
+
+def day_change_missed(err, gw, tid, ahead, midnight, marks):
+    """<err> (a day-change test's failure) with what explains it: the
+    times on the gateway's tunnel clock (the test's clock plus <ahead>)
+    against its <midnight>, at each of <marks> ((what, time.time())) and
+    now; tunnel <tid>'s log lines; the gateway's process state and the
+    tail of its standard error."""
+    def at(t):
+        return "%s (midnight %+.3f s)" % (
+            datetime.datetime.fromtimestamp(t + ahead, datetime.timezone.utc)
+            .strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3], t + ahead - midnight)
+    lines = [json.dumps(e) for e in gw.log_lines() if e.get("id") == tid]
+    return AssertionError(
+        "%s\ntunnel clock (%d s ahead): %s, now %s\ngateway pid %d: %s\nlog lines of %s:\n%s\n"
+        "stderr (tail):\n%s" % (
+            err, ahead, ", ".join("%s %s" % (w, at(t)) for w, t in marks), at(time.time()),
+            gw.proc.pid, process_state(gw.proc.pid), tid, "\n".join(lines) or "(none)",
+            gw.stderr()[-3000:]))
+
+
 def test_a_tunnel_whose_grant_ends_with_the_day_is_closed(gateway, net):
     # the tier-3 grant ends with the day that ends in WINDOW seconds
     window = 8
     ahead, day, midnight = day_ending_in(window)
     with EchoServer(API_IP) as echo:
         rule = echo_rule(echo.port, tier=3, owner="alice", expires=day.isoformat())
+        marks = [("gateway started", time.time())]
         gw = gateway(echo_policy(net, [rule], alerts={"expiry_warn_days": 7}),
                      env={"SLUICE_TEST_TUNNEL_CLOCK_AHEAD_S": str(ahead)})
+        marks.append(("gateway up", time.time()))
         t, tid = open_echo_tunnel(gw, echo.port)
+        marks.append(("tunnel open", time.time()))
         try:
             if time.time() + ahead > midnight - 1:
                 pytest.skip("the tunnel opened too late for the day change under test")
             t.sock.settimeout(window + 10)
-            assert_closed_with_deny(gw, t, tid, "grant_expired")  # polls past the midnight
+            try:
+                assert_closed_with_deny(gw, t, tid, "grant_expired")  # polls past the midnight
+            except AssertionError as e:
+                raise day_change_missed(e, gw, tid, ahead, midnight, marks) from None
         finally:
             t.close()
     evs = gw.events("agent_egress", id=tid)
@@ -482,13 +524,18 @@ def test_a_report_mode_tunnel_whose_grant_ends_with_the_day_is_reported(gateway,
     with EchoServer(API_IP) as echo:
         rule = echo_rule(echo.port, tier=3, owner="alice", expires=day.isoformat())
         policy = echo_policy(net, [rule, api_rule(net)], agents=agents, alerts=alerts)
+        marks = [("gateway started", time.time())]
         gw = gateway(policy, env={"SLUICE_TEST_TUNNEL_CLOCK_AHEAD_S": str(ahead)})
+        marks.append(("gateway up", time.time()))
         t, tid = open_echo_tunnel(gw, echo.port)
+        marks.append(("tunnel open", time.time()))
         try:
             if time.time() + ahead > midnight - 1:
                 pytest.skip("the tunnel opened too late for the day change under test")
-            # polls past the midnight
-            gw.wait_events("agent_egress", count=2, id=tid, timeout=window + 10)
+            try:  # polls past the midnight
+                gw.wait_events("agent_egress", count=2, id=tid, timeout=window + 10)
+            except AssertionError as e:
+                raise day_change_missed(e, gw, tid, ahead, midnight, marks) from None
             ping_echo(t.sock)
             evs = assert_reported(gw, tid, ["grant_expired"])
             assert evs[1]["tier"] == 3 and evs[1]["owner"] == "alice", evs[1]
