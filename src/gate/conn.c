@@ -267,6 +267,7 @@ void conn_end_exchange(struct conn *c)
     }
     c->request_unfinished = ex->req_body != BODY_NONE && !ex->req_done;
     quota_flow_close(ex->flow);
+    gw_policy_unref(ex->flow_pol); /* after the flow, which borrows its rule */
     free(ex->path);
     if (ex->uphead != NULL)
         evbuffer_free(ex->uphead);
@@ -891,6 +892,23 @@ static void report_again(struct conn *c, const struct decision *dec)
     conn_publish_egress(c);
 }
 
+/* <c>'s tunnel (or CONNECT going ahead), kept by its decision <dec> under
+ * the policy in force: its upload is metered from now on by the bandwidth
+ * of the rule <dec> names, as a new one's would be, not by that of the
+ * rule it opened under, whose identity the reload may have changed (a port
+ * added) or whose place another rule took: quota_reshape(), by identity,
+ * would leave it unmetered or under a limit no longer its own. */
+static void reshape_flow(struct conn *c, const struct decision *dec)
+{
+    struct exchange *ex = &c->ex;
+    if (ex->flow == NULL)
+        return;
+    struct gw_policy *held = ex->flow_pol;
+    ex->flow_pol = gw_policy_ref(c->gw->current); /* holds the rule the flow borrows */
+    quota_flow_set_rule(ex->flow, dec->rule, quota_now());
+    gw_policy_unref(held); /* the flow no longer borrows from it */
+}
+
 bool conn_redecide(struct conn *c, time_t now)
 {
     struct exchange *ex = &c->ex;
@@ -912,6 +930,8 @@ bool conn_redecide(struct conn *c, time_t now)
         dec.reason = REASON_AUTH_REQUIRED;
     if (r == AGENT_OK) {
         decide_exchange(p, ex, a, now, &dec);
+        if (dec.verdict == VERDICT_ALLOW || dec.verdict == VERDICT_REPORT)
+            reshape_flow(c, &dec);
         if (dec.verdict == VERDICT_ALLOW)
             return false; /* still allowed: kept */
         if (dec.verdict == VERDICT_REPORT) {

@@ -110,6 +110,9 @@ struct exchange {
 
     unsigned retry_after;    /* seconds, for rate_limited and quarantined (shape/admit.c) */
     struct quota_flow *flow; /* upload shaping (shape/quota.h), or NULL; owned */
+    /* The policy whose rule <flow> borrows once a re-decision pointed it
+     * at its rule (a reference; NULL until then: ex->pol's). */
+    struct gw_policy *flow_pol;
 
     /* plain HTTP forwarding */
     struct evbuffer *uphead; /* the rewritten head, sent once connected */

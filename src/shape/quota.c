@@ -508,6 +508,18 @@ struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, cons
     return f;
 }
 
+void quota_flow_set_rule(struct quota_flow *f, const struct rule *r, uint64_t now_ns)
+{
+    if (f->e[1] != NULL) {
+        if (f->e[1]->refs > 0)
+            f->e[1]->refs--;
+        f->e[1] = NULL;
+    }
+    f->rule = r;
+    if (r != NULL && limits_bandwidth(&r->rate))
+        flow_attach(f, 1, &r->rate, now_ns); /* the same entry again when its identity is */
+}
+
 /* True when flow <f> is metered by its entry <i>. */
 static bool flow_meters(const struct quota_flow *f, int i)
 {

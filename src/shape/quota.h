@@ -120,6 +120,15 @@ void quota_on_event(const struct egress_event *ev, void *arg);
  * closes it with quota_flow_close(). */
 struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, const char *agent_id,
                                    const struct rule *r, uint64_t now_ns);
+/* Points flow <f> at rule <r> (NULL: none), the rule a decision made again
+ * under a reloaded policy names for the tunnel it meters: from now on the
+ * flow is metered by the bandwidth bucket of <r>'s identity (a new one
+ * starting full) and no longer by the one it opened under, whose rule the
+ * reload may have edited (its host, ports, methods or agents: another
+ * identity) or replaced by another that now lets the tunnel through. <r>
+ * is borrowed, as quota_flow_open()'s: its policy must outlive the flow
+ * or the next call. The agent's bucket is quota_reshape()'s. */
+void quota_flow_set_rule(struct quota_flow *f, const struct rule *r, uint64_t now_ns);
 /* Bytes, up to <want>, that may be sent now (not taken): 0 until every
  * bucket holds what quota_flow_wait_ns() waits for, so that a paused
  * upload moves in pieces of that size, not in the trickle each look

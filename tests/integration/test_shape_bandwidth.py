@@ -359,6 +359,41 @@ def test_reload_shapes_a_tunnel_opened_unshaped(gateway, net):
         sink.stop()
 
 
+def test_reload_that_edits_the_rule_keeps_the_tunnel_shaped(gateway, net):
+    # A tunnel opened under a rule of 1 KiB/s; the reload leaves its rate as
+    # it is but changes what the rule is (a port added: another identity),
+    # or lets the tunnel through another rule (a wildcard, with the same
+    # rate) in place of the one it opened under. Either way the policy in
+    # force holds the tunnel to 1 KiB/s, so 4 KiB more take at least 3 s.
+    # (Before, the tunnel's flow looked for its rule by the old identity,
+    # found none, and went unmetered: 4 KiB arrived at once.)
+    for case in ("port_added", "other_rule"):
+        sink = HashSink(SINK_IP)
+        try:
+            def policy(edited):
+                rule = {"host": "sink.example.test", "ports": [sink.port], "tier": 0,
+                        "rate": {"bandwidth": "1KiB/s"}}
+                if edited and case == "port_added":
+                    rule["ports"] = [sink.port, sink.port + 1]
+                elif edited:
+                    rule["host"] = "*.example.test"
+                return net.policy([rule], static_extra={"sink.example.test": SINK_IP})
+            gw = gateway(policy(False))
+            t = connect(gw, "sink.example.test:%d" % sink.port)
+            assert t.status == 200
+            first = b"\0" + pattern_bytes(999)  # neither TLS nor HTTP: the tunnel opens
+            t.sock.sendall(first)
+            time.sleep(1.2)  # past the peek window: the tunnel is open
+            rest = pattern_bytes(4 * KIB)
+            reply, elapsed = _reload_then_send(gw, t, policy(True), rest)
+            _assert_sink_got(reply, first + rest)
+            assert elapsed >= 2.5, "%s: 4 KiB at 1 KiB/s after the reload took only %.2fs" % (
+                case, elapsed)
+            assert not gw.events(reason="not_in_policy"), case  # still allowed, as it was
+        finally:
+            sink.stop()
+
+
 def test_reload_speeds_up_a_paused_tunnel(gateway, net):
     # At 100 B/s the first 1000 bytes (counted at once) put the bucket 900
     # bytes in debt: the tunnel pauses reading the agent for 9 s and more.

@@ -950,6 +950,51 @@ static void test_reload_shapes_a_flow_opened_unshaped(void **state)
     quota_free(q);
 }
 
+static void test_flow_set_rule(void **state)
+{
+    (void)state;
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    struct rule r = make_rule(0, "api.example.test", ports_web, 2);
+    set_rate(&r.rate, 0, 1000, 0, 1600);
+    p.rules = &r;
+    p.nrules = 1;
+    struct quota *q = quota_new(NULL, NULL, 0);
+    struct quota_flow *f = quota_flow_open(q, &p, "a", &r, 0);
+    quota_flow_take(f, 1600, 0); /* the rule's bucket is empty */
+    assert_int_equal(quota_flow_allow(f, 100000, 0), 0);
+    /* The reload adds a port: another identity, at 3200 B/s. quota_reshape()
+     * finds no rule of the old one, and the flow goes unmetered... */
+    struct policy p2;
+    memset(&p2, 0, sizeof(p2));
+    struct rule r2 = make_rule(0, "api.example.test", ports_web, 2);
+    uint16_t ports3[] = {80, 443, 8080};
+    r2.ports = ports3;
+    r2.nports = 3;
+    set_rate(&r2.rate, 0, 1000, 0, 3200);
+    p2.rules = &r2;
+    p2.nrules = 1;
+    quota_reshape(q, &p2, 0);
+    assert_int_equal(quota_flow_allow(f, 100000, 0), 100000);
+    /* ...until its decision names the new rule: its bucket, new and full. */
+    quota_flow_set_rule(f, &r2, 0);
+    assert_int_equal(quota_flow_allow(f, 100000, 0), 3200);
+    quota_flow_take(f, 3200, 0);
+    assert_int_equal(quota_flow_allow(f, 100000, 0), 0);
+    /* Set to the same rule again: the same bucket, still empty. */
+    quota_flow_set_rule(f, &r2, 0);
+    assert_int_equal(quota_flow_allow(f, 100000, 0), 0);
+    /* A rule without bandwidth: the flow is metered by none. */
+    struct rule r3 = make_rule(0, "*.example.test", ports_web, 2);
+    quota_flow_set_rule(f, &r3, 0);
+    assert_int_equal(quota_flow_allow(f, 100000, 0), 100000);
+    quota_flow_set_rule(f, NULL, 0);
+    assert_int_equal(quota_flow_allow(f, 100000, 0), 100000);
+    quota_flow_close(f);
+    assert_int_equal(quota_entries(q), 2); /* the two rules' entries, held by none */
+    quota_free(q);
+}
+
 static void on_resume(void *arg)
 {
     int *n = arg;
@@ -1066,6 +1111,7 @@ int main(void)
         cmocka_unit_test(test_reload_reshapes_running_flows),
         cmocka_unit_test(test_reload_reshapes_request_buckets),
         cmocka_unit_test(test_reload_shapes_a_flow_opened_unshaped),
+        cmocka_unit_test(test_flow_set_rule),
         cmocka_unit_test(test_flow_pause_timer),
         cmocka_unit_test(test_flow_pause_saturated_wait),
     };
