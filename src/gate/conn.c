@@ -892,8 +892,9 @@ static void report_again(struct conn *c, const struct decision *dec)
     conn_publish_egress(c);
 }
 
-/* <c>'s tunnel (or CONNECT going ahead), kept by its decision <dec> under
- * the policy in force: its upload is metered from now on by the bandwidth
+/* <c>'s tunnel (or CONNECT going ahead, or plain request whose body is
+ * still to go up), let through by decision <dec> under the policy in
+ * force: its upload is metered from now on by the bandwidth
  * of the rule <dec> names, as a new one's would be, not by that of the
  * rule it opened under, whose identity the reload may have changed (a port
  * added) or whose place another rule took: quota_reshape(), by identity,
@@ -909,23 +910,50 @@ static void reshape_flow(struct conn *c, const struct decision *dec)
     gw_policy_unref(held); /* the flow no longer borrows from it */
 }
 
+/* The agent of <c>'s exchange as a new request of its client would be
+ * named under the policy in force <p>: by id (the exchange's agent is the
+ * old policy's), into <*a>. */
+static enum agent_result agent_again(const struct conn *c, const struct policy *p,
+                                     const struct agent **a)
+{
+    *a = NULL;
+    if (c->gw->cfg.forced_agent != NULL) {
+        *a = policy_find_agent(p, c->gw->cfg.forced_agent);
+        return AGENT_OK;
+    }
+    return agent_find_again(p, c->ex.agent_id, c->ex.by_secret, &c->origin, a);
+}
+
+/* A plain request whose body is still to go up keeps its decision (it is
+ * decided once), but its upload is metered as that of a request decided
+ * now would be: by the rule the policy in force lets it through with. */
+static void reshape_plain_upload(struct conn *c, time_t now)
+{
+    const struct policy *p = c->gw->current->policy;
+    const struct agent *a;
+    struct decision dec = {.verdict = VERDICT_DENY, .tier = TIER_NONE};
+    if (agent_again(c, p, &a) != AGENT_OK)
+        return; /* its agent is gone: quota_reshape() shaped it */
+    decide_exchange(p, &c->ex, a, now, &dec);
+    if (dec.verdict != VERDICT_DENY)
+        reshape_flow(c, &dec);
+}
+
 bool conn_redecide(struct conn *c, time_t now)
 {
     struct exchange *ex = &c->ex;
+    if (ex->active && !ex->is_connect && ex->flow != NULL && !ex->req_done &&
+        ex->verdict != VERDICT_DENY) {
+        reshape_plain_upload(c, now);
+        return false;
+    }
     if (!connect_going(c))
         return false;
     const struct policy *p = c->gw->current->policy;
-    const char *forced = c->gw->cfg.forced_agent;
     const struct agent *a = NULL;
     struct decision dec = {
         .verdict = VERDICT_DENY, .reason = REASON_AGENT_NOT_ALLOWED, .tier = TIER_NONE};
-    /* The agent as a new request of this client would be named: by id in
-     * the new policy (the exchange's agent is the old policy's). */
-    enum agent_result r = AGENT_OK;
-    if (forced != NULL)
-        a = policy_find_agent(p, forced);
-    else
-        r = agent_find_again(p, ex->agent_id, ex->by_secret, &c->origin, &a);
+    enum agent_result r = agent_again(c, p, &a);
     if (r == AGENT_AUTH_REQUIRED) /* its agent now wants a token it never presented */
         dec.reason = REASON_AUTH_REQUIRED;
     if (r == AGENT_OK) {

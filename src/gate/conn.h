@@ -256,7 +256,10 @@ bool conn_gate_denies(struct conn *c, enum deny_reason r, bool respond);
  * exchange takes the new decision, published at once as a second
  * agent_egress (report) when its first one is out, and <c> goes on;
  * returns false. Anything else (a plain request, a tunnel still allowed,
- * one reported already with that reason) is left as it is; returns false.
+ * one reported already with that reason) is left as it is; returns false;
+ * but the upload of a tunnel kept, or of a plain request whose body is
+ * still to go up, is metered from then on by the bandwidth of the rule the
+ * new decision names (quota_flow_set_rule()).
  * Not to be called from <c>'s own callbacks. */
 bool conn_redecide(struct conn *c, time_t now);
 uint64_t conn_idle_ms(const struct conn *c);

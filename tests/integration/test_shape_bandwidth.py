@@ -394,6 +394,37 @@ def test_reload_that_edits_the_rule_keeps_the_tunnel_shaped(gateway, net):
             sink.stop()
 
 
+def test_reload_that_edits_the_rule_keeps_a_plain_upload_shaped(gateway, net):
+    # The same for a plain POST running at 1 KiB/s: 8 KiB, the reload about
+    # a second in adds a port to its rule (another identity, the same rate).
+    # The policy in force still holds it to 1 KiB/s: its rule's new bucket
+    # starts full, so the 6 KiB or so left take at least 4 s more. (Before,
+    # the upload went on unmetered: done within about a second.)
+    def policy(ports):
+        return net.policy([api_rule(net, ports=ports, rate={"bandwidth": "1KiB/s"})])
+    gw = gateway(policy([net.api.port]))
+    body = pattern_bytes(8 * KIB)
+    out = {}
+
+    def upload():
+        out["status"], out["data"] = post(gw, net.url("/up"), body)
+
+    t0 = time.monotonic()
+    th = threading.Thread(target=upload, daemon=True)
+    th.start()
+    time.sleep(1.0)
+    gw.write_policy(policy_yaml(policy([net.api.port, 1])))
+    gw.reload()
+    poll(lambda: "sluice: reloaded " in gw.stderr() or None, timeout=5, what="the reload")
+    th.join(60)
+    elapsed = time.monotonic() - t0
+    assert out.get("status") == 200, out
+    info = json.loads(out["data"])
+    assert info["body_len"] == len(body)
+    assert info["body_sha256"] == hashlib.sha256(body).hexdigest()
+    assert elapsed >= 5, "8 KiB at 1 KiB/s across the reload took only %.2fs" % elapsed
+
+
 def test_reload_speeds_up_a_paused_tunnel(gateway, net):
     # At 100 B/s the first 1000 bytes (counted at once) put the bucket 900
     # bytes in debt: the tunnel pauses reading the agent for 9 s and more.
