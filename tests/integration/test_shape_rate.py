@@ -179,3 +179,23 @@ def test_retry_after_of_a_long_period_is_not_cut_to_a_year(gateway, net):
     assert r.header("Sluice-Reason") == "quarantined", r
     lo, hi = retry_after_bounds(time.monotonic() - t1, period_s)
     assert lo <= int(r.header("Retry-After")) <= hi, r.header("Retry-After")
+
+
+def test_only_admitted_requests_take_a_token(gateway, net):
+    # docs/SPEC.md: a request refused before its admission (by the policy,
+    # the quarantine, a malformed head) takes no token; one refused after it
+    # (here dns_failure: the name does not resolve) has taken its token.
+    # Three an hour for the agent: a not_in_policy and a bad_request take
+    # nothing, the 200, the dns_failure and the next 200 take the three, and
+    # the last is rate_limited.
+    rules = [api_rule(net), {"host": "nx.example.test", "ports": [80], "tier": 0}]
+    gw = gateway(net.policy(rules, limits={"rate": {"requests": 3, "per": "1h"}}))
+    got = [request(gw, "GET", "http://evil.example.test/"),
+           request(gw, "GET", "http://bad host/"),
+           request(gw, "GET", net.url("/one")),
+           request(gw, "GET", "http://nx.example.test/"),
+           request(gw, "GET", net.url("/two")),
+           request(gw, "GET", net.url("/three"))]
+    assert [(r.status, r.header("Sluice-Reason")) for r in got] == [
+        (403, "not_in_policy"), (400, "bad_request"), (200, None), (502, "dns_failure"),
+        (200, None), (429, "rate_limited")], got
