@@ -465,11 +465,12 @@ static void on_output(struct evbuffer *buf, const struct evbuffer_cb_info *info,
         w->sent = true;
 }
 
-/* Opens <w>'s connection, kept for the sink's life: evhttp's own for
- * http://, one over a TLS bufferevent for https://. evhttp reconnects it
- * when the server closed it or a request failed, with a new handshake
- * (tested: a server that closes after every answer, a refused handshake
- * retried, a server that comes up late). */
+/* Opens <w>'s connection, kept while its answers end where they say:
+ * evhttp's own for http://, one over a TLS bufferevent for https://.
+ * evhttp reconnects it when the server closed it or a request failed, with
+ * a new handshake (tested: a server that closes after every answer, a
+ * refused handshake retried, a server that comes up late); fresh_conn()
+ * replaces it. On failure <w> has no connection. */
 static int open_conn(struct webhook *w)
 {
     if (w->tls == NULL) {
@@ -492,9 +493,36 @@ static int open_conn(struct webhook *w)
     /* kept across reconnections: evhttp reuses the bufferevent */
     struct bufferevent *bev = evhttp_connection_get_bufferevent(w->conn);
     if (bev == NULL || evbuffer_add_cb(bufferevent_get_input(bev), on_input, w) == NULL ||
-        evbuffer_add_cb(bufferevent_get_output(bev), on_output, w) == NULL)
+        evbuffer_add_cb(bufferevent_get_output(bev), on_output, w) == NULL) {
+        evhttp_connection_free(w->conn);
+        w->conn = NULL;
         return -1;
+    }
     return 0;
+}
+
+/* Before a request goes out: bytes the connection already holds came
+ * before it was sent, so they are no answer to it. evhttp reads a kept
+ * connection's input from where the last answer ended, so what a server
+ * sent past its answer (a second answer, a body longer than its
+ * Content-Length) was taken for the next request's answer: a stale 200
+ * counted an alert delivered that the server never answered, a stale error
+ * had it sent again. Such a connection is dropped (evhttp has no call to
+ * reset one) and the request goes on a new one. evhttp resets an idle
+ * connection itself when bytes arrive while it waits; these came with the
+ * answer, in the same read. Called when no request is in flight, from
+ * on_done() too: evhttp_connection_done() (libevent 2.1) and its callers
+ * do not touch the connection after calling it (it is no
+ * evhttp_connection_free_on_completion() one). */
+static int fresh_conn(struct webhook *w)
+{
+    struct bufferevent *bev = w->conn != NULL ? evhttp_connection_get_bufferevent(w->conn) : NULL;
+    if (bev != NULL && evbuffer_get_length(bufferevent_get_input(bev)) == 0)
+        return 0;
+    if (w->conn != NULL)
+        evhttp_connection_free(w->conn);
+    w->conn = NULL;
+    return open_conn(w);
 }
 
 /* No request went out for the head of the queue (out of memory, or
@@ -515,6 +543,10 @@ static void try_send(struct webhook *w)
     if (w->busy || w->len == 0 || evtimer_pending(w->retry, NULL))
         return;
     struct item *it = &w->q[w->head];
+    if (fresh_conn(w) < 0) {
+        send_later(w);
+        return;
+    }
     struct evhttp_request *req = evhttp_request_new(on_done, w);
     if (req == NULL) {
         send_later(w);

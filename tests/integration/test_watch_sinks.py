@@ -1159,6 +1159,67 @@ def test_webhook_too_many_interim_responses_fail_the_attempt(gateway, net, tmp_p
         srv.stop()
 
 
+class _Leftover(_EachRequest):
+    """A keep-alive webhook on 127.0.0.1 (https:// with <tls>) that answers
+    the first request on each connection with a 200 and, in the same write,
+    a second 200 nobody asked for, then reads the later requests on that
+    connection without answering them (until the client closes, at most
+    10 s each). Records the alerts it answered and those it did not."""
+
+    ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+
+    def __init__(self, tls=None):
+        self.answered, self.unanswered = [], []
+        super().__init__(tls)
+
+    def _answer(self, c, body):
+        self.answered.append(json.loads(body))
+        c.sendall(self.ANSWER + self.ANSWER)
+        c.settimeout(10)
+        while not self._stop:
+            body = _Trickler._read_request(c)
+            if body is None:
+                return
+            self.unanswered.append(json.loads(body))
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_webhook_bytes_left_after_an_answer_are_not_the_next_answer(gateway, net, tmp_path,
+                                                                    scheme):
+    # A server that sends more than its answer (two answers back to back,
+    # or a body longer than its Content-Length) left bytes in the kept
+    # connection that evhttp read as the answer to the next request: a
+    # stale 200 marked the next alert delivered though the server never
+    # answered it. Bytes that came before a request was sent are never its
+    # answer: the next alert goes on a fresh connection.
+    tls, env = None, {"SLUICE_TEST_WEBHOOK_BACKOFF_MS": "50"}
+    if scheme == "https":
+        tls = self_signed(tmp_path, "hook", "IP:127.0.0.1")
+        env["SSL_CERT_FILE"] = tls[0]
+    srv = _Leftover(tls)
+    admin = free_tcp_port()
+    try:
+        url = "%s://127.0.0.1:%d/hook" % (scheme, srv.port)
+        gw = gateway(net.policy(rules(net), alerts={"first_contact": True,
+                                                    "sinks": [{"webhook": url}]}),
+                     args=["--alerts", str(tmp_path / "a.jsonl"), "--grace", "1s",
+                           "--admin", str(admin)], env=env)
+        queue = 'sluice_webhook_queue{sink="%s"}' % url
+        request(gw, "GET", "http://nowhere0.example.test/")
+        poll(lambda: srv.answered or None, timeout=10, what="the first alert answered")
+        poll(lambda: _metric_value(_metrics(admin), queue) == 0 or None, timeout=10,
+             what="the first alert delivered")
+        request(gw, "GET", "http://nowhere1.example.test/")
+        poll(lambda: len(srv.answered) >= 2 or srv.unanswered or None, timeout=10,
+             what="the second alert at the webhook")
+        assert srv.unanswered == [], "sent on the connection with the stale answer"
+        assert [a["host"] for a in srv.answered] == ["nowhere0.example.test",
+                                                     "nowhere1.example.test"]
+        assert "sluice: webhook %s:" % url not in gw.stderr(), gw.stderr()
+    finally:
+        srv.stop()
+
+
 def _secret_policy(tmp_path, url):
     pol = tmp_path / "secret.yaml"
     pol.write_text("version: 1\nrules:\n  - host: api.example.test\n    ports: [80]\n"
