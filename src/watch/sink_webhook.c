@@ -159,6 +159,7 @@ static int parse_url(struct webhook *w, const char *url, bool *https, const char
 
 static void try_send(struct webhook *w);
 static void on_sweep(evutil_socket_t fd, short what, void *arg);
+static void drop_conn(struct webhook *w);
 
 static void on_retry(evutil_socket_t fd, short what, void *arg)
 {
@@ -376,7 +377,16 @@ static void on_done(struct evhttp_request *req, void *arg)
  * so a request evhttp has finished with is never cancelled; the reset
  * unhooks the connection's bufferevent callbacks, so a read already
  * queued for it (a TLS bufferevent defers its callbacks) does not reach
- * the freed request. */
+ * the freed request. An attempt cut while evhttp was still looking up the
+ * host name (its connection has no socket yet) leaves that connection
+ * behind: libevent 2.1 cancels a pending lookup when a socket bufferevent
+ * is reset, not a TLS one, whose late answer then connected, or failed,
+ * the next attempt's connection (seen: the next attempt ended "cannot
+ * connect: Connection refused" when the first one's lookup came back
+ * NXDOMAIN while its own was under way). Freed, the connection's
+ * bufferevent keeps no callback and lives until that answer (an address
+ * opens a socket there, closed at once); the next attempt gets a new one
+ * (fresh_conn()). */
 static void on_deadline(evutil_socket_t fd, short what, void *arg)
 {
     struct webhook *w = arg;
@@ -395,9 +405,13 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
         evtimer_add(w->deadline, &tv);
         return;
     }
+    bool resolving =
+        w->dns != NULL && bufferevent_getfd(evhttp_connection_get_bufferevent(w->conn)) < 0;
     w->req = NULL;
     w->cut = !w->overlong;
     evhttp_cancel_request(req);
+    if (resolving)
+        drop_conn(w);
     if (w->overlong) { /* after the cancel, which reported EVREQ_HTTP_REQUEST_CANCEL */
         w->errored = true;
         w->last_error = EVREQ_HTTP_DATA_TOO_LONG;
@@ -494,11 +508,26 @@ static int open_conn(struct webhook *w)
     struct bufferevent *bev = evhttp_connection_get_bufferevent(w->conn);
     if (bev == NULL || evbuffer_add_cb(bufferevent_get_input(bev), on_input, w) == NULL ||
         evbuffer_add_cb(bufferevent_get_output(bev), on_output, w) == NULL) {
-        evhttp_connection_free(w->conn);
-        w->conn = NULL;
+        drop_conn(w);
         return -1;
     }
     return 0;
+}
+
+/* Frees <w>'s connection, if any (a request in flight is dropped, no
+ * callback). Its bufferevent may outlive it, held by a name lookup under
+ * way (on_deadline()): it keeps no callback of the sink's. */
+static void drop_conn(struct webhook *w)
+{
+    if (w->conn == NULL)
+        return;
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(w->conn);
+    if (bev != NULL) {
+        evbuffer_remove_cb(bufferevent_get_input(bev), on_input, w);
+        evbuffer_remove_cb(bufferevent_get_output(bev), on_output, w);
+    }
+    evhttp_connection_free(w->conn);
+    w->conn = NULL;
 }
 
 /* Before a request goes out: bytes the connection already holds came
@@ -513,15 +542,14 @@ static int open_conn(struct webhook *w)
  * answer, in the same read. Called when no request is in flight, from
  * on_done() too: evhttp_connection_done() (libevent 2.1) and its callers
  * do not touch the connection after calling it (it is no
- * evhttp_connection_free_on_completion() one). */
+ * evhttp_connection_free_on_completion() one). A sink without a
+ * connection (on_deadline() dropped it, or opening one failed) opens one. */
 static int fresh_conn(struct webhook *w)
 {
     struct bufferevent *bev = w->conn != NULL ? evhttp_connection_get_bufferevent(w->conn) : NULL;
     if (bev != NULL && evbuffer_get_length(bufferevent_get_input(bev)) == 0)
         return 0;
-    if (w->conn != NULL)
-        evhttp_connection_free(w->conn);
-    w->conn = NULL;
+    drop_conn(w);
     return open_conn(w);
 }
 
@@ -936,8 +964,7 @@ void webhook_free(struct webhook *w)
 {
     if (w == NULL)
         return;
-    if (w->conn != NULL)
-        evhttp_connection_free(w->conn); /* a request in flight is dropped, no callback */
+    drop_conn(w);
     if (w->dns != NULL)
         evdns_base_free(w->dns, 0);
     webhook_tls_free(w->tls);

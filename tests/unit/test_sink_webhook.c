@@ -554,17 +554,24 @@ static void sweep_reads_only_what_it_has_room_for(void **state)
     event_base_free(base);
 }
 
-/* Runs <base> until <s> answered <n> bodies or <limit_ms> went by. */
-static void run_until_answered(struct event_base *base, const struct srv *s, size_t n,
-                               uint64_t limit_ms)
+/* Runs <base> until *<count> reached <n> or <limit_ms> went by. */
+static void run_until_count(struct event_base *base, const size_t *count, size_t n,
+                            uint64_t limit_ms)
 {
     struct event *tick = event_new(base, -1, EV_PERSIST, on_tick, NULL);
     struct timeval tv = {0, 10000};
     event_add(tick, &tv);
     uint64_t until = mono_ms() + limit_ms;
-    while (s->ngot < n && mono_ms() < until)
+    while (*count < n && mono_ms() < until)
         event_base_loop(base, EVLOOP_ONCE);
     event_free(tick);
+}
+
+/* Runs <base> until <s> answered <n> bodies or <limit_ms> went by. */
+static void run_until_answered(struct event_base *base, const struct srv *s, size_t n,
+                               uint64_t limit_ms)
+{
+    run_until_count(base, &s->ngot, n, limit_ms);
 }
 
 /* A new sink takes its oldest stored alerts, as many as its memory holds,
@@ -885,6 +892,42 @@ static void nxdomain_answer(evutil_socket_t fd, short what, void *arg)
     (void)sendto(fd, q, (size_t)n, 0, (struct sockaddr *)&from, fromlen);
 }
 
+/* A UDP socket on 127.0.0.1 whose questions go to <cb> (<arg>) in <base>'s
+ * loop, for a test name server; *<ev> is its event, *<port> its port. */
+static int ns_open(struct event_base *base, event_callback_fn cb, void *arg, struct event **ev,
+                   uint16_t *port)
+{
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sinlen = sizeof(sin);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sin, &sinlen), 0);
+    *ev = event_new(base, fd, EV_READ | EV_PERSIST, cb, arg);
+    assert_non_null(*ev);
+    assert_int_equal(event_add(*ev, NULL), 0);
+    *port = ntohs(sin.sin_port);
+    return fd;
+}
+
+/* A sink to <url> whose resolver asks the name server on 127.0.0.1:<port>
+ * only (never the host's). */
+static struct webhook *sink_asking(struct event_base *base, const char *url, uint16_t port)
+{
+    char *err = NULL;
+    struct webhook *w = webhook_new(base, url, NULL, &err);
+    assert_non_null(w);
+    evhttp_connection_free(w->conn);
+    evdns_base_free(w->dns, 0);
+    w->dns = evdns_base_new(base, 0);
+    assert_non_null(w->dns);
+    char server[32];
+    snprintf(server, sizeof(server), "127.0.0.1:%u", (unsigned)port);
+    assert_int_equal(evdns_base_nameserver_ip_add(w->dns, server), 0);
+    assert_int_equal(open_conn(w), 0);
+    return w;
+}
+
 /* A sink whose host name does not resolve says so, with the resolver's
  * reason, where it said only "cannot deliver". Its resolver is pointed at
  * the loopback name server above (never at the host's). */
@@ -893,27 +936,10 @@ static void a_name_that_does_not_resolve_says_why(void **state)
     (void)state;
     struct event_base *base = event_base_new();
     assert_non_null(base);
-    int ns = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0);
-    assert_true(ns >= 0);
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sinlen = sizeof(sin);
-    assert_int_equal(bind(ns, (struct sockaddr *)&sin, sizeof(sin)), 0);
-    assert_int_equal(getsockname(ns, (struct sockaddr *)&sin, &sinlen), 0);
-    struct event *nsev = event_new(base, ns, EV_READ | EV_PERSIST, nxdomain_answer, NULL);
-    assert_non_null(nsev);
-    assert_int_equal(event_add(nsev, NULL), 0);
-
-    char *err = NULL;
-    struct webhook *w = webhook_new(base, "http://hook.example.test:9/hook", NULL, &err);
-    assert_non_null(w);
-    evhttp_connection_free(w->conn);
-    evdns_base_free(w->dns, 0);
-    w->dns = evdns_base_new(base, 0);
-    assert_non_null(w->dns);
-    char server[32];
-    snprintf(server, sizeof(server), "127.0.0.1:%u", (unsigned)ntohs(sin.sin_port));
-    assert_int_equal(evdns_base_nameserver_ip_add(w->dns, server), 0);
-    assert_int_equal(open_conn(w), 0);
+    struct event *nsev;
+    uint16_t port;
+    int ns = ns_open(base, nxdomain_answer, NULL, &nsev, &port);
+    struct webhook *w = sink_asking(base, "http://hook.example.test:9/hook", port);
     w->t.attempt_ms = 3000;
     w->t.backoff_ms = w->t.backoff_max_ms = 60000; /* no retry meanwhile */
 
@@ -937,6 +963,95 @@ static void a_name_that_does_not_resolve_says_why(void **state)
     event_base_free(base);
 }
 
+/* A name server on 127.0.0.1, in the test's loop, that holds the first 8
+ * questions it receives (those past them are dropped) until the test has it
+ * answer some NXDOMAIN (held_answer). */
+struct held_ns {
+    int fd;
+    unsigned char q[8][512];
+    size_t n[8];
+    struct sockaddr_storage from[8];
+    socklen_t fromlen[8];
+    size_t asked;
+};
+
+static void held_question(evutil_socket_t fd, short what, void *arg)
+{
+    struct held_ns *ns = arg;
+    unsigned char drop[512];
+    (void)what;
+    size_t i = ns->asked < 8 ? ns->asked : 0;
+    ns->fromlen[i] = sizeof(ns->from[i]);
+    ssize_t n = recvfrom(fd, ns->asked < 8 ? ns->q[i] : drop, sizeof(drop), 0,
+                         (struct sockaddr *)&ns->from[i], &ns->fromlen[i]);
+    if (n < 12 || ns->asked >= 8)
+        return;
+    ns->n[i] = (size_t)n;
+    ns->asked++;
+}
+
+/* Answers questions <from> to <to> (excluded) NXDOMAIN. */
+static void held_answer(struct held_ns *ns, size_t from, size_t to)
+{
+    for (size_t i = from; i < to && i < ns->asked; i++) {
+        ns->q[i][2] = 0x81;
+        ns->q[i][3] = 0x83;
+        memset(ns->q[i] + 6, 0, 6);
+        assert_int_equal(
+            sendto(ns->fd, ns->q[i], ns->n[i], 0, (struct sockaddr *)&ns->from[i], ns->fromlen[i]),
+            (ssize_t)ns->n[i]);
+    }
+}
+
+/* An attempt cut at its deadline while its host name was being looked up:
+ * the lookup's answer, coming later, must not reach the connection, nor
+ * end the next attempt, whose own lookup is under way. */
+static void a_late_name_lookup_reaches_nothing(void **state)
+{
+    (void)state;
+    static const char *const urls[] = {"http://hook.example.test:9/hook",
+                                       "https://hook.example.test:9/hook"};
+    for (size_t u = 0; u < sizeof(urls) / sizeof(urls[0]); u++) {
+        struct event_base *base = event_base_new();
+        assert_non_null(base);
+        struct held_ns ns = {0};
+        struct event *nsev;
+        uint16_t port;
+        ns.fd = ns_open(base, held_question, &ns, &nsev, &port);
+        struct webhook *w = sink_asking(base, urls[u], port);
+        w->t.attempt_ms = 1000;
+        w->t.backoff_ms = w->t.backoff_max_ms = 10; /* well within evdns' 5 s per try */
+
+        send_alerts(w, 1);
+        run_until_count(base, &ns.asked, 2, 5000); /* the first attempt's A and AAAA */
+        assert_int_equal(ns.asked, 2);
+        run_until_count(base, &ns.asked, 4, 5000); /* cut; the second attempt's */
+        assert_int_equal(ns.asked, 4);
+        assert_int_equal(webhook_failures(w), 1);
+        assert_non_null(w->req);
+        held_answer(&ns, 0, 2);                      /* the first attempt's lookup fails now */
+        run_until_count(base, &(size_t){0}, 1, 200); /* 200 ms */
+        char why[240];
+        if (webhook_failures(w) != 1 || w->req == NULL)
+            fail_msg("%s: the second attempt ended: %s", urls[u],
+                     failure_text(w, 0, why, sizeof(why)));
+        w->t.backoff_ms = w->t.backoff_max_ms = 60000; /* no third attempt */
+        held_answer(&ns, 2, 4);                        /* and its own */
+        uint64_t until = mono_ms() + 5000;
+        while (webhook_failures(w) == 1 && mono_ms() < until)
+            event_base_loop(base, EVLOOP_ONCE);
+        assert_int_equal(webhook_failures(w), 2);
+        failure_text(w, 0, why, sizeof(why));
+        if (strstr(why, "cannot deliver: cannot resolve hook.example.test: ") != why)
+            fail_msg("%s: said \"%s\"", urls[u], why);
+
+        webhook_free(w);
+        event_free(nsev);
+        close(ns.fd);
+        event_base_free(base);
+    }
+}
+
 int main(void)
 {
     event_set_mem_functions(mem_malloc, mem_realloc, free);
@@ -958,6 +1073,7 @@ int main(void)
         cmocka_unit_test(an_https_alert_sent_out_of_descriptors_is_retried),
         cmocka_unit_test(a_name_with_a_final_dot_is_checked_without_it),
         cmocka_unit_test(a_name_that_does_not_resolve_says_why),
+        cmocka_unit_test(a_late_name_lookup_reaches_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
