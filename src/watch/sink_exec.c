@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdbool.h>
@@ -33,12 +34,45 @@ struct child {
     struct event *timer; /* the 5 s limit */
 };
 
+/* What posix_spawn() needs to start one program, handed to the spawner
+ * thread: its own, so that a thread held in a spawn past the runner's end
+ * (exec_runner_free) touches nothing freed. */
+struct spawn_req {
+    char *path;
+    char **env; /* the array; its strings are environ's (child_env) */
+    int in_fd;  /* the read end of the program's stdin; the thread closes it */
+    int err_fd; /* its standard output and error */
+    pid_t pid;  /* the results */
+    int rc;     /* 0, or posix_spawn()'s error */
+};
+
+/* The thread that calls posix_spawn(), one program at a time. posix_spawn()
+ * returns once the child has exec'd, and an exec may wait as long as the
+ * storage the program (or its interpreter) is on: a hung NFS or FUSE
+ * server, a dying disk. On the loop, that held every agent's traffic. The
+ * loop hands the thread one request at a time (todo) and takes its result
+ * (done) when woken through <wake>. Shared with the thread, and left to it
+ * when it cannot be joined at the end (exec_runner_free). */
+struct spawner {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    struct spawn_req *todo; /* under mu: handed, not yet taken */
+    struct spawn_req *done; /* under mu: started (or failed), for the loop */
+    bool stopping;          /* under mu */
+    pid_t tid;              /* under mu: the thread's, the parent of every program */
+    int wake[2];            /* a byte per result, to the loop */
+};
+
 struct exec_runner {
     struct event_base *base;
     struct event *sigchld;
     struct child **kids; /* running and waiting, in order */
     size_t nkids, cap;
-    size_t running;
+    size_t running;         /* started, or being started (spawning) */
+    struct spawner *sp;     /* made at the first program; NULL before */
+    struct event *woken;    /* sp->wake[0] readable */
+    struct child *spawning; /* the one the thread is starting, or NULL */
     uint64_t failures;
     uint64_t dropped; /* alerts not given to a program: too many waiting */
     char **hidden;    /* owned: variables programs do not get (exec_runner_hide_env) */
@@ -112,17 +146,26 @@ static void kill_group(pid_t pid)
     kill(pid, SIGKILL);
 }
 
+static pid_t spawning_pid(struct exec_runner *r);
+
 static void on_timeout(evutil_socket_t fd, short what, void *arg)
 {
     struct child *k = arg;
     (void)fd;
     (void)what;
-    if (k->pid > 0 && !k->killed) {
-        k->killed = true;
-        kill_group(k->pid);
-        fprintf(stderr, "sluice: alert sink exec %s: killed after %d s\n", k->path,
-                SINK_EXEC_TIMEOUT_MS / 1000);
-    }
+    if (k->killed)
+        return;
+    k->killed = true;
+    pid_t pid = k->pid > 0 ? k->pid : spawning_pid(k->r);
+    if (pid > 0) {
+        kill_group(pid);
+        fprintf(stderr, "sluice: alert sink exec %s: killed after %d s%s\n", k->path,
+                SINK_EXEC_TIMEOUT_MS / 1000, k->pid > 0 ? "" : " (its exec had not finished)");
+    } else /* on_spawned() kills it if it ever starts */
+        fprintf(stderr,
+                "sluice: alert sink exec %s: not started after %d s (its exec waits: hung "
+                "storage?); it will be killed if it starts\n",
+                k->path, SINK_EXEC_TIMEOUT_MS / 1000);
 }
 
 static void start_waiting(struct exec_runner *r);
@@ -139,8 +182,9 @@ static bool env_hidden(const struct exec_runner *r, const char *kv)
 }
 
 /* The gateway's environment without the hidden variables, for one spawn:
- * the array is the caller's to free, its strings are environ's (nothing
- * changes environ while the loop spawns: the loop is what sets TZ). NULL
+ * the array is the caller's to free, its strings are environ's (the loop,
+ * which makes the array, is what sets TZ; and glibc frees no string a
+ * setenv() replaces, so the spawner thread may read them after). NULL
  * when out of memory. */
 static char **child_env(const struct exec_runner *r)
 {
@@ -156,40 +200,23 @@ static char **child_env(const struct exec_runner *r)
     return env;
 }
 
-static int spawn(struct exec_runner *r, struct child *k)
+/* On the spawner thread: starts <q>'s program. Returns 0 (q->pid set) or
+ * posix_spawn()'s error. Closes q->in_fd either way. */
+static int spawn_program(struct spawn_req *q)
 {
-    int p[2];
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
     sigset_t none, dfl;
-    char *argv[] = {k->path, NULL};
-    int rc;
-    char **env = child_env(r);
+    char *argv[] = {q->path, NULL};
 
-    if (env == NULL)
-        return ENOMEM;
-    if (pipe2(p, O_CLOEXEC) != 0) {
-        rc = errno;
-        free(env);
-        return rc;
-    }
-    /* Only our end is non-blocking: the child's stdin stays blocking. */
-    if (fcntl(p[1], F_SETFL, fcntl(p[1], F_GETFL) | O_NONBLOCK) < 0) {
-        rc = errno;
-        close(p[0]);
-        close(p[1]);
-        free(env);
-        return rc;
-    }
     posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, p[0], STDIN_FILENO);
+    posix_spawn_file_actions_adddup2(&fa, q->in_fd, STDIN_FILENO);
     /* The standard error sluice was started with, blocking, not the relay's
      * non-blocking pipe (util/stderr_relay.h): a program's output is its
      * own, and waiting for a slow reader is its business, not the loop's. */
-    int err_fd = stderr_relay_original();
-    posix_spawn_file_actions_adddup2(&fa, err_fd, STDOUT_FILENO);
-    if (err_fd != STDERR_FILENO)
-        posix_spawn_file_actions_adddup2(&fa, err_fd, STDERR_FILENO);
+    posix_spawn_file_actions_adddup2(&fa, q->err_fd, STDOUT_FILENO);
+    if (q->err_fd != STDERR_FILENO)
+        posix_spawn_file_actions_adddup2(&fa, q->err_fd, STDERR_FILENO);
     /* Nothing else: not every descriptor of the gateway is close-on-exec
      * (libevent 2.1 opens a webhook's connection without it), and an alert
      * program must not hold the webhook's connection, or any other. */
@@ -208,26 +235,144 @@ static int spawn(struct exec_runner *r, struct child *k)
     posix_spawnattr_setpgroup(&at, 0); /* a group of its own: kill_group() */
     posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
                                       POSIX_SPAWN_SETPGROUP);
-    rc = posix_spawn(&k->pid, k->path, &fa, &at, argv, env);
-    free(env);
+    int rc = posix_spawn(&q->pid, q->path, &fa, &at, argv, q->env);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
-    close(p[0]);
-    if (rc != 0) {
-        k->pid = 0;
-        close(p[1]);
+    close(q->in_fd);
+    q->in_fd = -1;
+    if (rc != 0)
+        q->pid = 0;
+    return rc;
+}
+
+static void req_free(struct spawn_req *q)
+{
+    if (q == NULL)
+        return;
+    if (q->in_fd >= 0)
+        close(q->in_fd);
+    free(q->env);
+    free(q->path);
+    free(q);
+}
+
+static void *spawner_thread(void *arg)
+{
+    struct spawner *sp = arg;
+    pthread_mutex_lock(&sp->mu);
+    sp->tid = gettid();
+    for (;;) {
+        while (sp->todo == NULL && !sp->stopping)
+            pthread_cond_wait(&sp->cond, &sp->mu);
+        if (sp->stopping)
+            break;
+        struct spawn_req *q = sp->todo;
+        sp->todo = NULL;
+        pthread_mutex_unlock(&sp->mu);
+        q->rc = spawn_program(q); /* may wait for as long as the exec does */
+        pthread_mutex_lock(&sp->mu);
+        sp->done = q;
+        /* One byte per request, and one request at a time: the pipe has room. */
+        ssize_t w = write(sp->wake[1], "", 1);
+        (void)w;
+    }
+    pthread_mutex_unlock(&sp->mu);
+    return NULL;
+}
+
+static void on_spawned(evutil_socket_t fd, short what, void *arg);
+
+/* Makes r's spawner thread, at the first program: from the loop thread, so
+ * that it and the programs it starts have the loop's scheduling class, and
+ * after --user, the lockdown and every other change of the loop's. Returns
+ * 0 or an errno. */
+static int spawner_start(struct exec_runner *r)
+{
+    struct spawner *sp = calloc(1, sizeof(*sp));
+    if (sp == NULL)
+        return ENOMEM;
+    if (pipe2(sp->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+        int e = errno;
+        free(sp);
+        return e;
+    }
+    r->woken = event_new(r->base, sp->wake[0], EV_READ | EV_PERSIST, on_spawned, r);
+    if (r->woken == NULL || event_add(r->woken, NULL) < 0) {
+        if (r->woken != NULL)
+            event_free(r->woken);
+        r->woken = NULL;
+        close(sp->wake[0]);
+        close(sp->wake[1]);
+        free(sp);
+        return ENOMEM;
+    }
+    pthread_mutex_init(&sp->mu, NULL);
+    pthread_cond_init(&sp->cond, NULL);
+    /* The gateway's signals (SIGTERM, SIGHUP, SIGCHLD) are the loop's. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int e = pthread_create(&sp->thread, NULL, spawner_thread, sp);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (e != 0) {
+        event_free(r->woken);
+        r->woken = NULL;
+        pthread_cond_destroy(&sp->cond);
+        pthread_mutex_destroy(&sp->mu);
+        close(sp->wake[0]);
+        close(sp->wake[1]);
+        free(sp);
+        return e;
+    }
+    r->sp = sp;
+    return 0;
+}
+
+/* Hands <k>'s program to the spawner thread. Returns 0 or an errno. */
+static int spawn(struct exec_runner *r, struct child *k)
+{
+    int p[2];
+    if (r->sp == NULL) {
+        int e = spawner_start(r);
+        if (e != 0)
+            return e;
+    }
+    struct spawn_req *q = calloc(1, sizeof(*q));
+    if (q == NULL)
+        return ENOMEM;
+    q->in_fd = -1;
+    q->err_fd = stderr_relay_original();
+    if ((q->path = strdup(k->path)) == NULL || (q->env = child_env(r)) == NULL) {
+        req_free(q);
+        return ENOMEM;
+    }
+    if (pipe2(p, O_CLOEXEC) != 0) {
+        int rc = errno;
+        req_free(q);
         return rc;
     }
-    priority_restore_child(k->pid); /* not the gateway's raised priority */
+    q->in_fd = p[0];
+    /* Only our end is non-blocking: the child's stdin stays blocking. */
+    if (fcntl(p[1], F_SETFL, fcntl(p[1], F_GETFL) | O_NONBLOCK) < 0) {
+        int rc = errno;
+        close(p[1]);
+        req_free(q);
+        return rc;
+    }
     k->fd = p[1];
     k->wev = event_new(r->base, k->fd, EV_WRITE, on_writable, k);
+    /* The 5 s count from here: a program whose exec hangs is killed too. */
     k->timer = evtimer_new(r->base, on_timeout, k);
     if (k->timer != NULL) {
         struct timeval tv = timeval_of_ms(SINK_EXEC_TIMEOUT_MS);
         evtimer_add(k->timer, &tv);
     }
+    pthread_mutex_lock(&r->sp->mu);
+    r->sp->todo = q;
+    pthread_cond_signal(&r->sp->cond);
+    pthread_mutex_unlock(&r->sp->mu);
+    r->spawning = k;
     r->running++;
-    feed(k);
     return 0;
 }
 
@@ -271,9 +416,11 @@ static void cannot_run(struct exec_runner *r, const char *path, int rc)
             (unsigned long long)(u->failed - u->told));
 }
 
+/* Hands the first program waiting to the spawner, when it has none and
+ * fewer than SINK_EXEC_MAX_RUNNING run: one at a time, in order. */
 static void start_waiting(struct exec_runner *r)
 {
-    for (size_t i = 0; i < r->nkids && r->running < SINK_EXEC_MAX_RUNNING;) {
+    for (size_t i = 0; i < r->nkids && r->running < SINK_EXEC_MAX_RUNNING && r->spawning == NULL;) {
         struct child *k = r->kids[i];
         if (k->pid != 0) {
             i++;
@@ -289,6 +436,92 @@ static void start_waiting(struct exec_runner *r)
         }
         i++;
     }
+}
+
+static size_t index_of(const struct exec_runner *r, const struct child *k)
+{
+    size_t i = 0;
+    while (i < r->nkids && r->kids[i] != k)
+        i++;
+    return i;
+}
+
+/* The spawner's result for r->spawning, if there is one; NULL otherwise. */
+static struct spawn_req *take_done(struct exec_runner *r)
+{
+    pthread_mutex_lock(&r->sp->mu);
+    struct spawn_req *q = r->sp->done;
+    r->sp->done = NULL;
+    pthread_mutex_unlock(&r->sp->mu);
+    return q;
+}
+
+static void reap(struct exec_runner *r);
+
+/* The spawner started r->spawning's program, or could not. */
+static void on_spawned(evutil_socket_t fd, short what, void *arg)
+{
+    struct exec_runner *r = arg;
+    char buf[16];
+    (void)what;
+    while (read(fd, buf, sizeof(buf)) > 0)
+        ;
+    struct spawn_req *q = take_done(r);
+    struct child *k = r->spawning;
+    if (q == NULL || k == NULL) {
+        req_free(q);
+        return;
+    }
+    r->spawning = NULL;
+    if (q->rc != 0) {
+        cannot_run(r, k->path, q->rc);
+        r->failures++;
+        r->running--;
+        remove_at(r, index_of(r, k));
+        child_free(k);
+    } else {
+        k->pid = q->pid;
+        priority_restore_child(k->pid); /* not the gateway's raised priority */
+        if (k->killed)                  /* its 5 s ended before the exec did */
+            kill_group(k->pid);
+        feed(k);
+    }
+    req_free(q);
+    reap(r); /* one killed in its exec may have ended already; starts the next */
+}
+
+/* The program the spawner thread is starting (its exec under way), or 0:
+ * the child of that thread the runner does not know (it starts one at a
+ * time, and every program is its child), from /proc (CONFIG_PROC_CHILDREN,
+ * which distributions' kernels have; without it, 0). */
+static pid_t spawning_pid(struct exec_runner *r)
+{
+    char name[64], buf[1024];
+    if (r->sp == NULL || r->spawning == NULL)
+        return 0;
+    pthread_mutex_lock(&r->sp->mu);
+    pid_t tid = r->sp->tid;
+    pthread_mutex_unlock(&r->sp->mu);
+    if (tid <= 0)
+        return 0;
+    snprintf(name, sizeof(name), "/proc/self/task/%d/children", (int)tid);
+    int fd = open(name, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    for (char *p = buf, *end; *p != '\0'; p = end) {
+        long pid = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        bool known = false;
+        for (size_t i = 0; i < r->nkids && !known; i++)
+            known = r->kids[i]->pid == (pid_t)pid;
+        if (pid > 0 && !known)
+            return (pid_t)pid;
+    }
+    return 0;
 }
 
 static void reap(struct exec_runner *r)
@@ -449,15 +682,13 @@ uint64_t exec_runner_dropped(const struct exec_runner *r)
     return r->dropped;
 }
 
-/* Reaps the programs killed at exit, waiting at most SINK_EXEC_REAP_MS in
- * all: a SIGKILL ends a program only once it leaves an uninterruptible
- * sleep (D state: a read from a hung NFS server), which may be never, and
- * a blocking waitpid() would then hold the gateway's exit for ever. One
- * still there at the deadline is named and left (the gateway's exit hands
- * it to init). */
-static void reap_killed(struct exec_runner *r)
+/* Reaps the programs killed at exit, waiting until <deadline> (monotonic
+ * ms; SINK_EXEC_REAP_MS in all with spawner_stop()): a SIGKILL ends a program only once it leaves
+ * an uninterruptible sleep (D state: a read from a hung NFS server), which may be never, and a
+ * blocking waitpid() would then hold the gateway's exit for ever. One still there at the deadline
+ * is named and left (the gateway's exit hands it to init). */
+static void reap_killed(struct exec_runner *r, uint64_t deadline)
 {
-    uint64_t deadline = monotonic_ms() + SINK_EXEC_REAP_MS;
     size_t left;
     do {
         left = 0;
@@ -482,6 +713,57 @@ static void reap_killed(struct exec_runner *r)
                     r->kids[i]->path, (int)r->kids[i]->pid, SINK_EXEC_REAP_MS);
 }
 
+/* Stops r's spawner thread, waiting for it until <deadline> (monotonic ms):
+ * it may be in a spawn whose exec waits, its child killed but in an
+ * uninterruptible sleep (a hung NFS server), and the exit must not wait
+ * for it for ever. A program it started that the loop did not hear of is
+ * r->spawning's from then on; an alert it had not taken is never started.
+ * A thread still held at the deadline is named and left, and what it uses
+ * with it (the gateway's exit ends it). */
+static void spawner_stop(struct exec_runner *r, uint64_t deadline)
+{
+    struct spawner *sp = r->sp;
+    if (sp == NULL)
+        return;
+    pthread_mutex_lock(&sp->mu);
+    sp->stopping = true;
+    req_free(sp->todo);
+    sp->todo = NULL;
+    pthread_cond_signal(&sp->cond);
+    pthread_mutex_unlock(&sp->mu);
+    uint64_t left = deadline > monotonic_ms() ? deadline - monotonic_ms() : 0;
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += (time_t)(left / 1000);
+    until.tv_nsec += (long)(left % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    event_free(r->woken);
+    r->woken = NULL;
+    r->sp = NULL;
+    if (pthread_clockjoin_np(sp->thread, NULL, CLOCK_MONOTONIC, &until) != 0) {
+        fprintf(stderr,
+                "sluice: alert sink exec %s: its start (exec) did not end within %d ms of "
+                "SIGKILL (in uninterruptible sleep?); not waited for\n",
+                r->spawning != NULL ? r->spawning->path : "?", SINK_EXEC_REAP_MS);
+        pthread_detach(sp->thread);
+        return; /* sp is the thread's */
+    }
+    struct spawn_req *q = sp->done;
+    if (q != NULL && q->rc == 0 && r->spawning != NULL) {
+        r->spawning->pid = q->pid;
+        kill_group(q->pid);
+    }
+    req_free(q);
+    pthread_cond_destroy(&sp->cond);
+    pthread_mutex_destroy(&sp->mu);
+    close(sp->wake[0]);
+    close(sp->wake[1]);
+    free(sp);
+}
+
 void exec_runner_free(struct exec_runner *r)
 {
     if (r == NULL)
@@ -504,7 +786,7 @@ void exec_runner_free(struct exec_runner *r)
      * alerts are, not dropped silently. */
     size_t waiting = 0;
     for (size_t i = 0; i < r->nkids; i++)
-        waiting += r->kids[i]->pid == 0;
+        waiting += r->kids[i]->pid == 0 && r->kids[i] != r->spawning;
     if (r->nkids > 0)
         fprintf(stderr,
                 "sluice: alert sinks exec: %zu alert(s) lost at exit: %zu program(s) killed "
@@ -513,7 +795,12 @@ void exec_runner_free(struct exec_runner *r)
     for (size_t i = 0; i < r->nkids; i++)
         if (r->kids[i]->pid > 0)
             kill_group(r->kids[i]->pid);
-    reap_killed(r);
+    pid_t starting = spawning_pid(r); /* its exec under way */
+    if (starting > 0)
+        kill_group(starting);
+    uint64_t deadline = monotonic_ms() + SINK_EXEC_REAP_MS;
+    spawner_stop(r, deadline);
+    reap_killed(r, deadline);
     for (size_t i = 0; i < r->nkids; i++)
         child_free(r->kids[i]);
     free(r->kids);

@@ -5,10 +5,14 @@
  * killed after SINK_EXEC_TIMEOUT_MS, with its process group (its own,
  * so that what a script started dies with it); when it exits sooner, what
  * it left running in its group is killed then, before it is reaped. Its environment is the
- * gateway's without the agents' tokens (exec_runner_hide_env). Spawning uses posix_spawn, the write
- * to the pipe is non-blocking and children are reaped on SIGCHLD with
- * waitpid(pid, WNOHANG) for each of our own pids only, so the loop never
- * waits. At most SINK_EXEC_MAX_RUNNING run at once; up to
+ * gateway's without the agents' tokens (exec_runner_hide_env). Spawning uses posix_spawn on a
+ * thread of the runner's, one program at a time (posix_spawn returns once
+ * the exec is done, which waits as long as the program's storage: a hung
+ * NFS or FUSE mount); the 5 s count from the hand-off to that thread, and
+ * a program still in its exec then is killed (found in /proc as that
+ * thread's child). The write to the pipe is non-blocking and children are
+ * reaped on SIGCHLD with waitpid(pid, WNOHANG) for each of our own pids
+ * only, so the loop never waits. At most SINK_EXEC_MAX_RUNNING run at once; up to
  * SINK_EXEC_MAX_WAITING more wait; beyond, alerts to exec sinks are dropped
  * and counted (exec_runner_dropped: sluice_exec_dropped_total). Failures
  * (cannot spawn, non-zero exit, killed) are reported on standard error; a
@@ -79,7 +83,8 @@ uint64_t exec_runner_failures(const struct exec_runner *r);
 /* Alerts not given to a program: over SINK_EXEC_MAX_RUNNING +
  * SINK_EXEC_MAX_WAITING at once (or out of memory), one per sink. */
 uint64_t exec_runner_dropped(const struct exec_runner *r);
-/* Kills what still runs (SIGKILL, with its process group), reaps it
+/* Kills what still runs (SIGKILL, with its process group), the program
+ * being started included, reaps it and stops the thread that starts them
  * within SINK_EXEC_REAP_MS (one not ended by then, stuck in an
  * uninterruptible sleep, is named and left), frees. Says on standard error
  * how many alerts were dropped in all and how many it lost (programs killed

@@ -616,5 +616,5 @@ size_t watch_sink_fds(const struct policy *p)
             per_named = resolv_conf_servers();
         n += per_named;
     }
-    return n + (exec ? SINK_EXEC_MAX_RUNNING + 2 : 0);
+    return n + (exec ? SINK_EXEC_MAX_RUNNING + 4 : 0);
 }

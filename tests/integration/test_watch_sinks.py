@@ -1,6 +1,7 @@
 """Alert sinks (exec, webhook) and the --admin server (/metrics through
 promtool, /healthz), driven through a real `sluice serve`. Loopback only."""
 
+import ctypes
 import json
 import os
 import re
@@ -1413,3 +1414,111 @@ def test_exec_sink_programs_are_reaped_when_the_caller_blocked_sigchld(gateway, 
          what="the program's exit status on stderr")
     gw.stop()
     assert "lost at exit" not in gw.stderr()
+
+
+class _HungMount:
+    """A FUSE mount whose server never answers, not even the kernel's first
+    request (FUSE_INIT): every lookup below it waits, as one on a hung NFS or
+    FUSE server does, until the connection is aborted (close()), which
+    fails the waiters. Skips the test where no FUSE file system can be
+    mounted (not root, no /dev/fuse), or the children of a process cannot
+    be listed."""
+
+    def __init__(self, path):
+        if not os.path.exists("/proc/self/task/%d/children" % os.getpid()):
+            pytest.skip("no /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN)")
+        self.path = path
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        try:
+            self.fd = os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC)
+        except OSError as e:
+            pytest.skip("no FUSE: /dev/fuse: %s" % e)
+        opts = "fd=%d,rootmode=40000,user_id=%d,group_id=%d" % (self.fd, os.getuid(), os.getgid())
+        if self._libc.mount(b"sluice-test", path.encode(), b"fuse.sluicetest", 0,
+                            opts.encode()) != 0:
+            e = ctypes.get_errno()
+            os.close(self.fd)
+            pytest.skip("cannot mount FUSE: %s" % os.strerror(e))
+
+    def close(self):
+        if self.fd >= 0:
+            os.close(self.fd)  # aborts the connection: what waits fails
+            self.fd = -1
+            self._libc.umount2(self.path.encode(), 2)  # MNT_DETACH
+
+
+@pytest.fixture
+def hung_mount(tmp_path):
+    d = tmp_path / "hung"
+    d.mkdir()
+    m = _HungMount(str(d))
+    yield m
+    m.close()
+
+
+def _children_waiting_in_fuse(pid):
+    """The children of <pid> asleep in the FUSE client (a lookup under the
+    hung mount)."""
+    found = []
+    for task in os.listdir("/proc/%d/task" % pid):
+        try:
+            kids = open("/proc/%d/task/%s/children" % (pid, task)).read().split()
+        except OSError:
+            continue
+        for k in kids:
+            try:
+                if "fuse" in open("/proc/%s/wchan" % k).read():
+                    found.append(int(k))
+            except OSError:
+                pass
+    return found
+
+
+def _served(gw, method, url, body=b""):
+    """The status of a request through <gw>; fails the test when it gets no
+    answer within 5 s (a loop held up)."""
+    try:
+        return request(gw, method, url, body=body, timeout=5).status
+    except socket.timeout:
+        pytest.fail("no answer within 5 s: the gateway stopped serving while a sink program's "
+                    "exec hangs")
+
+
+def test_exec_sink_whose_exec_hangs_does_not_stall_the_gateway(gateway, net, tmp_path,
+                                                               hung_mount):
+    """A sink program on hung storage (NFS, FUSE, a dying disk): its exec
+    waits in the kernel for as long as the storage does. posix_spawn()
+    returns only once the child has exec'd, and the sink called it on the
+    event loop: the whole gateway froze (every request through it timed
+    out) and SIGTERM was never taken. The program is now started off the
+    loop; its 5 s limit counts from its hand-off, exec included."""
+    prog = hung_mount.path + "/page"
+    af = str(tmp_path / "a.jsonl")
+    gw = gateway(net.policy(rules(net), alerts={"sinks": [{"exec": prog}]}),
+                 args=["--alerts", af, "--grace", "1s"])
+    assert _served(gw, "POST", net.url("/w"), body=b"1") == 200
+    poll(lambda: _children_waiting_in_fuse(gw.proc.pid) or None, timeout=5,
+         what="the sink program's exec waiting on the hung mount")
+    for i in range(5):
+        assert _served(gw, "GET", net.url("/g%d" % i)) == 200
+    poll(lambda: "page: killed after 5 s (its exec had not finished)" in gw.stderr() or None,
+         timeout=10, what="the hung exec killed at its 5 s")
+    poll(lambda: not _children_waiting_in_fuse(gw.proc.pid) or None, timeout=5,
+         what="the killed program gone")
+    gw.stop()
+
+
+def test_stop_while_a_sink_exec_hangs(gateway, net, tmp_path, hung_mount):
+    # SIGTERM while the program's exec waits on the hung mount: the stop
+    # takes its --grace (1 s for the sinks), kills the program, says the
+    # alert is lost and exits 0, instead of waiting with it.
+    prog = hung_mount.path + "/page"
+    gw = gateway(net.policy(rules(net), alerts={"sinks": [{"exec": prog}]}),
+                 args=["--alerts", str(tmp_path / "a.jsonl"), "--grace", "1s"])
+    assert _served(gw, "POST", net.url("/w"), body=b"1") == 200
+    poll(lambda: _children_waiting_in_fuse(gw.proc.pid) or None, timeout=5,
+         what="the sink program's exec waiting on the hung mount")
+    gw.stop(timeout=10)
+    # (the summaries the stop flushes may add alerts that are never started)
+    assert re.search(r"alert\(s\) lost at exit: 1 program\(s\) killed while running",
+                     gw.stderr()), gw.stderr()
