@@ -60,6 +60,8 @@ struct spawner {
     struct spawn_req *todo; /* under mu: handed, not yet taken */
     struct spawn_req *done; /* under mu: started (or failed), for the loop */
     bool stopping;          /* under mu */
+    bool left;              /* under mu: not joined (spawner_stop); the thread frees it */
+    bool ended;             /* under mu: the thread is about to return */
     pid_t tid;              /* under mu: the thread's, the parent of every program */
     int wake[2];            /* a byte per result, to the loop */
 };
@@ -256,6 +258,17 @@ static void req_free(struct spawn_req *q)
     free(q);
 }
 
+static void spawner_free(struct spawner *sp)
+{
+    req_free(sp->todo);
+    req_free(sp->done);
+    pthread_cond_destroy(&sp->cond);
+    pthread_mutex_destroy(&sp->mu);
+    close(sp->wake[0]);
+    close(sp->wake[1]);
+    free(sp);
+}
+
 static void *spawner_thread(void *arg)
 {
     struct spawner *sp = arg;
@@ -276,7 +289,14 @@ static void *spawner_thread(void *arg)
         ssize_t w = write(sp->wake[1], "", 1);
         (void)w;
     }
+    sp->ended = true;
+    bool left = sp->left;
     pthread_mutex_unlock(&sp->mu);
+    if (left) { /* the runner is gone: what it would have killed, and sp, are ours */
+        if (sp->done != NULL && sp->done->rc == 0)
+            kill_group(sp->done->pid);
+        spawner_free(sp);
+    }
     return NULL;
 }
 
@@ -744,24 +764,27 @@ static void spawner_stop(struct exec_runner *r, uint64_t deadline)
     r->woken = NULL;
     r->sp = NULL;
     if (pthread_clockjoin_np(sp->thread, NULL, CLOCK_MONOTONIC, &until) != 0) {
-        fprintf(stderr,
-                "sluice: alert sink exec %s: its start (exec) did not end within %d ms of "
-                "SIGKILL (in uninterruptible sleep?); not waited for\n",
-                r->spawning != NULL ? r->spawning->path : "?", SINK_EXEC_REAP_MS);
-        pthread_detach(sp->thread);
-        return; /* sp is the thread's */
+        pthread_mutex_lock(&sp->mu);
+        sp->left = !sp->ended;
+        pthread_mutex_unlock(&sp->mu);
+        if (sp->left) {
+            fprintf(stderr,
+                    "sluice: alert sink exec %s: its start (exec) did not end within %d ms of "
+                    "SIGKILL (in uninterruptible sleep?); not waited for\n",
+                    r->spawning != NULL ? r->spawning->path : "?", SINK_EXEC_REAP_MS);
+            pthread_detach(sp->thread); /* it frees sp if it ever ends */
+            return;
+        }
+        pthread_join(sp->thread, NULL); /* it ended just now */
     }
     struct spawn_req *q = sp->done;
+    sp->done = NULL;
     if (q != NULL && q->rc == 0 && r->spawning != NULL) {
         r->spawning->pid = q->pid;
         kill_group(q->pid);
     }
     req_free(q);
-    pthread_cond_destroy(&sp->cond);
-    pthread_mutex_destroy(&sp->mu);
-    close(sp->wake[0]);
-    close(sp->wake[1]);
-    free(sp);
+    spawner_free(sp);
 }
 
 void exec_runner_free(struct exec_runner *r)
