@@ -76,6 +76,21 @@ def test_exec_sink_runs_at_the_nice_serve_was_started_with(gateway, net, tmp_pat
     assert int(seen.read_text()) == os.nice(0)
 
 
+def test_exec_sink_runs_in_the_gateways_scheduling_class(gateway, net, tmp_path):
+    # programs inherit the loop thread's class (SCHED_BATCH by default) from
+    # the thread that starts them, which the loop thread makes
+    if os.sched_getscheduler(0) != os.SCHED_OTHER:  # what the gateway inherits
+        pytest.skip("the test runner is not SCHED_OTHER")
+    seen = tmp_path / "sched.txt"
+    prog, out = recording_program(tmp_path, "/usr/bin/python3 -c 'import os; "
+                                  "print(os.sched_getscheduler(0))' > %s" % seen)
+    gw = gateway(net.policy(rules(net), alerts={"sinks": [{"exec": prog}]}),
+                 args=["--alerts", str(tmp_path / "alerts.jsonl")])
+    assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
+    poll(lambda: recorded(out) or None, timeout=10, what="the exec sink's output")
+    assert int(seen.read_text()) == os.SCHED_BATCH
+
+
 def test_exec_sink_starts_with_default_signals(gateway, net, tmp_path):
     """The gateway ignores SIGPIPE and SIGXFSZ (a log past the file size
     limit is a failed write, not a kill) and blocks signals of its own: an
