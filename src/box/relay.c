@@ -5,8 +5,10 @@
  * bounded buffer per direction (RELAY_BUF): a side is read only while
  * the buffer towards the other side has room, so a slow reader slows the
  * writer instead of growing memory. An EOF from one side is passed on as
- * shutdown(SHUT_WR) once its buffer has drained (half-close); the pair is
- * closed when both directions are done or on any error. A side with
+ * shutdown(SHUT_WR) once its buffer has drained (half-close), and so is
+ * a side's failure (a reset) once what it sent before is passed on (a
+ * unix socket has no reset); the pair is closed when both directions are
+ * done. A side with
  * nothing to read or write is left out of poll(): poll() reports a hang-up
  * whatever was asked, and the gateway's side of a connection it closed
  * stays hung up for as long as the client keeps its own end open (an idle
@@ -61,6 +63,7 @@ struct relay_conn {
     struct pipe_buf to[2]; /* to[i]: bytes waiting to be written to fd[i] */
     bool eof[2];           /* fd[i] has been read to its end */
     bool shut[2];          /* fd[i] has been shut for writing */
+    bool failed[2];        /* fd[i] failed (a reset): nothing more is written to it */
     /* fd[1] is not connected yet: the gateway's backlog was full, or no
      * descriptor was left for it (-1 then) */
     bool waiting;
@@ -230,6 +233,7 @@ static int accept_one(struct relay *r, int lfd)
     c->to[0].len = c->to[1].len = 0;
     c->eof[0] = c->eof[1] = false;
     c->shut[0] = c->shut[1] = false;
+    c->failed[0] = c->failed[1] = false;
     c->waiting = true;
     c->retry_ms = RELAY_RETRY_MIN_MS;
     c->retry_at = now;
@@ -305,10 +309,14 @@ static ssize_t drain(struct pipe_buf *b, int fd)
 /* Moves bytes for one connection, <revents> saying which sides poll()
  * found readable: reads and writes until both directions would block, or
  * for RELAY_ROUNDS rounds (so that one busy connection cannot starve the
- * others), one poll() for up to that many buffers. <draining>: the client
- * is gone (relay_drain()); what the gateway sends is dropped, a client's
- * error is its end, and the connection is over once that end is passed
- * on. Returns -1 when it is over. */
+ * others), one poll() for up to that many buffers. A side whose socket
+ * fails (a reset), read or written, is done: what it sent before is still
+ * read and passed on to the other side, then the end of the stream (a
+ * unix socket has no reset to pass on), while what was or is yet to be
+ * sent towards it is dropped. <draining>: the client is gone
+ * (relay_drain()); what the gateway sends is dropped, and the connection
+ * is over once the client's end is passed on. Returns -1 when it is
+ * over. */
 static int conn_step(struct relay_conn *c, const short *revents, bool draining)
 {
     bool readable[2], writable[2] = {true, true};
@@ -327,31 +335,38 @@ static int conn_step(struct relay_conn *c, const short *revents, bool draining)
                 moved = true;
                 if ((size_t)n < room)
                     readable[s] = false; /* drained: poll() says when there is more */
-            } else if (n == 0 || (draining && s == 0 && errno != EAGAIN && errno != EINTR)) {
-                c->eof[s] = true;
-            } else if (errno == EAGAIN || errno == EINTR) {
+            } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
                 readable[s] = false;
             } else {
-                return -1;
+                /* its end, or its failure: Linux reports a reset only once
+                 * every byte that came before it was read */
+                c->eof[s] = true;
+                c->failed[s] = c->failed[s] || n < 0;
             }
         }
-        if (draining)
-            c->to[0].off = c->to[0].len = 0;
         for (int s = 0; s < 2; s++) {
+            if (c->failed[s] || (draining && s == 0))
+                c->to[s].off = c->to[s].len = 0;
             if (c->to[s].len == 0 || !writable[s])
                 continue;
             ssize_t n = drain(&c->to[s], c->fd[s]);
-            if (n > 0)
+            if (n > 0) {
                 moved = true;
-            else if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
                 writable[s] = false;
-            else if (n < 0)
-                return -1;
+            } else if (n < 0) {
+                c->failed[s] = true;
+                c->to[s].off = c->to[s].len = 0;
+                moved = true;
+            }
         }
         if (!moved)
             break;
     }
     for (int s = 0; s < 2; s++) {
+        /* a failed side takes nothing more */
+        if (c->failed[s])
+            c->shut[s] = true;
         /* the other side ended and everything it sent is written: pass the EOF on */
         if (c->eof[1 - s] && c->to[s].len == 0 && !c->shut[s]) {
             shutdown(c->fd[s], SHUT_WR);

@@ -15,11 +15,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -490,14 +493,16 @@ static size_t send_until_full(int client, size_t max)
     return sent;
 }
 
-/* Reads <gateway> to its end (5 s receive timeout); returns the bytes
- * read, checking that they follow send_until_full()'s pattern. */
-static size_t read_to_end(int gateway)
+/* Reads <fd> to its end (5 s receive timeout); returns the bytes read,
+ * checking that they follow send_until_full()'s pattern. <slowly>: 16 KiB
+ * a read, a millisecond between reads, so that the relay has bytes for it
+ * waiting in its buffer when the other side fails. */
+static size_t read_to_end(int fd, bool slowly)
 {
     static char buf[65536];
     size_t got = 0;
     for (;;) {
-        ssize_t k = recv(gateway, buf, sizeof(buf), 0);
+        ssize_t k = recv(fd, buf, slowly ? 16384 : sizeof(buf), 0);
         if (k == 0 || (k < 0 && errno == ECONNRESET))
             return got;
         assert_true(k > 0);
@@ -505,6 +510,8 @@ static size_t read_to_end(int gateway)
             if (buf[i] != (char)((got + (size_t)i) % 251))
                 fail_msg("byte %zu differs", got + (size_t)i);
         got += (size_t)k;
+        if (slowly)
+            usleep(1000);
     }
 }
 
@@ -519,7 +526,7 @@ static void test_drain_carries_what_the_client_sent(void **state)
     size_t sent = send_until_full(client, 64u << 20);
     close(client);
     stop_and_drain(w);
-    assert_int_equal(read_to_end(gateway), sent);
+    assert_int_equal(read_to_end(gateway, false), sent);
     close(gateway);
 }
 
@@ -539,7 +546,7 @@ static void test_drain_is_bounded(void **state)
     w->thread_done = true;
     relay_free(w->relay); /* the box's init exits: what is left is closed */
     w->relay = NULL;
-    assert_true(read_to_end(gateway) < sent);
+    assert_true(read_to_end(gateway, false) < sent);
     close(gateway);
 }
 
@@ -586,6 +593,62 @@ static void test_drain_carries_a_waiting_client(void **state)
     close(gateway);
 }
 
+/* The client sends 256 KiB, which the relay's side takes (acknowledged),
+ * then resets the connection, while the gateway reads slowly: every byte
+ * the client sent before its reset reaches the gateway, then the end (a
+ * unix socket has no reset). The relay met the reset with bytes still in
+ * its buffer and dropped them. */
+static void test_client_reset_delivers_what_it_sent_before(void **state)
+{
+    struct world *w = *state;
+    int client, gateway;
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    connect_through(w, &client, &gateway);
+    size_t sent = send_until_full(client, 256u << 10);
+    assert_int_equal(sent, 256u << 10);
+    int outq = 1;
+    for (int i = 0; i < 500 && outq != 0; i++) {
+        assert_int_equal(ioctl(client, SIOCOUTQ, &outq), 0);
+        if (outq != 0)
+            usleep(10 * 1000);
+    }
+    assert_int_equal(outq, 0);
+    assert_int_equal(setsockopt(client, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+    close(client); /* a reset */
+    assert_int_equal(read_to_end(gateway, true), sent);
+    close(gateway);
+}
+
+/* The gateway sends what the path to the client takes while the client
+ * does not read (the relay's buffer full), and closes with
+ * the client's request unread (a unix socket's reset: the relay reads
+ * ECONNRESET once it has read the rest): every byte the gateway sent still
+ * reaches the client, then the end. The relay dropped what its buffer
+ * held for the client. */
+static void test_gateway_reset_delivers_what_it_sent_before(void **state)
+{
+    struct world *w = *state;
+    int gateway, mss = 536, rcvbuf = 4096;
+    struct timeval tv = {.tv_sec = 5};
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(w->port)};
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    /* small segments and a small window: the relay's socket towards the
+     * client holds little, and its buffer the rest */
+    int client = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(client >= 0);
+    assert_int_equal(setsockopt(client, IPPROTO_TCP, TCP_MAXSEG, &mss, sizeof(mss)), 0);
+    assert_int_equal(setsockopt(client, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)), 0);
+    assert_int_equal(connect(client, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    gateway = accept_gateway(w);
+    send_all(client, "request the gateway leaves unread");
+    usleep(50 * 1000);
+    size_t sent = send_until_full(gateway, 64u << 20);
+    close(gateway); /* unread bytes: the relay reads ECONNRESET after the rest */
+    assert_int_equal(read_to_end(client, true), sent);
+    close(client);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -604,6 +667,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_drain_is_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_drain_does_not_wait_for_the_answer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_drain_carries_a_waiting_client, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_client_reset_delivers_what_it_sent_before, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_gateway_reset_delivers_what_it_sent_before, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
