@@ -8,12 +8,14 @@
  * shutdown(SHUT_WR) once its buffer has drained (half-close), and so is
  * a side's failure (a reset) once what it sent before is passed on (a
  * unix socket has no reset); the pair is closed when both directions are
- * done. A side with
- * nothing to read or write is left out of poll(): poll() reports a hang-up
- * whatever was asked, and the gateway's side of a connection it closed
- * stays hung up for as long as the client keeps its own end open (an idle
- * connection in an agent's pool, say), which would wake the relay at once,
- * again and again. At most
+ * done; so is a connection whose gateway closed its end (not a
+ * half-close: poll() reports its hang-up) once the client has what it
+ * sent, however long the client keeps its own end open (an idle
+ * connection in an agent's pool, say), so that such connections do not
+ * hold the relay's slots. A side with nothing to read or write is
+ * otherwise left out of poll(): poll() reports a hang-up whatever was
+ * asked, and a side that stays hung up while the connection goes on would
+ * wake the relay at once, again and again. At most
  * RELAY_MAX_CONNS connections: beyond that the listeners are not polled and
  * new clients wait in the backlog. When accept() fails for want of a
  * resource (EMFILE under a low RLIMIT_NOFILE, ENFILE, ENOBUFS, ENOMEM) the
@@ -322,6 +324,12 @@ static int conn_step(struct relay_conn *c, const short *revents, bool draining)
     bool readable[2], writable[2] = {true, true};
     for (int s = 0; s < 2; s++)
         readable[s] = (revents[s] & (POLLIN | POLLHUP | POLLERR)) != 0;
+    /* the gateway closed its end, read to its end: it takes nothing more,
+     * so what the client sends from now on goes nowhere (a TCP peer that
+     * closed would reset it), and the connection is over once the client
+     * has what the gateway sent */
+    if (c->eof[1] && (revents[1] & (POLLHUP | POLLERR)) != 0)
+        c->failed[1] = true;
     for (int round = 0; round < RELAY_ROUNDS; round++) {
         bool moved = false;
         for (int s = 0; s < 2; s++) {
@@ -407,8 +415,12 @@ static int relay_loop(struct relay *r, int extra_fd, int (*on_extra)(void *arg),
                     ev |= POLLIN;
                 if (c->to[s].len > 0)
                     ev |= POLLOUT;
-                /* poll() skips a negative descriptor, and its hang-up with it */
-                pfd[n++] = (struct pollfd){.fd = ev != 0 ? c->fd[s] : -1, .events = ev};
+                /* poll() skips a negative descriptor, and its hang-up with
+                 * it; but the gateway's socket, once read to its end while
+                 * the client's side goes on, is watched for its hang-up,
+                 * which a close brings and a half-close does not */
+                bool hangup = s == 1 && c->eof[1] && !c->shut[1] && !c->waiting;
+                pfd[n++] = (struct pollfd){.fd = ev != 0 || hangup ? c->fd[s] : -1, .events = ev};
             }
         }
         if (poll(pfd, n, timeout) < 0) {

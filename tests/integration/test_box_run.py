@@ -4011,3 +4011,45 @@ def test_no_signalfd_for_the_box_starts_no_command(box, net, tmp_path):
     assert p.stderr.strip().endswith(
         "sluice run: cannot watch for the signals to pass on to the command (signalfd: Too many "
         "open files); the command does not start"), p.stderr
+
+
+def test_connections_the_gateway_closed_do_not_hold_the_relay(box, net):
+    """A command that keeps the connections the gateway answered and
+    closed (Connection: close) open after reading their end, as a client's
+    pool does until it next looks at them, and opens more than the relay's
+    256 at once: every request is answered. The relay kept a slot for each
+    such connection for as long as the command kept its end, so the 257th
+    and later waited in its listen queue for ever (found by the relay
+    review)."""
+    pol = box.policy(net.policy([api_rule(net)]))
+    code = r"""
+import json, socket, sys
+url = sys.argv[1]
+host = url.split("/")[2]
+conns = [socket.create_connection(("127.0.0.1", 3128), timeout=10) for _ in range(300)]
+for s in conns:
+    s.sendall(b"GET %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n"
+              % (url.encode(), host.encode()))
+out = {"ok": 0, "failed": []}
+for i, s in enumerate(conns):
+    try:
+        got = b""
+        while True:
+            k = s.recv(65536)
+            if not k:
+                break
+            got += k
+        if got.startswith(b"HTTP/1.1 200"):
+            out["ok"] += 1
+        else:
+            out["failed"].append([i, got[:40].decode(errors="replace")])
+    except OSError as e:
+        out["failed"].append([i, str(e)])
+    if len(out["failed"]) >= 3:
+        break
+print(json.dumps(out))
+"""
+    p = box.run(["--policy", pol], None, cmd=[PY, "-c", code, net.url("/pooled")], timeout=120)
+    assert p.returncode == 0, p.stderr
+    o = Box.out(p)
+    assert o == {"ok": 300, "failed": []}, o

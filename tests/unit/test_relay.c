@@ -188,6 +188,17 @@ static void expect_end(int fd)
     assert_int_equal(recv(fd, &c, 1, 0), 0);
 }
 
+/* A new client's request reaches the gateway (within 5 s). */
+static void a_new_client_gets_through(struct world *w)
+{
+    int client, gateway;
+    connect_through(w, &client, &gateway);
+    send_all(client, "request");
+    expect(gateway, "request");
+    close(client);
+    close(gateway);
+}
+
 /* The gateway's end of the next connection the relay makes (within 5 s),
  * blocking, with a 5 s receive timeout. */
 static int accept_gateway(struct world *w)
@@ -248,6 +259,21 @@ static void free_gateway_backlog(struct world *w, const int *fillers, size_t nfi
     }
 }
 
+/* Raises RLIMIT_NOFILE for a test that fills every one of the relay's
+ * slots (the test skipped when the hard limit does not allow it); the
+ * limit it had in <old>, for the caller to restore. */
+static void descriptors_for_every_slot(struct rlimit *old)
+{
+    struct rlimit more;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, old), 0);
+    more = *old;
+    if (more.rlim_cur < 4 * RELAY_MAX_CONNS && more.rlim_max >= 4 * RELAY_MAX_CONNS)
+        more.rlim_cur = 4 * RELAY_MAX_CONNS;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &more), 0);
+    if (more.rlim_cur < 4 * RELAY_MAX_CONNS)
+        skip();
+}
+
 /* The relay's wake-ups while nothing moves, for QUIET_MS. */
 static unsigned long quiet_wakeups(struct world *w)
 {
@@ -301,22 +327,31 @@ static void test_client_reset_after_its_end_is_quiet(void **state)
     close(gateway);
 }
 
+/* One side (the client, or the gateway: <client_first>) ends its side
+ * with a half-close, then the other sends and ends its own: the bytes
+ * after the first end get through. */
+static void half_close_then_the_other_side(struct world *w, bool client_first)
+{
+    int client, gateway;
+    connect_through(w, &client, &gateway);
+    int first = client_first ? client : gateway, second = client_first ? gateway : client;
+    send_all(first, "before its end");
+    assert_int_equal(shutdown(first, SHUT_WR), 0);
+    expect(second, "before its end");
+    expect_end(second);
+    usleep(50 * 1000); /* the relay has seen the first end */
+    send_all(second, "after the other's end");
+    assert_int_equal(shutdown(second, SHUT_WR), 0);
+    expect(first, "after the other's end");
+    expect_end(first);
+    close(client);
+    close(gateway);
+}
+
 /* Half-closes both ways, bytes both ways after the client's end. */
 static void test_half_close_both_ways(void **state)
 {
-    struct world *w = *state;
-    int client, gateway;
-    connect_through(w, &client, &gateway);
-    send_all(client, "up");
-    assert_int_equal(shutdown(client, SHUT_WR), 0);
-    expect(gateway, "up");
-    expect_end(gateway);
-    send_all(gateway, "down after the client's end");
-    assert_int_equal(shutdown(gateway, SHUT_WR), 0);
-    expect(client, "down after the client's end");
-    expect_end(client);
-    close(client);
-    close(gateway);
+    half_close_then_the_other_side(*state, true);
 }
 
 /* TCP urgent data from the client (MSG_OOB) reaches the gateway as a plain
@@ -414,14 +449,8 @@ static void test_full_gateway_backlog_keeps_the_client_waiting(void **state)
 static void test_waiting_clients_are_closed_when_the_wait_is_over(void **state)
 {
     struct world *w = *state;
-    struct rlimit old, more;
-    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
-    more = old;
-    if (more.rlim_cur < 4 * RELAY_MAX_CONNS && more.rlim_max >= 4 * RELAY_MAX_CONNS)
-        more.rlim_cur = 4 * RELAY_MAX_CONNS;
-    assert_int_equal(setrlimit(RLIMIT_NOFILE, &more), 0);
-    if (more.rlim_cur < 4 * RELAY_MAX_CONNS)
-        skip();
+    struct rlimit old;
+    descriptors_for_every_slot(&old);
     relay_set_waits(w->relay, 500, 10000);
     int fillers[64];
     size_t nfill = fill_gateway_backlog(w, fillers, sizeof(fillers) / sizeof(fillers[0]));
@@ -450,12 +479,7 @@ static void test_waiting_clients_are_closed_when_the_wait_is_over(void **state)
     if (n > QUIET_WAKEUPS_MAX)
         fail_msg("the relay woke up %lu times in %d ms after its clients' wait", n, QUIET_MS);
     free_gateway_backlog(w, fillers, nfill);
-    int client, gateway;
-    connect_through(w, &client, &gateway);
-    send_all(client, "request");
-    expect(gateway, "request");
-    close(client);
-    close(gateway);
+    a_new_client_gets_through(w);
     assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
 }
 
@@ -649,6 +673,46 @@ static void test_gateway_reset_delivers_what_it_sent_before(void **state)
     close(client);
 }
 
+/* RELAY_MAX_CONNS connections the gateway answered and closed (a
+ * `Connection: close`, an idle kept-alive connection timed out), each kept
+ * open by its client after it read the end (an agent's pool holds such
+ * connections until it next looks at them): the gateway takes nothing
+ * more on them, so they are over, and a new client still gets through.
+ * The relay kept each in its slot for as long as its client kept its
+ * end, and once every slot was so taken, new clients waited in the
+ * listen queue for ever. */
+static void test_connections_the_gateway_closed_free_their_slots(void **state)
+{
+    struct world *w = *state;
+    struct rlimit old;
+    descriptors_for_every_slot(&old);
+    int clients[RELAY_MAX_CONNS];
+    for (size_t i = 0; i < RELAY_MAX_CONNS; i++) {
+        int gateway;
+        connect_through(w, &clients[i], &gateway);
+        send_all(clients[i], "request");
+        expect(gateway, "request");
+        send_all(gateway, "answer");
+        close(gateway);
+        expect(clients[i], "answer");
+        expect_end(clients[i]);
+    }
+    unsigned long n = quiet_wakeups(w);
+    if (n > QUIET_WAKEUPS_MAX)
+        fail_msg("the relay woke up %lu times in %d ms with nothing to move", n, QUIET_MS);
+    a_new_client_gets_through(w);
+    for (size_t i = 0; i < RELAY_MAX_CONNS; i++)
+        close(clients[i]);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+}
+
+/* The gateway ends its side first with a half-close, not a close: the
+ * client may still send, and what it sends reaches the gateway. */
+static void test_gateway_half_close_keeps_the_client_side(void **state)
+{
+    half_close_then_the_other_side(*state, false);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -670,6 +734,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_client_reset_delivers_what_it_sent_before, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_gateway_reset_delivers_what_it_sent_before, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_connections_the_gateway_closed_free_their_slots, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_gateway_half_close_keeps_the_client_side, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
