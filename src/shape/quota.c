@@ -121,11 +121,14 @@ void quota_configure(struct quota *q, const struct policy *p)
     q->denied_per_ms = t->per_ms > 0 ? t->per_ms : DENIED_DEFAULT_PER_MS;
     q->quarantine_ns = sat_mul(p->limits.quarantine_ms, NS_PER_MS);
     /* As the detector does (detectors_configure): windows are kept across a
-     * reload, and started over when their period changed. */
+     * reload, and started over when their period changed: then empty, and
+     * quiet (window_quiet()), so the entry may go. */
     for (size_t i = 0; i < NSLOTS; i++)
         for (struct qentry *e = q->slots[i]; e != NULL; e = e->next)
-            if (e->denied_ns != 0 && e->denials.per_ms != q->denied_per_ms)
+            if (e->denied_ns != 0 && e->denials.per_ms != q->denied_per_ms) {
                 window_init(&e->denials, q->denied_per_ms);
+                e->denied_ns = 0;
+            }
 }
 
 size_t quota_entries(const struct quota *q)
@@ -255,10 +258,11 @@ static void heap_down(struct qentry **h, size_t n, size_t i)
 }
 
 /* Makes room for one more entry: drops every entry at rest, and when that
- * frees nothing, the least recently used entries no flow holds and no
- * quarantine keeps: a batch of
+ * frees nothing, the least recently used entries no flow holds, no
+ * quarantine keeps and no denial window still counts: a batch of
  * them (a 64th of the table, at most EVICT_BATCH), so that a full table
- * of busy entries is not scanned again for each newcomer. */
+ * of busy entries is not scanned again for each newcomer. When none can
+ * go, nothing is dropped and the table grows past its bound. */
 static void evict(struct quota *q, uint64_t now)
 {
     struct qentry *lru[EVICT_BATCH]; /* a max-heap: the newest of them on top */
@@ -279,9 +283,13 @@ static void evict(struct quota *q, uint64_t now)
                 continue;
             }
             /* A running quarantine is kept as a flow's entries are: an
-             * agent that went quiet in it would come back unrefused. At
-             * most one per agent of the policy, and only while it runs. */
-            bool evictable = e->refs == 0 && e->q_until_ns <= now;
+             * agent that went quiet in it would come back unrefused. So is
+             * a denial window still counting: the denied_burst detector
+             * keeps its own count (detectors.c, agent_evict()), and the
+             * quarantine, forgetting it, would miss the denial that trips
+             * both. At most one per agent of the policy, and only while
+             * it runs or counts. */
+            bool evictable = e->refs == 0 && e->q_until_ns <= now && window_quiet(e, now);
             if (evictable && n < want) {
                 lru[n++] = e;
                 for (size_t k = n / 2; k-- > 0;)

@@ -32,10 +32,15 @@
  * Memory is bounded: at most <max_entries> entries (QUOTA_DEFAULT_MAX
  * when 0). An entry that is at rest (full buckets, no debt, no quarantine,
  * no recent denials) is the same as no entry, and is dropped first; beyond
- * that the least recently used entries not held by a flow nor in a
- * running quarantine are dropped, a 64th of the table (at most 64) at
- * once, so that a table full of busy entries is not scanned anew for each
- * new one.
+ * that the least recently used entries not held by a flow, nor in a
+ * running quarantine, nor with a denial window still counting, are
+ * dropped, a 64th of the table (at most 64) at once, so that a table full
+ * of busy entries is not scanned anew for each new one. When none can be
+ * dropped the table grows past <max_entries>: by one entry at most per
+ * agent denied within twice the period (and per flow, and quarantine).
+ * The detector's windows are bounded (DETECT_AGENTS_MAX agents, dropped
+ * only when empty): past that, an agent it has no window for raises no
+ * denied_burst, while its denials still count here and may quarantine it.
  *
  * Time: every function takes a CLOCK_MONOTONIC time in nanoseconds
  * (quota_now()), so the arithmetic is testable without sleeping. */

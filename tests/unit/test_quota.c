@@ -734,6 +734,80 @@ static void test_overloaded_denials_are_not_the_agents(void **state)
     quota_free(l.q);
 }
 
+/* A full table of busy entries makes room from the least recently used,
+ * but never from a denial window still counting: the quarantine forgot an
+ * agent's denials when other agents filled the table between them, while
+ * the denied_burst detector, whose table keeps every agent with a window
+ * in use, still had them, and raised its alert on a denial the quarantine
+ * took for the first. */
+static void test_eviction_keeps_a_counting_window(void **state)
+{
+    (void)state;
+    struct lockstep l;
+    lockstep_open(&l, 2, 60000);
+    quota_free(l.q);
+    l.q = quota_new(&l.bus, NULL, 4);
+    assert_non_null(l.q);
+    quota_configure(l.q, &l.p);
+    set_rate(&l.p.limits.rate, 1, 3600 * 1000, 0, 0); /* one an hour: busy after one */
+    const int64_t t0 = 1764529200000;                 /* a wall clock in ms, 2025-11-30 */
+    for (int i = 1; i <= 2; i++) {
+        quota_feed(l.q, &l.ev, (uint64_t)i * S, t0 + i * 1000);
+        detectors_feed(l.d, &l.ev, t0 + i * 1000);
+    }
+    uint64_t w;
+    char id[16];
+    for (int i = 0; i < 40; i++) { /* ten tables' worth of busy newcomers */
+        snprintf(id, sizeof(id), "b%d", i);
+        assert_int_equal(quota_admit(l.q, &l.p, id, NULL, (uint64_t)(i + 3) * S, &w), 0);
+    }
+    assert_true(quota_entries(l.q) <= 5); /* the window, and room for the rest */
+    assert_int_equal(l.quarantines, 0);
+    assert_int_equal(l.bursts, 0);
+    quota_feed(l.q, &l.ev, 50 * S, t0 + 50000);
+    detectors_feed(l.d, &l.ev, t0 + 50000);
+    assert_int_equal(l.bursts, 1);
+    assert_int_equal(l.quarantines, 1);
+    assert_int_equal(quota_quarantine_left(l.q, "ci-bot", 50 * S), 600 * S);
+
+    /* A table all of whose entries are busy: a newcomer's denial is counted
+     * all the same, the table growing past its bound rather than forget a
+     * count (by one entry at most for each agent denied within twice the
+     * period), and it shrinks back once the windows have gone quiet. */
+    for (int i = 0; i < 8; i++) {
+        snprintf(id, sizeof(id), "c%d", i);
+        l.ev.agent = id;
+        quota_feed(l.q, &l.ev, 60 * S, t0 + 60000);
+    }
+    assert_int_equal(quota_entries(l.q), 9); /* ci-bot's quarantine, c0 to c7 */
+    for (int i = 0; i < 8; i++) {
+        snprintf(id, sizeof(id), "c%d", i);
+        l.ev.agent = id;
+        quota_feed(l.q, &l.ev, 61 * S, t0 + 61000);
+    }
+    assert_int_equal(l.quarantines, 1);
+    l.ev.agent = "c7";
+    quota_feed(l.q, &l.ev, 62 * S, t0 + 62000);
+    assert_int_equal(l.quarantines, 2); /* its third denial */
+    assert_int_equal(quota_admit(l.q, &l.p, "d", NULL, 200 * S, &w), 0);
+    assert_int_equal(quota_entries(l.q), 3); /* the two quarantines, and d */
+
+    /* A reload that changes the period empties the windows, as the
+     * detector's: those entries are quiet at once, not kept for twice the
+     * new period. */
+    for (int i = 0; i < 8; i++) {
+        snprintf(id, sizeof(id), "e%d", i);
+        l.ev.agent = id;
+        quota_feed(l.q, &l.ev, 300 * S, t0 + 300000);
+    }
+    assert_int_equal(quota_entries(l.q), 10); /* the quarantines, e0 to e7 (d made room) */
+    l.p.alerts.denied_burst.per_ms = 3600 * 1000;
+    quota_configure(l.q, &l.p);
+    assert_int_equal(quota_admit(l.q, &l.p, "f", NULL, 301 * S, &w), 0);
+    assert_int_equal(quota_entries(l.q), 3); /* the two quarantines, and f */
+    detectors_free(l.d);
+    quota_free(l.q);
+}
 static void test_flows(void **state)
 {
     (void)state;
@@ -1099,6 +1173,7 @@ int main(void)
         cmocka_unit_test(test_reload_through_a_bandwidth_only_rate_grants_nothing),
         cmocka_unit_test(test_quarantine),
         cmocka_unit_test(test_eviction_keeps_a_running_quarantine),
+        cmocka_unit_test(test_eviction_keeps_a_counting_window),
         cmocka_unit_test(test_quarantine_again_while_over),
         cmocka_unit_test(test_sliding_window),
         cmocka_unit_test(test_event_subscriber),
