@@ -811,16 +811,19 @@ static void on_resolved(int err, const struct ipaddr *addrs, size_t n, void *arg
     struct exchange *ex = &c->ex;
     c->rreq = NULL;
     if (err != 0 || n == 0) {
-        const char *why = err == RESOLVE_ERR_NXDOMAIN     ? "no such name"
-                          : err == RESOLVE_ERR_TIMEOUT    ? "timed out"
-                          : err == RESOLVE_ERR_SERVFAIL   ? "the name server failed (SERVFAIL)"
-                          : err == RESOLVE_ERR_NO_SERVERS ? "no name server"
-                          : err == RESOLVE_ERR_NODATA
-                              ? "the name has no address (no A or AAAA record)"
-                          : err == RESOLVE_ERR_TRUNCATED
-                              ? "the answer is too large for DNS over UDP (truncated), "
-                                "and the gateway does not ask over TCP"
-                              : "lookup failed";
+        const char *why =
+            err == RESOLVE_ERR_NXDOMAIN   ? "no such name"
+            : err == RESOLVE_ERR_TIMEOUT  ? "timed out"
+            : err == RESOLVE_ERR_SERVFAIL ? "the name server failed (SERVFAIL)"
+            : err == RESOLVE_ERR_REFUSED  ? "the name server refused the query (REFUSED)"
+            : err == RESOLVE_ERR_NOTIMP   ? "the name server does not implement the query (NOTIMP)"
+            : err == RESOLVE_ERR_FORMERR  ? "the name server could not read the query (FORMERR)"
+            : err == RESOLVE_ERR_NO_SERVERS ? "no name server"
+            : err == RESOLVE_ERR_NODATA     ? "the name has no address (no A or AAAA record)"
+            : err == RESOLVE_ERR_TRUNCATED
+                ? "the answer is too large for DNS over UDP (truncated), "
+                  "and the gateway does not ask over TCP"
+                : "lookup failed";
         conn_refuse(c, REASON_DNS_FAILURE, why, true);
         return;
     }

@@ -350,8 +350,9 @@ static bool queries_running(const struct flight *f)
 
 /* The error for a flight that found no address: a timeout says more than
  * "no AAAA", a truncated answer more than the empty one of the other type
- * (a name with many A records and no AAAA), and "no such name" more than a
- * failure. */
+ * (a name with many A records and no AAAA), "no such name" more than a
+ * failure, and a failure the server named (SERVFAIL, REFUSED, NOTIMP,
+ * FORMERR) more than a bare one. */
 static int flight_error(const struct flight *f)
 {
     int a = f->q[Q_A].err, b = f->q[Q_AAAA].err;
@@ -366,8 +367,11 @@ static int flight_error(const struct flight *f)
         return RESOLVE_ERR_NXDOMAIN;
     if ((a == 0 || a == RESOLVE_ERR_NODATA) && (b == 0 || b == RESOLVE_ERR_NODATA))
         return RESOLVE_ERR_NODATA;
-    if (a == RESOLVE_ERR_SERVFAIL || b == RESOLVE_ERR_SERVFAIL)
-        return RESOLVE_ERR_SERVFAIL;
+    static const int told[] = {RESOLVE_ERR_SERVFAIL, RESOLVE_ERR_REFUSED, RESOLVE_ERR_NOTIMP,
+                               RESOLVE_ERR_FORMERR};
+    for (size_t i = 0; i < sizeof(told) / sizeof(told[0]); i++)
+        if (a == told[i] || b == told[i])
+            return told[i];
     return RESOLVE_ERR_FAILED;
 }
 
@@ -494,6 +498,12 @@ static int map_err(int result)
         return RESOLVE_ERR_TRUNCATED;
     case DNS_ERR_SERVERFAILED:
         return RESOLVE_ERR_SERVFAIL;
+    case DNS_ERR_REFUSED:
+        return RESOLVE_ERR_REFUSED;
+    case DNS_ERR_NOTIMPL:
+        return RESOLVE_ERR_NOTIMP;
+    case DNS_ERR_FORMAT:
+        return RESOLVE_ERR_FORMERR;
     default:
         return RESOLVE_ERR_FAILED;
     }

@@ -12,7 +12,8 @@
  * waiting. Servers are asked in turn: a lookup starts at the server that
  * answered last (a reload keeps it while it is still listed), and a query that gets no answer
  * within 2 s, a server failure (SERVFAIL, which evdns reports as a timeout at once:
- * RESOLVE_ERR_SERVFAIL, see on_answer()), a refusal, or a truncated or
+ * RESOLVE_ERR_SERVFAIL, see on_answer()), a refusal (REFUSED, NOTIMP,
+ * FORMERR: RESOLVE_ERR_REFUSED, _NOTIMP, _FORMERR), or a truncated or
  * malformed answer is asked of the next server; each server once, at least
  * 2 tries and at most 4 in all (so a lone server is asked twice), and the
  * lookup ends by a deadline of its own (its tries plus 1 s; a reload that
@@ -67,10 +68,13 @@ enum resolve_err {
     RESOLVE_ERR_NXDOMAIN = -1,   /* the name does not exist */
     RESOLVE_ERR_TIMEOUT = -2,    /* no answer in time */
     RESOLVE_ERR_NO_SERVERS = -3, /* no name server configured */
-    RESOLVE_ERR_FAILED = -4,     /* refused, not implemented, malformed, bad name, shutdown */
+    RESOLVE_ERR_FAILED = -4,     /* another rcode, a bad name, shutdown, no memory */
     RESOLVE_ERR_TRUNCATED = -5,  /* the answer came truncated (TC): too large for UDP */
     RESOLVE_ERR_NODATA = -6,     /* the name exists, with no A or AAAA record */
     RESOLVE_ERR_SERVFAIL = -7,   /* the servers answered SERVFAIL */
+    RESOLVE_ERR_REFUSED = -8,    /* the servers answered REFUSED */
+    RESOLVE_ERR_NOTIMP = -9,     /* the servers answered NOTIMP */
+    RESOLVE_ERR_FORMERR = -10,   /* the servers answered FORMERR */
 };
 
 /* Called once per lookup, on the event loop: <err> 0 with <n> >= 1

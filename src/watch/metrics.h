@@ -13,7 +13,8 @@
  *     (every alert waiting: in memory, and in the state store only;
  *     a URL listed twice is one series, its sinks' counts summed)
  *   sluice_dns_responses_total{server,result}             counter
- *     (result: answer, timeout (SERVFAIL included), failure; an address
+ *     (result: answer, timeout, failure (SERVFAIL, REFUSED, NOTIMP, FORMERR,
+ *     any other error); an address
  *     listed twice is one series, its counts summed)
  *   sluice_log_writable{log}, sluice_log_pending_bytes{log}  gauges
  *   sluice_log_dropped_lines_total{log}                   counter

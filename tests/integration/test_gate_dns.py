@@ -278,6 +278,22 @@ def test_servfail_is_not_told_a_timeout(world):
         "(SERVFAIL)"), r.text
 
 
+@pytest.mark.parametrize("rcode,why", [
+    (5, "the name server refused the query (REFUSED)"),
+    (4, "the name server does not implement the query (NOTIMP)"),
+    (1, "the name server could not read the query (FORMERR)"),
+], ids=["refused", "notimp", "formerr"])
+def test_a_refusing_server_is_told_as_one(world, rcode, why):
+    # A server that answers REFUSED (a resolver that does not recurse for
+    # this client), NOTIMP or FORMERR did answer, and said why: the refusal
+    # names that, not a bare "lookup failed".
+    w = world({"refusing.test": {"rcode": rcode}})
+    r = w.get("refusing.test")
+    assert_refused(w, r, "refusing.test", "dns_failure", None)
+    assert r.text.startswith(
+        "sluice: cannot resolve refusing.test:80 (agent default): " + why), r.text
+
+
 def test_a_name_without_addresses_is_not_told_missing(world):
     # NOERROR with no A and no AAAA record (NODATA): the name exists (a
     # mail-only domain, say), so the refusal must not say "no such name",

@@ -105,6 +105,12 @@ static void on_query(evutil_socket_t fd, short what, void *arg)
         rcode = 3;
     } else if (strcmp(name, "fail.test") == 0) {
         rcode = 2;
+    } else if (strcmp(name, "formerr.test") == 0) {
+        rcode = 1;
+    } else if (strcmp(name, "notimp.test") == 0) {
+        rcode = 4;
+    } else if (strcmp(name, "refused.test") == 0) {
+        rcode = 5;
     } else if (strcmp(name, "one.test") == 0 || strcmp(name, "half.test") == 0 ||
                strcmp(name, "v6half.test") == 0) {
         if (qtype == 1) {
@@ -367,6 +373,11 @@ static void test_errors(void **state)
         /* SERVFAIL at once: evdns hands it over as a timeout, but it is
          * no timeout (the lone server is asked twice). */
         {"fail.test", RESOLVE_ERR_SERVFAIL},
+        /* The other answers of a server that will not answer: each told as
+         * what it is, not as a bare failure. */
+        {"refused.test", RESOLVE_ERR_REFUSED},
+        {"notimp.test", RESOLVE_ERR_NOTIMP},
+        {"formerr.test", RESOLVE_ERR_FORMERR},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct result res = {.base = base};
@@ -378,11 +389,12 @@ static void test_errors(void **state)
                      cases[i].err);
         assert_int_equal(res.n, 0);
     }
-    /* The SERVFAILs were failures of the server, not timeouts. */
+    /* The SERVFAILs, REFUSEDs, NOTIMPs and FORMERRs were failures of the
+     * server, not timeouts nor answers. */
     struct resolve_server_stats st;
     assert_int_equal(resolver_server_stats(r, &st, 1), 1);
     assert_int_equal(st.timeouts, 0);
-    assert_int_equal(st.failures, 4); /* fail.test: A and AAAA, twice each */
+    assert_int_equal(st.failures, 16); /* four names: A and AAAA, twice each */
     /* A name longer than any host name fails without a query. */
     char longname[300];
     memset(longname, 'a', sizeof(longname) - 1);
