@@ -151,10 +151,48 @@ static int unsend_final_head(struct conn *c)
     return rc;
 }
 
+/* The exchange failed before the upstream took the whole request (the
+ * agent is told 502 or 400, or its response is cut: the upstream stopped
+ * taking the request, sent an invalid head, ended, or the client's body was
+ * malformed), or the upstream answered before it was all sent: what the
+ * gateway still holds of it (the output, the socket's send queue,
+ * unacknowledged) is dropped with a reset, and not counted in bytes_up,
+ * which then tells how much of the body reached the origin. An origin the
+ * agent is then told failed must not get the rest of it afterwards from
+ * the queue a plain close leaves to the kernel, and act on a write the
+ * agent believes failed and may send again. */
+static void drop_untaken(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    int64_t queue = drain_send_queue(c->up_fd);
+    uint64_t held = evbuffer_get_length(bufferevent_get_output(c->up));
+    ex->unsent_dropped = true; /* counted here, not again when the connection is dropped */
+    if (queue > 0)
+        held += (uint64_t)queue;
+    ex->bytes_up = ex->bytes_up > held ? ex->bytes_up - held : 0;
+    stream_reset_on_close(c->up_fd);
+}
+
+/* The exchange fails: what the upstream has not taken of the request is
+ * dropped (drop_untaken()), whichever the failure. */
+static void abandon_request(struct conn *c)
+{
+    if (c->up != NULL && !c->ex.req_taken && !c->ex.unsent_dropped)
+        drop_untaken(c);
+}
+
+/* Cuts the client connection (the agent has part of a response). */
+static void cut(struct conn *c)
+{
+    abandon_request(c);
+    conn_free(c);
+}
+
 /* An error after the request went upstream: answer 502 if the agent has
  * not seen a response yet, else cut the connection. */
 static void fail(struct conn *c, const char *why)
 {
+    abandon_request(c);
     if (!c->ex.rsp_head_done) {
         /* Interim heads gathered before the failure go first. */
         if (c->scratch != NULL && flush_response(c) < 0)
@@ -169,6 +207,7 @@ static void fail(struct conn *c, const char *why)
  * 400 bad_request if no response byte was sent yet, else cut. */
 static void fail_client(struct conn *c)
 {
+    abandon_request(c);
     if (!c->ex.rsp_head_done) {
         conn_refuse(c, REASON_BAD_REQUEST, "malformed chunked body", true);
         return;
@@ -264,25 +303,6 @@ void forward_on_free(struct conn *c)
     if (c->fd >= 0 && ex->rsp_head_done && !ex->rsp_done &&
         (ex->rsp_body == BODY_UNTIL_CLOSE || ex->unchunk))
         stream_reset_on_close(c->fd);
-}
-
-/* The upstream stopped taking the request, or answered before it was all
- * sent: what the gateway still holds of it (the output, the socket's send
- * queue, unacknowledged) is dropped with a reset, and not counted in
- * bytes_up, which then tells how much of the body reached the origin. An
- * origin the agent is then told failed (502) must not get the rest of it
- * afterwards from the queue a plain close leaves to the kernel, and act on
- * a write the agent believes failed and may send again. */
-static void drop_untaken(struct conn *c)
-{
-    struct exchange *ex = &c->ex;
-    int64_t queue = drain_send_queue(c->up_fd);
-    uint64_t held = evbuffer_get_length(bufferevent_get_output(c->up));
-    ex->unsent_dropped = true; /* counted here, not again when the connection is dropped */
-    if (queue > 0)
-        held += (uint64_t)queue;
-    ex->bytes_up = ex->bytes_up > held ? ex->bytes_up - held : 0;
-    stream_reset_on_close(c->up_fd);
 }
 
 /* Closes the exchange's upstream connection. */
@@ -448,7 +468,7 @@ static int pump_response(struct conn *c, bool force)
                 if (!ex->rsp_head_sent && unsend_final_head(c) == 0)
                     fail(c, "the upstream sent a malformed chunked body");
                 else
-                    conn_free(c); /* the head went out: cut the connection */
+                    cut(c); /* the head went out */
                 return -1;
             }
             if (rc == CHUNKED_DONE)
@@ -466,7 +486,7 @@ static int pump_response(struct conn *c, bool force)
         bool end = ex->rsp_done && ex->rsp_body == BODY_CHUNKED;
         if (evbuffer_remove_buffer(in, c->scratch, n - skip) != (int)(n - skip) ||
             evbuffer_drain(in, skip) < 0 || (end && evbuffer_add(c->scratch, "\r\n", 2) < 0)) {
-            conn_free(c);
+            cut(c);
             return -1;
         }
         ex->bytes_down += n - skip + (end ? 2 : 0);
@@ -499,9 +519,7 @@ void forward_on_head_deadline(struct conn *c)
 {
     if (c->up == NULL || c->ex.rsp_head_done)
         return;
-    if (!c->ex.req_taken)
-        drop_untaken(c);
-    fail(c, "the upstream did not send its response head in time");
+    fail(c, "the upstream did not send its response head in time"); /* drop_untaken() */
 }
 
 /* Reads response heads until the final one. Interim (1xx) ones are passed
@@ -833,10 +851,8 @@ static void up_event(struct bufferevent *bev, short what, void *arg)
     /* Until it took the request, its timeouts are steps (answer_started(),
      * request_sent(), forward_start()). */
     if ((what & BEV_EVENT_TIMEOUT) && !ex->req_taken) {
-        if (!upstream_taking(c, what)) {
-            drop_untaken(c);
-            fail(c, "the upstream stopped taking the request");
-        }
+        if (!upstream_taking(c, what))
+            fail(c, "the upstream stopped taking the request"); /* drop_untaken() */
         return;
     }
     /* Heads held back by backpressure are still in the input. */
@@ -848,7 +864,7 @@ static void up_event(struct bufferevent *bev, short what, void *arg)
         if (ex->rsp_body == BODY_UNTIL_CLOSE)
             ex->rsp_done = true;
         if (!ex->rsp_done) {
-            conn_free(c); /* truncated by the upstream: the agent must see it cut */
+            cut(c); /* truncated by the upstream: the agent must see it cut */
             return;
         }
         maybe_done(c);

@@ -386,6 +386,23 @@ def _chunked(body, piece=64 << 10):
     return bytes(out + b"0\r\n\r\n")
 
 
+def _read_rest(conn, got, total, outcome):
+    """Reads <conn> onto <got> until it holds <total> bytes or the
+    connection ends; notes how in <outcome>["end"]: "eof", "reset" or
+    "whole"."""
+    while len(got) < total:
+        try:
+            d = conn.recv(1 << 20)
+        except ConnectionResetError:
+            outcome["end"] = "reset"
+            return
+        if not d:
+            outcome["end"] = "eof"
+            return
+        got += d
+    outcome["end"] = "whole"
+
+
 def _slow_upload_upstream(want, outcome, done, stop_after=None, resume=None):
     """An origin that reads a request body 64 KiB every 100 ms until it
     holds the <want> bytes sent (then answers 200 "got N"), or with
@@ -394,19 +411,6 @@ def _slow_upload_upstream(want, outcome, done, stop_after=None, resume=None):
     Notes in <outcome> the bytes it got ("got"), when it stopped reading
     ("stopped"), an end before <want> ("cut") and, after <resume>, how the
     reading ended ("end": "eof", "reset" or "whole")."""
-    def read_rest(conn, got):
-        while len(got) < len(want):
-            try:
-                d = conn.recv(1 << 20)
-            except ConnectionResetError:
-                outcome["end"] = "reset"
-                return
-            if not d:
-                outcome["end"] = "eof"
-                return
-            got += d
-        outcome["end"] = "whole"
-
     def script(conn, stop, received):
         got = bytearray(received.partition(b"\r\n\r\n")[2])
         conn.settimeout(5)
@@ -418,7 +422,7 @@ def _slow_upload_upstream(want, outcome, done, stop_after=None, resume=None):
                     if resume is None:
                         stop.wait(20)
                     elif resume.wait(20):
-                        read_rest(conn, got)
+                        _read_rest(conn, got, len(want), outcome)
                     return
                 tick = 0
                 while tick < (64 << 10) and len(got) < len(want):
@@ -554,6 +558,60 @@ def test_an_upload_given_up_on_is_reset_toward_the_origin(gateway, net):
         assert len(outcome["got"]) < len(body), len(outcome["got"])
         _, end = gw.decided(path="/reset")
         assert end["status"] == 502 and (256 << 10) <= end["bytes_up"] < len(body), end
+
+
+# Response heads that fail the exchange (502) while the request body is
+# still on its way: an invalid one, a 101, more than 16 interim ones, a
+# chunked body malformed before its head went out, a half-close before any
+# head
+FAILING_HEADS = {
+    "invalid": b"HTTP/1.1 abc\r\n\r\n",
+    "switching": b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade\r\n\r\n",
+    "interim_flood": b"HTTP/1.1 100 Continue\r\n\r\n" * 17,
+    "bad_chunk": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    "half_close": b"",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(FAILING_HEADS))
+def test_an_upload_failed_by_the_response_is_reset_toward_the_origin(gateway, net, kind):
+    # The origin answers a 4 MiB upload at once with a head that makes the
+    # agent's answer a 502, and reads nothing of the body until the agent
+    # has it: then it must not get the rest of the request from what the
+    # gateway's socket still held (as after "the upstream stopped taking the
+    # request"); it gets what it had before, then ECONNRESET, and bytes_up
+    # counts what it had acknowledged of it (not what it had received but
+    # not acknowledged yet: a delayed ACK)
+    body = pattern_bytes(4 << 20)
+    outcome, resume = {}, threading.Event()
+
+    def script(conn, stop, received):
+        got = bytearray(received.partition(b"\r\n\r\n")[2])
+        try:
+            if FAILING_HEADS[kind]:
+                conn.sendall(FAILING_HEADS[kind])
+            else:
+                conn.shutdown(socket.SHUT_WR)
+            if not resume.wait(20):
+                return
+            conn.settimeout(10)
+            _read_rest(conn, got, len(body), outcome)
+        finally:
+            outcome["got"] = len(got)
+
+    up = ScriptedUpstream(script)
+    try:
+        gw = _slow_upload_gateway(gateway, net, up)
+        r, _ = _upload(gw, up, "/bad", "length", body)
+        assert r is not None and r.status == 502, r
+        assert r.header("Sluice-Reason") == "upstream_unreachable", r
+        _, end = gw.decided(path="/bad")
+        resume.set()
+        assert poll(lambda: "end" in outcome, 15), "the origin was still reading after 15 s"
+        assert outcome["end"] == "reset", outcome
+        assert end["status"] == 502 and end["bytes_up"] <= outcome["got"] < len(body), (end, outcome)
+    finally:
+        up.stop()
 
 
 def test_a_steady_upload_may_outlast_idle_timeout(gateway, net):
