@@ -3,8 +3,9 @@
  * Upstream connections are reused per client connection only (HAProxy's
  * "keep-alive" mode), never through a shared pool: after an exchange whose
  * HTTP/1.1 response was framed (Content-Length, chunked, or no body), with
- * no "Connection: close" from either side, the request fully sent and the
- * response fully read, and a request that is no read with a body
+ * no "Connection: close" from either side, the request fully sent and taken
+ * by the upstream before the final response head came (upstream_took_all()),
+ * the response fully read, and a request that is no read with a body
  * (read_with_body()), the upstream connection is kept idle (one slot per
  * client connection) and given to that client's next request only when that
  * request, after its own decision, resolution and address guard, is for the
@@ -265,6 +266,15 @@ static void answer_started(struct conn *c)
         conn_set_client_timeouts(c, false);
 }
 
+/* True when nothing of the request is left to the upstream: read whole
+ * from the client, gone from the gateway's output and acknowledged (the
+ * socket's send queue is empty). */
+static bool upstream_took_all(struct conn *c)
+{
+    return c->ex.req_done && evbuffer_get_length(bufferevent_get_output(c->up)) == 0 &&
+           drain_send_queue(c->up_fd) == 0;
+}
+
 /* A step of the upstream's timeouts expired before it took the whole
  * request: the write timeout while the body is being read from the client,
  * the read timeout once it all was (request_sent()) or once an early
@@ -280,10 +290,9 @@ static bool upstream_taking(struct conn *c, short what)
 {
     struct exchange *ex = &c->ex;
     uint64_t idle = conn_idle_ms(c);
-    int64_t queue = drain_send_queue(c->up_fd);
-    if (ex->req_done && queue == 0 && evbuffer_get_length(bufferevent_get_output(c->up)) == 0)
+    if (upstream_took_all(c))
         request_taken(c);
-    else if (!drain_keeps(&ex->up_drain, queue, drain_step_ms(idle), idle))
+    else if (!drain_keeps(&ex->up_drain, drain_send_queue(c->up_fd), drain_step_ms(idle), idle))
         return false;
     bufferevent_enable(c->up, (what & BEV_EVENT_READING) ? EV_READ : EV_WRITE);
     return true;
@@ -316,20 +325,20 @@ static void close_upstream(struct conn *c)
 
 /* The exchange is over when the response is complete and written out.
  * Complete before the request was all read from the client (an early
- * answer), or before the upstream's socket took all of it from the
- * gateway's buffer (read whole from the client, it may still wait there),
- * the rest of the request is not sent: the upstream connection is closed
- * at once, as drop_untaken() has it (reset, so that what the upstream did
- * not take of the request is dropped, not delivered after the exchange
- * ended, and not counted in bytes_up). The client connection is not kept
- * when the rest of its request body is still unread. */
+ * answer), or before the upstream took all of it (read whole from the
+ * client, it may still wait in the gateway's buffer or in the socket's
+ * send queue), the rest of the request is not sent: the upstream
+ * connection is closed at once, as drop_untaken() has it (reset, so that
+ * what the upstream did not take of the request is dropped, not delivered
+ * after the exchange ended, and not counted in bytes_up). The client
+ * connection is not kept when the rest of its request body is still
+ * unread. */
 static void maybe_done(struct conn *c)
 {
     struct exchange *ex = &c->ex;
     if (!ex->rsp_done)
         return;
-    if (!ex->req_done ||
-        (c->up != NULL && evbuffer_get_length(bufferevent_get_output(c->up)) > 0)) {
+    if (!ex->req_done || (c->up != NULL && !ex->req_taken && !upstream_took_all(c))) {
         if (!ex->req_done)
             ex->keep_alive = false; /* the rest of the request body is still unread */
         if (c->up != NULL) {
@@ -607,8 +616,17 @@ static int read_response_head(struct conn *c, bool force)
         ex->unchunk = ex->client_v10 && ex->rsp_body == BODY_CHUNKED;
         ex->keep_alive = ex->req_done && !ex->client_close && ex->rsp_body != BODY_UNTIL_CLOSE &&
                          !ex->unchunk && !c->gw->stopping;
-        ex->up_keep =
-            ex->keep_alive && !rsp->conn_close && rsp->version_minor >= 1 && !read_with_body(ex);
+        /* Nor is the upstream connection kept when this head came before
+         * the upstream took the whole request (some of the body still in
+         * the gateway's buffer or unacknowledged in its socket's send
+         * queue): the origin answered without reading all of it, and may
+         * take what it did not read for the start of its next request,
+         * which the gateway's next request on that connection would end
+         * (a request no rule decided, hidden in a body). An origin that
+         * read and acknowledged the whole body first, the common case,
+         * keeps it. */
+        ex->up_keep = ex->keep_alive && !rsp->conn_close && rsp->version_minor >= 1 &&
+                      !read_with_body(ex) && (ex->req_taken || upstream_took_all(c));
         ex->rsp_left = rsp->content_length > 0 ? (uint64_t)rsp->content_length : 0;
         chunked_init(&ex->rsp_chunked);
         ex->scratch_interim = evbuffer_get_length(c->scratch);
