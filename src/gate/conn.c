@@ -1215,6 +1215,8 @@ static void on_head_deadline(evutil_socket_t fd, short what, void *arg)
         connect_on_client_read(c);
     } else if (c->state == CS_FORWARD) {
         forward_on_head_deadline(c);
+    } else if (c->state == CS_HELLO && c->hello_cut) {
+        connect_hello_cut(c);
     }
 }
 

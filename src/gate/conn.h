@@ -178,6 +178,11 @@ struct conn {
     bool client_reset;   /* ... by a reset: judged, then no tunnel is opened */
     bool hello_retried;  /* CONNECT: the server asked for a second ClientHello (connect.c) */
     bool peek_quiet;     /* CONNECT: the window passed with nothing sent; who speaks first? */
+    /* CONNECT: the server failed in CS_HELLO after the start of its answer,
+     * which goes to the client before both are reset (connect.c); until
+     * hello_cut_at (monotonic_ms()) at the latest. */
+    bool hello_cut;
+    uint64_t hello_cut_at;
     /* CONNECT: a ClientHello still incomplete is parsed again only once the
      * client's bytes reach this length (connect.c; 0: at the next read). */
     size_t peek_hello_wait;
@@ -301,6 +306,9 @@ enum deny_reason forward_prepare(struct conn *c, const struct http_request *req,
 void connect_start(struct conn *c);
 void connect_on_client_read(struct conn *c);
 void connect_on_client_write(struct conn *c);
+/* c->timer in CS_HELLO with c->hello_cut: resets both sides once the
+ * client has the server's bytes (or at c->hello_cut_at), else looks again. */
+void connect_hello_cut(struct conn *c);
 /* Counts in bytes_up the peeked bytes the upstream's socket took and that
  * were not counted yet (before a refusal or conn_free(); no progress event:
  * the decision comes first). */

@@ -51,6 +51,7 @@
 #include <event2/event.h>
 
 #include "gate/conn.h"
+#include "gate/drain.h"
 #include "gate/gateway.h"
 #include "gate/peek_http.h"
 #include "gate/progress.h"
@@ -178,6 +179,46 @@ static void up_write(struct bufferevent *bev, void *arg)
     connect_on_client_write(arg);
 }
 
+/* How often connect_hello_cut() looks whether the client has the bytes
+ * (as tunnel.c's TUNNEL_LINGER_MS). */
+#define HELLO_CUT_POLL_MS 20
+
+void connect_hello_cut(struct conn *c)
+{
+    if (c->client_reset || monotonic_ms() >= c->hello_cut_at ||
+        (evbuffer_get_length(bufferevent_get_output(c->client)) == 0 &&
+         drain_send_queue(c->fd) <= 0)) {
+        conn_cut(c);
+        return;
+    }
+    struct timeval tv = timeval_of_ms(HELLO_CUT_POLL_MS);
+    evtimer_add(c->timer, &tv);
+}
+
+/* The server failed in CS_HELLO after it sent the start of its answer to
+ * the ClientHello, too little to tell it: those bytes go to the client, as
+ * an open tunnel passes on what came before a reset, and both sides are
+ * reset once the client acknowledged them (a reset drops what its peer has
+ * not), or after idle_timeout (connect_hello_cut()). Returns false when
+ * there is nothing to pass on (or it cannot be): the caller resets at
+ * once. */
+static bool pass_then_cut(struct conn *c)
+{
+    struct evbuffer *up_in = bufferevent_get_input(c->up);
+    size_t n = evbuffer_get_length(up_in);
+    if (c->state != CS_HELLO || n == 0 || c->client_reset ||
+        stream_send(c->client, c->fd, up_in, n) < 0)
+        return false;
+    c->ex.bytes_down += n;
+    bufferevent_disable(c->up, EV_READ | EV_WRITE);
+    bufferevent_disable(c->client, EV_READ);
+    c->hello_cut = true;
+    c->hello_cut_at = monotonic_ms() + conn_idle_ms(c);
+    evtimer_del(c->timer);
+    connect_hello_cut(c);
+    return true;
+}
+
 static void up_event(struct bufferevent *bev, short what, void *arg)
 {
     struct conn *c = arg;
@@ -194,11 +235,14 @@ static void up_event(struct bufferevent *bev, short what, void *arg)
     /* The upstream failed (a reset, an error, a timeout) while the first
      * bytes were checked: the client, which has its 200 and perhaps the
      * server's first bytes, is reset as by an open tunnel (conn_cut()), not
-     * handed a clean end of stream. */
-    if (what & (BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))
-        conn_cut(c);
-    else
+     * handed a clean end of stream; after the start of the server's answer
+     * to the ClientHello, once it has those bytes too (pass_then_cut()). */
+    if (what & (BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT)) {
+        if (!pass_then_cut(c))
+            conn_cut(c);
+    } else {
         conn_free(c);
+    }
 }
 
 void connect_start(struct conn *c)

@@ -1066,13 +1066,14 @@ def test_a_tunnel_the_gateway_cuts_is_a_reset_to_both_sides(gateway, net, cut):
 class _QuietOrigin(LoopbackServer):
     """An origin that never speaks first: reads <want> bytes (a ClientHello
     it does not answer), sets <got>, then reads to the end, in <end>; or,
-    given <reset>, waits for that event and resets the connection."""
+    given <reset>, sends <answer> (the start of an answer to the hello),
+    waits for that event and resets the connection."""
 
     IP = ScriptedUpstream.IP
 
-    def __init__(self, want, reset=None):
+    def __init__(self, want, reset=None, answer=b""):
         self.want, self.got, self.done, self.end = want, threading.Event(), threading.Event(), None
-        self.reset = reset
+        self.reset, self.answer = reset, answer
         super().__init__(self.IP)
 
     def _serve(self, conn):
@@ -1086,6 +1087,8 @@ class _QuietOrigin(LoopbackServer):
                 buf += d
             self.got.set()
             if self.reset is not None:
+                if self.answer:
+                    conn.sendall(self.answer)
                 self.reset.wait(10)
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 return  # the close is a reset
@@ -1139,18 +1142,26 @@ def test_a_tunnel_cut_while_its_first_bytes_are_checked_is_a_reset(gateway, net,
         assert gw.wait_exit(10) == 0, gw.stderr()
 
 
-@pytest.mark.parametrize("stage", ["peek", "hello"])
+# The start of a ServerHello: a handshake record's header, its body to come
+PARTIAL_ANSWER = b"\x16\x03\x03\x00\x7a\x02\x00"
+
+
+@pytest.mark.parametrize("stage", ["peek", "hello", "hello_partial"])
 def test_an_origin_that_resets_while_the_first_bytes_are_checked_is_a_reset(gateway, net, stage):
     # A CONNECT past its 200 whose first bytes are still being checked: the
     # client said nothing yet (peek: the gateway waits for whichever side
     # speaks first), or its ClientHello went up and the server read it
-    # (hello). The origin then resets its connection: the gateway closed the
-    # client plainly, a FIN it takes for the stream's end; as in an open
-    # tunnel, the client must read a reset.
+    # (hello), or the server also sent the start of its answer, too little
+    # to tell whether it asks for another ClientHello (hello_partial). The
+    # origin then resets its connection: the gateway closed the client
+    # plainly, a FIN it takes for the stream's end; as in an open tunnel,
+    # the client must read what the origin sent before its reset, then a
+    # reset (the partial answer was dropped).
     host = "early-reset.example.test"
-    hello = _client_hello(host) if stage == "hello" else b""
+    hello = _client_hello(host) if stage != "peek" else b""
+    answer = PARTIAL_ANSWER if stage == "hello_partial" else b""
     go = threading.Event()
-    with _QuietOrigin(len(hello), reset=go) as up:
+    with _QuietOrigin(len(hello), reset=go, answer=answer) as up:
         rule = {"host": host, "ports": [up.port], "tier": 0}
         gw = gateway(net.policy([rule], static_extra={host: up.IP}))
         s = open_conn(gw)
@@ -1162,7 +1173,7 @@ def test_an_origin_that_resets_while_the_first_bytes_are_checked_is_a_reset(gate
             rest, end = _read_to_end(s)
         finally:
             s.close()
-    assert (rest, end) == (b"", "reset"), \
+    assert (rest, end) == (answer, "reset"), \
         "client read %r then %s after the origin reset in %s" % (rest, end, stage)
 
 
