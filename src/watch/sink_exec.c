@@ -737,8 +737,9 @@ static void reap_killed(struct exec_runner *r, uint64_t deadline)
  * it may be in a spawn whose exec waits, its child killed but in an
  * uninterruptible sleep (a hung NFS server), and the exit must not wait
  * for it for ever. A program it started that the loop did not hear of is
- * r->spawning's from then on; an alert it had not taken is never started.
- * A thread still held at the deadline is named and left, and what it uses
+ * r->spawning's from then on; an alert it had not taken, or whose program
+ * it could not start, was never started (r->spawning is then NULL). A
+ * thread still held at the deadline is named and left, and what it uses
  * with it (the gateway's exit ends it). */
 static void spawner_stop(struct exec_runner *r, uint64_t deadline)
 {
@@ -747,6 +748,7 @@ static void spawner_stop(struct exec_runner *r, uint64_t deadline)
         return;
     pthread_mutex_lock(&sp->mu);
     sp->stopping = true;
+    bool untaken = sp->todo != NULL;
     req_free(sp->todo);
     sp->todo = NULL;
     pthread_cond_signal(&sp->cond);
@@ -782,7 +784,8 @@ static void spawner_stop(struct exec_runner *r, uint64_t deadline)
     if (q != NULL && q->rc == 0 && r->spawning != NULL) {
         r->spawning->pid = q->pid;
         kill_group(q->pid);
-    }
+    } else if (untaken || q != NULL)
+        r->spawning = NULL;
     req_free(q);
     spawner_free(sp);
 }
@@ -805,16 +808,6 @@ void exec_runner_free(struct exec_runner *r)
         free(u->path);
     }
     free(r->unrun);
-    /* What the stop's wait (--grace) left: said, as a webhook's lost
-     * alerts are, not dropped silently. */
-    size_t waiting = 0;
-    for (size_t i = 0; i < r->nkids; i++)
-        waiting += r->kids[i]->pid == 0 && r->kids[i] != r->spawning;
-    if (r->nkids > 0)
-        fprintf(stderr,
-                "sluice: alert sinks exec: %zu alert(s) lost at exit: %zu program(s) killed "
-                "while running, %zu never started\n",
-                r->nkids, r->nkids - waiting, waiting);
     for (size_t i = 0; i < r->nkids; i++)
         if (r->kids[i]->pid > 0)
             kill_group(r->kids[i]->pid);
@@ -823,6 +816,18 @@ void exec_runner_free(struct exec_runner *r)
         kill_group(starting);
     uint64_t deadline = monotonic_ms() + SINK_EXEC_REAP_MS;
     spawner_stop(r, deadline);
+    /* What the stop's wait (--grace) left: said, as a webhook's lost
+     * alerts are, not dropped silently. Counted once the spawner has
+     * stopped: the program it was starting ran (or was in its exec) only
+     * if it took the alert and its posix_spawn() did not fail. */
+    size_t waiting = 0;
+    for (size_t i = 0; i < r->nkids; i++)
+        waiting += r->kids[i]->pid == 0 && r->kids[i] != r->spawning;
+    if (r->nkids > 0)
+        fprintf(stderr,
+                "sluice: alert sinks exec: %zu alert(s) lost at exit: %zu program(s) killed "
+                "while running, %zu never started\n",
+                r->nkids, r->nkids - waiting, waiting);
     reap_killed(r, deadline);
     for (size_t i = 0; i < r->nkids; i++)
         child_free(r->kids[i]);

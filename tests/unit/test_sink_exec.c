@@ -84,6 +84,36 @@ static void over_the_cap_alerts_are_dropped_and_counted(void **state)
     rmdir(dir);
 }
 
+/* Standard error, from dup2(<err>) to now, into <said> (<cap> bytes). */
+static void read_said(const char *path, char *said, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    said[fread(said, 1, cap - 1, f)] = '\0';
+    fclose(f);
+}
+
+/* exec_runner_free(<r>), the unit's kills reaching nothing when
+ * <kills_ignored>, with what it says on standard error into <said> (<cap>
+ * bytes); <errpath> holds it meanwhile. */
+static void free_saying(struct exec_runner *r, bool kills_ignored, const char *errpath, char *said,
+                        size_t cap)
+{
+    int err = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0600), saved = dup(STDERR_FILENO);
+    assert_true(err >= 0 && saved >= 0);
+    fflush(stderr);
+    dup2(err, STDERR_FILENO);
+    kill_ignored = kills_ignored;
+    exec_runner_free(r);
+    kill_ignored = false;
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    close(err);
+    read_said(errpath, said, cap);
+    unlink(errpath);
+}
+
 /* At exit a running program is killed and waited for; one that the
  * SIGKILL does not end (here: the kill made to reach nothing) is waited for
  * a bounded time, then named on standard error and left, rather than
@@ -106,42 +136,17 @@ static void the_exit_does_not_wait_for_ever_for_a_program(void **state)
     assert_true(pid > 0);
 
     snprintf(errpath, sizeof(errpath), "%s/stderr", dir);
-    int err = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0600), saved = dup(STDERR_FILENO);
-    assert_true(err >= 0 && saved >= 0);
-    fflush(stderr);
-    dup2(err, STDERR_FILENO);
-    kill_ignored = true;
     alarm(20);
-    exec_runner_free(r);
+    free_saying(r, true, errpath, said, sizeof(said));
     alarm(0);
-    kill_ignored = false;
-    fflush(stderr);
-    dup2(saved, STDERR_FILENO);
-    close(saved);
-    close(err);
-
-    FILE *f = fopen(errpath, "r");
-    assert_non_null(f);
-    said[fread(said, 1, sizeof(said) - 1, f)] = '\0';
-    fclose(f);
     snprintf(want, sizeof(want), "pid %d did not end", (int)pid);
     assert_non_null(strstr(said, want));
     assert_int_equal(waitpid(pid, NULL, WNOHANG), 0); /* still there, not reaped */
     kill(pid, SIGKILL);
     assert_int_equal(waitpid(pid, NULL, 0), pid);
     event_base_free(base);
-    unlink(errpath);
     unlink(prog);
     rmdir(dir);
-}
-
-/* Standard error, from dup2(<err>) to now, into <said> (<cap> bytes). */
-static void read_said(const char *path, char *said, size_t cap)
-{
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    said[fread(said, 1, cap - 1, f)] = '\0';
-    fclose(f);
 }
 
 /* A program on hung storage: a FUSE mount whose server never answers (not
@@ -185,19 +190,7 @@ static void a_start_whose_exec_hangs_holds_neither_the_loop_nor_the_exit(void **
     snprintf(task, sizeof(task), "/proc/self/task/%d", (int)r->sp->tid);
 
     snprintf(errpath, sizeof(errpath), "/tmp/sluice-exec-stderr-%d", (int)getpid());
-    int err = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0600), saved = dup(STDERR_FILENO);
-    assert_true(err >= 0 && saved >= 0);
-    fflush(stderr);
-    dup2(err, STDERR_FILENO);
-    kill_ignored = true;
-    exec_runner_free(r);
-    kill_ignored = false;
-    fflush(stderr);
-    dup2(saved, STDERR_FILENO);
-    close(saved);
-    close(err);
-    read_said(errpath, said, sizeof(said));
-    unlink(errpath);
+    free_saying(r, true, errpath, said, sizeof(said));
     assert_non_null(strstr(said, "/page: its start (exec) did not end within 1000 ms"));
     assert_non_null(strstr(said, "1 alert(s) lost at exit: 1 program(s) killed while running"));
 
@@ -211,12 +204,46 @@ static void a_start_whose_exec_hangs_holds_neither_the_loop_nor_the_exit(void **
     event_base_free(base);
 }
 
+/* At exit, an alert whose program the spawner thread could not start
+ * (here: no such file) before the loop heard of it was never run: the
+ * exit's count says so, not that it was killed while running. */
+static void a_start_that_failed_unheard_is_counted_never_started(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sluice-exec-XXXXXX", prog[80], errpath[80], said[4096] = "";
+    assert_non_null(mkdtemp(dir));
+    snprintf(prog, sizeof(prog), "%s/no-such-program", dir);
+    struct event_base *base = event_base_new();
+    assert_non_null(base);
+    struct exec_runner *r = exec_runner_new(base);
+    assert_non_null(r);
+    exec_runner_run(r, prog, "{}\n", 3);
+    assert_non_null(r->spawning);
+    bool failed = false;
+    for (int i = 0; i < 500 && !failed; i++) {
+        pthread_mutex_lock(&r->sp->mu);
+        failed = r->sp->done != NULL;
+        pthread_mutex_unlock(&r->sp->mu);
+        if (!failed)
+            nanosleep(&(struct timespec){.tv_nsec = 10 * 1000000L}, NULL);
+    }
+    assert_true(failed); /* the thread has told; the loop has not taken it */
+
+    snprintf(errpath, sizeof(errpath), "%s/stderr", dir);
+    free_saying(r, false, errpath, said, sizeof(said));
+    rmdir(dir);
+    assert_non_null(strstr(
+        said, "1 alert(s) lost at exit: 0 program(s) killed while running, 1 never started"));
+    event_base_free(base);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(over_the_cap_alerts_are_dropped_and_counted),
         cmocka_unit_test(the_exit_does_not_wait_for_ever_for_a_program),
         cmocka_unit_test(a_start_whose_exec_hangs_holds_neither_the_loop_nor_the_exit),
+        cmocka_unit_test(a_start_that_failed_unheard_is_counted_never_started),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
