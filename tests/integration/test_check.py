@@ -66,12 +66,59 @@ def write(tmp_path, text, name="policy.yaml"):
     return str(path)
 
 
-@pytest.mark.parametrize("example", ["policy.yaml", "ci-bot.yaml", "eval-fleet.yaml"])
+@pytest.mark.parametrize("example", sorted(f for f in os.listdir(EXAMPLES) if f.endswith(".yaml")))
 def test_bundled_examples_are_clean(sluice_bin, example):
     r = run(sluice_bin, "check", os.path.join(EXAMPLES, example), "--now", NOW,
             env_extra={"SLUICE_TOKEN_CI": "ci-token-of-sixteen-bytes-or-more"})
     assert r.returncode == 0, r.stdout + r.stderr
     assert "result: 0 errors, 0 warnings" in r.stdout
+
+
+def readme_policies():
+    """Every ```yaml block of README.md that is a policy or a part of one, as
+    (line, text): a part (an `alerts:` or shaping excerpt) is completed with
+    `version: 1` and, when it has no `rules`, one rule, so that what it shows
+    is loaded as written. A block that is a YAML list (a CI job's steps) is
+    no policy and is left out."""
+    lines = open(os.path.join(REPO, "README.md"), encoding="utf-8").read().split("\n")
+    blocks, i = [], 0
+    while i < len(lines):
+        if lines[i].strip() == "```yaml":
+            j = i + 1
+            while not lines[j].startswith("```"):
+                j += 1
+            body = lines[i + 1:j]
+            first = next((b for b in body if b.strip() and not b.lstrip().startswith("#")), "")
+            if not first.startswith("- "):
+                text = "\n".join(body) + "\n"
+                if not re.search(r"^version:", text, re.M):
+                    text = "version: 1\n" + text
+                if not re.search(r"^rules:", text, re.M):
+                    text += "rules:\n  - host: example.com\n    tier: 0\n"
+                blocks.append((i + 1, text))
+            i = j
+        i += 1
+    return blocks
+
+
+@pytest.mark.parametrize("line,text", readme_policies(), ids=lambda v: "README.md:%s" % v
+                         if isinstance(v, int) else "")
+def test_readme_policies_are_clean(sluice_bin, tmp_path, line, text):
+    """A policy the README shows loads as written, without a warning: a reader
+    copies it."""
+    path = tmp_path / "readme.yaml"
+    path.write_text(text)
+    r = run(sluice_bin, "check", str(path), "--now", NOW,
+            env_extra={"SLUICE_TOKEN_CI": "ci-token-of-sixteen-bytes-or-more"})
+    assert r.returncode == 0, "README.md:%d: %s" % (line, r.stdout + r.stderr)
+    assert "result: 0 errors, 0 warnings" in r.stdout, "README.md:%d: %s" % (line, r.stdout)
+
+
+def test_readme_shows_policies():
+    """The extraction above finds the README's policies (the walk-through, the
+    shaping and alerts excerpts, the agents' policies), so the test cannot
+    pass by finding none."""
+    assert len(readme_policies()) >= 7
 
 
 @pytest.mark.parametrize("day,why", [
