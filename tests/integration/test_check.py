@@ -114,6 +114,17 @@ def test_readme_policies_are_clean(sluice_bin, tmp_path, line, text):
     assert "result: 0 errors, 0 warnings" in r.stdout, "README.md:%d: %s" % (line, r.stdout)
 
 
+def test_readme_lists_every_alert_kind():
+    """The README's table of alert kinds has a row for each kind the gateway
+    writes (src/watch/alert.c's names), and no other."""
+    names = re.findall(r'\[ALERT_[A-Z0-9_]+\] = "([a-z0-9_]+)"',
+                       open(os.path.join(REPO, "src", "watch", "alert.c")).read())
+    rows = re.findall(r"^\| `([a-z0-9_]+)` \| ",
+                      open(os.path.join(REPO, "README.md"), encoding="utf-8").read(), re.M)
+    assert len(names) >= 11, names
+    assert sorted(rows) == sorted(names)
+
+
 def test_readme_shows_policies():
     """The extraction above finds the README's policies (the walk-through, the
     shaping and alerts excerpts, the agents' policies), so the test cannot
