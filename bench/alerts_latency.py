@@ -6,7 +6,9 @@ detectors cost.
 
 1. Alert latency over N first_contact alerts (default 300): each request
    goes to a host never seen before (denied, so no upstream is involved) and
-   raises one alert. Two figures, median and worst:
+   raises one alert (from 25 hosts per agent, agent k being the client at
+   127.0.1.k: past 30 in a minute an agent's first contacts fold into one
+   summary line). Two figures, median and worst:
      - inside the gateway: the alert line's ts minus its decision event's ts;
      - end to end: from the client sending the request to the alert line
        being readable in the --alerts file (the client polls every 1 ms).
@@ -111,14 +113,33 @@ def read_response(sock, buf):
     return rest[n:]
 
 
+# An agent's first contacts past DETECT_CONTACTS_BURST (30) within a minute
+# fold into one summary line, so each agent here makes at most this many:
+# agent k is the client bound to 127.0.1.k.
+PER_AGENT = 25
+
+
+def agents_policy(count):
+    lines = ["agents:"]
+    for k in range((count + PER_AGENT - 1) // PER_AGENT):
+        lines.append("  - {id: bench%d, sources: [127.0.1.%d/32]}" % (k, k))
+    return "\n".join(lines) + "\n"
+
+
 def latency(binary, count):
-    gw = Gateway(binary, POLICY + "alerts:\n  first_contact: true\n")
+    gw = Gateway(binary, POLICY + agents_policy(count) + "alerts:\n  first_contact: true\n")
     inside, end_to_end = [], []
+    s = None
     try:
-        s = socket.create_connection(("127.0.0.1", gw.port))
         buf = b""
         f = None
         for i in range(count):
+            if i % PER_AGENT == 0:
+                if s is not None:
+                    s.close()
+                s = socket.create_connection(("127.0.0.1", gw.port),
+                                             source_address=("127.0.1.%d" % (i // PER_AGENT), 0))
+                buf = b""
             host = "h%d.bench.test" % i
             t0 = time.monotonic()
             s.sendall(request_bytes(host))
@@ -193,7 +214,7 @@ def main():
     while args:
         a = args.pop(0)
         if a == "--alerts":
-            n_alerts = max(10, min(int(args.pop(0)), 5000))
+            n_alerts = max(10, min(int(args.pop(0)), 256 * PER_AGENT))
         elif a == "--rounds":
             rounds = max(1, min(int(args.pop(0)), 10))
         else:
