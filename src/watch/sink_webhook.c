@@ -965,8 +965,18 @@ void webhook_free(struct webhook *w)
     if (w == NULL)
         return;
     drop_conn(w);
+    /* A name lookup under way holds its connection's bufferevent (and the
+     * buffers under it) until its callback runs: freed with 0, the resolver
+     * dropped it unanswered and they were never freed (each reload that
+     * dropped or changed a sink during a lookup, a cut one's included,
+     * leaked them). Failed with 1, each lookup's callback is queued on the
+     * loop with DNS_ERR_SHUTDOWN, for its next turn; libevent 2.1.12's
+     * evdns_getaddrinfo_gotresolve() does not touch the freed resolver
+     * then, and the bufferevent, with no callback of evhttp's or the
+     * sink's left, is released. At exit the gateway turns the loop once
+     * more for them (gateway_free()). */
     if (w->dns != NULL)
-        evdns_base_free(w->dns, 0);
+        evdns_base_free(w->dns, 1);
     webhook_tls_free(w->tls);
     if (w->retry != NULL)
         event_free(w->retry);

@@ -39,9 +39,11 @@ static int counted_load_queue_of(struct store *s, const char *sink, int64_t afte
 
 /* libevent's own allocations go through these (event_set_mem_functions(),
  * first thing in main): with mem_fail_in at N > 0, the Nth from then on
- * fails, once, and sets mem_failed. */
+ * fails, once, and sets mem_failed. mem_live counts the blocks libevent
+ * holds (a test that frees all it made must find it as it was). */
 static long mem_fail_in;
 static bool mem_failed;
+static long mem_live;
 
 static bool mem_fails_now(void)
 {
@@ -53,12 +55,22 @@ static bool mem_fails_now(void)
 
 static void *mem_malloc(size_t n)
 {
-    return mem_fails_now() ? NULL : malloc(n);
+    void *p = mem_fails_now() ? NULL : malloc(n);
+    mem_live += p != NULL;
+    return p;
 }
 
 static void *mem_realloc(void *p, size_t n)
 {
-    return mem_fails_now() ? NULL : realloc(p, n);
+    void *q = mem_fails_now() ? NULL : realloc(p, n);
+    mem_live += p == NULL && q != NULL;
+    return q;
+}
+
+static void mem_free(void *p)
+{
+    mem_live -= p != NULL;
+    free(p);
 }
 
 /* evhttp_make_request() as the sink calls it: counts the requests handed
@@ -1003,6 +1015,26 @@ static void held_answer(struct held_ns *ns, size_t from, size_t to)
     }
 }
 
+/* A new loop in *<base>, <ns> answering in it, and a sink to <url> that
+ * asks it (sink_asking()); held_end() frees them. */
+static struct webhook *sink_held(struct event_base **base, struct held_ns *ns, struct event **nsev,
+                                 const char *url)
+{
+    *base = event_base_new();
+    assert_non_null(*base);
+    memset(ns, 0, sizeof(*ns));
+    uint16_t port;
+    ns->fd = ns_open(*base, held_question, ns, nsev, &port);
+    return sink_asking(*base, url, port);
+}
+
+static void held_end(struct event_base *base, struct held_ns *ns, struct event *nsev)
+{
+    event_free(nsev);
+    close(ns->fd);
+    event_base_free(base);
+}
+
 /* An attempt cut at its deadline while its host name was being looked up:
  * the lookup's answer, coming later, must not reach the connection, nor
  * end the next attempt, whose own lookup is under way. */
@@ -1012,13 +1044,10 @@ static void a_late_name_lookup_reaches_nothing(void **state)
     static const char *const urls[] = {"http://hook.example.test:9/hook",
                                        "https://hook.example.test:9/hook"};
     for (size_t u = 0; u < sizeof(urls) / sizeof(urls[0]); u++) {
-        struct event_base *base = event_base_new();
-        assert_non_null(base);
-        struct held_ns ns = {0};
+        struct event_base *base;
+        struct held_ns ns;
         struct event *nsev;
-        uint16_t port;
-        ns.fd = ns_open(base, held_question, &ns, &nsev, &port);
-        struct webhook *w = sink_asking(base, urls[u], port);
+        struct webhook *w = sink_held(&base, &ns, &nsev, urls[u]);
         w->t.attempt_ms = 1000;
         w->t.backoff_ms = w->t.backoff_max_ms = 10; /* well within evdns' 5 s per try */
 
@@ -1046,15 +1075,50 @@ static void a_late_name_lookup_reaches_nothing(void **state)
             fail_msg("%s: said \"%s\"", urls[u], why);
 
         webhook_free(w);
-        event_free(nsev);
-        close(ns.fd);
-        event_base_free(base);
+        held_end(base, &ns, nsev);
+    }
+}
+
+/* A sink freed while its host name is being looked up (a reload that
+ * drops or changes it, the gateway's exit) leaves nothing behind once the
+ * loop has turned: the lookup held the connection's bufferevent, which
+ * only its answer released, and its resolver, freed with it, dropped the
+ * lookup without answering: the bufferevent, its buffers and the lookup
+ * were never freed. Also with the lookup of an attempt the deadline cut
+ * (on_deadline() left its connection's bufferevent to it) still held. */
+static void a_sink_freed_during_a_name_lookup_leaves_nothing(void **state)
+{
+    (void)state;
+    static const char *const urls[] = {
+        "http://hook.example.test:9/hook", "https://hook.example.test:9/hook",
+        "http://hook.example.test:9/hook", "https://hook.example.test:9/hook"};
+    for (size_t u = 0; u < sizeof(urls) / sizeof(urls[0]); u++) {
+        bool cut = u >= 2;
+        long before = mem_live;
+        struct event_base *base;
+        struct held_ns ns;
+        struct event *nsev;
+        struct webhook *w = sink_held(&base, &ns, &nsev, urls[u]);
+        w->t.attempt_ms = cut ? 100 : 60000;
+        w->t.backoff_ms = w->t.backoff_max_ms = 10;
+
+        send_alerts(w, 1);
+        run_until_count(base, &ns.asked, cut ? 4 : 2, 5000); /* A and AAAA, held */
+        assert_int_equal(ns.asked, cut ? 4 : 2);
+        assert_int_equal(webhook_failures(w), cut);
+        assert_non_null(w->req);
+        webhook_free(w);
+        run_until_count(base, &(size_t){0}, 1, 50); /* the loop turns on (a reload) */
+        held_end(base, &ns, nsev);
+        if (mem_live != before)
+            fail_msg("%s%s: %ld of libevent's blocks left", urls[u], cut ? " (cut)" : "",
+                     mem_live - before);
     }
 }
 
 int main(void)
 {
-    event_set_mem_functions(mem_malloc, mem_realloc, free);
+    event_set_mem_functions(mem_malloc, mem_realloc, mem_free);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(urls_http_and_https),
         cmocka_unit_test(request_target),
@@ -1074,6 +1138,7 @@ int main(void)
         cmocka_unit_test(a_name_with_a_final_dot_is_checked_without_it),
         cmocka_unit_test(a_name_that_does_not_resolve_says_why),
         cmocka_unit_test(a_late_name_lookup_reaches_nothing),
+        cmocka_unit_test(a_sink_freed_during_a_name_lookup_leaves_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
