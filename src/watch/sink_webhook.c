@@ -487,26 +487,28 @@ static void on_output(struct evbuffer *buf, const struct evbuffer_cb_info *info,
  * replaces it. On failure <w> has no connection. */
 static int open_conn(struct webhook *w)
 {
-    if (w->tls == NULL) {
-        w->conn = evhttp_connection_base_new(w->base, w->dns, w->host, w->port);
-    } else {
-        struct bufferevent *bev = webhook_tls_bev(w->tls, w->base);
-        if (bev == NULL)
-            return -1;
-        w->conn = evhttp_connection_base_bufferevent_new(w->base, w->dns, bev, w->host, w->port);
-        if (w->conn == NULL)
-            bufferevent_free(bev);
-    }
-    if (w->conn == NULL)
+    /* The bufferevent closes its socket when it is freed, as the TLS one
+     * does: evhttp's own does not (evhttp closes it), and one a name
+     * lookup outlived its connection with (drop_conn(), webhook_free())
+     * connects if that lookup ends with an address (the A record came
+     * before the sink was freed, the AAAA one not), a socket no one closed. */
+    struct bufferevent *bev = w->tls == NULL
+                                  ? bufferevent_socket_new(w->base, -1, BEV_OPT_CLOSE_ON_FREE)
+                                  : webhook_tls_bev(w->tls, w->base);
+    if (bev == NULL)
         return -1;
+    w->conn = evhttp_connection_base_bufferevent_new(w->base, w->dns, bev, w->host, w->port);
+    if (w->conn == NULL) {
+        bufferevent_free(bev);
+        return -1;
+    }
     evhttp_connection_set_timeout(w->conn, SINK_WEBHOOK_TIMEOUT_S);
     evhttp_connection_set_retries(w->conn, 0);
     /* The answer is hostile input too: only its status matters. */
     evhttp_connection_set_max_headers_size(w->conn, SINK_WEBHOOK_MAX_HEAD);
     evhttp_connection_set_max_body_size(w->conn, SINK_WEBHOOK_MAX_BODY);
     /* kept across reconnections: evhttp reuses the bufferevent */
-    struct bufferevent *bev = evhttp_connection_get_bufferevent(w->conn);
-    if (bev == NULL || evbuffer_add_cb(bufferevent_get_input(bev), on_input, w) == NULL ||
+    if (evbuffer_add_cb(bufferevent_get_input(bev), on_input, w) == NULL ||
         evbuffer_add_cb(bufferevent_get_output(bev), on_output, w) == NULL) {
         drop_conn(w);
         return -1;

@@ -1116,6 +1116,72 @@ static void a_sink_freed_during_a_name_lookup_leaves_nothing(void **state)
     }
 }
 
+/* Answers question <i> with the address 127.0.0.1 if it asks for an A
+ * record; returns whether it did. */
+static bool held_answer_a(struct held_ns *ns, size_t i)
+{
+    unsigned char *q = ns->q[i];
+    size_t at = 12;
+    while (at < ns->n[i] && q[at] != 0)
+        at += 1u + q[at];
+    if (at + 5 > ns->n[i] || q[at + 1] != 0 || q[at + 2] != 1)
+        return false;
+    static const unsigned char rr[] = {0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 127, 0, 0, 1};
+    unsigned char a[512 + sizeof(rr)];
+    size_t n = at + 5;
+    memcpy(a, q, n);
+    memcpy(a + n, rr, sizeof(rr));
+    a[2] = 0x81;
+    a[3] = 0x80;
+    memset(a + 6, 0, 6);
+    a[7] = 1; /* one answer */
+    assert_int_equal(
+        sendto(ns->fd, a, n + sizeof(rr), 0, (struct sockaddr *)&ns->from[i], ns->fromlen[i]),
+        (ssize_t)(n + sizeof(rr)));
+    return true;
+}
+
+static int open_fds(void)
+{
+    int n = 0;
+    for (int fd = 0; fd < 1024; fd++)
+        n += fcntl(fd, F_GETFD) != -1;
+    return n;
+}
+
+/* A sink freed while its lookup is half answered (the A record in, the
+ * AAAA question still out) leaves no descriptor and no memory behind: the
+ * resolver's end hands the address it has to the freed connection's
+ * bufferevent, which connects, and closes that socket as it goes. */
+static void a_sink_freed_during_a_half_answered_lookup_leaves_nothing(void **state)
+{
+    (void)state;
+    static const char *const urls[] = {"http://hook.example.test:9/hook",
+                                       "https://hook.example.test:9/hook"};
+    for (size_t u = 0; u < sizeof(urls) / sizeof(urls[0]); u++) {
+        long before = mem_live;
+        int fds = open_fds();
+        struct event_base *base;
+        struct held_ns ns;
+        struct event *nsev;
+        struct webhook *w = sink_held(&base, &ns, &nsev, urls[u]);
+        w->t.attempt_ms = 60000;
+
+        send_alerts(w, 1);
+        run_until_count(base, &ns.asked, 2, 5000); /* its A and AAAA, held */
+        assert_int_equal(ns.asked, 2);
+        assert_true(held_answer_a(&ns, 0) || held_answer_a(&ns, 1));
+        run_until_count(base, &(size_t){0}, 1, 100); /* the A answer is in */
+        assert_non_null(w->req);
+        webhook_free(w);
+        run_until_count(base, &(size_t){0}, 1, 50); /* the loop turns on (a reload) */
+        held_end(base, &ns, nsev);
+        if (open_fds() != fds || mem_live != before)
+            fail_msg("%s: %d descriptors and %ld of libevent's blocks left", urls[u],
+                     open_fds() - fds, mem_live - before);
+    }
+}
+
 int main(void)
 {
     event_set_mem_functions(mem_malloc, mem_realloc, mem_free);
@@ -1139,6 +1205,7 @@ int main(void)
         cmocka_unit_test(a_name_that_does_not_resolve_says_why),
         cmocka_unit_test(a_late_name_lookup_reaches_nothing),
         cmocka_unit_test(a_sink_freed_during_a_name_lookup_leaves_nothing),
+        cmocka_unit_test(a_sink_freed_during_a_half_answered_lookup_leaves_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
