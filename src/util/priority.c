@@ -33,9 +33,9 @@ int priority_apply(int nice, bool given, char *err, size_t errlen)
     return 0;
 }
 
-void priority_restore_child(pid_t pid)
+void priority_restore_thread(void)
 {
-    /* It may fail for a child that has already exited: nothing to restore. */
+    /* start_nice and changed are set before any thread is made. */
     if (changed)
-        (void)setpriority(PRIO_PROCESS, (id_t)pid, start_nice);
+        (void)setpriority(PRIO_PROCESS, 0, start_nice); /* 0: this thread (Linux) */
 }

@@ -11,7 +11,7 @@
  *
  * The nice value is per thread on Linux and inherited by threads and
  * processes made later; programs the gateway starts (exec alert sinks) are
- * put back to the nice the process was started with. */
+ * started at the nice the process was started with. */
 #ifndef SLUICE_UTIL_PRIORITY_H
 #define SLUICE_UTIL_PRIORITY_H
 
@@ -29,9 +29,10 @@
  * or -1 with <err> filled when an asked-for <nice> was refused. */
 int priority_apply(int nice, bool given, char *err, size_t errlen);
 
-/* Gives <pid>, a process this one just started, the nice this process was
- * started with (a lower priority never needs privilege). Does nothing when
+/* Gives the calling thread, one that starts programs, the nice the process
+ * was started with (a lower priority never needs privilege), so that what it
+ * starts has it from its first instruction. Does nothing when
  * priority_apply() changed nothing. */
-void priority_restore_child(pid_t pid);
+void priority_restore_thread(void);
 
 #endif

@@ -272,6 +272,9 @@ static void spawner_free(struct spawner *sp)
 static void *spawner_thread(void *arg)
 {
     struct spawner *sp = arg;
+    /* Not the loop's raised priority (serve --nice): the programs this thread
+     * starts inherit its nice, and must not run, or fork, at the gateway's. */
+    priority_restore_thread();
     pthread_mutex_lock(&sp->mu);
     sp->tid = gettid();
     for (;;) {
@@ -303,7 +306,8 @@ static void *spawner_thread(void *arg)
 static void on_spawned(evutil_socket_t fd, short what, void *arg);
 
 /* Makes r's spawner thread, at the first program: from the loop thread, so
- * that it and the programs it starts have the loop's scheduling class, and
+ * that it and the programs it starts have the loop's scheduling class (not its
+ * raised nice: spawner_thread), and
  * after --user, the lockdown and every other change of the loop's. Returns
  * 0 or an errno. */
 static int spawner_start(struct exec_runner *r)
@@ -501,8 +505,7 @@ static void on_spawned(evutil_socket_t fd, short what, void *arg)
         child_free(k);
     } else {
         k->pid = q->pid;
-        priority_restore_child(k->pid); /* not the gateway's raised priority */
-        if (k->killed)                  /* its 5 s ended before the exec did */
+        if (k->killed) /* its 5 s ended before the exec did */
             kill_group(k->pid);
         feed(k);
     }

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -237,6 +239,49 @@ static void a_start_that_failed_unheard_is_counted_never_started(void **state)
     event_base_free(base);
 }
 
+/* A gateway that raised its own priority (serve --nice, -10 by default)
+ * starts its programs at the nice it was started with, from their first
+ * instruction: a program that forks at once must not leave its children
+ * at the gateway's nice. Here the loop is not run while the program runs,
+ * so nothing the loop does can put it back; the test's nice is raised by
+ * 5 (no privilege needed), so the program must see the one before. Last:
+ * the test's own nice stays raised (lowering it needs privilege). */
+static void a_program_starts_at_the_nice_the_process_was_started_with(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sluice-exec-XXXXXX", prog[64], line[320], seen[48], got[32] = "";
+    errno = 0;
+    int before = getpriority(PRIO_PROCESS, 0);
+    assert_int_equal(errno, 0);
+    if (before > 14)
+        skip();
+    snprintf(seen, sizeof(seen), "/tmp/sluice-exec-nice-%d", (int)getpid());
+    snprintf(line, sizeof(line), "nice > %s.tmp; mv %s.tmp %s; cat > /dev/null", seen, seen, seen);
+    write_program(dir, prog, sizeof(prog), line);
+    char err[128];
+    assert_int_equal(priority_apply(before + 5, true, err, sizeof(err)), 0);
+
+    struct event_base *base = event_base_new();
+    assert_non_null(base);
+    struct exec_runner *r = exec_runner_new(base);
+    assert_non_null(r);
+    exec_runner_run(r, prog, "{}\n", 3);
+    for (int i = 0; i < 1000 && access(seen, F_OK) != 0; i++)
+        nanosleep(&(struct timespec){.tv_nsec = 10 * 1000000L}, NULL);
+    FILE *f = fopen(seen, "r");
+    assert_non_null(f);
+    got[fread(got, 1, sizeof(got) - 1, f)] = '\0';
+    fclose(f);
+    assert_int_equal(atoi(got), before);
+    for (int i = 0; i < 1000 && exec_runner_busy(r) > 0; i++) /* fed, then ended */
+        event_base_loop(base, EVLOOP_ONCE);
+    exec_runner_free(r);
+    event_base_free(base);
+    unlink(seen);
+    unlink(prog);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -244,6 +289,7 @@ int main(void)
         cmocka_unit_test(the_exit_does_not_wait_for_ever_for_a_program),
         cmocka_unit_test(a_start_whose_exec_hangs_holds_neither_the_loop_nor_the_exit),
         cmocka_unit_test(a_start_that_failed_unheard_is_counted_never_started),
+        cmocka_unit_test(a_program_starts_at_the_nice_the_process_was_started_with),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
