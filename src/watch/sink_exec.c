@@ -352,14 +352,21 @@ static int spawner_start(struct exec_runner *r)
     return 0;
 }
 
-/* Hands <k>'s program to the spawner thread. Returns 0 or an errno. */
-static int spawn(struct exec_runner *r, struct child *k)
+/* What cannot_run() says of a program the spawner thread could not start. */
+#define CANNOT_RUN "cannot run"
+
+/* Hands <k>'s program to the spawner thread. Returns 0 or an errno, with
+ * <why> set to what cannot_run() is to say of it. */
+static int spawn(struct exec_runner *r, struct child *k, const char **why)
 {
     int p[2];
+    *why = CANNOT_RUN;
     if (r->sp == NULL) {
         int e = spawner_start(r);
-        if (e != 0)
+        if (e != 0) { /* the gateway's failure (EAGAIN at RLIMIT_NPROC), not the program's */
+            *why = "not run: the gateway cannot start the thread that starts programs";
             return e;
+        }
     }
     struct spawn_req *q = calloc(1, sizeof(*q));
     if (q == NULL)
@@ -406,11 +413,11 @@ static void remove_at(struct exec_runner *r, size_t i)
     r->nkids--;
 }
 
-/* <path> could not be run (<rc>, an errno): told at its 1st, 2nd, 4th...
+/* <path> could not be run (<why>, then <rc>, an errno): told at its 1st, 2nd, 4th...
  * failure with how many were not told, not once per alert (an alert storm
  * with a missing program would flood standard error); the rest at exit
  * (exec_runner_free). Counted per program, so that each is named. */
-static void cannot_run(struct exec_runner *r, const char *path, int rc)
+static void cannot_run(struct exec_runner *r, const char *path, const char *why, int rc)
 {
     struct unrun *u = NULL;
     for (size_t i = 0; i < r->nunrun && u == NULL; i++)
@@ -423,7 +430,7 @@ static void cannot_run(struct exec_runner *r, const char *path, int rc)
             r->unrun = grown;
         if (grown == NULL || copy == NULL) { /* told, then, unthrottled */
             free(copy);
-            fprintf(stderr, "sluice: alert sink exec %s: cannot run: %s\n", path, strerror(rc));
+            fprintf(stderr, "sluice: alert sink exec %s: %s: %s\n", path, why, strerror(rc));
             return;
         }
         u = &r->unrun[r->nunrun++];
@@ -434,9 +441,9 @@ static void cannot_run(struct exec_runner *r, const char *path, int rc)
         return;
     u->told++;
     fprintf(stderr,
-            "sluice: alert sink exec %s: cannot run: %s; %llu alert(s) not run so far, %llu "
+            "sluice: alert sink exec %s: %s: %s; %llu alert(s) not run so far, %llu "
             "failure(s) not told\n",
-            path, strerror(rc), (unsigned long long)u->failed,
+            path, why, strerror(rc), (unsigned long long)u->failed,
             (unsigned long long)(u->failed - u->told));
 }
 
@@ -450,9 +457,10 @@ static void start_waiting(struct exec_runner *r)
             i++;
             continue;
         }
-        int rc = spawn(r, k);
+        const char *why;
+        int rc = spawn(r, k, &why);
         if (rc != 0) {
-            cannot_run(r, k->path, rc);
+            cannot_run(r, k->path, why, rc);
             r->failures++;
             remove_at(r, i);
             child_free(k);
@@ -498,7 +506,7 @@ static void on_spawned(evutil_socket_t fd, short what, void *arg)
     }
     r->spawning = NULL;
     if (q->rc != 0) {
-        cannot_run(r, k->path, q->rc);
+        cannot_run(r, k->path, CANNOT_RUN, q->rc);
         r->failures++;
         r->running--;
         remove_at(r, index_of(r, k));

@@ -29,8 +29,23 @@
  * NFS server) does not end on SIGKILL, and no test can put one there. */
 static int test_kill(pid_t pid, int sig);
 #define kill test_kill
+/* And its pthread_create(), which the test can make fail (EAGAIN: a --user
+ * at its RLIMIT_NPROC), which no test can arrange for the thread alone. */
+#include <pthread.h>
+static int test_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *),
+                               void *arg);
+#define pthread_create test_pthread_create
 #include "watch/sink_exec.c" /* the unit under test, internals included */
+#undef pthread_create
 #undef kill
+
+static int thread_refused; /* an errno: the unit's pthread_create() fails with it */
+
+static int test_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *),
+                               void *arg)
+{
+    return thread_refused != 0 ? thread_refused : pthread_create(t, a, fn, arg);
+}
 
 static bool kill_ignored; /* true: the unit's kills reach nothing */
 
@@ -239,6 +254,45 @@ static void a_start_that_failed_unheard_is_counted_never_started(void **state)
     event_base_free(base);
 }
 
+/* The spawner thread cannot be made (pthread_create() fails with EAGAIN:
+ * a --user at its RLIMIT_NPROC): that is the gateway's failure, and told
+ * as such, not as the program's ('cannot run PATH: Resource temporarily
+ * unavailable' sent the reader to the program); the alert is not run, and
+ * counted like any the program could not run. */
+static void a_spawner_thread_that_cannot_be_made_is_told_as_the_gateways(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sluice-exec-XXXXXX", prog[64], errpath[80], said[4096] = "";
+    write_program(dir, prog, sizeof(prog), "cat > /dev/null");
+    snprintf(errpath, sizeof(errpath), "%s/stderr", dir);
+    struct event_base *base = event_base_new();
+    assert_non_null(base);
+    struct exec_runner *r = exec_runner_new(base);
+    assert_non_null(r);
+    int err = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0600), saved = dup(STDERR_FILENO);
+    assert_true(err >= 0 && saved >= 0);
+    fflush(stderr);
+    dup2(err, STDERR_FILENO);
+    thread_refused = EAGAIN;
+    exec_runner_run(r, prog, "{}\n", 3);
+    thread_refused = 0;
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    close(err);
+    read_said(errpath, said, sizeof(said));
+    unlink(errpath);
+    assert_int_equal(exec_runner_busy(r), 0);
+    assert_int_equal(exec_runner_failures(r), 1);
+    assert_null(strstr(said, "cannot run: Resource"));
+    assert_non_null(strstr(said, "/prog.sh: not run: the gateway cannot start the thread that "
+                                 "starts programs: Resource temporarily unavailable"));
+    exec_runner_free(r);
+    event_base_free(base);
+    unlink(prog);
+    rmdir(dir);
+}
+
 /* A gateway that raised its own priority (serve --nice, -10 by default)
  * starts its programs at the nice it was started with, from their first
  * instruction: a program that forks at once must not leave its children
@@ -289,6 +343,7 @@ int main(void)
         cmocka_unit_test(the_exit_does_not_wait_for_ever_for_a_program),
         cmocka_unit_test(a_start_whose_exec_hangs_holds_neither_the_loop_nor_the_exit),
         cmocka_unit_test(a_start_that_failed_unheard_is_counted_never_started),
+        cmocka_unit_test(a_spawner_thread_that_cannot_be_made_is_told_as_the_gateways),
         cmocka_unit_test(a_program_starts_at_the_nice_the_process_was_started_with),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
