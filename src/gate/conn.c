@@ -1376,5 +1376,13 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
     }
     if (client_ended_with_requests(c, what))
         return;
+    if (what & BEV_EVENT_TIMEOUT) {
+        /* A client that took nothing for idle_timeout: while a CONNECT's
+         * first bytes are checked (or the start of an answer waits for it:
+         * connect_hello_cut()), a cut after its 200, so a reset on both
+         * sides like every other (conn_cut(); a plain close otherwise). */
+        conn_cut(c);
+        return;
+    }
     conn_free(c);
 }
