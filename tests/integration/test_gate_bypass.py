@@ -222,6 +222,15 @@ def test_garbage_bad_request(gateway, net, data):
     "http://api.example.test:-1/",
     "http://api.example.test\\@other.example.test:{q}/",
     "http:///api.example.test:{p}/",
+    # an IPv6 zone id, a doubled final dot, port spellings and bounds
+    "http://[fe80::1%25eth0]:{p}/",
+    "http://api.example.test..:{p}/",
+    "http://api.example.test:+{p}/",
+    "http://api.example.test:0/",
+    "http://api.example.test:65536/",
+    # an A-label that decodes to the target with a soft hyphen (IDNA would
+    # map it away): another host to the origin, refused, never normalised
+    "http://xn--api-gfa.example.test:{p}/",
     "ftp://api.example.test:{p}/",
 ])
 def test_weird_targets_never_reach_anything(gateway, net, target):

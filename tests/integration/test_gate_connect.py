@@ -705,8 +705,9 @@ def test_sni_malformed_hello_refused(gateway, net):
 
 
 @pytest.mark.parametrize("name", ["\uff54ls.example.test", "t\u00adls.example.test",
-                                  "tls\u200b.example.test"],
-                         ids=["full_width_t", "soft_hyphen", "zero_width_space"])
+                                  "tls\u200b.example.test", "xn--tls-gfa.example.test"],
+                         ids=["full_width_t", "soft_hyphen", "zero_width_space",
+                              "a_label_soft_hyphen"])
 def test_sni_unicode_spelling_of_the_target_refused(gateway, net, name):
     # a server_name that IDNA maps to the target is another host to a
     # server, which looks its sites up by the bytes it got (nginx serves
@@ -1324,6 +1325,12 @@ _MISMATCHED_HEADS = [
     ("v09_connect_other_host", b"CONNECT evil.example.test:443\r\n\r\n"),
     ("v09_connect_other_host_host_header", b"CONNECT evil.example.test:443\r\n"
                                            b"Host: api.example.test\r\n\r\n"),
+    # the h2c prior-knowledge preface: its HEADERS frames cannot be checked
+    ("h2c_preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+                    b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"),
+    ("host_two_final_dots", b"GET / HTTP/1.1\r\nHost: api.example.test..\r\n\r\n"),
+    # an A-label that decodes to the target with a soft hyphen
+    ("host_a_label_soft_hyphen", b"GET / HTTP/1.1\r\nHost: xn--api-gfa.example.test\r\n\r\n"),
 ]
 
 

@@ -115,7 +115,9 @@ def test_host_mismatch_other_host(gateway, net):
     # them from its *.example.test site)
     "\uff41pi.example.test:{api}".encode().decode("latin-1"),
     "a\u00adpi.example.test:{api}".encode().decode("latin-1"),
-], ids=["other_port", "default_port", "suffix", "full_width", "soft_hyphen"])
+    # the soft-hyphen spelling as an A-label, in ASCII: never decoded to the target
+    "xn--api-gfa.example.test:{api}",
+], ids=["other_port", "default_port", "suffix", "full_width", "soft_hyphen", "a_label"])
 def test_host_mismatch_port_or_suffix(gateway, net, hostval):
     gw = gateway(net.policy([api_rule(net)]))
     hv = hostval.format(api=net.api.port, other=net.other.port)
