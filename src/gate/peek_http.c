@@ -321,6 +321,27 @@ static int parse_http09_head(const char *buf, const struct peek_http_scan *s, si
     return http1_parse_request(head, n, n, req, why);
 }
 
+/* Whether the <len> bytes at <buf> start with a PROXY protocol header
+ * (HAProxy's v1 line, whose protocol nginx and HAProxy read as "TCP4 ",
+ * "TCP6 " or "UNKNOWN", or v2's binary signature): 1 when they do, 0 when
+ * they may once more bytes come, -1 when they cannot. */
+static int proxy_header(const char *buf, size_t len)
+{
+    static const char *const starts[] = {"PROXY TCP4 ", "PROXY TCP6 ", "PROXY UNKNOWN",
+                                         "\r\n\r\n\0\r\nQUIT\n"};
+    static const size_t lens[] = {11, 11, 13, 12};
+    int r = -1;
+    for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+        size_t n = len < lens[i] ? len : lens[i];
+        if (memcmp(buf, starts[i], n) != 0)
+            continue;
+        if (n == lens[i])
+            return 1;
+        r = 0;
+    }
+    return r;
+}
+
 enum peek_http_result peek_http_resume(struct peek_http_scan *scan, const char *buf, size_t len,
                                        size_t max_head, const struct host *target, uint16_t port,
                                        const char **why)
@@ -333,7 +354,17 @@ enum peek_http_result peek_http_resume(struct peek_http_scan *scan, const char *
     size_t lim = len < max_head ? len : max_head;
     enum peek_http_result r = PEEK_HTTP_NEED_MORE;
     const char *reason = NULL;
-    if (scan->phase != PEEK_HTTP_HEAD) {
+    /* A server that takes a PROXY protocol header (nginx's proxy_protocol,
+     * HAProxy's accept-proxy) reads the request or ClientHello behind it,
+     * which would go unchecked: refused, as is its claim of another client
+     * address. A prefix of one is waited for (at most 13 bytes looked at). */
+    int proxy = scan->phase == PEEK_HTTP_HEAD ? -1 : proxy_header(buf, lim);
+    if (proxy == 0 && len < max_head)
+        return PEEK_HTTP_NEED_MORE;
+    if (proxy > 0) {
+        r = PEEK_HTTP_MISMATCH;
+        reason = "a PROXY protocol header";
+    } else if (scan->phase != PEEK_HTTP_HEAD) {
         const char *t = NULL;
         size_t tlen = 0;
         enum line_kind k = scan_first_line(scan, buf, lim, &t, &tlen);

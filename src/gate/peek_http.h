@@ -53,6 +53,10 @@
  *    those versions too ("GET / RTSP/1.0", "SOURCE / ICE/1.0"), its server
  *    serving the request as an HTTP/1.x one, by its Host.
  * Until then, and until the head is complete, the bytes are NEED_MORE.
+ * Before all that, bytes that start with a PROXY protocol header (v1's
+ * "PROXY TCP4 ", "PROXY TCP6 " or "PROXY UNKNOWN", v2's signature) are
+ * MISMATCH: a server that takes one reads the request or ClientHello behind
+ * it; a prefix of one is NEED_MORE.
  *
  * An HTTP/1.x head is parsed with http1_parse_request() (gate/http1.h),
  * as strictly as a proxy request: one that parser refuses (a bare LF,

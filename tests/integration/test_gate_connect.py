@@ -1331,6 +1331,19 @@ _MISMATCHED_HEADS = [
     ("host_two_final_dots", b"GET / HTTP/1.1\r\nHost: api.example.test..\r\n\r\n"),
     # an A-label that decodes to the target with a soft hyphen
     ("host_a_label_soft_hyphen", b"GET / HTTP/1.1\r\nHost: xn--api-gfa.example.test\r\n\r\n"),
+    # a PROXY protocol header (HAProxy's v1 line, v2's binary signature):
+    # a server that takes one (nginx's proxy_protocol, HAProxy's
+    # accept-proxy) reads the request or ClientHello behind it
+    ("proxy_protocol_v1", b"PROXY TCP4 192.0.2.1 198.51.100.1 40000 80\r\n"
+                          b"GET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"),
+    ("proxy_protocol_v1_unknown", b"PROXY UNKNOWN\r\n"
+                                  b"GET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"),
+    ("proxy_protocol_v1_hello", b"PROXY TCP6 2001:db8::1 2001:db8::2 40000 443\r\n"
+                                + _hello_record("evil.example.test")),
+    ("proxy_protocol_v2", b"\r\n\r\n\x00\r\nQUIT\n\x21\x11\x00\x0c" + bytes(12)
+                          + b"GET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"),
+    ("proxy_protocol_v2_hello", b"\r\n\r\n\x00\r\nQUIT\n\x20\x00\x00\x00"
+                                + _hello_record("evil.example.test")),
 ]
 
 

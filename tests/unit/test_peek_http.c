@@ -108,6 +108,36 @@ static void check(const char *s, enum peek_http_result want)
     all_pieces_agree(s, strlen(s), MAX_HEAD);
 }
 
+/* A PROXY protocol header (v1 line, v2 signature) hides what follows it
+ * from the check, from a server that takes one: MISMATCH; a prefix of one
+ * waits; near misses are judged as before. */
+static void test_proxy_protocol_header(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "PROXY TCP4 192.0.2.1 198.51.100.1 40000 80\r\nGET / HTTP/1.1\r\n"
+        "Host: api.example.test\r\n\r\n",
+        "PROXY TCP6 2001:db8::1 2001:db8::2 40000 443\r\n\x16\x03\x01",
+        "PROXY UNKNOWN\r\nGET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        check(bad[i], PEEK_HTTP_MISMATCH);
+    const char v2[] = "\r\n\r\n\0\r\nQUIT\n\x21\x11\0\x0c"
+                      "GET / HTTP/1.1\r\nHost: api.example.test\r\n\r\n";
+    const char *why;
+    assert_int_equal(judge_n(v2, sizeof(v2) - 1, MAX_HEAD, &why), PEEK_HTTP_MISMATCH);
+    assert_string_equal(why, "a PROXY protocol header");
+    for (size_t k = 0; k < 12; k++)
+        assert_int_equal(judge_n(v2, k, MAX_HEAD, &why), PEEK_HTTP_NEED_MORE);
+    all_pieces_agree(v2, sizeof(v2) - 1, MAX_HEAD);
+    check("PROXY / HTTP/1.1\r\nHost: api.example.test\r\n\r\n", PEEK_HTTP_MATCH);
+    check("PROXY TCP5 192.0.2.1\r\n", PEEK_HTTP_NOT_HTTP);
+    check(" PROXY TCP4 192.0.2.1\r\n", PEEK_HTTP_NOT_HTTP);
+    const char near[] = "\r\n\r\n\0\r\nQUIX\n";
+    assert_int_equal(judge_n(near, sizeof(near) - 1, MAX_HEAD, &why), PEEK_HTTP_NOT_HTTP);
+    all_pieces_agree(near, sizeof(near) - 1, MAX_HEAD);
+}
+
 static void test_matching_hosts(void **state)
 {
     (void)state;
@@ -457,6 +487,7 @@ int main(void)
         cmocka_unit_test(test_not_http),
         cmocka_unit_test(test_incomplete),
         cmocka_unit_test(test_max_head),
+        cmocka_unit_test(test_proxy_protocol_header),
         cmocka_unit_test(test_ip_target),
         cmocka_unit_test(test_trickled_head_is_looked_at_once),
     };
