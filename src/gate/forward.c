@@ -431,7 +431,11 @@ static void pump_request(struct conn *c)
             quota_flow_take(ex->flow, sent, quota_now());
     }
     if (ex->req_done) {
-        bufferevent_disable(c->client, EV_READ);
+        /* The client stays readable, as after a request without a body: a
+         * reset while the answer is awaited ends the exchange at once
+         * (forward_on_client_event()) and its end is seen (conn.c,
+         * client_half_closed()); what it sends next turns reading off
+         * (forward_on_client_read()) and waits in its input. */
         request_sent(c);
     } else if (ex->client_eof && evbuffer_get_length(in) == 0) {
         conn_free(c); /* the client ended its side in the middle of the body */

@@ -5,6 +5,7 @@ import http.client
 import json
 import signal
 import socket
+import struct
 import threading
 import time
 
@@ -1157,6 +1158,78 @@ def test_half_closed_client_with_short_body_is_cut(gateway, net):
     assert ev["decision"] == "allow" and end["bytes_up"] == 100
     # The upstream saw the request cut short (the test server records what it read).
     assert all(len(q.body) < 1000 for q in net.api.requests if q.path == "/short")
+
+
+class SilentUpstream(ScriptedUpstream):
+    """An origin that reads a request (its head and Content-Length body),
+    sets <got>, and never answers: it waits for the gateway to close the
+    connection (setting <closed>) or for the test to end."""
+
+    def __init__(self):
+        self.got = threading.Event()
+        self.closed = threading.Event()
+        self.body = b""
+        super().__init__(self._script)
+
+    def _script(self, conn, stop, buf):
+        head, _, body = buf.partition(b"\r\n\r\n")
+        n = 0
+        for line in head.split(b"\r\n")[1:]:
+            k, _, v = line.partition(b":")
+            if k.strip().lower() == b"content-length":
+                n = int(v)
+        conn.settimeout(0.1)
+        while not stop.is_set():
+            if len(body) >= n:
+                self.body = body
+                self.got.set()
+            try:
+                d = conn.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                d = b""
+            if not d:
+                self.closed.set()
+                return
+            body += d
+
+    def url(self, path="/"):
+        return "http://raw.example.test:%d%s" % (self.port, path)
+
+
+@pytest.mark.parametrize("unix,how,size", [(False, "reset", 0), (False, "reset", 100)],
+                         ids=["tcp-reset-get", "tcp-reset-post"])
+def test_client_gone_before_the_answer_ends_the_exchange(gateway, net, unix, how, size):
+    # A client that is provably gone (a TCP reset) while its upstream has
+    # not answered: the upstream connection is closed, without waiting for
+    # an answer nobody will read, and the exchange ends with status null.
+    # The origin here never answers: before, the gateway waited for it (or
+    # idle_timeout) after a request with a body, whose client it no longer
+    # read, so never saw the reset.
+    up = SilentUpstream()
+    try:
+        gw = gateway(net.policy([{"host": "raw.example.test", "ports": [up.port], "tier": 0}],
+                                static_extra={"raw.example.test": up.IP}),
+                     tcp=not unix, unix=unix)
+        body = pattern_bytes(size) if size else b""
+        s = open_conn(gw)
+        if how == "reset":
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        try:
+            s.sendall(build_request("POST" if body else "GET", up.url("/gone"), body=body))
+            if size < (1 << 20):  # a large upload: closed before it went through
+                assert up.got.wait(10), "the request never reached the origin"
+        finally:
+            s.close()
+        assert up.got.wait(20), "the request never reached the origin whole"
+        assert up.body == body
+        assert up.closed.wait(10), "the gateway held the upstream connection"
+        _, end = gw.decided(path="/gone")
+        assert end["status"] is None and end["bytes_down"] == 0, end
+        assert end["bytes_up"] == size, end
+    finally:
+        up.stop()
 
 
 def test_pipelined_requests_answered_in_order(gateway, net):
