@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1251,6 +1252,16 @@ static void on_read(struct bufferevent *bev, void *arg)
     }
 }
 
+/* True when the client's socket hung up (poll() says POLLHUP): the peer
+ * closed its connection altogether, which Linux tells apart from a
+ * half-close (shutdown(SHUT_WR)) on a unix socket; a TCP peer's close is
+ * only its FIN, a half-close as far as the gateway can tell. */
+static bool client_hung_up(const struct conn *c)
+{
+    struct pollfd p = {.fd = c->fd, .events = 0};
+    return poll(&p, 1, 0) == 1 && (p.revents & POLLHUP) != 0;
+}
+
 /* Called with the client's bufferevent event <what>: when it is the end of
  * the client's side while a plain request is being resolved, connected or
  * forwarded, or a CONNECT resolved or connected, marks the exchange (no
@@ -1275,6 +1286,16 @@ static bool client_half_closed(struct conn *c, short what)
         (c->state != CS_FORWARD || !ex->req_done))
         return false; /* ended in the middle of a body being forwarded: cut */
     bufferevent_disable(c->client, EV_READ);
+    if (client_hung_up(c)) {
+        /* Not a half-close: the client closed its connection altogether
+         * (over the unix socket, where that is seen). What it sent still
+         * goes upstream; no answer is waited for (nobody can read it),
+         * nor are requests it pipelined taken up. */
+        ex->client_gone = true;
+        ex->client_eof = true;
+        ex->keep_alive = false;
+        return true;
+    }
     /* Its input then holds nothing of this request: what is there is
      * requests it pipelined behind it, answered in order. */
     if ((ex->req_body == BODY_NONE || ex->req_done) &&
@@ -1350,8 +1371,11 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
     (void)bev;
     if (what == (BEV_EVENT_TIMEOUT | BEV_EVENT_WRITING) && client_still_taking(c))
         return;
-    if (client_half_closed(c, what))
+    if (client_half_closed(c, what)) {
+        if (c->ex.client_gone)
+            forward_client_gone(c);
         return;
+    }
     if (c->state == CS_FORWARD) {
         forward_on_client_event(c, what);
         return;

@@ -134,6 +134,9 @@ struct exchange {
     bool unchunk;      /* the response is chunked and the client gets its data alone */
     bool client_eof;   /* the client ended its side after its request (conn.c) */
     bool keep_alive;   /* the client connection survives this exchange */
+    /* It closed its connection altogether (its socket hung up): the exchange
+     * ends once the request is handed on (forward_client_gone()). */
+    bool client_gone;
     /* A refusal may keep the client connection: set when the request has no
      * body to skip and the client did not ask to close. */
     bool refusal_keeps;
@@ -291,6 +294,11 @@ void forward_drop_idle(struct conn *c);
 void forward_on_client_read(struct conn *c);
 void forward_on_client_write(struct conn *c);
 void forward_on_client_event(struct conn *c, short what);
+/* The client's socket hung up after its request was read (ex->client_gone):
+ * ends the exchange, without waiting for the answer, once the request is
+ * all handed to the upstream's socket (at once, or from the upstream's
+ * write callback, which this schedules). */
+void forward_client_gone(struct conn *c);
 /* The response head's deadline passed (c->timer while forwarding). */
 void forward_on_head_deadline(struct conn *c);
 /* Called as <c> is freed: when its client frames the response body by the

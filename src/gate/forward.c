@@ -437,6 +437,7 @@ static void pump_request(struct conn *c)
          * client_half_closed()); what it sends next turns reading off
          * (forward_on_client_read()) and waits in its input. */
         request_sent(c);
+        forward_client_gone(c);
     } else if (ex->client_eof && evbuffer_get_length(in) == 0) {
         conn_free(c); /* the client ended its side in the middle of the body */
     }
@@ -733,6 +734,7 @@ void forward_start(struct conn *c)
     if (no_body) {
         ex->req_done = true;
         conn_set_client_timeouts(c, false); /* see request_sent() */
+        forward_client_gone(c);
         return;
     }
     conn_set_client_timeouts(c, true);
@@ -816,7 +818,19 @@ static void up_write(struct bufferevent *bev, void *arg)
     if (!c->ex.req_done) {
         bufferevent_enable(c->client, EV_READ);
         pump_request(c);
+    } else if (c->ex.client_gone && evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
+        /* The request is all in the upstream's socket, which a plain close
+         * still delivers, then its end: the origin can stop. */
+        conn_free(c);
     }
+}
+
+void forward_client_gone(struct conn *c)
+{
+    /* Resolving or connecting: forward_start() sends the request and comes
+     * back here. Deferred: the callers go on with <c>. */
+    if (c->ex.client_gone && c->state == CS_FORWARD && c->up != NULL && c->ex.req_done)
+        bufferevent_trigger(c->up, EV_WRITE, BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
 }
 
 /* A reused connection ended before any byte of a response: the upstream

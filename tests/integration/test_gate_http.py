@@ -1094,10 +1094,12 @@ def test_bad_chunked_request_is_400(gateway, net):
     assert end["status"] == 400 and end["bytes_up"] == 0
 
 
-def test_half_closed_client_still_gets_its_response(gateway, net):
+@pytest.mark.parametrize("unix", [False, True], ids=["tcp", "unix"])
+def test_half_closed_client_still_gets_its_response(gateway, net, unix):
     # A client may end its side right after its request (shutdown(SHUT_WR));
-    # the response still comes back, then the gateway closes.
-    gw = gateway(net.policy([api_rule(net)]))
+    # the response still comes back, then the gateway closes. On the unix
+    # socket too, where a close would be told from it (the socket hangs up).
+    gw = gateway(net.policy([api_rule(net)]), tcp=not unix, unix=unix)
     for path, body in (("/slow?ms=300", b""), ("/half-post", b"x" * 5000)):
         s = open_conn(gw)
         try:
@@ -1198,15 +1200,21 @@ class SilentUpstream(ScriptedUpstream):
         return "http://raw.example.test:%d%s" % (self.port, path)
 
 
-@pytest.mark.parametrize("unix,how,size", [(False, "reset", 0), (False, "reset", 100)],
-                         ids=["tcp-reset-get", "tcp-reset-post"])
+@pytest.mark.parametrize("unix,how,size", [
+    (False, "reset", 0), (False, "reset", 100),
+    (True, "close", 0), (True, "close", 100), (True, "close", 4 << 20)],
+    ids=["tcp-reset-get", "tcp-reset-post", "unix-close-get", "unix-close-post",
+         "unix-close-upload"])
 def test_client_gone_before_the_answer_ends_the_exchange(gateway, net, unix, how, size):
-    # A client that is provably gone (a TCP reset) while its upstream has
-    # not answered: the upstream connection is closed, without waiting for
-    # an answer nobody will read, and the exchange ends with status null.
-    # The origin here never answers: before, the gateway waited for it (or
-    # idle_timeout) after a request with a body, whose client it no longer
-    # read, so never saw the reset.
+    # A client that is provably gone while its upstream has not answered: a
+    # TCP reset, or a close on the unix socket (the gateway's side hangs up,
+    # which a half-close does not do). The upstream connection is closed,
+    # without waiting for an answer nobody will read, and the exchange ends
+    # with status null. After a close, what the client sent reaches the
+    # origin first (all of an upload it wrote just before closing, as a TCP
+    # peer would get it). The origin here never answers: before, the
+    # gateway waited for it (or idle_timeout) after a request with a body,
+    # or any request on the unix socket.
     up = SilentUpstream()
     try:
         gw = gateway(net.policy([{"host": "raw.example.test", "ports": [up.port], "tier": 0}],
