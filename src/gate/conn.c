@@ -330,6 +330,8 @@ void conn_free(struct conn *c)
         tunnel_free(c->tunnel); /* closes both descriptors */
     if (c->timer != NULL)
         event_free(c->timer);
+    if (c->hangup_timer != NULL)
+        event_free(c->hangup_timer);
     if (c->client != NULL) {
         /* go_tunnel() (connect.c) frees the bufferevent, and the callback
          * with its output, itself: then c->client is NULL. */
@@ -1262,6 +1264,41 @@ static bool client_hung_up(const struct conn *c)
     return poll(&p, 1, 0) == 1 && (p.revents & POLLHUP) != 0;
 }
 
+static void on_hangup_check(evutil_socket_t fd, short what, void *arg);
+
+/* The client ended its side after its request (client_half_closed()):
+ * while the exchange waits for its answer, its socket, which is no longer
+ * read, is looked at every HANGUP_CHECK_MS for a later close (a unix
+ * client that half-closed and then closed: `sluice run`'s relay at the
+ * command's end; a TCP client's reset), which nothing else would tell
+ * before the answer is written. */
+static void watch_hangup(struct conn *c)
+{
+    struct timeval tv = timeval_of_ms(HANGUP_CHECK_MS);
+    if (c->hangup_timer == NULL &&
+        (c->hangup_timer = evtimer_new(c->gw->base, on_hangup_check, c)) == NULL)
+        return; /* out of memory: the answer is waited for, as before */
+    evtimer_add(c->hangup_timer, &tv);
+}
+
+static void on_hangup_check(evutil_socket_t fd, short what, void *arg)
+{
+    struct conn *c = arg;
+    (void)fd;
+    (void)what;
+    /* Once the answer is being written, the writes tell. */
+    if (!c->ex.active || !c->ex.client_eof || c->ex.client_gone || c->ex.is_connect ||
+        c->ex.rsp_head_sent ||
+        (c->state != CS_RESOLVE && c->state != CS_CONNECT && c->state != CS_FORWARD))
+        return; /* the exchange is over */
+    if (!client_hung_up(c)) {
+        watch_hangup(c);
+        return;
+    }
+    c->ex.client_gone = true;
+    forward_client_gone(c);
+}
+
 /* Called with the client's bufferevent event <what>: when it is the end of
  * the client's side while a plain request is being resolved, connected or
  * forwarded, or a CONNECT resolved or connected, marks the exchange (no
@@ -1309,6 +1346,7 @@ static bool client_half_closed(struct conn *c, short what)
     ex->client_eof = true;
     ex->client_close = true;
     ex->keep_alive = false;
+    watch_hangup(c);
     return true;
 }
 

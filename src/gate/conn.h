@@ -59,6 +59,10 @@ struct quota_flow;
  * not read to its end, is read (and what it sends dropped) for at most this
  * long after the gateway ended its side. */
 #define LINGER_MS 2000
+/* A client that ended its side after a plain request is looked at this
+ * often, while the gateway waits for the answer, for a hang-up: its close
+ * (conn.c, watch_hangup()). */
+#define HANGUP_CHECK_MS 100
 
 enum conn_state {
     CS_HEAD,    /* reading a request head */
@@ -176,6 +180,8 @@ struct conn {
     struct bufferevent *up;
     evutil_socket_t up_fd;
     struct tunnel *tunnel;
+    /* HANGUP_CHECK_MS: a half-closed client's close (conn.c, watch_hangup()) */
+    struct event *hangup_timer;
     struct event *timer; /* head deadline (a response head's too); CONNECT peek window */
     bool peek_over;      /* the peek window closed (timer or client EOF) */
     bool client_reset;   /* ... by a reset: judged, then no tunnel is opened */

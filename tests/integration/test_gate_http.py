@@ -1202,9 +1202,10 @@ class SilentUpstream(ScriptedUpstream):
 
 @pytest.mark.parametrize("unix,how,size", [
     (False, "reset", 0), (False, "reset", 100),
-    (True, "close", 0), (True, "close", 100), (True, "close", 4 << 20)],
+    (True, "close", 0), (True, "close", 100), (True, "close", 4 << 20),
+    (True, "half-close-then-close", 0), (False, "half-close-then-reset", 100)],
     ids=["tcp-reset-get", "tcp-reset-post", "unix-close-get", "unix-close-post",
-         "unix-close-upload"])
+         "unix-close-upload", "unix-half-close-then-close", "tcp-half-close-then-reset"])
 def test_client_gone_before_the_answer_ends_the_exchange(gateway, net, unix, how, size):
     # A client that is provably gone while its upstream has not answered: a
     # TCP reset, or a close on the unix socket (the gateway's side hangs up,
@@ -1214,7 +1215,11 @@ def test_client_gone_before_the_answer_ends_the_exchange(gateway, net, unix, how
     # origin first (all of an upload it wrote just before closing, as a TCP
     # peer would get it). The origin here never answers: before, the
     # gateway waited for it (or idle_timeout) after a request with a body,
-    # or any request on the unix socket.
+    # or any request on the unix socket. So also when the client
+    # half-closed first (`sluice run`'s relay passes the command's end on
+    # so, and closes at its exit) and closes, or resets, once the gateway
+    # took that end for a half-close: it waited for the answer, the
+    # client's socket no longer read.
     up = SilentUpstream()
     try:
         gw = gateway(net.policy([{"host": "raw.example.test", "ports": [up.port], "tier": 0}],
@@ -1222,12 +1227,17 @@ def test_client_gone_before_the_answer_ends_the_exchange(gateway, net, unix, how
                      tcp=not unix, unix=unix)
         body = pattern_bytes(size) if size else b""
         s = open_conn(gw)
-        if how == "reset":
+        if how.endswith("reset"):
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         try:
             s.sendall(build_request("POST" if body else "GET", up.url("/gone"), body=body))
+            if how.startswith("half-close"):
+                s.shutdown(socket.SHUT_WR)
             if size < (1 << 20):  # a large upload: closed before it went through
                 assert up.got.wait(10), "the request never reached the origin"
+            if how.startswith("half-close"):
+                time.sleep(0.5)  # the gateway took the end for a half-close
+                assert not up.closed.is_set()
         finally:
             s.close()
         assert up.got.wait(20), "the request never reached the origin whole"
