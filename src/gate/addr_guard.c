@@ -334,3 +334,208 @@ bool addr_guard_denies(const struct addr_guard *g, const struct ipaddr *a, const
         *range_name = name;
     return true;
 }
+
+/* The IPv6 prefixes that embedded_v4() unwraps, as ranges (ISATAP, an
+ * interface identifier under any /64, is none), in the order a warning
+ * prefers to name them. */
+static const struct {
+    uint8_t b[16];
+    uint8_t prefix;
+    enum embed kind;
+} embed_prefixes[] = {
+    {{0x20, 0x02}, 16, EMBED_6TO4},
+    {{0x20, 0x01}, 32, EMBED_TEREDO},
+    {{0, 0x64, 0xff, 0x9b}, 96, EMBED_NAT64},
+    {{0, 0x64, 0xff, 0x9b, 0, 1}, 48, EMBED_NAT64_LOC},
+    {{0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff}, 96, EMBED_SIIT},
+    {{0}, 96, EMBED_COMPAT},
+};
+#define NEMBED (sizeof(embed_prefixes) / sizeof(embed_prefixes[0]))
+
+struct opening_range {
+    struct cidr c;
+    const char *name;
+    size_t order; /* preference among equals: embeddings first, then the deny set's order */
+    bool v4, embeds, metadata;
+};
+
+struct guard_openings {
+    struct opening_range *r; /* sorted by address, then prefix; no two alike */
+    size_t n;
+    size_t *v4_before;        /* [i]: how many of r[0..i-1] hold IPv4 addresses */
+    size_t *next_v6;          /* [i]: the first index >= i that holds no IPv4 address, or n */
+    struct opening_range *md; /* those with <metadata>, by <order> */
+    size_t nmd;
+};
+
+static int cidr_cmp(const struct cidr *a, const struct cidr *b)
+{
+    int r = memcmp(a->addr.b, b->addr.b, sizeof(a->addr.b));
+    return r != 0 ? r : (a->prefix > b->prefix) - (a->prefix < b->prefix);
+}
+
+static int opening_cmp(const void *x, const void *y)
+{
+    const struct opening_range *a = x, *b = y;
+    int r = cidr_cmp(&a->c, &b->c);
+    return r != 0 ? r : (a->order > b->order) - (a->order < b->order);
+}
+
+static int opening_order_cmp(const void *x, const void *y)
+{
+    const struct opening_range *a = x, *b = y;
+    return (a->order > b->order) - (a->order < b->order);
+}
+
+/* True when <outer> holds <inner>. */
+static bool cidr_holds(const struct cidr *outer, const struct cidr *inner)
+{
+    return outer->prefix <= inner->prefix && cidr_contains(outer, &inner->addr);
+}
+
+/* Sorts <a> and keeps only the ranges no other holds: disjoint, so the
+ * only one that can hold a range is the last that starts at or before it. */
+static size_t outermost(struct opening_range *a, size_t n)
+{
+    qsort(a, n, sizeof(*a), opening_cmp);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (k == 0 || !cidr_holds(&a[k - 1].c, &a[i].c))
+            a[k++] = a[i];
+    return k;
+}
+
+/* The first index of <a> (sorted) whose range is not below <key>. */
+static size_t lower_bound(const struct opening_range *a, size_t n, const struct cidr *key)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (cidr_cmp(&a[mid].c, key) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+void addr_guard_openings_free(struct guard_openings *o)
+{
+    if (o == NULL)
+        return;
+    free(o->r);
+    free(o->v4_before);
+    free(o->next_v6);
+    free(o->md);
+    free(o);
+}
+
+struct guard_openings *addr_guard_openings_new(const struct addr_guard *g)
+{
+    struct guard_openings *o = calloc(1, sizeof(*o));
+    struct opening_range *allow = NULL;
+    struct ipaddr metadata;
+    ipaddr_from_v4(&metadata, 0xa9fea9feu); /* 169.254.169.254 */
+    bool md = addr_guard_denies(g, &metadata, NULL), any_v4 = false;
+    if (o == NULL || (o->r = calloc(g->ndeny + NEMBED, sizeof(*o->r))) == NULL ||
+        (allow = calloc(g->nallow + 1, sizeof(*allow))) == NULL)
+        goto err;
+    for (size_t i = 0; i < g->ndeny; i++) {
+        const struct range *r = &g->deny[i];
+        any_v4 = any_v4 || r->v4;
+        o->r[o->n++] = (struct opening_range){.c = r->c,
+                                              .name = r->name,
+                                              .order = NEMBED + i,
+                                              .v4 = r->v4,
+                                              .metadata = md && cidr_contains(&r->c, &metadata)};
+    }
+    for (size_t i = 0; any_v4 && i < NEMBED; i++) {
+        struct opening_range *e = &o->r[o->n++];
+        *e = (struct opening_range){.c.prefix = embed_prefixes[i].prefix,
+                                    .name = embed_names[embed_prefixes[i].kind],
+                                    .order = i,
+                                    .embeds = true,
+                                    .metadata = md};
+        memcpy(e->c.addr.b, embed_prefixes[i].b, 16);
+    }
+    /* Leave out what allow_ranges hold (open anyway) and repeats. */
+    for (size_t i = 0; i < g->nallow; i++)
+        allow[i].c = g->allow[i];
+    size_t nallow = outermost(allow, g->nallow);
+    qsort(o->r, o->n, sizeof(*o->r), opening_cmp);
+    size_t k = 0;
+    for (size_t i = 0; i < o->n; i++) {
+        size_t a = lower_bound(allow, nallow, &o->r[i].c);
+        if (a < nallow && cidr_cmp(&allow[a].c, &o->r[i].c) == 0)
+            continue;
+        if (a > 0 && cidr_holds(&allow[a - 1].c, &o->r[i].c))
+            continue;
+        if (k > 0 && cidr_cmp(&o->r[k - 1].c, &o->r[i].c) == 0)
+            continue;
+        o->r[k++] = o->r[i];
+    }
+    o->n = k;
+    if ((o->v4_before = calloc(o->n + 1, sizeof(size_t))) == NULL ||
+        (o->next_v6 = calloc(o->n + 1, sizeof(size_t))) == NULL ||
+        (o->md = calloc(o->n + 1, sizeof(*o->md))) == NULL)
+        goto err;
+    for (size_t i = 0; i < o->n; i++) {
+        o->v4_before[i + 1] = o->v4_before[i] + o->r[i].v4;
+        if (o->r[i].metadata)
+            o->md[o->nmd++] = o->r[i];
+    }
+    o->next_v6[o->n] = o->n;
+    for (size_t i = o->n; i-- > 0;)
+        o->next_v6[i] = o->r[i].v4 ? o->next_v6[i + 1] : i;
+    qsort(o->md, o->nmd, sizeof(*o->md), opening_order_cmp);
+    free(allow);
+    return o;
+err:
+    free(allow);
+    addr_guard_openings_free(o);
+    return NULL;
+}
+
+static void opening_set(struct guard_opening *out, const struct opening_range *r)
+{
+    out->first = r->c;
+    out->name = r->name;
+    out->embeds = r->embeds;
+    out->metadata = r->metadata;
+}
+
+void addr_guard_opened_by(const struct guard_openings *o, const struct cidr *c, bool skip_v4,
+                          struct guard_opening *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (c->prefix >= 128)
+        return;
+    /* The ranges <c> holds and is wider than: from (its address, its
+     * prefix + 1) to the last that starts within it. */
+    struct cidr key = {.addr = c->addr, .prefix = (uint8_t)(c->prefix + 1)};
+    size_t lo = lower_bound(o->r, o->n, &key), hi = lo;
+    struct cidr last = {.prefix = 128};
+    for (unsigned i = 0; i < 16; i++) {
+        unsigned keep = c->prefix > 8 * i ? c->prefix - 8 * i : 0;
+        uint8_t mask = keep >= 8 ? 0xff : (uint8_t)(0xff00u >> keep);
+        last.addr.b[i] = (uint8_t)(c->addr.b[i] | (uint8_t)~mask);
+    }
+    hi = lower_bound(o->r, o->n, &last);
+    if (hi < o->n && cidr_cmp(&o->r[hi].c, &last) == 0)
+        hi++;
+    if (hi <= lo)
+        return;
+    out->count = hi - lo;
+    if (skip_v4)
+        out->count -= o->v4_before[hi] - o->v4_before[lo];
+    if (out->count == 0)
+        return;
+    for (size_t i = 0; i < o->nmd; i++) {
+        const struct opening_range *r = &o->md[i];
+        if (c->prefix < r->c.prefix && cidr_contains(c, &r->c.addr) && !(skip_v4 && r->v4)) {
+            opening_set(out, r);
+            return;
+        }
+    }
+    opening_set(out, &o->r[skip_v4 ? o->next_v6[lo] : lo]);
+}

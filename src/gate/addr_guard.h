@@ -33,4 +33,32 @@ void addr_guard_free(struct addr_guard *g);
  * valid as long as <g>. */
 bool addr_guard_denies(const struct addr_guard *g, const struct ipaddr *a, const char **range_name);
 
+/* What a cidr: rule opens: the IP literals a cidr: rule allows skip the
+ * guard, so a rule over <c> opens every range of the deny set, and every
+ * IPv6 prefix whose addresses embed IPv4 ones the guard unwraps (6to4
+ * 2002::/16, Teredo, NAT64, v4-translated, v4-compatible; when an IPv4
+ * range is denied), that <c> holds without being it (a rule that names a
+ * denied range, or lies inside one, means it) and that no allow range
+ * holds (those are open anyway). Built once from <g> (borrowed: names
+ * point into it) for all the rules of a policy, each looked up in
+ * O(log n) plus the few distinct ranges that hold 169.254.169.254: a policy
+ * may hold a million rules and as many deny ranges. NULL when out of
+ * memory. */
+struct guard_openings;
+struct guard_openings *addr_guard_openings_new(const struct addr_guard *g);
+void addr_guard_openings_free(struct guard_openings *o);
+
+struct guard_opening {
+    size_t count;      /* such ranges (repeats once); the rest is set only when not 0 */
+    struct cidr first; /* one that holds or embeds 169.254.169.254, else the lowest */
+    const char *name;  /* its name ("rfc1918", "6to4", "network.deny_ranges[0]") */
+    bool embeds;       /* <first> is an IPv6 prefix that embeds IPv4 addresses */
+    bool metadata;     /* <first> holds or embeds a denied 169.254.169.254 */
+};
+
+/* Sets <out> for a rule over <c>; ranges that hold IPv4 addresses are
+ * left out when <skip_v4>. */
+void addr_guard_opened_by(const struct guard_openings *o, const struct cidr *c, bool skip_v4,
+                          struct guard_opening *out);
+
 #endif

@@ -24,6 +24,7 @@
 
 #include <openssl/rand.h>
 
+#include "gate/addr_guard.h"
 #include "policy/index.h"
 #include "policy/load_ctx.h"
 #include "policy/yaml_tree.h"
@@ -1268,6 +1269,52 @@ static void warn_denied_rules(struct load_ctx *c)
     }
 }
 
+/* A cidr: rule's IP literals skip deny_ranges (src/gate/conn.c), so a rule
+ * wider than a denied range it holds opens that range, which its author
+ * most likely did not mean: "2000::/3" looks public and holds 6to4's
+ * 2002::/16, where 2002:a9fe:a9fe:: is 169.254.169.254. A rule that names a
+ * denied range, or lies inside one ("10.1.2.0/24"), means it. */
+static void warn_cidr_rules(struct load_ctx *c)
+{
+    const struct policy *p = c->p;
+    struct addr_guard *g = addr_guard_new(&p->network);
+    struct guard_openings *o = g != NULL ? addr_guard_openings_new(g) : NULL;
+    if (o == NULL) {
+        addr_guard_free(g);
+        diag_error(c->diag, 0, "", "out of memory while checking the cidr rules");
+        return;
+    }
+    for (size_t i = 0; i < p->nrules; i++) {
+        const struct rule *r = &p->rules[i];
+        if (r->kind != RULE_CIDR)
+            continue;
+        struct guard_opening op;
+        /* A prefix over all of IPv4 has its own warning (load_parse_cidr_node()). */
+        addr_guard_opened_by(o, &r->cidr, load_cidr_covers_ipv4(r->pattern, &r->cidr), &op);
+        if (op.count == 0)
+            continue;
+        char denied[IPADDR_STRLEN + 8], more[64] = "";
+        cidr_format(&op.first, denied, sizeof(denied));
+        if (op.count > 1)
+            snprintf(more, sizeof(more), " and %zu other denied range%s", op.count - 1,
+                     op.count > 2 ? "s" : "");
+        const char *why = op.embeds && op.metadata ? ", whose addresses embed IPv4 ones such as "
+                                                     "169.254.169.254, the cloud metadata address"
+                          : op.embeds              ? ", whose addresses embed IPv4 ones"
+                          : op.metadata ? ", with 169.254.169.254, the cloud metadata address"
+                                        : "";
+        size_t m = load_field_push(c, "rules[%zu].cidr", i);
+        load_warn(c, r->line,
+                  "'%s' holds %s (%s%s)%s: an IP literal this rule allows skips deny_ranges, so "
+                  "the rule opens it; name a narrower range, or the denied range itself if you "
+                  "mean it",
+                  r->pattern, denied, op.name, why, more);
+        load_field_pop(c, m);
+    }
+    addr_guard_openings_free(o);
+    addr_guard_free(g);
+}
+
 static void load_root(struct load_ctx *c, const struct ynode *root)
 {
     if (root == NULL || ynode_is_null(root)) {
@@ -1316,6 +1363,8 @@ struct policy *policy_load_buffer_flags(const char *name, const char *buf, size_
             diag_error(diag, 0, "", "out of memory while indexing the policy");
         else
             warn_denied_rules(&c);
+        if (!diag_has_errors(diag))
+            warn_cidr_rules(&c);
     }
     load_findings_close(&c);
     ytree_free(&t);

@@ -839,3 +839,24 @@ def test_agent_in_report_mode_is_not_said_to_be_denied_everything(sluice_bin, tm
     assert out[4] == "  trial (report; sources 127.0.0.2/32):"
     assert out[5] == said + "these:"
     assert out[6].startswith("    tier 0  rules[0]   a.example.com")
+
+
+def test_cidr_rule_over_a_denied_range_warns(sluice_bin, tmp_path):
+    # a cidr: rule's IP literals skip deny_ranges: "2000::/3" looks public
+    # but holds 6to4's 2002::/16, where [2002:a9fe:a9fe::] is 169.254.169.254;
+    # a warning, not an error (exit 0); a private range named on purpose is quiet
+    pol = "version: 1\nrules:\n  - {host: a.example.test, tier: 0}\n"
+    path = write(tmp_path, pol + "  - {cidr: 2000::/3, tier: 0}\n")
+    r = run(sluice_bin, "check", path, "--now", NOW)
+    assert r.returncode == 0, r.stdout
+    assert ("warning: " + path + ":4: rules[1].cidr: '2000::/3' holds 2002::/16 (6to4, whose "
+            "addresses embed IPv4 ones such as 169.254.169.254, the cloud metadata address) "
+            "and 3 other denied ranges: an IP literal this rule allows skips deny_ranges, so "
+            "the rule opens it;") in r.stdout, r.stdout
+    assert r.stdout.endswith("result: 0 errors, 1 warning\n"), r.stdout
+    r = run(sluice_bin, "check", path, "--now", NOW, "--format", "json")
+    doc = json.loads(r.stdout)
+    assert [(w["line"], w["field"]) for w in doc["warnings"]] == [(4, "rules[1].cidr")]
+    path = write(tmp_path, pol + "  - {cidr: 10.1.2.0/24, tier: 0}\n  - {cidr: 10.0.0.0/8, tier: 0}\n")
+    r = run(sluice_bin, "check", path, "--now", NOW)
+    assert r.returncode == 0 and "warning:" not in r.stdout, r.stdout

@@ -479,6 +479,80 @@ static void test_defaults(void **state)
 }
 
 /* The longest period loads: 87600h, written in any unit. */
+/* A cidr: rule's IP literals skip deny_ranges (src/gate/conn.c), so a rule
+ * that holds a denied range it does not name opens it: warned, naming the
+ * range (those that hold 169.254.169.254 first) and how many more; a rule
+ * that names a denied range, or lies inside one, means it and is quiet, and
+ * so is one whose denied ranges allow_ranges exempt anyway. */
+static void test_cidr_rule_over_denied_ranges(void **state)
+{
+    (void)state;
+#define OPENS                                                                                      \
+    "an IP literal this rule allows skips deny_ranges, so the rule opens it; name a "              \
+    "narrower range, or the denied range itself if you mean it"
+    expect_warning(V "rules:\n  - {cidr: 2000::/3, tier: 0}\n",
+                   "p.yaml:3: rules[0].cidr: '2000::/3' holds 2002::/16 (6to4, whose addresses "
+                   "embed IPv4 ones such as 169.254.169.254, the cloud metadata address) and 3 "
+                   "other denied ranges: " OPENS);
+    expect_warning(
+        V "rules:\n  - {cidr: 10.0.0.0/8, tier: 0}\n  - {cidr: 0.0.0.0/0, tier: 0}\n",
+        "p.yaml:4: rules[1].cidr: '0.0.0.0/0' holds 169.254.0.0/16 (link-local, with "
+        "169.254.169.254, the cloud metadata address) and 14 other denied ranges: " OPENS);
+    expect_warning(
+        V "rules:\n  - {cidr: \"64:ff9b::/64\", tier: 0}\n",
+        "p.yaml:3: rules[0].cidr: '64:ff9b::/64' holds 64:ff9b::/96 (nat64, whose "
+        "addresses embed IPv4 ones such as 169.254.169.254, the cloud metadata address): " OPENS);
+    expect_warning(
+        V "rules:\n  - {cidr: \"fc00::/6\", tier: 0}\n",
+        "p.yaml:3: rules[0].cidr: 'fc00::/6' holds fc00::/7 (ula) and 3 other denied ranges: " OPENS);
+    /* "::/0" has the warning about IPv4 besides; this one names what it
+     * opens in IPv6. */
+    expect_warning(V "rules:\n  - {cidr: \"::/0\", tier: 0}\n",
+                   "p.yaml:3: rules[0].cidr: '::/0' holds 2002::/16 (6to4, whose addresses embed "
+                   "IPv4 ones such as 169.254.169.254, the cloud metadata address) and 14 other "
+                   "denied ranges: " OPENS);
+    /* A denied range listed twice counts once; one that allow_ranges hold
+     * (an outer allow range over an inner one too) is open anyway and not
+     * counted, and 169.254.169.254 allowed is named no more. */
+    expect_warning(
+        V "rules:\n  - {cidr: 0.0.0.0/0, tier: 0}\n"
+          "network: {deny_ranges: [default, 10.0.0.0/8, 10.0.0.0/8]}\n",
+        "p.yaml:3: rules[0].cidr: '0.0.0.0/0' holds 169.254.0.0/16 (link-local, with "
+        "169.254.169.254, the cloud metadata address) and 14 other denied ranges: " OPENS);
+    expect_warning(V "rules:\n  - {cidr: 0.0.0.0/0, tier: 0}\n"
+                     "network: {allow_ranges: [169.254.0.0/16, 100.0.0.0/8, 100.64.0.0/10]}\n",
+                   "p.yaml:3: rules[0].cidr: '0.0.0.0/0' holds 0.0.0.0/8 (this-network) and 12 "
+                   "other denied ranges: " OPENS);
+    /* An operator's own deny range, and the embedded forms of it alone. */
+    expect_warning(V "rules:\n  - {cidr: 8.8.0.0/16, tier: 0}\n"
+                     "network: {deny_ranges: [8.8.8.0/24]}\n",
+                   "p.yaml:3: rules[0].cidr: '8.8.0.0/16' holds 8.8.8.0/24 "
+                   "(network.deny_ranges[0]): " OPENS);
+    /* No IPv4 range denied: the embedded forms deny nothing. */
+    struct diag d;
+    struct policy *p = load(V "rules:\n  - {cidr: 2000::/3, tier: 0}\n"
+                              "network: {deny_ranges: [\"fd00::/8\"]}\n",
+                            &d);
+    assert_non_null(p);
+    assert_int_equal(d.warnings, 1); /* deny_ranges without "default" */
+    diag_free(&d);
+    policy_free(p);
+    p = expect_clean(
+        V "rules:\n  - {cidr: 10.0.0.0/8, tier: 0}\n  - {cidr: 10.1.2.0/24, tier: 0}\n"
+          "  - {cidr: 169.254.169.254/32, tier: 0}\n  - {cidr: 2002::/16, tier: 0}\n"
+          "  - {cidr: \"2002:a9fe:a9fe::/48\", tier: 0}\n  - {cidr: 2600::/12, tier: 0}\n"
+          "  - {cidr: 8.8.8.0/24, tier: 0}\n  - {cidr: \"fd00::/8\", tier: 0}\n");
+    policy_free(p);
+    p = expect_clean(V "rules:\n  - {cidr: 2000::/3, tier: 0}\n"
+                       "network: {allow_ranges: [2000::/3]}\n");
+    policy_free(p);
+    p = expect_clean(V "rules:\n  - {cidr: 2000::/3, tier: 0}\n"
+                       "network: {allow_ranges: [2002::/16, 2001::/32, 2001:db8::/32, "
+                       "\"3fff::/20\"]}\n");
+    policy_free(p);
+#undef OPENS
+}
+
 static void test_longest_period(void **state)
 {
     (void)state;
@@ -1933,6 +2007,7 @@ int main(void)
         cmocka_unit_test(test_loaded_policy_holds_no_clear_token),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_network_and_days),
+        cmocka_unit_test(test_cidr_rule_over_denied_ranges),
         cmocka_unit_test(test_longest_period),
         cmocka_unit_test(test_quoted_scalars_stay_strings),
         cmocka_unit_test(test_rule_agents_sorted),
