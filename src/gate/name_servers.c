@@ -60,6 +60,11 @@ static int set_options(struct evdns_base *dns)
     return 0;
 }
 
+/* Every base here is freed with fail_requests 0: the resolver cancels its
+ * own tries first (resolve.c), so what a base may still hold is evdns' probe
+ * of a server it took as down, and 1 would queue that probe's callback,
+ * which then reads the freed server's record on a later loop turn
+ * (test_free_with_a_probe_in_flight). 0 drops it unrun. */
 void name_servers_free(struct name_server *ns, size_t n)
 {
     if (ns == NULL)

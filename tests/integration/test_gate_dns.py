@@ -14,6 +14,7 @@ import json
 import os
 import resource
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -36,7 +37,8 @@ WITNESSES = ["127.0.0.2:80", "127.0.0.3:80", "[::1]:80", "127.0.0.3:81"]
 class World:
     """A gateway in its own namespace and the scripted servers beside it."""
 
-    def __init__(self, gateway, net, tmp_path, script, names, servers, helper_args=(), allow=()):
+    def __init__(self, gateway, net, tmp_path, script, names, servers, helper_args=(), allow=(),
+                 args=()):
         self.net = net
         self.names = names
         self.allow = [ALLOWED + "/32"] + list(allow)
@@ -51,7 +53,7 @@ class World:
         for w in WITNESSES:
             helper += ["--http", w]
         helper += list(helper_args)
-        self.gw = gateway(self.policy(servers), netns=True, netns_helper=helper)
+        self.gw = gateway(self.policy(servers), netns=True, netns_helper=helper, args=args)
         poll(lambda: any(e["event"] == "ready" for e in self.events()), timeout=10,
              what="the namespace's name server and witnesses")
 
@@ -111,13 +113,13 @@ class World:
 
 @pytest.fixture
 def world(gateway, net, tmp_path):
-    """world(script, names=None, servers=None, helper_args=(), allow=()): a
+    """world(script, names=None, servers=None, helper_args=(), allow=(), args=()): a
     World whose policy allows port 80 of each name in <names> (default: the
     script's names), <allow> more ranges than ALLOWED's, its helper given
-    <helper_args> too (--ports, --hog)."""
-    def make(script, names=None, servers=None, helper_args=(), allow=()):
+    <helper_args> too (--ports, --hog), serve given <args> too."""
+    def make(script, names=None, servers=None, helper_args=(), allow=(), args=()):
         return World(gateway, net, tmp_path, script, names or list(script),
-                     servers or ["127.0.0.1:53"], helper_args, allow)
+                     servers or ["127.0.0.1:53"], helper_args, allow, args)
     return make
 
 
@@ -462,6 +464,72 @@ def test_reload_moves_lookups_in_flight_to_the_new_servers(world):
     for i in range(6):
         assert_reached(results.get("moved%d.test" % i), ALLOWED + ":80")
     assert all(q["name"].startswith("moved") for q in w.events() if q["event"] == "query")
+
+
+OTHER_SILENT = "127.0.0.4:5300"  # a second server that never answers
+
+
+def _unanswered(w, name):
+    return sum(1 for e in w.events() if e["event"] == "unanswered" and e["name"] == name)
+
+
+def _held_lookup(w, name, questions):
+    """Starts a GET of <name> and waits for <questions> of its questions at
+    the silent servers. Returns wait() (start_gets())."""
+    wait = w.start_gets([name])
+    poll(lambda: _unanswered(w, name) >= questions, timeout=10,
+         what="%d questions for %s at the silent servers" % (questions, name))
+    return wait
+
+
+@pytest.mark.parametrize("old,new,questions", [
+    ([SILENT_SERVER], [OTHER_SILENT], 2),
+    ([SILENT_SERVER], [OTHER_SILENT], 4),
+    ([SILENT_SERVER, OTHER_SILENT], [OTHER_SILENT], 2),
+], ids=["changed", "changed_after_a_timeout", "one_removed"])
+def test_reload_of_the_servers_under_a_held_lookup(world, old, new, questions):
+    # A reload that changes dns.servers while a lookup waits on them frees the
+    # old servers' bases (their queries cancelled and asked again of the new
+    # ones; a base whose server timed out is kept aside): the agent still
+    # gets its answer, dns_failure by the lookup's own deadline (its queries
+    # asked again of the new servers), with both log lines, and nothing is
+    # left for the sanitizers at the stop (the gateway fixture checks its
+    # stderr)
+    w = world({}, names=["held.test"], servers=old, helper_args=["--sink", OTHER_SILENT])
+    wait = _held_lookup(w, "held.test", questions)
+    w.set_servers(new)
+    results = wait(30)
+    r = results.get("held.test")
+    assert not isinstance(r, OSError) and r is not None, r
+    assert_refused(w, r, "held.test", "dns_failure", None)
+    assert _unanswered(w, "held.test") > questions
+    w.gw.stop()
+
+
+@pytest.mark.parametrize("args", [(), ("--grace", "1s")], ids=["grace_5s", "grace_1s"])
+def test_stop_under_a_held_lookup(world, args):
+    # SIGTERM while a lookup waits on a silent server: within --grace (5 s by
+    # default) the lookup ends by its tries (4 s) and the agent is told
+    # dns_failure; a shorter --grace cuts the request unanswered. Either way
+    # both of its lines are written, and the stop frees the servers' bases
+    # with nothing left for the sanitizers
+    w = world({}, names=["held.test"], servers=[SILENT_SERVER], args=args)
+    wait = _held_lookup(w, "held.test", 2)
+    w.gw.proc.send_signal(signal.SIGTERM)
+    results = wait(30)
+    w.gw.stop()
+    r = results.get("held.test")
+    ends = w.gw.events("agent_egress_end")
+    decided = w.gw.events("agent_egress", host="held.test")
+    assert len(decided) == 1 and len(ends) == 1, (decided, ends)
+    assert ends[0]["id"] == decided[0]["id"] and ends[0]["bytes_up"] == 0
+    if args:
+        assert isinstance(r, OSError), r
+        assert ends[0]["status"] is None, ends
+    else:
+        assert not isinstance(r, OSError) and r is not None, r
+        assert_deny_response(r, "dns_failure", wording=False)
+        assert (decided[0]["reason"], ends[0]["status"]) == ("dns_failure", r.status)
 
 
 def test_clients_leaving_while_their_lookups_wait(world):

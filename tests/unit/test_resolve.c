@@ -38,6 +38,7 @@ struct fake_dns {
     uint8_t last_octet; /* distinguishes two servers' answers */
     uint32_t ttl;       /* of every answer record (60) */
     char addr[32];      /* "127.0.0.1:PORT" */
+    char last[256];     /* the name of the last question */
 };
 
 static size_t put16(uint8_t *p, uint16_t v)
@@ -75,8 +76,6 @@ static void on_query(evutil_socket_t fd, short what, void *arg)
     if (n < 12)
         return;
     d->queries++;
-    if (d->mute)
-        return;
     /* Question name, as dotted text (lower case) for the lookup table. */
     size_t o = 12;
     while (o < (size_t)n && q[o] != 0) {
@@ -90,7 +89,8 @@ static void on_query(evutil_socket_t fd, short what, void *arg)
         o += l;
     }
     name[nlen] = '\0';
-    if (o + 5 > (size_t)n)
+    snprintf(d->last, sizeof(d->last), "%s", name);
+    if (d->mute || o + 5 > (size_t)n)
         return;
     uint16_t qtype = (uint16_t)(q[o + 1] << 8 | q[o + 2]);
     size_t qend = o + 5;
@@ -834,6 +834,39 @@ static void test_reload_retires_down_servers(void **state)
     resolver_free(r);
     fake_stop(&d1);
     fake_stop(&d2);
+    event_base_free(base);
+}
+
+/* A server evdns took as down is probed (a question for google.com); a
+ * base freed while that probe waits for its answer (at a stop, or the
+ * oldest retired base going) must not touch the probe's freed handle
+ * (evdns_base_free() frees the request, then the server, which cancels the
+ * probe it still points to). A REFUSED answer takes the server down at
+ * once; the probe comes 100 ms later here, and the mute server holds it
+ * (evdns drops a probe's timer whenever nothing is in flight on the base
+ * (EVDNS_BASE_DISABLE_WHEN_INACTIVE): slow.test's queries, never answered,
+ * keep it). */
+static void test_free_with_a_probe_in_flight(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct fake_dns d;
+    fake_start(&d, base, 1);
+    struct resolver *r = new_resolver(base, d.addr, NULL, 0);
+    assert_int_equal(evdns_base_set_option(r->ns[0].dns, "initial-probe-timeout:", "0.1"), 0);
+
+    assert_non_null(resolver_lookup(r, "slow.test", never, NULL));
+    struct result res = lookup_wait(base, r, "refused.test");
+    assert_int_equal(res.err, RESOLVE_ERR_REFUSED);
+    d.mute = true;
+    int before = d.queries;
+    for (int i = 0; i < 300 && d.queries == before; i++)
+        run(base, 10);
+    assert_int_equal(d.queries, before + 1); /* the probe, held */
+    assert_string_equal(d.last, "google.com");
+    resolver_free(r);
+    run(base, 200);
+    fake_stop(&d);
     event_base_free(base);
 }
 
@@ -1587,6 +1620,7 @@ int main(void)
         cmocka_unit_test(test_reload),
         cmocka_unit_test(test_failover),
         cmocka_unit_test(test_reload_retires_down_servers),
+        cmocka_unit_test(test_free_with_a_probe_in_flight),
         cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_shared_lookup),
         cmocka_unit_test(test_shared_lookup_cancel),
