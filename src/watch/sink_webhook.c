@@ -976,9 +976,15 @@ void webhook_free(struct webhook *w)
      * evdns_getaddrinfo_gotresolve() does not touch the freed resolver
      * then, and the bufferevent, with no callback of evhttp's or the
      * sink's left, is released. At exit the gateway turns the loop once
-     * more for them (gateway_free()). */
-    if (w->dns != NULL)
+     * more for them (gateway_free()). evdns' own probe of a server it took
+     * as down would be failed too, and its callback then reads the freed
+     * server's record: the servers go first, which cancels a probe (a
+     * cancelled probe's callback touches nothing) and leaves the lookups
+     * waiting, for the free to fail. */
+    if (w->dns != NULL) {
+        evdns_base_clear_nameservers_and_suspend(w->dns);
         evdns_base_free(w->dns, 1);
+    }
     webhook_tls_free(w->tls);
     if (w->retry != NULL)
         event_free(w->retry);

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <cmocka.h>
 
@@ -67,9 +68,14 @@ static void *mem_realloc(void *p, size_t n)
     return q;
 }
 
+/* A freed block is filled with garbage first: libevent is not built with
+ * the sanitizers, and a read of a block it freed would otherwise find the
+ * old contents and go on as if nothing were wrong. */
 static void mem_free(void *p)
 {
     mem_live -= p != NULL;
+    if (p != NULL)
+        memset(p, 0xa5, malloc_usable_size(p));
     free(p);
 }
 
@@ -1116,6 +1122,41 @@ static void a_sink_freed_during_a_name_lookup_leaves_nothing(void **state)
     }
 }
 
+/* A sink freed while evdns probes its name server (a question for
+ * google.com, which it sends to a server it took as down: here a REFUSED
+ * answer, the probe 100 ms later, held) must not leave the probe to report,
+ * on the loop's next turn, into the freed server record: failing the
+ * resolver's requests (webhook_free()) queued the probe's callback too. */
+static void a_sink_freed_while_its_server_is_probed_survives(void **state)
+{
+    (void)state;
+    struct event_base *base;
+    struct held_ns ns;
+    struct event *nsev;
+    struct webhook *w = sink_held(&base, &ns, &nsev, "http://hook.example.test:9/hook");
+    assert_int_equal(evdns_base_set_option(w->dns, "initial-probe-timeout:", "0.1"), 0);
+    w->t.attempt_ms = 60000;
+    w->t.backoff_ms = w->t.backoff_max_ms = 60000; /* no second attempt */
+
+    send_alerts(w, 1);
+    run_until_count(base, &ns.asked, 2, 5000); /* A and AAAA, held */
+    assert_int_equal(ns.asked, 2);
+    for (size_t i = 0; i < 2; i++) { /* REFUSED: evdns takes the server as down */
+        ns.q[i][2] = 0x81;
+        ns.q[i][3] = 0x85;
+        memset(ns.q[i] + 6, 0, 6);
+        assert_int_equal(
+            sendto(ns.fd, ns.q[i], ns.n[i], 0, (struct sockaddr *)&ns.from[i], ns.fromlen[i]),
+            (ssize_t)ns.n[i]);
+    }
+    run_until_count(base, &ns.asked, 3, 3000); /* the probe, held */
+    assert_int_equal(ns.asked, 3);
+    assert_int_equal(webhook_failures(w), 1);
+    webhook_free(w);
+    run_until_count(base, &(size_t){0}, 1, 200); /* the loop turns on (a reload) */
+    held_end(base, &ns, nsev);
+}
+
 /* Answers question <i> with the address 127.0.0.1 if it asks for an A
  * record; returns whether it did. */
 static bool held_answer_a(struct held_ns *ns, size_t i)
@@ -1205,6 +1246,7 @@ int main(void)
         cmocka_unit_test(a_name_that_does_not_resolve_says_why),
         cmocka_unit_test(a_late_name_lookup_reaches_nothing),
         cmocka_unit_test(a_sink_freed_during_a_name_lookup_leaves_nothing),
+        cmocka_unit_test(a_sink_freed_while_its_server_is_probed_survives),
         cmocka_unit_test(a_sink_freed_during_a_half_answered_lookup_leaves_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
