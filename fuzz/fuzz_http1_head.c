@@ -7,7 +7,8 @@
  * Proxy-Authorization, a split Host is its host then ":port" or
  * nothing, and the end of a head found in pieces is where one scan finds
  * it; a relayed response carries at most one Transfer-Encoding, without
- * empty list elements or identity. */
+ * empty list elements or identity; other_coding says whether a coding
+ * other than chunked and identity is named, and stays so when relayed. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,34 @@ static void check_relayed_te(const struct http_header *h, size_t n)
         }
     }
     check(fields <= 1);
+}
+
+/* Whether a Transfer-Encoding field among <h> names a coding other than
+ * chunked and identity (what other_coding must say: an HTTP/1.0 client
+ * cannot take such a body). */
+static int names_other_coding(const struct http_header *h, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (h[i].name_len != 17 || strncasecmp(h[i].name, "transfer-encoding", 17) != 0)
+            continue;
+        const char *v = h[i].value, *end = v + h[i].value_len;
+        while (v <= end) {
+            const char *c = memchr(v, ',', (size_t)(end - v));
+            const char *e = c != NULL ? c : end;
+            const char *s = v;
+            while (s < e && (*s == ' ' || *s == '\t'))
+                s++;
+            while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
+                e--;
+            if (e > s && !(e - s == 7 && strncasecmp(s, "chunked", 7) == 0) &&
+                !(e - s == 8 && strncasecmp(s, "identity", 8) == 0))
+                return 1;
+            if (c == NULL)
+                break;
+            v = c + 1;
+        }
+    }
+    return 0;
 }
 
 /* http1_split_host on <v>: the host is a part of <v> from its start (with
@@ -190,6 +219,7 @@ static void check_response(const char *buf, size_t len)
     check_headers(rsp.headers, rsp.nheaders, buf, (size_t)rc);
     check(inside(rsp.reason, rsp.reason_len, buf, (size_t)rc));
     check(!(rsp.chunked && rsp.content_length >= 0));
+    check(rsp.other_coding == names_other_coding(rsp.headers, rsp.nheaders));
     enum body_kind k = http1_response_body(&rsp, METHOD_GET);
     check(k != BODY_UNTIL_CLOSE || rsp.content_length < 0);
     check(http1_parse_response(buf, (size_t)rc - 1, len + 1, &rsp_again, &why) == HTTP1_NEED_MORE);
@@ -213,6 +243,8 @@ static void check_response(const char *buf, size_t len)
     int bare = rsp.status < 200 || rsp.status == 204;
     check(rsp_again.content_length == (bare ? -1 : rsp.content_length));
     check(rsp_again.chunked == (!bare && rsp.chunked && !(flags & HTTP1_RSP_UNCHUNKED)));
+    /* Codings other than chunked go on as they came (or not at all). */
+    check(rsp_again.other_coding == (!bare && rsp.other_coding && !(flags & HTTP1_RSP_UNCHUNKED)));
     if (flags & HTTP1_RSP_UNCHUNKED)
         check(!has_header(rsp_again.headers, rsp_again.nheaders, "transfer-encoding"));
     check_relayed_te(rsp_again.headers, rsp_again.nheaders);
