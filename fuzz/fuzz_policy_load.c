@@ -8,12 +8,14 @@
  * every rule under its own key (an exact rule under its host, a wildcard
  * rule under its suffix, a cidr: rule at its prefix length for its
  * network address), in lists of rules of that kind and key in file order,
- * so no rule the loader kept is lost to the decisions; nothing leaks
+ * so no rule the loader kept is lost to the decisions; a range the cidr
+ * rules' warning names lies strictly inside the rule; nothing leaks
  * (ASan). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gate/addr_guard.h"
 #include "policy/index.h"
 #include "policy/policy.h"
 
@@ -93,6 +95,43 @@ static void check_rule(const struct rule *r, size_t i)
         abort();
 }
 
+/* What the cidr rules' warning is built on (addr_guard_opened_by(), a
+ * binary search): a range a rule opens lies strictly inside the rule, is
+ * no IPv4 range when those are skipped, and opens fewer ranges itself. */
+static void check_openings(const struct policy *p)
+{
+    struct addr_guard *g = addr_guard_new(&p->network);
+    struct guard_openings *o = g != NULL ? addr_guard_openings_new(g) : NULL;
+    if (o == NULL)
+        abort();
+    for (size_t i = 0; i < p->nrules; i++) {
+        const struct rule *r = &p->rules[i];
+        if (r->kind != RULE_CIDR)
+            continue;
+        struct guard_opening all, v6, in;
+        addr_guard_opened_by(o, &r->cidr, false, &all);
+        addr_guard_opened_by(o, &r->cidr, true, &v6);
+        if (v6.count > all.count || (r->cidr.prefix == 128 && all.count != 0))
+            abort();
+        const struct guard_opening *ops[] = {&all, &v6};
+        for (size_t k = 0; k < 2; k++) {
+            const struct guard_opening *op = ops[k];
+            if (op->count == 0)
+                continue;
+            if (op->name == NULL || op->first.prefix <= r->cidr.prefix ||
+                !cidr_contains(&r->cidr, &op->first.addr))
+                abort();
+            if (k == 1 && op->first.prefix >= 96 && ipaddr_is_v4(&op->first.addr))
+                abort();
+            addr_guard_opened_by(o, &op->first, k == 1, &in);
+            if (in.count >= op->count)
+                abort();
+        }
+    }
+    addr_guard_openings_free(o);
+    addr_guard_free(g);
+}
+
 static void check_policy(const struct policy *p)
 {
     if (p->version != 1 || p->index == NULL)
@@ -108,6 +147,7 @@ static void check_policy(const struct policy *p)
         abort();
     if (p->alerts.off_hours.set && p->alerts.off_hours.tz == NULL)
         abort();
+    check_openings(p);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
