@@ -435,7 +435,7 @@ struct guard_openings *addr_guard_openings_new(const struct addr_guard *g)
     struct guard_openings *o = calloc(1, sizeof(*o));
     struct opening_range *allow = NULL;
     struct ipaddr metadata;
-    ipaddr_from_v4(&metadata, 0xa9fea9feu); /* 169.254.169.254 */
+    ipaddr_from_v4(&metadata, ADDR_GUARD_METADATA_V4);
     bool md = addr_guard_denies(g, &metadata, NULL), any_v4 = false;
     if (o == NULL || (o->r = calloc(g->ndeny + NEMBED, sizeof(*o->r))) == NULL ||
         (allow = calloc(g->nallow + 1, sizeof(*allow))) == NULL)
@@ -456,7 +456,7 @@ struct guard_openings *addr_guard_openings_new(const struct addr_guard *g)
                                     .order = i,
                                     .embeds = true,
                                     .metadata = md};
-        memcpy(e->c.addr.b, embed_prefixes[i].b, 16);
+        memcpy(e->c.addr.b, embed_prefixes[i].b, sizeof(e->c.addr.b));
     }
     /* Leave out what allow_ranges hold (open anyway) and repeats. */
     for (size_t i = 0; i < g->nallow; i++)
@@ -513,14 +513,14 @@ void addr_guard_opened_by(const struct guard_openings *o, const struct cidr *c, 
     /* The ranges <c> holds and is wider than: from (its address, its
      * prefix + 1) to the last that starts within it. */
     struct cidr key = {.addr = c->addr, .prefix = (uint8_t)(c->prefix + 1)};
-    size_t lo = lower_bound(o->r, o->n, &key), hi = lo;
+    size_t lo = lower_bound(o->r, o->n, &key);
     struct cidr last = {.prefix = 128};
-    for (unsigned i = 0; i < 16; i++) {
+    for (unsigned i = 0; i < sizeof(last.addr.b); i++) {
         unsigned keep = c->prefix > 8 * i ? c->prefix - 8 * i : 0;
         uint8_t mask = keep >= 8 ? 0xff : (uint8_t)(0xff00u >> keep);
         last.addr.b[i] = (uint8_t)(c->addr.b[i] | (uint8_t)~mask);
     }
-    hi = lower_bound(o->r, o->n, &last);
+    size_t hi = lower_bound(o->r, o->n, &last);
     if (hi < o->n && cidr_cmp(&o->r[hi].c, &last) == 0)
         hi++;
     if (hi <= lo)

@@ -8,7 +8,9 @@
  * The resolver's answers and IP-literal targets both pass through here
  * before any connect() (reason private_address).
  *
- * Owns: copies of the ranges; independent of the policy once built. */
+ * Owns: copies of the ranges; independent of the policy once built. A
+ * guard_openings (addr_guard_openings_new()) owns its sorted ranges, whose
+ * names point into the guard it was built from. */
 #ifndef SLUICE_GATE_ADDR_GUARD_H
 #define SLUICE_GATE_ADDR_GUARD_H
 
@@ -18,6 +20,12 @@
 #include "util/ipaddr.h"
 
 struct addr_guard;
+
+/* 169.254.169.254, the cloud metadata address (AWS, GCP, Azure, ...): what
+ * an agent that reaches it gets is the host's credentials. As
+ * ipaddr_from_v4() takes it; the default deny set holds it, and the policy
+ * loader warns for ranges that open it. */
+#define ADDR_GUARD_METADATA_V4 0xa9fea9feu
 
 /* Returns a new guard for <cfg> (borrowed; nothing kept), freed with
  * addr_guard_free(), or NULL when out of memory. */

@@ -180,13 +180,16 @@ struct conn {
     struct bufferevent *up;
     evutil_socket_t up_fd;
     struct tunnel *tunnel;
-    /* HANGUP_CHECK_MS: a half-closed client's close (conn.c, watch_hangup()) */
+    /* HANGUP_CHECK_MS: a half-closed client's close (conn.c, watch_hangup());
+     * owned, made at the first half-close, freed by conn_free() */
     struct event *hangup_timer;
-    struct event *timer; /* head deadline (a response head's too); CONNECT peek window */
-    bool peek_over;      /* the peek window closed (timer or client EOF) */
-    bool client_reset;   /* ... by a reset: judged, then no tunnel is opened */
-    bool hello_retried;  /* CONNECT: the server asked for a second ClientHello (connect.c) */
-    bool peek_quiet;     /* CONNECT: the window passed with nothing sent; who speaks first? */
+    /* The head deadline (a response head's too); CONNECT peek window; the
+     * wait of CS_HELLO's cut (connect_hello_cut()) */
+    struct event *timer;
+    bool peek_over;     /* the peek window closed (timer or client EOF) */
+    bool client_reset;  /* ... by a reset: judged, then no tunnel is opened */
+    bool hello_retried; /* CONNECT: the server asked for a second ClientHello (connect.c) */
+    bool peek_quiet;    /* CONNECT: the window passed with nothing sent; who speaks first? */
     /* CONNECT: the server failed in CS_HELLO after the start of its answer,
      * which goes to the client before both are reset (connect.c); until
      * hello_cut_at (monotonic_ms()) at the latest. */

@@ -189,8 +189,9 @@ static void cut(struct conn *c)
     conn_free(c);
 }
 
-/* An error after the request went upstream: answer 502 if the agent has
- * not seen a response yet, else cut the connection. */
+/* An error after the request went upstream: what the upstream did not
+ * take of it is dropped (abandon_request()), then 502 if the agent has not
+ * seen a response yet, else the connection is cut. */
 static void fail(struct conn *c, const char *why)
 {
     abandon_request(c);
@@ -269,7 +270,7 @@ static void answer_started(struct conn *c)
 /* True when nothing of the request is left to the upstream: read whole
  * from the client, gone from the gateway's output and acknowledged (the
  * socket's send queue is empty). */
-static bool upstream_took_all(struct conn *c)
+static bool upstream_took_all(const struct conn *c)
 {
     return c->ex.req_done && evbuffer_get_length(bufferevent_get_output(c->up)) == 0 &&
            drain_send_queue(c->up_fd) == 0;
@@ -533,7 +534,8 @@ void forward_on_head_deadline(struct conn *c)
 {
     if (c->up == NULL || c->ex.rsp_head_done)
         return;
-    fail(c, "the upstream did not send its response head in time"); /* drop_untaken() */
+    /* fail() drops what the upstream did not take (abandon_request()) */
+    fail(c, "the upstream did not send its response head in time");
 }
 
 /* Reads response heads until the final one. Interim (1xx) ones are passed
@@ -854,7 +856,7 @@ static void retry_connected(int err, struct bufferevent *bev, evutil_socket_t fd
         conn_refuse_short(c, errno);
         return;
     }
-    if (err != 0) { /* the fresh connection failed: as any connect does (on_connected()) */
+    if (err != 0) { /* the fresh connection failed: as any connect does (conn.c, on_connected()) */
         conn_refuse(c, REASON_UPSTREAM_UNREACHABLE, NULL, true);
         return;
     }
@@ -887,8 +889,8 @@ static void up_event(struct bufferevent *bev, short what, void *arg)
     /* Until it took the request, its timeouts are steps (answer_started(),
      * request_sent(), forward_start()). */
     if ((what & BEV_EVENT_TIMEOUT) && !ex->req_taken) {
-        if (!upstream_taking(c, what))
-            fail(c, "the upstream stopped taking the request"); /* drop_untaken() */
+        if (!upstream_taking(c, what)) /* fail() drops what it did not take */
+            fail(c, "the upstream stopped taking the request");
         return;
     }
     /* Heads held back by backpressure are still in the input. */

@@ -327,15 +327,22 @@ static int parse_http09_head(const char *buf, const struct peek_http_scan *s, si
  * they may once more bytes come, -1 when they cannot. */
 static int proxy_header(const char *buf, size_t len)
 {
-    static const char *const starts[] = {"PROXY TCP4 ", "PROXY TCP6 ", "PROXY UNKNOWN",
-                                         "\r\n\r\n\0\r\nQUIT\n"};
-    static const size_t lens[] = {11, 11, 13, 12};
+    /* Lengths by sizeof, not strlen(): v2's signature holds a NUL. */
+    static const struct {
+        const char *s;
+        size_t len;
+    } starts[] = {
+        {"PROXY TCP4 ", sizeof("PROXY TCP4 ") - 1},
+        {"PROXY TCP6 ", sizeof("PROXY TCP6 ") - 1},
+        {"PROXY UNKNOWN", sizeof("PROXY UNKNOWN") - 1},
+        {"\r\n\r\n\0\r\nQUIT\n", sizeof("\r\n\r\n\0\r\nQUIT\n") - 1},
+    };
     int r = -1;
-    for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
-        size_t n = len < lens[i] ? len : lens[i];
-        if (memcmp(buf, starts[i], n) != 0)
+    for (size_t i = 0; i < sizeof(starts) / sizeof(starts[0]); i++) {
+        size_t n = len < starts[i].len ? len : starts[i].len;
+        if (memcmp(buf, starts[i].s, n) != 0)
             continue;
-        if (n == lens[i])
+        if (n == starts[i].len)
             return 1;
         r = 0;
     }

@@ -975,10 +975,6 @@ static void net_deny_ranges(struct load_ctx *c, const struct ynode *v, void *obj
                   "unless listed; add \"default\" to the list to keep them");
 }
 
-/* The cloud metadata address (AWS, GCP, Azure, ...): what an agent that
- * reaches it gets is the host's credentials. */
-#define METADATA_V4 0xa9fea9feu /* 169.254.169.254 */
-
 static void net_allow_ranges(struct load_ctx *c, const struct ynode *v, void *obj)
 {
     struct network_cfg *n = obj;
@@ -988,7 +984,7 @@ static void net_allow_ranges(struct load_ctx *c, const struct ynode *v, void *ob
     /* A range wide enough to hold it ("0.0.0.0/0", "169.254.0.0/16") most
      * likely was not meant to open it. */
     struct ipaddr metadata;
-    ipaddr_from_v4(&metadata, METADATA_V4);
+    ipaddr_from_v4(&metadata, ADDR_GUARD_METADATA_V4);
     size_t i = 0;
     for (const struct ynode *it = ynode_first(v); it != NULL; it = ynode_next(v, it), i++) {
         struct cidr r;

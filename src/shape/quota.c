@@ -494,6 +494,14 @@ static void flow_attach(struct quota_flow *f, int i, const struct rate_spec *rs,
     f->e[i] = e;
 }
 
+/* Lets go of flow <f>'s entry <i>, as flow_attach() took it. */
+static void flow_detach(struct quota_flow *f, int i)
+{
+    if (f->e[i] != NULL && f->e[i]->refs > 0)
+        f->e[i]->refs--;
+    f->e[i] = NULL;
+}
+
 struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, const char *agent_id,
                                    const struct rule *r, uint64_t now_ns)
 {
@@ -518,11 +526,7 @@ struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, cons
 
 void quota_flow_set_rule(struct quota_flow *f, const struct rule *r, uint64_t now_ns)
 {
-    if (f->e[1] != NULL) {
-        if (f->e[1]->refs > 0)
-            f->e[1]->refs--;
-        f->e[1] = NULL;
-    }
+    flow_detach(f, 1);
     f->rule = r;
     if (r != NULL && limits_bandwidth(&r->rate))
         flow_attach(f, 1, &r->rate, now_ns); /* the same entry again when its identity is */
@@ -635,8 +639,7 @@ void quota_flow_close(struct quota_flow *f)
     if (f->timer != NULL)
         event_free(f->timer);
     for (int i = 0; i < 2; i++)
-        if (f->e[i] != NULL && f->e[i]->refs > 0)
-            f->e[i]->refs--;
+        flow_detach(f, i);
     if (f->prev != NULL)
         f->prev->next = f->next;
     else

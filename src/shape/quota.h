@@ -126,7 +126,8 @@ void quota_on_event(const struct egress_event *ev, void *arg);
 struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, const char *agent_id,
                                    const struct rule *r, uint64_t now_ns);
 /* Points flow <f> at rule <r> (NULL: none), the rule a decision made again
- * under a reloaded policy names for the tunnel it meters: from now on the
+ * under a reloaded policy names for the tunnel, or the plain request whose
+ * body is still to go up, whose upload it meters (conn_redecide()): from now on the
  * flow is metered by the bandwidth bucket of <r>'s identity (a new one
  * starting full) and no longer by the one it opened under, whose rule the
  * reload may have edited (its host, ports, methods or agents: another
