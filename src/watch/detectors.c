@@ -21,9 +21,11 @@
 #define PATH_SHOWN  200
 #define OWNER_SHOWN 200
 /* "METHOD PATH... on HOST": a method of 31 bytes, a host of 253 */
-#define WHAT_MAX      (PATH_SHOWN + 320)
-#define MINUTE_MS     60000
-#define BYTES_FLOOR_K 1024 /* the baseline floor counts KiB for bytes */
+#define WHAT_MAX  (PATH_SHOWN + 320)
+#define MINUTE_MS 60000
+/* A threshold's window when the policy gives it no per: a minute */
+#define THRESHOLD_PER_MS MINUTE_MS
+#define BYTES_FLOOR_K    1024 /* the baseline floor counts KiB for bytes */
 
 struct cfg {
     bool present;
@@ -288,8 +290,8 @@ struct detectors *detectors_new(struct alert_bus *out, struct store *store)
     d->grants_day = INT32_MIN;
     fold_init(&d->fold);
     contact_set_init(&d->contacts, DETECT_CONTACTS_MAX);
-    d->cfg.write_burst.per_ms = d->cfg.upload_bytes.per_ms = d->cfg.denied_burst.per_ms = 60000;
-    d->cfg.auth_failures.per_ms = 60000;
+    d->cfg.write_burst.per_ms = d->cfg.upload_bytes.per_ms = d->cfg.denied_burst.per_ms =
+        d->cfg.auth_failures.per_ms = THRESHOLD_PER_MS;
     siphash_random_key(&d->source_hash_key, d);
     window_init(&d->unix_clients.fails, d->cfg.auth_failures.per_ms);
     window_init(&d->overflow.fails, d->cfg.auth_failures.per_ms);
@@ -334,9 +336,9 @@ int detectors_configure(struct detectors *d, const struct policy *p)
     c.baseline = a->baseline;
     c.warn_days = lint_warn_days(p);
     struct threshold *ts[] = {&c.write_burst, &c.upload_bytes, &c.denied_burst, &c.auth_failures};
-    for (size_t i = 0; i < 4; i++)
+    for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++)
         if (ts[i]->per_ms == 0)
-            ts[i]->per_ms = 60000;
+            ts[i]->per_ms = THRESHOLD_PER_MS;
     free(d->cfg.off_hours.tz);
     d->cfg = c;
     d->oh_minute = -1;
@@ -607,6 +609,7 @@ static void auth_failure(struct detectors *d, const struct egress_event *ev, int
     uint64_t n = window_add(&s->fails, now_ms, 1);
     if (n <= t->max)
         return;
+    /* net: an address and "/64"; from: the longest, the overflow's text and an address */
     char last[IPADDR_STRLEN] = "?", net[IPADDR_STRLEN + 4], from[2 * IPADDR_STRLEN + 64];
     char detail[DETAIL_MAX], per[32];
     const char *fold_key = from;

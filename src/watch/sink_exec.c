@@ -36,7 +36,10 @@ struct child {
 
 /* What posix_spawn() needs to start one program, handed to the spawner
  * thread: its own, so that a thread held in a spawn past the runner's end
- * (exec_runner_free) touches nothing freed. */
+ * (exec_runner_free) touches nothing freed. One owner at a time: the loop
+ * until it sets todo (spawn()), then the thread until it sets done, then
+ * the loop again (take_done(), spawner_stop()), which frees it
+ * (req_free()); spawner_free() frees one still in todo or done. */
 struct spawn_req {
     char *path;
     char **env; /* the array; its strings are environ's (child_env) */
@@ -54,7 +57,7 @@ struct spawn_req {
  * (done) when woken through <wake>. Shared with the thread, and left to it
  * when it cannot be joined at the end (exec_runner_free). */
 struct spawner {
-    pthread_t thread;
+    pthread_t thread; /* the loop's (spawner_stop()); the thread never reads it */
     pthread_mutex_t mu;
     pthread_cond_t cond;
     struct spawn_req *todo; /* under mu: handed, not yet taken */
@@ -63,16 +66,20 @@ struct spawner {
     bool left;              /* under mu: not joined (spawner_stop); the thread frees it */
     bool ended;             /* under mu: the thread is about to return */
     pid_t tid;              /* under mu: the thread's, the parent of every program */
-    int wake[2];            /* a byte per result, to the loop */
+    int wake[2];            /* a byte per result, to the loop: [1] written by the
+                             * thread only, [0] read by the loop only; not under mu */
 };
 
+/* The loop thread's only: the spawner thread is given *sp, nothing else of
+ * the runner's. */
 struct exec_runner {
     struct event_base *base;
     struct event *sigchld;
     struct child **kids; /* running and waiting, in order */
     size_t nkids, cap;
-    size_t running;         /* started, or being started (spawning) */
-    struct spawner *sp;     /* made at the first program; NULL before */
+    size_t running; /* started, or being started (spawning) */
+    struct spawner
+        *sp; /* owned (a thread spawner_stop() leaves frees it); NULL before the first program */
     struct event *woken;    /* sp->wake[0] readable */
     struct child *spawning; /* the one the thread is starting, or NULL */
     uint64_t failures;
@@ -306,10 +313,9 @@ static void *spawner_thread(void *arg)
 static void on_spawned(evutil_socket_t fd, short what, void *arg);
 
 /* Makes r's spawner thread, at the first program: from the loop thread, so
- * that it and the programs it starts have the loop's scheduling class (not its
- * raised nice: spawner_thread), and
- * after --user, the lockdown and every other change of the loop's. Returns
- * 0 or an errno. */
+ * that it and the programs it starts have the loop's scheduling class (not
+ * its raised nice: spawner_thread), and after --user, the lockdown and
+ * every other change of the loop's. Returns 0 or an errno. */
 static int spawner_start(struct exec_runner *r)
 {
     struct spawner *sp = calloc(1, sizeof(*sp));
@@ -478,7 +484,8 @@ static size_t index_of(const struct exec_runner *r, const struct child *k)
     return i;
 }
 
-/* The spawner's result for r->spawning, if there is one; NULL otherwise. */
+/* The spawner's result for r->spawning, if there is one, the caller's to
+ * free (req_free()); NULL otherwise. */
 static struct spawn_req *take_done(struct exec_runner *r)
 {
     pthread_mutex_lock(&r->sp->mu);
@@ -527,6 +534,8 @@ static void on_spawned(evutil_socket_t fd, short what, void *arg)
  * which distributions' kernels have; without it, 0). */
 static pid_t spawning_pid(struct exec_runner *r)
 {
+    /* buf: the thread's children, at most SINK_EXEC_MAX_RUNNING running and
+     * the one starting, a pid of at most 7 digits and a blank each */
     char name[64], buf[1024];
     if (r->sp == NULL || r->spawning == NULL)
         return 0;
@@ -714,10 +723,11 @@ uint64_t exec_runner_dropped(const struct exec_runner *r)
 }
 
 /* Reaps the programs killed at exit, waiting until <deadline> (monotonic
- * ms; SINK_EXEC_REAP_MS in all with spawner_stop()): a SIGKILL ends a program only once it leaves
- * an uninterruptible sleep (D state: a read from a hung NFS server), which may be never, and a
- * blocking waitpid() would then hold the gateway's exit for ever. One still there at the deadline
- * is named and left (the gateway's exit hands it to init). */
+ * ms; SINK_EXEC_REAP_MS in all with spawner_stop()): a SIGKILL ends a
+ * program only once it leaves an uninterruptible sleep (D state: a read
+ * from a hung NFS server), which may be never, and a blocking waitpid()
+ * would then hold the gateway's exit for ever. One still there at the
+ * deadline is named and left (the gateway's exit hands it to init). */
 static void reap_killed(struct exec_runner *r, uint64_t deadline)
 {
     size_t left;

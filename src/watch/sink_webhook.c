@@ -33,6 +33,12 @@
  * (tens of MB, each read scanning it all again for the line's end).
  * Past it the attempt ends as an answer too long (on_input). */
 #define WEBHOOK_UNREAD_MAX (SINK_WEBHOOK_MAX_HEAD + SINK_WEBHOOK_MAX_BODY + 16384)
+/* on_deadline() waits for the write callback on_head() queued, looking
+ * again every WEBHOOK_NUDGE_RECHECK_US, up to WEBHOOK_NUDGE_WAIT_MS past
+ * the attempt's limit: the callback runs on the loop's next turn, and the
+ * bound keeps a callback that never runs from holding the attempt. */
+#define WEBHOOK_NUDGE_RECHECK_US 1000
+#define WEBHOOK_NUDGE_WAIT_MS    1000
 
 struct item {
     int64_t id; /* in the store; 0 when there is none */
@@ -397,11 +403,11 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
         return;
     if (w->nudged &&
         (bufferevent_get_enabled(evhttp_connection_get_bufferevent(w->conn)) & EV_WRITE) &&
-        mono_ms() - w->attempt_ms < w->t.attempt_ms + 1000) {
+        mono_ms() - w->attempt_ms < w->t.attempt_ms + WEBHOOK_NUDGE_WAIT_MS) {
         /* The write callback on_head() queued has not run: cancelled now,
          * it would reach evhttp for a request that is gone. It runs first
          * on the next turn of the loop (bounded all the same). */
-        struct timeval tv = {0, 1000};
+        struct timeval tv = {0, WEBHOOK_NUDGE_RECHECK_US};
         evtimer_add(w->deadline, &tv);
         return;
     }

@@ -616,5 +616,6 @@ size_t watch_sink_fds(const struct policy *p)
             per_named = resolv_conf_servers();
         n += per_named;
     }
+    /* + 4: the pipe handed to the next program and the spawner's wake pipe */
     return n + (exec ? SINK_EXEC_MAX_RUNNING + 4 : 0);
 }
