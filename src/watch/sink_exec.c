@@ -24,14 +24,14 @@ extern char **environ;
 
 struct child {
     struct exec_runner *r;
-    pid_t pid; /* 0: waiting to start */
+    pid_t pid; /* 0: waiting to start, or being started (r->spawning) */
     char *path;
     char *data;
     size_t n, off;
     int fd; /* the write end of its stdin, or -1 */
     bool killed;
     struct event *wev;   /* fd writable */
-    struct event *timer; /* the 5 s limit */
+    struct event *timer; /* the 5 s limit, counted from the hand-off to the spawner */
 };
 
 /* What posix_spawn() needs to start one program, handed to the spawner
@@ -144,7 +144,7 @@ static void on_writable(evutil_socket_t fd, short what, void *arg)
     feed(arg);
 }
 
-/* Kills the program <pid> and whatever it started: spawn() makes it the
+/* Kills the program <pid> and whatever it started: spawn_program() makes it the
  * leader of a process group of its own, which a script's children (a
  * sleep, a curl) join, so that an overrun leaves none of them behind (one
  * that moved to a group or session of its own, setsid, escapes). <pid> is

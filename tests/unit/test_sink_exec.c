@@ -78,7 +78,9 @@ static pid_t started(struct event_base *base, const struct child *k)
 /* An alert storm (an agent contacting hundreds of made-up hosts, each a
  * first_contact alert) against a program that takes its time: 16 run, 1024
  * wait, and each alert beyond is dropped and counted, so that the loss
- * shows in sluice_exec_dropped_total rather than nowhere. */
+ * shows in sluice_exec_dropped_total rather than nowhere. Here the loop
+ * never turns: one program is handed to the spawner thread, the others
+ * wait, and the cap counts them all alike. */
 static void over_the_cap_alerts_are_dropped_and_counted(void **state)
 {
     (void)state;
@@ -95,7 +97,7 @@ static void over_the_cap_alerts_are_dropped_and_counted(void **state)
         exec_runner_run(r, prog, alert, sizeof(alert) - 1);
     assert_int_equal(exec_runner_busy(r), cap);
     assert_int_equal(exec_runner_dropped(r), extra);
-    exec_runner_free(r); /* kills the one started */
+    exec_runner_free(r); /* kills the one handed to the spawner thread */
     event_base_free(base);
     unlink(prog);
     rmdir(dir);
