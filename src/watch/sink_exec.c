@@ -787,18 +787,21 @@ static void spawner_stop(struct exec_runner *r, uint64_t deadline)
     r->woken = NULL;
     r->sp = NULL;
     if (pthread_clockjoin_np(sp->thread, NULL, CLOCK_MONOTONIC, &until) != 0) {
+        /* Once <left> is set and the lock released, a thread whose exec
+         * ends frees <sp>: what is needed of it after is read before. */
+        pthread_t thread = sp->thread;
         pthread_mutex_lock(&sp->mu);
-        sp->left = !sp->ended;
+        bool left_behind = sp->left = !sp->ended;
         pthread_mutex_unlock(&sp->mu);
-        if (sp->left) {
+        if (left_behind) {
             fprintf(stderr,
                     "sluice: alert sink exec %s: its start (exec) did not end within %d ms of "
                     "SIGKILL (in uninterruptible sleep?); not waited for\n",
                     r->spawning != NULL ? r->spawning->path : "?", SINK_EXEC_REAP_MS);
-            pthread_detach(sp->thread); /* it frees sp if it ever ends */
+            pthread_detach(thread); /* it frees sp if it ever ends */
             return;
         }
-        pthread_join(sp->thread, NULL); /* it ended just now */
+        pthread_join(thread, NULL); /* it ended just now */
     }
     struct spawn_req *q = sp->done;
     sp->done = NULL;
