@@ -55,6 +55,29 @@ static int has_header(const struct http_header *h, size_t n, const char *name)
     return 0;
 }
 
+/* The next coding of a Transfer-Encoding value: from *<v> (its list ends
+ * at <end>) to the next comma, blanks around it dropped, into [<s>, <e>);
+ * *<v> moves past the comma. Returns 0 once the list is done. */
+static int next_coding(const char **v, const char *end, const char **s, const char **e)
+{
+    if (*v == NULL || *v > end)
+        return 0;
+    const char *c = memchr(*v, ',', (size_t)(end - *v));
+    *e = c != NULL ? c : end;
+    *s = *v;
+    while (*s < *e && (**s == ' ' || **s == '\t'))
+        (*s)++;
+    while (*e > *s && ((*e)[-1] == ' ' || (*e)[-1] == '\t'))
+        (*e)--;
+    *v = c != NULL ? c + 1 : NULL;
+    return 1;
+}
+
+static int is_te(const struct http_header *h)
+{
+    return h->name_len == 17 && strncasecmp(h->name, "transfer-encoding", 17) == 0;
+}
+
 /* The Transfer-Encoding a relayed head carries: at most one field, a
  * list of codings without an empty element or identity (the codings the
  * gateway framed the body by, as one value a client reads alike). */
@@ -62,23 +85,12 @@ static void check_relayed_te(const struct http_header *h, size_t n)
 {
     size_t fields = 0;
     for (size_t i = 0; i < n; i++) {
-        if (h[i].name_len != 17 || strncasecmp(h[i].name, "transfer-encoding", 17) != 0)
+        if (!is_te(&h[i]))
             continue;
         fields++;
-        const char *v = h[i].value, *end = v + h[i].value_len;
-        while (v <= end) {
-            const char *c = memchr(v, ',', (size_t)(end - v));
-            const char *e = c != NULL ? c : end;
-            const char *s = v;
-            while (s < e && (*s == ' ' || *s == '\t'))
-                s++;
-            while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
-                e--;
+        const char *v = h[i].value, *end = v + h[i].value_len, *s, *e;
+        while (next_coding(&v, end, &s, &e))
             check(e > s && !(e - s == 8 && strncasecmp(s, "identity", 8) == 0));
-            if (c == NULL)
-                break;
-            v = c + 1;
-        }
     }
     check(fields <= 1);
 }
@@ -89,24 +101,13 @@ static void check_relayed_te(const struct http_header *h, size_t n)
 static int names_other_coding(const struct http_header *h, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        if (h[i].name_len != 17 || strncasecmp(h[i].name, "transfer-encoding", 17) != 0)
+        if (!is_te(&h[i]))
             continue;
-        const char *v = h[i].value, *end = v + h[i].value_len;
-        while (v <= end) {
-            const char *c = memchr(v, ',', (size_t)(end - v));
-            const char *e = c != NULL ? c : end;
-            const char *s = v;
-            while (s < e && (*s == ' ' || *s == '\t'))
-                s++;
-            while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
-                e--;
+        const char *v = h[i].value, *end = v + h[i].value_len, *s, *e;
+        while (next_coding(&v, end, &s, &e))
             if (e > s && !(e - s == 7 && strncasecmp(s, "chunked", 7) == 0) &&
                 !(e - s == 8 && strncasecmp(s, "identity", 8) == 0))
                 return 1;
-            if (c == NULL)
-                break;
-            v = c + 1;
-        }
     }
     return 0;
 }
