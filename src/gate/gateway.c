@@ -21,6 +21,7 @@
 #include "policy/policy.h"
 #include "util/diag.h"
 #include "util/env.h"
+#include "util/quiet_thread.h"
 #include "util/units.h"
 #include "shape/quota.h"
 #include "watch/admin.h"
@@ -466,11 +467,7 @@ static int reload_start(struct gateway *gw)
     r->path = gw->cfg.policy_path;
     r->flags = load_flags(gw);
     /* Signals stay with the loop's thread. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int e = pthread_create(&r->thread, NULL, reload_thread, r);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    int e = quiet_thread_create(&r->thread, reload_thread, r);
     if (e != 0)
         return -1;
     r->running = true;

@@ -1,9 +1,9 @@
 /* wal_checkpointer: the state store's checkpoints, on a thread (see
  * wal_checkpointer.h). */
 #include "state/wal_checkpointer.h"
+#include "util/quiet_thread.h"
 
 #include <pthread.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,11 +97,7 @@ struct wal_checkpointer *wal_checkpointer_start(const char *path, sqlite3 *loop_
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cond, NULL);
     /* The gateway's signals (SIGTERM, SIGHUP) are the loop's to take. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int e = pthread_create(&c->thread, NULL, checkpoint_thread, c);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    int e = quiet_thread_create(&c->thread, checkpoint_thread, c);
     if (e != 0) {
         *err = failed("checkpoints on the event loop: cannot start a thread", strerror(e));
         pthread_cond_destroy(&c->cond);

@@ -1,6 +1,7 @@
 /* stderr_relay: standard error through a pipe and a thread (see
  * stderr_relay.h). */
 #include "util/stderr_relay.h"
+#include "util/quiet_thread.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -362,11 +363,7 @@ int stderr_relay_start(char *err, size_t errlen)
     }
     R.rd = p[0];
     R.told = atomic_load(&R.dropped);
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int e = pthread_create(&R.thread, NULL, relay_thread, NULL);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    int e = quiet_thread_create(&R.thread, relay_thread, NULL);
     if (e != 0) {
         fclose(f);
         R.rd = -1;

@@ -17,6 +17,7 @@
 #include <event2/event.h>
 
 #include "util/priority.h"
+#include "util/quiet_thread.h"
 #include "util/stderr_relay.h"
 #include "util/units.h"
 
@@ -339,11 +340,7 @@ static int spawner_start(struct exec_runner *r)
     pthread_mutex_init(&sp->mu, NULL);
     pthread_cond_init(&sp->cond, NULL);
     /* The gateway's signals (SIGTERM, SIGHUP, SIGCHLD) are the loop's. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int e = pthread_create(&sp->thread, NULL, spawner_thread, sp);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    int e = quiet_thread_create(&sp->thread, spawner_thread, sp);
     if (e != 0) {
         event_free(r->woken);
         r->woken = NULL;

@@ -29,22 +29,21 @@
  * NFS server) does not end on SIGKILL, and no test can put one there. */
 static int test_kill(pid_t pid, int sig);
 #define kill test_kill
-/* And its pthread_create(), which the test can make fail (EAGAIN: a --user
- * at its RLIMIT_NPROC), which no test can arrange for the thread alone. */
-#include <pthread.h>
-static int test_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *),
-                               void *arg);
-#define pthread_create test_pthread_create
+/* And its thread creation (quiet_thread_create()), which the test can make
+ * fail (EAGAIN: a --user at its RLIMIT_NPROC), which no test can arrange
+ * for the thread alone. */
+#include "util/quiet_thread.h"
+static int test_quiet_thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
+#define quiet_thread_create test_quiet_thread_create
 #include "watch/sink_exec.c" /* the unit under test, internals included */
-#undef pthread_create
+#undef quiet_thread_create
 #undef kill
 
-static int thread_refused; /* an errno: the unit's pthread_create() fails with it */
+static int thread_refused; /* an errno: the unit's thread creation fails with it */
 
-static int test_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *),
-                               void *arg)
+static int test_quiet_thread_create(pthread_t *t, void *(*fn)(void *), void *arg)
 {
-    return thread_refused != 0 ? thread_refused : pthread_create(t, a, fn, arg);
+    return thread_refused != 0 ? thread_refused : quiet_thread_create(t, fn, arg);
 }
 
 static bool kill_ignored; /* true: the unit's kills reach nothing */
@@ -256,7 +255,7 @@ static void a_start_that_failed_unheard_is_counted_never_started(void **state)
     event_base_free(base);
 }
 
-/* The spawner thread cannot be made (pthread_create() fails with EAGAIN:
+/* The spawner thread cannot be made (its thread creation fails with EAGAIN:
  * a --user at its RLIMIT_NPROC): that is the gateway's failure, and told
  * as such, not as the program's ('cannot run PATH: Resource temporarily
  * unavailable' sent the reader to the program); the alert is not run, and

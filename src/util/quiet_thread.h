@@ -1,0 +1,18 @@
+/* quiet_thread: a helper thread that takes none of the process's signals.
+ *
+ * The gateway's signals (SIGTERM, SIGINT, SIGHUP, SIGCHLD) belong to the
+ * event loop's thread, whose libevent handlers take them; a helper thread
+ * (the background reload, the WAL checkpointer, the standard-error relay,
+ * the exec sinks' spawner) starts with every signal blocked so that the
+ * kernel never delivers one to it. Owns nothing. */
+#ifndef SLUICE_UTIL_QUIET_THREAD_H
+#define SLUICE_UTIL_QUIET_THREAD_H
+
+#include <pthread.h>
+
+/* Starts <fn>(<arg>) on a new joinable thread, into <*thread>, with every
+ * signal blocked; the caller's mask is as it was on return. Returns 0, or
+ * pthread_create()'s error. */
+int quiet_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg);
+
+#endif
