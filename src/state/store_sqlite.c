@@ -450,10 +450,15 @@ static int lock_dir(struct store *s, const char *dir, char **err)
     return 0;
 }
 
-/* Sets <s>'s next queue id past the highest stored. Returns SQLITE_OK, or
- * the error with <*why>: a store whose ids were handed out from 1 again
- * would write new alerts over the stored ones (INSERT OR REPLACE), so it is
- * not used. */
+#define QID_MAX (INT64_MAX / 2) /* a store whose last queue id is above is not used */
+
+/* Sets <s>'s next queue id past the highest stored, and at 1 at least: the
+ * webhook takes an id of 0 or less for an alert not in the store, whose row
+ * it would never delete (a store edited by hand can hold any id). Returns
+ * SQLITE_OK, or the error with <*why>: a store whose ids were handed out
+ * from 1 again would write new alerts over the stored ones (INSERT OR
+ * REPLACE), so it is not used; nor is one whose last id leaves too few
+ * (the next would overflow). */
 static int read_next_qid(struct store *s, char **why)
 {
     sqlite3_stmt *q = NULL;
@@ -461,8 +466,14 @@ static int read_next_qid(struct store *s, char **why)
         sqlite3_prepare_v2(s->db, "SELECT coalesce(max(id), 0) FROM alert_queue", -1, &q, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_step(q);
-    if (rc == SQLITE_ROW) {
-        s->next_qid = sqlite3_column_int64(q, 0) + 1;
+    if (rc == SQLITE_ROW && sqlite3_column_int64(q, 0) > QID_MAX) {
+        *why = msg("the alert queue's last id is %lld: no queue ids are left for new alerts "
+                   "(a store edited by hand?)",
+                   (long long)sqlite3_column_int64(q, 0));
+        rc = SQLITE_ERROR;
+    } else if (rc == SQLITE_ROW) {
+        int64_t last = sqlite3_column_int64(q, 0);
+        s->next_qid = (last > 0 ? last : 0) + 1;
         s->qadd_lo = s->next_qid;
         rc = SQLITE_OK;
     } else {

@@ -380,6 +380,33 @@ static void a_queue_whose_last_id_cannot_be_read_is_not_used(void **state)
     free(err);
 }
 
+/* The queue ids a store hands out are above 0 and above the highest
+ * stored, whatever ids a store edited by hand holds: one whose highest id
+ * was negative handed out ids from there, and the webhook takes an id of 0
+ * or less for an alert not in the store: it never deleted the row written
+ * under it (nor is such a row read back: the queue is read from id 1), and
+ * a stop counted the alert as lost; one whose highest id was the largest
+ * SQLite holds overflowed the next. Such a store is not used; a negative
+ * one starts its ids at 1. */
+static void queue_ids_stay_positive_whatever_the_store_holds(void **state)
+{
+    (void)state;
+    store_close(open_ok(dir));
+    sqlite3_close(other_connection("INSERT INTO alert_queue VALUES(-5, 's', 'b', 0, 0)"));
+    struct store *s = open_ok(dir);
+    assert_int_equal(store_queue_add(s, "s", "x"), 1);
+    store_close(s);
+
+    sqlite3_close(
+        other_connection("INSERT INTO alert_queue VALUES(9223372036854775807, 's', 'b', 0, 0)"));
+    char *err = NULL, *warn = NULL;
+    assert_null(store_open(dir, &err, &warn));
+    assert_null(warn);
+    assert_non_null(err);
+    assert_non_null(strstr(err, "no queue ids are left"));
+    free(err);
+}
+
 /* A directory every user can write (a sticky one too, such as /tmp) is not
  * used: any user could put a store of their own there (first contacts that
  * keep an agent's alerts quiet), a symbolic link in place of sluice.db (a
@@ -964,6 +991,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(another_schema_is_not_used, setup, teardown),
         cmocka_unit_test_setup_teardown(a_queue_whose_last_id_cannot_be_read_is_not_used, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(queue_ids_stay_positive_whatever_the_store_holds, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_world_writable_directory_is_not_used, setup, teardown),
         cmocka_unit_test_setup_teardown(unusable_paths, setup, teardown),
