@@ -102,7 +102,8 @@ static int schema_row(sqlite3 *db, char *ver, size_t verlen)
 {
     sqlite3_stmt *st = NULL;
     int rc = sqlite3_prepare_v2(
-        db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'", -1, &st, NULL);
+        db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta' COLLATE NOCASE", -1,
+        &st, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_step(st);
     sqlite3_finalize(st);
@@ -162,7 +163,9 @@ static const struct {
 /* Checks that each table of <db> that exists has the columns and the key
  * of <layout> (a missing table is made later; a view in a table's place is
  * not checked here), and no other column a write would have to fill (NOT
- * NULL without a default). A store that says schema 1 but was made by
+ * NULL without a default). Tables are looked up by name without regard to
+ * case, as SQLite names them: a table First_Contact is the first_contact
+ * sluice writes to. A store that says schema 1 but was made by
  * other hands (edited, a tool's) would otherwise fail every commit, each
  * batch holding a write to the odd table, or, without the key, take a row
  * per write for ever. Returns SQLITE_OK, SQLITE_ERROR with <*why>
@@ -189,7 +192,8 @@ static int check_layout(sqlite3 *db, char **why)
         return rc;
     rc = sqlite3_prepare_v2(db,
                             "SELECT p.name, p.\"notnull\", p.dflt_value, p.pk FROM sqlite_master m,"
-                            " pragma_table_info(m.name) p WHERE m.type = 'table' AND m.name = ?1",
+                            " pragma_table_info(m.name) p WHERE m.type = 'table' AND"
+                            " m.name = ?1 COLLATE NOCASE",
                             -1, &st, NULL);
     for (size_t t = 0; rc == SQLITE_OK && t < sizeof(layout) / sizeof(layout[0]); t++) {
         bool seen[LAYOUT_COLS] = {false};

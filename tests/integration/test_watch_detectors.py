@@ -443,6 +443,11 @@ _FOREIGN_TABLES = {
     # row per alert, for ever
     "no key": ("CREATE TABLE counter(name TEXT, value INTEGER)",
                "table counter does not have sluice's key"),
+    # the same table under a name of other case: SQLite's names are
+    # case-blind (sluice's writes went to it), where the check looked the
+    # name up exactly and passed it over
+    "other case": ("CREATE TABLE First_Contact(agent TEXT, host TEXT, PRIMARY KEY(agent, host))",
+                   "table first_contact has no column first_ms"),
 }
 
 

@@ -355,6 +355,19 @@ static void another_schema_is_not_used(void **state)
     /* schema 1 again: used */
     sqlite3_close(other_connection("UPDATE meta SET value = '1' WHERE key = 'schema'"));
     store_close(open_ok(dir));
+
+    /* meta under a name of other case is meta (SQLite's names are
+     * case-blind): its schema is read, where it was taken for none (a new
+     * store) and the store failed on writing schema 1 into it */
+    sqlite3_close(other_connection("CREATE TABLE Meta2(key TEXT PRIMARY KEY, value TEXT);"
+                                   "INSERT INTO Meta2 SELECT key, '2' FROM meta;"
+                                   "DROP TABLE meta; ALTER TABLE Meta2 RENAME TO Meta"));
+    err = NULL;
+    warn = NULL;
+    assert_null(store_open(dir, &err, &warn));
+    assert_non_null(err);
+    assert_non_null(strstr(err, "schema 2"));
+    free(err);
 }
 
 /* A store whose queue's last id cannot be read is not used: the next
