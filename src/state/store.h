@@ -13,9 +13,9 @@
  * writable by every user is refused. A database that is not SQLite or fails
  * its integrity check is moved aside to sluice.db.corrupt-<unix time> and a
  * new one created; the warning says so. One of another schema version, or
- * whose tables lack sluice's columns or keys, or that holds a trigger, or
- * whose alert queue's last id leaves no room for new ones, is not used
- * (left as it is).
+ * whose tables lack sluice's columns or keys (or are views), or that holds
+ * a trigger, or whose alert queue's last id leaves no room for new ones,
+ * is not used (left as it is).
  *
  * Owns: the database handle and the queue of writes not yet committed. */
 #ifndef SLUICE_STATE_STORE_H

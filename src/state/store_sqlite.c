@@ -161,15 +161,15 @@ static const struct {
 };
 
 /* Checks that each table of <db> that exists has the columns and the key
- * of <layout> (a missing table is made later; a view in a table's place is
- * not checked here), and no other column a write would have to fill (NOT
- * NULL without a default). Tables are looked up by name without regard to
- * case, as SQLite names them: a table First_Contact is the first_contact
- * sluice writes to. A store that says schema 1 but was made by
- * other hands (edited, a tool's) would otherwise fail every commit, each
- * batch holding a write to the odd table, or, without the key, take a row
- * per write for ever. Returns SQLITE_OK, SQLITE_ERROR with <*why>
- * (malloc'd), or a database error. */
+ * of <layout> (a missing table is made later) and is a table, not a view,
+ * and no other column a write would have to fill (NOT NULL without a
+ * default). Tables are looked up by name without regard to case, as SQLite
+ * names them: a table First_Contact is the first_contact sluice writes to.
+ * A store that says schema 1 but was made by other hands (edited, a
+ * tool's) would otherwise fail every commit, each batch holding a write to
+ * the odd table (or view), or, without the key, take a row per write for
+ * ever. Returns SQLITE_OK, SQLITE_ERROR with <*why> (malloc'd), or a
+ * database error. */
 static int check_layout(sqlite3 *db, char **why)
 {
     sqlite3_stmt *st = NULL;
@@ -191,9 +191,9 @@ static int check_layout(sqlite3 *db, char **why)
     if (rc != SQLITE_DONE)
         return rc;
     rc = sqlite3_prepare_v2(db,
-                            "SELECT p.name, p.\"notnull\", p.dflt_value, p.pk FROM sqlite_master m,"
-                            " pragma_table_info(m.name) p WHERE m.type = 'table' AND"
-                            " m.name = ?1 COLLATE NOCASE",
+                            "SELECT p.name, p.\"notnull\", p.dflt_value, p.pk, m.type FROM"
+                            " sqlite_master m, pragma_table_info(m.name) p WHERE m.type IN"
+                            " ('table', 'view') AND m.name = ?1 COLLATE NOCASE",
                             -1, &st, NULL);
     for (size_t t = 0; rc == SQLITE_OK && t < sizeof(layout) / sizeof(layout[0]); t++) {
         bool seen[LAYOUT_COLS] = {false};
@@ -202,9 +202,14 @@ static int check_layout(sqlite3 *db, char **why)
         sqlite3_bind_text(st, 1, layout[t].table, -1, SQLITE_STATIC);
         while (*why == NULL && (rc = sqlite3_step(st)) == SQLITE_ROW) {
             const char *name = (const char *)sqlite3_column_text(st, 0);
+            const char *type = (const char *)sqlite3_column_text(st, 4);
             int pk = sqlite3_column_int(st, 3);
             size_t c = 0;
             ncols++;
+            if (type != NULL && strcmp(type, "view") == 0) {
+                *why = msg("%s is a view, not a table", layout[t].table);
+                break;
+            }
             while (c < LAYOUT_COLS && layout[t].col[c].name != NULL &&
                    (name == NULL || strcmp(name, layout[t].col[c].name) != 0))
                 c++;

@@ -379,17 +379,38 @@ static void a_queue_whose_last_id_cannot_be_read_is_not_used(void **state)
 {
     (void)state;
     store_close(open_ok(dir));
-    sqlite3_close(other_connection("DROP TABLE alert_queue;"
-                                   "CREATE VIEW alert_queue(id, sink, body, attempts, created_ms)"
-                                   " AS SELECT abs(-9223372036854775807 - 1), '', '', 0, 0"
-                                   " FROM meta;"));
+    /* read_next_qid() on a connection of its own: store_open() refuses the
+     * view before (a_view_in_place_of_a_table_is_not_used) */
+    struct store s = {
+        .db = other_connection("DROP TABLE alert_queue;"
+                               "CREATE VIEW alert_queue(id, sink, body, attempts, created_ms)"
+                               " AS SELECT abs(-9223372036854775807 - 1), '', '', 0, 0"
+                               " FROM meta;")};
+    char *why = NULL;
+    assert_int_not_equal(read_next_qid(&s, &why), SQLITE_OK);
+    assert_non_null(why);
+    assert_non_null(strstr(why, "cannot read the alert queue"));
+    assert_non_null(strstr(why, "integer overflow"));
+    free(why);
+    sqlite3_close(s.db);
+}
+
+/* A view in the place of one of sluice's tables is not used: CREATE TABLE
+ * IF NOT EXISTS took it for the table, and the store was used, every
+ * commit failing ("cannot modify first_contact because it is a view") until
+ * its writes were dropped. */
+static void a_view_in_place_of_a_table_is_not_used(void **state)
+{
+    (void)state;
+    store_close(open_ok(dir));
+    sqlite3_close(other_connection("DROP TABLE first_contact;"
+                                   "CREATE VIEW First_Contact(agent, host, first_ms)"
+                                   " AS SELECT 'a', 'h', 1"));
     char *err = NULL, *warn = NULL;
-    struct store *s = store_open(dir, &err, &warn);
-    assert_null(s);
+    assert_null(store_open(dir, &err, &warn));
     assert_null(warn);
     assert_non_null(err);
-    assert_non_null(strstr(err, "cannot read the alert queue"));
-    assert_non_null(strstr(err, "integer overflow"));
+    assert_non_null(strstr(err, "first_contact is a view, not a table"));
     free(err);
 }
 
@@ -1005,6 +1026,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(another_schema_is_not_used, setup, teardown),
         cmocka_unit_test_setup_teardown(a_queue_whose_last_id_cannot_be_read_is_not_used, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(a_view_in_place_of_a_table_is_not_used, setup, teardown),
         cmocka_unit_test_setup_teardown(queue_ids_stay_positive_whatever_the_store_holds, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_world_writable_directory_is_not_used, setup, teardown),
