@@ -270,12 +270,25 @@ static int cmp_id(const void *pa, const void *pb)
     return cmp_size(a, b);
 }
 
+/* The order of mi->by_parent: parent, mount point, then id (copies of one
+ * id, which only a forged file holds, side by side: on_top() passes them
+ * in one step). */
+static int cmp_child(const struct mountinfo_entry *c, unsigned parent, const char *mount_point,
+                     unsigned id)
+{
+    if (c->parent != parent)
+        return c->parent < parent ? -1 : 1;
+    int k = strcmp(c->mount_point, mount_point);
+    if (k != 0)
+        return k;
+    return c->id < id ? -1 : c->id > id;
+}
+
 static int cmp_parent(const void *pa, const void *pb)
 {
     size_t a = *(const size_t *)pa, b = *(const size_t *)pb;
-    if (sort_v[a].parent != sort_v[b].parent)
-        return sort_v[a].parent < sort_v[b].parent ? -1 : 1;
-    int c = strcmp(sort_v[a].mount_point, sort_v[b].mount_point);
+    const struct mountinfo_entry *eb = &sort_v[b];
+    int c = cmp_child(&sort_v[a], eb->parent, eb->mount_point, eb->id);
     return c != 0 ? c : cmp_size(a, b);
 }
 
@@ -390,14 +403,16 @@ bool mountinfo_is_writable(const struct mountinfo_entry *e)
 }
 
 /* The first position in mi->by_parent whose entry is not below (parent,
- * mount_point) in its order. */
-static size_t first_child(const struct mountinfo *mi, unsigned parent, const char *mount_point)
+ * mount_point, id) in its order (cmp_child()), or, <past>, not at or below
+ * it. */
+static size_t child_bound(const struct mountinfo *mi, unsigned parent, const char *mount_point,
+                          unsigned id, bool past)
 {
     size_t lo = 0, hi = mi->n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        const struct mountinfo_entry *c = &mi->v[mi->by_parent[mid]];
-        if (c->parent < parent || (c->parent == parent && strcmp(c->mount_point, mount_point) < 0))
+        int c = cmp_child(&mi->v[mi->by_parent[mid]], parent, mount_point, id);
+        if (c < 0 || (past && c == 0))
             lo = mid + 1;
         else
             hi = mid;
@@ -425,11 +440,15 @@ static bool on_top(const struct mountinfo *mi, const struct mountinfo_entry *e,
         }
         return top;
     }
-    for (size_t k = first_child(mi, e->id, e->mount_point); k < mi->n; k++) {
+    /* at most one entry is <from>; the copies of <e>'s own id, in a
+     * forged file as many as it has lines, are passed in one step */
+    for (size_t k = child_bound(mi, e->id, e->mount_point, 0, false); k < mi->n; k++) {
         const struct mountinfo_entry *c = &mi->v[mi->by_parent[k]];
         if (c->parent != e->id || strcmp(c->mount_point, e->mount_point) != 0)
             break;
-        if (c->id != e->id && c != from)
+        if (c->id == e->id)
+            k = child_bound(mi, e->id, e->mount_point, e->id, true) - 1;
+        else if (c != from)
             return true;
     }
     if (e->parent == e->id)
