@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "util/text_json.h"
 
 #define CALC_MAX_LAYERS   20
 #define CALC_MAX_ATTEMPTS 100
@@ -98,6 +99,18 @@ static int retries_error(const char *fmt, ...)
     return EXIT_USAGE;
 }
 
+/* retries_error() for an argument as given, "BEFORE'RAW'AFTER", <raw> shown
+ * \ooo (text_shown()): what the caller passes may hold a line end or a
+ * terminal escape (a file name a glob expanded), which must not write lines
+ * of its own into standard error. */
+static int retries_refused(const char *before, const char *raw, const char *after)
+{
+    char *shown = text_shown(raw);
+    int rc = retries_error("%s'%s'%s", before, shown, after);
+    free(shown);
+    return rc;
+}
+
 static int calc_retries(int argc, char **argv)
 {
     static const char *const flags[] = {"--layers", "--attempts", "--budget", "--rps"};
@@ -116,7 +129,7 @@ static int calc_retries(int argc, char **argv)
                (strncmp(arg, flags[f], len) != 0 || flags[f][len] != '\0'))
             f++;
         if (f == sizeof(flags) / sizeof(flags[0]))
-            return retries_error("unknown argument '%s'", arg);
+            return retries_refused("unknown argument ", arg, "");
         const char *opt = flags[f];
         if (seen[f])
             return retries_error("%s given twice", opt);
@@ -126,15 +139,15 @@ static int calc_retries(int argc, char **argv)
         const char *v = eq != NULL ? eq + 1 : argv[++i];
         if (strcmp(opt, "--layers") == 0) {
             if (parse_int(v, 1, CALC_MAX_LAYERS, &layers) < 0)
-                return retries_error("--layers: '%s' is not a whole number from 1 to 20", v);
+                return retries_refused("--layers: ", v, " is not a whole number from 1 to 20");
         } else if (strcmp(opt, "--attempts") == 0) {
             if (parse_int(v, 1, CALC_MAX_ATTEMPTS, &attempts) < 0)
-                return retries_error("--attempts: '%s' is not a whole number from 1 to 100", v);
+                return retries_refused("--attempts: ", v, " is not a whole number from 1 to 100");
         } else if (strcmp(opt, "--budget") == 0) {
             if (parse_num(v, true, &budget) < 0 || budget < 0 || budget > 1)
-                return retries_error("--budget: '%s' is not a ratio from 0 to 1 (0.1 or 10%%)", v);
+                return retries_refused("--budget: ", v, " is not a ratio from 0 to 1 (0.1 or 10%)");
         } else if (parse_num(v, false, &rps) < 0 || rps <= 0 || rps > CALC_MAX_RPS) {
-            return retries_error("--rps: '%s' is not a positive number of requests a second", v);
+            return retries_refused("--rps: ", v, " is not a positive number of requests a second");
         }
     }
     if (layers == 0)
@@ -203,7 +216,10 @@ static int calc_main(int argc, char **argv)
         return command_help(&cmd_calc);
     if (strcmp(argv[1], "retries") == 0)
         return calc_retries(argc - 1, argv + 1);
-    return command_usage_error(&cmd_calc, "unknown calculation '%s' (known: retries)", argv[1]);
+    char *shown = text_shown(argv[1]);
+    int rc = command_usage_error(&cmd_calc, "unknown calculation '%s' (known: retries)", shown);
+    free(shown);
+    return rc;
 }
 
 const struct command cmd_calc = {

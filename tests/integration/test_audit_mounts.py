@@ -380,3 +380,22 @@ def test_usage_errors(run_sluice, tmp_path):
         assert "usage: sluice audit" in r.stderr
     r = run_sluice("audit", "mounts", "--help")
     assert r.returncode == 0 and "--justify" in r.stdout
+
+
+def test_arguments_in_usage_errors_are_escaped(run_sluice):
+    # An argument as given (`sluice audit mounts *` in a folder an agent
+    # wrote, say) may hold a line end or a terminal escape: named in a
+    # usage error it is shown \ooo, as an unknown option is, so that it
+    # cannot write a line of its own into standard error.
+    forged = "x\nsluice audit: forged\x1b[2K\\"
+    shown = "x\\012sluice audit: forged\\033[2K\\134"
+    for args, said in ((["mounts", forged], "unexpected argument '" + shown + "'"),
+                       (["mounts", "--pid", forged], "--pid: '" + shown + "' is not a process id"),
+                       (["mounts", "--format", forged], "--format: '" + shown + "' is not text"),
+                       ([forged], "unknown audit '" + shown + "'")):
+        r = run_sluice("audit", *args)
+        assert r.returncode == 2 and r.stdout == "", (args, r.stderr)
+        lines = r.stderr.splitlines()
+        assert lines[0].startswith("sluice audit: " + said), (args, r.stderr)
+        assert lines[1].startswith("usage: sluice audit"), (args, r.stderr)
+        assert "\x1b" not in r.stderr, (args, r.stderr)

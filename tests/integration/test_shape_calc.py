@@ -159,3 +159,29 @@ def test_the_recommendation_compares_the_budget_only_with_a_larger_figure(run_sl
     r = run_sluice("calc", "retries", "--layers", "1", "--attempts", "2")
     rec = line(r.stdout, "- give that layer a retry budget:")
     assert rec.endswith("(--budget 0.1), so an outage costs 1.1x, not 2x"), rec
+
+
+def test_arguments_in_usage_errors_are_escaped(run_sluice):
+    # An argument as given (a file name a glob expanded, say) may hold a
+    # line end or a terminal escape: named in a usage error it is shown
+    # \ooo, as the other commands name an unknown option, so that it cannot
+    # write a line of its own into standard error.
+    forged = "x\nsluice calc: forged\x1b[2K\\"
+    shown = "x\\012sluice calc: forged\\033[2K\\134"
+    for args, said in ((["retries", "--layers", "3", "--attempts", "3", "--" + forged],
+                        "sluice calc: unknown argument '--" + shown + "'"),
+                       (["retries", "--layers", forged, "--attempts", "3"],
+                        "sluice calc: --layers: '" + shown + "' is not a whole number"),
+                       (["retries", "--layers", "3", "--attempts=" + forged],
+                        "sluice calc: --attempts: '" + shown + "' is not a whole number"),
+                       (["retries", "--layers", "3", "--attempts", "3", "--budget", forged],
+                        "sluice calc: --budget: '" + shown + "' is not a ratio"),
+                       (["retries", "--layers", "3", "--attempts", "3", "--rps", forged],
+                        "sluice calc: --rps: '" + shown + "' is not a positive number"),
+                       ([forged], "sluice calc: unknown calculation '" + shown + "'")):
+        r = run_sluice("calc", *args)
+        assert r.returncode == 2 and r.stdout == "", (args, r.stderr)
+        first = r.stderr.splitlines()[0]
+        assert first.startswith(said), (args, r.stderr)
+        assert "forged" not in r.stderr.splitlines()[1], (args, r.stderr)
+        assert "\x1b" not in r.stderr, (args, r.stderr)
