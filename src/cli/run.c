@@ -1086,6 +1086,44 @@ static void stop_as_tstp(void)
     sigprocmask(SIG_SETMASK, &old, NULL);
 }
 
+/* The terminal whose foreground process group run's is as it starts (a
+ * descriptor of /dev/tty), or -1: run has none, or runs in the background. */
+static int foreground_terminal(void)
+{
+    int tty = open("/dev/tty", O_RDONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+    if (tty >= 0 && tcgetpgrp(tty) != getpgrp()) {
+        close(tty);
+        tty = -1;
+    }
+    return tty;
+}
+
+/* The box has ended. The command shares run's terminal and may have made a
+ * group of its own in the box the terminal's foreground (setpgid(), then
+ * tcsetpgrp(): allowed, as job-control shells in the box need it); that
+ * group is dead now, and a caller without job control, in run's group,
+ * would find itself in the background, stopped by its next read of the
+ * terminal (SIGTTIN). run, in the foreground when it started (<tty>), takes
+ * the terminal back for its group when the foreground is a group with no
+ * process left; one with processes (a shell that took the terminal back
+ * after ^Z and `bg`) it leaves as it is. SIGTTOU, which tcsetpgrp() from
+ * the background would raise, is blocked for the call. Closes <tty>. */
+static void take_back_terminal(int tty)
+{
+    if (tty < 0)
+        return;
+    pid_t fg = tcgetpgrp(tty);
+    if (fg > 0 && fg != getpgrp() && kill(-fg, 0) < 0 && errno == ESRCH) {
+        sigset_t ttou, old;
+        sigemptyset(&ttou);
+        sigaddset(&ttou, SIGTTOU);
+        sigprocmask(SIG_BLOCK, &ttou, &old);
+        (void)tcsetpgrp(tty, getpgrp());
+        sigprocmask(SIG_SETMASK, &old, NULL);
+    }
+    close(tty);
+}
+
 /* The signals run reads from a signalfd: SIGCHLD and those it passes on
  * (box_forwarded_signals()), but for those its caller ignored
  * (<ignored>), which stay ignored. */
@@ -1286,7 +1324,10 @@ static int run_main(int argc, char **argv)
     }
     struct box box;
     char err[BOX_ERR_MAX];
+    int tty = foreground_terminal();
     if (box_spawn(&cfg, &box, err, sizeof(err)) < 0) {
+        if (tty >= 0)
+            close(tty);
         close(sfd);
         fprintf(stderr, "sluice run: %s\n", err);
         goto out;
@@ -1294,6 +1335,7 @@ static int run_main(int argc, char **argv)
     int status = 0;
     unsigned long relayed = 0;
     enum box_report_kind kind = wait_box(&box, &s, sfd, &status, &relayed, err, sizeof(err));
+    take_back_terminal(tty);
     if (kind == BOX_REPORT_ERROR) {
         fprintf(stderr, "sluice run: cannot build the box: %s\n", err);
         goto out;

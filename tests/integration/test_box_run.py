@@ -2501,6 +2501,73 @@ def test_terminal_line_discipline_cannot_be_changed(box, net):
     assert json.loads(p.stdout) == {"tiocsetd": "ok", "ldisc": 27}, p.stdout
 
 
+# Runs inside the box: moves to a process group of its own and makes it the
+# terminal's foreground, as a job-control shell does for a job. Prints
+# {"moved": true} when the terminal then shows it in the foreground.
+FOREGROUND = r"""
+import json, os, signal
+signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+os.setpgid(0, 0)
+os.tcsetpgrp(0, os.getpgrp())
+print(json.dumps({"moved": os.tcgetpgrp(0) == os.getpgrp()}))
+"""
+
+# Runs after run, in the same shell (the caller's group): whether that group
+# is the terminal's foreground again.
+IN_FOREGROUND = "import os; print('fg' if os.tcgetpgrp(0) == os.getpgrp() else 'not fg')"
+
+
+def test_the_terminals_foreground_is_given_back(box, net):
+    """The command shares run's terminal and may make a group of its own its
+    foreground (tcsetpgrp(), allowed: job-control shells need it in the
+    box). When the box ended, the terminal's foreground was that dead group,
+    and a caller without job control (a script, a harness) found it was
+    no longer in the foreground: its next read of the terminal stopped it
+    (SIGTTIN). run, in the foreground when it started, takes the terminal
+    back for its group once the box has ended, when the foreground is a
+    group with no process left; a group that still has processes (a shell
+    that took the terminal back after ^Z and `bg`) is left as it is."""
+    pol = box.policy(net.policy([]))
+    script = "%s; %s -c \"%s\"" % (
+        " ".join([box.bin, "run", "--policy", pol, "--", PY, "-c", "'%s'" % FOREGROUND]),
+        PY, IN_FOREGROUND)
+    p, pending = _run_on_terminal(["/bin/sh", "-c", script], box.workdir)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert json.loads(lines[0]) == {"moved": True}, p.stdout
+    assert lines[1] == "fg", (p.stdout, p.stderr)
+    # A group of the host's that took the foreground while the box ran (a
+    # helper of the caller's, as a shell after ^Z) keeps it: the box's
+    # command waits for it to do so, through a file in the shared folder
+    # (the helper, started with &, has /dev/null for standard input).
+    for name in ("started", "moved", "done"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(box.workdir, name))
+    wait = ("import os, time\n"
+            "def wait(f):\n"
+            "    for _ in range(600):\n"
+            "        if os.path.exists(f):\n"
+            "            return\n"
+            "        time.sleep(0.05)\n")
+    helper = wait + ("import signal\n"
+                     "signal.signal(signal.SIGTTOU, signal.SIG_IGN)\n"
+                     "os.setpgid(0, 0)\n"
+                     "wait('started')\n"
+                     "os.tcsetpgrp(os.open('/dev/tty', os.O_RDWR), os.getpgrp())\n"
+                     "open('moved', 'w').close()\n"
+                     "wait('done')\n")
+    inner = wait + "open('started', 'w').close()\nwait('moved')\n"
+    check = "import os, sys; print(os.tcgetpgrp(0) == int(sys.argv[1]))"
+    script = ("%s -c \"$HELPER\" & h=$!; %s; %s -c \"$CHECK\" $h; touch done; wait"
+              % (PY, " ".join([box.bin, "run", "--policy", pol, "--", PY, "-c", "\"$INNER\""]),
+                 PY))
+    env = {"HELPER": helper, "INNER": inner, "CHECK": check}
+    p, pending = _run_on_terminal(["/usr/bin/env"] + ["%s=%s" % kv for kv in env.items()]
+                                  + ["/bin/sh", "-c", script], box.workdir)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["True"], (p.stdout, p.stderr)
+
+
 # Runs inside the box, in its writable current directory, with umask 0: every
 # way of putting S_ISUID or S_ISGID on a file (by the x86_64 system call, and
 # by the os functions glibc maps onto them), then the ordinary modes that must
