@@ -28,7 +28,18 @@
  * below a --rw, a read-only host mount below a --rw path) is below a rule,
  * and a FIFO there stays writable. A kernel without Landlock of ABI 2
  * (Linux 5.19) or later, or with it disabled, gets the mounts and seccomp
- * only, as before; box.c says so on standard error. */
+ * only, as before; box.c says so on standard error.
+ *
+ * Signals: the command stays in run's process group (the terminal's ^C and
+ * ^Z reach it directly), and kill(0) signals that group as it is, outside
+ * the box's PID namespace too: run, and whatever else run's caller put in
+ * it (a script's shell and all it started). From ABI 6 (Linux 6.12) the
+ * ruleset also scopes signals (LANDLOCK_SCOPE_SIGNAL): the command, and all
+ * it starts, may signal only processes of its own ruleset's domain, the
+ * box's; kill(0) still reaches those (`kill 0`, `timeout` work in the
+ * box), and a signal to any other process (the box's init too) fails with
+ * EPERM. Signals the kernel sends (the terminal's, SIGCHLD) are not
+ * scoped, nor those sent into the box. */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/landlock.h>
@@ -52,7 +63,17 @@
 #define SYS_landlock_restrict_self 446
 #endif
 
-#define BOX_LANDLOCK_TRUNCATE (1ULL << 14) /* ABI 3 */
+#define BOX_LANDLOCK_TRUNCATE     (1ULL << 14) /* ABI 3 */
+#define BOX_LANDLOCK_SCOPE_SIGNAL (1ULL << 1)  /* ABI 6 */
+
+/* struct landlock_ruleset_attr as of ABI 6: older kernel headers (Debian
+ * 12's 6.1) have only its first field. A kernel of an older ABI takes it
+ * whole as long as the fields it does not know are 0. */
+struct box_ruleset_attr {
+    uint64_t handled_access_fs;
+    uint64_t handled_access_net; /* ABI 4; none handled */
+    uint64_t scoped;             /* ABI 6 */
+};
 
 #define DIR_RIGHTS                                                                                 \
     (LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_REMOVE_DIR |                               \
@@ -128,7 +149,8 @@ int box_landlock(const struct box_config *cfg, char *err, size_t errlen)
         rs.dir_rights |= BOX_LANDLOCK_TRUNCATE;
         rs.file_rights |= BOX_LANDLOCK_TRUNCATE;
     }
-    struct landlock_ruleset_attr attr = {.handled_access_fs = rs.dir_rights};
+    struct box_ruleset_attr attr = {.handled_access_fs = rs.dir_rights,
+                                    .scoped = abi >= 6 ? BOX_LANDLOCK_SCOPE_SIGNAL : 0};
     rs.fd = (int)syscall(SYS_landlock_create_ruleset, &attr, sizeof(attr), 0);
     if (rs.fd < 0) {
         snprintf(err, errlen, "cannot create a Landlock ruleset: %s", strerror(errno));

@@ -3860,6 +3860,48 @@ print(json.dumps(out))
 """
 
 
+# Runs inside the box: signals its process group, run's (kill(0, SIGUSR1)),
+# then its box's init. Prints what kill() answered and whether the command
+# itself got the signal.
+KILL_GROUP = r"""
+import errno, json, os, signal
+got = []
+signal.signal(signal.SIGUSR1, lambda s, f: got.append(s))
+res = {}
+for name, pid in (("group", 0), ("init", 1)):
+    try:
+        os.kill(pid, signal.SIGUSR1)
+        res[name] = "ok"
+    except OSError as e:
+        res[name] = errno.errorcode[e.errno]
+res["got"] = len(got) > 0
+print(json.dumps(res))
+"""
+
+
+def test_signals_stay_in_the_box(box, net):
+    """The command stays in run's process group (the terminal's ^C and ^Z
+    reach it), and kill(0) signals that group as it is, outside the box
+    too: run, and what else run's caller put there, a script's shell say.
+    Where Landlock scopes signals (ABI 6, Linux 6.12), the command's
+    ruleset does (LANDLOCK_SCOPE_SIGNAL): its kill(0) reaches the box's
+    processes only, and a signal to the box's init fails with EPERM."""
+    if not _landlock_abi() >= 6:
+        pytest.skip("the kernel's Landlock does not scope signals (ABI 6 or later)")
+    pol = box.policy(net.policy([]))
+    run = " ".join([box.bin, "run", "--policy", pol, "--", PY, "-c", '"$INNER"'])
+    # a script's shell, in one group with run: the trap says whether the
+    # box's signal reached it
+    script = "trap 'echo shell-got-usr1' USR1; %s; echo shell-done" % run
+    p = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, timeout=60,
+                       cwd=box.workdir, env=_clean_env({"INNER": KILL_GROUP}),
+                       start_new_session=True)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert json.loads(lines[0]) == {"group": "ok", "init": "EPERM", "got": True}, p.stdout
+    assert lines[1:] == ["shell-done"], (p.stdout, p.stderr)
+
+
 def test_landlock_leaves_what_the_box_makes_writable_as_it_was(box, net, hostdir):
     """The Landlock ruleset (see the FIFO test above) must not refuse what
     the box documents as writable, nor change how a read-only path fails:
