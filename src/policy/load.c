@@ -56,11 +56,13 @@ static void agent_id(struct load_ctx *c, const struct ynode *v, void *obj)
         return;
     }
     load_set_str(&a->id, s);
+    a->id_line = v->line;
 }
 
 static void agent_sources(struct load_ctx *c, const struct ynode *v, void *obj)
 {
     struct agent *a = obj;
+    a->sources_line = v->line;
     if (load_want_nonempty_list(c, v) == 0)
         load_cidr_list(c, v, "unix", &a->unix_source, &a->sources, &a->nsources);
 }
@@ -111,6 +113,7 @@ static void agent_token(struct load_ctx *c, const struct ynode *v, void *obj)
         return;
     }
     const char *name = s + 4;
+    a->token_line = v->line;
     if (!valid_env_name(name)) {
         load_err(c, v->line, "invalid environment variable name '%s'", load_show(c, name));
         return;
@@ -242,8 +245,8 @@ static void agents_index(struct load_ctx *c)
     for (size_t i = 0; i < n; i++) {
         if (i > 0 && strcmp(v[i]->id, v[first]->id) == 0) {
             size_t m = load_field_push(c, "[%zu].id", (size_t)(v[i] - p->agents));
-            load_err(c, v[i]->line, "duplicate agent id '%s' (first at line %d)", v[i]->id,
-                     v[first]->line);
+            load_err(c, v[i]->id_line, "duplicate agent id '%s' (first at line %d)", v[i]->id,
+                     v[first]->id_line);
             load_field_pop(c, m);
             continue;
         }
@@ -280,7 +283,7 @@ static void warn_shadowed(struct load_ctx *c, size_t agent, const char *src, siz
 {
     const struct agent *a = &c->p->agents[agent];
     size_t m = load_field_push(c, "[%zu].sources", agent);
-    load_warn(c, a->line,
+    load_warn(c, a->sources_line,
               "'%s' is never used: agents[%zu] (%s), earlier in the file and without a token, "
               "holds it too (a client that presents no secret is the first agent whose sources "
               "hold it, not the most specific)",
@@ -381,7 +384,7 @@ static void shared_tokens(struct load_ctx *c)
         }
         size_t m = load_field_push(c, "[%zu].token", (size_t)(v[i] - p->agents));
         load_warn(
-            c, v[i]->line,
+            c, v[i]->token_line,
             "the same secret as agents[%zu] (%s, line %d), earlier in the file: a client that "
             "presents it is the first of them whose sources hold it; give each agent a "
             "token of its own",
@@ -442,6 +445,7 @@ static void rule_host(struct load_ctx *c, const struct ynode *v, void *obj)
     free(r->pattern);
     r->pattern = hp.kind == PATTERN_WILDCARD ? xasprintf("*.%s", hp.name) : xstrdup(hp.name);
     load_set_str(&r->host, hp.name);
+    r->pattern_line = v->line;
 }
 
 static void rule_cidr(struct load_ctx *c, const struct ynode *v, void *obj)
@@ -454,6 +458,7 @@ static void rule_cidr(struct load_ctx *c, const struct ynode *v, void *obj)
     r->kind = RULE_CIDR;
     load_set_str(&r->pattern, cidr_format(&r->cidr, buf, sizeof(buf)));
     load_set_str(&r->host, NULL);
+    r->pattern_line = v->line;
 }
 
 struct port_item {
@@ -1257,7 +1262,7 @@ static void warn_denied_rules(struct load_ctx *c)
         if (d < 0 || (size_t)d >= p->ndeny)
             continue;
         size_t m = load_field_push(c, "rules[%zu].host", i);
-        load_warn(c, r->line,
+        load_warn(c, r->pattern_line,
                   "%s is denied by deny[%" PRId64 "] (line %d): the deny list is checked first, "
                   "so this rule never applies",
                   r->pattern, d, p->deny[d].line);
@@ -1300,7 +1305,7 @@ static void warn_cidr_rules(struct load_ctx *c)
                           : op.metadata ? ", with 169.254.169.254, the cloud metadata address"
                                         : "";
         size_t m = load_field_push(c, "rules[%zu].cidr", i);
-        load_warn(c, r->line,
+        load_warn(c, r->pattern_line,
                   "'%s' holds %s (%s%s)%s: an IP literal this rule allows skips deny_ranges, so "
                   "the rule opens it; name a narrower range, or the denied range itself if you "
                   "mean it",

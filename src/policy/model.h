@@ -66,6 +66,10 @@ enum ech_choice { ECH_AS_NETWORK = 0, ECH_REFUSE, ECH_ALLOW };
 struct agent {
     char *id;
     int line;
+    /* where id:, sources: and token: are written, for the findings made
+     * once every agent is read (a repeated id, a shadowed source, a shared
+     * secret) */
+    int id_line, sources_line, token_line;
     struct cidr *sources; /* owned array */
     size_t nsources;
     bool unix_source; /* "unix" listed in sources */
@@ -84,6 +88,7 @@ struct rule {
     enum rule_kind kind;
     char *pattern;    /* as normalised: "api.github.com", "*.github.com", "10.0.0.0/8" */
     char *host;       /* EXACT: the name; WILDCARD: the suffix; CIDR: NULL */
+    int pattern_line; /* where host: or cidr: is written, for findings about it */
     struct cidr cidr; /* CIDR only */
     uint16_t *ports;  /* owned; sorted, unique; default {80, 443} */
     size_t nports;

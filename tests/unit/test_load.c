@@ -1647,6 +1647,39 @@ static void test_rules_the_deny_list_covers(void **state)
         expect_clean(V "rules:\n  - cidr: 10.0.0.0/8\n    tier: 0\ndeny: [\"*.example.test\"]\n"));
 }
 
+/* The findings made once the whole file is read (a rule the deny list
+ * covers, a cidr: rule that opens a denied range, a shadowed source, a
+ * shared secret, a repeated agent id) name the line of the field they name,
+ * as the others do: in block style that is not the line of the item's
+ * first key. */
+static void test_late_findings_name_their_fields_line(void **state)
+{
+    (void)state;
+    expect_warning(V "rules:\n  - tier: 0\n    host: gist.github.com\ndeny: [gist.github.com]\n",
+                   "p.yaml:4: rules[0].host: gist.github.com is denied by deny[0] (line 5): the "
+                   "deny list is checked first, so this rule never applies");
+    expect_warning(V "rules:\n  - tier: 0\n    ports: [80]\n    cidr: \"64:ff9b::/64\"\n",
+                   "p.yaml:5: rules[0].cidr: '64:ff9b::/64' holds 64:ff9b::/96 (nat64, whose "
+                   "addresses embed IPv4 ones such as 169.254.169.254, the cloud metadata "
+                   "address): an IP literal this rule allows skips deny_ranges, so the rule opens "
+                   "it; name a narrower range, or the denied range itself if you mean it");
+    expect_warning(V "agents:\n  - id: wide\n    sources: [127.0.0.0/8]\n  - id: narrow\n"
+                     "    mode: enforce\n    sources: [127.0.0.1/32]\n" R,
+                   "p.yaml:7: agents[1].sources: '127.0.0.1/32' is never used: agents[0] (wide), "
+                   "earlier in the file and without a token, holds it too (a client that "
+                   "presents no secret is the first agent whose sources hold it, not the most "
+                   "specific)");
+    setenv("SLUICE_TEST_TOKEN", "s3cret-token-for-tests", 1);
+    expect_warning(V "agents:\n  - id: a\n    sources: [unix]\n    token: env:SLUICE_TEST_TOKEN\n"
+                     "  - id: b\n    sources: [10.0.0.0/8]\n    token: env:SLUICE_TEST_TOKEN\n" R,
+                   "p.yaml:8: agents[1].token: the same secret as agents[0] (a, line 3), earlier "
+                   "in the file: a client that presents it is the first of them whose sources "
+                   "hold it; give each agent a token of its own");
+    expect_error(V "agents:\n  - sources: [unix]\n    id: a\n  - sources: [10.0.0.0/8]\n"
+                   "    id: a\n" R,
+                 "p.yaml:6: agents[1].id: duplicate agent id 'a' (first at line 4)");
+}
+
 /* Each deny entry holds a whole host pattern (some 260 bytes): a 64 MiB
  * list of "a.b," would have made 16 million of them, over 4 GB. */
 static void test_too_many_deny_entries(void **state)
@@ -2035,6 +2068,7 @@ int main(void)
         cmocka_unit_test(test_too_many_deny_entries),
         cmocka_unit_test(test_too_many_agents),
         cmocka_unit_test(test_rules_the_deny_list_covers),
+        cmocka_unit_test(test_late_findings_name_their_fields_line),
         cmocka_unit_test(test_findings_capped),
         cmocka_unit_test(test_rule_errors_past_the_cap),
         cmocka_unit_test(test_other_section_errors),
