@@ -502,10 +502,19 @@ void load_rate_spec(struct load_ctx *c, const struct ynode *v, struct rate_spec 
     r->per_ms = 1000;
     r->set = true;
     r->line = v->line;
+    size_t errors = load_error_count(c);
     const struct ynode *vals[NKEYS(rate_keys)];
     load_walk_map(c, v, rate_keys, NKEYS(rate_keys), r, vals);
     if (vals[0] == NULL && vals[3] == NULL)
         load_err(c, v->line, "needs requests or bandwidth");
+    else if (r->requests == 0 && r->bandwidth == 0 && load_error_count(c) == errors)
+        /* Both buckets of size 0, so off (src/shape/quota.c): "requests:
+         * 0" reads as no requests at all, "requests: 0, burst: 5" as five
+         * and then none, and either lets everything through unshaped. */
+        load_warn(c, v->line,
+                  "limits nothing: its requests are 0 and it has no bandwidth, and a bucket of "
+                  "size 0 is off (burst and per count only with requests), so nothing it covers "
+                  "is shaped; give requests 1 or more, or remove it");
     /* per paces requests only; the bandwidth bucket refills in a second.
      * {requests: 600, per: 1m, bandwidth: 60MiB} reads as 60MiB a minute
      * and would let 60 times that through: without /s, a bandwidth next

@@ -1647,6 +1647,38 @@ static void test_rules_the_deny_list_covers(void **state)
         expect_clean(V "rules:\n  - cidr: 10.0.0.0/8\n    tier: 0\ndeny: [\"*.example.test\"]\n"));
 }
 
+/* A rate whose buckets are both of size 0 is off (SPEC, Shaping): what it
+ * covers goes through unshaped, which "requests: 0" (no requests at all?)
+ * or "requests: 0, burst: 5" (five, then none?) do not say. It loads, as
+ * SPEC has it, with a warning; a rate that limits something loads clean. */
+static void test_rate_that_limits_nothing(void **state)
+{
+    (void)state;
+#define NOTHING                                                                                    \
+    "limits nothing: its requests are 0 and it has no bandwidth, and a bucket of size 0 is off "   \
+    "(burst and per count only with requests), so nothing it covers is shaped; give requests 1 "   \
+    "or more, or remove it"
+    expect_warning(V "rules:\n  - host: a.example.test\n    tier: 0\n    rate: {requests: 0}\n",
+                   "p.yaml:5: rules[0].rate: " NOTHING);
+    expect_warning(V "rules:\n  - host: a.example.test\n    tier: 0\n    rate:\n"
+                     "      requests: 0\n      burst: 5\n      per: 1m\n",
+                   "p.yaml:6: rules[0].rate: " NOTHING);
+    expect_warning(V R "limits:\n  rate: {requests: 0, bandwidth: 0B/s}\n",
+                   "p.yaml:6: limits.rate: " NOTHING);
+    policy_free(expect_clean(V R "limits:\n  rate: {requests: 0, bandwidth: 1KiB/s}\n"));
+    policy_free(expect_clean(V R "limits:\n  rate: {requests: 1, bandwidth: 0B}\n"));
+    /* an error in it is told as such, not as a rate that limits nothing */
+    struct diag d;
+    struct policy *p = load(V R "limits:\n  rate: {requests: -1}\n", &d);
+    assert_null(p);
+    assert_int_equal(d.count, 1);
+    assert_true(has_entry(&d, DIAG_ERROR,
+                          "p.yaml:6: limits.rate.requests: expected an integer, "
+                          "got '-1'"));
+    diag_free(&d);
+#undef NOTHING
+}
+
 /* The findings made once the whole file is read (a rule the deny list
  * covers, a cidr: rule that opens a denied range, a shadowed source, a
  * shared secret, a repeated agent id) name the line of the field they name,
@@ -2069,6 +2101,7 @@ int main(void)
         cmocka_unit_test(test_too_many_agents),
         cmocka_unit_test(test_rules_the_deny_list_covers),
         cmocka_unit_test(test_late_findings_name_their_fields_line),
+        cmocka_unit_test(test_rate_that_limits_nothing),
         cmocka_unit_test(test_findings_capped),
         cmocka_unit_test(test_rule_errors_past_the_cap),
         cmocka_unit_test(test_other_section_errors),
