@@ -43,6 +43,18 @@ def _iter_pattern(n, piece=65536):
         sent += k
 
 
+def send_ok(conn, size):
+    """Sends on <conn> a 200 head for a <size>-byte body, then the pattern
+    stream's first <size> bytes, 1 MiB at a time. The head goes first and
+    the body is never built whole: building 32 MiB before the first byte
+    took over a second on a loaded machine, longer than the idle_timeout
+    (1 s) a gateway under test gives its origin to answer, which it then
+    answered 502 (the upstream did not answer in time)."""
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size)
+    for piece in _iter_pattern(size, 1 << 20):
+        conn.sendall(piece)
+
+
 class Recorded:
     """One request as the upstream saw it."""
 
