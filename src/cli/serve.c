@@ -283,6 +283,7 @@ static int serve_main(int argc, char **argv)
         .log_path = a->log,
         .alerts_path = a->alerts,
         .state_dir = a->state,
+        .state_user = a->drop ? a->user.uid : 0,
         .admin_addr = a->admin,
         .max_conns = a->max_conns,
         .grace_ms = a->grace_ms,

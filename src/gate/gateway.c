@@ -684,6 +684,7 @@ struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *pol
         .log_path = cfg->log_path,
         .files_no_links = cfg->files_no_links,
         .state_dir = cfg->state_dir,
+        .state_user = cfg->state_user,
         .admin_addr = cfg->admin_addr,
     };
     gw->watch = watch_new(gw->base, &gw->bus, &gw->alerts, &wc, gw->log, policy, err, errlen);

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "gate/listener.h"
 #include "policy/model.h"
@@ -56,6 +57,7 @@ struct gateway_config {
     const char *forced_agent; /* `run`: every client is this agent; NULL otherwise */
     const char *alerts_path;  /* NULL: alerts go to the decision log; "-": standard output */
     const char *state_dir;    /* NULL: no state store */
+    uid_t state_user;         /* serve --user's uid, which may own it too (0: none) */
     const char *admin_addr;   /* NULL: no admin server (/metrics, /healthz) */
     enum gateway_sched sched; /* how the loop thread is scheduled (--sched) */
     bool splice;              /* streaming tunnel directions splice (--splice; tunnel.h) */

@@ -10,7 +10,8 @@
  * event loop never waits on a write per request.
  *
  * A missing database is created (and DIR with it, mode 0750); a DIR
- * writable by every user is refused. A database that is not SQLite or fails
+ * writable by every user is refused, and so is one that another user could
+ * swap or fill (store_open_as). A database that is not SQLite or fails
  * its integrity check is moved aside to sluice.db.corrupt-<unix time> and a
  * new one created; the warning says so. One of another schema version, or
  * whose tables lack sluice's columns or keys (or are views), or that holds
@@ -24,6 +25,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define STORE_FILE        "sluice.db"
 #define STORE_SCHEMA      1
@@ -43,6 +45,18 @@ struct store_baseline {
  * runs without a store). A corrupt database is moved aside and replaced:
  * then <*warn> is set to a malloc'd message saying so (NULL otherwise). */
 struct store *store_open(const char *dir, char **err, char **warn);
+/* As store_open(), for a gateway that will serve as uid <user> (serve
+ * --user; 0 for none). DIR and every directory above it (resolved: SQLite
+ * opens no store through a symbolic link), and the store's files that
+ * exist (sluice.db, its -wal and -shm, sluice.lock) must be owned by root,
+ * the process's effective uid or <user>; no directory above DIR may be
+ * writable by every user unless sticky (/tmp), nor a store file by every
+ * user: otherwise another
+ * user could put a store of their own in place (first contacts that keep
+ * alerts quiet) and the store is refused, <*err> naming the path, its
+ * owner and what to do. A group-writable DIR is used (its group is the
+ * administrator's choice). */
+struct store *store_open_as(const char *dir, uid_t user, char **err, char **warn);
 
 /* Commits the queued writes, then closes. Accepts NULL. */
 void store_close(struct store *s);

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -496,7 +497,142 @@ static int read_next_qid(struct store *s, char **why)
     return rc;
 }
 
+/* ---- who may own the store ------------------------------------------------- */
+
+/* Whether <uid> may own the state directory, a directory or link on the way
+ * to it, or one of the store's files: root, the user the gateway runs as,
+ * or the one it will serve as (<user>, serve --user; 0 for none). Any
+ * other user could put a store of their own in place of sluice.db (first
+ * contacts that keep alerts quiet, forged queued alerts) or move the
+ * directory away and put one of theirs in its place. */
+static bool trusted_uid(uid_t uid, uid_t user)
+{
+    return uid == 0 || uid == geteuid() || uid == user;
+}
+
+/* "user alice (uid 1000)", or "uid 1000" for a uid no user has, in <buf>. */
+static const char *owner_text(uid_t uid, char *buf, size_t n)
+{
+    struct passwd pw, *found = NULL;
+    char names[1024];
+    if (getpwuid_r(uid, &pw, names, sizeof(names), &found) == 0 && found != NULL)
+        snprintf(buf, n, "user %s (uid %lu)", found->pw_name, (unsigned long)uid);
+    else
+        snprintf(buf, n, "uid %lu", (unsigned long)uid);
+    return buf;
+}
+
+enum owned { OWNED_DIR, OWNED_ON_THE_WAY, OWNED_FILE };
+
+/* The message for <path>, <what> of the state directory <dir>, owned by
+ * <uid>, an untrusted user. */
+static char *untrusted(const char *dir, const char *path, enum owned what, uid_t uid, uid_t user)
+{
+    char who[192], me[192], as[192], ok[448];
+    owner_text(uid, who, sizeof(who));
+    owner_text(geteuid(), me, sizeof(me));
+    int n = snprintf(ok, sizeof(ok), "root%s%s%s", geteuid() != 0 ? " or " : "",
+                     geteuid() != 0 ? me : "", geteuid() != 0 ? " (the gateway)" : "");
+    if (user != 0 && user != geteuid() && n > 0 && (size_t)n < sizeof(ok))
+        snprintf(ok + n, sizeof(ok) - (size_t)n, " or %s (--user)",
+                 owner_text(user, as, sizeof(as)));
+    if (what == OWNED_DIR)
+        return msg("%s: the state directory is owned by %s, not by %s: that user could put a "
+                   "store of their own there (first contacts that keep alerts quiet); chown it, "
+                   "or use a directory of sluice's own",
+                   dir, who, ok);
+    if (what == OWNED_FILE)
+        return msg("%s: owned by %s, not by %s: that user could put a store of their own in its "
+                   "place (first contacts that keep alerts quiet); remove it, or chown it if it "
+                   "is sluice's",
+                   path, who, ok);
+    return msg("%s: %s, on the way to the state directory, is owned by %s, not by %s: that user "
+               "could move the state directory away and put one of their own in its place; use "
+               "a state directory whose every parent is root's or the gateway's",
+               dir, path, who, ok);
+}
+
+#define ON_THE_WAY "on the way to the state directory"
+
+/* Checks <path>, the state directory <dir> resolved (realpath: SQLite
+ * opens no store through a symbolic link, SQLITE_OPEN_NOFOLLOW), and each
+ * directory above it: each must be owned by a trusted uid, and none above
+ * it may be writable by every user but with the sticky bit (/tmp: there
+ * only an entry's owner may move it). Returns 0, or -1 with <*err>. */
+static int check_chain(const char *dir, const char *path, uid_t user, char **err)
+{
+    char p[4200];
+    snprintf(p, sizeof(p), "%s", path);
+    for (bool first = true;; first = false) {
+        struct stat st;
+        if (lstat(p, &st) != 0) {
+            *err = msg("%s: cannot check %s, " ON_THE_WAY ": %s", dir, p, strerror(errno));
+            return -1;
+        }
+        if (!trusted_uid(st.st_uid, user)) {
+            *err = untrusted(dir, p, first ? OWNED_DIR : OWNED_ON_THE_WAY, st.st_uid, user);
+            return -1;
+        }
+        if (!first && (st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
+            *err = msg("%s: %s, " ON_THE_WAY ", is writable by every user (mode %04o) without "
+                       "the sticky bit: any user could move the state directory away and put "
+                       "one of their own in its place; use a state directory whose every parent "
+                       "is root's or the gateway's",
+                       dir, p, (unsigned)(st.st_mode & 07777));
+            return -1;
+        }
+        char *slash = strrchr(p, '/');
+        if (slash == NULL || strcmp(p, "/") == 0)
+            return 0;
+        slash[slash == p] = '\0'; /* "/a" -> "/" */
+    }
+}
+
+/* Checks the state directory <dir> (which exists) and the directories
+ * above it, then the store's files that exist: each owned by a
+ * trusted uid, and no file writable by every user. The directory then
+ * holds nothing another user put there, nor can they add or swap a file
+ * between this check and the open. Returns 0, or -1 with <*err>. */
+static int check_owners(const char *dir, uid_t user, char **err)
+{
+    char *real = realpath(dir, NULL);
+    if (real == NULL) {
+        *err = msg("%s: cannot resolve the state directory: %s", dir, strerror(errno));
+        return -1;
+    }
+    int rc = check_chain(dir, real, user, err);
+    free(real);
+    static const char *const files[] = {STORE_FILE, STORE_FILE "-wal", STORE_FILE "-shm",
+                                        "sluice.lock"};
+    for (size_t k = 0; rc == 0 && k < sizeof(files) / sizeof(files[0]); k++) {
+        char path[4200];
+        struct stat st;
+        snprintf(path, sizeof(path), "%s/%s", dir, files[k]);
+        if (lstat(path, &st) != 0) {
+            if (errno != ENOENT) {
+                *err = msg("%s: cannot check: %s", path, strerror(errno));
+                rc = -1;
+            }
+        } else if (!trusted_uid(st.st_uid, user)) {
+            *err = untrusted(dir, path, OWNED_FILE, st.st_uid, user);
+            rc = -1;
+        } else if (!S_ISLNK(st.st_mode) && (st.st_mode & S_IWOTH)) {
+            *err = msg("%s: writable by every user (mode %04o): any user could write a store of "
+                       "their own into it (first contacts that keep alerts quiet); remove it, or "
+                       "chmod o-w it if it is sluice's",
+                       path, (unsigned)(st.st_mode & 07777));
+            rc = -1;
+        }
+    }
+    return rc;
+}
+
 struct store *store_open(const char *dir, char **err, char **warn)
+{
+    return store_open_as(dir, 0, err, warn);
+}
+
+struct store *store_open_as(const char *dir, uid_t user, char **err, char **warn)
 {
     struct store *s = NULL;
     char *why = NULL;
@@ -526,6 +662,8 @@ struct store *store_open(const char *dir, char **err, char **warn)
                    dir, (unsigned)(st.st_mode & 07777));
         return NULL;
     }
+    if (check_owners(dir, user, err) < 0)
+        return NULL;
     s = calloc(1, sizeof(*s));
     if (s == NULL)
         goto nomem;

@@ -418,7 +418,7 @@ struct watch *watch_new(struct event_base *base, struct bus *bus, struct alert_b
     w->log = log;
     if (cfg->state_dir != NULL) {
         char *e = NULL, *warn = NULL;
-        w->store = store_open(cfg->state_dir, &e, &warn);
+        w->store = store_open_as(cfg->state_dir, cfg->state_user, &e, &warn);
         if (warn != NULL)
             fprintf(stderr, "sluice: warning: %s\n", warn);
         if (w->store == NULL)

@@ -18,6 +18,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "policy/model.h"
 #include "watch/alert.h"
@@ -34,6 +35,7 @@ struct watch_config {
     const char *alerts_path; /* NULL: alerts go to the decision log; "-": standard output */
     const char *log_path;    /* the decision log's path (NULL or "-": standard output) */
     const char *state_dir;   /* NULL: no state store (memory only) */
+    uid_t state_user;        /* may own the state directory too (serve --user; 0: none) */
     const char *admin_addr;  /* NULL: no admin server */
     bool files_no_links;     /* the alerts file is opened with LOG_JSONL_NO_LINKS */
 };

@@ -8,6 +8,8 @@ import os
 import sqlite3
 import time
 
+import pytest
+
 from gate_client import open_conn, poll, proc_stat, read_response, request
 from watch_helpers import (alerts, assert_prompt, ts, wait_alert, wait_alert_timed)
 
@@ -548,3 +550,44 @@ def test_unusable_state_dir_keeps_gating(gateway, net, tmp_path):
                  args=["--state", str(blocker)])
     assert request(gw, "GET", net.url("/")).status == 200
     assert "running without a state store" in gw.stderr()
+
+
+def test_a_state_dir_another_user_owns_is_not_used(gateway, net, tmp_path):
+    # A root gateway given --state DIR that another user made beforehand
+    # used that user's store: its first contacts kept alerts quiet. The
+    # store is refused, named with its owner; the gate keeps gating from
+    # memory, and the first contact alerts. The user --user names may own it.
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the directory to another user")
+    gw, af = start(gateway, net, [api_rule(net)], {"first_contact": True}, tmp_path)
+    assert request(gw, "GET", net.url("/a")).status == 200
+    wait_alert(af, "first_contact")
+    gw.stop()
+    state = tmp_path / "state"
+    for p in [state] + list(state.iterdir()):
+        os.chown(str(p), 65534, 65534)
+    planted = (state / "sluice.db").read_bytes()
+    os.unlink(af)
+
+    gw, af = start(gateway, net, [api_rule(net)], {"first_contact": True}, tmp_path)
+    poll(lambda: "running without a state store" in gw.stderr() or None, timeout=5,
+         what="the refusal")
+    assert "%s: the state directory is owned by user nobody (uid 65534), not by root" % state \
+        in gw.stderr()
+    assert request(gw, "GET", net.url("/b")).status == 200
+    assert wait_alert(af, "first_contact")[0]["host"] == "api.example.test"
+    gw.stop()
+    assert (state / "sluice.db").read_bytes() == planted
+    assert not (state / "sluice.lock").exists() or (state / "sluice.lock").stat().st_uid == 65534
+
+    # served as nobody, the store of nobody's is used: the contact is remembered
+    os.chmod(str(tmp_path), 0o755)
+    os.unlink(af)
+    gw, af = start(gateway, net, [api_rule(net)], {"first_contact": True}, tmp_path,
+                   extra=["--user", "nobody"])
+    poll(lambda: "as nobody" in gw.stderr() or None, timeout=10, what="serving")
+    assert "without a state store" not in gw.stderr()
+    assert request(gw, "GET", net.url("/c")).status == 200
+    gw.stop()  # writes what it had
+    assert len(gw.events("agent_egress")) == 1
+    assert alerts(af, "first_contact") == []

@@ -473,6 +473,103 @@ static void a_world_writable_directory_is_not_used(void **state)
     store_close(open_ok(sub));
 }
 
+#define OTHER_UID 65534 /* nobody: a user other than the test's (root) */
+
+/* store_open_as() fails for <d>, its message holding <a> and <b>, and
+ * makes nothing in <d>. */
+static void refused(const char *d, uid_t user, const char *a, const char *b)
+{
+    char path[200];
+    snprintf(path, sizeof(path), "%s/sluice.lock", d);
+    int before = access(path, F_OK);
+    char *err = NULL, *warn = NULL;
+    assert_null(store_open_as(d, user, &err, &warn));
+    assert_non_null(err);
+    if (strstr(err, a) == NULL || strstr(err, b) == NULL)
+        fail_msg("'%s' lacks '%s' or '%s'", err, a, b);
+    free(err);
+    assert_int_equal(access(path, F_OK), before);
+}
+
+/* store_open_as() opens the store in <d> for --user <user>, without a word. */
+static void used_as(const char *d, uid_t user)
+{
+    char *err = NULL, *warn = NULL;
+    struct store *s = store_open_as(d, user, &err, &warn);
+    assert_non_null(s);
+    assert_null(err);
+    assert_null(warn);
+    store_close(s);
+}
+
+/* A state directory another user owns is not used, as one writable by
+ * every user is not: that user could put a store of their own in it (a root
+ * gateway given --state /tmp/x that user made beforehand); before, it was
+ * used. One the --user user owns is used. Ownership is simulated with
+ * chown, so the test needs root. */
+static void a_directory_another_user_owns_is_not_used(void **state)
+{
+    (void)state;
+    if (geteuid() != 0)
+        skip();
+    char sub[128];
+    snprintf(sub, sizeof(sub), "%s/theirs", dir);
+    assert_int_equal(mkdir(sub, 0755), 0);
+    assert_int_equal(chown(sub, OTHER_UID, OTHER_UID), 0);
+    refused(sub, 0, "the state directory is owned by ", "(uid 65534)");
+    used_as(sub, OTHER_UID); /* the user the gateway serves as may own it */
+    assert_int_equal(chown(sub, 0, 0), 0);
+    /* the store's files, another user's: not used either */
+    static const char *const files[] = {"sluice.db", "sluice.db-wal", "sluice.db-shm",
+                                        "sluice.lock"};
+    for (size_t k = 0; k < sizeof(files) / sizeof(files[0]); k++) {
+        char path[200];
+        snprintf(path, sizeof(path), "%s/%s", sub, files[k]);
+        int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        assert_true(fd >= 0);
+        close(fd);
+        assert_int_equal(chown(path, OTHER_UID, OTHER_UID), 0);
+        refused(sub, 0, path, "(uid 65534), not by root");
+        assert_int_equal(chown(path, 0, 0), 0);
+        assert_int_equal(chmod(path, 0666), 0);
+        refused(sub, OTHER_UID, path, ": writable by every user (mode 0666)");
+        assert_int_equal(unlink(path), 0);
+    }
+    /* a store of the --user user's: used */
+    store_close(open_ok(sub));
+    char db[200];
+    snprintf(db, sizeof(db), "%s/%s", sub, STORE_FILE);
+    assert_int_equal(chown(db, OTHER_UID, OTHER_UID), 0);
+    used_as(sub, OTHER_UID);
+    refused(sub, 0, db, "(uid 65534), not by root");
+}
+
+/* A directory on the way to the state directory that another user owns,
+ * or that every user may write without the sticky bit, lets that user move
+ * the state directory away and put one of theirs in its place: not used.
+ * Under a sticky one (/tmp) it is. */
+static void a_parent_another_user_controls_is_not_used(void **state)
+{
+    (void)state;
+    if (geteuid() != 0)
+        skip();
+    char parent[128], sub[160];
+    snprintf(parent, sizeof(parent), "%s/p", dir);
+    snprintf(sub, sizeof(sub), "%s/state", parent);
+    assert_int_equal(mkdir(parent, 0755), 0);
+    assert_int_equal(mkdir(sub, 0750), 0);
+    assert_int_equal(chmod(parent, 0777), 0);
+    refused(sub, 0, "/p, on the way to the state directory, is writable by every user (mode 0777)",
+            "without the sticky bit");
+    assert_int_equal(chmod(parent, 01777), 0);
+    store_close(open_ok(sub));
+    assert_int_equal(chmod(parent, 0755), 0);
+    assert_int_equal(chown(parent, OTHER_UID, OTHER_UID), 0);
+    refused(sub, 0, "/p, on the way to the state directory, is owned by ", "move");
+    used_as(sub, OTHER_UID);
+    assert_int_equal(chown(parent, 0, 0), 0);
+}
+
 static void unusable_paths(void **state)
 {
     (void)state;
@@ -1031,6 +1128,9 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(a_world_writable_directory_is_not_used, setup, teardown),
         cmocka_unit_test_setup_teardown(unusable_paths, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_directory_another_user_owns_is_not_used, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_parent_another_user_controls_is_not_used, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(write_failure_keeps_writes, setup, teardown),
         cmocka_unit_test_setup_teardown(opened_while_another_process_writes, setup, teardown),
         cmocka_unit_test_setup_teardown(one_gateway_per_store, setup, teardown),
