@@ -31,6 +31,7 @@
 
 static void on_read(struct bufferevent *bev, void *arg);
 static void on_write(struct bufferevent *bev, void *arg);
+static void watch_hangup(struct conn *c);
 static void on_event(struct bufferevent *bev, short what, void *arg);
 static void on_head_deadline(evutil_socket_t fd, short what, void *arg);
 
@@ -1246,8 +1247,11 @@ static void on_read(struct bufferevent *bev, void *arg)
     case CS_CONNECT:
         /* Bytes behind a plain request (its body, or the next request) or
          * a CONNECT: they wait in the input until forwarding or the peek
-         * starts. */
+         * starts. A CONNECT's client, no longer read, is watched for a
+         * hang-up meanwhile (watch_hangup()). */
         bufferevent_disable(c->client, EV_READ);
+        if (c->ex.is_connect)
+            watch_hangup(c);
         break;
     default:
         break;
@@ -1266,12 +1270,15 @@ static bool client_hung_up(const struct conn *c)
 
 static void on_hangup_check(evutil_socket_t fd, short what, void *arg);
 
-/* The client ended its side after its request (client_half_closed()):
- * while the exchange waits for its answer, its socket, which is no longer
+/* The client ended its side after its request (client_half_closed()), or
+ * a CONNECT's client sent bytes behind its head while its target is
+ * resolved or connected (on_read()): while the exchange waits for its
+ * answer, or for its upstream, the client's socket, which is no longer
  * read, is looked at every HANGUP_CHECK_MS for a later close (a unix
  * client that half-closed and then closed: `sluice run`'s relay at the
- * command's end; a TCP client's reset), which nothing else would tell
- * before the answer is written. */
+ * command's end; a unix client's close; a TCP client's reset), which
+ * nothing else would tell before the answer (a CONNECT's 200) is
+ * written. */
 static void watch_hangup(struct conn *c)
 {
     struct timeval tv = timeval_of_ms(HANGUP_CHECK_MS);
@@ -1281,22 +1288,58 @@ static void watch_hangup(struct conn *c)
     evtimer_add(c->hangup_timer, &tv);
 }
 
+/* True while a hang-up of <c>'s client would be seen by watch_hangup()
+ * alone: the exchange waits for its upstream (resolving, connecting) or
+ * for a plain request's answer, and its client is not read: it ended its
+ * side, or (a CONNECT) sent bytes that wait in its input. Once the answer
+ * (or a CONNECT's 200) is being written, the writes tell. */
+static bool hangup_unseen(const struct conn *c)
+{
+    const struct exchange *ex = &c->ex;
+    if (!ex->active || ex->client_gone || ex->rsp_head_sent)
+        return false;
+    switch (c->state) {
+    case CS_RESOLVE:
+    case CS_CONNECT:
+        return ex->client_eof ||
+               (ex->is_connect && !(bufferevent_get_enabled(c->client) & EV_READ));
+    case CS_FORWARD:
+        return ex->client_eof;
+    default:
+        return false;
+    }
+}
+
+/* <c>'s client closed its connection altogether (its socket hung up: a
+ * unix client's close, a TCP client's reset), found at its end or by
+ * watch_hangup(). A CONNECT not answered yet ends here: nothing could
+ * take its 200 or use its tunnel, so its target is not connected (the
+ * resolving or connecting is given up) and what the client sent behind
+ * its head goes nowhere; its agent_egress_end says status null, nothing
+ * moved. A plain request still goes upstream whole; its answer is not
+ * waited for (forward_client_gone()). */
+static void client_left(struct conn *c)
+{
+    c->ex.client_gone = true;
+    if (c->ex.is_connect) {
+        conn_free(c);
+        return;
+    }
+    forward_client_gone(c);
+}
+
 static void on_hangup_check(evutil_socket_t fd, short what, void *arg)
 {
     struct conn *c = arg;
     (void)fd;
     (void)what;
-    /* Once the answer is being written, the writes tell. */
-    if (!c->ex.active || !c->ex.client_eof || c->ex.client_gone || c->ex.is_connect ||
-        c->ex.rsp_head_sent ||
-        (c->state != CS_RESOLVE && c->state != CS_CONNECT && c->state != CS_FORWARD))
-        return; /* the exchange is over */
+    if (!hangup_unseen(c))
+        return; /* the exchange is over, or its client's socket is read again */
     if (!client_hung_up(c)) {
         watch_hangup(c);
         return;
     }
-    c->ex.client_gone = true;
-    forward_client_gone(c);
+    client_left(c);
 }
 
 /* Called with the client's bufferevent event <what>: when it is the end of
@@ -1305,8 +1348,9 @@ static void on_hangup_check(evutil_socket_t fd, short what, void *arg)
  * keep-alive, unless requests pipelined behind a plain one wait in the
  * input: c->client_ended; no more reading) and returns true: the exchange goes on (a
  * CONNECT client that sent its head and shut its side, as `nc -N` does,
- * still gets its 200, and what it sent goes through: connect_start()).
- * Else returns false. */
+ * still gets its 200, and what it sent goes through: connect_start()),
+ * unless the client closed altogether (ex->client_gone: the caller calls
+ * client_left()). Else returns false. */
 static bool client_half_closed(struct conn *c, short what)
 {
     struct exchange *ex = &c->ex;
@@ -1317,6 +1361,13 @@ static bool client_half_closed(struct conn *c, short what)
             return false;
         ex->client_eof = true;
         bufferevent_disable(c->client, EV_READ);
+        /* A unix client that closed (its socket hung up) is gone: the
+         * caller ends the exchange (client_left()). A half-close is
+         * watched for a later close or reset. */
+        if (client_hung_up(c))
+            ex->client_gone = true;
+        else
+            watch_hangup(c);
         return true;
     }
     if (c->state != CS_RESOLVE && c->state != CS_CONNECT &&
@@ -1411,7 +1462,7 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
         return;
     if (client_half_closed(c, what)) {
         if (c->ex.client_gone)
-            forward_client_gone(c);
+            client_left(c);
         return;
     }
     if (c->state == CS_FORWARD) {

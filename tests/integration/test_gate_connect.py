@@ -1,6 +1,7 @@
 """CONNECT tunnels: TLS through the gateway, SNI checks, server-speaks-first
 upstreams, tunnel byte counts."""
 
+import select
 import socket
 import ssl
 import struct
@@ -10,10 +11,10 @@ import time
 
 import pytest
 
-from conftest import DEAD_IP
+from conftest import DEAD_IP, DNS_IP
 from gate_client import (ANY, Tunnel, api_rule, assert_denied, connect, curl, open_conn, poll,
                          read_head, recv_until_close, request)
-from gate_servers import BannerServer, FullListener, LoopbackServer, UpstreamTLS
+from gate_servers import BannerServer, FakeDNS, FullListener, LoopbackServer, UpstreamTLS
 
 
 def tls_rule(net, **kw):
@@ -347,6 +348,110 @@ def test_client_leaving_while_connecting_is_logged_with_its_wait(gateway, net):
     assert (ev["decision"], ev["reason"], ev["ip"]) == ("deny", "upstream_unreachable",
                                                         DEAD_IP), ev
     assert end["status"] == 502 and end["bytes_up"] == 0 and end["ms"] >= 900, end
+
+
+class _HeldDNS(FakeDNS):
+    """A FakeDNS that holds every answer until <release> is set (at most
+    20 s); <asked> is set at the first question."""
+
+    def __init__(self, names):
+        self.asked = threading.Event()
+        self.release = threading.Event()
+        super().__init__(DNS_IP, names)
+
+    def _answer(self, data):
+        self.asked.set()
+        self.release.wait(20)
+        return super()._answer(data)
+
+    def stop(self):
+        self.release.set()
+        super().stop()
+
+
+def _leave(s, how):
+    """Ends the client socket <s> as <how> says: "close" (on the unix
+    socket, a hang-up), "reset" (TCP), each after a half-close first when
+    <how> starts with "half-close-then-"."""
+    if how.startswith("half-close"):
+        s.shutdown(socket.SHUT_WR)
+        time.sleep(0.3)  # the gateway took the end for a half-close
+    if how.endswith("reset"):
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()
+
+
+@pytest.mark.parametrize("unix,how,late", [
+    (True, "close", b""), (True, "close", b"\x00first"), (True, "half-close-then-close", b""),
+    (False, "reset", b"\x00first"), (False, "half-close-then-reset", b"")],
+    ids=["unix-close", "unix-close-after-bytes", "unix-half-close-then-close",
+         "tcp-reset-after-bytes", "tcp-half-close-then-reset"])
+def test_client_gone_while_its_target_resolves_gets_no_tunnel(gateway, net, unix, how, late):
+    # A CONNECT client that is provably gone while the gateway still
+    # resolves its target (a close on the unix socket, whose side then
+    # hangs up; a TCP reset), also after bytes sent behind its head once
+    # the gateway had taken it up (which it does not read then), or after
+    # a half-close: nothing can take the 200 or use a tunnel, so the
+    # gateway connects nowhere and ends the exchange then: status null,
+    # nothing moved. Before, the close was taken for a half-close, and the
+    # reset or close behind such bytes was not seen at all: once the name
+    # resolved the gateway connected, sent the bytes up and logged a 200.
+    lst = socket.socket()
+    dns = _HeldDNS({"slow.example.test": "127.0.0.7"})
+    try:
+        lst.bind(("127.0.0.7", 0))
+        lst.listen(4)
+        port = lst.getsockname()[1]
+        gw = gateway(net.policy([{"host": "slow.example.test", "ports": [port], "tier": 0}],
+                                dns_servers=["%s:%d" % (DNS_IP, dns.port)]),
+                     tcp=not unix, unix=unix)
+        s = open_conn(gw)
+        try:
+            target = b"slow.example.test:%d" % port
+            s.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target))
+            assert dns.asked.wait(10), "the gateway never asked for the name"
+            if late:
+                s.sendall(late)
+        finally:
+            _leave(s, how)
+        # the gateway finds its client gone with the answer still held (a
+        # generous bound: then the answer comes all the same)
+        for _ in range(150):
+            if gw.events("agent_egress_end"):
+                break
+            time.sleep(0.02)
+        dns.release.set()
+        ev, end = gw.decided(method="CONNECT")
+        assert (ev["decision"], ev["ip"]) == ("allow", None), ev
+        assert (end["status"], end["bytes_up"], end["bytes_down"]) == (None, 0, 0), end
+        assert select.select([lst], [], [], 0.5)[0] == [], "the gateway connected upstream"
+    finally:
+        dns.stop()
+        lst.close()
+
+
+def test_unix_client_gone_while_connecting_is_not_connected(gateway, net):
+    # The same while the gateway connects (the upstream's accept queue is
+    # full, so the connect stays under way): a unix client that sent bytes
+    # behind its CONNECT and closed is found gone, and the connect given
+    # up: before, it went on until it failed (a 502 logged for a client
+    # that had left) or opened the tunnel
+    lst = FullListener(DEAD_IP)
+    try:
+        gw = gateway(net.policy([_dead_rule(lst)], limits={"idle_timeout": "3s"}),
+                     tcp=False, unix=True)
+        s = open_conn(gw, 15)
+        try:
+            _send_connect(s, lst)
+            time.sleep(0.3)  # connecting: the name is static
+            s.sendall(b"ping\n")
+        finally:
+            s.close()
+        ev, end = gw.decided(method="CONNECT", timeout=10)
+    finally:
+        lst.close()
+    assert (ev["decision"], ev["ip"]) == ("allow", None), ev
+    assert (end["status"], end["bytes_up"], end["bytes_down"]) == (None, 0, 0), end
 
 
 class _ResettingServer(LoopbackServer):
