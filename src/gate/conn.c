@@ -1489,6 +1489,13 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
     }
     if (client_ended_with_requests(c, what))
         return;
+    if (c->state == CS_FLUSH && (what & BEV_EVENT_ERROR)) {
+        /* The client failed while what the tunnel starts with was written
+         * to it: its upstream is reset, as by an open tunnel. */
+        note_client_reset(c, what);
+        conn_cut(c);
+        return;
+    }
     if (what & BEV_EVENT_TIMEOUT) {
         /* A client that took nothing for idle_timeout: while a CONNECT's
          * first bytes are checked (or the start of an answer waits for it:

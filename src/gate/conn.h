@@ -241,7 +241,9 @@ void conn_free(struct conn *c);
  * with a reset, as an open tunnel does (tunnel_free()): its client got the
  * 200, perhaps the server's first bytes, and must not take a plain close
  * for the stream's end; also one whose client took nothing for
- * idle_timeout then (on_event). Any other state: conn_free(). */
+ * idle_timeout then (on_event), or failed then (a reset, a failed write:
+ * on_event, connect.c), whose upstream must not take it for a clean end
+ * either. Any other state: conn_free(). */
 void conn_cut(struct conn *c);
 /* True when <c> is between requests or lingering (may be closed at once on shutdown). */
 bool conn_is_idle(const struct conn *c);

@@ -494,7 +494,7 @@ static void hello_answered(struct conn *c, bool retry)
             return;
     }
     if (c->client_reset) {
-        conn_free(c); /* judged; nothing left to carry */
+        conn_cut(c); /* judged; nothing left to carry: the upstream is reset as by a tunnel */
         return;
     }
     open_tunnel(c);
@@ -583,8 +583,9 @@ void connect_on_client_read(struct conn *c)
     }
     if (c->client_reset) {
         /* Nothing is left to carry: no tunnel, no hello upstream. What it
-         * sent passed the check, so the decision is the policy's. */
-        conn_free(c);
+         * sent passed the check, so the decision is the policy's. The
+         * upstream is reset, as an open tunnel's would be (conn_cut()). */
+        conn_cut(c);
         return;
     }
     if (v == PEEK_HELLO)

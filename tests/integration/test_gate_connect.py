@@ -736,6 +736,81 @@ def test_a_client_reset_before_its_200_frees_its_connection(gateway, net, first)
         t.close()
 
 
+class _EndSeer(LoopbackServer):
+    """An origin on 127.0.0.7 that reads until <want> bytes came (setting
+    <took>), sends <reply> once <go> is set, then reads until the gateway
+    closes: <end> says how ("eof": a clean close; "reset"), and <done> is
+    set."""
+
+    def __init__(self, want=0, reply=b""):
+        self.want, self.reply = want, reply
+        self.got = b""
+        self.took = threading.Event()
+        self.go = threading.Event()
+        self.done = threading.Event()
+        self.end = None
+        super().__init__("127.0.0.7")
+
+    def _serve(self, conn):
+        conn.settimeout(20)
+        try:
+            while len(self.got) < self.want:
+                d = conn.recv(65536)
+                if not d:
+                    break
+                self.got += d
+            self.took.set()
+            if self.reply:
+                self.go.wait(10)
+                conn.sendall(self.reply)
+            while conn.recv(65536):
+                pass
+            self.end = "eof"
+        except ConnectionResetError:
+            self.end = "reset"
+        except OSError as e:
+            self.end = repr(e)
+        finally:
+            conn.close()
+            self.done.set()
+
+
+_ALERT = b"\x15\x03\x03\x00\x02\x02\x28"  # a TLS alert: an answer that is no HelloRetryRequest
+
+
+@pytest.mark.parametrize("stage", ["peek", "hello"])
+def test_client_reset_before_its_tunnel_resets_the_upstream(gateway, net, stage):
+    # A client that resets its connection after its 200 but before the
+    # tunnel opened: while its first bytes are awaited (peek), or while the
+    # server's answer to its ClientHello is (hello). Its upstream is reset
+    # too, as by an open tunnel and as the client is when its upstream
+    # fails in those stages: it must not take the client's failure for the
+    # clean end of its stream. Before, it was closed cleanly (a FIN).
+    name = "seer.example.test"
+    hello = _hello_record(name)
+    srv = _EndSeer(want=len(hello), reply=_ALERT) if stage == "hello" else _EndSeer()
+    with srv:
+        gw = gateway(net.policy([{"host": name, "ports": [srv.port], "tier": 0}],
+                                static_extra={name: "127.0.0.7"}))
+        t = connect(gw, "%s:%d" % (name, srv.port))
+        try:
+            assert t.status == 200
+            if stage == "hello":
+                t.sock.sendall(hello)
+                assert srv.took.wait(10), "the ClientHello never went up"
+        finally:
+            _reset(t.sock)
+            t.close()
+        if stage == "hello":
+            time.sleep(0.3)  # the gateway saw the reset before the answer
+            srv.go.set()
+        assert srv.done.wait(15), "the gateway kept the upstream connection"
+        assert srv.end == "reset", srv.end
+        ev, end = gw.decided(method="CONNECT")
+        assert ev["decision"] == "allow", ev
+        assert end["status"] == 200, end
+
+
 def test_sni_oversized_hello_refused(gateway, net):
     # a 20 KB ClientHello (long ALPN list): larger than the parser takes
     gw = gateway(net.policy([tls_rule(net)]))
