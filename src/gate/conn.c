@@ -31,7 +31,6 @@
 
 static void on_read(struct bufferevent *bev, void *arg);
 static void on_write(struct bufferevent *bev, void *arg);
-static void watch_hangup(struct conn *c);
 static void on_event(struct bufferevent *bev, short what, void *arg);
 static void on_head_deadline(evutil_socket_t fd, short what, void *arg);
 
@@ -1247,11 +1246,10 @@ static void on_read(struct bufferevent *bev, void *arg)
     case CS_CONNECT:
         /* Bytes behind a plain request (its body, or the next request) or
          * a CONNECT: they wait in the input until forwarding or the peek
-         * starts. A CONNECT's client, no longer read, is watched for a
-         * hang-up meanwhile (watch_hangup()). */
+         * starts. The client, no longer read, is watched for a hang-up
+         * meanwhile (conn_watch_hangup()). */
         bufferevent_disable(c->client, EV_READ);
-        if (c->ex.is_connect)
-            watch_hangup(c);
+        conn_watch_hangup(c);
         break;
     default:
         break;
@@ -1270,16 +1268,7 @@ static bool client_hung_up(const struct conn *c)
 
 static void on_hangup_check(evutil_socket_t fd, short what, void *arg);
 
-/* The client ended its side after its request (client_half_closed()), or
- * a CONNECT's client sent bytes behind its head while its target is
- * resolved or connected (on_read()): while the exchange waits for its
- * answer, or for its upstream, the client's socket, which is no longer
- * read, is looked at every HANGUP_CHECK_MS for a later close (a unix
- * client that half-closed and then closed: `sluice run`'s relay at the
- * command's end; a unix client's close; a TCP client's reset), which
- * nothing else would tell before the answer (a CONNECT's 200) is
- * written. */
-static void watch_hangup(struct conn *c)
+void conn_watch_hangup(struct conn *c)
 {
     struct timeval tv = timeval_of_ms(HANGUP_CHECK_MS);
     if (c->hangup_timer == NULL &&
@@ -1288,31 +1277,32 @@ static void watch_hangup(struct conn *c)
     evtimer_add(c->hangup_timer, &tv);
 }
 
-/* True while a hang-up of <c>'s client would be seen by watch_hangup()
- * alone: the exchange waits for its upstream (resolving, connecting) or
- * for a plain request's answer, and its client is not read: it ended its
- * side, or (a CONNECT) sent bytes that wait in its input. Once the answer
- * (or a CONNECT's 200) is being written, the writes tell. */
+/* True while a hang-up of <c>'s client would be seen by
+ * conn_watch_hangup() alone: the exchange waits for its upstream
+ * (resolving, connecting) or for a plain request's answer, and its client
+ * is not read: it ended its side, or sent bytes that wait in its input (a
+ * body or a CONNECT's first bytes, come early; a request pipelined behind
+ * a plain one). Once the answer (or a CONNECT's 200) is being written, the
+ * writes tell; while a body is forwarded, its reads do. */
 static bool hangup_unseen(const struct conn *c)
 {
     const struct exchange *ex = &c->ex;
-    if (!ex->active || ex->client_gone || ex->rsp_head_sent)
+    if (!ex->active || ex->client_gone || ex->rsp_head_sent || c->client == NULL)
         return false;
     switch (c->state) {
     case CS_RESOLVE:
     case CS_CONNECT:
-        return ex->client_eof ||
-               (ex->is_connect && !(bufferevent_get_enabled(c->client) & EV_READ));
-    case CS_FORWARD:
-        return ex->client_eof;
+        return ex->client_eof || !(bufferevent_get_enabled(c->client) & EV_READ);
+    case CS_FORWARD: /* a body still going up is read again once held back: its reads tell */
+        return ex->client_eof || (ex->req_done && !(bufferevent_get_enabled(c->client) & EV_READ));
     default:
-        return false;
+        return false; /* a tunnel's client is the tunnel's (c->client NULL) */
     }
 }
 
 /* <c>'s client closed its connection altogether (its socket hung up: a
  * unix client's close, a TCP client's reset), found at its end or by
- * watch_hangup(). A CONNECT not answered yet ends here: nothing could
+ * conn_watch_hangup(). A CONNECT not answered yet ends here: nothing could
  * take its 200 or use its tunnel, so its target is not connected (the
  * resolving or connecting is given up) and what the client sent behind
  * its head goes nowhere; its agent_egress_end says status null, nothing
@@ -1325,6 +1315,7 @@ static void client_left(struct conn *c)
         conn_free(c);
         return;
     }
+    c->ex.keep_alive = false; /* requests it pipelined are not taken up */
     forward_client_gone(c);
 }
 
@@ -1336,7 +1327,7 @@ static void on_hangup_check(evutil_socket_t fd, short what, void *arg)
     if (!hangup_unseen(c))
         return; /* the exchange is over, or its client's socket is read again */
     if (!client_hung_up(c)) {
-        watch_hangup(c);
+        conn_watch_hangup(c);
         return;
     }
     client_left(c);
@@ -1367,7 +1358,7 @@ static bool client_half_closed(struct conn *c, short what)
         if (client_hung_up(c))
             ex->client_gone = true;
         else
-            watch_hangup(c);
+            conn_watch_hangup(c);
         return true;
     }
     if (c->state != CS_RESOLVE && c->state != CS_CONNECT &&
@@ -1397,7 +1388,7 @@ static bool client_half_closed(struct conn *c, short what)
     ex->client_eof = true;
     ex->client_close = true;
     ex->keep_alive = false;
-    watch_hangup(c);
+    conn_watch_hangup(c);
     return true;
 }
 

@@ -59,9 +59,9 @@ struct quota_flow;
  * not read to its end, is read (and what it sends dropped) for at most this
  * long after the gateway ended its side. */
 #define LINGER_MS 2000
-/* A client that ended its side after a plain request is looked at this
- * often, while the gateway waits for the answer, for a hang-up: its close
- * (conn.c, watch_hangup()). */
+/* A client that is not read while the gateway waits for its upstream or a
+ * plain request's answer is looked at this often for a hang-up: its close
+ * or reset (conn_watch_hangup()). */
 #define HANGUP_CHECK_MS 100
 
 enum conn_state {
@@ -180,8 +180,8 @@ struct conn {
     struct bufferevent *up;
     evutil_socket_t up_fd;
     struct tunnel *tunnel;
-    /* HANGUP_CHECK_MS: a half-closed client's close (conn.c, watch_hangup());
-     * owned, made at the first half-close, freed by conn_free() */
+    /* HANGUP_CHECK_MS: an unread client's close (conn_watch_hangup());
+     * owned, made when first needed, freed by conn_free() */
     struct event *hangup_timer;
     /* The head deadline (a response head's too); CONNECT peek window; the
      * wait of CS_HELLO's cut (connect_hello_cut()) */
@@ -283,6 +283,15 @@ bool conn_gate_denies(struct conn *c, enum deny_reason r, bool respond);
  * Not to be called from <c>'s own callbacks. */
 bool conn_redecide(struct conn *c, time_t now);
 uint64_t conn_idle_ms(const struct conn *c);
+/* The client of <c> is no longer read while its exchange waits (it ended
+ * its side, or bytes it sent wait in its input: a body or a CONNECT's
+ * first bytes come early, a request pipelined behind a plain one): its
+ * socket is looked at every HANGUP_CHECK_MS for a close (a unix client's,
+ * which hangs it up) or a TCP client's reset, which nothing else would
+ * tell before the answer (a CONNECT's 200) is written; one found ends or
+ * shortens the exchange (conn.c, client_left()). The look stops by itself
+ * once that no longer holds. */
+void conn_watch_hangup(struct conn *c);
 /* Arms the client's timeouts: reading (when <reading>) for idle_timeout;
  * writing for idle_timeout without progress: a client that keeps taking
  * bytes, however slowly, is kept (gate/drain.h). */

@@ -753,6 +753,7 @@ void forward_on_client_read(struct conn *c)
      * would make the upstream's wait for the answer a step again. */
     if (c->up == NULL || c->ex.req_done) {
         bufferevent_disable(c->client, EV_READ);
+        conn_watch_hangup(c); /* its reset or close, while the answer is awaited */
         return;
     }
     /* A body streaming toward an upstream that takes it: read on past

@@ -1203,9 +1203,11 @@ class SilentUpstream(ScriptedUpstream):
 @pytest.mark.parametrize("unix,how,size", [
     (False, "reset", 0), (False, "reset", 100),
     (True, "close", 0), (True, "close", 100), (True, "close", 4 << 20),
-    (True, "half-close-then-close", 0), (False, "half-close-then-reset", 100)],
+    (True, "half-close-then-close", 0), (False, "half-close-then-reset", 100),
+    (False, "pipelined-then-reset", 0), (True, "pipelined-then-close", 100)],
     ids=["tcp-reset-get", "tcp-reset-post", "unix-close-get", "unix-close-post",
-         "unix-close-upload", "unix-half-close-then-close", "tcp-half-close-then-reset"])
+         "unix-close-upload", "unix-half-close-then-close", "tcp-half-close-then-reset",
+         "tcp-pipelined-then-reset", "unix-pipelined-then-close"])
 def test_client_gone_before_the_answer_ends_the_exchange(gateway, net, unix, how, size):
     # A client that is provably gone while its upstream has not answered: a
     # TCP reset, or a close on the unix socket (the gateway's side hangs up,
@@ -1219,7 +1221,10 @@ def test_client_gone_before_the_answer_ends_the_exchange(gateway, net, unix, how
     # half-closed first (`sluice run`'s relay passes the command's end on
     # so, and closes at its exit) and closes, or resets, once the gateway
     # took that end for a half-close: it waited for the answer, the
-    # client's socket no longer read.
+    # client's socket no longer read. So also when the client pipelined a
+    # second request behind the first, once the gateway had taken the first
+    # up (it reads no further then): its reset or close went unseen, and
+    # the answer was waited for; the second is neither decided nor logged.
     up = SilentUpstream()
     try:
         gw = gateway(net.policy([{"host": "raw.example.test", "ports": [up.port], "tier": 0}],
@@ -1238,6 +1243,10 @@ def test_client_gone_before_the_answer_ends_the_exchange(gateway, net, unix, how
             if how.startswith("half-close"):
                 time.sleep(0.5)  # the gateway took the end for a half-close
                 assert not up.closed.is_set()
+            if how.startswith("pipelined"):
+                s.sendall(build_request("GET", up.url("/next")))
+                time.sleep(0.5)  # read by the gateway, which then stops reading
+                assert not up.closed.is_set()
         finally:
             s.close()
         assert up.got.wait(20), "the request never reached the origin whole"
@@ -1246,6 +1255,7 @@ def test_client_gone_before_the_answer_ends_the_exchange(gateway, net, unix, how
         _, end = gw.decided(path="/gone")
         assert end["status"] is None and end["bytes_down"] == 0, end
         assert end["bytes_up"] == size, end
+        assert gw.events(path="/next") == []
     finally:
         up.stop()
 
