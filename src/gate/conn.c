@@ -1306,12 +1306,16 @@ static bool hangup_unseen(const struct conn *c)
  * take its 200 or use its tunnel, so its target is not connected (the
  * resolving or connecting is given up) and what the client sent behind
  * its head goes nowhere; its agent_egress_end says status null, nothing
- * moved. A plain request still goes upstream whole; its answer is not
- * waited for (forward_client_gone()). */
+ * moved. So does a plain request whose TCP client reset (a TCP socket
+ * hangs up at a reset, never at a FIN alone) before it went up, as a
+ * reset read then does (on_event()). Else a plain request still goes
+ * upstream whole (a unix client's upload written just before its close);
+ * its answer is not waited for (forward_client_gone()). */
 static void client_left(struct conn *c)
 {
     c->ex.client_gone = true;
-    if (c->ex.is_connect) {
+    if (c->ex.is_connect ||
+        (!c->origin.is_unix && (c->state == CS_RESOLVE || c->state == CS_CONNECT))) {
         conn_free(c);
         return;
     }

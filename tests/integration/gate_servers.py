@@ -8,6 +8,7 @@ that Proxy-Authorization never left the gateway. Standard library only.
 import hashlib
 import json
 import random
+import select
 import socket
 import ssl
 import struct
@@ -470,6 +471,62 @@ class FakeDNS:
         self._stop.set()
         self._thread.join(2)
         self.sock.close()
+
+
+class HeldDNS(FakeDNS):
+    """A FakeDNS that holds every answer until <release> is set (at most
+    20 s); <asked> is set at the first question."""
+
+    def __init__(self, ip, names):
+        self.asked = threading.Event()
+        self.release = threading.Event()
+        super().__init__(ip, names)
+
+    def _answer(self, data):
+        self.asked.set()
+        self.release.wait(20)
+        return super()._answer(data)
+
+    def stop(self):
+        self.release.set()
+        super().stop()
+
+
+class HeldName:
+    """slow.example.test, whose answer a HeldDNS on <dns_ip> holds, naming
+    a listener on 127.0.0.7:<port> that no one accepts from, so that what
+    connected to it stays in its queue. <rule> allows it; <servers> is the
+    policy's dns.servers. A context manager."""
+
+    NAME = "slow.example.test"
+
+    def __init__(self, dns_ip):
+        self.dns = HeldDNS(dns_ip, {self.NAME: "127.0.0.7"})
+        self.lst = socket.socket()
+        self.lst.bind(("127.0.0.7", 0))
+        self.lst.listen(4)
+        self.port = self.lst.getsockname()[1]
+        self.rule = {"host": self.NAME, "ports": [self.port], "tier": 0}
+        self.servers = ["%s:%d" % (dns_ip, self.dns.port)]
+
+    def end_then_release(self, gw, **match):
+        """Waits for an agent_egress_end with the answer still held (a
+        generous bound: the answer comes all the same then), releases it,
+        and returns gw.decided(**match) and whether anything connected."""
+        for _ in range(150):
+            if gw.events("agent_egress_end"):
+                break
+            time.sleep(0.02)
+        self.dns.release.set()
+        ev, end = gw.decided(**match)
+        return ev, end, select.select([self.lst], [], [], 0.5)[0] != []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.dns.stop()
+        self.lst.close()
 
 
 class FullListener:

@@ -1,7 +1,6 @@
 """CONNECT tunnels: TLS through the gateway, SNI checks, server-speaks-first
 upstreams, tunnel byte counts."""
 
-import select
 import socket
 import ssl
 import struct
@@ -14,7 +13,7 @@ import pytest
 from conftest import DEAD_IP, DNS_IP
 from gate_client import (ANY, Tunnel, api_rule, assert_denied, connect, curl, open_conn, poll,
                          read_head, recv_until_close, request)
-from gate_servers import BannerServer, FakeDNS, FullListener, LoopbackServer, UpstreamTLS
+from gate_servers import BannerServer, FullListener, HeldName, LoopbackServer, UpstreamTLS
 
 
 def tls_rule(net, **kw):
@@ -350,25 +349,6 @@ def test_client_leaving_while_connecting_is_logged_with_its_wait(gateway, net):
     assert end["status"] == 502 and end["bytes_up"] == 0 and end["ms"] >= 900, end
 
 
-class _HeldDNS(FakeDNS):
-    """A FakeDNS that holds every answer until <release> is set (at most
-    20 s); <asked> is set at the first question."""
-
-    def __init__(self, names):
-        self.asked = threading.Event()
-        self.release = threading.Event()
-        super().__init__(DNS_IP, names)
-
-    def _answer(self, data):
-        self.asked.set()
-        self.release.wait(20)
-        return super()._answer(data)
-
-    def stop(self):
-        self.release.set()
-        super().stop()
-
-
 def _leave(s, how):
     """Ends the client socket <s> as <how> says: "close" (on the unix
     socket, a hang-up), "reset" (TCP), each after a half-close first when
@@ -396,38 +376,21 @@ def test_client_gone_while_its_target_resolves_gets_no_tunnel(gateway, net, unix
     # nothing moved. Before, the close was taken for a half-close, and the
     # reset or close behind such bytes was not seen at all: once the name
     # resolved the gateway connected, sent the bytes up and logged a 200.
-    lst = socket.socket()
-    dns = _HeldDNS({"slow.example.test": "127.0.0.7"})
-    try:
-        lst.bind(("127.0.0.7", 0))
-        lst.listen(4)
-        port = lst.getsockname()[1]
-        gw = gateway(net.policy([{"host": "slow.example.test", "ports": [port], "tier": 0}],
-                                dns_servers=["%s:%d" % (DNS_IP, dns.port)]),
-                     tcp=not unix, unix=unix)
+    with HeldName(DNS_IP) as held:
+        gw = gateway(net.policy([held.rule], dns_servers=held.servers), tcp=not unix, unix=unix)
         s = open_conn(gw)
         try:
-            target = b"slow.example.test:%d" % port
+            target = b"%s:%d" % (held.NAME.encode(), held.port)
             s.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target))
-            assert dns.asked.wait(10), "the gateway never asked for the name"
+            assert held.dns.asked.wait(10), "the gateway never asked for the name"
             if late:
                 s.sendall(late)
         finally:
             _leave(s, how)
-        # the gateway finds its client gone with the answer still held (a
-        # generous bound: then the answer comes all the same)
-        for _ in range(150):
-            if gw.events("agent_egress_end"):
-                break
-            time.sleep(0.02)
-        dns.release.set()
-        ev, end = gw.decided(method="CONNECT")
-        assert (ev["decision"], ev["ip"]) == ("allow", None), ev
-        assert (end["status"], end["bytes_up"], end["bytes_down"]) == (None, 0, 0), end
-        assert select.select([lst], [], [], 0.5)[0] == [], "the gateway connected upstream"
-    finally:
-        dns.stop()
-        lst.close()
+        ev, end, connected = held.end_then_release(gw, method="CONNECT")
+    assert (ev["decision"], ev["ip"]) == ("allow", None), ev
+    assert (end["status"], end["bytes_up"], end["bytes_down"]) == (None, 0, 0), end
+    assert not connected, "the gateway connected upstream"
 
 
 def test_unix_client_gone_while_connecting_is_not_connected(gateway, net):

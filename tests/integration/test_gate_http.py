@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from conftest import policy_yaml
+from conftest import DNS_IP, policy_yaml
 from gate_client import (api_rule, assert_deny_response, build_request, curl, exchange,
                          exchange_until_close, open_conn, poll, proc_number, read_head,
                          read_response, read_responses, recv_until_close, request)
-from gate_servers import LoopbackServer, ScriptedUpstream, pattern_bytes
+from gate_servers import HeldName, LoopbackServer, ScriptedUpstream, pattern_bytes
 
 
 def free_port_v6():
@@ -1258,6 +1258,38 @@ def test_client_gone_before_the_answer_ends_the_exchange(gateway, net, unix, how
         assert gw.events(path="/next") == []
     finally:
         up.stop()
+
+
+@pytest.mark.parametrize("how", ["pipelined-then-reset", "half-close-then-reset"])
+def test_client_reset_while_its_target_resolves_sends_nothing_up(gateway, net, how):
+    # A TCP client that resets its connection while its target is still
+    # being resolved, once it is no longer read (it pipelined a second
+    # request, or half-closed): its reset is found by the hang-up look, and
+    # ends the exchange as a reset read then does: nothing is connected or
+    # sent up, status null. Before, the gateway took it for a close, as on
+    # the unix socket, connected once the name resolved and sent the
+    # request to an origin whose answer nobody could read (and, pipelined,
+    # missed the reset altogether before the previous change).
+    with HeldName(DNS_IP) as held:
+        gw = gateway(net.policy([held.rule], dns_servers=held.servers))
+        url = "http://%s:%d" % (held.NAME, held.port)
+        s = open_conn(gw)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        try:
+            s.sendall(build_request("GET", url + "/first"))
+            assert held.dns.asked.wait(10), "the gateway never asked for the name"
+            if how.startswith("pipelined"):
+                s.sendall(build_request("GET", url + "/next"))
+            else:
+                s.shutdown(socket.SHUT_WR)
+            time.sleep(0.3)  # read by the gateway, which then stops reading
+        finally:
+            s.close()
+        ev, end, connected = held.end_then_release(gw, path="/first")
+        assert gw.events(path="/next") == []
+    assert (ev["decision"], ev["ip"]) == ("allow", None), ev
+    assert (end["status"], end["bytes_up"], end["bytes_down"]) == (None, 0, 0), end
+    assert not connected, "the gateway connected upstream"
 
 
 def test_pipelined_requests_answered_in_order(gateway, net):
