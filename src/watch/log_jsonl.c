@@ -521,38 +521,54 @@ static int make_event(struct log_jsonl *l)
     l->wev = NULL;
     l->pollable = epoll_takes(l->fd);
     struct stat st;
-    l->is_pipe = fstat(l->fd, &st) == 0 && S_ISFIFO(st.st_mode);
+    bool known = fstat(l->fd, &st) == 0;
+    l->is_pipe = known && S_ISFIFO(st.st_mode);
+    l->is_sock = known && S_ISSOCK(st.st_mode);
     l->wev =
         event_new(l->base, l->pollable ? l->fd : -1, l->pollable ? EV_WRITE : 0, on_writable, l);
     return l->wev != NULL ? 0 : -1;
 }
 
+/* A socket cannot be opened by name (ENXIO). A <path> that names the
+ * socket on standard output (/dev/stdout, /dev/fd/1: systemd's
+ * StandardOutput=journal is one) is written through that descriptor, as
+ * `--log -` is (with send(MSG_DONTWAIT): it stays blocking for the others
+ * who share it). Returns the new descriptor, or -1 with errno ENXIO. */
+static int stdout_socket(const char *path)
+{
+    struct stat want, have;
+    int fd = -1;
+    if (stat(path, &want) == 0 && S_ISSOCK(want.st_mode) && fstat(STDOUT_FILENO, &have) == 0 &&
+        S_ISSOCK(have.st_mode) && have.st_dev == want.st_dev && have.st_ino == want.st_ino)
+        fd = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
+    if (fd < 0)
+        errno = ENXIO;
+    return fd;
+}
+
 static int open_path(const struct log_jsonl *l)
 {
     int flags = O_WRONLY | O_CREAT | O_APPEND | O_NONBLOCK | O_CLOEXEC;
-    if (l->flags & LOG_JSONL_NO_LINKS)
-        return open_no_links(l->path, flags, 0640);
-    return open(l->path, flags, 0640);
+    int fd = (l->flags & LOG_JSONL_NO_LINKS) ? open_no_links(l->path, flags, 0640)
+                                             : open(l->path, flags, 0640);
+    if (fd < 0 && errno == ENXIO)
+        return stdout_socket(l->path);
+    return fd;
 }
 
 /* Standard output without making the descriptor we share with the parent
  * non-blocking: a regular file never blocks, so it is used as is; a pipe or
  * terminal is reopened through /proc for a private open file description;
  * a socket is written with MSG_DONTWAIT. */
-static int open_stdout(bool *is_sock)
+static int open_stdout(void)
 {
     struct stat st;
     int fd;
 
-    *is_sock = false;
     if (fstat(STDOUT_FILENO, &st) < 0)
         return -1;
-    if (S_ISREG(st.st_mode))
+    if (S_ISREG(st.st_mode) || S_ISSOCK(st.st_mode))
         return fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
-    if (S_ISSOCK(st.st_mode)) {
-        *is_sock = true;
-        return fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
-    }
     fd = open("/proc/self/fd/1", O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC);
     if (fd >= 0)
         return fd;
@@ -602,7 +618,7 @@ struct log_jsonl *log_jsonl_open(struct event_base *base, const char *path, unsi
         goto nomem;
     if ((l->pending = evbuffer_new()) == NULL)
         goto nomem;
-    l->fd = std ? open_stdout(&l->is_sock) : open_path(l);
+    l->fd = std ? open_stdout() : open_path(l);
     if (l->fd < 0) {
         *err = errmsg(std ? "standard output" : path, open_failure(l, errno, false), errno);
         goto err;

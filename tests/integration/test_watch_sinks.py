@@ -886,29 +886,40 @@ def test_a_log_that_cannot_be_written(gateway, net, tmp_path):
     assert "[warn]" not in err, err
 
 
+def _serve_with_stdout(sluice_bin, net, tmp_path, log, stdout, stderr):
+    """`sluice serve --log LOG` with standard output <stdout> (not the
+    gateway fixture's file); returns (process, an object request() takes)
+    once it listens or has exited."""
+    pol = tmp_path / "p.yaml"
+    pol.write_text(policy_yaml(net.policy(rules(net, tier=1))))
+    port = free_tcp_port()
+    p = subprocess.Popen([sluice_bin, "serve", "--policy", str(pol), "--listen",
+                          "127.0.0.1:%d" % port, "--log", log],
+                         stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr)
+
+    def up():
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return True
+        except OSError:
+            return p.poll() is not None
+    try:
+        poll(up, timeout=15, what="sluice to listen")
+    except AssertionError:
+        p.kill()
+        p.wait()
+        raise
+    return p, type("Gw", (), {"host": "127.0.0.1", "port": port})()
+
+
 def test_lines_behind_a_slow_reader_are_written_at_exit(sluice_bin, net, tmp_path):
     # `--log -` into a pipe whose reader takes nothing for a while: requests
     # go on (the loop never waits for the log), the lines wait in memory,
     # and at SIGTERM serve waits for the reader up to --grace (5 s by
     # default; it gave up after 2 s before, and the lines were lost)
-    pol = tmp_path / "p.yaml"
-    pol.write_text(policy_yaml(net.policy(rules(net, tier=1))))
-    port = free_tcp_port()
-    p = subprocess.Popen([sluice_bin, "serve", "--policy", str(pol), "--listen",
-                          "127.0.0.1:%d" % port, "--log", "-"],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
+    p, gw = _serve_with_stdout(sluice_bin, net, tmp_path, "-", subprocess.PIPE, subprocess.PIPE)
     n = 60  # about 270 KB of lines: more than the pipe holds
     try:
-        gw = type("Gw", (), {"host": "127.0.0.1", "port": port})()
-
-        def up():
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                return True
-            except OSError:
-                return p.poll() is not None
-        poll(up, timeout=15, what="sluice to listen")
         assert p.poll() is None, p.stderr.read()
         for i in range(n):
             path = "/behind/%d/%s" % (i, "x" * 2000)
@@ -925,6 +936,46 @@ def test_lines_behind_a_slow_reader_are_written_at_exit(sluice_bin, net, tmp_pat
     assert "not written at exit" not in err, err
     events = [json.loads(line)["event"] for line in out.decode().splitlines()]
     assert events.count("agent_egress") == n and events.count("agent_egress_end") == n, err
+
+
+def test_log_named_dev_stdout_on_a_socket(sluice_bin, net, tmp_path):
+    # `--log /dev/stdout` (or /dev/fd/1) where standard output is a socket,
+    # as systemd's StandardOutput=journal makes it: a socket cannot be
+    # opened by name (ENXIO), and serve exited 2 with "cannot open log: No
+    # such device or address"; it writes to the descriptor it was given, as
+    # `--log -` does, and goes on doing so after a SIGHUP (the reopen)
+    ours, theirs = socket.socketpair()
+    errf = open(tmp_path / "err.txt", "wb")
+    p, gw = _serve_with_stdout(sluice_bin, net, tmp_path, "/dev/stdout", theirs, errf)
+    theirs.close()
+    got = b""
+    try:
+        assert p.poll() is None, (tmp_path / "err.txt").read_text()
+        assert request(gw, "GET", net.url("/before")).status == 200
+        p.send_signal(signal.SIGHUP)
+        poll(lambda: "sluice: reloaded" in (tmp_path / "err.txt").read_text(), timeout=10,
+             what="the reload to be told")
+        assert request(gw, "GET", net.url("/after")).status == 200
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=30) == 0
+        ours.settimeout(10)
+        for _ in range(1000):
+            d = ours.recv(65536)
+            if not d:
+                break
+            got += d
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        ours.close()
+        errf.close()
+    err = (tmp_path / "err.txt").read_text()
+    lines = [json.loads(line) for line in got.decode().splitlines()]
+    assert [(e["event"], e.get("path")) for e in lines] == [
+        ("agent_egress", "/before"), ("agent_egress_end", None),
+        ("agent_egress", "/after"), ("agent_egress_end", None)], (lines, err)
+    assert "cannot reopen" not in err, err
 
 
 def test_healthz_ok_while_logs_are_written(gateway, net, tmp_path):
