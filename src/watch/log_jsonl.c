@@ -14,11 +14,13 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/event.h>
+#include <linux/magic.h>
 
 #include "util/open_nolinks.h"
 #include "util/units.h"
@@ -38,6 +40,7 @@ struct log_jsonl {
     int fd;
     bool is_sock;  /* write with send(MSG_DONTWAIT) */
     bool is_pipe;  /* a pipe or FIFO: written PIPE_BUF at most at a time (pipe_piece) */
+    bool is_fifo;  /* a named FIFO, whose reader can come back after it left (EPIPE) */
     bool pollable; /* epoll takes it (a pipe, socket or terminal): EV_WRITE works */
     bool broken;   /* the reader is gone (EPIPE): drop from now on */
     bool reported;
@@ -429,7 +432,10 @@ static int drain(struct log_jsonl *l)
             int e = errno;
             l->write_errno = e;
             report(l, "write failed", e);
-            if (e == EPIPE || e == EBADF || e == ECONNRESET) {
+            /* An anonymous pipe or a socket whose reader is gone gets no
+             * other; a named FIFO does when its reader opens it again (a
+             * log shipper restarted): its lines wait, as on a full disk. */
+            if ((e == EPIPE && !l->is_fifo) || e == EBADF || e == ECONNRESET) {
                 l->broken = true;
                 drop_pending(l);
             }
@@ -524,6 +530,8 @@ static int make_event(struct log_jsonl *l)
     bool known = fstat(l->fd, &st) == 0;
     l->is_pipe = known && S_ISFIFO(st.st_mode);
     l->is_sock = known && S_ISSOCK(st.st_mode);
+    struct statfs fs;
+    l->is_fifo = l->is_pipe && fstatfs(l->fd, &fs) == 0 && fs.f_type != PIPEFS_MAGIC;
     l->wev =
         event_new(l->base, l->pollable ? l->fd : -1, l->pollable ? EV_WRITE : 0, on_writable, l);
     return l->wev != NULL ? 0 : -1;
@@ -826,7 +834,7 @@ size_t log_jsonl_pending_bytes(const struct log_jsonl *l)
 
 const char *log_jsonl_error(const struct log_jsonl *l)
 {
-    if (l->broken)
+    if (l->broken || l->write_errno == EPIPE)
         return "its reader is gone";
     return l->write_errno != 0 ? strerror(l->write_errno) : NULL;
 }

@@ -724,6 +724,43 @@ static void test_reader_gone(void **state)
     event_base_free(base);
 }
 
+/* A named FIFO whose reader leaves can get another (a log shipper that
+ * restarts and opens it again): EPIPE there is not the end, as on an
+ * anonymous pipe. The lines wait, the error is told, and once a reader is
+ * back they are written, in order, none dropped. */
+static void test_fifo_reader_that_comes_back(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char path[128], *err = NULL;
+    snprintf(path, sizeof(path), "%s/decisions.fifo", tmpdir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    int rd = open(path, O_RDONLY | O_NONBLOCK);
+    assert_true(rd >= 0);
+    struct log_jsonl *l = log_jsonl_open(base, path, 0, &err);
+    assert_non_null(l);
+    struct egress_event ev = spec_egress();
+    char buf[4096];
+    log_jsonl_on_event(&ev, l);
+    assert_int_equal(read(rd, buf, sizeof(buf)), (ssize_t)strlen(spec_line1));
+    close(rd); /* the reader is gone */
+    log_jsonl_on_event(&ev, l);
+    log_jsonl_on_event(&ev, l);
+    assert_int_equal(log_jsonl_dropped(l), 0);
+    assert_int_equal(log_jsonl_pending_bytes(l), 2 * strlen(spec_line1));
+    assert_string_equal(log_jsonl_error(l), "its reader is gone");
+    rd = open(path, O_RDONLY | O_NONBLOCK); /* and back */
+    assert_true(rd >= 0);
+    assert_int_equal(log_jsonl_flush(l, 1000), 0);
+    assert_null(log_jsonl_error(l));
+    assert_int_equal(read(rd, buf, sizeof(buf)), (ssize_t)(2 * strlen(spec_line1)));
+    assert_memory_equal(buf + strlen(spec_line1), spec_line1, strlen(spec_line1));
+    assert_int_equal(log_jsonl_dropped(l), 0);
+    close(rd);
+    log_jsonl_close(l);
+    event_base_free(base);
+}
+
 /* A device that refuses every write (ENOSPC): lines wait, the error is
  * told, its retries go through a timer (epoll refuses /dev/full), and a
  * log that is not failing tells nothing. */
@@ -952,6 +989,7 @@ int main(void)
         cmocka_unit_test(test_pending_cap_and_flush),
         cmocka_unit_test(test_no_links),
         cmocka_unit_test(test_reader_gone),
+        cmocka_unit_test(test_fifo_reader_that_comes_back),
         cmocka_unit_test(test_disk_full),
         cmocka_unit_test(test_hung_up_terminal_is_retried_by_a_timer),
         cmocka_unit_test(test_reopen_after_a_partial_line),
