@@ -23,6 +23,7 @@
 #include <linux/magic.h>
 
 #include "util/open_nolinks.h"
+#include "util/stderr_relay.h"
 #include "util/units.h"
 #include "util/utf8.h"
 
@@ -537,31 +538,51 @@ static int make_event(struct log_jsonl *l)
     return l->wev != NULL ? 0 : -1;
 }
 
-/* A socket cannot be opened by name (ENXIO). A <path> that names the
- * socket on standard output (/dev/stdout, /dev/fd/1: systemd's
- * StandardOutput=journal is one) is written through that descriptor, as
- * `--log -` is (with send(MSG_DONTWAIT): it stays blocking for the others
- * who share it). Returns the new descriptor, or -1 with errno ENXIO. */
-static int stdout_socket(const char *path)
+/* Standard output or the original standard error, when <st> is the file
+ * or socket it has open, else -1. */
+static int inherited_fd(const struct stat *st)
 {
-    struct stat want, have;
-    int fd = -1;
-    if (stat(path, &want) == 0 && S_ISSOCK(want.st_mode) && fstat(STDOUT_FILENO, &have) == 0 &&
-        S_ISSOCK(have.st_mode) && have.st_dev == want.st_dev && have.st_ino == want.st_ino)
-        fd = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
-    if (fd < 0)
-        errno = ENXIO;
-    return fd;
+    int fds[] = {STDOUT_FILENO, stderr_relay_original()};
+    for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++) {
+        struct stat have;
+        if (fstat(fds[i], &have) == 0 && have.st_dev == st->st_dev && have.st_ino == st->st_ino)
+            return fds[i];
+    }
+    return -1;
 }
 
+/* Opens the log's path. One that names the regular file or the socket
+ * standard output or error has open (/dev/stdout, /dev/fd/1, a file `>` or
+ * systemd's StandardOutput= opened) is written through that descriptor's
+ * open file description, as `--log -` is: a socket cannot be opened by name
+ * (ENXIO; systemd's StandardOutput=journal is one), and a description of
+ * its own, with an offset of its own, would write over what the other
+ * writes (standard error with `2>&1`: a message landed on a log line). */
 static int open_path(const struct log_jsonl *l)
 {
     int flags = O_WRONLY | O_CREAT | O_APPEND | O_NONBLOCK | O_CLOEXEC;
     int fd = (l->flags & LOG_JSONL_NO_LINKS) ? open_no_links(l->path, flags, 0640)
                                              : open(l->path, flags, 0640);
-    if (fd < 0 && errno == ENXIO)
-        return stdout_socket(l->path);
-    return fd;
+    struct stat st;
+    if (fd < 0) {
+        int e = errno;
+        if (e != ENXIO || stat(l->path, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+            errno = e;
+            return -1;
+        }
+    }
+    if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)))
+        return fd;
+    int shared = inherited_fd(&st);
+    int dup = shared >= 0 ? fcntl(shared, F_DUPFD_CLOEXEC, 3) : -1;
+    if (dup < 0) {
+        if (fd < 0)
+            errno = ENXIO;
+        return fd;
+    }
+    if (fd >= 0)
+        close(fd);
+    return dup;
 }
 
 /* Standard output without making the descriptor we share with the parent

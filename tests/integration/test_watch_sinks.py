@@ -938,6 +938,22 @@ def test_lines_behind_a_slow_reader_are_written_at_exit(sluice_bin, net, tmp_pat
     assert events.count("agent_egress") == n and events.count("agent_egress_end") == n, err
 
 
+def _around_a_reload(p, gw, net, said):
+    """A request, a SIGHUP (the reload told: <said>() returns standard
+    error's text), a request, a SIGTERM and a clean exit."""
+    assert p.poll() is None, said()
+    assert request(gw, "GET", net.url("/before")).status == 200
+    p.send_signal(signal.SIGHUP)
+    poll(lambda: "sluice: reloaded" in said(), timeout=10, what="the reload to be told")
+    assert request(gw, "GET", net.url("/after")).status == 200
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=30) == 0, said()
+
+
+RELOADED_LINES = [("agent_egress", "/before"), ("agent_egress_end", None),
+                  ("agent_egress", "/after"), ("agent_egress_end", None)]
+
+
 def test_log_named_dev_stdout_on_a_socket(sluice_bin, net, tmp_path):
     # `--log /dev/stdout` (or /dev/fd/1) where standard output is a socket,
     # as systemd's StandardOutput=journal makes it: a socket cannot be
@@ -950,14 +966,7 @@ def test_log_named_dev_stdout_on_a_socket(sluice_bin, net, tmp_path):
     theirs.close()
     got = b""
     try:
-        assert p.poll() is None, (tmp_path / "err.txt").read_text()
-        assert request(gw, "GET", net.url("/before")).status == 200
-        p.send_signal(signal.SIGHUP)
-        poll(lambda: "sluice: reloaded" in (tmp_path / "err.txt").read_text(), timeout=10,
-             what="the reload to be told")
-        assert request(gw, "GET", net.url("/after")).status == 200
-        p.send_signal(signal.SIGTERM)
-        assert p.wait(timeout=30) == 0
+        _around_a_reload(p, gw, net, (tmp_path / "err.txt").read_text)
         ours.settimeout(10)
         for _ in range(1000):
             d = ours.recv(65536)
@@ -972,10 +981,31 @@ def test_log_named_dev_stdout_on_a_socket(sluice_bin, net, tmp_path):
         errf.close()
     err = (tmp_path / "err.txt").read_text()
     lines = [json.loads(line) for line in got.decode().splitlines()]
-    assert [(e["event"], e.get("path")) for e in lines] == [
-        ("agent_egress", "/before"), ("agent_egress_end", None),
-        ("agent_egress", "/after"), ("agent_egress_end", None)], (lines, err)
+    assert [(e["event"], e.get("path")) for e in lines] == RELOADED_LINES, (lines, err)
     assert "cannot reopen" not in err, err
+
+
+def test_log_named_dev_stdout_shares_a_file_with_standard_error(sluice_bin, net, tmp_path):
+    # `--log /dev/stdout > FILE 2>&1` (or systemd's StandardOutput=file:):
+    # standard output and error are one open file, one offset. The log
+    # opened a second description of that file, O_APPEND, with its own
+    # offset: standard error's next message (the reload's) was written at
+    # the old offset, over the first decision line. The log now writes
+    # through standard output's description, as `--log -` does
+    out = tmp_path / "out.txt"
+    f = open(out, "wb")  # truncating, not appending, as `>` and file: open it
+    p, gw = _serve_with_stdout(sluice_bin, net, tmp_path, "/dev/stdout", f, subprocess.STDOUT)
+    try:
+        _around_a_reload(p, gw, net, lambda: out.read_bytes().decode("utf-8", "replace"))
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        f.close()
+    text = out.read_text()
+    lines = [json.loads(line) for line in text.splitlines() if not line.startswith("sluice")]
+    assert [(e["event"], e.get("path")) for e in lines] == RELOADED_LINES, text
+    assert "sluice: serving " in text and "sluice: reloaded " in text, text
 
 
 def test_healthz_ok_while_logs_are_written(gateway, net, tmp_path):
