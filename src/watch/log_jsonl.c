@@ -614,12 +614,18 @@ static int open_stdout(void)
 }
 
 /* What a failed open (or, with <reopen>, reopen) with errno <e> says: ELOOP
- * under LOG_JSONL_NO_LINKS is a refusal, not a loop of links. */
+ * under LOG_JSONL_NO_LINKS is a refusal, not a loop of links; ENXIO on a
+ * FIFO is one that no one has open for reading (opened O_NONBLOCK, so as
+ * not to wait for a reader for ever). */
 static const char *open_failure(const struct log_jsonl *l, int e, bool reopen)
 {
+    struct stat st;
     if (e == ELOOP && (l->flags & LOG_JSONL_NO_LINKS))
         return reopen ? "cannot reopen (a symbolic link on its path is refused)"
                       : "cannot open log (a symbolic link on its path is refused)";
+    if (e == ENXIO && l->path != NULL && stat(l->path, &st) == 0 && S_ISFIFO(st.st_mode))
+        return reopen ? "cannot reopen (a FIFO no one reads: start its reader first)"
+                      : "cannot open log (a FIFO no one reads: start its reader first)";
     return reopen ? "cannot reopen" : "cannot open log";
 }
 
@@ -649,7 +655,8 @@ struct log_jsonl *log_jsonl_open(struct event_base *base, const char *path, unsi
         goto nomem;
     l->fd = std ? open_stdout() : open_path(l);
     if (l->fd < 0) {
-        *err = errmsg(std ? "standard output" : path, open_failure(l, errno, false), errno);
+        int e = errno;
+        *err = errmsg(std ? "standard output" : path, open_failure(l, e, false), e);
         goto err;
     }
     if (make_event(l) < 0 || (l->fev = event_new(base, -1, 0, on_flush, l)) == NULL ||

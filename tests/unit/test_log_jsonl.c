@@ -478,6 +478,30 @@ static void test_open_fails(void **state)
     event_base_free(base);
 }
 
+/* Makes the FIFO <name> in the test's folder, its path in <path>. */
+static void make_fifo(const char *name, char *path, size_t cap)
+{
+    snprintf(path, cap, "%s/%s", tmpdir, name);
+    assert_int_equal(mkfifo(path, 0600), 0);
+}
+
+/* A FIFO no one reads cannot be opened without waiting (ENXIO): the
+ * error says so, not only "No such device or address". */
+static void test_fifo_without_reader_is_named(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char path[128], *err = NULL;
+    make_fifo("unread.fifo", path, sizeof(path));
+    struct log_jsonl *l = log_jsonl_open(base, path, 0, &err);
+    assert_null(l);
+    assert_non_null(err);
+    assert_non_null(strstr(err, "unread.fifo: cannot open log (a FIFO no one reads: start its "
+                                "reader first): No such device or address"));
+    free(err);
+    event_base_free(base);
+}
+
 /* LOG_JSONL_NO_LINKS (run's log and alerts files): a symbolic link as the
  * file or as a folder on its way is refused, at the open and at a reopen,
  * and nothing is created at the link's target. */
@@ -733,8 +757,7 @@ static void test_fifo_reader_that_comes_back(void **state)
     (void)state;
     struct event_base *base = event_base_new();
     char path[128], *err = NULL;
-    snprintf(path, sizeof(path), "%s/decisions.fifo", tmpdir);
-    assert_int_equal(mkfifo(path, 0600), 0);
+    make_fifo("decisions.fifo", path, sizeof(path));
     int rd = open(path, O_RDONLY | O_NONBLOCK);
     assert_true(rd >= 0);
     struct log_jsonl *l = log_jsonl_open(base, path, 0, &err);
@@ -984,6 +1007,7 @@ int main(void)
         cmocka_unit_test(test_file_writes_end_at_a_line),
         cmocka_unit_test(test_truncated_file_gets_a_cut_line_whole),
         cmocka_unit_test(test_open_fails),
+        cmocka_unit_test(test_fifo_without_reader_is_named),
         cmocka_unit_test(test_pipe_never_blocks),
         cmocka_unit_test(test_pipe_gets_whole_lines_up_to_pipe_buf),
         cmocka_unit_test(test_pending_cap_and_flush),
