@@ -33,6 +33,7 @@
 #include "util/privdrop.h"
 #include "util/stop_signals.h"
 #include "util/stderr_relay.h"
+#include "util/std_fds.h"
 #include "util/units.h"
 
 #define SERVE_MAX_LISTENS 32
@@ -245,6 +246,30 @@ static void warn_unreachable_files(const struct serve_args *a)
     }
 }
 
+/* Standard output that serve's caller left closed is /dev/null
+ * (std_fds_ensure()): a decision log written there, by default, with
+ * `--log -` or a path naming it (/dev/stdout), would go nowhere without a
+ * word. */
+static void warn_closed_stdout(const struct serve_args *a)
+{
+    struct stat out, st;
+    if (!(std_fds_closed() & (1u << STDOUT_FILENO)) || fstat(STDOUT_FILENO, &out) != 0)
+        return;
+    const char *files[] = {a->log, a->alerts};
+    const char *what[] = {"decision log goes", "alerts go"};
+    for (size_t i = 0; i < 2; i++) {
+        const char *f = files[i];
+        bool to_out = f == NULL ? i == 0 : strcmp(f, "-") == 0;
+        if (f != NULL && !to_out && strcmp(f, "/dev/null") != 0 && stat(f, &st) == 0)
+            to_out = st.st_dev == out.st_dev && st.st_ino == out.st_ino;
+        if (to_out)
+            fprintf(stderr,
+                    "sluice serve: warning: standard output was closed when serve started: the "
+                    "%s to /dev/null; name a file with --%s\n",
+                    what[i], i == 0 ? "log" : "alerts");
+    }
+}
+
 static int serve_main(int argc, char **argv)
 {
     struct serve_args *a = calloc(1, sizeof(*a));
@@ -296,6 +321,7 @@ static int serve_main(int argc, char **argv)
      * TSYNC, covers the relay's thread too. */
     if (stderr_relay_start(err, sizeof(err)) < 0)
         fprintf(stderr, "sluice serve: warning: %s; its messages may block the gateway\n", err);
+    warn_closed_stdout(a);
     struct gateway *gw = gateway_new(&cfg, p, err, sizeof(err));
     /* What is pending goes to its handler. Blocked by serve's caller, they
      * would never come: no SIGTERM would stop serve, no SIGHUP reload it,

@@ -5,6 +5,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+static unsigned closed_at_start;
+
 int std_fds_ensure(void)
 {
     for (int fd = 0; fd <= 2; fd++) {
@@ -15,6 +17,7 @@ int std_fds_ensure(void)
         int nul = open("/dev/null", O_RDWR);
         if (nul < 0)
             return -1;
+        closed_at_start |= 1u << fd;
         if (nul != fd) {
             int r = dup2(nul, fd);
             close(nul);
@@ -23,4 +26,9 @@ int std_fds_ensure(void)
         }
     }
     return 0;
+}
+
+unsigned std_fds_closed(void)
+{
+    return closed_at_start;
 }

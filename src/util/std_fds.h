@@ -15,4 +15,8 @@
  * so on a closed standard error: it exits). */
 int std_fds_ensure(void);
 
+/* Which of descriptors 0-2 std_fds_ensure() found closed (and opened on
+ * /dev/null): bit N for descriptor N. */
+unsigned std_fds_closed(void);
+
 #endif

@@ -405,6 +405,28 @@ def test_sigterm_exits_0_and_log_complete(gateway, net):
         assert f.read().endswith(b"\n")
 
 
+@pytest.mark.parametrize("log", ["-", "/dev/stdout"])
+def test_log_to_a_standard_output_that_was_closed_is_warned_about(gateway, net, log):
+    # serve started with standard output closed (`>&-`, a supervisor that
+    # closes it) gets /dev/null there (so that no descriptor it opens takes
+    # number 1): its decision log, by default or with `--log -`, then went
+    # nowhere without a word
+    gw = gateway(net.policy([api_rule(net)]), args=["--log", log],
+                 prefix=["sh", "-c", 'exec "$@" >&-', "sh"])
+    assert request(gw, "GET", net.url("/nowhere")).status == 200
+    gw.stop()
+    assert ("sluice serve: warning: standard output was closed when serve started: the "
+            "decision log goes to /dev/null; name a file with --log") in gw.stderr(), gw.stderr()
+
+
+def test_log_file_with_a_closed_standard_output_is_not_warned_about(gateway, net):
+    gw = gateway(net.policy([api_rule(net)]), prefix=["sh", "-c", 'exec "$@" >&-', "sh"])
+    assert request(gw, "GET", net.url("/file")).status == 200
+    gw.stop()
+    assert "standard output was closed" not in gw.stderr(), gw.stderr()
+    assert len(gw.log_lines()) == 2
+
+
 def test_sigint_exits_0(gateway, net):
     gw = gateway(net.policy([api_rule(net)]))
     assert request(gw, "GET", net.url("/i")).status == 200
