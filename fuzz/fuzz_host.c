@@ -3,7 +3,10 @@
  * canonical text of the address (IPs); normalising it again gives the same
  * result (a fixed point); a failure always says why; a pattern matches what
  * it names and never its own wildcard suffix; a wildcard "*.X" is accepted
- * only when "X" is, as the same name. */
+ * only when "X" is, as the same name; the case of ASCII letters changes
+ * nothing (the same host, or refused alike), nor does one more trailing
+ * dot after a name; host_sent_names() says the input names its normal form
+ * exactly when the input is ASCII. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,16 +76,56 @@ static void check_pattern(const struct host_pattern *p)
         abort();
 }
 
+/* The input <s> (<len> bytes) gave <rc> and, when 0, <h>: spelt with its
+ * ASCII letters in the other case it gives the same, and a name spelt with
+ * one more trailing dot is the same name. */
+static void check_spellings(const char *s, size_t len, int rc, const struct host *h)
+{
+    struct host other;
+    const char *why = NULL;
+    char *alt = malloc(len + 1);
+    if (alt == NULL)
+        return;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        alt[i] = (c >= 'a' && c <= 'z')   ? (char)(c - 'a' + 'A')
+                 : (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a')
+                                          : c;
+    }
+    if (host_normalise(alt, len, &other, &why) != rc)
+        abort();
+    if (rc == 0 && (other.kind != h->kind || strcmp(other.name, h->name) != 0))
+        abort();
+    if (rc == 0 && h->kind == HOST_NAME && s[len - 1] != '.') {
+        memcpy(alt, s, len);
+        alt[len] = '.';
+        if (host_normalise(alt, len + 1, &other, &why) != 0 || other.kind != HOST_NAME ||
+            strcmp(other.name, h->name) != 0)
+            abort();
+    }
+    if (rc == 0) {
+        bool ascii = true;
+        for (size_t i = 0; i < len; i++)
+            ascii = ascii && (unsigned char)s[i] < 0x80;
+        if (host_sent_names(s, len, h) != ascii)
+            abort();
+    }
+    free(alt);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct host h;
     struct host_pattern p;
     const char *why = NULL;
 
-    if (host_normalise((const char *)data, size, &h, &why) == 0)
+    int rc = host_normalise((const char *)data, size, &h, &why);
+    if (rc == 0)
         check_host(&h);
     else if (why == NULL || why[0] == '\0')
         abort();
+    if (size > 0 && size < 1024)
+        check_spellings((const char *)data, size, rc, &h);
 
     if (size < 2048) {
         char *buf = malloc(size + 1);
