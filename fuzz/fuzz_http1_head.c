@@ -4,7 +4,9 @@
  * target host holds only the allowed bytes, a strict prefix of a complete
  * head is incomplete, the head written upstream (or back to the client)
  * parses again with the same framing and never carries
- * Proxy-Authorization, a split Host is its host then ":port" or
+ * Proxy-Authorization, the head written upstream carries the client's Host
+ * value as it came or (HTTP/1.0 without one) the target's host and port,
+ * a split Host is its host then ":port" or
  * nothing, and the end of a head found in pieces is where one scan finds
  * it; a relayed response carries at most one Transfer-Encoding, without
  * empty list elements or identity; other_coding says whether a coding
@@ -140,6 +142,24 @@ static void check_split_host(const char *v, size_t len)
     check(p == port && (port != 0 || len == hlen + 1));
 }
 
+/* The Host an origin reads in <up>, the head written upstream for req:
+ * req's own value, byte for byte, or one built from its target. */
+static void check_upstream_host(const struct http_request *up)
+{
+    check(up->host_header != NULL);
+    if (req.host_header != NULL) {
+        check(up->host_header_len == req.host_header_len &&
+              memcmp(up->host_header, req.host_header, req.host_header_len) == 0);
+        return;
+    }
+    const char *h = NULL;
+    size_t hlen = 0, tl = strlen(req.host), b = req.host_ipv6 ? 1 : 0;
+    uint16_t port = 1;
+    check(http1_split_host(up->host_header, up->host_header_len, &h, &hlen, &port) == 0);
+    check(hlen == tl + 2 * b && memcmp(h + b, req.host, tl) == 0);
+    check(port == (req.port == 80 ? 0 : req.port));
+}
+
 static void check_request(const char *buf, size_t len)
 {
     const char *why = NULL;
@@ -201,6 +221,7 @@ static void check_request(const char *buf, size_t len)
     check(again.chunked == req.chunked);
     check(again.conn_close);
     check(again.proxy_authorization == NULL);
+    check_upstream_host(&again);
     check(!has_header(again.headers, again.nheaders, "proxy-authorization"));
     check(!has_header(again.headers, again.nheaders, "proxy-connection"));
     evbuffer_free(out);
