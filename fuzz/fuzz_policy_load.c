@@ -4,7 +4,10 @@
  * hostile text), and names a line within the input (or none); a policy
  * that loads has every rule in tier 0-3, with at least one port, sorted
  * and unique, a pattern, its own index, and an owner and an expiry date
- * when it is tier 3, a line within the input; the lookup index finds
+ * when it is tier 3, a line within the input, a pattern that is its own
+ * normal form (a host rule's the text of its host, "*." before it for a
+ * wildcard, and parsed again the same kind and host; a cidr: rule's the
+ * text of its network, parsed again the same); the lookup index finds
  * every rule under its own key (an exact rule under its host, a wildcard
  * rule under its suffix, a cidr: rule at its prefix length for its
  * network address), in lists of rules of that kind and key in file order,
@@ -16,6 +19,7 @@
 #include <string.h>
 
 #include "gate/addr_guard.h"
+#include "policy/host.h"
 #include "policy/index.h"
 #include "policy/policy.h"
 
@@ -76,6 +80,31 @@ static void check_indexed(const struct policy *p, const struct rule *r)
     }
 }
 
+/* The pattern a rule shows is its normal form, the text of the host it is
+ * filed under (the one a request's normalised host is looked up by) or of
+ * its network, and parsed again it is the same rule. */
+static void check_pattern(const struct rule *r)
+{
+    if (r->kind == RULE_CIDR) {
+        struct cidr c;
+        char text[IPADDR_STRLEN + 8];
+        if (cidr_parse(r->pattern, &c) != 0 || c.prefix != r->cidr.prefix ||
+            !ipaddr_equal(&c.addr, &r->cidr.addr) ||
+            strcmp(cidr_format(&c, text, sizeof(text)), r->pattern) != 0)
+            abort();
+        return;
+    }
+    const char *name = r->pattern;
+    if (r->kind == RULE_WILDCARD && strncmp(name, "*.", 2) == 0)
+        name += 2;
+    struct host_pattern hp;
+    const char *why = NULL;
+    if (strcmp(name, r->host) != 0 || host_pattern_parse(r->pattern, &hp, &why) != 0 ||
+        (hp.kind == PATTERN_WILDCARD) != (r->kind == RULE_WILDCARD) ||
+        strcmp(hp.name, r->host) != 0)
+        abort();
+}
+
 static void check_rule(const struct rule *r, size_t i)
 {
     if (r->index != i || r->line < 1 || (size_t)r->line > input_lines || r->pattern == NULL)
@@ -93,6 +122,7 @@ static void check_rule(const struct rule *r, size_t i)
         abort();
     if ((r->agents == NULL) != (r->nagents == 0))
         abort();
+    check_pattern(r);
 }
 
 /* What the cidr rules' warning is built on (addr_guard_opened_by(), a
