@@ -10,7 +10,10 @@
  * sni_parse_missing: bytes said missing only on NEED_MORE, and never more
  * than a FOUND or ABSENT input's records have beyond the prefix.
  * sni_skip_ccs: the change_cipher_spec record skipped when it is there,
- * NEED_MORE exactly for a start of one. */
+ * NEED_MORE exactly for a start of one. A well-formed ClientHello built
+ * around a name taken from the input (1 to SNI_NAME_MAX bytes), cut into
+ * handshake records of a size the input chooses, is FOUND with that very
+ * name over all its bytes (MALFORMED when the name holds a NUL). */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -82,6 +85,65 @@ static void check_skip_ccs(const uint8_t *data, size_t size)
     }
 }
 
+static size_t put16(uint8_t *p, size_t v)
+{
+    p[0] = (uint8_t)(v >> 8);
+    p[1] = (uint8_t)v;
+    return 2;
+}
+
+/* A ClientHello (TLS 1.2 style: one cipher suite, null compression, one
+ * extension) naming data[1..] (at most SNI_NAME_MAX bytes), in records of
+ * 1 to 64 bytes (data[0] below 192) or one record. */
+static void check_built_hello(const uint8_t *data, size_t size)
+{
+    if (size < 2)
+        return;
+    size_t n = size - 1 > SNI_NAME_MAX ? SNI_NAME_MAX : size - 1;
+    const uint8_t *nm = data + 1;
+    uint8_t msg[512], rec[sizeof(msg) * 6]; /* records of one byte at worst */
+    size_t m = 4;                           /* the handshake header, filled in below */
+    msg[m++] = 3;
+    msg[m++] = 3;
+    memset(msg + m, 0x5a, 32); /* random */
+    m += 32;
+    msg[m++] = 0;                /* session id */
+    m += put16(msg + m, 2);      /* cipher suites */
+    m += put16(msg + m, 0x1301); /* TLS_AES_128_GCM_SHA256 */
+    msg[m++] = 1;                /* compression methods: null */
+    msg[m++] = 0;
+    m += put16(msg + m, 4 + 2 + 3 + n); /* extensions */
+    m += put16(msg + m, 0);             /* server_name */
+    m += put16(msg + m, 2 + 3 + n);
+    m += put16(msg + m, 3 + n); /* server_name_list */
+    msg[m++] = 0;               /* host_name */
+    m += put16(msg + m, n);
+    memcpy(msg + m, nm, n);
+    m += n;
+    msg[0] = 1; /* client_hello */
+    msg[1] = 0;
+    put16(msg + 2, m - 4);
+    size_t frag = data[0] < 192 ? 1 + (size_t)data[0] % 64 : m, r = 0;
+    for (size_t at = 0; at < m; at += frag) {
+        size_t k = m - at < frag ? m - at : frag;
+        rec[r++] = 22;
+        rec[r++] = 3;
+        rec[r++] = 1;
+        r += put16(rec + r, k);
+        memcpy(rec + r, msg + at, k);
+        r += k;
+    }
+    char name[SNI_NAME_MAX + 1];
+    size_t len = 0;
+    enum sni_result res = parse_copy(rec, r, name, sizeof(name), &len);
+    if (memchr(nm, 0, n) != NULL) {
+        check(res == SNI_MALFORMED);
+        return;
+    }
+    check(res == SNI_FOUND && len == n && memcmp(name, nm, n) == 0);
+    check(last_used == r && !last_encrypted);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size > 70000)
@@ -113,6 +175,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check(last_used == used && ulen == len && last_encrypted == encrypted);
     }
     check_skip_ccs(data, size);
+    check_built_hello(data, size);
     enum sni_reply reply = reply_copy(data, size);
     /* Prefixes: all of them for small inputs, a spread for large ones. */
     size_t step = size <= 600 ? 1 : size / 97 + 1;
