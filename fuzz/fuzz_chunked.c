@@ -5,7 +5,10 @@
  * (chunked_feed_data), never consumes more than given, and hands on only
  * bytes from within the piece, fewer than it consumed. A request body's
  * framer (chunked_init_request()) gives the same outcome, or refuses a
- * chunk size no later than the other framer fails. */
+ * chunk size no later than the other framer fails. The body's bytes framed
+ * by a chunked writer of the harness's own (check_framed()) are read by
+ * both framers to the end of that framing, never past it, and decode to
+ * those bytes. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +105,67 @@ static int same(const struct outcome *a, const struct outcome *b)
            (a->ndata == 0 || memcmp(a->data, b->data, a->ndata) == 0);
 }
 
+/* Appends <v> in hex to <e> at *<m>: <zeros> leading zeros, upper-case
+ * letters when <upper>. */
+static void put_hex(char *e, size_t *m, size_t v, unsigned zeros, int upper)
+{
+    const char *digits = upper ? "0123456789ABCDEF" : "0123456789abcdef";
+    char t[16];
+    size_t n = 0;
+    do {
+        t[n++] = digits[v & 15];
+        v >>= 4;
+    } while (v > 0);
+    while (zeros-- > 0)
+        e[(*m)++] = '0';
+    while (n > 0)
+        e[(*m)++] = t[--n];
+}
+
+/* <d> (<n> bytes) framed as chunked: chunks of 1 to 16 bytes, each size
+ * taken from the chunk's first byte (as are 0 to 3 leading zeros, the case
+ * of its hex letters and an extension), the last chunk, a trailer field
+ * when the first byte is odd, the final CRLF, and the first byte of a next
+ * message. Both framers end the body before that byte and hand on <d>. */
+static void check_framed(const char *d, size_t n)
+{
+    if (n == 0 || n > 4096)
+        return;
+    char *e = malloc(n * 14 + 16); /* 13 bytes of framing per chunk at most */
+    check(e != NULL);
+    size_t m = 0;
+    for (size_t at = 0; at < n;) {
+        unsigned char c = (unsigned char)d[at];
+        size_t k = 1 + (size_t)(c % 16);
+        if (k > n - at)
+            k = n - at;
+        put_hex(e, &m, k, (c >> 4) & 3, c & 0x40);
+        if (c & 0x80) {
+            memcpy(e + m, ";x=y", 4);
+            m += 4;
+        }
+        memcpy(e + m, "\r\n", 2);
+        memcpy(e + m + 2, d + at, k);
+        memcpy(e + m + 2 + k, "\r\n", 2);
+        m += k + 4;
+        at += k;
+    }
+    memcpy(e + m, "0\r\n", 3);
+    m += 3;
+    if (d[0] & 1) {
+        memcpy(e + m, "T: v\r\n", 6);
+        m += 6;
+    }
+    memcpy(e + m, "\r\nG", 3);
+    m += 3;
+    for (int request = 0; request < 2; request++) {
+        struct outcome o = run(e, m, m, 0, request);
+        check(o.rc == CHUNKED_DONE && o.at == m - 1 && o.ndata == n && memcmp(o.data, d, n) == 0);
+        free(o.data);
+    }
+    free(e);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 2 || size > 65536)
@@ -125,5 +189,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     free(req.data);
     free(whole.data);
     free(two.data);
+    check_framed(body, len);
     return 0;
 }
