@@ -435,10 +435,11 @@ static void move_aside(const char *path, char *dst, size_t dstlen)
     }
 }
 
-/* Takes DIR/sluice.lock for <s>: two gateways writing one store would hand
- * out the same queue ids and overwrite each other's queued alerts. Returns
- * 0, or -1 with <*err> (another gateway holds it, or it cannot be made). */
-static int lock_dir(struct store *s, const char *dir, char **err)
+/* Takes DIR/sluice.lock for <s>, <dir> the resolved state directory (shown
+ * as <shown>): two gateways writing one store would hand out the same queue
+ * ids and overwrite each other's queued alerts. Returns 0, or -1 with
+ * <*err> (another gateway holds it, or it cannot be made). */
+static int lock_dir(struct store *s, const char *shown, const char *dir, char **err)
 {
     char path[4200];
     snprintf(path, sizeof(path), "%s/sluice.lock", dir);
@@ -449,7 +450,7 @@ static int lock_dir(struct store *s, const char *dir, char **err)
     }
     if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
-        *err = e == EWOULDBLOCK ? msg("%s: %s", dir,
+        *err = e == EWOULDBLOCK ? msg("%s: %s", shown,
                                       "the state store is in use by another sluice gateway "
                                       "(each needs a --state directory of its own)")
                                 : msg("%s: cannot lock the state store: %s", path, strerror(e));
@@ -554,11 +555,11 @@ static char *untrusted(const char *dir, const char *path, enum owned what, uid_t
 
 #define ON_THE_WAY "on the way to the state directory"
 
-/* Checks <path>, the state directory <dir> resolved (realpath: SQLite
- * opens no store through a symbolic link, SQLITE_OPEN_NOFOLLOW), and each
- * directory above it: each must be owned by a trusted uid, and none above
- * it may be writable by every user but with the sticky bit (/tmp: there
- * only an entry's owner may move it). Returns 0, or -1 with <*err>. */
+/* Checks <path>, the state directory resolved (resolve_dir(); shown as
+ * <dir>), and each directory above it: each must be owned by a trusted
+ * uid, and none above it may be writable by every user but with the
+ * sticky bit (/tmp: there only an entry's owner may move it). Returns 0,
+ * or -1 with <*err>. */
 static int check_chain(const char *dir, const char *path, uid_t user, char **err)
 {
     char p[4200];
@@ -588,33 +589,27 @@ static int check_chain(const char *dir, const char *path, uid_t user, char **err
     }
 }
 
-/* Checks the state directory <dir> (which exists) and the directories
- * above it, then the store's files that exist: each owned by a
- * trusted uid, and no file writable by every user. The directory then
+/* Checks the state directory <real>, resolved (shown as <shown>), and the
+ * directories above it, then the store's files that exist: each owned by
+ * a trusted uid, and no file writable by every user. The directory then
  * holds nothing another user put there, nor can they add or swap a file
  * between this check and the open. Returns 0, or -1 with <*err>. */
-static int check_owners(const char *dir, uid_t user, char **err)
+static int check_owners(const char *shown, const char *real, uid_t user, char **err)
 {
-    char *real = realpath(dir, NULL);
-    if (real == NULL) {
-        *err = msg("%s: cannot resolve the state directory: %s", dir, strerror(errno));
-        return -1;
-    }
-    int rc = check_chain(dir, real, user, err);
-    free(real);
+    int rc = check_chain(shown, real, user, err);
     static const char *const files[] = {STORE_FILE, STORE_FILE "-wal", STORE_FILE "-shm",
                                         "sluice.lock"};
     for (size_t k = 0; rc == 0 && k < sizeof(files) / sizeof(files[0]); k++) {
         char path[4200];
         struct stat st;
-        snprintf(path, sizeof(path), "%s/%s", dir, files[k]);
+        snprintf(path, sizeof(path), "%s/%s", real, files[k]);
         if (lstat(path, &st) != 0) {
             if (errno != ENOENT) {
                 *err = msg("%s: cannot check: %s", path, strerror(errno));
                 rc = -1;
             }
         } else if (!trusted_uid(st.st_uid, user)) {
-            *err = untrusted(dir, path, OWNED_FILE, st.st_uid, user);
+            *err = untrusted(shown, path, OWNED_FILE, st.st_uid, user);
             rc = -1;
         } else if (!S_ISLNK(st.st_mode) && (st.st_mode & S_IWOTH)) {
             *err = msg("%s: writable by every user (mode %04o): any user could write a store of "
@@ -627,15 +622,98 @@ static int check_owners(const char *dir, uid_t user, char **err)
     return rc;
 }
 
+/* The state directory <dir> resolved (realpath) into <*real>, and the name
+ * its messages give it into <*shown>: <dir> itself, or "DIR (resolved:
+ * REAL)" when a symbolic link on its path leads elsewhere. Returns 0, or
+ * -1 with <*err>. */
+static int resolve_dir(const char *dir, char **real, char **shown, char **err)
+{
+    *real = realpath(dir, NULL);
+    if (*real == NULL) {
+        *err = msg("%s: cannot resolve the state directory: %s", dir, strerror(errno));
+        return -1;
+    }
+    *shown = strcmp(*real, dir) == 0 ? strdup(dir) : msg("%s (resolved: %s)", dir, *real);
+    if (*shown == NULL) {
+        free(*real);
+        *real = NULL;
+        *err = msg("%s: %s", dir, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
 struct store *store_open(const char *dir, char **err, char **warn)
 {
     return store_open_as(dir, 0, err, warn);
 }
 
+/* Opens the store of the resolved state directory <real> (shown as
+ * <shown>) for store_open_as(), which checked it. */
+static struct store *open_resolved(const char *shown, const char *real, char **err, char **warn)
+{
+    char *why = NULL;
+    struct store *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        goto nomem;
+    s->lock_fd = -1;
+    if (lock_dir(s, shown, real, err) < 0) {
+        free(s);
+        return NULL;
+    }
+    size_t n = strlen(real) + sizeof("/" STORE_FILE);
+    if ((s->path = malloc(n)) == NULL)
+        goto nomem;
+    snprintf(s->path, n, "%s/%s", real, STORE_FILE);
+    int rc = open_db(s->path, &s->db, &why);
+    if (rc != SQLITE_OK && is_corruption(rc)) {
+        char moved[4400] = "";
+        move_aside(s->path, moved, sizeof(moved));
+        char buf[5000];
+        snprintf(buf, sizeof(buf),
+                 "%s: the state store is corrupt (%s); moved to %s and started afresh: first-"
+                 "contact memory, baselines and queued webhook alerts are lost",
+                 s->path, why ? why : "corrupt", moved[0] ? moved : "(could not move)");
+        *warn = strdup(buf);
+        free(why);
+        rc = open_db(s->path, &s->db, &why);
+    }
+    if (rc == SQLITE_OK)
+        rc = read_next_qid(s, &why);
+    if (rc != SQLITE_OK) {
+        /* The state directory as given too, when a link on its path led
+         * elsewhere: the operator knows it by that name. */
+        bool linked = strcmp(shown, real) != 0;
+        *err = msg("%s: cannot open the state store%s%s: %s", s->path, linked ? " of " : "",
+                   linked ? shown : "", why ? why : "error");
+        free(why);
+        sqlite3_close(s->db);
+        free(s->path);
+        close(s->lock_fd);
+        free(s);
+        return NULL;
+    }
+    char *why_not = NULL;
+    s->checkpointer = wal_checkpointer_start(s->path, s->db, &why_not);
+    if (s->checkpointer == NULL) {
+        fprintf(stderr, "sluice: state %s: %s (checkpoints run on the event loop)\n", s->path,
+                why_not != NULL ? why_not : "out of memory");
+        free(why_not);
+    }
+    return s;
+nomem:
+    if (s != NULL) {
+        free(s->path);
+        if (s->lock_fd >= 0)
+            close(s->lock_fd);
+    }
+    free(s);
+    *err = msg("%s: %s", shown, "out of memory");
+    return NULL;
+}
+
 struct store *store_open_as(const char *dir, uid_t user, char **err, char **warn)
 {
-    struct store *s = NULL;
-    char *why = NULL;
     struct stat st;
 
     *err = NULL;
@@ -662,61 +740,30 @@ struct store *store_open_as(const char *dir, uid_t user, char **err, char **warn
                    dir, (unsigned)(st.st_mode & 07777));
         return NULL;
     }
-    if (check_owners(dir, user, err) < 0)
+    /* The directory is resolved once, here, and only the resolved path is
+     * used from then on: a symbolic link the operator put on the way to it
+     * (/var/lib/sluice -> /data/sluice) is followed this once, where
+     * SQLite's SQLITE_OPEN_NOFOLLOW refused every link on the path, and
+     * the store ran from memory. Links in the directory (sluice.db, its
+     * -wal and -shm, sluice.lock) are still refused: the lock is opened
+     * O_NOFOLLOW, the database SQLITE_OPEN_NOFOLLOW. No race: what is
+     * checked is the resolved path, every directory of which check_chain()
+     * finds owned by a trusted uid and not writable by every user but
+     * with the sticky bit, so only a trusted user (or one of the group of
+     * a group-writable directory there, the administrator's choice) could
+     * swap one for a link after the check; and SQLite, opening the
+     * resolved path with NOFOLLOW, would refuse such a link rather than
+     * follow it. A link on the given path changed after the resolution
+     * changes nothing: that path is not used again. */
+    char *real = NULL, *shown = NULL;
+    if (resolve_dir(dir, &real, &shown, err) < 0)
         return NULL;
-    s = calloc(1, sizeof(*s));
-    if (s == NULL)
-        goto nomem;
-    s->lock_fd = -1;
-    if (lock_dir(s, dir, err) < 0) {
-        free(s);
-        return NULL;
-    }
-    size_t n = strlen(dir) + sizeof("/" STORE_FILE);
-    if ((s->path = malloc(n)) == NULL)
-        goto nomem;
-    snprintf(s->path, n, "%s/%s", dir, STORE_FILE);
-    int rc = open_db(s->path, &s->db, &why);
-    if (rc != SQLITE_OK && is_corruption(rc)) {
-        char moved[4400] = "";
-        move_aside(s->path, moved, sizeof(moved));
-        char buf[5000];
-        snprintf(buf, sizeof(buf),
-                 "%s: the state store is corrupt (%s); moved to %s and started afresh: first-"
-                 "contact memory, baselines and queued webhook alerts are lost",
-                 s->path, why ? why : "corrupt", moved[0] ? moved : "(could not move)");
-        *warn = strdup(buf);
-        free(why);
-        rc = open_db(s->path, &s->db, &why);
-    }
-    if (rc == SQLITE_OK)
-        rc = read_next_qid(s, &why);
-    if (rc != SQLITE_OK) {
-        *err = msg("%s: cannot open the state store: %s", s->path, why ? why : "error");
-        free(why);
-        sqlite3_close(s->db);
-        free(s->path);
-        close(s->lock_fd);
-        free(s);
-        return NULL;
-    }
-    char *why_not = NULL;
-    s->checkpointer = wal_checkpointer_start(s->path, s->db, &why_not);
-    if (s->checkpointer == NULL) {
-        fprintf(stderr, "sluice: state %s: %s (checkpoints run on the event loop)\n", s->path,
-                why_not != NULL ? why_not : "out of memory");
-        free(why_not);
-    }
+    struct store *s = NULL;
+    if (check_owners(shown, real, user, err) == 0)
+        s = open_resolved(shown, real, err, warn);
+    free(real);
+    free(shown);
     return s;
-nomem:
-    if (s != NULL) {
-        free(s->path);
-        if (s->lock_fd >= 0)
-            close(s->lock_fd);
-    }
-    free(s);
-    *err = msg("%s: %s", dir, "out of memory");
-    return NULL;
 }
 
 const char *store_path(const struct store *s)

@@ -552,6 +552,58 @@ def test_unusable_state_dir_keeps_gating(gateway, net, tmp_path):
     assert "running without a state store" in gw.stderr()
 
 
+def test_a_state_dir_reached_through_a_link_is_used(gateway, net, tmp_path):
+    # --state /var/lib/sluice where /var/lib is a link to /data: SQLite's
+    # no-follow open refused the link above the directory, which the
+    # operator put there, and the gateway ran from memory, its first
+    # contacts forgotten at each restart. The directory is resolved once and
+    # the store kept there; a sluice.db that is itself a link is still not
+    # followed, and the refusal names the directory as given and resolved.
+    data = tmp_path / "data"
+    data.mkdir(mode=0o750)
+    os.symlink(str(data), str(tmp_path / "lib"))
+    given = str(tmp_path / "lib" / "sluice")  # missing: made through the link
+    real = os.path.realpath(str(data / "sluice"))
+    af = str(tmp_path / "alerts.jsonl")
+
+    def serve():
+        return gateway(net.policy([api_rule(net)], alerts={"first_contact": True}),
+                       args=["--alerts", af, "--state", given])
+
+    gw = serve()
+    assert request(gw, "GET", net.url("/a")).status == 200
+    wait_alert(af, "first_contact")
+    gw.stop()
+    assert "without a state store" not in gw.stderr(), gw.stderr()
+    assert os.path.isfile(os.path.join(real, "sluice.db"))
+    assert not os.path.islink(os.path.join(real, "sluice.db"))
+
+    # the restart remembers the first contact
+    gw = serve()
+    assert request(gw, "GET", net.url("/b")).status == 200
+    gw.stop()  # writes what it had
+    assert "without a state store" not in gw.stderr(), gw.stderr()
+    assert len(gw.events("agent_egress")) == 1
+    assert len(alerts(af, "first_contact")) == 1
+
+    # a sluice.db that is a link, in the linked directory, is not followed
+    other = str(tmp_path / "app.db")
+    for f in ("sluice.db", "sluice.db-wal", "sluice.db-shm"):
+        if os.path.exists(os.path.join(real, f)):
+            os.rename(os.path.join(real, f), other + f[len("sluice.db"):])
+    planted = open(other, "rb").read()
+    os.symlink(other, os.path.join(real, "sluice.db"))
+    gw = serve()
+    poll(lambda: "running without a state store" in gw.stderr() or None, timeout=5,
+         what="the refusal")
+    assert "%s/sluice.db: cannot open the state store of %s (resolved: %s): it is a symbolic " \
+        "link, not followed" % (real, given, real) in gw.stderr(), gw.stderr()
+    assert request(gw, "GET", net.url("/c")).status == 200
+    assert len(wait_alert(af, "first_contact", count=2)) == 2  # from memory: alerts again
+    gw.stop()
+    assert open(other, "rb").read() == planted
+
+
 def test_a_state_dir_another_user_owns_is_not_used(gateway, net, tmp_path):
     # A root gateway given --state DIR that another user made beforehand
     # used that user's store: its first contacts kept alerts quiet. The

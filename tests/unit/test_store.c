@@ -888,6 +888,68 @@ static void a_symbolic_link_in_place_of_the_database_is_not_followed(void **stat
     store_close(open_ok(state_dir));
 }
 
+/* A state directory reached through symbolic links the operator put on its
+ * path (/var/lib/sluice -> /data/sluice, or a link further up) is used:
+ * SQLite's SQLITE_OPEN_NOFOLLOW refused every link on the path, and the
+ * store ran from memory, its first contacts forgotten at each restart. The
+ * directory is resolved once and the store kept there; a link in it, in
+ * place of sluice.db, is still not followed, and the message names the
+ * directory as given and resolved. */
+static void a_state_directory_reached_through_a_link_is_used(void **state)
+{
+    (void)state;
+    char real[128], up[128], via[128], linked[160], db[192], *err = NULL, *warn = NULL;
+    snprintf(real, sizeof(real), "%s/data", dir);
+    assert_int_equal(mkdir(real, 0750), 0);
+    snprintf(via, sizeof(via), "%s/state", dir); /* the link to the directory */
+    assert_int_equal(symlink(real, via), 0);
+    snprintf(up, sizeof(up), "%s/up", dir); /* and one above it */
+    assert_int_equal(symlink(dir, up), 0);
+    snprintf(linked, sizeof(linked), "%s/state", up);
+    const char *const given[] = {via, linked};
+    for (size_t i = 0; i < 2; i++) {
+        struct store *s = open_ok(given[i]);
+        snprintf(db, sizeof(db), "%s/%s", real, STORE_FILE);
+        assert_string_equal(store_path(s), db);
+        assert_int_equal(store_put_contact(s, "ci", i == 0 ? "a.test" : "b.test", 1), 0);
+        store_close(s); /* written */
+        s = open_ok(given[i]);
+        struct seen seen = {0};
+        assert_int_equal(store_load_contacts(s, on_contact, &seen), (int)i + 1);
+        store_close(s);
+    }
+    struct stat st;
+    assert_int_equal(lstat(db, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+
+    /* a sluice.db that is a link, in the linked directory, is not followed */
+    char other[128];
+    snprintf(other, sizeof(other), "%s/app.db", dir);
+    assert_int_equal(rename(db, other), 0);
+    assert_int_equal(symlink(other, db), 0);
+    assert_null(store_open(linked, &err, &warn));
+    assert_null(warn);
+    assert_non_null(err);
+    assert_non_null(strstr(err, "cannot open the state store"));
+    assert_non_null(strstr(err, "it is a symbolic link, not followed"));
+    char named[400];
+    snprintf(named, sizeof(named), "%s (resolved: %s)", linked, real);
+    assert_non_null(strstr(err, named));
+    free(err);
+    err = NULL;
+    /* nor is a lock that is a link */
+    assert_int_equal(unlink(db), 0);
+    char lock[192];
+    snprintf(lock, sizeof(lock), "%s/sluice.lock", real);
+    assert_int_equal(unlink(lock), 0);
+    assert_int_equal(symlink(other, lock), 0);
+    assert_null(store_open(via, &err, &warn));
+    assert_non_null(err);
+    assert_non_null(strstr(err, "cannot open the state lock"));
+    free(err);
+    assert_int_equal(unlink(lock), 0);
+}
+
 /* One gateway per store: a second open of the same directory fails while
  * the first holds it (their queue ids would collide), and succeeds after. */
 static void one_gateway_per_store(void **state)
@@ -1137,6 +1199,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_read_only_store_is_not_used, setup, teardown),
         cmocka_unit_test_setup_teardown(a_symbolic_link_in_place_of_the_database_is_not_followed,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(a_state_directory_reached_through_a_link_is_used, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(a_store_without_room_says_why, setup, teardown),
         cmocka_unit_test_setup_teardown(over_the_cap_the_oldest_tenth_goes, setup, teardown),
         cmocka_unit_test_setup_teardown(a_commit_failing_past_the_lock_backs_off, setup, teardown),
