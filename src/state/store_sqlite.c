@@ -724,7 +724,16 @@ struct store *store_open_as(const char *dir, uid_t user, char **err, char **warn
     }
     if (stat(dir, &st) != 0) {
         if (errno != ENOENT || mkdir(dir, 0750) != 0) {
-            *err = msg("%s: cannot create the state directory: %s", dir, strerror(errno));
+            int e = errno;
+            /* mkdir() makes nothing at a link's target ("File exists"):
+             * the gateway, root here, would make a directory wherever a
+             * link put in its way points. Said as such. */
+            *err = e == EEXIST && lstat(dir, &st) == 0 && S_ISLNK(st.st_mode)
+                       ? msg("%s: cannot create the state directory: it is a symbolic link to "
+                             "a directory that does not exist (not made through a link): make "
+                             "that directory, or name one that exists",
+                             dir)
+                       : msg("%s: cannot create the state directory: %s", dir, strerror(e));
             return NULL;
         }
     } else if (!S_ISDIR(st.st_mode)) {

@@ -948,6 +948,18 @@ static void a_state_directory_reached_through_a_link_is_used(void **state)
     assert_non_null(strstr(err, "cannot open the state lock"));
     free(err);
     assert_int_equal(unlink(lock), 0);
+
+    /* a link to a directory that does not exist: said, and nothing made there */
+    char dangling[128], missing[128];
+    snprintf(missing, sizeof(missing), "%s/missing", dir);
+    snprintf(dangling, sizeof(dangling), "%s/dangling", dir);
+    assert_int_equal(symlink(missing, dangling), 0);
+    err = NULL;
+    assert_null(store_open(dangling, &err, &warn));
+    assert_non_null(err);
+    assert_non_null(strstr(err, "it is a symbolic link to a directory that does not exist"));
+    free(err);
+    assert_int_equal(access(missing, F_OK), -1);
 }
 
 /* One gateway per store: a second open of the same directory fails while
