@@ -27,6 +27,7 @@ struct got {
     char last_host[64];
     char last_id[64];
     enum alert_severity last_severity;
+    enum alert_severity severity[ALERT_KIND_COUNT]; /* the last of each kind */
 };
 
 static void on_alert(const struct alert *a, void *arg)
@@ -39,6 +40,7 @@ static void on_alert(const struct alert *a, void *arg)
     snprintf(g->last_host, sizeof(g->last_host), "%s", a->host ? a->host : "(null)");
     snprintf(g->last_id, sizeof(g->last_id), "%s", a->id ? a->id : "(null)");
     g->last_severity = a->severity;
+    g->severity[a->kind] = a->severity;
 }
 
 struct fx {
@@ -1058,6 +1060,97 @@ static void tier3_detail_keeps_host_and_grant(void **state)
     assert_non_null(strstr(f->got.last_detail, want));
 }
 
+/* SPEC.md "Severities": high for tier3_write, upload_bytes, grant_expired
+ * (and auth_failures, quarantine: auth_failures_per_source, test_quota);
+ * medium for write_burst, denied_burst, off_hours_write, baseline, a
+ * denied first_contact, grant_expiring with 3 days or fewer; low
+ * otherwise. Alert consumers page on these names. */
+static void severities_follow_the_spec(void **state)
+{
+    struct fx *f = *state;
+    struct got *g = &f->got;
+    int32_t today = day_of((time_t)(T0 / 1000));
+    struct rule grant = {.pattern = "api.test", .tier = TIER_3, .owner = "alice"};
+    grant.has_expires = true;
+    grant.expires = today + 3;
+    f->rules[0] = grant;
+    f->p.nrules = 1;
+    f->p.alerts.first_contact = true;
+    f->p.alerts.write_burst = (struct threshold){.set = true, .max = 1, .per_ms = 60000};
+    f->p.alerts.denied_burst = (struct threshold){.set = true, .max = 1, .per_ms = 60000};
+    f->p.alerts.upload_bytes = (struct threshold){.set = true, .max = 10, .per_ms = 60000};
+    f->p.alerts.off_hours = (struct off_hours_cfg){
+        .set = true, .tz = "UTC", .start_min = 8 * 60, .end_min = 19 * 60, .days_mask = 0x1f};
+    f->p.alerts.baseline =
+        (struct baseline_cfg){.set = true, .factor = 3, .floor = 5, .learn_ms = 5 * 60000};
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+
+    /* grant_expiring: 3 days left is medium, 4 is low */
+    assert_int_equal(detectors_grants(f->d, &f->p, T0), 1);
+    assert_int_equal(g->severity[ALERT_GRANT_EXPIRING], SEVERITY_MEDIUM);
+    f->rules[0].expires = today + 4;
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    assert_int_equal(detectors_grants(f->d, &f->p, T0), 1);
+    assert_int_equal(g->n[ALERT_GRANT_EXPIRING], 2);
+    assert_int_equal(g->severity[ALERT_GRANT_EXPIRING], SEVERITY_LOW);
+
+    /* first_contact: low when let through, medium when denied */
+    struct egress_event rd = ev_of("ci", "GET", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_0);
+    detectors_feed(f->d, &rd, T0);
+    assert_int_equal(g->n[ALERT_FIRST_CONTACT], 1);
+    assert_int_equal(g->severity[ALERT_FIRST_CONTACT], SEVERITY_LOW);
+    feed_denied_get(f, "ci", "b.test", T0 + 1);
+    assert_int_equal(g->n[ALERT_FIRST_CONTACT], 2);
+    assert_int_equal(g->severity[ALERT_FIRST_CONTACT], SEVERITY_MEDIUM);
+
+    /* denied_burst: the second denial is over max 1 */
+    assert_int_equal(g->n[ALERT_DENIED_BURST], 0);
+    feed_denied_get(f, "ci", "b.test", T0 + 2);
+    assert_int_equal(g->n[ALERT_DENIED_BURST], 1);
+    assert_int_equal(g->severity[ALERT_DENIED_BURST], SEVERITY_MEDIUM);
+
+    /* a tier-3 write at 19:00 on a Monday: tier3_write and off_hours_write;
+     * the second write is over write_burst's max 1 */
+    struct egress_event w = ev_of("ci", "POST", "api.test", VERDICT_ALLOW, REASON_NONE, TIER_3);
+    w.rule = &f->rules[0];
+    w.owner = "alice";
+    detectors_feed(f->d, &w, T0 + 3);
+    assert_int_equal(g->n[ALERT_TIER3_WRITE], 1);
+    assert_int_equal(g->severity[ALERT_TIER3_WRITE], SEVERITY_HIGH);
+    assert_int_equal(g->n[ALERT_OFF_HOURS_WRITE], 1);
+    assert_int_equal(g->severity[ALERT_OFF_HOURS_WRITE], SEVERITY_MEDIUM);
+    w.path = "/2";
+    detectors_feed(f->d, &w, T0 + 4);
+    assert_int_equal(g->n[ALERT_WRITE_BURST], 1);
+    assert_int_equal(g->severity[ALERT_WRITE_BURST], SEVERITY_MEDIUM);
+
+    /* grant_expired */
+    struct egress_event ex =
+        ev_of("ci", "POST", "api.test", VERDICT_DENY, REASON_GRANT_EXPIRED, TIER_3);
+    ex.rule = &f->rules[0];
+    detectors_feed(f->d, &ex, T0 + 5);
+    assert_int_equal(g->n[ALERT_GRANT_EXPIRED], 1);
+    assert_int_equal(g->severity[ALERT_GRANT_EXPIRED], SEVERITY_HIGH);
+
+    /* upload_bytes: 20 bytes over max 10, while the request runs */
+    struct egress_event up = ev_of("ci", "PUT", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_0);
+    up.kind = EVENT_EGRESS_PROGRESS;
+    up.bytes_up = 20;
+    detectors_feed(f->d, &up, T0 + 6);
+    assert_int_equal(g->n[ALERT_UPLOAD_BYTES], 1);
+    assert_int_equal(g->severity[ALERT_UPLOAD_BYTES], SEVERITY_HIGH);
+
+    /* baseline: another agent, 4 requests a minute for ten minutes, then 16 */
+    struct egress_event b = ev_of("bl", "GET", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_0);
+    for (int k = 0; k < 10 * 4; k++) /* minute k / 4, the (k % 4)th request */
+        detectors_feed(f->d, &b, T0 + (k / 4) * 60000 + 100 + k % 4);
+    assert_int_equal(g->n[ALERT_BASELINE], 0);
+    for (int k = 0; k < 16; k++)
+        detectors_feed(f->d, &b, T0 + 600100 + k);
+    assert_int_equal(g->n[ALERT_BASELINE], 1);
+    assert_int_equal(g->severity[ALERT_BASELINE], SEVERITY_MEDIUM);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1087,6 +1180,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(grants_announced_daily, setup, teardown),
         cmocka_unit_test_setup_teardown(agents_past_the_table_still_get_windows, setup, teardown),
         cmocka_unit_test_setup_teardown(tier3_detail_keeps_host_and_grant, setup, teardown),
+        cmocka_unit_test_setup_teardown(severities_follow_the_spec, setup, teardown),
         cmocka_unit_test_setup_teardown(redecided_tunnel_is_not_a_new_request, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
