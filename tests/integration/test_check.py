@@ -860,3 +860,25 @@ def test_cidr_rule_over_a_denied_range_warns(sluice_bin, tmp_path):
     path = write(tmp_path, pol + "  - {cidr: 10.1.2.0/24, tier: 0}\n  - {cidr: 10.0.0.0/8, tier: 0}\n")
     r = run(sluice_bin, "check", path, "--now", NOW)
     assert r.returncode == 0 and "warning:" not in r.stdout, r.stdout
+
+
+def test_the_policy_example_of_docs_spec_loads_clean(sluice_bin, tmp_path):
+    """The Policy file example of docs/SPEC.md, verbatim, is a policy that
+    loads without an error or a warning: every key it shows (agents' token
+    and mode, rules' rate, network, dns, limits, every alert detector and
+    both kinds of sink) is one the loader takes, so the contract's own
+    example cannot drift from the binary."""
+    with open(os.path.join(REPO, "docs", "SPEC.md"), encoding="utf-8") as f:
+        spec = f.read()
+    block = spec.split("## Policy file (YAML)\n```yaml\n", 1)[1].split("\n```", 1)[0]
+    path = write(tmp_path, block + "\n")
+    token = {"SLUICE_TOKEN_CI": "a-token-of-thirty-two-characters"}
+    r = run(sluice_bin, "check", path, "--now", "2026-11-30", env_extra=token)
+    assert r.returncode == 0 and r.stdout.endswith("result: 0 errors, 0 warnings\n"), (
+        r.returncode, r.stdout, r.stderr)
+    r = run(sluice_bin, "check", path, "--now", "2026-11-30", "--format", "json",
+            env_extra=token)
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc["ok"] and doc["errors"] == [] and doc["warnings"] == []
+    assert [a["id"] for a in doc["agents"]] == ["ci-bot"]
+    assert [g["owner"] for g in doc["tier3_grants"]] == ["chaysen"]
