@@ -882,3 +882,13 @@ def test_the_policy_example_of_docs_spec_loads_clean(sluice_bin, tmp_path):
     assert r.returncode == 0 and doc["ok"] and doc["errors"] == [] and doc["warnings"] == []
     assert [a["id"] for a in doc["agents"]] == ["ci-bot"]
     assert [g["owner"] for g in doc["tier3_grants"]] == ["chaysen"]
+
+
+def test_sluice_without_a_command_is_a_usage_error(sluice_bin):
+    """`sluice` alone names no command: exit 2 (SPEC.md, exit codes: usage
+    error), nothing on standard output (a script reading it gets no report
+    that passes for one), and the list of commands on standard error."""
+    r = run(sluice_bin)
+    assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout)
+    for name in ("check", "serve", "run", "audit", "calc", "version"):
+        assert name in r.stderr, r.stderr
