@@ -35,6 +35,14 @@ START_TIMEOUT = 10.0
 SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
                    "SUMMARY: UndefinedBehaviorSanitizer",
                    "LeakSanitizer has encountered a fatal error")
+# A sanitized sluice that hits a report exits 1 by default, which is also its
+# own "problems found" status, so a test expecting 1 would pass over the
+# report. Every process the tests start exits with this status instead.
+SANITIZER_EXIT = 86
+for _var in ("ASAN_OPTIONS", "UBSAN_OPTIONS"):
+    _opts = os.environ.get(_var, "")
+    if "exitcode=" not in _opts:
+        os.environ[_var] = (_opts + ":" if _opts else "") + "exitcode=%d" % SANITIZER_EXIT
 
 
 def pytest_configure(config):
@@ -454,6 +462,12 @@ def run_sluice(sluice_bin, tmp_path):
     def run(*args, timeout=20, env=None):
         full_env = dict(os.environ)
         full_env.update(env or {})
-        return subprocess.run([sluice_bin] + [str(a) for a in args], capture_output=True,
-                              text=True, timeout=timeout, cwd=str(tmp_path), env=full_env)
+        r = subprocess.run([sluice_bin] + [str(a) for a in args], capture_output=True,
+                           text=True, timeout=timeout, cwd=str(tmp_path), env=full_env)
+        for mark in SANITIZER_MARKS:
+            if mark in r.stderr:
+                pytest.fail("sanitizer report in the stderr of sluice %s (exit %d):\n%s"
+                            % (" ".join(str(a) for a in args), r.returncode, r.stderr[-4000:]),
+                            pytrace=False)
+        return r
     return run
