@@ -83,18 +83,6 @@ static int read_all(const char *path, size_t max, char **out, size_t *len)
 
 static const struct command *const self = &cmd_audit;
 
-/* A usage error naming an argument as given, "BEFORE'RAW'AFTER", <raw>
- * shown \ooo (text_shown()): a file name a glob expanded may hold a line
- * end or a terminal escape, which must not write lines of its own into
- * standard error. */
-static int refused(const char *before, const char *raw, const char *after)
-{
-    char *shown = text_shown(raw);
-    int rc = command_usage_error(self, "%s'%s'%s", before, shown, after);
-    free(shown);
-    return rc;
-}
-
 /* One writable mount's line of the text report. */
 static void print_mount(const struct mountinfo_entry *e, const struct justify_entry *j)
 {
@@ -138,13 +126,13 @@ static int mounts_parse_args(int argc, char **argv, struct mounts_args *a)
             if (strcmp(optarg, "self") != 0) {
                 size_t n = strlen(optarg);
                 if (n == 0 || strspn(optarg, "0123456789") != n)
-                    return refused("--pid: ", optarg, " is not a process id");
+                    return command_arg_error(self, "--pid: ", optarg, " is not a process id");
                 /* /proc names a process in plain decimal: 0001 is 1 */
                 size_t zeros = strspn(optarg, "0");
                 if (zeros == n)
                     zeros = n - 1;
                 if (n - zeros > 10)
-                    return refused("--pid: ", optarg, " is not a process id");
+                    return command_arg_error(self, "--pid: ", optarg, " is not a process id");
                 optarg += zeros;
             }
             a->pid = optarg;
@@ -161,7 +149,7 @@ static int mounts_parse_args(int argc, char **argv, struct mounts_args *a)
             else if (strcmp(optarg, "text") == 0)
                 a->json = false;
             else
-                return refused("--format: ", optarg, " is not text or json");
+                return command_arg_error(self, "--format: ", optarg, " is not text or json");
             break;
         case 'h':
             command_help(self);
@@ -171,7 +159,7 @@ static int mounts_parse_args(int argc, char **argv, struct mounts_args *a)
         }
     }
     if (optind < argc)
-        return refused("unexpected argument ", argv[optind], "");
+        return command_arg_error(self, "unexpected argument ", argv[optind], "");
     if (a->pid != NULL && a->mountinfo != NULL)
         return command_usage_error(self, "--pid and --mountinfo exclude each other");
     return 0;
@@ -343,7 +331,7 @@ static int audit_main(int argc, char **argv)
     for (size_t i = 0; i < sizeof(topics) / sizeof(topics[0]); i++)
         if (strcmp(argv[1], topics[i].name) == 0)
             return topics[i].main(argc - 1, argv + 1);
-    return refused("unknown audit ", argv[1], " (topics: mounts)");
+    return command_arg_error(self, "unknown audit ", argv[1], " (topics: mounts)");
 }
 
 const struct command cmd_audit = {

@@ -216,10 +216,7 @@ static int calc_main(int argc, char **argv)
         return command_help(&cmd_calc);
     if (strcmp(argv[1], "retries") == 0)
         return calc_retries(argc - 1, argv + 1);
-    char *shown = text_shown(argv[1]);
-    int rc = command_usage_error(&cmd_calc, "unknown calculation '%s' (known: retries)", shown);
-    free(shown);
-    return rc;
+    return command_arg_error(&cmd_calc, "unknown calculation ", argv[1], " (known: retries)");
 }
 
 const struct command cmd_calc = {

@@ -96,15 +96,20 @@ static size_t abbreviated(const char *arg, const struct option *options, char *o
     return count;
 }
 
-/* "unknown option 'ARG'", ARG shown \ooo (text_shown()): a file name that
- * starts with '-' (`sluice check "$f"` over a folder an agent writes to)
- * could else write lines of its own into standard error. */
-static int unknown_option(const struct command *cmd, const char *arg)
+int command_arg_error(const struct command *cmd, const char *before, const char *raw,
+                      const char *after)
 {
-    char *shown = text_shown(arg);
-    int rc = command_usage_error(cmd, "unknown option '%s'", shown);
+    char *shown = text_shown(raw);
+    int rc = command_usage_error(cmd, "%s'%s'%s", before, shown, after);
     free(shown);
     return rc;
+}
+
+/* "unknown option 'ARG'": a file name that starts with '-' (`sluice check
+ * "$f"` over a folder an agent writes to) is one (command_arg_error()). */
+static int unknown_option(const struct command *cmd, const char *arg)
+{
+    return command_arg_error(cmd, "unknown option ", arg, "");
 }
 
 int command_option_once(const struct command *cmd, int c, const struct option *options,

@@ -41,6 +41,12 @@ int command_help(const struct command *cmd);
 /* Reports "sluice NAME: <message>" plus the usage line; returns EXIT_USAGE. */
 int command_usage_error(const struct command *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* command_usage_error() for an argument as given: "BEFORE'RAW'AFTER", <raw>
+ * shown \ooo (text_shown()): an argument (a file name a glob expanded, one
+ * that starts with '-') may hold a line end or a terminal escape, which
+ * must not write lines of its own into standard error. */
+int command_arg_error(const struct command *cmd, const char *before, const char *raw,
+                      const char *after);
 
 /* The usage error for what getopt_long() returned as <c> (':' for a
  * missing value, anything else for an unknown option, an abbreviation of
