@@ -255,18 +255,23 @@ static void warn_closed_stdout(const struct serve_args *a)
     struct stat out, st;
     if (!(std_fds_closed() & (1u << STDOUT_FILENO)) || fstat(STDOUT_FILENO, &out) != 0)
         return;
-    const char *files[] = {a->log, a->alerts};
-    const char *what[] = {"decision log goes", "alerts go"};
-    for (size_t i = 0; i < 2; i++) {
-        const char *f = files[i];
-        bool to_out = f == NULL ? i == 0 : strcmp(f, "-") == 0;
+    const struct {
+        const char *path; /* as given; NULL: not given */
+        bool null_is_out; /* not given means standard output */
+        const char *what; /* "the ... to /dev/null" */
+        const char *option;
+    } outs[] = {{a->log, true, "decision log goes", "log"},
+                {a->alerts, false, "alerts go", "alerts"}};
+    for (size_t i = 0; i < sizeof(outs) / sizeof(outs[0]); i++) {
+        const char *f = outs[i].path;
+        bool to_out = f == NULL ? outs[i].null_is_out : strcmp(f, "-") == 0;
         if (f != NULL && !to_out && strcmp(f, "/dev/null") != 0 && stat(f, &st) == 0)
             to_out = st.st_dev == out.st_dev && st.st_ino == out.st_ino;
         if (to_out)
             fprintf(stderr,
                     "sluice serve: warning: standard output was closed when serve started: the "
                     "%s to /dev/null; name a file with --%s\n",
-                    what[i], i == 0 ? "log" : "alerts");
+                    outs[i].what, outs[i].option);
     }
 }
 

@@ -28,6 +28,7 @@
 #include <sys/types.h>
 
 #define STORE_FILE        "sluice.db"
+#define STORE_LOCK_FILE   "sluice.lock" /* flock()ed: one gateway per store */
 #define STORE_SCHEMA      1
 #define STORE_PENDING_MAX 100000 /* writes waiting for a commit; older ones dropped beyond */
 

@@ -435,14 +435,14 @@ static void move_aside(const char *path, char *dst, size_t dstlen)
     }
 }
 
-/* Takes DIR/sluice.lock for <s>, <dir> the resolved state directory (shown
- * as <shown>): two gateways writing one store would hand out the same queue
+/* Takes DIR/sluice.lock for <s>, <real> the resolved state directory
+ * (shown as <shown>): two gateways writing one store would hand out the same queue
  * ids and overwrite each other's queued alerts. Returns 0, or -1 with
  * <*err> (another gateway holds it, or it cannot be made). */
-static int lock_dir(struct store *s, const char *shown, const char *dir, char **err)
+static int lock_dir(struct store *s, const char *shown, const char *real, char **err)
 {
     char path[4200];
-    snprintf(path, sizeof(path), "%s/sluice.lock", dir);
+    snprintf(path, sizeof(path), "%s/%s", real, STORE_LOCK_FILE);
     s->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0640);
     if (s->lock_fd < 0) {
         *err = msg("%s: cannot open the state lock: %s", path, strerror(errno));
@@ -598,7 +598,7 @@ static int check_owners(const char *shown, const char *real, uid_t user, char **
 {
     int rc = check_chain(shown, real, user, err);
     static const char *const files[] = {STORE_FILE, STORE_FILE "-wal", STORE_FILE "-shm",
-                                        "sluice.lock"};
+                                        STORE_LOCK_FILE};
     for (size_t k = 0; rc == 0 && k < sizeof(files) / sizeof(files[0]); k++) {
         char path[4200];
         struct stat st;
@@ -641,11 +641,6 @@ static int resolve_dir(const char *dir, char **real, char **shown, char **err)
         return -1;
     }
     return 0;
-}
-
-struct store *store_open(const char *dir, char **err, char **warn)
-{
-    return store_open_as(dir, 0, err, warn);
 }
 
 /* Opens the store of the resolved state directory <real> (shown as
@@ -773,6 +768,11 @@ struct store *store_open_as(const char *dir, uid_t user, char **err, char **warn
     free(real);
     free(shown);
     return s;
+}
+
+struct store *store_open(const char *dir, char **err, char **warn)
+{
+    return store_open_as(dir, 0, err, warn);
 }
 
 const char *store_path(const struct store *s)

@@ -5,7 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-static unsigned closed_at_start;
+static unsigned closed_at_start; /* bit N: descriptor N was closed (std_fds_closed()) */
 
 int std_fds_ensure(void)
 {

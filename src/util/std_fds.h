@@ -6,7 +6,10 @@
  * Its error messages would then be written into that descriptor, and exec
  * alert programs would get it as their output. As OpenSSH's
  * sanitise_stdfd() does, each one that is closed is opened on /dev/null
- * first thing in main(). */
+ * first thing in main().
+ *
+ * Owns: which of them it found closed (process-wide, set by
+ * std_fds_ensure(), read by std_fds_closed()). */
 #ifndef SLUICE_UTIL_STD_FDS_H
 #define SLUICE_UTIL_STD_FDS_H
 

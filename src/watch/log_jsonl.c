@@ -43,7 +43,7 @@ struct log_jsonl {
     bool is_pipe;  /* a pipe or FIFO: written PIPE_BUF at most at a time (pipe_piece) */
     bool is_fifo;  /* a named FIFO, whose reader can come back after it left (EPIPE) */
     bool pollable; /* epoll takes it (a pipe, socket or terminal): EV_WRITE works */
-    bool broken;   /* the reader is gone (EPIPE but on a FIFO): drop from now on */
+    bool broken;   /* the reader is gone (EPIPE, but for a named FIFO): drop from now on */
     bool reported;
     int write_errno; /* the last write's error while it lasts, else 0 */
     struct evbuffer *pending;

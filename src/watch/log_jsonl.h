@@ -37,9 +37,10 @@ struct log_jsonl;
 /* Opens the log at <path> ("-" = standard output) for appending (created
  * 0640 when missing; a path naming the file or socket standard output or
  * error has open, such as /dev/stdout, is written through that
- * descriptor's open file description, as "-" is). <flags> is 0 or LOG_JSONL_NO_LINKS. Returns a new
- * log, freed with log_jsonl_close(), or NULL with <*err> set to a malloc'd
- * message the caller frees. <base> is borrowed and must outlive the log. */
+ * descriptor's open file description, as "-" is). <flags> is 0 or
+ * LOG_JSONL_NO_LINKS. Returns a new log, freed with log_jsonl_close(), or
+ * NULL with <*err> set to a malloc'd message the caller frees. <base> is
+ * borrowed and must outlive the log. */
 struct log_jsonl *log_jsonl_open(struct event_base *base, const char *path, unsigned flags,
                                  char **err);
 
