@@ -47,6 +47,16 @@ struct webhook_tls *webhook_tls_new(const char *host, bool is_ip, const char **w
     /* Alerts are rare and a connection is kept while the server allows:
      * resuming sessions is not worth a cache. */
     SSL_CTX_set_session_cache_mode(t->ctx, SSL_SESS_CACHE_OFF);
+#ifdef SSL_OP_IGNORE_UNEXPECTED_EOF
+    /* A close without close_notify ends the stream as one with it does
+     * (webhook_tls_bev()): OpenSSL 3 reports it as an error of its own,
+     * which libevent 2.1's allow_dirty_shutdown does not recognise, so an
+     * answer that ends by the close (no Content-Length, not chunked) from
+     * a server that skips close_notify failed every delivery ("unexpected
+     * eof while reading"), retried for ever. Only the status counts, and
+     * an answer framed by a length still fails when cut short. */
+    SSL_CTX_set_options(t->ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
+#endif
     return t;
 err:
     webhook_tls_free(t);

@@ -22,7 +22,7 @@ import pytest
 
 from conftest import policy_yaml
 from gate_client import poll, request
-from watch_helpers import (Receiver, Silent, free_tcp_port, self_signed, wait_alert,
+from watch_helpers import (Receiver, Silent, free_tcp_port, wait_alert, webhook_tls_env,
                            write_script)
 
 
@@ -1208,10 +1208,7 @@ class _Interim(_EachRequest):
 
 
 def _interim_gateway(gateway, net, tmp_path, scheme, n):
-    tls, env = None, {"SLUICE_TEST_WEBHOOK_BACKOFF_MS": "50"}
-    if scheme == "https":
-        tls = self_signed(tmp_path, "localhost", "DNS:localhost,IP:127.0.0.1")
-        env["SSL_CERT_FILE"] = tls[0]
+    tls, env = webhook_tls_env(tmp_path, scheme, "localhost", "DNS:localhost,IP:127.0.0.1")
     srv = _Interim(n, tls)
     url = "%s://localhost:%d/hook" % (scheme, srv.port)
     gw = gateway(net.policy(rules(net), alerts={"first_contact": True,
@@ -1290,10 +1287,7 @@ def test_webhook_bytes_left_after_an_answer_are_not_the_next_answer(gateway, net
     # stale 200 marked the next alert delivered though the server never
     # answered it. Bytes that came before a request was sent are never its
     # answer: the next alert goes on a fresh connection.
-    tls, env = None, {"SLUICE_TEST_WEBHOOK_BACKOFF_MS": "50"}
-    if scheme == "https":
-        tls = self_signed(tmp_path, "hook", "IP:127.0.0.1")
-        env["SSL_CERT_FILE"] = tls[0]
+    tls, env = webhook_tls_env(tmp_path, scheme, "hook", "IP:127.0.0.1")
     srv = _Leftover(tls)
     admin = free_tcp_port()
     try:
