@@ -11,14 +11,17 @@
 #include <time.h>
 
 #include <arpa/inet.h>
+#include <sys/socket.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/dns.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/http_struct.h> /* on_head(): response_code */
 #include <event2/keyvalq_struct.h>
+#include <openssl/ssl.h>
 
 #include "state/store.h"
 #include "util/weburl.h"
@@ -538,6 +541,25 @@ static void drop_conn(struct webhook *w)
     w->conn = NULL;
 }
 
+/* Whether <bev>'s socket holds bytes not read yet, or its end: the
+ * bufferevent reads at most 4096 bytes at a time (libevent 2.1's
+ * EVBUFFER_MAX_READ), so an answer that ended a read left what the server
+ * sent past it in the socket, where the input buffer does not show it. For
+ * https:// any record there is no answer either (a second one, a
+ * close_notify), nor are bytes OpenSSL holds decrypted. */
+static bool socket_holds_input(struct bufferevent *bev)
+{
+    evutil_socket_t fd = bufferevent_getfd(bev);
+    if (fd < 0)
+        return false; /* not connected: the request goes on a new connection */
+    SSL *ssl = bufferevent_openssl_get_ssl(bev);
+    if (ssl != NULL && SSL_pending(ssl) > 0)
+        return true;
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 /* Before a request goes out: bytes the connection already holds came
  * before it was sent, so they are no answer to it. evhttp reads a kept
  * connection's input from where the last answer ended, so what a server
@@ -555,7 +577,8 @@ static void drop_conn(struct webhook *w)
 static int fresh_conn(struct webhook *w)
 {
     struct bufferevent *bev = w->conn != NULL ? evhttp_connection_get_bufferevent(w->conn) : NULL;
-    if (bev != NULL && evbuffer_get_length(bufferevent_get_input(bev)) == 0)
+    if (bev != NULL && evbuffer_get_length(bufferevent_get_input(bev)) == 0 &&
+        !socket_holds_input(bev))
         return 0;
     drop_conn(w);
     return open_conn(w);

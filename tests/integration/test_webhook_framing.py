@@ -18,6 +18,15 @@ from test_watch_sinks import _Trickler, _metric_value, _metrics, rules
 OK0 = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
 
 
+def answer_of_size(total):
+    """A 200 with a body, <total> bytes in all, head included."""
+    for n in range(total):
+        head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % n
+        if len(head) + n == total:
+            return head + b"x" * n
+    raise AssertionError(total)
+
+
 class KeepAlive:
     """A keep-alive webhook on 127.0.0.1 (https:// with <tls>). For each
     request it calls answer(c, conn, k, alert) (conn: the connection's
@@ -118,6 +127,26 @@ def _deliver(gateway, net, tmp_path, scheme, answer, n, check=None):
             check(gw, srv, url, hosts)
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_bytes_past_an_answer_that_ends_a_read_are_not_the_next_answer(gateway, net, tmp_path,
+                                                                       scheme):
+    # The gateway reads a socket 4096 bytes at a time. An answer that ends
+    # exactly there, followed in the same write by a second 200, left that
+    # 200 in the socket, not in the connection's input, when the answer was
+    # complete: the next alert, sent at once on the kept connection, took
+    # it for its answer, counted delivered though the server never answered
+    # it (it read that request and waited).
+    def answer(srv, c, conn, k, alert):
+        if k > 0:
+            return True  # a later request on this connection: never answered
+        srv.answered.append(alert)
+        time.sleep(0.3)  # the other alerts queue up behind this one
+        c.sendall(answer_of_size(4096) + OK0)
+        return True
+
+    _deliver(gateway, net, tmp_path, scheme, answer, 3)
 
 
 def _close_delimited(c):
