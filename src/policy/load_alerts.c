@@ -13,7 +13,7 @@
 #include "util/xalloc.h"
 
 #define TZ_MAX            128
-#define ZONEINFO_DIR      "/usr/share/zoneinfo/"
+#define ZONEINFO_DIR      POLICY_ZONEINFO_DIR
 #define DEFAULT_WARN_DAYS 14
 
 /* ---- limits ------------------------------------------------------------- */

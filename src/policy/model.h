@@ -151,9 +151,13 @@ struct threshold {
     int line;
 };
 
+/* Where an off_hours tz names its file: the loader checks it there, and
+ * the detector reads it from there (whatever TZDIR says). */
+#define POLICY_ZONEINFO_DIR "/usr/share/zoneinfo/"
+
 struct off_hours_cfg {
     bool set;
-    char *tz;          /* IANA zone name or "UTC" */
+    char *tz;          /* IANA zone name (a file under POLICY_ZONEINFO_DIR) or "UTC" */
     int start_min;     /* minutes after midnight, working hours start */
     int end_min;       /* working hours end (exclusive) */
     uint8_t days_mask; /* bit 0 = Monday ... bit 6 = Sunday: working days */

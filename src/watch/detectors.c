@@ -435,10 +435,16 @@ bool detectors_off_hours(const struct off_hours_cfg *o, time_t t)
     if (o->tz == NULL || strcmp(o->tz, "UTC") == 0) {
         ok = gmtime_r(&t, &tm) != NULL;
     } else {
+        /* The file the loader checked, by its full path (":" says a file):
+         * by name glibc looks under TZDIR when the environment sets it, and
+         * a zone it does not find there is taken for a POSIX TZ string,
+         * which "Europe/Berlin" is not: UTC, without a word. */
+        char zone[sizeof(POLICY_ZONEINFO_DIR) + 256];
+        snprintf(zone, sizeof(zone), ":%s%s", POLICY_ZONEINFO_DIR, o->tz);
         env_lock();
         const char *old = getenv("TZ");
         char *saved = old != NULL ? strdup(old) : NULL;
-        setenv("TZ", o->tz, 1);
+        setenv("TZ", zone, 1);
         tzset();
         ok = localtime_r(&t, &tm) != NULL;
         if (saved != NULL)

@@ -584,6 +584,32 @@ static void off_hours_arithmetic(void **state)
     assert_false(detectors_off_hours(&o, mon19));
 }
 
+/* A zone is the file the policy's loader checked, under
+ * /usr/share/zoneinfo: a TZDIR in the gateway's environment made glibc
+ * look elsewhere, find nothing, take the name for a POSIX TZ string it is
+ * not, and go by UTC without a word. Etc/GMT+5 is IANA's (and POSIX's)
+ * sign: five hours behind UTC. */
+static void off_hours_zone_file(void **state)
+{
+    (void)state;
+    struct off_hours_cfg o = {.set = true,
+                              .tz = "Europe/Berlin",
+                              .start_min = 8 * 60,
+                              .end_min = 20 * 60,
+                              .days_mask = 0x1f};
+    time_t mon19 = (time_t)(T0 / 1000); /* Monday 19:00 UTC, 20:00 in Berlin */
+    setenv("TZDIR", "/nonexistent-zoneinfo", 1);
+    assert_true(detectors_off_hours(&o, mon19));
+    unsetenv("TZDIR");
+    assert_true(detectors_off_hours(&o, mon19));
+    o.tz = "Etc/GMT+5"; /* 14:00 there */
+    o.start_min = 14 * 60;
+    o.end_min = 15 * 60;
+    assert_false(detectors_off_hours(&o, mon19));
+    assert_true(detectors_off_hours(&o, mon19 - 60));
+    assert_true(detectors_off_hours(&o, mon19 + 3600));
+}
+
 static void off_hours_detector(void **state)
 {
     struct fx *f = *state;
@@ -1171,6 +1197,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(first_contacts_past_the_memory_are_still_told, setup,
                                         teardown),
         cmocka_unit_test(off_hours_arithmetic),
+        cmocka_unit_test(off_hours_zone_file),
         cmocka_unit_test_setup_teardown(off_hours_detector, setup, teardown),
         cmocka_unit_test_setup_teardown(baseline_learns_and_alerts, setup, teardown),
         cmocka_unit_test_setup_teardown(baseline_cold_start_is_quiet, setup, teardown),
