@@ -97,6 +97,13 @@ struct webhook {
     int sock_errno;
     int dns_error;
     bool sent;
+    /* The attempt went on a connection an earlier answer came on (kept
+     * alive), and no byte of an answer came back on it: a server that
+     * closed that connection as the request went out (its keep-alive
+     * ran out) never saw it, and the alert goes again at once on a new
+     * connection, not counted as a failure (stale_conn()). */
+    bool reused;
+    bool answer_bytes;
     unsigned failures_in_row;
     struct event *retry;
     struct event *sweep;
@@ -310,6 +317,21 @@ static const char *failure_text(const struct webhook *w, int code, char *buf, si
     return buf;
 }
 
+/* The attempt failed because its kept connection had been closed by the
+ * server: it closed (or reset) the connection before any byte of an
+ * answer, the request having gone on a connection an earlier answer came
+ * on. HTTP/1.1 lets a server close an idle connection at any time, and
+ * one that does so as the next alert goes out (its keep-alive timeout)
+ * never read it: that is no failure of the server's, and the alert is sent
+ * again at once, on a new connection (where a failure counts as usual).
+ * Delivery is at least once: a server that read it and then closed gets
+ * it twice. */
+static bool stale_conn(const struct webhook *w, int code)
+{
+    return code == 0 && w->reused && !w->answer_bytes && !w->cut && !w->overlong && w->errored &&
+           w->last_error == EVREQ_HTTP_EOF;
+}
+
 /* The attempt for the head of the queue is over: answered <code>, or 0
  * when there was no answer. A 2xx delivers it; anything else is a failure,
  * retried after the backoff. */
@@ -320,6 +342,11 @@ static void attempt_over(struct webhook *w, int code)
     w->busy = false;
     if (w->len == 0)
         return;
+    if (stale_conn(w, code)) {
+        struct timeval now = {0, 0}; /* on the loop's next turn, not from evhttp's callback */
+        evtimer_add(w->retry, &now);
+        return;
+    }
     if (code >= 200 && code < 300) {
         w->delivered++;
         w->failures_in_row = 0;
@@ -470,6 +497,8 @@ static int on_head(struct evhttp_request *req, void *arg)
 static void on_input(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
 {
     struct webhook *w = arg;
+    if (info->n_added > 0 && w->req != NULL)
+        w->answer_bytes = true;
     if (info->n_added == 0 || w->req == NULL || w->overlong ||
         evbuffer_get_length(buf) <= WEBHOOK_UNREAD_MAX)
         return;
@@ -617,6 +646,10 @@ static void try_send(struct webhook *w)
     w->interim = 0;
     w->nudged = false;
     w->sent = false;
+    w->answer_bytes = false;
+    /* connected: an earlier answer came on it (evhttp closes the socket
+     * of a connection that ends or fails, and connects anew) */
+    w->reused = bufferevent_getfd(evhttp_connection_get_bufferevent(w->conn)) >= 0;
     w->sock_errno = 0;
     w->dns_error = 0;
     w->tls_why[0] = '\0';

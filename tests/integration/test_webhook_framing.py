@@ -165,6 +165,23 @@ def _no_content(c):
     return True
 
 
+def _answer_then_close(c):
+    # a kept-alive answer, then the server closes (over TLS without
+    # close_notify): the next alert goes on a new connection
+    c.sendall(OK0)
+    time.sleep(0.05)
+    return False
+
+
+def _answer_then_close_notify(c):
+    c.sendall(OK0)
+    if isinstance(c, ssl.SSLSocket):
+        c.unwrap()
+    else:
+        c.shutdown(socket.SHUT_WR)
+    return False
+
+
 def _answer_in_pieces(c):
     # a read boundary inside the head, one inside the body
     for piece in (b"HTTP/1.1 200 OK\r\nContent-Le", b"ngth: 4\r\n\r\nab", b"cd"):
@@ -175,6 +192,7 @@ def _answer_in_pieces(c):
 
 @pytest.mark.parametrize("scheme", ["http", "https"])
 @pytest.mark.parametrize("shape", [_close_delimited, _chunked_with_trailers, _no_content,
+                                   _answer_then_close, _answer_then_close_notify,
                                    _answer_in_pieces])
 def test_answers_framed_every_valid_way_deliver(gateway, net, tmp_path, scheme, shape):
     # Each alert answered once, in a framing HTTP/1.1 allows: every alert is
