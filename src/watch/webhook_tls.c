@@ -100,8 +100,12 @@ void webhook_tls_why(struct bufferevent *bev, char *buf, size_t len)
         return;
     long vr = SSL_get_verify_result(ssl);
     unsigned long e, first = 0;
+    /* libevent puts the SSL_get_error() code (SSL_ERROR_SYSCALL, 5, for
+     * a reset) among OpenSSL's error codes: as one, it read
+     * "error:00000005:lib(0)::reason(5)". Such a code is passed over; the
+     * socket's error then tells what happened. */
     while ((e = bufferevent_get_openssl_error(bev)) != 0)
-        if (first == 0)
+        if (first == 0 && e > SSL_ERROR_WANT_CLIENT_HELLO_CB)
             first = e;
     if (vr != X509_V_OK) {
         snprintf(buf, len, "certificate verify failed: %s", X509_verify_cert_error_string(vr));

@@ -256,3 +256,37 @@ def test_answers_that_are_not_whole_are_no_delivery(gateway, net, tmp_path, sche
         assert "sluice: webhook %s: cannot deliver" % url in gw.stderr(), gw.stderr()
 
     _deliver(gateway, net, tmp_path, scheme, answer, 2, check)
+
+
+def _reset(c):
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    return False
+
+
+def _close(c):
+    return False
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+@pytest.mark.parametrize("shape, reason", [
+    (_reset, "the connection was reset before the answer"),
+    (_close, "the connection closed before the answer"),
+])
+def test_a_connection_ended_before_the_answer_says_how(gateway, net, tmp_path, scheme, shape,
+                                                       reason):
+    # The server reads the alert, then resets or closes the connection (over
+    # TLS without close_notify): the failure says which, for https:// too,
+    # where it said "TLS: error:00000005:lib(0)::reason(5)", libevent's
+    # SSL_ERROR_SYSCALL taken for an OpenSSL error code.
+    def answer(srv, c, conn, k, alert):
+        if conn == 0:
+            return shape(c)
+        srv.answered.append(alert)
+        c.sendall(OK0)
+        return True
+
+    def check(gw, srv, url, hosts):
+        want = "sluice: webhook %s: cannot deliver: %s; retrying" % (url, reason)
+        assert want in gw.stderr(), gw.stderr()
+
+    _deliver(gateway, net, tmp_path, scheme, answer, 1, check)
