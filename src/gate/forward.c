@@ -45,6 +45,8 @@
 /* Body bytes gathered per read event (stream_read_more(): libevent reads
  * 4 KiB at a time); the upload or download moves in pieces of this size. */
 #define READ_AHEAD (64u * 1024)
+/* What is read at most of a failed upstream's socket (take_rest()). */
+#define REST_MAX (4u * 1024 * 1024)
 
 static void up_read(struct bufferevent *bev, void *arg);
 static void up_write(struct bufferevent *bev, void *arg);
@@ -882,6 +884,27 @@ static void retry(struct conn *c)
         fail(c, "out of memory");
 }
 
+/* The upstream failed (a reset: it closed with some of the request
+ * unread, which a write of the body then meets) before its answer was all
+ * taken: libevent reports the error as soon as a write meets it, while
+ * what the upstream sent before, an answer perhaps whole (a 413 to an
+ * upload), still waits in the socket ahead of the error. A client sending
+ * a body reads on and takes a response that comes (RFC 9112 9.6): reads
+ * it into the input, at most REST_MAX bytes (nothing more comes after a
+ * reset), to be taken as at the upstream's close; an answer it leaves
+ * short is cut. The connection is not kept. Returns true when there is an
+ * answer to go on with (bytes in the input, or its head taken already). */
+static bool take_rest(struct conn *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->up);
+    size_t had = evbuffer_get_length(in);
+    c->ex.up_keep = false;
+    (void)stream_read_rest(c->up, c->up_fd, had + REST_MAX); /* its error is the one reported */
+    if (evbuffer_get_length(in) > had)
+        c->ex.rsp_seen = true;
+    return c->ex.rsp_head_done || evbuffer_get_length(in) > 0;
+}
+
 static void up_event(struct bufferevent *bev, short what, void *arg)
 {
     struct conn *c = arg;
@@ -894,13 +917,18 @@ static void up_event(struct bufferevent *bev, short what, void *arg)
             fail(c, "the upstream stopped taking the request");
         return;
     }
+    /* An error before the answer was all taken ends the upstream as its
+     * close does, once what it sent before is taken (take_rest()). */
+    bool ended =
+        (what & BEV_EVENT_EOF) || ((what & BEV_EVENT_ERROR) && !ex->rsp_done && take_rest(c));
     /* Heads held back by backpressure are still in the input. */
-    if ((what & BEV_EVENT_EOF) && !ex->rsp_head_done && read_response_head(c, true) < 0)
+    if (ended && !ex->rsp_head_done && read_response_head(c, true) < 0)
         return;
-    if ((what & BEV_EVENT_EOF) && ex->rsp_head_done) {
+    if (ended && ex->rsp_head_done) {
         if (pump_response(c, true) < 0 || flush_response(c) < 0)
             return;
-        if (ex->rsp_body == BODY_UNTIL_CLOSE)
+        /* A reset does not end a body framed by the close: it cuts it. */
+        if (ex->rsp_body == BODY_UNTIL_CLOSE && (what & BEV_EVENT_EOF))
             ex->rsp_done = true;
         if (!ex->rsp_done) {
             cut(c); /* truncated by the upstream: the agent must see it cut */

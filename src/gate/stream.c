@@ -45,6 +45,9 @@ int stream_send_bytes(struct bufferevent *bev, evutil_socket_t fd, const void *d
     return bufferevent_write(bev, p, n);
 }
 
+/* The most read into the input at once: a caller's <upto> may be megabytes. */
+#define STREAM_READ_PIECE (64u * 1024)
+
 /* Reads once into <want> bytes of reserved space in <in>. Returns the
  * bytes read, 0 at EAGAIN or the end of the peer's side, -1 on an error
  * (errno set). */
@@ -83,13 +86,11 @@ static ssize_t read_once(struct evbuffer *in, evutil_socket_t fd, size_t want)
     return n;
 }
 
-ssize_t stream_read_more(struct bufferevent *bev, evutil_socket_t fd, size_t upto)
+/* Reads from <fd> into <bev>'s input until it holds <upto> bytes or the
+ * socket has nothing more (stream_read_more(), stream_read_rest()). */
+static ssize_t read_upto(struct bufferevent *bev, evutil_socket_t fd, size_t upto)
 {
     struct evbuffer *in = bufferevent_get_input(bev);
-    size_t high = 0;
-    bufferevent_getwatermark(bev, EV_READ, NULL, &high);
-    if (high != 0 && high < upto)
-        upto = high;
     ssize_t total = 0;
     /* A socket bufferevent keeps the end of its input frozen but while it
      * reads itself; so does this. */
@@ -98,19 +99,34 @@ ssize_t stream_read_more(struct bufferevent *bev, evutil_socket_t fd, size_t upt
         size_t len = evbuffer_get_length(in);
         if (len >= upto)
             break;
-        ssize_t n = read_once(in, fd, upto - len);
+        size_t want = upto - len < STREAM_READ_PIECE ? upto - len : STREAM_READ_PIECE;
+        ssize_t n = read_once(in, fd, want);
         if (n < 0) {
             total = -1;
             break;
         }
         total += n;
-        if ((size_t)n < upto - len)
+        if ((size_t)n < want)
             break; /* the socket had no more (or is at its end: n is 0) */
     }
     int err = errno;
     evbuffer_freeze(in, 0);
     errno = err;
     return total;
+}
+
+ssize_t stream_read_more(struct bufferevent *bev, evutil_socket_t fd, size_t upto)
+{
+    size_t high = 0;
+    bufferevent_getwatermark(bev, EV_READ, NULL, &high);
+    if (high != 0 && high < upto)
+        upto = high;
+    return read_upto(bev, fd, upto);
+}
+
+ssize_t stream_read_rest(struct bufferevent *bev, evutil_socket_t fd, size_t upto)
+{
+    return read_upto(bev, fd, upto);
 }
 
 void stream_reset_on_close(evutil_socket_t fd)

@@ -47,6 +47,11 @@ int stream_send_bytes(struct bufferevent *bev, evutil_socket_t fd, const void *d
  * a plain socket): reads nothing. */
 ssize_t stream_read_more(struct bufferevent *bev, evutil_socket_t fd, size_t upto);
 
+/* As stream_read_more(), past <bev>'s read high watermark: for a socket
+ * that failed (a reset), whose peer sends nothing more, to take what it
+ * sent before, which stays readable ahead of the error. */
+ssize_t stream_read_rest(struct bufferevent *bev, evutil_socket_t fd, size_t upto);
+
 /* Makes the close of socket <fd> a reset (SO_LINGER {1,0}): what its send
  * queue still holds is dropped, and the peer reads ECONNRESET, not the end
  * of the stream. A unix socket has no reset: its close stays plain. */

@@ -7,7 +7,9 @@ relayed and that connection is not reused (so they cannot pass for the
 answer to a later request); a silent origin is given up on at the idle
 timeout. Each exchange is still logged with its end line."""
 
+import signal
 import socket
+import struct
 import threading
 import time
 
@@ -524,6 +526,84 @@ def test_early_answer_to_an_upload(gateway, net):
             s.close()
         _, end = gw.decided(path="/up")
         assert end["status"] == 413
+
+
+RESET_CASES = {
+    # an answer with a body more than one read takes, kept open by its head
+    "answer": (b"HTTP/1.1 200 OK\r\nContent-Length: 32768\r\n\r\n" + b"a" * 32768, 32768),
+    # a refusal of the upload
+    "refusal": (b"HTTP/1.1 413 Content Too Large\r\nContent-Length: 4\r\nConnection: close\r\n\r\n"
+                b"big!", 4),
+    # an answer the reset cuts: half of its body
+    "truncated": (b"HTTP/1.1 200 OK\r\nContent-Length: 32768\r\n\r\n" + b"a" * 16384, 32768),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RESET_CASES))
+def test_an_answer_before_a_reset_reaches_the_agent(gateway, net, case):
+    # The origin answers an upload (16 MiB, streaming) without reading it
+    # and closes, the body it left unread making the kernel reset the
+    # connection: the answer waits in the gateway's socket, ahead of the
+    # reset, when the gateway next writes the body and fails. The agent gets
+    # that answer, as the origin sent it, not a 502 (RFC 9112 9.6: a client
+    # sending a body reads on and takes a response that comes), and its
+    # connection closes after it (the rest of its body is not read). An
+    # answer the reset cut short reaches it cut, as one the origin's close
+    # cut. The gateway is stopped while the answer and the reset arrive, so
+    # that it finds both at once, as a busy one may.
+    answer, length = RESET_CASES[case]
+    size = 16 << 20
+    held, answered = {}, threading.Event()
+
+    def script(conn, stop, received):
+        got = len(received.partition(b"\r\n\r\n")[2])
+        while got < (128 << 10):  # the upload is under way
+            d = conn.recv(65536)
+            if not d:
+                return
+            got += len(d)
+        stop.wait(0.5)  # the gateway's buffers fill meanwhile: it waits to write
+        gw = held["gw"]
+        gw.proc.send_signal(signal.SIGSTOP)
+        try:
+            conn.sendall(answer)
+            if case != "refusal":  # else the unread body alone makes the close a reset
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+            stop.wait(0.2)
+        finally:
+            gw.proc.send_signal(signal.SIGCONT)
+        answered.set()
+
+    with ScriptedUpstream(script) as up:
+        up.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+        gw = held["gw"] = evil_gateway(gateway, net, up)
+        s = open_conn(gw)
+
+        def send_body():
+            try:
+                s.sendall(evil_post_head("/p", up, size) + b"z" * size)
+            except OSError:
+                pass  # the gateway stopped reading the body and closed
+
+        sender = threading.Thread(target=send_body, daemon=True)
+        sender.start()
+        try:
+            data = recv_until_close(s)
+        finally:
+            s.close()
+            sender.join(10)
+        assert answered.wait(10), up.errors  # its thread may lag behind the gateway
+        head, _, body = data.partition(b"\r\n\r\n")
+        status = int(answer[9:12])
+        assert head.startswith(b"HTTP/1.1 %d " % status), data[:300]
+        assert b"\r\nContent-Length: %d\r\n" % length in head + b"\r\n", head
+        assert body == answer.partition(b"\r\n\r\n")[2], (len(body), body[:100])
+        if case != "truncated":
+            assert b"\r\nConnection: close\r\n" in head + b"\r\n", head
+        _, end = gw.decided(path="/p")
+        assert end["status"] == status and end["bytes_up"] < size, end
+        assert up.accepted == 1
 
 
 @pytest.mark.parametrize("body", [b"", b"x" * 1000], ids=["get", "post"])
