@@ -49,6 +49,8 @@ struct quota {
     const struct alert_bus *alerts;
     struct event_base *base;
     size_t max_entries, nentries;
+    size_t scans;    /* evict()'s scans of the table, for tests */
+    size_t evict_at; /* evict() scans once the table holds this many */
     struct qentry *slots[NSLOTS];
     bool denied_set; /* alerts.denied_burst present: denials are counted */
     uint64_t denied_max, denied_per_ms, quarantine_ns;
@@ -89,6 +91,7 @@ struct quota *quota_new(const struct alert_bus *alerts, struct event_base *base,
     q->alerts = alerts;
     q->base = base;
     q->max_entries = max_entries > 0 ? max_entries : QUOTA_DEFAULT_MAX;
+    q->evict_at = q->max_entries;
     return q;
 }
 
@@ -134,6 +137,11 @@ void quota_configure(struct quota *q, const struct policy *p)
 size_t quota_entries(const struct quota *q)
 {
     return q->nentries;
+}
+
+size_t quota_scans(const struct quota *q)
+{
+    return q->scans;
 }
 
 /* --- keys ------------------------------------------------------------------ */
@@ -272,6 +280,7 @@ static void evict(struct quota *q, uint64_t now)
     if (want == 0)
         want = 1;
     size_t before = q->nentries;
+    q->scans++;
     for (size_t i = 0; i < NSLOTS; i++) {
         struct qentry **pp = &q->slots[i];
         while (*pp != NULL) {
@@ -304,6 +313,11 @@ static void evict(struct quota *q, uint64_t now)
     if (q->nentries == before)
         for (size_t k = 0; k < n; k++)
             unlink_entry(q, lru[k]);
+    /* Entries that cannot go (held by flows, quarantines, counting
+     * windows) may keep the table at its bound: the next scan waits for a
+     * batch of newcomers then, as it does after a batch was dropped, rather
+     * than come at each new entry to free the one before it. */
+    q->evict_at = q->nentries < q->max_entries ? q->max_entries : q->nentries + want;
 }
 
 /* Finds or creates the entry of <agent_id> (and <r>). NULL: out of memory. */
@@ -322,7 +336,7 @@ static struct qentry *lookup(struct quota *q, const char *agent_id, const struct
             e->used_ns = now;
         return e;
     }
-    if (q->nentries >= q->max_entries)
+    if (q->nentries >= q->evict_at)
         evict(q, now);
     e = calloc(1, sizeof(*e));
     if (e == NULL) {

@@ -37,7 +37,9 @@
  * dropped, a 64th of the table (at most 64) at once, so that a table full
  * of busy entries is not scanned anew for each new one. When none can be
  * dropped the table grows past <max_entries>: by one entry at most per
- * agent denied within twice the period (and per flow, and quarantine).
+ * agent denied within twice the period (and per flow, and quarantine),
+ * and is scanned again only once a batch more have come (not for each
+ * newcomer), so it holds at most a batch of other entries beyond them.
  * The detector's windows are bounded (DETECT_AGENTS_MAX agents, dropped
  * only when empty): past that, an agent it has no window for raises no
  * denied_burst, while its denials still count here and may quarantine it.
@@ -87,6 +89,8 @@ void quota_reshape(struct quota *q, const struct policy *p, uint64_t now_ns);
 uint64_t quota_now(void);
 /* Entries tracked (for tests and metrics). */
 size_t quota_entries(const struct quota *q);
+/* Times the table was scanned to make room (for tests). */
+size_t quota_scans(const struct quota *q);
 
 /* Nanoseconds of quarantine left for <agent_id>; 0 when it is not in
  * quarantine. */
