@@ -56,6 +56,12 @@ def proc_stat(pid):
         return f.read().rsplit(")", 1)[1].split()
 
 
+def cpu_seconds(pid):
+    """User and system CPU time <pid> used so far (proc(5) fields 14, 15)."""
+    fields = proc_stat(pid)
+    return (int(fields[14 - 3]) + int(fields[15 - 3])) / os.sysconf("SC_CLK_TCK")
+
+
 def sched_and_pgid(pid):
     """(scheduling policy, process group) of <pid>'s main thread, from /proc's
     stat fields 41 and 5 (policy 0 is SCHED_OTHER, 3 SCHED_BATCH)."""

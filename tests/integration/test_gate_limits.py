@@ -24,8 +24,8 @@ import urllib.request
 
 import pytest
 
-from gate_client import (api_rule, assert_denied, build_request, connect, open_conn, poll,
-                         proc_stat, read_response, read_responses, recv_until_close, request)
+from gate_client import (api_rule, assert_denied, build_request, connect, cpu_seconds, open_conn,
+                         poll, read_response, read_responses, recv_until_close, request)
 from gate_servers import (BannerServer, LoopbackServer, ScriptedUpstream, free_port, pattern_bytes,
                           send_ok)
 from conftest import policy_yaml
@@ -1650,12 +1650,6 @@ def test_refusals_of_pipelined_requests_wait_for_a_client_that_does_not_read(gat
     s.close()
     evs = gw.wait_events(count=n, timeout=20)
     assert len(evs) == n and all(e["reason"] == "not_in_policy" for e in evs)
-
-
-def cpu_seconds(pid):
-    """User and system CPU time <pid> used so far (proc(5) fields 14, 15)."""
-    fields = proc_stat(pid)
-    return (int(fields[14 - 3]) + int(fields[15 - 3])) / os.sysconf("SC_CLK_TCK")
 
 
 def _trickle_head(s, head, piece, pause):

@@ -17,7 +17,8 @@ import time
 import pytest
 
 from conftest import policy_yaml
-from gate_client import api_rule, build_request, connect, open_conn, poll, read_response
+from gate_client import (api_rule, build_request, connect, cpu_seconds, open_conn, poll,
+                         read_response)
 from gate_servers import pattern_bytes
 
 KIB = 1024
@@ -295,8 +296,39 @@ def test_tunnel_paused_by_bandwidth_is_not_idle(gateway, net, rest):
         sink.stop()
 
 
-def _tunnel_under(gateway, net, sink, bandwidth, **limits):
-    """A gateway whose one rule lets sink.example.test at <bandwidth> (None:
+@pytest.mark.parametrize("splice", [False, True])
+def test_tunnel_held_by_its_bucket_costs_no_cpu(gateway, net, splice):
+    # An agent that sends far faster than its 1 KiB/s: the gateway stops
+    # reading it while the bucket refills (the refill timer wakes it about
+    # every 62 ms for a 64-byte piece), and uses next to no CPU meanwhile,
+    # however readable the agent's socket stays: a tunnel that watched it
+    # while paused spun the loop (1 s of CPU in 3 s, 0.00-0.02 s without).
+    sink = HashSink(SINK_IP)
+    gw, t, first, policy = _tunnel_under(gateway, net, sink, "1KiB/s",
+                                         args=["--splice"] if splice else [])
+    try:
+        t.sock.settimeout(30)
+
+        def push():
+            try:
+                t.sock.sendall(pattern_bytes(4 << 20))  # never all of it: cut below
+            except OSError:
+                pass
+        pusher = threading.Thread(target=push, daemon=True)
+        pusher.start()
+        time.sleep(0.5)  # the socket buffers fill; the bucket is empty
+        c0, w0 = cpu_seconds(gw.proc.pid), time.monotonic()
+        time.sleep(3)
+        used, wall = cpu_seconds(gw.proc.pid) - c0, time.monotonic() - w0
+        assert pusher.is_alive(), "the upload was not held"
+        assert used < 0.1 * wall, "%.2f s of CPU in %.2f s while throttled" % (used, wall)
+    finally:
+        t.close()
+        sink.stop()
+
+
+def _tunnel_under(gateway, net, sink, bandwidth, args=(), **limits):
+    """A gateway (serve's <args>) whose one rule lets sink.example.test at <bandwidth> (None:
     unshaped) (and <limits>), and a tunnel to <sink> through it, open past the peek window
     with its first 1000 bytes sent. Returns (gateway, tunnel, those bytes,
     policy(bandwidth): the same policy at another bandwidth, to reload)."""
@@ -306,7 +338,7 @@ def _tunnel_under(gateway, net, sink, bandwidth, **limits):
             rule["rate"] = {"bandwidth": bw}
         return net.policy([rule], static_extra={"sink.example.test": SINK_IP},
                           limits=limits or None)
-    gw = gateway(policy(bandwidth))
+    gw = gateway(policy(bandwidth), args=args)
     t = connect(gw, "sink.example.test:%d" % sink.port)
     assert t.status == 200
     first = b"\0" + pattern_bytes(999)  # neither TLS nor HTTP: the tunnel opens

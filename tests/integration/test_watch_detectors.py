@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from gate_client import open_conn, poll, proc_stat, read_response, request
+from gate_client import cpu_seconds, open_conn, poll, read_response, request
 from watch_helpers import (alerts, assert_prompt, ts, wait_alert, wait_alert_timed)
 
 
@@ -322,12 +322,6 @@ def test_baseline_learned_and_kept_across_restart(gateway, net, tmp_path):
     assert_prompt(a, gw2, sent_at=t0, arrived_at=seen)
 
 
-def _cpu_seconds(pid):
-    """User and system CPU time <pid> used so far (proc(5) fields 14, 15)."""
-    fields = proc_stat(pid)
-    return (int(fields[14 - 3]) + int(fields[15 - 3])) / os.sysconf("SC_CLK_TCK")
-
-
 def test_a_store_of_many_baselines_loads_the_latest_4096_at_once(gateway, net, tmp_path):
     # Windows and baselines are kept for 4096 agents, and a store keeps the
     # baseline of every agent it ever evicted: 300,000 of them here. The
@@ -351,7 +345,7 @@ def test_a_store_of_many_baselines_loads_the_latest_4096_at_once(gateway, net, t
     db.commit()
     db.close()
     gw, af = start(gateway, net, [api_rule(net)], cfg, tmp_path)
-    used = _cpu_seconds(gw.proc.pid)
+    used = cpu_seconds(gw.proc.pid)
     assert used < 3.0, "%.1f s of CPU to load the store" % used
     assert "without a state store" not in gw.stderr()
     # the baseline of "default" was loaded: 7 requests is more than twice 3
