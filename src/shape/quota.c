@@ -313,11 +313,13 @@ static void evict(struct quota *q, uint64_t now)
     if (q->nentries == before)
         for (size_t k = 0; k < n; k++)
             unlink_entry(q, lru[k]);
-    /* Entries that cannot go (held by flows, quarantines, counting
-     * windows) may keep the table at its bound: the next scan waits for a
-     * batch of newcomers then, as it does after a batch was dropped, rather
-     * than come at each new entry to free the one before it. */
-    q->evict_at = q->nentries < q->max_entries ? q->max_entries : q->nentries + want;
+    /* The next scan waits for a batch of newcomers, as after a batch was
+     * dropped, also when this one freed less: entries that cannot go
+     * (held by flows, quarantines, counting windows) keep the table at its
+     * bound, or entries come to rest one at a time, as fast as new ones
+     * come (each request of an agent-rule pair new to the table then
+     * scanned all of it to free one entry). */
+    q->evict_at = q->nentries + want > q->max_entries ? q->nentries + want : q->max_entries;
 }
 
 /* Finds or creates the entry of <agent_id> (and <r>). NULL: out of memory. */

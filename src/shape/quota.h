@@ -37,9 +37,12 @@
  * dropped, a 64th of the table (at most 64) at once, so that a table full
  * of busy entries is not scanned anew for each new one. When none can be
  * dropped the table grows past <max_entries>: by one entry at most per
- * agent denied within twice the period (and per flow, and quarantine),
- * and is scanned again only once a batch more have come (not for each
- * newcomer), so it holds at most a batch of other entries beyond them.
+ * agent denied within twice the period (and per flow, and quarantine).
+ * The table is scanned again only once a batch of new entries has come
+ * since the last scan, however little that scan dropped (nothing, when
+ * such entries fill it; one entry, when they come to rest one at a time),
+ * never for each new one: it holds up to a batch beyond its bound (or
+ * beyond the entries it may not drop) between two scans.
  * The detector's windows are bounded (DETECT_AGENTS_MAX agents, dropped
  * only when empty): past that, an agent it has no window for raises no
  * denied_burst, while its denials still count here and may quarantine it.

@@ -273,6 +273,34 @@ static void test_table_of_held_entries_is_scanned_once_a_batch(void **state)
     quota_free(q);
 }
 
+/* Entries that come to rest one at a time, as fast as new ones come: a
+ * request a millisecond, each from one of 2000 agents in turn, under one
+ * request per 640 ms, on a table of 640. Each scan found the one entry
+ * that had come to rest since the last, dropped it, and the next newcomer
+ * scanned the table again (a scan per request: 390 us a request on a table
+ * of 8192). The next scan waits for a batch of newcomers here too; the
+ * table holds at most a batch more than its bound meanwhile. */
+static void test_entries_resting_one_at_a_time_are_dropped_a_batch_at_once(void **state)
+{
+    (void)state;
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    set_rate(&p.limits.rate, 1, 640, 0, 0);
+    struct quota *q = quota_new(NULL, NULL, 640);
+    uint64_t w, t = 1 * S;
+    char id[16];
+    size_t scans = 0;
+    for (int i = 0; i < 4000; i++, t += MS) {
+        if (i == 3000)
+            scans = quota_scans(q);
+        snprintf(id, sizeof(id), "a%d", i % 2000);
+        assert_int_equal(quota_admit(q, &p, id, NULL, t, &w), 0);
+        assert_true(quota_entries(q) <= 640 + 640 / 64);
+    }
+    assert_true(quota_scans(q) - scans <= 1000 / (640 / 64) + 1);
+    quota_free(q);
+}
+
 /* A full table, and a new agent's first request under a rule with a rate
  * of its own: the rule's entry needs room, which evicts every entry at
  * rest, and the agent's own, just made and full, is at rest. It must not
@@ -1210,6 +1238,7 @@ int main(void)
         cmocka_unit_test(test_full_table_evicts_a_batch),
         cmocka_unit_test(test_full_table_keeps_the_entry_being_admitted),
         cmocka_unit_test(test_table_of_held_entries_is_scanned_once_a_batch),
+        cmocka_unit_test(test_entries_resting_one_at_a_time_are_dropped_a_batch_at_once),
         cmocka_unit_test(test_reload_through_a_bandwidth_only_rate_grants_nothing),
         cmocka_unit_test(test_quarantine),
         cmocka_unit_test(test_eviction_keeps_a_running_quarantine),
