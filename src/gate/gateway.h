@@ -16,6 +16,7 @@
 
 #include "gate/listener.h"
 #include "policy/model.h"
+#include "util/pos_index.h"
 #include "util/shortage.h"
 #include "watch/alert.h"
 #include "watch/bus.h"
@@ -77,7 +78,8 @@ void gw_policy_unref(struct gw_policy *gp);
 
 struct agent_conns {
     char *id;
-    unsigned n;
+    unsigned n; /* open connections; 0: kept until compacted (gateway.c) */
+    uint64_t hash;
 };
 
 struct gateway_counters {
@@ -110,7 +112,10 @@ struct gateway {
     unsigned nconns;
     uint64_t next_conn_id;
     struct agent_conns *agents; /* open connections per agent */
-    size_t nagents;
+    size_t nagents, agents_cap;
+    size_t agents_idle;           /* agents with a count of 0 */
+    struct pos_index agent_index; /* positions in agents, by hash of the id */
+    uint64_t agent_probes;        /* agents compared by acquire and release, for tests */
     struct gateway_counters counters;
     bool stopping;
     /* CLOCK_MONOTONIC: conn_refuse_short()'s last warning of each kind
@@ -165,6 +170,8 @@ bool gateway_is_self_name(const struct gateway *gw, const char *name, uint16_t p
  * agent already has <max> (0: unlimited) or memory ran out. */
 int gateway_agent_acquire(struct gateway *gw, const char *id, unsigned max);
 void gateway_agent_release(struct gateway *gw, const char *id);
+/* Forgets every agent's count (gateway_free()). */
+void gateway_agents_free(struct gateway *gw);
 /* A connection has been freed (gateway bookkeeping, resumes listeners). */
 void gateway_conn_gone(struct gateway *gw);
 
