@@ -662,8 +662,9 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     if (sig == SIGHUP) {
         reload_request(gw);
         watch_reopen(gw->watch);
-        if (gw->log != NULL && log_jsonl_reopen(gw->log) < 0)
-            fprintf(stderr, "sluice: cannot reopen the log; still writing to the old file\n");
+        if (gw->log != NULL)
+            log_jsonl_reopen_soon(gw->log,
+                                  "sluice: cannot reopen the log; still writing to the old file\n");
         return;
     }
     gateway_stop(gw);

@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 #include <linux/magic.h>
 
 #include "util/open_nolinks.h"
+#include "util/quiet_thread.h"
 #include "util/stderr_relay.h"
 #include "util/units.h"
 #include "util/utf8.h"
@@ -33,6 +35,39 @@
  * so a line never legitimately reaches this cap. */
 #define LINE_STACK   4096
 #define LINE_MAX_LEN (16u * 1024 * 1024)
+
+/* What the writer needs to know of a descriptor (probe_fd). */
+struct fd_kind {
+    bool pollable; /* epoll takes it (a pipe, socket or terminal): EV_WRITE works */
+    bool is_pipe;  /* a pipe or FIFO */
+    bool is_sock;  /* a socket */
+    bool is_fifo;  /* a named FIFO */
+};
+
+/* A background reopen (log_jsonl_reopen_soon). The thread opens the path,
+ * asks what the new descriptor is and, once it has one, closes the old
+ * (a close may wait too: on NFS it writes back what the file has cached);
+ * then it writes one byte to a pipe whose event, on the loop, puts the new
+ * descriptor in place. The log's descriptor is the job's while it runs:
+ * the loop writes nothing, lines wait in <pending>. A log closed while its
+ * job runs (at exit, the open still waiting) leaves the job to the thread,
+ * which frees it once the open returns: the loop never waits for it. */
+struct reopen_job {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    bool done;           /* the thread is through with the job (mu) */
+    bool abandoned;      /* the log is gone: the thread frees the job (mu) */
+    int fds[2];          /* the "done" byte; [0] is watched by <ev> */
+    struct event *ev;    /* the loop's, freed by the loop */
+    char *path;          /* a copy of the log's */
+    unsigned flags;      /* the log's */
+    int old_fd;          /* the log's descriptor; -1 once the thread closed it */
+    int new_fd;          /* the result, or -1 */
+    int err;             /* open's errno when new_fd is -1 */
+    const char *why;     /* open_failure() of it */
+    bool same;           /* new_fd is the file old_fd was */
+    struct fd_kind kind; /* what new_fd is */
+};
 
 struct log_jsonl {
     struct event_base *base;
@@ -66,6 +101,11 @@ struct log_jsonl {
     struct event *fev; /* writes the end lines gathered in this loop round */
     bool flush_due;    /* fev is active */
     uint64_t dropped;
+    /* A reopen running on a thread of its own (log_jsonl_reopen_soon), or
+     * NULL. While it runs the job owns <fd>: lines wait in <pending>. */
+    struct reopen_job *job;
+    bool reopen_queued;          /* a SIGHUP came during the job: one more after it */
+    const char *reopen_fail_msg; /* printed when a background reopen fails, or NULL */
 };
 
 /* At most this many buffer pieces per write. */
@@ -292,6 +332,7 @@ size_t log_jsonl_format(const struct egress_event *ev, char *out, size_t cap)
 /* ---------------------------------------------------------------- writer */
 
 static void on_writable(evutil_socket_t fd, short what, void *arg);
+static void reopen_finish(struct log_jsonl *l);
 
 static void report(struct log_jsonl *l, const char *what, int e)
 {
@@ -413,6 +454,8 @@ static void restart_cut_line(struct log_jsonl *l)
  * pending (EAGAIN), 0 when the buffer is empty, -1 on a hard error. */
 static int drain(struct log_jsonl *l)
 {
+    if (l->job != NULL)
+        return 1; /* a reopen has the descriptor: wait for it */
     restart_cut_line(l);
     while (evbuffer_get_length(l->pending) > 0) {
         struct iovec iov[DRAIN_IOV];
@@ -470,8 +513,8 @@ static bool write_armed(const struct log_jsonl *l)
 
 static void schedule(struct log_jsonl *l, int rc)
 {
-    if (l->wev == NULL)
-        return;
+    if (l->wev == NULL || l->job != NULL)
+        return; /* none, or a reopen running: its end writes what waits */
     event_del(l->retry);
     if (rc == 1 && l->pollable) {
         if (!event_pending(l->wev, EV_WRITE, NULL))
@@ -521,18 +564,31 @@ static bool epoll_takes(int fd)
     return ok;
 }
 
-static int make_event(struct log_jsonl *l)
+/* What <fd> is. Asks the kernel (fstat, fstatfs, epoll): a background
+ * reopen calls it on its thread. */
+static struct fd_kind probe_fd(int fd)
+{
+    struct fd_kind k = {.pollable = epoll_takes(fd)};
+    struct stat st;
+    bool known = fstat(fd, &st) == 0;
+    k.is_pipe = known && S_ISFIFO(st.st_mode);
+    k.is_sock = known && S_ISSOCK(st.st_mode);
+    struct statfs fs;
+    k.is_fifo = k.is_pipe && fstatfs(fd, &fs) == 0 && fs.f_type != PIPEFS_MAGIC;
+    return k;
+}
+
+/* Takes <k> as what l->fd is and makes the write event for it. No system
+ * call: safe on the loop whatever the descriptor is. */
+static int make_event(struct log_jsonl *l, const struct fd_kind *k)
 {
     if (l->wev != NULL)
         event_free(l->wev);
     l->wev = NULL;
-    l->pollable = epoll_takes(l->fd);
-    struct stat st;
-    bool known = fstat(l->fd, &st) == 0;
-    l->is_pipe = known && S_ISFIFO(st.st_mode);
-    l->is_sock = known && S_ISSOCK(st.st_mode);
-    struct statfs fs;
-    l->is_fifo = l->is_pipe && fstatfs(l->fd, &fs) == 0 && fs.f_type != PIPEFS_MAGIC;
+    l->pollable = k->pollable;
+    l->is_pipe = k->is_pipe;
+    l->is_sock = k->is_sock;
+    l->is_fifo = k->is_fifo;
     l->wev =
         event_new(l->base, l->pollable ? l->fd : -1, l->pollable ? EV_WRITE : 0, on_writable, l);
     return l->wev != NULL ? 0 : -1;
@@ -558,15 +614,15 @@ static int inherited_fd(const struct stat *st)
  * (ENXIO; systemd's StandardOutput=journal is one), and a description of
  * its own, with an offset of its own, would write over what the other
  * writes (standard error with `2>&1`: a message landed on a log line). */
-static int open_path(const struct log_jsonl *l)
+static int open_path(const char *path, unsigned lflags)
 {
     int flags = O_WRONLY | O_CREAT | O_APPEND | O_NONBLOCK | O_CLOEXEC;
-    int fd = (l->flags & LOG_JSONL_NO_LINKS) ? open_no_links(l->path, flags, 0640)
-                                             : open(l->path, flags, 0640);
+    int fd =
+        (lflags & LOG_JSONL_NO_LINKS) ? open_no_links(path, flags, 0640) : open(path, flags, 0640);
     struct stat st;
     if (fd < 0) {
         int e = errno;
-        if (e != ENXIO || stat(l->path, &st) < 0 || !S_ISSOCK(st.st_mode)) {
+        if (e != ENXIO || stat(path, &st) < 0 || !S_ISSOCK(st.st_mode)) {
             errno = e;
             return -1;
         }
@@ -617,13 +673,13 @@ static int open_stdout(void)
  * under LOG_JSONL_NO_LINKS is a refusal, not a loop of links; ENXIO on a
  * FIFO is one that no one has open for reading (opened O_NONBLOCK, so as
  * not to wait for a reader for ever). */
-static const char *open_failure(const struct log_jsonl *l, int e, bool reopen)
+static const char *open_failure(const char *path, unsigned flags, int e, bool reopen)
 {
     struct stat st;
-    if (e == ELOOP && (l->flags & LOG_JSONL_NO_LINKS))
+    if (e == ELOOP && (flags & LOG_JSONL_NO_LINKS))
         return reopen ? "cannot reopen (a symbolic link on its path is refused)"
                       : "cannot open log (a symbolic link on its path is refused)";
-    if (e == ENXIO && l->path != NULL && stat(l->path, &st) == 0 && S_ISFIFO(st.st_mode))
+    if (e == ENXIO && path != NULL && stat(path, &st) == 0 && S_ISFIFO(st.st_mode))
         return reopen ? "cannot reopen (a FIFO no one reads: start its reader first)"
                       : "cannot open log (a FIFO no one reads: start its reader first)";
     return reopen ? "cannot reopen" : "cannot open log";
@@ -653,13 +709,14 @@ struct log_jsonl *log_jsonl_open(struct event_base *base, const char *path, unsi
         goto nomem;
     if ((l->pending = evbuffer_new()) == NULL)
         goto nomem;
-    l->fd = std ? open_stdout() : open_path(l);
+    l->fd = std ? open_stdout() : open_path(l->path, l->flags);
     if (l->fd < 0) {
         int e = errno;
-        *err = errmsg(std ? "standard output" : path, open_failure(l, e, false), e);
+        *err = errmsg(std ? "standard output" : path, open_failure(l->path, l->flags, e, false), e);
         goto err;
     }
-    if (make_event(l) < 0 || (l->fev = event_new(base, -1, 0, on_flush, l)) == NULL ||
+    struct fd_kind kind = probe_fd(l->fd);
+    if (make_event(l, &kind) < 0 || (l->fev = event_new(base, -1, 0, on_flush, l)) == NULL ||
         (l->retry = evtimer_new(base, on_writable, l)) == NULL)
         goto nomem;
     return l;
@@ -794,6 +851,18 @@ int log_jsonl_flush(struct log_jsonl *l, int timeout_ms)
     int rc;
 
     clock_gettime(CLOCK_MONOTONIC, &start);
+    if (l->job != NULL) {
+        /* A reopen running: wait for it (in the time given), then write
+         * to what it leaves in place. A reopen still queued is dropped. */
+        struct pollfd pfd = {.fd = l->job->fds[0], .events = POLLIN};
+        int n;
+        while ((n = poll(&pfd, 1, timeout_ms)) < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return evbuffer_get_length(l->pending) == 0 ? 0 : -1;
+        l->reopen_queued = false;
+        reopen_finish(l);
+    }
     for (;;) {
         rc = drain(l);
         if (rc == 0 || (rc < 0 && l->broken))
@@ -816,38 +885,181 @@ int log_jsonl_flush(struct log_jsonl *l, int timeout_ms)
     return evbuffer_get_length(l->pending) == 0 ? 0 : -1;
 }
 
-int log_jsonl_reopen(struct log_jsonl *l)
+/* True when <a> and <b> are descriptors of one file. */
+static bool same_file(int a, int b)
 {
-    int fd;
+    struct stat sa, sb;
+    return fstat(a, &sa) == 0 && fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
 
-    if (l->path == NULL)
-        return 0;
-    fd = open_path(l);
-    if (fd < 0) {
-        int e = errno;
-        fprintf(stderr, "sluice: log %s: %s: %s\n", l->path, open_failure(l, e, true), strerror(e));
-        return -1;
-    }
+/* Puts <fd>, just opened for the path (<kind>: what it is; <same>: the file
+ * l->fd is), in place of l->fd, which is closed unless <old_closed>, and
+ * writes what waits. Returns 0, or -1 out of memory. */
+static int reopen_apply(struct log_jsonl *l, int fd, const struct fd_kind *kind, bool same,
+                        bool old_closed)
+{
     /* A line the old file got part of goes whole to a new one (rotated);
      * the same file (a SIGHUP for a policy reload) gets the rest of it. */
-    struct stat was, now;
-    if (fstat(l->fd, &was) < 0 || fstat(fd, &now) < 0 || was.st_dev != now.st_dev ||
-        was.st_ino != now.st_ino)
+    if (!same)
         l->line_sent = 0;
     if (l->wev != NULL)
         event_del(l->wev);
     event_del(l->retry);
-    close(l->fd);
+    if (!old_closed)
+        close(l->fd);
     l->fd = fd;
     l->broken = false;
     l->reported = false;
     l->write_errno = 0;
-    if (make_event(l) < 0) {
+    if (make_event(l, kind) < 0) {
         fprintf(stderr, "sluice: log %s: out of memory\n", l->path);
         return -1;
     }
     schedule(l, drain(l));
     return 0;
+}
+
+int log_jsonl_reopen(struct log_jsonl *l)
+{
+    if (l->path == NULL)
+        return 0;
+    if (l->job != NULL) {
+        l->reopen_queued = true; /* after the one running */
+        return 0;
+    }
+    int fd = open_path(l->path, l->flags);
+    if (fd < 0) {
+        int e = errno;
+        fprintf(stderr, "sluice: log %s: %s: %s\n", l->path,
+                open_failure(l->path, l->flags, e, true), strerror(e));
+        return -1;
+    }
+    struct fd_kind kind = probe_fd(fd);
+    return reopen_apply(l, fd, &kind, same_file(l->fd, fd), false);
+}
+
+/* Frees <j>, closing what it holds; its event is already freed. */
+static void job_free(struct reopen_job *j)
+{
+    int fds[] = {j->fds[0], j->fds[1], j->old_fd, j->new_fd};
+    for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    pthread_mutex_destroy(&j->mu);
+    free(j->path);
+    free(j);
+}
+
+static void *reopen_thread(void *arg)
+{
+    struct reopen_job *j = arg;
+    j->new_fd = open_path(j->path, j->flags);
+    if (j->new_fd < 0) {
+        j->err = errno;
+        j->why = open_failure(j->path, j->flags, j->err, true);
+    } else {
+        j->kind = probe_fd(j->new_fd);
+        j->same = same_file(j->old_fd, j->new_fd);
+        close(j->old_fd);
+        j->old_fd = -1;
+    }
+    pthread_mutex_lock(&j->mu);
+    bool gone = j->abandoned;
+    j->done = true;
+    if (!gone) {
+        char one = 1;
+        while (write(j->fds[1], &one, 1) < 0 && errno == EINTR)
+            continue;
+    }
+    pthread_mutex_unlock(&j->mu);
+    if (gone)
+        job_free(j);
+    return NULL;
+}
+
+/* Ends the finished job: joins its thread, puts its result in place. */
+static void reopen_finish(struct log_jsonl *l)
+{
+    struct reopen_job *j = l->job;
+    pthread_join(j->thread, NULL);
+    l->job = NULL;
+    event_free(j->ev);
+    if (j->new_fd < 0) {
+        fprintf(stderr, "sluice: log %s: %s: %s\n", l->path, j->why, strerror(j->err));
+        if (l->reopen_fail_msg != NULL)
+            fputs(l->reopen_fail_msg, stderr);
+        j->old_fd = -1; /* still l->fd, in use again */
+        schedule(l, drain(l));
+    } else {
+        int fd = j->new_fd;
+        j->new_fd = -1;
+        if (reopen_apply(l, fd, &j->kind, j->same, true) < 0 && l->reopen_fail_msg != NULL)
+            fputs(l->reopen_fail_msg, stderr);
+    }
+    job_free(j);
+}
+
+static void on_reopen_done(evutil_socket_t fd, short what, void *arg)
+{
+    struct log_jsonl *l = arg;
+    (void)fd;
+    (void)what;
+    reopen_finish(l);
+    if (l->reopen_queued) {
+        l->reopen_queued = false;
+        log_jsonl_reopen_soon(l, l->reopen_fail_msg);
+    }
+}
+
+/* Starts a background reopen. Returns 0, or -1 when it cannot (no thread,
+ * no pipe, no memory): nothing changed then. */
+static int reopen_start(struct log_jsonl *l)
+{
+    struct reopen_job *j = calloc(1, sizeof(*j));
+    if (j == NULL)
+        return -1;
+    j->mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    j->fds[0] = j->fds[1] = j->old_fd = j->new_fd = -1;
+    j->flags = l->flags;
+    if ((j->path = strdup(l->path)) == NULL || pipe2(j->fds, O_CLOEXEC | O_NONBLOCK) != 0 ||
+        (j->ev = event_new(l->base, j->fds[0], EV_READ, on_reopen_done, l)) == NULL ||
+        event_add(j->ev, NULL) < 0)
+        goto fail;
+    /* The descriptor becomes the job's: no write may be armed on it (the
+     * thread closes it, and its number may come back for another file). */
+    if (l->wev != NULL)
+        event_del(l->wev);
+    event_del(l->retry);
+    j->old_fd = l->fd;
+    if (quiet_thread_create(&j->thread, reopen_thread, j) != 0) {
+        j->old_fd = -1;
+        schedule(l, drain(l));
+        goto fail;
+    }
+    l->job = j;
+    return 0;
+fail:
+    if (j->ev != NULL)
+        event_free(j->ev);
+    job_free(j);
+    return -1;
+}
+
+void log_jsonl_reopen_soon(struct log_jsonl *l, const char *fail_msg)
+{
+    if (l->path == NULL)
+        return;
+    l->reopen_fail_msg = fail_msg;
+    if (l->job != NULL) {
+        l->reopen_queued = true;
+        return;
+    }
+    if (reopen_start(l) == 0)
+        return;
+    /* No thread to be had: the reopen runs here, as it always did. */
+    if (log_jsonl_reopen(l) < 0 && fail_msg != NULL)
+        fputs(fail_msg, stderr);
 }
 
 uint64_t log_jsonl_dropped(const struct log_jsonl *l)
@@ -876,7 +1088,25 @@ void log_jsonl_close(struct log_jsonl *l)
 {
     if (l == NULL)
         return;
-    if (!l->broken)
+    if (l->job != NULL) {
+        struct reopen_job *j = l->job;
+        pthread_mutex_lock(&j->mu);
+        bool done = j->done;
+        j->abandoned = !done;
+        pthread_mutex_unlock(&j->mu);
+        if (done) {
+            reopen_finish(l);
+        } else {
+            /* Its open still waits: the thread frees the job when it
+             * returns, the descriptor with it; the lines are not written. */
+            fprintf(stderr, "sluice: log %s: the reopen is still waiting for open()\n", l->path);
+            event_free(j->ev);
+            pthread_detach(j->thread);
+            l->job = NULL;
+            l->fd = -1;
+        }
+    }
+    if (!l->broken && l->fd >= 0)
         drain(l);
     if (evbuffer_get_length(l->pending) > 0) {
         size_t bytes = log_jsonl_pending_bytes(l);

@@ -14,7 +14,11 @@
  * callbacks already queued in this round of the event loop have run, so
  * the end of one request and the decision of the next share one write.
  *
- * Owns: its descriptor, its pending buffer, its write and flush events. */
+ * A SIGHUP's reopen runs on a thread of its own (log_jsonl_reopen_soon).
+ *
+ * Owns: its descriptor, its pending buffer, its write and flush events,
+ * and the reopen's thread while it runs (left to end alone when the log is
+ * closed first). */
 #ifndef SLUICE_WATCH_LOG_JSONL_H
 #define SLUICE_WATCH_LOG_JSONL_H
 
@@ -72,10 +76,22 @@ void log_jsonl_write_line(struct log_jsonl *l, const char *line, size_t n);
  * (used at shutdown). Returns 0 when nothing is left pending, -1 otherwise. */
 int log_jsonl_flush(struct log_jsonl *l, int timeout_ms);
 
-/* Reopens the log file by name (after rotation, on SIGHUP); pending lines
- * go to the new file. A no-op for standard output. Returns 0, or -1 when
- * the file cannot be opened (the old descriptor stays in use). */
+/* Reopens the log file by name (after rotation); pending lines go to the
+ * new file. A no-op for standard output. Returns 0, or -1 when the file
+ * cannot be opened (the old descriptor stays in use). Waits for open():
+ * not for the event loop, whose reopen is log_jsonl_reopen_soon(). */
 int log_jsonl_reopen(struct log_jsonl *l);
+
+/* SIGHUP's reopen: as log_jsonl_reopen(), but open() (which can wait for
+ * ever: a hung NFS server, a directory another process holds locked) runs
+ * on a thread of its own, the event loop going on. Meanwhile lines wait in
+ * memory (the pending cap applies) and go, in order, to the descriptor the
+ * reopen leaves in place: the new file, or the old one when the open fails
+ * (reported on standard error, followed by <fail_msg> when not NULL; a
+ * static string). A call while a reopen runs queues one more after it.
+ * Without a thread (none can be started) the reopen runs at once, as
+ * log_jsonl_reopen(). A no-op for standard output. */
+void log_jsonl_reopen_soon(struct log_jsonl *l, const char *fail_msg);
 
 /* Lines dropped so far (pending buffer full, or the reader gone). */
 uint64_t log_jsonl_dropped(const struct log_jsonl *l);

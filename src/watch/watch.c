@@ -491,8 +491,9 @@ void watch_policy_loaded(struct watch *w, const struct policy *p)
 
 void watch_reopen(struct watch *w)
 {
-    if (w != NULL && w->own_file && log_jsonl_reopen(w->file) < 0)
-        fprintf(stderr, "sluice: cannot reopen the alerts file; still writing to the old one\n");
+    if (w != NULL && w->own_file)
+        log_jsonl_reopen_soon(w->file, "sluice: cannot reopen the alerts file; still writing to "
+                                       "the old one\n");
 }
 
 /* ---- stopping ---------------------------------------------------------------- */

@@ -978,6 +978,122 @@ static void test_reopen_of_the_same_file_goes_on_mid_line(void **state)
     event_base_free(base);
 }
 
+/* Runs <base> until <l>'s background reopen, and the one it queued, are
+ * over (each round waits for the reopen's "done" byte). */
+static void run_reopens(struct event_base *base, struct log_jsonl *l)
+{
+    for (int i = 0; i < 100 && (l->job != NULL || l->reopen_queued); i++)
+        event_base_loop(base, EVLOOP_ONCE);
+    assert_null(l->job);
+    assert_false(l->reopen_queued);
+}
+
+/* SIGHUP's reopen runs on a thread: the lines that come meanwhile wait, in
+ * order, and go to the new file once the loop has it; a second request
+ * while one runs queues one more, not a second thread. */
+static void test_reopen_soon_keeps_lines_for_the_new_file(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char path[128], rotated[160];
+    struct log_jsonl *l = open_on_file(base, "soon.jsonl", path, sizeof(path));
+    struct egress_event ev = spec_egress(), end = spec_end();
+    log_jsonl_on_event(&ev, l);
+    snprintf(rotated, sizeof(rotated), "%s.1", path);
+    assert_int_equal(rename(path, rotated), 0);
+    log_jsonl_reopen_soon(l, NULL);
+    assert_non_null(l->job);
+    struct reopen_job *first = l->job;
+    log_jsonl_on_event(&ev, l);
+    log_jsonl_on_event(&end, l);
+    log_jsonl_reopen_soon(l, NULL);
+    assert_ptr_equal(l->job, first);
+    assert_true(l->reopen_queued);
+    /* Nothing written meanwhile, to either file. */
+    size_t len;
+    char *got = slurp(rotated, &len);
+    assert_int_equal(len, strlen(spec_line1));
+    free(got);
+    assert_int_equal(log_jsonl_pending_bytes(l), strlen(spec_line1) + strlen(spec_line2));
+    run_reopens(base, l);
+    log_jsonl_on_event(&ev, l);
+    assert_int_equal(log_jsonl_flush(l, 1000), 0);
+    got = slurp(path, &len);
+    assert_int_equal(len, 2 * strlen(spec_line1) + strlen(spec_line2));
+    assert_memory_equal(got, spec_line1, strlen(spec_line1));
+    assert_memory_equal(got + strlen(spec_line1), spec_line2, strlen(spec_line2));
+    assert_memory_equal(got + strlen(spec_line1) + strlen(spec_line2), spec_line1,
+                        strlen(spec_line1));
+    free(got);
+    got = slurp(rotated, &len);
+    assert_int_equal(len, strlen(spec_line1));
+    free(got);
+    assert_int_equal(log_jsonl_dropped(l), 0);
+    log_jsonl_close(l);
+    event_base_free(base);
+}
+
+/* A background reopen that fails keeps the old descriptor: the lines that
+ * waited go there, in order. */
+static void test_reopen_soon_that_fails_keeps_the_old_file(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char dir[128], moved[160], path[192], old[224];
+    snprintf(dir, sizeof(dir), "%s/soon-dir", tmpdir);
+    snprintf(moved, sizeof(moved), "%s.old", dir);
+    snprintf(path, sizeof(path), "%s/log.jsonl", dir);
+    snprintf(old, sizeof(old), "%s/log.jsonl", moved);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    char *err = NULL;
+    struct log_jsonl *l = log_jsonl_open(base, path, 0, &err);
+    assert_non_null(l);
+    /* The folder moves away and a file takes its name: ENOTDIR. */
+    assert_int_equal(rename(dir, moved), 0);
+    int f = open(dir, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    assert_true(f >= 0);
+    close(f);
+    struct egress_event ev = spec_egress(), end = spec_end();
+    log_jsonl_reopen_soon(l, NULL);
+    log_jsonl_on_event(&ev, l);
+    log_jsonl_on_event(&end, l);
+    run_reopens(base, l);
+    assert_int_equal(log_jsonl_flush(l, 1000), 0);
+    size_t len;
+    char *got = slurp(old, &len);
+    assert_int_equal(len, strlen(spec_line1) + strlen(spec_line2));
+    assert_memory_equal(got, spec_line1, strlen(spec_line1));
+    free(got);
+    log_jsonl_close(l);
+    event_base_free(base);
+}
+
+/* At exit, log_jsonl_flush() waits for a reopen that runs (in its time)
+ * and writes what waited to the file it opened; a close right after a
+ * request, the thread done or not, frees everything. */
+static void test_flush_and_close_during_a_reopen(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char path[128], rotated[160];
+    struct log_jsonl *l = open_on_file(base, "exit.jsonl", path, sizeof(path));
+    snprintf(rotated, sizeof(rotated), "%s.1", path);
+    assert_int_equal(rename(path, rotated), 0);
+    struct egress_event ev = spec_egress();
+    log_jsonl_reopen_soon(l, NULL);
+    log_jsonl_on_event(&ev, l);
+    assert_int_equal(log_jsonl_flush(l, 10000), 0);
+    assert_null(l->job);
+    size_t len;
+    char *got = slurp(path, &len);
+    assert_int_equal(len, strlen(spec_line1));
+    free(got);
+    log_jsonl_reopen_soon(l, NULL);
+    log_jsonl_on_event(&ev, l);
+    log_jsonl_close(l);
+    event_base_free(base);
+}
+
 static void test_unwritten_at_close(void **state)
 {
     (void)state;
@@ -1018,6 +1134,9 @@ int main(void)
         cmocka_unit_test(test_hung_up_terminal_is_retried_by_a_timer),
         cmocka_unit_test(test_reopen_after_a_partial_line),
         cmocka_unit_test(test_reopen_of_the_same_file_goes_on_mid_line),
+        cmocka_unit_test(test_reopen_soon_keeps_lines_for_the_new_file),
+        cmocka_unit_test(test_reopen_soon_that_fails_keeps_the_old_file),
+        cmocka_unit_test(test_flush_and_close_during_a_reopen),
         cmocka_unit_test(test_unwritten_at_close),
     };
     return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
