@@ -1,4 +1,4 @@
-"""SIGHUP's reopen of `--log FILE` runs off the event loop: an open() that
+"""SIGHUP's reopen of `--log FILE` and `--alerts FILE` runs off the event loop: an open() that
 does not return (a hung NFS server, a directory whose lock another process
 holds) leaves requests answered and logged; their lines wait in memory, in
 order, and go to the new file once it opens.
@@ -22,7 +22,8 @@ import threading
 
 import pytest
 
-from gate_client import api_rule, poll, request
+from gate_client import api_rule, other_rule, other_url, poll, request
+from watch_helpers import alerts, wait_alert
 
 # (userfaultfd, getdents64, openat, openat2) by machine
 SYSCALLS = {"x86_64": (323, 217, 257, 437), "aarch64": (282, 61, 56, 437)}
@@ -169,4 +170,36 @@ def test_requests_are_answered_and_logged_while_the_reopen_waits(gateway, net, t
                 e["id"] == ev["id"]]
         assert len(ends) == 1 and ends[0] > new.index(ev), new
     assert len(new) == 8, new
+    assert "cannot reopen" not in gw.stderr(), gw.stderr()
+
+
+def test_alerts_wait_for_their_reopen_and_requests_go_on(gateway, net, tmp_path):
+    # The same for --alerts FILE (its own reopen, watch_reopen()): the log
+    # is elsewhere, only the alerts file's directory is held.
+    logdir = tmp_path / "alerts"
+    logdir.mkdir()
+    path = str(logdir / "alerts.jsonl")
+    gw = gateway(net.policy([api_rule(net), other_rule(net)], alerts={"first_contact": True}),
+                 args=["--alerts", path])
+    pid = gw.proc.pid
+    assert request(gw, "GET", net.url("/before")).status == 200
+    wait_alert(path, "first_contact", host="api.example.test")
+    os.rename(path, path + ".1")
+    lock = DirLock(str(logdir))
+    try:
+        gw.reload()
+        poll(lambda: threads_in_open(pid), timeout=10, interval=0.01,
+             what="the reopen waiting in open()")
+        # a host first contacted now: its alert waits for the new file
+        assert request(gw, "GET", other_url(net, "/during"), timeout=10).status == 200
+        assert request(gw, "GET", net.url("/during"), timeout=10).status == 200
+        gw.decided(path="/during")
+        assert pid not in threads_in_open(pid), "the event loop's thread waits in open()"
+        assert [a["host"] for a in alerts(path + ".1")] == ["api.example.test"]
+    finally:
+        lock.release()
+    wait_alert(path, "first_contact", host="other.example.test")
+    gw.stop()
+    assert [a["host"] for a in alerts(path + ".1")] == ["api.example.test"]
+    assert [a["host"] for a in alerts(path)] == ["other.example.test"]
     assert "cannot reopen" not in gw.stderr(), gw.stderr()
