@@ -119,6 +119,22 @@ def threads_in_open(pid):
     return found
 
 
+def hold_reopen(gw, path):
+    """Rotates <path> (renamed to PATH.1), holds its directory's lock and
+    sends SIGHUP; returns (the DirLock, the threads of the gateway in open())
+    once the reopen waits in open()."""
+    os.rename(path, path + ".1")
+    lock = DirLock(os.path.dirname(path))
+    try:
+        gw.reload()
+        stuck = poll(lambda: threads_in_open(gw.proc.pid), timeout=10, interval=0.01,
+                     what="the reopen waiting in open()")
+    except BaseException:
+        lock.release()
+        raise
+    return lock, stuck
+
+
 def lines_of(path):
     with open(path, "rb") as f:
         return [json.loads(x) for x in f.read().split(b"\n") if x.strip()]
@@ -136,12 +152,8 @@ def test_requests_are_answered_and_logged_while_the_reopen_waits(gateway, net, t
     pid = gw.proc.pid
     assert request(gw, "GET", net.url("/before")).status == 200
     poll(lambda: len(lines_of(log)) >= 2, what="the /before lines")
-    os.rename(log, log + ".1")  # rotated: the reopen must create the file
-    lock = DirLock(str(logdir))
+    lock, stuck = hold_reopen(gw, log)  # rotated: the reopen must create the file
     try:
-        gw.reload()
-        stuck = poll(lambda: threads_in_open(pid), timeout=10, interval=0.01,
-                     what="the reopen waiting in open()")
         # a second SIGHUP while it waits queues one more reopen, not a
         # second thread stuck beside the first
         gw.reload()
@@ -184,12 +196,8 @@ def test_alerts_wait_for_their_reopen_and_requests_go_on(gateway, net, tmp_path)
     pid = gw.proc.pid
     assert request(gw, "GET", net.url("/before")).status == 200
     wait_alert(path, "first_contact", host="api.example.test")
-    os.rename(path, path + ".1")
-    lock = DirLock(str(logdir))
+    lock, _ = hold_reopen(gw, path)
     try:
-        gw.reload()
-        poll(lambda: threads_in_open(pid), timeout=10, interval=0.01,
-             what="the reopen waiting in open()")
         # a host first contacted now: its alert waits for the new file
         assert request(gw, "GET", other_url(net, "/during"), timeout=10).status == 200
         assert request(gw, "GET", net.url("/during"), timeout=10).status == 200
@@ -203,3 +211,27 @@ def test_alerts_wait_for_their_reopen_and_requests_go_on(gateway, net, tmp_path)
     assert [a["host"] for a in alerts(path + ".1")] == ["api.example.test"]
     assert [a["host"] for a in alerts(path)] == ["other.example.test"]
     assert "cannot reopen" not in gw.stderr(), gw.stderr()
+
+
+def test_a_stop_while_the_reopen_waits_says_what_it_could_not_write(gateway, net, tmp_path):
+    # SIGTERM while the reopen's open() waits: the stop is not held by it
+    # beyond the log's flush time; the lines that waited are named as not
+    # written (they had no file to go to), and the thread, left alone,
+    # ends when the open returns.
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    log = str(logdir / "log.jsonl")
+    gw = gateway(net.policy([api_rule(net)]), args=["--log", log, "--grace", "1"])
+    lock, _ = hold_reopen(gw, log)
+    try:
+        assert request(gw, "GET", net.url("/during"), timeout=10).status == 200
+        gw.proc.send_signal(15)
+        poll(lambda: "not written at exit" in gw.stderr(), timeout=30,
+             what="the stop giving up on the reopen")
+    finally:
+        lock.release()
+    assert gw.wait_exit(30) == 0, gw.stderr()
+    err = gw.stderr()
+    assert "sluice: log %s: the reopen is still waiting for open()" % log in err, err
+    assert "sluice: log %s: 2 line(s) (" % log in err, err
+    assert lines_of(log + ".1") == []
