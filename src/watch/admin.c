@@ -450,8 +450,8 @@ static bool is_loopback(const char *host)
     struct in6_addr a6;
     if (inet_pton(AF_INET, host, &a4) == 1)
         return (ntohl(a4.s_addr) >> 24) == 127;
-    if (inet_pton(AF_INET6, host, &a6) == 1)
-        return IN6_IS_ADDR_LOOPBACK(&a6);
+    if (inet_pton(AF_INET6, host, &a6) == 1) /* ::ffff:127.x.y.z is 127.x.y.z */
+        return IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
     return strcmp(host, "localhost") == 0;
 }
 

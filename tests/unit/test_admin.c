@@ -254,12 +254,54 @@ static void accept_errors_that_pause(void **state)
     check_accept_errors(accept_after_error, "accept: Too many open files: pausing for 250 ms");
 }
 
+/* Which listen addresses are loopback, so that no warning says the admin
+ * server is reachable from beyond this host: an IPv4-mapped 127/8 address
+ * is loopback too (an AF_INET6 socket bound to it takes only 127.0.0.1). */
+static void loopback_addresses(void **state)
+{
+    (void)state;
+    const char *const yes[] = {"127.0.0.1",        "127.255.0.9",      "::1",
+                               "::ffff:127.0.0.1", "::FFFF:127.1.2.3", "localhost"};
+    const char *const no[] = {
+        "0.0.0.0",     "10.0.0.1",       "128.0.0.1", "::",         "::ffff:10.0.0.1",
+        "::127.0.0.1", "::ffff:0.0.0.0", "fe80::1",   "localhost.", ""};
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
+        assert_true(is_loopback(yes[i]));
+    for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
+        assert_false(is_loopback(no[i]));
+}
+
+/* An admin server on [::ffff:127.0.0.1] binds and says no warning. */
+static void mapped_loopback_is_not_warned_about(void **state)
+{
+    (void)state;
+    struct metrics *m = metrics_new();
+    assert_non_null(m);
+    struct event_base *base = event_base_new();
+    assert_non_null(base);
+    char addr[48], msg[256], said[512];
+    snprintf(addr, sizeof(addr), "[::ffff:127.0.0.1]:%u", (unsigned)free_port());
+    struct stderr_capture capture;
+    stderr_capture_begin(&capture);
+    struct admin *a = admin_new(base, addr, m, msg, sizeof(msg));
+    stderr_capture_end(&capture, said, sizeof(said));
+    assert_non_null(a);
+    assert_string_equal(said, "");
+    admin_free(a);
+    event_base_free(base);
+    metrics_free(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(heads_that_parse),         cmocka_unit_test(heads_not_yet_complete),
-        cmocka_unit_test(heads_that_are_bad),       cmocka_unit_test(slow_scrapers_share_one_body),
+        cmocka_unit_test(heads_that_parse),
+        cmocka_unit_test(heads_not_yet_complete),
+        cmocka_unit_test(heads_that_are_bad),
+        cmocka_unit_test(slow_scrapers_share_one_body),
         cmocka_unit_test(accept_errors_that_pause),
+        cmocka_unit_test(loopback_addresses),
+        cmocka_unit_test(mapped_loopback_is_not_warned_about),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
