@@ -9,8 +9,10 @@
  * or IPv6), so the sink's resolver reads it as the same address. Its label is either the URL
  * itself (no '@' in the authority, a path of at most one segment, no query
  * or fragment) or the URL without any USER:PASSWORD@, cut after its first
- * path segment, followed by "/...#" and 8 hex digits; the label's
- * authority holds no '@'; the same URL always gets the same label.
+ * path segment, followed by "/...#" and 8 hex digits, either written as
+ * text_shown() writes text (no control character, C1's included, gets
+ * through); the label's authority holds no '@'; the same URL always gets
+ * the same label.
  * Includes the .c to reach parse_url(). */
 #include <stdint.h>
 #include <stdlib.h>
@@ -18,6 +20,7 @@
 
 #include "../src/watch/sink_webhook.c"
 #include "util/ipaddr.h"
+#include "util/text_json.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -52,6 +55,19 @@ static const char *authority_of(const char *s)
     return letter && strncmp(s + i, "://", 3) == 0 ? s + i + 3 : s;
 }
 
+/* Whether <a> (<al> bytes) is the <n> bytes at <s> as text_shown() writes them. */
+static bool shown_as(const char *a, size_t al, const char *s, size_t n)
+{
+    char *raw = strndup(s, n);
+    if (raw == NULL)
+        abort();
+    char *shown = text_shown(raw);
+    bool same = strlen(shown) == al && memcmp(a, shown, al) == 0;
+    free(shown);
+    free(raw);
+    return same;
+}
+
 static void check_label(const char *url)
 {
     char *a = weburl_label(url), *b = weburl_label(url);
@@ -61,8 +77,11 @@ static void check_label(const char *url)
     const char *p = authority_of(url);
     size_t auth = strcspn(p, "/?#");
     const char *at = memrchr(p, '@', auth);
-    if (strcmp(a, url) == 0) {
-        if (at != NULL)
+    const char *hp = at != NULL ? at + 1 : p;
+    const char *rest = p + auth;
+    size_t keep = *rest == '/' ? 1 + strcspn(rest + 1, "/?#") : 0;
+    if (at == NULL && rest[keep] == '\0') {
+        if (!shown_as(a, al, url, strlen(url)))
             abort();
     } else {
         static const char tail[] = "/...#";
@@ -73,16 +92,23 @@ static void check_label(const char *url)
                 abort();
         /* the scheme, the authority without USER:PASSWORD@, the first path
          * segment: nothing else of the URL */
-        const char *hp = at != NULL ? at + 1 : p;
-        const char *rest = p + auth;
-        size_t keep = *rest == '/' ? 1 + strcspn(rest + 1, "/?#") : 0;
         size_t scheme = (size_t)(p - url), shown = (size_t)(rest + keep - hp);
-        if (at == NULL && rest[keep] == '\0')
+        char *kept = malloc(scheme + shown + 1);
+        if (kept == NULL)
             abort();
-        if (al - 13 != scheme + shown || memcmp(a, url, scheme) != 0 ||
-            memcmp(a + scheme, hp, shown) != 0)
+        memcpy(kept, url, scheme);
+        memcpy(kept + scheme, hp, shown);
+        bool same = shown_as(a, al - 13, kept, scheme + shown);
+        free(kept);
+        if (!same)
             abort();
     }
+    /* no control character, C1's included, gets through */
+    for (size_t i = 0; i < al; i++)
+        if ((unsigned char)a[i] < 0x20 || a[i] == 0x7f ||
+            ((unsigned char)a[i] == 0xc2 && (unsigned char)a[i + 1] >= 0x80 &&
+             (unsigned char)a[i + 1] <= 0x9f))
+            abort();
     /* the label's own authority holds no user name or password */
     const char *lp = authority_of(a);
     if (memchr(lp, '@', strcspn(lp, "/?#")) != NULL)

@@ -9,6 +9,7 @@
 #include <openssl/sha.h>
 
 #include "util/ipaddr.h"
+#include "util/text_json.h"
 
 static bool is_digit(char ch)
 {
@@ -144,6 +145,17 @@ int weburl_parse(const char *url, struct weburl *u, const char **why)
     return 0;
 }
 
+/* <s> as text_shown() writes it, in a new string (NULL when out of memory):
+ * a label goes to standard error. */
+static char *shown_dup(const char *s)
+{
+    size_t n = 4 * strlen(s) + 1;
+    char *out = malloc(n);
+    if (out != NULL)
+        text_shown_into(out, n, s);
+    return out;
+}
+
 char *weburl_label(const char *url)
 {
     const char *p = after_scheme(url);
@@ -153,7 +165,7 @@ char *weburl_label(const char *url)
     const char *rest = p + auth;
     size_t keep = *rest == '/' ? 1 + strcspn(rest + 1, "/?#") : 0;
     if (at == NULL && rest[keep] == '\0')
-        return strdup(url);
+        return shown_dup(url);
     unsigned char md[SHA256_DIGEST_LENGTH];
     SHA256((const unsigned char *)url, strlen(url), md);
     size_t scheme = (size_t)(p - url), shown = (size_t)(rest + keep - hp);
@@ -165,5 +177,7 @@ char *weburl_label(const char *url)
     memcpy(label, url, scheme);
     memcpy(label + scheme, hp, shown);
     memcpy(label + scheme + shown, tail, sizeof(tail));
-    return label;
+    char *out = shown_dup(label);
+    free(label);
+    return out;
 }

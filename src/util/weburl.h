@@ -58,7 +58,9 @@ int weburl_parse(const char *url, struct weburl *u, const char **why);
  * USER:PASSWORD@, cut after the first path segment, followed by "/...#"
  * and the first 8 hex digits of the SHA-256 of the whole <url>, which
  * tells sinks apart without showing a secret
- * ("https://hooks.slack.com/services/...#1f2e3d4c"). */
+ * ("https://hooks.slack.com/services/...#1f2e3d4c"). Either is written as
+ * text_shown() writes text (a control character, C1's included, and the
+ * backslash as \ooo): a URL's path may hold a terminal escape. */
 char *weburl_label(const char *url);
 
 #endif

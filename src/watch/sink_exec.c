@@ -3,9 +3,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +21,7 @@
 #include "util/priority.h"
 #include "util/quiet_thread.h"
 #include "util/stderr_relay.h"
+#include "util/text_json.h"
 #include "util/units.h"
 
 extern char **environ;
@@ -158,6 +161,21 @@ static void kill_group(pid_t pid)
 
 static pid_t spawning_pid(struct exec_runner *r);
 
+/* Writes "sluice: alert sink exec PATH: " and the rest (<fmt>) on standard
+ * error, PATH as text_shown() writes it: a policy's path may hold a
+ * terminal escape (a C1 control, U+009B) or a backslash. */
+static void say(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(const char *path, const char *fmt, ...)
+{
+    char shown[4 * PATH_MAX + 1], rest[512];
+    text_shown_into(shown, sizeof(shown), path);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rest, sizeof(rest), fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "sluice: alert sink exec %s: %s\n", shown, rest);
+}
+
 static void on_timeout(evutil_socket_t fd, short what, void *arg)
 {
     struct child *k = arg;
@@ -169,13 +187,12 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
     pid_t pid = k->pid > 0 ? k->pid : spawning_pid(k->r);
     if (pid > 0) {
         kill_group(pid);
-        fprintf(stderr, "sluice: alert sink exec %s: killed after %d s%s\n", k->path,
-                SINK_EXEC_TIMEOUT_MS / 1000, k->pid > 0 ? "" : " (its exec had not finished)");
+        say(k->path, "killed after %d s%s", SINK_EXEC_TIMEOUT_MS / 1000,
+            k->pid > 0 ? "" : " (its exec had not finished)");
     } else /* on_spawned() kills it if it ever starts */
-        fprintf(stderr,
-                "sluice: alert sink exec %s: not started after %d s (its exec waits: hung "
-                "storage?); it will be killed if it starts\n",
-                k->path, SINK_EXEC_TIMEOUT_MS / 1000);
+        say(k->path,
+            "not started after %d s (its exec waits: hung storage?); it will be killed if it starts",
+            SINK_EXEC_TIMEOUT_MS / 1000);
 }
 
 static void start_waiting(struct exec_runner *r);
@@ -433,7 +450,7 @@ static void cannot_run(struct exec_runner *r, const char *path, const char *why,
             r->unrun = grown;
         if (grown == NULL || copy == NULL) { /* told, then, unthrottled */
             free(copy);
-            fprintf(stderr, "sluice: alert sink exec %s: %s: %s\n", path, why, strerror(rc));
+            say(path, "%s: %s", why, strerror(rc));
             return;
         }
         u = &r->unrun[r->nunrun++];
@@ -443,11 +460,8 @@ static void cannot_run(struct exec_runner *r, const char *path, const char *why,
     if ((u->failed & (u->failed - 1)) != 0)
         return;
     u->told++;
-    fprintf(stderr,
-            "sluice: alert sink exec %s: %s: %s; %llu alert(s) not run so far, %llu "
-            "failure(s) not told\n",
-            path, why, strerror(rc), (unsigned long long)u->failed,
-            (unsigned long long)(u->failed - u->told));
+    say(path, "%s: %s; %llu alert(s) not run so far, %llu failure(s) not told", why, strerror(rc),
+        (unsigned long long)u->failed, (unsigned long long)(u->failed - u->told));
 }
 
 /* Hands the first program waiting to the spawner, when it has none and
@@ -591,13 +605,11 @@ static void reap(struct exec_runner *r)
         if (p < 0) /* ECHILD: someone else reaped it; nothing to report */
             st = 0;
         else if (WIFEXITED(st) && WEXITSTATUS(st) != 0) {
-            fprintf(stderr, "sluice: alert sink exec %s: exited with status %d\n", k->path,
-                    WEXITSTATUS(st));
+            say(k->path, "exited with status %d", WEXITSTATUS(st));
             r->failures++;
         } else if (WIFSIGNALED(st)) {
             if (!k->killed)
-                fprintf(stderr, "sluice: alert sink exec %s: killed by signal %d\n", k->path,
-                        WTERMSIG(st));
+                say(k->path, "killed by signal %d", WTERMSIG(st));
             r->failures++;
         }
         r->running--;
@@ -664,8 +676,7 @@ static void drop(struct exec_runner *r, const char *path, const char *why)
     r->failures++;
     r->dropped++;
     if ((r->dropped & (r->dropped - 1)) == 0)
-        fprintf(stderr, "sluice: alert sink exec %s: %s; %llu alert(s) dropped so far\n", path, why,
-                (unsigned long long)r->dropped);
+        say(path, "%s; %llu alert(s) dropped so far", why, (unsigned long long)r->dropped);
 }
 
 void exec_runner_run(struct exec_runner *r, const char *path, const char *data, size_t n)
@@ -745,10 +756,10 @@ static void reap_killed(struct exec_runner *r, uint64_t deadline)
     } while (left > 0 && monotonic_ms() < deadline);
     for (size_t i = 0; i < r->nkids; i++)
         if (r->kids[i]->pid > 0)
-            fprintf(stderr,
-                    "sluice: alert sink exec %s: pid %d did not end within %d ms of SIGKILL "
-                    "(in uninterruptible sleep?); not waited for\n",
-                    r->kids[i]->path, (int)r->kids[i]->pid, SINK_EXEC_REAP_MS);
+            say(r->kids[i]->path,
+                "pid %d did not end within %d ms of SIGKILL (in uninterruptible sleep?); not "
+                "waited for",
+                (int)r->kids[i]->pid, SINK_EXEC_REAP_MS);
 }
 
 /* Stops r's spawner thread, waiting for it until <deadline> (monotonic ms):
@@ -791,10 +802,10 @@ static void spawner_stop(struct exec_runner *r, uint64_t deadline)
         bool left_behind = sp->left = !sp->ended;
         pthread_mutex_unlock(&sp->mu);
         if (left_behind) {
-            fprintf(stderr,
-                    "sluice: alert sink exec %s: its start (exec) did not end within %d ms of "
-                    "SIGKILL (in uninterruptible sleep?); not waited for\n",
-                    r->spawning != NULL ? r->spawning->path : "?", SINK_EXEC_REAP_MS);
+            say(r->spawning != NULL ? r->spawning->path : "?",
+                "its start (exec) did not end within %d ms of SIGKILL (in uninterruptible "
+                "sleep?); not waited for",
+                SINK_EXEC_REAP_MS);
             pthread_detach(thread); /* it frees sp if it ever ends */
             return;
         }
@@ -821,11 +832,8 @@ void exec_runner_free(struct exec_runner *r)
     for (size_t i = 0; i < r->nunrun; i++) {
         const struct unrun *u = &r->unrun[i];
         if (u->failed > u->told)
-            fprintf(stderr,
-                    "sluice: alert sink exec %s: %llu alert(s) not run in all, %llu failure(s) "
-                    "not told\n",
-                    u->path, (unsigned long long)u->failed,
-                    (unsigned long long)(u->failed - u->told));
+            say(u->path, "%llu alert(s) not run in all, %llu failure(s) not told",
+                (unsigned long long)u->failed, (unsigned long long)(u->failed - u->told));
         free(u->path);
     }
     free(r->unrun);

@@ -214,6 +214,34 @@ def test_exec_sink_failures_are_logged_and_slow_ones_killed(gateway, net, tmp_pa
     gw.stop()  # a clean exit 0 (--grace 1s: the sinks get their 1 s, not 5)
 
 
+def test_sink_names_with_c1_controls_are_shown_escaped(gateway, net, tmp_path):
+    """A policy's exec path or webhook URL may hold C1 controls (U+0080 to
+    U+009F: U+009B is a terminal's CSI, U+0085 a line end), which serve
+    wrote raw into its messages on standard error. They are written \\ooo
+    as the other untrusted text (text_shown()), and the backslash too."""
+    odd = "\u009b[31m\u0085\\"
+    shown = "\\302\\233[31m\\302\\205\\134"
+    fail = write_script(str(tmp_path / ("fail%s.sh" % odd)), "#!/bin/sh\ncat >/dev/null\nexit 3\n")
+    missing = str(tmp_path / ("no-such%s" % odd))
+    hook = "http://127.0.0.1:%d/%s" % (free_tcp_port(), odd)  # refused: nothing listens
+    gw = gateway(net.policy(rules(net), alerts={"sinks": [{"exec": fail}, {"exec": missing},
+                                                          {"webhook": hook}]}),
+                 args=["--alerts", str(tmp_path / "a.jsonl"), "--grace", "1s"])
+    assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
+    poll(lambda: "exited with status 3" in gw.stderr() or None, timeout=10)
+    poll(lambda: ": cannot run: " in gw.stderr() or None, timeout=10)
+    poll(lambda: "cannot deliver" in gw.stderr() or None, timeout=10)
+    gw.stop()
+    err = gw.stderr()
+    assert "exec %s/fail%s.sh: exited with status 3\n" % (tmp_path, shown) in err, err
+    assert "exec %s/no-such%s: cannot run: " % (tmp_path, shown) in err, err
+    assert "webhook http://127.0.0.1:%s/%s: cannot deliver: " % (hook.split(":")[2].split("/")[0],
+                                                                shown) in err, err
+    with open(gw.stderr_path, "rb") as f:
+        raw = f.read()
+    assert not re.search(rb"\xc2[\x80-\x9f]|[\x00-\x09\x0b-\x1f\x7f]", raw), raw
+
+
 def test_exec_sink_that_cannot_run_is_told_at_1_2_4_failures(gateway, net, tmp_path):
     """A program that cannot be run (missing) was told on standard error
     once per alert, while drops were told at the 1st, 2nd, 4th...: an alert

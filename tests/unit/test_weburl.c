@@ -205,6 +205,20 @@ static void label_hides_the_rest(void **state)
     free(root);
 }
 
+/* A label goes to standard error: a control character (C1's, in UTF-8 or
+ * not, included) and the backslash in it are written \\ooo (text_shown()). */
+static void label_shows_controls_escaped(void **state)
+{
+    (void)state;
+    char *l = weburl_label("http://127.0.0.1:9/\xc2\x9b[2J\xc2\x85\\\x9b\xc3\xa9");
+    assert_string_equal(l, "http://127.0.0.1:9/\\302\\233[2J\\302\\205\\134\\233\xc3\xa9");
+    free(l);
+    l = weburl_label("http://127.0.0.1:9/\xc2\x9b/secret");
+    assert_memory_equal(l, "http://127.0.0.1:9/\\302\\233/...#", 32);
+    assert_int_equal(strlen(l), 32 + 8);
+    free(l);
+}
+
 /* A user:password@ is never shown, whatever else the URL holds; the hash
  * is of the whole URL, so two sinks that differ only there stay apart. */
 static void label_hides_userinfo(void **state)
@@ -244,9 +258,10 @@ static void label_hides_userinfo(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(parses_http_and_https),  cmocka_unit_test(refuses),
-        cmocka_unit_test(label_keeps_short_urls), cmocka_unit_test(label_hides_the_rest),
-        cmocka_unit_test(label_hides_userinfo),   cmocka_unit_test(accepts_names_and_canonical_ips),
+        cmocka_unit_test(parses_http_and_https),           cmocka_unit_test(refuses),
+        cmocka_unit_test(label_keeps_short_urls),          cmocka_unit_test(label_hides_the_rest),
+        cmocka_unit_test(label_shows_controls_escaped),    cmocka_unit_test(label_hides_userinfo),
+        cmocka_unit_test(accepts_names_and_canonical_ips),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
