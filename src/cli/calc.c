@@ -9,6 +9,7 @@
  * for 10% over 3 layers; a budget that allows more retries than the
  * attempts do changes nothing (a^L). */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -22,6 +23,8 @@
 #define CALC_MAX_LAYERS   20
 #define CALC_MAX_ATTEMPTS 100
 #define CALC_MAX_RPS      1e12
+/* DBL_MIN is 2.2250738585072014e-308 */
+#define TOO_SMALL "too small to compute with (the smallest is about 2.225e-308)"
 
 static const char retries_synopsis[] = "retries --layers N --attempts N [--budget RATIO] [--rps N]";
 
@@ -44,18 +47,27 @@ static int parse_int(const char *s, long lo, long hi, long *out)
     return 0;
 }
 
-/* Parses a plain decimal number ("0.1", "250"); with <pct>, "10%" too. */
+/* parse_num()'s results besides 0 and -1 (not a plain decimal). */
+#define NUM_TINY (-2) /* positive, but under DBL_MIN: strtod() underflows */
+#define NUM_HUGE (-3) /* over DBL_MAX: strtod() overflows */
+
+/* Parses a plain decimal number ("0.1", "250"); with <pct>, "10%" too.
+ * Returns 0, -1 when <s> is not one, NUM_TINY or NUM_HUGE when it is one
+ * that no double holds. */
 static int parse_num(const char *s, bool pct, double *out)
 {
+    bool nonzero = false;
     if (s == NULL || *s == '\0')
         return -1;
-    for (const char *p = s; *p != '\0'; p++)
+    for (const char *p = s; *p != '\0'; p++) {
         if (!((*p >= '0' && *p <= '9') || *p == '.' || (pct && *p == '%' && p[1] == '\0')))
             return -1; /* no signs, exponents, hex, inf or nan */
+        nonzero |= *p >= '1' && *p <= '9';
+    }
     char *end = NULL;
     errno = 0;
     double v = strtod(s, &end);
-    if (end == s || errno != 0 || !isfinite(v))
+    if (end == s || (errno != 0 && errno != ERANGE))
         return -1;
     if (*end == '%') {
         v /= 100.0;
@@ -63,6 +75,10 @@ static int parse_num(const char *s, bool pct, double *out)
     }
     if (*end != '\0')
         return -1;
+    if (!isfinite(v) || v > DBL_MAX)
+        return NUM_HUGE;
+    if (nonzero && v < DBL_MIN) /* 0, or a subnormal that lost its digits */
+        return NUM_TINY;
     *out = v;
     return 0;
 }
@@ -144,10 +160,30 @@ static int calc_retries(int argc, char **argv)
             if (parse_int(v, 1, CALC_MAX_ATTEMPTS, &attempts) < 0)
                 return retries_refused("--attempts: ", v, " is not a whole number from 1 to 100");
         } else if (strcmp(opt, "--budget") == 0) {
-            if (parse_num(v, true, &budget) < 0 || budget < 0 || budget > 1)
-                return retries_refused("--budget: ", v, " is not a ratio from 0 to 1 (0.1 or 10%)");
-        } else if (parse_num(v, false, &rps) < 0 || rps <= 0 || rps > CALC_MAX_RPS) {
-            return retries_refused("--rps: ", v, " is not a positive number of requests a second");
+            int rc = parse_num(v, true, &budget);
+            if (rc == NUM_TINY)
+                return retries_refused("--budget: ", v,
+                                       " is " TOO_SMALL "; write 0 for no retries");
+            if (rc == NUM_HUGE || (rc == 0 && budget > 1))
+                return retries_refused("--budget: ", v,
+                                       " is more than 1 (a ratio from 0 to 1: 0.1 or 10%)");
+            if (rc < 0)
+                return retries_refused("--budget: ", v,
+                                       " is not a ratio from 0 to 1 written as a decimal (0.1) "
+                                       "or a percentage (10%)");
+        } else {
+            int rc = parse_num(v, false, &rps);
+            if (rc == NUM_TINY)
+                return retries_refused("--rps: ", v, " is " TOO_SMALL);
+            if (rc == NUM_HUGE || (rc == 0 && rps > CALC_MAX_RPS))
+                return retries_refused("--rps: ", v, " is more than 1e+12 requests a second");
+            if (rc == 0 && rps <= 0)
+                return retries_refused("--rps: ", v,
+                                       " is not a positive number of requests a second");
+            if (rc < 0)
+                return retries_refused("--rps: ", v,
+                                       " is not a positive number of requests a second written "
+                                       "as a decimal (100 or 0.5)");
         }
     }
     if (layers == 0)

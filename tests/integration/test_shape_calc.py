@@ -185,3 +185,39 @@ def test_arguments_in_usage_errors_are_escaped(run_sluice):
         assert first.startswith(said), (args, r.stderr)
         assert "forged" not in r.stderr.splitlines()[1], (args, r.stderr)
         assert "\x1b" not in r.stderr, (args, r.stderr)
+
+
+TINY = "0." + "0" * 400 + "1"  # a positive decimal under the smallest double
+HUGE = "1" + "0" * 400  # one over the largest
+
+
+@pytest.mark.parametrize("flag,value,said", [
+    # a ratio from 0 to 1 (or a positive rate) all the same: too small to
+    # compute with, not "not a ratio"
+    ("--budget", TINY, "is too small to compute with (the smallest is about 2.225e-308); "
+                       "write 0 for no retries"),
+    ("--budget", TINY + "%", "is too small to compute with (the smallest is about 2.225e-308); "
+                             "write 0 for no retries"),
+    ("--rps", TINY, "is too small to compute with (the smallest is about 2.225e-308)"),
+    # past the bounds: what the bound is
+    ("--budget", "1.5", "is more than 1 (a ratio from 0 to 1: 0.1 or 10%)"),
+    ("--budget", "101%", "is more than 1 (a ratio from 0 to 1: 0.1 or 10%)"),
+    ("--budget", HUGE, "is more than 1 (a ratio from 0 to 1: 0.1 or 10%)"),
+    ("--rps", HUGE, "is more than 1e+12 requests a second"),
+    ("--rps", "2000000000000", "is more than 1e+12 requests a second"),
+    # how it is written: no exponent
+    ("--budget", "1e-400", "is not a ratio from 0 to 1 written as a decimal (0.1) or a "
+                           "percentage (10%)"),
+    ("--rps", "1e-400", "is not a positive number of requests a second written as a decimal "
+                        "(100 or 0.5)"),
+    ("--rps", "0.0", "is not a positive number of requests a second"),
+], ids=["budget-tiny", "budget-tiny-pct", "rps-tiny", "budget-1.5", "budget-101pct",
+        "budget-huge", "rps-huge", "rps-2e12", "budget-exponent", "rps-exponent", "rps-0"])
+def test_out_of_range_numbers_are_named_for_what_they_are(run_sluice, flag, value, said):
+    # A decimal under the smallest double (underflow) was "not a ratio from
+    # 0 to 1" or "not a positive number": strtod()'s ERANGE was taken for a
+    # syntax error. So was one past the largest, and an --rps over 1e12.
+    r = run_sluice("calc", "retries", "--layers", "3", "--attempts", "3", flag, value)
+    assert r.returncode == 2 and r.stdout == "", r.stderr
+    first = r.stderr.splitlines()[0]
+    assert first == "sluice calc: %s: '%s' %s" % (flag, value, said), first
