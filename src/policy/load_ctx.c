@@ -377,9 +377,11 @@ void load_walk_map(struct load_ctx *c, const struct ynode *map, const struct key
             expected_keys(keys, nkeys, list, sizeof(list));
             load_err(c, k->line, "unknown key '%s' (expected one of %s)", load_show(c, k->str),
                      list);
-        } else if (kn[i] != NULL) {
+        } else if (kn[i] != NULL) { /* named by its own field: rules[0].host */
+            size_t m = load_field_key(c, keys[i].name);
             load_err(c, k->line, "duplicate key '%s' (first at line %d)", keys[i].name,
                      kn[i]->line);
+            load_field_pop(c, m);
         } else {
             kn[i] = k;
             vals[i] = v;

@@ -771,7 +771,7 @@ static void test_yaml_errors(void **state)
         {V "x: [[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]\n",
          "p.yaml:2: x[0][0][0][0][0][0][0][0][0][0][0][0][0][0][0]: nesting deeper than 16 levels"},
         {V "{a: 1}: 2\n", "p.yaml:2: expected a string key"},
-        {V "version: 1\n", "p.yaml:2: duplicate key 'version' (first at line 1)"},
+        {V "version: 1\n", "p.yaml:2: version: duplicate key 'version' (first at line 1)"},
         {V "prots: 1\n", "p.yaml:2: unknown key 'prots' (expected one of version, agents, rules, "
                          "deny, network, dns, limits, alerts)"},
         {V "\"bad\\x01key\": 1\n", "p.yaml:2: unknown key 'bad?key' (expected one of version, "
@@ -880,7 +880,7 @@ static void test_agent_errors(void **state)
          "p.yaml:3: agents[0].encrypted_client_hello: unknown value 'yes' (expected refuse or "
          "allow)"},
         {V "agents:\n  - {id: a, id: b, sources: [unix]}\n",
-         "p.yaml:3: agents[0]: duplicate key 'id' (first at line 3)"},
+         "p.yaml:3: agents[0].id: duplicate key 'id' (first at line 3)"},
     };
     RUN(cases);
     struct policy *p = expect_clean(V "agents: []\n" R);
@@ -1083,7 +1083,7 @@ static void test_rule_shape_errors(void **state)
          "p.yaml:3: rules[0]: unknown key 'prots' (expected one of host, cidr, ports, tier, "
          "methods, owner, expires, agents, rate)"},
         {V "rules:\n  - host: a.example.test\n    tier: 0\n    tier: 1\n",
-         "p.yaml:5: rules[0]: duplicate key 'tier' (first at line 4)"},
+         "p.yaml:5: rules[0].tier: duplicate key 'tier' (first at line 4)"},
         {V "rules:\n  - {host: \"*\", tier: 0}\n", NULL},
         {V "rules:\n  - {host: [a], tier: 0}\n", "p.yaml:3: rules[0].host: expected a string"},
         {V "rules:\n  - {host: a.example.test, tier: 5}\n",
