@@ -122,14 +122,45 @@ static int schema_row(sqlite3 *db, char *ver, size_t verlen)
     return rc;
 }
 
+/* The longest message msg() makes: with serve's words around it ("sluice:
+ * warning: ...; running without a state store (...)") it stays under
+ * PIPE_BUF (4096), which the standard error relay takes whole (it cuts a
+ * longer line's end: the remedy). A path runs to 4 KB, and a message may
+ * name three (the directory as given, resolved, and one on the way). */
+#define MSG_MAX  3072
+#define MSG_TAIL 1536 /* kept whole past MSG_MAX: the remedy, the path's end */
+
+/* Cuts the middle of <s> (<n> bytes) to MSG_MAX bytes, "..." in its place,
+ * never within a UTF-8 sequence: its start (the directory) and its end
+ * (the remedy) stay. */
+static void cut_middle(char *s, size_t n)
+{
+    size_t head = MSG_MAX - MSG_TAIL - 3, tail = n - MSG_TAIL;
+    while (head > 0 && ((unsigned char)s[head] & 0xc0) == 0x80)
+        head--; /* s[head], the first byte dropped, is no sequence's middle */
+    while (tail < n && ((unsigned char)s[tail] & 0xc0) == 0x80)
+        tail++;
+    memcpy(s + head, "...", 3);
+    memmove(s + head + 3, s + tail, n - tail + 1);
+}
+
+/* A new message (NULL when out of memory): whole up to MSG_MAX bytes, its
+ * middle cut beyond (cut_middle()). */
 __attribute__((format(printf, 1, 2))) static char *msg(const char *fmt, ...)
 {
-    char buf[1024];
-    va_list ap;
+    va_list ap, again;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_copy(again, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    return strdup(buf);
+    char *out = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (out != NULL) {
+        vsnprintf(out, (size_t)n + 1, fmt, again);
+        if ((size_t)n > MSG_MAX)
+            cut_middle(out, (size_t)n);
+    }
+    va_end(again);
+    return out;
 }
 
 #define SHOWN_MAX 1024 /* the store's text as standard error shows it */
@@ -664,12 +695,9 @@ static struct store *open_resolved(const char *shown, const char *real, char **e
     if (rc != SQLITE_OK && is_corruption(rc)) {
         char moved[4400] = "";
         move_aside(s->path, moved, sizeof(moved));
-        char buf[5000];
-        snprintf(buf, sizeof(buf),
-                 "%s: the state store is corrupt (%s); moved to %s and started afresh: first-"
-                 "contact memory, baselines and queued webhook alerts are lost",
-                 s->path, why ? why : "corrupt", moved[0] ? moved : "(could not move)");
-        *warn = strdup(buf);
+        *warn = msg("%s: the state store is corrupt (%s); moved to %s and started afresh: first-"
+                    "contact memory, baselines and queued webhook alerts are lost",
+                    s->path, why ? why : "corrupt", moved[0] ? moved : "(could not move)");
         free(why);
         rc = open_db(s->path, &s->db, &why);
     }

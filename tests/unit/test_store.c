@@ -36,6 +36,8 @@ static int counted_strcmp(const char *a, const char *b)
 #include "../../src/state/store_sqlite.c"
 #undef strcmp
 
+#include "util/utf8.h"
+
 struct seen {
     int n;
     char text[4][64];
@@ -568,6 +570,76 @@ static void a_parent_another_user_controls_is_not_used(void **state)
     refused(sub, 0, "/p, on the way to the state directory, is owned by ", "move");
     used_as(sub, OTHER_UID);
     assert_int_equal(chown(parent, 0, 0), 0);
+}
+
+/* Makes <levels> folders below <top>, each named with 60 'é' (120 bytes of
+ * UTF-8), into <out>; the last one gets <mode>. */
+static void deep_folders(const char *top, int levels, mode_t mode, char *out, size_t outlen)
+{
+    char name[121];
+    for (int i = 0; i < 60; i++)
+        memcpy(name + 2 * i, "\xc3\xa9", 2);
+    name[120] = '\0';
+    snprintf(out, outlen, "%s", top);
+    for (int i = 0; i < levels; i++) {
+        size_t n = strlen(out);
+        assert_true(n + 1 + strlen(name) < outlen);
+        snprintf(out + n, outlen - n, "/%s", name);
+        assert_int_equal(mkdir(out, 0755), 0);
+    }
+    assert_int_equal(chmod(out, mode), 0);
+}
+
+/* <err> is whole UTF-8, says <start> first and ends with <remedy>. */
+static void said_whole(const char *err, const char *start, const char *remedy)
+{
+    size_t n = strlen(err), r = strlen(remedy);
+    if (!utf8_valid((const unsigned char *)err, n) || strncmp(err, start, strlen(start)) != 0 ||
+        n < r || strcmp(err + n - r, remedy) != 0)
+        fail_msg("'%s' (%zu bytes) is cut: it should start '%s' and end '%s'", err, n, start,
+                 remedy);
+}
+
+/* The store's messages were cut at 1024 bytes (msg()'s buffer): a state
+ * directory with a long path lost the remedy at the message's end, and
+ * the cut could fall within a UTF-8 sequence. A message now holds the
+ * whole of a path up to the bound serve's standard error takes whole
+ * (PIPE_BUF, with serve's words around it); past it, the middle goes,
+ * "..." in its place, never within a UTF-8 sequence. */
+static void long_paths_keep_the_remedy(void **state)
+{
+    (void)state;
+    char deep[2048], link[128], *err = NULL, *warn = NULL;
+    /* 12 levels: about 1.5 KB, the path said once */
+    deep_folders(dir, 12, 0777, deep, sizeof(deep));
+    assert_null(store_open(deep, &err, &warn));
+    assert_non_null(err);
+    said_whole(err, deep,
+               ": another user could put a store of their own or a symbolic link "
+               "there; use a directory of sluice's own");
+    assert_null(strstr(err, "..."));
+    free(err);
+    /* reached through a link, a parent every user may write: the path
+     * three times, about 4.5 KB, past the bound */
+    assert_int_equal(chmod(deep, 0755), 0);
+    char *cut = strrchr(deep, '/');
+    *cut = '\0';
+    assert_int_equal(chmod(deep, 0777), 0);
+    *cut = '/';
+    snprintf(link, sizeof(link), "%s/link", dir);
+    assert_int_equal(symlink(deep, link), 0);
+    err = NULL;
+    assert_null(store_open(link, &err, &warn));
+    assert_non_null(err);
+    char start[256];
+    snprintf(start, sizeof(start), "%s (resolved: %s", link, dir);
+    said_whole(err, start,
+               "without the sticky bit: any user could move the state directory away "
+               "and put one of their own in its place; use a state directory whose "
+               "every parent is root's or the gateway's");
+    assert_non_null(strstr(err, "..."));
+    assert_true(strlen(err) <= 3072);
+    free(err);
 }
 
 static void unusable_paths(void **state)
@@ -1202,6 +1274,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(a_world_writable_directory_is_not_used, setup, teardown),
         cmocka_unit_test_setup_teardown(unusable_paths, setup, teardown),
+        cmocka_unit_test_setup_teardown(long_paths_keep_the_remedy, setup, teardown),
         cmocka_unit_test_setup_teardown(a_directory_another_user_owns_is_not_used, setup, teardown),
         cmocka_unit_test_setup_teardown(a_parent_another_user_controls_is_not_used, setup,
                                         teardown),
