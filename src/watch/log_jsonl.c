@@ -1092,16 +1092,21 @@ void log_jsonl_close(struct log_jsonl *l)
         struct reopen_job *j = l->job;
         pthread_mutex_lock(&j->mu);
         bool done = j->done;
-        j->abandoned = !done;
+        if (!done) {
+            /* Its open still waits: the thread frees the job when it
+             * returns, the descriptor with it; the lines are not written.
+             * Once the lock is let go the job may be gone: what is done
+             * with it is done before. */
+            event_free(j->ev);
+            j->ev = NULL;
+            pthread_detach(j->thread);
+            j->abandoned = true;
+        }
         pthread_mutex_unlock(&j->mu);
         if (done) {
             reopen_finish(l);
         } else {
-            /* Its open still waits: the thread frees the job when it
-             * returns, the descriptor with it; the lines are not written. */
             fprintf(stderr, "sluice: log %s: the reopen is still waiting for open()\n", l->path);
-            event_free(j->ev);
-            pthread_detach(j->thread);
             l->job = NULL;
             l->fd = -1;
         }
