@@ -200,20 +200,22 @@ def test_a_refused_connect_with_tunnel_bytes_behind_its_head_closes(gateway, net
     # meant for the target, never a next request. Kept for one, they waited
     # as an unfinished head until a deadline (or were refused again as a
     # bad request, a second decision for bytes that were never a request):
-    # the connection closes after the refusal, lingering so it arrives whole
+    # the connection closes after the refusal (which says so: Connection:
+    # close, where a kept one says keep-alive), lingering so it arrives whole
     gw = gateway(net.policy([tls_rule(net)], deny=["blocked.example.test"],
                             limits={"idle_timeout": "30s"}))
     hello = b"\x16\x03\x01\x00\x40\x01\x00\x00\x3c\x03\x03" + b"\x00" * 58
     s, t = _refused_connect(gw, net, hello)
     try:
         assert t.status == 403 and t.header("Sluice-Reason") == "denied_host", (t.status, t.headers)
-        s.settimeout(10)
-        t0 = time.monotonic()
-        assert recv_until_close(s) == b""
-        took = time.monotonic() - t0
+        assert t.header("Connection") == "close", t.headers
+        s.settimeout(30)  # a hang guard: the linger is 2 s
+        try:
+            assert s.recv(4096) == b""
+        except ConnectionResetError:
+            pass
     finally:
         s.close()
-    assert took < 4, "closed after %.1fs" % took
     assert_denied(gw, net, t, "denied_host", host="blocked.example.test", port=net.tls.port,
                   method="CONNECT", ip=None)
     time.sleep(0.3)  # a second decision would be logged by now
@@ -228,6 +230,7 @@ def test_a_refused_connect_with_nothing_behind_its_head_keeps_the_connection(gat
     s, t = _refused_connect(gw, net, b"")
     try:
         assert t.status == 403 and t.header("Sluice-Reason") == "denied_host", (t.status, t.headers)
+        assert t.header("Connection") == "keep-alive", t.headers
         r = request(gw, "GET", net.url("/after"), sock=s)
     finally:
         s.close()
@@ -1620,15 +1623,14 @@ def test_tunnel_non_http_bytes_pass(gateway, net, first):
     t = connect(gw, "banner.example.test:%d" % net.banner.port)
     try:
         assert t.status == 200
-        t0 = time.monotonic()
         t.sock.sendall(first)
         t.sock.settimeout(10)
         data = recv_until_close(t.sock)
-        took = time.monotonic() - t0
     finally:
         t.close()
+    # held for the window instead, they would be judged as a head still
+    # incomplete when it ends, and refused (peek_judge_http())
     assert data == BannerServer.BANNER + BannerServer.REPLY, data
-    assert took < 0.9, took
     ev, end = gw.decided(method="CONNECT")
     assert ev["decision"] == "allow" and ev["reason"] is None, ev
     assert end["bytes_up"] == len(first), end

@@ -70,23 +70,23 @@ def _policy(net, names, host, addrs, port):
 @pytest.mark.parametrize("method", ["CONNECT", "GET"])
 def test_blackholed_addresses_share_one_connect_budget(gateway, net, names, holes, method):
     # four addresses that never answer: the connect phase ends within the one
-    # budget of min(idle_timeout, 10 s) = 2 s, not after 4 timeouts of 2 s
+    # budget of min(idle_timeout, 10 s) = 2 s, not after 4 timeouts of 2 s.
+    # Each attempt gets at least 1 s (UPSTREAM_ATTEMPT_FLOOR_MS), so the
+    # budget runs out after the second address: the refusal names the last
+    # one tried, which is never the fourth (the first, on a machine so
+    # loaded that the first attempt's timer fired after the whole budget)
     host = "holes.example.test"
     gw = gateway(_policy(net, names, host, HOLE_IPS, holes.port))
-    t0 = time.monotonic()
     if method == "CONNECT":
-        t = connect(gw, "%s:%d" % (host, holes.port), timeout=15)
+        t = connect(gw, "%s:%d" % (host, holes.port), timeout=30)
         t.close()
         r = t
     else:
-        r = request(gw, "GET", net.url("/", host=host, port=holes.port), timeout=15)
-    took = time.monotonic() - t0
-    ev, end = assert_denied(gw, net, r, "upstream_unreachable", host=host, port=holes.port,
-                            method=method, tier=0, rule="rules[0]")
+        r = request(gw, "GET", net.url("/", host=host, port=holes.port), timeout=30)
+    ev, _ = assert_denied(gw, net, r, "upstream_unreachable", host=host, port=holes.port,
+                          method=method, tier=0, rule="rules[0]")
     assert r.text.startswith("sluice: cannot connect to %s:%d (%s)" % (host, holes.port, ev["ip"]))
-    assert ev["ip"] in HOLE_IPS, ev
-    assert took < 2 * IDLE_S, "the connect phase took %.1f s" % took
-    assert end["ms"] < 2 * IDLE_S * 1000, end
+    assert ev["ip"] in HOLE_IPS[:2], ev
 
 
 def test_a_refused_address_before_a_working_one_still_connects(gateway, net, names):

@@ -36,79 +36,91 @@ def banner_rule(net):
     return {"host": "banner.example.test", "ports": [net.banner.port], "tier": 2}
 
 
-def closed_within(sock, lo, hi):
-    """Waits (at most <hi> + 2 s) for the gateway to close <sock>; asserts
-    it did so between <lo> and <hi> seconds from now."""
+# How long a test waits for what a timeout of a second or two should bring
+# about: a guard against a hang, not a claim on when it came (a loaded
+# machine may take several times the timeout).
+HANG_GUARD_S = 30
+
+
+def closed_after(sock, lo, reset=None):
+    """Waits (at most HANG_GUARD_S) for the gateway to close <sock>, which
+    must not be before <lo> seconds from now; with <reset> True (False) the
+    close must (must not) be a reset. Returns the seconds it took."""
     t0 = time.monotonic()
-    sock.settimeout(hi + 2)
+    sock.settimeout(HANG_GUARD_S)
+    was_reset = False
     try:
         data = sock.recv(4096)
     except ConnectionResetError:
-        data = b""
+        data, was_reset = b"", True
     except socket.timeout:
-        raise AssertionError("not closed within %.1fs" % (hi + 2))
+        raise AssertionError("not closed within %ds" % HANG_GUARD_S)
     took = time.monotonic() - t0
     assert data == b"", data
-    assert lo <= took <= hi, "closed after %.2fs, expected %.1f-%.1fs" % (took, lo, hi)
+    assert took >= lo, "closed after %.2fs, before %.1fs" % (took, lo)
+    if reset is not None:
+        assert was_reset == reset, "closed %s" % ("with a reset" if was_reset else "cleanly")
+    return took
+
+
+def _trickle_heads(socks, heads):
+    """Sends each of <heads> on its socket of <socks>, a byte every 0.1 s,
+    then a header line each 0.5 s (nothing at all for a head None), until
+    every socket was closed by the gateway (at most HANG_GUARD_S). Returns
+    the seconds each close took, and for each socket (by index) those still
+    open when it closed."""
+    t0 = time.monotonic()
+    left = {i: h for i, h in enumerate(heads)}
+    took, open_then = {}, {}
+    for s in socks:
+        s.setblocking(False)
+    while left and time.monotonic() - t0 < HANG_GUARD_S:
+        closed = []
+        for i, head in left.items():
+            piece = b""
+            if head is not None:
+                piece, left[i] = (head[:1], head[1:]) if head else (b"X-Slow: a\r\n", b"")
+            try:
+                socks[i].sendall(piece)
+                d = socks[i].recv(100)
+                assert d == b"", d
+                closed.append(i)
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed.append(i)
+        for i in closed:
+            took[i] = time.monotonic() - t0
+            del left[i]
+        for i in closed:
+            open_then[i] = sorted(left)
+        time.sleep(0.1 if any(left.values()) else 0.5)
+    assert not left, "still open after %ds of trickling: %r" % (HANG_GUARD_S, sorted(left))
+    return [took[i] for i in range(len(socks))], [open_then[i] for i in range(len(socks))]
 
 
 def test_head_deadline_closes_slow_head(gateway, net):
-    # a head trickled a byte at a time never trips the read timeout, but
-    # the head deadline (min(10 s, idle_timeout)) closes it
-    gw = gateway(net.policy([api_rule(net)], limits={"idle_timeout": "2s"}))
-    s = open_conn(gw)
+    # A head trickled a byte at a time never trips the read timeout, but
+    # the head deadline, min(10 s, idle_timeout) from the accept, closes it.
+    # Two gateways, idle_timeout 2 s and 300 s, get such a head at the same
+    # time: the first closes its connection while the second's is still
+    # open, and the second closes its own after 10 s, long before its
+    # idle_timeout (the test gives up at 30 s). A connection that sends
+    # nothing at all to the first gateway is closed (its idle_timeout, or
+    # the head deadline) while the second's trickled head is still open too.
+    gws = [gateway(net.policy([api_rule(net)], limits={"idle_timeout": t}))
+           for t in ("2s", "300s")]
+    socks = [open_conn(gws[0]), open_conn(gws[1]), open_conn(gws[0])]
+    head = b"GET http://api.example.test:%d/slow HTTP/1.1\r\nX-Slow: " % net.api.port
     try:
-        t0 = time.monotonic()
-        head = b"GET http://api.example.test:%d/slow HTTP/1.1\r\nX-Slow: " % net.api.port
-        closed = False
-        for b in head + b"a" * 60:
-            try:
-                s.sendall(bytes([b]))
-            except OSError:
-                closed = True
-                break
-            time.sleep(0.1)
-            if time.monotonic() - t0 > 6:
-                break
-        if not closed:
-            closed_within(s, 0, 1)
-        took = time.monotonic() - t0
-        assert 1.5 <= took <= 4.5, took
+        took, open_then = _trickle_heads(socks, [head + b"a" * 30, head + b"a" * 30, None])
     finally:
-        s.close()
+        for s in socks:
+            s.close()
+    assert 1 in open_then[0], "the idle_timeout 2 s head closed after the 300 s one: %r" % took
+    assert 1 in open_then[2], "the idle head closed after the 300 s trickled one: %r" % took
+    assert min(took[0], took[2]) >= 1.5 and took[1] >= 8.5, took
     assert net.api.requests == []
-
-
-def test_head_deadline_shorter_than_idle_timeout(gateway, net):
-    # with idle_timeout 20s, a new connection's first head still gets 10 s
-    gw = gateway(net.policy([api_rule(net)], limits={"idle_timeout": "20s"}))
-    s = open_conn(gw)
-    try:
-        s.sendall(b"GET http://api.example.test:%d/ HTTP/1.1\r\n" % net.api.port)
-        t0 = time.monotonic()
-        closed = False
-        while time.monotonic() - t0 < 13 and not closed:
-            try:
-                s.sendall(b"X-Slow: a\r\n")  # keeps the read timeout from firing
-                s.settimeout(1.0)
-                closed = s.recv(100) == b""
-            except socket.timeout:
-                pass
-            except OSError:
-                closed = True
-        took = time.monotonic() - t0
-        assert closed and 8.5 <= took <= 12, took
-    finally:
-        s.close()
-
-
-def test_idle_head_closed_after_idle_timeout(gateway, net):
-    gw = gateway(net.policy([api_rule(net)], limits={"idle_timeout": "2s"}))
-    s = open_conn(gw)
-    try:
-        closed_within(s, 1.5, 4.5)
-    finally:
-        s.close()
 
 
 def test_idle_tunnel_closed_after_idle_timeout(gateway, net):
@@ -123,7 +135,9 @@ def test_idle_tunnel_closed_after_idle_timeout(gateway, net):
             assert d
             got += d
         assert got == BannerServer.BANNER
-        closed_within(t.sock, 1.0, 4.5)  # the banner was the last byte moved
+        # the banner was the last byte moved; the gateway's cut is a reset
+        # (a FIN would be the banner server's close, after 10 s without a line)
+        closed_after(t.sock, 1.0, reset=True)
     finally:
         t.close()
     _, end = gw.decided(method="CONNECT")
@@ -222,12 +236,14 @@ def _read_slowly(s, got, total, piece):
 
 
 def _take_then_stop(gw, s, outcome, done):
-    """Reads 256 KiB from <s> steadily, then nothing; returns the seconds
-    until the gateway's end line for the exchange told it closed (the
-    client's own socket would show the close only once read; the origin's
-    may not at all, when what it sent fits in the buffers on the way, whose
-    receive side Linux grows up to tcp_rmem's 32 MiB here). The origin then
-    either sent it all into those buffers or saw the close."""
+    """Reads 256 KiB from <s> steadily, then nothing, and waits (at most
+    HANG_GUARD_S) for the gateway's end line for the exchange, which tells
+    it closed (the client's own socket would show the close only once read;
+    the origin's may not at all, when what it sent fits in the buffers on
+    the way, whose receive side Linux grows up to tcp_rmem's 32 MiB here).
+    Nothing but idle_timeout ends the exchange then: the client holds its
+    socket open, and the origin either sent it all into those buffers or
+    saw the close."""
     got = 0
     for _ in range(4):
         tick = 0
@@ -237,12 +253,9 @@ def _take_then_stop(gw, s, outcome, done):
             tick += len(d)
         got += tick
         time.sleep(0.1)
-    t0 = time.monotonic()
-    gw.wait_events("agent_egress_end", timeout=10)
-    took = time.monotonic() - t0
+    gw.wait_events("agent_egress_end", timeout=HANG_GUARD_S)
     assert done.wait(10), "the upstream was still sending 10 s after the close"
     assert outcome["what"] in ("closed by the gateway", "all sent"), outcome
-    return took
 
 
 def _slow_read_get(gateway, net, up, listener, path):
@@ -297,16 +310,15 @@ def test_a_slow_but_steady_reader_gets_the_whole_response(gateway, net, listener
 @pytest.mark.parametrize("listener", ["tcp", "unix"])
 def test_a_reader_that_stops_mid_response_is_closed_after_idle_timeout(gateway, net, listener):
     # The same client reads 256 KiB steadily, then nothing: no progress for
-    # idle_timeout (1 s) closes it, within idle_timeout and a fraction
+    # idle_timeout (1 s) closes it, while the client still holds its socket
     size = 32 * 1024 * 1024
     outcome, done = {}, threading.Event()
     with _big_response_upstream(size, outcome, done) as up:
         gw, s = _slow_read_get(gateway, net, up, listener, "/stop")
         try:
-            took = _take_then_stop(gw, s, outcome, done)
+            _take_then_stop(gw, s, outcome, done)
         finally:
             s.close()
-        assert took < 3, "closed %.2fs after the client stopped reading" % took
         _, end = gw.decided(path="/stop")
         assert end["status"] == 200 and 0 < end["bytes_down"] < size, end
 
@@ -370,10 +382,9 @@ def test_a_tunnel_whose_reader_stops_is_closed_after_idle_timeout(gateway, net):
     with _big_response_upstream(size, outcome, done) as up:
         gw, s = _slow_tunnel(gateway, net, up)
         try:
-            took = _take_then_stop(gw, s, outcome, done)
+            _take_then_stop(gw, s, outcome, done)
         finally:
             s.close()
-        assert took < 3, "closed %.2fs after the client stopped reading" % took
         _, end = gw.decided(method="CONNECT")
         assert end["status"] == 200 and 0 < end["bytes_down"] < size, end
 
@@ -518,17 +529,17 @@ def test_a_slow_but_steady_origin_gets_the_whole_upload(gateway, net, framing):
 def test_an_origin_that_stops_taking_an_upload_is_given_up_on(gateway, net, size):
     # The same origin takes 256 KiB of the body, then nothing: no progress
     # for idle_timeout (1 s) ends the exchange, with a 502 since no response
-    # byte went out, within idle_timeout and a fraction; while the gateway
+    # byte went out, whose body names the stall (the origin holds its
+    # connection open for 20 s, and its close would be another failure);
+    # while the gateway
     # still reads the body (32 MiB), and once it read it all (1 MiB, held
     # in its buffers toward the origin)
     body = pattern_bytes(size)
     outcome, done = {}, threading.Event()
     with _slow_upload_upstream(body, outcome, done, stop_after=256 << 10) as up:
         gw = _slow_upload_gateway(gateway, net, up)
-        r, when = _upload(gw, up, "/stop", "length", body)
+        r, _ = _upload(gw, up, "/stop", "length", body)
         assert "stopped" in outcome, outcome.get("cut")
-        took = when - outcome["stopped"]
-        assert took < 3, "given up on %.2fs after the origin stopped reading" % took
         assert r is not None and r.status == 502, r
         assert r.header("Sluice-Reason") == "upstream_unreachable", r
         assert b"the upstream stopped taking the request" in r.body, r.body
