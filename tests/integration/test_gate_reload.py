@@ -3,8 +3,10 @@ answering requests while the new policy is parsed and indexed, the swap
 happens on the loop, and signals arriving during a load queue one more."""
 
 import datetime
+import errno
 import json
 import os
+import signal
 import socket
 import time
 import urllib.request
@@ -95,32 +97,73 @@ def test_requests_are_answered_during_a_large_reload(gateway, net):
     assert loop * 10 < total, "the loop took %d of the load's %d page faults" % (loop, total)
 
 
+def _fifo_writer(path):
+    """Opens the FIFO <path> for writing once a load has it open for reading
+    (until then the open fails with ENXIO), at most 10 s."""
+    def try_open():
+        try:
+            return os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as e:
+            if e.errno != errno.ENXIO:
+                raise
+            return None
+    return poll(try_open, timeout=10, interval=0.01, what="a load reading %s" % path)
+
+
+def _feed(fd, text):
+    os.set_blocking(fd, True)
+    try:
+        _write_all(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _threads(pid):
+    return len(os.listdir("/proc/%d/task" % pid))
+
+
+def _hup_handled(gw, net):
+    """Sends SIGHUP and returns once the loop has handled it: the signal is
+    no longer pending, and a request made after that was answered (the
+    loop reads the signal's wake-up before the request's events)."""
+    gw.reload()
+
+    def pending():
+        with open("/proc/%d/status" % gw.proc.pid) as f:
+            masks = dict(line.split(":\t") for line in f.read().splitlines() if ":\t" in line)
+        return any(int(masks[k], 16) & (1 << (signal.SIGHUP - 1)) for k in ("SigPnd", "ShdPnd"))
+    poll(lambda: not pending(), timeout=10, interval=0.01, what="SIGHUP delivered")
+    assert request(gw, "GET", net.url("/between")).status == 200
+
+
 def test_signals_during_a_load_queue_one_more_reload(gateway, net):
+    # The policy path is made a FIFO: a load then waits, on its thread, until
+    # the test writes the file (at most 10 s), so the two signals sent in
+    # between certainly arrive during it, and make one more load, not two
     gw = gateway(net.policy([api_rule(net)]))
-    gw.write_policy(big_policy(net, [api_rule(net), other_rule(net)], "a"))
-    t0 = time.monotonic()
+    request(gw, "GET", net.url("/before"))
+    threads = _threads(gw.proc.pid)
+    os.remove(gw.policy_path)
+    os.mkfifo(gw.policy_path)
     gw.reload()
-    time.sleep(0.05)
-    # the second policy drops other.example.test; it is written before the
-    # signals that must bring it in
-    gw.write_policy(big_policy(net, [api_rule(net)], "b"))
-    gw.reload()
-    time.sleep(0.05)
-    gw.reload()
-    time.sleep(0.1)  # delivered and handled
-    merged = reload_count(gw) == 0  # both arrived while the first load ran
-    poll(lambda: reload_count(gw) >= 2, timeout=180, interval=0.02,
-         what="the queued reload")
-    first_took = time.monotonic() - t0
-    print("signals merged: %s; two reloads took %.2fs" % (merged, first_took))
-    # the last file read is the second one
-    poll(lambda: request(gw, "GET", other_url(net, "/q")).status == 403, timeout=10,
-         what="the second policy to be in force")
+    fd = _fifo_writer(gw.policy_path)
+    _hup_handled(gw, net)
+    _hup_handled(gw, net)
+    assert reload_count(gw) == 0, gw.stderr()[-2000:]
+    _feed(fd, policy_yaml(net.policy([api_rule(net), other_rule(net)])))
+    poll(lambda: reload_count(gw) >= 1, timeout=10, what="the first reload")
+    # the queued load reads the FIFO again: this second policy drops
+    # other.example.test
+    _feed(_fifo_writer(gw.policy_path), policy_yaml(net.policy([api_rule(net)])))
+    poll(lambda: reload_count(gw) >= 2, timeout=10, what="the queued reload")
+    assert request(gw, "GET", other_url(net, "/q")).status == 403
     assert request(gw, "GET", net.url("/ok")).status == 200
-    if merged:
-        # two signals during one load make one more reload, not two
-        time.sleep(min(first_took / 2 + 0.5, 20))
-        assert reload_count(gw) == 2, gw.stderr()[-2000:]
+    # no third load: it would have been started with the second's end,
+    # before the requests above were answered, and would wait on the FIFO
+    # with a thread of its own
+    assert _threads(gw.proc.pid) == threads, os.listdir("/proc/%d/task" % gw.proc.pid)
+    assert reload_count(gw) == 2, gw.stderr()[-2000:]
+    assert "reload failed" not in gw.stderr(), gw.stderr()[-2000:]
     assert gw.proc.poll() is None
 
 
