@@ -124,7 +124,7 @@ def test_head_deadline_closes_slow_head(gateway, net):
 
 
 def test_idle_tunnel_closed_after_idle_timeout(gateway, net):
-    gw = gateway(net.policy([banner_rule(net)], limits={"idle_timeout": "2s"}))
+    gw = gateway(net.policy([banner_rule(net)], limits={"idle_timeout": "1s"}))
     t = connect(gw, "banner.example.test:%d" % net.banner.port)
     try:
         assert t.status == 200
@@ -137,7 +137,7 @@ def test_idle_tunnel_closed_after_idle_timeout(gateway, net):
         assert got == BannerServer.BANNER
         # the banner was the last byte moved; the gateway's cut is a reset
         # (a FIN would be the banner server's close, after 10 s without a line)
-        closed_after(t.sock, 1.0, reset=True)
+        closed_after(t.sock, 0.5, reset=True)
     finally:
         t.close()
     _, end = gw.decided(method="CONNECT")
