@@ -105,6 +105,17 @@ static const struct default_range default_ranges[] = {
     {{0x3f, 0xff}, 20, false, "documentation"},
     /* Discard-only (RFC 6666): a black hole by design. */
     {{0x01, 0x00}, 64, false, "discard-only"},
+    /* The dummy prefix (RFC 9780): for addresses that must never leave a
+     * link or a site. */
+    {{0x01, 0x00, 0, 0, 0, 0, 0, 0x01}, 64, false, "dummy"},
+    /* Benchmarking (RFC 5180), as 198.18.0.0/15 for IPv4: lab networks. */
+    {{0x20, 0x01, 0, 0x02}, 48, false, "benchmarking"},
+    /* ORCHID (RFC 4843, deprecated): cryptographic identifiers, never the
+     * address of a host on the Internet. */
+    {{0x20, 0x01, 0, 0x10}, 28, false, "orchid"},
+    /* SRv6 segment identifiers (RFC 9602): the network functions of an
+     * operator's segment-routing domain, not reachable from the Internet. */
+    {{0x5f, 0x00}, 16, false, "srv6-sid"},
 };
 
 #define NDEFAULT (sizeof(default_ranges) / sizeof(default_ranges[0]))

@@ -168,6 +168,12 @@ def test_answer_used(world):
     # ^ Teredo whose client address is 10.0.0.1 (stored inverted)
     ("AAAA", "2001:4860:1:2:200:5efe:a00:1", "2001:4860:1:2:200:5efe:a00:1"),
     # ^ ISATAP of 10.0.0.1 under a public /64
+    # IPv6 ranges that are not globally reachable: benchmarking (as
+    # 198.18.0.0/15), ORCHID, SRv6 segment identifiers, the dummy prefix
+    ("AAAA", "2001:2::1", "2001:2::1"),
+    ("AAAA", "2001:10::1", "2001:10::1"),
+    ("AAAA", "5f00::1", "5f00::1"),
+    ("AAAA", "100:0:0:1::1", "100:0:0:1::1"),
 ])
 def test_private_answer_refused(world, rtype, addr, logged):
     w = world({"priv.test": {rtype: [addr]}})

@@ -130,7 +130,27 @@ static void test_default_v6(void **state)
     expect_allowed(g, "3ffe:ffff::1");
     expect_denied(g, "100::", "discard-only");
     expect_denied(g, "100::ffff:ffff:ffff:ffff", "discard-only");
-    expect_allowed(g, "100:0:0:1::");
+    /* The IPv6 ranges of the IANA special-purpose registry that are not
+     * globally reachable: each one's first and last address, and a
+     * neighbour outside it. */
+    static const struct {
+        const char *first, *last, *outside, *name;
+    } unreachable[] = {
+        /* RFC 9780's dummy prefix, the /64 after the discard-only one */
+        {"100:0:0:1::", "100:0:0:1:ffff:ffff:ffff:ffff", "100:0:0:2::", "dummy"},
+        /* benchmarking (RFC 5180), the IPv6 peer of 198.18.0.0/15 */
+        {"2001:2::", "2001:2:0:ffff:ffff:ffff:ffff:ffff", "2001:2:1::", "benchmarking"},
+        /* ORCHID (RFC 4843, deprecated): identifiers, never a host's */
+        {"2001:10::", "2001:1f:ffff:ffff:ffff:ffff:ffff:ffff", "2001:20::", "orchid"},
+        /* SRv6 segment identifiers (RFC 9602): an operator's functions */
+        {"5f00::", "5f00:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "5f01::", "srv6-sid"},
+    };
+    for (size_t i = 0; i < sizeof(unreachable) / sizeof(unreachable[0]); i++) {
+        expect_denied(g, unreachable[i].first, unreachable[i].name);
+        expect_denied(g, unreachable[i].last, unreachable[i].name);
+        expect_allowed(g, unreachable[i].outside);
+    }
+    expect_allowed(g, "5eff:ffff:ffff:ffff:ffff:ffff:ffff:ffff");
     expect_allowed(g, "2606:4700::1111");
     expect_allowed(g, "2a00:1450:4001:81a::200e");
     addr_guard_free(g);
