@@ -412,11 +412,17 @@ static void on_accept_error(struct evconnlistener *lev, void *arg)
     }
 }
 
-/* "PORT", ":PORT", "HOST:PORT", "[V6]:PORT" -> host and port. */
-static int parse_addr(const char *s, char *host, size_t hostlen, uint16_t *port)
+/* "PORT", ":PORT", "HOST:PORT", "[V6]:PORT" -> host and port; <*v6_only>
+ * when the host was in brackets. The gateway reads the same address again
+ * as a listen address, to refuse requests to it (self_request:
+ * gate/gateway.c describe_admin()), so nothing that reading refuses is
+ * taken here: a port is digits only (strtoul() would skip blanks and take
+ * a sign), and brackets hold an IPv6 address. */
+static int parse_addr(const char *s, char *host, size_t hostlen, uint16_t *port, bool *v6_only)
 {
     const char *colon;
     const char *p = s;
+    *v6_only = s[0] == '[';
     if (s[0] == '[') {
         const char *close = strchr(s, ']');
         if (close == NULL || close[1] != ':' || (size_t)(close - s - 1) >= hostlen)
@@ -436,9 +442,11 @@ static int parse_addr(const char *s, char *host, size_t hostlen, uint16_t *port)
     }
     if (host[0] == '\0')
         snprintf(host, hostlen, "127.0.0.1");
+    if (*p < '0' || *p > '9')
+        return -1;
     char *end;
     unsigned long v = strtoul(p, &end, 10);
-    if (*p == '\0' || *end != '\0' || v > 65535 || p[0] == '-' || p[0] == '+')
+    if (*end != '\0' || v > 65535)
         return -1;
     *port = (uint16_t)v;
     return 0;
@@ -465,14 +473,15 @@ struct admin *admin_new(struct event_base *base, const char *addr, struct metric
     struct sockaddr_in *in4 = (struct sockaddr_in *)(void *)&ss;
     struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)(void *)&ss;
     memset(&ss, 0, sizeof(ss));
-    if (parse_addr(addr, host, sizeof(host), &port) < 0) {
+    bool v6_only;
+    if (parse_addr(addr, host, sizeof(host), &port, &v6_only) < 0) {
         goto bad_addr;
     } else if (port == 0) {
         /* A port the kernel picks is told nowhere, so nothing could scrape
          * it, and the gateway could not refuse requests to it (self_request). */
         snprintf(err, errlen, "--admin %s: port 0 is not allowed: name the port to serve on", addr);
         return NULL;
-    } else if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
+    } else if (!v6_only && inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
         in4->sin_family = AF_INET;
         in4->sin_port = htons(port);
         sslen = sizeof(*in4);

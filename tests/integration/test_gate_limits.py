@@ -1209,6 +1209,21 @@ def test_admin_bare_port_is_self(gateway, net):
     assert r.status == 403 and r.header("Sluice-Reason") == "self_request", r
 
 
+@pytest.mark.parametrize("spelling", ["[127.0.0.1]:{p}", " {p}", "127.0.0.1: {p}", ":\t{p}"])
+def test_admin_address_self_request_cannot_tell_is_refused(gateway, net, spelling):
+    # --admin took these, as inet_pton() and strtoul() read them, and bound
+    # 127.0.0.1, while the self_request check read them as a listen address
+    # (brackets hold IPv6, a port is digits only), failed and left the admin
+    # port out: an allowed name resolving to 127.0.0.1 reached /metrics
+    admin = free_port()
+    pol = net.policy([{"host": "adm.example.test", "ports": [admin], "tier": 0}],
+                     static_extra={"adm.example.test": "127.0.0.1"})
+    arg = spelling.format(p=admin)
+    gw = gateway(pol, args=["--admin", arg], wait=False)
+    assert gw.wait_exit() == 2, gw.stderr()
+    assert ("--admin %s: expected PORT, IP:PORT or [V6]:PORT" % arg) in gw.stderr(), gw.stderr()
+
+
 @pytest.mark.parametrize("extra,fit", [([], 224), (["--splice"], 74), (["unix"], 74)],
                          ids=["copy", "splice", "unix-listener"])
 def test_fd_limit_raised_and_max_conns_capped(sluice_bin, net, tmp_path, extra, fit):
