@@ -380,6 +380,8 @@ static void raise_alert(struct detectors *d, struct alert *a, const char *key_ho
 
 static void describe(const struct egress_event *ev, char *out, size_t len)
 {
+    if (out[0] != '\0') /* described already: the text only an alert needs, made once */
+        return;
     if (ev->path != NULL)
         snprintf(out, len, "%s %.*s%s on %s", ev->method ? ev->method : "?", PATH_SHOWN, ev->path,
                  strlen(ev->path) > PATH_SHOWN ? "..." : "", ev->host ? ev->host : "?");
@@ -659,7 +661,7 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
     char what[WHAT_MAX], detail[DETAIL_MAX], grant[OWNER_SHOWN + 60], per[32];
     struct agent_state *a = ev->agent != NULL ? agent_get(d, ev->agent, now_ms) : NULL;
 
-    describe(ev, what, sizeof(what));
+    what[0] = '\0'; /* describe(): on the way to an alert, not on every request */
     struct alert al = {.agent = ev->agent, .host = ev->host, .tier = ev->tier, .id = ev->id};
 
     /* A tunnel's line again (decided again): its contact was told with its first. */
@@ -709,6 +711,7 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
         raise_alert(d, &al, NULL, MINUTE_MS, now_ms);
     }
     if (c->present && passed && ev->tier == TIER_3) {
+        describe(ev, what, sizeof(what));
         grant_text(ev, grant, sizeof(grant));
         snprintf(detail, sizeof(detail), "%s by %s (%s)", what, agent_shown(ev->agent), grant);
         al.kind = ALERT_TIER3_WRITE;
@@ -717,6 +720,7 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
         raise_alert(d, &al, ev->host, DETECT_FOLD_MS, now_ms);
     }
     if (c->present && ev->reason == REASON_GRANT_EXPIRED) {
+        describe(ev, what, sizeof(what));
         grant_text(ev, grant, sizeof(grant));
         snprintf(detail, sizeof(detail), "%s by %s hit an expired grant (%s)", what,
                  agent_shown(ev->agent), grant);
@@ -726,6 +730,7 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
         raise_alert(d, &al, ev->host, DETECT_FOLD_MS, now_ms);
     }
     if (c->off_hours.set && passed && write && off_hours_now(d, now_ms)) {
+        describe(ev, what, sizeof(what));
         snprintf(detail, sizeof(detail), "%s by %s outside working hours (%s %02d:%02d-%02d:%02d)",
                  what, agent_shown(ev->agent), c->off_hours.tz ? c->off_hours.tz : "UTC",
                  c->off_hours.start_min / 60, c->off_hours.start_min % 60,
@@ -742,6 +747,7 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
     if (c->write_burst.set && passed && write) {
         uint64_t n = window_add(&a->writes, now_ms, 1);
         if (n > c->write_burst.max) {
+            describe(ev, what, sizeof(what));
             snprintf(detail, sizeof(detail),
                      "%s made %llu write requests within %s (max %llu); the last: %s", a->id,
                      (unsigned long long)n, period_text(c->write_burst.per_ms, per, sizeof(per)),
@@ -755,6 +761,7 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
     if (c->denied_burst.set && bus_counts_denial(ev)) { /* the quarantine's set */
         uint64_t n = window_add(&a->denials, now_ms, 1);
         if (n > c->denied_burst.max) {
+            describe(ev, what, sizeof(what));
             snprintf(detail, sizeof(detail),
                      "%s was denied %llu times within %s (max %llu); the last: %s (%s)", a->id,
                      (unsigned long long)n, period_text(c->denied_burst.per_ms, per, sizeof(per)),

@@ -113,6 +113,7 @@ static void write_burst_threshold_and_fold(void **state)
     detectors_feed(f->d, &ev, T0 + 400);
     assert_int_equal(f->got.n[ALERT_WRITE_BURST], 1);
     assert_non_null(strstr(f->got.last_detail, "4 write requests within 10s (max 3)"));
+    assert_non_null(strstr(f->got.last_detail, "the last: POST /p on a.test"));
     /* reads and denied writes do not count; more writes fold */
     struct egress_event get = ev_of("ci", "GET", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
     struct egress_event denied =
