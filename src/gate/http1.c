@@ -135,8 +135,11 @@ int http1_head_end(struct http1_scan *scan, const char *buf, size_t len, size_t 
 {
     size_t lim = len < max_head ? len : max_head;
     for (size_t i = scan->scanned; i < lim; i++) {
-        if (buf[i] != '\n')
-            continue;
+        /* memchr(): the bytes between line ends are looked at word-wide */
+        const char *lf = memchr(buf + i, '\n', lim - i);
+        if (lf == NULL)
+            break;
+        i = (size_t)(lf - buf);
         if (i == 0 || buf[i - 1] != '\r') {
             *why = "bare LF in head";
             return HTTP1_BAD;
