@@ -201,12 +201,8 @@ static void put_str(struct out *o, const char *s)
     put(o, "\"", 1);
 }
 
-static void put_key(struct out *o, const char *key)
-{
-    put(o, ",\"", 2);
-    puts_lit(o, key);
-    put(o, "\":", 2);
-}
+/* ,"key": in one copy of a length known when compiled (keys are literals) */
+#define PUT_KEY(o, key) put((o), ",\"" key "\":", sizeof(",\"" key "\":") - 1)
 
 static void put_ts(struct out *o, const struct timespec *ts)
 {
@@ -268,45 +264,45 @@ size_t log_jsonl_format(const struct egress_event *ev, char *out, size_t cap)
 
     puts_lit(&o, "{\"ts\":");
     put_ts(&o, &ev->ts);
-    put_key(&o, "event");
+    PUT_KEY(&o, "event");
     put_str(&o, ev->kind == EVENT_EGRESS_END ? "agent_egress_end" : "agent_egress");
-    put_key(&o, "id");
+    PUT_KEY(&o, "id");
     put_str(&o, ev->id);
-    put_key(&o, "agent");
+    PUT_KEY(&o, "agent");
     put_str(&o, ev->agent);
     if (ev->kind == EVENT_EGRESS_END) {
-        put_key(&o, "host");
+        PUT_KEY(&o, "host");
         put_str(&o, ev->host);
-        put_key(&o, "tier");
+        PUT_KEY(&o, "tier");
         put_tier(&o, ev->tier);
-        put_key(&o, "status");
+        PUT_KEY(&o, "status");
         if (ev->status > 0)
             put_u64(&o, (uint64_t)ev->status);
         else
             puts_lit(&o, "null");
-        put_key(&o, "bytes_up");
+        PUT_KEY(&o, "bytes_up");
         put_u64(&o, ev->bytes_up);
-        put_key(&o, "bytes_down");
+        PUT_KEY(&o, "bytes_down");
         put_u64(&o, ev->bytes_down);
-        put_key(&o, "ms");
+        PUT_KEY(&o, "ms");
         put_u64(&o, ev->ms);
     } else {
-        put_key(&o, "method");
+        PUT_KEY(&o, "method");
         put_str(&o, ev->method);
-        put_key(&o, "scheme");
+        PUT_KEY(&o, "scheme");
         put_str(&o, ev->scheme);
-        put_key(&o, "host");
+        PUT_KEY(&o, "host");
         put_str(&o, ev->host);
-        put_key(&o, "port");
+        PUT_KEY(&o, "port");
         if (ev->port != 0)
             put_u64(&o, ev->port);
         else
             puts_lit(&o, "null");
-        put_key(&o, "path");
+        PUT_KEY(&o, "path");
         put_str(&o, ev->path);
-        put_key(&o, "tier");
+        PUT_KEY(&o, "tier");
         put_tier(&o, ev->tier);
-        put_key(&o, "rule");
+        PUT_KEY(&o, "rule");
         if (ev->rule != NULL) {
             put(&o, "\"rules[", 7);
             put_u64(&o, ev->rule->index);
@@ -314,13 +310,13 @@ size_t log_jsonl_format(const struct egress_event *ev, char *out, size_t cap)
         } else {
             puts_lit(&o, "null");
         }
-        put_key(&o, "owner");
+        PUT_KEY(&o, "owner");
         put_str(&o, ev->owner);
-        put_key(&o, "decision");
+        PUT_KEY(&o, "decision");
         put_str(&o, verdict_name(ev->verdict));
-        put_key(&o, "reason");
+        PUT_KEY(&o, "reason");
         put_str(&o, ev->reason == REASON_NONE ? NULL : reason_name(ev->reason));
-        put_key(&o, "ip");
+        PUT_KEY(&o, "ip");
         put_str(&o, ev->ip);
     }
     put(&o, "}\n", 2);
@@ -802,23 +798,23 @@ size_t log_jsonl_format_alert(const struct alert *a, char *out, size_t cap)
 
     puts_lit(&o, "{\"ts\":");
     put_ts(&o, &a->ts);
-    put_key(&o, "event");
+    PUT_KEY(&o, "event");
     put_str(&o, "alert");
-    put_key(&o, "kind");
+    PUT_KEY(&o, "kind");
     put_str(&o, alert_kind_name(a->kind));
-    put_key(&o, "severity");
+    PUT_KEY(&o, "severity");
     put_str(&o, alert_severity_name(a->severity));
-    put_key(&o, "agent");
+    PUT_KEY(&o, "agent");
     put_str(&o, a->agent);
-    put_key(&o, "host");
+    PUT_KEY(&o, "host");
     put_str(&o, a->host);
-    put_key(&o, "tier");
+    PUT_KEY(&o, "tier");
     put_tier(&o, a->tier);
-    put_key(&o, "id");
+    PUT_KEY(&o, "id");
     put_str(&o, a->id);
-    put_key(&o, "detail");
+    PUT_KEY(&o, "detail");
     put_str(&o, a->detail);
-    put_key(&o, "count");
+    PUT_KEY(&o, "count");
     put_u64(&o, a->count > 0 ? a->count : 1);
     put(&o, "}\n", 2);
     if (cap > 0)
