@@ -12,11 +12,12 @@
 /* ---------------------------------------------------------------------- */
 /* Character classes (RFC 9110 5.6.2, 5.5) */
 
+/* tchar: ALPHA, DIGIT and !#$%&'*+-.^_`|~, one bit per byte below 128 */
+static const uint64_t tchar_bits[2] = {0x03ff6cfa00000000ULL, 0x57ffffffc7fffffeULL};
+
 static bool is_tchar(unsigned char c)
 {
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
-        return true;
-    return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+    return c < 128 && ((tchar_bits[c >> 6] >> (c & 63)) & 1) != 0;
 }
 
 static bool is_digit(unsigned char c)
@@ -52,18 +53,11 @@ static unsigned char lower(unsigned char c)
     return (c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32) : c;
 }
 
-static bool eqi(const char *a, size_t alen, const char *b)
-{
-    size_t blen = strlen(b);
-    if (alen != blen)
-        return false;
-    for (size_t i = 0; i < alen; i++)
-        if (lower((unsigned char)a[i]) != lower((unsigned char)b[i]))
-            return false;
-    return true;
-}
+/* <a> is <b> but for case; EQI() with a literal <b>, its length known when
+ * compiled (most fields a head is checked for are not: their lengths differ) */
+#define EQI(a, alen, b) eqi((a), (alen), "" b, sizeof("" b) - 1) /* b: a literal */
 
-static bool eqi2(const char *a, size_t alen, const char *b, size_t blen)
+static bool eqi(const char *a, size_t alen, const char *b, size_t blen)
 {
     if (alen != blen)
         return false;
@@ -177,9 +171,9 @@ static int parse_fields(const char *p, const char *end, struct http_header *hdrs
 {
     size_t n = 0;
     while (p < end) {
-        const char *eol = p;
-        while (eol < end && *eol != '\r')
-            eol++;
+        const char *eol = memchr(p, '\r', (size_t)(end - p));
+        if (eol == NULL)
+            eol = end;
         if (eol + 1 >= end || eol[1] != '\n') {
             *why = "CR without LF in header";
             return -1;
@@ -276,9 +270,9 @@ static int parse_connection(const char *v, size_t len, bool *close, bool *keep_a
             *why = "invalid Connection header";
             return -1;
         }
-        if (eqi(e, elen, "close"))
+        if (EQI(e, elen, "close"))
             *close = true;
-        else if (eqi(e, elen, "keep-alive"))
+        else if (EQI(e, elen, "keep-alive"))
             *keep_alive = true;
     }
     return 0;
@@ -287,22 +281,30 @@ static int parse_connection(const char *v, size_t len, bool *close, bool *keep_a
 /* Proxy-Authentication-Info (RFC 9110 11.6.4, RFC 7615) is for the next
  * client only, as Proxy-Authenticate: an origin's would pass for the
  * gateway's. */
-static const char *const hop_by_hop[] = {
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authorization",
-    "proxy-authenticate",
-    "proxy-authentication-info",
-    "te",
-    "trailer",
-    "upgrade",
+#define HOP(s)                                                                                     \
+    {                                                                                              \
+        s, sizeof(s) - 1                                                                           \
+    }
+static const struct {
+    const char *name;
+    size_t len;
+} hop_by_hop[] = {
+    HOP("connection"),
+    HOP("keep-alive"),
+    HOP("proxy-connection"),
+    HOP("proxy-authorization"),
+    HOP("proxy-authenticate"),
+    HOP("proxy-authentication-info"),
+    HOP("te"),
+    HOP("trailer"),
+    HOP("upgrade"),
 };
+#undef HOP
 
 bool http1_is_hop_by_hop(const char *name, size_t len)
 {
     for (size_t i = 0; i < sizeof(hop_by_hop) / sizeof(hop_by_hop[0]); i++)
-        if (eqi(name, len, hop_by_hop[i]))
+        if (eqi(name, len, hop_by_hop[i].name, hop_by_hop[i].len))
             return true;
     return false;
 }
@@ -312,14 +314,14 @@ static bool named_in_connection(const struct http_header *hdrs, size_t n, const 
                                 size_t name_len)
 {
     for (size_t i = 0; i < n; i++) {
-        if (!eqi(hdrs[i].name, hdrs[i].name_len, "connection"))
+        if (!EQI(hdrs[i].name, hdrs[i].name_len, "connection"))
             continue;
         struct list_iter it;
         const char *e;
         size_t elen;
         list_init(&it, hdrs[i].value, hdrs[i].value_len);
         while (list_next(&it, &e, &elen))
-            if (eqi2(e, elen, name, name_len))
+            if (eqi(e, elen, name, name_len))
                 return true;
     }
     return false;
@@ -491,11 +493,11 @@ static int parse_target(const char *t, size_t len, struct http_request *req, con
         *why = "invalid request target";
         return -1;
     }
-    if (eqi(t, i, "https")) {
+    if (EQI(t, i, "https")) {
         *why = "use CONNECT for https";
         return -1;
     }
-    if (!eqi(t, i, "http")) {
+    if (!EQI(t, i, "http")) {
         *why = "unsupported scheme";
         return -1;
     }
@@ -581,39 +583,39 @@ int http1_parse_request(const char *buf, size_t len, size_t max_head, struct htt
     bool close = false, keep_alive = false, te = false;
     for (size_t i = 0; i < out->nheaders; i++) {
         const struct http_header *h = &out->headers[i];
-        if (eqi(h->name, h->name_len, "content-length")) {
+        if (EQI(h->name, h->name_len, "content-length")) {
             if (merge_content_length(h->value, h->value_len, &out->content_length, why) != 0)
                 return HTTP1_BAD;
-        } else if (eqi(h->name, h->name_len, "transfer-encoding")) {
+        } else if (EQI(h->name, h->name_len, "transfer-encoding")) {
             if (te) {
                 *why = "several Transfer-Encoding headers";
                 return HTTP1_BAD;
             }
             te = true;
-            if (!eqi(h->value, h->value_len, "chunked")) {
+            if (!EQI(h->value, h->value_len, "chunked")) {
                 *why = "unsupported Transfer-Encoding";
                 return HTTP1_BAD;
             }
             out->chunked = true;
-        } else if (eqi(h->name, h->name_len, "host")) {
+        } else if (EQI(h->name, h->name_len, "host")) {
             if (out->host_header != NULL) {
                 *why = "duplicate Host header";
                 return HTTP1_BAD;
             }
             out->host_header = h->value;
             out->host_header_len = h->value_len;
-        } else if (eqi(h->name, h->name_len, "proxy-authorization")) {
+        } else if (EQI(h->name, h->name_len, "proxy-authorization")) {
             if (out->proxy_authorization != NULL) {
                 *why = "duplicate Proxy-Authorization header";
                 return HTTP1_BAD;
             }
             out->proxy_authorization = h->value;
             out->proxy_authorization_len = h->value_len;
-        } else if (eqi(h->name, h->name_len, "connection")) {
+        } else if (EQI(h->name, h->name_len, "connection")) {
             if (parse_connection(h->value, h->value_len, &close, &keep_alive, why) != 0)
                 return HTTP1_BAD;
-        } else if (eqi(h->name, h->name_len, "expect")) {
-            if (eqi(h->value, h->value_len, "100-continue"))
+        } else if (EQI(h->name, h->name_len, "expect")) {
+            if (EQI(h->value, h->value_len, "100-continue"))
                 out->expect_continue = true;
         }
     }
@@ -676,14 +678,14 @@ static int response_te(const char *v, size_t len, bool *seen_chunked, bool *fina
             *why = "chunked is not the final transfer coding";
             return -1;
         }
-        *final_chunked = eqi(e, n, "chunked");
+        *final_chunked = EQI(e, n, "chunked");
         if (*final_chunked) {
             if (n != elen) {
                 *why = "invalid Transfer-Encoding";
                 return -1;
             }
             *seen_chunked = true;
-        } else if (!eqi(e, n, "identity") || n != elen) {
+        } else if (!EQI(e, n, "identity") || n != elen) {
             *other = true;
         }
     }
@@ -746,15 +748,15 @@ int http1_parse_response(const char *buf, size_t len, size_t max_head, struct ht
     bool close = false, keep_alive = false, te = false, seen_chunked = false;
     for (size_t i = 0; i < out->nheaders; i++) {
         const struct http_header *h = &out->headers[i];
-        if (eqi(h->name, h->name_len, "content-length")) {
+        if (EQI(h->name, h->name_len, "content-length")) {
             if (merge_content_length(h->value, h->value_len, &out->content_length, why) != 0)
                 return HTTP1_BAD;
-        } else if (eqi(h->name, h->name_len, "transfer-encoding")) {
+        } else if (EQI(h->name, h->name_len, "transfer-encoding")) {
             te = true;
             if (response_te(h->value, h->value_len, &seen_chunked, &out->chunked,
                             &out->other_coding, why) != 0)
                 return HTTP1_BAD;
-        } else if (eqi(h->name, h->name_len, "connection")) {
+        } else if (EQI(h->name, h->name_len, "connection")) {
             if (parse_connection(h->value, h->value_len, &close, &keep_alive, why) != 0)
                 return HTTP1_BAD;
         }
@@ -796,8 +798,8 @@ enum body_kind http1_response_body(const struct http_response *rsp, unsigned req
  * body into a second request upstream), and Host. */
 static bool is_end_to_end(const char *name, size_t len)
 {
-    return eqi(name, len, "content-length") || eqi(name, len, "transfer-encoding") ||
-           eqi(name, len, "host");
+    return EQI(name, len, "content-length") || EQI(name, len, "transfer-encoding") ||
+           EQI(name, len, "host");
 }
 
 /* A head is written as a list of pieces copied into the output at once:
@@ -864,14 +866,14 @@ static int head_commit(struct head_out *h, struct evbuffer *out)
  * gateway to an origin. */
 static bool is_gateway_field(const char *name, size_t len)
 {
-    return len >= 7 && eqi(name, 7, "sluice-");
+    return len >= 7 && EQI(name, 7, "sluice-");
 }
 
 /* True when <f> is the 100-continue expectation (as the parser sets
  * expect_continue). */
 static bool is_expect_continue(const struct http_header *f)
 {
-    return eqi(f->name, f->name_len, "expect") && eqi(f->value, f->value_len, "100-continue");
+    return EQI(f->name, f->name_len, "expect") && EQI(f->value, f->value_len, "100-continue");
 }
 
 /* Transfer-Encoding goes on as one field listing the codings of all the
@@ -888,7 +890,7 @@ static void head_transfer_encoding(struct head_out *h, const struct http_header 
 {
     size_t cap = 0, len = 0;
     for (size_t i = 0; i < n; i++)
-        if (eqi(hdrs[i].name, hdrs[i].name_len, "transfer-encoding"))
+        if (EQI(hdrs[i].name, hdrs[i].name_len, "transfer-encoding"))
             cap += 2 * hdrs[i].value_len + 2;
     char *v = h->te_small;
     if (cap > sizeof(h->te_small) && (v = h->te = malloc(cap)) == NULL) {
@@ -896,14 +898,14 @@ static void head_transfer_encoding(struct head_out *h, const struct http_header 
         return;
     }
     for (size_t i = 0; i < n; i++) {
-        if (!eqi(hdrs[i].name, hdrs[i].name_len, "transfer-encoding"))
+        if (!EQI(hdrs[i].name, hdrs[i].name_len, "transfer-encoding"))
             continue;
         struct list_iter it;
         const char *e;
         size_t elen;
         list_init(&it, hdrs[i].value, hdrs[i].value_len);
         while (list_next(&it, &e, &elen)) {
-            if (elen == 0 || eqi(e, elen, "identity"))
+            if (elen == 0 || EQI(e, elen, "identity"))
                 continue;
             if (len > 0) {
                 memcpy(v + len, ", ", 2);
@@ -935,12 +937,12 @@ static void head_fields(struct head_out *h, const struct http_header *hdrs, size
     for (size_t i = 0; i < n; i++) {
         const struct http_header *f = &hdrs[i];
         if (http1_is_hop_by_hop(f->name, f->name_len) || is_gateway_field(f->name, f->name_len) ||
-            (unchunked && eqi(f->name, f->name_len, "transfer-encoding")) ||
+            (unchunked && EQI(f->name, f->name_len, "transfer-encoding")) ||
             (no_expect && is_expect_continue(f)) ||
             (!is_end_to_end(f->name, f->name_len) &&
              named_in_connection(hdrs, n, f->name, f->name_len)))
             continue;
-        if (eqi(f->name, f->name_len, "content-length")) {
+        if (EQI(f->name, f->name_len, "content-length")) {
             if (length_sent || content_length < 0)
                 continue;
             length_sent = true;
@@ -951,7 +953,7 @@ static void head_fields(struct head_out *h, const struct http_header *hdrs, size
             piece(h, "\r\n", 2);
             continue;
         }
-        if (eqi(f->name, f->name_len, "transfer-encoding")) {
+        if (EQI(f->name, f->name_len, "transfer-encoding")) {
             if (!te_sent)
                 head_transfer_encoding(h, hdrs, n, f);
             te_sent = true;
