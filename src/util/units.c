@@ -205,17 +205,17 @@ void format_period_ms(uint64_t ms, char *out, size_t outlen)
 size_t format_uint(char *out, uint64_t v, unsigned width)
 {
     char tmp[FORMAT_UINT_MAX];
-    size_t n = 0;
+    char *end = tmp + sizeof(tmp), *p = end; /* written from the last digit back */
     if (width > FORMAT_UINT_MAX)
         width = FORMAT_UINT_MAX;
     do {
-        tmp[n++] = (char)('0' + v % 10);
+        *--p = (char)('0' + v % 10);
         v /= 10;
     } while (v > 0);
-    while (n < width)
-        tmp[n++] = '0';
-    for (size_t i = 0; i < n; i++)
-        out[i] = tmp[n - 1 - i];
+    while ((size_t)(end - p) < width)
+        *--p = '0';
+    size_t n = (size_t)(end - p);
+    memcpy(out, p, n);
     return n;
 }
 

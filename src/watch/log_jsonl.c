@@ -139,30 +139,40 @@ static void put_u64(struct out *o, uint64_t v)
     put(o, buf, format_uint(buf, v, 0));
 }
 
+/* Printable ASCII but for " and \\: a JSON string's bytes as they are. One
+ * bit per byte below 128. */
+static const uint64_t json_plain_bits[2] = {0xfffffffb00000000ULL, 0x7fffffffefffffffULL};
+
+static bool json_plain(unsigned char c)
+{
+    return c < 128 && ((json_plain_bits[c >> 6] >> (c & 63)) & 1) != 0;
+}
+
 /* Writes <s> as a JSON string (with quotes), or null. */
 static void put_str(struct out *o, const char *s)
 {
     static const char hex[] = "0123456789abcdef";
     const unsigned char *p = (const unsigned char *)s;
-    size_t n;
+    size_t n = SIZE_MAX; /* strlen(s), looked for at the first byte past ASCII */
 
     if (s == NULL) {
         puts_lit(o, "null");
         return;
     }
-    n = strlen(s);
     put(o, "\"", 1);
-    for (size_t i = 0; i < n;) {
+    for (size_t i = 0;;) {
         size_t run = i;
-        /* Copy the longest run of bytes that need no escaping at once. */
-        while (run < n && p[run] >= 0x20 && p[run] < 0x7f && p[run] != '"' && p[run] != '\\')
+        /* Copy the longest run of bytes that need no escaping at once (the
+         * NUL at the end is not one of them: no strlen() first). */
+        while (json_plain(p[run]))
             run++;
         if (run > i) {
             put(o, s + i, run - i);
             i = run;
-            continue;
         }
         unsigned char c = p[i];
+        if (c == '\0')
+            break;
         if (c == '"') {
             puts_lit(o, "\\\"");
             i++;
@@ -183,6 +193,8 @@ static void put_str(struct out *o, const char *s)
             put(o, e, sizeof(e));
             i++;
         } else {
+            if (n == SIZE_MAX)
+                n = i + strlen(s + i); /* once, for utf8_seq(): what is left */
             size_t len = utf8_seq(p + i, n - i);
             if (len == 0) {
                 puts_lit(o, "\\ufffd");
