@@ -208,6 +208,11 @@ bool host_sent_names(const char *s, size_t len, const struct host *target)
 {
     struct host h;
     const char *why;
+    /* An IP target's canonical text, byte for byte (as a client sends the
+     * Host of an absolute-form target): parsed, it gives the same address
+     * and text back, so the parse is not made again. */
+    if (target->kind == HOST_IP && len == strlen(target->name) && memcmp(s, target->name, len) == 0)
+        return true;
     for (size_t i = 0; i < len; i++)
         if ((unsigned char)s[i] >= 0x80)
             return false;

@@ -268,6 +268,33 @@ static void test_sent_names(void **state)
         assert_false(host_sent_names(other[i], strlen(other[i]), &t));
     assert_true(host_sent_names("127.0.0.1", 9, &ip));
     assert_false(host_sent_names("api.example.com", 15, &ip));
+    /* An IP target's own canonical text names it (host_sent_names() takes
+     * it without a parse): it must parse back to the same address and text. */
+    static const char *const ips[] = {
+        "0.0.0.0",
+        "255.255.255.255",
+        "10.1.2.3",
+        "::",
+        "::1",
+        "2001:db8::1",
+        "[2001:DB8:0:0:1::1]",
+        "::ffff:192.0.2.1",
+        "1:2:3:4:5:6:7:8",
+        "fe80::1:0:0:0",
+        "::2:3:4:5:6:7:8",
+        "1:0:0:2::3",
+    };
+    for (size_t i = 0; i < sizeof(ips) / sizeof(ips[0]); i++) {
+        struct host a, b;
+        assert_int_equal(host_normalise(ips[i], strlen(ips[i]), &a, &why), 0);
+        assert_int_equal(a.kind, HOST_IP);
+        assert_int_equal(host_normalise(a.name, strlen(a.name), &b, &why), 0);
+        assert_int_equal(b.kind, HOST_IP);
+        assert_string_equal(a.name, b.name);
+        assert_true(host_sent_names(a.name, strlen(a.name), &a));
+    }
+    assert_false(host_sent_names("127.0.0.10", 10, &ip));
+    assert_false(host_sent_names("127.0.0.", 8, &ip));
 }
 
 static void expect_pattern(const char *in, enum pattern_kind kind, const char *want)
