@@ -190,8 +190,9 @@ struct conn {
     bool client_reset;  /* ... by a reset: judged, then no tunnel is opened */
     bool hello_retried; /* CONNECT: the server asked for a second ClientHello (connect.c) */
     bool peek_quiet;    /* CONNECT: the window passed with nothing sent; who speaks first? */
-    /* CONNECT: the server failed in CS_HELLO after the start of its answer,
-     * which goes to the client before both are reset (connect.c); until
+    /* CONNECT: the server failed in CS_HELLO after the start of its answer
+     * (or in CS_FLUSH after its answer), whose bytes go to the client
+     * before both are reset (connect.c; the state is CS_HELLO then); until
      * hello_cut_at (monotonic_ms()) at the latest. */
     bool hello_cut;
     uint64_t hello_cut_at;

@@ -195,23 +195,37 @@ void connect_hello_cut(struct conn *c)
     evtimer_add(c->timer, &tv);
 }
 
+/* What is read at most of a failed upstream's socket (pass_then_cut()):
+ * not read past its first bytes, it holds little more than one receive
+ * buffer's worth (128 KiB at the start). */
+#define REST_MAX (1024u * 1024)
+
 /* The server failed in CS_HELLO after it sent the start of its answer to
- * the ClientHello, too little to tell it: those bytes go to the client, as
- * an open tunnel passes on what came before a reset, and both sides are
- * reset once the client acknowledged them (a reset drops what its peer has
- * not), or after idle_timeout (connect_hello_cut()). Returns false when
- * there is nothing to pass on (or it cannot be): the caller resets at
- * once. */
-static bool pass_then_cut(struct conn *c)
+ * the ClientHello, too little to tell it, or in CS_FLUSH after its answer:
+ * those bytes go to the client, as an open tunnel passes on what came
+ * before a reset, and both sides are reset once the client acknowledged
+ * them (a reset drops what its peer has not), or after idle_timeout
+ * (connect_hello_cut(), in CS_HELLO: CS_FLUSH would open the tunnel). On a
+ * failure (<what> has BEV_EVENT_ERROR) what the socket still holds is read
+ * first: Linux keeps the bytes that came before a reset readable ahead of
+ * it, and a write that met the reset first reports it before libevent read
+ * them (the ClientHello queued, or what the client sent behind it). Returns
+ * false when there is nothing to pass on (or it cannot be): the caller
+ * resets at once. */
+static bool pass_then_cut(struct conn *c, short what)
 {
+    if ((c->state != CS_HELLO && c->state != CS_FLUSH) || c->client_reset)
+        return false;
     struct evbuffer *up_in = bufferevent_get_input(c->up);
+    if (what & BEV_EVENT_ERROR)
+        (void)stream_read_rest(c->up, c->up_fd, evbuffer_get_length(up_in) + REST_MAX);
     size_t n = evbuffer_get_length(up_in);
-    if (c->state != CS_HELLO || n == 0 || c->client_reset ||
-        stream_send(c->client, c->fd, up_in, n) < 0)
+    if (n == 0 || stream_send(c->client, c->fd, up_in, n) < 0)
         return false;
     c->ex.bytes_down += n;
     bufferevent_disable(c->up, EV_READ | EV_WRITE);
     bufferevent_disable(c->client, EV_READ);
+    c->state = CS_HELLO;
     c->hello_cut = true;
     c->hello_cut_at = monotonic_ms() + conn_idle_ms(c);
     evtimer_del(c->timer);
@@ -235,10 +249,11 @@ static void up_event(struct bufferevent *bev, short what, void *arg)
     /* The upstream failed (a reset, an error, a timeout) while the first
      * bytes were checked: the client, which has its 200 and perhaps the
      * server's first bytes, is reset as by an open tunnel (conn_cut()), not
-     * handed a clean end of stream; after the start of the server's answer
-     * to the ClientHello, once it has those bytes too (pass_then_cut()). */
+     * handed a clean end of stream; after the server's answer to the
+     * ClientHello, or its start, once it has those bytes too
+     * (pass_then_cut()). */
     if (what & (BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT)) {
-        if (!pass_then_cut(c))
+        if (!pass_then_cut(c, what))
             conn_cut(c);
     } else {
         conn_free(c);

@@ -1078,13 +1078,14 @@ class _QuietOrigin(LoopbackServer):
     """An origin that never speaks first: reads <want> bytes (a ClientHello
     it does not answer), sets <got>, then reads to the end, in <end>; or,
     given <reset>, sends <answer> (the start of an answer to the hello),
-    waits for that event and resets the connection."""
+    waits for that event and resets the connection; <late>: sends <answer>
+    once the event is set, right before the reset."""
 
     IP = ScriptedUpstream.IP
 
-    def __init__(self, want, reset=None, answer=b""):
+    def __init__(self, want, reset=None, answer=b"", late=False):
         self.want, self.got, self.done, self.end = want, threading.Event(), threading.Event(), None
-        self.reset, self.answer = reset, answer
+        self.reset, self.answer, self.late = reset, answer, late
         super().__init__(self.IP)
 
     def _serve(self, conn):
@@ -1098,9 +1099,11 @@ class _QuietOrigin(LoopbackServer):
                 buf += d
             self.got.set()
             if self.reset is not None:
-                if self.answer:
+                if not self.late:
                     conn.sendall(self.answer)
                 self.reset.wait(10)
+                if self.late:
+                    conn.sendall(self.answer)
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 return  # the close is a reset
             self.end = _read_to_end(conn)[1]
@@ -1186,6 +1189,67 @@ def test_an_origin_that_resets_while_the_first_bytes_are_checked_is_a_reset(gate
             s.close()
     assert (rest, end) == (answer, "reset"), \
         "client read %r then %s after the origin reset in %s" % (rest, end, stage)
+
+
+# The random of a HelloRetryRequest (RFC 8446 4.1.3)
+HRR_RANDOM = bytes.fromhex("cf21ad74e59a6111be1d8c021e65b891c2a211167abb8c5e079e09e2c8a8339c")
+
+
+def _server_hello(size, retry):
+    """A ServerHello of <size> bytes in all, in one record, a
+    HelloRetryRequest when <retry>: more than one read of the gateway's
+    (4 KiB) takes."""
+    body_len = size - 5 - 4
+    body = b"\x03\x03" + (HRR_RANDOM if retry else b"\x22" * 32) + b"\x00" * (body_len - 34)
+    hs = b"\x02" + struct.pack(">I", body_len)[1:] + body
+    return b"\x16\x03\x03" + struct.pack(">H", len(hs)) + hs
+
+
+@pytest.mark.parametrize("stage", ["hello", "flush"])
+def test_an_answer_before_the_origins_reset_reaches_the_client(gateway, net, stage):
+    # The origin sends bytes (its answer to the ClientHello, longer than
+    # one read) and resets, and the gateway's next write to it meets the
+    # reset before its reads took those bytes, which wait in the socket
+    # ahead of the reset: the ClientHello itself, sent while the answer
+    # and the reset arrived (hello: a HelloRetryRequest, which is held
+    # until it came whole), or the bytes the client sent behind the hello,
+    # sent once a ServerHello answered it (flush). The client must
+    # read the whole answer, then a reset, as in an open tunnel; it got
+    # what the gateway had read of it (4 KiB, or nothing), then the reset.
+    # The gateway is stopped while the answer and the reset arrive, so
+    # that it finds both at once.
+    host = "answer-reset.example.test"
+    hello = _client_hello(host)
+    answer = _server_hello(10000, retry=stage == "hello")
+    go = threading.Event()
+    with _QuietOrigin(len(hello) if stage == "flush" else 0, go, answer, late=True) as up:
+        rule = {"host": host, "ports": [up.port], "tier": 0}
+        gw = gateway(net.policy([rule], static_extra={host: up.IP}))
+        s = open_conn(gw)
+        try:
+            _connect_on(s, host, up.port)
+            if stage == "flush":
+                s.sendall(hello + b"\x17\x03\x03\x00\x10" + b"e" * 16)  # behind it: early data
+                assert up.got.wait(10), "the origin did not get the ClientHello"
+            gw.proc.send_signal(signal.SIGSTOP)
+            try:
+                if stage == "hello":
+                    s.sendall(hello)
+                go.set()
+                assert up.done.wait(10), "the origin did not answer"
+            finally:
+                gw.proc.send_signal(signal.SIGCONT)
+            rest, end = _read_to_end(s)
+        finally:
+            go.set()
+            s.close()
+        _, fin = gw.decided(method="CONNECT")
+    assert (len(rest), end) == (len(answer), "reset"), \
+        "client read %d of the %d bytes of the answer, then %s (%s)" % (len(rest), len(answer), end,
+                                                                       stage)
+    assert rest == answer
+    assert fin["status"] == 200 and fin["bytes_down"] == len(answer), fin
+    assert fin["bytes_up"] == (len(hello) if stage == "flush" else 0), fin
 
 
 def test_admin_address_is_self(gateway, net):
