@@ -320,6 +320,9 @@ void conn_free(struct conn *c)
     if (c->tunnel != NULL) {
         c->ex.bytes_up += tunnel_bytes_up(c->tunnel);
         c->ex.bytes_down += tunnel_bytes_down(c->tunnel);
+        /* The tunnel borrows the exchange's flow, which conn_end_exchange()
+         * closes before the tunnel goes: it lets go of it first. */
+        tunnel_set_flow(c->tunnel, NULL);
     }
     connect_settle(c);  /* a CONNECT's first bytes, cut before its tunnel */
     forward_on_free(c); /* a response cut before its end */
