@@ -45,7 +45,8 @@ struct agent_state {
     struct store_baseline bl;
     uint64_t cur_req, cur_bytes;
     bool bl_dirty;
-    int64_t seen_ms; /* its last event (wall clock), for agent_evict() */
+    uint64_t hash;       /* agent_hash() of the id */
+    uint32_t prev, next; /* the list by last event: see agent_get() */
 };
 
 /* An auth_failures source: an IPv4 address, an IPv6 /64 (a host commonly
@@ -64,6 +65,12 @@ struct detectors {
     struct cfg cfg;
     struct agent_state *agents;
     size_t nagents, capagents;
+    struct pos_index agent_index;
+    struct siphash_key agent_hash_key;
+    size_t agents_stale;         /* index entries of evicted agents */
+    uint32_t lru_head, lru_tail; /* seen longest ago, seen last */
+    uint32_t evict_from;         /* the first agent not known busy: see agent_evict() */
+    int64_t busy_seen_ms, busy_until_ms;
     struct contact_set contacts;
     struct fold fold;
     /* auth_failures: the table of sources, indexed by a keyed hash of
@@ -79,6 +86,7 @@ struct detectors {
     int32_t grants_day;       /* the UTC day grants were last announced */
     bool oh_result;
     uint64_t published, folded;
+    uint64_t agent_probes; /* agents compared or examined, for tests */
 };
 
 static void load_contact(const char *agent, const char *host, int64_t first_ms, void *arg)
@@ -104,19 +112,111 @@ static void agent_windows(const struct cfg *c, struct agent_state *a, bool only_
 
 static void baseline_roll(struct detectors *d, struct agent_state *a, int64_t now_ms);
 
+/* Agents are found through a hash index of their places in d->agents,
+ * keyed by a hash of their id drawn at start (a linear search compared
+ * every event's agent with every agent tracked: 4096 of them). An evicted
+ * agent's place goes to the new agent, and the index keeps the old entry
+ * (a stale one, which only costs its lookups a compare) until stale
+ * entries outnumber the agents: then it is built anew.
+ *
+ * The agents are also kept in a list in the order they were last seen,
+ * the one seen longest ago first, so that eviction takes the first of the
+ * list whose windows are all empty. The busy agents it walks past (those
+ * before evict_from) are skipped by the next evictions until a window
+ * could empty: a window's sum only falls when its current tenth ends, so
+ * none can empty before the end of the tenth each window was in when it
+ * was found busy (busy_until_ms), unless the clock goes back or a reload
+ * starts the windows afresh. */
+#define AGENT_NONE UINT32_MAX
+
+static uint64_t agent_hash(const struct detectors *d, const char *id)
+{
+    return siphash13(&d->agent_hash_key, id, strlen(id));
+}
+
+static void agents_reindex(struct detectors *d)
+{
+    pos_index_empty(&d->agent_index);
+    for (size_t i = 0; i < d->nagents; i++)
+        pos_index_add(&d->agent_index, d->agents[i].hash, i);
+    d->agents_stale = 0;
+}
+
+/* Forgets what eviction learned of busy agents. */
+static void agents_busy_reset(struct detectors *d)
+{
+    d->evict_from = d->lru_head;
+    d->busy_until_ms = INT64_MAX;
+}
+
+static void agent_unlink(struct detectors *d, struct agent_state *a)
+{
+    uint32_t i = (uint32_t)(a - d->agents);
+    if (d->evict_from == i)
+        d->evict_from = a->next;
+    if (a->prev != AGENT_NONE)
+        d->agents[a->prev].next = a->next;
+    else
+        d->lru_head = a->next;
+    if (a->next != AGENT_NONE)
+        d->agents[a->next].prev = a->prev;
+    else
+        d->lru_tail = a->prev;
+    a->prev = a->next = AGENT_NONE;
+}
+
+static void agent_append(struct detectors *d, struct agent_state *a)
+{
+    uint32_t i = (uint32_t)(a - d->agents);
+    a->prev = d->lru_tail;
+    a->next = AGENT_NONE;
+    if (d->lru_tail != AGENT_NONE)
+        d->agents[d->lru_tail].next = i;
+    else
+        d->lru_head = i;
+    d->lru_tail = i;
+    if (d->evict_from == AGENT_NONE)
+        d->evict_from = i;
+}
+
+/* The end of the tenth <w> is in at <now_ms>: its sum is the same until then. */
+static int64_t window_steady_until(const struct window *w, int64_t now_ms)
+{
+    int64_t width = (int64_t)w->width_ms;
+    return (now_ms / width + 1) * width;
+}
+
+static bool agent_busy(const struct agent_state *a, int64_t now_ms)
+{
+    return window_sum(&a->writes, now_ms) != 0 || window_sum(&a->uploads, now_ms) != 0 ||
+           window_sum(&a->denials, now_ms) != 0 || window_sum(&a->contacts, now_ms) != 0;
+}
+
 /* At DETECT_AGENTS_MAX agents, the one seen longest ago whose windows are
  * all empty at <now_ms> gives its place (its baseline stored first, as at
  * a stop): forgetting it loses no count a detector would still add to.
- * Returns the freed slot, or NULL when every window is in use. */
+ * Returns the freed slot, out of the list, or NULL when every window is
+ * in use. */
 static struct agent_state *agent_evict(struct detectors *d, int64_t now_ms)
 {
+    if (now_ms < d->busy_seen_ms || now_ms >= d->busy_until_ms)
+        agents_busy_reset(d);
+    d->busy_seen_ms = now_ms;
     struct agent_state *v = NULL;
-    for (size_t i = 0; i < d->nagents; i++) {
-        struct agent_state *a = &d->agents[i];
-        if ((v == NULL || a->seen_ms < v->seen_ms) && window_sum(&a->writes, now_ms) == 0 &&
-            window_sum(&a->uploads, now_ms) == 0 && window_sum(&a->denials, now_ms) == 0 &&
-            window_sum(&a->contacts, now_ms) == 0)
+    while (d->evict_from != AGENT_NONE) {
+        struct agent_state *a = &d->agents[d->evict_from];
+        d->agent_probes++;
+        if (!agent_busy(a, now_ms)) {
             v = a;
+            break;
+        }
+        const struct window *ws[] = {&a->writes, &a->uploads, &a->denials, &a->contacts};
+        for (size_t k = 0; k < sizeof(ws) / sizeof(ws[0]); k++) {
+            int64_t until = window_steady_until(ws[k], now_ms);
+            if (until < d->busy_until_ms)
+                d->busy_until_ms = until;
+        }
+        d->evict_from = a->next;
     }
     if (v == NULL)
         return NULL;
@@ -125,6 +225,8 @@ static struct agent_state *agent_evict(struct detectors *d, int64_t now_ms)
     if (v->bl_known && v->bl_dirty && d->store != NULL)
         store_put_baseline(d->store, v->id, &v->bl);
     free(v->id);
+    v->id = NULL;
+    agent_unlink(d, v);
     return v;
 }
 
@@ -133,36 +235,62 @@ static struct agent_state *agent_evict(struct detectors *d, int64_t now_ms)
  * there is no room or memory. */
 static struct agent_state *agent_get(struct detectors *d, const char *id, int64_t now_ms)
 {
-    for (size_t i = 0; i < d->nagents; i++)
-        if (strcmp(d->agents[i].id, id) == 0) {
-            if (now_ms >= 0)
-                d->agents[i].seen_ms = now_ms;
-            return &d->agents[i];
+    uint64_t h = agent_hash(d, id);
+    size_t j = POS_INDEX_START, p;
+    while ((p = pos_index_next(&d->agent_index, h, &j)) != 0) {
+        struct agent_state *a = &d->agents[p - 1];
+        d->agent_probes++;
+        if (a->hash == h && a->id != NULL && strcmp(a->id, id) == 0) {
+            if (now_ms >= 0 && d->lru_tail != p - 1) {
+                agent_unlink(d, a);
+                agent_append(d, a);
+            }
+            return a;
         }
+    }
+    char *copy = strdup(id);
+    if (copy == NULL)
+        return NULL;
     struct agent_state *a = NULL;
     if (d->nagents >= DETECT_AGENTS_MAX) {
-        if (now_ms < 0 || (a = agent_evict(d, now_ms)) == NULL)
+        if (now_ms < 0 || (a = agent_evict(d, now_ms)) == NULL) {
+            free(copy);
             return NULL;
-        d->nagents--; /* counted again below */
+        }
+        d->agents_stale++;
     } else if (d->nagents == d->capagents) {
         size_t nc = d->capagents ? d->capagents * 2 : 8;
         struct agent_state *na = realloc(d->agents, nc * sizeof(*na));
-        if (na == NULL)
+        if (na == NULL) {
+            free(copy);
             return NULL;
+        }
         d->agents = na;
         d->capagents = nc;
     }
-    if (a == NULL)
-        a = &d->agents[d->nagents];
-    memset(a, 0, sizeof(*a));
-    if ((a->id = strdup(id)) == NULL) {
-        if (a != &d->agents[d->nagents]) /* an evicted slot: fill it with the last */
-            *a = d->agents[d->nagents];
-        return NULL;
+    if (a == NULL) {
+        /* the index's room first: on failure nothing has changed */
+        int r = pos_index_reserve(&d->agent_index, d->nagents + d->agents_stale + 1);
+        if (r < 0) {
+            free(copy);
+            return NULL;
+        }
+        if (r > 0)
+            agents_reindex(d);
+        a = &d->agents[d->nagents++];
     }
-    a->seen_ms = now_ms;
+    size_t pos = (size_t)(a - d->agents);
+    memset(a, 0, sizeof(*a));
+    a->id = copy;
+    a->hash = h;
     agent_windows(&d->cfg, a, false);
-    d->nagents++;
+    agent_append(d, a);
+    if (d->agents_stale > d->nagents)
+        agents_reindex(d); /* the new agent with the others */
+    else if (pos_index_reserve(&d->agent_index, d->nagents + d->agents_stale) != 0)
+        agents_reindex(d); /* a larger table, or none: built anew */
+    else
+        pos_index_add(&d->agent_index, h, pos);
     return a;
 }
 
@@ -293,6 +421,10 @@ struct detectors *detectors_new(struct alert_bus *out, struct store *store)
     d->cfg.write_burst.per_ms = d->cfg.upload_bytes.per_ms = d->cfg.denied_burst.per_ms =
         d->cfg.auth_failures.per_ms = THRESHOLD_PER_MS;
     siphash_random_key(&d->source_hash_key, d);
+    siphash_random_key(&d->agent_hash_key, &d->agents);
+    d->lru_head = d->lru_tail = d->evict_from = AGENT_NONE;
+    d->busy_seen_ms = INT64_MIN;
+    d->busy_until_ms = INT64_MIN; /* the first eviction walks the list */
     window_init(&d->unix_clients.fails, d->cfg.auth_failures.per_ms);
     window_init(&d->overflow.fails, d->cfg.auth_failures.per_ms);
     d->sources_swept_ms = INT64_MIN;
@@ -310,6 +442,7 @@ void detectors_free(struct detectors *d)
     for (size_t i = 0; i < d->nagents; i++)
         free(d->agents[i].id);
     free(d->agents);
+    pos_index_free(&d->agent_index);
     free(d->sources);
     pos_index_free(&d->source_index);
     contact_set_free(&d->contacts);
@@ -344,6 +477,7 @@ int detectors_configure(struct detectors *d, const struct policy *p)
     d->oh_minute = -1;
     for (size_t i = 0; i < d->nagents; i++)
         agent_windows(&d->cfg, &d->agents[i], true);
+    agents_busy_reset(d); /* windows started afresh may be empty */
     sources_configure(d);
     return 0;
 }
@@ -356,6 +490,11 @@ uint64_t detectors_published(const struct detectors *d)
 uint64_t detectors_folded(const struct detectors *d)
 {
     return d->folded;
+}
+
+uint64_t detectors_agent_probes(const struct detectors *d)
+{
+    return d->agent_probes;
 }
 
 /* ---- publishing ------------------------------------------------------------- */

@@ -82,6 +82,9 @@ void detectors_flush(struct detectors *d, int64_t now_ms);
 /* Alerts published (after folding) and folded away, for metrics and tests. */
 uint64_t detectors_published(const struct detectors *d);
 uint64_t detectors_folded(const struct detectors *d);
+/* Agents compared or examined to find an event's agent (and the one to
+ * evict for a new agent), for tests. */
+uint64_t detectors_agent_probes(const struct detectors *d);
 
 /* True when <t> (unix seconds) is outside the working hours of <o>. */
 bool detectors_off_hours(const struct off_hours_cfg *o, time_t t);

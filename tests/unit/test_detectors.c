@@ -973,6 +973,71 @@ static void agents_past_the_table_still_get_windows(void **state)
     assert_int_equal(detectors_folded(f->d), 1);
 }
 
+/* Every event looks up its agent, and with the table full an agent new to
+ * it looks for one to evict: neither may compare the event with every
+ * agent tracked (a scan of 4096 agents an event). At DETECT_AGENTS_MAX
+ * agents: events of tracked agents compare about one agent each; new
+ * agents, while all but one of the tracked agents are busy and seen before
+ * the idle one, each take the idle one's place without examining the busy
+ * ones anew. Eviction keeps its order: the idle agent seen longest ago. */
+static void agent_lookups_do_not_scan_the_table(void **state)
+{
+    struct fx *f = *state;
+    f->p.alerts.write_burst = (struct threshold){.set = true, .max = 1000000, .per_ms = 60000};
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    char id[32];
+    for (int i = 0; i < DETECT_AGENTS_MAX - 1; i++) {
+        snprintf(id, sizeof(id), "job-%d", i);
+        struct egress_event ev = ev_of(id, "POST", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+        detectors_feed(f->d, &ev, T0 + 1);
+    }
+    struct egress_event idle = ev_of("idle", "GET", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+    detectors_feed(f->d, &idle, T0 + 2);
+    /* lookups of tracked agents */
+    uint64_t before = detectors_agent_probes(f->d);
+    unsigned r = 1;
+    const int lookups = 20000;
+    for (int i = 0; i < lookups; i++) {
+        r = r * 1103515245u + 12345u;
+        snprintf(id, sizeof(id), "job-%u", (r >> 8) % (DETECT_AGENTS_MAX - 1));
+        struct egress_event ev = ev_of(id, "POST", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+        detectors_feed(f->d, &ev, T0 + 3);
+    }
+    uint64_t probes = detectors_agent_probes(f->d) - before;
+    print_message("%.2f agents compared a lookup\n", (double)probes / lookups);
+    assert_true(probes <= 8ull * lookups);
+    /* new agents, each taking the place of the one before it */
+    before = detectors_agent_probes(f->d);
+    const int fresh = 3000;
+    for (int i = 0; i < fresh; i++) {
+        snprintf(id, sizeof(id), "new-%d", i);
+        struct egress_event ev = ev_of(id, "GET", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+        detectors_feed(f->d, &ev, T0 + 4 + i);
+    }
+    probes = detectors_agent_probes(f->d) - before;
+    print_message("%.2f agents compared or examined for a new agent\n", (double)probes / fresh);
+    assert_true(probes <= 8ull * fresh);
+    /* the last new agent holds a window, and every busy agent kept its own */
+    f->p.alerts.write_burst.max = 1;
+    assert_int_equal(detectors_configure(f->d, &f->p), 0); /* same per: windows kept */
+    struct egress_event last =
+        ev_of("new-2999", "POST", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+    detectors_feed(f->d, &last, T0 + 5000);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 0);
+    detectors_feed(f->d, &last, T0 + 5001);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 1);
+    assert_string_equal(f->got.last_agent, "new-2999");
+    struct egress_event job = ev_of("job-7", "POST", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+    detectors_feed(f->d, &job, T0 + 5002);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 2);
+    assert_string_equal(f->got.last_agent, "job-7");
+    /* a new agent now finds no idle one: it gets no window */
+    struct egress_event none = ev_of("none", "POST", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+    detectors_feed(f->d, &none, T0 + 5003);
+    detectors_feed(f->d, &none, T0 + 5004);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 2);
+}
+
 /* A tunnel decided again after a reload or at the day's change and now
  * denied (or reported) gets a second agent_egress for its id, flagged
  * again: a new verdict on a request already counted. It is not another
@@ -1210,6 +1275,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(tier3_detail_keeps_host_and_grant, setup, teardown),
         cmocka_unit_test_setup_teardown(severities_follow_the_spec, setup, teardown),
         cmocka_unit_test_setup_teardown(redecided_tunnel_is_not_a_new_request, setup, teardown),
+        cmocka_unit_test_setup_teardown(agent_lookups_do_not_scan_the_table, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

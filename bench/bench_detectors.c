@@ -1,0 +1,114 @@
+/* bench_detectors: the alert detectors' cost of one decision event with
+ * DETECT_AGENTS_MAX (4096) agents tracked.
+ *
+ * write_burst is on (a window per agent, never tripped). Three mixes:
+ *   tracked  events of the 4096 tracked agents, picked at random;
+ *   churn    agents new to the full table, every other agent idle: each
+ *            takes the place of the one seen longest ago;
+ *   busy     agents new to the full table while all but one of the
+ *            tracked agents are busy (seen before the idle one), each
+ *            taking the idle one's place.
+ * One line per mix: "detectors agents=4096 mix=M ns_per_event=X". */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "watch/detectors.h"
+
+#define EVENTS 200000
+#define T0     1796065200000LL
+
+static void on_alert(const struct alert *a, void *arg)
+{
+    (void)a;
+    (*(unsigned long *)arg)++;
+}
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+/* An allowed request to a.test by <agent>. */
+static struct egress_event event_of(const char *agent, const char *method)
+{
+    static const struct egress_event base = {.kind = EVENT_EGRESS,
+                                             .id = "c1.1",
+                                             .scheme = "http",
+                                             .host = "a.test",
+                                             .port = 80,
+                                             .path = "/p",
+                                             .tier = TIER_2};
+    struct egress_event ev = base;
+    ev.agent = agent;
+    ev.method = method;
+    ev.method_bit = method_bit(method);
+    ev.verdict = VERDICT_ALLOW;
+    ev.reason = REASON_NONE;
+    return ev;
+}
+
+/* <n> GETs of agents new to the table, named PREFIX-i, from <t0> on, 100 a
+ * millisecond. */
+static void feed_new(struct detectors *d, const char *prefix, int64_t t0, long n)
+{
+    char id[32];
+    for (long i = 0; i < n; i++) {
+        snprintf(id, sizeof(id), "%s-%ld", prefix, i);
+        struct egress_event ev = event_of(id, "GET");
+        detectors_feed(d, &ev, t0 + i / 100);
+    }
+}
+
+static void report(const char *mix, double t0, long n)
+{
+    printf("detectors agents=%d mix=%s ns_per_event=%.0f\n", DETECT_AGENTS_MAX, mix,
+           (now_ns() - t0) / (double)n);
+}
+
+int main(void)
+{
+    unsigned long alerts = 0;
+    struct alert_bus bus;
+    alert_bus_init(&bus);
+    alert_bus_subscribe(&bus, on_alert, &alerts);
+    struct policy p = {0};
+    p.alerts.present = true;
+    p.alerts.expiry_warn_days = 14;
+    p.alerts.write_burst = (struct threshold){.set = true, .max = 1000000000, .per_ms = 60000};
+    struct detectors *d = detectors_new(&bus, NULL);
+    if (d == NULL || detectors_configure(d, &p) != 0)
+        return 1;
+    char id[32];
+    for (int i = 0; i < DETECT_AGENTS_MAX - 1; i++) {
+        snprintf(id, sizeof(id), "job-%d", i);
+        struct egress_event ev = event_of(id, "POST");
+        detectors_feed(d, &ev, T0 + 1);
+    }
+    struct egress_event idle = event_of("idle", "GET");
+    detectors_feed(d, &idle, T0 + 2);
+
+    unsigned r = 1;
+    double t = now_ns();
+    for (long i = 0; i < EVENTS; i++) {
+        r = r * 1103515245u + 12345u;
+        snprintf(id, sizeof(id), "job-%u", (r >> 8) % (DETECT_AGENTS_MAX - 1));
+        struct egress_event ev = event_of(id, "POST");
+        detectors_feed(d, &ev, T0 + 3);
+    }
+    report("tracked", t, EVENTS);
+
+    t = now_ns();
+    feed_new(d, "busy", T0 + 4, EVENTS / 10);
+    report("busy", t, EVENTS / 10);
+
+    /* two minutes on, every window is empty */
+    t = now_ns();
+    feed_new(d, "new", T0 + 120000, EVENTS / 10);
+    report("churn", t, EVENTS / 10);
+    detectors_free(d);
+    return alerts > 1000000 ? 1 : 0;
+}
