@@ -8,13 +8,17 @@
  *   busy     agents new to the full table while all but one of the
  *            tracked agents are busy (seen before the idle one), each
  *            taking the idle one's place.
- * One line per mix: "detectors agents=4096 mix=M ns_per_event=X". */
+ * One line per mix: "detectors agents=4096 mix=M ns_per_event=X".
+ * Then the metrics' counters (metrics_on_event()) with METRICS_AGENTS_MAX
+ * agents counted: "metrics agents=4096 mix=tracked|past ns_per_event=X",
+ * past being agents beyond the table, counted together. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "watch/detectors.h"
+#include "watch/metrics.h"
 
 #define EVENTS 200000
 #define T0     1796065200000LL
@@ -63,10 +67,37 @@ static void feed_new(struct detectors *d, const char *prefix, int64_t t0, long n
     }
 }
 
-static void report(const char *mix, double t0, long n)
+static void report(const char *what, const char *mix, double t0, long n)
 {
-    printf("detectors agents=%d mix=%s ns_per_event=%.0f\n", DETECT_AGENTS_MAX, mix,
+    printf("%s agents=%d mix=%s ns_per_event=%.0f\n", what, DETECT_AGENTS_MAX, mix,
            (now_ns() - t0) / (double)n);
+}
+
+/* <n> events of agents PREFIX-0 .. PREFIX-(<of> - 1) in turn, to the metrics. */
+static void count(struct metrics *m, const char *prefix, long of, long n)
+{
+    char id[32];
+    for (long i = 0; i < n; i++) {
+        snprintf(id, sizeof(id), "%s-%ld", prefix, (i * 7919) % of);
+        struct egress_event ev = event_of(id, "GET");
+        metrics_on_event(&ev, m);
+    }
+}
+
+static int bench_metrics(void)
+{
+    struct metrics *m = metrics_new();
+    if (m == NULL)
+        return 1;
+    count(m, "job", METRICS_AGENTS_MAX, METRICS_AGENTS_MAX);
+    double t = now_ns();
+    count(m, "job", METRICS_AGENTS_MAX, EVENTS);
+    report("metrics", "tracked", t, EVENTS);
+    t = now_ns();
+    count(m, "past", EVENTS, EVENTS);
+    report("metrics", "past", t, EVENTS);
+    metrics_free(m);
+    return 0;
 }
 
 int main(void)
@@ -99,16 +130,18 @@ int main(void)
         struct egress_event ev = event_of(id, "POST");
         detectors_feed(d, &ev, T0 + 3);
     }
-    report("tracked", t, EVENTS);
+    report("detectors", "tracked", t, EVENTS);
 
     t = now_ns();
     feed_new(d, "busy", T0 + 4, EVENTS / 10);
-    report("busy", t, EVENTS / 10);
+    report("detectors", "busy", t, EVENTS / 10);
 
     /* two minutes on, every window is empty */
     t = now_ns();
     feed_new(d, "new", T0 + 120000, EVENTS / 10);
-    report("churn", t, EVENTS / 10);
+    report("detectors", "churn", t, EVENTS / 10);
     detectors_free(d);
-    return alerts > 1000000 ? 1 : 0;
+    if (alerts > 1000000)
+        return 1;
+    return bench_metrics();
 }

@@ -12,6 +12,8 @@
 
 #include "policy/decision.h"
 #include "policy/lint.h"
+#include "util/pos_index.h"
+#include "util/siphash.h"
 #include "util/units.h"
 
 #define NTIERS    5 /* none, 0..3 */
@@ -21,6 +23,7 @@ struct agent_counts {
     char *id;
     uint64_t req[NTIERS][NVERDICTS][REASON_COUNT];
     uint64_t up, down;
+    uint64_t hash; /* agent_hash() of the id */
 };
 
 struct grant_gauge {
@@ -39,13 +42,18 @@ struct metrics {
     metrics_gauges_fn gauges;
     metrics_extra_fn extra;
     void *garg;
+    struct pos_index agent_index;
+    struct siphash_key agent_hash_key;
+    uint64_t agent_probes; /* agents compared by agent_of(), for tests */
 };
 
 struct metrics *metrics_new(void)
 {
     struct metrics *m = calloc(1, sizeof(*m));
-    if (m != NULL)
+    if (m != NULL) {
         m->other.id = NULL;
+        siphash_random_key(&m->agent_hash_key, m);
+    }
     return m;
 }
 
@@ -68,6 +76,7 @@ void metrics_free(struct metrics *m)
     for (size_t i = 0; i < m->nagents; i++)
         free(m->agents[i].id);
     free(m->agents);
+    pos_index_free(&m->agent_index);
     grants_clear(m);
     free(m);
 }
@@ -114,13 +123,27 @@ void metrics_set_policy(struct metrics *m, const struct policy *p, int64_t now)
     }
 }
 
+/* An agent's counters are found through a hash index of their places in
+ * m->agents, keyed by a hash of the id drawn at start (a linear search
+ * compared every event's agent with every agent counted, up to 4096, and
+ * every event of an agent past them with all 4096). Agents are never
+ * dropped, so places never move. */
+static uint64_t agent_hash(const struct metrics *m, const char *id)
+{
+    return siphash13(&m->agent_hash_key, id, strlen(id));
+}
+
 static struct agent_counts *agent_of(struct metrics *m, const char *id)
 {
     if (id == NULL)
         return &m->other;
-    for (size_t i = 0; i < m->nagents; i++)
-        if (strcmp(m->agents[i].id, id) == 0)
-            return &m->agents[i];
+    uint64_t h = agent_hash(m, id);
+    size_t cursor = POS_INDEX_START;
+    for (size_t p; (p = pos_index_next(&m->agent_index, h, &cursor)) != 0; m->agent_probes++)
+        if (m->agents[p - 1].hash == h && strcmp(m->agents[p - 1].id, id) == 0) {
+            m->agent_probes++;
+            return &m->agents[p - 1];
+        }
     if (m->nagents >= METRICS_AGENTS_MAX)
         return &m->other;
     if (m->nagents == m->cap) {
@@ -131,10 +154,18 @@ static struct agent_counts *agent_of(struct metrics *m, const char *id)
         m->agents = na;
         m->cap = nc;
     }
+    int r = pos_index_reserve(&m->agent_index, m->nagents + 1);
+    if (r < 0)
+        return &m->other;
+    if (r > 0)
+        for (size_t i = 0; i < m->nagents; i++)
+            pos_index_add(&m->agent_index, m->agents[i].hash, i);
     struct agent_counts *a = &m->agents[m->nagents];
     memset(a, 0, sizeof(*a));
     if ((a->id = strdup(id)) == NULL)
         return &m->other;
+    a->hash = h;
+    pos_index_add(&m->agent_index, h, m->nagents);
     m->nagents++;
     return a;
 }
@@ -160,6 +191,11 @@ void metrics_on_event(const struct egress_event *ev, void *arg)
         a->down += ev->bytes_down;
         break;
     }
+}
+
+uint64_t metrics_agent_probes(const struct metrics *m)
+{
+    return m->agent_probes;
 }
 
 void metrics_count_alert(struct metrics *m, enum alert_kind k)

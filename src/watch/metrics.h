@@ -79,6 +79,8 @@ void metrics_on_event(const struct egress_event *ev, void *arg);
 void metrics_count_alert(struct metrics *m, enum alert_kind k);
 void metrics_set_alert_total(struct metrics *m, enum alert_kind k, uint64_t v);
 uint64_t metrics_alert_total(const struct metrics *m, enum alert_kind k);
+/* Agents compared to find events' agents, for tests. */
+uint64_t metrics_agent_probes(const struct metrics *m);
 /* Appends the exposition to <out>. Returns 0, or -1 when out of memory
  * (any write failed: <out> then holds part of it, not to be served). */
 int metrics_format(struct metrics *m, struct evbuffer *out);

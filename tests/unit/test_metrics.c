@@ -45,12 +45,10 @@ static void feed(struct metrics *m, const char *agent, uint64_t up, uint64_t dow
     metrics_on_event(&ev, m);
 }
 
-/* Past METRICS_AGENTS_MAX agents, the others are counted together under
- * agent="": their bytes as well as their requests, so that the sums over
- * agents are the gateway's. */
-static void agents_past_the_table_keep_their_bytes(void **state)
+/* New metrics that counted a request of METRICS_AGENTS_MAX agents, a0 to
+ * a4095. */
+static struct metrics *filled(void)
 {
-    (void)state;
     struct metrics *m = metrics_new();
     assert_non_null(m);
     char id[32];
@@ -58,6 +56,16 @@ static void agents_past_the_table_keep_their_bytes(void **state)
         snprintf(id, sizeof(id), "a%d", i);
         feed(m, id, 1, 2);
     }
+    return m;
+}
+
+/* Past METRICS_AGENTS_MAX agents, the others are counted together under
+ * agent="": their bytes as well as their requests, so that the sums over
+ * agents are the gateway's. */
+static void agents_past_the_table_keep_their_bytes(void **state)
+{
+    (void)state;
+    struct metrics *m = filled();
     feed(m, "late", 100, 200);
     feed(m, "later", 1000, 2000);
     char *s = scrape(m);
@@ -67,6 +75,36 @@ static void agents_past_the_table_keep_their_bytes(void **state)
     assert_non_null(strstr(s, "\nsluice_bytes_up_total{agent=\"\"} 1100\n"));
     assert_non_null(strstr(s, "\nsluice_bytes_down_total{agent=\"\"} 2200\n"));
     assert_null(strstr(s, "late"));
+    free(s);
+    metrics_free(m);
+}
+
+/* Each event finds its agent's counters without comparing it with every
+ * agent counted: at METRICS_AGENTS_MAX agents, events of counted agents
+ * and of agents past the table compare about one agent each. */
+static void agent_lookups_do_not_scan_the_table(void **state)
+{
+    (void)state;
+    struct metrics *m = filled();
+    char id[32];
+    uint64_t before = metrics_agent_probes(m);
+    unsigned r = 1;
+    const int n = 10000;
+    for (int i = 0; i < n; i++) {
+        r = r * 1103515245u + 12345u;
+        if (i % 2 == 0)
+            snprintf(id, sizeof(id), "a%u", (r >> 8) % METRICS_AGENTS_MAX);
+        else
+            snprintf(id, sizeof(id), "past-%d", i);
+        feed(m, id, 1, 2); /* three events */
+    }
+    uint64_t probes = metrics_agent_probes(m) - before;
+    print_message("%.2f agents compared an event\n", (double)probes / (3.0 * n));
+    assert_true(probes <= 8ull * 3 * n);
+    char *s = scrape(m);
+    assert_non_null(strstr(s, "\nsluice_bytes_up_total{agent=\"a0\"} "));
+    assert_non_null(strstr(s, "\nsluice_bytes_up_total{agent=\"a4095\"} "));
+    assert_null(strstr(s, "past-"));
     free(s);
     metrics_free(m);
 }
@@ -207,6 +245,7 @@ int main(void)
     event_set_mem_functions(failing_malloc, failing_realloc, free);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(agents_past_the_table_keep_their_bytes),
+        cmocka_unit_test(agent_lookups_do_not_scan_the_table),
         cmocka_unit_test(a_dns_server_listed_twice_is_one_series),
         cmocka_unit_test(a_scrape_out_of_memory_fails),
         cmocka_unit_test(a_redecided_tunnel_counts_once),
