@@ -497,6 +497,16 @@ uint64_t detectors_agent_probes(const struct detectors *d)
     return d->agent_probes;
 }
 
+bool detectors_tracks(struct detectors *d, const char *id)
+{
+    uint64_t h = agent_hash(d, id);
+    size_t cursor = POS_INDEX_START;
+    for (size_t p; (p = pos_index_next(&d->agent_index, h, &cursor)) != 0;)
+        if (d->agents[p - 1].hash == h && strcmp(d->agents[p - 1].id, id) == 0)
+            return true;
+    return false;
+}
+
 /* ---- publishing ------------------------------------------------------------- */
 
 static void emit(struct alert *a, void *arg)

@@ -85,6 +85,8 @@ uint64_t detectors_folded(const struct detectors *d);
 /* Agents compared or examined to find an event's agent (and the one to
  * evict for a new agent), for tests. */
 uint64_t detectors_agent_probes(const struct detectors *d);
+/* True when agent <id> has windows, for tests. */
+bool detectors_tracks(struct detectors *d, const char *id);
 
 /* True when <t> (unix seconds) is outside the working hours of <o>. */
 bool detectors_off_hours(const struct off_hours_cfg *o, time_t t);
