@@ -686,10 +686,14 @@ def test_grace_expiry_ends_held_tunnel(gateway, net):
             got += d
         t0 = time.monotonic()
         gw.proc.send_signal(signal.SIGTERM)
-        assert gw.wait_exit(10) == 0, gw.stderr()
+        assert gw.wait_exit(HANG_GUARD_S) == 0, gw.stderr()
         took = time.monotonic() - t0
-        assert 0.8 <= took <= 5, took
-        assert recv_until_close(t.sock) == b""
+        assert took >= 0.8, took  # not before the grace period
+        # the gateway cut the tunnel: a reset (the banner server's own
+        # close, after its 10 s timeout, would come through as a FIN)
+        t.sock.settimeout(HANG_GUARD_S)
+        with pytest.raises(ConnectionResetError):
+            t.sock.recv(100)
     finally:
         t.close()
     ev, end = gw.decided(method="CONNECT")
@@ -1589,8 +1593,9 @@ def test_a_client_that_stops_its_upload_on_an_early_answer_gets_all_of_it(gatewa
 def _answering_origin(head, pieces, pause, outcome, go):
     """An origin that reads a request head only, sends <head> and then each
     of <pieces> <pause> seconds apart, reading nothing of the body, then
-    waits for <go> and reads what it can get of the body until the end:
-    notes in <outcome> when it sent its last piece ("last") and the body
+    waits for <go> (20 s at most) and reads what it can get of the body
+    until the end: notes in <outcome> when it sent its last piece ("last"),
+    whether <go> came before it gave up waiting ("released") and the body
     bytes it got in all ("took")."""
     def script(conn, stop, received):
         took = len(received) - received.index(b"\r\n\r\n") - 4
@@ -1599,7 +1604,7 @@ def _answering_origin(head, pieces, pause, outcome, go):
             time.sleep(pause)
             conn.sendall(piece)
         outcome["last"] = time.monotonic()
-        go.wait(20)
+        outcome["released"] = go.wait(20)
         conn.settimeout(5)
         try:
             for _ in range(10000):
@@ -1694,7 +1699,11 @@ def test_an_origin_answering_an_upload_at_once_has_only_what_it_took_counted(gat
 def test_an_origin_whose_answer_stalls_while_it_does_not_take_the_upload_is_cut(gateway, net):
     # The same origin sends a head and three pieces of a longer answer, then
     # neither sends nor reads: the exchange ends around idle_timeout (1 s)
-    # after the last piece, the client's connection cut (its head went out)
+    # after the last piece, the client's connection cut (its head went out).
+    # The gateway's cut is what ends it: the origin, which waits (20 s at
+    # most) for the test to let it go once the end line is written, was let
+    # go, not tired of waiting (had it been, it would have gone on reading
+    # and closed, and its close would have cut the client instead)
     head = b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n"
     outcome, go = {}, threading.Event()
     with _answering_origin(head, [b"a" * 10] * 3, 0.2, outcome, go) as up:
@@ -1703,10 +1712,12 @@ def test_an_origin_whose_answer_stalls_while_it_does_not_take_the_upload_is_cut(
             r, when = _upload(gw, up, "/stall", "length", pattern_bytes(8 << 20))
             assert r is None, r
             took = when - outcome["last"]
-            assert 0.7 <= took <= 3, "cut %.2fs after the last piece" % took
+            assert took >= 0.7, "cut %.2fs after the last piece" % took  # not before
             _, end = gw.decided(path="/stall")
         finally:
             go.set()
+        _origin_count(outcome)
+        assert outcome["released"], "the origin gave up waiting before the gateway cut"
         assert end["status"] == 200 and end["bytes_down"] == 30, end
         assert 0 < end["bytes_up"] < 8 << 20, end
 
