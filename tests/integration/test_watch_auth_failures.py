@@ -68,7 +68,6 @@ def test_wrong_tokens_past_max_raise_one_alert(gateway, net, tmp_path):
         guess(gw, net, i)
     settle(gw, 10)
     assert alerts(af, "auth_failures") == []  # 4 is not over 4
-    t0 = time.monotonic()
     guess(gw, net, 4, path="/fifth")
     a, seen = wait_alert_timed(af, "auth_failures")
     ev = gw.events("agent_egress", path="/fifth")[0]
@@ -76,7 +75,7 @@ def test_wrong_tokens_past_max_raise_one_alert(gateway, net, tmp_path):
     assert a["host"] == "api.example.test" and a["id"] == ev["id"], a
     assert "5 requests from 127.0.0.1 within 1m (max 4)" in a["detail"], a
     assert "the last: GET api.example.test:%d" % net.api.port in a["detail"], a
-    assert_prompt(a, gw, sent_at=t0, arrived_at=seen)
+    assert_prompt(a, gw)
     # further guesses fold into the period: still one line, and nothing is
     # throttled (each is refused as before, and the right token still works)
     for i in range(5, 9):

@@ -33,7 +33,6 @@ def test_first_contact_remembered_across_restart(gateway, net, tmp_path):
     gw, af = start(gateway, net, [api_rule(net), {"host": "other.example.test",
                                                   "ports": [net.other.port], "tier": 0}],
                    {"first_contact": True}, tmp_path)
-    t0 = time.monotonic()
     assert request(gw, "GET", net.url("/a")).status == 200
     a, seen = wait_alert_timed(af, "first_contact")
     assert a["agent"] == "default" and a["host"] == "api.example.test"
@@ -41,7 +40,7 @@ def test_first_contact_remembered_across_restart(gateway, net, tmp_path):
     assert "for the first time" in a["detail"]
     ev = gw.events("agent_egress", host="api.example.test")[0]
     assert a["id"] == ev["id"]
-    assert_prompt(a, gw, sent_at=t0, arrived_at=seen)
+    assert_prompt(a, gw)
     # a denied first contact alerts too, at a higher severity
     assert request(gw, "GET", "http://nowhere.example.test/").status == 403
     d = wait_alert(af, "first_contact", host="nowhere.example.test")[0]
@@ -69,13 +68,12 @@ def test_first_contact_remembered_across_restart(gateway, net, tmp_path):
 def test_tier3_write_names_owner_and_expiry(gateway, net, tmp_path):
     rule = api_rule(net, tier=3, owner="chaysen", expires="2099-12-31")
     gw, af = start(gateway, net, [rule], {"expiry_warn_days": 14}, tmp_path, state=False)
-    t0 = time.monotonic()
     assert request(gw, "POST", net.url("/repos/x/y/pulls"), body=b"{}").status == 200
     a, seen = wait_alert_timed(af, "tier3_write")
     assert a["severity"] == "high" and a["tier"] == 3 and a["agent"] == "default"
     assert a["detail"] == ("POST /repos/x/y/pulls on api.example.test by default "
                            "(owner chaysen, expires 2099-12-31)")
-    assert_prompt(a, gw, sent_at=t0, arrived_at=seen)
+    assert_prompt(a, gw)
 
 
 def test_tier3_tunnel_names_the_expiry_of_the_grant_that_made_it_tier_3(gateway, net, tmp_path):
@@ -124,16 +122,13 @@ def test_write_burst_and_folding(gateway, net, tmp_path):
     gw, af = start(gateway, net, [api_rule(net, tier=2)],
                    {"write_burst": {"max": 3, "per": "5s"}}, tmp_path, state=False)
     s = open_conn(gw)
-    t0 = None
     for i in range(8):
-        if i == 3:
-            t0 = time.monotonic()
         s.sendall(b"POST %s HTTP/1.1\r\nHost: api.example.test:%d\r\nContent-Length: 1\r\n\r\nx"
                   % (net.url("/w").encode(), net.api.port))
         assert read_response(s, "POST").status == 200
         if i == 3:
             a, seen = wait_alert_timed(af, "write_burst")
-            assert_prompt(a, gw, sent_at=t0, arrived_at=seen)
+            assert_prompt(a, gw)
     s.close()
     first = wait_alert(af, "write_burst")[0]
     assert first["count"] == 1 and first["severity"] == "medium"
@@ -158,12 +153,11 @@ def test_denied_burst(gateway, net, tmp_path):
         assert request(gw, "GET", "http://evil%d.example.test/" % i).status == 403
     time.sleep(0.2)
     assert alerts(af, "denied_burst") == []
-    t0 = time.monotonic()
     request(gw, "GET", "http://evil9.example.test/")
     a, seen = wait_alert_timed(af, "denied_burst")
     assert a["agent"] == "default" and "denied 3 times within 1m (max 2)" in a["detail"]
     assert "not_in_policy" in a["detail"]
-    assert_prompt(a, gw, sent_at=t0, arrived_at=seen)
+    assert_prompt(a, gw)
 
 
 def test_upload_bytes_alerts_while_the_upload_runs(gateway, net, tmp_path):
@@ -231,12 +225,11 @@ def test_off_hours_write(gateway, net, tmp_path):
     gw, af = start(gateway, net, [api_rule(net, tier=2)], {"off_hours": _off_hours_now()},
                    tmp_path, state=False)
     assert request(gw, "GET", net.url("/read")).status == 200
-    t0 = time.monotonic()
     assert request(gw, "DELETE", net.url("/thing")).status == 200
     a, seen = wait_alert_timed(af, "off_hours_write")
     assert alerts(af, "off_hours_write")[0]["id"] == a["id"]  # the read did not alert
     assert "DELETE /thing" in a["detail"] and "outside working hours (UTC" in a["detail"]
-    assert_prompt(a, gw, sent_at=t0, arrived_at=seen)
+    assert_prompt(a, gw)
 
 
 def test_grant_expired_and_expiring(gateway, net, tmp_path):
@@ -250,13 +243,12 @@ def test_grant_expired_and_expiring(gateway, net, tmp_path):
     e = wait_alert(af, "grant_expiring")[0]  # at start
     assert e["host"] == "other.example.test" and e["agent"] is None and e["id"] is None
     assert "(owner bob) expires on %s: 3 days left" % soon in e["detail"]
-    t0 = time.monotonic()
     r = request(gw, "POST", net.url("/x"), body=b"1")
     assert r.status == 403 and r.header("Sluice-Reason") == "grant_expired"
     a, seen = wait_alert_timed(af, "grant_expired")
     assert a["severity"] == "high" and a["host"] == "api.example.test"
     assert "expired grant (owner alice, expires %s)" % old in a["detail"]
-    assert_prompt(a, gw, sent_at=t0, arrived_at=seen)
+    assert_prompt(a, gw)
     gw.reload()  # announced again on reload
     wait_alert(af, "grant_expiring", count=2)
 
@@ -315,11 +307,10 @@ def test_baseline_learned_and_kept_across_restart(gateway, net, tmp_path):
     # more than twice the learned rate does
     for i in range(3, 6):
         request(gw2, "GET", net.url("/q%d" % i))
-    t0 = time.monotonic()
     request(gw2, "GET", net.url("/q6"))
     a, seen = wait_alert_timed(af, "baseline", timeout=10)
     assert a["agent"] == "default" and "made 7 requests this minute" in a["detail"]
-    assert_prompt(a, gw2, sent_at=t0, arrived_at=seen)
+    assert_prompt(a, gw2)
 
 
 def test_a_store_of_many_baselines_loads_the_latest_4096_at_once(gateway, net, tmp_path):

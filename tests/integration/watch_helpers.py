@@ -50,21 +50,17 @@ def ts(s):
     return datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
 
 
-def assert_prompt(alert, gw, *, sent_at=None, arrived_at=None, limit=1.0):
+def assert_prompt(alert, gw, limit=1.0):
     """The alert was written within <limit> s of the event that caused it:
     its ts against the decision event's ts (same id), both stamped by the
-    gateway; and, loosely, the wall time from the request to the line
-    appearing in the file."""
+    gateway, so the test's own clock (a loaded machine stalls the test, not
+    the gateway's stamps) plays no part. An alert that names an id has its
+    event in the log."""
     if alert["id"] is not None:
         evs = gw.events("agent_egress", id=alert["id"])
-        if evs:
-            lag = ts(alert["ts"]) - ts(evs[0]["ts"])
-            assert -0.01 <= lag < limit, "alert %s came %.3fs after its event" % (alert, lag)
-    if sent_at is not None and arrived_at is not None:
-        # client-side, so generous: a loaded CI machine may stall the test
-        # itself; the one-second contract is the server-side check above
-        assert arrived_at - sent_at < limit + 9.0, "seen %.3fs after the request" % (
-            arrived_at - sent_at)
+        assert evs, "no agent_egress event for the alert's id: %r" % alert
+        lag = ts(alert["ts"]) - ts(evs[0]["ts"])
+        assert -0.01 <= lag < limit, "alert %s came %.3fs after its event" % (alert, lag)
 
 
 def wait_alert_timed(path, kind, timeout=5.0, before=0, **match):
