@@ -5,8 +5,13 @@
  * probes stay short. The caller hashes its keys and compares them: the
  * index owns its table and nothing else. When entries move in the caller's
  * array (removed, shifted), the caller empties the index and adds them
- * again. Used by the alert fold table (watch/window.c) and the state
- * store's pending writes (state/store_sqlite.c). */
+ * again. Used by the alert fold table (watch/window.c), the state store's
+ * pending writes (state/store_sqlite.c), the auth_failures sources
+ * (watch/detectors.c), and the tables of agents found by a keyed hash of
+ * their id: connections per agent (gate/gateway.c), the detectors' windows
+ * (watch/detectors.c) and the metrics' counters (watch/metrics.c); each
+ * keeps the hash beside the id, so that a rebuild hashes nothing again and
+ * a probe compares strings only on a match. */
 #ifndef SLUICE_UTIL_POS_INDEX_H
 #define SLUICE_UTIL_POS_INDEX_H
 
