@@ -200,6 +200,16 @@ void connect_hello_cut(struct conn *c)
  * buffer's worth (128 KiB at the start). */
 #define REST_MAX (1024u * 1024)
 
+/* True when bytes the server sent were passed to the client (bytes_down)
+ * and some of them may not have reached it yet: queued in its output, or in
+ * its socket's send queue, unacknowledged (a client slow to read: its
+ * receive buffer full). A reset now would drop them. */
+static bool server_bytes_on_their_way(const struct conn *c)
+{
+    return c->ex.bytes_down > 0 && (evbuffer_get_length(bufferevent_get_output(c->client)) > 0 ||
+                                    drain_send_queue(c->fd) > 0);
+}
+
 /* The server failed in CS_HELLO after it sent the start of its answer to
  * the ClientHello, too little to tell it, or in CS_FLUSH after its answer:
  * those bytes go to the client, as an open tunnel passes on what came
@@ -209,9 +219,11 @@ void connect_hello_cut(struct conn *c)
  * failure (<what> has BEV_EVENT_ERROR) what the socket still holds is read
  * first: Linux keeps the bytes that came before a reset readable ahead of
  * it, and a write that met the reset first reports it before libevent read
- * them (the ClientHello queued, or what the client sent behind it). Returns
- * false when there is nothing to pass on (or it cannot be): the caller
- * resets at once. */
+ * them (the ClientHello queued, or what the client sent behind it). An
+ * answer read whole before the failure, already passed to a client that
+ * has not taken it all, is waited for the same way, with nothing to add.
+ * Returns false when there is nothing on its way to the client (or it
+ * cannot be passed on): the caller resets at once. */
 static bool pass_then_cut(struct conn *c, short what)
 {
     if ((c->state != CS_HELLO && c->state != CS_FLUSH) || c->client_reset)
@@ -220,7 +232,9 @@ static bool pass_then_cut(struct conn *c, short what)
     if (what & BEV_EVENT_ERROR)
         (void)stream_read_rest(c->up, c->up_fd, evbuffer_get_length(up_in) + REST_MAX);
     size_t n = evbuffer_get_length(up_in);
-    if (n == 0 || stream_send(c->client, c->fd, up_in, n) < 0)
+    if (n == 0 && !server_bytes_on_their_way(c))
+        return false;
+    if (n > 0 && stream_send(c->client, c->fd, up_in, n) < 0)
         return false;
     c->ex.bytes_down += n;
     bufferevent_disable(c->up, EV_READ | EV_WRITE);

@@ -203,16 +203,17 @@ def _big_response_upstream(size, outcome, done):
     return ScriptedUpstream(script)
 
 
-def _slow_reader_conn(gw):
-    """A client socket with a small receive buffer, set before connect so
-    that its window is small from the start (TCP), connected to <gw>."""
+def _slow_reader_conn(gw, rcvbuf=16384):
+    """A client socket with a small receive buffer (<rcvbuf>, which Linux
+    raises to its least), set before connect so that its window is small
+    from the start (TCP), connected to <gw>."""
     if gw.port is None:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         s.connect(gw.unix_path)
     else:
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         s.connect((gw.host, gw.port))
     s.settimeout(5)
     return s
@@ -1209,7 +1210,7 @@ def _server_hello(size, retry):
     return b"\x16\x03\x03" + struct.pack(">H", len(hs)) + hs
 
 
-@pytest.mark.parametrize("stage", ["hello", "flush"])
+@pytest.mark.parametrize("stage", ["hello", "flush", "flush_slow_reader"])
 def test_an_answer_before_the_origins_reset_reaches_the_client(gateway, net, stage):
     # The origin sends bytes (its answer to the ClientHello, longer than
     # one read) and resets, and the gateway's next write to it meets the
@@ -1221,18 +1222,25 @@ def test_an_answer_before_the_origins_reset_reaches_the_client(gateway, net, sta
     # read the whole answer, then a reset, as in an open tunnel; it got
     # what the gateway had read of it (4 KiB, or nothing), then the reset.
     # The gateway is stopped while the answer and the reset arrive, so
-    # that it finds both at once.
+    # that it finds both at once. flush_slow_reader: a ServerHello short
+    # enough to be read whole at once, to a client that reads nothing for
+    # a while (a small receive buffer, so most of the answer waits in the
+    # gateway's socket toward it): the gateway has read everything the
+    # server sent, the client holds little of it, and the reset was sent at
+    # once, dropping the rest (the client read 576 of the 4000 bytes, then the
+    # reset).
     host = "answer-reset.example.test"
     hello = _client_hello(host)
-    answer = _server_hello(10000, retry=stage == "hello")
+    slow = stage == "flush_slow_reader"
+    answer = _server_hello(4000 if slow else 10000, retry=stage == "hello")
     go = threading.Event()
-    with _QuietOrigin(len(hello) if stage == "flush" else 0, go, answer, late=True) as up:
+    with _QuietOrigin(0 if stage == "hello" else len(hello), go, answer, late=True) as up:
         rule = {"host": host, "ports": [up.port], "tier": 0}
         gw = gateway(net.policy([rule], static_extra={host: up.IP}))
-        s = open_conn(gw)
+        s = _slow_reader_conn(gw, rcvbuf=1) if slow else open_conn(gw)
         try:
             _connect_on(s, host, up.port)
-            if stage == "flush":
+            if stage != "hello":
                 s.sendall(hello + b"\x17\x03\x03\x00\x10" + b"e" * 16)  # behind it: early data
                 assert up.got.wait(10), "the origin did not get the ClientHello"
             gw.proc.send_signal(signal.SIGSTOP)
@@ -1243,6 +1251,8 @@ def test_an_answer_before_the_origins_reset_reaches_the_client(gateway, net, sta
                 assert up.done.wait(10), "the origin did not answer"
             finally:
                 gw.proc.send_signal(signal.SIGCONT)
+            if slow:
+                time.sleep(0.5)  # reads nothing meanwhile; the gateway met the reset
             rest, end = _read_to_end(s)
         finally:
             go.set()
@@ -1253,7 +1263,7 @@ def test_an_answer_before_the_origins_reset_reaches_the_client(gateway, net, sta
                                                                        stage)
     assert rest == answer
     assert fin["status"] == 200 and fin["bytes_down"] == len(answer), fin
-    assert fin["bytes_up"] == (len(hello) if stage == "flush" else 0), fin
+    assert fin["bytes_up"] == (0 if stage == "hello" else len(hello)), fin
 
 
 def test_admin_address_is_self(gateway, net):
