@@ -273,6 +273,29 @@ static size_t room(const struct dir *d)
 
 static void watch(struct dir *d, bool rd, bool wr);
 
+/* True when <fd> is a TCP socket that is closed (it got a reset): its send
+ * queue (SIOCOUTQ) then still counts what its peer never acknowledged. */
+static bool tcp_closed(evutil_socket_t fd)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    return getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_state == TCP_CLOSE;
+}
+
+/* What send() took toward a dst that then failed but its peer never
+ * acknowledged (the send queue of a reset socket: the peer's kernel
+ * refused it with the reset, or it was still on its way) did not reach
+ * it: taken off what the direction counts as delivered, so bytes_up and
+ * bytes_down tell what the peer received. */
+static void forget_unacknowledged(struct dir *d)
+{
+    if (!tcp_closed(d->dst))
+        return;
+    int64_t queue = drain_send_queue(d->dst);
+    if (queue > 0)
+        d->bytes -= (uint64_t)queue < d->bytes ? (uint64_t)queue : d->bytes;
+}
+
 /* dst failed (a reset: its peer is gone): d is over and what it held is
  * dropped. The other direction goes on: it reads from that socket what
  * came before the failure (then the failure, or the end: fill()) and
@@ -283,6 +306,7 @@ static void watch(struct dir *d, bool rd, bool wr);
  * drop what its peer has not acknowledged yet. */
 static void dst_failed(struct dir *d)
 {
+    forget_unacknowledged(d);
     d->done = true;
     d->sink = true;
     d->t->failed = true;
@@ -475,15 +499,6 @@ static int pump(struct dir *d)
         event_add(d->t->idle, &d->t->step_tv);
     }
     return 0;
-}
-
-/* True when <fd> is a TCP socket that is closed (it got a reset): its send
- * queue (SIOCOUTQ) then still counts what its peer never acknowledged. */
-static bool tcp_closed(evutil_socket_t fd)
-{
-    struct tcp_info ti;
-    socklen_t len = sizeof(ti);
-    return getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_state == TCP_CLOSE;
 }
 
 /* True when the tunnel has nothing left to do: both directions are done,

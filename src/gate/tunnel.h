@@ -58,6 +58,9 @@ void tunnel_set_flow(struct tunnel *t, struct quota_flow *flow);
  * upstream), for progress events (gate/progress.h); NULL: none. <cb> must
  * not free the tunnel. */
 void tunnel_set_progress(struct tunnel *t, void (*cb)(void *arg), void *arg);
+/* The bytes each direction delivered: taken by its destination's socket,
+ * less what that socket still held unacknowledged when it failed (a reset
+ * drops it: the peer never received it). */
 uint64_t tunnel_bytes_up(const struct tunnel *t);   /* client -> upstream */
 uint64_t tunnel_bytes_down(const struct tunnel *t); /* upstream -> client */
 

@@ -955,6 +955,44 @@ def test_an_upload_the_client_sent_before_resetting_reaches_the_origin(gateway, 
     assert end["bytes_up"] == len(head) + len(data), end
 
 
+@pytest.mark.parametrize("how", ["copy", "--splice"])
+def test_bytes_up_of_a_tunnel_whose_origin_resets_is_what_the_origin_received(gateway, net, how):
+    # A client uploads through a tunnel to an origin that reads nothing, so
+    # the gateway's socket toward it fills; the origin then resets. What
+    # that socket still held when the reset came never reached the origin
+    # (its kernel refused it with the reset), yet bytes_up counted it: all
+    # the gateway had handed to its socket, hundreds of KiB more than the
+    # origin received. It must be at most what reached the origin (read,
+    # or waiting in its socket when it reset).
+    body = pattern_bytes(16 << 20)
+    filled, done, origin = threading.Event(), threading.Event(), {}
+
+    def script(conn, stop, received):
+        if filled.wait(15):
+            unread = struct.unpack("i", fcntl.ioctl(conn.fileno(), termios.FIONREAD,
+                                                    b"\0" * 4))[0]
+            origin["received"] = len(received) + unread
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()  # a reset
+        done.set()
+
+    with ScriptedUpstream(script) as up:
+        gw, s, head = _put_tunnel(gateway, net, up, "resetorigin.example.test", how, open_conn)
+        try:
+            sent = _send_what_fits(s, body)
+            filled.set()
+            assert done.wait(15), "the origin did not reset"
+            s.setblocking(True)
+            _, end_seen = _read_to_end(s)
+        finally:
+            s.close()
+    assert end_seen == "reset", end_seen
+    _, end = gw.decided(method="CONNECT")
+    assert len(head) <= end["bytes_up"] <= origin["received"], \
+        "bytes_up %d, the origin received %d (the client sent %d)" % (
+            end["bytes_up"], origin["received"], sent)
+
+
 
 def _read_to_end(sock):
     """Reads <sock> (blocking, 10 s a read) to its end; returns the bytes
