@@ -231,27 +231,49 @@ bool gateway_is_self_name(const struct gateway *gw, const char *name, uint16_t p
     return false;
 }
 
-/* The --admin address as a listen_addr ("PORT" and ":PORT" bind 127.0.0.1,
- * as watch/admin.c does). An address that does not parse, or port 0, is
- * left out: watch/admin.c refuses both, and serve does not start. */
-static void describe_admin(struct gateway *gw)
+/* Sets gw->admin_self to the --admin address <s> as a listen_addr, for
+ * self_request: "PORT" and ":PORT" bind 127.0.0.1, as watch/admin.c does,
+ * and the port is written again as a number (admin.c takes any decimal
+ * digits, leading zeros too, which a copy of the address as written could
+ * cut). Returns NULL, or why it could not. */
+static const char *admin_self_of(struct gateway *gw, const char *s)
 {
-    const char *s = gw->cfg.admin_addr;
     char buf[LISTEN_ADDR_TEXT];
     struct listen_addr a;
-    const char *why;
-    if (s == NULL)
-        return;
-    if (s[0] == ':' || strchr(s, ':') == NULL)
-        snprintf(buf, sizeof(buf), "127.0.0.1%s%s", s[0] == ':' ? "" : ":", s);
-    else
-        snprintf(buf, sizeof(buf), "%s", s);
     struct ipaddr ip;
-    uint16_t port = 0;
+    uint16_t lport = 0;
+    const char *why = "not a TCP address";
+    const char *colon = strrchr(s, ':');
+    const char *digits = colon != NULL ? colon + 1 : s;
+    const char *host = colon != NULL && colon > s ? s : "127.0.0.1";
+    int hostlen = host == s ? (int)(colon - s) : (int)strlen(host);
+    char *end;
+    errno = 0;
+    unsigned long port = strtoul(digits, &end, 10);
+    if (*digits < '0' || *digits > '9' || errno != 0 || *end != '\0' || port == 0 || port > 65535)
+        return "not a port from 1 to 65535";
+    int n = snprintf(buf, sizeof(buf), "%.*s:%lu", hostlen, host, port);
+    if (n < 0 || (size_t)n >= sizeof(buf))
+        return "too long";
     if (listen_addr_parse(buf, &a, &why) < 0 || a.kind != LISTEN_TCP ||
-        sockaddr_to_ipaddr((const struct sockaddr *)&a.ss, &ip, &port) < 0 || port == 0)
-        return;
+        sockaddr_to_ipaddr((const struct sockaddr *)&a.ss, &ip, &lport) < 0 || lport == 0)
+        return why;
     gw->admin_self = listener_describe(&a);
+    return gw->admin_self != NULL ? NULL : "out of memory";
+}
+
+/* The --admin address, for self_request. admin_new() took it already, so
+ * reading it again should not fail; should it, <err> says what and serve
+ * does not start (before, the failure was silent, and requests through the
+ * gateway reached the admin server). */
+static int describe_admin(struct gateway *gw, char *err, size_t errlen)
+{
+    const char *s = gw->cfg.admin_addr;
+    const char *why = s != NULL ? admin_self_of(gw, s) : NULL;
+    if (why == NULL)
+        return 0;
+    snprintf(err, errlen, "--admin %s: cannot tell the address for self_request: %s", s, why);
+    return -1;
 }
 
 /* --- accepting ------------------------------------------------------------- */
@@ -760,7 +782,8 @@ struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *pol
     if (gw->watch == NULL)
         goto err;
     watch_set_gauges(gw->watch, gateway_gauges, gw);
-    describe_admin(gw);
+    if (describe_admin(gw, err, errlen) < 0)
+        goto err;
     gw->max_conns_asked = max_conns(gw);
     fit_fd_limit(gw, policy, true);
     gw->listeners = calloc(cfg->nlistens > 0 ? cfg->nlistens : 1, sizeof(*gw->listeners));

@@ -1325,6 +1325,22 @@ def test_admin_bare_port_is_self(gateway, net):
     assert r.status == 403 and r.header("Sluice-Reason") == "self_request", r
 
 
+@pytest.mark.parametrize("spelling", ["127.0.0.1:{z}{p}", "{z}{p}", "[::ffff:127.0.0.1]:{z}{p}"],
+                         ids=["ipv4", "bare_port", "ipv6"])
+def test_admin_port_with_leading_zeros_is_self(gateway, net, spelling):
+    # A port is decimal digits, leading zeros allowed (strtoul() reads
+    # them, as --admin does). The self_request check copied the address
+    # into a buffer of 160 bytes, cut there, read the cut address as port
+    # 0, and left the admin port out without a word: /metrics was reachable
+    # through the gateway
+    admin = free_port()
+    pol = net.policy([{"cidr": "127.0.0.0/8", "ports": [admin], "tier": 0}])
+    gw = gateway(pol, args=["--admin", spelling.format(z="0" * 200, p=admin)])
+    r = request(gw, "GET", "http://127.0.0.1:%d/healthz" % admin)
+    assert r.status == 403 and r.header("Sluice-Reason") == "self_request", \
+        (r.status, r.header("Sluice-Reason"), r.body[:100])
+
+
 @pytest.mark.parametrize("spelling", ["[127.0.0.1]:{p}", " {p}", "127.0.0.1: {p}", ":\t{p}"])
 def test_admin_address_self_request_cannot_tell_is_refused(gateway, net, spelling):
     # --admin took these, as inet_pton() and strtoul() read them, and bound
