@@ -12,7 +12,7 @@ import pytest
 
 from conftest import DEAD_IP, DNS_IP
 from gate_client import (ANY, Tunnel, api_rule, assert_denied, connect, curl, open_conn, poll,
-                         read_head, recv_until_close, request)
+                         read_head, read_response, recv_until_close, request)
 from gate_servers import BannerServer, FullListener, HeldName, LoopbackServer, UpstreamTLS
 
 HANG_GUARD_S = 30  # a hang guard, not a claim on time
@@ -1585,6 +1585,34 @@ def test_tunnel_http_other_forms_allowed(gateway, net, head):
     assert len(net.api.requests) == 1 and net.api.requests[0].path.endswith("/inner")
     ev, _ = gw.decided(method="CONNECT")
     assert ev["decision"] == "allow" and ev["reason"] is None, ev
+
+
+def test_tunnel_http_only_the_first_request_is_checked(gateway, net):
+    # What docs/SPEC.md promises, exactly (CONNECT and SNI): the first
+    # request head of a tunnel is checked, and nothing after it. The first
+    # request names the target and passes; a later request on the same
+    # keep-alive connection, naming another host, is not seen (the tunnel
+    # is opaque from then on, copied or spliced, as a TLS one is) and
+    # reaches the upstream. A check of later requests would have to follow
+    # HTTP framing through the whole tunnel; should one come, this test and
+    # the SPEC change together.
+    gw = gateway(net.policy([api_rule(net)]))
+    t = _api_tunnel(gw, net)
+    try:
+        t.sock.sendall(b"GET /first HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
+        t.sock.settimeout(10)
+        first = read_response(t.sock)
+        t.sock.sendall(b"GET /second HTTP/1.1\r\nHost: evil.example.test\r\n"
+                       b"Connection: close\r\n\r\n")
+        second = recv_until_close(t.sock)
+    finally:
+        t.close()
+    assert first.status == 200 and second.startswith(b"HTTP/1.1 200 "), (first.status, second)
+    assert [(q.path, q.header("Host")) for q in net.api.requests] == \
+        [("/first", "api.example.test"), ("/second", "evil.example.test")]
+    ev, end = gw.decided(method="CONNECT")
+    assert ev["decision"] == "allow" and ev["reason"] is None, ev
+    assert gw.events(reason="host_mismatch") == []
 
 
 def test_tunnel_http_head_split_within_window_allowed(gateway, net):
