@@ -492,12 +492,18 @@ def _slow_upload_url(up, path):
     return "http://%s:%d%s" % (SLOW_UPLOAD_HOST, up.port, path)
 
 
-def _slow_upload_gateway(gateway, net, up, **kw):
-    """A gateway with idle_timeout 1 s that lets SLOW_UPLOAD_HOST reach <up>
-    (<kw> go to gateway())."""
+def _slow_upload_gateway(gateway, net, up, idle="1s", **kw):
+    """A gateway with idle_timeout <idle> that lets SLOW_UPLOAD_HOST reach
+    <up> (<kw> go to gateway())."""
     host = SLOW_UPLOAD_HOST
     return gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
-                              static_extra={host: up.IP}, limits={"idle_timeout": "1s"}), **kw)
+                              static_extra={host: up.IP}, limits={"idle_timeout": idle}), **kw)
+
+
+# idle_timeout for the origins that stop: 2 s, so that a test process the
+# machine's load holds back for a second before the origin stops is not
+# taken for the stall (seen: the 502 came before the origin's first 256 KiB)
+STOP_IDLE = "2s"
 
 
 @pytest.mark.parametrize("framing", ["length", "chunked"])
@@ -529,7 +535,7 @@ def test_a_slow_but_steady_origin_gets_the_whole_upload(gateway, net, framing):
 @pytest.mark.parametrize("size", [32 << 20, 1 << 20], ids=["while_read", "once_read"])
 def test_an_origin_that_stops_taking_an_upload_is_given_up_on(gateway, net, size):
     # The same origin takes 256 KiB of the body, then nothing: no progress
-    # for idle_timeout (1 s) ends the exchange, with a 502 since no response
+    # for idle_timeout (STOP_IDLE) ends the exchange, with a 502 since no response
     # byte went out, whose body names the stall (the origin holds its
     # connection open for 20 s, and its close would be another failure);
     # while the gateway
@@ -538,7 +544,7 @@ def test_an_origin_that_stops_taking_an_upload_is_given_up_on(gateway, net, size
     body = pattern_bytes(size)
     outcome, done = {}, threading.Event()
     with _slow_upload_upstream(body, outcome, done, stop_after=256 << 10) as up:
-        gw = _slow_upload_gateway(gateway, net, up)
+        gw = _slow_upload_gateway(gateway, net, up, idle=STOP_IDLE)
         r, _ = _upload(gw, up, "/stop", "length", body)
         assert "stopped" in outcome, outcome.get("cut")
         assert r is not None and r.status == 502, r
@@ -560,7 +566,7 @@ def test_an_upload_given_up_on_is_reset_toward_the_origin(gateway, net):
     body = pattern_bytes(1 << 20)
     outcome, done, resume = {}, threading.Event(), threading.Event()
     with _slow_upload_upstream(body, outcome, done, stop_after=256 << 10, resume=resume) as up:
-        gw = _slow_upload_gateway(gateway, net, up)
+        gw = _slow_upload_gateway(gateway, net, up, idle=STOP_IDLE)
         r, _ = _upload(gw, up, "/reset", "length", body)
         assert r is not None and r.status == 502, r
         assert b"the upstream stopped taking the request" in r.body, r.body
