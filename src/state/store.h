@@ -4,10 +4,12 @@
  * host), per-agent traffic baselines, the webhook delivery queue and a few
  * counters. Reads happen once, at start (store_load_*), into the memory of
  * the module that uses them; of the webhook queue, a sink reads only what
- * it has room for, at start and as room frees up (store_load_queue_of).
- * Writes are queued in memory by store_put_* and committed in one
- * transaction by store_flush(), which the caller runs on a timer: the
- * event loop never waits on a write per request.
+ * it has room for, at start and as room frees up (store_load_queue_of),
+ * as the writes not yet committed leave it. Writes are queued in memory by
+ * store_put_* and handed by store_flush(), which the caller runs on a
+ * timer, to a writer thread that commits them in one transaction through
+ * a connection of its own (store_writer.h): the event loop never waits on
+ * a write, not even on a file system that does not answer.
  *
  * A missing database is created (and DIR with it, mode 0750); a DIR
  * writable by every user is refused, and so is one that another user could
@@ -18,7 +20,8 @@
  * a trigger, or whose alert queue's last id leaves no room for new ones,
  * is not used (left as it is).
  *
- * Owns: the database handle and the queue of writes not yet committed. */
+ * Owns: the loop's database handle (reads), the writer, and the queue of
+ * writes not yet committed. */
 #ifndef SLUICE_STATE_STORE_H
 #define SLUICE_STATE_STORE_H
 
@@ -27,10 +30,12 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#define STORE_FILE        "sluice.db"
-#define STORE_LOCK_FILE   "sluice.lock" /* flock()ed: one gateway per store */
-#define STORE_SCHEMA      1
-#define STORE_PENDING_MAX 100000 /* writes waiting for a commit; older ones dropped beyond */
+#define STORE_FILE      "sluice.db"
+#define STORE_LOCK_FILE "sluice.lock" /* flock()ed: one gateway per store */
+#define STORE_SCHEMA    1
+/* Writes waiting for a commit (queued, or in the writer's hands); beyond,
+ * the oldest of those queued are dropped. */
+#define STORE_PENDING_MAX 100000
 
 struct store;
 
@@ -59,7 +64,9 @@ struct store *store_open(const char *dir, char **err, char **warn);
  * administrator's choice). */
 struct store *store_open_as(const char *dir, uid_t user, char **err, char **warn);
 
-/* Commits the queued writes, then closes. Accepts NULL. */
+/* Commits the queued writes (as store_sync()), then closes. A writer stuck
+ * in a commit is left to the exit, and standard error says how many writes
+ * were not written. Accepts NULL. */
 void store_close(struct store *s);
 
 /* The database's path ("DIR/sluice.db"); owned by <s>. */
@@ -84,17 +91,23 @@ int store_load_counters(struct store *s, store_counter_fn fn, void *arg);
  * <after>, oldest first, at most <limit> of them: what a sink has room for,
  * read without going through the rest of the queue. The queue is never
  * read whole: it can hold hundreds of thousands of alerts (a sink down for
- * days). Returns the number of rows, or -1 on a database error (reported
+ * days). The rows are those the writes not yet committed leave (queued, in
+ * the writer's hands, or kept after a failed commit): a row they add is
+ * read (with 0 attempts), one they delete is not. <fn> must not queue
+ * writes. Returns the number of rows, or -1 on a database error (reported
  * on stderr). */
 int store_load_queue_of(struct store *s, const char *sink, int64_t after, int limit,
                         store_queue_fn fn, void *arg);
 /* Calls <fn> once per webhook sink that has queue rows, with how many:
  * counted in the index alert_queue_sink, without reading the rows' bodies.
+ * Committed rows only (for the start, when none waits).
  * Returns the number of sinks, or -1 on a database error (reported on
  * stderr). */
 int store_count_queue(struct store *s, store_queued_fn fn, void *arg);
 /* How many queue rows webhook <sink> has, counted in the index
- * alert_queue_sink; -1 on a database error (reported on stderr). */
+ * alert_queue_sink, and those the writes not yet committed add (deletions
+ * not yet committed are still counted); -1 on a database error (reported
+ * on stderr). */
 int64_t store_count_queue_of(struct store *s, const char *sink);
 
 /* Queued writes (committed by store_flush). Strings are copied. Each
@@ -108,19 +121,23 @@ int64_t store_queue_add(struct store *s, const char *sink, const char *body);
 int store_queue_attempts(struct store *s, int64_t id, int attempts);
 int store_queue_del(struct store *s, int64_t id);
 
-/* Commits every queued write in one transaction. Returns 0 (nothing left
- * queued), or -1 when the commit failed: the writes stay queued for the
- * next try (at most STORE_PENDING_MAX; beyond, the oldest tenth is
+/* Takes back the writer's last batch if it has finished it, then hands it
+ * every queued write, to be committed in one transaction, unless it still
+ * holds one (the next call hands them over): never waits. Returns 0, or -1
+ * while commits fail: a batch that failed comes back queued before the
+ * writes queued since, in order, for the next try (at most
+ * STORE_PENDING_MAX in all; beyond, the oldest tenth of those queued is
  * dropped) and the error is reported once on stderr until a commit
- * succeeds again. A commit that found the database locked is tried again
- * on the next call; one that failed after it began (a full disk) only
- * after a backoff doubling from 1 s to 30 s (calls before return -1 at
- * once). Drops are told on stderr: the first, then the count each time a
- * commit succeeds again, and at close. */
+ * succeeds again. A batch that found the database locked is handed over
+ * again on the next call; one that failed after it began (a full disk)
+ * only after a backoff doubling from 1 s to 30 s. Drops are told on
+ * stderr: the first, then the count each time a commit succeeds again,
+ * and at close. */
 int store_flush(struct store *s);
-/* True when writes are waiting for store_flush(). */
+/* True when writes are waiting for store_flush(): queued, or a batch in
+ * the writer's hands. */
 bool store_dirty(const struct store *s);
-/* Writes waiting for a commit. */
+/* Writes waiting for a commit: queued, and in the writer's hands. */
 size_t store_pending(const struct store *s);
 /* Writes dropped so far (out of memory, or over STORE_PENDING_MAX). */
 uint64_t store_dropped(const struct store *s);
@@ -131,9 +148,12 @@ bool store_queue_lost(const struct store *s, int64_t id);
 /* True when the queue row of alert <id> waits for a commit: after a
  * store_sync() that failed, one the stop loses. */
 bool store_queue_unwritten(const struct store *s, int64_t id);
-/* Commits what waits, waiting up to 1 s for a lock another process holds:
- * at a stop, before the sinks tell what they lose (store_close() then does
- * not wait again). Returns 0, or -1 when writes are left waiting. */
+/* Commits what waits through the writer and waits for it, up to 1 s for a
+ * lock another process holds, and for the writes as long as the writer
+ * moves (a commit that runs no statement for 2 s is taken as stuck): at a
+ * stop, before the sinks tell what they lose (store_close() then does not
+ * wait again for a lock, nor at all for a stuck writer). Returns 0, or -1
+ * when writes are left waiting. */
 int store_sync(struct store *s);
 
 #endif

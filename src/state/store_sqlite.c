@@ -10,7 +10,7 @@
  *               created_ms INTEGER), index alert_queue_sink(sink, id)
  *   counter(name TEXT PRIMARY KEY, value INTEGER) */
 #include "state/store.h"
-#include "state/wal_checkpointer.h"
+#include "state/store_writer.h"
 #include "util/pos_index.h"
 #include "util/text_json.h"
 #include "util/units.h"
@@ -30,29 +30,29 @@
 
 #include <sqlite3.h>
 
-enum op_kind { OP_CONTACT, OP_BASELINE, OP_COUNTER, OP_QADD, OP_QATTEMPTS, OP_QDEL };
-
-struct op {
-    enum op_kind kind;
-    char *a, *b; /* agent/host, agent, name, sink/body */
-    int64_t n;   /* first_ms, counter value, queue id */
-    int64_t m;   /* attempts, created_ms */
-    struct store_baseline bl;
-};
-
 #define LOST_RANGES 64 /* ranges of queue ids whose rows were dropped */
 
 struct store {
-    sqlite3 *db;
-    struct wal_checkpointer *checkpointer; /* NULL: db checkpoints itself */
+    sqlite3 *db;                 /* the loop's connection: reads */
+    struct store_writer *writer; /* commits, on a thread with a connection of its own */
     char *path;
     int lock_fd; /* DIR/sluice.lock, flock()ed: one gateway per store */
-    struct op *ops;
+    /* The writes queued since the last handover to the writer, oldest
+     * first: the loop's alone. */
+    struct store_op *ops;
     size_t nops, cap;
+    /* The batch in the writer's hands, oldest first (NULL when none): older
+     * than every write in ops. The loop reads it (store_load_queue_of) but
+     * neither changes nor frees it until store_writer_collect() gives it
+     * back. */
+    const struct store_op *inflight;
+    size_t ninflight;
+    int64_t inflight_qid_end; /* next_qid at the handover: its rows' ids are below */
     int64_t next_qid;
-    /* The queue ids from here to next_qid - 1 are rows waiting for a commit
-     * (each id is handed out with its row's write, in order; a drop takes
-     * the oldest); next_qid when none waits. */
+    /* The queue ids from here to next_qid - 1 are rows not yet committed
+     * (each id is handed out with its row's write, in order; the batches
+     * commit in order; a drop takes the oldest) or dropped; next_qid when
+     * none waits. */
     int64_t qadd_lo;
     uint64_t dropped;
     uint64_t dropped_said;   /* what standard error was last told */
@@ -67,10 +67,12 @@ struct store {
     size_t nlost;
     bool failing; /* the last commit failed (reported once) */
     bool synced;  /* store_sync() ran: the stop's commit waited for the lock */
+    bool stuck;   /* the stop found the writer in a commit it did not end */
     /* After a commit that failed past the lock (a full disk: every queued
      * write was run, then rolled back), the next waits, doubling from
      * RETRY_MS to RETRY_MAX_MS: redoing up to STORE_PENDING_MAX writes
-     * every tick would take the loop's time. CLOCK_MONOTONIC ms. */
+     * every tick would take the writer's time (and the loop's, to put
+     * the batch back). CLOCK_MONOTONIC ms. */
     int64_t retry_at_ms;
     int64_t retry_ms;
     /* Where in ops the pending OP_BASELINE and OP_COUNTER writes are, by
@@ -83,7 +85,8 @@ struct store {
     bool noindex;
 };
 
-static int commit(struct store *s);
+static int settle(struct store *s, int busy_ms);
+static void say_unwritten(const struct store *s, const char *when);
 static void tell_dropped(struct store *s);
 
 static const char schema[] =
@@ -206,8 +209,8 @@ static int check_layout(sqlite3 *db, char **why)
 {
     sqlite3_stmt *st = NULL;
     /* Nor a trigger: sluice makes none, and one runs code of the store's
-     * own at each commit, on the event loop (one that drops the rows
-     * written without a word, one that computes for seconds). */
+     * own at each commit (one that drops the rows written without a word,
+     * one that computes for seconds, holding every later write). */
     int rc = sqlite3_prepare_v2(db, "SELECT name FROM sqlite_master WHERE type = 'trigger' LIMIT 1",
                                 -1, &st, NULL);
     if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -282,15 +285,20 @@ static int64_t now_ms(void)
 }
 
 /* How long a statement waits for a lock another process holds (the sqlite3
- * shell, a backup): at start and at exit a little; from the event loop
- * (store_flush) not at all, or every tick would stall the gateway for it:
- * a write that finds the database locked is kept and tried again on the
- * next tick. */
+ * shell, a backup): at start and at exit a little; during the run
+ * (store_flush) not at all: the writer would hold its batch, and the
+ * writes queued behind it, for the wait; a batch that finds the database
+ * locked comes back and is handed over again on the next tick. The loop's
+ * own reads never wait either. */
 #define STARTUP_BUSY_MS 200
 #define EXIT_BUSY_MS    1000
-#define RETRY_MS        1000
-#define COMMIT_LOCKED   (-2)
-#define RETRY_MAX_MS    30000
+/* At the stop, the writer is waited for as long as it runs statements: a
+ * commit of 100,000 writes on a slow disk goes through, while one stuck in
+ * a write() (a file system that does not answer) is given up on once it
+ * has run none for EXIT_STALL_MS (more than the lock's EXIT_BUSY_MS). */
+#define EXIT_STALL_MS 2000
+#define RETRY_MS      1000
+#define RETRY_MAX_MS  30000
 
 /* Opens <path> and makes sure it is a healthy sluice database. Returns
  * SQLITE_OK, or the error (with *db closed and NULL). */
@@ -703,6 +711,10 @@ static struct store *open_resolved(const char *shown, const char *real, char **e
     }
     if (rc == SQLITE_OK)
         rc = read_next_qid(s, &why);
+    /* Commits go through the writer's thread only: without it, no store
+     * (a commit on the loop could stall every request). */
+    if (rc == SQLITE_OK && (s->writer = store_writer_start(s->path, &why)) == NULL)
+        rc = SQLITE_ERROR;
     if (rc != SQLITE_OK) {
         /* The state directory as given too, when a link on its path led
          * elsewhere: the operator knows it by that name. */
@@ -715,13 +727,6 @@ static struct store *open_resolved(const char *shown, const char *real, char **e
         close(s->lock_fd);
         free(s);
         return NULL;
-    }
-    char *why_not = NULL;
-    s->checkpointer = wal_checkpointer_start(s->path, s->db, &why_not);
-    if (s->checkpointer == NULL) {
-        fprintf(stderr, "sluice: state %s: %s (checkpoints run on the event loop)\n", s->path,
-                why_not != NULL ? why_not : "out of memory");
-        free(why_not);
     }
     return s;
 nomem:
@@ -808,27 +813,21 @@ const char *store_path(const struct store *s)
     return s->path;
 }
 
-static void op_free(struct op *o)
-{
-    free(o->a);
-    free(o->b);
-}
-
 void store_close(struct store *s)
 {
     if (s == NULL)
         return;
     /* After a store_sync() that failed, the lock is not waited for again. */
-    sqlite3_busy_timeout(s->db, s->synced ? 0 : EXIT_BUSY_MS);
-    if (commit(s) < 0)
-        fprintf(stderr, "sluice: state %s: %zu write(s) lost at exit\n", s->path, s->nops);
+    if (settle(s, s->synced ? 0 : EXIT_BUSY_MS) < 0)
+        say_unwritten(s, "at exit");
     tell_dropped(s);
     for (size_t i = 0; i < s->nops; i++)
-        op_free(&s->ops[i]);
+        store_op_free(&s->ops[i]);
     free(s->ops);
     pos_index_free(&s->index);
-    wal_checkpointer_stop(s->checkpointer); /* before the close, which checkpoints */
-    sqlite3_close(s->db);
+    /* A writer stuck in a commit keeps its batch: the process exits. */
+    store_writer_stop(s->writer);
+    sqlite3_close(s->db); /* the last connection: checkpoints, removes the log */
     free(s->path);
     close(s->lock_fd); /* releases the lock */
     free(s);
@@ -893,18 +892,100 @@ int store_load_baselines(struct store *s, int limit, store_baseline_fn fn, void 
     return n;
 }
 
-/* Calls <fn> for each row of <st>, a prepared SELECT id, sink, body,
- * attempts FROM alert_queue, which it finalizes. Returns the number of
- * rows, or -1 (load_fail()). */
-static int queue_rows(struct store *s, sqlite3_stmt *st, store_queue_fn fn, void *arg)
+/* ---- the queue as the writes not yet committed leave it ----------------------- */
+
+/* The <i>th write not yet committed, oldest first: the writer's batch, then
+ * those queued since; NULL past the last. */
+static const struct store_op *unwritten_at(const struct store *s, size_t i)
 {
-    int n = 0, rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        fn(sqlite3_column_int64(st, 0), col_text(st, 1), col_text(st, 2), sqlite3_column_int(st, 3),
-           arg);
-        n++;
+    if (i < s->ninflight)
+        return &s->inflight[i];
+    return i - s->ninflight < s->nops ? &s->ops[i - s->ninflight] : NULL;
+}
+
+static int cmp_qid(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The ids of the queue rows whose deletion is not committed yet, sorted,
+ * into <*ids> (malloc'd; NULL when none) and <*n>. Returns 0, or -1 when
+ * out of memory. */
+static int deleting(const struct store *s, int64_t **ids, size_t *n)
+{
+    const struct store_op *o;
+    *ids = NULL;
+    *n = 0;
+    size_t count = 0;
+    for (size_t i = 0; (o = unwritten_at(s, i)) != NULL; i++)
+        count += o->kind == OP_QDEL;
+    if (count == 0)
+        return 0;
+    if ((*ids = malloc(count * sizeof(**ids))) == NULL)
+        return -1;
+    for (size_t i = 0; (o = unwritten_at(s, i)) != NULL; i++)
+        if (o->kind == OP_QDEL)
+            (*ids)[(*n)++] = o->n;
+    qsort(*ids, *n, sizeof(**ids), cmp_qid);
+    return 0;
+}
+
+static bool is_deleting(const int64_t *ids, size_t n, int64_t id)
+{
+    return n > 0 && bsearch(&id, ids, n, sizeof(*ids), cmp_qid) != NULL;
+}
+
+/* The next write not yet committed, from the <*at>th on, that adds a queue
+ * row of <sink> above <after>, or NULL. Such rows' ids rise with their
+ * place (handed out in order, batches committed in order). */
+static const struct store_op *next_unwritten_row(const struct store *s, size_t *at,
+                                                 const char *sink, int64_t after)
+{
+    const struct store_op *o;
+    while ((o = unwritten_at(s, (*at)++)) != NULL)
+        if (o->kind == OP_QADD && o->n > after && strcmp(o->a, sink) == 0)
+            return o;
+    return NULL;
+}
+
+/* The committed rows of <st> (SELECT id, sink, body, attempts ... ORDER BY
+ * id) and those the writes not yet committed add, merged in id order,
+ * without those whose deletion waits, up to <limit> to <fn>. A row the
+ * writer committed while the statement read is read once. Finalizes <st>;
+ * returns the number of rows, or -1 (load_fail()). */
+static int merged_rows(struct store *s, sqlite3_stmt *st, const char *sink, int64_t after,
+                       int limit, store_queue_fn fn, void *arg)
+{
+    int64_t *del = NULL;
+    size_t ndel = 0, at = 0;
+    if (deleting(s, &del, &ndel) < 0) {
+        fprintf(stderr, "sluice: state %s: cannot read: out of memory\n", s->path);
+        sqlite3_finalize(st);
+        return -1;
     }
-    if (rc != SQLITE_DONE)
+    const struct store_op *add = next_unwritten_row(s, &at, sink, after);
+    int n = 0, rc = sqlite3_step(st);
+    while (n < limit && (rc == SQLITE_ROW || add != NULL)) {
+        int64_t id = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : INT64_MAX;
+        if (add != NULL && add->n <= id) {
+            if (add->n == id)
+                rc = sqlite3_step(st); /* committed meanwhile: once */
+            if (!is_deleting(del, ndel, add->n)) {
+                fn(add->n, add->a, add->b, 0, arg);
+                n++;
+            }
+            add = next_unwritten_row(s, &at, sink, after);
+            continue;
+        }
+        if (!is_deleting(del, ndel, id)) {
+            fn(id, col_text(st, 1), col_text(st, 2), sqlite3_column_int(st, 3), arg);
+            n++;
+        }
+        rc = sqlite3_step(st);
+    }
+    free(del);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
         return load_fail(s, st);
     sqlite3_finalize(st);
     return n;
@@ -914,15 +995,16 @@ int store_load_queue_of(struct store *s, const char *sink, int64_t after, int li
                         store_queue_fn fn, void *arg)
 {
     sqlite3_stmt *st = NULL;
+    /* No LIMIT: the rows are stepped along the index alert_queue_sink as
+     * they are taken, and those whose deletion waits are passed over. */
     if (sqlite3_prepare_v2(s->db,
                            "SELECT id, sink, body, attempts FROM alert_queue WHERE sink = ?1 AND "
-                           "id > ?2 ORDER BY id LIMIT ?3",
+                           "id > ?2 ORDER BY id",
                            -1, &st, NULL) != SQLITE_OK)
         return load_fail(s, st);
     sqlite3_bind_text(st, 1, sink, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, after);
-    sqlite3_bind_int(st, 3, limit > 0 ? limit : 0);
-    return queue_rows(s, st, fn, arg);
+    return merged_rows(s, st, sink, after, limit > 0 ? limit : 0, fn, arg);
 }
 
 /* Calls <fn> with the text and the count of each row <sql> yields (a name,
@@ -953,14 +1035,22 @@ int store_count_queue(struct store *s, store_queued_fn fn, void *arg)
 int64_t store_count_queue_of(struct store *s, const char *sink)
 {
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(s->db, "SELECT count(*) FROM alert_queue WHERE sink = ?1", -1, &st,
-                           NULL) != SQLITE_OK)
+    /* The rows below qadd_lo were committed; those from it on are counted
+     * in the writes not committed yet (the writer may commit some while
+     * this counts: counted once). Deletions that wait are not subtracted
+     * (a QDEL does not say its sink): the sweep's count corrects it. */
+    if (sqlite3_prepare_v2(s->db, "SELECT count(*) FROM alert_queue WHERE sink = ?1 AND id < ?2",
+                           -1, &st, NULL) != SQLITE_OK)
         return load_fail(s, st);
     sqlite3_bind_text(st, 1, sink, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, s->qadd_lo);
     if (sqlite3_step(st) != SQLITE_ROW)
         return load_fail(s, st);
     int64_t n = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
+    size_t at = 0;
+    while (next_unwritten_row(s, &at, sink, 0) != NULL)
+        n++;
     return n;
 }
 
@@ -992,9 +1082,8 @@ bool store_queue_unwritten(const struct store *s, int64_t id)
 
 int store_sync(struct store *s)
 {
-    sqlite3_busy_timeout(s->db, EXIT_BUSY_MS);
     s->synced = true;
-    return commit(s) == 0 ? 0 : -1;
+    return settle(s, EXIT_BUSY_MS);
 }
 
 bool store_queue_lost(const struct store *s, int64_t id)
@@ -1007,13 +1096,13 @@ bool store_queue_lost(const struct store *s, int64_t id)
 
 /* ---- the index of coalesced writes ------------------------------------------ */
 
-static bool coalesced(enum op_kind k)
+static bool coalesced(enum store_op_kind k)
 {
     return k == OP_BASELINE || k == OP_COUNTER;
 }
 
 /* FNV-1a over the kind and the key. */
-static uint64_t key_hash(enum op_kind k, const char *key)
+static uint64_t key_hash(enum store_op_kind k, const char *key)
 {
     uint64_t h = 14695981039346656037ull ^ (uint64_t)k;
     h *= 1099511628211ull;
@@ -1055,7 +1144,7 @@ static void index_note(struct store *s)
 }
 
 /* The pending write of kind <k> for <key>, or NULL. */
-static struct op *pending_find(struct store *s, enum op_kind k, const char *key)
+static struct store_op *pending_find(struct store *s, enum store_op_kind k, const char *key)
 {
     if (s->noindex) {
         for (size_t i = s->nops; i-- > 0;)
@@ -1066,7 +1155,7 @@ static struct op *pending_find(struct store *s, enum op_kind k, const char *key)
     uint64_t h = key_hash(k, key);
     size_t j = POS_INDEX_START, p;
     while ((p = pos_index_next(&s->index, h, &j)) != 0) {
-        struct op *o = &s->ops[p - 1];
+        struct store_op *o = &s->ops[p - 1];
         if (o->kind == k && strcmp(o->a, key) == 0)
             return o;
     }
@@ -1082,19 +1171,28 @@ static void index_clear(struct store *s)
     s->noindex = false;
 }
 
-static struct op *push(struct store *s)
+static struct store_op *push(struct store *s)
 {
-    if (s->nops >= STORE_PENDING_MAX) {
+    if (s->nops + s->ninflight >= STORE_PENDING_MAX) {
         /* Over the cap: the oldest tenth goes at once, so that a store
          * that stays locked costs a move of the queue per 10,000 writes,
-         * not per write. */
+         * not per write. The batch in the writer's hands is not the loop's
+         * to drop: the oldest of those queued since go, or, when the
+         * writer holds them all (stuck in a commit), the new one. */
         size_t drop = STORE_PENDING_MAX / 10;
+        if (drop > s->nops)
+            drop = s->nops;
+        if (drop == 0) {
+            s->dropped++;
+            return NULL;
+        }
         for (size_t i = 0; i < drop; i++) {
             if (s->ops[i].kind == OP_QADD) {
                 note_lost_alert(s, s->ops[i].n);
-                s->qadd_lo = s->ops[i].n + 1;
+                if (s->inflight == NULL) /* else older rows still wait */
+                    s->qadd_lo = s->ops[i].n + 1;
             }
-            op_free(&s->ops[i]);
+            store_op_free(&s->ops[i]);
         }
         memmove(s->ops, s->ops + drop, (s->nops - drop) * sizeof(*s->ops));
         s->nops -= drop;
@@ -1104,7 +1202,7 @@ static struct op *push(struct store *s)
     }
     if (s->nops == s->cap) {
         size_t nc = s->cap ? s->cap * 2 : 64;
-        struct op *no = realloc(s->ops, nc * sizeof(*no));
+        struct store_op *no = realloc(s->ops, nc * sizeof(*no));
         if (no == NULL) {
             s->dropped++;
             return NULL;
@@ -1112,12 +1210,13 @@ static struct op *push(struct store *s)
         s->ops = no;
         s->cap = nc;
     }
-    struct op *o = &s->ops[s->nops];
+    struct store_op *o = &s->ops[s->nops];
     memset(o, 0, sizeof(*o));
     return o;
 }
 
-static int commit_op(struct store *s, struct op *o, char *a, char *b, bool need_a, bool need_b)
+static int commit_op(struct store *s, struct store_op *o, char *a, char *b, bool need_a,
+                     bool need_b)
 {
     if ((need_a && a == NULL) || (need_b && b == NULL)) {
         free(a);
@@ -1133,7 +1232,7 @@ static int commit_op(struct store *s, struct op *o, char *a, char *b, bool need_
 
 int store_put_contact(struct store *s, const char *agent, const char *host, int64_t first_ms)
 {
-    struct op *o = push(s);
+    struct store_op *o = push(s);
     if (o == NULL)
         return -1;
     o->kind = OP_CONTACT;
@@ -1144,7 +1243,7 @@ int store_put_contact(struct store *s, const char *agent, const char *host, int6
 int store_put_baseline(struct store *s, const char *agent, const struct store_baseline *b)
 {
     /* Only the latest value of an agent's baseline matters. */
-    struct op *o = pending_find(s, OP_BASELINE, agent);
+    struct store_op *o = pending_find(s, OP_BASELINE, agent);
     if (o != NULL) {
         o->bl = *b;
         return 0;
@@ -1162,7 +1261,7 @@ int store_put_baseline(struct store *s, const char *agent, const struct store_ba
 
 int store_put_counter(struct store *s, const char *name, uint64_t value)
 {
-    struct op *o = pending_find(s, OP_COUNTER, name);
+    struct store_op *o = pending_find(s, OP_COUNTER, name);
     if (o != NULL) {
         o->n = (int64_t)value;
         return 0;
@@ -1180,7 +1279,7 @@ int store_put_counter(struct store *s, const char *name, uint64_t value)
 
 int64_t store_queue_add(struct store *s, const char *sink, const char *body)
 {
-    struct op *o = push(s);
+    struct store_op *o = push(s);
     if (o == NULL)
         return -1;
     o->kind = OP_QADD;
@@ -1193,7 +1292,7 @@ int64_t store_queue_add(struct store *s, const char *sink, const char *body)
 
 int store_queue_attempts(struct store *s, int64_t id, int attempts)
 {
-    struct op *o = push(s);
+    struct store_op *o = push(s);
     if (o == NULL)
         return -1;
     o->kind = OP_QATTEMPTS;
@@ -1204,7 +1303,7 @@ int store_queue_attempts(struct store *s, int64_t id, int attempts)
 
 int store_queue_del(struct store *s, int64_t id)
 {
-    struct op *o = push(s);
+    struct store_op *o = push(s);
     if (o == NULL)
         return -1;
     o->kind = OP_QDEL;
@@ -1214,66 +1313,17 @@ int store_queue_del(struct store *s, int64_t id)
 
 bool store_dirty(const struct store *s)
 {
-    return s != NULL && s->nops > 0;
+    return s != NULL && (s->nops > 0 || store_writer_holding(s->writer));
 }
 
 size_t store_pending(const struct store *s)
 {
-    return s->nops;
+    return s->nops + s->ninflight;
 }
 
 uint64_t store_dropped(const struct store *s)
 {
     return s->dropped;
-}
-
-static const char *const op_sql[] = {
-    [OP_CONTACT] = "INSERT OR IGNORE INTO first_contact(agent, host, first_ms) VALUES(?1, ?2, ?3)",
-    [OP_BASELINE] = "INSERT OR REPLACE INTO baseline(agent, req_avg, bytes_avg, since_ms, minute)"
-                    " VALUES(?1, ?4, ?5, ?3, ?6)",
-    [OP_COUNTER] = "INSERT OR REPLACE INTO counter(name, value) VALUES(?1, ?3)",
-    [OP_QADD] = "INSERT OR REPLACE INTO alert_queue(id, sink, body, attempts, created_ms)"
-                " VALUES(?3, ?1, ?2, 0, ?6)",
-    [OP_QATTEMPTS] = "UPDATE alert_queue SET attempts = ?6 WHERE id = ?3",
-    [OP_QDEL] = "DELETE FROM alert_queue WHERE id = ?3",
-};
-
-static int run_op(struct store *s, sqlite3_stmt **cache, const struct op *o)
-{
-    sqlite3_stmt **st = &cache[o->kind];
-    if (*st == NULL && sqlite3_prepare_v2(s->db, op_sql[o->kind], -1, st, NULL) != SQLITE_OK)
-        return -1;
-    sqlite3_reset(*st);
-    sqlite3_clear_bindings(*st);
-    int np = sqlite3_bind_parameter_count(*st);
-    for (int i = 1; i <= np; i++) {
-        const char *name = sqlite3_bind_parameter_name(*st, i);
-        int which = name != NULL ? atoi(name + 1) : i;
-        switch (which) {
-        case 1:
-            sqlite3_bind_text(*st, i, o->a, -1, SQLITE_STATIC);
-            break;
-        case 2:
-            sqlite3_bind_text(*st, i, o->b, -1, SQLITE_STATIC);
-            break;
-        case 3:
-            sqlite3_bind_int64(*st, i, o->kind == OP_BASELINE ? o->bl.since_ms : o->n);
-            break;
-        case 4:
-            sqlite3_bind_double(*st, i, o->bl.req_avg);
-            break;
-        case 5:
-            sqlite3_bind_double(*st, i, o->bl.bytes_avg);
-            break;
-        case 6:
-            sqlite3_bind_int64(*st, i, o->kind == OP_BASELINE ? o->bl.minute : o->m);
-            break;
-        default:
-            break;
-        }
-    }
-    int rc = sqlite3_step(*st);
-    return rc == SQLITE_DONE ? 0 : -1;
 }
 
 /* Says on standard error how many writes were dropped since it last did. */
@@ -1290,70 +1340,181 @@ static void tell_dropped(struct store *s)
     s->dropped_said = s->dropped;
 }
 
+/* Drops <ops> (<n>), counted, and frees the array. */
+static void drop_ops(struct store *s, struct store_op *ops, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (ops[i].kind == OP_QADD)
+            note_lost_alert(s, ops[i].n);
+        store_op_free(&ops[i]);
+    }
+    s->dropped += n;
+    free(ops);
+}
+
+/* Puts <ops> (<n>), a batch the writer could not commit, back before the
+ * writes queued since (taking the array), so that they commit in the order
+ * they were queued: a queue row's deletion never before its insertion. A
+ * baseline or counter queued again since holds the newer value: the
+ * batch's copy goes, as a put would have updated it in place. Out of
+ * memory, the batch is dropped (counted). */
+static void requeue(struct store *s, struct store_op *ops, size_t n)
+{
+    size_t keep = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (coalesced(ops[i].kind) && pending_find(s, ops[i].kind, ops[i].a) != NULL)
+            store_op_free(&ops[i]);
+        else
+            ops[keep++] = ops[i];
+    }
+    if (keep == 0) {
+        free(ops);
+        return;
+    }
+    struct store_op *all = realloc(ops, (keep + s->nops) * sizeof(*all));
+    if (all == NULL) {
+        drop_ops(s, ops, keep);
+        return;
+    }
+    if (s->nops > 0)
+        memcpy(all + keep, s->ops, s->nops * sizeof(*all));
+    free(s->ops);
+    s->ops = all;
+    s->nops += keep;
+    s->cap = s->nops;
+    if (s->noindex)
+        return;
+    if (pos_index_reserve(&s->index, s->nops) < 0)
+        index_off(s);
+    else
+        index_fill(s); /* every position moved */
+}
+
+/* Takes back the writer's batch when it has finished it: frees it once
+ * committed, puts it back before the writes queued since when not (and
+ * says so once). <*came>: whether one came back. Never waits. */
+static enum store_commit collect(struct store *s, bool *came)
+{
+    struct store_op *ops = NULL;
+    size_t n = 0;
+    enum store_commit rc = STORE_COMMITTED;
+    char err[STORE_WRITER_ERR];
+    *came = store_writer_collect(s->writer, &ops, &n, &rc, err);
+    if (!*came)
+        return STORE_COMMITTED;
+    s->inflight = NULL;
+    s->ninflight = 0;
+    if (rc == STORE_COMMITTED) {
+        for (size_t i = 0; i < n; i++)
+            store_op_free(&ops[i]);
+        free(ops);
+        if (s->qadd_lo < s->inflight_qid_end)
+            s->qadd_lo = s->inflight_qid_end;
+        if (s->failing)
+            fprintf(stderr, "sluice: state %s: writing again\n", s->path);
+        s->failing = false;
+        return rc;
+    }
+    if (!s->failing)
+        fprintf(stderr,
+                "sluice: state %s: cannot write: %s (%zu write(s) kept for retry; the gate "
+                "goes on)\n",
+                s->path, err, n + s->nops);
+    s->failing = true;
+    requeue(s, ops, n);
+    return rc;
+}
+
+/* Hands the queued writes to the writer, whose locks wait up to <busy_ms>,
+ * unless it holds a batch still. Never waits. */
+static void hand_over(struct store *s, int busy_ms)
+{
+    if (s->nops == 0 || store_writer_hand(s->writer, s->ops, s->nops, busy_ms) < 0)
+        return;
+    s->inflight = s->ops;
+    s->ninflight = s->nops;
+    s->inflight_qid_end = s->next_qid;
+    s->ops = NULL;
+    s->nops = s->cap = 0;
+    index_clear(s);
+}
+
+/* After a batch came back <rc>: a lock is cheap to try again next tick; a
+ * commit that failed past it waits, doubling from RETRY_MS. */
+static void back_off(struct store *s, enum store_commit rc)
+{
+    if (rc != STORE_FAILED) {
+        s->retry_at_ms = 0;
+        s->retry_ms = 0;
+        return;
+    }
+    s->retry_ms = s->retry_ms == 0 ? RETRY_MS : s->retry_ms * 2;
+    if (s->retry_ms > RETRY_MAX_MS)
+        s->retry_ms = RETRY_MAX_MS;
+    s->retry_at_ms = (int64_t)monotonic_ms() + s->retry_ms;
+}
+
 int store_flush(struct store *s)
 {
     if (s == NULL)
         return 0;
-    if (s->retry_at_ms != 0 && (int64_t)monotonic_ms() < s->retry_at_ms) {
-        if (s->dropped_said == 0)
-            tell_dropped(s); /* the first drop is told at once, backoff or not */
-        return -1;
-    }
-    sqlite3_busy_timeout(s->db, 0); /* from the loop: never wait for a lock */
-    int rc = commit(s);
-    if (rc == 0 || rc == COMMIT_LOCKED) { /* a lock is cheap to try again next tick */
-        s->retry_at_ms = 0;
-        s->retry_ms = 0;
-    } else {
-        s->retry_ms = s->retry_ms == 0 ? RETRY_MS : s->retry_ms * 2;
-        if (s->retry_ms > RETRY_MAX_MS)
-            s->retry_ms = RETRY_MAX_MS;
-        s->retry_at_ms = (int64_t)monotonic_ms() + s->retry_ms;
-    }
-    if (rc == 0 || s->dropped_said == 0)
+    bool came = false;
+    sqlite3_busy_timeout(s->db, 0); /* the loop's reads from here on: never wait for a lock */
+    enum store_commit rc = collect(s, &came);
+    if (came)
+        back_off(s, rc);
+    if ((came && rc == STORE_COMMITTED) || s->dropped_said == 0)
         tell_dropped(s); /* the first drop, then once writing again */
-    return rc == 0 ? 0 : -1;
+    if (s->retry_at_ms == 0 || (int64_t)monotonic_ms() >= s->retry_at_ms)
+        hand_over(s, 0); /* from the loop: the writer never waits for a lock */
+    return s->failing ? -1 : 0;
 }
 
-/* Commits the queued writes in one transaction; on failure they stay queued
- * (reported once until a commit goes through). Returns 0, COMMIT_LOCKED when
- * the transaction could not begin (another process holds the lock), or -1
- * when it failed after it began. */
-static int commit(struct store *s)
+/* Waits for the writer's batch to end, as long as it makes progress
+ * (EXIT_STALL_MS); not at all once it was found stuck. Returns true when
+ * it ended (or there was none). For the stop only. */
+static bool wait_writer(struct store *s)
 {
-    sqlite3_stmt *cache[OP_QDEL + 1] = {NULL};
-    int rc = 0;
-    if (s->nops == 0)
-        return 0;
-    if (sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
-        rc = COMMIT_LOCKED;
-        goto out;
+    if (s->stuck)
+        return store_writer_wait(s->writer, 0);
+    unsigned long seen = store_writer_progress(s->writer);
+    while (!store_writer_wait(s->writer, (int64_t)monotonic_ms() + EXIT_STALL_MS)) {
+        unsigned long now = store_writer_progress(s->writer);
+        if (now == seen) {
+            s->stuck = true;
+            return false;
+        }
+        seen = now;
     }
-    for (size_t i = 0; i < s->nops && rc == 0; i++)
-        rc = run_op(s, cache, &s->ops[i]);
-    if (rc == 0 && sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
-        rc = -1;
-out:
-    if (rc != 0) {
-        char e[SHOWN_MAX];
-        if (!s->failing)
-            fprintf(stderr,
-                    "sluice: state %s: cannot write: %s (%zu write(s) kept for retry; the gate "
-                    "goes on)\n",
-                    s->path, db_error(s->db, e, sizeof(e)), s->nops);
-        s->failing = true;
-        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-    } else {
-        if (s->failing)
-            fprintf(stderr, "sluice: state %s: writing again\n", s->path);
-        s->failing = false;
-        for (size_t i = 0; i < s->nops; i++)
-            op_free(&s->ops[i]);
-        s->nops = 0;
-        s->qadd_lo = s->next_qid;
-        index_clear(s);
+    return true;
+}
+
+/* At the stop: commits what waits through the writer and waits for it
+ * (wait_writer()): the batch it holds, then once more what is left, whose
+ * locks wait up to <busy_ms> for another process. Returns 0, or -1 when
+ * writes are left (the commit failed, or the writer is stuck in it). */
+static int settle(struct store *s, int busy_ms)
+{
+    for (bool handed = false;; handed = true) {
+        bool came = false;
+        if (!wait_writer(s))
+            return -1;
+        collect(s, &came);
+        if (s->nops == 0 || handed)
+            break;
+        hand_over(s, busy_ms);
     }
-    for (size_t i = 0; i < sizeof(cache) / sizeof(cache[0]); i++)
-        sqlite3_finalize(cache[i]);
-    return rc;
+    return s->nops == 0 && s->ninflight == 0 ? 0 : -1;
+}
+
+/* Says on standard error which writes a stop leaves unwritten <when>. */
+static void say_unwritten(const struct store *s, const char *when)
+{
+    if (store_writer_holding(s->writer))
+        fprintf(stderr,
+                "sluice: state %s: %zu write(s) not written %s: the writer's commit has not "
+                "moved for %d ms (its file system does not answer?)\n",
+                s->path, s->nops + s->ninflight, when, EXIT_STALL_MS);
+    else
+        fprintf(stderr, "sluice: state %s: %zu write(s) lost %s\n", s->path, s->nops, when);
 }

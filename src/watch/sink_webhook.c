@@ -897,10 +897,11 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
                 w->label, (unsigned long long)w->dropped);
         w->dropped_said = w->dropped;
     }
+    /* The store's read takes in the writes it has not committed yet (its
+     * writer's thread commits them): every row queued so far is seen, and
+     * none whose deletion waits. */
     if (w->store == NULL || w->only_stored == 0 || w->len >= w->t.queue_max)
         return;
-    if (store_flush(w->store) < 0)
-        return; /* the rows may not be there yet: next time */
     struct sweep_ctx c = {w, calloc(w->len + 1, sizeof(int64_t)), 0, 0, 0};
     if (c.ids == NULL)
         return;
@@ -955,11 +956,10 @@ static void adopt_row(int64_t id, const char *sink, const char *body, int attemp
 /* Reads the sink's oldest rows, as many as memory has room for and one
  * more: that one, over the cap, is counted in only_stored, which tells the
  * sweep that more wait. However many alerts wait (a sink down for days),
- * the loop reads no more than that. The store is committed first, as for
- * the sweep: a row not written yet would be missed, and one whose deletion
- * waits (delivered by the sink this URL had before a reload removed it)
- * would be sent twice; when the commit fails, the sweep reads them once one
- * goes through. */
+ * the loop reads no more than that. The read takes in the writes not
+ * committed yet, as for the sweep: a row not written yet is not missed,
+ * and one whose deletion waits (delivered by the sink this URL had before
+ * a reload removed it) is not sent twice. */
 void webhook_adopt_stored(struct webhook *w)
 {
     if (w->store == NULL)
@@ -968,8 +968,7 @@ void webhook_adopt_stored(struct webhook *w)
     if (room > INT_MAX - 1)
         room = INT_MAX - 1;
     size_t before = w->len;
-    if (store_flush(w->store) < 0 ||
-        store_load_queue_of(w->store, w->key, 0, (int)room + 1, adopt_row, w) < 0)
+    if (store_load_queue_of(w->store, w->key, 0, (int)room + 1, adopt_row, w) < 0)
         w->only_stored = 1; /* the sweep reads them */
     /* Counted once (the index's entries for the sink, not the rows), for
      * sluice_webhook_queue; the sweep keeps it up to date. */

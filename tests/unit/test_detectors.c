@@ -885,7 +885,7 @@ static void absurd_stored_baseline_is_repaired(void **state)
     struct store_baseline bad = {
         .req_avg = 3, .bytes_avg = 0, .since_ms = T0 - 86400000, .minute = 76861433640456LL};
     store_put_baseline(s, "ci", &bad);
-    store_flush(s);
+    assert_int_equal(store_sync(s), 0);
     struct detectors *d = detectors_new(&f->bus, s);
     f->p.alerts.baseline =
         (struct baseline_cfg){.set = true, .factor = 2, .floor = 3, .learn_ms = 60000};

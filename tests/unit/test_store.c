@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdatomic.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -124,6 +125,73 @@ int fdatasync(int fd)
     return (int)syscall(SYS_fdatasync, fd);
 }
 
+/* The log's writes (SQLite's pwrite64 on sluice.db-wal): counted when the
+ * test's own thread (the event loop's, in the gateway) makes one, and held
+ * while the gate is closed when another thread does, as a file system that
+ * does not answer holds them. */
+static pthread_mutex_t gate_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
+static bool gate_closed;
+static int gate_held; /* writes waiting at the gate now; under gate_mu */
+static atomic_int wal_writes_on_main;
+
+static bool is_wal(int fd)
+{
+    char link[64], path[4096];
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, path, sizeof(path) - 1);
+    if (n <= 0)
+        return false;
+    path[n] = '\0';
+    size_t len = (size_t)n, suffix = strlen("/" STORE_FILE "-wal");
+    return len >= suffix && strcmp(path + len - suffix, "/" STORE_FILE "-wal") == 0;
+}
+
+ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off)
+{
+    if (is_wal(fd) && syscall(SYS_gettid) == getpid()) {
+        atomic_fetch_add(&wal_writes_on_main, 1);
+    } else if (is_wal(fd)) {
+        pthread_mutex_lock(&gate_mu);
+        gate_held++;
+        pthread_cond_broadcast(&gate_cond);
+        while (gate_closed)
+            pthread_cond_wait(&gate_cond, &gate_mu);
+        gate_held--;
+        pthread_mutex_unlock(&gate_mu);
+    }
+    return syscall(SYS_pwrite64, fd, buf, n, off);
+}
+
+static void gate_close(void)
+{
+    pthread_mutex_lock(&gate_mu);
+    gate_closed = true;
+    pthread_mutex_unlock(&gate_mu);
+}
+
+/* Waits (a hang guard of 60 s) until a write is held at the gate. */
+static void gate_wait_held(void)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 60;
+    pthread_mutex_lock(&gate_mu);
+    while (gate_held == 0 && pthread_cond_timedwait(&gate_cond, &gate_mu, &until) == 0)
+        ;
+    int held = gate_held;
+    pthread_mutex_unlock(&gate_mu);
+    assert_true(held > 0);
+}
+
+static void gate_open(void)
+{
+    pthread_mutex_lock(&gate_mu);
+    gate_closed = false;
+    pthread_cond_broadcast(&gate_cond);
+    pthread_mutex_unlock(&gate_mu);
+}
+
 static char dir[64];
 
 static int setup(void **state)
@@ -139,6 +207,17 @@ static int teardown(void **state)
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     return system(cmd) == 0 ? 0 : -1;
+}
+
+/* store_flush() as the loop's ticks run it, waiting (the loop never does)
+ * for the writer between them: the outcome of a commit of every write
+ * queued before the call. */
+static int flush(struct store *s)
+{
+    store_writer_wait(s->writer, INT64_MAX); /* the batch it holds */
+    store_flush(s);                          /* collected; the rest handed over */
+    store_writer_wait(s->writer, INT64_MAX);
+    return store_flush(s); /* its outcome */
 }
 
 static struct store *open_ok(const char *d)
@@ -166,7 +245,7 @@ static void checkpoints_are_off_the_commit_thread(void **state)
             snprintf(host, sizeof(host), "%0300d.h%d.test", i, round);
             assert_int_equal(store_put_contact(s, "ci", host, i), 0);
         }
-        assert_int_equal(store_flush(s), 0);
+        assert_int_equal(flush(s), 0);
     }
     for (int i = 0; i < 1000 && atomic_load(&syncs_elsewhere) == 0; i++)
         usleep(10 * 1000); /* at most 10 s for the thread to wake and sync */
@@ -200,9 +279,9 @@ static void round_trip(void **state)
     assert_int_equal(store_queue_del(s, q1), 0); /* in the same batch as its insert */
     assert_int_equal(store_queue_attempts(s, q2, 3), 0);
     assert_true(store_dirty(s));
-    assert_int_equal(store_flush(s), 0);
+    assert_int_equal(flush(s), 0);
     assert_false(store_dirty(s));
-    assert_int_equal(store_flush(s), 0); /* nothing to do */
+    assert_int_equal(flush(s), 0); /* nothing to do */
     store_close(s);
 
     s = open_ok(sub);
@@ -257,7 +336,7 @@ static void corrupt_is_moved_aside(void **state)
     assert_non_null(strstr(warn, "moved to"));
     free(warn);
     assert_int_equal(store_put_contact(s, "a", "b", 1), 0);
-    assert_int_equal(store_flush(s), 0);
+    assert_int_equal(flush(s), 0);
     store_close(s);
     char pat[160];
     glob_t g;
@@ -708,14 +787,14 @@ static void write_failure_keeps_writes(void **state)
      * again on the next tick. */
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    assert_int_equal(store_flush(s), -1);
+    assert_int_equal(flush(s), -1);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     long waited_ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
     assert_true(waited_ms < 150);
     assert_true(store_dirty(s));
-    assert_int_equal(store_flush(s), -1); /* reported once, still kept */
+    assert_int_equal(flush(s), -1); /* reported once, still kept */
     assert_int_equal(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
-    assert_int_equal(store_flush(s), 0);
+    assert_int_equal(flush(s), 0);
     assert_false(store_dirty(s));
     sqlite3_close(db);
     struct seen seen = {0};
@@ -738,10 +817,10 @@ static void opened_while_another_process_writes(void **state)
     assert_int_equal(store_load_contacts(s, on_contact, &seen), 1);
     assert_string_equal(seen.text[0], "a b");
     assert_int_equal(store_put_contact(s, "a", "c", 2), 0);
-    assert_int_equal(store_flush(s), -1); /* locked: kept for the next tick */
+    assert_int_equal(flush(s), -1); /* locked: kept for the next tick */
     assert_int_equal(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
-    assert_int_equal(store_flush(s), 0);
+    assert_int_equal(flush(s), 0);
     seen.n = 0;
     assert_int_equal(store_load_contacts(s, on_contact, &seen), 2);
     store_close(s);
@@ -777,9 +856,9 @@ static void over_the_cap_the_oldest_tenth_goes(void **state)
     assert_true(store_queue_lost(s, lost)); /* its queue row was among them */
     int64_t kept = store_queue_add(s, "http://127.0.0.1:9/h", "{}");
     assert_false(store_queue_lost(s, kept));
-    assert_int_equal(store_flush(s), -1); /* locked: tried again at the next call */
+    assert_int_equal(flush(s), -1); /* locked: tried again at the next call */
     assert_int_equal(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
-    assert_int_equal(store_flush(s), 0);
+    assert_int_equal(flush(s), 0);
     sqlite3_close(db);
     int n = 0;
     assert_int_equal(store_load_contacts(s, on_contact_count, &n),
@@ -798,14 +877,14 @@ static void a_commit_failing_past_the_lock_backs_off(void **state)
     sqlite3 *db = other_connection("CREATE TRIGGER full BEFORE INSERT ON first_contact "
                                    "BEGIN SELECT RAISE(ABORT, 'disk full (test)'); END");
     assert_int_equal(store_put_contact(s, "a", "b", 1), 0);
-    assert_int_equal(store_flush(s), -1);
+    assert_int_equal(flush(s), -1);
     assert_int_equal(sqlite3_exec(db, "DROP TRIGGER full", NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
-    assert_int_equal(store_flush(s), -1); /* not tried: the backoff runs */
+    assert_int_equal(flush(s), -1); /* not tried: the backoff runs */
     assert_int_equal(store_pending(s), 1);
     struct timespec pause = {1, 100 * 1000 * 1000};
     nanosleep(&pause, NULL);
-    assert_int_equal(store_flush(s), 0);
+    assert_int_equal(flush(s), 0);
     assert_false(store_dirty(s));
     store_close(s);
 }
@@ -1082,7 +1161,7 @@ static void queue_rows_of_a_sink_up_to_a_limit(void **state)
         if (i == 1)
             first = id;
     }
-    assert_int_equal(store_flush(s), 0);
+    assert_int_equal(flush(s), 0);
     struct ids seen = {0};
     assert_int_equal(store_load_queue_of(s, "http://a/", 0, 10, on_queue_ids, &seen), 10);
     assert_int_equal(seen.n, 10); /* read 10 rows, not 50,000 */
@@ -1155,7 +1234,7 @@ static void queue_counted_per_sink(void **state)
             del = id;
     }
     assert_int_equal(store_queue_del(s, del), 0);
-    assert_int_equal(store_flush(s), 0);
+    assert_int_equal(flush(s), 0);
     assert_int_equal(store_count_queue(s, on_queued, &seen), 3);
     assert_int_equal(seen.n, 3);
     assert_string_equal(seen.sink[0], "http://a/");
@@ -1175,6 +1254,141 @@ static void on_counter_check(const char *name, uint64_t v, void *arg)
         (*bad)++;
 }
 
+struct rows {
+    int n;
+    int64_t id[4];
+    char body[4][16];
+};
+
+static void on_row(int64_t id, const char *sink, const char *body, int attempts, void *arg)
+{
+    struct rows *r = arg;
+    (void)sink;
+    (void)attempts;
+    if (r->n < 4) {
+        r->id[r->n] = id;
+        snprintf(r->body[r->n], sizeof(r->body[0]), "%s", body);
+    }
+    r->n++;
+}
+
+static int64_t rows_in_db(const char *where)
+{
+    char sql[160];
+    snprintf(sql, sizeof(sql), "SELECT count(*) FROM alert_queue WHERE %s", where);
+    char *t = query_text(sql);
+    int64_t n = strtoll(t, NULL, 10);
+    free(t);
+    return n;
+}
+
+/* A commit whose write() of the log the file system holds (here the gate)
+ * holds the writer's thread only: the loop's flush hands the batch over and
+ * returns, queues more, hands nothing more over while the writer holds
+ * one, and reads the queue as the writes not yet committed leave it. A row
+ * added in one batch and deleted in the next is deleted after it was added.
+ * No write of the log is made on the loop's thread. */
+static void a_stuck_commit_holds_the_writer_not_the_loop(void **state)
+{
+    (void)state;
+    const char *sink = "http://127.0.0.1:9/h";
+    struct store *s = open_ok(dir);
+    atomic_store(&wal_writes_on_main, 0);
+    int64_t first = store_queue_add(s, sink, "first");
+    assert_true(first > 0);
+    gate_close();
+    assert_int_equal(store_flush(s), 0); /* handed over */
+    gate_wait_held();                    /* the writer is inside its write() */
+    assert_int_equal(store_queue_del(s, first), 0);
+    int64_t second = store_queue_add(s, sink, "second");
+    assert_int_equal(store_flush(s), 0); /* returns: the writer holds its batch */
+    assert_true(store_writer_holding(s->writer));
+    assert_true(store_dirty(s));
+    assert_int_equal(store_pending(s), 3); /* one in the writer's hands, two queued */
+    assert_true(store_queue_unwritten(s, first));
+    assert_true(store_queue_unwritten(s, second));
+    struct rows r = {0};
+    assert_int_equal(store_load_queue_of(s, sink, 0, 10, on_row, &r), 1);
+    assert_int_equal(r.id[0], second); /* first's deletion waits: not read */
+    assert_string_equal(r.body[0], "second");
+    assert_int_equal(store_count_queue_of(s, sink), 2); /* waiting deletions not subtracted */
+    gate_open();
+    assert_int_equal(flush(s), 0);
+    assert_false(store_dirty(s));
+    assert_false(store_queue_unwritten(s, first));
+    assert_false(store_queue_unwritten(s, second));
+    assert_int_equal(rows_in_db("id = 1"), 0);
+    assert_int_equal(rows_in_db("id = 2"), 1);
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(store_load_queue_of(s, sink, 0, 10, on_row, &r), 1);
+    assert_int_equal(r.id[0], second);
+    assert_int_equal(store_count_queue_of(s, sink), 1);
+    assert_int_equal(atomic_load(&wal_writes_on_main), 0);
+    store_close(s);
+}
+
+/* A batch that comes back uncommitted (the lock another process holds)
+ * goes back before the writes queued meanwhile: the deletion of a row
+ * queued while the writer held its insertion still comes after it. */
+static void a_batch_back_from_the_writer_keeps_its_place(void **state)
+{
+    (void)state;
+    const char *sink = "http://127.0.0.1:9/h";
+    struct store *s = open_ok(dir);
+    sqlite3 *db = other_connection("BEGIN EXCLUSIVE");
+    int64_t id = store_queue_add(s, sink, "x");
+    assert_int_equal(store_flush(s), 0); /* handed over: the writer finds the lock */
+    assert_int_equal(store_queue_del(s, id), 0);
+    assert_int_equal(flush(s), -1);
+    struct rows r = {0};
+    assert_int_equal(store_load_queue_of(s, sink, 0, 10, on_row, &r), 0);
+    assert_int_equal(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    assert_int_equal(flush(s), 0);
+    assert_int_equal(rows_in_db("1"), 0);
+    store_close(s);
+}
+
+/* Reads standard error's <fd> (a file) from its start into <buf>. */
+static void read_back(int fd, char *buf, size_t n)
+{
+    ssize_t got = pread(fd, buf, n - 1, 0);
+    buf[got > 0 ? got : 0] = '\0';
+}
+
+/* At the stop, a writer stuck in its commit is waited for only while it
+ * moves: store_sync() fails, the alert rows it holds count as unwritten
+ * (the webhooks name them as lost), and store_close() says what was not
+ * written instead of waiting for ever. */
+static void a_writer_stuck_at_the_stop_is_reported(void **state)
+{
+    (void)state;
+    const char *sink = "http://127.0.0.1:9/h";
+    struct store *s = open_ok(dir);
+    int64_t id = store_queue_add(s, sink, "x");
+    gate_close();
+    store_flush(s);
+    gate_wait_held();
+    assert_int_equal(store_put_contact(s, "a", "b", 1), 0);
+    assert_int_equal(store_sync(s), -1);
+    assert_true(store_queue_unwritten(s, id));
+    char path[96], text[1024];
+    snprintf(path, sizeof(path), "%s/stderr", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600), saved = dup(2);
+    assert_true(fd >= 0 && saved >= 0);
+    fflush(stderr);
+    dup2(fd, 2);
+    store_close(s); /* not waited for again */
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    read_back(fd, text, sizeof(text));
+    close(fd);
+    assert_non_null(strstr(text, "2 write(s) not written at exit: the writer's commit has not "
+                                 "moved for 2000 ms"));
+    gate_open(); /* the abandoned writer ends its commit and its thread */
+}
+
 /* While the store is locked, a counter or baseline written twice waits as
  * one write, which commits the last value. */
 static void coalescing_while_locked(void **state)
@@ -1191,15 +1405,21 @@ static void coalescing_while_locked(void **state)
     assert_int_equal(store_put_baseline(s, "ci", &b), 0);
     assert_int_equal(store_put_baseline(s, "alerts.x", &b), 0); /* a baseline is not a counter */
     assert_int_equal(store_pending(s), 4);
-    assert_int_equal(store_flush(s), -1);
-    assert_int_equal(store_put_counter(s, "alerts.x", 3), 0); /* kept for retry: still one */
+    assert_int_equal(flush(s), -1);
+    /* The batch is in the writer's hands again (retried at each tick):
+     * the new value is a write of its own... */
+    assert_true(store_writer_holding(s->writer));
+    assert_int_equal(store_put_counter(s, "alerts.x", 3), 0);
+    assert_int_equal(store_pending(s), 5);
+    /* ...and once the batch comes back, its older copy goes: still one */
+    assert_int_equal(flush(s), -1);
     assert_int_equal(store_pending(s), 4);
     assert_int_equal(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
-    assert_int_equal(store_flush(s), 0);
+    assert_int_equal(flush(s), 0);
     assert_int_equal(store_put_counter(s, "alerts.x", 4), 0); /* after a commit: a new write */
     assert_int_equal(store_pending(s), 1);
-    assert_int_equal(store_flush(s), 0);
+    assert_int_equal(flush(s), 0);
     struct seen seen = {0};
     assert_int_equal(store_load_counters(s, on_counter, &seen), 1);
     assert_string_equal(seen.text[0], "alerts.x");
@@ -1251,7 +1471,7 @@ static void coalesced_writes_find_theirs_at_once(void **state)
     assert_int_equal(store_pending(s), pending + 2);
     assert_int_equal(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
-    assert_int_equal(store_flush(s), 0);
+    assert_int_equal(flush(s), 0);
     int bad = 0;
     assert_int_equal(store_load_counters(s, on_counter_check, &bad), 2 + N - 9999);
     assert_int_equal(bad, 0);
@@ -1291,6 +1511,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_commit_failing_past_the_lock_backs_off, setup, teardown),
         cmocka_unit_test_setup_teardown(queue_rows_of_a_sink_up_to_a_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(queue_counted_per_sink, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_stuck_commit_holds_the_writer_not_the_loop, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_batch_back_from_the_writer_keeps_its_place, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_writer_stuck_at_the_stop_is_reported, setup, teardown),
         cmocka_unit_test_setup_teardown(coalescing_while_locked, setup, teardown),
         cmocka_unit_test_setup_teardown(coalesced_writes_find_theirs_at_once, setup, teardown),
     };

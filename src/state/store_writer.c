@@ -1,0 +1,285 @@
+/* store_writer: the state store's commits, on a thread (see store_writer.h). */
+#include "state/store_writer.h"
+#include "state/db_thread.h"
+#include "state/wal_checkpointer.h"
+#include "util/text_json.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <sqlite3.h>
+
+enum slot { SLOT_EMPTY, SLOT_QUEUED, SLOT_DONE };
+
+struct store_writer {
+    /* The thread, its own connection, mu, and cond: a batch came (the
+     * thread waits), or one is done (a stop waits). */
+    struct db_thread t;
+    enum slot slot;       /* under mu */
+    bool stopping;        /* under mu */
+    struct store_op *ops; /* the batch; under mu, read by the thread while SLOT_QUEUED */
+    size_t n;
+    int busy_ms;
+    enum store_commit rc;       /* under mu, once SLOT_DONE */
+    char err[STORE_WRITER_ERR]; /* likewise */
+    bool held;                  /* the loop's own: handed over, not collected */
+    atomic_ulong progress;      /* statements the thread has run */
+    struct wal_checkpointer *checkpointer;
+};
+
+/* A writer left inside a commit at exit (store_writer_stop()): still the
+ * thread's, so kept reachable rather than freed (or reported as a leak). */
+static struct store_writer *volatile abandoned;
+
+void store_op_free(struct store_op *o)
+{
+    free(o->a);
+    free(o->b);
+}
+
+static const char *const op_sql[] = {
+    [OP_CONTACT] = "INSERT OR IGNORE INTO first_contact(agent, host, first_ms) VALUES(?1, ?2, ?3)",
+    [OP_BASELINE] = "INSERT OR REPLACE INTO baseline(agent, req_avg, bytes_avg, since_ms, minute)"
+                    " VALUES(?1, ?4, ?5, ?3, ?6)",
+    [OP_COUNTER] = "INSERT OR REPLACE INTO counter(name, value) VALUES(?1, ?3)",
+    [OP_QADD] = "INSERT OR REPLACE INTO alert_queue(id, sink, body, attempts, created_ms)"
+                " VALUES(?3, ?1, ?2, 0, ?6)",
+    [OP_QATTEMPTS] = "UPDATE alert_queue SET attempts = ?6 WHERE id = ?3",
+    [OP_QDEL] = "DELETE FROM alert_queue WHERE id = ?3",
+};
+
+static void bind_op(sqlite3_stmt *st, const struct store_op *o)
+{
+    int np = sqlite3_bind_parameter_count(st);
+    for (int i = 1; i <= np; i++) {
+        const char *name = sqlite3_bind_parameter_name(st, i);
+        int which = name != NULL ? atoi(name + 1) : i;
+        switch (which) {
+        case 1:
+            sqlite3_bind_text(st, i, o->a, -1, SQLITE_STATIC);
+            break;
+        case 2:
+            sqlite3_bind_text(st, i, o->b, -1, SQLITE_STATIC);
+            break;
+        case 3:
+            sqlite3_bind_int64(st, i, o->kind == OP_BASELINE ? o->bl.since_ms : o->n);
+            break;
+        case 4:
+            sqlite3_bind_double(st, i, o->bl.req_avg);
+            break;
+        case 5:
+            sqlite3_bind_double(st, i, o->bl.bytes_avg);
+            break;
+        case 6:
+            sqlite3_bind_int64(st, i, o->kind == OP_BASELINE ? o->bl.minute : o->m);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
+static int run_op(sqlite3 *db, sqlite3_stmt **cache, const struct store_op *o,
+                  atomic_ulong *progress)
+{
+    sqlite3_stmt **st = &cache[o->kind];
+    atomic_fetch_add_explicit(progress, 1, memory_order_relaxed);
+    if (*st == NULL && sqlite3_prepare_v2(db, op_sql[o->kind], -1, st, NULL) != SQLITE_OK)
+        return -1;
+    sqlite3_reset(*st);
+    sqlite3_clear_bindings(*st);
+    bind_op(*st, o);
+    return sqlite3_step(*st) == SQLITE_DONE ? 0 : -1;
+}
+
+/* Commits <w>'s batch in one transaction, on the thread. On failure SQLite's
+ * error goes to <err>. */
+static enum store_commit commit_batch(struct store_writer *w, char *err)
+{
+    sqlite3_stmt *cache[OP_QDEL + 1] = {NULL};
+    enum store_commit rc = STORE_COMMITTED;
+    if (sqlite3_exec(w->t.db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+        rc = STORE_LOCKED;
+        goto out;
+    }
+    for (size_t i = 0; i < w->n && rc == STORE_COMMITTED; i++)
+        if (run_op(w->t.db, cache, &w->ops[i], &w->progress) < 0)
+            rc = STORE_FAILED;
+    atomic_fetch_add_explicit(&w->progress, 1, memory_order_relaxed);
+    if (rc == STORE_COMMITTED && sqlite3_exec(w->t.db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+        rc = STORE_FAILED;
+out:
+    if (rc != STORE_COMMITTED) {
+        /* the store's own text can be in it (a constraint's name) */
+        text_shown_into(err, STORE_WRITER_ERR, sqlite3_errmsg(w->t.db));
+        sqlite3_exec(w->t.db, "ROLLBACK", NULL, NULL, NULL);
+    }
+    for (size_t i = 0; i < sizeof(cache) / sizeof(cache[0]); i++)
+        sqlite3_finalize(cache[i]);
+    return rc;
+}
+
+static void *writer_thread(void *arg)
+{
+    struct store_writer *w = arg;
+    char err[STORE_WRITER_ERR];
+    for (;;) {
+        pthread_mutex_lock(&w->t.mu);
+        while (w->slot != SLOT_QUEUED && !w->stopping)
+            pthread_cond_wait(&w->t.cond, &w->t.mu);
+        if (w->slot != SLOT_QUEUED) {
+            pthread_mutex_unlock(&w->t.mu);
+            return NULL;
+        }
+        int busy_ms = w->busy_ms;
+        pthread_mutex_unlock(&w->t.mu);
+        /* The batch is the thread's until SLOT_DONE: the loop only reads it. */
+        err[0] = '\0';
+        sqlite3_busy_timeout(w->t.db, busy_ms);
+        enum store_commit rc = commit_batch(w, err);
+        pthread_mutex_lock(&w->t.mu);
+        w->rc = rc;
+        memcpy(w->err, err, sizeof(err));
+        w->slot = SLOT_DONE;
+        pthread_cond_broadcast(&w->t.cond);
+        pthread_mutex_unlock(&w->t.mu);
+    }
+}
+
+struct store_writer *store_writer_start(const char *path, char **err)
+{
+    static const char what[] = "the writer";
+    struct store_writer *w = calloc(1, sizeof(*w));
+    *err = NULL;
+    if (w == NULL) {
+        *err = db_thread_failed(what, "out of memory");
+        return NULL;
+    }
+    /* synchronous is the connection's own: NORMAL, as the loop's is (no
+     * sync per commit in WAL mode). The thread waits for a batch: the
+     * checkpointer is set up on its connection before one comes. */
+    if (db_thread_start(&w->t, path, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF",
+                        writer_thread, w, what, err) < 0) {
+        free(w);
+        return NULL;
+    }
+    char *why_not = NULL;
+    w->checkpointer = wal_checkpointer_start(path, w->t.db, &why_not);
+    if (w->checkpointer == NULL) {
+        /* The writer's own commits checkpoint then: on its thread still. */
+        fprintf(stderr, "sluice: state %s: %s (checkpoints run on the writer's thread)\n", path,
+                why_not != NULL ? why_not : "out of memory");
+        free(why_not);
+    }
+    return w;
+}
+
+int store_writer_hand(struct store_writer *w, struct store_op *ops, size_t n, int busy_ms)
+{
+    if (w->held)
+        return -1;
+    pthread_mutex_lock(&w->t.mu);
+    w->ops = ops;
+    w->n = n;
+    w->busy_ms = busy_ms;
+    w->slot = SLOT_QUEUED;
+    pthread_cond_broadcast(&w->t.cond);
+    pthread_mutex_unlock(&w->t.mu);
+    w->held = true;
+    return 0;
+}
+
+bool store_writer_holding(const struct store_writer *w)
+{
+    return w->held;
+}
+
+bool store_writer_collect(struct store_writer *w, struct store_op **ops, size_t *n,
+                          enum store_commit *rc, char *err)
+{
+    if (!w->held)
+        return false;
+    pthread_mutex_lock(&w->t.mu);
+    bool done = w->slot == SLOT_DONE;
+    if (done) {
+        *ops = w->ops;
+        *n = w->n;
+        *rc = w->rc;
+        memcpy(err, w->err, STORE_WRITER_ERR);
+        w->ops = NULL;
+        w->n = 0;
+        w->slot = SLOT_EMPTY;
+    }
+    pthread_mutex_unlock(&w->t.mu);
+    if (done)
+        w->held = false;
+    return done;
+}
+
+/* <ms> on CLOCK_MONOTONIC (the condition's clock is CLOCK_REALTIME: the
+ * wait is converted, and a clock step shortens or stretches it once). */
+static struct timespec deadline_of(int64_t deadline_ms)
+{
+    struct timespec mono, real;
+    clock_gettime(CLOCK_MONOTONIC, &mono);
+    clock_gettime(CLOCK_REALTIME, &real);
+    int64_t left = deadline_ms - ((int64_t)mono.tv_sec * 1000 + mono.tv_nsec / 1000000);
+    if (left < 0)
+        left = 0;
+    int64_t ns = real.tv_nsec + (left % 1000) * 1000000;
+    real.tv_sec += (time_t)(left / 1000 + ns / 1000000000);
+    real.tv_nsec = (long)(ns % 1000000000);
+    return real;
+}
+
+bool store_writer_wait(struct store_writer *w, int64_t deadline_ms)
+{
+    if (!w->held)
+        return true;
+    struct timespec until = deadline_of(deadline_ms);
+    pthread_mutex_lock(&w->t.mu);
+    int e = 0;
+    while (w->slot == SLOT_QUEUED && e != ETIMEDOUT)
+        e = pthread_cond_timedwait(&w->t.cond, &w->t.mu, &until);
+    bool done = w->slot != SLOT_QUEUED;
+    pthread_mutex_unlock(&w->t.mu);
+    return done;
+}
+
+unsigned long store_writer_progress(struct store_writer *w)
+{
+    return atomic_load_explicit(&w->progress, memory_order_relaxed);
+}
+
+bool store_writer_stop(struct store_writer *w)
+{
+    if (w == NULL)
+        return true;
+    pthread_mutex_lock(&w->t.mu);
+    w->stopping = true;
+    bool busy = w->slot == SLOT_QUEUED;
+    pthread_cond_broadcast(&w->t.cond);
+    pthread_mutex_unlock(&w->t.mu);
+    if (busy) {
+        /* Its thread, its connection and its batch are in use: kept. The
+         * thread ends by itself if its commit ever does; nobody joins it. */
+        abandoned = w;
+        pthread_detach(w->t.thread);
+        return false;
+    }
+    /* Not in a commit, the thread no longer uses the connection: the
+     * checkpointer gives it its own checkpoints back before the close. */
+    wal_checkpointer_stop(w->checkpointer);
+    db_thread_join(&w->t);
+    /* A batch done and not collected is nobody else's. */
+    for (size_t i = 0; i < w->n; i++)
+        store_op_free(&w->ops[i]);
+    free(w->ops);
+    free(w);
+    return true;
+}

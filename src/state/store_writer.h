@@ -1,0 +1,95 @@
+/* store_writer: the state store's commits, on a thread of their own with a
+ * database connection of their own, off the event loop.
+ *
+ * A commit appends its pages to DIR/sluice.db-wal: write()s that wait for
+ * as long as the file system takes (a slow disk, a hung network mount, a
+ * file another process holds the inode lock of). On the loop, every
+ * connection the gateway holds would wait with it. So the loop only hands
+ * over a batch of queued writes (store_writer_hand(): a pointer swapped
+ * under a mutex, never a wait) and, on a later tick, collects the outcome
+ * (store_writer_collect()). One batch at a time: the batches commit in the
+ * order they were handed over, so a queue row added in one and deleted in
+ * the next is deleted after it was added.
+ *
+ * The thread's commits wake the wal_checkpointer (wal_checkpointer.h),
+ * whose checkpoints run through a third connection.
+ *
+ * Owns: the thread, its connection, its mutex and condition, and a batch
+ * while the thread commits it (the ops stay readable by the loop, which
+ * neither changes nor frees them until it collects them). */
+#ifndef SLUICE_STATE_STORE_WRITER_H
+#define SLUICE_STATE_STORE_WRITER_H
+
+#include "state/store.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum store_op_kind { OP_CONTACT, OP_BASELINE, OP_COUNTER, OP_QADD, OP_QATTEMPTS, OP_QDEL };
+
+/* One queued write. */
+struct store_op {
+    enum store_op_kind kind;
+    char *a, *b; /* agent/host, agent, name, sink/body */
+    int64_t n;   /* first_ms, counter value, queue id */
+    int64_t m;   /* attempts, created_ms */
+    struct store_baseline bl;
+};
+
+/* Frees what <o> holds (not <o>). */
+void store_op_free(struct store_op *o);
+
+/* How a batch ended. */
+enum store_commit {
+    STORE_COMMITTED = 0,
+    STORE_LOCKED = -2, /* could not begin: another process holds the lock */
+    STORE_FAILED = -1, /* failed after it began (a full disk): rolled back */
+};
+
+#define STORE_WRITER_ERR 1024 /* the error text a failed batch comes back with */
+
+struct store_writer;
+
+/* Opens a second connection to the database at <path> (made and checked
+ * by the loop's connection) and starts the thread, and the checkpointer on
+ * the thread's connection. Returns the writer, or NULL with <*err> set to
+ * a malloc'd message the caller frees. All signals are blocked in the
+ * thread. */
+struct store_writer *store_writer_start(const char *path, char **err);
+
+/* Hands <ops> (<n> of them) to the thread, to be committed in one
+ * transaction whose locks wait up to <busy_ms> for another process. The
+ * writer takes the array and its strings until store_writer_collect()
+ * gives them back. Returns 0, or -1 when a batch is still in the writer's
+ * hands (nothing taken). Never waits for the thread. */
+int store_writer_hand(struct store_writer *w, struct store_op *ops, size_t n, int busy_ms);
+
+/* True while a batch is in the writer's hands (being committed, or
+ * committed and not yet collected). */
+bool store_writer_holding(const struct store_writer *w);
+
+/* When the thread has finished the batch: gives it back into <*ops> and
+ * <*n> (the caller frees or keeps it), its outcome into <*rc> and, when it
+ * failed, SQLite's error into <err> (STORE_WRITER_ERR bytes), and returns
+ * true. False while it commits (or when none was handed over). Never waits. */
+bool store_writer_collect(struct store_writer *w, struct store_op **ops, size_t *n,
+                          enum store_commit *rc, char *err);
+
+/* Waits until the thread has finished its batch, or until CLOCK_MONOTONIC
+ * <deadline_ms>. Returns true when it has (or none was handed over). For
+ * the stop only: the event loop never calls it. */
+bool store_writer_wait(struct store_writer *w, int64_t deadline_ms);
+
+/* How many statements the thread has run so far: a stop tells a writer
+ * that is slow (it goes on) from one that is stuck (it does not). */
+unsigned long store_writer_progress(struct store_writer *w);
+
+/* Stops and joins the thread, closes its connection and the checkpointer.
+ * A writer still inside a commit (a write() the file system does not end)
+ * cannot be joined: it is left running, its memory kept for the thread,
+ * and false returned (the process is about to exit). True otherwise.
+ * Accepts NULL. */
+bool store_writer_stop(struct store_writer *w);
+
+#endif
