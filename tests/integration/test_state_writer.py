@@ -1,0 +1,92 @@
+"""The state store's commits run on a thread of their own: a commit whose
+write of sluice.db-wal the file system holds (a slow or hung disk) holds
+that thread, never the event loop, and a stop gives up on it and says what
+was not written.
+
+The write is made to wait for real, with no network file system: a write()
+to a regular file takes the file's inode lock before it copies from the
+caller's buffer; a helper thread here writes to sluice.db-wal from a page
+that a userfaultfd leaves unfilled, so the kernel waits inside that write
+with the lock held, and SQLite's write of the log waits for the lock until
+the test fills the page (uffd_hold.py). Needs root (userfaultfd for
+kernel-mode faults) on x86_64 or aarch64; skipped otherwise."""
+
+import os
+import sqlite3
+
+from gate_client import api_rule, other_rule, other_url, poll, request
+from uffd_hold import InodeHold, threads_in_write
+
+
+def contacts(statedir):
+    """The hosts of the first contacts committed to the store."""
+    db = sqlite3.connect("file:%s/sluice.db?mode=ro" % statedir, uri=True, timeout=5)
+    try:
+        return sorted(r[0] for r in db.execute("SELECT host FROM first_contact"))
+    finally:
+        db.close()
+
+
+def hold_commit(gw, net, statedir):
+    """Holds the log's lock and makes a request that queues a write (a
+    first contact with other.example.test); returns (the hold, the
+    gateway's threads in a write) once the store's commit waits in it."""
+    wal = os.path.join(statedir, "sluice.db-wal")
+    hold = InodeHold(wal)
+    try:
+        assert request(gw, "GET", other_url(net, "/new"), timeout=10).status == 200
+        stuck = poll(lambda: threads_in_write(gw.proc.pid, wal), timeout=10, interval=0.01,
+                     what="the store's commit waiting in its write of the log")
+    except BaseException:
+        hold.release()
+        raise
+    return hold, stuck
+
+
+def gateway_with_store(gateway, net, tmp_path, args=()):
+    statedir = str(tmp_path / "state")
+    gw = gateway(net.policy([api_rule(net), other_rule(net)], alerts={"first_contact": True}),
+                 args=["--state", statedir] + list(args))
+    assert request(gw, "GET", net.url("/before")).status == 200
+    poll(lambda: contacts(statedir) == ["api.example.test"], what="the first commit")
+    return gw, statedir
+
+
+def test_requests_are_answered_while_a_commit_waits_for_the_disk(gateway, net, tmp_path):
+    gw, statedir = gateway_with_store(gateway, net, tmp_path)
+    pid = gw.proc.pid
+    hold, stuck = hold_commit(gw, net, statedir)
+    try:
+        # the commit waits in its write of the log; the loop goes on
+        for i in range(3):
+            r = request(gw, "GET", net.url("/during%d" % i), timeout=10)
+            assert r.status == 200, r.status
+        assert pid not in stuck, "the event loop's thread waits in the commit's write"
+        # (the store is not read here: a new connection, root's, fchown()s
+        # the log, which waits for the same lock)
+    finally:
+        hold.release()
+    poll(lambda: contacts(statedir) == ["api.example.test", "other.example.test"], timeout=10,
+         what="the commit once the write goes through")
+    gw.decided(path="/during2")
+    gw.stop()
+    assert "cannot write" not in gw.stderr(), gw.stderr()
+
+
+def test_a_stop_while_a_commit_waits_says_what_was_not_written(gateway, net, tmp_path):
+    # SIGTERM while the commit's write waits: the stop gives up on it once
+    # it has not moved for 2 s, says what was not written, and exits 0 once
+    # the kernel lets the thread go (a thread waiting for an inode lock
+    # cannot be killed).
+    gw, statedir = gateway_with_store(gateway, net, tmp_path, args=["--grace", "1"])
+    hold, _ = hold_commit(gw, net, statedir)
+    try:
+        gw.proc.send_signal(15)
+        poll(lambda: "not written at exit" in gw.stderr(), timeout=30,
+             what="the stop giving up on the commit")
+    finally:
+        hold.release()
+    assert gw.wait_exit(30) == 0, gw.stderr()
+    err = gw.stderr()
+    assert ("sluice: state %s/sluice.db: " % os.path.realpath(statedir)) in err, err
+    assert "write(s) not written at exit: the writer's commit has not moved for 2000 ms" in err, err
