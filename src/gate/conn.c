@@ -138,7 +138,7 @@ void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
     }
     c->state = CS_HEAD;
     bufferevent_setwatermark(c->client, EV_READ, 0, head_limit(c));
-    conn_set_client_timeouts(c, true);
+    conn_set_client_timeouts(c, false); /* the head deadline times the reading */
     clock_gettime(CLOCK_MONOTONIC, &c->t_accept);
     struct timeval tv = timeval_of_ms(next_head_ms(c));
     evtimer_add(c->timer, &tv);
@@ -598,7 +598,12 @@ void conn_exchange_done(struct conn *c)
     }
     c->state = CS_HEAD;
     bufferevent_setwatermark(c->client, EV_READ, 0, head_limit(c));
-    conn_set_client_timeouts(c, true);
+    /* No read timeout while a head is awaited: the head deadline
+     * (await_head(), at most idle_timeout) ends the wait first, and a read
+     * timeout would only be re-armed, in libevent's timer heap, at each
+     * read and each drain of the input (a bufferevent with a read high
+     * watermark enables its read event again on every change of its input). */
+    conn_set_client_timeouts(c, false);
     await_head(c, head_ms);
 }
 
