@@ -128,6 +128,9 @@ struct exchange {
      * are steps of idle_timeout that judge its progress (forward.c,
      * gate/drain.h); then it has idle_timeout to answer. */
     bool req_taken;
+    /* c->up's timeouts are idle_timeout both ways (set once the upstream
+     * took the request), as a kept connection's are (forward_park()). */
+    bool up_idle_timeouts;
     /* What the gateway held toward the upstream is out of bytes_up already
      * (drop_untaken(): the connection was reset); conn.c's
      * forget_unsent() does not take it out again. */

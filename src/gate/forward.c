@@ -227,6 +227,7 @@ static void request_taken(struct conn *c)
 {
     struct timeval tv = idle_tv(c);
     c->ex.req_taken = true;
+    c->ex.up_idle_timeouts = true;
     bufferevent_set_timeouts(c->up, &tv, &tv);
 }
 
@@ -246,6 +247,7 @@ static void request_sent(struct conn *c)
     if (!c->ex.rsp_head_done) {
         struct timeval step = step_tv(c);
         drain_reset(&c->ex.up_drain);
+        c->ex.up_idle_timeouts = false;
         bufferevent_set_timeouts(c->up, &step, NULL);
     }
     conn_set_client_timeouts(c, false);
@@ -264,6 +266,7 @@ static void request_sent(struct conn *c)
 static void answer_started(struct conn *c)
 {
     struct timeval step = step_tv(c);
+    c->ex.up_idle_timeouts = false;
     bufferevent_set_timeouts(c->up, &step, NULL);
     if (!c->ex.req_done)
         conn_set_client_timeouts(c, false);
@@ -703,7 +706,10 @@ void forward_start(struct conn *c)
      * socket; a reused connection has the callback already. */
     bool no_body = ex->req_body == BODY_NONE;
     ex->req_taken = no_body;
+    ex->up_idle_timeouts = no_body;
     if (no_body) {
+        /* Set even when a reused connection has them already: the wait
+         * for the answer starts now, not at the connection's last read. */
         bufferevent_set_timeouts(c->up, &tv, &tv);
     } else {
         struct evbuffer *out = bufferevent_get_output(c->up);
@@ -731,10 +737,13 @@ void forward_start(struct conn *c)
         fail(c, "out of memory");
         return;
     }
-    /* Enabling EV_WRITE arms the write event even with nothing queued:
-     * only when it is off (a bufferevent starts with it on). */
-    bufferevent_enable(c->up,
-                       (bufferevent_get_enabled(c->up) & EV_WRITE) ? EV_READ : EV_READ | EV_WRITE);
+    /* Only what is off: enabling EV_WRITE arms the write event even with
+     * nothing queued (a bufferevent starts with it on), and enabling
+     * EV_READ again re-adds the read event with its timer (a reused
+     * connection is read while idle; the timeouts set above are running). */
+    short off = (short)((EV_READ | EV_WRITE) & ~bufferevent_get_enabled(c->up));
+    if (off != 0)
+        bufferevent_enable(c->up, off);
     if (no_body) {
         ex->req_done = true;
         conn_set_client_timeouts(c, false); /* see request_sent() */
@@ -994,10 +1003,18 @@ void forward_park(struct conn *c)
     c->idle_port = ex->port;
     c->up = NULL;
     c->up_fd = -1;
-    struct timeval tv = idle_tv(c);
     bufferevent_setcb(c->idle_up, idle_read, NULL, idle_event, c);
-    bufferevent_set_timeouts(c->idle_up, &tv, NULL);
-    bufferevent_enable(c->idle_up, EV_READ); /* EV_WRITE as it was: forward_start() turns it on */
+    /* Idle for idle_timeout at most: the exchange's own timeouts mostly
+     * say so already (its last read armed the read timer), and setting
+     * them again costs libevent a timer re-armed in its heap. The write
+     * timeout has nothing to time: nothing is queued. */
+    if (!ex->up_idle_timeouts) {
+        struct timeval tv = idle_tv(c);
+        bufferevent_set_timeouts(c->idle_up, &tv, &tv);
+    }
+    /* EV_WRITE as it was: forward_start() turns it on */
+    if (!(bufferevent_get_enabled(c->idle_up) & EV_READ))
+        bufferevent_enable(c->idle_up, EV_READ);
 }
 
 /* True when nothing waits in the idle connection's socket: no byte and no

@@ -622,6 +622,43 @@ def test_silent_upstream_is_given_up_on(gateway, net, body):
         assert end["status"] == 502 and end["ms"] >= 900, end
 
 
+@pytest.mark.parametrize("second", ["late", "silent"])
+def test_a_reused_connection_waits_for_its_answer_from_its_request(gateway, net, second):
+    # The origin answers a first request at once and keeps the connection;
+    # the agent's second request comes on it 1.2 s later, idle_timeout
+    # being 2 s. The wait for its answer counts from that request, not
+    # from the kept connection's last read: an answer 1.2 s after the
+    # request (2.4 s after that read) reaches the agent, and a silent
+    # origin is given up on idle_timeout after the request.
+    def script(conn, stop, received):
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst")
+        if recv_head(conn, received.partition(b"\r\n\r\n")[2]) is None:
+            return
+        if second == "late" and not stop.wait(1.2):
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond")
+        stop.wait(10)
+
+    with ScriptedUpstream(script) as up:
+        gw = evil_gateway(gateway, net, up, limits={"idle_timeout": "2s"})
+        s = open_conn(gw, timeout=15)
+        try:
+            s.sendall(evil_get("/k1", up))
+            first = read_response(s)
+            time.sleep(1.2)
+            s.sendall(evil_get("/k2", up))
+            r = read_response(s)
+        finally:
+            s.close()
+        assert first.status == 200 and first.body == b"first", first
+        assert up.accepted == 1  # the second request went on the kept connection
+        _, end = gw.decided(path="/k2")
+        if second == "late":
+            assert r.status == 200 and r.body == b"second", (r, r.body)
+        else:
+            assert r.status == 502 and b"did not answer in time" in r.body, (r, r.body)
+            assert end["ms"] >= 1800, end
+
+
 def test_head_dribbled_then_abandoned(gateway, net):
     # Half a head, then nothing: also the idle timeout, not a wait forever.
     with ScriptedUpstream(answering(b"HTTP/1.1 200 OK\r\nContent-Le", then_wait=10)) as up:
