@@ -567,6 +567,17 @@ bool conn_gate_denies(struct conn *c, enum deny_reason r, bool respond)
     return true;
 }
 
+/* The client's input holds at most a head (head_limit()). Not set again
+ * when it is so already (a request without body leaves it): setting a read
+ * watermark enables the read event again, re-arming its timer. */
+static void set_head_watermark(struct conn *c)
+{
+    size_t high = 0, limit = head_limit(c);
+    bufferevent_getwatermark(c->client, EV_READ, NULL, &high);
+    if (high != limit)
+        bufferevent_setwatermark(c->client, EV_READ, 0, limit);
+}
+
 /* Waits for the next head, for <head_ms> at most: reads the client's
  * socket unless it ended its side (its end would be found again), and
  * takes up at once what its input already holds (pipelined requests). */
@@ -597,7 +608,7 @@ void conn_exchange_done(struct conn *c)
         return;
     }
     c->state = CS_HEAD;
-    bufferevent_setwatermark(c->client, EV_READ, 0, head_limit(c));
+    set_head_watermark(c);
     /* No read timeout while a head is awaited: the head deadline
      * (await_head(), at most idle_timeout) ends the wait first, and a read
      * timeout would only be re-armed, in libevent's timer heap, at each

@@ -543,6 +543,16 @@ void forward_on_head_deadline(struct conn *c)
     fail(c, "the upstream did not send its response head in time");
 }
 
+/* Sets <bev>'s read high watermark to <high> unless it is that already:
+ * setting it enables the read event again, re-arming its timer. */
+static void set_read_high(struct bufferevent *bev, size_t high)
+{
+    size_t now = 0;
+    bufferevent_getwatermark(bev, EV_READ, NULL, &now);
+    if (now != high)
+        bufferevent_setwatermark(bev, EV_READ, 0, high);
+}
+
 /* Reads response heads until the final one. Interim (1xx) ones are passed
  * on, at most INTERIM_MAX per request (more: 502), under the same FLOW_HIGH
  * backpressure as body bytes unless <force> (the upstream ended: its input
@@ -658,7 +668,7 @@ static int read_response_head(struct conn *c, bool force)
         if (!ex->req_taken)
             answer_started(c);
         if (limit > FLOW_HIGH)
-            bufferevent_setwatermark(c->up, EV_READ, 0, FLOW_HIGH);
+            set_read_high(c->up, FLOW_HIGH);
         if (ex->rsp_body == BODY_NONE || (ex->rsp_body == BODY_LENGTH && ex->rsp_left == 0))
             ex->rsp_done = true;
     }
@@ -727,9 +737,13 @@ void forward_start(struct conn *c)
      * FLOW_HIGH: such a head must fit, or it would neither complete nor be
      * found too large); FLOW_HIGH again once it is parsed. */
     size_t head_max = response_head_limit(c);
-    bufferevent_setwatermark(c->up, EV_READ, 0, head_max > FLOW_HIGH ? head_max : FLOW_HIGH);
+    set_read_high(c->up, head_max > FLOW_HIGH ? head_max : FLOW_HIGH);
     bufferevent_setwatermark(c->client, EV_WRITE, FLOW_LOW, 0);
-    bufferevent_setwatermark(c->client, EV_READ, 0, FLOW_HIGH);
+    /* A body is read up to FLOW_HIGH ahead; without one the client is not
+     * read during the exchange (forward_on_client_read()), and its next
+     * head keeps the head's limit. */
+    if (!no_body)
+        set_read_high(c->client, FLOW_HIGH);
     /* A copy: the head is kept in case the request must be sent again. */
     size_t hl = evbuffer_get_length(ex->uphead);
     const unsigned char *head = evbuffer_pullup(ex->uphead, -1);
