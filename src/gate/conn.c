@@ -48,10 +48,19 @@ uint64_t conn_idle_ms(const struct conn *c)
 void conn_set_client_timeouts(struct conn *c, bool reading)
 {
     uint64_t idle = conn_idle_ms(c);
-    struct timeval tv = timeval_of_ms(idle);
-    c->drain_step_ms = drain_step_ms(idle);
+    uint64_t step_ms = drain_step_ms(idle);
     drain_reset(&c->drain);
-    struct timeval step = timeval_of_ms(c->drain_step_ms);
+    /* The same timeouts set already (drain_step_ms is theirs while not
+     * 0), with nothing queued, so no write timer running from an earlier
+     * start: nothing to change (each setting costs libevent its pending
+     * events' timers re-armed). */
+    if (c->drain_step_ms == step_ms && c->client_read_timed == reading &&
+        evbuffer_get_length(bufferevent_get_output(c->client)) == 0)
+        return;
+    struct timeval tv = timeval_of_ms(idle);
+    struct timeval step = timeval_of_ms(step_ms);
+    c->drain_step_ms = step_ms;
+    c->client_read_timed = reading;
     bufferevent_set_timeouts(c->client, reading ? &tv : NULL, &step);
 }
 

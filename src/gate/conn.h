@@ -206,6 +206,7 @@ struct conn {
      * step of idle_timeout (gate/drain.h); 0 while the timeouts are another
      * module's (a CONNECT's, connect.c; a tunnel has its own timer). */
     uint64_t drain_step_ms;
+    bool client_read_timed; /* ... and a read timeout of idle_timeout with it */
     struct drain drain;
     struct evbuffer_cb_entry *drain_cb; /* notes writes into the client's socket */
     struct exchange ex;
