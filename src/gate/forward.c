@@ -455,9 +455,9 @@ static int add_data(void *arg, const char *data, size_t len)
 }
 
 /* Moves response body bytes from the upstream to the client, after the
- * head; <force> when the upstream ended (its input is bounded by the read
- * watermark): all of it, over the FLOW_HIGH mark. Returns -1 when <c> was
- * freed. */
+ * head; <force> when the upstream ended (its input is bounded: see
+ * forward_start()): all of it, over the FLOW_HIGH mark. Returns -1 when <c>
+ * was freed. */
 static int pump_response(struct conn *c, bool force)
 {
     struct exchange *ex = &c->ex;
@@ -556,7 +556,7 @@ static void set_read_high(struct bufferevent *bev, size_t high)
 /* Reads response heads until the final one. Interim (1xx) ones are passed
  * on, at most INTERIM_MAX per request (more: 502), under the same FLOW_HIGH
  * backpressure as body bytes unless <force> (the upstream ended: its input
- * is bounded by the read watermark). Returns -1 when <c> was freed. */
+ * is bounded, see forward_start()). Returns -1 when <c> was freed. */
 static int read_response_head(struct conn *c, bool force)
 {
     struct exchange *ex = &c->ex;
@@ -667,8 +667,6 @@ static int read_response_head(struct conn *c, bool force)
         ex->rsp_head_done = true;
         if (!ex->req_taken)
             answer_started(c);
-        if (limit > FLOW_HIGH)
-            set_read_high(c->up, FLOW_HIGH);
         if (ex->rsp_body == BODY_NONE || (ex->rsp_body == BODY_LENGTH && ex->rsp_left == 0))
             ex->rsp_done = true;
     }
@@ -733,11 +731,13 @@ void forward_start(struct conn *c)
         bufferevent_set_timeouts(c->up, NULL, &step);
     }
     bufferevent_setwatermark(c->up, EV_WRITE, FLOW_LOW, 0);
-    /* Room for a whole response head (limits.header_bytes may be over
-     * FLOW_HIGH: such a head must fit, or it would neither complete nor be
-     * found too large); FLOW_HIGH again once it is parsed. */
-    size_t head_max = response_head_limit(c);
-    set_read_high(c->up, head_max > FLOW_HIGH ? head_max : FLOW_HIGH);
+    /* No read high watermark on the upstream: its input is bounded without
+     * one, as each read is taken up at once (up_read()): a head until it is
+     * complete or found over its limit (read_response_head()), body bytes
+     * until the client's backlog reaches FLOW_HIGH, when reading stops; a
+     * read takes at most READ_AHEAD. And with one, libevent enables the read
+     * event again, re-arming its timer, at every change of the input (each
+     * read, each head or body bytes taken). */
     bufferevent_setwatermark(c->client, EV_WRITE, FLOW_LOW, 0);
     /* A body is read up to FLOW_HIGH ahead; without one the client is not
      * read during the exchange (forward_on_client_read()), and its next
