@@ -580,39 +580,35 @@ static int read_response_head(struct conn *c, bool force)
             head_deadline_arm(c);
             return 0;
         }
-        struct http_response *rsp = malloc(sizeof(*rsp));
-        if (buf == NULL || rsp == NULL) {
-            free(rsp);
+        /* On the stack: at 3 KiB it is past glibc's per-thread cache, so
+         * each malloc() and free() of it took malloc's slower paths. */
+        struct http_response head, *rsp = &head;
+        if (buf == NULL) {
             fail(c, "out of memory");
             return -1;
         }
         int rc = http1_parse_response(buf, n, limit, rsp, &why);
         if (rc == HTTP1_NEED_MORE) {
-            free(rsp);
             head_deadline_arm(c);
             return 0;
         }
         evtimer_del(c->timer);
         if (rc < 0 || rsp->status == 101) {
-            free(rsp);
             fail(c, "the upstream sent an invalid response");
             return -1;
         }
         if (rsp->status < 200) {
             if (++ex->interim > INTERIM_MAX) {
-                free(rsp);
                 fail(c, "the upstream sent too many interim responses");
                 return -1;
             }
             /* Not to an HTTP/1.0 client (RFC 9110 15.2), which would take
              * it for the answer. */
             if (!ex->client_v10 && http1_write_upstream_response(rsp, c->scratch, 0) < 0) {
-                free(rsp);
                 fail(c, "out of memory");
                 return -1;
             }
             evbuffer_drain(in, rsp->head_len);
-            free(rsp);
             memset(&ex->rsp_scan, 0, sizeof(ex->rsp_scan)); /* the next head is another */
             continue;
         }
@@ -622,7 +618,6 @@ static int read_response_head(struct conn *c, bool force)
          * client with nothing saying so, its coded bytes passing for the
          * body. The gateway does not decode them. */
         if (ex->client_v10 && rsp->other_coding && ex->rsp_body != BODY_NONE) {
-            free(rsp);
             fail(c, "the upstream sent a transfer coding other than chunked, which an HTTP/1.0 "
                     "client cannot take");
             return -1;
@@ -658,12 +653,10 @@ static int read_response_head(struct conn *c, bool force)
         unsigned flags =
             (ex->keep_alive ? HTTP1_RSP_KEEP_ALIVE : 0u) | (no_te ? HTTP1_RSP_UNCHUNKED : 0u);
         if (http1_write_upstream_response(rsp, c->scratch, flags) < 0) {
-            free(rsp);
             fail(c, "out of memory");
             return -1;
         }
         evbuffer_drain(in, rsp->head_len);
-        free(rsp);
         ex->rsp_head_done = true;
         if (!ex->req_taken)
             answer_started(c);
