@@ -785,6 +785,16 @@ static void on_connected(int err, struct bufferevent *bev, evutil_socket_t fd, s
     }
 }
 
+/* The client is not timed while its target is resolved or connected: it
+ * waits, and what it was sent before is not judged meanwhile. forward.c
+ * sets its timeouts again; a CONNECT's are connect.c's. Not on a request
+ * that goes at once on a kept connection: forward_start() sets them. */
+static void untime_client(struct conn *c)
+{
+    bufferevent_set_timeouts(c->client, NULL, NULL);
+    c->drain_step_ms = 0;
+}
+
 /* Guards every address, keeps those that may be connected to, connects. */
 static void connect_checked(struct conn *c)
 {
@@ -830,6 +840,7 @@ static void connect_checked(struct conn *c)
     if (t > GATEWAY_CONNECT_TIMEOUT_MS)
         t = GATEWAY_CONNECT_TIMEOUT_MS;
     c->state = CS_CONNECT;
+    untime_client(c);
     c->uc = upstream_connect_start(c->gw->base, ex->addrs, ex->naddrs, ex->port, (unsigned)t,
                                    on_connected, c);
     if (c->uc == NULL)
@@ -1047,8 +1058,6 @@ static void decide_and_go(struct conn *c)
      * on_read() turns it off should bytes come early (a plain request's
      * body, or what a CONNECT client sends before its 200: connect_start()
      * takes those up). */
-    bufferevent_set_timeouts(c->client, NULL, NULL);
-    c->drain_step_ms = 0; /* forward.c sets them again; a CONNECT's are connect.c's */
     if (ex->target.kind == HOST_IP) {
         ex->addrs[0] = ex->target.ip;
         ex->naddrs = 1;
@@ -1056,6 +1065,7 @@ static void decide_and_go(struct conn *c)
         return;
     }
     c->state = CS_RESOLVE;
+    untime_client(c);
     c->rreq = resolver_lookup(c->gw->resolver, ex->target.name, on_resolved, c);
     if (c->rreq == NULL)
         conn_refuse(c, REASON_DNS_FAILURE, "out of memory", true);
