@@ -279,8 +279,14 @@ void conn_end_exchange(struct conn *c)
     quota_flow_close(ex->flow);
     gw_policy_unref(ex->flow_pol); /* after the flow, which borrows its rule */
     free(ex->path);
-    if (ex->uphead != NULL)
-        evbuffer_free(ex->uphead);
+    if (ex->uphead != NULL) {
+        /* Kept, empty, for the connection's next request (forward_prepare()) */
+        evbuffer_drain(ex->uphead, evbuffer_get_length(ex->uphead));
+        if (c->spare_head == NULL)
+            c->spare_head = ex->uphead;
+        else
+            evbuffer_free(ex->uphead);
+    }
     gw_policy_unref(ex->pol);
     gw_policy_unref(ex->redecided_pol);
     memset(ex, 0, sizeof(*ex));
@@ -354,6 +360,8 @@ void conn_free(struct conn *c)
     }
     if (c->scratch != NULL)
         evbuffer_free(c->scratch);
+    if (c->spare_head != NULL)
+        evbuffer_free(c->spare_head);
     if (c->fd >= 0)
         close(c->fd);
     release_agent(c);

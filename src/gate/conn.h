@@ -173,7 +173,8 @@ struct conn {
     unsigned nreq;
     evutil_socket_t fd;
     struct bufferevent *client;
-    struct evbuffer *scratch; /* a response head on its way to the client (forward.c); or NULL */
+    struct evbuffer *scratch;    /* a response head on its way to the client (forward.c); or NULL */
+    struct evbuffer *spare_head; /* an empty buffer for the next ex.uphead (forward.c); or NULL */
     struct client_origin origin;
     enum conn_state state;
     char *counted_agent;      /* the agent this connection counts against */

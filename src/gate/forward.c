@@ -66,7 +66,9 @@ static bool read_with_body(const struct exchange *ex)
 enum deny_reason forward_prepare(struct conn *c, const struct http_request *req, const char **why)
 {
     struct exchange *ex = &c->ex;
-    ex->uphead = evbuffer_new();
+    /* The last exchange's buffer when the connection kept one. */
+    ex->uphead = c->spare_head != NULL ? c->spare_head : evbuffer_new();
+    c->spare_head = NULL;
     if (ex->uphead == NULL || http1_write_upstream_request_keep(
                                   req, ex->uphead, !req->conn_close && !read_with_body(ex)) < 0) {
         *why = "cannot build the upstream request";
