@@ -8,14 +8,14 @@ to a regular file takes the file's inode lock before it copies from the
 caller's buffer; a helper thread here writes to sluice.db-wal from a page
 that a userfaultfd leaves unfilled, so the kernel waits inside that write
 with the lock held, and SQLite's write of the log waits for the lock until
-the test fills the page (uffd_hold.py). Needs root (userfaultfd for
+the test fills the page (uffd_wal_hold.py). Needs root (userfaultfd for
 kernel-mode faults) on x86_64 or aarch64; skipped otherwise."""
 
 import os
 import sqlite3
 
 from gate_client import api_rule, other_rule, other_url, poll, request
-from uffd_hold import InodeHold, threads_in_write
+from uffd_wal_hold import InodeHold, threads_in_write
 
 
 def contacts(statedir):
