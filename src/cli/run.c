@@ -608,6 +608,168 @@ static void warn_renamable(const struct run_args *a, const char *cwd, size_t nus
     }
 }
 
+/* --- alert programs: run outside the box ---------------------------------- */
+
+/* Whether <path> lies at or below <dir> (both canonical; <dir> may be /). */
+static bool in_view_path(const char *path, const char *dir)
+{
+    return strcmp(dir, "/") == 0 || at_or_below(path, dir);
+}
+
+/* Whether the box leaves <dir> (canonical) writable: as the deepest path of
+ * its view at or above it says (the last given among equal ones; the
+ * working directory first, writable). <*root> is set to that path. Outside
+ * every path of the view the box shows the host's files read-only, or,
+ * below /tmp and /dev/shm, its own, so the host's there are out of its
+ * reach. */
+static bool box_writable(const struct run_args *a, const char *cwd, const char *dir,
+                         const char **root)
+{
+    const char *best = in_view_path(dir, cwd) ? cwd : NULL;
+    bool writable = best != NULL;
+    for (size_t k = 0; k < a->npaths; k++) {
+        const char *q = a->paths[k].path;
+        if (in_view_path(dir, q) && (best == NULL || strlen(q) >= strlen(best))) {
+            best = q;
+            writable = a->paths[k].kind == BOX_PATH_RW;
+        }
+    }
+    *root = best;
+    return writable;
+}
+
+/* Whether <path> (canonical) is a mount point of the box's view, which the
+ * command can neither rename nor remove (EBUSY). A --hide path that does
+ * not exist is not mounted. */
+static bool box_mount_point(const struct run_args *a, const char *cwd, const char *path)
+{
+    struct stat st;
+    if (strcmp(path, cwd) == 0)
+        return true;
+    for (size_t k = 0; k < a->npaths; k++)
+        if (strcmp(a->paths[k].path, path) == 0 &&
+            (a->paths[k].kind != BOX_PATH_HIDE || lstat(path, &st) == 0))
+            return true;
+    return false;
+}
+
+/* Whether the command in the box could change the file <path> (absolute,
+ * as a policy names it) names: write it, or have the path name another file
+ * (a folder on the way renamed away and a new one made, a link replaced),
+ * through an entry on the way to it, a link's target followed, that lies
+ * in a folder the box leaves writable and is no mount point there. On true
+ * <*root> is the writable path of the view concerned. A path the kernel
+ * could not follow either (a loop of links, too long) is false: a link the
+ * box could change would have been found before. */
+static bool box_can_change(const struct run_args *a, const char *cwd, const char *path,
+                           const char **root)
+{
+    char cur[PATH_MAX] = "/"; /* resolved so far: no link in it */
+    char rest[PATH_MAX], next[PATH_MAX], target[PATH_MAX], joined[PATH_MAX];
+    if ((size_t)snprintf(rest, sizeof(rest), "%s", path) >= sizeof(rest))
+        return false;
+    const char *r = rest;
+    for (int links = 0;;) {
+        while (*r == '/')
+            r++;
+        if (*r == '\0')
+            break;
+        size_t len = strcspn(r, "/");
+        const char *name = r;
+        r += len;
+        if (len == 1 && name[0] == '.')
+            continue;
+        if (len == 2 && name[0] == '.' && name[1] == '.') {
+            char *slash = strrchr(cur, '/');
+            slash[slash == cur ? 1 : 0] = '\0';
+            continue;
+        }
+        if ((size_t)snprintf(next, sizeof(next), "%s%s%.*s", cur, strcmp(cur, "/") == 0 ? "" : "/",
+                             (int)len, name) >= sizeof(next))
+            return false;
+        if (!box_mount_point(a, cwd, next) && box_writable(a, cwd, cur, root))
+            return true;
+        struct stat st;
+        if (lstat(next, &st) < 0 || !S_ISLNK(st.st_mode)) {
+            memcpy(cur, next, strlen(next) + 1);
+            continue;
+        }
+        ssize_t t = readlink(next, target, sizeof(target) - 1);
+        if (t <= 0 || ++links > 40)
+            return false;
+        target[t] = '\0';
+        if ((size_t)snprintf(joined, sizeof(joined), "%s/%s", target, r) >= sizeof(joined))
+            return false;
+        memcpy(rest, joined, strlen(joined) + 1);
+        r = rest;
+        if (target[0] == '/')
+            memcpy(cur, "/", 2);
+    }
+    return box_writable(a, cwd, cur, root); /* the file itself */
+}
+
+/* The interpreter a script at <path> names on its "#!" line, into <interp>;
+ * false when it is no script (or cannot be read: then it cannot be run). */
+static bool script_interpreter(const char *path, char *interp, size_t len)
+{
+    char head[256];
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    struct stat st;
+    ssize_t n = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)
+                    ? read(fd, head, sizeof(head) - 1)
+                    : -1;
+    if (fd >= 0)
+        close(fd);
+    if (n < 2 || head[0] != '#' || head[1] != '!')
+        return false;
+    head[n] = '\0';
+    const char *s = head + 2 + strspn(head + 2, " \t");
+    size_t m = strcspn(s, " \t\n");
+    if (m == 0 || m >= len || s[m] == '\0')
+        return false;
+    memcpy(interp, s, m);
+    interp[m] = '\0';
+    return true;
+}
+
+/* The gateway runs each `exec` alert program of the policy <p> outside the
+ * box, with the host's network and its user's rights: one that the command
+ * can change, or its script's interpreter (4 levels, as the kernel
+ * follows), would run the command's own code there at the next alert,
+ * which it can raise at will (a first contact). Such a policy does not
+ * start. Returns 0, or EXIT_USAGE with a message. */
+static int check_alert_programs(const struct run_args *a, const char *cwd, const struct policy *p)
+{
+    for (size_t i = 0; i < p->alerts.nsinks; i++) {
+        const struct sink *k = &p->alerts.sinks[i];
+        char prog[PATH_MAX], interp[PATH_MAX];
+        if (k->kind != SINK_EXEC)
+            continue;
+        snprintf(prog, sizeof(prog), "%s", k->target);
+        for (int level = 0; level < 5; level++) {
+            const char *root = NULL;
+            if (box_can_change(a, cwd, prog, &root)) {
+                char *sp = text_shown(k->target), *sf = text_shown(prog), *sr = text_shown(root);
+                fprintf(stderr,
+                        "sluice run: the alert program %s%s%s%s can be changed from the box "
+                        "(below the writable %s): the gateway runs it outside the box, so the "
+                        "command does not start; keep it outside the writable paths, or name it "
+                        "(or a folder above it, directly in one) with --ro\n",
+                        sp, level > 0 ? " (its interpreter " : "", level > 0 ? sf : "",
+                        level > 0 ? ")" : "", sr);
+                free(sp);
+                free(sf);
+                free(sr);
+                return EXIT_USAGE;
+            }
+            if (!script_interpreter(prog, interp, sizeof(interp)))
+                break;
+            memcpy(prog, interp, strlen(interp) + 1);
+        }
+    }
+    return 0;
+}
+
 /* --- the environment of the command --------------------------------------- */
 
 /* The proxy variables, in any case: the common ones, and those of tools
@@ -755,7 +917,8 @@ static int gateway_leave_root(pid_t parent, const struct privdrop_target *chosen
  * making of its directory on, the signals of <ending> (box_ending_signals():
  * a ^C, a `timeout` while run starts) are held: run_main() ends of one
  * only once the directory is removed. */
-static int serve_start(struct run_args *a, struct served *s, const sigset_t *ending)
+static int serve_start(struct run_args *a, const char *cwd, struct served *s,
+                       const sigset_t *ending)
 {
     /* Every request is --agent's: the tokens are never compared, and a
      * variable unset here (a developer's machine without CI's secrets)
@@ -765,6 +928,10 @@ static int serve_start(struct run_args *a, struct served *s, const sigset_t *end
         return EXIT_USAGE;
     if (keep_token_env(s, p) < 0) {
         fputs("sluice run: out of memory\n", stderr);
+        policy_free(p);
+        return EXIT_USAGE;
+    }
+    if (check_alert_programs(a, cwd, p) != 0) {
         policy_free(p);
         return EXIT_USAGE;
     }
@@ -1250,7 +1417,7 @@ static int run_main(int argc, char **argv)
             goto out;
         }
     } else {
-        if (serve_start(a, &s, &ending) != 0)
+        if (serve_start(a, cwd, &s, &ending) != 0)
             goto out;
         sock = s.sock;
         nuser = a->npaths;
