@@ -61,7 +61,8 @@ int box_landlock(const struct box_config *cfg, char *err, size_t errlen);
  * ambient, inheritable, permitted), sets no_new_privs, applies the
  * Landlock ruleset (box_landlock(); <*landlocked> says whether it is in
  * force) and loads the seccomp filter refusing socket families but
- * AF_INET, AF_INET6 and AF_NETLINK, io_uring, the keyring calls, ioctl(TIOCSTI),
+ * AF_INET, AF_INET6 and AF_NETLINK (and AF_INET's SOCK_PACKET, an AF_PACKET
+ * socket), io_uring, the keyring calls, ioctl(TIOCSTI),
  * ioctl(TIOCLINUX), ioctl(TIOCSETD), a virtual console's ioctls that
  * change it
  * (tty_refused[]: KDSKBENT, KDSKBSENT, KDSKBMODE, KDSETMODE, the font

@@ -20,7 +20,9 @@
  * with --allow-unix) may be created; AF_VSOCK would reach the services of
  * a VM host, AF_PACKET, AF_ALG, AF_BLUETOOTH and the rest are kernel attack
  * surface the command has no use for (EAFNOSUPPORT, for socket() and
- * socketpair()). --allow-unix lifts the AF_UNIX and socketpair() rules only.
+ * socketpair()), and so is AF_PACKET by its obsolete spelling,
+ * socket(AF_INET, SOCK_PACKET). --allow-unix lifts the AF_UNIX and
+ * socketpair() rules only.
  *
  * Kernel keyrings: add_key(), request_key() and keyctl() fail with ENOSYS
  * (the user keyring of a root box is the host root's).
@@ -126,6 +128,23 @@ static int refuse_families(scmp_filter_ctx ctx, int sys, bool allow_unix)
         rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(e), sys, 1, &is_fam);
     }
     return rc;
+}
+
+/* socket(AF_INET, SOCK_PACKET): the kernel still takes this obsolete
+ * spelling for socket(AF_PACKET, ...) (__sock_create()), which the rule on
+ * the family does not see. In the box's network namespace the command
+ * lacks CAP_NET_RAW (EPERM), but in one of its own, under a user namespace
+ * it makes, it has it, and the socket was made: AF_PACKET's code, kernel
+ * attack surface the box refuses, within reach. EAFNOSUPPORT, as
+ * AF_PACKET itself; the type compared in the bits the kernel reads it from
+ * (SOCK_TYPE_MASK: above them SOCK_CLOEXEC and SOCK_NONBLOCK). */
+static int refuse_inet_packet(scmp_filter_ctx ctx)
+{
+    const struct scmp_arg_cmp cmp[2] = {
+        {.arg = 0, .op = SCMP_CMP_MASKED_EQ, .datum_a = 0xffffffffu, .datum_b = AF_INET},
+        {.arg = 1, .op = SCMP_CMP_MASKED_EQ, .datum_a = 0xf, .datum_b = SOCK_PACKET},
+    };
+    return seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 2, cmp);
 }
 
 /* The bits the command may not put on a file. Each is a rule of its own
@@ -268,6 +287,8 @@ static int load_filter(bool allow_unix, char *err, size_t errlen)
     int rc = refuse_families(ctx, SCMP_SYS(socket), allow_unix);
     if (rc == 0)
         rc = refuse_families(ctx, SCMP_SYS(socketpair), allow_unix);
+    if (rc == 0)
+        rc = refuse_inet_packet(ctx);
     /* socketpair(): stream and seqpacket pairs only. A datagram socket can
      * sendto() any path, connected or not, and AF_UNIX turns SOCK_RAW into
      * SOCK_DGRAM, so every other type (the low 4 bits of the int; above
