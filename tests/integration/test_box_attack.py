@@ -7,7 +7,9 @@ addresses, or network namespaces the box itself makes, are ever used."""
 
 import json
 import os
+import platform
 import shutil
+import socket
 import subprocess
 import tempfile
 
@@ -22,10 +24,16 @@ def _clean_env():
     return {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
 
 
-def _run(sluice_bin, args, cmd, cwd, timeout=30):
+ROOT, NOBODY = 0, 65534
+
+
+def _run(sluice_bin, args, cmd, cwd, timeout=30, user=ROOT, env=None):
     argv = [sluice_bin, "run"] + [str(a) for a in args] + ["--"] + cmd
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd,
-                       env=_clean_env())
+    if user != ROOT:
+        argv = ["setpriv", "--reuid=%d" % user, "--regid=%d" % user, "--clear-groups"] + argv
+    e = _clean_env()
+    e.update(env or {})
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd, env=e)
     for mark in SANITIZER_MARKS:
         assert mark not in p.stderr, p.stderr
     return p
@@ -47,6 +55,58 @@ def proj():
     os.chmod(d, 0o755)
     yield d
     shutil.rmtree(d, ignore_errors=True)
+
+
+def _policy(proj, text="version: 1\nrules: []\n"):
+    pol = os.path.join(proj, "policy.yaml")
+    with open(pol, "w") as f:
+        f.write(text)
+    os.chmod(pol, 0o644)
+    return pol
+
+
+def _own(proj, user):
+    """The project folder and all in it the box user's, as a developer's."""
+    for root, dirs, files in os.walk(proj):
+        for n in [root] + [os.path.join(root, x) for x in dirs + files]:
+            os.lchown(n, user, user)
+
+
+# The probes' helpers, in the box: the errno name of a call that failed.
+PRELUDE = r"""
+import ctypes, errno, json, os, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+out = {}
+def cerr(r):
+    return "ok" if r >= 0 else errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))
+def py(name, f):
+    try:
+        f()
+        out[name] = "ok"
+    except OSError as e:
+        out[name] = errno.errorcode.get(e.errno, str(e.errno))
+def in_child(f):
+    # runs f() in a child process (for unshare()), returns what it returned
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            res = f()
+        except Exception as e:
+            res = {"error": repr(e)}
+        os.write(w, json.dumps(res).encode())
+        os._exit(0)
+    os.close(w)
+    data = b""
+    while True:
+        d = os.read(r, 65536)
+        if not d:
+            break
+        data += d
+    os.waitpid(pid, 0)
+    return json.loads(data)
+"""
 
 
 # --------------------------------------------------------------------------
@@ -93,8 +153,8 @@ print(json.dumps(out))
 
 def _alert_policy(path, prog):
     with open(path, "w") as f:
-        f.write("version: 1\nrules: []\nalerts:\n  first_contact: true\n  sinks:\n"
-                "    - exec: %s\n" % prog)
+        f.write("version: 1\nrules: []\ndns:\n  servers: [\"127.0.0.1:9\"]\n"
+                "alerts:\n  first_contact: true\n  sinks:\n    - exec: %s\n" % prog)
 
 
 def _alert_world(proj, prog_rel, policy_rel=".sluice/policy.yaml", interp="/bin/sh"):
@@ -161,6 +221,28 @@ def test_an_alert_programs_interpreter_the_command_can_change_stops_the_run(slui
     assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
     assert ("sluice run: the alert program %s (its interpreter %s) can be changed from the box"
             % (prog, interp)) in p.stderr, p.stderr
+
+
+def test_an_alert_program_linked_into_the_working_directory_stops_the_run(sluice_bin, proj):
+    """The policy names a link outside the writable paths, which leads to a
+    file in the working directory: the gateway follows the link, so the
+    file is what the command must not be able to change. Before the fix
+    the program written through the link ran in the host's network
+    namespace."""
+    work = os.path.join(proj, "work")
+    os.mkdir(work)
+    os.chmod(work, 0o755)
+    pol, real, marker = _alert_world(proj, "work/alert.sh", "policy.yaml")
+    os.mkdir(os.path.join(proj, "hooks"))
+    os.chmod(os.path.join(proj, "hooks"), 0o755)
+    link = os.path.join(proj, "hooks", "alert")
+    os.symlink("../work/alert.sh", link)
+    _alert_policy(pol, link)
+    p = _run(sluice_bin, ["--policy", pol], [PY, "-c", PLANT, link, marker, "write"], work)
+    assert not os.path.exists(marker), (open(marker).read(), p.stdout, p.stderr)
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    assert ("sluice run: the alert program %s can be changed from the box (below the "
+            "writable %s)" % (link, work)) in p.stderr, p.stderr
 
 
 @pytest.mark.parametrize("where,ro,how", [
@@ -238,3 +320,349 @@ def test_an_af_packet_socket_by_its_inet_spelling_is_refused(sluice_bin, proj):
         else:
             assert o["nested"]["inet"] == o["nested"]["packet"] == "EAFNOSUPPORT", o
             assert o["nested"]["inet6"] != "ok", o
+
+
+# --------------------------------------------------------------------------
+# the box's init, which runs the relay: the command cannot reach into it
+
+RELAY_PROCESS = PRELUDE + r"""
+PTRACE_ATTACH, PTRACE_SEIZE = 16, 0x4206
+out["ptrace_attach"] = cerr(libc.ptrace(ctypes.c_long(PTRACE_ATTACH), ctypes.c_long(1), None, None))
+out["ptrace_seize"] = cerr(libc.ptrace(ctypes.c_long(PTRACE_SEIZE), ctypes.c_long(1), None, None))
+class iovec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+buf = ctypes.create_string_buffer(16)
+local, remote = iovec(ctypes.cast(buf, ctypes.c_void_p), 16), iovec(0x400000, 16)
+libc.process_vm_readv.restype = ctypes.c_ssize_t
+out["process_vm_readv"] = cerr(libc.process_vm_readv(1, ctypes.byref(local), 1,
+                                                     ctypes.byref(remote), 1, 0))
+pidfd = libc.syscall(ctypes.c_long(434), ctypes.c_long(1), ctypes.c_long(0))  # pidfd_open
+got = [libc.syscall(ctypes.c_long(438), ctypes.c_long(pidfd), ctypes.c_long(n), ctypes.c_long(0))
+       for n in range(0, 64)] if pidfd >= 0 else []  # pidfd_getfd: every descriptor it may hold
+out["pidfd_getfd"] = "ok" if any(g >= 0 for g in got) else cerr(-1) if got else "no pidfd"
+fds = os.listdir("/proc/1/fd") if os.access("/proc/1/fd", os.R_OK) else []
+for n in fds:
+    py("fd" + n, lambda n=n: os.open("/proc/1/fd/" + n, os.O_PATH))
+for what in ("root", "cwd", "exe"):
+    py(what, lambda what=what: os.readlink("/proc/1/" + what))
+for what in ("environ", "mem"):
+    py(what, lambda what=what: open("/proc/1/" + what, "rb").read(1))
+py("root_dir", lambda: os.listdir("/proc/1/root/"))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("user", [ROOT, NOBODY])
+def test_the_relays_process_is_out_of_reach(sluice_bin, proj, user):
+    """The box's init (PID 1) runs the relay and holds the gateway's socket:
+    ptrace, process_vm_readv, pidfd_getfd, its /proc/1/fd links, root,
+    environment and memory all refuse the command (it is not dumpable, and
+    the command has no capability)."""
+    pol = _policy(proj)
+    _own(proj, user)
+    o = _out(_run(sluice_bin, ["--policy", pol], [PY, "-c", RELAY_PROCESS], proj, user=user))
+    assert o.pop("ptrace_attach") == o.pop("ptrace_seize") == "EPERM", o
+    assert o.pop("process_vm_readv") == "EPERM", o
+    assert o.pop("pidfd_getfd") in ("EPERM", "no pidfd"), o
+    assert o and set(o.values()) == {"EACCES"}, o
+
+
+# --------------------------------------------------------------------------
+# a read-only file: no way of writing it
+
+READ_ONLY = PRELUDE + r"""
+ro = sys.argv[1]
+py("open", lambda: open(ro, "a").close())
+fd = os.open(ro, os.O_PATH)
+py("opath_reopen", lambda: open("/proc/self/fd/%d" % fd, "a").close())
+py("link_into_cwd", lambda: os.link(ro, "linked"))
+py("rename_away", lambda: os.rename(ro, "renamed"))
+py("rename_over", lambda: (open("new", "w").close(), os.rename("new", ro)))
+py("unlink", lambda: os.unlink(ro))
+py("chmod", lambda: os.chmod(ro, 0o666))
+py("truncate", lambda: os.truncate(ro, 0))
+py("utime", lambda: os.utime(ro, (0, 0)))
+py("setxattr", lambda: os.setxattr(ro, "user.x", b"1"))
+# its file handle opened again through the working directory's writable mount
+class fh(ctypes.Structure):
+    _fields_ = [("bytes", ctypes.c_uint), ("type", ctypes.c_int), ("h", ctypes.c_ubyte * 128)]
+h, mid = fh(), ctypes.c_int()
+h.bytes = 128
+if libc.name_to_handle_at(-100, ro.encode(), ctypes.byref(h), ctypes.byref(mid), 0) == 0:
+    cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+    out["open_by_handle"] = cerr(libc.open_by_handle_at(cwd, ctypes.byref(h), os.O_RDWR))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("user", [ROOT, NOBODY])
+def test_a_read_only_file_below_the_working_directory_cannot_be_written(sluice_bin, proj, user):
+    """A --ro file in the writable working directory: written, reopened for
+    writing through an O_PATH descriptor, hard-linked or renamed into the
+    writable mount, replaced, removed, its mode, size, times or attributes
+    changed, or opened again by its file handle through the writable mount:
+    each refused, and the file is as it was."""
+    pol = _policy(proj)
+    ro = os.path.join(proj, "keep.txt")
+    with open(ro, "w") as f:
+        f.write("kept")
+    _own(proj, user)
+    p = _run(sluice_bin, ["--policy", pol, "--ro", ro], [PY, "-c", READ_ONLY, ro], proj, user=user)
+    o = _out(p)
+    assert o.pop("link_into_cwd") == "EXDEV", o
+    assert o.pop("rename_away") in ("EBUSY", "EXDEV"), o  # a mount point, on a mount of its own
+    assert o.pop("rename_over") in ("EBUSY", "EXDEV"), o
+    assert o.pop("unlink") in ("EBUSY", "EROFS"), o
+    assert o.pop("open_by_handle", "EPERM") == "EPERM", o
+    assert set(o.values()) == {"EROFS"}, o
+    with open(ro) as f:
+        assert f.read() == "kept"
+    assert sorted(os.listdir(proj)) == ["keep.txt", "new", "policy.yaml"]  # "new" the box's
+
+
+# --------------------------------------------------------------------------
+# a user namespace of the command's own
+
+NESTED = PRELUDE + r"""
+ro, hidden, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def nested():
+    res = {}
+    if libc.unshare(0x10000000 | 0x20000 | 0x40000000) != 0:  # NEWUSER | NEWNS | NEWNET
+        return {"unshare": errno.errorcode[ctypes.get_errno()]}
+    MS_REMOUNT, MS_BIND, MNT_DETACH = 32, 4096, 2
+    res["remount_rw"] = cerr(libc.mount(None, ro.encode(), None, MS_REMOUNT | MS_BIND, None))
+    res["umount_ro"] = cerr(libc.umount2(ro.encode(), MNT_DETACH))
+    res["umount_hide"] = cerr(libc.umount2(hidden.encode(), MNT_DETACH))
+    res["hidden"] = os.listdir(hidden)
+    # a copy of the working directory's mount without those below it
+    res["open_tree"] = cerr(libc.syscall(ctypes.c_long(428), ctypes.c_long(-100),
+                                         os.path.dirname(hidden).encode(), ctypes.c_long(1)))
+    try:
+        open(ro, "a").close()
+        res["write_ro"] = "ok"
+    except OSError as e:
+        res["write_ro"] = errno.errorcode[e.errno]
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        res["host_tcp"] = "ok"
+    except OSError as e:
+        res["host_tcp"] = errno.errorcode[e.errno]
+    res["ifs"] = [n for _, n in socket.if_nameindex()]
+    return res
+print(json.dumps(in_child(nested)))
+"""
+
+
+@pytest.mark.parametrize("user", [ROOT, NOBODY])
+def test_a_nested_user_namespace_gains_nothing(sluice_bin, proj, user):
+    """The command may make a user namespace of its own (with a mount and a
+    network namespace), where it holds every capability: the box's mounts
+    stay locked as they are (a --ro one cannot be made writable nor taken
+    away, a --hide one not taken away, the working directory's mount not
+    copied without them), and its network is empty: no way to the host's
+    loopback."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    srv.setblocking(False)
+    pol = _policy(proj)
+    ro = os.path.join(proj, "keep.txt")
+    with open(ro, "w") as f:
+        f.write("kept")
+    hidden = os.path.join(proj, "secrets")
+    os.mkdir(hidden)
+    with open(os.path.join(hidden, "key"), "w") as f:
+        f.write("secret")
+    _own(proj, user)
+    try:
+        p = _run(sluice_bin, ["--policy", pol, "--ro", ro, "--hide", hidden],
+                 [PY, "-c", NESTED, ro, hidden, str(srv.getsockname()[1])], proj, user=user)
+        o = _out(p)
+        with pytest.raises(BlockingIOError):
+            srv.accept()
+    finally:
+        srv.close()
+    if "unshare" in o:
+        pytest.skip("no user namespace for the command here: %s" % o["unshare"])
+    assert o == {"remount_rw": "EPERM", "umount_ro": "EINVAL", "umount_hide": "EINVAL",
+                 "hidden": [], "open_tree": "EINVAL", "write_ro": "EROFS",
+                 "host_tcp": "ENETUNREACH", "ifs": ["lo"]}, o
+    with open(ro) as f:
+        assert f.read() == "kept"
+
+
+# --------------------------------------------------------------------------
+# the host's loopback, and its unix sockets
+
+HOST_NET = PRELUDE + r"""
+port, udp, name, dpath = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+py("tcp6", lambda: socket.create_connection(("::1", port), timeout=2).close())
+def datagram():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.sendto(b"from-the-box", ("127.0.0.1", udp))
+py("udp_sent", datagram)
+def abstract():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect("\0" + name)
+py("abstract", abstract)
+def pair_sendto(kind):
+    a, b = socket.socketpair(socket.AF_UNIX, kind)
+    a.sendto(b"from-the-box", dpath)
+    return b.recv(64)
+for kind, label in ((socket.SOCK_STREAM, "stream"), (socket.SOCK_SEQPACKET, "seqpacket")):
+    try:
+        out[label + "_pair_sendto"] = pair_sendto(kind).decode()
+    except OSError as e:
+        out[label + "_pair_sendto"] = errno.errorcode[e.errno]
+print(json.dumps(out))
+"""
+
+
+def test_host_loopback_and_unix_sockets_are_out_of_reach(sluice_bin, proj):
+    """What the box's own loopback cannot reach on the host's: a TCP
+    listener on [::1], a UDP socket (the datagram is sent, into the box's
+    network, and never arrives), an abstract unix socket (abstract names
+    are the network namespace's: not the host's even with --allow-unix),
+    and a unix datagram socket addressed through a stream or seqpacket
+    socketpair (which takes no address: EISCONN, or the peer gets it)."""
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 on this host")
+    tcp6 = socket.socket(socket.AF_INET6)
+    tcp6.bind(("::1", 0))
+    tcp6.listen(4)
+    tcp6.setblocking(False)
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    udp.setblocking(False)
+    name = "sluice-attack-%d" % os.getpid()
+    abstract = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    abstract.bind("\0" + name)
+    abstract.listen(4)
+    abstract.setblocking(False)
+    dpath = os.path.join(proj, "log.sock")
+    dgram = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    dgram.bind(dpath)
+    os.chmod(dpath, 0o777)
+    dgram.setblocking(False)
+    pol = _policy(proj)
+    try:
+        for extra in ([], ["--allow-unix"]):
+            p = _run(sluice_bin, ["--policy", pol] + extra,
+                     [PY, "-c", HOST_NET, str(tcp6.getsockname()[1]), str(udp.getsockname()[1]),
+                      name, dpath], proj)
+            o = _out(p)
+            assert o == {"tcp6": "ECONNREFUSED", "udp_sent": "ok",
+                         "abstract": "ECONNREFUSED" if extra else "EACCES",
+                         "stream_pair_sendto": "EISCONN",
+                         "seqpacket_pair_sendto": "from-the-box"}, (extra, o)
+            for s in (tcp6, abstract):
+                with pytest.raises(BlockingIOError):
+                    s.accept()
+            for s in (udp, dgram):
+                with pytest.raises(BlockingIOError):
+                    s.recv(64)
+    finally:
+        for s in (tcp6, udp, abstract, dgram):
+            s.close()
+
+
+# --------------------------------------------------------------------------
+# the kernel's settings, devices and the box's network
+
+KERNEL = PRELUDE + r"""
+import fcntl, struct
+py("core_pattern", lambda: open("/proc/sys/kernel/core_pattern", "w").write("|/bin/true"))
+py("sys_uevent_helper", lambda: open("/sys/kernel/uevent_helper", "w").write("/bin/true"))
+py("mknod_disk", lambda: os.mknod("disk", 0o600 | 0o060000, os.makedev(8, 0)))
+py("chroot", lambda: os.chroot("/"))
+def ioctl(req, arg):
+    fcntl.ioctl(socket.socket(), req, arg)
+py("lo_down", lambda: ioctl(0x8914, struct.pack("16sH", b"lo", 0) + b"\0" * 22))  # SIOCSIFFLAGS
+py("add_route", lambda: ioctl(0x890B, b"\0" * 120))  # SIOCADDRT
+py("io_uring", lambda: (_ for _ in ()).throw(OSError(ctypes.get_errno(), "")) if libc.syscall(
+    ctypes.c_long(425), ctypes.c_long(8), ctypes.create_string_buffer(120)) < 0 else None)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("user", [ROOT, NOBODY])
+def test_kernel_settings_devices_and_the_network_are_refused(sluice_bin, proj, user):
+    """/proc/sys (core_pattern: a program the host's kernel runs as root)
+    and /sys are read-only; a disk's device node cannot be made, nor the
+    root changed; the box's loopback cannot be taken down nor a route
+    added; io_uring is refused (it makes sockets without socket())."""
+    pol = _policy(proj)
+    _own(proj, user)
+    o = _out(_run(sluice_bin, ["--policy", pol], [PY, "-c", KERNEL], proj, user=user))
+    assert o == {"core_pattern": "EROFS", "sys_uevent_helper": "EROFS", "mknod_disk": "EPERM",
+                 "chroot": "EPERM", "lo_down": "EPERM", "add_route": "EPERM",
+                 "io_uring": "ENOSYS"}, o
+    assert os.listdir(proj) == ["policy.yaml"]
+
+
+X32 = r"""
+import ctypes, errno, json, os, signal
+libc = ctypes.CDLL(None, use_errno=True)
+pid = os.fork()
+if pid == 0:
+    # socket(AF_UNIX, SOCK_STREAM, 0) by its x32 number: __X32_SYSCALL_BIT | 41
+    r = libc.syscall(ctypes.c_long(0x40000000 | 41), ctypes.c_long(1), ctypes.c_long(1),
+                     ctypes.c_long(0))
+    os._exit(0 if r >= 0 else 100 + ctypes.get_errno() % 100)
+_, st = os.waitpid(pid, 0)
+print(json.dumps({"signal": os.WTERMSIG(st) if os.WIFSIGNALED(st) else None,
+                  "exit": os.WEXITSTATUS(st) if os.WIFEXITED(st) else None}))
+"""
+
+
+def test_x32_system_calls_do_not_pass_the_filter(sluice_bin, proj):
+    """On x86_64 a system call numbered with the x32 bit is another entry
+    to the kernel's table: socket(AF_UNIX) by it must not pass the filter
+    (libseccomp kills the process, SIGSYS; a kernel without x32 answers
+    ENOSYS)."""
+    if platform.machine() != "x86_64":
+        pytest.skip("x32 system calls exist on x86_64 only")
+    pol = _policy(proj)
+    o = _out(_run(sluice_bin, ["--policy", pol], [PY, "-c", X32], proj))
+    assert o["signal"] == 31 or o["exit"] == 100 + 38, o  # SIGSYS, or ENOSYS
+
+
+# --------------------------------------------------------------------------
+# the gateway: who the box is to it
+
+TOKENS = r"""
+import base64, json, socket
+out = {}
+for name, auth in (("none", None),
+                   ("basic", "Basic " + base64.b64encode(b"ci-bot:s3cret").decode()),
+                   ("bearer", "Bearer s3cret")):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    req = "GET http://api.example.test/ HTTP/1.1\r\nHost: api.example.test\r\nConnection: close\r\n"
+    if auth:
+        req += "Proxy-Authorization: %s\r\n" % auth
+    s.sendall((req + "\r\n").encode())
+    data = b"".join(iter(lambda: s.recv(4096), b""))  # to the gateway's close
+    head = data.decode(errors="replace").split("\r\n\r\n")[0].split("\r\n")
+    out[name] = [head[0]] + [h for h in head if h.lower().startswith("sluice-reason")]
+print(json.dumps(out))
+"""
+
+
+def test_a_token_presented_from_the_box_makes_it_no_other_agent(sluice_bin, proj):
+    """Every request from the box is --agent's: a token the command knows
+    (from a file, say), presented as Basic or Bearer, does not make it the
+    agent the policy knows by it."""
+    pol = _policy(proj, "version: 1\nagents:\n  - id: ci-bot\n    sources: [unix]\n"
+                        "    token: env:SLUICE_ATTACK_TOKEN\n  - id: run\n    sources: [unix]\n"
+                        "rules:\n  - host: api.example.test\n    ports: [80]\n    tier: 0\n"
+                        "    agents: [ci-bot]\n"
+                        # resolved by the gateway itself, were the rule to apply: no query
+                        # leaves, and loopback is a private_address
+                        "dns:\n  servers: [\"127.0.0.1:9\"]\n"
+                        "  static: {api.example.test: 127.0.0.1}\n")
+    p = _run(sluice_bin, ["--policy", pol], [PY, "-c", TOKENS], proj,
+             env={"SLUICE_ATTACK_TOKEN": "s3cret"})
+    o = _out(p)
+    denied = ["HTTP/1.1 403 Forbidden", "Sluice-Reason: agent_not_allowed"]
+    assert o == {"none": denied, "basic": denied, "bearer": denied}, o
+    assert "allowed 0 " in p.stderr and "denied 3" in p.stderr, p.stderr
