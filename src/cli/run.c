@@ -732,6 +732,68 @@ static bool script_interpreter(const char *path, char *interp, size_t len)
     return true;
 }
 
+/* How many names of the file <st> describes the box keeps read-only: the
+ * distinct --ro paths and files run keeps that name it, and <path> itself
+ * when it is none of them (the caller knows the command cannot change it
+ * there). */
+static unsigned long kept_names(const struct run_args *a, const char *path, const struct stat *st)
+{
+    unsigned long n = 1; /* <path> */
+    for (size_t k = 0; k < a->npaths; k++) {
+        const char *q = a->paths[k].path;
+        struct stat o;
+        bool again = strcmp(q, path) == 0;
+        for (size_t j = 0; j < k && !again; j++)
+            again = a->paths[j].kind == BOX_PATH_RO && strcmp(a->paths[j].path, q) == 0;
+        if (!again && a->paths[k].kind == BOX_PATH_RO && stat(q, &o) == 0 &&
+            o.st_dev == st->st_dev && o.st_ino == st->st_ino)
+            n++;
+    }
+    return n;
+}
+
+/* Whether the file at <path> (links followed) has another name the
+ * command could write it through: a read-only bind covers one name of a
+ * file, not its other hard links, and one in a writable path of the box
+ * (made by the command in an earlier run, while the file was not kept)
+ * writes the same file. Where the other names are cannot be known, only
+ * how many (<*names>) there are: more than the box keeps (kept_names()),
+ * on the file system of a writable path (<*root>), is enough. */
+static bool box_other_name(const struct run_args *a, const char *cwd, const char *path,
+                           const char **root, unsigned long *names)
+{
+    struct stat st, w;
+    if (stat(path, &st) < 0 || S_ISDIR(st.st_mode) || st.st_nlink <= kept_names(a, path, &st))
+        return false;
+    *names = (unsigned long)st.st_nlink;
+    *root = stat(cwd, &w) == 0 && w.st_dev == st.st_dev ? cwd : NULL;
+    for (size_t k = 0; k < a->npaths && *root == NULL; k++)
+        if (a->paths[k].kind == BOX_PATH_RW && stat(a->paths[k].path, &w) == 0 &&
+            w.st_dev == st.st_dev)
+            *root = a->paths[k].path;
+    return *root != NULL;
+}
+
+/* Refuses the run when <path>, which <label> names, has other names
+ * (box_other_name()). Returns 0, or EXIT_USAGE with a message. */
+static int refuse_other_names(const struct run_args *a, const char *cwd, const char *label,
+                              const char *path)
+{
+    const char *root;
+    unsigned long names;
+    if (!box_other_name(a, cwd, path, &root, &names))
+        return 0;
+    char *sp = text_shown(path), *sr = text_shown(root);
+    fprintf(stderr,
+            "sluice run: %s %s has %lu names (hard links) on the file system of the writable %s: "
+            "the command could write it through another one there, so it does not start; "
+            "remove the other links, or keep the file on another file system\n",
+            label, sp, names, sr);
+    free(sp);
+    free(sr);
+    return EXIT_USAGE;
+}
+
 /* The gateway runs each `exec` alert program of the policy <p> outside the
  * box, with the host's network and its user's rights: one that the command
  * can change, or its script's interpreter (4 levels, as the kernel
@@ -762,6 +824,11 @@ static int check_alert_programs(const struct run_args *a, const char *cwd, const
                 free(sr);
                 return EXIT_USAGE;
             }
+            if (refuse_other_names(a, cwd,
+                                   level > 0 ? "the interpreter of the alert program"
+                                             : "the alert program",
+                                   prog) != 0)
+                return EXIT_USAGE;
             if (!script_interpreter(prog, interp, sizeof(interp)))
                 break;
             memcpy(prog, interp, strlen(interp) + 1);
@@ -1448,6 +1515,12 @@ static int run_main(int argc, char **argv)
     const char *const labels[] = {"the policy", s.own_log ? NULL : "the decision log", NULL,
                                   a->alerts != NULL ? "the alerts file" : NULL};
     warn_renamable(a, cwd, nuser, labels);
+    for (size_t i = 0; i < a->npaths; i++) {
+        const char *label = i < nuser ? "--ro" : labels[i - nuser];
+        if (a->paths[i].kind == BOX_PATH_RO && label != NULL &&
+            refuse_other_names(a, cwd, label, a->paths[i].path) != 0)
+            goto out;
+    }
     env = make_env(s.token_env, s.ntoken_env);
     if (env == NULL) {
         fputs("sluice run: out of memory\n", stderr);

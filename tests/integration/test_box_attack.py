@@ -114,6 +114,19 @@ def in_child(f):
 
 BENIGN = "#!%s\ncat > /dev/null\necho benign > %s\n"
 
+# In the box, after PLANT or THROUGH_LINK: has the gateway raise an alert (a
+# first contact of a host no rule names) and waits up to 10 s for an alert
+# program to leave its mark in <marker>.
+RAISE_ALERT = r"""
+s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+s.sendall(b"GET http://nowhere.example.test/ HTTP/1.1\r\nHost: nowhere.example.test\r\n\r\n")
+out["reply"] = s.recv(64).decode().split("\r\n")[0]
+for _ in range(100):
+    if os.path.exists(marker) and os.path.getsize(marker) > 0:
+        break
+    time.sleep(0.1)
+"""
+
 # In the box: puts its own program where the policy's alert program is
 # (written over, or its folder renamed away and a new one made), then has
 # the gateway raise an alert (a first contact) and waits for the program to
@@ -139,13 +152,7 @@ try:
     out["planted"] = "ok"
 except OSError as e:
     out["planted"] = e.__class__.__name__
-s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
-s.sendall(b"GET http://nowhere.example.test/ HTTP/1.1\r\nHost: nowhere.example.test\r\n\r\n")
-out["reply"] = s.recv(64).decode().split("\r\n")[0]
-for _ in range(100):
-    if os.path.exists(marker) and os.path.getsize(marker) > 0:
-        break
-    time.sleep(0.1)
+""" + RAISE_ALERT + r"""
 out["ran"] = open(marker).read().strip() if os.path.exists(marker) else None
 print(json.dumps(out))
 """
@@ -666,3 +673,80 @@ def test_a_token_presented_from_the_box_makes_it_no_other_agent(sluice_bin, proj
     denied = ["HTTP/1.1 403 Forbidden", "Sluice-Reason: agent_not_allowed"]
     assert o == {"none": denied, "basic": denied, "bearer": denied}, o
     assert "allowed 0 " in p.stderr and "denied 3" in p.stderr, p.stderr
+
+
+# --------------------------------------------------------------------------
+# a file kept read-only with another name in a writable folder
+
+# In the box: appends a line to the file through its other name (a hard
+# link the command, or an earlier run's, made while it was not protected),
+# then raises an alert (a first contact) and waits for an alert program,
+# were one planted, to run.
+THROUGH_LINK = r"""
+import json, os, socket, sys, time
+kept, other, marker = sys.argv[1], sys.argv[2], sys.argv[3]
+out = {}
+try:
+    with open(kept, "a") as f:
+        f.write("direct\n")
+    out["direct"] = "ok"
+except OSError as e:
+    out["direct"] = e.__class__.__name__
+with open(other, "a") as f:
+    f.write(sys.argv[4].replace("MARKER", marker) + "\n")
+out["through_link"] = "ok"
+""" + RAISE_ALERT + r"""
+print(json.dumps(out))
+"""
+
+FORGED = json.dumps({"ts": "2026-12-05T19:00:00.123Z", "event": "agent_egress", "id": "f1.1",
+                     "agent": "run", "method": "GET", "scheme": "http", "host": "forged.test",
+                     "port": 80, "path": "/", "tier": 0, "rule": "rules[0]", "owner": None,
+                     "decision": "allow", "reason": None, "ip": "192.0.2.1"})
+
+
+@pytest.mark.parametrize("what", ["log", "alerts", "policy", "program", "ro"])
+def test_a_kept_file_with_another_name_in_a_writable_folder_stops_the_run(sluice_bin, proj,
+                                                                          what):
+    """The decision log, the alerts file, the policy, an alert program and
+    a --ro file are bound read-only in the box, but a hard link to one in
+    the working directory (made by the command in an earlier run, while
+    the file was not kept) is another name for the same file, writable
+    there: the command forged an allowed request into this run's own log
+    (and its summary counted it), wrote the policy, and wrote an alert
+    program that the gateway then ran outside the box. A kept file with
+    more than one name on the file system of a writable path stops the
+    run before the command starts."""
+    work = os.path.join(proj, "work")
+    os.mkdir(work)
+    os.chmod(work, 0o755)
+    pol, prog, marker = _alert_world(proj, "hooks/alert.sh", "policy.yaml")
+    kept = {"log": os.path.join(work, "egress.jsonl"),
+            "alerts": os.path.join(work, "alerts.jsonl"),
+            "policy": os.path.join(work, "policy.yaml"),
+            "program": os.path.join(work, "alert.sh"),
+            "ro": os.path.join(work, "keep.txt")}[what]
+    if what == "policy":
+        shutil.move(pol, kept)
+        pol = kept
+    elif what == "program":
+        shutil.move(prog, kept)
+        _alert_policy(pol, kept)
+    else:
+        open(kept, "w").close()
+    before = open(kept).read()
+    other = os.path.join(work, ".other")
+    os.link(kept, other)
+    text = {"log": FORGED, "alerts": FORGED.replace("agent_egress", "alert"),
+            "program": "readlink /proc/self/ns/net > MARKER"}.get(what, "written")
+    args = ["--policy", pol, "--log", os.path.join(work, "egress.jsonl")]
+    args += {"alerts": ["--alerts", kept], "ro": ["--ro", kept]}.get(what, [])
+    if what == "program":
+        args += ["--ro", kept]  # else refused for lying in the working directory
+    p = _run(sluice_bin, args, [PY, "-c", THROUGH_LINK, kept, other, marker, text], work)
+    assert not os.path.exists(marker), (open(marker).read(), p.stdout, p.stderr)
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    assert p.stdout == ""
+    assert ("%s has 2 names (hard links) on the file system of the writable %s" % (kept, work)
+            in p.stderr), p.stderr
+    assert open(kept).read() == before
