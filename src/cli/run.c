@@ -794,6 +794,55 @@ static int refuse_other_names(const struct run_args *a, const char *cwd, const c
     return EXIT_USAGE;
 }
 
+/* The variables naming where programs and libraries are looked up, or a
+ * file a shell reads first, in the environment the gateway passes to its
+ * alert programs (run's caller's): a folder in them the command can
+ * change (a project's bin, an activated virtualenv, node_modules/.bin;
+ * a relative or empty entry: the working directory) would have the
+ * command's own program run outside the box at the next alert, by an
+ * alert program that starts `#!/usr/bin/env sh` or runs `curl` by name.
+ * In run's gateway such entries are left out (box_can_change()), and a
+ * variable left with none is unset. The command's own are the caller's. */
+static void gateway_search_paths(const struct run_args *a, const char *cwd)
+{
+    static const char *const names[] = {"PATH", "LD_LIBRARY_PATH", "LD_PRELOAD", "BASH_ENV", "ENV"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const char *v = getenv(names[i]);
+        /* LD_PRELOAD's entries are parted by spaces too */
+        const char *seps = strcmp(names[i], "LD_PRELOAD") == 0 ? ": " : ":";
+        char *kept = v != NULL ? malloc(strlen(v) + 1) : NULL;
+        if (kept == NULL)
+            continue;
+        size_t n = 0;
+        for (const char *e = v;; e++) { /* e++: past the separator */
+            size_t len = strcspn(e, seps);
+            char entry[PATH_MAX];
+            const char *root;
+            bool keep = len > 0 && len < sizeof(entry) && e[0] == '/';
+            if (keep) {
+                memcpy(entry, e, len);
+                entry[len] = '\0';
+                keep = !box_can_change(a, cwd, entry, &root);
+            }
+            if (keep) {
+                if (n > 0)
+                    kept[n++] = ':';
+                memcpy(kept + n, e, len);
+                n += len;
+            }
+            e += len;
+            if (*e == '\0')
+                break;
+        }
+        kept[n] = '\0';
+        if (n > 0)
+            setenv(names[i], kept, 1);
+        else
+            unsetenv(names[i]);
+        free(kept);
+    }
+}
+
 /* The gateway runs each `exec` alert program of the policy <p> outside the
  * box, with the host's network and its user's rights: one that the command
  * can change, or its script's interpreter (4 levels, as the kernel
@@ -1065,6 +1114,7 @@ static int serve_start(struct run_args *a, const char *cwd, struct served *s,
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
+        gateway_search_paths(a, cwd);
         struct gateway_config cfg = {
             .policy_path = a->policy,
             .listens = &la,

@@ -750,3 +750,42 @@ def test_a_kept_file_with_another_name_in_a_writable_folder_stops_the_run(sluice
     assert ("%s has 2 names (hard links) on the file system of the writable %s" % (kept, work)
             in p.stderr), p.stderr
     assert open(kept).read() == before
+
+
+# In the box: puts its own `sh` into a folder of the PATH run was started
+# with (a project's bin, an activated virtualenv), raises an alert, and
+# reports what the alert program left and the PATH the command has.
+PATH_PLANT = r"""
+import json, os, socket, sys, time
+bindir, marker = sys.argv[1], sys.argv[2]
+out = {"path": os.environ["PATH"].split(":")[0]}
+with open(os.path.join(bindir, "sh"), "w") as f:
+    f.write("#!/bin/sh\nreadlink /proc/self/ns/net > %s\n" % marker)
+os.chmod(os.path.join(bindir, "sh"), 0o755)
+""" + RAISE_ALERT + r"""
+out["ran"] = open(marker).read().strip() if os.path.exists(marker) else None
+print(json.dumps(out))
+"""
+
+
+def test_alert_programs_search_no_folder_the_command_can_write(sluice_bin, proj):
+    """An alert program out of the command's reach that starts with
+    `#!/usr/bin/env sh` (or runs any program by name) looks it up in the
+    gateway's PATH, which was run's caller's: a project folder in it (an
+    activated virtualenv, node_modules/.bin) let the command put its own
+    `sh` there, which the gateway ran outside the box at the next alert.
+    The gateway's PATH leaves out the folders the command can change; the
+    command's own PATH is the caller's."""
+    work = os.path.join(proj, "work")
+    bindir = os.path.join(work, "bin")
+    os.makedirs(bindir)
+    for d in (work, bindir):
+        os.chmod(d, 0o755)
+    pol, prog, marker = _alert_world(proj, "hooks/alert.sh", "policy.yaml", interp="/usr/bin/env sh")
+    path = bindir + ":" + os.environ.get("PATH", "/usr/bin:/bin")
+    p = _run(sluice_bin, ["--policy", pol], [PY, "-c", PATH_PLANT, bindir, marker], work,
+             env={"PATH": path})
+    o = _out(p)
+    assert o["ran"] == "benign", (o, p.stderr)
+    assert o["path"] == bindir
+    assert p.returncode == 0, p.stderr
