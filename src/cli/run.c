@@ -725,8 +725,8 @@ static bool script_interpreter(const char *path, char *interp, size_t len)
     head[n] = '\0';
     const char *s = head + 2 + strspn(head + 2, " \t");
     size_t m = strcspn(s, " \t\n");
-    if (m == 0 || m >= len || s[m] == '\0')
-        return false;
+    if (m == 0 || m >= len || (s[m] == '\0' && n == (ssize_t)sizeof(head) - 1))
+        return false; /* none, or longer than the kernel reads */
     memcpy(interp, s, m);
     interp[m] = '\0';
     return true;
@@ -880,7 +880,12 @@ static int check_alert_programs(const struct run_args *a, const char *cwd, const
                 return EXIT_USAGE;
             if (!script_interpreter(prog, interp, sizeof(interp)))
                 break;
-            memcpy(prog, interp, strlen(interp) + 1);
+            /* a relative one is found from the gateway's working directory,
+             * run's; one too long to be found is never run */
+            int w = interp[0] == '/' ? snprintf(prog, sizeof(prog), "%s", interp)
+                                     : snprintf(prog, sizeof(prog), "%s/%s", cwd, interp);
+            if (w < 0 || (size_t)w >= sizeof(prog))
+                break;
         }
     }
     return 0;

@@ -211,18 +211,23 @@ def test_an_alert_program_the_command_can_change_stops_the_run(sluice_bin, proj,
         assert f.read() == BENIGN % ("/bin/sh", marker)
 
 
-def test_an_alert_programs_interpreter_the_command_can_change_stops_the_run(sluice_bin, proj):
+@pytest.mark.parametrize("written", ["absolute", "relative"])
+def test_an_alert_programs_interpreter_the_command_can_change_stops_the_run(sluice_bin, proj,
+                                                                           written):
     """A script's interpreter runs outside the box as the script does: one
     in the working directory (a project's virtualenv, say) is refused like
-    the program itself. Before the fix the planted interpreter ran in the
-    host's network namespace."""
+    the program itself; so is one written relative (`#!venv/sh`), which
+    the kernel finds from the gateway's working directory, run's. Before
+    the fix the planted interpreter ran in the host's network namespace
+    (the relative one until it was taken from the working directory)."""
     work = os.path.join(proj, "work")
     os.makedirs(os.path.join(work, "venv"))
     os.chmod(work, 0o755)
     os.chmod(os.path.join(work, "venv"), 0o755)
     interp = os.path.join(work, "venv", "sh")
     shutil.copy("/bin/sh", interp)
-    pol, prog, marker = _alert_world(proj, "hooks/alert.sh", "policy.yaml", interp=interp)
+    pol, prog, marker = _alert_world(proj, "hooks/alert.sh", "policy.yaml",
+                                     interp=interp if written == "absolute" else "venv/sh")
     p = _run(sluice_bin, ["--policy", pol], [PY, "-c", PLANT, interp, marker, "write"], work)
     assert not os.path.exists(marker), (open(marker).read(), p.stdout, p.stderr)
     assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
