@@ -10,113 +10,22 @@ inode lock; a helper thread here holds that lock by reading the directory
 fills it. Needs root (userfaultfd for kernel-mode faults) on x86_64 or
 aarch64; skipped otherwise."""
 
-import ctypes
-import fcntl
 import json
-import mmap
 import os
-import platform
-import select
-import struct
-import threading
-
-import pytest
 
 from gate_client import api_rule, other_rule, other_url, poll, request
+from uffd_hold import DirLock, stop_while_held, threads_in
 from watch_helpers import alerts, wait_alert
-
-# (userfaultfd, getdents64, openat, openat2) by machine
-SYSCALLS = {"x86_64": (323, 217, 257, 437), "aarch64": (282, 61, 56, 437)}
-UFFDIO_API = 0xC018AA3F
-UFFDIO_REGISTER = 0xC020AA00
-UFFDIO_ZEROPAGE = 0xC020AA04
-UFFD_API = 0xAA
-UFFDIO_REGISTER_MODE_MISSING = 1
-PAGE = mmap.PAGESIZE
-
-
-class DirLock:
-    """Holds <path>'s inode lock (shared: enough to keep a creating open()
-    waiting) until release(): a thread reads the directory into a page that
-    a userfaultfd leaves missing, so the kernel waits inside getdents64 with
-    the lock held."""
-
-    def __init__(self, path):
-        machine = platform.machine()
-        if machine not in SYSCALLS or os.geteuid() != 0:
-            pytest.skip("needs root on x86_64 or aarch64 (userfaultfd for kernel faults)")
-        nr_uffd, self._nr_getdents = SYSCALLS[machine][:2]
-        self._libc = ctypes.CDLL(None, use_errno=True)
-        self._libc.syscall.restype = ctypes.c_long
-        self._libc.mmap.restype = ctypes.c_void_p
-        self._libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                                    ctypes.c_int, ctypes.c_long]
-        self._libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-        self.uffd = self._libc.syscall(nr_uffd, os.O_CLOEXEC | os.O_NONBLOCK)
-        if self.uffd < 0:
-            pytest.skip("userfaultfd: %s" % os.strerror(ctypes.get_errno()))
-        self.addr = None
-        self.dfd = None
-        self.thread = None
-        self.result = []
-        try:
-            fcntl.ioctl(self.uffd, UFFDIO_API, bytearray(struct.pack("QQQ", UFFD_API, 0, 0)))
-            addr = self._libc.mmap(None, PAGE, mmap.PROT_READ | mmap.PROT_WRITE,
-                                   mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
-            assert addr not in (None, ctypes.c_void_p(-1).value), "mmap failed"
-            self.addr = addr
-            fcntl.ioctl(self.uffd, UFFDIO_REGISTER, bytearray(
-                struct.pack("QQQQ", addr, PAGE, UFFDIO_REGISTER_MODE_MISSING, 0)))
-            self.dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            self.thread = threading.Thread(target=self._read_dir, daemon=True)
-            self.thread.start()
-            # the fault is reported once the reader is inside getdents64,
-            # the directory's lock held
-            ready, _, _ = select.select([self.uffd], [], [], 10)
-            assert ready, "getdents64 did not fault on the registered page"
-            os.read(self.uffd, 32)
-        except BaseException:
-            self.release()
-            raise
-
-    def _read_dir(self):
-        # ctypes lets go of the GIL for the call
-        self.result.append(self._libc.syscall(self._nr_getdents, self.dfd,
-                                              ctypes.c_void_p(self.addr), PAGE))
-
-    def release(self):
-        """Fills the page: getdents64 returns, the lock is let go."""
-        if self.thread is not None:
-            if self.thread.is_alive():
-                fcntl.ioctl(self.uffd, UFFDIO_ZEROPAGE,
-                            bytearray(struct.pack("QQQq", self.addr, PAGE, 0, 0)))
-            self.thread.join(10)
-            assert not self.thread.is_alive(), "getdents64 did not return"
-            self.thread = None
-        if self.dfd is not None:
-            os.close(self.dfd)
-            self.dfd = None
-        if self.uffd >= 0:
-            os.close(self.uffd)
-            self.uffd = -1
-        if self.addr is not None:
-            self._libc.munmap(ctypes.c_void_p(self.addr), PAGE)
-            self.addr = None
 
 
 def threads_in_open(pid):
     """The threads of <pid> inside openat or openat2 now."""
-    nrs = SYSCALLS[platform.machine()][2:]
-    found = []
-    for tid in os.listdir("/proc/%d/task" % pid):
-        try:
-            with open("/proc/%d/task/%s/syscall" % (pid, tid)) as f:
-                nr = f.read().split()[0]
-        except (OSError, IndexError):
-            continue
-        if nr.lstrip("-").isdigit() and int(nr) in nrs:
-            found.append(int(tid))
-    return found
+    return threads_in(pid, "openat", "openat2")
+
+
+def during(gw, net):
+    """A request answered while the lock holds."""
+    assert request(gw, "GET", net.url("/during"), timeout=10).status == 200
 
 
 def hold_reopen(gw, path):
@@ -223,14 +132,7 @@ def test_a_stop_while_the_reopen_waits_says_what_it_could_not_write(gateway, net
     log = str(logdir / "log.jsonl")
     gw = gateway(net.policy([api_rule(net)]), args=["--log", log, "--grace", "1"])
     lock, _ = hold_reopen(gw, log)
-    try:
-        assert request(gw, "GET", net.url("/during"), timeout=10).status == 200
-        gw.proc.send_signal(15)
-        poll(lambda: "not written at exit" in gw.stderr(), timeout=30,
-             what="the stop giving up on the reopen")
-    finally:
-        lock.release()
-    assert gw.wait_exit(30) == 0, gw.stderr()
+    assert stop_while_held(gw, lock, lambda: during(gw, net)) == 0, gw.stderr()
     err = gw.stderr()
     assert "sluice: log %s: the reopen is still waiting for open()" % log in err, err
     assert "sluice: log %s: 2 line(s) (" % log in err, err
