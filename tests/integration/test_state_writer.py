@@ -8,14 +8,14 @@ to a regular file takes the file's inode lock before it copies from the
 caller's buffer; a helper thread here writes to sluice.db-wal from a page
 that a userfaultfd leaves unfilled, so the kernel waits inside that write
 with the lock held, and SQLite's write of the log waits for the lock until
-the test fills the page (uffd_wal_hold.py). Needs root (userfaultfd for
+the test fills the page (uffd_hold.py). Needs root (userfaultfd for
 kernel-mode faults) on x86_64 or aarch64; skipped otherwise."""
 
 import os
 import sqlite3
 
 from gate_client import api_rule, other_rule, other_url, poll, request
-from uffd_wal_hold import InodeHold, threads_in_write
+from uffd_hold import WalLock, stop_while_held, threads_in
 
 
 def contacts(statedir):
@@ -32,10 +32,10 @@ def hold_commit(gw, net, statedir):
     first contact with other.example.test); returns (the hold, the
     gateway's threads in a write) once the store's commit waits in it."""
     wal = os.path.join(statedir, "sluice.db-wal")
-    hold = InodeHold(wal)
+    hold = WalLock(wal)
     try:
         assert request(gw, "GET", other_url(net, "/new"), timeout=10).status == 200
-        stuck = poll(lambda: threads_in_write(gw.proc.pid, wal), timeout=10, interval=0.01,
+        stuck = poll(lambda: threads_in(gw.proc.pid, "pwrite64", "write", path=wal), timeout=10, interval=0.01,
                      what="the store's commit waiting in its write of the log")
     except BaseException:
         hold.release()
@@ -80,13 +80,7 @@ def test_a_stop_while_a_commit_waits_says_what_was_not_written(gateway, net, tmp
     # cannot be killed).
     gw, statedir = gateway_with_store(gateway, net, tmp_path, args=["--grace", "1"])
     hold, _ = hold_commit(gw, net, statedir)
-    try:
-        gw.proc.send_signal(15)
-        poll(lambda: "not written at exit" in gw.stderr(), timeout=30,
-             what="the stop giving up on the commit")
-    finally:
-        hold.release()
-    assert gw.wait_exit(30) == 0, gw.stderr()
+    assert stop_while_held(gw, hold, lambda: None) == 0, gw.stderr()
     err = gw.stderr()
     assert ("sluice: state %s/sluice.db: " % os.path.realpath(statedir)) in err, err
     assert "write(s) not written at exit: the writer's commit has not moved for 2000 ms" in err, err

@@ -19,8 +19,8 @@ import pytest
 
 from gate_client import poll
 
-# (userfaultfd, getdents64, openat, openat2, write, writev) by machine
-SYSCALLS = {"x86_64": (323, 217, 257, 437, 1, 20), "aarch64": (282, 61, 56, 437, 64, 66)}
+# (userfaultfd, getdents64, openat, openat2, write, writev, pwrite64) by machine
+SYSCALLS = {"x86_64": (323, 217, 257, 437, 1, 20, 18), "aarch64": (282, 61, 56, 437, 64, 66, 68)}
 UFFDIO_API = 0xC018AA3F
 UFFDIO_REGISTER = 0xC020AA00
 UFFDIO_COPY = 0xC028AA03
@@ -30,7 +30,7 @@ PAGE = mmap.PAGESIZE
 
 
 def syscall_nr(name):
-    names = ("userfaultfd", "getdents64", "openat", "openat2", "write", "writev")
+    names = ("userfaultfd", "getdents64", "openat", "openat2", "write", "writev", "pwrite64")
     return SYSCALLS[platform.machine()][names.index(name)]
 
 
@@ -97,14 +97,14 @@ class KernelHold:
 
 
 class FdHold(KernelHold):
-    """KernelHold of the system call <name>(fd, page, <count>) on <fd>, a
-    descriptor it owns (closed at release)."""
+    """KernelHold of the system call <name>(fd, page, <count>, *<more>) on
+    <fd>, a descriptor it owns (closed at release)."""
 
-    def __init__(self, fd, name, count, fill=b"\0"):
+    def __init__(self, fd, name, count, fill=b"\0", more=()):
         self.fd = fd
         nr = syscall_nr(name)
         try:
-            super().__init__(lambda libc, addr: libc.syscall(nr, fd, addr, count), fill)
+            super().__init__(lambda libc, addr: libc.syscall(nr, fd, addr, count, *more), fill)
         except BaseException:
             if self.fd is not None:  # (not closed by a release on the way)
                 os.close(fd)
@@ -131,6 +131,15 @@ def FileLock(path):
     return FdHold(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC), "write", 1, b"\n")
 
 
+def WalLock(path):
+    """Holds the inode lock of the SQLite log <path> until release(): a
+    pwrite64() of a page 64 MiB into the file, past any frame a test's store
+    writes (SQLite reads no further than its frames), so SQLite's own writes
+    of the log, and a root connection's fchown() of it, wait."""
+    return FdHold(os.open(path, os.O_WRONLY | os.O_CLOEXEC), "pwrite64", PAGE,
+                  more=(ctypes.c_long(64 << 20),))
+
+
 def stop_while_held(gw, lock, during):
     """Calls <during>() while <lock> holds, sends SIGTERM and waits for the
     stop to give up on what waits ("not written at exit" on standard
@@ -146,16 +155,21 @@ def stop_while_held(gw, lock, during):
     return gw.wait_exit(30)
 
 
-def threads_in(pid, *names):
-    """The threads of <pid> inside one of the system calls <names> now."""
+def threads_in(pid, *names, path=None):
+    """The threads of <pid> inside one of the system calls <names> now (with
+    <path>: on a descriptor of that file, the call's first argument)."""
     nrs = [syscall_nr(n) for n in names]
     found = []
     for tid in os.listdir("/proc/%d/task" % pid):
         try:
             with open("/proc/%d/task/%s/syscall" % (pid, tid)) as f:
-                nr = f.read().split()[0]
-        except (OSError, IndexError):
+                fields = f.read().split()
+            if not fields[0].lstrip("-").isdigit() or int(fields[0]) not in nrs:
+                continue
+            if path is not None and os.readlink(
+                    "/proc/%d/fd/%d" % (pid, int(fields[1], 16))) != os.path.realpath(path):
+                continue
+        except (OSError, IndexError, ValueError):
             continue
-        if nr.lstrip("-").isdigit() and int(nr) in nrs:
-            found.append(int(tid))
+        found.append(int(tid))
     return found
