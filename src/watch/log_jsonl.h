@@ -14,21 +14,11 @@
  * callbacks already queued in this round of the event loop have run, so
  * the end of one request and the decision of the next share one write.
  *
- * A regular file is written by a thread of its own, the log's writer: a
- * file write can wait in the kernel (a hung NFS server, a frozen file
- * system, the inode lock another process holds) and O_NONBLOCK does nothing
- * for it. The loop hands lines over, in order, and never waits for the
- * writer, which also does that file's SIGHUP reopens. "Written before the
- * request goes upstream" is then "handed to the writer" (SPEC.md, Log
- * writes): a request is not held for a write that waits.
+ * A SIGHUP's reopen runs on a thread of its own (log_jsonl_reopen_soon).
  *
- * A SIGHUP's reopen of anything else (a FIFO) runs on a thread of its own
- * too (log_jsonl_reopen_soon).
- *
- * Owns: its descriptor, its pending buffer, its write and flush events, the
- * writer thread (a file), and the reopen's thread while it runs. A thread
- * still waiting in the kernel when the log is closed is left to end alone
- * (the writer then frees the log). */
+ * Owns: its descriptor, its pending buffer, its write and flush events,
+ * and the reopen's thread while it runs (left to end alone when the log is
+ * closed first). */
 #ifndef SLUICE_WATCH_LOG_JSONL_H
 #define SLUICE_WATCH_LOG_JSONL_H
 
@@ -117,10 +107,8 @@ const char *log_jsonl_error(const struct log_jsonl *l);
 /* Sets the pending cap (tests); 0 restores LOG_JSONL_PENDING_MAX. */
 void log_jsonl_set_pending_max(struct log_jsonl *l, size_t max);
 
-/* Tries once more to write what is pending (no waiting; a file's writer
- * gets 250 ms for it and is left behind when it still waits then), reports
- * dropped and unwritten lines on standard error, and frees <l>. Accepts
- * NULL. */
+/* Tries once more to write what is pending (no waiting), reports dropped
+ * and unwritten lines on standard error, and frees <l>. Accepts NULL. */
 void log_jsonl_close(struct log_jsonl *l);
 
 #endif
