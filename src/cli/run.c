@@ -881,14 +881,35 @@ static int check_alert_programs(const struct run_args *a, const char *cwd, const
             if (!script_interpreter(prog, interp, sizeof(interp)))
                 break;
             /* a relative one is found from the gateway's working directory,
-             * run's; one too long to be found is never run */
-            int w = interp[0] == '/' ? snprintf(prog, sizeof(prog), "%s", interp)
-                                     : snprintf(prog, sizeof(prog), "%s/%s", cwd, interp);
+             * "/" (gateway_leave_cwd()); one too long to be found is never run */
+            int w = snprintf(prog, sizeof(prog), "%s%s", interp[0] == '/' ? "" : "/", interp);
             if (w < 0 || (size_t)w >= sizeof(prog))
                 break;
         }
     }
     return 0;
+}
+
+/* The files run's gateway opens again after it started (the policy at a
+ * reload, the log and alerts files at SIGHUP), absolute: it serves from
+ * "/" (gateway_leave_cwd()). Each is the caller's to free. */
+struct gateway_paths {
+    char *policy, *log, *alerts; /* alerts: NULL without --alerts */
+};
+
+/* Makes <out> from <a> and <log>, then moves the gateway to "/": the alert
+ * programs it starts run outside the box, and from run's working
+ * directory, the project the command writes, a relative path they read (a
+ * shell's `. ./lib.sh`, `python3 -m`'s module, a relative `#!` interpreter)
+ * would find the command's files. Returns 0, or -1 with errno set. */
+static int gateway_leave_cwd(const struct run_args *a, const char *log, struct gateway_paths *out)
+{
+    out->policy = absolute(a->policy);
+    out->log = absolute(log);
+    out->alerts = a->alerts != NULL ? absolute(a->alerts) : NULL;
+    if (out->policy == NULL || out->log == NULL || (a->alerts != NULL && out->alerts == NULL))
+        return -1;
+    return chdir("/");
 }
 
 /* --- the environment of the command --------------------------------------- */
@@ -1120,12 +1141,17 @@ static int serve_start(struct run_args *a, const char *cwd, struct served *s,
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         gateway_search_paths(a, cwd);
+        struct gateway_paths gp = {0};
+        if (gateway_leave_cwd(a, s->log, &gp) < 0) {
+            fprintf(stderr, "sluice run: the gateway cannot serve from /: %s\n", strerror(errno));
+            _exit(EXIT_USAGE);
+        }
         struct gateway_config cfg = {
-            .policy_path = a->policy,
+            .policy_path = gp.policy,
             .listens = &la,
             .nlistens = 1,
-            .log_path = s->log,
-            .alerts_path = a->alerts, /* NULL: alerts go to the decision log */
+            .log_path = gp.log,
+            .alerts_path = gp.alerts, /* NULL: alerts go to the decision log */
             .grace_ms = 2000,
             .forced_agent = a->agent,
             .files_no_links = true, /* refuse_links() checked them; this closes the gap
@@ -1151,6 +1177,9 @@ static int serve_start(struct run_args *a, const char *cwd, struct served *s,
             fprintf(stderr, "sluice run: warning: the gateway: %s\n", err);
         gateway_run(gw);
         gateway_free(gw);
+        free(gp.policy);
+        free(gp.log);
+        free(gp.alerts);
         stderr_relay_stop(STDERR_RELAY_STOP_MS);
         _exit(0);
     }

@@ -216,10 +216,10 @@ def test_an_alert_programs_interpreter_the_command_can_change_stops_the_run(slui
                                                                            written):
     """A script's interpreter runs outside the box as the script does: one
     in the working directory (a project's virtualenv, say) is refused like
-    the program itself; so is one written relative (`#!venv/sh`), which
-    the kernel finds from the gateway's working directory, run's. Before
-    the fix the planted interpreter ran in the host's network namespace
-    (the relative one until it was taken from the working directory)."""
+    the program itself; so is one written relative (`#!var/tmp/.../sh`),
+    which the kernel finds from the gateway's working directory, `/`.
+    Before the fix the planted interpreter ran in the host's network
+    namespace (the relative one until it was taken from that directory)."""
     work = os.path.join(proj, "work")
     os.makedirs(os.path.join(work, "venv"))
     os.chmod(work, 0o755)
@@ -227,7 +227,8 @@ def test_an_alert_programs_interpreter_the_command_can_change_stops_the_run(slui
     interp = os.path.join(work, "venv", "sh")
     shutil.copy("/bin/sh", interp)
     pol, prog, marker = _alert_world(proj, "hooks/alert.sh", "policy.yaml",
-                                     interp=interp if written == "absolute" else "venv/sh")
+                                     interp=interp if written == "absolute"
+                                     else os.path.relpath(interp, "/"))
     p = _run(sluice_bin, ["--policy", pol], [PY, "-c", PLANT, interp, marker, "write"], work)
     assert not os.path.exists(marker), (open(marker).read(), p.stdout, p.stderr)
     assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
@@ -794,3 +795,42 @@ def test_alert_programs_search_no_folder_the_command_can_write(sluice_bin, proj)
     assert o["ran"] == "benign", (o, p.stderr)
     assert o["path"] == bindir
     assert p.returncode == 0, p.stderr
+
+
+# In the box: leaves <name> in the working directory with <text>, has the
+# gateway raise an alert, and reports what the alert program left.
+CWD_PLANT = r"""
+import json, os, socket, sys, time
+name, text, marker = sys.argv[1], sys.argv[2], sys.argv[3]
+out = {}
+os.makedirs(os.path.dirname(name) or ".", exist_ok=True)
+with open(name, "w") as f:
+    f.write(text)
+""" + RAISE_ALERT + r"""
+out["ran"] = open(marker).read().strip() if os.path.exists(marker) else None
+print(json.dumps(out))
+"""
+
+
+def test_alert_programs_run_from_the_root_not_the_working_directory(sluice_bin, proj):
+    """The gateway runs its alert programs from `/`: from run's working
+    directory, the project the command writes, an alert program out of the
+    command's reach that reads a relative path (here a shell's `. ./x`,
+    as `python3 -m` finds its module in the working directory) read what
+    the command left there. Before the fix the command's file was sourced
+    and ran in the host's network namespace."""
+    work = os.path.join(proj, "work")
+    os.mkdir(work)
+    os.chmod(work, 0o755)
+    pol, prog, marker = _alert_world(proj, "hooks/alert.sh", "policy.yaml")
+    with open(prog, "w") as f:
+        f.write("#!/bin/sh\ncat > /dev/null\n"
+                "if [ -f ./alert.local ]; then . ./alert.local; fi\n"
+                "echo \"benign $(pwd)\" > %s\n" % marker)
+    evil = "readlink /proc/self/ns/net > %s; exit 0\n" % marker
+    p = _run(sluice_bin, ["--policy", pol], [PY, "-c", CWD_PLANT, "alert.local", evil, marker],
+             work)
+    o = _out(p)
+    assert o["ran"] == "benign /", (o, p.stderr)
+    assert p.returncode == 0, p.stderr
+
