@@ -794,53 +794,84 @@ static int refuse_other_names(const struct run_args *a, const char *cwd, const c
     return EXIT_USAGE;
 }
 
-/* The variables naming where programs and libraries are looked up, or a
- * file a shell reads first, in the environment the gateway passes to its
- * alert programs (run's caller's): a folder in them the command can
- * change (a project's bin, an activated virtualenv, node_modules/.bin;
- * a relative or empty entry: the working directory) would have the
- * command's own program run outside the box at the next alert, by an
- * alert program that starts `#!/usr/bin/env sh` or runs `curl` by name.
- * In run's gateway such entries are left out (box_can_change()), and a
- * variable left with none is unset. The command's own are the caller's. */
+/* The variables naming where programs, libraries and interpreters' modules
+ * are looked up, or a file a shell or interpreter reads first, in the
+ * environment the gateway passes to its alert programs (run's caller's): a
+ * folder in them the command can change (a project's bin, an activated
+ * virtualenv, node_modules/.bin, a project's lib in PYTHONPATH; a relative
+ * or empty entry) would have the command's own code run outside the box at
+ * the next alert, by an alert program that starts `#!/usr/bin/env sh`,
+ * runs `curl` by name or imports a module. In run's gateway such entries
+ * are left out (box_can_change()), and a variable left with none is unset.
+ * The command's own are the caller's. */
+static const char *const gateway_path_vars[] = {
+    "PATH",          "LD_LIBRARY_PATH", "LD_PRELOAD",
+    "LD_AUDIT",      "GCONV_PATH",      "BASH_ENV",
+    "ENV",           "PYTHONPATH",      "PYTHONHOME",
+    "PYTHONSTARTUP", "PYTHONUSERBASE",  "PYTHONPYCACHEPREFIX",
+    "PERL5LIB",      "PERLLIB",         "RUBYLIB",
+    "NODE_PATH",
+};
+
+/* Interpreters' options, which load code by name (`-Mmod`, `-rlib`,
+ * `--require ./x.js`, `-javaagent:x.jar`) from search paths or folders
+ * that cannot be told from outside: unset in run's gateway whatever they
+ * hold. */
+static const char *const gateway_option_vars[] = {
+    "NODE_OPTIONS",      "PERL5OPT",      "PERL5DB",          "RUBYOPT",
+    "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS",
+};
+
+/* Sets <name> (an entry list parted by <seps>) to its entries the command
+ * cannot change, or unsets it when none is left. */
+static void keep_unchangeable_entries(const struct run_args *a, const char *cwd, const char *name,
+                                      const char *seps)
+{
+    const char *v = getenv(name);
+    char *kept = v != NULL ? malloc(strlen(v) + 1) : NULL;
+    if (kept == NULL) {
+        if (v != NULL)
+            unsetenv(name); /* out of memory: none is the safe answer */
+        return;
+    }
+    size_t n = 0;
+    for (const char *e = v;; e++) { /* e++: past the separator */
+        size_t len = strcspn(e, seps);
+        char entry[PATH_MAX];
+        const char *root;
+        bool keep = len > 0 && len < sizeof(entry) && e[0] == '/';
+        if (keep) {
+            memcpy(entry, e, len);
+            entry[len] = '\0';
+            keep = !box_can_change(a, cwd, entry, &root);
+        }
+        if (keep) {
+            if (n > 0)
+                kept[n++] = ':';
+            memcpy(kept + n, e, len);
+            n += len;
+        }
+        e += len;
+        if (*e == '\0')
+            break;
+    }
+    kept[n] = '\0';
+    if (n > 0)
+        setenv(name, kept, 1);
+    else
+        unsetenv(name);
+    free(kept);
+}
+
 static void gateway_search_paths(const struct run_args *a, const char *cwd)
 {
-    static const char *const names[] = {"PATH", "LD_LIBRARY_PATH", "LD_PRELOAD", "BASH_ENV", "ENV"};
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        const char *v = getenv(names[i]);
+    for (size_t i = 0; i < sizeof(gateway_path_vars) / sizeof(gateway_path_vars[0]); i++) {
+        const char *name = gateway_path_vars[i];
         /* LD_PRELOAD's entries are parted by spaces too */
-        const char *seps = strcmp(names[i], "LD_PRELOAD") == 0 ? ": " : ":";
-        char *kept = v != NULL ? malloc(strlen(v) + 1) : NULL;
-        if (kept == NULL)
-            continue;
-        size_t n = 0;
-        for (const char *e = v;; e++) { /* e++: past the separator */
-            size_t len = strcspn(e, seps);
-            char entry[PATH_MAX];
-            const char *root;
-            bool keep = len > 0 && len < sizeof(entry) && e[0] == '/';
-            if (keep) {
-                memcpy(entry, e, len);
-                entry[len] = '\0';
-                keep = !box_can_change(a, cwd, entry, &root);
-            }
-            if (keep) {
-                if (n > 0)
-                    kept[n++] = ':';
-                memcpy(kept + n, e, len);
-                n += len;
-            }
-            e += len;
-            if (*e == '\0')
-                break;
-        }
-        kept[n] = '\0';
-        if (n > 0)
-            setenv(names[i], kept, 1);
-        else
-            unsetenv(names[i]);
-        free(kept);
+        keep_unchangeable_entries(a, cwd, name, strcmp(name, "LD_PRELOAD") == 0 ? ": " : ":");
     }
+    for (size_t i = 0; i < sizeof(gateway_option_vars) / sizeof(gateway_option_vars[0]); i++)
+        unsetenv(gateway_option_vars[i]);
 }
 
 /* The gateway runs each `exec` alert program of the policy <p> outside the

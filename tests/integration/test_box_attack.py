@@ -834,3 +834,76 @@ def test_alert_programs_run_from_the_root_not_the_working_directory(sluice_bin, 
     assert o["ran"] == "benign /", (o, p.stderr)
     assert p.returncode == 0, p.stderr
 
+
+# The alert programs, one per interpreter: each reads its alert, loads the
+# module alertlib by name (found in hooks/lib, out of the command's reach)
+# and leaves "benign" as its mark; the module the command plants in the
+# project's lib leaves the network namespace it runs in instead, and exits.
+LOADERS = {
+    "python": ("PYTHONPATH", "alertlib.py", "",
+               "#!/usr/bin/python3\nimport sys\nsys.stdin.read()\nimport alertlib\n"
+               "open(%r, 'w').write('benign')\n",
+               "import os\nopen(%r, 'w').write(os.readlink('/proc/self/ns/net'))\nos._exit(0)\n"),
+    "perl": ("PERL5LIB", "Alertlib.pm", "1;\n",
+             "#!/usr/bin/env perl\nlocal $/; <STDIN>;\nrequire Alertlib;\n"
+             "open(my $f, '>', '%s'); print $f 'benign';\n",
+             "open(my $f, '>', '%s'); print $f readlink('/proc/self/ns/net');\n"
+             "close($f); exit 0;\n"),
+    "node": ("NODE_PATH", "alertlib.js", "",
+             "#!/usr/bin/node\nconst fs = require('fs'); fs.readFileSync(0);\n"
+             "require('alertlib'); fs.writeFileSync(%r, 'benign');\n",
+             "const fs = require('fs');\n"
+             "fs.writeFileSync(%r, fs.readlinkSync('/proc/self/ns/net')); process.exit(0);\n"),
+}
+
+
+@pytest.mark.parametrize("var,lang", [
+    ("PYTHONPATH", "python"),
+    ("PERL5LIB", "perl"),
+    ("PERLLIB", "perl"),
+    ("PERL5OPT", "perl"),      # -I LIB -MAlertlib: an option variable is dropped whole
+    ("NODE_PATH", "node"),
+    ("NODE_OPTIONS", "node"),  # --require FILE: likewise
+])
+def test_alert_programs_load_no_module_from_a_folder_the_command_can_write(sluice_bin, proj,
+                                                                          var, lang):
+    """An alert program out of the command's reach in Python, Perl or
+    Node.js finds the modules it loads in the gateway's PYTHONPATH,
+    PERL5LIB, NODE_PATH..., run's caller's: a project's lib folder there
+    let the command plant a module the gateway's alert program loaded
+    outside the box; interpreters' option variables (PERL5OPT's -I and -M,
+    NODE_OPTIONS's --require) likewise. The gateway leaves out those
+    folders (the alert program's own lib stays), and the option variables
+    whole. Before the fix each planted module ran in the host's network
+    namespace."""
+    interp = "/usr/bin/" + ("python3" if lang == "python" else lang)
+    if not os.path.exists(interp):
+        pytest.skip("no " + interp)
+    search, module, benign, prog_text, evil = LOADERS[lang]
+    work = os.path.join(proj, "work")
+    lib = os.path.join(work, "lib")
+    os.makedirs(lib)
+    for d in (work, lib):
+        os.chmod(d, 0o755)
+    pol, prog, marker = _alert_world(proj, "hooks/alert", "policy.yaml")
+    with open(prog, "w") as f:
+        f.write(prog_text % marker)
+    hooklib = os.path.join(proj, "hooks", "lib")
+    os.mkdir(hooklib)
+    os.chmod(hooklib, 0o755)
+    with open(os.path.join(hooklib, module), "w") as f:
+        f.write(benign)
+    os.chmod(os.path.join(hooklib, module), 0o644)
+    planted = os.path.join(lib, module)
+    env = {search: hooklib, var: lib + ":" + hooklib}
+    if var == "PERL5OPT":
+        env[var] = "-I%s -MAlertlib" % lib
+    elif var == "NODE_OPTIONS":
+        env[var] = "--require " + planted
+    elif var == "PERLLIB":
+        del env[search]  # perl reads PERLLIB only without PERL5LIB
+    p = _run(sluice_bin, ["--policy", pol],
+             [PY, "-c", CWD_PLANT, planted, evil % marker, marker], work, env=env)
+    o = _out(p)
+    assert o["ran"] == "benign", (o, p.stderr)
+    assert p.returncode == 0, p.stderr
