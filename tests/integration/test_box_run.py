@@ -7,6 +7,7 @@ Only loopback addresses are ever used: the upstreams on the host's
 127.0.0.x (reached through the gateway), and host listeners the box must not
 see."""
 
+import concurrent.futures
 import contextlib
 import hashlib
 import json
@@ -2835,11 +2836,11 @@ def test_unprivileged_dev_ipc_keys_families(sluice_bin, net, hostdir):
     assert p.stdout.strip() == "sluice-box", p.stderr
 
 
-def _run_with_a_mount(argv, cwd):
+def _run_with_a_mount(argv, cwd, env=None):
     """Runs <argv>, an unshare -m wrapper whose script mounts a tmpfs and
     exits 99 when it cannot: the test is skipped then."""
     p = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=cwd,
-                       env=_clean_env())
+                       env=env or _clean_env())
     if p.returncode == 99 or "unshare:" in p.stderr:
         pytest.skip("cannot mount a tmpfs in a mount namespace: %s" % p.stderr.strip())
     for mark in SANITIZER_MARKS:
@@ -3021,10 +3022,21 @@ def test_a_mount_renamed_during_the_set_up_stays_read_only(sluice_bin, net, host
     the mount writable, and the command wrote on it once the folder was
     back. The mounts are now made read-only in one call on the whole tree
     (mount_setattr(2), AT_RECURSIVE), which no rename can dodge. The mount
-    is made in a mount namespace of the test's own (unshare -m)."""
+    is made in a mount namespace of the test's own (unshare -m).
+
+    The race is made cheap to run and likely to be won: strace holds
+    every mount() and stat() of run, its gateway and the box's init 1 ms
+    on entry (the command, once executed, is let go: -b execve), which
+    widens both moments to milliseconds, so a thread renaming the folder
+    every fraction of a millisecond, asleep in between, hits them more
+    often than one spinning on a core (which slowed every run, and the
+    tests beside it) hit the narrow ones; and the 40 runs go two at a
+    time (two boxes sharing the folder)."""
     if not _has_mount_setattr():
         pytest.skip("no mount_setattr(2): the box remounts mount by mount, by path, which a "
                     "rename at the right moments can still dodge")
+    if shutil.which("strace") is None:
+        pytest.skip("needs strace to widen the moments a rename must hit")
     b, pol = _nobody_box(sluice_bin, net, hostdir, [], userns=user == "nobody")
     a = os.path.join(b.workdir, "a")
     other = os.path.join(b.workdir, "b")
@@ -3038,30 +3050,40 @@ def test_a_mount_renamed_during_the_set_up_stays_read_only(sluice_bin, net, host
     script = ('i=0; while [ $i -lt 10000 ]; do for d in a b; do '
               'mount -t tmpfs -o size=1m,mode=0777 none "$0/$d/mnt" 2>/dev/null && exec "$@"; '
               'done; i=$((i+1)); done; exit 99')
+    stats = "mount,?stat,?lstat,?newfstatat,?statx"  # the ones this architecture has
+    held = ["strace", "-f", "-qq", "-b", "execve", "-o", "/dev/null", "-e", "trace=" + stats,
+            "-e", "inject=%s:delay_enter=1000" % stats]
     argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script,
-            b.workdir] + as_user + [sluice_bin, "run", "--policy", pol, "--",
-                                                 PY, "x.py"]
+            b.workdir] + as_user + held + [sluice_bin, "run", "--policy", pol, "--",
+                                           PY, "x.py"]
+    asan = os.environ.get("ASAN_OPTIONS")  # LeakSanitizer cannot run under ptrace
+    env = _clean_env({"ASAN_OPTIONS": (asan + ":" if asan else "") + "detect_leaks=0"})
     stop = threading.Event()
+    wrote = threading.Event()
 
     def rename_again_and_again():
-        for _ in range(100000000):
-            if stop.is_set():
-                return
-            try:
-                os.rename(a, other)
-                os.rename(other, a)
-            except OSError:
-                pass
+        while not stop.is_set():
+            for src, dst in ((a, other), (other, a)):
+                try:
+                    os.rename(src, dst)
+                except OSError:
+                    pass
+                time.sleep(0.0002)
+
+    def one_run(_):
+        if wrote.is_set():
+            return None  # found: the runs left add nothing
+        p = _run_with_a_mount(argv, b.workdir, env=env)
+        r = (p.returncode, Box.out(p) if p.returncode == 0 else p.stderr)
+        if r[1] == {"write": "ok"}:
+            wrote.set()
+        return r
 
     t = threading.Thread(target=rename_again_and_again)
     t.start()
-    results = []
     try:
-        for _ in range(40):
-            p = _run_with_a_mount(argv, b.workdir)
-            results.append((p.returncode, Box.out(p) if p.returncode == 0 else p.stderr))
-            if results[-1][1] == {"write": "ok"}:
-                break
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            results = [r for r in pool.map(one_run, range(40)) if r is not None]
     finally:
         stop.set()
         t.join()
