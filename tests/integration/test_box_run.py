@@ -2992,6 +2992,19 @@ def test_a_mount_still_writable_is_named_escaped(sluice_bin, net, hostdir):
     assert "\nsluice run: forged" not in p.stderr, p.stderr
 
 
+def _held_set_up(syscalls, ms=1):
+    """(argv prefix, environment) for a `sluice run` under strace, which
+    holds each of <syscalls> (a set as strace's -e takes it) <ms> ms on
+    entry in run, its gateway and the box's init, and lets the command go
+    once it is executed (-b execve): a race against the set-up then has
+    moments of milliseconds to hit, not microseconds, and needs no thread
+    spinning on a core to hit them. LeakSanitizer cannot run under ptrace."""
+    prefix = ["strace", "-f", "-qq", "-b", "execve", "-o", "/dev/null", "-e",
+              "trace=" + syscalls, "-e", "inject=%s:delay_enter=%d" % (syscalls, ms * 1000)]
+    asan = os.environ.get("ASAN_OPTIONS")
+    return prefix, _clean_env({"ASAN_OPTIONS": (asan + ":" if asan else "") + "detect_leaks=0"})
+
+
 RENAMED_MOUNT = r"""
 import errno, json, os
 out = "ENOENT"
@@ -3025,8 +3038,7 @@ def test_a_mount_renamed_during_the_set_up_stays_read_only(sluice_bin, net, host
     is made in a mount namespace of the test's own (unshare -m).
 
     The race is made cheap to run and likely to be won: strace holds
-    every mount() and stat() of run, its gateway and the box's init 1 ms
-    on entry (the command, once executed, is let go: -b execve), which
+    every mount() and stat() of the set-up 1 ms (_held_set_up()), which
     widens both moments to milliseconds, so a thread renaming the folder
     every fraction of a millisecond, asleep in between, hits them more
     often than one spinning on a core (which slowed every run, and the
@@ -3050,14 +3062,11 @@ def test_a_mount_renamed_during_the_set_up_stays_read_only(sluice_bin, net, host
     script = ('i=0; while [ $i -lt 10000 ]; do for d in a b; do '
               'mount -t tmpfs -o size=1m,mode=0777 none "$0/$d/mnt" 2>/dev/null && exec "$@"; '
               'done; i=$((i+1)); done; exit 99')
-    stats = "mount,?stat,?lstat,?newfstatat,?statx"  # the ones this architecture has
-    held = ["strace", "-f", "-qq", "-b", "execve", "-o", "/dev/null", "-e", "trace=" + stats,
-            "-e", "inject=%s:delay_enter=1000" % stats]
+    # the remounts and the final check's stat() (? : those this architecture has)
+    held, env = _held_set_up("mount,?stat,?lstat,?newfstatat,?statx")
     argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script,
             b.workdir] + as_user + held + [sluice_bin, "run", "--policy", pol, "--",
                                            PY, "x.py"]
-    asan = os.environ.get("ASAN_OPTIONS")  # LeakSanitizer cannot run under ptrace
-    env = _clean_env({"ASAN_OPTIONS": (asan + ":" if asan else "") + "detect_leaks=0"})
     stop = threading.Event()
     wrote = threading.Event()
 
@@ -3099,41 +3108,63 @@ def test_a_fifo_swapped_in_during_the_set_up_does_not_hang_it(sluice_bin, net, h
     init wait for a reader for ever, and run with it (a signal to run did
     not help: the init had them blocked). The file is now made with O_EXCL,
     which opens nothing that is there; the bind then covers it. A thread
-    swaps the file, nothing and a FIFO all along, for 40 runs; each must
-    end (0, or 2 when the bind found nothing), none hang."""
+    swaps the file, nothing and a FIFO all along, for 40 runs, two at a
+    time; each must end (0, or 2 when the bind found nothing), none hang.
+    strace holds each mkdir() of the set-up 5 ms (_held_set_up()): the four
+    made for the missing file's folders come between the stat() that finds
+    it missing and the open(), some 20 ms apart then. The thread keeps each
+    state for a time of that order, asleep, instead of spinning on a core:
+    the file 20 ms (run and the set-up's first step want it there), nothing
+    10 ms, the FIFO 40 ms, so that an open() 20 ms after a stat() that found
+    nothing finds the FIFO."""
+    if shutil.which("strace") is None:
+        pytest.skip("needs strace to widen the moment a swap must hit")
     b, pol = _nobody_box(sluice_bin, net, hostdir, [], userns=False)
     f = os.path.join(b.workdir, "f")
     away = os.path.join(b.workdir, "f.away")
     with open(f, "w") as fh:
         fh.write("x")
+    held, env = _held_set_up("?mkdir,mkdirat", ms=5)
+    argv = held + [sluice_bin, "run", "--policy", pol, "--ro", f, "--", "true"]
     stop = threading.Event()
+    hung = threading.Event()
 
     def swap_again_and_again():
-        for _ in range(100000000):
-            if stop.is_set():
-                return
-            for step in (lambda: os.rename(f, away), lambda: os.mkfifo(f),
-                         lambda: os.unlink(f), lambda: os.rename(away, f)):
+        while not stop.is_set():
+            for step, then in ((lambda: os.rename(f, away), 0.01), (lambda: os.mkfifo(f), 0.04),
+                               (lambda: os.unlink(f), 0), (lambda: os.rename(away, f), 0.02)):
                 try:
                     step()
                 except OSError:
                     pass
+                time.sleep(then)
+
+    def one_run(_):
+        if hung.is_set():
+            return None  # found: the runs left add nothing
+        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                             cwd=b.workdir, env=env, start_new_session=True)
+        try:
+            _, err = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            hung.set()  # strace killed alone would leave run and its init hung
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+            return "hung"
+        for mark in SANITIZER_MARKS:
+            assert mark not in err, err
+        return p.returncode, err
 
     t = threading.Thread(target=swap_again_and_again)
     t.start()
-    hung = 0
     try:
-        for _ in range(40):
-            try:
-                p = b.run(["--policy", pol, "--ro", f], None, cmd=["true"])
-            except subprocess.TimeoutExpired:
-                hung += 1
-                break
-            assert p.returncode in (0, 2), p.stderr
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            results = [r for r in pool.map(one_run, range(40)) if r is not None]
     finally:
         stop.set()
         t.join()
-    assert hung == 0
+    assert "hung" not in results, results
+    assert all(r[0] in (0, 2) for r in results), results
 
 
 @pytest.mark.parametrize("user", ["root", "nobody"])
