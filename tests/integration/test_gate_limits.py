@@ -819,18 +819,10 @@ def _send_what_fits(sock, data):
     return sent
 
 
-@pytest.mark.parametrize("how", ["--splice", "unix-client"])
-def test_an_answer_the_origin_sent_before_resetting_reaches_a_spliced_client(gateway, net, how):
-    # An origin sends an answer of megabytes (as much as the way holds),
-    # waits until the gateway's kernel has taken it all, then resets the
-    # connection. The client takes the first 512 KiB at once (the direction
-    # streams: spliced, its pipe grown), the rest only after the reset and
-    # slowly: the gateway's pipe toward it is full, the rest of the answer
-    # waits in its socket. The spliced direction read the reset (ECONNRESET,
-    # after the last byte) while bytes still waited in its pipe, and the
-    # tunnel ended at once: the client was short of what the pipe held,
-    # though connected directly it would have had every byte (Linux keeps
-    # what arrived before a reset readable).
+def _answer_then_reset(gateway, net, how):
+    """One try of the test below: returns (the bytes the gateway's kernel
+    took of the answer before the reset, the bytes the client got, the
+    gateway)."""
     answer = pattern_bytes(8 << 20)
     reset, acked = threading.Event(), {}
 
@@ -874,9 +866,33 @@ def test_an_answer_the_origin_sent_before_resetting_reaches_a_spliced_client(gat
                 time.sleep(0.01)
         finally:
             s.close()
-    assert acked["n"] > 1 << 20, acked
     assert len(got) == acked["n"] and got == answer[:acked["n"]], \
         "got %d of the %d bytes the gateway took" % (len(got), acked["n"])
+    return acked["n"], got, gw
+
+
+@pytest.mark.parametrize("how", ["--splice", "unix-client"])
+def test_an_answer_the_origin_sent_before_resetting_reaches_a_spliced_client(gateway, net, how):
+    # An origin sends an answer of megabytes (as much as the way holds),
+    # waits until the gateway's kernel has taken it all, then resets the
+    # connection. The client takes the first 512 KiB at once (the direction
+    # streams: spliced, its pipe grown), the rest only after the reset and
+    # slowly: the gateway's pipe toward it is full, the rest of the answer
+    # waits in its socket. The spliced direction read the reset (ECONNRESET,
+    # after the last byte) while bytes still waited in its pipe, and the
+    # tunnel ended at once: the client was short of what the pipe held,
+    # though connected directly it would have had every byte (Linux keeps
+    # what arrived before a reset readable).
+    # The way must have held more than 1 MiB for the pipe to be full at the
+    # reset; how much it holds is the kernels' (buffers autotuned, the
+    # origin giving up after 0.5 s without room): seen 876 KiB once in a
+    # full run. Such a try proves nothing either way, so up to 3 are made;
+    # every try checks that the client got all the gateway took.
+    for _ in range(3):
+        acked, got, gw = _answer_then_reset(gateway, net, how)
+        if acked > 1 << 20:
+            break
+    assert acked > 1 << 20, "the way held only %d bytes in 3 tries" % acked
     _, end = gw.decided(method="CONNECT")
     assert end["bytes_down"] == len(got), end
 
