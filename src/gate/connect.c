@@ -296,6 +296,11 @@ void connect_start(struct conn *c)
     bufferevent_setwatermark(c->client, EV_WRITE, 0, 0);
     struct timeval idle = timeval_of_ms(conn_idle_ms(c));
     bufferevent_set_timeouts(c->client, NULL, &idle);
+    /* These timeouts are this module's: conn_set_client_timeouts() must not
+     * take them for its own and skip setting its own (untime_client()
+     * zeroed it already on the way here; said again so that no path can
+     * rely on that). */
+    c->drain_step_ms = 0;
     if (c->ex.client_eof) {
         /* The client ended its side while its target was resolved or
          * connected: what it sent is all there will be. */
