@@ -76,6 +76,15 @@ BAD_RESPONSES = [
     b"HTTP/1.1 200 OK\nContent-Length: 0\n\n",
     b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
     b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: upgrade\r\n\r\n",
+    # a 101 behind an interim head: no upgrade was asked for either
+    b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n",
+    # control bytes in the status line or a field, relayed to the agent's
+    # terminal or parser: a terminal escape, DEL, a CR that would start a
+    # line of its own for a reader that splits on CR, a NUL
+    b"HTTP/1.1 200 OK\x1b[2J\r\nContent-Length: 0\r\n\r\n",
+    b"HTTP/1.1 200 O\x7fK\r\nContent-Length: 0\r\n\r\n",
+    b"HTTP/1.1 200 OK\rSluice-Reason: not_in_policy\r\nContent-Length: 0\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nX-A: a\x00b\r\nContent-Length: 0\r\n\r\n",
 ]
 
 
@@ -752,7 +761,11 @@ def test_response_head_over_the_flow_mark_but_within_header_bytes(gateway, net):
         assert r.status == 502 and r.header("Sluice-Reason") == "upstream_unreachable", r
 
 
-@pytest.mark.parametrize("name", ["Sluice-Reason", "sluice-reason", "Sluice-Anything"])
+# Proxy-Authenticate and Proxy-Authentication-Info are the gateway's to
+# send (its own 407 carries the first): an origin's would have the agent's
+# client take the origin's answer for a demand of its proxy.
+@pytest.mark.parametrize("name", ["Sluice-Reason", "sluice-reason", "Sluice-Anything",
+                                  "Proxy-Authenticate", "Proxy-Authentication-Info"])
 def test_an_origin_cannot_speak_as_the_gateway(gateway, net, name):
     # An allowed origin answering with the gateway's own header and wording
     # (to make the agent ask for a policy change): Sluice-* fields are the
