@@ -260,9 +260,9 @@ static void check_response(const char *buf, size_t len)
     int rc2 = http1_parse_response(s, n, n + 1, &rsp_again, &why);
     check(rc2 == (int)n);
     check(rsp_again.status == rsp.status);
-    /* An interim (1xx) head and a 204 go on without their framing fields
-     * (they have no body, RFC 9110 15.2, 15.3.5). */
-    int bare = rsp.status < 200 || rsp.status == 204;
+    /* An interim (1xx) head, a 204 and a 304 go on without their framing
+     * fields (they have no body, RFC 9110 15.2, 15.3.5, 15.4.5). */
+    int bare = rsp.status < 200 || rsp.status == 204 || rsp.status == 304;
     check(rsp_again.content_length == (bare ? -1 : rsp.content_length));
     check(rsp_again.chunked == (!bare && rsp.chunked && !(flags & HTTP1_RSP_UNCHUNKED)));
     /* Codings other than chunked go on as they came (or not at all). */

@@ -1020,9 +1020,13 @@ int http1_write_upstream_response(const struct http_response *rsp, struct evbuff
     piece(h, "\r\n", 2);
     /* An interim head or a 204 has no body (RFC 9110 15.2, 15.3.5) and may
      * carry no framing field (RFC 9110 8.6, RFC 9112 6.1): one is the
-     * origin's mistake, and a lenient client could frame by it. (A 304's
-     * Content-Length is the selected representation's: it stays.) */
-    bool bare = rsp->status < 200 || rsp->status == 204;
+     * origin's mistake, and a lenient client could frame by it. Nor does a
+     * 304 go on with them: it has no body either, and its Content-Length
+     * (the selected representation's) serves no recipient, a cache taking
+     * none from a 304 (RFC 9111 3.2), while a lenient client (OkHttp)
+     * frames a 304 by them, reading the next answer on its connection for
+     * its body. (A HEAD's answer keeps them: the size is what it asks.) */
+    bool bare = rsp->status < 200 || rsp->status == 204 || rsp->status == 304;
     head_fields(h, rsp->headers, rsp->nheaders, bare ? -1 : rsp->content_length,
                 bare || (flags & HTTP1_RSP_UNCHUNKED) != 0, false);
     if (rsp->status >= 200)

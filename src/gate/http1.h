@@ -184,8 +184,8 @@ int http1_write_upstream_request_keep(const struct http_request *req, struct evb
  * status SP reason", every header except the hop-by-hop ones, those named in
  * Connection and the gateway's own (Sluice-*), then "Connection:
  * keep-alive" or "Connection: close" per <flags> (no Connection header on a
- * 1xx; nor Content-Length or Transfer-Encoding on a 1xx or a 204: they have
- * no body), and the final CRLF. Returns 0 or -1. */
+ * 1xx; nor Content-Length or Transfer-Encoding on a 1xx, a 204 or a 304:
+ * they have no body), and the final CRLF. Returns 0 or -1. */
 int http1_write_upstream_response(const struct http_response *rsp, struct evbuffer *out,
                                   unsigned flags);
 
