@@ -232,6 +232,10 @@ struct conn {
     char idle_ip[IPADDR_STRLEN]; /* idle_addr, formatted */
     uint16_t idle_port;
     char *idle_agent; /* the agent whose request it carried; owned */
+    /* gw->turns when idle_up was kept, and whether its events are then at
+     * GATEWAY_PRI_FIRST: a later turn has polled it (forward_try_reuse()). */
+    uint64_t idle_turn;
+    bool idle_first;
 };
 
 /* conn.c */

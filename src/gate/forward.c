@@ -1024,6 +1024,13 @@ void forward_park(struct conn *c)
     /* EV_WRITE as it was: forward_start() turns it on */
     if (!(bufferevent_get_enabled(c->idle_up) & EV_READ))
         bufferevent_enable(c->idle_up, EV_READ);
+    /* What the connection sends or its end, once polled, is handled before
+     * any other callback of the turn: before a client's request could take
+     * the connection up (forward_try_reuse()). */
+    c->idle_turn = c->gw->turns;
+    c->idle_first = bufferevent_priority_set(c->idle_up, GATEWAY_PRI_FIRST) == 0;
+    if (!c->idle_first) /* an event of it queued in this turn: looked at with a peek */
+        (void)bufferevent_priority_set(c->idle_up, GATEWAY_PRI_NORMAL);
 }
 
 /* True when nothing waits in the idle connection's socket: no byte and no
@@ -1032,13 +1039,18 @@ void forward_park(struct conn *c)
  * turn that ended the exchange: after a response that ended exactly where
  * a read did, what the upstream sent behind it (a forged response, its
  * close) would otherwise be found only once the next request went out, and
- * be taken for its answer. */
-static bool idle_is_quiet(evutil_socket_t fd)
+ * be taken for its answer. A later turn has polled the socket, and what the
+ * poll found ran first (GATEWAY_PRI_FIRST: forward_park()), so the
+ * connection would be gone; only a request of the turn that kept it has
+ * the socket looked at (recv(MSG_PEEK), a system call). */
+static bool idle_is_quiet(const struct conn *c)
 {
+    if (c->idle_first && c->gw->turns != c->idle_turn)
+        return true;
     char b;
     ssize_t n;
     do
-        n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+        n = recv(c->idle_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
     while (n < 0 && errno == EINTR);
     return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
@@ -1050,8 +1062,8 @@ bool forward_try_reuse(struct conn *c)
         return false;
     bool match = !ex->is_connect && c->idle_port == ex->port && ex->agent_id != NULL &&
                  strcmp(c->idle_agent, ex->agent_id) == 0 &&
-                 evbuffer_get_length(bufferevent_get_input(c->idle_up)) == 0 &&
-                 idle_is_quiet(c->idle_fd);
+                 evbuffer_get_length(bufferevent_get_input(c->idle_up)) == 0 && idle_is_quiet(c) &&
+                 (!c->idle_first || bufferevent_priority_set(c->idle_up, GATEWAY_PRI_NORMAL) == 0);
     size_t i = 0;
     while (match && i < ex->naddrs && !ipaddr_equal(&ex->addrs[i], &c->idle_addr))
         i++;

@@ -738,7 +738,7 @@ struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *pol
     alert_bus_init(&gw->alerts);
     event_set_log_callback(libevent_log);
     gw->base = event_base_new();
-    if (gw->base == NULL) {
+    if (gw->base == NULL || event_base_priority_init(gw->base, GATEWAY_PRIORITIES) != 0) {
         snprintf(err, errlen, "cannot create the event loop");
         policy_free(policy);
         goto err;
@@ -832,7 +832,15 @@ static void apply_sched(enum gateway_sched sched)
 int gateway_run(struct gateway *gw)
 {
     apply_sched(gw->cfg.sched);
-    event_base_dispatch(gw->base);
+    /* event_base_dispatch() a turn at a time, counted: a turn polls before
+     * its first callback, so a callback of a later turn than the one that
+     * kept an upstream connection knows that the connection has been polled
+     * since (forward.c, forward_try_reuse()). */
+    while (event_base_loop(gw->base, EVLOOP_ONCE) == 0) {
+        gw->turns++;
+        if (event_base_got_exit(gw->base) || event_base_got_break(gw->base))
+            break;
+    }
     return 0;
 }
 

@@ -91,8 +91,19 @@ struct gateway_counters {
     uint64_t reload_failures;
 };
 
+/* The loop's two priorities (event_base_priority_init()): every event is
+ * GATEWAY_PRI_NORMAL but a kept upstream connection's while it is idle
+ * (forward.c, forward_park()), whose news is handled before any other
+ * callback of the turn that polled it. */
+#define GATEWAY_PRI_FIRST  0
+#define GATEWAY_PRI_NORMAL 1
+#define GATEWAY_PRIORITIES 2
+
 struct gateway {
     struct event_base *base;
+    /* The loop's turns so far: each one polls before it runs a callback
+     * (gateway_run(): one event_base_loop(EVLOOP_ONCE) a turn). */
+    uint64_t turns;
     struct gateway_config cfg;
     struct gw_policy *current;
     struct listener **listeners;

@@ -261,14 +261,19 @@ def read_boundary_response(total):
 
 @pytest.mark.parametrize("total", [4096, 8192])
 @pytest.mark.parametrize("after", ["inject", "close"])
-def test_unread_bytes_or_end_behind_a_response_stop_its_reuse(gateway, net, total, after):
+@pytest.mark.parametrize("pipelined", [True, False], ids=["pipelined", "sent-after-the-answer"])
+def test_unread_bytes_or_end_behind_a_response_stop_its_reuse(gateway, net, total, after,
+                                                              pipelined):
     # The origin follows a response that ends on a read boundary with a
-    # forged one, or with its close, in the same write; the agent's next
-    # request is already waiting (pipelined), so the gateway takes it up in
-    # the same turn, before it reads the idle connection again. The kept
-    # connection must not be reused: the socket is looked at first. (The
-    # forged response was relayed as the answer to the next request, and a
-    # POST behind a close got a 502.)
+    # forged one, or with its close, in the same write. Pipelined, the
+    # agent's next request is already waiting, so the gateway takes it up in
+    # the same turn, before it reads the idle connection again: the socket
+    # is looked at first. Sent once the answer is in, the request is taken up
+    # in a later turn of the loop, whose poll found the idle connection's
+    # news and handled it first (no look at the socket then). Either way the
+    # kept connection must not be reused. (The forged response was relayed
+    # as the answer to the next request, and a POST behind a close got a
+    # 502.)
     first = read_boundary_response(total)
 
     def script(conn, stop, received):
@@ -295,8 +300,14 @@ def test_unread_bytes_or_end_behind_a_response_stop_its_reuse(gateway, net, tota
         try:
             post = ("POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Length: 4\r\n\r\nbody"
                     % (evil_url(up, "/b2"), EVIL, up.port)).encode()
-            s.sendall(evil_get("/b1", up) + post)
-            r1, r2 = read_responses(s, ["GET", "POST"])
+            if pipelined:
+                s.sendall(evil_get("/b1", up) + post)
+                r1, r2 = read_responses(s, ["GET", "POST"])
+            else:
+                s.sendall(evil_get("/b1", up))
+                r1 = read_response(s, "GET")
+                s.sendall(post)
+                r2 = read_response(s, "POST")
         finally:
             s.close()
         assert r1.status == 200 and r1.body == first.partition(b"\r\n\r\n")[2], r1
