@@ -29,7 +29,8 @@
  * Files: box.c (spawn, init, the command), netns.c (namespaces, uid maps,
  * loopback), mounts.c (the file system view), relay.c, seccomp.c
  * (seccomp and privileges), landlock.c, mountinfo.c (the parser audit
- * shares). */
+ * shares). What run judges from outside, before the box starts, has
+ * headers of its own: reach.h, hardlinks.h, exec_guard.h, alert_env.h. */
 #ifndef SLUICE_BOX_BOX_H
 #define SLUICE_BOX_BOX_H
 

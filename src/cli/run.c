@@ -41,7 +41,11 @@
 
 #include <jansson.h>
 
+#include "box/alert_env.h"
 #include "box/box.h"
+#include "box/exec_guard.h"
+#include "box/hardlinks.h"
+#include "box/reach.h"
 #include "cli/commands.h"
 #include "gate/gateway.h"
 #include "gate/listener.h"
@@ -608,181 +612,20 @@ static void warn_renamable(const struct run_args *a, const char *cwd, size_t nus
     }
 }
 
-/* --- alert programs: run outside the box ---------------------------------- */
+/* --- alert programs: run outside the box (src/box/exec_guard.h) ------------ */
 
-/* Whether <path> lies at or below <dir> (both canonical; <dir> may be /). */
-static bool in_view_path(const char *path, const char *dir)
+/* The box's view as run has it so far: the working directory, then the
+ * paths given (and, once serve_start() returned, the files run keeps). */
+static struct box_view run_view(const struct run_args *a, const char *cwd)
 {
-    return strcmp(dir, "/") == 0 || at_or_below(path, dir);
+    return (struct box_view){.cwd = cwd, .paths = a->paths, .npaths = a->npaths};
 }
 
-/* Whether the box leaves <dir> (canonical) writable: as the deepest path of
- * its view at or above it says (the last given among equal ones; the
- * working directory first, writable). <*root> is set to that path. Outside
- * every path of the view the box shows the host's files read-only, or,
- * below /tmp and /dev/shm, its own, so the host's there are out of its
- * reach. */
-static bool box_writable(const struct run_args *a, const char *cwd, const char *dir,
-                         const char **root)
+/* Tells why a file that <label> names, <path>, with <names> names on the
+ * file system of the writable <root>, stops the run. Returns EXIT_USAGE. */
+static int report_other_names(const char *label, const char *path, const char *root,
+                              unsigned long names)
 {
-    const char *best = in_view_path(dir, cwd) ? cwd : NULL;
-    bool writable = best != NULL;
-    for (size_t k = 0; k < a->npaths; k++) {
-        const char *q = a->paths[k].path;
-        if (in_view_path(dir, q) && (best == NULL || strlen(q) >= strlen(best))) {
-            best = q;
-            writable = a->paths[k].kind == BOX_PATH_RW;
-        }
-    }
-    *root = best;
-    return writable;
-}
-
-/* Whether <path> (canonical) is a mount point of the box's view, which the
- * command can neither rename nor remove (EBUSY). A --hide path that does
- * not exist is not mounted. */
-static bool box_mount_point(const struct run_args *a, const char *cwd, const char *path)
-{
-    struct stat st;
-    if (strcmp(path, cwd) == 0)
-        return true;
-    for (size_t k = 0; k < a->npaths; k++)
-        if (strcmp(a->paths[k].path, path) == 0 &&
-            (a->paths[k].kind != BOX_PATH_HIDE || lstat(path, &st) == 0))
-            return true;
-    return false;
-}
-
-/* Whether the command in the box could change the file <path> (absolute,
- * as a policy names it) names: write it, or have the path name another file
- * (a folder on the way renamed away and a new one made, a link replaced),
- * through an entry on the way to it, a link's target followed, that lies
- * in a folder the box leaves writable and is no mount point there. On true
- * <*root> is the writable path of the view concerned. A path the kernel
- * could not follow either (a loop of links, too long) is false: a link the
- * box could change would have been found before. */
-static bool box_can_change(const struct run_args *a, const char *cwd, const char *path,
-                           const char **root)
-{
-    char cur[PATH_MAX] = "/"; /* resolved so far: no link in it */
-    char rest[PATH_MAX], next[PATH_MAX], target[PATH_MAX], joined[PATH_MAX];
-    if ((size_t)snprintf(rest, sizeof(rest), "%s", path) >= sizeof(rest))
-        return false;
-    const char *r = rest;
-    for (int links = 0;;) {
-        while (*r == '/')
-            r++;
-        if (*r == '\0')
-            break;
-        size_t len = strcspn(r, "/");
-        const char *name = r;
-        r += len;
-        if (len == 1 && name[0] == '.')
-            continue;
-        if (len == 2 && name[0] == '.' && name[1] == '.') {
-            char *slash = strrchr(cur, '/');
-            slash[slash == cur ? 1 : 0] = '\0';
-            continue;
-        }
-        if ((size_t)snprintf(next, sizeof(next), "%s%s%.*s", cur, strcmp(cur, "/") == 0 ? "" : "/",
-                             (int)len, name) >= sizeof(next))
-            return false;
-        if (!box_mount_point(a, cwd, next) && box_writable(a, cwd, cur, root))
-            return true;
-        struct stat st;
-        if (lstat(next, &st) < 0 || !S_ISLNK(st.st_mode)) {
-            memcpy(cur, next, strlen(next) + 1);
-            continue;
-        }
-        ssize_t t = readlink(next, target, sizeof(target) - 1);
-        if (t <= 0 || ++links > 40)
-            return false;
-        target[t] = '\0';
-        if ((size_t)snprintf(joined, sizeof(joined), "%s/%s", target, r) >= sizeof(joined))
-            return false;
-        memcpy(rest, joined, strlen(joined) + 1);
-        r = rest;
-        if (target[0] == '/')
-            memcpy(cur, "/", 2);
-    }
-    return box_writable(a, cwd, cur, root); /* the file itself */
-}
-
-/* The interpreter a script at <path> names on its "#!" line, into <interp>;
- * false when it is no script (or cannot be read: then it cannot be run). */
-static bool script_interpreter(const char *path, char *interp, size_t len)
-{
-    char head[256];
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-    struct stat st;
-    ssize_t n = fd >= 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)
-                    ? read(fd, head, sizeof(head) - 1)
-                    : -1;
-    if (fd >= 0)
-        close(fd);
-    if (n < 2 || head[0] != '#' || head[1] != '!')
-        return false;
-    head[n] = '\0';
-    const char *s = head + 2 + strspn(head + 2, " \t");
-    size_t m = strcspn(s, " \t\n");
-    if (m == 0 || m >= len || (s[m] == '\0' && n == (ssize_t)sizeof(head) - 1))
-        return false; /* none, or longer than the kernel reads */
-    memcpy(interp, s, m);
-    interp[m] = '\0';
-    return true;
-}
-
-/* How many names of the file <st> describes the box keeps read-only: the
- * distinct --ro paths and files run keeps that name it, and <path> itself
- * when it is none of them (the caller knows the command cannot change it
- * there). */
-static unsigned long kept_names(const struct run_args *a, const char *path, const struct stat *st)
-{
-    unsigned long n = 1; /* <path> */
-    for (size_t k = 0; k < a->npaths; k++) {
-        const char *q = a->paths[k].path;
-        struct stat o;
-        bool again = strcmp(q, path) == 0;
-        for (size_t j = 0; j < k && !again; j++)
-            again = a->paths[j].kind == BOX_PATH_RO && strcmp(a->paths[j].path, q) == 0;
-        if (!again && a->paths[k].kind == BOX_PATH_RO && stat(q, &o) == 0 &&
-            o.st_dev == st->st_dev && o.st_ino == st->st_ino)
-            n++;
-    }
-    return n;
-}
-
-/* Whether the file at <path> (links followed) has another name the
- * command could write it through: a read-only bind covers one name of a
- * file, not its other hard links, and one in a writable path of the box
- * (made by the command in an earlier run, while the file was not kept)
- * writes the same file. Where the other names are cannot be known, only
- * how many (<*names>) there are: more than the box keeps (kept_names()),
- * on the file system of a writable path (<*root>), is enough. */
-static bool box_other_name(const struct run_args *a, const char *cwd, const char *path,
-                           const char **root, unsigned long *names)
-{
-    struct stat st, w;
-    if (stat(path, &st) < 0 || S_ISDIR(st.st_mode) || st.st_nlink <= kept_names(a, path, &st))
-        return false;
-    *names = (unsigned long)st.st_nlink;
-    *root = stat(cwd, &w) == 0 && w.st_dev == st.st_dev ? cwd : NULL;
-    for (size_t k = 0; k < a->npaths && *root == NULL; k++)
-        if (a->paths[k].kind == BOX_PATH_RW && stat(a->paths[k].path, &w) == 0 &&
-            w.st_dev == st.st_dev)
-            *root = a->paths[k].path;
-    return *root != NULL;
-}
-
-/* Refuses the run when <path>, which <label> names, has other names
- * (box_other_name()). Returns 0, or EXIT_USAGE with a message. */
-static int refuse_other_names(const struct run_args *a, const char *cwd, const char *label,
-                              const char *path)
-{
-    const char *root;
-    unsigned long names;
-    if (!box_other_name(a, cwd, path, &root, &names))
-        return 0;
     char *sp = text_shown(path), *sr = text_shown(root);
     fprintf(stderr,
             "sluice run: %s %s has %lu names (hard links) on the file system of the writable %s: "
@@ -794,128 +637,50 @@ static int refuse_other_names(const struct run_args *a, const char *cwd, const c
     return EXIT_USAGE;
 }
 
-/* The variables naming where programs, libraries and interpreters' modules
- * are looked up, or a file a shell or interpreter reads first, in the
- * environment the gateway passes to its alert programs (run's caller's): a
- * folder in them the command can change (a project's bin, an activated
- * virtualenv, node_modules/.bin, a project's lib in PYTHONPATH; a relative
- * or empty entry) would have the command's own code run outside the box at
- * the next alert, by an alert program that starts `#!/usr/bin/env sh`,
- * runs `curl` by name or imports a module. In run's gateway such entries
- * are left out (box_can_change()), and a variable left with none is unset.
- * The command's own are the caller's. */
-static const char *const gateway_path_vars[] = {
-    "PATH",          "LD_LIBRARY_PATH", "LD_PRELOAD",
-    "LD_AUDIT",      "GCONV_PATH",      "BASH_ENV",
-    "ENV",           "PYTHONPATH",      "PYTHONHOME",
-    "PYTHONSTARTUP", "PYTHONUSERBASE",  "PYTHONPYCACHEPREFIX",
-    "PERL5LIB",      "PERLLIB",         "RUBYLIB",
-    "NODE_PATH",
-};
-
-/* Interpreters' options, which load code by name (`-Mmod`, `-rlib`,
- * `--require ./x.js`, `-javaagent:x.jar`) from search paths or folders
- * that cannot be told from outside: unset in run's gateway whatever they
- * hold. */
-static const char *const gateway_option_vars[] = {
-    "NODE_OPTIONS",      "PERL5OPT",      "PERL5DB",          "RUBYOPT",
-    "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS",
-};
-
-/* Sets <name> (an entry list parted by <seps>) to its entries the command
- * cannot change, or unsets it when none is left. */
-static void keep_unchangeable_entries(const struct run_args *a, const char *cwd, const char *name,
-                                      const char *seps)
+/* Refuses the run when <path>, which <label> names, has other names
+ * (hardlinks_other_name()). Returns 0, or EXIT_USAGE with a message. */
+static int refuse_other_names(const struct run_args *a, const char *cwd, const char *label,
+                              const char *path)
 {
-    const char *v = getenv(name);
-    char *kept = v != NULL ? malloc(strlen(v) + 1) : NULL;
-    if (kept == NULL) {
-        if (v != NULL)
-            unsetenv(name); /* out of memory: none is the safe answer */
-        return;
-    }
-    size_t n = 0;
-    for (const char *e = v;; e++) { /* e++: past the separator */
-        size_t len = strcspn(e, seps);
-        char entry[PATH_MAX];
-        const char *root;
-        bool keep = len > 0 && len < sizeof(entry) && e[0] == '/';
-        if (keep) {
-            memcpy(entry, e, len);
-            entry[len] = '\0';
-            keep = !box_can_change(a, cwd, entry, &root);
-        }
-        if (keep) {
-            if (n > 0)
-                kept[n++] = ':';
-            memcpy(kept + n, e, len);
-            n += len;
-        }
-        e += len;
-        if (*e == '\0')
-            break;
-    }
-    kept[n] = '\0';
-    if (n > 0)
-        setenv(name, kept, 1);
-    else
-        unsetenv(name);
-    free(kept);
-}
-
-static void gateway_search_paths(const struct run_args *a, const char *cwd)
-{
-    for (size_t i = 0; i < sizeof(gateway_path_vars) / sizeof(gateway_path_vars[0]); i++) {
-        const char *name = gateway_path_vars[i];
-        /* LD_PRELOAD's entries are parted by spaces too */
-        keep_unchangeable_entries(a, cwd, name, strcmp(name, "LD_PRELOAD") == 0 ? ": " : ":");
-    }
-    for (size_t i = 0; i < sizeof(gateway_option_vars) / sizeof(gateway_option_vars[0]); i++)
-        unsetenv(gateway_option_vars[i]);
+    struct box_view v = run_view(a, cwd);
+    const char *root;
+    unsigned long names;
+    if (!hardlinks_other_name(&v, path, &root, &names))
+        return 0;
+    return report_other_names(label, path, root, names);
 }
 
 /* The gateway runs each `exec` alert program of the policy <p> outside the
  * box, with the host's network and its user's rights: one that the command
- * can change, or its script's interpreter (4 levels, as the kernel
- * follows), would run the command's own code there at the next alert,
- * which it can raise at will (a first contact). Such a policy does not
- * start. Returns 0, or EXIT_USAGE with a message. */
+ * can change, or its script's interpreter (exec_guard_check()), would run
+ * the command's own code there at the next alert, which it can raise at
+ * will (a first contact). Such a policy does not start. Returns 0, or
+ * EXIT_USAGE with a message. */
 static int check_alert_programs(const struct run_args *a, const char *cwd, const struct policy *p)
 {
+    struct box_view v = run_view(a, cwd);
     for (size_t i = 0; i < p->alerts.nsinks; i++) {
         const struct sink *k = &p->alerts.sinks[i];
-        char prog[PATH_MAX], interp[PATH_MAX];
-        if (k->kind != SINK_EXEC)
-            continue;
-        snprintf(prog, sizeof(prog), "%s", k->target);
-        for (int level = 0; level < 5; level++) {
-            const char *root = NULL;
-            if (box_can_change(a, cwd, prog, &root)) {
-                char *sp = text_shown(k->target), *sf = text_shown(prog), *sr = text_shown(root);
-                fprintf(stderr,
-                        "sluice run: the alert program %s%s%s%s can be changed from the box "
-                        "(below the writable %s): the gateway runs it outside the box, so the "
-                        "command does not start; keep it outside the writable paths, or name it "
-                        "(or a folder above it, directly in one) with --ro\n",
-                        sp, level > 0 ? " (its interpreter " : "", level > 0 ? sf : "",
-                        level > 0 ? ")" : "", sr);
-                free(sp);
-                free(sf);
-                free(sr);
-                return EXIT_USAGE;
-            }
-            if (refuse_other_names(a, cwd,
-                                   level > 0 ? "the interpreter of the alert program"
-                                             : "the alert program",
-                                   prog) != 0)
-                return EXIT_USAGE;
-            if (!script_interpreter(prog, interp, sizeof(interp)))
-                break;
-            /* a relative one is found from the gateway's working directory,
-             * "/" (gateway_leave_cwd()); one too long to be found is never run */
-            int w = snprintf(prog, sizeof(prog), "%s%s", interp[0] == '/' ? "" : "/", interp);
-            if (w < 0 || (size_t)w >= sizeof(prog))
-                break;
+        struct exec_guard_finding f = {0};
+        enum exec_guard_verdict verdict =
+            k->kind == SINK_EXEC ? exec_guard_check(&v, k->target, &f) : EXEC_GUARD_SAFE;
+        if (verdict == EXEC_GUARD_OTHER_NAMES)
+            return report_other_names(f.level > 0 ? "the interpreter of the alert program"
+                                                  : "the alert program",
+                                      f.file, f.root, f.names);
+        if (verdict == EXEC_GUARD_CHANGEABLE) {
+            char *sp = text_shown(k->target), *sf = text_shown(f.file), *sr = text_shown(f.root);
+            fprintf(stderr,
+                    "sluice run: the alert program %s%s%s%s can be changed from the box "
+                    "(below the writable %s): the gateway runs it outside the box, so the "
+                    "command does not start; keep it outside the writable paths, or name it "
+                    "(or a folder above it, directly in one) with --ro\n",
+                    sp, f.level > 0 ? " (its interpreter " : "", f.level > 0 ? sf : "",
+                    f.level > 0 ? ")" : "", sr);
+            free(sp);
+            free(sf);
+            free(sr);
+            return EXIT_USAGE;
         }
     }
     return 0;
@@ -1171,7 +936,8 @@ static int serve_start(struct run_args *a, const char *cwd, struct served *s,
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
-        gateway_search_paths(a, cwd);
+        struct box_view view = run_view(a, cwd);
+        alert_env_apply(&view);
         struct gateway_paths gp = {0};
         if (gateway_leave_cwd(a, s->log, &gp) < 0) {
             fprintf(stderr, "sluice run: the gateway cannot serve from /: %s\n", strerror(errno));
