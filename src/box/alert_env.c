@@ -4,24 +4,69 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The search variables (alert_env.h). LD_PRELOAD's entries are parted by
- * spaces too. */
-static const char *const search_vars[] = {
-    "PATH",          "LD_LIBRARY_PATH", "LD_PRELOAD",
-    "LD_AUDIT",      "GCONV_PATH",      "BASH_ENV",
-    "ENV",           "PYTHONPATH",      "PYTHONHOME",
-    "PYTHONSTARTUP", "PYTHONUSERBASE",  "PYTHONPYCACHEPREFIX",
-    "PERL5LIB",      "PERLLIB",         "RUBYLIB",
-    "NODE_PATH",
+/* A search variable: its name, the bytes that part its entries, the one
+ * that joins those kept, and whether ";;" stands for the tool's default
+ * path (Lua's: its system folders, and "./" from the gateway's "/", where
+ * it would be searched were the variable unset), kept as such; an empty
+ * entry elsewhere names the working directory and is left out. */
+struct search_var {
+    const char *name;
+    const char *seps;
+    char join;
+    bool default_mark;
 };
 
-/* The option variables (alert_env.h). */
+/* The search variables (alert_env.h): the dynamic loader's, shells' and
+ * interpreters' (LD_PRELOAD's entries are parted by spaces too), then
+ * those of tools that load code by name: git's commands that are no
+ * built-in (git-NAME), Lua's modules (LUA_PATH_5_4 before LUA_PATH in Lua
+ * 5.4, and so on), Java's classes, Ruby's gems, Tcl's packages (a Tcl
+ * list: parted by white space) and the init.tcl every Tcl interpreter
+ * sources first. */
+static const struct search_var search_vars[] = {
+    {"PATH", ":", ':', false},
+    {"LD_LIBRARY_PATH", ":", ':', false},
+    {"LD_PRELOAD", ": ", ':', false},
+    {"LD_AUDIT", ":", ':', false},
+    {"GCONV_PATH", ":", ':', false},
+    {"BASH_ENV", ":", ':', false},
+    {"ENV", ":", ':', false},
+    {"PYTHONPATH", ":", ':', false},
+    {"PYTHONHOME", ":", ':', false},
+    {"PYTHONSTARTUP", ":", ':', false},
+    {"PYTHONUSERBASE", ":", ':', false},
+    {"PYTHONPYCACHEPREFIX", ":", ':', false},
+    {"PERL5LIB", ":", ':', false},
+    {"PERLLIB", ":", ':', false},
+    {"RUBYLIB", ":", ':', false},
+    {"NODE_PATH", ":", ':', false},
+    {"GIT_EXEC_PATH", ":", ':', false},
+    {"LUA_PATH", ";", ';', true},
+    {"LUA_CPATH", ";", ';', true},
+    {"LUA_PATH_5_1", ";", ';', true},
+    {"LUA_CPATH_5_1", ";", ';', true},
+    {"LUA_PATH_5_2", ";", ';', true},
+    {"LUA_CPATH_5_2", ";", ';', true},
+    {"LUA_PATH_5_3", ";", ';', true},
+    {"LUA_CPATH_5_3", ";", ';', true},
+    {"LUA_PATH_5_4", ";", ';', true},
+    {"LUA_CPATH_5_4", ";", ';', true},
+    {"CLASSPATH", ":", ':', false},
+    {"GEM_HOME", ":", ':', false},
+    {"GEM_PATH", ":", ':', false},
+    {"TCLLIBPATH", " \t\n", ' ', false},
+    {"TCL_LIBRARY", ":", ':', false},
+};
+
+/* The option variables (alert_env.h), and Lua's LUA_INIT: code that lua
+ * runs first, or "@FILE", a file it runs. */
 static const char *const option_vars[] = {
     "NODE_OPTIONS",      "PERL5OPT",      "PERL5DB",          "RUBYOPT",
-    "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS",
+    "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "LUA_INIT",
+    "LUA_INIT_5_1",      "LUA_INIT_5_2",  "LUA_INIT_5_3",     "LUA_INIT_5_4",
 };
 
-char *alert_env_kept_entries(const char *value, const char *seps,
+char *alert_env_kept_entries(const char *value, const char *seps, char join,
                              alert_env_changeable_fn changeable, const void *ctx)
 {
     char *kept = malloc(strlen(value) + 1);
@@ -39,7 +84,7 @@ char *alert_env_kept_entries(const char *value, const char *seps,
         }
         if (keep) {
             if (n > 0)
-                kept[n++] = ':';
+                kept[n++] = join;
             memcpy(kept + n, e, len);
             n += len;
         }
@@ -51,19 +96,36 @@ char *alert_env_kept_entries(const char *value, const char *seps,
     return kept;
 }
 
+/* The kept entries of <v>'s value <value> (alert_env_kept_entries()), with
+ * ";;" after them when it stands for <v>'s default path and <value> had
+ * it. NULL when out of memory. */
+static char *kept_value(const struct search_var *v, const char *value,
+                        alert_env_changeable_fn changeable, const void *ctx)
+{
+    char *kept = alert_env_kept_entries(value, v->seps, v->join, changeable, ctx);
+    if (kept == NULL || !v->default_mark || strstr(value, ";;") == NULL)
+        return kept;
+    size_t n = strlen(kept);
+    char *more = realloc(kept, n + 3);
+    if (more == NULL) {
+        free(kept);
+        return NULL;
+    }
+    memcpy(more + n, ";;", 3); /* anywhere in the value, for Lua */
+    return more;
+}
+
 void alert_env_filter(alert_env_changeable_fn changeable, const void *ctx)
 {
     for (size_t i = 0; i < sizeof(search_vars) / sizeof(search_vars[0]); i++) {
-        const char *name = search_vars[i];
-        const char *v = getenv(name);
-        if (v == NULL)
+        const char *value = getenv(search_vars[i].name);
+        if (value == NULL)
             continue;
-        char *kept = alert_env_kept_entries(v, strcmp(name, "LD_PRELOAD") == 0 ? ": " : ":",
-                                            changeable, ctx);
+        char *kept = kept_value(&search_vars[i], value, changeable, ctx);
         if (kept != NULL && kept[0] != '\0')
-            setenv(name, kept, 1);
+            setenv(search_vars[i].name, kept, 1);
         else
-            unsetenv(name);
+            unsetenv(search_vars[i].name);
         free(kept);
     }
     for (size_t i = 0; i < sizeof(option_vars) / sizeof(option_vars[0]); i++)

@@ -3,8 +3,9 @@
  * have them load the command's code.
  *
  * Owns two lists and what is done with them. The search variables name
- * where programs, libraries and interpreters' modules are looked up, or a
- * file a shell or interpreter reads first: a folder in them the command
+ * where programs, libraries, interpreters' modules and tools' code (git's
+ * commands, Lua's, Java's, Ruby's gems, Tcl's packages) are looked up, or
+ * a file a shell or interpreter reads first: a folder in them the command
  * can change (a project's bin, an activated virtualenv, node_modules/.bin,
  * a project's lib in PYTHONPATH; a relative or empty entry) would have the
  * command's own code run outside the box at the next alert, by an alert
@@ -28,9 +29,9 @@ typedef bool (*alert_env_changeable_fn)(const char *entry, const void *ctx);
 
 /* <value>, a list of entries parted by any byte of <seps>, with only the
  * entries that are absolute, shorter than PATH_MAX and not <changeable>,
- * joined by ':' (possibly ""). Returns a new string the caller frees, or
+ * joined by <join> (possibly ""). Returns a new string the caller frees, or
  * NULL when out of memory. */
-char *alert_env_kept_entries(const char *value, const char *seps,
+char *alert_env_kept_entries(const char *value, const char *seps, char join,
                              alert_env_changeable_fn changeable, const void *ctx);
 
 /* In this process's environment: every search variable set to its kept

@@ -797,8 +797,9 @@ def test_alert_programs_search_no_folder_the_command_can_write(sluice_bin, proj)
     assert p.returncode == 0, p.stderr
 
 
-# In the box: leaves <name> in the working directory with <text>, has the
-# gateway raise an alert, and reports what the alert program left.
+# In the box: leaves <name> in the working directory with <text> (and the
+# octal mode argv[4], when given), has the gateway raise an alert, and
+# reports what the alert program left.
 CWD_PLANT = r"""
 import json, os, socket, sys, time
 name, text, marker = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -806,6 +807,8 @@ out = {}
 os.makedirs(os.path.dirname(name) or ".", exist_ok=True)
 with open(name, "w") as f:
     f.write(text)
+if len(sys.argv) > 4:
+    os.chmod(name, int(sys.argv[4], 8))
 """ + RAISE_ALERT + r"""
 out["ran"] = open(marker).read().strip() if os.path.exists(marker) else None
 print(json.dumps(out))
@@ -833,6 +836,21 @@ def test_alert_programs_run_from_the_root_not_the_working_directory(sluice_bin, 
     o = _out(p)
     assert o["ran"] == "benign /", (o, p.stderr)
     assert p.returncode == 0, p.stderr
+
+
+def _lib_world(proj, prog_text):
+    """The working directory with a lib folder the command can write, and
+    an alert program out of its reach, hooks/alert, written from
+    <prog_text> with its mark's path: (work, lib, policy, mark)."""
+    work = os.path.join(proj, "work")
+    lib = os.path.join(work, "lib")
+    os.makedirs(lib)
+    for d in (work, lib):
+        os.chmod(d, 0o755)
+    pol, prog, marker = _alert_world(proj, "hooks/alert", "policy.yaml")
+    with open(prog, "w") as f:
+        f.write(prog_text % marker)
+    return work, lib, pol, marker
 
 
 # The alert programs, one per interpreter: each reads its alert, loads the
@@ -880,14 +898,7 @@ def test_alert_programs_load_no_module_from_a_folder_the_command_can_write(sluic
     if not os.path.exists(interp):
         pytest.skip("no " + interp)
     search, module, benign, prog_text, evil = LOADERS[lang]
-    work = os.path.join(proj, "work")
-    lib = os.path.join(work, "lib")
-    os.makedirs(lib)
-    for d in (work, lib):
-        os.chmod(d, 0o755)
-    pol, prog, marker = _alert_world(proj, "hooks/alert", "policy.yaml")
-    with open(prog, "w") as f:
-        f.write(prog_text % marker)
+    work, lib, pol, marker = _lib_world(proj, prog_text)
     hooklib = os.path.join(proj, "hooks", "lib")
     os.mkdir(hooklib)
     os.chmod(hooklib, 0o755)
@@ -904,6 +915,48 @@ def test_alert_programs_load_no_module_from_a_folder_the_command_can_write(sluic
         del env[search]  # perl reads PERLLIB only without PERL5LIB
     p = _run(sluice_bin, ["--policy", pol],
              [PY, "-c", CWD_PLANT, planted, evil % marker, marker], work, env=env)
+    o = _out(p)
+    assert o["ran"] == "benign", (o, p.stderr)
+    assert p.returncode == 0, p.stderr
+
+
+# Tools whose own search variable names where they load code by name, and
+# an alert program that uses each: git runs a command it has no built-in
+# for, git-NAME, from GIT_EXEC_PATH; Tcl sources the pkgIndex.tcl of each
+# folder of TCLLIBPATH when it looks for a package, and TCL_LIBRARY's
+# init.tcl as it starts. Each: the variable, the
+# tool, the file the command plants in the project's lib, its mode, the
+# alert program (benign when the tool finds nothing of the command's) and
+# the planted file (it leaves the network namespace it runs in).
+TOOLS = {
+    "git": ("GIT_EXEC_PATH", "/usr/bin/git", "git-alertlib", "755",
+            "#!/bin/sh\ncat > /dev/null\ngit alertlib 2> /dev/null || echo benign > %s\n",
+            "#!/bin/sh\nreadlink /proc/self/ns/net > %s\n"),
+    "tcl": ("TCLLIBPATH", "/usr/bin/tclsh", "pkgIndex.tcl", "644",
+            "#!/usr/bin/tclsh\nread stdin\ncatch {package require alertlib}\n"
+            "set f [open %s w]; puts -nonewline $f benign; close $f\n",
+            "set f [open %s w]; puts -nonewline $f [file readlink /proc/self/ns/net]; close $f\n"
+            "exit 0\n"),
+}
+TOOLS["tcl_library"] = ("TCL_LIBRARY",) + TOOLS["tcl"][1:2] + ("init.tcl",) + TOOLS["tcl"][3:]
+
+
+@pytest.mark.parametrize("tool", sorted(TOOLS))
+def test_alert_programs_run_no_tool_code_from_a_folder_the_command_can_write(sluice_bin, proj,
+                                                                            tool):
+    """An alert program out of the command's reach that runs git or Tcl
+    found their code by name in the gateway's GIT_EXEC_PATH or TCLLIBPATH,
+    run's caller's: a project folder there let the command plant its own,
+    which ran outside the box at the next alert. The gateway leaves such
+    entries out, as it does PATH's. Before the fix each planted file ran in
+    the host's network namespace."""
+    var, tool_bin, name, mode, prog_text, evil = TOOLS[tool]
+    if not os.path.exists(tool_bin):
+        pytest.skip("no " + tool_bin)
+    work, lib, pol, marker = _lib_world(proj, prog_text)
+    planted = os.path.join(lib, name)
+    p = _run(sluice_bin, ["--policy", pol],
+             [PY, "-c", CWD_PLANT, planted, evil % marker, marker, mode], work, env={var: lib})
     o = _out(p)
     assert o["ran"] == "benign", (o, p.stderr)
     assert p.returncode == 0, p.stderr

@@ -26,7 +26,7 @@ static bool below(const char *entry, const void *ctx)
 
 static void assert_kept(const char *value, const char *seps, const char *want)
 {
-    char *kept = alert_env_kept_entries(value, seps, below, "/proj");
+    char *kept = alert_env_kept_entries(value, seps, ':', below, "/proj");
     assert_non_null(kept);
     assert_string_equal(kept, want);
     free(kept);
@@ -55,28 +55,71 @@ static void test_kept_entries(void **state)
     free(longv);
 }
 
+/* A variable set to <value> before alert_env_filter(), and what it holds
+ * after (<want>; NULL: unset). */
+struct var_case {
+    const char *name, *value, *want;
+};
+
+static void assert_filtered(const struct var_case *c, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        setenv(c[i].name, c[i].value, 1);
+    alert_env_filter(below, "/proj");
+    for (size_t i = 0; i < n; i++) {
+        const char *got = getenv(c[i].name);
+        if (c[i].want == NULL && got != NULL)
+            fail_msg("%s: '%s', not unset", c[i].name, got);
+        if (c[i].want != NULL && (got == NULL || strcmp(got, c[i].want) != 0))
+            fail_msg("%s: '%s', not '%s'", c[i].name, got != NULL ? got : "(unset)", c[i].want);
+    }
+}
+
 static void test_filter_of_the_environment(void **state)
 {
     (void)state;
-    setenv("PATH", "/proj/node_modules/.bin:/usr/bin:/bin", 1);
-    setenv("PYTHONPATH", "/proj/lib", 1);
-    setenv("LD_PRELOAD", "/proj/x.so /usr/lib/y.so", 1);
-    setenv("PERL5LIB", "/opt/perl:/proj/perl", 1);
-    setenv("NODE_OPTIONS", "--require /usr/lib/ok.js", 1);
-    setenv("RUBYOPT", "-rjson", 1);
-    setenv("JAVA_TOOL_OPTIONS", "-javaagent:/opt/a.jar", 1);
-    setenv("HOME", "/proj", 1); /* no search variable: as it was */
+    static const struct var_case cases[] = {
+        {"PATH", "/proj/node_modules/.bin:/usr/bin:/bin", "/usr/bin:/bin"},
+        {"PYTHONPATH", "/proj/lib", NULL}, /* none left: unset, not empty */
+        {"LD_PRELOAD", "/proj/x.so /usr/lib/y.so", "/usr/lib/y.so"},
+        {"PERL5LIB", "/opt/perl:/proj/perl", "/opt/perl"},
+        {"NODE_OPTIONS", "--require /usr/lib/ok.js", NULL}, /* whatever they hold */
+        {"RUBYOPT", "-rjson", NULL},
+        {"JAVA_TOOL_OPTIONS", "-javaagent:/opt/a.jar", NULL},
+        {"HOME", "/proj", "/proj"}, /* no search variable: as it was */
+    };
     unsetenv("NODE_PATH");
-    alert_env_filter(below, "/proj");
-    assert_string_equal(getenv("PATH"), "/usr/bin:/bin");
-    assert_null(getenv("PYTHONPATH")); /* none left: unset, not empty */
-    assert_string_equal(getenv("LD_PRELOAD"), "/usr/lib/y.so");
-    assert_string_equal(getenv("PERL5LIB"), "/opt/perl");
-    assert_null(getenv("NODE_OPTIONS")); /* whatever they hold */
-    assert_null(getenv("RUBYOPT"));
-    assert_null(getenv("JAVA_TOOL_OPTIONS"));
-    assert_string_equal(getenv("HOME"), "/proj");
+    assert_filtered(cases, sizeof(cases) / sizeof(cases[0]));
     assert_null(getenv("NODE_PATH"));
+}
+
+/* The search variables of git, Lua, Java, Ruby's gems and Tcl: each
+ * names where code is loaded from by name, as PATH does; Lua's LUA_INIT
+ * is code. */
+static void test_tools_search_variables(void **state)
+{
+    (void)state;
+    static const struct var_case cases[] = {
+        {"GIT_EXEC_PATH", "/proj/git-core", NULL},
+        /* Lua's entries are parted by ';', and ";;" stands for its default
+         * path (system folders, and "./" from the gateway's "/"): kept */
+        {"LUA_PATH", "/proj/?.lua;/usr/share/lua/5.4/?.lua;;", "/usr/share/lua/5.4/?.lua;;"},
+        {"LUA_CPATH", "./?.so;/proj/?.so", NULL},
+        {"LUA_PATH_5_4", "/usr/local/share/lua/5.4/?.lua;/proj/lua/?.lua",
+         "/usr/local/share/lua/5.4/?.lua"},
+        {"LUA_CPATH_5_3", "/proj/?.so;;", ";;"},
+        {"CLASSPATH", "/proj/lib/*:.:/usr/share/java/x.jar", "/usr/share/java/x.jar"},
+        {"GEM_HOME", "/proj/vendor/gems", NULL},
+        {"GEM_PATH", "/var/lib/gems/3.1.0:/proj/vendor/gems", "/var/lib/gems/3.1.0"},
+        /* a Tcl list: parted by white space */
+        {"TCLLIBPATH", "/usr/share/tcltk /proj/tcl\t/usr/lib/tcltk",
+         "/usr/share/tcltk /usr/lib/tcltk"},
+        {"TCL_LIBRARY", "/proj/tcl8.6", NULL},
+        /* code itself, or a file of it: dropped whatever it holds */
+        {"LUA_INIT", "@/usr/share/lua/init.lua", NULL},
+        {"LUA_INIT_5_4", "dofile('/proj/x.lua')", NULL},
+    };
+    assert_filtered(cases, sizeof(cases) / sizeof(cases[0]));
 }
 
 int main(void)
@@ -84,6 +127,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kept_entries),
         cmocka_unit_test(test_filter_of_the_environment),
+        cmocka_unit_test(test_tools_search_variables),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
