@@ -105,9 +105,9 @@ int store_load_queue_of(struct store *s, const char *sink, int64_t after, int li
  * stderr). */
 int store_count_queue(struct store *s, store_queued_fn fn, void *arg);
 /* How many queue rows webhook <sink> has, counted in the index
- * alert_queue_sink, and those the writes not yet committed add (deletions
- * not yet committed are still counted); -1 on a database error (reported
- * on stderr). */
+ * alert_queue_sink, as the writes not yet committed leave them: those they
+ * add are counted, those they delete are not; -1 on a database error
+ * (reported on stderr). */
 int64_t store_count_queue_of(struct store *s, const char *sink);
 
 /* Queued writes (committed by store_flush). Strings are copied. Each
@@ -119,7 +119,9 @@ int store_put_counter(struct store *s, const char *name, uint64_t value);
  * -1 when out of memory. */
 int64_t store_queue_add(struct store *s, const char *sink, const char *body);
 int store_queue_attempts(struct store *s, int64_t id, int attempts);
-int store_queue_del(struct store *s, int64_t id);
+/* Queues the deletion of the row of alert <id>, filed under <sink> (the
+ * sink's count of rows leaves it out at once: store_count_queue_of). */
+int store_queue_del(struct store *s, const char *sink, int64_t id);
 
 /* Takes back the writer's last batch if it has finished it, then hands it
  * every queued write, to be committed in one transaction, unless it still

@@ -1032,13 +1032,31 @@ int store_count_queue(struct store *s, store_queued_fn fn, void *arg)
                            fn, arg);
 }
 
+/* How the writes not yet committed change <sink>'s row count: one up for
+ * each row they add, one down for each they delete (a deletion names its
+ * row's sink), except the deletion of a row whose addition was dropped
+ * (over STORE_PENDING_MAX: never there to delete). */
+static int64_t unwritten_count_of(const struct store *s, const char *sink)
+{
+    const struct store_op *o;
+    int64_t n = 0;
+    for (size_t i = 0; (o = unwritten_at(s, i)) != NULL; i++) {
+        if ((o->kind != OP_QADD && o->kind != OP_QDEL) || o->a == NULL || strcmp(o->a, sink) != 0)
+            continue;
+        if (o->kind == OP_QADD)
+            n++;
+        else if (!store_queue_lost(s, o->n))
+            n--;
+    }
+    return n;
+}
+
 int64_t store_count_queue_of(struct store *s, const char *sink)
 {
     sqlite3_stmt *st = NULL;
     /* The rows below qadd_lo were committed; those from it on are counted
      * in the writes not committed yet (the writer may commit some while
-     * this counts: counted once). Deletions that wait are not subtracted
-     * (a QDEL does not say its sink): the sweep's count corrects it. */
+     * this counts: counted once), and so are the deletions that wait. */
     if (sqlite3_prepare_v2(s->db, "SELECT count(*) FROM alert_queue WHERE sink = ?1 AND id < ?2",
                            -1, &st, NULL) != SQLITE_OK)
         return load_fail(s, st);
@@ -1046,12 +1064,9 @@ int64_t store_count_queue_of(struct store *s, const char *sink)
     sqlite3_bind_int64(st, 2, s->qadd_lo);
     if (sqlite3_step(st) != SQLITE_ROW)
         return load_fail(s, st);
-    int64_t n = sqlite3_column_int64(st, 0);
+    int64_t n = sqlite3_column_int64(st, 0) + unwritten_count_of(s, sink);
     sqlite3_finalize(st);
-    size_t at = 0;
-    while (next_unwritten_row(s, &at, sink, 0) != NULL)
-        n++;
-    return n;
+    return n > 0 ? n : 0;
 }
 
 int store_load_counters(struct store *s, store_counter_fn fn, void *arg)
@@ -1301,14 +1316,14 @@ int store_queue_attempts(struct store *s, int64_t id, int attempts)
     return commit_op(s, o, NULL, NULL, false, false);
 }
 
-int store_queue_del(struct store *s, int64_t id)
+int store_queue_del(struct store *s, const char *sink, int64_t id)
 {
     struct store_op *o = push(s);
     if (o == NULL)
         return -1;
     o->kind = OP_QDEL;
     o->n = id;
-    return commit_op(s, o, NULL, NULL, false, false);
+    return commit_op(s, o, strdup(sink), NULL, true, false);
 }
 
 bool store_dirty(const struct store *s)

@@ -31,7 +31,7 @@ enum store_op_kind { OP_CONTACT, OP_BASELINE, OP_COUNTER, OP_QADD, OP_QATTEMPTS,
 /* One queued write. */
 struct store_op {
     enum store_op_kind kind;
-    char *a, *b; /* agent/host, agent, name, sink/body */
+    char *a, *b; /* agent/host, agent, name, sink/body, sink (OP_QDEL) */
     int64_t n;   /* first_ms, counter value, queue id */
     int64_t m;   /* attempts, created_ms */
     struct store_baseline bl;

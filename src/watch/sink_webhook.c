@@ -352,7 +352,7 @@ static void attempt_over(struct webhook *w, int code)
         w->failures_in_row = 0;
         w->parked_said = false;
         if (w->store != NULL && it->id > 0)
-            store_queue_del(w->store, it->id);
+            store_queue_del(w->store, w->key, it->id);
         pop(w);
         refill_soon(w);
         try_send(w);

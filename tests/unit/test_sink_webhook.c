@@ -635,7 +635,7 @@ static void adopting_reads_only_what_memory_holds(void **state)
 static void deliver_oldest(struct webhook *w, int n)
 {
     for (int i = 0; i < n && w->len > 0; i++) {
-        store_queue_del(w->store, w->q[w->head].id);
+        store_queue_del(w->store, w->key, w->q[w->head].id);
         pop(w);
     }
 }
