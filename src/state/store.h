@@ -4,8 +4,9 @@
  * host), per-agent traffic baselines, the webhook delivery queue and a few
  * counters. Reads happen once, at start (store_load_*), into the memory of
  * the module that uses them; of the webhook queue, a sink reads only what
- * it has room for, at start and as room frees up (store_load_queue_of),
- * as the writes not yet committed leave it. Writes are queued in memory by
+ * it has room for, at start and as room frees up, as the writes not yet
+ * committed leave it, through the writer's thread (store_queue_read): the
+ * loop hands the read over and takes the rows on a later tick. Writes are queued in memory by
  * store_put_* and handed by store_flush(), which the caller runs on a
  * timer, to a writer thread that commits them in one transaction through
  * a connection of its own (store_writer.h): the event loop never waits on
@@ -95,9 +96,36 @@ int store_load_counters(struct store *s, store_counter_fn fn, void *arg);
  * the writer's hands, or kept after a failed commit): a row they add is
  * read (with 0 attempts), one they delete is not. <fn> must not queue
  * writes. Returns the number of rows, or -1 on a database error (reported
- * on stderr). */
+ * on stderr). Reads on the caller's thread: not for the event loop once it
+ * serves (store_queue_read() is). */
 int store_load_queue_of(struct store *s, const char *sink, int64_t after, int limit,
                         store_queue_fn fn, void *arg);
+/* A read of webhook <sink>'s oldest queue rows for the event loop: run on
+ * the writer's thread, between two of its batches, never on the loop (a
+ * read of a file system that does not answer would stall every request).
+ * store_queue_read() puts it in line (one runs at a time) and returns at
+ * once; store_queue_read_take(), on a later tick, gives the rows as
+ * store_load_queue_of() does, as the writes not yet committed at the take
+ * leave them. Returns the read (its caller's until taken or cancelled), or
+ * NULL when out of memory. */
+struct store_read;
+struct store_read_got {
+    int rows;      /* given to the callback */
+    bool all;      /* the sink has no row past them */
+    int64_t count; /* the sink's rows, as store_count_queue_of() counts them */
+};
+struct store_read *store_queue_read(struct store *s, const char *sink, int limit);
+/* Once <r> was read: calls <fn> for the sink's oldest rows, oldest first,
+ * at most the read's <limit>, fills <got>, frees <r> and returns 0 (-1,
+ * <r> freed, on a database error, reported on stderr). Returns 1 while it
+ * waits for the thread (<r> kept): a batch the thread committed after <r>
+ * ran and the loop has collected since has it read again, as the rows it
+ * added are then in neither the read nor memory. Never waits. */
+int store_queue_read_take(struct store *s, struct store_read *r, store_queue_fn fn, void *arg,
+                          struct store_read_got *got);
+/* Drops <r> (freed now, or by the store once the thread gives it back).
+ * Accepts NULL. Every read is taken or cancelled before store_close(). */
+void store_queue_read_cancel(struct store *s, struct store_read *r);
 /* Calls <fn> once per webhook sink that has queue rows, with how many:
  * counted in the index alert_queue_sink, without reading the rows' bodies.
  * Committed rows only (for the start, when none waits).

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -83,6 +84,12 @@ struct store {
      * it. */
     struct pos_index index;
     bool noindex;
+    /* The webhooks' reads of the queue (store_queue_read()), run one at a
+     * time on the writer's thread: the one in its hands, and those waiting
+     * their turn, oldest first. */
+    struct store_read *read_held;
+    struct store_read *reads, **reads_tail;
+    unsigned long commits; /* batches the writer committed, as collected */
 };
 
 static int settle(struct store *s, int busy_ms);
@@ -691,6 +698,7 @@ static struct store *open_resolved(const char *shown, const char *real, char **e
     if (s == NULL)
         goto nomem;
     s->lock_fd = -1;
+    s->reads_tail = &s->reads;
     if (lock_dir(s, shown, real, err) < 0) {
         free(s);
         return NULL;
@@ -825,8 +833,14 @@ void store_close(struct store *s)
         store_op_free(&s->ops[i]);
     free(s->ops);
     pos_index_free(&s->index);
-    /* A writer stuck in a commit keeps its batch: the process exits. */
+    /* A writer stuck in a commit keeps its batch: the process exits. The
+     * read in its hands is its own to free (or keep) too; those waiting
+     * their turn, cancelled by their sinks, are the store's. */
     store_writer_stop(s->writer);
+    for (struct store_read *r = s->reads, *next; r != NULL; r = next) {
+        next = r->next;
+        store_read_free(r);
+    }
     sqlite3_close(s->db); /* the last connection: checkpoints, removes the log */
     free(s->path);
     close(s->lock_fd); /* releases the lock */
@@ -949,28 +963,72 @@ static const struct store_op *next_unwritten_row(const struct store *s, size_t *
     return NULL;
 }
 
-/* The committed rows of <st> (SELECT id, sink, body, attempts ... ORDER BY
- * id) and those the writes not yet committed add, merged in id order,
- * without those whose deletion waits, up to <limit> to <fn>. A row the
- * writer committed while the statement read is read once. Finalizes <st>;
- * returns the number of rows, or -1 (load_fail()). */
-static int merged_rows(struct store *s, sqlite3_stmt *st, const char *sink, int64_t after,
-                       int limit, store_queue_fn fn, void *arg)
+/* Committed queue rows, in id order: those of a statement (SELECT id,
+ * sink, body, attempts ... ORDER BY id) the loop steps, or those a read on
+ * the writer's thread brought (store_queue_read()). */
+struct row_src {
+    sqlite3_stmt *st;
+    const struct store_read *r;
+    size_t at;
+    int rc; /* SQLITE_ROW while on a row */
+};
+
+static void src_step(struct row_src *src)
+{
+    if (src->st != NULL)
+        src->rc = sqlite3_step(src->st);
+    else
+        src->rc = src->at++ < src->r->nrows ? SQLITE_ROW : SQLITE_DONE;
+}
+
+static int64_t src_id(const struct row_src *src)
+{
+    return src->st != NULL ? sqlite3_column_int64(src->st, 0) : src->r->rows[src->at - 1].id;
+}
+
+/* Calls <fn> with the row <src> is on. */
+static void src_call(const struct row_src *src, const char *sink, store_queue_fn fn, void *arg)
+{
+    if (src->st != NULL) {
+        fn(src_id(src), col_text(src->st, 1), col_text(src->st, 2), sqlite3_column_int(src->st, 3),
+           arg);
+        return;
+    }
+    const struct store_row *row = &src->r->rows[src->at - 1];
+    fn(row->id, sink, row->body, row->attempts, arg);
+}
+
+/* True when <src> has no row left and the sink has none past it: a read
+ * brings its oldest rows only, and the rows the writes not yet committed
+ * add cannot go before those it did not bring. */
+static bool src_whole(const struct row_src *src)
+{
+    return src->st != NULL || src->r->end;
+}
+
+/* The committed rows of <src> and those the writes not yet committed add,
+ * merged in id order, without those whose deletion waits, up to <limit> to
+ * <fn>; <*all> tells whether the sink has no row past them. A row the
+ * writer committed while <src> was read is read once. Returns the number
+ * of rows, or -1 when out of memory; <src>'s error is the caller's. */
+static int merged_rows(struct store *s, struct row_src *src, const char *sink, int64_t after,
+                       int limit, store_queue_fn fn, void *arg, bool *all)
 {
     int64_t *del = NULL;
     size_t ndel = 0, at = 0;
+    *all = false;
     if (deleting(s, &del, &ndel) < 0) {
         fprintf(stderr, "sluice: state %s: cannot read: out of memory\n", s->path);
-        sqlite3_finalize(st);
         return -1;
     }
     const struct store_op *add = next_unwritten_row(s, &at, sink, after);
-    int n = 0, rc = sqlite3_step(st);
-    while (n < limit && (rc == SQLITE_ROW || add != NULL)) {
-        int64_t id = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : INT64_MAX;
+    int n = 0;
+    src_step(src);
+    while (n < limit && (src->rc == SQLITE_ROW || (add != NULL && src_whole(src)))) {
+        int64_t id = src->rc == SQLITE_ROW ? src_id(src) : INT64_MAX;
         if (add != NULL && add->n <= id) {
             if (add->n == id)
-                rc = sqlite3_step(st); /* committed meanwhile: once */
+                src_step(src); /* committed meanwhile: once */
             if (!is_deleting(del, ndel, add->n)) {
                 fn(add->n, add->a, add->b, 0, arg);
                 n++;
@@ -979,32 +1037,35 @@ static int merged_rows(struct store *s, sqlite3_stmt *st, const char *sink, int6
             continue;
         }
         if (!is_deleting(del, ndel, id)) {
-            fn(id, col_text(st, 1), col_text(st, 2), sqlite3_column_int(st, 3), arg);
+            src_call(src, sink, fn, arg);
             n++;
         }
-        rc = sqlite3_step(st);
+        src_step(src);
     }
     free(del);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-        return load_fail(s, st);
-    sqlite3_finalize(st);
+    *all = n < limit && src->rc != SQLITE_ROW && add == NULL && src_whole(src);
     return n;
 }
 
 int store_load_queue_of(struct store *s, const char *sink, int64_t after, int limit,
                         store_queue_fn fn, void *arg)
 {
-    sqlite3_stmt *st = NULL;
+    struct row_src src = {0};
+    bool all;
     /* No LIMIT: the rows are stepped along the index alert_queue_sink as
      * they are taken, and those whose deletion waits are passed over. */
     if (sqlite3_prepare_v2(s->db,
                            "SELECT id, sink, body, attempts FROM alert_queue WHERE sink = ?1 AND "
                            "id > ?2 ORDER BY id",
-                           -1, &st, NULL) != SQLITE_OK)
-        return load_fail(s, st);
-    sqlite3_bind_text(st, 1, sink, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, after);
-    return merged_rows(s, st, sink, after, limit > 0 ? limit : 0, fn, arg);
+                           -1, &src.st, NULL) != SQLITE_OK)
+        return load_fail(s, src.st);
+    sqlite3_bind_text(src.st, 1, sink, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(src.st, 2, after);
+    int n = merged_rows(s, &src, sink, after, limit > 0 ? limit : 0, fn, arg, &all);
+    if (n >= 0 && src.rc != SQLITE_ROW && src.rc != SQLITE_DONE)
+        return load_fail(s, src.st);
+    sqlite3_finalize(src.st);
+    return n;
 }
 
 /* Calls <fn> with the text and the count of each row <sql> yields (a name,
@@ -1036,11 +1097,11 @@ int store_count_queue(struct store *s, store_queued_fn fn, void *arg)
  * each row they add, one down for each they delete (a deletion names its
  * row's sink), except the deletion of a row whose addition was dropped
  * (over STORE_PENDING_MAX: never there to delete). */
-static int64_t unwritten_count_of(const struct store *s, const char *sink)
+static int64_t unwritten_count_of(const struct store *s, const char *sink, size_t from)
 {
     const struct store_op *o;
     int64_t n = 0;
-    for (size_t i = 0; (o = unwritten_at(s, i)) != NULL; i++) {
+    for (size_t i = from; (o = unwritten_at(s, i)) != NULL; i++) {
         if ((o->kind != OP_QADD && o->kind != OP_QDEL) || o->a == NULL || strcmp(o->a, sink) != 0)
             continue;
         if (o->kind == OP_QADD)
@@ -1064,9 +1125,146 @@ int64_t store_count_queue_of(struct store *s, const char *sink)
     sqlite3_bind_int64(st, 2, s->qadd_lo);
     if (sqlite3_step(st) != SQLITE_ROW)
         return load_fail(s, st);
-    int64_t n = sqlite3_column_int64(st, 0) + unwritten_count_of(s, sink);
+    int64_t n = sqlite3_column_int64(st, 0) + unwritten_count_of(s, sink, 0);
     sqlite3_finalize(st);
     return n > 0 ? n : 0;
+}
+
+/* ---- the webhooks' reads, on the writer's thread ---------------------------- */
+
+enum { READ_WAITING, READ_HELD, READ_DONE };
+
+/* The deletions of <sink>'s rows not yet committed: rows a read may bring
+ * that the merge then leaves out. */
+static size_t deletions_of(const struct store *s, const char *sink)
+{
+    const struct store_op *o;
+    size_t n = 0;
+    for (size_t i = 0; (o = unwritten_at(s, i)) != NULL; i++)
+        n += o->kind == OP_QDEL && strcmp(o->a, sink) == 0;
+    return n;
+}
+
+/* Takes back the read the writer ran, if it has, and hands it the next
+ * one waiting, if any. Never waits. */
+static void reads_move(struct store *s)
+{
+    struct store_read *r;
+    if (s->read_held != NULL && store_writer_read_done(s->writer, &r)) {
+        s->read_held = NULL;
+        if (r->cancelled)
+            store_read_free(r);
+        else
+            r->state = READ_DONE;
+    }
+    if (s->read_held != NULL || (r = s->reads) == NULL)
+        return;
+    if ((s->reads = r->next) == NULL)
+        s->reads_tail = &s->reads;
+    r->next = NULL;
+    /* Enough for <want> rows once those whose deletion waits are left
+     * out (more may wait by the take: the merge then says not all). */
+    size_t limit = (size_t)r->want + deletions_of(s, r->sink);
+    r->limit = limit < INT_MAX ? (int)limit : INT_MAX - 1;
+    store_writer_read(s->writer, r); /* holds none: read_held is NULL */
+    r->state = READ_HELD;
+    s->read_held = r;
+}
+
+/* Puts <r> in line: first when <first> (a read to run again), else last. */
+static void reads_queue(struct store *s, struct store_read *r, bool first)
+{
+    r->state = READ_WAITING;
+    if (first) {
+        if ((r->next = s->reads) == NULL)
+            s->reads_tail = &r->next;
+        s->reads = r;
+    } else {
+        r->next = NULL;
+        *s->reads_tail = r;
+        s->reads_tail = &r->next;
+    }
+}
+
+struct store_read *store_queue_read(struct store *s, const char *sink, int limit)
+{
+    struct store_read *r = calloc(1, sizeof(*r));
+    if (r == NULL || (r->sink = strdup(sink)) == NULL) {
+        free(r);
+        return NULL;
+    }
+    r->want = limit > 0 ? limit : 0;
+    reads_queue(s, r, false);
+    reads_move(s);
+    return r;
+}
+
+/* Forgets what the writer's thread brought for <r>, to be read again. */
+static void read_reset(struct store_read *r)
+{
+    for (size_t i = 0; i < r->nrows; i++)
+        free(r->rows[i].body);
+    free(r->rows);
+    r->rows = NULL;
+    r->nrows = 0;
+    r->end = false;
+    r->count = 0;
+    r->rc = 0;
+}
+
+int store_queue_read_take(struct store *s, struct store_read *r, store_queue_fn fn, void *arg,
+                          struct store_read_got *got)
+{
+    reads_move(s);
+    if (r->state != READ_DONE)
+        return 1;
+    if (r->commits < s->commits) {
+        /* A batch committed after the read ran has been collected since:
+         * its writes, which the read did not see, no longer wait in
+         * memory either. Read again. */
+        read_reset(r);
+        reads_queue(s, r, true);
+        reads_move(s);
+        return 1;
+    }
+    int rc = -1;
+    if (r->rc < 0) {
+        fprintf(stderr, "sluice: state %s: cannot read: %s\n", s->path, r->err);
+        goto out;
+    }
+    /* The batch in the writer's hands was committed before the read ran
+     * when the read counted one commit more than the loop collected: its
+     * rows are in the read (the merge takes them once), and its writes are
+     * not counted again. */
+    size_t seen = r->commits > s->commits ? s->ninflight : 0;
+    struct row_src src = {.r = r};
+    got->rows = merged_rows(s, &src, r->sink, 0, r->want, fn, arg, &got->all);
+    if (got->rows < 0)
+        goto out;
+    int64_t count = r->count + unwritten_count_of(s, r->sink, seen);
+    got->count = count > 0 ? count : 0;
+    rc = 0;
+out:
+    store_read_free(r);
+    return rc;
+}
+
+void store_queue_read_cancel(struct store *s, struct store_read *r)
+{
+    if (r == NULL)
+        return;
+    if (r->state == READ_HELD) {
+        r->cancelled = true; /* the writer's: freed when it gives it back */
+        return;
+    }
+    if (r->state == READ_WAITING) {
+        struct store_read **p = &s->reads;
+        while (*p != r)
+            p = &(*p)->next;
+        if ((*p = r->next) == NULL)
+            s->reads_tail = p;
+    }
+    store_read_free(r);
 }
 
 int store_load_counters(struct store *s, store_counter_fn fn, void *arg)
@@ -1420,6 +1618,7 @@ static enum store_commit collect(struct store *s, bool *came)
     s->inflight = NULL;
     s->ninflight = 0;
     if (rc == STORE_COMMITTED) {
+        s->commits++;
         for (size_t i = 0; i < n; i++)
             store_op_free(&ops[i]);
         free(ops);

@@ -14,7 +14,7 @@
 
 #include <sqlite3.h>
 
-enum slot { SLOT_EMPTY, SLOT_QUEUED, SLOT_DONE };
+enum slot { SLOT_EMPTY, SLOT_QUEUED, SLOT_RUNNING, SLOT_DONE }; /* RUNNING: reads only */
 
 struct store_writer {
     /* The thread, its own connection, mu, and cond: a batch came (the
@@ -28,7 +28,13 @@ struct store_writer {
     enum store_commit rc;       /* under mu, once SLOT_DONE */
     char err[STORE_WRITER_ERR]; /* likewise */
     bool held;                  /* the loop's own: handed over, not collected */
-    atomic_ulong progress;      /* statements the thread has run */
+    unsigned long commits;      /* batches committed; under mu */
+    /* The read (store_writer_read()): under mu, the request's and the
+     * outcome's fields the thread's while RSLOT is SLOT_QUEUED. */
+    enum slot rslot;
+    struct store_read *read;
+    bool read_held;        /* the loop's own */
+    atomic_ulong progress; /* statements the thread has run */
     struct wal_checkpointer *checkpointer;
 };
 
@@ -40,6 +46,17 @@ void store_op_free(struct store_op *o)
 {
     free(o->a);
     free(o->b);
+}
+
+void store_read_free(struct store_read *r)
+{
+    if (r == NULL)
+        return;
+    for (size_t i = 0; i < r->nrows; i++)
+        free(r->rows[i].body);
+    free(r->rows);
+    free(r->sink);
+    free(r);
 }
 
 static const char *const op_sql[] = {
@@ -124,14 +141,101 @@ out:
     return rc;
 }
 
+/* Appends the row <st> is on to <r>'s rows. Returns 0, or -1 when out of
+ * memory. */
+static int read_row(struct store_read *r, sqlite3_stmt *st, size_t *cap)
+{
+    if (r->nrows == *cap) {
+        size_t nc = *cap ? *cap * 2 : 16;
+        struct store_row *nr = realloc(r->rows, nc * sizeof(*nr));
+        if (nr == NULL)
+            return -1;
+        r->rows = nr;
+        *cap = nc;
+    }
+    const unsigned char *body = sqlite3_column_text(st, 1);
+    struct store_row *row = &r->rows[r->nrows];
+    row->id = sqlite3_column_int64(st, 0);
+    row->attempts = sqlite3_column_int(st, 2);
+    if ((row->body = strdup(body != NULL ? (const char *)body : "")) == NULL)
+        return -1;
+    r->nrows++;
+    return 0;
+}
+
+/* Steps <st> (bound and ready) to its end; returns SQLite's last code. */
+static int read_rows(struct store_read *r, sqlite3_stmt *st)
+{
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && (int)r->nrows < r->limit)
+        if (read_row(r, st, &cap) < 0)
+            return SQLITE_NOMEM;
+    r->end = rc == SQLITE_DONE;
+    return rc == SQLITE_ROW ? SQLITE_DONE : rc;
+}
+
+/* Runs <r> through <db> in one read transaction: the sink's oldest rows
+ * (one more is stepped, to know whether any follow) and its count, from
+ * the same snapshot. On the thread. */
+static void run_read(sqlite3 *db, struct store_read *r)
+{
+    sqlite3_stmt *rows = NULL, *count = NULL;
+    int rc = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(db,
+                                "SELECT id, body, attempts FROM alert_queue WHERE sink = ?1 "
+                                "ORDER BY id LIMIT ?2",
+                                -1, &rows, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(db, "SELECT count(*) FROM alert_queue WHERE sink = ?1", -1, &count,
+                                NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_text(rows, 1, r->sink, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(rows, 2, (int64_t)r->limit + 1);
+        sqlite3_bind_text(count, 1, r->sink, -1, SQLITE_STATIC);
+        rc = read_rows(r, rows);
+    }
+    if (rc == SQLITE_DONE && (rc = sqlite3_step(count)) == SQLITE_ROW)
+        r->count = sqlite3_column_int64(count, 0);
+    r->rc = rc == SQLITE_ROW ? 0 : -1;
+    if (r->rc < 0)
+        text_shown_into(r->err, STORE_WRITER_ERR,
+                        rc == SQLITE_NOMEM ? "out of memory" : sqlite3_errmsg(db));
+    sqlite3_finalize(rows);
+    sqlite3_finalize(count);
+    sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+}
+
+/* Runs the read handed over, then gives it back. Called with mu held;
+ * returns with it held. */
+static void serve_read(struct store_writer *w)
+{
+    struct store_read *r = w->read;
+    r->commits = w->commits;
+    w->rslot = SLOT_RUNNING;
+    pthread_mutex_unlock(&w->t.mu);
+    run_read(w->t.db, r);
+    atomic_fetch_add_explicit(&w->progress, 1, memory_order_relaxed);
+    pthread_mutex_lock(&w->t.mu);
+    w->rslot = SLOT_DONE;
+    pthread_cond_broadcast(&w->t.cond);
+}
+
 static void *writer_thread(void *arg)
 {
     struct store_writer *w = arg;
     char err[STORE_WRITER_ERR];
     for (;;) {
         pthread_mutex_lock(&w->t.mu);
-        while (w->slot != SLOT_QUEUED && !w->stopping)
+        while (w->slot != SLOT_QUEUED && w->rslot != SLOT_QUEUED && !w->stopping)
             pthread_cond_wait(&w->t.cond, &w->t.mu);
+        if (w->rslot == SLOT_QUEUED) {
+            /* first: a sink waits for its rows, a batch only for its turn */
+            serve_read(w);
+            pthread_mutex_unlock(&w->t.mu);
+            continue;
+        }
         if (w->slot != SLOT_QUEUED) {
             pthread_mutex_unlock(&w->t.mu);
             return NULL;
@@ -144,6 +248,7 @@ static void *writer_thread(void *arg)
         enum store_commit rc = commit_batch(w, err);
         pthread_mutex_lock(&w->t.mu);
         w->rc = rc;
+        w->commits += rc == STORE_COMMITTED;
         memcpy(w->err, err, sizeof(err));
         w->slot = SLOT_DONE;
         pthread_cond_broadcast(&w->t.cond);
@@ -221,6 +326,36 @@ bool store_writer_collect(struct store_writer *w, struct store_op **ops, size_t 
     return done;
 }
 
+int store_writer_read(struct store_writer *w, struct store_read *r)
+{
+    if (w->read_held)
+        return -1;
+    pthread_mutex_lock(&w->t.mu);
+    w->read = r;
+    w->rslot = SLOT_QUEUED;
+    pthread_cond_broadcast(&w->t.cond);
+    pthread_mutex_unlock(&w->t.mu);
+    w->read_held = true;
+    return 0;
+}
+
+bool store_writer_read_done(struct store_writer *w, struct store_read **r)
+{
+    if (!w->read_held)
+        return false;
+    pthread_mutex_lock(&w->t.mu);
+    bool done = w->rslot == SLOT_DONE;
+    if (done) {
+        *r = w->read;
+        w->read = NULL;
+        w->rslot = SLOT_EMPTY;
+    }
+    pthread_mutex_unlock(&w->t.mu);
+    if (done)
+        w->read_held = false;
+    return done;
+}
+
 /* <ms> on CLOCK_MONOTONIC (the condition's clock is CLOCK_REALTIME: the
  * wait is converted, and a clock step shortens or stretches it once). */
 static struct timespec deadline_of(int64_t deadline_ms)
@@ -262,7 +397,10 @@ bool store_writer_stop(struct store_writer *w)
         return true;
     pthread_mutex_lock(&w->t.mu);
     w->stopping = true;
-    bool busy = w->slot == SLOT_QUEUED;
+    /* A read not begun is withdrawn (freed below with the writer). */
+    if (w->rslot == SLOT_QUEUED)
+        w->rslot = SLOT_EMPTY;
+    bool busy = w->slot == SLOT_QUEUED || w->rslot == SLOT_RUNNING;
     pthread_cond_broadcast(&w->t.cond);
     pthread_mutex_unlock(&w->t.mu);
     if (busy) {
@@ -280,6 +418,7 @@ bool store_writer_stop(struct store_writer *w)
     for (size_t i = 0; i < w->n; i++)
         store_op_free(&w->ops[i]);
     free(w->ops);
+    store_read_free(w->read);
     free(w);
     return true;
 }

@@ -14,9 +14,16 @@
  * The thread's commits wake the wal_checkpointer (wal_checkpointer.h),
  * whose checkpoints run through a third connection.
  *
- * Owns: the thread, its connection, its mutex and condition, and a batch
+ * The webhook's reads of the queue go through the same thread (a read of a
+ * file system that does not answer stalls the loop as a write does): one read
+ * at a time, handed over and collected as a batch is, run between two
+ * batches, so that the loop knows which of its writes the read saw
+ * (store_read.commits).
+ *
+ * Owns: the thread, its connection, its mutex and condition, a batch
  * while the thread commits it (the ops stay readable by the loop, which
- * neither changes nor frees them until it collects them). */
+ * neither changes nor frees them until it collects them), and a read while
+ * the thread runs it. */
 #ifndef SLUICE_STATE_STORE_WRITER_H
 #define SLUICE_STATE_STORE_WRITER_H
 
@@ -49,6 +56,40 @@ enum store_commit {
 
 #define STORE_WRITER_ERR 1024 /* the error text a failed batch comes back with */
 
+/* A read of one webhook sink's committed queue rows, run on the writer's
+ * thread between its commits (so that its snapshot sits exactly between
+ * two batches: see <commits>). The loop fills the request, hands it over
+ * (store_writer_read()) and, on a later tick, collects it
+ * (store_writer_read_done()); the thread fills the outcome. */
+struct store_row {
+    int64_t id;
+    char *body;
+    int attempts;
+};
+
+struct store_read {
+    /* The request: the loop's until handed over, read by the thread. */
+    char *sink;
+    int limit; /* rows at most, oldest first */
+    /* The outcome: the thread's until store_writer_read_done() gives the
+     * read back. */
+    struct store_row *rows;
+    size_t nrows;
+    bool end;              /* no committed row of the sink past those read */
+    int64_t count;         /* the sink's committed rows */
+    unsigned long commits; /* batches the thread had committed when it read */
+    int rc;                /* 0, or -1: err says why */
+    char err[STORE_WRITER_ERR];
+    /* The store's own (store_sqlite.c), never touched by the thread. */
+    struct store_read *next;
+    int want;       /* the rows the caller asked for */
+    int state;      /* waiting, handed over, done */
+    bool cancelled; /* its caller is gone: freed once the thread gives it back */
+};
+
+/* Frees <r>, its request and its outcome. Accepts NULL. */
+void store_read_free(struct store_read *r);
+
 struct store_writer;
 
 /* Opens a second connection to the database at <path> (made and checked
@@ -76,6 +117,16 @@ bool store_writer_holding(const struct store_writer *w);
 bool store_writer_collect(struct store_writer *w, struct store_op **ops, size_t *n,
                           enum store_commit *rc, char *err);
 
+/* Hands <r> to the thread, which runs it before any batch that waits
+ * (taking it until store_writer_read_done()). Returns 0, or -1 when a read
+ * is still in the writer's hands (nothing taken). Never waits. */
+int store_writer_read(struct store_writer *w, struct store_read *r);
+
+/* When the thread has run the read handed over: gives it back into <*r>
+ * and returns true. False while it runs (or when none was handed over).
+ * Never waits. */
+bool store_writer_read_done(struct store_writer *w, struct store_read **r);
+
 /* Waits until the thread has finished its batch, or until CLOCK_MONOTONIC
  * <deadline_ms>. Returns true when it has (or none was handed over). For
  * the stop only: the event loop never calls it. */
@@ -88,7 +139,8 @@ unsigned long store_writer_progress(struct store_writer *w);
 /* Stops and joins the thread, closes its connection and the checkpointer.
  * A writer still inside a commit (a write() the file system does not end)
  * cannot be joined: it is left running, its memory kept for the thread,
- * and false returned (the process is about to exit). True otherwise.
+ * and false returned (the process is about to exit); so is one inside a
+ * read. True otherwise (a read run and not collected is freed).
  * Accepts NULL. */
 bool store_writer_stop(struct store_writer *w);
 

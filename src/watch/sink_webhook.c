@@ -42,6 +42,9 @@
  * bound keeps a callback that never runs from holding the attempt. */
 #define WEBHOOK_NUDGE_RECHECK_US 1000
 #define WEBHOOK_NUDGE_WAIT_MS    1000
+/* How often the loop looks whether the store's thread has run the sink's
+ * read of its queue (a look takes a mutex, never waits for the read). */
+#define WEBHOOK_READ_POLL_US 2000
 
 struct item {
     int64_t id; /* in the store; 0 when there is none */
@@ -114,6 +117,14 @@ struct webhook {
      * each alert kept there, one down for each the sweep takes back, and
      * set exactly when a sweep reads to the end of the sink's rows. */
     uint64_t stored_n;
+    /* The store's read of the sink's queue under way (store_queue_read()),
+     * or NULL: one at a time, the adoption's or a sweep's, run on the
+     * store's thread and taken by on_read_poll() on a later tick. While
+     * the adoption's is under way, new alerts wait in the store behind the
+     * stored ones, as they do behind those kept in the store only. */
+    struct store_read *reading;
+    bool adopting;
+    struct event *read_poll;
     uint64_t dropped;      /* over the memory cap without a store: the oldest dropped */
     uint64_t dropped_said; /* what standard error was last told */
 };
@@ -175,6 +186,7 @@ static int parse_url(struct webhook *w, const char *url, bool *https, const char
 
 static void try_send(struct webhook *w);
 static void on_sweep(evutil_socket_t fd, short what, void *arg);
+static void on_read_poll(evutil_socket_t fd, short what, void *arg);
 static void drop_conn(struct webhook *w);
 
 static void on_retry(evutil_socket_t fd, short what, void *arg)
@@ -727,10 +739,11 @@ struct webhook *webhook_new(struct event_base *base, const char *url, struct sto
     w->retry = evtimer_new(base, on_retry, w);
     w->deadline = evtimer_new(base, on_deadline, w);
     w->sweep = event_new(base, -1, EV_PERSIST, on_sweep, w);
+    w->read_poll = evtimer_new(base, on_read_poll, w);
     w->cap = 64;
     w->q = calloc(w->cap, sizeof(*w->q));
     if (open_conn(w) < 0 || w->retry == NULL || w->deadline == NULL || w->sweep == NULL ||
-        w->q == NULL) {
+        w->read_poll == NULL || w->q == NULL) {
         why = "out of memory";
         goto err;
     }
@@ -877,6 +890,42 @@ static void sweep_row(int64_t id, const char *sink, const char *body, int attemp
         c->taken++;
 }
 
+/* The alerts of <w>'s memory queue whose row is in the store. */
+static uint64_t in_memory_and_store(const struct webhook *w)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < w->len; i++) {
+        int64_t id = w->q[(w->head + i) % w->cap].id;
+        n += id > 0 && !store_queue_lost(w->store, id);
+    }
+    return n;
+}
+
+/* After a read of the store: how many of the sink's alerts wait there
+ * only, from the sink's row count (<got>), for sluice_webhook_queue; and
+ * whether the sweep must come back (<left> rows read and not taken, or
+ * more rows than the read brought). */
+static void after_read(struct webhook *w, const struct store_read_got *got, uint64_t left)
+{
+    uint64_t mem = in_memory_and_store(w);
+    w->stored_n = (uint64_t)got->count > mem ? (uint64_t)got->count - mem : 0;
+    w->only_stored = left > 0 || got->all ? left : 1;
+}
+
+/* Starts the store's read of the sink's <limit> oldest rows, taken on a
+ * later tick (on_read_poll). */
+static void read_start(struct webhook *w, int limit, bool adopting)
+{
+    w->reading = store_queue_read(w->store, w->key, limit);
+    if (w->reading == NULL) {
+        w->only_stored = w->only_stored > 0 ? w->only_stored : 1; /* the sweep tries again */
+        return;
+    }
+    w->adopting = adopting;
+    struct timeval tv = {0, WEBHOOK_READ_POLL_US};
+    evtimer_add(w->read_poll, &tv);
+}
+
 /* Every sweep period: alerts kept only in the store (over the memory cap)
  * come back into memory as room frees up, oldest first; drops are reported.
  * It reads only the sink's oldest rows, never the whole queue: an agent can
@@ -884,7 +933,9 @@ static void sweep_row(int64_t id, const char *sink, const char *body, int attemp
  * reading them all each minute stalled the loop. Among the sink's first
  * room + nids + 1 rows at most nids are in memory already, so they hold
  * the room's worth of others and tell whether more wait (only_stored needs
- * no more than that: it only says whether to sweep). */
+ * no more than that: it only says whether to sweep). The read runs on the
+ * store's thread (a store on a file system that does not answer holds it,
+ * not the loop): sweep_take() takes its rows. */
 static void on_sweep(evutil_socket_t fd, short what, void *arg)
 {
     struct webhook *w = arg;
@@ -897,28 +948,35 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
                 w->label, (unsigned long long)w->dropped);
         w->dropped_said = w->dropped;
     }
-    /* The store's read takes in the writes it has not committed yet (its
-     * writer's thread commits them): every row queued so far is seen, and
-     * none whose deletion waits. */
-    if (w->store == NULL || w->only_stored == 0 || w->len >= w->t.queue_max)
+    if (w->store == NULL || w->reading != NULL || w->only_stored == 0 || w->len >= w->t.queue_max)
         return;
+    size_t nids = 0;
+    for (size_t i = 0; i < w->len; i++)
+        nids += w->q[(w->head + i) % w->cap].id > 0;
+    size_t limit = w->t.queue_max - w->len + nids + 1;
+    read_start(w, limit < INT_MAX ? (int)limit : INT_MAX, false);
+}
+
+/* Takes the sweep's read: the rows as the writes not yet committed leave
+ * them now (every row queued so far is seen, none whose deletion waits),
+ * those in memory already passed over. Returns false while it waits. */
+static bool sweep_take(struct webhook *w)
+{
     struct sweep_ctx c = {w, calloc(w->len + 1, sizeof(int64_t)), 0, 0, 0};
+    struct store_read_got got;
     if (c.ids == NULL)
-        return;
+        return false; /* out of memory: looked at again on the next poll */
     for (size_t i = 0; i < w->len; i++)
         if (w->q[(w->head + i) % w->cap].id > 0)
             c.ids[c.nids++] = w->q[(w->head + i) % w->cap].id;
     qsort(c.ids, c.nids, sizeof(*c.ids), cmp_id);
-    size_t room = w->t.queue_max - w->len;
-    int limit = (int)(room + c.nids + 1);
-    int rows = store_load_queue_of(w->store, w->key, 0, limit, sweep_row, &c);
-    if (rows >= 0)
-        w->only_stored = c.left;
-    if (rows >= 0 && rows < limit)
-        w->stored_n = c.left; /* every row of the sink was read: the exact count */
-    else
-        w->stored_n = w->stored_n > c.taken + c.left ? w->stored_n - c.taken : c.left;
+    int rc = store_queue_read_take(w->store, w->reading, sweep_row, &c, &got);
     free(c.ids);
+    if (rc > 0)
+        return false;
+    if (rc == 0)
+        after_read(w, &got, c.left);
+    return true;
 }
 
 void webhook_send(struct webhook *w, const char *json, size_t n)
@@ -932,9 +990,10 @@ void webhook_send(struct webhook *w, const char *json, size_t n)
         if (id < 0)
             id = 0;
     }
-    if (id > 0 && w->only_stored > 0) {
-        /* Older alerts wait in the store: this one waits behind them, so
-         * that the sink gets them in the order they were raised. */
+    if (id > 0 && (w->only_stored > 0 || w->adopting)) {
+        /* Older alerts wait in the store (or are being read from it): this
+         * one waits behind them, so that the sink gets them in the order
+         * they were raised. */
         w->only_stored++;
         w->stored_n++;
         refill_soon(w);
@@ -956,25 +1015,56 @@ static void adopt_row(int64_t id, const char *sink, const char *body, int attemp
 /* Reads the sink's oldest rows, as many as memory has room for and one
  * more: that one, over the cap, is counted in only_stored, which tells the
  * sweep that more wait. However many alerts wait (a sink down for days),
- * the loop reads no more than that. The read takes in the writes not
- * committed yet, as for the sweep: a row not written yet is not missed,
- * and one whose deletion waits (delivered by the sink this URL had before
- * a reload removed it) is not sent twice. */
+ * no more than that is read, on the store's thread (adopt_take() takes
+ * them on a later tick). The read takes in the writes not committed yet,
+ * as for the sweep: a row not written yet is not missed, and one whose
+ * deletion waits (delivered by the sink this URL had before a reload
+ * removed it) is not sent twice. */
 void webhook_adopt_stored(struct webhook *w)
 {
-    if (w->store == NULL)
+    if (w->store == NULL || w->reading != NULL)
         return;
     size_t room = w->len < w->t.queue_max ? w->t.queue_max - w->len : 0;
     if (room > INT_MAX - 1)
         room = INT_MAX - 1;
-    size_t before = w->len;
-    if (store_load_queue_of(w->store, w->key, 0, (int)room + 1, adopt_row, w) < 0)
+    read_start(w, (int)room + 1, true);
+}
+
+/* Takes the adoption's read. The alerts sent meanwhile wait in the store
+ * (webhook_send()), in the read's rows when memory has room for them.
+ * Returns false while it waits. */
+static bool adopt_take(struct webhook *w)
+{
+    struct store_read_got got;
+    uint64_t waited = w->only_stored;
+    w->only_stored = 0; /* counted anew by enqueue() over the cap */
+    int rc = store_queue_read_take(w->store, w->reading, adopt_row, w, &got);
+    if (rc > 0) {
+        w->only_stored = waited;
+        return false;
+    }
+    w->adopting = false;
+    if (rc == 0)
+        after_read(w, &got, w->only_stored);
+    else
         w->only_stored = 1; /* the sweep reads them */
-    /* Counted once (the index's entries for the sink, not the rows), for
-     * sluice_webhook_queue; the sweep keeps it up to date. */
-    int64_t rows = store_count_queue_of(w->store, w->key);
-    size_t taken = w->len - before;
-    w->stored_n = rows > 0 && (uint64_t)rows > taken ? (uint64_t)rows - taken : 0;
+    return true;
+}
+
+/* Looks whether the store's thread has run the sink's read; takes it when
+ * it has, else looks again on a later tick. */
+static void on_read_poll(evutil_socket_t fd, short what, void *arg)
+{
+    struct webhook *w = arg;
+    (void)fd;
+    (void)what;
+    if (!(w->adopting ? adopt_take(w) : sweep_take(w))) {
+        struct timeval tv = {0, WEBHOOK_READ_POLL_US};
+        evtimer_add(w->read_poll, &tv);
+        return;
+    }
+    w->reading = NULL; /* taken: freed by the store */
+    refill_soon(w);
 }
 
 size_t webhook_queued(const struct webhook *w)
@@ -1028,6 +1118,8 @@ void webhook_free(struct webhook *w)
     if (w == NULL)
         return;
     drop_conn(w);
+    if (w->store != NULL)
+        store_queue_read_cancel(w->store, w->reading);
     /* A name lookup under way holds its connection's bufferevent (and the
      * buffers under it) until its callback runs: freed with 0, the resolver
      * dropped it unanswered and they were never freed (each reload that
@@ -1053,6 +1145,8 @@ void webhook_free(struct webhook *w)
         event_free(w->deadline);
     if (w->sweep != NULL)
         event_free(w->sweep);
+    if (w->read_poll != NULL)
+        event_free(w->read_poll);
     while (w->q != NULL && w->len > 0)
         pop(w);
     free(w->q);

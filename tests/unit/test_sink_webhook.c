@@ -31,11 +31,11 @@ static void count_row(int64_t id, const char *sink, const char *body, int attemp
     counted_fn(id, sink, body, attempts, arg);
 }
 
-static int counted_load_queue_of(struct store *s, const char *sink, int64_t after, int limit,
-                                 store_queue_fn fn, void *arg)
+static int counted_read_take(struct store *s, struct store_read *r, store_queue_fn fn, void *arg,
+                             struct store_read_got *got)
 {
     counted_fn = fn;
-    return store_load_queue_of(s, sink, after, limit, count_row, arg);
+    return store_queue_read_take(s, r, count_row, arg, got);
 }
 
 /* libevent's own allocations go through these (event_set_mem_functions(),
@@ -92,11 +92,11 @@ static int counted_make_request(struct evhttp_connection *c, struct evhttp_reque
     return evhttp_make_request(c, req, type, uri);
 }
 
-#define store_load_queue_of counted_load_queue_of
-#define evhttp_make_request counted_make_request
+#define store_queue_read_take counted_read_take
+#define evhttp_make_request   counted_make_request
 #include "../../src/watch/sink_webhook.c"
 #undef evhttp_make_request
-#undef store_load_queue_of
+#undef store_queue_read_take
 
 #include <event2/listener.h>
 #include <netinet/in.h>
@@ -478,6 +478,32 @@ static void temp_store_remove(struct store *st, const char *dir)
     assert_int_equal(system(cmd), 0);
 }
 
+/* Runs <w>'s loop until the store's thread has run its read of the queue
+ * and the sink has taken it (a hang guard of 120 s: the read waits for
+ * the commit before it, 20,000 rows, which a ThreadSanitizer build makes
+ * over 10 s). */
+static void read_taken(struct webhook *w)
+{
+    uint64_t until = mono_ms() + 120000;
+    while (w->reading != NULL && mono_ms() < until)
+        event_base_loop(w->base, EVLOOP_ONCE);
+    assert_null(w->reading);
+}
+
+/* on_sweep(), and the read it starts taken. */
+static void sweep_now(struct webhook *w)
+{
+    on_sweep(-1, 0, w);
+    read_taken(w);
+}
+
+/* webhook_adopt_stored(), and the read it starts taken. */
+static void adopt_now(struct webhook *w)
+{
+    webhook_adopt_stored(w);
+    read_taken(w);
+}
+
 /* Stores 20,000 alerts, every other one for <url> (the first row when
  * <url_first>, else the second) and the rest for another sink, and commits
  * them. Returns the id of <url>'s first row. */
@@ -543,7 +569,7 @@ static void sweep_reads_only_what_it_has_room_for(void **state)
     enqueue(w, first + 6, "{}", 2, 0);
     w->only_stored = 9998;
     rows_read = 0;
-    on_sweep(-1, 0, w);
+    sweep_now(w);
     assert_true(rows_read <= 8 + 2 + 1);
     assert_int_equal(webhook_queued(w), 10);
     int64_t want[] = {2, 6, 0, 4, 8, 10, 12, 14, 16, 18};
@@ -551,7 +577,7 @@ static void sweep_reads_only_what_it_has_room_for(void **state)
         assert_int_equal(w->q[(w->head + i) % w->cap].id, first + want[i]);
     assert_true(w->only_stored > 0); /* more wait: the next sweep comes back */
     rows_read = 0;
-    on_sweep(-1, 0, w); /* no room: nothing read */
+    sweep_now(w); /* no room: nothing read */
     assert_int_equal(rows_read, 0);
     /* room for all that is left: taken, and nothing more to sweep */
     webhook_free(w);
@@ -563,7 +589,7 @@ static void sweep_reads_only_what_it_has_room_for(void **state)
     w->t.queue_max = 10;
     w->only_stored = 3;
     rows_read = 0;
-    on_sweep(-1, 0, w);
+    sweep_now(w);
     assert_int_equal(rows_read, 3);
     assert_int_equal(webhook_queued(w), 3);
     assert_int_equal(w->only_stored, 0);
@@ -610,7 +636,7 @@ static void adopting_reads_only_what_memory_holds(void **state)
     assert_non_null(w);
     w->t.queue_max = 10;
     rows_read = 0;
-    webhook_adopt_stored(w);
+    adopt_now(w);
     assert_true(rows_read <= 11);
     assert_int_equal(webhook_queued(w), 10);
     for (size_t i = 0; i < 10; i++) /* the sink's oldest, in order */
@@ -621,7 +647,7 @@ static void adopting_reads_only_what_memory_holds(void **state)
     w = webhook_new(base, "http://127.0.0.1:9/none", st, &err);
     assert_non_null(w);
     rows_read = 0;
-    webhook_adopt_stored(w);
+    adopt_now(w);
     assert_int_equal(rows_read, 0);
     assert_int_equal(webhook_queued(w), 0);
     assert_int_equal(w->only_stored, 0);
@@ -661,7 +687,7 @@ static void every_waiting_alert_is_counted(void **state)
     struct webhook *w = webhook_new(base, url, st, &err);
     assert_non_null(w);
     w->t.queue_max = 10;
-    webhook_adopt_stored(w);
+    adopt_now(w);
     assert_int_equal(webhook_queued(w), 10);
     assert_int_equal(webhook_waiting(w), 25);
     for (int i = 0; i < 3; i++)
@@ -670,12 +696,12 @@ static void every_waiting_alert_is_counted(void **state)
     assert_int_equal(webhook_waiting(w), 28);
     deliver_oldest(w, 4);
     assert_int_equal(webhook_waiting(w), 24);
-    on_sweep(-1, 0, w);
+    sweep_now(w);
     assert_int_equal(webhook_queued(w), 10);
     assert_int_equal(webhook_waiting(w), 24);
     for (int round = 0; round < 4; round++) {
         deliver_oldest(w, 10);
-        on_sweep(-1, 0, w);
+        sweep_now(w);
     }
     assert_int_equal(webhook_queued(w), 0);
     assert_int_equal(webhook_waiting(w), 0);
@@ -719,7 +745,7 @@ static void adopted_and_swept_alerts_are_delivered_once_in_order(void **state)
     struct timeval tv = {0, 20000};
     event_add(w->sweep, &tv);
     rows_read = 0;
-    webhook_adopt_stored(w);
+    adopt_now(w);
     assert_true(rows_read <= 11);
     run_until_answered(base, &s, 25, 20000);
     assert_int_equal(s.ngot, 25);

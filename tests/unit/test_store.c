@@ -1357,6 +1357,126 @@ static void count_leaves_out_deletions_that_wait(void **state)
     store_close(s);
 }
 
+/* Takes <r> (store_queue_read_take()) as the loop's ticks would, waiting
+ * between them for the writer's thread (the loop never does): its rows into
+ * <rows>, its outcome into <got>. */
+static int take(struct store *s, struct store_read *r, struct rows *rows,
+                struct store_read_got *got)
+{
+    int rc;
+    for (int i = 0; i < 10000 && (rc = store_queue_read_take(s, r, on_row, rows, got)) > 0; i++)
+        usleep(1000);
+    return rc;
+}
+
+/* Takes <r> and checks it gave <n> rows, the last <last>, and counted
+ * <count>; returns whether the sink has no row past them. */
+static bool read_gives(struct store *s, struct store_read *r, int n, int64_t last, int64_t count)
+{
+    struct rows rows = {0};
+    struct store_read_got got;
+    assert_int_equal(take(s, r, &rows, &got), 0);
+    assert_int_equal(rows.n, n);
+    assert_int_equal(got.rows, n);
+    assert_int_equal(rows.id[n - 1], last);
+    assert_int_equal(got.count, count);
+    return got.all;
+}
+
+/* The webhook's read of the queue goes to the writer's thread: behind a
+ * commit the file system holds, it waits there, and the loop neither waits
+ * for it nor gets it (the take says so and returns); once the commit ends,
+ * the rows are those the writes queued meanwhile leave (a row added is
+ * read, one deleted is not) and the count is the rows left. */
+static void a_read_waits_on_the_writers_thread_not_the_loop(void **state)
+{
+    (void)state;
+    const char *sink = "http://127.0.0.1:9/h";
+    struct store *s = open_ok(dir);
+    int64_t first = store_queue_add(s, sink, "first");
+    assert_int_equal(flush(s), 0);
+    int64_t second = store_queue_add(s, sink, "second");
+    gate_close();
+    assert_int_equal(store_flush(s), 0); /* handed over */
+    gate_wait_held();                    /* the writer is inside its write() */
+    struct store_read *r = store_queue_read(s, sink, 10);
+    assert_non_null(r);
+    struct rows rows = {0};
+    struct store_read_got got;
+    for (int i = 0; i < 20; i++) { /* 20 ticks: the read waits behind the commit */
+        assert_int_equal(store_queue_read_take(s, r, on_row, &rows, &got), 1);
+        usleep(1000);
+    }
+    assert_int_equal(rows.n, 0);
+    assert_int_equal(store_queue_del(s, sink, first), 0);
+    int64_t third = store_queue_add(s, sink, "third");
+    gate_open();
+    assert_true(read_gives(s, r, 2, third, 2));
+    assert_true(second < third);
+    assert_int_equal(flush(s), 0);
+    store_close(s);
+}
+
+/* A read that ran before a batch the loop has collected since did not see
+ * that batch's rows, which memory no longer holds either: it is read again,
+ * and the row is not missed. A read that ran after a batch the loop has
+ * not collected yet sees its rows, which memory still holds: each is read
+ * and counted once. */
+static void a_read_knows_which_commits_it_saw(void **state)
+{
+    (void)state;
+    const char *sink = "http://127.0.0.1:9/h";
+    struct store *s = open_ok(dir);
+    int64_t a = store_queue_add(s, sink, "a"); /* queued, not handed over */
+    struct store_read *r = store_queue_read(s, sink, 10);
+    for (int i = 0; i < 10000 && r->state != READ_DONE; i++) {
+        usleep(1000);
+        reads_move(s);
+    }
+    assert_int_equal(r->state, READ_DONE); /* it ran before a's commit */
+    assert_int_equal(flush(s), 0);         /* a committed and collected */
+    assert_true(read_gives(s, r, 1, a, 1));
+    int64_t b = store_queue_add(s, sink, "b");
+    assert_int_equal(store_flush(s), 0);
+    store_writer_wait(s->writer, INT64_MAX); /* committed, not collected */
+    r = store_queue_read(s, sink, 10);
+    assert_true(read_gives(s, r, 2, b, 2));
+    assert_int_equal(flush(s), 0);
+    store_close(s);
+}
+
+/* A read brings the sink's oldest rows, the limit's worth once those whose
+ * deletion waits are left out, and says whether more follow; reads
+ * cancelled while waiting their turn or in the thread's hands are freed
+ * (ASan: no leak). */
+static void a_read_brings_its_limit_and_cancels(void **state)
+{
+    (void)state;
+    const char *sink = "http://127.0.0.1:9/h";
+    struct store *s = open_ok(dir);
+    int64_t id[6];
+    for (int i = 0; i < 6; i++)
+        id[i] = store_queue_add(s, sink, "x");
+    assert_int_equal(flush(s), 0);
+    assert_int_equal(store_queue_del(s, sink, id[0]), 0);
+    assert_int_equal(store_queue_del(s, sink, id[1]), 0);
+    struct store_read *r = store_queue_read(s, sink, 3);
+    assert_false(read_gives(s, r, 3, id[4], 4)); /* id[2] to id[4]; id[5] follows */
+    gate_close();
+    store_queue_add(s, sink, "y");
+    assert_int_equal(store_flush(s), 0);
+    gate_wait_held();
+    struct store_read *held = store_queue_read(s, sink, 3);
+    struct store_read *waiting = store_queue_read(s, "http://127.0.0.1:9/o", 3);
+    assert_int_equal(held->state, READ_HELD);
+    assert_int_equal(waiting->state, READ_WAITING);
+    store_queue_read_cancel(s, waiting);
+    store_queue_read_cancel(s, held);
+    gate_open();
+    assert_int_equal(flush(s), 0);
+    store_close(s);
+}
+
 /* A batch that comes back uncommitted (the lock another process holds)
  * goes back before the writes queued meanwhile: the deletion of a row
  * queued while the writer held its insertion still comes after it. */
@@ -1542,6 +1662,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(queue_rows_of_a_sink_up_to_a_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(queue_counted_per_sink, setup, teardown),
         cmocka_unit_test_setup_teardown(count_leaves_out_deletions_that_wait, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_read_waits_on_the_writers_thread_not_the_loop, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_read_knows_which_commits_it_saw, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_read_brings_its_limit_and_cancels, setup, teardown),
         cmocka_unit_test_setup_teardown(a_stuck_commit_holds_the_writer_not_the_loop, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_batch_back_from_the_writer_keeps_its_place, setup,

@@ -1,0 +1,91 @@
+"""A webhook's reads of the state store (the sweep that brings back the
+alerts kept in the store beyond the memory queue, a sink's first read of
+its stored alerts) run on the store's writer thread, never on the event
+loop: a store whose file system stops answering reads holds that thread,
+while requests are answered, and the alerts go out in order once it
+answers again.
+
+The reads are made to wait by read_hold.c, preloaded into the gateway: a
+read of a regular file takes no lock that uffd_hold.py's helpers could
+keep, so the wait is made in pread() itself, for every thread, while a
+file the test names exists."""
+
+import os
+import socket
+import subprocess
+import time
+
+import pytest
+
+from gate_client import poll, request
+from watch_helpers import Receiver, free_tcp_port, wait_alert
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def read_hold_lib(tmp_path):
+    """read_hold.c built into <tmp_path>; skips without a C compiler."""
+    lib = str(tmp_path / "read_hold.so")
+    try:
+        subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", lib,
+                        os.path.join(HERE, "read_hold.c")], check=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        pytest.skip("cannot build read_hold.c: %s" % e)
+    return lib
+
+
+def contacts(rcv):
+    """The hosts of the first-contact alerts <rcv> got, in order."""
+    return [b["host"] for b in rcv.bodies() if b.get("kind") == "first_contact"]
+
+
+def rules(net):
+    return [{"host": "api.example.test", "ports": [net.api.port], "tier": 3,
+             "owner": "alice", "expires": "2099-12-31"}]
+
+
+def test_requests_are_answered_while_the_sweep_reads_a_store_that_does_not_answer(
+        gateway, net, tmp_path):
+    port = free_tcp_port()
+    url = "http://127.0.0.1:%d/hook" % port
+    af = str(tmp_path / "a.jsonl")
+    hold = str(tmp_path / "hold")
+    asan = os.environ.get("ASAN_OPTIONS", "")
+    gw = gateway(net.policy(rules(net), alerts={"first_contact": True,
+                                                "sinks": [{"webhook": url}]}),
+                 args=["--alerts", af, "--state", str(tmp_path / "state")],
+                 env={"SLUICE_TEST_WEBHOOK_BACKOFF_MS": "10",
+                      "SLUICE_TEST_WEBHOOK_QUEUE_MAX": "1",
+                      "SLUICE_TEST_READ_HOLD": hold,
+                      "LD_PRELOAD": read_hold_lib(tmp_path),
+                      "ASAN_OPTIONS": (asan + ":" if asan else "") +
+                      "verify_asan_link_order=0"})
+    assert request(gw, "GET", net.url("/before")).status == 200
+    for i in range(4):
+        request(gw, "GET", "http://nowhere%d.example.test/" % i)
+    # one alert in memory, three in the store only (the webhook is down)
+    wait_alert(af, "first_contact", count=5)
+    time.sleep(0.5)  # their rows committed
+    open(hold, "w").close()
+    rcv = Receiver(port)
+    try:
+        # the alert in memory goes out; memory empties and the sweep reads
+        # the store, which does not answer
+        poll(lambda: rcv.bodies() or None, timeout=10, what="the alert memory held")
+        time.sleep(0.5)
+        try:
+            status = request(gw, "GET", net.url("/during"), timeout=5).status
+        except (socket.timeout, OSError) as e:
+            status = "no answer: %r" % e
+        assert status == 200, "the event loop waits for the store's read: %s" % status
+        os.unlink(hold)
+        poll(lambda: len(contacts(rcv)) >= 5 or None, timeout=20,
+             what="every first contact once the store answers")
+        time.sleep(0.5)
+        assert contacts(rcv) == ["api.example.test"] + \
+            ["nowhere%d.example.test" % i for i in range(4)], rcv.bodies()
+    finally:
+        if os.path.exists(hold):
+            os.unlink(hold)
+        rcv.stop()
+    gw.stop()
