@@ -403,8 +403,12 @@ def test_webhook_listed_twice_sends_stored_alerts_twice_after_a_restart(gateway,
     time.sleep(0.5)
     gw.stop()
     gateway(pol, args=args)
-    text = poll(lambda: _scrape_or_none(admin), timeout=10, what="a scrape")
-    assert _metric_value(text, 'sluice_webhook_queue{sink="%s"}' % url) == 2, text
+    # Each sink reads its stored rows on the store's thread, after the start:
+    # the gauge counts them once both reads are in.
+    gauge = 'sluice_webhook_queue{sink="%s"}' % url
+    text = poll(lambda: _queue_at_least(admin, gauge, 2), timeout=10,
+                what="both sinks' stored rows counted")
+    assert _metric_value(text, gauge) == 2, text
     rcv = Receiver(port)
     try:
         poll(lambda: len(rcv.bodies()) >= 2 or None, timeout=20, what="the stored alerts")
@@ -1480,6 +1484,13 @@ def test_admin_answers_while_the_sinks_drain(gateway, net, tmp_path):
     text = poll(lambda: _scrape_or_none(admin), timeout=2, what="/metrics during the stop")
     assert "sluice_open_connections 0" in text
     gw.stop()
+
+
+def _queue_at_least(port, gauge, n):
+    """The /metrics text once <gauge> is at least <n>, else None."""
+    text = _scrape_or_none(port)
+    value = _metric_value(text, gauge) if text is not None else None
+    return text if value is not None and value >= n else None
 
 
 def _scrape_or_none(port):
