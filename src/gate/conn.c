@@ -28,6 +28,7 @@
 #include "util/shortage.h"
 #include "util/units.h"
 #include "watch/bus.h"
+#include "watch/log_jsonl.h"
 
 static void on_read(struct bufferevent *bev, void *arg);
 static void on_write(struct bufferevent *bev, void *arg);
@@ -328,6 +329,7 @@ static void wipe_unread(struct evbuffer *in)
         left -= done;
     }
 }
+static void log_wait_unlink(struct conn *c);
 
 void conn_free(struct conn *c)
 {
@@ -365,6 +367,7 @@ void conn_free(struct conn *c)
     if (c->fd >= 0)
         close(c->fd);
     release_agent(c);
+    log_wait_unlink(c);
     if (c->prev != NULL)
         c->prev->next = c->next;
     else
@@ -454,8 +457,126 @@ static void close_when_flushed(struct conn *c)
     bufferevent_disable(c->client, EV_READ);
     evtimer_del(c->timer);
     conn_set_client_timeouts(c, false);
-    if (evbuffer_get_length(bufferevent_get_output(c->client)) == 0)
+    /* Held for the log, the close (a refusal without an answer) waits too:
+     * log_release() makes it. */
+    if (evbuffer_get_length(bufferevent_get_output(c->client)) == 0 && !c->log_hold)
         close_flushed(c);
+}
+
+/* --- write-ahead ------------------------------------------------------------
+ * A decision takes effect only once its agent_egress line is in the log
+ * (SPEC.md, Decision log): the answer of a refusal (or the close that
+ * stands for one) is held in the client's output, a request or a tunnel's
+ * first bytes wait before going up. The loop never waits: the log's writer
+ * thread writes, and wakes the loop (conn_log_written()) for all the
+ * connections its round let go. */
+
+static void log_wait_link(struct conn *c, uint64_t seq)
+{
+    struct gateway *gw = c->gw;
+    if (seq > c->log_seq)
+        c->log_seq = seq;
+    if (c->log_waiting)
+        return;
+    c->log_waiting = true;
+    c->log_prev = NULL;
+    c->log_next = gw->log_waiters;
+    if (gw->log_waiters != NULL)
+        gw->log_waiters->log_prev = c;
+    gw->log_waiters = c;
+}
+
+static void log_wait_unlink(struct conn *c)
+{
+    if (!c->log_waiting)
+        return;
+    if (c->log_prev != NULL)
+        c->log_prev->log_next = c->log_next;
+    else
+        c->gw->log_waiters = c->log_next;
+    if (c->log_next != NULL)
+        c->log_next->log_prev = c->log_prev;
+    c->log_next = c->log_prev = NULL;
+    c->log_waiting = false;
+    c->log_seq = 0;
+}
+
+/* The number of the log line just handed over when the log has still to
+ * write it (the wake-up asked for), else 0: the decision may take effect. */
+static uint64_t log_behind(const struct conn *c)
+{
+    struct log_jsonl *log = c->gw->log;
+    if (log == NULL)
+        return 0;
+    uint64_t seq = log_jsonl_seq(log);
+    return log_jsonl_wait(log, seq) ? 0 : seq;
+}
+
+/* Holds what <c>'s client is sent from now on until the log has the
+ * decision line just published. */
+static void hold_client_for_log(struct conn *c)
+{
+    uint64_t seq = c->client != NULL ? log_behind(c) : 0;
+    if (seq == 0)
+        return;
+    bufferevent_disable(c->client, EV_WRITE);
+    c->log_hold = true;
+    log_wait_link(c, seq);
+}
+
+void conn_after_log(struct conn *c, void (*go)(struct conn *c))
+{
+    uint64_t seq = log_behind(c);
+    if (seq == 0) {
+        go(c);
+        return;
+    }
+    /* Nothing goes up meanwhile: only <go> sends. A CONNECT's sides are
+     * not read either, nor its peek window timed (it is over): what they
+     * send is the tunnel's. A plain request waits in CS_CONNECT, its client
+     * watched as during a connect, its upstream's events left as they are
+     * (no epoll_ctl() a request) with no callback: forward_start() sets
+     * them, and takes what an upstream sent before its request, if any, as
+     * an early answer with its next bytes. */
+    if (c->ex.is_connect && c->client != NULL) {
+        bufferevent_disable(c->up, EV_READ | EV_WRITE);
+        bufferevent_disable(c->client, EV_READ);
+        evtimer_del(c->timer);
+    } else if (c->up != NULL) {
+        bufferevent_setcb(c->up, NULL, NULL, NULL, NULL);
+    }
+    c->log_go = go;
+    log_wait_link(c, seq);
+}
+
+/* <c>'s lines are in: what waited takes effect. */
+static void log_release(struct conn *c)
+{
+    void (*go)(struct conn * c) = c->log_go;
+    log_wait_unlink(c);
+    c->log_go = NULL;
+    if (c->log_hold) {
+        c->log_hold = false;
+        bufferevent_enable(c->client, EV_WRITE); /* writes what waits in its output */
+        if (c->state == CS_CLOSING && evbuffer_get_length(bufferevent_get_output(c->client)) == 0) {
+            close_flushed(c);
+            return;
+        }
+    }
+    if (go != NULL)
+        go(c);
+}
+
+void conn_log_written(struct gateway *gw)
+{
+    struct conn *c, *next;
+    /* log_jsonl_wait() asks for the next wake-up for those left. A release
+     * touches no connection but its own (nor links another). */
+    for (c = gw->log_waiters; c != NULL; c = next) {
+        next = c->log_next;
+        if (log_jsonl_wait(gw->log, c->log_seq))
+            log_release(c);
+    }
 }
 
 /* A refusal keeps the client connection when the request left nothing
@@ -500,6 +621,7 @@ void conn_refuse(struct conn *c, enum deny_reason reason, const char *detail, bo
     c->gw->counters.denied++;
     drop_upstream(c);
     conn_publish_egress(c);
+    hold_client_for_log(c);
     if (respond) {
         struct deny_info d = {
             .reason = reason,
@@ -789,7 +911,7 @@ static void on_connected(int err, struct bufferevent *bev, evutil_socket_t fd, s
         connect_start(c);
     } else {
         conn_publish_egress(c);
-        forward_start(c);
+        conn_after_log(c, forward_start); /* in CS_CONNECT meanwhile */
     }
 }
 

@@ -168,6 +168,7 @@ struct exchange {
 
 struct conn {
     struct conn *next, *prev;
+    struct conn *log_next, *log_prev; /* in gw->log_waiters while log_waiting */
     struct gateway *gw;
     uint64_t id;
     unsigned nreq;
@@ -190,6 +191,14 @@ struct conn {
     /* The head deadline (a response head's too); CONNECT peek window; the
      * wait of CS_HELLO's cut (connect_hello_cut()) */
     struct event *timer;
+    /* Write-ahead (SPEC.md, Decision log): the decision waits until the log
+     * has line <log_seq>. <log_hold>: what the client is sent (a refusal)
+     * is held, its writes off; <log_go>: what runs then (the request or
+     * the tunnel's first bytes going up), the upstream's events off. */
+    bool log_waiting;
+    bool log_hold;
+    uint64_t log_seq;
+    void (*log_go)(struct conn *c);
     bool peek_over;     /* the peek window closed (timer or client EOF) */
     bool client_reset;  /* ... by a reset: judged, then no tunnel is opened */
     bool hello_retried; /* CONNECT: the server asked for a second ClientHello (connect.c) */
@@ -261,6 +270,13 @@ bool conn_is_idle(const struct conn *c);
 void conn_publish_egress(struct conn *c);
 /* Publishes agent_egress_end (once) and releases the exchange. */
 void conn_end_exchange(struct conn *c);
+/* Runs <go>(<c>) once the log holds the decision line just published for
+ * <c>: at once when it does (or needs no waiting), else from
+ * conn_log_written(), <c>'s upstream events off meanwhile. */
+void conn_after_log(struct conn *c, void (*go)(struct conn *c));
+/* The log wrote what a waiting connection may wait for: releases those
+ * whose lines are in (the log's on_written callback). */
+void conn_log_written(struct gateway *gw);
 /* Refuses the current exchange with <reason> (a response is written when
  * <respond>), publishes both events and closes once the response is out. */
 void conn_refuse(struct conn *c, enum deny_reason reason, const char *detail, bool respond);

@@ -437,17 +437,16 @@ void connect_settle(struct conn *c)
         quota_flow_take(ex->flow, took, quota_now());
 }
 
-/* The check is over: publishes the decision, sends everything the client
+/* The check is over and its line in the log: sends everything the client
  * sent upstream, and hands both sockets to the tunnel once nothing is
  * queued (CS_FLUSH, without reading either side meanwhile: what comes next
  * is the tunnel's to move). */
-static void open_tunnel(struct conn *c)
+static void tunnel_goes(struct conn *c)
 {
     struct exchange *ex = &c->ex;
     struct evbuffer *in = bufferevent_get_input(c->client);
     struct evbuffer *up_out = bufferevent_get_output(c->up);
     size_t len = evbuffer_get_length(in);
-    conn_publish_egress(c);
     c->state = CS_FLUSH;
     if (stream_send(c->up, c->up_fd, in, len) < 0) {
         conn_free(c);
@@ -465,6 +464,14 @@ static void open_tunnel(struct conn *c)
             bufferevent_enable(c->up, EV_WRITE);
     }
     connect_on_client_write(c);
+}
+
+/* The check is over: publishes the decision; tunnel_goes() once the log
+ * has its line. */
+static void open_tunnel(struct conn *c)
+{
+    conn_publish_egress(c);
+    conn_after_log(c, tunnel_goes);
 }
 
 /* Sends the <used> bytes of a ClientHello's records upstream and waits for

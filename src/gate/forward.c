@@ -1081,6 +1081,7 @@ bool forward_try_reuse(struct conn *c)
     ex->reused = true;
     memcpy(ex->ip, c->idle_ip, sizeof(ex->ip));
     conn_publish_egress(c);
-    forward_start(c);
+    c->state = CS_CONNECT; /* while the log line is written: as a connect's wait */
+    conn_after_log(c, forward_start);
     return true;
 }

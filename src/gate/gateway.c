@@ -702,6 +702,12 @@ static void libevent_log(int severity, const char *msg)
         fprintf(stderr, "sluice: libevent: %s\n", msg);
 }
 
+/* The log's writer wrote what connections wait for (write-ahead). */
+static void on_log_written(void *arg)
+{
+    conn_log_written(arg);
+}
+
 /* The gauges /metrics shows (watch/metrics.h), read at each scrape. */
 static void gateway_gauges(void *arg, struct metrics_gauges *g)
 {
@@ -762,6 +768,7 @@ struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *pol
         free(e);
         goto err;
     }
+    log_jsonl_on_written(gw->log, on_log_written, gw);
     bus_subscribe(&gw->bus, log_jsonl_on_event, gw->log);
     gw->quota = quota_new(&gw->alerts, gw->base, 0);
     if (gw->quota == NULL) {

@@ -120,6 +120,9 @@ struct gateway {
     struct watch *watch; /* detectors, sinks, state store, metrics (watch/watch.h) */
 
     struct conn *conns; /* doubly linked through conn->next/prev */
+    /* The connections whose decision waits for its log line (conn.c,
+     * "write-ahead"), doubly linked through conn->log_next/log_prev. */
+    struct conn *log_waiters;
     unsigned nconns;
     uint64_t next_conn_id;
     struct agent_conns *agents; /* open connections per agent */

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -42,6 +43,7 @@ struct fd_kind {
     bool is_pipe;  /* a pipe or FIFO */
     bool is_sock;  /* a socket */
     bool is_fifo;  /* a named FIFO */
+    bool is_reg;   /* a regular file: written by the writer thread (struct file_writer) */
 };
 
 /* A background reopen (log_jsonl_reopen_soon). The thread opens the path,
@@ -69,10 +71,73 @@ struct reopen_job {
     struct fd_kind kind; /* what new_fd is */
 };
 
+/* What file_writer.busy says the writer thread is doing without its lock:
+ * what log_jsonl_close() names when it leaves the thread behind. */
+enum writer_busy { WB_NONE, WB_WRITE, WB_REOPEN, WB_POLL };
+
+/* The writer thread of a log on a regular file. A write to a file is no
+ * EAGAIN away from done: it can wait in the kernel for as long as the file
+ * system does (a hung NFS server, a frozen file system, another process
+ * holding the file's inode lock), and O_NONBLOCK does nothing for it. So
+ * the loop only appends lines to <incoming> under <mu> and wakes the
+ * thread; the thread moves them to the log's <pending> and writes them
+ * with the loop's own drain(), and does the SIGHUP reopens too (it owns
+ * the descriptor). From writer_start() on, the log's write state (fd, the
+ * kind flags, pending, pending_lines, line_sent, line_sent_end, broken,
+ * reported, write_errno, dropped) is the thread's alone; the loop reads
+ * what the thread publishes under <mu> (the pub_ fields). A log closed
+ * while the thread waits in the kernel is left to the thread (abandoned),
+ * which frees it, the log with it, once its call returns. */
+struct file_writer {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;         /* the thread waits on it for lines, a reopen, the stop */
+    pthread_cond_t progress;     /* flush and close wait on it for the thread's rounds */
+    struct evbuffer *incoming;   /* (mu) lines handed over, not yet taken */
+    size_t incoming_lines;       /* (mu) */
+    uint64_t dropped;            /* (mu) lines the loop dropped (the cap) */
+    bool waiting;                /* (mu) the thread waits on <wake> */
+    bool hurry;                  /* (mu) a flush waits: a failed write is retried every 50 ms */
+    bool stop;                   /* (mu) log_jsonl_close(): one last try, then end */
+    bool exited;                 /* (mu) the thread is through: join it */
+    bool abandoned;              /* (mu) the log is gone: the thread frees it */
+    enum writer_busy busy;       /* (mu) what it does without the lock */
+    bool reopen_due;             /* (mu) a reopen asked, not started yet */
+    uint64_t reopen_asked;       /* (mu) reopens asked so far */
+    uint64_t reopen_done;        /* (mu) the reopen_asked a finished reopen took in */
+    int reopen_rc;               /* (mu) that reopen's result */
+    const char *reopen_fail_msg; /* (mu) */
+    /* Published by the thread under <mu>, read by the loop. */
+    size_t pub_len;       /* evbuffer_get_length(pending) */
+    size_t pub_sent;      /* line_sent */
+    size_t pub_lines;     /* pending_lines */
+    int pub_errno;        /* write_errno */
+    bool pub_broken;      /* broken */
+    uint64_t pub_dropped; /* dropped (a reader gone) */
+    /* The write-ahead gate (log_jsonl_wait()). Lines are numbered from 1
+     * in the order the loop hands them over; <pub_done> is the number of
+     * the last one in the file (or dropped by the thread: a reader gone),
+     * <pub_stalled> says the last round's write failed or would block. */
+    uint64_t handed;   /* (mu) the number of the last line handed over */
+    uint64_t taken;    /* the thread's: lines moved to the log's <pending> */
+    uint64_t pub_done; /* (mu) taken - pending_lines */
+    bool pub_stalled;  /* (mu) */
+    /* (mu) The number the loop waits for, or 0: the thread writes to
+     * <efd> (the loop's <done_ev>) once pub_done reaches it or a write
+     * fails, once a round, never for a loop that does not wait. */
+    uint64_t wake_seq;
+    bool wake_pending; /* (mu) written to <efd>, not read by the loop yet */
+    int efd;
+    struct event *done_ev;      /* the loop's, on <efd> */
+    void (*done_fn)(void *arg); /* the loop's callback (log_jsonl_on_written) */
+    void *done_arg;
+};
+
 struct log_jsonl {
     struct event_base *base;
-    char *path;     /* NULL for standard output */
-    unsigned flags; /* LOG_JSONL_NO_LINKS */
+    struct file_writer *fw; /* the writer thread (a regular file), or NULL */
+    char *path;             /* NULL for standard output */
+    unsigned flags;         /* LOG_JSONL_NO_LINKS */
     int fd;
     bool is_sock;  /* write with send(MSG_DONTWAIT) */
     bool is_pipe;  /* a pipe or FIFO: written PIPE_BUF at most at a time (pipe_piece) */
@@ -104,8 +169,10 @@ struct log_jsonl {
     /* A reopen running on a thread of its own (log_jsonl_reopen_soon), or
      * NULL. While it runs the job owns <fd>: lines wait in <pending>. */
     struct reopen_job *job;
-    bool reopen_queued;          /* a SIGHUP came during the job: one more after it */
-    const char *reopen_fail_msg; /* printed when a background reopen fails, or NULL */
+    bool reopen_queued;               /* a SIGHUP came during the job: one more after it */
+    const char *reopen_fail_msg;      /* printed when a background reopen fails, or NULL */
+    void (*on_written_fn)(void *arg); /* log_jsonl_on_written(), for a writer started later */
+    void *on_written_arg;
 };
 
 /* At most this many buffer pieces per write. */
@@ -341,6 +408,8 @@ size_t log_jsonl_format(const struct egress_event *ev, char *out, size_t cap)
 
 static void on_writable(evutil_socket_t fd, short what, void *arg);
 static void reopen_finish(struct log_jsonl *l);
+static void writer_publish(struct log_jsonl *l);
+static int writer_start(struct log_jsonl *l);
 
 static void report(struct log_jsonl *l, const char *what, int e)
 {
@@ -491,6 +560,8 @@ static int drain(struct log_jsonl *l)
                 l->broken = true;
                 drop_pending(l);
             }
+            if (l->fw != NULL)
+                writer_publish(l);
             return -1;
         }
         if (w == 0)
@@ -508,6 +579,8 @@ static int drain(struct log_jsonl *l)
             l->line_sent > 0 && !l->is_pipe && !l->is_sock ? lseek(l->fd, 0, SEEK_CUR) : 0;
         l->reported = false;
         l->write_errno = 0;
+        if (l->fw != NULL)
+            writer_publish(l); /* the loop's metrics and cap see the progress */
     }
     return 0;
 }
@@ -521,7 +594,7 @@ static bool write_armed(const struct log_jsonl *l)
 
 static void schedule(struct log_jsonl *l, int rc)
 {
-    if (l->wev == NULL || l->job != NULL)
+    if (l->wev == NULL || l->job != NULL || l->fw != NULL)
         return; /* none, or a reopen running: its end writes what waits */
     event_del(l->retry);
     if (rc == 1 && l->pollable) {
@@ -555,8 +628,14 @@ static void on_flush(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     l->flush_due = false;
-    if (!write_armed(l))
+    if (l->fw != NULL) {
+        pthread_mutex_lock(&l->fw->mu);
+        if (l->fw->waiting)
+            pthread_cond_signal(&l->fw->wake);
+        pthread_mutex_unlock(&l->fw->mu);
+    } else if (!write_armed(l)) {
         schedule(l, drain(l));
+    }
 }
 
 /* True when epoll can watch <fd>. Regular files, and character devices
@@ -581,9 +660,19 @@ static struct fd_kind probe_fd(int fd)
     bool known = fstat(fd, &st) == 0;
     k.is_pipe = known && S_ISFIFO(st.st_mode);
     k.is_sock = known && S_ISSOCK(st.st_mode);
+    k.is_reg = known && S_ISREG(st.st_mode);
     struct statfs fs;
     k.is_fifo = k.is_pipe && fstatfs(fd, &fs) == 0 && fs.f_type != PIPEFS_MAGIC;
     return k;
+}
+
+/* Takes <k> as what l->fd is. */
+static void set_kind(struct log_jsonl *l, const struct fd_kind *k)
+{
+    l->pollable = k->pollable;
+    l->is_pipe = k->is_pipe;
+    l->is_sock = k->is_sock;
+    l->is_fifo = k->is_fifo;
 }
 
 /* Takes <k> as what l->fd is and makes the write event for it. No system
@@ -593,10 +682,7 @@ static int make_event(struct log_jsonl *l, const struct fd_kind *k)
     if (l->wev != NULL)
         event_free(l->wev);
     l->wev = NULL;
-    l->pollable = k->pollable;
-    l->is_pipe = k->is_pipe;
-    l->is_sock = k->is_sock;
-    l->is_fifo = k->is_fifo;
+    set_kind(l, k);
     l->wev =
         event_new(l->base, l->pollable ? l->fd : -1, l->pollable ? EV_WRITE : 0, on_writable, l);
     return l->wev != NULL ? 0 : -1;
@@ -727,6 +813,10 @@ struct log_jsonl *log_jsonl_open(struct event_base *base, const char *path, unsi
     if (make_event(l, &kind) < 0 || (l->fev = event_new(base, -1, 0, on_flush, l)) == NULL ||
         (l->retry = evtimer_new(base, on_writable, l)) == NULL)
         goto nomem;
+    /* A regular file's writes go to a thread of their own; without one
+     * (none can be started) the loop writes it, as it always did. */
+    if (kind.is_reg)
+        writer_start(l);
     return l;
 nomem:
     if (*err == NULL)
@@ -749,9 +839,13 @@ err:
 
 /* Appends <line>; written at once, or when <soon>, before the event loop
  * waits again (with the lines that come after it in this round). */
+static void writer_append(struct log_jsonl *l, const char *line, size_t n, bool soon);
+
 static void append_line(struct log_jsonl *l, const char *line, size_t n, bool soon)
 {
-    if (l->broken) {
+    if (l->fw != NULL) {
+        writer_append(l, line, n, soon);
+    } else if (l->broken) {
         l->dropped++;
     } else if (evbuffer_get_length(l->pending) + n > l->pending_max) {
         l->dropped++;
@@ -771,6 +865,18 @@ static void append_line(struct log_jsonl *l, const char *line, size_t n, bool so
     }
 }
 
+/* A line dropped on the loop (too long, no memory). */
+static void count_drop(struct log_jsonl *l)
+{
+    if (l->fw == NULL) {
+        l->dropped++;
+        return;
+    }
+    pthread_mutex_lock(&l->fw->mu);
+    l->fw->dropped++;
+    pthread_mutex_unlock(&l->fw->mu);
+}
+
 void log_jsonl_write_line(struct log_jsonl *l, const char *line, size_t n)
 {
     append_line(l, line, n, false);
@@ -786,13 +892,13 @@ void log_jsonl_on_event(const struct egress_event *ev, void *arg)
     if (ev->kind == EVENT_EGRESS_PROGRESS)
         return; /* not a decision: only the detectors and metrics count it */
     n = log_jsonl_format(ev, stack, sizeof(stack));
-    if (l->broken) {
+    if (l->fw == NULL && l->broken) { /* the thread's to know, with one */
         l->dropped++;
         return;
     }
     if (n >= sizeof(stack)) {
         if (n >= LINE_MAX_LEN || (line = malloc(n + 1)) == NULL) {
-            l->dropped++;
+            count_drop(l);
             return;
         }
         log_jsonl_format(ev, line, n + 1);
@@ -843,7 +949,7 @@ void log_jsonl_on_alert(const struct alert *a, void *arg)
 
     if (n >= sizeof(stack)) {
         if (n >= LINE_MAX_LEN || (line = malloc(n + 1)) == NULL) {
-            l->dropped++;
+            count_drop(l);
             return;
         }
         log_jsonl_format_alert(a, line, n + 1);
@@ -853,12 +959,16 @@ void log_jsonl_on_alert(const struct alert *a, void *arg)
         free(line);
 }
 
+static int writer_flush(struct log_jsonl *l, const struct timespec *start, int timeout_ms);
+
 int log_jsonl_flush(struct log_jsonl *l, int timeout_ms)
 {
     struct timespec start, now;
     int rc;
 
     clock_gettime(CLOCK_MONOTONIC, &start);
+    if (l->fw != NULL)
+        return writer_flush(l, &start, timeout_ms);
     if (l->job != NULL) {
         /* A reopen running: wait for it (in the time given), then write
          * to what it leaves in place. A reopen still queued is dropped. */
@@ -870,6 +980,8 @@ int log_jsonl_flush(struct log_jsonl *l, int timeout_ms)
             return evbuffer_get_length(l->pending) == 0 ? 0 : -1;
         l->reopen_queued = false;
         reopen_finish(l);
+        if (l->fw != NULL) /* it opened a regular file */
+            return writer_flush(l, &start, timeout_ms);
     }
     for (;;) {
         rc = drain(l);
@@ -924,14 +1036,21 @@ static int reopen_apply(struct log_jsonl *l, int fd, const struct fd_kind *kind,
         fprintf(stderr, "sluice: log %s: out of memory\n", l->path);
         return -1;
     }
-    schedule(l, drain(l));
+    /* A regular file now (the path named a FIFO before): its thread. */
+    if (!kind->is_reg || writer_start(l) < 0)
+        schedule(l, drain(l));
     return 0;
 }
+
+static int writer_reopen_wait(struct log_jsonl *l);
+static void writer_reopen_ask(struct log_jsonl *l, const char *fail_msg);
 
 int log_jsonl_reopen(struct log_jsonl *l)
 {
     if (l->path == NULL)
         return 0;
+    if (l->fw != NULL)
+        return writer_reopen_wait(l);
     if (l->job != NULL) {
         l->reopen_queued = true; /* after the one running */
         return 0;
@@ -1058,6 +1177,10 @@ void log_jsonl_reopen_soon(struct log_jsonl *l, const char *fail_msg)
 {
     if (l->path == NULL)
         return;
+    if (l->fw != NULL) {
+        writer_reopen_ask(l, fail_msg);
+        return;
+    }
     l->reopen_fail_msg = fail_msg;
     if (l->job != NULL) {
         l->reopen_queued = true;
@@ -1070,21 +1193,535 @@ void log_jsonl_reopen_soon(struct log_jsonl *l, const char *fail_msg)
         fputs(fail_msg, stderr);
 }
 
+/* ------------------------------------------------------------ writer thread */
+
+/* How long log_jsonl_close() waits for the thread's last try before it
+ * leaves the thread to the kernel call it waits in: log_jsonl_flush(),
+ * which comes first at a stop, has had the log's time already. */
+#define WRITER_CLOSE_WAIT_MS 250
+
+/* A failed write is retried after this long (a flush waiting: 50 ms). */
+#define WRITER_RETRY_MS 1000
+#define WRITER_HURRY_MS 50
+/* A write that would block (the path is a FIFO now, its reader behind). */
+#define WRITER_AGAIN_MS 100
+
+/* <t> moved <ms> later. */
+static void ts_add_ms(struct timespec *t, long ms)
+{
+    t->tv_sec += ms / 1000;
+    t->tv_nsec += (ms % 1000) * 1000000L;
+    if (t->tv_nsec >= 1000000000L) {
+        t->tv_sec++;
+        t->tv_nsec -= 1000000000L;
+    }
+}
+
+static void deadline_in(struct timespec *t, long ms)
+{
+    clock_gettime(CLOCK_MONOTONIC, t);
+    ts_add_ms(t, ms);
+}
+
+static bool passed(const struct timespec *t)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return now.tv_sec > t->tv_sec || (now.tv_sec == t->tv_sec && now.tv_nsec >= t->tv_nsec);
+}
+
+/* Copies the write state to the pub_ fields: with <mu>, or before the
+ * thread starts. */
+static void publish(struct log_jsonl *l)
+{
+    struct file_writer *fw = l->fw;
+    fw->pub_len = evbuffer_get_length(l->pending);
+    fw->pub_sent = l->line_sent;
+    fw->pub_lines = l->pending_lines;
+    fw->pub_errno = l->write_errno;
+    fw->pub_broken = l->broken;
+    fw->pub_dropped = l->dropped;
+    fw->pub_done = fw->taken - l->pending_lines;
+}
+
+/* The thread's state for the loop to read. Called with <mu> not held. */
+static void writer_publish(struct log_jsonl *l)
+{
+    pthread_mutex_lock(&l->fw->mu);
+    publish(l);
+    pthread_mutex_unlock(&l->fw->mu);
+}
+
+/* Frees what the writer holds; <l>'s own fields are the caller's. */
+static void writer_free(struct file_writer *fw)
+{
+    pthread_mutex_destroy(&fw->mu);
+    pthread_cond_destroy(&fw->wake);
+    pthread_cond_destroy(&fw->progress);
+    if (fw->incoming != NULL)
+        evbuffer_free(fw->incoming);
+    if (fw->efd >= 0)
+        close(fw->efd);
+    free(fw);
+}
+
+/* The thread's reopen (it owns the descriptor): as log_jsonl_reopen(), the
+ * open and the old file's close without the lock. Returns 0 or -1. */
+static int writer_reopen(struct log_jsonl *l, const char *fail_msg)
+{
+    int fd = open_path(l->path, l->flags);
+    if (fd < 0) {
+        int e = errno;
+        fprintf(stderr, "sluice: log %s: %s: %s\n", l->path,
+                open_failure(l->path, l->flags, e, true), strerror(e));
+        if (fail_msg != NULL)
+            fputs(fail_msg, stderr);
+        return -1;
+    }
+    struct fd_kind kind = probe_fd(fd);
+    /* A line the old file got part of goes whole to a new one (rotated);
+     * the same file (a SIGHUP for a policy reload) gets the rest of it. */
+    if (!same_file(l->fd, fd))
+        l->line_sent = 0;
+    close(l->fd);
+    l->fd = fd;
+    set_kind(l, &kind);
+    l->broken = false;
+    l->reported = false;
+    l->write_errno = 0;
+    return 0;
+}
+
+/* Moves what the loop handed over to <pending>. With <mu>. */
+static void writer_take(struct log_jsonl *l)
+{
+    struct file_writer *fw = l->fw;
+    if (fw->incoming_lines == 0)
+        return;
+    if (evbuffer_get_length(l->pending) == 0) {
+        /* The usual case, all written: the buffers change places. */
+        struct evbuffer *empty = l->pending;
+        l->pending = fw->incoming;
+        fw->incoming = empty;
+        l->pending_lines = fw->incoming_lines;
+    } else if (evbuffer_add_buffer(l->pending, fw->incoming) == 0) {
+        l->pending_lines += fw->incoming_lines;
+    } else {
+        fw->dropped += fw->incoming_lines;
+        evbuffer_drain(fw->incoming, evbuffer_get_length(fw->incoming));
+    }
+    /* Lines dropped here count as done: nobody waits for them for ever. */
+    fw->taken += fw->incoming_lines;
+    fw->pub_done = fw->taken - l->pending_lines;
+    fw->incoming_lines = 0;
+    fw->pub_len = evbuffer_get_length(l->pending);
+    fw->pub_lines = l->pending_lines;
+}
+
+/* Waits, with <mu>, after a round whose drain() returned <rc>: for new
+ * lines when all went (or the reader is gone for good), else until the
+ * retry is due; a reopen or the stop ends any wait. */
+static void writer_wait(struct log_jsonl *l, int rc)
+{
+    struct file_writer *fw = l->fw;
+    struct timespec since, until;
+    clock_gettime(CLOCK_MONOTONIC, &since);
+    for (;;) {
+        if (fw->stop || fw->reopen_due)
+            return;
+        if ((rc == 0 || l->broken) && fw->incoming_lines > 0)
+            return;
+        if (rc == 0 || l->broken) {
+            fw->waiting = true;
+            pthread_cond_wait(&fw->wake, &fw->mu);
+            fw->waiting = false;
+            continue;
+        }
+        long ms = rc == 1 ? WRITER_AGAIN_MS : fw->hurry ? WRITER_HURRY_MS : WRITER_RETRY_MS;
+        until = since;
+        ts_add_ms(&until, ms);
+        if (passed(&until))
+            return;
+        fw->waiting = true;
+        pthread_cond_timedwait(&fw->wake, &fw->mu, &until);
+        fw->waiting = false;
+    }
+}
+
+/* A FIFO's reader is behind (the path named one at a reopen): waits for
+ * room without the lock, WRITER_AGAIN_MS at most. With <mu>. */
+static void writer_poll(struct log_jsonl *l)
+{
+    struct file_writer *fw = l->fw;
+    struct pollfd pfd = {.fd = l->fd, .events = POLLOUT};
+    fw->busy = WB_POLL;
+    pthread_mutex_unlock(&fw->mu);
+    poll(&pfd, 1, WRITER_AGAIN_MS);
+    pthread_mutex_lock(&fw->mu);
+    fw->busy = WB_NONE;
+}
+
+/* Frees <l>'s loop events (on the loop: they are its). */
+static void free_events(struct log_jsonl *l)
+{
+    struct event *none = NULL;
+    struct event **evs[] = {&l->wev, &l->fev, &l->retry, l->fw != NULL ? &l->fw->done_ev : &none};
+    for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++) {
+        if (*evs[i] != NULL)
+            event_free(*evs[i]);
+        *evs[i] = NULL;
+    }
+}
+
+/* Frees <l> and what it holds but its writer; its events already freed
+ * when the writer thread calls it. */
+static void log_free(struct log_jsonl *l)
+{
+    free_events(l);
+    evbuffer_free(l->pending);
+    if (l->fd >= 0)
+        close(l->fd);
+    free(l->path);
+    free(l);
+}
+
+/* Frees <l> (abandoned by log_jsonl_close(), which freed its events). */
+static void writer_free_log(struct log_jsonl *l)
+{
+    struct file_writer *fw = l->fw;
+    l->fw = NULL;
+    log_free(l);
+    writer_free(fw);
+}
+
+/* True when the gate lets line <seq> take effect: it is in the file, or
+ * the log cannot be written now (a write failed or would block), when the
+ * contract's "a log that cannot be written does not stop traffic" holds
+ * (its lines wait in memory under the cap). With <mu>. */
+static bool gate_open(const struct file_writer *fw, uint64_t seq)
+{
+    return fw->pub_done >= seq || fw->pub_stalled || fw->pub_broken;
+}
+
+/* Wakes the loop when what it waits for is done. With <mu>. One wake-up a
+ * round at most, whatever number of connections wait: the loop releases
+ * all those whose lines the round wrote. */
+static void wake_loop_if_due(struct file_writer *fw)
+{
+    if (fw->wake_seq == 0 || !gate_open(fw, fw->wake_seq))
+        return;
+    fw->wake_seq = 0;
+    if (fw->wake_pending)
+        return; /* the loop is to read <efd> still: it looks at every waiter then */
+    fw->wake_pending = true;
+    uint64_t one = 1;
+    ssize_t w = write(fw->efd, &one, sizeof(one)); /* an eventfd: never blocks short of 2^64 */
+    (void)w;
+}
+
+static void *writer_main(void *arg)
+{
+    struct log_jsonl *l = arg;
+    struct file_writer *fw = l->fw;
+    pthread_mutex_lock(&fw->mu);
+    for (;;) {
+        writer_take(l);
+        if (fw->reopen_due && !fw->stop) {
+            uint64_t asked = fw->reopen_asked;
+            const char *msg = fw->reopen_fail_msg;
+            fw->reopen_due = false;
+            fw->busy = WB_REOPEN;
+            pthread_mutex_unlock(&fw->mu);
+            int rc = writer_reopen(l, msg);
+            writer_publish(l);
+            pthread_mutex_lock(&fw->mu);
+            fw->busy = WB_NONE;
+            if (fw->abandoned)
+                break;
+            fw->reopen_done = asked;
+            fw->reopen_rc = rc;
+            pthread_cond_broadcast(&fw->progress);
+            continue;
+        }
+        int rc = 0;
+        if (evbuffer_get_length(l->pending) > 0 && !l->broken) {
+            fw->busy = WB_WRITE;
+            pthread_mutex_unlock(&fw->mu);
+            rc = drain(l); /* publishes as it goes */
+            pthread_mutex_lock(&fw->mu);
+            fw->busy = WB_NONE;
+            if (fw->abandoned)
+                break;
+        }
+        fw->pub_stalled = rc != 0;
+        wake_loop_if_due(fw);
+        pthread_cond_broadcast(&fw->progress);
+        if (fw->stop)
+            break; /* the last try is made */
+        if (rc == 1 && l->pollable)
+            writer_poll(l);
+        else
+            writer_wait(l, rc);
+        if (fw->abandoned)
+            break;
+    }
+    if (fw->abandoned) {
+        pthread_mutex_unlock(&fw->mu);
+        writer_free_log(l);
+        return NULL;
+    }
+    fw->exited = true;
+    pthread_cond_broadcast(&fw->progress);
+    pthread_mutex_unlock(&fw->mu);
+    return NULL;
+}
+
+/* The thread wrote what the loop waits for (wake_loop_if_due()). */
+static void on_written(evutil_socket_t fd, short what, void *arg)
+{
+    struct log_jsonl *l = arg;
+    uint64_t n;
+    (void)what;
+    ssize_t r = read(fd, &n, sizeof(n)); /* resets the count; EAGAIN when read already */
+    (void)r;
+    /* Before the callback looks: a write after this wakes it again. */
+    pthread_mutex_lock(&l->fw->mu);
+    l->fw->wake_pending = false;
+    pthread_mutex_unlock(&l->fw->mu);
+    if (l->fw->done_fn != NULL)
+        l->fw->done_fn(l->fw->done_arg);
+}
+
+/* Hands <l>'s writes (and what is pending) to a new writer thread. Returns
+ * 0, or -1 when none can be started: the loop goes on writing then. */
+static int writer_start(struct log_jsonl *l)
+{
+    struct file_writer *fw = calloc(1, sizeof(*fw));
+    pthread_condattr_t ca;
+    if (fw == NULL)
+        return -1;
+    fw->efd = -1;
+    fw->mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* its timed waits */
+    pthread_cond_init(&fw->wake, &ca);
+    pthread_cond_init(&fw->progress, &ca);
+    pthread_condattr_destroy(&ca);
+    fw->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if ((fw->incoming = evbuffer_new()) == NULL || fw->efd < 0 ||
+        (fw->done_ev = event_new(l->base, fw->efd, EV_READ | EV_PERSIST, on_written, l)) == NULL ||
+        event_add(fw->done_ev, NULL) < 0) {
+        if (fw->done_ev != NULL)
+            event_free(fw->done_ev);
+        writer_free(fw);
+        return -1;
+    }
+    /* No write armed on the loop from now on. */
+    if (l->wev != NULL)
+        event_del(l->wev);
+    event_del(l->retry);
+    l->fw = fw;
+    /* Lines pending already are numbered as handed and taken. */
+    fw->handed = fw->taken = l->pending_lines;
+    fw->done_fn = l->on_written_fn;
+    fw->done_arg = l->on_written_arg;
+    publish(l);
+    if (quiet_thread_create(&fw->thread, writer_main, l) != 0) {
+        l->fw = NULL;
+        event_free(fw->done_ev);
+        writer_free(fw);
+        return -1;
+    }
+    return 0;
+}
+
+/* The loop's append: to <incoming>, the thread woken at once for a
+ * decision line, at the end of this loop round for an end line (<soon>:
+ * on_flush), so that lines of one round share a write. */
+static void writer_append(struct log_jsonl *l, const char *line, size_t n, bool soon)
+{
+    struct file_writer *fw = l->fw;
+    pthread_mutex_lock(&fw->mu);
+    size_t have = evbuffer_get_length(fw->incoming) + fw->pub_len - fw->pub_sent;
+    if (fw->pub_broken || have + n > l->pending_max || evbuffer_add(fw->incoming, line, n) < 0) {
+        fw->dropped++; /* not numbered: who waits for it waits for the line before */
+    } else {
+        fw->incoming_lines++;
+        fw->handed++;
+        if (!soon && fw->waiting)
+            pthread_cond_signal(&fw->wake);
+    }
+    pthread_mutex_unlock(&fw->mu);
+    if (soon && !l->flush_due) {
+        l->flush_due = true;
+        event_active(l->fev, EV_TIMEOUT, 0);
+    }
+}
+
+/* log_jsonl_flush() with a writer thread: wakes it, failed writes retried
+ * every 50 ms meanwhile, and waits until nothing is left (or the reader is
+ * gone), <timeout_ms> from <start> at most. */
+static int writer_flush(struct log_jsonl *l, const struct timespec *start, int timeout_ms)
+{
+    struct file_writer *fw = l->fw;
+    struct timespec until = *start;
+    ts_add_ms(&until, timeout_ms);
+    pthread_mutex_lock(&fw->mu);
+    fw->hurry = true;
+    pthread_cond_signal(&fw->wake);
+    while ((fw->incoming_lines > 0 || fw->pub_len > 0 || fw->reopen_due || fw->busy == WB_REOPEN) &&
+           !fw->pub_broken && !fw->exited) {
+        if (pthread_cond_timedwait(&fw->progress, &fw->mu, &until) == ETIMEDOUT)
+            break;
+    }
+    fw->hurry = false;
+    bool left = fw->incoming_lines > 0 || fw->pub_len > 0;
+    pthread_mutex_unlock(&fw->mu);
+    return left ? -1 : 0;
+}
+
+static void writer_reopen_ask(struct log_jsonl *l, const char *fail_msg)
+{
+    struct file_writer *fw = l->fw;
+    pthread_mutex_lock(&fw->mu);
+    fw->reopen_fail_msg = fail_msg;
+    fw->reopen_due = true; /* one more after a reopen running, never two */
+    fw->reopen_asked++;
+    pthread_cond_signal(&fw->wake);
+    pthread_mutex_unlock(&fw->mu);
+}
+
+/* log_jsonl_reopen() with a writer thread: asks, and waits for the answer. */
+static int writer_reopen_wait(struct log_jsonl *l)
+{
+    struct file_writer *fw = l->fw;
+    writer_reopen_ask(l, NULL);
+    pthread_mutex_lock(&fw->mu);
+    uint64_t mine = fw->reopen_asked;
+    while (fw->reopen_done < mine && !fw->exited)
+        pthread_cond_wait(&fw->progress, &fw->mu);
+    int rc = fw->reopen_done >= mine ? fw->reopen_rc : -1;
+    pthread_mutex_unlock(&fw->mu);
+    return rc;
+}
+
+/* Ends the writer thread for log_jsonl_close(): its last try, then join.
+ * Returns true with <l> the caller's again (its writes single-threaded,
+ * the loop's drops in l->dropped), or false when the thread still waits
+ * in the kernel after WRITER_CLOSE_WAIT_MS: what it could not write is
+ * reported here, and the thread frees <l> once its call returns. */
+static bool writer_close(struct log_jsonl *l)
+{
+    struct file_writer *fw = l->fw;
+    struct timespec until;
+    deadline_in(&until, WRITER_CLOSE_WAIT_MS);
+    pthread_mutex_lock(&fw->mu);
+    fw->stop = true;
+    pthread_cond_signal(&fw->wake);
+    while (!fw->exited && pthread_cond_timedwait(&fw->progress, &fw->mu, &until) != ETIMEDOUT)
+        continue;
+    if (fw->exited) {
+        pthread_mutex_unlock(&fw->mu);
+        pthread_join(fw->thread, NULL);
+        l->dropped += fw->dropped;
+        event_free(fw->done_ev);
+        l->fw = NULL;
+        writer_free(fw);
+        return true;
+    }
+    /* Stuck in the kernel: the log becomes the thread's. */
+    const char *name = l->path ? l->path : "(stdout)";
+    if (fw->busy == WB_REOPEN)
+        fprintf(stderr, "sluice: log %s: the reopen is still waiting for open()\n", name);
+    else
+        fprintf(stderr,
+                "sluice: log %s: a write is still waiting for the file system (a hung NFS "
+                "server, a frozen file system?)\n",
+                name);
+    size_t lines = fw->incoming_lines + fw->pub_lines;
+    size_t bytes = evbuffer_get_length(fw->incoming) + fw->pub_len - fw->pub_sent;
+    if (lines > 0)
+        fprintf(stderr, "sluice: log %s: %zu line(s) (%zu bytes) not written at exit\n", name,
+                lines, bytes);
+    uint64_t dropped = fw->dropped + fw->pub_dropped + lines;
+    if (dropped > 0)
+        fprintf(stderr, "sluice: log %s: %" PRIu64 " line(s) dropped in all\n", name, dropped);
+    free_events(l);
+    fw->wake_seq = 0; /* the loop's event is gone */
+    fw->abandoned = true;
+    pthread_detach(fw->thread);
+    pthread_mutex_unlock(&fw->mu);
+    return false;
+}
+
+uint64_t log_jsonl_seq(const struct log_jsonl *l)
+{
+    if (l->fw == NULL)
+        return 0;
+    pthread_mutex_lock(&l->fw->mu);
+    uint64_t n = l->fw->handed;
+    pthread_mutex_unlock(&l->fw->mu);
+    return n;
+}
+
+bool log_jsonl_wait(struct log_jsonl *l, uint64_t seq)
+{
+    struct file_writer *fw = l->fw;
+    if (fw == NULL || seq == 0)
+        return true;
+    pthread_mutex_lock(&fw->mu);
+    bool open = gate_open(fw, seq);
+    if (!open && (fw->wake_seq == 0 || seq < fw->wake_seq))
+        fw->wake_seq = seq;
+    pthread_mutex_unlock(&fw->mu);
+    return open;
+}
+
+void log_jsonl_on_written(struct log_jsonl *l, void (*fn)(void *arg), void *arg)
+{
+    l->on_written_fn = fn;
+    l->on_written_arg = arg;
+    if (l->fw != NULL) {
+        l->fw->done_fn = fn;
+        l->fw->done_arg = arg;
+    }
+}
+
 uint64_t log_jsonl_dropped(const struct log_jsonl *l)
 {
-    return l->dropped;
+    if (l->fw == NULL)
+        return l->dropped;
+    pthread_mutex_lock(&l->fw->mu);
+    uint64_t n = l->fw->dropped + l->fw->pub_dropped;
+    pthread_mutex_unlock(&l->fw->mu);
+    return n;
 }
 
 size_t log_jsonl_pending_bytes(const struct log_jsonl *l)
 {
-    return evbuffer_get_length(l->pending) - l->line_sent;
+    if (l->fw == NULL)
+        return evbuffer_get_length(l->pending) - l->line_sent;
+    pthread_mutex_lock(&l->fw->mu);
+    size_t n = evbuffer_get_length(l->fw->incoming) + l->fw->pub_len - l->fw->pub_sent;
+    pthread_mutex_unlock(&l->fw->mu);
+    return n;
+}
+
+static const char *error_text(bool broken, int e)
+{
+    if (broken || e == EPIPE)
+        return "its reader is gone";
+    return e != 0 ? strerror(e) : NULL;
 }
 
 const char *log_jsonl_error(const struct log_jsonl *l)
 {
-    if (l->broken || l->write_errno == EPIPE)
-        return "its reader is gone";
-    return l->write_errno != 0 ? strerror(l->write_errno) : NULL;
+    if (l->fw == NULL)
+        return error_text(l->broken, l->write_errno);
+    pthread_mutex_lock(&l->fw->mu);
+    const char *why = error_text(l->fw->pub_broken, l->fw->pub_errno);
+    pthread_mutex_unlock(&l->fw->mu);
+    return why;
 }
 
 void log_jsonl_set_pending_max(struct log_jsonl *l, size_t max)
@@ -1092,10 +1729,13 @@ void log_jsonl_set_pending_max(struct log_jsonl *l, size_t max)
     l->pending_max = max > 0 ? max : LOG_JSONL_PENDING_MAX;
 }
 
+static bool writer_close(struct log_jsonl *l);
+
 void log_jsonl_close(struct log_jsonl *l)
 {
     if (l == NULL)
         return;
+    bool tried = false; /* the writer thread made the last try */
     if (l->job != NULL) {
         struct reopen_job *j = l->job;
         pthread_mutex_lock(&j->mu);
@@ -1119,7 +1759,12 @@ void log_jsonl_close(struct log_jsonl *l)
             l->fd = -1;
         }
     }
-    if (!l->broken && l->fd >= 0)
+    if (l->fw != NULL) { /* after the job: its reopen may have started the thread */
+        if (!writer_close(l))
+            return; /* left to the thread, which frees it */
+        tried = true;
+    }
+    if (!tried && !l->broken && l->fd >= 0)
         drain(l);
     if (evbuffer_get_length(l->pending) > 0) {
         size_t bytes = log_jsonl_pending_bytes(l);
@@ -1132,15 +1777,5 @@ void log_jsonl_close(struct log_jsonl *l)
     if (l->dropped > 0)
         fprintf(stderr, "sluice: log %s: %" PRIu64 " line(s) dropped in all\n",
                 l->path ? l->path : "(stdout)", l->dropped);
-    if (l->wev != NULL)
-        event_free(l->wev);
-    if (l->fev != NULL)
-        event_free(l->fev);
-    if (l->retry != NULL)
-        event_free(l->retry);
-    evbuffer_free(l->pending);
-    if (l->fd >= 0)
-        close(l->fd);
-    free(l->path);
-    free(l);
+    log_free(l);
 }

@@ -14,14 +14,25 @@
  * callbacks already queued in this round of the event loop have run, so
  * the end of one request and the decision of the next share one write.
  *
- * A SIGHUP's reopen runs on a thread of its own (log_jsonl_reopen_soon).
+ * A regular file is written by a thread of its own, the log's writer: a
+ * file write can wait in the kernel (a hung NFS server, a frozen file
+ * system, the inode lock another process holds) and O_NONBLOCK does nothing
+ * for it. The loop hands lines over, in order, and never waits for the
+ * writer, which also does that file's SIGHUP reopens. What waits is the
+ * decision: the gateway lets it take effect once its line is in the file
+ * (log_jsonl_seq(), log_jsonl_wait(): SPEC.md, Log writes, write-ahead).
  *
- * Owns: its descriptor, its pending buffer, its write and flush events,
- * and the reopen's thread while it runs (left to end alone when the log is
- * closed first). */
+ * A SIGHUP's reopen of anything else (a FIFO) runs on a thread of its own
+ * too (log_jsonl_reopen_soon).
+ *
+ * Owns: its descriptor, its pending buffer, its write and flush events, the
+ * writer thread (a file), and the reopen's thread while it runs. A thread
+ * still waiting in the kernel when the log is closed is left to end alone
+ * (the writer then frees the log). */
 #ifndef SLUICE_WATCH_LOG_JSONL_H
 #define SLUICE_WATCH_LOG_JSONL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -93,6 +104,29 @@ int log_jsonl_reopen(struct log_jsonl *l);
  * log_jsonl_reopen(). A no-op for standard output. */
 void log_jsonl_reopen_soon(struct log_jsonl *l, const char *fail_msg);
 
+/* The write-ahead gate (SPEC.md, Decision log): a line's decision takes
+ * effect once the line is in the file. Only a log written by its writer
+ * thread (a regular file) keeps anyone waiting; other logs are written on
+ * the loop as soon as the descriptor takes them, and a reader behind holds
+ * no request.
+ *
+ * The number of the last line handed to the writer thread (lines are
+ * numbered from 1 in the order they are appended; a line dropped at the
+ * cap gets none), or 0 when the log has no writer thread. */
+uint64_t log_jsonl_seq(const struct log_jsonl *l);
+
+/* True when line <seq> may take effect now: 0, no writer thread, the line
+ * is in the file, or the log cannot be written now (its last write failed
+ * or would block: as ever, a log that cannot be written does not hold
+ * traffic; its lines wait in memory under the cap). Otherwise false, and
+ * the callback of log_jsonl_on_written() runs on the loop once it may (or
+ * once an earlier <seq> asked for may: the caller asks again). Never
+ * blocks. */
+bool log_jsonl_wait(struct log_jsonl *l, uint64_t seq);
+
+/* Sets the loop callback that log_jsonl_wait() promises (<fn>(<arg>)). */
+void log_jsonl_on_written(struct log_jsonl *l, void (*fn)(void *arg), void *arg);
+
 /* Lines dropped so far (pending buffer full, or the reader gone). */
 uint64_t log_jsonl_dropped(const struct log_jsonl *l);
 
@@ -107,8 +141,10 @@ const char *log_jsonl_error(const struct log_jsonl *l);
 /* Sets the pending cap (tests); 0 restores LOG_JSONL_PENDING_MAX. */
 void log_jsonl_set_pending_max(struct log_jsonl *l, size_t max);
 
-/* Tries once more to write what is pending (no waiting), reports dropped
- * and unwritten lines on standard error, and frees <l>. Accepts NULL. */
+/* Tries once more to write what is pending (no waiting; a file's writer
+ * gets 250 ms for it and is left behind when it still waits then), reports
+ * dropped and unwritten lines on standard error, and frees <l>. Accepts
+ * NULL. */
 void log_jsonl_close(struct log_jsonl *l);
 
 #endif

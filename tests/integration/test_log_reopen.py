@@ -1,7 +1,8 @@
 """SIGHUP's reopen of `--log FILE` and `--alerts FILE` runs off the event loop: an open() that
 does not return (a hung NFS server, a directory whose lock another process
-holds) leaves requests answered and logged; their lines wait in memory, in
-order, and go to the new file once it opens.
+holds) leaves the event loop serving; a log's lines wait in memory, in order,
+and go to the new file once it opens, the decisions of a `--log FILE` taking
+effect then (write-ahead: SPEC.md, Log writes).
 
 The open is made to wait for real, with no network file system: after a
 rotation the reopen must create the file, which takes the directory's
@@ -14,18 +15,14 @@ import json
 import os
 
 from gate_client import api_rule, other_rule, other_url, poll, request
+from held_requests import admin_get, decided
 from uffd_hold import DirLock, stop_while_held, threads_in
-from watch_helpers import alerts, wait_alert
+from watch_helpers import alerts, free_tcp_port, wait_alert
 
 
 def threads_in_open(pid):
     """The threads of <pid> inside openat or openat2 now."""
     return threads_in(pid, "openat", "openat2")
-
-
-def during(gw, net):
-    """A request answered while the lock holds."""
-    assert request(gw, "GET", net.url("/during"), timeout=10).status == 200
 
 
 def hold_reopen(gw, path):
@@ -53,11 +50,15 @@ def paths_in(path):
     return [e.get("path") for e in lines_of(path) if e["event"] == "agent_egress"]
 
 
-def test_requests_are_answered_and_logged_while_the_reopen_waits(gateway, net, tmp_path):
+def test_requests_wait_for_their_lines_while_the_reopen_waits(gateway, net, tmp_path):
+    # The loop goes on (the admin answers, requests are decided) while the
+    # reopen waits; decisions take effect once their lines are in the new
+    # file (write-ahead), in order.
     logdir = tmp_path / "logs"
     logdir.mkdir()
     log = str(logdir / "log.jsonl")
-    gw = gateway(net.policy([api_rule(net)]), args=["--log", log])
+    admin = free_tcp_port()
+    gw = gateway(net.policy([api_rule(net)]), args=["--log", log, "--admin", str(admin)])
     pid = gw.proc.pid
     assert request(gw, "GET", net.url("/before")).status == 200
     poll(lambda: len(lines_of(log)) >= 2, what="the /before lines")
@@ -66,20 +67,21 @@ def test_requests_are_answered_and_logged_while_the_reopen_waits(gateway, net, t
         # a second SIGHUP while it waits queues one more reopen, not a
         # second thread stuck beside the first
         gw.reload()
-        for i in range(3):
-            r = request(gw, "GET", net.url("/during%d" % i), timeout=10)
-            assert r.status == 200, r.status
+        held = [decided(gw, admin, net.url("/during%d" % i), 2 + i) for i in range(3)]
         assert threads_in_open(pid) == stuck, "another open() started: %r" % threads_in_open(pid)
         assert pid not in stuck, "the event loop's thread waits in open()"
+        assert admin_get(admin, "/healthz") == b"ok\n"
+        assert all(p.waiting() for p in held)
+        assert [r.path for r in net.api.requests if r.path.startswith("/during")] == []
         # the waiting lines stay in memory (the new name is not looked up
         # here: that lookup would wait for the directory's lock too)
         assert paths_in(log + ".1") == ["/before"]
     finally:
         lock.release()
-    poll(lambda: os.path.exists(log) and len(lines_of(log)) >= 6, timeout=10,
-         what="the waiting lines in the new file")
+    assert [p.result() for p in held] == [200, 200, 200]
+    assert paths_in(log) == ["/during0", "/during1", "/during2"]  # answered: in the file
     assert request(gw, "GET", net.url("/after")).status == 200
-    poll(lambda: len(lines_of(log)) >= 8, what="the /after lines")
+    assert paths_in(log)[-1] == "/after"
     gw.stop()
     assert paths_in(log + ".1") == ["/before"]
     new = lines_of(log)
@@ -124,15 +126,21 @@ def test_alerts_wait_for_their_reopen_and_requests_go_on(gateway, net, tmp_path)
 
 def test_a_stop_while_the_reopen_waits_says_what_it_could_not_write(gateway, net, tmp_path):
     # SIGTERM while the reopen's open() waits: the stop is not held by it
-    # beyond the log's flush time; the lines that waited are named as not
-    # written (they had no file to go to), and the thread, left alone,
-    # ends when the open returns.
+    # beyond its grace and the log's flush time; the lines that waited are
+    # named as not written (they had no file to go to), their request never
+    # answered, and the thread, left alone, ends when the open returns.
     logdir = tmp_path / "logs"
     logdir.mkdir()
     log = str(logdir / "log.jsonl")
-    gw = gateway(net.policy([api_rule(net)]), args=["--log", log, "--grace", "1"])
+    admin = free_tcp_port()
+    gw = gateway(net.policy([api_rule(net)]),
+                 args=["--log", log, "--grace", "1", "--admin", str(admin)])
     lock, _ = hold_reopen(gw, log)
-    assert stop_while_held(gw, lock, lambda: during(gw, net)) == 0, gw.stderr()
+    held = []
+    assert stop_while_held(
+        gw, lock, lambda: held.append(decided(gw, admin, net.url("/during"), 1))) == 0, \
+        gw.stderr()
+    assert held[0].status is None
     err = gw.stderr()
     assert "sluice: log %s: the reopen is still waiting for open()" % log in err, err
     assert "sluice: log %s: 2 line(s) (" % log in err, err

@@ -123,6 +123,14 @@ def DirLock(path):
     return FdHold(os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), "getdents64", PAGE)
 
 
+def FileLock(path):
+    """Holds the regular file <path>'s inode lock (i_rwsem) until release():
+    a write() of one byte from the page, appended to the file, waits for
+    the page with the lock taken, so every other write to the file waits
+    too. That byte is a newline: a blank line in a JSON-lines file."""
+    return FdHold(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC), "write", 1, b"\n")
+
+
 def WalLock(path):
     """Holds the inode lock of the SQLite log <path> until release(): a
     pwrite64() of a page 64 MiB into the file, past any frame a test's store

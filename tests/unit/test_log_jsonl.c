@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -29,13 +31,26 @@ static ssize_t counted_writev(int fd, const struct iovec *iov, int n);
 #include "watch/log_jsonl.c" /* the unit under test, internals included */
 #undef writev
 
-static unsigned writev_calls;
+/* Atomic: the writer thread of a file log writes them too (one left to
+ * itself by test_close_while_a_write_waits, while later tests run). */
+static _Atomic unsigned writev_calls;
 /* Of the writes asked for: the longest, and how many did not end a line. */
-static size_t writev_longest;
-static unsigned writev_mid_line;
+static _Atomic size_t writev_longest;
+static _Atomic unsigned writev_mid_line;
+
+/* When >= 0, a writev() says so with a byte on writev_entered_fd, then
+ * waits for a byte on writev_gate_fd: a write that waits in the kernel (a
+ * hung NFS server), for the writer thread's tests. */
+static _Atomic int writev_gate_fd = -1;
+static _Atomic int writev_entered_fd = -1;
 
 static ssize_t counted_writev(int fd, const struct iovec *iov, int n)
 {
+    if (writev_gate_fd >= 0) {
+        char b = 0;
+        assert_int_equal(write(writev_entered_fd, &b, 1), 1);
+        (void)!read(writev_gate_fd, &b, 1); /* a byte, or the gate closed: go */
+    }
     size_t total = 0;
     char last = '\n';
     for (int i = 0; i < n; i++) {
@@ -416,9 +431,9 @@ static void test_file_writes_end_at_a_line(void **state)
     const size_t lines = 2000;
     for (size_t i = 0; i < lines; i++) /* one round: they wait for its end */
         log_jsonl_on_event(&end, l);
-    assert_true(log_jsonl_pending_bytes(l) > DRAIN_IOV * 4096);
     writev_mid_line = 0;
-    event_base_loop(base, EVLOOP_NONBLOCK);
+    event_base_loop(base, EVLOOP_NONBLOCK); /* the round's end: the writer thread woken */
+    assert_int_equal(log_jsonl_flush(l, 10000), 0);
     assert_int_equal(log_jsonl_pending_bytes(l), 0);
     assert_int_equal(writev_mid_line, 0);
     size_t len;
@@ -451,9 +466,16 @@ static void test_truncated_file_gets_a_cut_line_whole(void **state)
     assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
     log_jsonl_write_line(l, spec_line1, line);
     log_jsonl_write_line(l, spec_line1, line);
+    /* The writer thread writes them: until its write past the limit fails
+     * (its retry is a second away). */
+    for (int i = 0; i < 10000 && log_jsonl_error(l) == NULL; i++)
+        usleep(1000);
+    assert_non_null(log_jsonl_error(l));
     assert_int_equal(setrlimit(RLIMIT_FSIZE, &was), 0);
     signal(SIGXFSZ, xfsz);
-    assert_true(l->line_sent > 0); /* the file holds half of the second line */
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, line + line / 2); /* half of the second line */
     assert_int_equal(truncate(path, 0), 0);
     assert_int_equal(log_jsonl_flush(l, 1000), 0);
     size_t len;
@@ -462,6 +484,201 @@ static void test_truncated_file_gets_a_cut_line_whole(void **state)
     assert_memory_equal(got, spec_line1, line);
     free(got);
     log_jsonl_close(l);
+    event_base_free(base);
+}
+
+/* Opens a log on <name> whose writes wait, once the writer thread is in
+ * one (<*entered> read), until the gate's write end (<*gate>) is closed. */
+static struct log_jsonl *open_gated(struct event_base *base, const char *name, char *path,
+                                    size_t cap, int *gate, int *entered)
+{
+    int g[2], e[2];
+    assert_int_equal(pipe(g), 0);
+    assert_int_equal(pipe(e), 0);
+    struct log_jsonl *l = open_on_file(base, name, path, cap);
+    assert_non_null(l->fw); /* a regular file: its writes are the thread's */
+    writev_gate_fd = g[0];
+    writev_entered_fd = e[1];
+    *gate = g[1];
+    *entered = e[0];
+    return l;
+}
+
+/* The threads of this process. */
+static int threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* A file write that waits in the kernel (a hung NFS server, the inode lock
+ * another process holds) waits on the writer thread, never on the loop:
+ * the loop's appends return meanwhile, their lines wait in memory (the cap
+ * applies, what is past it dropped and counted) and go, in order, once the
+ * write returns. */
+static void test_file_write_waits_off_the_loop(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char path[128];
+    int gate, entered;
+    struct log_jsonl *l = open_gated(base, "stuck.jsonl", path, sizeof(path), &gate, &entered);
+    struct egress_event ev = spec_egress(), end = spec_end();
+    const size_t n1 = strlen(spec_line1), n2 = strlen(spec_line2);
+    char b;
+    log_jsonl_on_event(&ev, l);
+    assert_int_equal(read(entered, &b, 1), 1); /* the thread waits in writev() */
+    for (int i = 0; i < 10; i++) {
+        log_jsonl_on_event(&end, l);
+        log_jsonl_on_event(&ev, l);
+    }
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    assert_int_equal(log_jsonl_pending_bytes(l), n1 + 10 * (n1 + n2));
+    log_jsonl_set_pending_max(l, log_jsonl_pending_bytes(l) + n1); /* room for one */
+    log_jsonl_on_event(&ev, l);
+    log_jsonl_on_event(&ev, l);
+    assert_int_equal(log_jsonl_dropped(l), 1);
+    assert_int_equal(log_jsonl_flush(l, 20), -1); /* the write still waits */
+    close(gate);                                  /* it returns */
+    assert_int_equal(log_jsonl_flush(l, 10000), 0);
+    size_t len;
+    char *got = slurp(path, &len);
+    assert_int_equal(len, 12 * n1 + 10 * n2);
+    assert_memory_equal(got, spec_line1, n1);
+    for (size_t i = 0, off = n1; i < 10; i++, off += n1 + n2) {
+        assert_memory_equal(got + off, spec_line2, n2);
+        assert_memory_equal(got + off + n2, spec_line1, n1);
+    }
+    assert_memory_equal(got + n1 + 10 * (n1 + n2), spec_line1, n1);
+    free(got);
+    assert_int_equal(log_jsonl_dropped(l), 1);
+    log_jsonl_close(l);
+    writev_gate_fd = writev_entered_fd = -1;
+    close(entered);
+    event_base_free(base);
+}
+
+static int written_calls;
+
+static void count_written(void *arg)
+{
+    (void)arg;
+    written_calls++;
+}
+
+/* Write-ahead: lines are numbered as handed over; log_jsonl_wait() says
+ * no while the thread's write of a line waits, and the loop's callback
+ * runs once it returned, once for all the lines its round wrote. */
+static void test_wait_says_when_a_line_is_in_the_file(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char path[128];
+    int gate, entered;
+    struct log_jsonl *l = open_gated(base, "ahead.jsonl", path, sizeof(path), &gate, &entered);
+    struct egress_event ev = spec_egress();
+    char b;
+    written_calls = 0;
+    log_jsonl_on_written(l, count_written, NULL);
+    assert_int_equal(log_jsonl_seq(l), 0);
+    assert_true(log_jsonl_wait(l, 0)); /* nothing to wait for */
+    log_jsonl_on_event(&ev, l);
+    assert_int_equal(log_jsonl_seq(l), 1);
+    assert_int_equal(read(entered, &b, 1), 1); /* the thread waits in writev() */
+    assert_false(log_jsonl_wait(l, 1));
+    for (int i = 0; i < 5; i++)
+        log_jsonl_on_event(&ev, l);
+    assert_int_equal(log_jsonl_seq(l), 6);
+    assert_false(log_jsonl_wait(l, 6));
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    assert_int_equal(written_calls, 0); /* not while the write waits */
+    close(gate);                        /* it returns */
+    while (!log_jsonl_wait(l, 6)) {     /* line 1, then 2 to 6 in a round */
+        int before = written_calls;
+        event_base_loop(base, EVLOOP_ONCE); /* the thread's wake-up */
+        assert_true(written_calls > before);
+    }
+    assert_true(written_calls >= 1 && written_calls <= 2);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, 6 * strlen(spec_line1)); /* in the file, not in memory */
+    log_jsonl_close(l);
+    writev_gate_fd = writev_entered_fd = -1;
+    close(entered);
+    event_base_free(base);
+}
+
+/* A write that fails (a full disk; here the file-size limit) lets what
+ * waits go, as the error policy says (a log that cannot be written does not
+ * stop traffic): the waiting loop is woken, and log_jsonl_wait() says yes
+ * while writes fail; its lines wait in memory and go once a write can. */
+static void test_wait_lets_go_when_a_write_fails(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char path[128];
+    struct log_jsonl *l = open_on_file(base, "failing.jsonl", path, sizeof(path));
+    struct egress_event ev = spec_egress();
+    struct rlimit was, none;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &was), 0);
+    none = was;
+    none.rlim_cur = 0;
+    void (*xfsz)(int) = signal(SIGXFSZ, SIG_IGN);
+    written_calls = 0;
+    log_jsonl_on_written(l, count_written, NULL);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &none), 0);
+    log_jsonl_on_event(&ev, l);
+    if (!log_jsonl_wait(l, 1)) {
+        event_base_loop(base, EVLOOP_ONCE); /* woken by the failed write */
+        assert_int_equal(written_calls, 1);
+    }
+    assert_true(log_jsonl_wait(l, 1));
+    assert_non_null(log_jsonl_error(l));
+    log_jsonl_on_event(&ev, l);
+    assert_true(log_jsonl_wait(l, 2)); /* while writes fail */
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &was), 0);
+    signal(SIGXFSZ, xfsz);
+    assert_int_equal(log_jsonl_flush(l, 10000), 0);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, 2 * strlen(spec_line1));
+    log_jsonl_close(l);
+    event_base_free(base);
+}
+
+/* log_jsonl_close() while the thread's write waits: it returns (the stop
+ * is not held), naming the lines not written, and leaves the log to the
+ * thread, which frees it once its write returns. */
+static void test_close_while_a_write_waits(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char path[128];
+    int gate, entered;
+    int before = threads();
+    struct log_jsonl *l =
+        open_gated(base, "stuck-close.jsonl", path, sizeof(path), &gate, &entered);
+    struct egress_event ev = spec_egress();
+    char b;
+    log_jsonl_on_event(&ev, l);
+    assert_int_equal(read(entered, &b, 1), 1);
+    log_jsonl_on_event(&ev, l);
+    log_jsonl_on_event(&ev, l);
+    assert_int_equal(log_jsonl_flush(l, 20), -1);
+    log_jsonl_close(l); /* "3 line(s) ... not written at exit" */
+    /* Left to itself, the thread writes its one line once the gate
+     * closes, frees the log and ends. */
+    close(gate);
+    for (int i = 0; i < 10000 && threads() > before; i++)
+        usleep(1000);
+    assert_int_equal(threads(), before);
+    writev_gate_fd = writev_entered_fd = -1;
+    close(entered);
     event_base_free(base);
 }
 
@@ -999,23 +1216,19 @@ static void test_reopen_soon_keeps_lines_for_the_new_file(void **state)
     struct log_jsonl *l = open_on_file(base, "soon.jsonl", path, sizeof(path));
     struct egress_event ev = spec_egress(), end = spec_end();
     log_jsonl_on_event(&ev, l);
+    assert_int_equal(log_jsonl_flush(l, 1000), 0);
     snprintf(rotated, sizeof(rotated), "%s.1", path);
     assert_int_equal(rename(path, rotated), 0);
+    /* A regular file's reopen is its writer thread's: the lines handed
+     * over meanwhile go, in order, to the new file. */
+    assert_non_null(l->fw);
     log_jsonl_reopen_soon(l, NULL);
-    assert_non_null(l->job);
-    struct reopen_job *first = l->job;
     log_jsonl_on_event(&ev, l);
     log_jsonl_on_event(&end, l);
     log_jsonl_reopen_soon(l, NULL);
-    assert_ptr_equal(l->job, first);
-    assert_true(l->reopen_queued);
-    /* Nothing written meanwhile, to either file. */
+    assert_int_equal(log_jsonl_flush(l, 1000), 0);
     size_t len;
-    char *got = slurp(rotated, &len);
-    assert_int_equal(len, strlen(spec_line1));
-    free(got);
-    assert_int_equal(log_jsonl_pending_bytes(l), strlen(spec_line1) + strlen(spec_line2));
-    run_reopens(base, l);
+    char *got;
     log_jsonl_on_event(&ev, l);
     assert_int_equal(log_jsonl_flush(l, 1000), 0);
     got = slurp(path, &len);
@@ -1122,6 +1335,10 @@ int main(void)
         cmocka_unit_test(test_file),
         cmocka_unit_test(test_file_writes_end_at_a_line),
         cmocka_unit_test(test_truncated_file_gets_a_cut_line_whole),
+        cmocka_unit_test(test_file_write_waits_off_the_loop),
+        cmocka_unit_test(test_wait_says_when_a_line_is_in_the_file),
+        cmocka_unit_test(test_wait_lets_go_when_a_write_fails),
+        cmocka_unit_test(test_close_while_a_write_waits),
         cmocka_unit_test(test_open_fails),
         cmocka_unit_test(test_fifo_without_reader_is_named),
         cmocka_unit_test(test_pipe_never_blocks),
