@@ -587,7 +587,31 @@ class FullListener:
 
 
 def free_port(ip="127.0.0.1", kind=socket.SOCK_STREAM):
-    """A port that was free on <ip> a moment ago (nothing listens on it)."""
+    """A port that was free on <ip> a moment ago (nothing listens on it),
+    below the kernel's ephemeral range when it can: a port the kernel handed
+    out (bind to 0) goes back to the pool when it is closed, and before the
+    test or the gateway binds it again, any bind to 0 on the machine (the
+    other worker's servers, another suite's) may take it, or an outgoing
+    connection as its local port (seen: EADDRINUSE for a webhook receiver
+    bound after its gateway had tried it for a while). Ports are picked at
+    random from 10000 up to the range's start, checked by a bind, falling
+    back to the kernel's pick."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    rng = random.Random()
+    for _ in range(50 if low > 11000 else 0):
+        p = rng.randrange(10000, low)
+        s = socket.socket(socket.AF_INET, kind)
+        try:
+            s.bind((ip, p))
+            return p
+        except OSError:
+            continue
+        finally:
+            s.close()
     s = socket.socket(socket.AF_INET, kind)
     try:
         s.bind((ip, 0))

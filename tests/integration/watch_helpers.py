@@ -3,7 +3,6 @@ loopback webhook receiver. Standard library only; loopback only."""
 
 import json
 import os
-import random
 import socket
 import ssl
 import subprocess
@@ -13,6 +12,7 @@ from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from gate_client import poll
+from gate_servers import free_port
 
 ALERT_KEYS = ["ts", "event", "kind", "severity", "agent", "host", "tier", "id", "detail",
               "count"]
@@ -191,32 +191,8 @@ def webhook_tls_env(directory, scheme, name, san):
 
 
 def free_tcp_port():
-    """A TCP port of 127.0.0.1 free now, below the kernel's ephemeral range
-    when it can: a port the kernel handed out (bind to 0) can be taken, before
-    the test binds it again, as the local port of any outgoing connection
-    (seen: EADDRINUSE for a webhook receiver bound after its gateway had
-    tried it for a while)."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 0
-    rng = random.Random()
-    for _ in range(50 if low > 11000 else 0):
-        p = rng.randrange(10000, low)
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", p))
-            return p
-        except OSError:
-            continue
-        finally:
-            s.close()
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+    """A TCP port of 127.0.0.1 free now (gate_servers.free_port())."""
+    return free_port()
 
 
 def write_script(path, text):
