@@ -942,6 +942,31 @@ def _in_pieces(size, pause):
     return send
 
 
+def _hello_sent_in_the_window(gw, net, record_max, send_hello):
+    """A tunnel to the TLS origin through <gw>, and the ClientHello of the
+    SSLObject returned with it (obj, inc, out) sent on it in records of at
+    most <record_max> bytes by <send_hello>. Every piece must be in within
+    the peek window (PEEK_MS, 1 s from the 200), else the gateway refuses
+    the hello as incomplete, as it should: a test process the machine's
+    load held back while it trickled was refused so (seen once: "the tunnel
+    closed during the handshake"). An attempt whose sending took more than
+    half the window is made again, 3 at most; the last is kept whatever it
+    took."""
+    for attempt in range(3):
+        obj, inc, out, hello = _ssl_hello("tls.example.test")
+        hello = _refragment(hello, record_max)
+        t = connect(gw, "tls.example.test:%d" % net.tls.port)
+        if t.status != 200:
+            break
+        t0 = time.monotonic()
+        t.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        send_hello(t.sock, hello)
+        if time.monotonic() - t0 < 0.5 or attempt == 2:
+            break
+        t.close()
+    return t, obj, inc, out
+
+
 @pytest.mark.parametrize("record_max, send_hello", [
     (16384, _in_pieces(10 ** 6, 0)),
     (16384, lambda sock, hello: (sock.sendall(hello[:len(hello) // 2]), time.sleep(0.1),
@@ -954,13 +979,9 @@ def _in_pieces(size, pause):
         "1_byte_records_in_97_byte_writes"])
 def test_sni_hello_in_pieces_allowed(gateway, net, record_max, send_hello):
     gw = gateway(net.policy([tls_rule(net)]))
-    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    t, obj, inc, out = _hello_sent_in_the_window(gw, net, record_max, send_hello)
     try:
         assert t.status == 200
-        obj, inc, out, hello = _ssl_hello("tls.example.test")
-        hello = _refragment(hello, record_max)
-        t.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        send_hello(t.sock, hello)
         t.sock.settimeout(10)
         for _ in range(100):
             try:
