@@ -93,6 +93,7 @@ struct store {
 };
 
 static int settle(struct store *s, int busy_ms);
+static void wait_read(struct store *s);
 static void say_unwritten(const struct store *s, const char *when);
 static void tell_dropped(struct store *s);
 
@@ -828,6 +829,7 @@ void store_close(struct store *s)
     /* After a store_sync() that failed, the lock is not waited for again. */
     if (settle(s, s->synced ? 0 : EXIT_BUSY_MS) < 0)
         say_unwritten(s, "at exit");
+    wait_read(s);
     tell_dropped(s);
     for (size_t i = 0; i < s->nops; i++)
         store_op_free(&s->ops[i]);
@@ -1701,6 +1703,23 @@ static bool wait_writer(struct store *s)
         seen = now;
     }
     return true;
+}
+
+/* Waits for the read the writer runs (a sink's, cancelled or not), as
+ * wait_writer() does for its batch: as long as the thread makes progress,
+ * not at all once it was found stuck. A read in the thread's hands at
+ * store_writer_stop() keeps the writer (and its memory) for the process's
+ * life, as a stuck commit does; a read that ends by itself is waited for. */
+static void wait_read(struct store *s)
+{
+    unsigned long seen = store_writer_progress(s->writer);
+    while (!s->stuck &&
+           !store_writer_wait_read(s->writer, (int64_t)monotonic_ms() + EXIT_STALL_MS)) {
+        unsigned long now = store_writer_progress(s->writer);
+        if (now == seen)
+            s->stuck = true;
+        seen = now;
+    }
 }
 
 /* At the stop: commits what waits through the writer and waits for it

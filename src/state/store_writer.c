@@ -386,6 +386,20 @@ bool store_writer_wait(struct store_writer *w, int64_t deadline_ms)
     return done;
 }
 
+bool store_writer_wait_read(struct store_writer *w, int64_t deadline_ms)
+{
+    if (!w->read_held)
+        return true;
+    struct timespec until = deadline_of(deadline_ms);
+    pthread_mutex_lock(&w->t.mu);
+    int e = 0;
+    while (w->rslot == SLOT_RUNNING && e != ETIMEDOUT)
+        e = pthread_cond_timedwait(&w->t.cond, &w->t.mu, &until);
+    bool done = w->rslot != SLOT_RUNNING;
+    pthread_mutex_unlock(&w->t.mu);
+    return done;
+}
+
 unsigned long store_writer_progress(struct store_writer *w)
 {
     return atomic_load_explicit(&w->progress, memory_order_relaxed);

@@ -132,6 +132,12 @@ bool store_writer_read_done(struct store_writer *w, struct store_read **r);
  * the stop only: the event loop never calls it. */
 bool store_writer_wait(struct store_writer *w, int64_t deadline_ms);
 
+/* Waits until the read the thread is running, if any, is given back, or
+ * until CLOCK_MONOTONIC <deadline_ms>. Returns true when no read runs. A
+ * read not begun is not waited for (store_writer_stop() withdraws it). For
+ * the stop only. */
+bool store_writer_wait_read(struct store_writer *w, int64_t deadline_ms);
+
 /* How many statements the thread has run so far: a stop tells a writer
  * that is slow (it goes on) from one that is stuck (it does not). */
 unsigned long store_writer_progress(struct store_writer *w);
