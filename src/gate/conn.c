@@ -524,20 +524,21 @@ static void hold_client_for_log(struct conn *c)
     log_wait_link(c, seq);
 }
 
-void conn_after_log(struct conn *c, void (*go)(struct conn *c))
+bool conn_after_log(struct conn *c, void (*go)(struct conn *c))
 {
     uint64_t seq = log_behind(c);
     if (seq == 0) {
         go(c);
-        return;
+        return false;
     }
     /* Nothing goes up meanwhile: only <go> sends. A CONNECT's sides are
      * not read either, nor its peek window timed (it is over): what they
      * send is the tunnel's. A plain request waits in CS_CONNECT, its client
      * watched as during a connect, its upstream's events left as they are
      * (no epoll_ctl() a request) with no callback: forward_start() sets
-     * them, and takes what an upstream sent before its request, if any, as
-     * an early answer with its next bytes. */
+     * them. What a fresh upstream sent before its request, if any, it then
+     * takes as an early answer with its next bytes; a kept one that sent
+     * anything or ended meanwhile is not used (forward_try_reuse()). */
     if (c->ex.is_connect && c->client != NULL) {
         bufferevent_disable(c->up, EV_READ | EV_WRITE);
         bufferevent_disable(c->client, EV_READ);
@@ -547,6 +548,7 @@ void conn_after_log(struct conn *c, void (*go)(struct conn *c))
     }
     c->log_go = go;
     log_wait_link(c, seq);
+    return true;
 }
 
 /* <c>'s lines are in: what waited takes effect. */
@@ -911,7 +913,7 @@ static void on_connected(int err, struct bufferevent *bev, evutil_socket_t fd, s
         connect_start(c);
     } else {
         conn_publish_egress(c);
-        conn_after_log(c, forward_start); /* in CS_CONNECT meanwhile */
+        (void)conn_after_log(c, forward_start); /* in CS_CONNECT meanwhile */
     }
 }
 

@@ -155,6 +155,9 @@ struct exchange {
     bool reused;   /* c->up was kept from an earlier request of this client */
     bool retried;  /* the request was already sent again on a fresh connection */
     bool rsp_seen; /* a byte of the response arrived */
+    /* c->up was reused, and the request waited for its log line after it
+     * took c->up: forward_start() looks at c->up again (forward_try_reuse()) */
+    bool reuse_waited;
 
     size_t peek_queued;     /* CONNECT: peeked bytes sent upstream, not yet counted (connect.c) */
     unsigned interim;       /* interim (1xx) responses passed on (forward.c) */
@@ -272,8 +275,10 @@ void conn_publish_egress(struct conn *c);
 void conn_end_exchange(struct conn *c);
 /* Runs <go>(<c>) once the log holds the decision line just published for
  * <c>: at once when it does (or needs no waiting), else from
- * conn_log_written(), <c>'s upstream events off meanwhile. */
-void conn_after_log(struct conn *c, void (*go)(struct conn *c));
+ * conn_log_written(), <c>'s upstream events off meanwhile. Returns true
+ * when <go> waits (<c> untouched until it runs), false when it ran (<c>
+ * may be freed). */
+bool conn_after_log(struct conn *c, void (*go)(struct conn *c));
 /* The log wrote what a waiting connection may wait for: releases those
  * whose lines are in (the log's on_written callback). */
 void conn_log_written(struct gateway *gw);

@@ -471,7 +471,7 @@ static void tunnel_goes(struct conn *c)
 static void open_tunnel(struct conn *c)
 {
     conn_publish_egress(c);
-    conn_after_log(c, tunnel_goes);
+    (void)conn_after_log(c, tunnel_goes);
 }
 
 /* Sends the <used> bytes of a ClientHello's records upstream and waits for

@@ -13,10 +13,13 @@
  * can ride on another client's, another agent's or another address's
  * connection, and each request is still decided and logged on its own. An
  * idle connection that the upstream closes, or that sends anything, is
- * dropped (its socket is peeked at once more before a reuse); a reused one
- * that the upstream closed just as the request went out is replaced once by
- * a fresh connection to the same address when the request is a GET or HEAD
- * without body and no byte of a response arrived (else 502). The client
+ * dropped (its socket is peeked at once more before a reuse, and again
+ * before the request goes out when it waited for its log line: one that
+ * sent or ended meanwhile is replaced by a fresh connection to the same
+ * address, whatever the request); a reused one that the upstream closed
+ * just as the request went out is replaced once by a fresh connection to
+ * the same address when the request is a GET or HEAD without body and no
+ * byte of a response arrived (else 502). The client
  * connection is kept alive across requests when both sides allow it. Bodies
  * are forwarded unchanged, framed by Content-Length or by the chunked framer
  * (so nothing can hide behind a body), with backpressure: a side stops being
@@ -51,6 +54,8 @@
 static void up_read(struct bufferevent *bev, void *arg);
 static void up_write(struct bufferevent *bev, void *arg);
 static void up_event(struct bufferevent *bev, short what, void *arg);
+static bool kept_is_quiet(const struct conn *c);
+static void reconnect(struct conn *c);
 
 /* A request with a body whose method is not a write (a GET with a body, as
  * Elasticsearch's search API sends): an origin that ignores the body of a
@@ -694,6 +699,13 @@ void forward_start(struct conn *c)
 {
     struct exchange *ex = &c->ex;
     struct timeval tv = idle_tv(c);
+    if (ex->reuse_waited) {
+        ex->reuse_waited = false;
+        if (!kept_is_quiet(c)) {
+            reconnect(c); /* comes back here (retry_connected()) */
+            return;
+        }
+    }
     c->state = CS_FORWARD;
     if (c->scratch == NULL && (c->scratch = evbuffer_new()) == NULL) {
         fail(c, "out of memory");
@@ -886,13 +898,14 @@ static void retry_connected(int err, struct bufferevent *bev, evutil_socket_t fd
     forward_start(c);
 }
 
-/* Sends the request again on a fresh connection to the same checked address. */
-static void retry(struct conn *c)
+/* Closes <c>'s upstream connection and connects again to the same checked
+ * address: retry_connected() sends the request on the fresh connection. */
+static void reconnect(struct conn *c)
 {
     struct exchange *ex = &c->ex;
     close_upstream(c);
     ex->reused = false;
-    ex->retried = true;
+    ex->reuse_waited = false;
     uint64_t t = conn_idle_ms(c);
     if (t > GATEWAY_CONNECT_TIMEOUT_MS)
         t = GATEWAY_CONNECT_TIMEOUT_MS;
@@ -900,6 +913,13 @@ static void retry(struct conn *c)
                                    retry_connected, c);
     if (c->uc == NULL)
         fail(c, "out of memory");
+}
+
+/* Sends the request again on a fresh connection to the same checked address. */
+static void retry(struct conn *c)
+{
+    c->ex.retried = true;
+    reconnect(c);
 }
 
 /* The upstream failed (a reset: it closed with some of the request
@@ -1033,6 +1053,18 @@ void forward_park(struct conn *c)
         (void)bufferevent_priority_set(c->idle_up, GATEWAY_PRI_NORMAL);
 }
 
+/* True when nothing waits in the socket <fd>: no byte, no end, no error
+ * (recv(MSG_PEEK), a system call). */
+static bool socket_is_quiet(evutil_socket_t fd)
+{
+    char b;
+    ssize_t n;
+    do
+        n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
 /* True when nothing waits in the idle connection's socket: no byte and no
  * end. idle_read() and idle_event() tell only once the loop reads the
  * socket again, and a pipelined request is taken up before that, in the
@@ -1045,14 +1077,17 @@ void forward_park(struct conn *c)
  * the socket looked at (recv(MSG_PEEK), a system call). */
 static bool idle_is_quiet(const struct conn *c)
 {
-    if (c->idle_first && c->gw->turns != c->idle_turn)
-        return true;
-    char b;
-    ssize_t n;
-    do
-        n = recv(c->idle_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    while (n < 0 && errno == EINTR);
-    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+    return (c->idle_first && c->gw->turns != c->idle_turn) || socket_is_quiet(c->idle_fd);
+}
+
+/* True when the kept connection a request took up (c->up) is as quiet as
+ * forward_try_reuse() found it: its request waited for the log line, its
+ * upstream's reads on but no callback (conn_after_log()), so what the
+ * upstream sent meanwhile waits in its input or socket, its end in the
+ * socket (a read that met it turned reading off, unreported). */
+static bool kept_is_quiet(const struct conn *c)
+{
+    return evbuffer_get_length(bufferevent_get_input(c->up)) == 0 && socket_is_quiet(c->up_fd);
 }
 
 bool forward_try_reuse(struct conn *c)
@@ -1082,6 +1117,14 @@ bool forward_try_reuse(struct conn *c)
     memcpy(ex->ip, c->idle_ip, sizeof(ex->ip));
     conn_publish_egress(c);
     c->state = CS_CONNECT; /* while the log line is written: as a connect's wait */
-    conn_after_log(c, forward_start);
+    /* The connection was quiet when taken up; a wait for the log line lets
+     * the upstream speak (or end) before the request went out: a forged
+     * answer, never to be taken for this request's. forward_start() looks
+     * again then, not when the request goes at once (no peek a request).
+     * One that spoke is replaced by a fresh connection to the same
+     * address (reconnect()): nothing of the request went out, so any
+     * method, its body still waiting in the client's input (CS_CONNECT). */
+    if (conn_after_log(c, forward_start))
+        ex->reuse_waited = true;
     return true;
 }

@@ -18,11 +18,18 @@ test fills the page (with a newline: one blank line in the file). Needs
 root; skipped otherwise."""
 
 import json
+import threading
 
-from gate_client import api_rule, other_url, poll, request
+import pytest
+
+from gate_client import api_rule, open_conn, other_url, poll, read_response, request
+from gate_servers import ScriptedUpstream
 from held_requests import admin_get, decided
 from uffd_hold import FileLock, stop_while_held, threads_in
 from watch_helpers import free_tcp_port
+
+EVIL = "evil.example.test"
+
 
 def lines_of(path):
     with open(path, "rb") as f:
@@ -106,3 +113,85 @@ def test_a_stop_while_a_log_write_waits_says_what_it_could_not_write(gateway, ne
     assert [r.path for r in net.api.requests if r.path in ("/held", "/during")] == []
     # whatever the killed write did, the file holds whole lines only
     assert set(paths_in(log)) <= {"/held", "/during"}
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+@pytest.mark.parametrize("after", ["forge", "close"])
+def test_a_kept_connection_that_spoke_while_its_request_waited_is_not_used(gateway, net, method,
+                                                                          after):
+    # The agent's second request is for the origin of its first, whose
+    # connection was kept: checked quiet, it is taken up for the request,
+    # which then waits for its log line (held here). Meanwhile the hostile
+    # origin sends a complete response on that connection, or closes it.
+    # Those bytes, or that end, are no answer to a request the origin never
+    # got: once the line is in, the request goes on a fresh connection to
+    # the same address (nothing of it was sent: safe for any method, its
+    # body still with the client's). (The forged response was relayed as
+    # the answer, and a POST behind a close got a 502.)
+    seen = []  # per connection: the request lines it got
+    bodies = []
+    forge, sent = threading.Event(), threading.Event()
+
+    def script(conn, stop, received):
+        n = len(seen)
+        seen.append([received.split(b"\r\n", 1)[0]])
+        if n == 0:
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst")
+            while not forge.wait(0.05):
+                if stop.is_set():
+                    return
+            if after == "close":
+                conn.close()
+                sent.set()
+                return
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nFORGED")
+            sent.set()
+            more = conn.recv(4096)  # the gateway's close, or a request sent on it
+            if more:
+                seen[n].append(more.split(b"\r\n", 1)[0])
+            return
+        body = received.partition(b"\r\n\r\n")[2]
+        while method == "POST" and len(body) < 4:
+            d = conn.recv(4096)
+            if not d:
+                break
+            body += d
+        bodies.append(body)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond")
+
+    with ScriptedUpstream(script) as up:
+        rules = [api_rule(net), {"host": EVIL, "ports": [up.port], "tier": 0}]
+        gw = gateway(net.policy(rules, static_extra={EVIL: up.IP}))
+        url = "http://%s:%d" % (EVIL, up.port)
+        s = open_conn(gw)
+        try:
+            s.sendall(("GET %s/k1 HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
+                       % (url, EVIL, up.port)).encode())
+            r1 = read_response(s)
+            assert r1.status == 200 and r1.body == b"first", r1
+            gw.decided(path="/k1")  # both its lines in: nothing left to write
+            lock = FileLock(gw.log_path)
+            try:
+                body = "body" if method == "POST" else ""
+                fields = "Content-Length: 4\r\n" if method == "POST" else ""
+                s.sendall(("%s %s/k2 HTTP/1.1\r\nHost: %s:%d\r\n%s\r\n%s"
+                           % (method, url, EVIL, up.port, fields, body)).encode())
+                # its line handed to the writer, which waits for the file:
+                # the kept connection was checked and taken up before that
+                poll(lambda: threads_in(gw.proc.pid, "write", "writev", path=gw.log_path),
+                     timeout=10, interval=0.01, what="the log's write waiting for the file")
+                forge.set()
+                poll(sent.is_set, timeout=10, what="the origin's forged answer or close")
+            finally:
+                lock.release()
+            r2 = read_response(s, method)
+        finally:
+            s.close()
+        assert r2.status == 200 and r2.body == b"second", (r2, r2.body)
+        assert up.accepted == 2 and len(seen) == 2, seen
+        assert len(seen[0]) == 1 and b" /k1 " in seen[0][0], seen  # never /k2
+        assert b"%s /k2 " % method.encode() in seen[1][0], seen
+        assert bodies == [b"body" if method == "POST" else b""], bodies
+        ev, end = gw.decided(path="/k2")
+        assert ev["ip"] == up.IP and end["status"] == 200, (ev, end)
+        assert len(gw.events(path="/k2")) == 1
