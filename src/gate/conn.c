@@ -524,6 +524,18 @@ static void hold_client_for_log(struct conn *c)
     log_wait_link(c, seq);
 }
 
+/* An upstream that sends while its request waits for the log line: what
+ * one read took stays in its input (forward_start() takes it, or finds a
+ * kept connection spoke), and reading stops until the request goes, which
+ * turns it on again. Without this, an origin could fill the gateway's
+ * memory for as long as the file holds the line. Only an upstream that
+ * sends before its request gets here: no epoll_ctl() a request. */
+static void up_read_while_held(struct bufferevent *bev, void *arg)
+{
+    (void)arg;
+    bufferevent_disable(bev, EV_READ);
+}
+
 bool conn_after_log(struct conn *c, void (*go)(struct conn *c))
 {
     uint64_t seq = log_behind(c);
@@ -535,8 +547,8 @@ bool conn_after_log(struct conn *c, void (*go)(struct conn *c))
      * not read either, nor its peek window timed (it is over): what they
      * send is the tunnel's. A plain request waits in CS_CONNECT, its client
      * watched as during a connect, its upstream's events left as they are
-     * (no epoll_ctl() a request) with no callback: forward_start() sets
-     * them. What a fresh upstream sent before its request, if any, it then
+     * (no epoll_ctl() a request), its callback only up_read_while_held():
+     * forward_start() sets them. What a fresh upstream sent before its request, if any, it then
      * takes as an early answer with its next bytes; a kept one that sent
      * anything or ended meanwhile is not used (forward_try_reuse()). */
     if (c->ex.is_connect && c->client != NULL) {
@@ -544,7 +556,7 @@ bool conn_after_log(struct conn *c, void (*go)(struct conn *c))
         bufferevent_disable(c->client, EV_READ);
         evtimer_del(c->timer);
     } else if (c->up != NULL) {
-        bufferevent_setcb(c->up, NULL, NULL, NULL, NULL);
+        bufferevent_setcb(c->up, up_read_while_held, NULL, NULL, NULL);
     }
     c->log_go = go;
     log_wait_link(c, seq);

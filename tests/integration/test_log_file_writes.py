@@ -195,3 +195,62 @@ def test_a_kept_connection_that_spoke_while_its_request_waited_is_not_used(gatew
         ev, end = gw.decided(path="/k2")
         assert ev["ip"] == up.IP and end["status"] == 200, (ev, end)
         assert len(gw.events(path="/k2")) == 1
+
+
+def test_an_origin_that_sends_while_its_request_waits_is_not_read_into_memory(gateway, net):
+    # While the agent's second request waits for its log line (held here),
+    # the origin of the kept connection it was given sends without end. The
+    # gateway takes one read's worth and stops reading until the request
+    # goes: what the origin gets into its socket is bounded by the kernel's
+    # buffers, not by the gateway's memory. (It read everything: all 64 MiB
+    # the origin offered were taken while the line was held.) Released, the
+    # request goes on a fresh connection, the kept one having spoken.
+    offer = 64 << 20
+    took = []
+    flood, sent = threading.Event(), threading.Event()
+
+    def script(conn, stop, received):
+        if took:  # the fresh connection of the second request
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond")
+            return
+        took.append(0)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst")
+        while not flood.wait(0.05):
+            if stop.is_set():
+                return
+        conn.settimeout(1.0)  # no room for 1 s: the gateway has stopped reading
+        chunk = b"x" * (1 << 20)
+        try:
+            while took[0] < offer:
+                took[0] += conn.send(chunk)
+        except OSError:
+            pass
+        sent.set()
+
+    with ScriptedUpstream(script) as up:
+        rules = [api_rule(net), {"host": EVIL, "ports": [up.port], "tier": 0}]
+        gw = gateway(net.policy(rules, static_extra={EVIL: up.IP}))
+        url = "http://%s:%d" % (EVIL, up.port)
+        s = open_conn(gw)
+        try:
+            s.sendall(("GET %s/k1 HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
+                       % (url, EVIL, up.port)).encode())
+            r1 = read_response(s)
+            assert r1.status == 200 and r1.body == b"first", r1
+            gw.decided(path="/k1")
+            lock = FileLock(gw.log_path)
+            try:
+                s.sendall(("GET %s/k2 HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
+                           % (url, EVIL, up.port)).encode())
+                poll(lambda: threads_in(gw.proc.pid, "write", "writev", path=gw.log_path),
+                     timeout=10, interval=0.01, what="the log's write waiting for the file")
+                flood.set()
+                poll(sent.is_set, timeout=60, what="the origin's sending stopped")
+            finally:
+                lock.release()
+            r2 = read_response(s)
+        finally:
+            s.close()
+        assert took[0] < offer // 2, "the gateway took %d bytes while the line was held" % took[0]
+        assert r2.status == 200 and r2.body == b"second", (r2, r2.body)
+        assert up.accepted == 2
