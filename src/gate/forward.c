@@ -13,10 +13,11 @@
  * can ride on another client's, another agent's or another address's
  * connection, and each request is still decided and logged on its own. An
  * idle connection that the upstream closes, or that sends anything, is
- * dropped (its socket is peeked at once more before a reuse, and again
- * before the request goes out when it waited for its log line: one that
- * sent or ended meanwhile is replaced by a fresh connection to the same
- * address, whatever the request); a reused one that the upstream closed
+ * dropped (its events run first in each turn that polls it, and one taken
+ * up in the turn that kept it has its socket peeked at; again before the
+ * request goes out when it waited for its log line: one that sent or ended
+ * meanwhile is replaced by a fresh connection to the same address,
+ * whatever the request); a reused one that the upstream closed
  * just as the request went out is replaced once by a fresh connection to
  * the same address when the request is a GET or HEAD without body and no
  * byte of a response arrived (else 502). The client
