@@ -1686,15 +1686,16 @@ int store_flush(struct store *s)
     return s->failing ? -1 : 0;
 }
 
-/* Waits for the writer's batch to end, as long as it makes progress
- * (EXIT_STALL_MS); not at all once it was found stuck. Returns true when
- * it ended (or there was none). For the stop only. */
-static bool wait_writer(struct store *s)
+/* Waits for the writer with <wait> (its batch, or the read it runs) as
+ * long as the thread makes progress (a statement within EXIT_STALL_MS);
+ * not at all once it was found stuck. Returns true when the wait ended
+ * (or there was nothing to wait for). For the stop only. */
+static bool wait_moving(struct store *s, bool (*wait)(struct store_writer *, int64_t))
 {
     if (s->stuck)
-        return store_writer_wait(s->writer, 0);
+        return wait(s->writer, 0);
     unsigned long seen = store_writer_progress(s->writer);
-    while (!store_writer_wait(s->writer, (int64_t)monotonic_ms() + EXIT_STALL_MS)) {
+    while (!wait(s->writer, (int64_t)monotonic_ms() + EXIT_STALL_MS)) {
         unsigned long now = store_writer_progress(s->writer);
         if (now == seen) {
             s->stuck = true;
@@ -1705,21 +1706,19 @@ static bool wait_writer(struct store *s)
     return true;
 }
 
-/* Waits for the read the writer runs (a sink's, cancelled or not), as
- * wait_writer() does for its batch: as long as the thread makes progress,
- * not at all once it was found stuck. A read in the thread's hands at
- * store_writer_stop() keeps the writer (and its memory) for the process's
- * life, as a stuck commit does; a read that ends by itself is waited for. */
+/* The writer's batch. */
+static bool wait_writer(struct store *s)
+{
+    return wait_moving(s, store_writer_wait);
+}
+
+/* The read the writer runs (a sink's, cancelled or not): one in the
+ * thread's hands at store_writer_stop() keeps the writer (and its memory)
+ * for the process's life, as a stuck commit does; a read that ends by
+ * itself is waited for. */
 static void wait_read(struct store *s)
 {
-    unsigned long seen = store_writer_progress(s->writer);
-    while (!s->stuck &&
-           !store_writer_wait_read(s->writer, (int64_t)monotonic_ms() + EXIT_STALL_MS)) {
-        unsigned long now = store_writer_progress(s->writer);
-        if (now == seen)
-            s->stuck = true;
-        seen = now;
-    }
+    (void)wait_moving(s, store_writer_wait_read);
 }
 
 /* At the stop: commits what waits through the writer and waits for it

@@ -372,32 +372,29 @@ static struct timespec deadline_of(int64_t deadline_ms)
     return real;
 }
 
-bool store_writer_wait(struct store_writer *w, int64_t deadline_ms)
+/* Waits while the thread holds the batch (<read> false) or runs the read
+ * (<read> true), or until CLOCK_MONOTONIC <deadline_ms>. Returns true when
+ * it no longer does. */
+static bool wait_thread(struct store_writer *w, bool read, int64_t deadline_ms)
 {
-    if (!w->held)
-        return true;
     struct timespec until = deadline_of(deadline_ms);
     pthread_mutex_lock(&w->t.mu);
     int e = 0;
-    while (w->slot == SLOT_QUEUED && e != ETIMEDOUT)
+    bool busy;
+    while ((busy = read ? w->rslot == SLOT_RUNNING : w->slot == SLOT_QUEUED) && e != ETIMEDOUT)
         e = pthread_cond_timedwait(&w->t.cond, &w->t.mu, &until);
-    bool done = w->slot != SLOT_QUEUED;
     pthread_mutex_unlock(&w->t.mu);
-    return done;
+    return !busy;
+}
+
+bool store_writer_wait(struct store_writer *w, int64_t deadline_ms)
+{
+    return !w->held || wait_thread(w, false, deadline_ms);
 }
 
 bool store_writer_wait_read(struct store_writer *w, int64_t deadline_ms)
 {
-    if (!w->read_held)
-        return true;
-    struct timespec until = deadline_of(deadline_ms);
-    pthread_mutex_lock(&w->t.mu);
-    int e = 0;
-    while (w->rslot == SLOT_RUNNING && e != ETIMEDOUT)
-        e = pthread_cond_timedwait(&w->t.cond, &w->t.mu, &until);
-    bool done = w->rslot != SLOT_RUNNING;
-    pthread_mutex_unlock(&w->t.mu);
-    return done;
+    return !w->read_held || wait_thread(w, true, deadline_ms);
 }
 
 unsigned long store_writer_progress(struct store_writer *w)

@@ -55,6 +55,34 @@ def hold_log(gw, admin, net, log, count):
     return lock, held, stuck
 
 
+def second_request_held(gw, up, method, fields, body, while_held):
+    """On one client connection: GET /k1 from <up> (its upstream connection
+    kept), then <method> /k2 (<fields> and <body> after its Host) while the
+    log's file is held. Once /k2's line waits for the file (the kept
+    connection was checked and taken up before that), runs <while_held>(),
+    then lets the file go. Returns /k2's response."""
+    url = "http://%s:%d" % (EVIL, up.port)
+    s = open_conn(gw)
+    try:
+        s.sendall(("GET %s/k1 HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
+                   % (url, EVIL, up.port)).encode())
+        r1 = read_response(s)
+        assert r1.status == 200 and r1.body == b"first", r1
+        gw.decided(path="/k1")  # both its lines in: nothing left to write
+        lock = FileLock(gw.log_path)
+        try:
+            s.sendall(("%s %s/k2 HTTP/1.1\r\nHost: %s:%d\r\n%s\r\n%s"
+                       % (method, url, EVIL, up.port, fields, body)).encode())
+            poll(lambda: threads_in(gw.proc.pid, "write", "writev", path=gw.log_path),
+                 timeout=10, interval=0.01, what="the log's write waiting for the file")
+            while_held()
+        finally:
+            lock.release()
+        return read_response(s, method)
+    finally:
+        s.close()
+
+
 def test_the_loop_serves_while_a_log_write_waits(gateway, net, tmp_path):
     log = str(tmp_path / "log.jsonl")
     admin = free_tcp_port()
@@ -162,31 +190,14 @@ def test_a_kept_connection_that_spoke_while_its_request_waited_is_not_used(gatew
     with ScriptedUpstream(script) as up:
         rules = [api_rule(net), {"host": EVIL, "ports": [up.port], "tier": 0}]
         gw = gateway(net.policy(rules, static_extra={EVIL: up.IP}))
-        url = "http://%s:%d" % (EVIL, up.port)
-        s = open_conn(gw)
-        try:
-            s.sendall(("GET %s/k1 HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
-                       % (url, EVIL, up.port)).encode())
-            r1 = read_response(s)
-            assert r1.status == 200 and r1.body == b"first", r1
-            gw.decided(path="/k1")  # both its lines in: nothing left to write
-            lock = FileLock(gw.log_path)
-            try:
-                body = "body" if method == "POST" else ""
-                fields = "Content-Length: 4\r\n" if method == "POST" else ""
-                s.sendall(("%s %s/k2 HTTP/1.1\r\nHost: %s:%d\r\n%s\r\n%s"
-                           % (method, url, EVIL, up.port, fields, body)).encode())
-                # its line handed to the writer, which waits for the file:
-                # the kept connection was checked and taken up before that
-                poll(lambda: threads_in(gw.proc.pid, "write", "writev", path=gw.log_path),
-                     timeout=10, interval=0.01, what="the log's write waiting for the file")
-                forge.set()
-                poll(sent.is_set, timeout=10, what="the origin's forged answer or close")
-            finally:
-                lock.release()
-            r2 = read_response(s, method)
-        finally:
-            s.close()
+
+        def forged():
+            forge.set()
+            poll(sent.is_set, timeout=10, what="the origin's forged answer or close")
+
+        post = method == "POST"
+        r2 = second_request_held(gw, up, method, "Content-Length: 4\r\n" if post else "",
+                                 "body" if post else "", forged)
         assert r2.status == 200 and r2.body == b"second", (r2, r2.body)
         assert up.accepted == 2 and len(seen) == 2, seen
         assert len(seen[0]) == 1 and b" /k1 " in seen[0][0], seen  # never /k2
@@ -230,27 +241,12 @@ def test_an_origin_that_sends_while_its_request_waits_is_not_read_into_memory(ga
     with ScriptedUpstream(script) as up:
         rules = [api_rule(net), {"host": EVIL, "ports": [up.port], "tier": 0}]
         gw = gateway(net.policy(rules, static_extra={EVIL: up.IP}))
-        url = "http://%s:%d" % (EVIL, up.port)
-        s = open_conn(gw)
-        try:
-            s.sendall(("GET %s/k1 HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
-                       % (url, EVIL, up.port)).encode())
-            r1 = read_response(s)
-            assert r1.status == 200 and r1.body == b"first", r1
-            gw.decided(path="/k1")
-            lock = FileLock(gw.log_path)
-            try:
-                s.sendall(("GET %s/k2 HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
-                           % (url, EVIL, up.port)).encode())
-                poll(lambda: threads_in(gw.proc.pid, "write", "writev", path=gw.log_path),
-                     timeout=10, interval=0.01, what="the log's write waiting for the file")
-                flood.set()
-                poll(sent.is_set, timeout=60, what="the origin's sending stopped")
-            finally:
-                lock.release()
-            r2 = read_response(s)
-        finally:
-            s.close()
+
+        def flooded():
+            flood.set()
+            poll(sent.is_set, timeout=60, what="the origin's sending stopped")
+
+        r2 = second_request_held(gw, up, "GET", "", "", flooded)
         assert took[0] < offer // 2, "the gateway took %d bytes while the line was held" % took[0]
         assert r2.status == 200 and r2.body == b"second", (r2, r2.body)
         assert up.accepted == 2
