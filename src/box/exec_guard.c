@@ -6,8 +6,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "box/hardlinks.h"
-
 /* The program and its interpreters: the kernel follows at most 4 scripts'
  * interpreters in a row (BINPRM_MAX_RECURSION). */
 #define EXEC_GUARD_LEVELS 5
@@ -44,8 +42,10 @@ enum exec_guard_verdict exec_guard_check(const struct box_view *v, const char *p
     for (f->level = 0; f->level < EXEC_GUARD_LEVELS; f->level++) {
         if (reach_can_change(v, f->file, &f->root))
             return EXEC_GUARD_CHANGEABLE;
-        if (hardlinks_other_name(v, f->file, &f->root, &f->names))
+        if (hardlinks_other_name(v, f->file, &f->links)) {
+            f->root = f->links.root;
             return EXEC_GUARD_OTHER_NAMES;
+        }
         if (!script_interpreter(f->file, interp, sizeof(interp)))
             break;
         /* a relative one is found from the gateway's working directory,

@@ -14,6 +14,7 @@
 
 #include <limits.h>
 
+#include "box/hardlinks.h"
 #include "box/reach.h"
 
 enum exec_guard_verdict {
@@ -24,10 +25,10 @@ enum exec_guard_verdict {
 
 /* What exec_guard_check() found, on any verdict but EXEC_GUARD_SAFE. */
 struct exec_guard_finding {
-    int level;           /* 0: the program itself; N: its Nth interpreter */
-    char file[PATH_MAX]; /* the file found so (the interpreter's, absolute) */
-    const char *root;    /* the writable path of the view concerned, <v>'s */
-    unsigned long names; /* EXEC_GUARD_OTHER_NAMES: the file's number of names */
+    int level;                      /* 0: the program itself; N: its Nth interpreter */
+    char file[PATH_MAX];            /* the file found so (the interpreter's, absolute) */
+    const char *root;               /* the writable path of the view concerned, <v>'s */
+    struct hardlinks_finding links; /* EXEC_GUARD_OTHER_NAMES: the name found */
 };
 
 /* Judges the program <prog> (absolute, as a policy names it) and its

@@ -621,33 +621,57 @@ static struct box_view run_view(const struct run_args *a, const char *cwd)
     return (struct box_view){.cwd = cwd, .paths = a->paths, .npaths = a->npaths};
 }
 
-/* Tells why a file that <label> names, <path>, with <names> names on the
- * file system of the writable <root>, stops the run. Returns EXIT_USAGE. */
-static int report_other_names(const char *label, const char *path, const char *root,
-                              unsigned long names)
+/* Why the search <f> stopped before its end, into <out> (<len>). */
+static void other_names_stop(const struct hardlinks_finding *f, char *out, size_t len)
 {
-    char *sp = text_shown(path), *sr = text_shown(root);
-    fprintf(stderr,
-            "sluice run: %s %s has %lu names (hard links) on the file system of the writable %s: "
-            "the command could write it through another one there, so it does not start; "
-            "remove the other links, or keep the file on another file system\n",
-            label, sp, names, sr);
+    if (f->stop == HARDLINKS_ENTRIES)
+        snprintf(out, len, "after %lu entries", HARDLINKS_ENTRIES_MAX);
+    else if (f->stop == HARDLINKS_DEPTH)
+        snprintf(out, len, "more than %u folders deep", HARDLINKS_DEPTH_MAX);
+    else
+        snprintf(out, len, "%s", strerror(f->error));
+}
+
+/* Tells why a file that <label> names, <path>, stops the run: the other
+ * name <f> found in a writable path, or the search for one that could not
+ * end. Returns EXIT_USAGE. */
+static int report_other_names(const char *label, const char *path,
+                              const struct hardlinks_finding *f)
+{
+    char *sp = text_shown(path), *sr = text_shown(f->root), *sa = text_shown(f->at);
+    char why[128];
+    if (f->stop == HARDLINKS_FOUND) {
+        fprintf(stderr,
+                "sluice run: %s %s has %lu names (hard links), one of them in the writable %s: "
+                "%s; the command could write the file through it, so it does not start; "
+                "remove that link, or keep the file on another file system\n",
+                label, sp, f->names, sr, sa);
+    } else {
+        other_names_stop(f, why, sizeof(why));
+        fprintf(stderr,
+                "sluice run: %s %s has %lu names (hard links), and the search of the writable "
+                "%s for another one stopped at %s (%s): the command could write the file "
+                "through one there, so it does not start; remove the other links (find "
+                "-samefile lists them), or keep the file on another file system\n",
+                label, sp, f->names, sr, sa, why);
+    }
     free(sp);
     free(sr);
+    free(sa);
     return EXIT_USAGE;
 }
 
-/* Refuses the run when <path>, which <label> names, has other names
- * (hardlinks_other_name()). Returns 0, or EXIT_USAGE with a message. */
+/* Refuses the run when <path>, which <label> names, has another name the
+ * command could write it through (hardlinks_other_name()). Returns 0, or
+ * EXIT_USAGE with a message. */
 static int refuse_other_names(const struct run_args *a, const char *cwd, const char *label,
                               const char *path)
 {
     struct box_view v = run_view(a, cwd);
-    const char *root;
-    unsigned long names;
-    if (!hardlinks_other_name(&v, path, &root, &names))
+    struct hardlinks_finding f;
+    if (!hardlinks_other_name(&v, path, &f))
         return 0;
-    return report_other_names(label, path, root, names);
+    return report_other_names(label, path, &f);
 }
 
 /* The gateway runs each `exec` alert program of the policy <p> outside the
@@ -667,7 +691,7 @@ static int check_alert_programs(const struct run_args *a, const char *cwd, const
         if (verdict == EXEC_GUARD_OTHER_NAMES)
             return report_other_names(f.level > 0 ? "the interpreter of the alert program"
                                                   : "the alert program",
-                                      f.file, f.root, f.names);
+                                      f.file, &f.links);
         if (verdict == EXEC_GUARD_CHANGEABLE) {
             char *sp = text_shown(k->target), *sf = text_shown(f.file), *sr = text_shown(f.root);
             fprintf(stderr,

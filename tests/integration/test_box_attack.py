@@ -5,6 +5,7 @@ Each test runs a real program in the box that tries one way out or one
 tamper, and checks on the host that nothing got through. Only loopback
 addresses, or network namespaces the box itself makes, are ever used."""
 
+import errno
 import json
 import os
 import platform
@@ -753,9 +754,95 @@ def test_a_kept_file_with_another_name_in_a_writable_folder_stops_the_run(sluice
     assert not os.path.exists(marker), (open(marker).read(), p.stdout, p.stderr)
     assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
     assert p.stdout == ""
-    assert ("%s has 2 names (hard links) on the file system of the writable %s" % (kept, work)
+    assert ("%s has 2 names (hard links), one of them in the writable %s: %s;" % (kept, work, other)
             in p.stderr), p.stderr
     assert open(kept).read() == before
+
+
+# In the box: appends a line to the kept file by each of its two names, then
+# raises an alert (a first contact) and waits for the alert program to run.
+BOTH_NAMES = r"""
+import json, os, socket, sys, time
+kept, other, marker = sys.argv[1], sys.argv[2], sys.argv[3]
+out = {}
+for key, name in (("kept", kept), ("other", other)):
+    try:
+        with open(name, "a") as f:
+            f.write("written\n")
+        out[key] = "ok"
+    except OSError as e:
+        out[key] = e.errno
+""" + RAISE_ALERT + r"""
+out["ran"] = open(marker).read().strip() if os.path.exists(marker) else None
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("what", ["log", "alerts", "policy", "program", "interpreter", "ro"])
+def test_a_kept_file_whose_other_name_is_out_of_reach_lets_the_run_start(sluice_bin, proj, what):
+    """A kept file's other name outside the writable paths (perf's
+    ~/.debug links to the programs it profiled, Debian's /usr/bin/perl and
+    perl5.36.0, an ostree or Nix store) is read-only in the box like the
+    rest of the host: the run starts, and the file stays as it was by
+    either name. Before, the count of names alone stopped it (exit 2)."""
+    work, keep, elsewhere = (os.path.join(proj, d) for d in ("work", "keep", "elsewhere"))
+    for d in (work, keep, elsewhere):
+        os.mkdir(d)
+        os.chmod(d, 0o755)
+    interp = os.path.join(keep, "sh")
+    shutil.copy("/bin/sh", interp)
+    pol, prog, marker = _alert_world(proj, "keep/alert.sh", "keep/policy.yaml",
+                                     interp=interp if what == "interpreter" else "/bin/sh")
+    log = os.path.join(keep, "egress.jsonl")
+    kept = {"log": log, "alerts": os.path.join(keep, "alerts.jsonl"), "policy": pol,
+            "program": prog, "interpreter": interp, "ro": os.path.join(keep, "keep.txt")}[what]
+    if not os.path.exists(kept):
+        open(kept, "w").close()
+    before = open(kept, "rb").read()
+    other = os.path.join(elsewhere, "other")
+    os.link(kept, other)
+    args = ["--policy", pol, "--log", log]
+    args += {"alerts": ["--alerts", kept], "ro": ["--ro", kept]}.get(what, [])
+    p = _run(sluice_bin, args, [PY, "-c", BOTH_NAMES, kept, other, marker], work)
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+    o = _out(p)
+    assert o["kept"] == o["other"] == errno.EROFS, (o, p.stderr)
+    assert o["ran"] == "benign", (o, p.stderr)
+    after = open(kept, "rb").read()
+    assert b"written" not in after
+    if what not in ("log", "alerts"):
+        assert after == before
+
+
+@pytest.mark.parametrize("where", ["nested", "past_the_bound"])
+def test_a_kept_files_other_name_deep_in_a_writable_folder_stops_the_run(sluice_bin, proj,
+                                                                         where):
+    """The search for a kept file's other names goes down the writable
+    paths: one folders deep in the working directory stops the run, named;
+    so does a tree deeper than the search goes (64 folders), where one
+    could lie unseen (it fails closed, naming where it stopped), though
+    the only other name here is out of reach."""
+    work, keep = os.path.join(proj, "work"), os.path.join(proj, "keep")
+    for d in (work, keep):
+        os.mkdir(d)
+        os.chmod(d, 0o755)
+    pol = _policy(proj)
+    log = os.path.join(keep, "egress.jsonl")
+    open(log, "w").close()
+    deep = os.path.join(work, *(["d"] * (65 if where == "past_the_bound" else 3)))
+    os.makedirs(deep)
+    other = os.path.join(deep, ".other") if where == "nested" else os.path.join(keep, ".other")
+    os.link(log, other)
+    p = _run(sluice_bin, ["--policy", pol, "--log", log], [PY, "-c", "print('ran')"], work)
+    assert p.returncode == 2, (p.returncode, p.stdout, p.stderr)
+    assert p.stdout == ""
+    if where == "nested":
+        assert ("the decision log %s has 2 names (hard links), one of them in the writable %s: "
+                "%s;" % (log, work, other)) in p.stderr, p.stderr
+    else:
+        assert ("the decision log %s has 2 names (hard links), and the search of the writable %s "
+                "for another one stopped at %s (more than 64 folders deep)" % (log, work, deep)
+                in p.stderr), p.stderr
 
 
 # In the box: puts its own `sh` into a folder of the PATH run was started

@@ -123,7 +123,8 @@ static void test_another_name_of_the_interpreter_is_found(void **state)
     assert_found(f, script(f, "alert", perl), EXEC_GUARD_OTHER_NAMES, 1, perl);
     struct exec_guard_finding g = {0};
     exec_guard_check(&f->v, perl, &g);
-    assert_int_equal(g.names, 2);
+    assert_int_equal(g.links.names, 2);
+    assert_string_equal(g.links.at, tree_path(&f->t, "work/perl"));
 }
 
 int main(void)
