@@ -352,6 +352,8 @@ void conn_free(struct conn *c)
         event_free(c->timer);
     if (c->hangup_timer != NULL)
         event_free(c->hangup_timer);
+    if (c->progress_timer != NULL)
+        event_free(c->progress_timer);
     if (c->client != NULL) {
         /* go_tunnel() (connect.c) frees the bufferevent, and the callback
          * with its output, itself: then c->client is NULL. */

@@ -191,6 +191,10 @@ struct conn {
     /* HANGUP_CHECK_MS: an unread client's close (conn_watch_hangup());
      * owned, made when first needed, freed by conn_free() */
     struct event *hangup_timer;
+    /* Upload bytes held back from a progress event (gate/progress.h) are
+     * published when PROGRESS_MS has passed, whether or not more come;
+     * owned, made when first needed, freed by conn_free() */
+    struct event *progress_timer;
     /* The head deadline (a response head's too); CONNECT peek window; the
      * wait of CS_HELLO's cut (connect_hello_cut()) */
     struct event *timer;

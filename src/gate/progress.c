@@ -4,9 +4,12 @@
 #include <string.h>
 #include <time.h>
 
+#include <event2/event.h>
+
 #include "gate/conn.h"
 #include "gate/gateway.h"
 #include "gate/tunnel.h"
+#include "util/units.h"
 #include "watch/bus.h"
 
 static void publish(struct conn *c, uint64_t total, const struct timespec *now)
@@ -38,6 +41,32 @@ static void publish(struct conn *c, uint64_t total, const struct timespec *now)
     bus_publish(&c->gw->bus, &ev);
 }
 
+static void on_progress_due(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    progress_note(arg);
+}
+
+/* Bytes held back (under PROGRESS_BYTES, within PROGRESS_MS of the last
+ * event) are published once PROGRESS_MS has passed even when no more come:
+ * else an agent that sends just under PROGRESS_BYTES on each of its
+ * tunnels and then keeps them quiet kept those bytes out of upload_bytes,
+ * the baseline and the metrics until the tunnels ended, as late as it
+ * liked. Returns false when the timer cannot be made (out of memory). */
+static bool due_later(struct conn *c, int64_t waited_ms)
+{
+    if (c->progress_timer == NULL &&
+        (c->progress_timer = evtimer_new(c->gw->base, on_progress_due, c)) == NULL)
+        return false;
+    if (!evtimer_pending(c->progress_timer, NULL)) {
+        struct timeval tv = timeval_of_ms((uint64_t)(PROGRESS_MS - waited_ms));
+        if (evtimer_add(c->progress_timer, &tv) != 0)
+            return false;
+    }
+    return true;
+}
+
 void progress_note(struct conn *c)
 {
     struct exchange *ex = &c->ex;
@@ -48,7 +77,8 @@ void progress_note(struct conn *c)
     clock_gettime(CLOCK_MONOTONIC, &now);
     int64_t ms = (int64_t)(now.tv_sec - ex->up_note_at.tv_sec) * 1000 +
                  (now.tv_nsec - ex->up_note_at.tv_nsec) / 1000000;
-    if (total - ex->up_reported >= PROGRESS_BYTES || ms >= PROGRESS_MS)
+    if (total - ex->up_reported >= PROGRESS_BYTES || ms >= PROGRESS_MS || ms < 0 ||
+        !due_later(c, ms))
         publish(c, total, &now);
 }
 

@@ -5,13 +5,15 @@
  * callback) call progress_note(); it publishes the bytes sent since the
  * last progress event when PROGRESS_BYTES have gathered or PROGRESS_MS
  * have passed, so a long upload is seen while it runs without flooding
- * the bus. conn_end_exchange() calls progress_flush() just before the end
- * event: the deltas of an exchange add up to its bytes_up, except when
- * forward.c dropped bytes handed to an upstream that did not take them
- * (drop_untaken(): a stopped upstream, an early answer): bytes_up then
- * says what the upstream received, and the deltas, already published (a
- * counter cannot take them back), what was handed on. Counting at the
- * hand-over keeps upload alerts prompt; an attempted upload counts. */
+ * the bus; bytes it holds back are published by a timer PROGRESS_MS after
+ * the last event, whether or not more bytes come. conn_end_exchange()
+ * calls progress_flush() just before the end event: the deltas of an
+ * exchange add up to its bytes_up, except when forward.c dropped bytes
+ * handed to an upstream that did not take them (drop_untaken(): a stopped
+ * upstream, an early answer): bytes_up then says what the upstream
+ * received, and the deltas, already published (a counter cannot take them
+ * back), what was handed on. Counting at the hand-over keeps upload alerts
+ * prompt; an attempted upload counts. */
 #ifndef SLUICE_GATE_PROGRESS_H
 #define SLUICE_GATE_PROGRESS_H
 

@@ -213,6 +213,51 @@ def test_upload_bytes_in_a_tunnel(gateway, net, tmp_path):
     s.close()
 
 
+def _tunnel(gw, port):
+    s = open_conn(gw)
+    s.sendall(b"CONNECT banner.example.test:%d HTTP/1.1\r\nHost: banner.example.test:%d\r\n\r\n"
+              % (port, port))
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(1)
+    assert b" 200 " in head.split(b"\r\n")[0]
+    return s
+
+
+def test_upload_bytes_of_a_tunnel_that_goes_quiet(gateway, net, tmp_path):
+    """40,000 bytes in one send, then nothing: the first byte is published at
+    once, the rest, under PROGRESS_BYTES and within PROGRESS_MS of it, was
+    held back until more came or the tunnel ended, so an agent could keep
+    just under 64 KiB per tunnel out of upload_bytes for as long as it kept
+    its tunnels open. They are published PROGRESS_MS later now."""
+    rule = {"host": "banner.example.test", "ports": [net.banner.port], "tier": 2}
+    gw, af = start(gateway, net, [rule], {"upload_bytes": {"max": "16KiB", "per": "1m"}},
+                   tmp_path, state=False)
+    s = _tunnel(gw, net.banner.port)
+    s.sendall(b"\x00" + b"t" * 40000)  # not TLS, not HTTP: tunnelled as it is
+    a = wait_alert(af, "upload_bytes", timeout=10)[0]
+    assert gw.events("agent_egress_end") == []  # the tunnel is still open, and quiet
+    assert "sent 40001 bytes upstream" in a["detail"]
+    assert_prompt(a, gw)
+    s.close()
+
+
+def test_upload_bytes_of_a_request_whose_answer_waits(gateway, net, tmp_path):
+    """The same for a plain request: its body sent, the upstream slow to answer."""
+    gw, af = start(gateway, net, [api_rule(net, tier=2)],
+                   {"upload_bytes": {"max": "16KiB", "per": "1m"}}, tmp_path, state=False)
+    s = open_conn(gw)
+    body = b"u" * 40000
+    s.sendall(b"PUT %s HTTP/1.1\r\nHost: api.example.test:%d\r\nContent-Length: %d\r\n\r\n"
+              % (net.url("/slow?ms=8000").encode(), net.api.port, len(body)) + body)
+    a = wait_alert(af, "upload_bytes", timeout=7)[0]
+    assert gw.events("agent_egress_end") == []  # the answer has not come
+    assert "sent 40000 bytes upstream" in a["detail"]
+    assert_prompt(a, gw)
+    assert read_response(s, "PUT").status == 200
+    s.close()
+
+
 def _off_hours_now():
     """Working hours that exclude the present minute (two hours ahead)."""
     now = datetime.datetime.now(datetime.timezone.utc)
