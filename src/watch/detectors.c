@@ -26,6 +26,13 @@
 /* A threshold's window when the policy gives it no per: a minute */
 #define THRESHOLD_PER_MS MINUTE_MS
 #define BYTES_FLOOR_K    1024 /* the baseline floor counts KiB for bytes */
+/* The methods write_burst and off_hours_write count: POST, PUT, PATCH,
+ * DELETE, and every extension method (WebDAV's MOVE, COPY, MKCOL,
+ * PROPPATCH, or a made-up token), which a rule without methods lets
+ * through and RFC 9110 holds no safer than a POST: counted as reads, they
+ * were writes no detector saw. GET, HEAD, OPTIONS and TRACE are safe;
+ * CONNECT's methods are inside its tunnel. */
+#define DETECT_WRITES (METHODS_WRITE | METHOD_OTHER)
 
 struct cfg {
     bool present;
@@ -806,7 +813,7 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
 {
     const struct cfg *c = &d->cfg;
     bool passed = ev->verdict != VERDICT_DENY;
-    bool write = (ev->method_bit & METHODS_WRITE) != 0;
+    bool write = (ev->method_bit & DETECT_WRITES) != 0;
     char what[WHAT_MAX], detail[DETAIL_MAX], grant[OWNER_SHOWN + 60], per[32];
     struct agent_state *a = ev->agent != NULL ? agent_get(d, ev->agent, now_ms) : NULL;
 

@@ -277,6 +277,31 @@ def test_off_hours_write(gateway, net, tmp_path):
     assert_prompt(a, gw)
 
 
+def test_extension_methods_are_writes(gateway, net, tmp_path):
+    """A rule without methods lets an extension method through (WebDAV's
+    MOVE, COPY, MKCOL, PROPPATCH, or any made-up token): RFC 9110 holds no
+    such method safe, and an origin may write on it. It was no write to the
+    detectors: three went by write_burst {max: 2} and off_hours_write
+    without a line. The safe methods (GET, HEAD, OPTIONS, TRACE) still are
+    not writes."""
+    gw, af = start(gateway, net, [api_rule(net, tier=2)],
+                   {"write_burst": {"max": 2, "per": "1m"}, "off_hours": _off_hours_now()},
+                   tmp_path, state=False)
+    for m in ("GET", "HEAD", "OPTIONS"):
+        assert request(gw, m, net.url("/read")).status == 200
+    s = open_conn(gw)
+    for i in range(3):
+        s.sendall(b"BREW %s HTTP/1.1\r\nHost: api.example.test:%d\r\nContent-Length: 1\r\n\r\nx"
+                  % (net.url("/pot%d" % i).encode(), net.api.port))
+        assert read_response(s, "BREW").status == 200
+    s.close()
+    o = wait_alert(af, "off_hours_write")[0]
+    assert "BREW /pot0" in o["detail"]
+    w = wait_alert(af, "write_burst")[0]
+    assert "3 write requests within 1m (max 2); the last: BREW /pot2" in w["detail"]
+    assert_prompt(w, gw)
+
+
 def test_grant_expired_and_expiring(gateway, net, tmp_path):
     today = datetime.datetime.now(datetime.timezone.utc).date()
     old = (today - datetime.timedelta(days=2)).isoformat()
