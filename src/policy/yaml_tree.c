@@ -280,15 +280,62 @@ static void syntax_error(struct builder *b, const yaml_parser_t *parser, const c
                                                   : mark_line(&parser->problem_mark);
     /* At the end of a file without a final line end the mark is on the
      * line after the last (libyaml's scanner ends the stream with a line
-     * break of its own): the file's last line is named instead. Not in
-     * UTF-16 (read after a byte order mark), whose line ends
-     * offset_line() does not count. */
-    const unsigned char *u = (const unsigned char *)buf;
-    bool utf16 = len >= 2 && ((u[0] == 0xff && u[1] == 0xfe) || (u[0] == 0xfe && u[1] == 0xff));
+     * break of its own): the file's last line is named instead (UTF-16
+     * never gets here: reviewable_text() refuses it). */
     int last = offset_line(buf, len, len);
-    if (!utf16 && line > last)
+    if (line > last)
         line = last;
     diag_error(b->d, line, "", "YAML syntax error: %s", problem);
+}
+
+/* The name of the line break at <p> (<left> bytes) that libyaml ends a
+ * line at and a reviewer's tools do not, or NULL: a CR not followed by LF,
+ * NEL, LS, PS (YAML 1.1's breaks). git diff, GitHub and most editors show
+ * "# note<NEL>  - host: evil.test<NEL>    tier: 0" as one comment line, and
+ * the rule in it would load unseen. */
+static const char *odd_break(const unsigned char *p, size_t left)
+{
+    if (p[0] == '\r' && (left < 2 || p[1] != '\n'))
+        return "a CR without an LF after it";
+    if (p[0] == 0xc2 && left >= 2 && p[1] == 0x85)
+        return "U+0085 (NEL)";
+    if (p[0] == 0xe2 && left >= 3 && p[1] == 0x80 && p[2] == 0xa8)
+        return "U+2028 (LINE SEPARATOR)";
+    if (p[0] == 0xe2 && left >= 3 && p[1] == 0x80 && p[2] == 0xa9)
+        return "U+2029 (PARAGRAPH SEPARATOR)";
+    return NULL;
+}
+
+/* Refuses a file that the YAML reader and the person who reviews it would
+ * read as different lines: UTF-16 (git diff shows it as binary, so its
+ * change is never read) or one with a line break other than LF and CR LF.
+ * The line named is counted in LFs, as the reviewer's tools number it.
+ * Returns 0, or -1 after reporting. */
+static int reviewable_text(const char *buf, size_t len, struct diag *d)
+{
+    const unsigned char *u = (const unsigned char *)buf;
+    if (len >= 2 && ((u[0] == 0xff && u[1] == 0xfe) || (u[0] == 0xfe && u[1] == 0xff))) {
+        diag_error(d, 1, "",
+                   "the file is UTF-16 (it starts with a UTF-16 byte order mark): git diff and "
+                   "code review show it as binary, so a change to it is never read; write it "
+                   "in UTF-8");
+        return -1;
+    }
+    int line = 1;
+    for (size_t i = 0; i < len; i++) {
+        const char *what = odd_break(u + i, len - i);
+        if (what != NULL) {
+            diag_error(d, line, "",
+                       "a line break other than LF or CR LF: %s, where YAML ends a line and "
+                       "git diff and most editors do not, so what sluice reads is not what a "
+                       "reviewer sees; end every line with LF",
+                       what);
+            return -1;
+        }
+        if (u[i] == '\n' && line < INT_MAX)
+            line++;
+    }
+    return 0;
 }
 
 /* Points every scalar at its text; scalars were stored in node order. */
@@ -310,6 +357,8 @@ int ytree_parse(struct ytree *t, const char *buf, size_t len, int max_depth, str
     if (b.max_depth < 1 || b.max_depth > YTREE_DEPTH_LIMIT)
         b.max_depth = YTREE_DEPTH_LIMIT;
     memset(t, 0, sizeof(*t));
+    if (reviewable_text(buf, len, d) != 0)
+        return -1;
 
     yaml_parser_t parser;
     if (!yaml_parser_initialize(&parser))

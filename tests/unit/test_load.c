@@ -742,13 +742,42 @@ static void test_yaml_errors(void **state)
          * not the one after it that libyaml's mark is on */
         {V "rules: [", "p.yaml:2: YAML syntax error: did not find expected node content"},
         {V "t:e:\n(", "p.yaml:3: YAML syntax error: could not find expected ':'"},
-        {V "x: {a: 1\r", "p.yaml:3: YAML syntax error: did not find expected ',' or '}'"},
+        {V "x: {a: 1\r\n", "p.yaml:3: YAML syntax error: did not find expected ',' or '}'"},
         {V "a: b: c\n",
          "p.yaml:2: YAML syntax error: mapping values are not allowed in this context"},
         /* a byte that is not UTF-8 is named at its line, not line 1 */
         {V "rules: []\n# \xff\n", "p.yaml:3: YAML syntax error: invalid leading UTF-8 octet"},
-        {"version: 1\r\nrules: []\r# \xc2\x85\n# \xe2\x80\xa8x: [\"caf\xc3\"]\n",
-         "p.yaml:6: YAML syntax error: invalid trailing UTF-8 octet"},
+        {"version: 1\r\nrules: []\r\n# \xc2\xa0\n# \xe2\x80\xa0\nx: [\"caf\xc3\"]\n",
+         "p.yaml:5: YAML syntax error: invalid trailing UTF-8 octet"},
+        /* line breaks that YAML knows and a reviewer's diff does not: the
+         * rule after them would load unseen in a comment's line */
+        {V "rules: []\n# note\xc2\x85x: 1\n",
+         "p.yaml:3: a line break other than LF or CR LF: U+0085 (NEL), where YAML ends a line "
+         "and git diff and most editors do not, so what sluice reads is not what a reviewer "
+         "sees; end every line with LF"},
+        {V "rules: []\r\n# note\xe2\x80\xa8x: 1\n",
+         "p.yaml:3: a line break other than LF or CR LF: U+2028 (LINE SEPARATOR), where YAML "
+         "ends a line and git diff and most editors do not, so what sluice reads is not what a "
+         "reviewer sees; end every line with LF"},
+        {V "# \xe2\x80\xa9\n",
+         "p.yaml:2: a line break other than LF or CR LF: U+2029 (PARAGRAPH SEPARATOR), where "
+         "YAML ends a line and git diff and most editors do not, so what sluice reads is not "
+         "what a reviewer sees; end every line with LF"},
+        {V "rules: []\r# x\r\n",
+         "p.yaml:2: a line break other than LF or CR LF: a CR without an LF after it, where YAML "
+         "ends a line and git diff and most editors do not, so what sluice reads is not what a "
+         "reviewer sees; end every line with LF"},
+        {V "x: 1\r",
+         "p.yaml:2: a line break other than LF or CR LF: a CR without an LF after it, where YAML "
+         "ends a line and git diff and most editors do not, so what sluice reads is not what a "
+         "reviewer sees; end every line with LF"},
+        /* UTF-16 shows as binary in a diff: its changes are never read */
+        {"\xff\xfev\0", "p.yaml:1: the file is UTF-16 (it starts with a UTF-16 byte order mark): "
+                        "git diff and code review show it as binary, so a change to it is "
+                        "never read; write it in UTF-8"},
+        {"\xfe\xff\0v", "p.yaml:1: the file is UTF-16 (it starts with a UTF-16 byte order mark): "
+                        "git diff and code review show it as binary, so a change to it is "
+                        "never read; write it in UTF-8"},
         {V "rules: []\ndeny: [\"caf\xc3\"]\n",
          "p.yaml:3: YAML syntax error: invalid trailing UTF-8 octet"},
         {V "x: \"\\0\"\n", "p.yaml:2: x: a string contains a NUL byte"},
