@@ -428,6 +428,24 @@ static bool agent_defined(const struct load_ctx *c, const char *id)
 
 /* ---- rules -------------------------------------------------------------- */
 
+/* A host pattern written with other than ASCII is matched in its IDNA
+ * form, which can be another name than the one it looks like: "аpi.github.com"
+ * with a Cyrillic "а" allows xn--pi-6kc.github.com, someone else's, and
+ * "gist.github.cоm" in deny denies nothing a request for the real one
+ * names. Warns with the form matched, so a reviewer reads that. */
+static void warn_unicode_host(struct load_ctx *c, int line, const char *s,
+                              const struct host_pattern *hp)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++)
+        if (*p >= 0x80) {
+            load_warn(c, line,
+                      "'%s' is written with characters other than ASCII and matches %s%s, which "
+                      "may not be the name it looks like; write that form",
+                      load_show(c, s), hp->kind == PATTERN_WILDCARD ? "*." : "", hp->name);
+            return;
+        }
+}
+
 static void rule_host(struct load_ctx *c, const struct ynode *v, void *obj)
 {
     struct rule *r = obj;
@@ -441,6 +459,7 @@ static void rule_host(struct load_ctx *c, const struct ynode *v, void *obj)
                  why ? why : "invalid");
         return;
     }
+    warn_unicode_host(c, v->line, s, &hp);
     r->kind = hp.kind == PATTERN_WILDCARD ? RULE_WILDCARD : RULE_EXACT;
     free(r->pattern);
     r->pattern = hp.kind == PATTERN_WILDCARD ? xasprintf("*.%s", hp.name) : xstrdup(hp.name);
@@ -954,8 +973,10 @@ static void sec_deny(struct load_ctx *c, const struct ynode *v, void *obj)
         if (s != NULL && host_pattern_parse(s, &d->pattern, &why) != 0)
             load_err(c, it->line, "invalid host pattern '%s': %s", load_show(c, s),
                      why ? why : "invalid");
-        else if (s != NULL)
+        else if (s != NULL) {
+            warn_unicode_host(c, it->line, s, &d->pattern);
             p->deny[p->ndeny++].line = it->line;
+        }
         load_field_pop(c, m);
     }
 }

@@ -1369,6 +1369,29 @@ static void test_rule_warnings(void **state)
                    "use https://");
 }
 
+/* A host written with other than ASCII matches its IDNA form: a look-alike
+ * ("а" is Cyrillic) allows, or fails to deny, another name than it shows. */
+static void test_unicode_host_warned(void **state)
+{
+    (void)state;
+    expect_warning(V "rules:\n  - {host: \"\xd0\xb0pi.github.com\", tier: 1}\n",
+                   "p.yaml:3: rules[0].host: '??pi.github.com' is written with characters other "
+                   "than ASCII and matches xn--pi-6kc.github.com, which may not be the name it "
+                   "looks like; write that form");
+    expect_warning(V R "deny: [\"*.git\xd0\xbdub.com\"]\n",
+                   "p.yaml:5: deny[0]: '*.git??ub.com' is written with characters other than "
+                   "ASCII and matches *.xn--gitub-fye.com, which may not be the name it looks "
+                   "like; write that form");
+    /* the ASCII form, and an xn-- label written as such, say nothing */
+    struct diag d;
+    struct policy *p =
+        load(V "rules:\n  - {host: xn--pi-6kc.github.com, tier: 1}\ndeny: [API.github.com]\n", &d);
+    assert_non_null(p);
+    assert_int_equal(d.count, 0);
+    policy_free(p);
+    diag_free(&d);
+}
+
 /* http:// to this machine (a local relay) and any https:// say nothing. */
 static void test_loopback_and_https_webhooks_are_quiet(void **state)
 {
@@ -2098,6 +2121,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec_example),
+        cmocka_unit_test(test_unicode_host_warned),
         cmocka_unit_test(test_loaded_policy_holds_no_clear_token),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_network_and_days),
