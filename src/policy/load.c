@@ -675,6 +675,12 @@ static size_t invisible_len(const unsigned char *p)
     return 0;
 }
 
+/* The longest owner: a person's name, with room to spare. Every decision
+ * line and grant metric under the rule carries it, and one over the
+ * decision log's line cap (16 MiB) had the log drop the line of every
+ * request the grant let through. */
+#define OWNER_MAX_BYTES 1024
+
 static void rule_owner(struct load_ctx *c, const struct ynode *v, void *obj)
 {
     struct rule *r = obj;
@@ -685,6 +691,13 @@ static void rule_owner(struct load_ctx *c, const struct ynode *v, void *obj)
     if (!has_visible_char(s)) {
         /* " " would pass for a tier-3 grant's signature */
         load_err(c, v->line, "must name a person, not be blank");
+        return;
+    }
+    if (strlen(s) > OWNER_MAX_BYTES) {
+        load_err(c, v->line,
+                 "is %zu bytes long: a person's name is at most %d bytes (each decision line "
+                 "under the rule carries it)",
+                 strlen(s), OWNER_MAX_BYTES);
         return;
     }
     for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++)

@@ -1170,6 +1170,32 @@ static void test_owner_not_ascii(void **state)
     policy_free(p);
 }
 
+/* Every decision line under a rule carries its owner: one of 17 MiB made
+ * each over the decision log's line cap (16 MiB), and the log dropped the
+ * line of every request the grant let through. */
+static void test_owner_length_capped(void **state)
+{
+    (void)state;
+    char yaml[2048];
+    char owner[1026];
+    memset(owner, 'a', sizeof(owner) - 1);
+    owner[1025] = '\0';
+    owner[1024] = '\0'; /* 1024 bytes: the most */
+    snprintf(yaml, sizeof(yaml), V "rules:\n  - {host: a.example.test, tier: 0, owner: %s}\n",
+             owner);
+    struct diag d;
+    struct policy *p = load(yaml, &d);
+    assert_non_null(p);
+    assert_int_equal(strlen(p->rules[0].owner), 1024);
+    policy_free(p);
+    diag_free(&d);
+    owner[1024] = 'a'; /* 1025: one too many */
+    snprintf(yaml, sizeof(yaml), V "rules:\n  - {host: a.example.test, tier: 0, owner: %s}\n",
+             owner);
+    expect_error(yaml, "p.yaml:3: rules[0].owner: is 1025 bytes long: a person's name is at "
+                       "most 1024 bytes (each decision line under the rule carries it)");
+}
+
 static void test_rule_field_errors(void **state)
 {
     (void)state;
@@ -2122,6 +2148,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec_example),
         cmocka_unit_test(test_unicode_host_warned),
+        cmocka_unit_test(test_owner_length_capped),
         cmocka_unit_test(test_loaded_policy_holds_no_clear_token),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_network_and_days),
