@@ -915,6 +915,82 @@ static void duplicate_group(struct load_ctx *c, const struct rule **g, size_t n,
             owner[g[i]->ports[k]] = PORT_NONE;
 }
 
+/* True when the sorted port lists of <a> and <b> share a port. */
+static bool ports_meet(const struct rule *a, const struct rule *b)
+{
+    for (size_t i = 0, k = 0; i < a->nports && k < b->nports;) {
+        if (a->ports[i] == b->ports[k])
+            return true;
+        if (a->ports[i] < b->ports[k])
+            i++;
+        else
+            k++;
+    }
+    return false;
+}
+
+/* True when an agent may be served by both <a> and <b> (agents: sorted). */
+static bool agents_meet(const struct rule *a, const struct rule *b)
+{
+    if (a->nagents == 0 || b->nagents == 0)
+        return true;
+    for (size_t i = 0, k = 0; i < a->nagents && k < b->nagents;) {
+        int r = strcmp(a->agents[i], b->agents[k]);
+        if (r == 0)
+            return true;
+        if (r < 0)
+            i++;
+        else
+            k++;
+    }
+    return false;
+}
+
+/* Rules of one host pattern checked against each other at most: a group
+ * larger than this (a hostile file) is not checked, which keeps the check
+ * linear in the file. */
+#define OUTRANK_GROUP_MAX 64
+
+/* Warns about each tier-3 rule of group <g> (<n> rules of one pattern,
+ * any order) that a lower-tier rule of the same pattern outranks: both
+ * name a method (among rules that name methods the lower tier wins, then
+ * file order; see match.c), for a port and an agent in common. Those
+ * requests then go through at the lower tier, without the grant's owner,
+ * its tier3_write alert or its expiry, while check lists the grant as
+ * signed for them. */
+static void outranked_grants(struct load_ctx *c, const struct rule **g, size_t n)
+{
+    if (n > OUTRANK_GROUP_MAX)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        const struct rule *t = g[i], *by = NULL;
+        if (t->tier != TIER_3 || t->methods == 0)
+            continue;
+        for (size_t k = 0; k < n; k++) {
+            const struct rule *l = g[k];
+            if (l->tier < t->tier && (l->methods & t->methods) != 0 && ports_meet(t, l) &&
+                agents_meet(t, l) && (by == NULL || l->index < by->index))
+                by = l;
+        }
+        if (by == NULL)
+            continue;
+        char names[96] = "";
+        size_t o = 0;
+        for (unsigned bit = METHOD_GET; bit <= METHOD_TRACE && o < sizeof(names); bit <<= 1)
+            if (t->methods & by->methods & bit)
+                o += (size_t)snprintf(names + o, sizeof(names) - o, "%s%s", o ? " " : "",
+                                      method_name(bit));
+        size_t m = load_field_push(c, "[%zu]", t->index);
+        load_warn(c, t->line,
+                  "this tier-3 grant does not decide %s: rules[%zu] (line %d) names it too for "
+                  "this host, with a port and an agent in common, at tier %d, and the lower tier "
+                  "wins; those requests go through at tier %d, without this grant's owner, "
+                  "expiry or tier3_write alert",
+                  names, by->index, by->line, (int)by->tier, (int)by->tier);
+        load_field_pop(c, m);
+    }
+}
+
 static void rules_duplicates(struct load_ctx *c, const bool *ok)
 {
     struct policy *p = c->p;
@@ -933,6 +1009,13 @@ static void rules_duplicates(struct load_ctx *c, const bool *ok)
             end++;
         if (end - start > 1)
             duplicate_group(c, v + start, end - start, owner);
+    }
+    for (size_t start = 0, end; start < n; start = end) {
+        end = start + 1;
+        while (end < n && strcmp(v[start]->pattern, v[end]->pattern) == 0)
+            end++;
+        if (end - start > 1)
+            outranked_grants(c, v + start, end - start);
     }
     free(owner);
     free(v);

@@ -1196,6 +1196,44 @@ static void test_owner_length_capped(void **state)
                        "most 1024 bytes (each decision line under the rule carries it)");
 }
 
+#define GRANT "    tier: 3\n    owner: chaysen\n    expires: 2027-03-31\n"
+
+/* A tier-3 grant that a lower tier outranks for a method both name: check
+ * listed it as signed for POST while every POST went through at tier 1
+ * (match.c: among rules naming the method, the lower tier wins). */
+static void test_outranked_grant_warned(void **state)
+{
+    (void)state;
+    expect_warning(V
+                   "rules:\n  - host: api.github.com\n    methods: [POST, PUT]\n" GRANT
+                   "  - {host: api.github.com, methods: [GET, PUT, POST], tier: 1, ports: [443]}\n",
+                   "p.yaml:3: rules[0]: this tier-3 grant does not decide POST PUT: rules[1] (line "
+                   "8) names it too for this host, with a port and an agent in common, at tier 1, "
+                   "and the lower tier wins; those requests go through at tier 1, without this "
+                   "grant's owner, expiry or tier3_write alert");
+    expect_warning(V "rules:\n  - {host: \"*.github.com\", methods: [DELETE], tier: 2}\n"
+                     "  - host: \"*.github.com\"\n    methods: [DELETE]\n    agents: [ci]\n" GRANT,
+                   "p.yaml:4: rules[1]: this tier-3 grant does not decide DELETE: rules[0] (line "
+                   "3) names it too for this host, with a port and an agent in common, at tier 2, "
+                   "and the lower tier wins; those requests go through at tier 2, without this "
+                   "grant's owner, expiry or tier3_write alert");
+    /* the grant decides: the other rule names no method (the one naming
+     * it wins), another method, another port or another agent */
+    policy_free(expect_clean(V "rules:\n  - host: api.github.com\n    methods: [POST]\n" GRANT
+                               "  - {host: api.github.com, tier: 1}\n"));
+    policy_free(expect_clean(V "rules:\n  - host: api.github.com\n    methods: [POST]\n" GRANT
+                               "  - {host: api.github.com, methods: [GET], tier: 1}\n"));
+    policy_free(expect_clean(
+        V "rules:\n  - host: api.github.com\n    methods: [POST]\n    ports: [443]\n" GRANT
+          "  - {host: api.github.com, methods: [POST], tier: 1, ports: [80]}\n"));
+    policy_free(expect_clean(
+        V "agents: [{id: a, sources: [unix]}, {id: b, sources: [127.0.0.1/32]}]\n"
+          "rules:\n  - host: api.github.com\n    methods: [POST]\n    agents: [a]\n" GRANT
+          "  - {host: api.github.com, methods: [POST], tier: 1, agents: [b]}\n"));
+    policy_free(expect_clean(V "rules:\n  - host: api.github.com\n    methods: [POST]\n" GRANT
+                               "  - {host: uploads.github.com, methods: [POST], tier: 1}\n"));
+}
+
 static void test_rule_field_errors(void **state)
 {
     (void)state;
@@ -2149,6 +2187,7 @@ int main(void)
         cmocka_unit_test(test_spec_example),
         cmocka_unit_test(test_unicode_host_warned),
         cmocka_unit_test(test_owner_length_capped),
+        cmocka_unit_test(test_outranked_grant_warned),
         cmocka_unit_test(test_loaded_policy_holds_no_clear_token),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_network_and_days),
