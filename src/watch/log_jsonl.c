@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,10 +119,28 @@ struct file_writer {
      * in the order the loop hands them over; <pub_done> is the number of
      * the last one in the file (or dropped by the thread: a reader gone),
      * <pub_stalled> says the last round's write failed or would block. */
-    uint64_t handed;   /* (mu) the number of the last line handed over */
+    uint64_t handed;   /* the loop's alone: the number of the last line handed over */
     uint64_t taken;    /* the thread's: lines moved to the log's <pending> */
     uint64_t pub_done; /* (mu) taken - pending_lines */
     bool pub_stalled;  /* (mu) */
+    /* What the three above let through, for the loop to read without <mu>
+     * (gate_open()): pub_done, or GATE_ALL while the log cannot be written
+     * (pub_stalled, pub_broken). Stored by the thread, with <mu> held,
+     * each time one of them changes (gate_publish()).
+     *
+     * Memory order: the thread stores it with release after the write()
+     * that put those lines in the file returned; the loop loads it with
+     * acquire, so the write happens before whatever the loop then does
+     * for a decision that the value lets go (the answer sent, the bytes
+     * sent up): the line is in the file before its effect. A load that
+     * is stale only says "not yet": the loop then takes <mu> to ask for
+     * its wake-up (log_jsonl_wait()), and under <mu> it reads the value
+     * last stored, since every store is made with <mu> held; and before
+     * the thread waits, it stores the gate and looks at wake_seq in one
+     * hold of <mu> (writer_main(): gate_publish(), wake_loop_if_due()).
+     * So either the loop sees the line written, or the thread sees the
+     * loop waiting: no wake-up is lost. */
+    _Atomic uint64_t gate;
     /* (mu) The number the loop waits for, or 0: the thread writes to
      * <efd> (the loop's <done_ev>) once pub_done reaches it or a write
      * fails, once a round, never for a loop that does not wait. */
@@ -1230,6 +1249,17 @@ static bool passed(const struct timespec *t)
     return now.tv_sec > t->tv_sec || (now.tv_sec == t->tv_sec && now.tv_nsec >= t->tv_nsec);
 }
 
+/* The gate's value when every line may take effect. */
+#define GATE_ALL UINT64_MAX
+
+/* Stores the gate (see file_writer.gate) from the pub_ fields. With <mu>,
+ * or before the thread starts. */
+static void gate_publish(struct file_writer *fw)
+{
+    uint64_t upto = fw->pub_stalled || fw->pub_broken ? GATE_ALL : fw->pub_done;
+    atomic_store_explicit(&fw->gate, upto, memory_order_release);
+}
+
 /* Copies the write state to the pub_ fields: with <mu>, or before the
  * thread starts. */
 static void publish(struct log_jsonl *l)
@@ -1242,6 +1272,7 @@ static void publish(struct log_jsonl *l)
     fw->pub_broken = l->broken;
     fw->pub_dropped = l->dropped;
     fw->pub_done = fw->taken - l->pending_lines;
+    gate_publish(fw);
 }
 
 /* The thread's state for the loop to read. Called with <mu> not held. */
@@ -1313,6 +1344,7 @@ static void writer_take(struct log_jsonl *l)
     /* Lines dropped here count as done: nobody waits for them for ever. */
     fw->taken += fw->incoming_lines;
     fw->pub_done = fw->taken - l->pending_lines;
+    gate_publish(fw);
     fw->incoming_lines = 0;
     fw->pub_len = evbuffer_get_length(l->pending);
     fw->pub_lines = l->pending_lines;
@@ -1397,10 +1429,11 @@ static void writer_free_log(struct log_jsonl *l)
 /* True when the gate lets line <seq> take effect: it is in the file, or
  * the log cannot be written now (a write failed or would block), when the
  * contract's "a log that cannot be written does not stop traffic" holds
- * (its lines wait in memory under the cap). With <mu>. */
-static bool gate_open(const struct file_writer *fw, uint64_t seq)
+ * (its lines wait in memory under the cap). With or without <mu> (see
+ * file_writer.gate for the order). */
+static bool gate_open(struct file_writer *fw, uint64_t seq)
 {
-    return fw->pub_done >= seq || fw->pub_stalled || fw->pub_broken;
+    return atomic_load_explicit(&fw->gate, memory_order_acquire) >= seq;
 }
 
 /* Wakes the loop when what it waits for is done. With <mu>. One wake-up a
@@ -1454,6 +1487,7 @@ static void *writer_main(void *arg)
                 break;
         }
         fw->pub_stalled = rc != 0;
+        gate_publish(fw);
         wake_loop_if_due(fw);
         pthread_cond_broadcast(&fw->progress);
         if (fw->stop)
@@ -1541,17 +1575,20 @@ static int writer_start(struct log_jsonl *l)
 static void writer_append(struct log_jsonl *l, const char *line, size_t n, bool soon)
 {
     struct file_writer *fw = l->fw;
+    bool numbered = false;
     pthread_mutex_lock(&fw->mu);
     size_t have = evbuffer_get_length(fw->incoming) + fw->pub_len - fw->pub_sent;
     if (fw->pub_broken || have + n > l->pending_max || evbuffer_add(fw->incoming, line, n) < 0) {
         fw->dropped++; /* not numbered: who waits for it waits for the line before */
     } else {
         fw->incoming_lines++;
-        fw->handed++;
+        numbered = true;
         if (!soon && fw->waiting)
             pthread_cond_signal(&fw->wake);
     }
     pthread_mutex_unlock(&fw->mu);
+    if (numbered)
+        fw->handed++;
     if (soon && !l->flush_due) {
         l->flush_due = true;
         event_active(l->fev, EV_TIMEOUT, 0);
@@ -1656,20 +1693,25 @@ static bool writer_close(struct log_jsonl *l)
 
 uint64_t log_jsonl_seq(const struct log_jsonl *l)
 {
-    if (l->fw == NULL)
-        return 0;
-    pthread_mutex_lock(&l->fw->mu);
-    uint64_t n = l->fw->handed;
-    pthread_mutex_unlock(&l->fw->mu);
-    return n;
+    return l->fw != NULL ? l->fw->handed : 0; /* the loop's own count: no lock */
 }
+
+/* A test's seam (test_log_jsonl.c defines it before it includes this
+ * file): where the loop, having found line <seq> not written yet, is about
+ * to take <mu> to ask for its wake-up; the writer may end its round here. */
+#ifndef LOG_JSONL_WAIT_SEAM
+#define LOG_JSONL_WAIT_SEAM(fw, seq) ((void)0)
+#endif
 
 bool log_jsonl_wait(struct log_jsonl *l, uint64_t seq)
 {
     struct file_writer *fw = l->fw;
-    if (fw == NULL || seq == 0)
-        return true;
+    if (fw == NULL || seq == 0 || gate_open(fw, seq))
+        return true; /* the common case: no lock */
+    LOG_JSONL_WAIT_SEAM(fw, seq);
     pthread_mutex_lock(&fw->mu);
+    /* Again: the thread may have written the line and ended its round,
+     * wake_seq unseen, since the look above (see file_writer.gate). */
     bool open = gate_open(fw, seq);
     if (!open && (fw->wake_seq == 0 || seq < fw->wake_seq))
         fw->wake_seq = seq;

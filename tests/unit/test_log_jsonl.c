@@ -28,6 +28,10 @@
 /* The unit's writev() calls, counted (counted_writev, below). */
 static ssize_t counted_writev(int fd, const struct iovec *iov, int n);
 #define writev counted_writev
+/* log_jsonl_wait()'s seam: test_no_wake_up_is_lost's writer round. */
+struct file_writer;
+static void wait_seam(struct file_writer *fw, uint64_t seq);
+#define LOG_JSONL_WAIT_SEAM(fw, seq) wait_seam((fw), (seq))
 #include "watch/log_jsonl.c" /* the unit under test, internals included */
 #undef writev
 
@@ -603,6 +607,10 @@ static void test_wait_says_when_a_line_is_in_the_file(void **state)
         event_base_loop(base, EVLOOP_ONCE); /* the thread's wake-up */
         assert_true(written_calls > before);
     }
+    /* The thread may have written all six before the loop's first look
+     * (the loop then did not wait): the wake-up that line 1 asked for is
+     * pending still, and runs now. */
+    event_base_loop(base, EVLOOP_NONBLOCK);
     assert_true(written_calls >= 1 && written_calls <= 2);
     struct stat st;
     assert_int_equal(stat(path, &st), 0);
@@ -610,6 +618,99 @@ static void test_wait_says_when_a_line_is_in_the_file(void **state)
     log_jsonl_close(l);
     writev_gate_fd = writev_entered_fd = -1;
     close(entered);
+    event_base_free(base);
+}
+
+/* When set, log_jsonl_wait() lets the writer write the line it found
+ * unwritten and end its round (the thread waiting for more) before it
+ * takes the lock: the window where a wake-up can be lost, made wide. */
+static bool seam_lets_writer_finish;
+
+static void wait_seam(struct file_writer *fw, uint64_t seq)
+{
+    if (!seam_lets_writer_finish)
+        return;
+    for (int i = 0; i < 10000 && atomic_load(&fw->gate) < seq; i++)
+        usleep(100);
+    for (int i = 0; i < 10000; i++) {
+        pthread_mutex_lock(&fw->mu);
+        bool idle = fw->waiting && fw->incoming_lines == 0;
+        pthread_mutex_unlock(&fw->mu);
+        if (idle)
+            break;
+        usleep(100);
+    }
+}
+
+static bool wake_guard_fired;
+
+static void wake_guard(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    wake_guard_fired = true;
+}
+
+/* Waits for line <seq> as the gateway does, asking again only once woken
+ * (the callback); false when <guard> (armed here) fired first. */
+static bool woken_for(struct event_base *base, struct log_jsonl *l, uint64_t seq,
+                      struct event *guard)
+{
+    struct timeval ten_s = {10, 0};
+    bool woken = false;
+    evtimer_add(guard, &ten_s);
+    while (!woken && !wake_guard_fired) {
+        int before = written_calls;
+        event_base_loop(base, EVLOOP_ONCE);
+        woken = written_calls > before && log_jsonl_wait(l, seq);
+    }
+    evtimer_del(guard);
+    return woken;
+}
+
+/* Rounds of the race between the loop's check and the writer's round. */
+#define WAKE_ROUNDS 5000
+
+/* No wake-up is lost: the loop checks a line the writer is writing at that
+ * moment, at varying points of the writer's round (a spin of varying length
+ * between the hand-over and the check; every other round, the seam lets
+ * the writer end its round between the loop's first look and its lock),
+ * and each time it either finds the line written or is woken once it is.
+ * A lost wake-up leaves the loop waiting for a line that is in the file,
+ * with no later line to wake it: the guard (a hang guard, not a claim on
+ * time) fires then. */
+static void test_no_wake_up_is_lost(void **state)
+{
+    struct event_base *base = event_base_new();
+    struct event *guard = evtimer_new(base, wake_guard, NULL);
+    char path[128];
+    struct log_jsonl *l = open_on_file(base, "race.jsonl", path, sizeof(path));
+    const struct egress_event ev = spec_egress();
+    unsigned waited = 0, seed = 1;
+    (void)state;
+    assert_non_null(l->fw);
+    log_jsonl_on_written(l, count_written, NULL);
+    wake_guard_fired = false;
+    for (int i = 0; i < WAKE_ROUNDS && !wake_guard_fired; i++) {
+        int lines = 1 + (int)((seed = seed * 1103515245u + 12345u) >> 16) % 3;
+        for (int j = 0; j < lines; j++)
+            log_jsonl_on_event(&ev, l);
+        uint64_t seq = log_jsonl_seq(l);
+        for (volatile unsigned spin = (seed >> 8) % 4096; spin > 0; spin--)
+            continue;
+        seam_lets_writer_finish = i % 2 == 1;
+        bool open = log_jsonl_wait(l, seq);
+        seam_lets_writer_finish = false;
+        if (!open) {
+            waited++;
+            assert_true(woken_for(base, l, seq, guard)); /* else lost: never woken */
+        }
+    }
+    assert_true(waited > 0); /* the race was run at all */
+    assert_int_equal(log_jsonl_flush(l, 10000), 0);
+    event_free(guard);
+    log_jsonl_close(l);
     event_base_free(base);
 }
 
@@ -1337,6 +1438,7 @@ int main(void)
         cmocka_unit_test(test_truncated_file_gets_a_cut_line_whole),
         cmocka_unit_test(test_file_write_waits_off_the_loop),
         cmocka_unit_test(test_wait_says_when_a_line_is_in_the_file),
+        cmocka_unit_test(test_no_wake_up_is_lost),
         cmocka_unit_test(test_wait_lets_go_when_a_write_fails),
         cmocka_unit_test(test_close_while_a_write_waits),
         cmocka_unit_test(test_open_fails),
