@@ -554,7 +554,9 @@ bool conn_after_log(struct conn *c, void (*go)(struct conn *c))
      * request, if any, it then takes as an early answer with its next
      * bytes; a kept one that sent anything or ended meanwhile is not used
      * (forward_try_reuse(), forward_start()). */
-    if (c->ex.is_connect && c->client != NULL) {
+    if (c->tunnel != NULL) {
+        tunnel_stop(c->tunnel); /* decided again, denied: only its cut waits */
+    } else if (c->ex.is_connect && c->client != NULL) {
         bufferevent_disable(c->up, EV_READ | EV_WRITE);
         bufferevent_disable(c->client, EV_READ);
         evtimer_del(c->timer);
@@ -1176,7 +1178,10 @@ bool conn_redecide(struct conn *c, time_t now)
     ex->again = ex->egress_published;
     ex->egress_published = false;
     conn_publish_egress(c);
-    conn_cut(c); /* agent_egress_end, with the bytes moved; both sides reset */
+    /* The cut is the denial's effect, all the agent sees of it: it comes
+     * once the log has the line (write-ahead), nothing moving meanwhile;
+     * then agent_egress_end, with the bytes moved; both sides reset. */
+    (void)conn_after_log(c, conn_cut);
     return true;
 }
 

@@ -279,7 +279,8 @@ void conn_publish_egress(struct conn *c);
 void conn_end_exchange(struct conn *c);
 /* Runs <go>(<c>) once the log holds the decision line just published for
  * <c>: at once when it does (or needs no waiting), else from
- * conn_log_written(), <c>'s upstream events off meanwhile. Returns true
+ * conn_log_written(), <c>'s upstream events (its tunnel, if open) off
+ * meanwhile. Returns true
  * when <go> waits (<c> untouched until it runs), false when it ran (<c>
  * may be freed). */
 bool conn_after_log(struct conn *c, void (*go)(struct conn *c));
@@ -305,7 +306,8 @@ bool conn_gate_denies(struct conn *c, enum deny_reason r, bool respond);
  * at <now>, as it was first decided (agent, CONNECT, target, port; the
  * agent looked up by id, denied as agent_not_allowed when gone): when it
  * is now denied, publishes agent_egress again with the denial and closes
- * both sides (a CONNECT not answered yet is refused instead), and returns
+ * both sides once the log has that line (conn_after_log(): nothing moves
+ * meanwhile; a CONNECT not answered yet is refused instead), and returns
  * true: <c> may be gone. When its agent is in report mode and the new
  * decision reports it with a reason its exchange does not carry yet, the
  * exchange takes the new decision, published at once as a second

@@ -117,13 +117,7 @@ static void end(struct tunnel *t, enum tunnel_end how)
     t->ended = true;
     if (how != TUNNEL_DONE || t->failed)
         reset_on_close(t);
-    for (int i = 0; i < 2; i++) {
-        event_del(t->d[i].rd);
-        event_del(t->d[i].wr);
-    }
-    event_del(t->idle);
-    if (t->linger != NULL)
-        event_del(t->linger);
+    tunnel_stop(t);
     t->cb(t, how, t->arg);
 }
 
@@ -666,6 +660,17 @@ void tunnel_free(struct tunnel *t)
     close(t->fd[0]);
     close(t->fd[1]);
     free(t);
+}
+
+void tunnel_stop(struct tunnel *t)
+{
+    for (int i = 0; i < 2; i++) {
+        event_del(t->d[i].rd);
+        event_del(t->d[i].wr);
+    }
+    event_del(t->idle);
+    if (t->linger != NULL)
+        event_del(t->linger);
 }
 
 void tunnel_set_progress(struct tunnel *t, void (*cb)(void *arg), void *arg)

@@ -51,6 +51,10 @@ struct tunnel *tunnel_new(struct event_base *base, evutil_socket_t client_fd,
 /* Closes both sockets (with a reset unless <t> ended as TUNNEL_DONE) and
  * frees <t>. Accepts NULL. */
 void tunnel_free(struct tunnel *t);
+/* Stops <t> moving bytes either way, for good: it reads, writes and times
+ * nothing more, and its callback is not called; tunnel_free() then closes
+ * it (with a reset, as a tunnel cut while open). */
+void tunnel_stop(struct tunnel *t);
 /* Meters the client -> upstream direction of <t> through <flow> (borrowed:
  * it must outlive the tunnel's use of it; NULL: unmetered). */
 void tunnel_set_flow(struct tunnel *t, struct quota_flow *flow);

@@ -18,13 +18,17 @@ test fills the page (with a newline: one blank line in the file). Needs
 root; skipped otherwise."""
 
 import json
+import select
 import threading
 
 import pytest
 
+from conftest import API_IP
 from gate_client import api_rule, open_conn, other_url, poll, read_response, request
 from gate_servers import ScriptedUpstream
 from held_requests import admin_get, decided
+from test_gate_reload import (EchoServer, assert_closed, echo_policy, echo_rule, open_echo_tunnel,
+                              reload_to)
 from uffd_hold import FileLock, stop_while_held, threads_in
 from watch_helpers import free_tcp_port
 
@@ -250,3 +254,30 @@ def test_an_origin_that_sends_while_its_request_waits_is_not_read_into_memory(ga
         assert took[0] < offer // 2, "the gateway took %d bytes while the line was held" % took[0]
         assert r2.status == 200 and r2.body == b"second", (r2, r2.body)
         assert up.accepted == 2
+
+
+def test_a_tunnel_a_reload_denies_is_cut_once_its_deny_line_is_in_the_file(gateway, net):
+    # Write-ahead holds for a tunnel decided again: its reset (the deny's
+    # effect, all the agent sees of it) comes only once its second
+    # agent_egress, the deny, is in the file. Meanwhile it moves nothing.
+    with EchoServer(API_IP) as echo, EchoServer(API_IP) as echo2:
+        kept_rule = echo_rule(echo2.port, host="echo2.example.test")
+        gw = gateway(echo_policy(net, [echo_rule(echo.port), kept_rule]))
+        t, tid = open_echo_tunnel(gw, echo.port)
+        try:
+            lock = FileLock(gw.log_path)
+            try:
+                reload_to(gw, echo_policy(net, [kept_rule]), 1)  # the tunnel decided again
+                # what the agent has now of the tunnel's end finds its line
+                cut = select.select([t.sock], [], [], 0)[0] != []
+                assert not cut or gw.events(id=tid, decision="deny"), \
+                    "the tunnel was cut before its deny line was in the file"
+            finally:
+                lock.release()
+            assert_closed(t.sock)  # (its timeout of 10 s a hang guard)
+            deny = gw.events(id=tid, decision="deny")
+            assert len(deny) == 1 and deny[0]["reason"] == "not_in_policy", gw.events(id=tid)
+        finally:
+            t.close()
+        end = gw.wait_events("agent_egress_end", id=tid)
+        assert len(end) == 1 and end[0]["status"] == 200, end
