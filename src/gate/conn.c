@@ -465,6 +465,20 @@ static void close_when_flushed(struct conn *c)
         close_flushed(c);
 }
 
+void conn_stop_idle(struct conn *c)
+{
+    /* Between requests, a kept connection may still owe its client the
+     * answer of the last one (a refusal): held for its log line, or not
+     * taken yet. That answer was decided and is logged: it goes out first,
+     * within --grace, then the connection closes (log_release(), on_write). */
+    if (c->state == CS_HEAD &&
+        (c->log_hold || evbuffer_get_length(bufferevent_get_output(c->client)) > 0)) {
+        close_when_flushed(c);
+        return;
+    }
+    conn_free(c);
+}
+
 /* --- write-ahead ------------------------------------------------------------
  * A decision takes effect only once its agent_egress line is in the log
  * (SPEC.md, Decision log): the answer of a refusal (or the close that

@@ -273,6 +273,10 @@ void conn_free(struct conn *c);
 void conn_cut(struct conn *c);
 /* True when <c> is between requests or lingering (may be closed at once on shutdown). */
 bool conn_is_idle(const struct conn *c);
+/* Closes <c>, idle (conn_is_idle()), for the gateway's stop: at once, or
+ * once the answer it still holds for its client is written. The caller
+ * must not touch <c> afterwards. */
+void conn_stop_idle(struct conn *c);
 /* Publishes the agent_egress event of the current exchange (once). */
 void conn_publish_egress(struct conn *c);
 /* Publishes agent_egress_end (once) and releases the exchange. */

@@ -665,7 +665,7 @@ void gateway_stop(struct gateway *gw)
     while (c != NULL) {
         struct conn *next = c->next;
         if (conn_is_idle(c))
-            conn_free(c);
+            conn_stop_idle(c);
         c = next;
     }
     if (gw->nconns == 0) {

@@ -19,14 +19,17 @@ root; skipped otherwise."""
 
 import json
 import select
+import signal
+import socket
 import threading
 
 import pytest
 
 from conftest import API_IP
-from gate_client import api_rule, open_conn, other_url, poll, read_response, request
+from gate_client import (api_rule, build_request, open_conn, other_url, poll, read_response,
+                         request)
 from gate_servers import ScriptedUpstream
-from held_requests import admin_get, decided
+from held_requests import admin_get, decided, decided_count
 from test_gate_reload import (EchoServer, assert_closed, echo_policy, echo_rule, open_echo_tunnel,
                               reload_to)
 from uffd_hold import FileLock, stop_while_held, threads_in
@@ -281,3 +284,42 @@ def test_a_tunnel_a_reload_denies_is_cut_once_its_deny_line_is_in_the_file(gatew
             t.close()
         end = gw.wait_events("agent_egress_end", id=tid)
         assert len(end) == 1 and end[0]["status"] == 200, end
+
+
+def listening(gw):
+    try:
+        socket.create_connection((gw.host, gw.port), timeout=5).close()
+        return True
+    except ConnectionRefusedError:
+        return False
+
+
+def test_a_refusal_held_for_its_line_on_a_kept_connection_is_answered_at_a_stop(gateway, net):
+    # A kept connection whose refusal waits for its log line looks between
+    # requests (its exchange is over). SIGTERM closed such connections at
+    # once, and the refusal, decided and logged, never reached the agent.
+    # It is sent once its line is in the file (within --grace), then the
+    # connection closes.
+    admin = free_tcp_port()
+    gw = gateway(net.policy([api_rule(net)]), args=["--grace", "60", "--admin", str(admin)])
+    s = open_conn(gw)
+    try:
+        assert request(gw, "GET", net.url("/before"), sock=s).status == 200
+        gw.decided(path="/before")  # both its lines in: nothing left to write
+        lock = FileLock(gw.log_path)
+        try:
+            s.sendall(build_request("GET", other_url(net, "/refused")))
+            poll(lambda: decided_count(admin) >= 2, timeout=10, what="the refusal decided")
+            poll(lambda: threads_in(gw.proc.pid, "write", "writev", path=gw.log_path),
+                 timeout=10, interval=0.01, what="the log's write waiting for the file")
+            gw.proc.send_signal(signal.SIGTERM)
+            poll(lambda: not listening(gw), timeout=10, what="the stop begun")
+        finally:
+            lock.release()
+        r = read_response(s)  # (its timeout a hang guard)
+        assert r.status == 403, r
+        assert s.recv(64) == b""  # then the connection closes
+    finally:
+        s.close()
+    assert gw.wait_exit(30) == 0, gw.stderr()
+    assert paths_in(gw.log_path) == ["/before", "/refused"]
