@@ -573,12 +573,33 @@ bool conn_after_log(struct conn *c, void (*go)(struct conn *c))
     } else if (c->ex.is_connect && c->client != NULL) {
         bufferevent_disable(c->up, EV_READ | EV_WRITE);
         bufferevent_disable(c->client, EV_READ);
-        evtimer_del(c->timer);
     } else if (c->up != NULL) {
         bufferevent_setcb(c->up, up_read_while_held, NULL, NULL, NULL);
     }
+    /* A wait like any other: one that lasts idle_timeout (a file that does
+     * not take the line) is given up (log_gives_up()). Not a cut that
+     * waits: that is the denial's own effect. */
+    if (c->tunnel == NULL) {
+        struct timeval idle = timeval_of_ms(conn_idle_ms(c));
+        evtimer_add(c->timer, &idle);
+    }
     c->log_go = go;
     log_wait_link(c, seq);
+    return true;
+}
+
+/* True when c->timer times <c>'s wait for its log line (conn_after_log()),
+ * and, when <over>, gives the wait up: the decision never took effect, and
+ * now will not (nothing went upstream): <c> is closed, a tunnel's sides
+ * reset, as a client that left would leave it (its end line without an
+ * answer's status, a CONNECT's 200 aside). The caller must not touch <c>
+ * afterwards then. */
+static bool log_gives_up(struct conn *c, bool over)
+{
+    if (!c->log_waiting || c->log_go == NULL || c->tunnel != NULL)
+        return false;
+    if (over)
+        conn_cut(c);
     return true;
 }
 
@@ -586,6 +607,8 @@ bool conn_after_log(struct conn *c, void (*go)(struct conn *c))
 static void log_release(struct conn *c)
 {
     void (*go)(struct conn * c) = c->log_go;
+    if (log_gives_up(c, false))
+        evtimer_del(c->timer); /* the wait's limit: over */
     log_wait_unlink(c);
     c->log_go = NULL;
     if (c->log_hold) {
@@ -1409,6 +1432,8 @@ static void on_head_deadline(evutil_socket_t fd, short what, void *arg)
     struct conn *c = arg;
     (void)fd;
     (void)what;
+    if (log_gives_up(c, true))
+        return; /* its log line waited for idle_timeout */
     if (c->state == CS_HEAD || c->state == CS_LINGER)
         conn_free(c); /* a head over its deadline (see conn_accept), or lingering's end */
     else if (c->state == CS_PEEK) {

@@ -284,7 +284,8 @@ void conn_end_exchange(struct conn *c);
 /* Runs <go>(<c>) once the log holds the decision line just published for
  * <c>: at once when it does (or needs no waiting), else from
  * conn_log_written(), <c>'s upstream events (its tunnel, if open) off
- * meanwhile. Returns true
+ * meanwhile; a wait of idle_timeout is given up (<c> closed, <go> never
+ * run), but for an open tunnel's (its cut). Returns true
  * when <go> waits (<c> untouched until it runs), false when it ran (<c>
  * may be freed). */
 bool conn_after_log(struct conn *c, void (*go)(struct conn *c));

@@ -30,8 +30,8 @@ from gate_client import (api_rule, build_request, open_conn, other_url, poll, re
                          request)
 from gate_servers import ScriptedUpstream
 from held_requests import admin_get, decided, decided_count
-from test_gate_reload import (EchoServer, assert_closed, echo_policy, echo_rule, open_echo_tunnel,
-                              reload_to)
+from test_gate_reload import (PING, EchoServer, assert_closed, echo_policy, echo_rule,
+                              open_echo_tunnel, reload_to)
 from uffd_hold import FileLock, stop_while_held, threads_in
 from watch_helpers import free_tcp_port
 
@@ -323,3 +323,50 @@ def test_a_refusal_held_for_its_line_on_a_kept_connection_is_answered_at_a_stop(
         s.close()
     assert gw.wait_exit(30) == 0, gw.stderr()
     assert paths_in(gw.log_path) == ["/before", "/refused"]
+
+
+def closed_unanswered(sock):
+    """True when the gateway closed <sock> (an end or a reset) having sent
+    nothing on it; its timeout a hang guard."""
+    try:
+        return sock.recv(64) == b""
+    except ConnectionResetError:
+        return True
+
+
+@pytest.mark.parametrize("kind", ["connect", "plain"])
+def test_a_decision_that_waits_for_its_line_longer_than_idle_timeout_is_given_up(gateway, net,
+                                                                                 kind):
+    # An allowed request, or a tunnel's first bytes, waiting for its line
+    # in a file that does not take it: a wait like any other, limited by
+    # idle_timeout; then its connection is closed, nothing having gone
+    # upstream. Without the limit a CONNECT (its sides not read meanwhile)
+    # was held for as long as the file was, its client's leaving unseen.
+    with EchoServer(API_IP) as echo:
+        gw = gateway(echo_policy(net, [echo_rule(echo.port), api_rule(net)],
+                                 limits={"idle_timeout": "1s"}))
+        lock = FileLock(gw.log_path)
+        try:
+            if kind == "connect":
+                s = open_conn(gw, timeout=30)
+                s.sendall(b"CONNECT echo.example.test:%d HTTP/1.1\r\n"
+                          b"Host: echo.example.test:%d\r\n\r\n" % (echo.port, echo.port))
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    head += s.recv(1)
+                assert head.startswith(b"HTTP/1.1 200"), head
+                s.sendall(PING)  # its first bytes: they wait for the line
+            else:
+                s = open_conn(gw, timeout=30)
+                s.sendall(build_request("GET", net.url("/waits")))
+            try:
+                assert closed_unanswered(s)
+            finally:
+                s.close()
+        finally:
+            lock.release()
+        ev, end = gw.decided(method="CONNECT" if kind == "connect" else "GET")
+        status = 200 if kind == "connect" else None  # (the 200 went out before the wait)
+        assert ev["decision"] == "allow" and end["bytes_up"] == 0, (ev, end)
+        assert end["status"] == status, end
+        assert [r.path for r in net.api.requests if r.path == "/waits"] == []
