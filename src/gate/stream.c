@@ -4,9 +4,11 @@
 #include <stdbool.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_struct.h> /* ev_read, wm_read: stream_own_reads() */
 #include <event2/event.h>
 
 /* True when <bev> has nothing queued, so bytes may go to <fd> directly. */
@@ -127,6 +129,119 @@ ssize_t stream_read_more(struct bufferevent *bev, evutil_socket_t fd, size_t upt
 ssize_t stream_read_rest(struct bufferevent *bev, evutil_socket_t fd, size_t upto)
 {
     return read_upto(bev, fd, upto);
+}
+
+/* What libevent 2.1 reads of a socket at most per read event
+ * (EVBUFFER_MAX_READ in its buffer.c): a 4 KiB chain at most per event,
+ * as before. */
+#define STREAM_EVENT_READ 4096u
+
+/* Reports <what> to <bev>'s event callback as libevent's read does: reads
+ * off first, errno as the read left it. */
+static void read_failed(struct bufferevent *bev, short what)
+{
+    int err = errno;
+    bufferevent_disable(bev, EV_READ);
+    errno = err;
+    bufferevent_trigger_event(bev, BEV_EVENT_READING | what, 0);
+}
+
+/* Reads what <fd> has, up to <want> bytes (at most STREAM_EVENT_READ),
+ * into <in>: returns as read(), -1 with ENOMEM when the input could not
+ * take them (libevent's read fails so when it cannot make room). Read on
+ * the stack, then added: the input gets one piece of memory sized to what
+ * came, as libevent sizes its read by FIONREAD (a 100-byte request takes
+ * 1 KiB, from the allocator's per-thread cache, where room reserved for
+ * 4 KiB would take an 8 KiB chain from its slower path). */
+static ssize_t read_event_once(struct evbuffer *in, evutil_socket_t fd, size_t want)
+{
+    char buf[STREAM_EVENT_READ];
+    ssize_t n;
+    do
+        n = read(fd, buf, want);
+    while (n < 0 && errno == EINTR);
+    if (n <= 0)
+        return n;
+    evbuffer_unfreeze(in, 0);
+    int r = evbuffer_add(in, buf, (size_t)n); /* runs the input's callbacks */
+    evbuffer_freeze(in, 0);
+    if (r < 0) {
+        errno = ENOMEM;
+        return -1;
+    }
+    return n;
+}
+
+/* <bev>'s read event (stream_own_reads()): libevent's bufferevent_readcb()
+ * (bufferevent_sock.c) less the FIONREAD. */
+static void on_readable(evutil_socket_t fd, short what, void *arg)
+{
+    struct bufferevent *bev = arg;
+    if (what == EV_TIMEOUT) { /* with EV_READ too, a read happened: no timeout */
+        read_failed(bev, BEV_EVENT_TIMEOUT);
+        return;
+    }
+    struct evbuffer *in = bufferevent_get_input(bev);
+    size_t want = STREAM_EVENT_READ;
+    size_t high = bev->wm_read.high;
+    if (high != 0) {
+        size_t len = evbuffer_get_length(in);
+        if (len >= high) {
+            /* Not met while the input's watermark callback suspends the
+             * reads as it reaches the mark; as libevent's read, nothing is
+             * read here (a read of 0 bytes would look like the end), the
+             * event stops, and that callback adds it again once the input
+             * is drained below the mark. */
+            event_del(&bev->ev_read);
+            return;
+        }
+        if (high - len < want)
+            want = high - len;
+    }
+    ssize_t n = read_event_once(in, fd, want);
+    if (n > 0)
+        bufferevent_trigger(bev, EV_READ, 0); /* under the low watermark: no call */
+    else if (n == 0)
+        read_failed(bev, BEV_EVENT_EOF);
+    else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ECONNREFUSED)
+        read_failed(bev, BEV_EVENT_ERROR); /* a refused connect: libevent leaves it to its write */
+}
+
+/* libevent's read callback of a socket bufferevent (static in its
+ * bufferevent_sock.c), learnt once from one made for the purpose: a
+ * bufferevent whose read event has it is a socket one. Others (TLS,
+ * filters, pairs) read otherwise or have no such event. */
+static event_callback_fn socket_read_callback(struct event_base *base)
+{
+    static event_callback_fn cb; /* the same for every base */
+    if (cb == NULL) {
+        struct bufferevent *probe = bufferevent_socket_new(base, -1, 0);
+        if (probe == NULL)
+            return NULL;
+        cb = event_get_callback(&probe->ev_read);
+        bufferevent_free(probe);
+    }
+    return cb;
+}
+
+int stream_own_reads(struct bufferevent *bev)
+{
+    struct event *ev = &bev->ev_read;
+    struct event_base *base = bufferevent_get_base(bev);
+    event_callback_fn cb = event_get_callback(ev);
+    if (cb == on_readable)
+        return 0;
+    evutil_socket_t fd = event_get_fd(ev);
+    if (cb == NULL || cb != socket_read_callback(base) || fd < 0 ||
+        event_pending(ev, EV_READ | EV_WRITE | EV_TIMEOUT | EV_SIGNAL, NULL))
+        return -1;
+    /* event_assign() sets the base's middle priority: the one the
+     * bufferevent had is kept. Same descriptor, same flags (EV_FINALIZE
+     * among them, which bufferevent_free() relies on). */
+    int pri = event_get_priority(ev);
+    if (event_assign(ev, base, fd, event_get_events(ev), on_readable, bev) < 0)
+        return -1;
+    return event_priority_set(ev, pri);
 }
 
 void stream_reset_on_close(evutil_socket_t fd)

@@ -1,5 +1,5 @@
 /* stream: writing to a bufferevent, socket first; reading more than
- * libevent does per event.
+ * libevent does per event, and without its ioctl.
  *
  * A bufferevent writes what is queued in its output when its descriptor
  * reports writable: one epoll_ctl() to watch for that, a loop iteration,
@@ -51,6 +51,30 @@ ssize_t stream_read_more(struct bufferevent *bev, evutil_socket_t fd, size_t upt
  * that failed (a reset), whose peer sends nothing more, to take what it
  * sent before, which stays readable ahead of the error. */
 ssize_t stream_read_rest(struct bufferevent *bev, evutil_socket_t fd, size_t upto);
+
+/* libevent 2.1's read of a socket bufferevent asks the kernel how much
+ * waits (ioctl(FIONREAD)) before every readv(), whatever it may read: two
+ * of a keep-alive request's seven system calls through the gateway.
+ * stream_own_reads() gives <bev>'s read event (struct bufferevent's
+ * ev_read) a callback of this file instead, which reads as libevent's does
+ * but without that ioctl: one read() a read event, of at most 4 KiB
+ * (EVBUFFER_MAX_READ) and never past the read high watermark, added to the
+ * input (its end unfrozen only meanwhile); then the read callback, under
+ * the low watermark's rule, or bufferevent_disable(EV_READ) and the event
+ * callback with BEV_EVENT_READING | BEV_EVENT_EOF, ERROR (errno kept) or
+ * TIMEOUT, as libevent reports them. The event itself stays the
+ * bufferevent's, so bufferevent_enable() and _disable(), the read timeout,
+ * the high watermark's suspension (the input's callback, run as the bytes
+ * are added) and bufferevent_priority_set() act on it as before.
+ *
+ * <bev> must be a socket bufferevent (bufferevent_socket_new()) without
+ * rate limits (this read takes no bucket), whose descriptor is set and
+ * will not change: bufferevent_setfd() and bufferevent_socket_connect()
+ * give the event libevent's callback back (so call this once connected).
+ * Its read event must not be pending or active. Returns 0, or -1 when it
+ * cannot be done (the event pending, no descriptor, not a socket
+ * bufferevent): libevent reads on. */
+int stream_own_reads(struct bufferevent *bev);
 
 /* Makes the close of socket <fd> a reset (SO_LINGER {1,0}): what its send
  * queue still holds is dropped, and the peer reads ECONNRESET, not the end

@@ -4,7 +4,14 @@
  * watermark, leaves the end of the peer's side for the bufferevent's next
  * read, reports a reset as an error, and reads nothing without a socket;
  * stream_read_rest() reads past the watermark, up to what it is asked,
- * and takes what came before a reset. */
+ * and takes what came before a reset.
+ *
+ * stream_own_reads(): each case runs on a bufferevent libevent reads and
+ * on one whose reads were taken over, and both must see the same: what a
+ * read event takes, the read and event callbacks (end, reset, read
+ * timeout), the watermarks, the priority, a bufferevent freed from its own
+ * callback; and only the taken one reads without ioctl(FIONREAD), counted
+ * by this program's ioctl(), which libevent's calls reach first. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -13,13 +20,18 @@
 
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
+#include <openssl/ssl.h>
 
 #include "gate/stream.h"
 
@@ -190,6 +202,416 @@ static void rest_takes_what_came_before_a_reset(void **state)
     close(l);
 }
 
+/* FIONREADs asked of the kernel in this process. libevent's calls to
+ * ioctl() resolve to this program's: it counts them and passes them on. */
+static unsigned fionreads;
+
+int ioctl(int fd, unsigned long request, ...)
+{
+    va_list ap;
+    va_start(ap, request);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    if (request == FIONREAD)
+        fionreads++;
+    return (int)syscall(SYS_ioctl, fd, request, arg);
+}
+
+/* What a bufferevent's callbacks saw. */
+struct seen {
+    int reads;         /* read callbacks */
+    size_t len;        /* the input's length at the last one */
+    short what;        /* the event callback's <what>; 0 none */
+    int err;           /* errno at the event callback */
+    bool free_on_read; /* the read callback frees the bufferevent */
+};
+
+static void seen_read(struct bufferevent *bev, void *arg)
+{
+    struct seen *s = arg;
+    s->reads++;
+    s->len = evbuffer_get_length(bufferevent_get_input(bev));
+    if (s->free_on_read)
+        bufferevent_free(bev);
+}
+
+static void seen_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct seen *s = arg;
+    (void)bev;
+    s->what = what;
+    s->err = errno;
+}
+
+/* A bufferevent on <fd> in <base> that reports to <s>, read by libevent or,
+ * with <own>, by stream_own_reads(). Reading is not enabled yet. */
+static struct bufferevent *watched(struct event_base *base, int fd, bool own, struct seen *s)
+{
+    struct bufferevent *bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+    assert_non_null(bev);
+    bufferevent_setcb(bev, seen_read, NULL, seen_event, s);
+    if (own)
+        assert_int_equal(stream_own_reads(bev), 0);
+    return bev;
+}
+
+/* A socketpair's two ends, sv[0] for the bufferevent. */
+static void pair(int sv[2])
+{
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+}
+
+/* A watched() bufferevent on one end of a socketpair, in a base of its
+ * own; the rig stays where it is made (the callbacks hold &s). */
+struct rig {
+    struct event_base *base;
+    struct bufferevent *bev; /* NULL once freed */
+    int peer;                /* the other end; -1 once closed */
+    struct seen s;
+};
+
+static void rig_open(struct rig *r, bool own)
+{
+    int sv[2];
+    pair(sv);
+    memset(r, 0, sizeof(*r));
+    r->base = event_base_new();
+    assert_non_null(r->base);
+    r->bev = watched(r->base, sv[0], own, &r->s);
+    r->peer = sv[1];
+}
+
+/* Frees what <r> holds; returns what its callbacks saw. */
+static struct seen rig_close(struct rig *r)
+{
+    if (r->bev != NULL)
+        bufferevent_free(r->bev);
+    if (r->peer >= 0)
+        close(r->peer);
+    event_base_free(r->base);
+    return r->s;
+}
+
+static size_t rig_input(const struct rig *r)
+{
+    return evbuffer_get_length(bufferevent_get_input(r->bev));
+}
+
+/* Runs <r>'s loop for <n> turns that do not wait. */
+static void turns(struct rig *r, int n)
+{
+    for (int i = 0; i < n; i++)
+        event_base_loop(r->base, EVLOOP_NONBLOCK);
+}
+
+/* Runs <base>'s loop, waiting, until <s> saw an event (a hang guard of
+ * 500 turns). */
+static void until_event(struct event_base *base, const struct seen *s)
+{
+    for (int i = 0; i < 500 && s->what == 0; i++)
+        event_base_loop(base, EVLOOP_ONCE);
+    assert_int_not_equal(s->what, 0);
+}
+
+/* Enables <r>'s reads and runs its loop until its event callback is
+ * called, which must find reading off; frees <r>. */
+static struct seen until_reads_stop(struct rig *r)
+{
+    bufferevent_enable(r->bev, EV_READ);
+    until_event(r->base, &r->s);
+    assert_int_equal(bufferevent_get_enabled(r->bev) & EV_READ, 0);
+    return rig_close(r);
+}
+
+/* Runs <scenario> read by libevent, then by stream_own_reads(): both must
+ * see the same callbacks, the event one with <what> (0: not called).
+ * Returns what the second saw. */
+static struct seen seen_alike(struct seen (*scenario)(bool own), short what)
+{
+    struct seen a = scenario(false);
+    struct seen b = scenario(true);
+    assert_int_equal(a.what, what);
+    assert_int_equal(b.what, a.what);
+    assert_int_equal(b.err, a.err);
+    assert_int_equal(b.reads, a.reads);
+    assert_int_equal(b.len, a.len);
+    return b;
+}
+
+/* One read event takes 4 KiB of what waits, then the read callback runs;
+ * the next takes the next 4 KiB. */
+static struct seen one_event_reads(bool own)
+{
+    struct rig r;
+    rig_open(&r, own);
+    put(r.peer, 10000);
+    bufferevent_enable(r.bev, EV_READ);
+    event_base_loop(r.base, EVLOOP_ONCE);
+    assert_int_equal(r.s.reads, 1);
+    assert_int_equal(r.s.len, 4096);
+    event_base_loop(r.base, EVLOOP_ONCE);
+    assert_int_equal(r.s.len, 8192);
+    return rig_close(&r);
+}
+
+static void own_reads_take_what_libevent_takes(void **state)
+{
+    (void)state;
+    struct seen a = one_event_reads(false);
+    struct seen b = one_event_reads(true);
+    assert_int_equal(a.reads, b.reads);
+    assert_int_equal(a.len, b.len);
+}
+
+/* The peer sends 100 bytes and ends its side. */
+static struct seen end_of_peer(bool own)
+{
+    struct rig r;
+    rig_open(&r, own);
+    put(r.peer, 100);
+    close(r.peer);
+    r.peer = -1;
+    return until_reads_stop(&r);
+}
+
+static void own_reads_report_the_end_as_libevent(void **state)
+{
+    (void)state;
+    struct seen s = seen_alike(end_of_peer, BEV_EVENT_READING | BEV_EVENT_EOF);
+    assert_int_equal(s.len, 100);
+}
+
+/* The peer resets the connection (TCP: a socketpair has no reset). */
+static struct seen reset_by_peer(bool own)
+{
+    struct seen s = {0};
+    int l, a, b;
+    tcp_pair(&l, &a, &b);
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    assert_int_equal(setsockopt(b, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+    close(b);
+    struct event_base *base = event_base_new();
+    struct bufferevent *bev = watched(base, a, own, &s);
+    bufferevent_enable(bev, EV_READ);
+    until_event(base, &s);
+    assert_int_equal(bufferevent_get_enabled(bev) & EV_READ, 0);
+    bufferevent_free(bev);
+    event_base_free(base);
+    close(l);
+    return s;
+}
+
+static void own_reads_report_a_reset_as_libevent(void **state)
+{
+    (void)state;
+    struct seen s = seen_alike(reset_by_peer, BEV_EVENT_READING | BEV_EVENT_ERROR);
+    assert_int_equal(s.err, ECONNRESET);
+}
+
+/* Nothing comes within the read timeout. */
+static struct seen read_timeout(bool own)
+{
+    struct rig r;
+    rig_open(&r, own);
+    struct timeval tv = {.tv_sec = 0, .tv_usec = 20000};
+    bufferevent_set_timeouts(r.bev, &tv, NULL);
+    return until_reads_stop(&r);
+}
+
+static void own_reads_keep_the_read_timeout(void **state)
+{
+    (void)state;
+    struct seen s = seen_alike(read_timeout, BEV_EVENT_READING | BEV_EVENT_TIMEOUT);
+    assert_int_equal(s.reads, 0);
+}
+
+/* Input lengths: after reading under a high watermark of 5000 (no read
+ * callback takes any), after draining it, after setting the watermark to
+ * what the input holds, and after draining 1000 from there. */
+struct marks {
+    size_t at_high, after_drain, at_equal, after_equal_drain;
+};
+
+static struct marks high_watermark(bool own)
+{
+    struct rig r;
+    struct marks m;
+    rig_open(&r, own);
+    /* No read callback: libevent calls one again and again while the
+     * input stays at the high watermark (bufferevent_inbuf_wm_check()). */
+    bufferevent_setcb(r.bev, NULL, NULL, seen_event, &r.s);
+    struct evbuffer *in = bufferevent_get_input(r.bev);
+    bufferevent_setwatermark(r.bev, EV_READ, 0, 5000);
+    put(r.peer, 20000);
+    bufferevent_enable(r.bev, EV_READ);
+    turns(&r, 10);
+    m.at_high = rig_input(&r);
+    evbuffer_drain(in, 5000);
+    turns(&r, 10);
+    m.after_drain = rig_input(&r);
+    evbuffer_drain(in, 2000); /* 3000 left */
+    bufferevent_setwatermark(r.bev, EV_READ, 0, 3000);
+    turns(&r, 10);
+    m.at_equal = rig_input(&r);
+    evbuffer_drain(in, 1000);
+    turns(&r, 10);
+    m.after_equal_drain = rig_input(&r);
+    rig_close(&r);
+    return m;
+}
+
+static void own_reads_keep_the_high_watermark(void **state)
+{
+    (void)state;
+    struct marks a = high_watermark(false);
+    struct marks b = high_watermark(true);
+    assert_int_equal(a.at_high, 5000);
+    assert_int_equal(a.after_drain, 5000);
+    assert_int_equal(a.at_equal, 3000);
+    assert_int_equal(a.after_equal_drain, 3000);
+    assert_memory_equal(&a, &b, sizeof(a));
+}
+
+/* Under a low watermark of 200, 100 bytes call nothing; 200 do. */
+static struct seen low_watermark(bool own)
+{
+    struct rig r;
+    rig_open(&r, own);
+    bufferevent_setwatermark(r.bev, EV_READ, 200, 0);
+    put(r.peer, 100);
+    bufferevent_enable(r.bev, EV_READ);
+    turns(&r, 5);
+    assert_int_equal(r.s.reads, 0);
+    put(r.peer, 100);
+    turns(&r, 5);
+    return rig_close(&r);
+}
+
+static void own_reads_keep_the_low_watermark(void **state)
+{
+    (void)state;
+    struct seen s = seen_alike(low_watermark, 0); /* no event */
+    assert_int_equal(s.reads, 1);
+    assert_int_equal(s.len, 200);
+}
+
+static void own_reads_keep_the_priority(void **state)
+{
+    (void)state;
+    struct rig r;
+    rig_open(&r, false);
+    assert_int_equal(event_base_priority_init(r.base, 3), 0);
+    assert_int_equal(bufferevent_priority_set(r.bev, 0), 0);
+    assert_int_equal(stream_own_reads(r.bev), 0);
+    assert_int_equal(bufferevent_get_priority(r.bev), 0);
+    /* and it can be moved as before */
+    assert_int_equal(bufferevent_priority_set(r.bev, 2), 0);
+    assert_int_equal(bufferevent_get_priority(r.bev), 2);
+    put(r.peer, 10);
+    bufferevent_enable(r.bev, EV_READ);
+    event_base_loop(r.base, EVLOOP_ONCE);
+    assert_int_equal(r.s.reads, 1);
+    rig_close(&r);
+}
+
+/* A read callback that frees its bufferevent: the read event that called
+ * it touches nothing after (the sanitizers would tell). */
+static void own_reads_survive_a_free_in_the_read_callback(void **state)
+{
+    (void)state;
+    struct rig r;
+    rig_open(&r, true);
+    r.s.free_on_read = true;
+    put(r.peer, 10);
+    bufferevent_enable(r.bev, EV_READ);
+    event_base_loop(r.base, EVLOOP_ONCE);
+    assert_int_equal(r.s.reads, 1);
+    r.bev = NULL;
+    turns(&r, 2); /* libevent finalizes the freed bufferevent */
+    rig_close(&r);
+}
+
+static void own_reads_refused_while_reading(void **state)
+{
+    (void)state;
+    struct rig r;
+    rig_open(&r, false);
+    bufferevent_enable(r.bev, EV_READ);
+    assert_int_equal(stream_own_reads(r.bev), -1);
+    put(r.peer, 10);
+    event_base_loop(r.base, EVLOOP_ONCE); /* libevent reads on */
+    assert_int_equal(r.s.reads, 1);
+    rig_close(&r);
+}
+
+static enum bufferevent_filter_result pass(struct evbuffer *src, struct evbuffer *dst,
+                                           ev_ssize_t limit, enum bufferevent_flush_mode mode,
+                                           void *arg)
+{
+    (void)limit;
+    (void)mode;
+    (void)arg;
+    evbuffer_add_buffer(dst, src);
+    return BEV_OK;
+}
+
+/* Only a socket bufferevent's reads are taken: a TLS one reads its
+ * socket through OpenSSL (its read event has the socket and the
+ * bufferevent too), and a filter over a socket one has a read event of
+ * its own, unused (descriptor 0 in it). */
+static void own_reads_refused_to_other_bufferevents(void **state)
+{
+    (void)state;
+    int sv[2], tv[2];
+    pair(sv);
+    pair(tv);
+    struct event_base *base = event_base_new();
+    SSL_CTX *ctx = SSL_CTX_new(TLS_method());
+    assert_non_null(ctx);
+    struct bufferevent *tls = bufferevent_openssl_socket_new(
+        base, tv[0], SSL_new(ctx), BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE);
+    assert_non_null(tls);
+    assert_int_equal(stream_own_reads(tls), -1);
+    struct bufferevent *under = bufferevent_socket_new(base, sv[0], BEV_OPT_CLOSE_ON_FREE);
+    struct bufferevent *filter =
+        bufferevent_filter_new(under, pass, pass, BEV_OPT_CLOSE_ON_FREE, NULL, NULL);
+    assert_non_null(filter);
+    assert_int_equal(stream_own_reads(filter), -1);
+    assert_int_equal(stream_own_reads(under), 0);
+    assert_int_equal(stream_own_reads(under), 0); /* taken already */
+    bufferevent_free(filter);
+    bufferevent_free(tls);
+    SSL_CTX_free(ctx);
+    close(sv[1]);
+    close(tv[1]);
+    event_base_free(base);
+}
+
+/* FIONREADs over 20 read events of 100 bytes each. */
+static unsigned fionreads_for_reads(bool own)
+{
+    struct rig r;
+    rig_open(&r, own);
+    bufferevent_enable(r.bev, EV_READ);
+    unsigned before = fionreads;
+    for (int i = 0; i < 20; i++) {
+        put(r.peer, 100);
+        event_base_loop(r.base, EVLOOP_ONCE);
+    }
+    assert_int_equal(r.s.reads, 20);
+    assert_int_equal(r.s.len, 2000);
+    unsigned n = fionreads - before;
+    rig_close(&r);
+    return n;
+}
+
+static void own_reads_ask_no_fionread(void **state)
+{
+    (void)state;
+    assert_int_equal(fionreads_for_reads(false), 20); /* libevent: one a read */
+    assert_int_equal(fionreads_for_reads(true), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -200,6 +622,17 @@ int main(void)
         cmocka_unit_test(reports_a_reset),
         cmocka_unit_test_setup_teardown(rest_reads_past_the_watermark, setup, teardown),
         cmocka_unit_test(rest_takes_what_came_before_a_reset),
+        cmocka_unit_test(own_reads_take_what_libevent_takes),
+        cmocka_unit_test(own_reads_report_the_end_as_libevent),
+        cmocka_unit_test(own_reads_report_a_reset_as_libevent),
+        cmocka_unit_test(own_reads_keep_the_read_timeout),
+        cmocka_unit_test(own_reads_keep_the_high_watermark),
+        cmocka_unit_test(own_reads_keep_the_low_watermark),
+        cmocka_unit_test(own_reads_keep_the_priority),
+        cmocka_unit_test(own_reads_survive_a_free_in_the_read_callback),
+        cmocka_unit_test(own_reads_refused_while_reading),
+        cmocka_unit_test(own_reads_refused_to_other_bufferevents),
+        cmocka_unit_test(own_reads_ask_no_fionread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
