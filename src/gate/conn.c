@@ -141,6 +141,7 @@ void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
         return;
     }
     bufferevent_setcb(c->client, on_read, on_write, on_event, c);
+    (void)stream_own_reads(c->client); /* else libevent reads, with its FIONREAD */
     c->drain_cb = evbuffer_add_cb(bufferevent_get_output(c->client), drain_on_write, &c->drain);
     if (c->drain_cb == NULL) {
         conn_free(c);

@@ -13,6 +13,7 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
+#include "gate/stream.h"
 #include "util/units.h"
 #include "util/shortage.h"
 
@@ -100,6 +101,9 @@ static void finish(struct upstream_connect *uc, int err)
     } else {
         bufferevent_setcb(bev, NULL, NULL, NULL, NULL);
         bufferevent_set_timeouts(bev, NULL, NULL);
+        /* Connected: its descriptor set for good (stream.h). Else
+         * libevent reads, with its FIONREAD. */
+        (void)stream_own_reads(bev);
     }
     int e = uc->short_errno;
     event_free(uc->kick);

@@ -3,9 +3,12 @@
 import hashlib
 import http.client
 import json
+import os
+import shutil
 import signal
 import socket
 import struct
+import subprocess
 import threading
 import time
 
@@ -1337,6 +1340,45 @@ def test_plain_bodies_are_read_in_large_pieces(gateway, net):
     assert got["body_len"] == n and got["body_sha256"] == hashlib.sha256(body).hexdigest()
     assert down < n // 8192, "%d reads for an 8 MiB download" % down
     assert up < n // 8192, "%d reads for an 8 MiB upload" % up
+
+
+def test_plain_requests_ask_no_fionread(gateway, net, tmp_path):
+    # libevent 2.1 asks the kernel how much waits (ioctl(FIONREAD)) before
+    # every read of a bufferevent's socket: two system calls a keep-alive
+    # request. The gateway reads its clients' and upstreams' sockets itself
+    # (stream_own_reads()), without it. strace, attached while 20 requests
+    # go through one connection, sees their sends upstream and no FIONREAD
+    # (63 before, with the requests that waited for it to attach).
+    if shutil.which("strace") is None:
+        pytest.skip("needs strace")
+    gw = gateway(net.policy([api_rule(net)]))
+    s = open_conn(gw)
+    out = str(tmp_path / "strace.out")
+    tracer = subprocess.Popen(
+        ["strace", "-f", "-qq", "-e", "trace=ioctl,sendto", "-e", "signal=none", "-o", out,
+         "-p", str(gw.proc.pid)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def traced():
+        if tracer.poll() is not None:
+            pytest.skip("strace cannot attach: %s" % tracer.stderr.read().strip())
+        assert request(gw, "GET", net.url("/attach"), sock=s).status == 200
+        return os.path.exists(out) and "sendto(" in open(out).read()
+
+    try:
+        poll(traced, timeout=20, what="strace to attach")
+        rs = [request(gw, "GET", net.url("/r%d" % i), sock=s) for i in range(20)]
+    finally:
+        s.close()
+        if tracer.poll() is None:
+            tracer.send_signal(signal.SIGINT)  # detaches; the gateway runs on
+        tracer.wait(20)
+    assert [r.status for r in rs] == [200] * 20
+    with open(out) as f:
+        lines = f.read().splitlines()
+    assert sum("sendto(" in line for line in lines) >= 21
+    fionreads = [line for line in lines if "FIONREAD" in line]
+    assert fionreads == [], "%d FIONREADs, first: %s" % (len(fionreads), fionreads[:3])
 
 
 def test_one_empty_line_before_a_request_line_is_ignored(gateway, net):
