@@ -72,16 +72,18 @@ struct decision {
  *     cidr: rules (none: ip_literal);
  *  3. among rules covering the host: agent, then port, then method must
  *     match (agent_not_allowed, port_not_allowed, method_not_allowed);
- *     rules whose grant has expired are skipped, and if only they would
- *     have matched the answer is grant_expired;
- *  4. the most specific survivor wins: exact over wildcard (longer suffix
+ *  4. the most specific match wins: exact over wildcard (longer suffix
  *     over shorter; longer prefix for CIDRs), then a rule naming the method,
- *     then the lower tier;
+ *     then the lower tier, then file order; expired rules are ranked with
+ *     the live ones, and when the winner has expired the answer is
+ *     grant_expired (expiry never lets a wider or lower-tier rule decide);
  *  5. CONNECT gathers the live rules for that host (exact and wildcard
  *     alike, or every covering CIDR), port and agent: it needs one without
  *     a methods restriction (else needs_inspection), the best of those by
  *     the ranking of 4 is the deciding rule, and it is classified at the
- *     highest tier of all the gathered rules.
+ *     highest tier of all the gathered rules; it is grant_expired when an
+ *     expired rule for that port and agent, counted as live, would be the
+ *     deciding rule or raise that tier.
  * A denial for an agent in report mode becomes VERDICT_REPORT. */
 void policy_decide(const struct policy *p, const struct decision_query *q, struct decision *out);
 

@@ -8,14 +8,17 @@
  * depends on the name's label count and the number of prefix lengths.
  *
  * Each candidate goes through the same filters in the same order: agent,
- * port, method, expiry. The furthest filter any candidate got past names the
+ * port, method. The furthest filter any candidate got past names the
  * denial when nothing matches (a rule for another agent says
  * agent_not_allowed, one for another port port_not_allowed, and so on).
+ * Expiry is no filter: an expired rule that matches is ranked with the live
+ * ones, so that it never lets a request through a wider or lower-tier rule.
  *
  * Two choices the SPEC leaves open, decided here:
  *  - A plain request (anything but CONNECT) is ranked over every class: the
- *    first class, in specificity order, holding a live rule that matches
- *    agent, port and method supplies the winner. So an exact rule for GET
+ *    first class, in specificity order, holding a rule that matches agent,
+ *    port and method supplies the first-ranked rule; when it has expired,
+ *    the answer is grant_expired, naming it. So an exact rule for GET
  *    does not hide a wildcard rule that allows every method: the wildcard's
  *    author allowed that method for every name below it.
  *  - A CONNECT gathers the live rules matching agent and port from every
@@ -29,7 +32,10 @@
  *    specific rule holding it. Without an unrestricted rule the answer is
  *    needs_inspection, reported against that highest-tier rule. Consistent
  *    with plain requests: "api.github.com: GET only" next to an
- *    unrestricted "*.github.com" lets a POST through, and so a tunnel. */
+ *    unrestricted "*.github.com" lets a POST through, and so a tunnel.
+ *    The expired rules matching agent and port are gathered too, apart:
+ *    when, counted as live, one of them would decide the tunnel or raise
+ *    its tier, the tunnel is grant_expired (conclude_connect()). */
 #include <string.h>
 
 #include "policy/decision.h"
@@ -37,12 +43,21 @@
 #include "util/units.h"
 
 enum stage {
-    STAGE_NONE,   /* no rule covers the target */
-    STAGE_HOST,   /* covered, but every rule is for other agents */
-    STAGE_AGENT,  /* agent ok, port not */
-    STAGE_PORT,   /* agent and port ok, method not */
-    STAGE_METHOD, /* agent, port and method ok, but only expired grants */
-    STAGE_LIVE,   /* a live rule matches */
+    STAGE_NONE,  /* no rule covers the target */
+    STAGE_HOST,  /* covered, but every rule is for other agents */
+    STAGE_AGENT, /* agent ok, port not */
+    STAGE_PORT,  /* agent and port ok, method not */
+    STAGE_MATCH, /* a rule matches agent, port and method (live or expired) */
+};
+
+/* A CONNECT's candidates, over every class: the best rule without a methods
+ * restriction (which opens the tunnel) and the rule of the highest tier
+ * (ties: ranking order), with the classes they were met in. */
+struct gathered {
+    const struct rule *open;
+    unsigned open_cls;
+    const struct rule *top;
+    unsigned top_cls;
 };
 
 struct search {
@@ -51,20 +66,10 @@ struct search {
     int32_t today;
     bool connect;
     enum stage stage;
-    unsigned cls;               /* classes visited so far */
-    const struct rule *best;    /* plain request: the winner */
-    const struct rule *expired; /* best expired full match, in the first class holding one */
-    unsigned expired_cls;
-    /* CONNECT: over the live rules matching agent and port, every class */
-    const struct rule *open; /* best rule without a methods restriction */
-    unsigned open_cls;
-    const struct rule *top; /* the highest tier (ties: ranking order) */
-    unsigned top_cls;
-    /* CONNECT: the best expired rule without a methods restriction, which
-     * would have opened the tunnel (grant_expired rather than
-     * needs_inspection when no live one does) */
-    const struct rule *expired_open;
-    unsigned expired_open_cls;
+    unsigned cls;            /* classes visited so far */
+    const struct rule *best; /* plain request: the first-ranked match, live or expired */
+    struct gathered live;    /* CONNECT: the live rules matching agent and port */
+    struct gathered all;     /* CONNECT: the same, expired ones included */
 };
 
 static bool agent_ok(const struct rule *r, const char *agent_id)
@@ -132,12 +137,32 @@ static bool ranks_before(const struct rule *r, unsigned cls, const struct rule *
     return cls == cur_cls && better(r, cur);
 }
 
+static bool expired(const struct search *s, const struct rule *r)
+{
+    return r->has_expires && s->today > r->expires;
+}
+
+static void gather(struct gathered *g, const struct rule *r, unsigned cls)
+{
+    if (r->methods == 0 && ranks_before(r, cls, g->open, g->open_cls)) {
+        g->open = r;
+        g->open_cls = cls;
+    }
+    if (g->top == NULL || r->tier > g->top->tier ||
+        (r->tier == g->top->tier && ranks_before(r, cls, g->top, g->top_cls))) {
+        g->top = r;
+        g->top_cls = cls;
+    }
+}
+
 /* Runs one class of candidates through the filters. Returns 1 when the
  * class settled the decision (no less specific class may change it): a
- * plain request's first class with a live match. A CONNECT never stops. */
+ * plain request's first class with a match, live or expired (an expired
+ * rule is ranked as a live one is, so that it never lets a request fall
+ * through to a wider rule). A CONNECT never stops. */
 static int visit_class(struct search *s, struct rule_list l)
 {
-    bool live = false;
+    bool match = false;
     s->cls++;
     for (size_t i = 0; i < l.count; i++) {
         if (l.items[i] >= s->p->nrules)
@@ -150,40 +175,21 @@ static int visit_class(struct search *s, struct rule_list l)
         if (!port_ok(r, s->q->port))
             continue;
         reach(s, STAGE_PORT);
-        /* A CONNECT's methods are judged on the whole class below. */
+        /* A CONNECT's methods are judged on all the gathered rules. */
         if (!s->connect && !method_ok(r, s->q->method))
             continue;
-        reach(s, STAGE_METHOD);
-        if (r->has_expires && s->today > r->expires) {
-            if (s->expired == NULL || (s->expired_cls == s->cls && better(r, s->expired))) {
-                s->expired = r;
-                s->expired_cls = s->cls;
-            }
-            if (s->connect && r->methods == 0 &&
-                ranks_before(r, s->cls, s->expired_open, s->expired_open_cls)) {
-                s->expired_open = r;
-                s->expired_open_cls = s->cls;
-            }
-            continue;
-        }
-        reach(s, STAGE_LIVE);
-        live = true;
+        reach(s, STAGE_MATCH);
+        match = true;
         if (!s->connect) {
             if (s->best == NULL || better(r, s->best))
                 s->best = r;
             continue;
         }
-        if (r->methods == 0 && ranks_before(r, s->cls, s->open, s->open_cls)) {
-            s->open = r;
-            s->open_cls = s->cls;
-        }
-        if (s->top == NULL || r->tier > s->top->tier ||
-            (r->tier == s->top->tier && ranks_before(r, s->cls, s->top, s->top_cls))) {
-            s->top = r;
-            s->top_cls = s->cls;
-        }
+        gather(&s->all, r, s->cls);
+        if (!expired(s, r))
+            gather(&s->live, r, s->cls);
     }
-    return live && !s->connect ? 1 : 0;
+    return match && !s->connect ? 1 : 0;
 }
 
 static int visit_cidr(struct rule_list rules, unsigned prefix, void *arg)
@@ -222,49 +228,60 @@ static void deny(struct decision *out, enum deny_reason why, const struct rule *
     set_rule(out, r);
 }
 
+/* A CONNECT with at least one rule for its agent and port. Its decision
+ * by the live rules is compared with the one it would have were the expired
+ * rules live too: when that one's deciding rule is expired, or its tier is
+ * higher, expiry would widen the tunnel or lower its tier, and it is
+ * refused with grant_expired instead, naming the expired rule that would
+ * have set its tier, else the one that would have decided it. */
+static void conclude_connect(const struct search *s, struct decision *out)
+{
+    const struct rule *open = s->all.open, *top = s->all.top;
+    const struct rule *grant = open != NULL && open->tier == top->tier ? open : top;
+    if (open == NULL) {
+        /* nothing would open it, live or not: needs_inspection, named
+         * after the highest live tier; only expired rules: grant_expired */
+        if (s->live.top != NULL)
+            deny(out, REASON_NEEDS_INSPECTION, s->live.top);
+        else
+            deny(out, REASON_GRANT_EXPIRED, top);
+        return;
+    }
+    if (expired(s, open) || top->tier > s->live.top->tier) {
+        deny(out, REASON_GRANT_EXPIRED, expired(s, grant) ? grant : open);
+        return;
+    }
+    /* <open> is live, and so is a rule of <top>'s tier: the live ones
+     * decide (the owner a live rule's, when an expired one of that tier
+     * ranks first) */
+    out->verdict = VERDICT_ALLOW;
+    out->reason = REASON_NONE;
+    out->rule = open;
+    out->tier = top->tier;
+    out->grant = open->tier == top->tier ? open : s->live.top;
+    out->owner = out->grant->owner;
+}
+
 static void conclude(const struct search *s, struct decision *out, bool ip)
 {
-    if (s->connect && s->top != NULL) {
-        if (s->open == NULL) {
-            /* the tunnel would go ahead under an expired grant: refused
-             * for that, naming it (its alert), not for needs_inspection */
-            if (s->expired_open != NULL)
-                deny(out, REASON_GRANT_EXPIRED, s->expired_open);
-            else
-                deny(out, REASON_NEEDS_INSPECTION, s->top);
-            return;
+    if (s->connect && s->all.top != NULL) {
+        conclude_connect(s, out);
+    } else if (!s->connect && s->best != NULL) {
+        if (expired(s, s->best)) {
+            deny(out, REASON_GRANT_EXPIRED, s->best);
+        } else {
+            out->verdict = VERDICT_ALLOW;
+            out->reason = REASON_NONE;
+            set_rule(out, s->best);
         }
-        out->verdict = VERDICT_ALLOW;
-        out->reason = REASON_NONE;
-        out->rule = s->open;
-        out->tier = s->top->tier;
-        out->grant = s->open->tier == s->top->tier ? s->open : s->top;
-        out->owner = out->grant->owner;
-        return;
-    }
-    if (!s->connect && s->best != NULL) {
-        out->verdict = VERDICT_ALLOW;
-        out->reason = REASON_NONE;
-        set_rule(out, s->best);
-        return;
-    }
-    switch (s->stage) {
-    case STAGE_NONE:
+    } else if (s->stage == STAGE_NONE) {
         deny(out, ip ? REASON_IP_LITERAL : REASON_NOT_IN_POLICY, NULL);
-        break;
-    case STAGE_HOST:
+    } else if (s->stage == STAGE_HOST) {
         deny(out, REASON_AGENT_NOT_ALLOWED, NULL);
-        break;
-    case STAGE_AGENT:
+    } else if (s->stage == STAGE_AGENT) {
         deny(out, REASON_PORT_NOT_ALLOWED, NULL);
-        break;
-    case STAGE_PORT:
-        deny(out, REASON_METHOD_NOT_ALLOWED, NULL);
-        break;
-    case STAGE_METHOD:
-    case STAGE_LIVE: /* not reached: a live match concluded above */
-        deny(out, REASON_GRANT_EXPIRED, s->expired);
-        break;
+    } else {
+        deny(out, REASON_METHOD_NOT_ALLOWED, NULL); /* STAGE_MATCH has a rule above */
     }
 }
 

@@ -323,6 +323,48 @@ def test_grant_expired_and_expiring(gateway, net, tmp_path):
     wait_alert(af, "grant_expiring", count=2)
 
 
+def test_expired_grant_naming_the_method_is_not_passed_to_a_lower_tier(gateway, net, tmp_path):
+    # An expired tier-3 grant for POST next to a tier-0 rule without methods
+    # for the same host: the grant names the method, so it ranks first for a
+    # POST, and the POST is refused with grant_expired and its alert, never
+    # let through at tier 0 (it was, without a word, before expired rules
+    # were ranked). A GET, which the grant does not name, goes at tier 0. A
+    # tunnel, which could carry a POST, is refused too: the grant would
+    # raise its tier to 3.
+    from gate_client import assert_denied, connect, nothing_reached
+    old = (datetime.datetime.now(datetime.timezone.utc).date()
+           - datetime.timedelta(days=2)).isoformat()
+    rules = [api_rule(net, tier=3, methods=["POST"], owner="alice", expires=old),
+             api_rule(net, tier=0),
+             {"host": "tls.example.test", "ports": [net.tls.port], "tier": 3,
+              "methods": ["POST"], "owner": "bob", "expires": old},
+             {"host": "tls.example.test", "ports": [net.tls.port], "tier": 0}]
+    gw, af = start(gateway, net, rules, {"expiry_warn_days": 14}, tmp_path, state=False)
+    r = request(gw, "POST", net.url("/publish"), body=b"payload",
+                headers={"Content-Type": "text/plain"})
+    ev, _ = assert_denied(gw, net, r, "grant_expired", host="api.example.test",
+                          port=net.api.port, agent="default", method="POST", tier=3,
+                          rule="rules[0]", owner="alice", ip=None)
+    a = wait_alert(af, "grant_expired")[0]
+    assert a["severity"] == "high" and a["host"] == "api.example.test" and a["tier"] == 3, a
+    assert a["id"] == ev["id"], (a, ev)
+    assert a["detail"].endswith("(owner alice, expires %s)" % old), a
+
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    t.close()
+    assert t.status == 403 and t.headers.get("sluice-reason") == "grant_expired", t.text
+    tev = gw.wait_events("agent_egress", method="CONNECT")[0]
+    assert tev["rule"] == "rules[2]" and tev["owner"] == "bob" and tev["tier"] == 3, tev
+    wait_alert(af, "grant_expired", host="tls.example.test")
+    nothing_reached(net)
+
+    r = request(gw, "GET", net.url("/read"))
+    assert r.status == 200
+    assert [q.method for q in net.api.requests] == ["GET"]
+    g = gw.events("agent_egress", method="GET")[0]
+    assert g["decision"] == "allow" and g["rule"] == "rules[1]" and g["tier"] == 0, g
+
+
 def _early_in_a_minute(need=25.0, bound=40.0):
     """Waits (at most <bound> s) until at least <need> s of the current UTC
     minute remain, so that what follows happens within one minute."""

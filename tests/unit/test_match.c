@@ -115,6 +115,15 @@ static void set_expiry(struct rule *r, int32_t day, const char *owner)
     r->owner = (char *)(uintptr_t)owner;
 }
 
+/* Adds a rule as add() does, expired yesterday, owned by <owner>. */
+static struct rule *add_expired(struct fx *f, const char *pattern, unsigned methods, enum tier tier,
+                                const char *owner)
+{
+    struct rule *r = add(f, pattern, methods, tier);
+    set_expiry(r, TODAY - 1, owner);
+    return r;
+}
+
 static void add_deny(struct fx *f, const char *pattern)
 {
     size_t i = f->p.ndeny++;
@@ -207,6 +216,31 @@ static void assert_deny(struct decision d, enum deny_reason why)
         assert_int_equal(d.tier, TIER_NONE);
         assert_null(d.owner);
     }
+}
+
+/* An allow by <r> at <tier>, the grant's owner <owner> (NULL: none). */
+static void assert_allow_owner(struct decision d, const struct rule *r, enum tier tier,
+                               const char *owner)
+{
+    assert_allow(d, r, tier);
+    if (owner == NULL)
+        assert_null(d.owner);
+    else
+        assert_string_equal(d.owner, owner);
+}
+
+/* A grant_expired denial logged with <r>: its tier, its owner. */
+static void assert_expired(struct decision d, const struct rule *r, enum tier tier,
+                           const char *owner)
+{
+    assert_deny(d, REASON_GRANT_EXPIRED);
+    assert_ptr_equal(d.rule, r);
+    assert_ptr_equal(d.grant, r);
+    assert_int_equal(d.tier, tier);
+    if (owner == NULL)
+        assert_null(d.owner);
+    else
+        assert_string_equal(d.owner, owner);
 }
 
 /* ---- precedence ---- */
@@ -539,8 +573,8 @@ static void test_connect_all_classes(void **state)
     uw->owner = (char *)(uintptr_t) "wild-post";
     struct rule *uo = add(f, "*.zz.test", 0, TIER_0);
     (void)uw;
-    /* an expired open exact rule: the live wildcard decides, and the
-     * expired rule's tier does not count */
+    /* an expired open exact rule: it would decide the tunnel (and raise
+     * its tier) were it live, so the live wildcard does not take over */
     struct rule *xe = add(f, "x.exp.test", 0, TIER_3);
     set_expiry(xe, TODAY - 1, "gone");
     struct rule *xw = add(f, "*.exp.test", 0, TIER_1);
@@ -575,9 +609,8 @@ static void test_connect_all_classes(void **state)
     assert_string_equal(d.owner, "exact-get");
     (void)ue;
 
-    d = decide(f, "x.exp.test", METHOD_CONNECT, 443);
-    assert_allow(d, xw, TIER_1);
-    assert_null(d.owner);
+    assert_expired(decide(f, "x.exp.test", METHOD_CONNECT, 443), xe, TIER_3, "gone");
+    assert_allow(decide(f, "y.exp.test", METHOD_CONNECT, 443), xw, TIER_1);
 
     d = decide(f, "p.port.test", METHOD_CONNECT, 443);
     assert_allow(d, pe, TIER_0);
@@ -593,7 +626,8 @@ static void test_grant_expired(void **state)
     set_expiry(g, TODAY, "chaysen");
     struct rule *open = add(f, "api.github.com", 0, TIER_0);
     set_ports(f, open, 8443, 0);
-    /* an expired exact grant does not hide a live wildcard */
+    /* an expired exact grant outranks a live wildcard: the wildcard
+     * does not take over what the grant decided */
     struct rule *x = add(f, "x.example.com", 0, TIER_2);
     set_expiry(x, TODAY - 1, "old");
     struct rule *w = add(f, "*.example.com", 0, TIER_0);
@@ -629,7 +663,9 @@ static void test_grant_expired(void **state)
     assert_int_equal(d.tier, TIER_3);
     assert_string_equal(d.owner, "chaysen");
 
-    assert_allow(decide(f, "x.example.com", METHOD_GET, 443), w, TIER_0);
+    assert_expired(decide(f, "x.example.com", METHOD_GET, 443), x, TIER_2, "old");
+    assert_expired(decide(f, "x.example.com", METHOD_CONNECT, 443), x, TIER_2, "old");
+    assert_allow(decide(f, "y.example.com", METHOD_GET, 443), w, TIER_0);
 
     d = decide(f, "c.test", METHOD_CONNECT, 443);
     assert_deny(d, REASON_GRANT_EXPIRED);
@@ -649,6 +685,143 @@ static void test_grant_expired(void **state)
     assert_ptr_equal(d.rule, ew);
     assert_string_equal(d.owner, "ew-owner");
     assert_deny(decide(f, "r.test", METHOD_CONNECT, 443), REASON_NEEDS_INSPECTION);
+    fx_free(f);
+}
+
+/* An expired rule is ranked with the live ones: when it ranks first the
+ * request is grant_expired; it never lets the request fall through to a
+ * wider or lower-tier rule. */
+static void test_expired_ranks_first(void **state)
+{
+    struct fx *f = fx_new();
+    /* a tier-3 grant for POST next to an unrestricted tier-0 rule */
+    struct rule *g = add_expired(f, "a.test", METHOD_POST, TIER_3, "alice");
+    struct rule *a0 = add(f, "a.test", 0, TIER_0);
+    /* a live exact rule over an expired wildcard */
+    struct rule *le = add(f, "l.w.test", 0, TIER_1);
+    struct rule *xw = add_expired(f, "*.w.test", 0, TIER_0, "wild");
+    /* an expired exact rule for another agent, port or method, over a
+     * live wildcard: it does not match, so it does not rank */
+    struct rule *oa = add_expired(f, "o.v.test", 0, TIER_0, "bot");
+    set_agent(f, oa, "ci-bot");
+    struct rule *op = add_expired(f, "p.v.test", 0, TIER_0, "porter");
+    set_ports(f, op, 8443, 0);
+    struct rule *om = add_expired(f, "m.v.test", METHOD_GET, TIER_0, "getter");
+    struct rule *vw = add(f, "*.v.test", 0, TIER_1);
+    /* the lower tier ranks first whether live or not */
+    add_expired(f, "t.test", 0, TIER_3, "three");
+    struct rule *t0 = add(f, "t.test", 0, TIER_0);
+    struct rule *u0 = add_expired(f, "u.test", 0, TIER_0, "zero");
+    add(f, "u.test", 0, TIER_2);
+    /* file order breaks a tie */
+    struct rule *fx1 = add_expired(f, "f.test", 0, TIER_1, "first");
+    add(f, "f.test", 0, TIER_1);
+    /* a longer CIDR prefix, expired, over a live shorter one */
+    struct rule *c32 = add_expired(f, "10.1.2.3/32", 0, TIER_2, "host");
+    struct rule *c8 = add(f, "10.0.0.0/8", 0, TIER_0);
+    fx_index(f);
+
+    /* (a) the expired grant names POST: it ranks first */
+    assert_expired(decide(f, "a.test", METHOD_POST, 443), g, TIER_3, "alice");
+    assert_allow(decide(f, "a.test", METHOD_GET, 443), a0, TIER_0);
+    assert_allow(decide(f, "a.test", METHOD_PUT, 443), a0, TIER_0);
+
+    assert_allow(decide(f, "l.w.test", METHOD_GET, 443), le, TIER_1);
+    assert_allow(decide(f, "l.w.test", METHOD_CONNECT, 443), le, TIER_1);
+    assert_expired(decide(f, "x.w.test", METHOD_GET, 443), xw, TIER_0, "wild");
+
+    assert_allow(decide(f, "o.v.test", METHOD_GET, 443), vw, TIER_1);
+    struct ask bot = {NULL, "ci-bot", METHOD_GET, 443, 0};
+    assert_expired(decide_at(f, "o.v.test", bot), oa, TIER_0, "bot");
+    assert_allow(decide(f, "p.v.test", METHOD_GET, 443), vw, TIER_1);
+    assert_expired(decide(f, "p.v.test", METHOD_GET, 8443), op, TIER_0, "porter");
+    assert_allow(decide(f, "m.v.test", METHOD_POST, 443), vw, TIER_1);
+    assert_expired(decide(f, "m.v.test", METHOD_GET, 443), om, TIER_0, "getter");
+
+    assert_allow(decide(f, "t.test", METHOD_GET, 443), t0, TIER_0);
+    assert_expired(decide(f, "u.test", METHOD_GET, 443), u0, TIER_0, "zero");
+    assert_expired(decide(f, "f.test", METHOD_GET, 443), fx1, TIER_1, "first");
+
+    assert_expired(decide(f, "10.1.2.3", METHOD_GET, 443), c32, TIER_2, "host");
+    assert_expired(decide(f, "10.1.2.3", METHOD_CONNECT, 443), c32, TIER_2, "host");
+    assert_allow(decide(f, "10.1.2.4", METHOD_GET, 443), c8, TIER_0);
+    fx_free(f);
+}
+
+/* A CONNECT is refused with grant_expired when an expired rule (for its
+ * agent and port) would have decided it or raised its tier: expiry never
+ * widens a tunnel nor lowers its tier. */
+static void test_expired_connect(void **state)
+{
+    struct fx *f = fx_new();
+    /* an expired unrestricted rule that outranks the live opener */
+    struct rule *ox = add_expired(f, "o.c.test", 0, TIER_0, "opener");
+    add(f, "*.c.test", 0, TIER_0);
+    /* an expired restricted rule of a higher tier than every live one */
+    struct rule *hx = add_expired(f, "h.test", METHOD_POST, TIER_3, "writer");
+    add(f, "h.test", 0, TIER_0);
+    add(f, "h.test", METHOD_GET, TIER_1);
+    /* ... also under a live wildcard */
+    struct rule *hw = add_expired(f, "*.hw.test", METHOD_PUT, TIER_2, "putter");
+    add(f, "x.hw.test", 0, TIER_1);
+    /* an expired unrestricted rule of a higher tier that ranks after the
+     * live opener (the lower tier first) */
+    struct rule *ux = add_expired(f, "u.test", 0, TIER_3, "upper");
+    struct rule *u0 = add(f, "u.test", 0, TIER_0);
+    /* both: the expired opener (tier 0) and an expired tier-3 grant, which
+     * would have set the tunnel's tier: it is the one logged */
+    struct rule *bo = add_expired(f, "x.b.test", 0, TIER_0, "b-open");
+    struct rule *b3 = add_expired(f, "x.b.test", METHOD_POST, TIER_3, "b-three");
+    struct rule *bw = add(f, "*.b.test", 0, TIER_1);
+    /* an expired restricted rule that outranks the opener without raising
+     * the tier: the tunnel would have opened under the wildcard anyway */
+    struct rule *rx = add_expired(f, "r.s.test", METHOD_GET, TIER_0, "reader");
+    struct rule *rw = add(f, "*.s.test", 0, TIER_1);
+    /* an expired rule of the same tier, ranking after: nothing changes */
+    struct rule *sl = add(f, "same.test", 0, TIER_2);
+    sl->owner = (char *)(uintptr_t) "live";
+    add_expired(f, "same.test", 0, TIER_2, "late");
+    /* an expired higher tier for another agent or port does not count */
+    struct rule *qa = add_expired(f, "q.test", 0, TIER_3, "bot");
+    set_agent(f, qa, "ci-bot");
+    struct rule *qp = add_expired(f, "q.test", METHOD_POST, TIER_3, "porter");
+    set_ports(f, qp, 8443, 0);
+    struct rule *q0 = add(f, "q.test", 0, TIER_0);
+    /* an expired rule with no live one to open the tunnel: needs_inspection
+     * when no rule, live or expired, would open it */
+    add_expired(f, "n.test", METHOD_POST, TIER_3, "n-writer");
+    struct rule *n1 = add(f, "n.test", METHOD_GET, TIER_1);
+    fx_index(f);
+
+    assert_expired(decide(f, "o.c.test", METHOD_CONNECT, 443), ox, TIER_0, "opener");
+    assert_expired(decide(f, "h.test", METHOD_CONNECT, 443), hx, TIER_3, "writer");
+    assert_expired(decide(f, "x.hw.test", METHOD_CONNECT, 443), hw, TIER_2, "putter");
+    assert_expired(decide(f, "u.test", METHOD_CONNECT, 443), ux, TIER_3, "upper");
+    assert_expired(decide(f, "x.b.test", METHOD_CONNECT, 443), b3, TIER_3, "b-three");
+    /* the plain requests go as ranked: the live rules that rank first */
+    assert_allow(decide(f, "h.test", METHOD_GET, 443), &f->rules[hx->index + 2], TIER_1);
+    assert_allow(decide(f, "u.test", METHOD_GET, 443), u0, TIER_0);
+    assert_expired(decide(f, "x.b.test", METHOD_POST, 443), b3, TIER_3, "b-three");
+    assert_expired(decide(f, "x.b.test", METHOD_PUT, 443), bo, TIER_0, "b-open");
+    assert_allow(decide(f, "y.b.test", METHOD_CONNECT, 443), bw, TIER_1);
+
+    assert_allow_owner(decide(f, "r.s.test", METHOD_CONNECT, 443), rw, TIER_1, NULL);
+    assert_expired(decide(f, "r.s.test", METHOD_GET, 443), rx, TIER_0, "reader");
+    assert_allow(decide(f, "r.s.test", METHOD_POST, 443), rw, TIER_1);
+    assert_allow_owner(decide(f, "same.test", METHOD_CONNECT, 443), sl, TIER_2, "live");
+    assert_allow_owner(decide(f, "q.test", METHOD_CONNECT, 443), q0, TIER_0, NULL);
+    struct ask bot = {NULL, "ci-bot", METHOD_CONNECT, 443, 0};
+    assert_expired(decide_at(f, "q.test", bot), qa, TIER_3, "bot");
+    /* on 8443 only the expired POST grant: grant_expired, as before */
+    struct ask alt = {NULL, "default", METHOD_CONNECT, 8443, 0};
+    assert_expired(decide_at(f, "q.test", alt), qp, TIER_3, "porter");
+
+    /* no rule, live or expired, would open it: needs_inspection, logged
+     * with the highest live tier */
+    struct decision d = decide(f, "n.test", METHOD_CONNECT, 443);
+    assert_deny(d, REASON_NEEDS_INSPECTION);
+    assert_ptr_equal(d.rule, n1);
+    assert_int_equal(d.tier, TIER_1);
     fx_free(f);
 }
 
@@ -977,6 +1150,49 @@ static bool ref_port(const struct rule *r, uint16_t port)
     return false;
 }
 
+static bool ref_expired(const struct rule *r, int32_t today)
+{
+    return r->has_expires && today > r->expires;
+}
+
+/* The tunnel's deciding rule (<open>, the best unrestricted rule) and the
+ * rule that sets its tier (<top>, the highest tier, ties in ranking order)
+ * among the rules that match the CONNECT's agent and port, the expired ones
+ * included or not (<with_expired>). */
+static void ref_gather(const struct policy *p, const struct decision_query *q, bool with_expired,
+                       const struct rule **open, const struct rule **top)
+{
+    int copen = 0, ctop = 0;
+    int32_t today = (int32_t)(q->now / DAY);
+    *open = *top = NULL;
+    for (size_t i = 0; i < p->nrules; i++) {
+        const struct rule *r = &p->rules[i];
+        int c = ref_class(r, q->target);
+        if (c < 0 || !ref_agent(r, q->agent_id) || !ref_port(r, q->port))
+            continue;
+        if (!with_expired && ref_expired(r, today))
+            continue;
+        if (r->methods == 0 && ref_before(r, c, *open, copen)) {
+            *open = r;
+            copen = c;
+        }
+        if (*top == NULL || r->tier > (*top)->tier ||
+            (r->tier == (*top)->tier && ref_before(r, c, *top, ctop))) {
+            *top = r;
+            ctop = c;
+        }
+    }
+}
+
+static void ref_set(struct decision *d, enum deny_reason why, const struct rule *r)
+{
+    d->reason = why;
+    d->rule = r;
+    d->tier = r->tier;
+    d->grant = r;
+    d->owner = r->owner;
+}
+
 static struct decision ref_decide(const struct policy *p, const struct decision_query *q)
 {
     struct decision d = {VERDICT_DENY, REASON_NONE, TIER_NONE, NULL, NULL, NULL};
@@ -986,10 +1202,10 @@ static struct decision ref_decide(const struct policy *p, const struct decision_
     bool denied = false;
     for (size_t i = 0; h->kind == HOST_NAME && i < p->ndeny; i++)
         denied = denied || host_pattern_matches(&p->deny[i].pattern, h->name);
-    /* 0 none, 1 covered, 2 agent, 3 port, 4 method, 5 live */
+    /* 0 none, 1 covered, 2 agent, 3 port, 4 method (a full match) */
     int stage = 0;
-    const struct rule *best = NULL, *expired = NULL, *open = NULL, *top = NULL, *xopen = NULL;
-    int cbest = 0, cexp = 0, copen = 0, ctop = 0, cxopen = 0;
+    const struct rule *best = NULL; /* live or expired: the ranking is one */
+    int cbest = 0;
     for (size_t i = 0; !denied && i < p->nrules; i++) {
         const struct rule *r = &p->rules[i];
         int c = ref_class(r, h);
@@ -1004,63 +1220,49 @@ static struct decision ref_decide(const struct policy *p, const struct decision_
                     st = 4;
             }
         }
-        if (st == 4 && r->has_expires && today > r->expires) {
-            if (ref_before(r, c, expired, cexp)) {
-                expired = r;
-                cexp = c;
-            }
-            if (connect && r->methods == 0 && ref_before(r, c, xopen, cxopen)) {
-                xopen = r;
-                cxopen = c;
-            }
-        } else if (st == 4) {
-            st = 5;
-            if (!connect && ref_before(r, c, best, cbest)) {
-                best = r;
-                cbest = c;
-            }
-            if (connect && r->methods == 0 && ref_before(r, c, open, copen)) {
-                open = r;
-                copen = c;
-            }
-            if (connect && (top == NULL || r->tier > top->tier ||
-                            (r->tier == top->tier && ref_before(r, c, top, ctop)))) {
-                top = r;
-                ctop = c;
-            }
+        if (st == 4 && ref_before(r, c, best, cbest)) {
+            best = r;
+            cbest = c;
         }
         stage = st > stage ? st : stage;
     }
     static const enum deny_reason by_stage[] = {
-        REASON_NOT_IN_POLICY,      REASON_AGENT_NOT_ALLOWED, REASON_PORT_NOT_ALLOWED,
-        REASON_METHOD_NOT_ALLOWED, REASON_GRANT_EXPIRED,
+        REASON_NOT_IN_POLICY,
+        REASON_AGENT_NOT_ALLOWED,
+        REASON_PORT_NOT_ALLOWED,
+        REASON_METHOD_NOT_ALLOWED,
     };
-    const struct rule *win = connect ? open : best;
     if (denied) {
         d.reason = REASON_DENIED_HOST;
-    } else if (win != NULL) {
+    } else if (connect && best != NULL) {
+        /* the tunnel as decided by the live rules, and as it would be
+         * were the expired ones live too */
+        const struct rule *open, *top, *aopen, *atop;
+        ref_gather(p, q, false, &open, &top);
+        ref_gather(p, q, true, &aopen, &atop);
+        const struct rule *agrant = aopen != NULL && aopen->tier == atop->tier ? aopen : atop;
+        if (aopen == NULL && top != NULL) {
+            ref_set(&d, REASON_NEEDS_INSPECTION, top);
+        } else if (aopen == NULL) {
+            ref_set(&d, REASON_GRANT_EXPIRED, atop);
+        } else if (ref_expired(aopen, today) || atop->tier > top->tier) {
+            ref_set(&d, REASON_GRANT_EXPIRED, ref_expired(agrant, today) ? agrant : aopen);
+        } else {
+            d.verdict = VERDICT_ALLOW;
+            d.rule = open;
+            d.tier = top->tier;
+            d.grant = open->tier == top->tier ? open : top;
+            d.owner = d.grant->owner;
+        }
+    } else if (best != NULL && ref_expired(best, today)) {
+        ref_set(&d, REASON_GRANT_EXPIRED, best);
+    } else if (best != NULL) {
         d.verdict = VERDICT_ALLOW;
-        d.rule = win;
-        d.tier = connect ? top->tier : win->tier;
-        d.grant = !connect || win->tier == top->tier ? win : top;
-        d.owner = d.grant->owner;
-    } else if (top != NULL) {
-        const struct rule *r = xopen != NULL ? xopen : top;
-        d.reason = xopen != NULL ? REASON_GRANT_EXPIRED : REASON_NEEDS_INSPECTION;
-        d.rule = r;
-        d.tier = r->tier;
-        d.grant = r;
-        d.owner = r->owner;
+        ref_set(&d, REASON_NONE, best);
     } else if (stage == 0 && h->kind == HOST_IP) {
         d.reason = REASON_IP_LITERAL;
     } else {
-        d.reason = by_stage[stage < 5 ? stage : 4];
-        if (d.reason == REASON_GRANT_EXPIRED) {
-            d.rule = expired;
-            d.tier = expired->tier;
-            d.grant = expired;
-            d.owner = expired->owner;
-        }
+        d.reason = by_stage[stage];
     }
     if (d.verdict == VERDICT_DENY && q->agent != NULL && q->agent->mode == AGENT_REPORT)
         d.verdict = VERDICT_REPORT;
@@ -1277,6 +1479,8 @@ int main(void)
         cmocka_unit_test(test_connect),
         cmocka_unit_test(test_connect_all_classes),
         cmocka_unit_test(test_grant_expired),
+        cmocka_unit_test(test_expired_ranks_first),
+        cmocka_unit_test(test_expired_connect),
         cmocka_unit_test(test_ip_literal),
         cmocka_unit_test(test_cidr_longest_prefix),
         cmocka_unit_test(test_v4_mapped),
