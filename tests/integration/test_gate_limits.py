@@ -415,18 +415,21 @@ def _read_rest(conn, got, total, outcome):
     outcome["end"] = "whole"
 
 
-def _slow_upload_upstream(want, outcome, done, stop_after=None, resume=None):
-    """An origin that reads a request body 64 KiB every 100 ms until it
+def _slow_upload_upstream(want, outcome, done, stop_after=None, resume=None, pace=0.1,
+                          rcvbuf=None):
+    """An origin that reads a request body 64 KiB every <pace> s until it
     holds the <want> bytes sent (then answers 200 "got N"), or with
     <stop_after> takes that many and then nothing until it is stopped, or
     until <resume> is set: then it reads what it can get until the end.
+    <rcvbuf>: its sockets' SO_RCVBUF (fixed, not autotuned), so that what
+    the kernel acknowledged ahead of its reading stays small.
     Notes in <outcome> the bytes it got ("got"), when it stopped reading
     ("stopped"), an end before <want> ("cut") and, after <resume>, how the
     reading ended ("end": "eof", "reset" or "whole")."""
     def script(conn, stop, received):
         got = bytearray(received.partition(b"\r\n\r\n")[2])
         conn.settimeout(5)
-        deadline = time.monotonic() + 40
+        deadline = time.monotonic() + 90  # a hang guard: the steady origin takes some 20 s
         try:
             while len(got) < len(want) and time.monotonic() < deadline:
                 if stop_after is not None and len(got) >= stop_after:
@@ -444,7 +447,7 @@ def _slow_upload_upstream(want, outcome, done, stop_after=None, resume=None):
                         return
                     got += d
                     tick += len(d)
-                time.sleep(0.1)
+                time.sleep(pace)
             answer = b"got %d" % len(got)
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(answer) + answer)
         except OSError as e:
@@ -452,7 +455,10 @@ def _slow_upload_upstream(want, outcome, done, stop_after=None, resume=None):
         finally:
             outcome["got"] = bytes(got)
             done.set()
-    return ScriptedUpstream(script)
+    up = ScriptedUpstream(script)
+    if rcvbuf:
+        up.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    return up
 
 
 def _upload(gw, up, path, framing, body):
@@ -464,7 +470,7 @@ def _upload(gw, up, path, framing, body):
     else:
         field, wire = ("Content-Length", str(len(body))), body
     head = build_request("POST", _slow_upload_url(up, path), [field])
-    s = open_conn(gw, timeout=45)
+    s = open_conn(gw, timeout=100)
     sender = threading.Thread(target=_send_quietly, args=(s, head + wire), daemon=True)
     sender.start()
     try:
@@ -508,18 +514,27 @@ STOP_IDLE = "2s"
 
 @pytest.mark.parametrize("framing", ["length", "chunked"])
 def test_a_slow_but_steady_origin_gets_the_whole_upload(gateway, net, framing):
-    # idle_timeout 1 s, a 6 MiB request body, an origin that takes 64 KiB
-    # every 100 ms. The gateway's socket toward it reports writable only
+    # idle_timeout 2 s, a 6 MiB request body, an origin that takes 64 KiB
+    # every 200 ms. The gateway's socket toward it reports writable only
     # once a third of its send queue (autotuned, up to 4 MiB) drained, which
     # at this pace takes longer than idle_timeout: the upstream's write
     # timeout cut the upload although the origin never stopped reading.
+    # 2 s, not 1 s: the origin is a thread of the test process, which a
+    # loaded machine may hold back for a second (STOP_IDLE); the pace is
+    # halved with it, so that the drain still outlasts idle_timeout (at
+    # 100 ms, the write timeout alone cut one framing of two, at 200 ms
+    # both, each time). The origin's receive buffer is held at 64 KiB: the
+    # upstream has idle_timeout to answer from when it acknowledged the
+    # last byte, and with an autotuned buffer the origin still had many
+    # ticks of reading to do then (seen: "the upstream did not answer in
+    # time" after the origin had read every byte)
     body = pattern_bytes(6 << 20)
     want = _chunked(body) if framing == "chunked" else body
     outcome, done = {}, threading.Event()
-    with _slow_upload_upstream(want, outcome, done) as up:
-        gw = _slow_upload_gateway(gateway, net, up)
+    with _slow_upload_upstream(want, outcome, done, pace=0.2, rcvbuf=64 << 10) as up:
+        gw = _slow_upload_gateway(gateway, net, up, idle="2s")
         r, _ = _upload(gw, up, "/up", framing, body)
-        assert done.wait(45), "the origin was still reading after 45 s"
+        assert done.wait(100), "the origin was still reading after 100 s"
         got = outcome.get("got", b"")
         n = len(got)
         assert n == len(want) and "cut" not in outcome, \
