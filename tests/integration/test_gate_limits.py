@@ -1766,12 +1766,14 @@ def _early_answer_to_upload(gateway, net, path, body_len, args=()):
     """Uploads <body_len> bytes to <path> of an origin that reads none of
     them and answers 0.5 s after the head; asserts the answer and that the
     end line's bytes_up (returned with the rest of the end line) is what the
-    origin got, and returns that end line."""
+    origin got, and returns that end line. idle_timeout is STOP_IDLE (2 s):
+    with 1 s, an origin the machine's load held back for half a second
+    more was given up on before it answered."""
     answer = b"early"
     rsp = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(answer), answer)
     outcome, go = {}, threading.Event()
     with _answering_origin(b"", [rsp], 0.5, outcome, go) as up:
-        gw = _slow_upload_gateway(gateway, net, up, args=list(args))
+        gw = _slow_upload_gateway(gateway, net, up, idle=STOP_IDLE, args=list(args))
         try:
             r, _ = _upload(gw, up, path, "length", pattern_bytes(body_len))
             assert r is not None and r.status == 200 and r.body == answer, r
