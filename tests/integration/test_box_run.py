@@ -26,7 +26,7 @@ import time
 import pytest
 
 from conftest import SANITIZER_MARKS, policy_yaml
-from gate_client import api_rule, other_url, proc_stat, sched_and_pgid
+from gate_client import api_rule, other_url, poll, proc_stat, sched_and_pgid
 from gate_servers import pattern_bytes
 
 PY = "/usr/bin/python3"
@@ -926,7 +926,8 @@ def test_host_unix_socket_unreachable(box, net, hostdir):
         o = Box.out(p)
         assert o == {"connect": "ok", "socketpair": "x", "high_bits": "ok", "dgram_pair": "ok",
                      "raw_pair": "ok", "seqpacket_pair": "y"}
-        time.sleep(0.3)
+        # the listener's thread may not have taken them yet: waited for
+        poll(lambda: len(got) >= 2 or None, timeout=10, what="two connections accepted")
         assert got == [b"hi", b"hi"]
         assert datagrams() == [b"hi", b"hi"]
     finally:
