@@ -15,6 +15,11 @@ from gate_servers import FakeDNS, FullListener
 
 IDLE_S = 2
 HOLE_IPS = ["127.0.0.%d" % i for i in range(21, 29)]
+# the blackholed address in front of the api upstream, on the api upstream's
+# port: one no other test binds, so that port is free on it (on one of
+# HOLE_IPS, the other worker's Blackholes may hold it: the kernel picks
+# their port among those other addresses use)
+LATE_HOLE_IP = "127.0.0.29"
 
 
 class Blackholes:
@@ -106,9 +111,9 @@ def test_a_working_address_after_a_blackholed_one_gets_its_share(gateway, net, n
     # share, half the budget (1 s of 2 s), and the api upstream behind it
     # still gets the rest
     host = "late.example.test"
-    hole = FullListener(HOLE_IPS[0], net.api.port)
+    hole = FullListener(LATE_HOLE_IP, net.api.port)
     try:
-        gw = gateway(_policy(net, names, host, [HOLE_IPS[0], API_IP], net.api.port))
+        gw = gateway(_policy(net, names, host, [LATE_HOLE_IP, API_IP], net.api.port))
         t0 = time.monotonic()
         r = request(gw, "GET", net.url("/after-hole", host=host), timeout=15)
         took = time.monotonic() - t0
