@@ -219,11 +219,11 @@ def _slow_reader_conn(gw, rcvbuf=16384):
     return s
 
 
-def _read_slowly(s, got, total, piece):
+def _read_slowly(s, got, total, piece, pace=0.1):
     """Reads from <s> into <got> until it holds <total> bytes, <piece>
-    bytes every 100 ms, for at most 40 s; returns True when the gateway
+    bytes every <pace> s, for at most 90 s; returns True when the gateway
     closed first (the response was cut)."""
-    deadline = time.monotonic() + 40
+    deadline = time.monotonic() + 90
     while len(got) < total and time.monotonic() < deadline:
         tick = 0
         while tick < piece and len(got) < total:
@@ -232,7 +232,7 @@ def _read_slowly(s, got, total, piece):
                 return True
             got += d
             tick += len(d)
-        time.sleep(0.1)
+        time.sleep(pace)
     return False
 
 
@@ -259,13 +259,13 @@ def _take_then_stop(gw, s, outcome, done):
     assert outcome["what"] in ("closed by the gateway", "all sent"), outcome
 
 
-def _slow_read_get(gateway, net, up, listener, path):
-    """A gateway with idle_timeout 1 s that lets slowread.example.test reach
-    <up>, on a <listener> ("tcp" or "unix"), and a slow-reader client that
-    has sent it GET <path>; returns both."""
+def _slow_read_get(gateway, net, up, listener, path, idle="1s"):
+    """A gateway with idle_timeout <idle> that lets slowread.example.test
+    reach <up>, on a <listener> ("tcp" or "unix"), and a slow-reader client
+    that has sent it GET <path>; returns both."""
     host = "slowread.example.test"
     rules = [{"host": host, "ports": [up.port], "tier": 0}]
-    gw = gateway(net.policy(rules, static_extra={host: up.IP}, limits={"idle_timeout": "1s"}),
+    gw = gateway(net.policy(rules, static_extra={host: up.IP}, limits={"idle_timeout": idle}),
                  tcp=listener == "tcp", unix=listener == "unix")
     s = _slow_reader_conn(gw)
     s.sendall(b"GET http://%s:%d%s HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
@@ -277,15 +277,17 @@ def _slow_read_get(gateway, net, up, listener, path):
                                                  ("unix", 512 << 10, 8 << 10)],
                          ids=["tcp", "unix"])
 def test_a_slow_but_steady_reader_gets_the_whole_response(gateway, net, listener, size, piece):
-    # idle_timeout 1 s, a response of megabytes, a client that takes <piece>
-    # bytes every 100 ms. The gateway's socket toward it reports writable
+    # idle_timeout 2 s, a response of megabytes, a client that takes <piece>
+    # bytes every 200 ms. The gateway's socket toward it reports writable
     # only once a good part of its send queue drained (TCP: a third of it,
     # autotuned up to megabytes; unix: three quarters of ~200 KiB), which at
     # this pace takes longer than idle_timeout: the write timeout used to
-    # cut the response although the client never stopped reading.
+    # cut the response although the client never stopped reading. 2 s and
+    # 200 ms, not 1 s and 100 ms: the client is the test process, which a
+    # loaded machine may hold back for a second
     outcome, done = {}, threading.Event()
     with _big_response_upstream(size, outcome, done) as up:
-        gw, s = _slow_read_get(gateway, net, up, listener, "/slow")
+        gw, s = _slow_read_get(gateway, net, up, listener, "/slow", idle="2s")
         got = bytearray()
         try:
             head = b""
@@ -296,7 +298,7 @@ def test_a_slow_but_steady_reader_gets_the_whole_response(gateway, net, listener
             head, _, rest = head.partition(b"\r\n\r\n")
             assert head.startswith(b"HTTP/1.1 200"), head
             got += rest
-            cut = _read_slowly(s, got, size, piece)
+            cut = _read_slowly(s, got, size, piece, pace=0.2)
         except ConnectionResetError:
             cut = True
         finally:
@@ -337,13 +339,13 @@ def _connect_on(s, host, port):
     assert head.startswith(b"HTTP/1.1 200"), head
 
 
-def _slow_tunnel(gateway, net, up):
-    """A gateway with idle_timeout 1 s and a slow-reader client (small
+def _slow_tunnel(gateway, net, up, idle="1s"):
+    """A gateway with idle_timeout <idle> and a slow-reader client (small
     receive buffer) with a tunnel open to <up>, and a request for it sent
     through the tunnel (its Host names the target, as the peek wants)."""
     host, port = "slowtunnel.example.test", up.port
     gw = gateway(net.policy([{"host": host, "ports": [port], "tier": 0}],
-                            static_extra={host: up.IP}, limits={"idle_timeout": "1s"}))
+                            static_extra={host: up.IP}, limits={"idle_timeout": idle}))
     s = _slow_reader_conn(gw)
     _connect_on(s, host, port)
     s.sendall(b"GET /big HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host.encode(), port))
@@ -352,19 +354,20 @@ def _slow_tunnel(gateway, net, up):
 
 def test_a_slow_but_steady_reader_keeps_its_tunnel(gateway, net):
     # The tunnel's idle timer used to count only bytes it moved itself;
-    # toward a client that takes 64 KiB every 100 ms its socket reports
+    # toward a client that takes 64 KiB every 200 ms its socket reports
     # writable only once a good part of its send queue drained, which takes
-    # longer than idle_timeout (1 s): the tunnel was ended as idle although
-    # the client never stopped reading.
+    # longer than idle_timeout (2 s; not 1 s at 100 ms, for the reason the
+    # test above gives): the tunnel was ended as idle although the client
+    # never stopped reading.
     size = 6 << 20
     outcome, done = {}, threading.Event()
     with _big_response_upstream(size, outcome, done) as up:
-        gw, s = _slow_tunnel(gateway, net, up)
+        gw, s = _slow_tunnel(gateway, net, up, idle="2s")
         want = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size
         total = len(want) + size
         got = bytearray()
         try:
-            cut = _read_slowly(s, got, total, 64 << 10)
+            cut = _read_slowly(s, got, total, 64 << 10, pace=0.2)
         except ConnectionResetError:
             cut = True
         finally:
