@@ -651,17 +651,19 @@ def test_an_upload_failed_by_the_response_is_reset_toward_the_origin(gateway, ne
 
 
 def test_a_steady_upload_may_outlast_idle_timeout(gateway, net):
-    # One body byte every 0.25 s for 2.5 s, with idle_timeout 1 s: neither
+    # One body byte every 0.5 s for 5 s, with idle_timeout 2 s: neither
     # side is ever idle that long, so the origin's answer after the body is
-    # relayed (the upstream's silence while it is being sent to is no fault)
-    gw = gateway(net.policy([api_rule(net)], limits={"idle_timeout": "1s"}))
+    # relayed (the upstream's silence while it is being sent to is no fault).
+    # 2 s and 0.5 s, not 1 s and 0.25 s: the client is the test process,
+    # which a loaded machine may hold back for a second
+    gw = gateway(net.policy([api_rule(net)], limits={"idle_timeout": "2s"}))
     body = b"0123456789"
     s = open_conn(gw, timeout=15)
     try:
         s.sendall(b"POST %s HTTP/1.1\r\nHost: api.example.test:%d\r\nContent-Length: %d\r\n\r\n"
                   % (net.url("/steady").encode(), net.api.port, len(body)))
         for i in range(len(body)):
-            time.sleep(0.25)
+            time.sleep(0.5)
             s.sendall(body[i:i + 1])
         r = read_response(s, "POST")
     finally:
