@@ -1669,20 +1669,22 @@ def test_a_kept_origin_quiet_after_its_answer_does_not_cut_a_slow_reader(gateway
 
 
 def test_a_client_that_stops_its_upload_on_an_early_answer_gets_all_of_it(gateway, net):
-    # The origin answers as soon as the head arrives, a byte every 0.25 s
-    # for 2.5 s. The client, seeing the answer, stops sending its body (as
-    # RFC 9112 9.3 has it do) and reads. With idle_timeout 1 s it was cut
-    # for not sending, although the answer was moving all along
+    # The origin answers as soon as the head arrives, a byte every 0.5 s
+    # for 5 s. The client, seeing the answer, stops sending its body (as
+    # RFC 9112 9.3 has it do) and reads. With idle_timeout (2 s) it was cut
+    # for not sending, although the answer was moving all along. 2 s and
+    # 0.5 s, not 1 s and 0.25 s: the origin is a thread of the test process,
+    # which a loaded machine may hold back for a second
     def script(conn, stop, received):
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nConnection: close\r\n\r\n")
         for i in range(10):
-            time.sleep(0.25)
+            time.sleep(0.5)
             conn.sendall(b"%d" % i)
 
     with ScriptedUpstream(script) as up:
         host = "early.example.test"
         gw = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
-                                static_extra={host: up.IP}, limits={"idle_timeout": "1s"}))
+                                static_extra={host: up.IP}, limits={"idle_timeout": "2s"}))
         s = open_conn(gw, timeout=15)
         try:
             s.sendall(b"POST http://%s:%d/stop HTTP/1.1\r\nHost: %s:%d\r\nContent-Length: %d\r\n"
