@@ -220,8 +220,8 @@ static struct qentry *find(struct quota *q, const char *key, size_t len, uint64_
 }
 
 /* True when <e>'s denial window sums to nothing: no denial counted, or
- * none within twice its period (a window covers at most one period, and
- * at least 10 ms, of the wall clock). */
+ * none within twice its period and 10 ms (a window covers eleven tenths
+ * of its period, each rounded up to a whole ms: window.h). */
 static bool window_quiet(const struct qentry *e, uint64_t now)
 {
     if (e->denied_ns == 0 || now < e->denied_ns)

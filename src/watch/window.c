@@ -12,9 +12,9 @@ void window_init(struct window *w, uint64_t per_ms)
 {
     memset(w, 0, sizeof(*w));
     w->per_ms = per_ms > 0 ? per_ms : 1;
-    w->width_ms = w->per_ms / WINDOW_SLOTS;
-    if (w->width_ms == 0)
-        w->width_ms = 1;
+    /* Rounded up, so that ten tenths span the whole period (policies
+     * give whole seconds, which a tenth divides). */
+    w->width_ms = w->per_ms / WINDOW_TENTHS + (w->per_ms % WINDOW_TENTHS != 0);
     for (int i = 0; i < WINDOW_SLOTS; i++)
         w->epoch[i] = -1;
 }
@@ -24,6 +24,8 @@ static int64_t bucket_of(const struct window *w, int64_t now_ms)
     return now_ms >= 0 ? now_ms / (int64_t)w->width_ms : 0;
 }
 
+/* Sums the slots holding tenth b (now) and the ten before it: the oldest
+ * is partly out of the period, so that none of the period is. */
 uint64_t window_sum(const struct window *w, int64_t now_ms)
 {
     int64_t b = bucket_of(w, now_ms);

@@ -1,9 +1,16 @@
 /* window: the arithmetic of the detectors, pure and clock-free.
  *
- * A window counts events (or bytes) over the last <per> milliseconds as
- * WINDOW_SLOTS buckets of per/WINDOW_SLOTS each: the sum covers the
- * current bucket and the WINDOW_SLOTS-1 before it, that is between
- * 0.9 x per and per of history (a sliding window in tenths).
+ * A window counts events (or bytes) over the last <per> milliseconds in
+ * tenths: buckets of per/10 each (rounded up; at least 1 ms), aligned to
+ * time 0. The sum covers the current tenth and the ten before it, the
+ * oldest of which has partly left the period: between per and 1.1 x per
+ * of history. So every event of the last <per> (the interval [now - per,
+ * now]) counts, and any interval of that length holding more than a
+ * threshold shows a sum over it; an event leaves the sum between per and
+ * 1.1 x per after it happened, never earlier. (Ten tenths alone covered
+ * only 0.9 x per to per: twenty events at a tenth's last millisecond and
+ * twenty at the next period's start, 0.9 x per later, were never summed
+ * together, and a window let through up to twice its threshold.)
  *
  * A fold table keeps one alert per (kind, agent, host) per period: the
  * first one of a period is written at once; repeats within the period are
@@ -27,7 +34,8 @@
 #include "util/pos_index.h"
 #include "watch/alert.h"
 
-#define WINDOW_SLOTS   10
+#define WINDOW_TENTHS  10                  /* a bucket is per/WINDOW_TENTHS */
+#define WINDOW_SLOTS   (WINDOW_TENTHS + 1) /* the current tenth and ten before it */
 #define FOLD_MAX       4096 /* open (kind, agent, host) periods; beyond, new keys spill */
 #define FOLD_SPILL_MAX 1024 /* open (kind, agent) spill periods; beyond, by kind alone */
 
@@ -37,7 +45,7 @@ enum fold_level { FOLD_BY_HOST, FOLD_BY_AGENT, FOLD_BY_KIND, FOLD_LEVELS };
 
 struct window {
     uint64_t per_ms;
-    uint64_t width_ms; /* per_ms / WINDOW_SLOTS, at least 1 */
+    uint64_t width_ms; /* per_ms / WINDOW_TENTHS rounded up, at least 1 */
     uint64_t slot[WINDOW_SLOTS];
     int64_t epoch[WINDOW_SLOTS]; /* bucket number each slot holds; -1 empty */
 };

@@ -485,7 +485,7 @@ static void test_sliding_window(void **state)
     p.limits.quarantine_ms = 1000;
     struct quota *q = quota_new(NULL, NULL, 0);
     quota_configure(q, &p);
-    /* Tenths of 1 s: the sum covers the current tenth and the nine before. */
+    /* Tenths of 1 s: the sum covers the current tenth and the ten before. */
     assert_false(deny(q, "a", 0));
     assert_false(deny(q, "a", 1 * S));
     assert_false(deny(q, "a", 2 * S));
@@ -493,15 +493,20 @@ static void test_sliding_window(void **state)
     assert_false(deny(q, "b", 0));
     assert_false(deny(q, "b", 1 * S));
     assert_false(deny(q, "b", 2 * S));
-    assert_false(deny(q, "b", 10 * S));    /* the first tenth has gone: 3 */
-    assert_true(deny(q, "b", 10500 * MS)); /* 4 */
+    assert_false(deny(q, "b", 11 * S));    /* the first tenth has gone: 3 */
+    assert_true(deny(q, "b", 11500 * MS)); /* 4 */
+    /* Three at a tenth's last millisecond and one 9.001 s later are four
+     * within 10 s: the first tenth, partly out of the period, still counts. */
+    for (int i = 0; i < 3; i++)
+        assert_false(deny(q, "f", 999 * MS));
+    assert_true(deny(q, "f", 10 * S));
     /* A window of silence forgets everything. */
     for (int i = 0; i < 3; i++)
         assert_false(deny(q, "c", 0));
-    assert_false(deny(q, "c", 10 * S));
-    assert_false(deny(q, "c", 10 * S));
-    assert_false(deny(q, "c", 10 * S));
-    assert_true(deny(q, "c", 10 * S));
+    assert_false(deny(q, "c", 11 * S));
+    assert_false(deny(q, "c", 11 * S));
+    assert_false(deny(q, "c", 11 * S));
+    assert_true(deny(q, "c", 11 * S));
     /* A reload that changes the period starts the windows over (the
      * detector does the same); one that keeps it keeps them. */
     for (int i = 0; i < 3; i++)

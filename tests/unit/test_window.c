@@ -20,9 +20,11 @@ static void window_counts_within_period(void **state)
     assert_int_equal(window_add(&w, 0, 1), 1);
     assert_int_equal(window_add(&w, 500, 1), 2);
     assert_int_equal(window_add(&w, 9999, 1), 3);
-    /* at 10 000 the first bucket (0-999) leaves the window */
-    assert_int_equal(window_sum(&w, 10000), 1);
-    assert_int_equal(window_add(&w, 10000, 5), 6);
+    /* at 10 000 the first bucket (0-999) is the oldest of eleven: still in */
+    assert_int_equal(window_sum(&w, 10000), 3);
+    /* at 11 000 it leaves the window */
+    assert_int_equal(window_sum(&w, 11000), 1);
+    assert_int_equal(window_add(&w, 11000, 5), 6);
     /* long after: everything is gone */
     assert_int_equal(window_sum(&w, 100000), 0);
     assert_int_equal(window_add(&w, 100000, 2), 2);
@@ -35,8 +37,10 @@ static void window_edges(void **state)
     window_init(&w, 5); /* narrower than the slots: 1 ms buckets */
     assert_int_equal(w.width_ms, 1);
     window_add(&w, 100, 1);
-    assert_int_equal(window_sum(&w, 109), 1);
-    assert_int_equal(window_sum(&w, 110), 0);
+    assert_int_equal(window_sum(&w, 110), 1);
+    assert_int_equal(window_sum(&w, 111), 0);
+    window_init(&w, 15); /* a tenth that does not divide it: rounded up */
+    assert_int_equal(w.width_ms, 2);
     window_init(&w, 0); /* a zero period is treated as 1 ms */
     assert_int_equal(window_add(&w, 7, 1), 1);
     /* saturates instead of wrapping */
@@ -52,6 +56,87 @@ static void window_edges(void **state)
     /* negative times land in bucket 0 */
     window_init(&w, 1000);
     assert_int_equal(window_add(&w, -50, 1), 1);
+}
+
+/* Twenty events at a tenth's last millisecond (5.999 s, 60 s windows in
+ * tenths of 6 s) and twenty more at 60.0 s are forty within 54 s: the
+ * window must hold both bursts. Summing only the current tenth and the
+ * nine before, the first burst had left by 60.0 s (tenth 0 out at tenth
+ * 10), and a true 60 s window held up to twice the limit unseen. */
+static void window_holds_any_interval_of_its_length(void **state)
+{
+    (void)state;
+    struct window w;
+    window_init(&w, 60000);
+    for (int i = 0; i < 20; i++)
+        window_add(&w, 5999, 1);
+    uint64_t n = 0;
+    for (int i = 0; i < 20; i++)
+        n = window_add(&w, 60000, 1);
+    assert_int_equal(n, 40);
+    /* The first burst counts while it is within 60 s, and as long as its
+     * tenth is one of the last eleven: up to 65.999 s. */
+    assert_int_equal(window_sum(&w, 65999), 40);
+}
+
+/* Events older than 1.1 windows never count: the eleven tenths are the
+ * current one and the ten before it, no more. */
+static void window_forgets_past_eleven_tenths(void **state)
+{
+    (void)state;
+    struct window w;
+    window_init(&w, 60000);
+    window_add(&w, 0, 7);     /* tenth 0: 0 to 5.999 s */
+    window_add(&w, 5999, 1);  /* tenth 0 too */
+    window_add(&w, 30000, 2); /* tenth 5 */
+    assert_int_equal(window_sum(&w, 60000), 10);
+    assert_int_equal(window_sum(&w, 65999), 10);
+    /* At 66 s (1.1 windows after tenth 0 began) tenth 0 is out. */
+    assert_int_equal(window_sum(&w, 66000), 2);
+    assert_int_equal(window_add(&w, 66000, 1), 3);
+    /* 1.1 windows after 30 s, tenth 5 is out too. */
+    assert_int_equal(window_sum(&w, 96000), 1);
+}
+
+/* Against a plain list of events: at any time t the sum holds every event
+ * of [t - per, t], and none of t - 1.1 x per or before, over periods that
+ * a tenth divides and periods it does not (the tenth rounded up). */
+static void window_matches_the_interval_bounds(void **state)
+{
+    (void)state;
+    static const uint64_t pers[] = {1000, 60000, 37, 10, 7, 1};
+    enum { EVENTS = 400 };
+    int64_t at[EVENTS];
+    uint64_t x = 0x9e3779b97f4a7c15ull; /* xorshift64: the same run every time */
+    for (size_t k = 0; k < sizeof(pers) / sizeof(pers[0]); k++) {
+        uint64_t per = pers[k];
+        struct window w;
+        window_init(&w, per);
+        int64_t t = 0;
+        for (int i = 0; i < EVENTS; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            t += (int64_t)(x % (per / 4 + 2)); /* often several in a tenth */
+            at[i] = t;
+            window_add(&w, t, 1);
+            /* At t and later (no event in between): every event of
+             * [u - per, u], none of u - 11 tenths (1.1 x per where a tenth
+             * divides it) or before. */
+            int64_t tenth = (int64_t)(per + 9) / 10;
+            int64_t probe[] = {t, t + (int64_t)per / 3, t + (int64_t)per, t + 11 * tenth - 1};
+            for (size_t p = 0; p < sizeof(probe) / sizeof(probe[0]); p++) {
+                int64_t u = probe[p];
+                uint64_t sum = window_sum(&w, u), within = 0, newer = 0;
+                for (int j = 0; j <= i; j++) {
+                    within += at[j] >= u - (int64_t)per;
+                    newer += at[j] > u - 11 * tenth;
+                }
+                assert_true(sum >= within);
+                assert_true(sum <= newer);
+            }
+        }
+    }
 }
 
 struct got {
@@ -443,6 +528,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(window_counts_within_period),
         cmocka_unit_test(window_edges),
+        cmocka_unit_test(window_holds_any_interval_of_its_length),
+        cmocka_unit_test(window_forgets_past_eleven_tenths),
+        cmocka_unit_test(window_matches_the_interval_bounds),
         cmocka_unit_test(fold_one_line_per_period),
         cmocka_unit_test(fold_keys_and_zero_period),
         cmocka_unit_test(fold_period_past_the_clock),
