@@ -250,6 +250,7 @@ void conn_publish_egress(struct conn *c)
         return;
     c->ex.egress_published = true;
     fill_event(c, &ev, EVENT_EGRESS);
+    ev.head_bytes = c->ex.head_bytes;
     bus_publish(&c->gw->bus, &ev);
 }
 
@@ -1269,6 +1270,7 @@ static void handle_request(struct conn *c, const struct http_request *req)
     memcpy(ex->method, req->method, sizeof(ex->method));
     ex->mbit = req->method_bit;
     ex->head_pending = req->head_len;
+    ex->head_bytes = req->head_len;
     /* The framing first: a refusal that leaves a body unread closes lingering. */
     ex->req_body = http1_request_body(req);
     ex->refusal_keeps = !req->conn_close && ex->req_body == BODY_NONE;

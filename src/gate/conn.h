@@ -109,6 +109,7 @@ struct exchange {
     struct gw_policy *redecided_pol;
     int status;
     uint64_t bytes_up, bytes_down;
+    uint64_t head_bytes;        /* the request head as read (event.h's head_bytes) */
     uint64_t up_reported;       /* bytes_up already in progress events (gate/progress.h) */
     struct timespec up_note_at; /* CLOCK_MONOTONIC of the last progress event */
 

@@ -809,6 +809,31 @@ static void auth_failure(struct detectors *d, const struct egress_event *ev, int
     raise_alert(d, &al, fold_key, t->per_ms, now_ms);
 }
 
+/* Counts <bytes> that <ev>'s exchange sent upstream (a request head, or
+ * bodies and tunnel data) in <a>'s upload window; alerts past the max. */
+static void upload_count(struct detectors *d, struct agent_state *a, const struct egress_event *ev,
+                         uint64_t bytes, int64_t now_ms)
+{
+    const struct threshold *t = &d->cfg.upload_bytes;
+    uint64_t n = window_add(&a->uploads, now_ms, bytes);
+    if (n <= t->max)
+        return;
+    char detail[DETAIL_MAX], per[32];
+    snprintf(detail, sizeof(detail),
+             "%s sent %llu bytes upstream (request heads included) within %s (max %llu); the "
+             "last to %s:%u",
+             a->id, (unsigned long long)n, period_text(t->per_ms, per, sizeof(per)),
+             (unsigned long long)t->max, ev->host ? ev->host : "?", (unsigned)ev->port);
+    struct alert al = {.kind = ALERT_UPLOAD_BYTES,
+                       .severity = SEVERITY_HIGH,
+                       .agent = a->id,
+                       .host = ev->host,
+                       .tier = ev->tier,
+                       .id = ev->id,
+                       .detail = detail};
+    raise_alert(d, &al, NULL, t->per_ms, now_ms);
+}
+
 static void on_egress(struct detectors *d, const struct egress_event *ev, int64_t now_ms)
 {
     const struct cfg *c = &d->cfg;
@@ -900,6 +925,13 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
         auth_failure(d, ev, now_ms);
     if (a == NULL)
         return;
+    /* The head of a request let through: its path and headers are the
+     * agent's to fill, and bytes_up leaves them out. A plain request's
+     * goes upstream (rewritten); a CONNECT's stays with the gateway but
+     * counts too, one measure for both, erring toward the alert. Counted
+     * once, at its first verdict (not when a tunnel is decided again). */
+    if (c->upload_bytes.set && passed && !ev->again && ev->head_bytes > 0)
+        upload_count(d, a, ev, ev->head_bytes, now_ms);
     if (c->write_burst.set && passed && write) {
         uint64_t n = window_add(&a->writes, now_ms, 1);
         if (n > c->write_burst.max) {
@@ -943,25 +975,8 @@ static void on_bytes(struct detectors *d, const struct egress_event *ev, int64_t
     uint64_t bytes = ev->kind == EVENT_EGRESS_PROGRESS ? ev->bytes_up : ev->bytes_down;
     if (a == NULL || bytes == 0)
         return;
-    if (c->upload_bytes.set && ev->kind == EVENT_EGRESS_PROGRESS) {
-        uint64_t n = window_add(&a->uploads, now_ms, bytes);
-        if (n > c->upload_bytes.max) {
-            char detail[DETAIL_MAX], per[32];
-            snprintf(detail, sizeof(detail),
-                     "%s sent %llu bytes upstream within %s (max %llu); the last to %s:%u", a->id,
-                     (unsigned long long)n, period_text(c->upload_bytes.per_ms, per, sizeof(per)),
-                     (unsigned long long)c->upload_bytes.max, ev->host ? ev->host : "?",
-                     (unsigned)ev->port);
-            struct alert al = {.kind = ALERT_UPLOAD_BYTES,
-                               .severity = SEVERITY_HIGH,
-                               .agent = a->id,
-                               .host = ev->host,
-                               .tier = ev->tier,
-                               .id = ev->id,
-                               .detail = detail};
-            raise_alert(d, &al, NULL, c->upload_bytes.per_ms, now_ms);
-        }
-    }
+    if (c->upload_bytes.set && ev->kind == EVENT_EGRESS_PROGRESS)
+        upload_count(d, a, ev, bytes, now_ms);
     if (c->baseline.set) {
         baseline_roll(d, a, now_ms);
         a->cur_bytes += bytes;

@@ -8,7 +8,8 @@
  *                   remembered in the state store;
  *   tier3_write     every tier-3 request let through (allow or report);
  *   write_burst     write-method requests let through, per agent, over max per period;
- *   upload_bytes    bytes sent upstream per agent (progress events), over max per period;
+ *   upload_bytes    bytes sent upstream per agent (progress events), and the heads of
+ *                   requests let through (head_bytes), over max per period;
  *   denied_burst    denials per agent over max per period (bus_counts_denial());
  *   auth_failures   auth_required refusals of credentials that named no agent, per
  *                   client source (an IPv4 address, an IPv6 /64, the unix socket's

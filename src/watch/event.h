@@ -66,10 +66,17 @@ struct egress_event {
      * gateway's own failure, not the client's guess). */
     const struct ipaddr *source;
     bool credentials;
+    /* EVENT_EGRESS only: the length of the request head the gateway read,
+     * a plain request's or a CONNECT's, its final CRLF included (0 when
+     * none was parsed). Its path and headers are the agent's to fill, and
+     * go upstream with a request let through, but bytes_up leaves heads
+     * out (the decision log's contract): the upload_bytes detector counts
+     * this too; the log and the metrics do not. */
+    uint64_t head_bytes;
 
     /* EVENT_EGRESS_END only (and bytes_up, as a delta, in EVENT_EGRESS_PROGRESS). */
     int status;          /* HTTP status returned to the agent; 0 when none (tunnel: 200) */
-    uint64_t bytes_up;   /* bytes sent upstream (bodies and tunnel data, not our heads) */
+    uint64_t bytes_up;   /* bytes sent upstream: bodies and tunnel data, not heads */
     uint64_t bytes_down; /* bytes returned to the agent */
     uint64_t ms;         /* duration since the request was decided */
 };

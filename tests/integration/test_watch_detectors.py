@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from gate_client import cpu_seconds, open_conn, poll, read_response, request
+from gate_client import build_request, cpu_seconds, open_conn, poll, read_response, request
+from gate_servers import BannerServer
 from watch_helpers import (alerts, assert_prompt, ts, wait_alert, wait_alert_timed)
 
 
@@ -213,10 +214,14 @@ def test_upload_bytes_in_a_tunnel(gateway, net, tmp_path):
     s.close()
 
 
+def _tunnel_head(port):
+    return (b"CONNECT banner.example.test:%d HTTP/1.1\r\nHost: banner.example.test:%d\r\n\r\n"
+            % (port, port))
+
+
 def _tunnel(gw, port):
     s = open_conn(gw)
-    s.sendall(b"CONNECT banner.example.test:%d HTTP/1.1\r\nHost: banner.example.test:%d\r\n\r\n"
-              % (port, port))
+    s.sendall(_tunnel_head(port))
     head = b""
     while b"\r\n\r\n" not in head:
         head += s.recv(1)
@@ -237,7 +242,8 @@ def test_upload_bytes_of_a_tunnel_that_goes_quiet(gateway, net, tmp_path):
     s.sendall(b"\x00" + b"t" * 40000)  # not TLS, not HTTP: tunnelled as it is
     a = wait_alert(af, "upload_bytes", timeout=10)[0]
     assert gw.events("agent_egress_end") == []  # the tunnel is still open, and quiet
-    assert "sent 40001 bytes upstream" in a["detail"]
+    # the CONNECT's head counts too
+    assert "sent %d bytes upstream" % (len(_tunnel_head(net.banner.port)) + 40001) in a["detail"]
     assert_prompt(a, gw)
     s.close()
 
@@ -248,14 +254,78 @@ def test_upload_bytes_of_a_request_whose_answer_waits(gateway, net, tmp_path):
                    {"upload_bytes": {"max": "16KiB", "per": "1m"}}, tmp_path, state=False)
     s = open_conn(gw)
     body = b"u" * 40000
-    s.sendall(b"PUT %s HTTP/1.1\r\nHost: api.example.test:%d\r\nContent-Length: %d\r\n\r\n"
-              % (net.url("/slow?ms=8000").encode(), net.api.port, len(body)) + body)
+    head = (b"PUT %s HTTP/1.1\r\nHost: api.example.test:%d\r\nContent-Length: %d\r\n\r\n"
+            % (net.url("/slow?ms=8000").encode(), net.api.port, len(body)))
+    s.sendall(head + body)
     a = wait_alert(af, "upload_bytes", timeout=7)[0]
     assert gw.events("agent_egress_end") == []  # the answer has not come
-    assert "sent 40000 bytes upstream" in a["detail"]
+    assert "sent %d bytes upstream" % (len(head) + 40000) in a["detail"]  # the head too
     assert_prompt(a, gw)
     assert read_response(s, "PUT").status == 200
     s.close()
+
+
+def _long_head(method, target, host, n):
+    """A request head of about 24 KiB of the agent's choosing: a long path
+    (a query, for a GET) and four long headers, numbered <n> so that no two
+    are alike."""
+    hdrs = [("X-Data-%d" % i, "%d-" % n + "b" * 4000) for i in range(4)]
+    if method == "GET":
+        target += "?q=%d-" % n + "a" * 7000
+    return build_request(method, target, hdrs, host=host)
+
+
+def test_upload_bytes_counts_request_heads(gateway, net, tmp_path):
+    """An agent sends what it likes upstream in a request's path and headers:
+    40 GETs of about 24 KiB of head each are 960 KiB, with no body. bytes_up
+    counts bodies and tunnel data only (the log's contract), and
+    upload_bytes counted bytes_up: no alert with a max of 64 KiB. It counts
+    the head of each request let through too."""
+    gw, af = start(gateway, net, [api_rule(net)],
+                   {"upload_bytes": {"max": "64KiB", "per": "1m"}}, tmp_path, state=False)
+    s = open_conn(gw)
+    heads = []
+    for i in range(40):
+        heads.append(_long_head("GET", net.url("/h"), True, i))
+        s.sendall(heads[-1])
+        assert read_response(s, "GET").status == 200
+    s.close()
+    assert len(net.api.requests) == 40
+    a = wait_alert(af, "upload_bytes", timeout=5)[0]
+    # the first over 64 KiB: the third head
+    assert sum(len(h) for h in heads[:2]) <= 65536 < sum(len(h) for h in heads[:3])
+    assert "sent %d bytes upstream" % sum(len(h) for h in heads[:3]) in a["detail"], a
+    assert a["agent"] == "default" and a["host"] == "api.example.test"
+    assert_prompt(a, gw)
+    # the log's bytes_up is what it was: bodies (none here)
+    ends = gw.wait_events("agent_egress_end", count=40)
+    assert [e["bytes_up"] for e in ends] == [0] * 40
+
+
+def test_upload_bytes_counts_connect_heads(gateway, net, tmp_path):
+    """The same through CONNECT heads, each tunnel carrying nothing: five of
+    about 16 KiB of headers are over 64 KiB."""
+    rule = {"host": "banner.example.test", "ports": [net.banner.port], "tier": 2}
+    gw, af = start(gateway, net, [rule], {"upload_bytes": {"max": "64KiB", "per": "1m"}},
+                   tmp_path, state=False)
+    target = "banner.example.test:%d" % net.banner.port
+    total = 0
+    for i in range(5):
+        head = _long_head("CONNECT", target, target, i)
+        total += len(head)
+        s = open_conn(gw)
+        s.sendall(head)
+        got = b""
+        while BannerServer.BANNER not in got:  # the tunnel is open
+            d = s.recv(4096)
+            assert d, got
+            got += d
+        assert b" 200 " in got.split(b"\r\n")[0]
+        s.close()
+    assert total > 65536
+    a = wait_alert(af, "upload_bytes", timeout=5)[0]
+    assert "sent %d bytes upstream" % total in a["detail"], a
+    assert a["host"] == "banner.example.test"
 
 
 def _off_hours_now():

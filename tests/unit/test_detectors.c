@@ -172,6 +172,45 @@ static void denied_burst_and_upload(void **state)
     assert_int_equal(f->got.n[ALERT_UPLOAD_BYTES], 1);
 }
 
+/* upload_bytes counts the head of each request let through (allow or
+ * report, a CONNECT's too) at its agent_egress, once: not a denied one's,
+ * which went nowhere, nor a tunnel's decided again. bytes_up left heads
+ * out, and so did the detector: 600-byte heads never added up. */
+static void upload_counts_request_heads(void **state)
+{
+    struct fx *f = *state;
+    f->p.alerts.upload_bytes = (struct threshold){.set = true, .max = 1000, .per_ms = 60000};
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    struct egress_event get = ev_of("ci", "GET", "x.test", VERDICT_ALLOW, REASON_NONE, TIER_1);
+    get.head_bytes = 600;
+    detectors_feed(f->d, &get, T0);
+    struct egress_event no =
+        ev_of("ci", "GET", "y.test", VERDICT_DENY, REASON_NOT_IN_POLICY, TIER_NONE);
+    no.head_bytes = 600;
+    detectors_feed(f->d, &no, T0 + 1);
+    struct egress_event again =
+        ev_of("ci", "CONNECT", "x.test", VERDICT_ALLOW, REASON_NONE, TIER_1);
+    again.head_bytes = 600;
+    again.again = true;
+    detectors_feed(f->d, &again, T0 + 2);
+    assert_int_equal(f->got.n[ALERT_UPLOAD_BYTES], 0); /* 600 */
+    struct egress_event tunnel = again;
+    tunnel.again = false;
+    tunnel.verdict = VERDICT_REPORT;
+    tunnel.reason = REASON_NOT_IN_POLICY;
+    detectors_feed(f->d, &tunnel, T0 + 3);
+    assert_int_equal(f->got.n[ALERT_UPLOAD_BYTES], 1); /* 1200 */
+    assert_non_null(strstr(f->got.last_detail, "ci sent 1200 bytes upstream"));
+    /* The end line's (and progress events') head_bytes are not counted */
+    struct egress_event end = get;
+    end.kind = EVENT_EGRESS_END;
+    detectors_feed(f->d, &end, T0 + 70000);
+    end.kind = EVENT_EGRESS_PROGRESS;
+    detectors_feed(f->d, &end, T0 + 70001);
+    detectors_tick(f->d, T0 + 200000);
+    assert_int_equal(f->got.n[ALERT_UPLOAD_BYTES], 1);
+}
+
 /* A 407 auth_required refusal of a request from <src> (NULL: a client of
  * the unix socket), <credentials> when it presented some. */
 static struct egress_event auth_ev(const struct ipaddr *src, bool credentials)
@@ -1323,6 +1362,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(write_burst_threshold_and_fold, setup, teardown),
         cmocka_unit_test_setup_teardown(denied_burst_and_upload, setup, teardown),
+        cmocka_unit_test_setup_teardown(upload_counts_request_heads, setup, teardown),
         cmocka_unit_test_setup_teardown(auth_failures_per_source, setup, teardown),
         cmocka_unit_test_setup_teardown(auth_failures_v6_prefix_and_unix_socket, setup, teardown),
         cmocka_unit_test_setup_teardown(auth_failures_table_is_bounded, setup, teardown),
