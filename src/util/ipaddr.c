@@ -301,21 +301,29 @@ static void format_v6(const struct ipaddr *a, char *buf, size_t buflen)
     }
 }
 
+/* Writes the dotted quad of IPv4 <a> and its NUL at <p> (16 bytes of
+ * room). By hand: a literal target is formatted on every request. */
+static void format_v4(const struct ipaddr *a, char *p)
+{
+    for (int i = 12; i < 16; i++) {
+        p += format_uint(p, a->b[i], 0);
+        *p++ = i < 15 ? '.' : '\0';
+    }
+}
+
 char *ipaddr_format(const struct ipaddr *a, char *out, size_t outlen)
 {
     char buf[IPADDR_STRLEN];
     if (out == NULL || outlen == 0)
         return out;
-    if (ipaddr_is_v4(a)) {
-        /* By hand: a literal target is formatted on every request. */
-        char *p = buf;
-        for (int i = 12; i < 16; i++) {
-            p += format_uint(p, a->b[i], 0);
-            *p++ = i < 15 ? '.' : '\0';
-        }
-    } else {
-        format_v6(a, buf, sizeof(buf));
+    if (ipaddr_is_v4(a) && outlen >= sizeof("255.255.255.255")) {
+        format_v4(a, out); /* the longest fits: no copy through <buf> */
+        return out;
     }
+    if (ipaddr_is_v4(a))
+        format_v4(a, buf);
+    else
+        format_v6(a, buf, sizeof(buf));
     size_t n = strlen(buf);
     if (n >= outlen)
         n = outlen - 1;

@@ -204,18 +204,43 @@ void format_period_ms(uint64_t ms, char *out, size_t outlen)
 
 size_t format_uint(char *out, uint64_t v, unsigned width)
 {
-    char tmp[FORMAT_UINT_MAX];
-    char *end = tmp + sizeof(tmp), *p = end; /* written from the last digit back */
-    if (width > FORMAT_UINT_MAX)
-        width = FORMAT_UINT_MAX;
+    /* 10^1 .. 10^19: the digits are counted first, then written in place
+     * from the last one back (no copy from a buffer of its own: a
+     * memcpy() call per number, several numbers a request). */
+    static const uint64_t pow10[FORMAT_UINT_MAX - 1] = {
+        10ULL,
+        100ULL,
+        1000ULL,
+        10000ULL,
+        100000ULL,
+        1000000ULL,
+        10000000ULL,
+        100000000ULL,
+        1000000000ULL,
+        10000000000ULL,
+        100000000000ULL,
+        1000000000000ULL,
+        10000000000000ULL,
+        100000000000000ULL,
+        1000000000000000ULL,
+        10000000000000000ULL,
+        100000000000000000ULL,
+        1000000000000000000ULL,
+        10000000000000000000ULL,
+    };
+    size_t digits = 1;
+    while (digits < FORMAT_UINT_MAX && v >= pow10[digits - 1])
+        digits++;
+    size_t n = width < FORMAT_UINT_MAX ? width : FORMAT_UINT_MAX;
+    if (n < digits)
+        n = digits;
+    char *p = out + n;
     do {
         *--p = (char)('0' + v % 10);
         v /= 10;
     } while (v > 0);
-    while ((size_t)(end - p) < width)
+    while (p > out)
         *--p = '0';
-    size_t n = (size_t)(end - p);
-    memcpy(out, p, n);
     return n;
 }
 

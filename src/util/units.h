@@ -40,10 +40,11 @@ int parse_uint(const char *s, uint64_t max, uint64_t *out);
 
 /* Room format_uint() needs: the 20 digits of UINT64_MAX. */
 #define FORMAT_UINT_MAX 20
-/* Writes <v> in decimal at <out> (FORMAT_UINT_MAX bytes of room), zero-padded
- * to at least <width> digits (at most FORMAT_UINT_MAX), without a NUL.
- * Returns the number of digits written. No printf: the gate formats ids,
- * ports and timestamps with it on every request. */
+/* Writes <v> in decimal at <out>, zero-padded to at least <width> digits (at
+ * most FORMAT_UINT_MAX), without a NUL. Returns the number of digits
+ * written, the only bytes of <out> it touches (FORMAT_UINT_MAX at most).
+ * No printf: the gate formats ids, ports and timestamps with it on every
+ * request. */
 size_t format_uint(char *out, uint64_t v, unsigned width);
 
 /* <ms> milliseconds as the struct timeval that libevent's timers take. */
