@@ -12,12 +12,40 @@
 /* ---------------------------------------------------------------------- */
 /* Character classes (RFC 9110 5.6.2, 5.5) */
 
-/* tchar: ALPHA, DIGIT and !#$%&'*+-.^_`|~, one bit per byte below 128 */
-static const uint64_t tchar_bits[2] = {0x03ff6cfa00000000ULL, 0x57ffffffc7fffffeULL};
+/* The classes a head's bytes are checked for, one load a byte: a head's
+ * every byte goes through one of them. T: tchar (ALPHA, DIGIT and
+ * !#$%&'*+-.^_`|~); F: field-vchar, SP or HTAB (VCHAR, obs-text, SP, HT);
+ * TF: both. */
+/* clang-format off */
+#define T  1u
+#define F  2u
+#define TF (T | F)
+static const unsigned char char_class[256] = {
+    /* 0x00 */ 0, 0, 0, 0, 0, 0, 0, 0, 0, F, 0, 0, 0, 0, 0, 0,
+    /* 0x10 */ 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    /* 0x20 */ F, TF, F, TF, TF, TF, TF, TF, F, F, TF, TF, F, TF, TF, F,
+    /* 0x30 */ TF, TF, TF, TF, TF, TF, TF, TF, TF, TF, F, F, F, F, F, F,
+    /* 0x40 */ F, TF, TF, TF, TF, TF, TF, TF, TF, TF, TF, TF, TF, TF, TF, TF,
+    /* 0x50 */ TF, TF, TF, TF, TF, TF, TF, TF, TF, TF, TF, F, F, F, TF, TF,
+    /* 0x60 */ TF, TF, TF, TF, TF, TF, TF, TF, TF, TF, TF, TF, TF, TF, TF, TF,
+    /* 0x70 */ TF, TF, TF, TF, TF, TF, TF, TF, TF, TF, TF, F, TF, F, TF, 0,
+    /* 0x80 */ F, F, F, F, F, F, F, F, F, F, F, F, F, F, F, F,
+    /* 0x90 */ F, F, F, F, F, F, F, F, F, F, F, F, F, F, F, F,
+    /* 0xa0 */ F, F, F, F, F, F, F, F, F, F, F, F, F, F, F, F,
+    /* 0xb0 */ F, F, F, F, F, F, F, F, F, F, F, F, F, F, F, F,
+    /* 0xc0 */ F, F, F, F, F, F, F, F, F, F, F, F, F, F, F, F,
+    /* 0xd0 */ F, F, F, F, F, F, F, F, F, F, F, F, F, F, F, F,
+    /* 0xe0 */ F, F, F, F, F, F, F, F, F, F, F, F, F, F, F, F,
+    /* 0xf0 */ F, F, F, F, F, F, F, F, F, F, F, F, F, F, F, F,
+};
+#undef T
+#undef F
+#undef TF
+/* clang-format on */
 
 static bool is_tchar(unsigned char c)
 {
-    return c < 128 && ((tchar_bits[c >> 6] >> (c & 63)) & 1) != 0;
+    return (char_class[c] & 1u) != 0;
 }
 
 static bool is_digit(unsigned char c)
@@ -38,7 +66,7 @@ static bool is_alpha(unsigned char c)
 /* field-vchar / SP / HTAB: VCHAR, obs-text, SP, HT. */
 static bool is_field_char(unsigned char c)
 {
-    return c == '\t' || (c >= 0x20 && c != 0x7f);
+    return (char_class[c] & 2u) != 0;
 }
 
 /* A byte of a host name in a request target: sluice accepts only what can
