@@ -81,9 +81,10 @@ static unsigned char lower(unsigned char c)
     return (c >= 'A' && c <= 'Z') ? (unsigned char)(c + 32) : c;
 }
 
-/* <a> is <b> but for case; EQI() with a literal <b>, its length known when
- * compiled (most fields a head is checked for are not: their lengths differ) */
-#define EQI(a, alen, b) eqi((a), (alen), "" b, sizeof("" b) - 1) /* b: a literal */
+/* <a> is <b> but for case; EQI() with a literal <b> in lower case, its
+ * length known when compiled (most fields a head is checked for are not:
+ * their lengths differ) */
+#define EQI(a, alen, b) eqi_lower((a), (alen), "" b, sizeof("" b) - 1) /* b: a literal */
 
 static bool eqi(const char *a, size_t alen, const char *b, size_t blen)
 {
@@ -91,6 +92,19 @@ static bool eqi(const char *a, size_t alen, const char *b, size_t blen)
         return false;
     for (size_t i = 0; i < alen; i++)
         if (lower((unsigned char)a[i]) != lower((unsigned char)b[i]))
+            return false;
+    return true;
+}
+
+/* eqi() with <b> in lower case already (the literals, the hop-by-hop
+ * names): only <a>'s bytes are lowered, a head's fields being compared
+ * with several names each. */
+static bool eqi_lower(const char *a, size_t alen, const char *b, size_t blen)
+{
+    if (alen != blen)
+        return false;
+    for (size_t i = 0; i < alen; i++)
+        if (lower((unsigned char)a[i]) != (unsigned char)b[i])
             return false;
     return true;
 }
@@ -314,7 +328,7 @@ static int parse_connection(const char *v, size_t len, bool *close, bool *keep_a
         s, sizeof(s) - 1                                                                           \
     }
 static const struct {
-    const char *name;
+    const char *name; /* in lower case: compared with eqi_lower() */
     size_t len;
 } hop_by_hop[] = {
     HOP("connection"),
@@ -332,7 +346,7 @@ static const struct {
 bool http1_is_hop_by_hop(const char *name, size_t len)
 {
     for (size_t i = 0; i < sizeof(hop_by_hop) / sizeof(hop_by_hop[0]); i++)
-        if (eqi(name, len, hop_by_hop[i].name, hop_by_hop[i].len))
+        if (eqi_lower(name, len, hop_by_hop[i].name, hop_by_hop[i].len))
             return true;
     return false;
 }
