@@ -1,6 +1,7 @@
 /* sluice check: validates a policy and prints the egress audit on paper.
- * Exit 0 when clean (warnings allowed), 1 on errors (including grants
- * expired as of --now), 2 on usage errors or an unreadable file. */
+ * Exit 0 when clean (warnings allowed, but under --strict), 1 on errors
+ * (including grants expired as of --now) and, under --strict, on warnings,
+ * 2 on usage errors or an unreadable file. */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -26,20 +27,20 @@ struct check_args {
     int32_t today;
     int warn_days; /* -1: the policy's alerts.expiry_warn_days, else 14 */
     enum check_format format;
+    bool strict; /* warnings fail the check too */
 };
 
 static int parse_args(int argc, char **argv, struct check_args *a)
 {
     static const struct option options[] = {
-        {"now", required_argument, NULL, 'n'},
-        {"warn-days", required_argument, NULL, 'w'},
-        {"format", required_argument, NULL, 'f'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"now", required_argument, NULL, 'n'},    {"warn-days", required_argument, NULL, 'w'},
+        {"format", required_argument, NULL, 'f'}, {"strict", no_argument, NULL, 's'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
     a->today = day_of(time(NULL));
     a->warn_days = -1;
     a->format = FORMAT_TEXT;
+    a->strict = false;
     opterr = 0;
     optind = 1;
     int c;
@@ -77,6 +78,9 @@ static int parse_args(int argc, char **argv, struct check_args *a)
             else
                 return command_usage_error(&cmd_check, "--format: '%s' is not text or json",
                                            optarg);
+            break;
+        case 's':
+            a->strict = true;
             break;
         case 'h':
             command_help(&cmd_check);
@@ -158,7 +162,7 @@ static int check_main(int argc, char **argv)
         warn_days = LINT_DEFAULT_WARN_DAYS;
     }
 
-    json_t *report = report_build(a.file, partial ? NULL : p, &d, a.today, warn_days);
+    json_t *report = report_build(a.file, partial ? NULL : p, &d, a.today, warn_days, a.strict);
     if (a.format == FORMAT_JSON) {
         json_dumpf(report, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         fputc('\n', stdout);
@@ -167,7 +171,8 @@ static int check_main(int argc, char **argv)
     }
     json_decref(report);
 
-    int status = diag_has_errors(&d) ? EXIT_PROBLEMS : EXIT_OK;
+    bool failed = diag_has_errors(&d) || (a.strict && d.warnings > 0);
+    int status = failed ? EXIT_PROBLEMS : EXIT_OK;
     policy_free(p);
     diag_free(&d);
     return status;
@@ -175,18 +180,20 @@ static int check_main(int argc, char **argv)
 
 const struct command cmd_check = {
     .name = "check",
-    .synopsis = "FILE [--now YYYY-MM-DD] [--warn-days N] [--format text|json]",
+    .synopsis = "FILE [--now YYYY-MM-DD] [--warn-days N] [--format text|json] [--strict]",
     .summary = "validate a policy and print what each agent can reach, at which tier",
     .help = "Errors (exit 1): YAML syntax, unknown keys, bad host patterns, CIDRs or ports,\n"
             "tiers outside 0-3, duplicate rules, tier-3 rules without an owner or an expiry\n"
             "date, and grants expired as of --now (default: today, UTC).\n"
-            "Warnings (exit 0): grants expiring within --warn-days (default: the policy's\n"
-            "alerts.expiry_warn_days, else 14).\n"
+            "Warnings (exit 0; exit 1 under --strict): grants expiring within --warn-days\n"
+            "(default: the policy's alerts.expiry_warn_days, else 14), and the risks the\n"
+            "loader finds (README.md lists them).\n"
             "The report lists rules per tier, every tier-3 grant with its owner, expiry and\n"
             "days left, and for each agent every destination it can reach and at which tier.\n"
             "\n"
             "  --now YYYY-MM-DD   judge expiry as of this day (UTC)\n"
             "  --warn-days N      warn about grants expiring within N days\n"
-            "  --format text|json one JSON document instead of text\n",
+            "  --format text|json one JSON document instead of text\n"
+            "  --strict           warnings fail the check too (exit 1, \"ok\": false)\n",
     .main = check_main,
 };

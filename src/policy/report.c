@@ -239,15 +239,17 @@ static json_t *agents_json(const struct policy *p, int32_t today)
 }
 
 json_t *report_build(const char *file, const struct policy *p, const struct diag *d, int32_t today,
-                     int warn_days)
+                     int warn_days, bool strict)
 {
+    bool ok = !diag_has_errors(d) && !(strict && d->warnings > 0);
     char date[16];
     format_date(today, date, sizeof(date));
     json_t *r = json_object();
     json_object_set_new(r, "file", text_json(file));
-    json_object_set_new(r, "ok", json_boolean(!diag_has_errors(d)));
+    json_object_set_new(r, "ok", json_boolean(ok));
     json_object_set_new(r, "today", json_string(date));
     json_object_set_new(r, "warn_days", json_integer(warn_days));
+    json_object_set_new(r, "strict", json_boolean(strict));
     json_object_set_new(r, "errors", diag_entries_json(d, DIAG_ERROR));
     json_object_set_new(r, "warnings", diag_entries_json(d, DIAG_WARNING));
     if (p == NULL)
@@ -441,7 +443,12 @@ void report_print_text(const json_t *report, FILE *out)
             print_reach(out, v);
         }
     }
-    fprintf(out, "\nresult: %zu error%s, %zu warning%s\n", json_array_size(errors),
+    fprintf(out, "\nresult: %zu error%s, %zu warning%s", json_array_size(errors),
             json_array_size(errors) == 1 ? "" : "s", json_array_size(warnings),
             json_array_size(warnings) == 1 ? "" : "s");
+    /* said only where the warnings alone failed it: errors fail any check */
+    if (json_is_true(json_object_get(report, "strict")) && json_array_size(errors) == 0 &&
+        json_array_size(warnings) > 0)
+        fputs(": failed, warnings fail the check under --strict", out);
+    fputc('\n', out);
 }

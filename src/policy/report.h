@@ -9,6 +9,7 @@
 #define SLUICE_POLICY_REPORT_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -17,9 +18,10 @@
 
 /* Returns a new report (the caller releases it with json_decref) about
  * <p> (NULL when it failed to load) with the findings in <d>, as of the
- * day number <today>. */
+ * day number <today>. Its "ok" is false when <d> holds an error, or, with
+ * <strict>, a warning. */
 json_t *report_build(const char *file, const struct policy *p, const struct diag *d, int32_t today,
-                     int warn_days);
+                     int warn_days, bool strict);
 
 /* Prints <report> as text: findings first, then the audit. */
 void report_print_text(const json_t *report, FILE *out);

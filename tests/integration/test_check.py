@@ -1,7 +1,7 @@
 """`sluice check` and the command line, run as a user would run them.
 
-Exit codes (SPEC.md): 0 clean (warnings allowed), 1 errors found, 2 usage
-error or unreadable file. Every error names file:line and the field.
+Exit codes (SPEC.md): 0 clean (warnings allowed, but under --strict), 1 errors
+found (or, under --strict, warnings), 2 usage error or unreadable file. Every error names file:line and the field.
 """
 import json
 import os
@@ -325,6 +325,37 @@ def test_expiring_grant_warns_but_passes(sluice_bin, tmp_path):
     assert r.returncode == 0 and "warning:" not in r.stdout
     r = run(sluice_bin, "check", path, "--now", "2026-11-01", "--warn-days", "100")
     assert "warning:" in r.stdout
+
+
+def test_strict_fails_a_check_whose_only_findings_are_warnings(sluice_bin, tmp_path):
+    """Warnings exit 0, so a policy with a risk a reviewer flagged (a grant
+    about to expire here) passed CI; under --strict it fails with the exit
+    code of a policy with errors, and says why in both formats."""
+    path = write(tmp_path, GOOD)
+    r = run(sluice_bin, "check", path, "--now", "2026-12-20")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.endswith("\nresult: 0 errors, 1 warning\n"), r.stdout
+    r = run(sluice_bin, "check", path, "--now", "2026-12-20", "--strict")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "warning: " in r.stdout and "11 days left" in r.stdout
+    assert r.stdout.endswith("\nresult: 0 errors, 1 warning: failed, warnings fail the check "
+                             "under --strict\n"), r.stdout
+    for extra, code in (([], 0), (["--strict"], 1)):
+        r = run(sluice_bin, "check", path, "--now", "2026-12-20", "--format", "json", *extra)
+        assert r.returncode == code, r.stdout + r.stderr
+        doc = json.loads(r.stdout)
+        assert doc["ok"] is (code == 0) and doc["strict"] is bool(extra), doc
+        assert len(doc["warnings"]) == 1 and doc["errors"] == []
+        assert "summary" in doc  # the report is still printed in full
+    # a clean policy passes under --strict; errors fail it as ever, without
+    # the warnings' reason on their result line
+    r = run(sluice_bin, "check", path, "--now", "2026-12-01", "--strict")
+    assert r.returncode == 0 and r.stdout.endswith("\nresult: 0 errors, 0 warnings\n"), r.stdout
+    r = run(sluice_bin, "check", path, "--now", "2027-01-01", "--strict")
+    assert r.returncode == 1 and r.stdout.endswith("\nresult: 1 error, 0 warnings\n"), r.stdout
+    doc = json.loads(run(sluice_bin, "check", path, "--now", "2026-12-01", "--strict",
+                         "--format", "json").stdout)
+    assert doc["ok"] is True and doc["strict"] is True
 
 
 def test_ipv6_range_that_holds_all_of_ipv4_warns(sluice_bin, tmp_path):
