@@ -163,9 +163,13 @@ static void agent_mode(struct load_ctx *c, const struct ynode *v, void *obj)
         return;
     if (strcmp(s, "enforce") == 0)
         a->mode = AGENT_ENFORCE;
-    else if (strcmp(s, "report") == 0)
+    else if (strcmp(s, "report") == 0) {
         a->mode = AGENT_REPORT;
-    else
+        /* enforces nothing for it: a canary's setting, never to be left on */
+        load_warn(c, v->line,
+                  "report: this agent's denials are let through (logged as report); only the "
+                  "address guard still refuses for it (private_address, self_request)");
+    } else
         load_err(c, v->line, "unknown mode '%s' (expected enforce or report)", load_show(c, s));
 }
 

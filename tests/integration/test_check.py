@@ -67,12 +67,21 @@ def write(tmp_path, text, name="policy.yaml"):
     return str(path)
 
 
+# The warnings an example has on purpose: eval-fleet.yaml's canary runs in
+# report mode, to learn what a new task needs.
+EXAMPLE_WARNINGS = {
+    "eval-fleet.yaml": ["agents[0].mode"],
+}
+
+
 @pytest.mark.parametrize("example", sorted(f for f in os.listdir(EXAMPLES) if f.endswith(".yaml")))
 def test_bundled_examples_are_clean(sluice_bin, example):
     r = run(sluice_bin, "check", os.path.join(EXAMPLES, example), "--now", NOW,
-            env_extra={"SLUICE_TOKEN_CI": "ci-token-of-sixteen-bytes-or-more"})
+            "--format", "json", env_extra={"SLUICE_TOKEN_CI": "ci-token-of-sixteen-bytes-or-more"})
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "result: 0 errors, 0 warnings" in r.stdout
+    doc = json.loads(r.stdout)
+    assert doc["errors"] == []
+    assert [w["field"] for w in doc["warnings"]] == EXAMPLE_WARNINGS.get(example, []), r.stdout
 
 
 def readme_policies():
@@ -868,6 +877,13 @@ def test_agent_in_report_mode_is_not_said_to_be_denied_everything(sluice_bin, tm
         """)
     r = run(sluice_bin, "check", path)
     assert r.returncode == 0, r.stdout + r.stderr
+    # each agent in report mode is a warning: its denials are let through
+    said = ("report: this agent's denials are let through (logged as report); only the address "
+            "guard still refuses for it (private_address, self_request)")
+    assert r.stdout.startswith("warning: %s:5: agents[0].mode: %s\nwarning: %s:10: "
+                               "agents[2].mode: %s\n" % (path, said, path, said)), r.stdout
+    assert r.stdout.endswith("\nresult: 0 errors, 2 warnings\n")
+    assert run(sluice_bin, "check", path, "--strict").returncode == 1
     out = r.stdout.split("reach per agent:\n")[1].splitlines()
     said = ("    REPORT MODE: what the policy denies is let through, logged as report "
             "(the address guard still refuses: private_address, self_request); enforce would "

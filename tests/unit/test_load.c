@@ -315,10 +315,15 @@ static void test_spec_example(void **state)
     setenv("SLUICE_TEST_TOKEN_CI", "s3cret-token-for-tests", 1);
     struct diag d;
     struct policy *p = load(spec_example, &d);
-    if (p == NULL || d.count != 1)
+    if (p == NULL || d.count != 2)
         dump(spec_example, &d);
     assert_non_null(p);
-    /* the only remark: the repeated port */
+    /* the only remarks: the agent in report mode and the repeated port */
+    assert_int_equal(d.count, 2);
+    assert_true(has_entry(&d, DIAG_WARNING,
+                          "p.yaml:9: agents[1].mode: report: this agent's denials are let "
+                          "through (logged as report); only the address guard still refuses for "
+                          "it (private_address, self_request)"));
     assert_true(
         has_entry(&d, DIAG_WARNING, "p.yaml:27: rules[4].ports[2]: port 8080 is listed twice"));
     assert_string_equal(p->path, FILE_NAME);
@@ -1090,6 +1095,25 @@ static void test_agents_sharing_a_token(void **state)
 #undef SHARED
     unsetenv("SLUICE_TEST_TOKEN2");
     unsetenv("SLUICE_TEST_TOKEN3");
+}
+
+/* An agent in report mode is let through where the policy denies it: a
+ * canary that learns what a task needs, or a policy left in trial that
+ * enforces nothing for it. Warned, so that `check --strict` can refuse it. */
+static void test_report_mode_agent_warns(void **state)
+{
+    (void)state;
+#define REPORT_MODE(line, n)                                                                       \
+    "p.yaml:" #line ": agents[" #n "].mode: report: this agent's denials are let through "         \
+    "(logged as report); only the address guard still refuses for it (private_address, "           \
+    "self_request)"
+    expect_warning(V "agents:\n  - {id: a, sources: [unix], mode: report}\n" R, REPORT_MODE(3, 0));
+    expect_warning(V "agents:\n  - {id: a, sources: [unix]}\n  - id: b\n    sources: [\"::1\"]\n"
+                     "    mode: report\n" R,
+                   REPORT_MODE(6, 1));
+    struct policy *p = expect_clean(V "agents:\n  - {id: a, sources: [unix], mode: enforce}\n" R);
+    policy_free(p);
+#undef REPORT_MODE
 }
 
 /* ---- rules ----------------------------------------------------------------- */
@@ -2205,6 +2229,7 @@ int main(void)
         cmocka_unit_test(test_owner_not_ascii),
         cmocka_unit_test(test_shadowed_agent_sources),
         cmocka_unit_test(test_agents_sharing_a_token),
+        cmocka_unit_test(test_report_mode_agent_warns),
         cmocka_unit_test(test_secrets_unused),
         cmocka_unit_test(test_token_a_bearer_header_cannot_carry),
         cmocka_unit_test(test_token_too_short_to_resist_guessing),
