@@ -97,6 +97,28 @@ static bool bearer_can_carry(const char *secret)
     return true;
 }
 
+/* True when <name> is a variable the system or the shell sets for every
+ * process, whose value any user on the host can read or guess: a token
+ * read from it is no secret (env:PATH, env:HOME, env:USER, ...). */
+static bool env_is_no_secret(const char *name)
+{
+    static const char *const known[] = {
+        "COLUMNS",        "DISPLAY",  "EDITOR",   "HOME",          "HOST",
+        "HOSTNAME",       "HOSTTYPE", "LANG",     "LANGUAGE",      "LD_LIBRARY_PATH",
+        "LINES",          "LOGNAME",  "MACHTYPE", "MAIL",          "MANPATH",
+        "OLDPWD",         "OSTYPE",   "PAGER",    "PATH",          "PWD",
+        "PYTHONPATH",     "SHELL",    "SHLVL",    "SSH_AUTH_SOCK", "SSH_CLIENT",
+        "SSH_CONNECTION", "SSH_TTY",  "TEMP",     "TERM",          "TMP",
+        "TMPDIR",         "TZ",       "UID",      "USER",          "VISUAL",
+    };
+    if (strncmp(name, "LC_", 3) == 0 || strncmp(name, "XDG_", 4) == 0)
+        return true; /* the locale's and the desktop's: paths and names */
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+        if (strcmp(name, known[i]) == 0)
+            return true;
+    return false;
+}
+
 static void agent_token(struct load_ctx *c, const struct ynode *v, void *obj)
 {
     struct agent *a = obj;
@@ -118,6 +140,12 @@ static void agent_token(struct load_ctx *c, const struct ynode *v, void *obj)
         load_err(c, v->line, "invalid environment variable name '%s'", load_show(c, name));
         return;
     }
+    if (env_is_no_secret(name)) /* told whether or not it is set here: the name is the fault */
+        load_warn(c, v->line,
+                  "environment variable %s is no secret: every process and user on the host can "
+                  "read it, or guess it; give agent '%s' a variable of its own that holds a long "
+                  "random secret",
+                  name, a->id != NULL ? a->id : "?");
     char *value = env_dup(name);
     if ((value == NULL || *value == '\0') && (c->flags & POLICY_LOAD_SECRETS_UNUSED)) {
         load_set_str(&a->token_ref, s); /* run: its variable is still kept from the box */

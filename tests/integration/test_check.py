@@ -172,6 +172,39 @@ def test_check_warns_of_a_token_short_enough_to_guess(sluice_bin, tmp_path):
     assert r.stdout.rstrip().splitlines()[-1] == "result: 0 errors, 0 warnings", r.stdout
 
 
+def test_check_warns_of_a_token_read_from_a_variable_that_is_no_secret(sluice_bin, tmp_path):
+    """`token: env:USER` reads a value every process on the host has (and
+    anyone can guess): warned, naming the variable and the agent, never the
+    value; set or not, since CI checks the policy without its secrets."""
+    path = write(tmp_path, """\
+        version: 1
+        agents:
+          - id: bot
+            sources: [unix]
+            token: env:USER
+        rules:
+          - host: a.example.com
+            tier: 0
+        """)
+    said = ("warning: %s:5: agents[0].token: environment variable USER is no secret: every "
+            "process and user on the host can read it, or guess it; give agent 'bot' a variable "
+            "of its own that holds a long random secret" % path)
+    for value in ("a-user-name-longer-than-sixteen-bytes", None):
+        env = {"USER": value} if value else {}
+        cmd = [sluice_bin, "check", path]
+        e = dict(os.environ, **env)
+        if value is None:
+            e.pop("USER", None)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=e)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert said in r.stdout.splitlines(), r.stdout
+        assert value is None or value not in r.stdout
+        r = subprocess.run(cmd + ["--strict", "--format", "json"], capture_output=True,
+                           text=True, timeout=60, env=e)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert json.loads(r.stdout)["ok"] is False
+
+
 def test_check_audits_a_policy_whose_secrets_are_absent(sluice_bin, tmp_path):
     """CI checks the policy without the agents' secrets: a warning, not a failure."""
     path = write(tmp_path, GOOD)

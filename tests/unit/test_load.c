@@ -1097,6 +1097,63 @@ static void test_agents_sharing_a_token(void **state)
     unsetenv("SLUICE_TEST_TOKEN3");
 }
 
+/* A token read from a variable every process on the host has (PATH, HOME,
+ * USER...) is no secret: anyone who knows the host knows or guesses it.
+ * Warned whether or not it is set here (check runs without the secrets),
+ * naming the variable and the agent, never the value. */
+static void test_token_from_a_variable_that_is_no_secret(void **state)
+{
+    (void)state;
+#define NO_SECRET(n, id, var)                                                                      \
+    "p.yaml:3: agents[" #n "].token: environment variable " var " is no secret: every process "    \
+    "and user on the host can read it, or guess it; give agent '" id "' a variable of its own "    \
+    "that holds a long random secret"
+    static const char *const names[] = {
+        "PATH", "HOME",     "USER",   "LOGNAME", "SHELL",           "PWD", "LANG",
+        "TERM", "HOSTNAME", "TMPDIR", "LC_ALL",  "XDG_RUNTIME_DIR", "TZ"};
+    char yaml[256], want[512];
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        /* set to a long value: the finding is about the name */
+        char *old = getenv(names[i]) != NULL ? strdup(getenv(names[i])) : NULL;
+        setenv(names[i], "a-value-long-enough-for-the-length-check", 1);
+        snprintf(yaml, sizeof(yaml), V "agents:\n  - {id: a, sources: [unix], token: env:%s}\n" R,
+                 names[i]);
+        snprintf(want, sizeof(want),
+                 "p.yaml:3: agents[0].token: environment variable %s is no secret: every process "
+                 "and user on the host can read it, or guess it; give agent 'a' a variable of "
+                 "its own that holds a long random secret",
+                 names[i]);
+        expect_warning(yaml, want);
+        if (old != NULL)
+            setenv(names[i], old, 1);
+        else
+            unsetenv(names[i]);
+        free(old);
+    }
+    /* unset, as in a CI job that checks the policy without its secrets */
+    unsetenv("HOSTNAME");
+    const char *unset = V "agents:\n  - {id: b, sources: [unix], token: env:HOSTNAME}\n" R;
+    struct diag d;
+    diag_init(&d, FILE_NAME);
+    struct policy *p =
+        policy_load_buffer_flags(FILE_NAME, unset, strlen(unset), POLICY_LOAD_SECRETS_OPTIONAL, &d);
+    assert_non_null(p);
+    if (!has_entry(&d, DIAG_WARNING, NO_SECRET(0, "b", "HOSTNAME")))
+        dump(unset, &d);
+    assert_true(has_entry(&d, DIAG_WARNING, NO_SECRET(0, "b", "HOSTNAME")));
+    policy_free(p);
+    diag_free(&d);
+    /* names that only start or end like one are a variable of their own */
+    setenv("PATHFINDER_TOKEN", "s3cret-token-for-tests", 1);
+    setenv("MY_HOME", "another-s3cret-token-for-tests", 1);
+    p = expect_clean(V "agents:\n  - {id: a, sources: [unix], token: env:PATHFINDER_TOKEN}\n"
+                       "  - {id: b, sources: [\"::1\"], token: env:MY_HOME}\n" R);
+    policy_free(p);
+    unsetenv("PATHFINDER_TOKEN");
+    unsetenv("MY_HOME");
+#undef NO_SECRET
+}
+
 /* An agent in report mode is let through where the policy denies it: a
  * canary that learns what a task needs, or a policy left in trial that
  * enforces nothing for it. Warned, so that `check --strict` can refuse it. */
@@ -2230,6 +2287,7 @@ int main(void)
         cmocka_unit_test(test_shadowed_agent_sources),
         cmocka_unit_test(test_agents_sharing_a_token),
         cmocka_unit_test(test_report_mode_agent_warns),
+        cmocka_unit_test(test_token_from_a_variable_that_is_no_secret),
         cmocka_unit_test(test_secrets_unused),
         cmocka_unit_test(test_token_a_bearer_header_cannot_carry),
         cmocka_unit_test(test_token_too_short_to_resist_guessing),
