@@ -16,6 +16,19 @@ int32_t lint_days_left(const struct rule *r, int32_t today)
     return r->expires - today;
 }
 
+/* How a finding names a rule's owner: "owner 'NAME'", quoted, or "no
+ * owner", so that a rule without one and an owner called "none" read apart. */
+struct owner_words {
+    const char *before, *name, *after;
+};
+
+static struct owner_words owner_words(const struct rule *r)
+{
+    if (r->owner == NULL)
+        return (struct owner_words){"no owner", "", ""};
+    return (struct owner_words){"owner '", r->owner, "'"};
+}
+
 void policy_lint(const struct policy *p, int32_t today, int warn_days, struct diag *d)
 {
     for (size_t i = 0; i < p->nrules; i++) {
@@ -30,15 +43,16 @@ void policy_lint(const struct policy *p, int32_t today, int warn_days, struct di
         snprintf(field, sizeof(field), "rules[%zu].expires", r->index);
         format_date(r->expires, date, sizeof(date));
         int32_t left = lint_days_left(r, today);
+        struct owner_words o = owner_words(r);
         if (left < 0)
             diag_error(d, r->expires_line ? r->expires_line : r->line, field,
-                       "grant for %s (%s, owner %s) expired on %s, %d day%s ago; "
+                       "grant for %s (%s, %s%s%s) expired on %s, %d day%s ago; "
                        "renew it with its owner or remove the rule",
-                       r->pattern, tier, r->owner ? r->owner : "none", date, (int)-left,
+                       r->pattern, tier, o.before, o.name, o.after, date, (int)-left,
                        left == -1 ? "" : "s");
         else if (left <= warn_days)
             diag_warning(d, r->expires_line ? r->expires_line : r->line, field,
-                         "grant for %s (%s, owner %s) expires on %s, %d day%s left", r->pattern,
-                         tier, r->owner ? r->owner : "none", date, (int)left, left == 1 ? "" : "s");
+                         "grant for %s (%s, %s%s%s) expires on %s, %d day%s left", r->pattern, tier,
+                         o.before, o.name, o.after, date, (int)left, left == 1 ? "" : "s");
     }
 }

@@ -358,6 +358,29 @@ def test_expired_grant_fails_the_build(sluice_bin, tmp_path):
     assert run(sluice_bin, "check", path, "--now", "2026-12-31").returncode == 0
 
 
+def test_expiry_findings_tell_no_owner_from_an_owner_called_none(sluice_bin, tmp_path):
+    """Both a rule without an owner and one whose owner is "none" were
+    reported as "owner none": the owner is quoted, its absence said."""
+    path = write(tmp_path, """\
+        version: 1
+        rules:
+          - host: a.example.com
+            tier: 1
+            expires: 2026-11-01
+          - host: b.example.com
+            methods: [POST]
+            tier: 3
+            owner: none
+            expires: 2026-11-01
+        """)
+    r = run(sluice_bin, "check", path, "--now", NOW)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert ("error: %s:5: rules[0].expires: grant for a.example.com (tier 1, no owner) expired "
+            "on 2026-11-01, 30 days ago" % path) in r.stdout, r.stdout
+    assert ("error: %s:10: rules[1].expires: grant for b.example.com (tier 3, owner 'none') "
+            "expired on 2026-11-01, 30 days ago" % path) in r.stdout, r.stdout
+
+
 def test_expiring_grant_warns_but_passes(sluice_bin, tmp_path):
     path = write(tmp_path, GOOD)
     r = run(sluice_bin, "check", path, "--now", "2026-12-20")

@@ -81,25 +81,42 @@ static void test_rules_without_expiry_are_ignored(void **state)
     diag_free(&d);
 }
 
-/* sluice check lints the rules of a policy that failed to load: a rule
- * whose tier was refused (tier: 7) is left at TIER_NONE, never shown as
- * "tier -1". */
-static void test_rule_without_a_valid_tier(void **state)
+/* How a finding names a rule's tier and owner. sluice check lints the
+ * rules of a policy that failed to load: a rule whose tier was refused
+ * (tier: 7) is left at TIER_NONE, never shown as "tier -1". A rule without
+ * an owner and one whose owner is called "none" read alike as "owner
+ * none": the owner is quoted, and a rule without one says so. */
+static void test_findings_name_tier_and_owner(void **state)
 {
     (void)state;
-    struct rule rules[2] = {make_rule(0, "a.example.com", "2026-01-01"),
-                            make_rule(1, "b.example.com", "2026-12-01")};
+    struct rule rules[5] = {
+        make_rule(0, "a.example.com", "2026-01-01"), make_rule(1, "b.example.com", "2026-12-01"),
+        make_rule(2, "c.example.com", "2026-01-01"), make_rule(3, "d.example.com", "2026-01-01"),
+        make_rule(4, "e.example.com", "2026-12-01"),
+    };
     rules[0].tier = TIER_NONE;
     rules[1].tier = TIER_NONE;
+    rules[2].owner = NULL;
+    rules[2].tier = TIER_1; /* below tier 3 an owner is optional */
+    rules[3].owner = (char *)(uintptr_t) "none";
+    rules[4].owner = NULL;
+    rules[4].tier = TIER_0;
+    static const char *const want[] = {
+        "grant for a.example.com (no valid tier, owner 'chaysen') expired on 2026-01-01, 333 days "
+        "ago; renew it with its owner or remove the rule",
+        "grant for b.example.com (no valid tier, owner 'chaysen') expires on 2026-12-01, 1 day "
+        "left",
+        "grant for c.example.com (tier 1, no owner) expired on 2026-01-01, 333 days ago; renew it "
+        "with its owner or remove the rule",
+        "grant for d.example.com (tier 3, owner 'none') expired on 2026-01-01, 333 days ago; "
+        "renew it with its owner or remove the rule",
+        "grant for e.example.com (tier 0, no owner) expires on 2026-12-01, 1 day left",
+    };
     struct diag d;
-    lint_rules(rules, 2, "2026-11-30", 14, &d);
-    assert_int_equal(d.count, 2);
-    assert_string_equal(d.entries[0].message,
-                        "grant for a.example.com (no valid tier, owner chaysen) expired on "
-                        "2026-01-01, 333 days ago; renew it with its owner or remove the rule");
-    assert_string_equal(d.entries[1].message,
-                        "grant for b.example.com (no valid tier, owner chaysen) expires on "
-                        "2026-12-01, 1 day left");
+    lint_rules(rules, 5, "2026-11-30", 14, &d);
+    assert_int_equal(d.count, 5);
+    for (size_t i = 0; i < 5; i++)
+        assert_string_equal(d.entries[i].message, want[i]);
     diag_free(&d);
 }
 
@@ -129,7 +146,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_expired_is_error_expiring_is_warning),
         cmocka_unit_test(test_rules_without_expiry_are_ignored),
-        cmocka_unit_test(test_rule_without_a_valid_tier),
+        cmocka_unit_test(test_findings_name_tier_and_owner),
         cmocka_unit_test(test_warn_days_default_and_policy_value),
         cmocka_unit_test(test_days_left),
     };
