@@ -85,6 +85,12 @@ void gateway_print_grant_warnings(const struct policy *p)
                     "warning: %s:%d: rules[%zu].expires: grant expires on %s (%d day%s left)\n",
                     p->path != NULL ? p->path : "policy", line, r->index, date, (int)left,
                     left == 1 ? "" : "s");
+        else if (lint_expiry_too_far(r, today)) { /* as check says it */
+            char text[LINT_FAR_EXPIRY_TEXT];
+            lint_far_expiry_text(r, today, text, sizeof(text));
+            fprintf(stderr, "warning: %s:%d: rules[%zu].expires: %s\n",
+                    p->path != NULL ? p->path : "policy", line, r->index, text);
+        }
     }
 }
 

@@ -29,6 +29,23 @@ static struct owner_words owner_words(const struct rule *r)
     return (struct owner_words){"owner '", r->owner, "'"};
 }
 
+bool lint_expiry_too_far(const struct rule *r, int32_t today)
+{
+    return r->tier == TIER_3 && r->has_expires && lint_days_left(r, today) > LINT_FAR_EXPIRY_DAYS;
+}
+
+void lint_far_expiry_text(const struct rule *r, int32_t today, char *out, size_t outlen)
+{
+    char date[16];
+    format_date(r->expires, date, sizeof(date));
+    struct owner_words o = owner_words(r);
+    snprintf(out, outlen,
+             "tier-3 grant for %s (%s%s%s) expires on %s, %d days from now, more than %d: an "
+             "expiry that far makes no one look at the grant again; give it a date within a year",
+             r->pattern, o.before, o.name, o.after, date, (int)lint_days_left(r, today),
+             LINT_FAR_EXPIRY_DAYS);
+}
+
 void policy_lint(const struct policy *p, int32_t today, int warn_days, struct diag *d)
 {
     for (size_t i = 0; i < p->nrules; i++) {
@@ -54,5 +71,10 @@ void policy_lint(const struct policy *p, int32_t today, int warn_days, struct di
             diag_warning(d, r->expires_line ? r->expires_line : r->line, field,
                          "grant for %s (%s, %s%s%s) expires on %s, %d day%s left", r->pattern, tier,
                          o.before, o.name, o.after, date, (int)left, left == 1 ? "" : "s");
+        else if (lint_expiry_too_far(r, today)) {
+            char text[LINT_FAR_EXPIRY_TEXT];
+            lint_far_expiry_text(r, today, text, sizeof(text));
+            diag_warning(d, r->expires_line ? r->expires_line : r->line, field, "%s", text);
+        }
     }
 }

@@ -381,6 +381,37 @@ def test_expiry_findings_tell_no_owner_from_an_owner_called_none(sluice_bin, tmp
             "expired on 2026-11-01, 30 days ago" % path) in r.stdout, r.stdout
 
 
+def test_tier3_grant_expiring_more_than_a_year_ahead_warns(sluice_bin, tmp_path):
+    """`expires: 9999-12-31` satisfies "a tier-3 grant names an expiry" and
+    defeats it: nobody looks at the grant again. More than 365 days after
+    check's today is a warning with the days (so --strict fails it); a year
+    to the day is not, nor a far date on a rule below tier 3."""
+    text = GOOD.replace("expires: 2026-12-31", "expires: 9999-12-31").replace("deny:\n", """\
+  - host: s3.example.com
+    tier: 2
+    expires: 9999-12-31
+deny:
+""")
+    path = write(tmp_path, text)
+    r = run(sluice_bin, "check", path, "--now", NOW)
+    assert r.returncode == 0, r.stdout + r.stderr
+    said = ("warning: %s:19: rules[3].expires: tier-3 grant for api.github.com (owner 'chaysen') "
+            "expires on 9999-12-31, 2912108 days from now, more than 365: an expiry that far "
+            "makes no one look at the grant again; give it a date within a year" % path)
+    assert r.stdout.splitlines()[0] == said, r.stdout
+    assert r.stdout.endswith("\nresult: 0 errors, 1 warning\n"), r.stdout
+    r = run(sluice_bin, "check", path, "--now", NOW, "--strict", "--format", "json")
+    assert r.returncode == 1
+    doc = json.loads(r.stdout)
+    assert [(w["line"], w["field"]) for w in doc["warnings"]] == [(19, "rules[3].expires")]
+    assert doc["tier3_grants"][0]["days_left"] == 2912108
+    path = write(tmp_path, GOOD.replace("expires: 2026-12-31", "expires: 2027-12-01"))
+    r = run(sluice_bin, "check", path, "--now", NOW, "--strict")
+    assert r.returncode == 0 and "warning:" not in r.stdout, r.stdout
+    r = run(sluice_bin, "check", path, "--now", "2026-11-30", "--strict")
+    assert r.returncode == 1 and "366 days from now, more than 365" in r.stdout, r.stdout
+
+
 def test_expiring_grant_warns_but_passes(sluice_bin, tmp_path):
     path = write(tmp_path, GOOD)
     r = run(sluice_bin, "check", path, "--now", "2026-12-20")

@@ -6,6 +6,7 @@ import datetime
 import errno
 import json
 import os
+import re
 import signal
 import socket
 import time
@@ -183,6 +184,36 @@ def test_policy_warnings_are_printed_at_start_and_at_each_reload(gateway, net):
     ech = err.index("network.encrypted_client_hello: a ClientHello that carries")
     assert ech < err.index("sluice: reloaded "), err
     assert err.count(open_ranges) == 1, err  # the new file has no such warning
+
+
+def test_a_tier3_expiry_more_than_a_year_ahead_is_warned_at_start_and_reload(gateway, net):
+    # sluice check warns of a tier-3 grant whose expiry is more than 365
+    # days after today (9999-12-31 is an expiry in name only); serve, which
+    # prints check's warnings, says it too, judged by its own clock
+    def far(err):
+        return re.findall(r"warning: %s:\d+: rules\[0\]\.expires: tier-3 grant for "
+                          r"api\.example\.test \(owner 'alice'\) expires on 9999-12-31, "
+                          r"(\d+) days from now, more than 365: an expiry that far makes no one "
+                          r"look at the grant again; give it a date within a year\n"
+                          % re.escape(gw.policy_path), err)
+
+    grant = api_rule(net, methods=["POST"], tier=3, owner="alice", expires="9999-12-31")
+    gw = gateway(net.policy([grant, api_rule(net)]))
+    today = datetime.datetime.now(datetime.timezone.utc).date()
+    days = (datetime.date(9999, 12, 31) - today).days
+    assert [int(d) for d in far(gw.stderr())] in ([days], [days - 1]), gw.stderr()
+    # a grant of a year is not warned about; the far one, reloaded, is again
+    soon = (today + datetime.timedelta(days=300)).isoformat()
+    gw.write_policy(policy_yaml(net.policy([dict(grant, expires=soon), api_rule(net)])))
+    gw.reload()
+    poll(lambda: reload_count(gw) >= 1, timeout=10, what="the first reload")
+    assert len(far(gw.stderr())) == 1, gw.stderr()
+    gw.write_policy(policy_yaml(net.policy([grant, api_rule(net)])))
+    gw.reload()
+    poll(lambda: reload_count(gw) >= 2, timeout=10, what="the second reload")
+    err = gw.stderr()
+    assert len(far(err)) == 2, err
+    assert err.rindex("expires on 9999-12-31") < err.rindex("sluice: reloaded "), err
 
 
 # --------------------------------------------------------------------------

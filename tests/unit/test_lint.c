@@ -120,6 +120,42 @@ static void test_findings_name_tier_and_owner(void **state)
     diag_free(&d);
 }
 
+/* A tier-3 grant whose expiry is more than a year away (9999-12-31, the
+ * latest date sluice reads) has an expiry in name only: nobody looks at it
+ * again. Warned with the days; a year to the day is not. */
+static void test_tier3_expiry_more_than_a_year_away_warns(void **state)
+{
+    (void)state;
+    struct rule rules[4] = {
+        make_rule(0, "api.github.com", "9999-12-31"),
+        make_rule(1, "slack.com", "2027-11-30"),        /* 365 days from 2026-11-30 */
+        make_rule(2, "smtp.example.com", "2027-12-01"), /* 366 days */
+        make_rule(3, "s3.example.com", "9999-12-31"),   /* tier 2: no signed grant */
+    };
+    rules[3].tier = TIER_2;
+    struct diag d;
+    lint_rules(rules, 4, "2026-11-30", 14, &d);
+    assert_int_equal(d.errors, 0);
+    assert_int_equal(d.warnings, 2);
+    char text[512];
+    diag_format(&d, &d.entries[0], text, sizeof(text));
+    assert_string_equal(text, "p.yaml:10: rules[0].expires: tier-3 grant for api.github.com "
+                              "(owner 'chaysen') expires on 9999-12-31, 2912109 days from now, "
+                              "more than 365: an expiry that far makes no one look at the grant "
+                              "again; give it a date within a year");
+    diag_format(&d, &d.entries[1], text, sizeof(text));
+    assert_string_equal(text, "p.yaml:12: rules[2].expires: tier-3 grant for smtp.example.com "
+                              "(owner 'chaysen') expires on 2027-12-01, 366 days from now, "
+                              "more than 365: an expiry that far makes no one look at the grant "
+                              "again; give it a date within a year");
+    /* a window that reaches it says "expiring" once, not both */
+    diag_free(&d);
+    lint_rules(rules + 2, 1, "2026-11-30", 400, &d);
+    assert_int_equal(d.warnings, 1);
+    assert_non_null(strstr(d.entries[0].message, "366 days left"));
+    diag_free(&d);
+}
+
 static void test_warn_days_default_and_policy_value(void **state)
 {
     (void)state;
@@ -147,6 +183,7 @@ int main(void)
         cmocka_unit_test(test_expired_is_error_expiring_is_warning),
         cmocka_unit_test(test_rules_without_expiry_are_ignored),
         cmocka_unit_test(test_findings_name_tier_and_owner),
+        cmocka_unit_test(test_tier3_expiry_more_than_a_year_away_warns),
         cmocka_unit_test(test_warn_days_default_and_policy_value),
         cmocka_unit_test(test_days_left),
     };
