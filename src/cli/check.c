@@ -171,7 +171,7 @@ static int check_main(int argc, char **argv)
     }
     json_decref(report);
 
-    bool failed = diag_has_errors(&d) || (a.strict && d.warnings > 0);
+    bool failed = diag_has_errors(&d) || (a.strict && diag_fails_strict(&d));
     int status = failed ? EXIT_PROBLEMS : EXIT_OK;
     policy_free(p);
     diag_free(&d);

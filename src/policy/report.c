@@ -241,7 +241,7 @@ static json_t *agents_json(const struct policy *p, int32_t today)
 json_t *report_build(const char *file, const struct policy *p, const struct diag *d, int32_t today,
                      int warn_days, bool strict)
 {
-    bool ok = !diag_has_errors(d) && !(strict && d->warnings > 0);
+    bool ok = !diag_has_errors(d) && !(strict && diag_fails_strict(d));
     char date[16];
     format_date(today, date, sizeof(date));
     json_t *r = json_object();
@@ -448,7 +448,7 @@ void report_print_text(const json_t *report, FILE *out)
             json_array_size(warnings) == 1 ? "" : "s");
     /* said only where the warnings alone failed it: errors fail any check */
     if (json_is_true(json_object_get(report, "strict")) && json_array_size(errors) == 0 &&
-        json_array_size(warnings) > 0)
+        json_is_false(json_object_get(report, "ok")))
         fputs(": failed, warnings fail the check under --strict", out);
     fputc('\n', out);
 }

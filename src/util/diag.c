@@ -68,6 +68,11 @@ bool diag_has_errors(const struct diag *d)
     return d->errors > 0;
 }
 
+bool diag_fails_strict(const struct diag *d)
+{
+    return d->warnings > d->unset_secrets;
+}
+
 const struct diag_entry *diag_first_error(const struct diag *d)
 {
     for (size_t i = 0; i < d->count; i++)

@@ -26,6 +26,10 @@ struct diag {
     size_t cap;
     size_t errors;
     size_t warnings;
+    /* Of the warnings, those about a secret's variable not set where the
+     * file is checked (a CI job without the secrets): about the place, not
+     * the file, so --strict does not fail on them (diag_fails_strict()). */
+    size_t unset_secrets;
 };
 
 /* Prepares <d> to collect diagnostics about <file> (borrowed, must outlive d). */
@@ -39,6 +43,9 @@ void diag_warning(struct diag *d, int line, const char *field, const char *fmt, 
     __attribute__((format(printf, 4, 5)));
 
 bool diag_has_errors(const struct diag *d);
+/* True when <d> holds a warning that `check --strict` fails on: any but
+ * those counted in unset_secrets. */
+bool diag_fails_strict(const struct diag *d);
 /* Returns the first error, or NULL. */
 const struct diag_entry *diag_first_error(const struct diag *d);
 

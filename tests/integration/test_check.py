@@ -454,6 +454,33 @@ def test_strict_fails_a_check_whose_only_findings_are_warnings(sluice_bin, tmp_p
     assert doc["ok"] is True and doc["strict"] is True
 
 
+def test_strict_lets_a_secret_unset_where_the_check_runs_be(sluice_bin, tmp_path):
+    """An env: token whose variable is unset is a warning, not an error, so
+    that CI can check a policy without its secrets: --strict must not turn
+    that into a failing build, while any other warning still fails it."""
+    env = os.environ.copy()
+    env.pop("SLUICE_TOKEN_CI", None)
+    pol = ("version: 1\nagents:\n  - {id: ci-bot, sources: [127.0.0.1/32],"
+           " token: env:SLUICE_TOKEN_CI}\nrules:\n  - {host: a.example.test, tier: 0}\n")
+    path = write(tmp_path, pol)
+    r = subprocess.run([sluice_bin, "check", path, "--strict"], capture_output=True,
+                       text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "SLUICE_TOKEN_CI is not set here" in r.stdout, r.stdout
+    assert r.stdout.endswith("\nresult: 0 errors, 1 warning\n"), r.stdout
+    r = subprocess.run([sluice_bin, "check", path, "--strict", "--format", "json"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    doc = json.loads(r.stdout)
+    assert r.returncode == 0 and doc["ok"] is True and len(doc["warnings"]) == 1, r.stdout
+    # with a warning about the file itself beside it, --strict fails as ever
+    path = write(tmp_path, pol + "  - {host: b.example.test, tier: 0, agents: [nobody]}\n")
+    r = subprocess.run([sluice_bin, "check", path, "--strict"], capture_output=True,
+                       text=True, env=env, timeout=60)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stdout.endswith("\nresult: 0 errors, 2 warnings: failed, warnings fail the check "
+                             "under --strict\n"), r.stdout
+
+
 def test_ipv6_range_that_holds_all_of_ipv4_warns(sluice_bin, tmp_path):
     # IPv4 is matched as ::ffff:a.b.c.d: "::/0" in allow_ranges opens
     # 169.254.169.254 and RFC 1918 as well; a narrower IPv6 range does not
