@@ -61,20 +61,21 @@ void policy_lint(const struct policy *p, int32_t today, int warn_days, struct di
         format_date(r->expires, date, sizeof(date));
         int32_t left = lint_days_left(r, today);
         struct owner_words o = owner_words(r);
+        int line = r->expires_line ? r->expires_line : r->line;
         if (left < 0)
-            diag_error(d, r->expires_line ? r->expires_line : r->line, field,
+            diag_error(d, line, field,
                        "grant for %s (%s, %s%s%s) expired on %s, %d day%s ago; "
                        "renew it with its owner or remove the rule",
                        r->pattern, tier, o.before, o.name, o.after, date, (int)-left,
                        left == -1 ? "" : "s");
         else if (left <= warn_days)
-            diag_warning(d, r->expires_line ? r->expires_line : r->line, field,
-                         "grant for %s (%s, %s%s%s) expires on %s, %d day%s left", r->pattern, tier,
-                         o.before, o.name, o.after, date, (int)left, left == 1 ? "" : "s");
+            diag_warning(d, line, field, "grant for %s (%s, %s%s%s) expires on %s, %d day%s left",
+                         r->pattern, tier, o.before, o.name, o.after, date, (int)left,
+                         left == 1 ? "" : "s");
         else if (lint_expiry_too_far(r, today)) {
             char text[LINT_FAR_EXPIRY_TEXT];
             lint_far_expiry_text(r, today, text, sizeof(text));
-            diag_warning(d, r->expires_line ? r->expires_line : r->line, field, "%s", text);
+            diag_warning(d, line, field, "%s", text);
         }
     }
 }
