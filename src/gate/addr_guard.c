@@ -317,6 +317,14 @@ static const struct range *find_deny(const struct addr_guard *g, const struct ip
     return NULL;
 }
 
+bool addr_guard_allows(const struct addr_guard *g, const struct ipaddr *a)
+{
+    for (size_t i = 0; i < g->nallow; i++)
+        if (cidr_contains(&g->allow[i], a))
+            return true;
+    return false;
+}
+
 bool addr_guard_denies(const struct addr_guard *g, const struct ipaddr *a, const char **range_name)
 {
     const struct range *r = find_deny(g, a, false);
@@ -335,12 +343,9 @@ bool addr_guard_denies(const struct addr_guard *g, const struct ipaddr *a, const
         if (r != NULL)
             name = r->embedded[kind];
     }
-    if (r == NULL)
-        return false;
     /* allow_ranges exempt the address actually connected to. */
-    for (size_t i = 0; i < g->nallow; i++)
-        if (cidr_contains(&g->allow[i], a))
-            return false;
+    if (r == NULL || addr_guard_allows(g, a))
+        return false;
     if (range_name != NULL)
         *range_name = name;
     return true;

@@ -41,6 +41,9 @@ void addr_guard_free(struct addr_guard *g);
  * valid as long as <g>. */
 bool addr_guard_denies(const struct addr_guard *g, const struct ipaddr *a, const char **range_name);
 
+/* True when an allow range holds <a>. */
+bool addr_guard_allows(const struct addr_guard *g, const struct ipaddr *a);
+
 /* What a cidr: rule opens: the IP literals a cidr: rule allows skip the
  * guard, so a rule over <c> opens every range of the deny set, and every
  * IPv6 prefix whose addresses embed IPv4 ones the guard unwraps (6to4

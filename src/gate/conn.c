@@ -1005,7 +1005,19 @@ static void connect_checked(struct conn *c)
          * allow_ranges. */
         bool exempt = ex->target.kind == HOST_IP && r != NULL && r->kind == RULE_CIDR &&
                       ex->dec.verdict == VERDICT_ALLOW && cidr_contains(&r->cidr, a);
-        if (!exempt && addr_guard_denies(g, a, NULL))
+        int local = 0;
+        if (!exempt && addr_guard_denies(g, a, NULL)) {
+            priv[npriv++] = *a;
+            continue;
+        }
+        /* An address of the gateway's own host (its public one) reaches
+         * the host's services as loopback does: private too, unless an
+         * allow range opens it. Asked only of what the guard lets by. */
+        if (!exempt && !addr_guard_allows(g, a) && (local = listener_address_is_local(a)) < 0) {
+            conn_refuse_short(c, errno);
+            return;
+        }
+        if (local > 0)
             priv[npriv++] = *a;
         else
             keep[nkeep++] = *a;

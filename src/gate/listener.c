@@ -457,13 +457,7 @@ bool listener_is_unix(const struct listener *l)
     return l->addr.kind == LISTEN_UNIX;
 }
 
-/* True when <ip> is an address of this host as things stand now (an
- * address added since the start counts too): the kernel picks a local
- * destination itself as the source of a datagram socket connected to it,
- * and no other. A socket that cannot be made, or a source that cannot be
- * read, counts as local (the request is refused); a destination without a
- * route is not local. */
-static bool is_local_address(const struct ipaddr *ip)
+int listener_address_is_local(const struct ipaddr *ip)
 {
     struct sockaddr_storage ss, src;
     socklen_t len, slen = sizeof(src);
@@ -485,14 +479,21 @@ static bool is_local_address(const struct ipaddr *ip)
     }
     int fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
-        return true;
+        return -1;
     bool local = false; /* no route to it (connect() fails): not ours */
     if (connect(fd, (const struct sockaddr *)&ss, len) == 0)
         local = getsockname(fd, (struct sockaddr *)&src, &slen) != 0 ||
                 sockaddr_to_ipaddr((const struct sockaddr *)&src, &got, &port) != 0 ||
                 ipaddr_equal(&got, ip);
     close(fd);
-    return local;
+    return local ? 1 : 0;
+}
+
+/* listener_address_is_local(), a socket that cannot be made counting as
+ * local (the request is refused). */
+static bool is_local_address(const struct ipaddr *ip)
+{
+    return listener_address_is_local(ip) != 0;
 }
 
 bool listener_covers(const struct listener *l, const struct ipaddr *ip, uint16_t port)

@@ -77,6 +77,14 @@ bool listener_is_unix(const struct listener *l);
  * kernel at each call, so an address the host got after the start counts). */
 bool listener_covers(const struct listener *l, const struct ipaddr *ip, uint16_t port);
 
+/* 1 when <ip> is an address of this host as things stand now (an address
+ * added since the start counts too): the kernel picks a local destination
+ * itself as the source of a datagram socket connected to it, and no other.
+ * A source that cannot be read counts as local; a destination without a
+ * route is not local (0). -1 with errno set when no socket could be made
+ * to ask (out of descriptors or memory). */
+int listener_address_is_local(const struct ipaddr *ip);
+
 /* Formats "ip:port" / "[v6]:port" for <sa> into <out>. */
 void sockaddr_format(const struct sockaddr *sa, char *out, size_t outlen);
 /* Converts an AF_INET/AF_INET6 sockaddr to an ipaddr and port. Returns 0 or -1. */

@@ -40,6 +40,10 @@ and every accepted connection is appended to the events file as one JSON
 line ({"event": "query", "name", "qtype"} / {"event": "conn", "addr"});
 {"event": "ready"} comes once every socket is bound.
 
+Each --address ADDR (an IPv4 or IPv6 address) is added to the namespace's lo before
+anything is bound: an address of the host that is neither loopback nor private,
+as a host's public address is (it never leaves the empty namespace).
+
 --ports "LO HI" sets the namespace's net.ipv4.ip_local_port_range (as its
 root) before anything connects. Each --hog ADDR is a listener that takes
 connections and never answers, to which the helper itself connects until
@@ -61,6 +65,7 @@ import random
 import select
 import socket
 import struct
+import subprocess
 import sys
 import threading
 import time
@@ -276,11 +281,16 @@ def main():
     ap.add_argument("--http", action="append", default=[])
     ap.add_argument("--sink", action="append", default=[])
     ap.add_argument("--ports")
+    ap.add_argument("--address", action="append", default=[])
     ap.add_argument("--hog", action="append", default=[])
     ap.add_argument("--lifetime", type=float, default=300.0)
     a = ap.parse_args()
     events = Events(a.events)
     parent = os.getppid()
+    for text in a.address:
+        v6 = ":" in text
+        subprocess.run(["ip", "addr", "add", text + ("/128" if v6 else "/32"), "dev", "lo"]
+                       + (["nodad"] if v6 else []), check=True)
     socks = []
     other = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     other.bind(("127.0.0.9", 0))

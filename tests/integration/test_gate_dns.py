@@ -22,8 +22,8 @@ import time
 import pytest
 
 from conftest import policy_yaml
-from gate_client import (assert_deny_response, build_request, open_conn, poll, read_response,
-                         request)
+from gate_client import (assert_deny_response, build_request, connect, open_conn, poll,
+                         read_response, request)
 
 pytestmark = pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
 
@@ -180,6 +180,44 @@ def test_private_answer_refused(world, rtype, addr, logged):
     r = w.get("priv.test")
     assert_refused(w, r, "priv.test", "private_address", logged)
     assert w.reached() == []
+
+
+# An address of the gateway's own host that is no loopback or private one (its
+# public address): in the empty namespace, one put on its lo.
+HOST_ADDR = "11.22.33.44"
+HOST_ADDR6 = "2a00:ffff::44"
+
+
+def test_an_answer_naming_the_gateways_own_host_is_refused(world):
+    # A hostile name server answers an allowed name with the public address of
+    # the gateway's host: a connection to it reaches the host's own services
+    # (a database bound to every address, firewalled from outside only), as
+    # loopback would. Refused as a private address, nothing reached; by IP
+    # literal too, when no cidr: rule names it.
+    w = world({"own.test": {"A": [HOST_ADDR]}, "mixed-own.test": {"A": [HOST_ADDR, ALLOWED]},
+               "own6.test": {"AAAA": [HOST_ADDR6]}},
+              helper_args=["--address", HOST_ADDR, "--http", HOST_ADDR + ":80",
+                           "--address", HOST_ADDR6, "--http", "[%s]:80" % HOST_ADDR6])
+    r = w.get("own.test")
+    assert_refused(w, r, "own.test", "private_address", HOST_ADDR)
+    r = w.get("own6.test")
+    assert_refused(w, r, "own6.test", "private_address", HOST_ADDR6)
+    t = connect(w.gw, "own.test:80")
+    try:
+        assert t.status == 403 and t.header("Sluice-Reason") == "private_address", t.status
+    finally:
+        t.close()
+    ev = w.gw.wait_events(method="CONNECT", host="own.test")[0]
+    assert (ev["decision"], ev["reason"], ev["ip"]) == ("deny", "private_address", HOST_ADDR), ev
+    assert_reached(w.get("mixed-own.test"), ALLOWED + ":80")
+    assert w.reached() == [ALLOWED + ":80"]
+
+
+def test_the_gateways_own_host_is_reached_through_allow_ranges(world):
+    # allow_ranges open it, as they open loopback: the operator's choice
+    w = world({"own.test": {"A": [HOST_ADDR]}}, allow=[HOST_ADDR + "/32"],
+              helper_args=["--address", HOST_ADDR, "--http", HOST_ADDR + ":80"])
+    assert_reached(w.get("own.test"), HOST_ADDR + ":80")
 
 
 def test_mixed_answer_connects_only_to_the_checked_address(world):
@@ -644,6 +682,22 @@ def _get_short_of_descriptors(w, name):
             resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
     finally:
         s.close()
+
+
+def test_no_socket_to_ask_whether_an_address_is_the_hosts_is_the_gateways_shortage(world):
+    # Whether an address is one of the host's is asked of the kernel with a
+    # socket: without a descriptor for it, the request is the gateway's
+    # shortage (503 gateway_overloaded), neither let through unasked nor
+    # blamed on the address (private_address).
+    w = world({"own.test": {"A": [HOST_ADDR], "ttl": 600}},
+              helper_args=["--address", HOST_ADDR, "--http", HOST_ADDR + ":80"])
+    # resolved now (cached for 600 s): the request short of descriptors
+    # needs no socket for a question
+    assert_refused(w, w.get("own.test"), "own.test", "private_address", HOST_ADDR)
+    r, _ = _get_short_of_descriptors(w, "own.test")
+    assert r.status == 503 and r.header("Sluice-Reason") == "gateway_overloaded", r
+    assert "the gateway is out of file descriptors; retry later" in r.text, r.text
+    assert w.reached() == []
 
 
 def test_each_shortage_is_told_once_a_minute_of_its_own(world):

@@ -280,6 +280,11 @@ static void test_allow_ranges(void **state)
     /* The exemption is for the address connected to, not what it embeds. */
     expect_denied(g, "64:ff9b::127.0.0.1", "nat64 of loopback");
     expect_denied(g, "2002:7f00:1::", "6to4 of loopback");
+    /* addr_guard_allows(): what an allow range holds, denied or not */
+    struct ipaddr a = addr("127.0.0.9"), b = addr("8.8.8.8"), c = addr("fd00::1");
+    assert_true(addr_guard_allows(g, &a));
+    assert_true(addr_guard_allows(g, &c));
+    assert_false(addr_guard_allows(g, &b));
     addr_guard_free(g);
 }
 

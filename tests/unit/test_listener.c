@@ -114,6 +114,11 @@ static void test_bind_and_covers(void **state)
     assert_false(listener_covers(l, &other, port));
     ipaddr_from_v4(&any, 0);
     assert_true(listener_covers(l, &any, port)); /* 0.0.0.0 reaches the local host */
+    /* the host's own addresses; an address routed elsewhere is not one */
+    assert_int_equal(listener_address_is_local(&ip), 1);
+    struct ipaddr doc;
+    ipaddr_from_v4(&doc, 0xc633644d); /* 198.51.100.77: no route, or through a gateway */
+    assert_int_equal(listener_address_is_local(&doc), 0);
     listener_shutdown(l);
     assert_true(listener_covers(l, &ip, port)); /* still known after shutdown */
     listener_free(l);
