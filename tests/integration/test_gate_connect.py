@@ -198,6 +198,24 @@ def test_connect_port_not_allowed(gateway, net):
         t.close()
 
 
+# CONNECT authorities, {h} the allowed host and {p} its port
+JUNK_AUTHORITIES = ["{h}:0", "{h}:65536", "{h}:{p}junk", "{h}:{p}:{p}", "{h}:{p}/", "{h}",
+                    "u@{h}:{p}", "{h}\\@other.test:{p}", "{h}%2e:{p}", "[fe80::1%25lo]:{p}"]
+
+
+@pytest.mark.parametrize("authority", JUNK_AUTHORITIES)
+def test_connect_authority_with_junk_is_bad_request(gateway, net, authority):
+    # A port out of range or followed by anything, a missing port, userinfo,
+    # a backslash, percent-encoding or a zone: never another authority than
+    # the one decided, and never a tunnel.
+    gw = gateway(net.policy([tls_rule(net)]))
+    t = connect(gw, authority.format(h="tls.example.test", p=net.tls.port))
+    try:
+        assert_denied(gw, net, t, "bad_request", tier=ANY, rule=ANY, owner=ANY, ip=None)
+    finally:
+        t.close()
+
+
 def _refused_connect(gw, net, behind):
     """Sends, in one write, a CONNECT to blocked.example.test (a denied
     host) and <behind>; returns the socket and the refusal it got."""
