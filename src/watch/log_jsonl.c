@@ -182,7 +182,7 @@ struct log_jsonl {
      * that fails may still be writable to epoll for ever (a terminal that
      * hung up fails with EIO and polls ready): wev would spin the loop. */
     struct event *retry;
-    struct event *fev; /* writes the end lines gathered in this loop round */
+    struct event *fev; /* at the round's end: writes the end lines gathered, or wakes <fw> */
     bool flush_due;    /* fev is active */
     uint64_t dropped;
     /* A reopen running on a thread of its own (log_jsonl_reopen_soon), or
@@ -659,21 +659,20 @@ static void on_writable(evutil_socket_t fd, short what, void *arg)
     schedule(l, drain(l));
 }
 
-/* The lines that could wait (flush_soon) go out together. */
+static void writer_wake(struct file_writer *fw);
+
+/* The end of a loop round: the lines that could wait (the end lines; with
+ * a writer thread, every line) go out together. */
 static void on_flush(evutil_socket_t fd, short what, void *arg)
 {
     struct log_jsonl *l = arg;
     (void)fd;
     (void)what;
     l->flush_due = false;
-    if (l->fw != NULL) {
-        pthread_mutex_lock(&l->fw->mu);
-        if (l->fw->waiting)
-            pthread_cond_signal(&l->fw->wake);
-        pthread_mutex_unlock(&l->fw->mu);
-    } else if (!write_armed(l)) {
+    if (l->fw != NULL)
+        writer_wake(l->fw);
+    else if (!write_armed(l))
         schedule(l, drain(l));
-    }
 }
 
 /* True when epoll can watch <fd>. Regular files, and character devices
@@ -876,13 +875,14 @@ err:
 }
 
 /* Appends <line>; written at once, or when <soon>, before the event loop
- * waits again (with the lines that come after it in this round). */
-static void writer_append(struct log_jsonl *l, const char *line, size_t n, bool soon);
+ * waits again (with the lines that come after it in this round). A line
+ * for the writer thread always waits for the round's end (writer_append). */
+static void writer_append(struct log_jsonl *l, const char *line, size_t n);
 
 static void append_line(struct log_jsonl *l, const char *line, size_t n, bool soon)
 {
     if (l->fw != NULL) {
-        writer_append(l, line, n, soon);
+        writer_append(l, line, n);
     } else if (l->broken) {
         l->dropped++;
     } else if (evbuffer_get_length(l->pending) + n > l->pending_max) {
@@ -1588,10 +1588,33 @@ static int writer_start(struct log_jsonl *l)
     return 0;
 }
 
-/* The loop's append: to <incoming>, the thread woken at once for a
- * decision line, at the end of this loop round for an end line (<soon>:
- * on_flush), so that lines of one round share a write. */
-static void writer_append(struct log_jsonl *l, const char *line, size_t n, bool soon)
+/* Wakes the thread when it waits (on the loop: on_flush). The signal goes
+ * after the unlock, so that the thread, woken, does not find <mu> still
+ * held and wait for it again (a second futex call each side). Nothing is
+ * lost so: a thread that does not wait when <waiting> is read looks at
+ * <incoming> under <mu> before it waits (writer_wait()), and a signal that
+ * comes once it has stopped waiting for another reason only makes it look
+ * again. */
+static void writer_wake(struct file_writer *fw)
+{
+    pthread_mutex_lock(&fw->mu);
+    bool asleep = fw->waiting;
+    pthread_mutex_unlock(&fw->mu);
+    if (asleep)
+        pthread_cond_signal(&fw->wake);
+}
+
+/* The loop's append: to <incoming>; the thread is woken at the end of this
+ * loop round (on_flush), once for all the lines of the round, decision
+ * lines included, which then share a write. Woken at once for each
+ * decision line, it cost a futex call or two on each side a line (a wake,
+ * a wait, the lock the woken thread found held), to let a decision go in
+ * its own round now and then (when the thread wrote the line before the
+ * loop's log_jsonl_wait()); now each decision waits for the thread's
+ * wake-up of the loop (one eventfd write and read a round, for all the
+ * round's decisions), which comes in the next round: a lone request on an
+ * idle gateway waits the rest of its round and the write, no timer. */
+static void writer_append(struct log_jsonl *l, const char *line, size_t n)
 {
     struct file_writer *fw = l->fw;
     bool numbered = false;
@@ -1602,13 +1625,12 @@ static void writer_append(struct log_jsonl *l, const char *line, size_t n, bool 
     } else {
         fw->incoming_lines++;
         numbered = true;
-        if (!soon && fw->waiting)
-            pthread_cond_signal(&fw->wake);
     }
     pthread_mutex_unlock(&fw->mu);
-    if (numbered)
-        fw->handed++;
-    if (soon && !l->flush_due) {
+    if (!numbered)
+        return;
+    fw->handed++;
+    if (!l->flush_due) {
         l->flush_due = true;
         event_active(l->fev, EV_TIMEOUT, 0);
     }

@@ -17,8 +17,9 @@
  * A regular file is written by a thread of its own, the log's writer: a
  * file write can wait in the kernel (a hung NFS server, a frozen file
  * system, the inode lock another process holds) and O_NONBLOCK does nothing
- * for it. The loop hands lines over, in order, and never waits for the
- * writer, which also does that file's SIGHUP reopens. What waits is the
+ * for it. The loop hands lines over, in order, those of one loop round
+ * together at its end (one wake-up of the writer a round), and never waits
+ * for the writer, which also does that file's SIGHUP reopens. What waits is the
  * decision: the gateway lets it take effect once its line is in the file
  * (log_jsonl_seq(), log_jsonl_wait(): SPEC.md, Log writes, write-ahead).
  *

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,12 +29,25 @@
 /* The unit's writev() calls, counted (counted_writev, below). */
 static ssize_t counted_writev(int fd, const struct iovec *iov, int n);
 #define writev counted_writev
+/* The unit's pthread_cond_signal() calls: the loop's wake-ups of a writer
+ * thread (counted_cond_signal, below). */
+static int counted_cond_signal(pthread_cond_t *cond);
+#define pthread_cond_signal counted_cond_signal
 /* log_jsonl_wait()'s seam: test_no_wake_up_is_lost's writer round. */
 struct file_writer;
 static void wait_seam(struct file_writer *fw, uint64_t seq);
 #define LOG_JSONL_WAIT_SEAM(fw, seq) wait_seam((fw), (seq))
 #include "watch/log_jsonl.c" /* the unit under test, internals included */
 #undef writev
+#undef pthread_cond_signal
+
+static _Atomic unsigned cond_signals;
+
+static int counted_cond_signal(pthread_cond_t *cond)
+{
+    cond_signals++;
+    return pthread_cond_signal(cond);
+}
 
 /* Atomic: the writer thread of a file log writes them too (one left to
  * itself by test_close_while_a_write_waits, while later tests run). */
@@ -470,6 +484,7 @@ static void test_truncated_file_gets_a_cut_line_whole(void **state)
     assert_int_equal(setrlimit(RLIMIT_FSIZE, &small), 0);
     log_jsonl_write_line(l, spec_line1, line);
     log_jsonl_write_line(l, spec_line1, line);
+    event_base_loop(base, EVLOOP_NONBLOCK); /* the round's end: handed to the writer */
     /* The writer thread writes them: until its write past the limit fails
      * (its retry is a second away). */
     for (int i = 0; i < 10000 && log_jsonl_error(l) == NULL; i++)
@@ -536,6 +551,7 @@ static void test_file_write_waits_off_the_loop(void **state)
     const size_t n1 = strlen(spec_line1), n2 = strlen(spec_line2);
     char b;
     log_jsonl_on_event(&ev, l);
+    event_base_loop(base, EVLOOP_NONBLOCK);    /* the round's end: handed over */
     assert_int_equal(read(entered, &b, 1), 1); /* the thread waits in writev() */
     for (int i = 0; i < 10; i++) {
         log_jsonl_on_event(&end, l);
@@ -593,6 +609,8 @@ static void test_wait_says_when_a_line_is_in_the_file(void **state)
     assert_true(log_jsonl_wait(l, 0)); /* nothing to wait for */
     log_jsonl_on_event(&ev, l);
     assert_int_equal(log_jsonl_seq(l), 1);
+    assert_false(log_jsonl_wait(l, 1));        /* not handed over before the round's end */
+    event_base_loop(base, EVLOOP_NONBLOCK);    /* the round's end */
     assert_int_equal(read(entered, &b, 1), 1); /* the thread waits in writev() */
     assert_false(log_jsonl_wait(l, 1));
     for (int i = 0; i < 5; i++)
@@ -672,12 +690,27 @@ static bool woken_for(struct event_base *base, struct log_jsonl *l, uint64_t seq
 /* Rounds of the race between the loop's check and the writer's round. */
 #define WAKE_ROUNDS 5000
 
-/* No wake-up is lost: the loop checks a line the writer is writing at that
- * moment, at varying points of the writer's round (a spin of varying length
- * between the hand-over and the check; every other round, the seam lets
- * the writer end its round between the loop's first look and its lock),
- * and each time it either finds the line written or is woken once it is.
- * A lost wake-up leaves the loop waiting for a line that is in the file,
+/* Appends 1 to 3 decision lines (one loop round's), the number drawn from
+ * <*seed>. */
+static void append_some(struct log_jsonl *l, unsigned *seed)
+{
+    const struct egress_event ev = spec_egress();
+    int lines = 1 + (int)((*seed = *seed * 1103515245u + 12345u) >> 16) % 3;
+    for (int j = 0; j < lines; j++)
+        log_jsonl_on_event(&ev, l);
+}
+
+/* No wake-up is lost, neither the writer's nor the loop's. Lines are handed
+ * over at a loop round's end (on_flush), while the writer waits or while it
+ * writes the lines of the round before (every fourth round hands over
+ * twice without waiting in between). The loop checks a line the writer is
+ * writing at that moment, at varying points of the writer's round (a spin
+ * of varying length between the hand-over and the check; every other
+ * round, the seam lets the writer end its round between the loop's first
+ * look and its lock), or, as the gateway mostly does, before the round's
+ * end has handed the line over (every fourth round, the wake-up asked for
+ * first); each time it either finds the line written or is woken once it
+ * is. A lost wake-up of either side leaves the loop waiting for a line
  * with no later line to wake it: the guard (a hang guard, not a claim on
  * time) fires then. */
 static void test_no_wake_up_is_lost(void **state)
@@ -686,16 +719,25 @@ static void test_no_wake_up_is_lost(void **state)
     struct event *guard = evtimer_new(base, wake_guard, NULL);
     char path[128];
     struct log_jsonl *l = open_on_file(base, "race.jsonl", path, sizeof(path));
-    const struct egress_event ev = spec_egress();
-    unsigned waited = 0, seed = 1;
+    unsigned waited = 0, asked_first = 0, seed = 1;
     (void)state;
     assert_non_null(l->fw);
     log_jsonl_on_written(l, count_written, NULL);
     wake_guard_fired = false;
     for (int i = 0; i < WAKE_ROUNDS && !wake_guard_fired; i++) {
-        int lines = 1 + (int)((seed = seed * 1103515245u + 12345u) >> 16) % 3;
-        for (int j = 0; j < lines; j++)
-            log_jsonl_on_event(&ev, l);
+        append_some(l, &seed);
+        if (i % 4 == 2) { /* the gateway's order: the wait asked before the round's end */
+            uint64_t seq = log_jsonl_seq(l);
+            assert_false(log_jsonl_wait(l, seq)); /* not handed over yet */
+            asked_first++;
+            assert_true(woken_for(base, l, seq, guard)); /* its first turn hands it over */
+            continue;
+        }
+        if (i % 4 == 3) { /* a round handed over, the next one while it is written */
+            event_base_loop(base, EVLOOP_NONBLOCK);
+            append_some(l, &seed);
+        }
+        event_base_loop(base, EVLOOP_NONBLOCK); /* the round's end: handed over */
         uint64_t seq = log_jsonl_seq(l);
         for (volatile unsigned spin = (seed >> 8) % 4096; spin > 0; spin--)
             continue;
@@ -707,8 +749,63 @@ static void test_no_wake_up_is_lost(void **state)
             assert_true(woken_for(base, l, seq, guard)); /* else lost: never woken */
         }
     }
+    assert_false(wake_guard_fired);
     assert_true(waited > 0); /* the race was run at all */
+    assert_int_equal(asked_first, WAKE_ROUNDS / 4);
     assert_int_equal(log_jsonl_flush(l, 10000), 0);
+    event_free(guard);
+    log_jsonl_close(l);
+    event_base_free(base);
+}
+
+/* Waits until <fw> waits for lines, all taken (a hang guard: 10 s). */
+static void wait_writer_idle(struct file_writer *fw)
+{
+    bool idle = false;
+    for (int i = 0; i < 100000 && !idle; i++) {
+        pthread_mutex_lock(&fw->mu);
+        idle = fw->waiting && fw->incoming_lines == 0;
+        pthread_mutex_unlock(&fw->mu);
+        if (!idle)
+            usleep(100);
+    }
+    assert_true(idle);
+}
+
+/* The lines of one loop round, decision lines as well as end lines, wake
+ * the waiting writer once, at the round's end, and go in one write; the
+ * decision that asked for its wake-up is let go by that write. */
+static void test_a_round_wakes_the_writer_once(void **state)
+{
+    struct event_base *base = event_base_new();
+    struct event *guard = evtimer_new(base, wake_guard, NULL);
+    char path[128];
+    struct log_jsonl *l = open_on_file(base, "round-wake.jsonl", path, sizeof(path));
+    struct egress_event ev = spec_egress(), end = spec_end();
+    (void)state;
+    assert_non_null(l->fw);
+    written_calls = 0;
+    log_jsonl_on_written(l, count_written, NULL);
+    wait_writer_idle(l->fw);
+    cond_signals = 0;
+    writev_calls = 0;
+    for (int i = 0; i < 3; i++) {
+        log_jsonl_on_event(&ev, l);
+        log_jsonl_on_event(&end, l);
+    }
+    uint64_t seq = log_jsonl_seq(l);
+    assert_int_equal(seq, 6);
+    assert_int_equal(cond_signals, 0);  /* none while the round runs */
+    assert_false(log_jsonl_wait(l, 5)); /* the last decision asks for its wake-up */
+    wake_guard_fired = false;
+    assert_true(woken_for(base, l, 5, guard)); /* the round's end, then the write */
+    assert_int_equal(cond_signals, 1);
+    assert_int_equal(writev_calls, 1); /* the six lines together */
+    assert_int_equal(written_calls, 1);
+    assert_int_equal(log_jsonl_flush(l, 10000), 0);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, 3 * (strlen(spec_line1) + strlen(spec_line2)));
     event_free(guard);
     log_jsonl_close(l);
     event_base_free(base);
@@ -734,10 +831,12 @@ static void test_wait_lets_go_when_a_write_fails(void **state)
     log_jsonl_on_written(l, count_written, NULL);
     assert_int_equal(setrlimit(RLIMIT_FSIZE, &none), 0);
     log_jsonl_on_event(&ev, l);
-    if (!log_jsonl_wait(l, 1)) {
-        event_base_loop(base, EVLOOP_ONCE); /* woken by the failed write */
-        assert_int_equal(written_calls, 1);
-    }
+    assert_false(log_jsonl_wait(l, 1)); /* not handed over before the round's end */
+    struct event *guard = evtimer_new(base, wake_guard, NULL);
+    wake_guard_fired = false;
+    assert_true(woken_for(base, l, 1, guard)); /* handed over, woken by the failed write */
+    assert_int_equal(written_calls, 1);
+    event_free(guard);
     assert_true(log_jsonl_wait(l, 1));
     assert_non_null(log_jsonl_error(l));
     log_jsonl_on_event(&ev, l);
@@ -767,6 +866,7 @@ static void test_close_while_a_write_waits(void **state)
     struct egress_event ev = spec_egress();
     char b;
     log_jsonl_on_event(&ev, l);
+    event_base_loop(base, EVLOOP_NONBLOCK); /* the round's end: handed over */
     assert_int_equal(read(entered, &b, 1), 1);
     log_jsonl_on_event(&ev, l);
     log_jsonl_on_event(&ev, l);
@@ -1439,6 +1539,7 @@ int main(void)
         cmocka_unit_test(test_file_write_waits_off_the_loop),
         cmocka_unit_test(test_wait_says_when_a_line_is_in_the_file),
         cmocka_unit_test(test_no_wake_up_is_lost),
+        cmocka_unit_test(test_a_round_wakes_the_writer_once),
         cmocka_unit_test(test_wait_lets_go_when_a_write_fails),
         cmocka_unit_test(test_close_while_a_write_waits),
         cmocka_unit_test(test_open_fails),
