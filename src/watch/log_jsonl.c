@@ -12,10 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/futex.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/vfs.h>
 #include <time.h>
@@ -92,7 +94,9 @@ enum writer_busy { WB_NONE, WB_WRITE, WB_REOPEN, WB_POLL };
 struct file_writer {
     pthread_t thread;
     pthread_mutex_t mu;
-    pthread_cond_t wake;         /* the thread waits on it for lines, a reopen, the stop */
+    /* The thread waits on it (a futex word) for lines, a reopen, the stop:
+     * writer_sleep(), writer_kick(). */
+    _Atomic uint32_t wake_word;
     pthread_cond_t progress;     /* flush and close wait on it for the thread's rounds */
     struct evbuffer *incoming;   /* (mu) lines handed over, not yet taken */
     size_t incoming_lines;       /* (mu) */
@@ -1306,7 +1310,6 @@ static void writer_publish(struct log_jsonl *l)
 static void writer_free(struct file_writer *fw)
 {
     pthread_mutex_destroy(&fw->mu);
-    pthread_cond_destroy(&fw->wake);
     pthread_cond_destroy(&fw->progress);
     if (fw->incoming != NULL)
         evbuffer_free(fw->incoming);
@@ -1369,6 +1372,32 @@ static void writer_take(struct log_jsonl *l)
     fw->pub_lines = l->pending_lines;
 }
 
+/* Sleeps, with <mu>, let go meanwhile, until writer_kick() (or <until>, on
+ * CLOCK_MONOTONIC, when not NULL; or a signal): the caller looks again.
+ * Not a condition variable: a thread woken from pthread_cond_wait() takes
+ * the mutex back marked as contended (glibc), so its next unlock makes a
+ * futex call whether or not anyone waits, one more system call each
+ * round. A kick after <seen> is read (the kicker reads <waiting> under
+ * <mu>, then changes the word) makes the wait return at once. */
+static void writer_sleep(struct file_writer *fw, const struct timespec *until)
+{
+    uint32_t seen = atomic_load_explicit(&fw->wake_word, memory_order_relaxed);
+    fw->waiting = true;
+    pthread_mutex_unlock(&fw->mu);
+    syscall(SYS_futex, &fw->wake_word, FUTEX_WAIT_BITSET_PRIVATE, seen, until, NULL,
+            FUTEX_BITSET_MATCH_ANY);
+    pthread_mutex_lock(&fw->mu);
+    fw->waiting = false;
+}
+
+/* Ends the thread's writer_sleep(), if any. With or without <mu>; what the
+ * thread is woken for is set under <mu> before. */
+static void writer_kick(struct file_writer *fw)
+{
+    atomic_fetch_add_explicit(&fw->wake_word, 1, memory_order_relaxed);
+    syscall(SYS_futex, &fw->wake_word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
 /* Waits, with <mu>, after a round whose drain() returned <rc>: for new
  * lines when all went (or the reader is gone for good), else until the
  * retry is due; a reopen or the stop ends any wait. */
@@ -1383,9 +1412,7 @@ static void writer_wait(struct log_jsonl *l, int rc)
         if ((rc == 0 || l->broken) && fw->incoming_lines > 0)
             return;
         if (rc == 0 || l->broken) {
-            fw->waiting = true;
-            pthread_cond_wait(&fw->wake, &fw->mu);
-            fw->waiting = false;
+            writer_sleep(fw, NULL);
             continue;
         }
         long ms = rc == 1 ? WRITER_AGAIN_MS : fw->hurry ? WRITER_HURRY_MS : WRITER_RETRY_MS;
@@ -1393,9 +1420,7 @@ static void writer_wait(struct log_jsonl *l, int rc)
         ts_add_ms(&until, ms);
         if (passed(&until))
             return;
-        fw->waiting = true;
-        pthread_cond_timedwait(&fw->wake, &fw->mu, &until);
-        fw->waiting = false;
+        writer_sleep(fw, &until);
     }
 }
 
@@ -1557,7 +1582,6 @@ static int writer_start(struct log_jsonl *l)
     fw->mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* its timed waits */
-    pthread_cond_init(&fw->wake, &ca);
     pthread_cond_init(&fw->progress, &ca);
     pthread_condattr_destroy(&ca);
     fw->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -1588,20 +1612,20 @@ static int writer_start(struct log_jsonl *l)
     return 0;
 }
 
-/* Wakes the thread when it waits (on the loop: on_flush). The signal goes
+/* Wakes the thread when it waits (on the loop: on_flush). The kick goes
  * after the unlock, so that the thread, woken, does not find <mu> still
  * held and wait for it again (a second futex call each side). Nothing is
  * lost so: a thread that does not wait when <waiting> is read looks at
- * <incoming> under <mu> before it waits (writer_wait()), and a signal that
- * comes once it has stopped waiting for another reason only makes it look
- * again. */
+ * <incoming> under <mu> before it waits (writer_wait()), and a kick that
+ * comes once it has stopped waiting for another reason makes at most its
+ * next sleep return at once, to look again. */
 static void writer_wake(struct file_writer *fw)
 {
     pthread_mutex_lock(&fw->mu);
     bool asleep = fw->waiting;
     pthread_mutex_unlock(&fw->mu);
     if (asleep)
-        pthread_cond_signal(&fw->wake);
+        writer_kick(fw);
 }
 
 /* The loop's append: to <incoming>; the thread is woken at the end of this
@@ -1646,7 +1670,7 @@ static int writer_flush(struct log_jsonl *l, const struct timespec *start, int t
     ts_add_ms(&until, timeout_ms);
     pthread_mutex_lock(&fw->mu);
     fw->hurry = true;
-    pthread_cond_signal(&fw->wake);
+    writer_kick(fw);
     while ((fw->incoming_lines > 0 || fw->pub_len > 0 || fw->reopen_due || fw->busy == WB_REOPEN) &&
            !fw->pub_broken && !fw->exited) {
         if (pthread_cond_timedwait(&fw->progress, &fw->mu, &until) == ETIMEDOUT)
@@ -1665,7 +1689,7 @@ static void writer_reopen_ask(struct log_jsonl *l, const char *fail_msg)
     fw->reopen_fail_msg = fail_msg;
     fw->reopen_due = true; /* one more after a reopen running, never two */
     fw->reopen_asked++;
-    pthread_cond_signal(&fw->wake);
+    writer_kick(fw);
     pthread_mutex_unlock(&fw->mu);
 }
 
@@ -1695,7 +1719,7 @@ static bool writer_close(struct log_jsonl *l)
     deadline_in(&until, WRITER_CLOSE_WAIT_MS);
     pthread_mutex_lock(&fw->mu);
     fw->stop = true;
-    pthread_cond_signal(&fw->wake);
+    writer_kick(fw);
     while (!fw->exited && pthread_cond_timedwait(&fw->progress, &fw->mu, &until) != ETIMEDOUT)
         continue;
     if (fw->exited) {

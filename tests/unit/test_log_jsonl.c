@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,25 +28,12 @@
 /* The unit's writev() calls, counted (counted_writev, below). */
 static ssize_t counted_writev(int fd, const struct iovec *iov, int n);
 #define writev counted_writev
-/* The unit's pthread_cond_signal() calls: the loop's wake-ups of a writer
- * thread (counted_cond_signal, below). */
-static int counted_cond_signal(pthread_cond_t *cond);
-#define pthread_cond_signal counted_cond_signal
 /* log_jsonl_wait()'s seam: test_no_wake_up_is_lost's writer round. */
 struct file_writer;
 static void wait_seam(struct file_writer *fw, uint64_t seq);
 #define LOG_JSONL_WAIT_SEAM(fw, seq) wait_seam((fw), (seq))
 #include "watch/log_jsonl.c" /* the unit under test, internals included */
 #undef writev
-#undef pthread_cond_signal
-
-static _Atomic unsigned cond_signals;
-
-static int counted_cond_signal(pthread_cond_t *cond)
-{
-    cond_signals++;
-    return pthread_cond_signal(cond);
-}
 
 /* Atomic: the writer thread of a file log writes them too (one left to
  * itself by test_close_while_a_write_waits, while later tests run). */
@@ -787,7 +773,7 @@ static void test_a_round_wakes_the_writer_once(void **state)
     written_calls = 0;
     log_jsonl_on_written(l, count_written, NULL);
     wait_writer_idle(l->fw);
-    cond_signals = 0;
+    uint32_t kicks = atomic_load(&l->fw->wake_word); /* the writer's wake-ups so far */
     writev_calls = 0;
     for (int i = 0; i < 3; i++) {
         log_jsonl_on_event(&ev, l);
@@ -795,11 +781,11 @@ static void test_a_round_wakes_the_writer_once(void **state)
     }
     uint64_t seq = log_jsonl_seq(l);
     assert_int_equal(seq, 6);
-    assert_int_equal(cond_signals, 0);  /* none while the round runs */
+    assert_int_equal(atomic_load(&l->fw->wake_word), kicks); /* none while the round runs */
     assert_false(log_jsonl_wait(l, 5)); /* the last decision asks for its wake-up */
     wake_guard_fired = false;
     assert_true(woken_for(base, l, 5, guard)); /* the round's end, then the write */
-    assert_int_equal(cond_signals, 1);
+    assert_int_equal(atomic_load(&l->fw->wake_word), kicks + 1);
     assert_int_equal(writev_calls, 1); /* the six lines together */
     assert_int_equal(written_calls, 1);
     assert_int_equal(log_jsonl_flush(l, 10000), 0);
