@@ -1480,9 +1480,10 @@ static bool gate_open(struct file_writer *fw, uint64_t seq)
     return atomic_load_explicit(&fw->gate, memory_order_acquire) >= seq;
 }
 
-/* Wakes the loop when what it waits for is done. With <mu>. One wake-up a
- * round at most, whatever number of connections wait: the loop releases
- * all those whose lines the round wrote. */
+/* Wakes the loop when what it waits for is done. With <mu>, let go for
+ * the write only (so the caller looks at what may have changed after, as
+ * after any wait: the stop). One wake-up a round at most, whatever number of connections wait: the
+ * loop releases all those whose lines the round wrote. */
 static void wake_loop_if_due(struct file_writer *fw)
 {
     if (fw->wake_seq == 0 || !gate_open(fw, fw->wake_seq))
@@ -1491,9 +1492,15 @@ static void wake_loop_if_due(struct file_writer *fw)
     if (fw->wake_pending)
         return; /* the loop is to read <efd> still: it looks at every waiter then */
     fw->wake_pending = true;
+    /* The write goes after the unlock: the loop, woken, takes <mu> at once
+     * (on_written()), and finding it still held it would wait for it (a
+     * futex call each side). <wake_pending> already says the write comes:
+     * the efd, closed only once the thread is through, outlives it. */
+    pthread_mutex_unlock(&fw->mu);
     uint64_t one = 1;
     ssize_t w = write(fw->efd, &one, sizeof(one)); /* an eventfd: never blocks short of 2^64 */
     (void)w;
+    pthread_mutex_lock(&fw->mu);
 }
 
 static void *writer_main(void *arg)
