@@ -580,8 +580,9 @@ bool conn_after_log(struct conn *c, void (*go)(struct conn *c))
     }
     /* A wait like any other: one that lasts idle_timeout (a file that does
      * not take the line) is given up (log_gives_up()). Not a cut that
-     * waits: that is the denial's own effect. */
-    if (c->tunnel == NULL) {
+     * waits: that is the denial's own effect (a tunnel's, a plain
+     * request's decided again: deny_plain_again()). */
+    if (c->tunnel == NULL && (c->ex.is_connect || c->ex.verdict != VERDICT_DENY)) {
         struct timeval idle = timeval_of_ms(conn_idle_ms(c));
         evtimer_add(c->timer, &idle);
     }
@@ -1169,30 +1170,41 @@ static enum agent_result agent_again(const struct conn *c, const struct policy *
     return agent_find_again(p, c->ex.agent_id, c->ex.by_secret, &c->origin, a);
 }
 
-/* A plain request whose body is still to go up keeps its decision (it is
- * decided once), but its upload is metered as that of a request decided
- * now would be: by the rule the policy in force lets it through with. */
-static void reshape_plain_upload(struct conn *c, time_t now)
+/* True when <c> carries a plain request with a body, decided to go ahead,
+ * that the upstream has not all taken: being resolved or connected, its
+ * line being written, or its body going up (forward_uploading()). The body
+ * is the write: such a request is decided again as a tunnel is. */
+static bool plain_going(const struct conn *c)
 {
-    const struct policy *p = c->gw->current->policy;
-    const struct agent *a;
-    struct decision dec = {.verdict = VERDICT_DENY, .tier = TIER_NONE};
-    if (agent_again(c, p, &a) != AGENT_OK)
-        return; /* its agent is gone: quota_reshape() shaped it */
-    decide_exchange(p, &c->ex, a, now, &dec);
-    if (dec.verdict != VERDICT_DENY)
-        reshape_flow(c, &dec);
+    const struct exchange *ex = &c->ex;
+    if (!ex->active || ex->is_connect || ex->verdict == VERDICT_DENY || ex->req_body == BODY_NONE)
+        return false;
+    return c->state == CS_RESOLVE || c->state == CS_CONNECT || forward_uploading(c);
+}
+
+/* <c>'s plain request, its agent_egress out already, now denied as ex->dec
+ * says: a second agent_egress for its id (the denial), then, once the log
+ * has it, its cut (forward_cut_denied()): nothing more goes up meanwhile
+ * (forward_hold()). A wait for its first line is over: it never goes. */
+static void deny_plain_again(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    log_wait_unlink(c);
+    c->log_go = NULL;
+    ex->verdict = VERDICT_DENY;
+    ex->reason = ex->dec.reason;
+    ex->again = true;
+    ex->egress_published = false;
+    forward_hold(c);
+    conn_publish_egress(c);
+    (void)conn_after_log(c, forward_cut_denied);
 }
 
 bool conn_redecide(struct conn *c, time_t now)
 {
     struct exchange *ex = &c->ex;
-    if (ex->active && !ex->is_connect && ex->flow != NULL && !ex->req_done &&
-        ex->verdict != VERDICT_DENY) {
-        reshape_plain_upload(c, now);
-        return false;
-    }
-    if (!connect_going(c))
+    bool plain = plain_going(c);
+    if (!plain && !connect_going(c))
         return false;
     const struct policy *p = c->gw->current->policy;
     const struct agent *a = NULL;
@@ -1217,8 +1229,13 @@ bool conn_redecide(struct conn *c, time_t now)
      * conn_refuse()). */
     ex->dec = dec;
     ex->redecided = true;
+    if (plain && ex->egress_published) {
+        deny_plain_again(c); /* its body going up, or its line being written */
+        return true;
+    }
     if (c->state == CS_RESOLVE || c->state == CS_CONNECT) {
-        conn_refuse(c, dec.reason, NULL, true); /* no 200 yet: refused as it is asked now */
+        /* no 200 yet, nothing sent: refused as it is asked now */
+        conn_refuse(c, dec.reason, NULL, true);
         return true;
     }
     ex->verdict = VERDICT_DENY;

@@ -308,21 +308,25 @@ void conn_exchange_done(struct conn *c);
  * may be gone), or for an agent in report mode records it and returns
  * false so the request goes on. */
 bool conn_gate_denies(struct conn *c, enum deny_reason r, bool respond);
-/* Decides the CONNECT of <c> again under the policy in force (gw->current)
- * at <now>, as it was first decided (agent, CONNECT, target, port; the
- * agent looked up by id, denied as agent_not_allowed when gone): when it
- * is now denied, publishes agent_egress again with the denial and closes
- * both sides once the log has that line (conn_after_log(): nothing moves
- * meanwhile; a CONNECT not answered yet is refused instead), and returns
- * true: <c> may be gone. When its agent is in report mode and the new
- * decision reports it with a reason its exchange does not carry yet, the
- * exchange takes the new decision, published at once as a second
- * agent_egress (report) when its first one is out, and <c> goes on;
- * returns false. Anything else (a plain request, a tunnel still allowed,
- * one reported already with that reason) is left as it is; returns false;
- * but the upload of a tunnel kept, or of a plain request whose body is
- * still to go up, is metered from then on by the bandwidth of the rule the
- * new decision names (quota_flow_set_rule()).
+/* Decides the CONNECT of <c>, or its plain request whose body the
+ * upstream has not all taken (the body is the write), again under the
+ * policy in force (gw->current) at <now>, as it was first decided (agent,
+ * method, target, port; the agent looked up by id, denied as
+ * agent_not_allowed when gone): when it is now denied, publishes
+ * agent_egress again with the denial and, once the log has that line
+ * (conn_after_log(): nothing moves meanwhile), closes both sides of a
+ * tunnel, or cuts a plain request (forward_cut_denied()); one not under way
+ * yet (a CONNECT not answered, a plain request resolving or connecting,
+ * its line not out) is refused instead; returns true: <c> may be gone.
+ * When its agent is in report mode and the new decision reports it with a
+ * reason its exchange does not carry yet, the exchange takes the new
+ * decision, published at once as a second agent_egress (report) when its
+ * first one is out, and <c> goes on; returns false. Anything else (a
+ * plain request without a body or whose body went up, a tunnel still
+ * allowed, one reported already with that reason) is left as it is;
+ * returns false; but the upload of a tunnel or plain request kept is
+ * metered from then on by the bandwidth of the rule the new decision names
+ * (quota_flow_set_rule()).
  * Not to be called from <c>'s own callbacks. */
 bool conn_redecide(struct conn *c, time_t now);
 uint64_t conn_idle_ms(const struct conn *c);
@@ -368,6 +372,21 @@ void forward_on_head_deadline(struct conn *c);
  * close (a body without length, or a chunked one it gets as its data
  * alone) and that body was cut before its end, makes the close a reset. */
 void forward_on_free(struct conn *c);
+/* True when <c> forwards a request with a body that its upstream has not
+ * all taken (in the gateway's output, or unacknowledged in its socket's
+ * send queue), and the answer is not complete. */
+bool forward_uploading(const struct conn *c);
+/* The request of <c>, decided again and denied (conn_redecide()), waits
+ * for its denial's line: nothing more of its body is read or sent, nothing
+ * of its answer read; <c> waits in CS_CONNECT, as a request waits for its
+ * first line. */
+void forward_hold(struct conn *c);
+/* Cuts the held request of <c> (forward_hold()), its denial in the log:
+ * what its upstream did not take is dropped with a reset and the
+ * connection closed (its origin has part of a body: never used again);
+ * the client gets the refusal (ex->reason) when no response head reached
+ * it, else the close; then agent_egress_end. <c> may be gone. */
+void forward_cut_denied(struct conn *c);
 /* Parses and checks the plain-HTTP parts of the request head (called from
  * conn.c while the head is still in the input buffer): writes the upstream
  * head into ex->uphead. Returns 0, or a deny reason. */

@@ -377,6 +377,38 @@ static void maybe_done(struct conn *c)
     conn_exchange_done(c);
 }
 
+bool forward_uploading(const struct conn *c)
+{
+    const struct exchange *ex = &c->ex;
+    return c->state == CS_FORWARD && c->up != NULL && ex->req_body != BODY_NONE && !ex->rsp_done &&
+           !ex->req_taken && !upstream_took_all(c);
+}
+
+void forward_hold(struct conn *c)
+{
+    evtimer_del(c->timer); /* the answer's head deadline: no answer is read */
+    bufferevent_disable(c->client, EV_READ);
+    if (c->up != NULL)
+        bufferevent_disable(c->up, EV_READ | EV_WRITE);
+    /* Not CS_FORWARD: the client taking what it was sent, or its upload's
+     * bucket refilled (shape/admit.c), must not start the flow again. */
+    c->state = CS_CONNECT;
+}
+
+void forward_cut_denied(struct conn *c)
+{
+    abandon_request(c); /* reset: the rest is never delivered, nor counted */
+    if (!c->ex.rsp_head_done) {
+        /* Interim heads gathered before the denial go first. */
+        if (c->scratch != NULL && flush_response(c) < 0)
+            return;
+        conn_refuse(c, c->ex.reason, NULL, true);
+        return;
+    }
+    c->gw->counters.denied++; /* as conn_refuse() counts one */
+    conn_free(c);             /* the agent has part of a response */
+}
+
 /* Of the <n> body bytes just fed to <ck> from offset <t0>, how many belong
  * to the trailer section (the fields after the last chunk and the final
  * CRLF): read, never passed on. */

@@ -420,10 +420,11 @@ static int64_t tunnel_clock_ms(const struct gateway *gw)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + gw->tunnel_clock_ahead_ms;
 }
 
-/* Decides every CONNECT going ahead again under gw->current, now (after a
- * reload, and when the UTC day changes: a grant ends with its day); those
- * now denied are closed, those an agent in report mode would lose
- * reported (conn_redecide()). Closing one frees that one alone. */
+/* Decides every CONNECT going ahead, and every plain request whose body
+ * is still going up, again under gw->current, now (after a reload, and
+ * when the UTC day changes: a grant ends with its day); those now denied
+ * are cut, those an agent in report mode would lose reported
+ * (conn_redecide()). Cutting one frees that one alone. */
 static void redecide_tunnels(struct gateway *gw)
 {
     time_t now = (time_t)(tunnel_clock_ms(gw) / 1000);

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import socket
+import threading
 import time
 import urllib.request
 
@@ -17,7 +18,7 @@ import pytest
 from conftest import API_IP, DEAD_IP, policy_yaml
 from gate_client import (api_rule, connect, fd_named, open_conn, other_rule, other_url, poll,
                          read_head, request)
-from gate_servers import FullListener, LoopbackServer
+from gate_servers import FullListener, LoopbackServer, ScriptedUpstream
 from watch_helpers import free_tcp_port
 
 FILLER = 50000  # enough rules that a load takes a visible time
@@ -557,6 +558,19 @@ def day_change_missed(err, gw, tid, ahead, midnight, marks):
             gw.stderr()[-3000:]))
 
 
+def second_line_past_midnight(gw, rid, window, ahead, midnight, marks, what):
+    """Waits for request <rid>'s second agent_egress line, which the UTC
+    day's change (<midnight> on the gateway's clock, <ahead> of the test's,
+    within <window> seconds) brings; skips the test when <what> (the tunnel
+    opening, the upload starting) came too late for it."""
+    if time.time() + ahead > midnight - 1:
+        pytest.skip("%s too late for the day change under test" % what)
+    try:
+        gw.wait_events("agent_egress", count=2, id=rid, timeout=window + 10)
+    except AssertionError as e:
+        raise day_change_missed(e, gw, rid, ahead, midnight, marks) from None
+
+
 def test_a_tunnel_whose_grant_ends_with_the_day_is_closed(gateway, net):
     # the tier-3 grant ends with the day that ends in WINDOW seconds
     window = 8
@@ -602,12 +616,8 @@ def test_a_report_mode_tunnel_whose_grant_ends_with_the_day_is_reported(gateway,
         t, tid = open_echo_tunnel(gw, echo.port)
         marks.append(("tunnel open", time.time()))
         try:
-            if time.time() + ahead > midnight - 1:
-                pytest.skip("the tunnel opened too late for the day change under test")
-            try:  # polls past the midnight
-                gw.wait_events("agent_egress", count=2, id=tid, timeout=window + 10)
-            except AssertionError as e:
-                raise day_change_missed(e, gw, tid, ahead, midnight, marks) from None
+            second_line_past_midnight(gw, tid, window, ahead, midnight, marks,
+                                      "the tunnel opened")
             ping_echo(t.sock)
             evs = assert_reported(gw, tid, ["grant_expired"])
             assert evs[1]["tier"] == 3 and evs[1]["owner"] == "alice", evs[1]
@@ -621,3 +631,205 @@ def test_a_report_mode_tunnel_whose_grant_ends_with_the_day_is_reported(gateway,
             t.close()
     end = gw.wait_events("agent_egress_end", id=tid)
     assert len(end) == 1 and end[0]["bytes_up"] == 3 * len(PING), end
+
+
+# plain uploads in flight are decided again too (their request body is the write)
+
+
+class SinkServer(ScriptedUpstream):
+    """A plain HTTP origin that reads each request's body (Content-Length)
+    as it comes, counting its bytes in <got>, and once it has it all
+    (<complete> set) answers 201 with a body of 10 bytes, the last five only
+    once <hold> is set (a response still streaming back), then closes.
+    <ended> is set when a connection is over: the answer sent, or the body
+    cut (an end or a reset)."""
+
+    def __init__(self):
+        self.got = 0
+        self.complete = threading.Event()
+        self.hold = threading.Event()
+        self.hold.set()
+        self.ended = threading.Event()
+        super().__init__(self._answer)
+
+    def _answer(self, conn, stop, received):
+        try:
+            head, _, rest = received.partition(b"\r\n\r\n")
+            n = int(re.search(rb"(?i)\r\ncontent-length:\s*(\d+)", head).group(1))
+            self.got += len(rest)
+            while self.got < n:
+                d = conn.recv(65536)
+                if not d:
+                    return
+                self.got += len(d)
+            self.complete.set()
+            conn.sendall(b"HTTP/1.1 201 Created\r\nContent-Length: 10\r\n"
+                         b"Connection: close\r\n\r\nfirst")
+            self.hold.wait(9)
+            conn.sendall(b"last.")
+        finally:
+            self.ended.set()
+
+
+SINK = "sink.example.test"
+UPLOAD = 4 * 1024 * 1024  # the whole body
+UPLOAD_FIRST = 256 * 1024  # what the client sends before the policy changes
+
+
+def sink_policy(net, sink_port, keep_rule=True, **kw):
+    """A tier-3 grant for POSTs to the sink (<kw>: owner, expires, more
+    policy keys) besides the api's rule, or the api's rule alone."""
+    rule = {"host": SINK, "ports": [sink_port], "tier": 3, "owner": "alice",
+            "expires": kw.pop("expires", (datetime.date.today() +
+                                          datetime.timedelta(days=30)).isoformat())}
+    rules = [rule, api_rule(net)] if keep_rule else [api_rule(net)]
+    return net.policy(rules, static_extra={SINK: ScriptedUpstream.IP}, **kw)
+
+
+def start_upload(gw, sink):
+    """A POST of UPLOAD bytes to the sink, of which UPLOAD_FIRST are sent;
+    returns (socket, the request's id) once the origin has some of them."""
+    s = open_conn(gw, timeout=30)
+    s.sendall(b"POST http://%s:%d/up HTTP/1.1\r\nHost: %s:%d\r\nContent-Length: %d\r\n\r\n"
+              % (SINK.encode(), sink.port, SINK.encode(), sink.port, UPLOAD))
+    s.sendall(b"u" * UPLOAD_FIRST)
+    poll(lambda: sink.got > 0, timeout=10, what="the body reaching the origin")
+    return s, gw.wait_events("agent_egress", host=SINK)[-1]["id"]
+
+
+def send_rest(sock):
+    """Sends the rest of the body from a thread: a gateway that stops
+    reading it must not hold the test."""
+    def run():
+        try:
+            sock.sendall(b"u" * (UPLOAD - UPLOAD_FIRST))
+        except OSError:
+            pass
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def assert_upload_cut(gw, sink, s, rid, reason):
+    """The rest of the upload <rid> on <s> is sent: the client gets its 403
+    <reason>, the origin less than the whole body; the log has the
+    request's allow line, then its deny line (flagged as its own: method
+    and host), then its one end line, with the 403 and the bytes sent."""
+    send_rest(s)
+    status, hdrs = read_head(s)
+    assert status == 403 and hdrs.get("sluice-reason") == reason, (status, hdrs)
+    assert sink.ended.wait(10), "the origin's connection is still open"
+    assert not sink.complete.is_set() and sink.got < UPLOAD, sink.got
+    end = gw.wait_events("agent_egress_end", id=rid)
+    lines = [e for e in gw.log_lines()
+             if e.get("id") == rid and e["event"] in ("agent_egress", "agent_egress_end")]
+    assert [(e["event"], e.get("decision")) for e in lines] == [
+        ("agent_egress", "allow"), ("agent_egress", "deny"), ("agent_egress_end", None)], lines
+    deny = lines[1]
+    assert deny["reason"] == reason and deny["method"] == "POST" and deny["host"] == SINK, deny
+    assert end[0]["status"] == 403, end
+    # nothing went up after the decision (the rest was sent after it), and
+    # what the gateway held back then is not counted
+    assert sink.got <= UPLOAD_FIRST and end[0]["bytes_up"] <= UPLOAD_FIRST, (sink.got, end)
+    return deny
+
+
+def test_a_plain_upload_whose_grant_a_reload_removes_is_cut(gateway, net):
+    port = free_tcp_port()
+    with SinkServer() as sink:
+        gw = gateway(sink_policy(net, sink.port), args=["--admin", "127.0.0.1:%d" % port])
+        s, rid = start_upload(gw, sink)
+        try:
+            reload_to(gw, sink_policy(net, sink.port, keep_rule=False), 1)
+            deny = assert_upload_cut(gw, sink, s, rid, "not_in_policy")
+        finally:
+            s.close()
+        assert deny["tier"] is None and deny["rule"] is None
+        # the request is one, counted with its first decision; the denial is
+        # the policy's act: it does not count toward the agent's quarantine
+        assert requests_total(port) == {
+            '{agent="default",tier="3",decision="allow",reason="none"}': 1}
+        # a new request to the host is refused as well
+        assert request(gw, "GET", "http://%s:%d/x" % (SINK, sink.port)).status == 403
+
+
+def test_a_plain_upload_whose_grant_ends_with_the_day_is_cut(gateway, net):
+    window = 8
+    ahead, day, midnight = day_ending_in(window)
+    with SinkServer() as sink:
+        marks = [("gateway started", time.time())]
+        gw = gateway(sink_policy(net, sink.port, expires=day.isoformat(),
+                                 alerts={"expiry_warn_days": 7}),
+                     env={"SLUICE_TEST_TUNNEL_CLOCK_AHEAD_S": str(ahead)})
+        s, rid = start_upload(gw, sink)
+        marks.append(("upload started", time.time()))
+        try:
+            second_line_past_midnight(gw, rid, window, ahead, midnight, marks,
+                                      "the upload started")
+            deny = assert_upload_cut(gw, sink, s, rid, "grant_expired")
+        finally:
+            s.close()
+    assert deny["tier"] == 3 and deny["owner"] == "alice", deny
+    a = gw.wait_events("alert", kind="grant_expired")
+    assert a[0]["host"] == SINK and a[0]["id"] == rid, a
+
+
+def test_a_report_mode_plain_upload_a_reload_would_deny_is_reported_and_goes_on(gateway, net):
+    agents = [{"id": "watcher", "sources": ["127.0.0.0/8"], "mode": "report"}]
+    with SinkServer() as sink:
+        gw = gateway(sink_policy(net, sink.port, agents=agents))
+        s, rid = start_upload(gw, sink)
+        try:
+            reload_to(gw, sink_policy(net, sink.port, keep_rule=False, agents=agents), 1)
+            evs = gw.wait_events("agent_egress", count=2, id=rid)
+            send_rest(s)
+            status, _ = read_head(s)
+        finally:
+            s.close()
+        assert status == 201 and sink.complete.is_set() and sink.got == UPLOAD
+    assert [(e["decision"], e["reason"]) for e in evs] == [
+        ("allow", None), ("report", "not_in_policy")], evs
+    assert evs[1]["method"] == "POST" and evs[1]["agent"] == "watcher", evs[1]
+    end = gw.wait_events("agent_egress_end", id=rid)
+    assert len(end) == 1 and end[0]["status"] == 201 and end[0]["bytes_up"] == UPLOAD, end
+
+
+def test_a_plain_exchange_whose_body_went_up_is_not_decided_again(gateway, net):
+    # the write is the request body: one whose body the origin has whole
+    # keeps its answer streaming back; a kept connection between requests
+    # is left as it is (its next request is decided under the new policy)
+    with SinkServer() as sink:
+        gw = gateway(sink_policy(net, sink.port))
+        kept = open_conn(gw, timeout=30)
+        s = open_conn(gw, timeout=30)
+        try:
+            assert request(gw, "POST", net.url("/kept"), body=b"k" * 1000, sock=kept).status == 200
+            kept_id = gw.wait_events("agent_egress", path="/kept")[0]["id"]
+            sink.hold.clear()
+            s.sendall(b"POST http://%s:%d/up HTTP/1.1\r\nHost: %s:%d\r\nContent-Length: 5\r\n\r\n"
+                      b"whole" % (SINK.encode(), sink.port, SINK.encode(), sink.port))
+            assert sink.complete.wait(10)
+            status, _ = read_head(s)  # the first half of the body is on its way
+            assert status == 201
+            rid = gw.wait_events("agent_egress", host=SINK)[-1]["id"]
+            reload_to(gw, net.policy([other_rule(net)]), 1)
+            sink.hold.set()
+            got = b""
+            while len(got) < 10:
+                d = s.recv(64)
+                assert d, got
+                got += d
+            assert got == b"firstlast.", got
+            # the kept connection takes the next request, decided anew
+            r = request(gw, "GET", other_url(net), sock=kept)
+            assert r.status == 200, r.status
+            r = request(gw, "GET", net.url("/after"), sock=kept)
+            assert r.status == 403, r.status
+        finally:
+            kept.close()
+            s.close()
+        end = gw.wait_events("agent_egress_end", id=rid)
+        assert end[0]["status"] == 201 and end[0]["bytes_up"] == 5, end
+        assert len(gw.events("agent_egress", id=rid)) == 1
+        assert len(gw.events("agent_egress", id=kept_id)) == 1
+
