@@ -932,7 +932,9 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
      * once, at its first verdict (not when a tunnel is decided again). */
     if (c->upload_bytes.set && passed && !ev->again && ev->head_bytes > 0)
         upload_count(d, a, ev, ev->head_bytes, now_ms);
-    if (c->write_burst.set && passed && write) {
+    /* A new verdict on a write already counted (an upload decided again,
+     * reported) is not one more write. */
+    if (c->write_burst.set && passed && write && !ev->again) {
         uint64_t n = window_add(&a->writes, now_ms, 1);
         if (n > c->write_burst.max) {
             describe(ev, what, sizeof(what));

@@ -833,3 +833,23 @@ def test_a_plain_exchange_whose_body_went_up_is_not_decided_again(gateway, net):
         assert len(gw.events("agent_egress", id=rid)) == 1
         assert len(gw.events("agent_egress", id=kept_id)) == 1
 
+
+def test_a_plain_upload_reported_again_is_not_one_more_write(gateway, net):
+    # write_burst counts write requests: the report line of an upload
+    # decided again is a new verdict on a write counted already
+    agents = [{"id": "watcher", "sources": ["127.0.0.0/8"], "mode": "report"}]
+    alerts = {"write_burst": {"max": 1, "per": "1m"}}
+    with SinkServer() as sink:
+        gw = gateway(sink_policy(net, sink.port, agents=agents, alerts=alerts))
+        s, rid = start_upload(gw, sink)
+        try:
+            reload_to(gw, sink_policy(net, sink.port, keep_rule=False, agents=agents,
+                                      alerts=alerts), 1)
+            assert gw.wait_events("agent_egress", count=2, id=rid)[1]["decision"] == "report"
+            # the second write: over the max of one
+            assert request(gw, "POST", net.url("/second"), body=b"2").status == 200
+            a = gw.wait_events("alert", kind="write_burst")
+        finally:
+            s.close()
+    assert "made 2 write requests" in a[0]["detail"], a
+    assert "POST /second on api.example.test" in a[0]["detail"], a
