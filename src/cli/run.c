@@ -1084,21 +1084,21 @@ struct tally {
     bool cut; /* lines past RUN_LOG_MAX were left uncounted */
 };
 
-/* Open tunnels tracked by tally_log(), at most: past it a tunnel decided
- * again would count twice, as it did before they were tracked. */
+/* Requests in flight (tunnels, uploads) tracked by tally_log(), at most:
+ * past it one decided again would count twice, as before they were tracked. */
 #define RUN_TUNNELS_MAX 65536
 
 /* True when <o>, an agent_egress line, is the first of its request: a
- * CONNECT tunnel decided again (a reload, the UTC day's change) gets a
- * second one for its id, deny or report, before its one agent_egress_end
- * (SPEC.md): a new verdict on the request, counted with its first line as
- * sluice_requests_total does. <tunnels> holds the ids of tunnels whose first
- * line was seen and whose end was not. */
+ * CONNECT tunnel, or a plain request whose body is still going up, decided
+ * again (a reload, the UTC day's change) gets a second one for its id, deny
+ * or report, before its one agent_egress_end (SPEC.md): a new verdict on
+ * the request, counted with its first line as sluice_requests_total does.
+ * <tunnels> holds the ids of requests whose first line was seen and whose
+ * end was not. */
 static bool first_line_of_request(json_t *tunnels, json_t *o)
 {
     const char *id = json_string_value(json_object_get(o, "id"));
-    const char *method = json_string_value(json_object_get(o, "method"));
-    if (id == NULL || method == NULL || strcmp(method, "CONNECT") != 0)
+    if (id == NULL)
         return true;
     if (json_object_get(tunnels, id) != NULL)
         return false;

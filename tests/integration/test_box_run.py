@@ -1736,7 +1736,8 @@ def test_summary_counts_a_tunnel_decided_again_once(box, tmp_path):
     a new verdict on the same request. The summary counted it as a request
     allowed and one denied. Here the test appends such a tunnel's lines to
     the log while the command waits: allowed once, as its first line says,
-    like sluice_requests_total."""
+    like sluice_requests_total. So does a plain request whose body was
+    still going up (c11.1: counted as allowed and denied before)."""
     lines = [
         {"event": "agent_egress", "id": "c9.1", "method": "CONNECT", "decision": "allow", "tier": 3},
         {"event": "agent_egress", "id": "c9.1", "method": "CONNECT", "decision": "deny",
@@ -1751,6 +1752,10 @@ def test_summary_counts_a_tunnel_decided_again_once(box, tmp_path):
         {"event": "agent_egress", "id": "c10.1", "method": "CONNECT", "decision": "deny",
          "reason": "not_in_policy", "tier": None},
         {"event": "agent_egress_end", "id": "c10.1", "status": 403},
+        {"event": "agent_egress", "id": "c11.1", "method": "POST", "decision": "allow", "tier": 2},
+        {"event": "agent_egress", "id": "c11.1", "method": "POST", "decision": "deny",
+         "reason": "grant_expired", "tier": 2},
+        {"event": "agent_egress_end", "id": "c11.1", "status": 403},
     ]
 
     def write(f):
@@ -1758,8 +1763,9 @@ def test_summary_counts_a_tunnel_decided_again_once(box, tmp_path):
             f.write(json.dumps(ln) + "\n")
 
     s = Box.summary(run_appending_to_the_log(box, tmp_path, write))
-    assert s["allowed"] == 1 and s["tiers"] == [0, 0, 0, 1], s
+    assert s["allowed"] == 2 and s["tiers"] == [0, 0, 1, 1], s
     assert s["denied"] == 1 and s["reported"] == 1, s
+
 
 
 def test_agent_id_and_log_file(box, net):
