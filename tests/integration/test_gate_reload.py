@@ -486,9 +486,13 @@ def test_a_report_mode_agent_keeps_its_tunnel_after_a_reload(gateway, net):
         assert not [k for k in counts if "denied_host" in k], counts
 
 
-def test_a_connect_still_connecting_when_its_rule_is_removed_is_refused(gateway, net):
+@pytest.mark.parametrize("method", ["CONNECT", "POST"])
+def test_a_connect_or_upload_still_connecting_when_its_rule_is_removed_is_refused(gateway, net,
+                                                                                  method):
     # the CONNECT waits for an upstream whose accept queue is full (up to
-    # 10 s, then upstream_unreachable): the reload refuses it before its 200
+    # 10 s, then upstream_unreachable): the reload refuses it before its 200;
+    # so it does a POST, nothing of whose body went up (before, it went on
+    # connecting under the old policy)
     lst = FullListener(DEAD_IP)
     try:
         rule = {"host": "dead.example.test", "ports": [lst.port], "tier": 0}
@@ -496,7 +500,12 @@ def test_a_connect_still_connecting_when_its_rule_is_removed_is_refused(gateway,
         gw = gateway(net.policy([rule, api_rule(net)]), args=["--admin", "127.0.0.1:%d" % port])
         s = open_conn(gw, timeout=30)
         try:
-            s.sendall(b"CONNECT dead.example.test:%d HTTP/1.1\r\nHost: x\r\n\r\n" % lst.port)
+            if method == "CONNECT":
+                s.sendall(b"CONNECT dead.example.test:%d HTTP/1.1\r\nHost: x\r\n\r\n" % lst.port)
+            else:
+                s.sendall(b"POST http://dead.example.test:%d/up HTTP/1.1\r\n"
+                          b"Host: dead.example.test:%d\r\nContent-Length: 4\r\n\r\nbody"
+                          % (lst.port, lst.port))
             time.sleep(0.3)  # under way (a reload before it refuses it all the same)
             reload_to(gw, net.policy([api_rule(net)]), 1)
             status, hdrs = read_head(s)
@@ -505,6 +514,7 @@ def test_a_connect_still_connecting_when_its_rule_is_removed_is_refused(gateway,
         assert status == 403 and hdrs.get("sluice-reason") == "not_in_policy", (status, hdrs)
         ev, end = gw.decided(host="dead.example.test")
         assert ev["decision"] == "deny" and ev["reason"] == "not_in_policy"
+        assert ev["method"] == method and end["status"] == 403 and end["bytes_up"] == 0, end
         assert len(gw.events("agent_egress", id=ev["id"])) == 1
         # its one line is its request's: counted (flagged re-decided, not again)
         assert requests_total(port).get(
@@ -853,3 +863,56 @@ def test_a_plain_upload_reported_again_is_not_one_more_write(gateway, net):
             s.close()
     assert "made 2 write requests" in a[0]["detail"], a
     assert "POST /second on api.example.test" in a[0]["detail"], a
+
+
+def test_a_plain_upload_answered_early_is_cut_by_a_close(gateway, net):
+    # the origin answers while it reads the upload (an early answer, its
+    # body still to come): a denial then cannot be told by a 403, so the
+    # client's connection is closed, its answer short, and the origin's cut
+    got = []
+    ended = threading.Event()
+
+    def early(conn, stop, received):
+        try:
+            got.append(len(received.partition(b"\r\n\r\n")[2]))
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npart")
+            while True:
+                d = conn.recv(65536)
+                if not d:
+                    return
+                got.append(len(d))
+        finally:
+            ended.set()
+
+    with ScriptedUpstream(early) as up:
+        gw = gateway(sink_policy(net, up.port))
+        s = open_conn(gw, timeout=30)
+        try:
+            s.sendall(b"POST http://%s:%d/up HTTP/1.1\r\nHost: %s:%d\r\nContent-Length: %d\r\n\r\n"
+                      % (SINK.encode(), up.port, SINK.encode(), up.port, UPLOAD))
+            s.sendall(b"u" * UPLOAD_FIRST)
+            status, _ = read_head(s)
+            assert status == 200
+            rid = gw.wait_events("agent_egress", host=SINK)[-1]["id"]
+            reload_to(gw, sink_policy(net, up.port, keep_rule=False), 1)
+            send_rest(s)
+            body = b""
+            try:
+                while True:
+                    d = s.recv(4096)
+                    if not d:
+                        break
+                    body += d
+            except ConnectionResetError:
+                pass
+        finally:
+            s.close()
+        assert body == b"part", body
+        assert ended.wait(10), "the origin's connection is still open"
+        assert sum(got) <= UPLOAD_FIRST, sum(got)
+    lines = [(e["event"], e.get("decision")) for e in gw.log_lines()
+             if e.get("id") == rid and e["event"] in ("agent_egress", "agent_egress_end")]
+    assert lines == [("agent_egress", "allow"), ("agent_egress", "deny"),
+                     ("agent_egress_end", None)], lines
+    end = gw.wait_events("agent_egress_end", id=rid)[0]
+    assert end["status"] == 200 and end["bytes_up"] <= UPLOAD_FIRST, end
