@@ -455,6 +455,14 @@ init_main(const struct box_config *cfg, uid_t uid, gid_t gid, bool userns, int s
         command_main(cfg, ep[1]);
     }
     close(ep[1]);
+    /* From here on the init relays, waits and kills in the box only: the
+     * capabilities it built the box with go (see box_init_let_go()). */
+    if (box_init_let_go(err, sizeof(err)) < 0) {
+        kill(st.cmd, SIGKILL);
+        while (waitpid(st.cmd, NULL, 0) < 0 && errno == EINTR)
+            ;
+        goto fail;
+    }
     stop = await_exec(ep[0], stop_fd, st.cmd);
     close(stop_fd);
     int e = 0;

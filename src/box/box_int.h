@@ -72,6 +72,15 @@ int box_landlock(const struct box_config *cfg, char *err, size_t errlen);
  * and socketpair() but for stream and seqpacket pairs. Returns 0,
  * or -1 with a message. */
 int box_lock_down(const struct box_config *cfg, bool *landlocked, char *err, size_t errlen);
+/* In the init, once the command's process is forked: it runs the relay,
+ * which reads every byte the command sends, and needs no capability for
+ * that but CAP_DAC_OVERRIDE (connecting to a gateway's socket that root
+ * may write only through it, a --proxy one of another user's): every other
+ * capability is dropped, the bounding set's too, and no_new_privs set, so
+ * that a flaw in it hands the command no root of the host's (a box started
+ * as root) nor the box's mounts (any box). Returns 0, or -1 with a
+ * message. */
+int box_init_let_go(char *err, size_t errlen);
 
 /* relay.c */
 #define RELAY_MAX_CONNS 256

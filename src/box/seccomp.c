@@ -59,11 +59,16 @@
  * only watch what the command may read). flock() and fcntl() locks stay:
  * SQLite, git and pip need them in the writable paths, the filter cannot
  * tell which file a descriptor names, and they hold up only processes that
- * take the same lock. */
+ * take the same lock.
+ *
+ * The init: once the command's process is forked, the init that relays
+ * the command's connections lets go of every capability but the one its
+ * relay needs (box_init_let_go()); it is not dumpable already. */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <seccomp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -76,9 +81,14 @@
 #include "util/seccomp_load.h"
 #include "util/seccomp_tty.h"
 
-static int drop_capabilities(char *err, size_t errlen)
+/* Drops every capability but those of <keep> (a mask of 1 << CAP_*) from
+ * the bounding set (so that an execve() as root regains no other), the
+ * ambient set, and the effective, permitted and inheritable sets. */
+static int drop_capabilities(uint64_t keep, char *err, size_t errlen)
 {
     for (int cap = 0; cap <= 63; cap++) {
+        if ((keep >> cap) & 1)
+            continue;
         if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) < 0) {
             if (errno == EINVAL)
                 break; /* past the last capability this kernel knows */
@@ -94,8 +104,21 @@ static int drop_capabilities(char *err, size_t errlen)
     struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
     struct __user_cap_data_struct data[2];
     memset(data, 0, sizeof(data));
+    for (int i = 0; i < 2; i++)
+        data[i].effective = data[i].permitted = (uint32_t)(keep >> (32 * i));
     if (syscall(SYS_capset, &hdr, data) < 0) {
         snprintf(err, errlen, "cannot drop capabilities: %s", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int box_init_let_go(char *err, size_t errlen)
+{
+    if (drop_capabilities(1ULL << CAP_DAC_OVERRIDE, err, errlen) < 0)
+        return -1;
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+        snprintf(err, errlen, "cannot set no_new_privs: %s", strerror(errno));
         return -1;
     }
     return 0;
@@ -325,7 +348,7 @@ static int load_filter(bool allow_unix, char *err, size_t errlen)
 
 int box_lock_down(const struct box_config *cfg, bool *landlocked, char *err, size_t errlen)
 {
-    if (drop_capabilities(err, errlen) < 0)
+    if (drop_capabilities(0, err, errlen) < 0)
         return -1;
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
         snprintf(err, errlen, "cannot set no_new_privs: %s", strerror(errno));

@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 
 import pytest
 
@@ -379,6 +380,63 @@ def test_the_relays_process_is_out_of_reach(sluice_bin, proj, user):
     assert o.pop("process_vm_readv") == "EPERM", o
     assert o.pop("pidfd_getfd") in ("EPERM", "no pidfd"), o
     assert o and set(o.values()) == {"EACCES"}, o
+
+
+RELAY_PRIVILEGES = r"""
+import json, socket
+st = dict(l.split(":", 1) for l in open("/proc/1/status").read().splitlines() if ":" in l)
+out = {k: st[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs")}
+s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+s.sendall(b"GET http://nowhere.example.test/ HTTP/1.1\r\nHost: nowhere.example.test\r\n"
+          b"Connection: close\r\n\r\n")
+out["reply"] = b"".join(iter(lambda: s.recv(4096), b"")).decode(errors="replace").split("\r\n")[0]
+print(json.dumps(out))
+"""
+
+
+def _serving(sluice_bin, pol, sock):
+    """A `sluice serve` on the unix socket <sock>, once it is there."""
+    gw = subprocess.Popen([sluice_bin, "serve", "--policy", pol, "--listen", "unix:" + sock,
+                           "--log", "-"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          env=_clean_env())
+    for _ in range(300):  # hang guard: 30 s
+        if os.path.exists(sock) or gw.poll() is not None:
+            break
+        time.sleep(0.1)
+    assert os.path.exists(sock), gw.communicate(timeout=10)[1]
+    return gw
+
+
+@pytest.mark.parametrize("user,how", [(ROOT, "run"), (NOBODY, "run"), (ROOT, "proxy")])
+def test_the_relays_process_holds_no_capability_the_relay_does_not_need(sluice_bin, proj,
+                                                                         user, how):
+    """The box's init runs the relay, which reads every byte the command
+    sends: once the command's process is forked it keeps no capability but
+    CAP_DAC_OVERRIDE, none in its bounding set either, with no_new_privs.
+    Before, it kept every one of them (a box started as root: every
+    capability of the host's root), so that a flaw in the relay handed the
+    command the host. The relay still reaches the gateway, a serving one's
+    socket that only its group may write (0660, another user's) too."""
+    pol = _policy(proj)
+    _own(proj, user)
+    args, gw = ["--policy", pol], None
+    if how == "proxy":
+        sockdir = tempfile.mkdtemp(prefix="sluice-attack-gw-")
+        sock = os.path.join(sockdir, "gw.sock")
+        gw = _serving(sluice_bin, pol, sock)
+        os.chown(sock, NOBODY, NOBODY)
+        args = ["--proxy", "unix:" + sock]
+    try:
+        o = _out(_run(sluice_bin, args, [PY, "-c", RELAY_PRIVILEGES], proj, user=user))
+    finally:
+        if gw is not None:
+            gw.terminate()
+            gw.communicate(timeout=30)
+            shutil.rmtree(sockdir, ignore_errors=True)
+    dac_override = "%016x" % (1 << 1)
+    assert o == {"CapInh": "0" * 16, "CapPrm": dac_override, "CapEff": dac_override,
+                 "CapBnd": dac_override, "CapAmb": "0" * 16, "NoNewPrivs": "1",
+                 "reply": "HTTP/1.1 403 Forbidden"}, o
 
 
 # --------------------------------------------------------------------------
