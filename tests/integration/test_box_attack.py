@@ -563,6 +563,53 @@ def test_a_nested_user_namespace_gains_nothing(sluice_bin, proj, user):
         assert f.read() == "kept"
 
 
+FRESH_PROC = PRELUDE + r"""
+def write(path, text):
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+        return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+def nested():
+    # NEWUSER | NEWNS | NEWPID: a PID namespace of its own, whose procfs
+    # this user namespace may mount, in a child (the PID namespace's init)
+    if libc.unshare(0x10000000 | 0x20000 | 0x20000000) != 0:
+        return {"unshare": errno.errorcode[ctypes.get_errno()]}
+    def fresh():
+        res = {}
+        os.makedirs("/tmp/p", exist_ok=True)
+        MS_RDONLY, MS_REMOUNT = 1, 32
+        res["mount_rw"] = cerr(libc.mount(b"proc", b"/tmp/p", b"proc", 0, None))
+        res["mount_ro"] = cerr(libc.mount(b"proc", b"/tmp/p", b"proc", MS_RDONLY, None))
+        if res["mount_ro"] == "ok":
+            res["remount_rw"] = cerr(libc.mount(None, b"/tmp/p", None, MS_REMOUNT, None))
+            res["uid_map"] = write("/tmp/p/self/uid_map", "0 0 1")
+        return res
+    return in_child(fresh)
+print(json.dumps(in_child(nested)))
+"""
+
+
+@pytest.mark.parametrize("landlock", [True, False])
+def test_a_fresh_proc_in_a_nested_namespace_stays_read_only(sluice_bin, proj, landlock):
+    """The command's own user, mount and PID namespaces may mount a procfs
+    of their own (without Landlock, which refuses every mount): only
+    read-only, as the box's /proc is, and it cannot be remounted writable,
+    so no uid_map can be written there either (root of the namespace as
+    the box's root would set file capabilities that work on the host)."""
+    pol = _policy(proj)
+    env = {} if landlock else {"SLUICE_TEST_NO_LANDLOCK": "1"}
+    o = _out(_run(sluice_bin, ["--policy", pol], [PY, "-c", FRESH_PROC], proj, env=env))
+    if "unshare" in o:
+        pytest.skip("no nested namespaces for the command here: %s" % o["unshare"])
+    if landlock and o["mount_ro"] == "EPERM":
+        assert o == {"mount_rw": "EPERM", "mount_ro": "EPERM"}, o  # Landlock: no mount at all
+    else:
+        assert o == {"mount_rw": "EPERM", "mount_ro": "ok", "remount_rw": "EPERM",
+                     "uid_map": "EROFS"}, o
+
+
 # --------------------------------------------------------------------------
 # the host's loopback, and its unix sockets
 
