@@ -439,6 +439,40 @@ def test_the_relays_process_holds_no_capability_the_relay_does_not_need(sluice_b
                  "reply": "HTTP/1.1 403 Forbidden"}, o
 
 
+RELAY_SIGNALLED = PRELUDE + r"""
+import signal, time
+for name, sig in (("stop", signal.SIGSTOP), ("kill", signal.SIGKILL)):
+    py(name, lambda sig=sig: os.kill(1, sig))
+pidfd = libc.syscall(ctypes.c_long(434), ctypes.c_long(1), ctypes.c_long(0))  # pidfd_open
+out["pidfd_kill"] = cerr(libc.syscall(ctypes.c_long(424), ctypes.c_long(pidfd), ctypes.c_long(9),
+                                      None, ctypes.c_long(0))) if pidfd >= 0 else cerr(-1)
+s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+s.sendall(b"GET http://nowhere.example.test/ HTTP/1.1\r\nHost: nowhere.example.test\r\n"
+          b"Connection: close\r\n\r\n")
+out["reply"] = b"".join(iter(lambda: s.recv(4096), b"")).decode(errors="replace").split("\r\n")[0]
+out["state"] = [ln.split()[1] for ln in open("/proc/1/status") if ln.startswith("State:")][0]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("landlock", [True, False])
+def test_the_relays_process_cannot_be_stopped_or_killed(sluice_bin, proj, landlock):
+    """SIGSTOP and SIGKILL to the box's init (PID 1), by kill() or by a
+    pidfd: refused where Landlock scopes signals (EPERM), and otherwise
+    dropped by the kernel (a PID namespace's init takes neither from its own
+    namespace); the relay still answers, the init is not stopped."""
+    pol = _policy(proj)
+    env = {} if landlock else {"SLUICE_TEST_NO_LANDLOCK": "1"}
+    p = _run(sluice_bin, ["--policy", pol], [PY, "-c", RELAY_SIGNALLED], proj, env=env)
+    o = _out(p)
+    assert p.returncode == 0, p.stderr
+    assert o.pop("reply") == "HTTP/1.1 403 Forbidden", o
+    assert o.pop("state") in ("S", "R"), o
+    assert set(o.values()) in ({"EPERM"}, {"ok"}), o
+    if not landlock:
+        assert set(o.values()) == {"ok"}, o  # sent, and dropped
+
+
 # --------------------------------------------------------------------------
 # a read-only file: no way of writing it
 
