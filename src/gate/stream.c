@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -152,7 +153,10 @@ static void read_failed(struct bufferevent *bev, short what)
  * the stack, then added: the input gets one piece of memory sized to what
  * came, as libevent sizes its read by FIONREAD (a 100-byte request takes
  * 1 KiB, from the allocator's per-thread cache, where room reserved for
- * 4 KiB would take an 8 KiB chain from its slower path). */
+ * 4 KiB would take an 8 KiB chain from its slower path). What came is
+ * wiped from the stack once added: a head's Proxy-Authorization, wiped in
+ * the input once read (gate/conn.c), would stay there until a later call's
+ * frame happened to cover it. */
 static ssize_t read_event_once(struct evbuffer *in, evutil_socket_t fd, size_t want)
 {
     char buf[STREAM_EVENT_READ];
@@ -165,6 +169,7 @@ static ssize_t read_event_once(struct evbuffer *in, evutil_socket_t fd, size_t w
     evbuffer_unfreeze(in, 0);
     int r = evbuffer_add(in, buf, (size_t)n); /* runs the input's callbacks */
     evbuffer_freeze(in, 0);
+    explicit_bzero(buf, (size_t)n);
     if (r < 0) {
         errno = ENOMEM;
         return -1;
