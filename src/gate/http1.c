@@ -96,9 +96,8 @@ static bool eqi(const char *a, size_t alen, const char *b, size_t blen)
     return true;
 }
 
-/* eqi() with <b> in lower case already (the literals, the hop-by-hop
- * names): only <a>'s bytes are lowered, a head's fields being compared
- * with several names each. */
+/* eqi() with <b> in lower case already (the literals): only <a>'s bytes
+ * are lowered. */
 static bool eqi_lower(const char *a, size_t alen, const char *b, size_t blen)
 {
     if (alen != blen)
@@ -148,6 +147,37 @@ static bool list_next(struct list_iter *it, const char **elem, size_t *elen)
         e--;
     *elem = s;
     *elen = (size_t)(e - s);
+    return true;
+}
+
+/* The elements of the lists of every field of a head that is one field
+ * (all its Connection fields, say), in order, as list_next() gives them. */
+struct fields_iter {
+    const struct http_header *f;
+    const struct http_header *end;
+    enum http_field field;
+    struct list_iter list;
+};
+
+static void fields_init(struct fields_iter *it, const struct http_header *hdrs, size_t n,
+                        enum http_field field)
+{
+    it->f = hdrs;
+    it->end = hdrs + n;
+    it->field = field;
+    it->list = (struct list_iter){NULL, NULL, true}; /* no list yet */
+}
+
+static bool fields_next(struct fields_iter *it, const char **elem, size_t *elen)
+{
+    while (!list_next(&it->list, elem, elen)) {
+        while (it->f < it->end && it->f->field != it->field)
+            it->f++;
+        if (it->f == it->end)
+            return false;
+        list_init(&it->list, it->f->value, it->f->value_len);
+        it->f++;
+    }
     return true;
 }
 
@@ -255,6 +285,7 @@ static int parse_fields(const char *p, const char *end, struct http_header *hdrs
         hdrs[n].name_len = (size_t)(c - p);
         hdrs[n].value = v;
         hdrs[n].value_len = (size_t)(ve - v);
+        hdrs[n].field = http1_field(p, (size_t)(c - p));
         n++;
         p = eol + 2;
     }
@@ -320,53 +351,75 @@ static int parse_connection(const char *v, size_t len, bool *close, bool *keep_a
     return 0;
 }
 
-/* Proxy-Authentication-Info (RFC 9110 11.6.4, RFC 7615) is for the next
- * client only, as Proxy-Authenticate: an origin's would pass for the
- * gateway's. */
-#define HOP(s)                                                                                     \
-    {                                                                                              \
-        s, sizeof(s) - 1                                                                           \
-    }
+/* The names http1_field() tells apart, in lower case, by their length (at
+ * most two of a length): a name is compared with those of its length only,
+ * and most differ from them in their first word. Proxy-Authentication-Info
+ * (RFC 9110 11.6.4, RFC 7615) is for the next client only, as
+ * Proxy-Authenticate: an origin's would pass for the gateway's. */
+#define FIELD_NAME_MAX 25
 static const struct {
-    const char *name; /* in lower case: compared with eqi_lower() */
-    size_t len;
-} hop_by_hop[] = {
-    HOP("connection"),
-    HOP("keep-alive"),
-    HOP("proxy-connection"),
-    HOP("proxy-authorization"),
-    HOP("proxy-authenticate"),
-    HOP("proxy-authentication-info"),
-    HOP("te"),
-    HOP("trailer"),
-    HOP("upgrade"),
+    const char *name;
+    enum http_field field;
+} field_names[FIELD_NAME_MAX + 1][2] = {
+    [2] = {{"te", HTTP_FIELD_TE}},
+    [4] = {{"host", HTTP_FIELD_HOST}},
+    [6] = {{"expect", HTTP_FIELD_EXPECT}},
+    [7] = {{"trailer", HTTP_FIELD_TRAILER}, {"upgrade", HTTP_FIELD_UPGRADE}},
+    [10] = {{"connection", HTTP_FIELD_CONNECTION}, {"keep-alive", HTTP_FIELD_KEEP_ALIVE}},
+    [14] = {{"content-length", HTTP_FIELD_CONTENT_LENGTH}},
+    [16] = {{"proxy-connection", HTTP_FIELD_PROXY_CONNECTION}},
+    [17] = {{"transfer-encoding", HTTP_FIELD_TRANSFER_ENCODING}},
+    [18] = {{"proxy-authenticate", HTTP_FIELD_PROXY_AUTHENTICATE}},
+    [19] = {{"proxy-authorization", HTTP_FIELD_PROXY_AUTHORIZATION}},
+    [25] = {{"proxy-authentication-info", HTTP_FIELD_PROXY_AUTHENTICATION_INFO}},
 };
-#undef HOP
+
+/* eqi_lower() of <len> bytes with a <name> of field_names[] (lower-case
+ * letters and '-' only), 8 bytes at a time where it has 8: a byte of <a>
+ * may differ from a letter of <name> in its 0x20 bit (its case) alone, and
+ * from a '-' not at all. */
+static bool eqi_field_name(const char *a, const char *name, size_t len)
+{
+    if (len < 8)
+        return eqi_lower(a, len, name, len);
+    for (size_t i = 0;; i += 8) {
+        if (i + 8 > len)
+            i = len - 8; /* the last word overlaps the one before */
+        uint64_t x, n;
+        memcpy(&x, a + i, 8);
+        memcpy(&n, name + i, 8);
+        if (((x ^ n) & ~((n & 0x4040404040404040u) >> 1)) != 0)
+            return false;
+        if (i + 8 == len)
+            return true;
+    }
+}
+
+/* See http1.h: computed once, when a head is parsed, so that the checks
+ * the parsers and writers make of a field compare no names. */
+enum http_field http1_field(const char *name, size_t len)
+{
+    if (len <= FIELD_NAME_MAX)
+        for (size_t i = 0; i < 2 && field_names[len][i].name != NULL; i++)
+            if (eqi_field_name(name, field_names[len][i].name, len))
+                return field_names[len][i].field;
+    /* Sluice-* fields are the gateway's own (Sluice-Reason on its
+     * refusals): never relayed, in either direction, so that an origin
+     * cannot make its answer pass for the gateway's refusal, nor an agent
+     * speak for the gateway to an origin. */
+    if (len >= 7 && EQI(name, 7, "sluice-"))
+        return HTTP_FIELD_SLUICE;
+    return HTTP_FIELD_OTHER;
+}
+
+static bool field_is_hop_by_hop(enum http_field f)
+{
+    return f >= HTTP_FIELD_CONNECTION && f <= HTTP_FIELD_UPGRADE;
+}
 
 bool http1_is_hop_by_hop(const char *name, size_t len)
 {
-    for (size_t i = 0; i < sizeof(hop_by_hop) / sizeof(hop_by_hop[0]); i++)
-        if (eqi_lower(name, len, hop_by_hop[i].name, hop_by_hop[i].len))
-            return true;
-    return false;
-}
-
-/* True when <name> is listed in one of the Connection headers. */
-static bool named_in_connection(const struct http_header *hdrs, size_t n, const char *name,
-                                size_t name_len)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (!EQI(hdrs[i].name, hdrs[i].name_len, "connection"))
-            continue;
-        struct list_iter it;
-        const char *e;
-        size_t elen;
-        list_init(&it, hdrs[i].value, hdrs[i].value_len);
-        while (list_next(&it, &e, &elen))
-            if (eqi(e, elen, name, name_len))
-                return true;
-    }
-    return false;
+    return field_is_hop_by_hop(http1_field(name, len));
 }
 
 /* ---------------------------------------------------------------------- */
@@ -625,10 +678,12 @@ int http1_parse_request(const char *buf, size_t len, size_t max_head, struct htt
     bool close = false, keep_alive = false, te = false;
     for (size_t i = 0; i < out->nheaders; i++) {
         const struct http_header *h = &out->headers[i];
-        if (EQI(h->name, h->name_len, "content-length")) {
+        switch (h->field) {
+        case HTTP_FIELD_CONTENT_LENGTH:
             if (merge_content_length(h->value, h->value_len, &out->content_length, why) != 0)
                 return HTTP1_BAD;
-        } else if (EQI(h->name, h->name_len, "transfer-encoding")) {
+            break;
+        case HTTP_FIELD_TRANSFER_ENCODING:
             if (te) {
                 *why = "several Transfer-Encoding headers";
                 return HTTP1_BAD;
@@ -639,26 +694,33 @@ int http1_parse_request(const char *buf, size_t len, size_t max_head, struct htt
                 return HTTP1_BAD;
             }
             out->chunked = true;
-        } else if (EQI(h->name, h->name_len, "host")) {
+            break;
+        case HTTP_FIELD_HOST:
             if (out->host_header != NULL) {
                 *why = "duplicate Host header";
                 return HTTP1_BAD;
             }
             out->host_header = h->value;
             out->host_header_len = h->value_len;
-        } else if (EQI(h->name, h->name_len, "proxy-authorization")) {
+            break;
+        case HTTP_FIELD_PROXY_AUTHORIZATION:
             if (out->proxy_authorization != NULL) {
                 *why = "duplicate Proxy-Authorization header";
                 return HTTP1_BAD;
             }
             out->proxy_authorization = h->value;
             out->proxy_authorization_len = h->value_len;
-        } else if (EQI(h->name, h->name_len, "connection")) {
+            break;
+        case HTTP_FIELD_CONNECTION:
             if (parse_connection(h->value, h->value_len, &close, &keep_alive, why) != 0)
                 return HTTP1_BAD;
-        } else if (EQI(h->name, h->name_len, "expect")) {
+            break;
+        case HTTP_FIELD_EXPECT:
             if (EQI(h->value, h->value_len, "100-continue"))
                 out->expect_continue = true;
+            break;
+        default:
+            break;
         }
     }
     if (te && out->content_length >= 0) {
@@ -790,17 +852,23 @@ int http1_parse_response(const char *buf, size_t len, size_t max_head, struct ht
     bool close = false, keep_alive = false, te = false, seen_chunked = false;
     for (size_t i = 0; i < out->nheaders; i++) {
         const struct http_header *h = &out->headers[i];
-        if (EQI(h->name, h->name_len, "content-length")) {
+        switch (h->field) {
+        case HTTP_FIELD_CONTENT_LENGTH:
             if (merge_content_length(h->value, h->value_len, &out->content_length, why) != 0)
                 return HTTP1_BAD;
-        } else if (EQI(h->name, h->name_len, "transfer-encoding")) {
+            break;
+        case HTTP_FIELD_TRANSFER_ENCODING:
             te = true;
             if (response_te(h->value, h->value_len, &seen_chunked, &out->chunked,
                             &out->other_coding, why) != 0)
                 return HTTP1_BAD;
-        } else if (EQI(h->name, h->name_len, "connection")) {
+            break;
+        case HTTP_FIELD_CONNECTION:
             if (parse_connection(h->value, h->value_len, &close, &keep_alive, why) != 0)
                 return HTTP1_BAD;
+            break;
+        default:
+            break;
         }
     }
     if (te && out->content_length >= 0) {
@@ -838,10 +906,33 @@ enum body_kind http1_response_body(const struct http_response *rsp, unsigned req
  * sluice has already decided on and forwards unchanged (dropping
  * Content-Length because "Connection: Content-Length" said so would turn the
  * body into a second request upstream), and Host. */
-static bool is_end_to_end(const char *name, size_t len)
+static bool is_end_to_end(enum http_field f)
 {
-    return EQI(name, len, "content-length") || EQI(name, len, "transfer-encoding") ||
-           EQI(name, len, "host");
+    return f == HTTP_FIELD_CONTENT_LENGTH || f == HTTP_FIELD_TRANSFER_ENCODING ||
+           f == HTTP_FIELD_HOST;
+}
+
+/* A bit per field of a head (at most HTTP_MAX_HEADERS). */
+#define FIELD_WORDS ((HTTP_MAX_HEADERS + 63) / 64)
+
+/* Sets in <named> the bit of each field of <hdrs> (<n> of them) whose name
+ * one of the Connection fields lists, but for those Connection cannot make
+ * hop-by-hop (is_end_to_end()); clears the others. The lists are read once
+ * a head, each element compared with every name, not read again for each
+ * field. */
+static void named_in_connection(const struct http_header *hdrs, size_t n,
+                                uint64_t named[FIELD_WORDS])
+{
+    struct fields_iter it;
+    const char *e;
+    size_t elen;
+    for (size_t w = 0; w < FIELD_WORDS; w++)
+        named[w] = 0;
+    fields_init(&it, hdrs, n, HTTP_FIELD_CONNECTION);
+    while (fields_next(&it, &e, &elen))
+        for (size_t j = 0; j < n; j++)
+            if (!is_end_to_end(hdrs[j].field) && eqi(e, elen, hdrs[j].name, hdrs[j].name_len))
+                named[j / 64] |= (uint64_t)1 << (j % 64);
 }
 
 /* A head is written as a list of pieces copied into the output at once:
@@ -902,22 +993,6 @@ static int head_commit(struct head_out *h, struct evbuffer *out)
     return rc;
 }
 
-/* Sluice-* fields are the gateway's own (Sluice-Reason on its refusals):
- * never relayed, in either direction, so that an origin cannot make its
- * answer pass for the gateway's refusal, nor an agent speak for the
- * gateway to an origin. */
-static bool is_gateway_field(const char *name, size_t len)
-{
-    return len >= 7 && EQI(name, 7, "sluice-");
-}
-
-/* True when <f> is the 100-continue expectation (as the parser sets
- * expect_continue). */
-static bool is_expect_continue(const struct http_header *f)
-{
-    return EQI(f->name, f->name_len, "expect") && EQI(f->value, f->value_len, "100-continue");
-}
-
 /* Transfer-Encoding goes on as one field listing the codings of all the
  * Transfer-Encoding fields of <hdrs>, without the empty list elements and
  * identity (no coding) the parsers skip (RFC 9110 5.6.1.2): the field says
@@ -932,30 +1007,26 @@ static void head_transfer_encoding(struct head_out *h, const struct http_header 
 {
     size_t cap = 0, len = 0;
     for (size_t i = 0; i < n; i++)
-        if (EQI(hdrs[i].name, hdrs[i].name_len, "transfer-encoding"))
+        if (hdrs[i].field == HTTP_FIELD_TRANSFER_ENCODING)
             cap += 2 * hdrs[i].value_len + 2;
     char *v = h->te_small;
     if (cap > sizeof(h->te_small) && (v = h->te = malloc(cap)) == NULL) {
         h->npieces = HEAD_PIECES + 1; /* head_commit() refuses: out of memory */
         return;
     }
-    for (size_t i = 0; i < n; i++) {
-        if (!EQI(hdrs[i].name, hdrs[i].name_len, "transfer-encoding"))
+    struct fields_iter it;
+    const char *e;
+    size_t elen;
+    fields_init(&it, hdrs, n, HTTP_FIELD_TRANSFER_ENCODING);
+    while (fields_next(&it, &e, &elen)) {
+        if (elen == 0 || EQI(e, elen, "identity"))
             continue;
-        struct list_iter it;
-        const char *e;
-        size_t elen;
-        list_init(&it, hdrs[i].value, hdrs[i].value_len);
-        while (list_next(&it, &e, &elen)) {
-            if (elen == 0 || EQI(e, elen, "identity"))
-                continue;
-            if (len > 0) {
-                memcpy(v + len, ", ", 2);
-                len += 2;
-            }
-            memcpy(v + len, e, elen);
-            len += elen;
+        if (len > 0) {
+            memcpy(v + len, ", ", 2);
+            len += 2;
         }
+        memcpy(v + len, e, elen);
+        len += elen;
     }
     if (len == 0)
         return;
@@ -975,16 +1046,16 @@ static void head_transfer_encoding(struct head_out *h, const struct http_header 
 static void head_fields(struct head_out *h, const struct http_header *hdrs, size_t n,
                         int64_t content_length, bool unchunked, bool no_expect)
 {
+    uint64_t named[FIELD_WORDS];
     bool length_sent = false, te_sent = false;
+    named_in_connection(hdrs, n, named);
     for (size_t i = 0; i < n; i++) {
         const struct http_header *f = &hdrs[i];
-        if (http1_is_hop_by_hop(f->name, f->name_len) || is_gateway_field(f->name, f->name_len) ||
-            (unchunked && EQI(f->name, f->name_len, "transfer-encoding")) ||
-            (no_expect && is_expect_continue(f)) ||
-            (!is_end_to_end(f->name, f->name_len) &&
-             named_in_connection(hdrs, n, f->name, f->name_len)))
+        if (field_is_hop_by_hop(f->field) || f->field == HTTP_FIELD_SLUICE ||
+            (named[i / 64] >> (i % 64) & 1u) != 0)
             continue;
-        if (EQI(f->name, f->name_len, "content-length")) {
+        switch (f->field) {
+        case HTTP_FIELD_CONTENT_LENGTH:
             if (length_sent || content_length < 0)
                 continue;
             length_sent = true;
@@ -994,12 +1065,21 @@ static void head_fields(struct head_out *h, const struct http_header *hdrs, size
                   format_uint(h->content_length, (uint64_t)content_length, 0));
             piece(h, "\r\n", 2);
             continue;
-        }
-        if (EQI(f->name, f->name_len, "transfer-encoding")) {
+        case HTTP_FIELD_TRANSFER_ENCODING:
+            if (unchunked)
+                continue;
             if (!te_sent)
                 head_transfer_encoding(h, hdrs, n, f);
             te_sent = true;
             continue;
+        case HTTP_FIELD_EXPECT:
+            /* the 100-continue expectation, as the parser sets
+             * expect_continue */
+            if (no_expect && EQI(f->value, f->value_len, "100-continue"))
+                continue;
+            break;
+        default:
+            break;
         }
         piece(h, f->name, f->name_len);
         piece(h, ": ", 2);

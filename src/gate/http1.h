@@ -38,11 +38,32 @@ enum target_form {
     TARGET_ASTERISK,  /* "*", OPTIONS only */
 };
 
+/* The fields the parsers and writers act on, told apart by name (any case)
+ * once, when a head is parsed: HTTP_FIELD_OTHER for every other name. */
+enum http_field {
+    HTTP_FIELD_OTHER,
+    HTTP_FIELD_CONTENT_LENGTH,
+    HTTP_FIELD_TRANSFER_ENCODING,
+    HTTP_FIELD_HOST,
+    HTTP_FIELD_EXPECT,
+    HTTP_FIELD_CONNECTION, /* from here to UPGRADE: hop-by-hop (http1_is_hop_by_hop()) */
+    HTTP_FIELD_KEEP_ALIVE,
+    HTTP_FIELD_PROXY_CONNECTION,
+    HTTP_FIELD_PROXY_AUTHORIZATION,
+    HTTP_FIELD_PROXY_AUTHENTICATE,
+    HTTP_FIELD_PROXY_AUTHENTICATION_INFO,
+    HTTP_FIELD_TE,
+    HTTP_FIELD_TRAILER,
+    HTTP_FIELD_UPGRADE,
+    HTTP_FIELD_SLUICE, /* Sluice-*: the gateway's own, never relayed */
+};
+
 struct http_header {
     const char *name; /* a token, as sent (compare case-insensitively) */
     size_t name_len;
     const char *value; /* trimmed of leading and trailing SP/HT; may be empty */
     size_t value_len;
+    enum http_field field; /* what <name> is: http1_field() of it */
 };
 
 struct http_request {
@@ -151,10 +172,18 @@ enum body_kind http1_response_body(const struct http_response *rsp, unsigned req
  * caller normalises it (policy/host.h) and compares it with the target. */
 int http1_split_host(const char *v, size_t len, const char **h, size_t *hlen, uint16_t *port);
 
+/* What the field name <name> (<len> bytes, any case) is: the field it
+ * names exactly (HTTP_FIELD_CONTENT_LENGTH for "content-LENGTH", not for
+ * "Content-Length " or "Content-Lengths"), HTTP_FIELD_SLUICE for any name
+ * that starts with "Sluice-", else HTTP_FIELD_OTHER. The parsers set each
+ * parsed field's <field> with it. */
+enum http_field http1_field(const char *name, size_t len);
+
 /* True when the header <name> (<len> bytes, any case) is hop-by-hop for a
  * proxy: Connection, Keep-Alive, Proxy-Connection, Proxy-Authorization,
- * Proxy-Authenticate, TE, Trailer, Upgrade. (Headers named in Connection are
- * hop-by-hop too; the writers check those separately.) */
+ * Proxy-Authenticate, Proxy-Authentication-Info, TE, Trailer, Upgrade.
+ * (Headers named in Connection are hop-by-hop too; the writers check those
+ * separately.) */
 bool http1_is_hop_by_hop(const char *name, size_t len);
 
 /* Appends to <out> the head to send upstream for <req> (TARGET_ABSOLUTE

@@ -519,6 +519,184 @@ static void test_hop_by_hop(void **state)
     assert_false(http1_is_hop_by_hop("Proxy-Authorization", 18));
 }
 
+/* The names http1_field() tells apart, as the parsers and writers compared
+ * each field's name with them before it did (strncasecmp() of the whole
+ * name; "sluice-" as a prefix): the reference it is checked against. */
+static const struct {
+    const char *name;
+    enum http_field field;
+} field_names[] = {
+    {"content-length", HTTP_FIELD_CONTENT_LENGTH},
+    {"transfer-encoding", HTTP_FIELD_TRANSFER_ENCODING},
+    {"host", HTTP_FIELD_HOST},
+    {"expect", HTTP_FIELD_EXPECT},
+    {"connection", HTTP_FIELD_CONNECTION},
+    {"keep-alive", HTTP_FIELD_KEEP_ALIVE},
+    {"proxy-connection", HTTP_FIELD_PROXY_CONNECTION},
+    {"proxy-authorization", HTTP_FIELD_PROXY_AUTHORIZATION},
+    {"proxy-authenticate", HTTP_FIELD_PROXY_AUTHENTICATE},
+    {"proxy-authentication-info", HTTP_FIELD_PROXY_AUTHENTICATION_INFO},
+    {"te", HTTP_FIELD_TE},
+    {"trailer", HTTP_FIELD_TRAILER},
+    {"upgrade", HTTP_FIELD_UPGRADE},
+};
+#define NFIELD_NAMES (sizeof(field_names) / sizeof(field_names[0]))
+
+static enum http_field field_ref(const char *name, size_t len)
+{
+    for (size_t i = 0; i < NFIELD_NAMES; i++)
+        if (len == strlen(field_names[i].name) && strncasecmp(name, field_names[i].name, len) == 0)
+            return field_names[i].field;
+    if (len >= 7 && strncasecmp(name, "sluice-", 7) == 0)
+        return HTTP_FIELD_SLUICE;
+    return HTTP_FIELD_OTHER;
+}
+
+static bool hop_ref(enum http_field f)
+{
+    return f == HTTP_FIELD_CONNECTION || f == HTTP_FIELD_KEEP_ALIVE ||
+           f == HTTP_FIELD_PROXY_CONNECTION || f == HTTP_FIELD_PROXY_AUTHORIZATION ||
+           f == HTTP_FIELD_PROXY_AUTHENTICATE || f == HTTP_FIELD_PROXY_AUTHENTICATION_INFO ||
+           f == HTTP_FIELD_TE || f == HTTP_FIELD_TRAILER || f == HTTP_FIELD_UPGRADE;
+}
+
+/* http1_field() and http1_is_hop_by_hop() of <name> (<len> bytes, copied
+ * to a buffer of its own size, so that ASan sees a read past it) are what
+ * the reference says. */
+static void check_field(const char *name, size_t len)
+{
+    char *s = malloc(len ? len : 1);
+    assert_non_null(s);
+    memcpy(s, name, len);
+    enum http_field want = field_ref(s, len), got = http1_field(s, len);
+    if (got != want)
+        fail_msg("http1_field(\"%.*s\") is %d, want %d", (int)len, name, (int)got, (int)want);
+    if (http1_is_hop_by_hop(s, len) != hop_ref(want))
+        fail_msg("http1_is_hop_by_hop(\"%.*s\") is wrong", (int)len, name);
+    free(s);
+}
+
+/* Every name classified in every letter case (every mix for up to 16
+ * letters, a 16-bit pattern repeated along the longer ones), and its near
+ * misses as the reference classifies them: every byte replaced by each
+ * of the 256, dropped, or with a byte inserted before it or at the end,
+ * and every prefix. */
+static void test_field_names(void **state)
+{
+    (void)state;
+    static const char inserted[] = {'x', 'X', ' ', '\t', '-', '_', ':', '\0', 's', '\r'};
+    char v[64];
+    for (size_t i = 0; i < NFIELD_NAMES + 1; i++) {
+        const char *name = i < NFIELD_NAMES ? field_names[i].name : "sluice-reason";
+        size_t len = strlen(name);
+        assert_true(len + 1 < sizeof(v));
+        size_t letters = 0;
+        for (size_t k = 0; k < len; k++)
+            letters += name[k] >= 'a' && name[k] <= 'z';
+        unsigned long variants = 1ul << (letters < 16 ? letters : 16);
+        for (unsigned long m = 0; m < variants; m++) {
+            size_t bit = 0;
+            for (size_t k = 0; k < len; k++) {
+                v[k] = name[k];
+                if (name[k] >= 'a' && name[k] <= 'z' && ((m >> (bit++ % 16)) & 1u) != 0)
+                    v[k] = (char)(name[k] - 32);
+            }
+            enum http_field want = i < NFIELD_NAMES ? field_names[i].field : HTTP_FIELD_SLUICE;
+            if (http1_field(v, len) != want)
+                fail_msg("\"%.*s\" not classified as %d", (int)len, v, (int)want);
+            check_field(v, len);
+        }
+        for (size_t k = 0; k < len; k++) {
+            memcpy(v, name, len);
+            for (int c = 0; c < 256; c++) {
+                v[k] = (char)c;
+                check_field(v, len);
+            }
+            memcpy(v, name, k); /* without byte k */
+            memcpy(v + k, name + k + 1, len - k - 1);
+            check_field(v, len - 1);
+            check_field(name, k);
+        }
+        for (size_t k = 0; k <= len; k++) {
+            for (size_t c = 0; c < sizeof(inserted); c++) {
+                memcpy(v, name, k);
+                v[k] = inserted[c];
+                memcpy(v + k + 1, name + k, len - k);
+                check_field(v, len + 1);
+            }
+        }
+    }
+    /* Near misses by hand. */
+    static const char *const near[] = {
+        "Content-Lengthx",
+        "Content-Length ",
+        "Transfer-Encoding ",
+        "Transfer_Encoding",
+        "Content-Lengt",
+        "Proxy-Authorizatio",
+        "Sluice",
+        "Sluice_Reason",
+        "X-Sluice-Reason",
+        "",
+    };
+    for (size_t i = 0; i < sizeof(near) / sizeof(near[0]); i++)
+        if (http1_field(near[i], strlen(near[i])) != HTTP_FIELD_OTHER)
+            fail_msg("\"%s\" classified", near[i]);
+    assert_int_equal(http1_field("hostt", 4), HTTP_FIELD_HOST); /* only <len> bytes count */
+    assert_int_equal(http1_field("Sluice-", 7), HTTP_FIELD_SLUICE);
+    assert_int_equal(http1_field("SLUICE-REASON", 13), HTTP_FIELD_SLUICE);
+
+    /* The parsers set it on each field, as sent. */
+    ok_req("GET http://a.test/ HTTP/1.1\r\nhOST: a.test\r\nX-Host: 1\r\nTE: trailers\r\n"
+           "Sluice-Reason: x\r\ncontent-length: 0\r\n\r\n");
+    assert_int_equal(req.nheaders, 5);
+    assert_int_equal(req.headers[0].field, HTTP_FIELD_HOST);
+    assert_int_equal(req.headers[1].field, HTTP_FIELD_OTHER);
+    assert_int_equal(req.headers[2].field, HTTP_FIELD_TE);
+    assert_int_equal(req.headers[3].field, HTTP_FIELD_SLUICE);
+    assert_int_equal(req.headers[4].field, HTTP_FIELD_CONTENT_LENGTH);
+    const char *why;
+    const char *s = "HTTP/1.1 200 OK\r\nTRANSFER-encoding: chunked\r\nConnectio: x\r\n\r\n";
+    assert_int_equal(prsp(s, &why), (int)strlen(s));
+    assert_int_equal(rsp.headers[0].field, HTTP_FIELD_TRANSFER_ENCODING);
+    assert_int_equal(rsp.headers[1].field, HTTP_FIELD_OTHER);
+}
+
+/* The fields the Connection fields name are dropped whatever their case
+ * and position (past the 64th too), over several Connection fields, but
+ * for the framing and Host. */
+static void test_connection_names(void **state)
+{
+    (void)state;
+    char in[8192], want[8192];
+    size_t n = (size_t)snprintf(in, sizeof(in),
+                                "POST http://a.test/x HTTP/1.1\r\nHost: a.test\r\n"
+                                "Connection: x-a, ,X-LATE\r\nX-A: 1\r\nx-keep: 2\r\n"
+                                "content-length: 1\r\n");
+    size_t w = (size_t)snprintf(want, sizeof(want),
+                                "POST /x HTTP/1.1\r\nHost: a.test\r\nx-keep: 2\r\n"
+                                "content-length: 1\r\n");
+    for (int i = 0; i < 70; i++) {
+        n += (size_t)snprintf(in + n, sizeof(in) - n, "X-%d: %d\r\n", i, i);
+        w += (size_t)snprintf(want + w, sizeof(want) - w, "X-%d: %d\r\n", i, i);
+    }
+    n += (size_t)snprintf(in + n, sizeof(in) - n,
+                          "x-late: 3\r\nX-A: 4\r\ncONNECTION: X-69, host, Content-Length\r\n"
+                          "X-Last: 5\r\n\r\n");
+    w -= strlen("X-69: 69\r\n");
+    w += (size_t)snprintf(want + w, sizeof(want) - w, "X-Last: 5\r\nConnection: close\r\n\r\n");
+    assert_true(n < sizeof(in) - 1 && w < sizeof(want) - 1);
+    ok_req(in);
+    assert_int_equal(req.nheaders, 79);
+    struct evbuffer *b = evbuffer_new();
+    assert_non_null(b);
+    assert_int_equal(http1_write_upstream_request(&req, b), 0);
+    char *out = evbuffer_text(b);
+    assert_string_equal(out, want);
+    free(out);
+    evbuffer_free(b);
+}
+
 static void test_responses(void **state)
 {
     (void)state;
@@ -787,6 +965,8 @@ int main(void)
         cmocka_unit_test(test_write_upstream_request),
         cmocka_unit_test(test_write_upstream_request_keep),
         cmocka_unit_test(test_hop_by_hop),
+        cmocka_unit_test(test_field_names),
+        cmocka_unit_test(test_connection_names),
         cmocka_unit_test(test_responses),
         cmocka_unit_test(test_write_upstream_response),
         cmocka_unit_test(test_write_response_many_codings),
