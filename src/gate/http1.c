@@ -286,6 +286,7 @@ static int parse_fields(const char *p, const char *end, struct http_header *hdrs
         hdrs[n].value = v;
         hdrs[n].value_len = (size_t)(ve - v);
         hdrs[n].field = http1_field(p, (size_t)(c - p));
+        hdrs[n].plain = v == c + 2 && c[1] == ' ' && ve == eol;
         n++;
         p = eol + 2;
     }
@@ -946,6 +947,7 @@ struct head_out {
     } piece[HEAD_PIECES];
     size_t npieces;
     size_t len;
+    const char *line_end;                 /* where the last piece ends when it is field lines */
     char content_length[FORMAT_UINT_MAX]; /* the one value head_fields() writes */
     char te_small[128];                   /* the Transfer-Encoding value written, */
     char *te;                             /* or on the heap when longer (NULL) */
@@ -966,10 +968,26 @@ static void piece_lit(struct head_out *h, const char *s)
     piece(h, s, strlen(s));
 }
 
+/* A plain field's line (<n> bytes at <p>), as it came: the same piece as
+ * the lines before it when they came just before it (so a run of relayed
+ * fields is copied at once). */
+static void piece_line(struct head_out *h, const char *p, size_t n)
+{
+    if (h->line_end == p && h->npieces > 0 && h->npieces <= HEAD_PIECES &&
+        h->piece[h->npieces - 1].p + h->piece[h->npieces - 1].n == p) {
+        h->piece[h->npieces - 1].n += n;
+        h->len += n;
+    } else {
+        piece(h, p, n);
+    }
+    h->line_end = p + n;
+}
+
 static void head_init(struct head_out *h)
 {
     h->npieces = 0;
     h->len = 0;
+    h->line_end = NULL;
     h->te = NULL;
 }
 
@@ -1080,6 +1098,10 @@ static void head_fields(struct head_out *h, const struct http_header *hdrs, size
             break;
         default:
             break;
+        }
+        if (f->plain) {
+            piece_line(h, f->name, f->name_len + f->value_len + 4);
+            continue;
         }
         piece(h, f->name, f->name_len);
         piece(h, ": ", 2);

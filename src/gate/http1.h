@@ -64,6 +64,8 @@ struct http_header {
     const char *value; /* trimmed of leading and trailing SP/HT; may be empty */
     size_t value_len;
     enum http_field field; /* what <name> is: http1_field() of it */
+    bool plain;            /* its line is "name: value" CRLF (one SP after the colon, no
+                            * OWS after the value): the line goes on as it came */
 };
 
 struct http_request {

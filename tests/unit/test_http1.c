@@ -487,6 +487,28 @@ static void test_write_upstream_request(void **state)
     evbuffer_free(b);
 }
 
+/* A field goes on as "name: value" CRLF whatever OWS its line had: the
+ * lines already so (and the runs of them) are copied as they came, the
+ * others written anew. */
+static void test_write_plain_lines(void **state)
+{
+    (void)state;
+    struct evbuffer *b = evbuffer_new();
+    assert_non_null(b);
+    expect_upstream(b,
+                    "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nX-A: 1\r\nX-B:2\r\n"
+                    "X-C:  3\r\nX-D: 4 \r\nX-E:\t5\r\nX-F: 6\t\r\nX-G:\r\nX-H: \r\nX-I:  \r\n"
+                    "X-J: 7\r\nX-K: a b\r\nTE: x\r\nX-L: 8\r\nX-M: 9\r\n\r\n",
+                    "GET / HTTP/1.1\r\nHost: a.test\r\nX-A: 1\r\nX-B: 2\r\nX-C: 3\r\nX-D: 4\r\n"
+                    "X-E: 5\r\nX-F: 6\r\nX-G: \r\nX-H: \r\nX-I: \r\nX-J: 7\r\nX-K: a b\r\n"
+                    "X-L: 8\r\nX-M: 9\r\nConnection: close\r\n\r\n");
+    assert_true(req.headers[0].plain && req.headers[1].plain && !req.headers[2].plain);
+    assert_true(!req.headers[3].plain && !req.headers[4].plain && !req.headers[5].plain);
+    assert_true(!req.headers[6].plain && !req.headers[7].plain && req.headers[8].plain);
+    assert_true(!req.headers[9].plain && req.headers[10].plain && req.headers[11].plain);
+    evbuffer_free(b);
+}
+
 static void test_write_upstream_request_keep(void **state)
 {
     (void)state;
@@ -963,6 +985,7 @@ int main(void)
         cmocka_unit_test(test_partial_and_limits),
         cmocka_unit_test(test_head_end_incremental),
         cmocka_unit_test(test_write_upstream_request),
+        cmocka_unit_test(test_write_plain_lines),
         cmocka_unit_test(test_write_upstream_request_keep),
         cmocka_unit_test(test_hop_by_hop),
         cmocka_unit_test(test_field_names),
