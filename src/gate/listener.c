@@ -23,7 +23,8 @@
 
 struct listener {
     struct listen_addr addr;
-    struct evconnlistener *lev;
+    struct evconnlistener *lev; /* binds, listens, closes the socket; never enabled */
+    struct event *accept_ev;    /* the socket readable: on_acceptable(); NULL with lev */
     struct event *pause_timer;
     listener_accept_fn fn;
     void *arg;
@@ -179,37 +180,14 @@ static void listener_oob_inline(evutil_socket_t fd)
     (void)setsockopt(fd, SOL_SOCKET, SO_OOBINLINE, &one, sizeof(one));
 }
 
-static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa,
-                      int salen, void *arg)
-{
-    struct listener *l = arg;
-    (void)lev;
-    /* Urgent data (MSG_OOB), which Linux carries on unix stream sockets
-     * too, stays in the stream (see listener_oob_inline): an accepted unix
-     * socket inherits nothing from its listener, so it is set on each. */
-    if (l->addr.ss.ss_family == AF_UNIX)
-        listener_oob_inline(fd);
-    l->fn(l, fd, sa, (socklen_t)salen, l->arg);
-}
-
-static void on_resume(evutil_socket_t fd, short what, void *arg)
-{
-    struct listener *l = arg;
-    (void)fd;
-    (void)what;
-    evconnlistener_enable(l->lev);
-}
-
 /* accept() failed (EMFILE, ENFILE, ENOBUFS...): back off instead of
  * spinning, and say so once a minute, not at every pause (ten lines a
  * second for as long as the descriptors are short). An error that was the
  * dequeued connection's alone pauses nothing: the listener goes on with
  * the next one (a pause would hold every other client for it). */
-static void on_accept_error(struct evconnlistener *lev, void *arg)
+static void accept_failed(struct listener *l, int err)
 {
-    struct listener *l = arg;
     static const struct timeval backoff = {0, ACCEPT_BACKOFF_MS * 1000};
-    int err = EVUTIL_SOCKET_ERROR();
     if (accept_error_is_per_conn(err))
         return;
     uint64_t now = monotonic_ms();
@@ -217,12 +195,47 @@ static void on_accept_error(struct evconnlistener *lev, void *arg)
         fprintf(stderr,
                 "sluice: accept on %s: %s: pausing for %d ms at a time (told at most once a "
                 "minute)\n",
-                l->addr.text, evutil_socket_error_to_string(err), ACCEPT_BACKOFF_MS);
+                l->addr.text, strerror(err), ACCEPT_BACKOFF_MS);
         l->warned = true;
         l->warned_ms = now;
     }
-    evconnlistener_disable(lev);
+    event_del(l->accept_ev);
     evtimer_add(l->pause_timer, &backoff);
+}
+
+/* The listening socket is readable: one accept(). The event is
+ * level-triggered, so while more connections wait it comes back at the
+ * next loop round, which serves the loop's other events too. Accepting
+ * until EAGAIN, as libevent's evconnlistener does, costs a failed
+ * accept4() for every connection that arrives alone: each of an agent's
+ * that opens them one at a time. */
+static void on_acceptable(evutil_socket_t fd, short what, void *arg)
+{
+    struct listener *l = arg;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    (void)what;
+    evutil_socket_t cfd = accept4(fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (cfd < 0) {
+        int err = errno;
+        if (err != EAGAIN && err != EWOULDBLOCK && err != EINTR && err != ECONNABORTED)
+            accept_failed(l, err);
+        return;
+    }
+    /* Urgent data (MSG_OOB), which Linux carries on unix stream sockets
+     * too, stays in the stream (see listener_oob_inline): an accepted unix
+     * socket inherits nothing from its listener, so it is set on each. */
+    if (l->addr.ss.ss_family == AF_UNIX)
+        listener_oob_inline(cfd);
+    l->fn(l, cfd, (const struct sockaddr *)&ss, sl, l->arg);
+}
+
+static void on_resume(evutil_socket_t fd, short what, void *arg)
+{
+    struct listener *l = arg;
+    (void)fd;
+    (void)what;
+    event_add(l->accept_ev, NULL);
 }
 
 /* 1 when the unix socket at <a> may be in use: a connection to it is
@@ -326,7 +339,10 @@ struct listener *listener_open(struct event_base *base, const struct listen_addr
     l->addr = *a;
     l->fn = fn;
     l->arg = arg;
-    unsigned flags = LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE;
+    /* evconnlistener makes the socket (SO_REUSEADDR, SO_KEEPALIVE for the
+     * accepted ones), listens and closes it; on_acceptable() accepts. */
+    unsigned flags =
+        LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE | LEV_OPT_DISABLED;
     if (a->kind == LISTEN_UNIX) {
         struct stat bound;
         evutil_socket_t fd = open_unix(a, &bound, err, errlen);
@@ -334,14 +350,14 @@ struct listener *listener_open(struct event_base *base, const struct listen_addr
             goto err;
         l->sock_dev = bound.st_dev;
         l->sock_ino = bound.st_ino;
-        l->lev = evconnlistener_new(base, on_accept, l, flags, LISTEN_BACKLOG, fd);
+        l->lev = evconnlistener_new(base, NULL, l, flags, LISTEN_BACKLOG, fd);
         if (l->lev == NULL) {
             snprintf(err, errlen, "%s: listen: %s", a->text, strerror(errno));
             close(fd);
             goto err_unlink;
         }
     } else {
-        l->lev = evconnlistener_new_bind(base, on_accept, l, flags, LISTEN_BACKLOG,
+        l->lev = evconnlistener_new_bind(base, NULL, l, flags, LISTEN_BACKLOG,
                                          (const struct sockaddr *)&a->ss, (int)a->sslen);
         if (l->lev == NULL) {
             snprintf(err, errlen, "%s: cannot listen: %s", a->text, strerror(errno));
@@ -376,12 +392,17 @@ struct listener *listener_open(struct event_base *base, const struct listen_addr
         }
     }
     l->pause_timer = evtimer_new(base, on_resume, l);
-    if (l->pause_timer == NULL) {
+    l->accept_ev =
+        event_new(base, evconnlistener_get_fd(l->lev), EV_READ | EV_PERSIST, on_acceptable, l);
+    if (l->pause_timer == NULL || l->accept_ev == NULL || event_add(l->accept_ev, NULL) != 0) {
         snprintf(err, errlen, "%s: out of memory", a->text);
+        if (l->pause_timer != NULL)
+            event_free(l->pause_timer);
+        if (l->accept_ev != NULL)
+            event_free(l->accept_ev);
         evconnlistener_free(l->lev);
         goto err_unlink;
     }
-    evconnlistener_set_error_cb(l->lev, on_accept_error);
     return l;
 
 err_unlink:
@@ -417,6 +438,10 @@ void listener_shutdown(struct listener *l)
         event_free(l->pause_timer);
         l->pause_timer = NULL;
     }
+    if (l->accept_ev != NULL) {
+        event_free(l->accept_ev);
+        l->accept_ev = NULL;
+    }
     if (l->lev != NULL) {
         evconnlistener_free(l->lev);
         l->lev = NULL;
@@ -435,16 +460,16 @@ void listener_free(struct listener *l)
 
 void listener_pause(struct listener *l)
 {
-    if (l->lev == NULL)
+    if (l->accept_ev == NULL)
         return;
-    evconnlistener_disable(l->lev);
+    event_del(l->accept_ev);
     evtimer_del(l->pause_timer);
 }
 
 void listener_resume(struct listener *l)
 {
-    if (l->lev != NULL)
-        evconnlistener_enable(l->lev);
+    if (l->accept_ev != NULL)
+        event_add(l->accept_ev, NULL);
 }
 
 const struct listen_addr *listener_addr(const struct listener *l)

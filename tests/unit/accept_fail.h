@@ -1,6 +1,6 @@
 /* accept_fail: makes the next accept4()/accept() of a unit test fail with a
  * chosen error (both are interposed: define them once per test program, by
- * including this), and captures what the code under test writes to standard
+ * including this), counts the calls, and captures what the code under test writes to standard
  * error meanwhile. Include after <cmocka.h>. */
 #ifndef SLUICE_TESTS_ACCEPT_FAIL_H
 #define SLUICE_TESTS_ACCEPT_FAIL_H
@@ -15,9 +15,12 @@
 
 /* The next accept4()/accept() fails with this error when not 0. */
 static int fail_next_accept;
+/* How many accept4()/accept() calls were made, failed ones included. */
+static int accept_calls;
 
 static int take_failure(void)
 {
+    accept_calls++;
     int e = fail_next_accept;
     fail_next_accept = 0;
     errno = e;

@@ -232,6 +232,41 @@ static bool accept_after_error(int err, char *said, size_t cap)
     return accepted == 1;
 }
 
+/* A connection that arrives alone costs one accept(), not a second one that
+ * meets EAGAIN; several waiting are each taken, one per loop round (the
+ * listening socket's event is level-triggered), with no accept() more. */
+static void test_one_accept_per_connection(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct listener *l = open_loopback(base, count_accept);
+    int cl[4];
+    accepted = 0;
+    accept_calls = 0;
+    for (int i = 0; i < 4; i++) {
+        cl[i] = socket(AF_INET, SOCK_STREAM, 0);
+        assert_true(cl[i] >= 0);
+        assert_int_equal(
+            connect(cl[i], (const struct sockaddr *)&listener_addr(l)->ss, listener_addr(l)->sslen),
+            0);
+        if (i == 0) {
+            event_base_loop(base, EVLOOP_ONCE);
+            assert_int_equal(accepted, 1);
+            assert_int_equal(accept_calls, 1);
+        }
+    }
+    for (int i = 0; i < 20 && accepted < 4; i++)
+        event_base_loop(base, EVLOOP_ONCE);
+    assert_int_equal(accepted, 4);
+    assert_int_equal(accept_calls, 4);
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    assert_int_equal(accept_calls, 4);
+    for (int i = 0; i < 4; i++)
+        close(cl[i]);
+    listener_free(l);
+    event_base_free(base);
+}
+
 /* Which accept() errors pause it (accept_fail.h). */
 static void test_accept_error_pause(void **state)
 {
@@ -244,7 +279,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_ok),           cmocka_unit_test(test_parse_errors),
         cmocka_unit_test(test_bind_and_covers),    cmocka_unit_test(test_unix_socket),
-        cmocka_unit_test(test_accept_error_pause),
+        cmocka_unit_test(test_accept_error_pause), cmocka_unit_test(test_one_accept_per_connection),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
