@@ -472,7 +472,12 @@ static int pump(struct dir *d)
                 dst_full = true;
         }
         if (d->eof && d->pending == 0) {
-            if (!d->t->failed) /* else the reset of the close ends it: end() */
+            /* Not when the tunnel failed: the reset of the close ends it
+             * (end()). Nor when the other direction is done: the tunnel is
+             * then over, and the close of its end (tunnel_free(), from the
+             * end callback) sends dst the same FIN, src having been read to
+             * its end: one system call less for every tunnel. */
+            if (!d->t->failed && !d->t->d[d == &d->t->d[0] ? 1 : 0].done)
                 shutdown(d->dst, SHUT_WR);
             d->done = true;
             break;

@@ -36,7 +36,9 @@ struct quota_flow;
 
 enum tunnel_end { TUNNEL_DONE, TUNNEL_IDLE, TUNNEL_ERROR };
 
-/* Called once when the tunnel ends; the callee frees it with tunnel_free(). */
+/* Called once when the tunnel ends; the callee frees it with tunnel_free(),
+ * whose close ends the side that ended last (no shutdown(SHUT_WR) before
+ * it): a callee that keeps the tunnel holds that end back. */
 typedef void (*tunnel_cb)(struct tunnel *t, enum tunnel_end how, void *arg);
 
 /* Starts a tunnel between <client_fd> and <upstream_fd> (takes ownership of
