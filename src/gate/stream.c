@@ -242,9 +242,11 @@ int stream_own_reads(struct bufferevent *bev)
         return -1;
     /* event_assign() sets the base's middle priority: the one the
      * bufferevent had is kept. Same descriptor, same flags (EV_FINALIZE
-     * among them, which bufferevent_free() relies on). */
+     * among them, which bufferevent_free() relies on), and EV_CLOSED
+     * (EPOLLRDHUP): a tunnel that takes the socket over waits for it too
+     * (tunnel.c), and the socket then stays registered as it was. */
     int pri = event_get_priority(ev);
-    if (event_assign(ev, base, fd, event_get_events(ev), on_readable, bev) < 0)
+    if (event_assign(ev, base, fd, event_get_events(ev) | EV_CLOSED, on_readable, bev) < 0)
         return -1;
     return event_priority_set(ev, pri);
 }

@@ -65,7 +65,10 @@ ssize_t stream_read_rest(struct bufferevent *bev, evutil_socket_t fd, size_t upt
  * TIMEOUT, as libevent reports them. The event itself stays the
  * bufferevent's, so bufferevent_enable() and _disable(), the read timeout,
  * the high watermark's suspension (the input's callback, run as the bytes
- * are added) and bufferevent_priority_set() act on it as before.
+ * are added) and bufferevent_priority_set() act on it as before. The
+ * event also waits for EV_CLOSED (EPOLLRDHUP), as a tunnel's read events
+ * do (tunnel.h): a tunnel that takes the socket over finds it registered
+ * with epoll as it wants it (no epoll_ctl()).
  *
  * <bev> must be a socket bufferevent (bufferevent_socket_new()) without
  * rate limits (this read takes no bucket), whose descriptor is set and

@@ -63,6 +63,8 @@ struct dir {
     size_t off;        /* copy path: first unsent byte in stash */
     size_t pending;    /* bytes read from src and not yet written to dst */
     bool eof;          /* src has ended (or failed) */
+    bool src_ended;    /* src's peer ended its side (EV_CLOSED: epoll's EPOLLRDHUP), its end
+                        * perhaps not read yet: a short read does not mean src is dry */
     bool done;         /* eof seen, everything delivered, dst shut down for writing (not
                         * when the tunnel failed: its close is a reset, end());
                         * or dst failed (sink) */
@@ -455,7 +457,11 @@ static int pump(struct dir *d)
             }
             if (fr == FILL_DATA || fr == FILL_DATA_SHORT)
                 moved = true;
-            if (fr == FILL_DATA_SHORT || fr == FILL_WAIT)
+            /* After a short read src most likely has nothing more, but
+             * once its peer ended its side it has that end to read: read
+             * now, not at a wakeup of its own (a client's close_notify
+             * and FIN, a server's last response and FIN, come together). */
+            if (fr == FILL_WAIT || (fr == FILL_DATA_SHORT && !d->src_ended))
                 src_dry = true;
             else if (fr == FILL_PAUSED)
                 paused = true;
@@ -550,8 +556,8 @@ static void on_io(evutil_socket_t fd, short what, void *arg)
 {
     struct dir *d = arg;
     struct tunnel *t = d->t;
-    (void)fd;
-    (void)what;
+    if ((what & EV_CLOSED) && fd == d->src)
+        d->src_ended = true;
     if (pump(d) < 0) {
         end(t, TUNNEL_ERROR);
         return;
@@ -627,7 +633,10 @@ struct tunnel *tunnel_new(struct event_base *base, evutil_socket_t client_fd,
     for (int i = 0; i < 2; i++) {
         struct dir *d = &t->d[i];
         d->no_pipe = !splice;
-        d->rd = event_new(base, d->src, EV_READ | EV_PERSIST, on_io, d);
+        /* EV_CLOSED as the bufferevents that read these sockets before
+         * have it (stream_own_reads()): the same epoll events, so taking
+         * the sockets over costs no epoll_ctl(). */
+        d->rd = event_new(base, d->src, EV_READ | EV_CLOSED | EV_PERSIST, on_io, d);
         d->wr = event_new(base, d->dst, EV_WRITE | EV_PERSIST, on_io, d);
         if (d->rd == NULL || d->wr == NULL)
             goto err;

@@ -43,6 +43,9 @@ typedef void (*tunnel_cb)(struct tunnel *t, enum tunnel_end how, void *arg);
 
 /* Starts a tunnel between <client_fd> and <upstream_fd> (takes ownership of
  * both, also on failure); <splice>: streaming directions move to splice(2).
+ * Each socket's read event waits for EV_CLOSED too (EPOLLRDHUP): after a
+ * short read from a side that ended its own, the tunnel reads on to that
+ * end at once rather than at a wakeup of its own.
  * Both sockets have SO_OOBINLINE, so that TCP urgent data stays in the
  * stream and is carried as a plain byte (the gateway's listeners and
  * upstream connects set it on every socket they make). Returns NULL when

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -192,6 +193,39 @@ static void tcp_pair(int sv[2])
     }
 }
 
+/* A side's last bytes and its end, arriving together (a client's
+ * close_notify and FIN): the tunnel passes on both at the wakeup that
+ * told of them, not the end at a wakeup of its own. */
+static void test_last_bytes_and_end_at_one_wakeup(void **state)
+{
+    (void)state;
+    int a[2], b[2];
+    tcp_pair(a); /* a[0]: the agent's end, a[1]: the gateway's client side */
+    tcp_pair(b); /* b[0]: the gateway's upstream side, b[1]: the upstream's end */
+    struct event_base *base = event_base_new();
+    struct result r = {.base = base};
+    struct tunnel *t = tunnel_new(base, a[1], b[0], 5000, false, on_end, &r);
+    assert_non_null(t);
+    assert_int_equal(write(a[0], "close_notify", 12), 12);
+    assert_int_equal(shutdown(a[0], SHUT_WR), 0);
+    struct pollfd p = {.fd = a[1], .events = POLLRDHUP};
+    assert_int_equal(poll(&p, 1, 5000), 1); /* both are at the gateway's socket */
+    assert_int_equal(event_base_loop(base, EVLOOP_ONCE), 0);
+    char buf[16];
+    assert_int_equal(read(b[1], buf, sizeof(buf)), 12);
+    assert_int_equal(read(b[1], buf, sizeof(buf)), 0); /* the end came with them */
+    assert_int_equal(r.calls, 0);                      /* the other way is open */
+    assert_int_equal(shutdown(b[1], SHUT_WR), 0);
+    event_base_dispatch(base);
+    assert_int_equal(r.calls, 1);
+    assert_int_equal(r.how, TUNNEL_DONE);
+    assert_int_equal(r.up, 12);
+    assert_int_equal(read(a[0], buf, sizeof(buf)), 0);
+    close(a[0]);
+    close(b[1]);
+    event_base_free(base);
+}
+
 #define BEFORE_URGENT (300 * 1024)
 
 /* The upstream's end: BEFORE_URGENT bytes (enough to stream, and so to
@@ -313,6 +347,7 @@ int main(void)
         cmocka_unit_test(test_peer_reset_is_error_or_done),
         cmocka_unit_test(test_urgent_data_copied),
         cmocka_unit_test(test_urgent_data_spliced),
+        cmocka_unit_test(test_last_bytes_and_end_at_one_wakeup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
