@@ -83,7 +83,9 @@ struct tunnel {
      * slowly moves nothing itself for a long while (Linux reports the
      * socket writable only once a good part of its send queue drained), yet
      * is not idle while those queues shrink. */
-    struct event *idle;
+    struct event *idle;   /* the next step; armed at a step, not at each move */
+    bool moved;           /* bytes moved since the last step, the last at <moved_ms> */
+    uint64_t moved_ms;    /* CLOCK_MONOTONIC */
     struct event *linger; /* over() polled: made when first needed, or NULL */
     struct timeval step_tv;
     uint64_t idle_ms, step_ms;
@@ -499,9 +501,9 @@ static int pump(struct dir *d)
      * with a full pipe never spins the loop. */
     if (!d->sink)
         watch(d, !d->done && d->pending == 0 && !d->eof && !paused, !d->done && d->pending > 0);
-    if (progress) {
-        drain_reset(&d->t->drain);
-        event_add(d->t->idle, &d->t->step_tv);
+    if (progress) { /* told at the next step: no timer re-armed at every move */
+        d->t->moved = true;
+        d->t->moved_ms = monotonic_ms();
     }
     return 0;
 }
@@ -575,7 +577,10 @@ static bool upload_held(const struct tunnel *t)
            (p.revents & (POLLIN | POLLRDHUP | POLLHUP)) != 0;
 }
 
-/* A step passed without a byte moved: the tunnel ends once neither
+/* A step passed. When bytes moved during it, the wait starts anew from
+ * the last move, the next step a step after it (pump() only notes a
+ * move, with the time: re-arming the timer at every wakeup that moved
+ * bytes cost an event_add() each); else the tunnel ends once neither
  * socket's send queue has shrunk for idle_timeout. A tunnel whose upload
  * waits for its bandwidth bucket is not idle: the gateway holds the
  * agent's bytes, not the agent. One that waited only for a sink's peer to
@@ -589,9 +594,17 @@ static void on_idle(evutil_socket_t fd, short what, void *arg)
         end(t, TUNNEL_ERROR);
         return;
     }
-    if (upload_held(t)) {
+    if (t->moved || upload_held(t)) {
+        struct timeval tv = t->step_tv;
+        uint64_t now = monotonic_ms();
+        /* The wait starts at the last move, as if the timer had been
+         * re-armed then: the next step is a step after it (1 ms later at
+         * most, so that the whole milliseconds never make it early). */
+        if (t->moved && now >= t->moved_ms && now - t->moved_ms < t->step_ms)
+            tv = timeval_of_ms(t->step_ms - (now - t->moved_ms) + 1);
+        t->moved = false;
         drain_reset(&t->drain);
-        event_add(t->idle, &t->step_tv);
+        event_add(t->idle, &tv);
         return;
     }
     int64_t a = drain_send_queue(t->fd[0]), b = drain_send_queue(t->fd[1]);
