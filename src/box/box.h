@@ -30,7 +30,8 @@
  * loopback), mounts.c (the file system view), relay.c, seccomp.c
  * (seccomp and privileges), landlock.c, mountinfo.c (the parser audit
  * shares). What run judges from outside, before the box starts, has
- * headers of its own: reach.h, hardlinks.h, exec_guard.h, alert_env.h. */
+ * headers of its own: reach.h, hardlinks.h, exec_guard.h, alert_env.h;
+ * std_check.c (what descriptors 0-2 may be) is declared here. */
 #ifndef SLUICE_BOX_BOX_H
 #define SLUICE_BOX_BOX_H
 
@@ -96,6 +97,14 @@ void box_forwarded_signals(sigset_t *set);
  * one that comes while run starts, until the command is executed (a
  * terminal's ^C included, which reaches no command yet), stops the start. */
 void box_ending_signals(sigset_t *set, const sigset_t *ignored, const sigset_t *blocked);
+
+/* Whether run's standard input, output and error may pass into the box as
+ * they are (std_check.c): a socket but a unix one (and without
+ * <allow_unix>, but a connected unix stream or seqpacket one) and a device
+ * but a terminal or one of null, zero, full, random and urandom may not.
+ * Returns 0, or -1 with a one-line message in <err> naming the first that
+ * may not and what to give instead. */
+int box_check_std(bool allow_unix, char *err, size_t errlen);
 
 /* Starts the box. Returns 0 with <*box> filled, or -1 with a one-line
  * message in <err> (a namespace the kernel refuses is named, with how to

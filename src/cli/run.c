@@ -1377,6 +1377,13 @@ static int run_main(int argc, char **argv)
     }
     if (check_cwd(cwd) < 0)
         goto out;
+    /* before anything starts: a network socket or a device on 0-2 would
+     * pass into the box as it came */
+    char std_err[BOX_ERR_MAX];
+    if (box_check_std(a->allow_unix, std_err, sizeof(std_err)) < 0) {
+        fprintf(stderr, "sluice run: %s\n", std_err);
+        goto out;
+    }
     const char *sock = a->proxy;
     size_t nuser = a->npaths;
     if (a->proxy != NULL) {

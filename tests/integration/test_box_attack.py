@@ -1186,3 +1186,206 @@ def test_alert_programs_run_no_tool_code_from_a_folder_the_command_can_write(slu
     o = _out(p)
     assert o["ran"] == "benign", (o, p.stderr)
     assert p.returncode == 0, p.stderr
+
+
+# --------------------------------------------------------------------------
+# standard input, output and error: what run's caller gives the command
+
+# In the box: sends on descriptor <fd> (write(), and sendto() the test's
+# listener, for a socket that is not connected), or opens it again by
+# /proc/self/fd with another access mode than it was given.
+STD_GIVEN = PRELUDE + r"""
+fd, what = int(sys.argv[1]), sys.argv[2]
+if what == "send":
+    port, path = int(sys.argv[3]), sys.argv[4]
+    py("write", lambda: os.write(fd, b"from-the-box"))
+    s = socket.socket(fileno=os.dup(fd))
+    if s.family == socket.AF_UNIX:
+        py("sendto", lambda: s.sendto(b"from-the-box", path))
+        py("connect", lambda: (s.connect(path), s.send(b"from-the-box")))
+    else:
+        py("sendto", lambda: s.sendto(b"from-the-box", ("127.0.0.1", port)))
+else:
+    py("reopen", lambda: os.close(os.open("/proc/self/fd/%d" % fd, int(what))))
+with open("result.json", "w") as f:
+    f.write(json.dumps(out))
+"""
+
+
+def _run_given(sluice_bin, proj, fd, given, args, cmd_args, env=None):
+    """run with <given> (a descriptor) as its descriptor <fd>; the others
+    /dev/null, but standard error, captured (unless it is <fd>)."""
+    pol = _policy(proj)
+    argv = [sluice_bin, "run", "--policy", pol] + args + ["--", PY, "-c", STD_GIVEN, str(fd)] + \
+        cmd_args
+    streams = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL,
+               "stderr": subprocess.PIPE}
+    streams[("stdin", "stdout", "stderr")[fd]] = given
+    e = _clean_env()
+    e.update(env or {})
+    p = subprocess.run(argv, text=True, timeout=30, cwd=proj, env=e, **streams)
+    for mark in SANITIZER_MARKS:
+        assert mark not in (p.stderr or ""), p.stderr
+    return p
+
+
+def _drain(s):
+    got = b""
+    while True:
+        try:
+            d = s.recv(4096)
+        except BlockingIOError:
+            return got
+        if not d:
+            return got
+        got += d
+
+
+@pytest.mark.parametrize("kind,fd", [("tcp", 0), ("tcp", 1), ("udp", 1),
+                                     ("udp-unconnected", 1), ("udp-unconnected", 2)])
+def test_a_network_socket_given_as_a_standard_descriptor_is_refused(sluice_bin, proj, kind, fd):
+    """A TCP socket on standard input or output (inetd's, systemd's socket
+    activation, `cmd 1<>/dev/tcp/...`) or a UDP socket, connected or not,
+    was passed into the box as it came: it belongs to the host's network,
+    and the command wrote to whatever it was connected to, or sent to any
+    address, past the gateway (found by review). run now refuses to start,
+    exit 2, naming the descriptor; nothing reaches the test's listener."""
+    if kind == "tcp":
+        lst = socket.socket()
+        lst.bind(("127.0.0.1", 0))
+        lst.listen(1)
+        given = socket.create_connection(lst.getsockname())
+        peer, _ = lst.accept()
+        lst.close()
+    else:
+        peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        peer.bind(("127.0.0.1", 0))
+        given = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        if kind == "udp":
+            given.connect(peer.getsockname())
+    peer.setblocking(False)
+    try:
+        p = _run_given(sluice_bin, proj, fd, given.fileno(), [],
+                       ["send", str(peer.getsockname()[1]), "-"])
+        got = _drain(peer)
+    finally:
+        given.close()
+        peer.close()
+    assert b"from-the-box" not in got
+    assert not os.path.exists(os.path.join(proj, "result.json"))
+    assert p.returncode == 2, p.stderr
+    if fd != 2:
+        name = ("input", "output", "error")[fd]
+        assert p.stderr.startswith("sluice run: standard %s is an IPv4 " % name), p.stderr
+        assert "past the gateway" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("kind", ["stream", "seqpacket"])
+def test_a_connected_unix_socket_as_standard_output_works(sluice_bin, proj, kind):
+    """systemd's StandardOutput=journal gives a connected unix stream
+    socket: the command writes to it as to a pipe. Its peer is the one
+    run's caller chose; it can reach nothing else."""
+    a, b = socket.socketpair(socket.AF_UNIX, getattr(socket, "SOCK_" + kind.upper()))
+    dpath = os.path.join(proj, "other.sock")
+    other = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    other.bind(dpath)
+    os.chmod(dpath, 0o777)
+    other.setblocking(False)
+    b.setblocking(False)
+    try:
+        p = _run_given(sluice_bin, proj, 1, a.fileno(), [], ["send", "0", dpath])
+        a.close()
+        got = _drain(b)
+        assert _drain(other) == b""
+    finally:
+        for s in (a, b, other):
+            s.close()
+    assert p.returncode == 0, p.stderr
+    assert got.startswith(b"from-the-box"), got
+    with open(os.path.join(proj, "result.json")) as f:
+        o = json.load(f)
+    assert o["write"] == "ok" and o["connect"] != "ok", o
+
+
+@pytest.mark.parametrize("kind", ["datagram", "unconnected"])
+def test_a_unix_socket_that_reaches_other_sockets_needs_allow_unix(sluice_bin, proj, kind):
+    """A unix datagram socket (sendto() any path) or one not connected
+    (connect() any path) would reach every unix socket the box shows, which
+    the command may not make itself without --allow-unix (a docker.sock, a
+    host's /dev/log): refused, exit 2, unless --allow-unix is given."""
+    dpath = os.path.join(proj, "host.sock")
+    if kind == "datagram":
+        given, spare = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        host = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        host.bind(dpath)
+    else:
+        given, spare = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM), None
+        host = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        host.bind(dpath)
+        host.listen(1)
+    os.chmod(dpath, 0o777)
+    host.setblocking(False)
+    try:
+        p = _run_given(sluice_bin, proj, 1, given.fileno(), [], ["send", "0", dpath])
+        if kind == "datagram":
+            got = _drain(host)
+        else:
+            try:
+                got = host.accept()[0].recv(64)
+            except BlockingIOError:
+                got = b""
+        assert got == b"", (got, p.stderr)
+        assert p.returncode == 2, p.stderr
+        assert p.stderr.startswith("sluice run: standard output is a unix "), p.stderr
+        assert "--allow-unix" in p.stderr, p.stderr
+        p = _run_given(sluice_bin, proj, 1, given.fileno(), ["--allow-unix"],
+                       ["send", "0", dpath])
+        assert p.returncode == 0, p.stderr
+    finally:
+        for s in (given, spare, host):
+            if s is not None:
+                s.close()
+
+
+@pytest.mark.parametrize("landlock", [True, False])
+@pytest.mark.parametrize("given", [os.O_RDONLY, os.O_WRONLY])
+def test_a_device_given_as_a_standard_descriptor_is_refused(sluice_bin, proj, given, landlock):
+    """A device given for reading (`< /dev/sdX`) could be opened again for
+    writing through /proc/self/fd/0 (where Landlock does not refuse it),
+    and one given for writing (`> /dev/sdX`) opened again for reading, by
+    a command with the rights (a box started as root owns every root
+    device), the box's nodev and its own /dev notwithstanding (found by
+    review). The node here is /dev/net/tun's, which neither open acts on
+    (no ioctl, no interface), out of the box's view. run refuses to start, exit 2, naming the device."""
+    d = tempfile.mkdtemp(prefix="sluice-dev-", dir=os.path.dirname(proj))
+    node = os.path.join(d, "tun")
+    try:
+        os.mknod(node, 0o600 | 0o020000, os.makedev(10, 200))
+        fd = os.open(node, given)
+        other = os.O_WRONLY if given == os.O_RDONLY else os.O_RDONLY
+        env = {} if landlock else {"SLUICE_TEST_NO_LANDLOCK": "1"}
+        try:
+            p = _run_given(sluice_bin, proj, 0 if given == os.O_RDONLY else 1, fd, [],
+                           [str(other)], env)
+        finally:
+            os.close(fd)
+    finally:
+        shutil.rmtree(d)
+    res = os.path.join(proj, "result.json")
+    reopened = open(res).read() if os.path.exists(res) else ""
+    assert p.returncode == 2, (p.stderr, reopened)
+    name = "input" if given == os.O_RDONLY else "output"
+    assert p.stderr.startswith("sluice run: standard %s is the device %s (character 10:200)" %
+                               (name, node)), p.stderr
+
+
+@pytest.mark.parametrize("dev", ["/dev/null", "/dev/zero", "/dev/full", "/dev/urandom"])
+def test_the_harmless_devices_stay_usable_as_standard_input(sluice_bin, proj, dev):
+    """/dev/null, zero, full, random and urandom, which anyone may open for
+    reading and writing, still work as standard input (a terminal too: see
+    test_box_run.py's tests on a pseudo-terminal)."""
+    with open(dev, "rb") as f:
+        p = _run_given(sluice_bin, proj, 0, f.fileno(), [], [str(os.O_RDONLY)])
+    assert p.returncode == 0, p.stderr
+    with open(os.path.join(proj, "result.json")) as f:
+        assert json.load(f) == {"reopen": "ok"}
