@@ -1482,8 +1482,9 @@ static bool gate_open(struct file_writer *fw, uint64_t seq)
 
 /* Wakes the loop when what it waits for is done. With <mu>, let go for
  * the write only (so the caller looks at what may have changed after, as
- * after any wait: the stop). One wake-up a round at most, whatever number of connections wait: the
- * loop releases all those whose lines the round wrote. */
+ * after any wait: the stop). One wake-up a round at most, whatever number
+ * of connections wait: the loop releases all those whose lines the round
+ * wrote. */
 static void wake_loop_if_due(struct file_writer *fw)
 {
     if (fw->wake_seq == 0 || !gate_open(fw, fw->wake_seq))
