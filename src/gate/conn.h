@@ -159,6 +159,10 @@ struct exchange {
     /* c->up was reused, and the request waited for its log line after it
      * took c->up: forward_start() looks at c->up again (forward_try_reuse()) */
     bool reuse_waited;
+    /* gw->turns when that wait began, and whether c->up's events were then
+     * at GATEWAY_PRI_FIRST: a later turn has polled it (kept_is_quiet()). */
+    bool reuse_wait_first;
+    uint64_t reuse_wait_turn;
 
     size_t peek_queued;     /* CONNECT: peeked bytes sent upstream, not yet counted (connect.c) */
     unsigned interim;       /* interim (1xx) responses passed on (forward.c) */

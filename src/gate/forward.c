@@ -55,7 +55,7 @@
 static void up_read(struct bufferevent *bev, void *arg);
 static void up_write(struct bufferevent *bev, void *arg);
 static void up_event(struct bufferevent *bev, short what, void *arg);
-static bool kept_is_quiet(const struct conn *c);
+static bool kept_is_quiet(struct conn *c);
 static void reconnect(struct conn *c);
 
 /* A request with a body whose method is not a write (a GET with a body, as
@@ -1117,10 +1117,27 @@ static bool idle_is_quiet(const struct conn *c)
  * forward_try_reuse() found it: its request waited for the log line, its
  * upstream's reads on but no callback (conn_after_log()), so what the
  * upstream sent meanwhile waits in its input or socket, its end in the
- * socket (a read that met it turned reading off, unreported). */
-static bool kept_is_quiet(const struct conn *c)
+ * socket (a read that met it turned reading off, unreported). The wait
+ * kept c->up's events at GATEWAY_PRI_FIRST (forward_try_reuse()), and
+ * nothing turns its reading on meanwhile: when a later turn than the one
+ * the wait began in runs this (the release comes from the writer's
+ * eventfd, at GATEWAY_PRI_NORMAL) and reading is still on, every poll
+ * since found the socket quiet, or its read (bytes, which stay in the
+ * input; an end or an error, which turn reading off) ran first, so the
+ * socket is not looked at (recv(MSG_PEEK), a system call). The events go
+ * back to GATEWAY_PRI_NORMAL for the exchange; they cannot while one is
+ * queued (the socket spoke in this turn): not quiet then. */
+static bool kept_is_quiet(struct conn *c)
 {
-    return evbuffer_get_length(bufferevent_get_input(c->up)) == 0 && socket_is_quiet(c->up_fd);
+    const struct exchange *ex = &c->ex;
+    if (evbuffer_get_length(bufferevent_get_input(c->up)) != 0)
+        return false;
+    if (!ex->reuse_wait_first)
+        return socket_is_quiet(c->up_fd);
+    if (bufferevent_priority_set(c->up, GATEWAY_PRI_NORMAL) != 0)
+        return false;
+    return (c->gw->turns != ex->reuse_wait_turn && (bufferevent_get_enabled(c->up) & EV_READ)) ||
+           socket_is_quiet(c->up_fd);
 }
 
 bool forward_try_reuse(struct conn *c)
@@ -1157,7 +1174,15 @@ bool forward_try_reuse(struct conn *c)
      * One that spoke is replaced by a fresh connection to the same
      * address (reconnect()): nothing of the request went out, so any
      * method, its body still waiting in the client's input (CS_CONNECT). */
-    if (conn_after_log(c, forward_start))
+    if (conn_after_log(c, forward_start)) {
+        /* What the upstream sends or its end, once polled, is taken (and
+         * reading turned off) before the log's release of the request:
+         * kept_is_quiet() then needs no peek. */
         ex->reuse_waited = true;
+        ex->reuse_wait_turn = c->gw->turns;
+        ex->reuse_wait_first = bufferevent_priority_set(c->up, GATEWAY_PRI_FIRST) == 0;
+        if (!ex->reuse_wait_first) /* an event of it queued: looked at with a peek */
+            (void)bufferevent_priority_set(c->up, GATEWAY_PRI_NORMAL);
+    }
     return true;
 }
