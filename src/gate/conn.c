@@ -565,8 +565,10 @@ bool conn_after_log(struct conn *c, void (*go)(struct conn *c))
      * not read either, nor its peek window timed (it is over): what they
      * send is the tunnel's. A plain request waits in CS_CONNECT, its client
      * watched as during a connect, its upstream's events left as they are
-     * (no epoll_ctl() a request), its callback only up_read_while_held():
-     * forward_start() sets them. What a fresh upstream sent before its
+     * (no epoll_ctl() a request; a kept one's raised to the first priority
+     * by forward_try_reuse(), so that what it sends is taken before the
+     * release), its callback only up_read_while_held(): forward_start()
+     * sets them. What a fresh upstream sent before its
      * request, if any, it then takes as an early answer with its next
      * bytes; a kept one that sent anything or ended meanwhile is not used
      * (forward_try_reuse(), forward_start()). */
