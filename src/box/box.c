@@ -209,16 +209,14 @@ static int reopen_std_files(char *err, size_t errlen)
     static const char *const names[] = {"input", "output", "error"};
     for (int fd = 0; fd <= 2; fd++) {
         struct stat st, again;
-        char link[32], path[PATH_MAX];
+        char path[PATH_MAX];
         int flags = fcntl(fd, F_GETFL);
         if (flags < 0 || fstat(fd, &st) != 0)
             continue;
         bool dir = S_ISDIR(st.st_mode);
         if (!dir && ((flags & O_ACCMODE) != O_RDONLY || !S_ISREG(st.st_mode)))
             continue;
-        snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-        ssize_t n = readlink(link, path, sizeof(path) - 1);
-        path[n > 0 ? n : 0] = '\0';
+        size_t n = box_fd_path(fd, path, sizeof(path));
         int pfd = n > 0 && path[0] == '/' ? open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC) : -1;
         bool same = pfd >= 0 && fstat(pfd, &again) == 0 && again.st_dev == st.st_dev &&
                     again.st_ino == st.st_ino;

@@ -106,6 +106,11 @@ void box_ending_signals(sigset_t *set, const sigset_t *ignored, const sigset_t *
  * may not and what to give instead. */
 int box_check_std(bool allow_unix, char *err, size_t errlen);
 
+/* The path the kernel gives for the open descriptor <fd> (its
+ * /proc/self/fd link) into <path> of <len> bytes, "" when it has none
+ * (std_check.c). Returns its length, 0 when unknown. */
+size_t box_fd_path(int fd, char *path, size_t len);
+
 /* Starts the box. Returns 0 with <*box> filled, or -1 with a one-line
  * message in <err> (a namespace the kernel refuses is named, with how to
  * enable it). Nothing is left running on failure. */

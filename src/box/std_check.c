@@ -115,11 +115,9 @@ static int check_device(int fd, const struct stat *st, char *err, size_t errlen)
 {
     if (isatty(fd) || harmless_device(st))
         return 0;
-    char link[32], path[PATH_MAX], shown[320];
-    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-    ssize_t n = readlink(link, path, sizeof(path) - 1);
-    path[n > 0 ? n : 0] = '\0';
-    text_shown_into(shown, sizeof(shown), n > 0 ? path : "(unknown)");
+    char path[PATH_MAX], shown[320];
+    text_shown_into(shown, sizeof(shown),
+                    box_fd_path(fd, path, sizeof(path)) > 0 ? path : "(unknown)");
     int flags = fcntl(fd, F_GETFL);
     bool ro = flags >= 0 && (flags & O_ACCMODE) == O_RDONLY;
     snprintf(err, errlen,
@@ -130,6 +128,18 @@ static int check_device(int fd, const struct stat *st, char *err, size_t errlen)
              minor(st->st_rdev), fd, ro ? "writing" : "reading",
              ro ? "cat DEVICE | sluice run ..." : "sluice run ... | cat > DEVICE");
     return -1;
+}
+
+size_t box_fd_path(int fd, char *path, size_t len)
+{
+    char link[32];
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    ssize_t n = len > 0 ? readlink(link, path, len - 1) : -1;
+    if (n <= 0)
+        n = 0;
+    if (len > 0)
+        path[n] = '\0';
+    return (size_t)n;
 }
 
 int box_check_std(bool allow_unix, char *err, size_t errlen)
