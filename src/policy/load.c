@@ -1598,6 +1598,27 @@ static char *read_all(int fd, unsigned wait_s, size_t *len, enum fifo_silence *w
     return buf;
 }
 
+/* True when the regular file that <fd> reads changed while it was read:
+ * its size, modification or change time after the read against those
+ * fstat() gave before (not the bytes read against the size: a file of
+ * /proc, or of a FUSE file system that computes its contents, says 0 or
+ * 4096 whatever it holds). An editor or a "cat new >
+ * policy.yaml" that writes the file in place while a reload reads it would
+ * otherwise load what was there so far: YAML whose end is cut is often
+ * still valid, a policy that lost its deny list or a rule's agents.
+ * (A writer paused between its writes, before the read, is not seen: the
+ * README tells to write another file and rename it over the policy.) */
+static bool changed_while_read(int fd, const struct stat *before)
+{
+    struct stat after;
+    if (fstat(fd, &after) != 0)
+        return true;
+    return after.st_size != before->st_size || after.st_mtim.tv_sec != before->st_mtim.tv_sec ||
+           after.st_mtim.tv_nsec != before->st_mtim.tv_nsec ||
+           after.st_ctim.tv_sec != before->st_ctim.tv_sec ||
+           after.st_ctim.tv_nsec != before->st_ctim.tv_nsec;
+}
+
 struct policy *policy_load(const char *path, struct diag *diag)
 {
     return policy_load_flags(path, 0, diag);
@@ -1631,8 +1652,17 @@ struct policy *policy_load_flags(const char *path, unsigned flags, struct diag *
     char *buf = e == 0 ? read_all(fd, wait_s, &len, &why) : NULL;
     if (e == 0 && buf == NULL)
         e = errno;
+    bool changed = buf != NULL && S_ISREG(st.st_mode) && changed_while_read(fd, &st);
     if (fd >= 0)
         close(fd);
+    if (changed) {
+        free(buf);
+        diag_error(diag, 0, "",
+                   "cannot read %s: it changed while it was read (is it still being written?); "
+                   "write the new policy to another file in its folder and rename it over %s",
+                   path, path);
+        return NULL;
+    }
     if (why == FIFO_NO_WRITER) {
         diag_error(diag, 0, "", "cannot read %s: a FIFO no one writes to (waited %u s)", path,
                    wait_s);

@@ -13,6 +13,9 @@
 
 #include <cmocka.h>
 
+#include <dlfcn.h>
+#include <fcntl.h>
+
 #include "policy/index.h"
 #include "policy/policy.h"
 #include "util/units.h"
@@ -726,6 +729,73 @@ static void test_file(void **state)
     assert_null(policy_load_buffer("x.yaml", "version: 2\n", 11, &d));
     assert_true(has_entry(
         &d, DIAG_ERROR, "x.yaml:1: version: unsupported version 2 (this sluice reads version 1)"));
+    diag_free(&d);
+
+    unlink(path);
+    rmdir(dir);
+}
+
+/* read() is interposed for this program: when <grow_path> is set, the first
+ * read() that returns bytes then appends <grow_text> to that file, as a
+ * writer still at work on the policy while the loader reads it. */
+static const char *grow_path;
+static const char *grow_text;
+
+ssize_t read(int fd, void *buf, size_t n)
+{
+    ssize_t (*real)(int, void *, size_t) =
+        (ssize_t(*)(int, void *, size_t))dlsym(RTLD_NEXT, "read");
+    ssize_t r = real(fd, buf, n);
+    if (grow_path != NULL && r > 0) {
+        int w = open(grow_path, O_WRONLY | O_APPEND | O_CLOEXEC);
+        if (w >= 0) {
+            ssize_t put = write(w, grow_text, strlen(grow_text));
+            (void)put;
+            close(w);
+        }
+        grow_path = NULL;
+    }
+    return r;
+}
+
+/* A policy written while it is read is not loaded as far as it was read:
+ * its first part, the rules without the deny list that follows them, is a
+ * valid policy that allows what the whole file denies. */
+static void test_file_changed_while_read(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/test_load.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[256];
+    snprintf(path, sizeof(path), "%s/policy.yaml", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(V "rules:\n  - {host: \"*.example.test\", tier: 0}\n", f);
+    fclose(f);
+
+    struct diag d;
+    diag_init(&d, path);
+    grow_path = path;
+    grow_text = "deny:\n  - gist.example.test\n";
+    struct policy *p = policy_load(path, &d);
+    grow_path = NULL;
+    if (p != NULL)
+        dump("(the file above, its deny list written while it was read)", &d);
+    assert_null(p);
+    char want[1024];
+    snprintf(want, sizeof(want),
+             "%s: cannot read %s: it changed while it was read (is it still being written?); "
+             "write the new policy to another file in its folder and rename it over %s",
+             path, path, path);
+    assert_true(has_entry(&d, DIAG_ERROR, want));
+    diag_free(&d);
+
+    /* once written, it loads whole */
+    diag_init(&d, path);
+    p = policy_load(path, &d);
+    assert_non_null(p);
+    assert_int_equal(p->ndeny, 1);
+    policy_free(p);
     diag_free(&d);
 
     unlink(path);
@@ -2277,6 +2347,7 @@ int main(void)
         cmocka_unit_test(test_quoted_scalars_stay_strings),
         cmocka_unit_test(test_rule_agents_sorted),
         cmocka_unit_test(test_file),
+        cmocka_unit_test(test_file_changed_while_read),
         cmocka_unit_test(test_yaml_errors),
         cmocka_unit_test(test_size_cap),
         cmocka_unit_test(test_depth_cap_exact),
