@@ -467,17 +467,23 @@ static bool agent_defined(const struct load_ctx *c, const char *id)
  * with a Cyrillic "а" allows xn--pi-6kc.github.com, someone else's, and
  * "gist.github.cоm" in deny denies nothing a request for the real one
  * names. Warns with the form matched, so a reviewer reads that. */
-static void warn_unicode_host(struct load_ctx *c, int line, const char *s,
-                              const struct host_pattern *hp)
+static void warn_unicode_name(struct load_ctx *c, int line, const char *s, bool wildcard,
+                              const char *name)
 {
     for (const unsigned char *p = (const unsigned char *)s; *p != '\0'; p++)
         if (*p >= 0x80) {
             load_warn(c, line,
                       "'%s' is written with characters other than ASCII and matches %s%s, which "
                       "may not be the name it looks like; write that form",
-                      load_show(c, s), hp->kind == PATTERN_WILDCARD ? "*." : "", hp->name);
+                      load_show(c, s), wildcard ? "*." : "", name);
             return;
         }
+}
+
+static void warn_unicode_host(struct load_ctx *c, int line, const char *s,
+                              const struct host_pattern *hp)
+{
+    warn_unicode_name(c, line, s, hp->kind == PATTERN_WILDCARD, hp->name);
 }
 
 static void rule_host(struct load_ctx *c, const struct ynode *v, void *obj)
@@ -1289,6 +1295,10 @@ static int dns_static_entry(struct load_ctx *c, const struct ynode *k, const str
         load_err(c, k->line, "'%s' is an IP address, not a name", load_show(c, k->str));
         return 0;
     }
+    /* As for a rule's host: "ａpi.github.com" (a full-width "a") pins the
+     * real api.github.com to the address, and a search for that name in
+     * the file does not find it. */
+    warn_unicode_name(c, k->line, k->str, false, h.name);
     const char *s = load_get_str(c, v);
     if (s == NULL)
         return 0;

@@ -1597,10 +1597,18 @@ static void test_unicode_host_warned(void **state)
                    "p.yaml:5: deny[0]: '*.git??ub.com' is written with characters other than "
                    "ASCII and matches *.xn--gitub-fye.com, which may not be the name it looks "
                    "like; write that form");
+    /* a dns.static name too: a full-width "a" pins the real name to the
+     * address, where a search for api.github.com finds nothing */
+    expect_warning(V R "dns: {static: {\"\xef\xbd\x81pi.github.com\": 203.0.113.7}}\n",
+                   "p.yaml:5: dns.static.???pi.github.com: '???pi.github.com' is written with "
+                   "characters other than ASCII and matches api.github.com, which may not be the "
+                   "name it looks like; write that form");
     /* the ASCII form, and an xn-- label written as such, say nothing */
     struct diag d;
     struct policy *p =
-        load(V "rules:\n  - {host: xn--pi-6kc.github.com, tier: 1}\ndeny: [API.github.com]\n", &d);
+        load(V "rules:\n  - {host: xn--pi-6kc.github.com, tier: 1}\ndeny: [API.github.com]\n"
+               "dns: {static: {xn--pi-6kc.github.com: 203.0.113.7}}\n",
+             &d);
     assert_non_null(p);
     assert_int_equal(d.count, 0);
     policy_free(p);
