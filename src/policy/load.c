@@ -721,6 +721,26 @@ static size_t invisible_len(const unsigned char *p)
  * request the grant let through. */
 #define OWNER_MAX_BYTES 1024
 
+/* The plain scalars YAML reads as a boolean: YAML 1.2's core schema and
+ * YAML 1.1's, y and n included (PyYAML, and so many a reviewer's script or
+ * CI check, reads all but those two so). */
+static const char *yaml_boolean(const struct ynode *v)
+{
+    static const char *const yes[] = {"true", "True", "TRUE", "yes", "Yes", "YES",
+                                      "on",   "On",   "ON",   "y",   "Y"};
+    static const char *const no[] = {"false", "False", "FALSE", "no", "No", "NO",
+                                     "off",   "Off",   "OFF",   "n",  "N"};
+    if (v->kind != YNODE_SCALAR || v->quoted)
+        return NULL;
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+        if (strcmp(v->str, yes[i]) == 0)
+            return "true";
+        if (strcmp(v->str, no[i]) == 0)
+            return "false";
+    }
+    return NULL;
+}
+
 static void rule_owner(struct load_ctx *c, const struct ynode *v, void *obj)
 {
     struct rule *r = obj;
@@ -728,6 +748,16 @@ static void rule_owner(struct load_ctx *c, const struct ynode *v, void *obj)
     const char *s = v->kind == YNODE_SCALAR && ynode_is_null(v) ? "" : load_get_str(c, v);
     if (s == NULL)
         return;
+    const char *boolean = yaml_boolean(v);
+    if (boolean != NULL) {
+        /* "owner: no" or "owner: false" signs a tier-3 grant with a
+         * word that says no one does, and YAML tools read it as false */
+        load_err(c, v->line,
+                 "'%s' is YAML's boolean %s, not a person's name: name the person who signs "
+                 "for the rule (in quotes, if that is what they are called)",
+                 s, boolean);
+        return;
+    }
     if (!has_visible_char(s)) {
         /* " " would pass for a tier-3 grant's signature */
         load_err(c, v->line, "must name a person, not be blank");

@@ -672,6 +672,37 @@ static void test_quoted_scalars_stay_strings(void **state)
                  "p.yaml:5: rules[0].owner: must name a person, not be blank");
 }
 
+/* A plain owner that YAML reads as a boolean (1.2's true and false, 1.1's
+ * yes, no, on, off, y, n) names no one: "owner: no" signed a tier-3 grant.
+ * Quoted, or tagged !!str, it is a name like any other. */
+static void test_owner_boolean_refused(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *word, *means;
+    } words[] = {{"no", "false"}, {"false", "false"}, {"Off", "false"}, {"N", "false"},
+                 {"yes", "true"}, {"TRUE", "true"},   {"on", "true"},   {"y", "true"}};
+    for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
+        char yaml[256], want[256];
+        snprintf(yaml, sizeof(yaml),
+                 V "rules:\n  - host: a.example.test\n    methods: [POST]\n    tier: 3\n"
+                   "    owner: %s\n    expires: 2027-01-01\n",
+                 words[i].word);
+        snprintf(want, sizeof(want),
+                 "p.yaml:6: rules[0].owner: '%s' is YAML's boolean %s, not a person's name: name "
+                 "the person who signs for the rule (in quotes, if that is what they are called)",
+                 words[i].word, words[i].means);
+        expect_error(yaml, want);
+    }
+    struct policy *p = expect_clean(V "rules:\n  - {host: a.example.test, tier: 0, owner: \"no\"}\n"
+                                      "  - {host: b.example.test, tier: 0, owner: !!str off}\n"
+                                      "  - {host: c.example.test, tier: 0, owner: nobody}\n");
+    assert_string_equal(p->rules[0].owner, "no");
+    assert_string_equal(p->rules[1].owner, "off");
+    assert_string_equal(p->rules[2].owner, "nobody");
+    policy_free(p);
+}
+
 static void test_rule_agents_sorted(void **state)
 {
     (void)state;
@@ -2353,6 +2384,7 @@ int main(void)
         cmocka_unit_test(test_cidr_rule_over_denied_ranges),
         cmocka_unit_test(test_longest_period),
         cmocka_unit_test(test_quoted_scalars_stay_strings),
+        cmocka_unit_test(test_owner_boolean_refused),
         cmocka_unit_test(test_rule_agents_sorted),
         cmocka_unit_test(test_file),
         cmocka_unit_test(test_file_changed_while_read),
