@@ -434,6 +434,15 @@ static void sec_agents(struct load_ctx *c, const struct ynode *v, void *obj)
     struct policy *p = obj;
     if (load_want_list(c, v) != 0)
         return;
+    if (v->count == 0) {
+        /* Read as "no agent may use the gateway", it lets every client in:
+         * the gateway identifies agents only when there are some. */
+        load_warn(c, v->line,
+                  "the list is empty: every client, from any source and without a token, is "
+                  "agent 'default', as without an agents section; list the agents, or remove "
+                  "the key");
+        return;
+    }
     /* Every item gets a struct agent, a mapping or not: a 64 MiB list of
      * "1," would take some 2 GB. */
     if (v->count > POLICY_MAX_AGENTS) {

@@ -1018,9 +1018,23 @@ static void test_agent_errors(void **state)
          "p.yaml:3: agents[0].id: duplicate key 'id' (first at line 3)"},
     };
     RUN(cases);
-    struct policy *p = expect_clean(V "agents: []\n" R);
+}
+
+/* "agents: []" reads as "no agent may use the gateway", and lets every
+ * client in as agent default, as a policy without the key does: warned. */
+static void test_empty_agents_warned(void **state)
+{
+    (void)state;
+    expect_warning(V "agents: []\n" R,
+                   "p.yaml:2: agents: the list is empty: every client, from any source and "
+                   "without a token, is agent 'default', as without an agents section; list the "
+                   "agents, or remove the key");
+    struct diag d;
+    struct policy *p = load(V "agents: []\n" R, &d);
+    assert_non_null(p);
     assert_int_equal(p->nagents, 0);
     policy_free(p);
+    diag_free(&d);
 }
 
 /* A secret holding a blank or a control character (a line end a secret
@@ -2392,6 +2406,7 @@ int main(void)
         cmocka_unit_test(test_size_cap),
         cmocka_unit_test(test_depth_cap_exact),
         cmocka_unit_test(test_agent_errors),
+        cmocka_unit_test(test_empty_agents_warned),
         cmocka_unit_test(test_rule_shape_errors),
         cmocka_unit_test(test_rule_field_errors),
         cmocka_unit_test(test_owner_not_ascii),
