@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -61,6 +62,38 @@ void gw_policy_unref(struct gw_policy *gp)
     addr_guard_free(gp->guard);
     policy_free(gp->policy);
     free(gp);
+}
+
+/* A policy that every user may write is a policy every agent on the host
+ * may widen for itself: the change is in force from the next SIGHUP, which
+ * a log rotation sends. Said at start and at each reload (the file may have
+ * been replaced since), not refused: the operator may know better. */
+void gateway_policy_file_warning(const char *path, char *out, size_t outlen)
+{
+    out[0] = '\0';
+    struct stat st, ds;
+    if (stat(path, &st) != 0)
+        return;
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL)
+        snprintf(dir, sizeof(dir), ".");
+    else
+        slash[slash == dir] = '\0'; /* "/p.yaml": the folder is "/" */
+    if (S_ISREG(st.st_mode) && (st.st_mode & S_IWOTH) != 0)
+        snprintf(out, outlen,
+                 "warning: %s: the file is writable by every user (mode %04o): anyone on this "
+                 "host, an agent included, can change what agents reach, in force from the next "
+                 "SIGHUP (a log rotation sends one); chmod o-w %s\n",
+                 path, (unsigned)(st.st_mode & 07777), path);
+    else if (stat(dir, &ds) == 0 && (ds.st_mode & S_IWOTH) != 0 && (ds.st_mode & S_ISVTX) == 0)
+        snprintf(out, outlen,
+                 "warning: %s: its folder %s is writable by every user without the sticky bit "
+                 "(mode %04o): anyone on this host, an agent included, can replace the policy, "
+                 "in force from the next SIGHUP (a log rotation sends one); keep it in a folder "
+                 "only its owner can write\n",
+                 path, dir, (unsigned)(ds.st_mode & 07777));
 }
 
 void gateway_print_grant_warnings(const struct policy *p)
@@ -510,6 +543,9 @@ int gateway_reload(struct gateway *gw, const char *path)
         gw->counters.reload_failures++;
         return -1;
     }
+    char warning[8192 + 512];
+    gateway_policy_file_warning(path, warning, sizeof(warning));
+    fputs(warning, stderr);
     return reload_apply(gw, p, path);
 }
 
@@ -540,6 +576,8 @@ static void *reload_thread(void *arg)
     diag_init(&d, r->path);
     r->result = policy_load_flags(r->path, r->flags, &d);
     diag_format_warnings(&d, r->warnings, sizeof(r->warnings));
+    size_t used = strlen(r->warnings);
+    gateway_policy_file_warning(r->path, r->warnings + used, sizeof(r->warnings) - used);
     if (r->result == NULL) {
         const struct diag_entry *e = diag_first_error(&d);
         if (e != NULL)

@@ -166,6 +166,10 @@ void gateway_stop(struct gateway *gw);
 /* Prints, on standard error, a warning for each grant of <p> that has
  * expired (requests under it are denied) or expires within the warn window. */
 void gateway_print_grant_warnings(const struct policy *p);
+/* Fills <out> (<outlen> bytes) with a warning line when the policy file at
+ * <path> can be changed by every user of the host (the file, or a folder
+ * without the sticky bit that holds it), else with "". */
+void gateway_policy_file_warning(const char *path, char *out, size_t outlen);
 /* Flushes and closes the log, frees everything. Accepts NULL. */
 void gateway_free(struct gateway *gw);
 

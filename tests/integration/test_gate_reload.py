@@ -187,6 +187,29 @@ def test_policy_warnings_are_printed_at_start_and_at_each_reload(gateway, net):
     assert err.count(open_ranges) == 1, err  # the new file has no such warning
 
 
+def test_a_policy_every_user_may_write_is_warned_at_start_and_reload(gateway, net):
+    # a policy every user may write is one every agent on the host may widen
+    # for itself, in force from the next SIGHUP (a log rotation sends one)
+    mode_warning = "the file is writable by every user (mode 0666)"
+    gw = gateway(net.policy([api_rule(net)]),
+                 prefix=["sh", "-c", 'chmod 0666 policy.yaml && exec "$@"', "sh"])
+    err = gw.stderr()
+    assert "warning: %s: %s: anyone on this host" % (gw.policy_path, mode_warning) in err, err
+    assert "chmod o-w %s" % gw.policy_path in err, err
+    # the file a reload reads is judged again: a private one says nothing
+    gw.write_policy(policy_yaml(net.policy([api_rule(net)])))
+    os.chmod(gw.policy_path, 0o644)
+    gw.reload()
+    poll(lambda: reload_count(gw) >= 1, timeout=10, what="the reload")
+    assert gw.stderr().count(mode_warning) == 1, gw.stderr()
+    os.chmod(gw.policy_path, 0o666)
+    gw.reload()
+    poll(lambda: reload_count(gw) >= 2, timeout=10, what="the second reload")
+    err = gw.stderr()
+    assert err.count(mode_warning) == 2, err
+    assert err.rindex(mode_warning) < err.rindex("sluice: reloaded "), err
+
+
 def test_a_tier3_expiry_more_than_a_year_ahead_is_warned_at_start_and_reload(gateway, net):
     # sluice check warns of a tier-3 grant whose expiry is more than 365
     # days after today (9999-12-31 is an expiry in name only); serve, which
