@@ -43,10 +43,16 @@ struct cfg {
     int warn_days;
 };
 
+/* The kinds folded per host: each host its own line per period. */
+enum per_host_kind { HOSTS_TIER3, HOSTS_EXPIRED, HOSTS_OFF_HOURS, HOSTS_KINDS };
+
 struct agent_state {
     char *id;
     struct window writes, uploads, denials;
     struct window contacts; /* first contacts over the last minute */
+    /* lines of each per-host kind written for a host of their own over the
+     * last minute (raise_per_host()) */
+    struct window hosts[HOSTS_KINDS];
     /* baseline */
     bool bl_known;
     struct store_baseline bl;
@@ -113,8 +119,11 @@ static void agent_windows(const struct cfg *c, struct agent_state *a, bool only_
         window_init(&a->uploads, c->upload_bytes.per_ms);
     if (!only_changed || a->denials.per_ms != c->denied_burst.per_ms)
         window_init(&a->denials, c->denied_burst.per_ms);
-    if (!only_changed)
+    if (!only_changed) {
         window_init(&a->contacts, MINUTE_MS);
+        for (int k = 0; k < HOSTS_KINDS; k++)
+            window_init(&a->hosts[k], MINUTE_MS);
+    }
 }
 
 static void baseline_roll(struct detectors *d, struct agent_state *a, int64_t now_ms);
@@ -195,6 +204,9 @@ static int64_t window_steady_until(const struct window *w, int64_t now_ms)
 
 static bool agent_busy(const struct agent_state *a, int64_t now_ms)
 {
+    for (int k = 0; k < HOSTS_KINDS; k++)
+        if (window_sum(&a->hosts[k], now_ms) != 0)
+            return true;
     return window_sum(&a->writes, now_ms) != 0 || window_sum(&a->uploads, now_ms) != 0 ||
            window_sum(&a->denials, now_ms) != 0 || window_sum(&a->contacts, now_ms) != 0;
 }
@@ -217,7 +229,9 @@ static struct agent_state *agent_evict(struct detectors *d, int64_t now_ms)
             v = a;
             break;
         }
-        const struct window *ws[] = {&a->writes, &a->uploads, &a->denials, &a->contacts};
+        const struct window *ws[] = {&a->writes,   &a->uploads,  &a->denials, &a->contacts,
+                                     &a->hosts[0], &a->hosts[1], &a->hosts[2]};
+        _Static_assert(HOSTS_KINDS == 3, "every window of an agent in ws[]");
         for (size_t k = 0; k < sizeof(ws) / sizeof(ws[0]); k++) {
             int64_t until = window_steady_until(ws[k], now_ms);
             if (until < d->busy_until_ms)
@@ -532,6 +546,33 @@ static void raise_alert(struct detectors *d, struct alert *a, const char *key_ho
     }
     a->count = 1;
     emit(a, d);
+}
+
+/* Raises <a>, an alert of a kind folded per host (<slot>'s), for <host>.
+ * Each host opens its own period, so an agent let write to thousands of
+ * hosts (a wildcard rule: every bucket name under *.s3.amazonaws.com
+ * resolves) put a line per host into every sink, as first contacts did:
+ * 4096 off-hours writes a minute were 4096 lines to every webhook, a real
+ * alert queued behind them, and an exec sink's queue full, dropping it.
+ * Past DETECT_HOSTS_BURST hosts' lines of the kind within a minute, the
+ * agent's alerts of that kind for hosts without a running period fold by
+ * (kind, agent) over the minute, the first written at once, saying so
+ * (<detail>, <len>: the buffer <a> points to); the period's summary counts
+ * the rest. A kind's flood leaves the agent's other kinds alone. */
+static void raise_per_host(struct detectors *d, struct agent_state *ag, enum per_host_kind slot,
+                           struct alert *a, const char *host, char *detail, size_t len,
+                           int64_t now_ms)
+{
+    if (ag == NULL || fold_holds(&d->fold, a->kind, a->agent, host, now_ms) ||
+        window_add(&ag->hosts[slot], now_ms, 1) <= DETECT_HOSTS_BURST) {
+        raise_alert(d, a, host, DETECT_FOLD_MS, now_ms);
+        return;
+    }
+    size_t n = strnlen(detail, len);
+    snprintf(detail + n, len - n,
+             "; over %u hosts' %s alerts within 1m, so this agent's are folded per minute",
+             (unsigned)DETECT_HOSTS_BURST, alert_kind_name(a->kind));
+    raise_alert(d, a, NULL, DETECT_FOLD_MS, now_ms);
 }
 
 static void describe(const struct egress_event *ev, char *out, size_t len)
@@ -898,7 +939,7 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
         al.kind = ALERT_TIER3_WRITE;
         al.severity = SEVERITY_HIGH;
         al.detail = detail;
-        raise_alert(d, &al, ev->host, DETECT_FOLD_MS, now_ms);
+        raise_per_host(d, a, HOSTS_TIER3, &al, ev->host, detail, sizeof(detail), now_ms);
     }
     if (c->present && ev->reason == REASON_GRANT_EXPIRED) {
         describe(ev, what, sizeof(what));
@@ -908,7 +949,7 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
         al.kind = ALERT_GRANT_EXPIRED;
         al.severity = SEVERITY_HIGH;
         al.detail = detail;
-        raise_alert(d, &al, ev->host, DETECT_FOLD_MS, now_ms);
+        raise_per_host(d, a, HOSTS_EXPIRED, &al, ev->host, detail, sizeof(detail), now_ms);
     }
     if (c->off_hours.set && passed && write && off_hours_now(d, now_ms)) {
         describe(ev, what, sizeof(what));
@@ -919,7 +960,7 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
         al.kind = ALERT_OFF_HOURS_WRITE;
         al.severity = SEVERITY_MEDIUM;
         al.detail = detail;
-        raise_alert(d, &al, ev->host, DETECT_FOLD_MS, now_ms);
+        raise_per_host(d, a, HOSTS_OFF_HOURS, &al, ev->host, detail, sizeof(detail), now_ms);
     }
     if (c->auth_failures.set && counts_auth_failure(ev))
         auth_failure(d, ev, now_ms);

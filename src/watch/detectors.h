@@ -6,7 +6,9 @@
  * (window.h), so a storm becomes one line per period:
  *   first_contact   the first request of an agent to a host (any verdict),
  *                   remembered in the state store;
- *   tier3_write     every tier-3 request let through (allow or report);
+ *   tier3_write     every tier-3 request let through (allow or report); this,
+ *                   grant_expired and off_hours_write fold per host, and past
+ *                   DETECT_HOSTS_BURST hosts a minute per agent (raise_per_host());
  *   write_burst     write-method requests let through, per agent, over max per period;
  *   upload_bytes    bytes sent upstream per agent (progress events), and the heads of
  *                   requests let through (head_bytes), over max per period;
@@ -41,6 +43,10 @@ struct detectors;
 #define DETECT_CONTACTS_MAX   1000000 /* first-contact pairs remembered */
 #define DETECT_CONTACTS_BURST 30      /* an agent's first contacts a minute told one by one */
 #define DETECT_AGENTS_MAX     4096    /* agents with window state */
+/* An agent's lines of one per-host kind (tier3_write, grant_expired,
+ * off_hours_write) a minute, each for a host of its own; past it they fold
+ * per agent and minute */
+#define DETECT_HOSTS_BURST 30
 /* Client sources with an auth_failures window. Past it, a source not in
  * the table is counted with every other such source under one overflow
  * key (a source whose window emptied gives its place first): evicting a

@@ -134,7 +134,7 @@ static char *dup_or_null(const char *s)
     return s != NULL ? strdup(s) : NULL;
 }
 
-static struct fold_entry *find(struct fold *f, enum alert_kind kind, const char *agent,
+static struct fold_entry *find(const struct fold *f, enum alert_kind kind, const char *agent,
                                const char *host)
 {
     uint64_t h = key_hash(kind, agent, host);
@@ -192,6 +192,14 @@ static int64_t period_end(int64_t now_ms, uint64_t period_ms)
 static bool period_runs(const struct fold_entry *e, int64_t now_ms)
 {
     return now_ms < e->until_ms && (uint64_t)e->until_ms - (uint64_t)now_ms <= e->period_ms;
+}
+
+bool fold_holds(const struct fold *f, enum alert_kind kind, const char *agent, const char *host,
+                int64_t now_ms)
+{
+    const struct fold_entry *e =
+        find(f, kind, agent != NULL ? agent : "", host != NULL ? host : "");
+    return e != NULL && period_runs(e, now_ms);
 }
 
 bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int64_t now_ms,

@@ -96,6 +96,11 @@ typedef void (*fold_emit_fn)(struct alert *a, void *arg);
 bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int64_t now_ms,
                 uint64_t period_ms, fold_emit_fn fn, void *arg);
 
+/* True when an alert of key (<kind>, <agent>, <host>) (NULL for "") at
+ * <now_ms> would fold into its own key's running period: no line. */
+bool fold_holds(const struct fold *f, enum alert_kind kind, const char *agent, const char *host,
+                int64_t now_ms);
+
 /* Closes the periods ended by <now_ms>: each with repeats becomes one
  * summary alert (count = repeats) handed to <fn>, and opens a new period;
  * the others are forgotten. Returns the number of summaries. */

@@ -602,6 +602,54 @@ static void first_contact_flood_folds_per_agent(void **state)
     assert_null(strstr(f->got.last_detail, "folded"));
 }
 
+/* An agent let write to any host under a wildcard rule (every bucket name
+ * under *.s3.amazonaws.com resolves) outside working hours: a line per
+ * host put 1000 into every sink within a second, a real alert queued
+ * behind them. Past DETECT_HOSTS_BURST hosts a minute they fold per agent;
+ * the agent's other per-host kinds and the other agents are not folded. */
+static void per_host_alerts_fold_past_the_burst(void **state)
+{
+    struct fx *f = *state;
+    f->p.alerts.off_hours = (struct off_hours_cfg){
+        .set = true, .tz = "UTC", .start_min = 8 * 60, .end_min = 19 * 60, .days_mask = 0x1f};
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    char host[40];
+    for (int i = 0; i < 1000; i++) {
+        snprintf(host, sizeof(host), "b%d.s3.example.test", i);
+        struct egress_event w = ev_of("ci", "PUT", host, VERDICT_ALLOW, REASON_NONE, TIER_0);
+        detectors_feed(f->d, &w, T0 + i); /* Monday 19:00 UTC: off hours */
+        if (i == DETECT_HOSTS_BURST - 1)
+            assert_null(strstr(f->got.last_detail, "folded"));
+    }
+    assert_int_equal(f->got.n[ALERT_OFF_HOURS_WRITE], DETECT_HOSTS_BURST + 1);
+    assert_non_null(strstr(f->got.last_detail, "PUT /p on b30.s3.example.test by ci outside "
+                                               "working hours (UTC 08:00-19:00); over 30 hosts' "
+                                               "off_hours_write alerts within 1m, so this "
+                                               "agent's are folded per minute"));
+    /* the agent's tier-3 requests have their own count */
+    struct egress_event t3 =
+        ev_of("ci", "GET", "api.example.test", VERDICT_ALLOW, REASON_NONE, TIER_3);
+    detectors_feed(f->d, &t3, T0 + 1000);
+    assert_int_equal(f->got.n[ALERT_TIER3_WRITE], 1);
+    assert_null(strstr(f->got.last_detail, "folded"));
+    /* another agent is not folded with it */
+    struct egress_event other =
+        ev_of("docs", "PUT", "b5.s3.example.test", VERDICT_ALLOW, REASON_NONE, TIER_0);
+    detectors_feed(f->d, &other, T0 + 1001);
+    assert_int_equal(f->got.n[ALERT_OFF_HOURS_WRITE], DETECT_HOSTS_BURST + 2);
+    assert_string_equal(f->got.last_agent, "docs");
+    /* the minute's end: one summary of the rest */
+    detectors_tick(f->d, T0 + 60030);
+    assert_int_equal(f->got.n[ALERT_OFF_HOURS_WRITE], DETECT_HOSTS_BURST + 3);
+    assert_int_equal(f->got.last_count, 1000 - DETECT_HOSTS_BURST - 1);
+    /* a quiet minute later, a new host is told on its own again */
+    struct egress_event later =
+        ev_of("ci", "PUT", "new.s3.example.test", VERDICT_ALLOW, REASON_NONE, TIER_0);
+    detectors_feed(f->d, &later, T0 + 130000);
+    assert_int_equal(f->got.n[ALERT_OFF_HOURS_WRITE], DETECT_HOSTS_BURST + 4);
+    assert_null(strstr(f->got.last_detail, "folded"));
+}
+
 static void off_hours_arithmetic(void **state)
 {
     (void)state;
@@ -1372,6 +1420,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(first_contacts_leave_folding_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(first_contact_flood_folds_per_agent, setup, teardown),
+        cmocka_unit_test_setup_teardown(per_host_alerts_fold_past_the_burst, setup, teardown),
         cmocka_unit_test_setup_teardown(baseline_seeded_by_the_first_full_minute, setup, teardown),
         cmocka_unit_test_setup_teardown(baseline_huge_floor_holds_bytes, setup, teardown),
         cmocka_unit_test_setup_teardown(baseline_unseeded_row_is_relearned, setup, teardown),
