@@ -19,7 +19,7 @@ void contact_set_free(struct contact_set *s)
         free(s->slot[i]);
     free(s->slot);
     s->slot = NULL;
-    s->n = s->cap = 0;
+    s->n = s->cap = s->bytes = 0;
 }
 
 static size_t home(const struct contact_set *s, const char *pair, size_t cap)
@@ -72,7 +72,9 @@ int contact_set_add(struct contact_set *s, const char *agent, const char *host)
                 free(p);
                 return 0;
             }
-    if (s->n >= s->max || ((s->n + 1) * 2 > s->cap && grow(s) < 0)) {
+    size_t len = strlen(p) + 1;
+    if (s->n >= s->max || len > CONTACT_SET_BYTES_MAX - s->bytes ||
+        ((s->n + 1) * 2 > s->cap && grow(s) < 0)) {
         free(p);
         return -1;
     }
@@ -81,5 +83,6 @@ int contact_set_add(struct contact_set *s, const char *agent, const char *host)
         j = (j + 1) & (s->cap - 1);
     s->slot[j] = p;
     s->n++;
+    s->bytes += len;
     return 1;
 }

@@ -17,10 +17,17 @@
 
 #include "util/siphash.h"
 
+/* The bytes of pair strings a set holds at most, whatever its <max>: a
+ * million pairs of 253-byte hosts (made-up names an agent is refused) held
+ * 275 MB of the gateway's memory; a million of common names (20-40 bytes)
+ * stay well below it. */
+#define CONTACT_SET_BYTES_MAX (64u * 1024 * 1024)
+
 struct contact_set {
     char **slot; /* cap slots, NULL when free; cap a power of two */
     size_t n, cap;
-    size_t max; /* pairs it holds at most */
+    size_t max;   /* pairs it holds at most */
+    size_t bytes; /* of the pair strings held, their NULs included */
     struct siphash_key key;
 };
 
@@ -29,8 +36,8 @@ void contact_set_init(struct contact_set *s, size_t max);
 void contact_set_free(struct contact_set *s);
 
 /* Remembers the pair. Returns 1 when it was new (and is now held), 0 when
- * it was known, -1 when it cannot be held (out of memory, or <max> pairs
- * held already). */
+ * it was known, -1 when it cannot be held (out of memory, <max> pairs held
+ * already, or it would take the strings past CONTACT_SET_BYTES_MAX). */
 int contact_set_add(struct contact_set *s, const char *agent, const char *host);
 
 #endif

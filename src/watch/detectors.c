@@ -926,10 +926,10 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
          * remembered is still told, folded per agent and minute. */
         snprintf(detail, sizeof(detail),
                  "%s contacted %s:%u, which it may not have contacted before (%s, %s): "
-                 "first-contact memory is full (%u pairs), so this agent's contacts with hosts "
-                 "not remembered are folded per minute",
+                 "first-contact memory is full (%u pairs or %u MiB of names), so this agent's "
+                 "contacts with hosts not remembered are folded per minute",
                  ev->agent, ev->host, (unsigned)ev->port, ev->method ? ev->method : "?", how,
-                 (unsigned)DETECT_CONTACTS_MAX);
+                 (unsigned)DETECT_CONTACTS_MAX, (unsigned)(CONTACT_SET_BYTES_MAX >> 20));
         raise_alert(d, &al, NULL, MINUTE_MS, now_ms);
     }
     if (c->present && passed && ev->tier == TIER_3) {
