@@ -78,6 +78,7 @@ struct admin {
     bool warned;                /* an accept error was told, at warned_ms */
     uint64_t warned_ms;
     char addr[64];            /* as given to --admin, for messages */
+    bool loopback;            /* it listens on a loopback address */
     struct admin_conn *conns; /* owned, every open connection */
     unsigned nconns;
     struct evbuffer *latest; /* owned: the newest /metrics body, shared (metrics_body) */
@@ -247,7 +248,14 @@ static struct evbuffer *metrics_body(struct admin_conn *c)
 static void conn_answer(struct admin_conn *c)
 {
     const struct admin_head *h = &c->head;
-    if (h->method == ADMIN_OTHER_METHOD) {
+    if (c->a->loopback && h->host_is_name) {
+        /* DNS rebinding: a web page whose name now resolves to 127.0.0.1
+         * would read /metrics (agents, hosts, grant owners) through the
+         * browser of whoever opened it on this machine. */
+        conn_reply_text(c, 403, "Forbidden", "",
+                        "forbidden: the Host header names another host than this server's "
+                        "address; ask for 127.0.0.1 or localhost\n");
+    } else if (h->method == ADMIN_OTHER_METHOD) {
         conn_reply_text(c, 405, "Method Not Allowed", "Allow: GET, HEAD\r\n",
                         "method not allowed\n");
     } else if (h->page == ADMIN_METRICS) {
@@ -514,7 +522,8 @@ struct admin *admin_new(struct event_base *base, const char *addr, struct metric
         return NULL;
     }
     evconnlistener_set_error_cb(a->lev, on_accept_error);
-    if (!is_loopback(host))
+    a->loopback = is_loopback(host);
+    if (!a->loopback)
         fprintf(stderr,
                 "sluice: warning: the admin server on %s is reachable from beyond this host\n",
                 addr);

@@ -68,6 +68,40 @@ static bool header_line_ok(const char *s, size_t n)
     return true;
 }
 
+static bool lower_eq(const char *s, size_t n, const char *lit)
+{
+    if (strlen(lit) != n)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if ((s[i] >= 'A' && s[i] <= 'Z' ? s[i] + 32 : s[i]) != lit[i])
+            return false;
+    return true;
+}
+
+/* True when the Host value <v> (<n> bytes, blanks around it included)
+ * names a host by a DNS name other than localhost: "[::1]:9128",
+ * "127.0.0.1:9128", "localhost:9128" and "" do not. A browser that a web
+ * page's DNS answer (rebind.attacker.test -> 127.0.0.1) pointed at the
+ * admin port sends the page's name: no scraper asks a loopback server by
+ * another name than these. */
+static bool host_is_name(const char *v, size_t n)
+{
+    while (n > 0 && (*v == ' ' || *v == '\t'))
+        v++, n--;
+    while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+        n--;
+    if (n == 0 || v[0] == '[')
+        return false;
+    const char *colon = memchr(v, ':', n);
+    size_t h = colon != NULL ? (size_t)(colon - v) : n;
+    if (lower_eq(v, h, "localhost") || lower_eq(v, h, "localhost."))
+        return false;
+    for (size_t i = 0; i < h; i++)
+        if (!(v[i] == '.' || (v[i] >= '0' && v[i] <= '9')))
+            return true;
+    return h == 0; /* ":9128": no host at all */
+}
+
 enum admin_parse admin_head_parse(struct admin_head *h, const char *buf, size_t len)
 {
     for (;;) {
@@ -91,6 +125,8 @@ enum admin_parse admin_head_parse(struct admin_head *h, const char *buf, size_t 
             return ADMIN_PARSE_DONE;
         } else if (!header_line_ok(line, n)) {
             return ADMIN_PARSE_BAD;
+        } else if (n >= 5 && lower_eq(line, 5, "host:") && host_is_name(line + 5, n - 5)) {
+            h->host_is_name = true;
         }
     }
 }

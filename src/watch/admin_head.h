@@ -6,7 +6,8 @@
  * token, the colon right after it, no obs-fold, no control character), then
  * an empty line. Every line ends in CRLF (a bare LF is malformed). Only the
  * method (GET, HEAD or another) and the page (/metrics, /healthz or another;
- * a query string ignored) are kept: nothing else depends on the head. */
+ * a query string ignored) are kept, and whether a Host header names a host
+ * rather than an address (admin.c refuses such a request on loopback). */
 #ifndef SLUICE_WATCH_ADMIN_HEAD_H
 #define SLUICE_WATCH_ADMIN_HEAD_H
 
@@ -24,6 +25,9 @@ struct admin_head {
     bool have_line; /* the request line is parsed */
     enum admin_method method;
     enum admin_page page;
+    /* A Host header names a host (a DNS name other than localhost), not
+     * an address: see host_is_name() in admin_head.c */
+    bool host_is_name;
 };
 
 /* Parses the head in <buf> (<len> bytes, all that has arrived, the same

@@ -93,9 +93,9 @@ def test_admin_answers_one_strictly_parsed_request_per_connection(gateway, net):
     gw, port = start(gateway, net)
     # pipelined requests: the first is answered, with Connection: close, and
     # the connection ends; nothing after the first head is parsed
-    out = exchange(port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
-                         b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
-                         b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n")
+    out = exchange(port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+                         b"HEAD /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+                         b"GET /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     assert status_lines(out) == [b"HTTP/1.1 200 OK"], out
     head, body = out.split(b"\r\n\r\n", 1)
     assert b"\r\nConnection: close" in head and body == b"ok\n"
@@ -105,7 +105,7 @@ def test_admin_answers_one_strictly_parsed_request_per_connection(gateway, net):
     assert head.startswith(b"HTTP/1.1 200 OK\r\n") and body == b""
     assert b"\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n" in head
     assert int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0]) > 0
-    out = exchange(port, b"GET /metrics?name[]=x HTTP/1.1\r\nHost: x\r\n\r\n")
+    out = exchange(port, b"GET /metrics?name[]=x HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     assert out.startswith(b"HTTP/1.1 200 OK\r\n") and b"sluice_open_connections " in out
     out = exchange(port, b"GET /x HTTP/1.1\r\n\r\n")
     assert out.startswith(b"HTTP/1.1 404 ") and out.endswith(b"not found: try /metrics or /healthz\n")
@@ -132,6 +132,31 @@ def test_admin_answers_one_strictly_parsed_request_per_connection(gateway, net):
     assert request(gw, "GET", net.url("/after")).status == 200
 
 
+def test_admin_on_loopback_refuses_a_host_header_that_is_a_name(gateway, net):
+    """DNS rebinding: a web page whose name a DNS answer points at 127.0.0.1
+    has the browser of whoever opened it on this machine ask the admin port
+    with the page's name in Host, and read /metrics (agents, hosts, grant
+    owners). A loopback admin server answers only a Host that is an address
+    or localhost (or none)."""
+    gw, port = start(gateway, net)
+    for host in (b"rebind.attacker.test:%d" % port, b"rebind.attacker.test",
+                 b"LOCALHOST.attacker.test:%d" % port, b"127.0.0.1.nip.io:%d" % port):
+        for page in (b"/metrics", b"/healthz"):
+            out = exchange(port, b"GET " + page + b" HTTP/1.1\r\nHost: " + host + b"\r\n\r\n")
+            assert status_lines(out) == [b"HTTP/1.1 403 Forbidden"], (host, out)
+            assert b"sluice_" not in out and out.endswith(b"ask for 127.0.0.1 or localhost\n")
+    for host in (b"127.0.0.1:%d" % port, b"localhost:%d" % port, b"Localhost", b"[::1]:%d" % port,
+                 b" 127.0.0.1 "):
+        out = exchange(port, b"GET /metrics HTTP/1.1\r\nHost: " + host + b"\r\n\r\n")
+        assert out.startswith(b"HTTP/1.1 200 OK\r\n") and b"sluice_open_connections " in out, host
+    out = exchange(port, b"GET /metrics HTTP/1.0\r\n\r\n")  # no Host at all
+    assert out.startswith(b"HTTP/1.1 200 OK\r\n")
+    # what Prometheus sends
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
+        assert r.status == 200
+    assert request(gw, "GET", net.url("/after")).status == 200
+
+
 def test_admin_pipelining_client_that_never_reads_is_bounded(gateway, net):
     # Before: evhttp read pipelined requests into memory while its replies
     # waited for a client that never read (800 MB sent: RSS 5.6 -> 837 MB).
@@ -143,7 +168,7 @@ def test_admin_pipelining_client_that_never_reads_is_bounded(gateway, net):
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     s.settimeout(2)
     s.connect(("127.0.0.1", port))
-    chunk = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 2000  # 70 KB
+    chunk = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" * 2000  # 70 KB
     cap = 50 << 20
     sent, why, t0 = 0, "cap", time.monotonic()
     s.settimeout(0.5)
@@ -361,7 +386,7 @@ def parse_exposition(body):
 
 
 def scrape(port):
-    out = exchange(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    out = exchange(port, b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     head, body = out.split(b"\r\n\r\n", 1)
     assert head.startswith(b"HTTP/1.1 200 OK\r\n"), head
     assert int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0]) == len(body)

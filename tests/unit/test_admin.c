@@ -44,6 +44,7 @@ static enum admin_parse parse(const char *s, struct admin_head *out)
         assert_int_equal(whole.method, bytes.method);
         assert_int_equal(whole.page, bytes.page);
         assert_int_equal(whole.pos, bytes.pos);
+        assert_int_equal(whole.host_is_name, bytes.host_is_name);
     }
     if (out != NULL)
         *out = whole;
@@ -72,6 +73,43 @@ static void heads_that_parse(void **state)
     assert_int_equal(h.method, ADMIN_OTHER_METHOD); /* methods are case-sensitive */
     assert_int_equal(parse("GET /metrics HTTP/1.1\r\nX-Empty:\r\nTab:\tv\xc3\xa9\r\n\r\n", &h),
                      ADMIN_PARSE_DONE);
+}
+
+/* A Host that names a host (a DNS rebinding page's) is told apart from
+ * an address, localhost or none, whatever its case and blanks. */
+static void host_names_told_apart(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"rebind.attacker.test",
+                                        "evil.test:9128",
+                                        "localhost.evil.test",
+                                        "127.0.0.1.nip.io:9128",
+                                        "x",
+                                        ":9128",
+                                        "a:b:c"};
+    static const char *const addresses[] = {
+        "127.0.0.1:9128",  "127.0.0.1", "[::1]:9128", "localhost",
+        "LocalHost.:9128", " \t",       "  127.1  ",
+    };
+    char buf[128];
+    struct admin_head h;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        snprintf(buf, sizeof(buf), "GET /metrics HTTP/1.1\r\nhOsT: %s\r\n\r\n", names[i]);
+        assert_int_equal(parse(buf, &h), ADMIN_PARSE_DONE);
+        assert_true(h.host_is_name);
+    }
+    for (size_t i = 0; i < sizeof(addresses) / sizeof(addresses[0]); i++) {
+        snprintf(buf, sizeof(buf), "GET /metrics HTTP/1.1\r\nHost:%s\r\n\r\n", addresses[i]);
+        assert_int_equal(parse(buf, &h), ADMIN_PARSE_DONE);
+        assert_false(h.host_is_name);
+    }
+    /* one of two Host headers a name: a name */
+    assert_int_equal(parse("GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: e.test\r\n\r\n", &h),
+                     ADMIN_PARSE_DONE);
+    assert_true(h.host_is_name);
+    /* a header that only starts like Host: is not one */
+    assert_int_equal(parse("GET / HTTP/1.1\r\nHostx: e.test\r\n\r\n", &h), ADMIN_PARSE_DONE);
+    assert_false(h.host_is_name);
 }
 
 static void heads_not_yet_complete(void **state)
@@ -296,6 +334,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(heads_that_parse),
+        cmocka_unit_test(host_names_told_apart),
         cmocka_unit_test(heads_not_yet_complete),
         cmocka_unit_test(heads_that_are_bad),
         cmocka_unit_test(slow_scrapers_share_one_body),
