@@ -120,6 +120,21 @@ static enum store_commit commit_batch(struct store_writer *w, char *err)
 {
     sqlite3_stmt *cache[OP_QDEL + 1] = {NULL};
     enum store_commit rc = STORE_COMMITTED;
+    /* sluice.db moved, deleted, or replaced (by a symbolic link, which the
+     * start refuses) since it was opened: SQLite writes on, in WAL mode
+     * without an error, through the descriptors it holds, into a file a
+     * restart does not open, and every first contact and queued alert
+     * committed since would be lost without a word. One stat() of the
+     * path, here on the writer's thread (a hung file system holds it, not
+     * the loop); the batch fails, told and kept for retry like a full disk. */
+    int moved = 0;
+    if (sqlite3_file_control(w->t.db, "main", SQLITE_FCNTL_HAS_MOVED, &moved) == SQLITE_OK &&
+        moved) {
+        snprintf(err, STORE_WRITER_ERR,
+                 "the database file was moved, replaced or deleted since the gateway opened it: "
+                 "its writes would reach no file a restart reads (put it back, or restart)");
+        return STORE_FAILED;
+    }
     if (sqlite3_exec(w->t.db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
         rc = STORE_LOCKED;
         goto out;

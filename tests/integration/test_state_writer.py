@@ -84,3 +84,26 @@ def test_a_stop_while_a_commit_waits_says_what_was_not_written(gateway, net, tmp
     err = gw.stderr()
     assert ("sluice: state %s/sluice.db: " % os.path.realpath(statedir)) in err, err
     assert "write(s) not written at exit: the writer's commit has not moved for 2000 ms" in err, err
+
+
+def test_a_store_file_replaced_while_serving_is_told(gateway, net, tmp_path):
+    # sluice.db moved aside and a symbolic link (to a file of someone
+    # else's choosing) put in its place while the gateway serves: SQLite
+    # writes on through the descriptor it opened, into the moved file, and
+    # a restart opens what the path names (here a link, refused): every
+    # first contact and queued alert committed since is gone, without a
+    # word. The writer now checks the path before each commit and fails it,
+    # told on standard error, the writes kept for retry.
+    gw, statedir = gateway_with_store(gateway, net, tmp_path)
+    db = os.path.join(statedir, "sluice.db")
+    os.rename(db, db + ".moved")
+    with open(os.path.join(statedir, "elsewhere.db"), "w"):
+        pass
+    os.symlink("elsewhere.db", db)
+    assert request(gw, "GET", other_url(net, "/new"), timeout=10).status == 200
+    poll(lambda: "the database file was moved, replaced or deleted" in gw.stderr(), timeout=10,
+         what="the failed commit told on standard error")
+    assert "cannot write: the database file was moved" in gw.stderr(), gw.stderr()
+    # the gate goes on
+    assert request(gw, "GET", net.url("/after"), timeout=10).status == 200
+    gw.decided(path="/after")
