@@ -169,6 +169,10 @@ int store_flush(struct store *s);
 bool store_dirty(const struct store *s);
 /* Writes waiting for a commit: queued, and in the writer's hands. */
 size_t store_pending(const struct store *s);
+/* Why the last commit failed after it began (a full disk, the database
+ * file moved or replaced), its writes kept for retry; NULL when it did
+ * not (it committed, or another process held the lock). For /healthz. */
+const char *store_broken(const struct store *s);
 /* Writes dropped so far (out of memory, or over STORE_PENDING_MAX). */
 uint64_t store_dropped(const struct store *s);
 /* True when the queue row of alert <id> (from store_queue_add) was dropped

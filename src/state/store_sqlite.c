@@ -67,8 +67,11 @@ struct store {
     } lost[LOST_RANGES];
     size_t nlost;
     bool failing; /* the last commit failed (reported once) */
-    bool synced;  /* store_sync() ran: the stop's commit waited for the lock */
-    bool stuck;   /* the stop found the writer in a commit it did not end */
+    /* Why the last commit failed past the lock (a full disk, the file
+     * moved), for /healthz; "" when it did not (committed, or locked) */
+    char broken[STORE_WRITER_ERR];
+    bool synced; /* store_sync() ran: the stop's commit waited for the lock */
+    bool stuck;  /* the stop found the writer in a commit it did not end */
     /* After a commit that failed past the lock (a full disk: every queued
      * write was run, then rolled back), the next waits, doubling from
      * RETRY_MS to RETRY_MAX_MS: redoing up to STORE_PENDING_MAX writes
@@ -1526,6 +1529,11 @@ int store_queue_del(struct store *s, const char *sink, int64_t id)
     return commit_op(s, o, strdup(sink), NULL, true, false);
 }
 
+const char *store_broken(const struct store *s)
+{
+    return s != NULL && s->broken[0] != '\0' ? s->broken : NULL;
+}
+
 bool store_dirty(const struct store *s)
 {
     return s != NULL && (s->nops > 0 || store_writer_holding(s->writer));
@@ -1629,8 +1637,13 @@ static enum store_commit collect(struct store *s, bool *came)
         if (s->failing)
             fprintf(stderr, "sluice: state %s: writing again\n", s->path);
         s->failing = false;
+        s->broken[0] = '\0';
         return rc;
     }
+    if (rc == STORE_FAILED)
+        snprintf(s->broken, sizeof(s->broken), "%s", err);
+    else
+        s->broken[0] = '\0';
     if (!s->failing)
         fprintf(stderr,
                 "sluice: state %s: cannot write: %s (%zu write(s) kept for retry; the gate "

@@ -301,6 +301,10 @@ bool metrics_health(struct metrics *m, char *why, size_t cap)
             return false;
         }
     }
+    if (g.state_broken != NULL) {
+        snprintf(why, cap, "state store: %s", g.state_broken);
+        return false;
+    }
     return true;
 }
 

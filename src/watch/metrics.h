@@ -63,6 +63,7 @@ struct metrics_gauges {
     size_t ndns;
     struct metrics_log logs[2];
     size_t nlogs;
+    const char *state_broken; /* store_broken() of the state store, or NULL */
 };
 typedef void (*metrics_gauges_fn)(void *arg, struct metrics_gauges *g);
 /* Extra lines a scrape appends (the watch module's sink queues); 0, or -1
@@ -84,8 +85,9 @@ uint64_t metrics_agent_probes(const struct metrics *m);
 /* Appends the exposition to <out>. Returns 0, or -1 when out of memory
  * (any write failed: <out> then holds part of it, not to be served). */
 int metrics_format(struct metrics *m, struct evbuffer *out);
-/* True when every log can be written; else false, with the first that
- * cannot and why in <why> ("decisions log: No space left on device"). */
+/* True when every log can be written, and the state store (if any)
+ * commits; else false, with the first that cannot and why in <why>
+ * ("decisions log: No space left on device", "state store: ..."). */
 bool metrics_health(struct metrics *m, char *why, size_t cap);
 
 #endif

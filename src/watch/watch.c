@@ -377,6 +377,7 @@ static void gauges(void *arg, struct metrics_gauges *g)
         log_gauges(&g->logs[g->nlogs++], "decisions", w->log);
     if (w->own_file && w->file != NULL)
         log_gauges(&g->logs[g->nlogs++], "alerts", w->file);
+    g->state_broken = store_broken(w->store);
 }
 
 void watch_set_gauges(struct watch *w, metrics_gauges_fn fn, void *arg)

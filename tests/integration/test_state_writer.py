@@ -13,9 +13,12 @@ kernel-mode faults) on x86_64 or aarch64; skipped otherwise."""
 
 import os
 import sqlite3
+import urllib.error
+import urllib.request
 
 from gate_client import api_rule, other_rule, other_url, poll, request
 from uffd_hold import WalLock, stop_while_held, threads_in
+from watch_helpers import free_tcp_port
 
 
 def contacts(statedir):
@@ -41,6 +44,15 @@ def hold_commit(gw, net, statedir):
         hold.release()
         raise
     return hold, stuck
+
+
+def healthz(port):
+    """(status, body) of the admin server's /healthz."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % port, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
 
 
 def gateway_with_store(gateway, net, tmp_path, args=()):
@@ -93,8 +105,10 @@ def test_a_store_file_replaced_while_serving_is_told(gateway, net, tmp_path):
     # a restart opens what the path names (here a link, refused): every
     # first contact and queued alert committed since is gone, without a
     # word. The writer now checks the path before each commit and fails it,
-    # told on standard error, the writes kept for retry.
-    gw, statedir = gateway_with_store(gateway, net, tmp_path)
+    # told on standard error and by /healthz, the writes kept for retry.
+    port = free_tcp_port()
+    gw, statedir = gateway_with_store(gateway, net, tmp_path, args=["--admin", str(port)])
+    assert healthz(port) == (200, "ok\n")
     db = os.path.join(statedir, "sluice.db")
     os.rename(db, db + ".moved")
     with open(os.path.join(statedir, "elsewhere.db"), "w"):
@@ -104,6 +118,10 @@ def test_a_store_file_replaced_while_serving_is_told(gateway, net, tmp_path):
     poll(lambda: "the database file was moved, replaced or deleted" in gw.stderr(), timeout=10,
          what="the failed commit told on standard error")
     assert "cannot write: the database file was moved" in gw.stderr(), gw.stderr()
+    # and /healthz says so while it lasts, as for a log that cannot be written
+    code, text = healthz(port)
+    assert code == 503 and text.startswith("unhealthy: state store: the database file was moved"), \
+        (code, text)
     # the gate goes on
     assert request(gw, "GET", net.url("/after"), timeout=10).status == 200
     gw.decided(path="/after")
