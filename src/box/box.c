@@ -174,13 +174,75 @@ static int cloexec_from_3(void)
     return 0;
 }
 
-/* Opens the file <pfd> (O_PATH) holds for reading, through /proc/self/fd,
- * on the same mount: never another file, whatever now stands at its path. */
-static int open_again(int pfd, bool dir)
+/* Opens the file <pfd> (O_PATH) holds with <flags>, through
+ * /proc/self/fd, on the same mount: never another file, whatever now
+ * stands at its path. */
+static int open_again(int pfd, int flags)
 {
     char p[32];
     snprintf(p, sizeof(p), "/proc/self/fd/%d", pfd);
-    return open(p, O_RDONLY | O_NOCTTY | O_CLOEXEC | (dir ? O_DIRECTORY : 0));
+    return open(p, flags | O_NOCTTY | O_CLOEXEC);
+}
+
+/* The path the kernel gives for <fd> into <path>, and an O_PATH
+ * descriptor of what the box shows there when that is the same file as
+ * <st> (device and inode); -1 otherwise. The path is opened O_PATH only:
+ * whoever can write the folder may have put another node there (the file
+ * unlinked, its path then "NAME (deleted)", or swapped while run started),
+ * and a FIFO would make open() wait for a writer for ever, before the
+ * command starts (a device, do whatever its open does). */
+static int open_same(int fd, const struct stat *st, char *path, size_t len)
+{
+    struct stat again;
+    size_t n = box_fd_path(fd, path, len);
+    int pfd = n > 0 && path[0] == '/' ? open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC) : -1;
+    if (pfd >= 0 &&
+        (fstat(pfd, &again) != 0 || again.st_dev != st->st_dev || again.st_ino != st->st_ino)) {
+        close(pfd);
+        pfd = -1;
+    }
+    return pfd;
+}
+
+static const char *const std_names[] = {"input", "output", "error"};
+
+/* A regular file given for writing (`>> log`, `1<> file`) was opened on
+ * the host's mount: through /proc/self/fd/N the command could open it
+ * again for reading (`>> ~/.ssh/known_hosts` with ~/.ssh hidden: its old
+ * contents) and change its mode (fchmod(), a mount read-only in the box
+ * notwithstanding). Where the box shows the same file at its path and
+ * lets it be opened for writing there, the command can do as much by the
+ * path: the descriptor is kept as it came, sharing its open file
+ * description with the caller (`> log 2>&1`: one offset for the command,
+ * run and the gateway). Otherwise descriptor 1 or 2 becomes the pipe run
+ * copies into that description (<cfg->std_pipe>, std_relay.c); standard
+ * input, which no pipe can give for reading and writing, fails the
+ * set-up. Returns 0, or -1 with a message in <err>. */
+static int give_written_file(const struct box_config *cfg, int fd, const struct stat *st, char *err,
+                             size_t errlen)
+{
+    char path[PATH_MAX], shown[320];
+    int pfd = open_same(fd, st, path, sizeof(path));
+    int wfd = pfd >= 0 ? open_again(pfd, O_WRONLY) : -1;
+    if (pfd >= 0)
+        close(pfd);
+    if (wfd >= 0) {
+        close(wfd);
+        return 0;
+    }
+    /* a pipe is never 0-2, which run holds open: a config that named none
+     * (zeroed) gives none */
+    int p = cfg->std_pipe[fd];
+    if (p > 2 && dup2(p, fd) == fd) /* dup2() clears close-on-exec on <fd> */
+        return 0;
+    text_shown_into(shown, sizeof(shown), path[0] != '\0' ? path : "(unknown)");
+    snprintf(err, errlen,
+             "standard %s is the file %s, open for writing, which the box does not show "
+             "writable at that path (hidden, under /tmp, read-only, moved?): through "
+             "/proc/self/fd/%d the command could read it and change its mode; give it for "
+             "reading only (< FILE) or through a pipe",
+             std_names[fd], shown, fd);
+    return -1;
 }
 
 /* A regular file given for reading as standard input, output or error was
@@ -191,36 +253,32 @@ static int open_again(int pfd, bool dir)
  * same offset, so that it is on the box's mount, read-only unless the path
  * is --rw. A file the box does not see at that path as the same file (its
  * own /tmp, hidden, moved, deleted) keeps the descriptor it came with.
- * Files given for writing are left alone: the command may write them
- * anyway, and a new open file description would no longer share its
- * offset with the caller's (`> log 2>&1`: stdout and stderr would write
- * over each other). A directory (`< dir`) is opened again likewise, but
- * never kept: on the host's mount, the command could create files in it
- * through openat() and reach every file of the host's view through "..",
- * so one the box does not show as the same directory fails the set-up.
- * The path itself is opened O_PATH only, and the file read through that
- * descriptor once it is known to be the same: whoever can write the folder
- * may have put another node there (the file unlinked, its path then
- * "NAME (deleted)", or swapped while run started), and a FIFO would make
- * open() wait for a writer for ever, before the command starts (a device,
- * do whatever its open does). Returns 0, or -1 with a message in <err>. */
-static int reopen_std_files(char *err, size_t errlen)
+ * Files given for writing: see give_written_file(). A directory (`< dir`)
+ * is opened again likewise, but never kept: on the host's mount, the
+ * command could create files in it through openat() and reach every file
+ * of the host's view through "..", so one the box does not show as the
+ * same directory fails the set-up. The file is read through the O_PATH
+ * descriptor of open_same() once it is known to be the same. Returns 0, or
+ * -1 with a message in <err>. */
+static int reopen_std_files(const struct box_config *cfg, char *err, size_t errlen)
 {
-    static const char *const names[] = {"input", "output", "error"};
     for (int fd = 0; fd <= 2; fd++) {
-        struct stat st, again;
+        struct stat st;
         char path[PATH_MAX];
         int flags = fcntl(fd, F_GETFL);
         if (flags < 0 || fstat(fd, &st) != 0)
             continue;
         bool dir = S_ISDIR(st.st_mode);
-        if (!dir && ((flags & O_ACCMODE) != O_RDONLY || !S_ISREG(st.st_mode)))
+        bool written = (flags & O_ACCMODE) != O_RDONLY;
+        if (S_ISREG(st.st_mode) && written) {
+            if (give_written_file(cfg, fd, &st, err, errlen) < 0)
+                return -1;
             continue;
-        size_t n = box_fd_path(fd, path, sizeof(path));
-        int pfd = n > 0 && path[0] == '/' ? open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC) : -1;
-        bool same = pfd >= 0 && fstat(pfd, &again) == 0 && again.st_dev == st.st_dev &&
-                    again.st_ino == st.st_ino;
-        int nfd = same ? open_again(pfd, dir) : -1;
+        }
+        if (!dir && (written || !S_ISREG(st.st_mode)))
+            continue;
+        int pfd = open_same(fd, &st, path, sizeof(path));
+        int nfd = pfd >= 0 ? open_again(pfd, O_RDONLY | (dir ? O_DIRECTORY : 0)) : -1;
         if (pfd >= 0)
             close(pfd);
         off_t at = dir ? -1 : lseek(fd, 0, SEEK_CUR);
@@ -235,7 +293,7 @@ static int reopen_std_files(char *err, size_t errlen)
                      "standard %s is the directory %.300s, which the box does not show as it "
                      "is (hidden, under /tmp, moved?): through it the command would reach the "
                      "host's files",
-                     names[fd], path[0] != '\0' ? path : "(unknown)");
+                     std_names[fd], path[0] != '\0' ? path : "(unknown)");
             return -1;
         }
     }
@@ -263,7 +321,7 @@ static void __attribute__((noreturn)) command_main(const struct box_config *cfg,
         if (sigismember(&cfg->blocked, s) == 1)
             sigaddset(&hold, s);
     sigprocmask(SIG_SETMASK, &hold, NULL);
-    if (reopen_std_files(err, sizeof(err)) == 0) {
+    if (reopen_std_files(cfg, err, sizeof(err)) == 0) {
         if (cloexec_from_3() < 0)
             snprintf(err, sizeof(err), "cannot close the inherited descriptors: %s",
                      strerror(errno));
@@ -299,6 +357,15 @@ static void __attribute__((noreturn)) command_main(const struct box_config *cfg,
 }
 
 /* --- the init -------------------------------------------------------------- */
+
+/* The write ends of run's pipes (std_relay.c) are the command's alone:
+ * held by the init too, run would never see their end. */
+static void close_std_pipes(const struct box_config *cfg)
+{
+    for (int fd = 1; fd <= 2; fd++)
+        if (cfg->std_pipe[fd] > 2 && (fd == 1 || cfg->std_pipe[2] != cfg->std_pipe[1]))
+            close(cfg->std_pipe[fd]);
+}
 
 static int on_signal(void *arg)
 {
@@ -453,6 +520,7 @@ init_main(const struct box_config *cfg, uid_t uid, gid_t gid, bool userns, int s
         command_main(cfg, ep[1]);
     }
     close(ep[1]);
+    close_std_pipes(cfg);
     /* From here on the init relays, waits and kills in the box only: the
      * capabilities it built the box with go (see box_init_let_go()). */
     if (box_init_let_go(err, sizeof(err)) < 0) {

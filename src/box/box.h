@@ -13,7 +13,9 @@
  * read-only mount does not stop writes into a FIFO), no descriptor above
  * 2 from the caller (standard input,
  * output and error opened again in the box when they are files given for
- * reading or directories), a new session keyring and a seccomp filter that
+ * reading or directories; files given for writing that the box does not
+ * show writable written through run's pipes, std_relay.c), a new session
+ * keyring and a seccomp filter that
  * refuses socket families but IP and netlink, socket(AF_UNIX) and datagram
  * socketpair() unless allow_unix, io_uring, the keyring calls, the
  * terminal's TIOCSTI, TIOCLINUX and TIOCSETD, a virtual console's ioctls
@@ -35,6 +37,7 @@
 #ifndef SLUICE_BOX_BOX_H
 #define SLUICE_BOX_BOX_H
 
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -69,6 +72,11 @@ struct box_config {
                        * ignored them: nohup); the others at their default */
     sigset_t blocked; /* the signal mask the command starts with: run's
                        * caller's, as execve() would have left it */
+    /* for descriptors 1 and 2, regular files given for writing: the write
+     * end of the pipe run copies into the file (box_std_relay_open()),
+     * which the command gets unless the box shows that file writable at
+     * its path; -1 otherwise (and always for 0) */
+    int std_pipe[3];
 };
 
 /* A spawned box. */
@@ -110,6 +118,32 @@ int box_check_std(bool allow_unix, char *err, size_t errlen);
  * /proc/self/fd link) into <path> of <len> bytes, "" when it has none
  * (std_check.c). Returns its length, 0 when unknown. */
 size_t box_fd_path(int fd, char *path, size_t len);
+
+/* Files given for writing on standard output or error, which the command
+ * writes through a pipe (std_relay.c): see box_config.std_pipe. */
+struct box_std_relay {
+    int in[3];      /* run's read end of each pipe, -1 (fd 2 sharing fd 1's: -1) */
+    int box_end[3]; /* the write ends, for box_config.std_pipe */
+    bool failed[3]; /* a write into the file failed: the rest is dropped */
+};
+
+/* Empties <r>: no pipe. */
+void box_std_relay_init(struct box_std_relay *r);
+/* Makes a pipe for each of descriptors 1 and 2 that is a regular file
+ * open for writing, one for both when they are one open file description.
+ * Returns 0, or -1 with a message in <err> (nothing left open). */
+int box_std_relay_open(struct box_std_relay *r, char *err, size_t errlen);
+/* Once the box is spawned: closes run's copies of the write ends. */
+void box_std_relay_spawned(struct box_std_relay *r);
+/* Fills <p> (room for 2) with the pipes still open; returns how many. */
+size_t box_std_relay_poll(const struct box_std_relay *r, struct pollfd *p);
+/* Copies into the files what poll() found in the pipes of <p>[0, <n>). */
+void box_std_relay_step(struct box_std_relay *r, const struct pollfd *p, size_t n);
+/* Once the box has ended: copies what is left, to each pipe's end, and
+ * closes them. */
+void box_std_relay_finish(struct box_std_relay *r);
+/* Closes whatever <r> holds. */
+void box_std_relay_close(struct box_std_relay *r);
 
 /* Starts the box. Returns 0 with <*box> filled, or -1 with a one-line
  * message in <err> (a namespace the kernel refuses is named, with how to

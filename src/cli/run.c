@@ -1290,19 +1290,22 @@ static void ignored_at_start(sigset_t *ignored)
 }
 
 /* Waits for the box's report, passing on what <sfd> (run_signals(), made
- * before the box was spawned) reads; closes <sfd>. */
-static int wait_box(struct box *box, struct served *s, int sfd, int *status, unsigned long *relayed,
-                    char *err, size_t errlen)
+ * before the box was spawned) reads and copying what the command writes
+ * into <std>'s pipes; closes <sfd>. */
+static int wait_box(struct box *box, struct served *s, int sfd, struct box_std_relay *std,
+                    int *status, unsigned long *relayed, char *err, size_t errlen)
 {
     enum box_report_kind kind = BOX_REPORT_NONE;
     for (;;) {
-        struct pollfd pfd[2] = {{.fd = sfd, .events = POLLIN},
+        struct pollfd pfd[4] = {{.fd = sfd, .events = POLLIN},
                                 {.fd = box->status_fd, .events = POLLIN}};
-        if (poll(pfd, 2, -1) < 0) {
+        size_t n = 2 + box_std_relay_poll(std, pfd + 2);
+        if (poll(pfd, n, -1) < 0) {
             if (errno == EINTR)
                 continue;
             break;
         }
+        box_std_relay_step(std, pfd + 2, n - 2);
         if (pfd[1].revents != 0) {
             kind = box_read_report(box, status, relayed, err, errlen);
             break;
@@ -1476,17 +1479,31 @@ static int run_main(int argc, char **argv)
     }
     struct box box;
     char err[BOX_ERR_MAX];
+    /* files given for writing the box does not show writable: written
+     * through pipes run copies into them (std_relay.c) */
+    struct box_std_relay std;
+    if (box_std_relay_open(&std, err, sizeof(err)) < 0) {
+        close(sfd);
+        fprintf(stderr, "sluice run: %s\n", err);
+        goto out;
+    }
+    memcpy(cfg.std_pipe, std.box_end, sizeof(cfg.std_pipe));
     int tty = foreground_terminal();
     if (box_spawn(&cfg, &box, err, sizeof(err)) < 0) {
         if (tty >= 0)
             close(tty);
         close(sfd);
+        box_std_relay_close(&std);
         fprintf(stderr, "sluice run: %s\n", err);
         goto out;
     }
+    box_std_relay_spawned(&std);
     int status = 0;
     unsigned long relayed = 0;
-    enum box_report_kind kind = wait_box(&box, &s, sfd, &status, &relayed, err, sizeof(err));
+    enum box_report_kind kind = wait_box(&box, &s, sfd, &std, &status, &relayed, err, sizeof(err));
+    /* the box has ended: what is left in the pipes comes before run's own
+     * lines (`> log 2>&1`) */
+    box_std_relay_finish(&std);
     take_back_terminal(tty);
     if (kind == BOX_REPORT_ERROR) {
         fprintf(stderr, "sluice run: cannot build the box: %s\n", err);

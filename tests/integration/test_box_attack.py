@@ -1389,3 +1389,154 @@ def test_the_harmless_devices_stay_usable_as_standard_input(sluice_bin, proj, de
     assert p.returncode == 0, p.stderr
     with open(os.path.join(proj, "result.json")) as f:
         assert json.load(f) == {"reopen": "ok"}
+
+
+# In the box: what the command can do with the file on descriptor <fd>
+# beyond writing it: open it again by /proc/self/fd for reading (without
+# waiting, should it be a pipe), change its mode, seek it; then it writes
+# a line through it.
+WRITE_GIVEN = PRELUDE + r"""
+fd = int(sys.argv[1])
+def read_back(flags):
+    n = os.open("/proc/self/fd/%d" % fd, flags | os.O_NONBLOCK)
+    try:
+        return os.read(n, 4096).decode(errors="replace")
+    except BlockingIOError:
+        return ""
+    finally:
+        os.close(n)
+for name, flags in (("rdonly", os.O_RDONLY), ("rdwr", os.O_RDWR)):
+    try:
+        out[name] = read_back(flags)
+    except OSError as e:
+        out[name] = errno.errorcode[e.errno]
+py("fchmod", lambda: os.fchmod(fd, 0o666))
+py("seek", lambda: os.lseek(fd, 0, os.SEEK_CUR))
+os.write(fd, b"from-the-box\n")
+with open("result.json", "w") as f:
+    f.write(json.dumps(out))
+"""
+
+
+def _given_for_writing(sluice_bin, proj, path, fds, flags, args, user):
+    """run, as <user>, with <path> opened with <flags> on each of <fds>
+    (one open file for them all, as `> log 2>&1` gives), the others
+    /dev/null; its standard error captured when not given."""
+    pol = _policy(proj)
+    _own(proj, user)
+    os.chown(path, user, user)
+    argv = [sluice_bin, "run", "--policy", pol] + args + ["--", PY, "-c", WRITE_GIVEN,
+                                                          str(fds[0])]
+    if user != ROOT:
+        argv = ["setpriv", "--reuid=%d" % user, "--regid=%d" % user, "--clear-groups"] + argv
+    fd = os.open(path, flags)
+    streams = [subprocess.DEVNULL, subprocess.DEVNULL, subprocess.PIPE]
+    for n in fds:
+        streams[n] = fd
+    try:
+        p = subprocess.run(argv, stdin=streams[0], stdout=streams[1], stderr=streams[2],
+                           text=True, timeout=30, cwd=proj, env=_clean_env())
+    finally:
+        os.close(fd)
+    for mark in SANITIZER_MARKS:
+        assert mark not in (p.stderr or ""), p.stderr
+    res = os.path.join(proj, "result.json")
+    with open(res) if os.path.exists(res) else open(os.devnull) as f:
+        text = f.read()
+    return p, json.loads(text) if text else None
+
+
+@pytest.mark.parametrize("user", [ROOT, NOBODY])
+@pytest.mark.parametrize("where", ["hidden", "tmp", "read-only"])
+@pytest.mark.parametrize("fd", [1, 2])
+def test_a_file_given_for_writing_is_written_only(sluice_bin, proj, user, where, fd):
+    """`sluice run -- cmd >> ~/.ssh/known_hosts` with ~/.ssh hidden, `2>>
+    /tmp/x.log` (the box's /tmp is its own) or a log the box shows
+    read-only: the descriptor was passed as it came, on the host's mount,
+    and through /proc/self/fd/N the command read the file's old contents
+    (hidden from it), and changed its mode (0666, on a mount read-only in
+    the box too) (found by review). The command now writes such a file
+    through a pipe that run copies into it: it reads nothing of it and
+    changes nothing but its contents; the line it wrote is appended."""
+    if where == "tmp":
+        d = tempfile.mkdtemp(prefix="sluice-given-", dir="/tmp")
+        args = []
+    else:
+        d = os.path.join(proj, "secret")
+        os.mkdir(d)
+        args = ["--hide" if where == "hidden" else "--ro", d]
+    path = os.path.join(d, "known_hosts")
+    try:
+        with open(path, "w") as f:
+            f.write("old secret\n")
+        os.chmod(path, 0o644)
+        p, o = _given_for_writing(sluice_bin, proj, path, [fd], os.O_WRONLY | os.O_APPEND, args,
+                                  user)
+        with open(path) as f:
+            text = f.read()
+        mode = os.stat(path).st_mode & 0o777
+    finally:
+        if where == "tmp":
+            shutil.rmtree(d)
+    assert p.returncode == 0, p.stderr
+    assert "old secret" not in o["rdonly"] and "old secret" not in o["rdwr"], o
+    assert mode == 0o644, (oct(mode), o)
+    assert o["seek"] == "ESPIPE", o
+    # after the gateway's warnings, on standard error
+    assert text.startswith("old secret\n") and "\nfrom-the-box\n" in text, text
+
+
+@pytest.mark.parametrize("user", [ROOT, NOBODY])
+@pytest.mark.parametrize("where", ["cwd", "rw"])
+def test_a_file_given_for_writing_that_the_box_shows_writable_is_passed_as_it_came(
+        sluice_bin, proj, user, where):
+    """A log in the working directory or a --rw path: the command could
+    read it and change its mode by its path anyway, so the descriptor is
+    passed as it came (seekable, its open file description the caller's),
+    not through a pipe."""
+    d = proj if where == "cwd" else os.path.join(proj, "..", os.path.basename(proj) + "-rw")
+    d = os.path.realpath(d)
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, "out.log")
+    try:
+        with open(path, "w") as f:
+            f.write("old\n")
+        os.chmod(path, 0o644)
+        os.chown(d, user, user)
+        args = ["--rw", d] if where == "rw" else []
+        p, o = _given_for_writing(sluice_bin, proj, path, [1], os.O_WRONLY | os.O_APPEND, args,
+                                  user)
+        with open(path) as f:
+            text = f.read()
+    finally:
+        if where == "rw":
+            shutil.rmtree(d)
+    assert p.returncode == 0, p.stderr
+    assert o["rdonly"] == "old\n" and o["fchmod"] == "ok" and o["seek"] == "ok", o
+    assert text == "old\nfrom-the-box\n", text
+
+
+@pytest.mark.parametrize("where", ["cwd", "hidden"])
+def test_standard_input_given_for_writing_too_must_be_shown_writable(sluice_bin, proj, where):
+    """`0<> file` gives standard input for reading and writing, which no
+    pipe can carry: a file the box does not show writable at its path
+    (hidden here) stops the run, exit 2, naming it; one in the working
+    directory is passed as it came."""
+    d = proj if where == "cwd" else os.path.join(proj, "secret")
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, "in.txt")
+    with open(path, "w") as f:
+        f.write("old secret\n")
+    args = ["--hide", d] if where == "hidden" else []
+    p, o = _given_for_writing(sluice_bin, proj, path, [0], os.O_RDWR, args, ROOT)
+    if where == "cwd":
+        assert p.returncode == 0, p.stderr
+        assert o["rdonly"] == "old secret\n" and o["seek"] == "ok", o
+        return
+    assert o is None, o
+    assert p.returncode == 2, p.stderr
+    assert ("sluice run: cannot build the box: standard input is the file %s, open for "
+            "writing, which the box does not show writable at that path" % path) in p.stderr, \
+        p.stderr
+    with open(path) as f:
+        assert f.read() == "old secret\n"

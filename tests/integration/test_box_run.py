@@ -3737,13 +3737,17 @@ def test_a_directory_given_as_standard_input_stays_in_the_box(box, net, hostdir)
     assert os.listdir(secret) == ["inside"]
 
 
-def test_a_log_file_given_as_output_and_error_is_shared(box, net):
+@pytest.mark.parametrize("where", ["workdir", "tmp"])
+def test_a_log_file_given_as_output_and_error_is_shared(box, net, where):
     """`> log 2>&1`: standard output and error are one open file, written
-    at one offset, by the command and by run (its summary line). Files
-    given for writing are passed as they are: opened again, each would
-    write over the other."""
+    at one offset, by the command and by run (its summary line). A file the
+    box shows writable (the working directory) is passed as it is: opened
+    again, each would write over the other; one it does not (the host's
+    /tmp) is written through one pipe for both, which run copies into that
+    same open file, the command's lines before run's summary."""
     pol = box.policy(net.policy([]))
-    log = os.path.join(box.workdir, "log.txt")
+    d = box.workdir if where == "workdir" else tempfile.mkdtemp(prefix="sluice-log-", dir="/tmp")
+    log = os.path.join(d, "log.txt")
     code = ("import sys\nfor x in 'abc':\n    (sys.stdout if x != 'b' else sys.stderr)"
             ".write(x + '\\n'); sys.stdout.flush(); sys.stderr.flush()\n")
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -3761,6 +3765,9 @@ def test_a_log_file_given_as_output_and_error_is_shared(box, net):
     # between: they share the file too)
     assert text.startswith("before\n") and text.endswith("after\n"), text
     assert "\na\nb\nc\n" in text and "sluice run: exit 0;" in text, text
+    assert text.index("\na\nb\nc\n") < text.index("sluice run: exit 0;"), text
+    if where == "tmp":
+        shutil.rmtree(d)
 
 
 # In-box code: for each FIFO path, opens it O_WRONLY|O_NONBLOCK (the host

@@ -1,0 +1,181 @@
+/* std_relay: files given for writing on standard output or error, written
+ * by the command through a pipe that run copies into them.
+ *
+ * Such a file was opened on the host's mount, and the command would hold
+ * that open file: through /proc/self/fd/N it could open it again for
+ * reading (the old contents of `>> ~/.ssh/known_hosts` with ~/.ssh hidden,
+ * of `2>> /tmp/x.log` outside the box's own /tmp), and change its mode,
+ * owner group, times or attributes (fchmod(), on a mount read-only in the
+ * box too). Where the box shows the same file, writable, at its path, the
+ * command could do all that by the path anyway, and the box passes the
+ * descriptor as it came (box.c). Everywhere else it gets the write end of
+ * a pipe, and run copies what comes out of it into the descriptor it was
+ * given, the same open file description: its offset and O_APPEND are the
+ * caller's, so `> log 2>&1` still writes the command's output, run's and
+ * the gateway's messages one after the other. Standard output and error
+ * that are one open file description (kcmp(KCMP_FILE)) share one pipe,
+ * which keeps the order of their writes.
+ *
+ * run makes the pipes before the box, whether the box then uses them or
+ * not (only inside is it known what the box shows), and reads them until
+ * every writer is gone: a pipe the box did not use is at its end once the
+ * command is executed, one it used once the box has ended. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/kcmp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "box/box.h"
+
+static const char *const names[] = {"input", "output", "error"};
+
+/* Whether <fd> is a regular file open for writing. */
+static bool written_file(int fd, struct stat *st)
+{
+    int flags = fcntl(fd, F_GETFL);
+    return flags >= 0 && (flags & O_ACCMODE) != O_RDONLY && fstat(fd, st) == 0 &&
+           S_ISREG(st->st_mode);
+}
+
+/* Whether descriptors 1 and 2 are one open file description. Where the
+ * kernel has no kcmp() (CONFIG_KCMP), the same file is taken for one: one
+ * pipe for both keeps their order, and two descriptions of one file
+ * (`> f 2> f`) would write over each other anyway. */
+static bool one_description(const struct stat *a, const struct stat *b)
+{
+    pid_t self = getpid();
+    long r = syscall(SYS_kcmp, self, self, KCMP_FILE, 1, 2);
+    if (r >= 0)
+        return r == 0;
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+void box_std_relay_init(struct box_std_relay *r)
+{
+    for (int fd = 0; fd <= 2; fd++)
+        r->in[fd] = r->box_end[fd] = -1;
+    memset(r->failed, 0, sizeof(r->failed));
+}
+
+int box_std_relay_open(struct box_std_relay *r, char *err, size_t errlen)
+{
+    struct stat st[3];
+    box_std_relay_init(r);
+    for (int fd = 1; fd <= 2; fd++) {
+        if (!written_file(fd, &st[fd]))
+            continue;
+        if (fd == 2 && r->in[1] >= 0 && one_description(&st[1], &st[2])) {
+            r->box_end[2] = r->box_end[1];
+            continue;
+        }
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) < 0) {
+            snprintf(err, errlen, "standard %s: pipe: %s", names[fd], strerror(errno));
+            box_std_relay_close(r);
+            return -1;
+        }
+        /* run's end never blocks the wait for the box's report */
+        fcntl(p[0], F_SETFL, O_NONBLOCK);
+        r->in[fd] = p[0];
+        r->box_end[fd] = p[1];
+    }
+    return 0;
+}
+
+void box_std_relay_spawned(struct box_std_relay *r)
+{
+    for (int fd = 1; fd <= 2; fd++) {
+        if (r->in[fd] >= 0 && r->box_end[fd] >= 0)
+            close(r->box_end[fd]);
+        r->box_end[fd] = -1;
+    }
+}
+
+size_t box_std_relay_poll(const struct box_std_relay *r, struct pollfd *p)
+{
+    size_t n = 0;
+    for (int fd = 1; fd <= 2; fd++)
+        if (r->in[fd] >= 0)
+            p[n++] = (struct pollfd){.fd = r->in[fd], .events = POLLIN};
+    return n;
+}
+
+/* Writes all of <buf> to <fd>; a failure is told once and what follows
+ * dropped (the pipe is still read, or the command would block on it). */
+static void put(struct box_std_relay *r, int fd, const char *buf, size_t len)
+{
+    while (len > 0 && !r->failed[fd]) {
+        ssize_t w = write(fd, buf, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            r->failed[fd] = true;
+            fprintf(stderr,
+                    "sluice run: standard %s: write failed: %s: the command's output there is "
+                    "dropped from now on\n",
+                    names[fd], w < 0 ? strerror(errno) : "nothing written");
+            return;
+        }
+        buf += w;
+        len -= (size_t)w;
+    }
+}
+
+/* Copies what the pipe of <fd> holds; closes it at its end. Returns
+ * whether it is still open. */
+static bool copy(struct box_std_relay *r, int fd)
+{
+    static char buf[65536];
+    for (;;) {
+        ssize_t n = read(r->in[fd], buf, sizeof(buf));
+        if (n > 0) {
+            put(r, fd, buf, (size_t)n);
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return true;
+        close(r->in[fd]);
+        r->in[fd] = -1;
+        return false;
+    }
+}
+
+void box_std_relay_step(struct box_std_relay *r, const struct pollfd *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        for (int fd = 1; fd <= 2; fd++)
+            if (p[i].revents != 0 && p[i].fd == r->in[fd])
+                copy(r, fd);
+}
+
+void box_std_relay_finish(struct box_std_relay *r)
+{
+    for (int fd = 1; fd <= 2; fd++) {
+        while (r->in[fd] >= 0 && copy(r, fd)) {
+            struct pollfd p = {.fd = r->in[fd], .events = POLLIN};
+            if (poll(&p, 1, -1) < 0 && errno != EINTR)
+                break;
+        }
+    }
+    box_std_relay_close(r);
+}
+
+void box_std_relay_close(struct box_std_relay *r)
+{
+    if (r->box_end[2] == r->box_end[1]) /* one pipe for both */
+        r->box_end[2] = -1;
+    for (int fd = 1; fd <= 2; fd++) {
+        if (r->in[fd] >= 0)
+            close(r->in[fd]);
+        if (r->box_end[fd] >= 0)
+            close(r->box_end[fd]);
+        r->in[fd] = r->box_end[fd] = -1;
+    }
+}
