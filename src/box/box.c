@@ -215,7 +215,7 @@ static const char *const std_names[] = {"input", "output", "error"};
  * path: the descriptor is kept as it came, sharing its open file
  * description with the caller (`> log 2>&1`: one offset for the command,
  * run and the gateway). Otherwise descriptor 1 or 2 becomes the pipe run
- * copies into that description (<cfg->std_pipe>, std_relay.c); standard
+ * copies into that description (<cfg->std_relay>, std_relay.c); standard
  * input, which no pipe can give for reading and writing, fails the
  * set-up. Returns 0, or -1 with a message in <err>. */
 static int give_written_file(const struct box_config *cfg, int fd, const struct stat *st, char *err,
@@ -230,10 +230,8 @@ static int give_written_file(const struct box_config *cfg, int fd, const struct 
         close(wfd);
         return 0;
     }
-    /* a pipe is never 0-2, which run holds open: a config that named none
-     * (zeroed) gives none */
-    int p = cfg->std_pipe[fd];
-    if (p > 2 && dup2(p, fd) == fd) /* dup2() clears close-on-exec on <fd> */
+    int p = cfg->std_relay != NULL ? cfg->std_relay->box_end[fd] : -1;
+    if (p >= 0 && dup2(p, fd) == fd) /* dup2() clears close-on-exec on <fd> */
         return 0;
     text_shown_into(shown, sizeof(shown), path[0] != '\0' ? path : "(unknown)");
     snprintf(err, errlen,
@@ -358,13 +356,19 @@ static void __attribute__((noreturn)) command_main(const struct box_config *cfg,
 
 /* --- the init -------------------------------------------------------------- */
 
-/* The write ends of run's pipes (std_relay.c) are the command's alone:
- * held by the init too, run would never see their end. */
-static void close_std_pipes(const struct box_config *cfg)
+/* The ends of run's pipes (std_relay.c) in the box: run's read ends at
+ * once (held in the box, a pipe run closed after a failed write would
+ * still have a reader, and the command's writes would not fail), the write
+ * ends once the command is forked (held by the init, run would never see
+ * their end). */
+static void close_std_pipes(const struct box_config *cfg, bool write_ends)
 {
-    for (int fd = 1; fd <= 2; fd++)
-        if (cfg->std_pipe[fd] > 2 && (fd == 1 || cfg->std_pipe[2] != cfg->std_pipe[1]))
-            close(cfg->std_pipe[fd]);
+    const struct box_std_relay *r = cfg->std_relay;
+    for (int fd = 1; r != NULL && fd <= 2; fd++) {
+        int end = write_ends ? r->box_end[fd] : r->in[fd];
+        if (end >= 0 && (fd == 1 || !write_ends || r->box_end[2] != r->box_end[1]))
+            close(end);
+    }
 }
 
 static int on_signal(void *arg)
@@ -456,6 +460,7 @@ init_main(const struct box_config *cfg, uid_t uid, gid_t gid, bool userns, int s
     int gw_fd = -1;
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0 || run_is_gone(status_fd))
         _exit(2);
+    close_std_pipes(cfg, false);
     sigset_t mask;
     box_forwarded_signals(&mask);
     sigaddset(&mask, SIGCHLD);
@@ -520,7 +525,7 @@ init_main(const struct box_config *cfg, uid_t uid, gid_t gid, bool userns, int s
         command_main(cfg, ep[1]);
     }
     close(ep[1]);
-    close_std_pipes(cfg);
+    close_std_pipes(cfg, true);
     /* From here on the init relays, waits and kills in the box only: the
      * capabilities it built the box with go (see box_init_let_go()). */
     if (box_init_let_go(err, sizeof(err)) < 0) {

@@ -54,6 +54,14 @@ struct box_path {
     bool optional;    /* a path that does not exist is skipped, not an error */
 };
 
+/* Files given for writing on standard output or error, which the command
+ * writes through a pipe (std_relay.c): see box_config.std_relay. */
+struct box_std_relay {
+    int in[3];      /* run's read end of each pipe, -1 (fd 2 sharing fd 1's: -1) */
+    int box_end[3]; /* the write ends, for the box */
+    bool failed[3]; /* a write into the file failed: its pipe is closed */
+};
+
 struct box_config {
     char *const *argv;            /* the command, argv[0] looked up in PATH */
     char *const *envp;            /* its environment */
@@ -72,11 +80,11 @@ struct box_config {
                        * ignored them: nohup); the others at their default */
     sigset_t blocked; /* the signal mask the command starts with: run's
                        * caller's, as execve() would have left it */
-    /* for descriptors 1 and 2, regular files given for writing: the write
-     * end of the pipe run copies into the file (box_std_relay_open()),
-     * which the command gets unless the box shows that file writable at
-     * its path; -1 otherwise (and always for 0) */
-    int std_pipe[3];
+    /* the pipes run copies into descriptors 1 and 2 when they are regular
+     * files given for writing (box_std_relay_open()): the command gets the
+     * write end unless the box shows that file writable at its path; run's
+     * read ends are closed in the box at once. NULL: none. */
+    const struct box_std_relay *std_relay;
 };
 
 /* A spawned box. */
@@ -118,14 +126,6 @@ int box_check_std(bool allow_unix, char *err, size_t errlen);
  * /proc/self/fd link) into <path> of <len> bytes, "" when it has none
  * (std_check.c). Returns its length, 0 when unknown. */
 size_t box_fd_path(int fd, char *path, size_t len);
-
-/* Files given for writing on standard output or error, which the command
- * writes through a pipe (std_relay.c): see box_config.std_pipe. */
-struct box_std_relay {
-    int in[3];      /* run's read end of each pipe, -1 (fd 2 sharing fd 1's: -1) */
-    int box_end[3]; /* the write ends, for box_config.std_pipe */
-    bool failed[3]; /* a write into the file failed: the rest is dropped */
-};
 
 /* Empties <r>: no pipe. */
 void box_std_relay_init(struct box_std_relay *r);

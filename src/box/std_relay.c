@@ -105,8 +105,10 @@ size_t box_std_relay_poll(const struct box_std_relay *r, struct pollfd *p)
     return n;
 }
 
-/* Writes all of <buf> to <fd>; a failure is told once and what follows
- * dropped (the pipe is still read, or the command would block on it). */
+/* Writes all of <buf> to <fd>. A failure (ENOSPC, EFBIG) is told once
+ * and the pipe closed: the command's next write fails (EPIPE), as its
+ * write into the file would have, rather than its output being dropped
+ * unseen (told on a standard error that may be that same file). */
 static void put(struct box_std_relay *r, int fd, const char *buf, size_t len)
 {
     while (len > 0 && !r->failed[fd]) {
@@ -116,8 +118,8 @@ static void put(struct box_std_relay *r, int fd, const char *buf, size_t len)
         if (w <= 0) {
             r->failed[fd] = true;
             fprintf(stderr,
-                    "sluice run: standard %s: write failed: %s: the command's output there is "
-                    "dropped from now on\n",
+                    "sluice run: standard %s: write failed: %s; the command's writes there fail "
+                    "from now on (broken pipe)\n",
                     names[fd], w < 0 ? strerror(errno) : "nothing written");
             return;
         }
@@ -126,13 +128,13 @@ static void put(struct box_std_relay *r, int fd, const char *buf, size_t len)
     }
 }
 
-/* Copies what the pipe of <fd> holds; closes it at its end. Returns
- * whether it is still open. */
+/* Copies what the pipe of <fd> holds; closes it at its end, or once a
+ * write into the file failed. Returns whether it is still open. */
 static bool copy(struct box_std_relay *r, int fd)
 {
     static char buf[65536];
     for (;;) {
-        ssize_t n = read(r->in[fd], buf, sizeof(buf));
+        ssize_t n = r->failed[fd] ? 0 : read(r->in[fd], buf, sizeof(buf));
         if (n > 0) {
             put(r, fd, buf, (size_t)n);
             continue;

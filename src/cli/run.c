@@ -1487,7 +1487,7 @@ static int run_main(int argc, char **argv)
         fprintf(stderr, "sluice run: %s\n", err);
         goto out;
     }
-    memcpy(cfg.std_pipe, std.box_end, sizeof(cfg.std_pipe));
+    cfg.std_relay = &std;
     int tty = foreground_terminal();
     if (box_spawn(&cfg, &box, err, sizeof(err)) < 0) {
         if (tty >= 0)

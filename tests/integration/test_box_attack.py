@@ -1540,3 +1540,35 @@ def test_standard_input_given_for_writing_too_must_be_shown_writable(sluice_bin,
         p.stderr
     with open(path) as f:
         assert f.read() == "old secret\n"
+
+
+def test_a_failed_write_into_a_file_given_for_writing_fails_the_commands_writes(sluice_bin, proj):
+    """A file written through run's pipe that can take no more (here past
+    run's RLIMIT_FSIZE, as a full disk): run says so once, and closes the
+    pipe, so that the command's next write fails (EPIPE), as its write into
+    the file would have, instead of its output being dropped unseen."""
+    import resource
+    d = tempfile.mkdtemp(prefix="sluice-full-", dir="/tmp")
+    path = os.path.join(d, "out")
+    # 1 MB: more than the pipe holds (64 KiB) and run reads at once
+    # (64 KiB) before its write fails, so that the command writes after
+    # the pipe is closed however the two are scheduled
+    code = ("import sys\nfor i in range(1000):\n    sys.stdout.write('x' * 999 + '\\n')\n"
+            "    sys.stdout.flush()\n")
+    pol = _policy(proj)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        p = subprocess.run([sluice_bin, "run", "--policy", pol, "--", PY, "-c", code],
+                           stdin=subprocess.DEVNULL, stdout=fd, stderr=subprocess.PIPE, text=True,
+                           timeout=30, cwd=proj, env=_clean_env(),
+                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE,
+                                                                 (4096, 4096)))
+        size = os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+        shutil.rmtree(d)
+    assert size == 4096, size
+    assert p.stderr.count("sluice run: standard output: write failed: File too large; the "
+                          "command's writes there fail from now on (broken pipe)") == 1, p.stderr
+    assert "BrokenPipeError" in p.stderr, p.stderr
+    assert p.returncode != 0, p.stderr
