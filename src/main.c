@@ -2,7 +2,10 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include <event2/event.h>
 
 #include "cli/commands.h"
 #include "util/std_fds.h"
@@ -25,6 +28,11 @@ static int finish_stdout(const char *name, int rc)
 
 int main(int argc, char **argv)
 {
+    /* libevent's zeroed allocations (an event, a bufferevent, an evbuffer:
+     * about ten a connection) as malloc() and a memset(): glibc's calloc()
+     * takes no chunk from the thread's cache (before 2.41), malloc() does.
+     * Before any other libevent call, as libevent asks. */
+    event_set_mem_functions(malloc, realloc, free);
     if (std_fds_ensure() < 0)
         return EXIT_USAGE; /* no /dev/null, and perhaps no standard error to say so */
     if (argc < 2) {
