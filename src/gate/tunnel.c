@@ -18,6 +18,7 @@
 #include "gate/stream.h"
 #include "shape/quota.h"
 #include "util/units.h"
+#include "util/zalloc.h"
 
 /* The copy path's read size (and its stash). 64 KiB: a streaming direction
  * then costs one recv() and one send() per 64 KiB, and what it sends
@@ -619,7 +620,7 @@ struct tunnel *tunnel_new(struct event_base *base, evutil_socket_t client_fd,
                           evutil_socket_t upstream_fd, uint64_t idle_ms, bool splice, tunnel_cb cb,
                           void *arg)
 {
-    struct tunnel *t = calloc(1, sizeof(*t));
+    struct tunnel *t = zalloc(sizeof(*t));
     if (t == NULL) {
         close(client_fd);
         close(upstream_fd);

@@ -16,6 +16,7 @@
 #include "gate/stream.h"
 #include "util/units.h"
 #include "util/shortage.h"
+#include "util/zalloc.h"
 
 struct upstream_connect {
     struct event_base *base;
@@ -229,7 +230,7 @@ struct upstream_connect *upstream_connect_start(struct event_base *base, const s
                                                 size_t n, uint16_t port, unsigned budget_ms,
                                                 upstream_cb cb, void *arg)
 {
-    struct upstream_connect *uc = calloc(1, sizeof(*uc));
+    struct upstream_connect *uc = zalloc(sizeof(*uc));
     if (uc == NULL)
         return NULL;
     uc->kick = evtimer_new(base, on_kick, uc);

@@ -9,6 +9,7 @@
 
 #include "shape/bucket.h"
 #include "util/units.h"
+#include "util/zalloc.h"
 #include "watch/bus.h"
 #include "watch/window.h"
 
@@ -524,7 +525,7 @@ struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, cons
     const struct rate_spec *rs[2] = {&p->limits.rate, r != NULL ? &r->rate : NULL};
     if (agent_id == NULL)
         return NULL;
-    struct quota_flow *f = calloc(1, sizeof(*f));
+    struct quota_flow *f = zalloc(sizeof(*f));
     if (f == NULL)
         return NULL;
     f->q = q;

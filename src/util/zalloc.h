@@ -1,0 +1,18 @@
+/* zalloc: zeroed memory for what the data path makes and frees on every
+ * connection (a connection's upstream connect, its tunnel, its flow).
+ *
+ * glibc's calloc() (before 2.41) takes no chunk from the thread's cache
+ * (tcache), which malloc() does: a calloc() goes through _int_malloc()
+ * every time (about 250 instructions), while the free() of a structure
+ * made per connection leaves a chunk of its size in that cache for the
+ * next. malloc() and a memset() take it. */
+#ifndef SLUICE_UTIL_ZALLOC_H
+#define SLUICE_UTIL_ZALLOC_H
+
+#include <stddef.h>
+
+/* Returns <n> bytes (n > 0), all zero, or NULL when out of memory; the
+ * caller frees them with free(). */
+void *zalloc(size_t n);
+
+#endif
