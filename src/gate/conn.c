@@ -27,6 +27,7 @@
 #include "shape/quota.h"
 #include "util/shortage.h"
 #include "util/units.h"
+#include "watch/agent_hash.h"
 #include "watch/bus.h"
 #include "watch/log_jsonl.h"
 
@@ -216,6 +217,14 @@ static void drop_upstream(struct conn *c)
     }
 }
 
+/* <ex>'s agent is <id>: hashed once, here, for the watchers that look it
+ * up at each of its events (watch/agent_hash.h). */
+static void set_agent(struct exchange *ex, const char *id)
+{
+    ex->agent_id = id;
+    ex->agent_hash = id != NULL ? agent_hash(id) : 0;
+}
+
 static void fill_event(const struct conn *c, struct egress_event *ev, enum event_kind kind)
 {
     const struct exchange *ex = &c->ex;
@@ -224,6 +233,7 @@ static void fill_event(const struct conn *c, struct egress_event *ev, enum event
     clock_gettime(CLOCK_REALTIME, &ev->ts);
     ev->id = ex->id;
     ev->agent = ex->agent_id;
+    ev->agent_hash = ex->agent_hash;
     ev->method = ex->method[0] != '\0' ? ex->method : NULL;
     ev->method_bit = ex->mbit;
     ev->scheme = !ex->have_target ? NULL : ex->is_connect ? "https" : "http";
@@ -909,7 +919,7 @@ static bool identify(struct conn *c, const char *auth, size_t auth_len)
     if (c->gw->cfg.forced_agent != NULL) {
         wipe_head_bytes(auth, auth_len);
         a = policy_find_agent(p, c->gw->cfg.forced_agent);
-        ex->agent_id = c->gw->cfg.forced_agent;
+        set_agent(ex, c->gw->cfg.forced_agent);
     } else {
         const char *why = NULL;
         enum agent_result r = agent_identify_why(p, &c->origin, auth, auth_len, &a, &why);
@@ -924,7 +934,7 @@ static bool identify(struct conn *c, const char *auth, size_t auth_len)
                         r == AGENT_AUTH_REQUIRED ? why : NULL, true);
             return false;
         }
-        ex->agent_id = a != NULL ? a->id : AGENT_DEFAULT_ID;
+        set_agent(ex, a != NULL ? a->id : AGENT_DEFAULT_ID);
         ex->by_secret = a != NULL && a->has_token; /* only a matching secret names one */
     }
     ex->agent = a;
@@ -1444,10 +1454,10 @@ static void read_head(struct conn *c)
          * agent's denials are counted for it. */
         const struct agent *a = NULL;
         if (c->gw->cfg.forced_agent != NULL)
-            c->ex.agent_id = c->gw->cfg.forced_agent;
+            set_agent(&c->ex, c->gw->cfg.forced_agent);
         else if (!agent_token_possible(c->ex.pol->policy, &c->origin) &&
                  agent_identify(c->ex.pol->policy, &c->origin, NULL, 0, &a) == AGENT_OK)
-            c->ex.agent_id = a != NULL ? a->id : AGENT_DEFAULT_ID;
+            set_agent(&c->ex, a != NULL ? a->id : AGENT_DEFAULT_ID);
         /* Never read again (a 400 closes): its Proxy-Authorization, not
          * looked for in a head that does not parse, goes with the rest. */
         wipe_head_bytes(buf, n);

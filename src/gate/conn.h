@@ -83,6 +83,7 @@ struct exchange {
     struct gw_policy *pol; /* the policy this request is decided under (a reference) */
     const struct agent *agent;
     const char *agent_id; /* NULL when unknown (auth failed); borrowed */
+    uint64_t agent_hash;  /* agent_hash(agent_id), set with it (set_agent()), or 0 */
     bool by_secret;       /* identified by the secret it presented (a token agent) */
     bool credentials;     /* presented credentials that were judged (event.h) */
     enum agent_mode mode;

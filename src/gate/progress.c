@@ -23,6 +23,7 @@ static void publish(struct conn *c, uint64_t total, const struct timespec *now)
     clock_gettime(CLOCK_REALTIME, &ev.ts);
     ev.id = ex->id;
     ev.agent = ex->agent_id;
+    ev.agent_hash = ex->agent_hash;
     ev.method = ex->method[0] != '\0' ? ex->method : NULL;
     ev.method_bit = ex->mbit;
     ev.scheme = !ex->have_target ? NULL : ex->is_connect ? "https" : "http";

@@ -12,6 +12,7 @@
 #include "util/pos_index.h"
 #include "util/siphash.h"
 #include "util/units.h"
+#include "watch/agent_hash.h"
 #include "watch/bus.h"
 #include "watch/contact_set.h"
 #include "watch/window.h"
@@ -58,7 +59,7 @@ struct agent_state {
     struct store_baseline bl;
     uint64_t cur_req, cur_bytes;
     bool bl_dirty;
-    uint64_t hash;       /* agent_hash() of the id */
+    uint64_t hash;       /* agent_hash() of the id (watch/agent_hash.h) */
     uint32_t prev, next; /* the list by last event: see agent_get() */
 };
 
@@ -79,7 +80,6 @@ struct detectors {
     struct agent_state *agents;
     size_t nagents, capagents;
     struct pos_index agent_index;
-    struct siphash_key agent_hash_key;
     size_t agents_stale;         /* index entries of evicted agents */
     uint32_t lru_head, lru_tail; /* seen longest ago, seen last */
     uint32_t evict_from;         /* the first agent not known busy: see agent_evict() */
@@ -129,8 +129,9 @@ static void agent_windows(const struct cfg *c, struct agent_state *a, bool only_
 static void baseline_roll(struct detectors *d, struct agent_state *a, int64_t now_ms);
 
 /* Agents are found through a hash index of their places in d->agents,
- * keyed by a hash of their id drawn at start (a linear search compared
- * every event's agent with every agent tracked: 4096 of them). An evicted
+ * keyed by agent_hash() of their id, for an event the hash it carries
+ * (watch/agent_hash.h; a linear search compared every event's agent with
+ * every agent tracked: 4096 of them). An evicted
  * agent's place goes to the new agent, and the index keeps the old entry
  * (a stale one, which only costs its lookups a compare) until stale
  * entries outnumber the agents: then it is built anew.
@@ -144,11 +145,6 @@ static void baseline_roll(struct detectors *d, struct agent_state *a, int64_t no
  * was found busy (busy_until_ms), unless the clock goes back or a reload
  * starts the windows afresh. */
 #define AGENT_NONE UINT32_MAX
-
-static uint64_t agent_hash(const struct detectors *d, const char *id)
-{
-    return siphash13(&d->agent_hash_key, id, strlen(id));
-}
 
 static void agents_reindex(struct detectors *d)
 {
@@ -251,12 +247,12 @@ static struct agent_state *agent_evict(struct detectors *d, int64_t now_ms)
     return v;
 }
 
-/* The state of agent <id>, made when new; at the cap an idle agent gives
- * its place, unless <now_ms> is negative (loading the store). NULL when
- * there is no room or memory. */
-static struct agent_state *agent_get(struct detectors *d, const char *id, int64_t now_ms)
+/* The state of agent <id>, whose agent_hash() is <h>, made when new; at
+ * the cap an idle agent gives its place, unless <now_ms> is negative
+ * (loading the store). NULL when there is no room or memory. */
+static struct agent_state *agent_get(struct detectors *d, const char *id, uint64_t h,
+                                     int64_t now_ms)
 {
-    uint64_t h = agent_hash(d, id);
     size_t j = POS_INDEX_START, p;
     while ((p = pos_index_next(&d->agent_index, h, &j)) != 0) {
         struct agent_state *a = &d->agents[p - 1];
@@ -324,7 +320,7 @@ static void load_baseline(const char *agent, const struct store_baseline *b, voi
     if (!isfinite(b->req_avg) || !isfinite(b->bytes_avg) || b->req_avg < 0 || b->bytes_avg < 0 ||
         b->minute < 0 || b->since_ms < 0 || b->minute <= b->since_ms / MINUTE_MS)
         return;
-    struct agent_state *a = agent_get(arg, agent, -1);
+    struct agent_state *a = agent_get(arg, agent, agent_hash(agent), -1);
     if (a == NULL)
         return;
     a->bl = *b;
@@ -442,7 +438,6 @@ struct detectors *detectors_new(struct alert_bus *out, struct store *store)
     d->cfg.write_burst.per_ms = d->cfg.upload_bytes.per_ms = d->cfg.denied_burst.per_ms =
         d->cfg.auth_failures.per_ms = THRESHOLD_PER_MS;
     siphash_random_key(&d->source_hash_key, d);
-    siphash_random_key(&d->agent_hash_key, &d->agents);
     d->lru_head = d->lru_tail = d->evict_from = AGENT_NONE;
     d->busy_seen_ms = INT64_MIN;
     d->busy_until_ms = INT64_MIN; /* the first eviction walks the list */
@@ -520,7 +515,7 @@ uint64_t detectors_agent_probes(const struct detectors *d)
 
 bool detectors_tracks(struct detectors *d, const char *id)
 {
-    uint64_t h = agent_hash(d, id);
+    uint64_t h = agent_hash(id);
     size_t cursor = POS_INDEX_START;
     for (size_t p; (p = pos_index_next(&d->agent_index, h, &cursor)) != 0;)
         if (d->agents[p - 1].hash == h && strcmp(d->agents[p - 1].id, id) == 0)
@@ -881,7 +876,8 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
     bool passed = ev->verdict != VERDICT_DENY;
     bool write = (ev->method_bit & DETECT_WRITES) != 0;
     char what[WHAT_MAX], detail[DETAIL_MAX], grant[OWNER_SHOWN + 60], per[32];
-    struct agent_state *a = ev->agent != NULL ? agent_get(d, ev->agent, now_ms) : NULL;
+    struct agent_state *a =
+        ev->agent != NULL ? agent_get(d, ev->agent, agent_hash_of_event(ev), now_ms) : NULL;
 
     what[0] = '\0'; /* describe(): on the way to an alert, not on every request */
     struct alert al = {.agent = ev->agent, .host = ev->host, .tier = ev->tier, .id = ev->id};
@@ -1014,7 +1010,8 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
 static void on_bytes(struct detectors *d, const struct egress_event *ev, int64_t now_ms)
 {
     const struct cfg *c = &d->cfg;
-    struct agent_state *a = ev->agent != NULL ? agent_get(d, ev->agent, now_ms) : NULL;
+    struct agent_state *a =
+        ev->agent != NULL ? agent_get(d, ev->agent, agent_hash_of_event(ev), now_ms) : NULL;
     uint64_t bytes = ev->kind == EVENT_EGRESS_PROGRESS ? ev->bytes_up : ev->bytes_down;
     if (a == NULL || bytes == 0)
         return;

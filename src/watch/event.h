@@ -29,9 +29,13 @@ enum event_kind { EVENT_EGRESS, EVENT_EGRESS_END, EVENT_EGRESS_PROGRESS };
 
 struct egress_event {
     enum event_kind kind;
-    struct timespec ts;  /* wall clock (CLOCK_REALTIME) when it happened */
-    const char *id;      /* "c17.1": connection 17, request 1 */
-    const char *agent;   /* agent id */
+    struct timespec ts; /* wall clock (CLOCK_REALTIME) when it happened */
+    const char *id;     /* "c17.1": connection 17, request 1 */
+    const char *agent;  /* agent id */
+    /* agent_hash(agent) (watch/agent_hash.h), hashed once an exchange by the
+     * gate; 0 when the event's maker left it (agent_hash_of_event() then
+     * hashes <agent>) */
+    uint64_t agent_hash;
     const char *method;  /* "GET", "CONNECT", ...; NULL when unparseable */
     unsigned method_bit; /* method_bit(method) */
     const char *scheme;  /* "http" or "https" (CONNECT); NULL when unknown */

@@ -13,8 +13,8 @@
 #include "policy/decision.h"
 #include "policy/lint.h"
 #include "util/pos_index.h"
-#include "util/siphash.h"
 #include "util/units.h"
+#include "watch/agent_hash.h"
 
 #define NTIERS    5 /* none, 0..3 */
 #define NVERDICTS 3
@@ -23,7 +23,7 @@ struct agent_counts {
     char *id;
     uint64_t req[NTIERS][NVERDICTS][REASON_COUNT];
     uint64_t up, down;
-    uint64_t hash; /* agent_hash() of the id */
+    uint64_t hash; /* agent_hash() of the id (watch/agent_hash.h) */
 };
 
 struct grant_gauge {
@@ -43,17 +43,14 @@ struct metrics {
     metrics_extra_fn extra;
     void *garg;
     struct pos_index agent_index;
-    struct siphash_key agent_hash_key;
     uint64_t agent_probes; /* agents compared by agent_of(), for tests */
 };
 
 struct metrics *metrics_new(void)
 {
     struct metrics *m = calloc(1, sizeof(*m));
-    if (m != NULL) {
+    if (m != NULL)
         m->other.id = NULL;
-        siphash_random_key(&m->agent_hash_key, m);
-    }
     return m;
 }
 
@@ -124,20 +121,16 @@ void metrics_set_policy(struct metrics *m, const struct policy *p, int64_t now)
 }
 
 /* An agent's counters are found through a hash index of their places in
- * m->agents, keyed by a hash of the id drawn at start (a linear search
- * compared every event's agent with every agent counted, up to 4096, and
- * every event of an agent past them with all 4096). Agents are never
- * dropped, so places never move. */
-static uint64_t agent_hash(const struct metrics *m, const char *id)
+ * m->agents, keyed by agent_hash() of the id, for <ev>'s agent the hash it
+ * carries (a linear search compared every event's agent with every agent
+ * counted, up to 4096, and every event of an agent past them with all
+ * 4096). Agents are never dropped, so places never move. */
+static struct agent_counts *agent_of(struct metrics *m, const struct egress_event *ev)
 {
-    return siphash13(&m->agent_hash_key, id, strlen(id));
-}
-
-static struct agent_counts *agent_of(struct metrics *m, const char *id)
-{
+    const char *id = ev->agent;
     if (id == NULL)
         return &m->other;
-    uint64_t h = agent_hash(m, id);
+    uint64_t h = agent_hash_of_event(ev);
     size_t cursor = POS_INDEX_START;
     for (size_t p; (p = pos_index_next(&m->agent_index, h, &cursor)) != 0; m->agent_probes++)
         if (m->agents[p - 1].hash == h && strcmp(m->agents[p - 1].id, id) == 0) {
@@ -173,7 +166,7 @@ static struct agent_counts *agent_of(struct metrics *m, const char *id)
 void metrics_on_event(const struct egress_event *ev, void *arg)
 {
     struct metrics *m = arg;
-    struct agent_counts *a = agent_of(m, ev->agent);
+    struct agent_counts *a = agent_of(m, ev);
     switch (ev->kind) {
     case EVENT_EGRESS: {
         if (ev->again)

@@ -15,6 +15,7 @@
 #include <event2/event.h>
 
 #include "evbuffer_text.h"
+#include "watch/agent_hash.h"
 #include "watch/metrics.h"
 
 /* The exposition of <m>, NUL-terminated; the caller frees it. */
@@ -105,6 +106,38 @@ static void agent_lookups_do_not_scan_the_table(void **state)
     assert_non_null(strstr(s, "\nsluice_bytes_up_total{agent=\"a0\"} "));
     assert_non_null(strstr(s, "\nsluice_bytes_up_total{agent=\"a4095\"} "));
     assert_null(strstr(s, "past-"));
+    free(s);
+    metrics_free(m);
+}
+
+/* The gate hashes an exchange's agent once and its events carry that hash
+ * (agent_hash, watch/agent_hash.h); an event made without it (0) has its
+ * agent hashed by the metrics: either way the same agent's counters, found
+ * at the first compare. */
+static void a_carried_agent_hash_finds_the_same_counters(void **state)
+{
+    (void)state;
+    struct metrics *m = metrics_new();
+    assert_non_null(m);
+    assert_int_equal(agent_hash("ci"), agent_hash("ci"));
+    assert_int_not_equal(agent_hash("ci"), agent_hash("cj"));
+    feed(m, "ci", 1, 2); /* no hash carried: the first event adds the agent */
+    struct egress_event ev = {.kind = EVENT_EGRESS_PROGRESS,
+                              .agent = "ci",
+                              .agent_hash = agent_hash("ci"),
+                              .bytes_up = 10};
+    assert_int_equal(agent_hash_of_event(&ev), agent_hash("ci"));
+    uint64_t before = metrics_agent_probes(m);
+    metrics_on_event(&ev, m);
+    assert_int_equal(metrics_agent_probes(m) - before, 1);
+    ev.kind = EVENT_EGRESS_END;
+    ev.agent_hash = 0;
+    ev.bytes_down = 20;
+    assert_int_equal(agent_hash_of_event(&ev), agent_hash("ci"));
+    metrics_on_event(&ev, m);
+    char *s = scrape(m);
+    assert_non_null(strstr(s, "\nsluice_bytes_up_total{agent=\"ci\"} 11\n"));
+    assert_non_null(strstr(s, "\nsluice_bytes_down_total{agent=\"ci\"} 22\n"));
     free(s);
     metrics_free(m);
 }
@@ -249,6 +282,7 @@ int main(void)
         cmocka_unit_test(a_dns_server_listed_twice_is_one_series),
         cmocka_unit_test(a_scrape_out_of_memory_fails),
         cmocka_unit_test(a_redecided_tunnel_counts_once),
+        cmocka_unit_test(a_carried_agent_hash_finds_the_same_counters),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
