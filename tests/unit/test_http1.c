@@ -424,6 +424,47 @@ static void test_head_end_incremental(void **state)
     assert_int_equal(http1_head_end(&scan, h, strlen(h), MAX_HEAD, &why), 27);
 }
 
+/* A field value of <len> bytes ('v' but <b> at <pos>, so each word of the
+ * value scan and its tail get each byte value): accepted as it came when
+ * <b> is a field-vchar, SP or HTAB, else refused for the reason its byte
+ * gives, as a byte-by-byte check gives it. */
+static void value_byte(size_t len, size_t pos, unsigned b)
+{
+    char s[96];
+    int n = snprintf(s, sizeof(s), "GET http://a.test/ HTTP/1.1\r\nHost: a\r\nX: ");
+    memset(s + n, 'v', len);
+    s[(size_t)n + pos] = (char)b;
+    memcpy(s + n + len, "\r\n\r\n", 4);
+    size_t total = (size_t)n + len + 4;
+    bool vchar = b == '\t' || (b >= 0x20 && b != 0x7f);
+    if (!vchar) {
+        bad_req(s, total,
+                b == '\n'   ? "bare LF in head"
+                : b == '\r' ? "CR without LF in header"
+                            : "invalid character in header value");
+        return;
+    }
+    const char *why;
+    int rc = preq_n(s, total, MAX_HEAD, &why);
+    if (rc != (int)total)
+        fail_msg("byte 0x%02x at %zu of %zu: rc %d (%s)", b, pos, len, rc, why ? why : "-");
+    const struct http_header *h = &req.headers[1];
+    size_t lead = (pos == 0 && (b == ' ' || b == '\t')) ? 1 : 0;
+    size_t trail = (pos == len - 1 && len > 1 && (b == ' ' || b == '\t')) ? 1 : 0;
+    assert_int_equal(h->value_len, len - lead - trail);
+    assert_ptr_equal(h->value, copy + n + lead);
+    assert_int_equal(h->plain, lead == 0 && trail == 0);
+}
+
+static void test_value_bytes(void **state)
+{
+    (void)state;
+    for (size_t len = 1; len <= 25; len++)
+        for (size_t pos = 0; pos < len; pos++)
+            for (unsigned b = 0; b < 256; b++)
+                value_byte(len, pos, b);
+}
+
 /* Parses <in> (a whole head) and checks that the request written upstream
  * from it, into <b> (emptied), is exactly <out>. */
 static void expect_upstream(struct evbuffer *b, const char *in, const char *out)
@@ -981,6 +1022,7 @@ int main(void)
         cmocka_unit_test(test_request_line_errors),
         cmocka_unit_test(test_target_errors),
         cmocka_unit_test(test_header_errors),
+        cmocka_unit_test(test_value_bytes),
         cmocka_unit_test(test_smuggling),
         cmocka_unit_test(test_partial_and_limits),
         cmocka_unit_test(test_head_end_incremental),
