@@ -6,11 +6,12 @@
  * parses again with the same framing and never carries
  * Proxy-Authorization, the head written upstream carries the client's Host
  * value as it came or (HTTP/1.0 without one) the target's host and port,
- * a split Host is its host then ":port" or
- * nothing, and the end of a head found in pieces is where one scan finds
- * it; a relayed response carries at most one Transfer-Encoding, without
- * empty list elements or identity; other_coding says whether a coding
- * other than chunked and identity is named, and stays so when relayed. */
+ * a split Host is its host then ":port" or nothing, the end of a head
+ * found in pieces is where one scan finds it, and a head parsed in pieces
+ * is the head parsed at once; a relayed response carries at most one
+ * Transfer-Encoding, without empty list elements or identity; other_coding
+ * says whether a coding other than chunked and identity is named, and
+ * stays so when relayed. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -296,6 +297,42 @@ static void check_head_end_in_pieces(const char *buf, size_t len)
     }
 }
 
+/* The parsers with a scan, fed <buf> in pieces as check_head_end_in_pieces()
+ * feeds it, give at every step what the parsers give of the bytes so far:
+ * the same return and reason, and once a head parses, the same head. */
+static void check_parse_in_pieces(const char *buf, size_t len)
+{
+    struct http1_scan req_scan = {0}, rsp_scan = {0};
+    size_t max_head = len / 2 + 1;
+    int req_done = 0, rsp_done = 0;
+    size_t n = 0;
+    while (n < len && !(req_done && rsp_done)) {
+        n += 1 + (size_t)((unsigned char)buf[n] & 15);
+        if (n > len)
+            n = len;
+        const char *why = NULL, *why_once = NULL;
+        if (!req_done) {
+            int rc = http1_parse_request_scan(&req_scan, buf, n, max_head, &again, &why);
+            check(rc == http1_parse_request(buf, n, max_head, &req, &why_once));
+            check(rc >= 0 || strcmp(why, why_once) == 0);
+            check(rc <= 0 || (again.nheaders == req.nheaders && again.head_len == req.head_len &&
+                              again.content_length == req.content_length &&
+                              again.chunked == req.chunked && again.conn_close == req.conn_close));
+            req_done = rc != HTTP1_NEED_MORE;
+        }
+        if (!rsp_done) {
+            int rc = http1_parse_response_scan(&rsp_scan, buf, n, max_head, &rsp_again, &why);
+            check(rc == http1_parse_response(buf, n, max_head, &rsp, &why_once));
+            check(rc >= 0 || strcmp(why, why_once) == 0);
+            check(rc <= 0 ||
+                  (rsp_again.nheaders == rsp.nheaders && rsp_again.head_len == rsp.head_len &&
+                   rsp_again.content_length == rsp.content_length &&
+                   rsp_again.status == rsp.status && rsp_again.chunked == rsp.chunked));
+            rsp_done = rc != HTTP1_NEED_MORE;
+        }
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size > 65536)
@@ -308,6 +345,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     check_request(buf, size);
     check_response(buf, size);
     check_head_end_in_pieces(buf, size);
+    check_parse_in_pieces(buf, size);
     check_split_host(buf, size < 300 ? size : 300); /* any bytes as a Host value */
     /* A small max_head never yields a head longer than it. */
     const char *why;

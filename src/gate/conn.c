@@ -1432,20 +1432,18 @@ static void read_head(struct conn *c)
     }
     /* The parser goes over the head from its start: only once its end (or
      * an error) is there, which the scan finds looking at the new bytes
-     * alone. Else a head sent a byte at a time was parsed once per byte,
-     * CPU quadratic in its size. */
+     * alone (http1_parse_request_scan()). Else a head sent a byte at a
+     * time was parsed once per byte, CPU quadratic in its size. */
     const char *why = NULL;
-    if (http1_head_end(&c->head_scan, buf, n, max, &why) == HTTP1_NEED_MORE) {
+    /* On the stack: at 3.5 KiB it is past glibc's per-thread cache, so
+     * each malloc() and free() of it took malloc's slower paths. */
+    struct http_request head, *req = &head;
+    int rc = http1_parse_request_scan(&c->head_scan, buf, n, max, req, &why);
+    if (rc == HTTP1_NEED_MORE) {
         if (c->client_ended)
             close_when_flushed(c); /* the rest of this head will not come */
         return;
     }
-    /* On the stack: at 3.5 KiB it is past glibc's per-thread cache, so
-     * each malloc() and free() of it took malloc's slower paths. */
-    struct http_request head, *req = &head;
-    int rc = http1_parse_request(buf, n, max, req, &why);
-    if (rc == HTTP1_NEED_MORE)
-        return;
     begin_exchange(c);
     if (rc < 0) {
         /* Best effort: name the agent a client without a secret would be,

@@ -614,12 +614,6 @@ static int read_response_head(struct conn *c, bool force)
         size_t n = len < limit ? len : limit;
         const char *buf = (const char *)evbuffer_pullup(in, (ev_ssize_t)n);
         const char *why = NULL;
-        /* Parsed once its end is there, found looking at the new bytes
-         * alone (as a request head: conn.c, read_head()). */
-        if (buf != NULL && http1_head_end(&ex->rsp_scan, buf, n, limit, &why) == HTTP1_NEED_MORE) {
-            head_deadline_arm(c);
-            return 0;
-        }
         /* On the stack: at 3 KiB it is past glibc's per-thread cache, so
          * each malloc() and free() of it took malloc's slower paths. */
         struct http_response head, *rsp = &head;
@@ -627,7 +621,9 @@ static int read_response_head(struct conn *c, bool force)
             fail(c, "out of memory");
             return -1;
         }
-        int rc = http1_parse_response(buf, n, limit, rsp, &why);
+        /* Parsed once its end is there, found looking at the new bytes
+         * alone (as a request head: conn.c, read_head()). */
+        int rc = http1_parse_response_scan(&ex->rsp_scan, buf, n, limit, rsp, &why);
         if (rc == HTTP1_NEED_MORE) {
             head_deadline_arm(c);
             return 0;

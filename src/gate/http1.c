@@ -237,6 +237,35 @@ static int find_head_end(const char *buf, size_t len, size_t max_head, const cha
     return http1_head_end(&scan, buf, len, max_head, why);
 }
 
+/* A head's parser: parse_request() or parse_response(), of the head of
+ * <head_len> bytes at <buf> into <out>, their struct. */
+typedef int head_parser_fn(const char *buf, size_t head_len, void *out, const char **why);
+
+/* http1_parse_request() and http1_parse_response(), by their <parse>. */
+static int parse_whole(head_parser_fn *parse, const char *buf, size_t len, size_t max_head,
+                       void *out, const char **why)
+{
+    int hl = find_head_end(buf, len, max_head, why);
+    if (hl <= 0)
+        return hl;
+    return parse(buf, (size_t)hl, out, why);
+}
+
+/* http1_parse_request_scan() and http1_parse_response_scan(), by their
+ * <parse>. A refusal of the scan's (a bare LF, a head too large) is left
+ * to parse_whole(), which looks for the end from the start, as the scan's
+ * callers did before it parsed: the same refusal, with its reason. */
+static int parse_scanned(head_parser_fn *parse, struct http1_scan *scan, const char *buf,
+                         size_t len, size_t max_head, void *out, const char **why)
+{
+    int hl = http1_head_end(scan, buf, len, max_head, why);
+    if (hl > 0)
+        return parse(buf, (size_t)hl, out, why);
+    if (hl == HTTP1_NEED_MORE)
+        return hl;
+    return parse_whole(parse, buf, len, max_head, out, why);
+}
+
 /* The first byte from <q> on (before <end>) that is not a field-vchar,
  * SP or HTAB, or <end>: 8 bytes at a time while a word holds only SP,
  * VCHAR and obs-text (a value's usual bytes), then a byte at a time from
@@ -658,12 +687,12 @@ static int parse_target(const char *t, size_t len, struct http_request *req, con
 /* ---------------------------------------------------------------------- */
 /* Requests */
 
-int http1_parse_request(const char *buf, size_t len, size_t max_head, struct http_request *out,
-                        const char **why)
+/* Parses the request head of <head_len> bytes at <buf> (its end found)
+ * into <v>, a struct http_request. */
+static int parse_request(const char *buf, size_t head_len, void *v, const char **why)
 {
-    int hl = find_head_end(buf, len, max_head, why);
-    if (hl <= 0)
-        return hl;
+    struct http_request *out = v;
+    int hl = (int)head_len;
     const char *end = buf + hl - 2; /* the final empty line's CRLF excluded */
 
     /* request-line = method SP request-target SP HTTP-version CRLF */
@@ -781,6 +810,18 @@ int http1_parse_request(const char *buf, size_t len, size_t max_head, struct htt
     return hl;
 }
 
+int http1_parse_request(const char *buf, size_t len, size_t max_head, struct http_request *out,
+                        const char **why)
+{
+    return parse_whole(parse_request, buf, len, max_head, out, why);
+}
+
+int http1_parse_request_scan(struct http1_scan *scan, const char *buf, size_t len, size_t max_head,
+                             struct http_request *out, const char **why)
+{
+    return parse_scanned(parse_request, scan, buf, len, max_head, out, why);
+}
+
 enum body_kind http1_request_body(const struct http_request *req)
 {
     if (req->method_bit == METHOD_CONNECT)
@@ -833,12 +874,12 @@ static int response_te(const char *v, size_t len, bool *seen_chunked, bool *fina
     return 0;
 }
 
-int http1_parse_response(const char *buf, size_t len, size_t max_head, struct http_response *out,
-                         const char **why)
+/* Parses the response head of <head_len> bytes at <buf> (its end found)
+ * into <v>, a struct http_response. */
+static int parse_response(const char *buf, size_t head_len, void *v, const char **why)
 {
-    int hl = find_head_end(buf, len, max_head, why);
-    if (hl <= 0)
-        return hl;
+    struct http_response *out = v;
+    int hl = (int)head_len;
     const char *end = buf + hl - 2;
     const char *p = buf;
 
@@ -919,6 +960,18 @@ int http1_parse_response(const char *buf, size_t len, size_t max_head, struct ht
     out->conn_close = close || (out->version_minor == 0 && !keep_alive) || (te && !out->chunked);
     out->head_len = (size_t)hl;
     return hl;
+}
+
+int http1_parse_response(const char *buf, size_t len, size_t max_head, struct http_response *out,
+                         const char **why)
+{
+    return parse_whole(parse_response, buf, len, max_head, out, why);
+}
+
+int http1_parse_response_scan(struct http1_scan *scan, const char *buf, size_t len, size_t max_head,
+                              struct http_response *out, const char **why)
+{
+    return parse_scanned(parse_response, scan, buf, len, max_head, out, why);
 }
 
 enum body_kind http1_response_body(const struct http_response *rsp, unsigned request_method_bit)

@@ -129,7 +129,8 @@ struct http1_scan {
  * Called again as more of the same head arrives (the bytes before stay as
  * they were), it looks at the new bytes only: a head arriving a byte at a
  * time is scanned once, not once per byte. The parsers are then called
- * once, when it found the end or an error. */
+ * once, when it found the end or an error (http1_parse_request_scan()
+ * does both). */
 int http1_head_end(struct http1_scan *scan, const char *buf, size_t len, size_t max_head,
                    const char **why);
 
@@ -144,12 +145,25 @@ int http1_head_end(struct http1_scan *scan, const char *buf, size_t len, size_t 
 int http1_parse_request(const char *buf, size_t len, size_t max_head, struct http_request *out,
                         const char **why);
 
+/* http1_parse_request() of a head read as it arrives, each call with the
+ * bytes of the one before and maybe more, and the same <scan> (zeroed for
+ * a new head): the same results, but the bytes are looked through for the
+ * head's end once, by http1_head_end(), and the head is parsed once, when
+ * its end is there (HTTP1_NEED_MORE until then). */
+int http1_parse_request_scan(struct http1_scan *scan, const char *buf, size_t len, size_t max_head,
+                             struct http_request *out, const char **why);
+
 /* Same convention for a response head ("HTTP/1.x SP 3DIGIT [SP reason]").
  * An interim response (1xx) is a complete head of its own: parse again after
  * it. A Transfer-Encoding whose final coding is not chunked makes the body
  * last until close (RFC 9112 6.3) and sets conn_close. */
 int http1_parse_response(const char *buf, size_t len, size_t max_head, struct http_response *out,
                          const char **why);
+
+/* http1_parse_response() of a head read as it arrives, as
+ * http1_parse_request_scan(). */
+int http1_parse_response_scan(struct http1_scan *scan, const char *buf, size_t len, size_t max_head,
+                              struct http_response *out, const char **why);
 
 enum body_kind {
     BODY_NONE,

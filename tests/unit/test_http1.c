@@ -385,10 +385,37 @@ static void test_partial_and_limits(void **state)
                      HTTP1_TOO_BIG);
 }
 
+/* http1_parse_request_scan() fed <s> a byte at a time with one scan says
+ * NEED_MORE until http1_parse_request() of the bytes so far says more,
+ * then the same: its return, reason and request. */
+static void scan_parse_grows(const char *s, size_t max_head)
+{
+    struct http1_scan scan = {0, 0};
+    size_t len = strlen(s);
+    for (size_t n = 1; n <= len; n++) {
+        const char *why = NULL, *why_whole = NULL;
+        int want = preq_n(s, n, max_head, &why_whole);
+        struct http_request whole = req;
+        int got = http1_parse_request_scan(&scan, copy, n, max_head, &req, &why);
+        if (got != want)
+            fail_msg("'%s' at %zu: %d, the parser says %d", s, n, got, want);
+        if (got < 0)
+            assert_string_equal(why, why_whole);
+        if (got > 0) {
+            assert_int_equal(req.nheaders, whole.nheaders);
+            assert_memory_equal(&req, &whole, offsetof(struct http_request, headers));
+            assert_memory_equal(req.headers, whole.headers, req.nheaders * sizeof(req.headers[0]));
+        }
+        if (got != HTTP1_NEED_MORE)
+            return;
+    }
+}
+
 /* http1_head_end() over a head that grows a byte at a time, one scan for
  * all the calls: what a scan of the whole prefix at once would say, at
  * every length (the end, a bare LF and the limit found at the byte they
- * come with), and each byte looked at once. */
+ * come with), and each byte looked at once; and the parser with a scan
+ * over it, as scan_parse_grows() checks it. */
 static void scan_grows(const char *s, size_t max_head)
 {
     struct http1_scan scan = {0, 0};
@@ -401,9 +428,10 @@ static void scan_grows(const char *s, size_t max_head)
         if (got != want)
             fail_msg("'%s' at %zu: %d, a whole scan says %d", s, n, got, want);
         if (got != HTTP1_NEED_MORE)
-            return;
+            break;
         assert_int_equal(scan.scanned, n);
     }
+    scan_parse_grows(s, max_head);
 }
 
 static void test_head_end_incremental(void **state)
@@ -463,6 +491,30 @@ static void test_value_bytes(void **state)
         for (size_t pos = 0; pos < len; pos++)
             for (unsigned b = 0; b < 256; b++)
                 value_byte(len, pos, b);
+}
+
+static void test_parse_scan(void **state)
+{
+    (void)state;
+    /* (test_head_end_incremental()'s heads are parsed so too.) */
+    scan_parse_grows("GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nX: y\rz\r\n\r\n", MAX_HEAD);
+    scan_parse_grows("GET https://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", MAX_HEAD);
+
+    /* A response, whole and one the parser refuses once its end is there. */
+    struct http1_scan scan = {0, 0};
+    const char *r = "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc";
+    const char *why = NULL;
+    assert_int_equal(prsp(r, &why), 38);
+    struct http_response whole = rsp;
+    assert_int_equal(http1_parse_response_scan(&scan, copy, 20, MAX_HEAD, &rsp, &why),
+                     HTTP1_NEED_MORE);
+    assert_int_equal(http1_parse_response_scan(&scan, copy, strlen(r), MAX_HEAD, &rsp, &why), 38);
+    assert_memory_equal(&rsp, &whole, offsetof(struct http_response, headers));
+    r = "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n";
+    scan = (struct http1_scan){0, 0};
+    assert_int_equal(http1_parse_response_scan(&scan, r, strlen(r), MAX_HEAD, &rsp, &why),
+                     HTTP1_BAD);
+    assert_string_equal(why, "conflicting Content-Length values");
 }
 
 /* Parses <in> (a whole head) and checks that the request written upstream
@@ -1026,6 +1078,7 @@ int main(void)
         cmocka_unit_test(test_smuggling),
         cmocka_unit_test(test_partial_and_limits),
         cmocka_unit_test(test_head_end_incremental),
+        cmocka_unit_test(test_parse_scan),
         cmocka_unit_test(test_write_upstream_request),
         cmocka_unit_test(test_write_plain_lines),
         cmocka_unit_test(test_write_upstream_request_keep),
