@@ -237,9 +237,11 @@ static int find_head_end(const char *buf, size_t len, size_t max_head, const cha
     return http1_head_end(&scan, buf, len, max_head, why);
 }
 
-/* A head's parser: parse_request() or parse_response(), of the head of
- * <head_len> bytes at <buf> into <out>, their struct. */
-typedef int head_parser_fn(const char *buf, size_t head_len, void *out, const char **why);
+/* A head's parser: parse_request() or parse_response(), of the head that
+ * <buf> starts with into <out>, their struct. The head's empty line starts
+ * at <buf> + <lim> - 2 or before: the parser finds it (its first, at a
+ * line's start), and returns HTTP1_NEED_MORE when it is not there. */
+typedef int head_parser_fn(const char *buf, size_t lim, void *out, const char **why);
 
 /* http1_parse_request() and http1_parse_response(), by their <parse>. */
 static int parse_whole(head_parser_fn *parse, const char *buf, size_t len, size_t max_head,
@@ -252,12 +254,30 @@ static int parse_whole(head_parser_fn *parse, const char *buf, size_t len, size_
 }
 
 /* http1_parse_request_scan() and http1_parse_response_scan(), by their
- * <parse>. A refusal of the scan's (a bare LF, a head too large) is left
- * to parse_whole(), which looks for the end from the start, as the scan's
+ * <parse>.
+ *
+ * A head that came whole (the common case: one read) is parsed in one
+ * pass, the parser finding its end as it goes: a head it takes has no LF
+ * but its lines' CRLFs (tchars, field-vchars, SP and HTAB have none), so
+ * the scan would have found the same end, and the parser given the same
+ * from there. Anything else it says (an incomplete head, a refusal, whose
+ * reason may then differ) is dropped for the scan's way. It is tried on a
+ * head's first bytes only (nothing scanned yet): a head sent a byte at a
+ * time is not parsed again at every byte.
+ *
+ * A refusal of the scan's (a bare LF, a head too large) is left to
+ * parse_whole(), which looks for the end from the start, as the scan's
  * callers did before it parsed: the same refusal, with its reason. */
 static int parse_scanned(head_parser_fn *parse, struct http1_scan *scan, const char *buf,
                          size_t len, size_t max_head, void *out, const char **why)
 {
+    size_t lim = len < max_head ? len : max_head;
+    if (scan->scanned == 0 && lim >= 4 && lim <= (size_t)INT32_MAX) {
+        const char *why_once = NULL;
+        int hl = parse(buf, lim, out, &why_once);
+        if (hl > 0)
+            return hl;
+    }
     int hl = http1_head_end(scan, buf, len, max_head, why);
     if (hl > 0)
         return parse(buf, (size_t)hl, out, why);
@@ -322,16 +342,18 @@ static int field_line_error(const char *p, const char *end, size_t n, const char
     return -1;
 }
 
-/* Parses the field lines from <p> to <end> (the CRLF ending the last field
- * line included, the empty line excluded). A line is looked at once: its
- * name's tchars, the ':', then its value's bytes up to the first that is
- * none, which is the CR of its CRLF when the line is well-formed; any
- * other line goes to field_line_error() for its reason. */
-static int parse_fields(const char *p, const char *end, struct http_header *hdrs, size_t *nhdrs,
+/* Parses the field lines from <*at> on, up to the first empty line or
+ * <end>, where <*at> is left: the head's empty line when it starts at or
+ * before <end> (at <end> when the head's end was found first). A line is
+ * looked at once: its name's tchars, the ':', then its value's bytes up to
+ * the first that is none, which is the CR of its CRLF when the line is
+ * well-formed; any other line goes to field_line_error() for its reason. */
+static int parse_fields(const char **at, const char *end, struct http_header *hdrs, size_t *nhdrs,
                         const char **why)
 {
+    const char *p = *at;
     size_t n = 0;
-    while (p < end) {
+    while (p < end && (p[0] != '\r' || p[1] != '\n')) {
         const char *c = p;
         while (c < end && is_tchar((unsigned char)*c))
             c++;
@@ -356,6 +378,7 @@ static int parse_fields(const char *p, const char *end, struct http_header *hdrs
         p = eol + 2;
     }
     *nhdrs = n;
+    *at = p;
     return 0;
 }
 
@@ -687,13 +710,12 @@ static int parse_target(const char *t, size_t len, struct http_request *req, con
 /* ---------------------------------------------------------------------- */
 /* Requests */
 
-/* Parses the request head of <head_len> bytes at <buf> (its end found)
- * into <v>, a struct http_request. */
-static int parse_request(const char *buf, size_t head_len, void *v, const char **why)
+/* Parses the request head that <buf> starts with into <v>, a struct
+ * http_request (see head_parser_fn). */
+static int parse_request(const char *buf, size_t lim, void *v, const char **why)
 {
     struct http_request *out = v;
-    int hl = (int)head_len;
-    const char *end = buf + hl - 2; /* the final empty line's CRLF excluded */
+    const char *end = buf + lim - 2; /* where the empty line starts, at the latest */
 
     /* request-line = method SP request-target SP HTTP-version CRLF */
     const char *p = buf;
@@ -731,8 +753,11 @@ static int parse_request(const char *buf, size_t head_len, void *v, const char *
     if (parse_target(t, tlen, out, why) != 0)
         return HTTP1_BAD;
 
-    if (parse_fields(p, end, out->headers, &out->nheaders, why) != 0)
+    if (parse_fields(&p, end, out->headers, &out->nheaders, why) != 0)
         return HTTP1_BAD;
+    if (p[0] != '\r' || p[1] != '\n')
+        return HTTP1_NEED_MORE;
+    int hl = (int)(p + 2 - buf);
 
     out->content_length = -1;
     out->chunked = false;
@@ -874,13 +899,12 @@ static int response_te(const char *v, size_t len, bool *seen_chunked, bool *fina
     return 0;
 }
 
-/* Parses the response head of <head_len> bytes at <buf> (its end found)
- * into <v>, a struct http_response. */
-static int parse_response(const char *buf, size_t head_len, void *v, const char **why)
+/* Parses the response head that <buf> starts with into <v>, a struct
+ * http_response (see head_parser_fn). */
+static int parse_response(const char *buf, size_t lim, void *v, const char **why)
 {
     struct http_response *out = v;
-    int hl = (int)head_len;
-    const char *end = buf + hl - 2;
+    const char *end = buf + lim - 2;
     const char *p = buf;
 
     /* status-line = HTTP-version SP status-code SP [ reason-phrase ] CRLF;
@@ -921,8 +945,11 @@ static int parse_response(const char *buf, size_t head_len, void *v, const char 
     out->reason_len = (size_t)(p - r);
     p += 2;
 
-    if (parse_fields(p, end, out->headers, &out->nheaders, why) != 0)
+    if (parse_fields(&p, end, out->headers, &out->nheaders, why) != 0)
         return HTTP1_BAD;
+    if (p[0] != '\r' || p[1] != '\n')
+        return HTTP1_NEED_MORE;
+    int hl = (int)(p + 2 - buf);
 
     out->content_length = -1;
     out->chunked = false;

@@ -147,9 +147,11 @@ int http1_parse_request(const char *buf, size_t len, size_t max_head, struct htt
 
 /* http1_parse_request() of a head read as it arrives, each call with the
  * bytes of the one before and maybe more, and the same <scan> (zeroed for
- * a new head): the same results, but the bytes are looked through for the
- * head's end once, by http1_head_end(), and the head is parsed once, when
- * its end is there (HTTP1_NEED_MORE until then). */
+ * a new head): the same results, but a head that came whole is parsed in
+ * one pass, its end found as it goes, and one that comes in pieces is
+ * looked through for its end once, by http1_head_end(), then parsed once,
+ * when its end is there (HTTP1_NEED_MORE until then). <*out> is left
+ * undefined unless a head is returned. */
 int http1_parse_request_scan(struct http1_scan *scan, const char *buf, size_t len, size_t max_head,
                              struct http_request *out, const char **why);
 
