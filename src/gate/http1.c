@@ -383,37 +383,50 @@ static int parse_fields(const char **at, const char *end, struct http_header *hd
 }
 
 /* Content-Length: 1*DIGIT, possibly as a list of identical values, possibly
- * over several headers (all identical). <*cl> is -1 before the first. */
+ * over several headers (all identical). <*cl> is -1 before the first.
+ * merge_length() takes one element of the list, merge_content_length() a
+ * field's value. */
+static int merge_length(const char *e, size_t elen, int64_t *cl, const char **why)
+{
+    if (elen == 0) {
+        *why = "invalid Content-Length";
+        return -1;
+    }
+    int64_t x = 0;
+    for (size_t i = 0; i < elen; i++) {
+        if (!is_digit((unsigned char)e[i])) {
+            *why = "invalid Content-Length";
+            return -1;
+        }
+        int d = e[i] - '0';
+        if (x > (INT64_MAX - d) / 10) {
+            *why = "Content-Length too large";
+            return -1;
+        }
+        x = x * 10 + d;
+    }
+    if (*cl >= 0 && *cl != x) {
+        *why = "conflicting Content-Length values";
+        return -1;
+    }
+    *cl = x;
+    return 0;
+}
+
 static int merge_content_length(const char *v, size_t len, int64_t *cl, const char **why)
 {
+    size_t digits = 0;
+    while (digits < len && is_digit((unsigned char)v[digits]))
+        digits++;
+    if (digits == len) /* one number (or none), the usual value: the list is itself */
+        return merge_length(v, len, cl, why);
     struct list_iter it;
     const char *e;
     size_t elen;
     list_init(&it, v, len);
-    while (list_next(&it, &e, &elen)) {
-        if (elen == 0) {
-            *why = "invalid Content-Length";
+    while (list_next(&it, &e, &elen))
+        if (merge_length(e, elen, cl, why) != 0)
             return -1;
-        }
-        int64_t x = 0;
-        for (size_t i = 0; i < elen; i++) {
-            if (!is_digit((unsigned char)e[i])) {
-                *why = "invalid Content-Length";
-                return -1;
-            }
-            int d = e[i] - '0';
-            if (x > (INT64_MAX - d) / 10) {
-                *why = "Content-Length too large";
-                return -1;
-            }
-            x = x * 10 + d;
-        }
-        if (*cl >= 0 && *cl != x) {
-            *why = "conflicting Content-Length values";
-            return -1;
-        }
-        *cl = x;
-    }
     return 0;
 }
 
@@ -1170,6 +1183,21 @@ static void head_transfer_encoding(struct head_out *h, const struct http_header 
     piece(h, "\r\n", 2);
 }
 
+/* Whether <v> (<len> bytes) is <n> (>= 0) as format_uint() writes it: a
+ * Content-Length field holding it goes on as it came. */
+static bool is_decimal_of(const char *v, size_t len, int64_t n)
+{
+    if (len == 0 || len > 19 || (v[0] == '0' && len > 1))
+        return false;
+    uint64_t x = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!is_digit((unsigned char)v[i]))
+            return false;
+        x = x * 10 + (uint64_t)(v[i] - '0');
+    }
+    return x == (uint64_t)n;
+}
+
 /* The fields of <hdrs> that go on to the next hop; without
  * Transfer-Encoding when <unchunked>, nor Expect: 100-continue when
  * <no_expect>. Content-Length goes on once, as the
@@ -1193,6 +1221,8 @@ static void head_fields(struct head_out *h, const struct http_header *hdrs, size
             if (length_sent || content_length < 0)
                 continue;
             length_sent = true;
+            if (f->plain && is_decimal_of(f->value, f->value_len, content_length))
+                break; /* the line as it came, in the run of those around it */
             piece(h, f->name, f->name_len);
             piece(h, ": ", 2);
             piece(h, h->content_length,

@@ -599,6 +599,27 @@ static void test_write_plain_lines(void **state)
     assert_true(!req.headers[3].plain && !req.headers[4].plain && !req.headers[5].plain);
     assert_true(!req.headers[6].plain && !req.headers[7].plain && req.headers[8].plain);
     assert_true(!req.headers[9].plain && req.headers[10].plain && req.headers[11].plain);
+    /* A Content-Length that is already the one decimal value written goes
+     * on as it came; any other spelling is written anew, once. */
+    static const char *const lengths[][2] = {
+        {"Content-Length: 100\r\n", "Content-Length: 100\r\n"},
+        {"Content-Length: 0\r\n", "Content-Length: 0\r\n"},
+        {"Content-Length: 0100\r\n", "Content-Length: 100\r\n"},
+        {"Content-Length:  100\r\n", "Content-Length: 100\r\n"},
+        {"Content-Length: 100, 100\r\n", "Content-Length: 100\r\n"},
+        {"content-length: 9223372036854775807\r\nContent-Length: 9223372036854775807\r\n",
+         "content-length: 9223372036854775807\r\n"},
+        {"Content-Length: 00\r\nContent-Length: 0\r\n", "Content-Length: 0\r\n"},
+    };
+    for (size_t i = 0; i < sizeof(lengths) / sizeof(lengths[0]); i++) {
+        char in[256], out[256];
+        snprintf(in, sizeof(in), "POST http://a.test/ HTTP/1.1\r\nHost: a\r\n%sX: y\r\n\r\n",
+                 lengths[i][0]);
+        snprintf(out, sizeof(out),
+                 "POST / HTTP/1.1\r\nHost: a\r\n%sX: y\r\nConnection: close\r\n\r\n",
+                 lengths[i][1]);
+        expect_upstream(b, in, out);
+    }
     evbuffer_free(b);
 }
 
