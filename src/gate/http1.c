@@ -364,16 +364,24 @@ static int parse_fields(const char **at, const char *end, struct http_header *hd
             return field_line_error(p, end, n, why);
         const char *v = c + 1;
         const char *ve = eol;
-        while (v < ve && is_ows(*v))
+        /* The usual line, "name: value" with no other blank around the
+         * value, is taken as it is, without the trimming loops. */
+        bool plain = ve - v >= 2 && v[0] == ' ' && !is_ows(v[1]) && !is_ows(ve[-1]);
+        if (plain) {
             v++;
-        while (ve > v && is_ows(ve[-1]))
-            ve--;
+        } else {
+            while (v < ve && is_ows(*v))
+                v++;
+            while (ve > v && is_ows(ve[-1]))
+                ve--;
+            plain = v == c + 2 && c[1] == ' ' && ve == eol;
+        }
         hdrs[n].name = p;
         hdrs[n].name_len = (size_t)(c - p);
         hdrs[n].value = v;
         hdrs[n].value_len = (size_t)(ve - v);
         hdrs[n].field = http1_field(p, (size_t)(c - p));
-        hdrs[n].plain = v == c + 2 && c[1] == ' ' && ve == eol;
+        hdrs[n].plain = plain;
         n++;
         p = eol + 2;
     }
