@@ -174,11 +174,15 @@ def build_request(method, url, headers=None, body=b"", host=True):
 def request(gw, method, url, headers=None, body=b"", host=True, sock=None, timeout=TIMEOUT):
     """Sends one request through the gateway and returns its Response. With
     <sock>, reuses that connection (keep-alive); otherwise opens and closes
-    one."""
+    one. The request is built before the connection is opened: a new
+    connection has idle_timeout (1 s in many tests) from its accept to send
+    its head, and copying a large body once connected took longer than
+    that on a loaded machine."""
+    data = build_request(method, url, headers, body, host)
     own = sock is None
     s = open_conn(gw, timeout) if own else sock
     try:
-        s.sendall(build_request(method, url, headers, body, host))
+        s.sendall(data)
         return read_response(s, method)
     finally:
         if own:

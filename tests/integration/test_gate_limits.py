@@ -472,9 +472,11 @@ def _upload(gw, up, path, framing, body):
         field, wire = ("Transfer-Encoding", "chunked"), _chunked(body)
     else:
         field, wire = ("Content-Length", str(len(body))), body
-    head = build_request("POST", _slow_upload_url(up, path), [field])
+    # built before the connection opens, whose head has idle_timeout from
+    # the accept (copying megabytes once connected may take longer)
+    data = build_request("POST", _slow_upload_url(up, path), [field]) + wire
     s = open_conn(gw, timeout=100)
-    sender = threading.Thread(target=_send_quietly, args=(s, head + wire), daemon=True)
+    sender = threading.Thread(target=_send_quietly, args=(s, data), daemon=True)
     sender.start()
     try:
         try:
@@ -1557,12 +1559,13 @@ def test_an_early_answer_reaches_a_client_still_uploading(gateway, net):
         host = "early.example.test"
         gw = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
                                 static_extra={host: up.IP}, limits={"idle_timeout": "1s"}))
-        s = _slow_reader_conn(gw)
-        s.settimeout(15)
         body_len = 4 << 20
         head = ("POST http://%s:%d/early HTTP/1.1\r\nHost: %s:%d\r\nContent-Length: %d\r\n\r\n"
                 % (host, up.port, host, up.port, body_len)).encode()
-        sender = threading.Thread(target=_send_quietly, args=(s, head + pattern_bytes(body_len)))
+        data = head + pattern_bytes(body_len)  # before the connection: see request()
+        s = _slow_reader_conn(gw)
+        s.settimeout(15)
+        sender = threading.Thread(target=_send_quietly, args=(s, data))
         sender.start()
         try:
             _expect_answer(s, answer, 0, 4096, 0.02)  # about 200 KiB/s
@@ -1913,7 +1916,11 @@ def test_an_upload_the_client_cuts_counts_what_the_origin_got(gateway, net):
     # The client sends 8 MiB of a 16 MiB body and closes; the origin takes
     # 256 KiB every 50 ms, so the gateway still holds bytes toward it when
     # the close is read. Those are dropped with the exchange: the end
-    # line's bytes_up is what the origin got, not also what was dropped
+    # line's bytes_up is what the origin got, not also what was dropped.
+    # The request is built before the connection opens: its head has
+    # idle_timeout (1 s) from the accept, and building 8 MiB once connected
+    # outlasted it on a loaded machine (the connection closed unlogged, a
+    # broken pipe for the client; 3 runs of 96, 4 at a time)
     sent = 8 << 20
     outcome = {}
 
@@ -1933,10 +1940,11 @@ def test_an_upload_the_client_cuts_counts_what_the_origin_got(gateway, net):
 
     with ScriptedUpstream(script) as up:
         gw = _slow_upload_gateway(gateway, net, up)
+        data = build_request("POST", _slow_upload_url(up, "/cut"),
+                             {"Content-Length": str(2 * sent)}) + pattern_bytes(sent)
         s = open_conn(gw, timeout=30)
         try:
-            s.sendall(build_request("POST", _slow_upload_url(up, "/cut"),
-                                    {"Content-Length": str(2 * sent)}) + pattern_bytes(sent))
+            s.sendall(data)
         finally:
             s.close()
         _, end = gw.decided(path="/cut", timeout=20)
