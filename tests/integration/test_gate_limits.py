@@ -313,11 +313,14 @@ def test_a_slow_but_steady_reader_gets_the_whole_response(gateway, net, listener
 @pytest.mark.parametrize("listener", ["tcp", "unix"])
 def test_a_reader_that_stops_mid_response_is_closed_after_idle_timeout(gateway, net, listener):
     # The same client reads 256 KiB steadily, then nothing: no progress for
-    # idle_timeout (1 s) closes it, while the client still holds its socket
+    # idle_timeout (2 s) closes it, while the client still holds its socket.
+    # 2 s, not 1 s: a client (the test process) held back for a second
+    # while it still read was taken for one that stopped (made to happen
+    # with a pause of 1.2 s between two of its reads)
     size = 32 * 1024 * 1024
     outcome, done = {}, threading.Event()
     with _big_response_upstream(size, outcome, done) as up:
-        gw, s = _slow_read_get(gateway, net, up, listener, "/stop")
+        gw, s = _slow_read_get(gateway, net, up, listener, "/stop", idle="2s")
         try:
             _take_then_stop(gw, s, outcome, done)
         finally:
@@ -380,11 +383,12 @@ def test_a_slow_but_steady_reader_keeps_its_tunnel(gateway, net):
 
 def test_a_tunnel_whose_reader_stops_is_closed_after_idle_timeout(gateway, net):
     # The same client takes 256 KiB, then nothing: no byte moved and no send
-    # queue shrinking for idle_timeout (1 s) ends the tunnel
+    # queue shrinking for idle_timeout (2 s, for the reason the test above
+    # gives) ends the tunnel
     size = 32 << 20
     outcome, done = {}, threading.Event()
     with _big_response_upstream(size, outcome, done) as up:
-        gw, s = _slow_tunnel(gateway, net, up)
+        gw, s = _slow_tunnel(gateway, net, up, idle="2s")
         try:
             _take_then_stop(gw, s, outcome, done)
         finally:
