@@ -847,12 +847,16 @@ def test_webhook_answer_with_an_endless_chunk_size_line_is_bounded(gateway, net,
     the gateway held all a server sent in the attempt's 5 s (tens of MB,
     each read scanning all of it again for the line's end). What an answer
     may leave unread is now bounded too: past it the sink reads no more,
-    and the attempt fails as an answer too long."""
+    and the attempt fails as an answer too long. The retry waits 60 s (a
+    test-only backoff): with the default 500 ms, a test process the
+    machine's load held back that long after the failure was told found
+    the retry's request counted too."""
     srv = _EndlessChunkSize()
     try:
         url = "http://127.0.0.1:%d/hook" % srv.port
         gw = gateway(net.policy(rules(net), alerts={"sinks": [{"webhook": url}]}),
-                     args=["--alerts", str(tmp_path / "a.jsonl"), "--grace", "1s"])
+                     args=["--alerts", str(tmp_path / "a.jsonl"), "--grace", "1s"],
+                     env={"SLUICE_TEST_WEBHOOK_BACKOFF_MS": "60000"})
         before = _peak_rss_kib(gw.proc.pid)
         assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
         poll(lambda: "sluice: webhook %s: cannot deliver" % url in gw.stderr() or None,
