@@ -1474,20 +1474,38 @@ def test_admin_answers_while_the_sinks_drain(gateway, net, tmp_path):
     # During the stop's wait for the sinks the loop runs and --admin still
     # answers; its gauges read the gateway's DNS servers, which were freed
     # before that wait (ASan: heap-use-after-free in resolver_server_stats).
-    prog = write_script(str(tmp_path / "slow.sh"), "#!/bin/sh\ncat >/dev/null\nsleep 3\n")
+    # The program runs until the test has scraped (20 s at most), not for
+    # a fixed 3 s, which a loaded machine could spend before the scrape.
+    done = tmp_path / "scraped"
+    prog = write_script(str(tmp_path / "slow.sh"),
+                        "#!/bin/sh\ncat >/dev/null\ni=0\n"
+                        "while [ ! -e %s ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done\n"
+                        % done)
     admin = free_tcp_port()
     gw = gateway(net.policy(rules(net), alerts={"sinks": [{"exec": prog}]}),
                  args=["--alerts", str(tmp_path / "a.jsonl"), "--admin", "127.0.0.1:%d" % admin,
-                       "--grace", "5s"])
+                       "--grace", "30s"])
     assert request(gw, "POST", net.url("/w"), body=b"1").status == 200
     wait_alert(str(tmp_path / "a.jsonl"), "tier3_write")
     gw.proc.send_signal(signal.SIGTERM)
-    # no connection is open: serving ends at once, and the wait for the
-    # program (3 s) begins; scrape within it
-    time.sleep(0.5)
-    text = poll(lambda: _scrape_or_none(admin), timeout=2, what="/metrics during the stop")
-    assert "sluice_open_connections 0" in text
+    # no connection is open: serving ends at once (the listener closed),
+    # and the wait for the program begins; scrape within it
+    poll(lambda: not _accepts(gw.port) or None, timeout=10, what="the listener closed")
+    try:
+        text = poll(lambda: _scrape_or_none(admin), timeout=10, what="/metrics during the stop")
+        assert "sluice_open_connections 0" in text
+        assert gw.proc.poll() is None  # still waiting for the program
+    finally:
+        done.touch()
     gw.stop()
+
+
+def _accepts(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        return True
+    except OSError:
+        return False
 
 
 def _queue_at_least(port, gauge, n):
