@@ -43,9 +43,11 @@ def assert_shaped_time(elapsed, size, rate, lower):
 
 class HashSink:
     """A TCP upstream that reads until the client shuts down its side, then
-    answers with the byte count and SHA-256 of what it got, and closes."""
+    answers with the byte count and SHA-256 of what it got, and closes.
+    <received> counts the bytes it has read so far, every connection's."""
 
     def __init__(self, ip):
+        self.received = 0
         self.sock = socket.socket()
         self.sock.bind((ip, 0))
         self.sock.listen(8)
@@ -72,6 +74,7 @@ class HashSink:
                         break
                     h.update(d)
                     n += len(d)
+                    self.received += len(d)
                 c.sendall(b"%d %s\n" % (n, h.hexdigest().encode()))
             except OSError:
                 pass
@@ -333,8 +336,9 @@ def test_tunnel_held_by_its_bucket_costs_no_cpu(gateway, net, splice):
 
 def _tunnel_under(gateway, net, sink, bandwidth, args=(), **limits):
     """A gateway (serve's <args>) whose one rule lets sink.example.test at <bandwidth> (None:
-    unshaped) (and <limits>), and a tunnel to <sink> through it, open past the peek window
-    with its first 1000 bytes sent. Returns (gateway, tunnel, those bytes,
+    unshaped) (and <limits>), and a tunnel to <sink> through it, open (its first 1000 bytes
+    at the sink: they are the first bytes of a tunnel, passed at once whatever the bandwidth,
+    and only once the tunnel is open). Returns (gateway, tunnel, those bytes,
     policy(bandwidth): the same policy at another bandwidth, to reload)."""
     def policy(bw):
         rule = {"host": "sink.example.test", "ports": [sink.port], "tier": 0}
@@ -347,8 +351,14 @@ def _tunnel_under(gateway, net, sink, bandwidth, args=(), **limits):
     assert t.status == 200
     first = b"\0" + pattern_bytes(999)  # neither TLS nor HTTP: the tunnel opens
     t.sock.sendall(first)
-    time.sleep(1.2)  # past the peek window: the tunnel is open, its flow too
+    _at_sink(sink, len(first))  # the tunnel is open, its flow too
     return gw, t, first, policy
+
+
+def _at_sink(sink, n):
+    """Waits until <sink> has read <n> bytes in all (a hang guard of 30 s)."""
+    poll(lambda: sink.received >= n or None, timeout=30,
+         what="%d bytes at the sink (it has %d)" % (n, sink.received))
 
 
 def _reload_then_send(gw, t, new_policy, rest):
@@ -419,7 +429,7 @@ def test_reload_that_edits_the_rule_keeps_the_tunnel_shaped(gateway, net):
             assert t.status == 200
             first = b"\0" + pattern_bytes(999)  # neither TLS nor HTTP: the tunnel opens
             t.sock.sendall(first)
-            time.sleep(1.2)  # past the peek window: the tunnel is open
+            _at_sink(sink, len(first))  # the tunnel is open
             rest = pattern_bytes(4 * KIB)
             reply, elapsed = _reload_then_send(gw, t, policy(True), rest)
             _assert_sink_got(reply, first + rest)
