@@ -42,11 +42,12 @@ def banner_rule(net):
 HANG_GUARD_S = 30
 
 
-def closed_after(sock, lo, reset=None):
+def closed_after(sock, lo, reset=None, since=None):
     """Waits (at most HANG_GUARD_S) for the gateway to close <sock>, which
-    must not be before <lo> seconds from now; with <reset> True (False) the
-    close must (must not) be a reset. Returns the seconds it took."""
-    t0 = time.monotonic()
+    must not be before <lo> seconds from now (from <since>, a time.monotonic()
+    taken earlier); with <reset> True (False) the close must (must not) be a
+    reset. Returns the seconds it took."""
+    t0 = time.monotonic() if since is None else since
     sock.settimeout(HANG_GUARD_S)
     was_reset = False
     try:
@@ -63,13 +64,14 @@ def closed_after(sock, lo, reset=None):
     return took
 
 
-def _trickle_heads(socks, heads):
+def _trickle_heads(socks, heads, since):
     """Sends each of <heads> on its socket of <socks>, a byte every 0.1 s,
     then a header line each 0.5 s (nothing at all for a head None), until
     every socket was closed by the gateway (at most HANG_GUARD_S). Returns
-    the seconds each close took, and for each socket (by index) those still
-    open when it closed."""
-    t0 = time.monotonic()
+    the seconds each close took from <since> (a time.monotonic() taken
+    before the sockets connected), and for each socket (by index) those
+    still open when it closed."""
+    t0 = since
     left = {i: h for i, h in enumerate(heads)}
     took, open_then = {}, {}
     for s in socks:
@@ -108,12 +110,16 @@ def test_head_deadline_closes_slow_head(gateway, net):
     # idle_timeout (the test gives up at 30 s). A connection that sends
     # nothing at all to the first gateway is closed (its idle_timeout, or
     # the head deadline) while the second's trickled head is still open too.
+    # The closes are timed from before the connections were accepted, where
+    # the deadlines start: from later, a test process held back half a
+    # second in between made a close on time look early.
     gws = [gateway(net.policy([api_rule(net)], limits={"idle_timeout": t}))
            for t in ("2s", "300s")]
+    t0 = time.monotonic()
     socks = [open_conn(gws[0]), open_conn(gws[1]), open_conn(gws[0])]
     head = b"GET http://api.example.test:%d/slow HTTP/1.1\r\nX-Slow: " % net.api.port
     try:
-        took, open_then = _trickle_heads(socks, [head + b"a" * 30, head + b"a" * 30, None])
+        took, open_then = _trickle_heads(socks, [head + b"a" * 30, head + b"a" * 30, None], t0)
     finally:
         for s in socks:
             s.close()
@@ -125,6 +131,7 @@ def test_head_deadline_closes_slow_head(gateway, net):
 
 def test_idle_tunnel_closed_after_idle_timeout(gateway, net):
     gw = gateway(net.policy([banner_rule(net)], limits={"idle_timeout": "1s"}))
+    asked = time.monotonic()  # before the banner can have moved
     t = connect(gw, "banner.example.test:%d" % net.banner.port)
     try:
         assert t.status == 200
@@ -136,8 +143,12 @@ def test_idle_tunnel_closed_after_idle_timeout(gateway, net):
             got += d
         assert got == BannerServer.BANNER
         # the banner was the last byte moved; the gateway's cut is a reset
-        # (a FIN would be the banner server's close, after 10 s without a line)
-        closed_after(t.sock, 0.5, reset=True)
+        # (a FIN would be the banner server's close, after 10 s without a line).
+        # Not before idle_timeout (less the timer's 0.1 s) from the CONNECT,
+        # which came before the banner: counted from when the test had read
+        # the banner, a test process held back half a second in between
+        # made a cut on time look early
+        closed_after(t.sock, 0.9, reset=True, since=asked)
     finally:
         t.close()
     _, end = gw.decided(method="CONNECT")

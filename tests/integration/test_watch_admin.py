@@ -200,13 +200,13 @@ def test_admin_trickling_and_idle_clients_are_closed_by_the_deadline(gateway, ne
     # Before: evhttp's timeout was per read, so a byte every few seconds kept
     # a connection for ever.
     gw, port = start(gateway, net)
+    t0 = time.monotonic()  # before the accepts, from which the deadline counts
     trickle = socket.create_connection(("127.0.0.1", port), timeout=2)
     trickle.sendall(b"GET /metrics HTTP/1.1\r\nX: ")
     idle = socket.create_connection(("127.0.0.1", port), timeout=2)
     socks = {"trickle": trickle, "idle": idle}
     got = {"trickle": b"", "idle": b""}
     closed = {}
-    t0 = time.monotonic()
     limit = HEAD_MS / 1000.0 + 7  # the deadline, plus the linger and a loaded machine
     try:
         while len(closed) < 2 and time.monotonic() - t0 < limit:
