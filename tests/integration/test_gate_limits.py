@@ -1722,16 +1722,19 @@ def _answering_origin(head, pieces, pause, outcome, go):
     """An origin that reads a request head only, sends <head> and then each
     of <pieces> <pause> seconds apart, reading nothing of the body, then
     waits for <go> (20 s at most) and reads what it can get of the body
-    until the end: notes in <outcome> when it sent its last piece ("last"),
-    whether <go> came before it gave up waiting ("released") and the body
-    bytes it got in all ("took")."""
+    until the end: notes in <outcome> when it sent its last piece ("last",
+    taken before the send: the gateway cannot have had it earlier, where a
+    time taken after it may be late by as long as the thread was held
+    back), whether <go> came before it gave up waiting ("released") and the
+    body bytes it got in all ("took")."""
     def script(conn, stop, received):
         took = len(received) - received.index(b"\r\n\r\n") - 4
+        outcome["last"] = time.monotonic()
         conn.sendall(head)
         for piece in pieces:
             time.sleep(pause)
+            outcome["last"] = time.monotonic()
             conn.sendall(piece)
-        outcome["last"] = time.monotonic()
         outcome["released"] = go.wait(20)
         conn.settimeout(5)
         try:
