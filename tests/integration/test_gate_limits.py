@@ -1517,9 +1517,11 @@ def test_a_pipelined_request_leaves_the_wait_for_an_answer_at_idle_timeout(gatew
     # A GET's upstream has idle_timeout to answer. A second request that the
     # client pipelines behind it arrives while the first is forwarded: it
     # waits in the input, and must not shorten that wait to a step of
-    # idle_timeout (the timeout judging an upload's progress), which made an
-    # origin answering after 1.2 s with idle_timeout 2 s a 502
-    gw = gateway(net.policy([api_rule(net)], limits={"idle_timeout": "2s"}))
+    # idle_timeout (the timeout judging an upload's progress, a quarter of
+    # it), which made an origin answering after 1.2 s with idle_timeout 2 s
+    # a 502. idle_timeout 3 s (a step of 0.75 s): with 2 s, an origin thread
+    # held back 0.8 s more would have answered too late for any gateway
+    gw = gateway(net.policy([api_rule(net)], limits={"idle_timeout": "3s"}))
     host = b"Host: api.example.test:%d\r\n" % net.api.port
     s = open_conn(gw, timeout=15)
     try:
