@@ -87,4 +87,10 @@ struct decision {
  * A denial for an agent in report mode becomes VERDICT_REPORT. */
 void policy_decide(const struct policy *p, const struct decision_query *q, struct decision *out);
 
+/* Within one specificity class (one host pattern or cidr: prefix), for a
+ * request both rules of one policy match: true when <a> decides it before
+ * <b>, the rule naming methods beating one that does not, then the lower
+ * tier, then file order. */
+bool policy_rule_ranks_before(const struct rule *a, const struct rule *b);
+
 #endif

@@ -994,37 +994,6 @@ static void duplicate_group(struct load_ctx *c, const struct rule **g, size_t n,
             owner[g[i]->ports[k]] = PORT_NONE;
 }
 
-/* True when the sorted port lists of <a> and <b> share a port. */
-static bool ports_meet(const struct rule *a, const struct rule *b)
-{
-    for (size_t i = 0, k = 0; i < a->nports && k < b->nports;) {
-        if (a->ports[i] == b->ports[k])
-            return true;
-        if (a->ports[i] < b->ports[k])
-            i++;
-        else
-            k++;
-    }
-    return false;
-}
-
-/* True when an agent may be served by both <a> and <b> (agents: sorted). */
-static bool agents_meet(const struct rule *a, const struct rule *b)
-{
-    if (a->nagents == 0 || b->nagents == 0)
-        return true;
-    for (size_t i = 0, k = 0; i < a->nagents && k < b->nagents;) {
-        int r = strcmp(a->agents[i], b->agents[k]);
-        if (r == 0)
-            return true;
-        if (r < 0)
-            i++;
-        else
-            k++;
-    }
-    return false;
-}
-
 /* Rules of one host pattern checked against each other at most: a group
  * larger than this (a hostile file) is not checked, which keeps the check
  * linear in the file. */
@@ -1047,8 +1016,8 @@ static void outranked_grants(struct load_ctx *c, const struct rule **g, size_t n
             continue;
         for (size_t k = 0; k < n; k++) {
             const struct rule *l = g[k];
-            if (l->tier < t->tier && (l->methods & t->methods) != 0 && ports_meet(t, l) &&
-                agents_meet(t, l) && (by == NULL || l->index < by->index))
+            if (l->tier < t->tier && (l->methods & t->methods) != 0 && load_ports_meet(t, l) &&
+                load_agents_meet(t, l) && (by == NULL || l->index < by->index))
                 by = l;
         }
         if (by == NULL)
@@ -1562,8 +1531,10 @@ struct policy *policy_load_buffer_flags(const char *name, const char *buf, size_
     if (!diag_has_errors(diag)) {
         if (policy_index_build(c.p) != 0)
             diag_error(diag, 0, "", "out of memory while indexing the policy");
-        else
+        else {
             warn_denied_rules(&c);
+            load_warn_outranking_rules(&c);
+        }
         if (!diag_has_errors(diag))
             warn_cidr_rules(&c);
     }

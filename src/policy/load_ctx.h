@@ -1,5 +1,5 @@
 /* load_ctx: the policy loader's reading toolkit. INTERNAL to the policy
- * loader (load.c, load_ctx.c, load_alerts.c): nothing outside src/policy/
+ * loader (load.c, load_ctx.c, load_alerts.c, load_outrank.c): nothing outside src/policy/
  * includes it; the gate and the CLI use policy.h.
  *
  * A struct load_ctx carries the policy being filled, the diagnostics and
@@ -141,5 +141,15 @@ void load_rate_spec(struct load_ctx *c, const struct ynode *v, struct rate_spec 
 /* The limits and alerts sections (load_alerts.c); <obj> is the policy. */
 void load_sec_limits(struct load_ctx *c, const struct ynode *v, void *obj);
 void load_sec_alerts(struct load_ctx *c, const struct ynode *v, void *obj);
+
+/* True when the sorted port lists of rules <a> and <b> share a port
+ * (load_outrank.c). */
+bool load_ports_meet(const struct rule *a, const struct rule *b);
+/* True when an agent may be served by both <a> and <b> (agents: sorted). */
+bool load_agents_meet(const struct rule *a, const struct rule *b);
+/* Warns of each rule below tier 3 that decides, its pattern being more
+ * specific, requests a tier-3 grant of a less specific pattern covers
+ * (load_outrank.c). Needs the index. */
+void load_warn_outranking_rules(struct load_ctx *c);
 
 #endif

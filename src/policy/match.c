@@ -109,9 +109,7 @@ static bool method_ok(const struct rule *r, unsigned method)
     return r->methods == 0 || (r->methods & method) != 0;
 }
 
-/* Within one specificity class: a rule naming methods beats one that does
- * not, then the lower tier, then file order. */
-static bool better(const struct rule *a, const struct rule *b)
+bool policy_rule_ranks_before(const struct rule *a, const struct rule *b)
 {
     bool na = a->methods != 0, nb = b->methods != 0;
     if (na != nb)
@@ -134,7 +132,7 @@ static bool ranks_before(const struct rule *r, unsigned cls, const struct rule *
 {
     if (cur == NULL)
         return true;
-    return cls == cur_cls && better(r, cur);
+    return cls == cur_cls && policy_rule_ranks_before(r, cur);
 }
 
 static bool expired(const struct search *s, const struct rule *r)
@@ -181,7 +179,7 @@ static int visit_class(struct search *s, struct rule_list l)
         reach(s, STAGE_MATCH);
         match = true;
         if (!s->connect) {
-            if (s->best == NULL || better(r, s->best))
+            if (s->best == NULL || policy_rule_ranks_before(r, s->best))
                 s->best = r;
             continue;
         }

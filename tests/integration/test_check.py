@@ -454,6 +454,40 @@ def test_strict_fails_a_check_whose_only_findings_are_warnings(sluice_bin, tmp_p
     assert doc["ok"] is True and doc["strict"] is True
 
 
+TAKEN_GRANT = """\
+version: 1
+rules:
+  - host: "*.example.com"
+    methods: [POST]
+    tier: 3
+    owner: chaysen
+    expires: 2026-12-31
+  - host: api.example.com
+    tier: 1
+"""
+
+
+def test_strict_fails_a_grant_a_more_specific_lower_rule_takes(sluice_bin, tmp_path):
+    """An exact host beats a wildcard whatever the tiers, so every POST to
+    api.example.com went through at tier 1 (no owner, no expiry, no
+    tier3_write alert) while check passed and listed the grant as signed.
+    It is a warning naming both rules' lines, so --strict fails; restricting
+    the tier-1 rule's methods clears it."""
+    path = write(tmp_path, TAKEN_GRANT)
+    r = run(sluice_bin, "check", path, "--now", "2026-12-01", "--strict")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert (f"warning: {path}:8: rules[1]: takes POST to api.example.com at tier 1 from the "
+            "tier-3 grant rules[0] (line 3) for *.example.com: its pattern is more specific, "
+            "so it decides those requests, without the grant's owner, expiry or tier3_write "
+            "alert; write it as tier 3 or restrict its methods\n") in r.stdout, r.stdout
+    doc = json.loads(run(sluice_bin, "check", path, "--now", "2026-12-01", "--strict",
+                         "--format", "json").stdout)
+    assert doc["ok"] is False and len(doc["warnings"]) == 1, doc["warnings"]
+    path = write(tmp_path, TAKEN_GRANT + "    methods: [GET, HEAD]\n", "restricted.yaml")
+    r = run(sluice_bin, "check", path, "--now", "2026-12-01", "--strict")
+    assert r.returncode == 0 and r.stdout.endswith("\nresult: 0 errors, 0 warnings\n"), r.stdout
+
+
 def test_strict_lets_a_secret_unset_where_the_check_runs_be(sluice_bin, tmp_path):
     """An env: token whose variable is unset is a warning, not an error, so
     that CI can check a policy without its secrets: --strict must not turn

@@ -1430,6 +1430,83 @@ static void test_outranked_grant_warned(void **state)
                                "  - {host: uploads.github.com, methods: [POST], tier: 1}\n"));
 }
 
+#define TAKES_TAIL                                                                                 \
+    ": its pattern is more specific, so it decides those requests, without the grant's owner, "    \
+    "expiry or tier3_write alert; write it as tier 3 or restrict its methods"
+
+/* A lower-tier rule of a more specific pattern takes requests from a
+ * tier-3 grant: an exact host beats a wildcard whatever the tiers (match.c),
+ * so every POST to api.example.com went through at tier 1, without the
+ * grant's owner, expiry or tier3_write alert, and nothing warned. */
+static void test_grant_taken_by_more_specific_rule_warned(void **state)
+{
+    (void)state;
+    expect_warning(V "rules:\n  - host: \"*.example.com\"\n    methods: [POST]\n" GRANT
+                     "  - {host: api.example.com, tier: 1}\n",
+                   "p.yaml:8: rules[1]: takes POST to api.example.com at tier 1 from the tier-3 "
+                   "grant rules[0] (line 3) for *.example.com" TAKES_TAIL);
+    /* a wildcard under a wildcard, both for every method; a second grant */
+    expect_warning(V "rules:\n  - {host: \"*.a.example.com\", tier: 0}\n"
+                     "  - host: \"*.example.com\"\n" GRANT "  - host: \"*.com.example.com\"\n" GRANT
+                     "  - {host: x.a.example.com, tier: 2}\n",
+                   "p.yaml:3: rules[0]: takes every method to *.a.example.com at tier 0 from the "
+                   "tier-3 grant rules[1] (line 4) for *.example.com" TAKES_TAIL);
+    expect_warning(V "rules:\n  - host: \"*.example.com\"\n    methods: [PUT, POST]\n" GRANT
+                     "  - host: \"*.b.example.com\"\n    methods: [POST]\n" GRANT
+                     "  - {host: a.b.example.com, methods: [GET, POST], tier: 1}\n",
+                   "p.yaml:13: rules[2]: takes POST to a.b.example.com at tier 1 from the tier-3 "
+                   "grant rules[0] (line 3) for *.example.com (and from 1 other tier-3 "
+                   "grant)" TAKES_TAIL);
+    /* a grant of its own pattern names every method a rule can name: the
+     * lower rule still takes the methods no rule can name */
+    expect_warning(V "rules:\n  - host: \"*.example.com\"\n" GRANT
+                     "  - {host: api.example.com, tier: 1}\n  - host: api.example.com\n"
+                     "    methods: [GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE]\n" GRANT,
+                   "p.yaml:7: rules[1]: takes extension methods (PROPFIND and the like) to "
+                   "api.example.com at tier 1 from the tier-3 grant rules[0] (line 3) for "
+                   "*.example.com" TAKES_TAIL);
+    /* a longer cidr: prefix wins as an exact host does */
+    expect_warning(V "rules:\n  - cidr: 10.0.0.0/8\n    methods: [DELETE]\n" GRANT
+                     "  - {cidr: 10.1.2.0/24, methods: [DELETE], tier: 2}\n",
+                   "p.yaml:8: rules[1]: takes DELETE to 10.1.2.0/24 at tier 2 from the tier-3 "
+                   "grant rules[0] (line 3) for 10.0.0.0/8" TAKES_TAIL);
+}
+
+/* No warning where the grant still decides, or never met the rule. */
+static void test_grant_not_taken_not_warned(void **state)
+{
+    (void)state;
+    static const char *const clean[] = {
+        /* the lower rule's methods are not the grant's */
+        V "rules:\n  - host: \"*.example.com\"\n    methods: [POST]\n" GRANT
+          "  - {host: api.example.com, methods: [GET, HEAD], tier: 1}\n",
+        /* a read carved out below a grant for every method, on purpose */
+        V "rules:\n  - host: \"*.example.com\"\n" GRANT
+          "  - {host: api.example.com, methods: [GET], tier: 1}\n",
+        /* hosts that cannot meet (another domain, the suffix itself), or
+         * a less specific lower rule: the grant wins */
+        V "rules:\n  - host: \"*.example.com\"\n    methods: [POST]\n" GRANT
+          "  - {host: api.example.org, tier: 1}\n  - {host: example.com, tier: 1}\n"
+          "  - {host: \"*.badexample.com\", tier: 1}\n",
+        V "rules:\n  - cidr: 10.1.0.0/16\n    methods: [POST]\n" GRANT
+          "  - {cidr: 10.0.0.0/8, tier: 1}\n  - {cidr: 10.2.0.0/24, tier: 1}\n",
+        /* no agent or no port in common */
+        V "agents: [{id: a, sources: [unix]}, {id: b, sources: [127.0.0.1/32]}]\n"
+          "rules:\n  - host: \"*.example.com\"\n    methods: [POST]\n    agents: [a]\n" GRANT
+          "  - {host: api.example.com, tier: 1, agents: [b]}\n"
+          "  - {host: web.example.com, tier: 1, ports: [8443]}\n",
+        /* a tier-3 grant of the rule's own pattern decides the POSTs */
+        V "rules:\n  - host: \"*.example.com\"\n    methods: [POST]\n" GRANT
+          "  - {host: api.example.com, tier: 1}\n"
+          "  - host: api.example.com\n    methods: [POST]\n" GRANT,
+    };
+    for (size_t i = 0; i < sizeof(clean) / sizeof(clean[0]); i++)
+        policy_free(expect_clean(clean[i]));
+    /* the more specific rule is itself tier 3 */
+    policy_free(expect_clean(V "rules:\n  - host: \"*.example.com\"\n    methods: [POST]\n" GRANT
+                               "  - host: api.example.com\n" GRANT));
+}
+
 static void test_rule_field_errors(void **state)
 {
     (void)state;
@@ -2392,6 +2469,8 @@ int main(void)
         cmocka_unit_test(test_unicode_host_warned),
         cmocka_unit_test(test_owner_length_capped),
         cmocka_unit_test(test_outranked_grant_warned),
+        cmocka_unit_test(test_grant_taken_by_more_specific_rule_warned),
+        cmocka_unit_test(test_grant_not_taken_not_warned),
         cmocka_unit_test(test_loaded_policy_holds_no_clear_token),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_network_and_days),
