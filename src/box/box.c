@@ -221,7 +221,7 @@ static const char *const std_names[] = {"input", "output", "error"};
 static int give_written_file(const struct box_config *cfg, int fd, const struct stat *st, char *err,
                              size_t errlen)
 {
-    char path[PATH_MAX], shown[320];
+    char path[PATH_MAX], shown[160]; /* the path cut to what err (BOX_ERR_MAX) has room for */
     int pfd = open_same(fd, st, path, sizeof(path));
     int wfd = pfd >= 0 ? open_again(pfd, O_WRONLY) : -1;
     if (pfd >= 0)
