@@ -243,15 +243,37 @@ static int give_written_file(const struct box_config *cfg, int fd, const struct 
     return -1;
 }
 
+/* Standard input, a regular file given for reading that the box does not
+ * show at its path <path>: the read end of the pipe run fills from it, so
+ * that no descriptor on the host's mount is left for /proc/self/fd/0 to
+ * open again for writing. Returns 0, or -1 with a message in <err>. */
+static int give_input_pipe(const struct box_config *cfg, const char *path, char *err, size_t errlen)
+{
+    char shown[160]; /* the path cut to what err (BOX_ERR_MAX) has room for */
+    int p = cfg->std_relay != NULL ? cfg->std_relay->box_end[0] : -1;
+    if (p >= 0 && dup2(p, STDIN_FILENO) == STDIN_FILENO) /* dup2() clears close-on-exec */
+        return 0;
+    text_shown_into(shown, sizeof(shown), path[0] != '\0' ? path : "(unknown)");
+    snprintf(err, errlen,
+             "standard input is the file %s, which the box does not show at that path "
+             "(hidden, under /tmp, moved?), and run has no pipe to give it through: through "
+             "/proc/self/fd/0 the command could write it; give it through a pipe (cat FILE |)",
+             shown);
+    return -1;
+}
+
 /* A regular file given for reading as standard input, output or error was
  * opened on the host's mount, and keeps it: through /proc/self/fd/N the
  * command could open it again for writing, a file read-only in the box
  * included (`run -- cmd < file`). Each such descriptor is replaced by the
  * same file opened again by its path inside the box, read-only, at the
  * same offset, so that it is on the box's mount, read-only unless the path
- * is --rw. A file the box does not see at that path as the same file (its
- * own /tmp, hidden, moved, deleted) keeps the descriptor it came with.
- * Files given for writing: see give_written_file(). A directory (`< dir`)
+ * is --rw. Standard input that the box does not see at that path as the
+ * same file (its own /tmp, hidden, moved, deleted) becomes the read end of
+ * the pipe run fills from it (<cfg->std_relay>, std_relay.c). Standard
+ * output or error given for reading only that it does not see keeps the
+ * descriptor it came with. Files given for writing: see
+ * give_written_file(). A directory (`< dir`)
  * is opened again likewise, but never kept: on the host's mount, the
  * command could create files in it through openat() and reach every file
  * of the host's view through "..", so one the box does not show as the
@@ -284,6 +306,8 @@ static int reopen_std_files(const struct box_config *cfg, char *err, size_t errl
         bool done = nfd >= 0 && (at < 0 || lseek(nfd, at, SEEK_SET) == at) && dup2(nfd, fd) == fd;
         if (nfd >= 0)
             close(nfd);
+        if (!dir && !done && fd == STDIN_FILENO && give_input_pipe(cfg, path, err, errlen) < 0)
+            return -1;
         if (dir && !done) {
             /* the path cut to what the message has room for (err is
              * BOX_ERR_MAX bytes) */
@@ -356,17 +380,20 @@ static void __attribute__((noreturn)) command_main(const struct box_config *cfg,
 
 /* --- the init -------------------------------------------------------------- */
 
-/* The ends of run's pipes (std_relay.c) in the box: run's read ends at
- * once (held in the box, a pipe run closed after a failed write would
- * still have a reader, and the command's writes would not fail), the write
- * ends once the command is forked (held by the init, run would never see
- * their end). */
-static void close_std_pipes(const struct box_config *cfg, bool write_ends)
+/* The ends of run's pipes (std_relay.c) in the box: run's ends at once
+ * (held in the box, a pipe run closed after a failed write would still
+ * have a reader, and the command's writes would not fail; standard
+ * input's would still have a writer, and the command never read its end),
+ * the box's ends once the command is forked (held by the init, run would
+ * never see the end of output and error, nor fill standard input's pipe
+ * in vain once the command no longer reads it). */
+static void close_std_pipes(const struct box_config *cfg, bool box_ends)
 {
     const struct box_std_relay *r = cfg->std_relay;
-    for (int fd = 1; r != NULL && fd <= 2; fd++) {
-        int end = write_ends ? r->box_end[fd] : r->in[fd];
-        if (end >= 0 && (fd == 1 || !write_ends || r->box_end[2] != r->box_end[1]))
+    for (int fd = 0; r != NULL && fd <= 2; fd++) {
+        int end = box_ends ? r->box_end[fd] : r->run_end[fd];
+        bool shared = fd == 2 && r->box_end[2] == r->box_end[1]; /* one pipe for 1 and 2 */
+        if (end >= 0 && !(box_ends && shared))
             close(end);
     }
 }

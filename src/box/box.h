@@ -14,7 +14,8 @@
  * 2 from the caller (standard input,
  * output and error opened again in the box when they are files given for
  * reading or directories; files given for writing that the box does not
- * show writable written through run's pipes, std_relay.c), a new session
+ * show writable written through run's pipes, a file given as standard
+ * input that it does not show read from one, std_relay.c), a new session
  * keyring and a seccomp filter that
  * refuses socket families but IP and netlink, socket(AF_UNIX) and datagram
  * socketpair() unless allow_unix, io_uring, the keyring calls, the
@@ -55,11 +56,16 @@ struct box_path {
 };
 
 /* Files given for writing on standard output or error, which the command
- * writes through a pipe (std_relay.c): see box_config.std_relay. */
+ * writes through a pipe, and a file given as standard input, which it
+ * reads through one (std_relay.c): see box_config.std_relay. */
 struct box_std_relay {
-    int in[3];      /* run's read end of each pipe, -1 (fd 2 sharing fd 1's: -1) */
-    int box_end[3]; /* the write ends, for the box */
+    /* run's end of each pipe, -1 for none: the write end for standard
+     * input (run fills it from the file), the read end for output and
+     * error (fd 2 sharing fd 1's pipe: -1) */
+    int run_end[3];
+    int box_end[3]; /* the other ends, for the box */
     bool failed[3]; /* a write into the file failed: its pipe is closed */
+    off_t at;       /* where run reads standard input's file next */
 };
 
 struct box_config {
@@ -82,8 +88,11 @@ struct box_config {
                        * caller's, as execve() would have left it */
     /* the pipes run copies into descriptors 1 and 2 when they are regular
      * files given for writing (box_std_relay_open()): the command gets the
-     * write end unless the box shows that file writable at its path; run's
-     * read ends are closed in the box at once. NULL: none. */
+     * write end unless the box shows that file writable at its path; and
+     * the one run fills from descriptor 0 when it is a regular file given
+     * for reading: the command gets its read end unless the box shows that
+     * file at its path. run's ends are closed in the box at once. NULL:
+     * none. */
     const struct box_std_relay *std_relay;
 };
 
@@ -130,17 +139,19 @@ size_t box_fd_path(int fd, char *path, size_t len);
 /* Empties <r>: no pipe. */
 void box_std_relay_init(struct box_std_relay *r);
 /* Makes a pipe for each of descriptors 1 and 2 that is a regular file
- * open for writing, one for both when they are one open file description.
+ * open for writing, one for both when they are one open file description,
+ * and one for descriptor 0 when it is a regular file open for reading only.
  * Returns 0, or -1 with a message in <err> (nothing left open). */
 int box_std_relay_open(struct box_std_relay *r, char *err, size_t errlen);
-/* Once the box is spawned: closes run's copies of the write ends. */
+/* Once the box is spawned: closes run's copies of the box's ends. */
 void box_std_relay_spawned(struct box_std_relay *r);
-/* Fills <p> (room for 2) with the pipes still open; returns how many. */
+/* Fills <p> (room for 3) with the pipes still open; returns how many. */
 size_t box_std_relay_poll(const struct box_std_relay *r, struct pollfd *p);
-/* Copies into the files what poll() found in the pipes of <p>[0, <n>). */
+/* Copies into the files what poll() found in the pipes of <p>[0, <n>),
+ * and from standard input's file into its pipe as much as it takes. */
 void box_std_relay_step(struct box_std_relay *r, const struct pollfd *p, size_t n);
 /* Once the box has ended: copies what is left, to each pipe's end, and
- * closes them. */
+ * closes them (standard input's at once: it has no reader left). */
 void box_std_relay_finish(struct box_std_relay *r);
 /* Closes whatever <r> holds. */
 void box_std_relay_close(struct box_std_relay *r);

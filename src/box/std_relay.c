@@ -1,5 +1,6 @@
 /* std_relay: files given for writing on standard output or error, written
- * by the command through a pipe that run copies into them.
+ * by the command through a pipe that run copies into them; and a file
+ * given as standard input, read through a pipe that run fills from it.
  *
  * Such a file was opened on the host's mount, and the command would hold
  * that open file: through /proc/self/fd/N it could open it again for
@@ -16,10 +17,24 @@
  * that are one open file description (kcmp(KCMP_FILE)) share one pipe,
  * which keeps the order of their writes.
  *
+ * The mirror case: a file given for reading as standard input that the
+ * box does not show at its path (hidden, under /tmp) would be held on the
+ * host's mount, and through /proc/self/fd/0 the command could open it
+ * again for writing or truncate it, or change its mode. Where the box
+ * shows it, the box opens it again by its path (box.c); everywhere else
+ * the command reads the read end of a pipe that run fills from the file,
+ * as fast as the command reads (no more than the pipe holds at a time),
+ * from the caller's offset, which it leaves where it was (splice() and
+ * pread() at an offset of run's own), as the box's own open file of a file
+ * it shows does.
+ *
  * run makes the pipes before the box, whether the box then uses them or
  * not (only inside is it known what the box shows), and reads them until
  * every writer is gone: a pipe the box did not use is at its end once the
- * command is executed, one it used once the box has ended. */
+ * command is executed, one it used once the box has ended. Standard
+ * input's is filled until the file's end or its last reader is gone (the
+ * command closed it, or was executed without it), and closed once the box
+ * has ended: run never waits for a command that stopped reading. */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/kcmp.h>
@@ -58,18 +73,45 @@ static bool one_description(const struct stat *a, const struct stat *b)
 void box_std_relay_init(struct box_std_relay *r)
 {
     for (int fd = 0; fd <= 2; fd++)
-        r->in[fd] = r->box_end[fd] = -1;
+        r->run_end[fd] = r->box_end[fd] = -1;
     memset(r->failed, 0, sizeof(r->failed));
+    r->at = 0;
+}
+
+/* The pipe run fills from descriptor 0 when it is a regular file open for
+ * reading only (open for writing too, no pipe carries it: box.c). Returns
+ * 0, or -1 with a message in <err>. */
+static int open_input(struct box_std_relay *r, char *err, size_t errlen)
+{
+    struct stat st;
+    int flags = fcntl(STDIN_FILENO, F_GETFL);
+    if (flags < 0 || (flags & O_ACCMODE) != O_RDONLY || fstat(STDIN_FILENO, &st) != 0 ||
+        !S_ISREG(st.st_mode))
+        return 0;
+    off_t at = lseek(STDIN_FILENO, 0, SEEK_CUR);
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) < 0) {
+        snprintf(err, errlen, "standard input: pipe: %s", strerror(errno));
+        return -1;
+    }
+    /* run's end never blocks the wait for the box's report */
+    fcntl(p[1], F_SETFL, O_NONBLOCK);
+    r->run_end[0] = p[1];
+    r->box_end[0] = p[0];
+    r->at = at > 0 ? at : 0;
+    return 0;
 }
 
 int box_std_relay_open(struct box_std_relay *r, char *err, size_t errlen)
 {
     struct stat st[3];
     box_std_relay_init(r);
+    if (open_input(r, err, errlen) < 0)
+        return -1;
     for (int fd = 1; fd <= 2; fd++) {
         if (!written_file(fd, &st[fd]))
             continue;
-        if (fd == 2 && r->in[1] >= 0 && one_description(&st[1], &st[2])) {
+        if (fd == 2 && r->run_end[1] >= 0 && one_description(&st[1], &st[2])) {
             r->box_end[2] = r->box_end[1];
             continue;
         }
@@ -81,7 +123,7 @@ int box_std_relay_open(struct box_std_relay *r, char *err, size_t errlen)
         }
         /* run's end never blocks the wait for the box's report */
         fcntl(p[0], F_SETFL, O_NONBLOCK);
-        r->in[fd] = p[0];
+        r->run_end[fd] = p[0];
         r->box_end[fd] = p[1];
     }
     return 0;
@@ -89,8 +131,8 @@ int box_std_relay_open(struct box_std_relay *r, char *err, size_t errlen)
 
 void box_std_relay_spawned(struct box_std_relay *r)
 {
-    for (int fd = 1; fd <= 2; fd++) {
-        if (r->in[fd] >= 0 && r->box_end[fd] >= 0)
+    for (int fd = 0; fd <= 2; fd++) {
+        if (r->run_end[fd] >= 0 && r->box_end[fd] >= 0)
             close(r->box_end[fd]);
         r->box_end[fd] = -1;
     }
@@ -99,9 +141,9 @@ void box_std_relay_spawned(struct box_std_relay *r)
 size_t box_std_relay_poll(const struct box_std_relay *r, struct pollfd *p)
 {
     size_t n = 0;
-    for (int fd = 1; fd <= 2; fd++)
-        if (r->in[fd] >= 0)
-            p[n++] = (struct pollfd){.fd = r->in[fd], .events = POLLIN};
+    for (int fd = 0; fd <= 2; fd++)
+        if (r->run_end[fd] >= 0)
+            p[n++] = (struct pollfd){.fd = r->run_end[fd], .events = fd == 0 ? POLLOUT : POLLIN};
     return n;
 }
 
@@ -134,7 +176,7 @@ static bool copy(struct box_std_relay *r, int fd)
 {
     static char buf[65536];
     for (;;) {
-        ssize_t n = r->failed[fd] ? 0 : read(r->in[fd], buf, sizeof(buf));
+        ssize_t n = r->failed[fd] ? 0 : read(r->run_end[fd], buf, sizeof(buf));
         if (n > 0) {
             put(r, fd, buf, (size_t)n);
             continue;
@@ -143,25 +185,74 @@ static bool copy(struct box_std_relay *r, int fd)
             continue;
         if (n < 0 && errno == EAGAIN)
             return true;
-        close(r->in[fd]);
-        r->in[fd] = -1;
+        close(r->run_end[fd]);
+        r->run_end[fd] = -1;
         return false;
+    }
+}
+
+/* Moves from standard input's file into its pipe what the pipe takes,
+ * at run's own offset: splice() where the file system has it, pread()
+ * and write() elsewhere (what did not fit is read again). Returns the
+ * bytes moved, 0 at the file's end, -1 with errno (EAGAIN: the pipe is
+ * full; EPIPE: no reader left). */
+static ssize_t move_input(struct box_std_relay *r)
+{
+    static char buf[65536];
+    ssize_t n = splice(STDIN_FILENO, &r->at, r->run_end[0], NULL, sizeof(buf), SPLICE_F_NONBLOCK);
+    if (n >= 0 || errno != EINVAL)
+        return n;
+    n = pread(STDIN_FILENO, buf, sizeof(buf), r->at);
+    if (n <= 0)
+        return n;
+    ssize_t w = write(r->run_end[0], buf, (size_t)n);
+    if (w > 0)
+        r->at += w;
+    return w;
+}
+
+/* Fills the pipe of standard input as far as it takes; closes it at the
+ * file's end (the command then reads its end), once it has no reader
+ * left, or after a read error, told. */
+static void feed(struct box_std_relay *r)
+{
+    for (;;) {
+        ssize_t n = move_input(r);
+        if (n > 0 || (n < 0 && errno == EINTR))
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        if (n < 0 && errno != EPIPE)
+            fprintf(stderr,
+                    "sluice run: standard input: read failed: %s; the command reads no more of "
+                    "it\n",
+                    strerror(errno));
+        close(r->run_end[0]);
+        r->run_end[0] = -1;
+        return;
     }
 }
 
 void box_std_relay_step(struct box_std_relay *r, const struct pollfd *p, size_t n)
 {
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        if (p[i].revents != 0 && p[i].fd == r->run_end[0])
+            feed(r);
         for (int fd = 1; fd <= 2; fd++)
-            if (p[i].revents != 0 && p[i].fd == r->in[fd])
+            if (p[i].revents != 0 && p[i].fd == r->run_end[fd])
                 copy(r, fd);
+    }
 }
 
 void box_std_relay_finish(struct box_std_relay *r)
 {
+    /* the box has ended: standard input's pipe has no reader left */
+    if (r->run_end[0] >= 0)
+        close(r->run_end[0]);
+    r->run_end[0] = -1;
     for (int fd = 1; fd <= 2; fd++) {
-        while (r->in[fd] >= 0 && copy(r, fd)) {
-            struct pollfd p = {.fd = r->in[fd], .events = POLLIN};
+        while (r->run_end[fd] >= 0 && copy(r, fd)) {
+            struct pollfd p = {.fd = r->run_end[fd], .events = POLLIN};
             if (poll(&p, 1, -1) < 0 && errno != EINTR)
                 break;
         }
@@ -173,11 +264,11 @@ void box_std_relay_close(struct box_std_relay *r)
 {
     if (r->box_end[2] == r->box_end[1]) /* one pipe for both */
         r->box_end[2] = -1;
-    for (int fd = 1; fd <= 2; fd++) {
-        if (r->in[fd] >= 0)
-            close(r->in[fd]);
+    for (int fd = 0; fd <= 2; fd++) {
+        if (r->run_end[fd] >= 0)
+            close(r->run_end[fd]);
         if (r->box_end[fd] >= 0)
             close(r->box_end[fd]);
-        r->in[fd] = r->box_end[fd] = -1;
+        r->run_end[fd] = r->box_end[fd] = -1;
     }
 }

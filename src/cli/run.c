@@ -1290,14 +1290,14 @@ static void ignored_at_start(sigset_t *ignored)
 }
 
 /* Waits for the box's report, passing on what <sfd> (run_signals(), made
- * before the box was spawned) reads and copying what the command writes
- * into <std>'s pipes; closes <sfd>. */
+ * before the box was spawned) reads, copying what the command writes
+ * into <std>'s pipes and filling its standard input's; closes <sfd>. */
 static int wait_box(struct box *box, struct served *s, int sfd, struct box_std_relay *std,
                     int *status, unsigned long *relayed, char *err, size_t errlen)
 {
     enum box_report_kind kind = BOX_REPORT_NONE;
     for (;;) {
-        struct pollfd pfd[4] = {{.fd = sfd, .events = POLLIN},
+        struct pollfd pfd[5] = {{.fd = sfd, .events = POLLIN},
                                 {.fd = box->status_fd, .events = POLLIN}};
         size_t n = 2 + box_std_relay_poll(std, pfd + 2);
         if (poll(pfd, n, -1) < 0) {
@@ -1480,7 +1480,8 @@ static int run_main(int argc, char **argv)
     struct box box;
     char err[BOX_ERR_MAX];
     /* files given for writing the box does not show writable: written
-     * through pipes run copies into them (std_relay.c) */
+     * through pipes run copies into them; a file given as standard input
+     * that it does not show: read through a pipe run fills (std_relay.c) */
     struct box_std_relay std;
     if (box_std_relay_open(&std, err, sizeof(err)) < 0) {
         close(sfd);

@@ -1446,6 +1446,36 @@ def _given_for_writing(sluice_bin, proj, path, fds, flags, args, user):
     return p, json.loads(text) if text else None
 
 
+def _not_shown(proj, where):
+    """A folder the box does not show as it is: under /tmp (the box's /tmp
+    is its own), a --hide or a --ro path; the folder and run's extra
+    arguments."""
+    if where == "tmp":
+        return tempfile.mkdtemp(prefix="sluice-given-", dir="/tmp"), []
+    d = os.path.join(proj, "secret")
+    os.mkdir(d)
+    return d, ["--hide" if where == "hidden" else "--ro", d]
+
+
+def _given_not_shown(proj, where, given):
+    """Returns what given(path, args) returned for a file holding "old
+    secret", mode 0644, in a folder <where> the box does not show (see
+    _not_shown()), and the file's contents and mode after it."""
+    d, args = _not_shown(proj, where)
+    path = os.path.join(d, "known_hosts")
+    try:
+        with open(path, "w") as f:
+            f.write("old secret\n")
+        os.chmod(path, 0o644)
+        res = given(path, args)
+        with open(path) as f:
+            text = f.read()
+        return res, text, os.stat(path).st_mode & 0o777
+    finally:
+        if where == "tmp":
+            shutil.rmtree(d)
+
+
 @pytest.mark.parametrize("user", [ROOT, NOBODY])
 @pytest.mark.parametrize("where", ["hidden", "tmp", "read-only"])
 @pytest.mark.parametrize("fd", [1, 2])
@@ -1458,26 +1488,9 @@ def test_a_file_given_for_writing_is_written_only(sluice_bin, proj, user, where,
     the box too) (found by review). The command now writes such a file
     through a pipe that run copies into it: it reads nothing of it and
     changes nothing but its contents; the line it wrote is appended."""
-    if where == "tmp":
-        d = tempfile.mkdtemp(prefix="sluice-given-", dir="/tmp")
-        args = []
-    else:
-        d = os.path.join(proj, "secret")
-        os.mkdir(d)
-        args = ["--hide" if where == "hidden" else "--ro", d]
-    path = os.path.join(d, "known_hosts")
-    try:
-        with open(path, "w") as f:
-            f.write("old secret\n")
-        os.chmod(path, 0o644)
-        p, o = _given_for_writing(sluice_bin, proj, path, [fd], os.O_WRONLY | os.O_APPEND, args,
-                                  user)
-        with open(path) as f:
-            text = f.read()
-        mode = os.stat(path).st_mode & 0o777
-    finally:
-        if where == "tmp":
-            shutil.rmtree(d)
+    (p, o), text, mode = _given_not_shown(
+        proj, where, lambda path, args: _given_for_writing(
+            sluice_bin, proj, path, [fd], os.O_WRONLY | os.O_APPEND, args, user))
     assert p.returncode == 0, p.stderr
     assert "old secret" not in o["rdonly"] and "old secret" not in o["rdwr"], o
     assert mode == 0o644, (oct(mode), o)
@@ -1572,3 +1585,167 @@ def test_a_failed_write_into_a_file_given_for_writing_fails_the_commands_writes(
                           "command's writes there fail from now on (broken pipe)") == 1, p.stderr
     assert "BrokenPipeError" in p.stderr, p.stderr
     assert p.returncode != 0, p.stderr
+
+
+# In the box: what the command can do with the file on its standard input
+# beyond reading it: open it again by /proc/self/fd/0 for writing (without
+# waiting, should it be a pipe), truncate it, change its mode, seek it;
+# then it reads it all.
+READ_GIVEN = PRELUDE + r"""
+for name, flags in (("wronly", os.O_WRONLY), ("rdwr", os.O_RDWR),
+                    ("trunc", os.O_WRONLY | os.O_TRUNC)):
+    def again(flags=flags):
+        n = os.open("/proc/self/fd/0", flags | os.O_NONBLOCK)
+        try:
+            os.write(n, b"from-the-box\n")
+        finally:
+            os.close(n)
+    py(name, again)
+py("fchmod", lambda: os.fchmod(0, 0o666))
+py("seek", lambda: os.lseek(0, 0, os.SEEK_SET))
+data = b""
+while True:
+    b = os.read(0, 65536)
+    if not b:
+        break
+    data += b
+out["read"] = data.decode(errors="replace")
+with open("result.json", "w") as f:
+    f.write(json.dumps(out))
+"""
+
+
+def _given_for_reading(sluice_bin, proj, path, args, user, code=READ_GIVEN, at=0):
+    """run, as <user>, with <path> opened read-only on its standard input,
+    at offset <at>; its standard output /dev/null, its error captured.
+    Returns the process, the command's result.json (None if none) and the
+    caller's offset in the file once run has ended."""
+    pol = _policy(proj)
+    _own(proj, user)
+    os.chown(path, user, user)
+    argv = [sluice_bin, "run", "--policy", pol] + args + ["--", PY, "-c", code]
+    if user != ROOT:
+        argv = ["setpriv", "--reuid=%d" % user, "--regid=%d" % user, "--clear-groups"] + argv
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.lseek(fd, at, os.SEEK_SET)
+        p = subprocess.run(argv, stdin=fd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           text=True, timeout=60, cwd=proj, env=_clean_env())
+        offset = os.lseek(fd, 0, os.SEEK_CUR)
+    finally:
+        os.close(fd)
+    for mark in SANITIZER_MARKS:
+        assert mark not in p.stderr, p.stderr
+    res = os.path.join(proj, "result.json")
+    with open(res) if os.path.exists(res) else open(os.devnull) as f:
+        text = f.read()
+    return p, json.loads(text) if text else None, offset
+
+
+@pytest.mark.parametrize("user", [ROOT, NOBODY])
+@pytest.mark.parametrize("where", ["hidden", "tmp"])
+def test_a_file_given_as_standard_input_is_read_only(sluice_bin, proj, user, where):
+    """`sluice run --hide DIR -- cmd < DIR/file` or `< /tmp/file` (the
+    box's /tmp is its own): the box does not show that file at its path, so
+    the descriptor was passed as it came, on the host's mount, and through
+    /proc/self/fd/0 the command opened it again for writing (truncating
+    it), and changed its mode (found by review). The command now reads such
+    a file through a pipe that run fills from it: it reads all of it and
+    changes nothing of it."""
+    (p, o, _), text, mode = _given_not_shown(
+        proj, where, lambda path, args: _given_for_reading(sluice_bin, proj, path, args, user))
+    assert p.returncode == 0, p.stderr
+    assert text == "old secret\n", (text, o)
+    assert mode == 0o644, (oct(mode), o)
+    assert o["seek"] == "ESPIPE", o
+    # /proc/self/fd/0 opened for writing is the pipe's write end: what the
+    # command wrote there it reads back, its own
+    assert o["read"].replace("from-the-box\n", "") == "old secret\n", o
+
+
+# In the box: whether standard input seeks, and what it reads of it.
+SEEK_AND_READ = PRELUDE + r"""
+py("seek", lambda: os.lseek(0, 0, os.SEEK_CUR))
+out["read"] = sys.stdin.read()
+with open("result.json", "w") as f:
+    f.write(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("where", ["tmp", "cwd"])
+def test_standard_input_is_read_from_the_callers_offset_which_it_leaves(sluice_bin, proj,
+                                                                       where):
+    """Through run's pipe (a /tmp file) as by the path (the working
+    directory), the command reads the file from the offset the caller's
+    descriptor was at, and leaves that offset where it was: the command
+    reads its own open file, or the pipe, not the caller's."""
+    d, args = (proj, []) if where == "cwd" else _not_shown(proj, where)
+    path = os.path.join(d, "in.txt")
+    try:
+        with open(path, "w") as f:
+            f.write("old secret\n")
+        p, o, offset = _given_for_reading(sluice_bin, proj, path, args, ROOT, code=SEEK_AND_READ,
+                                          at=4)
+    finally:
+        if where == "tmp":
+            shutil.rmtree(d)
+    assert p.returncode == 0, p.stderr
+    assert o["read"] == "secret\n", o
+    assert o["seek"] == ("ESPIPE" if where == "tmp" else "ok"), o
+    assert offset == 4, offset
+
+
+# 8 MB: many times what a pipe holds (64 KiB) and run reads at once
+BIG_INPUT = bytes(range(256)) * 32768
+
+
+def _given_big(sluice_bin, proj, user, code):
+    """run, as <user>, of <code> with BIG_INPUT in a /tmp file (read
+    through run's pipe) as its standard input: the process and the
+    command's result.json."""
+    d = tempfile.mkdtemp(prefix="sluice-big-", dir="/tmp")
+    path = os.path.join(d, "big")
+    try:
+        with open(path, "wb") as f:
+            f.write(BIG_INPUT)
+        p, o, _ = _given_for_reading(sluice_bin, proj, path, [], user, code=code)
+    finally:
+        shutil.rmtree(d)
+    return p, o
+
+
+@pytest.mark.parametrize("user", [ROOT, NOBODY])
+def test_a_big_file_given_as_standard_input_is_read_whole(sluice_bin, proj, user):
+    """A file many times what run's pipe holds comes through whole and in
+    order (run fills the pipe as the command empties it)."""
+    import hashlib
+    code = PRELUDE + r"""
+import hashlib
+h, n = hashlib.sha256(), 0
+while True:
+    b = os.read(0, 100000)
+    if not b:
+        break
+    h.update(b)
+    n += len(b)
+with open("result.json", "w") as f:
+    f.write(json.dumps({"sha": h.hexdigest(), "n": n}))
+"""
+    p, o = _given_big(sluice_bin, proj, user, code)
+    assert p.returncode == 0, p.stderr
+    assert o == {"sha": hashlib.sha256(BIG_INPUT).hexdigest(), "n": len(BIG_INPUT)}, o
+
+
+def test_a_command_that_reads_part_of_its_standard_input_ends_run(sluice_bin, proj):
+    """A command that reads 10 bytes of a big file through run's pipe and
+    exits: run stops filling the pipe once the box has ended (no reader
+    left), and ends with the command's status."""
+    code = PRELUDE + r"""
+out["read"] = len(os.read(0, 10))
+with open("result.json", "w") as f:
+    f.write(json.dumps(out))
+sys.exit(3)
+"""
+    p, o = _given_big(sluice_bin, proj, ROOT, code)
+    assert o == {"read": 10}, o
+    assert p.returncode == 3, p.stderr
