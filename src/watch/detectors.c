@@ -652,10 +652,18 @@ bool detectors_off_hours(const struct off_hours_cfg *o, time_t t)
     if (!ok)
         return false;
     int m = tm.tm_hour * 60 + tm.tm_min;
-    int day = (tm.tm_wday + 6) % 7; /* Monday = 0 */
+    int day = (tm.tm_wday + 6) % 7;         /* Monday = 0 */
+    bool wraps = o->start_min > o->end_min; /* equal ends are refused by the loader */
+    bool in_hours =
+        wraps ? (m >= o->start_min || m < o->end_min) : (m >= o->start_min && m < o->end_min);
+    /* Hours that wrap midnight are a night shift: the minutes after
+     * midnight belong to the day the shift started, the local day before
+     * (Saturday 02:00 is Friday night's under Mon-Fri, Monday 02:00
+     * Sunday night's). The day before is one weekday back whatever the
+     * clocks did overnight, so no second conversion is needed. */
+    if (wraps && m < o->end_min)
+        day = (day + 6) % 7;
     bool workday = (o->days_mask >> day) & 1u;
-    bool in_hours = o->start_min < o->end_min ? (m >= o->start_min && m < o->end_min)
-                                              : (m >= o->start_min || m < o->end_min);
     return !(workday && in_hours);
 }
 

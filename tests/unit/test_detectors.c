@@ -673,6 +673,68 @@ static void off_hours_arithmetic(void **state)
     assert_false(detectors_off_hours(&o, mon19));
 }
 
+/* Hours that wrap midnight are a night shift: the hours after midnight
+ * belong to the working day on which the shift started. Under Mon-Fri,
+ * 22:00-06:00, Monday 02:00 is Sunday night's (off) and Saturday 02:00
+ * Friday night's (working); the calendar day put them the other way. */
+static struct off_hours_cfg night_shift(char *tz, uint8_t days_mask)
+{
+    return (struct off_hours_cfg){
+        .set = true, .tz = tz, .start_min = 22 * 60, .end_min = 6 * 60, .days_mask = days_mask};
+}
+
+static void off_hours_night_shift(void **state)
+{
+    (void)state;
+    struct off_hours_cfg o = night_shift("UTC", 0x1f); /* Mon-Fri, 22:00-06:00 */
+    time_t mon = (time_t)(T0 / 1000) - 19 * 3600;      /* Monday 2026-11-30 00:00 UTC */
+#define AT(day, h, m) (mon + (day)*86400 + (h)*3600 + (m)*60)
+    assert_true(detectors_off_hours(&o, AT(0, 2, 0)));   /* Mon 02:00: Sunday night */
+    assert_true(detectors_off_hours(&o, AT(0, 5, 59)));  /* Mon 05:59: Sunday night */
+    assert_true(detectors_off_hours(&o, AT(0, 21, 59))); /* Mon 21:59 */
+    assert_false(detectors_off_hours(&o, AT(0, 22, 0))); /* Mon 22:00: the shift starts */
+    assert_false(detectors_off_hours(&o, AT(1, 2, 0)));  /* Tue 02:00: Monday night */
+    assert_false(detectors_off_hours(&o, AT(1, 5, 59))); /* Tue 05:59: Monday night */
+    assert_true(detectors_off_hours(&o, AT(1, 6, 0)));   /* Tue 06:00: it has ended */
+    assert_false(detectors_off_hours(&o, AT(4, 23, 0))); /* Fri 23:00 */
+    assert_false(detectors_off_hours(&o, AT(5, 2, 0)));  /* Sat 02:00: Friday night */
+    assert_true(detectors_off_hours(&o, AT(5, 6, 0)));   /* Sat 06:00 */
+    assert_true(detectors_off_hours(&o, AT(5, 23, 0)));  /* Sat 23:00 */
+    assert_true(detectors_off_hours(&o, AT(6, 23, 0)));  /* Sun 23:00: Sunday night */
+    assert_true(detectors_off_hours(&o, AT(7, 2, 0)));   /* the next Mon 02:00 */
+    assert_true(detectors_off_hours(&o, AT(7, 6, 0)));   /* Mon 06:00 exactly */
+    assert_false(detectors_off_hours(&o, AT(7, 22, 0))); /* Mon 22:00 exactly */
+    o.days_mask = 0x40; /* Sunday only: its night runs into Monday, across the week's end */
+    assert_false(detectors_off_hours(&o, AT(7, 2, 0))); /* Mon 02:00 */
+    assert_true(detectors_off_hours(&o, AT(6, 2, 0)));  /* Sun 02:00: Saturday night */
+    o.end_min = 0; /* 22:00-00:00 wraps to nothing after midnight */
+    assert_false(detectors_off_hours(&o, AT(6, 23, 59)));
+    assert_true(detectors_off_hours(&o, AT(7, 0, 0)));
+#undef AT
+}
+
+/* A night shift across a change of clocks ends at 06:00 on the wall
+ * clock, after 7 hours (spring) or 9 (autumn), and every minute of it is
+ * the day it started: Saturday's, in Europe/Berlin, whose clocks change
+ * on Sunday mornings (2026-03-29 02:00 CET -> 03:00 CEST, 2026-10-25
+ * 03:00 CEST -> 02:00 CET). */
+static void off_hours_night_shift_across_dst(void **state)
+{
+    (void)state;
+    struct off_hours_cfg o = night_shift("Europe/Berlin", 0x20); /* Saturday night */
+    assert_true(detectors_off_hours(&o, 1774731540));            /* Sat 21:59 CET */
+    assert_false(detectors_off_hours(&o, 1774731600));           /* Sat 22:00 CET */
+    assert_false(detectors_off_hours(&o, 1774744200));           /* Sun 01:30 CET */
+    assert_false(detectors_off_hours(&o, 1774747800));           /* Sun 03:30 CEST, an hour on */
+    assert_false(detectors_off_hours(&o, 1774756740));           /* Sun 05:59 CEST */
+    assert_true(detectors_off_hours(&o, 1774756800));            /* Sun 06:00 CEST */
+    assert_true(detectors_off_hours(&o, 1792871940));            /* Sat 21:59 CEST */
+    assert_false(detectors_off_hours(&o, 1792888200));           /* Sun 02:30 CEST */
+    assert_false(detectors_off_hours(&o, 1792891800));           /* Sun 02:30 CET, the same again */
+    assert_false(detectors_off_hours(&o, 1792904340));           /* Sun 05:59 CET */
+    assert_true(detectors_off_hours(&o, 1792904400));            /* Sun 06:00 CET */
+}
+
 /* A zone is the file the policy's loader checked, under
  * /usr/share/zoneinfo: a TZDIR in the gateway's environment made glibc
  * look elsewhere, find nothing, take the name for a POSIX TZ string it is
@@ -1428,6 +1490,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test(off_hours_arithmetic),
         cmocka_unit_test(off_hours_zone_file),
+        cmocka_unit_test(off_hours_night_shift),
+        cmocka_unit_test(off_hours_night_shift_across_dst),
         cmocka_unit_test_setup_teardown(off_hours_detector, setup, teardown),
         cmocka_unit_test_setup_teardown(baseline_learns_and_alerts, setup, teardown),
         cmocka_unit_test_setup_teardown(baseline_cold_start_is_quiet, setup, teardown),
