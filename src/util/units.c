@@ -202,11 +202,29 @@ void format_period_ms(uint64_t ms, char *out, size_t outlen)
         snprintf(out, outlen, "%llums", (unsigned long long)ms);
 }
 
+/* "00" to "99": two digits written at once, one division by 100 for both. */
+static const char digit_pairs[] = "00010203040506070809"
+                                  "10111213141516171819"
+                                  "20212223242526272829"
+                                  "30313233343536373839"
+                                  "40414243444546474849"
+                                  "50515253545556575859"
+                                  "60616263646566676869"
+                                  "70717273747576777879"
+                                  "80818283848586878889"
+                                  "90919293949596979899";
+
+/* Writes the two digits of <v> (below 100) at <p>. */
+static void put_pair(char *p, uint64_t v)
+{
+    memcpy(p, digit_pairs + 2 * v, 2);
+}
+
 size_t format_uint(char *out, uint64_t v, unsigned width)
 {
     /* 10^1 .. 10^19: the digits are counted first, then written in place
-     * from the last one back (no copy from a buffer of its own: a
-     * memcpy() call per number, several numbers a request). */
+     * from the last ones back, two at a time (no copy from a buffer of its
+     * own: a memcpy() call per number, several numbers a request). */
     static const uint64_t pow10[FORMAT_UINT_MAX - 1] = {
         10ULL,
         100ULL,
@@ -235,10 +253,17 @@ size_t format_uint(char *out, uint64_t v, unsigned width)
     if (n < digits)
         n = digits;
     char *p = out + n;
-    do {
-        *--p = (char)('0' + v % 10);
-        v /= 10;
-    } while (v > 0);
+    while (v >= 100) {
+        p -= 2;
+        put_pair(p, v % 100);
+        v /= 100;
+    }
+    if (v >= 10) {
+        p -= 2;
+        put_pair(p, v);
+    } else {
+        *--p = (char)('0' + v);
+    }
     while (p > out)
         *--p = '0';
     return n;

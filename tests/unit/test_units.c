@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -354,14 +355,59 @@ static void test_format_uint(void **state)
     assert_int_equal(n, FORMAT_UINT_MAX);
 }
 
+/* format_uint(<v>, <width>) writes what snprintf()'s "%0*llu" does (the
+ * width capped at FORMAT_UINT_MAX), touching no byte past what it wrote. */
+static void check_format_uint(uint64_t v, unsigned width)
+{
+    char want[64], got[FORMAT_UINT_MAX + 8];
+    int w = (int)(width < FORMAT_UINT_MAX ? width : FORMAT_UINT_MAX);
+    int len = snprintf(want, sizeof(want), "%0*llu", w, (unsigned long long)v);
+    memset(got, '#', sizeof(got));
+    size_t n = format_uint(got, v, width);
+    if (n != (size_t)len || memcmp(got, want, n) != 0 || got[n] != '#')
+        fail_msg("format_uint(%llu, %u): %.*s, not %s", (unsigned long long)v, width, (int)n, got,
+                 want);
+}
+
+static void test_format_uint_as_snprintf(void **state)
+{
+    (void)state;
+    static const unsigned widths[] = {0, 1, 2, 3, 4, 9, 19, 20, 21, 99};
+    uint64_t p = 1;
+    for (int e = 0; e < 20; e++, p *= 10) /* each power of ten and its neighbours */
+        for (unsigned w = 0; w < sizeof(widths) / sizeof(widths[0]); w++) {
+            check_format_uint(p, widths[w]);
+            check_format_uint(p - 1, widths[w]);
+            check_format_uint(p + 1, widths[w]);
+            check_format_uint(p * 2 - 1, widths[w]);
+        }
+    for (uint64_t v = 0; v < 100000; v++)
+        check_format_uint(v, (unsigned)(v % 7));
+    check_format_uint(UINT64_MAX, 0);
+    check_format_uint(UINT64_MAX - 1, 21);
+    uint64_t x = 0x9e3779b97f4a7c15u; /* xorshift64: every length of number */
+    for (int k = 0; k < 200000; k++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        check_format_uint(x >> (k % 64), (unsigned)(k % 23));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_size),     cmocka_unit_test(test_format_period),
-        cmocka_unit_test(test_parse_period),   cmocka_unit_test(test_parse_date),
-        cmocka_unit_test(test_format_date),    cmocka_unit_test(test_day_of),
-        cmocka_unit_test(test_ms_to_next_day), cmocka_unit_test(test_parse_uint),
-        cmocka_unit_test(test_format_uint),    cmocka_unit_test(test_day_watch),
+        cmocka_unit_test(test_parse_size),
+        cmocka_unit_test(test_format_period),
+        cmocka_unit_test(test_parse_period),
+        cmocka_unit_test(test_parse_date),
+        cmocka_unit_test(test_format_date),
+        cmocka_unit_test(test_day_of),
+        cmocka_unit_test(test_ms_to_next_day),
+        cmocka_unit_test(test_parse_uint),
+        cmocka_unit_test(test_format_uint),
+        cmocka_unit_test(test_day_watch),
+        cmocka_unit_test(test_format_uint_as_snprintf),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
