@@ -309,7 +309,7 @@ void conn_end_exchange(struct conn *c)
 static void release_agent(struct conn *c)
 {
     if (c->counted_agent != NULL) {
-        gateway_agent_release(c->gw, c->counted_agent);
+        gateway_agent_release(c->gw, c->counted_agent, c->counted_agent_hash);
         free(c->counted_agent);
         c->counted_agent = NULL;
     }
@@ -940,18 +940,16 @@ static bool identify(struct conn *c, const char *auth, size_t auth_len)
     ex->agent = a;
     ex->mode = a != NULL ? a->mode : AGENT_ENFORCE;
     if (c->counted_agent == NULL || strcmp(c->counted_agent, ex->agent_id) != 0) {
-        if (c->counted_agent != NULL) {
-            gateway_agent_release(c->gw, c->counted_agent);
-            free(c->counted_agent);
-            c->counted_agent = NULL;
-        }
-        if (gateway_agent_acquire(c->gw, ex->agent_id, p->limits.max_connections_per_agent) < 0) {
+        release_agent(c);
+        if (gateway_agent_acquire(c->gw, ex->agent_id, ex->agent_hash,
+                                  p->limits.max_connections_per_agent) < 0) {
             conn_refuse(c, REASON_TOO_MANY_CONNECTIONS, NULL, true);
             return false;
         }
         c->counted_agent = strdup(ex->agent_id);
+        c->counted_agent_hash = ex->agent_hash;
         if (c->counted_agent == NULL) {
-            gateway_agent_release(c->gw, ex->agent_id);
+            gateway_agent_release(c->gw, ex->agent_id, ex->agent_hash);
             conn_refuse(c, REASON_TOO_MANY_CONNECTIONS, NULL, true);
             return false;
         }

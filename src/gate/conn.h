@@ -187,8 +187,9 @@ struct conn {
     struct evbuffer *spare_head; /* an empty buffer for the next ex.uphead (forward.c); or NULL */
     struct client_origin origin;
     enum conn_state state;
-    char *counted_agent;      /* the agent this connection counts against */
-    struct timespec t_accept; /* CLOCK_MONOTONIC: the head deadline counts from it */
+    char *counted_agent;         /* the agent this connection counts against */
+    uint64_t counted_agent_hash; /* its agent_hash() (watch/agent_hash.h) */
+    struct timespec t_accept;    /* CLOCK_MONOTONIC: the head deadline counts from it */
     struct resolve_req *rreq;
     struct upstream_connect *uc;
     struct bufferevent *up;

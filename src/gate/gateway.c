@@ -24,7 +24,6 @@
 #include "util/env.h"
 #include "util/pos_index.h"
 #include "util/quiet_thread.h"
-#include "util/siphash.h"
 #include "util/units.h"
 #include "shape/quota.h"
 #include "watch/admin.h"
@@ -138,17 +137,6 @@ void gateway_print_grant_warnings(const struct policy *p)
  * twice the agents connected. */
 #define AGENTS_IDLE_MIN 64
 
-static uint64_t agent_hash(const char *id)
-{
-    static struct siphash_key key;
-    static bool keyed;
-    if (!keyed) {
-        siphash_random_key(&key, &key);
-        keyed = true;
-    }
-    return siphash13(&key, id, strlen(id));
-}
-
 static struct agent_conns *agent_find(struct gateway *gw, const char *id, uint64_t h)
 {
     size_t j = POS_INDEX_START, p;
@@ -186,9 +174,8 @@ static void agents_compact(struct gateway *gw)
     agents_reindex(gw);
 }
 
-int gateway_agent_acquire(struct gateway *gw, const char *id, unsigned max)
+int gateway_agent_acquire(struct gateway *gw, const char *id, uint64_t h, unsigned max)
 {
-    uint64_t h = agent_hash(id);
     struct agent_conns *a = agent_find(gw, id, h);
     if (a != NULL) {
         if (max > 0 && a->n >= max)
@@ -219,9 +206,9 @@ int gateway_agent_acquire(struct gateway *gw, const char *id, unsigned max)
     return 0;
 }
 
-void gateway_agent_release(struct gateway *gw, const char *id)
+void gateway_agent_release(struct gateway *gw, const char *id, uint64_t h)
 {
-    struct agent_conns *a = agent_find(gw, id, agent_hash(id));
+    struct agent_conns *a = agent_find(gw, id, h);
     if (a == NULL || a->n == 0)
         return;
     if (--a->n == 0) {

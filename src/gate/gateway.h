@@ -184,10 +184,12 @@ bool gateway_tunnel_splices(const struct gateway *gw, bool client_on_unix);
 bool gateway_is_self(const struct gateway *gw, const struct ipaddr *ip, uint16_t port);
 /* True when the normalised name <name>:<port> is written as a listener's host. */
 bool gateway_is_self_name(const struct gateway *gw, const char *name, uint16_t port);
-/* Counts one more open connection for agent <id>; returns 0, or -1 when the
- * agent already has <max> (0: unlimited) or memory ran out. */
-int gateway_agent_acquire(struct gateway *gw, const char *id, unsigned max);
-void gateway_agent_release(struct gateway *gw, const char *id);
+/* Counts one more open connection for agent <id>, whose agent_hash() is
+ * <h> (watch/agent_hash.h: the exchange has it already); returns 0, or -1
+ * when the agent already has <max> (0: unlimited) or memory ran out. */
+int gateway_agent_acquire(struct gateway *gw, const char *id, uint64_t h, unsigned max);
+/* Counts one connection fewer for agent <id> (<h> as above). */
+void gateway_agent_release(struct gateway *gw, const char *id, uint64_t h);
 /* Forgets every agent's count (gateway_free()). */
 void gateway_agents_free(struct gateway *gw);
 /* A connection has been freed (gateway bookkeeping, resumes listeners). */
