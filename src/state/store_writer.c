@@ -5,12 +5,14 @@
 #include "util/text_json.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 
 #include <sqlite3.h>
 
@@ -114,6 +116,20 @@ static int run_op(sqlite3 *db, sqlite3_stmt **cache, const struct store_op *o,
     return sqlite3_step(*st) == SQLITE_DONE ? 0 : -1;
 }
 
+/* Whether the store's path can be looked at. Once serve has dropped to a
+ * --user that may not search the store's folder (one root made 0750), the
+ * stat() of SQLite's moved check fails with EACCES, which it takes for
+ * "moved": every commit would fail, though the descriptors opened before
+ * the drop still reach the file. Only root or the folder's owner can move
+ * it then; the check is skipped rather than failing every commit. */
+static bool store_path_visible(sqlite3 *db)
+{
+    const char *path = sqlite3_db_filename(db, "main");
+    struct stat st;
+    return path == NULL || path[0] == '\0' || stat(path, &st) == 0 ||
+           (errno != EACCES && errno != EPERM);
+}
+
 /* Commits <w>'s batch in one transaction, on the thread. On failure SQLite's
  * error goes to <err>. */
 static enum store_commit commit_batch(struct store_writer *w, char *err)
@@ -124,11 +140,12 @@ static enum store_commit commit_batch(struct store_writer *w, char *err)
      * start refuses) since it was opened: SQLite writes on, in WAL mode
      * without an error, through the descriptors it holds, into a file a
      * restart does not open, and every first contact and queued alert
-     * committed since would be lost without a word. One stat() of the
-     * path, here on the writer's thread (a hung file system holds it, not
+     * committed since would be lost without a word. The path looked at
+     * (two stat()s), here on the writer's thread (a hung file system holds it, not
      * the loop); the batch fails, told and kept for retry like a full disk. */
     int moved = 0;
-    if (sqlite3_file_control(w->t.db, "main", SQLITE_FCNTL_HAS_MOVED, &moved) == SQLITE_OK &&
+    if (store_path_visible(w->t.db) &&
+        sqlite3_file_control(w->t.db, "main", SQLITE_FCNTL_HAS_MOVED, &moved) == SQLITE_OK &&
         moved) {
         snprintf(err, STORE_WRITER_ERR,
                  "the database file was moved, replaced or deleted since the gateway opened it: "
