@@ -209,7 +209,7 @@ def test_upload_bytes_in_a_tunnel(gateway, net, tmp_path):
             s.sendall((b"\x00" if i == 0 else b"t") + b"t" * 65535)
         except OSError:
             break
-    a = wait_alert(af, "upload_bytes", timeout=3)[0]
+    a = wait_alert(af, "upload_bytes", timeout=10)[0]
     assert a["host"] == "banner.example.test"
     s.close()
 
@@ -581,7 +581,7 @@ def test_alerts_default_to_the_decision_log(gateway, net):
                             alerts={"first_contact": True}))
     request(gw, "POST", net.url("/x"), body=b"1")
     kinds = poll(lambda: (lambda k: k if {"tier3_write", "first_contact"} <= set(k) else None)(
-        [e["kind"] for e in gw.log_lines() if e["event"] == "alert"]), timeout=3)
+        [e["kind"] for e in gw.log_lines() if e["event"] == "alert"]), timeout=10)
     assert "tier3_write" in kinds
 
 
