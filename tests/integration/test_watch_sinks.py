@@ -523,12 +523,18 @@ def test_slow_webhook_times_out_and_does_not_slow_the_gate(gateway, net, tmp_pat
                      args=["--alerts", str(tmp_path / "a.jsonl"), "--grace", "1s"])
         assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
         poll(lambda: silent.conns or None, timeout=10, what="the webhook connection")
-        # the POST hangs: requests are still answered promptly (a generous bound)
-        # (generous: each request well under the 5 s a blocked loop would cost)
+        # the POST hangs: requests are still answered. Proven by order, not
+        # by a bound on each answer's time: the first is answered while the
+        # attempt still hangs, before its 5 s deadline is told on standard
+        # error; a loop blocked in the POST would answer it only after that.
+        # (A test process held back until that deadline before sending it
+        # cannot tell, and does not check.)
+        late = "no answer within 5 s" in gw.stderr()
         for i in range(10):
-            t0 = time.monotonic()
             assert request(gw, "GET", net.url("/g%d" % i)).status == 200
-            assert time.monotonic() - t0 < 4.0
+            if i == 0 and not late:
+                assert "no answer within 5 s" not in gw.stderr(), \
+                    "answered only once the webhook's attempt had timed out"
         poll(lambda: "no answer within 5 s" in gw.stderr() or None, timeout=20,
              what="the webhook timeout on stderr")
         gw.stop()  # a clean exit 0 while the silent sink still holds its alert
