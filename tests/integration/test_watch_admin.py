@@ -207,7 +207,9 @@ def test_admin_trickling_and_idle_clients_are_closed_by_the_deadline(gateway, ne
     socks = {"trickle": trickle, "idle": idle}
     got = {"trickle": b"", "idle": b""}
     closed = {}
-    limit = HEAD_MS / 1000.0 + 7  # the deadline, plus the linger and a loaded machine
+    # a hang guard, not a claim on time: a per-read timeout (the bug) never
+    # closes the trickling one, however long the wait
+    limit = HEAD_MS / 1000.0 + 30
     try:
         while len(closed) < 2 and time.monotonic() - t0 < limit:
             if "trickle" not in closed:
