@@ -385,7 +385,7 @@ enum peek_http_result peek_http_resume(struct peek_http_scan *scan, const char *
             scan->phase = PEEK_HTTP_HEAD;
     }
     if (scan->phase == PEEK_HTTP_HEAD) {
-        /* http1_parse_request() runs once, when the end of the head, or an
+        /* The request parser runs once, when the end of the head, or an
          * error, is there: until then the resumed search says NEED_MORE,
          * as the parser's own search from the head's first byte would. */
         size_t before = scan->head.scanned;
@@ -403,8 +403,10 @@ enum peek_http_result peek_http_resume(struct peek_http_scan *scan, const char *
         } else {
             perr = "malformed request head";
             scan->looked += lim - scan->from;
-            hl = http1_parse_request(buf + scan->from, lim - scan->from, max_head - scan->from,
-                                     &req, &perr);
+            /* the scan hands the parser the end it found: the head is
+             * not searched again from its first byte */
+            hl = http1_parse_request_scan(&scan->head, buf + scan->from, lim - scan->from,
+                                          max_head - scan->from, &req, &perr);
         }
         if (hl == HTTP1_NEED_MORE)
             return PEEK_HTTP_NEED_MORE; /* not reached: its search ends where ours did */
