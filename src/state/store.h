@@ -34,9 +34,13 @@
 #define STORE_FILE      "sluice.db"
 #define STORE_LOCK_FILE "sluice.lock" /* flock()ed: one gateway per store */
 #define STORE_SCHEMA    1
-/* Writes waiting for a commit (queued, or in the writer's hands); beyond,
- * the oldest of those queued are dropped. */
-#define STORE_PENDING_MAX 100000
+/* Writes waiting for a commit (queued, or in the writer's hands), and the
+ * bytes of text they hold (alert bodies of up to 8 KiB, sink URLs, agent
+ * and host names); beyond either, the oldest of those queued are dropped.
+ * By count alone, 100,000 alerts of a few KiB each held hundreds of MiB
+ * while the store could not be written. */
+#define STORE_PENDING_MAX   100000
+#define STORE_PENDING_BYTES (64u << 20)
 
 struct store;
 
@@ -139,12 +143,13 @@ int store_count_queue(struct store *s, store_queued_fn fn, void *arg);
 int64_t store_count_queue_of(struct store *s, const char *sink);
 
 /* Queued writes (committed by store_flush). Strings are copied. Each
- * returns 0, or -1 when out of memory (the write is dropped and counted). */
+ * returns 0, or -1 when out of memory, or when the writer holds every
+ * write and the caps leave no room (the write is dropped and counted). */
 int store_put_contact(struct store *s, const char *agent, const char *host, int64_t first_ms);
 int store_put_baseline(struct store *s, const char *agent, const struct store_baseline *b);
 int store_put_counter(struct store *s, const char *name, uint64_t value);
 /* Queues an alert <body> for the webhook <sink>; returns its id (> 0), or
- * -1 when out of memory. */
+ * -1 as the writes above. */
 int64_t store_queue_add(struct store *s, const char *sink, const char *body);
 int store_queue_attempts(struct store *s, int64_t id, int attempts);
 /* Queues the deletion of the row of alert <id>, filed under <sink> (the
@@ -156,28 +161,32 @@ int store_queue_del(struct store *s, const char *sink, int64_t id);
  * holds one (the next call hands them over): never waits. Returns 0, or -1
  * while commits fail: a batch that failed comes back queued before the
  * writes queued since, in order, for the next try (at most
- * STORE_PENDING_MAX in all; beyond, the oldest tenth of those queued is
- * dropped) and the error is reported once on stderr until a commit
- * succeeds again. A batch that found the database locked is handed over
- * again on the next call; one that failed after it began (a full disk)
- * only after a backoff doubling from 1 s to 30 s. Drops are told on
- * stderr: the first, then the count each time a commit succeeds again,
- * and at close. */
+ * STORE_PENDING_MAX in all, holding at most STORE_PENDING_BYTES; beyond,
+ * the oldest of those queued are dropped, a tenth of either cap) and the
+ * error is reported once on stderr until a commit succeeds again. A
+ * batch that found the database locked is handed over again on the next
+ * call; one that failed after it began (a full disk) only after a backoff
+ * doubling from 1 s to 30 s. Drops are told on stderr: the first, then the
+ * count each time a commit succeeds again, and at close. */
 int store_flush(struct store *s);
 /* True when writes are waiting for store_flush(): queued, or a batch in
  * the writer's hands. */
 bool store_dirty(const struct store *s);
 /* Writes waiting for a commit: queued, and in the writer's hands. */
 size_t store_pending(const struct store *s);
+/* The bytes of text those writes hold (at most STORE_PENDING_BYTES). */
+size_t store_pending_bytes(const struct store *s);
 /* Why the last commit failed after it began (a full disk, the database
  * file moved or replaced), its writes kept for retry; NULL when it did
  * not (it committed, or another process held the lock). For /healthz. */
 const char *store_broken(const struct store *s);
-/* Writes dropped so far (out of memory, or over STORE_PENDING_MAX). */
+/* Writes dropped so far (out of memory, or over STORE_PENDING_MAX or
+ * STORE_PENDING_BYTES). */
 uint64_t store_dropped(const struct store *s);
 /* True when the queue row of alert <id> (from store_queue_add) was dropped
- * over STORE_PENDING_MAX before it was written: the alert is no longer kept
- * in the store (and may be counted so when it still is). */
+ * over a cap (STORE_PENDING_MAX, STORE_PENDING_BYTES) before it was
+ * written: the alert is no longer kept in the store (and may be counted so
+ * when it still is). */
 bool store_queue_lost(const struct store *s, int64_t id);
 /* True when the queue row of alert <id> waits for a commit: after a
  * store_sync() that failed, one the stop loses. */

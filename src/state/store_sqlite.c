@@ -49,6 +49,7 @@ struct store {
     const struct store_op *inflight;
     size_t ninflight;
     int64_t inflight_qid_end; /* next_qid at the handover: its rows' ids are below */
+    size_t bytes;             /* the text the writes of ops and inflight hold (op_bytes()) */
     int64_t next_qid;
     /* The queue ids from here to next_qid - 1 are rows not yet committed
      * (each id is handed out with its row's write, in order; the batches
@@ -1389,34 +1390,61 @@ static void index_clear(struct store *s)
     s->noindex = false;
 }
 
-static struct store_op *push(struct store *s)
+/* The text <o> holds: what STORE_PENDING_BYTES counts. */
+static size_t op_bytes(const struct store_op *o)
 {
-    if (s->nops + s->ninflight >= STORE_PENDING_MAX) {
-        /* Over the cap: the oldest tenth goes at once, so that a store
-         * that stays locked costs a move of the queue per 10,000 writes,
-         * not per write. The batch in the writer's hands is not the loop's
-         * to drop: the oldest of those queued since go, or, when the
-         * writer holds them all (stuck in a commit), the new one. */
-        size_t drop = STORE_PENDING_MAX / 10;
-        if (drop > s->nops)
-            drop = s->nops;
-        if (drop == 0) {
-            s->dropped++;
-            return NULL;
-        }
+    return (o->a != NULL ? strlen(o->a) + 1 : 0) + (o->b != NULL ? strlen(o->b) + 1 : 0);
+}
+
+/* Whether a write of <need> bytes of text more would be over a cap. */
+static bool over_caps(const struct store *s, size_t need)
+{
+    return s->nops + s->ninflight >= STORE_PENDING_MAX || s->bytes + need > STORE_PENDING_BYTES;
+}
+
+/* How many of the oldest queued writes go to bring the writes a tenth of
+ * each cap under it (with <need> bytes more): at most all of ops. */
+static size_t drop_count(const struct store *s, size_t need)
+{
+    size_t n = s->nops + s->ninflight, bytes = s->bytes + need, drop = 0;
+    while (drop < s->nops && (n > STORE_PENDING_MAX - STORE_PENDING_MAX / 10 ||
+                              bytes > STORE_PENDING_BYTES - STORE_PENDING_BYTES / 10)) {
+        bytes -= op_bytes(&s->ops[drop]);
+        n--;
+        drop++;
+    }
+    return drop;
+}
+
+/* Makes room in ops for a write that will hold <need> bytes of text. */
+static struct store_op *push(struct store *s, size_t need)
+{
+    if (over_caps(s, need)) {
+        /* Over a cap: the oldest go at once, a tenth of the cap's worth,
+         * so that a store that stays locked costs a move of the queue per
+         * 10,000 writes (or 6.4 MiB), not per write. The batch in the
+         * writer's hands is not the loop's to drop: the oldest of those
+         * queued since go, and, when that is not room enough (the writer
+         * holds the rest, stuck in a commit), the new one. */
+        size_t drop = drop_count(s, need);
         for (size_t i = 0; i < drop; i++) {
             if (s->ops[i].kind == OP_QADD) {
                 note_lost_alert(s, s->ops[i].n);
                 if (s->inflight == NULL) /* else older rows still wait */
                     s->qadd_lo = s->ops[i].n + 1;
             }
+            s->bytes -= op_bytes(&s->ops[i]);
             store_op_free(&s->ops[i]);
         }
         memmove(s->ops, s->ops + drop, (s->nops - drop) * sizeof(*s->ops));
         s->nops -= drop;
         s->dropped += drop;
-        if (s->index.n > 0)
+        if (drop > 0 && s->index.n > 0)
             index_fill(s); /* every position moved */
+        if (over_caps(s, need)) {
+            s->dropped++;
+            return NULL;
+        }
     }
     if (s->nops == s->cap) {
         size_t nc = s->cap ? s->cap * 2 : 64;
@@ -1445,12 +1473,13 @@ static int commit_op(struct store *s, struct store_op *o, char *a, char *b, bool
     o->a = a;
     o->b = b;
     s->nops++;
+    s->bytes += op_bytes(o);
     return 0;
 }
 
 int store_put_contact(struct store *s, const char *agent, const char *host, int64_t first_ms)
 {
-    struct store_op *o = push(s);
+    struct store_op *o = push(s, strlen(agent) + strlen(host) + 2);
     if (o == NULL)
         return -1;
     o->kind = OP_CONTACT;
@@ -1466,7 +1495,7 @@ int store_put_baseline(struct store *s, const char *agent, const struct store_ba
         o->bl = *b;
         return 0;
     }
-    o = push(s);
+    o = push(s, strlen(agent) + 1);
     if (o == NULL)
         return -1;
     o->kind = OP_BASELINE;
@@ -1484,7 +1513,7 @@ int store_put_counter(struct store *s, const char *name, uint64_t value)
         o->n = (int64_t)value;
         return 0;
     }
-    o = push(s);
+    o = push(s, strlen(name) + 1);
     if (o == NULL)
         return -1;
     o->kind = OP_COUNTER;
@@ -1497,7 +1526,7 @@ int store_put_counter(struct store *s, const char *name, uint64_t value)
 
 int64_t store_queue_add(struct store *s, const char *sink, const char *body)
 {
-    struct store_op *o = push(s);
+    struct store_op *o = push(s, strlen(sink) + strlen(body) + 2);
     if (o == NULL)
         return -1;
     o->kind = OP_QADD;
@@ -1510,7 +1539,7 @@ int64_t store_queue_add(struct store *s, const char *sink, const char *body)
 
 int store_queue_attempts(struct store *s, int64_t id, int attempts)
 {
-    struct store_op *o = push(s);
+    struct store_op *o = push(s, 0);
     if (o == NULL)
         return -1;
     o->kind = OP_QATTEMPTS;
@@ -1521,7 +1550,7 @@ int store_queue_attempts(struct store *s, int64_t id, int attempts)
 
 int store_queue_del(struct store *s, const char *sink, int64_t id)
 {
-    struct store_op *o = push(s);
+    struct store_op *o = push(s, strlen(sink) + 1);
     if (o == NULL)
         return -1;
     o->kind = OP_QDEL;
@@ -1544,6 +1573,11 @@ size_t store_pending(const struct store *s)
     return s->nops + s->ninflight;
 }
 
+size_t store_pending_bytes(const struct store *s)
+{
+    return s->bytes;
+}
+
 uint64_t store_dropped(const struct store *s)
 {
     return s->dropped;
@@ -1555,11 +1589,12 @@ static void tell_dropped(struct store *s)
     if (s->dropped == s->dropped_said)
         return;
     fprintf(stderr,
-            "sluice: state %s: %" PRIu64 " write(s) dropped so far (over %u waiting for a "
-            "commit, or out of memory), %" PRIu64 " of them queued webhook alerts: first "
-            "contacts, baselines, queued webhook alerts or counters written meanwhile may be "
-            "missing after a restart\n",
-            s->path, s->dropped, (unsigned)STORE_PENDING_MAX, s->alerts_dropped);
+            "sluice: state %s: %" PRIu64 " write(s) dropped so far (over %u, or %u MiB, "
+            "waiting for a commit, or out of memory), %" PRIu64 " of them queued webhook "
+            "alerts: first contacts, baselines, queued webhook alerts or counters written "
+            "meanwhile may be missing after a restart\n",
+            s->path, s->dropped, (unsigned)STORE_PENDING_MAX, (unsigned)(STORE_PENDING_BYTES >> 20),
+            s->alerts_dropped);
     s->dropped_said = s->dropped;
 }
 
@@ -1569,6 +1604,7 @@ static void drop_ops(struct store *s, struct store_op *ops, size_t n)
     for (size_t i = 0; i < n; i++) {
         if (ops[i].kind == OP_QADD)
             note_lost_alert(s, ops[i].n);
+        s->bytes -= op_bytes(&ops[i]);
         store_op_free(&ops[i]);
     }
     s->dropped += n;
@@ -1585,9 +1621,10 @@ static void requeue(struct store *s, struct store_op *ops, size_t n)
 {
     size_t keep = 0;
     for (size_t i = 0; i < n; i++) {
-        if (coalesced(ops[i].kind) && pending_find(s, ops[i].kind, ops[i].a) != NULL)
+        if (coalesced(ops[i].kind) && pending_find(s, ops[i].kind, ops[i].a) != NULL) {
+            s->bytes -= op_bytes(&ops[i]);
             store_op_free(&ops[i]);
-        else
+        } else
             ops[keep++] = ops[i];
     }
     if (keep == 0) {
@@ -1629,8 +1666,10 @@ static enum store_commit collect(struct store *s, bool *came)
     s->ninflight = 0;
     if (rc == STORE_COMMITTED) {
         s->commits++;
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; i < n; i++) {
+            s->bytes -= op_bytes(&ops[i]);
             store_op_free(&ops[i]);
+        }
         free(ops);
         if (s->qadd_lo < s->inflight_qid_end)
             s->qadd_lo = s->inflight_qid_end;

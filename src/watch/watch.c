@@ -344,18 +344,23 @@ static int extra_metrics(void *arg, struct evbuffer *o)
                                (unsigned long long)stderr_relay_dropped()) < 0;
     if (w->store == NULL)
         return bad ? -1 : 0;
-    bad |= evbuffer_add_printf(
-               o,
-               "# HELP sluice_state_pending_writes Writes waiting for a commit to the "
-               "state store.\n"
-               "# TYPE sluice_state_pending_writes gauge\n"
-               "sluice_state_pending_writes %zu\n"
-               "# HELP sluice_state_dropped_writes_total Writes the state store dropped "
-               "(over %u waiting, or out of memory).\n"
-               "# TYPE sluice_state_dropped_writes_total counter\n"
-               "sluice_state_dropped_writes_total %llu\n",
-               store_pending(w->store), (unsigned)STORE_PENDING_MAX,
-               (unsigned long long)store_dropped(w->store)) < 0;
+    bad |=
+        evbuffer_add_printf(
+            o,
+            "# HELP sluice_state_pending_writes Writes waiting for a commit to the "
+            "state store.\n"
+            "# TYPE sluice_state_pending_writes gauge\n"
+            "sluice_state_pending_writes %zu\n"
+            "# HELP sluice_state_pending_bytes Bytes of text (alert bodies, names) the "
+            "writes waiting for a commit hold.\n"
+            "# TYPE sluice_state_pending_bytes gauge\n"
+            "sluice_state_pending_bytes %zu\n"
+            "# HELP sluice_state_dropped_writes_total Writes the state store dropped "
+            "(over %u, or %u MiB, waiting, or out of memory).\n"
+            "# TYPE sluice_state_dropped_writes_total counter\n"
+            "sluice_state_dropped_writes_total %llu\n",
+            store_pending(w->store), store_pending_bytes(w->store), (unsigned)STORE_PENDING_MAX,
+            (unsigned)(STORE_PENDING_BYTES >> 20), (unsigned long long)store_dropped(w->store)) < 0;
     return bad ? -1 : 0;
 }
 

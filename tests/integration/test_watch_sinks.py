@@ -491,6 +491,7 @@ def test_metrics_pass_promtool(gateway, net, tmp_path):
     assert "sluice_state_dropped_writes_total 0" in text
     assert "sluice_exec_dropped_total 0" in text
     assert re.search(r"^sluice_state_pending_writes \d+$", text, re.M), text
+    assert re.search(r"^sluice_state_pending_bytes \d+$", text, re.M), text
     assert 'sluice_grant_expiry_timestamp_seconds{rule="rules[1]"' in text
     gw.reload()
     poll(lambda: "sluice_policy_reloads_total 1" in urllib.request.urlopen(

@@ -867,6 +867,47 @@ static void over_the_cap_the_oldest_tenth_goes(void **state)
     store_close(s);
 }
 
+/* Alerts of many KiB (an alert line is up to 8 KiB) against a store that
+ * stays locked: far fewer than STORE_PENDING_MAX writes hold hundreds of
+ * MiB, so the text they hold is capped too. Past STORE_PENDING_BYTES the
+ * oldest go, counted, the newest is kept, and the rest commit once the
+ * lock goes. */
+static void over_the_bytes_cap_the_oldest_go(void **state)
+{
+    (void)state;
+    struct store *s = open_ok(dir);
+    const char *sink = "http://127.0.0.1:9/h";
+    size_t len = 8000;
+    char *body = malloc(len + 1);
+    assert_non_null(body);
+    memset(body, 'x', len);
+    body[len] = '\0';
+    sqlite3 *db = other_connection("BEGIN EXCLUSIVE");
+    int64_t first = store_queue_add(s, sink, body);
+    assert_true(first > 0);
+    /* twice the cap's worth: without a cap, every one of them waits */
+    size_t n = 2 * (size_t)STORE_PENDING_BYTES / len;
+    int64_t last = 0;
+    for (size_t i = 0; i < n; i++) {
+        last = store_queue_add(s, sink, body);
+        assert_true(last > 0);
+        assert_true(store_pending_bytes(s) <= STORE_PENDING_BYTES);
+    }
+    assert_true(store_dropped(s) > 0);
+    assert_true(store_pending(s) < n);
+    assert_true(store_queue_lost(s, first));
+    assert_false(store_queue_lost(s, last));
+    size_t kept = store_pending(s);
+    assert_int_equal(store_dropped(s) + kept, n + 1);
+    assert_int_equal(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(flush(s), 0);
+    sqlite3_close(db);
+    assert_int_equal(store_pending_bytes(s), 0);
+    assert_int_equal(store_count_queue_of(s, sink), (int64_t)kept);
+    free(body);
+    store_close(s);
+}
+
 /* A commit that fails after it began (here a trigger stands in for a full
  * disk: every queued write ran, then all rolled back) is not redone at each
  * tick: the next try waits 1 s, doubling. */
@@ -1658,6 +1699,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(a_store_without_room_says_why, setup, teardown),
         cmocka_unit_test_setup_teardown(over_the_cap_the_oldest_tenth_goes, setup, teardown),
+        cmocka_unit_test_setup_teardown(over_the_bytes_cap_the_oldest_go, setup, teardown),
         cmocka_unit_test_setup_teardown(a_commit_failing_past_the_lock_backs_off, setup, teardown),
         cmocka_unit_test_setup_teardown(queue_rows_of_a_sink_up_to_a_limit, setup, teardown),
         cmocka_unit_test_setup_teardown(queue_counted_per_sink, setup, teardown),
