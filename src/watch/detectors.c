@@ -94,9 +94,10 @@ struct detectors {
     struct pos_index source_index;
     struct siphash_key source_hash_key;
     struct source_state unix_clients, overflow;
-    int64_t sources_swept_ms; /* the table's last sweep for idle sources */
-    int64_t oh_minute;        /* off-hours cache */
-    int32_t grants_day;       /* the UTC day grants were last announced */
+    struct window source_lines; /* auth_failures lines for a source of their own, a minute */
+    int64_t sources_swept_ms;   /* the table's last sweep for idle sources */
+    int64_t oh_minute;          /* off-hours cache */
+    int32_t grants_day;         /* the UTC day grants were last announced */
     bool oh_result;
     uint64_t published, folded;
     uint64_t agent_probes; /* agents compared or examined, for tests */
@@ -437,6 +438,7 @@ struct detectors *detectors_new(struct alert_bus *out, struct store *store)
     contact_set_init(&d->contacts, DETECT_CONTACTS_MAX);
     d->cfg.write_burst.per_ms = d->cfg.upload_bytes.per_ms = d->cfg.denied_burst.per_ms =
         d->cfg.auth_failures.per_ms = THRESHOLD_PER_MS;
+    window_init(&d->source_lines, MINUTE_MS);
     siphash_random_key(&d->source_hash_key, d);
     d->lru_head = d->lru_tail = d->evict_from = AGENT_NONE;
     d->busy_seen_ms = INT64_MIN;
@@ -805,6 +807,31 @@ static bool counts_auth_failure(const struct egress_event *ev)
            ev->agent == NULL && !ev->redecided && !ev->again;
 }
 
+/* Raises <a>, an auth_failures alert for the source of <fold_key>, folded
+ * in that source's period. Sources are the clients' choice (any address of
+ * 127.0.0.0/8 on this host; the /64s of an IPv6 /48), and a guesser that
+ * tripped max from each of thousands put a line per source into every
+ * sink, as per-host kinds did per made-up host (raise_per_host()). Past
+ * DETECT_SOURCES_BURST sources' lines within a minute, the alerts of
+ * sources without a running period fold by kind over the minute, the
+ * first written at once, saying so (<detail>, <len>: the buffer <a>
+ * points to); the period's summary counts the rest. */
+static void raise_per_source(struct detectors *d, struct alert *a, const char *fold_key,
+                             char *detail, size_t len, int64_t now_ms)
+{
+    uint64_t per_ms = d->cfg.auth_failures.per_ms;
+    if (fold_holds(&d->fold, a->kind, NULL, fold_key, now_ms) ||
+        window_add(&d->source_lines, now_ms, 1) <= DETECT_SOURCES_BURST) {
+        raise_alert(d, a, fold_key, per_ms, now_ms);
+        return;
+    }
+    size_t n = strnlen(detail, len);
+    snprintf(detail + n, len - n,
+             "; over %u sources' auth_failures alerts within 1m, so they are folded per minute",
+             (unsigned)DETECT_SOURCES_BURST);
+    raise_alert(d, a, NULL, DETECT_FOLD_MS, now_ms);
+}
+
 /* Counts the refusal <ev> against its source and alerts past the max. The
  * detail names the source, the count and the window, and of the request
  * only its method, host and port: nothing of its credentials. */
@@ -850,7 +877,7 @@ static void auth_failure(struct detectors *d, const struct egress_event *ev, int
                        .tier = ev->tier,
                        .id = ev->id,
                        .detail = detail};
-    raise_alert(d, &al, fold_key, t->per_ms, now_ms);
+    raise_per_source(d, &al, fold_key, detail, sizeof(detail), now_ms);
 }
 
 /* Counts <bytes> that <ev>'s exchange sent upstream (a request head, or

@@ -16,6 +16,7 @@
  *   auth_failures   auth_required refusals of credentials that named no agent, per
  *                   client source (an IPv4 address, an IPv6 /64, the unix socket's
  *                   clients as one), over max per period: someone guessing tokens;
+ *                   past DETECT_SOURCES_BURST sources a minute by kind (raise_per_source());
  *   off_hours_write a write let through outside the working hours;
  *   baseline        a minute whose requests (or bytes) exceed factor x the learned
  *                   per-agent average and the floor (requests; floor KiB for bytes);
@@ -53,6 +54,10 @@ struct detectors;
  * busy source instead would let a flood of addresses wipe a guesser's
  * count, while the overflow key still counts the guesser's every try. */
 #define DETECT_SOURCES_MAX 4096
+/* auth_failures lines a minute, each for a source of its own; past it
+ * they fold by kind over the minute (a guesser picks its sources: every
+ * address of 127.0.0.0/8, the /64s of an IPv6 /48) */
+#define DETECT_SOURCES_BURST 30
 
 /* Returns new detectors publishing to <out>, remembering in <store> (NULL:
  * memory only; otherwise its first contacts and baselines are loaded now),

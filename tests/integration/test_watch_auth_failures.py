@@ -7,6 +7,7 @@ count, nor do those of an agent that presents its right token. Nothing is
 throttled. Real gateway, loopback only."""
 
 import base64
+import socket
 import time
 import urllib.request
 
@@ -120,6 +121,37 @@ def test_unix_socket_clients_count_as_one_source(gateway, net, tmp_path):
         guess(gw, net, i)
     a = wait_alert(af, "auth_failures")[0]
     assert "3 requests from the unix socket's clients within 1m (max 2)" in a["detail"], a
+
+
+def test_many_sources_fold_past_30_a_minute(gateway, net, tmp_path):
+    """A guesser that picks its sources (every address of 127.0.0.0/8 here)
+    and trips max from each of 40 gets 30 lines, a 31st that says the rest
+    fold, and one summary at the stop: not a line per source."""
+    gw, af = start(gateway, net, tmp_path, 1)
+    for n in range(40):
+        for i in range(2):
+            s = socket.create_connection((gw.host, gw.port), timeout=10,
+                                         source_address=("127.0.2.%d" % (n + 1), 0))
+            guess_on(gw, net, s, 2 * n + i)
+    gw.wait_events("agent_egress", count=80)
+    got = wait_alert(af, "auth_failures", count=31)
+    assert all("folded" not in a["detail"] for a in got[:30]), got
+    assert got[0]["detail"].startswith("2 requests from 127.0.2.1 within 1m (max 1)"), got
+    assert got[30]["detail"].endswith("; over 30 sources' auth_failures alerts within 1m, so "
+                                      "they are folded per minute"), got[30]
+    gw.stop()
+    lines = alerts(af, "auth_failures")
+    assert len(lines) == 32 and lines[31]["count"] == 9, lines
+    assert "9 more within 1m, folded" in lines[31]["detail"], lines[31]
+
+
+def guess_on(gw, net, sock, i):
+    try:
+        r = request(gw, "GET", net.url("/guess"), headers={"Proxy-Authorization": wrong(i)},
+                    sock=sock)
+    finally:
+        sock.close()
+    assert r.status == 407 and r.header("Sluice-Reason") == "auth_required", r
 
 
 def test_reload_changes_the_threshold(gateway, net, tmp_path):

@@ -360,6 +360,49 @@ static void auth_failures_table_is_bounded(void **state)
     assert_non_null(strstr(f->got.last_detail, "3 requests from 192.0.2.2 within 1m"));
 }
 
+/* Sources are the clients' choice (every address of 127.0.0.0/8 on this
+ * host; an IPv6 /48 holds 65,536 /64s): a guesser that trips max from
+ * each of 1000 sources put 1000 lines into every sink within a second, a
+ * real alert queued behind them, as per-host kinds did per made-up host.
+ * Past DETECT_SOURCES_BURST sources' lines a minute they fold by kind over
+ * the minute; a source's own running period still takes its repeats. */
+static void auth_failures_fold_past_the_burst_of_sources(void **state)
+{
+    struct fx *f = *state;
+    f->p.alerts.auth_failures = (struct threshold){.set = true, .max = 2, .per_ms = 60000};
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    for (uint32_t i = 0; i < 1000; i++) {
+        struct ipaddr s;
+        ipaddr_from_v4(&s, 0x7f000100u + i); /* 127.0.1.0 on */
+        struct egress_event ev = auth_ev(&s, true);
+        for (int k = 0; k < 3; k++)
+            detectors_feed(f->d, &ev, T0 + 3 * i + k);
+        if (i == DETECT_SOURCES_BURST - 1)
+            assert_null(strstr(f->got.last_detail, "folded"));
+    }
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], DETECT_SOURCES_BURST + 1);
+    assert_non_null(strstr(f->got.last_detail, "3 requests from 127.0.1.30 within 1m (max 2)"));
+    assert_non_null(strstr(f->got.last_detail, "; over 30 sources' auth_failures alerts within "
+                                               "1m, so they are folded per minute"));
+    /* a source told on its own folds into its own period as before */
+    struct ipaddr first;
+    ipaddr_from_v4(&first, 0x7f000100u);
+    struct egress_event again = auth_ev(&first, true);
+    detectors_feed(f->d, &again, T0 + 5000);
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], DETECT_SOURCES_BURST + 1);
+    /* the minute's end: one summary of the folded sources, one of the
+     * first source's repeat */
+    detectors_tick(f->d, T0 + 70000);
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], DETECT_SOURCES_BURST + 3);
+    /* a quiet minute later, a new source is told on its own again */
+    struct ipaddr late = ip_of("192.0.2.7");
+    struct egress_event ev = auth_ev(&late, true);
+    for (int k = 0; k < 3; k++)
+        detectors_feed(f->d, &ev, T0 + 140000 + k);
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], DETECT_SOURCES_BURST + 4);
+    assert_null(strstr(f->got.last_detail, "folded"));
+}
+
 /* A reload changes max at once and keeps the windows; one that changes
  * per starts them afresh, as for denied_burst. */
 static void auth_failures_reload(void **state)
@@ -1477,6 +1520,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(auth_failures_v6_prefix_and_unix_socket, setup, teardown),
         cmocka_unit_test_setup_teardown(auth_failures_table_is_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(auth_failures_reload, setup, teardown),
+        cmocka_unit_test_setup_teardown(auth_failures_fold_past_the_burst_of_sources, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(tier3_grants_and_first_contact, setup, teardown),
         cmocka_unit_test_setup_teardown(long_owners_are_shortened_between_characters, setup,
                                         teardown),
