@@ -7,7 +7,9 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <time.h>
 
+#include "policy/zone.h"
 #include "util/ipaddr.h"
 #include "util/weburl.h"
 #include "util/xalloc.h"
@@ -193,6 +195,15 @@ static void oh_tz(struct load_ctx *c, const struct ynode *v, void *obj)
         }
         if (!tzif_file(path)) {
             load_err(c, v->line, "unknown time zone '%s' (%s is not a time zone file)", s, path);
+            return;
+        }
+        struct tm tm;
+        if (zone_localtime_file(path, time(NULL), &tm) == 1) {
+            /* "TZif" and then not what glibc reads (cut short): UTC */
+            load_err(c, v->line,
+                     "unknown time zone '%s' (%s cannot be read as a time zone: the C library "
+                     "would go by UTC)",
+                     s, path);
             return;
         }
         if (strncmp(s, "right/", 6) == 0) {

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "policy/lint.h"
+#include "policy/zone.h"
 #include "state/store.h"
 #include "util/pos_index.h"
 #include "util/siphash.h"
@@ -16,7 +17,6 @@
 #include "watch/bus.h"
 #include "watch/contact_set.h"
 #include "watch/window.h"
-#include "util/env.h"
 
 #define DETAIL_MAX  1024 /* the longest: a shown request, an agent and a grant */
 #define PATH_SHOWN  200
@@ -99,6 +99,7 @@ struct detectors {
     int64_t oh_minute;          /* off-hours cache */
     int32_t grants_day;         /* the UTC day grants were last announced */
     bool oh_result;
+    bool oh_zone_told; /* said that the zone's file cannot be read (tell_zone()) */
     uint64_t published, folded;
     uint64_t agent_probes; /* agents compared or examined, for tests */
 };
@@ -493,6 +494,7 @@ int detectors_configure(struct detectors *d, const struct policy *p)
     free(d->cfg.off_hours.tz);
     d->cfg = c;
     d->oh_minute = -1;
+    d->oh_zone_told = false;
     for (size_t i = 0; i < d->nagents; i++)
         agent_windows(&d->cfg, &d->agents[i], true);
     agents_busy_reset(d); /* windows started afresh may be empty */
@@ -624,34 +626,14 @@ static const char *agent_shown(const char *a)
 
 /* ---- off hours ----------------------------------------------------------- */
 
-bool detectors_off_hours(const struct off_hours_cfg *o, time_t t)
+/* Whether <t> is outside <o>'s working hours; <*zone> gets
+ * zone_localtime()'s outcome (1: the zone's file could not be read, and
+ * UTC judged it). */
+static bool off_hours_in(const struct off_hours_cfg *o, time_t t, int *zone)
 {
     struct tm tm;
-    bool ok;
-    if (o->tz == NULL || strcmp(o->tz, "UTC") == 0) {
-        ok = gmtime_r(&t, &tm) != NULL;
-    } else {
-        /* The file the loader checked, by its full path (":" says a file):
-         * by name glibc looks under TZDIR when the environment sets it, and
-         * a zone it does not find there is taken for a POSIX TZ string,
-         * which "Europe/Berlin" is not: UTC, without a word. */
-        char zone[sizeof(POLICY_ZONEINFO_DIR) + 256];
-        snprintf(zone, sizeof(zone), ":%s%s", POLICY_ZONEINFO_DIR, o->tz);
-        env_lock();
-        const char *old = getenv("TZ");
-        char *saved = old != NULL ? strdup(old) : NULL;
-        setenv("TZ", zone, 1);
-        tzset();
-        ok = localtime_r(&t, &tm) != NULL;
-        if (saved != NULL)
-            setenv("TZ", saved, 1);
-        else
-            unsetenv("TZ");
-        tzset();
-        env_unlock();
-        free(saved);
-    }
-    if (!ok)
+    *zone = zone_localtime(o->tz, t, &tm);
+    if (*zone < 0)
         return false;
     int m = tm.tm_hour * 60 + tm.tm_min;
     int day = (tm.tm_wday + 6) % 7;         /* Monday = 0 */
@@ -669,12 +651,37 @@ bool detectors_off_hours(const struct off_hours_cfg *o, time_t t)
     return !(workday && in_hours);
 }
 
+bool detectors_off_hours(const struct off_hours_cfg *o, time_t t)
+{
+    int zone;
+    return off_hours_in(o, t, &zone);
+}
+
+/* Says once, until it can be read again, that the zone's file cannot be
+ * read: the loader checked it, but a tzdata upgrade may remove or replace
+ * it while the gateway runs, and glibc then goes by UTC without a word. */
+static void tell_zone(struct detectors *d, int zone)
+{
+    if (zone == 0)
+        d->oh_zone_told = false;
+    if (zone != 1 || d->oh_zone_told)
+        return;
+    d->oh_zone_told = true;
+    fprintf(stderr,
+            "sluice: alerts.off_hours.tz '%s': %s%s can no longer be read as a time zone "
+            "(removed or replaced since the policy loaded?): off-hours writes are judged by "
+            "UTC until it can be read again\n",
+            d->cfg.off_hours.tz, POLICY_ZONEINFO_DIR, d->cfg.off_hours.tz);
+}
+
 static bool off_hours_now(struct detectors *d, int64_t now_ms)
 {
     int64_t minute = now_ms / MINUTE_MS;
     if (minute != d->oh_minute) {
+        int zone;
         d->oh_minute = minute;
-        d->oh_result = detectors_off_hours(&d->cfg.off_hours, (time_t)(now_ms / 1000));
+        d->oh_result = off_hours_in(&d->cfg.off_hours, (time_t)(now_ms / 1000), &zone);
+        tell_zone(d, zone);
     }
     return d->oh_result;
 }

@@ -7,12 +7,14 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "policy/zone.h"
 #include "state/store.h"
 #include "util/units.h"
 #include "watch/detectors.h"
@@ -820,6 +822,81 @@ static void off_hours_detector(void **state)
     assert_non_null(strstr(f->got.last_detail, "UTC 08:00-19:00"));
 }
 
+/* Runs detectors_feed(<ev>) at <t> with standard error going to <out>
+ * (<n> bytes), which gets what was written there. */
+static void feed_capturing(struct fx *f, const struct egress_event *ev, int64_t t, char *out,
+                           size_t n)
+{
+    char path[] = "/tmp/sluice-test-stderr-XXXXXX";
+    int fd = mkstemp(path), saved = dup(2);
+    assert_true(fd >= 0 && saved >= 0);
+    unlink(path);
+    fflush(stderr);
+    dup2(fd, 2);
+    detectors_feed(f->d, ev, t);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    ssize_t got = pread(fd, out, n - 1, 0);
+    out[got > 0 ? got : 0] = '\0';
+    close(fd);
+}
+
+/* The loader checked the zone's file, but a tzdata upgrade can remove it
+ * (Debian moved legacy names to tzdata-legacy) or replace it while the
+ * gateway runs, and glibc then went by UTC without a word: off-hours
+ * writes judged in the wrong zone, and nobody told. Standard error says
+ * so once, not at every write; the writes are judged by UTC meanwhile. */
+static void off_hours_zone_gone_at_run_time_is_told(void **state)
+{
+    struct fx *f = *state;
+    f->p.alerts.off_hours = (struct off_hours_cfg){.set = true,
+                                                   .tz = "Sluice-Test/Gone",
+                                                   .start_min = 8 * 60,
+                                                   .end_min = 19 * 60,
+                                                   .days_mask = 0x1f};
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    struct egress_event w = ev_of("ci", "PUT", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+    char text[2048];
+    feed_capturing(f, &w, T0, text, sizeof(text)); /* Monday 19:00 UTC */
+    assert_non_null(strstr(text, "sluice: alerts.off_hours.tz 'Sluice-Test/Gone': "
+                                 "/usr/share/zoneinfo/Sluice-Test/Gone can no longer be read as "
+                                 "a time zone (removed or replaced since the policy loaded?): "
+                                 "off-hours writes are judged by UTC until it can be read again"));
+    assert_int_equal(f->got.n[ALERT_OFF_HOURS_WRITE], 1); /* by UTC */
+    feed_capturing(f, &w, T0 + 60000, text, sizeof(text));
+    assert_string_equal(text, ""); /* once */
+}
+
+/* zone_localtime_file() tells a zone file glibc reads from one it cannot
+ * (it starts "TZif", as the loader checks, but is cut short), which glibc
+ * takes for UTC: the loader refuses such a zone. */
+static void zone_file_cut_short_is_not_a_zone(void **state)
+{
+    (void)state;
+    struct tm tm;
+    time_t mon19 = (time_t)(T0 / 1000);
+    assert_int_equal(zone_localtime_file("/usr/share/zoneinfo/Europe/Berlin", mon19, &tm), 0);
+    assert_int_equal(tm.tm_hour, 20);
+    char path[] = "/tmp/sluice-test-zone-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    FILE *in = fopen("/usr/share/zoneinfo/Europe/Berlin", "rb");
+    assert_non_null(in);
+    char head[60];
+    assert_int_equal(fread(head, 1, sizeof(head), in), sizeof(head));
+    fclose(in);
+    assert_int_equal(write(fd, head, sizeof(head)), (ssize_t)sizeof(head));
+    close(fd);
+    assert_int_equal(zone_localtime_file(path, mon19, &tm), 1);
+    assert_int_equal(tm.tm_hour, 19); /* glibc's UTC */
+    unlink(path);
+    assert_int_equal(zone_localtime_file(path, mon19, &tm), 1); /* gone */
+    assert_int_equal(zone_localtime("UTC", mon19, &tm), 0);
+    assert_int_equal(zone_localtime("Etc/GMT+5", mon19, &tm), 0);
+    assert_int_equal(tm.tm_hour, 14);
+}
+
 static void baseline_learns_and_alerts(void **state)
 {
     struct fx *f = *state;
@@ -1538,6 +1615,8 @@ int main(void)
         cmocka_unit_test(off_hours_night_shift),
         cmocka_unit_test(off_hours_night_shift_across_dst),
         cmocka_unit_test_setup_teardown(off_hours_detector, setup, teardown),
+        cmocka_unit_test_setup_teardown(off_hours_zone_gone_at_run_time_is_told, setup, teardown),
+        cmocka_unit_test(zone_file_cut_short_is_not_a_zone),
         cmocka_unit_test_setup_teardown(baseline_learns_and_alerts, setup, teardown),
         cmocka_unit_test_setup_teardown(baseline_cold_start_is_quiet, setup, teardown),
         cmocka_unit_test_setup_teardown(memory_survives_a_restart, setup, teardown),
