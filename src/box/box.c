@@ -262,6 +262,25 @@ static int give_input_pipe(const struct box_config *cfg, const char *path, char 
     return -1;
 }
 
+/* Standard output or error, a regular file given for reading only that
+ * the box does not show at its path <path>: kept, the command could open
+ * /proc/self/fd/<fd> again for writing on the host's mount, or change its
+ * mode, as for standard input. No pipe stands in for it: a file given for
+ * reading where the command writes is a slip (`1<` for `>`) far more often
+ * than input, and run would read the file for a command that never reads
+ * it. Writes the message that fails the set-up into <err>. */
+static void refuse_read_output(int fd, const char *path, char *err, size_t errlen)
+{
+    char shown[160]; /* the path cut to what err (BOX_ERR_MAX) has room for */
+    text_shown_into(shown, sizeof(shown), path[0] != '\0' ? path : "(unknown)");
+    snprintf(err, errlen,
+             "standard %s is the file %s, open for reading only, which the box does not show "
+             "at that path (hidden, under /tmp, moved?): through /proc/self/fd/%d the command "
+             "could write it and change its mode; give it for writing (>> FILE) or through a "
+             "pipe",
+             std_names[fd], shown, fd);
+}
+
 /* A regular file given for reading as standard input, output or error was
  * opened on the host's mount, and keeps it: through /proc/self/fd/N the
  * command could open it again for writing, a file read-only in the box
@@ -270,10 +289,9 @@ static int give_input_pipe(const struct box_config *cfg, const char *path, char 
  * same offset, so that it is on the box's mount, read-only unless the path
  * is --rw. Standard input that the box does not see at that path as the
  * same file (its own /tmp, hidden, moved, deleted) becomes the read end of
- * the pipe run fills from it (<cfg->std_relay>, std_relay.c). Standard
- * output or error given for reading only that it does not see keeps the
- * descriptor it came with. Files given for writing: see
- * give_written_file(). A directory (`< dir`)
+ * the pipe run fills from it (<cfg->std_relay>, std_relay.c); standard
+ * output or error fails the set-up (refuse_read_output()). Files given for
+ * writing: see give_written_file(). A directory (`< dir`)
  * is opened again likewise, but never kept: on the host's mount, the
  * command could create files in it through openat() and reach every file
  * of the host's view through "..", so one the box does not show as the
@@ -308,6 +326,10 @@ static int reopen_std_files(const struct box_config *cfg, char *err, size_t errl
             close(nfd);
         if (!dir && !done && fd == STDIN_FILENO && give_input_pipe(cfg, path, err, errlen) < 0)
             return -1;
+        if (!dir && !done && fd != STDIN_FILENO) {
+            refuse_read_output(fd, path, err, errlen);
+            return -1;
+        }
         if (dir && !done) {
             /* the path cut to what the message has room for (err is
              * BOX_ERR_MAX bytes) */

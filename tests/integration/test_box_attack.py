@@ -1749,3 +1749,77 @@ sys.exit(3)
     p, o = _given_big(sluice_bin, proj, ROOT, code)
     assert o == {"read": 10}, o
     assert p.returncode == 3, p.stderr
+
+
+# In the box: what the command can do with the file given for reading on
+# its descriptor <fd> (1 or 2): open it again by /proc/self/fd for writing,
+# change its mode; then it reads it.
+READ_GIVEN_ON = PRELUDE + r"""
+fd = int(sys.argv[1])
+def again():
+    n = os.open("/proc/self/fd/%d" % fd, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        os.write(n, b"from-the-box\n")
+    finally:
+        os.close(n)
+py("wronly", again)
+py("fchmod", lambda: os.fchmod(fd, 0o666))
+out["read"] = os.read(fd, 65536).decode(errors="replace")
+with open("result.json", "w") as f:
+    f.write(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("where", ["hidden", "tmp", "cwd"])
+@pytest.mark.parametrize("fd", [1, 2])
+def test_standard_output_or_error_given_for_reading_must_be_shown(sluice_bin, proj, where, fd):
+    """`sluice run --hide DIR -- cmd 1< DIR/file` (or `2<`, or a /tmp
+    file): standard output or error open for reading only, on a file the
+    box does not show at its path, was passed as it came, on the host's
+    mount: through /proc/self/fd/N the command wrote the hidden file and
+    changed its mode (found by review). Such a descriptor now stops the
+    run, exit 2, naming it, the command never started; one the box shows
+    (the working directory) is opened again there, as before."""
+    if where == "cwd":
+        d, args = proj, []
+    else:
+        d, args = _not_shown(proj, where)
+    path = os.path.join(d, "known_hosts")
+    pol = _policy(proj)
+    try:
+        with open(path, "w") as f:
+            f.write("old secret\n")
+        os.chmod(path, 0o644)
+        given = os.open(path, os.O_RDONLY)
+        streams = [subprocess.DEVNULL, subprocess.DEVNULL, subprocess.PIPE]
+        streams[fd] = given
+        try:
+            p = subprocess.run([sluice_bin, "run", "--policy", pol] + args +
+                               ["--", PY, "-c", READ_GIVEN_ON, str(fd)],
+                               stdin=streams[0], stdout=streams[1], stderr=streams[2],
+                               text=True, timeout=30, cwd=proj, env=_clean_env())
+        finally:
+            os.close(given)
+        with open(path) as f:
+            text = f.read()
+        mode = os.stat(path).st_mode & 0o777
+    finally:
+        if where == "tmp":
+            shutil.rmtree(d)
+    res = os.path.join(proj, "result.json")
+    o = None
+    if os.path.exists(res):
+        with open(res) as f:
+            o = json.loads(f.read())
+    if where == "cwd":
+        # opened again by its path: what the command could do by the path
+        assert p.returncode == 0, p.stderr
+        assert o["wronly"] == "ok" and o["read"] == text, (o, text)
+        return
+    assert (text, oct(mode)) == ("old secret\n", oct(0o644)), o
+    assert o is None, o
+    assert p.returncode == 2, p.stderr
+    if fd == 1:
+        assert ("sluice run: cannot build the box: standard output is the file %s, open for "
+                "reading only, which the box does not show at that path" % path) in p.stderr, \
+            p.stderr
