@@ -64,8 +64,10 @@ struct box_std_relay {
      * error (fd 2 sharing fd 1's pipe: -1) */
     int run_end[3];
     int box_end[3]; /* the other ends, for the box */
-    bool failed[3]; /* a write into the file failed: its pipe is closed */
-    off_t at;       /* where run reads standard input's file next */
+    /* a write into the file failed (1, 2), a read from it failed (0): its
+     * pipe is closed; kept once the relay is closed */
+    bool failed[3];
+    off_t at; /* where run reads standard input's file next */
 };
 
 struct box_config {

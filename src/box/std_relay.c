@@ -37,6 +37,7 @@
  * has ended: run never waits for a command that stopped reading. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/kcmp.h>
 #include <poll.h>
 #include <stdio.h>
@@ -46,6 +47,7 @@
 #include <unistd.h>
 
 #include "box/box.h"
+#include "util/text_json.h"
 
 static const char *const names[] = {"input", "output", "error"};
 
@@ -211,9 +213,23 @@ static ssize_t move_input(struct box_std_relay *r)
     return w;
 }
 
+/* Tells that standard input's file could not be read (<why>), naming
+ * it: the pipe closed, the command reads an end there, and cannot tell it
+ * from the file's (a pipe carries no error). */
+static void tell_read_failed(const char *why)
+{
+    char path[PATH_MAX], shown[320];
+    text_shown_into(shown, sizeof(shown),
+                    box_fd_path(STDIN_FILENO, path, sizeof(path)) > 0 ? path : "(unknown)");
+    fprintf(stderr,
+            "sluice run: standard input, the file %s: read failed: %s; the command reads its "
+            "end there, its input cut short (run exits 1 if it exits 0)\n",
+            shown, why);
+}
+
 /* Fills the pipe of standard input as far as it takes; closes it at the
  * file's end (the command then reads its end), once it has no reader
- * left, or after a read error, told. */
+ * left, or after a read error, told and kept in <r->failed>[0]. */
 static void feed(struct box_std_relay *r)
 {
     for (;;) {
@@ -222,11 +238,10 @@ static void feed(struct box_std_relay *r)
             continue;
         if (n < 0 && errno == EAGAIN)
             return;
-        if (n < 0 && errno != EPIPE)
-            fprintf(stderr,
-                    "sluice run: standard input: read failed: %s; the command reads no more of "
-                    "it\n",
-                    strerror(errno));
+        if (n < 0 && errno != EPIPE) {
+            r->failed[0] = true;
+            tell_read_failed(strerror(errno));
+        }
         close(r->run_end[0]);
         r->run_end[0] = -1;
         return;

@@ -1523,6 +1523,11 @@ static int run_main(int argc, char **argv)
     rc = WIFEXITED(status)     ? WEXITSTATUS(status)
          : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
                                : EXIT_USAGE;
+    /* its input cut short by a read error (told): the command, which read
+     * an end there, never knew, and its success would pass for one on the
+     * whole file; as `set -o pipefail` would, run fails */
+    if (rc == EXIT_OK && std.failed[0])
+        rc = EXIT_PROBLEMS;
     serve_stop(&s);
     print_summary(a, &s, relayed, rc);
 out:

@@ -1823,3 +1823,54 @@ def test_standard_output_or_error_given_for_reading_must_be_shown(sluice_bin, pr
         assert ("sluice run: cannot build the box: standard output is the file %s, open for "
                 "reading only, which the box does not show at that path" % path) in p.stderr, \
             p.stderr
+
+
+# In the box: reads its standard input to the end and exits 0.
+READ_ALL = PRELUDE + r"""
+n = 0
+while True:
+    b = os.read(0, 65536)
+    if not b:
+        break
+    n += len(b)
+with open("result.json", "w") as f:
+    f.write(json.dumps({"n": n}))
+"""
+
+
+def test_a_read_error_on_standard_input_is_told_and_fails_run(sluice_bin, proj):
+    """A file given as standard input that the box does not show, whose
+    read fails partway (here /proc/self/mem of the test, read past the end
+    of a mapping: EIO, as a failing disk gives): run's pipe cannot carry an
+    error, so the command read an end there, its input cut short, exited
+    0, and run exited 0 (found by review). run now names the file in its
+    message and, as `set -o pipefail` would, exits 1 when the command
+    exits 0."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    page = os.sysconf("SC_PAGE_SIZE")
+    # two pages of data, then a hole: the read at the third fails
+    addr = libc.mmap(None, 3 * page, 0x3, 0x22, -1, 0)  # RW, MAP_PRIVATE | MAP_ANONYMOUS
+    assert addr not in (None, ctypes.c_void_p(-1).value)
+    ctypes.memset(addr, ord("A"), 2 * page)
+    assert libc.munmap(addr + 2 * page, page) == 0
+    pol = _policy(proj)
+    fd = os.open("/proc/self/mem", os.O_RDONLY)
+    try:
+        os.lseek(fd, addr, os.SEEK_SET)
+        p = subprocess.run([sluice_bin, "run", "--policy", pol, "--", PY, "-c", READ_ALL],
+                           stdin=fd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           text=True, timeout=30, cwd=proj, env=_clean_env())
+    finally:
+        os.close(fd)
+        libc.munmap(addr, 2 * page)
+    with open(os.path.join(proj, "result.json")) as f:
+        o = json.loads(f.read())
+    assert o == {"n": 2 * page}, (o, p.stderr)
+    assert ("sluice run: standard input, the file /proc/%d/mem: read failed: Input/output "
+            "error" % os.getpid()) in p.stderr, p.stderr
+    assert p.returncode == 1, p.stderr
