@@ -152,8 +152,12 @@ size_t box_std_relay_poll(const struct box_std_relay *r, struct pollfd *p);
 /* Copies into the files what poll() found in the pipes of <p>[0, <n>),
  * and from standard input's file into its pipe as much as it takes. */
 void box_std_relay_step(struct box_std_relay *r, const struct pollfd *p, size_t n);
-/* Once the box has ended: copies what is left, to each pipe's end, and
- * closes them (standard input's at once: it has no reader left). */
+/* How long box_std_relay_finish() waits for a pipe's end once the box has
+ * ended: a writer left holds it outside the box. */
+#define BOX_STD_FINISH_MS 2000
+/* Once the box has ended: copies what is left, to each pipe's end or for
+ * BOX_STD_FINISH_MS at most (told), and closes them (standard input's at
+ * once: it has no reader left). */
 void box_std_relay_finish(struct box_std_relay *r);
 /* Closes whatever <r> holds. */
 void box_std_relay_close(struct box_std_relay *r);

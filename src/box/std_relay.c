@@ -31,7 +31,8 @@
  * run makes the pipes before the box, whether the box then uses them or
  * not (only inside is it known what the box shows), and reads them until
  * every writer is gone: a pipe the box did not use is at its end once the
- * command is executed, one it used once the box has ended. Standard
+ * command is executed, one it used once the box has ended (or, passed on
+ * outside the box, BOX_STD_FINISH_MS after that, at most). Standard
  * input's is filled until the file's end or its last reader is gone (the
  * command closed it, or was executed without it), and closed once the box
  * has ended: run never waits for a command that stopped reading. */
@@ -48,6 +49,7 @@
 
 #include "box/box.h"
 #include "util/text_json.h"
+#include "util/units.h"
 
 static const char *const names[] = {"input", "output", "error"};
 
@@ -265,11 +267,27 @@ void box_std_relay_finish(struct box_std_relay *r)
     if (r->run_end[0] >= 0)
         close(r->run_end[0]);
     r->run_end[0] = -1;
+    /* Every process of the box is gone, and so are its writers: what the
+     * pipes hold is read at once, and their end follows. A writer left
+     * holds one only outside the box, passed on by the command (SCM_RIGHTS
+     * on a host socket, with --allow-unix): not waited for past
+     * BOX_STD_FINISH_MS, so that it cannot keep run from ending. */
+    uint64_t until = monotonic_ms() + BOX_STD_FINISH_MS;
     for (int fd = 1; fd <= 2; fd++) {
         while (r->run_end[fd] >= 0 && copy(r, fd)) {
+            uint64_t now = monotonic_ms();
             struct pollfd p = {.fd = r->run_end[fd], .events = POLLIN};
-            if (poll(&p, 1, -1) < 0 && errno != EINTR)
+            int n = now < until ? poll(&p, 1, (int)(until - now)) : 0;
+            if (n < 0 && errno != EINTR)
                 break;
+            if (n == 0) {
+                fprintf(stderr,
+                        "sluice run: standard %s: its pipe is still open outside the box %d s "
+                        "after the box ended (the command passed it on): run copies no more of "
+                        "it\n",
+                        names[fd], BOX_STD_FINISH_MS / 1000);
+                break;
+            }
         }
     }
     box_std_relay_close(r);

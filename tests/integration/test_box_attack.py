@@ -1874,3 +1874,69 @@ def test_a_read_error_on_standard_input_is_told_and_fails_run(sluice_bin, proj):
     assert ("sluice run: standard input, the file /proc/%d/mem: read failed: Input/output "
             "error" % os.getpid()) in p.stderr, p.stderr
     assert p.returncode == 1, p.stderr
+
+
+# In the box: passes its standard output (run's pipe) to the test's
+# listener at "hold.sock" (SCM_RIGHTS), writes a line on it and exits.
+PASS_OUTPUT_ON = r"""
+import os, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect("hold.sock")
+socket.send_fds(s, [b"x"], [1])
+s.recv(1)  # the listener holds it
+os.write(1, b"from-the-box\n")
+"""
+
+
+def test_a_pipe_held_open_outside_the_box_does_not_hold_run(sluice_bin, proj):
+    """With --allow-unix the command can pass the write end of run's pipe
+    for its standard output (a /tmp file) to a process outside the box
+    (SCM_RIGHTS on a host socket the box shows): once the box had ended,
+    run waited for the pipe's end for ever (found by review). It now waits
+    at most 2 s after the box has ended, says so, and closes its end: the
+    holder's writes then fail (EPIPE), and the command's line is in the
+    file."""
+    import threading
+    pol = _policy(proj)
+    path = os.path.join(proj, "hold.sock")
+    lst = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    lst.bind(path)
+    os.chmod(path, 0o777)
+    lst.listen(1)
+    held = []
+
+    def hold():
+        c, _ = lst.accept()
+        _, fds, _, _ = socket.recv_fds(c, 1, 1)
+        held.extend(fds)
+        c.send(b"k")
+        held.append(c)
+
+    t = threading.Thread(target=hold, daemon=True)
+    t.start()
+    d = tempfile.mkdtemp(prefix="sluice-held-", dir="/tmp")
+    out = os.path.join(d, "out")
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        # hang guard: without the fix run never ends
+        p = subprocess.run([sluice_bin, "run", "--policy", pol, "--allow-unix", "--", PY, "-c",
+                            PASS_OUTPUT_ON], stdin=subprocess.DEVNULL, stdout=fd,
+                           stderr=subprocess.PIPE, text=True, timeout=60, cwd=proj,
+                           env=_clean_env())
+        t.join(10)
+        assert held, p.stderr
+        with pytest.raises(BrokenPipeError):
+            os.write(held[0], b"from-outside\n")
+        with open(out) as f:
+            text = f.read()
+    finally:
+        os.close(fd)
+        for h in held:
+            h.close() if isinstance(h, socket.socket) else os.close(h)
+        lst.close()
+        shutil.rmtree(d)
+    assert p.returncode == 0, p.stderr
+    assert text == "from-the-box\n", text
+    assert ("sluice run: standard output: its pipe is still open outside the box 2 s after the "
+            "box ended (the command passed it on): run copies no more of it") in p.stderr, \
+        p.stderr
