@@ -281,6 +281,19 @@ static void refuse_read_output(int fd, const char *path, char *err, size_t errle
              std_names[fd], shown, fd);
 }
 
+/* A directory given as standard input, output or error that the box does
+ * not show as it is at its path <path>: writes the message that fails the
+ * set-up into <err>. */
+static void refuse_directory(int fd, const char *path, char *err, size_t errlen)
+{
+    char shown[160]; /* the path cut to what err (BOX_ERR_MAX) has room for */
+    text_shown_into(shown, sizeof(shown), path[0] != '\0' ? path : "(unknown)");
+    snprintf(err, errlen,
+             "standard %s is the directory %s, which the box does not show as it is (hidden, "
+             "under /tmp, moved?): through it the command would reach the host's files",
+             std_names[fd], shown);
+}
+
 /* A regular file given for reading as standard input, output or error was
  * opened on the host's mount, and keeps it: through /proc/self/fd/N the
  * command could open it again for writing, a file read-only in the box
@@ -331,13 +344,7 @@ static int reopen_std_files(const struct box_config *cfg, char *err, size_t errl
             return -1;
         }
         if (dir && !done) {
-            /* the path cut to what the message has room for (err is
-             * BOX_ERR_MAX bytes) */
-            snprintf(err, errlen,
-                     "standard %s is the directory %.300s, which the box does not show as it "
-                     "is (hidden, under /tmp, moved?): through it the command would reach the "
-                     "host's files",
-                     std_names[fd], path[0] != '\0' ? path : "(unknown)");
+            refuse_directory(fd, path, err, errlen);
             return -1;
         }
     }

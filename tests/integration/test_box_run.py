@@ -3737,6 +3737,30 @@ def test_a_directory_given_as_standard_input_stays_in_the_box(box, net, hostdir)
     assert os.listdir(secret) == ["inside"]
 
 
+def test_a_hidden_directory_given_as_standard_input_is_named_escaped(box, net, hostdir):
+    """The set-up error for a directory the box does not show printed its
+    path raw, where run's other messages show each control character as
+    \\ooo: a name holding a line end wrote a 'sluice run:' line of its own
+    into standard error, and one holding an escape sequence wrote it to
+    the terminal (found by review)."""
+    pol = box.policy(net.policy([]))
+    secret = os.path.join(hostdir, "secret")
+    given = os.path.join(secret, "x\nsluice run: forged\x1b[2J")
+    os.makedirs(given)
+    fd = os.open(given, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        p = subprocess.run([box.bin, "run", "--policy", pol, "--hide", secret, "--", "/bin/true"],
+                           stdin=fd, capture_output=True, text=True, timeout=30,
+                           cwd=box.workdir, env=_clean_env())
+    finally:
+        os.close(fd)
+    assert p.returncode == 2, p.stderr
+    shown = given.replace("\n", "\\012").replace("\x1b", "\\033")
+    assert ("sluice run: cannot build the box: standard input is the directory %s, which the "
+            "box does not show" % shown) in p.stderr, p.stderr
+    assert "\nsluice run: forged" not in p.stderr and "\x1b" not in p.stderr, p.stderr
+
+
 @pytest.mark.parametrize("where", ["workdir", "tmp"])
 def test_a_log_file_given_as_output_and_error_is_shared(box, net, where):
     """`> log 2>&1`: standard output and error are one open file, written
