@@ -957,6 +957,29 @@ static bool identify(struct conn *c, const char *auth, size_t auth_len)
     return true;
 }
 
+/* What the address guard of <gp> says of <a> for <ex>'s request, decided
+ * as <dec>: 0 it may be connected to, 1 it is refused (private_address),
+ * -1 it cannot tell, errno set (no socket to ask the kernel with). An IP
+ * literal that the cidr: rule allowing it names is exempt from deny_ranges
+ * (not one whose rule is expired or method-restricted, which report mode
+ * lets through); a name is exempt only through allow_ranges. An address of
+ * the gateway's own host (its public one) reaches the host's services as
+ * loopback does: private too, unless an allow range opens it (the kernel
+ * is asked only of what the guard lets by). */
+static int address_refused(const struct exchange *ex, const struct gw_policy *gp,
+                           const struct decision *dec, const struct ipaddr *a)
+{
+    const struct rule *r = dec->rule;
+    if (ex->target.kind == HOST_IP && r != NULL && r->kind == RULE_CIDR &&
+        dec->verdict == VERDICT_ALLOW && cidr_contains(&r->cidr, a))
+        return 0;
+    if (addr_guard_denies(gp->guard, a, NULL))
+        return 1;
+    if (addr_guard_allows(gp->guard, a))
+        return 0;
+    return listener_address_is_local(a);
+}
+
 static void on_connected(int err, struct bufferevent *bev, evutil_socket_t fd, size_t idx,
                          void *arg)
 {
@@ -971,6 +994,20 @@ static void on_connected(int err, struct bufferevent *bev, evutil_socket_t fd, s
         ipaddr_format(&ex->addrs[idx], ex->ip, sizeof(ex->ip));
     if (err != 0) {
         conn_refuse(c, REASON_UPSTREAM_UNREACHABLE, NULL, true);
+        return;
+    }
+    /* A reload while connecting: the address is checked again, under the
+     * policy now in force, as connect_checked() would have. */
+    int refused = 0;
+    if (ex->guarded_at != c->gw->counters.reloads &&
+        (refused = address_refused(ex, c->gw->current, &ex->dec, &ex->addrs[idx])) != 0) {
+        int e = errno;
+        bufferevent_free(bev);
+        close(fd);
+        if (refused < 0)
+            conn_refuse_short(c, e);
+        else
+            conn_refuse(c, REASON_PRIVATE_ADDRESS, NULL, true);
         return;
     }
     c->up = bev;
@@ -994,12 +1031,13 @@ static void untime_client(struct conn *c)
     c->drain_step_ms = 0;
 }
 
-/* Guards every address, keeps those that may be connected to, connects. */
+/* Guards every address, keeps those that may be connected to, connects.
+ * The guard is that of the policy in force now, not the one the request
+ * was decided under: a reload while its name was being resolved may have
+ * taken an address out of allow_ranges (or put it in deny_ranges). */
 static void connect_checked(struct conn *c)
 {
     struct exchange *ex = &c->ex;
-    const struct addr_guard *g = ex->pol->guard;
-    const struct rule *r = ex->dec.rule;
     struct ipaddr keep[RESOLVE_MAX_ADDRS], priv[RESOLVE_MAX_ADDRS];
     size_t nkeep = 0, npriv = 0;
     char self_ip[IPADDR_STRLEN] = "";
@@ -1010,29 +1048,17 @@ static void connect_checked(struct conn *c)
                 ipaddr_format(a, self_ip, sizeof(self_ip));
             continue;
         }
-        /* An IP literal that the cidr: rule allowing it names is exempt from
-         * deny_ranges (not one whose rule is expired or method-restricted,
-         * which report mode lets through); a name is exempt only through
-         * allow_ranges. */
-        bool exempt = ex->target.kind == HOST_IP && r != NULL && r->kind == RULE_CIDR &&
-                      ex->dec.verdict == VERDICT_ALLOW && cidr_contains(&r->cidr, a);
-        int local = 0;
-        if (!exempt && addr_guard_denies(g, a, NULL)) {
-            priv[npriv++] = *a;
-            continue;
-        }
-        /* An address of the gateway's own host (its public one) reaches
-         * the host's services as loopback does: private too, unless an
-         * allow range opens it. Asked only of what the guard lets by. */
-        if (!exempt && !addr_guard_allows(g, a) && (local = listener_address_is_local(a)) < 0) {
+        int refused = address_refused(ex, c->gw->current, &ex->dec, a);
+        if (refused < 0) {
             conn_refuse_short(c, errno);
             return;
         }
-        if (local > 0)
+        if (refused > 0)
             priv[npriv++] = *a;
         else
             keep[nkeep++] = *a;
     }
+    ex->guarded_at = c->gw->counters.reloads;
     if (nkeep == 0 && npriv == 0) {
         memcpy(ex->ip, self_ip, sizeof(self_ip));
         conn_refuse(c, REASON_SELF_REQUEST, NULL, true);
@@ -1210,6 +1236,19 @@ static void deny_plain_again(struct conn *c)
     (void)conn_after_log(c, forward_cut_denied);
 }
 
+/* True when <c>'s upstream connection goes to an address that the address
+ * guard in force refuses for its request decided again as <dec>: a reload
+ * took it out of allow_ranges or put it in deny_ranges. Not when the
+ * gateway cannot tell whether it is its host's own (no socket to ask
+ * with): that was checked as it connected, and no policy changes it. A
+ * request still resolving or connecting is checked when it connects
+ * (connect_checked(), on_connected()). */
+static bool connected_refused(const struct conn *c, const struct decision *dec)
+{
+    bool connected = c->up != NULL || c->tunnel != NULL; /* a tunnel holds c->up's socket */
+    return connected && address_refused(&c->ex, c->gw->current, dec, &c->up_addr) > 0;
+}
+
 bool conn_redecide(struct conn *c, time_t now)
 {
     struct exchange *ex = &c->ex;
@@ -1225,6 +1264,11 @@ bool conn_redecide(struct conn *c, time_t now)
         dec.reason = REASON_AUTH_REQUIRED;
     if (r == AGENT_OK) {
         decide_exchange(p, ex, a, now, &dec);
+        if ((dec.verdict == VERDICT_ALLOW || dec.verdict == VERDICT_REPORT) &&
+            connected_refused(c, &dec)) {
+            dec.verdict = VERDICT_DENY; /* in report mode too: the guard is never reported */
+            dec.reason = REASON_PRIVATE_ADDRESS;
+        }
         if (dec.verdict == VERDICT_ALLOW || dec.verdict == VERDICT_REPORT)
             reshape_flow(c, &dec);
         if (dec.verdict == VERDICT_ALLOW)

@@ -100,6 +100,9 @@ struct exchange {
     char ip[IPADDR_STRLEN];  /* the address connected to or refused */
     struct ipaddr addrs[RESOLVE_MAX_ADDRS];
     size_t naddrs;
+    /* gw->counters.reloads when the address guard let <addrs> through: a
+     * connection that comes after a reload is checked again (conn.c). */
+    uint64_t guarded_at;
     struct timespec t_decided; /* CLOCK_MONOTONIC */
     bool egress_published, end_published;
     bool redecided; /* a tunnel denied or reported when decided again (conn_redecide()) */

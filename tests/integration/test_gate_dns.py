@@ -550,6 +550,38 @@ def test_reload_of_the_servers_under_a_held_lookup(world, old, new, questions):
     w.gw.stop()
 
 
+@pytest.mark.parametrize("method", ["GET", "CONNECT"])
+def test_an_answer_after_a_reload_is_checked_under_the_new_policy(world, method):
+    # A lookup held at a silent server while a reload takes 127.0.0.3 out of
+    # allow_ranges and names a server that answers with it: the answer comes
+    # under the new policy, whose address guard refuses the address (a
+    # CONNECT, decided again and still allowed by its rule, as a GET); before,
+    # the guard of the policy the request began under let it through
+    w = world({"late.test": {"A": ["127.0.0.3"]}}, servers=[SILENT_SERVER],
+              allow=["127.0.0.3/32"])
+    got = {}
+
+    def ask():
+        try:
+            if method == "GET":
+                got["r"] = w.get("late.test")
+            else:
+                got["r"] = connect(w.gw, "late.test:80")
+                got["r"].close()
+        except OSError as e:
+            got["r"] = e
+    th = threading.Thread(target=ask)
+    th.start()
+    poll(lambda: _unanswered(w, "late.test") >= 2, timeout=10,
+         what="the questions for late.test at the silent server")
+    w.allow = [ALLOWED + "/32"]
+    w.set_servers(["127.0.0.1:53"])
+    th.join(30)
+    assert_refused(w, got.get("r"), "late.test", "private_address", "127.0.0.3")
+    assert w.gw.decided(host="late.test")[0]["method"] == method
+    assert w.reached() == []
+
+
 @pytest.mark.parametrize("args", [(), ("--grace", "1s")], ids=["grace_5s", "grace_1s"])
 def test_stop_under_a_held_lookup(world, args):
     # SIGTERM while a lookup waits on a silent server: within --grace (5 s by

@@ -509,6 +509,40 @@ def test_a_report_mode_agent_keeps_its_tunnel_after_a_reload(gateway, net):
         assert not [k for k in counts if "denied_host" in k], counts
 
 
+def reload_while_connecting(gateway, net, method, new_rules, accept=False, **kw):
+    """Sends a CONNECT, a POST with a 4-byte body or a GET to
+    dead.example.test, allowed, through a gateway that connects to an
+    upstream whose accept queue is full; reloads it under way (a reload
+    before that refuses it all the same) to <new_rules> (a function of the
+    rule; <kw>: more policy keys); then, when <accept>, lets the upstream
+    accept. Returns (the gateway, its admin port, the answer's status and
+    headers)."""
+    lst = FullListener(DEAD_IP)
+    try:
+        rule = {"host": "dead.example.test", "ports": [lst.port], "tier": 0}
+        port = free_tcp_port()
+        gw = gateway(net.policy([rule, api_rule(net)]), args=["--admin", "127.0.0.1:%d" % port])
+        s = open_conn(gw, timeout=30)
+        target = b"dead.example.test:%d" % lst.port
+        try:
+            if method == "CONNECT":
+                s.sendall(b"CONNECT %s HTTP/1.1\r\nHost: x\r\n\r\n" % target)
+            else:
+                body = b"body" if method == "POST" else b""
+                s.sendall(b"%s http://%s/up HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n%s"
+                          % (method.encode(), target, target, len(body), body))
+            time.sleep(0.3)
+            reload_to(gw, net.policy(new_rules(rule), **kw), 1)
+            if accept:
+                lst.accept_all(0, 5)
+            status, hdrs = read_head(s)
+        finally:
+            s.close()
+        return gw, port, status, hdrs
+    finally:
+        lst.close()
+
+
 @pytest.mark.parametrize("method", ["CONNECT", "POST"])
 def test_a_connect_or_upload_still_connecting_when_its_rule_is_removed_is_refused(gateway, net,
                                                                                   method):
@@ -516,34 +550,33 @@ def test_a_connect_or_upload_still_connecting_when_its_rule_is_removed_is_refuse
     # 10 s, then upstream_unreachable): the reload refuses it before its 200;
     # so it does a POST, nothing of whose body went up (before, it went on
     # connecting under the old policy)
-    lst = FullListener(DEAD_IP)
-    try:
-        rule = {"host": "dead.example.test", "ports": [lst.port], "tier": 0}
-        port = free_tcp_port()
-        gw = gateway(net.policy([rule, api_rule(net)]), args=["--admin", "127.0.0.1:%d" % port])
-        s = open_conn(gw, timeout=30)
-        try:
-            if method == "CONNECT":
-                s.sendall(b"CONNECT dead.example.test:%d HTTP/1.1\r\nHost: x\r\n\r\n" % lst.port)
-            else:
-                s.sendall(b"POST http://dead.example.test:%d/up HTTP/1.1\r\n"
-                          b"Host: dead.example.test:%d\r\nContent-Length: 4\r\n\r\nbody"
-                          % (lst.port, lst.port))
-            time.sleep(0.3)  # under way (a reload before it refuses it all the same)
-            reload_to(gw, net.policy([api_rule(net)]), 1)
-            status, hdrs = read_head(s)
-        finally:
-            s.close()
-        assert status == 403 and hdrs.get("sluice-reason") == "not_in_policy", (status, hdrs)
-        ev, end = gw.decided(host="dead.example.test")
-        assert ev["decision"] == "deny" and ev["reason"] == "not_in_policy"
-        assert ev["method"] == method and end["status"] == 403 and end["bytes_up"] == 0, end
-        assert len(gw.events("agent_egress", id=ev["id"])) == 1
-        # its one line is its request's: counted (flagged re-decided, not again)
-        assert requests_total(port).get(
-            '{agent="default",tier="none",decision="deny",reason="not_in_policy"}') == 1
-    finally:
-        lst.close()
+    gw, port, status, hdrs = reload_while_connecting(gateway, net, method,
+                                                     lambda rule: [api_rule(net)])
+    assert status == 403 and hdrs.get("sluice-reason") == "not_in_policy", (status, hdrs)
+    ev, end = gw.decided(host="dead.example.test")
+    assert ev["decision"] == "deny" and ev["reason"] == "not_in_policy"
+    assert ev["method"] == method and end["status"] == 403 and end["bytes_up"] == 0, end
+    assert len(gw.events("agent_egress", id=ev["id"])) == 1
+    # its one line is its request's: counted (flagged re-decided, not again)
+    assert requests_total(port).get(
+        '{agent="default",tier="none",decision="deny",reason="not_in_policy"}') == 1
+
+
+@pytest.mark.parametrize("method", ["CONNECT", "GET"])
+def test_a_connection_made_after_a_reload_no_longer_allows_its_address_is_refused(gateway, net,
+                                                                                  method):
+    # a reload takes loopback out of allow_ranges (the rule kept) while the
+    # request connects: the connection that completes once the upstream
+    # accepts goes to an address the policy in force refuses, and is refused
+    # as private_address, nothing sent on it (a GET too, which no reload
+    # decides again); before, the address checked under the old policy was
+    # used
+    gw, _, status, hdrs = reload_while_connecting(
+        gateway, net, method, lambda rule: [rule, api_rule(net)], accept=True, allow_ranges=())
+    assert status == 403 and hdrs.get("sluice-reason") == "private_address", (status, hdrs)
+    ev, end = gw.decided(host="dead.example.test")
+    assert (ev["decision"], ev["reason"], ev["ip"]) == ("deny", "private_address", DEAD_IP), ev
+    assert ev["method"] == method and end["status"] == 403 and end["bytes_up"] == 0, end
 
 
 def day_ending_in(window):
@@ -784,6 +817,36 @@ def test_a_plain_upload_whose_grant_a_reload_removes_is_cut(gateway, net):
             '{agent="default",tier="3",decision="allow",reason="none"}': 1}
         # a new request to the host is refused as well
         assert request(gw, "GET", "http://%s:%d/x" % (SINK, sink.port)).status == 403
+
+
+def test_a_tunnel_or_upload_to_an_address_a_reload_no_longer_allows_is_cut(gateway, net):
+    # A reload that takes loopback out of allow_ranges, the rules as they
+    # were: a tunnel and an upload connected to loopback addresses, which
+    # the new policy's address guard refuses, are cut as private_address
+    # (their second line names the address), for an agent in report mode
+    # too (the guard is never reported); before, only the decision was taken
+    # again, and both went on with the addresses the new policy refuses
+    agents = [{"id": "watcher", "sources": ["127.0.0.0/8"], "mode": "report"}]
+    with EchoServer(API_IP) as echo, SinkServer() as sink:
+        names = dict(ECHO_NAMES, **{SINK: ScriptedUpstream.IP})
+        rules = [echo_rule(echo.port), sink_policy(net, sink.port)["rules"][0]]
+
+        def policy(**kw):
+            return net.policy(rules, static_extra=names, agents=agents, **kw)
+        gw = gateway(policy())
+        t, tid = open_echo_tunnel(gw, echo.port)
+        s, rid = start_upload(gw, sink)
+        try:
+            reload_to(gw, policy(allow_ranges=()), 1)
+            deny = assert_closed_with_deny(gw, t, tid, "private_address")
+            assert deny["ip"] == API_IP and deny["agent"] == "watcher", deny
+            deny = assert_upload_cut(gw, sink, s, rid, "private_address")
+            assert deny["ip"] == ScriptedUpstream.IP, deny
+        finally:
+            t.close()
+            s.close()
+        # a new CONNECT is refused as well
+        assert new_connect_status(gw, echo.port) == 403
 
 
 def test_a_plain_upload_whose_grant_ends_with_the_day_is_cut(gateway, net):
