@@ -64,6 +64,11 @@ static const struct default_range default_ranges[] = {
     V4(100, 64, 0, 0, 10, "cgnat"),
     /* Loopback (RFC 1122): this host's own services, including us. */
     V4(127, 0, 0, 0, 8, "loopback"),
+    /* Azure's WireServer: a virtual address in public space that every
+     * Azure VM reaches on its host, which hands a VM its goal state,
+     * extension settings (secrets among them) and the certificates that
+     * decrypt them. Not a host on the Internet: nothing to lose. */
+    V4(168, 63, 129, 16, 32, "azure-wireserver"),
     /* Link-local (RFC 3927), which holds 169.254.169.254, the cloud
      * instance metadata service that hands out credentials. */
     V4(169, 254, 0, 0, 16, "link-local"),

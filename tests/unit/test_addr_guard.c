@@ -88,6 +88,8 @@ static void test_default_v4(void **state)
         {"203.0.113.0", "203.0.113.255", "documentation", "203.0.112.255", "203.0.114.0"},
         {"224.0.0.0", "239.255.255.255", "multicast", "223.255.255.255", NULL},
         {"240.0.0.0", "255.255.255.254", "reserved", NULL, NULL},
+        /* a single address: Azure's WireServer */
+        {"168.63.129.16", "168.63.129.16", "azure-wireserver", "168.63.129.15", "168.63.129.17"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         expect_denied(g, cases[i].first, cases[i].name);
@@ -98,6 +100,7 @@ static void test_default_v4(void **state)
             expect_allowed(g, cases[i].after);
     }
     expect_denied(g, "169.254.169.254", "link-local"); /* cloud metadata */
+    expect_denied(g, "2002:a83f:8110::1", "6to4 of azure-wireserver");
     /* 255.255.255.255 lies inside 240/4, which is listed first. */
     expect_denied(g, "255.255.255.255", NULL);
     expect_allowed(g, "1.1.1.1");

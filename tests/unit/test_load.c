@@ -505,7 +505,7 @@ static void test_cidr_rule_over_denied_ranges(void **state)
     expect_warning(
         V "rules:\n  - {cidr: 10.0.0.0/8, tier: 0}\n  - {cidr: 0.0.0.0/0, tier: 0}\n",
         "p.yaml:4: rules[1].cidr: '0.0.0.0/0' holds 169.254.0.0/16 (link-local, with "
-        "169.254.169.254, the cloud metadata address) and 14 other denied ranges: " OPENS);
+        "169.254.169.254, the cloud metadata address) and 15 other denied ranges: " OPENS);
     expect_warning(
         V "rules:\n  - {cidr: \"64:ff9b::/64\", tier: 0}\n",
         "p.yaml:3: rules[0].cidr: '64:ff9b::/64' holds 64:ff9b::/96 (nat64, whose "
@@ -526,10 +526,10 @@ static void test_cidr_rule_over_denied_ranges(void **state)
         V "rules:\n  - {cidr: 0.0.0.0/0, tier: 0}\n"
           "network: {deny_ranges: [default, 10.0.0.0/8, 10.0.0.0/8]}\n",
         "p.yaml:3: rules[0].cidr: '0.0.0.0/0' holds 169.254.0.0/16 (link-local, with "
-        "169.254.169.254, the cloud metadata address) and 14 other denied ranges: " OPENS);
+        "169.254.169.254, the cloud metadata address) and 15 other denied ranges: " OPENS);
     expect_warning(V "rules:\n  - {cidr: 0.0.0.0/0, tier: 0}\n"
                      "network: {allow_ranges: [169.254.0.0/16, 100.0.0.0/8, 100.64.0.0/10]}\n",
-                   "p.yaml:3: rules[0].cidr: '0.0.0.0/0' holds 0.0.0.0/8 (this-network) and 12 "
+                   "p.yaml:3: rules[0].cidr: '0.0.0.0/0' holds 0.0.0.0/8 (this-network) and 13 "
                    "other denied ranges: " OPENS);
     /* An operator's own deny range, and the embedded forms of it alone. */
     expect_warning(V "rules:\n  - {cidr: 8.8.0.0/16, tier: 0}\n"
