@@ -443,8 +443,8 @@ static void sec_agents(struct load_ctx *c, const struct ynode *v, void *obj)
                   "the key");
         return;
     }
-    /* Every item gets a struct agent, a mapping or not: a 64 MiB list of
-     * "1," would take some 2 GB. */
+    /* Every item gets a struct agent, a mapping or not: a 16 MiB list of
+     * "1," would take some 800 MB. */
     if (v->count > POLICY_MAX_AGENTS) {
         load_err(c, v->line, "too many agents (at most %u)", POLICY_MAX_AGENTS);
         return;
@@ -1102,7 +1102,7 @@ static void sec_deny(struct load_ctx *c, const struct ynode *v, void *obj)
     if (load_want_list(c, v) != 0)
         return;
     /* Each entry holds a whole pattern (some 260 bytes, against the 4 of
-     * "a.b,"): a 64 MiB list would take over 4 GB. */
+     * "a.b,"): a 16 MiB list would take over 1 GB. */
     if (v->count > POLICY_MAX_DENY) {
         load_err(c, v->line, "too many deny entries (at most %u)", POLICY_MAX_DENY);
         return;
@@ -1515,7 +1515,10 @@ struct policy *policy_load_buffer_flags(const char *name, const char *buf, size_
         diag->file = name;
     struct load_ctx c = {.diag = diag, .flags = flags};
     if (len > POLICY_MAX_BYTES) {
-        diag_error(diag, 0, "", "the policy is larger than %u bytes", POLICY_MAX_BYTES);
+        diag_error(diag, 0, "",
+                   "the policy is larger than " POLICY_MAX_BYTES_TEXT
+                   " (%u bytes), the most sluice loads",
+                   POLICY_MAX_BYTES);
         return NULL;
     }
     struct ytree t;
@@ -1657,12 +1660,15 @@ struct policy *policy_load_flags(const char *path, unsigned flags, struct diag *
     struct stat st;
     int e = 0;
     unsigned wait_s = 0;
+    bool too_big = false;
     if (fd < 0)
         e = errno;
     else if (fstat(fd, &st) != 0)
         e = errno;
     else if (S_ISDIR(st.st_mode))
         e = EISDIR;
+    else if ((too_big = S_ISREG(st.st_mode) && st.st_size > (off_t)POLICY_MAX_BYTES))
+        e = EFBIG; /* refused unread (a FIFO's reading stops past the cap) */
     else if (S_ISFIFO(st.st_mode))
         wait_s = (unsigned)env_number("SLUICE_TEST_POLICY_FIFO_WAIT_S", FIFO_WAIT_S, FIFO_WAIT_S);
     else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)
@@ -1691,6 +1697,13 @@ struct policy *policy_load_flags(const char *path, unsigned flags, struct diag *
     if (why == FIFO_WRITER_SILENT) {
         diag_error(diag, 0, "", "cannot read %s: a FIFO whose writer wrote nothing for %u s", path,
                    wait_s);
+        return NULL;
+    }
+    if (too_big) {
+        diag_error(diag, 0, "",
+                   "the policy is %jd bytes, larger than " POLICY_MAX_BYTES_TEXT
+                   " (%u bytes), the most sluice loads",
+                   (intmax_t)st.st_size, POLICY_MAX_BYTES);
         return NULL;
     }
     if (e != 0) {

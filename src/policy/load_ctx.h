@@ -25,7 +25,7 @@
 /* Errors, and warnings, a load lists at most; the rest are counted in one
  * closing finding. Each costs a few hundred bytes: a 4 MB list of bad
  * ports made two million of them (294 MB in serve, 2.2 GB in check), so a
- * 64 MiB policy could take the gateway's memory from its reload thread. */
+ * 16 MiB policy could take the gateway's memory from its reload thread. */
 #define LOAD_FINDINGS_MAX 1000
 
 struct load_ctx {

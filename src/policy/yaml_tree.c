@@ -174,7 +174,7 @@ static int on_scalar(struct builder *b, const yaml_event_t *ev)
     if (n == NULL)
         return -1;
     n->quoted = quoted;
-    n->len = len;
+    n->len = (uint32_t)len; /* at most the file's size: see ytree_parse() */
     if (b->sp > 0 && !b->key_ok[b->sp - 1]) {
         const struct ynode *parent = &b->t->nodes[b->stack[b->sp - 1]];
         if (parent->kind == YNODE_MAPPING && parent->count % 2 == 1) {
@@ -357,6 +357,10 @@ int ytree_parse(struct ytree *t, const char *buf, size_t len, int max_depth, str
     if (b.max_depth < 1 || b.max_depth > YTREE_DEPTH_LIMIT)
         b.max_depth = YTREE_DEPTH_LIMIT;
     memset(t, 0, sizeof(*t));
+    if (len > UINT32_MAX) {
+        diag_error(d, 0, "", "the YAML text is larger than %u bytes", UINT32_MAX);
+        return -1;
+    }
     if (reviewable_text(buf, len, d) != 0)
         return -1;
 

@@ -16,20 +16,27 @@
 
 #include "util/diag.h"
 
-#define YTREE_MAX_NODES (1u << 24)
+/* At most this many nodes (4 Mi, 32 bytes each: 128 MiB, the array's
+ * last doubling holding 192 MiB at once). A policy of POLICY_MAX_BYTES
+ * (16 MiB) written to make one node a byte ("x: {a,a,a,...}": a key and a
+ * null value for every two bytes) stops here, while 800,000 rules of the
+ * shortest kind ("{host: a.b, tier: 0},", five nodes in 21 bytes) fit. */
+#define YTREE_MAX_NODES (1u << 22)
 
 enum ynode_kind { YNODE_SCALAR, YNODE_SEQUENCE, YNODE_MAPPING };
 
 /* Children of a container follow it in the array; a child's next sibling is
- * at child + child->size. A mapping's children alternate key, value. */
+ * at child + child->size. A mapping's children alternate key, value.
+ * Every scalar of the file is one: the fields are as narrow as the file's
+ * size allows (ytree_parse() refuses more than UINT32_MAX bytes). */
 struct ynode {
-    enum ynode_kind kind;
-    bool quoted;     /* scalar written in any non-plain style */
+    const char *str; /* scalar: NUL-terminated, no NUL inside; else "" */
     int line;        /* 1-based */
     uint32_t size;   /* nodes in this subtree, itself included */
     uint32_t count;  /* direct children (a mapping: twice its pairs) */
-    size_t len;      /* scalar: bytes in <str> */
-    const char *str; /* scalar: NUL-terminated, no NUL inside; else "" */
+    uint32_t len;    /* scalar: bytes in <str> */
+    uint8_t kind;    /* enum ynode_kind */
+    bool quoted;     /* scalar written in any non-plain style */
 };
 
 struct ytree {
@@ -44,8 +51,8 @@ struct ytree {
 /* Parses <len> bytes of <buf> (not necessarily terminated) into <t>, which
  * the caller frees with ytree_free() whatever the result. Returns 0, or -1
  * after reporting one error to <d> ("YAML syntax error: ...", aliases,
- * tags, nesting deeper than <max_depth>, a second document, too many
- * nodes). */
+ * tags, nesting deeper than <max_depth>, a second document, more than
+ * YTREE_MAX_NODES nodes, more than UINT32_MAX bytes). */
 int ytree_parse(struct ytree *t, const char *buf, size_t len, int max_depth, struct diag *d);
 
 void ytree_free(struct ytree *t);

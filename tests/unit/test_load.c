@@ -771,12 +771,16 @@ static void test_file(void **state)
  * writer still at work on the policy while the loader reads it. */
 static const char *grow_path;
 static const char *grow_text;
+/* every byte read() returned in this program */
+static size_t read_bytes;
 
 ssize_t read(int fd, void *buf, size_t n)
 {
     ssize_t (*real)(int, void *, size_t) =
         (ssize_t(*)(int, void *, size_t))dlsym(RTLD_NEXT, "read");
     ssize_t r = real(fd, buf, n);
+    if (r > 0)
+        read_bytes += (size_t)r;
     if (grow_path != NULL && r > 0) {
         int w = open(grow_path, O_WRONLY | O_APPEND | O_CLOEXEC);
         if (w >= 0) {
@@ -946,8 +950,87 @@ static void test_size_cap(void **state)
     diag_init(&d, FILE_NAME);
     /* the cap is checked before a single byte is read */
     assert_null(policy_load_buffer(FILE_NAME, "", (size_t)POLICY_MAX_BYTES + 1, &d));
-    assert_true(has_entry(&d, DIAG_ERROR, "p.yaml: the policy is larger than 67108864 bytes"));
+    assert_true(has_entry(&d, DIAG_ERROR,
+                          "p.yaml: the policy is larger than 16 MiB (16777216 bytes), the most "
+                          "sluice loads"));
     diag_free(&d);
+}
+
+/* Makes <path> a file of <size> bytes: a hole, so no disk and no memory. */
+static void make_sparse(const char *path, off_t size)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, size), 0);
+    close(fd);
+}
+
+/* A policy file over the cap is refused by its size, before a byte of it
+ * is read: loading costs up to some 25 times the file (a 60 MiB one, under the
+ * former 64 MiB cap, took 0.75 to 2 GB). One at the cap is read. */
+static void test_file_size_cap(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/test_load.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[256], want[600];
+    snprintf(path, sizeof(path), "%s/big.yaml", dir);
+    make_sparse(path, (off_t)POLICY_MAX_BYTES + 1);
+    struct diag d;
+    diag_init(&d, path);
+    read_bytes = 0;
+    assert_null(policy_load(path, &d));
+    assert_int_equal(read_bytes, 0);
+    snprintf(want, sizeof(want),
+             "%s: the policy is 16777217 bytes, larger than 16 MiB (16777216 bytes), the most "
+             "sluice loads",
+             path);
+    if (!has_entry(&d, DIAG_ERROR, want))
+        dump("(a file of 16 MiB + 1 bytes)", &d);
+    assert_true(has_entry(&d, DIAG_ERROR, want));
+    assert_int_equal(d.count, 1);
+    diag_free(&d);
+
+    /* at the cap: read whole (its NUL bytes are then what YAML refuses) */
+    make_sparse(path, (off_t)POLICY_MAX_BYTES);
+    diag_init(&d, path);
+    read_bytes = 0;
+    assert_null(policy_load(path, &d));
+    assert_int_equal(read_bytes, POLICY_MAX_BYTES);
+    assert_false(has_entry(&d, DIAG_ERROR, want));
+    diag_free(&d);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* Every scalar is a YAML node: a file under the byte cap written to make
+ * one node a byte (a flow mapping of keys without values, "a," a key and
+ * its null value) is stopped at the node cap while the tree is built,
+ * which bounds the tree at 128 MiB (it was 16 Mi nodes of 40 bytes). */
+static void test_node_cap(void **state)
+{
+    (void)state;
+    /* 4 Mi + 2 nodes in the mapping: one over the cap (written as a
+     * number, not from YTREE_MAX_NODES: the figure is the contract) */
+    size_t pairs = (1u << 21) + 1, cap = pairs * 2 + 64, o = 0;
+    char *buf = malloc(cap);
+    assert_non_null(buf);
+    o += (size_t)snprintf(buf, cap, "version: 1\nx: {");
+    for (size_t i = 0; i < pairs; i++) {
+        buf[o++] = 'a';
+        buf[o++] = ',';
+    }
+    buf[o - 1] = '}';
+    assert_true(o < POLICY_MAX_BYTES);
+    struct diag d;
+    diag_init(&d, FILE_NAME);
+    assert_null(policy_load_buffer(FILE_NAME, buf, o, &d));
+    if (!has_entry(&d, DIAG_ERROR, "p.yaml:2: too many YAML nodes (at most 4194304)"))
+        dump("(x: {a,a,...} of 2 Mi + 1 keys)", &d);
+    assert_true(has_entry(&d, DIAG_ERROR, "p.yaml:2: too many YAML nodes (at most 4194304)"));
+    assert_int_equal(d.count, 1);
+    diag_free(&d);
+    free(buf);
 }
 
 static void test_depth_cap_exact(void **state)
@@ -2483,6 +2566,8 @@ int main(void)
         cmocka_unit_test(test_file_changed_while_read),
         cmocka_unit_test(test_yaml_errors),
         cmocka_unit_test(test_size_cap),
+        cmocka_unit_test(test_file_size_cap),
+        cmocka_unit_test(test_node_cap),
         cmocka_unit_test(test_depth_cap_exact),
         cmocka_unit_test(test_agent_errors),
         cmocka_unit_test(test_empty_agents_warned),
