@@ -1647,41 +1647,42 @@ struct policy *policy_load(const char *path, struct diag *diag)
     return policy_load_flags(path, 0, diag);
 }
 
-struct policy *policy_load_flags(const char *path, unsigned flags, struct diag *diag)
+/* Why a file of <st>'s kind is not read as a policy, or NULL when it is
+ * read: a regular file, or a FIFO or pipe (read as its writer writes it).
+ * A character device is refused: /dev/zero or /dev/urandom would be read
+ * up to the byte cap for nothing, and a terminal no one types into would
+ * hold the start, or the reload thread and with it the stop, for ever. */
+static const char *unreadable_kind(const struct stat *st)
 {
-    if (diag->file == NULL)
-        diag->file = path;
-    /* Not blocked in open() by a FIFO no one writes to: read_all() waits
-     * for its writer, a bounded time. (A lease another process holds makes
-     * a non-blocking open fail: that wait is bounded by the kernel.) */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0 && errno == EWOULDBLOCK)
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    int e = 0;
+    if (S_ISREG(st->st_mode) || S_ISFIFO(st->st_mode))
+        return NULL;
+    if (S_ISDIR(st->st_mode))
+        return strerror(EISDIR);
+    if (S_ISCHR(st->st_mode))
+        return "a character device, not a file: a policy is a regular file, a FIFO or a pipe";
+    if (S_ISBLK(st->st_mode))
+        return "a block device, not a file: a policy is a regular file, a FIFO or a pipe";
+    return "not a regular file, a FIFO or a pipe";
+}
+
+/* Reads the policy file <fd> (of <path>, <st> its fstat()) whole into a
+ * new buffer the caller frees, its size in *len: a regular file at once,
+ * refusing one that changed while it was read, a FIFO as its writer
+ * writes it, for a bounded time. Returns NULL after reporting to <diag>. */
+static char *read_policy_file(int fd, const char *path, const struct stat *st, size_t *len,
+                              struct diag *diag)
+{
     unsigned wait_s = 0;
-    bool too_big = false;
-    if (fd < 0)
-        e = errno;
-    else if (fstat(fd, &st) != 0)
-        e = errno;
-    else if (S_ISDIR(st.st_mode))
-        e = EISDIR;
-    else if ((too_big = S_ISREG(st.st_mode) && st.st_size > (off_t)POLICY_MAX_BYTES))
-        e = EFBIG; /* refused unread (a FIFO's reading stops past the cap) */
-    else if (S_ISFIFO(st.st_mode))
+    int e = 0;
+    if (S_ISFIFO(st->st_mode))
         wait_s = (unsigned)env_number("SLUICE_TEST_POLICY_FIFO_WAIT_S", FIFO_WAIT_S, FIFO_WAIT_S);
     else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)
         e = errno;
-    size_t len = 0;
     enum fifo_silence why = FIFO_READ;
-    char *buf = e == 0 ? read_all(fd, wait_s, &len, &why) : NULL;
+    char *buf = e == 0 ? read_all(fd, wait_s, len, &why) : NULL;
     if (e == 0 && buf == NULL)
         e = errno;
-    bool changed = buf != NULL && S_ISREG(st.st_mode) && changed_while_read(fd, &st);
-    if (fd >= 0)
-        close(fd);
-    if (changed) {
+    if (buf != NULL && S_ISREG(st->st_mode) && changed_while_read(fd, st)) {
         free(buf);
         diag_error(diag, 0, "",
                    "cannot read %s: it changed while it was read (is it still being written?); "
@@ -1689,29 +1690,60 @@ struct policy *policy_load_flags(const char *path, unsigned flags, struct diag *
                    path, path);
         return NULL;
     }
-    if (why == FIFO_NO_WRITER) {
+    if (why == FIFO_NO_WRITER)
         diag_error(diag, 0, "", "cannot read %s: a FIFO no one writes to (waited %u s)", path,
                    wait_s);
-        return NULL;
-    }
-    if (why == FIFO_WRITER_SILENT) {
+    else if (why == FIFO_WRITER_SILENT)
         diag_error(diag, 0, "", "cannot read %s: a FIFO whose writer wrote nothing for %u s", path,
                    wait_s);
+    else if (buf == NULL)
+        diag_error(diag, 0, "", "cannot read %s: %s", path, strerror(e));
+    return buf;
+}
+
+/* policy_load_flags() from <fd>, open on <path> (the caller closes it). */
+static struct policy *load_fd(int fd, const char *path, unsigned flags, struct diag *diag)
+{
+    struct stat st;
+    const char *refused = fstat(fd, &st) != 0 ? strerror(errno) : unreadable_kind(&st);
+    if (refused != NULL) {
+        diag_error(diag, 0, "", "cannot read %s: %s", path, refused);
         return NULL;
     }
-    if (too_big) {
+    if (S_ISREG(st.st_mode) && st.st_size > (off_t)POLICY_MAX_BYTES) {
+        /* refused unread (a FIFO's reading stops past the cap) */
         diag_error(diag, 0, "",
                    "the policy is %jd bytes, larger than " POLICY_MAX_BYTES_TEXT
                    " (%u bytes), the most sluice loads",
                    (intmax_t)st.st_size, POLICY_MAX_BYTES);
         return NULL;
     }
-    if (e != 0) {
-        diag_error(diag, 0, "", "cannot read %s: %s", path, strerror(e));
+    size_t len = 0;
+    char *buf = read_policy_file(fd, path, &st, &len, diag);
+    if (buf == NULL)
         return NULL;
-    }
     struct policy *p = policy_load_buffer_flags(path, buf, len, flags, diag);
     free(buf);
+    return p;
+}
+
+struct policy *policy_load_flags(const char *path, unsigned flags, struct diag *diag)
+{
+    if (diag->file == NULL)
+        diag->file = path;
+    /* Not blocked in open() by a FIFO no one writes to: read_all() waits
+     * for its writer, a bounded time. (A lease another process holds makes
+     * a non-blocking open fail: that wait is bounded by the kernel.) A
+     * terminal, refused once open, never becomes the controlling one. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0 && errno == EWOULDBLOCK)
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        diag_error(diag, 0, "", "cannot read %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct policy *p = load_fd(fd, path, flags, diag);
+    close(fd);
     return p;
 }
 

@@ -1,7 +1,8 @@
 """A policy read from a FIFO or a pipe (`--policy <(...)`, a named FIFO a
 writer fills): a FIFO no one writes to is waited for a bounded time, then
 refused (exit 2 at start, a failed reload when serving), where open()
-blocked for ever; a writer that comes late, and a pipe, still work.
+blocked for ever; a writer that comes late, and a pipe, still work. A
+character device (/dev/zero, a terminal) is refused once open, unread.
 
 SLUICE_TEST_POLICY_FIFO_WAIT_S shortens the wait (test-only)."""
 
@@ -53,6 +54,16 @@ def _stop(p, tmp_path):
     err = _err(tmp_path)
     assert not any(m in err for m in SANITIZER_MARKS), err
     return rc
+
+
+def _terminated(p):
+    """Sends <p> SIGTERM; returns its exit status, None when it has not
+    ended within 60 s (a stop held by a reload that never ends)."""
+    p.send_signal(signal.SIGTERM)
+    try:
+        return p.wait(60)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def _end(p):
@@ -162,11 +173,56 @@ def test_reload_of_a_fifo_without_writer_fails_and_stop_works(sluice_bin, net, t
 
         p.send_signal(signal.SIGHUP)  # no writer again, and a stop meanwhile
         poll(lambda: fd_named(p.pid, fifo), timeout=20, interval=0.01, what="the FIFO reopened")
-        p.send_signal(signal.SIGTERM)
-        try:
-            rc = p.wait(60)
-        except subprocess.TimeoutExpired:
-            rc = None
-        assert rc == 0, _err(tmp_path)
+        assert _terminated(p) == 0, _err(tmp_path)
     finally:
         _stop(p, tmp_path)
+
+
+def _device(path):
+    return ("%s: cannot read %s: a character device, not a file: a policy is a regular file, "
+            "a FIFO or a pipe" % (path, path))
+
+
+def test_character_device_exits_2_unread(run_sluice, tmp_path):
+    # /dev/zero was read up to the 16 MiB cap, then refused as too large; a
+    # terminal no one types into held the start for ever (run_sluice's
+    # timeout is the hang guard).
+    master, slave = os.openpty()
+    tty = os.ttyname(slave)
+    try:
+        for dev in ("/dev/zero", tty):
+            for cmd in (["serve", "--policy", dev, "--listen", "127.0.0.1:%d" % free_port()],
+                        ["run", "--policy", dev, "--", "true"]):
+                p = run_sluice(*cmd, timeout=60)
+                assert p.returncode == 2, (cmd, p.returncode, p.stderr)
+                assert p.stderr.splitlines() == [_device(dev)], p.stderr
+    finally:
+        os.close(slave)
+        os.close(master)
+
+
+def test_reload_of_a_terminal_fails_and_stop_works(sluice_bin, net, tmp_path):
+    # The policy's path now names a terminal: the reload thread read it for
+    # ever, no reload ended, and a SIGTERM never ended the gateway (its stop
+    # waits for the reload thread).
+    real = tmp_path / "policy.yaml"
+    real.write_text(policy_yaml(net.policy([api_rule(net)])))
+    link = str(tmp_path / "policy.link")
+    os.symlink(str(real), link)
+    master, slave = os.openpty()
+    p = _start(sluice_bin, tmp_path, link)
+    try:
+        poll(lambda: "sluice: serving 1 rule" in _err(tmp_path) or p.poll() is not None,
+             timeout=20, what="serving")
+        assert p.poll() is None, _err(tmp_path)
+        os.symlink(os.ttyname(slave), link + ".new")
+        os.replace(link + ".new", link)
+        p.send_signal(signal.SIGHUP)
+        line = "sluice: reload failed: " + _device(link)
+        poll(lambda: line in _err(tmp_path).splitlines() or None, timeout=30,
+             what="the failed reload")
+        assert _terminated(p) == 0, _err(tmp_path)
+    finally:
+        _stop(p, tmp_path)
+        os.close(slave)
+        os.close(master)
