@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "policy/lint.h"
@@ -123,24 +124,26 @@ static int check_main(int argc, char **argv)
     if (rc != 0)
         return rc;
 
-    /* the caller's name, shown \ooo as in the report: one holding a line
-     * end or an escape byte would write lines of its own */
+    /* The file is judged by the descriptor that is read, not by its path
+     * (a stat() then an open() could judge one file and read another put
+     * there between them: a FIFO, a device). */
+    int fd = policy_open(a.file);
     struct stat st;
-    FILE *probe = NULL;
     const char *why = NULL;
-    if (stat(a.file, &st) != 0)
+    if (fd < 0 || fstat(fd, &st) != 0)
         why = strerror(errno);
     else if (!S_ISREG(st.st_mode))
         why = "not a regular file";
-    else if ((probe = fopen(a.file, "r")) == NULL)
-        why = strerror(errno);
     if (why != NULL) {
+        /* the caller's name, shown \ooo as in the report: one holding a
+         * line end or an escape byte would write lines of its own */
         char *shown = text_shown(a.file);
         fprintf(stderr, "sluice check: cannot read %s: %s\n", shown, why);
         free(shown);
+        if (fd >= 0)
+            close(fd);
         return EXIT_USAGE;
     }
-    fclose(probe);
 
     struct diag d;
     diag_init(&d, a.file);
@@ -148,7 +151,8 @@ static int check_main(int argc, char **argv)
      * its expired grants are listed with the other errors; it gets no
      * report summary. */
     struct policy *p =
-        policy_load_flags(a.file, POLICY_LOAD_SECRETS_OPTIONAL | POLICY_LOAD_KEEP_PARTIAL, &d);
+        policy_load_fd(fd, a.file, POLICY_LOAD_SECRETS_OPTIONAL | POLICY_LOAD_KEEP_PARTIAL, &d);
+    close(fd);
     bool partial = p != NULL && diag_has_errors(&d);
     int warn_days = a.warn_days;
     if (p != NULL) {

@@ -1701,9 +1701,10 @@ static char *read_policy_file(int fd, const char *path, const struct stat *st, s
     return buf;
 }
 
-/* policy_load_flags() from <fd>, open on <path> (the caller closes it). */
-static struct policy *load_fd(int fd, const char *path, unsigned flags, struct diag *diag)
+struct policy *policy_load_fd(int fd, const char *path, unsigned flags, struct diag *diag)
 {
+    if (diag->file == NULL)
+        diag->file = path;
     struct stat st;
     const char *refused = fstat(fd, &st) != 0 ? strerror(errno) : unreadable_kind(&st);
     if (refused != NULL) {
@@ -1727,10 +1728,8 @@ static struct policy *load_fd(int fd, const char *path, unsigned flags, struct d
     return p;
 }
 
-struct policy *policy_load_flags(const char *path, unsigned flags, struct diag *diag)
+int policy_open(const char *path)
 {
-    if (diag->file == NULL)
-        diag->file = path;
     /* Not blocked in open() by a FIFO no one writes to: read_all() waits
      * for its writer, a bounded time. (A lease another process holds makes
      * a non-blocking open fail: that wait is bounded by the kernel.) A
@@ -1738,11 +1737,19 @@ struct policy *policy_load_flags(const char *path, unsigned flags, struct diag *
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0 && errno == EWOULDBLOCK)
         fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    return fd;
+}
+
+struct policy *policy_load_flags(const char *path, unsigned flags, struct diag *diag)
+{
+    if (diag->file == NULL)
+        diag->file = path;
+    int fd = policy_open(path);
     if (fd < 0) {
         diag_error(diag, 0, "", "cannot read %s: %s", path, strerror(errno));
         return NULL;
     }
-    struct policy *p = load_fd(fd, path, flags, diag);
+    struct policy *p = policy_load_fd(fd, path, flags, diag);
     close(fd);
     return p;
 }

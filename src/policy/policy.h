@@ -64,6 +64,19 @@ struct policy *policy_load_flags(const char *path, unsigned flags, struct diag *
 struct policy *policy_load_buffer_flags(const char *name, const char *buf, size_t len,
                                         unsigned flags, struct diag *diag);
 
+/* Opens the policy file <path> to read as policy_load() does: without
+ * waiting for a FIFO's writer (O_NONBLOCK; policy_load_fd() waits a bounded
+ * time), never as the controlling terminal. Returns the descriptor, which
+ * the caller closes, or -1 with errno set. */
+int policy_open(const char *path);
+
+/* policy_load_flags() from <fd>, which policy_open() opened on <path>
+ * (borrowed; the caller closes <fd>): the file's kind and size are judged
+ * by fstat() on <fd>, so that a caller that judged them too (`sluice
+ * check`, regular files only) judged the file that is read, not one put at
+ * the path since. */
+struct policy *policy_load_fd(int fd, const char *path, unsigned flags, struct diag *diag);
+
 /* policy_load_flags() for commands that serve: on failure prints
  * "<prefix>file:line: field: message" (the first error) on standard error and
  * returns NULL; on success prints the loader's warnings there, each as
