@@ -238,6 +238,22 @@ static json_t *agents_json(const struct policy *p, int32_t today)
     return agents;
 }
 
+/* dns.static: the names the gateway resolves itself, each with the
+ * address it connects to for them, whatever DNS says: a reviewer must see
+ * that api.example.com goes to 10.1.2.3. */
+static json_t *dns_static_json(const struct policy *p)
+{
+    json_t *pins = json_array();
+    for (size_t i = 0; i < p->dns.nstatics; i++) {
+        const struct dns_static *s = &p->dns.statics[i];
+        char addr[IPADDR_STRLEN];
+        json_array_append_new(pins, json_pack("{s:s, s:s, s:i}", "name", s->name, "address",
+                                              ipaddr_format(&s->addr, addr, sizeof(addr)), "line",
+                                              s->line));
+    }
+    return pins;
+}
+
 json_t *report_build(const char *file, const struct policy *p, const struct diag *d, int32_t today,
                      int warn_days, bool strict)
 {
@@ -278,6 +294,7 @@ json_t *report_build(const char *file, const struct policy *p, const struct diag
                                   "2", per_tier[2], "3", per_tier[3]));
     json_object_set_new(r, "tier3_grants", grants);
     json_object_set_new(r, "deny", deny);
+    json_object_set_new(r, "dns_static", dns_static_json(p));
     json_object_set_new(r, "agents", agents_json(p, today));
     return r;
 }
@@ -373,6 +390,24 @@ static void print_reach(FILE *out, const json_t *agent)
     }
 }
 
+/* The names pinned by dns.static, when there are any (names and
+ * addresses are validated: nothing in them to show as \ooo). */
+static void print_dns_static(FILE *out, const json_t *pins)
+{
+    if (json_array_size(pins) == 0)
+        return;
+    fputs("\nresolved by the gateway itself (dns.static), before any DNS server:\n", out);
+    size_t i;
+    const json_t *v;
+    json_array_foreach(pins, i, v)
+    {
+        fprintf(out, "    %s -> %s  (line %" JSON_INTEGER_FORMAT ")\n",
+                json_string_value(json_object_get(v, "name")),
+                json_string_value(json_object_get(v, "address")),
+                json_integer_value(json_object_get(v, "line")));
+    }
+}
+
 void report_print_text(const json_t *report, FILE *out)
 {
     const json_t *errors = json_object_get(report, "errors");
@@ -421,6 +456,8 @@ void report_print_text(const json_t *report, FILE *out)
             print_list(out, deny, ", ");
             fputc('\n', out);
         }
+
+        print_dns_static(out, json_object_get(report, "dns_static"));
 
         fputs("\nreach per agent:\n", out);
         json_array_foreach(json_object_get(report, "agents"), i, v)

@@ -2,9 +2,10 @@
  *
  * Enumerates what each agent can reach and at which tier, counts rules per
  * tier, and lists every tier-3 grant with the person who signed for it and
- * the days it has left: the four-step egress audit as one document. The
- * report is built once as a JSON value; the text form is rendered from it,
- * so both formats always say the same thing. */
+ * the days it has left, and the names dns.static pins to an address: the
+ * four-step egress audit as one document. The report is built once as a
+ * JSON value; the text form is rendered from it, so both formats always
+ * say the same thing. */
 #ifndef SLUICE_POLICY_REPORT_H
 #define SLUICE_POLICY_REPORT_H
 

@@ -262,6 +262,38 @@ def test_report_json_is_one_document_with_the_same_facts(sluice_bin, tmp_path):
     assert doc["deny"] == ["gist.github.com"]
 
 
+def test_report_lists_the_names_dns_static_pins(sluice_bin, tmp_path):
+    """A dns.static entry sends every request for its name to its address,
+    whatever DNS says: the report left it out, and a reviewer reading it
+    could not see that api.example.test goes to 10.1.2.3. Listed, in
+    normal form, with address and line; none listed without pins."""
+    path = write(tmp_path, """\
+        version: 1
+        rules:
+          - host: api.example.test
+            tier: 1
+        dns:
+          static:
+            api.example.test: 10.1.2.3
+            Mirror.Example.Test.: "2001:db8::7"
+        """)
+    r = run(sluice_bin, "check", path, "--now", "2026-11-30")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ("\nresolved by the gateway itself (dns.static), before any DNS server:\n"
+            "    api.example.test -> 10.1.2.3  (line 7)\n"
+            "    mirror.example.test -> 2001:db8::7  (line 8)\n\nreach per agent:\n") in r.stdout
+    r = run(sluice_bin, "check", path, "--now", "2026-11-30", "--format", "json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["dns_static"] == [
+        {"name": "api.example.test", "address": "10.1.2.3", "line": 7},
+        {"name": "mirror.example.test", "address": "2001:db8::7", "line": 8}]
+    path = write(tmp_path, GOOD, name="good.yaml")
+    r = run(sluice_bin, "check", path, "--now", "2026-11-30", "--format", "json")
+    assert json.loads(r.stdout)["dns_static"] == []
+    r = run(sluice_bin, "check", path, "--now", "2026-11-30")
+    assert "dns.static" not in r.stdout
+
+
 def test_rules_the_deny_list_covers_are_marked_denied(sluice_bin, tmp_path):
     """A rule whose every name the deny list covers never applies (deny is
     checked first): load warns, and the report listed it as `live` in the
