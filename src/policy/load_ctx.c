@@ -414,11 +414,33 @@ bool load_cidr_covers_ipv4(const char *s, const struct cidr *r)
     return strchr(s, ':') != NULL && r->prefix < 96 && cidr_contains(r, &v4);
 }
 
+/* A CIDR written without a prefix length is the one address (/32, /128):
+ * warned of when that address looks like a network's, an IPv4 one ending
+ * in .0 or an IPv6 one whose last 64 bits are zero, most likely written
+ * without the length its author meant ("cidr: 192.168.10.0" allows one
+ * address, not the /24). */
+static void warn_bare_network(struct load_ctx *c, const struct ynode *n, const char *s,
+                              const struct cidr *r)
+{
+    static const uint8_t zero[8];
+    const uint8_t *b = r->addr.b;
+    bool v6 = strchr(s, ':') != NULL;
+    if (strchr(s, '/') != NULL || (v6 ? memcmp(b + 8, zero, 8) != 0 : b[15] != 0))
+        return;
+    int guess = v6 ? 64 : b[14] != 0 ? 24 : b[13] != 0 ? 16 : 8;
+    load_warn(c, n->line,
+              "'%s' has no prefix length: it is the one address %s/%d, not the network it "
+              "looks like; write the network with its length (%s/%d, say), or %s/%d for the one "
+              "address",
+              load_show(c, s), s, v6 ? 128 : 32, s, guess, s, v6 ? 128 : 32);
+}
+
 /* Parses a CIDR with the messages every section shares. */
 int load_parse_cidr_node(struct load_ctx *c, const struct ynode *n, const char *s, struct cidr *out)
 {
     int rc = cidr_parse(s, out);
     if (rc == 0) {
+        warn_bare_network(c, n, s, out);
         /* IPv4 is matched in its v4-mapped form, ::ffff:0:0/96: an IPv6
          * prefix that holds it ("::/0", "::/1") covers every IPv4 address
          * too, 169.254.169.254 and RFC 1918 included, which its author

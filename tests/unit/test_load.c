@@ -487,6 +487,34 @@ static void test_defaults(void **state)
 }
 
 /* The longest period loads: 87600h, written in any unit. */
+/* A CIDR without a prefix length is the one address, /32 or /128, wherever
+ * a CIDR is read; one that looks like a network's (IPv4 .0, IPv6 with its
+ * last 64 bits zero) was most likely meant as that network, and is warned
+ * of, naming both readings. */
+static void test_cidr_without_prefix_length(void **state)
+{
+    (void)state;
+    struct policy *p = expect_clean(V "rules:\n  - {cidr: 10.0.0.1, tier: 1}\n"
+                                      "  - {cidr: \"2001:db8::1\", tier: 1}\n");
+    assert_string_equal(p->rules[0].pattern, "10.0.0.1/32");
+    assert_int_equal(p->rules[0].cidr.prefix, 128);
+    assert_string_equal(p->rules[1].pattern, "2001:db8::1/128");
+    policy_free(p);
+#define ONE_ADDRESS(a, len, guess)                                                                 \
+    "'" a "' has no prefix length: it is the one address " a "/" len ", not the network it "       \
+    "looks like; write the network with its length (" a "/" guess ", say), or " a "/" len          \
+    " for the one address"
+    expect_warning(V "rules:\n  - {cidr: 192.168.10.0, tier: 1}\n",
+                   "p.yaml:3: rules[0].cidr: " ONE_ADDRESS("192.168.10.0", "32", "24"));
+    expect_warning(V "rules:\n  - {cidr: \"2001:db8:1::\", tier: 1}\n",
+                   "p.yaml:3: rules[0].cidr: " ONE_ADDRESS("2001:db8:1::", "128", "64"));
+    expect_warning(V "agents:\n  - {id: a, sources: [unix, 10.0.0.0]}\n" R,
+                   "p.yaml:3: agents[0].sources[1]: " ONE_ADDRESS("10.0.0.0", "32", "8"));
+    expect_warning(V R "network:\n  allow_ranges: [172.16.0.0]\n",
+                   "p.yaml:6: network.allow_ranges[0]: " ONE_ADDRESS("172.16.0.0", "32", "16"));
+#undef ONE_ADDRESS
+}
+
 /* A cidr: rule's IP literals skip deny_ranges (src/gate/conn.c), so a rule
  * that holds a denied range it does not name opens it: warned, naming the
  * range (those that hold 169.254.169.254 first) and how many more; a rule
@@ -2557,6 +2585,7 @@ int main(void)
         cmocka_unit_test(test_loaded_policy_holds_no_clear_token),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_network_and_days),
+        cmocka_unit_test(test_cidr_without_prefix_length),
         cmocka_unit_test(test_cidr_rule_over_denied_ranges),
         cmocka_unit_test(test_longest_period),
         cmocka_unit_test(test_quoted_scalars_stay_strings),
