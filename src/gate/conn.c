@@ -149,7 +149,7 @@ void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
         return;
     }
     c->state = CS_HEAD;
-    bufferevent_setwatermark(c->client, EV_READ, 0, head_limit(c));
+    stream_set_read_cap(c->client, head_limit(c));
     conn_set_client_timeouts(c, false); /* the head deadline times the reading */
     clock_gettime(CLOCK_MONOTONIC, &c->t_accept);
     struct timeval tv = timeval_of_ms(next_head_ms(c));
@@ -777,17 +777,6 @@ bool conn_gate_denies(struct conn *c, enum deny_reason r, bool respond)
     return true;
 }
 
-/* The client's input holds at most a head (head_limit()). Not set again
- * when it is so already (a request without body leaves it): setting a read
- * watermark enables the read event again, re-arming its timer. */
-static void set_head_watermark(struct conn *c)
-{
-    size_t high = 0, limit = head_limit(c);
-    bufferevent_getwatermark(c->client, EV_READ, NULL, &high);
-    if (high != limit)
-        bufferevent_setwatermark(c->client, EV_READ, 0, limit);
-}
-
 /* Waits for the next head, for <head_ms> at most: reads the client's
  * socket unless it ended its side (its end would be found again), and
  * takes up at once what its input already holds (pipelined requests). */
@@ -818,12 +807,11 @@ void conn_exchange_done(struct conn *c)
         return;
     }
     c->state = CS_HEAD;
-    set_head_watermark(c);
+    stream_set_read_cap(c->client, head_limit(c)); /* its input holds at most a head */
     /* No read timeout while a head is awaited: the head deadline
      * (await_head(), at most idle_timeout) ends the wait first, and a read
      * timeout would only be re-armed, in libevent's timer heap, at each
-     * read and each drain of the input (a bufferevent with a read high
-     * watermark enables its read event again on every change of its input). */
+     * read. */
     conn_set_client_timeouts(c, false);
     await_head(c, head_ms);
 }

@@ -292,7 +292,7 @@ void connect_start(struct conn *c)
         conn_free(c);
         return;
     }
-    bufferevent_setwatermark(c->client, EV_READ, 0, PEEK_MAX);
+    stream_set_read_cap(c->client, PEEK_MAX);
     bufferevent_setwatermark(c->client, EV_WRITE, 0, 0);
     struct timeval idle = timeval_of_ms(conn_idle_ms(c));
     bufferevent_set_timeouts(c->client, NULL, &idle);
@@ -490,7 +490,7 @@ static void send_hello(struct conn *c, size_t used)
     c->state = CS_HELLO;
     struct timeval idle = timeval_of_ms(conn_idle_ms(c));
     bufferevent_set_timeouts(c->up, &idle, &idle);
-    bufferevent_setwatermark(c->up, EV_READ, 0, PEEK_MAX);
+    stream_set_read_cap(c->up, PEEK_MAX);
     bufferevent_enable(c->up, EV_READ);
     if (evbuffer_get_length(bufferevent_get_output(c->up)) > 0)
         bufferevent_enable(c->up, EV_WRITE);
@@ -551,7 +551,7 @@ static void quiet_start(struct conn *c)
     c->peek_quiet = true;
     c->peek_over = false;
     evtimer_add(c->timer, &tv);
-    bufferevent_setwatermark(c->up, EV_READ, 0, PEEK_MAX);
+    stream_set_read_cap(c->up, PEEK_MAX);
     bufferevent_enable(c->up, EV_READ);
 }
 

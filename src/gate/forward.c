@@ -583,16 +583,6 @@ void forward_on_head_deadline(struct conn *c)
     fail(c, "the upstream did not send its response head in time");
 }
 
-/* Sets <bev>'s read high watermark to <high> unless it is that already:
- * setting it enables the read event again, re-arming its timer. */
-static void set_read_high(struct bufferevent *bev, size_t high)
-{
-    size_t now = 0;
-    bufferevent_getwatermark(bev, EV_READ, NULL, &now);
-    if (now != high)
-        bufferevent_setwatermark(bev, EV_READ, 0, high);
-}
-
 /* Reads response heads until the final one. Interim (1xx) ones are passed
  * on, at most INTERIM_MAX per request (more: 502), under the same FLOW_HIGH
  * backpressure as body bytes unless <force> (the upstream ended: its input
@@ -771,15 +761,13 @@ void forward_start(struct conn *c)
      * one, as each read is taken up at once (up_read()): a head until it is
      * complete or found over its limit (read_response_head()), body bytes
      * until the client's backlog reaches FLOW_HIGH, when reading stops; a
-     * read takes at most READ_AHEAD. And with one, libevent enables the read
-     * event again, re-arming its timer, at every change of the input (each
-     * read, each head or body bytes taken). */
+     * read takes at most READ_AHEAD. */
     bufferevent_setwatermark(c->client, EV_WRITE, FLOW_LOW, 0);
     /* A body is read up to FLOW_HIGH ahead; without one the client is not
      * read during the exchange (forward_on_client_read()), and its next
      * head keeps the head's limit. */
     if (!no_body)
-        set_read_high(c->client, FLOW_HIGH);
+        stream_set_read_cap(c->client, FLOW_HIGH);
     /* A copy: the head is kept in case the request must be sent again. */
     size_t hl = evbuffer_get_length(ex->uphead);
     const unsigned char *head = evbuffer_pullup(ex->uphead, -1);

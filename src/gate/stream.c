@@ -192,11 +192,12 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
     if (high != 0) {
         size_t len = evbuffer_get_length(in);
         if (len >= high) {
-            /* Not met while the input's watermark callback suspends the
-             * reads as it reaches the mark; as libevent's read, nothing is
-             * read here (a read of 0 bytes would look like the end), the
+            /* Not met while the input's callback (on_input_change())
+             * stops the reads as it reaches the cap, but after a
+             * bufferevent_enable() at the cap: as libevent's read, nothing
+             * is read here (a read of 0 bytes would look like the end), the
              * event stops, and that callback adds it again once the input
-             * is drained below the mark. */
+             * is drained below the cap. */
             event_del(&bev->ev_read);
             return;
         }
@@ -210,6 +211,60 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
         read_failed(bev, BEV_EVENT_EOF);
     else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ECONNREFUSED)
         read_failed(bev, BEV_EVENT_ERROR); /* a refused connect: libevent leaves it to its write */
+}
+
+/* Reads <bev> again after its cap stopped them (when they are on: a
+ * disabled read stays off). */
+static void resume_reads(struct bufferevent *bev)
+{
+    if (bufferevent_get_enabled(bev) & EV_READ)
+        bufferevent_enable(bev, EV_READ); /* adds the read event, with its timeout */
+}
+
+/* The input's callback of a bufferevent whose reads are this file's: the
+ * read stops as the input reaches the cap (stream_set_read_cap()), and
+ * goes on as it is drained below it. libevent's own watermark callback
+ * enables the read again at every change below the mark, re-adding the
+ * event (about 230 instructions) at each read and each drain. Here a read
+ * needs none (the read event's own activation re-armed its timeout), nor
+ * does a drain when reads are untimed (a head, a CONNECT's first bytes); a
+ * drain with a read timeout re-arms it as libevent's did: a client whose
+ * body still goes up is not idle. */
+static void on_input_change(struct evbuffer *in, const struct evbuffer_cb_info *info, void *arg)
+{
+    struct bufferevent *bev = arg;
+    size_t high = bev->wm_read.high;
+    (void)in;
+    if (high == 0)
+        return;
+    size_t was = info->orig_size;
+    size_t now = was + info->n_added - info->n_deleted;
+    if (now >= high) {
+        if (was < high)
+            event_del(&bev->ev_read);
+    } else if (was >= high || (info->n_deleted > 0 && evutil_timerisset(&bev->timeout_read))) {
+        resume_reads(bev);
+    }
+}
+
+void stream_set_read_cap(struct bufferevent *bev, size_t cap)
+{
+    if (event_get_callback(&bev->ev_read) != on_readable) {
+        bufferevent_setwatermark(bev, EV_READ, 0, cap); /* libevent reads */
+        return;
+    }
+    size_t old = bev->wm_read.high;
+    size_t len = evbuffer_get_length(bufferevent_get_input(bev));
+    bool was_full = old != 0 && len >= old;
+    bool full = cap != 0 && len >= cap;
+    /* Kept where libevent keeps its read high watermark: on_readable(),
+     * stream_read_more() and bufferevent_getwatermark() find it there. */
+    bev->wm_read.low = 0;
+    bev->wm_read.high = cap;
+    if (full && !was_full)
+        event_del(&bev->ev_read);
+    else if (!full && was_full)
+        resume_reads(bev);
 }
 
 /* libevent's read callback of a socket bufferevent (static in its
@@ -245,9 +300,15 @@ int stream_own_reads(struct bufferevent *bev)
      * among them, which bufferevent_free() relies on), and EV_CLOSED
      * (EPOLLRDHUP): a tunnel that takes the socket over waits for it too
      * (tunnel.c), and the socket then stays registered as it was. */
-    int pri = event_get_priority(ev);
-    if (event_assign(ev, base, fd, event_get_events(ev) | EV_CLOSED, on_readable, bev) < 0)
+    struct evbuffer_cb_entry *cap_cb =
+        evbuffer_add_cb(bufferevent_get_input(bev), on_input_change, bev);
+    if (cap_cb == NULL)
         return -1;
+    int pri = event_get_priority(ev);
+    if (event_assign(ev, base, fd, event_get_events(ev) | EV_CLOSED, on_readable, bev) < 0) {
+        evbuffer_remove_cb_entry(bufferevent_get_input(bev), cap_cb);
+        return -1;
+    }
     return event_priority_set(ev, pri);
 }
 

@@ -63,9 +63,9 @@ ssize_t stream_read_rest(struct bufferevent *bev, evutil_socket_t fd, size_t upt
  * the low watermark's rule, or bufferevent_disable(EV_READ) and the event
  * callback with BEV_EVENT_READING | BEV_EVENT_EOF, ERROR (errno kept) or
  * TIMEOUT, as libevent reports them. The event itself stays the
- * bufferevent's, so bufferevent_enable() and _disable(), the read timeout,
- * the high watermark's suspension (the input's callback, run as the bytes
- * are added) and bufferevent_priority_set() act on it as before. The
+ * bufferevent's, so bufferevent_enable() and _disable(), the read timeout
+ * and bufferevent_priority_set() act on it as before; its cap is
+ * stream_set_read_cap()'s (an input callback of this file's). The
  * event also waits for EV_CLOSED (EPOLLRDHUP), as a tunnel's read events
  * do (tunnel.h): a tunnel that takes the socket over finds it registered
  * with epoll as it wants it (no epoll_ctl()).
@@ -78,6 +78,16 @@ ssize_t stream_read_rest(struct bufferevent *bev, evutil_socket_t fd, size_t upt
  * cannot be done (the event pending, no descriptor, not a socket
  * bufferevent): libevent reads on. */
 int stream_own_reads(struct bufferevent *bev);
+
+/* Caps <bev>'s input at <cap> bytes (0: no cap), libevent's read high
+ * watermark: nothing is read past it, and the read stops when the input
+ * reaches it, until the input is drained below it. For a bufferevent
+ * whose reads are this file's (stream_own_reads()), the cap is kept
+ * without libevent's watermark callback, which enables the read event
+ * again (re-adding it, re-arming its timeout) at every change of the
+ * input below the mark: here only reaching the cap and leaving it act.
+ * Otherwise it is bufferevent_setwatermark(). */
+void stream_set_read_cap(struct bufferevent *bev, size_t cap);
 
 /* Makes the close of socket <fd> a reset (SO_LINGER {1,0}): what its send
  * queue still holds is dropped, and the peer reads ECONNRESET, not the end

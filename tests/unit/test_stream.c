@@ -427,12 +427,19 @@ static void own_reads_keep_the_read_timeout(void **state)
 
 /* Input lengths: after reading under a high watermark of 5000 (no read
  * callback takes any), after draining it, after setting the watermark to
- * what the input holds, and after draining 1000 from there. */
+ * what the input holds, after draining 1000 from there, after raising it
+ * to 6000, and with none. */
 struct marks {
-    size_t at_high, after_drain, at_equal, after_equal_drain;
+    size_t at_high, after_drain, at_equal, after_equal_drain, after_raise, uncapped;
 };
 
-static struct marks high_watermark(bool own)
+static void libevent_cap(struct bufferevent *bev, size_t high)
+{
+    bufferevent_setwatermark(bev, EV_READ, 0, high);
+}
+
+/* high_watermark() with the watermark set by <cap>. */
+static struct marks high_watermark_by(bool own, void (*cap)(struct bufferevent *, size_t))
 {
     struct rig r;
     struct marks m;
@@ -441,7 +448,7 @@ static struct marks high_watermark(bool own)
      * input stays at the high watermark (bufferevent_inbuf_wm_check()). */
     bufferevent_setcb(r.bev, NULL, NULL, seen_event, &r.s);
     struct evbuffer *in = bufferevent_get_input(r.bev);
-    bufferevent_setwatermark(r.bev, EV_READ, 0, 5000);
+    cap(r.bev, 5000);
     put(r.peer, 20000);
     bufferevent_enable(r.bev, EV_READ);
     turns(&r, 10);
@@ -450,14 +457,25 @@ static struct marks high_watermark(bool own)
     turns(&r, 10);
     m.after_drain = rig_input(&r);
     evbuffer_drain(in, 2000); /* 3000 left */
-    bufferevent_setwatermark(r.bev, EV_READ, 0, 3000);
+    cap(r.bev, 3000);
     turns(&r, 10);
     m.at_equal = rig_input(&r);
     evbuffer_drain(in, 1000);
     turns(&r, 10);
     m.after_equal_drain = rig_input(&r);
+    cap(r.bev, 6000);
+    turns(&r, 10);
+    m.after_raise = rig_input(&r);
+    cap(r.bev, 0);
+    turns(&r, 10);
+    m.uncapped = rig_input(&r);
     rig_close(&r);
     return m;
+}
+
+static struct marks high_watermark(bool own)
+{
+    return high_watermark_by(own, libevent_cap);
 }
 
 static void own_reads_keep_the_high_watermark(void **state)
@@ -469,7 +487,87 @@ static void own_reads_keep_the_high_watermark(void **state)
     assert_int_equal(a.after_drain, 5000);
     assert_int_equal(a.at_equal, 3000);
     assert_int_equal(a.after_equal_drain, 3000);
+    assert_int_equal(a.after_raise, 6000);
+    assert_int_equal(a.uncapped, 12000); /* all that is left of the 20000 */
     assert_memory_equal(&a, &b, sizeof(a));
+}
+
+/* stream_set_read_cap() holds the input where libevent's read high
+ * watermark does: on reads of this file's, with a callback of its own
+ * (which acts only as the input reaches the cap and leaves it), and on
+ * libevent's (bufferevent_setwatermark()). */
+static void read_cap_keeps_the_high_watermark(void **state)
+{
+    (void)state;
+    struct marks a = high_watermark_by(false, libevent_cap);
+    struct marks b = high_watermark_by(true, stream_set_read_cap);
+    struct marks c = high_watermark_by(false, stream_set_read_cap);
+    assert_int_equal(b.at_high, 5000);
+    assert_int_equal(b.after_raise, 6000);
+    assert_memory_equal(&a, &b, sizeof(a));
+    assert_memory_equal(&a, &c, sizeof(a));
+}
+
+/* A read callback that takes at most <take> bytes a call. */
+struct taker {
+    size_t take;
+    int calls;
+    size_t taken, most; /* bytes taken; the most the input held at a call */
+    short what;         /* the event callback's <what>; 0 none */
+};
+
+static void taker_read(struct bufferevent *bev, void *arg)
+{
+    struct taker *t = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    size_t len = evbuffer_get_length(in), n = len < t->take ? len : t->take;
+    t->calls++;
+    if (len > t->most)
+        t->most = len;
+    evbuffer_drain(in, n);
+    t->taken += n;
+}
+
+static void taker_event(struct bufferevent *bev, short what, void *arg)
+{
+    struct taker *t = arg;
+    (void)bev;
+    t->what = what;
+}
+
+/* A consumer slower than the peer (300 bytes a read callback), under a cap
+ * of 1000: the input never holds more than the cap, and everything sent is
+ * read (the read goes on each time the input is drained below the cap)
+ * before the peer's end is seen. */
+static struct taker capped_consumer(bool own, void (*cap)(struct bufferevent *, size_t))
+{
+    struct rig r;
+    struct taker t = {.take = 300};
+    rig_open(&r, own);
+    bufferevent_setcb(r.bev, taker_read, NULL, taker_event, &t);
+    cap(r.bev, 1000);
+    put(r.peer, 10000);
+    close(r.peer);
+    r.peer = -1;
+    bufferevent_enable(r.bev, EV_READ);
+    for (int i = 0; i < 500 && t.what == 0; i++)
+        event_base_loop(r.base, EVLOOP_ONCE);
+    assert_int_equal(t.what, BEV_EVENT_READING | BEV_EVENT_EOF);
+    assert_int_equal(t.taken + rig_input(&r), 10000);
+    assert_true(t.most <= 1000);
+    rig_close(&r);
+    return t;
+}
+
+static void read_cap_goes_on_after_each_drain(void **state)
+{
+    (void)state;
+    struct taker a = capped_consumer(false, libevent_cap);
+    struct taker b = capped_consumer(true, stream_set_read_cap);
+    assert_int_equal(a.most, 1000);
+    assert_int_equal(b.most, a.most);
+    assert_int_equal(b.calls, a.calls);
+    assert_int_equal(b.taken, a.taken);
 }
 
 /* Under a low watermark of 200, 100 bytes call nothing; 200 do. */
@@ -627,6 +725,8 @@ int main(void)
         cmocka_unit_test(own_reads_report_a_reset_as_libevent),
         cmocka_unit_test(own_reads_keep_the_read_timeout),
         cmocka_unit_test(own_reads_keep_the_high_watermark),
+        cmocka_unit_test(read_cap_keeps_the_high_watermark),
+        cmocka_unit_test(read_cap_goes_on_after_each_drain),
         cmocka_unit_test(own_reads_keep_the_low_watermark),
         cmocka_unit_test(own_reads_keep_the_priority),
         cmocka_unit_test(own_reads_survive_a_free_in_the_read_callback),
