@@ -25,8 +25,10 @@ unsigned method_bit(const char *method)
 {
     if (method == NULL)
         return METHOD_OTHER;
+    /* The first letter before strcmp(): a CONNECT, last in the table,
+     * took nine calls (about 400 instructions a request). */
     for (size_t i = 0; i < sizeof(method_names) / sizeof(method_names[0]); i++)
-        if (strcmp(method, method_names[i].name) == 0)
+        if (method_names[i].name[0] == method[0] && strcmp(method, method_names[i].name) == 0)
             return method_names[i].bit;
     return METHOD_OTHER;
 }

@@ -2555,6 +2555,10 @@ static void test_methods(void **state)
     }
     assert_int_equal(method_bit("get"), METHOD_OTHER);
     assert_int_equal(method_bit("PROPFIND"), METHOD_OTHER);
+    assert_int_equal(method_bit("CONNECTS"), METHOD_OTHER);
+    assert_int_equal(method_bit("CONNEC"), METHOD_OTHER);
+    assert_int_equal(method_bit("PO"), METHOD_OTHER);
+    assert_int_equal(method_bit("T"), METHOD_OTHER);
     assert_int_equal(method_bit(""), METHOD_OTHER);
     assert_int_equal(method_bit(NULL), METHOD_OTHER);
     assert_string_equal(method_name(METHOD_OTHER), "OTHER");
