@@ -1012,10 +1012,20 @@ static void on_connected(int err, struct bufferevent *bev, evutil_socket_t fd, s
 /* The client is not timed while its target is resolved or connected: it
  * waits, and what it was sent before is not judged meanwhile. forward.c
  * sets its timeouts again; a CONNECT's are connect.c's. Not on a request
- * that goes at once on a kept connection: forward_start() sets them. */
+ * that goes at once on a kept connection: forward_start() sets them.
+ * With conn_set_client_timeouts()'s untimed read and nothing queued for
+ * the client, no timeout of its can run: the usual case, a connection's
+ * first request, is left as it is (clearing them costs libevent about 200
+ * instructions: its pending read event added again). Its write timeout
+ * is then one nothing uses: whatever writes next sets its own first
+ * (connect_start(), forward.c), or right after (close_when_flushed(),
+ * which drain_step_ms 0 keeps from skipping it). */
 static void untime_client(struct conn *c)
 {
-    bufferevent_set_timeouts(c->client, NULL, NULL);
+    bool untimed = c->drain_step_ms != 0 && !c->client_read_timed &&
+                   evbuffer_get_length(bufferevent_get_output(c->client)) == 0;
+    if (!untimed)
+        bufferevent_set_timeouts(c->client, NULL, NULL);
     c->drain_step_ms = 0;
 }
 

@@ -287,7 +287,8 @@ void connect_start(struct conn *c)
     struct timeval up_tv = timeval_of_ms(conn_idle_ms(c));
     bufferevent_setcb(c->up, up_read, up_write, up_event, c);
     bufferevent_set_timeouts(c->up, NULL, &up_tv);
-    bufferevent_disable(c->up, EV_READ);
+    if (bufferevent_get_enabled(c->up) & EV_READ) /* a new bufferevent's is off */
+        bufferevent_disable(c->up, EV_READ);
     if (stream_send_bytes(c->client, c->fd, established, sizeof(established) - 1) < 0) {
         conn_free(c);
         return;
@@ -308,7 +309,11 @@ void connect_start(struct conn *c)
         connect_on_client_read(c);
         return;
     }
-    bufferevent_enable(c->client, EV_READ);
+    /* Read since its accept, unless bytes came early (on_read() turned it
+     * off): enabling it again would add its event anew (about 180
+     * instructions). */
+    if (!(bufferevent_get_enabled(c->client) & EV_READ))
+        bufferevent_enable(c->client, EV_READ);
     evtimer_add(c->timer, &tv);
     /* Bytes sent right behind the CONNECT head are already here. */
     if (evbuffer_get_length(bufferevent_get_input(c->client)) > 0)
