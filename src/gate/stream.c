@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -254,6 +255,20 @@ void stream_set_read_cap(struct bufferevent *bev, size_t cap)
         return;
     }
     size_t old = bev->wm_read.high;
+    /* The callback comes with the first cap, not with stream_own_reads():
+     * an input without callbacks is not walked for them at each change
+     * (a plain request's upstream, never capped). Once it is there, no
+     * cap is SIZE_MAX: a cap found set says the callback is there. */
+    if (old == 0) {
+        if (cap == 0)
+            return;
+        if (evbuffer_add_cb(bufferevent_get_input(bev), on_input_change, bev) == NULL) {
+            bufferevent_setwatermark(bev, EV_READ, 0, cap); /* libevent's callback, then */
+            return;
+        }
+    }
+    if (cap == 0)
+        cap = SIZE_MAX;
     size_t len = evbuffer_get_length(bufferevent_get_input(bev));
     bool was_full = old != 0 && len >= old;
     bool full = cap != 0 && len >= cap;
@@ -300,15 +315,9 @@ int stream_own_reads(struct bufferevent *bev)
      * among them, which bufferevent_free() relies on), and EV_CLOSED
      * (EPOLLRDHUP): a tunnel that takes the socket over waits for it too
      * (tunnel.c), and the socket then stays registered as it was. */
-    struct evbuffer_cb_entry *cap_cb =
-        evbuffer_add_cb(bufferevent_get_input(bev), on_input_change, bev);
-    if (cap_cb == NULL)
-        return -1;
     int pri = event_get_priority(ev);
-    if (event_assign(ev, base, fd, event_get_events(ev) | EV_CLOSED, on_readable, bev) < 0) {
-        evbuffer_remove_cb_entry(bufferevent_get_input(bev), cap_cb);
+    if (event_assign(ev, base, fd, event_get_events(ev) | EV_CLOSED, on_readable, bev) < 0)
         return -1;
-    }
     return event_priority_set(ev, pri);
 }
 

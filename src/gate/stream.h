@@ -85,8 +85,10 @@ int stream_own_reads(struct bufferevent *bev);
  * whose reads are this file's (stream_own_reads()), the cap is kept
  * without libevent's watermark callback, which enables the read event
  * again (re-adding it, re-arming its timeout) at every change of the
- * input below the mark: here only reaching the cap and leaving it act.
- * Otherwise it is bufferevent_setwatermark(). */
+ * input below the mark: here only reaching the cap and leaving it act
+ * (an input callback added with the first cap; no cap is then read as
+ * SIZE_MAX by bufferevent_getwatermark()). Otherwise it is
+ * bufferevent_setwatermark(). */
 void stream_set_read_cap(struct bufferevent *bev, size_t cap);
 
 /* Makes the close of socket <fd> a reset (SO_LINGER {1,0}): what its send
