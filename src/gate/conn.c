@@ -968,6 +968,20 @@ static int address_refused(const struct exchange *ex, const struct gw_policy *gp
     return listener_address_is_local(a);
 }
 
+/* Writes <a>, the address connected to (or tried last), in ex->ip. An IP
+ * literal target is that address, in the same text already
+ * (host_normalise() formats it with ipaddr_format()): copied, not
+ * formatted again (about 130 instructions). */
+static void note_address(struct exchange *ex, const struct ipaddr *a)
+{
+    size_t n;
+    if (ex->target.kind == HOST_IP && ipaddr_equal(a, &ex->target.ip) &&
+        (n = strlen(ex->target.name)) < sizeof(ex->ip))
+        memcpy(ex->ip, ex->target.name, n + 1);
+    else
+        ipaddr_format(a, ex->ip, sizeof(ex->ip));
+}
+
 static void on_connected(int err, struct bufferevent *bev, evutil_socket_t fd, size_t idx,
                          void *arg)
 {
@@ -979,7 +993,7 @@ static void on_connected(int err, struct bufferevent *bev, evutil_socket_t fd, s
         return;
     }
     if (idx < ex->naddrs)
-        ipaddr_format(&ex->addrs[idx], ex->ip, sizeof(ex->ip));
+        note_address(ex, &ex->addrs[idx]);
     if (err != 0) {
         conn_refuse(c, REASON_UPSTREAM_UNREACHABLE, NULL, true);
         return;
