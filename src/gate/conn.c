@@ -1043,6 +1043,32 @@ static void untime_client(struct conn *c)
     c->drain_step_ms = 0;
 }
 
+bool conn_reconnect_refused(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    if (ex->guarded_at == c->gw->counters.reloads)
+        return false;
+    int refused = address_refused(ex, c->gw->current, &ex->dec, &c->up_addr);
+    if (refused == 0) {
+        ex->guarded_at = c->gw->counters.reloads;
+        return false;
+    }
+    if (refused < 0) {
+        conn_refuse_short(c, errno);
+        return true;
+    }
+    /* A new verdict on a request whose line is out: a second one, as for
+     * a plain request a reload denies (conn_redecide()), the policy's act. */
+    ex->dec.verdict = VERDICT_DENY;
+    ex->dec.reason = REASON_PRIVATE_ADDRESS;
+    ex->redecided = true;
+    ex->again = ex->egress_published;
+    ex->egress_published = false;
+    ipaddr_format(&c->up_addr, ex->ip, sizeof(ex->ip));
+    conn_refuse(c, REASON_PRIVATE_ADDRESS, NULL, true); /* report mode too */
+    return true;
+}
+
 /* Guards every address, keeps those that may be connected to, connects.
  * The guard is that of the policy in force now, not the one the request
  * was decided under: a reload while its name was being resolved may have

@@ -311,6 +311,15 @@ void conn_refuse(struct conn *c, enum deny_reason reason, const char *detail, bo
  * EAGAIN: local ports). Says so on standard error, at most once a minute,
  * naming the open-file limit or net.ipv4.ip_local_port_range. */
 void conn_refuse_short(struct conn *c, int e);
+/* <c>'s request is to be sent again on a fresh connection to c->up_addr,
+ * guarded when it was first connected (forward.c, reconnect()). When a
+ * reload came since, the address is checked again under the policy in
+ * force: refused, the request is denied as private_address (a second
+ * agent_egress line, its first being out, flagged as the policy's act) and
+ * answered 403; when the gateway cannot tell (no socket to ask the kernel
+ * with), refused as gateway_overloaded. Returns true when refused: <c> may
+ * be gone. */
+bool conn_reconnect_refused(struct conn *c);
 /* The exchange finished cleanly: next request or close. */
 void conn_exchange_done(struct conn *c);
 /* A denial found by the gate (not the policy): refuses (returns true, <c>

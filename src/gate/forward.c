@@ -916,13 +916,17 @@ static void retry_connected(int err, struct bufferevent *bev, evutil_socket_t fd
 }
 
 /* Closes <c>'s upstream connection and connects again to the same checked
- * address: retry_connected() sends the request on the fresh connection. */
+ * address: retry_connected() sends the request on the fresh connection.
+ * The address is checked again when a reload came since it was guarded
+ * (conn_reconnect_refused()): the request may have waited for its line. */
 static void reconnect(struct conn *c)
 {
     struct exchange *ex = &c->ex;
     close_upstream(c);
     ex->reused = false;
     ex->reuse_waited = false;
+    if (conn_reconnect_refused(c))
+        return;
     uint64_t t = conn_idle_ms(c);
     if (t > GATEWAY_CONNECT_TIMEOUT_MS)
         t = GATEWAY_CONNECT_TIMEOUT_MS;

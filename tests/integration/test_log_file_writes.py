@@ -31,7 +31,7 @@ from gate_client import (api_rule, build_request, open_conn, other_url, poll, re
 from gate_servers import ScriptedUpstream
 from held_requests import admin_get, decided, decided_count
 from test_gate_reload import (PING, EchoServer, assert_closed, echo_policy, echo_rule,
-                              open_echo_tunnel, reload_to)
+                              open_echo_tunnel, reload_to, requests_total)
 from uffd_hold import FileLock, stop_while_held, threads_in
 from watch_helpers import free_tcp_port
 
@@ -213,6 +213,67 @@ def test_a_kept_connection_that_spoke_while_its_request_waited_is_not_used(gatew
         ev, end = gw.decided(path="/k2")
         assert ev["ip"] == up.IP and end["status"] == 200, (ev, end)
         assert len(gw.events(path="/k2")) == 1
+
+
+@pytest.mark.parametrize("ends", ["while_waiting", "on_the_request"])
+def test_a_request_sent_again_after_a_reload_no_longer_allows_its_address_is_refused(gateway, net,
+                                                                                     ends):
+    # The agent's second GET is for the origin of its first: the kept
+    # connection, checked, is taken up, and the request waits for its log
+    # line (held here) while a reload takes loopback out of allow_ranges
+    # (the rule kept). Then the kept connection ends: while the request
+    # waits, or as the request reaches it (nothing answered: a GET is sent
+    # again, once). The fresh connection would go to an address the policy
+    # in force refuses: the request is denied as private_address, a second
+    # agent_egress line after its allow, and no connection is made. (It was
+    # sent again to the address checked under the old policy: 200.)
+    seen = []  # per connection: the request lines it got
+    close, closed = threading.Event(), threading.Event()
+
+    def script(conn, stop, received):
+        seen.append([received.split(b"\r\n", 1)[0]])
+        if len(seen) > 1:  # a fresh connection
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond")
+            return
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst")
+        if ends == "on_the_request":
+            more = conn.recv(4096)  # the second request: closed on it, unanswered
+            if more:
+                seen[0].append(more.split(b"\r\n", 1)[0])
+            return
+        while not close.wait(0.05):
+            if stop.is_set():
+                return
+        conn.close()
+        closed.set()
+
+    with ScriptedUpstream(script) as up:
+        rules = [api_rule(net), {"host": EVIL, "ports": [up.port], "tier": 0}]
+        admin = free_tcp_port()
+        gw = gateway(net.policy(rules, static_extra={EVIL: up.IP}),
+                     args=["--admin", "127.0.0.1:%d" % admin])
+
+        def reload_then_end():
+            reload_to(gw, net.policy(rules, static_extra={EVIL: up.IP}, allow_ranges=()), 1)
+            if ends == "while_waiting":
+                close.set()
+                poll(closed.is_set, timeout=10, what="the origin's close of the kept connection")
+
+        r2 = second_request_held(gw, up, "GET", "", "", reload_then_end)
+        assert r2.status == 403 and r2.headers.get("sluice-reason") == "private_address", \
+            (r2, r2.body)
+        assert up.accepted == 1, seen  # no fresh connection
+        # the request went on the kept connection only when it ended on it
+        k2 = [b"GET /k2 HTTP/1.1"] if ends == "on_the_request" else []
+        assert seen[0] == [b"GET /k1 HTTP/1.1"] + k2, seen
+        evs = gw.wait_events("agent_egress", count=2, path="/k2")
+        assert [(e["decision"], e["ip"]) for e in evs] == [("allow", up.IP), ("deny", up.IP)], evs
+        assert evs[1]["reason"] == "private_address", evs
+        end = gw.wait_events("agent_egress_end", id=evs[0]["id"])
+        assert len(end) == 1 and end[0]["status"] == 403, end
+        # the denial is the policy's act on a request counted already
+        assert requests_total(admin) == {
+            '{agent="default",tier="0",decision="allow",reason="none"}': 2}
 
 
 def test_an_origin_that_sends_while_its_request_waits_is_not_read_into_memory(gateway, net):
