@@ -35,9 +35,13 @@
  * has taken the last bytes (over()): no event tells. */
 #define TUNNEL_LINGER_MS 20
 
-/* Where the copy path reads to: one buffer for every tunnel of the loop's
- * thread, since its bytes are sent on before the next read. */
-static _Thread_local char scratch[TUNNEL_BUF];
+/* Where the copy path reads to: one buffer for every tunnel, since its
+ * bytes are sent on before the next read. Tunnels run on the gateway's one
+ * loop thread only (gate/gateway.c). Not _Thread_local: glibc zeroes a
+ * thread's static TLS when the thread starts, so each thread of the
+ * process (the log writers, the reload, the standard error relay...) held
+ * a copy of its own resident, used or not. */
+static char scratch[TUNNEL_BUF];
 
 /* A direction copies: read into <scratch>, send at once, and keep only what
  * dst did not take (in <stash>, allocated for as long as it holds bytes).
