@@ -20,12 +20,20 @@
 #include "util/units.h"
 #include "util/zalloc.h"
 
-/* The copy path's read size (and its stash). 64 KiB: a streaming direction
- * then costs one recv() and one send() per 64 KiB, and what it sends
- * leaves in skbs of a few large fragments, cheap for a receiver on this
- * host to take (see struct dir). */
-#define TUNNEL_BUF    65536
-#define TUNNEL_ROUNDS 16 /* rounds per wakeup, so one busy tunnel cannot starve the loop */
+/* The copy path's read size (and the most its stash holds). 256 KiB: a
+ * streaming direction then costs one recv() and one send() per 256 KiB,
+ * and what it sends leaves in skbs of a few large fragments, cheap for a
+ * receiver on this host to take (see struct dir). Against 64 KiB, a
+ * quarter of the calls, each with a fixed cost in the TCP stack that the
+ * copy does not have: about 5% less of the gateway's CPU for a bulk
+ * download on loopback (bench/HISTORY.md, 2026-12-06). */
+#define TUNNEL_BUF (256 * 1024)
+/* Rounds per wakeup, so one busy tunnel cannot starve the loop: at most
+ * 1 MiB of full reads per direction before the loop looks at the others. */
+#define TUNNEL_ROUNDS 4
+/* A copied read of at least this much means src is streaming (--splice:
+ * the direction moves to a pipe; see struct dir). */
+#define TUNNEL_STREAMING_READ 65536
 /* A direction that has carried this much in splice mode is bulk: its pipe
  * is grown to TUNNEL_PIPE_BIG (F_SETPIPE_SZ; kept as it is when refused),
  * so one splice moves up to that much. */
@@ -51,7 +59,7 @@ static char scratch[TUNNEL_BUF];
  * receiving socket pays for every one of them (curl spent about 1.5x the
  * CPU on the same 256 MiB download, and the tunnel ran at 0.67x direct
  * against 0.86x copying; README, Benchmarks). With splicing on (--splice),
- * a read that fills the whole scratch buffer means src is streaming: once
+ * a read of TUNNEL_STREAMING_READ or more means src is streaming: once
  * nothing is pending, the direction makes its pipe and moves on with
  * splice(2), zero copy for the gateway, while short flights (a TLS
  * handshake, an API call) never make a pipe. Where splice is refused or no
@@ -62,9 +70,10 @@ struct dir {
     int pipe[2];       /* splice mode; -1 on the copy path */
     size_t cap;        /* splice mode: the pipe's capacity */
     bool grown;        /* splice mode: the pipe was grown (or that was tried) */
-    bool streaming;    /* copy path: a read filled the buffer; splice next */
+    bool streaming;    /* copy path: a read of TUNNEL_STREAMING_READ or more; splice next */
     bool no_pipe;      /* copy path for good (splicing off, or splice refused) */
-    char *stash;       /* copy path: bytes dst did not take; NULL when none */
+    char *stash;       /* copy path: bytes dst did not take (allocated to their size, at
+                        * most TUNNEL_BUF); NULL when none */
     size_t off;        /* copy path: first unsent byte in stash */
     size_t pending;    /* bytes read from src and not yet written to dst */
     bool eof;          /* src has ended (or failed) */
@@ -228,7 +237,7 @@ static int pass_on(struct dir *d, size_t n, bool *dst_full)
         return -1;
     }
     if (sent < n) { /* before delivered(): its callback must not find scratch in use */
-        d->stash = malloc(TUNNEL_BUF);
+        d->stash = malloc(n - sent); /* only what waits: dst took the rest */
         if (d->stash == NULL)
             return -2;
         memcpy(d->stash, scratch + sent, n - sent);
@@ -367,7 +376,7 @@ static enum fill_result fill(struct dir *d, bool *dst_full)
             if (d->pipe[1] >= 0) {
                 d->pending += (size_t)n;
             } else {
-                if ((size_t)n == TUNNEL_BUF)
+                if ((size_t)n >= TUNNEL_STREAMING_READ)
                     d->streaming = true;
                 int rc = pass_on(d, (size_t)n, dst_full);
                 if (rc < 0)

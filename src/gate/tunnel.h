@@ -1,10 +1,10 @@
 /* tunnel: the opaque byte pipe of an allowed CONNECT.
  *
  * Moves bytes between two connected sockets. Each direction copies: a read
- * of at most 64 KiB into a buffer shared by all tunnels, sent on at once;
+ * of at most 256 KiB into a buffer shared by all tunnels, sent on at once;
  * what the destination does not take waits in a buffer of the direction's
  * own, and its source is not read meanwhile. With <splice>, a direction
- * whose read fills that buffer is streaming and moves on with splice(2)
+ * whose read brings 64 KiB or more is streaming and moves on with splice(2)
  * through a pipe of its own (zero copy for the gateway, dearer for a
  * receiver on the same host: tunnel.c), so short flights such as a TLS
  * handshake make no pipe either way; it stays on the copy path where
