@@ -53,12 +53,13 @@ struct item {
     int attempts;
 };
 
-/* Timings and the memory cap; SLUICE_TEST_WEBHOOK_* shorten them in tests.
+/* Timings and the memory caps; SLUICE_TEST_WEBHOOK_* shorten them in tests.
  * attempt_ms (SINK_WEBHOOK_TIMEOUT_S) has no such switch: only the unit
  * tests, which include this file, shorten it. */
 struct timings {
     uint64_t backoff_ms, backoff_max_ms, sweep_ms;
-    size_t queue_max;
+    size_t queue_max;    /* alerts in memory */
+    size_t queue_bytes;  /* bytes of their bodies in memory (one alert however long) */
     uint64_t attempt_ms; /* the deadline of an attempt, from its start */
 };
 
@@ -89,6 +90,7 @@ struct webhook {
     uint16_t port;
     struct item *q; /* ring */
     size_t head, len, cap;
+    size_t bytes; /* of the bodies in q */
     bool busy;
     bool parked_said; /* "undelivered after N attempts" said since the last delivery */
     enum evhttp_request_error last_error;
@@ -136,11 +138,13 @@ static uint64_t env_ms(const char *name, uint64_t dflt)
 
 /* Test-only (see SPEC.md): SLUICE_TEST_WEBHOOK_BACKOFF_MS=N makes the
  * backoff start at N ms, cap at 60 x N and the stored queue be re-read every
- * 120 x N; SLUICE_TEST_WEBHOOK_QUEUE_MAX=M caps the memory queue at M. */
+ * 120 x N; SLUICE_TEST_WEBHOOK_QUEUE_MAX=M caps the memory queue at M
+ * alerts, SLUICE_TEST_WEBHOOK_QUEUE_BYTES=B at B bytes of them. */
 static struct timings timings_get(void)
 {
-    struct timings t = {SINK_WEBHOOK_BACKOFF_MS, SINK_WEBHOOK_BACKOFF_MAX, SINK_WEBHOOK_SWEEP_MS,
-                        SINK_WEBHOOK_QUEUE_MAX, (uint64_t)SINK_WEBHOOK_TIMEOUT_S * 1000u};
+    struct timings t = {SINK_WEBHOOK_BACKOFF_MS,  SINK_WEBHOOK_BACKOFF_MAX,
+                        SINK_WEBHOOK_SWEEP_MS,    SINK_WEBHOOK_QUEUE_MAX,
+                        SINK_WEBHOOK_QUEUE_BYTES, (uint64_t)SINK_WEBHOOK_TIMEOUT_S * 1000u};
     uint64_t b = env_ms("SLUICE_TEST_WEBHOOK_BACKOFF_MS", 0);
     if (b > 0) {
         t.backoff_ms = b;
@@ -148,6 +152,8 @@ static struct timings timings_get(void)
         t.sweep_ms = b * 120;
     }
     t.queue_max = (size_t)env_ms("SLUICE_TEST_WEBHOOK_QUEUE_MAX", SINK_WEBHOOK_QUEUE_MAX);
+    t.queue_bytes = (size_t)env_number("SLUICE_TEST_WEBHOOK_QUEUE_BYTES", SINK_WEBHOOK_QUEUE_BYTES,
+                                       SINK_WEBHOOK_QUEUE_BYTES);
     return t;
 }
 
@@ -208,6 +214,7 @@ static void refill_soon(struct webhook *w)
 static void pop(struct webhook *w)
 {
     struct item *it = &w->q[w->head];
+    w->bytes -= it->n;
     free(it->body);
     w->head = (w->head + 1) % w->cap;
     w->len--;
@@ -787,11 +794,25 @@ const char *webhook_label(const struct webhook *w)
     return w->label;
 }
 
+/* Memory has room for one more alert of <n> bytes: under both caps, or
+ * empty (an alert longer than SINK_WEBHOOK_QUEUE_BYTES is held alone). */
+static bool has_room(const struct webhook *w, size_t n)
+{
+    return w->len < w->t.queue_max && (w->len == 0 || w->bytes + n <= w->t.queue_bytes);
+}
+
 /* Drops the oldest alert not in flight, to make room (no store). */
 static void drop_oldest(struct webhook *w)
 {
+    if (w->dropped == 0)
+        fprintf(stderr,
+                "sluice: webhook %s: %zu alerts (%zu bytes) queued and no state store: dropping "
+                "the oldest (memory holds at most %zu alerts and %zu bytes; counted in "
+                "sluice_webhook_dropped_total)\n",
+                w->label, w->len, w->bytes, w->t.queue_max, w->t.queue_bytes);
     if (w->busy && w->len >= 2) {
         size_t second = (w->head + 1) % w->cap;
+        w->bytes -= w->q[second].n;
         free(w->q[second].body);
         w->q[second] = w->q[w->head];
         w->head = second;
@@ -799,13 +820,8 @@ static void drop_oldest(struct webhook *w)
     } else {
         pop(w);
     }
-    if (w->dropped++ == 0) {
-        fprintf(stderr,
-                "sluice: webhook %s: %zu alerts queued and no state store: dropping the oldest "
-                "(counted in sluice_webhook_dropped_total)\n",
-                w->label, w->len + 1);
+    if (w->dropped++ == 0)
         w->dropped_said = 1;
-    }
 }
 
 /* Out of memory for an alert: one in the store waits there for the sweep;
@@ -820,12 +836,14 @@ static void lost_to_memory(struct webhook *w, int64_t id)
 
 static void enqueue(struct webhook *w, int64_t id, const char *json, size_t n, int attempts)
 {
-    if (w->len >= w->t.queue_max) {
+    if (!has_room(w, n)) {
         if (id > 0) { /* it is in the store: the sweep brings it back when there is room */
             w->only_stored++;
             return;
         }
-        drop_oldest(w);
+        /* the one in flight stays: it alone may be held with the new one */
+        while (!has_room(w, n) && w->len > (w->busy ? 1u : 0u))
+            drop_oldest(w);
     }
     if (w->len == w->cap) {
         size_t nc = w->cap * 2;
@@ -849,6 +867,7 @@ static void enqueue(struct webhook *w, int64_t id, const char *json, size_t n, i
     }
     memcpy(it->body, json, n);
     it->n = n;
+    w->bytes += n;
     it->id = id;
     it->attempts = attempts;
     w->len++;
@@ -878,12 +897,13 @@ static void sweep_row(int64_t id, const char *sink, const char *body, int attemp
     if (strcmp(sink, c->w->key) != 0 ||
         (c->nids > 0 && bsearch(&id, c->ids, c->nids, sizeof(*c->ids), cmp_id) != NULL))
         return;
-    if (c->w->len >= c->w->t.queue_max) {
+    size_t n = strlen(body);
+    if (c->left > 0 || !has_room(c->w, n)) { /* none goes before an older one left */
         c->left++;
         return;
     }
     size_t before = c->w->len;
-    enqueue(c->w, id, body, strlen(body), 0);
+    enqueue(c->w, id, body, n, 0);
     if (c->w->len == before)
         c->left++;
     else
@@ -948,7 +968,8 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
                 w->label, (unsigned long long)w->dropped);
         w->dropped_said = w->dropped;
     }
-    if (w->store == NULL || w->reading != NULL || w->only_stored == 0 || w->len >= w->t.queue_max)
+    if (w->store == NULL || w->reading != NULL || w->only_stored == 0 || w->len >= w->t.queue_max ||
+        (w->len > 0 && w->bytes >= w->t.queue_bytes))
         return;
     size_t nids = 0;
     for (size_t i = 0; i < w->len; i++)
@@ -1007,9 +1028,14 @@ void webhook_send(struct webhook *w, const char *json, size_t n)
 
 static void adopt_row(int64_t id, const char *sink, const char *body, int attempts, void *arg)
 {
+    struct webhook *w = arg;
     (void)sink;
-    (void)attempts; /* a new run gives every stored alert a fresh set of attempts */
-    enqueue(arg, id, body, strlen(body), 0);
+    (void)attempts;           /* a new run gives every stored alert a fresh set of attempts */
+    if (w->only_stored > 0) { /* behind one left in the store (over the bytes cap) */
+        w->only_stored++;
+        return;
+    }
+    enqueue(w, id, body, strlen(body), 0);
 }
 
 /* Reads the sink's oldest rows, as many as memory has room for and one

@@ -29,19 +29,22 @@
  * a backoff doubling from 500 ms to 30 s; after
  * SINK_WEBHOOK_MAX_ATTEMPTS in a row the alert goes behind the others
  * with a fresh set of attempts: nothing is given up while the gateway
- * runs. At most SINK_WEBHOOK_QUEUE_MAX alerts are held in memory per sink;
- * beyond, with a state store, new ones are kept only in the store and a
- * sweep every SINK_WEBHOOK_SWEEP_MS reads them back as room frees up (a
- * new sink takes its oldest stored alerts up to the cap, the sweep the
- * others); without a store the oldest not in flight is dropped, counted
- * (webhook_dropped) and reported on standard error. Every queued alert is
- * in the state store (when there is one) until delivered, so none is lost
- * across a restart. https:// URLs are verified against the system's CA
- * store and the URL's host (webhook_tls.h). URLs are parsed by
- * util/weburl.h, as the policy loader does. Standard error and metrics
- * name a sink by its label (weburl_label), never by its full URL, which
- * often carries a secret. Test-only: SLUICE_TEST_WEBHOOK_BACKOFF_MS and
- * SLUICE_TEST_WEBHOOK_QUEUE_MAX shorten the timings and the cap. */
+ * runs. At most SINK_WEBHOOK_QUEUE_MAX alerts, and SINK_WEBHOOK_QUEUE_BYTES
+ * of their bodies, are held in memory per sink (one alert however long);
+ * beyond either, with a state store, new ones are kept only in the store
+ * and a sweep every SINK_WEBHOOK_SWEEP_MS reads them back as room frees up
+ * (a new sink takes its oldest stored alerts up to the caps, the sweep the
+ * others); without a store the oldest not in flight are dropped, as many
+ * as the new one needs, counted (webhook_dropped) and reported on standard
+ * error. Every queued alert is in the state store (when there is one)
+ * until delivered, so none is lost across a restart. https:// URLs are
+ * verified against the system's CA store and the URL's host
+ * (webhook_tls.h). URLs are parsed by util/weburl.h, as the policy loader
+ * does. Standard error and metrics name a sink by its label
+ * (weburl_label), never by its full URL, which often carries a secret.
+ * Test-only: SLUICE_TEST_WEBHOOK_BACKOFF_MS,
+ * SLUICE_TEST_WEBHOOK_QUEUE_MAX and SLUICE_TEST_WEBHOOK_QUEUE_BYTES shorten
+ * the timings and the caps. */
 #ifndef SLUICE_WATCH_SINKS_H
 #define SLUICE_WATCH_SINKS_H
 
@@ -61,10 +64,11 @@ struct store;
 #define SINK_WEBHOOK_BACKOFF_MS   500
 #define SINK_WEBHOOK_BACKOFF_MAX  30000
 #define SINK_WEBHOOK_QUEUE_MAX    10000 /* in memory per sink; beyond, kept only in the store */
-#define SINK_WEBHOOK_SWEEP_MS     60000 /* re-reads alerts kept only in the store */
-#define SINK_WEBHOOK_MAX_HEAD     16384 /* a longer answer head is a failed delivery */
-#define SINK_WEBHOOK_MAX_BODY     65536 /* a longer answer body is a failed delivery */
-#define SINK_WEBHOOK_MAX_INTERIM  16    /* interim (1xx) answers skipped; more fail it */
+#define SINK_WEBHOOK_QUEUE_BYTES  (16u << 20) /* of alert bodies in memory per sink, likewise */
+#define SINK_WEBHOOK_SWEEP_MS     60000       /* re-reads alerts kept only in the store */
+#define SINK_WEBHOOK_MAX_HEAD     16384       /* a longer answer head is a failed delivery */
+#define SINK_WEBHOOK_MAX_BODY     65536       /* a longer answer body is a failed delivery */
+#define SINK_WEBHOOK_MAX_INTERIM  16          /* interim (1xx) answers skipped; more fail it */
 
 struct exec_runner;
 struct exec_runner *exec_runner_new(struct event_base *base);
@@ -131,7 +135,8 @@ size_t webhook_unstored(const struct webhook *w, bool stopping);
 void webhook_say_lost(const struct webhook *w, const char *when, bool stopping);
 uint64_t webhook_delivered(const struct webhook *w);
 uint64_t webhook_failures(const struct webhook *w);
-/* Alerts dropped because the memory queue was full and there is no store. */
+/* Alerts dropped because the memory queue was full (in alerts or bytes) and
+ * there is no store. */
 uint64_t webhook_dropped(const struct webhook *w);
 /* Frees <w>; what is queued stays in the store. Accepts NULL. */
 void webhook_free(struct webhook *w);

@@ -576,29 +576,40 @@ def test_webhook_keeps_retrying_past_the_attempt_budget(gateway, net, tmp_path, 
         rcv.stop()
 
 
-def test_webhook_queue_cap_without_store_drops_oldest(gateway, net, tmp_path):
+@pytest.mark.parametrize("cap,value,held", [
+    # 2 alerts: the 2 newest (or the newest and the one in flight) kept
+    ("QUEUE_MAX", "2", "2 alerts and 16777216 bytes"),
+    # 1 byte (16 MiB unless a test says otherwise), whatever the count:
+    # one alert besides the one in flight, the oldest others dropped and
+    # counted as over the count cap
+    ("QUEUE_BYTES", "1", "10000 alerts and 1 bytes")])
+def test_webhook_queue_cap_without_store_drops_oldest(gateway, net, tmp_path, cap, value, held):
     port, admin = free_tcp_port(), free_tcp_port()
     url = "http://127.0.0.1:%d/hook" % port
     gw = gateway(net.policy(rules(net), alerts={"first_contact": True,
                                                 "sinks": [{"webhook": url}]}),
                  args=["--alerts", str(tmp_path / "a.jsonl"), "--admin", str(admin)],
                  env={"SLUICE_TEST_WEBHOOK_BACKOFF_MS": "10",
-                      "SLUICE_TEST_WEBHOOK_QUEUE_MAX": "2"})
+                      "SLUICE_TEST_WEBHOOK_" + cap: value})
     for i in range(5):
         request(gw, "GET", "http://nowhere%d.example.test/" % i)
     wait_alert(str(tmp_path / "a.jsonl"), "first_contact", count=5)
-    poll(lambda: _metric_value(_metrics(admin), 'sluice_webhook_dropped_total{sink="%s"}' % url)
-         == 3 or None, timeout=10, what="3 drops counted")
-    poll(lambda: "dropping the oldest" in gw.stderr() or None, timeout=5)
+    name = 'sluice_webhook_dropped_total{sink="%s"}' % url
+    dropped = poll(lambda: (lambda d: int(d) if (d or 0) >= 3 else None)(
+        _metric_value(_metrics(admin), name)), timeout=10, what="3 drops or more counted")
+    poll(lambda: "dropping the oldest (memory holds at most %s" % held in gw.stderr() or None,
+         timeout=5, what="the drops told")
     rcv = Receiver(port)
     try:
-        got = poll(lambda: (lambda b: b if len(b) >= 2 else None)(rcv.bodies()), timeout=15,
-                   what="the two newest alerts")
+        poll(lambda: (lambda b: b if len(b) >= 5 - dropped else None)(rcv.bodies()), timeout=15,
+             what="the alerts not dropped")
         time.sleep(1.0)
         hosts = [b["host"] for b in rcv.bodies()]
-        # the newest is kept; the other survivor is the next newest, or the
-        # older one that was in flight when the queue overflowed
-        assert len(hosts) == 2 and "nowhere4.example.test" in hosts, got
+        # the newest is kept, and goes last; before it, the next newest, or
+        # the older one that was in flight when the queue overflowed
+        assert len(hosts) == 5 - dropped and hosts[-1] == "nowhere4.example.test", hosts
+        assert dropped == 3 or cap == "QUEUE_BYTES", dropped
+        assert _metric_value(_metrics(admin), name) == dropped
     finally:
         rcv.stop()
 

@@ -666,6 +666,118 @@ static void deliver_oldest(struct webhook *w, int n)
     }
 }
 
+/* The bytes of alert bodies <w>'s memory queue holds. */
+static size_t held_bytes(const struct webhook *w)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < w->len; i++)
+        n += w->q[(w->head + i) % w->cap].n;
+    return n;
+}
+
+/* Sends <n> alerts of 8000 bytes (the most an alert line takes, about),
+ * numbered from 0 in their first bytes. */
+static void send_big_alerts(struct webhook *w, unsigned n)
+{
+    static char body[8000];
+    memset(body, 'x', sizeof(body));
+    for (unsigned i = 0; i < n; i++) {
+        int len = snprintf(body, sizeof(body), "{\"n\":%u,\"pad\":\"", i);
+        body[len] = 'x';
+        memcpy(body + sizeof(body) - 2, "\"}", 2);
+        webhook_send(w, body, sizeof(body));
+    }
+}
+
+/* Which alert of send_big_alerts() <it> is. */
+static long big_alert_n(const struct item *it)
+{
+    return strtol(it->body + 5, NULL, 10);
+}
+
+/* The memory queue holds at most SINK_WEBHOOK_QUEUE_BYTES of alerts, not
+ * only SINK_WEBHOOK_QUEUE_MAX of them. Without a store, past it the oldest
+ * not in flight are dropped and counted, as over the count: 10,000 alerts
+ * of 8000 bytes to a sink that cannot deliver held 80 MB. With one, those
+ * over it are kept in the store only, none dropped, and come back with the
+ * sweep in order: 3000 alerts of 8000 bytes (24 MB) all stayed in memory. */
+static void memory_queue_holds_at_most_its_bytes(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sluice-hook-XXXXXX", *err = NULL;
+    const char *url = "http://127.0.0.1:9/hook";
+    size_t fit = SINK_WEBHOOK_QUEUE_BYTES / 8000;
+    struct event_base *base = event_base_new();
+    struct webhook *w = webhook_new(base, url, NULL, &err);
+    assert_non_null(w);
+    send_big_alerts(w, SINK_WEBHOOK_QUEUE_MAX);
+    assert_true(held_bytes(w) <= SINK_WEBHOOK_QUEUE_BYTES);
+    assert_int_equal(webhook_queued(w), fit);
+    assert_int_equal(webhook_dropped(w), SINK_WEBHOOK_QUEUE_MAX - fit);
+    /* the newest are kept (and the oldest, if in flight: not dropped) */
+    assert_int_equal(big_alert_n(&w->q[(w->head + w->len - 1) % w->cap]),
+                     SINK_WEBHOOK_QUEUE_MAX - 1);
+    assert_int_equal(big_alert_n(&w->q[(w->head + 1) % w->cap]),
+                     SINK_WEBHOOK_QUEUE_MAX - (long)fit + 1);
+    webhook_free(w);
+
+    struct store *st = temp_store(dir);
+    w = webhook_new(base, url, st, &err);
+    assert_non_null(w);
+    send_big_alerts(w, 3000);
+    assert_true(held_bytes(w) <= SINK_WEBHOOK_QUEUE_BYTES);
+    assert_int_equal(webhook_queued(w), fit);
+    assert_int_equal(webhook_waiting(w), 3000);
+    assert_int_equal(webhook_dropped(w), 0);
+    assert_int_equal(store_flush(st), 0);
+    deliver_oldest(w, (int)fit);
+    sweep_now(w);
+    assert_int_equal(webhook_queued(w), 3000 - fit);
+    assert_int_equal(webhook_waiting(w), 3000 - fit);
+    for (size_t i = 0; i < w->len; i++)
+        assert_int_equal(big_alert_n(&w->q[(w->head + i) % w->cap]), (long)(fit + i));
+    webhook_free(w);
+    temp_store_remove(st, dir);
+    event_base_free(base);
+}
+
+/* An alert left in the store over the bytes cap is not overtaken by a
+ * later, shorter one that would fit: a new sink and the sweep both stop at
+ * the first they leave, so the sink still gets its alerts in order. Room
+ * for 100 bytes, stored alerts of 60, 60 and 20: only the first is taken,
+ * until it is delivered. */
+static void a_shorter_alert_does_not_overtake_one_over_the_bytes_cap(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sluice-hook-XXXXXX", *err = NULL, big[61];
+    const char *url = "http://127.0.0.1:9/hook";
+    struct store *st = temp_store(dir);
+    struct event_base *base = event_base_new();
+    struct webhook *w = webhook_new(base, url, st, &err);
+    assert_non_null(w);
+    w->t.queue_bytes = 100;
+    memset(big, 'x', 60);
+    big[60] = '\0';
+    int64_t first = store_queue_add(st, url, big);
+    assert_true(store_queue_add(st, url, big) > 0);
+    assert_true(store_queue_add(st, url, "xxxxxxxxxxxxxxxxxxxx") > 0);
+    assert_int_equal(store_flush(st), 0);
+    adopt_now(w);
+    assert_int_equal(webhook_queued(w), 1);
+    assert_int_equal(w->q[w->head].id, first);
+    assert_int_equal(webhook_waiting(w), 3);
+    sweep_now(w);
+    assert_int_equal(webhook_queued(w), 1);
+    deliver_oldest(w, 1);
+    sweep_now(w);
+    assert_int_equal(webhook_queued(w), 2);
+    assert_int_equal(w->q[w->head].id, first + 1);
+    assert_int_equal(w->q[(w->head + 1) % w->cap].id, first + 2);
+    webhook_free(w);
+    temp_store_remove(st, dir);
+    event_base_free(base);
+}
+
 /* sluice_webhook_queue{sink} counts every alert waiting for the sink, the
  * ones kept in the store only (beyond the memory cap) too: it showed the
  * memory queue alone, at most its cap (10,000), while hundreds of
@@ -1265,6 +1377,8 @@ int main(void)
         cmocka_unit_test(adopting_reads_only_what_memory_holds),
         cmocka_unit_test(adopted_and_swept_alerts_are_delivered_once_in_order),
         cmocka_unit_test(every_waiting_alert_is_counted),
+        cmocka_unit_test(memory_queue_holds_at_most_its_bytes),
+        cmocka_unit_test(a_shorter_alert_does_not_overtake_one_over_the_bytes_cap),
         cmocka_unit_test(an_alert_whose_request_cannot_be_made_is_retried),
         cmocka_unit_test(an_alert_sent_out_of_descriptors_is_retried),
         cmocka_unit_test(an_https_alert_sent_out_of_descriptors_is_retried),
