@@ -1000,17 +1000,19 @@ static void on_connected(int err, struct bufferevent *bev, evutil_socket_t fd, s
     }
     /* A reload while connecting: the address is checked again, under the
      * policy now in force, as connect_checked() would have. */
-    int refused = 0;
-    if (ex->guarded_at != c->gw->counters.reloads &&
-        (refused = address_refused(ex, c->gw->current, &ex->dec, &ex->addrs[idx])) != 0) {
-        int e = errno;
-        bufferevent_free(bev);
-        close(fd);
-        if (refused < 0)
-            conn_refuse_short(c, e);
-        else
-            conn_refuse(c, REASON_PRIVATE_ADDRESS, NULL, true);
-        return;
+    if (ex->guarded_at != c->gw->counters.reloads) {
+        int refused = address_refused(ex, c->gw->current, &ex->dec, &ex->addrs[idx]);
+        if (refused != 0) {
+            int e = errno;
+            bufferevent_free(bev);
+            close(fd);
+            if (refused < 0)
+                conn_refuse_short(c, e);
+            else
+                conn_refuse(c, REASON_PRIVATE_ADDRESS, NULL, true);
+            return;
+        }
+        ex->guarded_at = c->gw->counters.reloads; /* not checked again by forward_start() */
     }
     c->up = bev;
     c->up_fd = fd;
@@ -1043,7 +1045,7 @@ static void untime_client(struct conn *c)
     c->drain_step_ms = 0;
 }
 
-bool conn_reconnect_refused(struct conn *c)
+bool conn_upstream_refused(struct conn *c)
 {
     struct exchange *ex = &c->ex;
     if (ex->guarded_at == c->gw->counters.reloads)
@@ -1065,7 +1067,7 @@ bool conn_reconnect_refused(struct conn *c)
     ex->again = ex->egress_published;
     ex->egress_published = false;
     ipaddr_format(&c->up_addr, ex->ip, sizeof(ex->ip));
-    conn_refuse(c, REASON_PRIVATE_ADDRESS, NULL, true); /* report mode too */
+    conn_refuse(c, REASON_PRIVATE_ADDRESS, NULL, true); /* closes c->up; report mode too */
     return true;
 }
 

@@ -311,15 +311,18 @@ void conn_refuse(struct conn *c, enum deny_reason reason, const char *detail, bo
  * EAGAIN: local ports). Says so on standard error, at most once a minute,
  * naming the open-file limit or net.ipv4.ip_local_port_range. */
 void conn_refuse_short(struct conn *c, int e);
-/* <c>'s request is to be sent again on a fresh connection to c->up_addr,
- * guarded when it was first connected (forward.c, reconnect()). When a
- * reload came since, the address is checked again under the policy in
- * force: refused, the request is denied as private_address (a second
- * agent_egress line, its first being out, flagged as the policy's act) and
- * answered 403; when the gateway cannot tell (no socket to ask the kernel
- * with), refused as gateway_overloaded. Returns true when refused: <c> may
- * be gone. */
-bool conn_reconnect_refused(struct conn *c);
+/* <c>'s request is to go to c->up_addr, guarded when the request was
+ * decided or connected: on the connection it waited for its line on (kept
+ * or fresh: forward_start()), or sent again on a fresh one (forward.c,
+ * reconnect()). When a reload came since, the address is checked again
+ * under the policy in force: refused, the request is denied as
+ * private_address (a second agent_egress line, its first being out,
+ * flagged as the policy's act), its upstream connection, if any, closed
+ * (a kept one never used again), and answered 403; when the gateway cannot
+ * tell (no socket to ask the kernel with), refused as gateway_overloaded.
+ * Still allowed, the connection is left as it is. Returns true when
+ * refused: <c> may be gone. */
+bool conn_upstream_refused(struct conn *c);
 /* The exchange finished cleanly: next request or close. */
 void conn_exchange_done(struct conn *c);
 /* A denial found by the gate (not the policy): refuses (returns true, <c>
@@ -363,7 +366,9 @@ void conn_watch_hangup(struct conn *c);
 void conn_set_client_timeouts(struct conn *c, bool reading);
 
 /* forward.c */
-/* Starts forwarding the current request over the connected <c->up>. */
+/* Starts forwarding the current request over the connected <c->up>; its
+ * address is checked again first when a reload came since it was guarded
+ * (conn_upstream_refused()). */
 void forward_start(struct conn *c);
 /* Called once the current plain-HTTP request is decided and its addresses
  * guarded (ex->addrs holds those that may be connected to): when the idle

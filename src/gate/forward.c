@@ -725,6 +725,11 @@ void forward_start(struct conn *c)
             return;
         }
     }
+    /* A request that waited for its line (on a kept connection or a fresh
+     * one) may meet a reload meanwhile: its address is checked again under
+     * the policy in force, as any connection's is. One compare otherwise. */
+    if (conn_upstream_refused(c))
+        return;
     c->state = CS_FORWARD;
     if (c->scratch == NULL && (c->scratch = evbuffer_new()) == NULL) {
         fail(c, "out of memory");
@@ -918,14 +923,14 @@ static void retry_connected(int err, struct bufferevent *bev, evutil_socket_t fd
 /* Closes <c>'s upstream connection and connects again to the same checked
  * address: retry_connected() sends the request on the fresh connection.
  * The address is checked again when a reload came since it was guarded
- * (conn_reconnect_refused()): the request may have waited for its line. */
+ * (conn_upstream_refused()): the request may have waited for its line. */
 static void reconnect(struct conn *c)
 {
     struct exchange *ex = &c->ex;
     close_upstream(c);
     ex->reused = false;
     ex->reuse_waited = false;
-    if (conn_reconnect_refused(c))
+    if (conn_upstream_refused(c))
         return;
     uint64_t t = conn_idle_ms(c);
     if (t > GATEWAY_CONNECT_TIMEOUT_MS)

@@ -215,18 +215,20 @@ def test_a_kept_connection_that_spoke_while_its_request_waited_is_not_used(gatew
         assert len(gw.events(path="/k2")) == 1
 
 
-@pytest.mark.parametrize("ends", ["while_waiting", "on_the_request"])
+@pytest.mark.parametrize("ends", ["while_waiting", "on_the_request", "never"])
 def test_a_request_sent_again_after_a_reload_no_longer_allows_its_address_is_refused(gateway, net,
                                                                                      ends):
     # The agent's second GET is for the origin of its first: the kept
     # connection, checked, is taken up, and the request waits for its log
     # line (held here) while a reload takes loopback out of allow_ranges
-    # (the rule kept). Then the kept connection ends: while the request
-    # waits, or as the request reaches it (nothing answered: a GET is sent
-    # again, once). The fresh connection would go to an address the policy
-    # in force refuses: the request is denied as private_address, a second
-    # agent_egress line after its allow, and no connection is made. (It was
-    # sent again to the address checked under the old policy: 200.)
+    # (the rule kept). Then the kept connection ends while the request
+    # waits, or would end as the request reaches it, or would answer it.
+    # Neither a fresh connection nor the kept one may take the request to
+    # an address the policy in force refuses: it is denied as
+    # private_address, a second agent_egress line after its allow, nothing
+    # of it goes out and no connection is made. (The fresh connection went
+    # to the address checked under the old policy: 200; the kept one, quiet
+    # once the line was in, took the request, and answered it: 200.)
     seen = []  # per connection: the request lines it got
     close, closed = threading.Event(), threading.Event()
 
@@ -236,10 +238,12 @@ def test_a_request_sent_again_after_a_reload_no_longer_allows_its_address_is_ref
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond")
             return
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst")
-        if ends == "on_the_request":
-            more = conn.recv(4096)  # the second request: closed on it, unanswered
+        if ends != "while_waiting":
+            more = conn.recv(4096)  # the second request: closed on it, or answered
             if more:
                 seen[0].append(more.split(b"\r\n", 1)[0])
+                if ends == "never":
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond")
             return
         while not close.wait(0.05):
             if stop.is_set():
@@ -263,9 +267,7 @@ def test_a_request_sent_again_after_a_reload_no_longer_allows_its_address_is_ref
         assert r2.status == 403 and r2.headers.get("sluice-reason") == "private_address", \
             (r2, r2.body)
         assert up.accepted == 1, seen  # no fresh connection
-        # the request went on the kept connection only when it ended on it
-        k2 = [b"GET /k2 HTTP/1.1"] if ends == "on_the_request" else []
-        assert seen[0] == [b"GET /k1 HTTP/1.1"] + k2, seen
+        assert seen[0] == [b"GET /k1 HTTP/1.1"], seen  # nor the request on the kept one
         evs = gw.wait_events("agent_egress", count=2, path="/k2")
         assert [(e["decision"], e["ip"]) for e in evs] == [("allow", up.IP), ("deny", up.IP)], evs
         assert evs[1]["reason"] == "private_address", evs
@@ -274,6 +276,78 @@ def test_a_request_sent_again_after_a_reload_no_longer_allows_its_address_is_ref
         # the denial is the policy's act on a request counted already
         assert requests_total(admin) == {
             '{agent="default",tier="0",decision="allow",reason="none"}': 2}
+
+
+def test_a_request_waiting_on_its_kept_connection_through_a_reload_still_allowing_it_uses_it(
+        gateway, net):
+    # As above, the reload leaving the address guard's ranges as they were
+    # (the same policy): the kept connection, still allowed, takes the
+    # request and answers it; nothing is closed or made afresh
+    seen = []
+
+    def script(conn, stop, received):
+        seen.append([received.split(b"\r\n", 1)[0]])
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst")
+        more = conn.recv(4096)
+        if more:
+            seen[-1].append(more.split(b"\r\n", 1)[0])
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond")
+
+    with ScriptedUpstream(script) as up:
+        rules = [api_rule(net), {"host": EVIL, "ports": [up.port], "tier": 0}]
+        gw = gateway(net.policy(rules, static_extra={EVIL: up.IP}))
+        r2 = second_request_held(
+            gw, up, "GET", "", "",
+            lambda: reload_to(gw, net.policy(rules, static_extra={EVIL: up.IP}), 1))
+        assert r2.status == 200 and r2.body == b"second", (r2, r2.body)
+        assert seen == [[b"GET /k1 HTTP/1.1", b"GET /k2 HTTP/1.1"]] and up.accepted == 1, seen
+        assert [e["decision"] for e in gw.events("agent_egress", path="/k2")] == ["allow"]
+
+
+def test_a_request_whose_connection_a_reload_no_longer_allows_while_it_waits_is_refused(gateway,
+                                                                                       net):
+    # The agent's GET is connected to its origin, then waits for its log
+    # line (held here) while a reload takes loopback out of allow_ranges
+    # (the rule kept). Released, it would go on that connection to an
+    # address the policy in force refuses: it is denied as private_address,
+    # a second agent_egress line after its allow, and nothing of it goes
+    # out. (It was sent: 200.)
+    seen = []
+
+    def script(conn, stop, received):
+        seen.append(received.split(b"\r\n", 1)[0])
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    with ScriptedUpstream(script) as up:
+        rules = [api_rule(net), {"host": EVIL, "ports": [up.port], "tier": 0}]
+        admin = free_tcp_port()
+        gw = gateway(net.policy(rules, static_extra={EVIL: up.IP}),
+                     args=["--admin", "127.0.0.1:%d" % admin])
+        s = open_conn(gw)
+        try:
+            lock = FileLock(gw.log_path)
+            try:
+                s.sendall(("GET http://%s:%d/f HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
+                           % (EVIL, up.port, EVIL, up.port)).encode())
+                poll(lambda: threads_in(gw.proc.pid, "write", "writev", path=gw.log_path),
+                     timeout=10, interval=0.01, what="the log's write waiting for the file")
+                poll(lambda: up.accepted == 1, timeout=10, what="the upstream connection")
+                reload_to(gw, net.policy(rules, static_extra={EVIL: up.IP}, allow_ranges=()), 1)
+            finally:
+                lock.release()
+            r = read_response(s)
+        finally:
+            s.close()
+        assert r.status == 403 and r.headers.get("sluice-reason") == "private_address", \
+            (r, r.body)
+        evs = gw.wait_events("agent_egress", count=2, path="/f")
+        assert [(e["decision"], e["ip"]) for e in evs] == [("allow", up.IP), ("deny", up.IP)], evs
+        assert evs[1]["reason"] == "private_address", evs
+        end = gw.wait_events("agent_egress_end", id=evs[0]["id"])
+        assert len(end) == 1 and end[0]["status"] == 403 and end[0]["bytes_up"] == 0, end
+        assert seen == [] and up.accepted == 1, seen
+        assert requests_total(admin) == {
+            '{agent="default",tier="0",decision="allow",reason="none"}': 1}
 
 
 def test_an_origin_that_sends_while_its_request_waits_is_not_read_into_memory(gateway, net):
