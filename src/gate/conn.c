@@ -1105,6 +1105,12 @@ static void connect_checked(struct conn *c)
         return;
     }
     if (nkeep == 0) {
+        /* A kept connection to a refused address (made before a reload
+         * that refuses it) is closed, never reused; one to an address
+         * still allowed waits for a request of its own, as kept ones do. */
+        for (size_t i = 0; c->idle_up != NULL && i < npriv; i++)
+            if (ipaddr_equal(&priv[i], &c->idle_addr))
+                forward_drop_idle(c);
         ipaddr_format(&priv[0], ex->ip, sizeof(ex->ip));
         conn_refuse(c, REASON_PRIVATE_ADDRESS, NULL, true); /* report mode too */
         return;

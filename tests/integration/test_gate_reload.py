@@ -17,7 +17,7 @@ import pytest
 
 from conftest import API_IP, DEAD_IP, policy_yaml
 from gate_client import (api_rule, connect, fd_named, open_conn, other_rule, other_url, poll,
-                         read_head, request)
+                         read_head, read_response, request)
 from gate_servers import FullListener, LoopbackServer, ScriptedUpstream
 from watch_helpers import free_tcp_port
 
@@ -847,6 +847,77 @@ def test_a_tunnel_or_upload_to_an_address_a_reload_no_longer_allows_is_cut(gatew
             s.close()
         # a new CONNECT is refused as well
         assert new_connect_status(gw, echo.port) == 403
+
+
+KEPT = "kept.example.test"
+
+
+def kept_then_reload(gateway, net, while_open=None, **kw):
+    """On one client connection: GET /k1 from a scripted origin on
+    127.0.0.7 (pinned by dns.static), its upstream connection kept; a
+    reload to the same rules with <kw> for the policy; then GET /k2, and
+    <while_open>(seen) before the client connection closes. Returns (gw,
+    up, seen: the request lines each upstream connection got, then
+    b"(closed)" when the gateway closed it first, /k2's response)."""
+    seen = []  # per upstream connection: the request lines it got
+
+    def script(conn, stop, received):
+        got = [received.split(b"\r\n", 1)[0]]
+        seen.append(got)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst")
+        more = conn.recv(4096)  # a second request on the kept connection
+        if more:
+            got.append(more.split(b"\r\n", 1)[0])
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond")
+        else:
+            got.append(b"(closed)")
+
+    with ScriptedUpstream(script) as up:
+        rules = [api_rule(net), {"host": KEPT, "ports": [up.port], "tier": 0}]
+        gw = gateway(net.policy(rules, static_extra={KEPT: up.IP}))
+        s = open_conn(gw)
+
+        def get(path):
+            s.sendall(("GET http://{0}:{1}{2} HTTP/1.1\r\nHost: {0}:{1}\r\n\r\n"
+                       .format(KEPT, up.port, path)).encode())
+            return read_response(s)
+        try:
+            r1 = get("/k1")
+            assert r1.status == 200 and r1.body == b"first", r1
+            reload_to(gw, net.policy(rules, static_extra={KEPT: up.IP}, **kw), 1)
+            r2 = get("/k2")
+            if while_open is not None:
+                while_open(seen)
+        finally:
+            s.close()
+        return gw, up, seen, r2
+
+
+def test_a_kept_connection_to_an_address_a_reload_no_longer_allows_is_not_reused(gateway, net):
+    # The agent's second GET, after a reload that takes loopback out of
+    # allow_ranges (the rule kept), is for the origin its kept upstream
+    # connection goes to: it is refused as private_address, nothing sent on
+    # the kept connection, which is closed (its client's connection still
+    # open), and no fresh one made. (The kept connection stayed, idle, for
+    # a later reload to allow again.)
+    def closed(seen):
+        poll(lambda: seen[0][-1] == b"(closed)", timeout=10, what="the kept connection's close")
+    gw, up, seen, r2 = kept_then_reload(gateway, net, closed, allow_ranges=())
+    assert r2.status == 403 and r2.headers.get("sluice-reason") == "private_address", r2
+    assert seen == [[b"GET /k1 HTTP/1.1", b"(closed)"]] and up.accepted == 1, seen
+    ev, end = gw.decided(path="/k2")
+    assert (ev["decision"], ev["reason"], ev["ip"]) == ("deny", "private_address", up.IP), ev
+    assert end["status"] == 403 and end["bytes_up"] == 0, end
+
+
+def test_a_kept_connection_is_reused_after_a_reload_that_still_allows_its_address(gateway, net):
+    # A reload that leaves the address guard's ranges as they were (the
+    # same policy) closes no kept connection: the second GET goes on it
+    gw, up, seen, r2 = kept_then_reload(gateway, net)
+    assert r2.status == 200 and r2.body == b"second", r2
+    assert seen == [[b"GET /k1 HTTP/1.1", b"GET /k2 HTTP/1.1"]] and up.accepted == 1, seen
+    ev, end = gw.decided(path="/k2")
+    assert (ev["decision"], ev["ip"]) == ("allow", up.IP) and end["status"] == 200, (ev, end)
 
 
 def test_a_plain_upload_whose_grant_ends_with_the_day_is_cut(gateway, net):
