@@ -151,10 +151,12 @@ size_t box_std_relay_poll(const struct box_std_relay *r, struct pollfd *p)
     return n;
 }
 
-/* Writes all of <buf> to <fd>. A failure (ENOSPC, EFBIG) is told once
- * and the pipe closed: the command's next write fails (EPIPE), as its
- * write into the file would have, rather than its output being dropped
- * unseen (told on a standard error that may be that same file). */
+/* Writes all of <buf> to <fd>. A failure (ENOSPC, EFBIG) is told once,
+ * kept in <r->failed>[fd] (run then exits 1 if the command exits 0: it
+ * may have ended before, or ignore its broken pipe), and the pipe closed:
+ * the command's next write fails (EPIPE), as its write into the file
+ * would have, rather than its output being dropped unseen (told on a
+ * standard error that may be that same file). */
 static void put(struct box_std_relay *r, int fd, const char *buf, size_t len)
 {
     while (len > 0 && !r->failed[fd]) {
@@ -165,7 +167,7 @@ static void put(struct box_std_relay *r, int fd, const char *buf, size_t len)
             r->failed[fd] = true;
             fprintf(stderr,
                     "sluice run: standard %s: write failed: %s; the command's writes there fail "
-                    "from now on (broken pipe)\n",
+                    "from now on (broken pipe), its output cut short (run exits 1 if it exits 0)\n",
                     names[fd], w < 0 ? strerror(errno) : "nothing written");
             return;
         }

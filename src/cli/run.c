@@ -1523,10 +1523,12 @@ static int run_main(int argc, char **argv)
     rc = WIFEXITED(status)     ? WEXITSTATUS(status)
          : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
                                : EXIT_USAGE;
-    /* its input cut short by a read error (told): the command, which read
-     * an end there, never knew, and its success would pass for one on the
-     * whole file; as `set -o pipefail` would, run fails */
-    if (rc == EXIT_OK && std.failed[0])
+    /* its input cut short by a read error, or its output or error by a
+     * failed write into the file (told): the command, which read an end
+     * there, or ignored its broken pipe, or had ended before run's write
+     * failed, may never have known, and its success would pass for one on
+     * the whole file; as `set -o pipefail` would, run fails */
+    if (rc == EXIT_OK && (std.failed[0] || std.failed[1] || std.failed[2]))
         rc = EXIT_PROBLEMS;
     serve_stop(&s);
     print_summary(a, &s, relayed, rc);

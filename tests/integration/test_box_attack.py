@@ -1555,36 +1555,94 @@ def test_standard_input_given_for_writing_too_must_be_shown_writable(sluice_bin,
         assert f.read() == "old secret\n"
 
 
+def _run_into_a_full_file(sluice_bin, proj, cmd, fd):
+    """run of <cmd> (its argv) with descriptor <fd> (1 or 2) a /tmp file
+    that takes 4096 bytes at most (run's RLIMIT_FSIZE, as a full disk),
+    the other captured: the process and the size the file reached."""
+    import resource
+    d = tempfile.mkdtemp(prefix="sluice-full-", dir="/tmp")
+    path = os.path.join(d, "out")
+    pol = _policy(proj)
+    out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    std = {1: subprocess.PIPE, 2: subprocess.PIPE, fd: out}
+    try:
+        p = subprocess.run([sluice_bin, "run", "--policy", pol, "--"] + cmd,
+                           stdin=subprocess.DEVNULL, stdout=std[1], stderr=std[2], text=True,
+                           timeout=30, cwd=proj, env=_clean_env(),
+                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE,
+                                                                 (4096, 4096)))
+        size = os.fstat(out).st_size
+    finally:
+        os.close(out)
+        shutil.rmtree(d)
+    return p, size
+
+
 def test_a_failed_write_into_a_file_given_for_writing_fails_the_commands_writes(sluice_bin, proj):
     """A file written through run's pipe that can take no more (here past
     run's RLIMIT_FSIZE, as a full disk): run says so once, and closes the
     pipe, so that the command's next write fails (EPIPE), as its write into
     the file would have, instead of its output being dropped unseen."""
-    import resource
-    d = tempfile.mkdtemp(prefix="sluice-full-", dir="/tmp")
-    path = os.path.join(d, "out")
     # 1 MB: more than the pipe holds (64 KiB) and run reads at once
     # (64 KiB) before its write fails, so that the command writes after
     # the pipe is closed however the two are scheduled
     code = ("import sys\nfor i in range(1000):\n    sys.stdout.write('x' * 999 + '\\n')\n"
             "    sys.stdout.flush()\n")
-    pol = _policy(proj)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        p = subprocess.run([sluice_bin, "run", "--policy", pol, "--", PY, "-c", code],
-                           stdin=subprocess.DEVNULL, stdout=fd, stderr=subprocess.PIPE, text=True,
-                           timeout=30, cwd=proj, env=_clean_env(),
-                           preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE,
-                                                                 (4096, 4096)))
-        size = os.fstat(fd).st_size
-    finally:
-        os.close(fd)
-        shutil.rmtree(d)
+    p, size = _run_into_a_full_file(sluice_bin, proj, [PY, "-c", code], 1)
     assert size == 4096, size
     assert p.stderr.count("sluice run: standard output: write failed: File too large; the "
                           "command's writes there fail from now on (broken pipe)") == 1, p.stderr
     assert "BrokenPipeError" in p.stderr, p.stderr
     assert p.returncode != 0, p.stderr
+
+
+# In the box: writes <n> KB on descriptor <fd> (ignoring a broken pipe,
+# as Python does SIGPIPE), says in done.json how far it got, and exits
+# with <status>.
+WRITE_AND_EXIT = r"""
+import json, os, sys
+fd, n, status = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+done = 0
+try:
+    for i in range(n):
+        os.write(fd, b"x" * 999 + b"\n")
+        done += 1
+except BrokenPipeError:
+    pass
+with open("done.json", "w") as f:
+    f.write(json.dumps({"done": done}))
+sys.exit(status)
+"""
+
+
+@pytest.mark.parametrize("fd", [1, 2])
+@pytest.mark.parametrize("kb,status", [(1000, 0), (8, 0), (1000, 3)])
+def test_a_failed_write_into_a_file_given_for_writing_fails_run(sluice_bin, proj, fd, kb, status):
+    """A write into a file given for writing that run copies from a pipe
+    failed (here past run's RLIMIT_FSIZE of 4096 bytes, as a full disk):
+    the command that ignores its broken pipe and exits 0 (1000 KB, more
+    than the pipe holds), or that may end before run's write fails and
+    never see it (8 KB, which the pipe holds), lost its output, and run
+    exited 0 all the same (found by review). As `set -o pipefail` would for
+    `cmd | cat > FILE`, run now exits 1 then; a command's own failure (3)
+    is kept."""
+    p, size = _run_into_a_full_file(sluice_bin, proj,
+                                    [PY, "-c", WRITE_AND_EXIT, str(fd), str(kb), str(status)], fd)
+    told = p.stdout if fd == 2 else p.stderr
+    for mark in SANITIZER_MARKS:
+        assert mark not in told, told
+    with open(os.path.join(proj, "done.json")) as f:
+        o = json.loads(f.read())
+    # the command ran to its end; with more than the pipe holds it met the
+    # broken pipe, and went on
+    assert kb < 64 or o["done"] < kb, (o, told)
+    assert size == 4096, size
+    if fd == 1:
+        assert ("sluice run: standard output: write failed: File too large; the command's "
+                "writes there fail from now on (broken pipe), its output cut short (run exits 1 if "
+                "it exits 0)\n"
+                "sluice run: exit %d;" % (status or 1)) in p.stderr, p.stderr
+    assert p.returncode == (status or 1), told
 
 
 # In the box: what the command can do with the file on its standard input
