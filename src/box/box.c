@@ -186,20 +186,25 @@ static int open_again(int pfd, int flags)
 
 /* The path the kernel gives for <fd> into <path>, and an O_PATH
  * descriptor of what the box shows there when that is the same file as
- * <st> (device and inode); -1 otherwise. The path is opened O_PATH only:
- * whoever can write the folder may have put another node there (the file
- * unlinked, its path then "NAME (deleted)", or swapped while run started),
- * and a FIFO would make open() wait for a writer for ever, before the
- * command starts (a device, do whatever its open does). */
+ * <st> (device and inode); -1 otherwise, with errno EACCES when the box's
+ * user may not search a folder on the path, 0 else. The path is opened
+ * O_PATH only: whoever can write the folder may have put another node
+ * there (the file unlinked, its path then "NAME (deleted)", or swapped
+ * while run started), and a FIFO would make open() wait for a writer for
+ * ever, before the command starts (a device, do whatever its open does). */
 static int open_same(int fd, const struct stat *st, char *path, size_t len)
 {
     struct stat again;
     size_t n = box_fd_path(fd, path, len);
     int pfd = n > 0 && path[0] == '/' ? open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC) : -1;
-    if (pfd >= 0 &&
-        (fstat(pfd, &again) != 0 || again.st_dev != st->st_dev || again.st_ino != st->st_ino)) {
+    if (pfd < 0) {
+        errno = n > 0 && path[0] == '/' && errno == EACCES ? EACCES : 0;
+        return -1;
+    }
+    if (fstat(pfd, &again) != 0 || again.st_dev != st->st_dev || again.st_ino != st->st_ino) {
         close(pfd);
-        pfd = -1;
+        errno = 0;
+        return -1;
     }
     return pfd;
 }
@@ -243,11 +248,34 @@ static int give_written_file(const struct box_config *cfg, int fd, const struct 
     return -1;
 }
 
+/* Into <why>, why a standard file (a directory: <dir>) could not be
+ * opened again in the box by its path: the box does not show it there
+ * (<open_err> 0), or its user cannot reach it there (<open_err> the errno
+ * of the open of the path, <reached> false: a folder it may not search)
+ * or open it (of the file's own open, <reached> true: a file of root's,
+ * mode 0600, given by a root shell to `setpriv ... sluice run`). */
+static void why_not_again(char *why, size_t len, int open_err, bool reached, bool dir)
+{
+    if (open_err == 0)
+        snprintf(why, len, "which the box does not show %s (hidden, under /tmp, moved?)",
+                 dir ? "as it is" : "at that path");
+    else if (reached)
+        snprintf(why, len,
+                 "which the box shows at that path but its user (uid %lu) cannot open there "
+                 "(%s)",
+                 (unsigned long)geteuid(), strerror(open_err));
+    else
+        snprintf(why, len, "which the box's user (uid %lu) cannot reach at that path (%s)",
+                 (unsigned long)geteuid(), strerror(open_err));
+}
+
 /* Standard input, a regular file given for reading that the box does not
- * show at its path <path>: the read end of the pipe run fills from it, so
- * that no descriptor on the host's mount is left for /proc/self/fd/0 to
- * open again for writing. Returns 0, or -1 with a message in <err>. */
-static int give_input_pipe(const struct box_config *cfg, const char *path, char *err, size_t errlen)
+ * open again at its path <path> (<why>, from why_not_again()): the read
+ * end of the pipe run fills from it, so that no descriptor on the host's
+ * mount is left for /proc/self/fd/0 to open again for writing. Returns 0,
+ * or -1 with a message in <err>. */
+static int give_input_pipe(const struct box_config *cfg, const char *path, const char *why,
+                           char *err, size_t errlen)
 {
     char shown[160]; /* the path cut to what err (BOX_ERR_MAX) has room for */
     int p = cfg->std_relay != NULL ? cfg->std_relay->box_end[0] : -1;
@@ -255,43 +283,43 @@ static int give_input_pipe(const struct box_config *cfg, const char *path, char 
         return 0;
     text_shown_into(shown, sizeof(shown), path[0] != '\0' ? path : "(unknown)");
     snprintf(err, errlen,
-             "standard input is the file %s, which the box does not show at that path "
-             "(hidden, under /tmp, moved?), and run has no pipe to give it through: through "
-             "/proc/self/fd/0 the command could write it; give it through a pipe (cat FILE |)",
-             shown);
+             "standard input is the file %s, %s, and run has no pipe to give it through: "
+             "through /proc/self/fd/0 the command could write it; give it through a pipe "
+             "(cat FILE |)",
+             shown, why);
     return -1;
 }
 
 /* Standard output or error, a regular file given for reading only that
- * the box does not show at its path <path>: kept, the command could open
+ * the box does not open again at its path <path> (<why>, from
+ * why_not_again()): kept, the command could open
  * /proc/self/fd/<fd> again for writing on the host's mount, or change its
  * mode, as for standard input. No pipe stands in for it: a file given for
  * reading where the command writes is a slip (`1<` for `>`) far more often
  * than input, and run would read the file for a command that never reads
  * it. Writes the message that fails the set-up into <err>. */
-static void refuse_read_output(int fd, const char *path, char *err, size_t errlen)
+static void refuse_read_output(int fd, const char *path, const char *why, char *err, size_t errlen)
 {
     char shown[160]; /* the path cut to what err (BOX_ERR_MAX) has room for */
     text_shown_into(shown, sizeof(shown), path[0] != '\0' ? path : "(unknown)");
     snprintf(err, errlen,
-             "standard %s is the file %s, open for reading only, which the box does not show "
-             "at that path (hidden, under /tmp, moved?): through /proc/self/fd/%d the command "
-             "could write it and change its mode; give it for writing (>> FILE) or through a "
-             "pipe",
-             std_names[fd], shown, fd);
+             "standard %s is the file %s, open for reading only, %s: through /proc/self/fd/%d "
+             "the command could write it and change its mode; give it for writing (>> FILE) "
+             "or through a pipe",
+             std_names[fd], shown, why, fd);
 }
 
 /* A directory given as standard input, output or error that the box does
- * not show as it is at its path <path>: writes the message that fails the
- * set-up into <err>. */
-static void refuse_directory(int fd, const char *path, char *err, size_t errlen)
+ * not open again at its path <path> (<why>, from why_not_again()): writes
+ * the message that fails the set-up into <err>. */
+static void refuse_directory(int fd, const char *path, const char *why, char *err, size_t errlen)
 {
     char shown[160]; /* the path cut to what err (BOX_ERR_MAX) has room for */
     text_shown_into(shown, sizeof(shown), path[0] != '\0' ? path : "(unknown)");
     snprintf(err, errlen,
-             "standard %s is the directory %s, which the box does not show as it is (hidden, "
-             "under /tmp, moved?): through it the command would reach the host's files",
-             std_names[fd], shown);
+             "standard %s is the directory %s, %s: through it the command would reach the "
+             "host's files",
+             std_names[fd], shown, why);
 }
 
 /* A regular file given for reading as standard input, output or error was
@@ -301,7 +329,8 @@ static void refuse_directory(int fd, const char *path, char *err, size_t errlen)
  * same file opened again by its path inside the box, read-only, at the
  * same offset, so that it is on the box's mount, read-only unless the path
  * is --rw. Standard input that the box does not see at that path as the
- * same file (its own /tmp, hidden, moved, deleted) becomes the read end of
+ * same file (its own /tmp, hidden, moved, deleted), or that its user
+ * cannot reach or open there (why_not_again()), becomes the read end of
  * the pipe run fills from it (<cfg->std_relay>, std_relay.c); standard
  * output or error fails the set-up (refuse_read_output()). Files given for
  * writing: see give_written_file(). A directory (`< dir`)
@@ -328,8 +357,13 @@ static int reopen_std_files(const struct box_config *cfg, char *err, size_t errl
         }
         if (!dir && (written || !S_ISREG(st.st_mode)))
             continue;
+        char why[128];
         int pfd = open_same(fd, &st, path, sizeof(path));
+        int open_err = pfd < 0 ? errno : 0;
         int nfd = pfd >= 0 ? open_again(pfd, O_RDONLY | (dir ? O_DIRECTORY : 0)) : -1;
+        if (pfd >= 0 && nfd < 0)
+            open_err = errno;
+        why_not_again(why, sizeof(why), open_err, pfd >= 0, dir);
         if (pfd >= 0)
             close(pfd);
         off_t at = dir ? -1 : lseek(fd, 0, SEEK_CUR);
@@ -337,14 +371,14 @@ static int reopen_std_files(const struct box_config *cfg, char *err, size_t errl
         bool done = nfd >= 0 && (at < 0 || lseek(nfd, at, SEEK_SET) == at) && dup2(nfd, fd) == fd;
         if (nfd >= 0)
             close(nfd);
-        if (!dir && !done && fd == STDIN_FILENO && give_input_pipe(cfg, path, err, errlen) < 0)
+        if (!dir && !done && fd == STDIN_FILENO && give_input_pipe(cfg, path, why, err, errlen) < 0)
             return -1;
         if (!dir && !done && fd != STDIN_FILENO) {
-            refuse_read_output(fd, path, err, errlen);
+            refuse_read_output(fd, path, why, err, errlen);
             return -1;
         }
         if (dir && !done) {
-            refuse_directory(fd, path, err, errlen);
+            refuse_directory(fd, path, why, err, errlen);
             return -1;
         }
     }

@@ -1828,6 +1828,19 @@ with open("result.json", "w") as f:
 """
 
 
+def _run_given_on(argv, proj, fd, given):
+    """Runs <argv> in <proj> with the descriptor <given> on its <fd>, and
+    closes it; the others /dev/null, but standard error, captured when
+    not given."""
+    streams = [subprocess.DEVNULL, subprocess.DEVNULL, subprocess.PIPE]
+    streams[fd] = given
+    try:
+        return subprocess.run(argv, stdin=streams[0], stdout=streams[1], stderr=streams[2],
+                              text=True, timeout=30, cwd=proj, env=_clean_env())
+    finally:
+        os.close(given)
+
+
 @pytest.mark.parametrize("where", ["hidden", "tmp", "cwd"])
 @pytest.mark.parametrize("fd", [1, 2])
 def test_standard_output_or_error_given_for_reading_must_be_shown(sluice_bin, proj, where, fd):
@@ -1848,16 +1861,9 @@ def test_standard_output_or_error_given_for_reading_must_be_shown(sluice_bin, pr
         with open(path, "w") as f:
             f.write("old secret\n")
         os.chmod(path, 0o644)
-        given = os.open(path, os.O_RDONLY)
-        streams = [subprocess.DEVNULL, subprocess.DEVNULL, subprocess.PIPE]
-        streams[fd] = given
-        try:
-            p = subprocess.run([sluice_bin, "run", "--policy", pol] + args +
-                               ["--", PY, "-c", READ_GIVEN_ON, str(fd)],
-                               stdin=streams[0], stdout=streams[1], stderr=streams[2],
-                               text=True, timeout=30, cwd=proj, env=_clean_env())
-        finally:
-            os.close(given)
+        p = _run_given_on([sluice_bin, "run", "--policy", pol] + args +
+                          ["--", PY, "-c", READ_GIVEN_ON, str(fd)],
+                          proj, fd, os.open(path, os.O_RDONLY))
         with open(path) as f:
             text = f.read()
         mode = os.stat(path).st_mode & 0o777
@@ -1881,6 +1887,57 @@ def test_standard_output_or_error_given_for_reading_must_be_shown(sluice_bin, pr
         assert ("sluice run: cannot build the box: standard output is the file %s, open for "
                 "reading only, which the box does not show at that path" % path) in p.stderr, \
             p.stderr
+
+
+@pytest.mark.parametrize("fd,kind", [(1, "file"), (0, "directory"), (1, "in a closed folder"),
+                                     (0, "file")])
+def test_a_standard_file_the_box_user_cannot_open_is_named_so(sluice_bin, proj, fd, kind):
+    """A file given for reading only as standard output (error alike, but
+    run's own messages then go into it), or a directory as standard input,
+    that the box shows at its path but that its user cannot open there
+    (root's, mode 0600 or 0700, given by a root shell to `setpriv ...
+    sluice run` as nobody), or cannot reach (in a folder of root's, mode
+    0700): the box cannot open it again on its own mount, and the run
+    stops, exit 2, as before; but the message said the box did not show it
+    at that path (hidden, under /tmp, moved?), which sent the caller
+    looking for the wrong thing (found by review). It now says which user
+    cannot open or reach it, and why. Standard input, a file, is read
+    through run's pipe, as one the box does not show is."""
+    pol = _policy(proj)
+    _own(proj, NOBODY)
+    path = os.path.join(proj, "root-only")
+    if kind == "in a closed folder":
+        os.mkdir(path, 0o700)
+        path = os.path.join(path, "notes")
+    if kind == "directory":
+        os.mkdir(path, 0o700)
+        opened = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    else:
+        with open(path, "w") as f:
+            f.write("root's\n")
+        os.chmod(path, 0o600)
+        opened = os.open(path, os.O_RDONLY)
+    p = _run_given_on(["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY,
+                       "--clear-groups", sluice_bin, "run", "--policy", pol, "--", PY, "-c",
+                       "import sys; open('ran', 'w').write(sys.stdin.read())"],
+                      proj, fd, opened)
+    for mark in SANITIZER_MARKS:
+        assert mark not in p.stderr, p.stderr
+    ran = os.path.join(proj, "ran")
+    if (fd, kind) == (0, "file"):
+        assert p.returncode == 0, p.stderr
+        with open(ran) as f:
+            assert f.read() == "root's\n"
+        return
+    assert p.returncode == 2, p.stderr
+    assert not os.path.exists(ran), p.stderr
+    told = {1: "standard output is the file %s, open for reading only, " % path,
+            0: "standard input is the directory %s, " % path}[fd]
+    why = ("which the box's user (uid %d) cannot reach at that path" if kind == "in a closed folder"
+           else "which the box shows at that path but its user (uid %d) cannot open there")
+    assert ("sluice run: cannot build the box: %s%s (Permission denied)" % (told, why % NOBODY)) \
+        in p.stderr, p.stderr
+    assert "does not show" not in p.stderr, p.stderr
 
 
 # In the box: reads its standard input to the end and exits 0.
