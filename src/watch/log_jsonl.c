@@ -892,12 +892,54 @@ err:
  * for the writer thread always waits for the round's end (writer_append). */
 static void writer_append(struct log_jsonl *l, const char *line, size_t n);
 
+/* A line that nothing waits before (<pending> empty, no write armed, no
+ * reopen running), written from where it lies: <pending> neither takes a
+ * copy of it nor gives one to writev(). Returns true when it is done with:
+ * written whole, or written in part with the rest (the whole line, from
+ * line_sent) in <pending>; false when nothing went, for the usual path,
+ * whose drain() writes again and deals with what that write meets. A line
+ * alone is as whole_piece() and pipe_piece() would write it. */
+static bool write_alone(struct log_jsonl *l, const char *line, size_t n)
+{
+    ssize_t w;
+
+    if (n > l->pending_max || l->job != NULL || evbuffer_get_length(l->pending) > 0 ||
+        write_armed(l))
+        return false; /* past the cap: the usual path drops it */
+    /* writev() and sendmsg() of one piece, as drain() writes: const
+     * dropped through uintptr_t, the kernel only reads it */
+    struct iovec iov = {.iov_base = (void *)(uintptr_t)line, .iov_len = n};
+    if (l->is_sock) {
+        struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+        w = sendmsg(l->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    } else {
+        w = writev(l->fd, &iov, 1);
+    }
+    if (w <= 0)
+        return false;
+    l->reported = false;
+    l->write_errno = 0;
+    if ((size_t)w == n)
+        return true;
+    if (evbuffer_add(l->pending, line, n) < 0) {
+        l->dropped++; /* its start is out: the rest has nowhere to wait */
+        return true;
+    }
+    l->pending_lines++;
+    l->line_sent = (size_t)w;
+    l->line_sent_end = !l->is_pipe && !l->is_sock ? lseek(l->fd, 0, SEEK_CUR) : 0;
+    schedule(l, 1); /* a write that stopped short: the next would meet EAGAIN */
+    return true;
+}
+
 static void append_line(struct log_jsonl *l, const char *line, size_t n, bool soon)
 {
     if (l->fw != NULL) {
         writer_append(l, line, n);
     } else if (l->broken) {
         l->dropped++;
+    } else if (!soon && write_alone(l, line, n)) {
+        return;
     } else if (evbuffer_get_length(l->pending) + n > l->pending_max) {
         l->dropped++;
     } else if (evbuffer_add(l->pending, line, n) < 0) {

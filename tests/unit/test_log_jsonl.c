@@ -1318,6 +1318,46 @@ static void read_all(int rd, char *buf, size_t cap, size_t *got)
         *got += (size_t)n;
 }
 
+/* A decision line that nothing waits before goes out from the formatter's
+ * buffer; one longer than the pipe holds is written in part, and the rest
+ * waits in <pending> (the whole line, from where the write stopped) until
+ * the reader makes room: the reader gets the line once, whole. */
+static void test_a_line_written_in_part_keeps_its_rest(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char want[LONG_LINE_CAP], buf[2 * LONG_LINE_CAP];
+    size_t line, got = 0;
+    int rd;
+    struct egress_event ev = long_egress(want, &line);
+    struct log_jsonl *l = open_on_pipe(base, &rd);
+    int room = fcntl(rd, F_SETPIPE_SZ, 4096);
+    assert_true(room >= 4096);
+    if ((size_t)room >= line) { /* the kernel's least pipe is a line's size */
+        log_jsonl_close(l);
+        close(rd);
+        event_base_free(base);
+        skip();
+    }
+    writev_calls = 0;
+    log_jsonl_on_event(&ev, l);
+    assert_int_equal(writev_calls, 1);
+    assert_int_equal(log_jsonl_pending_bytes(l), line - (size_t)room);
+    assert_int_equal(fcntl(rd, F_SETFL, O_NONBLOCK), 0);
+    for (int i = 0; i < 1000 && got < line; i++) {
+        read_all(rd, buf, sizeof(buf), &got);
+        log_jsonl_flush(l, 0);
+    }
+    read_all(rd, buf, sizeof(buf), &got);
+    assert_int_equal(got, line);
+    assert_memory_equal(buf, want, line);
+    assert_int_equal(log_jsonl_pending_bytes(l), 0);
+    assert_int_equal(log_jsonl_dropped(l), 0);
+    log_jsonl_close(l);
+    close(rd);
+    event_base_free(base);
+}
+
 /* A write that stopped mid-line, then a rotation: the new file gets that
  * line whole, not its tail, so its first line parses like every other. */
 static void test_reopen_after_a_partial_line(void **state)
@@ -1538,6 +1578,7 @@ int main(void)
         cmocka_unit_test(test_fifo_reader_that_comes_back),
         cmocka_unit_test(test_disk_full),
         cmocka_unit_test(test_hung_up_terminal_is_retried_by_a_timer),
+        cmocka_unit_test(test_a_line_written_in_part_keeps_its_rest),
         cmocka_unit_test(test_reopen_after_a_partial_line),
         cmocka_unit_test(test_reopen_of_the_same_file_goes_on_mid_line),
         cmocka_unit_test(test_reopen_soon_keeps_lines_for_the_new_file),
