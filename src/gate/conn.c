@@ -319,8 +319,8 @@ static void release_agent(struct conn *c)
  * dropped or freed, which libevent does to its chains as they are: a head
  * never finished (a client that left, or ran out of time) holds a
  * Proxy-Authorization that was never read, so never wiped. Bounded by the
- * read watermark (a head's limit, FLOW_HIGH); only for input that is
- * never read again. */
+ * read cap (stream_set_read_cap(): a head's limit, FLOW_HIGH); only for
+ * input that is never read again. */
 static void wipe_unread(struct evbuffer *in)
 {
     struct evbuffer_iovec v[8];

@@ -136,9 +136,10 @@ static void quiet_server_spoke(struct conn *c);
 /* CS_HELLO: the server's first bytes, until they tell a HelloRetryRequest
  * (all of it: the client needs the whole message before it sends another
  * ClientHello) from any other answer (at most 228 bytes are needed for
- * that). The read watermark bounds them to PEEK_MAX: a HelloRetryRequest
- * longer than that goes to the client as far as it came, and the second
- * ClientHello it never gets to send is refused when the window ends. */
+ * that). The read cap (stream_set_read_cap()) bounds them to PEEK_MAX: a
+ * HelloRetryRequest longer than that goes to the client as far as it came,
+ * and the second ClientHello it never gets to send is refused when the
+ * window ends. */
 static void up_read(struct bufferevent *bev, void *arg)
 {
     struct conn *c = arg;
@@ -481,7 +482,7 @@ static void open_tunnel(struct conn *c)
 
 /* Sends the <used> bytes of a ClientHello's records upstream and waits for
  * the server's answer (CS_HELLO). What the client sends behind them waits
- * in its input (at most PEEK_MAX bytes: the read watermark) until then: a
+ * in its input (at most PEEK_MAX bytes: the read cap) until then: a
  * second ClientHello must not reach the server before the gateway knows
  * whether it asked for one. */
 static void send_hello(struct conn *c, size_t used)

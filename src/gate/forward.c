@@ -762,11 +762,11 @@ void forward_start(struct conn *c)
         bufferevent_set_timeouts(c->up, NULL, &step);
     }
     bufferevent_setwatermark(c->up, EV_WRITE, FLOW_LOW, 0);
-    /* No read high watermark on the upstream: its input is bounded without
-     * one, as each read is taken up at once (up_read()): a head until it is
-     * complete or found over its limit (read_response_head()), body bytes
-     * until the client's backlog reaches FLOW_HIGH, when reading stops; a
-     * read takes at most READ_AHEAD. */
+    /* No read cap on the upstream (stream_set_read_cap()): its input is
+     * bounded without one, as each read is taken up at once (up_read()): a
+     * head until it is complete or found over its limit
+     * (read_response_head()), body bytes until the client's backlog reaches
+     * FLOW_HIGH, when reading stops; a read takes at most READ_AHEAD. */
     bufferevent_setwatermark(c->client, EV_WRITE, FLOW_LOW, 0);
     /* A body is read up to FLOW_HIGH ahead; without one the client is not
      * read during the exchange (forward_on_client_read()), and its next

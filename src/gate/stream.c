@@ -271,7 +271,7 @@ void stream_set_read_cap(struct bufferevent *bev, size_t cap)
         cap = SIZE_MAX;
     size_t len = evbuffer_get_length(bufferevent_get_input(bev));
     bool was_full = old != 0 && len >= old;
-    bool full = cap != 0 && len >= cap;
+    bool full = len >= cap; /* cap is never 0 here */
     /* Kept where libevent keeps its read high watermark: on_readable(),
      * stream_read_more() and bufferevent_getwatermark() find it there. */
     bev->wm_read.low = 0;

@@ -16,7 +16,8 @@
  *   auth_failures   auth_required refusals of credentials that named no agent, per
  *                   client source (an IPv4 address, an IPv6 /64, the unix socket's
  *                   clients as one), over max per period: someone guessing tokens;
- *                   past DETECT_SOURCES_BURST sources a minute by kind (raise_per_source());
+ *                   folded per source, and by kind past DETECT_SOURCES_BURST sources'
+ *                   lines a minute (raise_per_source());
  *   off_hours_write a write let through outside the working hours;
  *   baseline        a minute whose requests (or bytes) exceed factor x the learned
  *                   per-agent average and the floor (requests; floor KiB for bytes);
