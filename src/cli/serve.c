@@ -408,7 +408,7 @@ const struct command cmd_serve = {
             "                   end of its batch instead of preempting it at each request)\n"
             "  --splice         tunnels that stream move their bytes with splice(2): less\n"
             "                   CPU for the gateway, more for a receiver on this host\n"
-            "                   (default: they copy, 64 KiB at a time, but for clients\n"
+            "                   (default: they copy, 256 KiB at a time, but for clients\n"
             "                   on a unix socket, whose relay copies them anyway)\n"
             "  --admin ADDR     serve /metrics (Prometheus) and /healthz on PORT, IP:PORT or\n"
             "                   [V6]:PORT (a bare PORT binds 127.0.0.1)\n"
