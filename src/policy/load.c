@@ -443,8 +443,9 @@ static void sec_agents(struct load_ctx *c, const struct ynode *v, void *obj)
                   "the key");
         return;
     }
-    /* Every item gets a struct agent, a mapping or not: a 16 MiB list of
-     * "1," would take some 800 MB. */
+    /* Every item gets a struct agent, a mapping or not: a list of "1," as
+     * long as YTREE_MAX_NODES lets through (4 Mi items, in 8 MiB) would
+     * take some 400 MB. */
     if (v->count > POLICY_MAX_AGENTS) {
         load_err(c, v->line, "too many agents (at most %u)", POLICY_MAX_AGENTS);
         return;
@@ -1574,13 +1575,14 @@ static int fifo_wait(int fd, unsigned wait_s)
     }
 }
 
-/* Reads at most POLICY_MAX_BYTES + 1 bytes of <fd> into a new buffer. A
- * FIFO (<wait_s> > 0, <fd> O_NONBLOCK) is read once poll() says it has
- * bytes or an end (a non-blocking read before a writer came reads an end);
- * when nothing comes within <wait_s>, NULL with errno ETIMEDOUT and *why
- * set: an end read without a hang-up means no writer came (Linux reports
- * POLLHUP only once a writer has come and gone), EAGAIN one that wrote
- * nothing. */
+/* Reads <fd> into a new buffer until its end or until it holds more than
+ * POLICY_MAX_BYTES (a last read can bring it to twice that), which
+ * policy_load_buffer_flags() then refuses. A FIFO (<wait_s> > 0, <fd>
+ * O_NONBLOCK) is read once poll() says it has bytes or an end (a
+ * non-blocking read before a writer came reads an end); when nothing comes
+ * within <wait_s>, NULL with errno ETIMEDOUT and *why set: an end read
+ * without a hang-up means no writer came (Linux reports POLLHUP only once
+ * a writer has come and gone), EAGAIN one that wrote nothing. */
 static char *read_all(int fd, unsigned wait_s, size_t *len, enum fifo_silence *why)
 {
     size_t cap = 64 * 1024, n = 0;

@@ -5,10 +5,10 @@
  * sets it (under env_lock()), converts, and puts the caller's back. A file
  * glibc cannot read (gone since the policy loaded, as a tzdata upgrade
  * that drops a legacy name does, or cut short) is not an error to glibc:
- * it goes by UTC without a word. zone_localtime() tells that apart (the
- * converted time has no zone abbreviation, which every zone file gives),
- * so that the loader refuses such a zone and the detector says it judges
- * by UTC.
+ * it goes by UTC without a word. zone_localtime_file() tells that apart
+ * (the converted time has no zone abbreviation, which every zone file
+ * gives), so that the loader refuses such a zone and the detector says it
+ * judges by UTC.
  *
  * Owns nothing. */
 #ifndef SLUICE_POLICY_ZONE_H
