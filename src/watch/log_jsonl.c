@@ -569,6 +569,17 @@ static void restart_cut_line(struct log_jsonl *l)
         l->line_sent = 0;
 }
 
+/* writev() of <iov>'s <nv> pieces to the log's descriptor; sendmsg() on a
+ * socket, which must not raise SIGPIPE nor block. */
+static ssize_t write_pieces(const struct log_jsonl *l, const struct iovec *iov, int nv)
+{
+    if (l->is_sock) {
+        struct msghdr msg = {.msg_iov = (struct iovec *)(uintptr_t)iov, .msg_iovlen = (size_t)nv};
+        return sendmsg(l->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+    return writev(l->fd, iov, nv);
+}
+
 /* Writes what the descriptor takes now. Returns 1 when something is still
  * pending (EAGAIN), 0 when the buffer is empty, -1 on a hard error. */
 static int drain(struct log_jsonl *l)
@@ -579,14 +590,8 @@ static int drain(struct log_jsonl *l)
     while (evbuffer_get_length(l->pending) > 0) {
         struct iovec iov[DRAIN_IOV];
         int nv = pending_iov(l, iov, l->is_pipe ? pipe_piece(l) : whole_piece(l));
-        ssize_t w;
+        ssize_t w = write_pieces(l, iov, nv);
 
-        if (l->is_sock) {
-            struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)nv};
-            w = sendmsg(l->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-        } else {
-            w = writev(l->fd, iov, nv);
-        }
         if (w < 0) {
             if (errno == EINTR)
                 continue;
@@ -901,20 +906,13 @@ static void writer_append(struct log_jsonl *l, const char *line, size_t n);
  * alone is as whole_piece() and pipe_piece() would write it. */
 static bool write_alone(struct log_jsonl *l, const char *line, size_t n)
 {
-    ssize_t w;
-
     if (n > l->pending_max || l->job != NULL || evbuffer_get_length(l->pending) > 0 ||
         write_armed(l))
         return false; /* past the cap: the usual path drops it */
-    /* writev() and sendmsg() of one piece, as drain() writes: const
-     * dropped through uintptr_t, the kernel only reads it */
+    /* One piece, written as drain() writes: const dropped through
+     * uintptr_t, the kernel only reads it */
     struct iovec iov = {.iov_base = (void *)(uintptr_t)line, .iov_len = n};
-    if (l->is_sock) {
-        struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-        w = sendmsg(l->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
-    } else {
-        w = writev(l->fd, &iov, 1);
-    }
+    ssize_t w = write_pieces(l, &iov, 1);
     if (w <= 0)
         return false;
     l->reported = false;
