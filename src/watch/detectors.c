@@ -547,6 +547,34 @@ static void raise_alert(struct detectors *d, struct alert *a, const char *key_ho
     emit(a, d);
 }
 
+/* The bound on alerts of a kind folded per key (a host, a source) that a
+ * client chooses: <lines> counts the lines written for keys of their own
+ * within a minute, and past <burst> the kind folds over the minute. */
+struct burst_fold {
+    struct window *lines;
+    unsigned burst;
+    const char *keys;  /* "hosts", "sources": what the detail says went over */
+    const char *whose; /* "this agent's are", "they are": what is folded */
+};
+
+/* Raises <a> folded per <key> over <period_ms>, unless <b>'s lines passed
+ * its burst (and <key> holds no running period): then folded by kind over
+ * DETECT_FOLD_MS, written at once, its <detail> (<len>: the buffer <a>
+ * points to) saying so. */
+static void raise_bounded(struct detectors *d, struct alert *a, const char *key, uint64_t period_ms,
+                          const struct burst_fold *b, char *detail, size_t len, int64_t now_ms)
+{
+    if (fold_holds(&d->fold, a->kind, a->agent, key, now_ms) ||
+        window_add(b->lines, now_ms, 1) <= b->burst) {
+        raise_alert(d, a, key, period_ms, now_ms);
+        return;
+    }
+    size_t n = strnlen(detail, len);
+    snprintf(detail + n, len - n, "; over %u %s' %s alerts within 1m, so %s folded per minute",
+             b->burst, b->keys, alert_kind_name(a->kind), b->whose);
+    raise_alert(d, a, NULL, DETECT_FOLD_MS, now_ms);
+}
+
 /* Raises <a>, an alert of a kind folded per host (<slot>'s), for <host>.
  * Each host opens its own period, so an agent let write to thousands of
  * hosts (a wildcard rule: every bucket name under *.s3.amazonaws.com
@@ -562,16 +590,13 @@ static void raise_per_host(struct detectors *d, struct agent_state *ag, enum per
                            struct alert *a, const char *host, char *detail, size_t len,
                            int64_t now_ms)
 {
-    if (ag == NULL || fold_holds(&d->fold, a->kind, a->agent, host, now_ms) ||
-        window_add(&ag->hosts[slot], now_ms, 1) <= DETECT_HOSTS_BURST) {
+    if (ag == NULL) {
         raise_alert(d, a, host, DETECT_FOLD_MS, now_ms);
         return;
     }
-    size_t n = strnlen(detail, len);
-    snprintf(detail + n, len - n,
-             "; over %u hosts' %s alerts within 1m, so this agent's are folded per minute",
-             (unsigned)DETECT_HOSTS_BURST, alert_kind_name(a->kind));
-    raise_alert(d, a, NULL, DETECT_FOLD_MS, now_ms);
+    const struct burst_fold by_host = {&ag->hosts[slot], DETECT_HOSTS_BURST, "hosts",
+                                       "this agent's are"};
+    raise_bounded(d, a, host, DETECT_FOLD_MS, &by_host, detail, len, now_ms);
 }
 
 static void describe(const struct egress_event *ev, char *out, size_t len)
@@ -826,17 +851,9 @@ static bool counts_auth_failure(const struct egress_event *ev)
 static void raise_per_source(struct detectors *d, struct alert *a, const char *fold_key,
                              char *detail, size_t len, int64_t now_ms)
 {
-    uint64_t per_ms = d->cfg.auth_failures.per_ms;
-    if (fold_holds(&d->fold, a->kind, NULL, fold_key, now_ms) ||
-        window_add(&d->source_lines, now_ms, 1) <= DETECT_SOURCES_BURST) {
-        raise_alert(d, a, fold_key, per_ms, now_ms);
-        return;
-    }
-    size_t n = strnlen(detail, len);
-    snprintf(detail + n, len - n,
-             "; over %u sources' auth_failures alerts within 1m, so they are folded per minute",
-             (unsigned)DETECT_SOURCES_BURST);
-    raise_alert(d, a, NULL, DETECT_FOLD_MS, now_ms);
+    const struct burst_fold by_source = {&d->source_lines, DETECT_SOURCES_BURST, "sources",
+                                         "they are"};
+    raise_bounded(d, a, fold_key, d->cfg.auth_failures.per_ms, &by_source, detail, len, now_ms);
 }
 
 /* Counts the refusal <ev> against its source and alerts past the max. The
