@@ -1153,7 +1153,8 @@ static int head_commit(struct head_out *h, struct evbuffer *out)
  * identity (no coding) the parsers skip (RFC 9110 5.6.1.2): the field says
  * exactly how the gateway framed the body ("chunked," or a second, empty
  * field is chunked to it; passed on as spelled, it is not to a client that
- * reads the field as one value, which reads on to the close instead). No
+ * reads the field as one value, which reads on to the close instead), with
+ * chunked in lower case ("Chunked", "CHUNKED" are chunked to it too). No
  * field when no coding is left. The codings are copied into one value (a
  * piece each would run out of pieces on a long list): written with ", "
  * between them, they take at most twice a field's length and 2 bytes. */
@@ -1176,6 +1177,12 @@ static void head_transfer_encoding(struct head_out *h, const struct http_header 
     while (fields_next(&it, &e, &elen)) {
         if (elen == 0 || EQI(e, elen, "identity"))
             continue;
+        /* The coding the gateway frames by, in the one spelling every
+         * sender writes: a next hop that compares it byte for byte would
+         * take "Chunked" for a coding it does not know, and the chunks for
+         * the next message. */
+        if (EQI(e, elen, "chunked"))
+            e = "chunked";
         if (len > 0) {
             memcpy(v + len, ", ", 2);
             len += 2;

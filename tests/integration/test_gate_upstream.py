@@ -1091,12 +1091,73 @@ def test_a_chunk_size_an_origin_could_truncate_is_refused(gateway, net):
         assert end["status"] == 400 and end["bytes_up"] == 0, end
 
 
+@pytest.mark.parametrize("spelling", [b"Chunked", b"CHUNKED", b"cHuNkEd"])
+def test_a_chunked_request_goes_upstream_spelled_chunked(gateway, net, spelling):
+    # Coding names are case-insensitive (RFC 9110 7.8), so the gateway
+    # frames "Transfer-Encoding: CHUNKED" as chunked; but every client
+    # writes "chunked", and an origin that compares the value byte for byte
+    # works with all of them. Passed on as spelled, such an origin finds no
+    # coding it knows and no Content-Length: it takes the request for one
+    # without body and reads the chunks as the next request on the kept
+    # connection. Here the first chunk-size line is a request line (a hex
+    # method, its target in the extension) and its data the rest of that
+    # head: a request no rule decided. The gateway frames the body as
+    # chunked, so it says so in the one spelling every hop reads alike.
+    def read_body(conn, head, buf):
+        fields = [line.partition(b":") for line in head.split(b"\r\n")[1:]]
+        if not any(n.lower() == b"transfer-encoding" and v.strip() == b"chunked"
+                   for n, _, v in fields):
+            return buf  # no coding it knows, no length: no body
+        while True:
+            line, buf = read_line(conn, buf)
+            if line is None:
+                return None
+            size = int(line.split(b";")[0], 16)
+            while len(buf) < size + 2:
+                d = conn.recv(4096)
+                if not d:
+                    return None
+                buf += d
+            buf = buf[size + 2:]
+            if size == 0:
+                return buf[2:]  # the empty trailer section
+
+    origin = WeakOrigin(read_body)
+    rest = b"Host: evil.example.test\r\n\r\n"  # 0x1b bytes: the chunk's data
+    hidden = b"1B ;/internal HTTP/1.1"
+    body = hidden + b"\r\n" + rest + b"\r\n0\r\n\r\n"
+    with ScriptedUpstream(origin) as up:
+        gw = evil_gateway(gateway, net, up)
+        s = open_conn(gw)
+        try:
+            s.sendall(("POST %s HTTP/1.1\r\nHost: %s:%d\r\nTransfer-Encoding: %s\r\n\r\n"
+                       % (evil_url(up, "/up"), EVIL, up.port, spelling.decode())).encode()
+                      + body)
+            r = read_response(s, method="POST")
+            assert r.status == 200 and r.body == b"ok", r
+            s.sendall(evil_get("/next", up))
+            r2 = read_response(s)
+            assert r2.status == 200 and r2.body == b"ok", r2
+        finally:
+            s.close()
+        origin.wait_ended(up.accepted)
+        gw.decided(path="/up")
+        gw.decided(path="/next")
+    assert hidden not in origin.seen, origin.seen
+    assert origin.seen == [b"POST /up HTTP/1.1", b"GET /next HTTP/1.1"], origin.seen
+    assert b"\r\nTransfer-Encoding: chunked\r\n" in origin.heads[0], origin.heads[0]
+
+
 # Spellings of a chunked Transfer-Encoding the gateway frames as chunked
 # (empty list elements are ignored, RFC 9110 5.6.1.2, identity is no
 # coding, and several fields are one list, RFC 9110 5.3) that a client
 # reading the field as one value does not (http.client wants "chunked"
 # alone, and takes the first of several fields).
 LENIENT_CHUNKED = [
+    # a client that compares the value byte for byte (every origin writes
+    # "chunked") reads on to the close
+    b"Transfer-Encoding: CHUNKED",
+    b"Transfer-Encoding: Chunked, ",
     b"Transfer-Encoding: chunked,",
     b"Transfer-Encoding: chunked, ",
     b"Transfer-Encoding: identity, chunked",
