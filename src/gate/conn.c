@@ -149,7 +149,10 @@ void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
         return;
     }
     c->state = CS_HEAD;
-    stream_set_read_cap(c->client, head_limit(c));
+    if (stream_set_read_cap(c->client, head_limit(c)) < 0) {
+        conn_free(c);
+        return;
+    }
     conn_set_client_timeouts(c, false); /* the head deadline times the reading */
     clock_gettime(CLOCK_MONOTONIC, &c->t_accept);
     struct timeval tv = timeval_of_ms(next_head_ms(c));
@@ -807,7 +810,12 @@ void conn_exchange_done(struct conn *c)
         return;
     }
     c->state = CS_HEAD;
-    stream_set_read_cap(c->client, head_limit(c)); /* its input holds at most a head */
+    /* Its input holds at most a head. Capped since its accept, so never
+     * out of memory here: closed all the same if it were. */
+    if (stream_set_read_cap(c->client, head_limit(c)) < 0) {
+        close_when_flushed(c);
+        return;
+    }
     /* No read timeout while a head is awaited: the head deadline
      * (await_head(), at most idle_timeout) ends the wait first, and a read
      * timeout would only be re-armed, in libevent's timer heap, at each

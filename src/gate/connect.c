@@ -294,7 +294,10 @@ void connect_start(struct conn *c)
         conn_free(c);
         return;
     }
-    stream_set_read_cap(c->client, PEEK_MAX);
+    if (stream_set_read_cap(c->client, PEEK_MAX) < 0) {
+        conn_free(c);
+        return;
+    }
     bufferevent_setwatermark(c->client, EV_WRITE, 0, 0);
     struct timeval idle = timeval_of_ms(conn_idle_ms(c));
     bufferevent_set_timeouts(c->client, NULL, &idle);
@@ -496,7 +499,10 @@ static void send_hello(struct conn *c, size_t used)
     c->state = CS_HELLO;
     struct timeval idle = timeval_of_ms(conn_idle_ms(c));
     bufferevent_set_timeouts(c->up, &idle, &idle);
-    stream_set_read_cap(c->up, PEEK_MAX);
+    if (stream_set_read_cap(c->up, PEEK_MAX) < 0) {
+        conn_free(c);
+        return;
+    }
     bufferevent_enable(c->up, EV_READ);
     if (evbuffer_get_length(bufferevent_get_output(c->up)) > 0)
         bufferevent_enable(c->up, EV_WRITE);
@@ -557,7 +563,10 @@ static void quiet_start(struct conn *c)
     c->peek_quiet = true;
     c->peek_over = false;
     evtimer_add(c->timer, &tv);
-    stream_set_read_cap(c->up, PEEK_MAX);
+    if (stream_set_read_cap(c->up, PEEK_MAX) < 0) {
+        conn_free(c);
+        return;
+    }
     bufferevent_enable(c->up, EV_READ);
 }
 

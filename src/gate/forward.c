@@ -771,8 +771,10 @@ void forward_start(struct conn *c)
     /* A body is read up to FLOW_HIGH ahead; without one the client is not
      * read during the exchange (forward_on_client_read()), and its next
      * head keeps the head's limit. */
-    if (!no_body)
-        stream_set_read_cap(c->client, FLOW_HIGH);
+    if (!no_body && stream_set_read_cap(c->client, FLOW_HIGH) < 0) {
+        fail(c, "out of memory");
+        return;
+    }
     /* A copy: the head is kept in case the request must be sent again. */
     size_t hl = evbuffer_get_length(ex->uphead);
     const unsigned char *head = evbuffer_pullup(ex->uphead, -1);

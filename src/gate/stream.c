@@ -248,24 +248,28 @@ static void on_input_change(struct evbuffer *in, const struct evbuffer_cb_info *
     }
 }
 
-void stream_set_read_cap(struct bufferevent *bev, size_t cap)
+int stream_set_read_cap(struct bufferevent *bev, size_t cap)
 {
     if (event_get_callback(&bev->ev_read) != on_readable) {
         bufferevent_setwatermark(bev, EV_READ, 0, cap); /* libevent reads */
-        return;
+        return 0;
     }
     size_t old = bev->wm_read.high;
     /* The callback comes with the first cap, not with stream_own_reads():
      * an input without callbacks is not walked for them at each change
      * (a plain request's upstream, never capped). Once it is there, no
-     * cap is SIZE_MAX: a cap found set says the callback is there. */
+     * cap is SIZE_MAX: a cap found set says the callback is there. Out of
+     * memory for it, nothing is set and the caller closes the connection.
+     * libevent's watermark in its place mixed the two ways on one stream:
+     * its callback suspended the reads at the cap, and the later calls'
+     * bufferevent_enable() (a raised cap, or none) did nothing on a
+     * suspended read; and bufferevent_setwatermark() adds its callback
+     * with evbuffer_add_cb() too, whose NULL libevent 2.1 then uses. */
     if (old == 0) {
         if (cap == 0)
-            return;
-        if (evbuffer_add_cb(bufferevent_get_input(bev), on_input_change, bev) == NULL) {
-            bufferevent_setwatermark(bev, EV_READ, 0, cap); /* libevent's callback, then */
-            return;
-        }
+            return 0;
+        if (evbuffer_add_cb(bufferevent_get_input(bev), on_input_change, bev) == NULL)
+            return -1;
     }
     if (cap == 0)
         cap = SIZE_MAX;
@@ -280,6 +284,7 @@ void stream_set_read_cap(struct bufferevent *bev, size_t cap)
         event_del(&bev->ev_read);
     else if (!full && was_full)
         resume_reads(bev);
+    return 0;
 }
 
 /* libevent's read callback of a socket bufferevent (static in its

@@ -88,8 +88,11 @@ int stream_own_reads(struct bufferevent *bev);
  * input below the mark: here only reaching the cap and leaving it act
  * (an input callback added with the first cap; no cap is then read as
  * SIZE_MAX by bufferevent_getwatermark()). Otherwise it is
- * bufferevent_setwatermark(). */
-void stream_set_read_cap(struct bufferevent *bev, size_t cap);
+ * bufferevent_setwatermark(). Returns 0, or -1 when out of memory for
+ * that callback (only a first cap, on reads of this file's, can meet it):
+ * then nothing is changed (no cap), and the caller closes the connection,
+ * whose input would otherwise be read without its bound. */
+int stream_set_read_cap(struct bufferevent *bev, size_t cap);
 
 /* Makes the close of socket <fd> a reset (SO_LINGER {1,0}): what its send
  * queue still holds is dropped, and the peer reads ECONNRESET, not the end

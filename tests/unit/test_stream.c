@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdbool.h>
@@ -433,13 +434,14 @@ struct marks {
     size_t at_high, after_drain, at_equal, after_equal_drain, after_raise, uncapped;
 };
 
-static void libevent_cap(struct bufferevent *bev, size_t high)
+static int libevent_cap(struct bufferevent *bev, size_t high)
 {
     bufferevent_setwatermark(bev, EV_READ, 0, high);
+    return 0;
 }
 
 /* high_watermark() with the watermark set by <cap>. */
-static struct marks high_watermark_by(bool own, void (*cap)(struct bufferevent *, size_t))
+static struct marks high_watermark_by(bool own, int (*cap)(struct bufferevent *, size_t))
 {
     struct rig r;
     struct marks m;
@@ -448,7 +450,7 @@ static struct marks high_watermark_by(bool own, void (*cap)(struct bufferevent *
      * input stays at the high watermark (bufferevent_inbuf_wm_check()). */
     bufferevent_setcb(r.bev, NULL, NULL, seen_event, &r.s);
     struct evbuffer *in = bufferevent_get_input(r.bev);
-    cap(r.bev, 5000);
+    assert_int_equal(cap(r.bev, 5000), 0);
     put(r.peer, 20000);
     bufferevent_enable(r.bev, EV_READ);
     turns(&r, 10);
@@ -457,16 +459,16 @@ static struct marks high_watermark_by(bool own, void (*cap)(struct bufferevent *
     turns(&r, 10);
     m.after_drain = rig_input(&r);
     evbuffer_drain(in, 2000); /* 3000 left */
-    cap(r.bev, 3000);
+    assert_int_equal(cap(r.bev, 3000), 0);
     turns(&r, 10);
     m.at_equal = rig_input(&r);
     evbuffer_drain(in, 1000);
     turns(&r, 10);
     m.after_equal_drain = rig_input(&r);
-    cap(r.bev, 6000);
+    assert_int_equal(cap(r.bev, 6000), 0);
     turns(&r, 10);
     m.after_raise = rig_input(&r);
-    cap(r.bev, 0);
+    assert_int_equal(cap(r.bev, 0), 0);
     turns(&r, 10);
     m.uncapped = rig_input(&r);
     rig_close(&r);
@@ -508,6 +510,91 @@ static void read_cap_keeps_the_high_watermark(void **state)
     assert_memory_equal(&a, &c, sizeof(a));
 }
 
+/* evbuffer_add_cb() fails (NULL, as out of memory) the next
+ * <add_cb_failures> times it is called. stream.c's calls reach this
+ * program's definition, as do libevent's own (bufferevent_setwatermark()
+ * adds its watermark callback with it). */
+static int add_cb_failures;
+
+struct evbuffer_cb_entry *evbuffer_add_cb(struct evbuffer *buf, evbuffer_cb_func cb, void *arg)
+{
+    if (add_cb_failures > 0) {
+        add_cb_failures--;
+        return NULL;
+    }
+    struct evbuffer_cb_entry *(*real)(struct evbuffer *, evbuffer_cb_func, void *) =
+        (struct evbuffer_cb_entry * (*)(struct evbuffer *, evbuffer_cb_func, void *))
+            dlsym(RTLD_NEXT, "evbuffer_add_cb");
+    return real(buf, cb, arg);
+}
+
+/* The read cap of <bev> (bufferevent_getwatermark()'s high). */
+static size_t read_cap(struct bufferevent *bev)
+{
+    size_t high = 1;
+    bufferevent_getwatermark(bev, EV_READ, NULL, &high);
+    return high;
+}
+
+/* stream_set_read_cap() as high_watermark_by() calls it, with the first
+ * cap out of memory for the input's callback: that call must fail and
+ * leave <bev> as it was (no cap, reads untouched), so that the same cap
+ * set again (here: the connection is closed) makes a stream like any
+ * other. */
+static int cap_first_out_of_memory(struct bufferevent *bev, size_t cap)
+{
+    static bool failed;
+    if (!failed) {
+        failed = true;
+        add_cb_failures = 1;
+        assert_int_equal(stream_set_read_cap(bev, cap), -1);
+        assert_int_equal(add_cb_failures, 0);
+        assert_int_equal(read_cap(bev), 0);
+    }
+    return stream_set_read_cap(bev, cap);
+}
+
+/* Out of memory for the input's callback at a stream's first cap: the cap
+ * used to fall back to libevent's read watermark for that call, while the
+ * later calls, finding a cap set, took this file's way. libevent's
+ * callback kept the reads suspended at the cap, and this file's
+ * bufferevent_enable() on a raise or a clearing of the cap did nothing on
+ * a suspended read: raised to 6000 the input stayed at 3000, and with no
+ * cap at all it still did (12000 expected). */
+static void read_cap_out_of_memory_changes_nothing(void **state)
+{
+    (void)state;
+    struct marks a = high_watermark_by(false, libevent_cap);
+    struct marks b = high_watermark_by(true, cap_first_out_of_memory);
+    assert_int_equal(b.after_raise, 6000);
+    assert_int_equal(b.uncapped, 12000);
+    assert_memory_equal(&a, &b, sizeof(a));
+}
+
+/* Out of memory everywhere (libevent's own evbuffer_add_cb() fails too):
+ * the call fails and changes nothing. The fallback to
+ * bufferevent_setwatermark() crashed there: libevent 2.1 sets the flags
+ * of the callback it failed to add, a NULL. */
+static void read_cap_out_of_memory_everywhere_fails(void **state)
+{
+    (void)state;
+    struct rig r;
+    rig_open(&r, true);
+    bufferevent_setcb(r.bev, NULL, NULL, seen_event, &r.s);
+    put(r.peer, 20000);
+    add_cb_failures = 1000;
+    assert_int_equal(stream_set_read_cap(r.bev, 5000), -1);
+    add_cb_failures = 0;
+    assert_int_equal(read_cap(r.bev), 0);
+    bufferevent_enable(r.bev, EV_READ);
+    turns(&r, 10);
+    assert_int_equal(rig_input(&r), 20000); /* nothing capped it */
+    /* and there is no cap to clear */
+    assert_int_equal(stream_set_read_cap(r.bev, 0), 0);
+    assert_int_equal(read_cap(r.bev), 0);
+    rig_close(&r);
+}
+
 /* A read callback that takes at most <take> bytes a call. */
 struct taker {
     size_t take;
@@ -539,13 +626,13 @@ static void taker_event(struct bufferevent *bev, short what, void *arg)
  * of 1000: the input never holds more than the cap, and everything sent is
  * read (the read goes on each time the input is drained below the cap)
  * before the peer's end is seen. */
-static struct taker capped_consumer(bool own, void (*cap)(struct bufferevent *, size_t))
+static struct taker capped_consumer(bool own, int (*cap)(struct bufferevent *, size_t))
 {
     struct rig r;
     struct taker t = {.take = 300};
     rig_open(&r, own);
     bufferevent_setcb(r.bev, taker_read, NULL, taker_event, &t);
-    cap(r.bev, 1000);
+    assert_int_equal(cap(r.bev, 1000), 0);
     put(r.peer, 10000);
     close(r.peer);
     r.peer = -1;
@@ -727,6 +814,8 @@ int main(void)
         cmocka_unit_test(own_reads_keep_the_high_watermark),
         cmocka_unit_test(read_cap_keeps_the_high_watermark),
         cmocka_unit_test(read_cap_goes_on_after_each_drain),
+        cmocka_unit_test(read_cap_out_of_memory_changes_nothing),
+        cmocka_unit_test(read_cap_out_of_memory_everywhere_fails),
         cmocka_unit_test(own_reads_keep_the_low_watermark),
         cmocka_unit_test(own_reads_keep_the_priority),
         cmocka_unit_test(own_reads_survive_a_free_in_the_read_callback),
