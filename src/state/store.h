@@ -110,15 +110,21 @@ int store_load_queue_of(struct store *s, const char *sink, int64_t after, int li
  * store_queue_read() puts it in line (one runs at a time) and returns at
  * once; store_queue_read_take(), on a later tick, gives the rows as
  * store_load_queue_of() does, as the writes not yet committed at the take
- * leave them. Returns the read (its caller's until taken or cancelled), or
- * NULL when out of memory. */
+ * leave them. The read holds at most <limit> rows, and at most <max_bytes>
+ * bytes of their bodies: it stops before the row that would pass them (the
+ * first row too, unless <one_over>: then that one is read alone, however
+ * long), and the sink's rows past it are not "all" (got->all false). Rows
+ * whose deletion waits for a commit are passed over, not held. Returns the
+ * read (its caller's until taken or cancelled), or NULL when out of
+ * memory. */
 struct store_read;
 struct store_read_got {
     int rows;      /* given to the callback */
     bool all;      /* the sink has no row past them */
     int64_t count; /* the sink's rows, as store_count_queue_of() counts them */
 };
-struct store_read *store_queue_read(struct store *s, const char *sink, int limit);
+struct store_read *store_queue_read(struct store *s, const char *sink, int limit, size_t max_bytes,
+                                    bool one_over);
 /* Once <r> was read: calls <fn> for the sink's oldest rows, oldest first,
  * at most the read's <limit>, fills <got>, frees <r> and returns 0 (-1,
  * <r> freed, on a database error, reported on stderr). Returns 1 while it

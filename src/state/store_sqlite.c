@@ -1140,17 +1140,6 @@ int64_t store_count_queue_of(struct store *s, const char *sink)
 
 enum { READ_WAITING, READ_HELD, READ_DONE };
 
-/* The deletions of <sink>'s rows not yet committed: rows a read may bring
- * that the merge then leaves out. */
-static size_t deletions_of(const struct store *s, const char *sink)
-{
-    const struct store_op *o;
-    size_t n = 0;
-    for (size_t i = 0; (o = unwritten_at(s, i)) != NULL; i++)
-        n += o->kind == OP_QDEL && strcmp(o->a, sink) == 0;
-    return n;
-}
-
 /* Takes back the read the writer ran, if it has, and hands it the next
  * one waiting, if any. Never waits. */
 static void reads_move(struct store *s)
@@ -1168,10 +1157,15 @@ static void reads_move(struct store *s)
     if ((s->reads = r->next) == NULL)
         s->reads_tail = &s->reads;
     r->next = NULL;
-    /* Enough for <want> rows once those whose deletion waits are left
-     * out (more may wait by the take: the merge then says not all). */
-    size_t limit = (size_t)r->want + deletions_of(s, r->sink);
-    r->limit = limit < INT_MAX ? (int)limit : INT_MAX - 1;
+    /* The rows whose deletion waits are passed over by the thread, as the
+     * merge leaves them out: neither their bodies held nor their bytes
+     * counted against the read's (a sink that just delivered a memory's
+     * worth would read it all again). One whose deletion is committed by
+     * the take has the read run again (store_queue_read_take()). Out of
+     * memory for the list, they are read, and left out by the merge. */
+    free(r->skip);
+    (void)deleting(s, &r->skip, &r->nskip); /* out of memory: NULL and 0 */
+    r->limit = r->want;
     store_writer_read(s->writer, r); /* holds none: read_held is NULL */
     r->state = READ_HELD;
     s->read_held = r;
@@ -1192,7 +1186,8 @@ static void reads_queue(struct store *s, struct store_read *r, bool first)
     }
 }
 
-struct store_read *store_queue_read(struct store *s, const char *sink, int limit)
+struct store_read *store_queue_read(struct store *s, const char *sink, int limit, size_t max_bytes,
+                                    bool one_over)
 {
     struct store_read *r = calloc(1, sizeof(*r));
     if (r == NULL || (r->sink = strdup(sink)) == NULL) {
@@ -1200,6 +1195,8 @@ struct store_read *store_queue_read(struct store *s, const char *sink, int limit
         return NULL;
     }
     r->want = limit > 0 ? limit : 0;
+    r->max_bytes = max_bytes;
+    r->one_over = one_over;
     reads_queue(s, r, false);
     reads_move(s);
     return r;

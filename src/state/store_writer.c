@@ -57,6 +57,7 @@ void store_read_free(struct store_read *r)
     for (size_t i = 0; i < r->nrows; i++)
         free(r->rows[i].body);
     free(r->rows);
+    free(r->skip);
     free(r->sink);
     free(r);
 }
@@ -195,21 +196,37 @@ static int read_row(struct store_read *r, sqlite3_stmt *st, size_t *cap)
     return 0;
 }
 
-/* Steps <st> (bound and ready) to its end; returns SQLite's last code. */
+static int cmp_id(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Steps <st> (bound and ready) until <r> has its rows, or the bytes of
+ * their bodies would pass its max_bytes with the next (at a row left, the
+ * read is not at the end), or to the end; returns SQLite's last code. */
 static int read_rows(struct store_read *r, sqlite3_stmt *st)
 {
-    size_t cap = 0;
+    size_t cap = 0, bytes = 0;
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && (int)r->nrows < r->limit)
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && (int)r->nrows < r->limit) {
+        int64_t id = sqlite3_column_int64(st, 0);
+        if (r->nskip > 0 && bsearch(&id, r->skip, r->nskip, sizeof(*r->skip), cmp_id) != NULL)
+            continue;
+        size_t n = (size_t)sqlite3_column_bytes(st, 1);
+        if (n > r->max_bytes - bytes && !(r->nrows == 0 && r->one_over))
+            break;
         if (read_row(r, st, &cap) < 0)
             return SQLITE_NOMEM;
+        bytes = n > r->max_bytes - bytes ? r->max_bytes : bytes + n; /* one over: full */
+    }
     r->end = rc == SQLITE_DONE;
     return rc == SQLITE_ROW ? SQLITE_DONE : rc;
 }
 
 /* Runs <r> through <db> in one read transaction: the sink's oldest rows
- * (one more is stepped, to know whether any follow) and its count, from
- * the same snapshot. On the thread. */
+ * (one more is stepped, to know whether any follow, and those passed over
+ * besides) and its count, from the same snapshot. On the thread. */
 static void run_read(sqlite3 *db, struct store_read *r)
 {
     sqlite3_stmt *rows = NULL, *count = NULL;
@@ -224,7 +241,7 @@ static void run_read(sqlite3 *db, struct store_read *r)
                                 NULL);
     if (rc == SQLITE_OK) {
         sqlite3_bind_text(rows, 1, r->sink, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(rows, 2, (int64_t)r->limit + 1);
+        sqlite3_bind_int64(rows, 2, (int64_t)r->limit + (int64_t)r->nskip + 1);
         sqlite3_bind_text(count, 1, r->sink, -1, SQLITE_STATIC);
         rc = read_rows(r, rows);
     }

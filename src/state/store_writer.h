@@ -71,6 +71,13 @@ struct store_read {
     /* The request: the loop's until handed over, read by the thread. */
     char *sink;
     int limit; /* rows at most, oldest first */
+    /* and no more bytes of their bodies than max_bytes: the read stops
+     * before the row that would pass it, the first too unless one_over
+     * (then that one is read alone, however long) */
+    size_t max_bytes;
+    bool one_over;
+    int64_t *skip; /* rows passed over (sorted ids): neither read nor counted */
+    size_t nskip;
     /* The outcome: the thread's until store_writer_read_done() gives the
      * read back. */
     struct store_row *rows;

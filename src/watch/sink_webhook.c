@@ -933,10 +933,16 @@ static void after_read(struct webhook *w, const struct store_read_got *got, uint
 }
 
 /* Starts the store's read of the sink's <limit> oldest rows, taken on a
- * later tick (on_read_poll). */
-static void read_start(struct webhook *w, int limit, bool adopting)
+ * later tick (on_read_poll), sized by bytes too: no more of them than the
+ * bytes memory has left, and <again> more, the bytes of the alerts in
+ * memory the read brings again (the sweep's, passed over). A read of
+ * 10,000 rows of 8 KiB held 80 MB, over the memory's 16 MiB, until it was
+ * taken; the alert memory had no room for was read to be thrown away. As
+ * has_room(): an empty memory takes one alert however long. */
+static void read_start(struct webhook *w, int limit, size_t again, bool adopting)
 {
-    w->reading = store_queue_read(w->store, w->key, limit);
+    size_t left = w->bytes < w->t.queue_bytes ? w->t.queue_bytes - w->bytes : 0;
+    w->reading = store_queue_read(w->store, w->key, limit, left + again, w->len == 0);
     if (w->reading == NULL) {
         w->only_stored = w->only_stored > 0 ? w->only_stored : 1; /* the sweep tries again */
         return;
@@ -953,7 +959,8 @@ static void read_start(struct webhook *w, int limit, bool adopting)
  * reading them all each minute stalled the loop. Among the sink's first
  * room + nids + 1 rows at most nids are in memory already, so they hold
  * the room's worth of others and tell whether more wait (only_stored needs
- * no more than that: it only says whether to sweep). The read runs on the
+ * no more than that: it only says whether to sweep); and no more bytes
+ * than the room's and those nids' (read_start()). The read runs on the
  * store's thread (a store on a file system that does not answer holds it,
  * not the loop): sweep_take() takes its rows. */
 static void on_sweep(evutil_socket_t fd, short what, void *arg)
@@ -971,11 +978,15 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
     if (w->store == NULL || w->reading != NULL || w->only_stored == 0 || w->len >= w->t.queue_max ||
         (w->len > 0 && w->bytes >= w->t.queue_bytes))
         return;
-    size_t nids = 0;
-    for (size_t i = 0; i < w->len; i++)
-        nids += w->q[(w->head + i) % w->cap].id > 0;
+    size_t nids = 0, again = 0;
+    for (size_t i = 0; i < w->len; i++) {
+        const struct item *it = &w->q[(w->head + i) % w->cap];
+        nids += it->id > 0;
+        if (it->id > 0 && !store_queue_lost(w->store, it->id))
+            again += it->n;
+    }
     size_t limit = w->t.queue_max - w->len + nids + 1;
-    read_start(w, limit < INT_MAX ? (int)limit : INT_MAX, false);
+    read_start(w, limit < INT_MAX ? (int)limit : INT_MAX, again, false);
 }
 
 /* Takes the sweep's read: the rows as the writes not yet committed leave
@@ -1040,12 +1051,13 @@ static void adopt_row(int64_t id, const char *sink, const char *body, int attemp
 
 /* Reads the sink's oldest rows, as many as memory has room for and one
  * more: that one, over the cap, is counted in only_stored, which tells the
- * sweep that more wait. However many alerts wait (a sink down for days),
- * no more than that is read, on the store's thread (adopt_take() takes
- * them on a later tick). The read takes in the writes not committed yet,
- * as for the sweep: a row not written yet is not missed, and one whose
- * deletion waits (delivered by the sink this URL had before a reload
- * removed it) is not sent twice. */
+ * sweep that more wait (a read stopped by the bytes memory has room for
+ * says so by not being all: after_read()). However many alerts wait (a
+ * sink down for days), no more than that is read, on the store's thread
+ * (adopt_take() takes them on a later tick). The read takes in the writes
+ * not committed yet, as for the sweep: a row not written yet is not
+ * missed, and one whose deletion waits (delivered by the sink this URL had
+ * before a reload removed it) is not sent twice. */
 void webhook_adopt_stored(struct webhook *w)
 {
     if (w->store == NULL || w->reading != NULL)
@@ -1053,7 +1065,7 @@ void webhook_adopt_stored(struct webhook *w)
     size_t room = w->len < w->t.queue_max ? w->t.queue_max - w->len : 0;
     if (room > INT_MAX - 1)
         room = INT_MAX - 1;
-    read_start(w, (int)room + 1, true);
+    read_start(w, (int)room + 1, 0, true);
 }
 
 /* Takes the adoption's read. The alerts sent meanwhile wait in the store

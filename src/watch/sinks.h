@@ -34,7 +34,8 @@
  * beyond either, with a state store, new ones are kept only in the store
  * and a sweep every SINK_WEBHOOK_SWEEP_MS reads them back as room frees up
  * (a new sink takes its oldest stored alerts up to the caps, the sweep the
- * others); without a store the oldest not in flight are dropped, as many
+ * others; each read of the store holds no more than the room under both
+ * caps); without a store the oldest not in flight are dropped, as many
  * as the new one needs, counted (webhook_dropped) and reported on standard
  * error. Every queued alert is in the state store (when there is one)
  * until delivered, so none is lost across a restart. https:// URLs are

@@ -19,15 +19,28 @@
 #include <openssl/x509v3.h>
 
 #include "state/store.h"
+#include "state/store_writer.h" /* struct store_read: the bytes a read holds */
 
 /* The queue rows the sink reads from the store, counted on their way to
- * its callback: the sink's calls are routed here by the macro below. */
+ * its callback: the sink's calls are routed here by the macro below. And
+ * the most bytes of bodies a read of the store held (read_bytes_most),
+ * looked at in the first row's call, when the read is the loop's again. */
 static long rows_read;
 static store_queue_fn counted_fn;
+static const struct store_read *taking;
+static size_t read_bytes_most;
 
 static void count_row(int64_t id, const char *sink, const char *body, int attempts, void *arg)
 {
     rows_read++;
+    if (taking != NULL) {
+        size_t held = 0;
+        for (size_t i = 0; i < taking->nrows; i++)
+            held += strlen(taking->rows[i].body);
+        if (held > read_bytes_most)
+            read_bytes_most = held;
+        taking = NULL;
+    }
     counted_fn(id, sink, body, attempts, arg);
 }
 
@@ -35,7 +48,10 @@ static int counted_read_take(struct store *s, struct store_read *r, store_queue_
                              struct store_read_got *got)
 {
     counted_fn = fn;
-    return store_queue_read_take(s, r, count_row, arg, got);
+    taking = r;
+    int rc = store_queue_read_take(s, r, count_row, arg, got);
+    taking = NULL;
+    return rc;
 }
 
 /* libevent's own allocations go through these (event_set_mem_functions(),
@@ -778,6 +794,77 @@ static void a_shorter_alert_does_not_overtake_one_over_the_bytes_cap(void **stat
     event_base_free(base);
 }
 
+/* Stores <n> alerts of 8000 bytes for <url>, as send_big_alerts() makes
+ * them (numbered from 0), without a sink, and commits them. */
+static void store_big_alerts(struct store *st, const char *url, unsigned n)
+{
+    static char body[8001];
+    memset(body, 'x', sizeof(body) - 1);
+    for (unsigned i = 0; i < n; i++) {
+        int len = snprintf(body, sizeof(body), "{\"n\":%u,\"pad\":\"", i);
+        body[len] = 'x';
+        memcpy(body + sizeof(body) - 3, "\"}", 3);
+        assert_true(store_queue_add(st, url, body) > 0);
+    }
+    assert_int_equal(store_flush(st), 0);
+}
+
+/* A read back from the store (a new sink's adoption, the sweep) holds no
+ * more bytes than the memory queue has left (and, for the sweep, those of
+ * the alerts in memory it reads again): it was sized by the count alone,
+ * room for 10,000 alerts, so 5000 stored alerts of 8000 bytes were all
+ * read, 40 MB, to take the 16 MiB's worth the memory had room for. Read
+ * back by the bytes, all come, in order, none lost. */
+static void a_read_back_holds_at_most_the_bytes_left(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sluice-hook-XXXXXX", *err = NULL;
+    const char *url = "http://127.0.0.1:9/hook";
+    const unsigned total = 5000;
+    size_t fit = SINK_WEBHOOK_QUEUE_BYTES / 8000;
+    struct store *st = temp_store(dir);
+    store_big_alerts(st, url, total);
+    struct event_base *base = event_base_new();
+    struct webhook *w = webhook_new(base, url, st, &err);
+    assert_non_null(w);
+    read_bytes_most = 0;
+    adopt_now(w);
+    assert_true(read_bytes_most <= SINK_WEBHOOK_QUEUE_BYTES);
+    assert_int_equal(webhook_queued(w), fit);
+    assert_true(held_bytes(w) <= SINK_WEBHOOK_QUEUE_BYTES);
+    assert_int_equal(webhook_waiting(w), total);
+    /* Half delivered: the sweep reads the other half again, and what fits. */
+    long next = 0;
+    for (size_t i = 0; i < fit / 2; i++, next++) {
+        assert_int_equal(big_alert_n(&w->q[w->head]), next);
+        deliver_oldest(w, 1);
+    }
+    read_bytes_most = 0;
+    sweep_now(w);
+    assert_true(read_bytes_most <= SINK_WEBHOOK_QUEUE_BYTES);
+    assert_int_equal(webhook_queued(w), fit);
+    assert_true(held_bytes(w) <= SINK_WEBHOOK_QUEUE_BYTES);
+    /* Then all of them, each sweep after a memory's worth delivered. */
+    for (int round = 0; round < 10 && webhook_waiting(w) > 0; round++) {
+        while (w->len > 0) {
+            assert_int_equal(big_alert_n(&w->q[w->head]), next);
+            deliver_oldest(w, 1);
+            next++;
+        }
+        assert_int_equal(store_flush(st), 0);
+        read_bytes_most = 0;
+        sweep_now(w);
+        assert_true(read_bytes_most <= SINK_WEBHOOK_QUEUE_BYTES);
+        assert_true(held_bytes(w) <= SINK_WEBHOOK_QUEUE_BYTES);
+    }
+    assert_int_equal(next, total); /* every one, in order */
+    assert_int_equal(webhook_waiting(w), 0);
+    assert_int_equal(w->only_stored, 0);
+    webhook_free(w);
+    temp_store_remove(st, dir);
+    event_base_free(base);
+}
+
 /* sluice_webhook_queue{sink} counts every alert waiting for the sink, the
  * ones kept in the store only (beyond the memory cap) too: it showed the
  * memory queue alone, at most its cap (10,000), while hundreds of
@@ -1379,6 +1466,7 @@ int main(void)
         cmocka_unit_test(every_waiting_alert_is_counted),
         cmocka_unit_test(memory_queue_holds_at_most_its_bytes),
         cmocka_unit_test(a_shorter_alert_does_not_overtake_one_over_the_bytes_cap),
+        cmocka_unit_test(a_read_back_holds_at_most_the_bytes_left),
         cmocka_unit_test(an_alert_whose_request_cannot_be_made_is_retried),
         cmocka_unit_test(an_alert_sent_out_of_descriptors_is_retried),
         cmocka_unit_test(an_https_alert_sent_out_of_descriptors_is_retried),

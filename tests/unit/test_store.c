@@ -1440,7 +1440,7 @@ static void a_read_waits_on_the_writers_thread_not_the_loop(void **state)
     gate_close();
     assert_int_equal(store_flush(s), 0); /* handed over */
     gate_wait_held();                    /* the writer is inside its write() */
-    struct store_read *r = store_queue_read(s, sink, 10);
+    struct store_read *r = store_queue_read(s, sink, 10, SIZE_MAX, false);
     assert_non_null(r);
     struct rows rows = {0};
     struct store_read_got got;
@@ -1469,7 +1469,7 @@ static void a_read_knows_which_commits_it_saw(void **state)
     const char *sink = "http://127.0.0.1:9/h";
     struct store *s = open_ok(dir);
     int64_t a = store_queue_add(s, sink, "a"); /* queued, not handed over */
-    struct store_read *r = store_queue_read(s, sink, 10);
+    struct store_read *r = store_queue_read(s, sink, 10, SIZE_MAX, false);
     for (int i = 0; i < 10000 && r->state != READ_DONE; i++) {
         usleep(1000);
         reads_move(s);
@@ -1480,7 +1480,7 @@ static void a_read_knows_which_commits_it_saw(void **state)
     int64_t b = store_queue_add(s, sink, "b");
     assert_int_equal(store_flush(s), 0);
     store_writer_wait(s->writer, INT64_MAX); /* committed, not collected */
-    r = store_queue_read(s, sink, 10);
+    r = store_queue_read(s, sink, 10, SIZE_MAX, false);
     assert_true(read_gives(s, r, 2, b, 2));
     assert_int_equal(flush(s), 0);
     store_close(s);
@@ -1501,19 +1501,62 @@ static void a_read_brings_its_limit_and_cancels(void **state)
     assert_int_equal(flush(s), 0);
     assert_int_equal(store_queue_del(s, sink, id[0]), 0);
     assert_int_equal(store_queue_del(s, sink, id[1]), 0);
-    struct store_read *r = store_queue_read(s, sink, 3);
+    struct store_read *r = store_queue_read(s, sink, 3, SIZE_MAX, false);
     assert_false(read_gives(s, r, 3, id[4], 4)); /* id[2] to id[4]; id[5] follows */
     gate_close();
     store_queue_add(s, sink, "y");
     assert_int_equal(store_flush(s), 0);
     gate_wait_held();
-    struct store_read *held = store_queue_read(s, sink, 3);
-    struct store_read *waiting = store_queue_read(s, "http://127.0.0.1:9/o", 3);
+    struct store_read *held = store_queue_read(s, sink, 3, SIZE_MAX, false);
+    struct store_read *waiting = store_queue_read(s, "http://127.0.0.1:9/o", 3, SIZE_MAX, false);
     assert_int_equal(held->state, READ_HELD);
     assert_int_equal(waiting->state, READ_WAITING);
     store_queue_read_cancel(s, waiting);
     store_queue_read_cancel(s, held);
     gate_open();
+    assert_int_equal(flush(s), 0);
+    store_close(s);
+}
+
+/* A read holds at most its bytes of bodies: it stops before the row that
+ * would pass them (the sink's rows are then not all), the first too unless
+ * it may take one over, read alone however long. Rows whose deletion
+ * waits are passed over, neither held nor counted: a sink that just
+ * delivered a memory's worth of alerts read them all again. */
+static void a_read_holds_at_most_its_bytes(void **state)
+{
+    (void)state;
+    const char *sink = "http://127.0.0.1:9/h";
+    struct store *s = open_ok(dir);
+    char body[101];
+    memset(body, 'x', 100);
+    body[100] = '\0';
+    int64_t id[5];
+    for (int i = 0; i < 5; i++)
+        id[i] = store_queue_add(s, sink, body);
+    assert_int_equal(flush(s), 0);
+    struct store_read *r = store_queue_read(s, sink, 10, 250, false);
+    assert_false(read_gives(s, r, 2, id[1], 5));
+    r = store_queue_read(s, sink, 10, 50, false); /* not even the first */
+    struct rows rows = {0};
+    struct store_read_got got;
+    assert_int_equal(take(s, r, &rows, &got), 0);
+    assert_int_equal(rows.n, 0);
+    assert_false(got.all);
+    r = store_queue_read(s, sink, 10, 50, true); /* the first alone */
+    assert_false(read_gives(s, r, 1, id[0], 5));
+    assert_int_equal(store_queue_del(s, sink, id[0]), 0);
+    assert_int_equal(store_queue_del(s, sink, id[1]), 0);
+    r = store_queue_read(s, sink, 10, 250, false);
+    for (int i = 0; i < 10000 && r->state != READ_DONE; i++) {
+        usleep(1000);
+        reads_move(s);
+    }
+    assert_int_equal(r->state, READ_DONE);
+    assert_int_equal(r->nrows, 2); /* id[2] and id[3]: the deleted ones not held */
+    assert_false(read_gives(s, r, 2, id[3], 3));
+    r = store_queue_read(s, sink, 10, 300, false); /* room for all */
+    assert_true(read_gives(s, r, 3, id[4], 3));
     assert_int_equal(flush(s), 0);
     store_close(s);
 }
@@ -1708,6 +1751,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(a_read_knows_which_commits_it_saw, setup, teardown),
         cmocka_unit_test_setup_teardown(a_read_brings_its_limit_and_cancels, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_read_holds_at_most_its_bytes, setup, teardown),
         cmocka_unit_test_setup_teardown(a_stuck_commit_holds_the_writer_not_the_loop, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_batch_back_from_the_writer_keeps_its_place, setup,
