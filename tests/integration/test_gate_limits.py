@@ -1520,13 +1520,18 @@ def test_a_pipelined_request_leaves_the_wait_for_an_answer_at_idle_timeout(gatew
     # idle_timeout (the timeout judging an upload's progress, a quarter of
     # it), which made an origin answering after 1.2 s with idle_timeout 2 s
     # a 502. idle_timeout 3 s (a step of 0.75 s): with 2 s, an origin thread
-    # held back 0.8 s more would have answered too late for any gateway
+    # held back 0.8 s more would have answered too late for any gateway.
+    # The second request goes once the origin has the first (it notes it
+    # before its 1.2 s), not after a guess at how long the gateway takes to
+    # forward it: on a loaded machine that guess sent it before the first
+    # was forwarded, where it tested nothing.
     gw = gateway(net.policy([api_rule(net)], limits={"idle_timeout": "3s"}))
     host = b"Host: api.example.test:%d\r\n" % net.api.port
     s = open_conn(gw, timeout=15)
     try:
         s.sendall(b"GET %s HTTP/1.1\r\n%s\r\n" % (net.url("/slow?ms=1200").encode(), host))
-        time.sleep(0.2)
+        poll(lambda: any(r.path == "/slow?ms=1200" for r in net.api.requests) or None,
+             timeout=HANG_GUARD_S, interval=0.005, what="the first request at the origin")
         s.sendall(b"GET %s HTTP/1.1\r\n%sConnection: close\r\n\r\n"
                   % (net.url("/next").encode(), host))
         first, second = read_responses(s, ["GET", "GET"])
@@ -1562,9 +1567,12 @@ def _expect_answer(s, answer, fast, piece, pause):
 def test_an_early_answer_reaches_a_client_still_uploading(gateway, net):
     # The origin answers a 4 MiB upload at once, in full (200 KiB), and reads
     # none of the body. The client goes on sending it and reads the answer
-    # slowly but steadily, for longer than idle_timeout (1 s). The answer
+    # slowly but steadily, for longer than idle_timeout (2 s). The answer
     # was all in the gateway; the upstream taking nothing more of a request
-    # it has answered is no reason to cut the client off in the middle of it
+    # it has answered is no reason to cut the client off in the middle of it.
+    # (idle_timeout 1 s and a read every 20 ms left a reader held back by a
+    # loaded machine for 1 s cut off, as a reader that stopped: 2 s, and a
+    # read every 50 ms, so that the reading still outlasts it.)
     answer = pattern_bytes(200 << 10)
     hold = threading.Event()
 
@@ -1575,7 +1583,7 @@ def test_an_early_answer_reaches_a_client_still_uploading(gateway, net):
     with ScriptedUpstream(script) as up:
         host = "early.example.test"
         gw = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
-                                static_extra={host: up.IP}, limits={"idle_timeout": "1s"}))
+                                static_extra={host: up.IP}, limits={"idle_timeout": "2s"}))
         body_len = 4 << 20
         head = ("POST http://%s:%d/early HTTP/1.1\r\nHost: %s:%d\r\nContent-Length: %d\r\n\r\n"
                 % (host, up.port, host, up.port, body_len)).encode()
@@ -1584,12 +1592,14 @@ def test_an_early_answer_reaches_a_client_still_uploading(gateway, net):
         s.settimeout(15)
         sender = threading.Thread(target=_send_quietly, args=(s, data))
         sender.start()
+        t0 = time.monotonic()
         try:
-            _expect_answer(s, answer, 0, 4096, 0.02)  # about 200 KiB/s
+            _expect_answer(s, answer, 0, 4096, 0.05)  # about 80 KiB/s
         finally:
             hold.set()
             s.close()
             sender.join(5)
+        assert time.monotonic() - t0 > 2.0  # the reading outlasted idle_timeout
         _, end = gw.decided(path="/early")
         assert end["status"] == 200 and end["bytes_down"] == len(answer), end
 

@@ -12,6 +12,7 @@ file the test names exists."""
 
 import os
 import socket
+import sqlite3
 import subprocess
 import time
 
@@ -21,6 +22,8 @@ from gate_client import poll, request
 from watch_helpers import Receiver, free_tcp_port, wait_alert
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# a guard against a hang, not a claim on time
+HANG_GUARD_S = 30
 
 
 def read_hold_lib(tmp_path):
@@ -32,6 +35,18 @@ def read_hold_lib(tmp_path):
     except (OSError, subprocess.CalledProcessError) as e:
         pytest.skip("cannot build read_hold.c: %s" % e)
     return lib
+
+
+def stored_alerts(state):
+    """The alerts the state store in <state> holds for its sinks (its
+    committed rows)."""
+    db = sqlite3.connect("file:%s?mode=ro" % (state / "sluice.db"), uri=True)
+    try:
+        return db.execute("SELECT count(*) FROM alert_queue").fetchone()[0]
+    except sqlite3.OperationalError:  # not created yet
+        return 0
+    finally:
+        db.close()
 
 
 def contacts(rcv):
@@ -65,7 +80,10 @@ def test_requests_are_answered_while_the_sweep_reads_a_store_that_does_not_answe
         request(gw, "GET", "http://nowhere%d.example.test/" % i)
     # one alert in memory, three in the store only (the webhook is down)
     wait_alert(af, "first_contact", count=5)
-    time.sleep(0.5)  # their rows committed
+    # their rows committed: looked at, not guessed at (half a second was
+    # not always enough on a loaded machine)
+    poll(lambda: stored_alerts(tmp_path / "state") >= 5 or None, timeout=HANG_GUARD_S,
+         what="the 5 alerts' rows committed")
     open(hold, "w").close()
     rcv = Receiver(port)
     try:
