@@ -317,17 +317,25 @@ def test_tunnel_held_by_its_bucket_costs_no_cpu(gateway, net, splice):
         t.sock.settimeout(30)
 
         def push():
+            # 64 MiB, never all of it (cut below): more than the agent's
+            # send buffer and the gateway's receive buffer can take in
+            # together (tcp_wmem's 4 MiB and tcp_rmem's up to 32 MiB here;
+            # 4 MiB was once all taken in, and the pusher ended).
+            piece = pattern_bytes(1 << 20)
             try:
-                t.sock.sendall(pattern_bytes(4 << 20))  # never all of it: cut below
-            except OSError:
-                pass
+                for _ in range(64):
+                    t.sock.sendall(piece)
+                ended.append("all 64 MiB taken in")
+            except OSError as e:
+                ended.append("cut: %s" % e)
+        ended = []
         pusher = threading.Thread(target=push, daemon=True)
         pusher.start()
         time.sleep(0.5)  # the socket buffers fill; the bucket is empty
         c0, w0 = cpu_seconds(gw.proc.pid), time.monotonic()
         time.sleep(3)
         used, wall = cpu_seconds(gw.proc.pid) - c0, time.monotonic() - w0
-        assert pusher.is_alive(), "the upload was not held"
+        assert pusher.is_alive(), "the upload was not held: %s" % ended
         assert used < 0.1 * wall, "%.2f s of CPU in %.2f s while throttled" % (used, wall)
     finally:
         t.close()
