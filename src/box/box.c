@@ -211,6 +211,17 @@ static int open_same(int fd, const struct stat *st, char *path, size_t len)
 
 static const char *const std_names[] = {"input", "output", "error"};
 
+/* Into <how>, why run's pipe could not stand in for a standard
+ * descriptor: there is none (<p> -1, no <cfg->std_relay>), or dup2()
+ * failed (<dup_err>). */
+static void why_no_pipe(char *how, size_t len, int p, int dup_err)
+{
+    if (p < 0)
+        snprintf(how, len, "run has no pipe to give it through");
+    else
+        snprintf(how, len, "run's pipe could not take its place (dup2: %s)", strerror(dup_err));
+}
+
 /* A regular file given for writing (`>> log`, `1<> file`) was opened on
  * the host's mount: through /proc/self/fd/N the command could open it
  * again for reading (`>> ~/.ssh/known_hosts` with ~/.ssh hidden: its old
@@ -221,10 +232,10 @@ static const char *const std_names[] = {"input", "output", "error"};
  * description with the caller (`> log 2>&1`: one offset for the command,
  * run and the gateway). Otherwise descriptor 1 or 2 becomes the pipe run
  * copies into that description (<cfg->std_relay>, std_relay.c); standard
- * input, which no pipe can give for reading and writing, fails the
- * set-up. Returns 0, or -1 with a message in <err>. */
-static int give_written_file(const struct box_config *cfg, int fd, const struct stat *st, char *err,
-                             size_t errlen)
+ * input (<flags> its access mode), which no pipe can give for reading and
+ * writing, fails the set-up. Returns 0, or -1 with a message in <err>. */
+static int give_written_file(const struct box_config *cfg, int fd, int flags, const struct stat *st,
+                             char *err, size_t errlen)
 {
     char path[PATH_MAX], shown[160]; /* the path cut to what err (BOX_ERR_MAX) has room for */
     int pfd = open_same(fd, st, path, sizeof(path));
@@ -235,16 +246,29 @@ static int give_written_file(const struct box_config *cfg, int fd, const struct 
         close(wfd);
         return 0;
     }
+    text_shown_into(shown, sizeof(shown), path[0] != '\0' ? path : "(unknown)");
+    const char *access =
+        (flags & O_ACCMODE) == O_RDWR ? "open for reading and writing" : "open for writing";
+    if (fd == STDIN_FILENO) {
+        snprintf(err, errlen,
+                 "standard input is the file %s, %s, which the box does not show writable at "
+                 "that path (hidden, under /tmp, read-only, moved?), and run has no pipe for it "
+                 "(none carries a file both ways): through descriptor 0 the command could write "
+                 "it, and change its mode; give it for reading only (< FILE) or through a pipe "
+                 "(cat FILE |)",
+                 shown, access);
+        return -1;
+    }
     int p = cfg->std_relay != NULL ? cfg->std_relay->box_end[fd] : -1;
     if (p >= 0 && dup2(p, fd) == fd) /* dup2() clears close-on-exec on <fd> */
         return 0;
-    text_shown_into(shown, sizeof(shown), path[0] != '\0' ? path : "(unknown)");
+    char how[80];
+    why_no_pipe(how, sizeof(how), p, errno);
     snprintf(err, errlen,
-             "standard %s is the file %s, open for writing, which the box does not show "
-             "writable at that path (hidden, under /tmp, read-only, moved?): through "
-             "/proc/self/fd/%d the command could read it and change its mode; give it for "
-             "reading only (< FILE) or through a pipe",
-             std_names[fd], shown, fd);
+             "standard %s is the file %s, %s, which the box does not show writable at that "
+             "path (hidden, under /tmp, read-only, moved?), and %s: through /proc/self/fd/%d "
+             "the command could read it and change its mode",
+             std_names[fd], shown, access, how, fd);
     return -1;
 }
 
@@ -270,29 +294,31 @@ static void why_not_again(char *why, size_t len, int open_err, bool reached, boo
 }
 
 /* Standard input, a regular file given for reading that the box does not
- * open again at its path <path> (<why>, from why_not_again()): the read
+ * open again at its path <path> (<why>, from why_not_again(), or the
+ * lseek() or dup2() that failed: reopen_std_files()): the read
  * end of the pipe run fills from it, so that no descriptor on the host's
  * mount is left for /proc/self/fd/0 to open again for writing. Returns 0,
  * or -1 with a message in <err>. */
 static int give_input_pipe(const struct box_config *cfg, const char *path, const char *why,
                            char *err, size_t errlen)
 {
-    char shown[160]; /* the path cut to what err (BOX_ERR_MAX) has room for */
+    char shown[128]; /* the path cut to what err (BOX_ERR_MAX) has room for */
     int p = cfg->std_relay != NULL ? cfg->std_relay->box_end[0] : -1;
     if (p >= 0 && dup2(p, STDIN_FILENO) == STDIN_FILENO) /* dup2() clears close-on-exec */
         return 0;
+    char how[80];
+    why_no_pipe(how, sizeof(how), p, errno);
     text_shown_into(shown, sizeof(shown), path[0] != '\0' ? path : "(unknown)");
     snprintf(err, errlen,
-             "standard input is the file %s, %s, and run has no pipe to give it through: "
-             "through /proc/self/fd/0 the command could write it; give it through a pipe "
-             "(cat FILE |)",
-             shown, why);
+             "standard input is the file %s, %s, and %s: through /proc/self/fd/0 the command "
+             "could write it; give it through a pipe (cat FILE |)",
+             shown, why, how);
     return -1;
 }
 
 /* Standard output or error, a regular file given for reading only that
- * the box does not open again at its path <path> (<why>, from
- * why_not_again()): kept, the command could open
+ * the box does not open again at its path <path> (<why>, as for
+ * give_input_pipe()): kept, the command could open
  * /proc/self/fd/<fd> again for writing on the host's mount, or change its
  * mode, as for standard input. No pipe stands in for it: a file given for
  * reading where the command writes is a slip (`1<` for `>`) far more often
@@ -310,7 +336,7 @@ static void refuse_read_output(int fd, const char *path, const char *why, char *
 }
 
 /* A directory given as standard input, output or error that the box does
- * not open again at its path <path> (<why>, from why_not_again()): writes
+ * not open again at its path <path> (<why>, as for give_input_pipe()): writes
  * the message that fails the set-up into <err>. */
 static void refuse_directory(int fd, const char *path, const char *why, char *err, size_t errlen)
 {
@@ -330,7 +356,9 @@ static void refuse_directory(int fd, const char *path, const char *why, char *er
  * same offset, so that it is on the box's mount, read-only unless the path
  * is --rw. Standard input that the box does not see at that path as the
  * same file (its own /tmp, hidden, moved, deleted), or that its user
- * cannot reach or open there (why_not_again()), becomes the read end of
+ * cannot reach or open there (why_not_again()), or that it opened again
+ * but could not seek to the caller's offset (a file system's nonseekable
+ * open) or put in place (dup2()), which <why> then names, becomes the read end of
  * the pipe run fills from it (<cfg->std_relay>, std_relay.c); standard
  * output or error fails the set-up (refuse_read_output()). Files given for
  * writing: see give_written_file(). A directory (`< dir`)
@@ -351,13 +379,13 @@ static int reopen_std_files(const struct box_config *cfg, char *err, size_t errl
         bool dir = S_ISDIR(st.st_mode);
         bool written = (flags & O_ACCMODE) != O_RDONLY;
         if (S_ISREG(st.st_mode) && written) {
-            if (give_written_file(cfg, fd, &st, err, errlen) < 0)
+            if (give_written_file(cfg, fd, flags, &st, err, errlen) < 0)
                 return -1;
             continue;
         }
         if (!dir && (written || !S_ISREG(st.st_mode)))
             continue;
-        char why[128];
+        char why[160];
         int pfd = open_same(fd, &st, path, sizeof(path));
         int open_err = pfd < 0 ? errno : 0;
         int nfd = pfd >= 0 ? open_again(pfd, O_RDONLY | (dir ? O_DIRECTORY : 0)) : -1;
@@ -367,8 +395,21 @@ static int reopen_std_files(const struct box_config *cfg, char *err, size_t errl
         if (pfd >= 0)
             close(pfd);
         off_t at = dir ? -1 : lseek(fd, 0, SEEK_CUR);
-        /* dup2() clears close-on-exec on <fd> */
-        bool done = nfd >= 0 && (at < 0 || lseek(nfd, at, SEEK_SET) == at) && dup2(nfd, fd) == fd;
+        bool done = false;
+        /* opened again, but not at the caller's offset (a file system may
+         * make its opens nonseekable: ESPIPE), or not in its place */
+        if (nfd >= 0 && at >= 0 && lseek(nfd, at, SEEK_SET) != at)
+            snprintf(why, sizeof(why),
+                     "which the box opened again at that path but could not seek to offset "
+                     "%lld (lseek: %s)",
+                     (long long)at, strerror(errno));
+        else if (nfd >= 0 && dup2(nfd, fd) != fd) /* dup2() clears close-on-exec on <fd> */
+            snprintf(why, sizeof(why),
+                     "which the box opened again at that path but could not put on descriptor "
+                     "%d (dup2: %s)",
+                     fd, strerror(errno));
+        else
+            done = nfd >= 0;
         if (nfd >= 0)
             close(nfd);
         if (!dir && !done && fd == STDIN_FILENO && give_input_pipe(cfg, path, why, err, errlen) < 0)
@@ -383,6 +424,29 @@ static int reopen_std_files(const struct box_config *cfg, char *err, size_t errl
         }
     }
     return 0;
+}
+
+/* The ends of run's pipes (std_relay.c) in the box: run's ends at once
+ * (held in the box, a pipe run closed after a failed write would still
+ * have a reader, and the command's writes would not fail; standard
+ * input's would still have a writer, and the command never read its end;
+ * exec_end's would never end), the box's ends once the command is forked
+ * (held by the init, run would never see the end of output and error,
+ * and would read standard input's file for a pipe the command does not
+ * use), and in the command's process once descriptors 0-2 are in place,
+ * before execve(): when exec_end ends, standard input's pipe has a reader
+ * only if the command has it on descriptor 0. */
+static void close_std_pipes(const struct box_config *cfg, bool box_ends)
+{
+    const struct box_std_relay *r = cfg->std_relay;
+    for (int fd = 0; r != NULL && fd <= 2; fd++) {
+        int end = box_ends ? r->box_end[fd] : r->run_end[fd];
+        bool shared = fd == 2 && r->box_end[2] == r->box_end[1]; /* one pipe for 1 and 2 */
+        if (end >= 0 && !(box_ends && shared))
+            close(end);
+    }
+    if (r != NULL && !box_ends && r->exec_end[0] >= 0)
+        close(r->exec_end[0]);
 }
 
 /* What the command's process writes on the exec pipe, before the signal,
@@ -407,6 +471,8 @@ static void __attribute__((noreturn)) command_main(const struct box_config *cfg,
             sigaddset(&hold, s);
     sigprocmask(SIG_SETMASK, &hold, NULL);
     if (reopen_std_files(cfg, err, sizeof(err)) == 0) {
+        /* exec_end, close-on-exec, is left to execve() */
+        close_std_pipes(cfg, true);
         if (cloexec_from_3() < 0)
             snprintf(err, sizeof(err), "cannot close the inherited descriptors: %s",
                      strerror(errno));
@@ -442,24 +508,6 @@ static void __attribute__((noreturn)) command_main(const struct box_config *cfg,
 }
 
 /* --- the init -------------------------------------------------------------- */
-
-/* The ends of run's pipes (std_relay.c) in the box: run's ends at once
- * (held in the box, a pipe run closed after a failed write would still
- * have a reader, and the command's writes would not fail; standard
- * input's would still have a writer, and the command never read its end),
- * the box's ends once the command is forked (held by the init, run would
- * never see the end of output and error, nor fill standard input's pipe
- * in vain once the command no longer reads it). */
-static void close_std_pipes(const struct box_config *cfg, bool box_ends)
-{
-    const struct box_std_relay *r = cfg->std_relay;
-    for (int fd = 0; r != NULL && fd <= 2; fd++) {
-        int end = box_ends ? r->box_end[fd] : r->run_end[fd];
-        bool shared = fd == 2 && r->box_end[2] == r->box_end[1]; /* one pipe for 1 and 2 */
-        if (end >= 0 && !(box_ends && shared))
-            close(end);
-    }
-}
 
 static int on_signal(void *arg)
 {
@@ -616,6 +664,9 @@ init_main(const struct box_config *cfg, uid_t uid, gid_t gid, bool userns, int s
     }
     close(ep[1]);
     close_std_pipes(cfg, true);
+    /* the command's process holds exec_end until it executes the command */
+    if (cfg->std_relay != NULL && cfg->std_relay->exec_end[1] >= 0)
+        close(cfg->std_relay->exec_end[1]);
     /* From here on the init relays, waits and kills in the box only: the
      * capabilities it built the box with go (see box_init_let_go()). */
     if (box_init_let_go(err, sizeof(err)) < 0) {

@@ -64,10 +64,18 @@ struct box_std_relay {
      * error (fd 2 sharing fd 1's pipe: -1) */
     int run_end[3];
     int box_end[3]; /* the other ends, for the box */
-    /* a write into the file failed (1, 2), a read from it failed (0): its
-     * pipe is closed; kept once the relay is closed */
+    /* with standard input's pipe, one more whose write end, [1], the box
+     * holds until the command is executed (the command's process closes
+     * it at execve() or its exit, the init after its fork): run's read
+     * end, [0], then reads its end, and run starts reading the file if
+     * the pipe still has a reader; -1 for none */
+    int exec_end[2];
+    /* a write into the file failed (1, 2), or run stopped copying a pipe
+     * held outside the box (1, 2), a read from it failed (0): its pipe is
+     * closed; kept once the relay is closed */
     bool failed[3];
-    off_t at; /* where run reads standard input's file next */
+    off_t at;              /* where run starts reading standard input's file */
+    struct std_feed *feed; /* the thread that reads it (std_relay.c), once started */
 };
 
 struct box_config {
@@ -142,24 +150,30 @@ size_t box_fd_path(int fd, char *path, size_t len);
 void box_std_relay_init(struct box_std_relay *r);
 /* Makes a pipe for each of descriptors 1 and 2 that is a regular file
  * open for writing, one for both when they are one open file description,
- * and one for descriptor 0 when it is a regular file open for reading only.
- * Returns 0, or -1 with a message in <err> (nothing left open). */
+ * and one for descriptor 0 when it is a regular file open for reading only
+ * (with exec_end). Returns 0, or -1 with a message in <err> (nothing left
+ * open). */
 int box_std_relay_open(struct box_std_relay *r, char *err, size_t errlen);
 /* Once the box is spawned: closes run's copies of the box's ends. */
 void box_std_relay_spawned(struct box_std_relay *r);
-/* Fills <p> (room for 3) with the pipes still open; returns how many. */
+/* Fills <p> (room for 3) with what run waits on: the output pipes still
+ * open, and exec_end until the command is executed. Returns how many. */
 size_t box_std_relay_poll(const struct box_std_relay *r, struct pollfd *p);
-/* Copies into the files what poll() found in the pipes of <p>[0, <n>),
- * and from standard input's file into its pipe as much as it takes. */
+/* Copies into the files what poll() found in the pipes of <p>[0, <n>);
+ * once exec_end ends (the command executed), starts the thread that fills
+ * standard input's pipe from its file, when the pipe still has a reader
+ * (else closes it: the file is never read). */
 void box_std_relay_step(struct box_std_relay *r, const struct pollfd *p, size_t n);
 /* How long box_std_relay_finish() waits for a pipe's end once the box has
  * ended: a writer left holds it outside the box. */
 #define BOX_STD_FINISH_MS 2000
 /* Once the box has ended: copies what is left, to each pipe's end or for
- * BOX_STD_FINISH_MS at most (told), and closes them (standard input's at
- * once: it has no reader left). */
+ * BOX_STD_FINISH_MS at most (told, and kept in <r->failed>), and closes
+ * them; standard input's thread is left to end by itself (its pipe has no
+ * reader left), a read error it told before kept in <r->failed>[0]. */
 void box_std_relay_finish(struct box_std_relay *r);
-/* Closes whatever <r> holds. */
+/* Closes whatever <r> holds (leaving standard input's thread, if any, to
+ * end by itself). */
 void box_std_relay_close(struct box_std_relay *r);
 
 /* Starts the box. Returns 0 with <*box> filled, or -1 with a one-line

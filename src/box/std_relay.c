@@ -25,30 +25,41 @@
  * shows it, the box opens it again by its path (box.c); everywhere else
  * the command reads the read end of a pipe that run fills from the file,
  * as fast as the command reads (no more than the pipe holds at a time),
- * from the caller's offset, which it leaves where it was (splice() and
- * pread() at an offset of run's own), as the box's own open file of a file
- * it shows does.
+ * from the caller's offset, which it leaves where it was (pread() at an
+ * offset of run's own), as the box's own open file of a file it shows
+ * does.
  *
  * run makes the pipes before the box, whether the box then uses them or
  * not (only inside is it known what the box shows), and reads them until
  * every writer is gone: a pipe the box did not use is at its end once the
  * command is executed, one it used once the box has ended (or, passed on
- * outside the box, BOX_STD_FINISH_MS after that, at most). Standard
- * input's is filled until the file's end or its last reader is gone (the
- * command closed it, or was executed without it), and closed once the box
- * has ended: run never waits for a command that stopped reading. */
+ * outside the box, BOX_STD_FINISH_MS after that, at most: told, and run
+ * exits 1 if the command exits 0, as for a failed write). Standard input's
+ * file is read only once the command is executed (the end of exec_end,
+ * a pipe the box holds until then), and only when the pipe still has a
+ * reader then, the command's descriptor 0: run never reads a file the box
+ * opened again itself, and a read that hangs (a hung network or FUSE file
+ * system) or fails never holds up or fails the set-up. It is read on a
+ * thread of its own, with blocking calls, so that such a read holds up
+ * nothing of run's either (signals passed on, output copied, the box's
+ * end); it fills the pipe until the file's end or its last reader is gone
+ * (the command closed it, or the box has ended): run never waits for a
+ * command that stopped reading, nor for a read that does not return. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/kcmp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "box/box.h"
+#include "util/quiet_thread.h"
 #include "util/text_json.h"
 #include "util/units.h"
 
@@ -75,17 +86,33 @@ static bool one_description(const struct stat *a, const struct stat *b)
     return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
 }
 
+/* The thread that fills standard input's pipe from the file (feed_main()),
+ * and what it shares with run: each side says it is gone under <lock>,
+ * and the last one frees it. The thread may outlive run's wait for it (a
+ * read that does not return): run then leaves it. */
+struct std_feed {
+    pthread_mutex_t lock;
+    int pipe;       /* the write end of standard input's pipe, the thread's */
+    off_t at;       /* where it reads the file next */
+    bool failed;    /* a read failed, told while run still waited */
+    bool done;      /* the thread has ended */
+    bool abandoned; /* run no longer waits for it: the box has ended */
+};
+
 void box_std_relay_init(struct box_std_relay *r)
 {
     for (int fd = 0; fd <= 2; fd++)
         r->run_end[fd] = r->box_end[fd] = -1;
+    r->exec_end[0] = r->exec_end[1] = -1;
     memset(r->failed, 0, sizeof(r->failed));
     r->at = 0;
+    r->feed = NULL;
 }
 
 /* The pipe run fills from descriptor 0 when it is a regular file open for
- * reading only (open for writing too, no pipe carries it: box.c). Returns
- * 0, or -1 with a message in <err>. */
+ * reading only (open for writing too, no pipe carries it: box.c), and
+ * exec_end, which tells run when to start. Returns 0, or -1 with a
+ * message in <err>. */
 static int open_input(struct box_std_relay *r, char *err, size_t errlen)
 {
     struct stat st;
@@ -94,15 +121,23 @@ static int open_input(struct box_std_relay *r, char *err, size_t errlen)
         !S_ISREG(st.st_mode))
         return 0;
     off_t at = lseek(STDIN_FILENO, 0, SEEK_CUR);
-    int p[2];
+    int p[2], e[2];
     if (pipe2(p, O_CLOEXEC) < 0) {
         snprintf(err, errlen, "standard input: pipe: %s", strerror(errno));
         return -1;
     }
+    if (pipe2(e, O_CLOEXEC) < 0) {
+        snprintf(err, errlen, "standard input: pipe: %s", strerror(errno));
+        close(p[0]);
+        close(p[1]);
+        return -1;
+    }
     /* run's end never blocks the wait for the box's report */
-    fcntl(p[1], F_SETFL, O_NONBLOCK);
+    fcntl(e[0], F_SETFL, O_NONBLOCK);
     r->run_end[0] = p[1];
     r->box_end[0] = p[0];
+    r->exec_end[0] = e[0];
+    r->exec_end[1] = e[1];
     r->at = at > 0 ? at : 0;
     return 0;
 }
@@ -141,14 +176,21 @@ void box_std_relay_spawned(struct box_std_relay *r)
             close(r->box_end[fd]);
         r->box_end[fd] = -1;
     }
+    if (r->exec_end[1] >= 0)
+        close(r->exec_end[1]);
+    r->exec_end[1] = -1;
 }
 
 size_t box_std_relay_poll(const struct box_std_relay *r, struct pollfd *p)
 {
     size_t n = 0;
-    for (int fd = 0; fd <= 2; fd++)
+    /* standard input's pipe is the thread's: run waits for the command's
+     * execution only */
+    if (r->exec_end[0] >= 0)
+        p[n++] = (struct pollfd){.fd = r->exec_end[0], .events = POLLIN};
+    for (int fd = 1; fd <= 2; fd++)
         if (r->run_end[fd] >= 0)
-            p[n++] = (struct pollfd){.fd = r->run_end[fd], .events = fd == 0 ? POLLOUT : POLLIN};
+            p[n++] = (struct pollfd){.fd = r->run_end[fd], .events = POLLIN};
     return n;
 }
 
@@ -198,24 +240,27 @@ static bool copy(struct box_std_relay *r, int fd)
     }
 }
 
-/* Moves from standard input's file into its pipe what the pipe takes,
- * at run's own offset: splice() where the file system has it, pread()
- * and write() elsewhere (what did not fit is read again). Returns the
- * bytes moved, 0 at the file's end, -1 with errno (EAGAIN: the pipe is
- * full; EPIPE: no reader left). */
-static ssize_t move_input(struct box_std_relay *r)
+/* Moves the next part of standard input's file into its pipe, at <f>'s
+ * own offset, waiting for room in the pipe. pread() then write(), not
+ * splice(): splice() holds the pipe's lock while it reads the file, and
+ * a read that does not return (a hung FUSE or network file system) would
+ * hold the command's every read of the pipe, and its close of it at its
+ * exit, in the kernel with it. Returns the bytes moved, 0 at the file's
+ * end, -1 with errno (EPIPE: no reader left). */
+static ssize_t move_input(struct std_feed *f)
 {
     static char buf[65536];
-    ssize_t n = splice(STDIN_FILENO, &r->at, r->run_end[0], NULL, sizeof(buf), SPLICE_F_NONBLOCK);
-    if (n >= 0 || errno != EINVAL)
-        return n;
-    n = pread(STDIN_FILENO, buf, sizeof(buf), r->at);
-    if (n <= 0)
-        return n;
-    ssize_t w = write(r->run_end[0], buf, (size_t)n);
-    if (w > 0)
-        r->at += w;
-    return w;
+    ssize_t n = pread(STDIN_FILENO, buf, sizeof(buf), f->at);
+    for (ssize_t put = 0; n > 0 && put < n;) {
+        ssize_t w = write(f->pipe, buf + put, (size_t)(n - put));
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -1;
+        put += w;
+        f->at += w;
+    }
+    return n;
 }
 
 /* Tells that standard input's file could not be read (<why>), naming
@@ -232,32 +277,100 @@ static void tell_read_failed(const char *why)
             shown, why);
 }
 
-/* Fills the pipe of standard input as far as it takes; closes it at the
- * file's end (the command then reads its end), once it has no reader
- * left, or after a read error, told and kept in <r->failed>[0]. */
-static void feed(struct box_std_relay *r)
+/* Says that <f>'s thread is gone (<thread>) or that run no longer waits
+ * for it; the last of the two frees it. Returns whether a read failed
+ * before (told). */
+static bool feed_let_go(struct std_feed *f, bool thread)
 {
+    pthread_mutex_lock(&f->lock);
+    bool last = thread ? f->abandoned : f->done;
+    bool failed = f->failed;
+    if (thread)
+        f->done = true;
+    else
+        f->abandoned = true;
+    pthread_mutex_unlock(&f->lock);
+    if (last) {
+        pthread_mutex_destroy(&f->lock);
+        free(f);
+    }
+    return failed;
+}
+
+/* The thread: fills standard input's pipe until the file's end or its
+ * last reader is gone; a read error is told and kept in <f->failed>
+ * while run still waits (once the box has ended, the command no longer
+ * reads). Closes the pipe: the command reads its end. */
+static void *feed_main(void *arg)
+{
+    struct std_feed *f = arg;
     for (;;) {
-        ssize_t n = move_input(r);
+        ssize_t n = move_input(f);
         if (n > 0 || (n < 0 && errno == EINTR))
             continue;
-        if (n < 0 && errno == EAGAIN)
-            return;
         if (n < 0 && errno != EPIPE) {
-            r->failed[0] = true;
-            tell_read_failed(strerror(errno));
+            int e = errno;
+            pthread_mutex_lock(&f->lock);
+            if (!f->abandoned) {
+                f->failed = true;
+                tell_read_failed(strerror(e));
+            }
+            pthread_mutex_unlock(&f->lock);
         }
-        close(r->run_end[0]);
-        r->run_end[0] = -1;
-        return;
+        break;
     }
+    close(f->pipe);
+    feed_let_go(f, true);
+    return NULL;
+}
+
+/* The command is executed, or the box could not execute it: standard
+ * input's pipe is filled when it still has a reader (the command's
+ * descriptor 0), on a thread of its own; closed when it has none (the box
+ * opened the file again, or gave no command). A thread that cannot be
+ * started is told as a read that failed. */
+static void start_input(struct box_std_relay *r)
+{
+    close(r->exec_end[0]);
+    r->exec_end[0] = -1;
+    struct pollfd p = {.fd = r->run_end[0], .events = POLLOUT};
+    bool reader = poll(&p, 1, 0) >= 0 && (p.revents & POLLERR) == 0;
+    struct std_feed *f = reader ? calloc(1, sizeof(*f)) : NULL;
+    pthread_t t;
+    int e = 0;
+    if (f != NULL) {
+        pthread_mutex_init(&f->lock, NULL);
+        f->pipe = r->run_end[0];
+        f->at = r->at;
+        e = quiet_thread_create(&t, feed_main, f);
+        if (e == 0) {
+            pthread_detach(t);
+            r->feed = f;
+            r->run_end[0] = -1; /* the thread's now */
+            return;
+        }
+        pthread_mutex_destroy(&f->lock);
+        free(f);
+    }
+    if (reader) {
+        char why[160];
+        snprintf(why, sizeof(why), "no thread to read it on (%s)", strerror(e != 0 ? e : ENOMEM));
+        r->failed[0] = true;
+        tell_read_failed(why);
+    }
+    close(r->run_end[0]);
+    r->run_end[0] = -1;
 }
 
 void box_std_relay_step(struct box_std_relay *r, const struct pollfd *p, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        if (p[i].revents != 0 && p[i].fd == r->run_end[0])
-            feed(r);
+        if (p[i].revents != 0 && p[i].fd == r->exec_end[0]) {
+            char c;
+            ssize_t got = read(r->exec_end[0], &c, 1);
+            if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR))
+                start_input(r);
+        }
         for (int fd = 1; fd <= 2; fd++)
             if (p[i].revents != 0 && p[i].fd == r->run_end[fd])
                 copy(r, fd);
@@ -266,7 +379,14 @@ void box_std_relay_step(struct box_std_relay *r, const struct pollfd *p, size_t 
 
 void box_std_relay_finish(struct box_std_relay *r)
 {
-    /* the box has ended: standard input's pipe has no reader left */
+    /* The box has ended: standard input's pipe has no reader left. Its
+     * thread finds that at its next write (EPIPE) and ends; run does not
+     * wait for it, which may wait in a read of the file that does not
+     * return. A read that failed before counts; one that fails now, the
+     * command gone, does not. */
+    if (r->feed != NULL && feed_let_go(r->feed, false))
+        r->failed[0] = true;
+    r->feed = NULL;
     if (r->run_end[0] >= 0)
         close(r->run_end[0]);
     r->run_end[0] = -1;
@@ -284,10 +404,15 @@ void box_std_relay_finish(struct box_std_relay *r)
             if (n < 0 && errno != EINTR)
                 break;
             if (n == 0) {
+                /* What its holder writes from now on fails (EPIPE) and
+                 * never reaches the file: as for a failed write, run's
+                 * success would pass for the whole output there. */
+                r->failed[fd] = true;
                 fprintf(stderr,
                         "sluice run: standard %s: its pipe is still open outside the box %d s "
                         "after the box ended (the command passed it on): run copies no more of "
-                        "it\n",
+                        "it; writes there fail from now on (broken pipe), the output cut short "
+                        "(run exits 1 if the command exits 0)\n",
                         names[fd], BOX_STD_FINISH_MS / 1000);
                 break;
             }
@@ -298,6 +423,9 @@ void box_std_relay_finish(struct box_std_relay *r)
 
 void box_std_relay_close(struct box_std_relay *r)
 {
+    if (r->feed != NULL)
+        feed_let_go(r->feed, false);
+    r->feed = NULL;
     if (r->box_end[2] == r->box_end[1]) /* one pipe for both */
         r->box_end[2] = -1;
     for (int fd = 0; fd <= 2; fd++) {
@@ -307,4 +435,8 @@ void box_std_relay_close(struct box_std_relay *r)
             close(r->box_end[fd]);
         r->run_end[fd] = r->box_end[fd] = -1;
     }
+    for (int i = 0; i <= 1; i++)
+        if (r->exec_end[i] >= 0)
+            close(r->exec_end[i]);
+    r->exec_end[0] = r->exec_end[1] = -1;
 }

@@ -1291,7 +1291,8 @@ static void ignored_at_start(sigset_t *ignored)
 
 /* Waits for the box's report, passing on what <sfd> (run_signals(), made
  * before the box was spawned) reads, copying what the command writes
- * into <std>'s pipes and filling its standard input's; closes <sfd>. */
+ * into <std>'s pipes and, once the command is executed, starting the
+ * thread that fills its standard input's; closes <sfd>. */
 static int wait_box(struct box *box, struct served *s, int sfd, struct box_std_relay *std,
                     int *status, unsigned long *relayed, char *err, size_t errlen)
 {
@@ -1524,10 +1525,11 @@ static int run_main(int argc, char **argv)
          : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
                                : EXIT_USAGE;
     /* its input cut short by a read error, or its output or error by a
-     * failed write into the file (told): the command, which read an end
-     * there, or ignored its broken pipe, or had ended before run's write
-     * failed, may never have known, and its success would pass for one on
-     * the whole file; as `set -o pipefail` would, run fails */
+     * failed write into the file or a pipe held outside the box that run
+     * stopped copying (told): the command, which read an end there, or
+     * ignored its broken pipe, or had ended before, may never have known,
+     * and its success would pass for one on the whole file; as
+     * `set -o pipefail` would, run fails */
     if (rc == EXIT_OK && (std.failed[0] || std.failed[1] || std.failed[2]))
         rc = EXIT_PROBLEMS;
     serve_stop(&s);

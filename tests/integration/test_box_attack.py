@@ -1533,8 +1533,10 @@ def test_a_file_given_for_writing_that_the_box_shows_writable_is_passed_as_it_ca
 def test_standard_input_given_for_writing_too_must_be_shown_writable(sluice_bin, proj, where):
     """`0<> file` gives standard input for reading and writing, which no
     pipe can carry: a file the box does not show writable at its path
-    (hidden here) stops the run, exit 2, naming it; one in the working
-    directory is passed as it came."""
+    (hidden here) stops the run, exit 2, naming it, how it is open and why
+    run has no pipe for it (the message said "open for writing" and that
+    the command could read it, which it may; found by review); one in the
+    working directory is passed as it came."""
     d = proj if where == "cwd" else os.path.join(proj, "secret")
     os.makedirs(d, exist_ok=True)
     path = os.path.join(d, "in.txt")
@@ -1549,8 +1551,11 @@ def test_standard_input_given_for_writing_too_must_be_shown_writable(sluice_bin,
     assert o is None, o
     assert p.returncode == 2, p.stderr
     assert ("sluice run: cannot build the box: standard input is the file %s, open for "
-            "writing, which the box does not show writable at that path" % path) in p.stderr, \
-        p.stderr
+            "reading and writing, which the box does not show writable at that path (hidden, "
+            "under /tmp, read-only, moved?), and run has no pipe for it (none carries a file "
+            "both ways): through descriptor 0 the command could write it, and change its mode; "
+            "give it for reading only (< FILE) or through a pipe (cat FILE |)\n" % path) \
+        in p.stderr, p.stderr
     with open(path) as f:
         assert f.read() == "old secret\n"
 
@@ -1991,8 +1996,189 @@ def test_a_read_error_on_standard_input_is_told_and_fails_run(sluice_bin, proj):
     assert p.returncode == 1, p.stderr
 
 
+@pytest.mark.parametrize("fd", [0, 1])
+def test_a_standard_file_the_box_cannot_seek_is_named_so(sluice_bin, proj, fd):
+    """A file given for reading, in the working directory, that the box
+    opens again at its path, but whose new open the file system makes
+    nonseekable (FOPEN_NONSEEKABLE; a FUSE file system of the test's): the
+    box cannot put it at the caller's offset. As standard output (`1<`)
+    the run stops, exit 2, as before, but the message said the box did not
+    show the file at that path (hidden, under /tmp, moved?), which it does
+    (found by review): it now names the call that failed. Standard input
+    is read through run's pipe instead, from the caller's offset."""
+    from fuse_file import FuseFile
+    d = _fuse_dir(proj, "cwd")
+    code = PRELUDE + r"""
+fd = int(sys.argv[1])
+py("seek", lambda: os.lseek(fd, 0, os.SEEK_CUR))
+out["read"] = os.read(fd, 100).decode() if fd == 0 else ""
+with open("result.json", "w") as f:
+    f.write(json.dumps(out))
+"""
+    with FuseFile(d, b"old secret\n", nonseekable_from=2) as fs:
+        given = os.open(fs.path, os.O_RDONLY)
+        os.lseek(given, 4, os.SEEK_SET)
+        p = _run_given_on([sluice_bin, "run", "--policy", _policy(proj), "--", PY, "-c", code,
+                           str(fd)], proj, fd, given)
+    err = p.stderr
+    for mark in SANITIZER_MARKS:
+        assert mark not in err, err
+    res = os.path.join(proj, "result.json")
+    if fd == 0:
+        with open(res) as f:
+            o = json.loads(f.read())
+        assert o == {"seek": "ESPIPE", "read": "secret\n"}, (o, err)
+        assert p.returncode == 0, err
+        return
+    assert not os.path.exists(res), err
+    assert p.returncode == 2, err
+    assert ("sluice run: cannot build the box: standard output is the file %s, open for reading "
+            "only, which the box opened again at that path but could not seek to offset 4 "
+            "(lseek: Illegal seek): through /proc/self/fd/1 the command could write it and "
+            "change its mode" % fs.path) in err, err
+    assert "does not show" not in err, err
+
+
+def _fuse_dir(proj, where):
+    """An empty folder to mount a FUSE file system on: in the working
+    directory, which the box shows (it opens a standard input file there
+    again itself), or under /tmp, which it does not (run reads the file
+    into a pipe)."""
+    if where == "tmp":
+        return tempfile.mkdtemp(prefix="sluice-fuse-", dir="/tmp")
+    d = os.path.join(proj, "fs")
+    os.mkdir(d)
+    return d
+
+
+def _start_on(sluice_bin, proj, fd, code, *argv):
+    """Starts run in <proj> of <code> (with <argv>) with the descriptor
+    <fd> on its standard input, standard output /dev/null, error
+    captured."""
+    return subprocess.Popen([sluice_bin, "run", "--policy", _policy(proj), "--", PY, "-c",
+                             code] + list(argv), stdin=fd, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, cwd=proj, env=_clean_env())
+
+
+def _ended(p, timeout):
+    """Waits up to <timeout> s for <p>; its standard error, or None when it
+    has not ended (then killed)."""
+    try:
+        _, err = p.communicate(timeout=timeout)
+        return err
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        return None
+
+
+# In the box: says it started (the file "started"), and exits 0 without
+# reading its standard input.
+START_ONLY = "open('started', 'w').close()"
+
+
+@pytest.mark.parametrize("where", ["cwd", "tmp"])
+def test_a_standard_input_file_whose_reads_hang_holds_up_neither_the_start_nor_run(
+        sluice_bin, proj, where):
+    """A file given as standard input on a file system whose reads do not
+    return (a hung FUSE or network file system; here a FUSE file system of
+    the test's that answers no read): run read it ahead into its pipe while
+    the box was set up, on its own loop, whether the box used the pipe or
+    opened the file again itself. Where the box shows the file (the working
+    directory), run's read held the file's page, and the box's own open of
+    it waited behind that read: the command never started (found by review).
+    Where it does not (/tmp), the command started, but run, stuck in that
+    read, never ended. run now reads the file only once the command is
+    executed, only when the command reads it through run's pipe, and on a
+    thread of its own: the command starts, and run ends with it, exit 0,
+    the read still unanswered; a file the box opened again itself is never
+    read by run at all."""
+    from fuse_file import FuseFile
+    d = _fuse_dir(proj, where)
+    try:
+        with FuseFile(d, b"never read\n", reads="hold") as fs:
+            fd = os.open(fs.path, os.O_RDONLY)
+            try:
+                p = _start_on(sluice_bin, proj, fd, START_ONLY)
+                # hang guard only: without the fix the command does not
+                # start (cwd), or run does not end (tmp)
+                err = _ended(p, 30)
+                pids = fs.read_pids()
+            finally:
+                os.close(fd)
+    finally:
+        if where == "tmp":
+            shutil.rmtree(d)
+    assert os.path.exists(os.path.join(proj, "started")), err
+    assert err is not None, "run did not end while the read was held"
+    for mark in SANITIZER_MARKS:
+        assert mark not in err, err
+    assert p.returncode == 0, err
+    assert "read failed" not in err, err
+    if where == "cwd":
+        assert pids == [], pids
+
+
+# In the box: reads its standard input to its end (or its error), says so
+# in result.json and exits with the status it is given.
+READ_THEN_EXIT = PRELUDE + r"""
+try:
+    out["read"] = len(sys.stdin.buffer.read())
+except OSError as e:
+    out["read"] = errno.errorcode.get(e.errno, str(e.errno))
+with open("result.json", "w") as f:
+    f.write(json.dumps(out))
+sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("where,status", [("cwd", 0), ("tmp", 0), ("tmp", 3)])
+def test_a_read_error_on_a_standard_input_file_is_told_once_the_command_runs(sluice_bin, proj,
+                                                                            where, status):
+    """A file given as standard input whose reads fail (EIO; a FUSE file
+    system of the test's): where the box shows it, the command opens it
+    again itself and meets the error in its own read, which run used to
+    meet first, reading ahead while the box was set up, and tell as its
+    input cut short, exiting 1 for a command that exited 0 (found by
+    review); run now never reads it, and says nothing. Where the box does
+    not show it, run reads it into the command's pipe once the command is
+    executed: its error is told naming the file, the command reads an end
+    there, and run exits 1 when the command exits 0, the command's status
+    otherwise."""
+    from fuse_file import FuseFile
+    d = _fuse_dir(proj, where)
+    try:
+        with FuseFile(d, b"x" * 100, reads="eio") as fs:
+            fd = os.open(fs.path, os.O_RDONLY)
+            try:
+                p = _start_on(sluice_bin, proj, fd, READ_THEN_EXIT, str(status))
+                err = _ended(p, 30)
+            finally:
+                os.close(fd)
+    finally:
+        if where == "tmp":
+            shutil.rmtree(d)
+    assert err is not None, "run did not end"
+    for mark in SANITIZER_MARKS:
+        assert mark not in err, err
+    with open(os.path.join(proj, "result.json")) as f:
+        o = json.loads(f.read())
+    told = ("sluice run: standard input, the file %s: read failed: Input/output error; the "
+            "command reads its end there, its input cut short (run exits 1 if it exits 0)"
+            % fs.path)
+    if where == "cwd":
+        assert o == {"read": "EIO"}, (o, err)
+        assert "read failed" not in err, err
+        assert p.returncode == 0, err
+        return
+    assert o == {"read": 0}, (o, err)
+    assert err.count(told) == 1, err
+    assert p.returncode == (status or 1), err
+
+
 # In the box: passes its standard output (run's pipe) to the test's
-# listener at "hold.sock" (SCM_RIGHTS), writes a line on it and exits.
+# listener at "hold.sock" (SCM_RIGHTS), writes a line on it once the
+# listener holds it, and exits with the status it is given.
 PASS_OUTPUT_ON = r"""
 import os, socket, sys
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -2000,17 +2186,22 @@ s.connect("hold.sock")
 socket.send_fds(s, [b"x"], [1])
 s.recv(1)  # the listener holds it
 os.write(1, b"from-the-box\n")
+sys.exit(int(sys.argv[1]))
 """
 
 
-def test_a_pipe_held_open_outside_the_box_does_not_hold_run(sluice_bin, proj):
+@pytest.mark.parametrize("status", [0, 3])
+def test_a_pipe_held_open_outside_the_box_does_not_hold_run(sluice_bin, proj, status):
     """With --allow-unix the command can pass the write end of run's pipe
     for its standard output (a /tmp file) to a process outside the box
     (SCM_RIGHTS on a host socket the box shows): once the box had ended,
     run waited for the pipe's end for ever (found by review). It now waits
     at most 2 s after the box has ended, says so, and closes its end: the
-    holder's writes then fail (EPIPE), and the command's line is in the
-    file."""
+    holder's writes then fail (EPIPE). What the holder wrote before is in
+    the file, after the command's line; what it would write after never
+    is, and run exited 0 all the same, the output cut short without a
+    word (found by review): run now says so, and exits 1 when the command
+    exits 0, as for a failed write (the command's status otherwise)."""
     import threading
     pol = _policy(proj)
     path = os.path.join(proj, "hold.sock")
@@ -2024,6 +2215,7 @@ def test_a_pipe_held_open_outside_the_box_does_not_hold_run(sluice_bin, proj):
         c, _ = lst.accept()
         _, fds, _, _ = socket.recv_fds(c, 1, 1)
         held.extend(fds)
+        os.write(fds[0], b"from-outside-before\n")
         c.send(b"k")
         held.append(c)
 
@@ -2035,13 +2227,13 @@ def test_a_pipe_held_open_outside_the_box_does_not_hold_run(sluice_bin, proj):
     try:
         # hang guard: without the fix run never ends
         p = subprocess.run([sluice_bin, "run", "--policy", pol, "--allow-unix", "--", PY, "-c",
-                            PASS_OUTPUT_ON], stdin=subprocess.DEVNULL, stdout=fd,
+                            PASS_OUTPUT_ON, str(status)], stdin=subprocess.DEVNULL, stdout=fd,
                            stderr=subprocess.PIPE, text=True, timeout=60, cwd=proj,
                            env=_clean_env())
         t.join(10)
         assert held, p.stderr
         with pytest.raises(BrokenPipeError):
-            os.write(held[0], b"from-outside\n")
+            os.write(held[0], b"from-outside-after\n")
         with open(out) as f:
             text = f.read()
     finally:
@@ -2050,8 +2242,11 @@ def test_a_pipe_held_open_outside_the_box_does_not_hold_run(sluice_bin, proj):
             h.close() if isinstance(h, socket.socket) else os.close(h)
         lst.close()
         shutil.rmtree(d)
-    assert p.returncode == 0, p.stderr
-    assert text == "from-the-box\n", text
+    for mark in SANITIZER_MARKS:
+        assert mark not in p.stderr, p.stderr
+    assert text == "from-outside-before\nfrom-the-box\n", text
     assert ("sluice run: standard output: its pipe is still open outside the box 2 s after the "
-            "box ended (the command passed it on): run copies no more of it") in p.stderr, \
-        p.stderr
+            "box ended (the command passed it on): run copies no more of it; writes there fail "
+            "from now on (broken pipe), the output cut short (run exits 1 if the command exits "
+            "0)\nsluice run: exit %d;" % (status or 1)) in p.stderr, p.stderr
+    assert p.returncode == (status or 1), p.stderr
