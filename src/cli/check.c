@@ -4,7 +4,6 @@
  * 2 on usage errors or an unreadable file. */
 #include <errno.h>
 #include <getopt.h>
-#include <jansson.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,13 +20,11 @@
 #include "util/units.h"
 #include "util/xalloc.h"
 
-enum check_format { FORMAT_TEXT, FORMAT_JSON };
-
 struct check_args {
     const char *file;
     int32_t today;
     int warn_days; /* -1: the policy's alerts.expiry_warn_days, else 14 */
-    enum check_format format;
+    enum report_format format;
     bool strict; /* warnings fail the check too */
 };
 
@@ -40,7 +37,7 @@ static int parse_args(int argc, char **argv, struct check_args *a)
     };
     a->today = day_of(time(NULL));
     a->warn_days = -1;
-    a->format = FORMAT_TEXT;
+    a->format = REPORT_TEXT;
     a->strict = false;
     opterr = 0;
     optind = 1;
@@ -73,9 +70,9 @@ static int parse_args(int argc, char **argv, struct check_args *a)
             break;
         case 'f':
             if (strcmp(optarg, "text") == 0)
-                a->format = FORMAT_TEXT;
+                a->format = REPORT_TEXT;
             else if (strcmp(optarg, "json") == 0)
-                a->format = FORMAT_JSON;
+                a->format = REPORT_JSON;
             else
                 return command_usage_error(&cmd_check, "--format: '%s' is not text or json",
                                            optarg);
@@ -166,14 +163,7 @@ static int check_main(int argc, char **argv)
         warn_days = LINT_DEFAULT_WARN_DAYS;
     }
 
-    json_t *report = report_build(a.file, partial ? NULL : p, &d, a.today, warn_days, a.strict);
-    if (a.format == FORMAT_JSON) {
-        json_dumpf(report, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-        fputc('\n', stdout);
-    } else {
-        report_print_text(report, stdout);
-    }
-    json_decref(report);
+    report_write(stdout, a.format, a.file, partial ? NULL : p, &d, a.today, warn_days, a.strict);
 
     bool failed = diag_has_errors(&d) || (a.strict && diag_fails_strict(&d));
     int status = failed ? EXIT_PROBLEMS : EXIT_OK;

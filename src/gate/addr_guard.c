@@ -332,6 +332,12 @@ bool addr_guard_allows(const struct addr_guard *g, const struct ipaddr *a)
 
 bool addr_guard_denies(const struct addr_guard *g, const struct ipaddr *a, const char **range_name)
 {
+    return addr_guard_denies_in(g, a, range_name, NULL);
+}
+
+bool addr_guard_denies_in(const struct addr_guard *g, const struct ipaddr *a,
+                          const char **range_name, struct cidr *range)
+{
     const struct range *r = find_deny(g, a, false);
     const char *name = r != NULL ? r->name : NULL;
 
@@ -353,6 +359,8 @@ bool addr_guard_denies(const struct addr_guard *g, const struct ipaddr *a, const
         return false;
     if (range_name != NULL)
         *range_name = name;
+    if (range != NULL)
+        *range = r->c;
     return true;
 }
 

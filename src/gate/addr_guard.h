@@ -41,6 +41,12 @@ void addr_guard_free(struct addr_guard *g);
  * valid as long as <g>. */
 bool addr_guard_denies(const struct addr_guard *g, const struct ipaddr *a, const char **range_name);
 
+/* As addr_guard_denies(), and when denied and <range> is not NULL, sets it
+ * to the deny range that holds <a>, or for an address that embeds an IPv4
+ * one, the IPv4 range that holds that: for a finding that names it. */
+bool addr_guard_denies_in(const struct addr_guard *g, const struct ipaddr *a,
+                          const char **range_name, struct cidr *range);
+
 /* True when an allow range holds <a>. */
 bool addr_guard_allows(const struct addr_guard *g, const struct ipaddr *a);
 

@@ -1445,13 +1445,11 @@ static void warn_denied_rules(struct load_ctx *c)
  * most likely did not mean: "2000::/3" looks public and holds 6to4's
  * 2002::/16, where 2002:a9fe:a9fe:: is 169.254.169.254. A rule that names a
  * denied range, or lies inside one ("10.1.2.0/24"), means it. */
-static void warn_cidr_rules(struct load_ctx *c)
+static void warn_cidr_rules(struct load_ctx *c, const struct addr_guard *g)
 {
     const struct policy *p = c->p;
-    struct addr_guard *g = addr_guard_new(&p->network);
-    struct guard_openings *o = g != NULL ? addr_guard_openings_new(g) : NULL;
+    struct guard_openings *o = addr_guard_openings_new(g);
     if (o == NULL) {
-        addr_guard_free(g);
         diag_error(c->diag, 0, "", "out of memory while checking the cidr rules");
         return;
     }
@@ -1483,6 +1481,46 @@ static void warn_cidr_rules(struct load_ctx *c)
         load_field_pop(c, m);
     }
     addr_guard_openings_free(o);
+}
+
+/* A dns.static pin is a name's only address, and an address the guard
+ * denies is refused for a name whatever rule allows it (only an IP
+ * literal's cidr: rule exempts one, src/gate/conn.c): a pin into
+ * deny_ranges that no allow_ranges entry holds makes every request for
+ * its name private_address, at run time, where check could have said so. */
+static void warn_denied_pins(struct load_ctx *c, const struct addr_guard *g)
+{
+    const struct policy *p = c->p;
+    for (size_t i = 0; i < p->dns.nstatics; i++) {
+        const struct dns_static *s = &p->dns.statics[i];
+        const char *name = NULL;
+        struct cidr range;
+        if (!addr_guard_denies_in(g, &s->addr, &name, &range))
+            continue;
+        char addr[IPADDR_STRLEN], denied[IPADDR_STRLEN + 8];
+        ipaddr_format(&s->addr, addr, sizeof(addr));
+        cidr_format(&range, denied, sizeof(denied));
+        size_t m = load_field_push(c, "dns.static.%s", s->name);
+        load_warn(c, s->line,
+                  "%s is pinned to %s, which deny_ranges deny (%s, %s) and no allow_ranges "
+                  "entry holds: every request for it is refused as private_address; list the "
+                  "address in network.allow_ranges, or pin the name elsewhere",
+                  s->name, addr, denied, name);
+        load_field_pop(c, m);
+    }
+}
+
+/* The findings about the address guard a policy builds: the cidr: rules
+ * that open a range it denies, the pins into one. */
+static void warn_guarded_addresses(struct load_ctx *c)
+{
+    struct addr_guard *g = addr_guard_new(&c->p->network);
+    if (g == NULL) {
+        diag_error(c->diag, 0, "", "out of memory while checking the cidr rules and pins");
+        return;
+    }
+    warn_cidr_rules(c, g);
+    warn_denied_pins(c, g);
     addr_guard_free(g);
 }
 
@@ -1540,7 +1578,7 @@ struct policy *policy_load_buffer_flags(const char *name, const char *buf, size_
             load_warn_outranking_rules(&c);
         }
         if (!diag_has_errors(diag))
-            warn_cidr_rules(&c);
+            warn_guarded_addresses(&c);
     }
     load_findings_close(&c);
     ytree_free(&t);

@@ -3,13 +3,13 @@
  * Enumerates what each agent can reach and at which tier, counts rules per
  * tier, and lists every tier-3 grant with the person who signed for it and
  * the days it has left, and the names dns.static pins to an address: the
- * four-step egress audit as one document. The report is built once as a
- * JSON value; the text form is rendered from it, so both formats always
- * say the same thing. */
+ * four-step egress audit as one document. Both formats are written from
+ * the same JSON pieces (a finding, a rule, an agent), so they always say
+ * the same thing; the pieces are made one at a time as they are written,
+ * so the report's memory does not grow with the policy's rules. */
 #ifndef SLUICE_POLICY_REPORT_H
 #define SLUICE_POLICY_REPORT_H
 
-#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -17,14 +17,16 @@
 #include "policy/model.h"
 #include "util/diag.h"
 
-/* Returns a new report (the caller releases it with json_decref) about
- * <p> (NULL when it failed to load) with the findings in <d>, as of the
- * day number <today>. Its "ok" is false when <d> holds an error, or, with
- * <strict>, a warning. */
-json_t *report_build(const char *file, const struct policy *p, const struct diag *d, int32_t today,
-                     int warn_days, bool strict);
+enum report_format { REPORT_TEXT, REPORT_JSON };
 
-/* Prints <report> as text: findings first, then the audit. */
-void report_print_text(const json_t *report, FILE *out);
+/* Writes to <out> the report about <p> (NULL when it failed to load) with
+ * the findings in <d>, as of the day number <today>: as text (findings
+ * first, then the audit) or as one JSON document, the layout of
+ * json_dumpf() with JSON_INDENT(2), and a line end. Its "ok" is false when
+ * <d> holds an error, or, with <strict>, a warning. Besides <p> and <d> it
+ * holds one rule's JSON at a time and an index of 16 bytes per rule and
+ * agent it names. Write errors are left in <out>'s error indicator. */
+void report_write(FILE *out, enum report_format format, const char *file, const struct policy *p,
+                  const struct diag *d, int32_t today, int warn_days, bool strict);
 
 #endif

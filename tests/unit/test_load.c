@@ -318,11 +318,17 @@ static void test_spec_example(void **state)
     setenv("SLUICE_TEST_TOKEN_CI", "s3cret-token-for-tests", 1);
     struct diag d;
     struct policy *p = load(spec_example, &d);
-    if (p == NULL || d.count != 2)
+    if (p == NULL || d.count != 3)
         dump(spec_example, &d);
     assert_non_null(p);
-    /* the only remarks: the agent in report mode and the repeated port */
-    assert_int_equal(d.count, 2);
+    /* the only remarks: the agent in report mode, the repeated port, and
+     * the pin to ::1, which allow_ranges (127.0.0.0/8, IPv4) leaves denied */
+    assert_int_equal(d.count, 3);
+    assert_true(has_entry(&d, DIAG_WARNING,
+                          "p.yaml:37: dns.static.b.example.test: b.example.test is pinned to ::1, "
+                          "which deny_ranges deny (::1/128, loopback) and no allow_ranges entry "
+                          "holds: every request for it is refused as private_address; list the "
+                          "address in network.allow_ranges, or pin the name elsewhere"));
     assert_true(has_entry(&d, DIAG_WARNING,
                           "p.yaml:9: agents[1].mode: report: this agent's denials are let "
                           "through (logged as report); only the address guard still refuses for "
@@ -587,6 +593,59 @@ static void test_cidr_rule_over_denied_ranges(void **state)
                        "2001:10::/28, 2001:db8::/32, \"3fff::/20\"]}\n");
     policy_free(p);
 #undef OPENS
+}
+
+/* A dns.static pin is its name's only address, and the address guard
+ * refuses a name's address in deny_ranges whatever rule allows it (only an
+ * IP literal's cidr: rule exempts one): a pin into a denied range that no
+ * allow_ranges entry holds makes every request for the name
+ * private_address. Warned with the pin's line, the address and the range
+ * (the default set's, the operator's, the IPv4 one an IPv6 address
+ * embeds); quiet when allow_ranges holds the address or nothing denies it. */
+static void test_pin_into_denied_range(void **state)
+{
+    (void)state;
+#define REFUSED                                                                                    \
+    "and no allow_ranges entry holds: every request for it is refused as private_address; list "   \
+    "the address in network.allow_ranges, or pin the name elsewhere"
+    expect_warning(V R "dns:\n  static:\n    api.example.test: 10.1.2.3\n",
+                   "p.yaml:7: dns.static.api.example.test: api.example.test is pinned to "
+                   "10.1.2.3, which deny_ranges deny (10.0.0.0/8, rfc1918) " REFUSED);
+    expect_warning(V R "dns: {static: {md.example.test: 169.254.169.254}}\n",
+                   "p.yaml:5: dns.static.md.example.test: md.example.test is pinned to "
+                   "169.254.169.254, which deny_ranges deny (169.254.0.0/16, link-local) " REFUSED);
+    expect_warning(V R "dns: {static: {Six.Example.Test.: \"2002:a01:203::\"}}\n",
+                   "p.yaml:5: dns.static.six.example.test: six.example.test is pinned to "
+                   "2002:a01:203::, which deny_ranges deny (10.0.0.0/8, 6to4 of rfc1918) " REFUSED);
+    /* an allow range elsewhere leaves it denied; the operator's own range */
+    expect_warning(V R "network: {deny_ranges: [default, 93.184.216.0/24], "
+                       "allow_ranges: [10.0.0.0/8]}\n"
+                       "dns: {static: {www.example.test: 93.184.216.34}}\n",
+                   "p.yaml:6: dns.static.www.example.test: www.example.test is pinned to "
+                   "93.184.216.34, which deny_ranges deny (93.184.216.0/24, "
+                   "network.deny_ranges[0]) " REFUSED);
+    /* --strict fails on it: a warning like the others, one per pin */
+    struct diag d;
+    struct policy *p = load(V R "dns: {static: {a.example.test: 127.0.0.2, "
+                                "b.example.test: \"fd00::1\", c.example.test: 8.8.8.8}}\n",
+                            &d);
+    assert_non_null(p);
+    assert_int_equal(d.warnings, 2);
+    assert_true(diag_fails_strict(&d));
+    diag_free(&d);
+    policy_free(p);
+    /* allowed, public, or nothing denied: quiet */
+    p = expect_clean(V R "network: {allow_ranges: [10.1.0.0/16, \"fd00::/8\"]}\n"
+                         "dns: {static: {a.example.test: 10.1.2.3, b.example.test: \"fd00::1\", "
+                         "c.example.test: 8.8.8.8, d.example.test: \"2606:4700::1111\"}}\n");
+    policy_free(p);
+    p = load(V R "network: {deny_ranges: []}\ndns: {static: {a.example.test: 127.0.0.2}}\n", &d);
+    assert_non_null(p);
+    assert_int_equal(d.warnings, 1); /* deny_ranges without "default", not the pin */
+    assert_int_equal(strncmp(d.entries[0].field, "network.deny_ranges", 19), 0);
+    diag_free(&d);
+    policy_free(p);
+#undef REFUSED
 }
 
 static void test_longest_period(void **state)
@@ -1840,7 +1899,8 @@ static void test_unicode_host_warned(void **state)
     struct diag d;
     struct policy *p =
         load(V "rules:\n  - {host: xn--pi-6kc.github.com, tier: 1}\ndeny: [API.github.com]\n"
-               "dns: {static: {xn--pi-6kc.github.com: 203.0.113.7}}\n",
+               "dns: {static: {xn--pi-6kc.github.com: 203.0.113.7}}\n"
+               "network: {allow_ranges: [203.0.113.7]}\n", /* a pin denied warns */
              &d);
     assert_non_null(p);
     assert_int_equal(d.count, 0);
@@ -2591,6 +2651,7 @@ int main(void)
         cmocka_unit_test(test_network_and_days),
         cmocka_unit_test(test_cidr_without_prefix_length),
         cmocka_unit_test(test_cidr_rule_over_denied_ranges),
+        cmocka_unit_test(test_pin_into_denied_range),
         cmocka_unit_test(test_longest_period),
         cmocka_unit_test(test_quoted_scalars_stay_strings),
         cmocka_unit_test(test_owner_boolean_refused),
