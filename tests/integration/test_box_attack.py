@@ -1996,6 +1996,9 @@ def test_a_read_error_on_standard_input_is_told_and_fails_run(sluice_bin, proj):
     assert p.returncode == 1, p.stderr
 
 
+# serial: a FUSE mount in the machine's mount namespace, which a box another
+# worker builds meanwhile cannot make read-only (it refuses to start)
+@pytest.mark.serial
 @pytest.mark.parametrize("fd", [0, 1])
 def test_a_standard_file_the_box_cannot_seek_is_named_so(sluice_bin, proj, fd):
     """A file given for reading, in the working directory, that the box
@@ -2077,6 +2080,9 @@ def _ended(p, timeout):
 START_ONLY = "open('started', 'w').close()"
 
 
+# serial: a FUSE mount in the machine's mount namespace, which a box another
+# worker builds meanwhile cannot make read-only (it refuses to start)
+@pytest.mark.serial
 @pytest.mark.parametrize("where", ["cwd", "tmp"])
 def test_a_standard_input_file_whose_reads_hang_holds_up_neither_the_start_nor_run(
         sluice_bin, proj, where):
@@ -2132,6 +2138,9 @@ sys.exit(int(sys.argv[1]))
 """
 
 
+# serial: a FUSE mount in the machine's mount namespace, which a box another
+# worker builds meanwhile cannot make read-only (it refuses to start)
+@pytest.mark.serial
 @pytest.mark.parametrize("where,status", [("cwd", 0), ("tmp", 0), ("tmp", 3)])
 def test_a_read_error_on_a_standard_input_file_is_told_once_the_command_runs(sluice_bin, proj,
                                                                             where, status):
