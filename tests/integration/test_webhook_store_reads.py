@@ -8,7 +8,14 @@ answers again.
 The reads are made to wait by read_hold.c, preloaded into the gateway: a
 read of a regular file takes no lock that uffd_hold.py's helpers could
 keep, so the wait is made in pread() itself, for every thread, while a
-file the test names exists."""
+file the test names exists. It logs each read it holds, and the test
+waits for one: a read the connection's page cache serves makes no pread(),
+and the writer's connection holds in its cache every page it wrote. So
+the test first writes the store from a connection of its own (as the
+sqlite3 shell or a backup tool may): the write-ahead log then holds a
+commit the gateway's connections did not make, and each drops its whole
+page cache at its next transaction and reads the pages again, from
+sluice.db and its -wal, through pread()."""
 
 import os
 import socket
@@ -49,6 +56,33 @@ def stored_alerts(state):
         db.close()
 
 
+def held_reads(log, what="held"):
+    """The reads of the store read_hold.c held, as it logged them in <log>:
+    (tid, pid, offset, path) for each, in the order their waits began (or,
+    with <what> "released", ended)."""
+    try:
+        with open(log) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return []
+    return [(int(w[1]), int(w[2]), int(w[3]), w[4]) for w in
+            (line.split(" ", 4) for line in lines) if w[0] == what]
+
+
+def write_from_outside(state):
+    """Commits a write to the store in <state> through a connection of the
+    test's own (the header's user_version, which sluice does not use): every
+    connection of the gateway's then drops its page cache at its next
+    transaction, and reads the store's pages again."""
+    db = sqlite3.connect(str(state / "sluice.db"), timeout=HANG_GUARD_S)
+    try:
+        n = db.execute("PRAGMA user_version").fetchone()[0]
+        db.execute("PRAGMA user_version = %d" % (n + 1))
+        db.commit()
+    finally:
+        db.close()
+
+
 def contacts(rcv):
     """The hosts of the first-contact alerts <rcv> got, in order."""
     return [b["host"] for b in rcv.bodies() if b.get("kind") == "first_contact"]
@@ -65,6 +99,7 @@ def test_requests_are_answered_while_the_sweep_reads_a_store_that_does_not_answe
     url = "http://127.0.0.1:%d/hook" % port
     af = str(tmp_path / "a.jsonl")
     hold = str(tmp_path / "hold")
+    held_log = str(tmp_path / "held.log")
     asan = os.environ.get("ASAN_OPTIONS", "")
     gw = gateway(net.policy(rules(net), alerts={"first_contact": True,
                                                 "sinks": [{"webhook": url}]}),
@@ -72,6 +107,7 @@ def test_requests_are_answered_while_the_sweep_reads_a_store_that_does_not_answe
                  env={"SLUICE_TEST_WEBHOOK_BACKOFF_MS": "10",
                       "SLUICE_TEST_WEBHOOK_QUEUE_MAX": "1",
                       "SLUICE_TEST_READ_HOLD": hold,
+                      "SLUICE_TEST_READ_HOLD_LOG": held_log,
                       "LD_PRELOAD": read_hold_lib(tmp_path),
                       "ASAN_OPTIONS": (asan + ":" if asan else "") +
                       "verify_asan_link_order=0"})
@@ -85,17 +121,28 @@ def test_requests_are_answered_while_the_sweep_reads_a_store_that_does_not_answe
     poll(lambda: stored_alerts(tmp_path / "state") >= 5 or None, timeout=HANG_GUARD_S,
          what="the 5 alerts' rows committed")
     open(hold, "w").close()
+    # after the hold: a commit of the writer's own between the two would
+    # bring the pages into its cache again
+    write_from_outside(tmp_path / "state")
     rcv = Receiver(port)
     try:
         # the alert in memory goes out; memory empties and the sweep reads
         # the store, which does not answer
         poll(lambda: rcv.bodies() or None, timeout=10, what="the alert memory held")
-        time.sleep(0.5)
+        poll(lambda: held_reads(held_log), timeout=HANG_GUARD_S,
+             what="a read of the store held (none is while the page cache serves them)")
         try:
             status = request(gw, "GET", net.url("/during"), timeout=5).status
         except (socket.timeout, OSError) as e:
             status = "no answer: %r" % e
         assert status == 200, "the event loop waits for the store's read: %s" % status
+        # the read was held all the while, and on a thread of the store's;
+        # the alerts kept in the store wait for it
+        assert held_reads(held_log, "released") == [], held_reads(held_log, "released")
+        assert contacts(rcv) == ["api.example.test"], rcv.bodies()
+        held = held_reads(held_log)
+        assert [r for r in held if r[0] == r[1]] == [], \
+            "a read held on the main thread, the event loop's: %r" % held
         os.unlink(hold)
         poll(lambda: len(contacts(rcv)) >= 5 or None, timeout=20,
              what="every first contact once the store answers")
