@@ -17,6 +17,7 @@ commit the gateway's connections did not make, and each drops its whole
 page cache at its next transaction and reads the pages again, from
 sluice.db and its -wal, through pread()."""
 
+import json
 import os
 import socket
 import sqlite3
@@ -25,6 +26,7 @@ import time
 
 import pytest
 
+from conftest import policy_yaml
 from gate_client import poll, request
 from watch_helpers import Receiver, free_tcp_port, wait_alert
 
@@ -88,6 +90,32 @@ def contacts(rcv):
     return [b["host"] for b in rcv.bodies() if b.get("kind") == "first_contact"]
 
 
+def hold_env(tmp_path, hold, held_log, **more):
+    """The gateway's environment for read_hold.c, holding while <hold>
+    exists and logging to <held_log>."""
+    asan = os.environ.get("ASAN_OPTIONS", "")
+    return dict(more, SLUICE_TEST_READ_HOLD=hold, SLUICE_TEST_READ_HOLD_LOG=held_log,
+                LD_PRELOAD=read_hold_lib(tmp_path),
+                ASAN_OPTIONS=(asan + ":" if asan else "") + "verify_asan_link_order=0")
+
+
+def assert_answered_while_held(gw, net, held_log):
+    """Waits for a read of the store to be held, then asserts that a
+    request is answered meanwhile, the read held all the while, and held
+    on a thread other than the main one (the event loop's)."""
+    poll(lambda: held_reads(held_log), timeout=HANG_GUARD_S,
+         what="a read of the store held (none is while the page cache serves them)")
+    try:
+        status = request(gw, "GET", net.url("/during"), timeout=5).status
+    except (socket.timeout, OSError) as e:
+        status = "no answer: %r" % e
+    assert status == 200, "the event loop waits for the store's read: %s" % status
+    assert held_reads(held_log, "released") == [], held_reads(held_log, "released")
+    held = held_reads(held_log)
+    assert [r for r in held if r[0] == r[1]] == [], \
+        "a read held on the main thread, the event loop's: %r" % held
+
+
 def rules(net):
     return [{"host": "api.example.test", "ports": [net.api.port], "tier": 3,
              "owner": "alice", "expires": "2099-12-31"}]
@@ -100,17 +128,12 @@ def test_requests_are_answered_while_the_sweep_reads_a_store_that_does_not_answe
     af = str(tmp_path / "a.jsonl")
     hold = str(tmp_path / "hold")
     held_log = str(tmp_path / "held.log")
-    asan = os.environ.get("ASAN_OPTIONS", "")
     gw = gateway(net.policy(rules(net), alerts={"first_contact": True,
                                                 "sinks": [{"webhook": url}]}),
                  args=["--alerts", af, "--state", str(tmp_path / "state")],
-                 env={"SLUICE_TEST_WEBHOOK_BACKOFF_MS": "10",
-                      "SLUICE_TEST_WEBHOOK_QUEUE_MAX": "1",
-                      "SLUICE_TEST_READ_HOLD": hold,
-                      "SLUICE_TEST_READ_HOLD_LOG": held_log,
-                      "LD_PRELOAD": read_hold_lib(tmp_path),
-                      "ASAN_OPTIONS": (asan + ":" if asan else "") +
-                      "verify_asan_link_order=0"})
+                 env=hold_env(tmp_path, hold, held_log,
+                              SLUICE_TEST_WEBHOOK_BACKOFF_MS="10",
+                              SLUICE_TEST_WEBHOOK_QUEUE_MAX="1"))
     assert request(gw, "GET", net.url("/before")).status == 200
     for i in range(4):
         request(gw, "GET", "http://nowhere%d.example.test/" % i)
@@ -129,20 +152,9 @@ def test_requests_are_answered_while_the_sweep_reads_a_store_that_does_not_answe
         # the alert in memory goes out; memory empties and the sweep reads
         # the store, which does not answer
         poll(lambda: rcv.bodies() or None, timeout=10, what="the alert memory held")
-        poll(lambda: held_reads(held_log), timeout=HANG_GUARD_S,
-             what="a read of the store held (none is while the page cache serves them)")
-        try:
-            status = request(gw, "GET", net.url("/during"), timeout=5).status
-        except (socket.timeout, OSError) as e:
-            status = "no answer: %r" % e
-        assert status == 200, "the event loop waits for the store's read: %s" % status
-        # the read was held all the while, and on a thread of the store's;
-        # the alerts kept in the store wait for it
-        assert held_reads(held_log, "released") == [], held_reads(held_log, "released")
+        assert_answered_while_held(gw, net, held_log)
+        # the alerts kept in the store wait for the read
         assert contacts(rcv) == ["api.example.test"], rcv.bodies()
-        held = held_reads(held_log)
-        assert [r for r in held if r[0] == r[1]] == [], \
-            "a read held on the main thread, the event loop's: %r" % held
         os.unlink(hold)
         poll(lambda: len(contacts(rcv)) >= 5 or None, timeout=20,
              what="every first contact once the store answers")
@@ -154,3 +166,50 @@ def test_requests_are_answered_while_the_sweep_reads_a_store_that_does_not_answe
             os.unlink(hold)
         rcv.stop()
     gw.stop()
+
+
+def test_requests_are_answered_while_a_sink_added_by_a_reload_reads_its_stored_alerts(
+        gateway, net, tmp_path):
+    # Alerts stored for a webhook the policy does not name yet: the reload
+    # that adds it reads them back (its first read), on the writer's
+    # thread, while the store does not answer.
+    rcv = Receiver()
+    url = "http://127.0.0.1:%d/hook" % rcv.port
+    state = tmp_path / "state"
+    hold = str(tmp_path / "hold")
+    held_log = str(tmp_path / "held.log")
+    args = ["--alerts", str(tmp_path / "a.jsonl"), "--state", str(state)]
+    try:
+        gateway(net.policy(rules(net)), args=args).stop()  # makes the store
+        db = sqlite3.connect(str(state / "sluice.db"))
+        with db:
+            db.executemany("INSERT INTO alert_queue(sink, body, created_ms) VALUES(?, ?, 0)",
+                           [(url, json.dumps({"n": i})) for i in range(5)])
+        db.close()
+        gw = gateway(net.policy(rules(net)), args=args,
+                     env=hold_env(tmp_path, hold, held_log, SLUICE_TEST_WEBHOOK_BACKOFF_MS="10"))
+        assert "5 queued alert(s) for webhooks no longer configured are kept" in gw.stderr()
+        open(hold, "w").close()
+        # the writer's connection has not read the queue's pages yet; the
+        # write makes the read reach the file all the same, were it to
+        write_from_outside(state)
+        gw.write_policy(policy_yaml(net.policy(rules(net), alerts={"sinks": [{"webhook": url}]})))
+        gw.reload()
+        poll(lambda: "sluice: reloaded" in gw.stderr() or None, timeout=HANG_GUARD_S,
+             what="the reload (a loop that waits for the store's read does not end it)")
+        assert_answered_while_held(gw, net, held_log)
+        assert rcv.bodies() == [], "stored alerts sent while their read is held"
+        os.unlink(hold)
+        # the stored alerts, oldest first, then the one of the request
+        # made while they were read (it waited behind them)
+        poll(lambda: len(rcv.bodies()) >= 6 or None, timeout=20,
+             what="the stored alerts once the store answers")
+        time.sleep(0.5)
+        got = rcv.bodies()
+        assert [b.get("n") for b in got[:5]] == list(range(5)), got
+        assert len(got) == 6 and "GET /during " in got[5].get("detail", ""), got
+        gw.stop()
+    finally:
+        if os.path.exists(hold):
+            os.unlink(hold)
+        rcv.stop()
