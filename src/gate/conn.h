@@ -229,6 +229,9 @@ struct conn {
     /* CONNECT: a ClientHello still incomplete is parsed again only once the
      * client's bytes reach this length (connect.c; 0: at the next read). */
     size_t peek_hello_wait;
+    /* CONNECT: bytes of a judged ClientHello that wait for the bandwidth
+     * bucket before they go upstream (connect.c, send_hello()); 0: none */
+    size_t hello_paced;
     /* The client's write timeout as conn_set_client_timeouts() set it, a
      * step of idle_timeout (gate/drain.h); 0 while the timeouts are another
      * module's (a CONNECT's, connect.c; a tunnel has its own timer). */

@@ -77,15 +77,44 @@ static void on_tunnel_end(struct tunnel *t, enum tunnel_end how, void *arg)
 }
 
 /* Counts <n> bytes the client sent as gone upstream (the end event,
- * progress, upload shaping). */
+ * progress). Their bandwidth tokens were taken when they were handed to
+ * the upstream's socket (take_peeked()). */
 static void count_up(struct conn *c, size_t n)
 {
     if (n == 0)
         return;
     c->ex.bytes_up += n;
     progress_note(c);
-    if (c->ex.flow != NULL)
+}
+
+/* Takes the bandwidth tokens of <n> peeked bytes handed to the upstream's
+ * socket: at once, not once it took them, so that the next tunnel of the
+ * agent finds them gone from the bucket (pace_peeked()) even while an
+ * upstream that does not read holds them queued. */
+static void take_peeked(struct conn *c, size_t n)
+{
+    if (c->ex.flow != NULL && n > 0)
         quota_flow_take(c->ex.flow, n, quota_now());
+}
+
+/* Before <n> peeked bytes go upstream: true when the bandwidth bucket
+ * holds too little (or is in debt) and <c> now waits, reading neither side,
+ * for <resume>(<c>) from the flow's timer. The bytes then go whole, into
+ * the bucket's debt where it held fewer; the other tunnels of the agent
+ * wait until the debt is paid. Without this, each tunnel opened at once
+ * put its first bytes (up to PEEK_MAX) upstream whatever the bucket held:
+ * many tunnels moved many times the bandwidth. */
+static bool pace_peeked(struct conn *c, size_t n, void (*resume)(void *arg))
+{
+    struct quota_flow *f = c->ex.flow;
+    uint64_t now = quota_now();
+    if (f == NULL || n == 0 || quota_flow_allow(f, n, now) > 0)
+        return false;
+    if (quota_flow_pause(f, n, now, resume, c) < 0)
+        return false; /* no timer: unshaped rather than stalled */
+    bufferevent_disable(c->client, EV_READ);
+    bufferevent_disable(c->up, EV_READ);
+    return true;
 }
 
 /* Hands both sockets to a tunnel. Called with nothing left in either
@@ -124,9 +153,15 @@ static bool flushed(const struct conn *c)
            evbuffer_get_length(bufferevent_get_output(c->up)) == 0;
 }
 
+static void tunnel_goes(struct conn *c);
+
 void connect_on_client_write(struct conn *c)
 {
-    if (c->state == CS_FLUSH && flushed(c))
+    if (c->state != CS_FLUSH || !flushed(c) || quota_flow_paused(c->ex.flow))
+        return;
+    if (evbuffer_get_length(bufferevent_get_input(c->client)) > 0)
+        tunnel_goes(c); /* the first bytes waited for the bucket */
+    else
         go_tunnel(c);
 }
 
@@ -442,8 +477,13 @@ void connect_settle(struct conn *c)
     size_t took = ex->peek_queued > queued ? ex->peek_queued - queued : 0;
     ex->bytes_up += took;
     ex->peek_queued -= took;
-    if (ex->flow != NULL && took > 0)
-        quota_flow_take(ex->flow, took, quota_now());
+}
+
+/* The flow's timer of a tunnel whose first bytes wait for the bucket
+ * (pace_peeked(), CS_FLUSH). */
+static void on_flush_refill(void *arg)
+{
+    connect_on_client_write(arg);
 }
 
 /* The check is over and its line in the log: sends everything the client
@@ -457,10 +497,13 @@ static void tunnel_goes(struct conn *c)
     struct evbuffer *up_out = bufferevent_get_output(c->up);
     size_t len = evbuffer_get_length(in);
     c->state = CS_FLUSH;
+    if (pace_peeked(c, len, on_flush_refill))
+        return; /* connect_on_client_write() once the bucket has refilled */
     if (stream_send(c->up, c->up_fd, in, len) < 0) {
         conn_free(c);
         return;
     }
+    take_peeked(c, len);
     /* The peeked bytes count as sent once the upstream's socket took them:
      * those it took now, the rest when the flush is over (go_tunnel). */
     size_t queued = evbuffer_get_length(up_out);
@@ -483,6 +526,22 @@ static void open_tunnel(struct conn *c)
     (void)conn_after_log(c, tunnel_goes);
 }
 
+static void send_hello(struct conn *c, size_t used);
+
+/* The flow's timer of a ClientHello that waits for the bucket
+ * (pace_peeked(), CS_PEEK, <c>->hello_paced bytes of it judged): it goes,
+ * the client read again as in CS_HELLO. */
+static void on_hello_refill(void *arg)
+{
+    struct conn *c = arg;
+    size_t used = c->hello_paced;
+    if (c->state != CS_PEEK || used == 0)
+        return;
+    c->hello_paced = 0;
+    bufferevent_enable(c->client, EV_READ);
+    send_hello(c, used);
+}
+
 /* Sends the <used> bytes of a ClientHello's records upstream and waits for
  * the server's answer (CS_HELLO). What the client sends behind them waits
  * in its input (at most PEEK_MAX bytes: the read cap) until then: a
@@ -491,10 +550,15 @@ static void open_tunnel(struct conn *c)
 static void send_hello(struct conn *c, size_t used)
 {
     struct evbuffer *in = bufferevent_get_input(c->client);
+    if (pace_peeked(c, used, on_hello_refill)) {
+        c->hello_paced = used; /* on_hello_refill() sends it */
+        return;
+    }
     if (stream_send(c->up, c->up_fd, in, used) < 0) {
         conn_free(c);
         return;
     }
+    take_peeked(c, used);
     c->ex.peek_queued += used;
     c->state = CS_HELLO;
     struct timeval idle = timeval_of_ms(conn_idle_ms(c));

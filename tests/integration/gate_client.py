@@ -5,6 +5,7 @@ import http.client
 import json
 import os
 import socket
+import struct
 import subprocess
 import time
 from urllib.parse import urlsplit
@@ -407,3 +408,29 @@ def proc_number(pid, name, key):
             if line.startswith(key):
                 return int(line.split()[1])
     raise AssertionError("no %s in /proc/%d/%s" % (key, pid, name))
+
+
+def hello_record(name, alpn=0, record_max=16384):
+    """A hand-made TLS 1.2-style ClientHello (server_name <name>, ALPN list
+    padded to about <alpn> bytes) cut into handshake records of at most
+    <record_max> bytes of fragment."""
+    ext = b""
+    if name:
+        n = name.encode()
+        entry = b"\x00" + struct.pack(">H", len(n)) + n
+        body = struct.pack(">H", len(entry)) + entry
+        ext += struct.pack(">HH", 0, len(body)) + body
+    if alpn:
+        protos = b""
+        while len(protos) < alpn:
+            protos += b"\xc8" + b"p" * 200
+        body = struct.pack(">H", len(protos)) + protos
+        ext += struct.pack(">HH", 16, len(body)) + body
+    ch = (b"\x03\x03" + b"\x11" * 32 + b"\x00" + b"\x00\x02\x00\x2f" + b"\x01\x00" +
+          struct.pack(">H", len(ext)) + ext)
+    hs = b"\x01" + struct.pack(">I", len(ch))[1:] + ch
+    out = b""
+    for i in range(0, len(hs), record_max):
+        frag = hs[i:i + record_max]
+        out += b"\x16\x03\x01" + struct.pack(">H", len(frag)) + frag
+    return out

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from conftest import DEAD_IP, DNS_IP
-from gate_client import (ANY, Tunnel, api_rule, assert_denied, connect, curl, open_conn, poll,
-                         read_head, read_response, recv_until_close, request)
+from gate_client import (ANY, Tunnel, api_rule, assert_denied, connect, curl, hello_record,
+                         open_conn, poll, read_head, read_response, recv_until_close, request)
 from gate_servers import BannerServer, FullListener, HeldName, LoopbackServer, UpstreamTLS
 
 HANG_GUARD_S = 30  # a hang guard, not a claim on time
@@ -626,32 +626,6 @@ def test_client_closes_tunnel_early(gateway, net):
 
 # --- the SNI check fails closed ------------------------------------------------
 
-def _hello_record(name, alpn=0, record_max=16384):
-    """A hand-made TLS 1.2-style ClientHello (server_name <name>, ALPN list
-    padded to about <alpn> bytes) cut into handshake records of at most
-    <record_max> bytes of fragment."""
-    ext = b""
-    if name:
-        n = name.encode()
-        entry = b"\x00" + struct.pack(">H", len(n)) + n
-        body = struct.pack(">H", len(entry)) + entry
-        ext += struct.pack(">HH", 0, len(body)) + body
-    if alpn:
-        protos = b""
-        while len(protos) < alpn:
-            protos += b"\xc8" + b"p" * 200
-        body = struct.pack(">H", len(protos)) + protos
-        ext += struct.pack(">HH", 16, len(body)) + body
-    ch = (b"\x03\x03" + b"\x11" * 32 + b"\x00" + b"\x00\x02\x00\x2f" + b"\x01\x00" +
-          struct.pack(">H", len(ext)) + ext)
-    hs = b"\x01" + struct.pack(">I", len(ch))[1:] + ch
-    out = b""
-    for i in range(0, len(hs), record_max):
-        frag = hs[i:i + record_max]
-        out += b"\x16\x03\x01" + struct.pack(">H", len(frag)) + frag
-    return out
-
-
 def _ssl_hello(name):
     """The ClientHello Python's ssl module sends for <name>, and the SSLObject."""
     ctx = ssl.create_default_context()
@@ -701,7 +675,7 @@ def _reset(sock):
 
 @pytest.mark.parametrize("first,decision,reason", [
     (b"", "allow", None),
-    (_hello_record("tls.example.test")[:40], "deny", "sni_mismatch"),
+    (hello_record("tls.example.test")[:40], "deny", "sni_mismatch"),
     (b"GET / HTTP/1.1\r\nHost: tls.example.test\r\n", "deny", "host_mismatch"),
 ], ids=["nothing", "partial_hello", "partial_http_head"])
 def test_client_reset_in_peek_window_judged_on_what_it_sent(gateway, net, first, decision,
@@ -749,7 +723,7 @@ def test_client_reset_in_peek_window_judged_on_what_it_sent(gateway, net, first,
     assert net.tls.handshakes == 0 and net.tls.heads == []
 
 
-@pytest.mark.parametrize("first", [b"", _hello_record("tls.example.test")[:40]],
+@pytest.mark.parametrize("first", [b"", hello_record("tls.example.test")[:40]],
                          ids=["nothing", "partial_hello"])
 def test_a_client_reset_before_its_200_frees_its_connection(gateway, net, first):
     # A client that sends its CONNECT (and the start of a ClientHello) and
@@ -827,7 +801,7 @@ def test_client_reset_before_its_tunnel_resets_the_upstream(gateway, net, stage)
     # fails in those stages: it must not take the client's failure for the
     # clean end of its stream. Before, it was closed cleanly (a FIN).
     name = "seer.example.test"
-    hello = _hello_record(name)
+    hello = hello_record(name)
     srv = _EndSeer(want=len(hello), reply=_ALERT) if stage == "hello" else _EndSeer()
     with srv:
         gw = gateway(net.policy([{"host": name, "ports": [srv.port], "tier": 0}],
@@ -857,7 +831,7 @@ def test_sni_oversized_hello_refused(gateway, net):
     t = connect(gw, "tls.example.test:%d" % net.tls.port)
     try:
         assert t.status == 200
-        hello = _hello_record("evil.example.test", alpn=20000)
+        hello = hello_record("evil.example.test", alpn=20000)
         assert len(hello) > 20000
         try:
             t.sock.sendall(hello)
@@ -874,7 +848,7 @@ def test_sni_tiny_records_past_peek_max_refused(gateway, net):
     t = connect(gw, "tls.example.test:%d" % net.tls.port)
     try:
         assert t.status == 200
-        hello = _hello_record("evil.example.test", alpn=4000, record_max=1)
+        hello = hello_record("evil.example.test", alpn=4000, record_max=1)
         assert len(hello) > 20000
         try:
             t.sock.sendall(hello)
@@ -895,7 +869,7 @@ def test_sni_hello_trickled_in_small_records_refused(gateway, net, spoil):
     try:
         assert t.status == 200
         name = "evil.example.test" if spoil == "other_name" else "tls.example.test"
-        hello = bytearray(_hello_record(name, record_max=7))
+        hello = bytearray(hello_record(name, record_max=7))
         if spoil != "other_name":
             hello[8 * 12 + 1] = 2  # the 9th record's version: 2.x, not 3.x
         t.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -916,7 +890,7 @@ def test_sni_malformed_hello_refused(gateway, net):
     t = connect(gw, "tls.example.test:%d" % net.tls.port)
     try:
         assert t.status == 200
-        hello = bytearray(_hello_record("tls.example.test"))
+        hello = bytearray(hello_record("tls.example.test"))
         hello[9] = 2  # legacy_version 2.3: not a ClientHello
         t.sock.sendall(bytes(hello))
         _assert_refused(gw, t)
@@ -936,7 +910,7 @@ def test_sni_unicode_spelling_of_the_target_refused(gateway, net, name):
     t = connect(gw, "tls.example.test:%d" % net.tls.port)
     try:
         assert t.status == 200
-        t.sock.sendall(_hello_record(name))
+        t.sock.sendall(hello_record(name))
         _assert_refused(gw, t)
     finally:
         t.close()
@@ -947,7 +921,7 @@ def test_sni_hello_without_name_allowed(gateway, net):
     rules = [{"host": "banner.example.test", "ports": [net.banner.port], "tier": 2}]
     gw = gateway(net.policy(rules))
     t = connect(gw, "banner.example.test:%d" % net.banner.port)
-    hello = _hello_record(None) + b"\r\n"
+    hello = hello_record(None) + b"\r\n"
     try:
         assert t.status == 200
         t.sock.sendall(hello)
@@ -1577,11 +1551,11 @@ _MISMATCHED_HEADS = [
     ("proxy_protocol_v1_unknown", b"PROXY UNKNOWN\r\n"
                                   b"GET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"),
     ("proxy_protocol_v1_hello", b"PROXY TCP6 2001:db8::1 2001:db8::2 40000 443\r\n"
-                                + _hello_record("evil.example.test")),
+                                + hello_record("evil.example.test")),
     ("proxy_protocol_v2", b"\r\n\r\n\x00\r\nQUIT\n\x21\x11\x00\x0c" + bytes(12)
                           + b"GET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"),
     ("proxy_protocol_v2_hello", b"\r\n\r\n\x00\r\nQUIT\n\x20\x00\x00\x00"
-                                + _hello_record("evil.example.test")),
+                                + hello_record("evil.example.test")),
 ]
 
 

@@ -19,8 +19,8 @@ import time
 import pytest
 
 from conftest import policy_yaml
-from gate_client import (api_rule, build_request, connect, cpu_seconds, open_conn, poll,
-                         read_response)
+from gate_client import (api_rule, build_request, connect, cpu_seconds, hello_record, open_conn,
+                         poll, read_response)
 from gate_servers import pattern_bytes
 
 KIB = 1024
@@ -522,3 +522,50 @@ def test_shaped_upload_moves_in_pieces_not_a_trickle(gateway, net):
     writes = _write_calls(gw.proc.pid) - before
     assert status == 200 and json.loads(data)["body_len"] == len(body)
     assert writes < 2000, writes
+
+
+PEEK_MAX = 16388 + 2048  # conn.h: the first bytes of a tunnel read at once for its check
+
+
+@pytest.mark.parametrize("first", ["binary", "tls_hello", "http_head"])
+def test_parallel_tunnels_first_bytes_share_the_bucket(gateway, net, first):
+    # The first bytes of a tunnel are read whole for the SNI (or Host)
+    # check and go upstream at once; each tunnel of the agent must still
+    # wait for the bucket they share before its first bytes go. Before,
+    # they went whatever the bucket held, into its debt: 8 tunnels opened
+    # together under 1 KiB/s put 8 x 15 KiB (123 KiB) at the sink within a
+    # second, where the bucket allows 1 KiB, one tunnel's first bytes (its
+    # debt) and 1 KiB a second. Bytes are counted, not timed: the bound
+    # grows with the time measured, so a slow machine only loosens it.
+    sink = HashSink(SINK_IP)
+    tunnels = []
+    try:
+        rule = {"host": "sink.example.test", "ports": [sink.port], "tier": 0,
+                "rate": {"bandwidth": "1KiB/s"}}
+        gw = gateway(net.policy([rule], static_extra={"sink.example.test": SINK_IP}))
+        if first == "binary":
+            data = b"\0" + pattern_bytes(15 * KIB)  # neither TLS nor HTTP: opens at once
+        elif first == "tls_hello":
+            data = hello_record("sink.example.test", alpn=15 * KIB)
+        else:
+            body = pattern_bytes(14 * KIB)
+            data = (b"POST / HTTP/1.1\r\nHost: sink.example.test:%d\r\nContent-Length: %d\r\n\r\n"
+                    % (sink.port, len(body)) + body)
+        assert len(data) < PEEK_MAX
+        t0 = time.monotonic()
+        for _ in range(8):
+            t = connect(gw, "sink.example.test:%d" % sink.port)
+            assert t.status == 200
+            tunnels.append(t)
+            t.sock.sendall(data)
+        _at_sink(sink, 1)  # the first tunnel opened
+        time.sleep(1.0)  # room for the others to go, were they not held
+        got = sink.received
+        elapsed = time.monotonic() - t0
+        allowed = KIB + len(data) + KIB * (elapsed + 1)
+        assert got <= allowed, "%d bytes at the sink after %.2fs (at most %d)" % (
+            got, elapsed, allowed)
+    finally:
+        for t in tunnels:
+            t.close()
+        sink.stop()
