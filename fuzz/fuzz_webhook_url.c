@@ -7,9 +7,9 @@
  * authority; https is the scheme written; a host that ip_literal_parse()
  * takes for an IP literal is one inet_pton() reads (a plain dotted quad,
  * or IPv6), so the sink's resolver reads it as the same address. Its label is either the URL
- * itself (no '@' in the authority, a path of at most one segment, no query
- * or fragment) or the URL without any USER:PASSWORD@, cut after its first
- * path segment, followed by "/...#" and 8 hex digits, either written as
+ * itself (no '@' in the authority, no path but "/", no query or fragment)
+ * or the URL's scheme and authority without any USER:PASSWORD@ (no part of
+ * its path), followed by "/...#" and 8 hex digits, either written as
  * text_shown() writes text (no control character, C1's included, gets
  * through); the label's authority holds no '@'; the same URL always gets
  * the same label.
@@ -79,8 +79,7 @@ static void check_label(const char *url)
     const char *at = memrchr(p, '@', auth);
     const char *hp = at != NULL ? at + 1 : p;
     const char *rest = p + auth;
-    size_t keep = *rest == '/' ? 1 + strcspn(rest + 1, "/?#") : 0;
-    if (at == NULL && rest[keep] == '\0') {
+    if (at == NULL && (rest[0] == '\0' || strcmp(rest, "/") == 0)) {
         if (!shown_as(a, al, url, strlen(url)))
             abort();
     } else {
@@ -90,9 +89,9 @@ static void check_label(const char *url)
         for (size_t i = al - 8; i < al; i++)
             if (strchr("0123456789abcdef", a[i]) == NULL || a[i] == '\0')
                 abort();
-        /* the scheme, the authority without USER:PASSWORD@, the first path
-         * segment: nothing else of the URL */
-        size_t scheme = (size_t)(p - url), shown = (size_t)(rest + keep - hp);
+        /* the scheme and the authority without USER:PASSWORD@: nothing else
+         * of the URL */
+        size_t scheme = (size_t)(p - url), shown = (size_t)(rest - hp);
         char *kept = malloc(scheme + shown + 1);
         if (kept == NULL)
             abort();

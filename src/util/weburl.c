@@ -163,12 +163,12 @@ char *weburl_label(const char *url)
     const char *at = memrchr(p, '@', auth);
     const char *hp = at != NULL ? at + 1 : p; /* HOST[:PORT], without USER:PASSWORD@ */
     const char *rest = p + auth;
-    size_t keep = *rest == '/' ? 1 + strcspn(rest + 1, "/?#") : 0;
-    if (at == NULL && rest[keep] == '\0')
+    /* nothing of the path is kept: any segment may be the credential */
+    if (at == NULL && (rest[0] == '\0' || strcmp(rest, "/") == 0))
         return shown_dup(url);
     unsigned char md[SHA256_DIGEST_LENGTH];
     SHA256((const unsigned char *)url, strlen(url), md);
-    size_t scheme = (size_t)(p - url), shown = (size_t)(rest + keep - hp);
+    size_t scheme = (size_t)(p - url), shown = (size_t)(rest - hp);
     char tail[sizeof("/...#12345678")];
     snprintf(tail, sizeof(tail), "/...#%02x%02x%02x%02x", md[0], md[1], md[2], md[3]);
     char *label = malloc(scheme + shown + sizeof(tail));

@@ -53,14 +53,16 @@ int weburl_parse(const char *url, struct weburl *u, const char **why);
 
 /* Returns (malloc'd; NULL when out of memory) how <url> is shown on
  * standard error and in metrics, for any text, URL or not: <url> itself
- * when it has no user name or password, its path has at most one segment
- * and it has neither query nor fragment; otherwise <url> without its
- * USER:PASSWORD@, cut after the first path segment, followed by "/...#"
- * and the first 8 hex digits of the SHA-256 of the whole <url>, which
- * tells sinks apart without showing a secret
- * ("https://hooks.slack.com/services/...#1f2e3d4c"). Either is written as
- * text_shown() writes text (a control character, C1's included, and the
- * backslash as \ooo): a URL's path may hold a terminal escape. */
+ * when it has no user name or password, no path but "/" and neither query
+ * nor fragment; otherwise <url> without its USER:PASSWORD@ and without its
+ * path, followed by "/...#" and the first 8 hex digits of the SHA-256 of
+ * the whole <url>, which tells sinks apart without showing a secret
+ * ("https://hooks.slack.com/...#1f2e3d4c"). No path segment is shown: the
+ * first may be the credential (Telegram's /bot<TOKEN>/sendMessage), or
+ * the only one (an ntfy topic, a healthchecks.io UUID). Either is written
+ * as text_shown() writes text (a control character, C1's included, and
+ * the backslash as \ooo): what comes before the path may hold a terminal
+ * escape. */
 char *weburl_label(const char *url);
 
 #endif

@@ -22,8 +22,8 @@ import pytest
 
 from conftest import policy_yaml
 from gate_client import poll, request
-from watch_helpers import (Receiver, Silent, free_tcp_port, wait_alert, webhook_tls_env,
-                           write_script)
+from watch_helpers import (Receiver, Silent, free_tcp_port, wait_alert, webhook_label,
+                           webhook_tls_env, write_script)
 
 
 def rules(net, tier=3):
@@ -242,8 +242,7 @@ def test_sink_names_with_c1_controls_are_shown_escaped(gateway, net, tmp_path):
     err = gw.stderr()
     assert "exec %s/fail%s.sh: exited with status 3\n" % (tmp_path, shown) in err, err
     assert "exec %s/no-such%s: cannot run: " % (tmp_path, shown) in err, err
-    assert "webhook http://127.0.0.1:%s/%s: cannot deliver: " % (hook.split(":")[2].split("/")[0],
-                                                                shown) in err, err
+    assert "webhook %s: cannot deliver: " % webhook_label(hook) in err, err
     with open(gw.stderr_path, "rb") as f:
         raw = f.read()
     assert not re.search(rb"\xc2[\x80-\x9f]|[\x00-\x09\x0b-\x1f\x7f]", raw), raw
@@ -412,7 +411,7 @@ def test_webhook_listed_twice_sends_stored_alerts_twice_after_a_restart(gateway,
     gateway(pol, args=args)
     # Each sink reads its stored rows on the store's thread, after the start:
     # the gauge counts them once both reads are in.
-    gauge = 'sluice_webhook_queue{sink="%s"}' % url
+    gauge = 'sluice_webhook_queue{sink="%s"}' % webhook_label(url)
     text = poll(lambda: _queue_at_least(admin, gauge, 2), timeout=10,
                 what="both sinks' stored rows counted")
     assert _metric_value(text, gauge) == 2, text
@@ -594,7 +593,7 @@ def test_webhook_queue_cap_without_store_drops_oldest(gateway, net, tmp_path, ca
     for i in range(5):
         request(gw, "GET", "http://nowhere%d.example.test/" % i)
     wait_alert(str(tmp_path / "a.jsonl"), "first_contact", count=5)
-    name = 'sluice_webhook_dropped_total{sink="%s"}' % url
+    name = 'sluice_webhook_dropped_total{sink="%s"}' % webhook_label(url)
     dropped = poll(lambda: (lambda d: int(d) if (d or 0) >= 3 else None)(
         _metric_value(_metrics(admin), name)), timeout=10, what="3 drops or more counted")
     poll(lambda: "dropping the oldest (memory holds at most %s" % held in gw.stderr() or None,
@@ -884,13 +883,13 @@ def test_webhook_answer_with_an_endless_chunk_size_line_is_bounded(gateway, net,
                      env={"SLUICE_TEST_WEBHOOK_BACKOFF_MS": "60000"})
         before = _peak_rss_kib(gw.proc.pid)
         assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
-        poll(lambda: "sluice: webhook %s: cannot deliver" % url in gw.stderr() or None,
+        poll(lambda: "sluice: webhook %s: cannot deliver" % webhook_label(url) in gw.stderr() or None,
              timeout=20, what="the failed attempt on stderr")
         grown = _peak_rss_kib(gw.proc.pid) - before
         assert srv.requests == 1
         assert grown < 8 * 1024, "the gateway grew by %d KiB in the attempt" % grown
         assert ("sluice: webhook %s: cannot deliver: the answer is longer than 65536 bytes; "
-                "retrying with backoff" % url) in gw.stderr()
+                "retrying with backoff" % webhook_label(url)) in gw.stderr()
         gw.stop()
     finally:
         srv.stop()
@@ -1191,7 +1190,7 @@ def test_webhook_attempt_has_a_deadline(gateway, net, tmp_path):
         assert srv.cut_after is not None and 3.0 <= srv.cut_after < 12.0, srv.cut_after
         assert srv.lines_sent < _Trickler.LINES
         poll(lambda: ("sluice: webhook %s: cannot deliver: no answer within 5 s; retrying "
-                      "with backoff" % url) in gw.stderr() or None, timeout=5,
+                      "with backoff" % webhook_label(url)) in gw.stderr() or None, timeout=5,
              what="the cut attempt on stderr")
     finally:
         srv.stop()
@@ -1233,9 +1232,9 @@ def test_webhook_failure_says_why(gateway, net, tmp_path, how, reason):
                      args=["--alerts", str(tmp_path / "a.jsonl"), "--grace", "1s"],
                      env={"SLUICE_TEST_WEBHOOK_BACKOFF_MS": "50"})
         assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
-        poll(lambda: "sluice: webhook %s: cannot deliver" % url in gw.stderr() or None,
+        poll(lambda: "sluice: webhook %s: cannot deliver" % webhook_label(url) in gw.stderr() or None,
              timeout=10, what="the failed delivery on stderr")
-        want = "sluice: webhook %s: cannot deliver: %s; retrying with backoff" % (url, reason)
+        want = "sluice: webhook %s: cannot deliver: %s; retrying with backoff" % (webhook_label(url), reason)
         assert want in gw.stderr(), gw.stderr()
         if srv is not None:
             assert srv.requests >= 1
@@ -1294,7 +1293,7 @@ def test_webhook_interim_responses_are_skipped(gateway, net, tmp_path, scheme):
         poll(lambda: {a.get("host") for a in srv.alerts} >= set(hosts) or None, timeout=15,
              what="both alerts at the webhook")
         assert [a["host"] for a in srv.alerts] == hosts, gw.stderr()
-        assert "sluice: webhook %s:" % url not in gw.stderr(), gw.stderr()
+        assert "sluice: webhook %s:" % webhook_label(url) not in gw.stderr(), gw.stderr()
     finally:
         srv.stop()
 
@@ -1306,10 +1305,10 @@ def test_webhook_too_many_interim_responses_fail_the_attempt(gateway, net, tmp_p
     gw, srv, url = _interim_gateway(gateway, net, tmp_path, scheme, 17)
     try:
         request(gw, "GET", "http://nowhere.example.test/")
-        poll(lambda: "sluice: webhook %s: cannot deliver" % url in gw.stderr() or None,
+        poll(lambda: "sluice: webhook %s: cannot deliver" % webhook_label(url) in gw.stderr() or None,
              timeout=10, what="the failed delivery on stderr")
         want = ("sluice: webhook %s: cannot deliver: the answer has more than 16 interim (1xx) "
-                "responses; retrying with backoff" % url)
+                "responses; retrying with backoff" % webhook_label(url))
         assert want in gw.stderr(), gw.stderr()
     finally:
         srv.stop()
@@ -1357,7 +1356,7 @@ def test_webhook_bytes_left_after_an_answer_are_not_the_next_answer(gateway, net
                                                     "sinks": [{"webhook": url}]}),
                      args=["--alerts", str(tmp_path / "a.jsonl"), "--grace", "1s",
                            "--admin", str(admin)], env=env)
-        queue = 'sluice_webhook_queue{sink="%s"}' % url
+        queue = 'sluice_webhook_queue{sink="%s"}' % webhook_label(url)
         request(gw, "GET", "http://nowhere0.example.test/")
         poll(lambda: srv.answered or None, timeout=10, what="the first alert answered")
         poll(lambda: _metric_value(_metrics(admin), queue) == 0 or None, timeout=10,
@@ -1368,7 +1367,7 @@ def test_webhook_bytes_left_after_an_answer_are_not_the_next_answer(gateway, net
         assert srv.unanswered == [], "sent on the connection with the stale answer"
         assert [a["host"] for a in srv.answered] == ["nowhere0.example.test",
                                                      "nowhere1.example.test"]
-        assert "sluice: webhook %s:" % url not in gw.stderr(), gw.stderr()
+        assert "sluice: webhook %s:" % webhook_label(url) not in gw.stderr(), gw.stderr()
     finally:
         srv.stop()
 
@@ -1384,11 +1383,11 @@ def _secret_policy(tmp_path, url):
 @pytest.mark.parametrize("url, secret, label, why", [
     # a user:password@ before the host: refused, by check and serve alike
     ("https://alerts:hunter2-SECRET@127.0.0.1:9/hook", "hunter2",
-     "webhook https://127.0.0.1:9/hook/...#9781161c",
+     "webhook https://127.0.0.1:9/...#9781161c",
      "a user name or password in the URL (USER:PASSWORD@ before the host) is not supported"),
     # a malformed URL: the path token is not quoted in the error
     ("https://hooks.example.com/services/T000/B000/XOXB-SECRET-TOKEN extra", "XOXB",
-     "got 'https://hooks.example.com/services/...#ee8e07f8'",
+     "got 'https://hooks.example.com/...#ee8e07f8'",
      "webhook needs an http:// or https:// URL"),
 ], ids=["userinfo", "malformed"])
 def test_webhook_url_secrets_never_reach_stderr(run_sluice, tmp_path, url, secret, label, why):
@@ -1408,6 +1407,32 @@ def test_webhook_url_secrets_never_reach_stderr(run_sluice, tmp_path, url, secre
     assert r.returncode != 0
     assert secret not in r.stderr and "SECRET" not in r.stderr, r.stderr
     assert label in r.stderr and why in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("path", [
+    "/bot123456:SECRET-bot-token/sendMessage",  # Telegram: the token is the first segment
+    "/SECRET-ntfy-topic",  # ntfy, healthchecks.io: the only segment is the secret
+], ids=["first-segment", "only-segment"])
+def test_webhook_path_secret_reaches_neither_metrics_nor_stderr(gateway, net, tmp_path, path):
+    # Whoever can reach the admin port (any local user, on loopback) reads
+    # /metrics; the label names the sink by its host and a hash, no segment
+    # of its path (before, the first segment was shown whole).
+    port, admin = free_tcp_port(), free_tcp_port()  # nothing listens on <port>
+    url = "http://127.0.0.1:%d%s" % (port, path)
+    label = webhook_label(url)
+    assert label.startswith("http://127.0.0.1:%d/...#" % port)
+    pol = net.policy(rules(net), alerts={"sinks": [{"webhook": url}]})
+    gw = gateway(pol, args=["--alerts", str(tmp_path / "a.jsonl"), "--admin", str(admin)])
+    request(gw, "POST", net.url("/x?"), body=b"1")
+    wait_alert(str(tmp_path / "a.jsonl"), "tier3_write")
+    gauge = 'sluice_webhook_queue{sink="%s"}' % label
+    text = poll(lambda: _queue_at_least(admin, gauge, 1), timeout=10,
+                what="the alert waiting, under the hashed label")
+    poll(lambda: "sluice: webhook %s: cannot deliver" % label in gw.stderr() or None,
+         timeout=10, what="the delivery failure, under the hashed label")
+    gw.stop()
+    assert "SECRET" not in text, text
+    assert "SECRET" not in gw.stderr(), gw.stderr()
 
 
 def test_summaries_written_at_a_stop_reach_the_sinks(gateway, net, tmp_path):

@@ -118,13 +118,13 @@ def test_https_webhook_down_then_up(gateway, net, tmp_path, certs):
 
 
 def test_webhook_secret_in_the_path_is_never_shown(gateway, net, tmp_path, certs):
-    # Slack-style URL: the path after its first segment is the credential.
-    # Standard error and /metrics name the sink by a label that cuts it; the
-    # POST still goes to the full path.
+    # Slack-style URL: the path is the credential. Standard error and
+    # /metrics name the sink by a label without it; the POST still goes to
+    # the full path.
     port, admin = free_tcp_port(), free_tcp_port()
     secret = "T0SECRET/B0SECRET/c2VjcmV0dG9rZW4"
     url = "https://localhost:%d/services/%s" % (port, secret)
-    label = "https://localhost:%d/services/...#%s" % (
+    label = "https://localhost:%d/...#%s" % (
         port, hashlib.sha256(url.encode()).hexdigest()[:8])
     gw = start(gateway, net, tmp_path, url, certs["local"][0], backoff_ms=50,
                args=["--admin", str(admin)])

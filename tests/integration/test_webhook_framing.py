@@ -12,7 +12,7 @@ import time
 import pytest
 
 from gate_client import poll, request
-from watch_helpers import free_tcp_port, webhook_tls_env
+from watch_helpers import free_tcp_port, webhook_label, webhook_tls_env
 from test_watch_sinks import _Trickler, _metric_value, _metrics, rules
 
 OK0 = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
@@ -101,7 +101,7 @@ def _start(gateway, net, tmp_path, scheme, answer, admin):
 def _all_answered(gw, srv, hosts, admin, url):
     """Waits until the sink's queue is empty, then checks that every alert
     was answered by the server for itself."""
-    queue = 'sluice_webhook_queue{sink="%s"}' % url
+    queue = 'sluice_webhook_queue{sink="%s"}' % webhook_label(url)
     poll(lambda: len(srv.received) >= len(hosts) or None, timeout=15,
          what="the alerts at the webhook")
     poll(lambda: _metric_value(_metrics(admin), queue) == 0 or None, timeout=15,
@@ -255,7 +255,7 @@ def test_answers_that_are_not_whole_are_no_delivery(gateway, net, tmp_path, sche
     def check(gw, srv, url, hosts):
         # told on the loop at the failed attempt, but through the stderr
         # relay's thread (util/stderr_relay.h): it may reach the file later
-        poll(lambda: "sluice: webhook %s: cannot deliver" % url in gw.stderr() or None,
+        poll(lambda: "sluice: webhook %s: cannot deliver" % webhook_label(url) in gw.stderr() or None,
              what="the failed attempt told on standard error")
 
     _deliver(gateway, net, tmp_path, scheme, answer, 2, check)
@@ -289,7 +289,7 @@ def test_a_connection_ended_before_the_answer_says_how(gateway, net, tmp_path, s
         return True
 
     def check(gw, srv, url, hosts):
-        want = "sluice: webhook %s: cannot deliver: %s; retrying" % (url, reason)
+        want = "sluice: webhook %s: cannot deliver: %s; retrying" % (webhook_label(url), reason)
         # through the stderr relay's thread: it may reach the file later
         poll(lambda: want in gw.stderr() or None, what="%r on standard error" % want)
 

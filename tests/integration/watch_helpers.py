@@ -1,8 +1,10 @@
 """Helpers for the watch tests: reading alert lines, timing them, and a
 loopback webhook receiver. Standard library only; loopback only."""
 
+import hashlib
 import json
 import os
+import re
 import socket
 import ssl
 import subprocess
@@ -188,6 +190,18 @@ def webhook_tls_env(directory, scheme, name, san):
         tls = self_signed(directory, name, san)
         env["SSL_CERT_FILE"] = tls[0]
     return tls, env
+
+
+def webhook_label(url):
+    """How serve names the webhook <url> (no USER:PASSWORD@) on standard
+    error and in /metrics (util/weburl.h weburl_label()): the URL itself
+    with no path but "/" and no query, otherwise its scheme and host, then
+    "/...#" and 8 hex digits of its SHA-256."""
+    scheme, _, rest = url.partition("://")
+    host = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    if rest in (host, host + "/"):
+        return url
+    return "%s://%s/...#%s" % (scheme, host, hashlib.sha256(url.encode()).hexdigest()[:8])
 
 
 def free_tcp_port():

@@ -171,8 +171,8 @@ static void accepts_names_and_canonical_ips(void **state)
 static void label_keeps_short_urls(void **state)
 {
     (void)state;
-    static const char *same[] = {"http://127.0.0.1:9000/hook", "https://example.test",
-                                 "https://example.test/", "https://[::1]:8443/alerts"};
+    static const char *same[] = {"http://127.0.0.1:9000", "https://example.test",
+                                 "https://example.test/", "https://[::1]:8443/"};
     for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++) {
         char *l = weburl_label(same[i]);
         assert_string_equal(l, same[i]);
@@ -186,8 +186,8 @@ static void label_hides_the_rest(void **state)
     const char *slack = "https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX";
     const char *other = "https://hooks.slack.com/services/T000/B000/YYYYYYYYYYYYYYYYYYYYYYYY";
     char *a = weburl_label(slack), *b = weburl_label(other);
-    assert_int_equal(strlen(a), strlen("https://hooks.slack.com/services/...#") + 8);
-    assert_memory_equal(a, "https://hooks.slack.com/services/...#", 37);
+    assert_int_equal(strlen(a), strlen("https://hooks.slack.com/...#") + 8);
+    assert_memory_equal(a, "https://hooks.slack.com/...#", 28);
     assert_null(strstr(a, "XXXX"));
     assert_string_not_equal(a, b); /* two sinks stay apart */
     char *again = weburl_label(slack);
@@ -197,7 +197,7 @@ static void label_hides_the_rest(void **state)
     free(again);
 
     char *q = weburl_label("https://example.test/hook?token=secret");
-    assert_memory_equal(q, "https://example.test/hook/...#", 30);
+    assert_memory_equal(q, "https://example.test/...#", 25);
     assert_null(strstr(q, "secret"));
     free(q);
     char *root = weburl_label("https://example.test?key=secret");
@@ -205,17 +205,42 @@ static void label_hides_the_rest(void **state)
     free(root);
 }
 
+/* A credential may be the first path segment, or the only one: Telegram's
+ * bot token (/bot<TOKEN>/sendMessage), healthchecks.io's check UUID
+ * (/<uuid>, /<uuid>/fail), an ntfy topic (/<topic>). No part of the path
+ * is shown: the host, then the hash that tells sinks apart. */
+static void label_hides_every_path_segment(void **state)
+{
+    (void)state;
+    static const char *const urls[] = {
+        "https://api.telegram.org/bot123456:SECRET-token/sendMessage",
+        "https://hc-ping.com/SECRET-0b3c-4f5e-9a7d/fail", "https://ntfy.sh/SECRET-topic",
+        "http://127.0.0.1:9000/SECRET"};
+    static const char *const hosts[] = {"https://api.telegram.org/...#", "https://hc-ping.com/...#",
+                                        "https://ntfy.sh/...#", "http://127.0.0.1:9000/...#"};
+    for (size_t i = 0; i < sizeof(urls) / sizeof(urls[0]); i++) {
+        char *l = weburl_label(urls[i]);
+        assert_non_null(l);
+        if (strstr(l, "SECRET") != NULL)
+            print_message("%s: label %s\n", urls[i], l);
+        assert_null(strstr(l, "SECRET"));
+        assert_int_equal(strlen(l), strlen(hosts[i]) + 8);
+        assert_memory_equal(l, hosts[i], strlen(hosts[i]));
+        free(l);
+    }
+}
+
 /* A label goes to standard error: a control character (C1's, in UTF-8 or
  * not, included) and the backslash in it are written \\ooo (text_shown()). */
 static void label_shows_controls_escaped(void **state)
 {
     (void)state;
-    char *l = weburl_label("http://127.0.0.1:9/\xc2\x9b[2J\xc2\x85\\\x9b\xc3\xa9");
-    assert_string_equal(l, "http://127.0.0.1:9/\\302\\233[2J\\302\\205\\134\\233\xc3\xa9");
+    char *l = weburl_label("http://\xc2\x9b[2J\xc2\x85\\\x9b\xc3\xa9:9");
+    assert_string_equal(l, "http://\\302\\233[2J\\302\\205\\134\\233\xc3\xa9:9");
     free(l);
-    l = weburl_label("http://127.0.0.1:9/\xc2\x9b/secret");
-    assert_memory_equal(l, "http://127.0.0.1:9/\\302\\233/...#", 32);
-    assert_int_equal(strlen(l), 32 + 8);
+    l = weburl_label("http://\xc2\x9b:9/secret");
+    assert_memory_equal(l, "http://\\302\\233:9/...#", 22);
+    assert_int_equal(strlen(l), 22 + 8);
     free(l);
 }
 
@@ -227,15 +252,15 @@ static void label_hides_userinfo(void **state)
     static const struct {
         const char *url, *prefix;
     } cases[] = {
-        {"https://alerts:hunter2-SECRET@127.0.0.1:9/hook", "https://127.0.0.1:9/hook/...#"},
+        {"https://alerts:hunter2-SECRET@127.0.0.1:9/hook", "https://127.0.0.1:9/...#"},
         {"https://alerts:hunter2-SECRET@127.0.0.1:9", "https://127.0.0.1:9/...#"},
-        {"http://SECRET@hooks.example.test/a/b", "http://hooks.example.test/a/...#"},
-        {"https://a:b@SECRET@[::1]:8443/x?y", "https://[::1]:8443/x/...#"},
+        {"http://SECRET@hooks.example.test/a/b", "http://hooks.example.test/...#"},
+        {"https://a:b@SECRET@[::1]:8443/x?y", "https://[::1]:8443/...#"},
         {"https://u:SECRET@", "https:///...#"},
         /* not a URL: no scheme, the same rules */
-        {"u:SECRET@hooks.example.test/x", "hooks.example.test/x/...#"},
+        {"u:SECRET@hooks.example.test/x", "hooks.example.test/...#"},
         /* "://" in the query is no scheme */
-        {"hooks.example.test/T0/SECRET?u=https://x", "hooks.example.test/T0/...#"},
+        {"hooks.example.test/T0/SECRET?u=https://x", "hooks.example.test/...#"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char *l = weburl_label(cases[i].url);
@@ -258,9 +283,13 @@ static void label_hides_userinfo(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(parses_http_and_https),           cmocka_unit_test(refuses),
-        cmocka_unit_test(label_keeps_short_urls),          cmocka_unit_test(label_hides_the_rest),
-        cmocka_unit_test(label_shows_controls_escaped),    cmocka_unit_test(label_hides_userinfo),
+        cmocka_unit_test(parses_http_and_https),
+        cmocka_unit_test(refuses),
+        cmocka_unit_test(label_keeps_short_urls),
+        cmocka_unit_test(label_hides_the_rest),
+        cmocka_unit_test(label_hides_every_path_segment),
+        cmocka_unit_test(label_shows_controls_escaped),
+        cmocka_unit_test(label_hides_userinfo),
         cmocka_unit_test(accepts_names_and_canonical_ips),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
