@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1599,17 +1600,36 @@ struct policy *policy_load_buffer_flags(const char *name, const char *buf, size_
 /* Why reading a FIFO timed out. */
 enum fifo_silence { FIFO_READ, FIFO_NO_WRITER, FIFO_WRITER_SILENT };
 
-/* Waits up to <wait_s> for the FIFO <fd> to have bytes or an end. Returns 1
- * when it has, 0 when the time ran out, -1 (errno set) on failure. */
+/* Set by policy_load_stop(), read by the reload thread's fifo_wait(). */
+static atomic_bool load_stopping;
+
+void policy_load_stop(void)
+{
+    atomic_store(&load_stopping, true);
+}
+
+/* Waits up to <wait_s> for the FIFO <fd> to have bytes or an end, in
+ * slices of POLICY_STOP_CHECK_MS so that a stop is seen. Returns 1 when it
+ * has, 0 when the time ran out, -1 (errno set) on failure, ECANCELED once
+ * policy_load_stop() was called. */
 static int fifo_wait(int fd, unsigned wait_s)
 {
     uint64_t deadline = monotonic_ms() + (uint64_t)wait_s * 1000;
     for (;;) {
+        if (atomic_load(&load_stopping)) {
+            errno = ECANCELED;
+            return -1;
+        }
         uint64_t now = monotonic_ms();
+        uint64_t left = now < deadline ? deadline - now : 0;
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int n = now < deadline ? poll(&pfd, 1, (int)(deadline - now)) : 0;
-        if (n >= 0 || errno != EINTR)
-            return n > 0 ? 1 : n;
+        int n = poll(&pfd, 1, (int)(left < POLICY_STOP_CHECK_MS ? left : POLICY_STOP_CHECK_MS));
+        if (n > 0)
+            return 1;
+        if (n < 0 && errno != EINTR)
+            return -1;
+        if (n == 0 && left <= POLICY_STOP_CHECK_MS)
+            return 0;
     }
 }
 
@@ -1736,6 +1756,11 @@ static char *read_policy_file(int fd, const char *path, const struct stat *st, s
     else if (why == FIFO_WRITER_SILENT)
         diag_error(diag, 0, "", "cannot read %s: a FIFO whose writer wrote nothing for %u s", path,
                    wait_s);
+    else if (buf == NULL && e == ECANCELED)
+        diag_error(diag, 0, "",
+                   "cannot read %s: the gateway is stopping: it waits no longer for the FIFO's "
+                   "writer",
+                   path);
     else if (buf == NULL)
         diag_error(diag, 0, "", "cannot read %s: %s", path, strerror(e));
     return buf;

@@ -70,6 +70,14 @@ struct policy *policy_load_buffer_flags(const char *name, const char *buf, size_
  * the caller closes, or -1 with errno set. */
 int policy_open(const char *path);
 
+/* From now on, every load waiting for a FIFO's writer (policy_load_fd())
+ * gives up within POLICY_STOP_CHECK_MS, and every later one at once, its
+ * error "cannot read FILE: the gateway is stopping: ...". For a stop: the
+ * reload thread it waits for would otherwise wait as long as a writer
+ * keeps writing (each write resets the wait). Safe from any thread. */
+#define POLICY_STOP_CHECK_MS 100
+void policy_load_stop(void);
+
 /* policy_load_flags() from <fd>, which policy_open() opened on <path>
  * (borrowed; the caller closes <fd>): the file's kind and size are judged
  * by fstat() on <fd>, so that a caller that judged them too (`sluice

@@ -144,6 +144,17 @@ def test_pipe_like_process_substitution_serves(sluice_bin, net, tmp_path):
             assert _stop(p, tmp_path) == 0, _err(tmp_path)
 
 
+def _serve_from(p, fifo, net, tmp_path):
+    """Writes a policy of one rule into <fifo> once <p> opened it; waits
+    for <p> to serve it."""
+    poll(lambda: fd_named(p.pid, fifo), timeout=20, interval=0.01, what="the FIFO opened")
+    with open(fifo, "w") as f:
+        f.write(policy_yaml(net.policy([api_rule(net)])))
+    poll(lambda: "sluice: serving 1 rule" in _err(tmp_path) or p.poll() is not None,
+         timeout=20, what="serving")
+    assert p.poll() is None, _err(tmp_path)
+
+
 def test_reload_of_a_fifo_without_writer_fails_and_stop_works(sluice_bin, net, tmp_path):
     # A SIGHUP reopens the FIFO on the reload thread: with no writer it
     # blocked there for ever, no reload ended, and a SIGTERM never ended the
@@ -152,12 +163,7 @@ def test_reload_of_a_fifo_without_writer_fails_and_stop_works(sluice_bin, net, t
     os.mkfifo(fifo)
     p = _start(sluice_bin, tmp_path, fifo, env=SHORT)
     try:
-        poll(lambda: fd_named(p.pid, fifo), timeout=20, interval=0.01, what="the FIFO opened")
-        with open(fifo, "w") as f:
-            f.write(policy_yaml(net.policy([api_rule(net)])))
-        poll(lambda: "sluice: serving 1 rule" in _err(tmp_path) or p.poll() is not None,
-             timeout=20, what="serving")
-        assert p.poll() is None, _err(tmp_path)
+        _serve_from(p, fifo, net, tmp_path)
 
         p.send_signal(signal.SIGHUP)  # no writer
         line = "sluice: reload failed: " + _no_writer(fifo)
@@ -176,6 +182,52 @@ def test_reload_of_a_fifo_without_writer_fails_and_stop_works(sluice_bin, net, t
         assert _terminated(p) == 0, _err(tmp_path)
     finally:
         _stop(p, tmp_path)
+
+
+def _trickle(fifo, stop):
+    """Holds <fifo> open for writing and writes a comment line to it every
+    0.2 s until <stop> is set (120 s at most): each write comes well
+    within the wait for the next one, so a load reading it never ends."""
+    with open(fifo, "w") as f:
+        for _ in range(600):
+            if stop.wait(0.2):
+                return
+            try:
+                f.write("#\n")
+                f.flush()
+            except BrokenPipeError:
+                return
+
+
+def test_stop_during_the_reload_of_a_fifo_that_never_ends(sluice_bin, net, tmp_path):
+    # A FIFO whose writer keeps writing (a line every 0.2 s, never its end)
+    # held the reload thread, and the stop, which waits for it, for as long
+    # as the writer went on: a SIGTERM did not end the gateway. The stop now
+    # makes the load give up its wait for the writer.
+    fifo = str(tmp_path / "policy.fifo")
+    os.mkfifo(fifo)
+    p = _start(sluice_bin, tmp_path, fifo, env=SHORT)
+    stop = threading.Event()
+    writer = threading.Thread(target=_trickle, args=(fifo, stop), daemon=True)
+    try:
+        _serve_from(p, fifo, net, tmp_path)
+
+        writer.start()  # its open() waits for the reload's
+        p.send_signal(signal.SIGHUP)
+        poll(lambda: fd_named(p.pid, fifo), timeout=20, interval=0.01, what="the FIFO reopened")
+        time.sleep(1.5)  # past the 1 s wait for a write: the trickle keeps the load going
+        assert "reload" not in _err(tmp_path), _err(tmp_path)
+        p.send_signal(signal.SIGTERM)
+        try:
+            rc = p.wait(30)  # a hang guard: the writer goes on for 120 s
+        except subprocess.TimeoutExpired:
+            rc = None
+        assert rc == 0, (writer.is_alive(), _err(tmp_path))
+    finally:
+        stop.set()
+        _stop(p, tmp_path)
+        if writer.is_alive():
+            writer.join(5)
 
 
 def _device(path):
