@@ -61,6 +61,7 @@ struct admin_conn {
     struct bufferevent *bev;        /* owned; closes the socket when freed */
     struct event *deadline;         /* owned; ends the current state */
     enum admin_state state;
+    bool via_loopback; /* its local address is loopback: the Host check applies */
     uint64_t body_gen; /* the /metrics body its reply holds (a->latest_gen's), or 0 */
     size_t body_len;
     size_t lingered; /* bytes read and dropped in AC_LINGER */
@@ -78,7 +79,6 @@ struct admin {
     bool warned;                /* an accept error was told, at warned_ms */
     uint64_t warned_ms;
     char addr[64];            /* as given to --admin, for messages */
-    bool loopback;            /* it listens on a loopback address */
     struct admin_conn *conns; /* owned, every open connection */
     unsigned nconns;
     struct evbuffer *latest; /* owned: the newest /metrics body, shared (metrics_body) */
@@ -248,10 +248,12 @@ static struct evbuffer *metrics_body(struct admin_conn *c)
 static void conn_answer(struct admin_conn *c)
 {
     const struct admin_head *h = &c->head;
-    if (c->a->loopback && h->host_is_name) {
+    if (c->via_loopback && h->host_is_name) {
         /* DNS rebinding: a web page whose name now resolves to 127.0.0.1
          * would read /metrics (agents, hosts, grant owners) through the
-         * browser of whoever opened it on this machine. */
+         * browser of whoever opened it on this machine. Judged by the
+         * address the client reached, not the one bound: a server on
+         * 0.0.0.0 or [::] is reached through 127.0.0.1 too. */
         conn_reply_text(c, 403, "Forbidden", "",
                         "forbidden: the Host header names another host than this server's "
                         "address; ask for 127.0.0.1 or localhost\n");
@@ -345,6 +347,33 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+static bool v4_is_loopback(const struct in_addr *a4)
+{
+    return (ntohl(a4->s_addr) >> 24) == 127;
+}
+
+/* ::1, and ::ffff:127.x.y.z, which is 127.x.y.z */
+static bool v6_is_loopback(const struct in6_addr *a6)
+{
+    return IN6_IS_ADDR_LOOPBACK(a6) || (IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127);
+}
+
+/* True when the local address of the connected socket <fd> is loopback
+ * (127.0.0.0/8, ::1, ::ffff:127.0.0.0/104); an address that cannot be read
+ * counts as loopback, so the Host check applies. */
+static bool reached_through_loopback(evutil_socket_t fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+        return true;
+    if (ss.ss_family == AF_INET)
+        return v4_is_loopback(&((const struct sockaddr_in *)(const void *)&ss)->sin_addr);
+    if (ss.ss_family == AF_INET6)
+        return v6_is_loopback(&((const struct sockaddr_in6 *)(const void *)&ss)->sin6_addr);
+    return true;
+}
+
 static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa,
                       int salen, void *arg)
 {
@@ -363,6 +392,7 @@ static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct soc
         return;
     }
     c->a = a;
+    c->via_loopback = reached_through_loopback(fd);
     c->bev = bufferevent_socket_new(a->base, fd, BEV_OPT_CLOSE_ON_FREE);
     if (c->bev == NULL) {
         evutil_closesocket(fd);
@@ -465,9 +495,9 @@ static bool is_loopback(const char *host)
     struct in_addr a4;
     struct in6_addr a6;
     if (inet_pton(AF_INET, host, &a4) == 1)
-        return (ntohl(a4.s_addr) >> 24) == 127;
-    if (inet_pton(AF_INET6, host, &a6) == 1) /* ::ffff:127.x.y.z is 127.x.y.z */
-        return IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+        return v4_is_loopback(&a4);
+    if (inet_pton(AF_INET6, host, &a6) == 1)
+        return v6_is_loopback(&a6);
     return strcmp(host, "localhost") == 0;
 }
 
@@ -522,8 +552,7 @@ struct admin *admin_new(struct event_base *base, const char *addr, struct metric
         return NULL;
     }
     evconnlistener_set_error_cb(a->lev, on_accept_error);
-    a->loopback = is_loopback(host);
-    if (!a->loopback)
+    if (!is_loopback(host))
         fprintf(stderr,
                 "sluice: warning: the admin server on %s is reachable from beyond this host\n",
                 addr);

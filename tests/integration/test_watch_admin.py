@@ -157,6 +157,23 @@ def test_admin_on_loopback_refuses_a_host_header_that_is_a_name(gateway, net):
     assert request(gw, "GET", net.url("/after")).status == 200
 
 
+def test_admin_on_every_address_refuses_a_name_asked_through_loopback(gateway, net):
+    """An admin server on 0.0.0.0 is reached through 127.0.0.1 too, where a
+    rebound web page's browser asks it: one asked through a loopback
+    address answers only a Host that is an address or localhost, as one
+    bound there does (before, it took any Host, and the page read
+    /metrics)."""
+    port = free_tcp_port()
+    gateway(net.policy(rules(net)), args=["--admin", "0.0.0.0:%d" % port])
+    for page in (b"/metrics", b"/healthz"):
+        out = exchange(port, b"GET " + page + b" HTTP/1.1\r\nHost: rebind.attacker.test:%d"
+                       b"\r\n\r\n" % port)
+        assert status_lines(out) == [b"HTTP/1.1 403 Forbidden"], out
+        assert b"sluice_" not in out
+    out = exchange(port, b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % port)
+    assert out.startswith(b"HTTP/1.1 200 OK\r\n") and b"sluice_open_connections " in out, out
+
+
 def test_admin_pipelining_client_that_never_reads_is_bounded(gateway, net):
     # Before: evhttp read pipelined requests into memory while its replies
     # waited for a client that never read (800 MB sent: RSS 5.6 -> 837 MB).
