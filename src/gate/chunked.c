@@ -8,6 +8,8 @@
 
 #include <stdbool.h>
 
+#include "util/hex.h"
+
 enum {
     S_SIZE,          /* reading hex digits of a chunk size */
     S_SIZE_WS,       /* BWS after the size, before ';' or CR */
@@ -44,17 +46,6 @@ void chunked_init_request(struct chunked *c)
     chunked_init(c);
     c->max_digits = CHUNKED_REQUEST_MAX_DIGITS;
     c->max_size = CHUNKED_REQUEST_MAX_SIZE;
-}
-
-static int hex_value(unsigned char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
 }
 
 static bool is_tchar(unsigned char ch)
@@ -132,7 +123,7 @@ int chunked_feed_data(struct chunked *c, const char *data, size_t len, size_t *c
             return fail(c, "trailer section too large", i, consumed);
         switch (c->state) {
         case S_SIZE: {
-            int d = hex_value(ch);
+            int d = hex_digit_value(ch);
             if (d >= 0) {
                 if (c->ndigits == c->max_digits)
                     return fail(c, "chunk size too long", i, consumed);

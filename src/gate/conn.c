@@ -19,6 +19,7 @@
 #include "gate/addr_guard.h"
 #include "gate/deny.h"
 #include "gate/gateway.h"
+#include "gate/method_override.h"
 #include "gate/progress.h"
 #include "gate/stream.h"
 #include "gate/tunnel.h"
@@ -1434,6 +1435,10 @@ static void handle_request(struct conn *c, const struct http_request *req)
      * POST, and its tier, while the origin may well run it as a POST. */
     if (bad == NULL && method_is_case_variant(req->method))
         bad = "method names are case-sensitive: write GET, POST, ... in upper case";
+    /* Decided as its request line's method, a GET whose override header
+     * names DELETE would be a DELETE at an origin that honours it. */
+    if (bad == NULL && !ex->is_connect)
+        bad = method_override_refusal(req);
     if (!identify(c, req->proxy_authorization, req->proxy_authorization_len) ||
         shape_check_quarantine(c))
         return;

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "util/hex.h"
 #include "util/units.h"
 
 /* The longest IPv6 text is 45 bytes (ffff:...:255.255.255.255), 47 with
@@ -14,17 +15,6 @@
 static bool is_digit(char c)
 {
     return c >= '0' && c <= '9';
-}
-
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
 }
 
 static bool has_hex_prefix(const char *s, size_t len)
@@ -79,8 +69,8 @@ static bool parse_v6(const char *s, size_t len, struct ipaddr *out)
     while (i < len) {
         size_t start = i;
         unsigned v = 0;
-        while (i < len && hex_value(s[i]) >= 0 && i - start < 4) {
-            v = (v << 4) | (unsigned)hex_value(s[i]);
+        while (i < len && hex_digit_value((unsigned char)s[i]) >= 0 && i - start < 4) {
+            v = (v << 4) | (unsigned)hex_digit_value((unsigned char)s[i]);
             i++;
         }
         if (i < len && s[i] == '.') {
@@ -95,7 +85,7 @@ static bool parse_v6(const char *s, size_t len, struct ipaddr *out)
         }
         if (i == start || n == 8)
             return false;
-        if (i < len && hex_value(s[i]) >= 0)
+        if (i < len && hex_digit_value((unsigned char)s[i]) >= 0)
             return false; /* a fifth hex digit */
         g[n++] = (uint16_t)v;
         if (i == len)
@@ -167,7 +157,7 @@ static bool parse_v4_number(const char *s, size_t len, uint64_t *out)
         len--;
     }
     for (size_t i = 0; i < len; i++) {
-        int d = hex_value(s[i]);
+        int d = hex_digit_value((unsigned char)s[i]);
         if (d < 0 || (unsigned)d >= base)
             return false;
         v = v * base + (unsigned)d;

@@ -1,0 +1,108 @@
+/* method_override: see method_override.h. */
+#include "gate/method_override.h"
+
+#include <stdbool.h>
+#include <string.h>
+#include <strings.h>
+
+#include "util/hex.h"
+
+#define REFUSAL(what)                                                                              \
+    "method override (" what ") refused: the origin could run another method than the "            \
+    "one decided; send that method itself"
+
+/* The override headers the frameworks above read, as the gateway names
+ * them, and its refusal of each. */
+static const struct {
+    const char *name;
+    const char *refusal;
+} override_headers[] = {
+    {"X-HTTP-Method-Override", REFUSAL("X-HTTP-Method-Override header")},
+    {"X-HTTP-Method", REFUSAL("X-HTTP-Method header")},
+    {"X-Method-Override", REFUSAL("X-Method-Override header")},
+};
+
+#define PARAM_NAME     "_method"
+#define PARAM_NAME_LEN (sizeof(PARAM_NAME) - 1)
+#define PARAM_REFUSAL  REFUSAL("_method query parameter")
+
+/* True when <v> (<len> bytes) is not <method>, ignoring case. */
+static bool names_other(const char *v, size_t len, const char *method)
+{
+    return len != strlen(method) || strncasecmp(v, method, len) != 0;
+}
+
+/* True when the parameter name <n> (<len> bytes, percent-encoded as sent)
+ * decodes to "_method": frameworks decode names before they look them up,
+ * so "%5Fmethod" is one too. */
+static bool is_param_name(const char *n, size_t len)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++, o++) {
+        int c = (unsigned char)n[i];
+        if (c == '%' && i + 2 < len && hex_digit_value((unsigned char)n[i + 1]) >= 0 &&
+            hex_digit_value((unsigned char)n[i + 2]) >= 0) {
+            c = hex_digit_value((unsigned char)n[i + 1]) * 16 +
+                hex_digit_value((unsigned char)n[i + 2]);
+            i += 2;
+        }
+        if (o >= PARAM_NAME_LEN || c != PARAM_NAME[o])
+            return false;
+    }
+    return o == PARAM_NAME_LEN;
+}
+
+/* True when the query of <path> (<len> bytes) holds a _method parameter
+ * whose value is not <method>. Parameters are split on '&' and ';' (Rack
+ * splits on both); the query ends at a '#'. */
+static bool query_overrides(const char *path, size_t len, const char *method)
+{
+    const char *q = path != NULL ? memchr(path, '?', len) : NULL;
+    if (q == NULL)
+        return false;
+    const char *end = path + len, *hash = memchr(q, '#', (size_t)(end - q));
+    if (hash != NULL)
+        end = hash;
+    for (const char *p = q + 1; p < end;) {
+        const char *e = p;
+        while (e < end && *e != '&' && *e != ';')
+            e++;
+        const char *eq = memchr(p, '=', (size_t)(e - p));
+        const char *name_end = eq != NULL ? eq : e;
+        if (is_param_name(p, (size_t)(name_end - p))) {
+            const char *v = eq != NULL ? eq + 1 : e;
+            if (names_other(v, (size_t)(e - v), method))
+                return true;
+        }
+        p = e + 1;
+    }
+    return false;
+}
+
+const char *method_override_find(const struct http_request *req)
+{
+    for (size_t i = 0; i < req->nheaders; i++) {
+        const struct http_header *h = &req->headers[i];
+        for (size_t k = 0; k < sizeof(override_headers) / sizeof(override_headers[0]); k++) {
+            const char *name = override_headers[k].name;
+            if (h->name_len == strlen(name) && strncasecmp(h->name, name, h->name_len) == 0 &&
+                names_other(h->value, h->value_len, req->method))
+                return name;
+        }
+    }
+    if (query_overrides(req->path, req->path_len, req->method))
+        return PARAM_NAME;
+    return NULL;
+}
+
+const char *method_override_refusal(const struct http_request *req)
+{
+    const char *name = method_override_find(req);
+    if (name == NULL)
+        return NULL;
+    for (size_t k = 0; k < sizeof(override_headers) / sizeof(override_headers[0]); k++) {
+        if (name == override_headers[k].name)
+            return override_headers[k].refusal;
+    }
+    return PARAM_REFUSAL;
+}
