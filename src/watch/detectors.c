@@ -996,7 +996,11 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
         al.detail = detail;
         raise_per_host(d, a, HOSTS_TIER3, &al, ev->host, detail, sizeof(detail), now_ms);
     }
-    if (c->present && ev->reason == REASON_GRANT_EXPIRED) {
+    /* Not c->present: the SPEC's "a grant past its expiry denies and
+     * raises an alert" holds for every policy; without an alerts: section
+     * an expired grant was denied without a word, and for an agent in
+     * report mode let through with none. */
+    if (ev->reason == REASON_GRANT_EXPIRED) {
         describe(ev, what, sizeof(what));
         grant_text(ev, grant, sizeof(grant));
         snprintf(detail, sizeof(detail), "%s by %s hit an expired grant (%s)", what,

@@ -396,6 +396,32 @@ def test_grant_expired_and_expiring(gateway, net, tmp_path):
     wait_alert(af, "grant_expiring", count=2)
 
 
+
+@pytest.mark.parametrize("mode", ["enforce", "report"])
+def test_grant_expired_alert_needs_no_alerts_section(gateway, net, tmp_path, mode):
+    # SPEC: a grant past its expiry denies and raises an alert, never a
+    # silent allow. grant_expired has no key of its own; it was raised only
+    # when the policy had an alerts: section, so a policy without one
+    # denied an expired grant without an alert and, for an agent in report
+    # mode, let it through with none: a silent allow but for its log line.
+    old = (datetime.datetime.now(datetime.timezone.utc).date()
+           - datetime.timedelta(days=2)).isoformat()
+    rules = [api_rule(net, tier=3, methods=["POST"], owner="alice", expires=old)]
+    agents = [{"id": "bot", "sources": ["127.0.0.1/32"], "mode": mode}]
+    af = str(tmp_path / "alerts.jsonl")
+    gw = gateway(net.policy(rules, agents=agents), args=["--alerts", af])
+    r = request(gw, "POST", net.url("/expired"), body=b"1")
+    assert r.status == (403 if mode == "enforce" else 200), r
+    ev = gw.decided(path="/expired")[0]
+    assert (ev["reason"], ev["decision"]) == ("grant_expired",
+                                             "deny" if mode == "enforce" else "report"), ev
+    a = wait_alert(af, "grant_expired")[0]
+    assert (a["id"], a["severity"], a["agent"]) == (ev["id"], "high", "bot"), a
+    assert "expired grant (owner alice, expires %s)" % old in a["detail"], a
+    # the other detectors stay off until the policy's alerts: section asks
+    assert [x["kind"] for x in alerts(af)] == ["grant_expired"]
+
+
 def test_expired_grant_naming_the_method_is_not_passed_to_a_lower_tier(gateway, net, tmp_path):
     # An expired tier-3 grant for POST next to a tier-0 rule without methods
     # for the same host: the grant names the method, so it ranks first for a

@@ -480,7 +480,8 @@ static void tier3_grants_and_first_contact(void **state)
     ev.host = "api2.test";
     detectors_feed(f->d, &ev, T0 + 3);
     assert_int_equal(f->got.n[ALERT_TIER3_WRITE], 2);
-    /* nothing at all without an alerts section */
+    /* nothing at all without an alerts section, but an expired grant's
+     * alert, which the SPEC promises with every grant */
     memset(&f->p.alerts, 0, sizeof(f->p.alerts));
     detectors_configure(f->d, &f->p);
     ev.host = "api3.test";
@@ -488,6 +489,11 @@ static void tier3_grants_and_first_contact(void **state)
     assert_int_equal(f->got.n[ALERT_TIER3_WRITE], 2);
     assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], 3);
     assert_int_equal(detectors_grants(f->d, &f->p, T0), 0);
+    ex.host = "old3.test";
+    ex.verdict = VERDICT_REPORT; /* let through in report mode: never silently */
+    detectors_feed(f->d, &ex, T0 + 5);
+    assert_int_equal(f->got.n[ALERT_GRANT_EXPIRED], 2);
+    assert_int_equal(f->got.n[ALERT_TIER3_WRITE], 2);
 }
 
 /* A long owner is shortened in an alert, as a path is: it must not push
