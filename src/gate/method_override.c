@@ -1,6 +1,7 @@
 /* method_override: see method_override.h. */
 #include "gate/method_override.h"
 
+#include <ctype.h>
 #include <stdbool.h>
 #include <string.h>
 #include <strings.h>
@@ -25,6 +26,21 @@ static const struct {
 #define PARAM_NAME     "_method"
 #define PARAM_NAME_LEN (sizeof(PARAM_NAME) - 1)
 #define PARAM_REFUSAL  REFUSAL("_method query parameter")
+
+/* True when the field name <n> (<len> bytes) is <name>, ignoring case and
+ * taking '_' for '-': CGI, FastCGI and WSGI servers that pass a name with
+ * underscores on name both spellings HTTP_X_HTTP_METHOD_OVERRIDE. */
+static bool is_header_name(const char *n, size_t len, const char *name)
+{
+    if (len != strlen(name))
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = n[i] == '_' ? '-' : n[i];
+        if (tolower((unsigned char)c) != tolower((unsigned char)name[i]))
+            return false;
+    }
+    return true;
+}
 
 /* True when <v> (<len> bytes) is not <method>, ignoring case. */
 static bool names_other(const char *v, size_t len, const char *method)
@@ -85,7 +101,7 @@ const char *method_override_find(const struct http_request *req)
         const struct http_header *h = &req->headers[i];
         for (size_t k = 0; k < sizeof(override_headers) / sizeof(override_headers[0]); k++) {
             const char *name = override_headers[k].name;
-            if (h->name_len == strlen(name) && strncasecmp(h->name, name, h->name_len) == 0 &&
+            if (is_header_name(h->name, h->name_len, name) &&
                 names_other(h->value, h->value_len, req->method))
                 return name;
         }

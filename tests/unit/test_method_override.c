@@ -48,6 +48,10 @@ static void test_headers(void **state)
     /* its own method, in any case, overrides nothing */
     assert_null(found("GET", "/", "X-HTTP-Method-Override: get\r\nX-HTTP-Method: GET\r\n"));
     assert_null(found("DELETE", "/", "X-HTTP-Method-Override: DELETE\r\n"));
+    /* CGI and WSGI name both spellings HTTP_X_HTTP_METHOD_OVERRIDE */
+    assert_string_equal(found("GET", "/", "X_HTTP_Method_Override: DELETE\r\n"),
+                        "X-HTTP-Method-Override");
+    assert_string_equal(found("GET", "/", "x-method_override: PUT\r\n"), "X-Method-Override");
     /* look-alike names are no override header */
     assert_null(found("GET", "/", "X-HTTP-Method-Overrides: DELETE\r\nX-Method: DELETE\r\n"));
 }
