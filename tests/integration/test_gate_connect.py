@@ -789,6 +789,19 @@ class _EndSeer(LoopbackServer):
             self.done.set()
 
 
+_SEER = "seer.example.test"
+
+
+def _seer_tunnel(gateway, net, srv):
+    """A gateway whose policy allows the _EndSeer <srv>, and a tunnel to it
+    that got its 200."""
+    gw = gateway(net.policy([{"host": _SEER, "ports": [srv.port], "tier": 0}],
+                            static_extra={_SEER: "127.0.0.7"}))
+    t = connect(gw, "%s:%d" % (_SEER, srv.port))
+    assert t.status == 200, t.text
+    return gw, t
+
+
 _ALERT = b"\x15\x03\x03\x00\x02\x02\x28"  # a TLS alert: an answer that is no HelloRetryRequest
 
 
@@ -800,15 +813,11 @@ def test_client_reset_before_its_tunnel_resets_the_upstream(gateway, net, stage)
     # too, as by an open tunnel and as the client is when its upstream
     # fails in those stages: it must not take the client's failure for the
     # clean end of its stream. Before, it was closed cleanly (a FIN).
-    name = "seer.example.test"
-    hello = hello_record(name)
+    hello = hello_record(_SEER)
     srv = _EndSeer(want=len(hello), reply=_ALERT) if stage == "hello" else _EndSeer()
     with srv:
-        gw = gateway(net.policy([{"host": name, "ports": [srv.port], "tier": 0}],
-                                static_extra={name: "127.0.0.7"}))
-        t = connect(gw, "%s:%d" % (name, srv.port))
+        gw, t = _seer_tunnel(gateway, net, srv)
         try:
-            assert t.status == 200
             if stage == "hello":
                 t.sock.sendall(hello)
                 assert srv.took.wait(10), "the ClientHello never went up"
@@ -823,6 +832,39 @@ def test_client_reset_before_its_tunnel_resets_the_upstream(gateway, net, stage)
         ev, end = gw.decided(method="CONNECT")
         assert ev["decision"] == "allow", ev
         assert end["status"] == 200, end
+
+
+def _sslv2_hello():
+    """An SSLv2-format ClientHello offering TLS 1.2 (RFC 5246 E.2): a 2-byte
+    length with its top bit set, msg_type 1, no extensions."""
+    ciphers = b"\x00\x00\x2f\x00\xc0\x13\x00\x00\xff"
+    challenge = bytes(range(16))
+    body = (b"\x01\x03\x03" + struct.pack(">HHH", len(ciphers), 0, len(challenge)) + ciphers +
+            challenge)
+    return struct.pack(">H", 0x8000 | len(body)) + body
+
+
+def test_sslv2_format_hello_passes_as_not_tls(gateway, net):
+    # What docs/SPEC.md says of it (CONNECT and SNI): an SSLv2-format
+    # ClientHello, which OpenSSL servers still parse for TLS 1.0 to 1.2, is
+    # no TLS record to the check and passes as bytes that are neither; it
+    # has no extensions, so it names no host (as a ClientHello without
+    # server_name, which passes too). Should the check come to parse it,
+    # this test and the SPEC change together.
+    hello = _sslv2_hello()
+    srv = _EndSeer(want=len(hello))
+    with srv:
+        gw, t = _seer_tunnel(gateway, net, srv)
+        try:
+            t.sock.sendall(hello)
+            assert srv.took.wait(HANG_GUARD_S), "the hello never went up"
+        finally:
+            t.close()
+        assert srv.done.wait(HANG_GUARD_S)
+    assert srv.got == hello
+    ev, end = gw.decided(method="CONNECT")
+    assert ev["decision"] == "allow" and ev["reason"] is None, ev
+    assert end["bytes_up"] == len(hello), end
 
 
 def test_sni_oversized_hello_refused(gateway, net):
