@@ -229,6 +229,18 @@ static void set_agent(struct exchange *ex, const char *id)
     ex->agent_hash = id != NULL ? agent_hash(id) : 0;
 }
 
+/* The terms of agent <a> (NULL: the default) under policy <p> that the
+ * gate applies itself after the decision: report mode for its own checks
+ * (conn_gate_denies()) and the Encrypted Client Hello setting of a
+ * CONNECT's first bytes (connect.c). Set again by a reload that keeps the
+ * exchange (conn_redecide()): first bytes that come after it are judged
+ * as the policy in force says, not as the one the 200 was sent under. */
+static void set_agent_terms(struct exchange *ex, const struct policy *p, const struct agent *a)
+{
+    ex->mode = a != NULL ? a->mode : AGENT_ENFORCE;
+    ex->ech_allowed = policy_allows_encrypted_hello(p, a);
+}
+
 static void fill_event(const struct conn *c, struct egress_event *ev, enum event_kind kind)
 {
     const struct exchange *ex = &c->ex;
@@ -935,7 +947,7 @@ static bool identify(struct conn *c, const char *auth, size_t auth_len)
         ex->by_secret = a != NULL && a->has_token; /* only a matching secret names one */
     }
     ex->agent = a;
-    ex->mode = a != NULL ? a->mode : AGENT_ENFORCE;
+    set_agent_terms(ex, p, a);
     if (c->counted_agent == NULL || strcmp(c->counted_agent, ex->agent_id) != 0) {
         release_agent(c);
         if (gateway_agent_acquire(c->gw, ex->agent_id, ex->agent_hash,
@@ -1324,8 +1336,10 @@ bool conn_redecide(struct conn *c, time_t now)
             dec.verdict = VERDICT_DENY; /* in report mode too: the guard is never reported */
             dec.reason = REASON_PRIVATE_ADDRESS;
         }
-        if (dec.verdict == VERDICT_ALLOW || dec.verdict == VERDICT_REPORT)
+        if (dec.verdict == VERDICT_ALLOW || dec.verdict == VERDICT_REPORT) {
             reshape_flow(c, &dec);
+            set_agent_terms(ex, p, a); /* for first bytes still to be judged */
+        }
         if (dec.verdict == VERDICT_ALLOW)
             return false; /* still allowed: kept */
         if (dec.verdict == VERDICT_REPORT) {

@@ -86,7 +86,9 @@ struct exchange {
     uint64_t agent_hash;  /* agent_hash(agent_id), set with it (set_agent()), or 0 */
     bool by_secret;       /* identified by the secret it presented (a token agent) */
     bool credentials;     /* presented credentials that were judged (event.h) */
-    enum agent_mode mode;
+    enum agent_mode mode; /* the agent's, under the policy in force (conn_redecide()) */
+    bool ech_allowed;     /* an Encrypted Client Hello passes (the agent's or network's
+                             encrypted_client_hello under the policy in force) */
     char method[HTTP_METHOD_MAX + 1];
     unsigned mbit;
     bool is_connect;

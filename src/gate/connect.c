@@ -58,7 +58,6 @@
 #include "gate/sni.h"
 #include "gate/stream.h"
 #include "gate/tunnel.h"
-#include "policy/policy.h"
 #include "shape/quota.h"
 #include "util/units.h"
 
@@ -384,12 +383,13 @@ static enum deny_reason peek_reason(enum peek_verdict v)
 /* A ClientHello that names the target (or no name) and carries an
  * encrypted one: its server_name is an outer name, and a front that
  * decrypts the inner hello serves whatever site that one names. Refused
- * unless the policy allows it (the agent's encrypted_client_hello, else
- * network.encrypted_client_hello), since the gateway cannot tell a real
- * inner hello from the GREASE Chromium sends. */
+ * unless the policy in force allows it (the agent's
+ * encrypted_client_hello, else network.encrypted_client_hello: c->ex's
+ * ech_allowed), since the gateway cannot tell a real inner hello from the
+ * GREASE Chromium sends. */
 static enum peek_verdict hello_verdict(const struct conn *c, bool encrypted)
 {
-    if (encrypted && !policy_allows_encrypted_hello(c->ex.pol->policy, c->ex.agent))
+    if (encrypted && !c->ex.ech_allowed)
         return PEEK_REFUSE_ECH;
     return PEEK_HELLO;
 }

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import DEAD_IP, DNS_IP
+from conftest import DEAD_IP, DNS_IP, policy_yaml
 from gate_client import (ANY, Tunnel, api_rule, assert_denied, connect, curl, hello_record,
                          open_conn, poll, read_head, read_response, recv_until_close, request)
 from gate_servers import BannerServer, FullListener, HeldName, LoopbackServer, UpstreamTLS
@@ -1823,16 +1823,62 @@ def test_encrypted_client_hello_refused(gateway, net, outer, ext_type, sni, reas
     # an outer ClientHello naming the target, whose encrypted inner one names
     # whatever site the front serves: refused by default, nothing goes up
     gw = gateway(net.policy([tls_rule(net)]))
-    hello = _with_ech(_ssl_hello(outer)[3], ext_type, sni)
+    _hello_refused(gw, net, _with_ech(_ssl_hello(outer)[3], ext_type, sni), reason)
+
+
+def _hello_refused(gw, net, hello, reason, first=None):
+    """A tunnel to the TLS upstream through <gw> that sends <hello> (after
+    <first>() once it has its 200) is refused for <reason>, and the server
+    never gets a ClientHello."""
     t = connect(gw, "tls.example.test:%d" % net.tls.port)
     try:
         assert t.status == 200
+        if first is not None:
+            first()
         t.sock.sendall(hello)
         _assert_refused(gw, t, reason)
     finally:
         t.close()
     time.sleep(0.2)
     assert net.tls.sni == [] and net.tls.handshakes == 0
+
+
+def _report_then_enforce(net):
+    agents = [{"id": "watcher", "sources": ["127.0.0.1/32"], "mode": "report"}]
+    before = net.policy([tls_rule(net)], agents=agents)
+    agents = [dict(agents[0], mode="enforce")]
+    return before, net.policy([tls_rule(net)], agents=agents), _ssl_hello("evil.example.test")[3]
+
+
+def _ech_allowed_then_refused(net):
+    before = net.policy([tls_rule(net)])
+    before["network"]["encrypted_client_hello"] = "allow"
+    return before, net.policy([tls_rule(net)]), _with_ech(_ssl_hello("tls.example.test")[3])
+
+
+@pytest.mark.parametrize("change, reason", [
+    (_report_then_enforce, "sni_mismatch"),
+    (_ech_allowed_then_refused, "encrypted_client_hello"),
+], ids=["report-then-enforce", "ech-allowed-then-refused"])
+def test_first_bytes_after_a_reload_judged_by_the_policy_in_force(gateway, net, change, reason):
+    # A CONNECT answered under one policy whose first bytes come after a
+    # reload (within the window, or in the quiet wait after it, which lasts
+    # up to idle_timeout): the reload decides the tunnel again and keeps it
+    # (its host is still allowed), and its first bytes are then judged as
+    # the policy in force says: the agent's mode and encrypted_client_hello
+    # of the new policy, not of the one its 200 was sent under. Before, an
+    # agent moved from report mode to enforce by the reload had a
+    # ClientHello naming another host reported and let through, and an
+    # Encrypted Client Hello refused by the reload passed.
+    before, after, hello = change(net)
+    gw = gateway(before)
+
+    def reload():
+        gw.write_policy(policy_yaml(after))
+        gw.reload()
+        poll(lambda: gw.stderr().count("sluice: reloaded ") >= 1, timeout=10, what="the reload")
+
+    _hello_refused(gw, net, hello, reason, first=reload)
 
 
 def _ech_through(gw, net):
