@@ -19,7 +19,8 @@
  *
  * The mirror case: a file given for reading as standard input that the
  * box does not open again at its path (not shown there: hidden, under
- * /tmp; or its user cannot reach or open it there) would be held on the
+ * /tmp; or its user cannot reach or open it there; or opened again but
+ * not at the caller's offset, a nonseekable open) would be held on the
  * host's mount, and through /proc/self/fd/0 the command could open it
  * again for writing or truncate it, or change its mode. Where the box
  * shows it, the box opens it again by its path (box.c); everywhere else
