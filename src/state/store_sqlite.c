@@ -11,6 +11,7 @@
  *   counter(name TEXT PRIMARY KEY, value INTEGER) */
 #include "state/store.h"
 #include "state/store_writer.h"
+#include "util/id_set.h"
 #include "util/pos_index.h"
 #include "util/text_json.h"
 #include "util/units.h"
@@ -923,12 +924,6 @@ static const struct store_op *unwritten_at(const struct store *s, size_t i)
     return i - s->ninflight < s->nops ? &s->ops[i - s->ninflight] : NULL;
 }
 
-static int cmp_qid(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* The ids of the queue rows whose deletion is not committed yet, sorted,
  * into <*ids> (malloc'd; NULL when none) and <*n>. Returns 0, or -1 when
  * out of memory. */
@@ -947,13 +942,8 @@ static int deleting(const struct store *s, int64_t **ids, size_t *n)
     for (size_t i = 0; (o = unwritten_at(s, i)) != NULL; i++)
         if (o->kind == OP_QDEL)
             (*ids)[(*n)++] = o->n;
-    qsort(*ids, *n, sizeof(**ids), cmp_qid);
+    id_set_sort(*ids, *n);
     return 0;
-}
-
-static bool is_deleting(const int64_t *ids, size_t n, int64_t id)
-{
-    return n > 0 && bsearch(&id, ids, n, sizeof(*ids), cmp_qid) != NULL;
 }
 
 /* The next write not yet committed, from the <*at>th on, that adds a queue
@@ -1035,14 +1025,14 @@ static int merged_rows(struct store *s, struct row_src *src, const char *sink, i
         if (add != NULL && add->n <= id) {
             if (add->n == id)
                 src_step(src); /* committed meanwhile: once */
-            if (!is_deleting(del, ndel, add->n)) {
+            if (!id_set_has(del, ndel, add->n)) {
                 fn(add->n, add->a, add->b, 0, arg);
                 n++;
             }
             add = next_unwritten_row(s, &at, sink, after);
             continue;
         }
-        if (!is_deleting(del, ndel, id)) {
+        if (!id_set_has(del, ndel, id)) {
             src_call(src, sink, fn, arg);
             n++;
         }

@@ -2,6 +2,7 @@
 #include "state/store_writer.h"
 #include "state/db_thread.h"
 #include "state/wal_checkpointer.h"
+#include "util/id_set.h"
 #include "util/text_json.h"
 
 #include <errno.h>
@@ -196,12 +197,6 @@ static int read_row(struct store_read *r, sqlite3_stmt *st, size_t *cap)
     return 0;
 }
 
-static int cmp_id(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Steps <st> (bound and ready) until <r> has its rows, or the bytes of
  * their bodies would pass its max_bytes with the next (at a row left, the
  * read is not at the end), or to the end; returns SQLite's last code. */
@@ -211,7 +206,7 @@ static int read_rows(struct store_read *r, sqlite3_stmt *st)
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW && (int)r->nrows < r->limit) {
         int64_t id = sqlite3_column_int64(st, 0);
-        if (r->nskip > 0 && bsearch(&id, r->skip, r->nskip, sizeof(*r->skip), cmp_id) != NULL)
+        if (id_set_has(r->skip, r->nskip, id))
             continue;
         size_t n = (size_t)sqlite3_column_bytes(st, 1);
         if (n > r->max_bytes - bytes && !(r->nrows == 0 && r->one_over))

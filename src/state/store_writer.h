@@ -76,7 +76,7 @@ struct store_read {
      * (then that one is read alone, however long) */
     size_t max_bytes;
     bool one_over;
-    int64_t *skip; /* rows passed over (sorted ids): neither read nor counted */
+    int64_t *skip; /* rows passed over (util/id_set.h): neither read nor counted */
     size_t nskip;
     /* The outcome: the thread's until store_writer_read_done() gives the
      * read back. */

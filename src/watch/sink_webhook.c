@@ -27,6 +27,7 @@
 #include "util/weburl.h"
 #include "watch/webhook_tls.h"
 #include "util/env.h"
+#include "util/id_set.h"
 #include "util/units.h"
 
 /* The most an answer may leave unread in the connection's input: evhttp
@@ -884,18 +885,11 @@ struct sweep_ctx {
     uint64_t taken; /* rows taken into memory */
 };
 
-static int cmp_id(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 static void sweep_row(int64_t id, const char *sink, const char *body, int attempts, void *arg)
 {
     struct sweep_ctx *c = arg;
     (void)attempts;
-    if (strcmp(sink, c->w->key) != 0 ||
-        (c->nids > 0 && bsearch(&id, c->ids, c->nids, sizeof(*c->ids), cmp_id) != NULL))
+    if (strcmp(sink, c->w->key) != 0 || id_set_has(c->ids, c->nids, id))
         return;
     size_t n = strlen(body);
     if (c->left > 0 || !has_room(c->w, n)) { /* none goes before an older one left */
@@ -1001,7 +995,7 @@ static bool sweep_take(struct webhook *w)
     for (size_t i = 0; i < w->len; i++)
         if (w->q[(w->head + i) % w->cap].id > 0)
             c.ids[c.nids++] = w->q[(w->head + i) % w->cap].id;
-    qsort(c.ids, c.nids, sizeof(*c.ids), cmp_id);
+    id_set_sort(c.ids, c.nids);
     int rc = store_queue_read_take(w->store, w->reading, sweep_row, &c, &got);
     free(c.ids);
     if (rc > 0)
