@@ -12,20 +12,21 @@
     "method override (" what ") refused: the origin could run another method than the "            \
     "one decided; send that method itself"
 
-/* The override headers the frameworks above read, as the gateway names
- * them, and its refusal of each. */
-static const struct {
+#define PARAM_NAME     "_method"
+#define PARAM_NAME_LEN (sizeof(PARAM_NAME) - 1)
+
+/* The overrides the frameworks above read, as the gateway names them, and
+ * its refusal of each: the headers, then the query parameter. */
+struct override {
     const char *name;
     const char *refusal;
-} override_headers[] = {
+};
+static const struct override override_headers[] = {
     {"X-HTTP-Method-Override", REFUSAL("X-HTTP-Method-Override header")},
     {"X-HTTP-Method", REFUSAL("X-HTTP-Method header")},
     {"X-Method-Override", REFUSAL("X-Method-Override header")},
 };
-
-#define PARAM_NAME     "_method"
-#define PARAM_NAME_LEN (sizeof(PARAM_NAME) - 1)
-#define PARAM_REFUSAL  REFUSAL("_method query parameter")
+static const struct override override_param = {PARAM_NAME, REFUSAL("_method query parameter")};
 
 /* True when the field name <n> (<len> bytes) is <name>, ignoring case and
  * taking '_' for '-': CGI, FastCGI and WSGI servers that pass a name with
@@ -55,11 +56,10 @@ static bool is_param_name(const char *n, size_t len)
 {
     size_t o = 0;
     for (size_t i = 0; i < len; i++, o++) {
-        int c = (unsigned char)n[i];
-        if (c == '%' && i + 2 < len && hex_digit_value((unsigned char)n[i + 1]) >= 0 &&
-            hex_digit_value((unsigned char)n[i + 2]) >= 0) {
-            c = hex_digit_value((unsigned char)n[i + 1]) * 16 +
-                hex_digit_value((unsigned char)n[i + 2]);
+        int c = (unsigned char)n[i], hi, lo;
+        if (c == '%' && i + 2 < len && (hi = hex_digit_value((unsigned char)n[i + 1])) >= 0 &&
+            (lo = hex_digit_value((unsigned char)n[i + 2])) >= 0) {
+            c = hi * 16 + lo;
             i += 2;
         }
         if (o >= PARAM_NAME_LEN || c != PARAM_NAME[o])
@@ -95,30 +95,31 @@ static bool query_overrides(const char *path, size_t len, const char *method)
     return false;
 }
 
-const char *method_override_find(const struct http_request *req)
+/* The first override in <req> whose value is not its method, or NULL. */
+static const struct override *override_in(const struct http_request *req)
 {
     for (size_t i = 0; i < req->nheaders; i++) {
         const struct http_header *h = &req->headers[i];
         for (size_t k = 0; k < sizeof(override_headers) / sizeof(override_headers[0]); k++) {
-            const char *name = override_headers[k].name;
-            if (is_header_name(h->name, h->name_len, name) &&
+            const struct override *o = &override_headers[k];
+            if (is_header_name(h->name, h->name_len, o->name) &&
                 names_other(h->value, h->value_len, req->method))
-                return name;
+                return o;
         }
     }
     if (query_overrides(req->path, req->path_len, req->method))
-        return PARAM_NAME;
+        return &override_param;
     return NULL;
+}
+
+const char *method_override_find(const struct http_request *req)
+{
+    const struct override *o = override_in(req);
+    return o != NULL ? o->name : NULL;
 }
 
 const char *method_override_refusal(const struct http_request *req)
 {
-    const char *name = method_override_find(req);
-    if (name == NULL)
-        return NULL;
-    for (size_t k = 0; k < sizeof(override_headers) / sizeof(override_headers[0]); k++) {
-        if (name == override_headers[k].name)
-            return override_headers[k].refusal;
-    }
-    return PARAM_REFUSAL;
+    const struct override *o = override_in(req);
+    return o != NULL ? o->refusal : NULL;
 }
