@@ -106,11 +106,8 @@ static void take_peeked(struct conn *c, size_t n)
 static bool pace_peeked(struct conn *c, size_t n, void (*resume)(void *arg))
 {
     struct quota_flow *f = c->ex.flow;
-    uint64_t now = quota_now();
-    if (f == NULL || n == 0 || quota_flow_allow(f, n, now) > 0)
-        return false;
-    if (quota_flow_pause(f, n, now, resume, c) < 0)
-        return false; /* no timer: unshaped rather than stalled */
+    if (f == NULL || n == 0 || quota_flow_allow_or_pause(f, n, quota_now(), resume, c) > 0)
+        return false; /* without a timer too: unshaped rather than stalled */
     bufferevent_disable(c->client, EV_READ);
     bufferevent_disable(c->up, EV_READ);
     return true;

@@ -263,10 +263,7 @@ static size_t metered(struct dir *d, size_t max)
     struct quota_flow *f = d->t->flow;
     if (f == NULL || d != &d->t->d[0])
         return max;
-    size_t n = quota_flow_allow(f, max, quota_now());
-    if (n == 0 && quota_flow_pause(f, max, quota_now(), on_refill, d) < 0)
-        return max; /* no timer: unshaped rather than stalled */
-    return n;
+    return quota_flow_allow_or_pause(f, max, quota_now(), on_refill, d);
 }
 
 void tunnel_set_flow(struct tunnel *t, struct quota_flow *flow)

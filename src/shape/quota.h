@@ -159,6 +159,12 @@ uint64_t quota_flow_wait_ns(struct quota_flow *f, size_t want, uint64_t now_ns);
  * call. Returns 0, or -1 (no event base, out of memory). */
 int quota_flow_pause(struct quota_flow *f, size_t want, uint64_t now_ns, void (*cb)(void *arg),
                      void *arg);
+/* quota_flow_allow(), and when it allows nothing, quota_flow_pause() with
+ * <cb>(<arg>): the bytes of <want> that may move now, or 0 while the timer
+ * waits. Without a timer (quota_flow_pause() failed) returns <want>: the
+ * bytes go unshaped rather than stall. */
+size_t quota_flow_allow_or_pause(struct quota_flow *f, size_t want, uint64_t now_ns,
+                                 void (*cb)(void *arg), void *arg);
 /* True while the timer armed by quota_flow_pause() has not fired. */
 bool quota_flow_paused(const struct quota_flow *f);
 /* Cancels the timer, releases the entries, frees <f>. Accepts NULL. */
