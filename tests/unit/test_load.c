@@ -1970,8 +1970,8 @@ static void test_repeated_sink_scale(void **state)
 }
 
 /* A webhook URL the sink could not use fails the load (so `check` sees it)
- * and every message names it by its label: never a user:password@ nor the
- * path or query after the first segment, where the secret often is. */
+ * and every message names it by its label: never a user:password@ nor any
+ * segment of the path, nor the query, where the secret often is. */
 static void test_webhook_url_errors_hide_secrets(void **state)
 {
     (void)state;
