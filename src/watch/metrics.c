@@ -295,7 +295,11 @@ bool metrics_health(struct metrics *m, char *why, size_t cap)
         }
     }
     if (g.state_broken != NULL) {
-        snprintf(why, cap, "state store: %s", g.state_broken);
+        /* Not the store's error text: SQLite's may name local paths, and
+         * whoever reaches the admin port reads this. The store tells it on
+         * standard error ("sluice: state PATH: cannot write: ..."). A log's
+         * reason is strerror()'s text, which names no path. */
+        snprintf(why, cap, "state store: its commits fail (the reason is on standard error)");
         return false;
     }
     return true;

@@ -87,7 +87,9 @@ uint64_t metrics_agent_probes(const struct metrics *m);
 int metrics_format(struct metrics *m, struct evbuffer *out);
 /* True when every log can be written, and the state store (if any)
  * commits; else false, with the first that cannot and why in <why>
- * ("decisions log: No space left on device", "state store: ..."). */
+ * ("decisions log: No space left on device", "state store: its commits
+ * fail (the reason is on standard error)": never the store's error text,
+ * which may name local paths). */
 bool metrics_health(struct metrics *m, char *why, size_t cap);
 
 #endif

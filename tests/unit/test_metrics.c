@@ -273,6 +273,32 @@ static void a_scrape_out_of_memory_fails(void **state)
     metrics_free(m);
 }
 
+/* A state store whose commits fail, with the error text SQLite or the
+ * writer gave, which may name a local path. */
+static void store_failing_at_a_path(void *arg, struct metrics_gauges *g)
+{
+    (void)arg;
+    g->state_broken = "unable to open database file /srv/secret-project/var/sluice.db";
+}
+
+/* /healthz is answered to whoever reaches the admin port: it names the
+ * component that is unhealthy, not the store's error text, which may name
+ * local paths (that detail is on standard error, store_sqlite.c). */
+static void health_names_the_store_not_its_paths(void **state)
+{
+    (void)state;
+    struct metrics *m = metrics_new();
+    assert_non_null(m);
+    char why[256];
+    assert_true(metrics_health(m, why, sizeof(why)));
+    metrics_set_gauges(m, store_failing_at_a_path, NULL, NULL);
+    assert_false(metrics_health(m, why, sizeof(why)));
+    if (strstr(why, "/srv") != NULL || strstr(why, "sluice.db") != NULL)
+        fail_msg("the reason names a path: %s", why);
+    assert_string_equal(why, "state store: its commits fail (the reason is on standard error)");
+    metrics_free(m);
+}
+
 int main(void)
 {
     event_set_mem_functions(failing_malloc, failing_realloc, free);
@@ -283,6 +309,7 @@ int main(void)
         cmocka_unit_test(a_scrape_out_of_memory_fails),
         cmocka_unit_test(a_redecided_tunnel_counts_once),
         cmocka_unit_test(a_carried_agent_hash_finds_the_same_counters),
+        cmocka_unit_test(health_names_the_store_not_its_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
