@@ -45,6 +45,7 @@
 #include "watch/admin_head.h"
 #include "watch/metrics.h"
 #include "util/accept_error.h"
+#include "util/env.h"
 #include "util/units.h"
 
 #define ADMIN_BACKLOG       128 /* as evhttp_bind_socket had it */
@@ -75,6 +76,8 @@ struct admin {
     struct metrics *m;          /* borrowed */
     struct evconnlistener *lev; /* owned; closes the listening socket */
     struct event *resume;       /* owned; ends the pause after an accept error */
+    struct event *expire;       /* owned; lets the newest body go once it is stale */
+    unsigned fresh_ms;          /* ADMIN_BODY_FRESH_MS, or SLUICE_TEST_METRICS_FRESH_MS */
     bool backing_off;           /* paused after an accept error */
     bool warned;                /* an accept error was told, at warned_ms */
     uint64_t warned_ms;
@@ -84,6 +87,7 @@ struct admin {
     struct evbuffer *latest; /* owned: the newest /metrics body, shared (metrics_body) */
     uint64_t latest_gen;     /* counts bodies made; 0: none yet */
     uint64_t latest_ms;      /* when it was made */
+    bool latest_expired;     /* the expire timer ran since it was made */
     size_t latest_len;
 };
 
@@ -121,10 +125,22 @@ static size_t bodies_held(const struct admin *a)
     return held;
 }
 
-/* The newest body is let go once no reply holds it: an idle server holds
- * none. */
+/* True while the newest body may be served again without a new build.
+ * The expire timer ends that too: it may run a little before the clock
+ * read here says a->fresh_ms went by, and a body it found fresh would be
+ * held until the next scrape. */
+static bool latest_is_fresh(const struct admin *a, uint64_t now)
+{
+    return a->latest != NULL && !a->latest_expired && now - a->latest_ms < a->fresh_ms;
+}
+
+/* The newest body is let go once it is stale and no reply holds it: an
+ * idle server holds none a->fresh_ms after its last build (the expire
+ * timer). */
 static void latest_release(struct admin *a)
 {
+    if (latest_is_fresh(a, monotonic_ms()))
+        return;
     for (const struct admin_conn *c = a->conns; c != NULL; c = c->next)
         if (c->body_gen == a->latest_gen)
             return;
@@ -207,21 +223,39 @@ static void conn_reply_text(struct admin_conn *c, int code, const char *why, con
     evbuffer_free(body);
 }
 
+/* Whether a scrape at <now> gets a new body rather than the newest one.
+ *
+ * A body is built on the event loop that proxies traffic: for 4096 agents
+ * (~12.7 MB) that is ~65 ms (-O3), so a client scraping in a loop, or 64
+ * at once, each scrape building its own, took up to the whole loop. So a
+ * body under a->fresh_ms (ADMIN_BODY_FRESH_MS, 1 s) old is served again,
+ * whatever asks: at most one build a second, however many scrape
+ * (Prometheus scrapes every 15 to 60 s: a body 1 s old is as good).
+ *
+ * Past that, a new one unless the bodies queued replies hold and a new one
+ * would pass ADMIN_BODIES_MAX and the newest is under ADMIN_BODY_REUSE_MS
+ * old: 64 clients that ask and do not read made the server hold 64 bodies
+ * for ADMIN_REPLY_MS (up to ~190 MB with 4096 agents). Now what they hold
+ * is at most ADMIN_BODIES_MAX plus the bodies made once each
+ * ADMIN_BODY_REUSE_MS past it, and a scraper gets a body that old at the
+ * most, and only then. */
+static bool body_wanted(struct admin *a, uint64_t now)
+{
+    if (a->latest == NULL)
+        return true;
+    if (latest_is_fresh(a, now))
+        return false;
+    return now - a->latest_ms >= ADMIN_BODY_REUSE_MS ||
+           bodies_held(a) + a->latest_len <= ADMIN_BODIES_MAX;
+}
+
 /* The body of <c>'s /metrics reply: a reference to a->latest, made anew
- * unless the bodies queued replies hold and a new one would pass
- * ADMIN_BODIES_MAX, and the newest is under ADMIN_BODY_REUSE_MS old. Each
- * reply had a body of its own: 64 clients that ask and do not read made
- * the server hold 64 bodies for ADMIN_REPLY_MS (a gateway with 4096 agents
- * has one of 12 MB, and up to ~190 MB). Now what they hold is at most
- * ADMIN_BODIES_MAX plus the bodies made once each ADMIN_BODY_REUSE_MS past
- * it, and a scraper gets a body that old at the most, and only then. NULL
- * when out of memory. */
+ * when body_wanted(). NULL when out of memory. */
 static struct evbuffer *metrics_body(struct admin_conn *c)
 {
     struct admin *a = c->a;
     uint64_t now = monotonic_ms();
-    if (a->latest == NULL || now - a->latest_ms >= ADMIN_BODY_REUSE_MS ||
-        bodies_held(a) + a->latest_len <= ADMIN_BODIES_MAX) {
+    if (body_wanted(a, now)) {
         struct evbuffer *fresh = evbuffer_new();
         if (fresh == NULL || metrics_format(a->m, fresh) != 0) {
             evbuffer_free(fresh);
@@ -233,6 +267,8 @@ static struct evbuffer *metrics_body(struct admin_conn *c)
         a->latest_gen++;
         a->latest_ms = now;
         a->latest_len = evbuffer_get_length(fresh);
+        a->latest_expired = false;
+        arm(a->expire, a->fresh_ms);
     }
     struct evbuffer *body = evbuffer_new();
     if (body == NULL || evbuffer_add_buffer_reference(body, a->latest) != 0) {
@@ -417,6 +453,15 @@ static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct soc
     admin_listen_update(a);
 }
 
+static void on_expire(evutil_socket_t fd, short what, void *arg)
+{
+    struct admin *a = arg;
+    (void)fd;
+    (void)what;
+    a->latest_expired = true;
+    latest_release(a);
+}
+
 static void on_resume(evutil_socket_t fd, short what, void *arg)
 {
     struct admin *a = arg;
@@ -531,11 +576,15 @@ struct admin *admin_new(struct event_base *base, const char *addr, struct metric
         goto bad_addr;
     }
     struct admin *a = calloc(1, sizeof(*a));
-    if (a == NULL || (a->resume = evtimer_new(base, on_resume, a)) == NULL) {
+    if (a == NULL || (a->resume = evtimer_new(base, on_resume, a)) == NULL ||
+        (a->expire = evtimer_new(base, on_expire, a)) == NULL) {
         snprintf(err, errlen, "--admin %s: out of memory", addr);
-        free(a);
+        admin_free(a);
         return NULL;
     }
+    /* test-only (README): a window a test can outlast, or never reach */
+    a->fresh_ms =
+        (unsigned)env_number("SLUICE_TEST_METRICS_FRESH_MS", 3600000, ADMIN_BODY_FRESH_MS);
     a->base = base;
     a->m = m;
     snprintf(a->addr, sizeof(a->addr), "%s", addr);
@@ -577,5 +626,7 @@ void admin_free(struct admin *a)
         evbuffer_free(a->latest);
     if (a->resume != NULL)
         event_free(a->resume);
+    if (a->expire != NULL)
+        event_free(a->expire);
     free(a);
 }

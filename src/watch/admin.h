@@ -17,6 +17,9 @@
  *   - ADMIN_HEAD_MS from the accept to a complete head (408 after), then
  *     ADMIN_REPLY_MS to write the reply, then at most ADMIN_LINGER_MS (and
  *     ADMIN_LINGER_MAX bytes read and discarded) before the close;
+ *   - /metrics bodies built: at most one each ADMIN_BODY_FRESH_MS (a body
+ *     is built on the event loop, ~65 ms for 4096 agents); a scrape within
+ *     it gets the newest body, shared;
  *   - /metrics bodies that replies hold: at most ADMIN_BODIES_MAX bytes,
  *     beyond which a reply shares the newest body (if under
  *     ADMIN_BODY_REUSE_MS old) rather than getting one of its own;
@@ -47,6 +50,7 @@
 #define ADMIN_BODIES_MAX (64u << 20) /* bytes of /metrics bodies replies hold, at most... */
 #endif
 #define ADMIN_BODY_REUSE_MS 5000 /* ...for a body shared past it, this old at most */
+#define ADMIN_BODY_FRESH_MS 1000 /* a /metrics body is built at most once per this */
 
 struct event_base;
 struct metrics;
