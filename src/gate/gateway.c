@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -32,6 +33,7 @@
 
 #define LOG_FLUSH_MS       2000 /* the log's last flush, at least */
 #define SINKS_DRAIN_MIN_MS 1000 /* the alert sinks' last wait, at least */
+#define RELOAD_WAIT_MIN_MS 100  /* a reload's last wait at exit, at least */
 
 static struct gw_policy *gw_policy_new(struct policy *p)
 {
@@ -542,19 +544,42 @@ int gateway_reload(struct gateway *gw, const char *path)
  * The thread touches nothing the loop uses: the loader keeps no shared
  * state (libyaml, libidn2 and libpsl's builtin list are safe to use from
  * several threads; env: tokens are read with getenv). Running out of memory
- * in the loader ends the process, as it did in a synchronous reload. */
+ * in the loader ends the process, as it did in a synchronous reload.
+ *
+ * A load blocked in the file system (a read() of a hung NFS or FUSE mount,
+ * which no signal but SIGKILL ends) is left to its thread at exit
+ * (reload_free()): the thread frees the struct if its call ever returns,
+ * and the process exits meanwhile. */
 struct gw_reload {
     pthread_t thread;
-    bool running; /* a thread was started and not joined yet */
-    bool queued;  /* a SIGHUP arrived during the load: one more after it */
-    int fds[2];   /* the thread's "done" byte; [0] is watched by done_ev */
+    pthread_mutex_t mu; /* guards <done> and <abandoned> */
+    bool running;       /* a thread was started and not joined (or left) yet */
+    bool queued;        /* a SIGHUP arrived during the load: one more after it */
+    bool done;          /* (mu) the thread's load has ended */
+    bool abandoned;     /* (mu) the gateway is gone: the thread frees this */
+    int fds[2];         /* the thread's "done" byte; [0] is watched by done_ev */
     struct event *done_ev;
-    const char *path;                    /* gw->cfg.policy_path (borrowed) */
+    char *path;                          /* a copy of gw->cfg.policy_path, owned: a
+                                          * thread left at exit outlives the config */
     unsigned flags;                      /* load_flags() */
     struct policy *result;               /* the thread's result, NULL on failure */
     char msg[1024];                      /* the first error when result is NULL */
     char warnings[POLICY_WARNINGS_TEXT]; /* the loader's warnings, printed when applied */
 };
+
+/* Frees <r> and what it holds; the thread, if one was started, is over
+ * (joined) or is the caller. */
+static void reload_job_free(struct gw_reload *r)
+{
+    policy_free(r->result);
+    if (r->done_ev != NULL)
+        event_free(r->done_ev);
+    close(r->fds[0]);
+    close(r->fds[1]);
+    free(r->path);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
 
 static void *reload_thread(void *arg)
 {
@@ -573,9 +598,8 @@ static void *reload_thread(void *arg)
             snprintf(r->msg, sizeof(r->msg), "%s: cannot load the policy", r->path);
     }
     diag_free(&d);
-    char one = 1;
-    while (write(r->fds[1], &one, 1) < 0 && errno == EINTR)
-        continue;
+    if (quiet_thread_job_end(&r->mu, &r->abandoned, &r->done, r->fds[1]))
+        reload_job_free(r); /* left at exit (reload_leave()) */
     return NULL;
 }
 
@@ -586,7 +610,7 @@ static int reload_start(struct gateway *gw)
     struct gw_reload *r = gw->reload;
     r->result = NULL;
     r->msg[0] = '\0';
-    r->path = gw->cfg.policy_path;
+    r->done = false;
     r->flags = load_flags(gw);
     /* Signals stay with the loop's thread. */
     int e = quiet_thread_create(&r->thread, reload_thread, r);
@@ -645,34 +669,71 @@ static struct gw_reload *reload_new(struct gateway *gw)
     struct gw_reload *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return NULL;
-    if (pipe2(r->fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+    r->path = strdup(gw->cfg.policy_path);
+    if (r->path == NULL || pipe2(r->fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+        free(r->path);
         free(r);
         return NULL;
     }
+    pthread_mutex_init(&r->mu, NULL);
     r->done_ev = event_new(gw->base, r->fds[0], EV_READ | EV_PERSIST, on_reload_done, gw);
     if (r->done_ev == NULL || event_add(r->done_ev, NULL) < 0) {
-        if (r->done_ev != NULL)
-            event_free(r->done_ev);
-        close(r->fds[0]);
-        close(r->fds[1]);
-        free(r);
+        reload_job_free(r);
         return NULL;
     }
     return r;
 }
 
-/* Waits for a load in progress, then frees everything. Accepts NULL. */
-static void reload_free(struct gw_reload *r)
+/* Whether the running load of <r> wrote its "done" byte within <wait_ms>. */
+static bool reload_ended_within(const struct gw_reload *r, unsigned wait_ms)
+{
+    uint64_t deadline = monotonic_ms() + wait_ms;
+    for (;;) {
+        uint64_t now = monotonic_ms();
+        struct pollfd pfd = {.fd = r->fds[0], .events = POLLIN};
+        int n = poll(&pfd, 1, now < deadline ? (int)(deadline - now) : 0);
+        if (n > 0)
+            return true;
+        if (n == 0 || errno != EINTR)
+            return false;
+    }
+}
+
+/* Leaves the running load of <r> to its thread, which frees <r> when its
+ * call returns, unless it has ended meanwhile. Returns whether it was left
+ * (then <r> is no longer the caller's). */
+static bool reload_leave(struct gw_reload *r, unsigned waited_ms)
+{
+    pthread_mutex_lock(&r->mu);
+    bool left = !r->done;
+    if (left) {
+        event_free(r->done_ev); /* the loop's, which is freed next */
+        r->done_ev = NULL;
+        r->abandoned = true;
+        pthread_detach(r->thread);
+        /* said before the lock is let go: from then on <r> may be gone */
+        fprintf(stderr,
+                "sluice: the reload of %s is abandoned at exit: its load has not ended within "
+                "what was left of --grace (%u ms; its file system does not answer?)\n",
+                r->path, waited_ms);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return left;
+}
+
+/* Frees <r> (accepts NULL) once its load, if one runs, has ended; one that
+ * has not ended within <wait_ms> is left to its thread (reload_leave()): a
+ * read() that a file system does not answer can be neither interrupted
+ * nor waited out, and the stop must end. */
+static void reload_free(struct gw_reload *r, unsigned wait_ms)
 {
     if (r == NULL)
         return;
+    if (r->running && !reload_ended_within(r, wait_ms) && reload_leave(r, wait_ms))
+        return;
     if (r->running)
         pthread_join(r->thread, NULL);
-    policy_free(r->result);
-    event_free(r->done_ev);
-    close(r->fds[0]);
-    close(r->fds[1]);
-    free(r);
+    reload_job_free(r);
 }
 
 static void on_grace_over(evutil_socket_t fd, short what, void *arg)
@@ -898,7 +959,8 @@ void gateway_free(struct gateway *gw)
         listener_free(gw->listeners[i]);
     free(gw->listeners);
     listener_free(gw->admin_self);
-    reload_free(gw->reload); /* waits for a load in progress */
+    /* waits for a load in progress, at most what is left of --grace */
+    reload_free(gw->reload, grace_left_ms(gw, RELOAD_WAIT_MIN_MS));
     gw->reload = NULL;
     struct event *evs[] = {gw->sig_hup, gw->sig_term, gw->sig_int, gw->grace_timer, gw->day_timer};
     for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++)

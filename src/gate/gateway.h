@@ -170,7 +170,10 @@ void gateway_print_grant_warnings(const struct policy *p);
  * <path> can be changed by every user of the host (the file, or a folder
  * without the sticky bit that holds it), else with "". */
 void gateway_policy_file_warning(const char *path, char *out, size_t outlen);
-/* Flushes and closes the log, frees everything. Accepts NULL. */
+/* Flushes and closes the log, frees everything. Accepts NULL. A reload
+ * still loading is waited for what is left of the grace, then left to its
+ * thread (stuck in a file system that does not answer), which frees what
+ * it holds if it ever returns. */
 void gateway_free(struct gateway *gw);
 
 /* Used by connections. */

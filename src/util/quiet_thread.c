@@ -1,7 +1,9 @@
 /* quiet_thread: helper threads that take no signal (quiet_thread.h). */
 #include "util/quiet_thread.h"
 
+#include <errno.h>
 #include <signal.h>
+#include <unistd.h>
 
 int quiet_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg)
 {
@@ -13,4 +15,18 @@ int quiet_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg)
     int e = pthread_create(thread, NULL, fn, arg);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return e;
+}
+
+bool quiet_thread_job_end(pthread_mutex_t *mu, const bool *abandoned, bool *done, int wake_fd)
+{
+    pthread_mutex_lock(mu);
+    bool gone = *abandoned;
+    *done = true;
+    if (!gone) {
+        char one = 1;
+        while (write(wake_fd, &one, 1) < 0 && errno == EINTR)
+            continue;
+    }
+    pthread_mutex_unlock(mu);
+    return gone;
 }

@@ -9,10 +9,17 @@
 #define SLUICE_UTIL_QUIET_THREAD_H
 
 #include <pthread.h>
+#include <stdbool.h>
 
 /* Starts <fn>(<arg>) on a new joinable thread, into <*thread>, with every
  * signal blocked; the caller's mask is as it was on return. Returns 0, or
  * pthread_create()'s error. */
 int quiet_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg);
+
+/* The end of a helper thread's job whose owner may have left it (a call
+ * stuck in a file system, given up at exit): under <mu>, sets <*done> and,
+ * unless <*abandoned>, writes one byte to <wake_fd>, the owner's wake-up.
+ * Returns <*abandoned>: then the job is the thread's to free. */
+bool quiet_thread_job_end(pthread_mutex_t *mu, const bool *abandoned, bool *done, int wake_fd);
 
 #endif

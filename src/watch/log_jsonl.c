@@ -1182,16 +1182,7 @@ static void *reopen_thread(void *arg)
         close(j->old_fd);
         j->old_fd = -1;
     }
-    pthread_mutex_lock(&j->mu);
-    bool gone = j->abandoned;
-    j->done = true;
-    if (!gone) {
-        char one = 1;
-        while (write(j->fds[1], &one, 1) < 0 && errno == EINTR)
-            continue;
-    }
-    pthread_mutex_unlock(&j->mu);
-    if (gone)
+    if (quiet_thread_job_end(&j->mu, &j->abandoned, &j->done, j->fds[1]))
         job_free(j);
     return NULL;
 }

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import threading
 import time
 import urllib.request
@@ -1073,3 +1074,54 @@ def test_a_plain_upload_answered_early_is_cut_by_a_close(gateway, net):
                      ("agent_egress_end", None)], lines
     end = gw.wait_events("agent_egress_end", id=rid)[0]
     assert end["status"] == 200 and end["bytes_up"] <= UPLOAD_FIRST, end
+
+
+STOP_HANG_GUARD_S = 30  # a hang guard, not a claim on time
+
+
+def _policy_on_fuse(gw, fs):
+    """Points the gateway's policy path at the file <fs> serves (a link
+    put in place by a rename): a reload opens it and reads it there."""
+    link = gw.policy_path + ".link"
+    os.symlink(fs.path, link)
+    os.replace(link, gw.policy_path)
+
+
+def _exit_status(gw):
+    """The gateway's exit status, None when it has not ended within the
+    hang guard."""
+    try:
+        return gw.proc.wait(STOP_HANG_GUARD_S)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+ABANDONED = "sluice: the reload of %s is abandoned at exit"
+
+
+# serial: a FUSE mount in the machine's mount namespace, which a box another
+# worker builds meanwhile cannot make read-only (it refuses to start)
+@pytest.mark.serial
+def test_a_stop_leaves_a_reload_whose_file_system_does_not_answer(gateway, net, tmp_path):
+    # A SIGHUP's reload reading a regular file on a file system that does
+    # not answer (a hung NFS or FUSE mount) held the stop, which joined the
+    # reload thread: a SIGTERM never ended serve. The stop now waits for the
+    # load what is left of --grace, then leaves its thread and exits 0.
+    from fuse_file import FuseFile
+    gw = gateway(net.policy([api_rule(net)]), args=["--grace", "1s"])
+    assert request(gw, "GET", net.url("/before")).status == 200
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    text = policy_yaml(net.policy([api_rule(net), other_rule(net)])).encode()
+    with FuseFile(str(mnt), text, reads="hold") as fs:
+        _policy_on_fuse(gw, fs)
+        gw.reload()
+        poll(lambda: fs.read_pids(), timeout=20, interval=0.02,
+             what="the reload reading the FUSE file")
+        gw.proc.send_signal(signal.SIGTERM)
+        rc = _exit_status(gw)
+        assert rc == 0, (rc, gw.stderr()[-2000:])
+    err = gw.stderr()
+    assert (ABANDONED % gw.policy_path) in err, err[-2000:]
+    assert "sluice: reloaded" not in err, err[-2000:]
+    gw.decided(path="/before")  # the events decided before the stop are logged
