@@ -779,7 +779,12 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     struct gateway *gw = arg;
     (void)what;
     if (sig == SIGHUP) {
-        reload_request(gw);
+        /* a load's policy would be thrown away at the stop's end, and a
+         * load stuck in a file system would only lengthen the stop */
+        if (gw->stopping)
+            fputs("sluice: SIGHUP during the stop: the policy is not reloaded\n", stderr);
+        else
+            reload_request(gw);
         watch_reopen(gw->watch);
         if (gw->log != NULL)
             log_jsonl_reopen_soon(gw->log,

@@ -279,6 +279,19 @@ def recv_until_close(sock, limit=1 << 20):
     return data
 
 
+def recv_line(sock, reads=100):
+    """Bytes from <sock> up to a line end, its close, or <reads> reads."""
+    got = b""
+    for _ in range(reads):
+        if got.endswith(b"\n"):
+            break
+        d = sock.recv(4096)
+        if not d:
+            break
+        got += d
+    return got
+
+
 def exchange_until_close(gw, data):
     """Sends <data> on a new connection to the gateway and returns what
     comes back until the gateway closes it."""

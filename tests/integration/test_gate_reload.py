@@ -18,8 +18,8 @@ import pytest
 
 from conftest import API_IP, DEAD_IP, policy_yaml
 from gate_client import (api_rule, connect, fd_named, open_conn, other_rule, other_url, poll,
-                         read_head, read_response, request)
-from gate_servers import FullListener, LoopbackServer, ScriptedUpstream
+                         read_head, read_response, recv_line, request)
+from gate_servers import BannerServer, FullListener, LoopbackServer, ScriptedUpstream
 from watch_helpers import free_tcp_port
 
 FILLER = 50000  # enough rules that a load takes a visible time
@@ -1125,3 +1125,52 @@ def test_a_stop_leaves_a_reload_whose_file_system_does_not_answer(gateway, net, 
     assert (ABANDONED % gw.policy_path) in err, err[-2000:]
     assert "sluice: reloaded" not in err, err[-2000:]
     gw.decided(path="/before")  # the events decided before the stop are logged
+
+
+# serial: as above, a FUSE mount
+@pytest.mark.serial
+def test_a_sighup_during_the_stop_starts_no_reload(gateway, net, tmp_path):
+    # A SIGHUP that came while the stop let a tunnel finish started a
+    # reload, whose policy the stop threw away: one reading a file system
+    # that does not answer held the stop (or, since the stop leaves such a
+    # load, made it wait out the grace). The SIGHUP now reopens the logs
+    # and starts no load.
+    from fuse_file import FuseFile
+    rules = [api_rule(net), {"host": "banner.example.test", "ports": [net.banner.port],
+                             "tier": 2}]
+    gw = gateway(net.policy(rules))
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    with FuseFile(str(mnt), policy_yaml(net.policy(rules)).encode(), reads="hold") as fs:
+        _policy_on_fuse(gw, fs)
+        t = connect(gw, "banner.example.test:%d" % net.banner.port)
+        try:
+            assert t.status == 200
+            t.sock.settimeout(10)
+            assert recv_line(t.sock) == BannerServer.BANNER
+            gw.proc.send_signal(signal.SIGTERM)
+
+            def refused():
+                try:
+                    socket.create_connection((gw.host, gw.port), timeout=1).close()
+                except OSError:
+                    return True
+                return False
+            poll(refused, timeout=10, interval=0.05, what="the listener closed by the stop")
+            # the SIGHUP's reopen of the log makes a new file: then the
+            # signal has been handled (a load is started before the reopen)
+            os.rename(gw.log_path, gw.log_path + ".1")
+            gw.reload()
+            poll(lambda: os.path.exists(gw.log_path), timeout=20, interval=0.02,
+                 what="the log reopened by the SIGHUP")
+            t.sock.sendall(b"QUIT\r\n")
+            assert recv_line(t.sock) == BannerServer.REPLY
+        finally:
+            t.close()
+        rc = _exit_status(gw)
+        pids = fs.read_pids()
+    err = gw.stderr()
+    assert rc == 0, (rc, err[-2000:])
+    assert pids == [], err[-2000:]
+    assert "sluice: SIGHUP during the stop: the policy is not reloaded" in err, err[-2000:]
+    assert "abandoned" not in err, err[-2000:]
