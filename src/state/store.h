@@ -92,25 +92,15 @@ int store_load_contacts(struct store *s, store_contact_fn fn, void *arg);
  * holds. */
 int store_load_baselines(struct store *s, int limit, store_baseline_fn fn, void *arg);
 int store_load_counters(struct store *s, store_counter_fn fn, void *arg);
-/* Calls <fn> for the queue rows of webhook <sink> whose id is above
- * <after>, oldest first, at most <limit> of them: what a sink has room for,
- * read without going through the rest of the queue. The queue is never
- * read whole: it can hold hundreds of thousands of alerts (a sink down for
- * days). The rows are those the writes not yet committed leave (queued, in
- * the writer's hands, or kept after a failed commit): a row they add is
- * read (with 0 attempts), one they delete is not. <fn> must not queue
- * writes. Returns the number of rows, or -1 on a database error (reported
- * on stderr). Reads on the caller's thread: not for the event loop once it
- * serves (store_queue_read() is). */
-int store_load_queue_of(struct store *s, const char *sink, int64_t after, int limit,
-                        store_queue_fn fn, void *arg);
 /* A read of webhook <sink>'s oldest queue rows for the event loop: run on
  * the writer's thread, between two of its batches, never on the loop (a
  * read of a file system that does not answer would stall every request).
  * store_queue_read() puts it in line (one runs at a time) and returns at
- * once; store_queue_read_take(), on a later tick, gives the rows as
- * store_load_queue_of() does, as the writes not yet committed at the take
- * leave them. The read holds at most <limit> rows, and at most <max_bytes>
+ * once; store_queue_read_take(), on a later tick, gives them oldest first,
+ * as the writes not yet committed at the take leave them: a row they add
+ * is given (with 0 attempts), one they delete is not. The queue is never
+ * read whole: it can hold hundreds of thousands of alerts (a sink down for
+ * days). The read holds at most <limit> rows, and at most <max_bytes>
  * bytes of their bodies: it stops before the row that would pass them (the
  * first row too, unless <one_over>: then that one is read alone, however
  * long), and the sink's rows past it are not "all" (got->all false). Rows
@@ -121,7 +111,9 @@ struct store_read;
 struct store_read_got {
     int rows;      /* given to the callback */
     bool all;      /* the sink has no row past them */
-    int64_t count; /* the sink's rows, as store_count_queue_of() counts them */
+    int64_t count; /* the sink's rows, counted in the index alert_queue_sink, as the
+                    * writes not yet committed leave them: those they add are counted,
+                    * those they delete are not */
 };
 struct store_read *store_queue_read(struct store *s, const char *sink, int limit, size_t max_bytes,
                                     bool one_over);
@@ -142,12 +134,6 @@ void store_queue_read_cancel(struct store *s, struct store_read *r);
  * Returns the number of sinks, or -1 on a database error (reported on
  * stderr). */
 int store_count_queue(struct store *s, store_queued_fn fn, void *arg);
-/* How many queue rows webhook <sink> has, counted in the index
- * alert_queue_sink, as the writes not yet committed leave them: those they
- * add are counted, those they delete are not; -1 on a database error
- * (reported on stderr). */
-int64_t store_count_queue_of(struct store *s, const char *sink);
-
 /* Queued writes (committed by store_flush). Strings are copied. Each
  * returns 0, or -1 when out of memory, or when the writer holds every
  * write and the caps leave no room (the write is dropped and counted). */
@@ -159,7 +145,7 @@ int store_put_counter(struct store *s, const char *name, uint64_t value);
 int64_t store_queue_add(struct store *s, const char *sink, const char *body);
 int store_queue_attempts(struct store *s, int64_t id, int attempts);
 /* Queues the deletion of the row of alert <id>, filed under <sink> (the
- * sink's count of rows leaves it out at once: store_count_queue_of). */
+ * sink's count of rows leaves it out at once: store_read_got.count). */
 int store_queue_del(struct store *s, const char *sink, int64_t id);
 
 /* Takes back the writer's last batch if it has finished it, then hands it

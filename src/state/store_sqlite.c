@@ -44,7 +44,7 @@ struct store {
     struct store_op *ops;
     size_t nops, cap;
     /* The batch in the writer's hands, oldest first (NULL when none): older
-     * than every write in ops. The loop reads it (store_load_queue_of) but
+     * than every write in ops. The loop reads it (store_queue_read_take) but
      * neither changes nor frees it until store_writer_collect() gives it
      * back. */
     const struct store_op *inflight;
@@ -409,7 +409,7 @@ static int open_db(const char *path, sqlite3 **db, char **why)
                           NULL);
     if (rc != SQLITE_OK)
         goto err;
-    /* The webhook's sweep reads a sink's oldest rows (store_load_queue_of):
+    /* The webhook's sweep reads a sink's oldest rows (store_queue_read()):
      * with this index that reads those rows, not the whole queue. Made by
      * stores before it on their first open; best effort, as the query
      * works without it (slower) and a store another process holds locked
@@ -947,23 +947,21 @@ static int deleting(const struct store *s, int64_t **ids, size_t *n)
 }
 
 /* The next write not yet committed, from the <*at>th on, that adds a queue
- * row of <sink> above <after>, or NULL. Such rows' ids rise with their
- * place (handed out in order, batches committed in order). */
+ * row of <sink>, or NULL. Such rows' ids rise with their place (handed out
+ * in order, batches committed in order). */
 static const struct store_op *next_unwritten_row(const struct store *s, size_t *at,
-                                                 const char *sink, int64_t after)
+                                                 const char *sink)
 {
     const struct store_op *o;
     while ((o = unwritten_at(s, (*at)++)) != NULL)
-        if (o->kind == OP_QADD && o->n > after && strcmp(o->a, sink) == 0)
+        if (o->kind == OP_QADD && strcmp(o->a, sink) == 0)
             return o;
     return NULL;
 }
 
-/* Committed queue rows, in id order: those of a statement (SELECT id,
- * sink, body, attempts ... ORDER BY id) the loop steps, or those a read on
- * the writer's thread brought (store_queue_read()). */
+/* The committed queue rows a read on the writer's thread brought
+ * (store_queue_read()), in id order. */
 struct row_src {
-    sqlite3_stmt *st;
     const struct store_read *r;
     size_t at;
     int rc; /* SQLITE_ROW while on a row */
@@ -971,25 +969,17 @@ struct row_src {
 
 static void src_step(struct row_src *src)
 {
-    if (src->st != NULL)
-        src->rc = sqlite3_step(src->st);
-    else
-        src->rc = src->at++ < src->r->nrows ? SQLITE_ROW : SQLITE_DONE;
+    src->rc = src->at++ < src->r->nrows ? SQLITE_ROW : SQLITE_DONE;
 }
 
 static int64_t src_id(const struct row_src *src)
 {
-    return src->st != NULL ? sqlite3_column_int64(src->st, 0) : src->r->rows[src->at - 1].id;
+    return src->r->rows[src->at - 1].id;
 }
 
 /* Calls <fn> with the row <src> is on. */
 static void src_call(const struct row_src *src, const char *sink, store_queue_fn fn, void *arg)
 {
-    if (src->st != NULL) {
-        fn(src_id(src), col_text(src->st, 1), col_text(src->st, 2), sqlite3_column_int(src->st, 3),
-           arg);
-        return;
-    }
     const struct store_row *row = &src->r->rows[src->at - 1];
     fn(row->id, sink, row->body, row->attempts, arg);
 }
@@ -999,7 +989,7 @@ static void src_call(const struct row_src *src, const char *sink, store_queue_fn
  * add cannot go before those it did not bring. */
 static bool src_whole(const struct row_src *src)
 {
-    return src->st != NULL || src->r->end;
+    return src->r->end;
 }
 
 /* The committed rows of <src> and those the writes not yet committed add,
@@ -1007,8 +997,8 @@ static bool src_whole(const struct row_src *src)
  * <fn>; <*all> tells whether the sink has no row past them. A row the
  * writer committed while <src> was read is read once. Returns the number
  * of rows, or -1 when out of memory; <src>'s error is the caller's. */
-static int merged_rows(struct store *s, struct row_src *src, const char *sink, int64_t after,
-                       int limit, store_queue_fn fn, void *arg, bool *all)
+static int merged_rows(struct store *s, struct row_src *src, const char *sink, int limit,
+                       store_queue_fn fn, void *arg, bool *all)
 {
     int64_t *del = NULL;
     size_t ndel = 0, at = 0;
@@ -1017,7 +1007,7 @@ static int merged_rows(struct store *s, struct row_src *src, const char *sink, i
         fprintf(stderr, "sluice: state %s: cannot read: out of memory\n", s->path);
         return -1;
     }
-    const struct store_op *add = next_unwritten_row(s, &at, sink, after);
+    const struct store_op *add = next_unwritten_row(s, &at, sink);
     int n = 0;
     src_step(src);
     while (n < limit && (src->rc == SQLITE_ROW || (add != NULL && src_whole(src)))) {
@@ -1029,7 +1019,7 @@ static int merged_rows(struct store *s, struct row_src *src, const char *sink, i
                 fn(add->n, add->a, add->b, 0, arg);
                 n++;
             }
-            add = next_unwritten_row(s, &at, sink, after);
+            add = next_unwritten_row(s, &at, sink);
             continue;
         }
         if (!id_set_has(del, ndel, id)) {
@@ -1040,27 +1030,6 @@ static int merged_rows(struct store *s, struct row_src *src, const char *sink, i
     }
     free(del);
     *all = n < limit && src->rc != SQLITE_ROW && add == NULL && src_whole(src);
-    return n;
-}
-
-int store_load_queue_of(struct store *s, const char *sink, int64_t after, int limit,
-                        store_queue_fn fn, void *arg)
-{
-    struct row_src src = {0};
-    bool all;
-    /* No LIMIT: the rows are stepped along the index alert_queue_sink as
-     * they are taken, and those whose deletion waits are passed over. */
-    if (sqlite3_prepare_v2(s->db,
-                           "SELECT id, sink, body, attempts FROM alert_queue WHERE sink = ?1 AND "
-                           "id > ?2 ORDER BY id",
-                           -1, &src.st, NULL) != SQLITE_OK)
-        return load_fail(s, src.st);
-    sqlite3_bind_text(src.st, 1, sink, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(src.st, 2, after);
-    int n = merged_rows(s, &src, sink, after, limit > 0 ? limit : 0, fn, arg, &all);
-    if (n >= 0 && src.rc != SQLITE_ROW && src.rc != SQLITE_DONE)
-        return load_fail(s, src.st);
-    sqlite3_finalize(src.st);
     return n;
 }
 
@@ -1106,24 +1075,6 @@ static int64_t unwritten_count_of(const struct store *s, const char *sink, size_
             n--;
     }
     return n;
-}
-
-int64_t store_count_queue_of(struct store *s, const char *sink)
-{
-    sqlite3_stmt *st = NULL;
-    /* The rows below qadd_lo were committed; those from it on are counted
-     * in the writes not committed yet (the writer may commit some while
-     * this counts: counted once), and so are the deletions that wait. */
-    if (sqlite3_prepare_v2(s->db, "SELECT count(*) FROM alert_queue WHERE sink = ?1 AND id < ?2",
-                           -1, &st, NULL) != SQLITE_OK)
-        return load_fail(s, st);
-    sqlite3_bind_text(st, 1, sink, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, s->qadd_lo);
-    if (sqlite3_step(st) != SQLITE_ROW)
-        return load_fail(s, st);
-    int64_t n = sqlite3_column_int64(st, 0) + unwritten_count_of(s, sink, 0);
-    sqlite3_finalize(st);
-    return n > 0 ? n : 0;
 }
 
 /* ---- the webhooks' reads, on the writer's thread ---------------------------- */
@@ -1231,7 +1182,7 @@ int store_queue_read_take(struct store *s, struct store_read *r, store_queue_fn 
      * not counted again. */
     size_t seen = r->commits > s->commits ? s->ninflight : 0;
     struct row_src src = {.r = r};
-    got->rows = merged_rows(s, &src, r->sink, 0, r->want, fn, arg, &got->all);
+    got->rows = merged_rows(s, &src, r->sink, r->want, fn, arg, &got->all);
     if (got->rows < 0)
         goto out;
     int64_t count = r->count + unwritten_count_of(s, r->sink, seen);

@@ -77,6 +77,43 @@ static void on_queue(int64_t id, const char *sink, const char *body, int attempt
     s->n++;
 }
 
+/* Takes <r> (store_queue_read_take()) as the loop's ticks would, waiting
+ * between them for the writer's thread (the loop never does): its rows to
+ * <fn>, its outcome into <got>. */
+static int take_with(struct store *s, struct store_read *r, store_queue_fn fn, void *arg,
+                     struct store_read_got *got)
+{
+    int rc = 1;
+    for (int i = 0; i < 10000 && (rc = store_queue_read_take(s, r, fn, arg, got)) > 0; i++)
+        usleep(1000);
+    return rc;
+}
+
+/* Reads webhook <sink>'s oldest queue rows, at most <limit>, as the
+ * gateway does (store_queue_read(): on the writer's thread), each to <fn>;
+ * the sink's count of rows into <*count> when not NULL. Returns the number
+ * of rows, or -1. */
+static int read_queue(struct store *s, const char *sink, int limit, store_queue_fn fn, void *arg,
+                      int64_t *count)
+{
+    struct store_read *r = store_queue_read(s, sink, limit, SIZE_MAX, false);
+    assert_non_null(r);
+    struct store_read_got got = {0};
+    int rc = take_with(s, r, fn, arg, &got);
+    assert_true(rc <= 0); /* 1: the writer never ran it (10 s) */
+    if (count != NULL)
+        *count = got.count;
+    return rc < 0 ? -1 : got.rows;
+}
+
+/* Webhook <sink>'s count of queue rows, as /metrics shows it. */
+static int64_t queue_count(struct store *s, const char *sink)
+{
+    int64_t n = -1;
+    assert_int_equal(read_queue(s, sink, 0, on_queue, NULL, &n), 0); /* no row: no call */
+    return n;
+}
+
 static void on_counter(const char *name, uint64_t v, void *arg)
 {
     struct seen *s = arg;
@@ -294,7 +331,7 @@ static void round_trip(void **state)
     assert_int_equal(seen.num[0], 10);
     assert_true(seen.d[0] > 3.4 && seen.d[0] < 3.6);
     memset(&seen, 0, sizeof(seen));
-    assert_int_equal(store_load_queue_of(s, "http://h/", 0, 10, on_queue, &seen), 1);
+    assert_int_equal(read_queue(s, "http://h/", 10, on_queue, &seen, NULL), 1);
     assert_string_equal(seen.text[0], "http://h/ {\"a\":2} 3");
     assert_int_equal(seen.num[0], q2);
     memset(&seen, 0, sizeof(seen));
@@ -307,7 +344,7 @@ static void round_trip(void **state)
     store_close(s); /* commits on close */
     s = open_ok(sub);
     memset(&seen, 0, sizeof(seen));
-    assert_int_equal(store_load_queue_of(s, "http://h/", 0, 10, on_queue, &seen), 2);
+    assert_int_equal(read_queue(s, "http://h/", 10, on_queue, &seen, NULL), 2);
     store_close(s);
     store_close(NULL);
 }
@@ -903,7 +940,7 @@ static void over_the_bytes_cap_the_oldest_go(void **state)
     assert_int_equal(flush(s), 0);
     sqlite3_close(db);
     assert_int_equal(store_pending_bytes(s), 0);
-    assert_int_equal(store_count_queue_of(s, sink), (int64_t)kept);
+    assert_int_equal(queue_count(s, sink), (int64_t)kept);
     free(body);
     store_close(s);
 }
@@ -1189,7 +1226,7 @@ static void on_queue_ids(int64_t id, const char *sink, const char *body, int att
 }
 
 /* A webhook's sweep reads only the rows it has room for: the rows of its
- * sink after a cursor, oldest first, at most <limit>, whatever else the
+ * sink, oldest first, at most <limit>, whatever else the
  * queue holds (an agent can queue hundreds of thousands of alerts while a
  * webhook is down; the sweep used to read them all, on the loop). */
 static void queue_rows_of_a_sink_up_to_a_limit(void **state)
@@ -1204,20 +1241,14 @@ static void queue_rows_of_a_sink_up_to_a_limit(void **state)
     }
     assert_int_equal(flush(s), 0);
     struct ids seen = {0};
-    assert_int_equal(store_load_queue_of(s, "http://a/", 0, 10, on_queue_ids, &seen), 10);
+    assert_int_equal(read_queue(s, "http://a/", 10, on_queue_ids, &seen, NULL), 10);
     assert_int_equal(seen.n, 10); /* read 10 rows, not 50,000 */
     assert_false(seen.other);
     for (int i = 0; i < 10; i++)
         assert_int_equal(seen.id[i], first + 2 * i); /* the oldest, in order */
     seen = (struct ids){0};
-    assert_int_equal(store_load_queue_of(s, "http://a/", first + 200, 7, on_queue_ids, &seen), 7);
-    assert_int_equal(seen.n, 7);
-    assert_false(seen.other);
-    assert_int_equal(seen.id[0], first + 202); /* after the cursor */
-    assert_int_equal(seen.id[6], first + 214);
-    seen = (struct ids){0};
-    assert_int_equal(store_load_queue_of(s, "http://c/", 0, 10, on_queue_ids, &seen), 0);
-    assert_int_equal(store_load_queue_of(s, "http://a/", 0, 0, on_queue_ids, &seen), 0);
+    assert_int_equal(read_queue(s, "http://c/", 10, on_queue_ids, &seen, NULL), 0);
+    assert_int_equal(read_queue(s, "http://a/", 0, on_queue_ids, &seen, NULL), 0);
     assert_int_equal(seen.n, 0);
     store_close(s);
     /* a store made before the index gets it at its next open; opened while
@@ -1225,7 +1256,7 @@ static void queue_rows_of_a_sink_up_to_a_limit(void **state)
     sqlite3 *db = other_connection("DROP INDEX alert_queue_sink; BEGIN EXCLUSIVE");
     s = open_ok(dir);
     seen = (struct ids){0};
-    assert_int_equal(store_load_queue_of(s, "http://a/", 0, 3, on_queue_ids, &seen), 3);
+    assert_int_equal(read_queue(s, "http://a/", 3, on_queue_ids, &seen, NULL), 3);
     assert_false(seen.other);
     assert_int_equal(seen.id[2], first + 4);
     store_close(s);
@@ -1348,11 +1379,7 @@ static void a_stuck_commit_holds_the_writer_not_the_loop(void **state)
     assert_int_equal(store_pending(s), 3); /* one in the writer's hands, two queued */
     assert_true(store_queue_unwritten(s, first));
     assert_true(store_queue_unwritten(s, second));
-    struct rows r = {0};
-    assert_int_equal(store_load_queue_of(s, sink, 0, 10, on_row, &r), 1);
-    assert_int_equal(r.id[0], second); /* first's deletion waits: not read */
-    assert_string_equal(r.body[0], "second");
-    assert_int_equal(store_count_queue_of(s, sink), 1); /* first's deletion waits: not counted */
+    /* (a read meanwhile: a_read_waits_on_the_writers_thread_not_the_loop) */
     gate_open();
     assert_int_equal(flush(s), 0);
     assert_false(store_dirty(s));
@@ -1360,10 +1387,11 @@ static void a_stuck_commit_holds_the_writer_not_the_loop(void **state)
     assert_false(store_queue_unwritten(s, second));
     assert_int_equal(rows_in_db("id = 1"), 0);
     assert_int_equal(rows_in_db("id = 2"), 1);
-    memset(&r, 0, sizeof(r));
-    assert_int_equal(store_load_queue_of(s, sink, 0, 10, on_row, &r), 1);
+    struct rows r = {0};
+    int64_t count = -1;
+    assert_int_equal(read_queue(s, sink, 10, on_row, &r, &count), 1);
     assert_int_equal(r.id[0], second);
-    assert_int_equal(store_count_queue_of(s, sink), 1);
+    assert_int_equal(count, 1);
     assert_int_equal(atomic_load(&wal_writes_on_main), 0);
     store_close(s);
 }
@@ -1383,31 +1411,26 @@ static void count_leaves_out_deletions_that_wait(void **state)
     store_queue_add(s, sink, "c");
     int64_t o = store_queue_add(s, other, "o");
     assert_int_equal(flush(s), 0);
-    assert_int_equal(store_count_queue_of(s, sink), 3);
+    assert_int_equal(queue_count(s, sink), 3);
     assert_int_equal(store_queue_del(s, sink, a), 0); /* committed row, deletion queued */
-    assert_int_equal(store_count_queue_of(s, sink), 2);
+    assert_int_equal(queue_count(s, sink), 2);
     int64_t d = store_queue_add(s, sink, "d");
-    assert_int_equal(store_count_queue_of(s, sink), 3);
+    assert_int_equal(queue_count(s, sink), 3);
     assert_int_equal(store_queue_del(s, sink, d), 0); /* added and deleted, both queued */
     assert_int_equal(store_queue_del(s, other, o), 0);
-    assert_int_equal(store_count_queue_of(s, sink), 2);
-    assert_int_equal(store_count_queue_of(s, other), 0);
+    assert_int_equal(queue_count(s, sink), 2);
+    assert_int_equal(queue_count(s, other), 0);
     assert_int_equal(flush(s), 0);
-    assert_int_equal(store_count_queue_of(s, sink), 2);
+    assert_int_equal(queue_count(s, sink), 2);
     assert_int_equal(rows_in_db("1"), 2);
     store_close(s);
 }
 
-/* Takes <r> (store_queue_read_take()) as the loop's ticks would, waiting
- * between them for the writer's thread (the loop never does): its rows into
- * <rows>, its outcome into <got>. */
+/* take_with(), the rows into <rows>. */
 static int take(struct store *s, struct store_read *r, struct rows *rows,
                 struct store_read_got *got)
 {
-    int rc;
-    for (int i = 0; i < 10000 && (rc = store_queue_read_take(s, r, on_row, rows, got)) > 0; i++)
-        usleep(1000);
-    return rc;
+    return take_with(s, r, on_row, rows, got);
 }
 
 /* Takes <r> and checks it gave <n> rows, the last <last>, and counted
@@ -1575,7 +1598,7 @@ static void a_batch_back_from_the_writer_keeps_its_place(void **state)
     assert_int_equal(store_queue_del(s, sink, id), 0);
     assert_int_equal(flush(s), -1);
     struct rows r = {0};
-    assert_int_equal(store_load_queue_of(s, sink, 0, 10, on_row, &r), 0);
+    assert_int_equal(read_queue(s, sink, 10, on_row, &r, NULL), 0);
     assert_int_equal(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
     assert_int_equal(flush(s), 0);
