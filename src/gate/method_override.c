@@ -15,25 +15,34 @@
 #define PARAM_NAME     "_method"
 #define PARAM_NAME_LEN (sizeof(PARAM_NAME) - 1)
 
-/* The overrides the frameworks above read, as the gateway names them, and
- * its refusal of each: the headers, then the query parameter. */
+/* The overrides the frameworks above read, as the gateway names them, the
+ * names' lengths, and its refusal of each: the headers, then the query
+ * parameter. Every header's name starts with an X: override_in() passes
+ * over the other fields at their first byte. */
 struct override {
     const char *name;
+    size_t len;
     const char *refusal;
 };
+#define OVERRIDE_HEADER(name)                                                                      \
+    {                                                                                              \
+        name, sizeof(name) - 1, REFUSAL(name " header")                                            \
+    }
 static const struct override override_headers[] = {
-    {"X-HTTP-Method-Override", REFUSAL("X-HTTP-Method-Override header")},
-    {"X-HTTP-Method", REFUSAL("X-HTTP-Method header")},
-    {"X-Method-Override", REFUSAL("X-Method-Override header")},
+    OVERRIDE_HEADER("X-HTTP-Method-Override"),
+    OVERRIDE_HEADER("X-HTTP-Method"),
+    OVERRIDE_HEADER("X-Method-Override"),
 };
-static const struct override override_param = {PARAM_NAME, REFUSAL("_method query parameter")};
+static const struct override override_param = {PARAM_NAME, PARAM_NAME_LEN,
+                                               REFUSAL("_method query parameter")};
 
-/* True when the field name <n> (<len> bytes) is <name>, ignoring case and
- * taking '_' for '-': CGI, FastCGI and WSGI servers that pass a name with
- * underscores on name both spellings HTTP_X_HTTP_METHOD_OVERRIDE. */
-static bool is_header_name(const char *n, size_t len, const char *name)
+/* True when the field name <n> (<len> bytes) is <name> (<name_len>
+ * bytes), ignoring case and taking '_' for '-': CGI, FastCGI and WSGI
+ * servers that pass a name with underscores on name both spellings
+ * HTTP_X_HTTP_METHOD_OVERRIDE. */
+static bool is_header_name(const char *n, size_t len, const char *name, size_t name_len)
 {
-    if (len != strlen(name))
+    if (len != name_len)
         return false;
     for (size_t i = 0; i < len; i++) {
         char c = n[i] == '_' ? '-' : n[i];
@@ -100,9 +109,11 @@ static const struct override *override_in(const struct http_request *req)
 {
     for (size_t i = 0; i < req->nheaders; i++) {
         const struct http_header *h = &req->headers[i];
+        if (h->name_len == 0 || (h->name[0] != 'X' && h->name[0] != 'x'))
+            continue; /* no override header: most fields of a request */
         for (size_t k = 0; k < sizeof(override_headers) / sizeof(override_headers[0]); k++) {
             const struct override *o = &override_headers[k];
-            if (is_header_name(h->name, h->name_len, o->name) &&
+            if (is_header_name(h->name, h->name_len, o->name, o->len) &&
                 names_other(h->value, h->value_len, req->method))
                 return o;
         }
