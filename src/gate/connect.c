@@ -92,7 +92,7 @@ static void count_up(struct conn *c, size_t n)
  * upstream that does not read holds them queued. */
 static void take_peeked(struct conn *c, size_t n)
 {
-    if (c->ex.flow != NULL && n > 0)
+    if (c->ex.flow != NULL && n > 0 && quota_flow_metered(c->ex.flow))
         quota_flow_take(c->ex.flow, n, quota_now());
 }
 
@@ -106,7 +106,9 @@ static void take_peeked(struct conn *c, size_t n)
 static bool pace_peeked(struct conn *c, size_t n, void (*resume)(void *arg))
 {
     struct quota_flow *f = c->ex.flow;
-    if (f == NULL || n == 0 || quota_flow_allow_or_pause(f, n, quota_now(), resume, c) > 0)
+    if (f == NULL || n == 0 || !quota_flow_metered(f))
+        return false; /* no bucket: not worth the clock */
+    if (quota_flow_allow_or_pause(f, n, quota_now(), resume, c) > 0)
         return false; /* without a timer too: unshaped rather than stalled */
     bufferevent_disable(c->client, EV_READ);
     bufferevent_disable(c->up, EV_READ);

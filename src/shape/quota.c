@@ -555,6 +555,11 @@ static bool flow_meters(const struct quota_flow *f, int i)
     return f->e[i] != NULL && !f->e[i]->bw_off;
 }
 
+bool quota_flow_metered(const struct quota_flow *f)
+{
+    return flow_meters(f, 0) || flow_meters(f, 1);
+}
+
 /* What flow <f> waits for before it lets bytes through: <want> (at least
  * one byte), or a sixteenth of its smallest metered bucket when less. */
 static uint64_t flow_chunk(const struct quota_flow *f, size_t want)

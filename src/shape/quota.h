@@ -142,6 +142,11 @@ struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, cons
  * is borrowed, as quota_flow_open()'s: its policy must outlive the flow
  * or the next call. The agent's bucket is quota_reshape()'s. */
 void quota_flow_set_rule(struct quota_flow *f, const struct rule *r, uint64_t now_ns);
+/* True when a bandwidth bucket meters flow <f>; without one
+ * quota_flow_allow() lets every byte go and quota_flow_take() takes
+ * nothing, so that a caller may spare itself the clock. A reload may
+ * change the answer (quota_reshape(), quota_flow_set_rule()). */
+bool quota_flow_metered(const struct quota_flow *f);
 /* Bytes, up to <want>, that may be sent now (not taken): 0 until every
  * bucket holds what quota_flow_wait_ns() waits for, so that a paused
  * upload moves in pieces of that size, not in the trickle each look

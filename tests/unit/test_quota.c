@@ -894,6 +894,7 @@ static void test_flows(void **state)
                                   quota_flow_open(q, &p, "a", NULL, 0)};
     for (int i = 0; i < 2; i++) {
         assert_non_null(none[i]);
+        assert_false(quota_flow_metered(none[i]));
         assert_int_equal(quota_flow_allow(none[i], 100000, 0), 100000);
         quota_flow_take(none[i], 100000, 0);
         assert_int_equal(quota_flow_wait_ns(none[i], 100000, 0), 0);
@@ -906,6 +907,7 @@ static void test_flows(void **state)
     set_rate(&r.rate, 0, 1000, 0, 1600);
     struct quota_flow *f = quota_flow_open(q, &p, "a", &r, 0);
     assert_non_null(f);
+    assert_true(quota_flow_metered(f));
     assert_int_equal(quota_flow_allow(f, 100000, 0), 1600);
     assert_int_equal(quota_flow_allow(f, 100, 0), 100);
     quota_flow_take(f, 1600, 0);
@@ -1075,6 +1077,7 @@ static void test_reload_shapes_a_flow_opened_unshaped(void **state)
     struct quota_flow *f = quota_flow_open(q, &p, "a", &r, 0);
     assert_non_null(f);
     assert_int_equal(quota_flow_allow(f, 100000, 0), 100000); /* metered by nothing */
+    assert_false(quota_flow_metered(f));
     quota_flow_take(f, 100000, 0);
     /* The reload limits the agent to 16000 B/s. */
     struct policy p2;
@@ -1084,6 +1087,7 @@ static void test_reload_shapes_a_flow_opened_unshaped(void **state)
     p2.rules = &r2;
     p2.nrules = 1;
     quota_reshape(q, &p2, 1 * S);
+    assert_true(quota_flow_metered(f));
     assert_int_equal(quota_flow_allow(f, 100000, 1 * S), 16000);
     quota_flow_take(f, 16000, 1 * S);
     assert_int_equal(quota_flow_allow(f, 100000, 1 * S), 0);
