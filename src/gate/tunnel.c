@@ -261,8 +261,8 @@ static void on_refill(void *arg)
 static size_t metered(struct dir *d, size_t max)
 {
     struct quota_flow *f = d->t->flow;
-    if (f == NULL || d != &d->t->d[0])
-        return max;
+    if (f == NULL || d != &d->t->d[0] || !quota_flow_metered(f))
+        return max; /* no bucket: not worth the clock */
     return quota_flow_allow_or_pause(f, max, quota_now(), on_refill, d);
 }
 
@@ -368,7 +368,7 @@ static enum fill_result fill(struct dir *d, bool *dst_full)
         else
             n = recv(d->src, scratch, max, 0);
         if (n > 0) {
-            if (d->t->flow != NULL && d == &d->t->d[0])
+            if (d->t->flow != NULL && d == &d->t->d[0] && quota_flow_metered(d->t->flow))
                 quota_flow_take(d->t->flow, (size_t)n, quota_now());
             if (d->pipe[1] >= 0) {
                 d->pending += (size_t)n;
