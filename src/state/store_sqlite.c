@@ -996,7 +996,7 @@ static bool src_whole(const struct row_src *src)
  * merged in id order, without those whose deletion waits, up to <limit> to
  * <fn>; <*all> tells whether the sink has no row past them. A row the
  * writer committed while <src> was read is read once. Returns the number
- * of rows, or -1 when out of memory; <src>'s error is the caller's. */
+ * of rows, or -1 when out of memory. */
 static int merged_rows(struct store *s, struct row_src *src, const char *sink, int limit,
                        store_queue_fn fn, void *arg, bool *all)
 {

@@ -4,7 +4,9 @@
  * event loop's thread, whose libevent handlers take them; a helper thread
  * (the background reload, the WAL checkpointer, the standard-error relay,
  * the exec sinks' spawner) starts with every signal blocked so that the
- * kernel never delivers one to it. Owns nothing. */
+ * kernel never delivers one to it. quiet_thread_job_end() ends the job of
+ * such a thread that its owner may have left at exit (the background
+ * reload, a log's reopen). Owns nothing. */
 #ifndef SLUICE_UTIL_QUIET_THREAD_H
 #define SLUICE_UTIL_QUIET_THREAD_H
 
