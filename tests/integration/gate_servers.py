@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from dns_world import read_question, rr
+from gate_client import recv_line
 
 SOCKET_TIMEOUT = 10.0
 
@@ -356,14 +357,7 @@ class BannerServer(LoopbackServer):
         conn.settimeout(SOCKET_TIMEOUT)
         try:
             conn.sendall(self.BANNER)
-            line = b""
-            for _ in range(100):
-                if line.endswith(b"\n"):
-                    break
-                d = conn.recv(1024)
-                if not d:
-                    break
-                line += d
+            line = recv_line(conn)
             with self._lock:
                 self.received.append(line)
             if line.endswith(b"\n"):
