@@ -218,6 +218,22 @@ static unsigned replying(const struct admin *a)
     return n;
 }
 
+/* <n> clients that ask for /metrics at once, each connected to <sin>
+ * with a receive buffer of <rcvbuf> bytes (0: the system's); their sockets
+ * in <fds>. */
+static void ask_metrics(const struct sockaddr_in *sin, int *fds, int n, int rcvbuf)
+{
+    static const char req[] = "GET /metrics HTTP/1.1\r\n\r\n";
+    for (int i = 0; i < n; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        assert_true(fds[i] >= 0);
+        if (rcvbuf > 0)
+            setsockopt(fds[i], SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+        assert_int_equal(connect(fds[i], (const struct sockaddr *)sin, sizeof(*sin)), 0);
+        assert_int_equal(write(fds[i], req, sizeof(req) - 1), (ssize_t)(sizeof(req) - 1));
+    }
+}
+
 /* Clients that ask for /metrics and never read the reply each made the
  * server hold a body of its own, for up to ADMIN_REPLY_MS: 64 of them, 64
  * bodies (a gateway with 4096 agents has a body of ~12 MB). Past
@@ -241,15 +257,7 @@ static void slow_scrapers_share_one_body(void **state)
 
     enum { NCLIENTS = 8 };
     int fds[NCLIENTS];
-    static const char req[] = "GET /metrics HTTP/1.1\r\n\r\n";
-    for (int i = 0; i < NCLIENTS; i++) {
-        int small = 4096;
-        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
-        assert_true(fds[i] >= 0);
-        setsockopt(fds[i], SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-        assert_int_equal(connect(fds[i], (struct sockaddr *)&sin, sizeof(sin)), 0);
-        assert_int_equal(write(fds[i], req, sizeof(req) - 1), (ssize_t)(sizeof(req) - 1));
-    }
+    ask_metrics(&sin, fds, NCLIENTS, 4096);
     for (int turn = 0; turn < 1000 && replying(a) < NCLIENTS; turn++)
         event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
     assert_int_equal(replying(a), NCLIENTS); /* none could be written whole */
@@ -285,19 +293,6 @@ static size_t read_reply(struct event_base *base, int fd, char *buf, size_t cap)
     return len;
 }
 
-/* <n> clients that ask for /metrics at once, each connected to <sin>;
- * their sockets in <fds>. */
-static void ask_metrics(const struct sockaddr_in *sin, int *fds, int n)
-{
-    static const char req[] = "GET /metrics HTTP/1.1\r\n\r\n";
-    for (int i = 0; i < n; i++) {
-        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
-        assert_true(fds[i] >= 0);
-        assert_int_equal(connect(fds[i], (const struct sockaddr *)sin, sizeof(*sin)), 0);
-        assert_int_equal(write(fds[i], req, sizeof(req) - 1), (ssize_t)(sizeof(req) - 1));
-    }
-}
-
 /* Each scrape built a body of its own on the event loop (~65 ms for 4096
  * agents, -O3), so a client scraping in a loop, or 64 at once, took the
  * loop from proxied traffic. 20 scrapes in a burst now build one body (20
@@ -320,7 +315,7 @@ static void a_burst_of_scrapes_builds_one_body(void **state)
     static char reply[8192];
     a->fresh_ms = 3600000; /* the burst within the window however slow the machine */
     formats = 0;
-    ask_metrics(&sin, fds, NCLIENTS);
+    ask_metrics(&sin, fds, NCLIENTS, 0);
     for (int i = 0; i < NCLIENTS; i++) {
         read_reply(base, fds[i], reply, sizeof(reply));
         assert_non_null(strstr(reply, "HTTP/1.1 200 OK\r\n"));
@@ -335,7 +330,7 @@ static void a_burst_of_scrapes_builds_one_body(void **state)
     a->fresh_ms = 1;
     for (int i = 0; i < 100 && monotonic_ms() - a->latest_ms < a->fresh_ms; i++)
         usleep(2000);
-    ask_metrics(&sin, fds, 1);
+    ask_metrics(&sin, fds, 1, 0);
     read_reply(base, fds[0], reply, sizeof(reply));
     close(fds[0]);
     assert_int_equal(formats, 2);
