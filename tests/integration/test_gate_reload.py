@@ -1158,7 +1158,7 @@ def test_a_sighup_during_the_stop_starts_no_reload(gateway, net, tmp_path):
                 return False
             poll(refused, timeout=10, interval=0.05, what="the listener closed by the stop")
             # the SIGHUP's reopen of the log makes a new file: then the
-            # signal has been handled (a load is started before the reopen)
+            # signal has been handled (the reload refused before the reopen)
             os.rename(gw.log_path, gw.log_path + ".1")
             gw.reload()
             poll(lambda: os.path.exists(gw.log_path), timeout=20, interval=0.02,
