@@ -279,11 +279,12 @@ def recv_until_close(sock, limit=1 << 20):
     return data
 
 
-def recv_line(sock, reads=100):
-    """Bytes from <sock> up to a line end, its close, or <reads> reads."""
+def recv_line(sock, reads=100, end=b"\n"):
+    """Bytes from <sock> up to <end> (a line end), its close, or <reads>
+    reads."""
     got = b""
     for _ in range(reads):
-        if got.endswith(b"\n"):
+        if got.endswith(end):
             break
         d = sock.recv(4096)
         if not d:

@@ -12,7 +12,8 @@ import pytest
 
 from conftest import DEAD_IP, DNS_IP, policy_yaml
 from gate_client import (ANY, Tunnel, api_rule, assert_denied, connect, curl, hello_record,
-                         open_conn, poll, read_head, read_response, recv_until_close, request)
+                         open_conn, poll, read_head, read_response, recv_line, recv_until_close,
+                         request)
 from gate_servers import BannerServer, FullListener, HeldName, LoopbackServer, UpstreamTLS
 
 HANG_GUARD_S = 30  # a hang guard, not a claim on time
@@ -352,14 +353,7 @@ def test_client_ending_its_side_while_connecting_still_gets_its_tunnel(gateway, 
             _send_connect(s, lst)
             s.sendall(b"ping\n")
             s.shutdown(socket.SHUT_WR)
-            got = b""
-            for _ in range(100):
-                if got.endswith(b"pong\n"):
-                    break
-                d = s.recv(4096)
-                if not d:
-                    break
-                got += d
+            got = recv_line(s, end=b"pong\n")
         finally:
             s.close()
     finally:
@@ -544,14 +538,7 @@ def test_server_speaks_first(gateway, net):
     try:
         assert t.status == 200
         t.sock.settimeout(10)
-        got = b""
-        for _ in range(100):
-            if got.endswith(b"\r\n"):
-                break
-            d = t.sock.recv(4096)
-            if not d:
-                break
-            got += d
+        got = recv_line(t.sock, end=b"\r\n")
         assert got == BannerServer.BANNER
         t.sock.sendall(b"QUIT\r\n")
         rest = recv_until_close(t.sock)

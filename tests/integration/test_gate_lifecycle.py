@@ -11,7 +11,7 @@ import pytest
 
 from conftest import policy_yaml
 from gate_client import (api_rule, connect, fd_named, other_rule, other_url, poll, proc_stat,
-                         request, sched_and_pgid)
+                         recv_line, request, sched_and_pgid)
 from gate_servers import BannerServer, free_port
 
 
@@ -74,14 +74,7 @@ def test_reload_keeps_open_tunnel(gateway, net):
     try:
         assert t.status == 200
         t.sock.settimeout(10)
-        got = b""
-        for _ in range(100):
-            if got.endswith(b"\n"):
-                break
-            d = t.sock.recv(4096)
-            if not d:
-                break
-            got += d
+        got = recv_line(t.sock)
         assert got == BannerServer.BANNER
         # a reload that keeps the tunnel's rule does not cut the tunnel in
         # flight (one that removes it closes it: test_gate_reload.py)
@@ -365,14 +358,7 @@ def test_sigterm_exits_0_and_log_complete(gateway, net):
     try:
         assert t.status == 200
         t.sock.settimeout(10)
-        got = b""
-        for _ in range(100):
-            if got.endswith(b"\n"):
-                break
-            d = t.sock.recv(4096)
-            if not d:
-                break
-            got += d
+        got = recv_line(t.sock)
         assert got == BannerServer.BANNER
         gw.proc.send_signal(signal.SIGTERM)
 
