@@ -753,8 +753,9 @@ void gateway_stop(struct gateway *gw)
     gw->stopping = true;
     gw->stop_began_ms = (int64_t)monotonic_ms();
     /* a reload reading a FIFO whose writer keeps writing would hold the
-     * stop (gateway_free() joins its thread) as long as the writer goes on;
-     * its policy would be thrown away anyway */
+     * stop (gateway_free() waits for its thread what is left of the grace)
+     * as long as the writer goes on; its policy would be thrown away
+     * anyway */
     policy_load_stop();
     for (size_t i = 0; i < gw->nlisteners; i++)
         listener_shutdown(gw->listeners[i]); /* new connections are refused */
