@@ -122,7 +122,9 @@ struct store_read *store_queue_read(struct store *s, const char *sink, int limit
  * <r> freed, on a database error, reported on stderr). Returns 1 while it
  * waits for the thread (<r> kept): a batch the thread committed after <r>
  * ran and the loop has collected since has it read again, as the rows it
- * added are then in neither the read nor memory. Never waits. */
+ * added are then in neither the read nor memory. <fn> must not queue
+ * writes (the rows the writes not yet committed add are read in place).
+ * Never waits. */
 int store_queue_read_take(struct store *s, struct store_read *r, store_queue_fn fn, void *arg,
                           struct store_read_got *got);
 /* Drops <r> (freed now, or by the store once the thread gives it back).
