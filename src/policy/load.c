@@ -1742,6 +1742,15 @@ static char *read_policy_file(int fd, const char *path, const struct stat *st, s
     char *buf = e == 0 ? read_all(fd, wait_s, len, &why) : NULL;
     if (e == 0 && buf == NULL)
         e = errno;
+    if (buf != NULL && atomic_load(&load_stopping)) {
+        /* A reload left at the stop (gateway_stop()), whose file system
+         * answered at last: the process is exiting, and parsing now would
+         * use OpenSSL (RAND_bytes(), the tokens' HMAC) while exit() may be
+         * tearing it down. */
+        free(buf);
+        diag_error(diag, 0, "", "cannot load %s: the gateway is stopping: it is not parsed", path);
+        return NULL;
+    }
     if (buf != NULL && S_ISREG(st->st_mode) && changed_while_read(fd, st)) {
         free(buf);
         diag_error(diag, 0, "",

@@ -2637,6 +2637,33 @@ static void test_methods(void **state)
     policy_free(NULL);
 }
 
+/* A load whose read ends after the stop (a reload left at exit, its file
+ * system answering at last) is not parsed: the process is exiting, and
+ * the parse would use OpenSSL while exit() may be tearing it down. */
+static void test_no_parse_once_stopping(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/test_load.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[256];
+    snprintf(path, sizeof(path), "%s/policy.yaml", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(V R, f);
+    fclose(f);
+    policy_load_stop();
+    struct diag d;
+    diag_init(&d, path);
+    assert_null(policy_load(path, &d));
+    char want[600];
+    snprintf(want, sizeof(want), "%s: cannot load %s: the gateway is stopping: it is not parsed",
+             path, path);
+    assert_true(has_entry(&d, DIAG_ERROR, want));
+    diag_free(&d);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2696,6 +2723,8 @@ int main(void)
         cmocka_unit_test(test_right_tz_refused),
         cmocka_unit_test(test_reports_everything),
         cmocka_unit_test(test_methods),
+        /* last: policy_load_stop() is for good, as at a real stop */
+        cmocka_unit_test(test_no_parse_once_stopping),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
