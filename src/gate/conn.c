@@ -1046,10 +1046,11 @@ static void on_connected(int err, struct bufferevent *bev, evutil_socket_t fd, s
     }
 }
 
-/* The client is not timed while its target is resolved or connected: it
- * waits, and what it was sent before is not judged meanwhile. forward.c
- * sets its timeouts again; a CONNECT's are connect.c's. Not on a request
- * that goes at once on a kept connection: forward_start() sets them.
+/* The client is not timed while its target is resolved or connected (or
+ * its head waits for the bandwidth bucket: forward.c): it waits, and what
+ * it was sent before is not judged meanwhile. forward.c sets its timeouts
+ * again; a CONNECT's are connect.c's. Not on a request that goes at once
+ * on a kept connection: forward_start() sets them.
  * With conn_set_client_timeouts()'s untimed read and nothing queued for
  * the client, no timeout of its can run: the usual case, a connection's
  * first request, is left as it is (clearing them costs libevent about 200
@@ -1064,6 +1065,12 @@ static void untime_client(struct conn *c)
     if (!untimed)
         bufferevent_set_timeouts(c->client, NULL, NULL);
     c->drain_step_ms = 0;
+}
+
+/* untime_client() for forward.c; conn.c's callers keep it inlined. */
+void conn_untime_client(struct conn *c)
+{
+    untime_client(c);
 }
 
 bool conn_upstream_refused(struct conn *c)

@@ -162,9 +162,13 @@ struct exchange {
     bool reused;   /* c->up was kept from an earlier request of this client */
     bool retried;  /* the request was already sent again on a fresh connection */
     bool rsp_seen; /* a byte of the response arrived */
-    /* c->up was reused, and the request waited for its log line after it
-     * took c->up: forward_start() looks at c->up again (forward_try_reuse()) */
+    /* c->up was reused, and the request waited for its log line (or its
+     * head for the bandwidth bucket) after it took c->up: forward_start()
+     * looks at c->up again (forward_try_reuse(), head_waits()) */
     bool reuse_waited;
+    /* The head waits for the bandwidth bucket of its body, in CS_CONNECT
+     * (forward.c, head_waits()); forward_hold() ends the wait. */
+    bool head_waiting;
     /* gw->turns when that wait began, and whether c->up's events were then
      * at GATEWAY_PRI_FIRST: a later turn has polled it (kept_is_quiet()). */
     bool reuse_wait_first;
@@ -369,11 +373,16 @@ void conn_watch_hangup(struct conn *c);
  * writing for idle_timeout without progress: a client that keeps taking
  * bytes, however slowly, is kept (gate/drain.h). */
 void conn_set_client_timeouts(struct conn *c, bool reading);
+/* Clears the client's timeouts while its exchange waits on the gateway's
+ * side (resolving, connecting, a head waiting for its bandwidth bucket):
+ * conn_set_client_timeouts() sets them again. */
+void conn_untime_client(struct conn *c);
 
 /* forward.c */
 /* Starts forwarding the current request over the connected <c->up>; its
  * address is checked again first when a reload came since it was guarded
- * (conn_upstream_refused()). */
+ * (conn_upstream_refused()). Its head waits first, in CS_CONNECT, while
+ * the bandwidth bucket of its body is in debt (forward.c, head_waits()). */
 void forward_start(struct conn *c);
 /* Called once the current plain-HTTP request is decided and its addresses
  * guarded (ex->addrs holds those that may be connected to): when the idle

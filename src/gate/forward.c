@@ -24,7 +24,9 @@
  * connection is kept alive across requests when both sides allow it. Bodies
  * are forwarded unchanged, framed by Content-Length or by the chunked framer
  * (so nothing can hide behind a body), with backpressure: a side stops being
- * read while the other side's output holds more than FLOW_HIGH bytes. */
+ * read while the other side's output holds more than FLOW_HIGH bytes.
+ * Under a bandwidth limit the head counts as the body does: it waits for
+ * the bucket, then goes whole into its debt (head_waits()). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -387,6 +389,8 @@ bool forward_uploading(const struct conn *c)
 void forward_hold(struct conn *c)
 {
     evtimer_del(c->timer); /* the answer's head deadline: no answer is read */
+    /* A head waiting for its bucket never goes (on_head_refill()). */
+    c->ex.head_waiting = false;
     bufferevent_disable(c->client, EV_READ);
     if (c->up != NULL)
         bufferevent_disable(c->up, EV_READ | EV_WRITE);
@@ -714,6 +718,50 @@ static int take_response(struct conn *c, bool force)
     }
 }
 
+/* The bucket refilled for a head that waited (head_waits()): the request
+ * goes on, unless it was held meanwhile (forward_hold(): a reload denied
+ * it). forward_start() looks at the bucket again. */
+static void on_head_refill(void *arg)
+{
+    struct conn *c = arg;
+    if (!c->ex.head_waiting)
+        return;
+    c->ex.head_waiting = false;
+    forward_start(c);
+}
+
+/* Before <c>'s head goes upstream: true when the bandwidth bucket of its
+ * body is in debt or holds less than it lets an upload move at once
+ * (quota_flow_allow()), and the request now waits in CS_CONNECT, its
+ * upstream not read nor timed, its client untimed, for on_head_refill()
+ * from the flow's timer. Else false, its tokens taken: the head goes
+ * whole (into the bucket's debt where it held fewer, as a tunnel's first
+ * bytes: connect.c), taken as it is handed on so that the agent's next
+ * request finds the debt; a head sent again (retry()) is taken again.
+ * Without this, heads went unmetered: a request's head, up to
+ * header_bytes, moved out at any rate, as many requests as the agent
+ * sent. A kept connection is looked at again when the wait ends
+ * (kept_is_quiet(), with a peek): its upstream may have spoken or ended
+ * meanwhile. */
+static bool head_waits(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    size_t n = evbuffer_get_length(ex->uphead);
+    uint64_t now = quota_now();
+    if (quota_flow_allow_or_pause(ex->flow, n, now, on_head_refill, c) > 0) {
+        quota_flow_take(ex->flow, n, now); /* without a timer too: unshaped rather than stalled */
+        return false;
+    }
+    ex->head_waiting = true;
+    bufferevent_disable(c->up, EV_READ | EV_WRITE);
+    conn_untime_client(c);
+    if (ex->reused) {
+        ex->reuse_waited = true;
+        ex->reuse_wait_first = false;
+    }
+    return true;
+}
+
 void forward_start(struct conn *c)
 {
     struct exchange *ex = &c->ex;
@@ -729,6 +777,10 @@ void forward_start(struct conn *c)
      * one) may meet a reload meanwhile: its address is checked again under
      * the policy in force, as any connection's is. One compare otherwise. */
     if (conn_upstream_refused(c))
+        return;
+    /* A head counts against the bandwidth of its body: one look at the
+     * flow when none applies, no clock. */
+    if (ex->flow != NULL && quota_flow_metered(ex->flow) && head_waits(c))
         return;
     c->state = CS_FORWARD;
     if (c->scratch == NULL && (c->scratch = evbuffer_new()) == NULL) {

@@ -21,7 +21,7 @@ import pytest
 from conftest import policy_yaml
 from gate_client import (api_rule, build_request, connect, cpu_seconds, hello_record, open_conn,
                          poll, read_response)
-from gate_servers import pattern_bytes
+from gate_servers import LoopbackServer, pattern_bytes
 
 KIB = 1024
 SINK_IP = "127.0.0.7"
@@ -524,6 +524,21 @@ def test_shaped_upload_moves_in_pieces_not_a_trickle(gateway, net):
     assert writes < 2000, writes
 
 
+def _assert_held_to_1kib(sink, t0, first):
+    """Once <sink> got its first bytes, and a second more for the others
+    to go were they not held: asserts that it got no more since <t0> than
+    a 1 KiB/s bucket lets through, one piece of <first> bytes in its debt
+    included. Bytes are counted, not timed: the bound grows with the time
+    measured, so a slow machine only loosens it."""
+    _at_sink(sink, 1)
+    time.sleep(1.0)
+    got = sink.received
+    elapsed = time.monotonic() - t0
+    allowed = KIB + first + KIB * (elapsed + 1)
+    assert got <= allowed, "%d bytes at the sink after %.2fs (at most %d)" % (
+        got, elapsed, allowed)
+
+
 PEEK_MAX = 16388 + 2048  # conn.h: the first bytes of a tunnel read at once for its check
 
 
@@ -558,14 +573,102 @@ def test_parallel_tunnels_first_bytes_share_the_bucket(gateway, net, first):
             assert t.status == 200
             tunnels.append(t)
             t.sock.sendall(data)
-        _at_sink(sink, 1)  # the first tunnel opened
-        time.sleep(1.0)  # room for the others to go, were they not held
-        got = sink.received
-        elapsed = time.monotonic() - t0
-        allowed = KIB + len(data) + KIB * (elapsed + 1)
-        assert got <= allowed, "%d bytes at the sink after %.2fs (at most %d)" % (
-            got, elapsed, allowed)
+        _assert_held_to_1kib(sink, t0, len(data))  # the first tunnel opened
     finally:
         for t in tunnels:
             t.close()
+        sink.stop()
+
+
+class HeadSink(LoopbackServer):
+    """An HTTP origin on <ip> that answers each request head (no body) with
+    204 on a kept connection; <received> counts the bytes it has read so
+    far, every connection's."""
+
+    def __init__(self, ip):
+        self.received = 0
+        super().__init__(ip)
+
+    def _serve(self, conn):
+        buf = b""
+        with conn:
+            conn.settimeout(30)
+            try:
+                while not self._stop.is_set():
+                    d = conn.recv(65536)
+                    if not d:
+                        return
+                    with self._lock:
+                        self.received += len(d)
+                    buf += d
+                    while b"\r\n\r\n" in buf:
+                        buf = buf.split(b"\r\n\r\n", 1)[1]
+                        conn.sendall(b"HTTP/1.1 204 No Content\r\n\r\n")
+            except OSError:
+                pass
+
+
+def _padded_get(url, size):
+    """A GET of <url> whose head is <size> bytes long (an X-Pad field)."""
+    head = build_request("GET", url, headers={"X-Pad": ""})
+    return build_request("GET", url, headers={"X-Pad": "p" * (size - len(head))})
+
+
+def _head_sink_policy(net, sink, bandwidth):
+    rule = {"host": "sink.example.test", "ports": [sink.port], "tier": 0,
+            "rate": {"bandwidth": bandwidth}}
+    return net.policy([rule], static_extra={"sink.example.test": SINK_IP})
+
+
+def test_parallel_request_heads_share_the_bucket(gateway, net):
+    # A plain request's head goes upstream through the bandwidth bucket of
+    # its body: it waits while the bucket is in debt, and its bytes go into
+    # that debt, so that the next request finds it. Before, heads were not
+    # metered at all: an agent under 1 KiB/s sent 8 connections x 4
+    # pipelined GETs of 8 KiB heads (256 KiB) within a second, moving data
+    # out at any rate through its heads alone. Bytes are counted, not
+    # timed: the bound (the bucket, one head in its debt, 1 KiB a second)
+    # grows with the time measured, so a slow machine only loosens it.
+    sink = HeadSink(SINK_IP)
+    socks = []
+    try:
+        gw = gateway(_head_sink_policy(net, sink, "1KiB/s"))
+        req = _padded_get("http://sink.example.test:%d/x" % sink.port, 8 * KIB)
+        t0 = time.monotonic()
+        for _ in range(8):
+            s = open_conn(gw, timeout=30)
+            socks.append(s)
+            s.sendall(req * 4)
+        _assert_held_to_1kib(sink, t0, len(req))  # the first head went
+    finally:
+        for s in socks:
+            s.close()
+        sink.stop()
+
+
+def test_request_heads_wait_for_the_bucket_and_are_answered(gateway, net):
+    # Heads held back by the bucket wait, they are not refused: 4 GETs of
+    # 8 KiB heads, one after the other on one kept connection under 8 KiB/s
+    # (the bucket starts full), are all answered, and take at least the
+    # time the bucket needs to refill for all but the last head, which goes
+    # into its debt: (3 x 8 KiB - 8 KiB) / 8 KiB/s = 2 s. Before, 0.01 s.
+    sink = HeadSink(SINK_IP)
+    try:
+        gw = gateway(_head_sink_policy(net, sink, "8KiB/s"))
+        req = _padded_get("http://sink.example.test:%d/y" % sink.port, 8 * KIB)
+        s = open_conn(gw, timeout=60)
+        t0 = time.monotonic()
+        try:
+            statuses = []
+            for _ in range(4):
+                s.sendall(req)
+                statuses.append(read_response(s).status)
+        finally:
+            s.close()
+        elapsed = time.monotonic() - t0
+        assert statuses == [204] * 4
+        assert sink.accepted == 1  # the upstream connection was kept
+        assert elapsed >= 1.8, "4 heads of 8 KiB under 8 KiB/s took only %.2fs" % elapsed
+        assert elapsed < 2 + HANG_GUARD_S  # a hang guard
+    finally:
         sink.stop()

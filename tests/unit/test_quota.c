@@ -1020,6 +1020,7 @@ static void test_reload_reshapes_running_flows(void **state)
     p2.limits.rate.set = false;
     rules2[1].rate.set = false;
     quota_reshape(q, &p2, 1 * S);
+    assert_false(quota_flow_metered(f)); /* entries held, their buckets passed by */
     assert_int_equal(quota_flow_allow(f, 100000, 1 * S), 100000);
     quota_flow_take(f, 100000, 1 * S);
     /* ...and when they come back, the buckets are where they were: the
@@ -1027,6 +1028,7 @@ static void test_reload_reshapes_running_flows(void **state)
     p2.limits.rate.set = true;
     rules2[1].rate.set = true;
     quota_reshape(q, &p2, 1500 * MS);
+    assert_true(quota_flow_metered(f));
     assert_int_equal(quota_flow_allow(f, 100000, 1500 * MS), 500);
     quota_flow_close(f);
     quota_free(q);
