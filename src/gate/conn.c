@@ -1283,12 +1283,17 @@ static enum agent_result agent_again(const struct conn *c, const struct policy *
 /* True when <c> carries a plain request with a body, decided to go ahead,
  * that the upstream has not all taken: being resolved or connected, its
  * line being written, or its body going up (forward_uploading()). The body
- * is the write: such a request is decided again as a tunnel is. */
+ * is the write: such a request is decided again as a tunnel is. So is one
+ * without a body whose head waits for its bandwidth bucket (forward.c),
+ * for seconds perhaps: nothing of it went up yet, and its head may carry
+ * as much as a body. */
 static bool plain_going(const struct conn *c)
 {
     const struct exchange *ex = &c->ex;
-    if (!ex->active || ex->is_connect || ex->verdict == VERDICT_DENY || ex->req_body == BODY_NONE)
+    if (!ex->active || ex->is_connect || ex->verdict == VERDICT_DENY)
         return false;
+    if (ex->req_body == BODY_NONE)
+        return ex->head_waiting;
     return c->state == CS_RESOLVE || c->state == CS_CONNECT || forward_uploading(c);
 }
 

@@ -672,3 +672,36 @@ def test_request_heads_wait_for_the_bucket_and_are_answered(gateway, net):
         assert elapsed < 2 + HANG_GUARD_S  # a hang guard
     finally:
         sink.stop()
+
+
+def test_reload_denies_a_request_whose_head_waits(gateway, net):
+    # A GET whose head waits for the bucket has sent nothing yet: a reload
+    # that takes its rule away decides it again, as a request whose body
+    # is still to go up, and it is refused, its head never sent. Before, a
+    # request without a body was not decided again: its head went up
+    # seconds after the rule was gone (the sink got both heads, and 204).
+    sink = HeadSink(SINK_IP)
+    try:
+        gw = gateway(_head_sink_policy(net, sink, "1KiB/s"))
+        url = "http://sink.example.test:%d/" % sink.port
+        s = open_conn(gw, timeout=30)
+        try:
+            first = _padded_get(url + "1", 8 * KIB)
+            s.sendall(first)
+            assert read_response(s).status == 204  # the bucket now owes about 7 KiB
+            at_sink = sink.received
+            s.sendall(_padded_get(url + "2", 8 * KIB))
+            gw.wait_events(path="/2")
+            time.sleep(0.5)  # its line is out: its head waits for the bucket
+            gw.write_policy(policy_yaml(net.policy(
+                [], static_extra={"sink.example.test": SINK_IP})))
+            gw.reload()
+            r = read_response(s)
+        finally:
+            s.close()
+        assert r.status == 403, r
+        assert sink.received == at_sink
+        lines = gw.events(path="/2")
+        assert [e["decision"] for e in lines] == ["allow", "deny"], lines
+    finally:
+        sink.stop()
