@@ -806,18 +806,25 @@ static void test_rule_agents_sorted(void **state)
     policy_free(p);
 }
 
+/* Makes the temporary folder <dir> (a mkdtemp() template, changed in
+ * place) and in it <path> (<len> bytes), dir/policy.yaml holding <text>. */
+static void write_policy_file(char *dir, char *path, size_t len, const char *text)
+{
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, len, "%s/policy.yaml", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
 static void test_file(void **state)
 {
     (void)state;
     char dir[] = "/tmp/test_load.XXXXXX";
-    assert_non_null(mkdtemp(dir));
     char path[256], missing[256];
-    snprintf(path, sizeof(path), "%s/policy.yaml", dir);
+    write_policy_file(dir, path, sizeof(path), V R);
     snprintf(missing, sizeof(missing), "%s/none.yaml", dir);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(V R, f);
-    fclose(f);
 
     struct diag d;
     diag_init(&d, path);
@@ -887,13 +894,9 @@ static void test_file_changed_while_read(void **state)
 {
     (void)state;
     char dir[] = "/tmp/test_load.XXXXXX";
-    assert_non_null(mkdtemp(dir));
     char path[256];
-    snprintf(path, sizeof(path), "%s/policy.yaml", dir);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(V "rules:\n  - {host: \"*.example.test\", tier: 0}\n", f);
-    fclose(f);
+    write_policy_file(dir, path, sizeof(path),
+                      V "rules:\n  - {host: \"*.example.test\", tier: 0}\n");
 
     struct diag d;
     diag_init(&d, path);
@@ -2644,13 +2647,8 @@ static void test_no_parse_once_stopping(void **state)
 {
     (void)state;
     char dir[] = "/tmp/test_load.XXXXXX";
-    assert_non_null(mkdtemp(dir));
     char path[256];
-    snprintf(path, sizeof(path), "%s/policy.yaml", dir);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs(V R, f);
-    fclose(f);
+    write_policy_file(dir, path, sizeof(path), V R);
     policy_load_stop();
     struct diag d;
     diag_init(&d, path);
