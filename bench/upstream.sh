@@ -3,6 +3,8 @@
 # harness's nginx (its nginx.conf.in, from ../shared/bench or PEERBENCH's
 # folder) on 127.0.0.1:18080 (plain), :18081 (status) and :18443 (TLS,
 # /small and a 256 MiB /big), pinned to CPU 1, in a fresh temporary folder.
+# UPSTREAM_HTTP_PORT, UPSTREAM_STATUS_PORT and UPSTREAM_TLS_PORT move the
+# three ports (bench/setup_syscalls runs beside the others on its own).
 #
 #   upstream_start NAME     sets $dir and $nginx_pid, adds nginx to $pids; NAME
 #                           prefixes errors
@@ -21,8 +23,8 @@ upstream_start() {
     mkdir "$dir/nginx-tmp"
     head -c 268435456 /dev/urandom >"$dir/big"
     # the harness's own upstream configuration, rendered as run.sh does
-    sed -e "s#@RUN@#$dir#g; s#@DATA@#$dir#g; s#@HTTP_PORT@#18080#g; s#@TLS_PORT@#18443#g" \
-        -e "s#@STATUS_PORT@#18081#g" "$template" >"$dir/nginx.conf"
+    sed -e "s#@RUN@#$dir#g; s#@DATA@#$dir#g; s#@HTTP_PORT@#${UPSTREAM_HTTP_PORT:-18080}#g; s#@TLS_PORT@#${UPSTREAM_TLS_PORT:-18443}#g" \
+        -e "s#@STATUS_PORT@#${UPSTREAM_STATUS_PORT:-18081}#g" "$template" >"$dir/nginx.conf"
     taskset -c 1 nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/nginx-error.log" \
         >"$dir/nginx.out" 2>&1 &
     nginx_pid=$!
