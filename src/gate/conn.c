@@ -159,6 +159,9 @@ void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
     struct timeval tv = timeval_of_ms(next_head_ms(c));
     evtimer_add(c->timer, &tv);
     bufferevent_enable(c->client, EV_READ);
+    /* The head is nearly always there already: read in this round (the
+     * listener's event and this read event share the base's middle priority). */
+    stream_read_soon(c->client);
 }
 
 bool conn_is_idle(const struct conn *c)

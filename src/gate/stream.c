@@ -326,6 +326,13 @@ int stream_own_reads(struct bufferevent *bev)
     return event_priority_set(ev, pri);
 }
 
+void stream_read_soon(struct bufferevent *bev)
+{
+    struct event *ev = &bev->ev_read;
+    if (event_get_callback(ev) == on_readable && event_pending(ev, EV_READ, NULL))
+        event_active(ev, EV_READ, 1);
+}
+
 void stream_reset_on_close(evutil_socket_t fd)
 {
     struct linger l = {.l_onoff = 1, .l_linger = 0};

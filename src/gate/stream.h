@@ -94,6 +94,19 @@ int stream_own_reads(struct bufferevent *bev);
  * whose input would otherwise be read without its bound. */
 int stream_set_read_cap(struct bufferevent *bev, size_t cap);
 
+/* Reads <bev> in the loop round under way, as if its socket had been
+ * reported readable: its read event (stream_own_reads()'s, pending) is made
+ * active, and the loop runs it after the callback that called this, before
+ * it polls again when the caller's event has the same priority (libevent
+ * runs a lower one after a poll that does not wait, a read of the same
+ * cost). For a socket just accepted: a client sends its first
+ * request right behind its connect, so that it is nearly always there by
+ * the accept (a CONNECT from curl: 99% of setups), and reading it at once
+ * spares the epoll_wait() that would only report it. When nothing is there
+ * the read meets EAGAIN and the event waits as before. Does nothing on a
+ * bufferevent libevent reads, or whose reads are off. */
+void stream_read_soon(struct bufferevent *bev);
+
 /* Makes the close of socket <fd> a reset (SO_LINGER {1,0}): what its send
  * queue still holds is dropped, and the peer reads ECONNRESET, not the end
  * of the stream. A unix socket has no reset: its close stays plain. */

@@ -11,7 +11,9 @@
  * read event takes, the read and event callbacks (end, reset, read
  * timeout), the watermarks, the priority, a bufferevent freed from its own
  * callback; and only the taken one reads without ioctl(FIONREAD), counted
- * by this program's ioctl(), which libevent's calls reach first. */
+ * by this program's ioctl(), which libevent's calls reach first.
+ *
+ * stream_read_soon(): a read in the loop round under way, no poll first. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -797,6 +799,87 @@ static void own_reads_ask_no_fionread(void **state)
     assert_int_equal(fionreads_for_reads(true), 0);
 }
 
+/* stream_read_soon(), called from a callback as the gateway's accept is:
+ * <write> bytes reach the peer's end after the loop polled (as a client's
+ * head right behind its connect), then reads are enabled and read soon. */
+struct soon {
+    struct rig *r;
+    size_t write;
+};
+
+static void accept_like(evutil_socket_t fd, short what, void *arg)
+{
+    struct soon *a = arg;
+    (void)fd;
+    (void)what;
+    static const char head[] = "CONNECT 127.0.0.1:443 HTTP/1.1\r\n\r\n";
+    if (a->write > 0)
+        assert_int_equal(write(a->r->peer, head, a->write), (ssize_t)a->write);
+    bufferevent_enable(a->r->bev, EV_READ);
+    stream_read_soon(a->r->bev);
+}
+
+/* Opens <r> (reads its own), then one loop round that runs accept_like()
+ * with <write> bytes. */
+static void accept_round(struct rig *r, size_t write)
+{
+    rig_open(r, true);
+    struct soon a = {r, write};
+    struct event *ev = event_new(r->base, -1, 0, accept_like, &a);
+    assert_non_null(ev);
+    event_active(ev, EV_READ, 1);
+    event_base_loop(r->base, EVLOOP_ONCE);
+    event_free(ev);
+}
+
+/* What waits is read in the round that enabled the reads, with no poll
+ * between: the loop polled before the bytes came, so only the read made
+ * active can have taken them. */
+static void read_soon_reads_in_the_round_under_way(void **state)
+{
+    (void)state;
+    struct rig r;
+    accept_round(&r, 20);
+    assert_int_equal(r.s.reads, 1);
+    assert_int_equal(rig_input(&r), 20);
+    assert_int_equal(r.s.what, 0);
+    rig_close(&r);
+}
+
+/* Nothing there: the read meets EAGAIN, no callback, and the event waits
+ * as before, reading what comes later. */
+static void read_soon_with_nothing_there_waits(void **state)
+{
+    (void)state;
+    struct rig r;
+    accept_round(&r, 0);
+    assert_int_equal(r.s.reads, 0);
+    assert_int_equal(r.s.what, 0);
+    assert_int_equal(bufferevent_get_enabled(r.bev) & EV_READ, EV_READ);
+    assert_int_equal(write(r.peer, "later", 5), 5);
+    for (int i = 0; i < 500 && r.s.reads == 0; i++)
+        event_base_loop(r.base, EVLOOP_ONCE);
+    assert_int_equal(r.s.reads, 1);
+    assert_int_equal(rig_input(&r), 5);
+    rig_close(&r);
+}
+
+/* A bufferevent libevent reads, or whose reads are off, is left alone:
+ * nothing is made active. */
+static void read_soon_leaves_others_alone(void **state)
+{
+    (void)state;
+    for (int libevent_reads = 1; libevent_reads >= 0; libevent_reads--) {
+        struct rig r;
+        rig_open(&r, !libevent_reads);
+        if (libevent_reads) /* else its reads stay off */
+            bufferevent_enable(r.bev, EV_READ);
+        stream_read_soon(r.bev);
+        assert_int_equal(event_base_get_num_events(r.base, EVENT_BASE_COUNT_ACTIVE), 0);
+        rig_close(&r);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -822,6 +905,9 @@ int main(void)
         cmocka_unit_test(own_reads_refused_while_reading),
         cmocka_unit_test(own_reads_refused_to_other_bufferevents),
         cmocka_unit_test(own_reads_ask_no_fionread),
+        cmocka_unit_test(read_soon_reads_in_the_round_under_way),
+        cmocka_unit_test(read_soon_with_nothing_there_waits),
+        cmocka_unit_test(read_soon_leaves_others_alone),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
