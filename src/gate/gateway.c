@@ -523,21 +523,6 @@ static unsigned load_flags(const struct gateway *gw)
     return gw->cfg.forced_agent != NULL ? POLICY_LOAD_SECRETS_UNUSED : 0;
 }
 
-int gateway_reload(struct gateway *gw, const char *path)
-{
-    if (path == NULL)
-        path = gw->cfg.policy_path;
-    struct policy *p = policy_load_reporting(path, load_flags(gw), "sluice: reload failed: ");
-    if (p == NULL) {
-        gw->counters.reload_failures++;
-        return -1;
-    }
-    char warning[8192 + 512];
-    gateway_policy_file_warning(path, warning, sizeof(warning));
-    fputs(warning, stderr);
-    return reload_apply(gw, p, path);
-}
-
 /* A background load (SIGHUP): a thread parses and indexes the file, then
  * writes one byte to a pipe; the loop, woken by that byte, joins the thread
  * and swaps the result in, so requests keep being decided during the load.
@@ -603,8 +588,8 @@ static void *reload_thread(void *arg)
     return NULL;
 }
 
-/* Starts a background load of the configured policy. Returns 0, or -1
- * when no thread could be started. */
+/* Starts a background load of the configured policy. Returns 0, or the
+ * error of the thread's creation. */
 static int reload_start(struct gateway *gw)
 {
     struct gw_reload *r = gw->reload;
@@ -615,13 +600,17 @@ static int reload_start(struct gateway *gw)
     /* Signals stay with the loop's thread. */
     int e = quiet_thread_create(&r->thread, reload_thread, r);
     if (e != 0)
-        return -1;
+        return e;
     r->running = true;
     return 0;
 }
 
-/* SIGHUP: a background load, or a queued one when a load is running; the
- * synchronous reload when no thread can be had. */
+static struct gw_reload *reload_new(struct gateway *gw);
+
+/* SIGHUP: a background load, or a queued one when a load is running. When
+ * no thread (or pipe) can be had the reload is refused, the policy in
+ * force kept: a load on the loop, reading a file on a file system that does
+ * not answer (a hung NFS or FUSE mount), froze every connection. */
 static void reload_request(struct gateway *gw)
 {
     struct gw_reload *r = gw->reload;
@@ -629,8 +618,16 @@ static void reload_request(struct gateway *gw)
         r->queued = true;
         return;
     }
-    if (r == NULL || reload_start(gw) != 0)
-        gateway_reload(gw, NULL);
+    if (r == NULL)
+        r = gw->reload = reload_new(gw); /* what it lacked at start may be there now */
+    int e = r != NULL ? reload_start(gw) : errno;
+    if (e == 0)
+        return;
+    fprintf(stderr,
+            "sluice: reload failed: %s: cannot start its load on a thread (%s): the policy in "
+            "force is kept; send SIGHUP again\n",
+            gw->cfg.policy_path, strerror(e));
+    gw->counters.reload_failures++;
 }
 
 static void on_reload_done(evutil_socket_t fd, short what, void *arg)
@@ -662,8 +659,8 @@ static void on_reload_done(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-/* The background reload's pipe and event; NULL (SIGHUP reloads on the
- * loop) when they cannot be had. */
+/* The background reload's pipe and event; NULL, errno set, when they
+ * cannot be had (reload_request() tries again at the next SIGHUP). */
 static struct gw_reload *reload_new(struct gateway *gw)
 {
     struct gw_reload *r = calloc(1, sizeof(*r));
@@ -671,14 +668,17 @@ static struct gw_reload *reload_new(struct gateway *gw)
         return NULL;
     r->path = strdup(gw->cfg.policy_path);
     if (r->path == NULL || pipe2(r->fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+        int e = errno;
         free(r->path);
         free(r);
+        errno = e;
         return NULL;
     }
     pthread_mutex_init(&r->mu, NULL);
     r->done_ev = event_new(gw->base, r->fds[0], EV_READ | EV_PERSIST, on_reload_done, gw);
     if (r->done_ev == NULL || event_add(r->done_ev, NULL) < 0) {
         reload_job_free(r);
+        errno = ENOMEM;
         return NULL;
     }
     return r;
@@ -912,7 +912,7 @@ struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *pol
     gw->sig_int = evsignal_new(gw->base, SIGINT, on_signal, gw);
     gw->grace_timer = evtimer_new(gw->base, on_grace_over, gw);
     gw->day_timer = evtimer_new(gw->base, on_day_timer, gw);
-    gw->reload = reload_new(gw); /* NULL: SIGHUP reloads on the loop */
+    gw->reload = reload_new(gw); /* NULL: made at the first SIGHUP */
     if (gw->sig_hup == NULL || gw->sig_term == NULL || gw->sig_int == NULL ||
         gw->grace_timer == NULL || gw->day_timer == NULL || evsignal_add(gw->sig_hup, NULL) < 0 ||
         evsignal_add(gw->sig_term, NULL) < 0 || evsignal_add(gw->sig_int, NULL) < 0) {

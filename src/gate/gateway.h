@@ -153,13 +153,6 @@ struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *pol
 /* Puts the calling thread (and the threads it starts) in <cfg->sched>'s
  * class, then runs the loop until a stop completes. Returns 0. */
 int gateway_run(struct gateway *gw);
-/* Loads <path> (the configured one when NULL), indexes it and makes it the
- * policy for new requests. On failure prints "sluice: reload failed: ..."
- * on standard error, keeps the old policy, returns -1. Synchronous: the loop
- * waits for the load. SIGHUP does the same without blocking the loop: the
- * file is parsed and indexed on a thread and swapped in on the loop; a
- * SIGHUP during a load queues one more. */
-int gateway_reload(struct gateway *gw, const char *path);
 /* Stops accepting, closes idle clients, lets requests in flight finish
  * within the grace period, then leaves the loop. */
 void gateway_stop(struct gateway *gw);

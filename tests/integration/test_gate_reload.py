@@ -1174,3 +1174,68 @@ def test_a_sighup_during_the_stop_starts_no_reload(gateway, net, tmp_path):
     assert pids == [], err[-2000:]
     assert "sluice: SIGHUP during the stop: the policy is not reloaded" in err, err[-2000:]
     assert "abandoned" not in err, err[-2000:]
+
+
+def _pids_cgroup(tag):
+    """A new pids cgroup (v1 or v2) of this machine's, its folder, or a skip:
+    a limit on tasks, threads included, that holds for root too (root is
+    exempt from RLIMIT_NPROC)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a cgroup")
+    for base in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+        path = os.path.join(base, "sluice-test-%s-%d" % (tag, os.getpid()))
+        try:
+            os.mkdir(path)
+        except OSError:
+            continue
+        if os.path.exists(os.path.join(path, "pids.max")):
+            return path
+        os.rmdir(path)
+    pytest.skip("no pids cgroup this test can make")
+
+
+def _cgroup_write(cg, name, value):
+    with open(os.path.join(cg, name), "w") as f:
+        f.write(str(value))
+
+
+# serial: a FUSE mount (see above) and a cgroup of the machine's
+@pytest.mark.serial
+def test_a_sighup_without_a_thread_refuses_the_reload_never_loads_on_the_loop(gateway, net,
+                                                                              tmp_path):
+    # A SIGHUP whose reload thread could not be created (no task left under
+    # a pids limit, RLIMIT_NPROC, memory) loaded the policy on the event
+    # loop: a file on a file system that does not answer froze every
+    # connection, for ever. The reload is now refused, the policy in force
+    # kept, and the file is not read.
+    from fuse_file import FuseFile
+    gw = gateway(net.policy([api_rule(net)]))
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    text = policy_yaml(net.policy([api_rule(net), other_rule(net)])).encode()
+    cg = _pids_cgroup("reload")
+    try:
+        with FuseFile(str(mnt), text, reads="hold") as fs:
+            _policy_on_fuse(gw, fs)
+            _cgroup_write(cg, "cgroup.procs", gw.proc.pid)
+            with open(os.path.join(cg, "pids.current")) as f:
+                _cgroup_write(cg, "pids.max", int(f.read()))  # no thread more
+            gw.reload()
+            refused = ("sluice: reload failed: %s: cannot start its load on a thread"
+                       % gw.policy_path)
+            poll(lambda: refused in gw.stderr(), timeout=20, interval=0.02,
+                 what="the reload refused")
+            assert request(gw, "GET", net.url("/after")).status == 200  # the loop answers
+            assert request(gw, "GET", other_url(net)).status == 403
+            assert fs.read_pids() == [], gw.stderr()[-2000:]
+            _cgroup_write(cg, "pids.max", "max")
+            gw.proc.send_signal(signal.SIGTERM)
+            rc = _exit_status(gw)
+        assert rc == 0, (rc, gw.stderr()[-2000:])
+    finally:
+        if gw.proc.poll() is None:
+            gw.proc.kill()
+            gw.proc.wait(STOP_HANG_GUARD_S)
+        os.rmdir(cg)
+    err = gw.stderr()
+    assert "sluice: reloaded" not in err, err[-2000:]
