@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/serve_load.h"
 #include "gate/gateway.h"
 #include "gate/listener.h"
 #include "gate/lockdown.h"
@@ -288,10 +289,21 @@ static int serve_main(int argc, char **argv)
         return rc == 1 ? EXIT_OK : rc;
     }
 
-    struct policy *p = policy_load_reporting(a->policy, 0, "");
+    /* Held, not lost, until the gateway's handlers are in place: a SIGTERM
+     * while it starts (loading a state store of a million first contacts
+     * takes seconds) stops it as soon as it runs; and one during its exit
+     * (libevent puts these dispositions back) kills nothing. During the
+     * policy's load a SIGTERM or SIGINT stops serve at once, exit 0 (the
+     * stop asked for), even when a hung mount holds the load. */
+    sigset_t mask;
+    stop_signals_hold(&mask);
+    int stop_sig = 0;
+    unsigned grace = a->grace_ms > 0 ? a->grace_ms : GATEWAY_DEFAULT_GRACE_MS;
+    struct policy *p = serve_load_policy(
+        a->policy, grace < SERVE_LOAD_STOP_WAIT_MS ? grace : SERVE_LOAD_STOP_WAIT_MS, &stop_sig);
     if (p == NULL) {
         free(a);
-        return EXIT_USAGE;
+        return stop_sig != 0 ? EXIT_OK : EXIT_USAGE;
     }
     gateway_print_grant_warnings(p);
     char file_warning[8192 + 512];
@@ -303,12 +315,6 @@ static int serve_main(int argc, char **argv)
     /* A log past RLIMIT_FSIZE: a write that fails (EFBIG, told and retried
      * as a full disk is), not a gateway killed with its traffic */
     signal(SIGXFSZ, SIG_IGN);
-    /* Held, not lost, until the gateway's handlers are in place: a SIGTERM
-     * while it starts (loading a state store of a million first contacts
-     * takes seconds) stops it as soon as it runs; and one during its exit
-     * (libevent puts these dispositions back) kills nothing. */
-    sigset_t mask;
-    stop_signals_hold(&mask);
     struct gateway_config cfg = {
         .policy_path = a->policy,
         .listens = a->listens,

@@ -1828,24 +1828,30 @@ struct policy *policy_load_flags(const char *path, unsigned flags, struct diag *
     return p;
 }
 
+void policy_report_load(const struct diag *d, const struct policy *p, const char *path,
+                        const char *prefix)
+{
+    if (p == NULL) {
+        char msg[1024];
+        const struct diag_entry *e = diag_first_error(d);
+        if (e != NULL)
+            diag_format(d, e, msg, sizeof(msg));
+        else
+            snprintf(msg, sizeof(msg), "%s: cannot load the policy", path);
+        fprintf(stderr, "%s%s\n", prefix, msg);
+    } else if (d->warnings > 0) {
+        char text[POLICY_WARNINGS_TEXT];
+        diag_format_warnings(d, text, sizeof(text));
+        fputs(text, stderr);
+    }
+}
+
 struct policy *policy_load_reporting(const char *path, unsigned flags, const char *prefix)
 {
     struct diag d;
     diag_init(&d, path);
     struct policy *p = policy_load_flags(path, flags, &d);
-    if (p == NULL) {
-        char msg[1024];
-        const struct diag_entry *e = diag_first_error(&d);
-        if (e != NULL)
-            diag_format(&d, e, msg, sizeof(msg));
-        else
-            snprintf(msg, sizeof(msg), "%s: cannot load the policy", path);
-        fprintf(stderr, "%s%s\n", prefix, msg);
-    } else if (d.warnings > 0) {
-        char text[POLICY_WARNINGS_TEXT];
-        diag_format_warnings(&d, text, sizeof(text));
-        fputs(text, stderr);
-    }
+    policy_report_load(&d, p, path, prefix);
     diag_free(&d);
     return p;
 }

@@ -92,6 +92,12 @@ struct policy *policy_load_fd(int fd, const char *path, unsigned flags, struct d
  * not among them: gateway_print_grant_warnings() covers it. */
 struct policy *policy_load_reporting(const char *path, unsigned flags, const char *prefix);
 
+/* What policy_load_reporting() prints for a load of <path> into <d> whose
+ * result is <p>: for a load made elsewhere (serve's start-up load, on a
+ * thread). */
+void policy_report_load(const struct diag *d, const struct policy *p, const char *path,
+                        const char *prefix);
+
 /* The room a server gives a policy's warnings on standard error. */
 #define POLICY_WARNINGS_TEXT 8192
 

@@ -570,6 +570,52 @@ os.execv(sys.argv[1], sys.argv[1:])
 """
 
 
+# serial: a FUSE mount in the machine's mount namespace, which a box another
+# worker builds meanwhile cannot make read-only (it refuses to start)
+@pytest.mark.serial
+@pytest.mark.parametrize("sig,caller", [(signal.SIGTERM, "blocked"), (signal.SIGTERM, "default"),
+                                        (signal.SIGINT, "default")])
+def test_a_stop_during_the_startup_load_of_a_policy_that_does_not_answer(sluice_bin, net,
+                                                                         tmp_path, sig, caller):
+    # serve loaded its policy before its stop signals had a handler: on a
+    # file system that does not answer (a hung NFS or FUSE mount) a SIGTERM
+    # its caller had blocked was held until the load ended, for ever, and
+    # one at its default disposition killed serve without a word (status
+    # -15). The load now runs on a thread: the stop ends serve within a
+    # second, exit 0, naming the file.
+    from fuse_file import FuseFile
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    err = tmp_path / "err"
+    env = dict(os.environ, BLOCK=str(int(sig)) if caller == "blocked" else "")
+    with FuseFile(str(mnt), policy_yaml(net.policy([api_rule(net)])).encode(),
+                  reads="hold") as fs:
+        with open(err, "wb") as f:
+            p = subprocess.Popen(["/usr/bin/python3", "-c", EXEC_WITH, sluice_bin, "serve",
+                                  "--policy", fs.path, "--listen", "127.0.0.1:%d" % free_port(),
+                                  "--log", str(tmp_path / "log.jsonl")],
+                                 stdout=subprocess.DEVNULL, stderr=f, env=env)
+        try:
+            poll(lambda: fs.read_pids(), timeout=20, what="the start-up load reading the policy")
+            p.send_signal(sig)
+            rc = p.wait(30)  # a hang guard, not a claim on time
+        except subprocess.TimeoutExpired:
+            rc = None
+        finally:
+            if p.poll() is None:
+                p.kill()
+            fs.close()  # a read still held fails: the process can end
+            p.wait(30)
+    text = err.read_text()
+    assert rc == 0, (rc, text)
+    said = "sluice serve: %s while loading the policy %s: stopped before serving" % (
+        signal.Signals(sig).name, fs.path)
+    assert said in text, text
+    assert "(its file system does not answer?), is abandoned" in text, text
+    assert "serving 1 rule" not in text, text
+    assert "Sanitizer" not in text, text
+
+
 def test_signals_blocked_by_the_caller_still_reload_and_stop(gateway, net):
     """serve restored the mask it was started with once its handlers were
     in place: a caller that had SIGHUP, SIGTERM and SIGINT blocked (a

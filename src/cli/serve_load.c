@@ -1,0 +1,158 @@
+/* serve_load: serve's start-up policy load, which a SIGTERM or SIGINT ends
+ * (serve_load.h). */
+#include "cli/serve_load.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "util/diag.h"
+#include "util/quiet_thread.h"
+
+/* One load: the thread's until it ends, then the waiting thread's; the
+ * thread's for good once left at a stop (<abandoned>). */
+struct load_job {
+    pthread_t thread;
+    pthread_mutex_t mu; /* guards <done> and <abandoned> */
+    bool done;          /* (mu) the load has ended */
+    bool abandoned;     /* (mu) left at a stop: the thread frees the job */
+    int fds[2];         /* the thread's "done" byte */
+    char *path;         /* owned copy: a job left at a stop outlives argv's use */
+    struct diag diag;
+    struct policy *result; /* NULL on failure */
+};
+
+static void job_free(struct load_job *j)
+{
+    policy_free(j->result);
+    diag_free(&j->diag);
+    close(j->fds[0]);
+    close(j->fds[1]);
+    free(j->path);
+    pthread_mutex_destroy(&j->mu);
+    free(j);
+}
+
+static struct load_job *job_new(const char *path)
+{
+    struct load_job *j = calloc(1, sizeof(*j));
+    if (j == NULL)
+        return NULL;
+    j->path = strdup(path);
+    if (j->path == NULL || pipe2(j->fds, O_CLOEXEC) != 0) {
+        free(j->path);
+        free(j);
+        return NULL;
+    }
+    pthread_mutex_init(&j->mu, NULL);
+    diag_init(&j->diag, j->path);
+    return j;
+}
+
+static void *load_thread(void *arg)
+{
+    struct load_job *j = arg;
+    j->result = policy_load_flags(j->path, 0, &j->diag);
+    if (quiet_thread_job_end(&j->mu, &j->abandoned, &j->done, j->fds[1]))
+        job_free(j); /* left at a stop (job_leave()) */
+    return NULL;
+}
+
+/* Waits for the load's "done" byte on <done_fd> or a stop signal on
+ * <sig_fd>, without a time limit: a load ends within its own bounds (a
+ * FIFO's writer has 10 s) but on a file system that does not answer, where
+ * only the operator's SIGTERM or SIGINT ends the wait. Returns the signal,
+ * or 0 when the load ended (or the wait cannot go on: the caller joins). */
+static int wait_load_or_stop(int done_fd, int sig_fd)
+{
+    for (;;) {
+        struct pollfd pfd[2] = {{.fd = sig_fd, .events = POLLIN},
+                                {.fd = done_fd, .events = POLLIN}};
+        if (poll(pfd, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            return 0;
+        }
+        struct signalfd_siginfo si;
+        if ((pfd[0].revents & POLLIN) && read(sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+            return (int)si.ssi_signo; /* a stop before a load that ended with it */
+        if (pfd[1].revents != 0)
+            return 0;
+    }
+}
+
+/* Whether <fd> became readable within <wait_ms>. */
+static bool readable_within(int fd, unsigned wait_ms)
+{
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    int n;
+    while ((n = poll(&pfd, 1, (int)wait_ms)) < 0 && errno == EINTR)
+        continue; /* no signal is handled meanwhile: the handlers do nothing */
+    return n > 0;
+}
+
+/* Leaves the load of <j> to its thread unless it has ended meanwhile.
+ * Returns whether it was left (then <j> is no longer the caller's). */
+static bool job_leave(struct load_job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    bool left = !j->done;
+    if (left) {
+        j->abandoned = true;
+        pthread_detach(j->thread);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return left;
+}
+
+struct policy *serve_load_policy(const char *path, unsigned stop_wait_ms, int *stop_sig)
+{
+    *stop_sig = 0;
+    sigset_t stops;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGTERM);
+    sigaddset(&stops, SIGINT);
+    int sig_fd = signalfd(-1, &stops, SFD_CLOEXEC | SFD_NONBLOCK);
+    struct load_job *j = sig_fd >= 0 ? job_new(path) : NULL;
+    if (j == NULL || quiet_thread_create(&j->thread, load_thread, j) != 0) {
+        if (j != NULL)
+            job_free(j);
+        if (sig_fd >= 0)
+            close(sig_fd);
+        return policy_load_reporting(path, 0, "");
+    }
+    int sig = wait_load_or_stop(j->fds[0], sig_fd);
+    close(sig_fd);
+    if (sig == 0) {
+        pthread_join(j->thread, NULL);
+        struct policy *p = j->result;
+        j->result = NULL;
+        policy_report_load(&j->diag, p, path, "");
+        job_free(j);
+        return p;
+    }
+    *stop_sig = sig;
+    /* a read that the file system answers after this is not parsed: the
+     * process is exiting (OpenSSL, which the parse uses, torn down) */
+    policy_load_stop();
+    const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+    if (!readable_within(j->fds[0], stop_wait_ms) && job_leave(j)) {
+        fprintf(stderr,
+                "sluice serve: %s while loading the policy %s: stopped before serving; its load, "
+                "not ended within %u ms (its file system does not answer?), is abandoned\n",
+                name, path, stop_wait_ms);
+        return NULL;
+    }
+    pthread_join(j->thread, NULL);
+    job_free(j);
+    fprintf(stderr, "sluice serve: %s while loading the policy %s: stopped before serving\n", name,
+            path);
+    return NULL;
+}
