@@ -306,9 +306,6 @@ static int serve_main(int argc, char **argv)
         return stop_sig != 0 ? EXIT_OK : EXIT_USAGE;
     }
     gateway_print_grant_warnings(p);
-    char file_warning[8192 + 512];
-    gateway_policy_file_warning(a->policy, file_warning, sizeof(file_warning));
-    fputs(file_warning, stderr);
     size_t nrules = p->nrules;
 
     signal(SIGPIPE, SIG_IGN);

@@ -13,8 +13,13 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include "gate/gateway.h"
 #include "util/diag.h"
 #include "util/quiet_thread.h"
+
+/* The room for gateway_policy_file_warning()'s line, which names the file
+ * and its folder. */
+#define FILE_WARNING_TEXT (8192 + 512)
 
 /* One load: the thread's until it ends, then the waiting thread's; the
  * thread's for good once left at a stop (<abandoned>). */
@@ -27,6 +32,9 @@ struct load_job {
     char *path;         /* owned copy: a job left at a stop outlives argv's use */
     struct diag diag;
     struct policy *result; /* NULL on failure */
+    /* gateway_policy_file_warning()'s, made on the thread: its stat()s
+     * reach the same file system as the load */
+    char file_warning[FILE_WARNING_TEXT];
 };
 
 static void job_free(struct load_job *j)
@@ -60,6 +68,8 @@ static void *load_thread(void *arg)
 {
     struct load_job *j = arg;
     j->result = policy_load_flags(j->path, 0, &j->diag);
+    if (j->result != NULL)
+        gateway_policy_file_warning(j->path, j->file_warning, sizeof(j->file_warning));
     if (quiet_thread_job_end(&j->mu, &j->abandoned, &j->done, j->fds[1]))
         job_free(j); /* left at a stop (job_leave()) */
     return NULL;
@@ -112,6 +122,19 @@ static bool job_leave(struct load_job *j)
     return left;
 }
 
+/* The load on the calling thread, when no thread (or signalfd) can be had:
+ * a stop is held until it ends. */
+static struct policy *load_here(const char *path)
+{
+    struct policy *p = policy_load_reporting(path, 0, "");
+    if (p != NULL) {
+        char warning[FILE_WARNING_TEXT];
+        gateway_policy_file_warning(path, warning, sizeof(warning));
+        fputs(warning, stderr);
+    }
+    return p;
+}
+
 struct policy *serve_load_policy(const char *path, unsigned stop_wait_ms, int *stop_sig)
 {
     *stop_sig = 0;
@@ -126,7 +149,7 @@ struct policy *serve_load_policy(const char *path, unsigned stop_wait_ms, int *s
             job_free(j);
         if (sig_fd >= 0)
             close(sig_fd);
-        return policy_load_reporting(path, 0, "");
+        return load_here(path);
     }
     int sig = wait_load_or_stop(j->fds[0], sig_fd);
     close(sig_fd);
@@ -135,6 +158,7 @@ struct policy *serve_load_policy(const char *path, unsigned stop_wait_ms, int *s
         struct policy *p = j->result;
         j->result = NULL;
         policy_report_load(&j->diag, p, path, "");
+        fputs(j->file_warning, stderr);
         job_free(j);
         return p;
     }

@@ -17,14 +17,15 @@
  * (less when --grace is shorter). */
 #define SERVE_LOAD_STOP_WAIT_MS 1000
 
-/* Loads <path> as policy_load_reporting(path, 0, "") does, and returns the
- * policy; or NULL, either a failure reported on standard error (*stop_sig
- * 0) or a stop: a SIGTERM or SIGINT came before the load ended (*stop_sig
- * that signal; said on standard error, naming <path>). After a stop the
- * load is waited for at most <stop_wait_ms> more, then left to its thread.
- * The caller has SIGTERM and SIGINT blocked (stop_signals_hold()); any
- * other signal pending (SIGHUP) stays so. With no thread to be had, loads
- * on the caller's thread, a stop held until the load ends. */
+/* Loads <path> as policy_load_reporting(path, 0, "") does, followed by
+ * gateway_policy_file_warning()'s line if any, and returns the policy; or
+ * NULL, either a failure reported on standard error (*stop_sig 0) or a
+ * stop: a SIGTERM or SIGINT came before the load ended (*stop_sig that
+ * signal; said on standard error, naming <path>). After a stop the load is
+ * waited for at most <stop_wait_ms> more, then left to its thread. The
+ * caller has SIGTERM and SIGINT blocked (stop_signals_hold()); any other
+ * signal pending (SIGHUP) stays so. With no thread to be had, loads on the
+ * caller's thread, a stop held until the load ends. */
 struct policy *serve_load_policy(const char *path, unsigned stop_wait_ms, int *stop_sig);
 
 #endif
