@@ -29,7 +29,7 @@ struct load_job {
     bool done;          /* (mu) the load has ended */
     bool abandoned;     /* (mu) left at a stop: the thread frees the job */
     int fds[2];         /* the thread's "done" byte */
-    char *path;         /* owned copy: a job left at a stop outlives argv's use */
+    char *path;         /* owned: a job left at a stop outlives serve's arguments */
     struct diag diag;
     struct policy *result; /* NULL on failure */
     /* gateway_policy_file_warning()'s, made on the thread: its stat()s
@@ -92,7 +92,7 @@ static int wait_load_or_stop(int done_fd, int sig_fd)
         }
         struct signalfd_siginfo si;
         if ((pfd[0].revents & POLLIN) && read(sig_fd, &si, sizeof(si)) == (ssize_t)sizeof(si))
-            return (int)si.ssi_signo; /* a stop before a load that ended with it */
+            return (int)si.ssi_signo; /* wins over a load that ended meanwhile */
         if (pfd[1].revents != 0)
             return 0;
     }
@@ -104,7 +104,7 @@ static bool readable_within(int fd, unsigned wait_ms)
     struct pollfd pfd = {.fd = fd, .events = POLLIN};
     int n;
     while ((n = poll(&pfd, 1, (int)wait_ms)) < 0 && errno == EINTR)
-        continue; /* no signal is handled meanwhile: the handlers do nothing */
+        continue; /* rare: the signals a handler takes are blocked here */
     return n > 0;
 }
 
