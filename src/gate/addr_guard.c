@@ -232,6 +232,59 @@ static bool isatap_v4(const struct ipaddr *a, struct ipaddr *v4)
     return true;
 }
 
+/* The IPv6 forms a translator connects to the IPv4 address they embed, as
+ * embedded_v4() reads them: NAT64's well-known prefix (RFC 6052), local-use
+ * NAT64 (RFC 8215) at each position its /48 leaves room for, and SIIT's
+ * v4-translated addresses (RFC 7915): <len> bytes of <prefix>, then the
+ * address at byte <at> (skipping the "u" octet when <skip_u>). 6to4, Teredo
+ * and the v4-compatible form are left out: they tunnel, and the IPv4 host
+ * gets a wrapped packet, never the connection. */
+static const struct {
+    uint8_t prefix[12];
+    uint8_t len;
+    uint8_t at;
+    bool skip_u;
+} translated_forms[] = {
+    {{0, 0x64, 0xff, 0x9b}, 12, 12, false},
+    {{0, 0x64, 0xff, 0x9b, 0, 1}, 6, 12, false},
+    {{0, 0x64, 0xff, 0x9b, 0, 1}, 6, 9, false},
+    {{0, 0x64, 0xff, 0x9b, 0, 1}, 6, 7, true},
+    {{0, 0x64, 0xff, 0x9b, 0, 1}, 6, 6, true},
+    {{0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff}, 12, 12, false},
+};
+
+bool addr_guard_translated_in(const struct cidr *c, const struct ipaddr *v4, struct ipaddr *form)
+{
+    for (size_t f = 0; f < sizeof(translated_forms) / sizeof(translated_forms[0]); f++) {
+        /* <c>'s own address with the form written over it: the bits <c>
+         * leaves free take any value, so when the result is still in <c>,
+         * <c> holds that form of <v4>. */
+        struct ipaddr a = c->addr;
+        memcpy(a.b, translated_forms[f].prefix, translated_forms[f].len);
+        for (unsigned i = 0, j = translated_forms[f].at; i < 4; i++, j++) {
+            if (translated_forms[f].skip_u && j == 8)
+                j++;
+            a.b[j] = v4->b[12 + i];
+        }
+        if (!cidr_contains(c, &a))
+            continue;
+        /* Read back as the guard reads it: a local-use NAT64 address whose
+         * other positions hold other addresses is still denied as this one
+         * (any read denies), and this makes sure the form is one it reads. */
+        struct ipaddr got[4];
+        enum embed kind;
+        size_t n = embedded_v4(&a, got, &kind);
+        for (size_t i = 0; i < n; i++) {
+            if (memcmp(got[i].b, v4->b, sizeof(got[i].b)) == 0) {
+                if (form != NULL)
+                    *form = a;
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
 static int add_names(struct range *r)
 {
     if (!r->v4)

@@ -50,6 +50,12 @@ bool addr_guard_denies_in(const struct addr_guard *g, const struct ipaddr *a,
 /* True when an allow range holds <a>. */
 bool addr_guard_allows(const struct addr_guard *g, const struct ipaddr *a);
 
+/* True when <c> holds an IPv6 address that a translator (NAT64, local-use
+ * NAT64, SIIT) connects to the IPv4 address <v4> (as ipaddr_from_v4() makes
+ * it), and that the guard reads as <v4>; then sets <form>, when not NULL,
+ * to one such address. Tunnelled forms (6to4, Teredo, v4-compatible) are
+ * not counted. */
+bool addr_guard_translated_in(const struct cidr *c, const struct ipaddr *v4, struct ipaddr *form);
 /* What a cidr: rule opens: the IP literals a cidr: rule allows skip the
  * guard, so a rule over <c> opens every range of the deny set, and every
  * IPv6 prefix whose addresses embed IPv4 ones the guard unwraps (6to4

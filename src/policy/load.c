@@ -1160,14 +1160,27 @@ static void net_allow_ranges(struct load_ctx *c, const struct ynode *v, void *ob
     size_t i = 0;
     for (const struct ynode *it = ynode_first(v); it != NULL; it = ynode_next(v, it), i++) {
         struct cidr r;
+        struct ipaddr form;
         if (it->kind != YNODE_SCALAR || cidr_parse(it->str, &r) != 0 ||
-            !cidr_contains(&r, &metadata) || load_cidr_covers_ipv4(it->str, &r))
+            load_cidr_covers_ipv4(it->str, &r))
             continue; /* the last has its own warning */
         size_t m = load_field_push(c, "[%zu]", i);
-        load_warn(c, it->line,
-                  "'%s' exempts 169.254.169.254, the cloud metadata address (the host's "
-                  "credentials), from deny_ranges; list a narrower range",
-                  load_show(c, it->str));
+        if (cidr_contains(&r, &metadata)) {
+            load_warn(c, it->line,
+                      "'%s' exempts 169.254.169.254, the cloud metadata address (the host's "
+                      "credentials), from deny_ranges; list a narrower range",
+                      load_show(c, it->str));
+        } else if (addr_guard_translated_in(&r, &metadata, &form)) {
+            /* The guard denies 64:ff9b::a9fe:a9fe as the metadata address
+             * (a translator connects to it); exempted, it is reached. */
+            char text[IPADDR_STRLEN];
+            ipaddr_format(&form, text, sizeof(text));
+            load_warn(c, it->line,
+                      "'%s' holds %s, which a NAT64 or SIIT translator connects to "
+                      "169.254.169.254, the cloud metadata address (the host's credentials): it "
+                      "exempts that from deny_ranges; list a narrower range",
+                      load_show(c, it->str), text);
+        }
         load_field_pop(c, m);
     }
 }

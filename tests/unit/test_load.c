@@ -724,11 +724,40 @@ static void test_network_and_days(void **state)
                    "p.yaml:5: network.allow_ranges[0]: " METADATA("169.254.0.0/16"));
     expect_warning(V R "network: {allow_ranges: [\"::ffff:0:0/96\"]}\n",
                    "p.yaml:5: network.allow_ranges[0]: " METADATA("::ffff:0:0/96"));
+    /* So do those that hold an IPv6 address a translator connects to
+     * 169.254.169.254 (NAT64, local-use NAT64 at any of its positions,
+     * SIIT), which the guard denies as the metadata address: exempted, it
+     * is reached through the translator. Tunnels (6to4, Teredo, the
+     * v4-compatible form) only wrap packets for it, and a range of NAT64
+     * that leaves it out is quiet. */
+#define TRANSLATED(s, a)                                                                           \
+    "'" s "' holds " a ", which a NAT64 or SIIT translator connects to 169.254.169.254, the "      \
+    "cloud metadata address (the host's credentials): it exempts that from deny_ranges; list a "   \
+    "narrower range"
+    expect_warning(
+        V R "network: {allow_ranges: [\"64:ff9b::/96\"]}\n",
+        "p.yaml:5: network.allow_ranges[0]: " TRANSLATED("64:ff9b::/96", "64:ff9b::a9fe:a9fe"));
+    expect_warning(V R "network: {allow_ranges: [10.0.0.0/8, \"64:ff9b::a9fe:0/112\"]}\n",
+                   "p.yaml:5: network.allow_ranges[1]: " TRANSLATED("64:ff9b::a9fe:0/112",
+                                                                    "64:ff9b::a9fe:a9fe"));
+    expect_warning(
+        V R "network: {allow_ranges: [\"64:ff9b:1::/48\"]}\n",
+        "p.yaml:5: network.allow_ranges[0]: " TRANSLATED("64:ff9b:1::/48", "64:ff9b:1::a9fe:a9fe"));
+    expect_warning(V R "network: {allow_ranges: [\"64:ff9b:1:a9:fe:a9fe::/128\"]}\n",
+                   "p.yaml:5: network.allow_ranges[0]: " TRANSLATED("64:ff9b:1:a9:fe:a9fe::/128",
+                                                                    "64:ff9b:1:a9:fe:a9fe::"));
+    expect_warning(
+        V R "network: {allow_ranges: [\"::ffff:0:0:0/96\"]}\n",
+        "p.yaml:5: network.allow_ranges[0]: " TRANSLATED("::ffff:0:0:0/96", "::ffff:0:a9fe:a9fe"));
+    p = expect_clean(V R "network: {allow_ranges: [\"64:ff9b::a00:0/104\", \"2002::/16\", "
+                         "\"2001::/32\", \"::a9fe:a9fe/128\"]}\n");
+    policy_free(p);
     p = load(V R "network: {allow_ranges: [\"::/0\"]}\n", &d);
     assert_non_null(p);
     assert_int_equal(d.warnings, 1);
     diag_free(&d);
     policy_free(p);
+#undef TRANSLATED
 
     p = expect_clean(V R "alerts: {off_hours: {hours: \"00:00-24:00\", days: \"Mon,Wed,Fri\"}}\n");
     assert_int_equal(p->alerts.off_hours.days_mask, 0x15);
