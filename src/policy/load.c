@@ -1003,8 +1003,9 @@ static void duplicate_group(struct load_ctx *c, const struct rule **g, size_t n,
 
 /* Warns about each tier-3 rule of group <g> (<n> rules of one pattern,
  * any order) that a lower-tier rule of the same pattern outranks: both
- * name a method (among rules that name methods the lower tier wins, then
- * file order; see match.c), for a port and an agent in common. Those
+ * name a method, or both name none (among rules that name the method, and
+ * among those that name none, the lower tier wins, then file order; see
+ * match.c), for a port and an agent in common. Those
  * requests then go through at the lower tier, without the grant's owner,
  * its tier3_write alert or its expiry, while check lists the grant as
  * signed for them. */
@@ -1014,16 +1015,33 @@ static void outranked_grants(struct load_ctx *c, const struct rule **g, size_t n
         return;
     for (size_t i = 0; i < n; i++) {
         const struct rule *t = g[i], *by = NULL;
-        if (t->tier != TIER_3 || t->methods == 0)
+        if (t->tier != TIER_3)
             continue;
+        /* Both naming a method, or both naming none (their agents differ,
+         * else they are duplicates): the lower tier wins. A lower rule that
+         * names methods under a grant that names none is a read carved
+         * out, and one that names none under a grant that names them loses. */
         for (size_t k = 0; k < n; k++) {
             const struct rule *l = g[k];
-            if (l->tier < t->tier && (l->methods & t->methods) != 0 && load_ports_meet(t, l) &&
-                load_agents_meet(t, l) && (by == NULL || l->index < by->index))
+            bool meet = t->methods == 0 ? l->methods == 0 : (l->methods & t->methods) != 0;
+            if (l->tier < t->tier && meet && load_ports_meet(t, l) && load_agents_meet(t, l) &&
+                (by == NULL || l->index < by->index))
                 by = l;
         }
         if (by == NULL)
             continue;
+        if (t->methods == 0) {
+            size_t m = load_field_push(c, "[%zu]", t->index);
+            load_warn(c, t->line,
+                      "this tier-3 grant does not decide the plain requests it shares with "
+                      "rules[%zu] (line %d), which covers this host too without naming methods "
+                      "either, at tier %d, for a port and an agent in common: the lower tier "
+                      "wins, so those requests go through at tier %d, without this grant's "
+                      "owner, expiry or tier3_write alert (only a CONNECT takes tier 3)",
+                      by->index, by->line, (int)by->tier, (int)by->tier);
+            load_field_pop(c, m);
+            continue;
+        }
         char names[96] = "";
         size_t o = 0;
         for (unsigned bit = METHOD_GET; bit <= METHOD_TRACE && o < sizeof(names); bit <<= 1)

@@ -1632,6 +1632,43 @@ static void test_outranked_grant_warned(void **state)
                                "  - {host: uploads.github.com, methods: [POST], tier: 1}\n"));
 }
 
+/* A tier-3 grant that names no methods, outranked by a lower-tier rule of
+ * its pattern that names none either (their agents differ, else they are
+ * duplicates): a POST by agent ci under a grant for ci went upstream at
+ * tier 0 (rule rules[1], owner null) while check listed the grant as
+ * signed for ci, without a word. */
+static void test_unrestricted_grant_outranked_warned(void **state)
+{
+    (void)state;
+#define SHARES(r, line, t)                                                                         \
+    "this tier-3 grant does not decide the plain requests it shares with " r " (line " line        \
+    "), which covers this host too without naming methods either, at tier " t ", for a port and "  \
+    "an agent in common: the lower tier wins, so those requests go through at tier " t ", "        \
+    "without this grant's owner, expiry or tier3_write alert (only a CONNECT takes tier 3)"
+    expect_warning(V "agents: [{id: ci, sources: [unix]}]\n"
+                     "rules:\n  - host: api.example.com\n    agents: [ci]\n" GRANT
+                     "  - {host: api.example.com, tier: 0}\n",
+                   "p.yaml:4: rules[0]: " SHARES("rules[1]", "9", "0"));
+    /* the other way round: a lower rule for one agent under a grant for all */
+    expect_warning(V "agents: [{id: ci, sources: [unix]}]\n"
+                     "rules:\n  - {host: \"*.example.com\", tier: 2, agents: [ci], ports: [443]}\n"
+                     "  - host: \"*.example.com\"\n" GRANT,
+                   "p.yaml:5: rules[1]: " SHARES("rules[0]", "4", "2"));
+    /* the grant decides: another port or agent, or the lower rule names
+     * methods (a read carved out: its methods only) */
+    policy_free(
+        expect_clean(V "agents: [{id: a, sources: [unix]}, {id: b, sources: [127.0.0.1/32]}]\n"
+                       "rules:\n  - host: api.example.com\n    agents: [a]\n" GRANT
+                       "  - {host: api.example.com, tier: 0, agents: [b]}\n"));
+    policy_free(expect_clean(V "agents: [{id: a, sources: [unix]}]\n"
+                               "rules:\n  - host: api.example.com\n    ports: [443]\n" GRANT
+                               "  - {host: api.example.com, tier: 0, ports: [80], agents: [a]}\n"));
+    policy_free(expect_clean(V "agents: [{id: a, sources: [unix]}]\n"
+                               "rules:\n  - host: api.example.com\n    agents: [a]\n" GRANT
+                               "  - {host: api.example.com, tier: 0, methods: [GET]}\n"));
+#undef SHARES
+}
+
 #define TAKES_TAIL                                                                                 \
     ": its pattern is more specific, so it decides those requests, without the grant's owner, "    \
     "expiry or tier3_write alert; write it as tier 3 or restrict its methods"
@@ -2698,6 +2735,7 @@ int main(void)
         cmocka_unit_test(test_unicode_host_warned),
         cmocka_unit_test(test_owner_length_capped),
         cmocka_unit_test(test_outranked_grant_warned),
+        cmocka_unit_test(test_unrestricted_grant_outranked_warned),
         cmocka_unit_test(test_grant_taken_by_more_specific_rule_warned),
         cmocka_unit_test(test_grant_not_taken_not_warned),
         cmocka_unit_test(test_loaded_policy_holds_no_clear_token),
