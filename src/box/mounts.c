@@ -570,12 +570,18 @@ int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen)
     dev_open(dev_fds);
 
     /* 2. everything read-only: in one call where the kernel has it, else
-     * mount by mount as mountinfo names them */
+     * mount by mount as mountinfo names them. A mount covered by another
+     * is passed over: no path leads to it (its path leads into the mount
+     * on top, remounted in its turn; where that holds a folder of the
+     * same name, to no mount's root, and the remount failed with EINVAL),
+     * and step 5 lets it be. */
     struct mountinfo mi = {0};
     if (all_read_only() < 0 && read_mountinfo(&mi, err, errlen) < 0)
         goto out;
     for (size_t i = 0; i < mi.n; i++) {
         const char *mp = mi.v[i].mount_point;
+        if (mountinfo_is_covered(&mi, &mi.v[i]))
+            continue;
         if (remount(mp, true, true) < 0 && errno != ENOENT && errno != EACCES) {
             box_path_error(err, errlen, "cannot remount ", mp, " read-only", strerror(errno));
             mountinfo_free(&mi);

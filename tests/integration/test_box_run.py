@@ -2999,6 +2999,66 @@ def test_a_mount_still_writable_is_named_escaped(sluice_bin, net, hostdir):
     assert "\nsluice run: forged" not in p.stderr, p.stderr
 
 
+def _probe_box(sluice_bin, net, hostdir, user, code):
+    """_nobody_box() for a run as <user> ("root", or "nobody" in a user
+    namespace), with <code> in its work folder as x.py. Returns (box,
+    policy path, the argv prefix that switches to <user>)."""
+    b, pol = _nobody_box(sluice_bin, net, hostdir, [], userns=user == "nobody")
+    with open(os.path.join(b.workdir, "x.py"), "w") as f:
+        f.write(code)
+    os.chmod(os.path.join(b.workdir, "x.py"), 0o644)
+    as_user = [] if user == "root" else ["setpriv", "--reuid=65534", "--regid=65534",
+                                         "--clear-groups"]
+    return b, pol, as_user
+
+
+COVERED_MOUNT = r"""
+import errno, json, os, sys
+out = {}
+for k, path in (("cover", os.path.join(sys.argv[1], "f")),
+                ("below_cover", os.path.join(sys.argv[1], "sub", "f")),
+                ("open", os.path.join(sys.argv[2], "f")), ("cwd", "f")):
+    try:
+        open(path, "w").write("x"); out[k] = "ok"
+    except OSError as e:
+        out[k] = errno.errorcode[e.errno]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+@pytest.mark.parametrize("user", ["root", "nobody"])
+def test_a_covered_mount_does_not_stop_the_mount_by_mount_set_up(sluice_bin, net, hostdir, user):
+    """Without mount_setattr(2) (a kernel before 5.12, here a seccomp
+    filter that refuses it) the box remounts each mount read-only by the
+    path mountinfo gives. A mount covered by another (a tmpfs with a mount
+    on its sub, mounted over again by one that has a sub folder too: the
+    path leads to the top one's folder, no mount's root) failed that
+    remount with EINVAL, and the run with `cannot remount PATH read-only:
+    Invalid argument`, though no path in the box reaches it and the final
+    check lets it be; the box built with mount_setattr(2) runs. It is now
+    passed over: the mount on top is made read-only, and so is a mount
+    nothing covers (a tmpfs beside it), as ever. The mounts are made in a
+    mount namespace of the test's own (unshare -m)."""
+    b, pol, as_user = _probe_box(sluice_bin, net, hostdir, user, COVERED_MOUNT)
+    cover = os.path.join(hostdir, "cover")
+    beside = os.path.join(hostdir, "beside")
+    os.makedirs(cover)
+    os.makedirs(beside)
+    script = ('m="mount -t tmpfs -o size=1m,mode=0777"; '
+              '$m low "$0" && mkdir "$0/sub" && $m lowsub "$0/sub" && $m top "$0" && '
+              'mkdir -m 0777 "$0/sub" && $m beside "$1" || exit 99; shift; exec "$@"')
+    argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, cover, beside,
+            PY, "-c", NO_MOUNT_SETATTR] + as_user + [
+                sluice_bin, "run", "--policy", pol, "--", PY, "x.py", cover, beside]
+    p = _run_with_a_mount(argv, b.workdir)
+    if p.returncode == 98:
+        pytest.skip("cannot load a seccomp filter: %s" % p.stderr.strip())
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert Box.out(p) == {"cover": "EROFS", "below_cover": "EROFS", "open": "EROFS",
+                          "cwd": "ok"}
+
+
 def _held_set_up(syscalls, ms=1):
     """(argv prefix, environment) for a `sluice run` under strace, which
     holds each of <syscalls> (a set as strace's -e takes it) <ms> ms on
@@ -3058,15 +3118,10 @@ def test_a_mount_renamed_during_the_set_up_stays_read_only(sluice_bin, net, host
                     "rename at the right moments can still dodge")
     if shutil.which("strace") is None:
         pytest.skip("needs strace to widen the moments a rename must hit")
-    b, pol = _nobody_box(sluice_bin, net, hostdir, [], userns=user == "nobody")
+    b, pol, as_user = _probe_box(sluice_bin, net, hostdir, user, RENAMED_MOUNT)
     a = os.path.join(b.workdir, "a")
     other = os.path.join(b.workdir, "b")
     os.makedirs(os.path.join(a, "mnt"))
-    with open(os.path.join(b.workdir, "x.py"), "w") as f:
-        f.write(RENAMED_MOUNT)
-    os.chmod(os.path.join(b.workdir, "x.py"), 0o644)
-    as_user = [] if user == "root" else ["setpriv", "--reuid=65534", "--regid=65534",
-                                         "--clear-groups"]
     # the folder is renamed all along: the mount tries both names
     script = ('i=0; while [ $i -lt 10000 ]; do for d in a b; do '
               'mount -t tmpfs -o size=1m,mode=0777 none "$0/$d/mnt" 2>/dev/null && exec "$@"; '
