@@ -329,6 +329,13 @@ static int load_filter(bool allow_unix, char *err, size_t errlen)
         rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(io_uring_enter), 0);
     if (rc == 0)
         rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(io_uring_register), 0);
+    /* bpf(2): BPF_OBJ_GET opens an object pinned in a bpf file system of
+     * the host's view (/sys/fs/bpf: a firewall's maps) by its path, with
+     * the file's permission alone, never the mount's: the descriptor of a
+     * map pinned on a read-only mount writes the host's map. EPERM, what
+     * an unprivileged caller gets where unprivileged bpf is disabled. */
+    if (rc == 0)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(bpf), 0);
     /* Kernel keyrings: the box joins a fresh session keyring, but the
      * user keyring (@u) belongs to the uid, and as root (no user namespace)
      * that is the host root's, with whatever tickets and keys it holds.

@@ -753,6 +753,78 @@ def test_kernel_settings_devices_and_the_network_are_refused(sluice_bin, proj, u
     assert os.listdir(proj) == ["policy.yaml"]
 
 
+# bpf(2) on a pinned map, by its path: "pin" (on the host: an array map of
+# one 8-byte value, 0, pinned there), "get" (in the box: open it, write
+# 0x5151 into it), "look" (on the host: the value now).
+BPF_MAP = r"""
+import ctypes, errno, json, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+NR_BPF = {"x86_64": 321, "aarch64": 280}[__import__("platform").machine()]
+def bpf(cmd, attr):
+    buf = ctypes.create_string_buffer(attr, 128)
+    r = libc.syscall(ctypes.c_long(NR_BPF), ctypes.c_long(cmd), buf, ctypes.c_long(128))
+    return r if r >= 0 else errno.errorcode[ctypes.get_errno()]
+def by_path(cmd, path, fd=0):  # BPF_OBJ_PIN, BPF_OBJ_GET
+    p = ctypes.create_string_buffer(path.encode())
+    return bpf(cmd, struct.pack("=QII", ctypes.addressof(p), fd, 0))
+def elem(cmd, fd, value):  # BPF_MAP_LOOKUP_ELEM, BPF_MAP_UPDATE_ELEM of key 0
+    k = ctypes.create_string_buffer(struct.pack("=I", 0))
+    v = ctypes.create_string_buffer(struct.pack("=Q", value))
+    r = bpf(cmd, struct.pack("=IIQQQ", fd, 0, ctypes.addressof(k), ctypes.addressof(v), 0))
+    return r if r != 0 else struct.unpack("=Q", v.raw[:8])[0]
+what, path = sys.argv[1], sys.argv[2]
+out = {}
+if what == "pin":
+    fd = bpf(0, struct.pack("=IIIII", 2, 4, 8, 1, 0))  # BPF_MAP_CREATE, an array
+    out["pin"] = fd if isinstance(fd, str) else by_path(6, path, fd)
+else:
+    fd = out[what] = by_path(7, path)
+    if not isinstance(fd, str):
+        if what == "get":
+            out["update"] = elem(2, fd, 0x5151)
+        out["value"] = elem(1, fd, 0)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "aarch64"),
+                    reason="bpf(2)'s number known for x86_64 and aarch64 only")
+@pytest.mark.parametrize("user", [ROOT, NOBODY])
+def test_a_pinned_bpf_map_cannot_be_written_through_its_read_only_mount(sluice_bin, proj, user):
+    """A BPF map pinned in a bpf file system of the host's view (Cilium's
+    and other firewalls' maps in /sys/fs/bpf) is read-only in the box like
+    any mount, but bpf(BPF_OBJ_GET) opens a pin by its path without the
+    mount's say (no open() of the file: a read-only mount refuses nothing)
+    and the map's descriptor writes the host's map: the box's root, the
+    pin's owner, or any box user where the pin is open to all, changed a
+    value the host's kernel reads (0 to 0x5151, seen on the host). The
+    command gets no bpf(2) at all (EPERM). The bpf file system is mounted
+    in a mount namespace of the test's own (unshare -m), in the project."""
+    pol = _policy(proj)
+    pins = os.path.join(proj, "bpf")
+    os.mkdir(pins)
+    as_user = [] if user == ROOT else ["setpriv", "--reuid=%d" % user, "--regid=%d" % user,
+                                       "--clear-groups"]
+    script = ('PINS="$0"; BPF="$1"; shift; mount -t bpf bpf "$PINS" || exit 99; '
+              '%s -c "$BPF" pin "$PINS/m" | grep -q \'"pin": 0\' || exit 98; '
+              'chmod 666 "$PINS/m"; "$@"; %s -c "$BPF" look "$PINS/m"' % (PY, PY))
+    argv = (["unshare", "-m", "--propagation", "private", "sh", "-c", script, pins, BPF_MAP]
+            + as_user + [sluice_bin, "run", "--policy", pol, "--", PY, "-c", BPF_MAP, "get",
+                         os.path.join(pins, "m")])
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=proj,
+                       env=_clean_env())
+    if p.returncode in (98, 99) or "unshare:" in p.stderr:
+        pytest.skip("cannot mount a bpf file system or pin a map in it: %s" % p.stderr.strip())
+    for mark in SANITIZER_MARKS:
+        assert mark not in p.stderr, p.stderr
+    lines = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
+    assert len(lines) == 2, (p.stdout, p.stderr)
+    assert lines[0] == {"get": "EPERM"}, (lines, p.stderr)
+    assert lines[1] == {"look": 3, "value": 0}, lines
+
+
 X32 = r"""
 import ctypes, errno, json, os, signal
 libc = ctypes.CDLL(None, use_errno=True)
