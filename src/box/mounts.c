@@ -574,7 +574,11 @@ int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen)
      * is passed over: no path leads to it (its path leads into the mount
      * on top, remounted in its turn; where that holds a folder of the
      * same name, to no mount's root, and the remount failed with EINVAL),
-     * and step 5 lets it be. */
+     * and step 5 lets it be. Each is reached one folder at a time, as the
+     * paths of the view are: a mount point longer than PATH_MAX, which
+     * the command can reach as well, failed the remount whole
+     * (ENAMETOOLONG), and a link put on the way by another process since
+     * mountinfo was read fails it (ELOOP), where it led to another mount. */
     struct mountinfo mi = {0};
     if (all_read_only() < 0 && read_mountinfo(&mi, err, errlen) < 0)
         goto out;
@@ -582,7 +586,7 @@ int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen)
         const char *mp = mi.v[i].mount_point;
         if (mountinfo_is_covered(&mi, &mi.v[i]))
             continue;
-        if (remount(mp, true, true) < 0 && errno != ENOENT && errno != EACCES) {
+        if (remount_nofollow(mp, true, true) < 0 && errno != ENOENT && errno != EACCES) {
             box_path_error(err, errlen, "cannot remount ", mp, " read-only", strerror(errno));
             mountinfo_free(&mi);
             goto out;

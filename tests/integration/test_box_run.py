@@ -3059,6 +3059,64 @@ def test_a_covered_mount_does_not_stop_the_mount_by_mount_set_up(sluice_bin, net
                           "cwd": "ok"}
 
 
+# Makes <base>/d.../d/mnt, 25 folders of 200 bytes deep (past PATH_MAX),
+# mounts a tmpfs there (by a relative path: mount(8) takes absolute ones
+# only), then runs the rest of its arguments where it started.
+DEEP_MOUNT = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+home = os.getcwd()
+os.chdir(sys.argv[1])
+for _ in range(25):
+    os.mkdir("d" * 200)
+    os.chdir("d" * 200)
+os.mkdir("mnt", 0o777)
+if libc.mount(b"deep", b"mnt", b"tmpfs", 0, b"size=1m,mode=0777") != 0:
+    sys.exit(99)
+os.chdir(home)
+os.execvp(sys.argv[2], sys.argv[2:])
+"""
+
+# In the box: writes a file in the deep mount, reached folder by folder.
+WRITE_DEEP = r"""
+import errno, json, os, sys
+os.chdir(sys.argv[1])
+for _ in range(25):
+    os.chdir("d" * 200)
+try:
+    open("mnt/f", "w").write("x"); out = "ok"
+except OSError as e:
+    out = errno.errorcode[e.errno]
+print(json.dumps({"write": out}))
+"""
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+@pytest.mark.parametrize("user", ["root", "nobody"])
+def test_a_mount_deeper_than_path_max_is_made_read_only_mount_by_mount(sluice_bin, net, hostdir,
+                                                                      user):
+    """Without mount_setattr(2) (a seccomp filter refuses it here) the box
+    remounted each mount by the path mountinfo gives, whole: a mount whose
+    path is longer than PATH_MAX (made by a relative path, which the
+    command can take too, folder by folder) failed the remount with
+    ENAMETOOLONG and the run with `cannot remount PATH read-only`, cut
+    short in the middle of PATH; the box built with mount_setattr(2) runs.
+    Each is now reached one folder at a time, as the box reaches the paths
+    of its view, and made read-only. The mount is made in a mount
+    namespace of the test's own (unshare -m)."""
+    b, pol, as_user = _probe_box(sluice_bin, net, hostdir, user, WRITE_DEEP)
+    base = os.path.join(hostdir, "deep")
+    os.mkdir(base)
+    argv = ["unshare", "-m", "--propagation", "private", PY, "-c", DEEP_MOUNT, base,
+            PY, "-c", NO_MOUNT_SETATTR] + as_user + [
+                sluice_bin, "run", "--policy", pol, "--", PY, "x.py", base]
+    p = _run_with_a_mount(argv, b.workdir)
+    if p.returncode == 98:
+        pytest.skip("cannot load a seccomp filter: %s" % p.stderr.strip())
+    assert p.returncode == 0, p.stdout + p.stderr[-300:]
+    assert Box.out(p) == {"write": "EROFS"}
+
+
 def _held_set_up(syscalls, ms=1):
     """(argv prefix, environment) for a `sluice run` under strace, which
     holds each of <syscalls> (a set as strace's -e takes it) <ms> ms on
