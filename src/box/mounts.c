@@ -448,6 +448,27 @@ static bool out_of_reach(const char *mount_point)
     return others;
 }
 
+/* Whether the mount <id> has left the box's view since mountinfo was read:
+ * it is no longer listed, or is covered. Its folder removed on the host
+ * (rmdir() of a mount point unmounts it in every namespace) between the
+ * walk that reached it and the remount, the remount fails with EINVAL,
+ * though no path in the box leads to it any more. A mountinfo that
+ * cannot be read again is no answer: false. */
+static bool mount_gone(unsigned id)
+{
+    char err[256];
+    struct mountinfo mi;
+    if (read_mountinfo(&mi, err, sizeof(err)) < 0)
+        return false;
+    bool gone = true;
+    for (size_t i = 0; i < mi.n && gone; i++)
+        if (mi.v[i].id == id)
+            gone = mountinfo_is_covered(&mi, &mi.v[i]);
+    mountinfo_free(&mi);
+    errno = EINVAL; /* the remount's, for its message */
+    return gone;
+}
+
 typedef int (*writable_fn)(const struct mountinfo_entry *e, void *arg, char *err, size_t errlen);
 
 /* Calls <fn> for each mount of the current view that is writable and not
@@ -586,7 +607,8 @@ int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen)
         const char *mp = mi.v[i].mount_point;
         if (mountinfo_is_covered(&mi, &mi.v[i]))
             continue;
-        if (remount_nofollow(mp, true, true) < 0 && errno != ENOENT && errno != EACCES) {
+        if (remount_nofollow(mp, true, true) < 0 && errno != ENOENT && errno != EACCES &&
+            !(errno == EINVAL && mount_gone(mi.v[i].id))) {
             box_path_error(err, errlen, "cannot remount ", mp, " read-only", strerror(errno));
             mountinfo_free(&mi);
             goto out;
