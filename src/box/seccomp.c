@@ -27,6 +27,9 @@
  * Kernel keyrings: add_key(), request_key() and keyctl() fail with ENOSYS
  * (the user keyring of a root box is the host root's).
  *
+ * bpf() fails with EPERM: a map pinned in the host's bpf file system opens
+ * by its path whatever the mount, and its descriptor writes the host's map.
+ *
  * The terminal: ioctl(TIOCSTI), ioctl(TIOCLINUX), the line discipline's
  * ioctl(TIOCSETD) and, for a virtual console, the ioctls that change what
  * its keys type (the key map, dead keys, keyboard mode, lock flags), what
