@@ -904,15 +904,30 @@ static void sweep_row(int64_t id, const char *sink, const char *body, int attemp
         c->taken++;
 }
 
-/* The alerts of <w>'s memory queue whose row is in the store. */
-static uint64_t in_memory_and_store(const struct webhook *w)
+/* What <w>'s memory queue holds of the store's rows: the alerts that were
+ * given a row (<with_id>), and of those the ones whose row is still in the
+ * store (<stored>, with the <bytes> of their bodies). One walk for the
+ * sweep's read and for the count after it. */
+struct in_memory {
+    size_t with_id;
+    uint64_t stored;
+    size_t bytes;
+};
+
+static struct in_memory in_memory_of(const struct webhook *w)
 {
-    uint64_t n = 0;
+    struct in_memory m = {0, 0, 0};
     for (size_t i = 0; i < w->len; i++) {
-        int64_t id = w->q[(w->head + i) % w->cap].id;
-        n += id > 0 && !store_queue_lost(w->store, id);
+        const struct item *it = &w->q[(w->head + i) % w->cap];
+        if (it->id <= 0)
+            continue;
+        m.with_id++;
+        if (!store_queue_lost(w->store, it->id)) {
+            m.stored++;
+            m.bytes += it->n;
+        }
     }
-    return n;
+    return m;
 }
 
 /* After a read of the store: how many of the sink's alerts wait there
@@ -921,7 +936,7 @@ static uint64_t in_memory_and_store(const struct webhook *w)
  * more rows than the read brought). */
 static void after_read(struct webhook *w, const struct store_read_got *got, uint64_t left)
 {
-    uint64_t mem = in_memory_and_store(w);
+    uint64_t mem = in_memory_of(w).stored;
     w->stored_n = (uint64_t)got->count > mem ? (uint64_t)got->count - mem : 0;
     w->only_stored = left > 0 || got->all ? left : 1;
 }
@@ -972,15 +987,9 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
     if (w->store == NULL || w->reading != NULL || w->only_stored == 0 || w->len >= w->t.queue_max ||
         (w->len > 0 && w->bytes >= w->t.queue_bytes))
         return;
-    size_t nids = 0, again = 0;
-    for (size_t i = 0; i < w->len; i++) {
-        const struct item *it = &w->q[(w->head + i) % w->cap];
-        nids += it->id > 0;
-        if (it->id > 0 && !store_queue_lost(w->store, it->id))
-            again += it->n;
-    }
-    size_t limit = w->t.queue_max - w->len + nids + 1;
-    read_start(w, limit < INT_MAX ? (int)limit : INT_MAX, again, false);
+    struct in_memory m = in_memory_of(w);
+    size_t limit = w->t.queue_max - w->len + m.with_id + 1;
+    read_start(w, limit < INT_MAX ? (int)limit : INT_MAX, m.bytes, false);
 }
 
 /* Takes the sweep's read: the rows as the writes not yet committed leave
