@@ -540,8 +540,5 @@ bool listener_covers(const struct listener *l, const struct ipaddr *ip, uint16_t
         return false;
     /* Bound to every address: any local address reaches it, and so does all
      * of 127.0.0.0/8 and ::1. */
-    if (ipaddr_is_v4(ip) && (ipaddr_v4(ip) >> 24) == 127)
-        return true;
-    static const struct ipaddr lo6 = {{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}};
-    return ipaddr_equal(ip, &lo6) || is_local_address(ip);
+    return ipaddr_is_loopback(ip) || is_local_address(ip);
 }

@@ -421,12 +421,8 @@ static bool url_host_is_loopback(const char *h, size_t hl)
     if (hl == strlen("localhost") && strncasecmp(h, "localhost", hl) == 0)
         return true;
     struct ipaddr ip;
-    struct cidr v4, v6;
     enum ip_literal_kind kind = ip_literal_parse(h, hl, &ip);
-    if ((kind != IP_LITERAL_V4 && kind != IP_LITERAL_V6) || cidr_parse("127.0.0.0/8", &v4) != 0 ||
-        cidr_parse("::1/128", &v6) != 0)
-        return false;
-    return cidr_contains(&v4, &ip) || cidr_contains(&v6, &ip);
+    return (kind == IP_LITERAL_V4 || kind == IP_LITERAL_V6) && ipaddr_is_loopback(&ip);
 }
 
 /* A webhook URL as messages show it: its label (weburl.h), never the URL,

@@ -327,6 +327,12 @@ bool ipaddr_equal(const struct ipaddr *a, const struct ipaddr *b)
     return memcmp(a->b, b->b, sizeof(a->b)) == 0;
 }
 
+bool ipaddr_is_loopback(const struct ipaddr *a)
+{
+    static const struct ipaddr lo6 = {{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}};
+    return ipaddr_is_v4(a) ? (ipaddr_v4(a) >> 24) == 127 : ipaddr_equal(a, &lo6);
+}
+
 static bool prefix_has_host_bits(const struct ipaddr *a, unsigned prefix)
 {
     for (unsigned bit = prefix; bit < 128; bit++)

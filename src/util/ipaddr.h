@@ -50,6 +50,9 @@ uint32_t ipaddr_v4(const struct ipaddr *a); /* host order; only for v4 */
 char *ipaddr_format(const struct ipaddr *a, char *out, size_t outlen);
 
 bool ipaddr_equal(const struct ipaddr *a, const struct ipaddr *b);
+/* This machine's loopback: 127.0.0.0/8 (written ::ffff:127.x.y.z too, the
+ * same address) or ::1. */
+bool ipaddr_is_loopback(const struct ipaddr *a);
 
 /* Parses "a.b.c.d/n", "v6/n" or a bare address (a host prefix). Only
  * canonical dotted-quad IPv4 and standard IPv6 are accepted here: a policy

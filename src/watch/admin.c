@@ -46,6 +46,7 @@
 #include "watch/metrics.h"
 #include "util/accept_error.h"
 #include "util/env.h"
+#include "util/ipaddr.h"
 #include "util/units.h"
 
 #define ADMIN_BACKLOG       128 /* as evhttp_bind_socket had it */
@@ -383,15 +384,16 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-static bool v4_is_loopback(const struct in_addr *a4)
+/* An address of <family> (AF_INET's struct in_addr, AF_INET6's struct
+ * in6_addr) that is this machine's loopback (ipaddr_is_loopback()). */
+static bool in_is_loopback(int family, const void *addr)
 {
-    return (ntohl(a4->s_addr) >> 24) == 127;
-}
-
-/* ::1, and ::ffff:127.x.y.z, which is 127.x.y.z */
-static bool v6_is_loopback(const struct in6_addr *a6)
-{
-    return IN6_IS_ADDR_LOOPBACK(a6) || (IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127);
+    struct ipaddr ip;
+    if (family == AF_INET)
+        ipaddr_from_v4(&ip, ntohl(((const struct in_addr *)addr)->s_addr));
+    else
+        memcpy(ip.b, ((const struct in6_addr *)addr)->s6_addr, sizeof(ip.b));
+    return ipaddr_is_loopback(&ip);
 }
 
 /* True when the local address of the connected socket <fd> is loopback
@@ -404,9 +406,10 @@ static bool reached_through_loopback(evutil_socket_t fd)
     if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
         return true;
     if (ss.ss_family == AF_INET)
-        return v4_is_loopback(&((const struct sockaddr_in *)(const void *)&ss)->sin_addr);
+        return in_is_loopback(AF_INET, &((const struct sockaddr_in *)(const void *)&ss)->sin_addr);
     if (ss.ss_family == AF_INET6)
-        return v6_is_loopback(&((const struct sockaddr_in6 *)(const void *)&ss)->sin6_addr);
+        return in_is_loopback(AF_INET6,
+                              &((const struct sockaddr_in6 *)(const void *)&ss)->sin6_addr);
     return true;
 }
 
@@ -540,9 +543,9 @@ static bool is_loopback(const char *host)
     struct in_addr a4;
     struct in6_addr a6;
     if (inet_pton(AF_INET, host, &a4) == 1)
-        return v4_is_loopback(&a4);
+        return in_is_loopback(AF_INET, &a4);
     if (inet_pton(AF_INET6, host, &a6) == 1)
-        return v6_is_loopback(&a6);
+        return in_is_loopback(AF_INET6, &a6);
     return strcmp(host, "localhost") == 0;
 }
 

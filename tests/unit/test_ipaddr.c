@@ -338,6 +338,26 @@ static void test_cidr_contains(void **state)
     assert_false(cidr_contains(&c, &a));
 }
 
+/* The one loopback test the admin server, the listeners' self_request
+ * and the webhook warning share. */
+static void test_is_loopback(void **state)
+{
+    (void)state;
+    static const char *const yes[] = {
+        "127.0.0.1", "127.255.255.254", "0x7f000001", "::ffff:127.0.0.1", "::1", "[::1]"};
+    static const char *const no[] = {"128.0.0.1", "126.255.255.255", "0.0.0.0", "::",
+                                     "::2",       "::127.0.0.1",     "fe80::1", "10.0.0.1"};
+    struct ipaddr a;
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+        assert_int_not_equal(parse(yes[i], &a), IP_LITERAL_NONE);
+        assert_true(ipaddr_is_loopback(&a));
+    }
+    for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++) {
+        assert_int_not_equal(parse(no[i], &a), IP_LITERAL_NONE);
+        assert_false(ipaddr_is_loopback(&a));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -346,6 +366,7 @@ int main(void)
         cmocka_unit_test(test_v6_invalid),        cmocka_unit_test(test_not_terminated),
         cmocka_unit_test(test_from_v4_and_equal), cmocka_unit_test(test_format_truncates),
         cmocka_unit_test(test_cidr_parse),        cmocka_unit_test(test_cidr_contains),
+        cmocka_unit_test(test_is_loopback),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
