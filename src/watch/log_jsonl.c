@@ -112,6 +112,11 @@ struct file_writer {
     uint64_t reopen_done;        /* (mu) the reopen_asked a finished reopen took in */
     int reopen_rc;               /* (mu) that reopen's result */
     const char *reopen_fail_msg; /* (mu) */
+    /* (mu) CLOCK_MONOTONIC when the write or reopen under way (busy) began,
+     * or when its last write() returned: a call that waits in the kernel
+     * for LOG_JSONL_STUCK_MS makes the log unwritable (log_jsonl_error()),
+     * as a failed one does, where /healthz said "ok" all along. */
+    struct timespec busy_since;
     /* Published by the thread under <mu>, read by the loop. */
     size_t pub_len;       /* evbuffer_get_length(pending) */
     size_t pub_sent;      /* line_sent */
@@ -1336,6 +1341,8 @@ static void publish(struct log_jsonl *l)
     fw->pub_dropped = l->dropped;
     fw->pub_done = fw->taken - l->pending_lines;
     gate_publish(fw);
+    if (fw->busy == WB_WRITE) /* a write() returned: the file system answers */
+        clock_gettime(CLOCK_MONOTONIC, &fw->busy_since);
 }
 
 /* The thread's state for the loop to read. Called with <mu> not held. */
@@ -1556,6 +1563,7 @@ static void *writer_main(void *arg)
             const char *msg = fw->reopen_fail_msg;
             fw->reopen_due = false;
             fw->busy = WB_REOPEN;
+            clock_gettime(CLOCK_MONOTONIC, &fw->busy_since);
             pthread_mutex_unlock(&fw->mu);
             int rc = writer_reopen(l, msg);
             writer_publish(l);
@@ -1571,6 +1579,7 @@ static void *writer_main(void *arg)
         int rc = 0;
         if (evbuffer_get_length(l->pending) > 0 && !l->broken) {
             fw->busy = WB_WRITE;
+            clock_gettime(CLOCK_MONOTONIC, &fw->busy_since);
             pthread_mutex_unlock(&fw->mu);
             rc = drain(l); /* publishes as it goes */
             pthread_mutex_lock(&fw->mu);
@@ -1869,12 +1878,32 @@ static const char *error_text(bool broken, int e)
     return e != 0 ? strerror(e) : NULL;
 }
 
+_Static_assert(LOG_JSONL_STUCK_MS == 5000, "stuck_text() says 5 s");
+
+/* What a writer whose write or reopen has waited LOG_JSONL_STUCK_MS in the
+ * kernel is doing, or NULL. With <mu>. */
+static const char *stuck_text(const struct file_writer *fw)
+{
+    if (fw->busy != WB_WRITE && fw->busy != WB_REOPEN)
+        return NULL;
+    struct timespec until = fw->busy_since;
+    ts_add_ms(&until, LOG_JSONL_STUCK_MS);
+    if (!passed(&until))
+        return NULL;
+    return fw->busy == WB_WRITE ? "a write has not returned for 5 s or more (a hung or frozen "
+                                  "file system?)"
+                                : "its reopen has not returned for 5 s or more (a hung or frozen "
+                                  "file system?)";
+}
+
 const char *log_jsonl_error(const struct log_jsonl *l)
 {
     if (l->fw == NULL)
         return error_text(l->broken, l->write_errno);
     pthread_mutex_lock(&l->fw->mu);
-    const char *why = error_text(l->fw->pub_broken, l->fw->pub_errno);
+    const char *why = stuck_text(l->fw);
+    if (why == NULL)
+        why = error_text(l->fw->pub_broken, l->fw->pub_errno);
     pthread_mutex_unlock(&l->fw->mu);
     return why;
 }

@@ -45,6 +45,9 @@ struct log_jsonl;
 
 /* Bytes allowed to wait for a slow reader before lines are dropped. */
 #define LOG_JSONL_PENDING_MAX (64u * 1024 * 1024)
+/* A file's write (or reopen) that has not returned for this long waits
+ * for a file system that does not answer: log_jsonl_error() says so. */
+#define LOG_JSONL_STUCK_MS 5000
 
 /* log_jsonl_open()'s flags. */
 #define LOG_JSONL_NO_LINKS 1u /* refuse a path with a symbolic link in it (open_no_links), */
@@ -135,8 +138,10 @@ uint64_t log_jsonl_dropped(const struct log_jsonl *l);
 size_t log_jsonl_pending_bytes(const struct log_jsonl *l);
 
 /* Why the log cannot be written now (the last write's error, such as "No
- * space left on device", until a write succeeds; or "its reader is gone"),
- * or NULL when it can. The text is static (strerror's). */
+ * space left on device", until a write succeeds; "its reader is gone"; or,
+ * for a regular file, that a write or reopen has not returned for
+ * LOG_JSONL_STUCK_MS), or NULL when it can. The text is static
+ * (strerror's, or a literal). */
 const char *log_jsonl_error(const struct log_jsonl *l);
 
 /* Sets the pending cap (tests); 0 restores LOG_JSONL_PENDING_MAX. */

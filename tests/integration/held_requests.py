@@ -3,6 +3,7 @@ from threads of their own, and seen decided through the admin's /metrics
 (which answers meanwhile: the event loop does not wait)."""
 
 import threading
+import urllib.error
 import urllib.request
 
 from gate_client import poll, request
@@ -12,6 +13,14 @@ HANG_GUARD_S = 30  # a hang guard, not a claim on time
 
 def admin_get(port, what):
     return urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, what), timeout=10).read()
+
+
+def healthz(port):
+    """(status, body) of the admin's /healthz, a 503 included."""
+    try:
+        return 200, admin_get(port, "/healthz")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
 
 
 def decided_count(port):

@@ -29,7 +29,7 @@ from conftest import API_IP
 from gate_client import (api_rule, build_request, open_conn, other_url, poll, read_response,
                          request)
 from gate_servers import ScriptedUpstream
-from held_requests import admin_get, decided, decided_count
+from held_requests import admin_get, decided, decided_count, healthz
 from test_gate_reload import (PING, EchoServer, assert_closed, echo_policy, echo_rule,
                               open_echo_tunnel, reload_to, requests_total)
 from uffd_hold import FileLock, stop_while_held, threads_in
@@ -90,6 +90,10 @@ def second_request_held(gw, up, method, fields, body, while_held):
         s.close()
 
 
+STUCK = (503, b"unhealthy: decisions log: a write has not returned for 5 s or more "
+              b"(a hung or frozen file system?)\n")
+
+
 def test_the_loop_serves_while_a_log_write_waits(gateway, net, tmp_path):
     log = str(tmp_path / "log.jsonl")
     admin = free_tcp_port()
@@ -104,7 +108,8 @@ def test_the_loop_serves_while_a_log_write_waits(gateway, net, tmp_path):
         # allowed alike), the admin answering...
         denied = decided(gw, admin, other_url(net, "/denied"), 3)
         during = decided(gw, admin, net.url("/during"), 4)
-        assert admin_get(admin, "/healthz") == b"ok\n"
+        # (healthy until the write has waited 5 s: see the next test)
+        assert healthz(admin) in ((200, b"ok\n"), STUCK)
         # ...while no decision takes effect before its line is in the file:
         # no answer, nothing upstream
         assert (held.status, denied.status, during.status) == (None, None, None)
@@ -125,6 +130,34 @@ def test_the_loop_serves_while_a_log_write_waits(gateway, net, tmp_path):
                 e["id"] == ev["id"]]
         assert len(ends) == 1 and ends[0] > got.index(ev), got
     assert len(got) == 8, got
+
+
+def test_a_log_write_that_does_not_return_makes_healthz_unhealthy(gateway, net, tmp_path):
+    # A write that waits in the kernel (a hung NFS server, a frozen file
+    # system) holds every decision (write-ahead: each waits for its line,
+    # and is given up after idle_timeout), and the alerts with it when they
+    # share the file. /healthz said "ok" all along, since no write had
+    # failed: a supervisor or load balancer that asks it kept sending
+    # traffic to a gateway that answered none. Once a write has waited
+    # LOG_JSONL_STUCK_MS (5 s), /healthz and sluice_log_writable say so;
+    # when it returns they are healthy again.
+    log = str(tmp_path / "log.jsonl")
+    admin = free_tcp_port()
+    gw = gateway(net.policy([api_rule(net)]), args=["--log", log, "--admin", str(admin)])
+    lock, held, _ = hold_log(gw, admin, net, log, 1)
+    try:
+        poll(lambda: healthz(admin) == STUCK, timeout=30, interval=0.2,
+             what="/healthz to say the log's write does not return (it says %r)" %
+                  (healthz(admin),))
+        assert 'sluice_log_writable{log="decisions"} 0' in \
+            admin_get(admin, "/metrics").decode().splitlines()
+        assert held.status is None  # still held for its line
+    finally:
+        lock.release()
+    assert held.result() == 200
+    poll(lambda: healthz(admin) == (200, b"ok\n"), timeout=10, what="/healthz ok again")
+    assert paths_in(log) == ["/held"]
+    gw.stop()
 
 
 def test_a_stop_while_a_log_write_waits_says_what_it_could_not_write(gateway, net, tmp_path):

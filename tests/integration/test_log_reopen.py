@@ -15,7 +15,7 @@ import json
 import os
 
 from gate_client import api_rule, other_rule, other_url, poll, request
-from held_requests import admin_get, decided
+from held_requests import decided, healthz
 from uffd_hold import DirLock, stop_while_held, threads_in
 from watch_helpers import alerts, free_tcp_port, wait_alert
 
@@ -50,17 +50,29 @@ def paths_in(path):
     return [e.get("path") for e in lines_of(path) if e["event"] == "agent_egress"]
 
 
-def test_requests_wait_for_their_lines_while_the_reopen_waits(gateway, net, tmp_path):
-    # The loop goes on (the admin answers, requests are decided) while the
-    # reopen waits; decisions take effect once their lines are in the new
-    # file (write-ahead), in order.
+def log_in_its_folder(gateway, net, tmp_path):
+    """A gateway with an admin port whose --log is alone in a folder (whose
+    lock hold_reopen() takes), after one request (/before); returns (the
+    gateway, the log's path, the admin port)."""
     logdir = tmp_path / "logs"
     logdir.mkdir()
     log = str(logdir / "log.jsonl")
     admin = free_tcp_port()
     gw = gateway(net.policy([api_rule(net)]), args=["--log", log, "--admin", str(admin)])
-    pid = gw.proc.pid
     assert request(gw, "GET", net.url("/before")).status == 200
+    return gw, log, admin
+
+
+REOPEN_STUCK = (503, b"unhealthy: decisions log: its reopen has not returned for 5 s or more "
+                     b"(a hung or frozen file system?)\n")
+
+
+def test_requests_wait_for_their_lines_while_the_reopen_waits(gateway, net, tmp_path):
+    # The loop goes on (the admin answers, requests are decided) while the
+    # reopen waits; decisions take effect once their lines are in the new
+    # file (write-ahead), in order.
+    gw, log, admin = log_in_its_folder(gateway, net, tmp_path)
+    pid = gw.proc.pid
     poll(lambda: len(lines_of(log)) >= 2, what="the /before lines")
     lock, stuck = hold_reopen(gw, log)  # rotated: the reopen must create the file
     try:
@@ -70,7 +82,8 @@ def test_requests_wait_for_their_lines_while_the_reopen_waits(gateway, net, tmp_
         held = [decided(gw, admin, net.url("/during%d" % i), 2 + i) for i in range(3)]
         assert threads_in_open(pid) == stuck, "another open() started: %r" % threads_in_open(pid)
         assert pid not in stuck, "the event loop's thread waits in open()"
-        assert admin_get(admin, "/healthz") == b"ok\n"
+        # (healthy until the reopen has waited 5 s: see the next test)
+        assert healthz(admin) in ((200, b"ok\n"), REOPEN_STUCK)
         assert all(p.waiting() for p in held)
         assert [r.path for r in net.api.requests if r.path.startswith("/during")] == []
         # the waiting lines stay in memory (the new name is not looked up
@@ -94,6 +107,26 @@ def test_requests_wait_for_their_lines_while_the_reopen_waits(gateway, net, tmp_
         assert len(ends) == 1 and ends[0] > new.index(ev), new
     assert len(new) == 8, new
     assert "cannot reopen" not in gw.stderr(), gw.stderr()
+
+
+def test_a_reopen_that_does_not_return_makes_healthz_unhealthy(gateway, net, tmp_path):
+    # A reopen whose open() waits in the kernel holds the decisions made
+    # meanwhile (their lines wait for the new file): once it has waited
+    # 5 s, /healthz says so (it said "ok" for as long as it waited), and
+    # is healthy again once the file is open.
+    gw, log, admin = log_in_its_folder(gateway, net, tmp_path)
+    lock, _ = hold_reopen(gw, log)
+    try:
+        held = decided(gw, admin, net.url("/during"), 2)
+        poll(lambda: healthz(admin) == REOPEN_STUCK, timeout=30, interval=0.2,
+             what="/healthz to say the reopen does not return (it says %r)" % (healthz(admin),))
+        assert held.waiting()
+    finally:
+        lock.release()
+    assert held.result() == 200
+    poll(lambda: healthz(admin) == (200, b"ok\n"), timeout=10, what="/healthz ok again")
+    gw.stop()
+    assert paths_in(log) == ["/during"]
 
 
 def test_alerts_wait_for_their_reopen_and_requests_go_on(gateway, net, tmp_path):
