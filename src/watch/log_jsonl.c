@@ -117,6 +117,10 @@ struct file_writer {
      * for LOG_JSONL_STUCK_MS makes the log unwritable (log_jsonl_error()),
      * as a failed one does, where /healthz said "ok" all along. */
     struct timespec busy_since;
+    /* (mu) A line was dropped over the cap while others waited: the
+     * reader or disk does not keep up. Until all that waits is written
+     * (publish()), log_jsonl_error() says so. */
+    bool over_cap;
     /* Published by the thread under <mu>, read by the loop. */
     size_t pub_len;       /* evbuffer_get_length(pending) */
     size_t pub_sent;      /* line_sent */
@@ -174,6 +178,10 @@ struct log_jsonl {
     bool broken;   /* the reader is gone (EPIPE, but for a named FIFO): drop from now on */
     bool reported;
     int write_errno; /* the last write's error while it lasts, else 0 */
+    /* A line was dropped over pending_max while others waited (the reader
+     * does not keep up): log_jsonl_error() says so until drain() has
+     * written all that waits. Not the writer thread's: see file_writer. */
+    bool over_cap;
     struct evbuffer *pending;
     size_t pending_lines; /* complete lines in <pending> */
     /* Bytes of <pending>'s first line already on the descriptor (a write
@@ -634,6 +642,8 @@ static int drain(struct log_jsonl *l)
         if (l->fw != NULL)
             writer_publish(l); /* the loop's metrics and cap see the progress */
     }
+    if (l->fw == NULL)
+        l->over_cap = false; /* all that waited is written (a writer's: publish()) */
     return 0;
 }
 
@@ -945,6 +955,7 @@ static void append_line(struct log_jsonl *l, const char *line, size_t n, bool so
         return;
     } else if (evbuffer_get_length(l->pending) + n > l->pending_max) {
         l->dropped++;
+        l->over_cap = l->over_cap || evbuffer_get_length(l->pending) > 0;
     } else if (evbuffer_add(l->pending, line, n) < 0) {
         l->dropped++;
     } else {
@@ -1343,6 +1354,8 @@ static void publish(struct log_jsonl *l)
     gate_publish(fw);
     if (fw->busy == WB_WRITE) /* a write() returned: the file system answers */
         clock_gettime(CLOCK_MONOTONIC, &fw->busy_since);
+    if (fw->pub_len == 0 && evbuffer_get_length(fw->incoming) == 0)
+        fw->over_cap = false; /* all that waited is written */
 }
 
 /* The thread's state for the loop to read. Called with <mu> not held. */
@@ -1701,8 +1714,10 @@ static void writer_append(struct log_jsonl *l, const char *line, size_t n)
     bool numbered = false;
     pthread_mutex_lock(&fw->mu);
     size_t have = evbuffer_get_length(fw->incoming) + fw->pub_len - fw->pub_sent;
-    if (fw->pub_broken || have + n > l->pending_max || evbuffer_add(fw->incoming, line, n) < 0) {
+    bool over = have + n > l->pending_max;
+    if (fw->pub_broken || over || evbuffer_add(fw->incoming, line, n) < 0) {
         fw->dropped++; /* not numbered: who waits for it waits for the line before */
+        fw->over_cap = fw->over_cap || (over && have > 0);
     } else {
         fw->incoming_lines++;
         numbered = true;
@@ -1896,14 +1911,23 @@ static const char *stuck_text(const struct file_writer *fw)
                                   "file system?)";
 }
 
+/* Lines past the cap are dropped (the cap reached while lines waited). */
+#define OVER_CAP_TEXT                                                                              \
+    "lines are dropped: the memory they wait in is full (its reader or disk does not keep up)"
+
 const char *log_jsonl_error(const struct log_jsonl *l)
 {
-    if (l->fw == NULL)
-        return error_text(l->broken, l->write_errno);
+    const char *why;
+    if (l->fw == NULL) {
+        why = error_text(l->broken, l->write_errno);
+        return why == NULL && l->over_cap ? OVER_CAP_TEXT : why;
+    }
     pthread_mutex_lock(&l->fw->mu);
-    const char *why = stuck_text(l->fw);
+    why = stuck_text(l->fw);
     if (why == NULL)
         why = error_text(l->fw->pub_broken, l->fw->pub_errno);
+    if (why == NULL && l->fw->over_cap)
+        why = OVER_CAP_TEXT;
     pthread_mutex_unlock(&l->fw->mu);
     return why;
 }

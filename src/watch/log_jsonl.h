@@ -138,10 +138,11 @@ uint64_t log_jsonl_dropped(const struct log_jsonl *l);
 size_t log_jsonl_pending_bytes(const struct log_jsonl *l);
 
 /* Why the log cannot be written now (the last write's error, such as "No
- * space left on device", until a write succeeds; "its reader is gone"; or,
- * for a regular file, that a write or reopen has not returned for
- * LOG_JSONL_STUCK_MS), or NULL when it can. The text is static
- * (strerror's, or a literal). */
+ * space left on device", until a write succeeds; "its reader is gone"; for
+ * a regular file, that a write or reopen has not returned for
+ * LOG_JSONL_STUCK_MS; or that lines past LOG_JSONL_PENDING_MAX were
+ * dropped while others waited, until all that waits is written), or NULL
+ * when it can. The text is static (strerror's, or a literal). */
 const char *log_jsonl_error(const struct log_jsonl *l);
 
 /* Sets the pending cap (tests); 0 restores LOG_JSONL_PENDING_MAX. */

@@ -946,6 +946,60 @@ def test_a_log_that_cannot_be_written(gateway, net, tmp_path):
     assert "[warn]" not in err, err
 
 
+def _healthz(admin):
+    try:
+        return 200, urllib.request.urlopen("http://127.0.0.1:%d/healthz" % admin,
+                                           timeout=10).read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_a_log_whose_reader_does_not_keep_up_is_unhealthy_while_lines_are_dropped(
+        sluice_bin, net, tmp_path):
+    # `--log -` into a pipe whose reader stopped reading (a stalled log
+    # shipper): no write fails (the pipe would block), so /healthz said
+    # "ok" while the 64 MiB that may wait filled up and every line past
+    # them was dropped (counted in /metrics only). Now it says lines are
+    # dropped until the backlog is written out.
+    pol = tmp_path / "p.yaml"
+    pol.write_text(policy_yaml(net.policy(rules(net, tier=1), limits={"header_bytes": "1MiB"})))
+    port, admin = free_tcp_port(), free_tcp_port()
+    p = subprocess.Popen([sluice_bin, "serve", "--policy", str(pol), "--listen",
+                          "127.0.0.1:%d" % port, "--log", "-", "--admin", str(admin)],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=open(tmp_path / "err", "wb"))
+    gw = type("Gw", (), {"host": "127.0.0.1", "port": port})()
+    drained = []
+    try:
+        poll(lambda: "sluice: serving" in (tmp_path / "err").read_text(), timeout=15,
+             what="serve to start")
+        assert _healthz(admin) == (200, b"ok\n")
+        # a line of about 1 MB each (a refusal logs its path): 64 MiB wait
+        # after about 66, the pipe holding a few more
+        for i in range(90):
+            url = "http://nowhere.example.test/%d/%s" % (i, "x" * 1000000)
+            assert request(gw, "GET", url).status == 403
+        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % admin, timeout=10).read()
+        assert _metric_value(text.decode(), 'sluice_log_dropped_lines_total{log="decisions"}') > 0
+        assert _healthz(admin) == (503, b"unhealthy: decisions log: lines are dropped: the "
+                                        b"memory they wait in is full (its reader or disk does "
+                                        b"not keep up)\n")
+        # the reader comes back: once the backlog is out, healthy again
+        reader = threading.Thread(target=lambda: drained.append(p.stdout.read()), daemon=True)
+        reader.start()
+        poll(lambda: _healthz(admin) == (200, b"ok\n"), timeout=30,
+             what="/healthz ok once the backlog is written")
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=30) == 0
+        reader.join(30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    lines = drained[0].split(b"\n")[:-1]
+    assert all(json.loads(line)["event"].startswith("agent_egress") for line in lines)
+
+
 def _serve_with_stdout(sluice_bin, net, tmp_path, log, stdout, stderr):
     """`sluice serve --log LOG` with standard output <stdout> (not the
     gateway fixture's file); returns (process, an object request() takes)

@@ -369,9 +369,17 @@ static void test_file(void **state)
     char path[128];
     struct log_jsonl *l = open_on_file(base, "decisions.jsonl", path, sizeof(path));
     struct egress_event ev = spec_egress();
-    log_jsonl_on_event(&ev, l);
-    log_jsonl_on_event(&ev, l);
+    /* Room for two lines: the third, while they wait for the round's end
+     * (the loop does not turn here), is dropped, and the log is told
+     * unwritable (/healthz) until all that waits is written. */
+    log_jsonl_set_pending_max(l, 2 * strlen(spec_line1));
+    for (int i = 0; i < 3; i++)
+        log_jsonl_on_event(&ev, l);
+    assert_int_equal(log_jsonl_dropped(l), 1);
+    assert_string_equal(log_jsonl_error(l), OVER_CAP_TEXT);
     assert_int_equal(log_jsonl_flush(l, 1000), 0);
+    assert_null(log_jsonl_error(l));
+    log_jsonl_set_pending_max(l, 0);
     size_t len;
     char *got = slurp(path, &len);
     assert_int_equal(len, 2 * strlen(spec_line1));
@@ -415,7 +423,7 @@ static void test_file(void **state)
     free(got);
     free(long_path);
 
-    assert_int_equal(log_jsonl_dropped(l), 0);
+    assert_int_equal(log_jsonl_dropped(l), 1); /* the one over the cap, above */
     log_jsonl_close(l);
     log_jsonl_close(NULL);
     event_base_free(base);
@@ -1096,10 +1104,12 @@ static void test_pending_cap_and_flush(void **state)
     /* Fill the pipe, then 10 more lines pending, then drops. */
     size_t sent = 0;
     while (log_jsonl_dropped(l) == 0 && sent < 100000) {
+        assert_null(log_jsonl_error(l)); /* a reader behind, nothing lost yet */
         log_jsonl_on_event(&ev, l);
         sent++;
     }
     assert_int_equal(log_jsonl_dropped(l), 1);
+    assert_string_equal(log_jsonl_error(l), OVER_CAP_TEXT); /* /healthz: lines are lost */
     for (int i = 0; i < 5; i++)
         log_jsonl_on_event(&ev, l);
     assert_int_equal(log_jsonl_dropped(l), 6);
@@ -1126,6 +1136,7 @@ static void test_pending_cap_and_flush(void **state)
         }
     }
     assert_int_equal(got, (sent - 1) * line);
+    assert_null(log_jsonl_error(l)); /* all that waited is written */
     log_jsonl_set_pending_max(l, 0);
     log_jsonl_close(l);
     close(rd);
