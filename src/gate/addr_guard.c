@@ -285,6 +285,15 @@ bool addr_guard_translated_in(const struct cidr *c, const struct ipaddr *v4, str
     return false;
 }
 
+size_t addr_guard_embedded(const struct ipaddr *a, struct ipaddr v4[ADDR_GUARD_MAX_EMBEDDED])
+{
+    enum embed kind;
+    size_t n = embedded_v4(a, v4, &kind);
+    if (isatap_v4(a, &v4[n]))
+        n++;
+    return n;
+}
+
 static int add_names(struct range *r)
 {
     if (!r->v4)

@@ -47,6 +47,16 @@ bool addr_guard_denies(const struct addr_guard *g, const struct ipaddr *a, const
 bool addr_guard_denies_in(const struct addr_guard *g, const struct ipaddr *a,
                           const char **range_name, struct cidr *range);
 
+/* The most IPv4 addresses addr_guard_embedded() finds in one address. */
+#define ADDR_GUARD_MAX_EMBEDDED 5
+
+/* Fills <v4> with the IPv4 addresses (as ipaddr_from_v4() makes them) that
+ * the IPv6 address <a> embeds in a form the guard unwraps (v4-compatible,
+ * v4-translated, NAT64, 6to4, Teredo's server and client, ISATAP): those
+ * a translator or relay on the network may turn it into. Returns how many;
+ * 0 for an IPv4 address, or one that embeds none. */
+size_t addr_guard_embedded(const struct ipaddr *a, struct ipaddr v4[ADDR_GUARD_MAX_EMBEDDED]);
+
 /* True when an allow range holds <a>. */
 bool addr_guard_allows(const struct addr_guard *g, const struct ipaddr *a);
 

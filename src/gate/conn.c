@@ -969,15 +969,31 @@ static bool identify(struct conn *c, const char *auth, size_t auth_len)
     return true;
 }
 
+/* 1 when <a> is an address of this host, or an IPv6 address that embeds
+ * one in a form the guard unwraps (a NAT64 translator, a 6to4 or Teredo
+ * relay on the network delivers it there, to the host's services, as it
+ * would the embedded address itself), 0 when not, -1 when the kernel
+ * cannot be asked (errno set). */
+static int own_host_address(const struct ipaddr *a)
+{
+    int local = listener_address_is_local(a);
+    struct ipaddr v4[ADDR_GUARD_MAX_EMBEDDED];
+    size_t n = local == 0 ? addr_guard_embedded(a, v4) : 0;
+    for (size_t i = 0; i < n && local == 0; i++)
+        local = listener_address_is_local(&v4[i]);
+    return local;
+}
+
 /* What the address guard of <gp> says of <a> for <ex>'s request, decided
  * as <dec>: 0 it may be connected to, 1 it is refused (private_address),
  * -1 it cannot tell, errno set (no socket to ask the kernel with). An IP
  * literal that the cidr: rule allowing it names is exempt from deny_ranges
  * (not one whose rule is expired or method-restricted, which report mode
  * lets through); a name is exempt only through allow_ranges. An address of
- * the gateway's own host (its public one) reaches the host's services as
- * loopback does: private too, unless an allow range opens it (the kernel
- * is asked only of what the guard lets by). */
+ * the gateway's own host (its public one, or an IPv6 form that embeds it)
+ * reaches the host's services as loopback does: private too, unless an
+ * allow range opens it (the kernel is asked only of what the guard lets
+ * by). */
 static int address_refused(const struct exchange *ex, const struct gw_policy *gp,
                            const struct decision *dec, const struct ipaddr *a)
 {
@@ -989,7 +1005,7 @@ static int address_refused(const struct exchange *ex, const struct gw_policy *gp
         return 1;
     if (addr_guard_allows(gp->guard, a))
         return 0;
-    return listener_address_is_local(a);
+    return own_host_address(a);
 }
 
 /* Writes <a>, the address connected to (or tried last), in ex->ip. An IP

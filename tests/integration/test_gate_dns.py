@@ -214,6 +214,27 @@ def test_an_answer_naming_the_gateways_own_host_is_refused(world):
     assert w.reached() == [ALLOWED + ":80"]
 
 
+@pytest.mark.parametrize("addr", [
+    "64:ff9b::b16:212c",                     # NAT64 of HOST_ADDR
+    "2002:b16:212c::1",                      # 6to4 of it
+    "2001:0:4136:e378:8000:63bf:f4e9:ded3",  # Teredo, its client HOST_ADDR (stored inverted)
+], ids=["nat64", "6to4", "teredo"])
+def test_an_answer_embedding_the_gateways_own_host_is_refused(world, addr):
+    # The guard unwraps an IPv6 address that embeds an IPv4 one (a NAT64
+    # translator, a 6to4 relay, a Teredo relay turns it into that IPv4
+    # destination) for deny_ranges, and so for the host's own public address:
+    # a hostile name server answering AAAA 64:ff9b::<the host's IPv4> sends
+    # the agent, through the network's translator, to the host's services.
+    # Before, such an answer was let by (no route to it in the empty
+    # namespace: 502 upstream_unreachable, a connection tried); now refused
+    # as the address it is, nothing tried.
+    w = world({"own64.test": {"AAAA": [addr]}},
+              helper_args=["--address", HOST_ADDR, "--http", HOST_ADDR + ":80"])
+    r = w.get("own64.test")
+    assert_refused(w, r, "own64.test", "private_address", addr)
+    assert w.reached() == []
+
+
 def test_the_gateways_own_host_is_reached_through_allow_ranges(world):
     # allow_ranges open it, as they open loopback: the operator's choice
     w = world({"own.test": {"A": [HOST_ADDR]}}, allow=[HOST_ADDR + "/32"],

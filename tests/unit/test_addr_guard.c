@@ -265,6 +265,42 @@ static void test_isatap(void **state)
     addr_guard_free(g);
 }
 
+/* <s> embeds exactly the IPv4 addresses <want> (NULL-terminated), in order. */
+static void expect_embedded(const char *s, const char *const *want)
+{
+    struct ipaddr a = addr(s), v4[ADDR_GUARD_MAX_EMBEDDED];
+    size_t n = addr_guard_embedded(&a, v4), i = 0;
+    for (; want[i] != NULL; i++) {
+        struct ipaddr w = addr(want[i]);
+        if (i >= n || memcmp(v4[i].b, w.b, sizeof(w.b)) != 0)
+            fail_msg("%s: embedded address %zu is not %s (%zu found)", s, i, want[i], n);
+    }
+    if (n != i)
+        fail_msg("%s: %zu embedded addresses, expected %zu", s, n, i);
+}
+
+/* What the own-host check asks the kernel of besides the address itself:
+ * each IPv4 address a translator or relay may turn it into. */
+static void test_embedded(void **state)
+{
+    (void)state;
+    expect_embedded("11.22.33.44", (const char *const[]){NULL});
+    expect_embedded("::ffff:11.22.33.44", (const char *const[]){NULL});
+    expect_embedded("2a00:1450::1", (const char *const[]){NULL});
+    expect_embedded("::b16:212c", (const char *const[]){"11.22.33.44", NULL});
+    expect_embedded("::ffff:0:b16:212c", (const char *const[]){"11.22.33.44", NULL});
+    expect_embedded("64:ff9b::b16:212c", (const char *const[]){"11.22.33.44", NULL});
+    expect_embedded("64:ff9b:1::b16:212c", (const char *const[]){"11.22.33.44", NULL});
+    expect_embedded("2002:b16:212c::1", (const char *const[]){"11.22.33.44", NULL});
+    /* Teredo: the server, then the client (stored inverted) */
+    expect_embedded("2001:0:4136:e378:8000:63bf:f4e9:ded3",
+                    (const char *const[]){"65.54.227.120", "11.22.33.44", NULL});
+    expect_embedded("2a00:1450::200:5efe:b16:212c", (const char *const[]){"11.22.33.44", NULL});
+    /* 6to4 and ISATAP at once: both */
+    expect_embedded("2002:808:808:1:200:5efe:b16:212c",
+                    (const char *const[]){"8.8.8.8", "11.22.33.44", NULL});
+}
+
 static void test_allow_ranges(void **state)
 {
     (void)state;
@@ -377,6 +413,7 @@ int main(void)
         cmocka_unit_test(test_6to4),
         cmocka_unit_test(test_teredo),
         cmocka_unit_test(test_isatap),
+        cmocka_unit_test(test_embedded),
         cmocka_unit_test(test_allow_ranges),
         cmocka_unit_test(test_extra_deny),
         cmocka_unit_test(test_no_default),
