@@ -1,5 +1,6 @@
 /* name_servers: the resolver's name servers (see name_servers.h). */
 #include "gate/name_servers.h"
+#include "gate/dns_pin.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -120,16 +121,28 @@ static void format_server(const struct sockaddr *sa, char *out, size_t cap)
     }
 }
 
-/* A base that asks the one server at <sa>. NULL when that fails. */
+/* A base that asks the one server at <sa>, its socket tied to the
+ * server's port (dns_pin.h): one that cannot be is still used, said on
+ * standard error, as before the tie. NULL when that fails. */
 static struct evdns_base *open_base(struct event_base *base, const struct sockaddr *sa,
                                     socklen_t len)
 {
     struct evdns_base *dns = evdns_base_new(base, EVDNS_BASE_DISABLE_WHEN_INACTIVE);
     if (dns == NULL)
         return NULL;
+    int mark = dns_pin_mark();
     if (evdns_base_nameserver_sockaddr_add(dns, sa, len, 0) != 0 || set_options(dns) < 0) {
         evdns_base_free(dns, 0);
         return NULL;
+    }
+    const char *why = NULL;
+    if (dns_pin(sa, len, mark, &why) < 0) {
+        char addr[64];
+        format_server(sa, addr, sizeof(addr));
+        fprintf(stderr,
+                "sluice: dns: server %s: cannot take its answers from its port only (%s): an "
+                "answer from another port of its address is taken too\n",
+                addr, why);
     }
     return dns;
 }

@@ -32,7 +32,10 @@ RDLENGTH runs past the packet).
 
 Each --sink ADDR is a UDP socket that takes questions and never answers
 (a name server that went silent); it records them as {"event": "unanswered",
-"name", "qtype"}.
+"name", "qtype"}. For an A question whose name has "forge": ["ADDR", ...] in
+FILE, a forger on the sink's address but another port sends the asker an
+answer with those addresses under every query ID, then records {"event":
+"forged", "name", "sent"}.
 
 Each --http ADDR accepts TCP connections and answers any request with 200
 and a body naming the address that was reached, then closes. Every question
@@ -217,16 +220,50 @@ def serve_dns(sock, script_path, events, other):
                          daemon=True).start()
 
 
-def serve_sink(sock, events):
+def forge(sock, peer, name, addrs, events):
+    """Sends <peer> an answer to an A question for <name> with <addrs>, once
+    for every query ID, from the sink's own address but another port: what
+    any process on the host can send (it reads <peer>'s port in
+    /proc/net/udp, and the ID is a guess), where port 53 is not its to
+    bind. The question is written in lower case (the asker randomised its
+    case, which the forger does not see)."""
+    fam = sock.family
+    out = socket.socket(fam, socket.SOCK_DGRAM)
+    out.bind((sock.getsockname()[0], 0))
+    body = (struct.pack("!HHHHH", 0x8180, 1, len(addrs), 0, 0) +
+            encode_name(name) + struct.pack("!HH", 1, 1) +
+            b"".join(rr(b"\xc0\x0c", 1, 60, socket.inet_pton(socket.AF_INET, a)) for a in addrs))
+    sent = 0
+    for qid in range(65536):
+        try:
+            out.sendto(struct.pack("!H", qid) + body, peer)
+            sent += 1
+        except OSError:
+            pass
+        if qid % 256 == 255:
+            time.sleep(0.001)  # let the asker drain its socket: none dropped for want of room
+    out.close()
+    events.put(event="forged", name=name, sent=sent)
+
+
+def serve_sink(sock, script_path, events):
     while True:
         try:
-            data, _ = sock.recvfrom(4096)
+            data, peer = sock.recvfrom(4096)
         except OSError:
             return
         q = read_question(data)
         if q is not None:
-            events.put(event="unanswered", name=b".".join(q[3]).decode("ascii", "replace").lower(),
-                       qtype=q[4])
+            name = b".".join(q[3]).decode("ascii", "replace").lower()
+            events.put(event="unanswered", name=name, qtype=q[4])
+            try:
+                with open(script_path) as f:
+                    entry = json.load(f).get(name, {})
+            except (OSError, ValueError):
+                entry = {}
+            if q[4] == 1 and entry.get("forge"):
+                threading.Thread(target=forge, args=(sock, peer, name, entry["forge"], events),
+                                 daemon=True).start()
 
 
 def serve_http(lsock, addr, events):
@@ -305,7 +342,7 @@ def main():
         s = socket.socket(fam, socket.SOCK_DGRAM)
         s.bind((host, port))
         socks.append(s)
-        threading.Thread(target=serve_sink, args=(s, events), daemon=True).start()
+        threading.Thread(target=serve_sink, args=(s, a.script, events), daemon=True).start()
     for text in a.http:
         fam, host, port = split_addr(text)
         s = socket.socket(fam, socket.SOCK_STREAM)

@@ -411,6 +411,29 @@ def test_spoofed_and_malformed_answers_are_not_believed(world):
     assert w.gw.proc.poll() is None
 
 
+def test_a_forged_answer_from_another_port_is_not_believed(world):
+    # Any process on the gateway's host (an agent beside it, unprivileged)
+    # can send datagrams from the name server's own address (127.0.0.1 here,
+    # 127.0.0.53 for systemd-resolved), though not from its port 53, and
+    # reads the gateway's port in /proc/net/udp: evdns compared an answer's
+    # source address only, so the 16-bit ID, all 65536 of them sent, was
+    # the whole guess, and an allowed name went to the forger's address
+    # (before: 200 "reached 127.0.0.3:80"). The server here never answers:
+    # only a forged answer could end the lookup otherwise than timed out.
+    w = world({"forged.test": {"forge": ["127.0.0.3"]}}, servers=[SILENT_SERVER],
+              allow=["127.0.0.3/32"])
+    r = w.get("forged.test")
+    assert_refused(w, r, "forged.test", "dns_failure", None)
+    assert "timed out" in r.text, r.text
+    asked = [e for e in w.events() if e["event"] == "unanswered" and e["qtype"] == 1]
+    assert asked, w.events()
+    poll(lambda: len([e for e in w.events() if e["event"] == "forged"]) == len(asked),
+         timeout=30, what="a forged answer under every ID to each A question")
+    forged = [e for e in w.events() if e["event"] == "forged"]
+    assert all(e["sent"] == 65536 for e in forged), forged
+    assert w.reached() == []
+
+
 def test_many_addresses_are_bounded(world):
     # 60 A records (127.0.2.x: loopback, outside allow_ranges) and the allowed
     # address last: only the first 16 answers are kept, so it is never seen
