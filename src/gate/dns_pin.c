@@ -2,35 +2,29 @@
  *
  * libevent 2.1 has no accessor for a name server's socket, so it is found
  * among the process's descriptors: evdns opens it unbound and unconnected
- * (it binds at its first send), socket() gives it the lowest descriptor
- * free then, <mark> when no other thread opened or closed one meanwhile;
- * every earlier server's socket is connected already, and the gateway's
- * other datagram sockets (the address probes of listener.c) live within
- * one call on the loop thread, as this does. Anything but exactly one such
- * socket is not guessed at. */
+ * (it binds at its first send), and socket() gives it the lowest
+ * descriptor free then, at or below the mark's when no other thread opened
+ * one meanwhile (DNS_PIN_SLACK more are looked at for those that did).
+ * Other such sockets may be there before it: a webhook sink's resolver
+ * that has not asked yet, an earlier server whose socket could not be
+ * pinned. The mark remembers them by inode (a descriptor number may be
+ * closed and taken again), and what is new since is the server's. Anything
+ * but exactly one new such socket is not guessed at. */
 #include "gate/dns_pin.h"
 
 #include <errno.h>
 #include <netinet/in.h>
-#include <stdbool.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-/* Descriptors past <mark> looked at: other threads (a log's reopen) may
- * have taken a few between the mark and evdns' socket(). */
+/* Descriptors past the lowest free one looked at: other threads (a log's
+ * reopen) may have taken a few before evdns' socket() came. */
 #define DNS_PIN_SLACK 64
 
-int dns_pin_mark(void)
-{
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0)
-        close(fd);
-    return fd;
-}
-
 /* True when <fd> is a datagram socket of <family> neither bound nor
- * connected. */
-static bool unbound_datagram(int fd, int family)
+ * connected; its inode in <*ino>. */
+static bool unbound_datagram(int fd, int family, ino_t *ino)
 {
     int type = 0, domain = 0;
     socklen_t l = sizeof(type);
@@ -48,18 +42,55 @@ static bool unbound_datagram(int fd, int family)
         return false;
     uint16_t port = family == AF_INET6 ? ((struct sockaddr_in6 *)(void *)&ss)->sin6_port
                                        : ((struct sockaddr_in *)(void *)&ss)->sin_port;
-    return port == 0;
+    struct stat st;
+    if (port != 0 || fstat(fd, &st) != 0)
+        return false;
+    *ino = st.st_ino;
+    return true;
 }
 
-int dns_pin(const struct sockaddr *sa, socklen_t len, int mark, const char **why)
+void dns_pin_mark(struct dns_pin_mark *m, int family)
+{
+    m->n = 0;
+    m->full = false;
+    int lowest = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (lowest < 0) {
+        m->top = -1;
+        return;
+    }
+    close(lowest);
+    m->top = lowest + DNS_PIN_SLACK;
+    for (int fd = 0; fd <= m->top; fd++) {
+        ino_t ino;
+        if (!unbound_datagram(fd, family, &ino))
+            continue;
+        if (m->n == DNS_PIN_SEEN) {
+            m->full = true;
+            return;
+        }
+        m->seen[m->n++] = ino;
+    }
+}
+
+static bool seen(const struct dns_pin_mark *m, ino_t ino)
+{
+    for (size_t i = 0; i < m->n; i++)
+        if (m->seen[i] == ino)
+            return true;
+    return false;
+}
+
+int dns_pin(const struct sockaddr *sa, socklen_t len, const struct dns_pin_mark *m,
+            const char **why)
 {
     int found = -1;
-    if (mark < 0) {
-        *why = "no descriptor was free";
+    if (m->top < 0 || m->full) {
+        *why = m->top < 0 ? "no descriptor was free" : "too many sockets like it";
         return -1;
     }
-    for (int fd = 0; fd <= mark + DNS_PIN_SLACK; fd++) {
-        if (!unbound_datagram(fd, sa->sa_family))
+    for (int fd = 0; fd <= m->top; fd++) {
+        ino_t ino;
+        if (!unbound_datagram(fd, sa->sa_family, &ino) || seen(m, ino))
             continue;
         if (found >= 0) {
             *why = "its socket cannot be told from another";

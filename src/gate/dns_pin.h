@@ -15,17 +15,29 @@
 #ifndef SLUICE_GATE_DNS_PIN_H
 #define SLUICE_GATE_DNS_PIN_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
-/* The lowest descriptor free now (socket() takes it), for dns_pin(); -1
- * when none is. */
-int dns_pin_mark(void);
+#define DNS_PIN_SEEN 32 /* unbound datagram sockets a mark remembers */
 
-/* Connects the socket evdns just made for the server <sa> (<len> bytes)
- * to it: the one datagram socket of <sa>'s family that is neither bound
- * nor connected among descriptors 0 to <mark> + DNS_PIN_SLACK (<mark>
- * from dns_pin_mark() right before evdns made it). Returns 0, or -1 with
- * <*why> set (static text). */
-int dns_pin(const struct sockaddr *sa, socklen_t len, int mark, const char **why);
+/* What the descriptors hold before evdns makes a server's socket. */
+struct dns_pin_mark {
+    int top;                  /* the last descriptor to look at; -1: none free */
+    size_t n;                 /* such sockets there already (a webhook's resolver) */
+    bool full;                /* more than DNS_PIN_SEEN: nothing is told apart */
+    ino_t seen[DNS_PIN_SEEN]; /* their inodes */
+};
+
+/* Fills <m> for a server of <family>, right before evdns makes its socket. */
+void dns_pin_mark(struct dns_pin_mark *m, int family);
+
+/* Connects the socket evdns made since <m> for the server <sa> (<len>
+ * bytes) to it: the one datagram socket of <sa>'s family, neither bound
+ * nor connected, that <m> did not see. Returns 0, or -1 with <*why> set
+ * (static text). */
+int dns_pin(const struct sockaddr *sa, socklen_t len, const struct dns_pin_mark *m,
+            const char **why);
 
 #endif

@@ -130,13 +130,14 @@ static struct evdns_base *open_base(struct event_base *base, const struct sockad
     struct evdns_base *dns = evdns_base_new(base, EVDNS_BASE_DISABLE_WHEN_INACTIVE);
     if (dns == NULL)
         return NULL;
-    int mark = dns_pin_mark();
+    struct dns_pin_mark mark;
+    dns_pin_mark(&mark, sa->sa_family);
     if (evdns_base_nameserver_sockaddr_add(dns, sa, len, 0) != 0 || set_options(dns) < 0) {
         evdns_base_free(dns, 0);
         return NULL;
     }
     const char *why = NULL;
-    if (dns_pin(sa, len, mark, &why) < 0) {
+    if (dns_pin(sa, len, &mark, &why) < 0) {
         char addr[64];
         format_server(sa, addr, sizeof(addr));
         fprintf(stderr,

@@ -38,9 +38,10 @@ class World:
     """A gateway in its own namespace and the scripted servers beside it."""
 
     def __init__(self, gateway, net, tmp_path, script, names, servers, helper_args=(), allow=(),
-                 args=()):
+                 args=(), alerts=None):
         self.net = net
         self.names = names
+        self.alerts = alerts
         self.allow = [ALLOWED + "/32"] + list(allow)
         self.dir = tmp_path / ("world%d" % len(list(tmp_path.glob("world*"))))
         self.dir.mkdir()
@@ -60,7 +61,7 @@ class World:
     def policy(self, servers):
         rules = [{"host": n, "ports": [80, 81], "tier": 0} for n in self.names]
         return self.net.policy(rules, static={}, dns_servers=servers,
-                               allow_ranges=self.allow)
+                               allow_ranges=self.allow, alerts=self.alerts)
 
     def set_servers(self, servers):
         """Rewrites the policy with <servers> and reloads it (SIGHUP)."""
@@ -113,13 +114,14 @@ class World:
 
 @pytest.fixture
 def world(gateway, net, tmp_path):
-    """world(script, names=None, servers=None, helper_args=(), allow=(), args=()): a
-    World whose policy allows port 80 of each name in <names> (default: the
-    script's names), <allow> more ranges than ALLOWED's, its helper given
-    <helper_args> too (--ports, --hog), serve given <args> too."""
-    def make(script, names=None, servers=None, helper_args=(), allow=(), args=()):
+    """world(script, names=None, servers=None, helper_args=(), allow=(), args=(),
+    alerts=None): a World whose policy allows port 80 of each name in <names>
+    (default: the script's names), <allow> more ranges than ALLOWED's, with
+    <alerts> as its alerts section, its helper given <helper_args> too
+    (--ports, --hog), serve given <args> too."""
+    def make(script, names=None, servers=None, helper_args=(), allow=(), args=(), alerts=None):
         return World(gateway, net, tmp_path, script, names or list(script),
-                     servers or ["127.0.0.1:53"], helper_args, allow, args)
+                     servers or ["127.0.0.1:53"], helper_args, allow, args, alerts)
     return make
 
 
@@ -411,7 +413,8 @@ def test_spoofed_and_malformed_answers_are_not_believed(world):
     assert w.gw.proc.poll() is None
 
 
-def test_a_forged_answer_from_another_port_is_not_believed(world):
+@pytest.mark.parametrize("when", ["start", "reload"])
+def test_a_forged_answer_from_another_port_is_not_believed(world, when):
     # Any process on the gateway's host (an agent beside it, unprivileged)
     # can send datagrams from the name server's own address (127.0.0.1 here,
     # 127.0.0.53 for systemd-resolved), though not from its port 53, and
@@ -420,8 +423,18 @@ def test_a_forged_answer_from_another_port_is_not_believed(world):
     # the whole guess, and an allowed name went to the forger's address
     # (before: 200 "reached 127.0.0.3:80"). The server here never answers:
     # only a forged answer could end the lookup otherwise than timed out.
-    w = world({"forged.test": {"forge": ["127.0.0.3"]}}, servers=[SILENT_SERVER],
-              allow=["127.0.0.3/32"])
+    # "reload": the server's socket is made by a reload, beside the unused
+    # socket of a webhook sink's resolver (a name to resolve), which is no
+    # server's and must be told apart from it (before: the tie was given up,
+    # "cannot take its answers from its port only", and the forgery believed).
+    script = {"forged.test": {"forge": ["127.0.0.3"]}}
+    if when == "start":
+        w = world(script, servers=[SILENT_SERVER], allow=["127.0.0.3/32"])
+    else:
+        w = world(script, allow=["127.0.0.3/32"],
+                  alerts={"sinks": [{"webhook": "https://hooks.example.test:9/h"}]})
+        w.set_servers([SILENT_SERVER])
+        poll(lambda: "sluice: reloaded" in w.gw.stderr(), timeout=10, what="the reload")
     r = w.get("forged.test")
     assert_refused(w, r, "forged.test", "dns_failure", None)
     assert "timed out" in r.text, r.text

@@ -44,35 +44,76 @@ static bool takes_from(int from, int fd)
     return recv(fd, &b, 1, MSG_DONTWAIT) == 1;
 }
 
+/* True when <fd> is connected to <sa>'s port. */
+static bool connected_to(int fd, const struct sockaddr_in *sa)
+{
+    struct sockaddr_in peer;
+    socklen_t l = sizeof(peer);
+    return getpeername(fd, (struct sockaddr *)&peer, &l) == 0 && peer.sin_port == sa->sin_port;
+}
+
+/* A datagram socket as evdns makes one: neither bound nor connected. */
+static int evdns_like(int family)
+{
+    return socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+}
+
 static void test_pins_the_new_socket(void **state)
 {
     (void)state;
-    struct sockaddr_in server_sa, other_sa, peer;
+    struct sockaddr_in server_sa, other_sa, second_sa;
     int server = bound_udp(&server_sa); /* the name server */
     int other = bound_udp(&other_sa);   /* a forger on its address, another port */
-    int mark = dns_pin_mark();
-    int made = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0); /* as evdns */
+    struct dns_pin_mark m;
+    dns_pin_mark(&m, AF_INET);
+    int made = evdns_like(AF_INET);
     assert_true(made >= 0);
     const char *why = NULL;
-    assert_int_equal(dns_pin((struct sockaddr *)&server_sa, sizeof(server_sa), mark, &why), 0);
-    socklen_t l = sizeof(peer);
-    assert_int_equal(getpeername(made, (struct sockaddr *)&peer, &l), 0);
-    assert_int_equal(peer.sin_port, server_sa.sin_port);
+    assert_int_equal(dns_pin((struct sockaddr *)&server_sa, sizeof(server_sa), &m, &why), 0);
+    assert_true(connected_to(made, &server_sa));
     assert_true(takes_from(server, made));
     assert_false(takes_from(other, made));
     /* a second server's socket is found beside the first, connected now */
-    struct sockaddr_in second_sa;
     int second = bound_udp(&second_sa);
-    mark = dns_pin_mark();
-    int made2 = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    assert_int_equal(dns_pin((struct sockaddr *)&second_sa, sizeof(second_sa), mark, &why), 0);
-    l = sizeof(peer);
-    assert_int_equal(getpeername(made2, (struct sockaddr *)&peer, &l), 0);
-    assert_int_equal(peer.sin_port, second_sa.sin_port);
+    dns_pin_mark(&m, AF_INET);
+    int made2 = evdns_like(AF_INET);
+    assert_int_equal(dns_pin((struct sockaddr *)&second_sa, sizeof(second_sa), &m, &why), 0);
+    assert_true(connected_to(made2, &second_sa));
     close(made2);
     close(second);
     close(made);
     close(other);
+    close(server);
+}
+
+static void test_an_older_unbound_socket_is_left_alone(void **state)
+{
+    (void)state;
+    struct sockaddr_in server_sa, peer;
+    socklen_t l = sizeof(peer);
+    int server = bound_udp(&server_sa);
+    const char *why = NULL;
+    /* a webhook sink's resolver that has not asked yet: there before the mark */
+    int older = evdns_like(AF_INET);
+    struct dns_pin_mark m;
+    dns_pin_mark(&m, AF_INET);
+    int made = evdns_like(AF_INET);
+    assert_int_equal(dns_pin((struct sockaddr *)&server_sa, sizeof(server_sa), &m, &why), 0);
+    assert_true(connected_to(made, &server_sa));
+    assert_int_equal(getpeername(older, (struct sockaddr *)&peer, &l), -1);
+    assert_int_equal(errno, ENOTCONN);
+    close(made);
+    /* one the mark saw, closed, its number taken by the server's socket:
+     * told apart by inode, not by number */
+    int gone = evdns_like(AF_INET);
+    dns_pin_mark(&m, AF_INET);
+    close(gone);
+    made = evdns_like(AF_INET);
+    assert_int_equal(made, gone);
+    assert_int_equal(dns_pin((struct sockaddr *)&server_sa, sizeof(server_sa), &m, &why), 0);
+    assert_true(connected_to(made, &server_sa));
+    close(made);
+    close(older);
     close(server);
 }
 
@@ -82,37 +123,33 @@ static void test_never_guesses(void **state)
     struct sockaddr_in server_sa;
     int server = bound_udp(&server_sa);
     const char *why = NULL;
+    struct dns_pin_mark m;
     /* none made */
-    assert_int_equal(
-        dns_pin((struct sockaddr *)&server_sa, sizeof(server_sa), dns_pin_mark(), &why), -1);
+    dns_pin_mark(&m, AF_INET);
+    assert_int_equal(dns_pin((struct sockaddr *)&server_sa, sizeof(server_sa), &m, &why), -1);
+    assert_string_equal(why, "its socket was not found");
+    /* another family's socket is not the server's */
+    int v6 = evdns_like(AF_INET6);
+    assert_int_equal(dns_pin((struct sockaddr *)&server_sa, sizeof(server_sa), &m, &why), -1);
     assert_string_equal(why, "its socket was not found");
     /* two that could be it: neither is touched */
-    int mark = dns_pin_mark();
-    int a = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    int b = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    assert_int_equal(dns_pin((struct sockaddr *)&server_sa, sizeof(server_sa), mark, &why), -1);
+    int a = evdns_like(AF_INET), b = evdns_like(AF_INET);
+    assert_int_equal(dns_pin((struct sockaddr *)&server_sa, sizeof(server_sa), &m, &why), -1);
     assert_string_equal(why, "its socket cannot be told from another");
-    struct sockaddr_in peer;
-    socklen_t l = sizeof(peer);
-    assert_int_equal(getpeername(a, (struct sockaddr *)&peer, &l), -1);
-    assert_int_equal(errno, ENOTCONN);
-    /* another family's socket is not the server's */
-    close(b);
-    int v6 = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    assert_int_equal(dns_pin((struct sockaddr *)&server_sa, sizeof(server_sa), mark, &why), 0);
-    l = sizeof(peer);
-    assert_int_equal(getpeername(a, (struct sockaddr *)&peer, &l), 0);
+    assert_false(connected_to(a, &server_sa));
+    assert_false(connected_to(b, &server_sa));
     if (v6 >= 0)
         close(v6);
     close(a);
+    close(b);
     close(server);
-    assert_int_equal(dns_pin((struct sockaddr *)&server_sa, sizeof(server_sa), -1, &why), -1);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pins_the_new_socket),
+        cmocka_unit_test(test_an_older_unbound_socket_is_left_alone),
         cmocka_unit_test(test_never_guesses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
