@@ -10,6 +10,7 @@ packet past that namespace's loopback. allow_ranges lets through only
 stand for private addresses and record any connection that reaches them.
 """
 
+import functools
 import json
 import os
 import resource
@@ -235,6 +236,40 @@ def test_an_answer_embedding_the_gateways_own_host_is_refused(world, addr):
     r = w.get("own64.test")
     assert_refused(w, r, "own64.test", "private_address", addr)
     assert w.reached() == []
+
+
+SELF_PORT = 8081  # a listener of the gateway's own, beside its unix socket
+
+
+class SelfWorld(World):
+    """A World whose names are allowed on SELF_PORT too."""
+
+    def policy(self, servers):
+        rules = [{"host": n, "ports": [80, SELF_PORT], "tier": 0} for n in self.names]
+        return self.net.policy(rules, static={}, dns_servers=servers, allow_ranges=self.allow)
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0", "[::]"])
+def test_an_answer_naming_a_listener_on_every_address_is_self(gateway, net, tmp_path, listen):
+    # A listener on 0.0.0.0 or [::] is reached through every address of the
+    # host: the whole of 127.0.0.0/8, ::1, 0.0.0.0 and :: (which reach this
+    # host), and its other addresses, in any form a name server may write
+    # them. allow_ranges open them all here, so only self_request stands
+    # between such an answer and a request the gateway would send itself.
+    script = {"lo2.test": {"A": ["127.0.0.2"]}, "mapped.test": {"AAAA": ["::ffff:127.0.0.2"]},
+              "lo6.test": {"AAAA": ["::1"]}, "any.test": {"A": ["0.0.0.0"]},
+              "any6.test": {"AAAA": ["::"]}, "host.test": {"A": [HOST_ADDR]},
+              "host6.test": {"AAAA": [HOST_ADDR6]}}
+    allow = ["127.0.0.0/8", "::1/128", "0.0.0.0/32", "::/128", HOST_ADDR + "/32",
+             HOST_ADDR6 + "/128"]
+    w = SelfWorld(functools.partial(gateway, extra_listen=["%s:%d" % (listen, SELF_PORT)]),
+                  net, tmp_path, script, list(script), ["127.0.0.1:53"],
+                  ["--address", HOST_ADDR, "--address", HOST_ADDR6], allow)
+    for name in script:
+        r = w.get(name, SELF_PORT)
+        assert r.status == 403 and r.header("Sluice-Reason") == "self_request", (name, r)
+    assert [e["host"] for e in w.gw.events(reason="self_request")] == list(script)
+    assert w.gw.events(decision="allow") == []
 
 
 def test_the_gateways_own_host_is_reached_through_allow_ranges(world):
