@@ -135,6 +135,12 @@ uint64_t bucket_wait_ns(struct bucket *b, uint64_t n, uint64_t now_ns)
     return t > UINT64_MAX ? UINT64_MAX : (uint64_t)t;
 }
 
+bool bucket_in_debt(struct bucket *b, uint64_t now_ns)
+{
+    bucket_refill(b, now_ns);
+    return b->debt > 0;
+}
+
 bool bucket_at_rest(struct bucket *b, uint64_t one_time_burst, uint64_t now_ns)
 {
     if (b->size == 0)

@@ -62,6 +62,9 @@ void bucket_force(struct bucket *b, uint64_t n, uint64_t now_ns);
  * once (size plus burst left) is taken as that much. Saturates at
  * UINT64_MAX. */
 uint64_t bucket_wait_ns(struct bucket *b, uint64_t n, uint64_t now_ns);
+/* True when <b> owes tokens at <now_ns>: a bucket_force() beyond what it
+ * held that the refill has not paid back yet. */
+bool bucket_in_debt(struct bucket *b, uint64_t now_ns);
 /* True when <b> is as a fresh bucket of its configuration would be at
  * <now_ns> (full, burst intact, no debt): forgetting it loses nothing. */
 bool bucket_at_rest(struct bucket *b, uint64_t one_time_burst, uint64_t now_ns);

@@ -268,7 +268,8 @@ static void heap_down(struct qentry **h, size_t n, size_t i)
 
 /* Makes room for one more entry: drops every entry at rest, and when that
  * frees nothing, the least recently used entries no flow holds, no
- * quarantine keeps and no denial window still counts: a batch of
+ * quarantine keeps, no denial window still counts and no bandwidth debt
+ * is owed on: a batch of
  * them (a 64th of the table, at most EVICT_BATCH), so that a full table
  * of busy entries is not scanned again for each newcomer. When none can
  * go, nothing is dropped and the table grows past its bound. */
@@ -297,9 +298,13 @@ static void evict(struct quota *q, uint64_t now)
              * a denial window still counting: the denied_burst detector
              * keeps its own count (detectors.c, agent_evict()), and the
              * quarantine, forgetting it, would miss the denial that trips
-             * both. At most one per agent of the policy, and only while
-             * it runs or counts. */
-            bool evictable = e->refs == 0 && e->q_until_ns <= now && window_quiet(e, now);
+             * both. So is a bandwidth bucket in debt (an upload's bytes
+             * moved past what it held): forgotten, the agent's next upload
+             * would find a new, full bucket, the debt forgiven. At most
+             * one per agent (and agent-rule pair) of the policy, and only
+             * while it runs, counts or owes. */
+            bool evictable = e->refs == 0 && e->q_until_ns <= now && window_quiet(e, now) &&
+                             !bucket_in_debt(&e->bw, now);
             if (evictable && n < want) {
                 lru[n++] = e;
                 for (size_t k = n / 2; k-- > 0;)

@@ -33,11 +33,13 @@
  * when 0). An entry that is at rest (full buckets, no debt, no quarantine,
  * no recent denials) is the same as no entry, and is dropped first; beyond
  * that the least recently used entries not held by a flow, nor in a
- * running quarantine, nor with a denial window still counting, are
+ * running quarantine, nor with a denial window still counting, nor with a
+ * bandwidth bucket in debt (dropped, the debt would be forgiven), are
  * dropped, a 64th of the table (at most 64) at once, so that a table full
  * of busy entries is not scanned anew for each new one. When none can be
  * dropped the table grows past <max_entries>: by one entry at most per
- * agent denied within twice the period (and per flow, and quarantine).
+ * agent denied within twice the period (and per flow, quarantine, and
+ * bucket in debt until it is paid).
  * The table is scanned again only once a batch of new entries has come
  * since the last scan, however little that scan dropped (nothing, when
  * such entries fill it; one entry, when they come to rest one at a time),

@@ -453,6 +453,44 @@ static void test_eviction_keeps_a_running_quarantine(void **state)
     quota_free(q);
 }
 
+/* An entry whose bandwidth bucket is in debt (an upload's bytes moved past
+ * what it held), the flow closed, is never forgotten to make room: a fresh
+ * entry would start with a full bucket, the debt forgiven. Here 1000 B/s
+ * owing 9000 B: before, 40 busy newcomers evicted it and the agent's next
+ * upload got 1000 B at once instead of waiting 9 s. */
+static void test_eviction_keeps_a_debt(void **state)
+{
+    (void)state;
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    set_rate(&p.limits.rate, 0, 1000, 0, 1000);
+    struct quota *q = quota_new(NULL, NULL, 4);
+    struct quota_flow *f = quota_flow_open(q, &p, "a", NULL, 1 * S);
+    assert_non_null(f);
+    quota_flow_take(f, 10000, 1 * S); /* 9000 B owed: 9 s to pay */
+    quota_flow_close(f);
+    set_rate(&p.limits.rate, 1, 3600 * 1000, 0, 1000); /* one request an hour: busy after one */
+    uint64_t w;
+    char id[16];
+    for (int i = 0; i < 40; i++) { /* ten tables' worth of busy newcomers */
+        snprintf(id, sizeof(id), "b%d", i);
+        assert_int_equal(quota_admit(q, &p, id, NULL, 1 * S + (uint64_t)(i + 1) * MS, &w), 0);
+    }
+    assert_true(quota_entries(q) <= 5); /* the debt, and room for the rest */
+    f = quota_flow_open(q, &p, "a", NULL, 2 * S);
+    assert_non_null(f);
+    assert_int_equal(quota_flow_allow(f, 1000, 2 * S), 0);
+    assert_true(quota_flow_wait_ns(f, 1000, 2 * S) > 8 * S); /* 8000 B still owed */
+    quota_flow_close(f);
+    /* Once it is paid the entry is an ordinary one again. */
+    for (int i = 0; i < 8; i++) {
+        snprintf(id, sizeof(id), "c%d", i);
+        assert_int_equal(quota_admit(q, &p, id, NULL, 20 * S, &w), 0);
+    }
+    assert_true(quota_entries(q) <= 4);
+    quota_free(q);
+}
+
 static void test_quarantine_again_while_over(void **state)
 {
     (void)state;
@@ -1253,6 +1291,7 @@ int main(void)
         cmocka_unit_test(test_reload_through_a_bandwidth_only_rate_grants_nothing),
         cmocka_unit_test(test_quarantine),
         cmocka_unit_test(test_eviction_keeps_a_running_quarantine),
+        cmocka_unit_test(test_eviction_keeps_a_debt),
         cmocka_unit_test(test_eviction_keeps_a_counting_window),
         cmocka_unit_test(test_quarantine_again_while_over),
         cmocka_unit_test(test_sliding_window),
