@@ -1685,7 +1685,64 @@ void conn_watch_hangup(struct conn *c)
     if (c->hangup_timer == NULL &&
         (c->hangup_timer = evtimer_new(c->gw->base, on_hangup_check, c)) == NULL)
         return; /* out of memory: the answer is waited for, as before */
-    evtimer_add(c->hangup_timer, &tv);
+    /* Not put off when already due: a paused upload pauses again at each
+     * refill (every 62 ms under 1KiB/s), which would keep it from firing. */
+    if (!evtimer_pending(c->hangup_timer, NULL))
+        evtimer_add(c->hangup_timer, &tv);
+}
+
+/* True while <c>'s client is not read because its bytes wait for the
+ * bandwidth bucket: a plain request's body (shape_pause_upload()) or a
+ * CONNECT's first bytes (connect.c, pace_peeked()). */
+static bool waits_for_bucket(const struct conn *c)
+{
+    if (!quota_flow_paused(c->ex.flow))
+        return false;
+    return c->state == CS_PEEK || c->state == CS_FLUSH ||
+           (c->state == CS_FORWARD && !c->ex.req_done);
+}
+
+/* True when <c>'s paused upload can never be whole: its client ended its
+ * side (or closed) and what the gateway holds and its socket still has
+ * queued is less than the body's Content-Length left. A chunked body's
+ * end cannot be told without reading it: false. */
+static bool upload_cut_short(const struct conn *c)
+{
+    const struct exchange *ex = &c->ex;
+    struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
+    int queued = 0;
+    if (ex->req_body != BODY_LENGTH || poll(&p, 1, 0) != 1 ||
+        !(p.revents & (POLLRDHUP | POLLHUP)) || ioctl(c->fd, FIONREAD, &queued) < 0)
+        return false;
+    uint64_t held = evbuffer_get_length(bufferevent_get_input(c->client)) + (uint64_t)queued;
+    return held < ex->req_left;
+}
+
+/* <c> waits for its bucket (waits_for_bucket()): its client, not read
+ * meanwhile, is looked at as reading it would, not only once the bucket
+ * has refilled, which a debt puts off for seconds or minutes. A reset
+ * (a TCP socket hangs up at a reset only) ends it now, as its read would:
+ * a tunnel's first bytes are not sent, its upstream is reset (conn_cut());
+ * an upload is cut. So is an upload whose client ended its side, or
+ * closed, in the middle of its body: what the gateway holds of it is not
+ * sent (upload_cut_short()). A unix client's close, and any client's end
+ * of its side, after bytes that can still make the request whole (the
+ * rest of a body, a tunnel's first bytes) leaves them to go as they
+ * would have. Returns true when <c> was freed. */
+static bool ended_in_bucket_wait(struct conn *c)
+{
+    bool reset = !c->origin.is_unix && client_hung_up(c);
+    if (c->state == CS_FORWARD) {
+        if (!reset && !upload_cut_short(c))
+            return false;
+        conn_free(c); /* as forward_on_client_event() at its end or reset */
+        return true;
+    }
+    if (!reset)
+        return false;
+    c->client_reset = true;
+    conn_cut(c);
+    return true;
 }
 
 /* True while a hang-up of <c>'s client would be seen by
@@ -1739,6 +1796,11 @@ static void on_hangup_check(evutil_socket_t fd, short what, void *arg)
     struct conn *c = arg;
     (void)fd;
     (void)what;
+    if (waits_for_bucket(c)) {
+        if (!ended_in_bucket_wait(c))
+            conn_watch_hangup(c);
+        return;
+    }
     if (!hangup_unseen(c))
         return; /* the exchange is over, or its client's socket is read again */
     if (!client_hung_up(c)) {

@@ -366,8 +366,11 @@ uint64_t conn_idle_ms(const struct conn *c);
  * socket is looked at every HANGUP_CHECK_MS for a close (a unix client's,
  * which hangs it up) or a TCP client's reset, which nothing else would
  * tell before the answer (a CONNECT's 200) is written; one found ends or
- * shortens the exchange (conn.c, client_left()). The look stops by itself
- * once that no longer holds. */
+ * shortens the exchange (conn.c, client_left()). So is a client whose
+ * bytes wait for the bandwidth bucket (an upload's body, a tunnel's first
+ * bytes: conn.c, ended_in_bucket_wait()), for a reset or an end that
+ * leaves its body short. The look stops by itself once that no longer
+ * holds. A look already due is not put off. */
 void conn_watch_hangup(struct conn *c);
 /* Arms the client's timeouts: reading (when <reading>) for idle_timeout;
  * writing for idle_timeout without progress: a client that keeps taking

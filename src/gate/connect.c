@@ -112,6 +112,7 @@ static bool pace_peeked(struct conn *c, size_t n, void (*resume)(void *arg))
         return false; /* without a timer too: unshaped rather than stalled */
     bufferevent_disable(c->client, EV_READ);
     bufferevent_disable(c->up, EV_READ);
+    conn_watch_hangup(c); /* its reset, during a wait a debt may make long */
     return true;
 }
 

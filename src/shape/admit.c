@@ -72,6 +72,7 @@ void shape_pause_upload(struct conn *c, size_t waiting)
 {
     struct exchange *ex = &c->ex;
     bufferevent_disable(c->client, EV_READ);
+    conn_watch_hangup(c); /* its reset or end, during a wait a debt may make long */
     if (quota_flow_pause(ex->flow, waiting, quota_now(), on_upload_refill, c) < 0) {
         /* No timer: the bytes go unshaped rather than stall for ever. */
         quota_flow_close(ex->flow);

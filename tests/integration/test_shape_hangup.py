@@ -1,0 +1,85 @@
+"""A client that goes away while its bytes wait for the bandwidth bucket:
+its end is seen during the wait, not once a debt of seconds has been paid,
+and what the gateway holds of a request that can no longer be whole is not
+sent. Each wait is made long (a bucket in debt for 15 s or more); the proof
+is in bytes (what went upstream when the end was logged), not in time."""
+
+import socket
+import struct
+import time
+
+import pytest
+
+from gate_client import connect, open_conn
+from gate_servers import pattern_bytes
+from test_shape_bandwidth import KIB, SINK_IP, HashSink, _at_sink
+
+HANG_GUARD_S = 60  # a hang guard, not a claim on time (the waits are 15-25 s)
+
+
+def _policy(net, sink, bandwidth):
+    rule = {"host": "sink.example.test", "ports": [sink.port], "tier": 0,
+            "rate": {"bandwidth": bandwidth}}
+    return net.policy([rule], static_extra={"sink.example.test": SINK_IP})
+
+
+def _end_of(gw, ev):
+    return gw.wait_events("agent_egress_end", timeout=HANG_GUARD_S, id=ev["id"])[0]
+
+
+@pytest.mark.parametrize("unix", [False, True], ids=["tcp_end", "unix_close"])
+def test_upload_ended_in_its_wait_is_cut_then(gateway, net, unix):
+    # A POST of 100000 bytes whose client sent 24 KiB and then ended (a TCP
+    # FIN, a unix socket's close) under 1 KiB/s: the body can never be
+    # whole, and the gateway holds what the bucket has not let go yet
+    # (some 23 KiB, 23 s of it). Its end is seen in the wait and the
+    # exchange cut, what it held not sent. Before, it went on sending all
+    # 24 KiB at 1 KiB/s and only then read the end: bytes_up 24576 and the
+    # end logged 23 s after the client left.
+    sink = HashSink(SINK_IP)
+    try:
+        gw = gateway(_policy(net, sink, "1KiB/s"), unix=unix, tcp=not unix)
+        s = open_conn(gw, timeout=30)
+        body = pattern_bytes(24 * KIB)
+        s.sendall(b"POST http://sink.example.test:%d/up HTTP/1.1\r\nHost: sink.example.test:%d\r\n"
+                  b"Content-Length: 100000\r\n\r\n" % (sink.port, sink.port) + body)
+        ev = gw.wait_events(path="/up")[-1]
+        _at_sink(sink, 1)  # the upload moves: the bucket holds the rest back
+        s.close()
+        end = _end_of(gw, ev)
+        assert end["status"] is None, end
+        assert end["bytes_up"] < len(body), end
+        assert sink.received < len(body)
+    finally:
+        sink.stop()
+
+
+def test_tunnel_reset_while_its_first_bytes_wait(gateway, net):
+    # A second tunnel whose first bytes wait for a bucket the first one put
+    # in debt (some 4 KiB under 256 B/s: 15 s): its client resets the
+    # connection. The wait ends there: the bytes are never sent, the
+    # upstream is reset. Before, they went 15 s later, into a tunnel whose
+    # client was gone (bytes_up 1001).
+    sink = HashSink(SINK_IP)
+    t1 = t2 = None
+    try:
+        gw = gateway(_policy(net, sink, "256B/s"))
+        t1 = connect(gw, "sink.example.test:%d" % sink.port)
+        assert t1.status == 200
+        t1.sock.sendall(b"\0" + pattern_bytes(15 * KIB))  # neither TLS nor HTTP: opens at once
+        _at_sink(sink, 1)
+        t2 = connect(gw, "sink.example.test:%d" % sink.port)
+        assert t2.status == 200
+        t2.sock.sendall(b"\0" + pattern_bytes(1000))
+        ev = gw.wait_events(method="CONNECT", count=2)[-1]
+        time.sleep(0.3)  # its line is out: its first bytes wait for the bucket
+        t2.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        t2.close()  # a reset
+        t2 = None
+        end = _end_of(gw, ev)
+        assert end["bytes_up"] == 0, end
+    finally:
+        for t in (t1, t2):
+            if t is not None:
+                t.close()
+        sink.stop()
