@@ -1692,7 +1692,7 @@ void conn_watch_hangup(struct conn *c)
 }
 
 /* True while <c>'s client is not read because its bytes wait for the
- * bandwidth bucket: a plain request's body (shape_pause_upload()) or a
+ * bandwidth bucket: a plain request's body (shape_meter_upload()) or a
  * CONNECT's first bytes (connect.c, pace_peeked()). */
 static bool waits_for_bucket(const struct conn *c)
 {

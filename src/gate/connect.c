@@ -96,24 +96,31 @@ static void take_peeked(struct conn *c, size_t n)
         quota_flow_take(c->ex.flow, n, quota_now());
 }
 
-/* Before <n> peeked bytes go upstream: true when the bandwidth bucket
- * holds too little (or is in debt) and <c> now waits, reading neither side,
- * for <resume>(<c>) from the flow's timer. The bytes then go whole, into
- * the bucket's debt where it held fewer; the other tunnels of the agent
- * wait until the debt is paid. Without this, each tunnel opened at once
- * put its first bytes (up to PEEK_MAX) upstream whatever the bucket held:
- * many tunnels moved many times the bandwidth. */
-static bool pace_peeked(struct conn *c, size_t n, void (*resume)(void *arg))
+/* Before <n> peeked bytes go upstream: 1 when the bandwidth bucket holds
+ * too little (or is in debt) and <c> now waits, reading neither side, for
+ * <resume>(<c>) from the flow's timer; 0 when they may go. The bytes then
+ * go whole, into the bucket's debt where it held fewer; the other tunnels
+ * of the agent wait until the debt is paid. Without this, each tunnel
+ * opened at once put its first bytes (up to PEEK_MAX) upstream whatever
+ * the bucket held: many tunnels moved many times the bandwidth. -1 when
+ * no timer could be armed (out of memory): <c> was cut (conn_cut(), past
+ * its 200) rather than send them unmetered. */
+static int pace_peeked(struct conn *c, size_t n, void (*resume)(void *arg))
 {
     struct quota_flow *f = c->ex.flow;
+    size_t allowed;
     if (f == NULL || n == 0 || !quota_flow_metered(f))
-        return false; /* no bucket: not worth the clock */
-    if (quota_flow_allow_or_pause(f, n, quota_now(), resume, c) > 0)
-        return false; /* without a timer too: unshaped rather than stalled */
+        return 0; /* no bucket: not worth the clock */
+    if (quota_flow_allow_or_pause(f, n, quota_now(), resume, c, &allowed) < 0) {
+        conn_cut(c);
+        return -1;
+    }
+    if (allowed > 0)
+        return 0;
     bufferevent_disable(c->client, EV_READ);
     bufferevent_disable(c->up, EV_READ);
     conn_watch_hangup(c); /* its reset, during a wait a debt may make long */
-    return true;
+    return 1;
 }
 
 /* Hands both sockets to a tunnel. Called with nothing left in either
@@ -497,8 +504,8 @@ static void tunnel_goes(struct conn *c)
     struct evbuffer *up_out = bufferevent_get_output(c->up);
     size_t len = evbuffer_get_length(in);
     c->state = CS_FLUSH;
-    if (pace_peeked(c, len, on_flush_refill))
-        return; /* connect_on_client_write() once the bucket has refilled */
+    if (pace_peeked(c, len, on_flush_refill) != 0)
+        return; /* connect_on_client_write() once the bucket has refilled, or cut */
     if (stream_send(c->up, c->up_fd, in, len) < 0) {
         conn_free(c);
         return;
@@ -550,10 +557,11 @@ static void on_hello_refill(void *arg)
 static void send_hello(struct conn *c, size_t used)
 {
     struct evbuffer *in = bufferevent_get_input(c->client);
-    if (pace_peeked(c, used, on_hello_refill)) {
+    int paced = pace_peeked(c, used, on_hello_refill);
+    if (paced > 0)
         c->hello_paced = used; /* on_hello_refill() sends it */
+    if (paced != 0)
         return;
-    }
     if (stream_send(c->up, c->up_fd, in, used) < 0) {
         conn_free(c);
         return;

@@ -439,14 +439,16 @@ static void pump_request(struct conn *c)
             bufferevent_disable(c->client, EV_READ);
             return; /* up_write resumes */
         }
-        size_t n = evbuffer_get_length(in), waiting;
+        size_t n = evbuffer_get_length(in);
         if (ex->req_body == BODY_LENGTH && n > ex->req_left)
             n = (size_t)ex->req_left; /* what follows is the next request's */
-        waiting = n;
-        if (ex->flow != NULL && (n = quota_flow_allow(ex->flow, n, quota_now())) == 0) {
-            shape_pause_upload(c, waiting); /* read again once the bucket has refilled */
+        if (ex->flow != NULL && shape_meter_upload(c, n, &n) < 0) {
+            fail(c, "out of memory (no timer to wait for the bandwidth bucket)");
             return;
         }
+        /* None: read again once the bucket has refilled (shape_meter_upload()). */
+        if (n == 0)
+            return;
         size_t skip = 0; /* bytes of a chunked trailer section: read, not sent */
         if (ex->req_body == BODY_LENGTH) {
             ex->req_left -= n;
@@ -730,11 +732,13 @@ static void on_head_refill(void *arg)
     forward_start(c);
 }
 
-/* Before <c>'s head goes upstream: true when the bandwidth bucket of its
+/* Before <c>'s head goes upstream: 1 when the bandwidth bucket of its
  * body is in debt or holds less than it lets an upload move at once
  * (quota_flow_allow()), and the request now waits in CS_CONNECT, its
  * upstream not read nor timed, its client untimed, for on_head_refill()
- * from the flow's timer. Else false, its tokens taken: the head goes
+ * from the flow's timer; -1 when no timer could be armed (out of memory):
+ * the request failed (fail()) rather than go unmetered. Else 0, its
+ * tokens taken: the head goes
  * whole (into the bucket's debt where it held fewer, as a tunnel's first
  * bytes: connect.c), taken as it is handed on so that the agent's next
  * request finds the debt; a head sent again (retry()) is taken again.
@@ -743,14 +747,18 @@ static void on_head_refill(void *arg)
  * sent. A kept connection is looked at again when the wait ends
  * (kept_is_quiet(), with a peek): its upstream may have spoken or ended
  * meanwhile. */
-static bool head_waits(struct conn *c)
+static int head_waits(struct conn *c)
 {
     struct exchange *ex = &c->ex;
-    size_t n = evbuffer_get_length(ex->uphead);
+    size_t n = evbuffer_get_length(ex->uphead), allowed;
     uint64_t now = quota_now();
-    if (quota_flow_allow_or_pause(ex->flow, n, now, on_head_refill, c) > 0) {
-        quota_flow_take(ex->flow, n, now); /* without a timer too: unshaped rather than stalled */
-        return false;
+    if (quota_flow_allow_or_pause(ex->flow, n, now, on_head_refill, c, &allowed) < 0) {
+        fail(c, "out of memory (no timer to wait for the bandwidth bucket)");
+        return -1;
+    }
+    if (allowed > 0) {
+        quota_flow_take(ex->flow, n, now);
+        return 0;
     }
     ex->head_waiting = true;
     bufferevent_disable(c->up, EV_READ | EV_WRITE);
@@ -759,7 +767,7 @@ static bool head_waits(struct conn *c)
         ex->reuse_waited = true;
         ex->reuse_wait_first = false;
     }
-    return true;
+    return 1;
 }
 
 void forward_start(struct conn *c)
@@ -780,7 +788,7 @@ void forward_start(struct conn *c)
         return;
     /* A head counts against the bandwidth of its body: one look at the
      * flow when none applies, no clock. */
-    if (ex->flow != NULL && quota_flow_metered(ex->flow) && head_waits(c))
+    if (ex->flow != NULL && quota_flow_metered(ex->flow) && head_waits(c) != 0)
         return;
     c->state = CS_FORWARD;
     if (c->scratch == NULL && (c->scratch = evbuffer_new()) == NULL) {

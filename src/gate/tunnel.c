@@ -256,14 +256,17 @@ static void on_refill(void *arg)
     on_io(-1, 0, arg);
 }
 
-/* Bytes d may read now: <max>, or fewer when its bandwidth is metered; 0
- * when the bucket is empty (the refill timer is armed: src is not read). */
-static size_t metered(struct dir *d, size_t max)
+/* Sets <*n> to the bytes d may read now: <max>, or fewer when its
+ * bandwidth is metered; 0 when the bucket is empty (the refill timer is
+ * armed: src is not read). Returns -1 when no timer could be armed (out of
+ * memory): the tunnel ends rather than move its bytes unmetered. */
+static int metered(struct dir *d, size_t max, size_t *n)
 {
     struct quota_flow *f = d->t->flow;
+    *n = max;
     if (f == NULL || d != &d->t->d[0] || !quota_flow_metered(f))
-        return max; /* no bucket: not worth the clock */
-    return quota_flow_allow_or_pause(f, max, quota_now(), on_refill, d);
+        return 0; /* no bucket: not worth the clock */
+    return quota_flow_allow_or_pause(f, max, quota_now(), on_refill, d, n);
 }
 
 void tunnel_set_flow(struct tunnel *t, struct quota_flow *flow)
@@ -353,14 +356,17 @@ enum fill_result {
  * event says so if not, so no read is tried again only to meet EAGAIN),
  * FILL_WAIT (nothing to read, or the pipe is full), FILL_PAUSED (the
  * bandwidth bucket is empty: its timer is armed), FILL_DST_FAILED (copying,
- * dst failed), FILL_ERROR (out of memory). */
+ * dst failed), FILL_ERROR (out of memory, for a buffer or the bucket's
+ * timer). */
 static enum fill_result fill(struct dir *d, bool *dst_full)
 {
     if (d->pipe[1] < 0 && d->streaming && d->pending == 0 && !d->no_pipe)
         make_pipe(d);
     for (;;) {
         ssize_t n;
-        size_t max = metered(d, room(d));
+        size_t max;
+        if (metered(d, room(d), &max) < 0)
+            return FILL_ERROR;
         if (max == 0)
             return FILL_PAUSED;
         if (d->pipe[1] >= 0)

@@ -68,17 +68,14 @@ static void on_upload_refill(void *arg)
     forward_on_client_read(c);
 }
 
-void shape_pause_upload(struct conn *c, size_t waiting)
+int shape_meter_upload(struct conn *c, size_t want, size_t *n)
 {
     struct exchange *ex = &c->ex;
-    bufferevent_disable(c->client, EV_READ);
-    conn_watch_hangup(c); /* its reset or end, during a wait a debt may make long */
-    if (quota_flow_pause(ex->flow, waiting, quota_now(), on_upload_refill, c) < 0) {
-        /* No timer: the bytes go unshaped rather than stall for ever. */
-        quota_flow_close(ex->flow);
-        ex->flow = NULL;
-        bufferevent_enable(c->client, EV_READ);
-        bufferevent_trigger(c->client, EV_READ,
-                            BEV_TRIG_IGNORE_WATERMARKS | BEV_TRIG_DEFER_CALLBACKS);
+    if (quota_flow_allow_or_pause(ex->flow, want, quota_now(), on_upload_refill, c, n) < 0)
+        return -1;
+    if (*n == 0) {
+        bufferevent_disable(c->client, EV_READ);
+        conn_watch_hangup(c); /* its reset or end, during a wait a debt may make long */
     }
+    return 0;
 }

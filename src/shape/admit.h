@@ -27,12 +27,15 @@ bool shape_check_quarantine(struct conn *c);
  * Otherwise opens ex->flow (metering the upload where a bandwidth limit
  * applies, or will after a reload) and returns false. */
 bool shape_check_rate(struct conn *c);
-/* The upload of <c> (a plain HTTP request body, <waiting> bytes of it
- * read) is over its bandwidth: stops reading from the client and arms the
- * flow's timer, which reads again once the bucket has refilled enough (a
- * sixteenth of it, or what is waiting). Nothing is dropped: bytes already
- * read wait in the input buffer. */
-void shape_pause_upload(struct conn *c, size_t waiting);
+/* Meters the upload of <c> (a plain HTTP request body, <want> bytes of it
+ * read): sets <*n> to the bytes that may go now and returns 0. When that
+ * is none, it is over its bandwidth: reading from the client stops and the
+ * flow's timer is armed, which reads again once the bucket has refilled
+ * enough (a sixteenth of it, or what is waiting). Nothing is dropped:
+ * bytes already read wait in the input buffer. Returns -1 when no timer
+ * could be armed (out of memory): the caller fails the request rather
+ * than let the bytes go unmetered (quota_flow_allow_or_pause()). */
+int shape_meter_upload(struct conn *c, size_t want, size_t *n);
 /* Whole seconds to tell an agent to wait for <ns> nanoseconds: rounded up,
  * at least 1 (at most UINT_MAX, beyond any wait a policy can make). */
 unsigned shape_retry_after(uint64_t ns);

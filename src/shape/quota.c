@@ -654,13 +654,13 @@ int quota_flow_pause(struct quota_flow *f, size_t want, uint64_t now_ns, void (*
     return 0;
 }
 
-size_t quota_flow_allow_or_pause(struct quota_flow *f, size_t want, uint64_t now_ns,
-                                 void (*cb)(void *arg), void *arg)
+int quota_flow_allow_or_pause(struct quota_flow *f, size_t want, uint64_t now_ns,
+                              void (*cb)(void *arg), void *arg, size_t *n)
 {
-    size_t n = quota_flow_allow(f, want, now_ns);
-    if (n == 0 && quota_flow_pause(f, want, now_ns, cb, arg) < 0)
-        return want;
-    return n;
+    *n = quota_flow_allow(f, want, now_ns);
+    if (*n == 0 && quota_flow_pause(f, want, now_ns, cb, arg) < 0)
+        return -1;
+    return 0;
 }
 
 bool quota_flow_paused(const struct quota_flow *f)

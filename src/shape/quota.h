@@ -167,11 +167,16 @@ uint64_t quota_flow_wait_ns(struct quota_flow *f, size_t want, uint64_t now_ns);
 int quota_flow_pause(struct quota_flow *f, size_t want, uint64_t now_ns, void (*cb)(void *arg),
                      void *arg);
 /* quota_flow_allow(), and when it allows nothing, quota_flow_pause() with
- * <cb>(<arg>): the bytes of <want> that may move now, or 0 while the timer
- * waits. Without a timer (quota_flow_pause() failed) returns <want>: the
- * bytes go unshaped rather than stall. */
-size_t quota_flow_allow_or_pause(struct quota_flow *f, size_t want, uint64_t now_ns,
-                                 void (*cb)(void *arg), void *arg);
+ * <cb>(<arg>): sets <*n> to the bytes of <want> that may move now, or 0
+ * while the timer waits, and returns 0. Returns -1 when no timer could be
+ * armed (quota_flow_pause() failed: out of memory): the caller fails the
+ * exchange, since its bytes may neither go unmetered (a limit lifted
+ * without a word) nor wait with nothing to end the wait. The one way
+ * every upload meets its bucket: a plain request's head (forward.c) and
+ * body (shape/admit.c), a tunnel's first bytes (connect.c) and the rest
+ * (tunnel.c). */
+int quota_flow_allow_or_pause(struct quota_flow *f, size_t want, uint64_t now_ns,
+                              void (*cb)(void *arg), void *arg, size_t *n);
 /* True while the timer armed by quota_flow_pause() has not fired. */
 bool quota_flow_paused(const struct quota_flow *f);
 /* Cancels the timer, releases the entries, frees <f>. Accepts NULL. */

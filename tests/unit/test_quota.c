@@ -964,6 +964,17 @@ static void test_flows(void **state)
     /* No event base: pause cannot arm a timer. */
     assert_int_equal(quota_flow_pause(f, 100, 0, NULL, NULL), -1);
     assert_false(quota_flow_paused(f));
+    /* Nor can allow-or-pause, whose caller then fails the exchange: the
+     * bytes neither go unmetered (before, all <want> of them were let go)
+     * nor wait with nothing to end the wait. What the bucket holds still
+     * goes. */
+    size_t n = 12345;
+    quota_flow_take(f, 800, 2000 * MS); /* the rule's bucket is empty */
+    assert_int_equal(quota_flow_allow_or_pause(f, 100000, 2000 * MS, NULL, NULL, &n), -1);
+    assert_int_equal(n, 0);
+    assert_false(quota_flow_paused(f));
+    assert_int_equal(quota_flow_allow_or_pause(f, 100000, 2500 * MS, NULL, NULL, &n), 0);
+    assert_int_equal(n, 800);
     assert_false(quota_flow_paused(NULL));
     quota_flow_close(g);
     quota_flow_close(f);
