@@ -250,9 +250,21 @@ static int pass_on(struct dir *d, size_t n, bool *dst_full)
 }
 
 static void on_io(evutil_socket_t fd, short what, void *arg);
+static bool tcp_closed(evutil_socket_t fd);
 
+/* The bandwidth bucket's timer of the client's direction <arg>: the client
+ * is not read while it waits (a debt, the first bytes', may make that
+ * seconds or minutes), so its reset is looked for at each (at least once
+ * a second): the tunnel ends then, with a reset on both sides, as the read
+ * meeting it would, rather than go on sending what the client sent before
+ * it at the bucket's pace, to the last byte. */
 static void on_refill(void *arg)
 {
+    struct dir *d = arg;
+    if (tcp_closed(d->src)) {
+        end(d->t, TUNNEL_ERROR);
+        return;
+    }
     on_io(-1, 0, arg);
 }
 

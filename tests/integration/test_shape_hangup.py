@@ -14,7 +14,7 @@ from gate_client import connect, open_conn
 from gate_servers import pattern_bytes
 from test_shape_bandwidth import KIB, SINK_IP, HashSink, _at_sink
 
-HANG_GUARD_S = 60  # a hang guard, not a claim on time (the waits are 15-25 s)
+HANG_GUARD_S = 90  # a hang guard, not a claim on time (the waits are 15-60 s)
 
 
 def _policy(net, sink, bandwidth):
@@ -82,4 +82,33 @@ def test_tunnel_reset_while_its_first_bytes_wait(gateway, net):
         for t in (t1, t2):
             if t is not None:
                 t.close()
+        sink.stop()
+
+
+def test_open_tunnel_reset_while_its_bytes_wait(gateway, net):
+    # An open tunnel under 256 B/s whose client sent 15 KiB at once: its
+    # first bytes put the bucket in debt, and the rest waits for it in the
+    # client's socket, not read. The client resets the connection: the
+    # tunnel ends within a refill step (a second at most), its upstream
+    # reset, what the client had sent before its reset not sent. Before,
+    # the tunnel went on reading and sending it all at 256 B/s and ended
+    # 58 s later (bytes_up 15361).
+    sink = HashSink(SINK_IP)
+    t = None
+    try:
+        gw = gateway(_policy(net, sink, "256B/s"))
+        t = connect(gw, "sink.example.test:%d" % sink.port)
+        assert t.status == 200
+        data = b"\0" + pattern_bytes(15 * KIB)  # neither TLS nor HTTP: opens at once
+        t.sock.sendall(data)
+        ev = gw.wait_events(method="CONNECT")[-1]
+        _at_sink(sink, 1)  # the tunnel is open; the bucket holds the rest back
+        t.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        t.close()  # a reset
+        t = None
+        end = _end_of(gw, ev)
+        assert end["bytes_up"] < len(data), end
+    finally:
+        if t is not None:
+            t.close()
         sink.stop()
