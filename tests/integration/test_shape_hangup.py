@@ -4,13 +4,14 @@ and what the gateway holds of a request that can no longer be whole is not
 sent. Each wait is made long (a bucket in debt for 15 s or more); the proof
 is in bytes (what went upstream when the end was logged), not in time."""
 
+import json
 import socket
 import struct
 import time
 
 import pytest
 
-from gate_client import connect, open_conn
+from gate_client import api_rule, build_request, connect, open_conn, read_response
 from gate_servers import pattern_bytes
 from test_shape_bandwidth import KIB, SINK_IP, HashSink, _at_sink
 
@@ -112,3 +113,26 @@ def test_open_tunnel_reset_while_its_bytes_wait(gateway, net):
         if t is not None:
             t.close()
         sink.stop()
+
+
+@pytest.mark.parametrize("unix", [False, True], ids=["tcp_end", "unix_end"])
+def test_upload_whole_before_its_end_goes_on(gateway, net, unix):
+    # The other side of the cut above: a client that sent its whole body and
+    # then ended its side (shutdown, as `curl -T -` and HTTP/1.0 clients
+    # may) while the bucket still holds most of it back: the body can still
+    # be whole, so the gateway sends it at the bucket's pace and the answer
+    # comes back on the half-closed connection.
+    gw = gateway(net.policy([api_rule(net, rate={"bandwidth": "4KiB/s"})]), unix=unix, tcp=not unix)
+    body = pattern_bytes(16 * KIB)
+    s = open_conn(gw, timeout=HANG_GUARD_S)
+    try:
+        s.sendall(build_request("POST", net.url("/whole"),
+                                headers={"Content-Length": str(len(body))}) + body)
+        s.shutdown(socket.SHUT_WR)
+        r = read_response(s, "POST")
+    finally:
+        s.close()
+    assert r.status == 200
+    assert json.loads(r.body)["body_len"] == len(body)
+    _, end = gw.decided(path="/whole")
+    assert end["status"] == 200 and end["bytes_up"] == len(body), end
