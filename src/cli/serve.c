@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
-#include "cli/serve_load.h"
+#include "cli/startup_load.h"
 #include "gate/gateway.h"
 #include "gate/listener.h"
 #include "gate/lockdown.h"
@@ -295,12 +295,21 @@ static int serve_main(int argc, char **argv)
      * (libevent puts these dispositions back) kills nothing. During the
      * policy's load a SIGTERM or SIGINT stops serve at once, exit 0 (the
      * stop asked for), even when a hung mount holds the load. */
-    sigset_t mask;
+    sigset_t mask, stops;
     stop_signals_hold(&mask);
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGTERM);
+    sigaddset(&stops, SIGINT); /* a SIGHUP stays pending: it reloads once serve is up */
     int stop_sig = 0;
     unsigned grace = a->grace_ms > 0 ? a->grace_ms : GATEWAY_DEFAULT_GRACE_MS;
-    struct policy *p = serve_load_policy(
-        a->policy, grace < SERVE_LOAD_STOP_WAIT_MS ? grace : SERVE_LOAD_STOP_WAIT_MS, &stop_sig);
+    struct startup_load how = {
+        .who = "sluice serve",
+        .stopped = "stopped before serving",
+        .stops = &stops,
+        .warn_file = true,
+        .stop_wait_ms = grace < STARTUP_LOAD_STOP_WAIT_MS ? grace : STARTUP_LOAD_STOP_WAIT_MS,
+    };
+    struct policy *p = startup_load_policy(a->policy, &how, &stop_sig);
     if (p == NULL) {
         free(a);
         return stop_sig != 0 ? EXIT_OK : EXIT_USAGE;

@@ -21,6 +21,7 @@ import select
 import struct
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -82,6 +83,31 @@ class FuseFile:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def stop_during_held_read(fs, argv, sig, err_path, **popen_args):
+    """Starts <argv> (standard output /dev/null, error into <err_path>), and
+    once it reads <fs>'s file (held: reads="hold") sends it <sig>. Returns
+    its status within 30 s of the signal (a hang guard, not a claim on
+    time), or None when it had not ended by then; it is killed and <fs>
+    closed either way (a read still held fails: the process can end)."""
+    with open(err_path, "wb") as f:
+        p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=f, **popen_args)
+    try:
+        deadline = time.monotonic() + 20
+        while not fs.read_pids():
+            assert p.poll() is None and time.monotonic() < deadline, \
+                "the start-up load never read the file (status %s)" % p.poll()
+            time.sleep(0.02)
+        p.send_signal(sig)
+        return p.wait(30)
+    except subprocess.TimeoutExpired:
+        return None
+    finally:
+        if p.poll() is None:
+            p.kill()
+        fs.close()
+        p.wait(30)
 
 
 class Server:

@@ -583,29 +583,17 @@ def test_a_stop_during_the_startup_load_of_a_policy_that_does_not_answer(sluice_
     # one at its default disposition killed serve without a word (status
     # -15). The load now runs on a thread: the stop ends serve within a
     # second, exit 0, naming the file.
-    from fuse_file import FuseFile
+    from fuse_file import FuseFile, stop_during_held_read
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     err = tmp_path / "err"
     env = dict(os.environ, BLOCK=str(int(sig)) if caller == "blocked" else "")
     with FuseFile(str(mnt), policy_yaml(net.policy([api_rule(net)])).encode(),
                   reads="hold") as fs:
-        with open(err, "wb") as f:
-            p = subprocess.Popen(["/usr/bin/python3", "-c", EXEC_WITH, sluice_bin, "serve",
-                                  "--policy", fs.path, "--listen", "127.0.0.1:%d" % free_port(),
-                                  "--log", str(tmp_path / "log.jsonl")],
-                                 stdout=subprocess.DEVNULL, stderr=f, env=env)
-        try:
-            poll(lambda: fs.read_pids(), timeout=20, what="the start-up load reading the policy")
-            p.send_signal(sig)
-            rc = p.wait(30)  # a hang guard, not a claim on time
-        except subprocess.TimeoutExpired:
-            rc = None
-        finally:
-            if p.poll() is None:
-                p.kill()
-            fs.close()  # a read still held fails: the process can end
-            p.wait(30)
+        rc = stop_during_held_read(
+            fs, ["/usr/bin/python3", "-c", EXEC_WITH, sluice_bin, "serve", "--policy", fs.path,
+                 "--listen", "127.0.0.1:%d" % free_port(), "--log", str(tmp_path / "log.jsonl")],
+            sig, err, env=env)
     text = err.read_text()
     assert rc == 0, (rc, text)
     said = "sluice serve: %s while loading the policy %s: stopped before serving" % (

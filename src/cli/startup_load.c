@@ -1,6 +1,6 @@
-/* serve_load: serve's start-up policy load, which a SIGTERM or SIGINT ends
- * (serve_load.h). */
-#include "cli/serve_load.h"
+/* startup_load: the policy load when serve or run starts, which a stop
+ * signal ends (startup_load.h). */
+#include "cli/startup_load.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -29,7 +29,9 @@ struct load_job {
     bool done;          /* (mu) the load has ended */
     bool abandoned;     /* (mu) left at a stop: the thread frees the job */
     int fds[2];         /* the thread's "done" byte */
-    char *path;         /* owned: a job left at a stop outlives serve's arguments */
+    char *path;         /* owned: a job left at a stop outlives the caller's arguments */
+    unsigned flags;     /* policy_load_flags()'s */
+    bool warn_file;     /* make gateway_policy_file_warning()'s line */
     struct diag diag;
     struct policy *result; /* NULL on failure */
     /* gateway_policy_file_warning()'s, made on the thread: its stat()s
@@ -48,11 +50,13 @@ static void job_free(struct load_job *j)
     free(j);
 }
 
-static struct load_job *job_new(const char *path)
+static struct load_job *job_new(const char *path, const struct startup_load *how)
 {
     struct load_job *j = calloc(1, sizeof(*j));
     if (j == NULL)
         return NULL;
+    j->flags = how->flags;
+    j->warn_file = how->warn_file;
     j->path = strdup(path);
     if (j->path == NULL || pipe2(j->fds, O_CLOEXEC) != 0) {
         free(j->path);
@@ -67,8 +71,8 @@ static struct load_job *job_new(const char *path)
 static void *load_thread(void *arg)
 {
     struct load_job *j = arg;
-    j->result = policy_load_flags(j->path, 0, &j->diag);
-    if (j->result != NULL)
+    j->result = policy_load_flags(j->path, j->flags, &j->diag);
+    if (j->result != NULL && j->warn_file)
         gateway_policy_file_warning(j->path, j->file_warning, sizeof(j->file_warning));
     if (quiet_thread_job_end(&j->mu, &j->abandoned, &j->done, j->fds[1]))
         job_free(j); /* left at a stop (job_leave()) */
@@ -124,10 +128,10 @@ static bool job_leave(struct load_job *j)
 
 /* The load on the calling thread, when no thread (or signalfd) can be had:
  * a stop is held until it ends. */
-static struct policy *load_here(const char *path)
+static struct policy *load_here(const char *path, const struct startup_load *how)
 {
-    struct policy *p = policy_load_reporting(path, 0, "");
-    if (p != NULL) {
+    struct policy *p = policy_load_reporting(path, how->flags, "");
+    if (p != NULL && how->warn_file) {
         char warning[FILE_WARNING_TEXT];
         gateway_policy_file_warning(path, warning, sizeof(warning));
         fputs(warning, stderr);
@@ -135,21 +139,28 @@ static struct policy *load_here(const char *path)
     return p;
 }
 
-struct policy *serve_load_policy(const char *path, unsigned stop_wait_ms, int *stop_sig)
+/* <sig>'s name as signal(7) gives it ("SIGTERM"; "signal 34" for one with
+ * none, a real-time signal), into <buf>. */
+static void signal_label(int sig, char *buf, size_t len)
+{
+    const char *abbrev = sigabbrev_np(sig);
+    if (abbrev != NULL)
+        snprintf(buf, len, "SIG%s", abbrev);
+    else
+        snprintf(buf, len, "signal %d", sig);
+}
+
+struct policy *startup_load_policy(const char *path, const struct startup_load *how, int *stop_sig)
 {
     *stop_sig = 0;
-    sigset_t stops;
-    sigemptyset(&stops);
-    sigaddset(&stops, SIGTERM);
-    sigaddset(&stops, SIGINT);
-    int sig_fd = signalfd(-1, &stops, SFD_CLOEXEC | SFD_NONBLOCK);
-    struct load_job *j = sig_fd >= 0 ? job_new(path) : NULL;
+    int sig_fd = signalfd(-1, how->stops, SFD_CLOEXEC | SFD_NONBLOCK);
+    struct load_job *j = sig_fd >= 0 ? job_new(path, how) : NULL;
     if (j == NULL || quiet_thread_create(&j->thread, load_thread, j) != 0) {
         if (j != NULL)
             job_free(j);
         if (sig_fd >= 0)
             close(sig_fd);
-        return load_here(path);
+        return load_here(path, how);
     }
     int sig = wait_load_or_stop(j->fds[0], sig_fd);
     close(sig_fd);
@@ -166,17 +177,17 @@ struct policy *serve_load_policy(const char *path, unsigned stop_wait_ms, int *s
     /* a read that the file system answers after this is not parsed: the
      * process is exiting (OpenSSL, which the parse uses, torn down) */
     policy_load_stop();
-    const char *name = sig == SIGINT ? "SIGINT" : "SIGTERM";
-    if (!readable_within(j->fds[0], stop_wait_ms) && job_leave(j)) {
+    char name[32];
+    signal_label(sig, name, sizeof(name));
+    if (!readable_within(j->fds[0], how->stop_wait_ms) && job_leave(j)) {
         fprintf(stderr,
-                "sluice serve: %s while loading the policy %s: stopped before serving; its load, "
-                "not ended within %u ms (its file system does not answer?), is abandoned\n",
-                name, path, stop_wait_ms);
+                "%s: %s while loading the policy %s: %s; its load, not ended within %u ms (its "
+                "file system does not answer?), is abandoned\n",
+                how->who, name, path, how->stopped, how->stop_wait_ms);
         return NULL;
     }
     pthread_join(j->thread, NULL);
     job_free(j);
-    fprintf(stderr, "sluice serve: %s while loading the policy %s: stopped before serving\n", name,
-            path);
+    fprintf(stderr, "%s: %s while loading the policy %s: %s\n", how->who, name, path, how->stopped);
     return NULL;
 }
