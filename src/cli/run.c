@@ -47,6 +47,7 @@
 #include "box/hardlinks.h"
 #include "box/reach.h"
 #include "cli/commands.h"
+#include "cli/startup_load.h"
 #include "gate/gateway.h"
 #include "gate/listener.h"
 #include "gate/lockdown.h"
@@ -878,16 +879,35 @@ static int gateway_leave_root(pid_t parent, const struct privdrop_target *chosen
 /* Forks the gateway; returns 0 once it accepts, or EXIT_USAGE. From the
  * making of its directory on, the signals of <ending> (box_ending_signals():
  * a ^C, a `timeout` while run starts) are held: run_main() ends of one
- * only once the directory is removed. */
+ * only once the directory is removed. One during the policy's load stops
+ * the start at once (held, EXIT_USAGE). */
 static int serve_start(struct run_args *a, const char *cwd, struct served *s,
                        const sigset_t *ending)
 {
-    /* Every request is --agent's: the tokens are never compared, and a
-     * variable unset here (a developer's machine without CI's secrets)
-     * must not stop the run. */
-    struct policy *p = policy_load_reporting(a->policy, POLICY_LOAD_SECRETS_UNUSED, "");
-    if (p == NULL)
+    /* The load is waited for with <ending> held, on a thread of its own
+     * (startup_load.h): a ^C or a `timeout` while a file system that does
+     * not answer holds its read stops the start at once, where it killed
+     * run without a word once the read let it go, if ever. */
+    sigset_t before;
+    sigprocmask(SIG_BLOCK, ending, &before);
+    struct startup_load how = {
+        .who = "sluice run",
+        .stopped = "the command does not start",
+        .stops = ending,
+        /* Every request is --agent's: the tokens are never compared, and a
+         * variable unset here (a developer's machine without CI's secrets)
+         * must not stop the run. */
+        .flags = POLICY_LOAD_SECRETS_UNUSED,
+        .stop_wait_ms = STARTUP_LOAD_STOP_WAIT_MS,
+    };
+    int stop_sig = 0;
+    struct policy *p = startup_load_policy(a->policy, &how, &stop_sig);
+    if (p == NULL) {
+        if (stop_sig != 0)
+            raise(stop_sig); /* taken by the load's wait: held again, run ends of it at out */
         return EXIT_USAGE;
+    }
+    sigprocmask(SIG_SETMASK, &before, NULL);
     if (keep_token_env(s, p) < 0) {
         fputs("sluice run: out of memory\n", stderr);
         policy_free(p);

@@ -1417,6 +1417,42 @@ def test_a_signal_while_run_starts_leaves_no_directory(box, net, tmp_path, sig):
         _end_held_run(tracer, tmp_path)
 
 
+# serial: a FUSE mount in the machine's mount namespace, which a box another
+# worker builds meanwhile cannot make read-only (it refuses to start)
+@pytest.mark.serial
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGRTMIN],
+                         ids=_sig_id)
+def test_a_stop_during_the_load_of_a_policy_that_does_not_answer(box, net, tmp_path, sig):
+    """run loaded its policy on its own thread, before it held the signals
+    that end it: on a file system that does not answer (a hung NFS or FUSE
+    mount) a ^C or a `timeout` killed run without a word once the kernel
+    let the read go (here the test's FUSE server, which ends a read whose
+    reader is killed; one that does not would have held run for ever). The
+    load now runs on a thread of its own: the stop is told, naming the
+    file, the load left after 1 s, the command never starts, and run ends
+    of that signal as of any other that comes while it starts."""
+    from fuse_file import FuseFile, stop_during_held_read
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    marker = str(tmp_path / "ran")
+    err = tmp_path / "err"
+    with FuseFile(str(mnt), policy_yaml(net.policy([])).encode(), reads="hold") as fs:
+        rc = stop_during_held_read(
+            fs, [box.bin, "run", "--policy", fs.path, "--rw", str(tmp_path), "--", PY, "-c",
+                 "open(%r, 'w').close()" % marker], sig, err, cwd=box.workdir, env=_clean_env())
+    text = err.read_text()
+    for mark in SANITIZER_MARKS:
+        assert mark not in text, text
+    assert not os.path.exists(marker), "the command ran"
+    assert rc == -sig, (rc, text)
+    name = "signal %d" % sig if sig >= signal.SIGRTMIN else signal.Signals(sig).name
+    said = "sluice run: %s while loading the policy %s: the command does not start" % (
+        name, fs.path)
+    assert said in text, text
+    assert "(its file system does not answer?), is abandoned" in text, text
+    assert "sluice run: exit" not in text, text
+
+
 def _assert_start_stopped(tracer, tmp_path, marker, sig, gateways, timeout):
     """That the run of TRACER, sent SIG while it started, did not run its
     command (which would have made MARKER), ended of SIG with no summary,
