@@ -20,7 +20,9 @@
  *      remounted writable or read-only (nodev as on the host); a hidden
  *      directory becomes an empty read-only tmpfs, a hidden file an empty
  *      read-only file (/dev/null); one below /proc waits for the box's own
- *      /proc (box_mount_proc()), which would cover it;
+ *      /proc (box_mount_proc()), which would cover it; then every proc
+ *      mount of the host outside /proc (a chroot's), brought along or
+ *      not, is covered as a hidden directory is (cover_host_procs());
  *   5. every mount still writable is checked against the writable paths:
  *      one left over is an error, never a half-boxed run.
  * A writable path that is read-only on the host stays read-only. Paths are
@@ -36,6 +38,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -371,9 +374,10 @@ static bool below_proc(const char *path)
     return strncmp(path, "/proc/", 6) == 0;
 }
 
-/* --hide <path> as the box shows it: a directory becomes an empty
- * read-only tmpfs, anything else /dev/null, read-only. */
-static int hide_path(const char *path, char *err, size_t errlen)
+/* <path> hidden as --hide shows it: a directory becomes an empty
+ * read-only tmpfs, anything else /dev/null, read-only. An error names
+ * the path after <what> ("--hide "). */
+static int cover_path(const char *what, const char *path, char *err, size_t errlen)
 {
     struct stat st;
     if (stat(path, &st) < 0)
@@ -387,10 +391,15 @@ static int hide_path(const char *path, char *err, size_t errlen)
                  ? remount_nofollow(path, true, false)
                  : -1;
     if (rc < 0) {
-        box_path_error(err, errlen, "--hide ", path, "", strerror(errno));
+        box_path_error(err, errlen, what, path, "", strerror(errno));
         return -1;
     }
     return 0;
+}
+
+static int hide_path(const char *path, char *err, size_t errlen)
+{
+    return cover_path("--hide ", path, err, errlen);
 }
 
 static int apply_op(const struct op *o, char *err, size_t errlen)
@@ -446,6 +455,75 @@ static bool out_of_reach(const char *mount_point)
     if (in >= 0)
         close(in);
     return others;
+}
+
+/* Whether <e> is a proc file system of the host that the box's view would
+ * still show once the box's own /proc covers the host's (and all below
+ * it): one mounted elsewhere (a chroot's /srv/chroot/proc, a container's
+ * rootfs/proc), or brought along below a path of step 4 by its recursive
+ * bind. Read-only, it still shows the host's processes (their command
+ * lines, a secret passed as an argument) and, through a host process's
+ * net/, the sockets of the host's network namespace. */
+static bool host_proc(const struct mountinfo *mi, const struct mountinfo_entry *e)
+{
+    return strcmp(e->fstype, "proc") == 0 && strcmp(e->mount_point, "/proc") != 0 &&
+           !below_proc(e->mount_point) && !mountinfo_is_covered(mi, e);
+}
+
+#define BOX_PROC_SUPER_MAGIC 0x9fa0 /* <linux/magic.h> */
+
+/* Whether <path>, reached without following a link, is on a proc file
+ * system: 1, 0, or -1 with errno when it cannot be reached. A mount's
+ * point can lead to another mount than the one mountinfo lists there: a
+ * bind of a folder above it (the working directory's, recursive) put a
+ * copy of it on top, by a path mountinfo does not call covered. */
+static int is_proc(const char *path)
+{
+    int fd = box_open_nofollow(path);
+    if (fd < 0)
+        return -1;
+    struct statfs sf;
+    int rc = fstatfs(fd, &sf) < 0 ? -1 : sf.f_type == BOX_PROC_SUPER_MAGIC;
+    int e = errno;
+    close(fd);
+    errno = e;
+    return rc;
+}
+
+/* Step 4's last part: the path of each such proc mount that leads to a
+ * proc file system is covered as a --hide path is (an empty read-only
+ * folder; /dev/null for one on a file), after the binds that may bring one
+ * along, on top of any --ro or --hide path on or below it. One below
+ * another is covered with it: its path, leading into the empty folder
+ * now, finds nothing. Then none may be left that the command can reach
+ * (one moved by a rename above it since mountinfo was read, or one whose
+ * path the init cannot walk where the command may): the set-up fails,
+ * naming it. */
+static int cover_host_procs(char *err, size_t errlen)
+{
+    struct mountinfo mi;
+    if (read_mountinfo(&mi, err, errlen) < 0)
+        return -1;
+    int rc = 0;
+    for (size_t i = 0; i < mi.n && rc == 0; i++)
+        if (host_proc(&mi, &mi.v[i]) && is_proc(mi.v[i].mount_point) == 1)
+            rc =
+                cover_path("cannot cover the host's proc mount ", mi.v[i].mount_point, err, errlen);
+    mountinfo_free(&mi);
+    if (rc < 0 || read_mountinfo(&mi, err, errlen) < 0)
+        return -1;
+    for (size_t i = 0; i < mi.n && rc == 0; i++) {
+        const char *mp = mi.v[i].mount_point;
+        if (!host_proc(&mi, &mi.v[i]))
+            continue;
+        int shown = is_proc(mp);
+        if (shown == 1 || (shown < 0 && errno != ENOENT && !out_of_reach(mp))) {
+            box_path_error(err, errlen, "the host's proc mount ", mp, "", "still shown in the box");
+            rc = -1;
+        }
+    }
+    mountinfo_free(&mi);
+    return rc;
 }
 
 /* Whether the mount <id> has left the box's view since mountinfo was read:
@@ -635,6 +713,8 @@ int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen)
     for (size_t i = 0; i < nops; i++)
         if (apply_op(&ops[i], err, errlen) < 0)
             goto out;
+    if (cover_host_procs(err, errlen) < 0)
+        goto out;
 
     /* /dev itself read-only once the paths below it are in place */
     if (mount(NULL, "/dev", NULL, MS_REMOUNT | MS_NOSUID | MS_NOEXEC | MS_RDONLY,

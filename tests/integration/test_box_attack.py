@@ -18,6 +18,7 @@ import time
 import pytest
 
 from conftest import SANITIZER_MARKS
+from test_box_run import NO_MOUNT_SETATTR  # the box remounts mount by mount under it
 
 PY = "/usr/bin/python3"
 
@@ -2331,3 +2332,96 @@ def test_a_pipe_held_open_outside_the_box_does_not_hold_run(sluice_bin, proj, st
             "from now on (broken pipe), the output cut short (run exits 1 if the command exits "
             "0)\nsluice run: exit %d;" % (status or 1)) in p.stderr, p.stderr
     assert p.returncode == (status or 1), p.stderr
+
+
+# In the box: what the proc file system mounted at argv[1] on the host shows
+# of the host's process argv[2] (its command line, whose argument is the
+# marker) and of the host's network namespace (its TCP table, through that
+# process: /proc/net is the reader's own), where the host listens on the
+# port argv[3]; and what the file argv[4] holds (that command line, bound
+# there from a proc file system).
+OTHER_PROC = r"""
+import errno, json, os, sys
+where, pid, port, file = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+def read(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError as e:
+        return errno.errorcode[e.errno]
+out = {"cmdline": read(os.path.join(where, pid, "cmdline")), "file": read(file)}
+tcp = read(os.path.join(where, pid, "net", "tcp"))
+out["tcp"] = (":%04X " % port in tcp) if "local_address" in tcp else tcp
+out["listing"] = sorted(os.listdir(where)) if os.path.isdir(where) else None
+print(json.dumps(out))
+"""
+
+# A host process with a secret argument that listens on a loopback port,
+# which it prints once listening; it ends when its standard input closes.
+SECRET_HOLDER = r"""
+import socket, sys
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen()
+print(s.getsockname()[1], flush=True)
+sys.stdin.read()
+"""
+
+# Mounts a proc file system at $0 (exit 99 when it cannot), then runs the
+# rest of its arguments; with $FILE set, binds the command line of the
+# process $HOLDER there from it and unmounts $0 first.
+MOUNT_PROC = ('mount -t proc proc "$0" || exit 99; if [ -n "$FILE" ]; then '
+              ': > "$FILE"; mount --bind "$0/$HOLDER/cmdline" "$FILE" || exit 99; umount "$0"; '
+              'fi; exec "$@"')
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+@pytest.mark.parametrize("where", ["elsewhere", "in_cwd", "ro", "hide_below", "by_path", "file"])
+def test_another_proc_mount_shows_nothing_of_the_host(sluice_bin, proj, where):
+    """A proc file system mounted on the host outside /proc (a chroot's
+    /srv/chroot/proc, a container's rootfs/proc) stayed in the box's view,
+    read-only but readable: through it the command read the command line of
+    a host process (a secret passed as an argument) and, by that process's
+    net/, the TCP table of the host's network namespace. Such a mount is
+    covered by an empty read-only folder in the box: outside the working
+    directory, below it (its recursive bind brings the mount along), named
+    with --ro, with a --hide below it, and when the box remounts mount by
+    mount (mount_setattr(2) refused); one of a proc file bound on a file is
+    covered by /dev/null. The proc file system is mounted in a mount
+    namespace of the test's own (unshare -m), in which run starts."""
+    pol = _policy(proj)
+    top = proj if where in ("in_cwd", "ro", "hide_below") else \
+        tempfile.mkdtemp(prefix="sluice-otherproc-", dir=os.path.dirname(proj))
+    try:
+        mnt = os.path.join(top, "rootfs", "proc")
+        os.makedirs(mnt)
+        os.chmod(top, 0o755)
+        holder = subprocess.Popen([PY, "-c", SECRET_HOLDER, "secret-token-XYZ"],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            port = int(holder.stdout.readline())
+            args = {"ro": ["--ro", mnt], "hide_below": ["--hide", os.path.join(mnt, "1")]}
+            wrap = [PY, "-c", NO_MOUNT_SETATTR] if where == "by_path" else []
+            file = mnt + ".file"
+            env = dict(_clean_env(), HOLDER=str(holder.pid), FILE=file if where == "file" else "")
+            argv = (["unshare", "-m", "--propagation", "private", "sh", "-c", MOUNT_PROC, mnt]
+                    + wrap + [sluice_bin, "run", "--policy", pol] + args.get(where, [])
+                    + ["--", PY, "-c", OTHER_PROC, mnt, str(holder.pid), str(port), file])
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=proj,
+                               env=env)
+        finally:
+            holder.stdin.close()
+            holder.wait(timeout=30)
+    finally:
+        if top != proj:
+            shutil.rmtree(top, ignore_errors=True)
+    if p.returncode == 99 or "unshare:" in p.stderr:
+        pytest.skip("cannot mount a proc file system in a mount namespace: %s" % p.stderr.strip())
+    if p.returncode == 98:
+        pytest.skip("cannot load a seccomp filter: %s" % p.stderr.strip())
+    for mark in SANITIZER_MARKS:
+        assert mark not in p.stderr, p.stderr
+    o = _out(p)
+    assert "secret-token-XYZ" not in json.dumps(o), o
+    assert o == {"cmdline": "ENOENT", "tcp": "ENOENT", "listing": [],
+                 "file": "" if where == "file" else "ENOENT"}, (o, p.stderr)
