@@ -2376,7 +2376,8 @@ MOUNT_PROC = ('mount -t proc proc "$0" || exit 99; if [ -n "$FILE" ]; then '
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
-@pytest.mark.parametrize("where", ["elsewhere", "in_cwd", "ro", "hide_below", "by_path", "file"])
+@pytest.mark.parametrize("where", ["elsewhere", "in_cwd", "ro", "hide_below", "by_path", "file",
+                                   "as_nobody"])
 def test_another_proc_mount_shows_nothing_of_the_host(sluice_bin, proj, where):
     """A proc file system mounted on the host outside /proc (a chroot's
     /srv/chroot/proc, a container's rootfs/proc) stayed in the box's view,
@@ -2386,7 +2387,8 @@ def test_another_proc_mount_shows_nothing_of_the_host(sluice_bin, proj, where):
     covered by an empty read-only folder in the box: outside the working
     directory, below it (its recursive bind brings the mount along), named
     with --ro, with a --hide below it, and when the box remounts mount by
-    mount (mount_setattr(2) refused); one of a proc file bound on a file is
+    mount (mount_setattr(2) refused), in a box run as nobody (in a user
+    namespace of its own); one of a proc file bound on a file is
     covered by /dev/null. The proc file system is mounted in a mount
     namespace of the test's own (unshare -m), in which run starts."""
     pol = _policy(proj)
@@ -2402,6 +2404,10 @@ def test_another_proc_mount_shows_nothing_of_the_host(sluice_bin, proj, where):
             port = int(holder.stdout.readline())
             args = {"ro": ["--ro", mnt], "hide_below": ["--hide", os.path.join(mnt, "1")]}
             wrap = [PY, "-c", NO_MOUNT_SETATTR] if where == "by_path" else []
+            if where == "as_nobody":  # the box in a user namespace of its own
+                _own(proj, NOBODY)
+                wrap = ["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY,
+                        "--clear-groups"]
             file = mnt + ".file"
             env = dict(_clean_env(), HOLDER=str(holder.pid), FILE=file if where == "file" else "")
             argv = (["unshare", "-m", "--propagation", "private", "sh", "-c", MOUNT_PROC, mnt]
