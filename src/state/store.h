@@ -174,6 +174,11 @@ size_t store_pending_bytes(const struct store *s);
  * file moved or replaced), its writes kept for retry; NULL when it did
  * not (it committed, or another process held the lock). For /healthz. */
 const char *store_broken(const struct store *s);
+/* That a commit (or a read of the alert queue) has not returned for
+ * STORE_WRITER_STUCK_MS: a file system that does not answer (a hung NFS
+ * server, a frozen file system), which fails nothing while the writes pile
+ * up. A static text, NULL when not so (or without a writer). For /healthz. */
+const char *store_stuck(const struct store *s);
 /* Writes dropped so far (out of memory, or over STORE_PENDING_MAX or
  * STORE_PENDING_BYTES). */
 uint64_t store_dropped(const struct store *s);

@@ -1501,6 +1501,11 @@ const char *store_broken(const struct store *s)
     return s != NULL && s->broken[0] != '\0' ? s->broken : NULL;
 }
 
+const char *store_stuck(const struct store *s)
+{
+    return s != NULL && s->writer != NULL ? store_writer_stuck(s->writer) : NULL;
+}
+
 bool store_dirty(const struct store *s)
 {
     return s != NULL && (s->nops > 0 || store_writer_holding(s->writer));

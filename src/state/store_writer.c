@@ -4,6 +4,7 @@
 #include "state/wal_checkpointer.h"
 #include "util/id_set.h"
 #include "util/text_json.h"
+#include "util/units.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -38,6 +39,12 @@ struct store_writer {
     struct store_read *read;
     bool read_held;        /* the loop's own */
     atomic_ulong progress; /* statements the thread has run */
+    /* CLOCK_MONOTONIC ms when the thread last moved (took a batch or a
+     * read, or ran a statement of it), or when work was handed to an idle
+     * thread: a batch or read under way that has not moved for
+     * STORE_WRITER_STUCK_MS waits for a file system that does not answer
+     * (store_writer_stuck()). */
+    atomic_uint_least64_t moved_ms;
     struct wal_checkpointer *checkpointer;
 };
 
@@ -105,11 +112,18 @@ static void bind_op(sqlite3_stmt *st, const struct store_op *o)
     }
 }
 
-static int run_op(sqlite3 *db, sqlite3_stmt **cache, const struct store_op *o,
-                  atomic_ulong *progress)
+/* The thread moves: one more statement, or a batch or read taken up. */
+static void thread_moved(struct store_writer *w)
 {
+    atomic_fetch_add_explicit(&w->progress, 1, memory_order_relaxed);
+    atomic_store_explicit(&w->moved_ms, monotonic_ms(), memory_order_relaxed);
+}
+
+static int run_op(struct store_writer *w, sqlite3_stmt **cache, const struct store_op *o)
+{
+    sqlite3 *db = w->t.db;
     sqlite3_stmt **st = &cache[o->kind];
-    atomic_fetch_add_explicit(progress, 1, memory_order_relaxed);
+    thread_moved(w);
     if (*st == NULL && sqlite3_prepare_v2(db, op_sql[o->kind], -1, st, NULL) != SQLITE_OK)
         return -1;
     sqlite3_reset(*st);
@@ -159,9 +173,9 @@ static enum store_commit commit_batch(struct store_writer *w, char *err)
         goto out;
     }
     for (size_t i = 0; i < w->n && rc == STORE_COMMITTED; i++)
-        if (run_op(w->t.db, cache, &w->ops[i], &w->progress) < 0)
+        if (run_op(w, cache, &w->ops[i]) < 0)
             rc = STORE_FAILED;
-    atomic_fetch_add_explicit(&w->progress, 1, memory_order_relaxed);
+    thread_moved(w);
     if (rc == STORE_COMMITTED && sqlite3_exec(w->t.db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
         rc = STORE_FAILED;
 out:
@@ -259,8 +273,9 @@ static void serve_read(struct store_writer *w)
     r->commits = w->commits;
     w->rslot = SLOT_RUNNING;
     pthread_mutex_unlock(&w->t.mu);
+    thread_moved(w);
     run_read(w->t.db, r);
-    atomic_fetch_add_explicit(&w->progress, 1, memory_order_relaxed);
+    thread_moved(w);
     pthread_mutex_lock(&w->t.mu);
     w->rslot = SLOT_DONE;
     pthread_cond_broadcast(&w->t.cond);
@@ -286,6 +301,7 @@ static void *writer_thread(void *arg)
         }
         int busy_ms = w->busy_ms;
         pthread_mutex_unlock(&w->t.mu);
+        thread_moved(w);
         /* The batch is the thread's until SLOT_DONE: the loop only reads it. */
         err[0] = '\0';
         sqlite3_busy_timeout(w->t.db, busy_ms);
@@ -328,11 +344,27 @@ struct store_writer *store_writer_start(const char *path, char **err)
     return w;
 }
 
+/* True while the thread has a batch or a read to do (with mu). */
+static bool thread_busy(const struct store_writer *w)
+{
+    return w->slot == SLOT_QUEUED || w->rslot == SLOT_QUEUED || w->rslot == SLOT_RUNNING;
+}
+
+/* Work is handed over (with mu): to an idle thread, the wait for it to
+ * move starts now, not at its last statement, perhaps minutes ago. One
+ * busy already goes on being judged by its own moves. */
+static void handed_work(struct store_writer *w)
+{
+    if (!thread_busy(w))
+        atomic_store_explicit(&w->moved_ms, monotonic_ms(), memory_order_relaxed);
+}
+
 int store_writer_hand(struct store_writer *w, struct store_op *ops, size_t n, int busy_ms)
 {
     if (w->held)
         return -1;
     pthread_mutex_lock(&w->t.mu);
+    handed_work(w);
     w->ops = ops;
     w->n = n;
     w->busy_ms = busy_ms;
@@ -375,6 +407,7 @@ int store_writer_read(struct store_writer *w, struct store_read *r)
     if (w->read_held)
         return -1;
     pthread_mutex_lock(&w->t.mu);
+    handed_work(w);
     w->read = r;
     w->rslot = SLOT_QUEUED;
     pthread_cond_broadcast(&w->t.cond);
@@ -444,6 +477,22 @@ bool store_writer_wait_read(struct store_writer *w, int64_t deadline_ms)
 unsigned long store_writer_progress(struct store_writer *w)
 {
     return atomic_load_explicit(&w->progress, memory_order_relaxed);
+}
+
+_Static_assert(STORE_WRITER_STUCK_MS == 5000, "store_writer_stuck() says 5 s");
+
+const char *store_writer_stuck(struct store_writer *w)
+{
+    pthread_mutex_lock(&w->t.mu);
+    bool busy = thread_busy(w);
+    bool reading = w->rslot == SLOT_RUNNING;
+    pthread_mutex_unlock(&w->t.mu);
+    uint64_t since = atomic_load_explicit(&w->moved_ms, memory_order_relaxed);
+    if (!busy || monotonic_ms() < since + STORE_WRITER_STUCK_MS)
+        return NULL;
+    return reading ? "a read of the alert queue has not returned for 5 s or more (a hung or "
+                     "frozen file system?)"
+                   : "a commit has not returned for 5 s or more (a hung or frozen file system?)";
 }
 
 bool store_writer_stop(struct store_writer *w)

@@ -149,6 +149,18 @@ bool store_writer_wait_read(struct store_writer *w, int64_t deadline_ms);
  * that is slow (it goes on) from one that is stuck (it does not). */
 unsigned long store_writer_progress(struct store_writer *w);
 
+/* A batch (or a read) the thread has not moved on for this long, in a
+ * statement or between two, waits for a file system that does not answer:
+ * store_writer_stuck() says so. */
+#define STORE_WRITER_STUCK_MS 5000
+
+/* What the thread does that has not moved for STORE_WRITER_STUCK_MS ("a
+ * commit has not returned for 5 s or more (...)", or a read of the alert
+ * queue), a static text; NULL while it moves or waits for work. Never
+ * waits but for the thread's mutex (the thread holds it only between its
+ * calls into SQLite). */
+const char *store_writer_stuck(struct store_writer *w);
+
 /* Stops and joins the thread, closes its connection and the checkpointer.
  * A writer still inside a commit (a write() the file system does not end)
  * cannot be joined: it is left running, its memory kept for the thread,

@@ -294,6 +294,12 @@ bool metrics_health(struct metrics *m, char *why, size_t cap)
             return false;
         }
     }
+    if (g.state_stuck != NULL) {
+        /* Before a failure an earlier commit left: what holds the store
+         * now. A static text, naming no path. */
+        snprintf(why, cap, "state store: %s", g.state_stuck);
+        return false;
+    }
     if (g.state_broken != NULL) {
         /* Not the store's error text: SQLite's may name local paths, and
          * whoever reaches the admin port reads this. The store tells it on

@@ -19,7 +19,8 @@
  *   sluice_log_writable{log}, sluice_log_pending_bytes{log}  gauges
  *   sluice_log_dropped_lines_total{log}                   counter
  *     (log: decisions, and alerts when they have a file of their own)
- * metrics_health() tells /healthz whether every log can be written.
+ * metrics_health() tells /healthz whether every log can be written and the
+ * state store commits.
  * tier is "0".."3" or "none"; reason is "none" for an allowed request.
  * The --admin server that answers /metrics and /healthz is admin.h's.
  *
@@ -64,6 +65,7 @@ struct metrics_gauges {
     struct metrics_log logs[2];
     size_t nlogs;
     const char *state_broken; /* store_broken() of the state store, or NULL */
+    const char *state_stuck;  /* store_stuck() of the state store, or NULL */
 };
 typedef void (*metrics_gauges_fn)(void *arg, struct metrics_gauges *g);
 /* Extra lines a scrape appends (the watch module's sink queues); 0, or -1

@@ -383,6 +383,7 @@ static void gauges(void *arg, struct metrics_gauges *g)
     if (w->own_file && w->file != NULL)
         log_gauges(&g->logs[g->nlogs++], "alerts", w->file);
     g->state_broken = store_broken(w->store);
+    g->state_stuck = store_stuck(w->store);
 }
 
 void watch_set_gauges(struct watch *w, metrics_gauges_fn fn, void *arg)

@@ -85,6 +85,45 @@ def test_requests_are_answered_while_a_commit_waits_for_the_disk(gateway, net, t
     assert "cannot write" not in gw.stderr(), gw.stderr()
 
 
+STUCK = (503, "unhealthy: state store: a commit has not returned for 5 s or more "
+              "(a hung or frozen file system?)\n")
+
+
+def pending_writes(port):
+    """sluice_state_pending_writes from the admin's /metrics."""
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("sluice_state_pending_writes "):
+                return int(line.split()[1])
+    raise AssertionError("no sluice_state_pending_writes in /metrics")
+
+
+def test_a_commit_that_does_not_return_makes_healthz_unhealthy(gateway, net, tmp_path):
+    # A commit whose write of the log the file system holds (a hung NFS
+    # server, a frozen file system) fails nothing: /healthz said "ok" for
+    # as long as it waited, while the store's writes piled up in memory
+    # and were dropped past their caps. Once the commit has waited
+    # STORE_WRITER_STUCK_MS (5 s), /healthz says so; when it returns, ok.
+    port = free_tcp_port()
+    gw, statedir = gateway_with_store(gateway, net, tmp_path, args=["--admin", str(port)])
+    hold, _ = hold_commit(gw, net, statedir)
+    try:
+        # (healthy until the commit has waited 5 s)
+        assert healthz(port) in ((200, "ok\n"), STUCK)
+        poll(lambda: healthz(port) == STUCK, timeout=30, interval=0.2,
+             what="/healthz to say the store's commit does not return (it says %r)" %
+                  (healthz(port),))
+        # the writes wait meanwhile (the one held, and those queued since)
+        assert request(gw, "GET", other_url(net, "/during"), timeout=10).status == 200
+        assert pending_writes(port) > 0
+    finally:
+        hold.release()
+    poll(lambda: healthz(port) == (200, "ok\n"), timeout=10, what="/healthz ok again")
+    poll(lambda: contacts(statedir) == ["api.example.test", "other.example.test"], timeout=10,
+         what="the commit once the write goes through")
+    gw.stop()
+
+
 def test_a_stop_while_a_commit_waits_says_what_was_not_written(gateway, net, tmp_path):
     # SIGTERM while the commit's write waits: the stop gives up on it once
     # it has not moved for 2 s, says what was not written, and exits 0 once
