@@ -121,6 +121,14 @@ struct file_writer {
      * reader or disk does not keep up. Until all that waits is written
      * (publish()), log_jsonl_error() says so. */
     bool over_cap;
+    /* (mu; written by the thread only) The open file has no name left
+     * (st_nlink 0: deleted, or moved to another file system, without a
+     * SIGHUP): its lines go where nobody reads them. Until a reopen,
+     * log_jsonl_error() says so. */
+    bool unlinked;
+    /* The thread's: CLOCK_MONOTONIC when the next look at st_nlink is due
+     * (writer_look_unlinked(): after a write, at most once a second). */
+    struct timespec nlink_due;
     /* Published by the thread under <mu>, read by the loop. */
     size_t pub_len;       /* evbuffer_get_length(pending) */
     size_t pub_sent;      /* line_sent */
@@ -1405,6 +1413,38 @@ static int writer_reopen(struct log_jsonl *l, const char *fail_msg)
     return 0;
 }
 
+/* A look at st_nlink at most this often, after a write. */
+#define WRITER_NLINK_MS 1000
+
+/* After a write, without <mu>: whether the open file has lost its last
+ * name (deleted, or moved to another file system: logrotate's compression
+ * without a SIGHUP, an rm), looked at WRITER_NLINK_MS apart at most, never
+ * per line. The lines that follow go on to that file (held back, every
+ * decision would wait for a SIGHUP; a reopen of our own would take a
+ * rename for a deletion, and the SPEC has the operator's SIGHUP reopen):
+ * told once on standard error, and by log_jsonl_error() until a reopen. A
+ * rename within its file system leaves it a name (rotation: its lines
+ * reach the renamed file until the SIGHUP). Not for the file standard
+ * output or error has open (`--log -`, /dev/stdout under `> FILE`): a
+ * SIGHUP does not reopen what the parent opened. */
+static void writer_look_unlinked(struct log_jsonl *l)
+{
+    struct file_writer *fw = l->fw;
+    struct stat st;
+    if (l->path == NULL || fw->unlinked || !passed(&fw->nlink_due))
+        return;
+    deadline_in(&fw->nlink_due, WRITER_NLINK_MS);
+    if (fstat(l->fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink > 0 || inherited_fd(&st) >= 0)
+        return;
+    pthread_mutex_lock(&fw->mu);
+    fw->unlinked = true;
+    pthread_mutex_unlock(&fw->mu);
+    fprintf(stderr,
+            "sluice: log %s: its file was deleted or moved: its lines go to a file no name "
+            "reaches (send SIGHUP to reopen the path)\n",
+            l->path);
+}
+
 /* Moves what the loop handed over to <pending>. With <mu>. */
 static void writer_take(struct log_jsonl *l)
 {
@@ -1582,6 +1622,10 @@ static void *writer_main(void *arg)
             writer_publish(l);
             pthread_mutex_lock(&fw->mu);
             fw->busy = WB_NONE;
+            if (rc == 0) {
+                fw->unlinked = false; /* the path's file: looked at after the next write */
+                clock_gettime(CLOCK_MONOTONIC, &fw->nlink_due);
+            }
             if (fw->abandoned)
                 break;
             fw->reopen_done = asked;
@@ -1595,6 +1639,7 @@ static void *writer_main(void *arg)
             clock_gettime(CLOCK_MONOTONIC, &fw->busy_since);
             pthread_mutex_unlock(&fw->mu);
             rc = drain(l); /* publishes as it goes */
+            writer_look_unlinked(l);
             pthread_mutex_lock(&fw->mu);
             fw->busy = WB_NONE;
             if (fw->abandoned)
@@ -1911,6 +1956,9 @@ static const char *stuck_text(const struct file_writer *fw)
                                   "file system?)";
 }
 
+/* The open file has no name left (file_writer.unlinked). */
+#define UNLINKED_TEXT "its file was deleted or moved: send SIGHUP to reopen"
+
 /* Lines past the cap are dropped (the cap reached while lines waited). */
 #define OVER_CAP_TEXT                                                                              \
     "lines are dropped: the memory they wait in is full (its reader or disk does not keep up)"
@@ -1926,6 +1974,8 @@ const char *log_jsonl_error(const struct log_jsonl *l)
     why = stuck_text(l->fw);
     if (why == NULL)
         why = error_text(l->fw->pub_broken, l->fw->pub_errno);
+    if (why == NULL && l->fw->unlinked)
+        why = UNLINKED_TEXT;
     if (why == NULL && l->fw->over_cap)
         why = OVER_CAP_TEXT;
     pthread_mutex_unlock(&l->fw->mu);

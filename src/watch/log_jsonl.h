@@ -140,9 +140,11 @@ size_t log_jsonl_pending_bytes(const struct log_jsonl *l);
 /* Why the log cannot be written now (the last write's error, such as "No
  * space left on device", until a write succeeds; "its reader is gone"; for
  * a regular file, that a write or reopen has not returned for
- * LOG_JSONL_STUCK_MS; or that lines past LOG_JSONL_PENDING_MAX were
- * dropped while others waited, until all that waits is written), or NULL
- * when it can. The text is static (strerror's, or a literal). */
+ * LOG_JSONL_STUCK_MS, or that the open file has no name left (deleted, or
+ * moved to another file system, without a SIGHUP: found after a write, at
+ * most once a second; until a reopen); or that lines past
+ * LOG_JSONL_PENDING_MAX were dropped while others waited, until all that
+ * waits is written), or NULL when it can. The text is static (strerror's, or a literal). */
 const char *log_jsonl_error(const struct log_jsonl *l);
 
 /* Sets the pending cap (tests); 0 restores LOG_JSONL_PENDING_MAX. */
