@@ -1,6 +1,7 @@
 /* name_servers: the resolver's name servers (see name_servers.h). */
 #include "gate/name_servers.h"
-#include "gate/dns_pin.h"
+#include "util/dns_pin.h"
+#include "util/resolv_conf.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -130,14 +131,12 @@ static struct evdns_base *open_base(struct event_base *base, const struct sockad
     struct evdns_base *dns = evdns_base_new(base, EVDNS_BASE_DISABLE_WHEN_INACTIVE);
     if (dns == NULL)
         return NULL;
-    struct dns_pin_mark mark;
-    dns_pin_mark(&mark, sa->sa_family);
-    if (evdns_base_nameserver_sockaddr_add(dns, sa, len, 0) != 0 || set_options(dns) < 0) {
+    const char *why = NULL;
+    if (dns_pin_add(dns, sa, len, &why) < 0 || set_options(dns) < 0) {
         evdns_base_free(dns, 0);
         return NULL;
     }
-    const char *why = NULL;
-    if (dns_pin(sa, len, &mark, &why) < 0) {
+    if (why != NULL) {
         char addr[64];
         format_server(sa, addr, sizeof(addr));
         fprintf(stderr,
@@ -164,12 +163,9 @@ static void set_default_port(struct sockaddr_storage *ss)
 }
 
 /* The addresses of the servers in <cfg>, or else those of /etc/resolv.conf
- * (a missing file or no nameserver line: none, never the 127.0.0.1 evdns
- * would otherwise assume), into <ss> (room for <cap>); their number in
- * <*count>. Returns -1 with errno set when resolv.conf could not be read
- * whole: evdns opens a socket for each nameserver line as it parses, and
- * drops, without a word, each one it cannot open (descriptors short), as
- * it does the file when it cannot open it. */
+ * (a missing file or no nameserver line: none; resolv_conf.h), into <ss>
+ * (room for <cap>); their number in <*count>. Returns -1 with errno set
+ * when resolv.conf could not be read whole. */
 static int server_addrs(struct event_base *base, const struct dns_cfg *cfg, const char *resolv_conf,
                         struct sockaddr_storage *ss, socklen_t *len, size_t cap, size_t *count_out)
 {
@@ -187,35 +183,7 @@ static int server_addrs(struct event_base *base, const struct dns_cfg *cfg, cons
         *count_out = n;
         return 0;
     }
-    struct evdns_base *conf = evdns_base_new(base, EVDNS_BASE_DISABLE_WHEN_INACTIVE);
-    if (conf == NULL) {
-        errno = ENOMEM;
-        return -1;
-    }
-    errno = 0;
-    (void)evdns_base_resolv_conf_parse(
-        conf, DNS_OPTION_NAMESERVERS | DNS_OPTION_NAMESERVERS_NO_DEFAULT, resolv_conf);
-    int e = errno;
-    if (e == EMFILE || e == ENFILE || e == ENOMEM) {
-        evdns_base_free(conf, 0);
-        errno = e;
-        return -1;
-    }
-    /* evdns keeps its servers in a ring where each one added goes right
-     * after the first (libevent 2.1's evdns_nameserver_add_impl_()): lines
-     * A, B, C are listed A, C, B. They are taken in the order of the lines,
-     * so that the next server asked is the next line's, as the C library
-     * does, and the first <cap> lines are those kept. */
-    int count = evdns_base_count_nameservers(conf);
-    for (int k = 0; k < count && n < cap; k++) {
-        int i = k == 0 ? 0 : count - k;
-        int l = evdns_base_get_nameserver_addr(conf, i, (struct sockaddr *)&ss[n], sizeof(ss[n]));
-        if (l > 0 && (size_t)l <= sizeof(ss[n]))
-            len[n++] = (socklen_t)l;
-    }
-    evdns_base_free(conf, 0);
-    *count_out = n;
-    return 0;
+    return resolv_conf_addrs(base, resolv_conf, ss, len, cap, count_out);
 }
 
 int name_servers_open(struct event_base *base, const struct dns_cfg *cfg, const char *resolv_conf,

@@ -1,6 +1,7 @@
-/* Unit tests for gate/dns_pin.c: the socket evdns makes for a name server,
+/* Unit tests for util/dns_pin.c: the socket evdns makes for a name server,
  * found among the descriptors and connected to the server, then takes no
- * datagram from another port of the server's address. Loopback only. */
+ * datagram from another port of the server's address; dns_pin_add() on a
+ * real evdns resolver. Loopback only. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -14,7 +15,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gate/dns_pin.h"
+#include <event2/dns.h>
+#include <event2/event.h>
+
+#include "util/dns_pin.h"
 
 /* A datagram socket bound to 127.0.0.1 on a port of the kernel's choice,
  * its address in <sa>. */
@@ -145,12 +149,65 @@ static void test_never_guesses(void **state)
     close(server);
 }
 
+/* The descriptors (below 1024) connected to <sa>'s port. */
+static int count_connected_to(const struct sockaddr_in *sa)
+{
+    int n = 0;
+    for (int fd = 0; fd < 1024; fd++)
+        n += connected_to(fd, sa);
+    return n;
+}
+
+static void test_add_pins_each_server_of_a_resolver(void **state)
+{
+    (void)state;
+    struct sockaddr_in one_sa, two_sa;
+    int one = bound_udp(&one_sa), two = bound_udp(&two_sa);
+    struct event_base *base = event_base_new();
+    assert_non_null(base);
+    /* another resolver's socket that could not be pinned, there before */
+    int older = evdns_like(AF_INET);
+    struct evdns_base *dns = evdns_base_new(base, 0);
+    assert_non_null(dns);
+    const char *why = "unset";
+    assert_int_equal(dns_pin_add(dns, (struct sockaddr *)&one_sa, sizeof(one_sa), &why), 0);
+    assert_null(why);
+    why = "unset";
+    assert_int_equal(dns_pin_add(dns, (struct sockaddr *)&two_sa, sizeof(two_sa), &why), 0);
+    assert_null(why);
+    assert_int_equal(evdns_base_count_nameservers(dns), 2);
+    assert_int_equal(count_connected_to(&one_sa), 1);
+    assert_int_equal(count_connected_to(&two_sa), 1);
+    assert_false(connected_to(older, &one_sa) || connected_to(older, &two_sa));
+    /* more sockets of the kind than a mark remembers: the new one is not
+     * guessed at, and the server is added all the same, unpinned */
+    int many[DNS_PIN_SEEN + 1];
+    for (size_t i = 0; i < DNS_PIN_SEEN + 1; i++)
+        assert_true((many[i] = evdns_like(AF_INET)) >= 0);
+    struct sockaddr_in three_sa;
+    int three = bound_udp(&three_sa);
+    why = NULL;
+    assert_int_equal(dns_pin_add(dns, (struct sockaddr *)&three_sa, sizeof(three_sa), &why), 0);
+    assert_string_equal(why, "too many sockets like it");
+    assert_int_equal(evdns_base_count_nameservers(dns), 3);
+    assert_int_equal(count_connected_to(&three_sa), 0);
+    for (size_t i = 0; i < DNS_PIN_SEEN + 1; i++)
+        close(many[i]);
+    evdns_base_free(dns, 0);
+    event_base_free(base);
+    close(older);
+    close(three);
+    close(two);
+    close(one);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pins_the_new_socket),
         cmocka_unit_test(test_an_older_unbound_socket_is_left_alone),
         cmocka_unit_test(test_never_guesses),
+        cmocka_unit_test(test_add_pins_each_server_of_a_resolver),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,22 +1,27 @@
-/* dns_pin: the name server's socket tied to its port (see dns_pin.h).
+/* dns_pin: a name server's socket tied to its port (see dns_pin.h).
  *
  * libevent 2.1 has no accessor for a name server's socket, so it is found
  * among the process's descriptors: evdns opens it unbound and unconnected
  * (it binds at its first send), and socket() gives it the lowest
  * descriptor free then, at or below the mark's when no other thread opened
  * one meanwhile (DNS_PIN_SLACK more are looked at for those that did).
- * Other such sockets may be there before it: a webhook sink's resolver
- * that has not asked yet, an earlier server whose socket could not be
- * pinned. The mark remembers them by inode (a descriptor number may be
- * closed and taken again), and what is new since is the server's. Anything
- * but exactly one new such socket is not guessed at. */
-#include "gate/dns_pin.h"
+ * Other such sockets may be there before it: an earlier server's, of the
+ * gateway's resolver or a webhook sink's, whose socket could not be pinned
+ * and has not asked yet. The mark remembers them by inode (a descriptor
+ * number may be closed and taken again), and what is new since is the
+ * server's. Anything but exactly one new such socket is not guessed at.
+ * The resolvers make their sockets on the event loop's thread, one server
+ * at a time: the mark and the pin of one server see no other resolver's
+ * socket made between them. */
+#include "util/dns_pin.h"
 
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <event2/dns.h>
 
 /* Descriptors past the lowest free one looked at: other threads (a log's
  * reopen) may have taken a few before evdns' socket() came. */
@@ -106,5 +111,16 @@ int dns_pin(const struct sockaddr *sa, socklen_t len, const struct dns_pin_mark 
         *why = "connect() failed";
         return -1;
     }
+    return 0;
+}
+
+int dns_pin_add(struct evdns_base *dns, const struct sockaddr *sa, socklen_t len, const char **why)
+{
+    struct dns_pin_mark mark;
+    dns_pin_mark(&mark, sa->sa_family);
+    if (evdns_base_nameserver_sockaddr_add(dns, sa, len, 0) != 0)
+        return -1;
+    *why = NULL;
+    (void)dns_pin(sa, len, &mark, why);
     return 0;
 }

@@ -1,31 +1,35 @@
 /* dns_pin: ties the UDP socket evdns made for a name server to that
  * server's address and port (connect()), so that the kernel hands the
- * socket the server's datagrams only.
+ * socket the server's datagrams only. Used by every evdns resolver of the
+ * process: the gateway's (gate/name_servers.c) and each webhook sink's
+ * (watch/sink_webhook.c), all on the event loop's thread.
  *
  * evdns (libevent 2.1) checks an answer's source address but not its
  * port. Any process on the gateway's host can send from the server's
  * address when that is one of the host's (127.0.0.53, 127.0.0.1: the
  * servers the policy is told to prefer), from any port but the privileged
- * 53, and reads the gateway's port in /proc/net/udp: the 16-bit query ID
+ * 53, and reads the resolver's port in /proc/net/udp: the 16-bit query ID
  * was then the whole guess, 65536 datagrams for an allowed name to lead
- * to the forger's address. A connected socket takes nothing from another
- * port.
+ * to the forger's address (or for a webhook's alerts to go there). A
+ * connected socket takes nothing from another port.
  *
  * Owns nothing. */
-#ifndef SLUICE_GATE_DNS_PIN_H
-#define SLUICE_GATE_DNS_PIN_H
+#ifndef SLUICE_UTIL_DNS_PIN_H
+#define SLUICE_UTIL_DNS_PIN_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
+struct evdns_base;
+
 #define DNS_PIN_SEEN 32 /* unbound datagram sockets a mark remembers */
 
 /* What the descriptors hold before evdns makes a server's socket. */
 struct dns_pin_mark {
     int top;                  /* the last descriptor to look at; -1: none free */
-    size_t n;                 /* such sockets there already (a webhook's resolver) */
+    size_t n;                 /* such sockets there already (another resolver's) */
     bool full;                /* more than DNS_PIN_SEEN: nothing is told apart */
     ino_t seen[DNS_PIN_SEEN]; /* their inodes */
 };
@@ -39,5 +43,11 @@ void dns_pin_mark(struct dns_pin_mark *m, int family);
  * (static text). */
 int dns_pin(const struct sockaddr *sa, socklen_t len, const struct dns_pin_mark *m,
             const char **why);
+
+/* Adds the name server <sa> (<len> bytes) to <dns>, its socket tied to it
+ * (dns_pin_mark(), then dns_pin()). Returns -1 when evdns could not add
+ * it; 0 when added, <*why> NULL when tied, else why not (static text): the
+ * server is asked all the same, and the caller says so. */
+int dns_pin_add(struct evdns_base *dns, const struct sockaddr *sa, socklen_t len, const char **why);
 
 #endif
