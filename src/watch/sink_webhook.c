@@ -25,6 +25,7 @@
 
 #include "state/store.h"
 #include "util/weburl.h"
+#include "watch/webhook_dns.h"
 #include "watch/webhook_tls.h"
 #include "util/env.h"
 #include "util/id_set.h"
@@ -738,11 +739,8 @@ struct webhook *webhook_new(struct event_base *base, const char *url, struct sto
         goto err;
     if (!is_ip) {
         /* a name: resolve it without blocking the loop */
-        w->dns = evdns_base_new(base, EVDNS_BASE_INITIALIZE_NAMESERVERS);
-        if (w->dns == NULL) {
-            why = "cannot start a DNS resolver";
+        if ((w->dns = webhook_dns_new(base, w->label, &why)) == NULL)
             goto err;
-        }
     }
     w->retry = evtimer_new(base, on_retry, w);
     w->deadline = evtimer_new(base, on_deadline, w);

@@ -20,6 +20,7 @@
 #include "watch/detectors.h"
 #include "watch/log_jsonl.h"
 #include "watch/sinks.h"
+#include "watch/webhook_dns.h"
 
 #define ALERT_LINE_MAX 8192
 #define FLUSH_MS       2000 /* the alerts file's last flush, at least */
@@ -582,9 +583,9 @@ void watch_free(struct watch *w)
     free(w);
 }
 
-/* The nameserver lines of /etc/resolv.conf, at least 1: the sockets of a
- * resolver that evdns_base_new() initialises from it (127.0.0.1 when
- * there is none). */
+/* The nameserver lines of /etc/resolv.conf, at least 1 and at most
+ * WEBHOOK_DNS_SERVERS: the sockets of a webhook's resolver
+ * (webhook_dns.h; 127.0.0.1 when there is none). */
 static size_t resolv_conf_servers(void)
 {
     FILE *f = fopen("/etc/resolv.conf", "re");
@@ -596,7 +597,7 @@ static size_t resolv_conf_servers(void)
         if (strncmp(line, "nameserver", 10) == 0 && (line[10] == ' ' || line[10] == '\t'))
             n++;
     fclose(f);
-    return n > 0 ? n : 1;
+    return n == 0 ? 1 : n < WEBHOOK_DNS_SERVERS ? n : WEBHOOK_DNS_SERVERS;
 }
 
 size_t watch_sink_fds(const struct policy *p)

@@ -66,10 +66,10 @@ void watch_drain(struct watch *w, unsigned timeout_ms);
  * fit of --max-conns to the open-file limit: each webhook sink its
  * connection (one POST in flight) and, for a URL naming a host rather than
  * an address, the sockets of its own resolver (one a nameserver of
- * resolv.conf); the exec sinks SINK_EXEC_MAX_RUNNING programs, each with a
- * pipe to its standard input until it has its alert, a pipe being
- * handed to the next one, and the pipe on which the thread that starts
- * them answers the loop. */
+ * resolv.conf, at most WEBHOOK_DNS_SERVERS); the exec sinks
+ * SINK_EXEC_MAX_RUNNING programs, each with a pipe to its standard input
+ * until it has its alert, a pipe being handed to the next one, and the
+ * pipe on which the thread that starts them answers the loop. */
 size_t watch_sink_fds(const struct policy *p);
 /* Flushes the alerts file and the store, stops the sinks (killing exec
  * programs still running), frees. Accepts NULL. */

@@ -236,7 +236,7 @@ def policy_yaml(p):
 
 class Gateway:
     def __init__(self, bin_path, workdir, policy_text, listen, env, args, netns, port, unix_path,
-                 netns_helper=None, prefix=()):
+                 netns_helper=None, prefix=(), resolv_conf=None):
         self.workdir = workdir
         self.policy_path = os.path.join(workdir, "policy.yaml")
         self.log_path = os.path.join(workdir, "log.jsonl")
@@ -259,14 +259,21 @@ class Gateway:
         if netns:
             # an empty network namespace (loopback only, no route), entered as
             # an unprivileged user so that serve does not try to drop root;
-            # <netns_helper> (argv) runs beside it, as that namespace's root
+            # <netns_helper> (argv) runs beside it, as that namespace's root;
+            # <resolv_conf> (a file) is bound over /etc/resolv.conf in a mount
+            # namespace of its own, for the resolvers that read it
             helper = ""
             if netns_helper:
                 helper = "%s 2>%s & " % (" ".join(shlex.quote(a) for a in netns_helper),
                                          shlex.quote(os.path.join(workdir, "helper.err")))
-            cmd = ["unshare", "--user", "--map-root-user", "--net", "sh", "-c",
-                   'ip link set lo up || exit 1; %sexec unshare --user "$@"' % helper,
-                   "sh"] + cmd
+            unshare = ["unshare", "--user", "--map-root-user", "--net"]
+            if resolv_conf:
+                unshare.append("--mount")
+                helper = "mount --bind %s /etc/resolv.conf || exit 1; %s" % (
+                    shlex.quote(resolv_conf), helper)
+            cmd = unshare + ["sh", "-c",
+                             'ip link set lo up || exit 1; %sexec unshare --user "$@"' % helper,
+                             "sh"] + cmd
         self.cmd = cmd
         full_env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
         full_env.update(env or {})
@@ -408,8 +415,10 @@ def gateway(sluice_bin, net, tmp_path):
     started = []
 
     def start(policy, *, port=None, tcp=True, unix=False, extra_listen=(), env=None, args=(),
-              netns=False, netns_helper=None, wait=True, prefix=()):
-        """<prefix>: argv that execs the gateway (["nice", "-n", "5"])."""
+              netns=False, netns_helper=None, wait=True, prefix=(), resolv_conf=None):
+        """<prefix>: argv that execs the gateway (["nice", "-n", "5"]);
+        <resolv_conf>: with <netns>, a file the gateway reads as
+        /etc/resolv.conf."""
         workdir = str(tmp_path / ("gw%d" % len(started)))
         os.makedirs(workdir, exist_ok=True)
         if netns:
@@ -432,7 +441,7 @@ def gateway(sluice_bin, net, tmp_path):
             v["gw_port"] = port or 0
             text = string.Template(policy).safe_substitute(v)
         gw = Gateway(sluice_bin, workdir, text, listen, env, args, netns, port, unix_path,
-                     netns_helper, prefix)
+                     netns_helper, prefix, resolv_conf)
         gw.sockdir = os.path.dirname(unix_path) if unix_path else None
         started.append(gw)
         if wait:

@@ -39,7 +39,7 @@ class World:
     """A gateway in its own namespace and the scripted servers beside it."""
 
     def __init__(self, gateway, net, tmp_path, script, names, servers, helper_args=(), allow=(),
-                 args=(), alerts=None):
+                 args=(), alerts=None, resolv_conf=None):
         self.net = net
         self.names = names
         self.alerts = alerts
@@ -55,7 +55,13 @@ class World:
         for w in WITNESSES:
             helper += ["--http", w]
         helper += list(helper_args)
-        self.gw = gateway(self.policy(servers), netns=True, netns_helper=helper, args=args)
+        conf = None
+        if resolv_conf is not None:
+            conf = str(self.dir / "resolv.conf")
+            with open(conf, "w") as f:
+                f.write(resolv_conf)
+        self.gw = gateway(self.policy(servers), netns=True, netns_helper=helper, args=args,
+                          resolv_conf=conf)
         poll(lambda: any(e["event"] == "ready" for e in self.events()), timeout=10,
              what="the namespace's name server and witnesses")
 
@@ -116,13 +122,16 @@ class World:
 @pytest.fixture
 def world(gateway, net, tmp_path):
     """world(script, names=None, servers=None, helper_args=(), allow=(), args=(),
-    alerts=None): a World whose policy allows port 80 of each name in <names>
-    (default: the script's names), <allow> more ranges than ALLOWED's, with
-    <alerts> as its alerts section, its helper given <helper_args> too
-    (--ports, --hog), serve given <args> too."""
-    def make(script, names=None, servers=None, helper_args=(), allow=(), args=(), alerts=None):
+    alerts=None, resolv_conf=None): a World whose policy allows port 80 of
+    each name in <names> (default: the script's names), <allow> more ranges
+    than ALLOWED's, with <alerts> as its alerts section, its helper given
+    <helper_args> too (--ports, --hog), serve given <args> too, and
+    <resolv_conf> (text) as the namespace's /etc/resolv.conf."""
+    def make(script, names=None, servers=None, helper_args=(), allow=(), args=(), alerts=None,
+             resolv_conf=None):
         return World(gateway, net, tmp_path, script, names or list(script),
-                     servers or ["127.0.0.1:53"], helper_args, allow, args, alerts)
+                     servers or ["127.0.0.1:53"], helper_args, allow, args, alerts,
+                     resolv_conf)
     return make
 
 
@@ -480,6 +489,41 @@ def test_a_forged_answer_from_another_port_is_not_believed(world, when):
     forged = [e for e in w.events() if e["event"] == "forged"]
     assert all(e["sent"] == 65536 for e in forged), forged
     assert w.reached() == []
+
+
+@pytest.mark.parametrize("server", ["honest", "forged"])
+def test_a_webhooks_resolver_takes_answers_from_its_servers_port_only(world, server):
+    # A webhook sink whose URL names a host resolves it with a resolver of
+    # its own, from /etc/resolv.conf (the namespace's own here), not
+    # dns.servers. Its answers are open to the same forgery as the
+    # gateway's were: a process on the host sends, from the server's
+    # address but a port of its own, an answer under each of the 65536 IDs
+    # (before: the alert, an agent's activity, was POSTed to the forger's
+    # address, "127.0.0.3:80" reached). "forged": the server (SILENT_SERVER)
+    # never answers, so only a forged answer could lead anywhere; "honest":
+    # the scripted server answers, and the alert is delivered there.
+    if server == "forged":
+        script = {"ok.test": {"A": [ALLOWED]}, "hook.test": {"forge": ["127.0.0.3"]}}
+        conf = "nameserver %s\n" % SILENT_SERVER
+    else:
+        script = {"ok.test": {"A": [ALLOWED]}, "hook.test": {"A": ["127.0.0.3"]}}
+        conf = "nameserver 127.0.0.1\n"
+    w = world(script, names=["ok.test"], resolv_conf=conf,
+              alerts={"first_contact": True, "sinks": [{"webhook": "http://hook.test/"}]})
+    assert_reached(w.get("ok.test"), ALLOWED + ":80")  # a first contact: an alert
+    failed = "sluice: webhook http://hook.test/: "
+    poll(lambda: "127.0.0.3:80" in w.reached() or failed in w.gw.stderr(), timeout=30,
+         what="the alert delivered, or its attempt failed")
+    if server == "honest":
+        assert "127.0.0.3:80" in w.reached()
+        assert failed not in w.gw.stderr()
+        return
+    poll(lambda: any(e["event"] == "forged" and e["name"] == "hook.test" for e in w.events()),
+         timeout=30, what="a forged answer under every ID")
+    forged = [e for e in w.events() if e["event"] == "forged"]
+    assert all(e["sent"] == 65536 for e in forged), forged
+    assert "127.0.0.3:80" not in w.reached(), w.gw.stderr()
+    assert "cannot take its answers from its port only" not in w.gw.stderr()
 
 
 def test_many_addresses_are_bounded(world):

@@ -1,0 +1,28 @@
+/* webhook_dns: the resolver of a webhook sink whose URL names a host
+ * (sinks.h), its own rather than the gateway's (dns.servers is for the
+ * agents' traffic): /etc/resolv.conf's name servers, search domains and
+ * options, and /etc/hosts, as evdns reads them.
+ *
+ * Each name server is added with its socket tied to the server's address
+ * and port (util/dns_pin.h): evdns alone checks an answer's address only,
+ * and a process on the host that sent from 127.0.0.53 or 127.0.0.1 on a
+ * port of its own, under all 65536 IDs, had the sink's alerts (an agent's
+ * activity, the URL's secret path) POSTed to the address of its choosing,
+ * or none delivered. */
+#ifndef SLUICE_WATCH_WEBHOOK_DNS_H
+#define SLUICE_WATCH_WEBHOOK_DNS_H
+
+struct event_base;
+struct evdns_base;
+
+/* The nameserver lines of resolv.conf a sink's resolver asks, at most: the
+ * first ones (the C library asks 3). */
+#define WEBHOOK_DNS_SERVERS 8
+
+/* Returns a new resolver on <base>, which the caller frees with
+ * evdns_base_free(), or NULL with <*why> set (static text). A server whose
+ * socket cannot be tied to it is still asked, said on standard error with
+ * the sink's <label>. */
+struct evdns_base *webhook_dns_new(struct event_base *base, const char *label, const char **why);
+
+#endif
