@@ -221,6 +221,18 @@ bool host_sent_names(const char *s, size_t len, const struct host *target)
     return h.kind == target->kind && strcmp(h.name, target->name) == 0;
 }
 
+/* True when libpsl's built-in Public Suffix List holds <name> (a normal
+ * form) as a suffix of <section> (PSL_TYPE_ICANN or PSL_TYPE_PRIVATE), by
+ * an explicit rule: the implicit "*" rule (any unlisted last label) is left
+ * out, single labels being refused before this is asked. Without the list
+ * every name is one, so a wildcard fails closed. The only reader of the
+ * list. */
+static bool psl_lists(const char *name, int section)
+{
+    const psl_ctx_t *psl = psl_builtin();
+    return psl == NULL || psl_is_public_suffix2(psl, name, section | PSL_TYPE_NO_STAR_RULE);
+}
+
 int host_pattern_parse(const char *s, struct host_pattern *out, const char **why)
 {
     struct host h;
@@ -258,9 +270,7 @@ int host_pattern_parse(const char *s, struct host_pattern *out, const char **why
             w = "a wildcard needs a suffix of two labels or more";
             goto err;
         }
-        const psl_ctx_t *psl = psl_builtin();
-        if (psl == NULL ||
-            psl_is_public_suffix2(psl, h.name, PSL_TYPE_ICANN | PSL_TYPE_NO_STAR_RULE)) {
+        if (psl_lists(h.name, PSL_TYPE_ICANN)) {
             w = "a wildcard over a public suffix matches other owners' hosts";
             goto err;
         }
@@ -285,4 +295,9 @@ bool host_pattern_matches(const struct host_pattern *p, const char *name)
     if (sl == 0 || n < sl + 2)
         return false;
     return name[n - sl - 1] == '.' && name[0] != '.' && memcmp(name + n - sl, p->name, sl) == 0;
+}
+
+bool host_pattern_over_private_suffix(const struct host_pattern *p)
+{
+    return p != NULL && p->kind == PATTERN_WILDCARD && psl_lists(p->name, PSL_TYPE_PRIVATE);
 }

@@ -54,10 +54,19 @@ struct host_pattern {
 
 /* Validates and normalises a policy host pattern. Rejects "*", globs other
  * than one leading "*." label, wildcards over a public suffix (ICANN section
- * of the Public Suffix List, e.g. "*.com", "*.co.uk") or over any single
+ * of the Public Suffix List, e.g. "*.com", "*.co.uk"; its private section
+ * is host_pattern_over_private_suffix()'s) or over any single
  * label, IP literals (they belong in cidr: rules), and everything
  * host_normalise() rejects. Returns 0, or -1 with <*why> set. */
 int host_pattern_parse(const char *s, struct host_pattern *out, const char **why);
+
+/* True when <p> is a wildcard directly over a suffix of the private section
+ * of the Public Suffix List ("*.workers.dev", "*.github.io",
+ * "*.s3.amazonaws.com"): anyone can register a name under such a suffix,
+ * so the wildcard matches strangers' hosts. host_pattern_parse() lets it
+ * through (the loader warns of it in an allow rule; a deny entry over one
+ * is welcome); "*.app.workers.dev", one owner's names, is not one. */
+bool host_pattern_over_private_suffix(const struct host_pattern *p);
 
 /* True when <name> (a normal form) is matched by <p>. Used by tests and by
  * the report; the matcher uses its index, never a scan. */

@@ -511,6 +511,11 @@ static void rule_host(struct load_ctx *c, const struct ynode *v, void *obj)
         return;
     }
     warn_unicode_host(c, v->line, s, &hp);
+    if (host_pattern_over_private_suffix(&hp))
+        load_warn(c, v->line,
+                  "*.%s: names under %s are registered by anyone (Public Suffix List, private "
+                  "section): the wildcard lets the agent reach any of them; name the hosts",
+                  hp.name, hp.name);
     r->kind = hp.kind == PATTERN_WILDCARD ? RULE_WILDCARD : RULE_EXACT;
     free(r->pattern);
     r->pattern = hp.kind == PATTERN_WILDCARD ? xasprintf("*.%s", hp.name) : xstrdup(hp.name);

@@ -27,7 +27,7 @@ rules:
   - host: registry.npmjs.org
     ports: [443]
     tier: 0
-  - host: "*.githubusercontent.com"
+  - host: "*.docker.io"
     tier: 0
   - host: api.github.com
     methods: [GET, HEAD]
@@ -485,6 +485,42 @@ def test_strict_fails_a_check_whose_only_findings_are_warnings(sluice_bin, tmp_p
     doc = json.loads(run(sluice_bin, "check", path, "--now", "2026-12-01", "--strict",
                          "--format", "json").stdout)
     assert doc["ok"] is True and doc["strict"] is True
+
+
+def test_strict_fails_a_wildcard_over_a_suffix_anyone_registers_under(sluice_bin, tmp_path):
+    """*.workers.dev is no ICANN suffix, so it loaded without a word, yet
+    anyone registers a name under it (the Public Suffix List's private
+    section): the wildcard lets the agent reach a stranger's endpoint. It
+    loads with a warning at its line naming the suffix, so --strict fails;
+    a company's own wildcard stays clean."""
+    path = write(tmp_path, """\
+        version: 1
+        rules:
+          - host: "*.github.com"
+            tier: 0
+          - host: "*.workers.dev"
+            tier: 0
+        """)
+    r = run(sluice_bin, "check", path, "--now", NOW)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert ("policy.yaml:5: rules[1].host: *.workers.dev: names under workers.dev are "
+            "registered by anyone (Public Suffix List, private section): the wildcard lets "
+            "the agent reach any of them; name the hosts\n") in r.stdout, r.stdout
+    assert r.stdout.endswith("\nresult: 0 errors, 1 warning\n"), r.stdout
+    r = run(sluice_bin, "check", path, "--now", NOW, "--strict", "--format", "json")
+    assert r.returncode == 1, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    assert [(w["line"], w["field"]) for w in doc["warnings"]] == [(5, "rules[1].host")], doc
+    path = write(tmp_path, """\
+        version: 1
+        rules:
+          - host: "*.github.com"
+            tier: 0
+          - host: my-worker.workers.dev
+            tier: 0
+        """, "clean.yaml")
+    r = run(sluice_bin, "check", path, "--now", NOW, "--strict")
+    assert r.returncode == 0 and r.stdout.endswith("\nresult: 0 errors, 0 warnings\n"), r.stdout
 
 
 TAKEN_GRANT = """\

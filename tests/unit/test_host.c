@@ -389,6 +389,36 @@ static void test_pattern_parse(void **state)
     assert_int_equal(host_pattern_parse("*", &p, NULL), -1);
 }
 
+static bool over_private(const char *pattern)
+{
+    struct host_pattern p;
+    const char *why;
+    assert_int_equal(host_pattern_parse(pattern, &p, &why), 0);
+    return host_pattern_over_private_suffix(&p);
+}
+
+/* Wildcards directly over a suffix of the list's private section, which
+ * anyone registers names under, are told apart; the parse lets them pass. */
+static void test_pattern_over_private_suffix(void **state)
+{
+    (void)state;
+    static const char *const over[] = {
+        "*.workers.dev", "*.GitHub.IO.", "*.s3.amazonaws.com",
+        "*.x.compute.amazonaws.com", /* below the list's "*.compute.amazonaws.com" */
+    };
+    for (size_t i = 0; i < sizeof(over) / sizeof(over[0]); i++)
+        if (!over_private(over[i]))
+            fail_msg("\"%s\" is not told over a private suffix", over[i]);
+    static const char *const not_over[] = {
+        "*.my-app.workers.dev", "workers.dev",   "my-app.workers.dev",
+        "*.github.com",         "*.example.com", "*.city.kawasaki.jp",
+    };
+    for (size_t i = 0; i < sizeof(not_over) / sizeof(not_over[0]); i++)
+        if (over_private(not_over[i]))
+            fail_msg("\"%s\" is told over a private suffix", not_over[i]);
+    assert_false(host_pattern_over_private_suffix(NULL));
+}
+
 static bool matches(const char *pattern, const char *name)
 {
     struct host_pattern p;
@@ -430,10 +460,15 @@ static void test_pattern_matches(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_names),           cmocka_unit_test(test_idna),
-        cmocka_unit_test(test_ip_literals),     cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_same_host),       cmocka_unit_test(test_pattern_parse),
-        cmocka_unit_test(test_pattern_matches), cmocka_unit_test(test_sent_names),
+        cmocka_unit_test(test_names),
+        cmocka_unit_test(test_idna),
+        cmocka_unit_test(test_ip_literals),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_same_host),
+        cmocka_unit_test(test_pattern_parse),
+        cmocka_unit_test(test_pattern_matches),
+        cmocka_unit_test(test_sent_names),
+        cmocka_unit_test(test_pattern_over_private_suffix),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

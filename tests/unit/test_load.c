@@ -132,7 +132,7 @@ static const char spec_example[] =
     "  - host: registry.npmjs.org\n"
     "    ports: [443]\n"
     "    tier: 0\n"
-    "  - host: \"*.githubusercontent.com\"\n"
+    "  - host: \"*.docker.io\"\n"
     "    tier: 0\n"
     "  - host: api.github.com\n"
     "    methods: [GET, HEAD]\n"
@@ -194,8 +194,8 @@ static void check_spec_rules(const struct policy *p)
     assert_false(r[0].rate.set);
 
     assert_int_equal(r[1].kind, RULE_WILDCARD);
-    assert_string_equal(r[1].pattern, "*.githubusercontent.com");
-    assert_string_equal(r[1].host, "githubusercontent.com");
+    assert_string_equal(r[1].pattern, "*.docker.io");
+    assert_string_equal(r[1].host, "docker.io");
     assert_int_equal(r[1].nports, 2);
     assert_int_equal(r[1].ports[0], 80);
     assert_int_equal(r[1].ports[1], 443);
@@ -1977,6 +1977,43 @@ static void test_unicode_host_warned(void **state)
     diag_free(&d);
 }
 
+/* A wildcard over a suffix of the Public Suffix List's private section
+ * (workers.dev, github.io, ...) loads, with a warning at its line naming
+ * the suffix: anyone registers a name under it, so the wildcard reaches
+ * strangers' hosts. A company's own domain, and a deny entry, say nothing. */
+static void test_private_suffix_wildcard_warned(void **state)
+{
+    (void)state;
+    static const char *const suffixes[] = {
+        "workers.dev",      "herokuapp.com",         "github.io", "blogspot.com",
+        "s3.amazonaws.com", "githubusercontent.com", "ngrok.io",
+    };
+    for (size_t i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
+        char yaml[256], want[512];
+        snprintf(yaml, sizeof(yaml), V "rules:\n  - {host: \"*.%s\", tier: 0}\n", suffixes[i]);
+        snprintf(want, sizeof(want),
+                 "p.yaml:3: rules[0].host: *.%s: names under %s are registered by anyone "
+                 "(Public Suffix List, private section): the wildcard lets the agent reach any "
+                 "of them; name the hosts",
+                 suffixes[i], suffixes[i]);
+        expect_warning(yaml, want);
+    }
+    /* written in another case, with a trailing dot: the normal form named */
+    expect_warning(V R "  - {host: \"*.Workers.DEV.\", tier: 0}\n",
+                   "p.yaml:5: rules[1].host: *.workers.dev: names under workers.dev are "
+                   "registered by anyone (Public Suffix List, private section): the wildcard "
+                   "lets the agent reach any of them; name the hosts");
+    /* a company's domains (github.com is no suffix of the list), one name
+     * under a private suffix, the suffix itself, and a deny wildcard over
+     * one: nothing to say */
+    policy_free(expect_clean(V "rules:\n  - {host: \"*.example.com\", tier: 0}\n"
+                               "  - {host: \"*.github.com\", tier: 0}\n"
+                               "  - {host: \"*.my-app.workers.dev\", tier: 0}\n"
+                               "  - {host: my-app.workers.dev, tier: 0}\n"
+                               "  - {host: workers.dev, tier: 0}\n"
+                               "deny: [\"*.herokuapp.com\"]\n"));
+}
+
 /* http:// to this machine (a local relay) and any https:// say nothing. */
 static void test_loopback_and_https_webhooks_are_quiet(void **state)
 {
@@ -2733,6 +2770,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec_example),
         cmocka_unit_test(test_unicode_host_warned),
+        cmocka_unit_test(test_private_suffix_wildcard_warned),
         cmocka_unit_test(test_owner_length_capped),
         cmocka_unit_test(test_outranked_grant_warned),
         cmocka_unit_test(test_unrestricted_grant_outranked_warned),
