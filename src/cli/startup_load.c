@@ -102,16 +102,6 @@ static int wait_load_or_stop(int done_fd, int sig_fd)
     }
 }
 
-/* Whether <fd> became readable within <wait_ms>. */
-static bool readable_within(int fd, unsigned wait_ms)
-{
-    struct pollfd pfd = {.fd = fd, .events = POLLIN};
-    int n;
-    while ((n = poll(&pfd, 1, (int)wait_ms)) < 0 && errno == EINTR)
-        continue; /* rare: the signals a handler takes are blocked here */
-    return n > 0;
-}
-
 /* Leaves the load of <j> to its thread unless it has ended meanwhile.
  * Returns whether it was left (then <j> is no longer the caller's). */
 static bool job_leave(struct load_job *j)
@@ -179,7 +169,7 @@ struct policy *startup_load_policy(const char *path, const struct startup_load *
     policy_load_stop();
     char name[32];
     signal_label(sig, name, sizeof(name));
-    if (!readable_within(j->fds[0], how->stop_wait_ms) && job_leave(j)) {
+    if (!quiet_thread_job_ended_within(j->fds[0], how->stop_wait_ms) && job_leave(j)) {
         fprintf(stderr,
                 "%s: %s while loading the policy %s: %s; its load, not ended within %u ms (its "
                 "file system does not answer?), is abandoned\n",

@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -684,21 +683,6 @@ static struct gw_reload *reload_new(struct gateway *gw)
     return r;
 }
 
-/* Whether the running load of <r> wrote its "done" byte within <wait_ms>. */
-static bool reload_ended_within(const struct gw_reload *r, unsigned wait_ms)
-{
-    uint64_t deadline = monotonic_ms() + wait_ms;
-    for (;;) {
-        uint64_t now = monotonic_ms();
-        struct pollfd pfd = {.fd = r->fds[0], .events = POLLIN};
-        int n = poll(&pfd, 1, now < deadline ? (int)(deadline - now) : 0);
-        if (n > 0)
-            return true;
-        if (n == 0 || errno != EINTR)
-            return false;
-    }
-}
-
 /* Leaves the running load of <r> to its thread, which frees <r> when its
  * call returns, unless it has ended meanwhile. Returns whether it was left
  * (then <r> is no longer the caller's). */
@@ -729,7 +713,8 @@ static void reload_free(struct gw_reload *r, unsigned wait_ms)
 {
     if (r == NULL)
         return;
-    if (r->running && !reload_ended_within(r, wait_ms) && reload_leave(r, wait_ms))
+    if (r->running && !quiet_thread_job_ended_within(r->fds[0], wait_ms) &&
+        reload_leave(r, wait_ms))
         return;
     if (r->running)
         pthread_join(r->thread, NULL);

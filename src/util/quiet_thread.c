@@ -2,8 +2,11 @@
 #include "util/quiet_thread.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
+
+#include "util/units.h"
 
 int quiet_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg)
 {
@@ -29,4 +32,18 @@ bool quiet_thread_job_end(pthread_mutex_t *mu, const bool *abandoned, bool *done
     }
     pthread_mutex_unlock(mu);
     return gone;
+}
+
+bool quiet_thread_job_ended_within(int wake_fd, unsigned wait_ms)
+{
+    uint64_t deadline = monotonic_ms() + wait_ms;
+    for (;;) {
+        uint64_t now = monotonic_ms();
+        struct pollfd pfd = {.fd = wake_fd, .events = POLLIN};
+        int n = poll(&pfd, 1, now < deadline ? (int)(deadline - now) : 0);
+        if (n > 0)
+            return true;
+        if (n == 0 || errno != EINTR)
+            return false;
+    }
 }

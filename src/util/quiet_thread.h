@@ -6,7 +6,9 @@
  * the exec sinks' spawner) starts with every signal blocked so that the
  * kernel never delivers one to it. quiet_thread_job_end() ends the job of
  * such a thread that its owner may have left at exit (the background
- * reload, a log's reopen). Owns nothing. */
+ * reload, a log's reopen, the start-up policy load), and
+ * quiet_thread_job_ended_within() is its owner's bounded wait for that end.
+ * Owns nothing. */
 #ifndef SLUICE_UTIL_QUIET_THREAD_H
 #define SLUICE_UTIL_QUIET_THREAD_H
 
@@ -23,5 +25,10 @@ int quiet_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg);
  * unless <*abandoned>, writes one byte to <wake_fd>, the owner's wake-up.
  * Returns <*abandoned>: then the job is the thread's to free. */
 bool quiet_thread_job_end(pthread_mutex_t *mu, const bool *abandoned, bool *done, int wake_fd);
+
+/* Whether the job's byte (quiet_thread_job_end()'s) came on <wake_fd>, the
+ * read end of its wake-up, within <wait_ms>: the owner's bounded wait at
+ * a stop before it leaves the job to its thread. */
+bool quiet_thread_job_ended_within(int wake_fd, unsigned wait_ms);
 
 #endif
