@@ -1087,11 +1087,7 @@ int log_jsonl_flush(struct log_jsonl *l, int timeout_ms)
     if (l->job != NULL) {
         /* A reopen running: wait for it (in the time given), then write
          * to what it leaves in place. A reopen still queued is dropped. */
-        struct pollfd pfd = {.fd = l->job->fds[0], .events = POLLIN};
-        int n;
-        while ((n = poll(&pfd, 1, timeout_ms)) < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
+        if (!quiet_thread_job_ended_within(l->job->fds[0], (unsigned)timeout_ms))
             return evbuffer_get_length(l->pending) == 0 ? 0 : -1;
         l->reopen_queued = false;
         reopen_finish(l);
