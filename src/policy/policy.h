@@ -76,7 +76,13 @@ int policy_open(const char *path);
  * reload thread it waits for would otherwise wait as long as a writer
  * keeps writing (each write resets the wait). Safe from any thread. */
 #define POLICY_STOP_CHECK_MS 100
+/* A load that has read its file and is parsing when it is called is waited
+ * for (it reads nothing more; bounded by the policy's caps): it uses
+ * OpenSSL, which the exit that follows a stop tears down. */
 void policy_load_stop(void);
+
+/* The loads parsing now (policy_load_fd(), past their read). */
+unsigned policy_loads_parsing(void);
 
 /* policy_load_flags() from <fd>, which policy_open() opened on <path>
  * (borrowed; the caller closes <fd>): the file's kind and size are judged

@@ -5,10 +5,13 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -2765,6 +2768,68 @@ static void test_no_parse_once_stopping(void **state)
     rmdir(dir);
 }
 
+struct load_job {
+    char path[256];
+    struct policy *policy;
+    bool not_parsed; /* refused as "the gateway is stopping" */
+};
+
+static void *load_on_thread(void *arg)
+{
+    struct load_job *j = arg;
+    struct diag d;
+    diag_init(&d, j->path);
+    j->policy = policy_load(j->path, &d);
+    char want[600];
+    snprintf(want, sizeof(want), "%s: cannot load %s: the gateway is stopping: it is not parsed",
+             j->path, j->path);
+    j->not_parsed = has_entry(&d, DIAG_ERROR, want);
+    diag_free(&d);
+    return NULL;
+}
+
+/* A stop that comes while a load parses (its file read: a reload, the
+ * start-up load) returns once the parse is over, which uses OpenSSL that
+ * the exit after a stop tears down; the load is not cut. Before, the stop
+ * returned at once, the parse going on beside the exit. */
+static void test_stop_waits_for_a_parse_under_way(void **state)
+{
+    (void)state;
+    enum { RULES = 20000 };
+    static const char rule[] = "  - host: h%05u.example.test\n    tier: 0\n";
+    size_t cap = sizeof(V) + sizeof("rules:\n") + RULES * sizeof(rule);
+    char *text = malloc(cap);
+    assert_non_null(text);
+    size_t n = (size_t)snprintf(text, cap, V "rules:\n");
+    for (unsigned i = 0; i < RULES; i++)
+        n += (size_t)snprintf(text + n, cap - n, rule, i);
+    char dir[] = "/tmp/test_load.XXXXXX";
+    struct load_job job = {.policy = NULL};
+    write_policy_file(dir, job.path, sizeof(job.path), text);
+    free(text);
+
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, load_on_thread, &job), 0);
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    do { /* until the parse is under way (30 s: a hang guard) */
+        sched_yield();
+        clock_gettime(CLOCK_MONOTONIC, &now);
+    } while (policy_loads_parsing() == 0 && now.tv_sec - start.tv_sec < 30);
+    assert_int_equal(policy_loads_parsing(), 1);
+    /* The parse takes some 100 ms here: 5 ms into it, the load has looked
+     * at the stop and found none (else it is refused unparsed: below). */
+    nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
+    policy_load_stop();
+    assert_int_equal(policy_loads_parsing(), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    /* parsed whole, or (the stop came before it looked) not parsed at all */
+    assert_true(job.policy != NULL || job.not_parsed);
+    policy_free(job.policy);
+    unlink(job.path);
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -2827,6 +2892,7 @@ int main(void)
         cmocka_unit_test(test_reports_everything),
         cmocka_unit_test(test_methods),
         /* last: policy_load_stop() is for good, as at a real stop */
+        cmocka_unit_test(test_stop_waits_for_a_parse_under_way),
         cmocka_unit_test(test_no_parse_once_stopping),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
