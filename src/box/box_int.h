@@ -30,6 +30,10 @@ int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen);
 /* Mounts a new procfs on /proc (needs to run inside the new PID namespace)
  * and applies the --hide paths below it there. */
 int box_mount_proc(const struct box_config *cfg, char *err, size_t errlen);
+struct mountinfo;
+/* Reads and parses /proc/self/mountinfo into <mi> (freed by the caller
+ * with mountinfo_free()). Returns 0, or -1 with a message. */
+int box_read_mountinfo(struct mountinfo *mi, char *err, size_t errlen);
 /* Opens <path> (absolute) O_PATH one component at a time, following no
  * symbolic link (ELOOP). Returns the descriptor, or -1 with errno. */
 int box_open_nofollow(const char *path);
@@ -45,6 +49,14 @@ void box_path_error(char *err, size_t errlen, const char *before, const char *pa
  * another), reached without following a link; one out of reach is
  * skipped. Returns 0, or -1 with a message when <fn> fails (errno set). */
 int box_each_writable_mount(int (*fn)(int fd, void *arg), void *arg, char *err, size_t errlen);
+
+/* sysfs.c */
+/* In the box's private mount namespace, before the view is built: mounts
+ * a sysfs of the box's own network namespace on /sys (read-only, nosuid,
+ * nodev, noexec) and binds the host's mounts below /sys there again.
+ * Where the kernel refuses the mount, warns and leaves the host's /sys.
+ * Returns 0, or -1 with a message. */
+int box_mount_sysfs(char *err, size_t errlen);
 
 /* landlock.c */
 /* In the command, once no_new_privs is set: restricts it with a Landlock

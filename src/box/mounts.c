@@ -2,6 +2,8 @@
  *
  * In the box's new mount namespace (propagation made private first, so
  * nothing here reaches the host):
+ *   0. a sysfs of the box's own network namespace on /sys, with the
+ *      host's mounts below /sys bound there again (box_mount_sysfs());
  *   1. every path the view needs is opened (O_PATH) while the host view is
  *      still whole, and whether it was read-only on the host is noted;
  *   2. every mount is made read-only and nodev, in one mount_setattr() on
@@ -210,7 +212,7 @@ static int all_read_only(void)
 #endif
 }
 
-static int read_mountinfo(struct mountinfo *mi, char *err, size_t errlen)
+int box_read_mountinfo(struct mountinfo *mi, char *err, size_t errlen)
 {
     int fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -502,7 +504,7 @@ static int is_proc(const char *path)
 static int cover_host_procs(char *err, size_t errlen)
 {
     struct mountinfo mi;
-    if (read_mountinfo(&mi, err, errlen) < 0)
+    if (box_read_mountinfo(&mi, err, errlen) < 0)
         return -1;
     int rc = 0;
     for (size_t i = 0; i < mi.n && rc == 0; i++)
@@ -510,7 +512,7 @@ static int cover_host_procs(char *err, size_t errlen)
             rc =
                 cover_path("cannot cover the host's proc mount ", mi.v[i].mount_point, err, errlen);
     mountinfo_free(&mi);
-    if (rc < 0 || read_mountinfo(&mi, err, errlen) < 0)
+    if (rc < 0 || box_read_mountinfo(&mi, err, errlen) < 0)
         return -1;
     for (size_t i = 0; i < mi.n && rc == 0; i++) {
         const char *mp = mi.v[i].mount_point;
@@ -536,7 +538,7 @@ static bool mount_gone(unsigned id)
 {
     char err[256];
     struct mountinfo mi;
-    if (read_mountinfo(&mi, err, sizeof(err)) < 0)
+    if (box_read_mountinfo(&mi, err, sizeof(err)) < 0)
         return false;
     bool gone = true;
     for (size_t i = 0; i < mi.n && gone; i++)
@@ -555,7 +557,7 @@ typedef int (*writable_fn)(const struct mountinfo_entry *e, void *arg, char *err
 static int each_writable(writable_fn fn, void *arg, char *err, size_t errlen)
 {
     struct mountinfo mi;
-    if (read_mountinfo(&mi, err, errlen) < 0)
+    if (box_read_mountinfo(&mi, err, errlen) < 0)
         return -1;
     int rc = 0;
     for (size_t i = 0; i < mi.n && rc == 0; i++) {
@@ -629,6 +631,9 @@ int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen)
         snprintf(err, errlen, "cannot make the mounts private: %s", strerror(errno));
         goto out;
     }
+    /* 0. the box's own /sys, before anything is opened below it */
+    if (box_mount_sysfs(err, errlen) < 0)
+        goto out;
     /* 1. open what the view needs while the host view is whole */
     for (size_t i = 0; i < nops; i++) {
         struct op *o = &ops[i];
@@ -679,7 +684,7 @@ int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen)
      * (ENAMETOOLONG), and a link put on the way by another process since
      * mountinfo was read fails it (ELOOP), where it led to another mount. */
     struct mountinfo mi = {0};
-    if (all_read_only() < 0 && read_mountinfo(&mi, err, errlen) < 0)
+    if (all_read_only() < 0 && box_read_mountinfo(&mi, err, errlen) < 0)
         goto out;
     for (size_t i = 0; i < mi.n; i++) {
         const char *mp = mi.v[i].mount_point;

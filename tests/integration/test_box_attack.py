@@ -2431,3 +2431,106 @@ def test_another_proc_mount_shows_nothing_of_the_host(sluice_bin, proj, where):
     assert "secret-token-XYZ" not in json.dumps(o), o
     assert o == {"cmdline": "ENOENT", "tcp": "ENOENT", "listing": [],
                  "file": "" if where == "file" else "ENOENT"}, (o, p.stderr)
+
+
+# --------------------------------------------------------------------------
+# /sys: the box's own network's interfaces, not the host's
+
+# The test's own network namespace (unshare -n) with interfaces the box's
+# has not (a veth pair), and a sysfs of its own on /sys (sysfs shows the network of the
+# process that mounts it), with a tmpfs below it as the host's cgroup
+# mounts are; "$1" = "mask": a tmpfs on a folder of sysfs that holds files
+# too, which leaves no sysfs whole in view, so a user namespace may mount
+# none (the kernel's mount_too_revealing()).
+OWN_NET = ('MASK="$1"; shift; '
+           'ip link add sl-box0 address 02:51:55:49:43:45 type veth peer name sl-box1 || exit 99; '
+           'mount -t sysfs -o nosuid,nodev,noexec sysfs /sys || exit 99; '
+           'mount -t tmpfs -o size=4k tmpfs /sys/fs/cgroup || exit 99; '
+           'echo kept > /sys/fs/cgroup/marker; '
+           'if [ "$MASK" = mask ]; then mount -t tmpfs -o size=4k tmpfs /sys/module || exit 99; fi; '
+           'exec "$@"')
+
+SYS_VIEW = PRELUDE + r"""
+import subprocess
+def read(name, path):  # the file's text, or the error's name
+    try:
+        with open(path) as f:
+            out[name] = f.read().strip()
+    except OSError as e:
+        out[name] = errno.errorcode.get(e.errno, str(e.errno))
+out["net"] = sorted(os.listdir("/sys/class/net"))
+read("address", "/sys/class/net/sl-box0/address")
+read("rx_bytes", "/sys/class/net/sl-box0/statistics/rx_bytes")
+read("marker", "/sys/fs/cgroup/marker")
+py("write_marker", lambda: open("/sys/fs/cgroup/marker", "w").write("x"))
+py("uevent_helper", lambda: open("/sys/kernel/uevent_helper", "w").write("/bin/true"))
+out["online"] = open("/sys/devices/system/cpu/online").read().strip()
+out["cpu_count"] = os.cpu_count()
+out["nproc"] = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
+print(json.dumps(out))
+"""
+
+
+def _sys_view(sluice_bin, proj, how, mask=""):
+    pol = _policy(proj)
+    wrap = []
+    if how.endswith("by_path"):
+        wrap = [PY, "-c", NO_MOUNT_SETATTR]
+    if how.startswith("nobody"):
+        _own(proj, NOBODY)
+        wrap += ["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY, "--clear-groups"]
+    argv = (["unshare", "-n", "-m", "--propagation", "private", "sh", "-c", OWN_NET, "sh", mask]
+            + wrap + [sluice_bin, "run", "--policy", pol, "--", PY, "-c", SYS_VIEW])
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=proj,
+                       env=_clean_env())
+    if p.returncode == 99 or "unshare:" in p.stderr:
+        pytest.skip("cannot make a network namespace with a veth pair and its sysfs: %s"
+                    % p.stderr.strip())
+    if p.returncode == 98:
+        pytest.skip("cannot load a seccomp filter: %s" % p.stderr.strip())
+    for mark in SANITIZER_MARKS:
+        assert mark not in p.stderr, p.stderr
+    return p, _out(p)
+
+
+def _host_cpus():
+    with open("/sys/devices/system/cpu/online") as f:
+        online = f.read().strip()
+    nproc = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
+    return {"online": online, "cpu_count": os.cpu_count(), "nproc": nproc}
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or shutil.which("ip") is None,
+                    reason="needs unshare(1) and ip(8)")
+@pytest.mark.parametrize("how", ["root", "nobody", "root_by_path", "nobody_by_path"])
+def test_sys_shows_the_boxs_own_network_interfaces(sluice_bin, proj, how):
+    """The box's /sys is a sysfs of its own network namespace: an
+    interface of the network run was started in (sl-box0, a veth in the
+    test's namespace) is not listed in /sys/class/net, nor its MAC
+    address or counters readable (before, the host's /sys, read-only,
+    listed it and gave its address, 02:51:55:49:43:45). The mounts below
+    the host's /sys (its cgroup file systems) are kept there, read-only;
+    the CPUs are the host's (nproc, os.cpu_count()). As root and in a user
+    namespace of its own (nobody), with mount_setattr() or mount by mount."""
+    p, o = _sys_view(sluice_bin, proj, how)
+    assert o == dict(_host_cpus(), net=["lo"], address="ENOENT", rx_bytes="ENOENT",
+                     marker="kept", write_marker="EROFS", uevent_helper="EROFS"), (o, p.stderr)
+    assert "/sys" not in p.stderr, p.stderr
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or shutil.which("ip") is None,
+                    reason="needs unshare(1) and ip(8)")
+@pytest.mark.parametrize("how", ["nobody", "nobody_by_path"])
+def test_sys_is_the_hosts_with_a_warning_where_the_kernel_refuses_one(sluice_bin, proj, how):
+    """Where the kernel refuses the box a sysfs of its own (in a user
+    namespace, while a folder of the host's sysfs is covered, as a
+    container's masked paths are), the box shows the host's /sys,
+    read-only, and says so on standard error: the interfaces are only
+    seen there, and a box that did not start would be no safer."""
+    p, o = _sys_view(sluice_bin, proj, how, mask="mask")
+    assert ("sluice run: warning: the kernel refuses the box a /sys of its own (Operation not "
+            "permitted): it shows the host's, read-only, with the host network's interfaces in "
+            "/sys/class/net\n") in p.stderr, p.stderr
+    assert o == dict(_host_cpus(), net=["lo", "sl-box0", "sl-box1"], address="02:51:55:49:43:45",
+                     rx_bytes="0", marker="kept", write_marker="EROFS",
+                     uevent_helper="EROFS"), (o, p.stderr)
