@@ -252,6 +252,16 @@ static int pass_on(struct dir *d, size_t n, bool *dst_full)
 static void on_io(evutil_socket_t fd, short what, void *arg);
 static bool tcp_closed(evutil_socket_t fd);
 
+/* True when <fd> is a TCP socket that a reset closed: closed (tcp_closed())
+ * with its error not read yet (POLLERR; a read would meet it after the
+ * bytes before it). Closed without an error, it was ended both ways, its
+ * peer's FIN after the gateway's own (its unread bytes then are whole). */
+static bool tcp_reset(evutil_socket_t fd)
+{
+    struct pollfd p = {.fd = fd, .events = 0};
+    return tcp_closed(fd) && poll(&p, 1, 0) == 1 && (p.revents & POLLERR) != 0;
+}
+
 /* The bandwidth bucket's timer of the client's direction <arg>: the client
  * is not read while it waits (a debt, the first bytes', may make that
  * seconds or minutes), so its reset is looked for at each (at least once
@@ -261,7 +271,7 @@ static bool tcp_closed(evutil_socket_t fd);
 static void on_refill(void *arg)
 {
     struct dir *d = arg;
-    if (tcp_closed(d->src)) {
+    if (tcp_reset(d->src)) {
         end(d->t, TUNNEL_ERROR);
         return;
     }

@@ -115,6 +115,57 @@ def test_open_tunnel_reset_while_its_bytes_wait(gateway, net):
         sink.stop()
 
 
+class EndFirstSink(HashSink):
+    """A HashSink that ends its side at the first bytes it reads, then reads
+    on to the end: a server that answered and closes its half first."""
+
+    def _serve(self, c):
+        with c:
+            c.settimeout(HANG_GUARD_S)
+            try:
+                ended = False
+                while True:
+                    d = c.recv(65536)
+                    if not d:
+                        break
+                    self.received += len(d)
+                    if not ended:
+                        c.shutdown(socket.SHUT_WR)
+                        ended = True
+            except OSError:
+                pass
+
+
+def test_open_tunnel_end_after_its_upstreams_is_not_a_reset(gateway, net):
+    # The upstream ends its side first (the tunnel passes its FIN on), then
+    # the client sends 24 KiB under 4 KiB/s and closes its connection, a
+    # FIN behind them. The client's socket, ended both ways, is then
+    # TCP_CLOSE as a reset leaves it, but nothing was reset: the bytes
+    # waiting for the bucket go to the last. Before, the refill's look
+    # took the close for a reset and cut the tunnel (bytes_up 4197 of 24677).
+    sink = EndFirstSink(SINK_IP)
+    t = None
+    try:
+        gw = gateway(_policy(net, sink, "4KiB/s"))
+        t = connect(gw, "sink.example.test:%d" % sink.port, timeout=HANG_GUARD_S)
+        assert t.status == 200
+        first = b"\0" + pattern_bytes(100)  # neither TLS nor HTTP: opens at once
+        t.sock.sendall(first)
+        ev = gw.wait_events(method="CONNECT")[-1]
+        assert t.sock.recv(1) == b""  # the upstream's end, passed on
+        rest = pattern_bytes(24 * KIB)
+        t.sock.sendall(rest)
+        t.close()  # a FIN: nothing unread on the client's side
+        t = None
+        end = _end_of(gw, ev)
+        assert end["bytes_up"] == len(first) + len(rest), end
+        _at_sink(sink, len(first) + len(rest))
+    finally:
+        if t is not None:
+            t.close()
+        sink.stop()
+
+
 @pytest.mark.parametrize("unix", [False, True], ids=["tcp_end", "unix_end"])
 def test_upload_whole_before_its_end_goes_on(gateway, net, unix):
     # The other side of the cut above: a client that sent its whole body and
