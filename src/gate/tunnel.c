@@ -307,8 +307,10 @@ static size_t room(const struct dir *d)
 
 static void watch(struct dir *d, bool rd, bool wr);
 
-/* True when <fd> is a TCP socket that is closed (it got a reset): its send
- * queue (SIOCOUTQ) then still counts what its peer never acknowledged. */
+/* True when <fd> is a TCP socket that is closed: it got a reset (its send
+ * queue, SIOCOUTQ, then still counts what its peer never acknowledged), or
+ * it was ended both ways, its peer's FIN after the gateway's, everything
+ * sent acknowledged (tcp_reset() tells the two apart). */
 static bool tcp_closed(evutil_socket_t fd)
 {
     struct tcp_info ti;

@@ -2,7 +2,7 @@
  * server's address and port (connect()), so that the kernel hands the
  * socket the server's datagrams only. Used by every evdns resolver of the
  * process: the gateway's (gate/name_servers.c) and each webhook sink's
- * (watch/sink_webhook.c), all on the event loop's thread.
+ * (watch/webhook_dns.c), all on the event loop's thread.
  *
  * evdns (libevent 2.1) checks an answer's source address but not its
  * port. Any process on the gateway's host can send from the server's
