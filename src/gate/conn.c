@@ -1703,16 +1703,16 @@ static bool waits_for_bucket(const struct conn *c)
 }
 
 /* True when <c>'s paused upload can never be whole: its client ended its
- * side (or closed) and what the gateway holds and its socket still has
- * queued is less than the body's Content-Length left. A chunked body's
- * end cannot be told without reading it: false. */
-static bool upload_cut_short(const struct conn *c)
+ * side (or closed: <revents>, poll()'s for POLLRDHUP on its socket) and
+ * what the gateway holds and its socket still has queued is less than the
+ * body's Content-Length left. A chunked body's end cannot be told without
+ * reading it: false. */
+static bool upload_cut_short(const struct conn *c, short revents)
 {
     const struct exchange *ex = &c->ex;
-    struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
     int queued = 0;
-    if (ex->req_body != BODY_LENGTH || poll(&p, 1, 0) != 1 ||
-        !(p.revents & (POLLRDHUP | POLLHUP)) || ioctl(c->fd, FIONREAD, &queued) < 0)
+    if (ex->req_body != BODY_LENGTH || !(revents & (POLLRDHUP | POLLHUP)) ||
+        ioctl(c->fd, FIONREAD, &queued) < 0)
         return false;
     uint64_t held = evbuffer_get_length(bufferevent_get_input(c->client)) + (uint64_t)queued;
     return held < ex->req_left;
@@ -1731,9 +1731,11 @@ static bool upload_cut_short(const struct conn *c)
  * would have. Returns true when <c> was freed. */
 static bool ended_in_bucket_wait(struct conn *c)
 {
-    bool reset = !c->origin.is_unix && client_hung_up(c);
+    struct pollfd p = {.fd = c->fd, .events = POLLRDHUP};
+    short revents = poll(&p, 1, 0) == 1 ? p.revents : 0;
+    bool reset = !c->origin.is_unix && (revents & POLLHUP) != 0; /* as client_hung_up() */
     if (c->state == CS_FORWARD) {
-        if (!reset && !upload_cut_short(c))
+        if (!reset && !upload_cut_short(c, revents))
             return false;
         conn_free(c); /* as forward_on_client_event() at its end or reset */
         return true;
