@@ -252,14 +252,17 @@ static int pass_on(struct dir *d, size_t n, bool *dst_full)
 static void on_io(evutil_socket_t fd, short what, void *arg);
 static bool tcp_closed(evutil_socket_t fd);
 
-/* True when <fd> is a TCP socket that a reset closed: closed (tcp_closed())
- * with its error not read yet (POLLERR; a read would meet it after the
- * bytes before it). Closed without an error, it was ended both ways, its
- * peer's FIN after the gateway's own (its unread bytes then are whole). */
-static bool tcp_reset(evutil_socket_t fd)
+/* True when the source of <d> is a TCP socket that a reset closed: closed
+ * (tcp_closed()) with the reset's error not read yet (POLLERR; a read
+ * would meet it after the bytes before it), or read already by a write of
+ * the other direction that met it (a dst failed: d->t->failed). Closed
+ * otherwise, it was ended both ways, its peer's FIN after the gateway's
+ * own, and the bytes it holds unread are whole. */
+static bool src_reset(const struct dir *d)
 {
-    struct pollfd p = {.fd = fd, .events = 0};
-    return tcp_closed(fd) && poll(&p, 1, 0) == 1 && (p.revents & POLLERR) != 0;
+    struct pollfd p = {.fd = d->src, .events = 0};
+    return tcp_closed(d->src) &&
+           (d->t->failed || (poll(&p, 1, 0) == 1 && (p.revents & POLLERR) != 0));
 }
 
 /* The bandwidth bucket's timer of the client's direction <arg>: the client
@@ -271,7 +274,7 @@ static bool tcp_reset(evutil_socket_t fd)
 static void on_refill(void *arg)
 {
     struct dir *d = arg;
-    if (tcp_reset(d->src)) {
+    if (src_reset(d)) {
         end(d->t, TUNNEL_ERROR);
         return;
     }
@@ -310,7 +313,7 @@ static void watch(struct dir *d, bool rd, bool wr);
 /* True when <fd> is a TCP socket that is closed: it got a reset (its send
  * queue, SIOCOUTQ, then still counts what its peer never acknowledged), or
  * it was ended both ways, its peer's FIN after the gateway's, everything
- * sent acknowledged (tcp_reset() tells the two apart). */
+ * sent acknowledged (src_reset() tells the two apart). */
 static bool tcp_closed(evutil_socket_t fd)
 {
     struct tcp_info ti;

@@ -115,6 +115,58 @@ def test_open_tunnel_reset_while_its_bytes_wait(gateway, net):
         sink.stop()
 
 
+class TickSink(HashSink):
+    """A HashSink that, once it has read bytes, sends a byte every 20 ms
+    while it reads on: a server that keeps talking to the client."""
+
+    def _serve(self, c):
+        with c:
+            c.settimeout(0.02)
+            deadline = time.monotonic() + HANG_GUARD_S
+            try:
+                while time.monotonic() < deadline:
+                    try:
+                        d = c.recv(65536)
+                        if not d:
+                            break
+                        self.received += len(d)
+                    except socket.timeout:
+                        pass
+                    if self.received > 0:
+                        c.send(b"t")
+            except OSError:
+                pass
+
+
+def test_open_tunnel_reset_met_by_a_write_while_its_bytes_wait(gateway, net):
+    # As test_open_tunnel_reset_while_its_bytes_wait, under 1 KiB/s, but
+    # the upstream writes to the client every 20 ms: the gateway's write
+    # meets the reset first and takes its error, so the client's socket no
+    # longer reports one when the refill looks. The reset ends the wait all
+    # the same: what the client sent before it is not sent on (else
+    # bytes_up 15361, 15 s later).
+    sink = TickSink(SINK_IP)
+    t = None
+    try:
+        gw = gateway(_policy(net, sink, "1KiB/s"))
+        t = connect(gw, "sink.example.test:%d" % sink.port, timeout=HANG_GUARD_S)
+        assert t.status == 200
+        data = b"\0" + pattern_bytes(15 * KIB)  # neither TLS nor HTTP: opens at once
+        t.sock.sendall(data)
+        ev = gw.wait_events(method="CONNECT")[-1]
+        _at_sink(sink, 1)
+        assert t.sock.recv(1) == b"t"  # the upstream writes to the client
+        t.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        t.close()  # a reset
+        t = None
+        end = _end_of(gw, ev)
+        assert end["bytes_up"] < len(data), end
+    finally:
+        if t is not None:
+            t.close()
+        sink.stop()
+
+
 class EndFirstSink(HashSink):
     """A HashSink that ends its side at the first bytes it reads, then reads
     on to the end: a server that answered and closes its half first."""
