@@ -138,6 +138,16 @@ class TickSink(HashSink):
                 pass
 
 
+def _tunnel_to(gateway, net, sink, bandwidth, first):
+    """A gateway under <bandwidth> and a tunnel through it to <sink>, <first>
+    sent: (the gateway, the Tunnel, its agent_egress line)."""
+    gw = gateway(_policy(net, sink, bandwidth))
+    t = connect(gw, "sink.example.test:%d" % sink.port, timeout=HANG_GUARD_S)
+    assert t.status == 200
+    t.sock.sendall(first)
+    return gw, t, gw.wait_events(method="CONNECT")[-1]
+
+
 def test_open_tunnel_reset_met_by_a_write_while_its_bytes_wait(gateway, net):
     # As test_open_tunnel_reset_while_its_bytes_wait, under 1 KiB/s, but
     # the upstream writes to the client every 20 ms: the gateway's write
@@ -146,24 +156,15 @@ def test_open_tunnel_reset_met_by_a_write_while_its_bytes_wait(gateway, net):
     # the same: what the client sent before it is not sent on (else
     # bytes_up 15361, 15 s later).
     sink = TickSink(SINK_IP)
-    t = None
     try:
-        gw = gateway(_policy(net, sink, "1KiB/s"))
-        t = connect(gw, "sink.example.test:%d" % sink.port, timeout=HANG_GUARD_S)
-        assert t.status == 200
         data = b"\0" + pattern_bytes(15 * KIB)  # neither TLS nor HTTP: opens at once
-        t.sock.sendall(data)
-        ev = gw.wait_events(method="CONNECT")[-1]
+        gw, t, ev = _tunnel_to(gateway, net, sink, "1KiB/s", data)
         _at_sink(sink, 1)
         assert t.sock.recv(1) == b"t"  # the upstream writes to the client
         t.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         t.close()  # a reset
-        t = None
-        end = _end_of(gw, ev)
-        assert end["bytes_up"] < len(data), end
+        assert _end_of(gw, ev)["bytes_up"] < len(data)
     finally:
-        if t is not None:
-            t.close()
         sink.stop()
 
 
@@ -194,27 +195,19 @@ def test_open_tunnel_end_after_its_upstreams_is_not_a_reset(gateway, net):
     # FIN behind them. The client's socket, ended both ways, is then
     # TCP_CLOSE as a reset leaves it, but nothing was reset: the bytes
     # waiting for the bucket go to the last. Before, the refill's look
-    # took the close for a reset and cut the tunnel (bytes_up 4197 of 24677).
+    # took the close for a reset and cut the tunnel (bytes_up 4178 of 24677).
     sink = EndFirstSink(SINK_IP)
-    t = None
     try:
-        gw = gateway(_policy(net, sink, "4KiB/s"))
-        t = connect(gw, "sink.example.test:%d" % sink.port, timeout=HANG_GUARD_S)
-        assert t.status == 200
         first = b"\0" + pattern_bytes(100)  # neither TLS nor HTTP: opens at once
-        t.sock.sendall(first)
-        ev = gw.wait_events(method="CONNECT")[-1]
+        gw, t, ev = _tunnel_to(gateway, net, sink, "4KiB/s", first)
         assert t.sock.recv(1) == b""  # the upstream's end, passed on
         rest = pattern_bytes(24 * KIB)
         t.sock.sendall(rest)
         t.close()  # a FIN: nothing unread on the client's side
-        t = None
         end = _end_of(gw, ev)
         assert end["bytes_up"] == len(first) + len(rest), end
         _at_sink(sink, len(first) + len(rest))
     finally:
-        if t is not None:
-            t.close()
         sink.stop()
 
 
