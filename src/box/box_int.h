@@ -51,6 +51,7 @@ void box_path_error(char *err, size_t errlen, const char *before, const char *pa
 int box_each_writable_mount(int (*fn)(int fd, void *arg), void *arg, char *err, size_t errlen);
 
 /* sysfs.c */
+#define BOX_SYSFS_MAGIC 0x62656572 /* <linux/magic.h> SYSFS_MAGIC: statfs()'s f_type */
 /* In the box's private mount namespace, before the view is built: mounts
  * a sysfs of the box's own network namespace on /sys (read-only, nosuid,
  * nodev, noexec) and binds the host's mounts below /sys there again.

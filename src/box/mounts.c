@@ -23,8 +23,9 @@
  *      directory becomes an empty read-only tmpfs, a hidden file an empty
  *      read-only file (/dev/null); one below /proc waits for the box's own
  *      /proc (box_mount_proc()), which would cover it; then every proc
- *      mount of the host outside /proc (a chroot's), brought along or
- *      not, is covered as a hidden directory is (cover_host_procs());
+ *      mount of the host outside /proc and every sysfs outside /sys (a
+ *      chroot's), brought along or not, is covered as a hidden directory
+ *      is (cover_host_proc_and_sysfs());
  *   5. every mount still writable is checked against the writable paths:
  *      one left over is an error, never a half-boxed run.
  * A writable path that is read-only on the host stays read-only. Paths are
@@ -459,68 +460,105 @@ static bool out_of_reach(const char *mount_point)
     return others;
 }
 
-/* Whether <e> is a proc file system of the host that the box's view would
- * still show once the box's own /proc covers the host's (and all below
- * it): one mounted elsewhere (a chroot's /srv/chroot/proc, a container's
- * rootfs/proc), or brought along below a path of step 4 by its recursive
- * bind. Read-only, it still shows the host's processes (their command
- * lines, a secret passed as an argument) and, through a host process's
- * net/, the sockets of the host's network namespace. */
-static bool host_proc(const struct mountinfo *mi, const struct mountinfo_entry *e)
+/* The kernel's file systems whose every mount shows the host, whatever
+ * it is mounted on, and whose home the box gives one of its own: a proc
+ * file system shows the processes of the PID namespace it was mounted in
+ * (their command lines, a secret passed as an argument) and, through a
+ * process's net/, the sockets of its network namespace; a sysfs, in
+ * class/net and the net folders of devices/, the interfaces of the
+ * network namespace it was mounted in (the host's: their MAC addresses
+ * and counters). The box's /proc and /sys are its own (box_mount_proc(),
+ * box_mount_sysfs()); one mounted elsewhere (a chroot's /srv/chroot/proc
+ * or /srv/chroot/sys, a container's rootfs/proc or rootfs/sys), or brought
+ * along below a path of step 4 by its recursive bind, is the host's, and
+ * read-only it is still readable. One at home is let be: the box's own, or
+ * the host's /sys where the kernel refused the box a sysfs, which
+ * box_mount_sysfs() warns of. */
+struct host_fs {
+    const char *fstype; /* as mountinfo names it, and the errors the mount */
+    const char *home;   /* where the box has its own */
+    long magic;         /* statfs()'s f_type <linux/magic.h> */
+};
+
+static const struct host_fs host_fss[] = {
+    {"proc", "/proc", 0x9fa0 /* PROC_SUPER_MAGIC */},
+    {"sysfs", "/sys", BOX_SYSFS_MAGIC},
+};
+#define HOST_FSS (sizeof(host_fss) / sizeof(host_fss[0]))
+
+/* Whether <path> is <home> or lies below it. */
+static bool at_or_below(const char *path, const char *home)
 {
-    return strcmp(e->fstype, "proc") == 0 && strcmp(e->mount_point, "/proc") != 0 &&
-           !below_proc(e->mount_point) && !mountinfo_is_covered(mi, e);
+    size_t n = strlen(home);
+    return strncmp(path, home, n) == 0 && (path[n] == '\0' || path[n] == '/');
 }
 
-#define BOX_PROC_SUPER_MAGIC 0x9fa0 /* <linux/magic.h> */
+/* The kind of <e> when it is such a mount of the host that the box's view
+ * would still show (not its own at home or below, where the box's covers
+ * the host's, and not covered), or NULL. */
+static const struct host_fs *host_fs_of(const struct mountinfo *mi, const struct mountinfo_entry *e)
+{
+    for (size_t k = 0; k < HOST_FSS; k++)
+        if (strcmp(e->fstype, host_fss[k].fstype) == 0)
+            return at_or_below(e->mount_point, host_fss[k].home) || mountinfo_is_covered(mi, e)
+                       ? NULL
+                       : &host_fss[k];
+    return NULL;
+}
 
-/* Whether <path>, reached without following a link, is on a proc file
- * system: 1, 0, or -1 with errno when it cannot be reached. A mount's
- * point can lead to another mount than the one mountinfo lists there: a
- * bind of a folder above it (the working directory's, recursive) put a
- * copy of it on top, by a path mountinfo does not call covered. */
-static int is_proc(const char *path)
+/* Whether <path>, reached without following a link, is on a file system
+ * of <fs>'s kind: 1, 0, or -1 with errno when it cannot be reached. A
+ * mount's point can lead to another mount than the one mountinfo lists
+ * there: a bind of a folder above it (the working directory's, recursive)
+ * put a copy of it on top, by a path mountinfo does not call covered. */
+static int shows_fs(const char *path, const struct host_fs *fs)
 {
     int fd = box_open_nofollow(path);
     if (fd < 0)
         return -1;
     struct statfs sf;
-    int rc = fstatfs(fd, &sf) < 0 ? -1 : sf.f_type == BOX_PROC_SUPER_MAGIC;
+    int rc = fstatfs(fd, &sf) < 0 ? -1 : sf.f_type == fs->magic;
     int e = errno;
     close(fd);
     errno = e;
     return rc;
 }
 
-/* Step 4's last part: the path of each such proc mount that leads to a
- * proc file system is covered as a --hide path is (an empty read-only
- * folder; /dev/null for one on a file), after the binds that may bring one
- * along, on top of any --ro or --hide path on or below it. One below
- * another is covered with it: its path, leading into the empty folder
- * now, finds nothing. Then none may be left that the command can reach
- * (one moved by a rename above it since mountinfo was read, or one whose
- * path the init cannot walk where the command may): the set-up fails,
- * naming it. */
-static int cover_host_procs(char *err, size_t errlen)
+/* Step 4's last part: the path of each such proc or sysfs mount that
+ * leads to a file system of its kind is covered as a --hide path is (an
+ * empty read-only folder; /dev/null for one on a file), after the binds
+ * that may bring one along, on top of any --ro or --hide path on or below
+ * it. One below another is covered with it: its path, leading into the
+ * empty folder now, finds nothing. Then none may be left that the command
+ * can reach (one moved by a rename above it since mountinfo was read, or
+ * one whose path the init cannot walk where the command may): the set-up
+ * fails, naming it. */
+static int cover_host_proc_and_sysfs(char *err, size_t errlen)
 {
     struct mountinfo mi;
     if (box_read_mountinfo(&mi, err, errlen) < 0)
         return -1;
     int rc = 0;
-    for (size_t i = 0; i < mi.n && rc == 0; i++)
-        if (host_proc(&mi, &mi.v[i]) && is_proc(mi.v[i].mount_point) == 1)
-            rc =
-                cover_path("cannot cover the host's proc mount ", mi.v[i].mount_point, err, errlen);
+    char what[64];
+    for (size_t i = 0; i < mi.n && rc == 0; i++) {
+        const struct host_fs *fs = host_fs_of(&mi, &mi.v[i]);
+        if (fs == NULL || shows_fs(mi.v[i].mount_point, fs) != 1)
+            continue;
+        snprintf(what, sizeof(what), "cannot cover the host's %s mount ", fs->fstype);
+        rc = cover_path(what, mi.v[i].mount_point, err, errlen);
+    }
     mountinfo_free(&mi);
     if (rc < 0 || box_read_mountinfo(&mi, err, errlen) < 0)
         return -1;
     for (size_t i = 0; i < mi.n && rc == 0; i++) {
         const char *mp = mi.v[i].mount_point;
-        if (!host_proc(&mi, &mi.v[i]))
+        const struct host_fs *fs = host_fs_of(&mi, &mi.v[i]);
+        if (fs == NULL)
             continue;
-        int shown = is_proc(mp);
+        int shown = shows_fs(mp, fs);
         if (shown == 1 || (shown < 0 && errno != ENOENT && !out_of_reach(mp))) {
-            box_path_error(err, errlen, "the host's proc mount ", mp, "", "still shown in the box");
+            snprintf(what, sizeof(what), "the host's %s mount ", fs->fstype);
+            box_path_error(err, errlen, what, mp, "", "still shown in the box");
             rc = -1;
         }
     }
@@ -718,7 +756,7 @@ int box_mounts_setup(const struct box_config *cfg, char *err, size_t errlen)
     for (size_t i = 0; i < nops; i++)
         if (apply_op(&ops[i], err, errlen) < 0)
             goto out;
-    if (cover_host_procs(err, errlen) < 0)
+    if (cover_host_proc_and_sysfs(err, errlen) < 0)
         goto out;
 
     /* /dev itself read-only once the paths below it are in place */

@@ -22,8 +22,7 @@
 #include "box/box_int.h"
 #include "box/mountinfo.h"
 
-#define BOX_SYSFS_MAGIC 0x62656572 /* <linux/magic.h> SYSFS_MAGIC */
-#define MAX_SYS_MOUNTS  256        /* mounts right below /sys kept */
+#define MAX_SYS_MOUNTS 256 /* mounts right below /sys kept */
 
 struct sys_mount {
     char *path; /* the mount point, below /sys */

@@ -2481,8 +2481,14 @@ def _sys_view(sluice_bin, proj, how, mask=""):
         wrap += ["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY, "--clear-groups"]
     argv = (["unshare", "-n", "-m", "--propagation", "private", "sh", "-c", OWN_NET, "sh", mask]
             + wrap + [sluice_bin, "run", "--policy", pol, "--", PY, "-c", SYS_VIEW])
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=proj,
-                       env=_clean_env())
+    return _run_in_own_net(argv, proj, _clean_env())
+
+
+def _run_in_own_net(argv, proj, env):
+    """Runs <argv>, an unshare -n whose set-up makes a veth pair and mounts
+    a sysfs (exit 99 when it cannot: the test is skipped), from <proj>;
+    returns the process and the box's JSON."""
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=proj, env=env)
     if p.returncode == 99 or "unshare:" in p.stderr:
         pytest.skip("cannot make a network namespace with a veth pair and its sysfs: %s"
                     % p.stderr.strip())
@@ -2534,3 +2540,80 @@ def test_sys_is_the_hosts_with_a_warning_where_the_kernel_refuses_one(sluice_bin
     assert o == dict(_host_cpus(), net=["lo", "sl-box0", "sl-box1"], address="02:51:55:49:43:45",
                      rx_bytes="0", marker="kept", write_marker="EROFS",
                      uevent_helper="EROFS"), (o, p.stderr)
+
+
+# In the box: what the sysfs mounted at argv[1] on the host shows of the
+# network it was mounted in (its top folder, the interfaces and sl-box0's
+# MAC address), and what the file argv[2] holds (that address, bound there
+# from the sysfs).
+OTHER_SYSFS = r"""
+import errno, json, os, sys
+where, file = sys.argv[1], sys.argv[2]
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError as e:
+        return errno.errorcode[e.errno]
+def listing(path):
+    try:
+        return sorted(os.listdir(path))
+    except OSError as e:
+        return errno.errorcode[e.errno]
+print(json.dumps({"listing": listing(where), "net": listing(os.path.join(where, "class", "net")),
+                  "address": read(os.path.join(where, "class", "net", "sl-box0", "address")),
+                  "file": read(file)}))
+"""
+
+# In a network namespace of the test's own with a veth pair (sl-box0, whose
+# address is the marker), mounts a sysfs at $0, which shows that network
+# (exit 99 when it cannot), then runs the rest of its arguments; with $FILE
+# set, binds sl-box0's address there from it and unmounts $0 first.
+MOUNT_SYSFS = ('ip link add sl-box0 address 02:51:55:49:43:45 type veth peer name sl-box1 '
+               '|| exit 99; mount -t sysfs -o nosuid,nodev,noexec sysfs "$0" || exit 99; '
+               'if [ -n "$FILE" ]; then : > "$FILE"; '
+               'mount --bind "$0/class/net/sl-box0/address" "$FILE" || exit 99; umount "$0"; '
+               'fi; exec "$@"')
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or shutil.which("ip") is None,
+                    reason="needs unshare(1) and ip(8)")
+@pytest.mark.parametrize("where", ["elsewhere", "in_cwd", "ro", "hide_below", "file", "by_path",
+                                   "as_nobody", "nobody_by_path"])
+def test_another_sysfs_mount_shows_nothing_of_the_host(sluice_bin, proj, where):
+    """A sysfs mounted on the host outside /sys (a chroot's /srv/chroot/sys,
+    a container's rootfs/sys) stayed in the box's view, read-only but
+    readable: it lists the interfaces of the network it was mounted in (the
+    host's), with their MAC addresses and counters, which the box's own
+    /sys hides. Such a mount is covered by an empty read-only folder in the
+    box, as another proc mount is: outside the working directory, below it
+    (its recursive bind brings the mount along), named with --ro, with a
+    --hide below it, when the box remounts
+    mount by mount (mount_setattr(2) refused), in a box run as nobody (in a
+    user namespace of its own); one of a sysfs file bound on a file is
+    covered by /dev/null. The sysfs is mounted in a network and mount
+    namespace of the test's own (unshare -n -m), in which run starts."""
+    pol = _policy(proj)
+    top = proj if where == "in_cwd" else \
+        tempfile.mkdtemp(prefix="sluice-othersys-", dir=os.path.dirname(proj))
+    try:
+        mnt = os.path.join(top, "rootfs", "sys")
+        os.makedirs(mnt)
+        os.chmod(top, 0o755)
+        wrap = [PY, "-c", NO_MOUNT_SETATTR] if where.endswith("by_path") else []
+        if "nobody" in where:  # the box in a user namespace of its own
+            _own(proj, NOBODY)
+            wrap += ["setpriv", "--reuid=%d" % NOBODY, "--regid=%d" % NOBODY, "--clear-groups"]
+        file = mnt + ".file"
+        env = dict(_clean_env(), FILE=file if where == "file" else "")
+        args = {"ro": ["--ro", mnt], "hide_below": ["--hide", os.path.join(mnt, "class")]}
+        argv = (["unshare", "-n", "-m", "--propagation", "private", "sh", "-c", MOUNT_SYSFS, mnt]
+                + wrap + [sluice_bin, "run", "--policy", pol] + args.get(where, [])
+                + ["--", PY, "-c", OTHER_SYSFS, mnt, file])
+        p, o = _run_in_own_net(argv, proj, env)
+    finally:
+        if top != proj:
+            shutil.rmtree(top, ignore_errors=True)
+    assert "02:51:55:49:43:45" not in json.dumps(o), o
+    assert o == {"listing": [], "net": "ENOENT", "address": "ENOENT",
+                 "file": "" if where == "file" else "ENOENT"}, (o, p.stderr)
