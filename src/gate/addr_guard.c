@@ -152,54 +152,88 @@ static void v4_from(struct ipaddr *out, const struct ipaddr *a, unsigned at, boo
     }
 }
 
+/* v4_from()'s inverse: writes the IPv4 address <v4> into <a> there. */
+static void v4_into(struct ipaddr *a, const struct ipaddr *v4, unsigned at, bool skip_u)
+{
+    for (unsigned i = 0, j = at; i < 4; i++, j++) {
+        if (skip_u && j == 8)
+            j++;
+        a->b[j] = v4->b[12 + i];
+    }
+}
+
+/* The IPv6 forms a translator connects to the IPv4 address they embed:
+ * <len> bytes of <prefix>, then the address at one of the first <npos> of
+ * <pos>. Both embedded_v4() (the guard's reading) and
+ * addr_guard_translated_in() (the policy loader's warning) take them from
+ * here. 6to4, Teredo and the v4-compatible form are no such forms: they
+ * tunnel, and the IPv4 host gets a wrapped packet, never the connection. */
+static const struct translated_form {
+    enum embed kind;
+    uint8_t prefix[12];
+    uint8_t len;
+    uint8_t npos;
+    struct {
+        uint8_t at;
+        bool skip_u;
+    } pos[4];
+} translated_forms[] = {
+    /* NAT64's well-known prefix (RFC 6052), 64:ff9b::/96. */
+    {EMBED_NAT64, {0, 0x64, 0xff, 0x9b}, 12, 1, {{12, false}}},
+    /* Local-use NAT64 (RFC 8215), 64:ff9b:1::/48. The operator picks the
+     * prefix length inside the /48, so every RFC 6052 position that fits
+     * is a candidate: /96 (the last 32 bits), /64 (bits 72-103), /56
+     * (56-63, 72-95) and /48 (48-63, 72-87). */
+    {EMBED_NAT64_LOC,
+     {0, 0x64, 0xff, 0x9b, 0, 1},
+     6,
+     4,
+     {{12, false}, {9, false}, {7, true}, {6, true}}},
+    /* SIIT's v4-translated addresses (RFC 7915), ::ffff:0:0:0/96: a
+     * stateless translator maps them to the IPv4 address. */
+    {EMBED_SIIT, {0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff}, 12, 1, {{12, false}}},
+};
+
+#define NTRANSLATED (sizeof(translated_forms) / sizeof(translated_forms[0]))
+
+/* Fills <v4> with the IPv4 addresses at <f>'s positions in <a> and
+ * returns how many. A read in 0.0.0.0/8 means nothing is encoded there
+ * (local-use NAT64's other formats leave those bits zero) and is skipped,
+ * unless every position reads so: then the first one's is the address.
+ * Any other private read denies: erring on the safe side for prefixes that
+ * public DNS does not return. */
+static size_t translated_v4(const struct ipaddr *a, const struct translated_form *f,
+                            struct ipaddr v4[4])
+{
+    size_t n = 0;
+    for (size_t i = 0; i < f->npos; i++) {
+        v4_from(&v4[n], a, f->pos[i].at, f->pos[i].skip_u);
+        if (v4[n].b[12] != 0)
+            n++;
+    }
+    if (n == 0)
+        v4_from(&v4[n++], a, f->pos[0].at, f->pos[0].skip_u);
+    return n;
+}
+
 /* Fills <v4> with the IPv4 addresses <a> embeds and returns how many
  * (0 when <a> is IPv4 itself or embeds nothing); <*kind> says how. */
 static size_t embedded_v4(const struct ipaddr *a, struct ipaddr v4[4], enum embed *kind)
 {
     static const uint8_t zero[12] = {0};
-    static const uint8_t nat64[12] = {0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};
-    static const uint8_t siit[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0};
-    static const uint8_t nat64_local[6] = {0, 0x64, 0xff, 0x9b, 0, 1};
 
     if (is_v4(a))
         return 0;
+    for (size_t f = 0; f < NTRANSLATED; f++) {
+        if (memcmp(a->b, translated_forms[f].prefix, translated_forms[f].len) == 0) {
+            *kind = translated_forms[f].kind;
+            return translated_v4(a, &translated_forms[f], v4);
+        }
+    }
     if (memcmp(a->b, zero, 12) == 0) {
         *kind = EMBED_COMPAT;
         v4_from(&v4[0], a, 12, false);
         return 1;
-    }
-    if (memcmp(a->b, siit, 12) == 0) {
-        *kind = EMBED_SIIT; /* a stateless translator maps it to the IPv4 address */
-        v4_from(&v4[0], a, 12, false);
-        return 1;
-    }
-    if (memcmp(a->b, nat64, 12) == 0) {
-        *kind = EMBED_NAT64;
-        v4_from(&v4[0], a, 12, false);
-        return 1;
-    }
-    if (memcmp(a->b, nat64_local, 6) == 0) {
-        /* The operator picks the prefix length inside the /48, so every
-         * RFC 6052 position that fits is a candidate: /96 (the last 32
-         * bits), /64 (bits 72-103), /56 (56-63, 72-95) and /48 (48-63,
-         * 72-87). A read in 0.0.0.0/8 means nothing is encoded there (the
-         * other formats leave those bits zero) and is skipped, unless every
-         * position reads so. Any other private read denies: erring on the
-         * safe side for prefixes that public DNS does not return. */
-        static const struct {
-            unsigned at;
-            bool skip_u;
-        } pos[] = {{12, false}, {9, false}, {7, true}, {6, true}};
-        size_t n = 0;
-        *kind = EMBED_NAT64_LOC;
-        for (size_t i = 0; i < sizeof(pos) / sizeof(pos[0]); i++) {
-            v4_from(&v4[n], a, pos[i].at, pos[i].skip_u);
-            if (v4[n].b[12] != 0)
-                n++;
-        }
-        if (n == 0)
-            v4_from(&v4[n++], a, 12, false);
-        return n;
     }
     if (a->b[0] == 0x20 && a->b[1] == 0x02) {
         *kind = EMBED_6TO4; /* 2002:V4ADDR::/48: bits 16..47 */
@@ -232,50 +266,33 @@ static bool isatap_v4(const struct ipaddr *a, struct ipaddr *v4)
     return true;
 }
 
-/* The IPv6 forms a translator connects to the IPv4 address they embed, as
- * embedded_v4() reads them: NAT64's well-known prefix (RFC 6052), local-use
- * NAT64 (RFC 8215) at each position its /48 leaves room for, and SIIT's
- * v4-translated addresses (RFC 7915): <len> bytes of <prefix>, then the
- * address at byte <at> (skipping the "u" octet when <skip_u>). 6to4, Teredo
- * and the v4-compatible form are left out: they tunnel, and the IPv4 host
- * gets a wrapped packet, never the connection. */
-static const struct {
-    uint8_t prefix[12];
-    uint8_t len;
-    uint8_t at;
-    bool skip_u;
-} translated_forms[] = {
-    {{0, 0x64, 0xff, 0x9b}, 12, 12, false},
-    {{0, 0x64, 0xff, 0x9b, 0, 1}, 6, 12, false},
-    {{0, 0x64, 0xff, 0x9b, 0, 1}, 6, 9, false},
-    {{0, 0x64, 0xff, 0x9b, 0, 1}, 6, 7, true},
-    {{0, 0x64, 0xff, 0x9b, 0, 1}, 6, 6, true},
-    {{0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff}, 12, 12, false},
-};
+/* True when the guard reads <v4> among the addresses <a> embeds. */
+static bool embeds(const struct ipaddr *a, const struct ipaddr *v4)
+{
+    struct ipaddr got[4];
+    enum embed kind;
+    size_t n = embedded_v4(a, got, &kind);
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(got[i].b, v4->b, sizeof(got[i].b)) == 0)
+            return true;
+    return false;
+}
 
 bool addr_guard_translated_in(const struct cidr *c, const struct ipaddr *v4, struct ipaddr *form)
 {
-    for (size_t f = 0; f < sizeof(translated_forms) / sizeof(translated_forms[0]); f++) {
-        /* <c>'s own address with the form written over it: the bits <c>
-         * leaves free take any value, so when the result is still in <c>,
-         * <c> holds that form of <v4>. */
-        struct ipaddr a = c->addr;
-        memcpy(a.b, translated_forms[f].prefix, translated_forms[f].len);
-        for (unsigned i = 0, j = translated_forms[f].at; i < 4; i++, j++) {
-            if (translated_forms[f].skip_u && j == 8)
-                j++;
-            a.b[j] = v4->b[12 + i];
-        }
-        if (!cidr_contains(c, &a))
-            continue;
-        /* Read back as the guard reads it: a local-use NAT64 address whose
-         * other positions hold other addresses is still denied as this one
-         * (any read denies), and this makes sure the form is one it reads. */
-        struct ipaddr got[4];
-        enum embed kind;
-        size_t n = embedded_v4(&a, got, &kind);
-        for (size_t i = 0; i < n; i++) {
-            if (memcmp(got[i].b, v4->b, sizeof(got[i].b)) == 0) {
+    for (size_t f = 0; f < NTRANSLATED; f++) {
+        const struct translated_form *t = &translated_forms[f];
+        for (size_t p = 0; p < t->npos; p++) {
+            /* <c>'s own address with the form written over it: the bits
+             * <c> leaves free take any value, so when the result is still
+             * in <c>, <c> holds that form of <v4>. Read back as the guard
+             * reads it: a local-use NAT64 address whose other positions
+             * hold other addresses is still denied as this one (any read
+             * denies), and this makes sure the form is one it reads. */
+            struct ipaddr a = c->addr;
+            memcpy(a.b, t->prefix, t->len);
+            v4_into(&a, v4, t->pos[p].at, t->pos[p].skip_u);
+            if (cidr_contains(c, &a) && embeds(&a, v4)) {
                 if (form != NULL)
                     *form = a;
                 return true;
