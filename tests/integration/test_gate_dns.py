@@ -631,6 +631,18 @@ def test_a_dead_server_before_a_live_one(world, first):
         assert_reached(w.get("n%d.test" % i), ALLOWED + ":80")
 
 
+def test_a_lone_server_where_nothing_listens_is_timed_out(world):
+    # Its connected socket gets ICMP port unreachable (ECONNREFUSED), which
+    # makes evdns mark the server failed but ends no query: each try waits
+    # out its time, and the refusal says "timed out", as for a server that
+    # drops the questions (README, Resolve)
+    w = world({}, names=["nobody.test"], servers=[REFUSING_SERVER])
+    r = w.get("nobody.test")
+    assert_refused(w, r, "nobody.test", "dns_failure", None)
+    assert r.text.startswith(
+        "sluice: cannot resolve nobody.test:80 (agent default): timed out"), r.text
+
+
 def test_reload_moves_lookups_in_flight_to_the_new_servers(world):
     # lookups waiting on a silent server are asked again of the servers a
     # reloaded policy names, and answered by them
