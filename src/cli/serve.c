@@ -301,7 +301,7 @@ static int serve_main(int argc, char **argv)
     sigaddset(&stops, SIGTERM);
     sigaddset(&stops, SIGINT); /* a SIGHUP stays pending: it reloads once serve is up */
     int stop_sig = 0;
-    unsigned grace = a->grace_ms > 0 ? a->grace_ms : GATEWAY_DEFAULT_GRACE_MS;
+    unsigned grace = gateway_grace_ms(a->grace_ms);
     struct startup_load how = {
         .who = "sluice serve",
         .stopped = "stopped before serving",

@@ -327,7 +327,7 @@ static unsigned max_conns(const struct gateway *gw)
  * and the logs' last lines, from SIGTERM. */
 static unsigned grace_ms(const struct gateway *gw)
 {
-    return gw->cfg.grace_ms > 0 ? gw->cfg.grace_ms : GATEWAY_DEFAULT_GRACE_MS;
+    return gateway_grace_ms(gw->cfg.grace_ms);
 }
 
 /* What is left of --grace since the stop began (all of it when the gateway

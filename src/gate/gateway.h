@@ -34,6 +34,13 @@ struct gw_reload;
 #define GATEWAY_DEFAULT_MAX_CONNS 4096
 #define GATEWAY_DEFAULT_GRACE_MS  5000
 
+/* The grace a stop gives: <given> (--grace), GATEWAY_DEFAULT_GRACE_MS for
+ * 0 (not given). */
+static inline unsigned gateway_grace_ms(unsigned given)
+{
+    return given > 0 ? given : GATEWAY_DEFAULT_GRACE_MS;
+}
+
 /* The budget for connecting upstream (every address of a name together), or
  * idle_timeout when that is shorter: see upstream.h. */
 #define GATEWAY_CONNECT_TIMEOUT_MS 10000
