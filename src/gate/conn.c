@@ -1693,13 +1693,16 @@ void conn_watch_hangup(struct conn *c)
 
 /* True while <c>'s client is not read because its bytes wait for the
  * bandwidth bucket: a plain request's body (shape_meter_upload()) or a
- * CONNECT's first bytes (connect.c, pace_peeked()). */
+ * CONNECT's first bytes (connect.c, pace_peeked()). Not once the upstream
+ * answered the request whole (an early answer: forward.c, maybe_done()):
+ * the rest of the body never goes up, whatever the bucket's timer armed
+ * before says, and the answer waits only for the client to take it. */
 static bool waits_for_bucket(const struct conn *c)
 {
     if (!quota_flow_paused(c->ex.flow))
         return false;
     return c->state == CS_PEEK || c->state == CS_FLUSH ||
-           (c->state == CS_FORWARD && !c->ex.req_done);
+           (c->state == CS_FORWARD && !c->ex.req_done && !c->ex.rsp_done);
 }
 
 /* True when <c>'s paused upload can never be whole: its client ended its

@@ -7,12 +7,14 @@ is in bytes (what went upstream when the end was logged), not in time."""
 import json
 import socket
 import struct
+import threading
 import time
 
 import pytest
 
-from gate_client import api_rule, build_request, connect, open_conn, read_response
-from gate_servers import pattern_bytes
+from gate_client import (api_rule, build_request, connect, open_conn, read_response,
+                         recv_until_close)
+from gate_servers import ScriptedUpstream, pattern_bytes
 from test_shape_bandwidth import KIB, SINK_IP, HashSink, _at_sink
 
 HANG_GUARD_S = 90  # a hang guard, not a claim on time (the waits are 15-60 s)
@@ -235,3 +237,64 @@ def test_upload_whole_before_its_end_goes_on(gateway, net, unix):
     assert json.loads(r.body)["body_len"] == len(body)
     _, end = gw.decided(path="/whole")
     assert end["status"] == 200 and end["bytes_up"] == len(body), end
+
+
+EARLY = "early.example.test"
+
+
+def test_upload_answered_then_ended_in_its_wait_gets_its_answer(gateway, net):
+    # The origin refuses a paused upload early (413, with a body of 320 KiB,
+    # more than the client's unix socket takes while it does not read) and
+    # the gateway, the answer whole in its hands, closes the upstream:
+    # nothing more goes up. The client then ends its side in the middle of
+    # its body and reads the answer only later, as a slow client would.
+    # That answer waits for nothing but the client: it is delivered, and
+    # logged with its status and size. Before, the hang-up check still took
+    # the exchange for an upload waiting for its bucket (the bucket's timer,
+    # armed before the answer came, had not fired yet: under 1 s) and cut
+    # it 100 ms after the end: the client got 232051 of the 327680 bytes.
+    answer = pattern_bytes(320 * KIB)
+    closed = threading.Event()
+
+    def script(conn, stop, _):
+        conn.sendall(b"HTTP/1.1 413 Content Too Large\r\nContent-Length: %d\r\n"
+                     b"Connection: close\r\n\r\n" % len(answer) + answer)
+        try:
+            while conn.recv(65536):  # until the gateway closes (it has the answer)
+                pass
+        except socket.timeout:
+            return  # never closed: the test fails on it
+        except OSError:
+            pass  # a reset: what it did not take of the body is dropped
+        closed.set()
+        stop.wait(HANG_GUARD_S)
+
+    with ScriptedUpstream(script) as up:
+        rule = {"host": EARLY, "ports": [up.port], "tier": 0, "rate": {"bandwidth": "1KiB/s"}}
+        gw = gateway(net.policy([rule], static_extra={EARLY: up.IP}), unix=True, tcp=False)
+        s = open_conn(gw, timeout=HANG_GUARD_S)
+        try:
+            # A head of 8 KiB puts the bucket in debt: the body waits a
+            # second at a time, the timer's longest.
+            s.sendall(b"POST http://%s:%d/early HTTP/1.1\r\nHost: %s:%d\r\nX-Pad: %s\r\n"
+                      b"Content-Length: 100000\r\n\r\n"
+                      % (EARLY.encode(), up.port, EARLY.encode(), up.port, b"p" * 8192)
+                      + pattern_bytes(4 * KIB))
+            assert closed.wait(HANG_GUARD_S), "the gateway never closed the upstream"
+            s.shutdown(socket.SHUT_WR)
+            ev = gw.wait_events(path="/early")[-1]
+            # The slow client takes its time: long enough for the bucket's
+            # timer, which the cut needed, to fire (at most 1 s).
+            try:
+                gw.wait_events("agent_egress_end", timeout=2, id=ev["id"])
+            except AssertionError:
+                pass  # not logged yet: the answer waits for the client
+            got = recv_until_close(s)
+        finally:
+            s.close()
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413 "), got[:200]
+    assert body == answer, "%d of %d bytes of the answer" % (len(body), len(answer))
+    end = _end_of(gw, ev)
+    assert end["status"] == 413 and end["bytes_down"] == len(answer), end
+    assert end["bytes_up"] < 4 * KIB, end  # nothing went up after the answer
