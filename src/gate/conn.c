@@ -19,6 +19,7 @@
 #include "gate/addr_guard.h"
 #include "gate/deny.h"
 #include "gate/gateway.h"
+#include "gate/held_body.h"
 #include "gate/method_override.h"
 #include "gate/progress.h"
 #include "gate/stream.h"
@@ -1707,18 +1708,25 @@ static bool waits_for_bucket(const struct conn *c)
 
 /* True when <c>'s paused upload can never be whole: its client ended its
  * side (or closed: <revents>, poll()'s for POLLRDHUP on its socket) and
- * what the gateway holds and its socket still has queued is less than the
- * body's Content-Length left. A chunked body's end cannot be told without
- * reading it: false. */
-static bool upload_cut_short(const struct conn *c, short revents)
+ * what the gateway holds and its socket still has queued cannot make up
+ * the rest of its body: fewer bytes than its Content-Length has left, or
+ * a chunked body's bytes without its last-chunk (held_body.h). Once its
+ * end is found among them, it is not looked for again: no more bytes come
+ * after the client's end, and those sent go through the body's framer. */
+static bool upload_cut_short(struct conn *c, short revents)
 {
-    const struct exchange *ex = &c->ex;
-    int queued = 0;
-    if (ex->req_body != BODY_LENGTH || !(revents & (POLLRDHUP | POLLHUP)) ||
-        ioctl(c->fd, FIONREAD, &queued) < 0)
+    struct exchange *ex = &c->ex;
+    if (ex->body_end_held || !(revents & (POLLRDHUP | POLLHUP)))
         return false;
-    uint64_t held = evbuffer_get_length(bufferevent_get_input(c->client)) + (uint64_t)queued;
-    return held < ex->req_left;
+    switch (held_body_check(ex, bufferevent_get_input(c->client), c->fd)) {
+    case HELD_BODY_SHORT:
+        return true;
+    case HELD_BODY_ENDS:
+        ex->body_end_held = true;
+        return false;
+    default:
+        return false; /* a socket's queue too long to look at: left to go */
+    }
 }
 
 /* <c> waits for its bucket (waits_for_bucket()): its client, not read

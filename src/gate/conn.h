@@ -131,6 +131,9 @@ struct exchange {
     uint64_t req_left, rsp_left;
     struct chunked req_chunked, rsp_chunked;
     bool req_done, rsp_head_done, rsp_done;
+    /* Its client ended its side, and the end of the body is among the
+     * bytes left of it (conn.c, upload_cut_short()). */
+    bool body_end_held;
     /* Until the upstream took the whole request (req_taken), its timeouts
      * are steps of idle_timeout that judge its progress (forward.c,
      * gate/drain.h); then it has idle_timeout to answer. */
