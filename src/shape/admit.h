@@ -25,7 +25,9 @@ bool shape_check_quarantine(struct conn *c);
 /* Takes a request token for the current exchange of <c>; when there is
  * none, refuses it with `rate_limited` and returns true (<c> may be gone).
  * Otherwise opens ex->flow (metering the upload where a bandwidth limit
- * applies, or will after a reload) and returns false. */
+ * applies, or will after a reload) and returns false; out of memory for
+ * it, refuses the exchange with `gateway_overloaded` ("out of memory")
+ * and returns true: its bytes never go unmetered. */
 bool shape_check_rate(struct conn *c);
 /* Meters the upload of <c> (a plain HTTP request body, <want> bytes of it
  * read): sets <*n> to the bytes that may go now and returns 0. When that

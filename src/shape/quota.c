@@ -346,7 +346,7 @@ static struct qentry *lookup(struct quota *q, const char *agent_id, const struct
     }
     if (q->nentries >= q->evict_at)
         evict(q, now);
-    e = calloc(1, sizeof(*e));
+    e = zalloc(sizeof(*e));
     if (e == NULL) {
         free(key);
         return NULL;
@@ -505,15 +505,17 @@ int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, c
 /* --- bandwidth ------------------------------------------------------------- */
 
 /* Holds the entry of flow <f>'s agent (<i> 0) or rule (1) and brings its
- * bandwidth bucket to <rs>. Out of memory: that limit goes unshaped. */
-static void flow_attach(struct quota_flow *f, int i, const struct rate_spec *rs, uint64_t now_ns)
+ * bandwidth bucket to <rs>. Returns 0, or -1 when out of memory: that
+ * limit would go unshaped (quota_flow_open() then fails). */
+static int flow_attach(struct quota_flow *f, int i, const struct rate_spec *rs, uint64_t now_ns)
 {
     struct qentry *e = lookup(f->q, f->agent_id, i == 0 ? NULL : f->rule, now_ns, true);
     if (e == NULL)
-        return;
+        return -1;
     apply_bandwidth(e, rs, now_ns);
     e->refs++;
     f->e[i] = e;
+    return 0;
 }
 
 /* Lets go of flow <f>'s entry <i>, as flow_attach() took it. */
@@ -536,9 +538,14 @@ struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, cons
     f->q = q;
     f->agent_id = agent_id;
     f->rule = r;
-    for (int i = 0; i < 2; i++)
-        if (limits_bandwidth(rs[i]))
-            flow_attach(f, i, rs[i], now_ns);
+    for (int i = 0; i < 2; i++) {
+        if (limits_bandwidth(rs[i]) && flow_attach(f, i, rs[i], now_ns) < 0) {
+            /* Never a flow that lets bytes past a limit that applies. */
+            flow_detach(f, 0);
+            free(f);
+            return NULL;
+        }
+    }
     f->next = q->flows;
     if (q->flows != NULL)
         q->flows->prev = f;
@@ -550,8 +557,11 @@ void quota_flow_set_rule(struct quota_flow *f, const struct rule *r, uint64_t no
 {
     flow_detach(f, 1);
     f->rule = r;
+    /* The same entry again when its identity is. Out of memory (a new
+     * identity's entry), the running flow goes on without that limit:
+     * a reload does not cut what it keeps open. */
     if (r != NULL && limits_bandwidth(&r->rate))
-        flow_attach(f, 1, &r->rate, now_ns); /* the same entry again when its identity is */
+        (void)flow_attach(f, 1, &r->rate, now_ns);
 }
 
 /* True when flow <f> is metered by its entry <i>. */
@@ -797,14 +807,15 @@ void quota_reshape(struct quota *q, const struct policy *p, uint64_t now_ns)
         }
     }
     /* A flow opened where no bandwidth was limited (or only the agent's, or
-     * only the rule's) is held to a limit <p> brings in from now on. */
+     * only the rule's) is held to a limit <p> brings in from now on (out of
+     * memory for its entry, it goes on without it, as quota_flow_set_rule()). */
     for (struct quota_flow *f = q->flows; f != NULL; f = f->next) {
         if (f->e[0] == NULL && limits_bandwidth(&p->limits.rate))
-            flow_attach(f, 0, &p->limits.rate, now_ns);
+            (void)flow_attach(f, 0, &p->limits.rate, now_ns);
         const struct rate_spec *rs;
         if (f->e[1] == NULL && f->rule != NULL &&
             limits_bandwidth(rs = rule_rate(f->rule, rules, nrules)))
-            flow_attach(f, 1, rs, now_ns);
+            (void)flow_attach(f, 1, rs, now_ns);
     }
     free_rule_rates(rules, nrules);
 }

@@ -130,8 +130,10 @@ void quota_on_event(const struct egress_event *ev, void *arg);
  * opened where none does too: it meters nothing until a reload brings a
  * limit (quota_reshape()). <agent_id> and <r> are borrowed and must outlive
  * the flow (the exchange's policy holds them). Returns NULL without an
- * agent or when out of memory (then the bytes go unshaped). The caller
- * closes it with quota_flow_close(). */
+ * agent or when out of memory (for the flow or for the entry of a limit
+ * that applies: never a flow that would let bytes past one); the gate
+ * then refuses the exchange (shape/admit.c). The caller closes it with
+ * quota_flow_close(). */
 struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, const char *agent_id,
                                    const struct rule *r, uint64_t now_ns);
 /* Points flow <f> at rule <r> (NULL: none), the rule a decision made again

@@ -1,5 +1,6 @@
 /* zalloc: zeroed memory for what the data path makes and frees on every
- * connection (a connection's upstream connect, its tunnel, its flow).
+ * connection (a connection's upstream connect, its tunnel, its flow), or
+ * on a new agent's first request (its shaping entries: shape/quota.c).
  *
  * glibc's calloc() (before 2.41) takes no chunk from the thread's cache
  * (tcache), which malloc() does: a calloc() goes through _int_malloc()

@@ -1,9 +1,12 @@
 /* test_quota: per-agent and per-rule buckets, keys that survive a reload,
- * bounded memory, quarantine and its alert, upload flows. */
+ * bounded memory, quarantine and its alert, upload flows, and a flow that
+ * cannot be opened for want of memory (zalloc() is interposed here). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -11,6 +14,7 @@
 #include <event2/event.h>
 
 #include "shape/quota.h"
+#include "util/zalloc.h"
 #include "watch/bus.h"
 #include "watch/detectors.h"
 
@@ -41,6 +45,23 @@ static void set_rate(struct rate_spec *rs, uint64_t requests, uint64_t per_ms, u
     rs->per_ms = per_ms;
     rs->burst = burst;
     rs->bandwidth = bandwidth;
+}
+
+/* zalloc() for this program (util/zalloc.c is not linked in): once
+ * <zalloc_failing>, the call after <zalloc_left> more fails. */
+static bool zalloc_failing;
+static unsigned zalloc_left, zalloc_failures;
+
+void *zalloc(size_t n)
+{
+    if (zalloc_failing && zalloc_left-- == 0) {
+        zalloc_failures++;
+        return NULL;
+    }
+    void *p = malloc(n);
+    if (p != NULL)
+        memset(p, 0, n);
+    return p;
 }
 
 static void test_agent_requests(void **state)
@@ -988,6 +1009,51 @@ static void test_flows(void **state)
  * the loop went round, and never pause (a tunnel at 4 MiB/s took a whole
  * core, and a plain upload at 1 MiB/s held the loop ~200 ms at a time,
  * every other agent's requests waiting). */
+/* Out of memory while a flow opens (the flow itself, or the entry of one
+ * of the limits it is metered by): no flow at all, which the gate refuses
+ * (shape/admit.c), never one that lets bytes go past a limit that applies.
+ * Each turn lets one more allocation through, until the open needs no
+ * more than it gets; the flows of the turns that failed left nothing held
+ * (their entries still go when the table needs room). */
+static void test_flow_open_out_of_memory(void **state)
+{
+    (void)state;
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    struct rule r = make_rule(0, "api.example.test", ports_web, 2);
+    set_rate(&p.limits.rate, 0, 1000, 0, 1600);
+    set_rate(&r.rate, 0, 1000, 0, 16000);
+    struct quota *q = quota_new(NULL, NULL, 0);
+    assert_non_null(q);
+    unsigned turns = 0;
+    for (unsigned n = 0;; n++) {
+        assert_true(n < 100);
+        char id[16];
+        snprintf(id, sizeof(id), "a%u", n); /* an agent new to the table each turn */
+        zalloc_failures = 0;
+        zalloc_left = n;
+        zalloc_failing = true;
+        struct quota_flow *f = quota_flow_open(q, &p, id, &r, 0);
+        zalloc_failing = false;
+        if (zalloc_failures == 0) {
+            assert_non_null(f);
+            assert_true(quota_flow_metered(f));
+            assert_int_equal(quota_flow_allow(f, 100000, 0), 1600);
+            quota_flow_close(f);
+            break;
+        }
+        turns++;
+        if (f != NULL) { /* what the gate would have let go: metered by nothing or one */
+            size_t allowed = quota_flow_allow(f, 100000, 0);
+            quota_flow_close(f);
+            fail_msg("turn %u: a flow opened short of memory, %zu bytes allowed at once", n,
+                     allowed);
+        }
+    }
+    assert_true(turns >= 3); /* the flow, the agent's entry, the rule's */
+    quota_free(q);
+}
+
 static void test_flow_waits_for_a_useful_amount(void **state)
 {
     (void)state;
@@ -1312,6 +1378,7 @@ int main(void)
         cmocka_unit_test(test_redecided_denials_are_not_the_agents),
         cmocka_unit_test(test_overloaded_denials_are_not_the_agents),
         cmocka_unit_test(test_flows),
+        cmocka_unit_test(test_flow_open_out_of_memory),
         cmocka_unit_test(test_flow_waits_for_a_useful_amount),
         cmocka_unit_test(test_reload_reshapes_running_flows),
         cmocka_unit_test(test_reload_reshapes_request_buckets),
