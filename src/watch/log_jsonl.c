@@ -217,6 +217,16 @@ struct log_jsonl {
     const char *reopen_fail_msg;      /* printed when a background reopen fails, or NULL */
     void (*on_written_fn)(void *arg); /* log_jsonl_on_written(), for a writer started later */
     void *on_written_arg;
+    /* A reopen put a regular file in place (the path named a FIFO before)
+     * and no writer thread could be started for it: the loop writes it,
+     * where a write the file system holds stops the gateway. The error
+     * (an errno value) until a reopen, else 0: log_jsonl_error() says so.
+     * log_jsonl_open() refuses such a file instead. */
+    int no_writer;
+    /* With <no_writer>, the loop's own look at st_nlink (as the writer's:
+     * file_writer.unlinked, .nlink_due). */
+    bool unlinked;
+    struct timespec nlink_due;
 };
 
 /* At most this many buffer pieces per write. */
@@ -470,6 +480,7 @@ size_t log_jsonl_format(const struct egress_event *ev, char *out, size_t cap)
 /* ---------------------------------------------------------------- writer */
 
 static void on_writable(evutil_socket_t fd, short what, void *arg);
+static void loop_look_unlinked(struct log_jsonl *l);
 static void reopen_finish(struct log_jsonl *l);
 static void writer_publish(struct log_jsonl *l);
 static int writer_start(struct log_jsonl *l);
@@ -650,8 +661,10 @@ static int drain(struct log_jsonl *l)
         if (l->fw != NULL)
             writer_publish(l); /* the loop's metrics and cap see the progress */
     }
-    if (l->fw == NULL)
+    if (l->fw == NULL) {
         l->over_cap = false; /* all that waited is written (a writer's: publish()) */
+        loop_look_unlinked(l);
+    }
     return 0;
 }
 
@@ -857,6 +870,12 @@ static const char *open_failure(const char *path, unsigned flags, int e, bool re
     return reopen ? "cannot reopen" : "cannot open log";
 }
 
+/* log_jsonl_open()'s refusal of a regular file whose writer thread cannot
+ * be started. */
+#define NO_WRITER_OPEN_TEXT                                                                        \
+    "cannot open log (no thread can be started to write it: written on the event loop, a file "    \
+    "system that does not answer would stop the gateway)"
+
 static char *errmsg(const char *path, const char *what, int e)
 {
     char buf[512];
@@ -891,10 +910,16 @@ struct log_jsonl *log_jsonl_open(struct event_base *base, const char *path, unsi
     if (make_event(l, &kind) < 0 || (l->fev = event_new(base, -1, 0, on_flush, l)) == NULL ||
         (l->retry = evtimer_new(base, on_writable, l)) == NULL)
         goto nomem;
-    /* A regular file's writes go to a thread of their own; without one
-     * (none can be started) the loop writes it, as it always did. */
-    if (kind.is_reg)
-        writer_start(l);
+    /* A regular file's writes go to a thread of their own. Without one
+     * (none can be started: a pids cgroup at its limit, RLIMIT_NPROC) the
+     * file is refused: written on the loop, a write the file system holds
+     * would stop the whole gateway, /healthz and SIGTERM with it, with
+     * nobody told. */
+    int e = kind.is_reg ? writer_start(l) : 0;
+    if (e != 0) {
+        *err = errmsg(std ? "standard output" : path, NO_WRITER_OPEN_TEXT, e);
+        goto err;
+    }
     return l;
 nomem:
     if (*err == NULL)
@@ -909,6 +934,8 @@ err:
             event_free(l->wev);
         if (l->fev != NULL)
             event_free(l->fev);
+        if (l->retry != NULL)
+            event_free(l->retry);
         free(l->path);
         free(l);
     }
@@ -940,6 +967,7 @@ static bool write_alone(struct log_jsonl *l, const char *line, size_t n)
         return false;
     l->reported = false;
     l->write_errno = 0;
+    loop_look_unlinked(l);
     if ((size_t)w == n)
         return true;
     if (evbuffer_add(l->pending, line, n) < 0) {
@@ -1148,7 +1176,19 @@ static int reopen_apply(struct log_jsonl *l, int fd, const struct fd_kind *kind,
         return -1;
     }
     /* A regular file now (the path named a FIFO before): its thread. */
-    if (!kind->is_reg || writer_start(l) < 0)
+    l->no_writer = kind->is_reg ? writer_start(l) : 0;
+    l->unlinked = false;
+    if (l->no_writer != 0) {
+        /* The old descriptor is gone: the loop writes the file, told to
+         * be unhealthy until a SIGHUP starts its thread (see no_writer). */
+        clock_gettime(CLOCK_MONOTONIC, &l->nlink_due);
+        fprintf(stderr,
+                "sluice: log %s: no thread can be started to write it (%s): the event loop "
+                "writes it, and a file system that does not answer stops the gateway (send "
+                "SIGHUP to try again)\n",
+                l->path, strerror(l->no_writer));
+    }
+    if (l->fw == NULL)
         schedule(l, drain(l));
     return 0;
 }
@@ -1412,6 +1452,28 @@ static int writer_reopen(struct log_jsonl *l, const char *fail_msg)
 /* A look at st_nlink at most this often, after a write. */
 #define WRITER_NLINK_MS 1000
 
+/* True when a look is due (<*due> passed: the next is set WRITER_NLINK_MS
+ * on) and finds the log's open file without a name (st_nlink 0), but for
+ * the file standard output or error has open (see writer_look_unlinked()). */
+static bool name_lost(const struct log_jsonl *l, struct timespec *due)
+{
+    struct stat st;
+    if (l->path == NULL || !passed(due))
+        return false;
+    deadline_in(due, WRITER_NLINK_MS);
+    return fstat(l->fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 0 &&
+           inherited_fd(&st) < 0;
+}
+
+/* Tells, once a file, that its lines go where no name reaches. */
+static void tell_unlinked(const struct log_jsonl *l)
+{
+    fprintf(stderr,
+            "sluice: log %s: its file was deleted or moved: its lines go to a file no name "
+            "reaches (send SIGHUP to reopen the path)\n",
+            l->path);
+}
+
 /* After a write, without <mu>: whether the open file has lost its last
  * name (deleted, or moved to another file system: logrotate's compression
  * without a SIGHUP, an rm), looked at WRITER_NLINK_MS apart at most, never
@@ -1426,19 +1488,22 @@ static int writer_reopen(struct log_jsonl *l, const char *fail_msg)
 static void writer_look_unlinked(struct log_jsonl *l)
 {
     struct file_writer *fw = l->fw;
-    struct stat st;
-    if (l->path == NULL || fw->unlinked || !passed(&fw->nlink_due))
-        return;
-    deadline_in(&fw->nlink_due, WRITER_NLINK_MS);
-    if (fstat(l->fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink > 0 || inherited_fd(&st) >= 0)
+    if (fw->unlinked || !name_lost(l, &fw->nlink_due))
         return;
     pthread_mutex_lock(&fw->mu);
     fw->unlinked = true;
     pthread_mutex_unlock(&fw->mu);
-    fprintf(stderr,
-            "sluice: log %s: its file was deleted or moved: its lines go to a file no name "
-            "reaches (send SIGHUP to reopen the path)\n",
-            l->path);
+    tell_unlinked(l);
+}
+
+/* writer_look_unlinked() for a file the loop writes (no_writer): after a
+ * write of the loop's. */
+static void loop_look_unlinked(struct log_jsonl *l)
+{
+    if (l->no_writer == 0 || l->unlinked || !name_lost(l, &l->nlink_due))
+        return;
+    l->unlinked = true;
+    tell_unlinked(l);
 }
 
 /* Moves what the loop handed over to <pending>. With <mu>. */
@@ -1682,13 +1747,14 @@ static void on_written(evutil_socket_t fd, short what, void *arg)
 }
 
 /* Hands <l>'s writes (and what is pending) to a new writer thread. Returns
- * 0, or -1 when none can be started: the loop goes on writing then. */
+ * 0, or the error (an errno value) when none can be started: the loop's
+ * write events are disarmed then, <l> the loop's still. */
 static int writer_start(struct log_jsonl *l)
 {
     struct file_writer *fw = calloc(1, sizeof(*fw));
     pthread_condattr_t ca;
     if (fw == NULL)
-        return -1;
+        return ENOMEM;
     fw->efd = -1;
     fw->mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     pthread_condattr_init(&ca);
@@ -1696,13 +1762,15 @@ static int writer_start(struct log_jsonl *l)
     pthread_cond_init(&fw->progress, &ca);
     pthread_condattr_destroy(&ca);
     fw->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    int efd_errno = errno;
     if ((fw->incoming = evbuffer_new()) == NULL || fw->efd < 0 ||
         (fw->done_ev = event_new(l->base, fw->efd, EV_READ | EV_PERSIST, on_written, l)) == NULL ||
         event_add(fw->done_ev, NULL) < 0) {
+        int e = fw->efd < 0 ? efd_errno : ENOMEM;
         if (fw->done_ev != NULL)
             event_free(fw->done_ev);
         writer_free(fw);
-        return -1;
+        return e;
     }
     /* No write armed on the loop from now on. */
     if (l->wev != NULL)
@@ -1714,11 +1782,12 @@ static int writer_start(struct log_jsonl *l)
     fw->done_fn = l->on_written_fn;
     fw->done_arg = l->on_written_arg;
     publish(l);
-    if (quiet_thread_create(&fw->thread, writer_main, l) != 0) {
+    int e = quiet_thread_create(&fw->thread, writer_main, l);
+    if (e != 0) {
         l->fw = NULL;
         event_free(fw->done_ev);
         writer_free(fw);
-        return -1;
+        return e;
     }
     return 0;
 }
@@ -1959,11 +2028,20 @@ static const char *stuck_text(const struct file_writer *fw)
 #define OVER_CAP_TEXT                                                                              \
     "lines are dropped: the memory they wait in is full (its reader or disk does not keep up)"
 
+/* A regular file the loop writes (struct log_jsonl's no_writer). */
+#define NO_WRITER_TEXT                                                                             \
+    "no thread can be started to write its file: the event loop writes it, and a file system "     \
+    "that does not answer would stop the gateway (send SIGHUP to try again)"
+
 const char *log_jsonl_error(const struct log_jsonl *l)
 {
     const char *why;
     if (l->fw == NULL) {
         why = error_text(l->broken, l->write_errno);
+        if (why == NULL && l->unlinked)
+            why = UNLINKED_TEXT;
+        if (why == NULL && l->no_writer != 0)
+            why = NO_WRITER_TEXT;
         return why == NULL && l->over_cap ? OVER_CAP_TEXT : why;
     }
     pthread_mutex_lock(&l->fw->mu);

@@ -17,7 +17,9 @@
  * A regular file is written by a thread of its own, the log's writer: a
  * file write can wait in the kernel (a hung NFS server, a frozen file
  * system, the inode lock another process holds) and O_NONBLOCK does nothing
- * for it. The loop hands lines over, in order, those of one loop round
+ * for it (a file whose writer cannot be started is refused at the open:
+ * written on the loop, such a write would stop the gateway). The loop
+ * hands lines over, in order, those of one loop round
  * together at its end (one wake-up of the writer a round), and never waits
  * for the writer, which also does that file's SIGHUP reopens. What waits is the
  * decision: the gateway lets it take effect once its line is in the file
@@ -57,8 +59,10 @@ struct log_jsonl;
  * 0640 when missing; a path naming the file or socket standard output or
  * error has open, such as /dev/stdout, is written through that
  * descriptor's open file description, as "-" is). <flags> is 0 or
- * LOG_JSONL_NO_LINKS. Returns a new log, freed with log_jsonl_close(), or
- * NULL with <*err> set to a malloc'd message the caller frees. <base> is
+ * LOG_JSONL_NO_LINKS. A regular file whose writer thread cannot be started
+ * (a pids cgroup at its limit, RLIMIT_NPROC) is refused. Returns a new
+ * log, freed with log_jsonl_close(), or NULL with <*err> set to a malloc'd
+ * message the caller frees. <base> is
  * borrowed and must outlive the log. */
 struct log_jsonl *log_jsonl_open(struct event_base *base, const char *path, unsigned flags,
                                  char **err);
@@ -142,7 +146,9 @@ size_t log_jsonl_pending_bytes(const struct log_jsonl *l);
  * a regular file, that a write or reopen has not returned for
  * LOG_JSONL_STUCK_MS, or that the open file has no name left (deleted, or
  * moved to another file system, without a SIGHUP: found after a write, at
- * most once a second; until a reopen); or that lines past
+ * most once a second; until a reopen), or that no writer thread could be
+ * started for the file a reopen put in place (the loop writes it; until a
+ * reopen starts one); or that lines past
  * LOG_JSONL_PENDING_MAX were dropped while others waited, until all that
  * waits is written), or NULL when it can. The text is static (strerror's, or a literal). */
 const char *log_jsonl_error(const struct log_jsonl *l);

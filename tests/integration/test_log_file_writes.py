@@ -18,6 +18,7 @@ test fills the page (with a newline: one blank line in the file). Needs
 root; skipped otherwise."""
 
 import json
+import os
 import select
 import signal
 import socket
@@ -30,7 +31,8 @@ from gate_client import (api_rule, build_request, open_conn, other_url, poll, re
                          request)
 from gate_servers import ScriptedUpstream
 from held_requests import admin_get, decided, decided_count, healthz
-from test_gate_reload import (PING, EchoServer, assert_closed, echo_policy, echo_rule,
+from test_gate_reload import (PING, EchoServer, _cgroup_write, _pids_cgroup, assert_closed,
+                              echo_policy, echo_rule,
                               open_echo_tunnel, reload_to, requests_total)
 from uffd_hold import FileLock, stop_while_held, threads_in
 from watch_helpers import free_tcp_port
@@ -540,3 +542,39 @@ def test_a_decision_that_waits_for_its_line_longer_than_idle_timeout_is_given_up
         assert ev["decision"] == "allow" and end["bytes_up"] == 0, (ev, end)
         assert end["status"] == status, end
         assert [r.path for r in net.api.requests if r.path == "/waits"] == []
+
+
+# serial: a cgroup of the machine's
+@pytest.mark.serial
+def test_a_log_file_without_its_writer_thread_is_refused_at_start(gateway, net, tmp_path):
+    # With no thread to be had for the log's writer (a pids cgroup at its
+    # limit, RLIMIT_NPROC), the event loop wrote the file itself: a write the
+    # file system held (its inode lock, taken here) stopped the whole
+    # gateway, /healthz timing out and SIGTERM unheard until the write
+    # returned, and a deleted file was never told. serve now refuses to
+    # start (exit 2), its file named.
+    cg = _pids_cgroup("log")
+    pre = ["sh", "-c", 'echo $$ > %s/cgroup.procs && exec "$@"' % cg, "sh"]
+    # LeakSanitizer needs a task of its own at exit, which the limit refuses
+    asan = os.environ.get("ASAN_OPTIONS")
+    env = {"ASAN_OPTIONS": (asan + ":" if asan else "") + "detect_leaks=0"}
+    log = str(tmp_path / "log.jsonl")
+    gw = None
+    try:
+        _cgroup_write(cg, "pids.max", 1)  # the gateway's first task, none more
+        gw = gateway(net.policy([api_rule(net)]), args=["--log", log], prefix=pre, env=env,
+                     wait=False)
+        poll(lambda: gw.proc.poll() is not None or "sluice: serving " in gw.stderr(),
+             timeout=30, interval=0.02, what="the gateway's exit (or its start)")
+        assert "sluice: serving " not in gw.stderr(), gw.stderr()[-2000:]
+        rc = gw.wait_exit(30)
+    finally:
+        if gw is not None and gw.proc.poll() is None:  # (it served: the old way)
+            gw.proc.kill()
+            gw.proc.wait(30)
+        os.rmdir(cg)
+    err = gw.stderr()
+    assert rc == 2, (rc, err[-2000:])
+    assert ("sluice serve: %s: cannot open log (no thread can be started to write it: written "
+            "on the event loop, a file system that does not answer would stop the gateway): "
+            "Resource temporarily unavailable\n" % log) in err, err[-2000:]

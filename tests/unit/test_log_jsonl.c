@@ -32,8 +32,22 @@ static ssize_t counted_writev(int fd, const struct iovec *iov, int n);
 struct file_writer;
 static void wait_seam(struct file_writer *fw, uint64_t seq);
 #define LOG_JSONL_WAIT_SEAM(fw, seq) wait_seam((fw), (seq))
+/* The unit's threads: none can be started while threads_refused is set (a
+ * pids cgroup at its limit, RLIMIT_NPROC). */
+#define quiet_thread_create refusable_thread_create
 #include "watch/log_jsonl.c" /* the unit under test, internals included */
+#undef quiet_thread_create
 #undef writev
+/* The real one, whose declaration the renaming above took (the header's
+ * guard keeps it from coming again). */
+int quiet_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg);
+
+static _Atomic bool threads_refused;
+
+int refusable_thread_create(pthread_t *thread, void *(*fn)(void *), void *arg)
+{
+    return threads_refused ? EAGAIN : quiet_thread_create(thread, fn, arg);
+}
 
 /* Atomic: the writer thread of a file log writes them too (one left to
  * itself by test_close_while_a_write_waits, while later tests run). */
@@ -897,11 +911,47 @@ static void test_open_fails(void **state)
     event_base_free(base);
 }
 
+/* A regular file whose writer thread cannot be started is not opened: the
+ * event loop writing it would stop the whole gateway whenever the file
+ * system does not answer (/healthz and SIGTERM with it). */
+static void test_file_without_a_writer_thread_is_refused(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char path[128], *err = NULL;
+    snprintf(path, sizeof(path), "%s/no-writer.jsonl", tmpdir);
+    threads_refused = true;
+    struct log_jsonl *l = log_jsonl_open(base, path, 0, &err);
+    threads_refused = false;
+    assert_null(l);
+    assert_non_null(err);
+    assert_non_null(strstr(err, "no-writer.jsonl: cannot open log (no thread can be started to "
+                                "write it: written on the event loop, a file system that does "
+                                "not answer would stop the gateway): Resource temporarily "
+                                "unavailable"));
+    free(err);
+    event_base_free(base);
+}
+
 /* Makes the FIFO <name> in the test's folder, its path in <path>. */
 static void make_fifo(const char *name, char *path, size_t cap)
 {
     snprintf(path, cap, "%s/%s", tmpdir, name);
     assert_int_equal(mkfifo(path, 0600), 0);
+}
+
+/* A log on the FIFO <name>, made in the test's folder (its path in <path>),
+ * whose reader is <*rd>. */
+static struct log_jsonl *open_on_fifo(struct event_base *base, const char *name, char *path,
+                                      size_t cap, int *rd)
+{
+    char *err = NULL;
+    make_fifo(name, path, cap);
+    *rd = open(path, O_RDONLY | O_NONBLOCK);
+    assert_true(*rd >= 0);
+    struct log_jsonl *l = log_jsonl_open(base, path, 0, &err);
+    assert_non_null(l);
+    return l;
 }
 
 /* A FIFO no one reads cannot be opened without waiting (ENXIO): the
@@ -918,6 +968,64 @@ static void test_fifo_without_reader_is_named(void **state)
     assert_non_null(strstr(err, "unread.fifo: cannot open log (a FIFO no one reads: start its "
                                 "reader first): No such device or address"));
     free(err);
+    event_base_free(base);
+}
+
+/* A FIFO log whose path is a regular file at a reopen, no writer thread to
+ * be had for it (threads refused): the loop writes the file, the only
+ * descriptor left, and says it is unhealthy until a reopen starts its
+ * thread; it looks at the file's link count too, as a writer does: a file
+ * deleted meanwhile is told, until the reopen. */
+static void test_a_reopen_to_a_file_without_a_writer_thread(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char path[128];
+    int rd;
+    struct log_jsonl *l = open_on_fifo(base, "then-a-file", path, sizeof(path), &rd);
+    assert_int_equal(unlink(path), 0);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600); /* a regular file now */
+    assert_true(fd >= 0);
+    close(fd);
+    threads_refused = true;
+    assert_int_equal(log_jsonl_reopen(l), 0);
+    threads_refused = false;
+    close(rd);
+    assert_null(l->fw);
+    const char *no_writer = "no thread can be started to write its file: the event loop writes "
+                            "it, and a file system that does not answer would stop the gateway "
+                            "(send SIGHUP to try again)";
+    assert_non_null(log_jsonl_error(l));
+    assert_string_equal(log_jsonl_error(l), no_writer);
+    struct egress_event ev = spec_egress();
+    log_jsonl_on_event(&ev, l);
+    size_t len;
+    char *got = slurp(path, &len);
+    assert_int_equal(len, strlen(spec_line1)); /* written by the loop, at once */
+    free(got);
+    /* Deleted: told once a write finds it so, a look at most once a second
+     * (lines written until then, 3 s at most). */
+    assert_int_equal(unlink(path), 0);
+    const char *unlinked = "its file was deleted or moved: send SIGHUP to reopen";
+    struct timespec until;
+    deadline_in(&until, 3000);
+    while (!passed(&until) &&
+           (log_jsonl_error(l) == NULL || strcmp(log_jsonl_error(l), unlinked) != 0)) {
+        log_jsonl_on_event(&ev, l);
+        poll(NULL, 0, 20);
+    }
+    assert_string_equal(log_jsonl_error(l), unlinked);
+    /* The reopen, a thread to be had now: the path's new file, its writer. */
+    assert_int_equal(log_jsonl_reopen(l), 0);
+    assert_non_null(l->fw);
+    assert_null(log_jsonl_error(l));
+    log_jsonl_on_event(&ev, l);
+    assert_int_equal(log_jsonl_flush(l, 1000), 0);
+    got = slurp(path, &len);
+    assert_int_equal(len, strlen(spec_line1));
+    free(got);
+    assert_int_equal(log_jsonl_dropped(l), 0);
+    log_jsonl_close(l);
     event_base_free(base);
 }
 
@@ -1178,12 +1286,9 @@ static void test_fifo_reader_that_comes_back(void **state)
 {
     (void)state;
     struct event_base *base = event_base_new();
-    char path[128], *err = NULL;
-    make_fifo("decisions.fifo", path, sizeof(path));
-    int rd = open(path, O_RDONLY | O_NONBLOCK);
-    assert_true(rd >= 0);
-    struct log_jsonl *l = log_jsonl_open(base, path, 0, &err);
-    assert_non_null(l);
+    char path[128];
+    int rd;
+    struct log_jsonl *l = open_on_fifo(base, "decisions.fifo", path, sizeof(path), &rd);
     struct egress_event ev = spec_egress();
     char buf[4096];
     log_jsonl_on_event(&ev, l);
@@ -1587,7 +1692,9 @@ int main(void)
         cmocka_unit_test(test_wait_lets_go_when_a_write_fails),
         cmocka_unit_test(test_close_while_a_write_waits),
         cmocka_unit_test(test_open_fails),
+        cmocka_unit_test(test_file_without_a_writer_thread_is_refused),
         cmocka_unit_test(test_fifo_without_reader_is_named),
+        cmocka_unit_test(test_a_reopen_to_a_file_without_a_writer_thread),
         cmocka_unit_test(test_pipe_never_blocks),
         cmocka_unit_test(test_pipe_gets_whole_lines_up_to_pipe_buf),
         cmocka_unit_test(test_pending_cap_and_flush),
