@@ -1281,18 +1281,24 @@ static void on_reopen_done(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-/* Starts a background reopen. Returns 0, or -1 when it cannot (no thread,
- * no pipe, no memory): nothing changed then. */
+/* Starts a background reopen. Returns 0, or the error (an errno value)
+ * when it cannot (no thread, no pipe, no memory): nothing changed then. */
 static int reopen_start(struct log_jsonl *l)
 {
     struct reopen_job *j = calloc(1, sizeof(*j));
+    int e = ENOMEM;
     if (j == NULL)
-        return -1;
+        return e;
     j->mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     j->fds[0] = j->fds[1] = j->old_fd = j->new_fd = -1;
     j->flags = l->flags;
-    if ((j->path = strdup(l->path)) == NULL || pipe2(j->fds, O_CLOEXEC | O_NONBLOCK) != 0 ||
-        (j->ev = event_new(l->base, j->fds[0], EV_READ, on_reopen_done, l)) == NULL ||
+    if ((j->path = strdup(l->path)) == NULL)
+        goto fail;
+    if (pipe2(j->fds, O_CLOEXEC | O_NONBLOCK) != 0) {
+        e = errno;
+        goto fail;
+    }
+    if ((j->ev = event_new(l->base, j->fds[0], EV_READ, on_reopen_done, l)) == NULL ||
         event_add(j->ev, NULL) < 0)
         goto fail;
     /* The descriptor becomes the job's: no write may be armed on it (the
@@ -1301,7 +1307,8 @@ static int reopen_start(struct log_jsonl *l)
         event_del(l->wev);
     event_del(l->retry);
     j->old_fd = l->fd;
-    if (quiet_thread_create(&j->thread, reopen_thread, j) != 0) {
+    e = quiet_thread_create(&j->thread, reopen_thread, j);
+    if (e != 0) {
         j->old_fd = -1;
         schedule(l, drain(l));
         goto fail;
@@ -1312,7 +1319,7 @@ fail:
     if (j->ev != NULL)
         event_free(j->ev);
     job_free(j);
-    return -1;
+    return e;
 }
 
 void log_jsonl_reopen_soon(struct log_jsonl *l, const char *fail_msg)
@@ -1328,10 +1335,18 @@ void log_jsonl_reopen_soon(struct log_jsonl *l, const char *fail_msg)
         l->reopen_queued = true;
         return;
     }
-    if (reopen_start(l) == 0)
+    int e = reopen_start(l);
+    if (e == 0)
         return;
-    /* No thread to be had: the reopen runs here, as it always did. */
-    if (log_jsonl_reopen(l) < 0 && fail_msg != NULL)
+    /* No thread to be had (nor a pipe, nor memory): the reopen is refused,
+     * the descriptor in use kept, as a reload is. Run here, an open() the
+     * file system does not answer (a path on a hung NFS server) would stop
+     * the gateway, /healthz and SIGTERM with it. */
+    fprintf(stderr,
+            "sluice: log %s: cannot reopen (no thread can be started for its open): %s; the "
+            "descriptor in use is kept\n",
+            l->path, strerror(e));
+    if (fail_msg != NULL)
         fputs(fail_msg, stderr);
 }
 

@@ -108,8 +108,10 @@ int log_jsonl_reopen(struct log_jsonl *l);
  * reopen leaves in place: the new file, or the old one when the open fails
  * (reported on standard error, followed by <fail_msg> when not NULL; a
  * static string). A call while a reopen runs queues one more after it.
- * Without a thread (none can be started) the reopen runs at once, as
- * log_jsonl_reopen(). A no-op for standard output. */
+ * Without a thread (none can be started) the reopen is refused, the
+ * descriptor in use kept (told on standard error, <fail_msg> after it):
+ * run on the loop, an open() that does not return would stop the gateway.
+ * A no-op for standard output. */
 void log_jsonl_reopen_soon(struct log_jsonl *l, const char *fail_msg);
 
 /* The write-ahead gate (SPEC.md, Decision log): a line's decision takes

@@ -13,9 +13,13 @@ aarch64; skipped otherwise."""
 
 import json
 import os
+import signal
+
+import pytest
 
 from gate_client import api_rule, other_rule, other_url, poll, request
 from held_requests import decided, healthz
+from test_gate_reload import STOP_HANG_GUARD_S, _cgroup_write, _exit_status, _pids_cgroup
 from uffd_hold import DirLock, stop_while_held, threads_in
 from watch_helpers import alerts, free_tcp_port, wait_alert
 
@@ -178,3 +182,72 @@ def test_a_stop_while_the_reopen_waits_says_what_it_could_not_write(gateway, net
     assert "sluice: log %s: the reopen is still waiting for open()" % log in err, err
     assert "sluice: log %s: 2 line(s) (" % log in err, err
     assert lines_of(log + ".1") == []
+
+
+def _fifo_lines(fd):
+    """The complete lines a non-blocking FIFO reader <fd> has now."""
+    data = b""
+    while True:
+        try:
+            piece = os.read(fd, 65536)
+        except BlockingIOError:
+            break
+        if not piece:
+            break
+        data += piece
+    return [json.loads(x) for x in data.split(b"\n") if x.strip()]
+
+
+# serial: a cgroup of the machine's
+@pytest.mark.serial
+def test_a_sighup_with_no_thread_for_the_reopen_keeps_the_fifo(gateway, net, tmp_path):
+    # A `--log FIFO`'s SIGHUP reopen runs open() on a thread of its own;
+    # with none to be had (a pids cgroup at its limit) it ran on the event
+    # loop, where an open() the file system does not answer stops the
+    # gateway. It is refused now, as the reload is: the FIFO, still open,
+    # gets the lines, not the regular file that took its name (which the
+    # loop wrote before, with no writer thread for it either).
+    fifo = str(tmp_path / "log.fifo")
+    os.mkfifo(fifo)
+    rd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    cg = _pids_cgroup("logfifo")
+    gw = None
+    try:
+        gw = gateway(net.policy([api_rule(net)]), args=["--log", fifo])
+        assert request(gw, "GET", net.url("/before")).status == 200
+        poll(lambda: any(e.get("path") == "/before" for e in _fifo_lines(rd)), timeout=10,
+             interval=0.02, what="/before's line on the FIFO")
+        os.rename(fifo, fifo + ".1")
+        open(fifo, "w").close()  # a regular file takes its name
+        _cgroup_write(cg, "cgroup.procs", gw.proc.pid)
+        with open(os.path.join(cg, "pids.current")) as f:
+            _cgroup_write(cg, "pids.max", int(f.read()))  # no thread more
+        gw.reload()
+        # the reload's refusal comes first in the SIGHUP's handler, the
+        # reopen right after it on the loop, before /after is read
+        poll(lambda: "sluice: reload failed: " in gw.stderr(), timeout=20, interval=0.02,
+             what="the SIGHUP handled")
+        assert request(gw, "GET", net.url("/after")).status == 200
+        got = []
+
+        def after_written():
+            got.extend(_fifo_lines(rd))
+            with open(fifo, "rb") as f:
+                in_file = f.read()
+            return b'"/after"' in in_file or any(e.get("path") == "/after" for e in got)
+        poll(after_written, timeout=10, interval=0.02, what="/after's line")
+        assert [e["path"] for e in got if e["event"] == "agent_egress"] == ["/after"], got
+        assert os.path.getsize(fifo) == 0, gw.stderr()[-2000:]
+        refused = ("sluice: log %s: cannot reopen (no thread can be started for its open): "
+                   "Resource temporarily unavailable; the descriptor in use is kept\n" % fifo)
+        assert refused in gw.stderr(), gw.stderr()[-2000:]
+        _cgroup_write(cg, "pids.max", "max")
+        gw.proc.send_signal(signal.SIGTERM)
+        rc = _exit_status(gw)
+        assert rc == 0, (rc, gw.stderr()[-2000:])
+    finally:
+        if gw is not None and gw.proc.poll() is None:
+            gw.proc.kill()
+            gw.proc.wait(STOP_HANG_GUARD_S)
+        os.rmdir(cg)
+        os.close(rd)

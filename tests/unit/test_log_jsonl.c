@@ -1631,6 +1631,41 @@ static void test_reopen_soon_that_fails_keeps_the_old_file(void **state)
     event_base_free(base);
 }
 
+/* A SIGHUP's reopen with no thread to be had for its open (threads
+ * refused) is refused, the descriptor in use kept, as a reload is: run on
+ * the loop, an open() the file system does not answer (a path on a hung
+ * NFS server) stopped the gateway. Here the FIFO's lines go on to its
+ * reader, not to the regular file that took the path. */
+static void test_reopen_soon_without_a_thread_keeps_the_old_descriptor(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char path[128], moved[160];
+    int rd;
+    struct log_jsonl *l = open_on_fifo(base, "hup.fifo", path, sizeof(path), &rd);
+    snprintf(moved, sizeof(moved), "%s.1", path);
+    assert_int_equal(rename(path, moved), 0);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+    threads_refused = true;
+    log_jsonl_reopen_soon(l, NULL);
+    threads_refused = false;
+    assert_null(l->job);
+    struct egress_event ev = spec_egress();
+    log_jsonl_on_event(&ev, l);
+    char buf[4096];
+    assert_int_equal(read(rd, buf, sizeof(buf)), (ssize_t)strlen(spec_line1));
+    size_t len;
+    char *got = slurp(path, &len);
+    assert_int_equal(len, 0);
+    free(got);
+    assert_null(log_jsonl_error(l));
+    close(rd);
+    log_jsonl_close(l);
+    event_base_free(base);
+}
+
 /* At exit, log_jsonl_flush() waits for a reopen that runs (in its time)
  * and writes what waited to the file it opened; a close right after a
  * request, the thread done or not, frees everything. */
@@ -1708,6 +1743,7 @@ int main(void)
         cmocka_unit_test(test_reopen_of_the_same_file_goes_on_mid_line),
         cmocka_unit_test(test_reopen_soon_keeps_lines_for_the_new_file),
         cmocka_unit_test(test_reopen_soon_that_fails_keeps_the_old_file),
+        cmocka_unit_test(test_reopen_soon_without_a_thread_keeps_the_old_descriptor),
         cmocka_unit_test(test_flush_and_close_during_a_reopen),
         cmocka_unit_test(test_unwritten_at_close),
     };
