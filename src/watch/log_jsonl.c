@@ -873,7 +873,7 @@ static const char *open_failure(const char *path, unsigned flags, int e, bool re
 /* log_jsonl_open()'s refusal of a regular file whose writer thread cannot
  * be started. */
 #define NO_WRITER_OPEN_TEXT                                                                        \
-    "cannot open log (no thread can be started to write it: written on the event loop, a file "    \
+    "cannot open log (its writer thread cannot be started: written on the event loop, a file "     \
     "system that does not answer would stop the gateway)"
 
 static char *errmsg(const char *path, const char *what, int e)
@@ -1183,7 +1183,7 @@ static int reopen_apply(struct log_jsonl *l, int fd, const struct fd_kind *kind,
          * be unhealthy until a SIGHUP starts its thread (see no_writer). */
         clock_gettime(CLOCK_MONOTONIC, &l->nlink_due);
         fprintf(stderr,
-                "sluice: log %s: no thread can be started to write it (%s): the event loop "
+                "sluice: log %s: its writer thread cannot be started (%s): the event loop "
                 "writes it, and a file system that does not answer stops the gateway (send "
                 "SIGHUP to try again)\n",
                 l->path, strerror(l->no_writer));
@@ -1343,7 +1343,7 @@ void log_jsonl_reopen_soon(struct log_jsonl *l, const char *fail_msg)
      * file system does not answer (a path on a hung NFS server) would stop
      * the gateway, /healthz and SIGTERM with it. */
     fprintf(stderr,
-            "sluice: log %s: cannot reopen (no thread can be started for its open): %s; the "
+            "sluice: log %s: cannot reopen (its open's thread cannot be started): %s; the "
             "descriptor in use is kept\n",
             l->path, strerror(e));
     if (fail_msg != NULL)
@@ -2045,7 +2045,7 @@ static const char *stuck_text(const struct file_writer *fw)
 
 /* A regular file the loop writes (struct log_jsonl's no_writer). */
 #define NO_WRITER_TEXT                                                                             \
-    "no thread can be started to write its file: the event loop writes it, and a file system "     \
+    "its writer thread cannot be started: the event loop writes its file, and a file system "      \
     "that does not answer would stop the gateway (send SIGHUP to try again)"
 
 const char *log_jsonl_error(const struct log_jsonl *l)

@@ -575,6 +575,6 @@ def test_a_log_file_without_its_writer_thread_is_refused_at_start(gateway, net, 
         os.rmdir(cg)
     err = gw.stderr()
     assert rc == 2, (rc, err[-2000:])
-    assert ("sluice serve: %s: cannot open log (no thread can be started to write it: written "
+    assert ("sluice serve: %s: cannot open log (its writer thread cannot be started: written "
             "on the event loop, a file system that does not answer would stop the gateway): "
             "Resource temporarily unavailable\n" % log) in err, err[-2000:]

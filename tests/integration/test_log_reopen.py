@@ -238,7 +238,7 @@ def test_a_sighup_with_no_thread_for_the_reopen_keeps_the_fifo(gateway, net, tmp
         poll(after_written, timeout=10, interval=0.02, what="/after's line")
         assert [e["path"] for e in got if e["event"] == "agent_egress"] == ["/after"], got
         assert os.path.getsize(fifo) == 0, gw.stderr()[-2000:]
-        refused = ("sluice: log %s: cannot reopen (no thread can be started for its open): "
+        refused = ("sluice: log %s: cannot reopen (its open's thread cannot be started): "
                    "Resource temporarily unavailable; the descriptor in use is kept\n" % fifo)
         assert refused in gw.stderr(), gw.stderr()[-2000:]
         _cgroup_write(cg, "pids.max", "max")

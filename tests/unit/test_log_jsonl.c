@@ -925,8 +925,8 @@ static void test_file_without_a_writer_thread_is_refused(void **state)
     threads_refused = false;
     assert_null(l);
     assert_non_null(err);
-    assert_non_null(strstr(err, "no-writer.jsonl: cannot open log (no thread can be started to "
-                                "write it: written on the event loop, a file system that does "
+    assert_non_null(strstr(err, "no-writer.jsonl: cannot open log (its writer thread cannot be "
+                                "started: written on the event loop, a file system that does "
                                 "not answer would stop the gateway): Resource temporarily "
                                 "unavailable"));
     free(err);
@@ -992,8 +992,8 @@ static void test_a_reopen_to_a_file_without_a_writer_thread(void **state)
     threads_refused = false;
     close(rd);
     assert_null(l->fw);
-    const char *no_writer = "no thread can be started to write its file: the event loop writes "
-                            "it, and a file system that does not answer would stop the gateway "
+    const char *no_writer = "its writer thread cannot be started: the event loop writes its "
+                            "file, and a file system that does not answer would stop the gateway "
                             "(send SIGHUP to try again)";
     assert_non_null(log_jsonl_error(l));
     assert_string_equal(log_jsonl_error(l), no_writer);
