@@ -11,7 +11,9 @@
  * is the head parsed at once; a relayed response carries at most one
  * Transfer-Encoding, without empty list elements or identity; other_coding
  * says whether a coding other than chunked and identity is named, and
- * stays so when relayed. */
+ * stays so when relayed. A parsed request's method override (its query's
+ * _method, decoded as PHP reads a name) is looked for within the head,
+ * and found exactly when it is refused. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,7 @@
 #include <event2/buffer.h>
 
 #include "gate/http1.h"
+#include "gate/method_override.h"
 #include "policy/model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -196,6 +199,7 @@ static void check_request(const char *buf, size_t len)
         check(req.path_len > 0 && req.path[0] == '/' &&
               (req.path_len == 1 || inside(req.path, req.path_len, buf, (size_t)rc)));
     check(!(req.chunked && req.content_length >= 0));
+    check((method_override_find(&req) == NULL) == (method_override_refusal(&req) == NULL));
     /* A strict prefix of the head is incomplete (or refused for a bare LF,
      * which the complete head cannot contain). */
     check(http1_parse_request(buf, (size_t)rc - 1, len + 1, &again, &why) == HTTP1_NEED_MORE);

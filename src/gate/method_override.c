@@ -58,23 +58,39 @@ static bool names_other(const char *v, size_t len, const char *method)
     return len != strlen(method) || strncasecmp(v, method, len) != 0;
 }
 
+/* The byte of a query parameter's name (<n>, <len> bytes) at <n>[*i], as
+ * a framework decodes it: "%XX" a byte, '+' a space. Moves *i past it. */
+static int param_byte(const char *n, size_t len, size_t *i)
+{
+    int c = (unsigned char)n[*i], hi, lo;
+    if (c == '%' && *i + 2 < len && (hi = hex_digit_value((unsigned char)n[*i + 1])) >= 0 &&
+        (lo = hex_digit_value((unsigned char)n[*i + 2])) >= 0) {
+        *i += 3;
+        return hi * 16 + lo;
+    }
+    *i += 1;
+    return c == '+' ? ' ' : c;
+}
+
 /* True when the parameter name <n> (<len> bytes, percent-encoded as sent)
  * decodes to "_method": frameworks decode names before they look them up,
- * so "%5Fmethod" is one too. */
+ * so "%5Fmethod" is one too. And so is every name that PHP makes
+ * "_method" in $_GET, where Symfony and Laravel look for it: PHP drops a
+ * name's leading spaces, makes a '.' or a space '_' (a variable's name
+ * has neither), and ends the name at a NUL, so ".method", "+_method" and
+ * "_method%00x" are read as "_method" there. */
 static bool is_param_name(const char *n, size_t len)
 {
-    size_t o = 0;
-    for (size_t i = 0; i < len; i++, o++) {
-        int c = (unsigned char)n[i], hi, lo;
-        if (c == '%' && i + 2 < len && (hi = hex_digit_value((unsigned char)n[i + 1])) >= 0 &&
-            (lo = hex_digit_value((unsigned char)n[i + 2])) >= 0) {
-            c = hi * 16 + lo;
-            i += 2;
-        }
-        if (o >= PARAM_NAME_LEN || c != PARAM_NAME[o])
+    size_t i = 0;
+    int c = ' ';
+    while (c == ' ' && i < len)
+        c = param_byte(n, len, &i);
+    if (c != '_' && c != '.')
+        return false; /* another first byte, or nothing but spaces */
+    for (size_t o = 1; o < PARAM_NAME_LEN; o++)
+        if (i == len || param_byte(n, len, &i) != PARAM_NAME[o])
             return false;
-    }
-    return o == PARAM_NAME_LEN;
+    return i == len || param_byte(n, len, &i) == '\0';
 }
 
 /* True when the query of <path> (<len> bytes) holds a _method parameter

@@ -151,6 +151,11 @@ def test_known_method_in_another_case_refused(gateway, net, method):
     ("GET", [], "/o?_method=DELETE"),
     ("GET", [], "/o?a=1&%5Fmethod=PUT"),
     ("POST", [("X-HTTP-Method-Override", "GET")], "/o"),
+    # PHP's $_GET["_method"], which Symfony and Laravel read, to PHP: a '.'
+    # in a name is a '_', leading spaces are dropped, a NUL ends the name
+    ("POST", [], "/o?.method=DELETE"),
+    ("POST", [], "/o?+%2Emethod=DELETE"),
+    ("POST", [], "/o?_method%00x=DELETE"),
 ])
 def test_method_override_refused(gateway, net, method, headers, target):
     # Google's APIs, Express's method-override, Symfony, Laravel, Rails and

@@ -73,11 +73,32 @@ static void test_query(void **state)
     assert_null(found("GET", "/x?a=%_method=PUT", ""));
 }
 
+/* PHP's $_GET, where Symfony and Laravel look for _method: PHP drops a
+ * name's leading spaces, makes a '.' or ' ' in it '_', ends it at a NUL. */
+static void test_query_names_php_reads(void **state)
+{
+    static const char *const named[] = {
+        "/x?.method=DELETE",       "/x?%2Emethod=DELETE",  "/x?+_method=DELETE",
+        "/x?%20%20.method=DELETE", "/x?_method%00=DELETE", "/x?.method%00junk=DELETE",
+    };
+    static const char *const unnamed[] = {
+        "/x?.method=POST", /* its own method */
+        "/x?+method=DELETE&x.method=1&_method.=PUT&_.method=PUT",
+        "/x?_method+=DELETE&_method%01=PUT&%00_method=PUT&+=1&%2=1",
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof(named) / sizeof(named[0]); i++)
+        assert_string_equal(found("POST", named[i], ""), "_method");
+    for (size_t i = 0; i < sizeof(unnamed) / sizeof(unnamed[0]); i++)
+        assert_null(found("POST", unnamed[i], ""));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_headers),
         cmocka_unit_test(test_query),
+        cmocka_unit_test(test_query_names_php_reads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
