@@ -53,6 +53,12 @@
 #define READ_AHEAD (64u * 1024)
 /* What is read at most of a failed upstream's socket (take_rest()). */
 #define REST_MAX (4u * 1024 * 1024)
+/* The largest Content-Length of a request sent on: below 2^31, as a
+ * request's chunk sizes are (CHUNKED_REQUEST_MAX_SIZE). An origin that
+ * reads the length into a C int (atoi()) takes 4294967297 for 1, and
+ * 2147483648 for a negative length, no body: it would end the body early
+ * and run the rest, to the gateway body bytes, as a request of its own. */
+#define REQUEST_LENGTH_MAX 0x7fffffff
 
 static void up_read(struct bufferevent *bev, void *arg);
 static void up_write(struct bufferevent *bev, void *arg);
@@ -74,6 +80,10 @@ static bool read_with_body(const struct exchange *ex)
 enum deny_reason forward_prepare(struct conn *c, const struct http_request *req, const char **why)
 {
     struct exchange *ex = &c->ex;
+    if (req->content_length > REQUEST_LENGTH_MAX) {
+        *why = "Content-Length above 2147483647: send a body that large chunked";
+        return REASON_BAD_REQUEST;
+    }
     /* The last exchange's buffer when the connection kept one. */
     ex->uphead = c->spare_head != NULL ? c->spare_head : evbuffer_new();
     c->spare_head = NULL;

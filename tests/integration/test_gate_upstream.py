@@ -7,6 +7,7 @@ relayed and that connection is not reused (so they cannot pass for the
 answer to a later request); a silent origin is given up on at the idle
 timeout. Each exchange is still logged with its end line."""
 
+import re
 import signal
 import socket
 import struct
@@ -1068,6 +1069,35 @@ def read_chunks(conn, buf, size_mask=None):
             return buf
 
 
+HIDDEN = b"DELETE /x HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"
+
+
+def assert_hidden_request_refused(gateway, net, read_body, framing, body, path, why):
+    """POSTs <body> (which hides HIDDEN for an origin that frames it as
+    <read_body> does) to <path> under the <framing> field line; asserts the
+    gateway refused it (400 bad_request saying <why>) before any of it went
+    upstream, read none of the body as a request of its own, and that the
+    origin never ran HIDDEN."""
+    origin = WeakOrigin(read_body)
+    with ScriptedUpstream(origin) as up:
+        gw = evil_gateway(gateway, net, up)
+        s = open_conn(gw)
+        try:
+            s.sendall(("POST %s HTTP/1.1\r\nHost: %s:%d\r\n%s\r\n\r\n"
+                       % (evil_url(up, path), EVIL, up.port, framing)).encode() + body)
+            r = read_response(s, method="POST")
+        finally:
+            s.close()
+        origin.wait_ended(up.accepted)
+        assert HIDDEN.split(b"\r\n")[0] not in origin.seen, origin.seen
+        assert_deny_response(r, "bad_request", wording=False)
+        assert why in r.text, r.text
+        _, end = gw.decided(path=path)
+        assert end["status"] == 400 and end["bytes_up"] == 0, end
+        # nor did the gateway read the rest of the body as a request
+        assert len(gw.events()) == 1, gw.events()
+
+
 def test_a_chunk_size_an_origin_could_truncate_is_refused(gateway, net):
     # An origin that keeps the low 32 bits of a chunk size reads
     # 100000010 as 0x10: it takes 16 bytes as the chunk, ends the body at
@@ -1081,24 +1111,38 @@ def test_a_chunk_size_an_origin_could_truncate_is_refused(gateway, net):
             return buf
         return read_chunks(conn, buf, size_mask=0xffffffff)
 
-    origin = WeakOrigin(read_body)
-    hidden = b"DELETE /x HTTP/1.1\r\nHost: evil.example.test\r\n\r\n"
-    body = b"100000010\r\n" + b"a" * 16 + b"\r\n0\r\n\r\n" + hidden
-    with ScriptedUpstream(origin) as up:
-        gw = evil_gateway(gateway, net, up)
-        s = open_conn(gw)
-        try:
-            s.sendall(("POST %s HTTP/1.1\r\nHost: %s:%d\r\nTransfer-Encoding: chunked\r\n\r\n"
-                       % (evil_url(up, "/up"), EVIL, up.port)).encode() + body)
-            r = read_response(s, method="POST")
-        finally:
-            s.close()
-        origin.wait_ended(up.accepted)
-        assert b"DELETE /x HTTP/1.1" not in origin.seen, origin.seen
-        assert_deny_response(r, "bad_request", wording=False)
-        assert "malformed chunked body" in r.text, r.text
-        _, end = gw.decided(path="/up")
-        assert end["status"] == 400 and end["bytes_up"] == 0, end
+    body = b"100000010\r\n" + b"a" * 16 + b"\r\n0\r\n\r\n" + HIDDEN
+    assert_hidden_request_refused(gateway, net, read_body, "Transfer-Encoding: chunked", body,
+                                  "/up", "malformed chunked body")
+
+
+def read_length_as_int32(conn, head, buf):
+    """A body as an origin that reads Content-Length into a C int reads it
+    (atoi()): the low 32 bits, a negative value taken for no body. The
+    bytes after it, or None when the connection ends first."""
+    m = re.search(rb"\r\ncontent-length: *([0-9]+)", head.lower())
+    size = int(m.group(1)) & 0xffffffff if m else 0
+    if size >= 1 << 31:
+        size = 0
+    while len(buf) < size:
+        d = conn.recv(4096)
+        if not d:
+            return None
+        buf += d
+    return buf[size:]
+
+
+@pytest.mark.parametrize("length", [1 << 31, (1 << 32) + 1])
+def test_a_content_length_an_origin_could_truncate_is_refused(gateway, net, length):
+    # As with chunk sizes: an origin that reads Content-Length into a C int
+    # takes 4294967297 for 1 and 2147483648 for a negative length (no
+    # body): it ends the body early and runs what follows, to the gateway
+    # body bytes, as a request of its own (a DELETE no rule decided). A
+    # request's Content-Length is below 2^31, else 400 bad_request before
+    # anything goes upstream (the body is not read as a next request).
+    assert_hidden_request_refused(gateway, net, read_length_as_int32,
+                                  "Content-Length: %d" % length, b"x" + HIDDEN, "/len",
+                                  "Content-Length above 2147483647")
 
 
 @pytest.mark.parametrize("spelling", [b"Chunked", b"CHUNKED", b"cHuNkEd"])
