@@ -210,9 +210,9 @@ bool http1_is_hop_by_hop(const char *name, size_t len);
  * Content-Length, Transfer-Encoding and Host are always kept), and an
  * HTTP/1.0 request's Expect: 100-continue (RFC 9110 10.1.1), a Host
  * header built from the target when the request had none (HTTP/1.0), then
- * "Connection: close" (sluice does not pool upstream connections: one
- * upstream connection per request, so a response without length ends at
- * close) and the final CRLF. Content-Length / Transfer-Encoding are kept:
+ * "Connection: close" (the upstream connection then carries this request
+ * alone, and a response without length ends at its close) and the final
+ * CRLF. Content-Length / Transfer-Encoding are kept:
  * the body is forwarded unchanged. Returns 0, or -1 (wrong form, or the
  * evbuffer could not grow; <out> may then hold a partial head). */
 int http1_write_upstream_request(const struct http_request *req, struct evbuffer *out);
