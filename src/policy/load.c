@@ -49,7 +49,7 @@ static int cmp_str_ptr(const void *a, const void *b)
 static void agent_id(struct load_ctx *c, const struct ynode *v, void *obj)
 {
     struct agent *a = obj;
-    const char *s = load_get_str(c, v);
+    const char *s = load_get_name(c, v);
     if (s == NULL)
         return;
     if (!policy_valid_agent_id(s)) {
@@ -501,7 +501,7 @@ static void warn_unicode_host(struct load_ctx *c, int line, const char *s,
 static void rule_host(struct load_ctx *c, const struct ynode *v, void *obj)
 {
     struct rule *r = obj;
-    const char *s = load_get_str(c, v);
+    const char *s = load_get_name(c, v);
     if (s == NULL)
         return;
     struct host_pattern hp;
@@ -738,43 +738,23 @@ static size_t invisible_len(const unsigned char *p)
  * request the grant let through. */
 #define OWNER_MAX_BYTES 1024
 
-/* The plain scalars YAML reads as a boolean: YAML 1.2's core schema and
- * YAML 1.1's, y and n included (PyYAML, and so many a reviewer's script or
- * CI check, reads all but those two so). */
-static const char *yaml_boolean(const struct ynode *v)
-{
-    static const char *const yes[] = {"true", "True", "TRUE", "yes", "Yes", "YES",
-                                      "on",   "On",   "ON",   "y",   "Y"};
-    static const char *const no[] = {"false", "False", "FALSE", "no", "No", "NO",
-                                     "off",   "Off",   "OFF",   "n",  "N"};
-    if (v->kind != YNODE_SCALAR || v->quoted)
-        return NULL;
-    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
-        if (strcmp(v->str, yes[i]) == 0)
-            return "true";
-        if (strcmp(v->str, no[i]) == 0)
-            return "false";
-    }
-    return NULL;
-}
-
 static void rule_owner(struct load_ctx *c, const struct ynode *v, void *obj)
 {
     struct rule *r = obj;
-    /* null ("owner:") is as blank as "": both say what an owner must be */
-    const char *s = v->kind == YNODE_SCALAR && ynode_is_null(v) ? "" : load_get_str(c, v);
-    if (s == NULL)
-        return;
-    const char *boolean = yaml_boolean(v);
+    const char *boolean = load_yaml_boolean(v);
     if (boolean != NULL) {
         /* "owner: no" or "owner: false" signs a tier-3 grant with a
          * word that says no one does, and YAML tools read it as false */
         load_err(c, v->line,
                  "'%s' is YAML's boolean %s, not a person's name: name the person who signs "
                  "for the rule (in quotes, if that is what they are called)",
-                 s, boolean);
+                 v->str, boolean);
         return;
     }
+    /* null ("owner:") is as blank as "": both say what an owner must be */
+    const char *s = v->kind == YNODE_SCALAR && ynode_is_null(v) ? "" : load_get_str(c, v);
+    if (s == NULL)
+        return;
     if (!has_visible_char(s)) {
         /* " " would pass for a tier-3 grant's signature */
         load_err(c, v->line, "must name a person, not be blank");
@@ -860,7 +840,7 @@ static int cmp_agent_ref(const void *a, const void *b)
 /* Reads one entry of a rule's agents list into <refs>. Returns 1 when kept. */
 static int rule_agent_item(struct load_ctx *c, const struct ynode *it, struct agent_ref *ref)
 {
-    const char *s = load_get_str(c, it);
+    const char *s = load_get_name(c, it);
     if (s == NULL)
         return 0;
     if (!policy_valid_agent_id(s)) {
@@ -1137,7 +1117,7 @@ static void sec_deny(struct load_ctx *c, const struct ynode *v, void *obj)
     size_t i = 0;
     for (const struct ynode *it = ynode_first(v); it != NULL; it = ynode_next(v, it), i++) {
         size_t m = load_field_push(c, "[%zu]", i);
-        const char *s = load_get_str(c, it);
+        const char *s = load_get_name(c, it);
         const char *why = NULL;
         struct deny_entry *d = &p->deny[p->ndeny];
         if (s != NULL && host_pattern_parse(s, &d->pattern, &why) != 0)
@@ -1334,6 +1314,8 @@ static int dns_static_entry(struct load_ctx *c, const struct ynode *k, const str
 {
     struct host h;
     const char *why = NULL;
+    if (load_refuse_yaml_word(c, k) != 0)
+        return 0;
     if (host_normalise(k->str, k->len, &h, &why) != 0) {
         load_err(c, k->line, "invalid name '%s': %s", load_show(c, k->str), why ? why : "invalid");
         return 0;

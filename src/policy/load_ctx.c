@@ -140,12 +140,57 @@ int load_want_nonempty_list(struct load_ctx *c, const struct ynode *n)
     return -1;
 }
 
+const char *load_yaml_boolean(const struct ynode *n)
+{
+    static const char *const yes[] = {"true", "True", "TRUE", "yes", "Yes", "YES",
+                                      "on",   "On",   "ON",   "y",   "Y"};
+    static const char *const no[] = {"false", "False", "FALSE", "no", "No", "NO",
+                                     "off",   "Off",   "OFF",   "n",  "N"};
+    if (n->kind != YNODE_SCALAR || n->quoted)
+        return NULL;
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+        if (strcmp(n->str, yes[i]) == 0)
+            return "true";
+        if (strcmp(n->str, no[i]) == 0)
+            return "false";
+    }
+    return NULL;
+}
+
+int load_refuse_yaml_word(struct load_ctx *c, const struct ynode *n)
+{
+    const char *boolean = load_yaml_boolean(n);
+    if (boolean != NULL) {
+        /* "host: no" is no host anyone meant, and PyYAML (a reviewer's
+         * script, a policy generator) reads it as False: the file would
+         * say one thing to them and another to the gateway */
+        load_err(c, n->line,
+                 "'%s' is YAML's boolean %s, not a string: write it in quotes (\"%s\") if that "
+                 "is what you mean",
+                 n->str, boolean, n->str);
+        return -1;
+    }
+    if (ynode_is_null(n) && n->len > 0) {
+        load_err(c, n->line, "expected a string, not YAML's null '%s'", n->str);
+        return -1;
+    }
+    return 0;
+}
+
 const char *load_get_str(struct load_ctx *c, const struct ynode *n)
 {
     if (n->kind == YNODE_SCALAR && !ynode_is_null(n))
         return n->str;
-    load_err(c, n->line, "expected a string");
+    if (n->kind == YNODE_SCALAR && n->len > 0)
+        load_err(c, n->line, "expected a string, not YAML's null '%s'", n->str);
+    else
+        load_err(c, n->line, "expected a string");
     return NULL;
+}
+
+const char *load_get_name(struct load_ctx *c, const struct ynode *n)
+{
+    return load_refuse_yaml_word(c, n) == 0 ? load_get_str(c, n) : NULL;
 }
 
 bool load_all_digits(const char *s)

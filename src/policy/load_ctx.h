@@ -87,7 +87,23 @@ void load_err_at_key(struct load_ctx *c, const char *key, int line, const char *
 int load_want_list(struct load_ctx *c, const struct ynode *n);
 int load_want_map(struct load_ctx *c, const struct ynode *n);
 int load_want_nonempty_list(struct load_ctx *c, const struct ynode *n);
+/* A string: a scalar that is not YAML's null ("", "~", "null"), else NULL
+ * after reporting. A field with a fixed set of values (mode, refuse|allow)
+ * reads it so and names its values when it gets another ("yes"). */
 const char *load_get_str(struct load_ctx *c, const struct ynode *n);
+/* A name the policy gives (a host pattern, an agent id): as
+ * load_get_str(), and not a plain word YAML reads as a boolean ("host:
+ * no"), which no one means as a name and YAML 1.1 tools read as false. */
+const char *load_get_name(struct load_ctx *c, const struct ynode *n);
+/* "true" or "false" when <n> is a plain scalar YAML reads as a boolean:
+ * YAML 1.2's core schema and YAML 1.1's, y and n included (PyYAML, and so
+ * many a reviewer's script or CI check, reads all but those two so); NULL
+ * for anything else, a quoted or !!str-tagged scalar included. */
+const char *load_yaml_boolean(const struct ynode *n);
+/* Reports a plain YAML boolean (yes, no, on, off, ...) or a null written
+ * as a word (~, null) where a string is wanted: -1 after reporting, else
+ * 0. For strings read without load_get_str(), such as mapping keys. */
+int load_refuse_yaml_word(struct load_ctx *c, const struct ynode *n);
 /* True when <s> (NUL-terminated) is one or more ASCII digits. */
 bool load_all_digits(const char *s);
 /* A plain decimal integer within <lo>..<hi>. */

@@ -822,6 +822,56 @@ static void test_owner_boolean_refused(void **state)
     policy_free(p);
 }
 
+/* A name the policy gives (a host, a deny entry, an agent id, a rule's
+ * agent, a dns.static name) written as a plain word YAML reads as a
+ * boolean or a null is refused at its line: "host: no" loaded as a host
+ * called "no", which no one meant and PyYAML reads as False. Quoted, or
+ * tagged !!str, it is the name. A field of fixed values keeps its own
+ * message, which names them. */
+static void test_yaml_words_are_not_names(void **state)
+{
+    (void)state;
+#define NOT_A_NAME(line, field, word, means)                                                       \
+    "p.yaml:" #line ": " field ": '" word "' is YAML's boolean " means                             \
+    ", not a string: write it in quotes (\"" word "\") if that is what you mean"
+    static const struct error_case cases[] = {
+        {V "rules:\n  - {host: no, tier: 0}\n", NOT_A_NAME(3, "rules[0].host", "no", "false")},
+        {V "rules:\n  - {host: yes, tier: 0}\n", NOT_A_NAME(3, "rules[0].host", "yes", "true")},
+        {V "rules:\n  - {host: On, tier: 0}\n", NOT_A_NAME(3, "rules[0].host", "On", "true")},
+        {V "rules:\n  - {host: OFF, tier: 0}\n", NOT_A_NAME(3, "rules[0].host", "OFF", "false")},
+        {V "rules:\n  - {host: n, tier: 0}\n", NOT_A_NAME(3, "rules[0].host", "n", "false")},
+        {V "rules:\n  - {host: ~, tier: 0}\n",
+         "p.yaml:3: rules[0].host: expected a string, not YAML's null '~'"},
+        {V "rules:\n  - {host: null, tier: 0}\n",
+         "p.yaml:3: rules[0].host: expected a string, not YAML's null 'null'"},
+        {V R "deny: [gist.example.test, no]\n", NOT_A_NAME(5, "deny[1]", "no", "false")},
+        {V "agents:\n  - {id: on, sources: [unix]}\n", NOT_A_NAME(3, "agents[0].id", "on", "true")},
+        {V "agents:\n  - {id: ci, sources: [unix]}\n"
+           "rules:\n  - {host: a.example.test, tier: 0, agents: [ci, off]}\n",
+         NOT_A_NAME(5, "rules[0].agents[1]", "off", "false")},
+        {V R "dns: {static: {yes: 127.0.0.2}}\n", NOT_A_NAME(5, "dns.static.yes", "yes", "true")},
+        {V R "dns: {static: {null: 127.0.0.2}}\n",
+         "p.yaml:5: dns.static.null: expected a string, not YAML's null 'null'"},
+        /* fixed values name themselves */
+        {V "agents:\n  - {id: ci, sources: [unix], mode: on}\n",
+         "p.yaml:3: agents[0].mode: unknown mode 'on' (expected enforce or report)"},
+        {V R "network: {encrypted_client_hello: no}\n",
+         "p.yaml:5: network.encrypted_client_hello: unknown value 'no' (expected refuse or "
+         "allow)"},
+    };
+#undef NOT_A_NAME
+    RUN(cases);
+    struct policy *p = expect_clean(V "agents:\n  - {id: \"on\", sources: [unix]}\n"
+                                      "rules:\n  - {host: \"no\", tier: 0, agents: [\"on\"]}\n"
+                                      "  - {host: !!str yes, tier: 0}\n"
+                                      "deny: [\"off\"]\n"
+                                      "dns: {static: {\"null\": 203.0.114.1}}\n");
+    assert_string_equal(p->agents[0].id, "on");
+    assert_int_equal(p->nrules, 2);
+    assert_int_equal(p->ndeny, 1);
+    policy_free(p);
+}
+
 static void test_rule_agents_sorted(void **state)
 {
     (void)state;
@@ -1526,7 +1576,8 @@ static void test_rule_shape_errors(void **state)
          "p.yaml:3: rules[0].cidr: invalid CIDR '10.0.0.1/8': host bits set below the prefix"},
         {V "rules:\n  - {cidr: 10.0.0.0/33, tier: 0}\n",
          "p.yaml:3: rules[0].cidr: invalid CIDR '10.0.0.0/33'"},
-        {V "rules:\n  - {cidr: ~, tier: 0}\n", "p.yaml:3: rules[0].cidr: expected a string"},
+        {V "rules:\n  - {cidr: ~, tier: 0}\n",
+         "p.yaml:3: rules[0].cidr: expected a string, not YAML's null '~'"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         if (cases[i].want != NULL) {
@@ -2144,9 +2195,9 @@ static void test_duplicate_rules(void **state)
            "0, ports: [3]}\n  - {cidr: 10.0.0.0/8, tier: 0, ports: [3, 4]}\n",
          "p.yaml:5: rules[2]: duplicates rules[1] (line 4): same host, methods and agents, and "
          "overlapping ports"},
-        {V "agents: [{id: x, sources: [unix]}, {id: y, sources: [unix]}]\n"
-           "rules:\n  - {host: a.example.test, tier: 0, methods: [GET, POST], agents: [x, y]}\n"
-           "  - {host: a.example.test, tier: 0, methods: [POST, GET], agents: [y, x]}\n",
+        {V "agents: [{id: x, sources: [unix]}, {id: z, sources: [unix]}]\n"
+           "rules:\n  - {host: a.example.test, tier: 0, methods: [GET, POST], agents: [x, z]}\n"
+           "  - {host: a.example.test, tier: 0, methods: [POST, GET], agents: [z, x]}\n",
          "p.yaml:5: rules[1]: duplicates rules[0] (line 4): same host, methods and agents, and "
          "overlapping ports"},
     };
@@ -2464,7 +2515,7 @@ static void test_other_section_errors(void **state)
          "p.yaml:5: dns.static.a.example.test: invalid IP address '0:0::1' (write it "
          "canonically, e.g. 127.0.0.2 or ::1)"},
         {V R "dns: {static: {a.example.test: ~}}\n",
-         "p.yaml:5: dns.static.a.example.test: expected a string"},
+         "p.yaml:5: dns.static.a.example.test: expected a string, not YAML's null '~'"},
         {V R "dns: {static: {[a]: 127.0.0.1}}\n", "p.yaml:5: dns.static: expected a string key"},
         {V R "dns:\n  static:\n    a.example.test: 127.0.0.1\n    A.example.test.: 127.0.0.2\n",
          "p.yaml:8: dns.static.a.example.test: duplicate key 'a.example.test' (first at line 7)"},
@@ -2647,7 +2698,8 @@ static void test_alert_errors(void **state)
          "'ftp://127.0.0.1/'"},
         {V R "alerts: {sinks: [{webhook: \"https://\"}]}\n",
          "p.yaml:5: alerts.sinks[0]: webhook needs an http:// or https:// URL, got 'https://'"},
-        {V R "alerts: {sinks: [{webhook: ~}]}\n", "p.yaml:5: alerts.sinks[0]: expected a string"},
+        {V R "alerts: {sinks: [{webhook: ~}]}\n",
+         "p.yaml:5: alerts.sinks[0]: expected a string, not YAML's null '~'"},
         {V R "alerts: {paging: true}\n",
          "p.yaml:5: alerts: unknown key 'paging' (expected one of first_contact, write_burst, "
          "upload_bytes, denied_burst, auth_failures, off_hours, baseline, expiry_warn_days, sinks)"},
@@ -2834,6 +2886,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec_example),
+        cmocka_unit_test(test_yaml_words_are_not_names),
         cmocka_unit_test(test_unicode_host_warned),
         cmocka_unit_test(test_private_suffix_wildcard_warned),
         cmocka_unit_test(test_owner_length_capped),
