@@ -573,13 +573,15 @@ static void rule_ports(struct load_ctx *c, const struct ynode *v, void *obj)
     free(r->ports);
     r->ports = xcalloc(n, sizeof(*r->ports));
     r->nports = 0;
-    for (size_t k = 0; k < n; k++) {
-        if (k > 0 && items[k].port == items[k - 1].port) {
+    for (size_t k = 0, first = 0; k < n; k++) {
+        if (k > 0 && items[k].port == items[first].port) {
             size_t m = load_field_push(c, "[%zu]", items[k].pos);
-            load_warn(c, items[k].line, "port %u is listed twice", (unsigned)items[k].port);
+            load_warn(c, items[k].line, "port %u is listed twice (line %d)",
+                      (unsigned)items[k].port, items[first].line);
             load_field_pop(c, m);
             continue;
         }
+        first = k;
         r->ports[r->nports++] = items[k].port;
     }
     free(items);
@@ -604,11 +606,13 @@ static void rule_methods(struct load_ctx *c, const struct ynode *v, void *obj)
     if (load_want_nonempty_list(c, v) != 0)
         return;
     unsigned mask = 0;
+    int first_line[10] = {0}; /* by bit number: the line a method is first listed at */
     size_t i = 0;
     for (const struct ynode *it = ynode_first(v); it != NULL; it = ynode_next(v, it), i++) {
         size_t m = load_field_push(c, "[%zu]", i);
         const char *s = load_get_str(c, it);
         unsigned bit = s ? method_bit(s) : 0;
+        int *first = bit != 0 ? &first_line[__builtin_ctz(bit)] : NULL;
         if (bit == METHOD_CONNECT)
             load_err(c, it->line,
                      "CONNECT is decided by the host rule; leave methods out to allow tunnels");
@@ -619,7 +623,9 @@ static void rule_methods(struct load_ctx *c, const struct ynode *v, void *obj)
                 "TRACE, in upper case)",
                 load_show(c, s));
         else if (bit != 0 && (mask & bit) != 0)
-            load_warn(c, it->line, "method %s is listed twice", s);
+            load_warn(c, it->line, "method %s is listed twice (line %d)", s, *first);
+        else if (first != NULL)
+            *first = it->line;
         mask |= bit == METHOD_CONNECT || bit == METHOD_OTHER ? 0 : bit;
         load_field_pop(c, m);
     }
@@ -873,13 +879,15 @@ static void rule_agents(struct load_ctx *c, const struct ynode *v, void *obj)
     }
     qsort(refs, n, sizeof(*refs), cmp_agent_ref);
     r->agents = xcalloc(n, sizeof(*r->agents));
-    for (size_t k = 0; k < n; k++) {
-        if (k > 0 && strcmp(refs[k].id, refs[k - 1].id) == 0) {
+    for (size_t k = 0, first = 0; k < n; k++) {
+        if (k > 0 && strcmp(refs[k].id, refs[first].id) == 0) {
             size_t m = load_field_push(c, "[%zu]", refs[k].pos);
-            load_warn(c, refs[k].line, "agent '%s' is listed twice", refs[k].id);
+            load_warn(c, refs[k].line, "agent '%s' is listed twice (line %d)", refs[k].id,
+                      refs[first].line);
             load_field_pop(c, m);
             continue;
         }
+        first = k;
         r->agents[r->nagents++] = xstrdup(refs[k].id);
     }
     free(refs);
@@ -1102,6 +1110,20 @@ static void sec_rules(struct load_ctx *c, const struct ynode *v, void *obj)
 
 /* ---- deny, network ------------------------------------------------------ */
 
+static int cmp_pattern_key(const void *a, const void *b)
+{
+    const struct host_pattern *x = a, *y = b;
+    if (x->kind != y->kind)
+        return x->kind < y->kind ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static void show_pattern_key(const void *key, char *buf, size_t size)
+{
+    const struct host_pattern *p = key;
+    snprintf(buf, size, "%s%s", p->kind == PATTERN_WILDCARD ? "*." : "", p->name);
+}
+
 static void sec_deny(struct load_ctx *c, const struct ynode *v, void *obj)
 {
     struct policy *p = obj;
@@ -1114,6 +1136,7 @@ static void sec_deny(struct load_ctx *c, const struct ynode *v, void *obj)
         return;
     }
     p->deny = xcalloc(v->count, sizeof(*p->deny));
+    struct load_entry *seen = xcalloc(v->count != 0 ? v->count : 1, sizeof(*seen));
     size_t i = 0;
     for (const struct ynode *it = ynode_first(v); it != NULL; it = ynode_next(v, it), i++) {
         size_t m = load_field_push(c, "[%zu]", i);
@@ -1125,10 +1148,15 @@ static void sec_deny(struct load_ctx *c, const struct ynode *v, void *obj)
                      why ? why : "invalid");
         else if (s != NULL) {
             warn_unicode_host(c, it->line, s, &d->pattern);
+            seen[p->ndeny] = (struct load_entry){&d->pattern, it->line, i, 0, false};
             p->deny[p->ndeny++].line = it->line;
         }
         load_field_pop(c, m);
     }
+    /* a pattern listed twice, as normalised ("Gist.example.com." is
+     * gist.example.com): told at its second line, naming the first's */
+    load_warn_repeats(c, seen, p->ndeny, cmp_pattern_key, show_pattern_key);
+    free(seen);
 }
 
 static void net_deny_ranges(struct load_ctx *c, const struct ynode *v, void *obj)

@@ -505,24 +505,49 @@ int load_parse_cidr_node(struct load_ctx *c, const struct ynode *n, const char *
     return -1;
 }
 
+static int cmp_cidr_key(const void *a, const void *b)
+{
+    const struct cidr *x = a, *y = b;
+    if (x->prefix != y->prefix)
+        return x->prefix < y->prefix ? -1 : 1;
+    return memcmp(x->addr.b, y->addr.b, sizeof(x->addr.b));
+}
+
+static void show_cidr_key(const void *key, char *buf, size_t size)
+{
+    cidr_format(key, buf, size);
+}
+
 /* Reads a list of CIDRs into a new array; the word <word> (when not NULL)
- * sets <*saw_word> instead. */
+ * sets <*saw_word> instead. A range listed twice (as parsed: 10.0.0.0/8
+ * and 10.0.0.0/8, ::1 and ::1/128), or the word, is warned about at its
+ * second line, naming the first's. */
 void load_cidr_list(struct load_ctx *c, const struct ynode *list, const char *word, bool *saw_word,
                     struct cidr **out, size_t *nout)
 {
     free(*out);
     *out = xcalloc(list->count, sizeof(**out));
     *nout = 0;
+    struct load_entry *seen = xcalloc(list->count != 0 ? list->count : 1, sizeof(*seen));
+    int word_line = 0;
     size_t i = 0;
     for (const struct ynode *it = ynode_first(list); it != NULL; it = ynode_next(list, it), i++) {
         size_t m = load_field_push(c, "[%zu]", i);
         const char *s = load_get_str(c, it);
-        if (s != NULL && word != NULL && strcmp(s, word) == 0)
+        if (s != NULL && word != NULL && strcmp(s, word) == 0) {
             *saw_word = true;
-        else if (s != NULL && load_parse_cidr_node(c, it, s, &(*out)[*nout]) == 0)
+            if (word_line != 0)
+                load_warn(c, it->line, "%s is listed twice (line %d)", word, word_line);
+            else
+                word_line = it->line;
+        } else if (s != NULL && load_parse_cidr_node(c, it, s, &(*out)[*nout]) == 0) {
+            seen[*nout] = (struct load_entry){&(*out)[*nout], it->line, i, 0, false};
             (*nout)++;
+        }
         load_field_pop(c, m);
     }
+    load_warn_repeats(c, seen, *nout, cmp_cidr_key, show_cidr_key);
+    free(seen);
 }
 
 void load_set_str(char **dst, const char *s)

@@ -123,6 +123,25 @@ int load_get_size(struct load_ctx *c, const struct ynode *n, bool per_second, ui
  * written. */
 int load_get_size_sat(struct load_ctx *c, const struct ynode *n, bool per_second, uint64_t *out);
 
+/* ---- entries listed twice (load_repeats.c) ---- */
+
+/* One entry of a list for load_warn_repeats(). */
+struct load_entry {
+    const void *key; /* what entries compare on (a normal form), the caller's */
+    int line;
+    size_t pos;     /* its index in the list, for the field path */
+    int first_line; /* set by load_warn_repeats(): the first listing's line */
+    bool repeat;    /* set by load_warn_repeats() */
+};
+/* The longest text a <show> callback writes, NUL included. */
+#define LOAD_ENTRY_SHOW_MAX 320
+/* Warns at each entry of <v> whose key an earlier entry has (<cmp> says 0),
+ * in file order: "FIELD[pos]: KEY is listed twice (line L)", L the first
+ * listing's line, KEY as <show> writes it. <v> is in file order. */
+void load_warn_repeats(struct load_ctx *c, struct load_entry *v, size_t n,
+                       int (*cmp)(const void *a, const void *b),
+                       void (*show)(const void *key, char *buf, size_t size));
+
 /* ---- mappings and lists ---- */
 
 /* Checks every key of <map> against <keys> (<nkeys> <= KEYS_MAX), reports

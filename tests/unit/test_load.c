@@ -336,8 +336,8 @@ static void test_spec_example(void **state)
                           "p.yaml:9: agents[1].mode: report: this agent's denials are let "
                           "through (logged as report); only the address guard still refuses for "
                           "it (private_address, self_request)"));
-    assert_true(
-        has_entry(&d, DIAG_WARNING, "p.yaml:27: rules[4].ports[2]: port 8080 is listed twice"));
+    assert_true(has_entry(&d, DIAG_WARNING,
+                          "p.yaml:27: rules[4].ports[2]: port 8080 is listed twice (line 27)"));
     assert_string_equal(p->path, FILE_NAME);
     assert_int_equal(p->version, 1);
     assert_non_null(p->index);
@@ -1969,15 +1969,15 @@ static void test_rule_warnings(void **state)
     expect_warning(V "rules: []\n", "p.yaml:2: rules: no rules: every request will be denied");
     expect_warning(V, "p.yaml:1: rules: no rules: every request will be denied");
     expect_warning(V "rules:\n  - {host: a.example.test, tier: 0, ports: [443, 80, 443]}\n",
-                   "p.yaml:3: rules[0].ports[2]: port 443 is listed twice");
+                   "p.yaml:3: rules[0].ports[2]: port 443 is listed twice (line 3)");
     expect_warning(V "rules:\n  - {host: a.example.test, tier: 0, methods: [GET, GET]}\n",
-                   "p.yaml:3: rules[0].methods[1]: method GET is listed twice");
+                   "p.yaml:3: rules[0].methods[1]: method GET is listed twice (line 3)");
     expect_warning(V "rules:\n  - {host: a.example.test, tier: 0, agents: [x]}\n",
                    "p.yaml:3: rules[0].agents[0]: agent 'x' is not defined in agents (it can "
                    "still be named by `sluice run --agent`)");
     expect_warning(V "agents: [{id: x, sources: [unix]}]\n"
                      "rules:\n  - {host: a.example.test, tier: 0, agents: [x, x]}\n",
-                   "p.yaml:4: rules[0].agents[1]: agent 'x' is listed twice");
+                   "p.yaml:4: rules[0].agents[1]: agent 'x' is listed twice (line 4)");
     expect_warning(V R
                    "alerts: {sinks: [{webhook: \"http://hooks.example.test:8080/T0/secret\"}]}\n",
                    "p.yaml:5: alerts.sinks[0]: webhook to hooks.example.test:8080 over http://: "
@@ -2101,32 +2101,105 @@ static void test_repeated_sink_warned(void **state)
                                  "    - webhook: https://h.example.test/b\n"));
 }
 
-/* 100,000 distinct sinks and one repeat at the end: warned about, and
- * fast. Each sink was compared with every one before it: n^2 / 2 string
- * comparisons, minutes here (and hours for a 64 MiB policy in serve's
- * reload thread) before the test's timeout. */
-static void test_repeated_sink_scale(void **state)
+/* Every list that names things warns of an entry listed twice at its
+ * second line, naming the first's: deny entries (as normalised), an
+ * agent's sources, deny_ranges and allow_ranges (as parsed), a rule's
+ * ports, methods and agents. Before, a repeated deny or sources entry
+ * loaded without a word. */
+static void test_repeated_list_entries_warned(void **state)
 {
     (void)state;
+    const char *yaml = V "agents:\n  - id: ci\n    sources:\n      - 10.0.0.0/8\n      - unix\n"
+                         "      - 10.0.0.0/8\n      - unix\n"
+                         "rules:\n  - host: a.example.test\n    tier: 0\n"
+                         "    ports:\n      - 443\n      - 443\n"
+                         "    methods:\n      - GET\n      - HEAD\n      - GET\n"
+                         "    agents:\n      - ci\n      - ci\n"
+                         "deny:\n  - gist.example.test\n  - \"*.b.example.test\"\n"
+                         "  - Gist.Example.Test.\n  - \"*.B.example.test\"\n"
+                         "network:\n  deny_ranges: [default, 192.0.2.0/24, default, 192.0.2.0/24]\n"
+                         "  allow_ranges:\n    - \"::1\"\n    - ::1/128\n";
+    struct diag d;
+    struct policy *p = load(yaml, &d);
+    static const char *const want[] = {
+        "p.yaml:7: agents[0].sources[2]: 10.0.0.0/8 is listed twice (line 5)",
+        "p.yaml:8: agents[0].sources[3]: unix is listed twice (line 6)",
+        "p.yaml:14: rules[0].ports[1]: port 443 is listed twice (line 13)",
+        "p.yaml:18: rules[0].methods[2]: method GET is listed twice (line 16)",
+        "p.yaml:21: rules[0].agents[1]: agent 'ci' is listed twice (line 20)",
+        "p.yaml:25: deny[2]: gist.example.test is listed twice (line 23)",
+        "p.yaml:26: deny[3]: *.b.example.test is listed twice (line 24)",
+        "p.yaml:28: network.deny_ranges[2]: default is listed twice (line 28)",
+        "p.yaml:28: network.deny_ranges[3]: 192.0.2.0/24 is listed twice (line 28)",
+        "p.yaml:31: network.allow_ranges[1]: ::1/128 is listed twice (line 30)",
+    };
+    bool ok = p != NULL && !diag_has_errors(&d) && d.warnings == sizeof(want) / sizeof(want[0]);
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        if (!has_entry(&d, DIAG_WARNING, want[i])) {
+            print_message("wanted warning: %s\n", want[i]);
+            ok = false;
+        }
+    if (!ok)
+        dump(yaml, &d);
+    assert_true(ok);
+    assert_int_equal(p->ndeny, 4); /* warned of, kept: the report lists the file as written */
+    policy_free(p);
+    diag_free(&d);
+    /* different entries are not repeats */
+    policy_free(expect_clean(V "agents:\n  - {id: ci, sources: [10.0.0.0/8, 10.0.0.0/16, unix]}\n"
+                               "rules:\n  - {host: a.example.test, tier: 0, agents: [ci]}\n"
+                               "deny: [gist.example.test, \"*.gist.example.test\"]\n"));
+}
+
+/* Loads <head>, then 100,000 lines <pre>N<post> (N from 0),
+ * then <last>: a repeat of one of them, which must be the one warning,
+ * <want>. Each entry was once compared with every one before it: n^2 / 2
+ * comparisons, minutes here (and hours for a 64 MiB policy in serve's
+ * reload thread) before the test's timeout. The caller frees the policy. */
+static struct policy *expect_one_repeat_of_many(const char *head, const char *pre, const char *post,
+                                                const char *last, const char *want)
+{
     size_t n = 100000, cap = n * 32 + 256, o = 0;
     char *buf = malloc(cap);
     assert_non_null(buf);
-    o += (size_t)snprintf(buf + o, cap - o, V R "alerts:\n  sinks:\n");
+    o += (size_t)snprintf(buf + o, cap - o, "%s", head);
     for (size_t i = 0; i < n; i++)
-        o += (size_t)snprintf(buf + o, cap - o, "    - exec: /usr/bin/s%zu\n", i);
-    o += (size_t)snprintf(buf + o, cap - o, "    - exec: /usr/bin/s7\n");
+        o += (size_t)snprintf(buf + o, cap - o, "%s%zu%s", pre, i, post);
+    o += (size_t)snprintf(buf + o, cap - o, "%s", last);
     struct diag d;
     diag_init(&d, FILE_NAME);
     struct policy *p = policy_load_buffer(FILE_NAME, buf, o, &d);
     assert_non_null(p);
     assert_int_equal(d.warnings, 1);
-    assert_true(has_entry(&d, DIAG_WARNING,
-                          "p.yaml:100007: alerts.sinks[100000]: exec /usr/bin/s7 is listed twice "
-                          "(line 14): every alert would run it twice"));
-    assert_int_equal(p->alerts.nsinks, n + 1);
-    policy_free(p);
+    assert_true(has_entry(&d, DIAG_WARNING, want));
     diag_free(&d);
     free(buf);
+    return p;
+}
+
+/* 100,000 distinct deny entries and one repeat at the end: warned about,
+ * and fast (the entries are sorted, never compared pairwise). */
+static void test_repeated_deny_scale(void **state)
+{
+    (void)state;
+    struct policy *p = expect_one_repeat_of_many(
+        V R "deny:\n", "  - h", ".example.test\n", "  - h7.example.test\n",
+        "p.yaml:100006: deny[100000]: h7.example.test is listed twice (line 13)");
+    assert_int_equal(p->ndeny, 100001);
+    policy_free(p);
+}
+
+/* 100,000 distinct sinks and one repeat at the end: warned about, and
+ * fast. */
+static void test_repeated_sink_scale(void **state)
+{
+    (void)state;
+    struct policy *p = expect_one_repeat_of_many(
+        V R "alerts:\n  sinks:\n", "    - exec: /usr/bin/s", "\n", "    - exec: /usr/bin/s7\n",
+        "p.yaml:100007: alerts.sinks[100000]: exec /usr/bin/s7 is listed twice (line 14): every "
+        "alert would run it twice");
+    assert_int_equal(p->alerts.nsinks, 100001);
+    policy_free(p);
 }
 
 /* A webhook URL the sink could not use fails the load (so `check` sees it)
@@ -2886,6 +2959,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec_example),
+        cmocka_unit_test(test_repeated_list_entries_warned),
+        cmocka_unit_test(test_repeated_deny_scale),
         cmocka_unit_test(test_yaml_words_are_not_names),
         cmocka_unit_test(test_unicode_host_warned),
         cmocka_unit_test(test_private_suffix_wildcard_warned),
