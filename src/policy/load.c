@@ -693,6 +693,33 @@ static size_t blank_len(const unsigned char *p)
     return 0;
 }
 
+/* The length of the blank at <p> (blank_len()) but for the zero-width
+ * joiner and non-joiner (U+200C, U+200D), which a name in an Indic script
+ * may end with (a chillu written with a virama and a joiner). */
+static size_t edge_blank_len(const unsigned char *p)
+{
+    if (p[0] == 0xe2 && p[1] == 0x80 && (p[2] == 0x8c || p[2] == 0x8d))
+        return 0;
+    return blank_len(p);
+}
+
+/* True when <s> starts or ends with a blank (edge_blank_len()): a space,
+ * a no-break one. A blank's first byte is never a UTF-8 continuation
+ * byte, so a byte-wise scan meets only whole characters. */
+static bool blank_at_edge(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t len = strlen(s);
+    if (edge_blank_len(p) != 0)
+        return true;
+    for (size_t i = 0; i < len; i++) {
+        size_t n = edge_blank_len(p + i);
+        if (n != 0 && i + n == len)
+            return true;
+    }
+    return false;
+}
+
 /* True when <s> holds a character other than a blank (above): an owner of
  * no-break or zero-width spaces is as blank as one of spaces. */
 static bool has_visible_char(const char *s)
@@ -801,6 +828,17 @@ static void rule_owner(struct load_ctx *c, const struct ynode *v, void *obj)
                      "U+FEFF): a name with one prints as another and escapes a search for it");
             return;
         }
+    if (blank_at_edge(s)) {
+        /* " alice " is not trimmed: the loaded owner would not be what the
+         * file says, and kept, it is another owner than "alice" to a
+         * search of the log, a metric's label and a review of the report,
+         * which shows no difference */
+        load_err(c, v->line,
+                 "'%s' starts or ends with a blank: write the person's name without blanks "
+                 "around it",
+                 load_show(c, s));
+        return;
+    }
     load_set_str(&r->owner, s);
 }
 

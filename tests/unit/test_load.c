@@ -872,6 +872,39 @@ static void test_yaml_words_are_not_names(void **state)
     policy_free(p);
 }
 
+/* An owner with blanks around it (" alice ") is refused, not trimmed:
+ * kept, it is another owner than "alice" to a search of the log or a
+ * metric's label, and the report shows no difference. Blanks inside a
+ * name, and a joiner an Indic name ends with, are a name's. */
+static void test_owner_blank_edges_refused(void **state)
+{
+    (void)state;
+#define EDGE(owner, shown)                                                                         \
+    {                                                                                              \
+        V "rules:\n  - {host: a.example.test, tier: 3, expires: 2027-01-01,\n     owner: " owner   \
+          "}\n",                                                                                   \
+            "p.yaml:4: rules[0].owner: '" shown                                                    \
+            "' starts or ends with a blank: write the person's "                                   \
+            "name without blanks around it"                                                        \
+    }
+    static const struct error_case cases[] = {
+        EDGE("\" alice \"", " alice "),
+        EDGE("\"alice \"", "alice "),
+        EDGE("\" alice\"", " alice"),
+        EDGE("\"\\_alice\"", "??alice"),      /* U+00A0, a no-break space */
+        EDGE("\"alice\\u3000\"", "alice???"), /* U+3000, an ideographic space */
+        EDGE("\"alice\\u2003\"", "alice???"), /* U+2003, an em space */
+    };
+#undef EDGE
+    RUN(cases);
+    struct policy *p =
+        expect_clean(V "rules:\n  - {host: a.example.test, tier: 0, owner: \"Alice Smith\"}\n"
+                       "  - {host: b.example.test, tier: 0, owner: \"\\u0d23\\u0d4d\\u200d\"}\n");
+    assert_string_equal(p->rules[0].owner, "Alice Smith");
+    assert_string_equal(p->rules[1].owner, "\xe0\xb4\xa3\xe0\xb5\x8d\xe2\x80\x8d");
+    policy_free(p);
+}
+
 static void test_rule_agents_sorted(void **state)
 {
     (void)state;
@@ -2959,6 +2992,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec_example),
+        cmocka_unit_test(test_owner_blank_edges_refused),
         cmocka_unit_test(test_repeated_list_entries_warned),
         cmocka_unit_test(test_repeated_deny_scale),
         cmocka_unit_test(test_yaml_words_are_not_names),
