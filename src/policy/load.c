@@ -152,11 +152,12 @@ static void agent_token(struct load_ctx *c, const struct ynode *v, void *obj)
     if ((value == NULL || *value == '\0') && (c->flags & POLICY_LOAD_SECRETS_UNUSED)) {
         load_set_str(&a->token_ref, s); /* run: its variable is still kept from the box */
     } else if ((value == NULL || *value == '\0') && (c->flags & POLICY_LOAD_SECRETS_OPTIONAL)) {
-        size_t before = c->diag->warnings;
+        size_t before = c->diag->warnings, dropped = c->warnings_dropped;
         load_warn(c, v->line,
                   "environment variable %s is %s here; serve refuses to start without it", name,
                   value == NULL ? "not set" : "empty");
-        c->diag->unset_secrets += c->diag->warnings - before; /* not past the listed cap */
+        c->diag->unset_secrets += c->diag->warnings - before;      /* listed */
+        c->unset_secrets_dropped += c->warnings_dropped - dropped; /* past the listed cap */
         load_set_str(&a->token_ref, s);
     } else if (value == NULL) {
         load_err(c, v->line, "environment variable %s is not set", name);

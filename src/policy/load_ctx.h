@@ -40,6 +40,7 @@ struct load_ctx {
     unsigned flags;                          /* enum policy_load_flags */
     size_t errors_listed, warnings_listed;   /* by load_err(), load_warn() */
     size_t errors_dropped, warnings_dropped; /* over LOAD_FINDINGS_MAX */
+    size_t unset_secrets_dropped;            /* of warnings_dropped: diag's unset_secrets */
 };
 
 /* Reads the value <v> of one key into <obj> (the handler knows its type). */

@@ -217,6 +217,29 @@ def test_check_audits_a_policy_whose_secrets_are_absent(sluice_bin, tmp_path):
         in r.stdout
 
 
+def test_strict_passes_unset_secrets_past_the_listed_cap(sluice_bin, tmp_path):
+    """Past the first 1000 warnings the load counts the rest in one closing
+    finding. When every warning is an unset secret's, that finding fails
+    --strict no more than they do (before: 1001 agents failed where 1000
+    passed); one real warning past the cap still fails it."""
+    agents = "".join('  - {id: a%d, sources: [unix], token: "env:SLUICE_ABSENT_%d"}\n' % (i, i)
+                     for i in range(1002))
+    text = "version: 1\nagents:\n" + agents + "rules:\n  - {host: a.example.test, tier: 0}\n"
+    path = tmp_path / "many.yaml"
+    path.write_text(text)
+    r = run(sluice_bin, "check", str(path), "--strict")
+    assert r.returncode == 0, r.stdout[-2000:]
+    assert "many.yaml: 2 more warnings not listed (the first 1000 are)" in r.stdout
+    assert r.stdout.splitlines()[-1] == "result: 0 errors, 1001 warnings", r.stdout[-500:]
+    # a warning of the file past the cap (a deny entry listed twice) fails it
+    path.write_text(text + "deny: [x.example.test, x.example.test]\n")
+    r = run(sluice_bin, "check", str(path), "--strict")
+    assert r.returncode == 1, r.stdout[-2000:]
+    assert "many.yaml: 3 more warnings not listed (the first 1000 are)" in r.stdout
+    assert r.stdout.splitlines()[-1] == ("result: 0 errors, 1001 warnings: failed, warnings fail "
+                                         "the check under --strict"), r.stdout[-500:]
+
+
 def test_default_policy_enables_no_tier3(sluice_bin):
     r = run(sluice_bin, "check", os.path.join(EXAMPLES, "policy.yaml"), "--now", NOW,
             "--format", "json")
