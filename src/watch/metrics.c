@@ -274,10 +274,8 @@ static void agent_requests(struct out *o, const struct agent_counts *a, const ch
             }
 }
 
-static void agent_bytes(struct out *o, const char *name, const struct agent_counts *a,
-                        const char *id, uint64_t v)
+static void agent_bytes(struct out *o, const char *name, const char *id, uint64_t v)
 {
-    (void)a;
     putf(o, "%s{agent=", name);
     put_label(o, id);
     putf(o, "} %" PRIu64 "\n", v);
@@ -348,15 +346,14 @@ int metrics_format(struct metrics *m, struct evbuffer *b)
 
     head(o, "sluice_bytes_up_total", "counter", "Bytes sent upstream (bodies and tunnel data).");
     for (size_t i = 0; i < m->nagents; i++)
-        agent_bytes(o, "sluice_bytes_up_total", &m->agents[i], m->agents[i].id, m->agents[i].up);
+        agent_bytes(o, "sluice_bytes_up_total", m->agents[i].id, m->agents[i].up);
     if (m->other.up > 0) /* agents past the table, counted together as their requests are */
-        agent_bytes(o, "sluice_bytes_up_total", &m->other, "", m->other.up);
+        agent_bytes(o, "sluice_bytes_up_total", "", m->other.up);
     head(o, "sluice_bytes_down_total", "counter", "Bytes returned to agents.");
     for (size_t i = 0; i < m->nagents; i++)
-        agent_bytes(o, "sluice_bytes_down_total", &m->agents[i], m->agents[i].id,
-                    m->agents[i].down);
+        agent_bytes(o, "sluice_bytes_down_total", m->agents[i].id, m->agents[i].down);
     if (m->other.down > 0)
-        agent_bytes(o, "sluice_bytes_down_total", &m->other, "", m->other.down);
+        agent_bytes(o, "sluice_bytes_down_total", "", m->other.down);
 
     head(o, "sluice_open_connections", "gauge", "Client connections open now.");
     putf(o, "sluice_open_connections %" PRIu64 "\n", g.open_connections);
