@@ -10,6 +10,7 @@
  *               created_ms INTEGER), index alert_queue_sink(sink, id)
  *   counter(name TEXT PRIMARY KEY, value INTEGER) */
 #include "state/store.h"
+#include "state/store_files.h"
 #include "state/store_writer.h"
 #include "util/id_set.h"
 #include "util/pos_index.h"
@@ -713,7 +714,8 @@ static struct store *open_resolved(const char *shown, const char *real, char **e
     if ((s->path = malloc(n)) == NULL)
         goto nomem;
     snprintf(s->path, n, "%s/%s", real, STORE_FILE);
-    int rc = open_db(s->path, &s->db, &why);
+    /* Before SQLite makes or opens a file: see store_files.h */
+    int rc = store_files_private(real, &why) == 0 ? open_db(s->path, &s->db, &why) : SQLITE_PERM;
     if (rc != SQLITE_OK && is_corruption(rc)) {
         char moved[4400] = "";
         move_aside(s->path, moved, sizeof(moved));
@@ -721,7 +723,8 @@ static struct store *open_resolved(const char *shown, const char *real, char **e
                     "contact memory, baselines and queued webhook alerts are lost",
                     s->path, why ? why : "corrupt", moved[0] ? moved : "(could not move)");
         free(why);
-        rc = open_db(s->path, &s->db, &why);
+        why = NULL;
+        rc = store_files_private(real, &why) == 0 ? open_db(s->path, &s->db, &why) : SQLITE_PERM;
     }
     if (rc == SQLITE_OK)
         rc = read_next_qid(s, &why);

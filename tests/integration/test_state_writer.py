@@ -12,22 +12,13 @@ the test fills the page (uffd_hold.py). Needs root (userfaultfd for
 kernel-mode faults) on x86_64 or aarch64; skipped otherwise."""
 
 import os
-import sqlite3
 import urllib.error
 import urllib.request
 
 from gate_client import api_rule, other_rule, other_url, poll, request
 from uffd_hold import WalLock, stop_while_held, threads_in
 from watch_helpers import free_tcp_port
-
-
-def contacts(statedir):
-    """The hosts of the first contacts committed to the store."""
-    db = sqlite3.connect("file:%s/sluice.db?mode=ro" % statedir, uri=True, timeout=5)
-    try:
-        return sorted(r[0] for r in db.execute("SELECT host FROM first_contact"))
-    finally:
-        db.close()
+from watch_helpers import stored_contacts as contacts
 
 
 def hold_commit(gw, net, statedir):

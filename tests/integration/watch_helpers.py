@@ -6,6 +6,7 @@ import json
 import os
 import re
 import socket
+import sqlite3
 import ssl
 import subprocess
 import threading
@@ -244,3 +245,13 @@ class Silent:
         for c in self.conns:
             c.close()
         self.sock.close()
+
+
+def stored_contacts(statedir):
+    """The hosts of the first contacts committed to the state store in
+    <statedir>, sorted (read-only: the gateway's store is not written)."""
+    db = sqlite3.connect("file:%s/sluice.db?mode=ro" % statedir, uri=True, timeout=5)
+    try:
+        return sorted(r[0] for r in db.execute("SELECT host FROM first_contact"))
+    finally:
+        db.close()
