@@ -1117,6 +1117,50 @@ static void a_symbolic_link_in_place_of_the_database_is_not_followed(void **stat
     store_close(open_ok(state_dir));
 }
 
+/* store_files_private() makes sluice.db STORE_FILE_MODE and takes other
+ * users' permissions from the store's regular files only: a symbolic link
+ * in place of one is not followed (its target keeps its mode; the opener
+ * refuses the link), and a FIFO neither holds the call up nor is changed. */
+static void store_files_change_regular_files_only(void **state)
+{
+    (void)state;
+    char st[128], target[128], path[192];
+    snprintf(st, sizeof(st), "%s/state", dir);
+    snprintf(target, sizeof(target), "%s/target", dir);
+    assert_int_equal(mkdir(st, 0755), 0);
+    mode_t old = umask(022);
+    FILE *f = fopen(target, "w");
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(chmod(target, 0644), 0);
+    snprintf(path, sizeof(path), "%s/%s-wal", st, STORE_FILE);
+    assert_int_equal(symlink(target, path), 0);
+    snprintf(path, sizeof(path), "%s/%s-shm", st, STORE_FILE);
+    assert_int_equal(mkfifo(path, 0644), 0);
+    snprintf(path, sizeof(path), "%s/%s", st, STORE_LOCK_FILE);
+    assert_non_null(f = fopen(path, "w"));
+    fclose(f);
+    assert_int_equal(chmod(path, 0666), 0);
+    char *why = NULL;
+    assert_int_equal(store_files_private(st, &why), 0);
+    assert_null(why);
+    umask(old);
+    struct stat sb;
+    snprintf(path, sizeof(path), "%s/%s", st, STORE_FILE);
+    assert_int_equal(lstat(path, &sb), 0);
+    assert_true(S_ISREG(sb.st_mode));
+    assert_int_equal(sb.st_mode & 07777, STORE_FILE_MODE);
+    assert_int_equal(lstat(target, &sb), 0);
+    assert_int_equal(sb.st_mode & 07777, 0644);
+    snprintf(path, sizeof(path), "%s/%s-shm", st, STORE_FILE);
+    assert_int_equal(lstat(path, &sb), 0);
+    assert_true(S_ISFIFO(sb.st_mode));
+    assert_int_equal(sb.st_mode & 07777, 0644);
+    snprintf(path, sizeof(path), "%s/%s", st, STORE_LOCK_FILE);
+    assert_int_equal(lstat(path, &sb), 0);
+    assert_int_equal(sb.st_mode & 07777, 0660);
+}
+
 /* A state directory reached through symbolic links the operator put on its
  * path (/var/lib/sluice -> /data/sluice, or a link further up) is used:
  * SQLite's SQLITE_OPEN_NOFOLLOW refused every link on the path, and the
@@ -1761,6 +1805,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_read_only_store_is_not_used, setup, teardown),
         cmocka_unit_test_setup_teardown(a_symbolic_link_in_place_of_the_database_is_not_followed,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(store_files_change_regular_files_only, setup, teardown),
         cmocka_unit_test_setup_teardown(a_state_directory_reached_through_a_link_is_used, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_store_without_room_says_why, setup, teardown),
