@@ -23,8 +23,17 @@ enum embed {
 static const char *const embed_names[EMBED_COUNT] = {
     "v4-compatible", "v4-translated", "nat64", "nat64 local-use", "6to4", "teredo", "isatap"};
 
+/* An address block the registry says is globally reachable inside a
+ * default range that is not: left out of that range. */
+struct hole {
+    uint8_t b[16];
+    uint8_t prefix;
+};
+
 struct range {
     struct cidr c;
+    const struct hole *holes; /* static: what <c> leaves out; NULL: nothing */
+    size_t nholes;
     const char *name; /* static, or <owned> */
     char *owned;
     char *embedded[EMBED_COUNT]; /* IPv4 ranges: "6to4 of loopback", ... */
@@ -46,11 +55,30 @@ struct default_range {
     uint8_t prefix; /* on the IPv4 (32) or IPv6 (128) scale */
     bool v4;
     const char *name;
+    const struct hole *holes; /* NULL: none */
+    size_t nholes;
+};
+
+/* The blocks of 2001::/23 (IETF protocol assignments, RFC 2928) that the
+ * IANA special-purpose registry says are globally reachable: anycast
+ * services and identifiers a public host may have. Teredo is here too,
+ * whose reachability the registry leaves open: the guard judges a Teredo
+ * address by the IPv4 ones it embeds (embedded_v4()). The rest of the
+ * block, unassigned or not globally reachable, is denied. */
+static const struct hole ietf_v6_reachable[] = {
+    {{0x20, 0x01}, 32},                                               /* Teredo (RFC 4380) */
+    {{0x20, 0x01, 0, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, 128}, /* PCP anycast (RFC 7723) */
+    {{0x20, 0x01, 0, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2}, 128}, /* TURN anycast (RFC 8155) */
+    {{0x20, 0x01, 0, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3}, 128}, /* DNS-SD SRP (RFC 9665) */
+    {{0x20, 0x01, 0, 0x03}, 32},                                      /* AMT (RFC 7450) */
+    {{0x20, 0x01, 0, 0x04, 0x01, 0x12}, 48},                          /* AS112-v6 (RFC 7535) */
+    {{0x20, 0x01, 0, 0x20}, 28},                                      /* ORCHIDv2 (RFC 7343) */
+    {{0x20, 0x01, 0, 0x30}, 28},                                      /* DETs (RFC 9374) */
 };
 
 #define V4(a, b, c, d, n, name)                                                                    \
     {                                                                                              \
-        {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, a, b, c, d}, n, true, name                            \
+        {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, a, b, c, d}, n, true, name, NULL, 0                   \
     }
 
 static const struct default_range default_ranges[] = {
@@ -78,6 +106,10 @@ static const struct default_range default_ranges[] = {
     V4(192, 0, 0, 0, 24, "ietf-protocol"),
     /* TEST-NET-1 documentation range (RFC 5737): never routed. */
     V4(192, 0, 2, 0, 24, "documentation"),
+    /* The deprecated 6to4 relay anycast prefix (RFC 7526): not globally
+     * reachable in the IANA registry; what answers there, if anything, is
+     * the nearest leftover relay router, never a named service. */
+    V4(192, 88, 99, 0, 24, "6to4-relay-anycast"),
     /* Private networks (RFC 1918): home and office LANs, routers. */
     V4(192, 168, 0, 0, 16, "rfc1918"),
     /* Benchmarking (RFC 2544): lab networks, never on the Internet. */
@@ -93,34 +125,42 @@ static const struct default_range default_ranges[] = {
     V4(255, 255, 255, 255, 32, "broadcast"),
 
     /* Unspecified (RFC 4291 2.5.2): connecting to :: reaches this host. */
-    {{0}, 128, false, "unspecified"},
+    {{0}, 128, false, "unspecified", NULL, 0},
     /* Loopback (RFC 4291 2.5.3). */
-    {{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, 128, false, "loopback"},
+    {{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, 128, false, "loopback", NULL, 0},
     /* Unique local addresses (RFC 4193): the IPv6 private networks. */
-    {{0xfc}, 7, false, "ula"},
+    {{0xfc}, 7, false, "ula", NULL, 0},
     /* Link-local (RFC 4291 2.5.6): the local segment; fe80::a9fe:a9fe
      * style metadata endpoints live here too. */
-    {{0xfe, 0x80}, 10, false, "link-local"},
+    {{0xfe, 0x80}, 10, false, "link-local", NULL, 0},
     /* Site-local (RFC 3879, deprecated), still treated as private. */
-    {{0xfe, 0xc0}, 10, false, "site-local"},
+    {{0xfe, 0xc0}, 10, false, "site-local", NULL, 0},
     /* Multicast (RFC 4291 2.7). */
-    {{0xff}, 8, false, "multicast"},
+    {{0xff}, 8, false, "multicast", NULL, 0},
     /* Documentation (RFC 3849, and RFC 9637's larger prefix): never routed. */
-    {{0x20, 0x01, 0x0d, 0xb8}, 32, false, "documentation"},
-    {{0x3f, 0xff}, 20, false, "documentation"},
+    {{0x20, 0x01, 0x0d, 0xb8}, 32, false, "documentation", NULL, 0},
+    {{0x3f, 0xff}, 20, false, "documentation", NULL, 0},
     /* Discard-only (RFC 6666): a black hole by design. */
-    {{0x01, 0x00}, 64, false, "discard-only"},
+    {{0x01, 0x00}, 64, false, "discard-only", NULL, 0},
     /* The dummy prefix (RFC 9780): for addresses that must never leave a
      * link or a site. */
-    {{0x01, 0x00, 0, 0, 0, 0, 0, 0x01}, 64, false, "dummy"},
+    {{0x01, 0x00, 0, 0, 0, 0, 0, 0x01}, 64, false, "dummy", NULL, 0},
     /* Benchmarking (RFC 5180), as 198.18.0.0/15 for IPv4: lab networks. */
-    {{0x20, 0x01, 0, 0x02}, 48, false, "benchmarking"},
+    {{0x20, 0x01, 0, 0x02}, 48, false, "benchmarking", NULL, 0},
     /* ORCHID (RFC 4843, deprecated): cryptographic identifiers, never the
      * address of a host on the Internet. */
-    {{0x20, 0x01, 0, 0x10}, 28, false, "orchid"},
+    {{0x20, 0x01, 0, 0x10}, 28, false, "orchid", NULL, 0},
+    /* The rest of the IETF protocol assignments (RFC 2928, 2001::/23),
+     * not globally reachable, but for the blocks the registry says are. */
+    {{0x20, 0x01},
+     23,
+     false,
+     "ietf-protocol",
+     ietf_v6_reachable,
+     sizeof(ietf_v6_reachable) / sizeof(ietf_v6_reachable[0])},
     /* SRv6 segment identifiers (RFC 9602): the network functions of an
      * operator's segment-routing domain, not reachable from the Internet. */
-    {{0x5f, 0x00}, 16, false, "srv6-sid"},
+    {{0x5f, 0x00}, 16, false, "srv6-sid", NULL, 0},
 };
 
 #define NDEFAULT (sizeof(default_ranges) / sizeof(default_ranges[0]))
@@ -345,6 +385,8 @@ struct addr_guard *addr_guard_new(const struct network_cfg *cfg)
             r->c.prefix = (uint8_t)(d->v4 ? 96 + d->prefix : d->prefix);
             r->v4 = d->v4;
             r->name = d->name;
+            r->holes = d->holes;
+            r->nholes = d->nholes;
             if (add_names(r) < 0)
                 goto err;
         }
@@ -388,6 +430,20 @@ void addr_guard_free(struct addr_guard *g)
     free(g);
 }
 
+/* True when <r> holds <a>: inside its range, outside its holes. */
+static bool range_holds(const struct range *r, const struct ipaddr *a)
+{
+    if (!cidr_contains(&r->c, a))
+        return false;
+    for (size_t i = 0; i < r->nholes; i++) {
+        struct cidr h = {.prefix = r->holes[i].prefix};
+        memcpy(h.addr.b, r->holes[i].b, sizeof(h.addr.b));
+        if (cidr_contains(&h, a))
+            return false;
+    }
+    return true;
+}
+
 /* Returns the first deny range holding <a>, or NULL. */
 static const struct range *find_deny(const struct addr_guard *g, const struct ipaddr *a,
                                      bool v4_only)
@@ -395,7 +451,7 @@ static const struct range *find_deny(const struct addr_guard *g, const struct ip
     for (size_t i = 0; i < g->ndeny; i++) {
         if (v4_only && !g->deny[i].v4)
             continue;
-        if (cidr_contains(&g->deny[i].c, a))
+        if (range_holds(&g->deny[i], a))
             return &g->deny[i];
     }
     return NULL;

@@ -39,8 +39,9 @@ class World:
     """A gateway in its own namespace and the scripted servers beside it."""
 
     def __init__(self, gateway, net, tmp_path, script, names, servers, helper_args=(), allow=(),
-                 args=(), alerts=None, resolv_conf=None):
+                 args=(), alerts=None, resolv_conf=None, static=None):
         self.net = net
+        self.static = static or {}
         self.names = names
         self.alerts = alerts
         self.allow = [ALLOWED + "/32"] + list(allow)
@@ -67,7 +68,7 @@ class World:
 
     def policy(self, servers):
         rules = [{"host": n, "ports": [80, 81], "tier": 0} for n in self.names]
-        return self.net.policy(rules, static={}, dns_servers=servers,
+        return self.net.policy(rules, static=self.static, dns_servers=servers,
                                allow_ranges=self.allow, alerts=self.alerts)
 
     def set_servers(self, servers):
@@ -122,16 +123,17 @@ class World:
 @pytest.fixture
 def world(gateway, net, tmp_path):
     """world(script, names=None, servers=None, helper_args=(), allow=(), args=(),
-    alerts=None, resolv_conf=None): a World whose policy allows port 80 of
-    each name in <names> (default: the script's names), <allow> more ranges
+    alerts=None, resolv_conf=None, static=None): a World whose policy allows
+    port 80 of each name in <names> (default: the script's names), pins the
+    names of <static> (dns.static), <allow> more ranges
     than ALLOWED's, with <alerts> as its alerts section, its helper given
     <helper_args> too (--ports, --hog), serve given <args> too, and
     <resolv_conf> (text) as the namespace's /etc/resolv.conf."""
     def make(script, names=None, servers=None, helper_args=(), allow=(), args=(), alerts=None,
-             resolv_conf=None):
+             resolv_conf=None, static=None):
         return World(gateway, net, tmp_path, script, names or list(script),
                      servers or ["127.0.0.1:53"], helper_args, allow, args, alerts,
-                     resolv_conf)
+                     resolv_conf, static)
     return make
 
 
@@ -187,12 +189,30 @@ def test_answer_used(world):
     ("AAAA", "2001:10::1", "2001:10::1"),
     ("AAAA", "5f00::1", "5f00::1"),
     ("AAAA", "100:0:0:1::1", "100:0:0:1::1"),
+    # the deprecated 6to4 relay anycast prefix, and what the registry leaves
+    # not globally reachable of 2001::/23 (IETF protocol assignments)
+    ("A", "192.88.99.1", "192.88.99.1"),
+    ("AAAA", "2001:2:1::1", "2001:2:1::1"),
+    ("AAAA", "2001:1::4", "2001:1::4"),
+    ("AAAA", "2001:100::1", "2001:100::1"),
 ])
 def test_private_answer_refused(world, rtype, addr, logged):
     w = world({"priv.test": {rtype: [addr]}})
     r = w.get("priv.test")
     assert_refused(w, r, "priv.test", "private_address", logged)
     assert w.reached() == []
+
+
+@pytest.mark.parametrize("addr", ["192.88.99.1", "2001:2:1::1", "2001:1::4", "2001:100::1"])
+def test_a_pin_to_a_range_that_is_not_globally_reachable_is_refused(world, addr):
+    # dns.static pins an allowed name to the deprecated 6to4 relay anycast
+    # prefix, or to what the IANA registry leaves not globally reachable of
+    # 2001::/23: the pin goes through the guard like an answer, no question
+    # is asked and nothing is connected (the namespace has no route there)
+    w = world({}, names=["pinned.test"], static={"pinned.test": addr})
+    r = w.get("pinned.test")
+    assert_refused(w, r, "pinned.test", "private_address", addr)
+    assert w.reached() == [] and w.queries("pinned.test") == []
 
 
 # An address of the gateway's own host that is no loopback or private one (its

@@ -82,6 +82,7 @@ static void test_default_v4(void **state)
         {"172.16.0.0", "172.31.255.255", "rfc1918", "172.15.255.255", "172.32.0.0"},
         {"192.0.0.0", "192.0.0.255", "ietf-protocol", "191.255.255.255", "192.0.1.0"},
         {"192.0.2.0", "192.0.2.255", "documentation", "192.0.1.255", "192.0.3.0"},
+        {"192.88.99.0", "192.88.99.255", "6to4-relay-anycast", "192.88.98.255", "192.88.100.0"},
         {"192.168.0.0", "192.168.255.255", "rfc1918", "192.167.255.255", "192.169.0.0"},
         {"198.18.0.0", "198.19.255.255", "benchmarking", "198.17.255.255", "198.20.0.0"},
         {"198.51.100.0", "198.51.100.255", "documentation", "198.51.99.255", "198.51.101.0"},
@@ -141,8 +142,9 @@ static void test_default_v6(void **state)
     } unreachable[] = {
         /* RFC 9780's dummy prefix, the /64 after the discard-only one */
         {"100:0:0:1::", "100:0:0:1:ffff:ffff:ffff:ffff", "100:0:0:2::", "dummy"},
-        /* benchmarking (RFC 5180), the IPv6 peer of 198.18.0.0/15 */
-        {"2001:2::", "2001:2:0:ffff:ffff:ffff:ffff:ffff", "2001:2:1::", "benchmarking"},
+        /* benchmarking (RFC 5180), the IPv6 peer of 198.18.0.0/15; its
+         * neighbours are in 2001::/23, below */
+        {"2001:2::", "2001:2:0:ffff:ffff:ffff:ffff:ffff", "2001:3::", "benchmarking"},
         /* ORCHID (RFC 4843, deprecated): identifiers, never a host's */
         {"2001:10::", "2001:1f:ffff:ffff:ffff:ffff:ffff:ffff", "2001:20::", "orchid"},
         /* SRv6 segment identifiers (RFC 9602): an operator's functions */
@@ -153,6 +155,35 @@ static void test_default_v6(void **state)
         expect_denied(g, unreachable[i].last, unreachable[i].name);
         expect_allowed(g, unreachable[i].outside);
     }
+    /* The rest of 2001::/23 (IETF protocol assignments, RFC 2928) is not
+     * globally reachable, but for the blocks the registry says are. */
+    static const char *const ietf_denied[] = {
+        "2001:1::",       "2001:1::4",
+        "2001:1:0:1::1",  "2001:1:ffff::1",
+        "2001:2:1::",     "2001:2:ffff::1",
+        "2001:4::1",      "2001:4:111:ffff::1",
+        "2001:4:113::",   "2001:5::1",
+        "2001:f:ffff::1", "2001:40::1",
+        "2001:100::1",    "2001:1ff:ffff:ffff:ffff:ffff:ffff:ffff",
+    };
+    for (size_t i = 0; i < sizeof(ietf_denied) / sizeof(ietf_denied[0]); i++)
+        expect_denied(g, ietf_denied[i], "ietf-protocol");
+    static const char *const ietf_reachable[] = {
+        "2001:1::1", /* PCP anycast (RFC 7723) */
+        "2001:1::2", /* TURN anycast (RFC 8155) */
+        "2001:1::3", /* DNS-SD SRP anycast (RFC 9665) */
+        "2001:3::",  /* AMT (RFC 7450) */
+        "2001:3:ffff:ffff:ffff:ffff:ffff:ffff",
+        "2001:4:112::1", /* AS112-v6 (RFC 7535) */
+        "2001:4:112:ffff:ffff:ffff:ffff:ffff",
+        "2001:20::1", /* ORCHIDv2 (RFC 7343) */
+        "2001:30::1", /* DETs (RFC 9374) */
+        "2001:3f:ffff:ffff:ffff:ffff:ffff:ffff",
+        "2001:0:4136:e378:8000:63bf:3ffe:fdd2", /* Teredo of public addresses */
+        "2001:200::1",                          /* past the /23 */
+    };
+    for (size_t i = 0; i < sizeof(ietf_reachable) / sizeof(ietf_reachable[0]); i++)
+        expect_allowed(g, ietf_reachable[i]);
     expect_allowed(g, "5eff:ffff:ffff:ffff:ffff:ffff:ffff:ffff");
     expect_allowed(g, "2606:4700::1111");
     expect_allowed(g, "2a00:1450:4001:81a::200e");
