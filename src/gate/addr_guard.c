@@ -202,57 +202,81 @@ static void v4_into(struct ipaddr *a, const struct ipaddr *v4, unsigned at, bool
     }
 }
 
-/* The IPv6 forms a translator connects to the IPv4 address they embed:
- * <len> bytes of <prefix>, then the address at one of the first <npos> of
- * <pos>. Both embedded_v4() (the guard's reading) and
- * addr_guard_translated_in() (the policy loader's warning) take them from
- * here. 6to4, Teredo and the v4-compatible form are no such forms: they
- * tunnel, and the IPv4 host gets a wrapped packet, never the connection. */
-static const struct translated_form {
+/* The IPv6 prefixes whose addresses embed IPv4 ones (ISATAP, an interface
+ * identifier under any /64, is none: isatap_v4()), each with where the
+ * IPv4 address sits: <bits> (a multiple of 8) of <prefix>, then the address
+ * at each of the first <npos> of <pos>. embedded_v4() (the guard's
+ * reading), addr_guard_translated_in() (the policy loader's warning) and
+ * addr_guard_openings_new() (the ranges a cidr: rule opens, preferred in
+ * this order in its warning) all take them from here. The <translated>
+ * forms are those a translator connects to the IPv4 address they embed;
+ * 6to4, Teredo and the v4-compatible form only tunnel, and the IPv4 host
+ * gets a wrapped packet, never the connection. The prefixes are disjoint. */
+static const struct embed_form {
     enum embed kind;
     uint8_t prefix[12];
-    uint8_t len;
+    uint8_t bits;
+    bool translated;
     uint8_t npos;
     struct {
         uint8_t at;
-        bool skip_u;
+        bool skip_u; /* byte 8 skipped: RFC 6052's "u" octet */
+        bool invert; /* stored with every bit inverted */
     } pos[4];
-} translated_forms[] = {
+} embed_forms[] = {
+    /* 6to4 (RFC 3056): 2002:V4ADDR::/48, bits 16..47. */
+    {EMBED_6TO4, {0x20, 0x02}, 16, false, 1, {{2, false, false}}},
+    /* Teredo (RFC 4380): the server's address in bits 32..63, the
+     * client's in the last 32 bits, inverted. */
+    {EMBED_TEREDO, {0x20, 0x01, 0, 0}, 32, false, 2, {{4, false, false}, {12, false, true}}},
     /* NAT64's well-known prefix (RFC 6052), 64:ff9b::/96. */
-    {EMBED_NAT64, {0, 0x64, 0xff, 0x9b}, 12, 1, {{12, false}}},
+    {EMBED_NAT64, {0, 0x64, 0xff, 0x9b}, 96, true, 1, {{12, false, false}}},
     /* Local-use NAT64 (RFC 8215), 64:ff9b:1::/48. The operator picks the
      * prefix length inside the /48, so every RFC 6052 position that fits
      * is a candidate: /96 (the last 32 bits), /64 (bits 72-103), /56
      * (56-63, 72-95) and /48 (48-63, 72-87). */
     {EMBED_NAT64_LOC,
      {0, 0x64, 0xff, 0x9b, 0, 1},
-     6,
+     48,
+     true,
      4,
-     {{12, false}, {9, false}, {7, true}, {6, true}}},
+     {{12, false, false}, {9, false, false}, {7, true, false}, {6, true, false}}},
     /* SIIT's v4-translated addresses (RFC 7915), ::ffff:0:0:0/96: a
      * stateless translator maps them to the IPv4 address. */
-    {EMBED_SIIT, {0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff}, 12, 1, {{12, false}}},
+    {EMBED_SIIT, {0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff}, 96, true, 1, {{12, false, false}}},
+    /* IPv4-compatible (RFC 4291 2.5.5.1, deprecated): ::a.b.c.d. */
+    {EMBED_COMPAT, {0}, 96, false, 1, {{12, false, false}}},
 };
 
-#define NTRANSLATED (sizeof(translated_forms) / sizeof(translated_forms[0]))
+#define NEMBED (sizeof(embed_forms) / sizeof(embed_forms[0]))
+
+/* The IPv4 address at position <p> of <f> in <a>, into <out>. */
+static void read_pos(struct ipaddr *out, const struct ipaddr *a, const struct embed_form *f,
+                     size_t p)
+{
+    v4_from(out, a, f->pos[p].at, f->pos[p].skip_u);
+    if (f->pos[p].invert)
+        for (int i = 12; i < 16; i++)
+            out->b[i] ^= 0xff;
+}
 
 /* Fills <v4> with the IPv4 addresses at <f>'s positions in <a> and
- * returns how many. A read in 0.0.0.0/8 means nothing is encoded there
- * (local-use NAT64's other formats leave those bits zero) and is skipped,
- * unless every position reads so: then the first one's is the address.
- * Any other private read denies: erring on the safe side for prefixes that
- * public DNS does not return. */
-static size_t translated_v4(const struct ipaddr *a, const struct translated_form *f,
-                            struct ipaddr v4[4])
+ * returns how many. A tunnel form's are all read. For a translated one,
+ * a read in 0.0.0.0/8 means nothing is encoded there (local-use NAT64's
+ * other formats leave those bits zero) and is skipped, unless every
+ * position reads so: then the first one's is the address. Any other
+ * private read denies: erring on the safe side for prefixes that public
+ * DNS does not return. */
+static size_t form_v4(const struct ipaddr *a, const struct embed_form *f, struct ipaddr v4[4])
 {
     size_t n = 0;
     for (size_t i = 0; i < f->npos; i++) {
-        v4_from(&v4[n], a, f->pos[i].at, f->pos[i].skip_u);
-        if (v4[n].b[12] != 0)
+        read_pos(&v4[n], a, f, i);
+        if (!f->translated || v4[n].b[12] != 0)
             n++;
     }
     if (n == 0)
-        v4_from(&v4[n++], a, f->pos[0].at, f->pos[0].skip_u);
+        read_pos(&v4[n++], a, f, 0);
     return n;
 }
 
@@ -260,35 +284,13 @@ static size_t translated_v4(const struct ipaddr *a, const struct translated_form
  * (0 when <a> is IPv4 itself or embeds nothing); <*kind> says how. */
 static size_t embedded_v4(const struct ipaddr *a, struct ipaddr v4[4], enum embed *kind)
 {
-    static const uint8_t zero[12] = {0};
-
     if (is_v4(a))
         return 0;
-    for (size_t f = 0; f < NTRANSLATED; f++) {
-        if (memcmp(a->b, translated_forms[f].prefix, translated_forms[f].len) == 0) {
-            *kind = translated_forms[f].kind;
-            return translated_v4(a, &translated_forms[f], v4);
+    for (size_t f = 0; f < NEMBED; f++) {
+        if (memcmp(a->b, embed_forms[f].prefix, embed_forms[f].bits / 8) == 0) {
+            *kind = embed_forms[f].kind;
+            return form_v4(a, &embed_forms[f], v4);
         }
-    }
-    if (memcmp(a->b, zero, 12) == 0) {
-        *kind = EMBED_COMPAT;
-        v4_from(&v4[0], a, 12, false);
-        return 1;
-    }
-    if (a->b[0] == 0x20 && a->b[1] == 0x02) {
-        *kind = EMBED_6TO4; /* 2002:V4ADDR::/48: bits 16..47 */
-        v4_from(&v4[0], a, 2, false);
-        return 1;
-    }
-    if (a->b[0] == 0x20 && a->b[1] == 0x01 && a->b[2] == 0 && a->b[3] == 0) {
-        /* Teredo: the server's address in bits 32..63, the client's in the
-         * last 32 bits, inverted. */
-        *kind = EMBED_TEREDO;
-        v4_from(&v4[0], a, 4, false);
-        v4_from(&v4[1], a, 12, false);
-        for (int i = 12; i < 16; i++)
-            v4[1].b[i] ^= 0xff;
-        return 2;
     }
     return 0;
 }
@@ -320,9 +322,9 @@ static bool embeds(const struct ipaddr *a, const struct ipaddr *v4)
 
 bool addr_guard_translated_in(const struct cidr *c, const struct ipaddr *v4, struct ipaddr *form)
 {
-    for (size_t f = 0; f < NTRANSLATED; f++) {
-        const struct translated_form *t = &translated_forms[f];
-        for (size_t p = 0; p < t->npos; p++) {
+    for (size_t f = 0; f < NEMBED; f++) {
+        const struct embed_form *t = &embed_forms[f];
+        for (size_t p = 0; t->translated && p < t->npos; p++) {
             /* <c>'s own address with the form written over it: the bits
              * <c> leaves free take any value, so when the result is still
              * in <c>, <c> holds that form of <v4>. Read back as the guard
@@ -330,7 +332,7 @@ bool addr_guard_translated_in(const struct cidr *c, const struct ipaddr *v4, str
              * hold other addresses is still denied as this one (any read
              * denies), and this makes sure the form is one it reads. */
             struct ipaddr a = c->addr;
-            memcpy(a.b, t->prefix, t->len);
+            memcpy(a.b, t->prefix, t->bits / 8);
             v4_into(&a, v4, t->pos[p].at, t->pos[p].skip_u);
             if (cidr_contains(c, &a) && embeds(&a, v4)) {
                 if (form != NULL)
@@ -499,23 +501,6 @@ bool addr_guard_denies_in(const struct addr_guard *g, const struct ipaddr *a,
     return true;
 }
 
-/* The IPv6 prefixes that embedded_v4() unwraps, as ranges (ISATAP, an
- * interface identifier under any /64, is none), in the order a warning
- * prefers to name them. */
-static const struct {
-    uint8_t b[16];
-    uint8_t prefix;
-    enum embed kind;
-} embed_prefixes[] = {
-    {{0x20, 0x02}, 16, EMBED_6TO4},
-    {{0x20, 0x01}, 32, EMBED_TEREDO},
-    {{0, 0x64, 0xff, 0x9b}, 96, EMBED_NAT64},
-    {{0, 0x64, 0xff, 0x9b, 0, 1}, 48, EMBED_NAT64_LOC},
-    {{0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff}, 96, EMBED_SIIT},
-    {{0}, 96, EMBED_COMPAT},
-};
-#define NEMBED (sizeof(embed_prefixes) / sizeof(embed_prefixes[0]))
-
 struct opening_range {
     struct cidr c;
     const char *name;
@@ -615,12 +600,12 @@ struct guard_openings *addr_guard_openings_new(const struct addr_guard *g)
     }
     for (size_t i = 0; any_v4 && i < NEMBED; i++) {
         struct opening_range *e = &o->r[o->n++];
-        *e = (struct opening_range){.c.prefix = embed_prefixes[i].prefix,
-                                    .name = embed_names[embed_prefixes[i].kind],
+        *e = (struct opening_range){.c.prefix = embed_forms[i].bits,
+                                    .name = embed_names[embed_forms[i].kind],
                                     .order = i,
                                     .embeds = true,
                                     .metadata = md};
-        memcpy(e->c.addr.b, embed_prefixes[i].b, sizeof(e->c.addr.b));
+        memcpy(e->c.addr.b, embed_forms[i].prefix, sizeof(embed_forms[i].prefix));
     }
     /* Leave out what allow_ranges hold (open anyway) and repeats. */
     for (size_t i = 0; i < g->nallow; i++)
