@@ -123,28 +123,41 @@ static void format_server(const struct sockaddr *sa, char *out, size_t cap)
 }
 
 /* A base that asks the one server at <sa>, its socket tied to the
- * server's port (dns_pin.h): one that cannot be is still used, said on
- * standard error, as before the tie. NULL when that fails. */
-static struct evdns_base *open_base(struct event_base *base, const struct sockaddr *sa,
-                                    socklen_t len)
+ * server's port (dns_pin.h), into <*out>: one whose socket is not found is
+ * still used, said on standard error, as before the tie. Returns 0; 1,
+ * <*out> NULL, when no socket can be connected to the server now (said on
+ * standard error: it is not asked, rather than asked on a socket that
+ * takes any answer once a route to it comes); -1 when that fails. */
+static int open_base(struct event_base *base, const struct sockaddr *sa, socklen_t len,
+                     struct evdns_base **out)
 {
+    char addr[64];
+    *out = NULL;
     struct evdns_base *dns = evdns_base_new(base, EVDNS_BASE_DISABLE_WHEN_INACTIVE);
     if (dns == NULL)
-        return NULL;
+        return -1;
     const char *why = NULL;
-    if (dns_pin_add(dns, sa, len, &why) < 0 || set_options(dns) < 0) {
+    enum dns_pin_result pin = dns_pin_add(dns, sa, len, &why);
+    if (pin == DNS_PIN_FAILED || (pin != DNS_PIN_UNREACHABLE && set_options(dns) < 0)) {
         evdns_base_free(dns, 0);
-        return NULL;
+        return -1;
     }
-    if (why != NULL) {
-        char addr[64];
-        format_server(sa, addr, sizeof(addr));
+    format_server(sa, addr, sizeof(addr));
+    if (pin == DNS_PIN_UNREACHABLE) {
+        evdns_base_free(dns, 0);
+        fprintf(stderr,
+                "sluice: dns: server %s: not asked: no socket can be connected to it (%s); a "
+                "reload tries it again\n",
+                addr, why);
+        return 1;
+    }
+    if (pin == DNS_PIN_LOOSE)
         fprintf(stderr,
                 "sluice: dns: server %s: cannot take its answers from its port only (%s): an "
                 "answer from another port of its address is taken too\n",
                 addr, why);
-    }
-    return dns;
+    *out = dns;
+    return 0;
 }
 
 /* A server written "IP" (no port; evutil_parse_sockaddr_port() gives it 0)
@@ -206,19 +219,26 @@ int name_servers_open(struct event_base *base, const struct dns_cfg *cfg, const 
         *err = errmsg("%s", "dns: out of memory");
         return -1;
     }
+    size_t used = 0;
     for (size_t i = 0; i < count; i++) {
-        format_server((const struct sockaddr *)&ss[i], b[i].st.addr, sizeof(b[i].st.addr));
-        if ((b[i].dns = open_base(base, (const struct sockaddr *)&ss[i], len[i])) == NULL) {
+        int r = open_base(base, (const struct sockaddr *)&ss[i], len[i], &b[used].dns);
+        if (r < 0) {
             if (cfg->nservers > 0)
                 *err = errmsg("dns.servers: cannot use server \"%s\"", cfg->servers[i]);
             else
                 *err = errmsg("dns: cannot use server %zu of %s", i + 1, resolv_conf);
-            name_servers_free(b, count);
+            name_servers_free(b, used);
             return -1;
         }
+        if (r == 0)
+            format_server((const struct sockaddr *)&ss[i], b[used++].st.addr, sizeof(b[0].st.addr));
+    }
+    if (used == 0) {
+        free(b);
+        return 0;
     }
     *out = b;
-    *n = count;
+    *n = used;
     return 0;
 }
 

@@ -45,7 +45,10 @@ int name_servers_check(const struct dns_cfg *cfg, char **err);
 
 /* Opens the servers of <cfg> (or of resolv.conf at <resolv_conf> when cfg
  * names none; a missing file or no nameserver line: no server) on <base>,
- * into <*out> (malloc'd, NULL when none) and <*n>. Returns 0, or -1 with
+ * into <*out> (malloc'd, NULL when none) and <*n>. A server that no socket
+ * can be connected to now is left out, said on standard error: then <*n>
+ * is less than the servers named, and name_servers_unchanged() says they
+ * changed, so that the next reload tries it again. Returns 0, or -1 with
  * <*err> (malloc'd) and nothing open. */
 int name_servers_open(struct event_base *base, const struct dns_cfg *cfg, const char *resolv_conf,
                       struct name_server **out, size_t *n, char **err);

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -108,19 +109,51 @@ int dns_pin(const struct sockaddr *sa, socklen_t len, const struct dns_pin_mark 
         return -1;
     }
     if (connect(found, sa, len) != 0) {
-        *why = "connect() failed";
-        return -1;
+        *why = strerror(errno);
+        return -2;
     }
     return 0;
 }
 
-int dns_pin_add(struct evdns_base *dns, const struct sockaddr *sa, socklen_t len, const char **why)
+/* False when no datagram socket can be connected to <sa> now (no route to
+ * it, its family not on this host, ...), <*why> the kernel's reason: a
+ * server whose socket evdns would make could not be tied to it either.
+ * True when it can, and when the kernel has no socket to ask with (evdns
+ * will not get one either, and says so). */
+static bool connectable(const struct sockaddr *sa, socklen_t len, const char **why)
 {
+    int fd = socket(sa->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        if (errno != EAFNOSUPPORT)
+            return true;
+        *why = strerror(errno);
+        return false;
+    }
+    bool ok = connect(fd, sa, len) == 0;
+    if (!ok)
+        *why = strerror(errno);
+    close(fd);
+    return ok;
+}
+
+enum dns_pin_result dns_pin_add(struct evdns_base *dns, const struct sockaddr *sa, socklen_t len,
+                                const char **why)
+{
+    *why = NULL;
+    if (!connectable(sa, len, why))
+        return DNS_PIN_UNREACHABLE;
     struct dns_pin_mark mark;
     dns_pin_mark(&mark, sa->sa_family);
     if (evdns_base_nameserver_sockaddr_add(dns, sa, len, 0) != 0)
-        return -1;
-    *why = NULL;
-    (void)dns_pin(sa, len, &mark, why);
-    return 0;
+        return DNS_PIN_FAILED;
+    switch (dns_pin(sa, len, &mark, why)) {
+    case 0:
+        return DNS_PIN_TIED;
+    case -1:
+        return DNS_PIN_LOOSE;
+    default:
+        /* Found but refused by connect() since the check above: it would
+         * take any answer, and evdns has no way to drop a server. */
+        return DNS_PIN_FAILED;
+    }
 }

@@ -39,15 +39,27 @@ void dns_pin_mark(struct dns_pin_mark *m, int family);
 
 /* Connects the socket evdns made since <m> for the server <sa> (<len>
  * bytes) to it: the one datagram socket of <sa>'s family, neither bound
- * nor connected, that <m> did not see. Returns 0, or -1 with <*why> set
- * (static text). */
+ * nor connected, that <m> did not see. Returns 0; -1 when that socket is
+ * not found, -2 when connect() refused it, with <*why> set (static text,
+ * or strerror()'s, valid until its next call). */
 int dns_pin(const struct sockaddr *sa, socklen_t len, const struct dns_pin_mark *m,
             const char **why);
 
+/* What dns_pin_add() did with a server. */
+enum dns_pin_result {
+    DNS_PIN_TIED,        /* added, its socket tied to it */
+    DNS_PIN_LOOSE,       /* added, its socket not found (<why>): the caller says so */
+    DNS_PIN_UNREACHABLE, /* not added: no socket can be connected to it now (<why>) */
+    DNS_PIN_FAILED,      /* evdns could not add it, or its socket was refused by
+                          * connect() once added: the base must not be used */
+};
+
 /* Adds the name server <sa> (<len> bytes) to <dns>, its socket tied to it
- * (dns_pin_mark(), then dns_pin()). Returns -1 when evdns could not add
- * it; 0 when added, <*why> NULL when tied, else why not (static text): the
- * server is asked all the same, and the caller says so. */
-int dns_pin_add(struct evdns_base *dns, const struct sockaddr *sa, socklen_t len, const char **why);
+ * (dns_pin_mark(), then dns_pin()). A server no socket can be connected to
+ * now (no route to it yet, say) is not added: its socket, unconnected,
+ * would take an answer from any port of its address once a route came,
+ * which is what the tie is for. <*why> as dns_pin()'s, NULL when tied. */
+enum dns_pin_result dns_pin_add(struct evdns_base *dns, const struct sockaddr *sa, socklen_t len,
+                                const char **why);
 
 #endif

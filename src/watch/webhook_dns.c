@@ -46,19 +46,34 @@ struct evdns_base *webhook_dns_new(struct event_base *base, const char *label, c
     /* all but the name servers, which are added below one at a time */
     (void)evdns_base_resolv_conf_parse(dns, DNS_OPTIONS_ALL & ~DNS_OPTION_NAMESERVERS,
                                        WEBHOOK_RESOLV_CONF);
+    size_t added = 0;
     for (size_t i = 0; i < n; i++) {
         const char *unpinned = NULL;
-        if (dns_pin_add(dns, (const struct sockaddr *)&ss[i], len[i], &unpinned) < 0) {
+        enum dns_pin_result pin =
+            dns_pin_add(dns, (const struct sockaddr *)&ss[i], len[i], &unpinned);
+        if (pin == DNS_PIN_FAILED) {
             evdns_base_free(dns, 0);
             *why = "cannot start a DNS resolver";
             return NULL;
         }
-        if (unpinned != NULL)
+        if (pin == DNS_PIN_UNREACHABLE)
+            fprintf(stderr,
+                    "sluice: webhook %s: name server %zu of " WEBHOOK_RESOLV_CONF
+                    ": not asked: no socket can be connected to it (%s)\n",
+                    label, i + 1, unpinned);
+        else
+            added++;
+        if (pin == DNS_PIN_LOOSE)
             fprintf(stderr,
                     "sluice: webhook %s: name server %zu of " WEBHOOK_RESOLV_CONF
                     ": cannot take its answers from its port only (%s): an answer from another "
                     "port of its address is taken too\n",
                     label, i + 1, unpinned);
+    }
+    if (added == 0) {
+        evdns_base_free(dns, 0);
+        *why = "no name server of " WEBHOOK_RESOLV_CONF " can be reached";
+        return NULL;
     }
     return dns;
 }

@@ -43,6 +43,11 @@ and every accepted connection is appended to the events file as one JSON
 line ({"event": "query", "name", "qtype"} / {"event": "conn", "addr"});
 {"event": "ready"} comes once every socket is bound.
 
+A key "@addresses": ["ADDR", ...] in FILE adds those addresses to the namespace's lo
+(once each, within 0.2 s of the file's change), then records {"event": "address",
+"addr"}: an address, and the route to it, that comes after the gateway started. A
+--sink may be bound to such an address before it comes (IP_FREEBIND).
+
 Each --address ADDR (an IPv4 or IPv6 address) is added to the namespace's lo before
 anything is bound: an address of the host that is neither loopback nor private,
 as a host's public address is (it never leaves the empty namespace).
@@ -310,6 +315,26 @@ def hog(text, events):
     return held
 
 
+IP_FREEBIND, IPV6_FREEBIND = 15, 78  # <linux/in.h>, <linux/in6.h>
+
+
+def add_later(script_path, added, events):
+    """Adds to lo the script's "@addresses" not in <added> yet."""
+    try:
+        with open(script_path) as f:
+            later = json.load(f).get("@addresses", [])
+    except (OSError, ValueError):
+        return
+    for text in later:
+        if text in added:
+            continue
+        v6 = ":" in text
+        subprocess.run(["ip", "addr", "add", text + ("/128" if v6 else "/32"), "dev", "lo"]
+                       + (["nodad"] if v6 else []), check=True)
+        added.add(text)
+        events.put(event="address", addr=text)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--script", required=True)
@@ -340,6 +365,8 @@ def main():
     for text in a.sink:
         fam, host, port = split_addr(text)
         s = socket.socket(fam, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_IP if fam == socket.AF_INET else socket.SOL_IPV6,
+                     IP_FREEBIND if fam == socket.AF_INET else IPV6_FREEBIND, 1)
         s.bind((host, port))
         socks.append(s)
         threading.Thread(target=serve_sink, args=(s, a.script, events), daemon=True).start()
@@ -358,8 +385,10 @@ def main():
         socks += hog(text, events)
     events.put(event="ready")
     deadline = time.monotonic() + a.lifetime
+    added = set()
     while os.getppid() == parent and time.monotonic() < deadline:
         select.select([], [], [], 0.2)
+        add_later(a.script, added, events)
     return 0
 
 

@@ -511,6 +511,45 @@ def test_a_forged_answer_from_another_port_is_not_believed(world, when):
     assert w.reached() == []
 
 
+def test_a_server_no_socket_can_connect_to_is_not_asked_until_a_reload(world):
+    # dns.servers names 10.9.9.9:5300, to which the namespace has no route
+    # at the start: connect() of its socket fails (ENETUNREACH). Before, it
+    # was asked all the same, on a socket not tied to its port ("cannot take
+    # its answers from its port only (connect() failed)"), and once the
+    # address came, a forger on it (another port) led an allowed name to its
+    # address: 200 "reached 127.0.0.3:80", before and after a reload (which
+    # kept the untied socket). Now the server is not asked, said on
+    # standard error, until a reload finds it reachable; its socket is tied
+    # then, and the forgery is not believed.
+    late = "10.9.9.9:5300"
+    script = {"late.test": {"forge": ["127.0.0.3"]}}
+    w = world(script, names=["late.test"], servers=[late], allow=["127.0.0.3/32"],
+              helper_args=("--sink", late))
+    said = ("sluice: dns: server 10.9.9.9:5300: not asked: no socket can be connected to it "
+            "(Network is unreachable); a reload tries it again")
+    assert said in w.gw.stderr(), w.gw.stderr()
+    r = w.get("late.test")
+    assert_refused(w, r, "late.test", "dns_failure", None)
+    w.set(dict(script, **{"@addresses": ["10.9.9.9"]}))
+    poll(lambda: any(e["event"] == "address" for e in w.events()), timeout=10,
+         what="10.9.9.9 on the namespace's lo")
+    r = w.get("late.test")  # reachable now, but not asked before a reload
+    assert_refused(w, r, "late.test", "dns_failure", None)
+    assert "no name server" in r.text, r.text
+    assert [e for e in w.events() if e["event"] == "unanswered"] == []
+    w.set_servers([late])
+    poll(lambda: "sluice: reloaded" in w.gw.stderr(), timeout=10, what="the reload")
+    r = w.get("late.test")
+    assert_refused(w, r, "late.test", "dns_failure", None)
+    assert "timed out" in r.text, r.text
+    poll(lambda: any(e["event"] == "forged" for e in w.events()), timeout=30,
+         what="a forged answer under every ID")
+    forged = [e for e in w.events() if e["event"] == "forged"]
+    assert all(e["sent"] == 65536 for e in forged), forged
+    assert w.reached() == []
+    assert w.gw.stderr().count(said) == 1
+
+
 @pytest.mark.parametrize("server", ["honest", "forged"])
 def test_a_webhooks_resolver_takes_answers_from_its_servers_port_only(world, server):
     # A webhook sink whose URL names a host resolves it with a resolver of

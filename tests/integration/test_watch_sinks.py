@@ -1794,7 +1794,14 @@ def test_a_webhook_freed_while_its_name_is_looked_up_leaves_nothing(gateway, net
                      static_extra={"w.example.test": "127.0.0.2"},
                      alerts={"sinks": [{"webhook": "http://hook.example.test:9/h"}]})
     upstream = [sys.executable, "-m", "http.server", "--bind", "127.0.0.2", "80"]
-    gw = gateway(pol, netns=True, netns_helper=upstream, args=["--alerts", af, "--grace", "1s"])
+    # A name server in the namespace where nothing listens: its refusal ends
+    # no query (evdns waits out the try), so the lookup stays under way. (The
+    # host's own server, with no route to it from the namespace, is left out
+    # as no socket can be connected to it: then there is no lookup at all.)
+    conf = tmp_path / "resolv.conf"
+    conf.write_text("nameserver 127.0.0.1\n")
+    gw = gateway(pol, netns=True, netns_helper=upstream, args=["--alerts", af, "--grace", "1s"],
+                 resolv_conf=str(conf))
 
     def alerted():  # the upstream beside it may not listen yet
         request(gw, "POST", "http://w.example.test/w", body=b"1")

@@ -170,10 +170,12 @@ static void test_add_pins_each_server_of_a_resolver(void **state)
     struct evdns_base *dns = evdns_base_new(base, 0);
     assert_non_null(dns);
     const char *why = "unset";
-    assert_int_equal(dns_pin_add(dns, (struct sockaddr *)&one_sa, sizeof(one_sa), &why), 0);
+    assert_int_equal(dns_pin_add(dns, (struct sockaddr *)&one_sa, sizeof(one_sa), &why),
+                     DNS_PIN_TIED);
     assert_null(why);
     why = "unset";
-    assert_int_equal(dns_pin_add(dns, (struct sockaddr *)&two_sa, sizeof(two_sa), &why), 0);
+    assert_int_equal(dns_pin_add(dns, (struct sockaddr *)&two_sa, sizeof(two_sa), &why),
+                     DNS_PIN_TIED);
     assert_null(why);
     assert_int_equal(evdns_base_count_nameservers(dns), 2);
     assert_int_equal(count_connected_to(&one_sa), 1);
@@ -187,7 +189,8 @@ static void test_add_pins_each_server_of_a_resolver(void **state)
     struct sockaddr_in three_sa;
     int three = bound_udp(&three_sa);
     why = NULL;
-    assert_int_equal(dns_pin_add(dns, (struct sockaddr *)&three_sa, sizeof(three_sa), &why), 0);
+    assert_int_equal(dns_pin_add(dns, (struct sockaddr *)&three_sa, sizeof(three_sa), &why),
+                     DNS_PIN_LOOSE);
     assert_string_equal(why, "too many sockets like it");
     assert_int_equal(evdns_base_count_nameservers(dns), 3);
     assert_int_equal(count_connected_to(&three_sa), 0);
@@ -201,6 +204,39 @@ static void test_add_pins_each_server_of_a_resolver(void **state)
     close(one);
 }
 
+/* A server no datagram socket can be connected to now: 255.255.255.255,
+ * which connect() refuses (EACCES) to a socket without SO_BROADCAST on any
+ * host, as it refuses one with no route to its address (ENETUNREACH). Its
+ * socket could not be tied to it, and would take an answer from any port
+ * of its address once it could be reached: it is not added (before: added,
+ * unpinned, "connect() failed"). */
+static void test_a_server_no_socket_can_connect_to_is_not_added(void **state)
+{
+    (void)state;
+    struct sockaddr_in bcast = {.sin_family = AF_INET, .sin_port = htons(53)};
+    bcast.sin_addr.s_addr = htonl(INADDR_BROADCAST);
+    struct event_base *base = event_base_new();
+    assert_non_null(base);
+    struct evdns_base *dns = evdns_base_new(base, 0);
+    assert_non_null(dns);
+    const char *why = NULL;
+    assert_int_equal(dns_pin_add(dns, (struct sockaddr *)&bcast, sizeof(bcast), &why),
+                     DNS_PIN_UNREACHABLE);
+    assert_string_equal(why, strerror(EACCES));
+    assert_int_equal(evdns_base_count_nameservers(dns), 0);
+    /* dns_pin() on a socket made for it says connect() refused it */
+    struct dns_pin_mark m;
+    dns_pin_mark(&m, AF_INET);
+    int made = evdns_like(AF_INET);
+    assert_true(made >= 0);
+    why = NULL;
+    assert_int_equal(dns_pin((struct sockaddr *)&bcast, sizeof(bcast), &m, &why), -2);
+    assert_string_equal(why, strerror(EACCES));
+    close(made);
+    evdns_base_free(dns, 0);
+    event_base_free(base);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -208,6 +244,7 @@ int main(void)
         cmocka_unit_test(test_an_older_unbound_socket_is_left_alone),
         cmocka_unit_test(test_never_guesses),
         cmocka_unit_test(test_add_pins_each_server_of_a_resolver),
+        cmocka_unit_test(test_a_server_no_socket_can_connect_to_is_not_added),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
