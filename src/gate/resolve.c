@@ -210,12 +210,31 @@ err:
     return -1;
 }
 
-/* evdns' own messages (a server marked down, and so on): warnings only,
- * in the gateway's format. */
+/* evdns' own messages: its warnings, in the gateway's format, and the
+ * one below warning level that says a server was marked down for a reason
+ * of the kernel's ("Nameserver ADDR has failed: REASON"): ICMP port
+ * unreachable on its connected socket ("Connection refused", nothing
+ * listens there), a send refused ("Network is unreachable"). evdns (2.1)
+ * ends no query for it and gives the query no code of its own: each try
+ * waits out its time and the lookup says "timed out", so this line is the
+ * only place the refusal is told. It comes once each time the server goes
+ * down (evdns logs nothing for a server already down); a timeout is told
+ * by the queries' own "timed out", not here. */
 static void evdns_log(int is_warning, const char *msg)
 {
-    if (is_warning)
+    static const char head[] = "Nameserver ", failed[] = " has failed: ";
+    const char *f = strstr(msg, failed);
+
+    if (is_warning) {
         fprintf(stderr, "sluice: dns: %s\n", msg);
+    } else if (strncmp(msg, head, sizeof(head) - 1) == 0 && f != NULL &&
+               strcmp(f + sizeof(failed) - 1, "request timed out.") != 0) {
+        int addr_len = (int)(f - msg - (sizeof(head) - 1));
+        fprintf(stderr,
+                "sluice: dns: server %.*s: %s: marked down until it answers; its queries wait "
+                "out their tries all the same (\"timed out\")\n",
+                addr_len, msg + sizeof(head) - 1, f + sizeof(failed) - 1);
+    }
 }
 
 struct resolver *resolver_new(struct event_base *base, const struct dns_cfg *cfg, char **err)

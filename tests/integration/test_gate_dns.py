@@ -692,14 +692,21 @@ def test_a_dead_server_before_a_live_one(world, first):
 
 def test_a_lone_server_where_nothing_listens_is_timed_out(world):
     # Its connected socket gets ICMP port unreachable (ECONNREFUSED), which
-    # makes evdns mark the server failed but ends no query: each try waits
-    # out its time, and the refusal says "timed out", as for a server that
-    # drops the questions (README, Resolve)
+    # makes evdns mark the server failed but ends no query and gives it no
+    # code of its own: each try waits out its time, and the refusal says
+    # "timed out", as for a server that drops the questions (README,
+    # Resolve). Standard error tells the refusal, once, as evdns marks the
+    # server down (before: nothing, evdns logs it below warning level).
     w = world({}, names=["nobody.test"], servers=[REFUSING_SERVER])
     r = w.get("nobody.test")
     assert_refused(w, r, "nobody.test", "dns_failure", None)
     assert r.text.startswith(
         "sluice: cannot resolve nobody.test:80 (agent default): timed out"), r.text
+    said = ("sluice: dns: server 127.0.0.1:5301: Connection refused: marked down until it "
+            "answers; its queries wait out their tries all the same (\"timed out\")\n")
+    poll(lambda: said in w.gw.stderr(), timeout=10, what="the refusal on standard error")
+    assert_refused(w, w.get("nobody.test"), "nobody.test", "dns_failure", None)
+    assert w.gw.stderr().count(said) == 1, w.gw.stderr()
 
 
 def test_reload_moves_lookups_in_flight_to_the_new_servers(world):
