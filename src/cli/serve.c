@@ -306,7 +306,6 @@ static int serve_main(int argc, char **argv)
         .who = "sluice serve",
         .stopped = "stopped before serving",
         .stops = &stops,
-        .warn_file = true,
         .stop_wait_ms = grace < STARTUP_LOAD_STOP_WAIT_MS ? grace : STARTUP_LOAD_STOP_WAIT_MS,
     };
     struct policy *p = startup_load_policy(a->policy, &how, &stop_sig);

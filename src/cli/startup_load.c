@@ -31,7 +31,6 @@ struct load_job {
     int fds[2];         /* the thread's "done" byte */
     char *path;         /* owned: a job left at a stop outlives the caller's arguments */
     unsigned flags;     /* policy_load_flags()'s */
-    bool warn_file;     /* make gateway_policy_file_warning()'s line */
     struct diag diag;
     struct policy *result; /* NULL on failure */
     /* gateway_policy_file_warning()'s, made on the thread: its stat()s
@@ -56,7 +55,6 @@ static struct load_job *job_new(const char *path, const struct startup_load *how
     if (j == NULL)
         return NULL;
     j->flags = how->flags;
-    j->warn_file = how->warn_file;
     j->path = strdup(path);
     if (j->path == NULL || pipe2(j->fds, O_CLOEXEC) != 0) {
         free(j->path);
@@ -72,7 +70,7 @@ static void *load_thread(void *arg)
 {
     struct load_job *j = arg;
     j->result = policy_load_flags(j->path, j->flags, &j->diag);
-    if (j->result != NULL && j->warn_file)
+    if (j->result != NULL)
         gateway_policy_file_warning(j->path, j->file_warning, sizeof(j->file_warning));
     if (quiet_thread_job_end(&j->mu, &j->abandoned, &j->done, j->fds[1]))
         job_free(j); /* left at a stop (job_leave()) */
@@ -121,7 +119,7 @@ static bool job_leave(struct load_job *j)
 static struct policy *load_here(const char *path, const struct startup_load *how)
 {
     struct policy *p = policy_load_reporting(path, how->flags, "");
-    if (p != NULL && how->warn_file) {
+    if (p != NULL) {
         char warning[FILE_WARNING_TEXT];
         gateway_policy_file_warning(path, warning, sizeof(warning));
         fputs(warning, stderr);

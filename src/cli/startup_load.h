@@ -27,21 +27,20 @@ struct startup_load {
     const char *stopped;   /* what a stop means: "stopped before serving" */
     const sigset_t *stops; /* the stop signals, all blocked by the caller */
     unsigned flags;        /* policy_load_flags()'s */
-    /* gateway_policy_file_warning()'s line after the load (serve, which
-     * reloads the file on SIGHUP) */
-    bool warn_file;
     unsigned stop_wait_ms; /* after a stop, the longest wait for the load */
 };
 
-/* Loads <path> as policy_load_reporting(path, how->flags, "") does (and
- * says gateway_policy_file_warning()'s line if <how> asks), and returns the
- * policy; or NULL, either a failure reported on standard error (*stop_sig
- * 0) or a stop: a signal of how->stops came before the load ended
- * (*stop_sig that signal, taken: no longer pending; said on standard error,
- * naming <path>). After a stop the load is waited for at most
- * how->stop_wait_ms more, then left to its thread. Any other signal
- * pending stays so. With no thread to be had, loads on the caller's
- * thread, a stop held (pending) until the load ends. */
+/* Loads <path> as policy_load_reporting(path, how->flags, "") does, then
+ * says gateway_policy_file_warning()'s line (serve's gateway and run's
+ * alike reload the file on SIGHUP: a file every user may change is a
+ * policy every agent on the host may widen), and returns the policy; or
+ * NULL, either a failure reported on standard error (*stop_sig 0) or a
+ * stop: a signal of how->stops came before the load ended (*stop_sig that
+ * signal, taken: no longer pending; said on standard error, naming
+ * <path>). After a stop the load is waited for at most how->stop_wait_ms
+ * more, then left to its thread. Any other signal pending stays so. With
+ * no thread to be had, loads on the caller's thread, a stop held (pending)
+ * until the load ends. */
 struct policy *startup_load_policy(const char *path, const struct startup_load *how, int *stop_sig);
 
 #endif

@@ -533,6 +533,30 @@ def test_policy_and_log_are_read_only(box, net):
     assert o[os.path.join(box.workdir, "other")] == "ok"
 
 
+@pytest.mark.parametrize("what", ["file", "folder"])
+def test_a_policy_every_user_may_write_is_warned_as_serve_warns(box, net, what):
+    """run's gateway reloads its policy on SIGHUP, as serve does: a policy
+    every user of the host may change (an agent outside this box included)
+    is warned of at the start, with serve's words, and the run goes on."""
+    pol = box.policy(net.policy([]))
+    if what == "file":
+        os.chmod(pol, 0o666)
+        said = "warning: %s: the file is writable by every user (mode 0666): anyone on " % pol
+    else:
+        os.chmod(box.workdir, 0o777)
+        said = ("warning: %s: its folder %s is writable by every user without the sticky bit "
+                "(mode 0777): anyone on this host" % (pol, box.workdir))
+    p = box.run(["--policy", pol], "import sys; sys.exit(3)")
+    assert p.returncode == 3, p.stderr
+    assert p.stderr.count(said) == 1, p.stderr
+    # a policy only its owner may change says nothing
+    os.chmod(pol, 0o644)
+    os.chmod(box.workdir, 0o755)
+    p = box.run(["--policy", pol], "import sys; sys.exit(3)")
+    assert p.returncode == 3, p.stderr
+    assert "writable by every user" not in p.stderr, p.stderr
+
+
 def test_runs_private_directory_is_not_in_the_box(box, net):
     """run's private directory (the gateway's socket, the default log) is
     under the host's /tmp: the box, with a /tmp of its own, does not see it.
