@@ -777,7 +777,12 @@ int box_spawn(const struct box_config *cfg, struct box *box, char *err, size_t e
 void box_path_error(char *err, size_t errlen, const char *before, const char *path,
                     const char *after, const char *why)
 {
-    char *shown = text_shown(path);
+    /* The path gives way in its middle, so that what the message says
+     * after it (the reason) fits in <err>: cut at the end, a long path
+     * took the reason with it. */
+    char shown[BOX_ERR_MAX];
+    size_t words = strlen(before) + strlen(after) + 2 + strlen(why);
+    size_t room = errlen > words + 64 ? errlen - words : 64; /* 64: a path's ends, at least */
+    text_shown_fit(shown, room < sizeof(shown) ? room : sizeof(shown), path);
     snprintf(err, errlen, "%s%s%s: %s", before, shown, after, why);
-    free(shown);
 }

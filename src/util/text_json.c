@@ -59,3 +59,39 @@ char *text_shown(const char *s)
     text_shown_into(out, n, s);
     return out;
 }
+
+/* Whether a cut of text_shown()'s <s> before s[i] falls between two of
+ * its characters: not within a UTF-8 sequence, nor within an escape
+ * ("\ooo": a backslash starts one and nothing else, itself written
+ * \134). */
+static bool shown_boundary(const char *s, size_t i)
+{
+    if (((unsigned char)s[i] & 0xc0) == 0x80)
+        return false;
+    for (size_t k = 1; k <= 3 && k <= i; k++)
+        if (s[i - k] == '\\')
+            return false;
+    return true;
+}
+
+size_t text_shown_fit(char *out, size_t outlen, const char *s)
+{
+    char *all = text_shown(s);
+    size_t n = strlen(all);
+    if (n < outlen || outlen < 8) { /* whole, or no room for "..." and both ends */
+        size_t len = text_shown_into(out, outlen, s);
+        free(all);
+        return len;
+    }
+    size_t keep = outlen - 1 - 3; /* the bytes of <all> that stay */
+    size_t head = keep / 2, tail = n - (keep - head);
+    while (head > 0 && !shown_boundary(all, head))
+        head--;
+    while (tail < n && !shown_boundary(all, tail))
+        tail++;
+    memcpy(out, all, head);
+    memcpy(out + head, "...", 3);
+    memcpy(out + head + 3, all + tail, n - tail + 1);
+    free(all);
+    return head + 3 + (n - tail);
+}

@@ -32,4 +32,11 @@ char *text_shown(const char *s);
  * memory runs out. Returns the length. */
 size_t text_shown_into(char *out, size_t outlen, const char *s);
 
+/* As text_shown(), into <out> of <outlen> bytes; when it is longer, its
+ * middle gives way to "..." (between two characters, never within an
+ * escape or a UTF-8 sequence): a path keeps its start and its end, the
+ * file's name, where a cut at the end kept neither the name nor what a
+ * message said after it. Returns the length. */
+size_t text_shown_fit(char *out, size_t outlen, const char *s);
+
 #endif

@@ -9,6 +9,7 @@ see."""
 
 import concurrent.futures
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -600,6 +601,36 @@ def test_a_path_the_box_cannot_make_is_named_escaped(box, net, hostdir):
     assert ("--rw %s: cannot make it in the box" % below.replace("\n", "\\012")
             in p.stderr), p.stderr
     assert "\nsluice run: forged" not in p.stderr, p.stderr
+
+
+def test_a_long_path_the_box_cannot_make_keeps_the_reason(box, net, hostdir):
+    """The box's messages are at most 512 bytes: one naming a path of 1,500
+    bytes was cut there, in the middle of the path, and said neither which
+    folder nor what went wrong. The path loses its middle instead ("..."),
+    never within an escape or a UTF-8 character; its start, its end and the
+    reason stay."""
+    pol = box.policy(net.policy([]))
+    secret = os.path.join(hostdir, "secret")
+    parts = ["\u00e9" * 60 + "\n" + "d" * 60] * 6 + ["end"]
+    below = os.path.join(secret, *parts)
+    os.makedirs(below)
+    p = box.run(["--policy", pol, "--hide", secret, "--rw", below], "print('ran')")
+    assert p.returncode == 2, p.stderr
+    assert "ran" not in p.stdout
+    reason = ": cannot make it in the box: %s" % os.strerror(errno.EROFS)
+    lines = [ln for ln in p.stderr.splitlines()
+             if ln.startswith("sluice run: cannot build the box: --rw ")]
+    assert len(lines) == 1, p.stderr
+    line = lines[0]
+    assert line.endswith(reason), line
+    shown = line[len("sluice run: cannot build the box: --rw "):-len(reason)]
+    whole = below.replace("\n", "\\012")
+    head, _, tail = shown.partition("...")
+    assert head and tail, shown
+    assert whole.startswith(head) and whole.endswith(tail), shown
+    assert head.startswith(secret) and tail.endswith("/end"), shown
+    box_said = line[len("sluice run: cannot build the box: "):]
+    assert len(box_said.encode()) < 512, line  # the box's report holds 512 bytes
 
 
 TMP_SIZES = r"""
