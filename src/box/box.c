@@ -697,8 +697,12 @@ init_main(const struct box_config *cfg, uid_t uid, gid_t gid, bool userns, int s
             snprintf(err, sizeof(err), "%s", msg);
             goto fail;
         }
-        /* the command could not be run: 127 or 126, as a shell says */
-        fprintf(stderr, "sluice run: %s: %s\n", cfg->argv[0], strerror(e));
+        /* the command could not be run: 127 or 126, as a shell says; its
+         * name, the caller's (a variable, a file name), shown \ooo: one
+         * holding a line end would write a line of its own */
+        char *shown = text_shown(cfg->argv[0]);
+        fprintf(stderr, "sluice run: %s: %s\n", shown, strerror(e));
+        free(shown);
         report_status(status_fd, 'S', ws, 0);
         _exit(0);
     }

@@ -501,6 +501,10 @@ static int parse_args(int argc, char **argv, struct run_args *a)
     if (optind >= argc)
         return command_usage_error(self, "no command to run (sluice run [OPTIONS] -- CMD)");
     a->argv = argv + optind;
+    /* `-- "$AGENT"` with AGENT unset: found by no one, once the gateway and
+     * the box were made for it */
+    if (a->argv[0][0] == '\0')
+        return command_usage_error(self, "the command is an empty string (an unset variable?)");
     if ((a->policy == NULL) == (a->proxy == NULL))
         return command_usage_error(self, "give either --policy FILE or --proxy unix:PATH");
     if (a->proxy != NULL && (a->log != NULL || a->alerts != NULL))

@@ -1006,6 +1006,44 @@ def test_exit_status_passed_on(box, net):
     assert "/nonexistent-command" in p.stderr
 
 
+def test_a_command_that_cannot_be_run_exits_as_a_shell_says(box, net, hostdir):
+    """127 for a command not found, 126 for one found but not executable
+    (a file without the x bit, a folder), as a shell says; the name, the
+    caller's (a variable, a file name), is shown with its control
+    characters as \\ooo: one with a line end forged a summary line."""
+    pol = box.policy(net.policy([]))
+    script = os.path.join(hostdir, "script.sh")
+    with open(script, "w") as f:
+        f.write("#!/bin/sh\necho ran\n")
+    os.chmod(script, 0o644)
+    for cmd, code, said in ((script, 126, "sluice run: %s: %s\n" % (script, os.strerror(errno.EACCES))),
+                            (hostdir, 126, "sluice run: %s: %s\n" % (hostdir, os.strerror(errno.EACCES))),
+                            ("sluice-no-such-command", 127, "sluice run: sluice-no-such-command: %s\n"
+                             % os.strerror(errno.ENOENT))):
+        p = box.run(["--policy", pol], None, cmd=[cmd])
+        assert p.returncode == code, (cmd, p.stderr)
+        assert said in p.stderr, p.stderr
+        assert Box.summary(p)["exit"] == code
+    forged = "/nonexistent\nsluice run: exit 0; allowed 9"
+    p = box.run(["--policy", pol], None, cmd=[forged])
+    assert p.returncode == 127, p.stderr
+    assert "\nsluice run: exit 0; allowed 9" not in p.stderr, p.stderr
+    assert "sluice run: /nonexistent\\012sluice run: exit 0; allowed 9: %s\n" % (
+        os.strerror(errno.ENOENT)) in p.stderr, p.stderr
+
+
+def test_an_empty_command_is_a_usage_error(box, net):
+    """`sluice run -- "$AGENT"` with AGENT unset: nothing to run. It was
+    found by no one, after the gateway and the box were made for it (exit
+    127, `sluice run: : No such file or directory`)."""
+    pol = box.policy(net.policy([]))
+    p = box.run(["--policy", pol], None, cmd=[""])
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.startswith("sluice run: the command is an empty string (an unset variable?)\n"
+                               "usage: sluice run "), p.stderr
+    assert not SUMMARY.search(p.stderr), p.stderr
+
+
 def test_signals_blocked_by_runs_caller(box, net):
     """A caller with SIGTERM blocked (a supervisor's thread, a shell's
     trap) handed its mask to run's gateway, which then never took the
