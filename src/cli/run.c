@@ -420,6 +420,9 @@ static int parse_args(int argc, char **argv, struct run_args *a)
             return rc;
         switch (c) {
         case 'p':
+            /* `--policy "$POLICY"` with POLICY unset: no file to name */
+            if (optarg[0] == '\0')
+                return command_usage_error(self, "--policy needs a file, not an empty string");
             a->policy = optarg;
             break;
         case 'P':

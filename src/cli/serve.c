@@ -113,6 +113,10 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
             return got;
         switch (c) {
         case 'p':
+            /* `--policy "$POLICY"` with POLICY unset: no file to name */
+            if (optarg[0] == '\0')
+                return command_usage_error(&cmd_serve,
+                                           "--policy needs a file, not an empty string");
             a->policy = optarg;
             break;
         case 'l':
@@ -126,13 +130,19 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
             a->nlistens++;
             break;
         case 'L':
-            a->log = optarg;
+        case 'a':
+            if (optarg[0] == '\0')
+                return command_usage_error(&cmd_serve,
+                                           "--%s needs a file, not an empty string (- for "
+                                           "standard output)",
+                                           c == 'L' ? "log" : "alerts");
+            if (c == 'L')
+                a->log = optarg;
+            else
+                a->alerts = optarg;
             break;
         case 'A':
             a->admin = optarg;
-            break;
-        case 'a':
-            a->alerts = optarg;
             break;
         case 's':
             if (optarg[0] == '\0')

@@ -1044,6 +1044,16 @@ def test_an_empty_command_is_a_usage_error(box, net):
     assert not SUMMARY.search(p.stderr), p.stderr
 
 
+def test_an_empty_policy_name_is_a_usage_error(box):
+    """`--policy "$POLICY"` with POLICY unset said ': cannot read : No such
+    file or directory', naming no flag."""
+    p = box.run(["--policy", ""], "print('ran')")
+    assert p.returncode == 2, p.stderr
+    assert "ran" not in p.stdout
+    assert p.stderr.startswith("sluice run: --policy needs a file, not an empty string\n"
+                               "usage: sluice run "), p.stderr
+
+
 def test_signals_blocked_by_runs_caller(box, net):
     """A caller with SIGTERM blocked (a supervisor's thread, a shell's
     trap) handed its mask to run's gateway, which then never took the

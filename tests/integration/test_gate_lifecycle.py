@@ -336,6 +336,22 @@ def test_bad_admin_address_exits_2(run_sluice, net, tmp_path, admin, why):
                       "--admin %s: %s" % (admin, why))
 
 
+@pytest.mark.parametrize("flag", ["--log", "--alerts"])
+def test_an_empty_file_name_is_a_usage_error_naming_its_flag(run_sluice, net, tmp_path, flag):
+    # `--log "$LOG"` with LOG unset said ': cannot open log: No such file or
+    # directory', naming neither the flag nor a file
+    serve_usage_error(run_sluice, net, tmp_path, [flag, ""],
+                      "sluice serve: %s needs a file, not an empty string (- for standard "
+                      "output)\nusage: sluice serve " % flag)
+
+
+def test_an_empty_policy_name_is_a_usage_error(run_sluice):
+    p = run_sluice("serve", "--policy", "", timeout=15)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert p.stderr.startswith("sluice serve: --policy needs a file, not an empty string\n"
+                               "usage: sluice serve "), p.stderr
+
+
 @pytest.mark.parametrize("grace, why", [
     ("5x", "is not a period such as 5s"), ("2h", "is longer than 1h, the most it may be"),
     ("3601s", "is longer than 1h, the most it may be"),
