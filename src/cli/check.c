@@ -52,20 +52,19 @@ static int parse_args(int argc, char **argv, struct check_args *a)
         case 'n':
             got = parse_date(optarg, &a->today);
             if (got == -2)
-                return command_usage_error(
-                    &cmd_check, "--now: '%s' is before 1970-01-01, the earliest date sluice reads",
-                    optarg);
+                return command_arg_error(&cmd_check, "--now: ", optarg,
+                                         " is before 1970-01-01, the earliest date sluice reads");
             if (got == -3)
-                return command_usage_error(&cmd_check, "--now: '%s' is not a day of the calendar",
-                                           optarg);
+                return command_arg_error(&cmd_check, "--now: ", optarg,
+                                         " is not a day of the calendar");
             if (got != 0)
-                return command_usage_error(&cmd_check, "--now: '%s' is not a YYYY-MM-DD date",
-                                           optarg);
+                return command_arg_error(&cmd_check, "--now: ", optarg,
+                                         " is not a YYYY-MM-DD date");
             break;
         case 'w':
             if (parse_uint(optarg, 3650, &n) != 0)
-                return command_usage_error(
-                    &cmd_check, "--warn-days: '%s' is not a number of days (0-3650)", optarg);
+                return command_arg_error(&cmd_check, "--warn-days: ", optarg,
+                                         " is not a number of days (0-3650)");
             a->warn_days = (int)n;
             break;
         case 'f':
@@ -74,8 +73,7 @@ static int parse_args(int argc, char **argv, struct check_args *a)
             else if (strcmp(optarg, "json") == 0)
                 a->format = REPORT_JSON;
             else
-                return command_usage_error(&cmd_check, "--format: '%s' is not text or json",
-                                           optarg);
+                return command_arg_error(&cmd_check, "--format: ", optarg, " is not text or json");
             break;
         case 's':
             a->strict = true;

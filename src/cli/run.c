@@ -427,17 +427,16 @@ static int parse_args(int argc, char **argv, struct run_args *a)
             break;
         case 'P':
             if (strncmp(optarg, "unix:", 5) != 0 || optarg[5] != '/')
-                return command_usage_error(self, "--proxy: '%s' is not unix:/path/to.sock", optarg);
+                return command_arg_error(self, "--proxy: ", optarg, " is not unix:/path/to.sock");
             a->proxy = optarg + 5;
             break;
         case 'a':
             /* an id no policy can name ("CI-Bot" for ci-bot) would match
              * none of its agents: rules or entries, silently */
             if (!policy_valid_agent_id(optarg))
-                return command_usage_error(self,
-                                           "--agent: '%s' is not an agent id (use 1-64 of a-z, "
-                                           "0-9, '.', '_', '-', as a policy does)",
-                                           optarg);
+                return command_arg_error(self, "--agent: ", optarg,
+                                         " is not an agent id (use 1-64 of a-z, 0-9, '.', '_', "
+                                         "'-', as a policy does)");
             a->agent = optarg;
             break;
         case 'r':
@@ -483,16 +482,13 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         case 'T':
             rc = parse_tmp_size(optarg, a->tmp_size, sizeof(a->tmp_size));
             if (rc == -2)
-                return command_usage_error(self,
-                                           "--tmp-size: '%s' is more than 8EiB, which tmpfs "
-                                           "would round up to no bound at all",
-                                           optarg);
+                return command_arg_error(self, "--tmp-size: ", optarg,
+                                         " is more than 8EiB, which tmpfs would round up to no "
+                                         "bound at all");
             if (rc < 0)
-                return command_usage_error(self,
-                                           "--tmp-size: '%s' is neither a size of at least 1MiB "
-                                           "(B, KiB, MiB, GiB) nor a share of memory from 1%% "
-                                           "to 100%%",
-                                           optarg);
+                return command_arg_error(self, "--tmp-size: ", optarg,
+                                         " is neither a size of at least 1MiB (B, KiB, MiB, GiB) "
+                                         "nor a share of memory from 1% to 100%");
             break;
         case 'h':
             command_help(self);

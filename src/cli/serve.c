@@ -35,6 +35,7 @@
 #include "util/stop_signals.h"
 #include "util/stderr_relay.h"
 #include "util/std_fds.h"
+#include "util/text_json.h"
 #include "util/units.h"
 
 #define SERVE_MAX_LISTENS 32
@@ -83,6 +84,16 @@ static bool listen_given(const struct serve_args *a, const struct listen_addr *l
     return false;
 }
 
+/* The usage error "--listen ADDR: WHY", <addr> shown \ooo (text_shown()),
+ * as other commands show what they refuse. */
+static int listen_error(const char *addr, const char *why)
+{
+    char *shown = text_shown(addr);
+    int rc = command_usage_error(&cmd_serve, "--listen %s: %s", shown, why);
+    free(shown);
+    return rc;
+}
+
 static int parse_args(int argc, char **argv, struct serve_args *a)
 {
     static const struct option options[] = {
@@ -124,9 +135,9 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
                 return command_usage_error(&cmd_serve, "--listen: at most %d addresses",
                                            SERVE_MAX_LISTENS);
             if (listen_addr_parse(optarg, &a->listens[a->nlistens], &why) < 0)
-                return command_usage_error(&cmd_serve, "--listen %s: %s", optarg, why);
+                return listen_error(optarg, why);
             if (listen_given(a, &a->listens[a->nlistens]))
-                return command_usage_error(&cmd_serve, "--listen %s: given twice", optarg);
+                return listen_error(optarg, "given twice");
             a->nlistens++;
             break;
         case 'L':
@@ -151,18 +162,18 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
             break;
         case 'm':
             if (parse_uint(optarg, 1000000, &n) != 0 || n == 0)
-                return command_usage_error(&cmd_serve,
-                                           "--max-conns: '%s' is not a number (1-1000000)", optarg);
+                return command_arg_error(&cmd_serve, "--max-conns: ", optarg,
+                                         " is not a number (1-1000000)");
             a->max_conns = (unsigned)n;
             break;
         case 'g':
             got = parse_period_ms(optarg, &n);
             if (got == -2 || (got == 0 && n > 3600 * 1000))
-                return command_usage_error(
-                    &cmd_serve, "--grace: '%s' is longer than 1h, the most it may be", optarg);
+                return command_arg_error(&cmd_serve, "--grace: ", optarg,
+                                         " is longer than 1h, the most it may be");
             if (got != 0)
-                return command_usage_error(&cmd_serve, "--grace: '%s' is not a period such as 5s",
-                                           optarg);
+                return command_arg_error(&cmd_serve, "--grace: ", optarg,
+                                         " is not a period such as 5s");
             a->grace_ms = n > 0 ? (unsigned)n : 1;
             break;
         case 'S':
@@ -171,13 +182,13 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
             else if (strcmp(optarg, "normal") == 0)
                 a->sched = GATEWAY_SCHED_NORMAL;
             else
-                return command_usage_error(&cmd_serve, "--sched: '%s' is not batch or normal",
-                                           optarg);
+                return command_arg_error(&cmd_serve, "--sched: ", optarg,
+                                         " is not batch or normal");
             break;
         case 'N':
             if (parse_nice(optarg, &a->nice) != 0)
-                return command_usage_error(&cmd_serve, "--nice: '%s' is not a number (-20-19)",
-                                           optarg);
+                return command_arg_error(&cmd_serve, "--nice: ", optarg,
+                                         " is not a number (-20-19)");
             a->nice_given = true;
             break;
         case 'P':
@@ -198,7 +209,7 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
         }
     }
     if (optind < argc)
-        return command_usage_error(&cmd_serve, "unexpected argument '%s'", argv[optind]);
+        return command_arg_error(&cmd_serve, "unexpected argument ", argv[optind], "");
     if (a->policy == NULL)
         return command_usage_error(&cmd_serve, "--policy FILE is required");
     if (a->nlistens == 0) {

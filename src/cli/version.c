@@ -17,7 +17,7 @@ static int version_main(int argc, char **argv)
     if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0))
         return command_help(&cmd_version);
     if (argc > 1)
-        return command_usage_error(&cmd_version, "unexpected argument '%s'", argv[1]);
+        return command_arg_error(&cmd_version, "unexpected argument ", argv[1], "");
     printf("sluice %s\n", SLUICE_VERSION);
     printf("libevent %s, %s, libyaml %s, jansson %s\n", event_get_version(),
            OpenSSL_version(OPENSSL_VERSION), yaml_get_version_string(), jansson_version_str());

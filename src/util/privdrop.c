@@ -11,6 +11,19 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include "util/text_json.h"
+
+/* "BEFORE'RAW'AFTER" into <err>, <raw> (the operator's argument, which a
+ * variable or a file may have filled) shown \ooo: one holding a line end
+ * or a terminal escape cannot write lines of its own into standard
+ * error. */
+static void refuse(char *err, size_t errlen, const char *before, const char *raw, const char *after)
+{
+    char shown[256];
+    text_shown_fit(shown, sizeof(shown), raw);
+    snprintf(err, errlen, "%s'%s'%s", before, shown, after);
+}
+
 /* A decimal id that fits uid_t/gid_t (and is not (uid_t)-1). */
 static bool parse_id(const char *s, unsigned long *out)
 {
@@ -33,7 +46,7 @@ int privdrop_resolve(const char *spec, struct privdrop_target *out, char *err, s
     if (ulen == 0 || ulen >= sizeof(user) ||
         (colon != NULL && strlen(colon + 1) >= sizeof(group)) ||
         (colon != NULL && colon[1] == '\0')) {
-        snprintf(err, errlen, "'%s': expected USER or USER:GROUP", spec);
+        refuse(err, errlen, "", spec, ": expected USER or USER:GROUP");
         return -1;
     }
     memcpy(user, spec, ulen);
@@ -59,7 +72,7 @@ int privdrop_resolve(const char *spec, struct privdrop_target *out, char *err, s
         if (pw != NULL)
             out->gid = pw->pw_gid;
     } else {
-        snprintf(err, errlen, "no user '%s'", user);
+        refuse(err, errlen, "no user ", user, "");
         return -1;
     }
     if (group[0] != '\0') {
@@ -69,7 +82,7 @@ int privdrop_resolve(const char *spec, struct privdrop_target *out, char *err, s
         } else if (parse_id(group, &id)) {
             out->gid = (gid_t)id;
         } else {
-            snprintf(err, errlen, "no group '%s'", group);
+            refuse(err, errlen, "no group ", group, "");
             return -1;
         }
     }

@@ -47,6 +47,7 @@
 #include "util/accept_error.h"
 #include "util/env.h"
 #include "util/ipaddr.h"
+#include "util/text_json.h"
 #include "util/units.h"
 
 #define ADMIN_BACKLOG       128 /* as evhttp_bind_socket had it */
@@ -610,9 +611,13 @@ struct admin *admin_new(struct event_base *base, const char *addr, struct metric
                 addr);
     return a;
 
-bad_addr:
+bad_addr:;
+    /* the operator's text, shown \ooo: one with a line end or an escape
+     * must not write lines of its own into standard error */
+    char shown[256];
+    text_shown_fit(shown, sizeof(shown), addr);
     snprintf(err, errlen, "--admin %s: expected PORT, IP:PORT or [V6]:PORT (a literal address)",
-             addr);
+             shown);
     return NULL;
 }
 

@@ -2098,7 +2098,8 @@ def test_agent_id_no_policy_can_name_is_a_usage_error(box, agent):
     p = subprocess.run([box.bin, "run", "--policy", pol, "--agent", agent, "--", "true"],
                        capture_output=True, text=True, timeout=10, cwd=box.workdir)
     assert p.returncode == 2, p.stderr
-    assert p.stderr.startswith("sluice run: --agent: '%s' is not an agent id" % agent), p.stderr
+    shown = agent.replace("\n", "\\012")  # \\ooo: no line of its own
+    assert p.stderr.startswith("sluice run: --agent: '%s' is not an agent id" % shown), p.stderr
     assert "usage: sluice run" in p.stderr
 
 

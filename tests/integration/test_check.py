@@ -1104,6 +1104,45 @@ def test_an_unknown_option_is_named_escaped(sluice_bin, tmp_path):
     assert first.splitlines()[0] == "sluice check: unknown option '-\\033'", first
 
 
+FORGED = "x\nforged: 0 errors\x1b[1A\x1b[2K"
+
+
+@pytest.mark.parametrize("args", [
+    ["serve", "--policy", "{good}", "--listen", FORGED],
+    ["serve", "--policy", "{good}", "--max-conns", FORGED],
+    ["serve", "--policy", "{good}", "--grace", FORGED],
+    ["serve", "--policy", "{good}", "--sched", FORGED],
+    ["serve", "--policy", "{good}", "--nice", FORGED],
+    ["serve", "--policy", "{good}", "--user", FORGED],
+    ["serve", "--policy", "{good}", "--listen", "127.0.0.1:0", "--admin", FORGED],
+    ["serve", "--policy", "{good}", FORGED],
+    ["check", "{good}", "--now", FORGED],
+    ["check", "{good}", "--warn-days", FORGED],
+    ["check", "{good}", "--format", FORGED],
+    ["run", "--proxy", FORGED, "--", "true"],
+    ["run", "--policy", "{good}", "--agent", FORGED, "--", "true"],
+    ["run", "--policy", "{good}", "--tmp-size", FORGED, "--", "true"],
+    ["run", "--policy", "{good}", "--gateway-user", FORGED, "--", "true"],
+    ["version", FORGED],
+], ids=["serve-listen", "serve-max-conns", "serve-grace", "serve-sched", "serve-nice",
+        "serve-user", "serve-admin", "serve-argument", "check-now", "check-warn-days",
+        "check-format", "run-proxy", "run-agent", "run-tmp-size", "run-gateway-user",
+        "version-argument"])
+def test_a_refused_value_is_named_escaped(sluice_bin, tmp_path, args):
+    """The value a flag refuses, or an argument no command takes (a file
+    name a glob expanded), was echoed as it is by serve, check, run and
+    version (calc and audit show it \\ooo): one holding a line end and a
+    terminal escape wrote a line of its own into standard error and rubbed
+    out the one before."""
+    good = write(tmp_path, GOOD)
+    r = run(sluice_bin, *[a.replace("{good}", good) for a in args])
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "\x1b" not in r.stderr, r.stderr
+    assert not any(l.startswith("forged") for l in r.stderr.splitlines()), r.stderr
+    # (--user's USER ends at the ':', its GROUP after it)
+    assert "x\\012forged" in r.stderr, r.stderr
+
+
 def test_file_name_cannot_write_lines_into_the_text_report(sluice_bin, tmp_path):
     """A policy file named with a line end and a terminal escape (a name in
     a repository an agent writes to, checked by a CI loop): the text report
