@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "util/std_fds.h"
+#include "util/text_json.h"
 
 /* A report that did not reach standard output (a full disk, a file system
  * that fails the write) must not pass for a clean run: `sluice check p.yaml
@@ -55,7 +56,11 @@ int main(int argc, char **argv)
         name = "version";
     const struct command *cmd = commands_find(name);
     if (cmd == NULL) {
-        fprintf(stderr, "sluice: unknown command '%s'\n", name);
+        /* shown \ooo, as the commands show what they refuse: a name with a
+         * line end would write a line of its own */
+        char *shown = text_shown(name);
+        fprintf(stderr, "sluice: unknown command '%s'\n", shown);
+        free(shown);
         fputs("usage: sluice COMMAND [ARGS]... (sluice --help lists the commands)\n", stderr);
         return EXIT_USAGE;
     }

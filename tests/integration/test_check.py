@@ -1124,16 +1124,18 @@ FORGED = "x\nforged: 0 errors\x1b[1A\x1b[2K"
     ["run", "--policy", "{good}", "--tmp-size", FORGED, "--", "true"],
     ["run", "--policy", "{good}", "--gateway-user", FORGED, "--", "true"],
     ["version", FORGED],
+    [FORGED],
+    ["help", FORGED],
 ], ids=["serve-listen", "serve-max-conns", "serve-grace", "serve-sched", "serve-nice",
         "serve-user", "serve-admin", "serve-argument", "check-now", "check-warn-days",
         "check-format", "run-proxy", "run-agent", "run-tmp-size", "run-gateway-user",
-        "version-argument"])
+        "version-argument", "unknown-command", "help-unknown-command"])
 def test_a_refused_value_is_named_escaped(sluice_bin, tmp_path, args):
     """The value a flag refuses, or an argument no command takes (a file
     name a glob expanded), was echoed as it is by serve, check, run and
     version (calc and audit show it \\ooo): one holding a line end and a
     terminal escape wrote a line of its own into standard error and rubbed
-    out the one before."""
+    out the one before. So did an unknown command's name."""
     good = write(tmp_path, GOOD)
     r = run(sluice_bin, *[a.replace("{good}", good) for a in args])
     assert r.returncode == 2, r.stdout + r.stderr
