@@ -30,6 +30,7 @@
 #include "util/open_nolinks.h"
 #include "util/quiet_thread.h"
 #include "util/stderr_relay.h"
+#include "util/text_json.h"
 #include "util/units.h"
 #include "util/utf8.h"
 
@@ -878,8 +879,9 @@ static const char *open_failure(const char *path, unsigned flags, int e, bool re
 
 static char *errmsg(const char *path, const char *what, int e)
 {
-    char buf[512];
-    int n = snprintf(buf, sizeof(buf), "%s: %s: %s", path, what, strerror(e));
+    char shown[300], buf[512];
+    text_shown_fit(shown, sizeof(shown), path);
+    int n = snprintf(buf, sizeof(buf), "%s: %s: %s", shown, what, strerror(e));
     return n > 0 ? strdup(buf) : NULL;
 }
 

@@ -1,5 +1,6 @@
 """`sluice serve` start-up, reload (SIGHUP) and shutdown (SIGTERM)."""
 
+import errno
 import os
 import signal
 import socket
@@ -290,6 +291,7 @@ def serve_usage_error(run_sluice, net, tmp_path, args, want):
                    *args, timeout=15)
     assert p.returncode == 2, (p.returncode, p.stderr)
     assert want in p.stderr, p.stderr
+    return p
 
 
 @pytest.mark.parametrize("given, flag", [
@@ -343,6 +345,21 @@ def test_an_empty_file_name_is_a_usage_error_naming_its_flag(run_sluice, net, tm
     serve_usage_error(run_sluice, net, tmp_path, [flag, ""],
                       "sluice serve: %s needs a file, not an empty string (- for standard "
                       "output)\nusage: sluice serve " % flag)
+
+
+@pytest.mark.parametrize("flag", ["--log", "--alerts"])
+def test_a_long_file_name_that_cannot_be_opened_keeps_the_reason(run_sluice, net, tmp_path,
+                                                                  flag):
+    # The message was cut at 511 bytes: a path of 700 bytes (PATH_MAX is
+    # 4096) lost its end and the reason, and serve exited 2 saying neither
+    # what went wrong nor which file. The path gives way in its middle.
+    path = os.path.join(str(tmp_path), *["d" * 100] * 7, "decisions.jsonl")  # no such folder
+    p = serve_usage_error(run_sluice, net, tmp_path, [flag, path],
+                          ": cannot open log: %s\n" % os.strerror(errno.ENOENT))
+    line = [ln for ln in p.stderr.splitlines() if "cannot open log" in ln][0]
+    assert line.startswith("sluice serve: %s%s" % ("--alerts: " if flag == "--alerts" else "",
+                                                   str(tmp_path))), line
+    assert "...d" in line and "/decisions.jsonl: cannot open log: " in line, line
 
 
 def test_an_empty_policy_name_is_a_usage_error(run_sluice):
