@@ -107,15 +107,49 @@ void diag_format_warnings(const struct diag *d, char *out, size_t outlen)
         snprintf(out + used, outlen - used, more, left, left == 1 ? "" : "s");
 }
 
+/* What follows the file's name in diag_format()'s text, ":line: field:
+ * message", into <out> (snprintf()'s return: its whole length). */
+static int format_after_file(const struct diag_entry *e, char *out, size_t outlen)
+{
+    if (e->line > 0 && e->field[0] != '\0')
+        return snprintf(out, outlen, ":%d: %s: %s", e->line, e->field, e->message);
+    if (e->line > 0)
+        return snprintf(out, outlen, ":%d: %s", e->line, e->message);
+    if (e->field[0] != '\0')
+        return snprintf(out, outlen, ": %s: %s", e->field, e->message);
+    return snprintf(out, outlen, ": %s", e->message);
+}
+
+/* The least of a file's name kept when its middle gives way. */
+#define FILE_KEPT_MIN 16
+
 void diag_format(const struct diag *d, const struct diag_entry *e, char *out, size_t outlen)
 {
     const char *file = d->file ? d->file : "-";
-    if (e->line > 0 && e->field[0] != '\0')
-        snprintf(out, outlen, "%s:%d: %s: %s", file, e->line, e->field, e->message);
-    else if (e->line > 0)
-        snprintf(out, outlen, "%s:%d: %s", file, e->line, e->message);
-    else if (e->field[0] != '\0')
-        snprintf(out, outlen, "%s: %s: %s", file, e->field, e->message);
+    if (outlen == 0)
+        return;
+    size_t flen = strlen(file), after = (size_t)format_after_file(e, NULL, 0);
+    size_t used = flen;
+    if (flen + after < outlen || after + 3 + FILE_KEPT_MIN >= outlen) {
+        snprintf(out, outlen, "%s", file); /* whole, or cut at the end with the rest */
+        used = strlen(out);
+    } else {
+        /* A policy path runs to PATH_MAX: cut at the end, the message lost
+         * its line, field and what is wrong. The path's middle gives way
+         * ("..."), between two UTF-8 characters. */
+        size_t keep = outlen - 1 - after - 3;
+        size_t head = keep / 2, tail = flen - (keep - head);
+        while (head > 0 && ((unsigned char)file[head] & 0xc0) == 0x80)
+            head--;
+        while (tail < flen && ((unsigned char)file[tail] & 0xc0) == 0x80)
+            tail++;
+        memcpy(out, file, head);
+        memcpy(out + head, "...", 3);
+        memcpy(out + head + 3, file + tail, flen - tail);
+        used = head + 3 + (flen - tail);
+    }
+    if (used < outlen - 1)
+        format_after_file(e, out + used, outlen - used);
     else
-        snprintf(out, outlen, "%s: %s", file, e->message);
+        out[outlen - 1] = '\0';
 }

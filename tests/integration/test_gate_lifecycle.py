@@ -362,6 +362,24 @@ def test_a_long_file_name_that_cannot_be_opened_keeps_the_reason(run_sluice, net
     assert "...d" in line and "/decisions.jsonl: cannot open log: " in line, line
 
 
+def test_a_long_policy_path_keeps_the_line_field_and_message(run_sluice, tmp_path):
+    # A policy error is printed from 1024 bytes: a path of 1,200 bytes
+    # (PATH_MAX is 4096) was cut there, and serve exited 2 naming neither
+    # the line, nor the field, nor what is wrong. The path gives way in its
+    # middle.
+    folder = os.path.join(str(tmp_path), *["e" * 200] * 6)
+    os.makedirs(folder)
+    path = os.path.join(folder, "p.yaml")
+    with open(path, "w") as f:
+        f.write("version: 1\nrules:\n  - host: a.example.com\n    tier: 9\n")
+    p = run_sluice("serve", "--policy", path, "--listen", "127.0.0.1:0", timeout=15)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    line = p.stderr.splitlines()[0]
+    assert line.startswith(str(tmp_path)), line
+    assert line.endswith("e/p.yaml:4: rules[0].tier: tier 9 is outside 0-3"), line
+    assert "..." in line and len(line.encode()) < 1024, line
+
+
 def test_an_empty_policy_name_is_a_usage_error(run_sluice):
     p = run_sluice("serve", "--policy", "", timeout=15)
     assert p.returncode == 2, (p.returncode, p.stderr)

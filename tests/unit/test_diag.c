@@ -176,12 +176,58 @@ static void test_long_message(void **state)
     diag_free(&d);
 }
 
+/* A policy path of up to PATH_MAX (4096) bytes before its line, field and
+ * message, in the 1024 bytes serve and run print a load error from: the
+ * message was cut at the end, so that a long path took the line, the
+ * field and what is wrong with it. The path gives way in its middle. */
+static void test_long_file_keeps_the_finding(void **state)
+{
+    (void)state;
+    static const char end[] = ":4: rules[0].tier: tier 9 is outside 0-3";
+    char file[3000];
+    /* "é" (2 bytes) throughout: a cut at any byte count falls in one */
+    size_t n = 0;
+    memcpy(file, "/srv/", 5);
+    for (n = 5; n + 2 < sizeof(file) - 8; n += 2)
+        memcpy(file + n, "\xc3\xa9", 2);
+    memcpy(file + n, "/p.yaml", 8);
+    struct diag d;
+    diag_init(&d, file);
+    diag_error(&d, 4, "rules[0].tier", "tier %d is outside 0-3", 9);
+    for (size_t outlen = 200; outlen <= 1024; outlen += 1) {
+        char buf[1024];
+        diag_format(&d, &d.entries[0], buf, outlen);
+        size_t len = strlen(buf);
+        assert_true(len < outlen);
+        assert_true(len + 2 >= outlen - 1); /* at most one character lost to the cut */
+        assert_true(len > sizeof(end));
+        assert_string_equal(buf + len - (sizeof(end) - 1), end);
+        assert_memory_equal(buf, "/srv/\xc3\xa9", 7);
+        const char *dots = strstr(buf, "...");
+        assert_non_null(dots);
+        /* both sides of the cut are whole characters */
+        assert_true((unsigned char)dots[-1] == 0xa9);
+        assert_true((unsigned char)dots[3] == 0xc3 || dots[3] == '/');
+    }
+    /* too short for the finding even with a few bytes of the path: cut at
+     * the end, as ever */
+    char small[32];
+    diag_format(&d, &d.entries[0], small, sizeof(small));
+    assert_memory_equal(small, "/srv/", 5);
+    assert_int_equal(strlen(small), sizeof(small) - 1);
+    diag_free(&d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_empty),        cmocka_unit_test(test_counters),
-        cmocka_unit_test(test_growth),       cmocka_unit_test(test_format),
-        cmocka_unit_test(test_long_message), cmocka_unit_test(test_format_warnings),
+        cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_counters),
+        cmocka_unit_test(test_growth),
+        cmocka_unit_test(test_format),
+        cmocka_unit_test(test_long_message),
+        cmocka_unit_test(test_format_warnings),
+        cmocka_unit_test(test_long_file_keeps_the_finding),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
