@@ -12,9 +12,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -24,13 +27,44 @@
 #include "util/text_json.h"
 #include "util/xalloc.h"
 
+/* How long a FIFO, pipe or terminal may leave a read waiting for its next
+ * bytes (or its end) before read_all() gives up. */
+#define READ_WAIT_MS 10000
+
+/* Waits up to READ_WAIT_MS for <fd> to have bytes or an end. Returns 1, or
+ * 0 when nothing came (errno ETIMEDOUT), -1 when poll() failed. Before a
+ * FIFO's writer comes, Linux reports neither (a non-blocking read then
+ * reads an end): the wait is for the writer too. */
+static int wait_readable(int fd)
+{
+    struct pollfd pfd = {.fd = fd, .events = POLLIN};
+    int n;
+    while ((n = poll(&pfd, 1, READ_WAIT_MS)) < 0 && errno == EINTR)
+        ;
+    if (n == 0)
+        errno = ETIMEDOUT;
+    return n;
+}
+
 /* Reads a whole file, at most <max> bytes. Returns 0, or -1 with errno
- * (EFBIG when larger than <max>). The caller frees <*out>. */
+ * (EFBIG when larger than <max>, ETIMEDOUT when a FIFO, a pipe or a
+ * terminal gave nothing for READ_WAIT_MS). Opened without waiting: a
+ * FIFO no one writes to held open() for ever, a terminal no one types into
+ * the read. The caller frees <*out>. */
 static int read_all(const char *path, size_t max, char **out, size_t *len)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0 && errno == EWOULDBLOCK) /* a lease: a wait the kernel bounds */
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        errno = e;
         return -1;
+    }
+    bool waits = !S_ISREG(st.st_mode); /* a regular file's reads never wait */
     size_t cap = 65536, n = 0;
     char *buf = malloc(cap);
     if (buf == NULL) {
@@ -56,9 +90,9 @@ static int read_all(const char *path, size_t max, char **out, size_t *len)
             buf = nb;
             cap *= 2;
         }
-        ssize_t r = read(fd, buf + n, cap - n);
+        ssize_t r = waits && wait_readable(fd) <= 0 ? -1 : read(fd, buf + n, cap - n);
         if (r < 0) {
-            if (errno == EINTR)
+            if (errno == EINTR || (waits && errno == EAGAIN))
                 continue;
             int e = errno;
             free(buf);
@@ -79,6 +113,15 @@ static int read_all(const char *path, size_t max, char **out, size_t *len)
     *out = buf;
     *len = n;
     return 0;
+}
+
+/* What read_all()'s errno <e> says about a file. */
+static const char *read_error(int e)
+{
+    if (e == ETIMEDOUT)
+        return "nothing came to read for 10 s (a FIFO no one writes to, or a terminal no one "
+               "types into?)";
+    return strerror(e);
 }
 
 static const struct command *const self = &cmd_audit;
@@ -196,7 +239,7 @@ static int audit_mounts(int argc, char **argv)
          * a line end or an escape byte would forge lines on the terminal */
         char *jf = text_shown(a.justify);
         if (read_all(a.justify, JUSTIFY_MAX_BYTES, &jdata, &jlen) < 0) {
-            fprintf(stderr, "sluice audit: %s: %s\n", jf, strerror(errno));
+            fprintf(stderr, "sluice audit: %s: %s\n", jf, read_error(errno));
             free(jf);
             return EXIT_USAGE;
         }
@@ -217,7 +260,7 @@ static int audit_mounts(int argc, char **argv)
     size_t len = 0;
     char *shown = text_shown(path); /* --mountinfo too: the caller's name */
     if (read_all(path, MOUNTINFO_MAX_BYTES, &data, &len) < 0) {
-        fprintf(stderr, "sluice audit: %s: %s\n", shown, strerror(errno));
+        fprintf(stderr, "sluice audit: %s: %s\n", shown, read_error(errno));
         free(shown);
         justify_free(&just);
         return EXIT_USAGE;

@@ -5,6 +5,7 @@ test_box_run.py)."""
 import json
 import os
 import subprocess
+import threading
 
 MOUNTINFO = (
     "22 1 254:1 / / ro,relatime shared:1 - ext4 /dev/vda1 rw\n"
@@ -317,6 +318,42 @@ def test_unreadable_files_exit_2(run_sluice, tmp_path):
     r = run_sluice("audit", "mounts", "--mountinfo", mi, "--justify", str(tmp_path / "nope"))
     assert r.returncode == 2
     assert "nope" in r.stderr
+
+
+def test_a_fifo_no_one_writes_to_is_waited_for_a_bounded_time(run_sluice, tmp_path):
+    # `--justify FIFO` whose writer never came (a `mkfifo` whose producer
+    # failed) held audit in open() for ever: it gives up after 10 s
+    # without a byte, exit 2, as serve gives up on a policy FIFO.
+    mi = write(tmp_path, "mountinfo", MOUNTINFO)
+    fifo = str(tmp_path / "justify")
+    os.mkfifo(fifo)
+    r = run_sluice("audit", "mounts", "--mountinfo", mi, "--justify", fifo, timeout=40)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stdout == ""
+    assert r.stderr == ("sluice audit: %s: nothing came to read for 10 s (a FIFO no one "
+                        "writes to, or a terminal no one types into?)\n" % fifo), r.stderr
+
+
+def test_fifos_with_a_writer_are_read(run_sluice, tmp_path):
+    # `--mountinfo <(ssh host cat /proc/1/mountinfo)`: read as it comes
+    mi, just = str(tmp_path / "mi"), str(tmp_path / "just")
+    os.mkfifo(mi)
+    os.mkfifo(just)
+
+    def feed(path, text):
+        with open(path, "w") as f:  # waits for audit to open it
+            f.write(text)
+
+    writers = [threading.Thread(target=feed, args=(mi, MOUNTINFO)),
+               threading.Thread(target=feed, args=(just, "/tmp: scratch\n"))]
+    for w in writers:
+        w.start()
+    r = run_sluice("audit", "mounts", "--mountinfo", mi, "--justify", just, timeout=40)
+    for w in writers:
+        w.join(timeout=40)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "justified    /tmp (tmpfs tmpfs): scratch" in r.stdout, r.stdout
+    assert r.stdout.splitlines()[-1] == "result: 8 mounts, 4 writable, 3 unjustified"
 
 
 def test_long_mountinfo_path_is_not_cut_to_another_file(run_sluice, tmp_path):
