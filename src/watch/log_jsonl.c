@@ -877,6 +877,11 @@ static const char *open_failure(const char *path, unsigned flags, int e, bool re
     "cannot open log (its writer thread cannot be started: written on the event loop, a file "     \
     "system that does not answer would stop the gateway)"
 
+/* "PATH: WHAT: ERROR". The path is the operator's (up to PATH_MAX), and the
+ * message goes into the callers' 512-byte buffers ("--alerts: " before
+ * it): cut there, a long path took the reason with it. It gives way in its
+ * middle instead (text_shown_fit(), control characters shown \ooo), so
+ * that its start, its end and the reason stay. */
 static char *errmsg(const char *path, const char *what, int e)
 {
     char shown[300], buf[512];
