@@ -367,6 +367,7 @@ void conn_free(struct conn *c)
 {
     struct gateway *gw = c->gw;
     if (c->tunnel != NULL) {
+        tunnel_settle(c->tunnel); /* one cut while open: what its reset drops is not counted */
         c->ex.bytes_up += tunnel_bytes_up(c->tunnel);
         c->ex.bytes_down += tunnel_bytes_down(c->tunnel);
         /* The tunnel borrows the exchange's flow, which conn_end_exchange()

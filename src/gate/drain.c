@@ -44,6 +44,12 @@ int64_t drain_send_queue(evutil_socket_t fd)
     return ioctl(fd, SIOCOUTQ, &n) == 0 && n >= 0 ? n : -1;
 }
 
+int64_t drain_unsent(evutil_socket_t fd)
+{
+    int n = 0;
+    return ioctl(fd, SIOCOUTQNSD, &n) == 0 && n >= 0 ? n : -1;
+}
+
 void drain_on_write(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *drain)
 {
     (void)buf;

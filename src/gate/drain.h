@@ -62,6 +62,10 @@ bool drain_keeps(struct drain *d, int64_t queue, uint64_t step_ms, uint64_t idle
 /* The bytes in <fd>'s send queue (SIOCOUTQ; TCP: not yet acknowledged,
  * unix stream: not yet read by the peer); -1 when they cannot be read. */
 int64_t drain_send_queue(evutil_socket_t fd);
+/* The bytes in <fd>'s send queue that were never sent (SIOCOUTQNSD; TCP:
+ * not yet handed to the network, so its peer cannot have them); -1 when
+ * they cannot be read. */
+int64_t drain_unsent(evutil_socket_t fd);
 /* An evbuffer callback for a bufferevent's output, <drain> the struct
  * drain of its socket: notes that bytes went from <buf> into the socket. */
 void drain_on_write(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *drain);

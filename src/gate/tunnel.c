@@ -105,7 +105,8 @@ struct tunnel {
     uint64_t idle_ms, step_ms;
     struct drain drain;
     bool ended;
-    bool failed; /* a socket failed (a reset): the tunnel ends as TUNNEL_ERROR */
+    bool failed;        /* a socket failed (a reset): the tunnel ends as TUNNEL_ERROR */
+    bool reset_counted; /* reset_on_close() took what its reset drops off the counts */
     tunnel_cb cb;
     void *arg;
     struct quota_flow *flow; /* meters d[0] (shape/quota.h); borrowed, or NULL */
@@ -114,9 +115,24 @@ struct tunnel {
     void *up_arg;
 };
 
-/* Makes tunnel_free()'s close of both sockets a reset (not on unix). */
+static void forget_unsent(struct dir *d);
+
+/* Makes tunnel_free()'s close of both sockets a reset (not on unix). That
+ * reset drops what each TCP socket still holds: what it never sent is taken
+ * off what the direction toward it counts as delivered (forget_unsent()),
+ * so that the counts of a tunnel the gateway cut (idle, --grace, a policy
+ * that now denies it) are what each side got, not what was handed to a
+ * socket toward a side that stopped reading (its whole send buffer, up to
+ * megabytes). What it sent but was not acknowledged yet stays counted: the
+ * peer may well have it (a delayed ACK), and an upload is not to be
+ * counted short. A sink's queue was counted off when its dst failed. Once. */
 static void reset_on_close(struct tunnel *t)
 {
+    if (!t->reset_counted)
+        for (int i = 0; i < 2; i++)
+            if (!t->d[i].sink)
+                forget_unsent(&t->d[i]);
+    t->reset_counted = true;
     for (int i = 0; i < 2; i++)
         stream_reset_on_close(t->fd[i]);
 }
@@ -333,6 +349,20 @@ static void forget_unacknowledged(struct dir *d)
     int64_t queue = drain_send_queue(d->dst);
     if (queue > 0)
         d->bytes -= (uint64_t)queue < d->bytes ? (uint64_t)queue : d->bytes;
+}
+
+/* Takes off what <d> counts as delivered what its dst, a TCP socket, never
+ * sent (SIOCOUTQNSD), which a reset drops. Not on a unix socket: its queue
+ * is its peer's receive buffer, read to the end whatever the close. */
+static void forget_unsent(struct dir *d)
+{
+    int proto = 0;
+    socklen_t len = sizeof(proto);
+    if (getsockopt(d->dst, SOL_SOCKET, SO_PROTOCOL, &proto, &len) != 0 || proto != IPPROTO_TCP)
+        return;
+    int64_t unsent = drain_unsent(d->dst);
+    if (unsent > 0)
+        d->bytes -= (uint64_t)unsent < d->bytes ? (uint64_t)unsent : d->bytes;
 }
 
 /* dst failed (a reset: its peer is gone): d is over and what it held is
@@ -731,6 +761,12 @@ void tunnel_free(struct tunnel *t)
     close(t->fd[0]);
     close(t->fd[1]);
     free(t);
+}
+
+void tunnel_settle(struct tunnel *t)
+{
+    if (!t->ended) /* cut while open: tunnel_free() resets it */
+        reset_on_close(t);
 }
 
 void tunnel_stop(struct tunnel *t)

@@ -67,9 +67,15 @@ void tunnel_set_flow(struct tunnel *t, struct quota_flow *flow);
  * upstream), for progress events (gate/progress.h); NULL: none. <cb> must
  * not free the tunnel. */
 void tunnel_set_progress(struct tunnel *t, void (*cb)(void *arg), void *arg);
+/* Before the counts of <t> are read for the last time: a tunnel still open,
+ * which tunnel_free() will cut with a reset, has what that reset drops taken
+ * off them now (see tunnel_bytes_up()), as a tunnel that ended on a reset
+ * (idle, an error) had when it ended. */
+void tunnel_settle(struct tunnel *t);
 /* The bytes each direction delivered: taken by its destination's socket,
- * less what that socket still held unacknowledged when it failed (a reset
- * drops it: the peer never received it). */
+ * less what that socket still held unacknowledged when it failed, or had
+ * not even sent when the tunnel's close is a reset (a reset drops it: the
+ * peer never received it; a unix socket's queue is its peer's, and counts). */
 uint64_t tunnel_bytes_up(const struct tunnel *t);   /* client -> upstream */
 uint64_t tunnel_bytes_down(const struct tunnel *t); /* upstream -> client */
 

@@ -2088,11 +2088,11 @@ def _count_until_close(sock):
         n += len(d)
 
 
-def _peer_gateway(gateway, net, peer, splice, idle="5s"):
+def _peer_gateway(gateway, net, peer, splice, idle="5s", args=()):
     rule = {"host": "peer.example.test", "ports": [peer.port], "tier": 0}
     return gateway(net.policy([rule], static_extra={"peer.example.test": "127.0.0.7"},
                               limits={"idle_timeout": idle}),
-                   args=["--splice"] if splice else [])
+                   args=(["--splice"] if splice else []) + list(args))
 
 
 MIB = 1024 * 1024
@@ -2183,3 +2183,95 @@ def test_tunnel_moving_one_way_is_not_idle(gateway, net, splice, way):
     else:
         assert peer.result.get("got") == 20 * 1024 and got == 2, peer.result
         assert (end["bytes_up"], end["bytes_down"]) == (20 * 1024, 2), end
+
+
+def _send_until_full(sock, stop, full, deadline_s=20):
+    """Sends on the non-blocking <sock> whatever it takes until <stop> is
+    set or the peer resets it (at most <deadline_s>): the queues between it
+    and a reader that never reads fill up; <full> is set once <sock> takes
+    no more. Returns the bytes sent."""
+    sock.setblocking(False)
+    sent, chunk, end = 0, b"z" * 65536, time.monotonic() + deadline_s
+    while not stop.is_set() and time.monotonic() < end:
+        try:
+            sent += sock.send(chunk)
+        except BlockingIOError:
+            full.set()
+            stop.wait(0.02)
+        except OSError:
+            break
+    return sent
+
+
+def _read_until_reset(sock):
+    """What <sock> still lets its reader have: every byte until the end or
+    the reset."""
+    sock.setblocking(True)
+    sock.settimeout(10)
+    got = 0
+    try:
+        while True:
+            d = sock.recv(1 << 20)
+            if not d:
+                return got
+            got += len(d)
+    except ConnectionResetError:
+        return got
+
+
+@pytest.mark.parametrize("splice", [False, True])
+@pytest.mark.parametrize("way", ["down", "up"])
+@pytest.mark.parametrize("cut", ["idle", "grace"])
+def test_a_cut_tunnel_counts_only_what_its_stalled_reader_got(gateway, net, splice, way, cut):
+    # One side sends all it can to a side that never reads, until the
+    # gateway cuts the tunnel (idle_timeout 1 s, or a stop whose --grace of
+    # 1 s runs out): the cut is a reset, which drops what the gateway's
+    # socket toward the reader had not sent yet (megabytes: its send
+    # buffer). The end line counts what the reader can still read, not what
+    # the gateway handed to its socket (before: 3.7 MB more than the reader
+    # got). Bytes sent but not yet acknowledged stay counted (the reader may
+    # have them: a delayed ACK), so the two may differ by what was in
+    # flight, at most a window
+    stop = threading.Event()
+    filled = threading.Event()
+    full = threading.Event()
+
+    def script(conn, res):
+        conn.recv(1)
+        if way == "down":
+            res["sent"] = _send_until_full(conn, stop, full)
+        else:
+            filled.wait(20)
+            res["got"] = _read_until_reset(conn)
+
+    with _ScriptedPeer(script) as peer:
+        gw = _peer_gateway(gateway, net, peer, splice, idle="1s" if cut == "idle" else "30s",
+                           args=["--grace", "1s"])
+        t = connect(gw, "peer.example.test:%d" % peer.port)
+        try:
+            assert t.status == 200
+            t.sock.sendall(b"\x00")
+            if way == "up":
+                sender = threading.Thread(target=lambda: peer.result.__setitem__(
+                    "sent", _send_until_full(t.sock, stop, full)))
+                sender.start()
+            if cut == "grace":
+                # once the sender's socket takes no more: the queues up to
+                # the reader, the gateway's included, are full
+                assert full.wait(20)
+                assert gw.stop() == 0
+            _, end = gw.decided(method="CONNECT", timeout=20)
+            stop.set()
+            if way == "down":
+                got, counted = _read_until_reset(t.sock), end["bytes_down"]
+            else:
+                sender.join(20)
+                filled.set()
+                assert peer.done.wait(20)
+                got, counted = 1 + peer.result["got"], end["bytes_up"]  # its recv(1) too
+        finally:
+            stop.set()
+            filled.set()
+            t.close()
+    assert counted > 0, end
+    assert abs(got - counted) <= 65536, (got, counted, end)
