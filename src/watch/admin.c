@@ -19,11 +19,20 @@
  *   -> closed.
  *
  * A connection's lifetime is thus at most 5 + 10 + 1 s and its memory the
- * head array plus one reply. ADMIN_CONNS_MAX of them at once: at the cap
- * the listener is disabled, so further clients wait in the kernel's accept
- * queue, costing no descriptor and no memory here, and are served in turn
- * as slots free up (refusing them at accept instead would let 64 slow
- * clients lock a scraper out for good). */
+ * head array plus one reply. ADMIN_CONNS_MAX of them at once. At the cap a
+ * new connection takes the slot of the oldest one still waiting for its
+ * head (closed without a word), as HAProxy and nginx let a new client
+ * evict an idle one: before, the listener was disabled there, and 64 local
+ * connections trickling their heads (more behind them keeping the listen
+ * queue full) held every slot for their 5 s each, so a health check took
+ * 10 to 13 s or timed out. An attacker's connection now holds its slot only
+ * until 64 newer ones came; a client that sends its head with its connect
+ * (every scraper) is answered at the accept (the head is read there, before
+ * the listener takes the next connection), so connections queued behind it
+ * cannot evict it. Finding the oldest waiting head walks the 64 slots, at
+ * the cap only. Only when every slot holds a reply being written or
+ * lingering (each ends within 10 s, or 1 s) is the listener disabled, new
+ * clients then waiting in the kernel's queue. */
 #include "watch/admin.h"
 
 #include <arpa/inet.h>
@@ -86,6 +95,7 @@ struct admin {
     char addr[64];            /* as given to --admin, for messages */
     struct admin_conn *conns; /* owned, every open connection */
     unsigned nconns;
+    unsigned nheads;         /* of them in AC_HEAD: a new one at the cap may take a slot */
     struct evbuffer *latest; /* owned: the newest /metrics body, shared (metrics_body) */
     uint64_t latest_gen;     /* counts bodies made; 0: none yet */
     uint64_t latest_ms;      /* when it was made */
@@ -99,13 +109,14 @@ static void arm(struct event *ev, unsigned ms)
     evtimer_add(ev, &tv);
 }
 
-/* Accepts while below the cap and not backing off; else leaves new
+/* Accepts while below the cap, or at it while a connection waits for its
+ * head (the new one takes its slot), and not backing off; else leaves new
  * clients in the kernel's queue. */
 static void admin_listen_update(struct admin *a)
 {
     if (a->lev == NULL)
         return;
-    if (a->backing_off || a->nconns >= ADMIN_CONNS_MAX)
+    if (a->backing_off || (a->nconns >= ADMIN_CONNS_MAX && a->nheads == 0))
         evconnlistener_disable(a->lev);
     else
         evconnlistener_enable(a->lev);
@@ -151,10 +162,29 @@ static void latest_release(struct admin *a)
     a->latest = NULL;
 }
 
+/* <c> leaves AC_HEAD, or closes in it. */
+static void leave_head(struct admin_conn *c)
+{
+    if (c->state == AC_HEAD)
+        c->a->nheads--;
+}
+
+/* The oldest connection still waiting for its head, or NULL: the list is
+ * newest first, and holds at most ADMIN_CONNS_MAX. */
+static struct admin_conn *oldest_head(const struct admin *a)
+{
+    struct admin_conn *oldest = NULL;
+    for (struct admin_conn *c = a->conns; c != NULL; c = c->next)
+        if (c->state == AC_HEAD)
+            oldest = c;
+    return oldest;
+}
+
 /* Closes <c> and frees it; the caller must not touch <c> afterwards. */
 static void conn_free(struct admin_conn *c)
 {
     struct admin *a = c->a;
+    leave_head(c);
     if (c->prev != NULL)
         c->prev->next = c->next;
     else
@@ -197,7 +227,9 @@ static void conn_reply(struct admin_conn *c, int code, const char *why, const ch
     if (gmtime_r(&now, &tm) == NULL ||
         strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", &tm) == 0)
         date[0] = '\0';
+    leave_head(c);
     c->state = AC_REPLY;
+    admin_listen_update(c->a); /* the last one to evict, perhaps */
     bufferevent_disable(c->bev, EV_READ);
     if (evbuffer_add_printf(out,
                             "HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: %s\r\n"
@@ -320,6 +352,8 @@ static void conn_answer(struct admin_conn *c)
     }
 }
 
+static void head_progress(struct admin_conn *c);
+
 static void on_read(struct bufferevent *bev, void *arg)
 {
     struct admin_conn *c = arg;
@@ -337,6 +371,13 @@ static void on_read(struct bufferevent *bev, void *arg)
     if (got > 0)
         c->len += (size_t)got;
     evbuffer_drain(in, evbuffer_get_length(in));
+    head_progress(c);
+}
+
+/* Answers <c> once its head in c->buf is complete, malformed or too
+ * long; else lets in no more than the room left. */
+static void head_progress(struct admin_conn *c)
+{
     switch (admin_head_parse(&c->head, c->buf, c->len)) {
     case ADMIN_PARSE_DONE:
         conn_answer(c);
@@ -353,7 +394,7 @@ static void on_read(struct bufferevent *bev, void *arg)
         conn_reply_text(c, 431, "Request Header Fields Too Large", "", "request head too large\n");
         return;
     }
-    bufferevent_setwatermark(bev, EV_READ, 0, sizeof(c->buf) - c->len);
+    bufferevent_setwatermark(c->bev, EV_READ, 0, sizeof(c->buf) - c->len);
 }
 
 static void on_write(struct bufferevent *bev, void *arg)
@@ -421,10 +462,14 @@ static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct soc
     (void)lev;
     (void)sa;
     (void)salen;
-    if (a->nconns >= ADMIN_CONNS_MAX) { /* not expected: the listener is off at the cap */
-        evutil_closesocket(fd);
-        admin_listen_update(a);
-        return;
+    if (a->nconns >= ADMIN_CONNS_MAX) {
+        struct admin_conn *oldest = oldest_head(a);
+        if (oldest == NULL) { /* not expected: the listener is off then */
+            evutil_closesocket(fd);
+            admin_listen_update(a);
+            return;
+        }
+        conn_free(oldest);
     }
     struct admin_conn *c = calloc(1, sizeof(*c));
     if (c == NULL) {
@@ -450,11 +495,20 @@ static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct soc
         a->conns->prev = c;
     a->conns = c;
     a->nconns++;
+    a->nheads++; /* calloc: c->state is AC_HEAD */
     bufferevent_setcb(c->bev, on_read, on_write, on_event, c);
     bufferevent_setwatermark(c->bev, EV_READ, 0, sizeof(c->buf));
     bufferevent_enable(c->bev, EV_READ);
     arm(c->deadline, ADMIN_HEAD_MS);
     admin_listen_update(a);
+    /* What arrived with the connect is read now, before the listener takes
+     * the next connection: a head already here is answered (its slot then
+     * no longer one to evict), whatever is queued behind it. */
+    ssize_t got = recv(fd, c->buf, sizeof(c->buf), MSG_DONTWAIT);
+    if (got > 0) {
+        c->len = (size_t)got;
+        head_progress(c);
+    }
 }
 
 static void on_expire(evutil_socket_t fd, short what, void *arg)

@@ -23,9 +23,11 @@
  *   - /metrics bodies that replies hold: at most ADMIN_BODIES_MAX bytes,
  *     beyond which a reply shares the newest body (if under
  *     ADMIN_BODY_REUSE_MS old) rather than getting one of its own;
- *   - at most ADMIN_CONNS_MAX connections at once: at the cap the listener
- *     stops accepting (new clients wait in the kernel's backlog) until one
- *     closes;
+ *   - at most ADMIN_CONNS_MAX connections at once: at the cap a new one
+ *     takes the slot of the oldest still waiting for its head (closed), so
+ *     slow heads cannot hold out a scraper; only when no slot is in its
+ *     head does the listener stop accepting (new clients wait in the
+ *     kernel's backlog) until one closes;
  *   - an accept() that fails (EMFILE...) pauses the listener for
  *     ADMIN_BACKOFF_MS instead of spinning, told on standard error at most
  *     once a minute; one that concerns only the connection accept() took

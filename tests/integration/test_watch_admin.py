@@ -1,6 +1,7 @@
 """The --admin server's bounds (SPEC.md, --admin): one request per
 connection, a request head of at most 8 KiB parsed strictly, 5 s from the
-accept to a complete head, at most 64 connections at once, and accept
+accept to a complete head, at most 64 connections at once (a new one
+taking the place of the oldest still in its head), and accept
 errors that pause the listener instead of spinning; and the /metrics body,
 parsed line by line as strictly as the text format allows, its counts
 checked against the log, built at most once per window (scrapes within it
@@ -261,8 +262,9 @@ def test_admin_trickling_and_idle_clients_are_closed_by_the_deadline(gateway, ne
 
 def test_admin_connection_cap(gateway, net):
     # Before: no cap; every admin connection held a descriptor until the
-    # process ran out. Now at most 64 are accepted; the rest wait in the
-    # kernel's queue, proxied requests go on, and once they go /metrics works.
+    # process ran out. Now at most 64 are open at once (a new one takes the
+    # place of the oldest still in its head), proxied requests go on, and
+    # once they go /metrics works.
     gw, port = start(gateway, net)
     pid = gw.proc.pid
     assert admin_sockets(pid, port) == 1  # the listener
@@ -287,6 +289,50 @@ def test_admin_connection_cap(gateway, net):
     assert urllib.request.urlopen("http://127.0.0.1:%d/healthz" % port, timeout=5).read() == \
         b"ok\n"
     poll(lambda: admin_sockets(pid, port) == 1 or None, timeout=5, what="every admin socket closed")
+
+
+def test_health_check_answered_while_trickling_clients_hold_every_slot(gateway, net):
+    # Before: at the cap the listener stopped accepting, so 64 connections
+    # trickling their heads (and more behind them filling the listen queue)
+    # held every other client until the 5 s head deadline freed their slots
+    # with a 408, and a scrape took 10 to 13 s under 400 of them. Now a new
+    # connection at the cap takes the slot of the oldest one still sending
+    # its head, so a health check is answered while they are all connected:
+    # before any of them got the 408 that the deadline, the only way a slot
+    # freed before, sends.
+    gw, port = start(gateway, net)
+    pid = gw.proc.pid
+    attackers = []
+    try:
+        for _ in range(CONNS_MAX):
+            s = socket.create_connection(("127.0.0.1", port), timeout=2)
+            s.sendall(b"GET /metrics HTTP/1.1\r\nX: ")
+            attackers.append(s)
+        poll(lambda: admin_sockets(pid, port) >= 1 + CONNS_MAX or None, timeout=5,
+             what="%d admin connections accepted" % CONNS_MAX)
+        # the listen queue (backlog 128) filled too, ahead of the check
+        for _ in range(140):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setblocking(False)
+            try:
+                s.connect(("127.0.0.1", port))
+            except BlockingIOError:
+                pass
+            attackers.append(s)
+        answer = exchange(port, b"GET /healthz HTTP/1.1\r\n\r\n", timeout=30)
+        timed_out = 0
+        for s in attackers:
+            try:
+                d = s.recv(4096, socket.MSG_DONTWAIT)
+            except (BlockingIOError, OSError):
+                continue
+            timed_out += d.startswith(b"HTTP/1.1 408 ")
+    finally:
+        for s in attackers:
+            s.close()
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(b"\r\n\r\nok\n"), answer
+    assert timed_out == 0, "the check waited for %d trickling clients' head deadline" % timed_out
+    assert admin_sockets(pid, port) <= 1 + CONNS_MAX
 
 
 def test_admin_accept_errors_pause_the_listener(gateway, net):
