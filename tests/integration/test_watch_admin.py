@@ -310,7 +310,7 @@ def test_health_check_answered_while_trickling_clients_hold_every_slot(gateway, 
             attackers.append(s)
         poll(lambda: admin_sockets(pid, port) >= 1 + CONNS_MAX or None, timeout=5,
              what="%d admin connections accepted" % CONNS_MAX)
-        # the listen queue (backlog 128) filled too, ahead of the check
+        # 140 more wait in the listen queue, ahead of the check
         for _ in range(140):
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.setblocking(False)
