@@ -2,6 +2,7 @@
  * stderr_relay.h). */
 #include "util/stderr_relay.h"
 #include "util/quiet_thread.h"
+#include "util/units.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -400,14 +401,7 @@ static bool relay_restore(unsigned ms)
     /* On the monotonic clock: a wall clock stepped meanwhile (NTP, a
      * virtual machine resumed) would make the wait end at once or last for
      * hours. */
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = monotonic_after(ms);
     if (pthread_clockjoin_np(R.thread, NULL, CLOCK_MONOTONIC, &until) != 0) {
         /* Standard error is not read: the thread stays blocked in its
          * write until the process exits, its descriptors with it. */

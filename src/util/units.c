@@ -275,6 +275,19 @@ struct timeval timeval_of_ms(uint64_t ms)
     return tv;
 }
 
+struct timespec monotonic_after(unsigned ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    return until;
+}
+
 uint64_t monotonic_ms(void)
 {
     struct timespec ts;

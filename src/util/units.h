@@ -52,5 +52,8 @@ struct timeval timeval_of_ms(uint64_t ms);
 /* CLOCK_MONOTONIC now, in milliseconds: for deadlines that a change of the
  * wall clock must not move. */
 uint64_t monotonic_ms(void);
+/* CLOCK_MONOTONIC's time <ms> from now, for a bounded wait on that clock
+ * (pthread_cond_timedwait() under a monotonic condition, a clock join). */
+struct timespec monotonic_after(unsigned ms);
 
 #endif
