@@ -698,7 +698,8 @@ static int resolve_dir(const char *dir, char **real, char **shown, char **err)
 
 /* Opens the store of the resolved state directory <real> (shown as
  * <shown>) for store_open_as(), which checked it. */
-static struct store *open_resolved(const char *shown, const char *real, char **err, char **warn)
+static struct store *open_resolved(const char *shown, const char *real, char **err, char **warn,
+                                   bool *locked)
 {
     char *why = NULL;
     struct store *s = calloc(1, sizeof(*s));
@@ -726,6 +727,10 @@ static struct store *open_resolved(const char *shown, const char *real, char **e
         why = NULL;
         rc = store_files_private(real, &why) == 0 ? open_db(s->path, &s->db, &why) : SQLITE_PERM;
     }
+    /* Another process's lock that bars reads too (locking_mode=EXCLUSIVE,
+     * any lock on a store in rollback-journal mode, which the open must
+     * hold alone to turn to WAL): the caller may try again later. */
+    *locked = rc == SQLITE_BUSY || rc == SQLITE_LOCKED;
     if (rc == SQLITE_OK)
         rc = read_next_qid(s, &why);
     /* Commits go through the writer's thread only: without it, no store
@@ -759,10 +764,17 @@ nomem:
 
 struct store *store_open_as(const char *dir, uid_t user, char **err, char **warn)
 {
+    bool locked;
+    return store_open_try(dir, user, err, warn, &locked);
+}
+
+struct store *store_open_try(const char *dir, uid_t user, char **err, char **warn, bool *locked)
+{
     struct stat st;
 
     *err = NULL;
     *warn = NULL;
+    *locked = false;
     if (dir == NULL || dir[0] == '\0' || strlen(dir) > 4000) {
         *err = msg("%s%s: not a usable state directory", dir ? dir : "", "");
         return NULL;
@@ -814,7 +826,7 @@ struct store *store_open_as(const char *dir, uid_t user, char **err, char **warn
         return NULL;
     struct store *s = NULL;
     if (check_owners(shown, real, user, err) == 0)
-        s = open_resolved(shown, real, err, warn);
+        s = open_resolved(shown, real, err, warn, locked);
     free(real);
     free(shown);
     return s;

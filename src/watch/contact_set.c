@@ -86,3 +86,11 @@ int contact_set_add(struct contact_set *s, const char *agent, const char *host)
     s->bytes += len;
     return 1;
 }
+
+void contact_set_each(const struct contact_set *s, void (*fn)(const char *pair, void *arg),
+                      void *arg)
+{
+    for (size_t j = 0; j < s->cap; j++)
+        if (s->slot[j] != NULL)
+            fn(s->slot[j], arg);
+}

@@ -40,4 +40,9 @@ void contact_set_free(struct contact_set *s);
  * already, or it would take the strings past CONTACT_SET_BYTES_MAX). */
 int contact_set_add(struct contact_set *s, const char *agent, const char *host);
 
+/* Calls <fn> for every pair held, in no order; <pair> is "agent\nhost",
+ * owned by the set. */
+void contact_set_each(const struct contact_set *s, void (*fn)(const char *pair, void *arg),
+                      void *arg);
+
 #endif

@@ -111,6 +111,42 @@ static void load_contact(const char *agent, const char *host, int64_t first_ms, 
     contact_set_add(&d->contacts, agent, host);
 }
 
+struct adopt_ctx {
+    struct detectors *d;
+    struct contact_set *stored;
+    int64_t now_ms;
+};
+
+/* A pair first seen while no store was open: into the store and into the
+ * memory read from it (a pair is "agent\nhost"). */
+static void adopt_contact(const char *pair, void *arg)
+{
+    struct adopt_ctx *c = arg;
+    const char *nl = strchr(pair, '\n');
+    char agent[256];
+    size_t n = nl != NULL ? (size_t)(nl - pair) : 0;
+    if (nl == NULL || n >= sizeof(agent))
+        return;
+    memcpy(agent, pair, n);
+    agent[n] = '\0';
+    contact_set_add(c->stored, agent, nl + 1);
+    store_put_contact(c->d->store, agent, nl + 1, c->now_ms);
+}
+
+void detectors_adopt_store(struct detectors *d, struct store *store, struct contact_set *stored,
+                           int64_t now_ms)
+{
+    struct adopt_ctx c = {d, stored, now_ms};
+    d->store = store;
+    contact_set_each(&d->contacts, adopt_contact, &c);
+    contact_set_free(&d->contacts);
+    d->contacts = *stored;
+    memset(stored, 0, sizeof(*stored));
+    for (size_t i = 0; i < d->nagents; i++)
+        if (d->agents[i].id != NULL && d->agents[i].bl_known)
+            store_put_baseline(store, d->agents[i].id, &d->agents[i].bl);
+}
+
 /* ---- agents ----------------------------------------------------------------- */
 
 static void agent_windows(const struct cfg *c, struct agent_state *a, bool only_changed)

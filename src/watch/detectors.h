@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "policy/model.h"
+#include "watch/contact_set.h"
 #include "watch/alert.h"
 #include "watch/event.h"
 
@@ -65,6 +66,14 @@ struct detectors;
  * or NULL when out of memory. Every detector is off until configured. */
 struct detectors *detectors_new(struct alert_bus *out, struct store *store);
 void detectors_free(struct detectors *d);
+/* Takes <store>, opened while the gateway served (store_opener.h), for
+ * detectors made without one: the first contacts seen meanwhile join
+ * <stored> (the store's, read off the loop; emptied) and are written to
+ * the store, as are the baselines learned meanwhile (stored ones are not
+ * read while the gateway serves: those agents' baselines start afresh).
+ * <stored>'s pairs are remembered from then on. */
+void detectors_adopt_store(struct detectors *d, struct store *store, struct contact_set *stored,
+                           int64_t now_ms);
 
 /* Takes the alerts section of <p> (copied). Window state of agents is kept
  * across a reload unless a period changed. */

@@ -65,7 +65,8 @@ struct metrics_gauges {
     struct metrics_log logs[2];
     size_t nlogs;
     const char *state_broken; /* store_broken() of the state store, or NULL */
-    const char *state_stuck;  /* store_stuck() of the state store, or NULL */
+    const char *state_stuck;  /* store_stuck() of the state store, store_opener_why() while
+                               * it is not open yet, or NULL */
 };
 typedef void (*metrics_gauges_fn)(void *arg, struct metrics_gauges *g);
 /* Extra lines a scrape appends (the watch module's sink queues); 0, or -1

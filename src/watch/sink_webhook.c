@@ -1069,6 +1069,22 @@ void webhook_adopt_stored(struct webhook *w)
     read_start(w, (int)room + 1, 0, true);
 }
 
+void webhook_take_store(struct webhook *w, struct store *store)
+{
+    if (w->store != NULL)
+        return;
+    w->store = store;
+    for (size_t i = 0; i < w->len; i++) {
+        struct item *it = &w->q[(w->head + i) % w->cap];
+        char *body = it->id == 0 ? strndup(it->body, it->n) : NULL;
+        if (body != NULL) {
+            int64_t id = store_queue_add(store, w->key, body);
+            it->id = id > 0 ? id : 0;
+        }
+        free(body);
+    }
+}
+
 /* Takes the adoption's read. The alerts sent meanwhile wait in the store
  * (webhook_send()), in the read's rows when memory has room for them.
  * Returns false while it waits. */

@@ -122,6 +122,13 @@ void webhook_send(struct webhook *w, const char *json, size_t n);
  * added by a reload), oldest first: as many as its memory queue holds, the
  * sweep reading the others back as room frees up. Never the whole queue. */
 void webhook_adopt_stored(struct webhook *w);
+/* Takes <store>, opened while the gateway served (store_opener.h), for a
+ * sink made without one: the alerts its memory holds are written to the
+ * store (delivered ones are deleted from it, as usual), and those raised
+ * from then on too. The alerts an earlier run left in the store are not
+ * read while the gateway serves (they would come back beside the ones
+ * written now): the next start delivers them. */
+void webhook_take_store(struct webhook *w, struct store *store);
 /* The alerts waiting in <w>'s memory queue (at most its cap). */
 size_t webhook_queued(const struct webhook *w);
 /* Every alert waiting for <w>: those in memory and those kept in the state

@@ -13,6 +13,7 @@
 #include <event2/event.h>
 
 #include "state/store.h"
+#include "watch/store_opener.h"
 #include "util/stderr_relay.h"
 #include "util/units.h"
 #include "util/weburl.h"
@@ -30,6 +31,9 @@ struct watch {
     struct event_base *base;
     struct alert_bus *alerts;
     struct store *store;
+    /* The store's open tried again off the loop (store_opener.h) while a
+     * lock another process holds keeps it shut; NULL otherwise */
+    struct store_opener *opener;
     struct detectors *det;
     struct metrics *metrics;
     struct admin *admin;
@@ -96,12 +100,57 @@ static void on_alert(const struct alert *a, void *arg)
 
 /* ---- timers ---------------------------------------------------------------- */
 
+static void load_counter(const char *name, uint64_t value, void *arg);
+
+/* The store opened by the opener's thread: what was decided meanwhile,
+ * held in memory, is written to it, and it is used from now on. */
+static void adopt_store(struct watch *w, struct store_opened *got, int64_t now)
+{
+    w->store = got->store;
+    for (size_t i = 0; i < got->ncounters; i++) /* the stored counts, plus this run's */
+        load_counter(got->counters[i].name, got->counters[i].value, w->metrics);
+    for (int k = 0; k < ALERT_KIND_COUNT; k++) {
+        char name[64];
+        snprintf(name, sizeof(name), "alerts.%s", alert_kind_name((enum alert_kind)k));
+        if (metrics_alert_total(w->metrics, (enum alert_kind)k) > 0)
+            store_put_counter(w->store, name, metrics_alert_total(w->metrics, (enum alert_kind)k));
+    }
+    detectors_adopt_store(w->det, w->store, &got->stored, now);
+    for (size_t i = 0; i < w->nhooks; i++)
+        webhook_take_store(w->hooks[i], w->store);
+    fprintf(stderr,
+            "sluice: state %s: opened; what was decided while it was locked is written "
+            "to it\n",
+            store_path(w->store));
+}
+
+static void take_opened(struct watch *w, int64_t now)
+{
+    struct store_opened got;
+    char *e = NULL;
+    int rc = store_opener_take(w->opener, &got, &e);
+    if (rc == 0)
+        return;
+    store_opener_free(w->opener);
+    w->opener = NULL;
+    if (rc > 0)
+        adopt_store(w, &got, now);
+    else
+        fprintf(stderr,
+                "sluice: warning: %s; running without a state store (first-contact memory, "
+                "baselines and the webhook queue are kept in memory only)\n",
+                e != NULL ? e : "state store unavailable");
+    free(e);
+}
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct watch *w = arg;
     (void)fd;
     (void)what;
     int64_t now = now_ms();
+    if (w->opener != NULL)
+        take_opened(w, now);
     detectors_tick(w->det, now);
     if (w->store != NULL && store_dirty(w->store))
         store_flush(w->store);
@@ -384,7 +433,8 @@ static void gauges(void *arg, struct metrics_gauges *g)
     if (w->own_file && w->file != NULL)
         log_gauges(&g->logs[g->nlogs++], "alerts", w->file);
     g->state_broken = store_broken(w->store);
-    g->state_stuck = store_stuck(w->store);
+    /* a static text too, naming no path */
+    g->state_stuck = w->opener != NULL ? store_opener_why(w->opener) : store_stuck(w->store);
 }
 
 void watch_set_gauges(struct watch *w, metrics_gauges_fn fn, void *arg)
@@ -402,7 +452,9 @@ static void load_counter(const char *name, uint64_t value, void *arg)
         return;
     for (int k = 0; k < ALERT_KIND_COUNT; k++)
         if (strcmp(name + 7, alert_kind_name((enum alert_kind)k)) == 0)
-            metrics_set_alert_total(m, (enum alert_kind)k, value);
+            /* added: a store opened during the run adds to what it counted */
+            metrics_set_alert_total(m, (enum alert_kind)k,
+                                    metrics_alert_total(m, (enum alert_kind)k) + value);
 }
 
 static bool same_stream(const char *a, const char *b)
@@ -426,10 +478,19 @@ struct watch *watch_new(struct event_base *base, struct bus *bus, struct alert_b
     w->log = log;
     if (cfg->state_dir != NULL) {
         char *e = NULL, *warn = NULL;
-        w->store = store_open_as(cfg->state_dir, cfg->state_user, &e, &warn);
+        bool locked = false;
+        w->store = store_open_try(cfg->state_dir, cfg->state_user, &e, &warn, &locked);
         if (warn != NULL)
             fprintf(stderr, "sluice: warning: %s\n", warn);
-        if (w->store == NULL)
+        if (w->store == NULL && locked &&
+            (w->opener =
+                 store_opener_start(cfg->state_dir, cfg->state_user, DETECT_CONTACTS_MAX)) != NULL)
+            fprintf(stderr,
+                    "sluice: warning: %s; trying again in the background (after 1 s, then up "
+                    "to every 30 s): meanwhile first-contact memory, baselines and the webhook "
+                    "queue are kept in memory, and written to the store once it opens\n",
+                    e != NULL ? e : "state store locked");
+        else if (w->store == NULL)
             fprintf(stderr,
                     "sluice: warning: %s; running without a state store (first-contact memory, "
                     "baselines and the webhook queue are kept in memory only)\n",
@@ -579,6 +640,7 @@ void watch_free(struct watch *w)
     }
     detectors_free(w->det);
     metrics_free(w->metrics);
+    store_opener_free(w->opener);
     store_close(w->store);
     free(w);
 }

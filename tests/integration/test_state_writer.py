@@ -12,12 +12,11 @@ the test fills the page (uffd_hold.py). Needs root (userfaultfd for
 kernel-mode faults) on x86_64 or aarch64; skipped otherwise."""
 
 import os
-import urllib.error
 import urllib.request
 
 from gate_client import api_rule, other_rule, other_url, poll, request
 from uffd_hold import WalLock, stop_while_held, threads_in
-from watch_helpers import free_tcp_port
+from watch_helpers import free_tcp_port, healthz
 from watch_helpers import stored_contacts as contacts
 
 
@@ -35,15 +34,6 @@ def hold_commit(gw, net, statedir):
         hold.release()
         raise
     return hold, stuck
-
-
-def healthz(port):
-    """(status, body) of the admin server's /healthz."""
-    try:
-        with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % port, timeout=10) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
 
 
 def gateway_with_store(gateway, net, tmp_path, args=()):

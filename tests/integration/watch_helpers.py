@@ -11,6 +11,8 @@ import ssl
 import subprocess
 import threading
 import time
+import urllib.error
+import urllib.request
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -255,3 +257,12 @@ def stored_contacts(statedir):
         return sorted(r[0] for r in db.execute("SELECT host FROM first_contact"))
     finally:
         db.close()
+
+
+def healthz(port):
+    """(status, body) of the admin server's /healthz."""
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/healthz" % port, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()

@@ -1,0 +1,108 @@
+"""A state store another process holds under a lock that bars reads too
+(PRAGMA locking_mode=EXCLUSIVE, here from Python's sqlite3) longer than the
+start's 200 ms wait: the gateway serves without it, /healthz says so, and
+the open is tried again off the event loop; once the lock goes, the store
+is used: what was decided meanwhile is written to it, and the pairs it held
+are remembered. Before, the gateway ran without its store for the whole
+run. Loopback only; every wait bounded."""
+
+import sqlite3
+import urllib.request
+
+from gate_client import api_rule, other_rule, other_url, poll, request
+from watch_helpers import free_tcp_port, healthz
+from watch_helpers import stored_contacts as contacts
+
+
+def first_contacts(gw):
+    return sorted(e["host"] for e in gw.log_lines()
+                  if e.get("event") == "alert" and e.get("kind") == "first_contact")
+
+
+def stored_alert_bodies(statedir):
+    db = sqlite3.connect("file:%s/sluice.db?mode=ro" % statedir, uri=True, timeout=5)
+    try:
+        return [r[0] for r in db.execute("SELECT body FROM alert_queue ORDER BY id")]
+    finally:
+        db.close()
+
+
+def hold_exclusive(statedir):
+    """A connection holding sluice.db under an exclusive lock, as a backup
+    tool or the sqlite3 shell with locking_mode=EXCLUSIVE would."""
+    db = sqlite3.connect("%s/sluice.db" % statedir, timeout=5, isolation_level=None)
+    db.execute("PRAGMA locking_mode=EXCLUSIVE")
+    db.execute("BEGIN EXCLUSIVE")
+    db.execute("SELECT count(*) FROM first_contact").fetchall()
+    return db
+
+
+def test_a_store_locked_at_start_is_opened_once_the_lock_goes(gateway, net, tmp_path):
+    statedir = str(tmp_path / "state")
+    # a webhook nobody listens on: its alerts wait, in the store when open
+    hook = "http://127.0.0.1:%d/hook" % free_tcp_port()
+    policy = net.policy([api_rule(net), other_rule(net)],
+                        alerts={"first_contact": True, "sinks": [{"webhook": hook}]})
+    gw = gateway(policy, args=["--state", statedir])
+    assert request(gw, "GET", net.url("/first")).status == 200
+    poll(lambda: contacts(statedir) == ["api.example.test"], what="the first run's commit")
+    gw.stop()
+    assert len(stored_alert_bodies(statedir)) == 1  # api's, undelivered
+
+    holder = hold_exclusive(statedir)
+    port = free_tcp_port()
+    try:
+        gw = gateway(policy, args=["--state", statedir, "--admin", "127.0.0.1:%d" % port])
+        poll(lambda: "trying again in the background" in gw.stderr() or None, timeout=10,
+             what="the locked store told")
+        status, body = healthz(port)
+        assert status == 503 and body.startswith("unhealthy: state store: not open yet: "), body
+        # decided while the store is shut: kept in memory
+        assert request(gw, "GET", other_url(net, "/meanwhile")).status == 200
+        poll(lambda: first_contacts(gw) == ["other.example.test"] or None,
+             what="the first contact told")
+    finally:
+        holder.rollback()
+        holder.close()
+    # the lock is gone: the next try opens the store, and what was decided
+    # meanwhile is written to it
+    poll(lambda: contacts(statedir) == ["api.example.test", "other.example.test"] or None,
+         timeout=40, what="the first contact decided meanwhile committed")
+    assert healthz(port) == (200, "ok\n")
+    # the stored count (the first run's alert) plus this run's
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
+        assert 'sluice_alerts_total{kind="first_contact"} 2\n' in r.read().decode()
+    # the webhook's alert raised meanwhile is in the store's queue too
+    poll(lambda: sum("other.example.test" in b for b in stored_alert_bodies(statedir)) == 1
+         or None, what="the alert queued meanwhile committed")
+    assert "state %s/sluice.db: opened" % statedir in gw.stderr() or \
+        "/sluice.db: opened" in gw.stderr(), gw.stderr()
+    # the stored pair is remembered from then on: no second first_contact
+    assert request(gw, "GET", net.url("/after")).status == 200
+    gw.decided(path="/after")
+    assert request(gw, "GET", other_url(net, "/after2")).status == 200
+    gw.decided(path="/after2")
+    gw.stop()
+    assert first_contacts(gw) == ["other.example.test"], first_contacts(gw)
+
+
+def test_a_stop_while_the_store_is_still_locked(gateway, net, tmp_path):
+    # the tries end with the gateway: nothing waits for the lock, nothing
+    # is left half open (the sanitizers of the test build would tell)
+    statedir = str(tmp_path / "state")
+    policy = net.policy([api_rule(net)], alerts={"first_contact": True})
+    gw = gateway(policy, args=["--state", statedir])
+    gw.stop()
+    holder = hold_exclusive(statedir)
+    try:
+        gw = gateway(policy, args=["--state", statedir])
+        poll(lambda: "trying again in the background" in gw.stderr() or None, timeout=10,
+             what="the locked store told")
+        assert request(gw, "GET", net.url("/meanwhile")).status == 200
+        gw.decided(path="/meanwhile")
+        gw.stop()
+    finally:
+        holder.rollback()
+        holder.close()
+    assert "Sanitizer" not in gw.stderr(), gw.stderr()
+    assert contacts(statedir) == []
