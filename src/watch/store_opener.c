@@ -82,6 +82,7 @@ static bool wait_or_stop(struct store_opener *o, unsigned ms)
 static void *opener_main(void *arg)
 {
     struct store_opener *o = arg;
+    bool done = false; /* a try ended them, o->mu held */
     for (unsigned ms = STORE_OPENER_FIRST_MS; !wait_or_stop(o, ms);
          ms = ms >= STORE_OPENER_MAX_MS / 2 ? STORE_OPENER_MAX_MS : ms * 2) {
         char *err = NULL, *warn = NULL;
@@ -104,10 +105,11 @@ static void *opener_main(void *arg)
         o->got.store = s;
         o->err = err;
         o->state = s != NULL ? OPENER_OPEN : OPENER_FAILED;
-        break; /* with o->mu held */
+        done = true;
+        break;
     }
-    if (o->state == OPENER_TRYING)
-        pthread_mutex_lock(&o->mu); /* stopped */
+    if (!done)
+        pthread_mutex_lock(&o->mu); /* stopped by the owner */
     unref_unlock(o);
     return NULL;
 }
