@@ -5,8 +5,8 @@
  * HTTP/1.1 response was framed (Content-Length, chunked, or no body), with
  * no "Connection: close" from either side, the request fully sent and taken
  * by the upstream before the final response head came (upstream_took_all()),
- * the response fully read, and a request that is no read with a body
- * (read_with_body()), the upstream connection is kept idle (one slot per
+ * the response fully read, and a request without a body
+ * (sends_a_body()), the upstream connection is kept idle (one slot per
  * client connection) and given to that client's next request only when that
  * request, after its own decision, resolution and address guard, is for the
  * same agent and goes to the same checked address and port. So no request
@@ -66,15 +66,19 @@ static void up_event(struct bufferevent *bev, short what, void *arg);
 static bool kept_is_quiet(struct conn *c);
 static void reconnect(struct conn *c);
 
-/* A request with a body whose method is not a write (a GET with a body, as
- * Elasticsearch's search API sends): an origin that ignores the body of a
- * GET reads it as the next request on its connection, one that no rule
- * decided (a POST behind a read-only rule). Such a request goes upstream
- * with "Connection: close", so that an origin stops after its answer, and
- * its connection is never kept for another request. */
-static bool read_with_body(const struct exchange *ex)
+/* A request with a body, whatever its method: an origin that answers it
+ * without reading the body (a GET's, as most do; a POST's, as a CGI script
+ * that never reads its input does) reads the body as the next request on
+ * its connection, one that no rule decided (a DELETE in a POST's body, a
+ * POST behind a read-only rule). The gateway cannot tell such an origin
+ * from one that read the body: both took it, as far as its socket tells
+ * (the origin's kernel acknowledged it). Such a request goes upstream with
+ * "Connection: close", so that an origin stops after its answer and never
+ * parses the body, and its connection is never kept for another request,
+ * which the body could be waiting in front of. */
+static bool sends_a_body(const struct exchange *ex)
 {
-    return ex->req_body != BODY_NONE && (ex->mbit & METHODS_WRITE) == 0;
+    return ex->req_body != BODY_NONE;
 }
 
 enum deny_reason forward_prepare(struct conn *c, const struct http_request *req, const char **why)
@@ -88,7 +92,7 @@ enum deny_reason forward_prepare(struct conn *c, const struct http_request *req,
     ex->uphead = c->spare_head != NULL ? c->spare_head : evbuffer_new();
     c->spare_head = NULL;
     if (ex->uphead == NULL || http1_write_upstream_request_keep(
-                                  req, ex->uphead, !req->conn_close && !read_with_body(ex)) < 0) {
+                                  req, ex->uphead, !req->conn_close && !sends_a_body(ex)) < 0) {
         *why = "cannot build the upstream request";
         return REASON_BAD_REQUEST;
     }
@@ -675,17 +679,11 @@ static int read_response_head(struct conn *c, bool force)
         ex->unchunk = ex->client_v10 && ex->rsp_body == BODY_CHUNKED;
         ex->keep_alive = ex->req_done && !ex->client_close && ex->rsp_body != BODY_UNTIL_CLOSE &&
                          !ex->unchunk && !c->gw->stopping;
-        /* Nor is the upstream connection kept when this head came before
-         * the upstream took the whole request (some of the body still in
-         * the gateway's buffer or unacknowledged in its socket's send
-         * queue): the origin answered without reading all of it, and may
-         * take what it did not read for the start of its next request,
-         * which the gateway's next request on that connection would end
-         * (a request no rule decided, hidden in a body). An origin that
-         * read and acknowledged the whole body first, the common case,
-         * keeps it. */
+        /* Nor is the upstream connection kept after a request with a body
+         * (sends_a_body()), nor when this head came before the upstream
+         * took the whole request head. */
         ex->up_keep = ex->keep_alive && !rsp->conn_close && rsp->version_minor >= 1 &&
-                      !read_with_body(ex) && (ex->req_taken || upstream_took_all(c));
+                      !sends_a_body(ex) && (ex->req_taken || upstream_took_all(c));
         ex->rsp_left = rsp->content_length > 0 ? (uint64_t)rsp->content_length : 0;
         chunked_init(&ex->rsp_chunked);
         ex->scratch_interim = evbuffer_get_length(c->scratch);

@@ -13,6 +13,7 @@ import socket
 import struct
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -383,8 +384,8 @@ def test_an_answer_before_the_body_was_taken_does_not_keep_the_connection(gatewa
     # lines). What the origin gets after its answer is noted; it reads on
     # only once the agent has the answer, so that the gateway took up that
     # answer while the body still waited. (A body the origin's socket
-    # acknowledged whole before the answer was taken up cannot be told from
-    # one the origin read: docs/SPEC.md.)
+    # acknowledged whole before the answer: a write with a body cannot
+    # smuggle a request, below.)
     smuggled = b"DELETE /x HTTP/1.1\r\nHost: %s\r\nX-Pad: " % EVIL.encode()
     body = smuggled + b"a" * ((1 << 20) - len(smuggled))
     after, answered = {}, threading.Event()
@@ -1325,3 +1326,101 @@ def test_an_http10_agent_gets_a_bodiless_answer_despite_its_codings(gateway, net
         raw = get_until_close(gw, up, "/nob", method=method, version="1.0")
         assert raw.startswith(b"HTTP/1.1 " + status + b"\r\n"), raw
         assert b"transfer-encoding" not in raw.lower() and raw.endswith(b"\r\n\r\n"), raw
+
+
+class _BodyIgnoringHandler(BaseHTTPRequestHandler):
+    """A CGI-like origin on Python's own HTTP/1.1 server: answers each
+    request once its body has arrived, without reading it (the body stays
+    in its socket, which acknowledged it: so the gateway has seen the whole
+    request taken before the answer, as from an origin that read it), keeps
+    its connection unless told to close, and answers with its request line
+    (so that which request an answer belongs to shows)."""
+
+    protocol_version = "HTTP/1.1"
+    timeout = 10
+    rbufsize = 0  # unbuffered: what the head did not use stays in the socket
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def _answer(self):
+        self.server.lines.append(self.requestline)
+        n = int(self.headers.get("Content-Length") or 0)
+        if n > 0:  # waits until the body is there, leaving it unread
+            self.connection.recv(n, socket.MSG_PEEK | socket.MSG_WAITALL)
+        body = self.requestline.encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_PUT = do_DELETE = _answer
+
+
+class BodyIgnoringOrigin(ThreadingHTTPServer):
+    """_BodyIgnoringHandler's server on 127.0.0.7: <lines> the request lines
+    it ran, <accepted> the connections it took."""
+
+    IP = "127.0.0.7"
+    daemon_threads = True
+
+    def __init__(self):
+        self.lines, self.accepted = [], 0
+        super().__init__((self.IP, 0), _BodyIgnoringHandler)
+        self.port = self.server_address[1]
+        threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
+
+    def get_request(self):
+        got = super().get_request()
+        self.accepted += 1
+        return got
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()
+        self.server_close()
+
+
+def get_post_gateway(gateway, net, up):
+    """A gateway whose only rule for the evil origin allows GET and POST."""
+    rule = {"host": EVIL, "ports": [up.port], "tier": 0, "methods": ["GET", "POST"]}
+    return gateway(net.policy([api_rule(net), rule], static_extra={EVIL: up.IP}))
+
+
+@pytest.mark.parametrize("hidden", [
+    # a whole head: the origin runs it right after the POST's answer
+    b"DELETE /x HTTP/1.1\r\nHost: evil.example.test\r\n\r\n",
+    # an open head that the next request on that connection ends: the
+    # origin's answer to it would be relayed as that request's
+    b"DELETE /x HTTP/1.1\r\nHost: evil.example.test\r\nX-Pad: ",
+])
+def test_a_write_with_a_body_cannot_smuggle_a_request(gateway, net, hidden):
+    # An origin that answers a POST at its head, leaving its small body
+    # unread in its socket, which acknowledged it: the gateway cannot tell
+    # that from an origin that read it. A DELETE no rule allows, hidden in
+    # the body, must never run. The POST goes upstream with
+    # Connection: close, which Python's server honours, and its connection
+    # is not kept for the agent's next request (before, the origin ran
+    # "DELETE /x HTTP/1.1" and, for the open head, the GET got its answer).
+    with BodyIgnoringOrigin() as up:
+        gw = get_post_gateway(gateway, net, up)
+        s = open_conn(gw)
+        try:
+            s.sendall(evil_post_head("/p", up, len(hidden)) + hidden)
+            r1 = read_response(s, method="POST")
+            assert r1.status == 200 and r1.body == b"POST /p HTTP/1.1", (r1, r1.body)
+            assert not r1.will_close, r1
+            s.sendall(evil_get("/next", up))
+            r2 = read_response(s)
+        finally:
+            s.close()
+        gw.decided(path="/p")
+        gw.decided(path="/next")
+        assert poll(lambda: len(up.lines) >= 2, 10)
+        assert r2.status == 200 and r2.body == b"GET /next HTTP/1.1", (r2, r2.body)
+        assert up.lines == ["POST /p HTTP/1.1", "GET /next HTTP/1.1"], (up.lines, up.accepted)
+        assert up.accepted == 2
+
