@@ -465,7 +465,12 @@ static int parse_connection(const char *v, size_t len, bool *close, bool *keep_a
  * most two of a length): a name is compared with those of its length only,
  * and most differ from them in their first word. Proxy-Authentication-Info
  * (RFC 9110 11.6.4, RFC 7615) is for the next client only, as
- * Proxy-Authenticate: an origin's would pass for the gateway's. */
+ * Proxy-Authenticate: an origin's would pass for the gateway's. Proxy is
+ * httpoxy's (CVE-2016-5385): no HTTP field, but a CGI origin hands it to
+ * its script as HTTP_PROXY, the variable that names the proxy for the
+ * script's own outbound requests, which an agent would aim at an address
+ * of its choosing; it is never relayed, as nginx, HAProxy, Apache and
+ * squid were set to strip it. */
 #define FIELD_NAME_MAX 25
 static const struct {
     const char *name;
@@ -473,6 +478,7 @@ static const struct {
 } field_names[FIELD_NAME_MAX + 1][2] = {
     [2] = {{"te", HTTP_FIELD_TE}},
     [4] = {{"host", HTTP_FIELD_HOST}},
+    [5] = {{"proxy", HTTP_FIELD_PROXY}},
     [6] = {{"expect", HTTP_FIELD_EXPECT}},
     [7] = {{"trailer", HTTP_FIELD_TRAILER}, {"upgrade", HTTP_FIELD_UPGRADE}},
     [10] = {{"connection", HTTP_FIELD_CONNECTION}, {"keep-alive", HTTP_FIELD_KEEP_ALIVE}},
@@ -1229,7 +1235,7 @@ static void head_fields(struct head_out *h, const struct http_header *hdrs, size
     for (size_t i = 0; i < n; i++) {
         const struct http_header *f = &hdrs[i];
         if (field_is_hop_by_hop(f->field) || f->field == HTTP_FIELD_SLUICE ||
-            (named[i / 64] >> (i % 64) & 1u) != 0)
+            f->field == HTTP_FIELD_PROXY || (named[i / 64] >> (i % 64) & 1u) != 0)
             continue;
         switch (f->field) {
         case HTTP_FIELD_CONTENT_LENGTH:

@@ -834,6 +834,49 @@ def test_hop_by_hop_headers_not_forwarded(gateway, net):
     assert not rec.has_header("X-Private") and not rec.has_header("Proxy-Connection")
 
 
+def test_connection_cannot_name_away_host_or_the_agents_identity(gateway, net):
+    # Connection names what the agent wants dropped: its own Authorization
+    # goes, as HTTP has it; Host does not (the origin would be left to guess
+    # the target the policy decided). Proxy-Authorization, hop-by-hop
+    # anyway, still identifies the agent. Upgrade is hop-by-hop too: a
+    # WebSocket handshake goes on as a plain request, which the origin
+    # answers as one (a 101 would be a 502: test_gate_upstream).
+    agents = [{"id": "a1", "sources": ["127.0.0.0/8"], "token": "env:SLUICE_TEST_TOKEN"}]
+    gw = gateway(net.policy([api_rule(net)], agents=agents),
+                 env={"SLUICE_TEST_TOKEN": "token-of-a1"})
+    r = request(gw, "GET", net.url("/named"),
+                headers=[("Proxy-Authorization", "Bearer token-of-a1"),
+                         ("Connection", "keep-alive, Upgrade, Host, Proxy-Authorization"),
+                         ("Connection", "Authorization"), ("Authorization", "Bearer x"),
+                         ("Upgrade", "websocket"), ("Sec-WebSocket-Version", "13")])
+    assert r.status == 200 and not r.will_close, r
+    rec = net.api.requests[0]
+    assert rec.header("Host") == "api.example.test:%d" % net.api.port, rec.headers
+    assert rec.header("Connection") == "keep-alive", rec.headers
+    for gone in ("Authorization", "Proxy-Authorization", "Upgrade"):
+        assert not rec.has_header(gone), rec.headers
+    assert rec.header("Sec-WebSocket-Version") == "13", rec.headers
+    ev, end = gw.decided(path="/named")
+    assert ev["agent"] == "a1" and end["status"] == 200, (ev, end)
+
+
+def test_the_httpoxy_proxy_field_never_reaches_the_origin(gateway, net):
+    # httpoxy (CVE-2016-5385): a CGI origin hands a request's Proxy field
+    # to its script as HTTP_PROXY, which names the proxy for the script's
+    # own outbound requests: an agent would aim them at an address of its
+    # choosing. The field is dropped, in any case, whatever Connection says;
+    # fields whose names only begin with it go on. (It reached the origin.)
+    gw = gateway(net.policy([api_rule(net)]))
+    r = request(gw, "POST", net.url("/oxy"), body=b"x",
+                headers=[("Proxy", "http://127.0.0.66:8080"), ("proxy", "http://a.test"),
+                         ("Connection", "keep-alive, X-Other"), ("Proxy-Kept", "yes")])
+    assert r.status == 200, r
+    rec = net.api.requests[0]
+    assert not rec.has_header("Proxy"), rec.headers
+    assert rec.header("Proxy-Kept") == "yes" and rec.body == b"x", rec.headers
+    gw.decided(path="/oxy")
+
+
 def test_content_length_goes_upstream_as_one_value(gateway, net):
     # A list of identical values, a repeat and leading zeros frame the body
     # the same for the gateway; the origin gets one plain value (RFC 9110

@@ -564,6 +564,14 @@ static void test_write_upstream_request(void **state)
         "PUT /x HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n"
         "Connection: close\r\n\r\n");
 
+    /* Proxy (httpoxy: a CGI origin's HTTP_PROXY) never goes on, in any
+     * case; fields whose names only begin with it do. */
+    expect_upstream(b,
+                    "GET http://a.test/x HTTP/1.1\r\nHost: a.test\r\nProxy: http://10.0.0.9:8\r\n"
+                    "Proxy-Foo: 1\r\nPROXY: x\r\nX-Proxy: 2\r\n\r\n",
+                    "GET /x HTTP/1.1\r\nHost: a.test\r\nProxy-Foo: 1\r\nX-Proxy: 2\r\n"
+                    "Connection: close\r\n\r\n");
+
     /* Connection cannot strip the framing or Host (smuggling). */
     expect_upstream(b,
                     "POST http://a.test/x HTTP/1.1\r\nHost: a.test\r\nContent-Length: 5\r\n"
@@ -683,6 +691,7 @@ static const struct {
     {"te", HTTP_FIELD_TE},
     {"trailer", HTTP_FIELD_TRAILER},
     {"upgrade", HTTP_FIELD_UPGRADE},
+    {"proxy", HTTP_FIELD_PROXY},
 };
 #define NFIELD_NAMES (sizeof(field_names) / sizeof(field_names[0]))
 
@@ -778,6 +787,8 @@ static void test_field_names(void **state)
         "Transfer_Encoding",
         "Content-Lengt",
         "Proxy-Authorizatio",
+        "Proxy-",
+        "Prox",
         "Sluice",
         "Sluice_Reason",
         "X-Sluice-Reason",
