@@ -118,6 +118,16 @@ struct file_writer {
      * for LOG_JSONL_STUCK_MS makes the log unwritable (log_jsonl_error()),
      * as a failed one does, where /healthz said "ok" all along. */
     struct timespec busy_since;
+    /* (mu; written by the thread only) The file's last write failed with
+     * EAGAIN, the first of a run of them at <again_since>. A pipe's EAGAIN
+     * is a reader behind, whom no decision waits for; a regular file's (a
+     * FUSE or network file system that would block) is a write that has
+     * not gone through: retried as a short write is, every
+     * WRITER_AGAIN_MS, the decisions waiting for their lines, and after
+     * LOG_JSONL_STUCK_MS log_jsonl_error() says so, as for a write that
+     * waits in the kernel. Cleared by a write that returns anything else. */
+    bool again;
+    struct timespec again_since;
     /* (mu) A line was dropped over the cap while others waited: the
      * reader or disk does not keep up. Until all that waits is written
      * (publish()), log_jsonl_error() says so. */
@@ -183,6 +193,7 @@ struct log_jsonl {
     bool is_sock;  /* write with send(MSG_DONTWAIT) */
     bool is_pipe;  /* a pipe or FIFO: written PIPE_BUF at most at a time (pipe_piece) */
     bool is_fifo;  /* a named FIFO, whose reader can come back after it left (EPIPE) */
+    bool is_reg;   /* a regular file: EAGAIN is no reader behind (file_writer.again) */
     bool pollable; /* epoll takes it (a pipe, socket or terminal): EV_WRITE works */
     bool broken;   /* the reader is gone (EPIPE, but for a named FIFO): drop from now on */
     bool reported;
@@ -765,6 +776,7 @@ static void set_kind(struct log_jsonl *l, const struct fd_kind *k)
     l->is_pipe = k->is_pipe;
     l->is_sock = k->is_sock;
     l->is_fifo = k->is_fifo;
+    l->is_reg = k->is_reg;
 }
 
 /* Takes <k> as what l->fd is and makes the write event for it. No system
@@ -1367,7 +1379,8 @@ void log_jsonl_reopen_soon(struct log_jsonl *l, const char *fail_msg)
 /* A failed write is retried after this long (a flush waiting: 50 ms). */
 #define WRITER_RETRY_MS 1000
 #define WRITER_HURRY_MS 50
-/* A write that would block (the path is a FIFO now, its reader behind). */
+/* A write that would block (the path is a FIFO now, its reader behind; a
+ * regular file's EAGAIN: file_writer.again). */
 #define WRITER_AGAIN_MS 100
 
 /* <t> moved <ms> later. */
@@ -1418,8 +1431,10 @@ static void publish(struct log_jsonl *l)
     fw->pub_dropped = l->dropped;
     fw->pub_done = fw->taken - l->pending_lines;
     gate_publish(fw);
-    if (fw->busy == WB_WRITE) /* a write() returned: the file system answers */
+    if (fw->busy == WB_WRITE) { /* a write() returned: the file system answers */
         clock_gettime(CLOCK_MONOTONIC, &fw->busy_since);
+        fw->again = false;
+    }
     if (fw->pub_len == 0 && evbuffer_get_length(fw->incoming) == 0)
         fw->over_cap = false; /* all that waited is written */
 }
@@ -1728,13 +1743,18 @@ static void *writer_main(void *arg)
             if (fw->abandoned)
                 break;
         }
-        fw->pub_stalled = rc != 0;
+        /* A regular file's EAGAIN holds the decisions (file_writer.again). */
+        bool file_again = rc == 1 && l->is_reg;
+        if (file_again && !fw->again)
+            clock_gettime(CLOCK_MONOTONIC, &fw->again_since);
+        fw->again = file_again;
+        fw->pub_stalled = rc != 0 && !file_again;
         gate_publish(fw);
         wake_loop_if_due(fw);
         pthread_cond_broadcast(&fw->progress);
         if (fw->stop)
             break; /* the last try is made */
-        if (rc == 1 && l->pollable)
+        if (rc == 1 && l->pollable && !l->is_reg)
             writer_poll(l);
         else
             writer_wait(l, rc);
@@ -2028,12 +2048,18 @@ static const char *error_text(bool broken, int e)
 _Static_assert(LOG_JSONL_STUCK_MS == 5000, "stuck_text() says 5 s");
 
 /* What a writer whose write or reopen has waited LOG_JSONL_STUCK_MS in the
- * kernel is doing, or NULL. With <mu>. */
+ * kernel is doing, or whose writes have failed with EAGAIN for as long
+ * (file_writer.again), or NULL. With <mu>. */
 static const char *stuck_text(const struct file_writer *fw)
 {
+    struct timespec until = fw->again_since;
+    ts_add_ms(&until, LOG_JSONL_STUCK_MS);
+    if (fw->again && passed(&until))
+        return "a write has not gone through for 5 s or more: its file system answers EAGAIN "
+               "(it would block)";
     if (fw->busy != WB_WRITE && fw->busy != WB_REOPEN)
         return NULL;
-    struct timespec until = fw->busy_since;
+    until = fw->busy_since;
     ts_add_ms(&until, LOG_JSONL_STUCK_MS);
     if (!passed(&until))
         return NULL;

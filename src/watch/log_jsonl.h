@@ -126,9 +126,12 @@ void log_jsonl_reopen_soon(struct log_jsonl *l, const char *fail_msg);
 uint64_t log_jsonl_seq(const struct log_jsonl *l);
 
 /* True when line <seq> may take effect now: 0, no writer thread, the line
- * is in the file, or the log cannot be written now (its last write failed
- * or would block: as ever, a log that cannot be written does not hold
- * traffic; its lines wait in memory under the cap). Otherwise false, and
+ * is in the file, or the log cannot be written now (its last write failed,
+ * or would block on what the path names after a reopen, a FIFO: as ever, a
+ * log that cannot be written does not hold traffic; its lines wait in
+ * memory under the cap). A regular file's write that fails with EAGAIN (a
+ * FUSE or network file system) is one that has not gone through yet, as
+ * one that waits in the kernel: the line waits, retried. Otherwise false, and
  * the callback of log_jsonl_on_written() runs on the loop once it may (or
  * once an earlier <seq> asked for may: the caller asks again). Never
  * blocks. */
@@ -146,7 +149,8 @@ size_t log_jsonl_pending_bytes(const struct log_jsonl *l);
 /* Why the log cannot be written now (the last write's error, such as "No
  * space left on device", until a write succeeds; "its reader is gone"; for
  * a regular file, that a write or reopen has not returned for
- * LOG_JSONL_STUCK_MS, or that the open file has no name left (deleted, or
+ * LOG_JSONL_STUCK_MS, or that its writes have failed with EAGAIN for as
+ * long (until one goes through), or that the open file has no name left (deleted, or
  * moved to another file system, without a SIGHUP: found after a write, at
  * most once a second; until a reopen), or that no writer thread could be
  * started for the file a reopen put in place (the loop writes it; until a

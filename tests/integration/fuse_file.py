@@ -11,7 +11,8 @@ thread of the test could not give while the fork holds the interpreter.
 
 One file, FILE_NAME, in the root folder of the mount; the PID of the
 process that made each READ request is recorded (run's, or the
-command's)."""
+command's). Writes to it are taken into its data, or failed with EAGAIN,
+as a FUSE or network file system that would block may answer them."""
 
 import ctypes
 import errno
@@ -28,11 +29,13 @@ import pytest
 FILE_NAME = "in.txt"
 
 # opcodes (linux/fuse.h)
-LOOKUP, FORGET, GETATTR, OPEN, READ, STATFS, RELEASE, FLUSH, INIT = 1, 2, 3, 14, 15, 17, 18, 25, 26
+LOOKUP, FORGET, GETATTR, OPEN, READ, WRITE, STATFS, RELEASE, FLUSH, INIT = (
+    1, 2, 3, 14, 15, 16, 17, 18, 25, 26)
 OPENDIR, READDIR, RELEASEDIR, INTERRUPT, DESTROY, BATCH_FORGET = 27, 28, 29, 36, 38, 42
 FOPEN_NONSEEKABLE = 4
 IN_HEADER = struct.Struct("<IIQQIIIHH")  # len, opcode, unique, nodeid, uid, gid, pid, ...
 OUT_HEADER = struct.Struct("<IiQ")  # len, error, unique
+WRITE_IN = struct.Struct("<QQIIQII")  # fh, offset, size, write_flags, lock_owner, flags, -
 ROOT, FILE = 1, 2
 
 
@@ -41,16 +44,18 @@ class FuseFile:
     file of <data> (bytes). <reads>: "data" answers reads, "eio" fails
     them, "hold" keeps them unanswered until release(). <nonseekable_from>:
     the opens of the file from that one on (1 the first) are nonseekable
-    (FOPEN_NONSEEKABLE), as a FUSE file system may make them."""
+    (FOPEN_NONSEEKABLE), as a FUSE file system may make them. <writes>:
+    "data" takes writes into the file's data, "eagain" fails them with
+    EAGAIN (set_writes() changes it)."""
 
-    def __init__(self, mnt, data, reads="data", nonseekable_from=0):
+    def __init__(self, mnt, data, reads="data", nonseekable_from=0, writes="data"):
         if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
             pytest.skip("needs root and /dev/fuse")
         self.mnt = mnt
         self.path = os.path.join(mnt, FILE_NAME)
         self._proc = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), mnt, reads, str(nonseekable_from),
-             data.hex()], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             data.hex(), writes], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         said = self._proc.stdout.readline().strip()
         if said != "ready":
             self._proc.wait(10)
@@ -65,6 +70,14 @@ class FuseFile:
         """Answers the reads held so far with the data, and every later
         one."""
         self._ask("release")
+
+    def set_writes(self, writes):
+        """Writes from now on: "data" or "eagain" (see the class)."""
+        self._ask("writes " + writes)
+
+    def content(self):
+        """The file's data, the writes it took included."""
+        return bytes.fromhex(self._ask("content"))
 
     def read_pids(self):
         """The PID of the process that made each READ request so far."""
@@ -114,9 +127,10 @@ class Server:
     """The helper process: serves the mount until its standard input ends,
     answering "release" and "pids" there."""
 
-    def __init__(self, mnt, reads, nonseekable_from, data):
+    def __init__(self, mnt, reads, nonseekable_from, data, writes):
         self.mnt = mnt
         self.reads = reads
+        self.writes = writes
         self.nonseekable_from = nonseekable_from
         self.data = data
         self.opens = 0
@@ -138,9 +152,13 @@ class Server:
                     line = sys.stdin.readline()
                     if not line:
                         return
-                    if line.strip() == "release":
+                    what = line.split()
+                    if what == ["release"]:
                         self.release()
-                    print(json.dumps(self.read_pids), flush=True)
+                    elif what[:1] == ["writes"]:
+                        self.writes = what[1]
+                    answer = self.data.hex() if what == ["content"] else self.read_pids
+                    print(json.dumps(answer), flush=True)
                 if self.fd in ready:
                     try:
                         req = os.read(self.fd, 1 << 21)
@@ -210,6 +228,15 @@ class Server:
                 self.reply(unique, errno.EIO)
             elif reads == "data":
                 self.reply(unique, 0, self.data[offset:offset + size])
+        elif op == WRITE:
+            offset, size = WRITE_IN.unpack_from(body)[1:3]
+            if self.writes == "eagain":
+                self.reply(unique, errno.EAGAIN)
+                return
+            data = body[WRITE_IN.size:WRITE_IN.size + size]
+            self.data = self.data[:offset].ljust(offset, b"\0") + data + \
+                self.data[offset + size:]
+            self.reply(unique, 0, struct.pack("<II", size, 0))
         elif op == INTERRUPT:
             # the reader was signalled (run killed, say): its held read
             # ends with EINTR, as a FUSE server that supports interrupts
@@ -232,7 +259,8 @@ class Server:
 
 if __name__ == "__main__":
     try:
-        server = Server(sys.argv[1], sys.argv[2], int(sys.argv[3]), bytes.fromhex(sys.argv[4]))
+        server = Server(sys.argv[1], sys.argv[2], int(sys.argv[3]), bytes.fromhex(sys.argv[4]),
+                        sys.argv[5])
     except OSError as e:
         print(e.strerror, flush=True)
         sys.exit(1)

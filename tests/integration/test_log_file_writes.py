@@ -578,3 +578,44 @@ def test_a_log_file_without_its_writer_thread_is_refused_at_start(gateway, net, 
     assert ("sluice serve: %s: cannot open log (its writer thread cannot be started: written "
             "on the event loop, a file system that does not answer would stop the gateway): "
             "Resource temporarily unavailable\n" % log) in err, err[-2000:]
+
+
+AGAIN = (503, b"unhealthy: decisions log: a write has not gone through for 5 s or more: its "
+              b"file system answers EAGAIN (it would block)\n")
+
+
+# serial: mounts a FUSE file system
+@pytest.mark.serial
+def test_a_log_file_whose_writes_would_block_holds_decisions_and_makes_healthz_unhealthy(
+        gateway, net, tmp_path):
+    # A write to a regular file on a FUSE (or network) file system may fail
+    # with EAGAIN. The writer took it for a pipe whose reader is behind:
+    # the write-ahead gate opened, so decisions took effect (the answer
+    # sent, the request sent upstream) before their lines were in the
+    # file, and /healthz said "ok" for as long as every write would block.
+    # It is now a write that has not gone through, retried as a short
+    # write is: decisions wait for their lines, and after 5 s /healthz and
+    # sluice_log_writable say so, until the file takes the lines.
+    from fuse_file import FuseFile
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    admin = free_tcp_port()
+    with FuseFile(str(mnt), b"") as fs:
+        gw = gateway(net.policy([api_rule(net)]), args=["--log", fs.path, "--admin", str(admin)])
+        assert request(gw, "GET", net.url("/before")).status == 200
+        fs.set_writes("eagain")
+        held = decided(gw, admin, net.url("/held"), 2)
+        poll(lambda: healthz(admin) == AGAIN, timeout=30, interval=0.2,
+             what="/healthz to say the log's writes would block (it says %r; /held %r)" %
+                  (healthz(admin), held.status))
+        assert 'sluice_log_writable{log="decisions"} 0' in \
+            admin_get(admin, "/metrics").decode().splitlines()
+        # the decision waits for its line: no answer, nothing upstream
+        assert held.status is None and held.error is None
+        assert [r.path for r in net.api.requests if r.path == "/held"] == []
+        fs.set_writes("data")
+        assert held.result() == 200
+        poll(lambda: healthz(admin) == (200, b"ok\n"), timeout=10, what="/healthz ok again")
+        gw.stop()
+        got = [json.loads(x) for x in fs.content().split(b"\n") if x.strip()]
+    assert [e.get("path") for e in got if e["event"] == "agent_egress"] == ["/before", "/held"]
