@@ -35,11 +35,21 @@
 #include "util/utf8.h"
 
 /* A line is formatted on the stack when it fits, else in a heap buffer of
- * the exact size. Event strings are bounded by the gate (request heads are
- * capped by limits.header_bytes) and escaping grows them at most 6 times,
- * so a line never legitimately reaches this cap. */
+ * the exact size. Event strings are bounded by the gate: the path by the
+ * request head (limits.header_bytes, 1 MiB at most), in bytes 0x21-0x7e
+ * of which only " and \ grow, to two; the owner by the policy (1 KiB,
+ * each byte 6 at most escaped); host, method, agent and id to a few
+ * hundred bytes. An agent_egress line is so at most about 2 MiB, and none
+ * reaches this cap. A line past it, or one whose heap buffer cannot be had
+ * (no memory), is not dropped: it is formatted cut, on the stack. */
 #define LINE_STACK   4096
 #define LINE_MAX_LEN (16u * 1024 * 1024)
+/* A cut line's strings take at most this many bytes of JSON each (quotes
+ * aside), the keys of those cut named in a last "cut" field: ten strings
+ * of an agent_egress line, their keys and the field fit in LINE_STACK. */
+#define CUT_FIELD_MAX 256
+/* The most strings a line has (agent_egress: ten). */
+#define LINE_STRINGS 12
 
 /* What the writer needs to know of a descriptor (probe_fd). */
 struct fd_kind {
@@ -249,8 +259,20 @@ struct log_jsonl {
 struct out {
     char *p;
     size_t cap;
-    size_t len; /* would-be length, may exceed cap */
+    size_t len;                    /* would-be length, may exceed cap */
+    size_t field_max;              /* bytes a string's JSON may take: SIZE_MAX, or CUT_FIELD_MAX */
+    const char *key;               /* the key of the string put next (PUT_KEY) */
+    const char *cut[LINE_STRINGS]; /* the keys of the strings cut */
+    size_t ncut;
 };
+
+/* An out on <buf> (<cap> bytes, a NUL kept room for) whose strings take
+ * <field_max> bytes of JSON at most. */
+static struct out out_on(char *buf, size_t cap, size_t field_max)
+{
+    struct out o = {.p = buf, .cap = cap > 0 ? cap - 1 : 0, .field_max = field_max};
+    return o;
+}
 
 static void put(struct out *o, const char *s, size_t n)
 {
@@ -297,7 +319,21 @@ static bool json_plain(unsigned char c)
     return json_plain_tab[c] != 0;
 }
 
-/* Writes <s> as a JSON string (with quotes), or null. */
+/* True when <n> more bytes keep the string begun at <from> (its opening
+ * quote's end) within o->field_max; else the string is marked cut, under
+ * the key PUT_KEY put last. */
+static bool str_room(struct out *o, size_t from, size_t n)
+{
+    if (o->len - from + n <= o->field_max)
+        return true;
+    if (o->ncut < LINE_STRINGS && o->key != NULL)
+        o->cut[o->ncut++] = o->key;
+    return false;
+}
+
+/* Writes <s> as a JSON string (with quotes), or null; cut after
+ * o->field_max bytes of JSON (between two characters: never inside an
+ * escape nor a UTF-8 sequence). */
 static void put_str(struct out *o, const char *s)
 {
     static const char hex[] = "0123456789abcdef";
@@ -309,6 +345,7 @@ static void put_str(struct out *o, const char *s)
         return;
     }
     put(o, "\"", 1);
+    size_t from = o->len;
     for (size_t i = 0;;) {
         size_t run = i;
         /* Copy the longest run of bytes that need no escaping at once (the
@@ -316,54 +353,83 @@ static void put_str(struct out *o, const char *s)
         while (json_plain(p[run]))
             run++;
         if (run > i) {
+            if (!str_room(o, from, run - i)) {
+                put(o, s + i, o->field_max - (o->len - from)); /* ASCII: cut anywhere */
+                break;
+            }
             put(o, s + i, run - i);
             i = run;
         }
         unsigned char c = p[i];
         if (c == '\0')
             break;
+        /* The next character's JSON (<piece>, <len> bytes; <in> bytes of <s>). */
+        char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 0xf]};
+        const char *piece = e;
+        size_t len = sizeof(e), in = 1;
         if (c == '"') {
-            puts_lit(o, "\\\"");
-            i++;
+            piece = "\\\"", len = 2;
         } else if (c == '\\') {
-            puts_lit(o, "\\\\");
-            i++;
+            piece = "\\\\", len = 2;
         } else if (c == '\n') {
-            puts_lit(o, "\\n");
-            i++;
+            piece = "\\n", len = 2;
         } else if (c == '\r') {
-            puts_lit(o, "\\r");
-            i++;
+            piece = "\\r", len = 2;
         } else if (c == '\t') {
-            puts_lit(o, "\\t");
-            i++;
-        } else if (c < 0x20 || c == 0x7f) {
-            char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 0xf]};
-            put(o, e, sizeof(e));
-            i++;
-        } else {
+            piece = "\\t", len = 2;
+        } else if (c >= 0x20 && c != 0x7f) {
             if (n == SIZE_MAX)
                 n = i + strlen(s + i); /* once, for utf8_seq(): what is left */
-            size_t len = utf8_seq(p + i, n - i);
-            if (len == 0) {
-                puts_lit(o, "\\ufffd");
-                i++;
-            } else if (len == 3 && p[i] == 0xe2 && p[i + 1] == 0x80 &&
+            size_t seq = utf8_seq(p + i, n - i);
+            if (seq == 0) {
+                piece = "\\ufffd";
+            } else if (seq == 3 && p[i] == 0xe2 && p[i + 1] == 0x80 &&
                        (p[i + 2] == 0xa8 || p[i + 2] == 0xa9)) {
                 /* U+2028/U+2029 are valid JSON but end lines in JavaScript. */
-                puts_lit(o, p[i + 2] == 0xa8 ? "\\u2028" : "\\u2029");
-                i += 3;
+                piece = p[i + 2] == 0xa8 ? "\\u2028" : "\\u2029";
+                in = 3;
             } else {
-                put(o, s + i, len);
-                i += len;
+                piece = s + i, len = seq, in = seq;
             }
-        }
+        } /* else a control character: \u00XX */
+        if (!str_room(o, from, len))
+            break;
+        put(o, piece, len);
+        i += in;
     }
     put(o, "\"", 1);
 }
 
-/* ,"key": in one copy of a length known when compiled (keys are literals) */
-#define PUT_KEY(o, key) put((o), ",\"" key "\":", sizeof(",\"" key "\":") - 1)
+/* ,"key": in one copy of a length known when compiled (keys are literals);
+ * <key> is the one a string cut after it is named by (struct out.cut). */
+#define PUT_KEY(o, name)                                                                           \
+    ((o)->key = (name), put((o), ",\"" name "\":", sizeof(",\"" name "\":") - 1))
+
+/* The cut line's last field, "cut":["path",...], when strings were cut. */
+static void put_cut(struct out *o)
+{
+    if (o->ncut == 0)
+        return;
+    PUT_KEY(o, "cut");
+    put(o, "[", 1);
+    for (size_t i = 0; i < o->ncut; i++) {
+        if (i > 0)
+            put(o, ",", 1);
+        put_str(o, o->cut[i]);
+    }
+    put(o, "]", 1);
+}
+
+/* Ends the line in <out> (<cap> bytes) that <o> formatted: its "cut"
+ * field, if any, its end, the NUL. Returns its would-be length. */
+static size_t out_end(struct out *o, char *out, size_t cap)
+{
+    put_cut(o);
+    put(o, "}\n", 2);
+    if (cap > 0)
+        out[o->len < cap ? o->len : cap - 1] = '\0';
+    return o->len;
+}
 
 static void put_ts(struct out *o, const struct timespec *ts)
 {
@@ -419,9 +485,12 @@ static void put_tier(struct out *o, enum tier t)
         put_u64(o, (uint64_t)t);
 }
 
-size_t log_jsonl_format(const struct egress_event *ev, char *out, size_t cap)
+/* log_jsonl_format() with each string cut after <field_max> bytes of JSON (a
+ * format_fn: <what> is the struct egress_event). */
+static size_t format_event(const void *what, char *out, size_t cap, size_t field_max)
 {
-    struct out o = {out, cap > 0 ? cap - 1 : 0, 0};
+    const struct egress_event *ev = what;
+    struct out o = out_on(out, cap, field_max);
 
     puts_lit(&o, "{\"ts\":");
     put_ts(&o, &ev->ts);
@@ -483,10 +552,38 @@ size_t log_jsonl_format(const struct egress_event *ev, char *out, size_t cap)
         PUT_KEY(&o, "ip");
         put_str(&o, ev->ip);
     }
-    put(&o, "}\n", 2);
-    if (cap > 0)
-        out[o.len < cap ? o.len : cap - 1] = '\0';
-    return o.len;
+    return out_end(&o, out, cap);
+}
+
+size_t log_jsonl_format(const struct egress_event *ev, char *out, size_t cap)
+{
+    return format_event(ev, out, cap, SIZE_MAX);
+}
+
+/* Formats the line of <what> into <out> (<cap> bytes), each string cut
+ * after <field_max> bytes of JSON; returns its would-be length, as
+ * log_jsonl_format(): format_event, format_alert. */
+typedef size_t format_fn(const void *what, char *out, size_t cap, size_t field_max);
+
+/* Formats the line of <what> with <format> into <stack> (LINE_STACK bytes)
+ * or, when it is longer, into a heap buffer of its size. Returns the line
+ * (the caller frees it when it is not <stack>), its length in <*n>. A line
+ * that can have no heap buffer (past LINE_MAX_LEN, or no memory) is
+ * formatted cut into <stack> (CUT_FIELD_MAX): its decision is logged, not
+ * dropped. NULL only when the cut line does not fit either (none does). */
+static char *format_line(format_fn *format, const void *what, char *stack, size_t *n)
+{
+    *n = format(what, stack, LINE_STACK, SIZE_MAX);
+    if (*n < LINE_STACK)
+        return stack;
+    char *line = *n < LINE_MAX_LEN ? malloc(*n + 1) : NULL;
+    char *out = line != NULL ? line : stack;
+    size_t cap = line != NULL ? *n + 1 : LINE_STACK;
+    *n = format(what, out, cap, line != NULL ? SIZE_MAX : CUT_FIELD_MAX);
+    if (*n < cap)
+        return out;
+    free(line);
+    return NULL;
 }
 
 /* ---------------------------------------------------------------- writer */
@@ -1048,22 +1145,18 @@ void log_jsonl_on_event(const struct egress_event *ev, void *arg)
 {
     struct log_jsonl *l = arg;
     char stack[LINE_STACK];
-    char *line = stack;
     size_t n;
 
     if (ev->kind == EVENT_EGRESS_PROGRESS)
-        return; /* not a decision: only the detectors and metrics count it */
-    n = log_jsonl_format(ev, stack, sizeof(stack));
+        return;                       /* not a decision: only the detectors and metrics count it */
     if (l->fw == NULL && l->broken) { /* the thread's to know, with one */
         l->dropped++;
         return;
     }
-    if (n >= sizeof(stack)) {
-        if (n >= LINE_MAX_LEN || (line = malloc(n + 1)) == NULL) {
-            count_drop(l);
-            return;
-        }
-        log_jsonl_format(ev, line, n + 1);
+    char *line = format_line(format_event, ev, stack, &n);
+    if (line == NULL) {
+        count_drop(l);
+        return;
     }
     /* The decision line goes out before the request does (SPEC); the end
      * line may join the next write of this round. */
@@ -1072,9 +1165,12 @@ void log_jsonl_on_event(const struct egress_event *ev, void *arg)
         free(line);
 }
 
-size_t log_jsonl_format_alert(const struct alert *a, char *out, size_t cap)
+/* log_jsonl_format_alert() with each string cut after <field_max> bytes of JSON (a
+ * format_fn: <what> is the struct alert). */
+static size_t format_alert(const void *what, char *out, size_t cap, size_t field_max)
 {
-    struct out o = {out, cap > 0 ? cap - 1 : 0, 0};
+    const struct alert *a = what;
+    struct out o = out_on(out, cap, field_max);
 
     puts_lit(&o, "{\"ts\":");
     put_ts(&o, &a->ts);
@@ -1096,25 +1192,24 @@ size_t log_jsonl_format_alert(const struct alert *a, char *out, size_t cap)
     put_str(&o, a->detail);
     PUT_KEY(&o, "count");
     put_u64(&o, a->count > 0 ? a->count : 1);
-    put(&o, "}\n", 2);
-    if (cap > 0)
-        out[o.len < cap ? o.len : cap - 1] = '\0';
-    return o.len;
+    return out_end(&o, out, cap);
+}
+
+size_t log_jsonl_format_alert(const struct alert *a, char *out, size_t cap)
+{
+    return format_alert(a, out, cap, SIZE_MAX);
 }
 
 void log_jsonl_on_alert(const struct alert *a, void *arg)
 {
     struct log_jsonl *l = arg;
     char stack[LINE_STACK];
-    char *line = stack;
-    size_t n = log_jsonl_format_alert(a, stack, sizeof(stack));
+    size_t n;
+    char *line = format_line(format_alert, a, stack, &n);
 
-    if (n >= sizeof(stack)) {
-        if (n >= LINE_MAX_LEN || (line = malloc(n + 1)) == NULL) {
-            count_drop(l);
-            return;
-        }
-        log_jsonl_format_alert(a, line, n + 1);
+    if (line == NULL) {
+        count_drop(l);
+        return;
     }
     log_jsonl_write_line(l, line, n);
     if (line != stack)

@@ -450,6 +450,103 @@ static void test_file(void **state)
     event_base_free(base);
 }
 
+/* A string of <n> bytes, <c> each, but for <head> at its start. */
+static char *repeated(const char *head, char c, size_t n)
+{
+    char *s = malloc(n + 1);
+    assert_non_null(s);
+    memset(s, c, n);
+    memcpy(s, head, strlen(head));
+    s[n] = '\0';
+    return s;
+}
+
+/* The string <key> of <o> (a JSON object), or "(not a string)". */
+static const char *json_str(const json_t *o, const char *key)
+{
+    const char *v = json_string_value(json_object_get(o, key));
+    return v != NULL ? v : "(not a string)";
+}
+
+/* A line too long for a heap buffer of its own (past LINE_MAX_LEN: no
+ * request of the gate's makes one; the same way goes a line whose buffer
+ * no memory is left for) was dropped, its decision unlogged, counted but
+ * told nowhere else. It is written cut instead: each string at most 256
+ * bytes of JSON, cut between two characters (never inside an escape or a
+ * UTF-8 sequence), the keys cut named in a last "cut" field. */
+static void test_a_line_too_long_is_written_cut(void **state)
+{
+    size_t big = 17u * 1024 * 1024;
+    char *long_path = repeated("/", 'p', big);
+    (void)state;
+    struct event_base *base = event_base_new();
+    char path[128];
+    struct log_jsonl *l = open_on_file(base, "cut.jsonl", path, sizeof(path));
+    char *owner = repeated("", '\x01', 1024); /* 6 bytes of JSON each */
+    char *host = malloc(401);
+    for (int i = 0; i < 200; i++)
+        memcpy(host + 2 * i, "\xc3\xa9", 2); /* U+00E9, 2 bytes each */
+    host[400] = '\0';
+    struct egress_event ev = spec_egress();
+    ev.method = "GET";
+    ev.scheme = "http";
+    ev.path = long_path;
+    ev.owner = owner;
+    ev.host = host;
+    ev.verdict = VERDICT_DENY;
+    ev.reason = REASON_NOT_IN_POLICY;
+    log_jsonl_on_event(&ev, l);
+    char *detail = repeated("", 'd', big);
+    struct alert a = {.kind = ALERT_FIRST_CONTACT,
+                      .severity = SEVERITY_INFO,
+                      .agent = "ci-bot",
+                      .host = "api.github.com",
+                      .tier = TIER_NONE,
+                      .id = "c17.1",
+                      .detail = detail};
+    log_jsonl_on_alert(&a, l);
+    assert_int_equal(log_jsonl_flush(l, 1000), 0);
+    assert_int_equal(log_jsonl_dropped(l), 0);
+    assert_null(log_jsonl_error(l));
+
+    size_t len;
+    char *got = slurp(path, &len);
+    char *nl = memchr(got, '\n', len);
+    assert_non_null(nl);
+    assert_true((size_t)(nl - got) < LINE_STACK);
+    json_error_t jerr;
+    json_t *line = json_loadb(got, (size_t)(nl - got), 0, &jerr);
+    assert_non_null(line);
+    assert_string_equal(json_str(line, "event"), "agent_egress");
+    assert_string_equal(json_str(line, "id"), "c17.1");
+    assert_string_equal(json_str(line, "decision"), "deny");
+    assert_string_equal(json_str(line, "reason"), "not_in_policy");
+    assert_int_equal(strlen(json_str(line, "path")), 256);
+    assert_memory_equal(json_str(line, "path"), long_path, 256);
+    assert_int_equal(strlen(json_str(line, "owner")), 42); /* 42 escapes: 252 bytes */
+    assert_int_equal(strlen(json_str(line, "host")), 256); /* 128 characters whole */
+    json_t *cut = json_object_get(line, "cut");
+    assert_int_equal(json_array_size(cut), 3);
+    assert_string_equal(json_string_value(json_array_get(cut, 0)), "host");
+    assert_string_equal(json_string_value(json_array_get(cut, 1)), "path");
+    assert_string_equal(json_string_value(json_array_get(cut, 2)), "owner");
+    json_decref(line);
+
+    json_t *alert = json_loadb(nl + 1, len - (size_t)(nl + 1 - got), 0, &jerr);
+    assert_non_null(alert);
+    assert_string_equal(json_str(alert, "event"), "alert");
+    assert_int_equal(strlen(json_str(alert, "detail")), 256);
+    assert_int_equal(json_array_size(json_object_get(alert, "cut")), 1);
+    json_decref(alert);
+    free(got);
+    free(detail);
+    free(host);
+    free(owner);
+    free(long_path);
+    log_jsonl_close(l);
+    event_base_free(base);
+}
+
 /* A file gets whole lines at each write, also when many lines wait (the end
  * lines of a busy loop round, more than the DRAIN_IOV pieces of the buffer
  * hold): an external truncate between two writes (logrotate's copytruncate)
@@ -1718,6 +1815,7 @@ int main(void)
         cmocka_unit_test(test_parse_back),
         cmocka_unit_test(test_truncation),
         cmocka_unit_test(test_file),
+        cmocka_unit_test(test_a_line_too_long_is_written_cut),
         cmocka_unit_test(test_file_writes_end_at_a_line),
         cmocka_unit_test(test_truncated_file_gets_a_cut_line_whole),
         cmocka_unit_test(test_file_write_waits_off_the_loop),
