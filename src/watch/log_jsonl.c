@@ -142,6 +142,10 @@ struct file_writer {
      * reader or disk does not keep up. Until all that waits is written
      * (publish()), log_jsonl_error() says so. */
     bool over_cap;
+    /* (mu) A line was dropped for want of memory (no room to append it, or
+     * its buffer refused: count_drop()). Until all that waits is written
+     * after it (publish()), log_jsonl_error() says so. */
+    bool nomem;
     /* (mu; written by the thread only) The open file has no name left
      * (st_nlink 0: deleted, or moved to another file system, without a
      * SIGHUP): its lines go where nobody reads them. Until a reopen,
@@ -212,6 +216,10 @@ struct log_jsonl {
      * does not keep up): log_jsonl_error() says so until drain() has
      * written all that waits. Not the writer thread's: see file_writer. */
     bool over_cap;
+    /* A line was dropped for want of memory: as over_cap, until drain()
+     * (or write_alone()) has written all that waits after it. Not the
+     * writer thread's: see file_writer. */
+    bool nomem;
     struct evbuffer *pending;
     size_t pending_lines; /* complete lines in <pending> */
     /* Bytes of <pending>'s first line already on the descriptor (a write
@@ -772,6 +780,7 @@ static int drain(struct log_jsonl *l)
     }
     if (l->fw == NULL) {
         l->over_cap = false; /* all that waited is written (a writer's: publish()) */
+        l->nomem = false;
         loop_look_unlinked(l);
     }
     return 0;
@@ -1084,10 +1093,13 @@ static bool write_alone(struct log_jsonl *l, const char *line, size_t n)
     l->reported = false;
     l->write_errno = 0;
     loop_look_unlinked(l);
-    if ((size_t)w == n)
+    if ((size_t)w == n) {
+        l->nomem = false; /* nothing waited: all is written */
         return true;
+    }
     if (evbuffer_add(l->pending, line, n) < 0) {
         l->dropped++; /* its start is out: the rest has nowhere to wait */
+        l->nomem = true;
         return true;
     }
     l->pending_lines++;
@@ -1110,6 +1122,7 @@ static void append_line(struct log_jsonl *l, const char *line, size_t n, bool so
         l->over_cap = l->over_cap || evbuffer_get_length(l->pending) > 0;
     } else if (evbuffer_add(l->pending, line, n) < 0) {
         l->dropped++;
+        l->nomem = true;
     } else {
         l->pending_lines++;
         /* A write is already armed: keep order, let the event drain. */
@@ -1124,15 +1137,17 @@ static void append_line(struct log_jsonl *l, const char *line, size_t n, bool so
     }
 }
 
-/* A line dropped on the loop (too long, no memory). */
+/* A line dropped on the loop for want of memory (its buffer refused). */
 static void count_drop(struct log_jsonl *l)
 {
     if (l->fw == NULL) {
         l->dropped++;
+        l->nomem = true;
         return;
     }
     pthread_mutex_lock(&l->fw->mu);
     l->fw->dropped++;
+    l->fw->nomem = true;
     pthread_mutex_unlock(&l->fw->mu);
 }
 
@@ -1530,8 +1545,10 @@ static void publish(struct log_jsonl *l)
         clock_gettime(CLOCK_MONOTONIC, &fw->busy_since);
         fw->again = false;
     }
-    if (fw->pub_len == 0 && evbuffer_get_length(fw->incoming) == 0)
+    if (fw->pub_len == 0 && evbuffer_get_length(fw->incoming) == 0) {
         fw->over_cap = false; /* all that waited is written */
+        fw->nomem = false;
+    }
 }
 
 /* The thread's state for the loop to read. Called with <mu> not held. */
@@ -1654,6 +1671,7 @@ static void writer_take(struct log_jsonl *l)
         l->pending_lines += fw->incoming_lines;
     } else {
         fw->dropped += fw->incoming_lines;
+        fw->nomem = true;
         evbuffer_drain(fw->incoming, evbuffer_get_length(fw->incoming));
     }
     /* Lines dropped here count as done: nobody waits for them for ever. */
@@ -1962,9 +1980,11 @@ static void writer_append(struct log_jsonl *l, const char *line, size_t n)
     pthread_mutex_lock(&fw->mu);
     size_t have = evbuffer_get_length(fw->incoming) + fw->pub_len - fw->pub_sent;
     bool over = have + n > l->pending_max;
-    if (fw->pub_broken || over || evbuffer_add(fw->incoming, line, n) < 0) {
+    bool lost = !fw->pub_broken && !over && evbuffer_add(fw->incoming, line, n) < 0;
+    if (fw->pub_broken || over || lost) {
         fw->dropped++; /* not numbered: who waits for it waits for the line before */
         fw->over_cap = fw->over_cap || (over && have > 0);
+        fw->nomem = fw->nomem || lost;
     } else {
         fw->incoming_lines++;
         numbered = true;
@@ -2171,6 +2191,9 @@ static const char *stuck_text(const struct file_writer *fw)
 #define OVER_CAP_TEXT                                                                              \
     "lines are dropped: the memory they wait in is full (its reader or disk does not keep up)"
 
+/* Lines dropped for want of memory (struct log_jsonl's nomem). */
+#define NOMEM_TEXT "lines are dropped: there is no memory for them"
+
 /* A regular file the loop writes (struct log_jsonl's no_writer). */
 #define NO_WRITER_TEXT                                                                             \
     "its writer thread cannot be started: the event loop writes its file, and a file system "      \
@@ -2185,7 +2208,9 @@ const char *log_jsonl_error(const struct log_jsonl *l)
             why = UNLINKED_TEXT;
         if (why == NULL && l->no_writer != 0)
             why = NO_WRITER_TEXT;
-        return why == NULL && l->over_cap ? OVER_CAP_TEXT : why;
+        if (why == NULL && l->over_cap)
+            why = OVER_CAP_TEXT;
+        return why == NULL && l->nomem ? NOMEM_TEXT : why;
     }
     pthread_mutex_lock(&l->fw->mu);
     why = stuck_text(l->fw);
@@ -2195,6 +2220,8 @@ const char *log_jsonl_error(const struct log_jsonl *l)
         why = UNLINKED_TEXT;
     if (why == NULL && l->fw->over_cap)
         why = OVER_CAP_TEXT;
+    if (why == NULL && l->fw->nomem)
+        why = NOMEM_TEXT;
     pthread_mutex_unlock(&l->fw->mu);
     return why;
 }

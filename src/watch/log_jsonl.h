@@ -155,8 +155,9 @@ size_t log_jsonl_pending_bytes(const struct log_jsonl *l);
  * most once a second; until a reopen), or that no writer thread could be
  * started for the file a reopen put in place (the loop writes it; until a
  * reopen starts one); or that lines past
- * LOG_JSONL_PENDING_MAX were dropped while others waited, until all that
- * waits is written), or NULL when it can. The text is static (strerror's, or a literal). */
+ * LOG_JSONL_PENDING_MAX were dropped while others waited, or that a line
+ * was dropped for want of memory, until all that waits is written), or
+ * NULL when it can. The text is static (strerror's, or a literal). */
 const char *log_jsonl_error(const struct log_jsonl *l);
 
 /* Sets the pending cap (tests); 0 restores LOG_JSONL_PENDING_MAX. */

@@ -1303,6 +1303,72 @@ static void test_pipe_gets_whole_lines_up_to_pipe_buf(void **state)
     event_base_free(base);
 }
 
+/* libevent's allocations fail while this is set (event_set_mem_functions(),
+ * first thing in main()): a buffer that cannot grow, as when memory runs
+ * out. */
+static _Atomic bool libevent_nomem;
+
+static void *failing_malloc(size_t n)
+{
+    return libevent_nomem ? NULL : malloc(n);
+}
+
+static void *failing_realloc(void *p, size_t n)
+{
+    return libevent_nomem ? NULL : realloc(p, n);
+}
+
+/* Hands <ev>'s line to <l> while libevent has no memory: the line is
+ * dropped, the first, and the log says so (/healthz said ok). */
+static void append_without_memory(struct log_jsonl *l, const struct egress_event *ev)
+{
+    libevent_nomem = true;
+    log_jsonl_on_event(ev, l);
+    libevent_nomem = false;
+    assert_int_equal(log_jsonl_dropped(l), 1);
+    assert_non_null(log_jsonl_error(l));
+    assert_string_equal(log_jsonl_error(l), NOMEM_TEXT);
+}
+
+/* A line dropped for want of memory (no room to append it to what waits)
+ * was counted in sluice_log_dropped_lines_total only: /healthz said ok
+ * while a decision went unlogged. The log says so now, until what waits
+ * after it is written: on a file (its writer thread's) and on a pipe (the
+ * loop's). */
+static void test_a_line_dropped_for_want_of_memory_makes_the_log_unhealthy(void **state)
+{
+    struct egress_event ev = spec_egress();
+    char path[128];
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct log_jsonl *l = open_on_file(base, "nomem.jsonl", path, sizeof(path));
+    log_jsonl_on_event(&ev, l); /* then written: nothing holds a buffer */
+    assert_int_equal(log_jsonl_flush(l, 1000), 0);
+    append_without_memory(l, &ev);
+    log_jsonl_on_event(&ev, l);
+    assert_int_equal(log_jsonl_flush(l, 1000), 0);
+    assert_null(log_jsonl_error(l)); /* memory back, and all that waited is written */
+    size_t len;
+    free(slurp(path, &len));
+    assert_int_equal(len, 2 * strlen(spec_line1));
+    log_jsonl_close(l);
+
+    /* The loop's: a line that must wait (the pipe is full) and cannot. */
+    int rd;
+    l = open_on_pipe(base, &rd);
+    for (int i = 0; i < 100000 && log_jsonl_pending_bytes(l) == 0; i++)
+        log_jsonl_on_event(&ev, l);
+    assert_true(log_jsonl_pending_bytes(l) > 0);
+    assert_null(log_jsonl_error(l));              /* a reader behind: nothing lost */
+    char *long_path = repeated("/", 'p', 100000); /* past the room the buffer has */
+    ev.path = long_path;
+    append_without_memory(l, &ev);
+    free(long_path);
+    log_jsonl_close(l);
+    close(rd);
+    event_base_free(base);
+}
+
 static void test_pending_cap_and_flush(void **state)
 {
     (void)state;
@@ -1808,6 +1874,7 @@ static void test_unwritten_at_close(void **state)
 
 int main(void)
 {
+    event_set_mem_functions(failing_malloc, failing_realloc, free);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec_lines),
         cmocka_unit_test(test_nulls_and_deny),
@@ -1816,6 +1883,7 @@ int main(void)
         cmocka_unit_test(test_truncation),
         cmocka_unit_test(test_file),
         cmocka_unit_test(test_a_line_too_long_is_written_cut),
+        cmocka_unit_test(test_a_line_dropped_for_want_of_memory_makes_the_log_unhealthy),
         cmocka_unit_test(test_file_writes_end_at_a_line),
         cmocka_unit_test(test_truncated_file_gets_a_cut_line_whole),
         cmocka_unit_test(test_file_write_waits_off_the_loop),
