@@ -580,6 +580,30 @@ def test_a_log_file_without_its_writer_thread_is_refused_at_start(gateway, net, 
             "Resource temporarily unavailable\n" % log) in err, err[-2000:]
 
 
+def test_the_longest_line_a_request_makes_is_written_whole(gateway, net):
+    # How long can a decision's line be? Its longest string is the path,
+    # within the request head (limits.header_bytes, 1 MiB at most), of
+    # bytes 0x21-0x7e of which only " and \ grow escaped, to two: about
+    # 2 MiB, far below the 16 MiB past which the writer cuts a line (the
+    # "cut" field; before, it dropped it). Such a line is written whole.
+    gw = gateway(net.policy([api_rule(net)], limits={"header_bytes": "1MiB"}))
+    url = other_url(net, "/")
+    path = "/" + '"\\' * (((1 << 20) - len(url) - 200) // 2)
+    head = build_request("GET", other_url(net, path))
+    assert (1 << 20) - 200 < len(head) <= 1 << 20
+    s = open_conn(gw)
+    try:
+        s.sendall(head)
+        assert read_response(s).status == 403
+    finally:
+        s.close()
+    ev, _ = gw.decided(path=path, timeout=30)
+    assert ev["decision"] == "deny" and "cut" not in ev, sorted(ev)
+    with open(gw.log_path, "rb") as f:
+        longest = max(len(x) for x in f.read().split(b"\n"))
+    assert longest > 2 * ((1 << 20) - 300), longest
+
+
 AGAIN = (503, b"unhealthy: decisions log: a write has not gone through for 5 s or more: its "
               b"file system answers EAGAIN (it would block)\n")
 
