@@ -46,7 +46,8 @@ def free_port():
 
 
 class Upstream:
-    """HTTP: reads a head, answers RESPONSE, closes. Sink: discards."""
+    """HTTP: reads a head, answers RESPONSE, closes. Keep: the same for
+    every head on the connection, kept. Sink: discards."""
 
     def __init__(self, kind):
         self.kind = kind
@@ -69,15 +70,17 @@ class Upstream:
     def _serve(self, c):
         with c:
             try:
-                if self.kind == "http":
-                    buf = b""
+                buf = b""
+                while self.kind in ("http", "keep"):
                     while b"\r\n\r\n" not in buf:
                         d = c.recv(4096)
                         if not d:
                             return
                         buf += d
+                    buf = buf.split(b"\r\n\r\n", 1)[1]  # GETs: no body
                     c.sendall(RESPONSE)
-                    return
+                    if self.kind == "http":
+                        return
                 while True:
                     d = c.recv(1 << 20)
                     if not d:
