@@ -7,6 +7,8 @@
 
 #include <event2/event.h>
 
+#include "policy/host.h"
+#include "policy/policy.h"
 #include "shape/bucket.h"
 #include "util/units.h"
 #include "util/zalloc.h"
@@ -25,6 +27,11 @@
 
 typedef unsigned __int128 u128;
 
+/* The longest agent id and host pattern ("*." and a name), one port and
+ * every method fit in a key on the stack, NUL included. */
+_Static_assert(QUOTA_KEY_INLINE >= 1 + AGENT_ID_MAX + 1 + 2 + HOST_MAX + sizeof("|65535|ffffffff|"),
+               "a key of the longest agent id and host fits on the stack");
+
 /* The rate a bucket pair was last configured with. */
 struct spec {
     uint64_t requests, per_ms, burst, bandwidth;
@@ -33,7 +40,6 @@ struct spec {
 struct qentry {
     struct qentry *next; /* hash chain */
     uint64_t hash;
-    char *key; /* KEY_AGENT or KEY_RULE, then the agent id, NUL, the rule identity */
     size_t keylen;
     unsigned refs; /* flows holding it: never dropped while > 0 */
     uint64_t used_ns;
@@ -44,6 +50,7 @@ struct qentry {
     uint64_t q_until_ns;
     uint64_t denied_ns; /* monotonic time of the last denial counted; 0: none */
     struct window denials;
+    char key[]; /* KEY_AGENT or KEY_RULE, then the agent id, NUL, the rule identity; NUL */
 };
 
 struct quota {
@@ -98,7 +105,6 @@ struct quota *quota_new(const struct alert_bus *alerts, struct event_base *base,
 
 static void entry_free(struct qentry *e)
 {
-    free(e->key);
     free(e);
 }
 
@@ -190,24 +196,55 @@ size_t quota_rule_identity(const struct rule *r, char *buf, size_t cap)
     return len;
 }
 
-/* Builds the key of <agent_id> (and <r> when not NULL) into a new buffer. */
-static char *make_key(const char *agent_id, const struct rule *r, size_t *keylen)
+/* A key being looked up: built on the stack when it fits (every lookup
+ * of an entry that exists allocates nothing), else in memory of its own. */
+struct key {
+    char *s; /* <buf>, or a longer key's own memory (key_release()) */
+    size_t len;
+    uint64_t hash;
+    char buf[QUOTA_KEY_INLINE];
+};
+
+/* Writes the key of <agent_id> (<alen> bytes; and <r> when not NULL) into
+ * <buf> (<cap> bytes, NUL-terminated when it fits); returns its length,
+ * or the length it needs when that is >= <cap>. */
+static size_t key_write(char *buf, size_t cap, const char *agent_id, size_t alen,
+                        const struct rule *r)
+{
+    size_t len = 0;
+    char kind = r != NULL ? KEY_RULE : KEY_AGENT;
+    put(buf, cap, &len, &kind, 1);
+    put(buf, cap, &len, agent_id, alen);
+    if (r == NULL) {
+        if (len < cap)
+            buf[len] = '\0';
+        return len;
+    }
+    put(buf, cap, &len, "", 1); /* the NUL between the agent id and the identity */
+    return len + quota_rule_identity(r, len < cap ? buf + len : NULL, len < cap ? cap - len : 0);
+}
+
+/* Builds the key of <agent_id> (and <r> when not NULL) into <k>. Returns 0,
+ * or -1 when out of memory (a key longer than k->buf). */
+static int key_build(struct key *k, const char *agent_id, const struct rule *r)
 {
     size_t alen = strlen(agent_id);
-    size_t rlen = r != NULL ? quota_rule_identity(r, NULL, 0) : 0;
-    size_t len = 1 + alen + (r != NULL ? 1 + rlen : 0);
-    char *k = malloc(len + 1);
-    if (k == NULL)
-        return NULL;
-    k[0] = r != NULL ? KEY_RULE : KEY_AGENT;
-    memcpy(k + 1, agent_id, alen);
-    if (r != NULL) {
-        k[1 + alen] = '\0';
-        quota_rule_identity(r, k + 2 + alen, rlen + 1);
+    k->s = k->buf;
+    k->len = key_write(k->buf, sizeof(k->buf), agent_id, alen, r);
+    if (k->len >= sizeof(k->buf)) {
+        if ((k->s = malloc(k->len + 1)) == NULL)
+            return -1;
+        key_write(k->s, k->len + 1, agent_id, alen, r);
     }
-    k[len] = '\0';
-    *keylen = len;
-    return k;
+    k->hash = fnv1a(k->s, k->len);
+    return 0;
+}
+
+/* Frees what key_build() allocated for a long key. */
+static void key_release(struct key *k)
+{
+    if (k->s != k->buf)
+        free(k->s);
 }
 
 /* --- the table ------------------------------------------------------------- */
@@ -328,36 +365,34 @@ static void evict(struct quota *q, uint64_t now)
     q->evict_at = q->nentries + want > q->max_entries ? q->nentries + want : q->max_entries;
 }
 
-/* Finds or creates the entry of <agent_id> (and <r>). NULL: out of memory. */
+/* Finds or creates the entry of <agent_id> (and <r>). NULL: out of memory.
+ * Allocates only to create one (or for a key longer than QUOTA_KEY_INLINE). */
 static struct qentry *lookup(struct quota *q, const char *agent_id, const struct rule *r,
                              uint64_t now, bool create)
 {
-    size_t len;
-    char *key = make_key(agent_id, r, &len);
-    if (key == NULL)
+    struct key k;
+    if (key_build(&k, agent_id, r) < 0)
         return NULL;
-    uint64_t h = fnv1a(key, len);
-    struct qentry *e = find(q, key, len, h);
+    struct qentry *e = find(q, k.s, k.len, k.hash);
     if (e != NULL || !create) {
-        free(key);
+        key_release(&k);
         if (e != NULL)
             e->used_ns = now;
         return e;
     }
     if (q->nentries >= q->evict_at)
         evict(q, now);
-    e = zalloc(sizeof(*e));
-    if (e == NULL) {
-        free(key);
-        return NULL;
+    e = zalloc(sizeof(*e) + k.len + 1);
+    if (e != NULL) {
+        memcpy(e->key, k.s, k.len + 1);
+        e->keylen = k.len;
+        e->hash = k.hash;
+        e->used_ns = now;
+        e->next = q->slots[k.hash & (NSLOTS - 1)];
+        q->slots[k.hash & (NSLOTS - 1)] = e;
+        q->nentries++;
     }
-    e->key = key;
-    e->keylen = len;
-    e->hash = h;
-    e->used_ns = now;
-    e->next = q->slots[h & (NSLOTS - 1)];
-    q->slots[h & (NSLOTS - 1)] = e;
-    q->nentries++;
+    key_release(&k);
     return e;
 }
 
@@ -751,7 +786,7 @@ static int index_rate_rules(const struct policy *p, struct rule_rate **out, size
 
 /* The rate <p> gives entry <e> (its limits.rate, or its rule's); NULL
  * when none. */
-static const struct rate_spec *entry_rate(const struct qentry *e, const struct policy *p,
+static const struct rate_spec *entry_rate(struct qentry *e, const struct policy *p,
                                           const struct rule_rate *rules, size_t nrules)
 {
     if (e->key[0] == KEY_AGENT)

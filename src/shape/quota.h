@@ -67,6 +67,13 @@ struct quota;
 struct quota_flow;
 
 #define QUOTA_DEFAULT_MAX 8192
+/* Room for a key looked up without allocating (every request looks up its
+ * agent's and its rule's entries): the kind, the longest agent id, a NUL
+ * and a rule's identity (quota_rule_identity()) of the longest host pattern
+ * with room to spare for its ports, methods and agents. A longer key (a
+ * rule with many ports or agents) is built in memory of its own at each
+ * lookup. */
+#define QUOTA_KEY_INLINE 512
 
 /* Returns a new quota that publishes its alerts on <alerts> (borrowed, may
  * be NULL) and arms flow timers on <base> (borrowed, may be NULL: then

@@ -13,6 +13,8 @@
 #include <cmocka.h>
 #include <event2/event.h>
 
+#include "policy/host.h"
+#include "policy/policy.h"
 #include "shape/quota.h"
 #include "util/zalloc.h"
 #include "watch/bus.h"
@@ -182,6 +184,60 @@ static void test_rule_identity(void **state)
     struct rule c = make_rule(1, NULL, NULL, 0);
     assert_int_equal(quota_rule_identity(&c, buf, sizeof(buf)), 4);
     assert_string_equal(buf, "||0|");
+}
+
+/* Keys up to QUOTA_KEY_INLINE bytes are built on the stack, longer ones
+ * in memory of their own: around that bound (the longest agent id and
+ * host pattern, and a rule's agents making up the rest) two rules whose
+ * identities differ only in their last byte have buckets of their own. A
+ * key cut at the bound would give them one. */
+static void test_keys_at_the_inline_bound(void **state)
+{
+    (void)state;
+    char agent[AGENT_ID_MAX + 1], pattern[2 + HOST_MAX + 1], pad[QUOTA_KEY_INLINE];
+    memset(agent, 'g', AGENT_ID_MAX);
+    agent[AGENT_ID_MAX] = '\0';
+    memcpy(pattern, "*.", 2);
+    memset(pattern + 2, 'h', HOST_MAX); /* labels of 63 bytes at most */
+    for (size_t i = 2 + 63; i < 2 + HOST_MAX; i += 64)
+        pattern[i] = '.';
+    pattern[2 + HOST_MAX] = '\0';
+    char *agents[] = {agent, pad};
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    struct quota *q = quota_new(NULL, NULL, 0);
+    assert_non_null(q);
+    /* The key: the kind, the agent id, a NUL, the identity. */
+    struct rule r = make_rule(0, pattern, ports_web, 2);
+    r.agents = agents;
+    r.nagents = 2;
+    set_rate(&r.rate, 1, 60000, 0, 0);
+    pad[0] = '\0';
+    size_t base = 1 + AGENT_ID_MAX + 1 + quota_rule_identity(&r, NULL, 0);
+    assert_true(base + 4 < QUOTA_KEY_INLINE);
+    for (size_t len = QUOTA_KEY_INLINE - 4; len <= QUOTA_KEY_INLINE + 4; len++) {
+        size_t n = len - base; /* the last agent's length */
+        memset(pad, 'p', n);
+        pad[n] = '\0';
+        assert_int_equal(1 + AGENT_ID_MAX + 1 + quota_rule_identity(&r, NULL, 0), len);
+        struct rule x = r, y = r;
+        char *agents_y[] = {agent, NULL};
+        char last[QUOTA_KEY_INLINE];
+        memcpy(last, pad, n + 1);
+        last[n - 1] = 'q'; /* the key's last byte */
+        agents_y[1] = last;
+        y.agents = agents_y;
+        uint64_t w;
+        size_t before = quota_entries(q);
+        assert_int_equal(quota_admit(q, &p, agent, &x, 0, &w), 0);
+        assert_int_equal(quota_admit(q, &p, agent, &y, 0, &w), 0); /* a bucket of its own */
+        assert_int_equal(quota_entries(q), before + 2);
+        /* Each found again, and empty: the same entries, not new ones. */
+        assert_int_equal(quota_admit(q, &p, agent, &x, 0, &w), -1);
+        assert_int_equal(quota_admit(q, &p, agent, &y, 0, &w), -1);
+        assert_int_equal(quota_entries(q), before + 2);
+    }
+    quota_free(q);
 }
 
 static void test_bounded_memory(void **state)
@@ -1360,6 +1416,7 @@ int main(void)
         cmocka_unit_test(test_rule_and_agent_both_or_neither),
         cmocka_unit_test(test_keys_survive_reload),
         cmocka_unit_test(test_rule_identity),
+        cmocka_unit_test(test_keys_at_the_inline_bound),
         cmocka_unit_test(test_bounded_memory),
         cmocka_unit_test(test_full_table_evicts_a_batch),
         cmocka_unit_test(test_full_table_keeps_the_entry_being_admitted),
