@@ -173,19 +173,40 @@ static void put(char *buf, size_t cap, size_t *len, const char *s, size_t n)
     *len += n;
 }
 
+/* Writes <v> in lower-case hex at <out> (8 digits at most), without a
+ * NUL; returns the digits written. */
+static size_t format_hex(char *out, unsigned v)
+{
+    static const char digits[] = "0123456789abcdef";
+    size_t n = 1;
+    for (unsigned t = v >> 4; t != 0; t >>= 4)
+        n++;
+    for (size_t i = n; i-- > 0; v >>= 4)
+        out[i] = digits[v & 0xf];
+    return n;
+}
+
 size_t quota_rule_identity(const struct rule *r, char *buf, size_t cap)
 {
+    /* No printf: a rule's key is built on every request it admits
+     * (snprintf() was half of what shaping cost a request). */
     size_t len = 0;
-    char num[32];
+    char num[2 + FORMAT_UINT_MAX];
     const char *pat = r->pattern != NULL ? r->pattern : "";
     put(buf, cap, &len, pat, strlen(pat));
     put(buf, cap, &len, "|", 1);
     for (size_t i = 0; i < r->nports; i++) {
-        int n = snprintf(num, sizeof(num), "%s%u", i > 0 ? "," : "", (unsigned)r->ports[i]);
-        put(buf, cap, &len, num, (size_t)n);
+        size_t n = 0;
+        if (i > 0)
+            num[n++] = ',';
+        n += format_uint(num + n, r->ports[i], 0);
+        put(buf, cap, &len, num, n);
     }
-    int n = snprintf(num, sizeof(num), "|%x|", r->methods);
-    put(buf, cap, &len, num, (size_t)n);
+    size_t n = 0;
+    num[n++] = '|';
+    n += format_hex(num + n, r->methods);
+    num[n++] = '|';
+    put(buf, cap, &len, num, n);
     for (size_t i = 0; i < r->nagents; i++) {
         if (i > 0)
             put(buf, cap, &len, "\x1f", 1);

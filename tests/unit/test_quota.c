@@ -184,6 +184,15 @@ static void test_rule_identity(void **state)
     struct rule c = make_rule(1, NULL, NULL, 0);
     assert_int_equal(quota_rule_identity(&c, buf, sizeof(buf)), 4);
     assert_string_equal(buf, "||0|");
+    /* Numbers of every width, and every method. */
+    static uint16_t ports_wide[] = {1, 65535, 8080};
+    struct rule w = make_rule(2, "a.test", ports_wide, 3);
+    w.methods = 0xfedcba98u;
+    assert_int_equal(quota_rule_identity(&w, buf, sizeof(buf)), 29);
+    assert_string_equal(buf, "a.test|1,65535,8080|fedcba98|");
+    w.methods = 0x10;
+    quota_rule_identity(&w, buf, sizeof(buf));
+    assert_string_equal(buf, "a.test|1,65535,8080|10|");
 }
 
 /* Keys up to QUOTA_KEY_INLINE bytes are built on the stack, longer ones
