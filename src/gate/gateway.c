@@ -495,9 +495,20 @@ static int reload_apply(struct gateway *gw, struct policy *p, const char *path)
         gw->counters.reload_failures++;
         return -1;
     }
+    /* The memory its shaping needs, taken first: a policy that came into
+     * force without it would let a running upload go past a limit it
+     * brings (quota_reshape()). */
+    struct quota_reshape *reshape = quota_reshape_prepare(gw->quota, p, quota_now());
+    if (reshape == NULL) {
+        fprintf(stderr, "sluice: reload failed: %s: out of memory (bandwidth limits)\n", path);
+        gw_policy_unref(gp);
+        gw->counters.reload_failures++;
+        return -1;
+    }
     if (resolver_reload(gw->resolver, &p->dns) < 0) {
         fprintf(stderr, "sluice: reload failed: %s: dns: cannot apply the new DNS settings\n",
                 path);
+        quota_reshape_abandon(reshape);
         gw_policy_unref(gp);
         gw->counters.reload_failures++;
         return -1;
@@ -507,7 +518,7 @@ static int reload_apply(struct gateway *gw, struct policy *p, const char *path)
     gw->current = gp;
     fit_fd_limit(gw, p, false); /* its sinks may need more descriptors, or fewer */
     quota_configure(gw->quota, p);
-    quota_reshape(gw->quota, p, quota_now()); /* tunnels already open included */
+    quota_reshape_commit(reshape); /* tunnels already open included */
     watch_policy_loaded(gw->watch, p);
     redecide_tunnels(gw); /* before "reloaded": what it says is in force */
     gw->counters.reloads++;

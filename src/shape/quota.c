@@ -72,6 +72,13 @@ struct quota_flow {
     const char *agent_id;           /* borrowed: outlives the flow */
     const struct rule *rule;        /* borrowed, or NULL: its identity, for a reload */
     struct qentry *e[2];            /* agent, rule; either may be NULL */
+    /* The bandwidth (bytes a second) of a limit that applies through
+     * entry <i> but whose entry could not be made (out of memory): the
+     * flow lets nothing through until it is (flow_make_missing()). */
+    uint64_t missing_bw[2];
+    /* The entries quota_reshape_prepare() made and holds for its commit:
+     * the limits the reloaded policy brings to this flow. */
+    struct qentry *staged[2];
     struct event *timer;
     bool armed;
     void (*cb)(void *arg);
@@ -434,11 +441,11 @@ static void apply_requests(struct qentry *e, const struct rate_spec *rs, uint64_
 
 /* The same for the bandwidth bucket, by the flows, under a rate with a
  * bandwidth. */
-static void apply_bandwidth(struct qentry *e, const struct rate_spec *rs, uint64_t now)
+static void apply_bandwidth(struct qentry *e, uint64_t bandwidth, uint64_t now)
 {
-    if (rs->bandwidth != e->spec.bandwidth)
-        bucket_reconfigure(&e->bw, rs->bandwidth, 0, NS_PER_S, now);
-    e->spec.bandwidth = rs->bandwidth;
+    if (bandwidth != e->spec.bandwidth)
+        bucket_reconfigure(&e->bw, bandwidth, 0, NS_PER_S, now);
+    e->spec.bandwidth = bandwidth;
     e->bw_off = false;
 }
 
@@ -561,14 +568,14 @@ int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, c
 /* --- bandwidth ------------------------------------------------------------- */
 
 /* Holds the entry of flow <f>'s agent (<i> 0) or rule (1) and brings its
- * bandwidth bucket to <rs>. Returns 0, or -1 when out of memory: that
- * limit would go unshaped (quota_flow_open() then fails). */
-static int flow_attach(struct quota_flow *f, int i, const struct rate_spec *rs, uint64_t now_ns)
+ * bandwidth bucket to <bandwidth>. Returns 0, or -1 when out of memory:
+ * that limit would go unshaped (quota_flow_open() then fails). */
+static int flow_attach(struct quota_flow *f, int i, uint64_t bandwidth, uint64_t now_ns)
 {
     struct qentry *e = lookup(f->q, f->agent_id, i == 0 ? NULL : f->rule, now_ns, true);
     if (e == NULL)
         return -1;
-    apply_bandwidth(e, rs, now_ns);
+    apply_bandwidth(e, bandwidth, now_ns);
     e->refs++;
     f->e[i] = e;
     return 0;
@@ -580,6 +587,38 @@ static void flow_detach(struct quota_flow *f, int i)
     if (f->e[i] != NULL && f->e[i]->refs > 0)
         f->e[i]->refs--;
     f->e[i] = NULL;
+}
+
+/* Holds running flow <f> to <bandwidth> through its entry <i>: attached,
+ * or, out of memory for the entry, missing it: the flow then lets nothing
+ * through until the entry can be made, rather than go on without a limit
+ * that applies, or be cut (a reload keeps what it lets through open). */
+static void flow_hold_to(struct quota_flow *f, int i, uint64_t bandwidth, uint64_t now_ns)
+{
+    f->missing_bw[i] = flow_attach(f, i, bandwidth, now_ns) < 0 ? bandwidth : 0;
+}
+
+static bool flow_missing(const struct quota_flow *f)
+{
+    return f->missing_bw[0] != 0 || f->missing_bw[1] != 0;
+}
+
+/* Tries again to make the entries flow <f> misses; true when it misses
+ * none any more. */
+static bool flow_make_missing(struct quota_flow *f, uint64_t now_ns)
+{
+    for (int i = 0; i < 2; i++)
+        if (f->missing_bw[i] != 0)
+            flow_hold_to(f, i, f->missing_bw[i], now_ns);
+    return !flow_missing(f);
+}
+
+/* Lets go of the entry quota_reshape_prepare() made for flow <f>'s <i>. */
+static void flow_unstage(struct quota_flow *f, int i)
+{
+    if (f->staged[i] != NULL)
+        f->staged[i]->refs--;
+    f->staged[i] = NULL;
 }
 
 struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, const char *agent_id,
@@ -595,7 +634,7 @@ struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, cons
     f->agent_id = agent_id;
     f->rule = r;
     for (int i = 0; i < 2; i++) {
-        if (limits_bandwidth(rs[i]) && flow_attach(f, i, rs[i], now_ns) < 0) {
+        if (limits_bandwidth(rs[i]) && flow_attach(f, i, rs[i]->bandwidth, now_ns) < 0) {
             /* Never a flow that lets bytes past a limit that applies. */
             flow_detach(f, 0);
             free(f);
@@ -612,12 +651,13 @@ struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, cons
 void quota_flow_set_rule(struct quota_flow *f, const struct rule *r, uint64_t now_ns)
 {
     flow_detach(f, 1);
+    flow_unstage(f, 1);
+    f->missing_bw[1] = 0;
     f->rule = r;
     /* The same entry again when its identity is. Out of memory (a new
-     * identity's entry), the running flow goes on without that limit:
-     * a reload does not cut what it keeps open. */
+     * identity's entry), the flow is held until it can be made. */
     if (r != NULL && limits_bandwidth(&r->rate))
-        (void)flow_attach(f, 1, &r->rate, now_ns);
+        flow_hold_to(f, 1, r->rate.bandwidth, now_ns);
 }
 
 /* True when flow <f> is metered by its entry <i>. */
@@ -628,7 +668,7 @@ static bool flow_meters(const struct quota_flow *f, int i)
 
 bool quota_flow_metered(const struct quota_flow *f)
 {
-    return flow_meters(f, 0) || flow_meters(f, 1);
+    return flow_meters(f, 0) || flow_meters(f, 1) || flow_missing(f);
 }
 
 /* What flow <f> waits for before it lets bytes through: <want> (at least
@@ -648,6 +688,8 @@ static uint64_t flow_chunk(const struct quota_flow *f, size_t want)
 
 size_t quota_flow_allow(struct quota_flow *f, size_t want, uint64_t now_ns)
 {
+    if (flow_missing(f) && !flow_make_missing(f, now_ns))
+        return 0; /* still no memory for a limit's entry: held (quota_flow_wait_ns()) */
     uint64_t least = flow_chunk(f, want);
     bool trickle = false;
     for (int i = 0; i < 2; i++) {
@@ -672,6 +714,8 @@ void quota_flow_take(struct quota_flow *f, size_t n, uint64_t now_ns)
 
 uint64_t quota_flow_wait_ns(struct quota_flow *f, size_t want, uint64_t now_ns)
 {
+    if (flow_missing(f))
+        return NS_PER_S; /* memory is short: looked at again a second later */
     uint64_t chunk = flow_chunk(f, want), wait = 0;
     for (int i = 0; i < 2; i++) {
         if (!flow_meters(f, i))
@@ -740,8 +784,10 @@ void quota_flow_close(struct quota_flow *f)
         return;
     if (f->timer != NULL)
         event_free(f->timer);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2; i++) {
         flow_detach(f, i);
+        flow_unstage(f, i);
+    }
     if (f->prev != NULL)
         f->prev->next = f->next;
     else
@@ -777,7 +823,8 @@ static void free_rule_rates(struct rule_rate *v, size_t n)
 
 /* Indexes the rules of <p> that limit requests or bandwidth, by identity,
  * sorted, into <*out> (NULL when there are none) and <*n>. Returns 0, or
- * -1 when out of memory. */
+ * -1 when out of memory. Through zalloc(), as the entries: a test fails
+ * each allocation of a reload in turn. */
 static int index_rate_rules(const struct policy *p, struct rule_rate **out, size_t *n)
 {
     struct rule_rate *v = NULL;
@@ -787,10 +834,11 @@ static int index_rate_rules(const struct policy *p, struct rule_rate **out, size
         const struct rule *r = &p->rules[i];
         if (!limits_requests(&r->rate) && !limits_bandwidth(&r->rate))
             continue;
-        if (v == NULL && (v = calloc(p->nrules, sizeof(*v))) == NULL)
+        if (v == NULL &&
+            (p->nrules > SIZE_MAX / sizeof(*v) || (v = zalloc(p->nrules * sizeof(*v))) == NULL))
             return -1;
         size_t len = quota_rule_identity(r, NULL, 0);
-        char *id = malloc(len + 1);
+        char *id = zalloc(len + 1);
         if (id == NULL) {
             free_rule_rates(v, *n);
             *n = 0;
@@ -819,59 +867,139 @@ static const struct rate_spec *entry_rate(struct qentry *e, const struct policy 
     return r != NULL ? r->rate : NULL;
 }
 
-/* The rate <rules> (index_rate_rules()) gives rule <r>, of any policy,
- * matched by its identity; NULL when none. */
-static const struct rate_spec *rule_rate(const struct rule *r, const struct rule_rate *rules,
-                                         size_t nrules)
+/* Sets <*rate> to the rate <rules> (index_rate_rules()) gives rule <r>,
+ * of any policy, matched by its identity (NULL: none). Returns 0, or -1
+ * when out of memory (an identity longer than QUOTA_KEY_INLINE). */
+static int rule_rate(const struct rule *r, const struct rule_rate *rules, size_t nrules,
+                     const struct rate_spec **rate)
 {
+    *rate = NULL;
     if (nrules == 0)
-        return NULL;
-    char buf[512];
+        return 0;
+    char buf[QUOTA_KEY_INLINE];
     size_t len = quota_rule_identity(r, buf, sizeof(buf));
     char *id = len < sizeof(buf) ? buf : malloc(len + 1);
     if (id == NULL)
-        return NULL; /* out of memory: that limit goes unshaped */
+        return -1;
     if (id != buf)
         quota_rule_identity(r, id, len + 1);
     struct rule_rate k = {id, len, NULL};
     const struct rule_rate *found = bsearch(&k, rules, nrules, sizeof(*rules), cmp_rule_rate);
     if (id != buf)
         free(id);
-    return found != NULL ? found->rate : NULL;
+    *rate = found != NULL ? found->rate : NULL;
+    return 0;
 }
 
-void quota_reshape(struct quota *q, const struct policy *p, uint64_t now_ns)
-{
-    struct rule_rate *rules;
+struct quota_reshape {
+    struct quota *q;
+    const struct policy *p; /* borrowed: outlives the commit */
+    uint64_t now_ns;
+    struct rule_rate *rules; /* index_rate_rules() of <p> */
     size_t nrules;
-    if (index_rate_rules(p, &rules, &nrules) < 0)
-        return; /* out of memory: the buckets keep their rates until used */
+};
+
+/* Makes and holds (f->staged) the entries of the bandwidth limits that
+ * <rs>'s policy brings to flow <f>: those of its agent and rule that it
+ * is not attached to (opened where none applied, or missing one). Returns
+ * 0, or -1 when out of memory. */
+static int flow_stage(struct quota_reshape *rs, struct quota_flow *f)
+{
+    for (int i = 0; i < 2; i++) {
+        const struct rate_spec *rate = &rs->p->limits.rate;
+        if (f->e[i] != NULL || (i == 1 && f->rule == NULL))
+            continue;
+        if (i == 1 && rule_rate(f->rule, rs->rules, rs->nrules, &rate) < 0)
+            return -1;
+        if (!limits_bandwidth(rate))
+            continue;
+        struct qentry *e = lookup(rs->q, f->agent_id, i == 0 ? NULL : f->rule, rs->now_ns, true);
+        if (e == NULL)
+            return -1;
+        e->refs++; /* not dropped to make room for the next one */
+        f->staged[i] = e;
+    }
+    return 0;
+}
+
+struct quota_reshape *quota_reshape_prepare(struct quota *q, const struct policy *p,
+                                            uint64_t now_ns)
+{
+    struct quota_reshape *rs = zalloc(sizeof(*rs));
+    if (rs == NULL)
+        return NULL;
+    *rs = (struct quota_reshape){.q = q, .p = p, .now_ns = now_ns};
+    if (index_rate_rules(p, &rs->rules, &rs->nrules) < 0) {
+        quota_reshape_abandon(rs);
+        return NULL;
+    }
+    for (struct quota_flow *f = q->flows; f != NULL; f = f->next) {
+        if (flow_stage(rs, f) < 0) {
+            quota_reshape_abandon(rs);
+            return NULL;
+        }
+    }
+    return rs;
+}
+
+void quota_reshape_abandon(struct quota_reshape *rs)
+{
+    if (rs == NULL)
+        return;
+    for (struct quota_flow *f = rs->q->flows; f != NULL; f = f->next)
+        for (int i = 0; i < 2; i++)
+            flow_unstage(f, i);
+    free_rule_rates(rs->rules, rs->nrules);
+    free(rs);
+}
+
+void quota_reshape_commit(struct quota_reshape *rs)
+{
+    const struct policy *p = rs->p;
+    uint64_t now_ns = rs->now_ns;
     for (size_t i = 0; i < NSLOTS; i++) {
-        for (struct qentry *e = q->slots[i]; e != NULL; e = e->next) {
+        for (struct qentry *e = rs->q->slots[i]; e != NULL; e = e->next) {
             if (e->spec.requests == 0 && e->spec.bandwidth == 0)
                 continue; /* nothing was ever limited here */
-            const struct rate_spec *rs = entry_rate(e, p, rules, nrules);
+            const struct rate_spec *rate = entry_rate(e, p, rs->rules, rs->nrules);
             /* From now on at the new rate, not from the next request on. */
-            if (e->spec.requests != 0 && limits_requests(rs))
-                apply_requests(e, rs, now_ns);
+            if (e->spec.requests != 0 && limits_requests(rate))
+                apply_requests(e, rate, now_ns);
             if (e->spec.bandwidth == 0)
                 continue; /* no upload was ever shaped here */
-            if (limits_bandwidth(rs))
-                apply_bandwidth(e, rs, now_ns);
+            if (limits_bandwidth(rate))
+                apply_bandwidth(e, rate->bandwidth, now_ns);
             else
                 e->bw_off = true; /* the bucket is kept, should the limit come back */
         }
     }
     /* A flow opened where no bandwidth was limited (or only the agent's, or
-     * only the rule's) is held to a limit <p> brings in from now on (out of
-     * memory for its entry, it goes on without it, as quota_flow_set_rule()). */
-    for (struct quota_flow *f = q->flows; f != NULL; f = f->next) {
-        if (f->e[0] == NULL && limits_bandwidth(&p->limits.rate))
-            (void)flow_attach(f, 0, &p->limits.rate, now_ns);
-        const struct rate_spec *rs;
-        if (f->e[1] == NULL && f->rule != NULL &&
-            limits_bandwidth(rs = rule_rate(f->rule, rules, nrules)))
-            (void)flow_attach(f, 1, rs, now_ns);
+     * only the rule's), or missing an entry, is held to the limits <p>
+     * brings from now on, through the entries the prepare made; one <p>
+     * does not limit there misses nothing any more. */
+    for (struct quota_flow *f = rs->q->flows; f != NULL; f = f->next) {
+        for (int i = 0; i < 2; i++) {
+            struct qentry *e = f->staged[i];
+            if (e == NULL) {
+                if (f->e[i] == NULL)
+                    f->missing_bw[i] = 0;
+                continue;
+            }
+            f->staged[i] = NULL;
+            f->e[i] = e; /* the prepare's hold is the flow's now */
+            f->missing_bw[i] = 0;
+            apply_bandwidth(e, entry_rate(e, p, rs->rules, rs->nrules)->bandwidth, now_ns);
+        }
     }
-    free_rule_rates(rules, nrules);
+    free_rule_rates(rs->rules, rs->nrules);
+    free(rs);
+}
+
+int quota_reshape(struct quota *q, const struct policy *p, uint64_t now_ns)
+{
+    struct quota_reshape *rs = quota_reshape_prepare(q, p, now_ns);
+    if (rs == NULL)
+        return -1;
+    quota_reshape_commit(rs);
+    return 0;
 }

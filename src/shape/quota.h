@@ -65,6 +65,7 @@
 struct event_base;
 struct quota;
 struct quota_flow;
+struct quota_reshape;
 
 #define QUOTA_DEFAULT_MAX 8192
 /* Room for a key looked up without allocating (every request looks up its
@@ -95,8 +96,28 @@ void quota_configure(struct quota *q, const struct policy *p);
  * full, as a new one). Where <p> limits no bandwidth any more, the running
  * uploads go unmetered and the bucket is kept as it is, should a later
  * policy bring the limit back (a request bucket <p> no longer limits is
- * kept too, and reconfigured when a limit comes back into use). */
-void quota_reshape(struct quota *q, const struct policy *p, uint64_t now_ns);
+ * kept too, and reconfigured when a limit comes back into use).
+ * Returns 0, or -1 when out of memory (for its index of <p>'s rates, or
+ * for the entry of a limit <p> brings to a running upload): then nothing
+ * changed, and <p> must not come into force, since an upload would go on
+ * without a limit that applies. quota_reshape_prepare() and
+ * quota_reshape_commit() in one. */
+int quota_reshape(struct quota *q, const struct policy *p, uint64_t now_ns);
+/* quota_reshape() in two steps, so that a reload can take all the memory
+ * it needs before anything of it comes into force: the prepare indexes
+ * <p>'s rates and makes (and holds) the entries of the limits <p> brings
+ * to the running uploads, and changes nothing else; it returns NULL when
+ * out of memory, holding nothing (the reload is refused). <p> is borrowed
+ * until the commit. The commit brings the buckets and flows to <p> at the
+ * prepare's <now_ns>, allocates nothing and cannot fail; the abandon
+ * (accepts NULL) lets go of what the prepare holds, as if it had never
+ * been. Either frees the prepared reshape. Between the two, no flow may be
+ * opened nor pointed at another rule (a flow closed meanwhile lets go of
+ * what was held for it): the gateway calls both from one callback. */
+struct quota_reshape *quota_reshape_prepare(struct quota *q, const struct policy *p,
+                                            uint64_t now_ns);
+void quota_reshape_commit(struct quota_reshape *rs);
+void quota_reshape_abandon(struct quota_reshape *rs);
 /* CLOCK_MONOTONIC now, in nanoseconds. */
 uint64_t quota_now(void);
 /* Entries tracked (for tests and metrics). */
@@ -151,9 +172,13 @@ struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, cons
  * reload may have edited (its host, ports, methods or agents: another
  * identity) or replaced by another that now lets the tunnel through. <r>
  * is borrowed, as quota_flow_open()'s: its policy must outlive the flow
- * or the next call. The agent's bucket is quota_reshape()'s. */
+ * or the next call. The agent's bucket is quota_reshape()'s. Out of memory
+ * for <r>'s entry, the flow is not cut, nor let go without <r>'s limit:
+ * it lets nothing through (quota_flow_allow() 0, quota_flow_wait_ns() a
+ * second) until a later look can make the entry. */
 void quota_flow_set_rule(struct quota_flow *f, const struct rule *r, uint64_t now_ns);
-/* True when a bandwidth bucket meters flow <f>; without one
+/* True when a bandwidth bucket meters flow <f>, or a limit whose entry
+ * could not be made holds it (quota_flow_set_rule()); otherwise
  * quota_flow_allow() lets every byte go and quota_flow_take() takes
  * nothing, so that a caller may spare itself the clock. A reload may
  * change the answer (quota_reshape(), quota_flow_set_rule()). */

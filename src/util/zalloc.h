@@ -1,6 +1,8 @@
 /* zalloc: zeroed memory for what the data path makes and frees on every
  * connection (a connection's upstream connect, its tunnel, its flow), or
- * on a new agent's first request (its shaping entries: shape/quota.c).
+ * on a new agent's first request (its shaping entries: shape/quota.c,
+ * which takes a reload's index of rates here too, so that its unit test,
+ * which replaces this function, can fail each allocation of a reload).
  *
  * glibc's calloc() (before 2.41) takes no chunk from the thread's cache
  * (tcache), which malloc() does: a calloc() goes through _int_malloc()

@@ -1245,21 +1245,39 @@ static void test_reload_reshapes_request_buckets(void **state)
     quota_free(q);
 }
 
+/* A policy of one rule (api.example.test, ports 80 and 443, no rate),
+ * and a quota with a flow of agent "a" opened under it: metered by
+ * nothing. */
+struct unshaped_flow {
+    struct policy p;
+    struct rule r;
+    struct quota_flow *f;
+};
+
+/* Fills <u> and returns its quota (the caller frees it). */
+static struct quota *open_unshaped_flow(struct unshaped_flow *u)
+{
+    memset(&u->p, 0, sizeof(u->p));
+    u->r = make_rule(0, "api.example.test", ports_web, 2);
+    u->p.rules = &u->r;
+    u->p.nrules = 1;
+    struct quota *q = quota_new(NULL, NULL, 0);
+    assert_non_null(q);
+    u->f = quota_flow_open(q, &u->p, "a", &u->r, 0);
+    assert_non_null(u->f);
+    assert_int_equal(quota_flow_allow(u->f, 100000, 0), 100000);
+    assert_false(quota_flow_metered(u->f));
+    return q;
+}
+
 /* A flow opened where no bandwidth was limited is held to the limits a
  * reload brings in: the agent's, then the rule's, each starting full. */
 static void test_reload_shapes_a_flow_opened_unshaped(void **state)
 {
     (void)state;
-    struct policy p;
-    memset(&p, 0, sizeof(p));
-    struct rule r = make_rule(0, "api.example.test", ports_web, 2);
-    p.rules = &r;
-    p.nrules = 1;
-    struct quota *q = quota_new(NULL, NULL, 0);
-    struct quota_flow *f = quota_flow_open(q, &p, "a", &r, 0);
-    assert_non_null(f);
-    assert_int_equal(quota_flow_allow(f, 100000, 0), 100000); /* metered by nothing */
-    assert_false(quota_flow_metered(f));
+    struct unshaped_flow u;
+    struct quota *q = open_unshaped_flow(&u);
+    struct quota_flow *f = u.f;
     quota_flow_take(f, 100000, 0);
     /* The reload limits the agent to 16000 B/s. */
     struct policy p2;
@@ -1331,6 +1349,85 @@ static void on_resume(void *arg)
 {
     int *n = arg;
     (*n)++;
+}
+
+/* A decision made again under a reloaded policy points a running flow at
+ * a rule of another identity (quota_flow_set_rule()), and there is no
+ * memory for that rule's entry: the flow is held, metered, letting
+ * nothing through and looked at again a second later, until the entry
+ * can be made; then it moves under the new rule's limit. It once went on
+ * without that limit, every byte let through. */
+static void test_flow_set_rule_out_of_memory(void **state)
+{
+    (void)state;
+    struct unshaped_flow u;
+    struct quota *q = open_unshaped_flow(&u);
+    struct quota_flow *f = u.f;
+    struct rule r2 = make_rule(0, "api.example.test", ports_8080, 1);
+    set_rate(&r2.rate, 0, 1000, 0, 1600);
+    zalloc_failures = 0;
+    zalloc_left = 0;
+    zalloc_failing = true;
+    quota_flow_set_rule(f, &r2, 1 * S);
+    assert_int_equal(zalloc_failures, 1);
+    assert_true(quota_flow_metered(f));
+    zalloc_left = 0; /* still no memory at the next look */
+    assert_int_equal(quota_flow_allow(f, 100000, 1 * S), 0);
+    assert_int_equal(zalloc_failures, 2);
+    assert_int_equal(quota_flow_wait_ns(f, 100000, 1 * S), 1 * S);
+    zalloc_failing = false;
+    assert_int_equal(quota_flow_allow(f, 100000, 2 * S), 1600);
+    quota_flow_take(f, 1600, 2 * S);
+    assert_int_equal(quota_flow_allow(f, 100000, 2 * S), 0);
+    quota_flow_close(f);
+    quota_free(q);
+}
+
+/* A reload that brings a bandwidth limit to a running upload, with no
+ * memory for that limit's entry: refused whole (quota_reshape() fails,
+ * nothing changed: the gateway keeps the old policy), never a reshape
+ * that leaves the upload unmetered under a policy that limits it. Each
+ * turn lets one more allocation through, until the reshape gets all it
+ * needs. */
+static void test_reload_out_of_memory(void **state)
+{
+    (void)state;
+    struct unshaped_flow u;
+    struct quota *q = open_unshaped_flow(&u);
+    struct quota_flow *f = u.f;
+    /* The reload limits the agent's bandwidth and the rule's. */
+    struct policy p2;
+    memset(&p2, 0, sizeof(p2));
+    struct rule r2 = make_rule(0, "api.example.test", ports_web, 2);
+    set_rate(&p2.limits.rate, 0, 1000, 0, 1600);
+    set_rate(&r2.rate, 0, 1000, 0, 16000);
+    p2.rules = &r2;
+    p2.nrules = 1;
+    unsigned turns = 0;
+    for (unsigned n = 0;; n++) {
+        assert_true(n < 100);
+        zalloc_failures = 0;
+        zalloc_left = n;
+        zalloc_failing = true;
+        int rc = quota_reshape(q, &p2, 1 * S);
+        zalloc_failing = false;
+        if (zalloc_failures == 0) {
+            assert_int_equal(rc, 0);
+            break;
+        }
+        turns++;
+        if (rc == 0) /* what the gateway would have put in force */
+            fail_msg("turn %u: a reload short of memory came into force, %zu bytes allowed at once",
+                     n, quota_flow_allow(f, 100000, 1 * S));
+        /* Refused: the flow unmetered, as the old policy has it. */
+        assert_false(quota_flow_metered(f));
+        assert_int_equal(quota_flow_allow(f, 100000, 1 * S), 100000);
+    }
+    assert_true(turns >= 5); /* the prepare, the index and an identity, the entries */
+    assert_true(quota_flow_metered(f));
+    assert_int_equal(quota_flow_allow(f, 100000, 1 * S), 1600);
+    quota_flow_close(f);
+    quota_free(q);
 }
 
 static void test_flow_pause_timer(void **state)
@@ -1450,6 +1547,8 @@ int main(void)
         cmocka_unit_test(test_reload_reshapes_request_buckets),
         cmocka_unit_test(test_reload_shapes_a_flow_opened_unshaped),
         cmocka_unit_test(test_flow_set_rule),
+        cmocka_unit_test(test_flow_set_rule_out_of_memory),
+        cmocka_unit_test(test_reload_out_of_memory),
         cmocka_unit_test(test_flow_pause_timer),
         cmocka_unit_test(test_flow_pause_saturated_wait),
     };
