@@ -110,7 +110,7 @@ void deny_message(const struct deny_info *d, char *buf, size_t cap)
     case REASON_HOST_MISMATCH:
         snprintf(
             buf, cap,
-            "sluice: the Host header does not name the request target %s (agent %s); send a Host header that matches the target",
+            "sluice: the Host header or a forwarding header (X-Forwarded-Host, Forwarded host=, ...) does not name the request target %s (agent %s); send headers that name the target",
             hp, a);
         break;
     case REASON_SNI_MISMATCH:

@@ -41,6 +41,7 @@
 #include "gate/drain.h"
 #include "gate/gateway.h"
 #include "gate/progress.h"
+#include "gate/routing_host.h"
 #include "gate/stream.h"
 #include "shape/admit.h"
 #include "shape/quota.h"
@@ -102,24 +103,20 @@ enum deny_reason forward_prepare(struct conn *c, const struct http_request *req,
     ex->client_close = req->conn_close;
     ex->client_v10 = req->version_minor == 0;
 
-    if (req->host_header == NULL) {
-        if (req->version_minor >= 1) {
-            *why = "missing Host header";
-            return REASON_BAD_REQUEST;
-        }
-        return REASON_NONE; /* HTTP/1.0: the target names the host */
+    if (req->host_header == NULL && req->version_minor >= 1) {
+        *why = "missing Host header";
+        return REASON_BAD_REQUEST;
     }
-    const char *h;
-    size_t hlen;
-    uint16_t port;
-    /* The Host header goes upstream as it came: it must be the target's
-     * name as the origin will read it (host_sent_names()). */
-    if (http1_split_host(req->host_header, req->host_header_len, &h, &hlen, &port) < 0 ||
-        !host_sent_names(h, hlen, &ex->target))
+    /* The Host header goes upstream as it came (HTTP/1.0 may have none:
+     * the target names the host): it must be the target's name as the
+     * origin will read it (host_sent_names()), and so must the fields an
+     * origin behind a front may pick the site by instead (routing_host.h),
+     * with or without a Host. A value without a port means 80. */
+    if (req->host_header != NULL &&
+        routing_host_names(req->host_header, req->host_header_len, &ex->target, ex->port, 80) !=
+            ROUTING_HOST_MATCH)
         return REASON_HOST_MISMATCH;
-    if (port == 0)
-        port = 80;
-    if (port != ex->port)
+    if (routing_fields_name(req, &ex->target, ex->port, 80, why) != ROUTING_HOST_MATCH)
         return REASON_HOST_MISMATCH;
     return REASON_NONE;
 }

@@ -470,7 +470,9 @@ static int parse_connection(const char *v, size_t len, bool *close, bool *keep_a
  * its script as HTTP_PROXY, the variable that names the proxy for the
  * script's own outbound requests, which an agent would aim at an address
  * of its choosing; it is never relayed, as nginx, HAProxy, Apache and
- * squid were set to strip it. */
+ * squid were set to strip it. Forwarded and the X-Forwarded-Host kind are
+ * the fields an origin behind a front may pick the site by
+ * (gate/routing_host.h). */
 #define FIELD_NAME_MAX 25
 static const struct {
     const char *name;
@@ -479,14 +481,19 @@ static const struct {
     [2] = {{"te", HTTP_FIELD_TE}},
     [4] = {{"host", HTTP_FIELD_HOST}},
     [5] = {{"proxy", HTTP_FIELD_PROXY}},
-    [6] = {{"expect", HTTP_FIELD_EXPECT}},
+    [6] = {{"expect", HTTP_FIELD_EXPECT}, {"x-host", HTTP_FIELD_HOST_ALIAS}},
     [7] = {{"trailer", HTTP_FIELD_TRAILER}, {"upgrade", HTTP_FIELD_UPGRADE}},
+    [9] = {{"forwarded", HTTP_FIELD_FORWARDED}},
     [10] = {{"connection", HTTP_FIELD_CONNECTION}, {"keep-alive", HTTP_FIELD_KEEP_ALIVE}},
     [14] = {{"content-length", HTTP_FIELD_CONTENT_LENGTH}},
-    [16] = {{"proxy-connection", HTTP_FIELD_PROXY_CONNECTION}},
+    [15] = {{"x-original-host", HTTP_FIELD_HOST_ALIAS}},
+    [16] = {{"proxy-connection", HTTP_FIELD_PROXY_CONNECTION},
+            {"x-forwarded-host", HTTP_FIELD_HOST_ALIAS}},
     [17] = {{"transfer-encoding", HTTP_FIELD_TRANSFER_ENCODING}},
-    [18] = {{"proxy-authenticate", HTTP_FIELD_PROXY_AUTHENTICATE}},
+    [18] = {{"proxy-authenticate", HTTP_FIELD_PROXY_AUTHENTICATE},
+            {"x-forwarded-server", HTTP_FIELD_HOST_ALIAS}},
     [19] = {{"proxy-authorization", HTTP_FIELD_PROXY_AUTHORIZATION}},
+    [20] = {{"x-http-host-override", HTTP_FIELD_HOST_ALIAS}},
     [25] = {{"proxy-authentication-info", HTTP_FIELD_PROXY_AUTHENTICATION_INFO}},
 };
 

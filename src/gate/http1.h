@@ -55,8 +55,10 @@ enum http_field {
     HTTP_FIELD_TE,
     HTTP_FIELD_TRAILER,
     HTTP_FIELD_UPGRADE,
-    HTTP_FIELD_SLUICE, /* Sluice-*: the gateway's own, never relayed */
-    HTTP_FIELD_PROXY,  /* "Proxy": no HTTP field, httpoxy's; never relayed */
+    HTTP_FIELD_SLUICE,     /* Sluice-*: the gateway's own, never relayed */
+    HTTP_FIELD_PROXY,      /* "Proxy": no HTTP field, httpoxy's; never relayed */
+    HTTP_FIELD_FORWARDED,  /* RFC 7239: its host= may pick the site (gate/routing_host.h) */
+    HTTP_FIELD_HOST_ALIAS, /* X-Forwarded-Host and the others read as the host (routing_host.h) */
 };
 
 struct http_header {
@@ -194,7 +196,9 @@ int http1_split_host(const char *v, size_t len, const char **h, size_t *hlen, ui
 /* What the field name <name> (<len> bytes, any case) is: the field it
  * names exactly (HTTP_FIELD_CONTENT_LENGTH for "content-LENGTH", not for
  * "Content-Length " or "Content-Lengths"; HTTP_FIELD_PROXY for "Proxy"
- * only), HTTP_FIELD_SLUICE for any name that starts with "Sluice-", else
+ * only; HTTP_FIELD_HOST_ALIAS for X-Forwarded-Host, X-Host,
+ * X-Original-Host, X-Forwarded-Server and X-HTTP-Host-Override),
+ * HTTP_FIELD_SLUICE for any name that starts with "Sluice-", else
  * HTTP_FIELD_OTHER. The parsers set each
  * parsed field's <field> with it. */
 enum http_field http1_field(const char *name, size_t len);

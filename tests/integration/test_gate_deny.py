@@ -126,6 +126,65 @@ def test_host_mismatch_port_or_suffix(gateway, net, hostval):
                   tier=ANY, rule=ANY, owner=ANY, ip=None)
 
 
+# The fields an origin behind a front may pick the site by instead of Host
+# (gate/routing_host.h): each must name the target as Host must.
+@pytest.mark.parametrize("field", [
+    ("X-Forwarded-Host", "other.example.test:{api}"),
+    ("x-forwarded-host", "api.example.test:{api}, other.example.test:{api}"),
+    ("X-Forwarded-Host", "api.example.test:{other}"),
+    ("X-Forwarded-Host", "api.example.test"),
+    ("X-Host", "other.example.test:{api}"),
+    ("X-Original-Host", "other.example.test:{api}"),
+    ("X-Forwarded-Server", "other.example.test:{api}"),
+    ("X-HTTP-Host-Override", "other.example.test:{api}"),
+    ("Forwarded", "host=other.example.test:{api}"),
+    ("Forwarded", 'for=192.0.2.1;HOST="other.example.test:{api}";proto=http'),
+    ("Forwarded", "for=192.0.2.1, host=other.example.test:{api}"),
+    ("Forwarded", "host = other.example.test:{api}"),
+    # read differently by parsers that split on ',' or ';' inside quotes
+    ("Forwarded", 'for="x,host=other.example.test:{api}";host=api.example.test:{api}'),
+    ("Forwarded", 'for="unterminated;host=api.example.test:{api}'),
+    ("Forwarded", "host"),
+], ids=["xfh", "xfh_list", "xfh_port", "xfh_default_port", "x_host", "x_original_host",
+        "x_forwarded_server", "x_http_host_override", "forwarded", "forwarded_quoted",
+        "forwarded_second_element", "forwarded_spaced", "forwarded_quoted_comma",
+        "forwarded_unterminated", "forwarded_no_value"])
+def test_host_mismatch_by_forwarding_header(gateway, net, field):
+    gw = gateway(net.policy([api_rule(net),
+                             {"host": "other.example.test", "ports": [net.api.port], "tier": 0}]))
+    name, value = field
+    value = value.format(api=net.api.port, other=net.other.port)
+    r = request(gw, "GET", net.url("/fh"), headers=[(name, value)])
+    assert_denied(gw, net, r, "host_mismatch", host="api.example.test", port=net.api.port,
+                  agent="default", tier=ANY, rule=ANY, owner=ANY, ip=None)
+
+
+def test_host_mismatch_by_forwarding_header_http10_without_host(gateway, net):
+    gw = gateway(net.policy([api_rule(net)]))
+    head = ("GET %s HTTP/1.0\r\nX-Forwarded-Host: other.example.test:%d\r\n\r\n"
+            % (net.url("/fh"), net.api.port)).encode()
+    r = exchange(gw, head)
+    assert_denied(gw, net, r, "host_mismatch", host="api.example.test", port=net.api.port,
+                  tier=ANY, rule=ANY, owner=ANY, ip=None)
+
+
+def test_forwarding_headers_naming_the_target_pass(gateway, net):
+    gw = gateway(net.policy([api_rule(net)]))
+    hp = "api.example.test:%d" % net.api.port
+    headers = [("X-Forwarded-Host", "API.example.test.:%d, %s" % (net.api.port, hp)),
+               ("X-Original-Host", hp),
+               ("Forwarded", 'for=192.0.2.1;host="%s";proto=http, for=unknown' % hp),
+               ("Forwarded", "by=_gw;for=\"[2001:db8::1]:4711\""),
+               ("X-Forwarded-For", "other.example.test")]
+    r = request(gw, "GET", net.url("/ok"), headers=headers)
+    assert r.status == 200
+    assert len(net.api.requests) == 1
+    got = net.api.requests[0]
+    assert got.header("X-Forwarded-Host") == headers[0][1]
+    assert got.has_header("Forwarded")
+    gw.decided(decision="allow", path="/ok")
+
+
 def test_duplicate_host_is_bad_request(gateway, net):
     gw = gateway(net.policy([api_rule(net),
                              {"host": "other.example.test", "ports": [net.other.port], "tier": 0}]))

@@ -692,6 +692,12 @@ static const struct {
     {"trailer", HTTP_FIELD_TRAILER},
     {"upgrade", HTTP_FIELD_UPGRADE},
     {"proxy", HTTP_FIELD_PROXY},
+    {"forwarded", HTTP_FIELD_FORWARDED},
+    {"x-forwarded-host", HTTP_FIELD_HOST_ALIAS},
+    {"x-host", HTTP_FIELD_HOST_ALIAS},
+    {"x-original-host", HTTP_FIELD_HOST_ALIAS},
+    {"x-forwarded-server", HTTP_FIELD_HOST_ALIAS},
+    {"x-http-host-override", HTTP_FIELD_HOST_ALIAS},
 };
 #define NFIELD_NAMES (sizeof(field_names) / sizeof(field_names[0]))
 
@@ -792,6 +798,8 @@ static void test_field_names(void **state)
         "Sluice",
         "Sluice_Reason",
         "X-Sluice-Reason",
+        "X-Forwarded-Hos",
+        "Forwarde",
         "",
     };
     for (size_t i = 0; i < sizeof(near) / sizeof(near[0]); i++)
@@ -802,7 +810,7 @@ static void test_field_names(void **state)
     assert_int_equal(http1_field("SLUICE-REASON", 13), HTTP_FIELD_SLUICE);
 
     /* The parsers set it on each field, as sent. */
-    ok_req("GET http://a.test/ HTTP/1.1\r\nhOST: a.test\r\nX-Host: 1\r\nTE: trailers\r\n"
+    ok_req("GET http://a.test/ HTTP/1.1\r\nhOST: a.test\r\nX-Hosts: 1\r\nTE: trailers\r\n"
            "Sluice-Reason: x\r\ncontent-length: 0\r\n\r\n");
     assert_int_equal(req.nheaders, 5);
     assert_int_equal(req.headers[0].field, HTTP_FIELD_HOST);
