@@ -80,9 +80,12 @@ static enum sni_result parse_server_name(struct cursor *c, size_t end, size_t *n
         if (n == 0)
             return SNI_MALFORMED;
         TAKE(c, end, n, &at);
-        if (type != NAME_TYPE_HOSTNAME)
-            continue;
-        if (found || n > SNI_NAME_MAX || memchr(c->b + at, 0, n) != NULL)
+        /* RFC 6066 defines host_name alone. A server that takes the
+         * first entry whatever its type would serve another name than the
+         * one checked: an entry of another type is refused, as a second
+         * host_name is. */
+        if (type != NAME_TYPE_HOSTNAME || found || n > SNI_NAME_MAX ||
+            memchr(c->b + at, 0, n) != NULL)
             return SNI_MALFORMED;
         found = true;
         *name_at = at;

@@ -24,7 +24,7 @@
 
 enum sni_result {
     SNI_FOUND,     /* <name> holds the host_name */
-    SNI_ABSENT,    /* a valid ClientHello without server_name (or without a host_name in it) */
+    SNI_ABSENT,    /* a valid ClientHello without a server_name extension */
     SNI_NEED_MORE, /* the bytes so far are a valid prefix of a ClientHello */
     SNI_NOT_TLS,   /* the first record header is not a TLS record (SSLv2 too) */
     SNI_MALFORMED, /* TLS records, but not a valid ClientHello in handshake records */

@@ -424,15 +424,20 @@ def proc_number(pid, name, key):
     raise AssertionError("no %s in /proc/%d/%s" % (key, pid, name))
 
 
-def hello_record(name, alpn=0, record_max=16384):
+def hello_record(name, alpn=0, record_max=16384, name_entries=None):
     """A hand-made TLS 1.2-style ClientHello (server_name <name>, ALPN list
     padded to about <alpn> bytes) cut into handshake records of at most
-    <record_max> bytes of fragment."""
+    <record_max> bytes of fragment. <name_entries>, a list of (name_type,
+    name), makes the server_name list instead of <name>'s one host_name."""
     ext = b""
-    if name:
-        n = name.encode()
-        entry = b"\x00" + struct.pack(">H", len(n)) + n
-        body = struct.pack(">H", len(entry)) + entry
+    if name and name_entries is None:
+        name_entries = [(0, name)]
+    if name_entries:
+        entries = b""
+        for kind, n in name_entries:
+            n = n.encode()
+            entries += bytes([kind]) + struct.pack(">H", len(n)) + n
+        body = struct.pack(">H", len(entries)) + entries
         ext += struct.pack(">HH", 0, len(body)) + body
     if alpn:
         protos = b""

@@ -927,6 +927,25 @@ def test_sni_malformed_hello_refused(gateway, net):
         t.close()
 
 
+@pytest.mark.parametrize("entries", [
+    [(1, "other.example.test"), (0, "tls.example.test")],
+    [(0, "tls.example.test"), (7, "other.example.test")],
+    [(255, "other.example.test")],
+], ids=["other_type_first", "other_type_after", "other_type_alone"])
+def test_sni_name_entry_of_another_type_refused(gateway, net, entries):
+    # RFC 6066 defines host_name (0) alone: a server that takes the first
+    # entry whatever its type would serve another name than the one checked
+    # (the gateway skipped such entries, and let these through)
+    gw = gateway(net.policy([tls_rule(net)]))
+    t = connect(gw, "tls.example.test:%d" % net.tls.port)
+    try:
+        assert t.status == 200
+        t.sock.sendall(hello_record(None, name_entries=entries))
+        _assert_refused(gw, t)
+    finally:
+        t.close()
+
+
 @pytest.mark.parametrize("name", ["\uff54ls.example.test", "t\u00adls.example.test",
                                   "tls\u200b.example.test", "xn--tls-gfa.example.test"],
                          ids=["full_width_t", "soft_hyphen", "zero_width_space",

@@ -466,7 +466,9 @@ static void test_built_found_and_absent(void **state)
     build(&ext, &out);
     expect_result(&out, SNI_ABSENT);
 
-    /* server_name with only a non-host_name entry. */
+    /* server_name with only a non-host_name entry: RFC 6066 defines
+     * host_name alone, and a lax server could take that entry as the name
+     * (was ABSENT, the entry skipped). */
     ext.n = 0;
     put16(&ext, 0);
     put16(&ext, 2 + 3 + 2);
@@ -475,7 +477,7 @@ static void test_built_found_and_absent(void **state)
     put16(&ext, 2);
     put(&ext, "ab", 2);
     build(&ext, &out);
-    expect_result(&out, SNI_ABSENT);
+    expect_result(&out, SNI_MALFORMED);
 
     /* A name of SNI_NAME_MAX bytes fits; it needs SNI_NAME_MAX + 1 of room. */
     char big[SNI_NAME_MAX + 2];
@@ -610,6 +612,26 @@ static void test_malformed(void **state)
     put(&ext, "b.test", 6);
     build(&ext, &out);
     expect_result(&out, SNI_MALFORMED);
+
+    /* A host_name beside an entry of another type, before or after it:
+     * a server that takes the first entry whatever its type would serve
+     * the other name, not the one checked. */
+    static const unsigned other_types[] = {1, 7, 255};
+    for (size_t t = 0; t < sizeof(other_types) / sizeof(other_types[0]); t++)
+        for (int other_first = 0; other_first < 2; other_first++) {
+            ext.n = 0;
+            put16(&ext, 0);
+            put16(&ext, 2 + 2 * (3 + 6));
+            put16(&ext, 2 * (3 + 6));
+            put8(&ext, other_first ? other_types[t] : 0);
+            put16(&ext, 6);
+            put(&ext, other_first ? "b.test" : "a.test", 6);
+            put8(&ext, other_first ? 0 : other_types[t]);
+            put16(&ext, 6);
+            put(&ext, other_first ? "a.test" : "b.test", 6);
+            build(&ext, &out);
+            expect_result(&out, SNI_MALFORMED);
+        }
 
     /* Empty name, empty list, empty extension, name over 255 bytes. */
     ext.n = 0;
