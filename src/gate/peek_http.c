@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "gate/http1.h"
+#include "gate/routing_host.h"
 
 /* RFC 9110 5.6.2 tchar. */
 static bool is_tchar(unsigned char c)
@@ -193,20 +194,20 @@ static enum peek_http_result judge_head(const struct http_request *req, const st
             return PEEK_HTTP_MISMATCH;
         }
     }
-    if (req->host_header == NULL)
-        return PEEK_HTTP_MATCH; /* HTTP/1.0: http1.c refuses HTTP/1.1 without Host */
-    const char *h;
-    size_t hlen;
-    uint16_t hport;
-    if (http1_split_host(req->host_header, req->host_header_len, &h, &hlen, &hport) < 0 ||
-        !host_sent_names(h, hlen, target)) {
-        *why = "the Host header names another host";
-        return PEEK_HTTP_MISMATCH;
+    /* HTTP/1.0 may have no Host (http1.c refuses HTTP/1.1 without one).
+     * Without a port, a Host and the fields an origin behind a front may
+     * pick the site by instead (routing_host.h) are accepted. */
+    if (req->host_header != NULL) {
+        enum routing_host_result r =
+            routing_host_names(req->host_header, req->host_header_len, target, port, port);
+        if (r != ROUTING_HOST_MATCH) {
+            *why = r == ROUTING_HOST_OTHER_PORT ? "the Host header names another port"
+                                                : "the Host header names another host";
+            return PEEK_HTTP_MISMATCH;
+        }
     }
-    if (hport != 0 && hport != port) {
-        *why = "the Host header names another port";
+    if (routing_fields_name(req, target, port, port, why) != ROUTING_HOST_MATCH)
         return PEEK_HTTP_MISMATCH;
-    }
     return PEEK_HTTP_MATCH;
 }
 

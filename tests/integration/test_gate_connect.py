@@ -1589,6 +1589,14 @@ _MISMATCHED_HEADS = [
     ("h2c_preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
                     b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"),
     ("host_two_final_dots", b"GET / HTTP/1.1\r\nHost: api.example.test..\r\n\r\n"),
+    # the fields an origin behind a front may pick the site by instead of
+    # Host (Django, Express, Symfony, Spring trusting a proxy in front)
+    ("x_forwarded_host", b"GET / HTTP/1.1\r\nHost: api.example.test\r\n"
+                         b"X-Forwarded-Host: evil.example.test\r\n\r\n"),
+    ("forwarded_host", b"GET / HTTP/1.1\r\nHost: api.example.test\r\n"
+                       b"Forwarded: for=192.0.2.1;host=evil.example.test\r\n\r\n"),
+    ("x_original_host_v10_no_host", b"GET / HTTP/1.0\r\n"
+                                    b"X-Original-Host: evil.example.test\r\n\r\n"),
     # an A-label that decodes to the target with a soft hyphen
     ("host_a_label_soft_hyphen", b"GET / HTTP/1.1\r\nHost: xn--api-gfa.example.test\r\n\r\n"),
     # a PROXY protocol header (HAProxy's v1 line, v2's binary signature):
@@ -1651,7 +1659,10 @@ def test_tunnel_http_target_host_allowed(gateway, net, host):
     b"GET http://API.example.test./inner HTTP/1.0\r\n\r\n",
     b"GET /inner HTTP/1.0\r\n\r\n",
     b"GET http://api.example.test:%(port)d/inner\r\n\r\n",
-], ids=["absolute", "absolute_v10_no_host", "v10_no_host", "absolute_v09"])
+    b"GET /inner HTTP/1.1\r\nHost: api.example.test\r\nX-Forwarded-Host: API.example.test\r\n"
+    b"Forwarded: host=\"api.example.test:%(port)d\";proto=http\r\nConnection: close\r\n\r\n",
+], ids=["absolute", "absolute_v10_no_host", "v10_no_host", "absolute_v09",
+        "forwarding_headers_naming_the_target"])
 def test_tunnel_http_other_forms_allowed(gateway, net, head):
     # an absolute-form target naming the target, and HTTP/1.0 without Host
     gw = gateway(net.policy([api_rule(net)]))
