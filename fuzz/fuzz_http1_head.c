@@ -13,7 +13,10 @@
  * says whether a coding other than chunked and identity is named, and
  * stays so when relayed. A parsed request's method override (its query's
  * _method, decoded as PHP reads a name) is looked for within the head,
- * and found exactly when it is refused. */
+ * and found exactly when it is refused. The forwarding fields an origin
+ * may pick the site by (routing_host.h) are read without a fault, a
+ * mismatch says why, and a match holds each one-element field to the
+ * target. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +25,7 @@
 
 #include "gate/http1.h"
 #include "gate/method_override.h"
+#include "gate/routing_host.h"
 #include "policy/model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -164,6 +168,32 @@ static void check_upstream_host(const struct http_request *up)
     check(port == (req.port == 80 ? 0 : req.port));
 }
 
+/* The forwarding fields of an absolute-form request, held to its target:
+ * a mismatch says why, and a match holds every field of the X-Forwarded-Host
+ * kind that is one element (no comma) to the target as a Host value is. */
+static void check_routing(const struct http_request *r)
+{
+    struct host target;
+    const char *why = NULL;
+    if (host_normalise(r->host, strlen(r->host), &target, &why) < 0)
+        return;
+    why = NULL;
+    enum routing_host_result res = routing_fields_name(r, &target, r->port, 80, &why);
+    check(res == ROUTING_HOST_MATCH || res == ROUTING_HOST_OTHER_HOST ||
+          res == ROUTING_HOST_OTHER_PORT);
+    if (res != ROUTING_HOST_MATCH) {
+        check(why != NULL);
+        return;
+    }
+    for (size_t i = 0; i < r->nheaders; i++) {
+        const struct http_header *h = &r->headers[i];
+        if (h->field == HTTP_FIELD_HOST_ALIAS && h->value_len > 0 &&
+            memchr(h->value, ',', h->value_len) == NULL)
+            check(routing_host_names(h->value, h->value_len, &target, r->port, 80) ==
+                  ROUTING_HOST_MATCH);
+    }
+}
+
 static void check_request(const char *buf, size_t len)
 {
     const char *why = NULL;
@@ -206,6 +236,7 @@ static void check_request(const char *buf, size_t len)
 
     if (req.form != TARGET_ABSOLUTE)
         return;
+    check_routing(&req);
     struct evbuffer *out = evbuffer_new();
     check(out != NULL);
     check(http1_write_upstream_request(&req, out) == 0);
