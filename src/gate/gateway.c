@@ -18,6 +18,7 @@
 #include "gate/addr_guard.h"
 #include "gate/conn.h"
 #include "gate/resolve.h"
+#include "gate/tunnel.h"
 #include "policy/lint.h"
 #include "policy/policy.h"
 #include "util/diag.h"
@@ -816,6 +817,7 @@ static void gateway_gauges(void *arg, struct metrics_gauges *g)
     for (const struct conn *c = gw->conns; c != NULL; c = c->next)
         if (c->tunnel != NULL)
             g->open_tunnels++;
+    g->tunnel_held_bytes = tunnel_held_bytes();
     g->reloads = gw->counters.reloads;
     g->reload_failures = gw->counters.reload_failures;
     struct resolve_server_stats st[METRICS_DNS_SERVERS];

@@ -51,6 +51,11 @@
  * a copy of its own resident, used or not. */
 static char scratch[TUNNEL_BUF];
 
+/* Bytes the copy path holds, across all tunnels: the sum of the stashes'
+ * sizes (the /metrics gauge sluice_tunnel_held_bytes). Loop thread only,
+ * as scratch. */
+static size_t held;
+
 /* A direction copies: read into <scratch>, send at once, and keep only what
  * dst did not take (in <stash>, allocated for as long as it holds bytes).
  * That is the default because it is the faster path end to end where the
@@ -162,6 +167,18 @@ static void delivered(struct dir *d, size_t n)
         d->t->on_up(d->t->up_arg);
 }
 
+/* Frees the stash of <d> (if any) and takes its size off <held>: that size
+ * is off + pending, the stash being allocated to what waited. */
+static void drop_stash(struct dir *d)
+{
+    if (d->stash == NULL)
+        return;
+    held -= d->off + d->pending;
+    free(d->stash);
+    d->stash = NULL;
+    d->off = 0;
+}
+
 /* Closes the direction's pipe, which must be empty: it copies until its
  * next streaming read makes another. */
 static void close_pipe(struct dir *d)
@@ -213,11 +230,8 @@ static int drain(struct dir *d)
             d->pending -= (size_t)n;
             if (d->stash != NULL) {
                 d->off += (size_t)n;
-                if (d->pending == 0) { /* no memory held while nothing waits */
-                    free(d->stash);
-                    d->stash = NULL;
-                    d->off = 0;
-                }
+                if (d->pending == 0) /* no memory held while nothing waits */
+                    drop_stash(d);
             }
             delivered(d, (size_t)n);
             return 1;
@@ -259,6 +273,7 @@ static int pass_on(struct dir *d, size_t n, bool *dst_full)
         memcpy(d->stash, scratch + sent, n - sent);
         d->off = 0;
         d->pending = n - sent;
+        held += n - sent;
     }
     if (sent > 0)
         delivered(d, sent);
@@ -750,7 +765,7 @@ void tunnel_free(struct tunnel *t)
             close(d->pipe[0]);
         if (d->pipe[1] >= 0)
             close(d->pipe[1]);
-        free(d->stash);
+        drop_stash(d);
     }
     if (t->idle != NULL)
         event_free(t->idle);
@@ -794,4 +809,9 @@ uint64_t tunnel_bytes_up(const struct tunnel *t)
 uint64_t tunnel_bytes_down(const struct tunnel *t)
 {
     return t->d[1].bytes;
+}
+
+size_t tunnel_held_bytes(void)
+{
+    return held;
 }

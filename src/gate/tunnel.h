@@ -26,6 +26,7 @@
 #define SLUICE_GATE_TUNNEL_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <event2/util.h>
@@ -78,5 +79,8 @@ void tunnel_settle(struct tunnel *t);
  * peer never received it; a unix socket's queue is its peer's, and counts). */
 uint64_t tunnel_bytes_up(const struct tunnel *t);   /* client -> upstream */
 uint64_t tunnel_bytes_down(const struct tunnel *t); /* upstream -> client */
+/* The bytes all tunnels hold that their destinations did not take yet
+ * (the copy path's buffers of their own; not what splice pipes hold). */
+size_t tunnel_held_bytes(void);
 
 #endif

@@ -359,6 +359,9 @@ int metrics_format(struct metrics *m, struct evbuffer *b)
     putf(o, "sluice_open_connections %" PRIu64 "\n", g.open_connections);
     head(o, "sluice_open_tunnels", "gauge", "CONNECT tunnels open now.");
     putf(o, "sluice_open_tunnels %" PRIu64 "\n", g.open_tunnels);
+    head(o, "sluice_tunnel_held_bytes", "gauge",
+         "Bytes tunnels read and hold because their destination did not take them yet.");
+    putf(o, "sluice_tunnel_held_bytes %" PRIu64 "\n", g.tunnel_held_bytes);
 
     head(o, "sluice_alerts_total", "counter", "Alerts written, by kind (kept across restarts).");
     for (int k = 0; k < ALERT_KIND_COUNT; k++)

@@ -59,6 +59,7 @@ struct metrics_log {
 /* Values the gateway knows, read at each scrape. */
 struct metrics_gauges {
     uint64_t open_connections, open_tunnels;
+    uint64_t tunnel_held_bytes; /* tunnel_held_bytes() (gate/tunnel.h) */
     uint64_t reloads, reload_failures;
     struct metrics_dns_server dns[METRICS_DNS_SERVERS];
     size_t ndns;
