@@ -518,6 +518,7 @@ static int reload_apply(struct gateway *gw, struct policy *p, const char *path)
     gw_policy_unref(gw->current); /* requests in flight keep their reference */
     gw->current = gp;
     fit_fd_limit(gw, p, false); /* its sinks may need more descriptors, or fewer */
+    tunnel_budget_for_conns(max_conns(gw));
     quota_configure(gw->quota, p);
     quota_reshape_commit(reshape); /* tunnels already open included */
     watch_policy_loaded(gw->watch, p);
@@ -894,6 +895,7 @@ struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *pol
         goto err;
     gw->max_conns_asked = max_conns(gw);
     fit_fd_limit(gw, policy, true);
+    tunnel_budget_for_conns(max_conns(gw)); /* what stalled tunnels may hold grows with them */
     gw->listeners = calloc(cfg->nlistens > 0 ? cfg->nlistens : 1, sizeof(*gw->listeners));
     if (gw->listeners == NULL) {
         snprintf(err, errlen, "out of memory");

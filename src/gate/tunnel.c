@@ -28,6 +28,20 @@
  * copy does not have: about 5% less of the gateway's CPU for a bulk
  * download on loopback (bench/HISTORY.md, 2026-12-06). */
 #define TUNNEL_BUF (256 * 1024)
+/* The budget of bytes held across all tunnels (<held>): 16 KiB for each
+ * connection the gateway may serve (--max-conns: 64 MiB at its default of
+ * 4096), at least 1 MiB. While a read of TUNNEL_BUF could take the held
+ * bytes past it, the copy path reads at most TUNNEL_TIGHT_READ, so that a
+ * direction stalled then holds at most that much: all held at most the
+ * budget and 16 KiB a direction. Before, every stalled direction held what
+ * its last 256 KiB read left (about 180 KiB measured: 2 GiB at 4096
+ * connections that never read). A direction toward a reader that keeps up
+ * holds nothing, so the budget costs bulk nothing until a great many
+ * stalled tunnels fill it; it then reads in 16 KiB steps (more calls for
+ * the same bytes) until they drain or close. */
+#define TUNNEL_HELD_PER_CONN (16 * 1024)
+#define TUNNEL_HELD_FLOOR    (1024 * 1024)
+#define TUNNEL_TIGHT_READ    (16 * 1024)
 /* Rounds per wakeup, so one busy tunnel cannot starve the loop: at most
  * 1 MiB of full reads per direction before the loop looks at the others. */
 #define TUNNEL_ROUNDS 4
@@ -55,6 +69,7 @@ static char scratch[TUNNEL_BUF];
  * sizes (the /metrics gauge sluice_tunnel_held_bytes). Loop thread only,
  * as scratch. */
 static size_t held;
+static size_t held_budget = 4096 * (size_t)TUNNEL_HELD_PER_CONN; /* tunnel_budget_for_conns() */
 
 /* A direction copies: read into <scratch>, send at once, and keep only what
  * dst did not take (in <stash>, allocated for as long as it holds bytes).
@@ -330,13 +345,26 @@ void tunnel_set_flow(struct tunnel *t, struct quota_flow *flow)
     t->flow = flow;
 }
 
-/* Room for more bytes from src: what the pipe has left, or the whole
- * buffer once it is empty. */
+void tunnel_budget_for_conns(unsigned conns)
+{
+    size_t b = (size_t)conns * TUNNEL_HELD_PER_CONN;
+    held_budget = b > TUNNEL_HELD_FLOOR ? b : TUNNEL_HELD_FLOOR;
+}
+
+/* How much the copy path reads at once: TUNNEL_BUF while what it could
+ * leave held stays within the budget, else TUNNEL_TIGHT_READ. */
+static size_t copy_read_size(void)
+{
+    return held <= held_budget && held_budget - held >= TUNNEL_BUF ? TUNNEL_BUF : TUNNEL_TIGHT_READ;
+}
+
+/* Room for more bytes from src: what the pipe has left, or a read's worth
+ * (copy_read_size()) once nothing waits. */
 static size_t room(const struct dir *d)
 {
     if (d->pipe[1] >= 0)
         return d->pending < d->cap ? d->cap - d->pending : 0;
-    return d->pending == 0 ? TUNNEL_BUF : 0; /* the stash is not added to */
+    return d->pending == 0 ? copy_read_size() : 0; /* the stash is not added to */
 }
 
 static void watch(struct dir *d, bool rd, bool wr);

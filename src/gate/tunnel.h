@@ -82,5 +82,9 @@ uint64_t tunnel_bytes_down(const struct tunnel *t); /* upstream -> client */
 /* The bytes all tunnels hold that their destinations did not take yet
  * (the copy path's buffers of their own; not what splice pipes hold). */
 size_t tunnel_held_bytes(void);
+/* Sets the budget of those bytes for a gateway of at most <conns>
+ * connections (--max-conns): 16 KiB each, at least 1 MiB; past it the copy
+ * path reads 16 KiB at a time, not 256 KiB (tunnel.c). */
+void tunnel_budget_for_conns(unsigned conns);
 
 #endif

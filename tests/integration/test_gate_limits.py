@@ -12,6 +12,7 @@ import http.client
 import os
 import re
 import resource
+import select
 import signal
 import socket
 import ssl
@@ -689,6 +690,94 @@ def test_a_steady_upload_may_outlast_idle_timeout(gateway, net):
     assert net.api.requests[-1].body == body
     _, end = gw.decided(path="/steady")
     assert end["status"] == 200 and end["bytes_up"] == len(body), end
+
+
+def _held_bytes(port):
+    """sluice_tunnel_held_bytes of the admin server on <port>."""
+    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5).read().decode()
+    m = re.search(r"^sluice_tunnel_held_bytes (\d+)$", text, re.M)
+    assert m, text
+    return int(m.group(1))
+
+
+def _endless_upstream(blocked):
+    """An origin that, after the request head, sends to each connection as
+    fast as it takes the bytes, until the test ends; <blocked>[conn] is True
+    while a send has waited 1 s or more for room (the gateway reads nothing
+    more of that connection)."""
+    piece = b"x" * (64 << 10)
+
+    def script(conn, stop, _):
+        conn.setblocking(False)
+        waited = 0
+        while not stop.is_set():
+            _, w, _ = select.select([], [conn], [], 0.2)
+            if not w:
+                waited += 1
+                blocked[conn] = waited >= 5
+                continue
+            waited = 0
+            blocked[conn] = False
+            try:
+                conn.send(piece)
+            except BlockingIOError:
+                continue
+            except OSError:
+                return
+    return ScriptedUpstream(script)
+
+
+def test_stalled_tunnels_hold_at_most_their_budget(gateway, net):
+    # Clients that open tunnels to a fast origin and never read. Each
+    # direction used to read up to 256 KiB and keep what its client's socket
+    # did not take: 48 such tunnels held 3.3 MB here (client receive
+    # buffers at their least), 200 with default buffers 15 MB (a gateway of
+    # 4096 would hold up to 2 GiB). The bytes held across all tunnels now
+    # stay within 16 KiB per --max-conns (1 MiB here) before reads shrink
+    # to 16 KiB: at most 1 MiB + 48 x 16 KiB (0.98 MB held here).
+    n, max_conns = 48, 64
+    budget = max_conns * (16 << 10)
+    blocked = {}
+    port = free_port()
+    size, outcome, done = 4 << 20, {}, threading.Event()
+    with _endless_upstream(blocked) as up, _big_response_upstream(size, outcome, done) as big:
+        host, bulk = "endless.example.test", "bulk.example.test"
+        gw = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0},
+                                 {"host": bulk, "ports": [big.port], "tier": 0}],
+                                static_extra={host: up.IP, bulk: big.IP}),
+                     args=["--admin", "127.0.0.1:%d" % port, "--max-conns", str(max_conns)])
+        clients = []
+        try:
+            for _ in range(n):
+                s = _slow_reader_conn(gw)
+                clients.append(s)
+                _connect_on(s, host, up.port)
+                s.sendall(b"GET / HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host.encode(), up.port))
+            poll(lambda: (len(blocked) == n and all(blocked.values())) or None, timeout=60,
+                 interval=0.2, what="every tunnel stalled")
+            # every stalled direction holds at least a byte (its reads stop
+            # only while bytes wait for its client)
+            held = poll(lambda: (lambda v: v if v >= n else None)(_held_bytes(port)),
+                        timeout=10, interval=0.2, what="the gauge counting the stalled tunnels")
+            assert held <= budget + n * (16 << 10), "%d tunnels hold %d bytes" % (n, held)
+            # past the budget a tunnel to a reader that keeps up still
+            # carries every byte, in 16 KiB reads
+            s = socket.create_connection((gw.host, gw.port), timeout=10)
+            clients.append(s)
+            _connect_on(s, bulk, big.port)
+            s.sendall(b"GET / HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (bulk.encode(), big.port))
+            want = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size + pattern_bytes(size)
+            got = bytearray()
+            for _ in range(100000):
+                if len(got) >= len(want):
+                    break
+                d = s.recv(1 << 20)
+                assert d, "cut after %d of %d bytes" % (len(got), len(want))
+                got += d
+            assert bytes(got) == want
+        finally:
+            for s in clients:
+                s.close()
 
 
 def test_max_conns_pauses_listeners(gateway, net):
