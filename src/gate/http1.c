@@ -44,7 +44,7 @@ static const unsigned char char_class[256] = {
 #undef TF
 /* clang-format on */
 
-static bool is_tchar(unsigned char c)
+bool http1_is_tchar(unsigned char c)
 {
     return (char_class[c] & 1u) != 0;
 }
@@ -187,7 +187,7 @@ static bool all_tchars(const char *s, size_t len)
     if (len == 0)
         return false;
     for (size_t i = 0; i < len; i++)
-        if (!is_tchar((unsigned char)s[i]))
+        if (!http1_is_tchar((unsigned char)s[i]))
             return false;
     return true;
 }
@@ -321,7 +321,7 @@ static int field_line_error(const char *p, const char *end, size_t n, const char
         return -1;
     }
     const char *c = p;
-    while (c < eol && is_tchar((unsigned char)*c))
+    while (c < eol && http1_is_tchar((unsigned char)*c))
         c++;
     if (c == eol || *c != ':') {
         *why = c == p ? "invalid header name" : "invalid character in header name";
@@ -355,7 +355,7 @@ static int parse_fields(const char **at, const char *end, struct http_header *hd
     size_t n = 0;
     while (p < end && (p[0] != '\r' || p[1] != '\n')) {
         const char *c = p;
-        while (c < end && is_tchar((unsigned char)*c))
+        while (c < end && http1_is_tchar((unsigned char)*c))
             c++;
         if (c == p || c == end || *c != ':' || n == HTTP_MAX_HEADERS)
             return field_line_error(p, end, n, why);
@@ -754,7 +754,7 @@ static int parse_request(const char *buf, size_t lim, void *v, const char **why)
     /* request-line = method SP request-target SP HTTP-version CRLF */
     const char *p = buf;
     const char *m = p;
-    while (p < end && is_tchar((unsigned char)*p))
+    while (p < end && http1_is_tchar((unsigned char)*p))
         p++;
     if (p == m || *p != ' ') {
         *why = "invalid method";
@@ -909,7 +909,7 @@ static int response_te(const char *v, size_t len, bool *seen_chunked, bool *fina
         if (elen == 0)
             continue;
         size_t n = 0;
-        while (n < elen && is_tchar((unsigned char)e[n]))
+        while (n < elen && http1_is_tchar((unsigned char)e[n]))
             n++;
         if (n == 0) {
             *why = "invalid Transfer-Encoding";

@@ -203,6 +203,10 @@ int http1_split_host(const char *v, size_t len, const char **h, size_t *hlen, ui
  * parsed field's <field> with it. */
 enum http_field http1_field(const char *name, size_t len);
 
+/* True for an RFC 9110 5.6.2 tchar, a byte a token (a method, a field
+ * name, a parameter's name) is made of. */
+bool http1_is_tchar(unsigned char c);
+
 /* True when the header <name> (<len> bytes, any case) is hop-by-hop for a
  * proxy: Connection, Keep-Alive, Proxy-Connection, Proxy-Authorization,
  * Proxy-Authenticate, Proxy-Authentication-Info, TE, Trailer, Upgrade.

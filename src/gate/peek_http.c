@@ -8,14 +8,6 @@
 #include "gate/http1.h"
 #include "gate/routing_host.h"
 
-/* RFC 9110 5.6.2 tchar. */
-static bool is_tchar(unsigned char c)
-{
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
-        return true;
-    return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
-}
-
 /* Whitespace some request-line parser takes as a separator: also the
  * bytes Python's str.split() takes as whitespace once http.server has
  * decoded the line as Latin-1 (CR, FS, GS, RS, US, NEL, NBSP), which it
@@ -106,7 +98,7 @@ static const char *second_word(const char *buf, size_t j, size_t e, size_t *n)
 static enum line_kind first_line(const char *buf, size_t len, const char **target, size_t *tlen)
 {
     size_t j = 0;
-    while (j < len && is_tchar((unsigned char)buf[j]))
+    while (j < len && http1_is_tchar((unsigned char)buf[j]))
         j++;
     if (j == len)
         return LINE_NEED_MORE; /* a method token so far */
@@ -270,7 +262,7 @@ static enum line_kind scan_first_line(struct peek_http_scan *s, const char *buf,
         }
     }
     if (s->phase == PEEK_HTTP_METHOD) {
-        while (i < lim && is_tchar((unsigned char)buf[i]))
+        while (i < lim && http1_is_tchar((unsigned char)buf[i]))
             i++;
         if (i < lim) {
             if (i == s->line || !is_ws((unsigned char)buf[i])) {

@@ -23,14 +23,6 @@ static bool is_ows(char c)
     return c == ' ' || c == '\t';
 }
 
-/* RFC 9110 tchar. */
-static bool is_tchar(unsigned char c)
-{
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
-        return true;
-    return c != '\0' && strchr("!#$%&'*+-.^_`|~", c) != NULL;
-}
-
 /* Each element of the comma-separated list <v> (<len> bytes), trimmed,
  * checked with routing_host_names(); empty elements are skipped (RFC 9110
  * 5.6.1). */
@@ -74,7 +66,7 @@ static enum routing_host_result forwarded_names(const char *v, size_t len,
             continue;
         }
         size_t name = i;
-        while (i < len && is_tchar((unsigned char)v[i]))
+        while (i < len && http1_is_tchar((unsigned char)v[i]))
             i++;
         size_t name_len = i - name;
         while (i < len && is_ows(v[i]))
