@@ -16,6 +16,7 @@
 #include "util/pos_index.h"
 #include "util/text_json.h"
 #include "util/units.h"
+#include "util/utf8.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -152,13 +153,7 @@ static int schema_row(sqlite3 *db, char *ver, size_t verlen)
  * (the remedy) stay. */
 static void cut_middle(char *s, size_t n)
 {
-    size_t head = MSG_MAX - MSG_TAIL - 3, tail = n - MSG_TAIL;
-    while (head > 0 && ((unsigned char)s[head] & 0xc0) == 0x80)
-        head--; /* s[head], the first byte dropped, is no sequence's middle */
-    while (tail < n && ((unsigned char)s[tail] & 0xc0) == 0x80)
-        tail++;
-    memcpy(s + head, "...", 3);
-    memmove(s + head + 3, s + tail, n - tail + 1);
+    utf8_cut_middle(s, s, n, MSG_MAX - MSG_TAIL - 3, MSG_TAIL, NULL);
 }
 
 /* A new message (NULL when out of memory): whole up to MSG_MAX bytes, its

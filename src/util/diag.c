@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util/utf8.h"
 #include "util/xalloc.h"
 
 void diag_init(struct diag *d, const char *file)
@@ -138,15 +139,7 @@ void diag_format(const struct diag *d, const struct diag_entry *e, char *out, si
          * its line, field and what is wrong. The path's middle gives way
          * ("..."), between two UTF-8 characters. */
         size_t keep = outlen - 1 - after - 3;
-        size_t head = keep / 2, tail = flen - (keep - head);
-        while (head > 0 && ((unsigned char)file[head] & 0xc0) == 0x80)
-            head--;
-        while (tail < flen && ((unsigned char)file[tail] & 0xc0) == 0x80)
-            tail++;
-        memcpy(out, file, head);
-        memcpy(out + head, "...", 3);
-        memcpy(out + head + 3, file + tail, flen - tail);
-        used = head + 3 + (flen - tail);
+        used = utf8_cut_middle(out, file, flen, keep / 2, keep - keep / 2, NULL);
     }
     if (used < outlen - 1)
         format_after_file(e, out + used, outlen - used);

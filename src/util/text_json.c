@@ -84,14 +84,7 @@ size_t text_shown_fit(char *out, size_t outlen, const char *s)
         return len;
     }
     size_t keep = outlen - 1 - 3; /* the bytes of <all> that stay */
-    size_t head = keep / 2, tail = n - (keep - head);
-    while (head > 0 && !shown_boundary(all, head))
-        head--;
-    while (tail < n && !shown_boundary(all, tail))
-        tail++;
-    memcpy(out, all, head);
-    memcpy(out + head, "...", 3);
-    memcpy(out + head + 3, all + tail, n - tail + 1);
+    size_t len = utf8_cut_middle(out, all, n, keep / 2, keep - keep / 2, shown_boundary);
     free(all);
-    return head + 3 + (n - tail);
+    return len;
 }

@@ -70,3 +70,27 @@ char *utf8_lossy(const char *s)
     out[o] = '\0';
     return out;
 }
+
+bool utf8_between(const char *s, size_t i)
+{
+    return ((unsigned char)s[i] & 0xc0) != 0x80;
+}
+
+size_t utf8_cut_middle(char *out, const char *s, size_t n, size_t head, size_t tail,
+                       bool (*between)(const char *s, size_t i))
+{
+    if (between == NULL)
+        between = utf8_between;
+    size_t from = n - tail;
+    while (head > 0 && !between(s, head))
+        head--; /* s[head], the first byte dropped, is no character's middle */
+    while (from < n && !between(s, from))
+        from++;
+    /* memmove(): <out> may be <s>, the tail then moving toward the start,
+     * past the "..." already written (head + 3 <= from) */
+    memmove(out, s, head);
+    memcpy(out + head, "...", 3);
+    memmove(out + head + 3, s + from, n - from);
+    out[head + 3 + (n - from)] = '\0';
+    return head + 3 + (n - from);
+}

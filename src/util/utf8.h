@@ -24,4 +24,18 @@ bool utf8_valid(const unsigned char *s, size_t len);
  * NULL (xmalloc). */
 char *utf8_lossy(const char *s);
 
+/* True when a cut of <s> before s[i] falls between two characters: s[i]
+ * is no UTF-8 sequence's continuation byte (utf8_cut_middle()'s default). */
+bool utf8_between(const char *s, size_t i);
+
+/* Writes the <n> bytes of <s> into <out> with their middle given way to
+ * "...": about their first <head> and their last <tail> bytes kept, each
+ * side giving up the bytes up to where <between> (NULL: utf8_between())
+ * says a cut falls between two characters. <out>, which has room for
+ * head + 3 + tail bytes and a NUL, may be <s> itself; <n> must be at
+ * least head + tail. Returns the length written (NUL-terminated): one
+ * cutter for every message whose path keeps its start and end. */
+size_t utf8_cut_middle(char *out, const char *s, size_t n, size_t head, size_t tail,
+                       bool (*between)(const char *s, size_t i));
+
 #endif
