@@ -109,28 +109,22 @@ static bool eqi_lower(const char *a, size_t alen, const char *b, size_t blen)
     return true;
 }
 
-static bool is_ows(char c)
+bool http1_is_ows(char c)
 {
     return c == ' ' || c == '\t';
 }
 
 /* ---------------------------------------------------------------------- */
-/* Lists: "a, b ,c" -> elements trimmed of OWS (empty elements included). */
+/* Lists (http1.h, http1_list_next()). */
 
-struct list_iter {
-    const char *p;
-    const char *end;
-    bool done;
-};
-
-static void list_init(struct list_iter *it, const char *v, size_t len)
+void http1_list_init(struct http1_list *it, const char *v, size_t len)
 {
     it->p = v;
     it->end = v + len;
     it->done = false;
 }
 
-static bool list_next(struct list_iter *it, const char **elem, size_t *elen)
+bool http1_list_next(struct http1_list *it, const char **elem, size_t *elen)
 {
     if (it->done)
         return false;
@@ -142,9 +136,9 @@ static bool list_next(struct list_iter *it, const char **elem, size_t *elen)
         it->done = true;
     else
         it->p = e + 1;
-    while (s < e && is_ows(*s))
+    while (s < e && http1_is_ows(*s))
         s++;
-    while (e > s && is_ows(e[-1]))
+    while (e > s && http1_is_ows(e[-1]))
         e--;
     *elem = s;
     *elen = (size_t)(e - s);
@@ -152,12 +146,12 @@ static bool list_next(struct list_iter *it, const char **elem, size_t *elen)
 }
 
 /* The elements of the lists of every field of a head that is one field
- * (all its Connection fields, say), in order, as list_next() gives them. */
+ * (all its Connection fields, say), in order, as http1_list_next() gives them. */
 struct fields_iter {
     const struct http_header *f;
     const struct http_header *end;
     enum http_field field;
-    struct list_iter list;
+    struct http1_list list;
 };
 
 static void fields_init(struct fields_iter *it, const struct http_header *hdrs, size_t n,
@@ -166,17 +160,17 @@ static void fields_init(struct fields_iter *it, const struct http_header *hdrs, 
     it->f = hdrs;
     it->end = hdrs + n;
     it->field = field;
-    it->list = (struct list_iter){NULL, NULL, true}; /* no list yet */
+    it->list = (struct http1_list){NULL, NULL, true}; /* no list yet */
 }
 
 static bool fields_next(struct fields_iter *it, const char **elem, size_t *elen)
 {
-    while (!list_next(&it->list, elem, elen)) {
+    while (!http1_list_next(&it->list, elem, elen)) {
         while (it->f < it->end && it->f->field != it->field)
             it->f++;
         if (it->f == it->end)
             return false;
-        list_init(&it->list, it->f->value, it->f->value_len);
+        http1_list_init(&it->list, it->f->value, it->f->value_len);
         it->f++;
     }
     return true;
@@ -316,7 +310,7 @@ static int field_line_error(const char *p, const char *end, size_t n, const char
         *why = "CR without LF in header";
         return -1;
     }
-    if (is_ows(*p)) {
+    if (http1_is_ows(*p)) {
         *why = "obsolete line folding";
         return -1;
     }
@@ -366,13 +360,13 @@ static int parse_fields(const char **at, const char *end, struct http_header *hd
         const char *ve = eol;
         /* The usual line, "name: value" with no other blank around the
          * value, is taken as it is, without the trimming loops. */
-        bool plain = ve - v >= 2 && v[0] == ' ' && !is_ows(v[1]) && !is_ows(ve[-1]);
+        bool plain = ve - v >= 2 && v[0] == ' ' && !http1_is_ows(v[1]) && !http1_is_ows(ve[-1]);
         if (plain) {
             v++;
         } else {
-            while (v < ve && is_ows(*v))
+            while (v < ve && http1_is_ows(*v))
                 v++;
-            while (ve > v && is_ows(ve[-1]))
+            while (ve > v && http1_is_ows(ve[-1]))
                 ve--;
             plain = v == c + 2 && c[1] == ' ' && ve == eol;
         }
@@ -428,11 +422,11 @@ static int merge_content_length(const char *v, size_t len, int64_t *cl, const ch
         digits++;
     if (digits == len) /* one number (or none), the usual value: the list is itself */
         return merge_length(v, len, cl, why);
-    struct list_iter it;
+    struct http1_list it;
     const char *e;
     size_t elen;
-    list_init(&it, v, len);
-    while (list_next(&it, &e, &elen))
+    http1_list_init(&it, v, len);
+    while (http1_list_next(&it, &e, &elen))
         if (merge_length(e, elen, cl, why) != 0)
             return -1;
     return 0;
@@ -442,11 +436,11 @@ static int merge_content_length(const char *v, size_t len, int64_t *cl, const ch
 static int parse_connection(const char *v, size_t len, bool *close, bool *keep_alive,
                             const char **why)
 {
-    struct list_iter it;
+    struct http1_list it;
     const char *e;
     size_t elen;
-    list_init(&it, v, len);
-    while (list_next(&it, &e, &elen)) {
+    http1_list_init(&it, v, len);
+    while (http1_list_next(&it, &e, &elen)) {
         if (elen == 0)
             continue;
         if (!all_tchars(e, elen)) {
@@ -901,11 +895,11 @@ enum body_kind http1_request_body(const struct http_request *req)
 static int response_te(const char *v, size_t len, bool *seen_chunked, bool *final_chunked,
                        bool *other, const char **why)
 {
-    struct list_iter it;
+    struct http1_list it;
     const char *e;
     size_t elen;
-    list_init(&it, v, len);
-    while (list_next(&it, &e, &elen)) {
+    http1_list_init(&it, v, len);
+    while (http1_list_next(&it, &e, &elen)) {
         if (elen == 0)
             continue;
         size_t n = 0;

@@ -203,6 +203,22 @@ int http1_split_host(const char *v, size_t len, const char **h, size_t *hlen, ui
  * parsed field's <field> with it. */
 enum http_field http1_field(const char *name, size_t len);
 
+/* True for OWS, optional whitespace (RFC 9110 5.6.3): a space or a tab. */
+bool http1_is_ows(char c);
+
+/* A field value's comma-separated list (RFC 9110 5.6.1): "a, b ,c" gives
+ * its elements, trimmed of OWS, in order, empty elements included. */
+struct http1_list {
+    const char *p;
+    const char *end;
+    bool done;
+};
+/* Starts on the list of the <len> bytes at <v>, which must outlive it. */
+void http1_list_init(struct http1_list *it, const char *v, size_t len);
+/* The next element into <*elem> (<*elen> bytes, maybe 0); false after
+ * the last. */
+bool http1_list_next(struct http1_list *it, const char **elem, size_t *elen);
+
 /* True for an RFC 9110 5.6.2 tchar, a byte a token (a method, a field
  * name, a parameter's name) is made of. */
 bool http1_is_tchar(unsigned char c);

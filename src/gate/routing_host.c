@@ -18,36 +18,20 @@ enum routing_host_result routing_host_names(const char *v, size_t len, const str
     return named == port ? ROUTING_HOST_MATCH : ROUTING_HOST_OTHER_PORT;
 }
 
-static bool is_ows(char c)
-{
-    return c == ' ' || c == '\t';
-}
-
 /* Each element of the comma-separated list <v> (<len> bytes), trimmed,
  * checked with routing_host_names(); empty elements are skipped (RFC 9110
  * 5.6.1). */
 static enum routing_host_result list_names(const char *v, size_t len, const struct host *target,
                                            uint16_t port, uint16_t default_port)
 {
-    size_t i = 0;
-    while (i < len) {
-        size_t start = i;
-        while (i < len && v[i] != ',')
-            i++;
-        size_t end = i;
-        while (start < end && is_ows(v[start]))
-            start++;
-        while (end > start && is_ows(v[end - 1]))
-            end--;
-        if (end > start) {
-            enum routing_host_result r =
-                routing_host_names(v + start, end - start, target, port, default_port);
-            if (r != ROUTING_HOST_MATCH)
-                return r;
-        }
-        i++; /* past the ',' (or the end) */
-    }
-    return ROUTING_HOST_MATCH;
+    struct http1_list it;
+    const char *e;
+    size_t elen;
+    enum routing_host_result r = ROUTING_HOST_MATCH;
+    for (http1_list_init(&it, v, len); r == ROUTING_HOST_MATCH && http1_list_next(&it, &e, &elen);)
+        if (elen > 0)
+            r = routing_host_names(e, elen, target, port, default_port);
+    return r;
 }
 
 /* One Forwarded field value <v> (<len> bytes): every host= pair's value
@@ -61,7 +45,7 @@ static enum routing_host_result forwarded_names(const char *v, size_t len,
 {
     size_t i = 0;
     while (i < len) {
-        if (is_ows(v[i]) || v[i] == ';' || v[i] == ',') {
+        if (http1_is_ows(v[i]) || v[i] == ';' || v[i] == ',') {
             i++;
             continue;
         }
@@ -69,12 +53,12 @@ static enum routing_host_result forwarded_names(const char *v, size_t len,
         while (i < len && http1_is_tchar((unsigned char)v[i]))
             i++;
         size_t name_len = i - name;
-        while (i < len && is_ows(v[i]))
+        while (i < len && http1_is_ows(v[i]))
             i++;
         if (name_len == 0 || i == len || v[i] != '=')
             goto unreadable;
         i++;
-        while (i < len && is_ows(v[i]))
+        while (i < len && http1_is_ows(v[i]))
             i++;
         const char *val = v + i;
         size_t val_len;
@@ -89,11 +73,11 @@ static enum routing_host_result forwarded_names(const char *v, size_t len,
                 goto unreadable;
             i = (size_t)(close - v) + 1;
         } else {
-            while (i < len && !is_ows(v[i]) && v[i] != ';' && v[i] != ',')
+            while (i < len && !http1_is_ows(v[i]) && v[i] != ';' && v[i] != ',')
                 i++;
             val_len = (size_t)(v + i - val);
         }
-        while (i < len && is_ows(v[i]))
+        while (i < len && http1_is_ows(v[i]))
             i++;
         if (i < len && v[i] != ';' && v[i] != ',')
             goto unreadable;
