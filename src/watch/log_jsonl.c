@@ -1504,12 +1504,6 @@ static void ts_add_ms(struct timespec *t, long ms)
     }
 }
 
-static void deadline_in(struct timespec *t, long ms)
-{
-    clock_gettime(CLOCK_MONOTONIC, t);
-    ts_add_ms(t, ms);
-}
-
 static bool passed(const struct timespec *t)
 {
     struct timespec now;
@@ -1609,7 +1603,7 @@ static bool name_lost(const struct log_jsonl *l, struct timespec *due)
     struct stat st;
     if (l->path == NULL || !passed(due))
         return false;
-    deadline_in(due, WRITER_NLINK_MS);
+    *due = monotonic_after(WRITER_NLINK_MS);
     return fstat(l->fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 0 &&
            inherited_fd(&st) < 0;
 }
@@ -2054,8 +2048,7 @@ static int writer_reopen_wait(struct log_jsonl *l)
 static bool writer_close(struct log_jsonl *l)
 {
     struct file_writer *fw = l->fw;
-    struct timespec until;
-    deadline_in(&until, WRITER_CLOSE_WAIT_MS);
+    struct timespec until = monotonic_after(WRITER_CLOSE_WAIT_MS);
     pthread_mutex_lock(&fw->mu);
     fw->stop = true;
     writer_kick(fw);

@@ -783,14 +783,7 @@ static void spawner_stop(struct exec_runner *r, uint64_t deadline)
     pthread_cond_signal(&sp->cond);
     pthread_mutex_unlock(&sp->mu);
     uint64_t left = deadline > monotonic_ms() ? deadline - monotonic_ms() : 0;
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += (time_t)(left / 1000);
-    until.tv_nsec += (long)(left % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = monotonic_after(left < UINT_MAX ? (unsigned)left : UINT_MAX);
     event_free(r->woken);
     r->woken = NULL;
     r->sp = NULL;

@@ -1104,8 +1104,7 @@ static void test_a_reopen_to_a_file_without_a_writer_thread(void **state)
      * (lines written until then, 3 s at most). */
     assert_int_equal(unlink(path), 0);
     const char *unlinked = "its file was deleted or moved: send SIGHUP to reopen";
-    struct timespec until;
-    deadline_in(&until, 3000);
+    struct timespec until = monotonic_after(3000);
     while (!passed(&until) &&
            (log_jsonl_error(l) == NULL || strcmp(log_jsonl_error(l), unlinked) != 0)) {
         log_jsonl_on_event(&ev, l);
