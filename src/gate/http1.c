@@ -463,8 +463,8 @@ static int parse_connection(const char *v, size_t len, bool *close, bool *keep_a
  * httpoxy's (CVE-2016-5385): no HTTP field, but a CGI origin hands it to
  * its script as HTTP_PROXY, the variable that names the proxy for the
  * script's own outbound requests, which an agent would aim at an address
- * of its choosing; it is never relayed, as nginx, HAProxy, Apache and
- * squid were set to strip it. Forwarded and the X-Forwarded-Host kind are
+ * of its choosing; it is never relayed, the mitigation advised for
+ * servers and proxies when httpoxy was disclosed. Forwarded and the X-Forwarded-Host kind are
  * the fields an origin behind a front may pick the site by
  * (gate/routing_host.h). */
 #define FIELD_NAME_MAX 25
