@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 
+#include "gate/http1.h"
 #include "util/hex.h"
 
 enum {
@@ -46,32 +47,6 @@ void chunked_init_request(struct chunked *c)
     chunked_init(c);
     c->max_digits = CHUNKED_REQUEST_MAX_DIGITS;
     c->max_size = CHUNKED_REQUEST_MAX_SIZE;
-}
-
-static bool is_tchar(unsigned char ch)
-{
-    if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9'))
-        return true;
-    switch (ch) {
-    case '!':
-    case '#':
-    case '$':
-    case '%':
-    case '&':
-    case '\'':
-    case '*':
-    case '+':
-    case '-':
-    case '.':
-    case '^':
-    case '_':
-    case '`':
-    case '|':
-    case '~':
-        return true;
-    default:
-        return false;
-    }
 }
 
 /* HT, SP, VCHAR, obs-text: what may appear in an extension or field value. */
@@ -186,7 +161,7 @@ int chunked_feed_data(struct chunked *c, const char *data, size_t len, size_t *c
         case S_TRAILER_START:
             if (ch == '\r')
                 c->state = S_FINAL_LF;
-            else if (is_tchar(ch))
+            else if (http1_is_tchar(ch))
                 c->state = S_TRAILER_NAME;
             else
                 return fail(c, "invalid trailer field", i, consumed);
@@ -194,7 +169,7 @@ int chunked_feed_data(struct chunked *c, const char *data, size_t len, size_t *c
         case S_TRAILER_NAME:
             if (ch == ':')
                 c->state = S_TRAILER_VALUE;
-            else if (!is_tchar(ch))
+            else if (!http1_is_tchar(ch))
                 return fail(c, "invalid trailer field", i, consumed);
             break;
         case S_TRAILER_VALUE:

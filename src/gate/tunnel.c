@@ -409,13 +409,14 @@ static void forget_unsent(struct dir *d)
 }
 
 /* dst failed (a reset: its peer is gone): d is over and what it held is
- * dropped. The other direction goes on: it reads from that socket what
- * came before the failure (then the failure, or the end: fill()) and
- * delivers it, so a reset the gateway meets first while writing takes none
- * of those bytes with it. What src sends meanwhile is read and dropped
- * (sink()), and the tunnel ends only once src's peer has those bytes
- * (over()): closing a socket with unread bytes is a reset, which would
- * drop what its peer has not acknowledged yet. */
+ * never sent (its stash, still counted in <held>, is freed with the
+ * tunnel, which ends soon). The other direction goes on: it reads from
+ * that socket what came before the failure (then the failure, or the end:
+ * fill()) and delivers it, so a reset the gateway meets first while
+ * writing takes none of those bytes with it. What src sends meanwhile is
+ * read and dropped (sink()), and the tunnel ends only once src's peer has
+ * those bytes (over()): closing a socket with unread bytes is a reset,
+ * which would drop what its peer has not acknowledged yet. */
 static void dst_failed(struct dir *d)
 {
     forget_unacknowledged(d);
