@@ -493,11 +493,9 @@ static void put_tier(struct out *o, enum tier t)
         put_u64(o, (uint64_t)t);
 }
 
-/* log_jsonl_format() with each string cut after <field_max> bytes of JSON (a
- * format_fn: <what> is the struct egress_event). */
-static size_t format_event(const void *what, char *out, size_t cap, size_t field_max)
+/* log_jsonl_format() with each string cut after <field_max> bytes of JSON. */
+static size_t format_event(const struct egress_event *ev, char *out, size_t cap, size_t field_max)
 {
-    const struct egress_event *ev = what;
     struct out o = out_on(out, cap, field_max);
 
     puts_lit(&o, "{\"ts\":");
@@ -568,26 +566,21 @@ size_t log_jsonl_format(const struct egress_event *ev, char *out, size_t cap)
     return format_event(ev, out, cap, SIZE_MAX);
 }
 
-/* Formats the line of <what> into <out> (<cap> bytes), each string cut
- * after <field_max> bytes of JSON; returns its would-be length, as
- * log_jsonl_format(): format_event, format_alert. */
-typedef size_t format_fn(const void *what, char *out, size_t cap, size_t field_max);
-
-/* Formats the line of <what> with <format> into <stack> (LINE_STACK bytes)
+/* Formats the line of <ev> into <stack> (LINE_STACK bytes)
  * or, when it is longer, into a heap buffer of its size. Returns the line
  * (the caller frees it when it is not <stack>), its length in <*n>. A line
  * that can have no heap buffer (past LINE_MAX_LEN, or no memory) is
  * formatted cut into <stack> (CUT_FIELD_MAX): its decision is logged, not
  * dropped. NULL only when the cut line does not fit either (none does). */
-static char *format_line(format_fn *format, const void *what, char *stack, size_t *n)
+static char *format_line(const struct egress_event *ev, char *stack, size_t *n)
 {
-    *n = format(what, stack, LINE_STACK, SIZE_MAX);
+    *n = format_event(ev, stack, LINE_STACK, SIZE_MAX);
     if (*n < LINE_STACK)
         return stack;
     char *line = *n < LINE_MAX_LEN ? malloc(*n + 1) : NULL;
     char *out = line != NULL ? line : stack;
     size_t cap = line != NULL ? *n + 1 : LINE_STACK;
-    *n = format(what, out, cap, line != NULL ? SIZE_MAX : CUT_FIELD_MAX);
+    *n = format_event(ev, out, cap, line != NULL ? SIZE_MAX : CUT_FIELD_MAX);
     if (*n < cap)
         return out;
     free(line);
@@ -1168,7 +1161,7 @@ void log_jsonl_on_event(const struct egress_event *ev, void *arg)
         l->dropped++;
         return;
     }
-    char *line = format_line(format_event, ev, stack, &n);
+    char *line = format_line(ev, stack, &n);
     if (line == NULL) {
         count_drop(l);
         return;
@@ -1180,11 +1173,10 @@ void log_jsonl_on_event(const struct egress_event *ev, void *arg)
         free(line);
 }
 
-/* log_jsonl_format_alert() with each string cut after <field_max> bytes of JSON (a
- * format_fn: <what> is the struct alert). */
-static size_t format_alert(const void *what, char *out, size_t cap, size_t field_max)
+/* log_jsonl_format_alert()'s line with each string cut after <field_max>
+ * bytes of JSON. */
+static size_t format_alert(const struct alert *a, char *out, size_t cap, size_t field_max)
 {
-    const struct alert *a = what;
     struct out o = out_on(out, cap, field_max);
 
     puts_lit(&o, "{\"ts\":");
@@ -1212,23 +1204,10 @@ static size_t format_alert(const void *what, char *out, size_t cap, size_t field
 
 size_t log_jsonl_format_alert(const struct alert *a, char *out, size_t cap)
 {
-    return format_alert(a, out, cap, SIZE_MAX);
-}
-
-void log_jsonl_on_alert(const struct alert *a, void *arg)
-{
-    struct log_jsonl *l = arg;
-    char stack[LINE_STACK];
-    size_t n;
-    char *line = format_line(format_alert, a, stack, &n);
-
-    if (line == NULL) {
-        count_drop(l);
-        return;
-    }
-    log_jsonl_write_line(l, line, n);
-    if (line != stack)
-        free(line);
+    size_t n = format_alert(a, out, cap, SIZE_MAX);
+    if (n < cap)
+        return n;
+    return format_alert(a, out, cap, CUT_FIELD_MAX); /* as a decision line that cannot be whole */
 }
 
 static int writer_flush(struct log_jsonl *l, const struct timespec *start, int timeout_ms);

@@ -80,12 +80,11 @@ void log_jsonl_on_event(const struct egress_event *ev, void *arg);
 size_t log_jsonl_format(const struct egress_event *ev, char *out, size_t cap);
 
 /* Formats alert <a> as SPEC.md's alert line (keys ts, event, kind,
- * severity, agent, host, tier, id, detail, count), like log_jsonl_format. */
+ * severity, agent, host, tier, id, detail, count), like log_jsonl_format;
+ * a line that does not fit in <cap> whole (a detail of many KiB) is
+ * formatted cut as a decision line that cannot be whole is: each string
+ * at most 256 bytes of JSON, a last key "cut" naming those cut. */
 size_t log_jsonl_format_alert(const struct alert *a, char *out, size_t cap);
-
-/* The alert bus subscriber (the --alerts file): <arg> is the struct
- * log_jsonl. Never blocks. */
-void log_jsonl_on_alert(const struct alert *a, void *arg);
 
 /* Appends the complete line <line> (<n> bytes, ending in '\n') to the log
  * like the subscribers do: never blocks, dropped and counted past the cap. */
