@@ -21,8 +21,8 @@
  * A connection's lifetime is thus at most 5 + 10 + 1 s and its memory the
  * head array plus one reply. ADMIN_CONNS_MAX of them at once. At the cap a
  * new connection takes the slot of the oldest one still waiting for its
- * head (closed without a word), as HAProxy and nginx let a new client
- * evict an idle one: before, the listener was disabled there, and 64 local
+ * head (closed without a word), as nginx closes idle keep-alive
+ * connections when it runs out of them: before, the listener was disabled there, and 64 local
  * connections trickling their heads (more behind them keeping the listen
  * queue full) held every slot for their 5 s each, so a health check took
  * 10 to 13 s or timed out. An attacker's connection now holds its slot only
