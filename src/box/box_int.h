@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include <seccomp.h>
+
 #include "box/box.h"
 
 /* netns.c */
@@ -81,10 +83,23 @@ int box_landlock(const struct box_config *cfg, char *err, size_t errlen);
  * (tty_refused[]: KDSKBENT, KDSKBSENT, KDSKBMODE, KDSETMODE, the font
  * and map ones, VT_ACTIVATE...), every call
  * that would make a file set-user-ID or
- * set-group-ID, openat2() and, unless <cfg->allow_unix>, socket(AF_UNIX)
+ * set-group-ID, openat2(), every mount call (box_refuse_mounts()) and,
+ * unless <cfg->allow_unix>, socket(AF_UNIX)
  * and socketpair() but for stream and seqpacket pairs. Returns 0,
  * or -1 with a message. */
 int box_lock_down(const struct box_config *cfg, bool *landlocked, char *err, size_t errlen);
+/* The number of the seccomp call <name> for a rule: libseccomp's, or, on
+ * x86_64 and aarch64 with a libseccomp that does not know it, <shared_nr>
+ * (a call added since Linux 5.1); __NR_SCMP_ERROR otherwise. */
+int box_syscall_nr(const char *name, int shared_nr);
+
+/* seccomp_mounts.c */
+/* Adds to <ctx> the rules that make every call that makes, attaches,
+ * changes or removes a mount fail with EPERM, in the namespaces the
+ * command may make too (a cgroup file system of its own would write the
+ * host's cgroups). Returns 0, or libseccomp's negative error. */
+int box_refuse_mounts(scmp_filter_ctx ctx);
+
 /* In the init, once the command's process is forked: it runs the relay,
  * which reads every byte the command sends, and needs no capability for
  * that but CAP_DAC_OVERRIDE (connecting to a gateway's socket that root

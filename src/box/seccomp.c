@@ -27,6 +27,10 @@
  * Kernel keyrings: add_key(), request_key() and keyctl() fail with ENOSYS
  * (the user keyring of a root box is the host root's).
  *
+ * Mounts: every call that makes, attaches, changes or removes one fails
+ * with EPERM, in the namespaces the command may make too (seccomp_mounts.c:
+ * a cgroup file system of its own would write the host's cgroups).
+ *
  * bpf() fails with EPERM: a map pinned in the host's bpf file system opens
  * by its path whatever the mount, and its descriptor writes the host's map.
  *
@@ -226,22 +230,24 @@ static int refuse_setid_open(scmp_filter_ctx ctx, int sys, unsigned flags_arg)
     return rc;
 }
 
-/* fchmodat2() (Linux 6.6) by number. SCMP_SYS(fchmodat2) compiles only
- * where the kernel headers and libseccomp's header agree about it (Debian
- * 12: libseccomp 2.5.4 with its 6.7 table, kernel headers 6.1 without
- * __NR_fchmodat2, and the reverse with newer headers and an older
- * libseccomp), so the name is always looked up in libseccomp's table at
- * run time. A libseccomp too old to know it (upstream 2.5.5 added it) gets the
- * number: 452 in the syscall table x86_64 and the generic one (aarch64)
- * share for every call added since Linux 5.1. Elsewhere the number is not
- * taken on trust (alpha, MIPS and ia64 offset theirs), and with such a
- * libseccomp fchmodat2() stays unfiltered: __NR_SCMP_ERROR. */
-static int fchmodat2_nr(void)
+/* The number of the call <name>, looked up in libseccomp's table at run
+ * time: SCMP_SYS() compiles only where the kernel headers and libseccomp's
+ * header agree about a call (Debian 12: libseccomp 2.5.4 with its 6.7
+ * table, kernel headers 6.1 without __NR_fchmodat2, and the reverse with
+ * newer headers and an older libseccomp). A libseccomp too old to know it
+ * (upstream 2.5.5 added fchmodat2) gets <shared_nr>, its number in the
+ * syscall table x86_64 and the generic one (aarch64) share for every call
+ * added since Linux 5.1. Elsewhere the number is not taken on trust (alpha,
+ * MIPS and ia64 offset theirs), and with such a libseccomp the call stays
+ * unfiltered: __NR_SCMP_ERROR. */
+int box_syscall_nr(const char *name, int shared_nr)
 {
-    int nr = seccomp_syscall_resolve_name("fchmodat2");
+    int nr = seccomp_syscall_resolve_name(name);
 #if defined(__x86_64__) || defined(__aarch64__)
     if (nr == __NR_SCMP_ERROR)
-        nr = 452;
+        nr = shared_nr;
+#else
+    (void)shared_nr;
 #endif
     return nr;
 }
@@ -266,8 +272,10 @@ static int refuse_setid(scmp_filter_ctx ctx)
         int sys;
         unsigned mode_arg;
     } mode_calls[] = {
-        {SCMP_SYS(chmod), 1}, {SCMP_SYS(fchmod), 1}, {SCMP_SYS(fchmodat), 2}, {fchmodat2_nr(), 2},
-        {SCMP_SYS(creat), 1}, {SCMP_SYS(mknod), 1},  {SCMP_SYS(mknodat), 2},
+        {SCMP_SYS(chmod), 1},    {SCMP_SYS(fchmod), 1},
+        {SCMP_SYS(fchmodat), 2}, {box_syscall_nr("fchmodat2", 452), 2},
+        {SCMP_SYS(creat), 1},    {SCMP_SYS(mknod), 1},
+        {SCMP_SYS(mknodat), 2},
     };
     int rc = 0;
     for (size_t i = 0; i < sizeof(mode_calls) / sizeof(mode_calls[0]) && rc == 0; i++) {
@@ -353,6 +361,8 @@ static int load_filter(bool allow_unix, char *err, size_t errlen)
         rc = refuse_setid(ctx);
     if (rc == 0)
         rc = refuse_leases(ctx);
+    if (rc == 0)
+        rc = box_refuse_mounts(ctx);
     return seccomp_load_and_release(ctx, rc, err, errlen);
 }
 

@@ -564,10 +564,11 @@ print(json.dumps(in_child(nested)))
 def test_a_nested_user_namespace_gains_nothing(sluice_bin, proj, user):
     """The command may make a user namespace of its own (with a mount and a
     network namespace), where it holds every capability: the box's mounts
-    stay locked as they are (a --ro one cannot be made writable nor taken
-    away, a --hide one not taken away, the working directory's mount not
-    copied without them), and its network is empty: no way to the host's
-    loopback."""
+    stay as they are (a --ro one cannot be made writable nor taken away, a
+    --hide one not taken away, the working directory's mount not copied
+    without them: the filter refuses every mount call, as Landlock does,
+    and the kernel keeps them locked besides), and its network is empty:
+    no way to the host's loopback."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(4)
@@ -591,8 +592,8 @@ def test_a_nested_user_namespace_gains_nothing(sluice_bin, proj, user):
         srv.close()
     if "unshare" in o:
         pytest.skip("no user namespace for the command here: %s" % o["unshare"])
-    assert o == {"remount_rw": "EPERM", "umount_ro": "EINVAL", "umount_hide": "EINVAL",
-                 "hidden": [], "open_tree": "EINVAL", "write_ro": "EROFS",
+    assert o == {"remount_rw": "EPERM", "umount_ro": "EPERM", "umount_hide": "EPERM",
+                 "hidden": [], "open_tree": "EPERM", "write_ro": "EROFS",
                  "host_tcp": "ENETUNREACH", "ifs": ["lo"]}, o
     with open(ro) as f:
         assert f.read() == "kept"
@@ -628,21 +629,111 @@ print(json.dumps(in_child(nested)))
 
 @pytest.mark.parametrize("landlock", [True, False])
 def test_a_fresh_proc_in_a_nested_namespace_stays_read_only(sluice_bin, proj, landlock):
-    """The command's own user, mount and PID namespaces may mount a procfs
-    of their own (without Landlock, which refuses every mount): only
-    read-only, as the box's /proc is, and it cannot be remounted writable,
-    so no uid_map can be written there either (root of the namespace as
-    the box's root would set file capabilities that work on the host)."""
+    """The command's own user, mount and PID namespaces may not mount a
+    procfs of their own, with Landlock or without: the filter refuses every
+    mount call. (Without it and without Landlock, one mounted read-only, as
+    the box's /proc is, and could not be remounted writable, so no uid_map
+    could be written there either: root of the namespace as the box's root
+    would set file capabilities that work on the host.)"""
     pol = _policy(proj)
     env = {} if landlock else {"SLUICE_TEST_NO_LANDLOCK": "1"}
     o = _out(_run(sluice_bin, ["--policy", pol], [PY, "-c", FRESH_PROC], proj, env=env))
     if "unshare" in o:
         pytest.skip("no nested namespaces for the command here: %s" % o["unshare"])
-    if landlock and o["mount_ro"] == "EPERM":
-        assert o == {"mount_rw": "EPERM", "mount_ro": "EPERM"}, o  # Landlock: no mount at all
-    else:
-        assert o == {"mount_rw": "EPERM", "mount_ro": "ok", "remount_rw": "EPERM",
-                     "uid_map": "EROFS"}, o
+    assert o == {"mount_rw": "EPERM", "mount_ro": "EPERM"}, o
+
+
+FRESH_CGROUP = PRELUDE + r"""
+name = sys.argv[1]
+def nested():
+    # NEWUSER | NEWNS | NEWCGROUP: a cgroup namespace this user namespace
+    # owns, whose root is the cgroup run runs in: the host's
+    if libc.unshare(0x10000000 | 0x20000 | 0x02000000) != 0:
+        return {"unshare": errno.errorcode[ctypes.get_errno()]}
+    res = {}
+    os.makedirs("/tmp/cg", exist_ok=True)
+    res["mount"] = cerr(libc.mount(b"none", b"/tmp/cg", b"cgroup2", 0, None))
+    if res["mount"] == "ok":
+        try:
+            with open("/tmp/cg/%s/cgroup.max.descendants" % name, "w") as f:
+                f.write("7")
+            res["write"] = "ok"
+        except OSError as e:
+            res["write"] = errno.errorcode[e.errno]
+    # the new mount API: a detached mount, written through its descriptor
+    fs = libc.syscall(ctypes.c_long(430), b"cgroup2", ctypes.c_long(0))  # fsopen
+    res["fsopen"] = cerr(fs)
+    if fs >= 0:
+        FSCONFIG_CMD_CREATE = 6
+        libc.syscall(ctypes.c_long(431), ctypes.c_long(fs), ctypes.c_long(FSCONFIG_CMD_CREATE),
+                     None, None, ctypes.c_long(0))
+        mnt = libc.syscall(ctypes.c_long(432), ctypes.c_long(fs), ctypes.c_long(0),
+                           ctypes.c_long(0))  # fsmount
+        res["fsmount"] = cerr(mnt)
+        if mnt >= 0:
+            try:
+                fd = os.open("%s/cgroup.max.depth" % name, os.O_WRONLY, dir_fd=mnt)
+                os.write(fd, b"7")
+                res["fs_write"] = "ok"
+            except OSError as e:
+                res["fs_write"] = errno.errorcode[e.errno]
+    return res
+print(json.dumps(in_child(nested)))
+"""
+
+
+def _own_cgroup2():
+    """The host path of the cgroup (v2) this process is in, or None."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            path = next((ln.split(":", 2)[2].strip() for ln in f if ln.startswith("0::")), None)
+        with open("/proc/self/mountinfo") as f:
+            mounts = [ln.split() for ln in f]
+    except OSError:
+        return None
+    for m in mounts:
+        sep = m.index("-")
+        if m[sep + 1] == "cgroup2" and m[3] == "/" and path is not None:
+            return m[4] + path
+    return None
+
+
+@pytest.mark.parametrize("landlock", [True, False])
+def test_a_fresh_cgroup_mount_in_a_nested_namespace_is_refused(sluice_bin, proj, landlock):
+    """In user, mount and cgroup namespaces of its own, whose cgroup root
+    is the cgroup run runs in (the host's), the command could mount a
+    cgroup file system of its own, writable and locked by nothing, and
+    write the host's cgroups from there as the root that owns their files
+    (cgroup.kill or cgroup.freeze of a service, memory.max, pids.max): seen
+    without Landlock, which refuses every mount. The filter refuses the
+    mount calls, the new API's too (a detached mount is written through its
+    descriptor), so a cgroup the test made beside run's stays as it was."""
+    if os.geteuid() != 0:
+        pytest.skip("the cgroup's files are root's: run as root")
+    base = _own_cgroup2()
+    if base is None:
+        pytest.skip("no cgroup v2 hierarchy here")
+    name = "sluice-test-%d" % os.getpid()
+    victim = os.path.join(base, name)
+    try:
+        os.mkdir(victim)
+    except OSError as e:
+        pytest.skip("cannot make a cgroup here: %s" % e)
+    try:
+        pol = _policy(proj)
+        env = {} if landlock else {"SLUICE_TEST_NO_LANDLOCK": "1"}
+        o = _out(_run(sluice_bin, ["--policy", pol], [PY, "-c", FRESH_CGROUP, name], proj,
+                      env=env))
+        with open(os.path.join(victim, "cgroup.max.descendants")) as f:
+            descendants = f.read().strip()
+        with open(os.path.join(victim, "cgroup.max.depth")) as f:
+            depth = f.read().strip()
+    finally:
+        os.rmdir(victim)
+    assert (descendants, depth) == ("max", "max"), o
+    if "unshare" in o:
+        pytest.skip("no nested namespaces for the command here: %s" % o["unshare"])
+    assert o == {"mount": "EPERM", "fsopen": "EPERM"}, o
 
 
 # --------------------------------------------------------------------------
