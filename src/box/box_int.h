@@ -83,7 +83,8 @@ int box_landlock(const struct box_config *cfg, char *err, size_t errlen);
  * (tty_refused[]: KDSKBENT, KDSKBSENT, KDSKBMODE, KDSETMODE, the font
  * and map ones, VT_ACTIVATE...), every call
  * that would make a file set-user-ID or
- * set-group-ID, openat2(), every mount call (box_refuse_mounts()) and,
+ * set-group-ID, openat2(), every mount call (box_refuse_mounts()),
+ * setpriority() and ioprio_set() of the caller's process group and,
  * unless <cfg->allow_unix>, socket(AF_UNIX)
  * and socketpair() but for stream and seqpacket pairs. Returns 0,
  * or -1 with a message. */

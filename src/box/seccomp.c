@@ -27,6 +27,10 @@
  * Kernel keyrings: add_key(), request_key() and keyctl() fail with ENOSYS
  * (the user keyring of a root box is the host root's).
  *
+ * Process priorities: setpriority(PRIO_PGRP, 0) and ioprio_set(
+ * IOPRIO_WHO_PGRP, 0), which name the caller's process group, run's, fail
+ * with EPERM (refuse_group_priority()).
+ *
  * Mounts: every call that makes, attaches, changes or removes one fails
  * with EPERM, in the namespaces the command may make too (seccomp_mounts.c:
  * a cgroup file system of its own would write the host's cgroups).
@@ -79,6 +83,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -311,6 +316,38 @@ static int refuse_leases(scmp_filter_ctx ctx)
     return rc;
 }
 
+/* setpriority(PRIO_PGRP, 0, ...) and ioprio_set(IOPRIO_WHO_PGRP, 0, ...): 0
+ * names the caller's process group, which for the command is run's (see
+ * the header), found as it is, outside the box's PID namespace too: every
+ * process of it the box's user owns and whose capabilities the command's
+ * cover (a script's shell and what it starts, the other commands of a
+ * pipeline, run itself, in a box not started as root) would be reniced or
+ * put in the idle I/O class, and would stay so once the box ended. EPERM,
+ * what the kernel answers for a process the caller may not change. A group
+ * the command made in the box is named by its number, which the box's PID
+ * namespace shows, and run's by none. */
+#define BOX_IOPRIO_WHO_PGRP 2 /* <linux/ioprio.h> */
+
+static int refuse_group_priority(scmp_filter_ctx ctx)
+{
+    const struct {
+        int sys;
+        unsigned who_pgrp;
+    } calls[] = {{SCMP_SYS(setpriority), PRIO_PGRP}, {SCMP_SYS(ioprio_set), BOX_IOPRIO_WHO_PGRP}};
+    int rc = 0;
+    for (size_t i = 0; i < sizeof(calls) / sizeof(calls[0]) && rc == 0; i++) {
+        const struct scmp_arg_cmp cmp[2] = {
+            {.arg = 0,
+             .op = SCMP_CMP_MASKED_EQ,
+             .datum_a = 0xffffffffu,
+             .datum_b = calls[i].who_pgrp},
+            {.arg = 1, .op = SCMP_CMP_MASKED_EQ, .datum_a = 0xffffffffu, .datum_b = 0},
+        };
+        rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), calls[i].sys, 2, cmp);
+    }
+    return rc;
+}
+
 static int load_filter(bool allow_unix, char *err, size_t errlen)
 {
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
@@ -363,6 +400,8 @@ static int load_filter(bool allow_unix, char *err, size_t errlen)
         rc = refuse_leases(ctx);
     if (rc == 0)
         rc = box_refuse_mounts(ctx);
+    if (rc == 0)
+        rc = refuse_group_priority(ctx);
     return seccomp_load_and_release(ctx, rc, err, errlen);
 }
 

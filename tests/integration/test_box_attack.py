@@ -5,6 +5,7 @@ Each test runs a real program in the box that tries one way out or one
 tamper, and checks on the host that nothing got through. Only loopback
 addresses, or network namespaces the box itself makes, are ever used."""
 
+import ctypes
 import errno
 import json
 import os
@@ -500,6 +501,78 @@ if libc.name_to_handle_at(-100, ro.encode(), ctypes.byref(h), ctypes.byref(mid),
     out["open_by_handle"] = cerr(libc.open_by_handle_at(cwd, ctypes.byref(h), os.O_RDWR))
 print(json.dumps(out))
 """
+
+
+# ioprio_set() and ioprio_get() by number: Python has no call for them.
+IOPRIO_NR = {"x86_64": (251, 252), "aarch64": (30, 31)}.get(platform.machine())
+
+# In the box: says it is up (a file in the working directory), waits for
+# the caller's script to start a process in run's group after it, then
+# changes the priorities of "the caller's group" (0).
+GROUP_PRIORITY = PRELUDE + r"""
+import time
+ioprio_set = int(sys.argv[1])
+open("box-up", "w").close()
+for _ in range(1000):
+    if os.path.exists("victim"):
+        break
+    time.sleep(0.01)
+PRIO_PGRP, IOPRIO_WHO_PGRP, IOPRIO_CLASS_IDLE = 1, 2, 3
+out["setpriority"] = cerr(libc.setpriority(PRIO_PGRP, 0, 19))
+out["ioprio_set"] = cerr(libc.syscall(ctypes.c_long(ioprio_set), ctypes.c_long(IOPRIO_WHO_PGRP),
+                                      ctypes.c_long(0), ctypes.c_long(IOPRIO_CLASS_IDLE << 13)))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(IOPRIO_NR is None, reason="ioprio numbers known for x86_64 and aarch64 only")
+@pytest.mark.parametrize("user", [ROOT, NOBODY])
+def test_the_commands_priority_calls_do_not_reach_runs_process_group(sluice_bin, proj, user):
+    """The command stays in run's process group, which holds run's caller
+    too where it has no job control (a script's shell and what it
+    started, before run and while the box runs: here a sleep of each):
+    setpriority(PRIO_PGRP, 0) and ioprio_set(IOPRIO_WHO_PGRP, 0), "the
+    caller's group", would renice, or put in the idle I/O class, every
+    process of it the box's user owns, outside the box (the PID namespace
+    does not bound a group named so), and they would keep that after the
+    box ended. Both fail with EPERM; the sleeps keep their priorities."""
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    if before >= 19:
+        pytest.skip("this test runs at nice 19 already: nothing to lower")
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+
+    def ioprio(pid):
+        return libc.syscall(ctypes.c_long(IOPRIO_NR[1]), ctypes.c_long(1), ctypes.c_long(pid))
+
+    pol = _policy(proj)
+    _own(proj, user)
+    run = " ".join([sluice_bin, "run", "--policy", pol, "--", PY, "-c", '"$PROBE"',
+                    str(IOPRIO_NR[0])])
+    sleep = "sleep 60 </dev/null >/dev/null 2>&1 &"
+    # the older sleep's pid, then the newer's, on standard output; the
+    # newer one made once the box is up, and named to it by a file
+    script = ("%s echo $!; %s & RUN=$!; while [ ! -e box-up ]; do sleep 0.01; done; "
+              "%s echo $!; echo $! > victim; wait $RUN" % (sleep, run, sleep))
+    argv = ["/bin/sh", "-c", script]
+    if user != ROOT:
+        argv = ["setpriv", "--reuid=%d" % user, "--regid=%d" % user, "--clear-groups"] + argv
+    env = _clean_env()
+    env["PROBE"] = GROUP_PRIORITY
+    ioprio_before = ioprio(os.getpid())
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=proj, env=env,
+                       start_new_session=True)
+    lines = p.stdout.splitlines()
+    sleeps = [int(x) for x in lines if x.isdigit()]
+    try:
+        seen = [(os.getpriority(os.PRIO_PROCESS, pid), ioprio(pid)) for pid in sleeps]
+    finally:
+        for pid in sleeps:
+            os.kill(pid, 9)
+    for mark in SANITIZER_MARKS:
+        assert mark not in p.stderr, p.stderr
+    assert seen == [(before, ioprio_before)] * 2, (seen, p.stdout, p.stderr)
+    assert _out(p) == {"setpriority": "EPERM", "ioprio_set": "EPERM"}, p.stdout
 
 
 @pytest.mark.parametrize("user", [ROOT, NOBODY])
