@@ -8,7 +8,8 @@
 #
 #   upstream_start NAME     sets $dir and $nginx_pid, adds nginx to $pids; NAME
 #                           prefixes errors
-#   wait_listening PORT...  waits (at most 10 s) for the ports to listen
+#   wait_listening PORT...  waits (at most 10 s, WAIT_LISTENING_SECS more) for
+#                           the ports to listen
 #
 # The caller's cleanup kills $pids and removes $dir (its EXIT trap).
 
@@ -36,7 +37,7 @@ wait_listening() {
     for port in "$@"; do
         while [ -z "$(ss -Hltn "sport = :$port")" ]; do
             i=$((i + 1))
-            [ "$i" -le 100 ] || { echo "$name: the servers did not start" >&2; cat "$dir"/*.out >&2; exit 1; }
+            [ "$i" -le $((100 + ${WAIT_LISTENING_SECS:-0} * 10)) ] || { echo "$name: the servers did not start" >&2; cat "$dir"/*.out >&2; exit 1; }
             sleep 0.1
         done
     done
