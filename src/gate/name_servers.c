@@ -1,6 +1,7 @@
 /* name_servers: the resolver's name servers (see name_servers.h). */
 #include "gate/name_servers.h"
 #include "util/dns_pin.h"
+#include "util/name_server_addr.h"
 #include "util/resolv_conf.h"
 
 #include <arpa/inet.h>
@@ -102,26 +103,6 @@ void name_servers_retired_free(struct name_servers_retired *ret)
     ret->n = 0;
 }
 
-/* "IP:PORT" or "[V6]:PORT" for <sa>, into <out>; "[V6%ZONE]:PORT" for a
- * scoped (link-local) one, ZONE its interface index: the same address on
- * another interface is another server. */
-static void format_server(const struct sockaddr *sa, char *out, size_t cap)
-{
-    char ip[INET6_ADDRSTRLEN] = "?";
-    if (sa->sa_family == AF_INET6) {
-        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)(const void *)sa;
-        char zone[16] = "";
-        evutil_inet_ntop(AF_INET6, &s6->sin6_addr, ip, sizeof(ip));
-        if (s6->sin6_scope_id != 0)
-            snprintf(zone, sizeof(zone), "%%%u", (unsigned)s6->sin6_scope_id);
-        snprintf(out, cap, "[%s%s]:%u", ip, zone, (unsigned)ntohs(s6->sin6_port));
-    } else {
-        const struct sockaddr_in *s4 = (const struct sockaddr_in *)(const void *)sa;
-        evutil_inet_ntop(AF_INET, &s4->sin_addr, ip, sizeof(ip));
-        snprintf(out, cap, "%s:%u", ip, (unsigned)ntohs(s4->sin_port));
-    }
-}
-
 /* A base that asks the one server at <sa>, its socket tied to the
  * server's port (dns_pin.h), into <*out>: one whose socket is not found is
  * still used, said on standard error, as before the tie. Returns 0; 1,
@@ -131,7 +112,7 @@ static void format_server(const struct sockaddr *sa, char *out, size_t cap)
 static int open_base(struct event_base *base, const struct sockaddr *sa, socklen_t len,
                      struct evdns_base **out)
 {
-    char addr[64];
+    char addr[NAME_SERVER_ADDR_LEN];
     *out = NULL;
     struct evdns_base *dns = evdns_base_new(base, EVDNS_BASE_DISABLE_WHEN_INACTIVE);
     if (dns == NULL)
@@ -142,7 +123,7 @@ static int open_base(struct event_base *base, const struct sockaddr *sa, socklen
         evdns_base_free(dns, 0);
         return -1;
     }
-    format_server(sa, addr, sizeof(addr));
+    name_server_addr_format(sa, addr, sizeof(addr));
     if (pin == DNS_PIN_UNREACHABLE) {
         evdns_base_free(dns, 0);
         fprintf(stderr,
@@ -221,17 +202,23 @@ int name_servers_open(struct event_base *base, const struct dns_cfg *cfg, const 
     }
     size_t used = 0;
     for (size_t i = 0; i < count; i++) {
-        int r = open_base(base, (const struct sockaddr *)&ss[i], len[i], &b[used].dns);
+        const struct sockaddr *sa = (const struct sockaddr *)&ss[i];
+        int r = open_base(base, sa, len[i], &b[used].dns);
         if (r < 0) {
+            /* Named by its address: its index in <ss> is not its line's
+             * among resolv.conf's nameserver lines, which evdns skips
+             * when unreadable, repeated or of a family this host lacks. */
+            char addr[NAME_SERVER_ADDR_LEN];
+            name_server_addr_format(sa, addr, sizeof(addr));
             if (cfg->nservers > 0)
                 *err = errmsg("dns.servers: cannot use server \"%s\"", cfg->servers[i]);
             else
-                *err = errmsg("dns: cannot use server %zu of %s", i + 1, resolv_conf);
+                *err = errmsg("dns: cannot use server %s of %s", addr, resolv_conf);
             name_servers_free(b, used);
             return -1;
         }
         if (r == 0)
-            format_server((const struct sockaddr *)&ss[i], b[used++].st.addr, sizeof(b[0].st.addr));
+            name_server_addr_format(sa, b[used++].st.addr, sizeof(b[0].st.addr));
     }
     if (used == 0) {
         free(b);
@@ -254,7 +241,7 @@ bool name_servers_unchanged(struct event_base *base, const struct dns_cfg *cfg,
         return false;
     for (size_t i = 0; i < count; i++) {
         char addr[sizeof(ns[i].st.addr)];
-        format_server((const struct sockaddr *)&ss[i], addr, sizeof(addr));
+        name_server_addr_format((const struct sockaddr *)&ss[i], addr, sizeof(addr));
         if (strcmp(addr, ns[i].st.addr) != 0)
             return false;
     }

@@ -98,7 +98,7 @@ int resolver_reload(struct resolver *r, const struct dns_cfg *cfg);
 
 /* What one server did with the queries sent to it (for /metrics). */
 struct resolve_server_stats {
-    char addr[64];     /* "IP:PORT", "[V6]:PORT" or "[V6%ZONE]:PORT" (format_server()) */
+    char addr[64];     /* "IP:PORT", "[V6]:PORT" or "[V6%ZONE]:PORT" (name_server_addr_format()) */
     uint64_t answers;  /* addresses, or no such name / no data */
     uint64_t timeouts; /* no answer in time */
     uint64_t failures; /* SERVFAIL, refused, not implemented, format error, truncated, malformed */

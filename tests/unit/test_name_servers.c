@@ -1,0 +1,101 @@
+/* Unit tests for gate/name_servers.c: which servers the gateway's resolver
+ * asks, and how a server it cannot use is named. connect() is interposed,
+ * to refuse a chosen server's socket once evdns made it. Loopback only;
+ * nothing is sent. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "gate/name_servers.h"
+
+#include "quiet_server.h"
+
+/* A connect() to 127.0.0.1:<refuse_port> fails with EACCES once
+ * <refuse_after> such calls went through (0: none is refused). */
+static uint16_t refuse_port;
+static int refuse_after;
+
+int connect(int fd, const struct sockaddr *sa, socklen_t len)
+{
+    const struct sockaddr_in *s4 = (const struct sockaddr_in *)(const void *)sa;
+    if (refuse_port != 0 && sa->sa_family == AF_INET && ntohs(s4->sin_port) == refuse_port &&
+        refuse_after-- <= 0) {
+        errno = EACCES;
+        return -1;
+    }
+    int (*real)(int, const struct sockaddr *, socklen_t) =
+        (int (*)(int, const struct sockaddr *, socklen_t))dlsym(RTLD_NEXT, "connect");
+    return real(fd, sa, len);
+}
+
+/* A resolv.conf server whose socket connect() refuses once evdns made it
+ * (the check before found it reachable) fails the open, and the error
+ * names it by its address. Before, it named its place among the servers
+ * evdns kept, "server 2", while evdns had skipped a line it could not read
+ * and a repeated one before it: the third nameserver line, whose address
+ * the operator could not tell from the message. */
+static void test_a_server_that_cannot_be_used_is_named_by_its_address(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    assert_non_null(base);
+    char one[32], two[32], conf[256], path[] = "/tmp/sluice-test-resolv.XXXXXX", want[256];
+    uint16_t port_one, port_two;
+    int s1 = quiet_server(one, sizeof(one), &port_one);
+    int s2 = quiet_server(two, sizeof(two), &port_two);
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    int len = snprintf(conf, sizeof(conf),
+                       "nameserver not-an-address\nnameserver %s\nnameserver %s\nnameserver %s\n",
+                       one, one, two);
+    assert_int_equal(write(fd, conf, (size_t)len), len);
+    close(fd);
+    struct dns_cfg none = {0};
+
+    struct name_server *ns = NULL;
+    size_t n = 0;
+    char *err = NULL;
+    refuse_port = port_two;
+    refuse_after = 1; /* the reachability check's connect() goes through */
+    int rc = name_servers_open(base, &none, path, &ns, &n, &err);
+    refuse_port = 0;
+    assert_int_equal(rc, -1);
+    assert_non_null(err);
+    snprintf(want, sizeof(want), "dns: cannot use server %s of %s", two, path);
+    assert_string_equal(err, want);
+    assert_null(ns);
+    free(err);
+
+    /* and with nothing refused, both servers are asked, in their order */
+    assert_int_equal(name_servers_open(base, &none, path, &ns, &n, &err), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(ns[0].st.addr, one);
+    assert_string_equal(ns[1].st.addr, two);
+    name_servers_free(ns, n);
+    unlink(path);
+    close(s1);
+    close(s2);
+    event_base_free(base);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_a_server_that_cannot_be_used_is_named_by_its_address),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
