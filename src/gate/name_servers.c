@@ -104,11 +104,12 @@ void name_servers_retired_free(struct name_servers_retired *ret)
 }
 
 /* A base that asks the one server at <sa>, its socket tied to the
- * server's port (dns_pin.h), into <*out>: one whose socket is not found is
- * still used, said on standard error, as before the tie. Returns 0; 1,
- * <*out> NULL, when no socket can be connected to the server now (said on
- * standard error: it is not asked, rather than asked on a socket that
- * takes any answer once a route to it comes); -1 when that fails. */
+ * server's port (dns_pin.h), into <*out>. Returns 0; 1, <*out> NULL, when
+ * the server is not asked (said on standard error): no socket can be
+ * connected to it now, or its socket was not found among the descriptors
+ * to be tied: either would take an answer from any port of its address (a
+ * forger's on the gateway's host), so it is left out, not asked untied;
+ * -1 when that fails. */
 static int open_base(struct event_base *base, const struct sockaddr *sa, socklen_t len,
                      struct evdns_base **out)
 {
@@ -119,26 +120,28 @@ static int open_base(struct event_base *base, const struct sockaddr *sa, socklen
         return -1;
     const char *why = NULL;
     enum dns_pin_result pin = dns_pin_add(dns, sa, len, &why);
-    if (pin == DNS_PIN_FAILED || (pin != DNS_PIN_UNREACHABLE && set_options(dns) < 0)) {
+    if (pin == DNS_PIN_FAILED || (pin == DNS_PIN_TIED && set_options(dns) < 0)) {
         evdns_base_free(dns, 0);
         return -1;
     }
+    if (pin == DNS_PIN_TIED) {
+        *out = dns;
+        return 0;
+    }
+    evdns_base_free(dns, 0);
     name_server_addr_format(sa, addr, sizeof(addr));
-    if (pin == DNS_PIN_UNREACHABLE) {
-        evdns_base_free(dns, 0);
+    if (pin == DNS_PIN_UNREACHABLE)
         fprintf(stderr,
                 "sluice: dns: server %s: not asked: no socket can be connected to it (%s); a "
                 "reload tries it again\n",
                 addr, why);
-        return 1;
-    }
-    if (pin == DNS_PIN_LOOSE)
+    else
         fprintf(stderr,
-                "sluice: dns: server %s: cannot take its answers from its port only (%s): an "
-                "answer from another port of its address is taken too\n",
+                "sluice: dns: server %s: not asked: its socket cannot be tied to its port (%s), "
+                "and an untied one takes an answer from any port of its address; a reload tries "
+                "it again\n",
                 addr, why);
-    *out = dns;
-    return 0;
+    return 1;
 }
 
 /* A server written "IP" (no port; evutil_parse_sockaddr_port() gives it 0)

@@ -48,7 +48,9 @@ int dns_pin(const struct sockaddr *sa, socklen_t len, const struct dns_pin_mark 
 /* What dns_pin_add() did with a server. */
 enum dns_pin_result {
     DNS_PIN_TIED,        /* added, its socket tied to it */
-    DNS_PIN_LOOSE,       /* added, its socket not found (<why>): the caller says so */
+    DNS_PIN_LOOSE,       /* added, its socket not found (<why>), so not tied: the base
+                          * must not be used (it would take an answer from any port of
+                          * the server's address); evdns cannot drop a server */
     DNS_PIN_UNREACHABLE, /* not added: no socket can be connected to it now (<why>) */
     DNS_PIN_FAILED,      /* evdns could not add it, or its socket was refused by
                           * connect() once added: the base must not be used */

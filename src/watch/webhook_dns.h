@@ -20,9 +20,10 @@ struct evdns_base;
 #define WEBHOOK_DNS_SERVERS 8
 
 /* Returns a new resolver on <base>, which the caller frees with
- * evdns_base_free(), or NULL with <*why> set (static text). A server whose
- * socket cannot be tied to it is still asked, said on standard error with
- * the sink's <label>. */
+ * evdns_base_free(), or NULL with <*why> set (static text). A server that
+ * no socket can be connected to, or whose socket cannot be tied to it, is
+ * left out, said on standard error with the sink's <label>: untied, its
+ * socket would take an answer from any port of its address. */
 struct evdns_base *webhook_dns_new(struct event_base *base, const char *label, const char **why);
 
 #endif

@@ -13,6 +13,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "stderr_capture.h"
+
 /* The next accept4()/accept() fails with this error when not 0. */
 static int fail_next_accept;
 /* How many accept4()/accept() calls were made, failed ones included. */
@@ -43,34 +45,6 @@ int accept(int fd, struct sockaddr *sa, socklen_t *len)
     int (*real)(int, struct sockaddr *, socklen_t *) =
         (int (*)(int, struct sockaddr *, socklen_t *))dlsym(RTLD_NEXT, "accept");
     return real(fd, sa, len);
-}
-
-/* Standard error goes to a temporary file until stderr_capture_end(). */
-struct stderr_capture {
-    FILE *file;
-    int saved;
-};
-
-static inline void stderr_capture_begin(struct stderr_capture *c)
-{
-    c->file = tmpfile();
-    assert_non_null(c->file);
-    fflush(stderr);
-    c->saved = dup(2);
-    assert_true(c->saved >= 0);
-    assert_true(dup2(fileno(c->file), 2) == 2);
-}
-
-/* Puts standard error back and copies what it got into <said>. */
-static inline void stderr_capture_end(struct stderr_capture *c, char *said, size_t cap)
-{
-    fflush(stderr);
-    assert_true(dup2(c->saved, 2) == 2);
-    close(c->saved);
-    rewind(c->file);
-    size_t n = fread(said, 1, cap - 1, c->file);
-    said[n] = '\0';
-    fclose(c->file);
 }
 
 /* <accept_after> makes one accept() of a fresh server fail with an error

@@ -21,8 +21,10 @@
 #include <event2/event.h>
 
 #include "gate/name_servers.h"
+#include "util/dns_pin.h"
 
 #include "quiet_server.h"
+#include "stderr_capture.h"
 
 /* A connect() to 127.0.0.1:<refuse_port> fails with EACCES once
  * <refuse_after> such calls went through (0: none is refused). */
@@ -40,6 +42,54 @@ int connect(int fd, const struct sockaddr *sa, socklen_t len)
     int (*real)(int, const struct sockaddr *, socklen_t) =
         (int (*)(int, const struct sockaddr *, socklen_t))dlsym(RTLD_NEXT, "connect");
     return real(fd, sa, len);
+}
+
+/* A server whose socket cannot be told among the descriptors (more
+ * unbound datagram sockets than a mark remembers: dns_pin.h) is not asked:
+ * untied, its socket would take an answer from any port of its address,
+ * a forger's on this host. Before, it was asked all the same, standard
+ * error saying an answer from another port would be taken too. */
+static void test_a_server_whose_socket_cannot_be_tied_is_not_asked(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    assert_non_null(base);
+    char text[32], said[1024], want[256];
+    uint16_t port;
+    int server = quiet_server(text, sizeof(text), &port);
+    char *servers[1] = {text};
+    struct dns_cfg cfg = {.servers = servers, .nservers = 1};
+    int many[DNS_PIN_SEEN + 1];
+    for (size_t i = 0; i < DNS_PIN_SEEN + 1; i++)
+        assert_true((many[i] = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) >= 0);
+
+    struct name_server *ns = NULL;
+    size_t n = 99;
+    char *err = NULL;
+    struct stderr_capture cap;
+    stderr_capture_begin(&cap);
+    int rc = name_servers_open(base, &cfg, "/nonexistent/resolv.conf", &ns, &n, &err);
+    stderr_capture_end(&cap, said, sizeof(said));
+    assert_int_equal(rc, 0);
+    assert_null(err);
+    assert_int_equal(n, 0);
+    assert_null(ns);
+    snprintf(want, sizeof(want),
+             "sluice: dns: server %s: not asked: its socket cannot be tied to its port (too "
+             "many sockets like it), and an untied one takes an answer from any port of its "
+             "address; a reload tries it again\n",
+             text);
+    assert_string_equal(said, want);
+
+    /* once its socket can be found, it is asked, tied */
+    for (size_t i = 0; i < DNS_PIN_SEEN + 1; i++)
+        close(many[i]);
+    assert_int_equal(name_servers_open(base, &cfg, "/nonexistent/resolv.conf", &ns, &n, &err), 0);
+    assert_int_equal(n, 1);
+    assert_string_equal(ns[0].st.addr, text);
+    name_servers_free(ns, n);
+    close(server);
+    event_base_free(base);
 }
 
 /* A resolv.conf server whose socket connect() refuses once evdns made it
@@ -96,6 +146,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_server_that_cannot_be_used_is_named_by_its_address),
+        cmocka_unit_test(test_a_server_whose_socket_cannot_be_tied_is_not_asked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
