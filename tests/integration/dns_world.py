@@ -28,7 +28,9 @@ another name), "other_addr" (the answer comes from another address,
 bytes behind a copied id), "ptr_loop" (an answer whose name is a compression
 pointer to itself), "overcount" (ANCOUNT 50 with one record), "short_rdata"
 (an A record with 3 bytes of address), "long_rdata" (an A record whose
-RDLENGTH runs past the packet).
+RDLENGTH runs past the packet), "wrong_class" (the address records of class
+CHAOS, not IN), "other_type" (the records of the other address type: the
+AAAA ones to an A question, the A ones to an AAAA question).
 
 Each --sink ADDR is a UDP socket that takes questions and never answers
 (a name server that went silent); it records them as {"event": "unanswered",
@@ -127,17 +129,18 @@ def encode_name(name):
     return out + b"\0"
 
 
-def rr(owner, rtype, ttl, rdata):
-    return owner + struct.pack("!HHIH", rtype, 1, ttl, len(rdata)) + rdata
+def rr(owner, rtype, ttl, rdata, rclass=1):
+    return owner + struct.pack("!HHIH", rtype, rclass, ttl, len(rdata)) + rdata
 
 
-def address_records(entry, qtype, owner):
+def address_records(entry, qtype, owner, rclass=1):
     ttl = int(entry.get("ttl", 60))
     out = []
     if qtype == 1:
-        out = [rr(owner, 1, ttl, socket.inet_pton(socket.AF_INET, a)) for a in entry.get("A", [])]
+        out = [rr(owner, 1, ttl, socket.inet_pton(socket.AF_INET, a), rclass)
+               for a in entry.get("A", [])]
     elif qtype == 28:
-        out = [rr(owner, 28, ttl, socket.inet_pton(socket.AF_INET6, a))
+        out = [rr(owner, 28, ttl, socket.inet_pton(socket.AF_INET6, a), rclass)
                for a in entry.get("AAAA", [])]
     return out
 
@@ -173,7 +176,12 @@ def answer(script, data, peer_events):
         target = encode_name(entry["cname"])
         records.append(rr(owner, 5, int(entry.get("ttl", 60)), target))
         owner = target
-    records += address_records(entry, qtype, owner)
+    if mode == "wrong_class":
+        records += address_records(entry, qtype, owner, rclass=3)
+    elif mode == "other_type":
+        records += address_records(entry, {1: 28, 28: 1}.get(qtype, 0), owner)
+    else:
+        records += address_records(entry, qtype, owner)
     if mode == "ptr_loop":
         # the pointer sits at the answer's start and points at itself
         at = 12 + len(question)

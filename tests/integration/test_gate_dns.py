@@ -195,6 +195,8 @@ def test_answer_used(world):
     ("AAAA", "2001:2:1::1", "2001:2:1::1"),
     ("AAAA", "2001:1::4", "2001:1::4"),
     ("AAAA", "2001:100::1", "2001:100::1"),
+    # the IPv4 IETF protocol assignments but for PCP and TURN anycast
+    ("A", "192.0.0.170", "192.0.0.170"),
 ])
 def test_private_answer_refused(world, rtype, addr, logged):
     w = world({"priv.test": {rtype: [addr]}})
@@ -475,6 +477,36 @@ def test_spoofed_and_malformed_answers_are_not_believed(world):
         assert_refused(w, r, name, "dns_failure", None)
     assert w.reached() == []
     assert w.gw.proc.poll() is None
+
+
+def test_records_of_another_class_or_type_are_not_taken(world):
+    # A server that answers with address records of class CHAOS rather than
+    # IN, or with those of the other type (AAAA records, one of them the
+    # allowed address mapped, to the A question; A records to the AAAA
+    # one): none is the answer asked for, so the name has no address.
+    # Taking one would show as a 200.
+    script = {"wrong-class.test": {"A": [ALLOWED], "AAAA": ["::ffff:" + ALLOWED],
+                                   "mode": "wrong_class"},
+              "other-type.test": {"A": [ALLOWED], "AAAA": ["::ffff:" + ALLOWED],
+                                  "mode": "other_type"}}
+    w = world(script)
+    for name in script:
+        r = w.get(name)
+        assert_refused(w, r, name, "dns_failure", None)
+        assert "the name has no address" in r.text, r.text
+    assert w.reached() == []
+
+
+def test_hundreds_of_records_with_a_private_one_among_them(world):
+    # 300 A records, more than the 1500 bytes evdns reads of an answer
+    # hold: the fourth is private (127.0.0.3, where a witness listens), the
+    # others the allowed address. The private one is refused and never
+    # connected to; the allowed ones are, each time.
+    many = [ALLOWED] * 3 + ["127.0.0.3"] + [ALLOWED] * 296
+    w = world({"hundreds.test": {"A": many}})
+    for _ in range(2):
+        assert_reached(w.get("hundreds.test"), ALLOWED + ":80")
+    assert w.reached() == [ALLOWED + ":80"] * 2
 
 
 @pytest.mark.parametrize("when", ["start", "reload"])
