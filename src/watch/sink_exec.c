@@ -26,10 +26,23 @@
 
 extern char **environ;
 
+/* One program's part of the caps: its alerts started and held (started
+ * or waiting). Each of the runner's <programs> may start at most
+ * running_share() and hold at most that plus waiting_share(), so that a
+ * program that hangs until its 5 s kill fills its own share, not the 16
+ * and the 1024 every exec sink shares: the others' alerts neither wait
+ * behind its alerts nor are dropped for them. Owned by the runner (r->uses), freed
+ * once it holds nothing. */
+struct program_use {
+    char *path;
+    size_t running, held;
+};
+
 struct child {
     struct exec_runner *r;
     pid_t pid; /* 0: waiting to start, or being started (r->spawning) */
     char *path;
+    struct program_use *use; /* its program's, borrowed from r->uses; NULL until queued */
     char *data;
     size_t n, off;
     int fd; /* the write end of its stdin, or -1 */
@@ -92,6 +105,9 @@ struct exec_runner {
     size_t nhidden;
     struct unrun *unrun; /* per program that could not be run: how often, how often told */
     size_t nunrun;
+    struct program_use **uses; /* owned: the programs that hold alerts */
+    size_t nuses;
+    size_t programs; /* the exec sinks' programs the policy names (exec_runner_programs) */
 };
 
 struct unrun {
@@ -424,6 +440,7 @@ static int spawn(struct exec_runner *r, struct child *k, const char **why)
     pthread_mutex_unlock(&r->sp->mu);
     r->spawning = k;
     r->running++;
+    k->use->running++;
     return 0;
 }
 
@@ -431,6 +448,63 @@ static void remove_at(struct exec_runner *r, size_t i)
 {
     memmove(r->kids + i, r->kids + i + 1, (r->nkids - i - 1) * sizeof(*r->kids));
     r->nkids--;
+}
+
+/* Each program's shares of SINK_EXEC_MAX_RUNNING and SINK_EXEC_MAX_WAITING:
+ * an equal part for each program the policy names, at least one. */
+static size_t running_share(const struct exec_runner *r)
+{
+    size_t n = r->programs > 0 ? r->programs : 1;
+    return SINK_EXEC_MAX_RUNNING / n > 0 ? SINK_EXEC_MAX_RUNNING / n : 1;
+}
+
+static size_t waiting_share(const struct exec_runner *r)
+{
+    size_t n = r->programs > 0 ? r->programs : 1;
+    return SINK_EXEC_MAX_WAITING / n > 0 ? SINK_EXEC_MAX_WAITING / n : 1;
+}
+
+/* <path>'s use, made when it holds nothing yet; NULL when out of memory. */
+static struct program_use *use_of(struct exec_runner *r, const char *path)
+{
+    for (size_t i = 0; i < r->nuses; i++)
+        if (strcmp(r->uses[i]->path, path) == 0)
+            return r->uses[i];
+    struct program_use **grown = realloc(r->uses, (r->nuses + 1) * sizeof(*grown));
+    if (grown == NULL)
+        return NULL;
+    r->uses = grown;
+    struct program_use *u = calloc(1, sizeof(*u));
+    if (u == NULL || (u->path = strdup(path)) == NULL) {
+        free(u);
+        return NULL;
+    }
+    r->uses[r->nuses++] = u;
+    return u;
+}
+
+/* <u> holds one alert less; it is forgotten once it holds none. */
+static void use_release(struct exec_runner *r, struct program_use *u)
+{
+    if (--u->held > 0)
+        return;
+    for (size_t i = 0; i < r->nuses; i++)
+        if (r->uses[i] == u) {
+            r->uses[i] = r->uses[--r->nuses];
+            break;
+        }
+    free(u->path);
+    free(u);
+}
+
+/* Takes the child at <i> out of the runner and frees it: it ended, or will
+ * not start. */
+static void child_done(struct exec_runner *r, size_t i)
+{
+    struct child *k = r->kids[i];
+    remove_at(r, i);
+    use_release(r, k->use);
+    child_free(k);
 }
 
 /* <path> could not be run (<why>, then <rc>, an errno): told at its 1st, 2nd, 4th...
@@ -465,12 +539,14 @@ static void cannot_run(struct exec_runner *r, const char *path, const char *why,
 }
 
 /* Hands the first program waiting to the spawner, when it has none and
- * fewer than SINK_EXEC_MAX_RUNNING run: one at a time, in order. */
+ * fewer than SINK_EXEC_MAX_RUNNING run: one at a time, in order, passing
+ * over those whose program runs its share already (running_share()). */
 static void start_waiting(struct exec_runner *r)
 {
+    size_t share = running_share(r);
     for (size_t i = 0; i < r->nkids && r->running < SINK_EXEC_MAX_RUNNING && r->spawning == NULL;) {
         struct child *k = r->kids[i];
-        if (k->pid != 0) {
+        if (k->pid != 0 || k->use->running >= share) {
             i++;
             continue;
         }
@@ -479,8 +555,7 @@ static void start_waiting(struct exec_runner *r)
         if (rc != 0) {
             cannot_run(r, k->path, why, rc);
             r->failures++;
-            remove_at(r, i);
-            child_free(k);
+            child_done(r, i);
             continue;
         }
         i++;
@@ -527,8 +602,8 @@ static void on_spawned(evutil_socket_t fd, short what, void *arg)
         cannot_run(r, k->path, CANNOT_RUN, q->rc);
         r->failures++;
         r->running--;
-        remove_at(r, index_of(r, k));
-        child_free(k);
+        k->use->running--;
+        child_done(r, index_of(r, k));
     } else {
         k->pid = q->pid;
         if (k->killed) /* its 5 s ended before the exec did */
@@ -613,8 +688,8 @@ static void reap(struct exec_runner *r)
             r->failures++;
         }
         r->running--;
-        remove_at(r, i);
-        child_free(k);
+        k->use->running--;
+        child_done(r, i);
     }
     start_waiting(r);
 }
@@ -709,10 +784,34 @@ void exec_runner_run(struct exec_runner *r, const char *path, const char *data, 
         drop(r, path, "out of memory");
         return;
     }
+    if ((k->use = use_of(r, path)) == NULL) {
+        child_free(k);
+        drop(r, path, "out of memory");
+        return;
+    }
+    size_t share = running_share(r) + waiting_share(r);
+    if (k->use->held >= share) {
+        char why[200];
+        snprintf(why, sizeof(why),
+                 "too many of its alerts running or waiting (%zu: each of the %zu exec programs "
+                 "may hold %zu running and %zu waiting)",
+                 k->use->held, r->programs > 0 ? r->programs : 1, running_share(r),
+                 waiting_share(r));
+        child_free(k); /* the use holds others: it stays */
+        drop(r, path, why);
+        return;
+    }
+    k->use->held++;
     memcpy(k->data, data, n);
     k->n = n;
     r->kids[r->nkids++] = k;
     start_waiting(r);
+}
+
+void exec_runner_programs(struct exec_runner *r, size_t n)
+{
+    r->programs = n;
+    start_waiting(r); /* a larger share may start some that wait */
 }
 
 size_t exec_runner_busy(const struct exec_runner *r)
@@ -854,6 +953,11 @@ void exec_runner_free(struct exec_runner *r)
     for (size_t i = 0; i < r->nkids; i++)
         child_free(r->kids[i]);
     free(r->kids);
+    for (size_t i = 0; i < r->nuses; i++) {
+        free(r->uses[i]->path);
+        free(r->uses[i]);
+    }
+    free(r->uses);
     free_hidden(r);
     event_free(r->sigchld);
     free(r);

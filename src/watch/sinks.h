@@ -14,8 +14,11 @@
  * reaped on SIGCHLD with waitpid(pid, WNOHANG) for each of our own pids
  * only, so the loop never waits. At most SINK_EXEC_MAX_RUNNING run at once; up to
  * SINK_EXEC_MAX_WAITING more wait; beyond, alerts to exec sinks are dropped
- * and counted (exec_runner_dropped: sluice_exec_dropped_total). Failures
- * (cannot spawn, non-zero exit, killed) are reported on standard error; a
+ * and counted (exec_runner_dropped: sluice_exec_dropped_total). Each of the
+ * N programs the policy names (exec_runner_programs) may run 1/N of the
+ * first and hold 1/N of the second waiting (at least one each): one that
+ * hangs until its kill delays and drops its own alerts, not the others'.
+ * Failures (cannot spawn, non-zero exit, killed) are reported on standard error; a
  * program that cannot be spawned at its 1st, 2nd, 4th... failure, with
  * how many were not told, and their total at exit.
  *
@@ -82,6 +85,10 @@ void exec_runner_run(struct exec_runner *r, const char *path, const char *data, 
  * program needs. Replaces the previous list. Returns 0, or -1 when out of
  * memory (the previous list stays). */
 int exec_runner_hide_env(struct exec_runner *r, const char *const *names, size_t n);
+/* The policy names <n> exec sinks' programs (distinct paths): each may run
+ * SINK_EXEC_MAX_RUNNING / n of them at once and hold SINK_EXEC_MAX_WAITING
+ * / n more waiting (at least one of each). Until called, one program. */
+void exec_runner_programs(struct exec_runner *r, size_t n);
 /* Children still running or waiting. */
 size_t exec_runner_busy(const struct exec_runner *r);
 uint64_t exec_runner_failures(const struct exec_runner *r);

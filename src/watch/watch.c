@@ -224,6 +224,20 @@ static void hide_token_env(struct watch *w, const struct policy *p)
                         "tokens are read from may reach exec sinks\n");
 }
 
+/* The exec sinks' programs: a path listed twice (warned of) is one program,
+ * its alerts' share of the runner's caps one. */
+static size_t distinct_execs(const struct watch *w)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < w->nexecs; i++) {
+        size_t j = 0;
+        while (j < i && strcmp(w->execs[j], w->execs[i]) != 0)
+            j++;
+        n += j == i;
+    }
+    return n;
+}
+
 static void configure_sinks(struct watch *w, const struct policy *p, bool first)
 {
     const struct alerts_cfg *ac = &p->alerts;
@@ -299,6 +313,8 @@ static void configure_sinks(struct watch *w, const struct policy *p, bool first)
             w->exec = NULL;
         }
     }
+    if (w->exec != NULL)
+        exec_runner_programs(w->exec, distinct_execs(w));
     for (size_t i = 0; i < nfresh; i++)
         webhook_adopt_stored(fresh[i]); /* each its oldest, what its memory holds */
     if (first && w->store != NULL)

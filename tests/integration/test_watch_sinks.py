@@ -221,6 +221,40 @@ def test_exec_sink_failures_are_logged_and_slow_ones_killed(gateway, net, tmp_pa
     gw.stop()  # a clean exit 0 (--grace 1s: the sinks get their 1 s, not 5)
 
 
+def test_a_hanging_exec_sink_does_not_delay_another(gateway, net, tmp_path):
+    # An agent's 30 first contacts (one request each to made-up hosts, all
+    # told one by one) go to two exec sinks, one of which hangs until its
+    # kill. The other gets the real alert raised after them (a tier-3
+    # write) while the hung programs still run: the hung sink holds its
+    # share of the 16 places, not all of them. Proven by order, not by a
+    # bound on time: before, the 16 places were the hung program's, and
+    # the other sink's alerts got one only as each was killed (some 10 s:
+    # two rounds of 5 s), its kill told on standard error first.
+    hang = write_script(str(tmp_path / "hang.sh"), "#!/bin/sh\nexec sleep 30\n")
+    prog, out = recording_program(tmp_path)
+    gw = gateway(net.policy(rules(net), alerts={"first_contact": True,
+                                                "sinks": [{"exec": hang}, {"exec": prog}]}),
+                 args=["--alerts", str(tmp_path / "a.jsonl"), "--grace", "1s"])
+    for i in range(30):
+        r = request(gw, "GET", "http://h%d.made-up.test/" % i)
+        assert r.status == 403
+    assert request(gw, "POST", net.url("/real"), body=b"x").status == 200
+
+    def got_tier3():
+        for name in recorded(out):
+            with open(os.path.join(str(out), name)) as f:
+                if json.load(f)["kind"] == "tier3_write":
+                    return True
+        return None
+    poll(got_tier3, timeout=30, what="the tier3_write alert at the other sink")
+    assert "hang.sh: killed" not in gw.stderr(), \
+        "the other sink got its alert only once the hanging one's were killed"
+    # and every one of its alerts: 31 first contacts (api.example.test's
+    # too) and the write
+    poll(lambda: len(recorded(out)) == 32 or None, timeout=30, what="32 alerts at the other sink")
+    gw.stop()
+
+
 def test_sink_names_with_c1_controls_are_shown_escaped(gateway, net, tmp_path):
     """A policy's exec path or webhook URL may hold C1 controls (U+0080 to
     U+009F: U+009B is a terminal's CSI, U+0085 a line end), which serve

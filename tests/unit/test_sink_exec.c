@@ -102,6 +102,53 @@ static void over_the_cap_alerts_are_dropped_and_counted(void **state)
     rmdir(dir);
 }
 
+/* Two exec sinks, one a program that hangs (until its 5 s kill): it runs
+ * and holds its share of the caps only, 8 running and 512 waiting, its
+ * alerts beyond dropped; the other's alerts, raised after all of those,
+ * neither wait behind them nor are dropped. Before, the first 16 alerts
+ * of the hung program took every place, and the other's next alert waited
+ * for their kill (two rounds of 5 s behind 30 alerts), or, behind 1040,
+ * was dropped. */
+static void a_hung_program_holds_its_share_not_the_other_sinks(void **state)
+{
+    (void)state;
+    char hdir[] = "/tmp/sluice-exec-XXXXXX", hung[64], fdir[] = "/tmp/sluice-exec-XXXXXX", fast[64];
+    write_program(hdir, hung, sizeof(hung), "exec sleep 30");
+    write_program(fdir, fast, sizeof(fast), "exec cat >/dev/null");
+    struct event_base *base = event_base_new();
+    assert_non_null(base);
+    struct exec_runner *r = exec_runner_new(base);
+    assert_non_null(r);
+    exec_runner_programs(r, 2);
+    const char alert[] = "{\"event\":\"alert\"}\n";
+    const size_t held = SINK_EXEC_MAX_RUNNING / 2 + SINK_EXEC_MAX_WAITING / 2, extra = 30;
+    for (size_t i = 0; i < held + extra; i++)
+        exec_runner_run(r, hung, alert, sizeof(alert) - 1);
+    assert_int_equal(exec_runner_busy(r), held);
+    assert_int_equal(exec_runner_dropped(r), extra);
+    alarm(20);
+    /* the hung program's share starts */
+    for (int i = 0; i < 2000 && r->running < SINK_EXEC_MAX_RUNNING / 2; i++)
+        event_base_loop(base, EVLOOP_ONCE);
+    assert_int_equal(r->running, SINK_EXEC_MAX_RUNNING / 2);
+    exec_runner_run(r, fast, alert, sizeof(alert) - 1);
+    assert_int_equal(exec_runner_busy(r), held + 1);
+    assert_int_equal(exec_runner_dropped(r), extra);
+    struct child *k = r->kids[r->nkids - 1];
+    pid_t pid = started(base, k);
+    alarm(0);
+    assert_true(pid > 0);
+    for (size_t i = 0; i < r->nkids; i++) /* none of the hung program's waiting ones started */
+        if (strcmp(r->kids[i]->path, hung) == 0 && i >= SINK_EXEC_MAX_RUNNING / 2)
+            assert_int_equal(r->kids[i]->pid, 0);
+    exec_runner_free(r);
+    event_base_free(base);
+    unlink(hung);
+    unlink(fast);
+    rmdir(hdir);
+    rmdir(fdir);
+}
+
 /* Standard error, from dup2(<err>) to now, into <said> (<cap> bytes). */
 static void read_said(const char *path, char *said, size_t cap)
 {
@@ -341,6 +388,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(over_the_cap_alerts_are_dropped_and_counted),
+        cmocka_unit_test(a_hung_program_holds_its_share_not_the_other_sinks),
         cmocka_unit_test(the_exit_does_not_wait_for_ever_for_a_program),
         cmocka_unit_test(a_start_whose_exec_hangs_holds_neither_the_loop_nor_the_exit),
         cmocka_unit_test(a_start_that_failed_unheard_is_counted_never_started),
