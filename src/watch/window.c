@@ -212,8 +212,13 @@ bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int
         return true;
     struct fold_entry *e = entry_for(f, a, &level, &agent, &host);
     if (e != NULL && period_runs(e, now_ms)) {
+        /* The summary's severity is the highest of the repeats it counts,
+         * not the last one's: first contacts fold denied (medium) and let
+         * through (low) alike, and an agent that ended a storm of denied
+         * ones with one let through had the summary of them all said low. */
+        if (e->repeats == 0 || a->severity > e->severity)
+            e->severity = a->severity;
         e->repeats++;
-        e->severity = a->severity;
         e->tier = a->tier;
         entry_clear_last(e);
         e->alert_host = dup_or_null(a->host);

@@ -605,6 +605,25 @@ def test_per_request_kinds_fold_and_summaries_are_written_at_shutdown(gateway, n
     assert len(alerts(af, "first_contact")) == 1  # no repeats: nothing to summarise
 
 
+def test_a_first_contact_summary_has_the_highest_severity_it_folds(gateway, net, tmp_path):
+    # Past 30 first contacts a minute an agent's are folded; the summary
+    # stands for all it counts. Denied ones are medium, and one let through
+    # last (low) made the summary of a storm of denied ones low, which an
+    # operator routing medium and up never saw.
+    gw, af = start(gateway, net, [api_rule(net)], {"first_contact": True}, tmp_path,
+                   state=False)
+    for i in range(34):
+        assert request(gw, "GET", "http://h%d.made-up.test/" % i).status == 403
+    assert request(gw, "GET", net.url("/last")).status == 200
+    wait_alert(af, "first_contact", count=31)
+    gw.stop()  # the open period's summary is written at once
+    got = alerts(af, "first_contact")
+    assert len(got) == 32, got
+    summary = got[-1]
+    assert summary["count"] == 4 and "api.example.test" in summary["detail"], summary
+    assert summary["severity"] == "medium", summary
+
+
 def test_alerts_default_to_the_decision_log(gateway, net):
     gw = gateway(net.policy([api_rule(net, tier=3, owner="o", expires="2099-01-01")],
                             alerts={"first_contact": True}))

@@ -144,6 +144,7 @@ struct got {
     uint64_t count;
     char detail[600];
     enum alert_kind kind;
+    enum alert_severity severity;
     struct {
         unsigned count;
         char agent[32], host[32], detail[200];
@@ -164,6 +165,7 @@ static void collect(struct alert *a, void *arg)
     g->n++;
     g->count = a->count;
     g->kind = a->kind;
+    g->severity = a->severity;
     strncpy(g->detail, a->detail, sizeof(g->detail) - 1);
 }
 
@@ -193,6 +195,38 @@ static void fold_one_line_per_period(void **state)
     assert_int_equal(fold_expire(&f, 3000, collect, &g), 0);
     assert_int_equal(f.n, 0);
     assert_true(fold_admit(&f, &a, NULL, 3001, 1000, collect, &g));
+    fold_free(&f);
+}
+
+/* A summary stands for every repeat it counts: its severity is the
+ * highest of theirs, whatever came last (an agent's first contacts past
+ * the burst fold denied ones, medium, and let-through ones, low, in one
+ * line; a storm of denied ones ended by one let through was summarised
+ * low). The next period starts from its own repeats. */
+static void fold_summary_takes_the_highest_severity(void **state)
+{
+    (void)state;
+    struct fold f;
+    struct got g = {0};
+    struct alert a = {.kind = ALERT_FIRST_CONTACT,
+                      .severity = SEVERITY_MEDIUM,
+                      .agent = "ci",
+                      .host = "h0.test",
+                      .detail = "denied"};
+    fold_init(&f);
+    assert_true(fold_admit(&f, &a, NULL, 0, 1000, collect, &g));
+    assert_false(fold_admit(&f, &a, NULL, 10, 1000, collect, &g));
+    a.severity = SEVERITY_LOW;
+    a.detail = "allow";
+    assert_false(fold_admit(&f, &a, NULL, 20, 1000, collect, &g));
+    assert_int_equal(fold_expire(&f, 1000, collect, &g), 1);
+    assert_int_equal(g.count, 2);
+    assert_int_equal(g.severity, SEVERITY_MEDIUM);
+    assert_non_null(strstr(g.detail, "the last: allow"));
+    /* the next period's repeats are all low: so is its summary */
+    assert_false(fold_admit(&f, &a, NULL, 1001, 1000, collect, &g));
+    assert_int_equal(fold_expire(&f, 2000, collect, &g), 1);
+    assert_int_equal(g.severity, SEVERITY_LOW);
     fold_free(&f);
 }
 
@@ -532,6 +566,7 @@ int main(void)
         cmocka_unit_test(window_forgets_past_eleven_tenths),
         cmocka_unit_test(window_matches_the_interval_bounds),
         cmocka_unit_test(fold_one_line_per_period),
+        cmocka_unit_test(fold_summary_takes_the_highest_severity),
         cmocka_unit_test(fold_keys_and_zero_period),
         cmocka_unit_test(fold_period_past_the_clock),
         cmocka_unit_test(fold_counts_past_32_bits),
