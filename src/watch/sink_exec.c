@@ -450,17 +450,26 @@ static void remove_at(struct exec_runner *r, size_t i)
     r->nkids--;
 }
 
+/* The programs the caps are shared among: those the policy names, or,
+ * when more hold alerts (a reload took some out of the policy, and their
+ * alerts still run or wait), those. */
+static size_t programs_sharing(const struct exec_runner *r)
+{
+    size_t n = r->programs > r->nuses ? r->programs : r->nuses;
+    return n > 0 ? n : 1;
+}
+
 /* Each program's shares of SINK_EXEC_MAX_RUNNING and SINK_EXEC_MAX_WAITING:
- * an equal part for each program the policy names, at least one. */
+ * an equal part, at least one. */
 static size_t running_share(const struct exec_runner *r)
 {
-    size_t n = r->programs > 0 ? r->programs : 1;
+    size_t n = programs_sharing(r);
     return SINK_EXEC_MAX_RUNNING / n > 0 ? SINK_EXEC_MAX_RUNNING / n : 1;
 }
 
 static size_t waiting_share(const struct exec_runner *r)
 {
-    size_t n = r->programs > 0 ? r->programs : 1;
+    size_t n = programs_sharing(r);
     return SINK_EXEC_MAX_WAITING / n > 0 ? SINK_EXEC_MAX_WAITING / n : 1;
 }
 
@@ -795,8 +804,7 @@ void exec_runner_run(struct exec_runner *r, const char *path, const char *data, 
         snprintf(why, sizeof(why),
                  "too many of its alerts running or waiting (%zu: each of the %zu exec programs "
                  "may hold %zu running and %zu waiting)",
-                 k->use->held, r->programs > 0 ? r->programs : 1, running_share(r),
-                 waiting_share(r));
+                 k->use->held, programs_sharing(r), running_share(r), waiting_share(r));
         child_free(k); /* the use holds others: it stays */
         drop(r, path, why);
         return;

@@ -87,7 +87,9 @@ void exec_runner_run(struct exec_runner *r, const char *path, const char *data, 
 int exec_runner_hide_env(struct exec_runner *r, const char *const *names, size_t n);
 /* The policy names <n> exec sinks' programs (distinct paths): each may run
  * SINK_EXEC_MAX_RUNNING / n of them at once and hold SINK_EXEC_MAX_WAITING
- * / n more waiting (at least one of each). Until called, one program. */
+ * / n more waiting (at least one of each); n is the programs that hold
+ * alerts when they are more (those a reload took out of the policy).
+ * Until called, one program. */
 void exec_runner_programs(struct exec_runner *r, size_t n);
 /* Children still running or waiting. */
 size_t exec_runner_busy(const struct exec_runner *r);

@@ -102,6 +102,37 @@ static void over_the_cap_alerts_are_dropped_and_counted(void **state)
     rmdir(dir);
 }
 
+/* Two exec sinks' programs, one that hangs (until its 5 s kill), one that
+ * reads its alert and ends, and a runner told of <programs> of them. */
+struct two_sinks {
+    char hdir[24], hung[64], fdir[24], fast[64];
+    struct event_base *base;
+    struct exec_runner *r;
+};
+
+static void two_sinks_start(struct two_sinks *t, size_t programs)
+{
+    snprintf(t->hdir, sizeof(t->hdir), "/tmp/sluice-exec-XXXXXX");
+    snprintf(t->fdir, sizeof(t->fdir), "/tmp/sluice-exec-XXXXXX");
+    write_program(t->hdir, t->hung, sizeof(t->hung), "exec sleep 30");
+    write_program(t->fdir, t->fast, sizeof(t->fast), "exec cat >/dev/null");
+    t->base = event_base_new();
+    assert_non_null(t->base);
+    t->r = exec_runner_new(t->base);
+    assert_non_null(t->r);
+    exec_runner_programs(t->r, programs);
+}
+
+static void two_sinks_end(struct two_sinks *t)
+{
+    exec_runner_free(t->r);
+    event_base_free(t->base);
+    unlink(t->hung);
+    unlink(t->fast);
+    rmdir(t->hdir);
+    rmdir(t->fdir);
+}
+
 /* Two exec sinks, one a program that hangs (until its 5 s kill): it runs
  * and holds its share of the caps only, 8 running and 512 waiting, its
  * alerts beyond dropped; the other's alerts, raised after all of those,
@@ -112,41 +143,61 @@ static void over_the_cap_alerts_are_dropped_and_counted(void **state)
 static void a_hung_program_holds_its_share_not_the_other_sinks(void **state)
 {
     (void)state;
-    char hdir[] = "/tmp/sluice-exec-XXXXXX", hung[64], fdir[] = "/tmp/sluice-exec-XXXXXX", fast[64];
-    write_program(hdir, hung, sizeof(hung), "exec sleep 30");
-    write_program(fdir, fast, sizeof(fast), "exec cat >/dev/null");
-    struct event_base *base = event_base_new();
-    assert_non_null(base);
-    struct exec_runner *r = exec_runner_new(base);
-    assert_non_null(r);
-    exec_runner_programs(r, 2);
+    struct two_sinks t = {0};
+    two_sinks_start(&t, 2);
+    struct exec_runner *r = t.r;
     const char alert[] = "{\"event\":\"alert\"}\n";
     const size_t held = SINK_EXEC_MAX_RUNNING / 2 + SINK_EXEC_MAX_WAITING / 2, extra = 30;
     for (size_t i = 0; i < held + extra; i++)
-        exec_runner_run(r, hung, alert, sizeof(alert) - 1);
+        exec_runner_run(r, t.hung, alert, sizeof(alert) - 1);
     assert_int_equal(exec_runner_busy(r), held);
     assert_int_equal(exec_runner_dropped(r), extra);
     alarm(20);
     /* the hung program's share starts */
     for (int i = 0; i < 2000 && r->running < SINK_EXEC_MAX_RUNNING / 2; i++)
-        event_base_loop(base, EVLOOP_ONCE);
+        event_base_loop(t.base, EVLOOP_ONCE);
     assert_int_equal(r->running, SINK_EXEC_MAX_RUNNING / 2);
-    exec_runner_run(r, fast, alert, sizeof(alert) - 1);
+    exec_runner_run(r, t.fast, alert, sizeof(alert) - 1);
     assert_int_equal(exec_runner_busy(r), held + 1);
     assert_int_equal(exec_runner_dropped(r), extra);
-    struct child *k = r->kids[r->nkids - 1];
-    pid_t pid = started(base, k);
+    pid_t pid = started(t.base, r->kids[r->nkids - 1]);
     alarm(0);
     assert_true(pid > 0);
+    /* before any kill (the loop turns until the next event: a kill 5 s
+     * on); the drops count as failures */
+    assert_int_equal(exec_runner_failures(r), extra);
     for (size_t i = 0; i < r->nkids; i++) /* none of the hung program's waiting ones started */
-        if (strcmp(r->kids[i]->path, hung) == 0 && i >= SINK_EXEC_MAX_RUNNING / 2)
+        if (strcmp(r->kids[i]->path, t.hung) == 0 && i >= SINK_EXEC_MAX_RUNNING / 2)
             assert_int_equal(r->kids[i]->pid, 0);
-    exec_runner_free(r);
-    event_base_free(base);
-    unlink(hung);
-    unlink(fast);
-    rmdir(hdir);
-    rmdir(fdir);
+    two_sinks_end(&t);
+}
+
+/* A reload took the hung program out of the policy, which names one
+ * program again, while its alerts still wait: they and the new program's
+ * share the caps until they end, so the hung one's waiting alerts start
+ * only up to half of the 16, and the new program's alert starts beside
+ * them, not after their kill. */
+static void a_program_a_reload_took_out_still_shares(void **state)
+{
+    (void)state;
+    struct two_sinks t = {0};
+    two_sinks_start(&t, 1);
+    struct exec_runner *r = t.r;
+    for (int i = 0; i < 20; i++)
+        exec_runner_run(r, t.hung, "{}\n", 3);
+    exec_runner_programs(r, 1); /* the reload: the fast program in its place */
+    exec_runner_run(r, t.fast, "{}\n", 3);
+    alarm(20);
+    pid_t pid = started(t.base, r->kids[r->nkids - 1]);
+    alarm(0);
+    assert_true(pid > 0);
+    /* before any kill (the loop turns until the next event: a kill 5 s on) */
+    assert_int_equal(exec_runner_failures(r), 0);
+    size_t hung_running = 0;
+    for (size_t i = 0; i < r->nkids; i++)
+        hung_running += strcmp(r->kids[i]->path, t.hung) == 0 && r->kids[i]->pid != 0;
+    assert_true(hung_running <= SINK_EXEC_MAX_RUNNING / 2);
+    two_sinks_end(&t);
 }
 
 /* Standard error, from dup2(<err>) to now, into <said> (<cap> bytes). */
@@ -389,6 +440,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(over_the_cap_alerts_are_dropped_and_counted),
         cmocka_unit_test(a_hung_program_holds_its_share_not_the_other_sinks),
+        cmocka_unit_test(a_program_a_reload_took_out_still_shares),
         cmocka_unit_test(the_exit_does_not_wait_for_ever_for_a_program),
         cmocka_unit_test(a_start_whose_exec_hangs_holds_neither_the_loop_nor_the_exit),
         cmocka_unit_test(a_start_that_failed_unheard_is_counted_never_started),
