@@ -50,6 +50,11 @@
 #define CUT_FIELD_MAX 256
 /* The most strings a line has (agent_egress: ten). */
 #define LINE_STRINGS 12
+/* A write the loop makes that would block, to a descriptor epoll does not
+ * take (a regular file on a FUSE or network file system), is tried again
+ * after this long: poll() calls such a file always writable, so waiting
+ * for it would retry at once, a core spent on writev() calls. */
+#define LOOP_AGAIN_MS 100
 
 /* What the writer needs to know of a descriptor (probe_fd). */
 struct fd_kind {
@@ -804,7 +809,7 @@ static void schedule(struct log_jsonl *l, int rc)
         if (!event_pending(l->wev, EV_WRITE, NULL))
             event_add(l->wev, NULL);
     } else if (rc == 1) {
-        struct timeval tv = {0, 100000};
+        struct timeval tv = timeval_of_ms(LOOP_AGAIN_MS);
         event_add(l->wev, &tv);
     } else if (rc == -1 && evbuffer_get_length(l->pending) > 0) {
         /* A transient error (ENOSPC, EIO): retry within a second. */
@@ -1242,6 +1247,10 @@ int log_jsonl_flush(struct log_jsonl *l, int timeout_ms)
         if (rc < 0) {
             /* A transient error: wait a little and retry. */
             poll(NULL, 0, left < 50 ? left : 50);
+            continue;
+        }
+        if (!l->pollable) {
+            poll(NULL, 0, left < LOOP_AGAIN_MS ? left : LOOP_AGAIN_MS); /* as schedule() */
             continue;
         }
         struct pollfd pfd = {.fd = l->fd, .events = POLLOUT};

@@ -61,6 +61,9 @@ static _Atomic unsigned writev_mid_line;
  * hung NFS server), for the writer thread's tests. */
 static _Atomic int writev_gate_fd = -1;
 static _Atomic int writev_entered_fd = -1;
+/* When >= 0, a writev() to this descriptor fails with EAGAIN, counted: a
+ * regular file on a FUSE or network file system that would block. */
+static _Atomic int writev_eagain_fd = -1;
 
 static ssize_t counted_writev(int fd, const struct iovec *iov, int n)
 {
@@ -68,6 +71,11 @@ static ssize_t counted_writev(int fd, const struct iovec *iov, int n)
         char b = 0;
         assert_int_equal(write(writev_entered_fd, &b, 1), 1);
         (void)!read(writev_gate_fd, &b, 1); /* a byte, or the gate closed: go */
+    }
+    if (fd == writev_eagain_fd) {
+        writev_calls++;
+        errno = EAGAIN;
+        return -1;
     }
     size_t total = 0;
     char last = '\n';
@@ -1071,6 +1079,25 @@ static void test_fifo_without_reader_is_named(void **state)
     event_base_free(base);
 }
 
+/* A log on the FIFO <name> (its path in <path>) whose path is then a
+ * regular file, reopened with no thread to be had: the loop writes it. */
+static struct log_jsonl *open_loop_written(struct event_base *base, const char *name, char *path,
+                                           size_t cap)
+{
+    int rd;
+    struct log_jsonl *l = open_on_fifo(base, name, path, cap, &rd);
+    assert_int_equal(unlink(path), 0);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600); /* a regular file now */
+    assert_true(fd >= 0);
+    close(fd);
+    threads_refused = true;
+    assert_int_equal(log_jsonl_reopen(l), 0);
+    threads_refused = false;
+    close(rd);
+    assert_null(l->fw);
+    return l;
+}
+
 /* A FIFO log whose path is a regular file at a reopen, no writer thread to
  * be had for it (threads refused): the loop writes the file, the only
  * descriptor left, and says it is unhealthy until a reopen starts its
@@ -1081,17 +1108,7 @@ static void test_a_reopen_to_a_file_without_a_writer_thread(void **state)
     (void)state;
     struct event_base *base = event_base_new();
     char path[128];
-    int rd;
-    struct log_jsonl *l = open_on_fifo(base, "then-a-file", path, sizeof(path), &rd);
-    assert_int_equal(unlink(path), 0);
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600); /* a regular file now */
-    assert_true(fd >= 0);
-    close(fd);
-    threads_refused = true;
-    assert_int_equal(log_jsonl_reopen(l), 0);
-    threads_refused = false;
-    close(rd);
-    assert_null(l->fw);
+    struct log_jsonl *l = open_loop_written(base, "then-a-file", path, sizeof(path));
     const char *no_writer = "its writer thread cannot be started: the event loop writes its "
                             "file, and a file system that does not answer would stop the gateway "
                             "(send SIGHUP to try again)";
@@ -1122,6 +1139,48 @@ static void test_a_reopen_to_a_file_without_a_writer_thread(void **state)
     assert_int_equal(log_jsonl_flush(l, 1000), 0);
     got = slurp(path, &len);
     assert_int_equal(len, strlen(spec_line1));
+    free(got);
+    assert_int_equal(log_jsonl_dropped(l), 0);
+    log_jsonl_close(l);
+    event_base_free(base);
+}
+
+/* The loop-written file of the test above, whose writes fail with EAGAIN
+ * (a FUSE or network file system that would block). poll() says such a
+ * file is always writable, so the exit's flush retried at once: about a
+ * hundred thousand writev() calls a second, a core spent until its time
+ * was out. Its retries, as the loop's own, now come every LOOP_AGAIN_MS;
+ * the line waits and goes once the file takes it. */
+static void test_a_loop_written_file_that_would_block_is_retried_paced(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char path[128];
+    struct log_jsonl *l = open_loop_written(base, "then-a-blocking-file", path, sizeof(path));
+    writev_eagain_fd = l->fd;
+    struct egress_event ev = spec_egress();
+    log_jsonl_on_event(&ev, l); /* meets EAGAIN: waits in <pending> */
+    assert_int_equal(log_jsonl_pending_bytes(l), strlen(spec_line1));
+    /* The loop's retries: one a LOOP_AGAIN_MS, 3 or 4 in 350 ms */
+    writev_calls = 0;
+    struct timeval run = {0, 350000};
+    event_base_loopexit(base, &run);
+    event_base_dispatch(base);
+    unsigned loop_calls = writev_calls;
+    assert_in_range(loop_calls, 1, 5);
+    /* The flush's: as many in its 350 ms, not one after another */
+    writev_calls = 0;
+    assert_int_equal(log_jsonl_flush(l, 350), -1);
+    unsigned flush_calls = writev_calls;
+    print_message("writev() calls in 350 ms: %u by the loop, %u by the flush\n", loop_calls,
+                  flush_calls);
+    assert_in_range(flush_calls, 1, 6);
+    writev_eagain_fd = -1;
+    assert_int_equal(log_jsonl_flush(l, 1000), 0);
+    size_t len;
+    char *got = slurp(path, &len);
+    assert_int_equal(len, strlen(spec_line1));
+    assert_memory_equal(got, spec_line1, len);
     free(got);
     assert_int_equal(log_jsonl_dropped(l), 0);
     log_jsonl_close(l);
@@ -1898,6 +1957,7 @@ int main(void)
         cmocka_unit_test(test_file_without_a_writer_thread_is_refused),
         cmocka_unit_test(test_fifo_without_reader_is_named),
         cmocka_unit_test(test_a_reopen_to_a_file_without_a_writer_thread),
+        cmocka_unit_test(test_a_loop_written_file_that_would_block_is_retried_paced),
         cmocka_unit_test(test_pipe_never_blocks),
         cmocka_unit_test(test_pipe_gets_whole_lines_up_to_pipe_buf),
         cmocka_unit_test(test_pending_cap_and_flush),
