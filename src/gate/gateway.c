@@ -819,6 +819,7 @@ static void gateway_gauges(void *arg, struct metrics_gauges *g)
         if (c->tunnel != NULL)
             g->open_tunnels++;
     g->tunnel_held_bytes = tunnel_held_bytes();
+    g->bandwidth_waiting = quota_flows_waiting(gw->quota);
     g->reloads = gw->counters.reloads;
     g->reload_failures = gw->counters.reload_failures;
     struct resolve_server_stats st[METRICS_DNS_SERVERS];

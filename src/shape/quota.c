@@ -64,6 +64,7 @@ struct quota {
     uint64_t denied_max, denied_per_ms, quarantine_ns;
     uint64_t q_until_max;     /* no quarantine runs past this: the fast path */
     struct quota_flow *flows; /* every open flow, for quota_reshape() */
+    size_t nwaiting;          /* flows whose timer is armed (quota_flow_paused()) */
 };
 
 struct quota_flow {
@@ -733,6 +734,7 @@ static void on_flow_timer(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     f->armed = false;
+    f->q->nwaiting--;
     if (f->cb != NULL)
         f->cb(f->arg);
 }
@@ -760,6 +762,8 @@ int quota_flow_pause(struct quota_flow *f, size_t want, uint64_t now_ns, void (*
     f->arg = arg;
     if (evtimer_add(f->timer, &tv) < 0)
         return -1;
+    if (!f->armed)
+        f->q->nwaiting++; /* a re-arming replaces the wait: counted once */
     f->armed = true;
     return 0;
 }
@@ -778,12 +782,19 @@ bool quota_flow_paused(const struct quota_flow *f)
     return f != NULL && f->armed;
 }
 
+size_t quota_flows_waiting(const struct quota *q)
+{
+    return q != NULL ? q->nwaiting : 0;
+}
+
 void quota_flow_close(struct quota_flow *f)
 {
     if (f == NULL)
         return;
     if (f->timer != NULL)
         event_free(f->timer);
+    if (f->armed)
+        f->q->nwaiting--;
     for (int i = 0; i < 2; i++) {
         flow_detach(f, i);
         flow_unstage(f, i);

@@ -213,6 +213,9 @@ int quota_flow_allow_or_pause(struct quota_flow *f, size_t want, uint64_t now_ns
                               void (*cb)(void *arg), void *arg, size_t *n);
 /* True while the timer armed by quota_flow_pause() has not fired. */
 bool quota_flow_paused(const struct quota_flow *f);
+/* How many of <q>'s flows are paused now (the /metrics gauge
+ * sluice_bandwidth_waiting_connections); 0 for NULL. */
+size_t quota_flows_waiting(const struct quota *q);
 /* Cancels the timer, releases the entries, frees <f>. Accepts NULL. */
 void quota_flow_close(struct quota_flow *f);
 

@@ -362,6 +362,9 @@ int metrics_format(struct metrics *m, struct evbuffer *b)
     head(o, "sluice_tunnel_held_bytes", "gauge",
          "Bytes tunnels read and hold because their destination did not take them yet.");
     putf(o, "sluice_tunnel_held_bytes %" PRIu64 "\n", g.tunnel_held_bytes);
+    head(o, "sluice_bandwidth_waiting_connections", "gauge",
+         "Connections whose upload waits for its bandwidth bucket to refill now.");
+    putf(o, "sluice_bandwidth_waiting_connections %" PRIu64 "\n", g.bandwidth_waiting);
 
     head(o, "sluice_alerts_total", "counter", "Alerts written, by kind (kept across restarts).");
     for (int k = 0; k < ALERT_KIND_COUNT; k++)

@@ -1443,20 +1443,25 @@ static void test_flow_pause_timer(void **state)
     struct quota_flow *f = quota_flow_open(q, &p, "a", NULL, t0);
     quota_flow_take(f, 16000, t0);
     int fired = 0;
+    assert_int_equal(quota_flows_waiting(q), 0);
     assert_int_equal(quota_flow_pause(f, 1000, t0, on_resume, &fired), 0);
     assert_true(quota_flow_paused(f));
-    /* Re-arming replaces: one call, not two. */
+    /* Re-arming replaces: one call, not two; one flow waiting. */
     assert_int_equal(quota_flow_pause(f, 1000, t0, on_resume, &fired), 0);
+    assert_int_equal(quota_flows_waiting(q), 1);
     event_base_dispatch(base);
     assert_int_equal(fired, 1);
     assert_false(quota_flow_paused(f));
+    assert_int_equal(quota_flows_waiting(q), 0);
     uint64_t t1 = quota_now();
     assert_true(t1 - t0 >= 62 * MS);
     assert_true(quota_flow_allow(f, 1000, t1) >= 1000 - 1);
     /* Closing with the timer armed cancels it. */
     quota_flow_take(f, 16000, t1);
     assert_int_equal(quota_flow_pause(f, 1000, t1, on_resume, &fired), 0);
+    assert_int_equal(quota_flows_waiting(q), 1);
     quota_flow_close(f);
+    assert_int_equal(quota_flows_waiting(q), 0);
     event_base_dispatch(base);
     assert_int_equal(fired, 1);
     quota_free(q);
