@@ -12,10 +12,12 @@ import time
 
 import pytest
 
-from gate_client import (api_rule, build_request, connect, open_conn, read_response,
+from gate_client import (api_rule, build_request, connect, open_conn, poll, read_response,
                          recv_until_close)
 from gate_servers import ScriptedUpstream, pattern_bytes
+from held_requests import admin_get
 from test_shape_bandwidth import KIB, SINK_IP, HashSink, _at_sink
+from watch_helpers import free_tcp_port
 
 HANG_GUARD_S = 90  # a hang guard, not a claim on time (the waits are 15-60 s)
 
@@ -34,6 +36,14 @@ def _chunks(data, size=4096):
 
 def _end_of(gw, ev):
     return gw.wait_events("agent_egress_end", timeout=HANG_GUARD_S, id=ev["id"])[0]
+
+
+def _bandwidth_waiting(admin):
+    """sluice_bandwidth_waiting_connections, from the admin's /metrics."""
+    for line in admin_get(admin, "/metrics").decode().splitlines():
+        if line.startswith("sluice_bandwidth_waiting_connections "):
+            return int(line.split()[1])
+    raise AssertionError("no sluice_bandwidth_waiting_connections in /metrics")
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["length", "chunked"])
@@ -275,10 +285,15 @@ def test_upload_answered_then_ended_in_its_wait_gets_its_answer(gateway, net):
     # the exchange for an upload waiting for its bucket (the bucket's timer,
     # armed before the answer came, had not fired yet: under 1 s) and cut
     # it 100 ms after the end: the client got 232051 of the 327680 bytes.
+    # The client reads once no upload waits for its bucket any more (that
+    # timer fired, or the exchange was cut), from /metrics: the hang-up
+    # check, every 100 ms, had its chance meanwhile.
     answer = pattern_bytes(320 * KIB)
-    closed = threading.Event()
+    closed, answer_now = threading.Event(), threading.Event()
 
     def script(conn, stop, _):
+        if not answer_now.wait(HANG_GUARD_S):
+            return  # never asked to answer: the test fails on it
         conn.sendall(b"HTTP/1.1 413 Content Too Large\r\nContent-Length: %d\r\n"
                      b"Connection: close\r\n\r\n" % len(answer) + answer)
         try:
@@ -293,7 +308,10 @@ def test_upload_answered_then_ended_in_its_wait_gets_its_answer(gateway, net):
 
     with ScriptedUpstream(script) as up:
         rule = {"host": EARLY, "ports": [up.port], "tier": 0, "rate": {"bandwidth": "1KiB/s"}}
-        gw = gateway(net.policy([rule], static_extra={EARLY: up.IP}), unix=True, tcp=False)
+        admin = free_tcp_port()
+        gw = gateway(net.policy([rule], static_extra={EARLY: up.IP}), unix=True, tcp=False,
+                     args=["--admin", str(admin)],
+                     env={"SLUICE_TEST_METRICS_FRESH_MS": "1"})  # each scrape a new body
         s = open_conn(gw, timeout=HANG_GUARD_S)
         try:
             # A head of 8 KiB puts the bucket in debt: the body waits a
@@ -302,15 +320,17 @@ def test_upload_answered_then_ended_in_its_wait_gets_its_answer(gateway, net):
                       b"Content-Length: 100000\r\n\r\n"
                       % (EARLY.encode(), up.port, EARLY.encode(), up.port, b"p" * 8192)
                       + pattern_bytes(4 * KIB))
+            # the body waits for its bucket (the gauge the wait below reads)
+            poll(lambda: _bandwidth_waiting(admin) == 1, timeout=HANG_GUARD_S,
+                 what="the upload to wait for its bucket")
+            answer_now.set()
             assert closed.wait(HANG_GUARD_S), "the gateway never closed the upstream"
             s.shutdown(socket.SHUT_WR)
             ev = gw.wait_events(path="/early")[-1]
-            # The slow client takes its time: long enough for the bucket's
-            # timer, which the cut needed, to fire (at most 1 s).
-            try:
-                gw.wait_events("agent_egress_end", timeout=2, id=ev["id"])
-            except AssertionError:
-                pass  # not logged yet: the answer waits for the client
+            # The slow client takes its time: until the bucket's timer,
+            # which the cut needed, has fired (at most 1 s).
+            poll(lambda: _bandwidth_waiting(admin) == 0, timeout=HANG_GUARD_S,
+                 what="the upload's bucket timer to fire")
             got = recv_until_close(s)
         finally:
             s.close()
