@@ -234,6 +234,19 @@ def policy_yaml(p):
 # --------------------------------------------------------------------------
 # the gateway
 
+def socket_inodes(pid):
+    """The inodes (as /proc/net lists them) of the sockets <pid> holds."""
+    inodes = set()
+    for n in os.listdir("/proc/%d/fd" % pid):
+        try:
+            link = os.readlink("/proc/%d/fd/%s" % (pid, n))
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    return inodes
+
+
 class Gateway:
     def __init__(self, bin_path, workdir, policy_text, listen, env, args, netns, port, unix_path,
                  netns_helper=None, prefix=(), resolv_conf=None):
@@ -393,6 +406,36 @@ class Gateway:
         return poll(lambda: (lambda evs: evs if len(evs) >= count else None)(
             self.events(event, **match)), timeout=timeout,
             what="%d %s event(s) matching %r in %s" % (count, event, match, self.log_path))
+
+    def client_connections(self):
+        """How many client connections the gateway holds open: its sockets
+        whose local end is its listener's (the TCP port, or the unix path:
+        an accepted unix socket shows its listener's path), the listeners
+        aside. Read from /proc (of its network namespace), not guessed."""
+        pid = self.proc.pid
+        inodes = socket_inodes(pid)
+        count = 0
+        for name in (("tcp", "tcp6") if self.port else ()):
+            with open("/proc/%d/net/%s" % (pid, name)) as f:
+                for row in f.read().splitlines()[1:]:
+                    col = row.split()  # local address, remote, state (0A: listening), ..., inode
+                    if (int(col[1].rsplit(":", 1)[1], 16) == self.port and col[3] != "0A"
+                            and col[9] in inodes):
+                        count += 1
+        if self.unix_path:
+            with open("/proc/%d/net/unix" % pid) as f:
+                for row in f.read().splitlines()[1:]:
+                    col = row.split()  # ..., flags (00010000: listening), type, state, inode, path
+                    if (len(col) >= 8 and col[7] == self.unix_path and col[3] != "00010000"
+                            and col[6] in inodes):
+                        count += 1
+        return count
+
+    def wait_no_clients(self, timeout=10.0):
+        """Waits until the gateway holds no client connection (the
+        readiness probe's, an earlier request's, closed by the gateway)."""
+        poll(lambda: self.client_connections() == 0, timeout=timeout,
+             what="the gateway's client connections to close")
 
     def decided(self, timeout=5.0, **match):
         """Waits for the agent_egress event matching <match> and its

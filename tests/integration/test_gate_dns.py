@@ -18,7 +18,6 @@ import shutil
 import signal
 import sys
 import threading
-import time
 
 import pytest
 
@@ -949,7 +948,7 @@ def _get_short_of_descriptors(w, name):
     pid = w.gw.proc.pid
     assert os.path.basename(os.readlink("/proc/%d/exe" % pid)) == "sluice"
     soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
-    time.sleep(0.2)  # the previous request's connection is gone
+    w.gw.wait_no_clients()  # the previous request's connection is gone
     before = set(_socket_fds(pid).values())
     s = open_conn(w.gw)
     try:

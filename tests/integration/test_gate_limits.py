@@ -782,7 +782,7 @@ def test_stalled_tunnels_hold_at_most_their_budget(gateway, net):
 
 def test_max_conns_pauses_listeners(gateway, net):
     gw = gateway(net.policy([api_rule(net)]), args=["--max-conns", "2"])
-    time.sleep(0.2)  # the readiness probe's connection is gone
+    gw.wait_no_clients()  # the readiness probe's connection is gone
     a, b = open_conn(gw), open_conn(gw)
     c = open_conn(gw)  # accepted by the kernel, not served by the gateway
     try:
@@ -1561,7 +1561,7 @@ def test_max_conns_fit_leaves_room_for_the_admin_connections(gateway, net):
     m = re.search(r"serving at most (\d+) connections", gw.stderr())
     assert m, gw.stderr()
     fit = int(m.group(1))
-    time.sleep(0.2)  # the readiness probe's connection is gone
+    gw.wait_no_clients()  # the readiness probe's connection is gone
     fds = "/proc/%d/fd" % gw.proc.pid
     held = []
 
@@ -2174,7 +2174,7 @@ def _short_of_descriptors(gw, net, path):
     back afterwards). Returns the response and the limit it had."""
     pid = gw.proc.pid
     soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
-    time.sleep(0.2)  # the readiness probe's (or an earlier request's) connection is gone
+    gw.wait_no_clients()  # the readiness probe's (or an earlier request's) connection is gone
     s = open_conn(gw)
     try:
         poll(lambda: _accepted_fd_seen(pid, s), what="the client accepted")
@@ -2262,7 +2262,7 @@ def test_max_conns_fit_leaves_room_for_the_webhook_sinks(gateway, net, tmp_path)
         m = re.search(r"serving at most (\d+) connections", gw.stderr())
         assert m, gw.stderr()
         fit = int(m.group(1))
-        time.sleep(0.2)  # the readiness probe's connection is gone
+        gw.wait_no_clients()  # the readiness probe's connection is gone
         for i in range(fit - 1):  # tunnels, each holding its upstream socket
             t = connect(gw, "banner.example.test:%d" % net.banner.port)
             held.append(t.sock)

@@ -18,6 +18,7 @@ import ssl
 import time
 import urllib.request
 
+from conftest import socket_inodes
 from gate_client import connect, poll, proc_number, proc_stat, recv_until_close, request
 from watch_helpers import free_tcp_port, webhook_label
 
@@ -46,14 +47,7 @@ def nfds(pid):
 def admin_sockets(pid, port):
     """How many TCP sockets <pid> holds whose local port is <port>: the
     accepted admin connections (and the listener)."""
-    inodes = set()
-    for f in os.listdir("/proc/%d/fd" % pid):
-        try:
-            link = os.readlink("/proc/%d/fd/%s" % (pid, f))
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            inodes.add(link[8:-1])
+    inodes = socket_inodes(pid)
     n = 0
     for name in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(name) as f:
