@@ -23,6 +23,18 @@ def healthz(port):
         return e.code, e.read()
 
 
+def bandwidth_waiting(port):
+    """sluice_bandwidth_waiting_connections, from the admin's /metrics (give
+    the gateway SLUICE_TEST_METRICS_FRESH_MS=1: a body each scrape)."""
+    for line in admin_get(port, "/metrics").decode().splitlines():
+        if line.startswith("sluice_bandwidth_waiting_connections "):
+            return int(line.split()[1])
+    raise AssertionError("no sluice_bandwidth_waiting_connections in /metrics")
+
+
+FRESH_METRICS = {"SLUICE_TEST_METRICS_FRESH_MS": "1"}  # each scrape a new /metrics body
+
+
 def decided_count(port):
     """Requests decided so far, from the admin's /metrics."""
     n = 0

@@ -22,6 +22,8 @@ from conftest import policy_yaml
 from gate_client import (api_rule, build_request, connect, cpu_seconds, hello_record, open_conn,
                          poll, read_response)
 from gate_servers import LoopbackServer, pattern_bytes
+from held_requests import FRESH_METRICS, bandwidth_waiting
+from watch_helpers import free_tcp_port
 
 KIB = 1024
 SINK_IP = "127.0.0.7"
@@ -682,7 +684,9 @@ def test_reload_denies_a_request_whose_head_waits(gateway, net):
     # seconds after the rule was gone (the sink got both heads, and 204).
     sink = HeadSink(SINK_IP)
     try:
-        gw = gateway(_head_sink_policy(net, sink, "1KiB/s"))
+        admin = free_tcp_port()
+        gw = gateway(_head_sink_policy(net, sink, "1KiB/s"), args=["--admin", str(admin)],
+                     env=FRESH_METRICS)
         url = "http://sink.example.test:%d/" % sink.port
         s = open_conn(gw, timeout=30)
         try:
@@ -692,7 +696,8 @@ def test_reload_denies_a_request_whose_head_waits(gateway, net):
             at_sink = sink.received
             s.sendall(_padded_get(url + "2", 8 * KIB))
             gw.wait_events(path="/2")
-            time.sleep(0.5)  # its line is out: its head waits for the bucket
+            poll(lambda: bandwidth_waiting(admin) == 1, timeout=HANG_GUARD_S,
+                 what="the head of /2 to wait for the bucket")
             gw.write_policy(policy_yaml(net.policy(
                 [], static_extra={"sink.example.test": SINK_IP})))
             gw.reload()

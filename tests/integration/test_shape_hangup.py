@@ -15,7 +15,7 @@ import pytest
 from gate_client import (api_rule, build_request, connect, open_conn, poll, read_response,
                          recv_until_close)
 from gate_servers import ScriptedUpstream, pattern_bytes
-from held_requests import admin_get
+from held_requests import FRESH_METRICS, bandwidth_waiting
 from test_shape_bandwidth import KIB, SINK_IP, HashSink, _at_sink
 from watch_helpers import free_tcp_port
 
@@ -36,14 +36,6 @@ def _chunks(data, size=4096):
 
 def _end_of(gw, ev):
     return gw.wait_events("agent_egress_end", timeout=HANG_GUARD_S, id=ev["id"])[0]
-
-
-def _bandwidth_waiting(admin):
-    """sluice_bandwidth_waiting_connections, from the admin's /metrics."""
-    for line in admin_get(admin, "/metrics").decode().splitlines():
-        if line.startswith("sluice_bandwidth_waiting_connections "):
-            return int(line.split()[1])
-    raise AssertionError("no sluice_bandwidth_waiting_connections in /metrics")
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["length", "chunked"])
@@ -310,8 +302,7 @@ def test_upload_answered_then_ended_in_its_wait_gets_its_answer(gateway, net):
         rule = {"host": EARLY, "ports": [up.port], "tier": 0, "rate": {"bandwidth": "1KiB/s"}}
         admin = free_tcp_port()
         gw = gateway(net.policy([rule], static_extra={EARLY: up.IP}), unix=True, tcp=False,
-                     args=["--admin", str(admin)],
-                     env={"SLUICE_TEST_METRICS_FRESH_MS": "1"})  # each scrape a new body
+                     args=["--admin", str(admin)], env=FRESH_METRICS)
         s = open_conn(gw, timeout=HANG_GUARD_S)
         try:
             # A head of 8 KiB puts the bucket in debt: the body waits a
@@ -321,7 +312,7 @@ def test_upload_answered_then_ended_in_its_wait_gets_its_answer(gateway, net):
                       % (EARLY.encode(), up.port, EARLY.encode(), up.port, b"p" * 8192)
                       + pattern_bytes(4 * KIB))
             # the body waits for its bucket (the gauge the wait below reads)
-            poll(lambda: _bandwidth_waiting(admin) == 1, timeout=HANG_GUARD_S,
+            poll(lambda: bandwidth_waiting(admin) == 1, timeout=HANG_GUARD_S,
                  what="the upload to wait for its bucket")
             answer_now.set()
             assert closed.wait(HANG_GUARD_S), "the gateway never closed the upstream"
@@ -329,7 +320,7 @@ def test_upload_answered_then_ended_in_its_wait_gets_its_answer(gateway, net):
             ev = gw.wait_events(path="/early")[-1]
             # The slow client takes its time: until the bucket's timer,
             # which the cut needed, has fired (at most 1 s).
-            poll(lambda: _bandwidth_waiting(admin) == 0, timeout=HANG_GUARD_S,
+            poll(lambda: bandwidth_waiting(admin) == 0, timeout=HANG_GUARD_S,
                  what="the upload's bucket timer to fire")
             got = recv_until_close(s)
         finally:
