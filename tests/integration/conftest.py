@@ -247,6 +247,21 @@ def socket_inodes(pid):
     return inodes
 
 
+TCP_SYN_SENT, TCP_LISTEN = "02", "0A"  # /proc/net/tcp's st column (include/net/tcp_states.h)
+
+
+def tcp_sockets(pid):
+    """(local port, state, inode) of each TCP socket of <pid>'s network
+    namespace (its /proc/net/tcp and tcp6)."""
+    out = []
+    for name in ("tcp", "tcp6"):
+        with open("/proc/%d/net/%s" % (pid, name)) as f:
+            for row in f.read().splitlines()[1:]:
+                col = row.split()  # sl, local address, remote, st, ..., inode
+                out.append((int(col[1].rsplit(":", 1)[1], 16), col[3], col[9]))
+    return out
+
+
 class Gateway:
     def __init__(self, bin_path, workdir, policy_text, listen, env, args, netns, port, unix_path,
                  netns_helper=None, prefix=(), resolv_conf=None):
@@ -415,13 +430,9 @@ class Gateway:
         pid = self.proc.pid
         inodes = socket_inodes(pid)
         count = 0
-        for name in (("tcp", "tcp6") if self.port else ()):
-            with open("/proc/%d/net/%s" % (pid, name)) as f:
-                for row in f.read().splitlines()[1:]:
-                    col = row.split()  # local address, remote, state (0A: listening), ..., inode
-                    if (int(col[1].rsplit(":", 1)[1], 16) == self.port and col[3] != "0A"
-                            and col[9] in inodes):
-                        count += 1
+        if self.port:
+            count += sum(1 for port, state, inode in tcp_sockets(pid)
+                         if port == self.port and state != TCP_LISTEN and inode in inodes)
         if self.unix_path:
             with open("/proc/%d/net/unix" % pid) as f:
                 for row in f.read().splitlines()[1:]:
@@ -430,6 +441,15 @@ class Gateway:
                             and col[6] in inodes):
                         count += 1
         return count
+
+    def wait_connecting(self, timeout=10.0):
+        """Waits until a connect() of the gateway is under way (a socket of
+        its in SYN_SENT: an upstream that has not answered its SYN)."""
+        def connecting():
+            inodes = socket_inodes(self.proc.pid)
+            return any(state == TCP_SYN_SENT and inode in inodes
+                       for _, state, inode in tcp_sockets(self.proc.pid))
+        poll(connecting, timeout=timeout, what="the gateway's connect to be under way")
 
     def wait_no_clients(self, timeout=10.0):
         """Waits until the gateway holds no client connection (the

@@ -318,7 +318,7 @@ def test_connect_completes_after_a_dropped_syn(gateway, net):
             t0 = time.monotonic()
             lst.accept_all(0.5, 8)  # from then on the retried SYN gets in
             _send_connect(s, lst)
-            time.sleep(0.2)
+            gw.wait_connecting()
             s.sendall(b"ping\n")  # while the gateway is still connecting
             status, _ = read_head(s)
             assert status == 200
@@ -374,7 +374,7 @@ def test_client_leaving_while_connecting_is_logged_with_its_wait(gateway, net):
         gw = gateway(net.policy([_dead_rule(lst)], limits={"idle_timeout": "1s"}))
         s = open_conn(gw, 15)
         _send_connect(s, lst)
-        time.sleep(0.2)
+        gw.wait_connecting()
         s.close()
         ev, end = gw.decided(method="CONNECT")
     finally:
@@ -441,7 +441,7 @@ def test_unix_client_gone_while_connecting_is_not_connected(gateway, net):
         s = open_conn(gw, 15)
         try:
             _send_connect(s, lst)
-            time.sleep(0.3)  # connecting: the name is static
+            gw.wait_connecting()
             s.sendall(b"ping\n")
         finally:
             s.close()
