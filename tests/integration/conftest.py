@@ -7,6 +7,7 @@ built here maps the test names with dns.static and points dns.servers at
 the fake loopback DNS server, so the host's resolver is never asked.
 """
 
+import collections
 import json
 import os
 import re
@@ -250,15 +251,21 @@ def socket_inodes(pid):
 TCP_SYN_SENT, TCP_LISTEN = "02", "0A"  # /proc/net/tcp's st column (include/net/tcp_states.h)
 
 
+TcpSocket = collections.namedtuple("TcpSocket", "port remote_port state unread inode")
+
+
 def tcp_sockets(pid):
-    """(local port, state, inode) of each TCP socket of <pid>'s network
-    namespace (its /proc/net/tcp and tcp6)."""
+    """A TcpSocket (local port, remote port, state, bytes received and not
+    read yet, inode) for each TCP socket of <pid>'s network namespace (its
+    /proc/net/tcp and tcp6)."""
     out = []
     for name in ("tcp", "tcp6"):
         with open("/proc/%d/net/%s" % (pid, name)) as f:
             for row in f.read().splitlines()[1:]:
-                col = row.split()  # sl, local address, remote, st, ..., inode
-                out.append((int(col[1].rsplit(":", 1)[1], 16), col[3], col[9]))
+                col = row.split()  # sl, local address, remote, st, tx_queue:rx_queue, ..., inode
+                out.append(TcpSocket(int(col[1].rsplit(":", 1)[1], 16),
+                                     int(col[2].rsplit(":", 1)[1], 16), col[3],
+                                     int(col[4].split(":")[1], 16), col[9]))
     return out
 
 
@@ -431,8 +438,8 @@ class Gateway:
         inodes = socket_inodes(pid)
         count = 0
         if self.port:
-            count += sum(1 for port, state, inode in tcp_sockets(pid)
-                         if port == self.port and state != TCP_LISTEN and inode in inodes)
+            count += sum(1 for t in tcp_sockets(pid)
+                         if t.port == self.port and t.state != TCP_LISTEN and t.inode in inodes)
         if self.unix_path:
             with open("/proc/%d/net/unix" % pid) as f:
                 for row in f.read().splitlines()[1:]:
@@ -447,9 +454,21 @@ class Gateway:
         its in SYN_SENT: an upstream that has not answered its SYN)."""
         def connecting():
             inodes = socket_inodes(self.proc.pid)
-            return any(state == TCP_SYN_SENT and inode in inodes
-                       for _, state, inode in tcp_sockets(self.proc.pid))
+            return any(t.state == TCP_SYN_SENT and t.inode in inodes
+                       for t in tcp_sockets(self.proc.pid))
         poll(connecting, timeout=timeout, what="the gateway's connect to be under way")
+
+    def wait_taken(self, sock, timeout=10.0):
+        """Waits until the gateway has read all that the client socket
+        <sock> (TCP) sent: its end of the connection holds nothing unread."""
+        mine = sock.getsockname()[1]
+
+        def taken():
+            inodes = socket_inodes(self.proc.pid)
+            ends = [t for t in tcp_sockets(self.proc.pid)
+                    if t.port == self.port and t.remote_port == mine and t.inode in inodes]
+            return ends and ends[0].unread == 0
+        poll(taken, timeout=timeout, what="the gateway to read what the client sent")
 
     def wait_no_clients(self, timeout=10.0):
         """Waits until the gateway holds no client connection (the

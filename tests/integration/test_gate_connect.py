@@ -690,7 +690,7 @@ def test_client_reset_in_peek_window_judged_on_what_it_sent(gateway, net, first,
             assert t.status == 200
             if first:
                 t.sock.sendall(first)
-                time.sleep(0.2)  # read by the gateway, well within the 1 s window
+                gw.wait_taken(t.sock)  # read by the gateway, well within the 1 s window
             _reset(t.sock)
         finally:
             t.close()
