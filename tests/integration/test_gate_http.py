@@ -437,10 +437,10 @@ def test_client_bytes_while_a_retry_connects(gateway, net):
             up.fill()
             s.sendall(build_request("GET", up.url("/2")))
             assert up.dropped.wait(5)
-            time.sleep(0.3)  # the gateway saw the close and is connecting again
+            gw.wait_connecting()  # the gateway saw the close and is connecting again
             nxt = build_request("GET", net.url("/next"))
             s.sendall(nxt[:1])
-            time.sleep(0.3)
+            gw.wait_taken(s)
             assert gw.proc.poll() is None, gw.stderr()
             up.stop()  # the connect in progress fails: 502
             r2 = read_response(s)
