@@ -174,7 +174,7 @@ def test_secret_of_a_head_read_in_pieces_is_wiped(gateway, net):
         s = open_conn(gw)
         try:
             s.sendall(first)
-            time.sleep(0.3)  # read apart from the rest, in its own chain
+            gw.wait_taken(s)  # read apart from the rest, in its own chain
             s.sendall(second)
             raw = recv_until_close(s)
         finally:

@@ -532,7 +532,7 @@ def reload_while_connecting(gateway, net, method, new_rules, accept=False, **kw)
                 body = b"body" if method == "POST" else b""
                 s.sendall(b"%s http://%s/up HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n%s"
                           % (method.encode(), target, target, len(body), body))
-            time.sleep(0.3)
+            gw.wait_connecting()
             reload_to(gw, net.policy(new_rules(rule), **kw), 1)
             if accept:
                 lst.accept_all(0, 5)
