@@ -64,16 +64,19 @@ struct default_range {
  * services and identifiers a public host may have. Teredo is here too,
  * whose reachability the registry leaves open: the guard judges a Teredo
  * address by the IPv4 ones it embeds (embedded_v4()). The rest of the
- * block, unassigned or not globally reachable, is denied. */
+ * block, unassigned or not globally reachable, is denied, and so are the
+ * PCP, TURN and DNS-SD SRP anycast addresses 2001:1::1-3 the registry
+ * calls reachable: what answers there is the nearest box on the path (the
+ * site's router, the operator's), a service of the local network: PCP
+ * opens port mappings on it, a TURN relay forwards to any peer past this
+ * guard, SRP registers services on the link. So are their IPv4 peers
+ * 192.0.0.9 and 192.0.0.10, inside 192.0.0.0/24, as 192.88.99.0/24 is. */
 static const struct hole ietf_v6_reachable[] = {
-    {{0x20, 0x01}, 32},                                               /* Teredo (RFC 4380) */
-    {{0x20, 0x01, 0, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, 128}, /* PCP anycast (RFC 7723) */
-    {{0x20, 0x01, 0, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2}, 128}, /* TURN anycast (RFC 8155) */
-    {{0x20, 0x01, 0, 0x01, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3}, 128}, /* DNS-SD SRP (RFC 9665) */
-    {{0x20, 0x01, 0, 0x03}, 32},                                      /* AMT (RFC 7450) */
-    {{0x20, 0x01, 0, 0x04, 0x01, 0x12}, 48},                          /* AS112-v6 (RFC 7535) */
-    {{0x20, 0x01, 0, 0x20}, 28},                                      /* ORCHIDv2 (RFC 7343) */
-    {{0x20, 0x01, 0, 0x30}, 28},                                      /* DETs (RFC 9374) */
+    {{0x20, 0x01}, 32},                      /* Teredo (RFC 4380) */
+    {{0x20, 0x01, 0, 0x03}, 32},             /* AMT (RFC 7450) */
+    {{0x20, 0x01, 0, 0x04, 0x01, 0x12}, 48}, /* AS112-v6 (RFC 7535) */
+    {{0x20, 0x01, 0, 0x20}, 28},             /* ORCHIDv2 (RFC 7343) */
+    {{0x20, 0x01, 0, 0x30}, 28},             /* DETs (RFC 9374) */
 };
 
 #define V4(a, b, c, d, n, name)                                                                    \
@@ -102,7 +105,8 @@ static const struct default_range default_ranges[] = {
     V4(169, 254, 0, 0, 16, "link-local"),
     /* Private networks (RFC 1918). */
     V4(172, 16, 0, 0, 12, "rfc1918"),
-    /* IETF protocol assignments (RFC 6890): DS-Lite, NAT64 discovery. */
+    /* IETF protocol assignments (RFC 6890): DS-Lite, NAT64 discovery, and
+     * the PCP and TURN anycast addresses (see ietf_v6_reachable). */
     V4(192, 0, 0, 0, 24, "ietf-protocol"),
     /* TEST-NET-1 documentation range (RFC 5737): never routed. */
     V4(192, 0, 2, 0, 24, "documentation"),

@@ -158,21 +158,33 @@ static void test_default_v6(void **state)
     /* The rest of 2001::/23 (IETF protocol assignments, RFC 2928) is not
      * globally reachable, but for the blocks the registry says are. */
     static const char *const ietf_denied[] = {
-        "2001:1::",       "2001:1::4",
-        "2001:1:0:1::1",  "2001:1:ffff::1",
-        "2001:2:1::",     "2001:2:ffff::1",
-        "2001:4::1",      "2001:4:111:ffff::1",
-        "2001:4:113::",   "2001:5::1",
-        "2001:f:ffff::1", "2001:40::1",
-        "2001:100::1",    "2001:1ff:ffff:ffff:ffff:ffff:ffff:ffff",
+        "2001:1::",
+        "2001:1::4",
+        /* anycast to the nearest box on the path: PCP (RFC 7723), TURN
+         * (RFC 8155), DNS-SD SRP (RFC 9665), denied as their IPv4 peers */
+        "2001:1::1",
+        "2001:1::2",
+        "2001:1::3",
+        "2001:1:0:1::1",
+        "2001:1:ffff::1",
+        "2001:2:1::",
+        "2001:2:ffff::1",
+        "2001:4::1",
+        "2001:4:111:ffff::1",
+        "2001:4:113::",
+        "2001:5::1",
+        "2001:f:ffff::1",
+        "2001:40::1",
+        "2001:100::1",
+        "2001:1ff:ffff:ffff:ffff:ffff:ffff:ffff",
     };
     for (size_t i = 0; i < sizeof(ietf_denied) / sizeof(ietf_denied[0]); i++)
         expect_denied(g, ietf_denied[i], "ietf-protocol");
+    /* The IPv4 peers of the anycast addresses above, PCP and TURN. */
+    expect_denied(g, "192.0.0.9", "ietf-protocol");
+    expect_denied(g, "192.0.0.10", "ietf-protocol");
     static const char *const ietf_reachable[] = {
-        "2001:1::1", /* PCP anycast (RFC 7723) */
-        "2001:1::2", /* TURN anycast (RFC 8155) */
-        "2001:1::3", /* DNS-SD SRP anycast (RFC 9665) */
-        "2001:3::",  /* AMT (RFC 7450) */
+        "2001:3::", /* AMT (RFC 7450) */
         "2001:3:ffff:ffff:ffff:ffff:ffff:ffff",
         "2001:4:112::1", /* AS112-v6 (RFC 7535) */
         "2001:4:112:ffff:ffff:ffff:ffff:ffff",
