@@ -54,6 +54,7 @@
 #include "policy/policy.h"
 #include "util/diag.h"
 #include "util/env.h"
+#include "util/line_read.h"
 #include "util/open_nolinks.h"
 #include "util/priority.h"
 #include "util/privdrop.h"
@@ -69,6 +70,12 @@
 /* the most of this run's decision log (and alerts file) the summary reads */
 #define RUN_LOG_MAX      (256u * 1024 * 1024)
 #define RUN_LOG_MAX_TEXT "256 MiB"
+/* The longest line of the log the summary reads: the gateway writes none
+ * longer (log_jsonl.c's LINE_MAX_LEN cuts one), and a longer one, which
+ * whoever else can append to a --log file may write, would take its length
+ * in memory. Skipped, and counted. */
+#define RUN_LINE_MAX      (16u * 1024 * 1024)
+#define RUN_LINE_MAX_TEXT "16 MiB"
 
 extern char **environ;
 
@@ -1104,7 +1111,8 @@ static void serve_cleanup(struct served *s)
 struct tally {
     unsigned long allowed[4], allowed_total, denied, reported, alerts;
     bool read_ok;
-    bool cut; /* lines past RUN_LOG_MAX were left uncounted */
+    bool cut;               /* lines past RUN_LOG_MAX were left uncounted */
+    unsigned long overlong; /* lines longer than RUN_LINE_MAX, skipped */
 };
 
 /* Requests in flight (tunnels, uploads) tracked by tally_log(), at most:
@@ -1144,17 +1152,17 @@ static void tally_log(int fd, off_t start, struct tally *t)
         return;
     }
     char *line = NULL;
-    size_t cap = 0;
+    size_t cap = 0, len;
     ssize_t n;
-    off_t total = 0;
+    size_t total = 0;
+    bool over;
     json_t *tunnels = json_object(); /* NULL when out of memory: lines then count each */
-    while ((n = getline(&line, &cap, f)) > 0) {
-        if (total >= (off_t)RUN_LOG_MAX) {
-            t->cut = true; /* said: a flood of lines must not hide the rest */
-            break;
-        }
-        total += n;
-        json_t *o = json_loadb(line, (size_t)n, 0, NULL);
+    while (total < RUN_LOG_MAX &&
+           (n = line_read(f, &line, &cap, RUN_LINE_MAX, RUN_LOG_MAX - total, &len, &over)) > 0) {
+        total += (size_t)n;
+        if (over)
+            t->overlong++;
+        json_t *o = over ? NULL : json_loadb(line, len, 0, NULL);
         if (o == NULL)
             continue;
         const char *ev = json_string_value(json_object_get(o, "event"));
@@ -1182,6 +1190,8 @@ static void tally_log(int fd, off_t start, struct tally *t)
         }
         json_decref(o);
     }
+    /* said: a flood of lines must not hide the rest */
+    t->cut = total >= RUN_LOG_MAX && getc_unlocked(f) != EOF;
     json_decref(tunnels);
     free(line);
     fclose(f);
@@ -1215,15 +1225,20 @@ static void print_summary(const struct run_args *a, const struct served *s, unsi
         tally_log(s->alerts_fd, s->alerts_start, &ta);
         t.alerts += ta.alerts;
         t.cut = t.cut || ta.cut;
+        t.overlong += ta.overlong;
     }
-    char rep[48] = "";
+    char rep[48] = "", skipped[96] = "";
     if (t.reported > 0)
         snprintf(rep, sizeof(rep), ", reported %lu", t.reported);
+    if (t.overlong > 0)
+        snprintf(skipped, sizeof(skipped),
+                 " (%lu line%s longer than " RUN_LINE_MAX_TEXT " skipped: see the log)", t.overlong,
+                 t.overlong == 1 ? "" : "s");
     fprintf(stderr,
             "sluice run: exit %d; allowed %lu (tier 0: %lu, tier 1: %lu, tier 2: %lu, tier 3: "
-            "%lu), denied %lu%s, alerts %lu%s%s\n",
+            "%lu), denied %lu%s, alerts %lu%s%s%s\n",
             code, t.allowed_total, t.allowed[0], t.allowed[1], t.allowed[2], t.allowed[3], t.denied,
-            rep, t.alerts, t.read_ok ? "" : " (the decision log could not be read)",
+            rep, t.alerts, t.read_ok ? "" : " (the decision log could not be read)", skipped,
             t.cut ? " (counted in the first " RUN_LOG_MAX_TEXT " of the log only: see the log)"
                   : "");
 }

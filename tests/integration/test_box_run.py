@@ -1869,6 +1869,27 @@ def test_summary_says_when_it_did_not_read_the_whole_log(box, tmp_path):
     assert Box.summary(p)["allowed"] == 0
 
 
+def test_summary_skips_a_line_longer_than_the_gateway_writes(box, tmp_path):
+    """The summary read each line of the log whole (getline()): one line of
+    gigabytes, appended by whoever else can write a --log file, took that
+    much memory. A line longer than 16 MiB, which the gateway never writes,
+    is skipped and said to be; the lines after it still count. Here a 24 MiB
+    line, with a tier-3 allow in it, then a tier-0 allow."""
+    def write(f):
+        f.write('{"event":"agent_egress","decision":"allow","tier":3,"pad":"')
+        chunk = "x" * (1024 * 1024)
+        for _ in range(24):
+            f.write(chunk)
+        f.write('"}\n')
+        f.write('{"event":"agent_egress","decision":"allow","tier":0}\n')
+
+    p = run_appending_to_the_log(box, tmp_path, write)
+    line = [ln for ln in p.stderr.splitlines() if ln.startswith("sluice run: exit")][0]
+    assert line.endswith(" (1 line longer than 16 MiB skipped: see the log)"), line
+    s = Box.summary(p)
+    assert s["allowed"] == 1 and s["tiers"] == [1, 0, 0, 0], line
+
+
 def test_summary_counts_a_tunnel_decided_again_once(box, tmp_path):
     """A CONNECT tunnel decided again (the UTC day's change ended its grant,
     or a reload) gets a second agent_egress line for its id, deny or report:
