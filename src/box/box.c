@@ -547,7 +547,8 @@ static int init_setup(const struct box_config *cfg, uid_t uid, gid_t gid, bool u
     }
     *gw_fd = open(cfg->gateway_socket, O_PATH | O_CLOEXEC);
     if (*gw_fd < 0) {
-        snprintf(err, errlen, "the gateway socket %s: %s", cfg->gateway_socket, strerror(errno));
+        box_path_error(err, errlen, "the gateway socket ", cfg->gateway_socket, "",
+                       strerror(errno));
         return -1;
     }
     if (box_mounts_setup(cfg, err, errlen) < 0)

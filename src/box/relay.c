@@ -141,7 +141,8 @@ struct relay *relay_new(const char *target, unsigned short port, char *err, size
     }
     size_t n = strlen(target);
     if (n == 0 || n >= sizeof(r->target.sun_path)) {
-        snprintf(err, errlen, "relay: the gateway socket path is too long: %s", target);
+        box_path_error(err, errlen, "relay: the gateway socket ", target, "",
+                       "the path is too long for a unix socket");
         free(r);
         return NULL;
     }

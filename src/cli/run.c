@@ -1212,10 +1212,12 @@ static void print_summary(const struct run_args *a, const struct served *s, unsi
                           int code)
 {
     if (a->proxy != NULL) {
+        char *shown = text_shown(a->proxy); /* as --proxy's usage error shows it */
         fprintf(stderr,
                 "sluice run: exit %d; relayed %lu connection%s to unix:%s (its gateway logs "
                 "the decisions)\n",
-                code, relayed, relayed == 1 ? "" : "s", a->proxy);
+                code, relayed, relayed == 1 ? "" : "s", shown);
+        free(shown);
         return;
     }
     struct tally t = {0};
@@ -1434,7 +1436,9 @@ static int run_main(int argc, char **argv)
                           : !S_ISSOCK(st.st_mode) ? "not a socket"
                                                   : NULL;
         if (why != NULL) {
-            fprintf(stderr, "sluice run: --proxy unix:%s: %s\n", a->proxy, why);
+            char *shown = text_shown(a->proxy);
+            fprintf(stderr, "sluice run: --proxy unix:%s: %s\n", shown, why);
+            free(shown);
             goto out;
         }
     } else {

@@ -243,28 +243,41 @@ static int socket_unremovable(const char *path)
     return 0;
 }
 
+/* The files are named shown \ooo (text_shown()), as the usage errors name
+ * them: a path holding a line end or a terminal escape would forge lines. */
 static void warn_unreachable_files(const struct serve_args *a)
 {
-    if (access(a->policy, R_OK) != 0)
+    if (access(a->policy, R_OK) != 0) {
+        int e = errno;
+        char *shown = text_shown(a->policy);
         fprintf(stderr,
                 "sluice serve: warning: user %s cannot read the policy %s (%s): SIGHUP reloads "
                 "will fail and keep the policy loaded now\n",
-                a->user.name, a->policy, strerror(errno));
+                a->user.name, shown, strerror(e));
+        free(shown);
+    }
     const char *files[] = {a->log, a->alerts};
     for (size_t i = 0; i < 2; i++)
-        if (files[i] != NULL && strcmp(files[i], "-") != 0 && access(files[i], W_OK) != 0)
+        if (files[i] != NULL && strcmp(files[i], "-") != 0 && access(files[i], W_OK) != 0) {
+            int e = errno;
+            char *shown = text_shown(files[i]);
             fprintf(stderr,
                     "sluice serve: warning: user %s cannot write %s (%s): it stays open, but "
                     "SIGHUP cannot reopen it after a rotation\n",
-                    a->user.name, files[i], strerror(errno));
+                    a->user.name, shown, strerror(e));
+            free(shown);
+        }
     for (size_t i = 0; i < a->nlistens; i++) {
         const char *path = ((const struct sockaddr_un *)(const void *)&a->listens[i].ss)->sun_path;
         int e = a->listens[i].kind == LISTEN_UNIX && path[0] != '\0' ? socket_unremovable(path) : 0;
-        if (e != 0)
+        if (e != 0) {
+            char *shown = text_shown(path);
             fprintf(stderr,
                     "sluice serve: warning: user %s cannot remove the socket %s at exit (%s): it "
                     "stays, and the next start replaces it\n",
-                    a->user.name, path, strerror(e));
+                    a->user.name, shown, strerror(e));
+            free(shown);
+        }
     }
 }
 

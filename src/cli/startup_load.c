@@ -16,10 +16,7 @@
 #include "gate/gateway.h"
 #include "util/diag.h"
 #include "util/quiet_thread.h"
-
-/* The room for gateway_policy_file_warning()'s line, which names the file
- * and its folder. */
-#define FILE_WARNING_TEXT (8192 + 512)
+#include "util/text_json.h"
 
 /* One load: the thread's until it ends, then the waiting thread's; the
  * thread's for good once left at a stop (<abandoned>). */
@@ -30,12 +27,13 @@ struct load_job {
     bool abandoned;     /* (mu) left at a stop: the thread frees the job */
     int fds[2];         /* the thread's "done" byte */
     char *path;         /* owned: a job left at a stop outlives the caller's arguments */
+    char *shown;        /* owned: <path> as messages name it (text_shown()) */
     unsigned flags;     /* policy_load_flags()'s */
     struct diag diag;
     struct policy *result; /* NULL on failure */
     /* gateway_policy_file_warning()'s, made on the thread: its stat()s
      * reach the same file system as the load */
-    char file_warning[FILE_WARNING_TEXT];
+    char file_warning[GATEWAY_FILE_WARNING_MAX];
 };
 
 static void job_free(struct load_job *j)
@@ -45,6 +43,7 @@ static void job_free(struct load_job *j)
     close(j->fds[0]);
     close(j->fds[1]);
     free(j->path);
+    free(j->shown);
     pthread_mutex_destroy(&j->mu);
     free(j);
 }
@@ -56,13 +55,15 @@ static struct load_job *job_new(const char *path, const struct startup_load *how
         return NULL;
     j->flags = how->flags;
     j->path = strdup(path);
+    j->shown = text_shown(path);
     if (j->path == NULL || pipe2(j->fds, O_CLOEXEC) != 0) {
         free(j->path);
+        free(j->shown);
         free(j);
         return NULL;
     }
     pthread_mutex_init(&j->mu, NULL);
-    diag_init(&j->diag, j->path);
+    diag_init(&j->diag, j->shown);
     return j;
 }
 
@@ -120,7 +121,7 @@ static struct policy *load_here(const char *path, const struct startup_load *how
 {
     struct policy *p = policy_load_reporting(path, how->flags, "");
     if (p != NULL) {
-        char warning[FILE_WARNING_TEXT];
+        char warning[GATEWAY_FILE_WARNING_MAX];
         gateway_policy_file_warning(path, warning, sizeof(warning));
         fputs(warning, stderr);
     }
@@ -156,7 +157,7 @@ struct policy *startup_load_policy(const char *path, const struct startup_load *
         pthread_join(j->thread, NULL);
         struct policy *p = j->result;
         j->result = NULL;
-        policy_report_load(&j->diag, p, path, "");
+        policy_report_load(&j->diag, p, "");
         fputs(j->file_warning, stderr);
         job_free(j);
         return p;
@@ -167,15 +168,19 @@ struct policy *startup_load_policy(const char *path, const struct startup_load *
     policy_load_stop();
     char name[32];
     signal_label(sig, name, sizeof(name));
+    char *shown = text_shown(path); /* the operator's, maybe with a line end */
     if (!quiet_thread_job_ended_within(j->fds[0], how->stop_wait_ms) && job_leave(j)) {
         fprintf(stderr,
                 "%s: %s while loading the policy %s: %s; its load, not ended within %u ms (its "
                 "file system does not answer?), is abandoned\n",
-                how->who, name, path, how->stopped, how->stop_wait_ms);
+                how->who, name, shown, how->stopped, how->stop_wait_ms);
+        free(shown);
         return NULL;
     }
     pthread_join(j->thread, NULL);
     job_free(j);
-    fprintf(stderr, "%s: %s while loading the policy %s: %s\n", how->who, name, path, how->stopped);
+    fprintf(stderr, "%s: %s while loading the policy %s: %s\n", how->who, name, shown,
+            how->stopped);
+    free(shown);
     return NULL;
 }

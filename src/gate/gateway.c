@@ -25,6 +25,7 @@
 #include "util/env.h"
 #include "util/pos_index.h"
 #include "util/quiet_thread.h"
+#include "util/text_json.h"
 #include "util/units.h"
 #include "shape/quota.h"
 #include "watch/admin.h"
@@ -65,10 +66,18 @@ void gw_policy_unref(struct gw_policy *gp)
     free(gp);
 }
 
+/* The words of gateway_policy_file_warning()'s two lines, the names
+ * aside: the longer one, with its mode and line end. */
+#define FILE_WARNING_WORDS 320
+
 /* A policy that every user may write is a policy every agent on the host
  * may widen for itself: the change is in force from the next SIGHUP, which
  * a log rotation sends. Said at start and at each reload (the file may have
- * been replaced since), not refused: the operator may know better. */
+ * been replaced since), not refused: the operator may know better. The
+ * file and its folder are shown \ooo (text_shown()), each within its share
+ * of <outlen>, its middle giving way ("...") when longer: cut at the end by
+ * snprintf(), a long name took the reason and the line end with it, or
+ * split a UTF-8 character. */
 void gateway_policy_file_warning(const char *path, char *out, size_t outlen)
 {
     out[0] = '\0';
@@ -82,25 +91,33 @@ void gateway_policy_file_warning(const char *path, char *out, size_t outlen)
         snprintf(dir, sizeof(dir), ".");
     else
         slash[slash == dir] = '\0'; /* "/p.yaml": the folder is "/" */
+    char shown_path[GATEWAY_FILE_WARNING_MAX / 2], shown_dir[GATEWAY_FILE_WARNING_MAX / 2];
+    size_t room = outlen > FILE_WARNING_WORDS ? (outlen - FILE_WARNING_WORDS) / 2 : 8;
+    if (room > sizeof(shown_path))
+        room = sizeof(shown_path);
+    text_shown_fit(shown_path, room, path);
+    text_shown_fit(shown_dir, room, dir);
     if (S_ISREG(st.st_mode) && (st.st_mode & S_IWOTH) != 0)
         snprintf(out, outlen,
                  "warning: %s: the file is writable by every user (mode %04o): anyone on this "
                  "host, an agent included, can change what agents reach, in force from the next "
                  "SIGHUP (a log rotation sends one); chmod o-w %s\n",
-                 path, (unsigned)(st.st_mode & 07777), path);
+                 shown_path, (unsigned)(st.st_mode & 07777), shown_path);
     else if (stat(dir, &ds) == 0 && (ds.st_mode & S_IWOTH) != 0 && (ds.st_mode & S_ISVTX) == 0)
         snprintf(out, outlen,
                  "warning: %s: its folder %s is writable by every user without the sticky bit "
                  "(mode %04o): anyone on this host, an agent included, can replace the policy, "
                  "in force from the next SIGHUP (a log rotation sends one); keep it in a folder "
                  "only its owner can write\n",
-                 path, dir, (unsigned)(ds.st_mode & 07777));
+                 shown_path, shown_dir, (unsigned)(ds.st_mode & 07777));
 }
 
 void gateway_print_grant_warnings(const struct policy *p)
 {
     int32_t today = day_of(time(NULL));
     int warn_days = lint_warn_days(p);
+    /* shown \ooo, as the loader's own warnings name the file */
+    char *file = text_shown(p->path != NULL ? p->path : "policy");
     for (size_t i = 0; i < p->nrules; i++) {
         const struct rule *r = &p->rules[i];
         if (!r->has_expires)
@@ -113,19 +130,18 @@ void gateway_print_grant_warnings(const struct policy *p)
             fprintf(stderr,
                     "warning: %s:%d: rules[%zu].expires: grant expired on %s; requests under it "
                     "are denied\n",
-                    p->path != NULL ? p->path : "policy", line, r->index, date);
+                    file, line, r->index, date);
         else if (left <= warn_days)
             fprintf(stderr,
                     "warning: %s:%d: rules[%zu].expires: grant expires on %s (%d day%s left)\n",
-                    p->path != NULL ? p->path : "policy", line, r->index, date, (int)left,
-                    left == 1 ? "" : "s");
+                    file, line, r->index, date, (int)left, left == 1 ? "" : "s");
         else if (lint_expiry_too_far(r, today)) { /* as check says it */
             char text[LINT_FAR_EXPIRY_TEXT];
             lint_far_expiry_text(r, today, text, sizeof(text));
-            fprintf(stderr, "warning: %s:%d: rules[%zu].expires: %s\n",
-                    p->path != NULL ? p->path : "policy", line, r->index, text);
+            fprintf(stderr, "warning: %s:%d: rules[%zu].expires: %s\n", file, line, r->index, text);
         }
     }
+    free(file);
 }
 
 /* --- connections per agent ------------------------------------------------ */
@@ -486,12 +502,13 @@ static void on_day_timer(evutil_socket_t fd, short what, void *arg)
 /* --- reload and stop ------------------------------------------------------- */
 
 /* Makes <p> (taken) the policy for new requests: the tail of a reload,
- * on the loop. Returns 0, or -1 (reported, old policy kept). */
-static int reload_apply(struct gateway *gw, struct policy *p, const char *path)
+ * on the loop; <shown> names its file in messages. Returns 0, or -1
+ * (reported, old policy kept). */
+static int reload_apply(struct gateway *gw, struct policy *p, const char *shown)
 {
     struct gw_policy *gp = gw_policy_new(p);
     if (gp == NULL) {
-        fprintf(stderr, "sluice: reload failed: %s: out of memory\n", path);
+        fprintf(stderr, "sluice: reload failed: %s: out of memory\n", shown);
         policy_free(p);
         gw->counters.reload_failures++;
         return -1;
@@ -501,14 +518,14 @@ static int reload_apply(struct gateway *gw, struct policy *p, const char *path)
      * brings (quota_reshape()). */
     struct quota_reshape *reshape = quota_reshape_prepare(gw->quota, p, quota_now());
     if (reshape == NULL) {
-        fprintf(stderr, "sluice: reload failed: %s: out of memory (bandwidth limits)\n", path);
+        fprintf(stderr, "sluice: reload failed: %s: out of memory (bandwidth limits)\n", shown);
         gw_policy_unref(gp);
         gw->counters.reload_failures++;
         return -1;
     }
     if (resolver_reload(gw->resolver, &p->dns) < 0) {
         fprintf(stderr, "sluice: reload failed: %s: dns: cannot apply the new DNS settings\n",
-                path);
+                shown);
         quota_reshape_abandon(reshape);
         gw_policy_unref(gp);
         gw->counters.reload_failures++;
@@ -525,7 +542,7 @@ static int reload_apply(struct gateway *gw, struct policy *p, const char *path)
     redecide_tunnels(gw); /* before "reloaded": what it says is in force */
     gw->counters.reloads++;
     fprintf(stderr, "sluice: reloaded %zu rule%s from %s\n", p->nrules, p->nrules == 1 ? "" : "s",
-            path);
+            shown);
     return 0;
 }
 
@@ -558,6 +575,7 @@ struct gw_reload {
     struct event *done_ev;
     char *path;                          /* a copy of gw->cfg.policy_path, owned: a
                                           * thread left at exit outlives the config */
+    char *shown;                         /* <path> as messages name it (text_shown()) */
     unsigned flags;                      /* load_flags() */
     struct policy *result;               /* the thread's result, NULL on failure */
     char msg[1024];                      /* the first error when result is NULL */
@@ -574,6 +592,7 @@ static void reload_job_free(struct gw_reload *r)
     close(r->fds[0]);
     close(r->fds[1]);
     free(r->path);
+    free(r->shown);
     pthread_mutex_destroy(&r->mu);
     free(r);
 }
@@ -582,7 +601,7 @@ static void *reload_thread(void *arg)
 {
     struct gw_reload *r = arg;
     struct diag d;
-    diag_init(&d, r->path);
+    diag_init(&d, r->shown);
     r->result = policy_load_flags(r->path, r->flags, &d);
     diag_format_warnings(&d, r->warnings, sizeof(r->warnings));
     size_t used = strlen(r->warnings);
@@ -592,7 +611,7 @@ static void *reload_thread(void *arg)
         if (e != NULL)
             diag_format(&d, e, r->msg, sizeof(r->msg));
         else
-            snprintf(r->msg, sizeof(r->msg), "%s: cannot load the policy", r->path);
+            snprintf(r->msg, sizeof(r->msg), "%s: cannot load the policy", r->shown);
     }
     diag_free(&d);
     if (quiet_thread_job_end(&r->mu, &r->abandoned, &r->done, r->fds[1]))
@@ -635,10 +654,12 @@ static void reload_request(struct gateway *gw)
     int e = r != NULL ? reload_start(gw) : errno;
     if (e == 0)
         return;
+    char *shown = text_shown(gw->cfg.policy_path);
     fprintf(stderr,
             "sluice: reload failed: %s: cannot start its load on a thread (%s): the policy in "
             "force is kept; send SIGHUP again\n",
-            gw->cfg.policy_path, strerror(e));
+            shown, strerror(e));
+    free(shown);
     gw->counters.reload_failures++;
 }
 
@@ -663,7 +684,7 @@ static void on_reload_done(evutil_socket_t fd, short what, void *arg)
         policy_free(p);
     } else {
         fputs(r->warnings, stderr);
-        reload_apply(gw, p, r->path);
+        reload_apply(gw, p, r->shown);
     }
     if (r->queued && !gw->stopping) {
         r->queued = false;
@@ -679,9 +700,11 @@ static struct gw_reload *reload_new(struct gateway *gw)
     if (r == NULL)
         return NULL;
     r->path = strdup(gw->cfg.policy_path);
+    r->shown = text_shown(gw->cfg.policy_path);
     if (r->path == NULL || pipe2(r->fds, O_CLOEXEC | O_NONBLOCK) != 0) {
         int e = errno;
         free(r->path);
+        free(r->shown);
         free(r);
         errno = e;
         return NULL;
@@ -712,7 +735,7 @@ static bool reload_leave(struct gw_reload *r, unsigned waited_ms)
         fprintf(stderr,
                 "sluice: the reload of %s is abandoned at exit: its load has not ended within "
                 "what was left of --grace (%u ms; its file system does not answer?)\n",
-                r->path, waited_ms);
+                r->shown, waited_ms);
     }
     pthread_mutex_unlock(&r->mu);
     return left;
@@ -860,7 +883,9 @@ struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *pol
     }
     gw->resolver = resolver_new(gw->base, &policy->dns, &e);
     if (gw->resolver == NULL) {
-        snprintf(err, errlen, "%s: dns: %s", cfg->policy_path, e != NULL ? e : "cannot start");
+        char *shown = text_shown(cfg->policy_path);
+        snprintf(err, errlen, "%s: dns: %s", shown, e != NULL ? e : "cannot start");
+        free(shown);
         free(e);
         goto err;
     }

@@ -166,9 +166,13 @@ void gateway_stop(struct gateway *gw);
 /* Prints, on standard error, a warning for each grant of <p> that has
  * expired (requests under it are denied) or expires within the warn window. */
 void gateway_print_grant_warnings(const struct policy *p);
-/* Fills <out> (<outlen> bytes) with a warning line when the policy file at
- * <path> can be changed by every user of the host (the file, or a folder
- * without the sticky bit that holds it), else with "". */
+/* The room gateway_policy_file_warning()'s line takes at most, NUL
+ * included: a name too long for it loses its middle, never the reason. */
+#define GATEWAY_FILE_WARNING_MAX 2048
+/* Fills <out> (<outlen> bytes, GATEWAY_FILE_WARNING_MAX for the whole line)
+ * with a warning line when the policy file at <path> can be changed by
+ * every user of the host (the file, or a folder without the sticky bit
+ * that holds it), else with "". */
 void gateway_policy_file_warning(const char *path, char *out, size_t outlen);
 /* Flushes and closes the log, frees everything. Accepts NULL. A reload
  * still loading is waited for what is left of the grace, then left to its

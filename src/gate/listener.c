@@ -15,6 +15,7 @@
 #include <event2/listener.h>
 
 #include "util/accept_error.h"
+#include "util/text_json.h"
 #include "util/units.h"
 
 #define LISTEN_BACKLOG       511
@@ -100,7 +101,8 @@ static int parse_unix(const char *path, struct listen_addr *out, const char **wh
     un->sun_family = AF_UNIX;
     memcpy(un->sun_path, path, len + 1);
     out->sslen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + 1);
-    snprintf(out->text, sizeof(out->text), "unix:%s", path);
+    memcpy(out->text, "unix:", 5);
+    text_shown_into(out->text + 5, sizeof(out->text) - 5, path);
     return 0;
 }
 

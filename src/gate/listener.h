@@ -30,6 +30,9 @@
 #include "util/ipaddr.h"
 
 #define LISTEN_ADDR_TEXT 160
+/* "unix:" and a socket path of up to 107 bytes, each shown \ooo at most 4
+ * bytes long: whole, so that two paths never print alike */
+#define LISTEN_ADDR_SHOWN (5 + 4 * 107 + 1)
 
 enum listen_kind { LISTEN_TCP, LISTEN_UNIX };
 
@@ -38,7 +41,10 @@ struct listen_addr {
     struct sockaddr_storage ss; /* TCP: the address to bind; UNIX: sockaddr_un */
     socklen_t sslen;
     char host[LISTEN_ADDR_TEXT]; /* TCP: the HOST as written (for self_request) */
-    char text[LISTEN_ADDR_TEXT]; /* as printed: "127.0.0.1:3128", "[::1]:3128", "unix:/p" */
+    /* as printed: "127.0.0.1:3128", "[::1]:3128", "unix:/p"; a unix path
+     * shown \ooo (text_shown()): the operator's, it may hold a line end or a
+     * terminal escape, which would forge lines of standard error */
+    char text[LISTEN_ADDR_SHOWN];
 };
 
 /* Parses <s> into <out>. A HOST that is not an IP literal is looked up

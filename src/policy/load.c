@@ -30,6 +30,7 @@
 #include "policy/index.h"
 #include "policy/load_ctx.h"
 #include "policy/yaml_tree.h"
+#include "util/text_json.h"
 #include "util/units.h"
 #include "util/xalloc.h"
 #include "util/env.h"
@@ -1832,8 +1833,7 @@ static const char *unreadable_kind(const struct stat *st)
  * new buffer the caller frees, its size in *len: a regular file at once,
  * refusing one that changed while it was read, a FIFO as its writer
  * writes it, for a bounded time. Returns NULL after reporting to <diag>. */
-static char *read_policy_file(int fd, const char *path, const struct stat *st, size_t *len,
-                              struct diag *diag)
+static char *read_policy_file(int fd, const struct stat *st, size_t *len, struct diag *diag)
 {
     unsigned wait_s = 0;
     int e = 0;
@@ -1850,22 +1850,22 @@ static char *read_policy_file(int fd, const char *path, const struct stat *st, s
         diag_error(diag, 0, "",
                    "cannot read %s: it changed while it was read (is it still being written?); "
                    "write the new policy to another file in its folder and rename it over %s",
-                   path, path);
+                   diag->file, diag->file);
         return NULL;
     }
     if (why == FIFO_NO_WRITER)
-        diag_error(diag, 0, "", "cannot read %s: a FIFO no one writes to (waited %u s)", path,
+        diag_error(diag, 0, "", "cannot read %s: a FIFO no one writes to (waited %u s)", diag->file,
                    wait_s);
     else if (why == FIFO_WRITER_SILENT)
-        diag_error(diag, 0, "", "cannot read %s: a FIFO whose writer wrote nothing for %u s", path,
-                   wait_s);
+        diag_error(diag, 0, "", "cannot read %s: a FIFO whose writer wrote nothing for %u s",
+                   diag->file, wait_s);
     else if (buf == NULL && e == ECANCELED)
         diag_error(diag, 0, "",
                    "cannot read %s: the gateway is stopping: it waits no longer for the FIFO's "
                    "writer",
-                   path);
+                   diag->file);
     else if (buf == NULL)
-        diag_error(diag, 0, "", "cannot read %s: %s", path, strerror(e));
+        diag_error(diag, 0, "", "cannot read %s: %s", diag->file, strerror(e));
     return buf;
 }
 
@@ -1876,7 +1876,7 @@ struct policy *policy_load_fd(int fd, const char *path, unsigned flags, struct d
     struct stat st;
     const char *refused = fstat(fd, &st) != 0 ? strerror(errno) : unreadable_kind(&st);
     if (refused != NULL) {
-        diag_error(diag, 0, "", "cannot read %s: %s", path, refused);
+        diag_error(diag, 0, "", "cannot read %s: %s", diag->file, refused);
         return NULL;
     }
     if (S_ISREG(st.st_mode) && st.st_size > (off_t)POLICY_MAX_BYTES) {
@@ -1888,7 +1888,7 @@ struct policy *policy_load_fd(int fd, const char *path, unsigned flags, struct d
         return NULL;
     }
     size_t len = 0;
-    char *buf = read_policy_file(fd, path, &st, &len, diag);
+    char *buf = read_policy_file(fd, &st, &len, diag);
     if (buf == NULL)
         return NULL;
     atomic_fetch_add(&loads_parsing, 1);
@@ -1897,7 +1897,8 @@ struct policy *policy_load_fd(int fd, const char *path, unsigned flags, struct d
         /* A load left at the stop (a reload, the start-up load), whose file
          * system answered at last: the process is exiting, and parsing now
          * would use OpenSSL while exit() may be tearing it down. */
-        diag_error(diag, 0, "", "cannot load %s: the gateway is stopping: it is not parsed", path);
+        diag_error(diag, 0, "", "cannot load %s: the gateway is stopping: it is not parsed",
+                   diag->file);
     } else {
         p = policy_load_buffer_flags(path, buf, len, flags, diag);
     }
@@ -1924,7 +1925,7 @@ struct policy *policy_load_flags(const char *path, unsigned flags, struct diag *
         diag->file = path;
     int fd = policy_open(path);
     if (fd < 0) {
-        diag_error(diag, 0, "", "cannot read %s: %s", path, strerror(errno));
+        diag_error(diag, 0, "", "cannot read %s: %s", diag->file, strerror(errno));
         return NULL;
     }
     struct policy *p = policy_load_fd(fd, path, flags, diag);
@@ -1932,8 +1933,7 @@ struct policy *policy_load_flags(const char *path, unsigned flags, struct diag *
     return p;
 }
 
-void policy_report_load(const struct diag *d, const struct policy *p, const char *path,
-                        const char *prefix)
+void policy_report_load(const struct diag *d, const struct policy *p, const char *prefix)
 {
     if (p == NULL) {
         char msg[1024];
@@ -1941,7 +1941,7 @@ void policy_report_load(const struct diag *d, const struct policy *p, const char
         if (e != NULL)
             diag_format(d, e, msg, sizeof(msg));
         else
-            snprintf(msg, sizeof(msg), "%s: cannot load the policy", path);
+            snprintf(msg, sizeof(msg), "%s: cannot load the policy", d->file);
         fprintf(stderr, "%s%s\n", prefix, msg);
     } else if (d->warnings > 0) {
         char text[POLICY_WARNINGS_TEXT];
@@ -1953,9 +1953,11 @@ void policy_report_load(const struct diag *d, const struct policy *p, const char
 struct policy *policy_load_reporting(const char *path, unsigned flags, const char *prefix)
 {
     struct diag d;
-    diag_init(&d, path);
+    char *shown = text_shown(path); /* standard error's name of the file */
+    diag_init(&d, shown);
     struct policy *p = policy_load_flags(path, flags, &d);
-    policy_report_load(&d, p, path, prefix);
+    policy_report_load(&d, p, prefix);
     diag_free(&d);
+    free(shown);
     return p;
 }

@@ -95,14 +95,15 @@ struct policy *policy_load_fd(int fd, const char *path, unsigned flags, struct d
  * "<prefix>file:line: field: message" (the first error) on standard error and
  * returns NULL; on success prints the loader's warnings there, each as
  * "warning: file:line: field: message" (diag_format_warnings()). Expiry is
- * not among them: gateway_print_grant_warnings() covers it. */
+ * not among them: gateway_print_grant_warnings() covers it. The file is
+ * named shown \ooo (text_shown()): the operator's path may hold a line end
+ * or a terminal escape, which would forge lines of standard error. */
 struct policy *policy_load_reporting(const char *path, unsigned flags, const char *prefix);
 
-/* What policy_load_reporting() prints for a load of <path> into <d> whose
- * result is <p>: for a load made elsewhere (serve's start-up load, on a
- * thread). */
-void policy_report_load(const struct diag *d, const struct policy *p, const char *path,
-                        const char *prefix);
+/* What policy_load_reporting() prints for a load into <d> whose result is
+ * <p>, the file named as <d> names it: for a load made elsewhere (serve's
+ * start-up load, on a thread). */
+void policy_report_load(const struct diag *d, const struct policy *p, const char *prefix);
 
 /* The room a server gives a policy's warnings on standard error. */
 #define POLICY_WARNINGS_TEXT 8192

@@ -2132,11 +2132,13 @@ def test_proxy_path_that_is_not_a_socket(box, net, tmp_path):
     plain = tmp_path / "plain.txt"
     plain.write_text("x")
     for path, why in ((str(plain), "not a socket"), (str(tmp_path), "not a socket"),
-                      (str(tmp_path / "none.sock"), "No such file or directory")):
+                      (str(tmp_path / "none.sock"), "No such file or directory"),
+                      (str(tmp_path / "x\n\033[31my.sock"), "No such file or directory")):
         p = subprocess.run([box.bin, "run", "--proxy", "unix:" + path, "--", "true"],
                            capture_output=True, text=True, timeout=10, cwd=box.workdir)
         assert p.returncode == 2, (path, p.stderr)
-        assert p.stderr == "sluice run: --proxy unix:%s: %s\n" % (path, why), p.stderr
+        shown = path.replace("\n", "\\012").replace("\033", "\\033")  # no line of its own
+        assert p.stderr == "sluice run: --proxy unix:%s: %s\n" % (shown, why), p.stderr
 
 
 def test_refused_namespace_is_a_clear_error(box, net):

@@ -159,6 +159,28 @@ def test_missing_policy_file_exits_2(run_sluice, tmp_path):
     assert str(missing) in p.stderr
 
 
+def test_paths_serve_cannot_use_are_named_escaped(run_sluice, net, tmp_path):
+    """A --policy or --listen unix: path that serve cannot use was named as
+    it was given: a line end and a terminal escape in it wrote a line of
+    their own into standard error. Each is shown \\ooo."""
+    odd, shown = "x\n\033[31my", "x\\012\\033[31my"
+    missing = tmp_path / odd / "p.yaml"
+    p = run_sluice("serve", "--policy", str(missing), "--listen", "127.0.0.1:%d" % free_port(),
+                   timeout=15)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    where = str(tmp_path / shown / "p.yaml")
+    assert p.stderr == "%s: cannot read %s: No such file or directory\n" % (where, where), p.stderr
+    good = tmp_path / "ok.yaml"
+    good.write_text(policy_yaml(net.policy([api_rule(net)])))
+    p = run_sluice("serve", "--policy", str(good), "--listen",
+                   "unix:%s" % (tmp_path / odd / "gw.sock"), "--log", str(tmp_path / "log"),
+                   timeout=15)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert "unix:%s: bind: No such file or directory" % (tmp_path / shown / "gw.sock") \
+        in p.stderr, p.stderr
+    assert "\033" not in p.stderr, p.stderr
+
+
 def test_unknown_flag_exits_2(run_sluice, net, tmp_path):
     path = tmp_path / "ok.yaml"
     path.write_text(policy_yaml(net.policy([api_rule(net)])))

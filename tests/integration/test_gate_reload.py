@@ -10,6 +10,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -209,6 +210,47 @@ def test_a_policy_every_user_may_write_is_warned_at_start_and_reload(gateway, ne
     err = gw.stderr()
     assert err.count(mode_warning) == 2, err
     assert err.rindex(mode_warning) < err.rindex("sluice: reloaded "), err
+
+
+# serve's --policy named through a folder whose name holds a line end and a
+# terminal escape (a symbolic link to the gateway's own folder)
+ODD_FOLDER = "d\n\033[31mX"
+ODD_SHOWN = "d\\012\\033[31mX"
+
+
+def serve_through_an_odd_folder(gateway, policy):
+    """Starts serve on <policy> named as ODD_FOLDER/policy.yaml, its real
+    folder writable by every user. Returns the gateway and the path, shown
+    \\ooo, that its messages should name."""
+    swap = ("import os, sys\n"
+            "a = sys.argv[1:]\n"
+            "os.chmod('.', 0o777)\n"
+            "os.symlink(os.getcwd(), %r)\n"
+            "a[a.index('--policy') + 1] = os.path.join(os.getcwd(), %r, 'policy.yaml')\n"
+            "os.execv(a[0], a)\n" % (ODD_FOLDER, ODD_FOLDER))
+    gw = gateway(policy, prefix=[sys.executable, "-c", swap])
+    return gw, os.path.join(gw.workdir, ODD_SHOWN, "policy.yaml")
+
+
+def test_a_policy_path_is_named_escaped_at_start_and_reload(gateway, net):
+    """The operator's --policy path was printed as it was by serve's
+    warnings (the loader's, the writable folder's, the expiry ones) and its
+    reload messages: a line end and a terminal escape in it forged lines of
+    standard error. They are shown \\ooo, as check and the usage errors
+    show names."""
+    grant = api_rule(net, methods=["POST"], tier=3, owner="alice", expires="9999-12-31")
+    gw, shown = serve_through_an_odd_folder(
+        gateway, net.policy([grant, api_rule(net)], deny_ranges=["10.0.0.0/8"]))
+    gw.reload()
+    poll(lambda: reload_count(gw) >= 1, timeout=10, what="the reload")
+    err = gw.stderr()
+    assert "\033" not in err, err
+    folder = "warning: %s: its folder %s is writable by every user" % (shown,
+                                                                        os.path.dirname(shown))
+    assert err.count(folder) == 2, err  # at start and at the reload
+    assert "sluice: reloaded 2 rules from %s\n" % shown in err, err
+    assert re.search(r"warning: %s:\d+: network\.deny_ranges: " % re.escape(shown), err), err
+    assert re.search(r"warning: %s:\d+: rules\[0\]\.expires: " % re.escape(shown), err), err
 
 
 def test_a_tier3_expiry_more_than_a_year_ahead_is_warned_at_start_and_reload(gateway, net):

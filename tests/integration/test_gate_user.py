@@ -116,6 +116,17 @@ def test_unreadable_policy_is_said_at_start(gateway, net):
     assert request(gw, "GET", net.url("/still")).status == 200
 
 
+def test_a_file_nobody_can_write_is_named_escaped(gateway, net, tmp_path):
+    # the --log path, the operator's, was printed as it was: a line end and
+    # a terminal escape in it wrote lines of their own into standard error
+    log = str(tmp_path / "log\n\033[31m.jsonl")
+    gw = gateway(net.policy([api_rule(net)]), args=["--user", "nobody", "--log", log])
+    shown = str(tmp_path / "log\\012\\033[31m.jsonl")
+    poll(lambda: "user nobody cannot write %s (" % shown in gw.stderr() or None, timeout=5,
+         what="the warning")
+    assert "\033" not in gw.stderr(), gw.stderr()
+
+
 def test_root_without_user_is_warned(gateway, net):
     gw = gateway(net.policy([api_rule(net)]))
     wait_serving(gw)
