@@ -603,9 +603,14 @@ static void *reload_thread(void *arg)
     struct diag d;
     diag_init(&d, r->shown);
     r->result = policy_load_flags(r->path, r->flags, &d);
-    diag_format_warnings(&d, r->warnings, sizeof(r->warnings));
-    size_t used = strlen(r->warnings);
-    gateway_policy_file_warning(r->path, r->warnings + used, sizeof(r->warnings) - used);
+    /* the file's warning has its room kept: after the loader's warnings,
+     * which fill what they are given, it was cut short, without its line
+     * end, or not said at all */
+    char file_warning[GATEWAY_FILE_WARNING_MAX];
+    gateway_policy_file_warning(r->path, file_warning, sizeof(file_warning));
+    size_t room = sizeof(r->warnings) - strlen(file_warning);
+    diag_format_warnings(&d, r->warnings, room);
+    memcpy(r->warnings + strlen(r->warnings), file_warning, strlen(file_warning) + 1);
     if (r->result == NULL) {
         const struct diag_entry *e = diag_first_error(&d);
         if (e != NULL)

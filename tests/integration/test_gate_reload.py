@@ -253,6 +253,25 @@ def test_a_policy_path_is_named_escaped_at_start_and_reload(gateway, net):
     assert re.search(r"warning: %s:\d+: rules\[0\]\.expires: " % re.escape(shown), err), err
 
 
+def test_a_reload_with_many_warnings_keeps_the_writable_folder_warning_whole(gateway, net):
+    """At a reload the loader's warnings were written first into the
+    buffer both share, and filled it: the writable folder's warning that
+    followed was cut to what was left, its reason and line end lost, and
+    the next line of standard error ran on from it. It has its room kept."""
+    ghosts = [api_rule(net, agents=["ghost%d" % i]) for i in range(300)]
+    gw, shown = serve_through_an_odd_folder(gateway, net.policy(ghosts))
+    whole = ("warning: %s: its folder %s is writable by every user without the sticky bit "
+             "(mode 0777): anyone on this host, an agent included, can replace the policy, in "
+             "force from the next SIGHUP (a log rotation sends one); keep it in a folder only "
+             "its owner can write\n" % (shown, os.path.dirname(shown)))
+    assert gw.stderr().count(whole) == 1, gw.stderr()
+    gw.reload()
+    poll(lambda: reload_count(gw) >= 1, timeout=10, what="the reload")
+    err = gw.stderr()
+    assert err.count(whole) == 2, err[-3000:]
+    assert "more warnings (sluice check lists them)" in err[err.index(whole) + len(whole):], err
+
+
 def test_a_tier3_expiry_more_than_a_year_ahead_is_warned_at_start_and_reload(gateway, net):
     # sluice check warns of a tier-3 grant whose expiry is more than 365
     # days after today (9999-12-31 is an expiry in name only); serve, which
