@@ -272,6 +272,34 @@ def test_a_reload_with_many_warnings_keeps_the_writable_folder_warning_whole(gat
     assert "more warnings (sluice check lists them)" in err[err.index(whole) + len(whole):], err
 
 
+def test_a_long_policy_path_keeps_the_writable_folder_warning_whole(gateway, net):
+    """A policy 3,000 bytes deep, its folder writable by every user: the
+    warning's line is bounded (2 KiB), so the names give way in their middle
+    ("...") between two characters, never within one, and its reason and
+    line end stay. Here the folders are named with "é", two bytes each."""
+    deep = os.path.join(*["\u00e9" * 120] * 12)  # 12 x 240 bytes
+    swap = ("import os, sys\n"
+            "a = sys.argv[1:]\n"
+            "os.makedirs(%r)\n"
+            "os.chmod(%r, 0o777)\n"
+            "os.symlink(os.path.join(os.getcwd(), 'policy.yaml'), os.path.join(%r, 'p.yaml'))\n"
+            "a[a.index('--policy') + 1] = os.path.join(os.getcwd(), %r, 'p.yaml')\n"
+            "os.execv(a[0], a)\n" % (deep, deep, deep, deep))
+    gw = gateway(net.policy([api_rule(net)]), prefix=[sys.executable, "-c", swap])
+    with open(gw.stderr_path, "rb") as f:
+        raw = f.read()
+    text = raw.decode("utf-8")  # no character cut in two
+    lines = [ln for ln in text.splitlines(True) if "is writable by every user" in ln]
+    assert len(lines) == 1, text
+    line = lines[0]
+    assert line.startswith("warning: %s/" % gw.workdir) and "..." in line, line
+    assert line.endswith("(mode 0777): anyone on this host, an agent included, can replace the "
+                         "policy, in force from the next SIGHUP (a log rotation sends one); keep "
+                         "it in a folder only its owner can write\n"), line
+    assert ("\u00e9" * 100 + "/p.yaml: its folder ") in line, line
+    assert len(line.encode()) < 2048, len(line.encode())
+
+
 def test_a_tier3_expiry_more_than_a_year_ahead_is_warned_at_start_and_reload(gateway, net):
     # sluice check warns of a tier-3 grant whose expiry is more than 365
     # days after today (9999-12-31 is an expiry in name only); serve, which
