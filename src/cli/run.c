@@ -397,6 +397,24 @@ static int check_gateway_user(struct run_args *a)
     return 0;
 }
 
+/* The first argument of the command <cmd> (its name aside) that spells
+ * --policy or --proxy as getopt_long() takes them (abbreviated, with
+ * "=VALUE"), or NULL. Options end at the first argument that is not one
+ * (or at "--"): `sluice run curl --policy p.yaml` gives curl the flag, and
+ * run, which has no policy then, names it in its usage error rather than
+ * asking for one the caller believes was given. */
+static const char *option_after_the_command(char *const *cmd)
+{
+    for (size_t i = 1; cmd[i] != NULL; i++) {
+        const char *s = cmd[i];
+        size_t n = strncmp(s, "--", 2) == 0 ? strcspn(s + 2, "=") : 0;
+        if (n > 0 && ((n <= 6 && strncmp(s + 2, "policy", n) == 0) ||
+                      (n <= 5 && strncmp(s + 2, "proxy", n) == 0)))
+            return s;
+    }
+    return NULL;
+}
+
 static int parse_args(int argc, char **argv, struct run_args *a)
 {
     /* One option a line, as in the other commands. */
@@ -511,6 +529,14 @@ static int parse_args(int argc, char **argv, struct run_args *a)
      * the box were made for it */
     if (a->argv[0][0] == '\0')
         return command_usage_error(self, "the command is an empty string (an unset variable?)");
+    if (a->policy == NULL && a->proxy == NULL) {
+        const char *late = option_after_the_command(a->argv);
+        if (late != NULL)
+            return command_arg_error(self, "", late,
+                                     " after the command is the command's own argument: run's "
+                                     "options go before the command (sluice run --policy FILE "
+                                     "[OPTIONS] -- CMD [ARG]...)");
+    }
     if ((a->policy == NULL) == (a->proxy == NULL))
         return command_usage_error(self, "give either --policy FILE or --proxy unix:PATH");
     if (a->proxy != NULL && (a->log != NULL || a->alerts != NULL))
@@ -1618,6 +1644,8 @@ const struct command cmd_run = {
             "directory, a private /tmp and /dev/shm, a minimal /dev, no capabilities, no new\n"
             "privileges, sockets only for IP and netlink. --ro/--rw/--hide refuse symbolic\n"
             "links.\n"
+            "Options end at -- or at the first argument that is not one: the rest is the\n"
+            "command's, untouched (sluice run --policy p.yaml curl -x URL gives curl -x).\n"
             "Exit status: the command's (128+N when killed by signal N), 2 when the box\n"
             "cannot be built.\n",
     .main = run_main,

@@ -2124,6 +2124,35 @@ def test_agent_id_no_policy_can_name_is_a_usage_error(box, agent):
     assert "usage: sluice run" in p.stderr
 
 
+def test_options_end_at_the_command_without_dashes(box, net):
+    """`--` before the command may be left out: run's options end at the
+    first argument that is not one, and what follows is the command's,
+    untouched, its flags spelled as run's among them (curl's -x, a --rw)."""
+    pol = box.policy(net.policy([]))
+    code = "import json, sys; print(json.dumps(sys.argv[1:]))"
+    args = ["--policy", "other.yaml", "--agent", "x", "-h", "--rw", "/", "--", "-x"]
+    p = subprocess.run([box.bin, "run", "--policy", pol, PY, "-c", code] + args,
+                       capture_output=True, text=True, timeout=60, cwd=box.workdir,
+                       env=_clean_env())
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout.splitlines()[-1]) == args, p.stdout
+
+
+@pytest.mark.parametrize("late", ["--policy", "--pol=p.yaml", "--proxy"])
+def test_run_options_after_the_command_are_named(box, late):
+    """`sluice run CMD --policy FILE`: the flag is CMD's (options end at the
+    command), so run has no policy; it said "give either --policy FILE or
+    --proxy unix:PATH", to a caller who had given one. It names the flag
+    and the rule."""
+    p = subprocess.run([box.bin, "run", "curl", late, "p.yaml"], capture_output=True,
+                       text=True, timeout=10, cwd=box.workdir)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.startswith(
+        "sluice run: '%s' after the command is the command's own argument: run's options go "
+        "before the command (sluice run --policy FILE [OPTIONS] -- CMD [ARG]...)\n" % late), \
+        p.stderr
+
+
 def test_proxy_path_that_is_not_a_socket(box, net, tmp_path):
     """--proxy unix:PATH naming a file that is not a socket is refused as
     "not a socket", one that does not exist with why: the message took the
