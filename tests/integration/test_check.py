@@ -1311,3 +1311,158 @@ def test_sluice_without_a_command_is_a_usage_error(sluice_bin):
     assert r.returncode == 2 and r.stdout == "", (r.returncode, r.stdout)
     for name in ("check", "serve", "run", "audit", "calc", "version"):
         assert name in r.stderr, r.stderr
+
+
+# ---------------------------------------------------------------------------
+# check --help names what the loader finds: each of its kinds of error and
+# warning, with policies that bring each about. A kind the help adds, drops
+# or rewords fails test_help_names_each_kind_of_finding_a_policy_brings
+# until this table follows it, and one the loader no longer finds fails it
+# too: the help cannot drift from the loader without a test saying so.
+
+_R = "rules:\n  - host: a.example.com\n    tier: 0\n"
+_V = "version: 1\n"
+def _rule(extra):
+    return _V + "rules:\n  - host: a.example.com\n    tier: 0\n" + extra
+
+HELP_EXAMPLES = {
+    "YAML: syntax, UTF-16, line breaks other than LF, anchors and aliases, more than one document, nesting over 16 levels, a file over 16 MiB": [
+        ("error", _V + "rules: [\n", "YAML syntax error"),
+        ("error", b"\xff\xfev\x00", "the file is UTF-16"),
+        ("error", _V + _R.replace("tier: 0\n", "tier: 0\r"), "a line break other than LF or CR LF"),
+        ("error", _V + "rules: &r []\n", "anchors and aliases are not supported"),
+        ("error", _V + _R + "---\n" + _V, "multiple documents are not supported"),
+        ("error", _V + "x: " + "[" * 20 + "]" * 20 + "\n", "nesting deeper than 16 levels"),
+        ("error", b"#" * (16 * 1024 * 1024 + 1), "larger than 16 MiB"),
+    ],
+    "keys unknown or given twice, wrong types (a plain no, on or ~ where a name goes: quote it), leading zeros": [
+        ("error", _V + _R + "rulez: []\n", "unknown key 'rulez'"),
+        ("error", _V + _V + _R, "duplicate key 'version'"),
+        ("error", _V + "rules:\n  - host: no\n    tier: 0\n", "'no' is YAML's boolean false"),
+        ("error", _V + "deny: [~]\n" + _R, "expected a string, not YAML's null '~'"),
+        ("error", _rule("    ports: [0443]\n"), "'0443' has a leading zero"),
+    ],
+    "bad values: hosts, CIDRs, ports, methods, tiers, sizes, periods, dates, time zones, hours, days, agent ids, webhook URLs, exec paths": [
+        ("error", _V + "rules:\n  - host: a..example.com\n    tier: 0\n", "invalid host pattern"),
+        ("error", _V + "rules:\n  - cidr: 10.0.0.0/33\n    tier: 0\n", "10.0.0.0/33"),
+        ("error", _rule("    ports: [70000]\n"), "port 70000 is outside 1-65535"),
+        ("error", _rule("    methods: [FETCH]\n"), "unknown method 'FETCH'"),
+        ("error", _V + "rules:\n  - host: a.example.com\n    tier: 4\n", "tier 4 is outside 0-3"),
+        ("error", _rule("    rate: {requests: 1, bandwidth: 1XB}\n"), "invalid size '1XB'"),
+        ("error", _rule("    rate: {requests: 1, per: 1y}\n"), "invalid period '1y'"),
+        ("error", _rule("    expires: 2026-02-30\n"), "2026-02-30 is not a day of the calendar"),
+        ("error", _V + _R + "alerts:\n  off_hours: {tz: Nowhere/Town, hours: \"08:00-19:00\"}\n", "unknown time zone 'Nowhere/Town'"),
+        ("error", _V + _R + "alerts:\n  off_hours: {tz: UTC, hours: \"8-19\"}\n", "invalid hours '8-19'"),
+        ("error", _V + _R + "alerts:\n  off_hours: {tz: UTC, hours: \"08:00-19:00\", days: Mon-Fun}\n", "invalid days 'Mon-Fun'"),
+        ("error", _V + "agents:\n  - id: Bad_Id!\n    sources: [127.0.0.1/32]\n" + _R, "invalid agent id 'Bad_Id!'"),
+        ("error", _V + _R + "alerts:\n  sinks:\n    - webhook: ftp://example.com/x\n", "webhook needs an http:// or https:// URL"),
+        ("error", _V + _R + "alerts:\n  sinks:\n    - exec: page-oncall\n", "exec needs an absolute path"),
+    ],
+    "duplicate rules, agent ids or dns.static names; too many of a kind": [
+        ("error", _V + _R + "  - host: a.example.com\n    tier: 0\n", "duplicates rules[0] (line 3)"),
+        ("error", _V + "agents:\n  - id: ci\n    sources: [127.0.0.1/32]\n  - id: ci\n    sources: [127.0.0.2/32]\n" + _R, "duplicate agent id 'ci' (first at line 3)"),
+        ("error", _V + _R + "dns:\n  static:\n    a.example.com: 127.0.0.2\n    a.example.com: 127.0.0.3\n", "duplicate key"),
+        ("error", _V + _R + "dns:\n  servers: [%s]\n" % ", ".join("127.0.0.%d" % i for i in range(1, 11)), "too many DNS servers (at most 8)"),
+    ],
+    "tier-3 rules without an owner or an expiry date": [
+        ("error", _V + "rules:\n  - host: a.example.com\n    tier: 3\n    expires: 2026-12-31\n", "tier-3 rule needs an owner"),
+        ("error", _V + "rules:\n  - host: a.example.com\n    tier: 3\n    owner: alice\n", "tier-3 rule needs an expiry date"),
+    ],
+    "owners blank, padded (\" alice \"), a YAML boolean, over 1 KiB, with control, bidirectional or invisible characters": [
+        ("error", _rule("    owner: \"  \"\n"), "must name a person, not be blank"),
+        ("error", _rule("    owner: \" alice \"\n"), "starts or ends with a blank"),
+        ("error", _rule("    owner: no\n"), "not a person's name"),
+        ("error", _rule("    owner: %s\n" % ("a" * 1025)), "a person's name is at most 1024 bytes"),
+        ("error", _rule("    owner: \"al\\nice\"\n"), "must be a name on one line, without control characters"),
+        ("error", _rule("    owner: \"al\\u202eice\"\n"), "must not hold bidirectional formatting characters"),
+        ("error", _rule("    owner: \"al\\u200bice\"\n"), "must not hold invisible characters"),
+    ],
+    "secrets written in the file (a token is env:NAME)": [
+        ("error", _V + "agents:\n  - id: ci\n    sources: [127.0.0.1/32]\n    token: s3cret\n" + _R, "write the secret as env:NAME, never in the policy file"),
+    ],
+    "grants expired as of --now (default: today, UTC)": [
+        ("error", _rule("    expires: 2026-11-30\n"), "expired on 2026-11-30, 1 day ago"),
+    ],
+    "grants expiring within --warn-days (default: the policy's alerts.expiry_warn_days, else 14); tier-3 ones over 365 days ahead": [
+        ("warning", _rule("    expires: 2026-12-05\n"), "expires on 2026-12-05, 4 days left"),
+        ("warning", _V + "rules:\n  - host: a.example.com\n    tier: 3\n    owner: alice\n    expires: 2099-12-31\n", "more than 365"),
+    ],
+    "entries listed twice (deny, ranges, ports, methods, agents, sinks), naming both lines": [
+        ("warning", _V + _R + "deny:\n  - b.example.com\n  - b.example.com\n", "deny[1]: b.example.com is listed twice (line 6)"),
+        ("warning", _V + _R + "network:\n  allow_ranges: [10.0.0.0/8, 10.0.0.0/8]\n", "is listed twice"),
+        ("warning", _rule("    ports: [443, 443]\n"), "port 443 is listed twice (line 5)"),
+        ("warning", _rule("    methods: [GET, GET]\n"), "method GET is listed twice (line 5)"),
+        ("warning", _rule("    agents: [ci, ci]\n"), "agent 'ci' is listed twice (line 5)"),
+        ("warning", _V + _R + "alerts:\n  sinks:\n    - exec: /bin/true\n    - exec: /bin/true\n", "exec /bin/true is listed twice"),
+    ],
+    "rules that never decide (denied, outranked) or name undefined agents": [
+        ("warning", _V + _R + "deny: [a.example.com]\n", "is denied by deny[0]"),
+        ("warning", _V + "rules:\n  - host: a.example.com\n    methods: [POST]\n    tier: 3\n    owner: alice\n    expires: 2026-12-31\n  - host: a.example.com\n    methods: [POST]\n    tier: 0\n    agents: [ci]\n", "this tier-3 grant does not decide"),
+        ("warning", _rule("    agents: [ghost]\n"), "agent 'ghost' is not defined in agents"),
+    ],
+    "tokens short, shared, blank-edged, no secret, or unset (not --strict)": [
+        ("warning", _V + "agents:\n  - id: ci\n    sources: [127.0.0.1/32]\n    token: env:SLUICE_TEST_SHORT\n" + _R, "holds a secret shorter than 16 bytes"),
+        ("warning", _V + "agents:\n  - id: ci\n    sources: [127.0.0.1/32]\n    token: env:SLUICE_TEST_TOKEN\n  - id: cd\n    sources: [127.0.0.2/32]\n    token: env:SLUICE_TEST_TOKEN\n" + _R, "the same secret as agents[0]"),
+        ("warning", _V + "agents:\n  - id: ci\n    sources: [127.0.0.1/32]\n    token: env:SLUICE_TEST_BLANK\n" + _R, "holds a blank or a control character"),
+        ("warning", _V + "agents:\n  - id: ci\n    sources: [127.0.0.1/32]\n    token: env:HOME\n" + _R, "environment variable HOME is no secret"),
+        ("warning", _V + "agents:\n  - id: ci\n    sources: [127.0.0.1/32]\n    token: env:SLUICE_TEST_UNSET\n" + _R, "environment variable SLUICE_TEST_UNSET is not set here"),
+    ],
+    "ranges wider than they look: no prefix length, all of IPv4, the metadata address, deny_ranges without default, cidr rules and pins over denied ranges": [
+        ("warning", _V + "rules:\n  - cidr: 192.168.10.0\n    tier: 0\n", "has no prefix length"),
+        ("warning", _V + _R + "network:\n  allow_ranges: [\"::/0\"]\n", "also covers every IPv4 address"),
+        ("warning", _V + _R + "network:\n  allow_ranges: [169.254.0.0/16]\n", "exempts 169.254.169.254"),
+        ("warning", _V + _R + "network:\n  deny_ranges: [10.0.0.0/8]\n", "deny_ranges does not include \"default\""),
+        ("warning", _V + "rules:\n  - cidr: 2000::/3\n    tier: 0\n", "skips deny_ranges"),
+        ("warning", _V + _R + "dns:\n  static:\n    a.example.com: 10.1.2.3\n", "which deny_ranges deny"),
+    ],
+    "hosts written in other than ASCII, wildcards over open suffixes": [
+        ("warning", _V + "rules:\n  - host: \"\u0430pi.github.com\"\n    tier: 0\n", "written with characters other than ASCII"),
+        ("warning", _V + "rules:\n  - host: \"*.github.io\"\n    tier: 0\n", "are registered by anyone"),
+    ],
+    "settings: mode: report, ECH allowed, agents: [], no rules, DNS servers off the local network, http:// webhooks, a rate that limits nothing": [
+        ("warning", _V + "agents:\n  - id: ci\n    sources: [127.0.0.1/32]\n    mode: report\n" + _R, "this agent's denials are let through"),
+        ("warning", _V + _R + "network:\n  encrypted_client_hello: allow\n", "network.encrypted_client_hello"),
+        ("warning", _V + "agents: []\n" + _R, "the list is empty"),
+        ("warning", _V + "rules: []\n", "no rules: every request will be denied"),
+        ("warning", _V + _R + "dns:\n  servers: [192.0.2.53]\n", "is neither on this host nor on a local network"),
+        ("warning", _V + _R + "alerts:\n  sinks:\n    - webhook: http://hooks.example.com/x\n", "over http://"),
+        ("warning", _rule("    rate: {requests: 0}\n"), "limits nothing"),
+    ],
+}
+
+
+
+def help_kinds(text, heading):
+    """The bullets under <heading> in check --help, continuation lines
+    joined: {"Errors": [...], "Warnings": [...]}."""
+    kinds, inside = [], False
+    for line in text.splitlines():
+        if line.startswith(heading):
+            inside = True
+        elif inside and line.startswith("  - "):
+            kinds.append(line[4:])
+        elif inside and line.startswith("    ") and kinds:
+            kinds[-1] += " " + line.strip()
+        elif inside:
+            break
+    return kinds
+
+
+def test_help_names_each_kind_of_finding_a_policy_brings(sluice_bin, tmp_path):
+    text = run(sluice_bin, "check", "--help").stdout
+    errors, warnings = help_kinds(text, "Errors (exit 1)"), help_kinds(text, "Warnings (exit 0")
+    assert errors and warnings, text
+    assert sorted(errors + warnings) == sorted(HELP_EXAMPLES), text
+    env = {"SLUICE_TEST_SHORT": "short", "SLUICE_TEST_BLANK": "a-long-enough-secret-value\n"}
+    assert "SLUICE_TEST_UNSET" not in os.environ  # its example is a variable not set
+    path = tmp_path / "policy.yaml"
+    for kind, examples in HELP_EXAMPLES.items():
+        level = "error" if kind in errors else "warning"
+        for want, text, said in examples:
+            assert want == level, (kind, said)
+            path.write_bytes(text if isinstance(text, bytes) else text.encode())
+            r = run(sluice_bin, "check", str(path), "--now", NOW, "--format", "json",
+                    env_extra=env)
+            doc = json.loads(r.stdout)
+            found = [f["text"] for f in doc[level + "s"]]
+            assert any(said in f for f in found), (kind, said, doc["errors"], doc["warnings"])
