@@ -13,6 +13,8 @@ static int grow(char **buf, size_t *cap, size_t want, size_t limit)
     size_t n = *cap < 128 ? 128 : *cap;
     while (n < want)
         n = n > limit / 2 ? limit : n * 2;
+    if (n > limit) /* a bound under the first size */
+        n = limit;
     char *p = realloc(*buf, n);
     if (p == NULL)
         return -1;
