@@ -3879,10 +3879,15 @@ while True:
 """
 
 
-def _run_on_pty(argv, box, stop_after=1.0):
+def _run_on_pty(argv, box, keys, handed_over=False):
     """Runs argv as a session's leader with a pty as its controlling
-    terminal, writes ^Z to the pty after <stop_after> s, and returns
-    (returncode, stdout, stderr)."""
+    terminal and types <keys> on the pty once the command in the box has
+    made the file "started" in the working folder and, with <handed_over>,
+    the leader has given the terminal's foreground to another group (a
+    shell's job). Returns (returncode, stdout, stderr). Waited for, not
+    guessed: a ^Z typed a second after the start, before a loaded job shell
+    had called tcsetpgrp(), went to the shell's own group, which stops on
+    nothing (orphaned), and the test failed without "stopped"."""
     import fcntl
     import termios
     master, slave = os.openpty()
@@ -3893,9 +3898,12 @@ def _run_on_pty(argv, box, stop_after=1.0):
     p = subprocess.Popen(argv, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, cwd=box.workdir, env=_clean_env(), start_new_session=True,
                          preexec_fn=ctty)
+    started = os.path.join(box.workdir, "started")
     try:
-        time.sleep(stop_after)  # the box is up and the command sleeping
-        os.write(master, b"\x1a")  # ^Z
+        poll(lambda: p.poll() is not None or (
+            os.path.exists(started) and (not handed_over or os.tcgetpgrp(master) != p.pid)),
+            timeout=30, what="the command started in the terminal's foreground")
+        os.write(master, keys)
         out, err = p.communicate(timeout=30)
     finally:
         for pid in _session_members(p.pid):  # run's group and its own
@@ -3926,9 +3934,12 @@ def test_ctrl_z_stops_run_with_the_command(box, net):
     running, and the shell hung, before). SIGCONT to the group, as `fg`
     sends, wakes both, and the command then runs to its end."""
     pol = box.policy(net.policy([]))
-    argv = [PY, "-c", _JOB_SHELL, box.bin, "run", "--policy", pol, "--", PY, "-c",
-            "import time; [time.sleep(0.05) for _ in range(60)]; print('done')"]
-    rc, out, err = _run_on_pty(argv, box)
+    # the command ends once continued: after the ^Z, whenever that comes
+    code = ("import signal; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCONT}); "
+            "open('started', 'w').close(); "
+            "print('done' if signal.sigtimedwait({signal.SIGCONT}, 60) else 'not continued')")
+    argv = [PY, "-c", _JOB_SHELL, box.bin, "run", "--policy", pol, "--", PY, "-c", code]
+    rc, out, err = _run_on_pty(argv, box, b"\x1a", handed_over=True)
     assert rc == 0, err
     assert out.split() == ["stopped", "done", "exit", "0"], (out, err)
 
@@ -3940,9 +3951,11 @@ def test_ctrl_z_in_an_orphaned_group_stops_nothing(box, net):
     run must not stop either: a SIGSTOP of its own left it stopped for
     good while the command ran on and ended, and nothing came back."""
     pol = box.policy(net.policy([]))
-    argv = [box.bin, "run", "--policy", pol, "--", PY, "-c",
-            "import time; [time.sleep(0.05) for _ in range(60)]; print('done')"]
-    rc, out, err = _run_on_pty(argv, box)
+    # the command ends on the line typed after the ^Z: the terminal has
+    # dealt with the ^Z by the time it reads it
+    code = ("import sys; open('started', 'w').close(); sys.stdin.readline(); print('done')")
+    argv = [box.bin, "run", "--policy", pol, "--", PY, "-c", code]
+    rc, out, err = _run_on_pty(argv, box, b"\x1ago on\n")
     assert rc == 0, err
     assert out.strip() == "done"
 
