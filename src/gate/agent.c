@@ -184,8 +184,9 @@ static enum agent_result agent_with_digest(const struct policy *p, const struct 
     return AGENT_AUTH_REQUIRED;
 }
 
-enum agent_result agent_find_again(const struct policy *p, const char *id, bool by_secret,
-                                   const struct client_origin *o, const struct agent **out)
+enum agent_result agent_find_again(const struct policy *p, const char *id,
+                                   const unsigned char *mark, const struct client_origin *o,
+                                   const struct agent **out)
 {
     *out = NULL;
     if (p->nagents == 0)
@@ -193,8 +194,10 @@ enum agent_result agent_find_again(const struct policy *p, const char *id, bool 
     const struct agent *a = policy_find_agent(p, id);
     if (a == NULL || !agent_sources_contain(a, o))
         return AGENT_NOT_ALLOWED;
-    if (a->has_token && !by_secret) /* a token given to a token-less agent */
+    if (a->has_token != (mark != NULL)) /* a token given to a token-less agent, or taken */
         return AGENT_AUTH_REQUIRED;
+    if (mark != NULL && CRYPTO_memcmp(a->token_mark, mark, TOKEN_MARK_LEN) != 0)
+        return AGENT_AUTH_REQUIRED; /* another token: the one presented was rotated away */
     *out = a;
     return AGENT_OK;
 }

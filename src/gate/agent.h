@@ -65,15 +65,19 @@ enum agent_result agent_identify_why(const struct policy *p, const struct client
 
 /* The agent <id> under <p> for a client at <o> that was identified as it
  * under an earlier policy (an open tunnel decided again after a reload),
- * <by_secret> when it presented a secret then: AGENT_OK with <*out> when
- * <p> still has that agent and its sources still contain <o> (the secret is
- * not checked again: it was wiped once read), or when <id> is the implicit
- * "default" and <p> has no agents section (<*out> NULL);
- * AGENT_AUTH_REQUIRED when the agent now has a token and the client
- * presented no secret (a new request of it would be refused so); else
- * AGENT_NOT_ALLOWED. <*out> is NULL but on AGENT_OK. */
-enum agent_result agent_find_again(const struct policy *p, const char *id, bool by_secret,
-                                   const struct client_origin *o, const struct agent **out);
+ * <mark> the token_mark() of the agent its secret named then, NULL when it
+ * presented none: AGENT_OK with <*out> when <p> still has that agent, its
+ * sources still contain <o> and it still wants that same secret, or none
+ * when <mark> is NULL; or when <id> is the implicit "default" and <p> has
+ * no agents section (<*out> NULL); AGENT_AUTH_REQUIRED when the agent now
+ * has a token the client did not present: none at all, or another (a
+ * token rotated away from a leaked one), or when it no longer has one but
+ * the client presented a secret (a new request of it would be refused so:
+ * a secret never passes to a token-less agent); else AGENT_NOT_ALLOWED.
+ * <*out> is NULL but on AGENT_OK. */
+enum agent_result agent_find_again(const struct policy *p, const char *id,
+                                   const unsigned char *mark, const struct client_origin *o,
+                                   const struct agent **out);
 
 /* The secret of the Proxy-Authorization value <v> (<len> bytes, as
  * agent_identify() takes it) into <buf> (<cap> bytes): its length (> 0),

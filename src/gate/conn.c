@@ -950,6 +950,8 @@ static bool identify(struct conn *c, const char *auth, size_t auth_len)
         }
         set_agent(ex, a != NULL ? a->id : AGENT_DEFAULT_ID);
         ex->by_secret = a != NULL && a->has_token; /* only a matching secret names one */
+        if (ex->by_secret)
+            memcpy(ex->token_mark, a->token_mark, sizeof(ex->token_mark));
     }
     ex->agent = a;
     set_agent_terms(ex, p, a);
@@ -1298,7 +1300,8 @@ static enum agent_result agent_again(const struct conn *c, const struct policy *
         *a = policy_find_agent(p, c->gw->cfg.forced_agent);
         return AGENT_OK;
     }
-    return agent_find_again(p, c->ex.agent_id, c->ex.by_secret, &c->origin, a);
+    return agent_find_again(p, c->ex.agent_id, c->ex.by_secret ? c->ex.token_mark : NULL,
+                            &c->origin, a);
 }
 
 /* True when <c> carries a plain request with a body, decided to go ahead,

@@ -85,6 +85,9 @@ struct exchange {
     const char *agent_id; /* NULL when unknown (auth failed); borrowed */
     uint64_t agent_hash;  /* agent_hash(agent_id), set with it (set_agent()), or 0 */
     bool by_secret;       /* identified by the secret it presented (a token agent) */
+    /* with by_secret, its agent's token_mark(): a reload that rotates the
+     * token cuts what this request still does (conn_redecide()) */
+    unsigned char token_mark[TOKEN_MARK_LEN];
     bool credentials;     /* presented credentials that were judged (event.h) */
     enum agent_mode mode; /* the agent's, under the policy in force (conn_redecide()) */
     bool ech_allowed;     /* an Encrypted Client Hello passes (the agent's or network's

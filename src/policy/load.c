@@ -29,6 +29,7 @@
 #include "gate/addr_guard.h"
 #include "policy/index.h"
 #include "policy/load_ctx.h"
+#include "policy/token_mark.h"
 #include "policy/yaml_tree.h"
 #include "util/text_json.h"
 #include "util/units.h"
@@ -167,7 +168,8 @@ static void agent_token(struct load_ctx *c, const struct ynode *v, void *obj)
     } else {
         load_set_str(&a->token_ref, s);
         /* Only the keyed digest is kept: the clear value is wiped below. */
-        if (policy_token_digest(c->p, value, strlen(value), a->token_digest) == 0)
+        if (policy_token_digest(c->p, value, strlen(value), a->token_digest) == 0 &&
+            token_mark(value, strlen(value), a->token_mark) == 0)
             a->has_token = true;
         else
             load_err(c, v->line, "cannot hold the secret of %s: its digest failed", name);

@@ -69,6 +69,7 @@ static void agent_free(struct agent *a)
     free(a->id);
     free(a->sources);
     OPENSSL_cleanse(a->token_digest, sizeof(a->token_digest));
+    OPENSSL_cleanse(a->token_mark, sizeof(a->token_mark));
     free(a->token_ref);
 }
 

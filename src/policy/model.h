@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "policy/host.h"
+#include "policy/token_mark.h"
 #include "util/ipaddr.h"
 
 enum tier { TIER_NONE = -1, TIER_0 = 0, TIER_1, TIER_2, TIER_3 };
@@ -75,6 +76,9 @@ struct agent {
     bool unix_source; /* "unix" listed in sources */
     bool has_token;   /* a secret was resolved: token_digest is its digest */
     unsigned char token_digest[TOKEN_DIGEST_LEN];
+    /* the secret's token_mark(), the same in every policy of the process:
+     * how a reload tells that an open tunnel's secret is still the token */
+    unsigned char token_mark[TOKEN_MARK_LEN];
     char *token_ref; /* as written, e.g. "env:SLUICE_TOKEN_CI" (for reports) */
     enum agent_mode mode;
     enum ech_choice encrypted_hello; /* ECH_AS_NETWORK: network.encrypted_client_hello */

@@ -537,6 +537,52 @@ def test_a_tunnel_opened_without_a_secret_is_closed_when_its_agent_comes_to_want
             kept.close()
 
 
+def test_a_tunnel_opened_with_a_secret_is_closed_when_a_reload_changes_or_drops_its_token(
+        gateway, net):
+    # rotating a leaked token is a reload that gives the agent another one: a
+    # new request with the old secret is 407, and so is the tunnel opened
+    # with it; so is one whose agent no longer wants a token (the secret now
+    # names no agent); one whose agent keeps its token (moved to another
+    # variable that holds the same value) stays
+    env = {"SLUICE_TEST_TOKEN": "old-secret-token", "SLUICE_TEST_TOKEN2": "new-secret-token",
+           "SLUICE_TEST_TOKEN3": "kept-secret-token", "SLUICE_TEST_TOKEN4": "kept-secret-token",
+           "SLUICE_TEST_TOKEN5": "dropped-secret-tok"}
+
+    def agents(rotated, kept, dropped):
+        return [{"id": "rotated", "sources": ["127.0.0.0/8"], "token": "env:" + rotated},
+                {"id": "kept", "sources": ["127.0.0.0/8"], "token": "env:" + kept},
+                dict({"id": "dropped", "sources": ["127.0.0.0/8"]},
+                     **({"token": "env:" + dropped} if dropped else {}))]
+
+    with EchoServer(API_IP) as echo:
+        rules = [echo_rule(echo.port)]
+        gw = gateway(echo_policy(net, rules, agents=agents("SLUICE_TEST_TOKEN",
+                                                            "SLUICE_TEST_TOKEN3",
+                                                            "SLUICE_TEST_TOKEN5")), env=env)
+        old = {"Proxy-Authorization": "Bearer old-secret-token"}
+        rotated, rotated_id = open_echo_tunnel(gw, echo.port, headers=old)
+        kept, kept_id = open_echo_tunnel(
+            gw, echo.port, headers={"Proxy-Authorization": "Bearer kept-secret-token"})
+        dropped, dropped_id = open_echo_tunnel(
+            gw, echo.port, headers={"Proxy-Authorization": "Bearer dropped-secret-tok"})
+        assert [gw.events("agent_egress", id=i)[0]["agent"]
+                for i in (rotated_id, kept_id, dropped_id)] == ["rotated", "kept", "dropped"]
+        try:
+            reload_to(gw, echo_policy(net, rules, agents=agents("SLUICE_TEST_TOKEN2",
+                                                                 "SLUICE_TEST_TOKEN4", None)), 1)
+            deny = assert_closed_with_deny(gw, rotated, rotated_id, "auth_required")
+            assert deny["agent"] == "rotated"
+            assert_closed_with_deny(gw, dropped, dropped_id, "auth_required")
+            assert_still_open(gw, kept, kept_id)
+            t = connect(gw, "echo.example.test:%d" % echo.port, headers=old)
+            t.close()
+            assert t.status == 407
+        finally:
+            rotated.close()
+            kept.close()
+            dropped.close()
+
+
 def assert_reported(gw, tid, reasons, first="allow"):
     """Tunnel <tid>'s agent_egress lines: the first says <first>, then one
     report line per reason in <reasons>, each flagged as the tunnel's (the

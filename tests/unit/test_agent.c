@@ -64,10 +64,11 @@ static struct agent agents[8];
 static struct policy pol;
 
 /* Gives <a> the secret <token>, as the loader does: its digest under
- * pol's key (all zero here: any key will do). */
+ * pol's key (all zero here: any key will do), and its mark. */
 static void set_token(struct agent *a, const char *token)
 {
     assert_int_equal(policy_token_digest(&pol, token, strlen(token), a->token_digest), 0);
+    assert_int_equal(token_mark(token, strlen(token), a->token_mark), 0);
     a->has_token = true;
 }
 
@@ -395,42 +396,57 @@ static void test_sources_contain(void **state)
 
 /* An open tunnel's agent under a reloaded policy: found by id while its
  * sources still hold the client, and for a token agent only if the client
- * presented a secret; the implicit "default" only while the policy has no
- * agents section. */
+ * presented that agent's secret (its mark, the same in every policy); the
+ * implicit "default" only while the policy has no agents section. */
 static void test_find_again(void **state)
 {
     (void)state;
     setup_policy();
     struct client_origin o = tcp("127.9.9.9"), far = tcp("10.1.2.3");
+    unsigned char ci[TOKEN_MARK_LEN], lan_mark[TOKEN_MARK_LEN];
+    assert_int_equal(token_mark("s3cret", 6, ci), 0);
+    assert_memory_equal(ci, agents[1].token_mark, TOKEN_MARK_LEN); /* same secret, same mark */
+    assert_int_equal(token_mark("lan-token", 9, lan_mark), 0);
+    assert_memory_not_equal(ci, lan_mark, TOKEN_MARK_LEN);
     const struct agent *a = (const struct agent *)&pol;
-    assert_int_equal(agent_find_again(&pol, "ci", true, &o, &a), AGENT_OK);
+    assert_int_equal(agent_find_again(&pol, "ci", ci, &o, &a), AGENT_OK);
     assert_ptr_equal(a, &agents[1]);
-    assert_int_equal(agent_find_again(&pol, "ci", true, &unix_client, &a), AGENT_OK);
+    assert_int_equal(agent_find_again(&pol, "ci", ci, &unix_client, &a), AGENT_OK);
     assert_ptr_equal(a, &agents[1]);
     /* a token agent for a client that presented no secret (the agent got
      * its token in the reload): it would be refused so now */
-    assert_int_equal(agent_find_again(&pol, "ci", false, &o, &a), AGENT_AUTH_REQUIRED);
+    assert_int_equal(agent_find_again(&pol, "ci", NULL, &o, &a), AGENT_AUTH_REQUIRED);
+    assert_null(a);
+    /* a client that presented another secret than the agent's token now
+     * (the reload rotated it away from a leaked one) */
+    a = agents;
+    assert_int_equal(agent_find_again(&pol, "ci", lan_mark, &o, &a), AGENT_AUTH_REQUIRED);
+    assert_null(a);
+    /* a client that presented a secret to an agent that now wants none:
+     * a new request with it would be a 407 */
+    a = agents;
+    assert_int_equal(agent_find_again(&pol, "open", ci, &o, &a), AGENT_AUTH_REQUIRED);
     assert_null(a);
     a = agents;
-    assert_int_equal(agent_find_again(&pol, "open", false, &o, &a), AGENT_OK);
+    assert_int_equal(agent_find_again(&pol, "open", NULL, &o, &a), AGENT_OK);
     assert_ptr_equal(a, &agents[0]);
     /* its sources no longer hold the client */
-    assert_int_equal(agent_find_again(&pol, "ci", true, &far, &a), AGENT_NOT_ALLOWED);
+    assert_int_equal(agent_find_again(&pol, "ci", ci, &far, &a), AGENT_NOT_ALLOWED);
     assert_null(a);
-    assert_int_equal(agent_find_again(&pol, "sock", false, &o, &a), AGENT_NOT_ALLOWED);
+    assert_int_equal(agent_find_again(&pol, "sock", NULL, &o, &a), AGENT_NOT_ALLOWED);
     /* gone, or the implicit agent of a policy that now has agents */
     a = agents;
-    assert_int_equal(agent_find_again(&pol, "gone", false, &o, &a), AGENT_NOT_ALLOWED);
+    assert_int_equal(agent_find_again(&pol, "gone", NULL, &o, &a), AGENT_NOT_ALLOWED);
     assert_null(a);
-    assert_int_equal(agent_find_again(&pol, AGENT_DEFAULT_ID, false, &o, &a), AGENT_NOT_ALLOWED);
+    assert_int_equal(agent_find_again(&pol, AGENT_DEFAULT_ID, NULL, &o, &a), AGENT_NOT_ALLOWED);
     /* no agents section: "default" is there, any other agent gone */
     struct policy empty;
     memset(&empty, 0, sizeof(empty));
     a = agents;
-    assert_int_equal(agent_find_again(&empty, AGENT_DEFAULT_ID, false, &far, &a), AGENT_OK);
+    assert_int_equal(agent_find_again(&empty, AGENT_DEFAULT_ID, NULL, &far, &a), AGENT_OK);
     assert_null(a);
     a = agents;
-    assert_int_equal(agent_find_again(&empty, "ci", false, &o, &a), AGENT_NOT_ALLOWED);
+    assert_int_equal(agent_find_again(&empty, "ci", NULL, &o, &a), AGENT_NOT_ALLOWED);
     assert_null(a);
 }
 
