@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -66,50 +67,79 @@ void gw_policy_unref(struct gw_policy *gp)
     free(gp);
 }
 
-/* The words of gateway_policy_file_warning()'s two lines, the names
- * aside: the longer one, with its mode and line end. */
-#define FILE_WARNING_WORDS 320
+/* The words of gateway_policy_file_warning()'s lines, the names aside: the
+ * longest one, with its mode and line end. */
+#define FILE_WARNING_WORDS 352
+
+/* The folder of <path> into <dir> ("." for a bare name, "/" for "/p.yaml"). */
+static void folder_of(const char *path, char *dir, size_t cap)
+{
+    snprintf(dir, cap, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == NULL)
+        snprintf(dir, cap, ".");
+    else
+        slash[slash == dir] = '\0';
+}
+
+/* True when the folder <dir> lets every user rename a file over one in it:
+ * writable by all, without the sticky bit. */
+static bool folder_open_to_all(const char *dir, struct stat *ds)
+{
+    return stat(dir, ds) == 0 && (ds->st_mode & S_IWOTH) != 0 && (ds->st_mode & S_ISVTX) == 0;
+}
 
 /* A policy that every user may write is a policy every agent on the host
  * may widen for itself: the change is in force from the next SIGHUP, which
  * a log rotation sends. Said at start and at each reload (the file may have
- * been replaced since), not refused: the operator may know better. The
- * file and its folder are shown \ooo (text_shown()), each within its share
- * of <outlen>, its middle giving way ("...") when longer: cut at the end by
- * snprintf(), a long name took the reason and the line end with it, or
- * split a UTF-8 character. */
+ * been replaced since), not refused: the operator may know better. A
+ * symbolic link is judged by where it leads too: a file renamed over the
+ * link's target is what the next load reads. The names are shown \ooo
+ * (text_shown()), each within its share of <outlen>, its middle giving way
+ * ("...") when longer: cut at the end by snprintf(), a long name took the
+ * reason and the line end with it, or split a UTF-8 character. */
 void gateway_policy_file_warning(const char *path, char *out, size_t outlen)
 {
     out[0] = '\0';
     struct stat st, ds;
     if (stat(path, &st) != 0)
         return;
-    char dir[4096];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash == NULL)
-        snprintf(dir, sizeof(dir), ".");
-    else
-        slash[slash == dir] = '\0'; /* "/p.yaml": the folder is "/" */
+    char dir[4096], real[PATH_MAX], real_dir[PATH_MAX];
+    folder_of(path, dir, sizeof(dir));
+    bool linked = realpath(path, real) != NULL && lstat(path, &ds) == 0 && S_ISLNK(ds.st_mode);
+    if (linked)
+        folder_of(real, real_dir, sizeof(real_dir));
+    /* three names at most in a line: each its third of what the words leave */
     char shown_path[GATEWAY_FILE_WARNING_MAX / 2], shown_dir[GATEWAY_FILE_WARNING_MAX / 2];
-    size_t room = outlen > FILE_WARNING_WORDS ? (outlen - FILE_WARNING_WORDS) / 2 : 8;
+    char shown_real[GATEWAY_FILE_WARNING_MAX / 2];
+    size_t room = outlen > FILE_WARNING_WORDS ? (outlen - FILE_WARNING_WORDS) / 3 : 8;
     if (room > sizeof(shown_path))
         room = sizeof(shown_path);
     text_shown_fit(shown_path, room, path);
-    text_shown_fit(shown_dir, room, dir);
-    if (S_ISREG(st.st_mode) && (st.st_mode & S_IWOTH) != 0)
+    if (S_ISREG(st.st_mode) && (st.st_mode & S_IWOTH) != 0) {
         snprintf(out, outlen,
                  "warning: %s: the file is writable by every user (mode %04o): anyone on this "
                  "host, an agent included, can change what agents reach, in force from the next "
                  "SIGHUP (a log rotation sends one); chmod o-w %s\n",
                  shown_path, (unsigned)(st.st_mode & 07777), shown_path);
-    else if (stat(dir, &ds) == 0 && (ds.st_mode & S_IWOTH) != 0 && (ds.st_mode & S_ISVTX) == 0)
+    } else if (folder_open_to_all(dir, &ds)) {
+        text_shown_fit(shown_dir, room, dir);
         snprintf(out, outlen,
                  "warning: %s: its folder %s is writable by every user without the sticky bit "
                  "(mode %04o): anyone on this host, an agent included, can replace the policy, "
                  "in force from the next SIGHUP (a log rotation sends one); keep it in a folder "
                  "only its owner can write\n",
                  shown_path, shown_dir, (unsigned)(ds.st_mode & 07777));
+    } else if (linked && folder_open_to_all(real_dir, &ds)) {
+        text_shown_fit(shown_dir, room, real_dir);
+        text_shown_fit(shown_real, room, real);
+        snprintf(out, outlen,
+                 "warning: %s: its folder %s (the link leads to %s) is writable by every user "
+                 "without the sticky bit (mode %04o): anyone on this host, an agent included, "
+                 "can replace the policy, in force from the next SIGHUP (a log rotation sends "
+                 "one); keep it in a folder only its owner can write\n",
+                 shown_path, shown_dir, shown_real, (unsigned)(ds.st_mode & 07777));
+    }
 }
 
 void gateway_print_grant_warnings(const struct policy *p)

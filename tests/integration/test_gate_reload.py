@@ -300,6 +300,29 @@ def test_a_long_policy_path_keeps_the_writable_folder_warning_whole(gateway, net
     assert len(line.encode()) < 2048, len(line.encode())
 
 
+def test_a_policy_linked_into_a_folder_every_user_may_write_is_warned(gateway, net):
+    # a symbolic link from a private folder to a file in one that every user
+    # may write: anyone can rename another file over the one the link leads
+    # to, which the next SIGHUP loads, as if the policy itself were there
+    gw = gateway(net.policy([api_rule(net)]),
+                 prefix=["sh", "-c", "mkdir open && chmod 0777 open && mv policy.yaml open/p.yaml"
+                         ' && ln -s open/p.yaml policy.yaml && exec "$@"', "sh"])
+    real = os.path.join(gw.workdir, "open", "p.yaml")
+    err = gw.stderr()
+    assert ("warning: %s: its folder %s (the link leads to %s) is writable by every user "
+            "without the sticky bit (mode 0777)" % (gw.policy_path, os.path.dirname(real), real)
+            in err), err
+    # the swap it warns of: a reload loads what was renamed over the target
+    tmp = real + ".new"
+    with open(tmp, "w") as f:
+        f.write(policy_yaml(net.policy([api_rule(net), other_rule(net)])))
+    os.replace(tmp, real)
+    gw.reload()
+    poll(lambda: reload_count(gw) >= 1, timeout=10, what="the reload")
+    assert "sluice: reloaded 2 rules from %s" % gw.policy_path in gw.stderr()
+    assert gw.stderr().count("(the link leads to %s)" % real) == 2, gw.stderr()
+
+
 def test_a_tier3_expiry_more_than_a_year_ahead_is_warned_at_start_and_reload(gateway, net):
     # sluice check warns of a tier-3 grant whose expiry is more than 365
     # days after today (9999-12-31 is an expiry in name only); serve, which
