@@ -911,12 +911,14 @@ def sink_policy(net, sink_port, keep_rule=True, **kw):
     return net.policy(rules, static_extra={SINK: ScriptedUpstream.IP}, **kw)
 
 
-def start_upload(gw, sink):
+def start_upload(gw, sink, auth=b""):
     """A POST of UPLOAD bytes to the sink, of which UPLOAD_FIRST are sent;
-    returns (socket, the request's id) once the origin has some of them."""
+    returns (socket, the request's id) once the origin has some of them.
+    <auth>: a Proxy-Authorization value."""
     s = open_conn(gw, timeout=30)
-    s.sendall(b"POST http://%s:%d/up HTTP/1.1\r\nHost: %s:%d\r\nContent-Length: %d\r\n\r\n"
-              % (SINK.encode(), sink.port, SINK.encode(), sink.port, UPLOAD))
+    field = b"Proxy-Authorization: %s\r\n" % auth if auth else b""
+    s.sendall(b"POST http://%s:%d/up HTTP/1.1\r\nHost: %s:%d\r\n%sContent-Length: %d\r\n\r\n"
+              % (SINK.encode(), sink.port, SINK.encode(), sink.port, field, UPLOAD))
     s.sendall(b"u" * UPLOAD_FIRST)
     poll(lambda: sink.got > 0, timeout=10, what="the body reaching the origin")
     return s, gw.wait_events("agent_egress", host=SINK)[-1]["id"]
@@ -935,14 +937,14 @@ def send_rest(sock):
     return t
 
 
-def assert_upload_cut(gw, sink, s, rid, reason):
-    """The rest of the upload <rid> on <s> is sent: the client gets its 403
-    <reason>, the origin less than the whole body; the log has the
+def assert_upload_cut(gw, sink, s, rid, reason, status=403):
+    """The rest of the upload <rid> on <s> is sent: the client gets its
+    <status> <reason>, the origin less than the whole body; the log has the
     request's allow line, then its deny line (flagged as its own: method
     and host), then its one end line, with the 403 and the bytes sent."""
     send_rest(s)
-    status, hdrs = read_head(s)
-    assert status == 403 and hdrs.get("sluice-reason") == reason, (status, hdrs)
+    got, hdrs = read_head(s)
+    assert got == status and hdrs.get("sluice-reason") == reason, (got, hdrs)
     assert sink.ended.wait(10), "the origin's connection is still open"
     assert not sink.complete.is_set() and sink.got < UPLOAD, sink.got
     end = gw.wait_events("agent_egress_end", id=rid)
@@ -952,7 +954,7 @@ def assert_upload_cut(gw, sink, s, rid, reason):
         ("agent_egress", "allow"), ("agent_egress", "deny"), ("agent_egress_end", None)], lines
     deny = lines[1]
     assert deny["reason"] == reason and deny["method"] == "POST" and deny["host"] == SINK, deny
-    assert end[0]["status"] == 403, end
+    assert end[0]["status"] == status, end
     # nothing went up after the decision (the rest was sent after it), and
     # what the gateway held back then is not counted
     assert sink.got <= UPLOAD_FIRST and end[0]["bytes_up"] <= UPLOAD_FIRST, (sink.got, end)
@@ -976,6 +978,24 @@ def test_a_plain_upload_whose_grant_a_reload_removes_is_cut(gateway, net):
             '{agent="default",tier="3",decision="allow",reason="none"}': 1}
         # a new request to the host is refused as well
         assert request(gw, "GET", "http://%s:%d/x" % (SINK, sink.port)).status == 403
+
+
+def test_a_plain_upload_whose_token_a_reload_rotates_is_cut(gateway, net):
+    env = {"SLUICE_TEST_TOKEN": "old-secret-token", "SLUICE_TEST_TOKEN2": "new-secret-token"}
+
+    def agents(var):
+        return [{"id": "up", "sources": ["127.0.0.0/8"], "token": "env:" + var}]
+
+    with SinkServer() as sink:
+        gw = gateway(sink_policy(net, sink.port, agents=agents("SLUICE_TEST_TOKEN")), env=env)
+        s, rid = start_upload(gw, sink, auth=b"Bearer old-secret-token")
+        try:
+            reload_to(gw, sink_policy(net, sink.port, agents=agents("SLUICE_TEST_TOKEN2")), 1)
+            # refused as a new request with the old secret is: 407
+            deny = assert_upload_cut(gw, sink, s, rid, "auth_required", status=407)
+        finally:
+            s.close()
+        assert deny["agent"] == "up"
 
 
 def test_a_tunnel_or_upload_to_an_address_a_reload_no_longer_allows_is_cut(gateway, net):
