@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1787,6 +1788,51 @@ static char *read_all(int fd, unsigned wait_s, size_t *len, enum fifo_silence *w
     return buf;
 }
 
+/* Whether another process has the regular file <fd> open for writing,
+ * asked of the kernel: a read lease is refused (EAGAIN) while any
+ * descriptor of the file is open for writing. Taken and given back at
+ * once; a writer that opens the file meanwhile waits for the give-back,
+ * and the lease's break is told by SIGURG, ignored by default, not SIGIO,
+ * which would end the process. 1 written to, 0 not, -1 cannot tell (the
+ * file is another user's and sluice has no CAP_LEASE, as under --user; a
+ * file system without leases; leases off by sysctl). */
+static int open_for_writing(int fd)
+{
+    if (fcntl(fd, F_SETSIG, SIGURG) != 0)
+        return -1;
+    if (fcntl(fd, F_SETLEASE, F_RDLCK) == 0) {
+        (void)fcntl(fd, F_SETLEASE, F_UNLCK);
+        return 0;
+    }
+    return errno == EAGAIN ? 1 : -1;
+}
+
+/* Waits up to <wait_s> for the file <fd> to be open for writing nowhere
+ * (the kernel tells: open_for_writing()), in slices of
+ * POLICY_STOP_CHECK_MS so that a stop is seen: a policy written in place
+ * ("cat new > policy.yaml", an editor that writes over the file) is read
+ * once its writer closes it, not between two of its writes, where the
+ * rules written so far are valid YAML more often than not, and a policy
+ * that lost its deny list or a rule's agents. Returns 0 when no one writes
+ * it (or that cannot be told), -1 with errno ETIMEDOUT when a writer kept
+ * it open all that time, ECANCELED once policy_load_stop() was called. */
+static int wait_for_writers(int fd, unsigned wait_s)
+{
+    uint64_t deadline = monotonic_ms() + (uint64_t)wait_s * 1000;
+    while (open_for_writing(fd) == 1) {
+        if (atomic_load(&load_stopping)) {
+            errno = ECANCELED;
+            return -1;
+        }
+        if (monotonic_ms() >= deadline) {
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        nanosleep(&(struct timespec){.tv_nsec = (long)POLICY_STOP_CHECK_MS * 1000000 / 4}, NULL);
+    }
+    return 0;
+}
+
 /* True when the regular file that <fd> reads changed while it was read:
  * its size, modification or change time after the read against those
  * fstat() gave before (not the bytes read against the size: a file of
@@ -1831,7 +1877,7 @@ static const char *unreadable_kind(const struct stat *st)
     return "not a regular file, a FIFO or a pipe";
 }
 
-/* Reads the policy file <fd> (of <path>, <st> its fstat()) whole into a
+/* Reads the policy file <fd> (named diag->file, <st> its fstat()) whole into a
  * new buffer the caller frees, its size in *len: a regular file at once,
  * refusing one that changed while it was read, a FIFO as its writer
  * writes it, for a bounded time. Returns NULL after reporting to <diag>. */
@@ -1839,15 +1885,30 @@ static char *read_policy_file(int fd, const struct stat *st, size_t *len, struct
 {
     unsigned wait_s = 0;
     int e = 0;
+    unsigned fifo_wait_s =
+        (unsigned)env_number("SLUICE_TEST_POLICY_FIFO_WAIT_S", FIFO_WAIT_S, FIFO_WAIT_S);
     if (S_ISFIFO(st->st_mode))
-        wait_s = (unsigned)env_number("SLUICE_TEST_POLICY_FIFO_WAIT_S", FIFO_WAIT_S, FIFO_WAIT_S);
+        wait_s = fifo_wait_s;
     else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)
         e = errno;
+    else if (wait_for_writers(fd, fifo_wait_s) != 0)
+        e = errno;          /* ETIMEDOUT, or ECANCELED: the stop */
+    struct stat seen = *st; /* what a change while it is read is told against */
+    if (e == 0 && S_ISREG(st->st_mode) && fstat(fd, &seen) != 0)
+        e = errno; /* after the wait: its writer changed it meanwhile */
+    if (e == ETIMEDOUT) {
+        diag_error(diag, 0, "",
+                   "cannot read %s: another process kept it open for writing for %u s (is it "
+                   "still being written?); write the new policy to another file in its folder "
+                   "and rename it over %s",
+                   diag->file, fifo_wait_s, diag->file);
+        return NULL;
+    }
     enum fifo_silence why = FIFO_READ;
     char *buf = e == 0 ? read_all(fd, wait_s, len, &why) : NULL;
     if (e == 0 && buf == NULL)
         e = errno;
-    if (buf != NULL && S_ISREG(st->st_mode) && changed_while_read(fd, st)) {
+    if (buf != NULL && S_ISREG(st->st_mode) && changed_while_read(fd, &seen)) {
         free(buf);
         diag_error(diag, 0, "",
                    "cannot read %s: it changed while it was read (is it still being written?); "
@@ -1863,9 +1924,9 @@ static char *read_policy_file(int fd, const struct stat *st, size_t *len, struct
                    diag->file, wait_s);
     else if (buf == NULL && e == ECANCELED)
         diag_error(diag, 0, "",
-                   "cannot read %s: the gateway is stopping: it waits no longer for the FIFO's "
-                   "writer",
-                   diag->file);
+                   "cannot read %s: the gateway is stopping: it waits no longer for %s", diag->file,
+                   S_ISFIFO(st->st_mode) ? "the FIFO's writer"
+                                         : "the process that has it open for writing");
     else if (buf == NULL)
         diag_error(diag, 0, "", "cannot read %s: %s", diag->file, strerror(e));
     return buf;

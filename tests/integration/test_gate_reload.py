@@ -323,6 +323,29 @@ def test_a_policy_linked_into_a_folder_every_user_may_write_is_warned(gateway, n
     assert gw.stderr().count("(the link leads to %s)" % real) == 2, gw.stderr()
 
 
+def test_a_policy_still_open_for_writing_is_read_once_its_writer_closes_it(gateway, net):
+    # a policy written in place (an editor, "cat new > policy.yaml") while a
+    # SIGHUP comes (a log rotation sends one) was read between two of its
+    # writer's writes: the first rules alone, valid YAML, loaded. The load
+    # now waits for the writer to close the file.
+    full = net.policy([api_rule(net), other_rule(net)])
+    rules = full.pop("rules")
+    head = policy_yaml(full) + policy_yaml({"rules": rules[:1]})
+    tail = policy_yaml({"rules": rules[1:]})[len("rules:\n"):]
+    gw = gateway(net.policy([api_rule(net)]))
+    with open(gw.policy_path, "w") as f:  # in place: truncated, then written
+        f.write(head)
+        f.flush()
+        gw.reload()
+        poll(lambda: reload_count(gw) > 0 or gw.stderr().count("reload failed") > 0 or
+             fd_named(gw.proc.pid, "/policy.yaml"), timeout=10,
+             what="the reload, or its load waiting for the writer")
+        assert reload_count(gw) == 0 and "reload failed" not in gw.stderr(), gw.stderr()
+        f.write(tail)
+    poll(lambda: reload_count(gw) > 0, timeout=10, what="the reload")
+    assert "sluice: reloaded 2 rules from " in gw.stderr(), gw.stderr()
+
+
 def test_a_tier3_expiry_more_than_a_year_ahead_is_warned_at_start_and_reload(gateway, net):
     # sluice check warns of a tier-3 grant whose expiry is more than 365
     # days after today (9999-12-31 is an expiry in name only); serve, which
