@@ -1002,6 +1002,28 @@ ssize_t read(int fd, void *buf, size_t n)
     return r;
 }
 
+/* Asserts that the policy at <path> (<what> happening to it) fails to load
+ * with "cannot read PATH: <why> (is it still being written?); ...". */
+static void refused_while_written(const char *path, const char *what, const char *why)
+{
+    struct diag d;
+    diag_init(&d, path);
+    struct policy *p = policy_load(path, &d);
+    if (p != NULL) {
+        char title[256];
+        snprintf(title, sizeof(title), "(the file above, %s)", what);
+        dump(title, &d);
+    }
+    assert_null(p);
+    char want[1024];
+    snprintf(want, sizeof(want),
+             "%s: cannot read %s: %s (is it still being written?); write the new policy to "
+             "another file in its folder and rename it over %s",
+             path, path, why, path);
+    assert_true(has_entry(&d, DIAG_ERROR, want));
+    diag_free(&d);
+}
+
 /* A policy written while it is read is not loaded as far as it was read:
  * its first part, the rules without the deny list that follows them, is a
  * valid policy that allows what the whole file denies. */
@@ -1013,31 +1035,53 @@ static void test_file_changed_while_read(void **state)
     write_policy_file(dir, path, sizeof(path),
                       V "rules:\n  - {host: \"*.example.test\", tier: 0}\n");
 
-    struct diag d;
-    diag_init(&d, path);
     grow_path = path;
     grow_text = "deny:\n  - gist.example.test\n";
-    struct policy *p = policy_load(path, &d);
+    refused_while_written(path, "its deny list written while it was read",
+                          "it changed while it was read");
     grow_path = NULL;
-    if (p != NULL)
-        dump("(the file above, its deny list written while it was read)", &d);
-    assert_null(p);
-    char want[1024];
-    snprintf(want, sizeof(want),
-             "%s: cannot read %s: it changed while it was read (is it still being written?); "
-             "write the new policy to another file in its folder and rename it over %s",
-             path, path, path);
-    assert_true(has_entry(&d, DIAG_ERROR, want));
-    diag_free(&d);
 
     /* once written, it loads whole */
+    struct diag d;
     diag_init(&d, path);
-    p = policy_load(path, &d);
+    struct policy *p = policy_load(path, &d);
     assert_non_null(p);
     assert_int_equal(p->ndeny, 1);
     policy_free(p);
     diag_free(&d);
 
+    unlink(path);
+    rmdir(dir);
+}
+
+/* A policy another process (here, this one) keeps open for writing is not
+ * read meanwhile: its load waits for the close, and fails once the wait
+ * (SLUICE_TEST_POLICY_FIFO_WAIT_S, 1 s here) is over. The file is this
+ * process's own, so the kernel can tell (a lease needs that, or
+ * CAP_LEASE). */
+static void test_file_open_for_writing(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/test_load.XXXXXX";
+    char path[256];
+    write_policy_file(dir, path, sizeof(path),
+                      V "rules:\n  - {host: \"*.example.test\", tier: 0}\n");
+    int w = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+    assert_true(w >= 0);
+    setenv("SLUICE_TEST_POLICY_FIFO_WAIT_S", "1", 1);
+
+    refused_while_written(path, "open for writing while it was loaded",
+                          "another process kept it open for writing for 1 s");
+
+    /* closed, it loads */
+    close(w);
+    struct diag d;
+    diag_init(&d, path);
+    struct policy *p = policy_load(path, &d);
+    assert_non_null(p);
+    policy_free(p);
+    diag_free(&d);
+    unsetenv("SLUICE_TEST_POLICY_FIFO_WAIT_S");
     unlink(path);
     rmdir(dir);
 }
@@ -3015,6 +3059,7 @@ int main(void)
         cmocka_unit_test(test_rule_agents_sorted),
         cmocka_unit_test(test_file),
         cmocka_unit_test(test_file_changed_while_read),
+        cmocka_unit_test(test_file_open_for_writing),
         cmocka_unit_test(test_yaml_errors),
         cmocka_unit_test(test_size_cap),
         cmocka_unit_test(test_file_size_cap),
