@@ -1848,10 +1848,16 @@ static bool changed_while_read(int fd, const struct stat *before)
     struct stat after;
     if (fstat(fd, &after) != 0)
         return true;
-    return after.st_size != before->st_size || after.st_mtim.tv_sec != before->st_mtim.tv_sec ||
-           after.st_mtim.tv_nsec != before->st_mtim.tv_nsec ||
-           after.st_ctim.tv_sec != before->st_ctim.tv_sec ||
-           after.st_ctim.tv_nsec != before->st_ctim.tv_nsec;
+    if (after.st_size != before->st_size || after.st_mtim.tv_sec != before->st_mtim.tv_sec ||
+        after.st_mtim.tv_nsec != before->st_mtim.tv_nsec)
+        return true;
+    /* The change time moves too when the file loses a name: a new policy
+     * renamed over it (mv, as the README asks) while it is read. Its
+     * content is what it was, read whole; else a writer that put back the
+     * modification time (cp -p, touch -d) changed it. */
+    bool ctime_moved = after.st_ctim.tv_sec != before->st_ctim.tv_sec ||
+                       after.st_ctim.tv_nsec != before->st_ctim.tv_nsec;
+    return ctime_moved && after.st_nlink >= before->st_nlink;
 }
 
 struct policy *policy_load(const char *path, struct diag *diag)
