@@ -42,4 +42,19 @@ static inline bool word8_has_high(uint64_t x)
     return (x & WORD8_HIGHS) != 0;
 }
 
+/* Whether every byte of <x> is one a JSON string carries as it is:
+ * printable ASCII (0x20-0x7e) but " and \\. Each term sets the high bit of
+ * a byte that is not: below 0x20 (the first), 0x7f and above (the second;
+ * 0xff by the first), " or \\ (zero once XORed, minus one). A plain byte
+ * neither borrows from nor carries into the byte after it, so the first
+ * byte that is not plain is always marked (bytes after it may be marked
+ * wrongly): whether any is marked is exact. */
+static inline bool word8_json_plain(uint64_t x)
+{
+    uint64_t odd = (x - WORD8_ONES * 0x20) | (x + WORD8_ONES) |
+                   ((x ^ (WORD8_ONES * '"')) - WORD8_ONES) |
+                   ((x ^ (WORD8_ONES * '\\')) - WORD8_ONES);
+    return (odd & WORD8_HIGHS) == 0;
+}
+
 #endif

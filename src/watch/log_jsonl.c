@@ -33,6 +33,7 @@
 #include "util/text_json.h"
 #include "util/units.h"
 #include "util/utf8.h"
+#include "util/word8.h"
 
 /* A line is formatted on the stack when it fits, else in a heap buffer of
  * the exact size. Event strings are bounded by the gate: the path by the
@@ -344,26 +345,23 @@ static bool str_room(struct out *o, size_t from, size_t n)
     return false;
 }
 
-/* Writes <s> as a JSON string (with quotes), or null; cut after
+/* put_str()'s way for a string that is not all plain bytes, or not
+ * within room or o->field_max: <s> (<n> bytes) as a JSON string, cut after
  * o->field_max bytes of JSON (between two characters: never inside an
- * escape nor a UTF-8 sequence). */
-static void put_str(struct out *o, const char *s)
+ * escape nor a UTF-8 sequence). A run of plain bytes is copied at once;
+ * UTF-8 is looked at only from a byte past ASCII on. Never inlined: in
+ * put_str() its registers and its stack (saved and restored at every
+ * call, about 20 instructions) cost every string what only a few need. */
+__attribute__((noinline)) static void put_str_escaped(struct out *o, const char *s, size_t n)
 {
     static const char hex[] = "0123456789abcdef";
     const unsigned char *p = (const unsigned char *)s;
-    size_t n = SIZE_MAX; /* strlen(s), looked for at the first byte past ASCII */
 
-    if (s == NULL) {
-        puts_lit(o, "null");
-        return;
-    }
     put(o, "\"", 1);
     size_t from = o->len;
     for (size_t i = 0;;) {
         size_t run = i;
-        /* Copy the longest run of bytes that need no escaping at once (the
-         * NUL at the end is not one of them: no strlen() first). */
-        while (json_plain(p[run]))
+        while (json_plain(p[run])) /* the NUL at <n> is not plain */
             run++;
         if (run > i) {
             if (!str_room(o, from, run - i)) {
@@ -391,8 +389,6 @@ static void put_str(struct out *o, const char *s)
         } else if (c == '\t') {
             piece = "\\t", len = 2;
         } else if (c >= 0x20 && c != 0x7f) {
-            if (n == SIZE_MAX)
-                n = i + strlen(s + i); /* once, for utf8_seq(): what is left */
             size_t seq = utf8_seq(p + i, n - i);
             if (seq == 0) {
                 piece = "\\ufffd";
@@ -411,6 +407,72 @@ static void put_str(struct out *o, const char *s)
         i += in;
     }
     put(o, "\"", 1);
+}
+
+/* Copies to <d> the bytes of <s> (<n> of them) when all are plain (what a
+ * JSON string carries as it is), eight at a time, as they are tested:
+ * returns <n> then, else how many it copied, a plain start of <s>. The
+ * last word is read where it ends at <n> (overlapping the one before), a
+ * string under 8 bytes as two 4-byte halves or its first, middle and last
+ * byte: never a byte past <n>. */
+static size_t json_plain_copy(char *d, const char *s, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t x = word8_load(s + i);
+        if (!word8_json_plain(x))
+            return i;
+        memcpy(d + i, &x, 8);
+    }
+    if (i == n)
+        return n;
+    if (n >= 8) {
+        uint64_t x = word8_load(s + n - 8);
+        if (!word8_json_plain(x))
+            return i;
+        memcpy(d + n - 8, &x, 8);
+    } else if (n >= 4) {
+        uint32_t a, b;
+        memcpy(&a, s, 4);
+        memcpy(&b, s + n - 4, 4);
+        if (!word8_json_plain((uint64_t)a << 32 | b))
+            return 0;
+        memcpy(d, &a, 4);
+        memcpy(d + n - 4, &b, 4);
+    } else {
+        unsigned char a = (unsigned char)s[0], b = (unsigned char)s[n / 2];
+        unsigned char c = (unsigned char)s[n - 1];
+        /* the word's other five bytes: 'A's, plain */
+        if (!word8_json_plain(0x4141414141000000u | (uint64_t)a << 16 | (uint64_t)b << 8 | c))
+            return 0;
+        d[0] = (char)a, d[n / 2] = (char)b, d[n - 1] = (char)c;
+    }
+    return n;
+}
+
+/* Writes <s> as a JSON string (with quotes), or null; cut after
+ * o->field_max bytes of JSON (put_str_escaped()). Nearly every string of a
+ * line is all plain bytes and short (an id, an agent, a host, an address:
+ * 4 to 16 bytes): those are tested and copied a word at a time, quotes
+ * around, with no call but strlen(). */
+static void put_str(struct out *o, const char *s)
+{
+    if (s == NULL) {
+        put(o, "null", 4);
+        return;
+    }
+    size_t n = strlen(s);
+    size_t room = o->len < o->cap ? o->cap - o->len : 0;
+    if (n <= o->field_max && room >= 2 && n <= room - 2) {
+        char *d = o->p + o->len;
+        if (json_plain_copy(d + 1, s, n) == n) {
+            d[0] = '"';
+            d[n + 1] = '"';
+            o->len += n + 2;
+            return;
+        }
+    }
+    put_str_escaped(o, s, n); /* writes again what the copy put */
 }
 
 /* ,"key": in one copy of a length known when compiled (keys are literals);

@@ -54,13 +54,32 @@ static bool high_byte(unsigned char b, unsigned char unused)
     return b >= 0x80;
 }
 
+static bool unplain_word(uint64_t x, unsigned char unused)
+{
+    (void)unused;
+    return !word8_json_plain(x);
+}
+
+static bool unplain_byte(unsigned char b, unsigned char unused)
+{
+    (void)unused;
+    return b < 0x20 || b > 0x7e || b == '"' || b == '\\';
+}
+
 static const struct question questions[] = {
-    {"below", 1, below_word, below_byte},    {"below", 0x20, below_word, below_byte},
-    {"below", 0x21, below_word, below_byte}, {"below", 0x7f, below_word, below_byte},
-    {"below", 0x80, below_word, below_byte}, {"equal", 0x00, equal_word, equal_byte},
-    {"equal", '\r', equal_word, equal_byte}, {"equal", 0x7f, equal_word, equal_byte},
-    {"equal", 0x80, equal_word, equal_byte}, {"equal", 0xff, equal_word, equal_byte},
-    {"equal", ':', equal_word, equal_byte},  {"high", 0, high_word, high_byte},
+    {"below", 1, below_word, below_byte},
+    {"below", 0x20, below_word, below_byte},
+    {"below", 0x21, below_word, below_byte},
+    {"below", 0x7f, below_word, below_byte},
+    {"below", 0x80, below_word, below_byte},
+    {"equal", 0x00, equal_word, equal_byte},
+    {"equal", '\r', equal_word, equal_byte},
+    {"equal", 0x7f, equal_word, equal_byte},
+    {"equal", 0x80, equal_word, equal_byte},
+    {"equal", 0xff, equal_word, equal_byte},
+    {"equal", ':', equal_word, equal_byte},
+    {"high", 0, high_word, high_byte},
+    {"json_unplain", 0, unplain_word, unplain_byte},
 };
 
 /* The answer byte by byte. */
