@@ -117,7 +117,8 @@ void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
                  const struct sockaddr *sa, socklen_t salen)
 {
     (void)salen;
-    struct conn *c = calloc(1, sizeof(*c));
+    /* the head timer's memory after it (conn.ev_mem) */
+    struct conn *c = calloc(1, sizeof(*c) + event_get_struct_event_size());
     if (c == NULL) {
         close(fd);
         return;
@@ -132,7 +133,8 @@ void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
     if (!c->origin.is_unix) /* TCP_NODELAY comes from the listener (listener.c) */
         sockaddr_to_ipaddr(sa, &c->origin.addr, &port);
     c->client = bufferevent_socket_new(gw->base, fd, 0);
-    c->timer = evtimer_new(gw->base, on_head_deadline, c);
+    if (evtimer_assign((struct event *)(void *)c->ev_mem, gw->base, on_head_deadline, c) == 0)
+        c->timer = (struct event *)(void *)c->ev_mem;
     c->next = gw->conns;
     if (gw->conns != NULL)
         gw->conns->prev = c;
@@ -382,7 +384,7 @@ void conn_free(struct conn *c)
     if (c->tunnel != NULL)
         tunnel_free(c->tunnel); /* closes both descriptors */
     if (c->timer != NULL)
-        event_free(c->timer);
+        event_del(c->timer); /* in c->ev_mem, freed with <c> */
     if (c->hangup_timer != NULL)
         event_free(c->hangup_timer);
     if (c->progress_timer != NULL)

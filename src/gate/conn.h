@@ -15,6 +15,7 @@
 #define SLUICE_GATE_CONN_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -218,7 +219,7 @@ struct conn {
      * owned, made when first needed, freed by conn_free() */
     struct event *progress_timer;
     /* The head deadline (a response head's too); CONNECT peek window; the
-     * wait of CS_HELLO's cut (connect_hello_cut()) */
+     * wait of CS_HELLO's cut (connect_hello_cut()); in ev_mem */
     struct event *timer;
     /* Write-ahead (SPEC.md, Decision log): the decision waits until the log
      * has line <log_seq>. <log_hold>: what the client is sent (a refusal)
@@ -277,6 +278,11 @@ struct conn {
      * GATEWAY_PRI_FIRST: a later turn has polled it (forward_try_reuse()). */
     uint64_t idle_turn;
     bool idle_first;
+    /* The memory of <timer>, event_get_struct_event_size() bytes,
+     * event_assign()ed: no event_new() and event_free() of it a connection,
+     * and 16 bytes less than its own allocation took (malloc's chunk header
+     * and rounding). */
+    max_align_t ev_mem[];
 };
 
 /* conn.c */
