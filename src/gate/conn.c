@@ -113,12 +113,17 @@ static uint64_t next_head_ms(const struct conn *c)
     return (uint64_t)since < cap ? cap - (uint64_t)since : 0;
 }
 
+struct event *conn_progress_mem(struct conn *c)
+{
+    return (struct event *)(void *)((char *)c->ev_mem + event_get_struct_event_size());
+}
+
 void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
                  const struct sockaddr *sa, socklen_t salen)
 {
     (void)salen;
-    /* the head timer's memory after it (conn.ev_mem) */
-    struct conn *c = calloc(1, sizeof(*c) + event_get_struct_event_size());
+    /* the head timer, then the progress timer (conn.ev_mem) */
+    struct conn *c = calloc(1, sizeof(*c) + 2 * event_get_struct_event_size());
     if (c == NULL) {
         close(fd);
         return;
@@ -388,7 +393,7 @@ void conn_free(struct conn *c)
     if (c->hangup_timer != NULL)
         event_free(c->hangup_timer);
     if (c->progress_timer != NULL)
-        event_free(c->progress_timer);
+        event_del(c->progress_timer); /* in c->ev_mem too */
     if (c->client != NULL) {
         /* go_tunnel() (connect.c) frees the bufferevent, and the callback
          * with its output, itself: then c->client is NULL. */

@@ -216,7 +216,8 @@ struct conn {
     struct event *hangup_timer;
     /* Upload bytes held back from a progress event (gate/progress.h) are
      * published when PROGRESS_MS has passed, whether or not more come;
-     * owned, made when first needed, freed by conn_free() */
+     * assigned in ev_mem when first needed (conn_progress_mem()), NULL
+     * before */
     struct event *progress_timer;
     /* The head deadline (a response head's too); CONNECT peek window; the
      * wait of CS_HELLO's cut (connect_hello_cut()); in ev_mem */
@@ -278,14 +279,21 @@ struct conn {
      * GATEWAY_PRI_FIRST: a later turn has polled it (forward_try_reuse()). */
     uint64_t idle_turn;
     bool idle_first;
-    /* The memory of <timer>, event_get_struct_event_size() bytes,
-     * event_assign()ed: no event_new() and event_free() of it a connection,
-     * and 16 bytes less than its own allocation took (malloc's chunk header
-     * and rounding). */
+    /* The memory of <timer> and <progress_timer>, event_get_struct_event_size()
+     * bytes each, event_assign()ed: no event_new() and event_free() of them a
+     * connection, and 16 bytes less each than their own allocations took
+     * (malloc's chunk header and rounding). The progress timer's is there
+     * whether or not a progress event is ever held back: a tunnel that
+     * carried a TLS handshake has one (the client's Finished follows its
+     * ClientHello within PROGRESS_MS); one that never carried a byte after
+     * its ClientHello has none, and holds 112 bytes more than with both
+     * timers allocated apart. */
     max_align_t ev_mem[];
 };
 
 /* conn.c */
+/* The memory progress.c assigns <c>'s progress timer in (conn.ev_mem). */
+struct event *conn_progress_mem(struct conn *c);
 /* Takes ownership of <fd>, accepted by <l>. Closes it when out of memory. */
 void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
                  const struct sockaddr *sa, socklen_t salen);

@@ -54,12 +54,17 @@ static void on_progress_due(evutil_socket_t fd, short what, void *arg)
  * else an agent that sends just under PROGRESS_BYTES on each of its
  * tunnels and then keeps them quiet kept those bytes out of upload_bytes,
  * the baseline and the metrics until the tunnels ended, as late as it
- * liked. Returns false when the timer cannot be made (out of memory). */
+ * liked. The timer is assigned in the connection's own memory
+ * (conn_progress_mem()) the first time. Returns false when it cannot be
+ * armed. */
 static bool due_later(struct conn *c, int64_t waited_ms)
 {
-    if (c->progress_timer == NULL &&
-        (c->progress_timer = evtimer_new(c->gw->base, on_progress_due, c)) == NULL)
-        return false;
+    if (c->progress_timer == NULL) {
+        struct event *ev = conn_progress_mem(c);
+        if (evtimer_assign(ev, c->gw->base, on_progress_due, c) < 0)
+            return false;
+        c->progress_timer = ev;
+    }
     if (!evtimer_pending(c->progress_timer, NULL)) {
         struct timeval tv = timeval_of_ms((uint64_t)(PROGRESS_MS - waited_ms));
         if (evtimer_add(c->progress_timer, &tv) != 0)
