@@ -553,9 +553,19 @@ static int reload_apply(struct gateway *gw, struct policy *p, const char *shown)
         gw->counters.reload_failures++;
         return -1;
     }
+    /* The alert detectors' too: else they would keep the old thresholds,
+     * tier-3 grants and off-hours under the policy said to be reloaded. */
+    if (watch_policy_prepare(gw->watch, p) < 0) {
+        fprintf(stderr, "sluice: reload failed: %s: out of memory (alert detectors)\n", shown);
+        quota_reshape_abandon(reshape);
+        gw_policy_unref(gp);
+        gw->counters.reload_failures++;
+        return -1;
+    }
     if (resolver_reload(gw->resolver, &p->dns) < 0) {
         fprintf(stderr, "sluice: reload failed: %s: dns: cannot apply the new DNS settings\n",
                 shown);
+        watch_policy_abandon(gw->watch);
         quota_reshape_abandon(reshape);
         gw_policy_unref(gp);
         gw->counters.reload_failures++;

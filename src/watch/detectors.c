@@ -13,6 +13,7 @@
 #include "util/pos_index.h"
 #include "util/siphash.h"
 #include "util/units.h"
+#include "util/zalloc.h"
 #include "watch/agent_hash.h"
 #include "watch/bus.h"
 #include "watch/contact_set.h"
@@ -77,6 +78,8 @@ struct detectors {
     struct alert_bus *out;
     struct store *store;
     struct cfg cfg;
+    struct cfg next; /* detectors_prepare()'s, for detectors_commit(); tz owned */
+    bool prepared;
     struct agent_state *agents;
     size_t nagents, capagents;
     struct pos_index agent_index;
@@ -503,10 +506,11 @@ void detectors_free(struct detectors *d)
     contact_set_free(&d->contacts);
     fold_free(&d->fold);
     free(d->cfg.off_hours.tz);
+    detectors_abandon(d);
     free(d);
 }
 
-int detectors_configure(struct detectors *d, const struct policy *p)
+int detectors_prepare(struct detectors *d, const struct policy *p)
 {
     const struct alerts_cfg *a = &p->alerts;
     struct cfg c = {0};
@@ -518,23 +522,56 @@ int detectors_configure(struct detectors *d, const struct policy *p)
     c.auth_failures = a->auth_failures;
     c.off_hours = a->off_hours;
     c.off_hours.tz = NULL;
-    if (a->off_hours.set &&
-        (c.off_hours.tz = strdup(a->off_hours.tz ? a->off_hours.tz : "UTC")) == NULL)
-        return -1;
+    if (a->off_hours.set) {
+        /* zalloc(), not strdup(): the unit test fails it (test_detectors) */
+        const char *tz = a->off_hours.tz ? a->off_hours.tz : "UTC";
+        size_t n = strlen(tz) + 1;
+        if ((c.off_hours.tz = zalloc(n)) == NULL)
+            return -1;
+        memcpy(c.off_hours.tz, tz, n);
+    }
     c.baseline = a->baseline;
     c.warn_days = lint_warn_days(p);
     struct threshold *ts[] = {&c.write_burst, &c.upload_bytes, &c.denied_burst, &c.auth_failures};
     for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++)
         if (ts[i]->per_ms == 0)
             ts[i]->per_ms = THRESHOLD_PER_MS;
+    detectors_abandon(d);
+    d->next = c;
+    d->prepared = true;
+    return 0;
+}
+
+void detectors_abandon(struct detectors *d)
+{
+    if (!d->prepared)
+        return;
+    free(d->next.off_hours.tz);
+    d->next = (struct cfg){0};
+    d->prepared = false;
+}
+
+void detectors_commit(struct detectors *d)
+{
+    if (!d->prepared)
+        return;
     free(d->cfg.off_hours.tz);
-    d->cfg = c;
+    d->cfg = d->next;
+    d->next = (struct cfg){0};
+    d->prepared = false;
     d->oh_minute = -1;
     d->oh_zone_told = false;
     for (size_t i = 0; i < d->nagents; i++)
         agent_windows(&d->cfg, &d->agents[i], true);
     agents_busy_reset(d); /* windows started afresh may be empty */
     sources_configure(d);
+}
+
+int detectors_configure(struct detectors *d, const struct policy *p)
+{
+    if (detectors_prepare(d, p) < 0)
+        return -1;
+    detectors_commit(d);
     return 0;
 }
 

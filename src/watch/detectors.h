@@ -76,8 +76,19 @@ void detectors_adopt_store(struct detectors *d, struct store *store, struct cont
                            int64_t now_ms);
 
 /* Takes the alerts section of <p> (copied). Window state of agents is kept
- * across a reload unless a period changed. */
+ * across a reload unless a period changed. Returns 0, or -1 when out of
+ * memory (the settings are those before). detectors_prepare() and
+ * detectors_commit() in one. */
 int detectors_configure(struct detectors *d, const struct policy *p);
+
+/* A reload in two steps, so that one the detectors have no memory for is
+ * refused as a whole (gate/gateway.c reload_apply()): prepare copies <p>'s
+ * alerts section (0, or -1 when out of memory, nothing changed), commit
+ * puts the prepared copy in force and cannot fail, abandon drops it. A
+ * second prepare replaces the first's copy. */
+int detectors_prepare(struct detectors *d, const struct policy *p);
+void detectors_commit(struct detectors *d);
+void detectors_abandon(struct detectors *d);
 
 /* Feeds one event seen at <now_ms> (wall clock). */
 void detectors_feed(struct detectors *d, const struct egress_event *ev, int64_t now_ms);

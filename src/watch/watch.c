@@ -554,12 +554,22 @@ err:
     return NULL;
 }
 
+int watch_policy_prepare(struct watch *w, const struct policy *p)
+{
+    return w == NULL ? 0 : detectors_prepare(w->det, p);
+}
+
+void watch_policy_abandon(struct watch *w)
+{
+    if (w != NULL)
+        detectors_abandon(w->det);
+}
+
 void watch_policy_loaded(struct watch *w, const struct policy *p)
 {
     if (w == NULL)
         return;
-    if (detectors_configure(w->det, p) < 0)
-        fprintf(stderr, "sluice: alerts: out of memory; the detectors keep their settings\n");
+    detectors_commit(w->det); /* watch_policy_prepare()'s: cannot fail */
     w->policy = p;
     configure_sinks(w, p, false);
     metrics_set_policy(w->metrics, p, (int64_t)time(NULL));

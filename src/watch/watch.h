@@ -50,7 +50,16 @@ struct watch *watch_new(struct event_base *base, struct bus *bus, struct alert_b
                         const struct policy *p, char *err, size_t errlen);
 /* Gauges the gateway provides at each scrape. */
 void watch_set_gauges(struct watch *w, metrics_gauges_fn fn, void *arg);
-/* A new policy is in force (after a reload): detectors, sinks, grants. */
+/* A reload's first step, before anything of <p> is in force: takes the
+ * memory the detectors need for <p>'s settings. Returns 0, or -1 when out
+ * of memory: the reload is then refused as a whole (gate/gateway.c
+ * reload_apply()), with watch_policy_abandon(), so that the detectors
+ * never keep the old thresholds, windows and hours under a policy said to
+ * be reloaded. */
+int watch_policy_prepare(struct watch *w, const struct policy *p);
+void watch_policy_abandon(struct watch *w);
+/* A new policy is in force (after a reload, once watch_policy_prepare()
+ * succeeded for it): detectors, sinks, grants. */
 void watch_policy_loaded(struct watch *w, const struct policy *p);
 /* SIGHUP: reopens the alerts file. */
 void watch_reopen(struct watch *w);

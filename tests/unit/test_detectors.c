@@ -17,6 +17,7 @@
 #include "policy/zone.h"
 #include "state/store.h"
 #include "util/units.h"
+#include "util/zalloc.h"
 #include "watch/detectors.h"
 #include "watch/window.h"
 
@@ -102,6 +103,52 @@ static int teardown(void **state)
     detectors_free(f->d);
     free(f);
     return 0;
+}
+
+/* zalloc() for this program (util/zalloc.c is not linked in): fails every
+ * call while <zalloc_failing>. */
+static bool zalloc_failing;
+
+void *zalloc(size_t n)
+{
+    if (zalloc_failing)
+        return NULL;
+    return calloc(1, n);
+}
+
+/* A reload whose settings the detectors have no memory for changes
+ * nothing, and leaves nothing for a commit to put in force: the gateway
+ * refuses it as a whole and the old thresholds stay, as the old policy
+ * does. Prepared with memory, the commit puts the new ones in force. */
+static void reload_out_of_memory_keeps_the_settings(void **state)
+{
+    struct fx *f = *state;
+    f->p.alerts.write_burst = (struct threshold){.set = true, .max = 3, .per_ms = 10000};
+    f->p.alerts.off_hours = (struct off_hours_cfg){.set = true, .tz = "UTC"};
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    f->p.alerts.write_burst.max = 1; /* the reloaded policy's */
+    zalloc_failing = true;
+    int rc = detectors_prepare(f->d, &f->p);
+    zalloc_failing = false;
+    assert_int_equal(rc, -1);
+    detectors_commit(f->d); /* nothing prepared: nothing changes */
+    struct egress_event ev = ev_of("ci", "POST", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+    for (int i = 0; i < 3; i++)
+        detectors_feed(f->d, &ev, T0 + i * 100);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 0); /* max 3 still */
+    assert_int_equal(detectors_prepare(f->d, &f->p), 0);
+    detectors_abandon(f->d);
+    detectors_commit(f->d); /* abandoned: nothing changes */
+    detectors_feed(f->d, &ev, T0 + 300);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 1); /* the 4th write is over 3 */
+    assert_non_null(strstr(f->got.last_detail, "(max 3)"));
+    assert_int_equal(detectors_prepare(f->d, &f->p), 0);
+    detectors_commit(f->d);
+    struct egress_event other = ev_of("bot", "POST", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+    detectors_feed(f->d, &other, T0 + 400);
+    detectors_feed(f->d, &other, T0 + 500);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 2); /* the 2nd write is over 1 */
+    assert_non_null(strstr(f->got.last_detail, "(max 1)"));
 }
 
 static void write_burst_threshold_and_fold(void **state)
@@ -1635,6 +1682,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(redecided_tunnel_is_not_a_new_request, setup, teardown),
         cmocka_unit_test_setup_teardown(agent_lookups_do_not_scan_the_table, setup, teardown),
         cmocka_unit_test_setup_teardown(eviction_matches_a_plain_model, setup, teardown),
+        cmocka_unit_test_setup_teardown(reload_out_of_memory_keeps_the_settings, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
