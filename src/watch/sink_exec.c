@@ -23,6 +23,7 @@
 #include "util/stderr_relay.h"
 #include "util/text_json.h"
 #include "util/units.h"
+#include "watch/exec_told.h"
 
 extern char **environ;
 
@@ -100,8 +101,9 @@ struct exec_runner {
     struct event *woken;    /* sp->wake[0] readable */
     struct child *spawning; /* the one the thread is starting, or NULL */
     uint64_t failures;
-    uint64_t dropped; /* alerts not given to a program: too many waiting */
-    char **hidden;    /* owned: variables programs do not get (exec_runner_hide_env) */
+    struct exec_told *told; /* owned: failures told at most once a minute */
+    uint64_t dropped;       /* alerts not given to a program: too many waiting */
+    char **hidden;          /* owned: variables programs do not get (exec_runner_hide_env) */
     size_t nhidden;
     struct unrun *unrun; /* per program that could not be run: how often, how often told */
     size_t nunrun;
@@ -192,6 +194,25 @@ static void say(const char *path, const char *fmt, ...)
     fprintf(stderr, "sluice: alert sink exec %s: %s\n", shown, rest);
 }
 
+static void say_line(const char *path, const char *line)
+{
+    say(path, "%s", line);
+}
+
+/* A failure of the program at <path>, told at most once a minute
+ * (exec_told.h): one line per alert flooded standard error. */
+static void say_failure(struct exec_runner *r, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void say_failure(struct exec_runner *r, const char *path, const char *fmt, ...)
+{
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    exec_told_failure(r->told, path, what);
+}
+
 static void on_timeout(evutil_socket_t fd, short what, void *arg)
 {
     struct child *k = arg;
@@ -203,10 +224,11 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
     pid_t pid = k->pid > 0 ? k->pid : spawning_pid(k->r);
     if (pid > 0) {
         kill_group(pid);
-        say(k->path, "killed after %d s%s", SINK_EXEC_TIMEOUT_MS / 1000,
-            k->pid > 0 ? "" : " (its exec had not finished)");
+        say_failure(k->r, k->path, "killed after %d s%s", SINK_EXEC_TIMEOUT_MS / 1000,
+                    k->pid > 0 ? "" : " (its exec had not finished)");
     } else /* on_spawned() kills it if it ever starts */
-        say(k->path,
+        say_failure(
+            k->r, k->path,
             "not started after %d s (its exec waits: hung storage?); it will be killed if it starts",
             SINK_EXEC_TIMEOUT_MS / 1000);
 }
@@ -689,11 +711,11 @@ static void reap(struct exec_runner *r)
         if (p < 0) /* ECHILD: someone else reaped it; nothing to report */
             st = 0;
         else if (WIFEXITED(st) && WEXITSTATUS(st) != 0) {
-            say(k->path, "exited with status %d", WEXITSTATUS(st));
+            say_failure(r, k->path, "exited with status %d", WEXITSTATUS(st));
             r->failures++;
         } else if (WIFSIGNALED(st)) {
             if (!k->killed)
-                say(k->path, "killed by signal %d", WTERMSIG(st));
+                say_failure(r, k->path, "killed by signal %d", WTERMSIG(st));
             r->failures++;
         }
         r->running--;
@@ -717,9 +739,11 @@ struct exec_runner *exec_runner_new(struct event_base *base)
         return NULL;
     r->base = base;
     r->sigchld = evsignal_new(base, SIGCHLD, on_sigchld, r);
-    if (r->sigchld == NULL || evsignal_add(r->sigchld, NULL) < 0) {
+    r->told = exec_told_new(base, say_line);
+    if (r->told == NULL || r->sigchld == NULL || evsignal_add(r->sigchld, NULL) < 0) {
         if (r->sigchld != NULL)
             event_free(r->sigchld);
+        exec_told_free(r->told);
         free(r);
         return NULL;
     }
@@ -958,6 +982,7 @@ void exec_runner_free(struct exec_runner *r)
                 "while running, %zu never started\n",
                 r->nkids, r->nkids - waiting, waiting);
     reap_killed(r, deadline);
+    exec_told_free(r->told); /* the failures the last minute counted */
     for (size_t i = 0; i < r->nkids; i++)
         child_free(r->kids[i]);
     free(r->kids);

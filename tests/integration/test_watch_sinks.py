@@ -221,6 +221,31 @@ def test_exec_sink_failures_are_logged_and_slow_ones_killed(gateway, net, tmp_pa
     gw.stop()  # a clean exit 0 (--grace 1s: the sinks get their 1 s, not 5)
 
 
+def test_exec_sink_failures_are_told_at_most_once_a_minute(gateway, net, tmp_path):
+    """An exec sink that always fails, under a storm of alerts (30 first
+    contacts), wrote "exited with status 3" once per alert. The first
+    failure is told at once, the others within its minute are counted and
+    the count told (here at the exit, which --grace lets every program end
+    before)."""
+    prog, out = recording_program(tmp_path, first="trap 'exit 3' EXIT")
+    gw = gateway(net.policy(rules(net), alerts={"first_contact": True, "sinks": [{"exec": prog}]}),
+                 args=["--alerts", str(tmp_path / "a.jsonl"), "--grace", "30s"])
+    t0 = time.monotonic()
+    for i in range(30):
+        assert request(gw, "GET", "http://h%d.made-up.test/" % i).status == 403
+    poll(lambda: len(recorded(out)) == 30 or None, timeout=60, what="30 alerts at the sink")
+    gw.stop()
+    minutes = int((time.monotonic() - t0) // 60)
+    err = gw.stderr()
+    told = err.count("page.sh: exited with status 3\n")
+    counted = sum(int(n) for n in re.findall(
+        r"page\.sh: (\d+) more failure\(s\) (?:since|not told before the exit) "
+        r"\(told at most once a minute\)\n", err))
+    assert told + counted == 30, err
+    assert 1 <= told <= 1 + minutes, err  # was 30: a line per alert
+    assert "30 more failure(s)" not in err and counted >= 29 - minutes, err
+
+
 def test_a_hanging_exec_sink_does_not_delay_another(gateway, net, tmp_path):
     # An agent's 30 first contacts (one request each to made-up hosts, all
     # told one by one) go to two exec sinks, one of which hangs until its

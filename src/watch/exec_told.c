@@ -1,0 +1,123 @@
+/* exec_told: exec sinks' failures, told at most once a minute per program
+ * (exec_told.h). */
+#include "watch/exec_told.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/units.h"
+
+#define TELL_EVERY_MS 60000
+
+struct told {
+    char *path;
+    uint64_t told_ms; /* monotonic; 0: never told */
+    uint64_t untold;  /* failures since, not told yet */
+};
+
+struct exec_told {
+    exec_told_say_fn say;
+    struct event *timer; /* the end of the earliest minute with a count to tell */
+    struct told *progs;  /* owned, and their paths */
+    size_t nprogs;
+};
+
+static void say_count(struct exec_told *t, struct told *p, const char *when)
+{
+    char line[160];
+    snprintf(line, sizeof(line), "%llu more failure(s) %s (told at most once a minute)",
+             (unsigned long long)p->untold, when);
+    t->say(p->path, line);
+    p->untold = 0;
+}
+
+/* Tells the counts whose minute has ended; arms the timer for the next. */
+static void on_minute(evutil_socket_t fd, short what, void *arg)
+{
+    struct exec_told *t = arg;
+    (void)fd;
+    (void)what;
+    uint64_t now = monotonic_ms(), next = UINT64_MAX;
+    for (size_t i = 0; i < t->nprogs; i++) {
+        struct told *p = &t->progs[i];
+        if (p->untold == 0)
+            continue;
+        if (now - p->told_ms >= TELL_EVERY_MS) {
+            say_count(t, p, "since");
+            p->told_ms = now;
+            continue;
+        }
+        uint64_t left = TELL_EVERY_MS - (now - p->told_ms);
+        next = left < next ? left : next;
+    }
+    if (next != UINT64_MAX) {
+        struct timeval tv = {(time_t)(next / 1000), (suseconds_t)(next % 1000 * 1000)};
+        evtimer_add(t->timer, &tv);
+    }
+}
+
+struct exec_told *exec_told_new(struct event_base *base, exec_told_say_fn say)
+{
+    struct exec_told *t = calloc(1, sizeof(*t));
+    struct event *timer = t != NULL ? evtimer_new(base, on_minute, t) : NULL;
+    if (timer == NULL) {
+        free(t);
+        return NULL;
+    }
+    *t = (struct exec_told){.say = say, .timer = timer};
+    return t;
+}
+
+static struct told *told_of(struct exec_told *t, const char *path)
+{
+    for (size_t i = 0; i < t->nprogs; i++)
+        if (strcmp(t->progs[i].path, path) == 0)
+            return &t->progs[i];
+    struct told *grown = realloc(t->progs, (t->nprogs + 1) * sizeof(*grown));
+    char *copy = strdup(path);
+    if (grown != NULL)
+        t->progs = grown;
+    if (grown == NULL || copy == NULL) {
+        free(copy);
+        return NULL;
+    }
+    t->progs[t->nprogs] = (struct told){.path = copy};
+    return &t->progs[t->nprogs++];
+}
+
+void exec_told_failure(struct exec_told *t, const char *path, const char *what)
+{
+    struct told *p = told_of(t, path);
+    if (p == NULL) { /* told, then, unthrottled */
+        t->say(path, what);
+        return;
+    }
+    uint64_t now = monotonic_ms();
+    if (p->told_ms != 0 && now - p->told_ms < TELL_EVERY_MS) {
+        p->untold++;
+        if (!evtimer_pending(t->timer, NULL))
+            on_minute(-1, 0, t); /* arms it for this minute's end */
+        return;
+    }
+    if (p->untold > 0) /* the timer's tell came no sooner than this one */
+        say_count(t, p, "since");
+    t->say(path, what);
+    p->told_ms = now > 0 ? now : 1;
+}
+
+void exec_told_free(struct exec_told *t)
+{
+    if (t == NULL)
+        return;
+    for (size_t i = 0; i < t->nprogs; i++) {
+        if (t->progs[i].untold > 0)
+            say_count(t, &t->progs[i], "not told before the exit");
+        free(t->progs[i].path);
+    }
+    free(t->progs);
+    event_free(t->timer);
+    free(t);
+}
