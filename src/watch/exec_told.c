@@ -97,9 +97,11 @@ void exec_told_failure(struct exec_told *t, const char *path, const char *what)
     }
     uint64_t now = monotonic_ms();
     if (p->told_ms != 0 && now - p->told_ms < TELL_EVERY_MS) {
-        p->untold++;
-        if (!evtimer_pending(t->timer, NULL))
-            on_minute(-1, 0, t); /* arms it for this minute's end */
+        /* Its first count of the minute arms the timer anew, for the
+         * earliest minute's end: armed for another program's, told after
+         * this one's, the count waited for that end, up to a minute more. */
+        if (p->untold++ == 0)
+            on_minute(-1, 0, t);
         return;
     }
     if (p->untold > 0) /* the timer's tell came no sooner than this one */
