@@ -2,6 +2,7 @@
  * (line_read.h). */
 #include "util/line_read.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 
 /* Makes room for <want> bytes in *<buf>: doubled, as getline() does, up to
@@ -27,9 +28,12 @@ ssize_t line_read(FILE *f, char **buf, size_t *cap, size_t max, size_t budget, s
                   bool *over)
 {
     size_t took = 0, len = 0;
+    /* the line and its NUL; no bound but the budget for SIZE_MAX, where
+     * max + 1 wrapped to 0 and realloc() to 0 bytes freed the buffer */
+    size_t limit = max < SIZE_MAX ? max + 1 : SIZE_MAX;
     *kept = 0;
     *over = false;
-    if (grow(buf, cap, 1, max + 1) < 0)
+    if (grow(buf, cap, 1, limit) < 0)
         return -1;
     int c;
     while (took < budget && (c = getc_unlocked(f)) != EOF) { /* the caller reads no further */
@@ -37,7 +41,7 @@ ssize_t line_read(FILE *f, char **buf, size_t *cap, size_t max, size_t budget, s
         if (!*over && len == max)
             *over = true; /* its bytes from here on are dropped */
         if (!*over) {
-            if (grow(buf, cap, len + 2, max + 1) < 0)
+            if (grow(buf, cap, len + 2, limit) < 0)
                 return -1;
             (*buf)[len++] = (char)c;
         }

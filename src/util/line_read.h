@@ -13,11 +13,12 @@
 
 /* Reads the next line of <f>, its '\n' included (the last one may have
  * none), into *<buf> of *<cap> bytes, grown as getline() grows it (the
- * caller frees it) but never past <max> + 1 bytes. Returns the bytes the
- * line took in the stream, or -1 at its end (or on a read error, or when
- * memory runs out). *<kept> is the length held in *<buf>, NUL-terminated:
- * the whole line, or 0 when it was longer than <max> bytes (*<over> is then
- * true and the line's bytes are skipped). A line over <max> is read through
+ * caller frees it) but never past <max> + 1 bytes (<max> SIZE_MAX: no
+ * bound but <budget>). Returns the bytes the line took in the stream, or
+ * -1 at its end (or on a read error, or when memory runs out). *<kept>
+ * is the length held in *<buf>, NUL-terminated: the whole line, or 0 when
+ * it was longer than <max> bytes (*<over> is then true and the line's
+ * bytes are skipped). A line over <max> is read through
  * to its end, but not past <budget> bytes in all: the rest of a file of one
  * endless line is left unread (what the caller has left of a cap on what it
  * reads). */

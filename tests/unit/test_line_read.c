@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,12 +96,32 @@ static void the_budget_stops_a_read_within_a_line(void **state)
     reader_close(&r);
 }
 
+/* No bound but the budget: <max> SIZE_MAX. Its buffer's limit, max + 1,
+ * wrapped to 0: the first byte's realloc() to 0 bytes freed the buffer,
+ * and the line was read as the stream's end (-1), the caller left with
+ * the freed buffer to free again. */
+static void no_bound_but_the_budget(void **state)
+{
+    (void)state;
+    static char text[] = "abc\nd";
+    struct reader r;
+    reader_open(&r, text, sizeof(text) - 1);
+    assert_int_equal(next(&r, SIZE_MAX, 1000), 4);
+    assert_false(r.over);
+    assert_string_equal(r.buf, "abc\n");
+    assert_int_equal(next(&r, SIZE_MAX, 1000), 1);
+    assert_string_equal(r.buf, "d");
+    assert_int_equal(next(&r, SIZE_MAX, 1000), -1);
+    reader_close(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(lines_come_whole_with_their_ends),
         cmocka_unit_test(a_line_over_the_bound_is_skipped_and_said),
         cmocka_unit_test(the_budget_stops_a_read_within_a_line),
+        cmocka_unit_test(no_bound_but_the_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
