@@ -404,11 +404,18 @@ bool gateway_tunnel_splices(const struct gateway *gw, bool client_on_unix)
 #define FDS_PER_SPLICED_CONN 6
 #define FD_RESERVE           64
 
+/* The connections below which run's gateway warns of its cap. It serves
+ * one agent and no one asked it for 4096 (run has no --max-conns): a
+ * common hard limit (4096, 8192) warned at every run of a cap no agent
+ * reaches, a warning users learn to skip. Under this many, a package
+ * manager's parallel downloads may queue: said. */
+#define RUN_QUIET_CONNS 256
+
 /* Caps max_conns to what RLIMIT_NOFILE allows beside FD_RESERVE, <p>'s
  * sinks and the --admin server, with a warning when that is below what was
  * asked and differs from the cap in force (at start, and at a reload that
- * changed the sinks). At start (<raise>) the soft limit is first raised to
- * the hard one. */
+ * changed the sinks), but for run's gateway at RUN_QUIET_CONNS or more. At
+ * start (<raise>) the soft limit is first raised to the hard one. */
 static void fit_fd_limit(struct gateway *gw, const struct policy *p, bool raise)
 {
     struct rlimit rl;
@@ -430,7 +437,8 @@ static void fit_fd_limit(struct gateway *gw, const struct policy *p, bool raise)
         FD_RESERVE + watch_sink_fds(p) + (gw->cfg.admin_addr != NULL ? ADMIN_CONNS_MAX : 0);
     rlim_t fit = rl.rlim_cur > reserve + per ? (rl.rlim_cur - reserve) / per : 1;
     unsigned cap = fit >= want ? want : (unsigned)fit;
-    if (cap < want && cap != max_conns(gw))
+    bool quiet = gw->cfg.forced_agent != NULL && cap >= RUN_QUIET_CONNS;
+    if (cap < want && cap != max_conns(gw) && !quiet)
         fprintf(stderr,
                 "sluice: warning: --max-conns %u needs more open files than the limit of %llu "
                 "allows: serving at most %u connections\n",

@@ -150,6 +150,28 @@ def test_allowed_host_through_the_gateway(box, net):
                  "alerts": 0}
 
 
+def test_run_warns_of_its_connection_cap_only_when_an_agent_could_reach_it(box, net):
+    """run's gateway serves one agent, and no one asked it for 4096
+    connections: under a hard open-file limit of 8192 (its cap 1,351) it
+    said at every run that --max-conns 4096 did not fit. It warns only when
+    the cap falls under 256 (a hard limit of 1024: 156)."""
+    pol = box.policy(net.policy([api_rule(net, tier=1)]))
+
+    def run_under(limit):
+        argv = ["prlimit", "--nofile=%d:%d" % (limit, limit), box.bin, "run", "--policy", pol,
+                "--", PY, "-c", FETCH, net.url("/capped")]
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd=box.workdir,
+                           env=_clean_env(None))
+        assert p.returncode == 0, p.stderr
+        assert Box.out(p)["status"] == 200
+        return p.stderr
+
+    assert "needs more open files" not in run_under(8192)
+    m = re.search(r"sluice: warning: --max-conns 4096 needs more open files than the limit of "
+                  r"1024 allows: serving at most (\d+) connections", run_under(1024))
+    assert m and int(m.group(1)) < 256, m
+
+
 def test_unlisted_host_gets_403(box, net):
     pol = box.policy(net.policy([api_rule(net)]))
     p = box.run(["--policy", pol], None, cmd=[PY, "-c", FETCH, other_url(net)])
