@@ -19,6 +19,7 @@
 #include "util/zalloc.h"
 #include "watch/bus.h"
 #include "watch/detectors.h"
+#include "zalloc_countdown.h"
 
 #define MS 1000000ull
 #define S  1000000000ull
@@ -47,23 +48,6 @@ static void set_rate(struct rate_spec *rs, uint64_t requests, uint64_t per_ms, u
     rs->per_ms = per_ms;
     rs->burst = burst;
     rs->bandwidth = bandwidth;
-}
-
-/* zalloc() for this program (util/zalloc.c is not linked in): once
- * <zalloc_failing>, the call after <zalloc_left> more fails. */
-static bool zalloc_failing;
-static unsigned zalloc_left, zalloc_failures;
-
-void *zalloc(size_t n)
-{
-    if (zalloc_failing && zalloc_left-- == 0) {
-        zalloc_failures++;
-        return NULL;
-    }
-    void *p = malloc(n);
-    if (p != NULL)
-        memset(p, 0, n);
-    return p;
 }
 
 static void test_agent_requests(void **state)
