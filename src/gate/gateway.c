@@ -563,8 +563,9 @@ static int reload_apply(struct gateway *gw, struct policy *p, const char *shown)
     }
     /* The alert detectors' too: else they would keep the old thresholds,
      * tier-3 grants and off-hours under the policy said to be reloaded. */
-    if (watch_policy_prepare(gw->watch, p) < 0) {
-        fprintf(stderr, "sluice: reload failed: %s: out of memory (alert detectors)\n", shown);
+    const char *what = "alerts";
+    if (watch_policy_prepare(gw->watch, p, &what) < 0) {
+        fprintf(stderr, "sluice: reload failed: %s: out of memory (%s)\n", shown, what);
         quota_reshape_abandon(reshape);
         gw_policy_unref(gp);
         gw->counters.reload_failures++;

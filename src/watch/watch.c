@@ -2,6 +2,7 @@
 #include "watch/watch.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "util/stderr_relay.h"
 #include "util/units.h"
 #include "util/weburl.h"
+#include "util/zalloc.h"
 #include "watch/admin.h"
 #include "watch/detectors.h"
 #include "watch/log_jsonl.h"
@@ -26,6 +28,18 @@
 #define ALERT_LINE_MAX 8192
 #define FLUSH_MS       2000 /* the alerts file's last flush, at least */
 #define DRAIN_CHECK_MS 20   /* how often watch_drain() looks at the sinks */
+
+/* What the sinks of a policy need, taken before it is in force
+ * (watch_policy_prepare()): its exec sinks' paths, and the tables its
+ * webhooks are sorted into. configure_sinks() takes them over, so that it
+ * cannot run short of memory after the gateway decided to reload (before,
+ * it freed the exec sinks' list, then made it again: out of memory, every
+ * exec sink, or some, was gone while standard error said "reloaded"). */
+struct sinks_next {
+    char **execs;
+    size_t nexecs;
+    struct webhook **hooks, **fresh; /* each room for every sink; empty */
+};
 
 struct watch {
     struct event_base *base;
@@ -45,6 +59,7 @@ struct watch {
     size_t nexecs;
     struct webhook **hooks;
     size_t nhooks;
+    struct sinks_next next; /* a reload's, between watch_policy_prepare() and its end */
     struct event *tick;
     char **token_env; /* every env:NAME a loaded policy read a token from (hide_token_env) */
     size_t ntoken_env;
@@ -238,28 +253,60 @@ static size_t distinct_execs(const struct watch *w)
     return n;
 }
 
+static void sinks_next_free(struct sinks_next *n)
+{
+    for (size_t i = 0; i < n->nexecs; i++)
+        free(n->execs[i]);
+    free(n->execs);
+    free(n->hooks);
+    free(n->fresh);
+    *n = (struct sinks_next){0};
+}
+
+/* Fills <n> for <p>'s sinks. Returns 0, or -1 when out of memory (<n>
+ * then empty). Through zalloc(), not calloc() and strdup(): the unit test
+ * fails each of these allocations (test_watch_reload). */
+static int sinks_next_prepare(struct sinks_next *n, const struct policy *p)
+{
+    const struct alerts_cfg *ac = &p->alerts;
+    *n = (struct sinks_next){0};
+    if (ac->nsinks >= SIZE_MAX / sizeof(*n->hooks))
+        return -1;
+    size_t room = (ac->nsinks + 1) * sizeof(*n->hooks);
+    if ((n->execs = zalloc(room)) == NULL || (n->hooks = zalloc(room)) == NULL ||
+        (n->fresh = zalloc(room)) == NULL)
+        goto oom;
+    for (size_t i = 0; i < ac->nsinks; i++) {
+        const struct sink *s = &ac->sinks[i];
+        if (s->kind != SINK_EXEC)
+            continue;
+        size_t len = strlen(s->target) + 1;
+        if ((n->execs[n->nexecs] = zalloc(len)) == NULL)
+            goto oom;
+        memcpy(n->execs[n->nexecs++], s->target, len);
+    }
+    return 0;
+oom:
+    sinks_next_free(n);
+    return -1;
+}
+
+/* Puts <p>'s sinks in force, with what sinks_next_prepare() took for <p>
+ * in w->next. */
 static void configure_sinks(struct watch *w, const struct policy *p, bool first)
 {
     const struct alerts_cfg *ac = &p->alerts;
-    struct webhook **hooks = calloc(ac->nsinks + 1, sizeof(*hooks));
-    struct webhook **fresh = calloc(ac->nsinks + 1, sizeof(*fresh));
+    struct webhook **hooks = w->next.hooks, **fresh = w->next.fresh;
     size_t nhooks = 0, nfresh = 0;
     hide_token_env(w, p); /* first: even when the sinks stay as they were */
-    if (hooks == NULL || fresh == NULL) {
-        free(hooks);
-        free(fresh);
-        fprintf(stderr, "sluice: alert sinks: out of memory; keeping the previous ones\n");
-        return;
-    }
     free_execs(w);
-    w->execs = calloc(ac->nsinks + 1, sizeof(*w->execs));
+    w->execs = w->next.execs;
+    w->nexecs = w->next.nexecs;
+    w->next = (struct sinks_next){0}; /* taken over */
     for (size_t i = 0; i < ac->nsinks; i++) {
         const struct sink *s = &ac->sinks[i];
-        if (s->kind == SINK_EXEC) {
-            if (w->execs != NULL && (w->execs[w->nexecs] = strdup(s->target)) != NULL)
-                w->nexecs++;
-            continue;
-        }
+        if (s->kind == SINK_EXEC)
+            continue; /* in w->execs */
         struct webhook *keep = NULL;
         for (size_t j = 0; j < w->nhooks; j++)
             if (w->hooks[j] != NULL && strcmp(webhook_url(w->hooks[j]), s->target) == 0) {
@@ -510,7 +557,7 @@ struct watch *watch_new(struct event_base *base, struct bus *bus, struct alert_b
     w->det = detectors_new(alerts, w->store);
     w->tick = evtimer_new(base, on_tick, w);
     if (w->metrics == NULL || w->det == NULL || w->tick == NULL ||
-        detectors_configure(w->det, p) < 0) {
+        detectors_configure(w->det, p) < 0 || sinks_next_prepare(&w->next, p) < 0) {
         snprintf(err, errlen, "out of memory");
         goto err;
     }
@@ -554,15 +601,29 @@ err:
     return NULL;
 }
 
-int watch_policy_prepare(struct watch *w, const struct policy *p)
+int watch_policy_prepare(struct watch *w, const struct policy *p, const char **what)
 {
-    return w == NULL ? 0 : detectors_prepare(w->det, p);
+    if (w == NULL)
+        return 0;
+    if (detectors_prepare(w->det, p) < 0) {
+        *what = "alert detectors";
+        return -1;
+    }
+    sinks_next_free(&w->next); /* a prepare never ended (none should be) */
+    if (sinks_next_prepare(&w->next, p) < 0) {
+        detectors_abandon(w->det);
+        *what = "alert sinks";
+        return -1;
+    }
+    return 0;
 }
 
 void watch_policy_abandon(struct watch *w)
 {
-    if (w != NULL)
-        detectors_abandon(w->det);
+    if (w == NULL)
+        return;
+    detectors_abandon(w->det);
+    sinks_next_free(&w->next);
 }
 
 void watch_policy_loaded(struct watch *w, const struct policy *p)
@@ -574,6 +635,11 @@ void watch_policy_loaded(struct watch *w, const struct policy *p)
     configure_sinks(w, p, false);
     metrics_set_policy(w->metrics, p, (int64_t)time(NULL));
     detectors_grants(w->det, p, now_ms());
+}
+
+const char *watch_exec_sink(const struct watch *w, size_t i)
+{
+    return i < w->nexecs ? w->execs[i] : NULL;
 }
 
 void watch_reopen(struct watch *w)
@@ -649,6 +715,7 @@ void watch_free(struct watch *w)
     free(w->hooks);
     exec_runner_free(w->exec);
     free_execs(w);
+    sinks_next_free(&w->next);
     for (size_t i = 0; i < w->ntoken_env; i++)
         free(w->token_env[i]);
     free(w->token_env);

@@ -51,16 +51,21 @@ struct watch *watch_new(struct event_base *base, struct bus *bus, struct alert_b
 /* Gauges the gateway provides at each scrape. */
 void watch_set_gauges(struct watch *w, metrics_gauges_fn fn, void *arg);
 /* A reload's first step, before anything of <p> is in force: takes the
- * memory the detectors need for <p>'s settings. Returns 0, or -1 when out
- * of memory: the reload is then refused as a whole (gate/gateway.c
+ * memory the detectors need for <p>'s settings and its sinks need (the
+ * exec sinks' paths, the webhooks' tables). Returns 0, or -1 when out of
+ * memory, with what lacked it in <*what> ("alert detectors", "alert
+ * sinks"): the reload is then refused as a whole (gate/gateway.c
  * reload_apply()), with watch_policy_abandon(), so that the detectors
- * never keep the old thresholds, windows and hours under a policy said to
- * be reloaded. */
-int watch_policy_prepare(struct watch *w, const struct policy *p);
+ * never keep the old thresholds, windows and hours, nor the sinks lose
+ * some of theirs, under a policy said to be reloaded. */
+int watch_policy_prepare(struct watch *w, const struct policy *p, const char **what);
 void watch_policy_abandon(struct watch *w);
 /* A new policy is in force (after a reload, once watch_policy_prepare()
  * succeeded for it): detectors, sinks, grants. */
 void watch_policy_loaded(struct watch *w, const struct policy *p);
+/* The path of the <i>th exec sink in force, or NULL past the last: for
+ * tests. */
+const char *watch_exec_sink(const struct watch *w, size_t i);
 /* SIGHUP: reopens the alerts file. */
 void watch_reopen(struct watch *w);
 /* At a stop, once the connections are gone (their events published):

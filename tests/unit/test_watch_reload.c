@@ -1,0 +1,112 @@
+/* Unit tests for watch/watch.c at a reload short of memory: the alert
+ * sinks of the policy in force are the old policy's or the new one's,
+ * whole, never some of them (zalloc() is interposed here). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "watch/alert.h"
+#include "watch/bus.h"
+#include "watch/watch.h"
+#include "zalloc_countdown.h"
+
+struct fx {
+    struct event_base *base;
+    struct bus bus;
+    struct alert_bus alerts;
+    struct watch *w;
+};
+
+/* A policy whose alerts go to the exec sinks <paths> (NULL-terminated). */
+static struct policy policy_of(struct sink *sinks, char *const *paths)
+{
+    struct policy p = {0};
+    p.alerts.present = true;
+    p.alerts.expiry_warn_days = 14; /* the loader's default */
+    for (size_t i = 0; paths[i] != NULL; i++)
+        sinks[p.alerts.nsinks++] =
+            (struct sink){.kind = SINK_EXEC, .target = paths[i], .line = (int)i + 1};
+    p.alerts.sinks = sinks;
+    return p;
+}
+
+/* True when the exec sinks in force are <paths>, in order. */
+static bool sinks_are(const struct watch *w, char *const *paths)
+{
+    size_t i = 0;
+    for (; paths[i] != NULL; i++)
+        if (watch_exec_sink(w, i) == NULL || strcmp(watch_exec_sink(w, i), paths[i]) != 0)
+            return false;
+    return watch_exec_sink(w, i) == NULL;
+}
+
+static char *const OLD[] = {"/usr/local/bin/page-oncall", "/usr/local/bin/ticket", NULL};
+static char *const NEW[] = {"/opt/a", "/opt/b", "/opt/c", NULL};
+
+/* Each allocation of a reload fails in turn: the reload is refused (the old
+ * sinks stay, all of them) or it is done (the new sinks, all of them).
+ * Before, the exec sinks' list was freed, then made again after the policy
+ * came into force: out of memory, every exec sink (or some) was gone while
+ * the gateway said "reloaded". */
+static void reload_short_of_memory_keeps_the_sinks_whole(void **state)
+{
+    (void)state;
+    struct fx f = {0};
+    f.base = event_base_new();
+    assert_non_null(f.base);
+    bus_init(&f.bus);
+    alert_bus_init(&f.alerts);
+    struct sink old_sinks[4], new_sinks[4];
+    struct policy old = policy_of(old_sinks, OLD), fresh = policy_of(new_sinks, NEW);
+    struct watch_config cfg = {0};
+    char err[256] = "";
+    f.w = watch_new(f.base, &f.bus, &f.alerts, &cfg, NULL, &old, err, sizeof(err));
+    assert_non_null(f.w);
+    assert_true(sinks_are(f.w, OLD));
+    unsigned refused = 0;
+    for (unsigned n = 0; n < 64; n++) {
+        zalloc_failures = 0;
+        zalloc_left = n;
+        zalloc_failing = true;
+        const char *what = NULL;
+        int rc = watch_policy_prepare(f.w, &fresh, &what);
+        if (rc == 0)
+            watch_policy_loaded(f.w, &fresh);
+        else
+            watch_policy_abandon(f.w);
+        zalloc_failing = false;
+        if (rc < 0) {
+            refused++;
+            assert_non_null(what);
+            assert_true(sinks_are(f.w, OLD));
+            continue;
+        }
+        assert_true(sinks_are(f.w, NEW));
+        if (zalloc_failures == 0)
+            break; /* every allocation of the reload was failed once */
+        /* back to the old policy, with memory, for the next turn */
+        assert_int_equal(watch_policy_prepare(f.w, &old, &what), 0);
+        watch_policy_loaded(f.w, &old);
+        assert_true(sinks_are(f.w, OLD));
+    }
+    assert_int_equal(zalloc_failures, 0); /* the loop ran out of allocations, not of turns */
+    assert_true(refused > 0);
+    watch_free(f.w);
+    event_base_free(f.base);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(reload_short_of_memory_keeps_the_sinks_whole),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
