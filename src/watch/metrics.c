@@ -14,6 +14,7 @@
 #include "policy/lint.h"
 #include "util/pos_index.h"
 #include "util/units.h"
+#include "util/zalloc.h"
 #include "watch/agent_hash.h"
 
 #define NTIERS    5 /* none, 0..3 */
@@ -31,14 +32,20 @@ struct grant_gauge {
     int64_t ends_at; /* unix seconds: the day after the last valid one, 00:00 UTC */
 };
 
+/* The grant gauges of a policy, as of a day. */
+struct grant_table {
+    struct grant_gauge *grants;
+    size_t ngrants;
+    int64_t expiring, expired;
+};
+
 struct metrics {
     struct agent_counts *agents;
     size_t nagents, cap;
     struct agent_counts other; /* over METRICS_AGENTS_MAX, or no agent */
     uint64_t alerts[ALERT_KIND_COUNT];
-    struct grant_gauge *grants;
-    size_t ngrants;
-    int64_t expiring, expired;
+    struct grant_table gt;   /* shown */
+    struct grant_table next; /* metrics_policy_prepare()'s, until committed or abandoned */
     metrics_gauges_fn gauges;
     metrics_extra_fn extra;
     void *garg;
@@ -54,16 +61,15 @@ struct metrics *metrics_new(void)
     return m;
 }
 
-static void grants_clear(struct metrics *m)
+static void grants_clear(struct grant_table *t)
 {
-    for (size_t i = 0; i < m->ngrants; i++) {
-        free(m->grants[i].rule);
-        free(m->grants[i].host);
-        free(m->grants[i].owner);
+    for (size_t i = 0; i < t->ngrants; i++) {
+        free(t->grants[i].rule);
+        free(t->grants[i].host);
+        free(t->grants[i].owner);
     }
-    free(m->grants);
-    m->grants = NULL;
-    m->ngrants = 0;
+    free(t->grants);
+    *t = (struct grant_table){0};
 }
 
 void metrics_free(struct metrics *m)
@@ -74,7 +80,8 @@ void metrics_free(struct metrics *m)
         free(m->agents[i].id);
     free(m->agents);
     pos_index_free(&m->agent_index);
-    grants_clear(m);
+    grants_clear(&m->gt);
+    grants_clear(&m->next);
     free(m);
 }
 
@@ -85,39 +92,73 @@ void metrics_set_gauges(struct metrics *m, metrics_gauges_fn fn, metrics_extra_f
     m->garg = arg;
 }
 
-void metrics_set_policy(struct metrics *m, const struct policy *p, int64_t now)
+/* zalloc(), not strdup(): the unit test fails it (test_metrics) */
+static char *copy(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *c = zalloc(n);
+    if (c != NULL)
+        memcpy(c, s, n);
+    return c;
+}
+
+/* Fills the empty <t> with the grants of <p> at <now>. Returns 0, or -1
+ * when out of memory (<t> then empty). */
+static int grants_fill(struct grant_table *t, const struct policy *p, int64_t now)
 {
     int32_t today = day_of((time_t)now);
     int warn = lint_warn_days(p);
-    grants_clear(m);
-    m->expiring = m->expired = 0;
-    m->grants = calloc(p->nrules > 0 ? p->nrules : 1, sizeof(*m->grants));
-    if (m->grants == NULL)
-        return;
+    if (p->nrules >= SIZE_MAX / sizeof(*t->grants) ||
+        (t->grants = zalloc((p->nrules > 0 ? p->nrules : 1) * sizeof(*t->grants))) == NULL)
+        return -1;
     for (size_t i = 0; i < p->nrules; i++) {
         const struct rule *r = &p->rules[i];
         if (!r->has_expires)
             continue;
         int32_t left = lint_days_left(r, today);
         if (left < 0)
-            m->expired++;
+            t->expired++;
         else if (left <= warn)
-            m->expiring++;
+            t->expiring++;
         char name[32];
         snprintf(name, sizeof(name), "rules[%zu]", r->index);
-        struct grant_gauge *g = &m->grants[m->ngrants];
-        g->rule = strdup(name);
-        g->host = strdup(r->pattern);
-        g->owner = strdup(r->owner != NULL ? r->owner : "");
+        struct grant_gauge *g = &t->grants[t->ngrants++]; /* freed with the table if cut */
+        g->rule = copy(name);
+        g->host = copy(r->pattern);
+        g->owner = copy(r->owner != NULL ? r->owner : "");
         g->ends_at = ((int64_t)r->expires + 1) * 86400;
         if (g->rule == NULL || g->host == NULL || g->owner == NULL) {
-            free(g->rule);
-            free(g->host);
-            free(g->owner);
-            continue;
+            grants_clear(t);
+            return -1;
         }
-        m->ngrants++;
     }
+    return 0;
+}
+
+int metrics_policy_prepare(struct metrics *m, const struct policy *p, int64_t now)
+{
+    grants_clear(&m->next); /* a prepare never ended (none should be) */
+    return grants_fill(&m->next, p, now);
+}
+
+void metrics_policy_commit(struct metrics *m)
+{
+    grants_clear(&m->gt);
+    m->gt = m->next;
+    m->next = (struct grant_table){0};
+}
+
+void metrics_policy_abandon(struct metrics *m)
+{
+    grants_clear(&m->next);
+}
+
+int metrics_set_policy(struct metrics *m, const struct policy *p, int64_t now)
+{
+    if (metrics_policy_prepare(m, p, now) < 0)
+        return -1;
+    metrics_policy_commit(m);
+    return 0;
 }
 
 /* An agent's counters are found through a hash index of their places in
@@ -410,13 +451,13 @@ int metrics_format(struct metrics *m, struct evbuffer *b)
              g.logs[i].dropped);
 
     head(o, "sluice_grants_expiring", "gauge", "Grants expiring within the warn window.");
-    putf(o, "sluice_grants_expiring %" PRId64 "\n", m->expiring);
+    putf(o, "sluice_grants_expiring %" PRId64 "\n", m->gt.expiring);
     head(o, "sluice_grants_expired", "gauge", "Grants past their expiry (requests denied).");
-    putf(o, "sluice_grants_expired %" PRId64 "\n", m->expired);
+    putf(o, "sluice_grants_expired %" PRId64 "\n", m->gt.expired);
     head(o, "sluice_grant_expiry_timestamp_seconds", "gauge",
          "When each grant with an expiry stops being valid (unix time).");
-    for (size_t i = 0; i < m->ngrants; i++) {
-        const struct grant_gauge *gg = &m->grants[i];
+    for (size_t i = 0; i < m->gt.ngrants; i++) {
+        const struct grant_gauge *gg = &m->gt.grants[i];
         putf(o, "sluice_grant_expiry_timestamp_seconds{rule=");
         put_label(o, gg->rule);
         putf(o, ",host=");

@@ -80,8 +80,16 @@ struct metrics;
 struct metrics *metrics_new(void);
 void metrics_free(struct metrics *m);
 void metrics_set_gauges(struct metrics *m, metrics_gauges_fn fn, metrics_extra_fn extra, void *arg);
-/* Takes the grants of <p> for the expiry gauges at <now> (unix seconds). */
-void metrics_set_policy(struct metrics *m, const struct policy *p, int64_t now);
+/* Takes the grants of <p> for the expiry gauges at <now> (unix seconds).
+ * Returns 0, or -1 when out of memory: the gauges then stay as they were,
+ * whole. metrics_policy_prepare() (-1 when out of memory, nothing changed)
+ * then metrics_policy_commit() (cannot fail) or metrics_policy_abandon()
+ * are the same in two steps, for a reload that must know it can take
+ * them before the policy comes into force (watch_policy_prepare()). */
+int metrics_set_policy(struct metrics *m, const struct policy *p, int64_t now);
+int metrics_policy_prepare(struct metrics *m, const struct policy *p, int64_t now);
+void metrics_policy_commit(struct metrics *m);
+void metrics_policy_abandon(struct metrics *m);
 void metrics_on_event(const struct egress_event *ev, void *arg);
 void metrics_count_alert(struct metrics *m, enum alert_kind k);
 void metrics_set_alert_total(struct metrics *m, enum alert_kind k, uint64_t v);

@@ -161,8 +161,10 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     detectors_tick(w->det, now);
     if (w->store != NULL && store_dirty(w->store))
         store_flush(w->store);
-    if (w->policy != NULL && detectors_grants_daily(w->det, w->policy, now) >= 0)
-        metrics_set_policy(w->metrics, w->policy, now / 1000);
+    if (w->policy != NULL && detectors_grants_daily(w->det, w->policy, now) >= 0 &&
+        metrics_set_policy(w->metrics, w->policy, now / 1000) < 0)
+        fprintf(stderr, "sluice: metrics: out of memory; the grant gauges keep the day before's "
+                        "expiring and expired counts\n");
 }
 
 /* ---- sinks ---------------------------------------------------------------- */
@@ -557,7 +559,8 @@ struct watch *watch_new(struct event_base *base, struct bus *bus, struct alert_b
     w->det = detectors_new(alerts, w->store);
     w->tick = evtimer_new(base, on_tick, w);
     if (w->metrics == NULL || w->det == NULL || w->tick == NULL ||
-        detectors_configure(w->det, p) < 0 || sinks_next_prepare(&w->next, p) < 0) {
+        detectors_configure(w->det, p) < 0 || sinks_next_prepare(&w->next, p) < 0 ||
+        metrics_set_policy(w->metrics, p, (int64_t)time(NULL)) < 0) {
         snprintf(err, errlen, "out of memory");
         goto err;
     }
@@ -593,7 +596,6 @@ struct watch *watch_new(struct event_base *base, struct bus *bus, struct alert_b
     evtimer_add(w->tick, &tv);
     w->policy = p;
     configure_sinks(w, p, true);
-    metrics_set_policy(w->metrics, p, (int64_t)time(NULL));
     detectors_grants(w->det, p, now_ms());
     return w;
 err:
@@ -615,6 +617,12 @@ int watch_policy_prepare(struct watch *w, const struct policy *p, const char **w
         *what = "alert sinks";
         return -1;
     }
+    if (metrics_policy_prepare(w->metrics, p, (int64_t)time(NULL)) < 0) {
+        detectors_abandon(w->det);
+        sinks_next_free(&w->next);
+        *what = "grant gauges";
+        return -1;
+    }
     return 0;
 }
 
@@ -624,6 +632,7 @@ void watch_policy_abandon(struct watch *w)
         return;
     detectors_abandon(w->det);
     sinks_next_free(&w->next);
+    metrics_policy_abandon(w->metrics);
 }
 
 void watch_policy_loaded(struct watch *w, const struct policy *p)
@@ -633,7 +642,7 @@ void watch_policy_loaded(struct watch *w, const struct policy *p)
     detectors_commit(w->det); /* watch_policy_prepare()'s: cannot fail */
     w->policy = p;
     configure_sinks(w, p, false);
-    metrics_set_policy(w->metrics, p, (int64_t)time(NULL));
+    metrics_policy_commit(w->metrics); /* watch_policy_prepare()'s too */
     detectors_grants(w->det, p, now_ms());
 }
 

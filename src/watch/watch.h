@@ -51,13 +51,13 @@ struct watch *watch_new(struct event_base *base, struct bus *bus, struct alert_b
 /* Gauges the gateway provides at each scrape. */
 void watch_set_gauges(struct watch *w, metrics_gauges_fn fn, void *arg);
 /* A reload's first step, before anything of <p> is in force: takes the
- * memory the detectors need for <p>'s settings and its sinks need (the
- * exec sinks' paths, the webhooks' tables). Returns 0, or -1 when out of
+ * memory the detectors need for <p>'s settings, its sinks (the exec
+ * sinks' paths, the webhooks' tables) and its grants' expiry gauges. Returns 0, or -1 when out of
  * memory, with what lacked it in <*what> ("alert detectors", "alert
- * sinks"): the reload is then refused as a whole (gate/gateway.c
+ * sinks", "grant gauges"): the reload is then refused as a whole (gate/gateway.c
  * reload_apply()), with watch_policy_abandon(), so that the detectors
- * never keep the old thresholds, windows and hours, nor the sinks lose
- * some of theirs, under a policy said to be reloaded. */
+ * never keep the old thresholds, windows and hours, nor the sinks or the
+ * gauges lose some of theirs, under a policy said to be reloaded. */
 int watch_policy_prepare(struct watch *w, const struct policy *p, const char **what);
 void watch_policy_abandon(struct watch *w);
 /* A new policy is in force (after a reload, once watch_policy_prepare()

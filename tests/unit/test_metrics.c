@@ -17,6 +17,7 @@
 #include "evbuffer_text.h"
 #include "watch/agent_hash.h"
 #include "watch/metrics.h"
+#include "zalloc_countdown.h"
 
 /* The exposition of <m>, NUL-terminated; the caller frees it. */
 static char *scrape(struct metrics *m)
@@ -299,6 +300,84 @@ static void health_names_the_store_not_its_paths(void **state)
     metrics_free(m);
 }
 
+/* A policy of <n> grants: rules whose hosts are <hosts>, valid through the
+ * day numbers <ends>. */
+static struct policy grants_policy(struct rule *rules, char *const *hosts, const int32_t *ends,
+                                   size_t n)
+{
+    struct policy p = {0};
+    for (size_t i = 0; i < n; i++)
+        rules[i] =
+            (struct rule){.index = i, .pattern = hosts[i], .has_expires = true, .expires = ends[i]};
+    p.rules = rules;
+    p.nrules = n;
+    return p;
+}
+
+/* True when the scrape <s> shows the grants <hosts>, no other, and
+ * <expired> of them expired. */
+static bool grants_shown(const char *s, char *const *hosts, size_t n, int expired)
+{
+    size_t lines = 0;
+    for (const char *at = s; (at = strstr(at, "sluice_grant_expiry_timestamp_seconds{")) != NULL;
+         at++)
+        lines++;
+    if (lines != n)
+        return false;
+    char want[128];
+    for (size_t i = 0; i < n; i++) {
+        snprintf(want, sizeof(want), "host=\"%s\"", hosts[i]);
+        if (strstr(s, want) == NULL)
+            return false;
+    }
+    snprintf(want, sizeof(want), "\nsluice_grants_expired %d\n", expired);
+    return strstr(s, want) != NULL;
+}
+
+/* Each allocation of a policy's grant gauges fails in turn: the gauges are
+ * the old policy's, whole, or the new one's. Before, they were freed first:
+ * out of memory, a reload left them empty or partial (and the expired
+ * count at 0). */
+static void grant_gauges_short_of_memory_stay_whole(void **state)
+{
+    (void)state;
+    const int32_t today = 20000;
+    const int64_t now = (int64_t)today * 86400 + 3600;
+    static char *const old_hosts[] = {"old-a.test", "old-b.test"};
+    static char *const new_hosts[] = {"new-a.test", "new-b.test", "new-c.test"};
+    const int32_t old_ends[] = {today + 30, today - 1},
+                  new_ends[] = {today + 5, today + 50, today + 60};
+    struct rule old_rules[2], new_rules[3];
+    struct policy old = grants_policy(old_rules, old_hosts, old_ends, 2);
+    struct policy fresh = grants_policy(new_rules, new_hosts, new_ends, 3);
+    struct metrics *m = metrics_new();
+    assert_non_null(m);
+    assert_int_equal(metrics_set_policy(m, &old, now), 0);
+    unsigned refused = 0;
+    for (unsigned n = 0; n < 64; n++) {
+        zalloc_failures = 0;
+        zalloc_left = n;
+        zalloc_failing = true;
+        int rc = metrics_set_policy(m, &fresh, now);
+        zalloc_failing = false;
+        char *s = scrape(m);
+        bool was_old = grants_shown(s, old_hosts, 2, 1);
+        bool is_new = grants_shown(s, new_hosts, 3, 0);
+        free(s);
+        if (zalloc_failures == 0) {
+            assert_int_equal(rc, 0);
+            assert_true(is_new);
+            break;
+        }
+        refused++;
+        assert_int_equal(rc, -1);
+        assert_true(was_old);
+    }
+    assert_int_equal(zalloc_failures, 0);
+    assert_true(refused > 0);
+    metrics_free(m);
+}
+
 int main(void)
 {
     event_set_mem_functions(failing_malloc, failing_realloc, free);
@@ -310,6 +389,7 @@ int main(void)
         cmocka_unit_test(a_redecided_tunnel_counts_once),
         cmocka_unit_test(a_carried_agent_hash_finds_the_same_counters),
         cmocka_unit_test(health_names_the_store_not_its_paths),
+        cmocka_unit_test(grant_gauges_short_of_memory_stay_whole),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -52,7 +52,8 @@ static char *const OLD[] = {"/usr/local/bin/page-oncall", "/usr/local/bin/ticket
 static char *const NEW[] = {"/opt/a", "/opt/b", "/opt/c", NULL};
 
 /* Each allocation of a reload fails in turn: the reload is refused (the old
- * sinks stay, all of them) or it is done (the new sinks, all of them).
+ * sinks stay, all of them; the refusal names the sinks, or the grant gauges
+ * once the sinks had theirs) or it is done (the new sinks, all of them).
  * Before, the exec sinks' list was freed, then made again after the policy
  * came into force: out of memory, every exec sink (or some) was gone while
  * the gateway said "reloaded". */
@@ -72,6 +73,7 @@ static void reload_short_of_memory_keeps_the_sinks_whole(void **state)
     assert_non_null(f.w);
     assert_true(sinks_are(f.w, OLD));
     unsigned refused = 0;
+    bool sinks_said = false, gauges_said = false; /* what the refusals named */
     for (unsigned n = 0; n < 64; n++) {
         zalloc_failures = 0;
         zalloc_left = n;
@@ -86,6 +88,8 @@ static void reload_short_of_memory_keeps_the_sinks_whole(void **state)
         if (rc < 0) {
             refused++;
             assert_non_null(what);
+            sinks_said |= strcmp(what, "alert sinks") == 0;
+            gauges_said |= strcmp(what, "grant gauges") == 0;
             assert_true(sinks_are(f.w, OLD));
             continue;
         }
@@ -99,6 +103,7 @@ static void reload_short_of_memory_keeps_the_sinks_whole(void **state)
     }
     assert_int_equal(zalloc_failures, 0); /* the loop ran out of allocations, not of turns */
     assert_true(refused > 0);
+    assert_true(sinks_said && gauges_said);
     watch_free(f.w);
     event_base_free(f.base);
 }
