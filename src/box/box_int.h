@@ -89,17 +89,15 @@ int box_landlock(const struct box_config *cfg, char *err, size_t errlen);
  * and socketpair() but for stream and seqpacket pairs. Returns 0,
  * or -1 with a message. */
 int box_lock_down(const struct box_config *cfg, bool *landlocked, char *err, size_t errlen);
-/* The number of the seccomp call <name> for a rule: libseccomp's, or, on
- * x86_64 and aarch64 with a libseccomp that does not know it, <shared_nr>
- * (a call added since Linux 5.1); __NR_SCMP_ERROR otherwise. */
-int box_syscall_nr(const char *name, int shared_nr);
 
 /* seccomp_mounts.c */
 /* Adds to <ctx> the rules that make every call that makes, attaches,
  * changes or removes a mount fail with EPERM, in the namespaces the
  * command may make too (a cgroup file system of its own would write the
- * host's cgroups). Returns 0, or libseccomp's negative error. */
-int box_refuse_mounts(scmp_filter_ctx ctx);
+ * host's cgroups). Returns 0, libseccomp's negative error, or
+ * SECCOMP_RC_TOLD with <err> filled when a call's number is unknown
+ * (util/seccomp_nr.h). */
+int box_refuse_mounts(scmp_filter_ctx ctx, char *err, size_t errlen);
 
 /* In the init, once the command's process is forked: it runs the relay,
  * which reads every byte the command sends, and needs no capability for

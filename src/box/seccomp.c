@@ -91,6 +91,7 @@
 
 #include "box/box_int.h"
 #include "util/seccomp_load.h"
+#include "util/seccomp_nr.h"
 #include "util/seccomp_tty.h"
 
 /* Drops every capability but those of <keep> (a mask of 1 << CAP_*) from
@@ -235,28 +236,6 @@ static int refuse_setid_open(scmp_filter_ctx ctx, int sys, unsigned flags_arg)
     return rc;
 }
 
-/* The number of the call <name>, looked up in libseccomp's table at run
- * time: SCMP_SYS() compiles only where the kernel headers and libseccomp's
- * header agree about a call (Debian 12: libseccomp 2.5.4 with its 6.7
- * table, kernel headers 6.1 without __NR_fchmodat2, and the reverse with
- * newer headers and an older libseccomp). A libseccomp too old to know it
- * (upstream 2.5.5 added fchmodat2) gets <shared_nr>, its number in the
- * syscall table x86_64 and the generic one (aarch64) share for every call
- * added since Linux 5.1. Elsewhere the number is not taken on trust (alpha,
- * MIPS and ia64 offset theirs), and with such a libseccomp the call stays
- * unfiltered: __NR_SCMP_ERROR. */
-int box_syscall_nr(const char *name, int shared_nr)
-{
-    int nr = seccomp_syscall_resolve_name(name);
-#if defined(__x86_64__) || defined(__aarch64__)
-    if (nr == __NR_SCMP_ERROR)
-        nr = shared_nr;
-#else
-    (void)shared_nr;
-#endif
-    return nr;
-}
-
 /* Set-user-ID and set-group-ID files (see the header). The mode's place in
  * each call: chmod(path, mode), fchmod(fd, mode), fchmodat(dfd, path,
  * mode), fchmodat2(dfd, path, mode, flags), creat(path, mode),
@@ -271,21 +250,21 @@ int box_syscall_nr(const char *name, int shared_nr)
  * nothing: files created in it take its group but not the bit (only
  * directories inherit it), and no one without CAP_FSETID can set S_ISGID
  * on a file of a group they are not in (setattr_prepare()). */
-static int refuse_setid(scmp_filter_ctx ctx)
+static int refuse_setid(scmp_filter_ctx ctx, char *err, size_t errlen)
 {
+    int fchmodat2 = seccomp_call_nr("fchmodat2", err, errlen);
+    if (fchmodat2 == __NR_SCMP_ERROR)
+        return SECCOMP_RC_TOLD;
     const struct {
         int sys;
         unsigned mode_arg;
     } mode_calls[] = {
-        {SCMP_SYS(chmod), 1},    {SCMP_SYS(fchmod), 1},
-        {SCMP_SYS(fchmodat), 2}, {box_syscall_nr("fchmodat2", 452), 2},
-        {SCMP_SYS(creat), 1},    {SCMP_SYS(mknod), 1},
-        {SCMP_SYS(mknodat), 2},
+        {SCMP_SYS(chmod), 1}, {SCMP_SYS(fchmod), 1}, {SCMP_SYS(fchmodat), 2}, {fchmodat2, 2},
+        {SCMP_SYS(creat), 1}, {SCMP_SYS(mknod), 1},  {SCMP_SYS(mknodat), 2},
     };
     int rc = 0;
     for (size_t i = 0; i < sizeof(mode_calls) / sizeof(mode_calls[0]) && rc == 0; i++) {
-        if (mode_calls[i].sys != __NR_SCMP_ERROR)
-            rc = refuse_setid_mode(ctx, mode_calls[i].sys, mode_calls[i].mode_arg);
+        rc = refuse_setid_mode(ctx, mode_calls[i].sys, mode_calls[i].mode_arg);
     }
     if (rc == 0)
         rc = refuse_setid_open(ctx, SCMP_SYS(open), 1);
@@ -395,11 +374,11 @@ static int load_filter(bool allow_unix, char *err, size_t errlen)
     if (rc == 0)
         rc = seccomp_refuse_tty_ioctls(ctx);
     if (rc == 0)
-        rc = refuse_setid(ctx);
+        rc = refuse_setid(ctx, err, errlen);
     if (rc == 0)
         rc = refuse_leases(ctx);
     if (rc == 0)
-        rc = box_refuse_mounts(ctx);
+        rc = box_refuse_mounts(ctx, err, errlen);
     if (rc == 0)
         rc = refuse_group_priority(ctx);
     return seccomp_load_and_release(ctx, rc, err, errlen);

@@ -26,31 +26,30 @@
 #include <seccomp.h>
 
 #include "box/box_int.h"
+#include "util/seccomp_nr.h"
 
 #define BOX_OPEN_TREE_CLONE 1 /* <linux/mount.h> */
 
-int box_refuse_mounts(scmp_filter_ctx ctx)
+int box_refuse_mounts(scmp_filter_ctx ctx, char *err, size_t errlen)
 {
+    /* open_tree_attr() (Linux 6.15) clones, and sets the clone's attributes
+     * too, from a struct the filter cannot read: refused whole. */
     static const char *const mount_calls[] = {
-        "mount",    "umount",  "umount2", "pivot_root", "fsopen",
-        "fsconfig", "fsmount", "fspick",  "move_mount", "mount_setattr",
+        "mount",   "umount", "umount2",    "pivot_root",    "fsopen",         "fsconfig",
+        "fsmount", "fspick", "move_mount", "mount_setattr", "open_tree_attr",
     };
     int rc = 0;
     for (size_t i = 0; i < sizeof(mount_calls) / sizeof(mount_calls[0]) && rc == 0; i++) {
-        int nr = seccomp_syscall_resolve_name(mount_calls[i]);
-        if (nr != __NR_SCMP_ERROR) /* else a name this libseccomp does not know */
-            rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
+        rc = seccomp_refuse_call(ctx, SCMP_ACT_ERRNO(EPERM), mount_calls[i], err, errlen);
     }
-    /* open_tree_attr() (Linux 6.15) clones, and sets the clone's attributes
-     * too, from a struct the filter cannot read: refused whole. */
-    int attr_nr = box_syscall_nr("open_tree_attr", 467);
-    if (rc == 0 && attr_nr != __NR_SCMP_ERROR)
-        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), attr_nr, 0);
+    int open_tree = rc == 0 ? seccomp_call_nr("open_tree", err, errlen) : 0;
+    if (open_tree == __NR_SCMP_ERROR)
+        rc = SECCOMP_RC_TOLD;
     const struct scmp_arg_cmp clones = {.arg = 2,
                                         .op = SCMP_CMP_MASKED_EQ,
                                         .datum_a = BOX_OPEN_TREE_CLONE,
                                         .datum_b = BOX_OPEN_TREE_CLONE};
     if (rc == 0)
-        rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(open_tree), 1, &clones);
+        rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), open_tree, 1, &clones);
     return rc;
 }
