@@ -420,8 +420,10 @@ static int serve_main(int argc, char **argv)
               "listeners are bound and the files open\n",
               stderr);
     }
-    if (gateway_lockdown(err, sizeof(err)) < 0)
-        fprintf(stderr, "sluice serve: warning: %s; serving without it\n", err);
+    int locked = gateway_lockdown(err, sizeof(err));
+    if (locked != 0)
+        fprintf(stderr, "sluice serve: warning: %s%s\n", err,
+                locked < 0 ? "; serving without it" : "");
     fprintf(stderr, "sluice: serving %zu rule%s on %s%s%s\n", nrules, nrules == 1 ? "" : "s", where,
             a->drop ? " as " : "", a->drop ? a->user.name : "");
     gateway_run(gw);

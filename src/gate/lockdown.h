@@ -29,7 +29,10 @@
  * without it; exec sinks keep set-user-ID programs such as sendmail
  * working); otherwise (a user, or a container's root without
  * CAP_SYS_ADMIN, which the kernel refuses a filter without it) it does.
- * Returns 0, or -1 with <err> filled: the caller decides whether to go on. */
+ * Returns 0; 1 with <err> filled when the filter is loaded but one of its
+ * calls stays open, neither libseccomp nor sluice knowing its number
+ * (util/seccomp_nr.h); or -1 with <err> filled: the caller decides whether
+ * to go on. */
 int gateway_lockdown(char *err, size_t errlen);
 
 #endif

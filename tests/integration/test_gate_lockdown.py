@@ -40,6 +40,8 @@ mv %(out)s/probe.tmp %(out)s/probe
 
 # The calls that reach into another process (x86_64 numbers, as keyctl's
 # above): kcmp(2), pidfd_getfd(2), process_madvise(2) on the probe itself,
+# and the mount API's open_tree_attr(2) (Linux 6.15: without a clone or
+# attributes it opens "/" as O_PATH would, ENOSYS on an older kernel),
 # each printed with its errno (0: it worked). Unfiltered, none is EPERM.
 OTHER_PROCESSES = r"""import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
@@ -53,8 +55,9 @@ page = (ctypes.c_char * 4096)()
 iov = Iovec(ctypes.cast(page, ctypes.c_void_p), 4096)
 print("kcmp", call(312, me, me, 0, 0, 0))
 print("pidfd_getfd", call(438, pidfd, 0, 0))
-print("process_madvise", call(440, pidfd, ctypes.byref(iov), 1, 20, 0))"""
-OTHER_CALLS = ("kcmp", "pidfd_getfd", "process_madvise")
+print("process_madvise", call(440, pidfd, ctypes.byref(iov), 1, 20, 0))
+print("open_tree_attr", call(467, -100, b"/", 0, None, 0))"""
+OTHER_CALLS = ("kcmp", "pidfd_getfd", "process_madvise", "open_tree_attr")
 
 
 def probe_script(out):
