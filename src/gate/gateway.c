@@ -18,6 +18,7 @@
 
 #include "gate/addr_guard.h"
 #include "gate/conn.h"
+#include "gate/link_walk.h"
 #include "gate/resolve.h"
 #include "gate/tunnel.h"
 #include "policy/lint.h"
@@ -82,19 +83,15 @@ static void folder_of(const char *path, char *dir, size_t cap)
         slash[slash == dir] = '\0';
 }
 
-/* True when the folder <dir> lets every user rename a file over one in it:
- * writable by all, without the sticky bit. */
-static bool folder_open_to_all(const char *dir, struct stat *ds)
-{
-    return stat(dir, ds) == 0 && (ds->st_mode & S_IWOTH) != 0 && (ds->st_mode & S_ISVTX) == 0;
-}
-
 /* A policy that every user may write is a policy every agent on the host
  * may widen for itself: the change is in force from the next SIGHUP, which
  * a log rotation sends. Said at start and at each reload (the file may have
  * been replaced since), not refused: the operator may know better. A
- * symbolic link is judged by where it leads too: a file renamed over the
- * link's target is what the next load reads. The names are shown \ooo
+ * symbolic link is judged by where it leads too, link by link
+ * (link_walk_open_folder()): a file renamed over the link's target, or
+ * another link over one in the middle of a chain or over a linked folder
+ * on the path, is what the next load reads; the first such folder is
+ * named, with the name in it the walk went through. The names are shown \ooo
  * (text_shown()), each within its share of <outlen>, its middle giving way
  * ("...") when longer: cut at the end by snprintf(), a long name took the
  * reason and the line end with it, or split a UTF-8 character. */
@@ -106,9 +103,6 @@ void gateway_policy_file_warning(const char *path, char *out, size_t outlen)
         return;
     char dir[4096], real[PATH_MAX], real_dir[PATH_MAX];
     folder_of(path, dir, sizeof(dir));
-    bool linked = realpath(path, real) != NULL && lstat(path, &ds) == 0 && S_ISLNK(ds.st_mode);
-    if (linked)
-        folder_of(real, real_dir, sizeof(real_dir));
     /* three names at most in a line: each its third of what the words leave */
     char shown_path[GATEWAY_FILE_WARNING_MAX / 2], shown_dir[GATEWAY_FILE_WARNING_MAX / 2];
     char shown_real[GATEWAY_FILE_WARNING_MAX / 2];
@@ -130,7 +124,7 @@ void gateway_policy_file_warning(const char *path, char *out, size_t outlen)
                  "in force from the next SIGHUP (a log rotation sends one); keep it in a folder "
                  "only its owner can write\n",
                  shown_path, shown_dir, (unsigned)(ds.st_mode & 07777));
-    } else if (linked && folder_open_to_all(real_dir, &ds)) {
+    } else if (link_walk_open_folder(path, real_dir, sizeof(real_dir), real, sizeof(real), &ds)) {
         text_shown_fit(shown_dir, room, real_dir);
         text_shown_fit(shown_real, room, real);
         snprintf(out, outlen,

@@ -323,6 +323,44 @@ def test_a_policy_linked_into_a_folder_every_user_may_write_is_warned(gateway, n
     assert gw.stderr().count("(the link leads to %s)" % real) == 2, gw.stderr()
 
 
+# a chain of links whose middle one sits in a folder every user may write,
+# and a linked folder on the path placed in such a folder: the final
+# target's folder is private either way, and was all that was judged. Each:
+# its making, the open folder and the link in it the warning names, and a
+# policy of the agents' own with the link that leads to it instead
+LINK_CHAINS = {
+    "a middle link": ("mkdir a b && chmod 0777 a && mv policy.yaml b/real.yaml"
+                      " && ln -s ../b/real.yaml a/link2 && ln -s a/link2 policy.yaml",
+                      "a", "a/link2", "a/mine.yaml", "mine.yaml"),
+    "a linked folder": ("mkdir open priv && chmod 0777 open && mv policy.yaml priv/p.yaml"
+                        " && ln -s ../priv open/d && ln -s open/d/p.yaml policy.yaml",
+                        "open", "open/d", "open/p.yaml", "."),
+}
+
+
+@pytest.mark.parametrize("chain", sorted(LINK_CHAINS))
+def test_a_link_chain_through_a_folder_every_user_may_write_is_warned(gateway, net, chain):
+    # anyone can rename another link over the one in the open folder, and so
+    # choose what the next SIGHUP loads: the first such folder is named
+    setup, folder, entry, mine, mine_link = LINK_CHAINS[chain]
+    gw = gateway(net.policy([api_rule(net)]),
+                 prefix=["sh", "-c", setup + ' && exec "$@"', "sh"])
+    work = os.path.realpath(gw.workdir)
+    warning = ("warning: %s: its folder %s (the link leads to %s) is writable by every user "
+               "without the sticky bit (mode 0777)"
+               % (gw.policy_path, os.path.join(work, folder), os.path.join(work, entry)))
+    assert warning in gw.stderr(), gw.stderr()
+    # the swap it warns of: a link renamed over the one in the open folder
+    with open(os.path.join(work, mine), "w") as f:
+        f.write(policy_yaml(net.policy([api_rule(net), other_rule(net)])))
+    link = os.path.join(work, entry)
+    os.symlink(mine_link, link + ".new")
+    os.replace(link + ".new", link)
+    gw.reload()
+    poll(lambda: reload_count(gw) >= 1, timeout=10, what="the reload")
+    assert "sluice: reloaded 2 rules from %s" % gw.policy_path in gw.stderr(), gw.stderr()
+
+
 def test_a_policy_still_open_for_writing_is_read_once_its_writer_closes_it(gateway, net):
     # a policy written in place (an editor, "cat new > policy.yaml") while a
     # SIGHUP comes (a log rotation sends one) was read between two of its

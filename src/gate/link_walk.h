@@ -1,0 +1,23 @@
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/stat.h>
+
+/* The most symbolic links link_walk_open_folder() follows on one path, as
+ * the kernel's own walk (ELOOP past 40). */
+#define LINK_WALK_MAX_HOPS 40
+
+/* True when the folder <dir> lets every user rename a file over one in it:
+ * writable by all, without the sticky bit (its stat() in *ds). */
+bool folder_open_to_all(const char *dir, struct stat *ds);
+
+/* Walks <path> as the kernel resolves it, link by link, and finds the
+ * first folder that holds a symbolic link of the walk, or the file it ends
+ * at, and that every user may write without the sticky bit: anyone may
+ * rename another link or file over that name, and so choose what the path
+ * leads to. Returns true with that folder in <dir> (its stat() in *ds) and
+ * the name in it, the folders before it resolved, in <entry>; false when
+ * there is none or the walk cannot be made (a dangling link, more than
+ * LINK_WALK_MAX_HOPS links, a name longer than PATH_MAX). */
+bool link_walk_open_folder(const char *path, char *dir, size_t dircap, char *entry, size_t entrycap,
+                           struct stat *ds);
