@@ -1833,17 +1833,37 @@ static int wait_for_writers(int fd, unsigned wait_s)
     return 0;
 }
 
-/* True when the regular file that <fd> reads changed while it was read:
- * its size, modification or change time after the read against those
- * fstat() gave before (not the bytes read against the size: a file of
- * /proc, or of a FUSE file system that computes its contents, says 0 or
- * 4096 whatever it holds). An editor or a "cat new >
+/* True when the regular file <fd> holds other bytes than the <len> of
+ * <buf>, read again from its start (pread(): the descriptor's offset is
+ * the reader's), in slices; a read that fails counts as a change. Bounded
+ * by <len>: a file that grows meanwhile differs at its first byte past. */
+static bool content_differs(int fd, const char *buf, size_t len)
+{
+    char slice[4096];
+    size_t off = 0;
+    for (;;) {
+        ssize_t r = pread(fd, slice, sizeof(slice), (off_t)off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return r < 0 || off != len;
+        if ((size_t)r > len - off || memcmp(slice, buf + off, (size_t)r) != 0)
+            return true;
+        off += (size_t)r;
+    }
+}
+
+/* True when the regular file that <fd> reads changed while it was read
+ * into the <len> bytes of <buf>: its size or modification time after the
+ * read against those fstat() gave before (not the bytes read against the
+ * size: a file of /proc, or of a FUSE file system that computes its
+ * contents, says 0 or 4096 whatever it holds). An editor or a "cat new >
  * policy.yaml" that writes the file in place while a reload reads it would
  * otherwise load what was there so far: YAML whose end is cut is often
  * still valid, a policy that lost its deny list or a rule's agents.
  * (A writer paused between its writes, before the read, is not seen: the
  * README tells to write another file and rename it over the policy.) */
-static bool changed_while_read(int fd, const struct stat *before)
+static bool changed_while_read(int fd, const struct stat *before, const char *buf, size_t len)
 {
     struct stat after;
     if (fstat(fd, &after) != 0)
@@ -1851,13 +1871,17 @@ static bool changed_while_read(int fd, const struct stat *before)
     if (after.st_size != before->st_size || after.st_mtim.tv_sec != before->st_mtim.tv_sec ||
         after.st_mtim.tv_nsec != before->st_mtim.tv_nsec)
         return true;
-    /* The change time moves too when the file loses a name: a new policy
-     * renamed over it (mv, as the README asks) while it is read. Its
-     * content is what it was, read whole; else a writer that put back the
-     * modification time (cp -p, touch -d) changed it. */
+    /* The change time moves too when the file gains or loses a name
+     * without a byte of it changing: a new policy renamed over it (mv, as
+     * the README asks), a hard link made to it, a rename of it elsewhere
+     * (an editor's backup). It moves as well for a writer that put the
+     * modification time back (cp -p, touch -d, utimensat()), which the
+     * size and that time cannot tell: the bytes are read again and
+     * compared with those read. Before, any move of it refused the load,
+     * or let through all but a name lost (the link count), both guesses. */
     bool ctime_moved = after.st_ctim.tv_sec != before->st_ctim.tv_sec ||
                        after.st_ctim.tv_nsec != before->st_ctim.tv_nsec;
-    return ctime_moved && after.st_nlink >= before->st_nlink;
+    return ctime_moved && content_differs(fd, buf, len);
 }
 
 struct policy *policy_load(const char *path, struct diag *diag)
@@ -1914,7 +1938,7 @@ static char *read_policy_file(int fd, const struct stat *st, size_t *len, struct
     char *buf = e == 0 ? read_all(fd, wait_s, len, &why) : NULL;
     if (e == 0 && buf == NULL)
         e = errno;
-    if (buf != NULL && S_ISREG(st->st_mode) && changed_while_read(fd, &seen)) {
+    if (buf != NULL && S_ISREG(st->st_mode) && changed_while_read(fd, &seen, buf, *len)) {
         free(buf);
         diag_error(diag, 0, "",
                    "cannot read %s: it changed while it was read (is it still being written?); "
