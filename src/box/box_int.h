@@ -90,6 +90,12 @@ int box_landlock(const struct box_config *cfg, char *err, size_t errlen);
  * or -1 with a message. */
 int box_lock_down(const struct box_config *cfg, bool *landlocked, char *err, size_t errlen);
 
+/* Adds to <ctx> every rule box_lock_down() loads (its filter without the
+ * loading: the unit tests read which calls it names). Returns 0,
+ * libseccomp's negative error, or SECCOMP_RC_TOLD with <err> filled when a
+ * call's number is unknown (util/seccomp_nr.h). */
+int box_seccomp_rules(scmp_filter_ctx ctx, bool allow_unix, char *err, size_t errlen);
+
 /* seccomp_mounts.c */
 /* Adds to <ctx> the rules that make every call that makes, attaches,
  * changes or removes a mount fail with EPERM, in the namespaces the

@@ -276,7 +276,7 @@ static int refuse_setid(scmp_filter_ctx ctx, char *err, size_t errlen)
      * before 5.6, after which callers fall back to openat() (glibc 2.36
      * does not call it at all). */
     if (rc == 0)
-        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(openat2), 0);
+        rc = seccomp_refuse_call(ctx, SCMP_ACT_ERRNO(ENOSYS), "openat2", err, errlen);
     return rc;
 }
 
@@ -327,13 +327,8 @@ static int refuse_group_priority(scmp_filter_ctx ctx)
     return rc;
 }
 
-static int load_filter(bool allow_unix, char *err, size_t errlen)
+int box_seccomp_rules(scmp_filter_ctx ctx, bool allow_unix, char *err, size_t errlen)
 {
-    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
-    if (ctx == NULL) {
-        snprintf(err, errlen, "seccomp: cannot initialise the filter");
-        return -1;
-    }
     int rc = refuse_families(ctx, SCMP_SYS(socket), allow_unix);
     if (rc == 0)
         rc = refuse_families(ctx, SCMP_SYS(socketpair), allow_unix);
@@ -350,12 +345,12 @@ static int load_filter(bool allow_unix, char *err, size_t errlen)
             .arg = 1, .op = SCMP_CMP_MASKED_EQ, .datum_a = 0xf, .datum_b = type};
         rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socketpair), 1, &is_type);
     }
-    if (rc == 0)
-        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(io_uring_setup), 0);
-    if (rc == 0)
-        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(io_uring_enter), 0);
-    if (rc == 0)
-        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(io_uring_register), 0);
+    /* by name, not SCMP_SYS(): kernel headers older than the call (RHEL 8's
+     * 4.18) give SCMP_SYS() a pseudo-number whose rule matches nothing */
+    static const char *const io_uring_calls[] = {"io_uring_setup", "io_uring_enter",
+                                                 "io_uring_register"};
+    for (size_t i = 0; i < sizeof(io_uring_calls) / sizeof(io_uring_calls[0]) && rc == 0; i++)
+        rc = seccomp_refuse_call(ctx, SCMP_ACT_ERRNO(ENOSYS), io_uring_calls[i], err, errlen);
     /* bpf(2): BPF_OBJ_GET opens an object pinned in a bpf file system of
      * the host's view (/sys/fs/bpf: a firewall's maps) by its path, with
      * the file's permission alone, never the mount's: the descriptor of a
@@ -381,6 +376,17 @@ static int load_filter(bool allow_unix, char *err, size_t errlen)
         rc = box_refuse_mounts(ctx, err, errlen);
     if (rc == 0)
         rc = refuse_group_priority(ctx);
+    return rc;
+}
+
+static int load_filter(bool allow_unix, char *err, size_t errlen)
+{
+    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+    if (ctx == NULL) {
+        snprintf(err, errlen, "seccomp: cannot initialise the filter");
+        return -1;
+    }
+    int rc = box_seccomp_rules(ctx, allow_unix, err, errlen);
     return seccomp_load_and_release(ctx, rc, err, errlen);
 }
 

@@ -105,6 +105,53 @@ static bool sys_admin_effective(void)
     return (data[CAP_TO_INDEX(CAP_SYS_ADMIN)].effective & CAP_TO_MASK(CAP_SYS_ADMIN)) != 0;
 }
 
+/* The number of <name>, or __NR_SCMP_ERROR with the first such call told in
+ * <unknown> and counted in <open_calls>. */
+static int lockdown_nr(const char *name, char *unknown, size_t unknownlen, size_t *open_calls)
+{
+    int nr = seccomp_call_nr(name, unknown, *open_calls == 0 ? unknownlen : 0);
+    if (nr == __NR_SCMP_ERROR)
+        (*open_calls)++;
+    return nr;
+}
+
+int gateway_lockdown_rules(scmp_filter_ctx ctx, char *unknown, size_t unknownlen,
+                           size_t *open_calls)
+{
+    int rc = 0;
+    for (size_t i = 0; i < sizeof(refused_calls) / sizeof(refused_calls[0]) && rc == 0; i++) {
+#ifdef LOCKDOWN_KEEP_PTRACE
+        if (strcmp(refused_calls[i], "ptrace") == 0)
+            continue;
+#endif
+        /* a call this architecture lacks (iopl on aarch64) gets a
+         * pseudo-number whose rule matches nothing; one no one can name
+         * stays open, told (the rest of the filter is worth more than a
+         * gateway without any) */
+        int nr = lockdown_nr(refused_calls[i], unknown, unknownlen, open_calls);
+        if (nr != __NR_SCMP_ERROR)
+            rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
+    }
+    for (size_t i = 0; i < sizeof(clone_ns_flags) / sizeof(clone_ns_flags[0]) && rc == 0; i++) {
+        const struct scmp_arg_cmp has_flag = {.arg = 0,
+                                              .op = SCMP_CMP_MASKED_EQ,
+                                              .datum_a = clone_ns_flags[i],
+                                              .datum_b = clone_ns_flags[i]};
+        rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1, &has_flag);
+    }
+    /* clone3 (Linux 5.3) by name, not SCMP_SYS(): kernel headers older than
+     * it (RHEL 8's 4.18) give SCMP_SYS() a pseudo-number matching nothing,
+     * and clone3 would make namespaces past the clone() rules above */
+    int clone3 = rc == 0 ? lockdown_nr("clone3", unknown, unknownlen, open_calls) : 0;
+    if (rc == 0 && clone3 != __NR_SCMP_ERROR)
+        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), clone3, 0);
+    /* Serve started as root in a terminal keeps it as --user: code that took
+     * the gateway over would type into the root shell's terminal. */
+    if (rc == 0)
+        rc = seccomp_refuse_tty_ioctls(ctx);
+    return rc;
+}
+
 int gateway_lockdown(char *err, size_t errlen)
 {
     /* A call of another architecture (an i386 alert program's) kills the
@@ -123,35 +170,8 @@ int gateway_lockdown(char *err, size_t errlen)
         rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0);
     if (rc == 0)
         rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_TSYNC, 1);
-    for (size_t i = 0; i < sizeof(refused_calls) / sizeof(refused_calls[0]) && rc == 0; i++) {
-#ifdef LOCKDOWN_KEEP_PTRACE
-        if (strcmp(refused_calls[i], "ptrace") == 0)
-            continue;
-#endif
-        /* a call this architecture lacks (iopl on aarch64) gets a
-         * pseudo-number whose rule matches nothing; one no one can name
-         * stays open, told (the rest of the filter is worth more than a
-         * gateway without any) */
-        int nr = seccomp_call_nr(refused_calls[i], unknown, open_calls == 0 ? sizeof(unknown) : 0);
-        if (nr == __NR_SCMP_ERROR) {
-            open_calls++;
-            continue;
-        }
-        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0);
-    }
-    for (size_t i = 0; i < sizeof(clone_ns_flags) / sizeof(clone_ns_flags[0]) && rc == 0; i++) {
-        const struct scmp_arg_cmp has_flag = {.arg = 0,
-                                              .op = SCMP_CMP_MASKED_EQ,
-                                              .datum_a = clone_ns_flags[i],
-                                              .datum_b = clone_ns_flags[i]};
-        rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1, &has_flag);
-    }
     if (rc == 0)
-        rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0);
-    /* Serve started as root in a terminal keeps it as --user: code that took
-     * the gateway over would type into the root shell's terminal. */
-    if (rc == 0)
-        rc = seccomp_refuse_tty_ioctls(ctx);
+        rc = gateway_lockdown_rules(ctx, unknown, sizeof(unknown), &open_calls);
     if (seccomp_load_and_release(ctx, rc, err, errlen) < 0)
         return -1;
     if (open_calls == 0)

@@ -17,7 +17,10 @@ struct seccomp_shared_nr {
 };
 
 /* The calls sluice's filters name that a libseccomp older than the kernel
- * may not know, with their shared numbers. */
+ * may not know, with their shared numbers. Every rule on a call newer than
+ * the oldest kernel sluice supports takes its number from seccomp_call_nr(),
+ * never SCMP_SYS(): built against older kernel headers (RHEL 8's 4.18),
+ * SCMP_SYS(openat2) is a pseudo-number whose rule matches nothing. */
 extern const struct seccomp_shared_nr seccomp_shared_nrs[];
 extern const size_t seccomp_shared_nrs_count;
 
@@ -45,5 +48,9 @@ int seccomp_refuse_call(scmp_filter_ctx ctx, uint32_t action, const char *name, 
 
 /* seccomp_call_nr() with another resolver than libseccomp's (tests). */
 int seccomp_call_nr_by(seccomp_name_resolver resolve, const char *name, char *err, size_t errlen);
+
+/* Makes seccomp_call_nr() ask <next> instead of libseccomp, and returns the
+ * resolver it asked before (tests: which names a filter looks up). */
+seccomp_name_resolver seccomp_nr_set_resolver(seccomp_name_resolver next);
 
 #endif
