@@ -761,7 +761,7 @@ void conn_refuse_short(struct conn *c, int e)
     uint64_t now = monotonic_ms();
     /* Each kind its own minute: one told must not hide another. */
     uint64_t *told = &c->gw->short_told_ms[kind];
-    if (*told == 0 || now - *told >= SHORT_TELL_EVERY_MS) {
+    if (tell_due(told, now, SHORT_TELL_EVERY_MS)) {
         struct rlimit rl;
         char why[96];
         if (e == ENFILE)
@@ -775,7 +775,6 @@ void conn_refuse_short(struct conn *c, int e)
                 "sluice: warning: out of %s (%s): requests are refused with 503 "
                 "gateway_overloaded; %s (told at most once a minute)\n",
                 shortage_what(kind), why, shortage_advice(kind));
-        *told = now > 0 ? now : 1;
     }
     char detail[64];
     snprintf(detail, sizeof(detail), "out of %s", shortage_what(kind));

@@ -29,11 +29,10 @@ struct listener {
     struct event *pause_timer;
     listener_accept_fn fn;
     void *arg;
-    bool unspecified; /* bound to 0.0.0.0 or :: */
-    bool warned;      /* a failed accept() was told, at <warned_ms> */
-    uint64_t warned_ms;
-    dev_t sock_dev; /* a unix socket's file, as bound: removed at the end */
-    ino_t sock_ino; /* only while the path still names it */
+    bool unspecified;   /* bound to 0.0.0.0 or :: */
+    uint64_t warned_ms; /* when a failed accept() was told last (tell_due()) */
+    dev_t sock_dev;     /* a unix socket's file, as bound: removed at the end */
+    ino_t sock_ino;     /* only while the path still names it */
 };
 
 void sockaddr_format(const struct sockaddr *sa, char *out, size_t outlen)
@@ -193,14 +192,11 @@ static void accept_failed(struct listener *l, int err)
     if (accept_error_is_per_conn(err))
         return;
     uint64_t now = monotonic_ms();
-    if (!l->warned || now - l->warned_ms >= ACCEPT_WARN_EVERY_MS) {
+    if (tell_due(&l->warned_ms, now, ACCEPT_WARN_EVERY_MS))
         fprintf(stderr,
                 "sluice: accept on %s: %s: pausing for %d ms at a time (told at most once a "
                 "minute)\n",
                 l->addr.text, strerror(err), ACCEPT_BACKOFF_MS);
-        l->warned = true;
-        l->warned_ms = now;
-    }
     event_del(l->accept_ev);
     evtimer_add(l->pause_timer, &backoff);
 }

@@ -294,3 +294,11 @@ uint64_t monotonic_ms(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
+
+bool tell_due(uint64_t *told_ms, uint64_t now, uint64_t every_ms)
+{
+    if (*told_ms != 0 && now - *told_ms < every_ms)
+        return false;
+    *told_ms = now > 0 ? now : 1; /* 0 means never */
+    return true;
+}

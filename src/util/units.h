@@ -55,5 +55,9 @@ uint64_t monotonic_ms(void);
 /* CLOCK_MONOTONIC's time <ms> from now, for a bounded wait on that clock
  * (pthread_cond_timedwait() under a monotonic condition, a clock join). */
 struct timespec monotonic_after(unsigned ms);
+/* For a warning told at most once every <every_ms>: true when it is due at
+ * <now> (monotonic_ms()), <*told_ms> being when it was told last (0:
+ * never), which it then sets to <now>. */
+bool tell_due(uint64_t *told_ms, uint64_t now, uint64_t every_ms);
 
 #endif

@@ -95,10 +95,9 @@ struct admin {
     struct event *expire;       /* owned; lets the newest body go once it is stale */
     unsigned fresh_ms;          /* ADMIN_BODY_FRESH_MS, or SLUICE_TEST_METRICS_FRESH_MS */
     bool backing_off;           /* paused after an accept error */
-    bool warned;                /* an accept error was told, at warned_ms */
-    uint64_t warned_ms;
-    char addr[64];            /* as given to --admin, for messages */
-    struct admin_conn *conns; /* owned, every open connection */
+    uint64_t warned_ms;         /* when an accept error was told last (tell_due()) */
+    char addr[64];              /* as given to --admin, for messages */
+    struct admin_conn *conns;   /* owned, every open connection */
     unsigned nconns;
     unsigned nheads;         /* of them in AC_HEAD: a new one at the cap may take a slot */
     struct evbuffer *latest; /* owned: the newest /metrics body, shared (metrics_body) */
@@ -548,14 +547,11 @@ static void on_accept_error(struct evconnlistener *lev, void *arg)
     evconnlistener_disable(lev);
     arm(a->resume, ADMIN_BACKOFF_MS);
     uint64_t now = monotonic_ms();
-    if (!a->warned || now - a->warned_ms >= ADMIN_WARN_EVERY_MS) {
+    if (tell_due(&a->warned_ms, now, ADMIN_WARN_EVERY_MS))
         fprintf(stderr,
                 "sluice: admin server %s: accept: %s: pausing for %d ms at a time (told at "
                 "most once a minute)\n",
                 a->addr, evutil_socket_error_to_string(err), ADMIN_BACKOFF_MS);
-        a->warned = true;
-        a->warned_ms = now;
-    }
 }
 
 /* "PORT", ":PORT", "HOST:PORT", "[V6]:PORT" -> host and port; <*v6_only>

@@ -96,7 +96,7 @@ void exec_told_failure(struct exec_told *t, const char *path, const char *what)
         return;
     }
     uint64_t now = monotonic_ms();
-    if (p->told_ms != 0 && now - p->told_ms < TELL_EVERY_MS) {
+    if (!tell_due(&p->told_ms, now, TELL_EVERY_MS)) {
         /* Its first count of the minute arms the timer anew, for the
          * earliest minute's end: armed for another program's, told after
          * this one's, the count waited for that end, up to a minute more. */
@@ -107,7 +107,6 @@ void exec_told_failure(struct exec_told *t, const char *path, const char *what)
     if (p->untold > 0) /* the timer's tell came no sooner than this one */
         say_count(t, p, "since");
     t->say(path, what);
-    p->told_ms = now > 0 ? now : 1;
 }
 
 void exec_told_free(struct exec_told *t)
