@@ -1,0 +1,131 @@
+"""The names the contract lists (docs/SPEC.md: deny reasons, alert kinds,
+log keys, metric names and their labels) against what the source and the
+running binary produce, both ways: a name the binary can produce that the
+docs do not list, or one the docs list that nothing produces, fails here.
+
+The lists are read from the docs' own text (the `### Deny reasons`
+paragraph, the `Kinds:` line, README's table of alert kinds, the JSON
+examples, every `sluice_*` name), and each read is checked to have found
+what a list of that kind must hold, so a heading or line reworded cannot
+make a comparison of two empty sets pass. Loopback only."""
+
+import json
+import os
+import re
+
+from gate_client import EGRESS_KEYS, END_KEYS, REASONS, request
+from test_watch_admin import scrape
+from watch_helpers import free_tcp_port, wait_alert
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def text(*path):
+    with open(os.path.join(REPO, *path), encoding="utf-8") as f:
+        return f.read()
+
+
+def backticked(s):
+    return re.findall(r"`([a-z0-9_]+)`", s)
+
+
+def table_names(source, array):
+    """The strings of a designated-initializer table in <source>
+    (`[REASON_X] = "name",`), in order: the names the binary can produce."""
+    body = source.split(array, 1)[1].split("};", 1)[0]
+    return re.findall(r'\[[A-Z0-9_]+\] = "([a-z0-9_]+)"', body)
+
+
+def spec_section(heading):
+    spec = text("docs", "SPEC.md")
+    assert heading in spec, "docs/SPEC.md has no %r" % heading
+    return spec.split(heading, 1)[1]
+
+
+def test_deny_reasons_listed_are_those_the_gateway_gives():
+    source = table_names(text("src", "policy", "match.c"), "reason_names[REASON_COUNT]")
+    listed = backticked(spec_section("### Deny reasons\n").split("\n\n", 1)[0])
+    # the contract's nineteen and sluice's two additions at least
+    assert len(source) >= 21 and len(listed) >= 21, (source, listed)
+    assert len(set(listed)) == len(listed), listed
+    assert set(listed) == set(source), (
+        "listed, not produced: %s; produced, not listed: %s"
+        % (sorted(set(listed) - set(source)), sorted(set(source) - set(listed))))
+    # the tests' own list (every deny test asserts against it)
+    assert set(REASONS) == set(source), sorted(set(REASONS) ^ set(source))
+
+
+def test_alert_kinds_listed_are_those_the_detectors_raise():
+    source = table_names(text("src", "watch", "alert.c"), "kind_names[ALERT_KIND_COUNT]")
+    kinds_line = spec_section("## Alerts (JSON lines)\n").split("\nKinds: ", 1)[1].split("\n", 1)[0]
+    listed = backticked(kinds_line.split(". ", 1)[0])
+    readme = text("README.md").split("| kind | fires when |\n", 1)[1].split("\n\n", 1)[0]
+    table = re.findall(r"^\| `([a-z0-9_]+)` \|", readme, re.M)
+    assert len(source) >= 11 and len(listed) >= 11 and len(table) >= 11, (source, listed, table)
+    for name, names in (("docs/SPEC.md Kinds", listed), ("README.md's table", table)):
+        assert len(set(names)) == len(names), (name, names)
+        assert set(names) == set(source), (
+            "%s: listed, not raised: %s; raised, not listed: %s"
+            % (name, sorted(set(names) - set(source)), sorted(set(source) - set(names))))
+
+
+def json_examples(section):
+    """The JSON objects of the first ```json block of <section>."""
+    block = section.split("```json\n", 1)[1].split("\n```", 1)[0]
+    return [json.loads(line) for line in block.splitlines()]
+
+
+def test_log_and_alert_keys_are_those_of_the_examples(gateway, net, tmp_path):
+    """The docs' example lines name the keys, in order, of the lines the
+    gateway writes (the alert line with `count` after `detail`, as the
+    SPEC's clarifications add)."""
+    egress, end = json_examples(spec_section("## Decision log (JSON lines)\n"))
+    assert list(egress) == EGRESS_KEYS and list(end) == END_KEYS, (list(egress), list(end))
+    alert = json_examples(spec_section("## Alerts (JSON lines)\n"))[0]
+    assert "`count`" in spec_section("after `detail`: ").split(".", 1)[0]
+    alerts_path = str(tmp_path / "alerts.jsonl")
+    gw = gateway(net.policy([{"host": "api.example.test", "ports": [net.api.port], "tier": 0}],
+                            alerts={"first_contact": True}),
+                 args=["--alerts", alerts_path])
+    assert request(gw, "GET", net.url("/a")).status == 200
+    ev, got_end = gw.decided(path="/a")
+    assert list(ev) == list(egress) and list(got_end) == list(end), (ev, got_end)
+    got = wait_alert(alerts_path, "first_contact")[0]
+    assert list(got) == list(alert) + ["count"], list(got)
+
+
+def test_metric_names_listed_are_those_the_admin_server_serves(gateway, net, tmp_path):
+    """Every family /metrics can serve (all shown: a state store, an alerts
+    file of its own, a webhook sink, a tier-3 grant) is one docs/SPEC.md
+    names, with the labels it names; every `sluice_*` name the docs give
+    is one the binary serves; the source holds no other."""
+    port, hook = free_tcp_port(), free_tcp_port()
+    pol = net.policy(
+        [{"host": "api.example.test", "ports": [net.api.port], "tier": 3,
+          "owner": "alice", "expires": "2099-01-01"}],
+        alerts={"first_contact": True,
+                "sinks": [{"webhook": "http://127.0.0.1:%d/hook" % hook}]})
+    gw = gateway(pol, args=["--admin", "127.0.0.1:%d" % port, "--state", str(tmp_path / "st"),
+                            "--alerts", str(tmp_path / "alerts.jsonl")])
+    assert request(gw, "GET", net.url("/a")).status == 200
+    gw.decided(path="/a")
+    series, types = scrape(port)
+    served = {}
+    for name, labels in series:
+        served.setdefault(name, set()).add(frozenset(k for k, _ in labels))
+    assert set(served) == set(types), sorted(set(types) ^ set(served))
+    source = set()
+    for name in os.listdir(os.path.join(REPO, "src", "watch")):
+        if name.endswith(".c"):
+            source |= set(re.findall(r'"(sluice_[a-z0-9_]+)', text("src", "watch", name)))
+    spec = text("docs", "SPEC.md")
+    documented = set(re.findall(r"\b(sluice_[a-z0-9_]+)", spec))
+    assert len(served) >= 24, sorted(served)
+    assert set(served) == source, sorted(set(served) ^ source)
+    assert documented == set(served), (
+        "documented, not served: %s; served, not documented: %s"
+        % (sorted(documented - set(served)), sorted(set(served) - documented)))
+    for name, labels in re.findall(r"`(sluice_[a-z0-9_]+)\{([a-z_,]+)\}`", spec):
+        assert served[name] == {frozenset(labels.split(","))}, (name, labels, served[name])
+    readme = set(re.findall(r"\b(sluice_[a-z0-9_]+)", text("README.md")))
+    assert readme and readme <= set(served), sorted(readme - set(served))
