@@ -432,7 +432,7 @@ static void write_summary(struct writer *w, const json_t *head, json_t *summary)
      * contents are: a name holding a line end could forge lines */
     char *file = text_shown(json_string_value(json_object_get(head, "file")));
     fprintf(out,
-            "\n%s: %" JSON_INTEGER_FORMAT " rules, %" JSON_INTEGER_FORMAT
+            "%s: %" JSON_INTEGER_FORMAT " rules, %" JSON_INTEGER_FORMAT
             " agents, %" JSON_INTEGER_FORMAT " deny entries (as of %s)\n",
             file, json_integer_value(json_object_get(summary, "rules")),
             json_integer_value(json_object_get(summary, "agents")),
@@ -692,6 +692,10 @@ void report_write(FILE *out, enum report_format format, const char *file, const 
     size_t nwarnings = write_findings(&w, d, DIAG_WARNING);
 
     if (p != NULL) {
+        /* a blank line between the findings and the report, none above a
+         * report that has no findings before it */
+        if (!json && nerrors + nwarnings > 0)
+            fputc('\n', out);
         json_int_t per_tier[4] = {0, 0, 0, 0};
         for (size_t i = 0; i < p->nrules; i++) {
             const struct rule *rule = &p->rules[i];

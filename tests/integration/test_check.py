@@ -1164,7 +1164,7 @@ def test_file_name_cannot_write_lines_into_the_text_report(sluice_bin, tmp_path)
     path.write_text("version: 1\nrules:\n  - host: a.example.com\n    tier: 0\n")
     r = run(sluice_bin, "check", str(path))
     assert r.returncode == 0
-    assert "\n%s: 1 rules, 0 agents" % shown in r.stdout, r.stdout
+    assert r.stdout.startswith("%s: 1 rules, 0 agents" % shown), r.stdout
     assert [l for l in r.stdout.splitlines() if l.startswith("result:")] == [
         "result: 0 errors, 0 warnings"]
     doc = json.loads(run(sluice_bin, "check", str(path), "--format", "json").stdout)

@@ -12,6 +12,7 @@ make a comparison of two empty sets pass. Loopback only."""
 import json
 import os
 import re
+import subprocess
 
 from gate_client import EGRESS_KEYS, END_KEYS, REASONS, request
 from test_watch_admin import scrape
@@ -129,3 +130,37 @@ def test_metric_names_listed_are_those_the_admin_server_serves(gateway, net, tmp
         assert served[name] == {frozenset(labels.split(","))}, (name, labels, served[name])
     readme = set(re.findall(r"\b(sluice_[a-z0-9_]+)", text("README.md")))
     assert readme and readme <= set(served), sorted(readme - set(served))
+
+
+def readme_sessions():
+    """README's shell sessions that run sluice: blocks whose first line is
+    `$ ` and a command naming `sluice`, with the output they show (`...`
+    standing for lines left out)."""
+    out = []
+    for block in re.findall(r"```(?:console)?\n(\$ [^\n]*\n.*?)```", text("README.md"), re.S):
+        first, shown = block.split("\n", 1)
+        if " sluice " in " " + first[2:]:
+            out.append((first[2:], shown.rstrip("\n").split("\n")))
+    return out
+
+
+def shows(shown, got):
+    """Whether the lines <got> are the lines <shown>, each `...` of <shown>
+    standing for any run of lines (none included)."""
+    pattern = "\n".join(".*?" if line == "..." else re.escape(line) for line in shown)
+    return re.fullmatch(pattern.replace("\n.*?\n", "(?:\n.*?)?\n"), "\n".join(got), re.S)
+
+
+def test_readme_sessions_print_what_readme_shows(sluice_bin):
+    """Each `$ sluice ...` session README shows, run as shown (from the
+    repository, the binary first on PATH), prints what it shows: an
+    operator who copies the command sees the same report."""
+    sessions = readme_sessions()
+    assert len(sessions) >= 2, sessions  # calc retries, check examples/ci-bot.yaml
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_TOKEN")}
+    env["PATH"] = os.path.dirname(sluice_bin) + os.pathsep + env.get("PATH", "")
+    for command, shown in sessions:
+        r = subprocess.run(["sh", "-c", command], cwd=REPO, env=env, capture_output=True,
+                           text=True, timeout=30)
+        got = (r.stderr + r.stdout).rstrip("\n").split("\n")
+        assert r.returncode == 0 and shows(shown, got), (command, r.returncode, got)
