@@ -213,3 +213,31 @@ def test_flags_of_each_help_are_those_of_the_synopses_with_their_defaults(sluice
                 r"default:? `?%s(?![0-9])|(?<![0-9.])%s`? when no `%s`" % (figure, figure, opt), s)]
             assert said, "docs/SPEC.md gives no default %s for %s %s" % (value, command, opt)
     assert figures >= 3, figures
+
+
+def test_readme_curl_session_is_what_make_run_answers(gateway):
+    """README's first session, `curl -i -x http://127.0.0.1:3128
+    http://evil.test/upload` against the bundled policy `make run` serves:
+    the refusal curl prints is README's, byte for byte, and so are the two
+    log lines it shows, their times (ts, ms) and connection id aside.
+    evil.test is in no rule, so nothing is resolved or sent beyond the
+    gateway."""
+    readme = text("README.md")
+    command = "$ curl -i -x http://127.0.0.1:3128 http://evil.test/upload\n"
+    assert command in readme, "README no longer shows the curl session"
+    shown = readme.split(command, 1)[1].split("\n```", 1)[0]
+    lines = readme.split(command, 1)[1].split("```\n", 2)[2].split("\n```", 1)[0]
+    events = [json.loads(line) for line in lines.split("\n")]
+    assert [e["event"] for e in events] == ["agent_egress", "agent_egress_end"], events
+    gw = gateway(text("examples", "policy.yaml"))
+    r = subprocess.run(["curl", "-sS", "--max-time", "20", "-i", "-x", gw.url,
+                        "http://evil.test/upload"], capture_output=True, timeout=30,
+                       env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.decode().replace("\r\n", "\n") == shown + "\n", r.stdout
+    got = gw.decided(path="/upload")
+    for want, ev in zip(events, got):
+        for key in ("ts", "id", "ms"):  # a clock's and an order's, not the docs'
+            want.pop(key, None)
+            ev.pop(key, None)
+        assert ev == want, (ev, want)
