@@ -111,7 +111,7 @@ static void threshold(struct load_ctx *c, const struct ynode *v, struct threshol
         return;
     const struct key_handler *keys = bytes ? bytes_keys : count_keys;
     const struct ynode *vals[2];
-    t->per_ms = 60000;
+    t->per_ms = 1000; /* SPEC: "`per` defaults to 1s", here as in a rate */
     t->line = v->line;
     load_walk_map(c, v, keys, 2, t, vals);
     if (load_require_key(c, vals, 0, keys, v->line))

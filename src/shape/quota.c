@@ -22,7 +22,7 @@
 #define KEY_RULE              'R'
 #define FLOW_MIN_WAIT_MS      1
 #define FLOW_MAX_WAIT_MS      1000  /* a paused flow looks again at least this often */
-#define DENIED_DEFAULT_PER_MS 60000 /* the detector's period when none is set */
+#define DENIED_DEFAULT_PER_MS 60000 /* without denied_burst (the loader gives it a per) */
 #define EVICT_BATCH           64    /* least recently used entries dropped at once, at most */
 
 typedef unsigned __int128 u128;

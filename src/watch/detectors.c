@@ -25,7 +25,8 @@
 /* "METHOD PATH... on HOST": a method of 31 bytes, a host of 253 */
 #define WHAT_MAX  (PATH_SHOWN + 320)
 #define MINUTE_MS 60000
-/* A threshold's window when the policy gives it no per: a minute */
+/* The window of a threshold the policy leaves out (its detector off): the
+ * loader gives every threshold present its per, 1 s when it says none */
 #define THRESHOLD_PER_MS MINUTE_MS
 #define BYTES_FLOOR_K    1024 /* the baseline floor counts KiB for bytes */
 /* The methods write_burst and off_hours_write count: POST, PUT, PATCH,

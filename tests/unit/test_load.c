@@ -293,7 +293,7 @@ static void check_spec_alerts(const struct policy *p)
     assert_int_equal(a->write_burst.per_ms, 60000);
     assert_int_equal(a->upload_bytes.max, 10u * 1024 * 1024);
     assert_int_equal(a->upload_bytes.per_ms, 30000);
-    assert_int_equal(a->denied_burst.per_ms, 60000); /* default 1m */
+    assert_int_equal(a->denied_burst.per_ms, 1000); /* SPEC: "`per` defaults to 1s" */
     assert_true(a->auth_failures.set);
     assert_int_equal(a->auth_failures.max, 5);
     assert_int_equal(a->auth_failures.per_ms, 30000);
@@ -660,6 +660,23 @@ static void test_longest_period(void **state)
     assert_int_equal(p->alerts.baseline.learn_ms, 87600ull * 3600 * 1000);
     assert_int_equal(p->alerts.write_burst.per_ms, 87600ull * 3600 * 1000);
     assert_int_equal(p->alerts.denied_burst.per_ms, 87600ull * 3600 * 1000);
+    policy_free(p);
+}
+
+/* SPEC, Defaults: "`per` defaults to 1s", for the alert thresholds as for
+ * a rate: a threshold without it counted over a minute, sixty times the
+ * window the policy's reader was promised (and the quarantine that
+ * denied_burst trips came sixty times as easily). */
+static void test_thresholds_per_defaults_to_1s(void **state)
+{
+    (void)state;
+    struct policy *p =
+        expect_clean(V R "alerts:\n  write_burst: {max: 2}\n  upload_bytes: {max: 1KiB}\n"
+                         "  denied_burst: {max: 3}\n  auth_failures: {max: 4}\n");
+    assert_int_equal(p->alerts.write_burst.per_ms, 1000);
+    assert_int_equal(p->alerts.upload_bytes.per_ms, 1000);
+    assert_int_equal(p->alerts.denied_burst.per_ms, 1000);
+    assert_int_equal(p->alerts.auth_failures.per_ms, 1000);
     policy_free(p);
 }
 
@@ -3192,6 +3209,7 @@ int main(void)
         cmocka_unit_test(test_grant_not_taken_not_warned),
         cmocka_unit_test(test_loaded_policy_holds_no_clear_token),
         cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_thresholds_per_defaults_to_1s),
         cmocka_unit_test(test_network_and_days),
         cmocka_unit_test(test_cidr_without_prefix_length),
         cmocka_unit_test(test_cidr_rule_over_denied_ranges),
