@@ -725,6 +725,28 @@ static const char *agent_shown(const char *a)
 
 /* ---- off hours ----------------------------------------------------------- */
 
+/* True when working hours that <t> falls in by the wall clock (<now>, in
+ * zone <tz>; <to_end> minutes before their end) had ended already: the
+ * clock went back over their end within the hour (summer time ending),
+ * and shows minutes before it again. Hours end the first time the local
+ * clock reaches their end: else a shift 22:00-01:30 in New York, ended
+ * at 01:30 EDT, would start again at 01:00 EST for half an hour, its
+ * writes unseen. At most one change of clocks an hour, of at most an
+ * hour, as in every zone. */
+static bool hours_ended_before_set_back(const char *tz, time_t t, const struct tm *now, int to_end)
+{
+    struct tm before, at_end;
+    if (zone_localtime(tz, t - 3600, &before) != 0)
+        return false;
+    long back = before.tm_gmtoff - now->tm_gmtoff; /* seconds the clock went back */
+    if (back <= 0 || back > 3600)
+        return false;
+    /* when the clock, still on the offset before, read the end: this wall
+     * time's first pass (<back> earlier), then <to_end> minutes on */
+    time_t end = t - back - now->tm_sec + (time_t)to_end * 60;
+    return end < t && zone_localtime(tz, end, &at_end) == 0 && at_end.tm_gmtoff == before.tm_gmtoff;
+}
+
 /* Whether <t> is outside <o>'s working hours; <*zone> gets
  * zone_localtime()'s outcome (1: the zone's file could not be read, and
  * UTC judged it). */
@@ -747,7 +769,10 @@ static bool off_hours_in(const struct off_hours_cfg *o, time_t t, int *zone)
     if (wraps && m < o->end_min)
         day = (day + 6) % 7;
     bool workday = (o->days_mask >> day) & 1u;
-    return !(workday && in_hours);
+    if (!(workday && in_hours))
+        return true;
+    int to_end = o->end_min - m; /* before midnight in hours that wrap: tomorrow's end */
+    return hours_ended_before_set_back(o->tz, t, &tm, to_end > 0 ? to_end : to_end + 24 * 60);
 }
 
 bool detectors_off_hours(const struct off_hours_cfg *o, time_t t)

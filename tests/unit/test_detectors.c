@@ -833,6 +833,37 @@ static void off_hours_night_shift_across_dst(void **state)
     assert_true(detectors_off_hours(&o, 1792904400));            /* Sun 06:00 CET */
 }
 
+/* Working hours end the first time the local clock reaches their end.
+ * When the clocks go back over that end (summer time ends at 02:00 EDT in
+ * New York, 03:00 CEST in Berlin), the minutes before it come again: they
+ * stay off-hours, the hours having ended. Before, the hours started again
+ * for them: a Saturday night shift 22:00-01:30 in New York ended at 01:30
+ * EDT, and 01:00-01:29 EST were working hours again, its writes unseen. */
+static void off_hours_end_the_first_time_the_clock_reaches_it(void **state)
+{
+    (void)state;
+    struct off_hours_cfg o = night_shift("America/New_York", 0x20); /* Saturday night */
+    o.end_min = 90;                                                 /* 22:00-01:30 */
+    assert_false(detectors_off_hours(&o, 1793510100));              /* Sun 01:15 EDT */
+    assert_true(detectors_off_hours(&o, 1793511000));               /* Sun 01:30 EDT: ended */
+    assert_true(detectors_off_hours(&o, 1793512800)); /* Sun 01:00 EST, the clock set back */
+    assert_true(detectors_off_hours(&o, 1793514540)); /* Sun 01:29 EST */
+    assert_true(detectors_off_hours(&o, 1793514600)); /* Sun 01:30 EST */
+    o.start_min = 0; /* 00:00-01:30 on Sundays: no wrap, the same end */
+    o.days_mask = 0x40;
+    assert_false(detectors_off_hours(&o, 1793509140)); /* Sun 00:59 EDT */
+    assert_true(detectors_off_hours(&o, 1793512800));  /* Sun 01:00 EST */
+    o = night_shift("Europe/Berlin", 0x20);
+    o.end_min = 150;                                   /* 22:00-02:30 */
+    assert_false(detectors_off_hours(&o, 1792887300)); /* Sun 02:15 CEST */
+    assert_true(detectors_off_hours(&o, 1792888200));  /* Sun 02:30 CEST: ended */
+    assert_true(detectors_off_hours(&o, 1792890000));  /* Sun 02:00 CET, the clock set back */
+    assert_true(detectors_off_hours(&o, 1792891740));  /* Sun 02:29 CET */
+    /* an end the clocks do not go back over is reached once, as ever */
+    o.end_min = 6 * 60;
+    assert_false(detectors_off_hours(&o, 1792891740)); /* Sun 02:29 CET */
+}
+
 /* A zone is the file the policy's loader checked, under
  * /usr/share/zoneinfo: a TZDIR in the gateway's environment made glibc
  * look elsewhere, find nothing, take the name for a POSIX TZ string it is
@@ -1667,6 +1698,7 @@ int main(void)
         cmocka_unit_test(off_hours_zone_file),
         cmocka_unit_test(off_hours_night_shift),
         cmocka_unit_test(off_hours_night_shift_across_dst),
+        cmocka_unit_test(off_hours_end_the_first_time_the_clock_reaches_it),
         cmocka_unit_test_setup_teardown(off_hours_detector, setup, teardown),
         cmocka_unit_test_setup_teardown(off_hours_zone_gone_at_run_time_is_told, setup, teardown),
         cmocka_unit_test(zone_file_cut_short_is_not_a_zone),
