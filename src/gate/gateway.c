@@ -90,8 +90,11 @@ static void folder_of(const char *path, char *dir, size_t cap)
  * symbolic link is judged by where it leads too, link by link
  * (link_walk_open_folder()): a file renamed over the link's target, or
  * another link over one in the middle of a chain or over a linked folder
- * on the path, is what the next load reads; the first such folder is
- * named, with the name in it the walk went through. The names are shown \ooo
+ * on the path, is what the next load reads; so is a plain folder of the
+ * path renamed away within such a folder, another put in its place. The
+ * first such folder is named, with the name in it the walk went through
+ * (a folder under /tmp, sticky, is not: only its owner may rename it
+ * there). The names are shown \ooo
  * (text_shown()), each within its share of <outlen>, its middle giving way
  * ("...") when longer: cut at the end by snprintf(), a long name took the
  * reason and the line end with it, or split a UTF-8 character. */
@@ -106,6 +109,7 @@ void gateway_policy_file_warning(const char *path, char *out, size_t outlen)
     /* three names at most in a line: each its third of what the words leave */
     char shown_path[GATEWAY_FILE_WARNING_MAX / 2], shown_dir[GATEWAY_FILE_WARNING_MAX / 2];
     char shown_real[GATEWAY_FILE_WARNING_MAX / 2];
+    enum link_walk_found found;
     size_t room = outlen > FILE_WARNING_WORDS ? (outlen - FILE_WARNING_WORDS) / 3 : 8;
     if (room > sizeof(shown_path))
         room = sizeof(shown_path);
@@ -124,15 +128,26 @@ void gateway_policy_file_warning(const char *path, char *out, size_t outlen)
                  "in force from the next SIGHUP (a log rotation sends one); keep it in a folder "
                  "only its owner can write\n",
                  shown_path, shown_dir, (unsigned)(ds.st_mode & 07777));
-    } else if (link_walk_open_folder(path, real_dir, sizeof(real_dir), real, sizeof(real), &ds)) {
+    } else if ((found = link_walk_open_folder(path, real_dir, sizeof(real_dir), real, sizeof(real),
+                                              &ds)) != LINK_WALK_NONE) {
         text_shown_fit(shown_dir, room, real_dir);
         text_shown_fit(shown_real, room, real);
-        snprintf(out, outlen,
-                 "warning: %s: its folder %s (the link leads to %s) is writable by every user "
-                 "without the sticky bit (mode %04o): anyone on this host, an agent included, "
-                 "can replace the policy, in force from the next SIGHUP (a log rotation sends "
-                 "one); keep it in a folder only its owner can write\n",
-                 shown_path, shown_dir, shown_real, (unsigned)(ds.st_mode & 07777));
+        unsigned mode = (unsigned)(ds.st_mode & 07777);
+        if (found == LINK_WALK_ENTRY)
+            snprintf(out, outlen,
+                     "warning: %s: its folder %s (the link leads to %s) is writable by every "
+                     "user without the sticky bit (mode %04o): anyone on this host, an agent "
+                     "included, can replace the policy, in force from the next SIGHUP (a log "
+                     "rotation sends one); keep it in a folder only its owner can write\n",
+                     shown_path, shown_dir, shown_real, mode);
+        else /* a plain folder: renamed away, another put in its place */
+            snprintf(out, outlen,
+                     "warning: %s: %s, a folder of its path, lies in %s, which is writable by "
+                     "every user without the sticky bit (mode %04o): anyone on this host, an "
+                     "agent included, can rename that folder away and put one of their own in "
+                     "its place, in force from the next SIGHUP (a log rotation sends one); keep "
+                     "the policy's path out of folders every user may write\n",
+                     shown_path, shown_real, shown_dir, mode);
     }
 }
 

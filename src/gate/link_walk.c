@@ -71,16 +71,16 @@ bool folder_open_to_all(const char *dir, struct stat *ds)
     return stat(dir, ds) == 0 && (ds->st_mode & S_IWOTH) != 0 && (ds->st_mode & S_ISVTX) == 0;
 }
 
-bool link_walk_open_folder(const char *path, char *dir, size_t dircap, char *entry, size_t entrycap,
-                           struct stat *ds)
+enum link_walk_found link_walk_open_folder(const char *path, char *dir, size_t dircap, char *entry,
+                                           size_t entrycap, struct stat *ds)
 {
     struct walk w = {.hops = 0};
     if (path[0] == '/')
         snprintf(w.done, sizeof(w.done), "/");
     else if (getcwd(w.done, sizeof(w.done)) == NULL)
-        return false;
+        return LINK_WALK_NONE;
     if (strlen(path) >= sizeof(w.rest))
-        return false;
+        return LINK_WALK_NONE;
     snprintf(w.rest, sizeof(w.rest), "%s", path);
     char name[NAME_MAX + 1], at[PATH_MAX];
     while (next_name(&w, name, sizeof(name))) {
@@ -94,17 +94,19 @@ bool link_walk_open_folder(const char *path, char *dir, size_t dircap, char *ent
             snprintf(at, sizeof(at), "%s%s%s", w.done, strcmp(w.done, "/") == 0 ? "" : "/", name);
         struct stat st;
         if (n < 0 || (size_t)n >= sizeof(at) || lstat(at, &st) != 0)
-            return false;
-        bool link = S_ISLNK(st.st_mode);
-        if ((link || at_end(&w)) && folder_open_to_all(w.done, ds)) {
+            return LINK_WALK_NONE;
+        bool link = S_ISLNK(st.st_mode), end = at_end(&w);
+        /* every name of the walk: a plain folder too, which a rename in
+         * its folder moves away as it would a link */
+        if ((link || end || S_ISDIR(st.st_mode)) && folder_open_to_all(w.done, ds)) {
             snprintf(dir, dircap, "%s", w.done);
             snprintf(entry, entrycap, "%s", at);
-            return true;
+            return link || end ? LINK_WALK_ENTRY : LINK_WALK_FOLDER;
         }
         if (link && !follow(&w, at))
-            return false;
+            return LINK_WALK_NONE;
         if (!link)
             snprintf(w.done, sizeof(w.done), "%s", at);
     }
-    return false;
+    return LINK_WALK_NONE;
 }

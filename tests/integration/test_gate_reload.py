@@ -361,6 +361,32 @@ def test_a_link_chain_through_a_folder_every_user_may_write_is_warned(gateway, n
     assert "sluice: reloaded 2 rules from %s" % gw.policy_path in gw.stderr(), gw.stderr()
 
 
+def test_a_plain_folder_of_the_path_in_a_folder_every_user_may_write_is_warned(gateway, net):
+    # policy.yaml -> open/d/p.yaml, d a plain folder (no link) in a folder
+    # every user may write without the sticky bit: anyone can rename d away
+    # within it (a rename in one folder needs no right on d) and put their
+    # own d in its place, which the next SIGHUP loads. Before, no warning.
+    gw = gateway(net.policy([api_rule(net)]),
+                 prefix=["sh", "-c", "mkdir -p open/d && chmod 0777 open"
+                         " && mv policy.yaml open/d/p.yaml && ln -s open/d/p.yaml policy.yaml"
+                         ' && exec "$@"', "sh"])
+    work = os.path.realpath(gw.workdir)
+    warning = ("warning: %s: %s, a folder of its path, lies in %s, which is writable by every "
+               "user without the sticky bit (mode 0777): anyone on this host, an agent "
+               "included, can rename that folder away and put one of their own in its place"
+               % (gw.policy_path, os.path.join(work, "open", "d"), os.path.join(work, "open")))
+    assert warning in gw.stderr(), gw.stderr()
+    # the swap it warns of: the folder renamed away, another in its place
+    os.rename(os.path.join(work, "open", "d"), os.path.join(work, "open", "d.old"))
+    os.mkdir(os.path.join(work, "open", "d"))
+    with open(os.path.join(work, "open", "d", "p.yaml"), "w") as f:
+        f.write(policy_yaml(net.policy([api_rule(net), other_rule(net)])))
+    gw.reload()
+    poll(lambda: reload_count(gw) >= 1, timeout=10, what="the reload")
+    assert "sluice: reloaded 2 rules from %s" % gw.policy_path in gw.stderr(), gw.stderr()
+    assert gw.stderr().count(warning) == 2, gw.stderr()
+
+
 def test_a_policy_still_open_for_writing_is_read_once_its_writer_closes_it(gateway, net):
     # a policy written in place (an editor, "cat new > policy.yaml") while a
     # SIGHUP comes (a log rotation sends one) was read between two of its
