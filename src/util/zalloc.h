@@ -18,4 +18,8 @@
  * caller frees them with free(). */
 void *zalloc(size_t n);
 
+/* A copy of the string <text> through zalloc() (strdup() that a unit test
+ * can fail), or NULL when out of memory; the caller frees it. */
+char *zalloc_text(const char *text);
+
 #endif

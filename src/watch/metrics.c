@@ -92,16 +92,6 @@ void metrics_set_gauges(struct metrics *m, metrics_gauges_fn fn, metrics_extra_f
     m->garg = arg;
 }
 
-/* zalloc(), not strdup(): the unit test fails it (test_metrics) */
-static char *copy(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *c = zalloc(n);
-    if (c != NULL)
-        memcpy(c, s, n);
-    return c;
-}
-
 /* Fills the empty <t> with the grants of <p> at <now>. Returns 0, or -1
  * when out of memory (<t> then empty). */
 static int grants_fill(struct grant_table *t, const struct policy *p, int64_t now)
@@ -123,9 +113,9 @@ static int grants_fill(struct grant_table *t, const struct policy *p, int64_t no
         char name[32];
         snprintf(name, sizeof(name), "rules[%zu]", r->index);
         struct grant_gauge *g = &t->grants[t->ngrants++]; /* freed with the table if cut */
-        g->rule = copy(name);
-        g->host = copy(r->pattern);
-        g->owner = copy(r->owner != NULL ? r->owner : "");
+        g->rule = zalloc_text(name);
+        g->host = zalloc_text(r->pattern);
+        g->owner = zalloc_text(r->owner != NULL ? r->owner : "");
         g->ends_at = ((int64_t)r->expires + 1) * 86400;
         if (g->rule == NULL || g->host == NULL || g->owner == NULL) {
             grants_clear(t);

@@ -101,9 +101,9 @@ struct exec_runner {
     struct event *woken;    /* sp->wake[0] readable */
     struct child *spawning; /* the one the thread is starting, or NULL */
     uint64_t failures;
-    struct exec_told *told; /* owned: failures told at most once a minute */
-    uint64_t dropped;       /* alerts not given to a program: too many waiting */
-    char **hidden;          /* owned: variables programs do not get (exec_runner_hide_env) */
+    struct exec_told *told;    /* owned: failures told at most once a minute */
+    uint64_t dropped;          /* alerts not given to a program: too many waiting */
+    const char *const *hidden; /* borrowed: variables programs do not get (exec_runner_hide_env) */
     size_t nhidden;
     struct unrun *unrun; /* per program that could not be run: how often, how often told */
     size_t nunrun;
@@ -750,31 +750,10 @@ struct exec_runner *exec_runner_new(struct event_base *base)
     return r;
 }
 
-static void free_hidden(struct exec_runner *r)
+void exec_runner_hide_env(struct exec_runner *r, const char *const *names, size_t n)
 {
-    for (size_t i = 0; i < r->nhidden; i++)
-        free(r->hidden[i]);
-    free(r->hidden);
-    r->hidden = NULL;
-    r->nhidden = 0;
-}
-
-int exec_runner_hide_env(struct exec_runner *r, const char *const *names, size_t n)
-{
-    char **copy = calloc(n + 1, sizeof(*copy));
-    if (copy == NULL)
-        return -1;
-    for (size_t i = 0; i < n; i++)
-        if ((copy[i] = strdup(names[i])) == NULL) {
-            while (i > 0)
-                free(copy[--i]);
-            free(copy);
-            return -1;
-        }
-    free_hidden(r);
-    r->hidden = copy;
+    r->hidden = names;
     r->nhidden = n;
-    return 0;
 }
 
 /* An alert <path> will not get; counted (sluice_exec_dropped_total) and
@@ -991,7 +970,6 @@ void exec_runner_free(struct exec_runner *r)
         free(r->uses[i]);
     }
     free(r->uses);
-    free_hidden(r);
     event_free(r->sigchld);
     free(r);
 }

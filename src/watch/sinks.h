@@ -80,11 +80,13 @@ struct exec_runner *exec_runner_new(struct event_base *base);
  * the gateway's environment without the variables exec_runner_hide_env()
  * named. */
 void exec_runner_run(struct exec_runner *r, const char *path, const char *data, size_t n);
-/* The variables (<n> <names>, copied) programs started from now on do not
- * get: those the agents' tokens are read from (env:NAME), secrets no alert
- * program needs. Replaces the previous list. Returns 0, or -1 when out of
- * memory (the previous list stays). */
-int exec_runner_hide_env(struct exec_runner *r, const char *const *names, size_t n);
+/* The variables (<n> <names>) programs started from now on do not get:
+ * those the agents' tokens are read from (env:NAME), secrets no alert
+ * program needs. Replaces the previous list; cannot fail, so that a
+ * reload that prepared the list puts it in force whole. <names> are
+ * borrowed: the caller keeps them until the next call or
+ * exec_runner_free(). */
+void exec_runner_hide_env(struct exec_runner *r, const char *const *names, size_t n);
 /* The policy names <n> exec sinks' programs (distinct paths): each may run
  * SINK_EXEC_MAX_RUNNING / n of them at once and hold SINK_EXEC_MAX_WAITING
  * / n more waiting (at least one of each); n is the programs that hold

@@ -39,6 +39,8 @@ struct sinks_next {
     char **execs;
     size_t nexecs;
     struct webhook **hooks, **fresh; /* each room for every sink; empty */
+    char **token_env; /* the names hidden from exec sinks after the reload (token_env_prepare) */
+    size_t ntoken_env;
 };
 
 struct watch {
@@ -61,7 +63,7 @@ struct watch {
     size_t nhooks;
     struct sinks_next next; /* a reload's, between watch_policy_prepare() and its end */
     struct event *tick;
-    char **token_env; /* every env:NAME a loaded policy read a token from (hide_token_env) */
+    char **token_env; /* every env:NAME a loaded policy read a token from (token_env_prepare) */
     size_t ntoken_env;
     const struct policy *policy; /* the policy in force (the gateway keeps it alive) */
     metrics_gauges_fn gauges;
@@ -195,13 +197,28 @@ static void say_unmatched(const struct watch *w)
                 store_path(w->store), (unsigned long long)c.rows);
 }
 
+/* Frees the <n> strings of <names> and the array. */
+static void free_names(char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
 static void free_execs(struct watch *w)
 {
-    for (size_t i = 0; i < w->nexecs; i++)
-        free(w->execs[i]);
-    free(w->execs);
+    free_names(w->execs, w->nexecs);
     w->execs = NULL;
     w->nexecs = 0;
+}
+
+/* True when <name> is one of the <n> <names>. */
+static bool listed(char *const *names, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(names[i], name) == 0)
+            return true;
+    return false;
 }
 
 /* Alert programs get the gateway's environment without the variables the
@@ -209,36 +226,32 @@ static void free_execs(struct watch *w)
  * out of the policy file, and that no alert program needs. Those of every
  * policy loaded since the start, not only the one in force: a variable a
  * reload no longer reads (an agent renamed its env:NAME, or left) still
- * holds its secret. <p>'s names join w->token_env, which only grows. */
-static void hide_token_env(struct watch *w, const struct policy *p)
+ * holds its secret. Fills n->token_env with copies of the <nhad> names
+ * <had> (those hidden now) and of <p>'s not among them, so that the list
+ * only grows. Taken before the policy is in force, as the rest of <n>:
+ * the list was grown a name at a time after it, and out of memory the
+ * gateway said "reloaded" with some of the new variables not hidden.
+ * Returns 0, or -1 when out of memory (what it took stays in <n>, for
+ * sinks_next_free()). */
+static int token_env_prepare(struct sinks_next *n, char *const *had, size_t nhad,
+                             const struct policy *p)
 {
-    bool oom = false;
+    if (p->nagents >= SIZE_MAX / sizeof(*n->token_env) - nhad)
+        return -1;
+    if ((n->token_env = zalloc((nhad + p->nagents + 1) * sizeof(*n->token_env))) == NULL)
+        return -1;
+    for (size_t i = 0; i < nhad; i++)
+        if ((n->token_env[n->ntoken_env++] = zalloc_text(had[i])) == NULL)
+            return -1;
     for (size_t i = 0; i < p->nagents; i++) {
         const char *ref = p->agents[i].token_ref;
-        if (ref == NULL || strncmp(ref, "env:", 4) != 0)
+        if (ref == NULL || strncmp(ref, "env:", 4) != 0 ||
+            listed(n->token_env, n->ntoken_env, ref + 4))
             continue;
-        bool known = false;
-        for (size_t j = 0; j < w->ntoken_env && !known; j++)
-            known = strcmp(w->token_env[j], ref + 4) == 0;
-        if (known)
-            continue;
-        char **grown = realloc(w->token_env, (w->ntoken_env + 1) * sizeof(*grown));
-        char *name = strdup(ref + 4);
-        if (grown != NULL)
-            w->token_env = grown;
-        if (grown == NULL || name == NULL) {
-            free(name);
-            oom = true;
-            continue;
-        }
-        w->token_env[w->ntoken_env++] = name;
+        if ((n->token_env[n->ntoken_env++] = zalloc_text(ref + 4)) == NULL)
+            return -1;
     }
-    if (w->exec != NULL &&
-        exec_runner_hide_env(w->exec, (const char *const *)w->token_env, w->ntoken_env) < 0)
-        oom = true;
-    if (oom)
-        fprintf(stderr, "sluice: alert sinks: out of memory; some of the variables agents' "
-                        "tokens are read from may reach exec sinks\n");
+    return 0;
 }
 
 /* The exec sinks' programs: a path listed twice (warned of) is one program,
@@ -257,18 +270,19 @@ static size_t distinct_execs(const struct watch *w)
 
 static void sinks_next_free(struct sinks_next *n)
 {
-    for (size_t i = 0; i < n->nexecs; i++)
-        free(n->execs[i]);
-    free(n->execs);
+    free_names(n->execs, n->nexecs);
+    free_names(n->token_env, n->ntoken_env);
     free(n->hooks);
     free(n->fresh);
     *n = (struct sinks_next){0};
 }
 
-/* Fills <n> for <p>'s sinks. Returns 0, or -1 when out of memory (<n>
+/* Fills <n> for <p>'s sinks, and the variables hidden from them with the
+ * <nhad> names <had> hidden now. Returns 0, or -1 when out of memory (<n>
  * then empty). Through zalloc(), not calloc() and strdup(): the unit test
  * fails each of these allocations (test_watch_reload). */
-static int sinks_next_prepare(struct sinks_next *n, const struct policy *p)
+static int sinks_next_prepare(struct sinks_next *n, const struct policy *p, char *const *had,
+                              size_t nhad)
 {
     const struct alerts_cfg *ac = &p->alerts;
     *n = (struct sinks_next){0};
@@ -282,11 +296,11 @@ static int sinks_next_prepare(struct sinks_next *n, const struct policy *p)
         const struct sink *s = &ac->sinks[i];
         if (s->kind != SINK_EXEC)
             continue;
-        size_t len = strlen(s->target) + 1;
-        if ((n->execs[n->nexecs] = zalloc(len)) == NULL)
+        if ((n->execs[n->nexecs++] = zalloc_text(s->target)) == NULL)
             goto oom;
-        memcpy(n->execs[n->nexecs++], s->target, len);
     }
+    if (token_env_prepare(n, had, nhad, p) < 0)
+        goto oom;
     return 0;
 oom:
     sinks_next_free(n);
@@ -300,7 +314,15 @@ static void configure_sinks(struct watch *w, const struct policy *p, bool first)
     const struct alerts_cfg *ac = &p->alerts;
     struct webhook **hooks = w->next.hooks, **fresh = w->next.fresh;
     size_t nhooks = 0, nfresh = 0;
-    hide_token_env(w, p); /* first: even when the sinks stay as they were */
+    /* first: even when the sinks stay as they were; the runner takes the
+     * new list before the old one is freed */
+    char **had = w->token_env;
+    size_t nhad = w->ntoken_env;
+    w->token_env = w->next.token_env;
+    w->ntoken_env = w->next.ntoken_env;
+    if (w->exec != NULL)
+        exec_runner_hide_env(w->exec, (const char *const *)w->token_env, w->ntoken_env);
+    free_names(had, nhad);
     free_execs(w);
     w->execs = w->next.execs;
     w->nexecs = w->next.nexecs;
@@ -354,13 +376,8 @@ static void configure_sinks(struct watch *w, const struct policy *p, bool first)
         w->exec = exec_runner_new(w->base);
         if (w->exec == NULL)
             fprintf(stderr, "sluice: alert sinks: cannot watch child processes; exec sinks off\n");
-        else if (exec_runner_hide_env(w->exec, (const char *const *)w->token_env, w->ntoken_env) <
-                 0) {
-            /* no program must run with a token it might get: no exec sinks */
-            fprintf(stderr, "sluice: alert sinks: out of memory; exec sinks off\n");
-            exec_runner_free(w->exec);
-            w->exec = NULL;
-        }
+        else
+            exec_runner_hide_env(w->exec, (const char *const *)w->token_env, w->ntoken_env);
     }
     if (w->exec != NULL)
         exec_runner_programs(w->exec, distinct_execs(w));
@@ -559,7 +576,8 @@ struct watch *watch_new(struct event_base *base, struct bus *bus, struct alert_b
     w->det = detectors_new(alerts, w->store);
     w->tick = evtimer_new(base, on_tick, w);
     if (w->metrics == NULL || w->det == NULL || w->tick == NULL ||
-        detectors_configure(w->det, p) < 0 || sinks_next_prepare(&w->next, p) < 0 ||
+        detectors_configure(w->det, p) < 0 ||
+        sinks_next_prepare(&w->next, p, w->token_env, w->ntoken_env) < 0 ||
         metrics_set_policy(w->metrics, p, (int64_t)time(NULL)) < 0) {
         snprintf(err, errlen, "out of memory");
         goto err;
@@ -612,7 +630,7 @@ int watch_policy_prepare(struct watch *w, const struct policy *p, const char **w
         return -1;
     }
     sinks_next_free(&w->next); /* a prepare never ended (none should be) */
-    if (sinks_next_prepare(&w->next, p) < 0) {
+    if (sinks_next_prepare(&w->next, p, w->token_env, w->ntoken_env) < 0) {
         detectors_abandon(w->det);
         *what = "alert sinks";
         return -1;
@@ -649,6 +667,11 @@ void watch_policy_loaded(struct watch *w, const struct policy *p)
 const char *watch_exec_sink(const struct watch *w, size_t i)
 {
     return i < w->nexecs ? w->execs[i] : NULL;
+}
+
+const char *watch_token_env(const struct watch *w, size_t i)
+{
+    return i < w->ntoken_env ? w->token_env[i] : NULL;
 }
 
 void watch_reopen(struct watch *w)
@@ -725,9 +748,7 @@ void watch_free(struct watch *w)
     exec_runner_free(w->exec);
     free_execs(w);
     sinks_next_free(&w->next);
-    for (size_t i = 0; i < w->ntoken_env; i++)
-        free(w->token_env[i]);
-    free(w->token_env);
+    free_names(w->token_env, w->ntoken_env); /* after the runner, which borrowed them */
     if (w->own_file) {
         log_jsonl_flush(w->file, w->exit_flush_ms);
         log_jsonl_close(w->file);

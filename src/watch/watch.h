@@ -66,6 +66,9 @@ void watch_policy_loaded(struct watch *w, const struct policy *p);
 /* The path of the <i>th exec sink in force, or NULL past the last: for
  * tests. */
 const char *watch_exec_sink(const struct watch *w, size_t i);
+/* The <i>th variable exec sinks' programs do not get (an agent's token is
+ * read from it), or NULL past the last: for tests. */
+const char *watch_token_env(const struct watch *w, size_t i);
 /* SIGHUP: reopens the alerts file. */
 void watch_reopen(struct watch *w);
 /* At a stop, once the connections are gone (their events published):

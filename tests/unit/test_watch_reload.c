@@ -48,6 +48,44 @@ static bool sinks_are(const struct watch *w, char *const *paths)
     return watch_exec_sink(w, i) == NULL;
 }
 
+/* A watch of the policy <p>, on an event loop of its own, in <f>. */
+static void fx_start(struct fx *f, const struct policy *p)
+{
+    *f = (struct fx){0};
+    f->base = event_base_new();
+    assert_non_null(f->base);
+    bus_init(&f->bus);
+    alert_bus_init(&f->alerts);
+    struct watch_config cfg = {0};
+    char err[256] = "";
+    f->w = watch_new(f->base, &f->bus, &f->alerts, &cfg, NULL, p, err, sizeof(err));
+    assert_non_null(f->w);
+}
+
+static void fx_end(struct fx *f)
+{
+    watch_free(f->w);
+    event_base_free(f->base);
+}
+
+/* A reload to <p> whose allocations after the next <n> fail (out of
+ * memory): its prepare, then its load or its abandon. Returns the
+ * prepare's result, and what it named in <what> when it failed. */
+static int reload_failing_after(struct fx *f, const struct policy *p, unsigned n, const char **what)
+{
+    zalloc_failures = 0;
+    zalloc_left = n;
+    zalloc_failing = true;
+    *what = NULL;
+    int rc = watch_policy_prepare(f->w, p, what);
+    if (rc == 0)
+        watch_policy_loaded(f->w, p);
+    else
+        watch_policy_abandon(f->w);
+    zalloc_failing = false;
+    return rc;
+}
+
 static char *const OLD[] = {"/usr/local/bin/page-oncall", "/usr/local/bin/ticket", NULL};
 static char *const NEW[] = {"/opt/a", "/opt/b", "/opt/c", NULL};
 
@@ -60,31 +98,16 @@ static char *const NEW[] = {"/opt/a", "/opt/b", "/opt/c", NULL};
 static void reload_short_of_memory_keeps_the_sinks_whole(void **state)
 {
     (void)state;
-    struct fx f = {0};
-    f.base = event_base_new();
-    assert_non_null(f.base);
-    bus_init(&f.bus);
-    alert_bus_init(&f.alerts);
     struct sink old_sinks[4], new_sinks[4];
     struct policy old = policy_of(old_sinks, OLD), fresh = policy_of(new_sinks, NEW);
-    struct watch_config cfg = {0};
-    char err[256] = "";
-    f.w = watch_new(f.base, &f.bus, &f.alerts, &cfg, NULL, &old, err, sizeof(err));
-    assert_non_null(f.w);
+    struct fx f;
+    fx_start(&f, &old);
     assert_true(sinks_are(f.w, OLD));
     unsigned refused = 0;
     bool sinks_said = false, gauges_said = false; /* what the refusals named */
     for (unsigned n = 0; n < 64; n++) {
-        zalloc_failures = 0;
-        zalloc_left = n;
-        zalloc_failing = true;
-        const char *what = NULL;
-        int rc = watch_policy_prepare(f.w, &fresh, &what);
-        if (rc == 0)
-            watch_policy_loaded(f.w, &fresh);
-        else
-            watch_policy_abandon(f.w);
-        zalloc_failing = false;
+        const char *what;
+        int rc = reload_failing_after(&f, &fresh, n, &what);
         if (rc < 0) {
             refused++;
             assert_non_null(what);
@@ -104,14 +127,72 @@ static void reload_short_of_memory_keeps_the_sinks_whole(void **state)
     assert_int_equal(zalloc_failures, 0); /* the loop ran out of allocations, not of turns */
     assert_true(refused > 0);
     assert_true(sinks_said && gauges_said);
-    watch_free(f.w);
-    event_base_free(f.base);
+    fx_end(&f);
+}
+
+/* True when the variables exec sinks' programs do not get are <names>, in
+ * order. */
+static bool hidden_are(const struct watch *w, const char *const *names)
+{
+    size_t i = 0;
+    for (; names[i] != NULL; i++)
+        if (watch_token_env(w, i) == NULL || strcmp(watch_token_env(w, i), names[i]) != 0)
+            return false;
+    return watch_token_env(w, i) == NULL;
+}
+
+/* Each allocation of a reload fails in turn, the new policy reading its
+ * agents' tokens from variables the old one did not: the reload is refused
+ * and the variables hidden from alert programs are the old policy's, or it
+ * is done and they are both policies', all of them. Before, the list grew
+ * after the policy came into force, one name at a time: out of memory, the
+ * gateway said "reloaded" with some of the new variables not hidden from
+ * the programs. */
+static void reload_short_of_memory_keeps_the_hidden_variables_whole(void **state)
+{
+    (void)state;
+    struct sink old_sinks[4], new_sinks[4];
+    static char ci[] = "ci", b[] = "b", c[] = "c", a_ref[] = "env:OLD_A", b_ref[] = "env:NEW_B",
+                c_ref[] = "env:NEW_C";
+    struct agent old_agents[1] = {{.id = ci, .token_ref = a_ref}};
+    struct agent new_agents[3] = {{.id = b, .token_ref = b_ref},
+                                  {.id = ci, .token_ref = a_ref},
+                                  {.id = c, .token_ref = c_ref}};
+    struct policy old = policy_of(old_sinks, OLD), fresh = policy_of(new_sinks, NEW);
+    old.agents = old_agents;
+    old.nagents = 1;
+    fresh.agents = new_agents;
+    fresh.nagents = 3;
+    static const char *const before[] = {"OLD_A", NULL};
+    static const char *const after[] = {"OLD_A", "NEW_B", "NEW_C", NULL};
+    unsigned refused = 0, done = 0;
+    for (unsigned n = 0; n < 64; n++) {
+        /* a gateway of the old policy for each turn: the list only grows */
+        struct fx f;
+        fx_start(&f, &old);
+        assert_true(hidden_are(f.w, before));
+        const char *what;
+        int rc = reload_failing_after(&f, &fresh, n, &what);
+        if (rc < 0) {
+            refused++;
+            assert_true(hidden_are(f.w, before));
+        } else {
+            done++;
+            assert_true(hidden_are(f.w, after));
+        }
+        fx_end(&f);
+        if (zalloc_failures == 0)
+            break; /* every allocation of the reload was failed once */
+    }
+    assert_int_equal(zalloc_failures, 0); /* the loop ran out of allocations, not of turns */
+    assert_true(refused > 0 && done == 1);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(reload_short_of_memory_keeps_the_sinks_whole),
+        cmocka_unit_test(reload_short_of_memory_keeps_the_hidden_variables_whole),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
