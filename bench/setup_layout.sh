@@ -1,31 +1,59 @@
 # shellcheck shell=sh
 # bench/setup_layout.sh: sourced by bench/setup_syscalls and
 # bench/setup_instructions, which count what a CONNECT+TLS setup costs the
-# gateway. bench/connect_ab's layout on private loopback ports: nginx with
-# the harness's nginx.conf.in (bench/upstream.sh) on 127.0.0.1:${P}080,
-# :${P}081 and :${P}443 (TLS), the gateway (the caller starts it) on
-# :${P}128, with bench/policy.yaml's rule moved to the TLS port.
+# gateway. bench/connect_ab's layout on loopback ports of its own: nginx
+# with the harness's nginx.conf.in (bench/upstream.sh) on 127.0.0.1, plain,
+# status and TLS ports, the gateway (the caller starts it) on $proxy_port,
+# with bench/policy.yaml's rule moved to the TLS port. The four ports are
+# picked at random below the kernel's ephemeral range (the source ports of
+# connections) among those no socket uses: fixed ones (28xxx, 29xxx)
+# refused a run while anything else held one, another run's included.
 #
-#   setup_layout_start NAME P   checks the ports are free, starts nginx,
-#                               writes $dir/policy.yaml; sets $proxy_port
+#   setup_layout_start NAME     checks the tools, picks the ports, starts
+#                               nginx, writes $dir/policy.yaml; sets
+#                               $proxy_port
 #   setup_drive N               N sequential setups by the harness's curl
 #                               command on CPU 0 (a fresh connection each,
 #                               CONNECT, 200, a full TLS handshake, GET
 #                               /small and a close); fails unless every
 #                               one answered 200
+#   setup_layout_stop           what the caller's cleanup (its EXIT trap)
+#                               calls: stops $pids, removes $dir
 #
-# The caller defines cleanup() and $pids as bench/upstream.sh asks.
+# The caller sets $pids as bench/upstream.sh asks, and traps EXIT (its
+# cleanup), INT, TERM and PIPE (an exit, which runs it): a signal left
+# untrapped (SIGPIPE, the reader of its output gone: `| head`) killed the
+# script without its cleanup, and nginx, the gateway and a 256 MiB folder
+# stayed behind.
+
+# Sets $port to a loopback TCP port no socket uses (listening or not), not
+# one of $taken, and adds it there.
+free_port() {
+    low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+    [ "$low" -gt 11000 ] || low=32768
+    tries=0
+    while [ "$tries" -lt 200 ]; do
+        tries=$((tries + 1))
+        port=$(($(od -An -N2 -tu2 /dev/urandom) % (low - 10000) + 10000))
+        case " ${taken:-} " in *" $port "*) continue ;; esac
+        if [ -z "$(ss -Htan "sport = :$port")" ]; then
+            taken="${taken:-} $port"
+            return 0
+        fi
+    done
+    echo "$name: no free loopback port found in 200 tries" >&2
+    exit 1
+}
 
 setup_layout_start() {
     name=$1
-    UPSTREAM_HTTP_PORT=${2}080 UPSTREAM_STATUS_PORT=${2}081 UPSTREAM_TLS_PORT=${2}443
-    proxy_port=${2}128
-    for tool in nginx curl openssl taskset ss; do
+    for tool in nginx curl openssl taskset ss od; do
         command -v "$tool" >/dev/null || { echo "$name: $tool is missing" >&2; exit 1; }
     done
-    for port in $UPSTREAM_HTTP_PORT $UPSTREAM_STATUS_PORT $UPSTREAM_TLS_PORT $proxy_port; do
-        [ -z "$(ss -Hltn "sport = :$port")" ] || { echo "$name: port $port is in use" >&2; exit 1; }
-    done
+    free_port; UPSTREAM_HTTP_PORT=$port
+    free_port; UPSTREAM_STATUS_PORT=$port
+    free_port; UPSTREAM_TLS_PORT=$port
+    free_port; proxy_port=$port
     . bench/upstream.sh
     upstream_start "$name"
     # bench/policy.yaml's rule, for this layout's TLS port
@@ -39,4 +67,34 @@ setup_drive() {
         --max-time 600 -o /dev/null -w '%{http_code}\n' \
         "https://127.0.0.1:$UPSTREAM_TLS_PORT/small?[1-$1]" | grep -c '^200$' || true)
     [ "$ok" -eq "$1" ] || { echo "$name: only $ok of $1 setups succeeded" >&2; exit 1; }
+}
+
+# True while the process <pid> runs: not gone, nor exited and waiting to
+# be reaped (a zombie, state Z, which kill -0 still finds).
+running() {
+    state=$(sed -n 's/^[0-9]* (.*) \([A-Za-z]\) .*/\1/p' "/proc/$1/stat" 2>/dev/null) || return 1
+    [ -n "$state" ] && [ "$state" != Z ]
+}
+
+# Bounded: what has not stopped 10 s after its SIGTERM (the gateway's stop
+# under valgrind takes a few) is killed; a second signal meanwhile is
+# ignored, so that it cannot cut the cleanup short.
+setup_layout_stop() {
+    trap '' INT TERM PIPE
+    stop=""
+    for pid in $pids; do
+        kill "$pid" 2>/dev/null && stop="$stop $pid"
+    done
+    i=0
+    for pid in $stop; do
+        while running "$pid" && [ "$i" -lt 100 ]; do
+            i=$((i + 1))
+            sleep 0.1
+        done
+    done
+    for pid in $stop; do
+        ! running "$pid" || kill -KILL "$pid" 2>/dev/null || true
+    done
+    wait 2>/dev/null || true
+    [ -z "${dir:-}" ] || rm -rf "$dir"
 }
