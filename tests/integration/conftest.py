@@ -269,6 +269,43 @@ def tcp_sockets(pid):
     return out
 
 
+def unix_accepted(pid, path):
+    """The inodes of the accepted connections on the unix listener <path>
+    in <pid>'s network namespace (an accepted socket shows its listener's
+    path in /proc/net/unix; the listener itself is left out)."""
+    out = set()
+    with open("/proc/%d/net/unix" % pid) as f:
+        for row in f.read().splitlines()[1:]:
+            col = row.split()  # ..., flags (00010000: listening), type, state, inode, path
+            if len(col) >= 8 and col[7] == path and col[3] != "00010000":
+                out.add(col[6])
+    return out
+
+
+EPOLLIN = 0x1  # include/uapi/linux/eventpoll.h
+
+
+def epoll_interest(pid):
+    """{fd: events} for every descriptor an epoll instance of <pid> waits
+    on (the "tfd: FD events: MASK" lines of its /proc/PID/fdinfo), the
+    masks of several instances or'ed."""
+    out = {}
+    for n in os.listdir("/proc/%d/fdinfo" % pid):
+        try:
+            with open("/proc/%d/fdinfo/%s" % (pid, n)) as f:
+                text = f.read()
+        except OSError:
+            continue  # closed meanwhile
+        for ln in text.splitlines():
+            col = ln.split()
+            if len(col) >= 4 and col[0] == "tfd:" and col[2] == "events:":
+                out[int(col[1])] = out.get(int(col[1]), 0) | int(col[3], 16)
+    return out
+
+
+SocketEnd = collections.namedtuple("SocketEnd", "fd inode")
+
+
 class Gateway:
     def __init__(self, bin_path, workdir, policy_text, listen, env, args, netns, port, unix_path,
                  netns_helper=None, prefix=(), resolv_conf=None):
@@ -441,13 +478,78 @@ class Gateway:
             count += sum(1 for t in tcp_sockets(pid)
                          if t.port == self.port and t.state != TCP_LISTEN and t.inode in inodes)
         if self.unix_path:
-            with open("/proc/%d/net/unix" % pid) as f:
-                for row in f.read().splitlines()[1:]:
-                    col = row.split()  # ..., flags (00010000: listening), type, state, inode, path
-                    if (len(col) >= 8 and col[7] == self.unix_path and col[3] != "00010000"
-                            and col[6] in inodes):
-                        count += 1
+            count += len(unix_accepted(pid, self.unix_path) & inodes)
         return count
+
+    def _end(self, inodes_of, what, timeout):
+        """The SocketEnd of the one socket of the gateway's that
+        <inodes_of>(its socket inodes) picks, waited for."""
+        pid = self.proc.pid
+
+        def one():
+            held = socket_inodes(pid)
+            picked = inodes_of(held) & held
+            return picked if len(picked) == 1 else None
+        inode = poll(one, timeout=timeout, what=what).pop()
+        for n in os.listdir("/proc/%d/fd" % pid):
+            try:
+                if os.readlink("/proc/%d/fd/%s" % (pid, n)) == "socket:[%s]" % inode:
+                    return SocketEnd(int(n), inode)
+            except OSError:
+                continue
+        raise AssertionError("the gateway closed %s while it was looked for" % what)
+
+    def client_end(self, sock, timeout=10.0):
+        """The gateway's end of the client connection <sock>: over TCP the
+        socket whose peer is <sock>'s port; over the unix socket the one
+        accepted connection the gateway holds (waited for while an earlier
+        one, the readiness probe's, still closes)."""
+        if sock.family == socket.AF_UNIX:
+            return self._end(lambda _: unix_accepted(self.proc.pid, self.unix_path),
+                             "the gateway to hold one unix client connection", timeout)
+        mine = sock.getsockname()[1]
+        return self._end(lambda _: {t.inode for t in tcp_sockets(self.proc.pid)
+                                    if t.port == self.port and t.remote_port == mine},
+                         "the gateway's end of the client connection from port %d" % mine,
+                         timeout)
+
+    def upstream_end(self, port, timeout=10.0):
+        """The gateway's end of its one connection to the upstream <port>."""
+        return self._end(lambda _: {t.inode for t in tcp_sockets(self.proc.pid)
+                                    if t.remote_port == port and t.port != self.port},
+                         "the gateway's connection to port %d" % port, timeout)
+
+    def interest(self, end):
+        """The events the gateway's epoll waits for on the SocketEnd <end>
+        (0 once the descriptor is closed, or is another file). libevent
+        takes EPOLLIN off a socket (or the socket out of its epoll) when
+        its reading is turned off: after an end or an error read
+        (bufferevent_readcb()), or when the gateway stops reading; so for
+        EPOLLOUT and its writes."""
+        pid = self.proc.pid
+        try:
+            if os.readlink("/proc/%d/fd/%d" % (pid, end.fd)) != "socket:[%s]" % end.inode:
+                return 0
+        except OSError:
+            return 0
+        return epoll_interest(pid).get(end.fd, 0)
+
+    def reads(self, end):
+        """True while the gateway waits for input on the SocketEnd <end>."""
+        return bool(self.interest(end) & EPOLLIN)
+
+    def wait_unwatched(self, end, what, timeout=10.0):
+        """Waits until the gateway waits for nothing on the SocketEnd <end>
+        (its reads and writes turned off, or the socket closed)."""
+        poll(lambda: self.interest(end) == 0, timeout=timeout, what=what)
+
+    def wait_reading(self, end, reading=True, what=None, timeout=10.0):
+        """Waits until the gateway reads the SocketEnd <end> (or, when not
+        <reading>, no longer does: it took the end, error or bytes it waited
+        for, and turned its reading off, or closed it)."""
+        poll(lambda: self.reads(end) == reading, timeout=timeout,
+             what=what or "the gateway to %s reading socket fd %d" % (
+                 "be" if reading else "stop", end.fd))
 
     def wait_connecting(self, timeout=10.0):
         """Waits until a connect() of the gateway is under way (a socket of

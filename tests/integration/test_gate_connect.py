@@ -384,16 +384,21 @@ def test_client_leaving_while_connecting_is_logged_with_its_wait(gateway, net):
     assert end["status"] == 502 and end["bytes_up"] == 0 and end["ms"] >= 900, end
 
 
-def _leave(s, how):
-    """Ends the client socket <s> as <how> says: "close" (on the unix
-    socket, a hang-up), "reset" (TCP), each after a half-close first when
-    <how> starts with "half-close-then-"."""
-    if how.startswith("half-close"):
-        s.shutdown(socket.SHUT_WR)
-        time.sleep(0.3)  # the gateway took the end for a half-close
-    if how.endswith("reset"):
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    s.close()
+def _leave(gw, s, how):
+    """Ends the client socket <s> of the gateway <gw> as <how> says:
+    "close" (on the unix socket, a hang-up), "reset" (TCP), each after a
+    half-close first when <how> starts with "half-close-then-", once the
+    gateway took that end for a half-close (read it and stopped reading)."""
+    try:
+        if how.startswith("half-close"):
+            end = gw.client_end(s)
+            gw.wait_reading(end, what="the gateway to read the client while it resolves")
+            s.shutdown(socket.SHUT_WR)
+            gw.wait_reading(end, False, what="the gateway to take the client's half-close")
+        if how.endswith("reset"):
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    finally:
+        s.close()
 
 
 @pytest.mark.parametrize("unix,how,late", [
@@ -421,7 +426,7 @@ def test_client_gone_while_its_target_resolves_gets_no_tunnel(gateway, net, unix
             if late:
                 s.sendall(late)
         finally:
-            _leave(s, how)
+            _leave(gw, s, how)
         ev, end, connected = held.end_then_release(gw, method="CONNECT")
     assert (ev["decision"], ev["ip"]) == ("allow", None), ev
     assert (end["status"], end["bytes_up"], end["bytes_down"]) == (None, 0, 0), end
@@ -808,12 +813,14 @@ def test_client_reset_before_its_tunnel_resets_the_upstream(gateway, net, stage)
             if stage == "hello":
                 t.sock.sendall(hello)
                 assert srv.took.wait(10), "the ClientHello never went up"
+                client = gw.client_end(t.sock)
+                gw.wait_reading(client, what="the gateway to read the client for the answer")
         finally:
             _reset(t.sock)
             t.close()
         if stage == "hello":
-            time.sleep(0.3)  # the gateway saw the reset before the answer
-            srv.go.set()
+            gw.wait_reading(client, False, what="the gateway to read the client's reset")
+            srv.go.set()  # the answer comes once the gateway saw the reset
         assert srv.done.wait(15), "the gateway kept the upstream connection"
         assert srv.end == "reset", srv.end
         ev, end = gw.decided(method="CONNECT")
