@@ -251,13 +251,13 @@ def socket_inodes(pid):
 TCP_SYN_SENT, TCP_LISTEN = "02", "0A"  # /proc/net/tcp's st column (include/net/tcp_states.h)
 
 
-TcpSocket = collections.namedtuple("TcpSocket", "port remote_port state unread inode")
+TcpSocket = collections.namedtuple("TcpSocket", "port remote_port state unread inode unacked")
 
 
 def tcp_sockets(pid):
     """A TcpSocket (local port, remote port, state, bytes received and not
-    read yet, inode) for each TCP socket of <pid>'s network namespace (its
-    /proc/net/tcp and tcp6)."""
+    read yet, inode, bytes sent and not acknowledged yet) for each TCP
+    socket of <pid>'s network namespace (its /proc/net/tcp and tcp6)."""
     out = []
     for name in ("tcp", "tcp6"):
         with open("/proc/%d/net/%s" % (pid, name)) as f:
@@ -265,7 +265,8 @@ def tcp_sockets(pid):
                 col = row.split()  # sl, local address, remote, st, tx_queue:rx_queue, ..., inode
                 out.append(TcpSocket(int(col[1].rsplit(":", 1)[1], 16),
                                      int(col[2].rsplit(":", 1)[1], 16), col[3],
-                                     int(col[4].split(":")[1], 16), col[9]))
+                                     int(col[4].split(":")[1], 16), col[9],
+                                     int(col[4].split(":")[0], 16)))
     return out
 
 
@@ -562,14 +563,19 @@ class Gateway:
 
     def wait_taken(self, sock, timeout=10.0):
         """Waits until the gateway has read all that the client socket
-        <sock> (TCP) sent: its end of the connection holds nothing unread."""
+        <sock> (TCP, in the gateway's network namespace) sent: all of it
+        reached the gateway's end (acknowledged: on loopback a segment may
+        still wait in the kernel's backlog after send() returned), which
+        holds nothing unread."""
         mine = sock.getsockname()[1]
 
         def taken():
+            rows = tcp_sockets(self.proc.pid)
             inodes = socket_inodes(self.proc.pid)
-            ends = [t for t in tcp_sockets(self.proc.pid)
+            ends = [t for t in rows
                     if t.port == self.port and t.remote_port == mine and t.inode in inodes]
-            return ends and ends[0].unread == 0
+            sent = [t for t in rows if t.port == mine and t.remote_port == self.port]
+            return ends and ends[0].unread == 0 and sent and sent[0].unacked == 0
         poll(taken, timeout=timeout, what="the gateway to read what the client sent")
 
     def wait_no_clients(self, timeout=10.0):

@@ -1107,7 +1107,7 @@ def test_chunked_request_trailers_not_forwarded(gateway, net):
         s = open_conn(gw)
         try:
             s.sendall(build_request("POST", url, {"Transfer-Encoding": "chunked"}) + body[:20])
-            time.sleep(0.2)  # the trailer in another read than the data
+            gw.wait_taken(s)  # the trailer in another read than the data
             s.sendall(body[20:])
             r = read_response(s, "POST")
         finally:
@@ -1295,11 +1295,15 @@ def test_client_gone_before_the_answer_ends_the_exchange(gateway, net, unix, how
             if size < (1 << 20):  # a large upload: closed before it went through
                 assert up.got.wait(10), "the request never reached the origin"
             if how.startswith("half-close"):
-                time.sleep(0.5)  # the gateway took the end for a half-close
+                gw.wait_reading(gw.client_end(s), False,
+                                what="the gateway to take the client's end for a half-close")
                 assert not up.closed.is_set()
             if how.startswith("pipelined"):
+                client = gw.client_end(s)
+                gw.wait_reading(client, what="the gateway to read the client for its next request")
                 s.sendall(build_request("GET", up.url("/next")))
-                time.sleep(0.5)  # read by the gateway, which then stops reading
+                gw.wait_reading(client, False,
+                                what="the gateway to read the next request and stop reading")
                 assert not up.closed.is_set()
         finally:
             s.close()
@@ -1332,11 +1336,13 @@ def test_client_reset_while_its_target_resolves_sends_nothing_up(gateway, net, h
         try:
             s.sendall(build_request("GET", url + "/first"))
             assert held.dns.asked.wait(10), "the gateway never asked for the name"
+            client = gw.client_end(s)
+            gw.wait_reading(client, what="the gateway to read the client while it resolves")
             if how.startswith("pipelined"):
                 s.sendall(build_request("GET", url + "/next"))
             else:
                 s.shutdown(socket.SHUT_WR)
-            time.sleep(0.3)  # read by the gateway, which then stops reading
+            gw.wait_reading(client, False, what="the gateway to read what came and stop reading")
         finally:
             s.close()
         ev, end, connected = held.end_then_release(gw, path="/first")
