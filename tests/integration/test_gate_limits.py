@@ -1429,6 +1429,9 @@ def test_an_answer_before_the_origins_reset_reaches_the_client(gateway, net, sta
             if stage != "hello":
                 s.sendall(hello + b"\x17\x03\x03\x00\x10" + b"e" * 16)  # behind it: early data
                 assert up.got.wait(10), "the origin did not get the ClientHello"
+            if slow:
+                origin = gw.upstream_end(up.port)
+                gw.wait_reading(origin, what="the gateway to wait for the origin's answer")
             gw.proc.send_signal(signal.SIGSTOP)
             try:
                 if stage == "hello":
@@ -1437,8 +1440,8 @@ def test_an_answer_before_the_origins_reset_reaches_the_client(gateway, net, sta
                 assert up.done.wait(10), "the origin did not answer"
             finally:
                 gw.proc.send_signal(signal.SIGCONT)
-            if slow:
-                time.sleep(0.5)  # reads nothing meanwhile; the gateway met the reset
+            if slow:  # reads nothing until the gateway met the reset (its reads, writes off)
+                gw.wait_unwatched(origin, "the gateway to meet the origin's reset")
             rest, end = _read_to_end(s)
         finally:
             go.set()
