@@ -31,6 +31,7 @@ from gate_client import api_rule, other_url, poll, proc_stat, sched_and_pgid
 from gate_servers import pattern_bytes
 
 PY = "/usr/bin/python3"
+HANG_GUARD_S = 60  # a hang guard, not a claim on time
 SUMMARY = re.compile(r"^sluice run: exit (-?\d+); allowed (\d+) \(tier 0: (\d+), tier 1: (\d+), "
                      r"tier 2: (\d+), tier 3: (\d+)\), denied (\d+)(?:, reported (\d+))?, "
                      r"alerts (\d+)", re.M)
@@ -1806,16 +1807,28 @@ def test_a_signal_run_ignores_leaves_it_running(box, net, sig):
 
 
 def test_background_processes_die_with_the_command(box, net, tmp_path):
+    # A process the command started and left behind, one that would sleep
+    # for an hour, dies with the command: run returns once the command
+    # exited (not when the process would end: the guard below is far
+    # shorter than its sleep) and no process of the box is left on the host.
+    marker = "left-behind:%s" % tmp_path
     pol = box.policy(net.policy([]))
     code = r"""
-import subprocess
-p = subprocess.Popen(["/usr/bin/python3", "-c", "import time; time.sleep(60)"])
+import subprocess, sys
+p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)", sys.argv[1]])
 print('{"child": %d}' % p.pid)
 """
-    start = time.monotonic()
-    p = box.run(["--policy", pol], code, timeout=20)
-    assert p.returncode == 0
-    assert time.monotonic() - start < 15
+    try:
+        p = box.run(["--policy", pol], cmd=[PY, "-c", code, marker], timeout=HANG_GUARD_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail("run did not return within %d s of its command's end: it waited for the "
+                    "process the command left behind" % HANG_GUARD_S)
+    finally:
+        left = _processes_with_arg(os.path.realpath(PY), marker)
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+    assert p.returncode == 0, p.stderr
+    assert left == [], "the process the command left behind outlived run: %r" % left
     assert Box.out(p)["child"] >= 2  # a PID in the box's own namespace
 
 
@@ -3781,21 +3794,32 @@ def _uid_and_seccomp(pid):
 
 
 def _watch_gateway(box, args, marker):
-    """Runs a 3-second command under `run ARGS --agent MARKER`, watching
-    run's processes meanwhile; returns (the CompletedProcess, the gateway's
-    [real, effective, saved, fs uid], its seccomp mode, its nice value). The
-    gateway is the one process in SCHED_BATCH, leader of its own group. The
-    command prints its scheduling policy and nice value."""
+    """Runs a command under `run ARGS --agent MARKER` that waits (made the
+    file "started" in its working folder) until run's processes have been
+    watched (then the test makes "go"); returns (the CompletedProcess, the
+    gateway's [real, effective, saved, fs uid], its seccomp mode, its nice
+    value). The gateway is the one process in SCHED_BATCH, leader of its own
+    group: it takes that class just after it said it was ready, so it is
+    waited for. The command prints its scheduling policy and nice value."""
     code = ("import json, os, time; print(json.dumps({'sched': os.sched_getscheduler(0),"
-            " 'nice': os.nice(0)}), flush=True); time.sleep(3)")
+            " 'nice': os.nice(0)}), flush=True); open('started', 'w').close()\n"
+            "deadline = time.monotonic() + %d\n"
+            "while not os.path.exists('go') and time.monotonic() < deadline:\n"
+            "    time.sleep(0.02)\n" % HANG_GUARD_S)
+    started, go = os.path.join(box.workdir, "started"), os.path.join(box.workdir, "go")
+    for name in (started, go):  # an earlier call's
+        if os.path.exists(name):
+            os.unlink(name)
     result = {}
     th = threading.Thread(target=lambda: result.update(
-        p=box.run(list(args) + ["--agent", marker], code)))
+        p=box.run(list(args) + ["--agent", marker], code, timeout=2 * HANG_GUARD_S)))
     th.start()
     exe = os.path.realpath(box.bin)
     seen, uids, nices = {}, {}, {}
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and th.is_alive():
+
+    def watched():
+        if not os.path.exists(started):
+            return not th.is_alive()  # run ended before its command started
         for pid in _processes_with_arg(exe, marker):
             try:
                 seen[pid] = sched_and_pgid(pid)
@@ -3803,11 +3827,18 @@ def _watch_gateway(box, args, marker):
                 nices[pid] = int(proc_stat(pid)[19 - 3])
             except OSError:
                 pass
-        if any(pol_ == os.SCHED_BATCH for pol_, _ in seen.values()) and len(seen) >= 3:
-            break
-        time.sleep(0.05)
-    th.join(30)
+        return any(pol_ == os.SCHED_BATCH for pol_, _ in seen.values()) and len(seen) >= 3
+    try:
+        poll(watched, timeout=HANG_GUARD_S, interval=0.05,
+             what="run's command to start and its gateway to take SCHED_BATCH")
+    except AssertionError as e:
+        raise AssertionError("%s; run's processes seen (sched, pgid): %r" % (e, seen))
+    finally:
+        open(go, "w").close()
+        th.join(2 * HANG_GUARD_S)
+    assert "p" in result, "run did not end once its command was let go"
     p = result["p"]
+    assert os.path.exists(started), "the command never ran: %s" % p.stderr
     batch = [pid for pid, (pol_, pgid) in seen.items() if pol_ == os.SCHED_BATCH]
     assert len(batch) == 1, seen
     assert seen[batch[0]][1] == batch[0], "the batch process is not the gateway: %r" % seen
@@ -3993,7 +4024,8 @@ def test_hangup_reaches_the_command_when_run_leads_the_session(box, net):
     import fcntl
     import termios
     pol = box.policy(net.policy([]))
-    code = "import time\nprint('ready', flush=True)\ntime.sleep(20)\nprint('slept')\n"
+    # sleeps far longer than the guard below: ended only by the hangup
+    code = "import time\nprint('ready', flush=True)\ntime.sleep(3600)\nprint('slept')\n"
     master, slave = os.openpty()
 
     def ctty():
@@ -4006,17 +4038,19 @@ def test_hangup_reaches_the_command_when_run_leads_the_session(box, net):
     os.close(slave)
     try:
         _wait_ready(p)
-        start = time.monotonic()
         os.close(master)  # the terminal hangs up
         master = -1
-        out, err = p.communicate(timeout=30)
+        try:
+            out, err = p.communicate(timeout=HANG_GUARD_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail("run and its command still ran %d s after the terminal hung up" %
+                        HANG_GUARD_S)
     finally:
         if master >= 0:
             os.close(master)
         for pid in _session_members(p.pid):
             os.kill(pid, signal.SIGKILL)
         p.wait()
-    assert time.monotonic() - start < 10, err
     assert p.returncode == 128 + signal.SIGHUP, err
     assert "slept" not in out
     assert "sluice run: exit %d;" % (128 + signal.SIGHUP) in err
