@@ -146,6 +146,26 @@ static bool store_path_visible(sqlite3 *db)
            (errno != EACCES && errno != EPERM);
 }
 
+/* Writes <db>'s last error into <err> (STORE_WRITER_ERR bytes), shown
+ * safely (the store's own text can be in it: a constraint's name), and,
+ * where a system call failed, the system's error after it: SQLite says
+ * "disk I/O error" for a log past RLIMIT_FSIZE, a failing disk or a file
+ * system gone read-only alike, and only errno tells them apart. SQLite
+ * records errno for its connection on some paths only (not a COMMIT's
+ * write of the log), so <sys_errno>, errno as the failed call left it
+ * (cleared before the calls), stands in where it has none. */
+static void db_failure_into(sqlite3 *db, int sys_errno, char *err)
+{
+    text_shown_into(err, STORE_WRITER_ERR, sqlite3_errmsg(db));
+    int code = sqlite3_errcode(db) & 0xff, sys = sqlite3_system_errno(db);
+    if (sys == 0)
+        sys = sys_errno;
+    size_t n = strlen(err);
+    /* only these two codes come from a system call's failure */
+    if ((code == SQLITE_IOERR || code == SQLITE_CANTOPEN) && sys != 0 && n < STORE_WRITER_ERR)
+        snprintf(err + n, STORE_WRITER_ERR - n, " (%s)", strerror(sys));
+}
+
 /* Commits <w>'s batch in one transaction, on the thread. On failure SQLite's
  * error goes to <err>. */
 static enum store_commit commit_batch(struct store_writer *w, char *err)
@@ -168,6 +188,7 @@ static enum store_commit commit_batch(struct store_writer *w, char *err)
                  "its writes would reach no file a restart reads (put it back, or restart)");
         return STORE_FAILED;
     }
+    errno = 0; /* what a failed write of the log leaves is its own (db_failure_into()) */
     if (sqlite3_exec(w->t.db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
         rc = STORE_LOCKED;
         goto out;
@@ -180,8 +201,7 @@ static enum store_commit commit_batch(struct store_writer *w, char *err)
         rc = STORE_FAILED;
 out:
     if (rc != STORE_COMMITTED) {
-        /* the store's own text can be in it (a constraint's name) */
-        text_shown_into(err, STORE_WRITER_ERR, sqlite3_errmsg(w->t.db));
+        db_failure_into(w->t.db, errno, err); /* before the rollback, which may clear it */
         sqlite3_exec(w->t.db, "ROLLBACK", NULL, NULL, NULL);
     }
     for (size_t i = 0; i < sizeof(cache) / sizeof(cache[0]); i++)
@@ -239,6 +259,7 @@ static int read_rows(struct store_read *r, sqlite3_stmt *st)
 static void run_read(sqlite3 *db, struct store_read *r)
 {
     sqlite3_stmt *rows = NULL, *count = NULL;
+    errno = 0; /* a failed read's own, for db_failure_into() */
     int rc = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_prepare_v2(db,
@@ -257,9 +278,10 @@ static void run_read(sqlite3 *db, struct store_read *r)
     if (rc == SQLITE_DONE && (rc = sqlite3_step(count)) == SQLITE_ROW)
         r->count = sqlite3_column_int64(count, 0);
     r->rc = rc == SQLITE_ROW ? 0 : -1;
-    if (r->rc < 0)
-        text_shown_into(r->err, STORE_WRITER_ERR,
-                        rc == SQLITE_NOMEM ? "out of memory" : sqlite3_errmsg(db));
+    if (r->rc < 0 && rc == SQLITE_NOMEM)
+        text_shown_into(r->err, STORE_WRITER_ERR, "out of memory");
+    else if (r->rc < 0)
+        db_failure_into(db, errno, r->err);
     sqlite3_finalize(rows);
     sqlite3_finalize(count);
     sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);

@@ -39,6 +39,8 @@ static int counted_strcmp(const char *a, const char *b)
 
 #include "util/utf8.h"
 
+#include "stderr_capture.h"
+
 struct seen {
     int n;
     char text[4][64];
@@ -1060,6 +1062,50 @@ static void a_store_without_room_says_why(void **state)
     store_close(s);
 }
 
+/* A commit that fails in a system call says which (docs/SPEC.md: "where
+ * a system call failed, the message ends with the system's error after
+ * SQLite's"): a log past RLIMIT_FSIZE, as a full disk, was told as a bare
+ * "disk I/O error", which leaves the operator to guess. */
+static void a_commit_without_room_says_why(void **state)
+{
+    (void)state;
+    struct store *s = open_ok(dir);
+    assert_int_equal(store_put_contact(s, "a", "b", 1), 0);
+    assert_int_equal(flush(s), 0);
+    char wal[128];
+    snprintf(wal, sizeof(wal), "%s/sluice.db-wal", dir);
+    struct stat st;
+    assert_int_equal(stat(wal, &st), 0);
+    struct rlimit old, low;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    low = old;
+    low.rlim_cur = (rlim_t)st.st_size; /* the log cannot grow */
+    void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &low), 0);
+    static char host[20000];
+    memset(host, 'h', sizeof(host) - 1);
+    assert_int_equal(store_put_contact(s, "a", host, 2), 0);
+    char said[4096];
+    struct stderr_capture capture;
+    stderr_capture_begin(&capture);
+    int rc = flush(s);
+    stderr_capture_end(&capture, said, sizeof(said));
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, was);
+    assert_int_equal(rc, -1);
+    char want[128];
+    snprintf(want, sizeof(want), "cannot write: disk I/O error (%s)", strerror(EFBIG));
+    if (strstr(said, want) == NULL)
+        fail_msg("standard error said: %s", said);
+    /* room again: the kept write goes, once the backoff has run */
+    struct timespec pause = {1, 100 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    assert_int_equal(flush(s), 0);
+    struct seen seen = {0};
+    assert_int_equal(store_load_contacts(s, on_contact, &seen), 2);
+    store_close(s);
+}
+
 /* Whether the SQLite database at <path> has a table named <table>. */
 static bool has_table(const char *path, const char *table)
 {
@@ -1809,6 +1855,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_state_directory_reached_through_a_link_is_used, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_store_without_room_says_why, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_commit_without_room_says_why, setup, teardown),
         cmocka_unit_test_setup_teardown(over_the_cap_the_oldest_tenth_goes, setup, teardown),
         cmocka_unit_test_setup_teardown(over_the_bytes_cap_the_oldest_go, setup, teardown),
         cmocka_unit_test_setup_teardown(a_commit_failing_past_the_lock_backs_off, setup, teardown),
