@@ -175,7 +175,8 @@ __attribute__((format(printf, 1, 2))) static char *msg(const char *fmt, ...)
     return out;
 }
 
-#define SHOWN_MAX 1024 /* the store's text as standard error shows it */
+#define SHOWN_MAX         1024 /* the store's text as standard error shows it */
+#define QUICK_CHECK_SHOWN 256  /* of a failed quick_check's findings */
 
 /* SQLite's last error on <db>, for standard error, in <buf>: it can hold
  * text of the store's own (a constraint's name, a trigger's message), whose
@@ -357,8 +358,16 @@ static int open_db(const char *path, sqlite3 **db, char **why)
     }
     const unsigned char *res = sqlite3_column_text(st, 0);
     if (res == NULL || strcmp((const char *)res, "ok") != 0) {
-        rc = SQLITE_CORRUPT;
-        goto err;
+        /* What the check found is the reason (SQLite's message now says
+         * only that a row came): its first finding, which names the
+         * page; its lines may be many, so at most QUICK_CHECK_SHOWN. */
+        char shown[QUICK_CHECK_SHOWN];
+        text_shown_into(shown, sizeof(shown), res != NULL ? (const char *)res : "no result");
+        *why = msg("PRAGMA quick_check: %s", shown);
+        sqlite3_finalize(st);
+        sqlite3_close(*db);
+        *db = NULL;
+        return SQLITE_CORRUPT;
     }
     sqlite3_finalize(st);
     st = NULL;
