@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 char *db_thread_failed(const char *what, const char *why)
 {
@@ -33,7 +34,13 @@ int db_thread_start(struct db_thread *t, const char *path, const char *sql, void
         goto fail;
     }
     pthread_mutex_init(&t->mu, NULL);
-    pthread_cond_init(&t->cond, NULL);
+    /* Timed waits on it (the stop's wait for the writer) go by the
+     * monotonic clock: a step of the wall clock must not stretch them. */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&t->cond, &ca);
+    pthread_condattr_destroy(&ca);
     int e = quiet_thread_create(&t->thread, fn, arg);
     if (e != 0) {
         snprintf(doing, sizeof(doing), "%s: cannot start a thread", what);

@@ -455,20 +455,16 @@ bool store_writer_read_done(struct store_writer *w, struct store_read **r)
     return done;
 }
 
-/* <ms> on CLOCK_MONOTONIC (the condition's clock is CLOCK_REALTIME: the
- * wait is converted, and a clock step shortens or stretches it once). */
+/* CLOCK_MONOTONIC's <deadline_ms> as the condition's clock takes it (its
+ * own: db_thread_start()). Converted to the wall clock, the wait was
+ * stretched by a step back of that clock during it (a stop held an hour
+ * more by an hour's step). */
 static struct timespec deadline_of(int64_t deadline_ms)
 {
-    struct timespec mono, real;
-    clock_gettime(CLOCK_MONOTONIC, &mono);
-    clock_gettime(CLOCK_REALTIME, &real);
-    int64_t left = deadline_ms - ((int64_t)mono.tv_sec * 1000 + mono.tv_nsec / 1000000);
-    if (left < 0)
-        left = 0;
-    int64_t ns = real.tv_nsec + (left % 1000) * 1000000;
-    real.tv_sec += (time_t)(left / 1000 + ns / 1000000000);
-    real.tv_nsec = (long)(ns % 1000000000);
-    return real;
+    if (deadline_ms < 0)
+        deadline_ms = 0;
+    return (struct timespec){.tv_sec = (time_t)(deadline_ms / 1000),
+                             .tv_nsec = (long)(deadline_ms % 1000) * 1000000};
 }
 
 /* Waits while the thread holds the batch (<read> false) or runs the read

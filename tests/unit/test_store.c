@@ -164,6 +164,21 @@ int fdatasync(int fd)
     return (int)syscall(SYS_fdatasync, fd);
 }
 
+/* The wall clock as the code under test reads it: <realtime_ahead_s>
+ * ahead of the kernel's, as after the wall clock was stepped back that far
+ * once a deadline was reckoned on it (NTP, date -s): a wait the kernel
+ * times on the wall clock then lasts that much longer. The system's clock
+ * is the machine's, not a test's to step. */
+static atomic_llong realtime_ahead_s;
+
+int clock_gettime(clockid_t clock, struct timespec *ts)
+{
+    int rc = (int)syscall(SYS_clock_gettime, clock, ts);
+    if (rc == 0 && clock == CLOCK_REALTIME)
+        ts->tv_sec += (time_t)atomic_load(&realtime_ahead_s);
+    return rc;
+}
+
 /* The log's writes (SQLite's pwrite64 on sluice.db-wal): counted when the
  * test's own thread (the event loop's, in the gateway) makes one, and held
  * while the gate is closed when another thread does, as a file system that
@@ -1780,6 +1795,32 @@ static void a_writer_stuck_at_the_stop_is_reported(void **state)
     gate_open(); /* the abandoned writer ends its commit and its thread */
 }
 
+/* The stop's wait for a writer stuck in the file system is timed on the
+ * monotonic clock: timed on the wall clock, a step back of the wall clock
+ * during the wait stretched it by the step (an hour's step, an hour more
+ * before the stop gave up on the writer, where it gives up after 2000 ms
+ * without a statement). Here the wall clock stands 20 s off. */
+static void a_wall_clock_step_does_not_stretch_the_writers_wait(void **state)
+{
+    (void)state;
+    struct store *s = open_ok(dir);
+    assert_int_equal(store_put_contact(s, "a", "b", 1), 0);
+    gate_close();
+    store_flush(s);
+    gate_wait_held();
+    atomic_store(&realtime_ahead_s, 20);
+    uint64_t t0 = monotonic_ms();
+    bool ended = store_writer_wait(s->writer, (int64_t)monotonic_ms() + 300);
+    uint64_t waited = monotonic_ms() - t0;
+    atomic_store(&realtime_ahead_s, 0);
+    gate_open();
+    assert_false(ended); /* the commit is still held */
+    if (waited >= 5000)
+        fail_msg("a wait of 300 ms took %llu ms", (unsigned long long)waited);
+    assert_int_equal(flush(s), 0);
+    store_close(s);
+}
+
 /* While the store is locked, a counter or baseline written twice waits as
  * one write, which commits the last value. */
 static void coalescing_while_locked(void **state)
@@ -1918,6 +1959,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(a_batch_back_from_the_writer_keeps_its_place, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_writer_stuck_at_the_stop_is_reported, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_wall_clock_step_does_not_stretch_the_writers_wait, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(coalescing_while_locked, setup, teardown),
         cmocka_unit_test_setup_teardown(coalesced_writes_find_theirs_at_once, setup, teardown),
     };
