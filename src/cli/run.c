@@ -1646,7 +1646,10 @@ const struct command cmd_run = {
             "links.\n"
             "Options end at -- or at the first argument that is not one: the rest is the\n"
             "command's, untouched (sluice run --policy p.yaml curl -x URL gives curl -x).\n"
-            "Exit status: the command's (128+N when killed by signal N), 2 when the box\n"
-            "cannot be built.\n",
+            "Exit status: the command's (128+N when killed by signal N; 127 when it is not\n"
+            "found, 126 when it cannot be executed); 1 when it exits 0 but its standard\n"
+            "input, output or error, a file run copies through a pipe, was cut short (a\n"
+            "read or write failed, or the pipe, held open outside the box, was closed 2 s\n"
+            "after the command ended); 2 on a usage error or when the box cannot be built.\n",
     .main = run_main,
 };

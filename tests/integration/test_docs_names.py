@@ -267,3 +267,33 @@ def test_numeric_option_ranges_in_usage_errors_are_those_docs_give(sluice_bin, t
         bounds = r"(?<![\d-])%s(?:-| to )%s(?!\d)" % (re.escape(low), re.escape(high))
         said = [s for s in sentences if "`%s" % opt in s and re.search(bounds, s)]
         assert said, "docs/SPEC.md gives no range %s-%s for %s %s" % (low, high, command, opt)
+
+
+def statuses(s):
+    """The exit statuses <s> gives, each a figure before `when` or `on`,
+    or after `exit` (`128+N when killed`, `1 when`, `exit 2`)."""
+    found = re.findall(r"(?<![\w+])(\d+(?:\+N)?) (?:when|on)\b|\bexit (\d+)", s)
+    return {when or after_exit for when, after_exit in found}
+
+
+def test_run_help_gives_every_exit_status_docs_give(sluice_bin):
+    """Each exit status docs/SPEC.md gives `run` (the command's own, 128+N
+    for a signal, 127 and 126 as a shell, 1 for a command that exited 0 on
+    standard streams cut short, 2 for a usage error or a box not built) is
+    in the Exit status of `sluice run --help`, and that says no other: a
+    script that tells a failed copy from the command's own failure reads
+    there what it may meet."""
+    spec = " ".join(text("docs", "SPEC.md").split())
+    codes = spec.split("- Exit codes, every command: ", 1)[1].split(" - ", 1)[0]
+    # the statuses `run` adds to the command's own, in the parentheses of
+    # the Exit codes line and of the sentence on run's signals
+    adds = codes.split("then `run` returns the child's own status", 1)[1].split(");", 1)[0]
+    exits = spec.split("`run` exits with the command's status (", 1)[1].split("and prints", 1)[0]
+    usage = re.search(r"(\d) usage or configuration error", codes).group(1)
+    listed = statuses(adds) | statuses(exits) | {usage}
+    assert {"128+N", "127", "126", "1", "2"} <= listed, listed
+    r = subprocess.run([sluice_bin, "run", "--help"], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 0, r.stderr
+    assert "\nExit status: " in r.stdout, r.stdout
+    helped = statuses(" ".join(r.stdout.split("\nExit status: ", 1)[1].split()))
+    assert helped == listed, sorted(helped ^ listed)
