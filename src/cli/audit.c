@@ -181,10 +181,16 @@ static int mounts_parse_args(int argc, char **argv, struct mounts_args *a)
             a->pid = optarg;
             break;
         case 'm':
-            a->mountinfo = optarg;
-            break;
         case 'j':
-            a->justify = optarg;
+            /* `--justify "$F"` with F unset: a file that could not be
+             * read, ": No such file or directory", named neither */
+            if (optarg[0] == '\0')
+                return command_usage_error(self, "--%s needs a file, not an empty string",
+                                           c == 'm' ? "mountinfo" : "justify");
+            if (c == 'm')
+                a->mountinfo = optarg;
+            else
+                a->justify = optarg;
             break;
         case 'f':
             if (strcmp(optarg, "json") == 0)

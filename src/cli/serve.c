@@ -37,6 +37,7 @@
 #include "util/std_fds.h"
 #include "util/text_json.h"
 #include "util/units.h"
+#include "watch/admin.h"
 
 #define SERVE_MAX_LISTENS 32
 
@@ -84,12 +85,12 @@ static bool listen_given(const struct serve_args *a, const struct listen_addr *l
     return false;
 }
 
-/* The usage error "--listen ADDR: WHY", <addr> shown \ooo (text_shown()),
- * as other commands show what they refuse. */
-static int listen_error(const char *addr, const char *why)
+/* The usage error "OPT ADDR: WHY" (--listen, --admin), <addr> shown \ooo
+ * (text_shown()), as other commands show what they refuse. */
+static int addr_error(const char *opt, const char *addr, const char *why)
 {
     char *shown = text_shown(addr);
-    int rc = command_usage_error(&cmd_serve, "--listen %s: %s", shown, why);
+    int rc = command_usage_error(&cmd_serve, "%s %s: %s", opt, shown, why);
     free(shown);
     return rc;
 }
@@ -135,9 +136,9 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
                 return command_usage_error(&cmd_serve, "--listen: at most %d addresses",
                                            SERVE_MAX_LISTENS);
             if (listen_addr_parse(optarg, &a->listens[a->nlistens], &why) < 0)
-                return listen_error(optarg, why);
+                return addr_error("--listen", optarg, why);
             if (listen_given(a, &a->listens[a->nlistens]))
-                return listen_error(optarg, "given twice");
+                return addr_error("--listen", optarg, "given twice");
             a->nlistens++;
             break;
         case 'L':
@@ -153,6 +154,10 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
                 a->alerts = optarg;
             break;
         case 'A':
+            /* refused now, as the other values are, not once the policy
+             * is loaded and the admin server is made */
+            if ((why = admin_addr_refused(optarg)) != NULL)
+                return addr_error("--admin", optarg, why);
             a->admin = optarg;
             break;
         case 's':

@@ -554,6 +554,8 @@ static void on_accept_error(struct evconnlistener *lev, void *arg)
                 a->addr, evutil_socket_error_to_string(err), ADMIN_BACKOFF_MS);
 }
 
+#define ADMIN_ADDR_EXPECTED "expected PORT, IP:PORT or [V6]:PORT (a literal address)"
+
 /* "PORT", ":PORT", "HOST:PORT", "[V6]:PORT" -> host and port; <*v6_only>
  * when the host was in brackets. The gateway reads the same address again
  * as a listen address, to refuse requests to it (self_request:
@@ -605,34 +607,60 @@ static bool is_loopback(const char *host)
     return strcmp(host, "localhost") == 0;
 }
 
+/* <addr> read into <ss> (<sslen> bytes), <host> and <port>; NULL, or why
+ * it is refused. */
+static const char *read_addr(const char *addr, struct sockaddr_storage *ss, socklen_t *sslen,
+                             char *host, size_t hostlen, uint16_t *port)
+{
+    struct sockaddr_in *in4 = (struct sockaddr_in *)(void *)ss;
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)(void *)ss;
+    memset(ss, 0, sizeof(*ss));
+    bool v6_only;
+    if (parse_addr(addr, host, hostlen, port, &v6_only) < 0)
+        return ADMIN_ADDR_EXPECTED;
+    /* A port the kernel picks is told nowhere, so nothing could scrape it,
+     * and the gateway could not refuse requests to it (self_request). */
+    if (*port == 0)
+        return "port 0 is not allowed: name the port to serve on";
+    if (!v6_only && inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
+        in4->sin_family = AF_INET;
+        in4->sin_port = htons(*port);
+        *sslen = sizeof(*in4);
+        return NULL;
+    }
+    if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons(*port);
+        *sslen = sizeof(*in6);
+        return NULL;
+    }
+    return ADMIN_ADDR_EXPECTED;
+}
+
+const char *admin_addr_refused(const char *addr)
+{
+    char host[256];
+    uint16_t port;
+    struct sockaddr_storage ss;
+    socklen_t sslen;
+    return read_addr(addr, &ss, &sslen, host, sizeof(host), &port);
+}
+
 struct admin *admin_new(struct event_base *base, const char *addr, struct metrics *m, char *err,
                         size_t errlen)
 {
     char host[256];
     uint16_t port;
     struct sockaddr_storage ss;
-    socklen_t sslen;
-    struct sockaddr_in *in4 = (struct sockaddr_in *)(void *)&ss;
-    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)(void *)&ss;
-    memset(&ss, 0, sizeof(ss));
-    bool v6_only;
-    if (parse_addr(addr, host, sizeof(host), &port, &v6_only) < 0) {
-        goto bad_addr;
-    } else if (port == 0) {
-        /* A port the kernel picks is told nowhere, so nothing could scrape
-         * it, and the gateway could not refuse requests to it (self_request). */
-        snprintf(err, errlen, "--admin %s: port 0 is not allowed: name the port to serve on", addr);
+    socklen_t sslen = 0;
+    const char *why = read_addr(addr, &ss, &sslen, host, sizeof(host), &port);
+    if (why != NULL) {
+        /* the operator's text, shown \ooo: one with a line end or an
+         * escape must not write lines of its own into standard error */
+        char shown[256];
+        text_shown_fit(shown, sizeof(shown), addr);
+        snprintf(err, errlen, "--admin %s: %s", shown, why);
         return NULL;
-    } else if (!v6_only && inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
-        in4->sin_family = AF_INET;
-        in4->sin_port = htons(port);
-        sslen = sizeof(*in4);
-    } else if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
-        in6->sin6_family = AF_INET6;
-        in6->sin6_port = htons(port);
-        sslen = sizeof(*in6);
-    } else {
-        goto bad_addr;
     }
     struct admin *a = calloc(1, sizeof(*a));
     if (a == NULL || (a->resume = evtimer_new(base, on_resume, a)) == NULL ||
@@ -665,15 +693,6 @@ struct admin *admin_new(struct event_base *base, const char *addr, struct metric
                 "sluice: warning: the admin server on %s is reachable from beyond this host\n",
                 addr);
     return a;
-
-bad_addr:;
-    /* the operator's text, shown \ooo: one with a line end or an escape
-     * must not write lines of its own into standard error */
-    char shown[256];
-    text_shown_fit(shown, sizeof(shown), addr);
-    snprintf(err, errlen, "--admin %s: expected PORT, IP:PORT or [V6]:PORT (a literal address)",
-             shown);
-    return NULL;
 }
 
 void admin_free(struct admin *a)

@@ -58,6 +58,9 @@ struct event_base;
 struct metrics;
 struct admin;
 
+/* NULL when admin_new() takes <addr> as an address, else why it does
+ * not: a value serve refuses as it parses its options. */
+const char *admin_addr_refused(const char *addr);
 /* Serves <m> on <addr>. Returns the server (free with admin_free), or NULL
  * with a message in <err> (a malformed address, one that cannot be bound,
  * no memory). */

@@ -1,0 +1,101 @@
+"""A bad value for an option of serve, run, check or audit is a usage error
+told one way for every option (docs/SPEC.md, Commands: exit 2, "a one-line
+message on standard error naming the file, line and field where one
+applies"): exit 2, nothing on standard output, and on standard error
+exactly two lines, the first naming the command, the option and the value
+as given (its control characters \\ooo), the second the command's usage.
+Nothing starts first: no policy is loaded, no box built, so no warning or
+other line comes before the error. Loopback only: a serve that took a bad
+value would listen on 127.0.0.1:0, and the timeout ends it."""
+
+import pytest
+
+POLICY = "version: 1\nrules:\n  - host: example.test\n    ports: [443]\n    tier: 0\n"
+
+# What comes around the option, each command's other arguments ({p}: a
+# policy that loads without a warning).
+AROUND = {
+    "serve": (["serve", "--policy", "{p}", "--listen", "127.0.0.1:0"], []),
+    "run": (["run", "--policy", "{p}"], ["--", "true"]),
+    "run-proxy": (["run"], ["--", "true"]),
+    "check": (["check", "{p}"], []),
+    "audit": (["audit", "mounts", "--mountinfo", "/proc/self/mountinfo"], []),
+    "audit-pid": (["audit", "mounts"], []),
+}
+
+# (where, option, bad value): each option that takes a value, with values
+# its parse refuses (malformed, out of range, empty, naming nothing).
+BAD = [
+    ("serve", "--policy", ""),
+    ("serve", "--listen", "garbage"),
+    ("serve", "--listen", "127.0.0.1:99999"),
+    ("serve", "--listen", ""),
+    ("serve", "--admin", "[127.0.0.1]:9128"),
+    ("serve", "--admin", "garbage"),
+    ("serve", "--admin", "localhost:9128"),
+    ("serve", "--admin", "0"),
+    ("serve", "--admin", "127.0.0.1:0"),
+    ("serve", "--admin", "x\n:0"),
+    ("serve", "--admin", ""),
+    ("serve", "--log", ""),
+    ("serve", "--alerts", ""),
+    ("serve", "--state", ""),
+    ("serve", "--max-conns", "0"),
+    ("serve", "--max-conns", "1000001"),
+    ("serve", "--grace", "x"),
+    ("serve", "--grace", "2h"),
+    ("serve", "--sched", "idle"),
+    ("serve", "--nice", "20"),
+    ("serve", "--user", "no-such-user-sluice"),
+    ("serve", "--user", ""),
+    ("run", "--policy", ""),
+    ("run-proxy", "--proxy", "x"),
+    ("run-proxy", "--proxy", ""),
+    ("run", "--agent", "CI-Bot"),
+    ("run", "--agent", ""),
+    ("run", "--ro", ""),
+    ("run", "--rw", ""),
+    ("run", "--hide", ""),
+    ("run", "--ro", "no-such-dir/x"),
+    ("run", "--log", ""),
+    ("run", "--log", "-"),
+    ("run", "--alerts", ""),
+    ("run", "--gateway-user", "no-such-user-sluice"),
+    ("run", "--gateway-user", ""),
+    ("run", "--tmp-size", "x"),
+    ("run", "--tmp-size", "0%"),
+    ("check", "--now", "x"),
+    ("check", "--now", "2026-02-30"),
+    ("check", "--warn-days", "3651"),
+    ("check", "--format", "yaml"),
+    ("audit-pid", "--pid", "x"),
+    ("audit-pid", "--pid", ""),
+    ("audit", "--format", "yaml"),
+    ("audit-pid", "--mountinfo", ""),
+    ("audit", "--justify", ""),
+]
+
+
+def shown(value):
+    """<value> as the usage errors show it: control characters, and the
+    backslash, as \\ooo."""
+    return "".join("\\%03o" % ord(c) if ord(c) < 0x20 or c in "\\\x7f" else c for c in value)
+
+
+@pytest.mark.parametrize("where, option, value", BAD,
+                         ids=["%s %s %r" % b for b in BAD])
+def test_a_bad_option_value_is_one_line_and_the_usage(run_sluice, tmp_path, where, option,
+                                                        value):
+    (tmp_path / "p.yaml").write_text(POLICY)
+    before, after = AROUND[where]
+    args = [a.replace("{p}", str(tmp_path / "p.yaml")) for a in before]
+    r = run_sluice(*(args + [option, value] + after), timeout=10)
+    command = args[0]
+    lines = r.stderr.split("\n")
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert r.stdout == "", r.stdout
+    assert len(lines) == 3 and lines[2] == "", r.stderr
+    assert lines[0].startswith("sluice %s: " % command), r.stderr
+    assert option in lines[0], r.stderr
+    assert shown(value) in lines[0], r.stderr
+    assert lines[1].startswith("usage: sluice %s " % command), r.stderr
