@@ -193,6 +193,7 @@ const struct command cmd_check = {
             "  - entries listed twice (deny, ranges, ports, methods, agents, sinks),\n"
             "    naming both lines\n"
             "  - rules that never decide (denied, outranked) or name undefined agents\n"
+            "  - owners that name a team or a group (@org/team: a '/'), not a person\n"
             "  - tokens short, shared, blank-edged, no secret, or unset (not --strict)\n"
             "  - ranges wider than they look: no prefix length, all of IPv4, the\n"
             "    metadata address, deny_ranges without default, cidr rules and pins\n"

@@ -844,6 +844,16 @@ static void rule_owner(struct load_ctx *c, const struct ynode *v, void *obj)
                  load_show(c, s));
         return;
     }
+    /* The contract's owner is "a person, not a team alias": a team signs
+     * for nothing when the grant is questioned. Only '/' is judged, GitHub's
+     * @org/team and a GitLab group's org/team: a person's name has none,
+     * where a handle (@chaysen), dots, quotes and hyphens are a person's
+     * too. A warning: a team still names someone to ask. */
+    if (strchr(s, '/') != NULL)
+        load_warn(c, v->line,
+                  "'%s' names a team or a group (it holds '/', as GitHub's @org/team does), "
+                  "not a person: name the person who signs for the rule",
+                  load_show(c, s));
     load_set_str(&r->owner, s);
 }
 

@@ -1400,6 +1400,9 @@ HELP_EXAMPLES = {
         ("warning", _V + "rules:\n  - host: a.example.com\n    methods: [POST]\n    tier: 3\n    owner: alice\n    expires: 2026-12-31\n  - host: a.example.com\n    methods: [POST]\n    tier: 0\n    agents: [ci]\n", "this tier-3 grant does not decide"),
         ("warning", _rule("    agents: [ghost]\n"), "agent 'ghost' is not defined in agents"),
     ],
+    "owners that name a team or a group (@org/team: a '/'), not a person": [
+        ("warning", _V + "rules:\n  - host: a.example.com\n    tier: 3\n    owner: \"@acme/platform\"\n    expires: 2026-12-31\n", "names a team or a group"),
+    ],
     "tokens short, shared, blank-edged, no secret, or unset (not --strict)": [
         ("warning", _V + "agents:\n  - id: ci\n    sources: [127.0.0.1/32]\n    token: env:SLUICE_TEST_SHORT\n" + _R, "holds a secret shorter than 16 bytes"),
         ("warning", _V + "agents:\n  - id: ci\n    sources: [127.0.0.1/32]\n    token: env:SLUICE_TEST_TOKEN\n  - id: cd\n    sources: [127.0.0.2/32]\n    token: env:SLUICE_TEST_TOKEN\n" + _R, "the same secret as agents[0]"),

@@ -922,6 +922,37 @@ static void test_owner_blank_edges_refused(void **state)
     policy_free(p);
 }
 
+/* An owner that holds '/' names a team, not a person: GitHub's
+ * "@org/team", a GitLab group "org/team". A warning, not an error: the
+ * contract only requires someone to be named. A user handle ("@chaysen")
+ * and a name with other marks ("O'Brien", "Anne-Marie") are a person's. */
+static void test_owner_team_warned(void **state)
+{
+    (void)state;
+#define TEAM(owner)                                                                                \
+    V "rules:\n  - {host: a.example.test, tier: 3, expires: 2027-01-01,\n     owner: \"" owner     \
+      "\"}\n",                                                                                     \
+        "p.yaml:4: rules[0].owner: '" owner "' names a team or a group (it holds '/', as "         \
+        "GitHub's @org/team does), not a person: name the person who signs for the rule"
+    expect_warning(TEAM("@acme/platform"));
+    expect_warning(TEAM("acme/platform"));
+    expect_warning(TEAM("@acme/"));
+#undef TEAM
+    struct policy *p =
+        expect_clean(V "rules:\n  - {host: a.example.test, tier: 0, owner: \"@chaysen\"}\n"
+                       "  - {host: b.example.test, tier: 0, owner: \"O'Brien\"}\n"
+                       "  - {host: c.example.test, tier: 0, owner: \"Anne-Marie Dupont\"}\n");
+    assert_string_equal(p->rules[0].owner, "@chaysen");
+    policy_free(p);
+    /* the warning keeps the rule: a team still names someone to ask */
+    struct diag d;
+    p = load(V "rules:\n  - {host: a.example.test, tier: 0, owner: \"@acme/platform\"}\n", &d);
+    assert_non_null(p);
+    assert_string_equal(p->rules[0].owner, "@acme/platform");
+    policy_free(p);
+    diag_free(&d);
+}
+
 static void test_rule_agents_sorted(void **state)
 {
     (void)state;
@@ -3197,6 +3228,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec_example),
         cmocka_unit_test(test_owner_blank_edges_refused),
+        cmocka_unit_test(test_owner_team_warned),
         cmocka_unit_test(test_repeated_list_entries_warned),
         cmocka_unit_test(test_repeated_deny_scale),
         cmocka_unit_test(test_yaml_words_are_not_names),
