@@ -22,6 +22,7 @@
 #include "policy/host.h"
 #include "policy/index.h"
 #include "policy/policy.h"
+#include "util/env.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -184,6 +185,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     /* lets seeds with "token: env:SLUICE_FUZZ_TOKEN" load */
     setenv("SLUICE_FUZZ_TOKEN", "fuzz-secret", 0);
+    env_tz_pin(); /* as sluice's main(): else no off-hours zone converts (util/env.h) */
     /* A bound on YAML's line count: LF, CR, and the last bytes of NEL,
      * U+2028 and U+2029 in UTF-8 each end a line at most; none for the
      * UTF-16 libyaml reads after a byte order mark. */

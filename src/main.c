@@ -8,6 +8,7 @@
 #include <event2/event.h>
 
 #include "cli/commands.h"
+#include "util/env.h"
 #include "util/std_fds.h"
 #include "util/text_json.h"
 
@@ -36,6 +37,10 @@ int main(int argc, char **argv)
     event_set_mem_functions(malloc, realloc, free);
     if (std_fds_ensure() < 0)
         return EXIT_USAGE; /* no /dev/null, and perhaps no standard error to say so */
+    /* Before any thread: an off-hours zone's conversion then only replaces
+     * TZ's value, never adds it under a thread reading the environment
+     * (util/env.h). */
+    env_tz_pin();
     if (argc < 2) {
         commands_print_help(stderr);
         return EXIT_USAGE;

@@ -833,9 +833,11 @@ static char **make_env(char *const *hidden, size_t nhidden)
     if (env == NULL)
         return NULL;
     size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (!is_proxy_var(environ[i]) && !is_named_var(environ[i], hidden, nhidden))
-            env[k++] = environ[i];
+    for (size_t i = 0; i < n; i++) {
+        char *kv = env_child_entry(environ[i]); /* TZ as the operator gave it */
+        if (kv != NULL && !is_proxy_var(kv) && !is_named_var(kv, hidden, nhidden))
+            env[k++] = kv;
+    }
     for (size_t i = 0; i < nadd; i++)
         env[k++] = add[i];
     env[k] = NULL;

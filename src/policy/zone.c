@@ -3,7 +3,6 @@
 
 #include <stdbool.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "policy/model.h"
@@ -17,19 +16,24 @@ int zone_localtime_file(const char *path, time_t t, struct tm *tm)
     char zone[4096];
     if (snprintf(zone, sizeof(zone), ":%s", path) >= (int)sizeof(zone))
         return gmtime_r(&t, tm) != NULL ? 1 : -1;
+    /* Only TZ's value changes (env.h): another thread may be reading the
+     * environment without the lock. Unpinned (no env_tz_pin() at start-up),
+     * TZ is not changed at all, and the time is UTC's, as for a file glibc
+     * cannot read: said by the loader and the detector, never silent. */
     env_lock();
-    const char *old = getenv("TZ");
-    char *saved = old != NULL ? strdup(old) : NULL;
-    setenv("TZ", zone, 1);
-    tzset();
-    bool ok = localtime_r(&t, tm) != NULL;
-    if (saved != NULL)
-        setenv("TZ", saved, 1);
-    else
-        unsetenv("TZ");
-    tzset();
+    bool set = env_tz_set(zone) == 0;
+    bool ok = true;
+    if (set) {
+        tzset();
+        ok = localtime_r(&t, tm) != NULL;
+        /* can fail (memory) only the first time: glibc keeps every value it
+         * made; and no child sees TZ's value at any moment (env.h) */
+        (void)env_tz_set(NULL);
+        tzset();
+    }
     env_unlock();
-    free(saved);
+    if (!set)
+        return gmtime_r(&t, tm) != NULL ? 1 : -1;
     if (!ok)
         return -1;
     /* glibc's fallback for a file it could not read: UTC without a name

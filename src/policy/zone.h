@@ -2,7 +2,9 @@
  * its compiled file under POLICY_ZONEINFO_DIR.
  *
  * glibc has one time zone per process, set through TZ: each conversion
- * sets it (under env_lock()), converts, and puts the caller's back. A file
+ * sets it (under env_lock()), converts, and puts the caller's back, only
+ * ever replacing TZ's value, which env_tz_pin() made present at start-up
+ * (util/env.h: threads read the environment without the lock). A file
  * glibc cannot read (gone since the policy loaded, as a tzdata upgrade
  * that drops a legacy name does, or cut short) is not an error to glibc:
  * it goes by UTC without a word. zone_localtime_file() tells that apart
@@ -18,7 +20,8 @@
 
 /* Fills <tm> with <t> in the zone of the file <path> (an absolute path).
  * Returns 0; 1 when the C library could not read the file as a zone (<tm>
- * then holds <t> in UTC, as the library took it); -1 when <t> cannot be
+ * then holds <t> in UTC, as the library took it; also when TZ was not
+ * pinned by env_tz_pin(), which it never adds); -1 when <t> cannot be
  * converted at all (a year past int's). */
 int zone_localtime_file(const char *path, time_t t, struct tm *tm);
 

@@ -18,6 +18,7 @@
 
 #include <event2/event.h>
 
+#include "util/env.h"
 #include "util/priority.h"
 #include "util/quiet_thread.h"
 #include "util/stderr_relay.h"
@@ -246,11 +247,12 @@ static bool env_hidden(const struct exec_runner *r, const char *kv)
     return false;
 }
 
-/* The gateway's environment without the hidden variables, for one spawn:
- * the array is the caller's to free, its strings are environ's (the loop,
- * which makes the array, is what sets TZ; and glibc frees no string a
- * setenv() replaces, so the spawner thread may read them after). NULL
- * when out of memory. */
+/* The gateway's environment without the hidden variables, and with TZ as
+ * the operator gave it (env_child_entry()), for one spawn: the array is the
+ * caller's to free, its strings are environ's or env.c's (a conversion on
+ * another thread only replaces TZ's value, never moving environ's array,
+ * and glibc frees no string a setenv() replaces, so the spawner thread may
+ * read them after). NULL when out of memory. */
 static char **child_env(const struct exec_runner *r)
 {
     size_t n = 0, k = 0;
@@ -259,9 +261,11 @@ static char **child_env(const struct exec_runner *r)
     char **env = calloc(n + 1, sizeof(*env));
     if (env == NULL)
         return NULL;
-    for (size_t i = 0; i < n; i++)
-        if (!env_hidden(r, environ[i]))
-            env[k++] = environ[i];
+    for (size_t i = 0; i < n; i++) {
+        char *kv = env_child_entry(environ[i]);
+        if (kv != NULL && !env_hidden(r, kv))
+            env[k++] = kv;
+    }
     return env;
 }
 

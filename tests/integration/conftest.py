@@ -350,6 +350,7 @@ class Gateway:
         self.cmd = cmd
         full_env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
         full_env.update(env or {})
+        full_env = {k: v for k, v in full_env.items() if v is not None}  # None: unset
         self._err = open(self.stderr_path, "wb")
         self._out = open(self.stdout_path, "wb")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._out,

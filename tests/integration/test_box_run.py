@@ -69,7 +69,7 @@ print(json.dumps(out))
 def _clean_env(extra=None):
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
     env.update(extra or {})
-    return env
+    return {k: v for k, v in env.items() if v is not None}  # None: unset
 
 
 class Box:
@@ -328,6 +328,18 @@ def test_proxy_environment(box, net):
                  "npm_config_noproxy": "", "YARN_HTTP_PROXY": relay, "YARN_HTTPS_PROXY": relay,
                  "PIP_PROXY": relay, "CARGO_HTTP_PROXY": relay,
                  "NPM_CONFIG_PROXY": None, "pip_proxy": None}
+
+
+@pytest.mark.parametrize("tz", [None, "Asia/Tokyo", ""])
+def test_command_environment_holds_tz_as_given(box, net, tz):
+    """run keeps TZ in its environment from the start, for the off-hours
+    zone's conversions (util/env.h): the command still gets TZ as run was
+    given it, none when it was unset."""
+    pol = box.policy(net.policy([], alerts={"off_hours": {"tz": "Europe/Berlin",
+                                                          "hours": "08:00-19:00"}}))
+    code = "import json, os; print(json.dumps({'TZ': os.environ.get('TZ')}))"
+    o = Box.out(box.run(["--policy", pol], code, env={"TZ": tz}))
+    assert o == {"TZ": tz}
 
 
 def test_inherited_descriptors_closed(box, net):

@@ -162,6 +162,25 @@ def test_exec_sink_environment_holds_no_token_a_reload_dropped(gateway, net, tmp
         assert not [v for v in env if "-secret" in v], env
 
 
+@pytest.mark.parametrize("tz", [None, "Asia/Tokyo", ""])
+def test_exec_sink_environment_holds_tz_as_given(gateway, net, tmp_path, tz):
+    """An off-hours zone is converted by setting TZ for the moment, and
+    sluice keeps TZ in its environment from the start (so that a conversion
+    replaces its value, never adds or removes the variable under a thread
+    reading the environment): an alert program still gets TZ as sluice was
+    given it, none when it was unset, never the zone or the stand-in."""
+    seen = tmp_path / "env.txt"
+    prog, out = recording_program(tmp_path, "env > %s" % seen)
+    alerts = {"sinks": [{"exec": prog}],
+              "off_hours": {"tz": "Europe/Berlin", "hours": "00:00-24:00", "days": "Mon-Sun"}}
+    gw = gateway(net.policy(rules(net), alerts=alerts), env={"TZ": tz},
+                 args=["--alerts", str(tmp_path / "alerts.jsonl")])
+    assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
+    poll(lambda: recorded(out) or None, timeout=10, what="the exec sink's output")
+    env = [v for v in seen.read_text().splitlines() if v.startswith("TZ=")]
+    assert env == ([] if tz is None else ["TZ=" + tz]), env
+
+
 def test_exec_sink_inherits_no_descriptor_but_its_stdio(gateway, net, tmp_path):
     # a webhook's connection stays open between alerts (libevent opens it
     # without close-on-exec): an alert program started meanwhile must not

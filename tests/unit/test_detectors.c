@@ -16,6 +16,7 @@
 
 #include "policy/zone.h"
 #include "state/store.h"
+#include "util/env.h"
 #include "util/units.h"
 #include "util/zalloc.h"
 #include "watch/detectors.h"
@@ -1673,6 +1674,8 @@ static void severities_follow_the_spec(void **state)
 
 int main(void)
 {
+    /* as sluice's main(): off-hours zones are converted only so (util/env.h) */
+    env_tz_pin();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(write_burst_threshold_and_fold, setup, teardown),
         cmocka_unit_test_setup_teardown(denied_burst_and_upload, setup, teardown),

@@ -21,6 +21,7 @@
 
 #include "policy/index.h"
 #include "policy/policy.h"
+#include "util/env.h"
 #include "util/units.h"
 
 #define FILE_NAME "p.yaml"
@@ -3225,6 +3226,8 @@ static void test_stop_waits_for_a_parse_under_way(void **state)
 
 int main(void)
 {
+    /* as sluice's main(): off-hours zones are converted only so (util/env.h) */
+    env_tz_pin();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec_example),
         cmocka_unit_test(test_owner_blank_edges_refused),
