@@ -7,7 +7,16 @@
  *            takes the place of the one seen longest ago;
  *   busy     agents new to the full table while all but one of the
  *            tracked agents are busy (seen before the idle one), each
- *            taking the idle one's place.
+ *            taking the idle one's place;
+ *   busy1s   write_burst over 1 s (a threshold without per): a table of
+ *            4096 agents that each write at least once a second, so none
+ *            is ever idle, and an agent new to it every millisecond,
+ *            which finds no place, for 2 s; its figure is the new agents'
+ *            events alone (the tracked agents' five a millisecond are
+ *            fed, not timed), with the agents examined per new agent
+ *            (probes_per_event, every event counted) and the dearest
+ *            new agent's event after the first 100 ms (max_ns; the first
+ *            examines the whole table, whatever the way).
  * One line per mix: "detectors agents=4096 mix=M ns_per_event=X".
  * Then the metrics' counters (metrics_on_event()) with METRICS_AGENTS_MAX
  * agents counted: "metrics agents=4096 mix=tracked|past ns_per_event=X",
@@ -71,6 +80,50 @@ static void report(const char *what, const char *mix, double t0, long n)
 {
     printf("%s agents=%d mix=%s ns_per_event=%.0f\n", what, DETECT_AGENTS_MAX, mix,
            (now_ns() - t0) / (double)n);
+}
+
+#define BUSY1S_MS      2000 /* the mix's length, in milliseconds */
+#define BUSY1S_TRACKED 5    /* tracked agents' writes a millisecond: each once every 820 ms */
+
+/* The busy1s mix (see the head), on detectors of their own. */
+static int bench_busy1s(struct alert_bus *bus)
+{
+    struct policy p = {0};
+    p.alerts.present = true;
+    p.alerts.write_burst = (struct threshold){.set = true, .max = 1000000000, .per_ms = 1000};
+    struct detectors *d = detectors_new(bus, NULL);
+    if (d == NULL || detectors_configure(d, &p) != 0)
+        return 1;
+    char id[32];
+    for (int i = 0; i < DETECT_AGENTS_MAX; i++) {
+        snprintf(id, sizeof(id), "job-%d", i);
+        struct egress_event ev = event_of(id, "POST");
+        detectors_feed(d, &ev, T0 + i / BUSY1S_TRACKED);
+    }
+    int64_t t0 = T0 + DETECT_AGENTS_MAX / BUSY1S_TRACKED;
+    long next = 0;
+    double spent = 0, dearest = 0;
+    uint64_t probes = 0;
+    for (long ms = 0; ms < BUSY1S_MS; ms++) {
+        for (int k = 0; k < BUSY1S_TRACKED; k++, next++) {
+            snprintf(id, sizeof(id), "job-%ld", next % DETECT_AGENTS_MAX);
+            struct egress_event ev = event_of(id, "POST");
+            detectors_feed(d, &ev, t0 + ms);
+        }
+        snprintf(id, sizeof(id), "new-%ld", ms);
+        struct egress_event ev = event_of(id, "GET");
+        uint64_t before = detectors_agent_probes(d);
+        double t = now_ns();
+        detectors_feed(d, &ev, t0 + ms);
+        t = now_ns() - t;
+        probes += detectors_agent_probes(d) - before;
+        spent += t;
+        dearest = t > dearest && ms >= 100 ? t : dearest;
+    }
+    printf("detectors agents=%d mix=busy1s ns_per_event=%.0f probes_per_event=%.1f max_ns=%.0f\n",
+           DETECT_AGENTS_MAX, spent / BUSY1S_MS, (double)probes / BUSY1S_MS, dearest);
+    detectors_free(d);
+    return 0;
 }
 
 /* <n> events of agents PREFIX-0 .. PREFIX-(<of> - 1) in turn, to the metrics. */
@@ -141,7 +194,7 @@ int main(void)
     feed_new(d, "new", T0 + 120000, EVENTS / 10);
     report("detectors", "churn", t, EVENTS / 10);
     detectors_free(d);
-    if (alerts > 1000000)
+    if (bench_busy1s(&bus) != 0 || alerts > 1000000)
         return 1;
     return bench_metrics();
 }

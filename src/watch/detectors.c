@@ -12,6 +12,7 @@
 #include "state/store.h"
 #include "util/pos_index.h"
 #include "util/siphash.h"
+#include "util/slot_heap.h"
 #include "util/units.h"
 #include "util/zalloc.h"
 #include "watch/agent_hash.h"
@@ -63,6 +64,7 @@ struct agent_state {
     bool bl_dirty;
     uint64_t hash;       /* agent_hash() of the id (watch/agent_hash.h) */
     uint32_t prev, next; /* the list by last event: see agent_get() */
+    uint64_t seq;        /* its place in that list: later agents have larger ones */
 };
 
 /* An auth_failures source: an IPv4 address, an IPv6 /64 (a host commonly
@@ -86,8 +88,12 @@ struct detectors {
     struct pos_index agent_index;
     size_t agents_stale;         /* index entries of evicted agents */
     uint32_t lru_head, lru_tail; /* seen longest ago, seen last */
-    uint32_t evict_from;         /* the first agent not known busy: see agent_evict() */
-    int64_t busy_seen_ms, busy_until_ms;
+    uint64_t lru_seq;            /* the last agent_state.seq given */
+    uint32_t evict_from;         /* the first agent not examined: see agent_evict() */
+    int64_t busy_seen_ms;        /* the time of the last eviction */
+    /* agents before evict_from: busy ones by when they can first be idle,
+     * and those now idle by their place in the list */
+    struct slot_heap busy, idle;
     struct contact_set contacts;
     struct fold fold;
     /* auth_failures: the table of sources, indexed by a keyed hash of
@@ -180,12 +186,16 @@ static void baseline_roll(struct detectors *d, struct agent_state *a, int64_t no
  *
  * The agents are also kept in a list in the order they were last seen,
  * the one seen longest ago first, so that eviction takes the first of the
- * list whose windows are all empty. The busy agents it walks past (those
- * before evict_from) are skipped by the next evictions until a window
- * could empty: a window's sum only falls when its current tenth ends, so
- * none can empty before the end of the tenth each window was in when it
- * was found busy (busy_until_ms), unless the clock goes back or a reload
- * starts the windows afresh. */
+ * list whose windows are all empty. The list is examined once: the busy
+ * agents eviction walks past (those before evict_from) wait in d->busy
+ * until the time their windows can first all be empty (window_empty_at():
+ * counts only leave a window, and an event of the agent moves it to the
+ * list's end, out of the heaps), then in d->idle, by their place in the
+ * list, the first of which goes first. A walk of every busy agent each
+ * time a window's tenth ended cost a new agent, with windows of 1 s and
+ * a table of busy agents, 4096 agents examined every 100 ms. A reload
+ * that starts windows afresh, or a clock that goes back, starts the
+ * examination over. */
 #define AGENT_NONE UINT32_MAX
 
 static void agents_reindex(struct detectors *d)
@@ -200,7 +210,8 @@ static void agents_reindex(struct detectors *d)
 static void agents_busy_reset(struct detectors *d)
 {
     d->evict_from = d->lru_head;
-    d->busy_until_ms = INT64_MAX;
+    slot_heap_clear(&d->busy);
+    slot_heap_clear(&d->idle);
 }
 
 static void agent_unlink(struct detectors *d, struct agent_state *a)
@@ -208,6 +219,8 @@ static void agent_unlink(struct detectors *d, struct agent_state *a)
     uint32_t i = (uint32_t)(a - d->agents);
     if (d->evict_from == i)
         d->evict_from = a->next;
+    slot_heap_remove(&d->busy, i);
+    slot_heap_remove(&d->idle, i);
     if (a->prev != AGENT_NONE)
         d->agents[a->prev].next = a->next;
     else
@@ -224,6 +237,7 @@ static void agent_append(struct detectors *d, struct agent_state *a)
     uint32_t i = (uint32_t)(a - d->agents);
     a->prev = d->lru_tail;
     a->next = AGENT_NONE;
+    a->seq = ++d->lru_seq;
     if (d->lru_tail != AGENT_NONE)
         d->agents[d->lru_tail].next = i;
     else
@@ -233,20 +247,32 @@ static void agent_append(struct detectors *d, struct agent_state *a)
         d->evict_from = i;
 }
 
-/* The end of the tenth <w> is in at <now_ms>: its sum is the same until then. */
-static int64_t window_steady_until(const struct window *w, int64_t now_ms)
+/* When <a>'s windows, not all empty at <now_ms>, can first all be empty
+ * (after <now_ms>); INT64_MIN when they are all empty. */
+static int64_t agent_idle_at(const struct agent_state *a, int64_t now_ms)
 {
-    int64_t width = (int64_t)w->width_ms;
-    return (now_ms / width + 1) * width;
+    const struct window *ws[] = {&a->writes,   &a->uploads,  &a->denials, &a->contacts,
+                                 &a->hosts[0], &a->hosts[1], &a->hosts[2]};
+    _Static_assert(HOSTS_KINDS == 3, "every window of an agent in ws[]");
+    int64_t at = INT64_MIN;
+    for (size_t k = 0; k < sizeof(ws) / sizeof(ws[0]); k++) {
+        int64_t w = window_empty_at(ws[k], now_ms);
+        at = w > at ? w : at;
+    }
+    return at;
 }
 
-static bool agent_busy(const struct agent_state *a, int64_t now_ms)
+/* Examines agent <i> at <now_ms>: true when it is idle; else it waits in
+ * d->busy. */
+static bool agent_examine(struct detectors *d, uint32_t i, int64_t now_ms)
 {
-    for (int k = 0; k < HOSTS_KINDS; k++)
-        if (window_sum(&a->hosts[k], now_ms) != 0)
-            return true;
-    return window_sum(&a->writes, now_ms) != 0 || window_sum(&a->uploads, now_ms) != 0 ||
-           window_sum(&a->denials, now_ms) != 0 || window_sum(&a->contacts, now_ms) != 0;
+    d->agent_probes++;
+    int64_t at = agent_idle_at(&d->agents[i], now_ms);
+    if (at == INT64_MIN)
+        return true;
+    slot_heap_remove(&d->idle, i);
+    slot_heap_put(&d->busy, i, at);
+    return false;
 }
 
 /* At DETECT_AGENTS_MAX agents, the one seen longest ago whose windows are
@@ -256,26 +282,35 @@ static bool agent_busy(const struct agent_state *a, int64_t now_ms)
  * in use. */
 static struct agent_state *agent_evict(struct detectors *d, int64_t now_ms)
 {
-    if (now_ms < d->busy_seen_ms || now_ms >= d->busy_until_ms)
+    _Static_assert(DETECT_AGENTS_MAX <= SLOT_HEAP_MAX, "every agent fits the heaps");
+    if (now_ms < d->busy_seen_ms)
         agents_busy_reset(d);
     d->busy_seen_ms = now_ms;
     struct agent_state *v = NULL;
-    while (d->evict_from != AGENT_NONE) {
-        struct agent_state *a = &d->agents[d->evict_from];
-        d->agent_probes++;
-        if (!agent_busy(a, now_ms)) {
-            v = a;
+    uint32_t i;
+    int64_t key;
+    for (;;) {
+        /* the busy agents whose windows have emptied since */
+        while (slot_heap_top(&d->busy, &i, &key) && key <= now_ms) {
+            slot_heap_remove(&d->busy, i);
+            slot_heap_put(&d->idle, i, (int64_t)d->agents[i].seq);
+        }
+        /* an idle one of those comes before any agent not examined yet;
+         * one that held counts dated later (the clock went back) waits again */
+        if (slot_heap_top(&d->idle, &i, &key)) {
+            if (agent_examine(d, i, now_ms)) {
+                v = &d->agents[i];
+                break;
+            }
+            continue;
+        }
+        if ((i = d->evict_from) == AGENT_NONE)
+            break;
+        if (agent_examine(d, i, now_ms)) {
+            v = &d->agents[i];
             break;
         }
-        const struct window *ws[] = {&a->writes,   &a->uploads,  &a->denials, &a->contacts,
-                                     &a->hosts[0], &a->hosts[1], &a->hosts[2]};
-        _Static_assert(HOSTS_KINDS == 3, "every window of an agent in ws[]");
-        for (size_t k = 0; k < sizeof(ws) / sizeof(ws[0]); k++) {
-            int64_t until = window_steady_until(ws[k], now_ms);
-            if (until < d->busy_until_ms)
-                d->busy_until_ms = until;
-        }
-        d->evict_from = a->next;
+        d->evict_from = d->agents[i].next;
     }
     if (v == NULL)
         return NULL;
@@ -483,7 +518,6 @@ struct detectors *detectors_new(struct alert_bus *out, struct store *store)
     siphash_random_key(&d->source_hash_key, d);
     d->lru_head = d->lru_tail = d->evict_from = AGENT_NONE;
     d->busy_seen_ms = INT64_MIN;
-    d->busy_until_ms = INT64_MIN; /* the first eviction walks the list */
     window_init(&d->unix_clients.fails, d->cfg.auth_failures.per_ms);
     window_init(&d->overflow.fails, d->cfg.auth_failures.per_ms);
     d->sources_swept_ms = INT64_MIN;

@@ -40,6 +40,22 @@ uint64_t window_sum(const struct window *w, int64_t now_ms)
     return sum;
 }
 
+int64_t window_empty_at(const struct window *w, int64_t now_ms)
+{
+    if (window_sum(w, now_ms) == 0)
+        return INT64_MIN;
+    int64_t b = bucket_of(w, now_ms), newest = INT64_MIN, width = (int64_t)w->width_ms;
+    for (int i = 0; i < WINDOW_SLOTS; i++) {
+        int64_t e = w->epoch[i];
+        if (e < 0 || w->slot[i] == 0 || e <= b - WINDOW_SLOTS)
+            continue;
+        if (e > b) /* a count still to come in: the sum holds only this tenth */
+            return (b + 1) * width;
+        newest = e > newest ? e : newest;
+    }
+    return (newest + WINDOW_SLOTS) * width; /* the first tenth that leaves it out */
+}
+
 uint64_t window_add(struct window *w, int64_t now_ms, uint64_t n)
 {
     int64_t b = bucket_of(w, now_ms);

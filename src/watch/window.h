@@ -55,6 +55,12 @@ void window_init(struct window *w, uint64_t per_ms);
 uint64_t window_add(struct window *w, int64_t now_ms, uint64_t n);
 /* The sum over the window ending at <now_ms>. */
 uint64_t window_sum(const struct window *w, int64_t now_ms);
+/* When the sum, not 0 at <now_ms>, can first be 0 if nothing is added: the
+ * start of the tenth in which its newest count leaves it, or, when it holds
+ * counts dated after <now_ms> (the clock went back), the end of the
+ * current tenth, before which it cannot change. Always after <now_ms>;
+ * INT64_MIN when the sum is 0 at <now_ms>. */
+int64_t window_empty_at(const struct window *w, int64_t now_ms);
 
 struct fold_entry {
     enum alert_kind kind;

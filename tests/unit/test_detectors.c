@@ -1397,15 +1397,19 @@ static void agent_lookups_do_not_scan_the_table(void **state)
  * DETECT_AGENTS_MAX agents a new one takes the place of the agent seen
  * longest ago whose windows are all empty, or gets none. 30,000 events
  * of 5,000 agents, half from 300 busy ones, a quarter of the others
- * writes, the clock moving 1 to 80 ms an event, windows of 800 s, so that
- * most evictions pass over busy agents that empty later; the model's
- * agents and the detectors' are the same after each of the first 100
- * events and every 1000th. */
-static void eviction_matches_a_plain_model(void **state)
+ * writes, the clock moving <step> + 0 to <span> - 1 <div>ths of a ms an
+ * event (and, when <back_every> is not 0, 2 s back every <back_every>
+ * events), windows of <per_ms>; the model's agents and the detectors'
+ * are the same after each of the first 100 events and every 1000th. */
+struct model_clock {
+    unsigned step, span, div;
+    int back_every;
+};
+
+static void eviction_against_a_plain_model(struct fx *f, uint64_t per_ms, struct model_clock c)
 {
-    struct fx *f = *state;
     enum { POOL = 5000, HOT = 300, EVENTS = 30000 };
-    f->p.alerts.write_burst = (struct threshold){.set = true, .max = 1000000, .per_ms = 800000};
+    f->p.alerts.write_burst = (struct threshold){.set = true, .max = 1000000, .per_ms = per_ms};
     assert_int_equal(detectors_configure(f->d, &f->p), 0);
     struct model {
         bool tracked;
@@ -1416,7 +1420,7 @@ static void eviction_matches_a_plain_model(void **state)
     size_t n = 0;
     int skipped = 0, evictions = 0;
     unsigned r = 7;
-    int64_t t = T0;
+    int64_t t = T0, sub = 0;
     char id[32];
     for (int e = 0; e < EVENTS; e++) {
         r = r * 1103515245u + 12345u;
@@ -1424,7 +1428,10 @@ static void eviction_matches_a_plain_model(void **state)
         r = r * 1103515245u + 12345u;
         int k = (int)((r >> 8) % (hot ? HOT : POOL));
         r = r * 1103515245u + 12345u;
-        t += 1 + (r >> 8) % 80; /* no two at once: "seen longest ago" is one agent */
+        sub += c.step + (r >> 8) % c.span;
+        if (c.back_every != 0 && e % c.back_every == c.back_every - 1)
+            sub -= 2000 * (int64_t)c.div;
+        t = T0 + sub / c.div;
         bool write = hot || (r >> 20) % 4 == 0;
         if (!m[k].tracked && n == DETECT_AGENTS_MAX) {
             int v = -1;
@@ -1444,11 +1451,11 @@ static void eviction_matches_a_plain_model(void **state)
         }
         if (!m[k].tracked && n < DETECT_AGENTS_MAX) {
             m[k].tracked = true;
-            window_init(&m[k].w, 800000);
+            window_init(&m[k].w, per_ms);
             n++;
         }
         if (m[k].tracked) {
-            m[k].seen = t;
+            m[k].seen = e; /* the order of events, whatever the clock did */
             if (write)
                 window_add(&m[k].w, t, 1);
         }
@@ -1465,6 +1472,81 @@ static void eviction_matches_a_plain_model(void **state)
     print_message("evictions %d, past busy ones %d\n", evictions, skipped);
     assert_true(skipped > 100); /* the walk past busy agents was exercised */
     free(m);
+}
+
+/* Windows of 800 s, 1 to 80 ms an event: most evictions pass over busy
+ * agents that empty later. */
+static void eviction_matches_a_plain_model(void **state)
+{
+    eviction_against_a_plain_model(*state, 800000, (struct model_clock){1, 80, 1, 0});
+}
+
+/* Windows of 1 s (a threshold without per), 8 events a millisecond, the
+ * clock going back now and then: agents passed over as busy empty within
+ * the run, and counts dated after the clock went back come into a window
+ * later. */
+static void eviction_with_short_windows_matches_a_plain_model(void **state)
+{
+    eviction_against_a_plain_model(*state, 1000, (struct model_clock){0, 2, 4, 9973});
+}
+
+/* DETECT_AGENTS_MAX agents, job-0 .. job-4095, each with a write in a
+ * window of <per_ms>, five a millisecond from <t>: none is idle until
+ * its window empties. Returns the time of the last. */
+static int64_t fill_with_busy_agents(struct fx *f, uint64_t per_ms, int64_t t)
+{
+    f->p.alerts.write_burst = (struct threshold){.set = true, .max = 1000000000, .per_ms = per_ms};
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    char id[32];
+    for (int i = 0; i < DETECT_AGENTS_MAX; i++) {
+        snprintf(id, sizeof(id), "job-%d", i);
+        struct egress_event ev = ev_of(id, "POST", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+        detectors_feed(f->d, &ev, t + i / 5);
+    }
+    return t + (DETECT_AGENTS_MAX - 1) / 5;
+}
+
+/* With windows of 1 s (a threshold without per) a window's tenth ends
+ * every 100 ms, and eviction walked the whole table of busy agents again
+ * each time: a new agent every millisecond, with every tracked agent
+ * writing once every 820 ms, cost 49.5 agents examined a new agent (4096
+ * every 100 ms). Now each is examined once per event of its own, or once
+ * its windows can have emptied; and once they have, a new agent takes
+ * the place of the one seen longest ago. */
+static void busy_agents_with_short_windows_are_examined_once(void **state)
+{
+    struct fx *f = *state;
+    int64_t t = fill_with_busy_agents(f, 1000, T0) + 1;
+    enum { MS = 2000, TRACKED_A_MS = 5 };
+    char id[32];
+    uint64_t probes = 0;
+    long next = 0;
+    for (int ms = 0; ms < MS; ms++) {
+        for (int k = 0; k < TRACKED_A_MS; k++, next++) {
+            snprintf(id, sizeof(id), "job-%ld", next % DETECT_AGENTS_MAX);
+            struct egress_event ev =
+                ev_of(id, "POST", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+            detectors_feed(f->d, &ev, t + ms);
+        }
+        snprintf(id, sizeof(id), "new-%d", ms);
+        struct egress_event ev = ev_of(id, "GET", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+        uint64_t before = detectors_agent_probes(f->d);
+        detectors_feed(f->d, &ev, t + ms);
+        probes += detectors_agent_probes(f->d) - before;
+        assert_false(detectors_tracks(f->d, id));
+    }
+    print_message("%.2f agents compared or examined for a new agent\n", (double)probes / MS);
+    assert_true(probes <= 16ull * MS);
+    /* the writes stop; 1.1 s on every window is empty, and the agent seen
+     * longest ago gives its place */
+    int64_t end = t + MS + 1100;
+    struct egress_event late = ev_of("late", "GET", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+    detectors_feed(f->d, &late, end);
+    assert_true(detectors_tracks(f->d, "late"));
+    snprintf(id, sizeof(id), "job-%ld", next % DETECT_AGENTS_MAX);
+    assert_false(detectors_tracks(f->d, id));
+    snprintf(id, sizeof(id), "job-%ld", (next + 1) % DETECT_AGENTS_MAX);
+    assert_true(detectors_tracks(f->d, id));
 }
 
 /* A tunnel decided again after a reload or at the day's change and now
@@ -1717,6 +1799,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(redecided_tunnel_is_not_a_new_request, setup, teardown),
         cmocka_unit_test_setup_teardown(agent_lookups_do_not_scan_the_table, setup, teardown),
         cmocka_unit_test_setup_teardown(eviction_matches_a_plain_model, setup, teardown),
+        cmocka_unit_test_setup_teardown(eviction_with_short_windows_matches_a_plain_model, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(busy_agents_with_short_windows_are_examined_once, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(reload_out_of_memory_keeps_the_settings, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -98,6 +98,33 @@ static void window_forgets_past_eleven_tenths(void **state)
     assert_int_equal(window_sum(&w, 96000), 1);
 }
 
+/* window_empty_at(): when a window's sum can first be 0, never earlier
+ * than it is, checked against window_sum() millisecond by millisecond;
+ * with counts dated after now (the clock went back) no later than the end
+ * of the current tenth, within which the sum cannot change. */
+static void window_empty_at_is_when_the_sum_first_falls_to_zero(void **state)
+{
+    (void)state;
+    struct window w;
+    window_init(&w, 1000); /* tenths of 100 ms */
+    assert_true(window_empty_at(&w, 50) == INT64_MIN);
+    window_add(&w, 50, 1);
+    window_add(&w, 420, 2);
+    int64_t at = window_empty_at(&w, 430);
+    assert_int_equal(at, 1500); /* tenth 4 leaves the sum at tenth 15 */
+    for (int64_t t = 430; t < at; t++)
+        assert_true(window_sum(&w, t) != 0);
+    assert_int_equal(window_sum(&w, at), 0);
+    assert_true(window_empty_at(&w, at) == INT64_MIN);
+    /* the clock goes back: a count at 5000, then one at 3000 */
+    window_init(&w, 1000);
+    window_add(&w, 5000, 1);
+    window_add(&w, 3000, 1);
+    assert_int_equal(window_empty_at(&w, 3010), 3100);
+    for (int64_t t = 3010; t < 3100; t++)
+        assert_int_equal(window_sum(&w, t), 1);
+}
+
 /* Against a plain list of events: at any time t the sum holds every event
  * of [t - per, t], and none of t - 1.1 x per or before, over periods that
  * a tenth divides and periods it does not (the tenth rounded up). */
@@ -565,6 +592,7 @@ int main(void)
         cmocka_unit_test(window_holds_any_interval_of_its_length),
         cmocka_unit_test(window_forgets_past_eleven_tenths),
         cmocka_unit_test(window_matches_the_interval_bounds),
+        cmocka_unit_test(window_empty_at_is_when_the_sum_first_falls_to_zero),
         cmocka_unit_test(fold_one_line_per_period),
         cmocka_unit_test(fold_summary_takes_the_highest_severity),
         cmocka_unit_test(fold_keys_and_zero_period),
