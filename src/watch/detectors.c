@@ -95,6 +95,9 @@ struct detectors {
      * and those now idle by their place in the list */
     struct slot_heap busy, idle;
     struct contact_set contacts;
+    /* the first contacts of agents without state of their own (the table
+     * full of busy agents, or no memory), counted together over a minute */
+    struct window slotless_contacts;
     struct fold fold;
     /* auth_failures: the table of sources, indexed by a keyed hash of
      * their key (the addresses are the clients' choice), and the two
@@ -515,6 +518,7 @@ struct detectors *detectors_new(struct alert_bus *out, struct store *store)
     d->cfg.write_burst.per_ms = d->cfg.upload_bytes.per_ms = d->cfg.denied_burst.per_ms =
         d->cfg.auth_failures.per_ms = THRESHOLD_PER_MS;
     window_init(&d->source_lines, MINUTE_MS);
+    window_init(&d->slotless_contacts, MINUTE_MS);
     siphash_random_key(&d->source_hash_key, d);
     d->lru_head = d->lru_tail = d->evict_from = AGENT_NONE;
     d->busy_seen_ms = INT64_MIN;
@@ -1094,14 +1098,22 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
          * to every sink, a real alert queued behind them: past
          * DETECT_CONTACTS_BURST in a minute, an agent's first contacts
          * fold per agent and minute (each is still remembered, and in
-         * the decision log). */
-        uint64_t n = a != NULL ? window_add(&a->contacts, now_ms, 1) : 0;
+         * the decision log). An agent without a window of its own (every
+         * agent tracked busy) counts with the others so placed: uncounted,
+         * each of its first contacts was a line, and an agent that kept
+         * the table busy with sibling agents flooded the sinks so. */
+        struct window *counted = a != NULL ? &a->contacts : &d->slotless_contacts;
+        uint64_t n = window_add(counted, now_ms, 1);
         if (n > DETECT_CONTACTS_BURST) {
+            char among[96] = "";
+            if (a == NULL)
+                snprintf(among, sizeof(among), " of agents past the %u tracked, counted together",
+                         (unsigned)DETECT_AGENTS_MAX);
             snprintf(detail, sizeof(detail),
-                     "%s contacted %s:%u for the first time (%s, %s): over %u first contacts "
+                     "%s contacted %s:%u for the first time (%s, %s): over %u first contacts%s "
                      "within 1m, so this agent's first contacts are folded per minute",
                      ev->agent, ev->host, (unsigned)ev->port, ev->method ? ev->method : "?", how,
-                     (unsigned)DETECT_CONTACTS_BURST);
+                     (unsigned)DETECT_CONTACTS_BURST, among);
             raise_alert(d, &al, NULL, MINUTE_MS, now_ms);
         } else {
             snprintf(detail, sizeof(detail), "%s contacted %s:%u for the first time (%s, %s)",

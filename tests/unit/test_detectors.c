@@ -1549,6 +1549,46 @@ static void busy_agents_with_short_windows_are_examined_once(void **state)
     assert_true(detectors_tracks(f->d, id));
 }
 
+/* An agent that finds every tracked agent busy gets no window: its first
+ * contacts were each a line, never folded, so an agent that kept the
+ * table busy with sibling agents could put a line per made-up host into
+ * every sink (100 first contacts, 100 lines). Such agents' first contacts
+ * count together, and past DETECT_CONTACTS_BURST within a minute each
+ * one's fold per agent and minute, as an agent's own do. */
+static void first_contacts_of_agents_without_a_window_fold(void **state)
+{
+    struct fx *f = *state;
+    int64_t t = fill_with_busy_agents(f, 800000, T0) + 1;
+    f->p.alerts.first_contact = true; /* same per: the windows are kept */
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    char host[40];
+    for (int i = 0; i < 100; i++) {
+        snprintf(host, sizeof(host), "x%d.made-up.test", i);
+        feed_denied_get(f, "sibling", host, t + i);
+    }
+    assert_false(detectors_tracks(f->d, "sibling"));
+    print_message("%d lines for 100 first contacts\n", f->got.n[ALERT_FIRST_CONTACT]);
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], DETECT_CONTACTS_BURST + 1);
+    assert_non_null(strstr(f->got.last_detail,
+                           "sibling contacted x30.made-up.test:80 for the first time (GET, "
+                           "denied): over 30 first contacts of agents past the 4096 tracked, "
+                           "counted together within 1m, so this agent's first contacts are "
+                           "folded per minute"));
+    /* another agent without a window, within the minute: its first line
+     * opens its own fold */
+    feed_denied_get(f, "cousin", "c1.test", t + 200);
+    feed_denied_get(f, "cousin", "c2.test", t + 201);
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], DETECT_CONTACTS_BURST + 2);
+    assert_string_equal(f->got.last_agent, "cousin");
+    /* the minute's end: one summary each */
+    detectors_tick(f->d, t + 60300);
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], DETECT_CONTACTS_BURST + 4);
+    /* a quiet minute on, told one by one again */
+    feed_denied_get(f, "sibling", "after.made-up.test", t + 130000);
+    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], DETECT_CONTACTS_BURST + 5);
+    assert_null(strstr(f->got.last_detail, "folded"));
+}
+
 /* A tunnel decided again after a reload or at the day's change and now
  * denied (or reported) gets a second agent_egress for its id, flagged
  * again: a new verdict on a request already counted. It is not another
@@ -1802,6 +1842,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(eviction_with_short_windows_matches_a_plain_model, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(busy_agents_with_short_windows_are_examined_once, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(first_contacts_of_agents_without_a_window_fold, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(reload_out_of_memory_keeps_the_settings, setup, teardown),
     };
