@@ -95,9 +95,11 @@ struct detectors {
      * and those now idle by their place in the list */
     struct slot_heap busy, idle;
     struct contact_set contacts;
-    /* the first contacts of agents without state of their own (the table
-     * full of busy agents, or no memory), counted together over a minute */
-    struct window slotless_contacts;
+    /* the first contacts, and the lines of each per-host kind, of agents
+     * without state of their own (the table full of busy agents, or no
+     * memory), counted together over a minute; the per-host lines of
+     * clients of no agent count with them */
+    struct window slotless_contacts, slotless_hosts[HOSTS_KINDS];
     struct fold fold;
     /* auth_failures: the table of sources, indexed by a keyed hash of
      * their key (the addresses are the clients' choice), and the two
@@ -519,6 +521,8 @@ struct detectors *detectors_new(struct alert_bus *out, struct store *store)
         d->cfg.auth_failures.per_ms = THRESHOLD_PER_MS;
     window_init(&d->source_lines, MINUTE_MS);
     window_init(&d->slotless_contacts, MINUTE_MS);
+    for (int k = 0; k < HOSTS_KINDS; k++)
+        window_init(&d->slotless_hosts[k], MINUTE_MS);
     siphash_random_key(&d->source_hash_key, d);
     d->lru_head = d->lru_tail = d->evict_from = AGENT_NONE;
     d->busy_seen_ms = INT64_MIN;
@@ -697,17 +701,20 @@ static void raise_bounded(struct detectors *d, struct alert *a, const char *key,
  * agent's alerts of that kind for hosts without a running period fold by
  * (kind, agent) over the minute, the first written at once, saying so
  * (<detail>, <len>: the buffer <a> points to); the period's summary counts
- * the rest. A kind's flood leaves the agent's other kinds alone. */
+ * the rest. A kind's flood leaves the agent's other kinds alone. Agents
+ * without state of their own (<ag> NULL), and clients of no agent, count
+ * together: uncounted, each host was a line, so an agent that kept the
+ * table busy with sibling agents could flood the sinks so. */
 static void raise_per_host(struct detectors *d, struct agent_state *ag, enum per_host_kind slot,
                            struct alert *a, const char *host, char *detail, size_t len,
                            int64_t now_ms)
 {
-    if (ag == NULL) {
-        raise_alert(d, a, host, DETECT_FOLD_MS, now_ms);
-        return;
-    }
-    const struct burst_fold by_host = {&ag->hosts[slot], DETECT_HOSTS_BURST, "hosts",
-                                       "this agent's are"};
+    const char *whose = ag != NULL ? "this agent's are"
+                        : a->agent != NULL
+                            ? "those of agents without windows, counted together, are"
+                            : "those of clients of no agent are";
+    const struct burst_fold by_host = {ag != NULL ? &ag->hosts[slot] : &d->slotless_hosts[slot],
+                                       DETECT_HOSTS_BURST, "hosts", whose};
     raise_bounded(d, a, host, DETECT_FOLD_MS, &by_host, detail, len, now_ms);
 }
 

@@ -1492,10 +1492,15 @@ static void eviction_with_short_windows_matches_a_plain_model(void **state)
 
 /* DETECT_AGENTS_MAX agents, job-0 .. job-4095, each with a write in a
  * window of <per_ms>, five a millisecond from <t>: none is idle until
- * its window empties. Returns the time of the last. */
+ * its window empties. The policy's first_contact and off_hours are in
+ * force only after them. Returns the time of the last. */
 static int64_t fill_with_busy_agents(struct fx *f, uint64_t per_ms, int64_t t)
 {
+    struct alerts_cfg after = f->p.alerts;
+    f->p.alerts.first_contact = false;
+    f->p.alerts.off_hours.set = false;
     f->p.alerts.write_burst = (struct threshold){.set = true, .max = 1000000000, .per_ms = per_ms};
+    after.write_burst = f->p.alerts.write_burst;
     assert_int_equal(detectors_configure(f->d, &f->p), 0);
     char id[32];
     for (int i = 0; i < DETECT_AGENTS_MAX; i++) {
@@ -1503,6 +1508,8 @@ static int64_t fill_with_busy_agents(struct fx *f, uint64_t per_ms, int64_t t)
         struct egress_event ev = ev_of(id, "POST", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
         detectors_feed(f->d, &ev, t + i / 5);
     }
+    f->p.alerts = after;
+    assert_int_equal(detectors_configure(f->d, &f->p), 0); /* same per: the windows are kept */
     return t + (DETECT_AGENTS_MAX - 1) / 5;
 }
 
@@ -1549,6 +1556,30 @@ static void busy_agents_with_short_windows_are_examined_once(void **state)
     assert_true(detectors_tracks(f->d, id));
 }
 
+/* Fills the table with busy agents (the policy's alerts in force after
+ * them), then feeds 100 requests of agent "sibling", which gets no window,
+ * one a millisecond, to hosts PRE0POST .. PRE99POST: PUTs let through at
+ * tier 0 when <put>, else GETs denied. They must give <burst> + 1 alerts
+ * of <kind>, the last saying <told>. Returns the time of the first. */
+static int64_t sibling_floods(struct fx *f, const char *pre, const char *post, bool put,
+                              enum alert_kind kind, int burst, const char *told)
+{
+    int64_t t = fill_with_busy_agents(f, 800000, T0) + 1;
+    char host[64];
+    for (int i = 0; i < 100; i++) {
+        snprintf(host, sizeof(host), "%s%d%s", pre, i, post);
+        struct egress_event ev =
+            put ? ev_of("sibling", "PUT", host, VERDICT_ALLOW, REASON_NONE, TIER_0)
+                : ev_of("sibling", "GET", host, VERDICT_DENY, REASON_NOT_IN_POLICY, TIER_NONE);
+        detectors_feed(f->d, &ev, t + i);
+    }
+    assert_false(detectors_tracks(f->d, "sibling"));
+    print_message("%d %s lines for 100 hosts\n", f->got.n[kind], alert_kind_name(kind));
+    assert_int_equal(f->got.n[kind], burst + 1);
+    assert_non_null(strstr(f->got.last_detail, told));
+    return t;
+}
+
 /* An agent that finds every tracked agent busy gets no window: its first
  * contacts were each a line, never folded, so an agent that kept the
  * table busy with sibling agents could put a line per made-up host into
@@ -1558,22 +1589,13 @@ static void busy_agents_with_short_windows_are_examined_once(void **state)
 static void first_contacts_of_agents_without_a_window_fold(void **state)
 {
     struct fx *f = *state;
-    int64_t t = fill_with_busy_agents(f, 800000, T0) + 1;
-    f->p.alerts.first_contact = true; /* same per: the windows are kept */
-    assert_int_equal(detectors_configure(f->d, &f->p), 0);
-    char host[40];
-    for (int i = 0; i < 100; i++) {
-        snprintf(host, sizeof(host), "x%d.made-up.test", i);
-        feed_denied_get(f, "sibling", host, t + i);
-    }
-    assert_false(detectors_tracks(f->d, "sibling"));
-    print_message("%d lines for 100 first contacts\n", f->got.n[ALERT_FIRST_CONTACT]);
-    assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], DETECT_CONTACTS_BURST + 1);
-    assert_non_null(strstr(f->got.last_detail,
-                           "sibling contacted x30.made-up.test:80 for the first time (GET, "
-                           "denied): over 30 first contacts of agents past the 4096 tracked, "
-                           "counted together within 1m, so this agent's first contacts are "
-                           "folded per minute"));
+    f->p.alerts.first_contact = true;
+    int64_t t =
+        sibling_floods(f, "x", ".made-up.test", false, ALERT_FIRST_CONTACT, DETECT_CONTACTS_BURST,
+                       "sibling contacted x30.made-up.test:80 for the first time (GET, "
+                       "denied): over 30 first contacts of agents past the 4096 tracked, "
+                       "counted together within 1m, so this agent's first contacts are "
+                       "folded per minute");
     /* another agent without a window, within the minute: its first line
      * opens its own fold */
     feed_denied_get(f, "cousin", "c1.test", t + 200);
@@ -1587,6 +1609,29 @@ static void first_contacts_of_agents_without_a_window_fold(void **state)
     feed_denied_get(f, "sibling", "after.made-up.test", t + 130000);
     assert_int_equal(f->got.n[ALERT_FIRST_CONTACT], DETECT_CONTACTS_BURST + 5);
     assert_null(strstr(f->got.last_detail, "folded"));
+}
+
+/* The per-host kinds of an agent without a window (every tracked agent
+ * busy) were folded per host only, never bounded: 100 off-hours writes to
+ * made-up hosts were 100 lines. They count with those of every other
+ * such agent, and past DETECT_HOSTS_BURST within a minute fold per agent,
+ * as an agent's own do. */
+static void per_host_alerts_of_agents_without_a_window_fold(void **state)
+{
+    struct fx *f = *state;
+    f->p.alerts.off_hours = (struct off_hours_cfg){
+        .set = true, .tz = "UTC", .start_min = 8 * 60, .end_min = 19 * 60, .days_mask = 0x1f};
+    /* Monday 19:00 UTC on: off hours */
+    int64_t t =
+        sibling_floods(f, "b", ".s3.example.test", true, ALERT_OFF_HOURS_WRITE, DETECT_HOSTS_BURST,
+                       "PUT /p on b30.s3.example.test by sibling outside working hours "
+                       "(UTC 08:00-19:00); over 30 hosts' off_hours_write alerts within "
+                       "1m, so those of agents without windows, counted together, are "
+                       "folded per minute");
+    detectors_tick(f->d, t + 60100);
+    assert_int_equal(f->got.n[ALERT_OFF_HOURS_WRITE], DETECT_HOSTS_BURST + 2);
+    assert_int_equal(f->got.last_count, 100 - DETECT_HOSTS_BURST - 1);
+    assert_string_equal(f->got.last_agent, "sibling");
 }
 
 /* A tunnel decided again after a reload or at the day's change and now
@@ -1844,6 +1889,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(busy_agents_with_short_windows_are_examined_once, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(first_contacts_of_agents_without_a_window_fold, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(per_host_alerts_of_agents_without_a_window_fold, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(reload_out_of_memory_keeps_the_settings, setup, teardown),
     };
