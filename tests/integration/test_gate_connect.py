@@ -1339,14 +1339,22 @@ class SplitHrrServer(LoopbackServer):
     """A TCP upstream that answers a first ClientHello with a
     HelloRetryRequest written in two pieces <pause> seconds apart (the
     first 45 bytes, then the rest), reads the second ClientHello and
-    answers it with REPLY, then closes."""
+    answers it with REPLY, then closes. Given a threading.Event <release>,
+    the rest waits for it (at most 10 s) instead: the test says when."""
 
     REPLY = b"after the retry"
 
-    def __init__(self, ip, pause=0.3):
+    def __init__(self, ip, pause=0.3, release=None):
         self.pause = pause
+        self.release = release
         self.got = []
         super().__init__(ip)
+
+    def _between_pieces(self):
+        if self.release is None:
+            time.sleep(self.pause)
+        elif not self.release.wait(10):
+            raise OSError("the test never released the rest of the HelloRetryRequest")
 
     @staticmethod
     def _record(c, buf):
@@ -1366,7 +1374,7 @@ class SplitHrrServer(LoopbackServer):
                 self.got.append(hello)
                 hrr = _hrr_record()
                 c.sendall(hrr[:45])
-                time.sleep(self.pause)
+                self._between_pieces()
                 c.sendall(hrr[45:])
                 rec, rest = self._record(c, rest)
                 if rec[0] == 20:  # change_cipher_spec
@@ -1422,8 +1430,13 @@ def test_second_hello_behind_the_first_judged_when_the_client_ends(gateway, net,
     # answer, a second naming another host, then ends its side (a FIN) or
     # resets: while the server's answer is awaited (CS_HELLO) the second
     # waits in the gateway; the answer is a HelloRetryRequest, so the
-    # second is judged and refused, reset or not (a reset was logged allow)
-    with SplitHrrServer("127.0.0.7", pause=0.5) as srv:
+    # second is judged and refused, reset or not (a reset was logged allow).
+    # The order is made, not guessed: the server holds the rest of its
+    # answer until the gateway took the client's end or reset (before, a
+    # 0.2 s pause and the server's 0.5 s one; a loaded gateway that read
+    # the end after the answer judged the second in CS_PEEK and passed)
+    release = threading.Event()
+    with SplitHrrServer("127.0.0.7", release=release) as srv:
         gw = gateway(net.policy([{"host": "hrr.example.test", "ports": [srv.port], "tier": 1}],
                                 static_extra={"hrr.example.test": "127.0.0.7"}))
         ch1, _ = _hrr_hellos("hrr.example.test", "hrr.example.test")
@@ -1431,15 +1444,25 @@ def test_second_hello_behind_the_first_judged_when_the_client_ends(gateway, net,
         t = connect(gw, "hrr.example.test:%d" % srv.port)
         try:
             assert t.status == 200
+            client = gw.client_end(t.sock)
             t.sock.sendall(ch1 + _CCS + evil)
-            time.sleep(0.2)  # the first went up; the answer is half sent
+            # the first went up; the answer is half sent; the gateway, in
+            # CS_HELLO, holds the second and still reads the client
+            poll(lambda: srv.got == [ch1], what="the first ClientHello at the server")
+            gw.wait_taken(t.sock)
+            gw.wait_reading(client, what="the gateway to read the client while the answer waits")
             if how == "reset":
                 _reset(t.sock)
             else:
                 t.sock.shutdown(socket.SHUT_WR)
+            gw.wait_reading(client, reading=False,
+                            what="the gateway to take the client's %s" % how)
+            release.set()
+            if how == "fin":
                 t.sock.settimeout(5)
                 recv_until_close(t.sock)
         finally:
+            release.set()
             t.close()
         ev, end = gw.decided(method="CONNECT")
         assert (ev["decision"], ev["reason"]) == ("deny", "sni_mismatch"), ev
