@@ -483,23 +483,28 @@ class Gateway:
             count += len(unix_accepted(pid, self.unix_path) & inodes)
         return count
 
-    def _end(self, inodes_of, what, timeout):
+    def _end_now(self, inodes_of):
         """The SocketEnd of the one socket of the gateway's that
-        <inodes_of>(its socket inodes) picks, waited for."""
+        <inodes_of>(its socket inodes) picks; None when it picks none or
+        several, or the socket closed while it was looked for."""
         pid = self.proc.pid
-
-        def one():
-            held = socket_inodes(pid)
-            picked = inodes_of(held) & held
-            return picked if len(picked) == 1 else None
-        inode = poll(one, timeout=timeout, what=what).pop()
+        held = socket_inodes(pid)
+        picked = inodes_of(held) & held
+        if len(picked) != 1:
+            return None
+        inode = picked.pop()
         for n in os.listdir("/proc/%d/fd" % pid):
             try:
                 if os.readlink("/proc/%d/fd/%s" % (pid, n)) == "socket:[%s]" % inode:
                     return SocketEnd(int(n), inode)
             except OSError:
                 continue
-        raise AssertionError("the gateway closed %s while it was looked for" % what)
+        return None
+
+    def _end(self, inodes_of, what, timeout):
+        """The SocketEnd of the one socket of the gateway's that
+        <inodes_of>(its socket inodes) picks, waited for."""
+        return poll(lambda: self._end_now(inodes_of), timeout=timeout, what=what)
 
     def client_end(self, sock, timeout=10.0):
         """The gateway's end of the client connection <sock>: over TCP the
@@ -515,11 +520,19 @@ class Gateway:
                          "the gateway's end of the client connection from port %d" % mine,
                          timeout)
 
+    def _upstream_inodes(self, port):
+        return {t.inode for t in tcp_sockets(self.proc.pid)
+                if t.remote_port == port and t.port != self.port}
+
     def upstream_end(self, port, timeout=10.0):
         """The gateway's end of its one connection to the upstream <port>."""
-        return self._end(lambda _: {t.inode for t in tcp_sockets(self.proc.pid)
-                                    if t.remote_port == port and t.port != self.port},
+        return self._end(lambda _: self._upstream_inodes(port),
                          "the gateway's connection to port %d" % port, timeout)
+
+    def upstream_end_now(self, port):
+        """The gateway's end of its one connection to the upstream <port>,
+        not waited for: None while it holds none (or several)."""
+        return self._end_now(lambda _: self._upstream_inodes(port))
 
     def interest(self, end):
         """The events the gateway's epoll waits for on the SocketEnd <end>

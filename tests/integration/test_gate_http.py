@@ -1045,7 +1045,15 @@ def test_interim_flood_capped(gateway, net):
         s.connect((gw.host, gw.port))
         try:
             s.sendall(build_request("GET", "http://raw.example.test:%d/flood" % up.port))
-            time.sleep(2.5)  # not reading
+            # not reading until the gateway is done with the flood: it
+            # ended the exchange (the 502 fits the client's socket), or,
+            # were the heads not capped, stopped reading the origin for a
+            # client that takes nothing (before, a guessed 2.5 s)
+            def flood_done():
+                origin = gw.upstream_end_now(up.port)
+                return gw.events("agent_egress_end") or (origin and not gw.reads(origin))
+            poll(flood_done, timeout=10,
+                 what="the gateway to end the exchange or stop reading the flood")
             after = proc_number(gw.proc.pid, "status", "VmRSS:")
             data = b""
             # the 502 may keep the connection (the request was read whole):
