@@ -284,6 +284,7 @@ def unix_accepted(pid, path):
 
 
 EPOLLIN = 0x1  # include/uapi/linux/eventpoll.h
+EPOLLOUT = 0x4
 
 
 def epoll_interest(pid):
@@ -565,6 +566,12 @@ class Gateway:
         poll(lambda: self.reads(end) == reading, timeout=timeout,
              what=what or "the gateway to %s reading socket fd %d" % (
                  "be" if reading else "stop", end.fd))
+
+    def wait_writing(self, end, what=None, timeout=10.0):
+        """Waits until the gateway waits to write to the SocketEnd <end>: a
+        send met its full socket, and what is left waits in the gateway."""
+        poll(lambda: self.interest(end) & EPOLLOUT, timeout=timeout,
+             what=what or "the gateway to wait for room in socket fd %d" % end.fd)
 
     def wait_connecting(self, timeout=10.0):
         """Waits until a connect() of the gateway is under way (a socket of

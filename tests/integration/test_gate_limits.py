@@ -866,17 +866,26 @@ def test_tunnel_copies_streams_by_default(gateway, net):
     assert rec.path == "/echo-none" and len(rec.body) == len(body) and rec.body == body
     _, end = gw.decided(method="CONNECT")
     assert end["bytes_up"] > len(body) and end["bytes_down"] == len(resp)
-    # and downstream
-    n = 2 * 1024 * 1024 + 3
+    # and downstream, read late: the client's socket fills and the rest
+    # waits in the gateway (8 MiB: the 2 MiB before fitted the kernel's
+    # buffers whole, so the gateway never met a full socket), waited for,
+    # not a guessed 0.5 s. Then more is read than the kernel held at the
+    # stall, so the gateway went on copying after it; the tunnel is still
+    # up (its last bytes not taken), so a pipe it made would still be there
+    n = 8 * 1024 * 1024 + 3
     t = connect(gw, "api.example.test:%d" % net.api.port)
     try:
         assert t.status == 200
+        client = gw.client_end(t.sock)
         t.sock.sendall(b"GET /large?n=%d HTTP/1.1\r\nHost: api.example.test\r\n"
                        b"Connection: close\r\n\r\n" % n)
-        time.sleep(0.5)  # read late: the client's socket fills, the rest waits in the gateway
+        gw.wait_writing(client, what="the gateway to meet the client's full socket")
+        assert pipes_of(gw.proc.pid) == before, "a full client socket made pipes"
         t.sock.settimeout(15)
-        resp = recv_until_close(t.sock, limit=1 << 24)
+        resp = recv_until_close(t.sock, limit=6 << 20)
+        assert len(resp) >= 6 << 20, len(resp)
         assert pipes_of(gw.proc.pid) == before, "the download made pipes: splice is in use"
+        resp += recv_until_close(t.sock, limit=1 << 24)
     finally:
         t.close()
     head, _, got = resp.partition(b"\r\n\r\n")
