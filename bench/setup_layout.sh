@@ -1,17 +1,24 @@
 # shellcheck shell=sh
 # bench/setup_layout.sh: sourced by bench/setup_syscalls and
 # bench/setup_instructions, which count what a CONNECT+TLS setup costs the
-# gateway. bench/connect_ab's layout on loopback ports of its own: nginx
-# with the harness's nginx.conf.in (bench/upstream.sh) on 127.0.0.1, plain,
-# status and TLS ports, the gateway (the caller starts it) on $proxy_port,
-# with bench/policy.yaml's rule moved to the TLS port. The four ports are
-# picked at random below the kernel's ephemeral range (the source ports of
-# connections) among those no socket uses: fixed ones (28xxx, 29xxx)
-# refused a run while anything else held one, another run's included.
+# gateway, and by bench/connect_ab and bench/box. The benchmarks' layout on
+# loopback ports of its own: nginx with the harness's nginx.conf.in
+# (bench/upstream.sh) on 127.0.0.1, plain, status and TLS ports, the
+# gateway (the caller starts it) on $proxy_port, with bench/policy.yaml's
+# rule moved to the TLS port. The ports are picked at random below the
+# kernel's ephemeral range (the source ports of connections) among those no
+# socket uses: fixed ones (18xxx, 28xxx, 29xxx, 3128) refused a run while
+# anything else held one, another run's included.
 #
+#   setup_layout_traps CLEANUP  traps EXIT with the command CLEANUP (which
+#                               calls setup_layout_stop), and INT, TERM and
+#                               PIPE with an exit (130, 143, 141), which
+#                               runs it
 #   setup_layout_start NAME     checks the tools, picks the ports, starts
 #                               nginx, writes $dir/policy.yaml; sets
 #                               $proxy_port
+#   free_port                   one more port for the caller (a second
+#                               proxy): sets $port
 #   setup_drive N               N sequential setups by the harness's curl
 #                               command on CPU 0 (a fresh connection each,
 #                               CONNECT, 200, a full TLS handshake, GET
@@ -20,11 +27,19 @@
 #   setup_layout_stop           what the caller's cleanup (its EXIT trap)
 #                               calls: stops $pids, removes $dir
 #
-# The caller sets $pids as bench/upstream.sh asks, and traps EXIT (its
-# cleanup), INT, TERM and PIPE (an exit, which runs it): a signal left
-# untrapped (SIGPIPE, the reader of its output gone: `| head`) killed the
-# script without its cleanup, and nginx, the gateway and a 256 MiB folder
-# stayed behind.
+# The caller sets $pids as bench/upstream.sh asks, and calls
+# setup_layout_traps before setup_layout_start: a signal left untrapped
+# (SIGPIPE, the reader of its output gone: `| head`) killed the script
+# without its cleanup, and nginx, the gateway and a 256 MiB folder stayed
+# behind.
+
+# shellcheck disable=SC2064 # the caller's command, expanded now on purpose
+setup_layout_traps() {
+    trap "$1" EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    trap 'exit 141' PIPE
+}
 
 # Sets $port to a loopback TCP port no socket uses (listening or not), not
 # one of $taken, and adds it there.

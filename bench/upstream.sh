@@ -1,10 +1,10 @@
 # shellcheck shell=sh
-# bench/upstream.sh: sourced by bench/connect_ab and bench/box. The
-# harness's nginx (its nginx.conf.in, from ../shared/bench or PEERBENCH's
-# folder) on 127.0.0.1:18080 (plain), :18081 (status) and :18443 (TLS,
-# /small and a 256 MiB /big), pinned to CPU 1, in a fresh temporary folder.
-# UPSTREAM_HTTP_PORT, UPSTREAM_STATUS_PORT and UPSTREAM_TLS_PORT move the
-# three ports (bench/setup_syscalls runs beside the others on its own).
+# bench/upstream.sh: sourced by bench/setup_layout.sh, which picks free
+# ports for it. The harness's nginx (its nginx.conf.in, from
+# ../shared/bench or PEERBENCH's folder) on 127.0.0.1:UPSTREAM_HTTP_PORT
+# (plain), UPSTREAM_STATUS_PORT (status) and UPSTREAM_TLS_PORT (TLS, /small
+# and a 256 MiB /big; defaults 18080, 18081 and 18443), pinned to CPU 1, in
+# a fresh temporary folder.
 #
 #   upstream_start NAME     sets $dir and $nginx_pid, adds nginx to $pids; NAME
 #                           prefixes errors
