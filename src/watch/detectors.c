@@ -770,21 +770,26 @@ static const char *agent_shown(const char *a)
 
 /* ---- off hours ----------------------------------------------------------- */
 
+/* The largest step back of a zone's clocks: Antarctica/Troll's, two hours
+ * (03:00 +02 to 01:00 +00 when its summer time ends); most zones step
+ * back one hour, Australia/Lord_Howe half of one. */
+#define SET_BACK_MAX_S (2 * 3600)
+
 /* True when working hours that <t> falls in by the wall clock (<now>, in
  * zone <tz>; <to_end> minutes before their end) had ended already: the
- * clock went back over their end within the hour (summer time ending),
- * and shows minutes before it again. Hours end the first time the local
- * clock reaches their end: else a shift 22:00-01:30 in New York, ended
- * at 01:30 EDT, would start again at 01:00 EST for half an hour, its
- * writes unseen. At most one change of clocks an hour, of at most an
- * hour, as in every zone. */
+ * clock went back over their end within SET_BACK_MAX_S (summer time
+ * ending), and shows minutes before it again. Hours end the first time
+ * the local clock reaches their end: else a shift 22:00-01:30 in New
+ * York, ended at 01:30 EDT, would start again at 01:00 EST for half an
+ * hour, its writes unseen. At most one change of clocks within
+ * SET_BACK_MAX_S, as in every zone. */
 static bool hours_ended_before_set_back(const char *tz, time_t t, const struct tm *now, int to_end)
 {
     struct tm before, at_end;
-    if (zone_localtime(tz, t - 3600, &before) != 0)
+    if (zone_localtime(tz, t - SET_BACK_MAX_S, &before) != 0)
         return false;
     long back = before.tm_gmtoff - now->tm_gmtoff; /* seconds the clock went back */
-    if (back <= 0 || back > 3600)
+    if (back <= 0 || back > SET_BACK_MAX_S)
         return false;
     /* when the clock, still on the offset before, read the end: this wall
      * time's first pass (<back> earlier), then <to_end> minutes on */

@@ -865,6 +865,35 @@ static void off_hours_end_the_first_time_the_clock_reaches_it(void **state)
     assert_false(detectors_off_hours(&o, 1792891740)); /* Sun 02:29 CET */
 }
 
+/* The clocks of Antarctica/Troll go back two hours when its summer time
+ * ends (03:00 +02 to 01:00 +00, on 2026-10-25 at 01:00 UTC), not one:
+ * its hours end the first time the clock reaches their end all the same.
+ * Before, a set-back was looked for an hour back only, and one of more
+ * than an hour was taken for none: a Saturday night shift 22:00-01:30,
+ * ended at 01:30 +02, was working hours again from 01:00 to 01:29 +00. */
+static void off_hours_end_once_when_the_clocks_go_back_two_hours(void **state)
+{
+    (void)state;
+    struct off_hours_cfg o = night_shift("Antarctica/Troll", 0x20); /* Saturday night */
+    o.end_min = 90;                                                 /* 22:00-01:30 */
+    assert_false(detectors_off_hours(&o, 1792883700));              /* Sun 01:15 +02 */
+    assert_true(detectors_off_hours(&o, 1792884600));               /* Sun 01:30 +02: ended */
+    assert_true(detectors_off_hours(&o, 1792890000)); /* Sun 01:00 +00, the clock set back */
+    assert_true(detectors_off_hours(&o, 1792890540)); /* Sun 01:09 +00 */
+    assert_true(detectors_off_hours(&o, 1792890000 + 29 * 60 + 59)); /* Sun 01:29:59 +00 */
+    o.end_min = 150;                                                 /* 22:00-02:30 */
+    assert_false(detectors_off_hours(&o, 1792885500));               /* Sun 01:45 +02 */
+    assert_true(detectors_off_hours(&o, 1792888200));                /* Sun 02:30 +02: ended */
+    assert_true(detectors_off_hours(&o, 1792893600)); /* Sun 02:00 +00, an hour after the step */
+    assert_true(detectors_off_hours(&o, 1792895340)); /* Sun 02:29 +00 */
+    /* an end the clock had not reached before the step (02:59:59 +02 was
+     * its last reading) is reached once, after it */
+    o.end_min = 210;                                   /* 22:00-03:30 */
+    assert_false(detectors_off_hours(&o, 1792893600)); /* Sun 02:00 +00 */
+    assert_false(detectors_off_hours(&o, 1792897140)); /* Sun 02:59 +00 */
+    assert_true(detectors_off_hours(&o, 1792899000));  /* Sun 03:30 +00 */
+}
+
 /* A zone is the file the policy's loader checked, under
  * /usr/share/zoneinfo: a TZDIR in the gateway's environment made glibc
  * look elsewhere, find nothing, take the name for a POSIX TZ string it is
@@ -1869,6 +1898,7 @@ int main(void)
         cmocka_unit_test(off_hours_night_shift),
         cmocka_unit_test(off_hours_night_shift_across_dst),
         cmocka_unit_test(off_hours_end_the_first_time_the_clock_reaches_it),
+        cmocka_unit_test(off_hours_end_once_when_the_clocks_go_back_two_hours),
         cmocka_unit_test_setup_teardown(off_hours_detector, setup, teardown),
         cmocka_unit_test_setup_teardown(off_hours_zone_gone_at_run_time_is_told, setup, teardown),
         cmocka_unit_test(zone_file_cut_short_is_not_a_zone),
