@@ -205,6 +205,15 @@ static int path_usage_error(const char *opt, const char *p, const char *why)
     return rc;
 }
 
+/* The usage error for a --log or --alerts <value> of "" or "-": run reads
+ * the file for its summary, so standard output will not do, and the value
+ * is named as serve names what it refuses. */
+static int summary_file_needed(const char *opt, const char *value)
+{
+    return command_usage_error(self, "%s needs a file, not %s (run reads it for its summary)", opt,
+                               value[0] == '\0' ? "an empty string" : "'-'");
+}
+
 /* A --ro, --rw or --hide path that is, or passes through, a symbolic link
  * is refused: an agent boxed in an earlier run can plant `build -> /etc`
  * in its writable folder, and --rw ./build would then grant /etc. So is a
@@ -483,8 +492,7 @@ static int parse_args(int argc, char **argv, struct run_args *a)
             break;
         case 'L':
             if (strcmp(optarg, "-") == 0 || optarg[0] == '\0')
-                return command_usage_error(self, "--log needs a file (run reads it for its "
-                                                 "summary)");
+                return summary_file_needed("--log", optarg);
             /* serve_start() keeps it in a PATH_MAX buffer (struct served):
              * one cut there would have the gateway write another file */
             if (strlen(optarg) >= PATH_MAX)
@@ -495,8 +503,7 @@ static int parse_args(int argc, char **argv, struct run_args *a)
             break;
         case 'A':
             if (strcmp(optarg, "-") == 0 || optarg[0] == '\0')
-                return command_usage_error(self, "--alerts needs a file (run reads it for its "
-                                                 "summary)");
+                return summary_file_needed("--alerts", optarg);
             if ((rc = refuse_links("--alerts", optarg)) != 0)
                 return rc;
             a->alerts = optarg;

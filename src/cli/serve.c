@@ -86,9 +86,12 @@ static bool listen_given(const struct serve_args *a, const struct listen_addr *l
 }
 
 /* The usage error "OPT ADDR: WHY" (--listen, --admin), <addr> shown \ooo
- * (text_shown()), as other commands show what they refuse. */
+ * (text_shown()), as other commands show what they refuse; an empty one
+ * would show as nothing, so it is named as the other empty values are. */
 static int addr_error(const char *opt, const char *addr, const char *why)
 {
+    if (addr[0] == '\0')
+        return command_usage_error(&cmd_serve, "%s needs an address, not an empty string", opt);
     char *shown = text_shown(addr);
     int rc = command_usage_error(&cmd_serve, "%s %s: %s", opt, shown, why);
     free(shown);
@@ -162,7 +165,8 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
             break;
         case 's':
             if (optarg[0] == '\0')
-                return command_usage_error(&cmd_serve, "--state needs a directory");
+                return command_usage_error(&cmd_serve,
+                                           "--state needs a directory, not an empty string");
             a->state = optarg;
             break;
         case 'm':
