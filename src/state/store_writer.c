@@ -124,6 +124,7 @@ static int run_op(struct store_writer *w, sqlite3_stmt **cache, const struct sto
     sqlite3 *db = w->t.db;
     sqlite3_stmt **st = &cache[o->kind];
     thread_moved(w);
+    errno = 0; /* what its failure leaves is its own (db_failure_into()) */
     if (*st == NULL && sqlite3_prepare_v2(db, op_sql[o->kind], -1, st, NULL) != SQLITE_OK)
         return -1;
     sqlite3_reset(*st);
@@ -152,8 +153,8 @@ static bool store_path_visible(sqlite3 *db)
  * "disk I/O error" for a log past RLIMIT_FSIZE, a failing disk or a file
  * system gone read-only alike, and only errno tells them apart. SQLite
  * records errno for its connection on some paths only (not a COMMIT's
- * write of the log), so <sys_errno>, errno as the failed call left it
- * (cleared before the calls), stands in where it has none. */
+ * write of the log), so <sys_errno>, errno as the failed statement left it
+ * (cleared before each statement), stands in where it has none. */
 static void db_failure_into(sqlite3 *db, int sys_errno, char *err)
 {
     text_shown_into(err, STORE_WRITER_ERR, sqlite3_errmsg(db));
@@ -188,20 +189,30 @@ static enum store_commit commit_batch(struct store_writer *w, char *err)
                  "its writes would reach no file a restart reads (put it back, or restart)");
         return STORE_FAILED;
     }
-    errno = 0; /* what a failed write of the log leaves is its own (db_failure_into()) */
+    /* errno is cleared before each statement (run_op() too) and kept as
+     * its failure leaves it: cleared once, before BEGIN, a failed COMMIT
+     * was told with what a call of an earlier statement had left */
+    int sys_errno = 0;
+    errno = 0;
     if (sqlite3_exec(w->t.db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+        sys_errno = errno;
         rc = STORE_LOCKED;
         goto out;
     }
     for (size_t i = 0; i < w->n && rc == STORE_COMMITTED; i++)
-        if (run_op(w, cache, &w->ops[i]) < 0)
+        if (run_op(w, cache, &w->ops[i]) < 0) {
+            sys_errno = errno;
             rc = STORE_FAILED;
+        }
     thread_moved(w);
-    if (rc == STORE_COMMITTED && sqlite3_exec(w->t.db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+    errno = 0;
+    if (rc == STORE_COMMITTED && sqlite3_exec(w->t.db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
+        sys_errno = errno;
         rc = STORE_FAILED;
+    }
 out:
     if (rc != STORE_COMMITTED) {
-        db_failure_into(w->t.db, errno, err); /* before the rollback, which may clear it */
+        db_failure_into(w->t.db, sys_errno, err); /* before the rollback, which may clear it */
         sqlite3_exec(w->t.db, "ROLLBACK", NULL, NULL, NULL);
     }
     for (size_t i = 0; i < sizeof(cache) / sizeof(cache[0]); i++)

@@ -1194,6 +1194,121 @@ static void a_commit_without_room_says_why(void **state)
     store_close(s);
 }
 
+/* The default VFS, wrapped so that, while armed, each read that succeeds
+ * leaves errno at ENOENT (as any successful call may leave what an earlier
+ * one failed with) and each write fails with an I/O error of no system
+ * call: SQLite's "disk I/O error" and an errno no failed call set. */
+static sqlite3_vfs *stale_real_vfs;
+static sqlite3_vfs stale_errno_vfs;
+/* The real methods of each kind of file (the database's, its log's, a
+ * temporary one's may differ), each with its copy, xRead and xWrite ours. */
+enum { STALE_KINDS = 4 };
+static const sqlite3_io_methods *stale_real_methods[STALE_KINDS];
+static sqlite3_io_methods stale_methods[STALE_KINDS];
+static atomic_bool stale_armed;
+static atomic_int stale_reads; /* the reads that left ENOENT while armed */
+
+/* The real methods of <f>, whose methods are one of our copies. */
+static const sqlite3_io_methods *stale_real(sqlite3_file *f)
+{
+    return stale_real_methods[f->pMethods - stale_methods];
+}
+
+static int stale_read(sqlite3_file *f, void *buf, int n, sqlite3_int64 off)
+{
+    int rc = stale_real(f)->xRead(f, buf, n, off);
+    if (rc == SQLITE_OK && atomic_load(&stale_armed)) {
+        errno = ENOENT;
+        atomic_fetch_add(&stale_reads, 1);
+    }
+    return rc;
+}
+
+static int stale_write(sqlite3_file *f, const void *buf, int n, sqlite3_int64 off)
+{
+    if (atomic_load(&stale_armed))
+        return SQLITE_IOERR_WRITE;
+    return stale_real(f)->xWrite(f, buf, n, off);
+}
+
+/* The real VFS's files, their methods but xRead and xWrite its own: the
+ * real file is the whole of <f>, only its methods pointer changed. Opened
+ * on the loop's and the writer's threads alike: the lock keeps the table
+ * whole. */
+static int stale_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *f, int flags, int *out)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    (void)vfs;
+    int rc = stale_real_vfs->xOpen(stale_real_vfs, name, f, flags, out);
+    if (f->pMethods == NULL)
+        return rc;
+    pthread_mutex_lock(&lock);
+    size_t i = 0;
+    while (i < STALE_KINDS && stale_real_methods[i] != NULL && stale_real_methods[i] != f->pMethods)
+        i++;
+    if (i < STALE_KINDS && stale_real_methods[i] == NULL) {
+        stale_methods[i] = *f->pMethods;
+        stale_methods[i].xRead = stale_read;
+        stale_methods[i].xWrite = stale_write;
+        stale_real_methods[i] = f->pMethods;
+    }
+    pthread_mutex_unlock(&lock);
+    if (i == STALE_KINDS) { /* more kinds than thought: not wrapped, not armed */
+        f->pMethods->xClose(f);
+        return SQLITE_CANTOPEN;
+    }
+    f->pMethods = &stale_methods[i];
+    return rc;
+}
+
+/* No system error to give (the real VFS's gives errno, whatever it is). */
+static int stale_last_error(sqlite3_vfs *vfs, int n, char *buf)
+{
+    (void)vfs;
+    (void)n;
+    (void)buf;
+    return 0;
+}
+
+/* A commit that fails with no system error after a statement of its batch
+ * left errno set (here a read, at the batch's BEGIN or its statements)
+ * names no system error: errno was cleared only before BEGIN, so the
+ * failure was told with the leftover one, "disk I/O error (No such file or
+ * directory)", an error no call of the commit had. */
+static void a_commit_failure_names_no_leftover_errno(void **state)
+{
+    (void)state;
+    stale_real_vfs = sqlite3_vfs_find(NULL);
+    assert_non_null(stale_real_vfs);
+    stale_errno_vfs = *stale_real_vfs;
+    stale_errno_vfs.zName = "stale-errno";
+    stale_errno_vfs.xOpen = stale_open;
+    stale_errno_vfs.xGetLastError = stale_last_error;
+    assert_int_equal(sqlite3_vfs_register(&stale_errno_vfs, 1), SQLITE_OK);
+    struct store *s = open_ok(dir);
+    assert_int_equal(store_put_contact(s, "a", "b", 1), 0);
+    assert_int_equal(flush(s), 0);
+    /* another connection's commit: the writer reads the pages again */
+    sqlite3_close(other_connection("INSERT INTO first_contact VALUES('o', 'h', 1)"));
+    assert_int_equal(store_put_contact(s, "a", "c", 2), 0);
+    atomic_store(&stale_reads, 0);
+    atomic_store(&stale_armed, true);
+    char said[4096];
+    struct stderr_capture capture;
+    stderr_capture_begin(&capture);
+    int rc = flush(s);
+    stderr_capture_end(&capture, said, sizeof(said));
+    atomic_store(&stale_armed, false);
+    store_close(s); /* and the real VFS back, before a failure ends the test */
+    assert_int_equal(sqlite3_vfs_register(stale_real_vfs, 1), SQLITE_OK);
+    assert_int_equal(sqlite3_vfs_unregister(&stale_errno_vfs), SQLITE_OK);
+    assert_int_equal(rc, -1);
+    assert_true(atomic_load(&stale_reads) > 0); /* errno was left, before the COMMIT */
+    if (strstr(said, "cannot write: disk I/O error") == NULL ||
+        strstr(said, strerror(ENOENT)) != NULL)
+        fail_msg("standard error said: %s", said);
+}
+
 /* Whether the SQLite database at <path> has a table named <table>. */
 static bool has_table(const char *path, const char *table)
 {
@@ -1972,6 +2087,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(a_store_without_room_says_why, setup, teardown),
         cmocka_unit_test_setup_teardown(a_commit_without_room_says_why, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_commit_failure_names_no_leftover_errno, setup, teardown),
         cmocka_unit_test_setup_teardown(over_the_cap_the_oldest_tenth_goes, setup, teardown),
         cmocka_unit_test_setup_teardown(over_the_bytes_cap_the_oldest_go, setup, teardown),
         cmocka_unit_test_setup_teardown(a_commit_failing_past_the_lock_backs_off, setup, teardown),
