@@ -911,11 +911,14 @@ def test_spliced_tunnel_copies_short_flights_and_splices_streams(gateway, net, h
         t.sock.sendall(b"GET /small HTTP/1.1\r\n" + host + b"\r\n")
         assert read_response(t.sock).status == 200
         assert pipes_of(gw.proc.pid) == before, "a short flight made a pipe"
-        # download, read late: the gateway meets a full client socket while
-        # copying (what the client did not take waits) and then splices
+        # download, read late: the gateway meets a full client socket (what
+        # the client did not take waits in the gateway), waited for, not a
+        # guessed 0.5 s (8 MiB: 2 MiB fits the kernel's buffers whole, and
+        # the gateway would never wait), and the stream then splices
         n = 8 * 1024 * 1024 + 5
+        client = gw.client_end(t.sock)
         t.sock.sendall(b"GET /large?n=%d HTTP/1.1\r\n" % n + host + b"\r\n")
-        time.sleep(0.5)
+        gw.wait_writing(client, what="the gateway to meet the client's full socket")
         r = read_response(t.sock)
         assert r.status == 200 and r.body == pattern_bytes(n)
         assert pipes_of(gw.proc.pid) == before + 2, "the download did not splice"
