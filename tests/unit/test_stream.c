@@ -23,6 +23,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdbool.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -153,6 +154,21 @@ static void tcp_pair(int *l, int *a, int *b)
     assert_true(*b >= 0);
 }
 
+/* Waits until the reset of <fd>'s peer has reached <fd>: the kernel marks
+ * the socket in error and hung up (POLLERR, POLLHUP, which poll() reports
+ * unasked); an end of the peer's side alone (a FIN) is neither. Bounded:
+ * 10 s, then the test fails, not a read of a socket still up. */
+static void wait_reset(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = 0};
+    int n;
+    do
+        n = poll(&p, 1, 10000);
+    while (n < 0 && errno == EINTR);
+    if (n != 1 || !(p.revents & POLLERR) || !(p.revents & POLLHUP))
+        fail_msg("no reset reached the socket (poll %d, revents 0x%x)", n, (unsigned)p.revents);
+}
+
 static void reports_a_reset(void **state)
 {
     (void)state;
@@ -161,7 +177,7 @@ static void reports_a_reset(void **state)
     struct linger lg = {.l_onoff = 1, .l_linger = 0};
     assert_int_equal(setsockopt(b, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
     close(b); /* a reset */
-    usleep(20000);
+    wait_reset(a);
     struct event_base *base = event_base_new();
     struct bufferevent *bev = bufferevent_socket_new(base, a, BEV_OPT_CLOSE_ON_FREE);
     errno = 0;
@@ -193,7 +209,7 @@ static void rest_takes_what_came_before_a_reset(void **state)
     struct linger lg = {.l_onoff = 1, .l_linger = 0};
     assert_int_equal(setsockopt(b, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
     close(b); /* a reset, behind the bytes */
-    usleep(20000);
+    wait_reset(a);
     struct event_base *base = event_base_new();
     struct bufferevent *bev = bufferevent_socket_new(base, a, BEV_OPT_CLOSE_ON_FREE);
     /* what a write meeting the reset consumes: the error, not the bytes */
