@@ -124,7 +124,6 @@ static int run_op(struct store_writer *w, sqlite3_stmt **cache, const struct sto
     sqlite3 *db = w->t.db;
     sqlite3_stmt **st = &cache[o->kind];
     thread_moved(w);
-    errno = 0; /* what its failure leaves is its own (db_failure_into()) */
     if (*st == NULL && sqlite3_prepare_v2(db, op_sql[o->kind], -1, st, NULL) != SQLITE_OK)
         return -1;
     sqlite3_reset(*st);
@@ -147,19 +146,33 @@ static bool store_path_visible(sqlite3 *db)
            (errno != EACCES && errno != EPERM);
 }
 
+/* Readies the system's error of the statement about to run on <db>, for
+ * db_failure_into(): errno cleared, so that what its failure leaves is its
+ * own, and SQLite's record of one returned, to tell whether the statement
+ * changed it. */
+static int statement_starts(sqlite3 *db)
+{
+    errno = 0;
+    return sqlite3_system_errno(db);
+}
+
 /* Writes <db>'s last error into <err> (STORE_WRITER_ERR bytes), shown
  * safely (the store's own text can be in it: a constraint's name), and,
  * where a system call failed, the system's error after it: SQLite says
  * "disk I/O error" for a log past RLIMIT_FSIZE, a failing disk or a file
  * system gone read-only alike, and only errno tells them apart. SQLite
- * records errno for its connection on some paths only (not a COMMIT's
- * write of the log), so <sys_errno>, errno as the failed statement left it
- * (cleared before each statement), stands in where it has none. */
-static void db_failure_into(sqlite3 *db, int sys_errno, char *err)
+ * records errno for its connection on some paths only (a statement's
+ * failing step, not a COMMIT's write of the log), and keeps it until it
+ * records another: its record counts only when it changed during the
+ * statement (<recorded_before>, statement_starts()'s), else a later
+ * failure was told with an earlier one's error ('File too large' long
+ * after room was back). Otherwise <sys_errno>, errno as the failed
+ * statement left it, stands in; with neither, no system error is named. */
+static void db_failure_into(sqlite3 *db, int recorded_before, int sys_errno, char *err)
 {
     text_shown_into(err, STORE_WRITER_ERR, sqlite3_errmsg(db));
     int code = sqlite3_errcode(db) & 0xff, sys = sqlite3_system_errno(db);
-    if (sys == 0)
+    if (sys == recorded_before)
         sys = sys_errno;
     size_t n = strlen(err);
     /* only these two codes come from a system call's failure */
@@ -189,30 +202,34 @@ static enum store_commit commit_batch(struct store_writer *w, char *err)
                  "its writes would reach no file a restart reads (put it back, or restart)");
         return STORE_FAILED;
     }
-    /* errno is cleared before each statement (run_op() too) and kept as
-     * its failure leaves it: cleared once, before BEGIN, a failed COMMIT
-     * was told with what a call of an earlier statement had left */
+    /* errno is cleared before each statement and kept as its failure
+     * leaves it: cleared once, before BEGIN, a failed COMMIT was told with
+     * what a call of an earlier statement had left */
     int sys_errno = 0;
-    errno = 0;
+    int recorded = statement_starts(w->t.db);
     if (sqlite3_exec(w->t.db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
         sys_errno = errno;
         rc = STORE_LOCKED;
         goto out;
     }
-    for (size_t i = 0; i < w->n && rc == STORE_COMMITTED; i++)
+    for (size_t i = 0; i < w->n && rc == STORE_COMMITTED; i++) {
+        recorded = statement_starts(w->t.db);
         if (run_op(w, cache, &w->ops[i]) < 0) {
             sys_errno = errno;
             rc = STORE_FAILED;
         }
+    }
     thread_moved(w);
-    errno = 0;
+    if (rc == STORE_COMMITTED)
+        recorded = statement_starts(w->t.db);
     if (rc == STORE_COMMITTED && sqlite3_exec(w->t.db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK) {
         sys_errno = errno;
         rc = STORE_FAILED;
     }
 out:
     if (rc != STORE_COMMITTED) {
-        db_failure_into(w->t.db, sys_errno, err); /* before the rollback, which may clear it */
+        db_failure_into(w->t.db, recorded, sys_errno,
+                        err); /* before the rollback, which may clear it */
         sqlite3_exec(w->t.db, "ROLLBACK", NULL, NULL, NULL);
     }
     for (size_t i = 0; i < sizeof(cache) / sizeof(cache[0]); i++)
@@ -270,7 +287,7 @@ static int read_rows(struct store_read *r, sqlite3_stmt *st)
 static void run_read(sqlite3 *db, struct store_read *r)
 {
     sqlite3_stmt *rows = NULL, *count = NULL;
-    errno = 0; /* a failed read's own, for db_failure_into() */
+    int recorded = statement_starts(db);
     int rc = sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_prepare_v2(db,
@@ -292,7 +309,7 @@ static void run_read(sqlite3 *db, struct store_read *r)
     if (r->rc < 0 && rc == SQLITE_NOMEM)
         text_shown_into(r->err, STORE_WRITER_ERR, "out of memory");
     else if (r->rc < 0)
-        db_failure_into(db, errno, r->err);
+        db_failure_into(db, recorded, errno, r->err);
     sqlite3_finalize(rows);
     sqlite3_finalize(count);
     sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);

@@ -1150,6 +1150,38 @@ static void a_store_without_room_says_why(void **state)
     store_close(s);
 }
 
+/* Flushes <s> with RLIMIT_FSIZE at the size of its log, which then
+ * cannot grow (SIGXFSZ ignored meanwhile), standard error into <said> (<n>
+ * bytes); returns flush()'s. */
+static int flush_without_room(struct store *s, char *said, size_t n)
+{
+    char wal[128];
+    snprintf(wal, sizeof(wal), "%s/sluice.db-wal", dir);
+    struct stat st;
+    assert_int_equal(stat(wal, &st), 0);
+    struct rlimit old, low;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    low = old;
+    low.rlim_cur = (rlim_t)st.st_size;
+    void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &low), 0);
+    struct stderr_capture capture;
+    stderr_capture_begin(&capture);
+    int rc = flush(s);
+    stderr_capture_end(&capture, said, n);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, was);
+    return rc;
+}
+
+/* Flushes <s> once a failed commit's backoff (1 s) has run. */
+static int flush_after_backoff(struct store *s)
+{
+    struct timespec pause = {1, 100 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    return flush(s);
+}
+
 /* A commit that fails in a system call says which (docs/SPEC.md: "where
  * a system call failed, the message ends with the system's error after
  * SQLite's"): a log past RLIMIT_FSIZE, as a full disk, was told as a bare
@@ -1160,35 +1192,18 @@ static void a_commit_without_room_says_why(void **state)
     struct store *s = open_ok(dir);
     assert_int_equal(store_put_contact(s, "a", "b", 1), 0);
     assert_int_equal(flush(s), 0);
-    char wal[128];
-    snprintf(wal, sizeof(wal), "%s/sluice.db-wal", dir);
-    struct stat st;
-    assert_int_equal(stat(wal, &st), 0);
-    struct rlimit old, low;
-    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
-    low = old;
-    low.rlim_cur = (rlim_t)st.st_size; /* the log cannot grow */
-    void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
-    assert_int_equal(setrlimit(RLIMIT_FSIZE, &low), 0);
     static char host[20000];
     memset(host, 'h', sizeof(host) - 1);
     assert_int_equal(store_put_contact(s, "a", host, 2), 0);
     char said[4096];
-    struct stderr_capture capture;
-    stderr_capture_begin(&capture);
-    int rc = flush(s);
-    stderr_capture_end(&capture, said, sizeof(said));
-    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
-    signal(SIGXFSZ, was);
+    int rc = flush_without_room(s, said, sizeof(said));
     assert_int_equal(rc, -1);
     char want[128];
     snprintf(want, sizeof(want), "cannot write: disk I/O error (%s)", strerror(EFBIG));
     if (strstr(said, want) == NULL)
         fail_msg("standard error said: %s", said);
     /* room again: the kept write goes, once the backoff has run */
-    struct timespec pause = {1, 100 * 1000 * 1000};
-    nanosleep(&pause, NULL);
-    assert_int_equal(flush(s), 0);
+    assert_int_equal(flush_after_backoff(s), 0);
     struct seen seen = {0};
     assert_int_equal(store_load_contacts(s, on_contact, &seen), 2);
     store_close(s);
@@ -1261,13 +1276,51 @@ static int stale_open(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *f, 
     return rc;
 }
 
-/* No system error to give (the real VFS's gives errno, whatever it is). */
+/* While armed, no system error to give (the real VFS's gives errno,
+ * whatever it is); the real VFS's otherwise. */
 static int stale_last_error(sqlite3_vfs *vfs, int n, char *buf)
 {
     (void)vfs;
-    (void)n;
-    (void)buf;
-    return 0;
+    if (atomic_load(&stale_armed))
+        return 0;
+    return stale_real_vfs->xGetLastError(stale_real_vfs, n, buf);
+}
+
+/* The stale-errno VFS made the default, unarmed (the store opened then
+ * uses it); stale_vfs_unregister() puts the real one back. */
+static void stale_vfs_register(void)
+{
+    stale_real_vfs = sqlite3_vfs_find(NULL);
+    assert_non_null(stale_real_vfs);
+    stale_errno_vfs = *stale_real_vfs;
+    stale_errno_vfs.zName = "stale-errno";
+    stale_errno_vfs.xOpen = stale_open;
+    stale_errno_vfs.xGetLastError = stale_last_error;
+    atomic_store(&stale_armed, false);
+    assert_int_equal(sqlite3_vfs_register(&stale_errno_vfs, 1), SQLITE_OK);
+}
+
+static void stale_vfs_unregister(void)
+{
+    atomic_store(&stale_armed, false);
+    assert_int_equal(sqlite3_vfs_register(stale_real_vfs, 1), SQLITE_OK);
+    assert_int_equal(sqlite3_vfs_unregister(&stale_errno_vfs), SQLITE_OK);
+}
+
+/* The last flush of <s>, armed: standard error into <said> (<n> bytes),
+ * then <s> closed and the real VFS back, before a failure ends the test;
+ * returns flush()'s. */
+static int stale_last_flush(struct store *s, char *said, size_t n)
+{
+    atomic_store(&stale_armed, true);
+    struct stderr_capture capture;
+    stderr_capture_begin(&capture);
+    int rc = flush(s);
+    stderr_capture_end(&capture, said, n);
+    atomic_store(&stale_armed, false);
+    store_close(s);
+    stale_vfs_unregister();
+    return rc;
 }
 
 /* A commit that fails with no system error after a statement of its batch
@@ -1278,13 +1331,7 @@ static int stale_last_error(sqlite3_vfs *vfs, int n, char *buf)
 static void a_commit_failure_names_no_leftover_errno(void **state)
 {
     (void)state;
-    stale_real_vfs = sqlite3_vfs_find(NULL);
-    assert_non_null(stale_real_vfs);
-    stale_errno_vfs = *stale_real_vfs;
-    stale_errno_vfs.zName = "stale-errno";
-    stale_errno_vfs.xOpen = stale_open;
-    stale_errno_vfs.xGetLastError = stale_last_error;
-    assert_int_equal(sqlite3_vfs_register(&stale_errno_vfs, 1), SQLITE_OK);
+    stale_vfs_register();
     struct store *s = open_ok(dir);
     assert_int_equal(store_put_contact(s, "a", "b", 1), 0);
     assert_int_equal(flush(s), 0);
@@ -1292,20 +1339,49 @@ static void a_commit_failure_names_no_leftover_errno(void **state)
     sqlite3_close(other_connection("INSERT INTO first_contact VALUES('o', 'h', 1)"));
     assert_int_equal(store_put_contact(s, "a", "c", 2), 0);
     atomic_store(&stale_reads, 0);
-    atomic_store(&stale_armed, true);
     char said[4096];
-    struct stderr_capture capture;
-    stderr_capture_begin(&capture);
-    int rc = flush(s);
-    stderr_capture_end(&capture, said, sizeof(said));
-    atomic_store(&stale_armed, false);
-    store_close(s); /* and the real VFS back, before a failure ends the test */
-    assert_int_equal(sqlite3_vfs_register(stale_real_vfs, 1), SQLITE_OK);
-    assert_int_equal(sqlite3_vfs_unregister(&stale_errno_vfs), SQLITE_OK);
-    assert_int_equal(rc, -1);
+    assert_int_equal(stale_last_flush(s, said, sizeof(said)), -1);
     assert_true(atomic_load(&stale_reads) > 0); /* errno was left, before the COMMIT */
     if (strstr(said, "cannot write: disk I/O error") == NULL ||
         strstr(said, strerror(ENOENT)) != NULL)
+        fail_msg("standard error said: %s", said);
+}
+
+/* SQLite keeps the system's error it records for a connection (a
+ * statement's failing step: a batch bigger than its page cache, written
+ * into the log mid-statement, past RLIMIT_FSIZE) until it records another,
+ * and records none for a COMMIT's failing write of the log: a later commit
+ * failing with no system error was told with the earlier one's, "disk I/O
+ * error (File too large)", long after room was back. */
+static void a_later_failure_names_no_earlier_recorded_error(void **state)
+{
+    (void)state;
+    stale_vfs_register();
+    struct store *s = open_ok(dir);
+    assert_int_equal(store_put_contact(s, "a", "b", 1), 0);
+    assert_int_equal(flush(s), 0);
+    /* more than SQLite's page cache (2 MiB): spilled within a statement */
+    static char host[20000];
+    enum { HOSTS = 160 };
+    memset(host, 'h', sizeof(host) - 1);
+    for (int i = 0; i < HOSTS; i++) {
+        snprintf(host, 8, "%07d", i);
+        host[7] = 'h';
+        assert_int_equal(store_put_contact(s, "a", host, 2), 0);
+    }
+    char said[4096];
+    int rc = flush_without_room(s, said, sizeof(said));
+    char want[128];
+    snprintf(want, sizeof(want), "disk I/O error (%s)", strerror(EFBIG));
+    if (rc != -1 || strstr(said, want) == NULL)
+        fail_msg("standard error said: %s", said);
+    /* room again: the kept batch goes, once the backoff has run */
+    assert_int_equal(flush_after_backoff(s), 0);
+    /* a commit whose write of the log fails with no system error */
+    assert_int_equal(store_put_contact(s, "a", "c", 3), 0);
+    assert_int_equal(stale_last_flush(s, said, sizeof(said)), -1);
+    if (strstr(said, "cannot write: disk I/O error") == NULL ||
+        strstr(said, strerror(EFBIG)) != NULL)
         fail_msg("standard error said: %s", said);
 }
 
@@ -2087,6 +2163,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(a_store_without_room_says_why, setup, teardown),
         cmocka_unit_test_setup_teardown(a_commit_without_room_says_why, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_later_failure_names_no_earlier_recorded_error, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(a_commit_failure_names_no_leftover_errno, setup, teardown),
         cmocka_unit_test_setup_teardown(over_the_cap_the_oldest_tenth_goes, setup, teardown),
         cmocka_unit_test_setup_teardown(over_the_bytes_cap_the_oldest_go, setup, teardown),
