@@ -302,20 +302,15 @@ static struct agent_state *agent_evict(struct detectors *d, int64_t now_ms)
         }
         /* an idle one of those comes before any agent not examined yet;
          * one that held counts dated later (the clock went back) waits again */
-        if (slot_heap_top(&d->idle, &i, &key)) {
-            if (agent_examine(d, i, now_ms)) {
-                v = &d->agents[i];
+        if (!slot_heap_top(&d->idle, &i, &key)) {
+            if ((i = d->evict_from) == AGENT_NONE)
                 break;
-            }
-            continue;
+            d->evict_from = d->agents[i].next; /* examined now: busy, it waits in d->busy */
         }
-        if ((i = d->evict_from) == AGENT_NONE)
-            break;
         if (agent_examine(d, i, now_ms)) {
             v = &d->agents[i];
             break;
         }
-        d->evict_from = d->agents[i].next;
     }
     if (v == NULL)
         return NULL;

@@ -1323,6 +1323,14 @@ static int stale_last_flush(struct store *s, char *said, size_t n)
     return rc;
 }
 
+/* Fails unless <said> tells a commit's "disk I/O error" without naming
+ * <stale>, the system's error no call of that commit had. */
+static void assert_told_without(const char *said, const char *stale)
+{
+    if (strstr(said, "cannot write: disk I/O error") == NULL || strstr(said, stale) != NULL)
+        fail_msg("standard error said: %s", said);
+}
+
 /* A commit that fails with no system error after a statement of its batch
  * left errno set (here a read, at the batch's BEGIN or its statements)
  * names no system error: errno was cleared only before BEGIN, so the
@@ -1342,9 +1350,7 @@ static void a_commit_failure_names_no_leftover_errno(void **state)
     char said[4096];
     assert_int_equal(stale_last_flush(s, said, sizeof(said)), -1);
     assert_true(atomic_load(&stale_reads) > 0); /* errno was left, before the COMMIT */
-    if (strstr(said, "cannot write: disk I/O error") == NULL ||
-        strstr(said, strerror(ENOENT)) != NULL)
-        fail_msg("standard error said: %s", said);
+    assert_told_without(said, strerror(ENOENT));
 }
 
 /* SQLite keeps the system's error it records for a connection (a
@@ -1380,9 +1386,7 @@ static void a_later_failure_names_no_earlier_recorded_error(void **state)
     /* a commit whose write of the log fails with no system error */
     assert_int_equal(store_put_contact(s, "a", "c", 3), 0);
     assert_int_equal(stale_last_flush(s, said, sizeof(said)), -1);
-    if (strstr(said, "cannot write: disk I/O error") == NULL ||
-        strstr(said, strerror(EFBIG)) != NULL)
-        fail_msg("standard error said: %s", said);
+    assert_told_without(said, strerror(EFBIG));
 }
 
 /* Whether the SQLite database at <path> has a table named <table>. */
