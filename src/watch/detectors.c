@@ -769,27 +769,91 @@ static const char *agent_shown(const char *a)
  * (03:00 +02 to 01:00 +00 when its summer time ends); most zones step
  * back one hour, Australia/Lord_Howe half of one. */
 #define SET_BACK_MAX_S (2 * 3600)
+#define DAY_S          86400
 
-/* True when working hours that <t> falls in by the wall clock (<now>, in
- * zone <tz>; <to_end> minutes before their end) had ended already: the
- * clock went back over their end within SET_BACK_MAX_S (summer time
- * ending), and shows minutes before it again. Hours end the first time
- * the local clock reaches their end: else a shift 22:00-01:30 in New
- * York, ended at 01:30 EDT, would start again at 01:00 EST for half an
- * hour, its writes unseen. At most one change of clocks within
- * SET_BACK_MAX_S, as in every zone. */
-static bool hours_ended_before_set_back(const char *tz, time_t t, const struct tm *now, int to_end)
+/* Working hours are one stretch of time: they begin the first time the
+ * local clock reaches their start and end the first time it reaches their
+ * end. A clock that goes forward (summer time starting) skips readings,
+ * and a start or end among them is reached at the first instant after
+ * the gap; one that goes back shows readings again, and the hours go by
+ * the furthest reading shown. So the question is always "does the
+ * furthest reading the clock has shown fall in the hours?", a reading
+ * being the local date and time as a count of seconds (<t> plus the
+ * zone's offset then). */
+
+/* Seconds the local clock read at <t>, when its offset was <tm>'s. */
+static int64_t reading_at(time_t t, const struct tm *tm)
 {
-    struct tm before, at_end;
-    if (zone_localtime(tz, t - SET_BACK_MAX_S, &before) != 0)
-        return false;
+    return (int64_t)t + tm->tm_gmtoff;
+}
+
+static int64_t day_of_reading(int64_t reading)
+{
+    return reading >= 0 ? reading / DAY_S : -((-reading + DAY_S - 1) / DAY_S);
+}
+
+/* Whether the local clock's <reading> falls in <o>'s hours on a working
+ * day. Hours that wrap midnight are a night shift: the minutes after
+ * midnight belong to the day the shift started, the local day before
+ * (Saturday 02:00 is Friday night's under Mon-Fri, Monday 02:00 Sunday
+ * night's). */
+static bool hours_hold(const struct off_hours_cfg *o, int64_t reading)
+{
+    int64_t days = day_of_reading(reading);
+    int m = (int)((reading - days * DAY_S) / 60);
+    int day = (int)(((days % 7) + 7 + 3) % 7); /* 1970-01-01 was a Thursday; Monday = 0 */
+    bool wraps = o->start_min > o->end_min;    /* equal ends are refused by the loader */
+    bool in_hours =
+        wraps ? (m >= o->start_min || m < o->end_min) : (m >= o->start_min && m < o->end_min);
+    if (wraps && m < o->end_min)
+        day = (day + 6) % 7;
+    return in_hours && ((o->days_mask >> day) & 1u);
+}
+
+/* The first reading after <reading> at <min> minutes past midnight. */
+static int64_t next_reading_at(int64_t reading, int min)
+{
+    int64_t at = day_of_reading(reading) * DAY_S + (int64_t)min * 60;
+    return at > reading ? at : at + DAY_S;
+}
+
+/* A reading that falls in <o>'s hours just when the furthest the clock
+ * has shown by <t> does (<now>: <t> in the zone). That is <t>'s own,
+ * unless the clock went back within SET_BACK_MAX_S (summer time ending)
+ * and shows again what it showed before: then it is the last start or
+ * end of the hours that the clock reached before it went back, when it
+ * reached one ahead of <t>'s reading. Else a shift 22:00-01:30 in New
+ * York, ended at 01:30 EDT, would start again at 01:00 EST for half an
+ * hour, and hours 01:30-09:00, begun at 01:30 EDT, would stop then for
+ * half an hour, each write an alert. At most one change of clocks within
+ * SET_BACK_MAX_S, as in every zone. */
+static int64_t reading_reached(const struct off_hours_cfg *o, time_t t, const struct tm *now)
+{
+    int64_t reading = reading_at(t, now);
+    int64_t start = next_reading_at(reading, o->start_min);
+    int64_t end = next_reading_at(reading, o->end_min);
+    int64_t ahead[2] = {start < end ? start : end, start < end ? end : start};
+    /* the normal path: no start or end within a step back of the clock,
+     * so none can have been reached ahead of it, and one conversion */
+    if (ahead[0] >= reading + SET_BACK_MAX_S)
+        return reading;
+    struct tm before;
+    if (zone_localtime(o->tz, t - SET_BACK_MAX_S, &before) != 0)
+        return reading;
     long back = before.tm_gmtoff - now->tm_gmtoff; /* seconds the clock went back */
     if (back <= 0 || back > SET_BACK_MAX_S)
-        return false;
-    /* when the clock, still on the offset before, read the end: this wall
-     * time's first pass (<back> earlier), then <to_end> minutes on */
-    time_t end = t - back - now->tm_sec + (time_t)to_end * 60;
-    return end < t && zone_localtime(tz, end, &at_end) == 0 && at_end.tm_gmtoff == before.tm_gmtoff;
+        return reading;
+    int64_t reached = reading;
+    for (size_t i = 0; i < 2 && ahead[i] < reading + back; i++) {
+        /* when the clock, still on the offset before, read it: after
+         * <t> - <back>, before <t>; reached when that offset held then */
+        struct tm then;
+        time_t first = (time_t)(ahead[i] - before.tm_gmtoff);
+        if (zone_localtime(o->tz, first, &then) != 0 || then.tm_gmtoff != before.tm_gmtoff)
+            break;
+        reached = ahead[i];
+    }
+    return reached;
 }
 
 /* Whether <t> is outside <o>'s working hours; <*zone> gets
@@ -801,23 +865,7 @@ static bool off_hours_in(const struct off_hours_cfg *o, time_t t, int *zone)
     *zone = zone_localtime(o->tz, t, &tm);
     if (*zone < 0)
         return false;
-    int m = tm.tm_hour * 60 + tm.tm_min;
-    int day = (tm.tm_wday + 6) % 7;         /* Monday = 0 */
-    bool wraps = o->start_min > o->end_min; /* equal ends are refused by the loader */
-    bool in_hours =
-        wraps ? (m >= o->start_min || m < o->end_min) : (m >= o->start_min && m < o->end_min);
-    /* Hours that wrap midnight are a night shift: the minutes after
-     * midnight belong to the day the shift started, the local day before
-     * (Saturday 02:00 is Friday night's under Mon-Fri, Monday 02:00
-     * Sunday night's). The day before is one weekday back whatever the
-     * clocks did overnight, so no second conversion is needed. */
-    if (wraps && m < o->end_min)
-        day = (day + 6) % 7;
-    bool workday = (o->days_mask >> day) & 1u;
-    if (!(workday && in_hours))
-        return true;
-    int to_end = o->end_min - m; /* before midnight in hours that wrap: tomorrow's end */
-    return hours_ended_before_set_back(o->tz, t, &tm, to_end > 0 ? to_end : to_end + 24 * 60);
+    return !hours_hold(o, reading_reached(o, t, &tm));
 }
 
 bool detectors_off_hours(const struct off_hours_cfg *o, time_t t)

@@ -894,6 +894,100 @@ static void off_hours_end_once_when_the_clocks_go_back_two_hours(void **state)
     assert_true(detectors_off_hours(&o, 1792899000));  /* Sun 03:30 +00 */
 }
 
+/* Hours of one day, <start>-<end> (minutes after midnight), in <tz>. */
+static struct off_hours_cfg hours_in(char *tz, int start, int end, uint8_t days_mask)
+{
+    return (struct off_hours_cfg){
+        .set = true, .tz = tz, .start_min = start, .end_min = end, .days_mask = days_mask};
+}
+
+/* Working hours begin the first time the local clock reaches their start,
+ * as they end the first time it reaches their end: one stretch of time.
+ * When the clocks go back over the start (summer time ends at 02:00 EDT
+ * in New York, 2026-11-01 06:00 UTC), the minutes before it that the
+ * clock shows again are working hours, begun already. Before, they were
+ * off-hours: Sunday hours 01:30-09:00, begun at 01:30 EDT, stopped at
+ * 01:00 EST for half an hour, each write in it an alert. */
+static void off_hours_start_the_first_time_the_clock_reaches_it(void **state)
+{
+    (void)state;
+    struct off_hours_cfg o = hours_in("America/New_York", 90, 9 * 60, 0x40); /* Sun 01:30-09:00 */
+    assert_true(detectors_off_hours(&o, 1793510940));                        /* Sun 01:29 EDT */
+    assert_false(detectors_off_hours(&o, 1793511000)); /* Sun 01:30 EDT: begun */
+    assert_false(detectors_off_hours(&o, 1793512800)); /* Sun 01:00 EST, the clock set back */
+    assert_false(detectors_off_hours(&o, 1793514540)); /* Sun 01:29 EST */
+    assert_false(detectors_off_hours(&o, 1793515200)); /* Sun 01:40 EST, the second pass */
+    assert_false(detectors_off_hours(&o, 1793541540)); /* Sun 08:59 EST */
+    assert_true(detectors_off_hours(&o, 1793541600));  /* Sun 09:00 EST */
+    /* a start the clock had not reached before the step (01:59:59 EDT
+     * was its last reading) is reached once, after it */
+    o.start_min = 2 * 60;
+    assert_true(detectors_off_hours(&o, 1793512799));  /* Sun 01:59:59 EDT */
+    assert_true(detectors_off_hours(&o, 1793514600));  /* Sun 01:30 EST */
+    assert_false(detectors_off_hours(&o, 1793516400)); /* Sun 02:00 EST */
+    /* a start and an end both in the hour that comes again: reached, and
+     * over, on its first pass */
+    o = hours_in("America/New_York", 70, 100, 0x40);   /* Sun 01:10-01:40 */
+    assert_false(detectors_off_hours(&o, 1793510400)); /* Sun 01:20 EDT */
+    assert_true(detectors_off_hours(&o, 1793513400));  /* Sun 01:10 EST */
+    assert_true(detectors_off_hours(&o, 1793514000));  /* Sun 01:20 EST */
+    /* the day of hours begun is the day the clock read their start */
+    o = hours_in("America/New_York", 90, 9 * 60, 0x20); /* Saturdays only */
+    assert_true(detectors_off_hours(&o, 1793512800));   /* Sun 01:00 EST */
+}
+
+/* The same where the clocks go back two hours (Antarctica/Troll, 03:00
+ * +02 to 01:00 +00 on 2026-10-25 at 01:00 UTC) or half of one
+ * (Australia/Lord_Howe, 02:00 +11 to 01:30 +10:30 on 2026-04-05 at
+ * 15:00 UTC the day before). */
+static void off_hours_start_once_when_the_clocks_go_back_two_hours_or_half_of_one(void **state)
+{
+    (void)state;
+    struct off_hours_cfg o = hours_in("Antarctica/Troll", 90, 9 * 60, 0x40); /* 01:30-09:00 */
+    assert_true(detectors_off_hours(&o, 1792884540));                        /* Sun 01:29 +02 */
+    assert_false(detectors_off_hours(&o, 1792884600));                       /* Sun 01:30 +02 */
+    assert_false(detectors_off_hours(&o, 1792890000));                       /* Sun 01:00 +00 */
+    assert_false(detectors_off_hours(&o, 1792890000 + 29 * 60 + 59));        /* Sun 01:29:59 +00 */
+    o.start_min = 150;                                                       /* 02:30-09:00 */
+    assert_false(detectors_off_hours(&o, 1792888200));                       /* Sun 02:30 +02 */
+    assert_false(detectors_off_hours(&o, 1792890000));                       /* Sun 01:00 +00 */
+    assert_false(detectors_off_hours(&o, 1792895340));                       /* Sun 02:29 +00 */
+    assert_false(detectors_off_hours(&o, 1792895400));                       /* Sun 02:30 +00 */
+    o = hours_in("Antarctica/Troll", 90, 2 * 60, 0x40);                      /* 01:30-02:00 */
+    assert_true(detectors_off_hours(&o, 1792886400));                        /* Sun 02:00 +02 */
+    assert_true(detectors_off_hours(&o, 1792891800));                        /* Sun 01:30 +00 */
+    o = hours_in("Australia/Lord_Howe", 105, 9 * 60, 0x40);                  /* 01:45-09:00 */
+    assert_true(detectors_off_hours(&o, 1775313840));                        /* Sun 01:44 +11 */
+    assert_false(detectors_off_hours(&o, 1775313900));                       /* Sun 01:45 +11 */
+    assert_false(detectors_off_hours(&o, 1775314800));                       /* Sun 01:30 +10:30 */
+    assert_false(detectors_off_hours(&o, 1775315640));                       /* Sun 01:44 +10:30 */
+    o = hours_in("Australia/Lord_Howe", 22 * 60, 105, 0x20); /* Sat night 22:00-01:45 */
+    assert_false(detectors_off_hours(&o, 1775313840));       /* Sun 01:44 +11 */
+    assert_true(detectors_off_hours(&o, 1775313900));        /* Sun 01:45 +11: ended */
+    assert_true(detectors_off_hours(&o, 1775314800));        /* Sun 01:30 +10:30 */
+    assert_true(detectors_off_hours(&o, 1775315640));        /* Sun 01:44 +10:30 */
+}
+
+/* America/Santiago sets its clocks back at midnight, from Saturday 24:00
+ * -03 to 23:00 -04 (2026-04-05 03:00 UTC): Saturday's last hour comes
+ * again. A Saturday night shift 23:30-06:00 begun at 23:30 -03 goes on
+ * through it, and is Saturday's; before, 23:00-23:29 -04 were off-hours. */
+static void off_hours_start_in_an_hour_that_comes_again_before_midnight(void **state)
+{
+    (void)state;
+    struct off_hours_cfg o = hours_in("America/Santiago", 23 * 60 + 30, 6 * 60, 0x20);
+    assert_true(detectors_off_hours(&o, 1775356140));  /* Sat 23:29 -03 */
+    assert_false(detectors_off_hours(&o, 1775356200)); /* Sat 23:30 -03 */
+    assert_false(detectors_off_hours(&o, 1775358000)); /* Sat 23:00 -04, the clock set back */
+    assert_false(detectors_off_hours(&o, 1775359740)); /* Sat 23:29 -04 */
+    assert_false(detectors_off_hours(&o, 1775361600)); /* Sun 00:00 -04 */
+    assert_false(detectors_off_hours(&o, 1775383140)); /* Sun 05:59 -04 */
+    assert_true(detectors_off_hours(&o, 1775383200));  /* Sun 06:00 -04 */
+    o.days_mask = 0x40;                                /* Sunday nights only */
+    assert_true(detectors_off_hours(&o, 1775358000));  /* Sat 23:00 -04 */
+    assert_true(detectors_off_hours(&o, 1775361600));  /* Sun 00:00 -04: Saturday night's */
+}
+
 /* A zone is the file the policy's loader checked, under
  * /usr/share/zoneinfo: a TZDIR in the gateway's environment made glibc
  * look elsewhere, find nothing, take the name for a POSIX TZ string it is
@@ -1899,6 +1993,9 @@ int main(void)
         cmocka_unit_test(off_hours_night_shift_across_dst),
         cmocka_unit_test(off_hours_end_the_first_time_the_clock_reaches_it),
         cmocka_unit_test(off_hours_end_once_when_the_clocks_go_back_two_hours),
+        cmocka_unit_test(off_hours_start_the_first_time_the_clock_reaches_it),
+        cmocka_unit_test(off_hours_start_once_when_the_clocks_go_back_two_hours_or_half_of_one),
+        cmocka_unit_test(off_hours_start_in_an_hour_that_comes_again_before_midnight),
         cmocka_unit_test_setup_teardown(off_hours_detector, setup, teardown),
         cmocka_unit_test_setup_teardown(off_hours_zone_gone_at_run_time_is_told, setup, teardown),
         cmocka_unit_test(zone_file_cut_short_is_not_a_zone),
