@@ -988,6 +988,50 @@ static void off_hours_start_in_an_hour_that_comes_again_before_midnight(void **s
     assert_true(detectors_off_hours(&o, 1775361600));  /* Sun 00:00 -04: Saturday night's */
 }
 
+/* Hours whose start or end falls in a skipped hour (the clocks go
+ * forward) begin or end at the first instant after the gap, when the
+ * clock first shows a time past it; hours wholly inside the gap are none
+ * that day. New York 2026-03-08 07:00 UTC (01:59:59 EST, then 03:00 EDT),
+ * Australia/Lord_Howe 2026-10-03 15:30 UTC (02:00 +10:30 to 02:30 +11),
+ * Antarctica/Troll 2026-03-29 01:00 UTC (01:00 +00 to 03:00 +02), and
+ * America/Santiago 2026-09-06 04:00 UTC (Saturday 24:00 -04 to Sunday
+ * 01:00 -03: Sunday's first hour is skipped). */
+static void off_hours_start_or_end_in_a_skipped_hour(void **state)
+{
+    (void)state;
+    struct off_hours_cfg o = hours_in("America/New_York", 150, 9 * 60, 0x40); /* 02:30-09:00 */
+    assert_true(detectors_off_hours(&o, 1772953140));                         /* Sun 01:59 EST */
+    assert_false(detectors_off_hours(&o, 1772953200));                        /* Sun 03:00 EDT */
+    o = hours_in("America/New_York", 22 * 60, 150, 0x20);     /* Sat night 22:00-02:30 */
+    assert_false(detectors_off_hours(&o, 1772953199));        /* Sun 01:59:59 EST */
+    assert_true(detectors_off_hours(&o, 1772953200));         /* Sun 03:00 EDT */
+    o = hours_in("America/New_York", 130, 160, 0x40);         /* 02:10-02:40: none that day */
+    assert_true(detectors_off_hours(&o, 1772953140));         /* Sun 01:59 EST */
+    assert_true(detectors_off_hours(&o, 1772953200));         /* Sun 03:00 EDT */
+    o = hours_in("Australia/Lord_Howe", 135, 9 * 60, 0x40);   /* 02:15-09:00 */
+    assert_true(detectors_off_hours(&o, 1791041340));         /* Sun 01:59 +10:30 */
+    assert_false(detectors_off_hours(&o, 1791041400));        /* Sun 02:30 +11 */
+    o = hours_in("Australia/Lord_Howe", 22 * 60, 135, 0x20);  /* Sat night 22:00-02:15 */
+    assert_false(detectors_off_hours(&o, 1791041340));        /* Sun 01:59 +10:30 */
+    assert_true(detectors_off_hours(&o, 1791041400));         /* Sun 02:30 +11 */
+    o = hours_in("Antarctica/Troll", 2 * 60, 9 * 60, 0x40);   /* 02:00-09:00 */
+    assert_true(detectors_off_hours(&o, 1774745940));         /* Sun 00:59 +00 */
+    assert_false(detectors_off_hours(&o, 1774746000));        /* Sun 03:00 +02 */
+    o = hours_in("Antarctica/Troll", 60, 179, 0x40);          /* 01:00-02:59: none that day */
+    assert_true(detectors_off_hours(&o, 1774746000));         /* Sun 03:00 +02 */
+    o = hours_in("America/Santiago", 30, 8 * 60, 0x40);       /* Sun 00:30-08:00 */
+    assert_true(detectors_off_hours(&o, 1788667140));         /* Sat 23:59 -04 */
+    assert_false(detectors_off_hours(&o, 1788667200));        /* Sun 01:00 -03 */
+    o.days_mask = 0x20;                                       /* Saturdays only */
+    assert_true(detectors_off_hours(&o, 1788667200));         /* Sun 01:00 -03 */
+    o = hours_in("America/Santiago", 22 * 60, 30, 0x20);      /* Sat night 22:00-00:30 */
+    assert_false(detectors_off_hours(&o, 1788667140));        /* Sat 23:59 -04 */
+    assert_true(detectors_off_hours(&o, 1788667200));         /* Sun 01:00 -03 */
+    o = hours_in("America/Santiago", 18 * 60, 24 * 60, 0x20); /* Sat 18:00-24:00 */
+    assert_false(detectors_off_hours(&o, 1788667199));        /* Sat 23:59:59 -04 */
+    assert_true(detectors_off_hours(&o, 1788667200));         /* Sun 01:00 -03 */
+}
+
 /* A zone is the file the policy's loader checked, under
  * /usr/share/zoneinfo: a TZDIR in the gateway's environment made glibc
  * look elsewhere, find nothing, take the name for a POSIX TZ string it is
@@ -1996,6 +2040,7 @@ int main(void)
         cmocka_unit_test(off_hours_start_the_first_time_the_clock_reaches_it),
         cmocka_unit_test(off_hours_start_once_when_the_clocks_go_back_two_hours_or_half_of_one),
         cmocka_unit_test(off_hours_start_in_an_hour_that_comes_again_before_midnight),
+        cmocka_unit_test(off_hours_start_or_end_in_a_skipped_hour),
         cmocka_unit_test_setup_teardown(off_hours_detector, setup, teardown),
         cmocka_unit_test_setup_teardown(off_hours_zone_gone_at_run_time_is_told, setup, teardown),
         cmocka_unit_test(zone_file_cut_short_is_not_a_zone),
