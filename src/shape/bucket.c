@@ -135,6 +135,27 @@ uint64_t bucket_wait_ns(struct bucket *b, uint64_t n, uint64_t now_ns)
     return t > UINT64_MAX ? UINT64_MAX : (uint64_t)t;
 }
 
+uint64_t bucket_full_in_ns(struct bucket *b, uint64_t now_ns)
+{
+    if (b->size == 0)
+        return 0;
+    bucket_refill(b, now_ns);
+    uint64_t need = sat_add(b->debt, b->size - b->budget);
+    if (need == 0)
+        return 0;
+    u128 tn = (u128)need * b->refill_ns; /* > rem: rem < refill_ns <= tn */
+    u128 t = (tn - b->rem + b->size - 1) / b->size;
+    return t > UINT64_MAX ? UINT64_MAX : (uint64_t)t;
+}
+
+void bucket_drain(struct bucket *b, uint64_t n, uint64_t now_ns)
+{
+    if (b->size == 0)
+        return;
+    bucket_refill(b, now_ns);
+    b->budget -= n < b->budget ? n : b->budget;
+}
+
 bool bucket_in_debt(struct bucket *b, uint64_t now_ns)
 {
     bucket_refill(b, now_ns);

@@ -65,6 +65,13 @@ uint64_t bucket_wait_ns(struct bucket *b, uint64_t n, uint64_t now_ns);
 /* True when <b> owes tokens at <now_ns>: a bucket_force() beyond what it
  * held that the refill has not paid back yet. */
 bool bucket_in_debt(struct bucket *b, uint64_t now_ns);
+/* Nanoseconds from <now_ns> until <b> is full and out of debt (its
+ * one-time burst aside, which never refills): 0 when it is, or off. Rounded
+ * up; saturates at UINT64_MAX. */
+uint64_t bucket_full_in_ns(struct bucket *b, uint64_t now_ns);
+/* Takes up to <n> of the tokens <b> holds, never its one-time burst, never
+ * into debt: a bucket made anew brought down to what an old one held. */
+void bucket_drain(struct bucket *b, uint64_t n, uint64_t now_ns);
 /* True when <b> is as a fresh bucket of its configuration would be at
  * <now_ns> (full, burst intact, no debt): forgetting it loses nothing. */
 bool bucket_at_rest(struct bucket *b, uint64_t one_time_burst, uint64_t now_ns);

@@ -253,6 +253,34 @@ static void test_at_rest(void **state)
     assert_true(bucket_at_rest(&b, 0, 4 * S));
 }
 
+/* How long a bucket takes to be full again, rounded up, debt included;
+ * and a drain takes only what it holds, never its burst, never into debt. */
+static void test_full_in_and_drain(void **state)
+{
+    (void)state;
+    struct bucket b;
+    bucket_init(&b, 10, 5, 10 * S, 0); /* a token a second */
+    assert_int_equal(bucket_full_in_ns(&b, 0), 0);
+    assert_true(bucket_take(&b, 12, 0)); /* the burst, then 7 of the 10 */
+    assert_int_equal(bucket_full_in_ns(&b, 0), 7 * S);
+    assert_int_equal(bucket_full_in_ns(&b, 500 * MS), 6500 * MS); /* half a token carried */
+    bucket_force(&b, 5, 500 * MS);                                /* 3 held, 2 owed */
+    assert_int_equal(bucket_full_in_ns(&b, 500 * MS), 11500 * MS);
+    assert_int_equal(bucket_full_in_ns(&b, 12 * S), 0);
+    bucket_init(&b, 10, 5, 10 * S, 0);
+    bucket_drain(&b, 4, 0);
+    assert_int_equal(b.budget, 6);
+    assert_int_equal(b.burst, 5);
+    bucket_drain(&b, 100, 0);
+    assert_int_equal(b.budget, 0);
+    assert_int_equal(b.debt, 0);
+    assert_int_equal(bucket_available(&b, 3 * S), 5 + 3);
+    bucket_init(&b, 0, 0, S, 0); /* off: nothing to wait for or take */
+    assert_int_equal(bucket_full_in_ns(&b, 0), 0);
+    bucket_drain(&b, 4, 0);
+    assert_true(bucket_is_off(&b));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -265,6 +293,7 @@ int main(void)
         cmocka_unit_test(test_off),
         cmocka_unit_test(test_reconfigure),
         cmocka_unit_test(test_at_rest),
+        cmocka_unit_test(test_full_in_and_drain),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
