@@ -10,6 +10,7 @@
 #include "policy/host.h"
 #include "policy/policy.h"
 #include "shape/bucket.h"
+#include "shape/ghosts.h"
 #include "util/units.h"
 #include "util/zalloc.h"
 #include "watch/bus.h"
@@ -60,6 +61,9 @@ struct quota {
     size_t scans;    /* evict()'s scans of the table, for tests */
     size_t evict_at; /* evict() scans once the table holds this many */
     struct qentry *slots[NSLOTS];
+    /* What was forgotten of entries dropped before they came to rest:
+     * made the first time one is (most tables never fill). */
+    struct ghosts *ghosts;
     bool denied_set; /* alerts.denied_burst present: denials are counted */
     uint64_t denied_max, denied_per_ms, quarantine_ns;
     uint64_t q_until_max;     /* no quarantine runs past this: the fast path */
@@ -128,6 +132,7 @@ void quota_free(struct quota *q)
             e = next;
         }
     }
+    ghosts_free(q->ghosts);
     free(q);
 }
 
@@ -337,8 +342,10 @@ static void heap_down(struct qentry **h, size_t n, size_t i)
  * quarantine keeps, no denial window still counts and no bandwidth debt
  * is owed on: a batch of
  * them (a 64th of the table, at most EVICT_BATCH), so that a full table
- * of busy entries is not scanned again for each newcomer. When none can
- * go, nothing is dropped and the table grows past its bound. */
+ * of busy entries is not scanned again for each newcomer, each leaving its
+ * ghost (what its buckets still lack). When none can go, or there is no
+ * memory for the ghosts, nothing is dropped and the table grows past its
+ * bound. */
 static void evict(struct quota *q, uint64_t now)
 {
     struct qentry *lru[EVICT_BATCH]; /* a max-heap: the newest of them on top */
@@ -382,9 +389,16 @@ static void evict(struct quota *q, uint64_t now)
             pp = &e->next;
         }
     }
-    if (q->nentries == before)
-        for (size_t k = 0; k < n; k++)
-            unlink_entry(q, lru[k]);
+    /* What they still owe is remembered, so that they come back no fuller
+     * than they go (a bucket made anew starts full); without room for
+     * that, they stay, as entries that cannot go do. */
+    if (q->nentries == before && n > 0 &&
+        (q->ghosts != NULL || (q->ghosts = ghosts_new(q->max_entries)) != NULL))
+        for (size_t k = 0; k < n; k++) {
+            struct qentry *e = lru[k];
+            ghosts_keep(q->ghosts, e->hash, &e->req, e->spec.burst, &e->bw, now);
+            unlink_entry(q, e);
+        }
     /* The next scan waits for a batch of newcomers, as after a batch was
      * dropped, also when this one freed less: entries that cannot go
      * (held by flows, quarantines, counting windows) keep the table at its
@@ -429,12 +443,19 @@ static struct qentry *lookup(struct quota *q, const char *agent_id, const struct
  * it). Only admissions do, under a rate with a request limit: an upload's
  * flow, under one with only a bandwidth, would turn the bucket off, and a
  * later reload bringing the limit back would find it full, where a reload
- * never grants tokens. */
-static void apply_requests(struct qentry *e, const struct rate_spec *rs, uint64_t now)
+ * never grants tokens. A bucket made here (full) is brought down to what
+ * <q> forgot of its key (ghosts.h). */
+static void apply_requests(const struct quota *q, struct qentry *e, const struct rate_spec *rs,
+                           uint64_t now)
 {
     uint64_t per_ms = rs->per_ms > 0 ? rs->per_ms : 1000;
-    if (rs->requests != e->spec.requests || per_ms != e->spec.per_ms || rs->burst != e->spec.burst)
+    if (rs->requests != e->spec.requests || per_ms != e->spec.per_ms ||
+        rs->burst != e->spec.burst) {
+        bool made = bucket_is_off(&e->req);
         bucket_reconfigure(&e->req, rs->requests, rs->burst, sat_mul(per_ms, NS_PER_MS), now);
+        if (made)
+            ghosts_drain_requests(q->ghosts, e->hash, &e->req, now);
+    }
     e->spec.requests = rs->requests;
     e->spec.per_ms = per_ms;
     e->spec.burst = rs->burst;
@@ -442,10 +463,15 @@ static void apply_requests(struct qentry *e, const struct rate_spec *rs, uint64_
 
 /* The same for the bandwidth bucket, by the flows, under a rate with a
  * bandwidth. */
-static void apply_bandwidth(struct qentry *e, uint64_t bandwidth, uint64_t now)
+static void apply_bandwidth(const struct quota *q, struct qentry *e, uint64_t bandwidth,
+                            uint64_t now)
 {
-    if (bandwidth != e->spec.bandwidth)
+    if (bandwidth != e->spec.bandwidth) {
+        bool made = bucket_is_off(&e->bw);
         bucket_reconfigure(&e->bw, bandwidth, 0, NS_PER_S, now);
+        if (made)
+            ghosts_drain_bandwidth(q->ghosts, e->hash, &e->bw, now);
+    }
     e->spec.bandwidth = bandwidth;
     e->bw_off = false;
 }
@@ -547,7 +573,7 @@ int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, c
         /* Held until the end: the rule's lookup may evict every entry at
          * rest to make room, and the agent's, full, is one. */
         e[i]->refs++;
-        apply_requests(e[i], rs[i], now_ns);
+        apply_requests(q, e[i], rs[i], now_ns);
         uint64_t w = bucket_wait_ns(&e[i]->req, 1, now_ns);
         if (w > wait)
             wait = w;
@@ -576,7 +602,7 @@ static int flow_attach(struct quota_flow *f, int i, uint64_t bandwidth, uint64_t
     struct qentry *e = lookup(f->q, f->agent_id, i == 0 ? NULL : f->rule, now_ns, true);
     if (e == NULL)
         return -1;
-    apply_bandwidth(e, bandwidth, now_ns);
+    apply_bandwidth(f->q, e, bandwidth, now_ns);
     e->refs++;
     f->e[i] = e;
     return 0;
@@ -975,11 +1001,11 @@ void quota_reshape_commit(struct quota_reshape *rs)
             const struct rate_spec *rate = entry_rate(e, p, rs->rules, rs->nrules);
             /* From now on at the new rate, not from the next request on. */
             if (e->spec.requests != 0 && limits_requests(rate))
-                apply_requests(e, rate, now_ns);
+                apply_requests(rs->q, e, rate, now_ns);
             if (e->spec.bandwidth == 0)
                 continue; /* no upload was ever shaped here */
             if (limits_bandwidth(rate))
-                apply_bandwidth(e, rate->bandwidth, now_ns);
+                apply_bandwidth(rs->q, e, rate->bandwidth, now_ns);
             else
                 e->bw_off = true; /* the bucket is kept, should the limit come back */
         }
@@ -999,7 +1025,7 @@ void quota_reshape_commit(struct quota_reshape *rs)
             f->staged[i] = NULL;
             f->e[i] = e; /* the prepare's hold is the flow's now */
             f->missing_bw[i] = 0;
-            apply_bandwidth(e, entry_rate(e, p, rs->rules, rs->nrules)->bandwidth, now_ns);
+            apply_bandwidth(rs->q, e, entry_rate(e, p, rs->rules, rs->nrules)->bandwidth, now_ns);
         }
     }
     free_rule_rates(rs->rules, rs->nrules);

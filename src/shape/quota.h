@@ -36,7 +36,13 @@
  * running quarantine, nor with a denial window still counting, nor with a
  * bandwidth bucket in debt (dropped, the debt would be forgiven), are
  * dropped, a 64th of the table (at most 64) at once, so that a table full
- * of busy entries is not scanned anew for each new one. When none can be
+ * of busy entries is not scanned anew for each new one. An entry dropped
+ * before it came to rest leaves a ghost (shape/ghosts.h): the buckets made
+ * for its key again are brought down to what it still held, its one-time
+ * burst included, since a bucket made anew starts full and an agent would
+ * otherwise refill its own by making the table forget it (touching more
+ * keys than it holds). Without memory for the ghosts, busy entries are
+ * not dropped. When none can be
  * dropped the table grows past <max_entries>: by one entry at most per
  * agent denied within twice the period (and per flow, quarantine, and
  * bucket in debt until it is paid).

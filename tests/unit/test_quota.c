@@ -276,30 +276,43 @@ static void test_bounded_memory(void **state)
  * newcomers at once, the least recently used a 64th of the table: a scan
  * of all of them for every new entry cost about 130 us a request to an
  * agent cycling through the rules of a large policy. */
+/* Agents a0 to a<n - 1> each take the one request an hour of <p>'s
+ * limits.rate, a millisecond apart: a table of <n> busy entries. */
+static struct quota *table_of_busy_agents(struct policy *p, size_t n)
+{
+    memset(p, 0, sizeof(*p));
+    set_rate(&p->limits.rate, 1, 3600 * 1000, 0, 0); /* one an hour: busy after one */
+    struct quota *q = quota_new(NULL, NULL, n);
+    uint64_t w;
+    char id[32];
+    for (size_t i = 0; i < n; i++) {
+        snprintf(id, sizeof(id), "a%zu", i);
+        assert_int_equal(quota_admit(q, p, id, NULL, (uint64_t)(i + 1) * MS, &w), 0);
+    }
+    assert_int_equal(quota_entries(q), n);
+    return q;
+}
+
 static void test_full_table_evicts_a_batch(void **state)
 {
     (void)state;
     struct policy p;
-    memset(&p, 0, sizeof(p));
-    set_rate(&p.limits.rate, 1, 3600 * 1000, 0, 0); /* one an hour: busy after one */
-    struct quota *q = quota_new(NULL, NULL, 640);
+    struct quota *q = table_of_busy_agents(&p, 640);
     uint64_t w;
     char id[16];
-    for (int i = 0; i < 640; i++) {
-        snprintf(id, sizeof(id), "a%d", i);
-        assert_int_equal(quota_admit(q, &p, id, NULL, (uint64_t)(i + 1) * MS, &w), 0);
-    }
-    assert_int_equal(quota_entries(q), 640);
     assert_int_equal(quota_admit(q, &p, "new", NULL, 1 * S, &w), 0);
     assert_int_equal(quota_entries(q), 640 - 10 + 1);
     /* The ten dropped were the least recently used: a10 is still held to
-     * its empty bucket, a0 to a8 start afresh, without a scan (room for
-     * nine more). */
+     * its empty bucket, and a0 to a8, made again without a scan (room for
+     * nine more), come back as empty as they went, not full (ghosts.h):
+     * their hour still runs. */
     assert_int_equal(quota_admit(q, &p, "a10", NULL, 1 * S, &w), -1);
     for (int i = 0; i < 9; i++) {
         snprintf(id, sizeof(id), "a%d", i);
-        assert_int_equal(quota_admit(q, &p, id, NULL, 1 * S, &w), 0);
+        assert_int_equal(quota_admit(q, &p, id, NULL, 1 * S, &w), -1);
+        assert_true(w > 3598 * S);
     }
+    assert_int_equal(quota_admit(q, &p, "a0", NULL, 3601 * S + MS, &w), 0);
     assert_int_equal(quota_entries(q), 640);
     quota_free(q);
 }
@@ -558,6 +571,137 @@ static void test_eviction_keeps_a_debt(void **state)
         assert_int_equal(quota_admit(q, &p, id, NULL, 20 * S, &w), 0);
     }
     assert_true(quota_entries(q) <= 4);
+    quota_free(q);
+}
+
+/* The bound a bucket promises whatever the table does: over T seconds a
+ * key is admitted at most requests + burst + requests * T / per times (and
+ * sends at most bandwidth * (1 + T) bytes). An agent that drains a bucket
+ * and then makes the table forget it, by touching more keys than the table
+ * holds (the rules of a large policy, or other agents' traffic), must not
+ * find it full again: the least recently used entry dropped to make room
+ * came back full, its one-time burst too, each time. */
+enum { CHURN = 200, CYCLES = 100, TRIES = 10 };
+
+static char churn_patterns[CHURN][16];
+static struct rule churn_rules[CHURN];
+
+static void make_churn_rules(void)
+{
+    for (int i = 0; i < CHURN; i++) {
+        snprintf(churn_patterns[i], sizeof(churn_patterns[i]), "y%d.test", i);
+        churn_rules[i] = make_rule((size_t)i + 1, churn_patterns[i], ports_web, 2);
+        set_rate(&churn_rules[i].rate, 1, 60000, 0, 0); /* busy after one */
+    }
+}
+
+/* Tries TRIES requests of agent "a" under <x> (NULL: none) every 100 ms
+ * for 10 s, a table of 64 entries forgetting it in between: CHURN
+ * requests of "a" under rules of their own (<by_rules>), or of CHURN
+ * other agents. Asserts that the tries admitted are those the rate of <x>
+ * (or <p>'s limits.rate) allows in 10 s: requests + burst + requests * 10 s
+ * / per, no more (and no fewer: the first of them, before any churn). */
+static void assert_bound_while_churning(const struct policy *p, const struct rule *x, bool by_rules)
+{
+    const struct rate_spec *rs = x != NULL ? &x->rate : &p->limits.rate;
+    unsigned bound = (unsigned)(rs->requests + rs->burst + rs->requests * 10000 / rs->per_ms);
+    struct quota *q = quota_new(NULL, NULL, 64);
+    uint64_t w, t = 1 * S;
+    unsigned admitted = 0;
+    char id[16];
+    make_churn_rules();
+    for (int c = 0; c < CYCLES; c++, t += 100 * MS) {
+        for (int k = 0; k < TRIES; k++)
+            admitted += quota_admit(q, p, "a", x, t, &w) == 0;
+        for (int i = 0; i < CHURN; i++) {
+            snprintf(id, sizeof(id), "c%d", i);
+            quota_admit(q, p, by_rules ? "a" : id, by_rules ? &churn_rules[i] : NULL,
+                        t + (uint64_t)(i + 1) * 100000, &w);
+        }
+    }
+    quota_free(q);
+    if (admitted != bound)
+        fail_msg("%u requests of %s admitted in 10 s, %u allowed", admitted,
+                 x != NULL ? "rule x" : "agent a", bound);
+}
+
+static void test_churning_rules_does_not_refill_a_rule_bucket(void **state)
+{
+    (void)state;
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    struct rule x = make_rule(0, "x.test", ports_web, 2);
+    set_rate(&x.rate, 2, 60000, 3, 0);         /* 2 a minute, 3 more once */
+    assert_bound_while_churning(&p, &x, true); /* 5 in 10 s: 2 + 3 + 2 * 10 / 60 */
+}
+
+static void test_other_agents_churning_does_not_refill_an_agent_bucket(void **state)
+{
+    (void)state;
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    set_rate(&p.limits.rate, 2, 60000, 3, 0);
+    assert_bound_while_churning(&p, NULL, false);
+}
+
+static void test_churning_does_not_refill_a_bandwidth_bucket(void **state)
+{
+    (void)state;
+    struct policy p;
+    memset(&p, 0, sizeof(p));
+    set_rate(&p.limits.rate, 0, 1000, 0, 1000); /* 1000 B/s, drained to 0: no debt */
+    struct quota *q = quota_new(NULL, NULL, 64);
+    uint64_t t = 1 * S, sent = 0;
+    char id[16];
+    for (int c = 0; c < CYCLES; c++, t += 100 * MS) {
+        struct quota_flow *f = quota_flow_open(q, &p, "a", NULL, t);
+        assert_non_null(f);
+        size_t n = quota_flow_allow(f, 100000, t);
+        quota_flow_take(f, n, t);
+        sent += n;
+        quota_flow_close(f);
+        for (int i = 0; i < CHURN; i++) {
+            uint64_t now = t + (uint64_t)(i + 1) * 100000;
+            snprintf(id, sizeof(id), "c%d", i);
+            f = quota_flow_open(q, &p, id, NULL, now);
+            assert_non_null(f);
+            quota_flow_take(f, quota_flow_allow(f, 1000, now), now);
+            quota_flow_close(f);
+        }
+    }
+    /* 9.9 s from the first upload to the last: 1000 + 1000 * 9.9 */
+    if (sent > 10900)
+        fail_msg("agent a sent %llu B in 9.9 s under 1000 B/s, at most 10900 allowed",
+                 (unsigned long long)sent);
+    assert_true(sent >= 10000);
+    quota_free(q);
+}
+
+/* Without memory for what it would forget, the table keeps its busy
+ * entries and grows, as it does for entries that cannot go, rather than
+ * forget them and hand them back full. */
+static void test_no_memory_for_ghosts_keeps_busy_entries(void **state)
+{
+    (void)state;
+    struct policy p;
+    struct quota *q = table_of_busy_agents(&p, 4);
+    zalloc_failures = 0;
+    zalloc_left = 0; /* the ghosts fail, the entry after them is made */
+    zalloc_failing = true;
+    uint64_t w;
+    assert_int_equal(quota_admit(q, &p, "new", NULL, 1 * S, &w), 0);
+    zalloc_failing = false;
+    assert_int_equal(zalloc_failures, 1);
+    assert_int_equal(quota_entries(q), 5);
+    assert_int_equal(quota_admit(q, &p, "a0", NULL, 1 * S, &w), -1);
+    /* With memory, the next newcomer makes room, and a0 stays refused. */
+    assert_int_equal(quota_admit(q, &p, "new2", NULL, 2 * S, &w), 0);
+    assert_int_equal(quota_entries(q), 5);
+    for (int i = 0; i < 4; i++) {
+        char id[16];
+        snprintf(id, sizeof(id), "a%d", i);
+        assert_int_equal(quota_admit(q, &p, id, NULL, 2 * S, &w), -1);
+    }
     quota_free(q);
 }
 
@@ -1521,6 +1665,10 @@ int main(void)
         cmocka_unit_test(test_quarantine),
         cmocka_unit_test(test_eviction_keeps_a_running_quarantine),
         cmocka_unit_test(test_eviction_keeps_a_debt),
+        cmocka_unit_test(test_churning_rules_does_not_refill_a_rule_bucket),
+        cmocka_unit_test(test_other_agents_churning_does_not_refill_an_agent_bucket),
+        cmocka_unit_test(test_churning_does_not_refill_a_bandwidth_bucket),
+        cmocka_unit_test(test_no_memory_for_ghosts_keeps_busy_entries),
         cmocka_unit_test(test_eviction_keeps_a_counting_window),
         cmocka_unit_test(test_quarantine_again_while_over),
         cmocka_unit_test(test_sliding_window),
