@@ -224,6 +224,24 @@ static void report_bad_line(void *arg, unsigned line, const char *msg)
     fprintf(stderr, "error: %s:%u: %s\n", r->file, line, msg);
 }
 
+/* Tells why the mountinfo <path> of <a> could not be read (read_all()'s
+ * errno <e>); returns EXIT_USAGE. A --pid whose /proc entry is missing
+ * names no process: a usage error, as a malformed PID is (with the usage
+ * line), where "/proc/PID/mountinfo: No such file or directory" named no
+ * option; any other failure names the file and the reason. */
+static int mountinfo_unread(const struct mounts_args *a, const char *path, int e)
+{
+    if (a->pid != NULL && e == ENOENT) {
+        char why[128];
+        snprintf(why, sizeof(why), " names no process (there is no /proc/%s)", a->pid);
+        return command_arg_error(self, "--pid: ", a->pid, why);
+    }
+    char *shown = text_shown(path); /* --mountinfo too: the caller's name */
+    fprintf(stderr, "sluice audit: %s: %s\n", shown, read_error(e));
+    free(shown);
+    return EXIT_USAGE;
+}
+
 static int audit_mounts(int argc, char **argv)
 {
     struct mounts_args a = {0};
@@ -237,6 +255,28 @@ static int audit_mounts(int argc, char **argv)
     snprintf(proc, sizeof(proc), "/proc/%s/mountinfo", a.pid != NULL ? a.pid : "self");
     const char *path = a.mountinfo != NULL ? a.mountinfo : proc;
 
+    /* The mountinfo first: a --pid that names no process is a usage
+     * error, told before a --justify file is read. */
+    char *data = NULL;
+    size_t len = 0;
+    if (read_all(path, MOUNTINFO_MAX_BYTES, &data, &len) < 0)
+        return mountinfo_unread(&a, path, errno);
+    struct mountinfo mi;
+    char err[256];
+    int parsed = mountinfo_parse(data, len, &mi, err, sizeof(err));
+    free(data);
+    if (parsed == 0 && mi.n == 0) { /* an empty copy, /dev/null: nothing read is no clean audit */
+        snprintf(err, sizeof(err), "no mounts, where a mount namespace has at least its root");
+        parsed = -1;
+    }
+    if (parsed < 0) {
+        char *shown = text_shown(path); /* --mountinfo too: the caller's name */
+        fprintf(stderr, "sluice audit: %s: %s\n", shown, err);
+        free(shown);
+        mountinfo_free(&mi);
+        return EXIT_USAGE;
+    }
+
     struct justify just = {0};
     if (a.justify != NULL) {
         char *jdata = NULL;
@@ -244,50 +284,23 @@ static int audit_mounts(int argc, char **argv)
         /* the caller's name, escaped as in the warnings below: one holding
          * a line end or an escape byte would forge lines on the terminal */
         char *jf = text_shown(a.justify);
-        if (read_all(a.justify, JUSTIFY_MAX_BYTES, &jdata, &jlen) < 0) {
-            fprintf(stderr, "sluice audit: %s: %s\n", jf, read_error(errno));
-            free(jf);
-            return EXIT_USAGE;
-        }
-        struct report_ctx r = {jf};
-        int bad = justify_parse(jdata, jlen, &just, report_bad_line, &r);
-        free(jdata);
+        int bad = read_all(a.justify, JUSTIFY_MAX_BYTES, &jdata, &jlen) < 0 ? 1 : 0;
         if (bad != 0) {
+            fprintf(stderr, "sluice audit: %s: %s\n", jf, read_error(errno));
+        } else {
+            struct report_ctx r = {jf};
+            bad = justify_parse(jdata, jlen, &just, report_bad_line, &r);
+            free(jdata);
             if (bad < 0)
                 fprintf(stderr, "sluice audit: %s: too large or out of memory\n", jf);
-            free(jf);
-            justify_free(&just);
-            return EXIT_USAGE;
         }
         free(jf);
+        if (bad != 0) {
+            justify_free(&just);
+            mountinfo_free(&mi);
+            return EXIT_USAGE;
+        }
     }
-
-    char *data = NULL;
-    size_t len = 0;
-    char *shown = text_shown(path); /* --mountinfo too: the caller's name */
-    if (read_all(path, MOUNTINFO_MAX_BYTES, &data, &len) < 0) {
-        fprintf(stderr, "sluice audit: %s: %s\n", shown, read_error(errno));
-        free(shown);
-        justify_free(&just);
-        return EXIT_USAGE;
-    }
-    struct mountinfo mi;
-    char err[256];
-    int parsed = mountinfo_parse(data, len, &mi, err, sizeof(err));
-    if (parsed == 0 && mi.n == 0) { /* an empty copy, /dev/null: nothing read is no clean audit */
-        snprintf(err, sizeof(err), "no mounts, where a mount namespace has at least its root");
-        parsed = -1;
-    }
-    if (parsed < 0) {
-        fprintf(stderr, "sluice audit: %s: %s\n", shown, err);
-        free(shown);
-        free(data);
-        mountinfo_free(&mi);
-        justify_free(&just);
-        return EXIT_USAGE;
-    }
-    free(shown);
-    free(data);
 
     size_t nwritable = 0, nunjustified = 0;
     json_t *doc = NULL, *arr = NULL;

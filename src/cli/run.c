@@ -406,6 +406,18 @@ static int check_gateway_user(struct run_args *a)
     return 0;
 }
 
+/* The usage error for a --proxy <value> ("unix:/PATH") whose path is
+ * not a socket (missing, a folder, a file), or 0. The box's init opens
+ * the socket itself later; this tells the operator now, by the option. */
+static int refuse_non_socket(const char *value)
+{
+    struct stat st;
+    const char *why = stat(value + 5, &st) < 0 ? strerror(errno)
+                      : !S_ISSOCK(st.st_mode)  ? "not a socket"
+                                               : NULL;
+    return why != NULL ? path_usage_error("--proxy", value, why) : 0;
+}
+
 /* The first argument of the command <cmd> (its name aside) that spells
  * --policy or --proxy as getopt_long() takes them (abbreviated, with
  * "=VALUE"), or NULL. Options end at the first argument that is not one
@@ -462,6 +474,11 @@ static int parse_args(int argc, char **argv, struct run_args *a)
         case 'P':
             if (strncmp(optarg, "unix:", 5) != 0 || optarg[5] != '/')
                 return command_arg_error(self, "--proxy: ", optarg, " is not unix:/path/to.sock");
+            /* a value that names no socket is refused as a --ro path that
+             * names nothing is, with the usage line: it was told alone, once
+             * the working directory and the standard descriptors were judged */
+            if ((rc = refuse_non_socket(optarg)) != 0)
+                return rc;
             a->proxy = optarg + 5;
             break;
         case 'a':
@@ -1465,18 +1482,7 @@ static int run_main(int argc, char **argv)
     }
     const char *sock = a->proxy;
     size_t nuser = a->npaths;
-    if (a->proxy != NULL) {
-        struct stat st;
-        const char *why = stat(a->proxy, &st) < 0 ? strerror(errno)
-                          : !S_ISSOCK(st.st_mode) ? "not a socket"
-                                                  : NULL;
-        if (why != NULL) {
-            char *shown = text_shown(a->proxy);
-            fprintf(stderr, "sluice run: --proxy unix:%s: %s\n", shown, why);
-            free(shown);
-            goto out;
-        }
-    } else {
+    if (a->proxy == NULL) {
         if (serve_start(a, cwd, &s, &ending) != 0)
             goto out;
         sock = s.sock;

@@ -716,9 +716,17 @@ def test_tmp_and_shm_are_bounded(box, net):
         assert abs(o["size"] - tenth) <= tenth // 100 and o["filled"] is True, (d, o)
 
 
+def _socket_file(path):
+    """A unix socket file at <path> that nothing listens on (its file stays
+    once the socket is closed); returns <path>."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.bind(path)
+    return path
+
+
 @pytest.mark.parametrize("given, flag", [
     (["--policy", "{pol}", "--policy", "{pol}"], "--policy"),
-    (["--proxy", "unix:/nonexistent/a.sock", "--proxy=unix:/nonexistent/b.sock"], "--proxy"),
+    (["--proxy", "unix:{sock}", "--proxy=unix:{sock}"], "--proxy"),
     (["--policy", "{pol}", "--agent", "ci-bot", "--ag", "eval"], "--agent"),
     (["--policy", "{pol}", "--log", "{dir}/a.log", "--log", "{dir}/b.log"], "--log"),
     (["--policy", "{pol}", "--alerts", "{dir}/a.jsonl", "--alerts", "{dir}/b.jsonl"], "--alerts"),
@@ -732,7 +740,9 @@ def test_a_flag_given_twice_is_a_usage_error(box, given, flag):
     another agent, than the operator's. --ro, --rw and --hide alone may
     repeat."""
     pol = box.policy("version: 1\nrules: []\n")
-    args = [a.replace("{pol}", pol).replace("{dir}", box.workdir)
+    # a socket file, as the first --proxy must name one (nothing listens)
+    sock = _socket_file(os.path.join(box.workdir, "twice.sock"))
+    args = [a.replace("{pol}", pol).replace("{dir}", box.workdir).replace("{sock}", sock)
             .replace("{uid}", str(os.getuid())) for a in given]
     p = box.run(args, "print('ran')")
     assert p.returncode == 2, (p.stdout, p.stderr)
@@ -2214,7 +2224,10 @@ def test_proxy_path_that_is_not_a_socket(box, net, tmp_path):
                            capture_output=True, text=True, timeout=10, cwd=box.workdir)
         assert p.returncode == 2, (path, p.stderr)
         shown = path.replace("\n", "\\012").replace("\033", "\\033")  # no line of its own
-        assert p.stderr == "sluice run: --proxy unix:%s: %s\n" % (shown, why), p.stderr
+        # a usage error, as a --ro path that names nothing: the usage line follows
+        first, usage, end = p.stderr.split("\n")
+        assert first == "sluice run: --proxy unix:%s: %s" % (shown, why), p.stderr
+        assert usage.startswith("usage: sluice run ") and end == "", p.stderr
 
 
 def test_refused_namespace_is_a_clear_error(box, net):
@@ -3910,8 +3923,8 @@ def test_gateway_user_refusals(box, net, tmp_path):
     assert p.returncode == 2, p.stderr
     assert not marker.exists(), "the command ran"
     # with --proxy the serving gateway's user is its own: a warning only
-    p = box.run(["--proxy", "unix:" + str(tmp_path / "none.sock"), "--gateway-user", "daemon"],
-                code)
+    sock = _socket_file(str(tmp_path / "none.sock"))  # nothing listens: the command's requests fail
+    p = box.run(["--proxy", "unix:" + sock, "--gateway-user", "daemon"], code)
     assert ("sluice run: warning: --gateway-user has no effect with --proxy: the serving "
             "gateway runs as its own user") in p.stderr
 
