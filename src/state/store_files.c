@@ -2,6 +2,7 @@
  * store_files.h). */
 #include "state/store_files.h"
 #include "state/store.h"
+#include "util/text_json.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,13 +12,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char *failed(const char *path, const char *doing, int err)
+/* "PATH: DOING: REASON", PATH shown \ooo (text_shown()), as the state
+ * store's other messages name its paths; NULL when out of memory. */
+static char *failed(const char *raw, const char *doing, int err)
 {
     const char *reason = strerror(err);
+    char *path = text_shown(raw);
     size_t n = strlen(path) + strlen(doing) + strlen(reason) + 8;
     char *m = malloc(n);
     if (m != NULL)
         snprintf(m, n, "%s: %s: %s", path, doing, reason);
+    free(path);
     return m;
 }
 

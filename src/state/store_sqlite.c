@@ -501,16 +501,20 @@ static int lock_dir(struct store *s, const char *shown, const char *real, char *
     char path[4200];
     snprintf(path, sizeof(path), "%s/%s", real, STORE_LOCK_FILE);
     s->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0640);
+    char sp[4 * sizeof(path)]; /* as <shown> is: see store_open_try() */
     if (s->lock_fd < 0) {
-        *err = msg("%s: cannot open the state lock: %s", path, strerror(errno));
+        int e = errno;
+        text_shown_into(sp, sizeof(sp), path);
+        *err = msg("%s: cannot open the state lock: %s", sp, strerror(e));
         return -1;
     }
     if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
+        text_shown_into(sp, sizeof(sp), path);
         *err = e == EWOULDBLOCK ? msg("%s: %s", shown,
                                       "the state store is in use by another sluice gateway "
                                       "(each needs a --state directory of its own)")
-                                : msg("%s: cannot lock the state store: %s", path, strerror(e));
+                                : msg("%s: cannot lock the state store: %s", sp, strerror(e));
         close(s->lock_fd);
         s->lock_fd = -1;
         return -1;
@@ -584,9 +588,10 @@ enum owned { OWNED_DIR, OWNED_ON_THE_WAY, OWNED_FILE };
 
 /* The message for <path>, <what> of the state directory <dir>, owned by
  * <uid>, an untrusted user. */
-static char *untrusted(const char *dir, const char *path, enum owned what, uid_t uid, uid_t user)
+static char *untrusted(const char *dir, const char *raw, enum owned what, uid_t uid, uid_t user)
 {
-    char who[192], me[192], as[192], ok[448];
+    char who[192], me[192], as[192], ok[448], path[4 * 4200];
+    text_shown_into(path, sizeof(path), raw); /* as <dir> is: see store_open_try() */
     owner_text(uid, who, sizeof(who));
     owner_text(geteuid(), me, sizeof(me));
     int n = snprintf(ok, sizeof(ok), "root%s%s%s", geteuid() != 0 ? " or " : "",
@@ -624,7 +629,10 @@ static int check_chain(const char *dir, const char *path, uid_t user, char **err
     for (bool first = true;; first = false) {
         struct stat st;
         if (lstat(p, &st) != 0) {
-            *err = msg("%s: cannot check %s, " ON_THE_WAY ": %s", dir, p, strerror(errno));
+            int e = errno;
+            char *sp = text_shown(p);
+            *err = msg("%s: cannot check %s, " ON_THE_WAY ": %s", dir, sp, strerror(e));
+            free(sp);
             return -1;
         }
         if (!trusted_uid(st.st_uid, user)) {
@@ -632,11 +640,13 @@ static int check_chain(const char *dir, const char *path, uid_t user, char **err
             return -1;
         }
         if (!first && (st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
+            char *sp = text_shown(p);
             *err = msg("%s: %s, " ON_THE_WAY ", is writable by every user (mode %04o) without "
                        "the sticky bit: any user could move the state directory away and put "
                        "one of their own in its place; use a state directory whose every parent "
                        "is root's or the gateway's",
-                       dir, p, (unsigned)(st.st_mode & 07777));
+                       dir, sp, (unsigned)(st.st_mode & 07777));
+            free(sp);
             return -1;
         }
         char *slash = strrchr(p, '/');
@@ -660,9 +670,10 @@ static int check_owners(const char *shown, const char *real, uid_t user, char **
         char path[4200];
         struct stat st;
         snprintf(path, sizeof(path), "%s/%s", real, files[k]);
+        char *sp = text_shown(path);
         if (lstat(path, &st) != 0) {
             if (errno != ENOENT) {
-                *err = msg("%s: cannot check: %s", path, strerror(errno));
+                *err = msg("%s: cannot check: %s", sp, strerror(errno));
                 rc = -1;
             }
         } else if (!trusted_uid(st.st_uid, user)) {
@@ -672,29 +683,32 @@ static int check_owners(const char *shown, const char *real, uid_t user, char **
             *err = msg("%s: writable by every user (mode %04o): any user could write a store of "
                        "their own into it (first contacts that keep alerts quiet); remove it, or "
                        "chmod o-w it if it is sluice's",
-                       path, (unsigned)(st.st_mode & 07777));
+                       sp, (unsigned)(st.st_mode & 07777));
             rc = -1;
         }
+        free(sp);
     }
     return rc;
 }
 
 /* The state directory <dir> resolved (realpath) into <*real>, and the name
- * its messages give it into <*shown>: <dir> itself, or "DIR (resolved:
- * REAL)" when a symbolic link on its path leads elsewhere. Returns 0, or
- * -1 with <*err>. */
-static int resolve_dir(const char *dir, char **real, char **shown, char **err)
+ * its messages give it into <*shown>: <given> (<dir> as messages name it),
+ * or "DIR (resolved: REAL)" when a symbolic link on its path leads
+ * elsewhere, REAL shown as DIR is. Returns 0, or -1 with <*err>. */
+static int resolve_dir(const char *dir, const char *given, char **real, char **shown, char **err)
 {
     *real = realpath(dir, NULL);
     if (*real == NULL) {
-        *err = msg("%s: cannot resolve the state directory: %s", dir, strerror(errno));
+        *err = msg("%s: cannot resolve the state directory: %s", given, strerror(errno));
         return -1;
     }
-    *shown = strcmp(*real, dir) == 0 ? strdup(dir) : msg("%s (resolved: %s)", dir, *real);
+    char *sr = text_shown(*real);
+    *shown = strcmp(*real, dir) == 0 ? strdup(given) : msg("%s (resolved: %s)", given, sr);
+    free(sr);
     if (*shown == NULL) {
         free(*real);
         *real = NULL;
-        *err = msg("%s: %s", dir, "out of memory");
+        *err = msg("%s: %s", given, "out of memory");
         return -1;
     }
     return 0;
@@ -724,9 +738,12 @@ static struct store *open_resolved(const char *shown, const char *real, char **e
     if (rc != SQLITE_OK && is_corruption(rc)) {
         char moved[4400] = "";
         move_aside(s->path, moved, sizeof(moved));
+        char *sp = text_shown(s->path), *sm = text_shown(moved);
         *warn = msg("%s: the state store is corrupt (%s); moved to %s and started afresh: first-"
                     "contact memory, baselines and queued webhook alerts are lost",
-                    s->path, why ? why : "corrupt", moved[0] ? moved : "(could not move)");
+                    sp, why ? why : "corrupt", moved[0] ? sm : "(could not move)");
+        free(sp);
+        free(sm);
         free(why);
         why = NULL;
         rc = store_files_private(real, &why) == 0 ? open_db(s->path, &s->db, &why) : SQLITE_PERM;
@@ -744,9 +761,12 @@ static struct store *open_resolved(const char *shown, const char *real, char **e
     if (rc != SQLITE_OK) {
         /* The state directory as given too, when a link on its path led
          * elsewhere: the operator knows it by that name. */
-        bool linked = strcmp(shown, real) != 0;
-        *err = msg("%s: cannot open the state store%s%s: %s", s->path, linked ? " of " : "",
+        char *sp = text_shown(s->path), *sr = text_shown(real);
+        bool linked = strcmp(shown, sr) != 0;
+        *err = msg("%s: cannot open the state store%s%s: %s", sp, linked ? " of " : "",
                    linked ? shown : "", why ? why : "error");
+        free(sp);
+        free(sr);
         free(why);
         sqlite3_close(s->db);
         free(s->path);
@@ -772,15 +792,14 @@ struct store *store_open_as(const char *dir, uid_t user, char **err, char **warn
     return store_open_try(dir, user, err, warn, &locked);
 }
 
-struct store *store_open_try(const char *dir, uid_t user, char **err, char **warn, bool *locked)
+/* store_open_try() for <dir>, named <given> in its messages. */
+static struct store *open_dir(const char *dir, const char *given, uid_t user, char **err,
+                              char **warn, bool *locked)
 {
     struct stat st;
 
-    *err = NULL;
-    *warn = NULL;
-    *locked = false;
-    if (dir == NULL || dir[0] == '\0' || strlen(dir) > 4000) {
-        *err = msg("%s%s: not a usable state directory", dir ? dir : "", "");
+    if (dir[0] == '\0' || strlen(dir) > 4000) {
+        *err = msg("%s: not a usable state directory", given);
         return NULL;
     }
     if (stat(dir, &st) != 0) {
@@ -793,12 +812,12 @@ struct store *store_open_try(const char *dir, uid_t user, char **err, char **war
                        ? msg("%s: cannot create the state directory: it is a symbolic link to "
                              "a directory that does not exist (not made through a link): make "
                              "that directory, or name one that exists",
-                             dir)
-                       : msg("%s: cannot create the state directory: %s", dir, strerror(e));
+                             given)
+                       : msg("%s: cannot create the state directory: %s", given, strerror(e));
             return NULL;
         }
     } else if (!S_ISDIR(st.st_mode)) {
-        *err = msg("%s: %s", dir, "not a directory");
+        *err = msg("%s: %s", given, "not a directory");
         return NULL;
     } else if (st.st_mode & S_IWOTH) {
         /* Any user could put a store of their own there (first contacts
@@ -807,7 +826,7 @@ struct store *store_open_try(const char *dir, uid_t user, char **err, char **war
         *err = msg("%s: the state directory is writable by every user (mode %04o): another user "
                    "could put a store of their own or a symbolic link there; use a directory "
                    "of sluice's own",
-                   dir, (unsigned)(st.st_mode & 07777));
+                   given, (unsigned)(st.st_mode & 07777));
         return NULL;
     }
     /* The directory is resolved once, here, and only the resolved path is
@@ -826,13 +845,32 @@ struct store *store_open_try(const char *dir, uid_t user, char **err, char **war
      * follow it. A link on the given path changed after the resolution
      * changes nothing: that path is not used again. */
     char *real = NULL, *shown = NULL;
-    if (resolve_dir(dir, &real, &shown, err) < 0)
+    if (resolve_dir(dir, given, &real, &shown, err) < 0)
         return NULL;
     struct store *s = NULL;
     if (check_owners(shown, real, user, err) == 0)
         s = open_resolved(shown, real, err, warn, locked);
     free(real);
     free(shown);
+    return s;
+}
+
+struct store *store_open_try(const char *dir, uid_t user, char **err, char **warn, bool *locked)
+{
+    *err = NULL;
+    *warn = NULL;
+    *locked = false;
+    if (dir == NULL) {
+        *err = msg("%s", ": not a usable state directory");
+        return NULL;
+    }
+    /* <dir> as every message names it: each control character and
+     * backslash \ooo, as serve shows the policy and log paths (a directory
+     * named with a line end wrote a line of its own into standard error);
+     * the paths resolved from it are shown the same way where named */
+    char *given = text_shown(dir);
+    struct store *s = open_dir(dir, given, user, err, warn, locked);
+    free(given);
     return s;
 }
 

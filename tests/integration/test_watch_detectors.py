@@ -758,6 +758,28 @@ def test_text_from_the_store_reaches_standard_error_escaped(gateway, net, tmp_pa
         assert "\x1b" not in e and "\nsluice: forged" not in e, e
 
 
+def test_a_state_dir_named_with_control_characters_is_told_escaped(gateway, net, tmp_path):
+    # --state as given, and the paths resolved from it, reach standard error
+    # with their control characters and backslashes as \ooo, as the policy
+    # and log paths do: a directory named with a line end wrote a line of
+    # its own ("sluice: warning: DIR\nline: cannot create ..."), an escape
+    # could rub out the lines before it
+    name = "st\x1b[2J\nsluice: forged\\x"
+    missing = tmp_path / "missing" / name  # cannot be made: its parent is missing
+    blocker = tmp_path / name  # a file, not a directory
+    blocker.write_text("x")
+    for state, why in ((missing, ": cannot create the state directory: No such file or directory"),
+                       (blocker, ": not a directory")):
+        gw = gateway(net.policy([api_rule(net)]), args=["--state", str(state)])
+        assert request(gw, "GET", net.url("/")).status == 200
+        gw.stop()
+        err = gw.stderr()
+        shown = str(state).replace("\\", "\\134").replace("\x1b", "\\033") \
+            .replace("\n", "\\012")
+        assert "sluice: warning: " + shown + why + "; running without a state store" in err, err
+        assert "\x1b" not in err and "\nsluice: forged" not in err, err
+
+
 def test_unusable_state_dir_keeps_gating(gateway, net, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
