@@ -47,7 +47,12 @@ int main(int argc, char **argv)
     }
     const char *name = argv[1];
     bool help = strcmp(name, "help") == 0;
-    if ((help && argc == 2) || strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
+    /* `sluice help --help` too: help about help is the list, not an
+     * unknown command "--help" */
+    bool help_help =
+        help && argc == 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0);
+    if ((help && argc == 2) || help_help || strcmp(name, "--help") == 0 ||
+        strcmp(name, "-h") == 0) {
         commands_print_help(stdout);
         return finish_stdout(NULL, EXIT_OK);
     }

@@ -89,6 +89,11 @@ static int parse_args(int argc, char **argv, struct check_args *a)
         return command_usage_error(&cmd_check, optind >= argc ? "missing policy FILE"
                                                               : "expected one policy FILE");
     a->file = argv[optind];
+    /* `sluice check "$POLICY"` with POLICY unset: "cannot read : No such
+     * file or directory" named nothing */
+    if (a->file[0] == '\0')
+        return command_usage_error(&cmd_check,
+                                   "FILE is an empty string, not a file name (an unset variable?)");
     return 0;
 }
 

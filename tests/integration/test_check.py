@@ -858,6 +858,12 @@ def test_help_names_a_command(sluice_bin):
     assert r.returncode == 2 and "unknown command 'frobnicate'" in r.stderr and r.stdout == ""
     r = run(sluice_bin, "help", "check", "serve")
     assert r.returncode == 2 and "usage: sluice help [COMMAND]" in r.stderr
+    # help about help is the list of commands, as `sluice help` alone: it
+    # said "unknown command '--help'", exit 2
+    for flag in ("--help", "-h"):
+        r = run(sluice_bin, "help", flag)
+        assert r.returncode == 0 and r.stdout == run(sluice_bin, "--help").stdout, (flag, r.stderr)
+        assert r.stderr == "", r.stderr
 
 
 def test_usage_lines_spell_each_flag_as_the_spec_does(sluice_bin):

@@ -112,3 +112,17 @@ def test_a_bad_option_value_is_one_line_and_the_usage(run_sluice, tmp_path, wher
     # "" is in every line: an empty value is named as the others name it
     assert value != "" or "not an empty string" in lines[0] or "''" in lines[0], r.stderr
     assert lines[1].startswith("usage: sluice %s " % command), r.stderr
+
+
+def test_check_of_an_empty_file_name_is_a_usage_error(run_sluice):
+    """`sluice check "$POLICY"` with POLICY unset: as serve's --policy "",
+    a usage error that says the name is empty, then the usage line; it was
+    a file that could not be read, "cannot read : No such file or
+    directory", naming nothing."""
+    r = run_sluice("check", "", timeout=10)
+    assert r.returncode == 2 and r.stdout == "", r
+    lines = r.stderr.split("\n")
+    assert len(lines) == 3 and lines[2] == "", r.stderr
+    assert lines[0] == "sluice check: FILE is an empty string, not a file name (an unset " \
+                       "variable?)", r.stderr
+    assert lines[1].startswith("usage: sluice check FILE "), r.stderr
