@@ -508,23 +508,25 @@ static int parse_args(int argc, char **argv, struct run_args *a)
             a->allow_unix = true;
             break;
         case 'L':
+        case 'A': {
+            const char *opt = c == 'L' ? "--log" : "--alerts";
             if (strcmp(optarg, "-") == 0 || optarg[0] == '\0')
-                return summary_file_needed("--log", optarg);
-            /* serve_start() keeps it in a PATH_MAX buffer (struct served):
-             * one cut there would have the gateway write another file */
+                return summary_file_needed(opt, optarg);
+            /* serve_start() keeps the log in a PATH_MAX buffer (struct
+             * served): one cut there would have the gateway write another
+             * file; and no file is opened by a longer name. Named, as a
+             * --ro path is: "--log: File name too long" named no value, and
+             * --alerts was refused only once the gateway failed to open it */
             if (strlen(optarg) >= PATH_MAX)
-                return command_usage_error(self, "--log: %s", strerror(ENAMETOOLONG));
-            if ((rc = refuse_links("--log", optarg)) != 0)
+                return path_usage_error(opt, optarg, strerror(ENAMETOOLONG));
+            if ((rc = refuse_links(opt, optarg)) != 0)
                 return rc;
-            a->log = optarg;
+            if (c == 'L')
+                a->log = optarg;
+            else
+                a->alerts = optarg;
             break;
-        case 'A':
-            if (strcmp(optarg, "-") == 0 || optarg[0] == '\0')
-                return summary_file_needed("--alerts", optarg);
-            if ((rc = refuse_links("--alerts", optarg)) != 0)
-                return rc;
-            a->alerts = optarg;
-            break;
+        }
         case 'G':
             a->gateway_user = optarg;
             break;

@@ -64,6 +64,8 @@ BAD = [
     ("run", "--log", "-"),
     ("run", "--alerts", ""),
     ("run", "--alerts", "-"),
+    ("run", "--log", "/" + "a" * 4097),  # past PATH_MAX: no file can be opened by it
+    ("run", "--alerts", "/" + "a" * 4097),
     ("run", "--gateway-user", "no-such-user-sluice"),
     ("run", "--gateway-user", ""),
     ("run", "--tmp-size", "x"),
