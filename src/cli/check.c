@@ -85,9 +85,13 @@ static int parse_args(int argc, char **argv, struct check_args *a)
             return command_option_error(&cmd_check, c, argv, options);
         }
     }
-    if (optind != argc - 1)
-        return command_usage_error(&cmd_check, optind >= argc ? "missing policy FILE"
-                                                              : "expected one policy FILE");
+    if (optind >= argc)
+        return command_usage_error(&cmd_check, "missing policy FILE");
+    /* named, as serve and audit name what they do not take: a glob that
+     * matched two files said "expected one policy FILE", naming neither */
+    if (optind + 1 < argc)
+        return command_arg_error(&cmd_check, "unexpected argument ", argv[optind + 1],
+                                 " (check reads one policy FILE)");
     a->file = argv[optind];
     /* `sluice check "$POLICY"` with POLICY unset: "cannot read : No such
      * file or directory" named nothing */

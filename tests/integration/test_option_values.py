@@ -128,3 +128,18 @@ def test_check_of_an_empty_file_name_is_a_usage_error(run_sluice):
     assert lines[0] == "sluice check: FILE is an empty string, not a file name (an unset " \
                        "variable?)", r.stderr
     assert lines[1].startswith("usage: sluice check FILE "), r.stderr
+
+
+def test_check_of_two_files_names_the_one_too_many(run_sluice, tmp_path):
+    """`sluice check policies/*.yaml` over two files: "expected one policy
+    FILE" named neither, where serve, audit and version name the argument
+    they do not take; it is named now, \\ooo as they name it."""
+    (tmp_path / "p.yaml").write_text(POLICY)
+    extra = "b\n.yaml"
+    r = run_sluice("check", str(tmp_path / "p.yaml"), extra, timeout=10)
+    assert r.returncode == 2 and r.stdout == "", r
+    lines = r.stderr.split("\n")
+    assert len(lines) == 3 and lines[2] == "", r.stderr
+    assert lines[0] == ("sluice check: unexpected argument 'b\\012.yaml' (check reads one "
+                        "policy FILE)"), r.stderr
+    assert lines[1].startswith("usage: sluice check FILE "), r.stderr
