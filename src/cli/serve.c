@@ -207,6 +207,11 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
             char why_user[160];
             if (privdrop_resolve(optarg, &a->user, why_user, sizeof(why_user)) < 0)
                 return command_usage_error(&cmd_serve, "--user: %s", why_user);
+            /* not root, only the user serve already is: told now, as run
+             * tells its --gateway-user, not once the policy is loaded and
+             * the listeners bound ("cannot become user daemon: ...") */
+            if (geteuid() != 0 && privdrop_is_already(&a->user, why_user, sizeof(why_user)) < 0)
+                return addr_error("--user", optarg, why_user);
             a->drop = true;
             break;
         }

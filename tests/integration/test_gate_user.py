@@ -151,7 +151,12 @@ def test_user_errors(run_sluice, sluice_bin, net, open_dir):
                  "/dev/null"]
     r = subprocess.run(as_nobody + ["--user", "daemon"], capture_output=True, text=True,
                        timeout=20, cwd=open_dir)
-    assert r.returncode == 2 and "cannot become user daemon: not running as root" in r.stderr
+    # a usage error, told before the policy is read and anything bound, as
+    # run's --gateway-user: it was "cannot become user daemon: ..." once
+    # the listeners were bound, without the usage line
+    assert r.returncode == 2 and r.stderr.split("\n")[0] == \
+        "sluice serve: --user daemon: not running as root", r.stderr
+    assert r.stderr.split("\n")[1].startswith("usage: sluice serve "), r.stderr
 
 
 def test_not_root_with_other_groups_is_not_served_as_the_user(sluice_bin, net, open_dir):
@@ -183,8 +188,8 @@ def test_not_root_with_other_groups_is_not_served_as_the_user(sluice_bin, net, o
 
     rc, err = start(["--groups", "4"])
     assert "sluice: serving" not in err and rc == 2, err
-    assert ("cannot become user nobody: not running as root, and its supplementary groups "
-            "(4) cannot be dropped") in err, err
+    assert ("sluice serve: --user nobody: not running as root, and its supplementary groups "
+            "(4) cannot be dropped\nusage: sluice serve ") in err, err
     rc, err = start(["--clear-groups"])  # with no other group, the same user is accepted
     assert "sluice: serving 1 rule on" in err and " as nobody" in err, err
 
