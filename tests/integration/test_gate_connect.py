@@ -300,10 +300,35 @@ def _dead_rule(lst):
     return {"host": "dead.example.test", "ports": [lst.port], "tier": 0}
 
 
-def _send_connect(s, lst):
-    """Sends a CONNECT for <lst> on the client socket <s>."""
+def _send_connect(s, lst, behind=b""):
+    """Sends a CONNECT for <lst> on the client socket <s>, and <behind> in
+    the same write."""
     target = b"dead.example.test:%d" % lst.port
-    s.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target))
+    s.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target) + behind)
+
+
+def _connect_then_end(gateway, net, first, with_head, read):
+    """A CONNECT to a FullListener (its SYN dropped: the gateway still
+    connects), <first> behind it (in the head's own write when <with_head>,
+    else in one of its own) and shutdown(SHUT_WR); returns the gateway and
+    what read(the client socket) returned."""
+    lst = FullListener(DEAD_IP)
+    try:
+        gw = gateway(net.policy([_dead_rule(lst)]))
+        s = open_conn(gw, 15)
+        try:
+            lst.accept_all(0.5, 3)
+            if with_head:
+                _send_connect(s, lst, first)
+            else:
+                _send_connect(s, lst)
+                s.sendall(first)
+            s.shutdown(socket.SHUT_WR)
+            return gw, read(s)
+        finally:
+            s.close()
+    finally:
+        lst.close()
 
 
 def test_connect_completes_after_a_dropped_syn(gateway, net):
@@ -344,20 +369,8 @@ def test_client_ending_its_side_while_connecting_still_gets_its_tunnel(gateway, 
     # half-close, so the 200 still comes, the bytes go through, the end of
     # input is passed on, and the answer comes back (it used to depend on
     # timing: dropped while connecting or resolving, kept once peeking)
-    lst = FullListener(DEAD_IP)
-    try:
-        gw = gateway(net.policy([_dead_rule(lst)]))
-        s = open_conn(gw, 15)
-        try:
-            lst.accept_all(0.5, 3)
-            _send_connect(s, lst)
-            s.sendall(b"ping\n")
-            s.shutdown(socket.SHUT_WR)
-            got = recv_line(s, end=b"pong\n")
-        finally:
-            s.close()
-    finally:
-        lst.close()
+    gw, got = _connect_then_end(gateway, net, b"ping\n", False,
+                                lambda s: recv_line(s, end=b"pong\n"))
     assert got == b"HTTP/1.1 200 OK\r\n\r\nhello\npong\n", got
     ev, end = gw.decided(method="CONNECT")
     assert ev["decision"] == "allow" and ev["ip"] == DEAD_IP
@@ -826,6 +839,56 @@ def test_client_reset_before_its_tunnel_resets_the_upstream(gateway, net, stage)
         ev, end = gw.decided(method="CONNECT")
         assert ev["decision"] == "allow", ev
         assert end["status"] == 200, end
+
+
+# First bytes for another host than the CONNECT target, and the reason
+# they are refused for
+_OTHER_HOST_FIRST_BYTES = [
+    (hello_record("evil.example.test"), "sni_mismatch"),
+    (b"GET / HTTP/1.1\r\nHost: evil.example.test\r\n\r\n", "host_mismatch"),
+]
+
+
+@pytest.mark.parametrize("first, reason", _OTHER_HOST_FIRST_BYTES, ids=["hello", "http"])
+def test_first_bytes_sent_with_the_connect_head_are_judged(gateway, net, first, reason):
+    # An optimistic client sends its first bytes in the same write as its
+    # CONNECT head, before its 200: they are the tunnel's first bytes, judged
+    # as those sent after it are (connect_start() takes them up), so one for
+    # another host is refused and not a byte reaches the upstream. No other
+    # test sends a mismatch before the 200: a gateway that let such bytes
+    # through unjudged would pass them all.
+    srv = _EndSeer(want=1 << 20)
+    with srv:
+        gw = gateway(net.policy([{"host": _SEER, "ports": [srv.port], "tier": 0}],
+                                static_extra={_SEER: "127.0.0.7"}))
+        s = open_conn(gw)
+        try:
+            s.sendall(b"CONNECT %s:%d HTTP/1.1\r\nHost: x\r\n\r\n" % (_SEER.encode(), srv.port)
+                      + first)
+            status, _ = read_head(s)
+            assert status == 200
+            assert _read_until_closed(s) == b""
+        finally:
+            s.close()
+        assert srv.done.wait(HANG_GUARD_S), "the gateway kept the upstream connection"
+    assert srv.got == b"", srv.got
+    ev, end = gw.decided(method="CONNECT")
+    assert ev["decision"] == "deny" and ev["reason"] == reason, ev
+    assert end["bytes_up"] == 0 and end["status"] == 200, end
+
+
+@pytest.mark.parametrize("first, reason", _OTHER_HOST_FIRST_BYTES, ids=["hello", "http"])
+def test_first_bytes_and_end_sent_while_connecting_are_judged(gateway, net, first, reason):
+    # The same bytes with the head, then shutdown(SHUT_WR), while the
+    # gateway still connects upstream (a dropped SYN): the client's end is
+    # read before the 200 (connect_start()'s client_eof), and what it sent
+    # is judged at once as all there will be, refused as above.
+    gw, (status, rest) = _connect_then_end(gateway, net, first, True,
+                                           lambda s: (read_head(s)[0], _read_until_closed(s)))
+    assert (status, rest) == (200, b""), (status, rest)
+    ev, end = gw.decided(method="CONNECT")
+    assert ev["decision"] == "deny" and ev["reason"] == reason, ev
+    assert end["bytes_up"] == 0 and end["status"] == 200, end
 
 
 def _sslv2_hello():
