@@ -646,6 +646,23 @@ static bool log_gives_up(struct conn *c, bool over)
     return true;
 }
 
+static bool client_hung_up(const struct conn *c);
+
+/* True when <c> is a CONNECT past its 200 whose tunnel waited for its line
+ * (conn_after_log(): neither side read meanwhile, so no read saw it) and
+ * whose TCP client reset its connection in that wait (its socket hung up:
+ * client_hung_up()). Then nothing it sent is to go upstream, and no
+ * tunnel opens, as after a reset in the peek window (connect.c) or in a
+ * wait for the bandwidth bucket (ended_in_bucket_wait()); before, what it
+ * sent behind a ClientHello went up once the line was in. A unix client's
+ * close is the end of its side, after which what it sent still goes. One
+ * poll() a wait, none on the way that did not wait. */
+static bool reset_in_tunnel_wait(const struct conn *c)
+{
+    return c->ex.is_connect && c->tunnel == NULL && c->client != NULL && !c->origin.is_unix &&
+           (c->state == CS_PEEK || c->state == CS_HELLO) && client_hung_up(c);
+}
+
 /* <c>'s lines are in: what waited takes effect. */
 static void log_release(struct conn *c)
 {
@@ -661,6 +678,11 @@ static void log_release(struct conn *c)
             close_flushed(c);
             return;
         }
+    }
+    if (go != NULL && reset_in_tunnel_wait(c)) {
+        c->client_reset = true;
+        conn_cut(c); /* its upstream reset, as an open tunnel's would be */
+        return;
     }
     if (go != NULL)
         go(c);

@@ -759,7 +759,7 @@ class _EndSeer(LoopbackServer):
     """An origin on 127.0.0.7 that reads until <want> bytes came (setting
     <took>), sends <reply> once <go> is set, then reads until the gateway
     closes: <end> says how ("eof": a clean close; "reset"), and <done> is
-    set."""
+    set. <got> is all it read."""
 
     def __init__(self, want=0, reply=b""):
         self.want, self.reply = want, reply
@@ -782,8 +782,11 @@ class _EndSeer(LoopbackServer):
             if self.reply:
                 self.go.wait(10)
                 conn.sendall(self.reply)
-            while conn.recv(65536):
-                pass
+            while True:
+                d = conn.recv(65536)
+                if not d:
+                    break
+                self.got += d
             self.end = "eof"
         except ConnectionResetError:
             self.end = "reset"

@@ -27,10 +27,11 @@ import threading
 import pytest
 
 from conftest import API_IP
-from gate_client import (api_rule, build_request, open_conn, other_url, poll, read_response,
-                         request)
+from gate_client import (api_rule, build_request, hello_record, open_conn, other_url, poll,
+                         read_head, read_response, request)
 from gate_servers import ScriptedUpstream
 from held_requests import admin_get, decided, decided_count, healthz
+from test_gate_connect import _ALERT, _SEER, _EndSeer, _reset
 from test_gate_reload import (PING, EchoServer, _cgroup_write, _pids_cgroup, assert_closed,
                               echo_policy, echo_rule,
                               open_echo_tunnel, reload_to, requests_total)
@@ -643,3 +644,51 @@ def test_a_log_file_whose_writes_would_block_holds_decisions_and_makes_healthz_u
         gw.stop()
         got = [json.loads(x) for x in fs.content().split(b"\n") if x.strip()]
     assert [e.get("path") for e in got if e["event"] == "agent_egress"] == ["/before", "/held"]
+
+
+def _tcp_entry_gone(local_port, remote_port):
+    """True when /proc/net/tcp lists no socket from <local_port> to
+    <remote_port> on loopback (a reset one is unhashed: no longer listed)."""
+    want = ":%04X" % local_port, ":%04X" % remote_port
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            local, remote = line.split()[1:3]
+            if local.endswith(want[0]) and remote.endswith(want[1]):
+                return False
+    return True
+
+
+def test_a_client_reset_while_its_tunnel_waits_for_its_line_gets_nothing_sent(gateway, net):
+    # A ClientHello passed and the server answered: the tunnel opens once its
+    # agent_egress line is in the file, neither side read meanwhile. A client
+    # that resets in that wait gets no tunnel, and what it sent behind its
+    # hello goes nowhere, as after a reset in the peek window or in a wait
+    # for the bandwidth bucket: the upstream is reset. It used to be sent
+    # upstream once the line was in, the tunnel then meeting the reset.
+    hello = hello_record(_SEER)
+    with _EndSeer(want=len(hello), reply=_ALERT) as srv:
+        gw = gateway(net.policy([{"host": _SEER, "ports": [srv.port], "tier": 0}],
+                                static_extra={_SEER: "127.0.0.7"}))
+        s = open_conn(gw)
+        s.sendall(b"CONNECT %s:%d HTTP/1.1\r\nHost: x\r\n\r\n" % (_SEER.encode(), srv.port))
+        assert read_head(s)[0] == 200
+        lock = FileLock(gw.log_path)
+        try:
+            s.sendall(hello + b"behind the hello")
+            assert srv.took.wait(10), "the ClientHello never went up"
+            srv.go.set()  # its answer ends the check: the line is published
+            poll(lambda: threads_in(gw.proc.pid, "write", "writev", path=gw.log_path),
+                 timeout=10, interval=0.01, what="the line's write waiting for the file")
+            port = s.getsockname()[1]
+            _reset(s)
+            poll(lambda: _tcp_entry_gone(gw.port, port), timeout=10,
+                 what="the reset to reach the gateway's socket")
+        finally:
+            lock.release()
+        assert srv.done.wait(15), "the gateway kept the upstream connection"
+    assert srv.got == hello, srv.got
+    assert srv.end == "reset", srv.end
+    ev = gw.wait_events("agent_egress", host=_SEER)[0]
+    assert ev["decision"] == "allow", ev
+    end = gw.wait_events("agent_egress_end", id=ev["id"])[0]
+    assert end["bytes_up"] == len(hello) and end["status"] == 200, end
