@@ -76,6 +76,11 @@
  * in memory. Skipped, and counted. */
 #define RUN_LINE_MAX      (16u * 1024 * 1024)
 #define RUN_LINE_MAX_TEXT "16 MiB"
+/* The exit status of run's gateway, once it served, when lines of its log
+ * or alerts file were lost (a disk the command filled: dropped, or never
+ * written), which it has told on standard error: the summary, read from
+ * that log, says its counts miss them. 0 otherwise. */
+#define RUN_GATEWAY_LOST_LINES 3
 
 extern char **environ;
 
@@ -882,6 +887,7 @@ struct served {
     off_t alerts_start;
     int log_fd; /* opened before the box starts: the summary never reopens a path */
     int alerts_fd;
+    bool log_lost;    /* the gateway lost lines of its log or alerts file (told by it) */
     char **token_env; /* the variables the policy's tokens are read from (env:NAME) */
     size_t ntoken_env;
 };
@@ -1081,12 +1087,12 @@ static int serve_start(struct run_args *a, const char *cwd, struct served *s,
         if (stderr_relay_start(err, sizeof(err)) < 0) /* as serve's */
             fprintf(stderr, "sluice run: warning: the gateway: %s\n", err);
         gateway_run(gw);
-        gateway_free(gw);
+        uint64_t lost = gateway_free(gw);
         free(gp.policy);
         free(gp.log);
         free(gp.alerts);
         stderr_relay_stop(STDERR_RELAY_STOP_MS);
-        _exit(0);
+        _exit(lost > 0 ? RUN_GATEWAY_LOST_LINES : 0);
     }
     close(rp[1]);
     policy_free(p);
@@ -1130,13 +1136,22 @@ static int serve_start(struct run_args *a, const char *cwd, struct served *s,
     return 0;
 }
 
+/* Takes what the status of run's gateway, reaped, says for the summary. */
+static void gateway_reaped(struct served *s, int status)
+{
+    s->pid = -1; /* its PID may be another process's by the end */
+    if (WIFEXITED(status) && WEXITSTATUS(status) == RUN_GATEWAY_LOST_LINES)
+        s->log_lost = true;
+}
+
 static void serve_stop(struct served *s)
 {
     if (s->pid > 0) {
         kill(s->pid, SIGTERM);
-        while (waitpid(s->pid, NULL, 0) < 0 && errno == EINTR)
+        int status = 0;
+        while (waitpid(s->pid, &status, 0) < 0 && errno == EINTR)
             ;
-        s->pid = -1;
+        gateway_reaped(s, status);
     }
 }
 
@@ -1292,11 +1307,14 @@ static void print_summary(const struct run_args *a, const struct served *s, unsi
                  t.overlong == 1 ? "" : "s");
     fprintf(stderr,
             "sluice run: exit %d; allowed %lu (tier 0: %lu, tier 1: %lu, tier 2: %lu, tier 3: "
-            "%lu), denied %lu%s, alerts %lu%s%s%s\n",
+            "%lu), denied %lu%s, alerts %lu%s%s%s%s\n",
             code, t.allowed_total, t.allowed[0], t.allowed[1], t.allowed[2], t.allowed[3], t.denied,
             rep, t.alerts, t.read_ok ? "" : " (the decision log could not be read)", skipped,
             t.cut ? " (counted in the first " RUN_LOG_MAX_TEXT " of the log only: see the log)"
-                  : "");
+                  : "",
+            s->log_lost ? " (the gateway could not write all of its log, see above: the counts "
+                          "miss what it lost)"
+                        : "");
 }
 
 /* --- main ------------------------------------------------------------------- */
@@ -1408,9 +1426,9 @@ static int wait_box(struct box *box, struct served *s, int sfd, struct box_std_r
         struct signalfd_siginfo si;
         while (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
             if (si.ssi_signo == SIGCHLD) {
-                if (s->pid > 0 && waitpid(s->pid, NULL, WNOHANG) == s->pid) {
-                    /* reaped: its PID may be another process's by the end */
-                    s->pid = -1;
+                int gw_status = 0;
+                if (s->pid > 0 && waitpid(s->pid, &gw_status, WNOHANG) == s->pid) {
+                    gateway_reaped(s, gw_status);
                     fprintf(stderr, "sluice run: the gateway stopped; the box has no way out\n");
                 }
                 continue;

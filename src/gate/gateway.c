@@ -1043,10 +1043,10 @@ int gateway_run(struct gateway *gw)
     return 0;
 }
 
-void gateway_free(struct gateway *gw)
+uint64_t gateway_free(struct gateway *gw)
 {
     if (gw == NULL)
-        return;
+        return 0;
     gw->stopping = true;
     while (gw->conns != NULL)
         conn_free(gw->conns);
@@ -1067,14 +1067,15 @@ void gateway_free(struct gateway *gw)
     watch_drain(gw->watch, grace_left_ms(gw, SINKS_DRAIN_MIN_MS));
     resolver_free(gw->resolver);
     gw->resolver = NULL;
-    watch_free(gw->watch); /* after the connections (their end events), before the log */
+    /* after the connections (their end events), before the log */
+    uint64_t lost = watch_free(gw->watch);
     gw->watch = NULL;
     if (gw->log != NULL) {
         /* A slow reader (a pipe, a socket) or a full disk gets what is
          * left of the stop's budget (--grace), and at least LOG_FLUSH_MS:
          * what is still unwritten then is reported as lost. */
         log_jsonl_flush(gw->log, (int)grace_left_ms(gw, LOG_FLUSH_MS));
-        log_jsonl_close(gw->log);
+        lost += log_jsonl_close(gw->log);
     }
     quota_free(gw->quota); /* after the connections: their flows hold entries */
     gw_policy_unref(gw->current);
@@ -1089,4 +1090,5 @@ void gateway_free(struct gateway *gw)
         event_base_free(gw->base);
     }
     free(gw);
+    return lost;
 }

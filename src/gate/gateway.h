@@ -174,11 +174,14 @@ void gateway_print_grant_warnings(const struct policy *p);
  * every user of the host (the file, or a folder without the sticky bit
  * that holds it), else with "". */
 void gateway_policy_file_warning(const char *path, char *out, size_t outlen);
-/* Flushes and closes the log, frees everything. Accepts NULL. A reload
- * still loading is waited for what is left of the grace, then left to its
- * thread (stuck in a file system that does not answer), which frees what
- * it holds if it ever returns. */
-void gateway_free(struct gateway *gw);
+/* Flushes and closes the log, frees everything. Returns the lines of the
+ * decision log and of the alerts file that were lost, dropped or never
+ * written (told on standard error: log_jsonl_close()), 0 when both were
+ * written whole. Accepts NULL (returns 0). A reload still loading is
+ * waited for what is left of the grace, then left to its thread (stuck in
+ * a file system that does not answer), which frees what it holds if it
+ * ever returns. */
+uint64_t gateway_free(struct gateway *gw);
 
 /* Used by connections. */
 /* Whether a tunnel moves streaming bytes with splice(2) (tunnel.h): with

@@ -2094,8 +2094,9 @@ static int writer_reopen_wait(struct log_jsonl *l)
  * Returns true with <l> the caller's again (its writes single-threaded,
  * the loop's drops in l->dropped), or false when the thread still waits
  * in the kernel after WRITER_CLOSE_WAIT_MS: what it could not write is
- * reported here, and the thread frees <l> once its call returns. */
-static bool writer_close(struct log_jsonl *l)
+ * reported here, counted in <*lost>, and the thread frees <l> once its
+ * call returns. */
+static bool writer_close(struct log_jsonl *l, uint64_t *lost)
 {
     struct file_writer *fw = l->fw;
     struct timespec until = monotonic_after(WRITER_CLOSE_WAIT_MS);
@@ -2130,6 +2131,7 @@ static bool writer_close(struct log_jsonl *l)
     uint64_t dropped = fw->dropped + fw->pub_dropped + lines;
     if (dropped > 0)
         fprintf(stderr, "sluice: log %s: %" PRIu64 " line(s) dropped in all\n", name, dropped);
+    *lost = dropped;
     free_events(l);
     fw->wake_seq = 0; /* the loop's event is gone */
     fw->abandoned = true;
@@ -2274,12 +2276,12 @@ void log_jsonl_set_pending_max(struct log_jsonl *l, size_t max)
     l->pending_max = max > 0 ? max : LOG_JSONL_PENDING_MAX;
 }
 
-static bool writer_close(struct log_jsonl *l);
+static bool writer_close(struct log_jsonl *l, uint64_t *lost);
 
-void log_jsonl_close(struct log_jsonl *l)
+uint64_t log_jsonl_close(struct log_jsonl *l)
 {
     if (l == NULL)
-        return;
+        return 0;
     bool tried = false; /* the writer thread made the last try */
     if (l->job != NULL) {
         struct reopen_job *j = l->job;
@@ -2305,8 +2307,9 @@ void log_jsonl_close(struct log_jsonl *l)
         }
     }
     if (l->fw != NULL) { /* after the job: its reopen may have started the thread */
-        if (!writer_close(l))
-            return; /* left to the thread, which frees it */
+        uint64_t lost = 0;
+        if (!writer_close(l, &lost))
+            return lost; /* left to the thread, which frees it */
         tried = true;
     }
     if (!tried && !l->broken && l->fd >= 0)
@@ -2319,8 +2322,10 @@ void log_jsonl_close(struct log_jsonl *l)
         l->dropped += lines;
         l->pending_lines = 0;
     }
-    if (l->dropped > 0)
+    uint64_t lost = l->dropped;
+    if (lost > 0)
         fprintf(stderr, "sluice: log %s: %" PRIu64 " line(s) dropped in all\n",
-                l->path ? l->path : "(stdout)", l->dropped);
+                l->path ? l->path : "(stdout)", lost);
     log_free(l);
+    return lost;
 }

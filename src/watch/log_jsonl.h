@@ -164,8 +164,9 @@ void log_jsonl_set_pending_max(struct log_jsonl *l, size_t max);
 
 /* Tries once more to write what is pending (no waiting; a file's writer
  * gets 250 ms for it and is left behind when it still waits then), reports
- * dropped and unwritten lines on standard error, and frees <l>. Accepts
- * NULL. */
-void log_jsonl_close(struct log_jsonl *l);
+ * dropped and unwritten lines on standard error, and frees <l>. Returns the
+ * lines so lost in all (0 for a log that wrote every line). Accepts NULL
+ * (returns 0). */
+uint64_t log_jsonl_close(struct log_jsonl *l);
 
 #endif

@@ -727,10 +727,10 @@ void watch_drain(struct watch *w, unsigned timeout_ms)
     w->exit_flush_ms = left > FLUSH_MS ? (int)left : FLUSH_MS;
 }
 
-void watch_free(struct watch *w)
+uint64_t watch_free(struct watch *w)
 {
     if (w == NULL)
-        return;
+        return 0;
     if (w->det != NULL)
         detectors_flush(w->det, now_ms()); /* the open summaries; baselines as of now */
     if (w->tick != NULL)
@@ -749,15 +749,17 @@ void watch_free(struct watch *w)
     free_execs(w);
     sinks_next_free(&w->next);
     free_names(w->token_env, w->ntoken_env); /* after the runner, which borrowed them */
+    uint64_t lost = 0;
     if (w->own_file) {
         log_jsonl_flush(w->file, w->exit_flush_ms);
-        log_jsonl_close(w->file);
+        lost = log_jsonl_close(w->file);
     }
     detectors_free(w->det);
     metrics_free(w->metrics);
     store_opener_free(w->opener);
     store_close(w->store);
     free(w);
+    return lost;
 }
 
 /* The nameserver lines of /etc/resolv.conf, at least 1 and at most

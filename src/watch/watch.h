@@ -18,6 +18,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "policy/model.h"
@@ -89,7 +90,9 @@ void watch_drain(struct watch *w, unsigned timeout_ms);
  * pipe on which the thread that starts them answers the loop. */
 size_t watch_sink_fds(const struct policy *p);
 /* Flushes the alerts file and the store, stops the sinks (killing exec
- * programs still running), frees. Accepts NULL. */
-void watch_free(struct watch *w);
+ * programs still running), frees. Returns the lines of an alerts file of
+ * its own that were lost (log_jsonl_close()), 0 without one. Accepts NULL
+ * (returns 0). */
+uint64_t watch_free(struct watch *w);
 
 #endif

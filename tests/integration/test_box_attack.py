@@ -2781,3 +2781,64 @@ def test_another_sysfs_mount_shows_nothing_of_the_host(sluice_bin, proj, where):
     assert "02:51:55:49:43:45" not in json.dumps(o), o
     assert o == {"listing": [], "net": "ENOENT", "address": "ENOENT",
                  "file": "" if where == "file" else "ENOENT"}, (o, p.stderr)
+
+
+# --------------------------------------------------------------------------
+# the watch layer: a log the command leaves no room for
+
+# In the box: fills the working directory's file system (the log's), then
+# asks the gateway for three hosts no rule names (denied: lines for a log
+# that cannot take them).
+FILL_THEN_ASK = PRELUDE + r"""
+try:
+    with open("fill", "wb") as f:
+        while True:
+            f.write(b"x" * 65536)
+except OSError as e:
+    out["fill"] = errno.errorcode[e.errno]
+out["replies"] = []
+for i in range(3):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    s.sendall(b"GET http://nowhere%d.example.test/ HTTP/1.1\r\nHost: nowhere%d.example.test\r\n"
+              b"Connection: close\r\n\r\n" % (i, i))
+    reply = b"".join(iter(lambda: s.recv(4096), b""))
+    out["replies"].append(reply.decode(errors="replace").split("\r\n")[0])
+print(json.dumps(out))
+"""
+
+# A small file system of the test's own (a mount namespace of its own,
+# gone with it) for the working directory and the log: exit 99 when it
+# cannot be made.
+SMALL_DISK = ('mount -t tmpfs -o size=1m,mode=0755 tmpfs "$0" || exit 99; '
+              'cd "$0" && exec "$@"')
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+def test_a_log_the_command_left_no_room_for_is_told_in_the_summary(sluice_bin, proj):
+    """The command fills the file system its working directory shares with
+    the decision log, then makes requests: the gateway denies them, but
+    their lines cannot be written, and the disk is still full when the
+    command ends. The summary must not pass for the whole record: it says
+    the gateway could not write all of its log (before, `denied 0`, as if
+    nothing had been asked, and the loss was told only in the gateway's
+    lines above it)."""
+    pol = _policy(proj)
+    small = os.path.join(proj, "small")
+    os.mkdir(small)
+    argv = (["unshare", "-m", "--propagation", "private", "sh", "-c", SMALL_DISK, small,
+             sluice_bin, "run", "--policy", pol, "--log", "log.jsonl",
+             "--", PY, "-c", FILL_THEN_ASK])
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=proj,
+                       env=_clean_env())
+    if p.returncode == 99 or "unshare:" in p.stderr:
+        pytest.skip("cannot make a mount namespace with a tmpfs: %s" % p.stderr.strip())
+    for mark in SANITIZER_MARKS:
+        assert mark not in p.stderr, p.stderr
+    o = _out(p)
+    assert o == {"fill": "ENOSPC", "replies": ["HTTP/1.1 403 Forbidden"] * 3}, o
+    assert p.returncode == 0, p.stderr
+    summary = p.stderr.strip().splitlines()[-1]
+    assert summary.startswith("sluice run: exit 0; allowed 0 "), p.stderr
+    assert "not written at exit" in p.stderr, p.stderr
+    assert summary.endswith(", alerts 0 (the gateway could not write all of its log, "
+                            "see above: the counts miss what it lost)"), p.stderr
