@@ -21,7 +21,10 @@
  * a VM host, AF_PACKET, AF_ALG, AF_BLUETOOTH and the rest are kernel attack
  * surface the command has no use for (EAFNOSUPPORT, for socket() and
  * socketpair()), and so is AF_PACKET by its obsolete spelling,
- * socket(AF_INET, SOCK_PACKET). --allow-unix lifts the AF_UNIX and
+ * socket(AF_INET, SOCK_PACKET). Of netlink, NETLINK_NETFILTER and
+ * NETLINK_XFRM are refused too (EPROTONOSUPPORT): they answer only a caller
+ * with CAP_NET_ADMIN, which the command has only in a network namespace of
+ * its own (refuse_admin_only_netlink()). --allow-unix lifts the AF_UNIX and
  * socketpair() rules only.
  *
  * Kernel keyrings: add_key(), request_key() and keyctl() fail with ENOSYS
@@ -78,6 +81,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/netlink.h>
 #include <seccomp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -181,6 +185,38 @@ static int refuse_inet_packet(scmp_filter_ctx ctx)
         {.arg = 1, .op = SCMP_CMP_MASKED_EQ, .datum_a = 0xf, .datum_b = SOCK_PACKET},
     };
     return seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 2, cmp);
+}
+
+/* Netlink protocols whose every message needs CAP_NET_ADMIN over the
+ * socket's network namespace (nfnetlink_rcv(), xfrm_user_rcv_msg()): in
+ * the box's own network the command has no capability, and nothing it
+ * could send them would be answered but EPERM. In a network namespace of
+ * its own, under a user namespace it makes, it holds CAP_NET_ADMIN, and
+ * nf_tables and the IPsec transforms are code it reaches with every byte
+ * chosen (most of the kernel exploits that start in an unprivileged user
+ * namespace go through nf_tables) to configure a network that leads
+ * nowhere. The socket is refused as a kernel without them would
+ * (EPROTONOSUPPORT), the protocol compared in the low 32 bits the kernel
+ * reads it from. NETLINK_ROUTE (addresses and routes: glibc's
+ * getaddrinfo() reads them, `ip addr` lists them), NETLINK_SOCK_DIAG
+ * (`ss`), NETLINK_GENERIC, NETLINK_AUDIT and the others are let be. */
+static const unsigned admin_only_netlink[] = {NETLINK_NETFILTER, NETLINK_XFRM};
+
+static int refuse_admin_only_netlink(scmp_filter_ctx ctx)
+{
+    int rc = 0;
+    for (size_t i = 0; i < sizeof(admin_only_netlink) / sizeof(admin_only_netlink[0]) && rc == 0;
+         i++) {
+        const struct scmp_arg_cmp cmp[2] = {
+            {.arg = 0, .op = SCMP_CMP_MASKED_EQ, .datum_a = 0xffffffffu, .datum_b = AF_NETLINK},
+            {.arg = 2,
+             .op = SCMP_CMP_MASKED_EQ,
+             .datum_a = 0xffffffffu,
+             .datum_b = admin_only_netlink[i]},
+        };
+        rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPROTONOSUPPORT), SCMP_SYS(socket), 2, cmp);
+    }
+    return rc;
 }
 
 /* The bits the command may not put on a file. Each is a rule of its own
@@ -334,6 +370,8 @@ int box_seccomp_rules(scmp_filter_ctx ctx, bool allow_unix, char *err, size_t er
         rc = refuse_families(ctx, SCMP_SYS(socketpair), allow_unix);
     if (rc == 0)
         rc = refuse_inet_packet(ctx);
+    if (rc == 0)
+        rc = refuse_admin_only_netlink(ctx);
     /* socketpair(): stream and seqpacket pairs only. A datagram socket can
      * sendto() any path, connected or not, and AF_UNIX turns SOCK_RAW into
      * SOCK_DGRAM, so every other type (the low 4 bits of the int; above
