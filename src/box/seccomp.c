@@ -27,6 +27,10 @@
  * its own (refuse_admin_only_netlink()). --allow-unix lifts the AF_UNIX and
  * socketpair() rules only.
  *
+ * Cgroups: clone3() fails with ENOSYS (the C library falls back to
+ * clone()): its CLONE_INTO_CGROUP would start a child in any cgroup of the
+ * host whose cgroup.procs the command's user owns, whatever the mount.
+ *
  * Kernel keyrings: add_key(), request_key() and keyctl() fail with ENOSYS
  * (the user keyring of a root box is the host root's).
  *
@@ -389,6 +393,19 @@ int box_seccomp_rules(scmp_filter_ctx ctx, bool allow_unix, char *err, size_t er
                                                  "io_uring_register"};
     for (size_t i = 0; i < sizeof(io_uring_calls) / sizeof(io_uring_calls[0]) && rc == 0; i++)
         rc = seccomp_refuse_call(ctx, SCMP_ACT_ERRNO(ENOSYS), io_uring_calls[i], err, errlen);
+    /* clone3(2): CLONE_INTO_CGROUP starts the child in the cgroup of a
+     * folder's descriptor, checked against the owner and mode of its
+     * cgroup.procs file, never the mount, so the host's cgroups, read-only
+     * in the box, took the box's processes all the same: as root (their
+     * owner) any cgroup of the host, out of the limits run was started
+     * under (systemd-run --scope -p MemoryMax=...) or into a service's, to
+     * use up its memory until its OOM killer ends the service. Its flags
+     * lie in memory the filter cannot read, so the call is refused whole:
+     * ENOSYS, a kernel before 5.3, on which the C library falls back to
+     * clone(), which has no such flag (as Docker's default profile and the
+     * gateway's lockdown do). */
+    if (rc == 0)
+        rc = seccomp_refuse_call(ctx, SCMP_ACT_ERRNO(ENOSYS), "clone3", err, errlen);
     /* bpf(2): BPF_OBJ_GET opens an object pinned in a bpf file system of
      * the host's view (/sys/fs/bpf: a firewall's maps) by its path, with
      * the file's permission alone, never the mount's: the descriptor of a

@@ -2892,3 +2892,95 @@ def test_netlink_that_answers_only_net_admin_is_refused(sluice_bin, proj, user):
     if "unshare" in o["nested"]:
         pytest.skip("no user namespace for the command here: %s" % o["nested"]["unshare"])
     assert o["nested"] == refused, o
+
+
+# --------------------------------------------------------------------------
+# the box's cgroup: the host's cgroups are read-only in the box
+
+# In the box: a child made by clone3(CLONE_INTO_CGROUP) into the cgroup
+# <dest> (the host's cgroup2 folder, read-only in the box): where it ends up.
+INTO_CGROUP = PRELUDE + r"""
+import struct
+dest = sys.argv[1]
+fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY)
+CLONE_INTO_CGROUP, SIGCHLD = 0x200000000, 17
+args = ctypes.create_string_buffer(struct.pack("=11Q", CLONE_INTO_CGROUP, 0, 0, 0, SIGCHLD,
+                                               0, 0, 0, 0, 0, fd), 88)
+r, w = os.pipe()
+pid = libc.syscall(ctypes.c_long(435), args, ctypes.c_long(88))  # clone3
+if pid == 0:
+    os.write(w, open("/proc/self/cgroup").read().encode())
+    os._exit(0)
+out["clone3"] = cerr(pid)
+if pid > 0:
+    os.close(w)
+    out["child"] = os.read(r, 4096).decode().splitlines()[-1]
+    os.waitpid(pid, 0)
+pid = os.fork()  # a plain fork still works
+if pid == 0:
+    os._exit(7)
+out["fork"] = os.WEXITSTATUS(os.waitpid(pid, 0)[1])
+print(json.dumps(out))
+"""
+
+
+def _cgroup2_dir():
+    """The test's own cgroup2 folder on the host, or None."""
+    mnt = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if fields[fields.index("-") + 1] == "cgroup2" and fields[3] == "/":
+                mnt = fields[4]
+                break
+    with open("/proc/self/cgroup") as f:
+        rel = [ln.strip()[3:] for ln in f if ln.startswith("0::")]
+    if mnt is None or not rel:
+        return None
+    return os.path.join(mnt, rel[0].lstrip("/"))
+
+
+def test_a_child_cannot_be_started_in_another_cgroup(sluice_bin, proj):
+    """The host's cgroups are read-only in the box, but clone3() with
+    CLONE_INTO_CGROUP starts a child in the cgroup of a folder's descriptor,
+    checked against the cgroup.procs file's owner and mode only, never the
+    mount: a box started as root (the owner of every cgroup) put its child
+    in any cgroup of the host (before: in a sibling of run's, the test's
+    'other', and in the root cgroup, out of the memory and task limits
+    `systemd-run --scope` gives run, or into a service's, to use up its
+    memory until its OOM killer ended the service). clone3() fails with
+    ENOSYS, as on a kernel before 5.3, after which the C library falls back
+    to clone(), which has no such flag; fork() still works."""
+    base = _cgroup2_dir()
+    if base is None or not os.access(base, os.W_OK):
+        pytest.skip("no cgroup2 folder of the test's own that it can write")
+    run_cg = os.path.join(base, "sluice-attack-run-%d" % os.getpid())
+    other = os.path.join(base, "sluice-attack-other-%d" % os.getpid())
+    try:
+        try:
+            os.mkdir(run_cg)
+            os.mkdir(other)
+        except OSError as e:
+            pytest.skip("cannot make cgroups here: %s" % e)
+        pol = _policy(proj)
+        # run in a cgroup of its own, as systemd-run --scope would put it
+        argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" || exit 99; exec "$@"', run_cg,
+                sluice_bin, "run", "--policy", pol, "--", PY, "-c", INTO_CGROUP, other]
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=proj,
+                           env=_clean_env())
+        if p.returncode == 99:
+            pytest.skip("cannot move a process into a new cgroup: %s" % p.stderr.strip())
+        for mark in SANITIZER_MARKS:
+            assert mark not in p.stderr, p.stderr
+        o = _out(p)
+    finally:
+        for d in (run_cg, other):
+            for _ in range(100):  # hang guard: 10 s for the processes to leave it
+                try:
+                    os.rmdir(d)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)
+    assert o == {"clone3": "ENOSYS", "fork": 7}, o
