@@ -77,13 +77,15 @@ int box_landlock(const struct box_config *cfg, char *err, size_t errlen);
  * Landlock ruleset (box_landlock(); <*landlocked> says whether it is in
  * force) and loads the seccomp filter refusing socket families but
  * AF_INET, AF_INET6 and AF_NETLINK (and AF_INET's SOCK_PACKET, an AF_PACKET
- * socket), io_uring, the keyring calls, ioctl(TIOCSTI),
+ * socket; of netlink, NETLINK_NETFILTER and NETLINK_XFRM), io_uring, the
+ * keyring calls, ioctl(TIOCSTI),
  * ioctl(TIOCLINUX), ioctl(TIOCSETD), a virtual console's ioctls that
  * change it
  * (tty_refused[]: KDSKBENT, KDSKBSENT, KDSKBMODE, KDSETMODE, the font
  * and map ones, VT_ACTIVATE...), every call
  * that would make a file set-user-ID or
  * set-group-ID, openat2(), every mount call (box_refuse_mounts()),
+ * the btrfs snapshot ioctls (box_refuse_snapshots()), clone3(),
  * setpriority() and ioprio_set() of the caller's process group and,
  * unless <cfg->allow_unix>, socket(AF_UNIX)
  * and socketpair() but for stream and seqpacket pairs. Returns 0,
@@ -104,6 +106,13 @@ int box_seccomp_rules(scmp_filter_ctx ctx, bool allow_unix, char *err, size_t er
  * SECCOMP_RC_TOLD with <err> filled when a call's number is unknown
  * (util/seccomp_nr.h). */
 int box_refuse_mounts(scmp_filter_ctx ctx, char *err, size_t errlen);
+
+/* seccomp_snapshots.c */
+/* Adds to <ctx> the rules that make the btrfs snapshot ioctls fail with
+ * EPERM: a snapshot of a subvolume the command owns, read-only in the box,
+ * would copy what the box hides below it into a folder it can write.
+ * Returns 0 or libseccomp's negative error. */
+int box_refuse_snapshots(scmp_filter_ctx ctx);
 
 /* In the init, once the command's process is forked: it runs the relay,
  * which reads every byte the command sends, and needs no capability for

@@ -42,6 +42,10 @@
  * with EPERM, in the namespaces the command may make too (seccomp_mounts.c:
  * a cgroup file system of its own would write the host's cgroups).
  *
+ * btrfs snapshots: ioctl(BTRFS_IOC_SNAP_CREATE, _V2) fail with EPERM
+ * (seccomp_snapshots.c: a snapshot of a subvolume the command owns copies
+ * what the box hides below it into a folder it can write).
+ *
  * bpf() fails with EPERM: a map pinned in the host's bpf file system opens
  * by its path whatever the mount, and its descriptor writes the host's map.
  *
@@ -429,6 +433,8 @@ int box_seccomp_rules(scmp_filter_ctx ctx, bool allow_unix, char *err, size_t er
         rc = refuse_leases(ctx);
     if (rc == 0)
         rc = box_refuse_mounts(ctx, err, errlen);
+    if (rc == 0)
+        rc = box_refuse_snapshots(ctx);
     if (rc == 0)
         rc = refuse_group_priority(ctx);
     return rc;

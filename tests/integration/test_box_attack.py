@@ -2984,3 +2984,63 @@ def test_a_child_cannot_be_started_in_another_cgroup(sluice_bin, proj):
                 except OSError:
                     time.sleep(0.1)
     assert o == {"clone3": "ENOSYS", "fork": 7}, o
+
+
+# --------------------------------------------------------------------------
+# a btrfs snapshot of what the box hides
+
+# In the box: snapshots the subvolume <SRC> (read-only in the box, a
+# --hide folder <HIDDEN> below it) into the working directory, by both
+# forms of the ioctl (_IOW(0x94, 23, 4096 bytes), _IOW(0x94, 1, 4096
+# bytes)): does the hidden file come back in the copy?
+SNAPSHOT = PRELUDE + r"""
+import fcntl, struct
+src = os.open(os.environ["SRC"], os.O_RDONLY | os.O_DIRECTORY)
+out["hidden"] = os.listdir(os.environ["HIDDEN"])
+for name, req, args in (("v2", 0x50009417, struct.pack("=qQQ32s4040s", src, 0, 0, b"", b"snap2")),
+                        ("v1", 0x50009401, struct.pack("=q4088s", src, b"snap1")),
+                        ("v1_high", 0x50009401 | (1 << 32),
+                         struct.pack("=q4088s", src, b"snap3"))):
+    d = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+    r = libc.ioctl(d, ctypes.c_ulong(req), ctypes.create_string_buffer(args, 4096))
+    out[name] = cerr(r)
+out["found"] = sorted(p for p in os.listdir(".") if os.path.exists(p + "/secret/key"))
+print(json.dumps(out))
+"""
+
+# A btrfs of the test's own, in a mount namespace of its own, with a
+# subvolume (home) that holds the secret folder and the project: exit 99
+# when it cannot be made.
+BTRFS_WORLD = ('truncate -s 200M "$0/b.img" && mkfs.btrfs -q -f "$0/b.img" >/dev/null 2>&1 && '
+               'mkdir "$0/m" && mount -o loop "$0/b.img" "$0/m" || exit 99; '
+               'btrfs -q subvolume create "$0/m/home" >/dev/null || exit 99; '
+               'mkdir -p "$0/m/home/secret" "$0/m/home/proj" && '
+               'echo secret > "$0/m/home/secret/key" && chmod 755 "$0/m" "$0/m/home" && '
+               'cd "$0/m/home/proj" && exec "$@"')
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or shutil.which("mkfs.btrfs") is None
+                    or shutil.which("btrfs") is None, reason="needs unshare(1) and btrfs-progs")
+def test_a_btrfs_snapshot_does_not_bring_back_what_the_box_hides(sluice_bin, proj):
+    """On btrfs, the owner of a subvolume may snapshot it (no capability;
+    the mount of the source is not looked at) into a folder it can write:
+    a box started as root (the owner of /home, say) snapshotted the
+    subvolume its project lies in into the project, and read there the
+    --hide folder below it (before: 'secret' in both snapshots). The
+    snapshot ioctls fail with EPERM, whatever the bits above the 32 the
+    kernel reads the request from."""
+    pol = _policy(proj)
+    m = os.path.join(proj, "m")
+    env = dict(_clean_env(), SRC=os.path.join(m, "home"),
+               HIDDEN=os.path.join(m, "home", "secret"))
+    argv = (["unshare", "-m", "--propagation", "private", "sh", "-c", BTRFS_WORLD, proj,
+             sluice_bin, "run", "--policy", pol, "--hide", env["HIDDEN"],
+             "--", PY, "-c", SNAPSHOT])
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=proj, env=env)
+    if p.returncode == 99 or "unshare:" in p.stderr:
+        pytest.skip("cannot make and mount a btrfs here: %s" % p.stderr.strip())
+    for mark in SANITIZER_MARKS:
+        assert mark not in p.stderr, p.stderr
+    o = _out(p)
+    assert o == {"hidden": [], "v2": "EPERM", "v1": "EPERM", "v1_high": "EPERM",
+                 "found": []}, o
