@@ -85,7 +85,8 @@ int box_landlock(const struct box_config *cfg, char *err, size_t errlen);
  * and map ones, VT_ACTIVATE...), every call
  * that would make a file set-user-ID or
  * set-group-ID, openat2(), every mount call (box_refuse_mounts()),
- * the btrfs snapshot ioctls (box_refuse_snapshots()), clone3(),
+ * btrfs snapshots and fscrypt's key ioctls (box_refuse_fs_ioctls()),
+ * clone3(),
  * setpriority() and ioprio_set() of the caller's process group and,
  * unless <cfg->allow_unix>, socket(AF_UNIX)
  * and socketpair() but for stream and seqpacket pairs. Returns 0,
@@ -107,12 +108,14 @@ int box_seccomp_rules(scmp_filter_ctx ctx, bool allow_unix, char *err, size_t er
  * (util/seccomp_nr.h). */
 int box_refuse_mounts(scmp_filter_ctx ctx, char *err, size_t errlen);
 
-/* seccomp_snapshots.c */
-/* Adds to <ctx> the rules that make the btrfs snapshot ioctls fail with
- * EPERM: a snapshot of a subvolume the command owns, read-only in the box,
- * would copy what the box hides below it into a folder it can write.
+/* seccomp_fs_ioctls.c */
+/* Adds to <ctx> the rules that refuse the file system ioctls checked
+ * against ownership only, whatever the mount: btrfs snapshots (EPERM: a
+ * snapshot of a subvolume the command owns would copy what the box hides
+ * below it into a folder it can write) and fscrypt's key ioctls
+ * (EOPNOTSUPP: the command would lock the host's encrypted folders).
  * Returns 0 or libseccomp's negative error. */
-int box_refuse_snapshots(scmp_filter_ctx ctx);
+int box_refuse_fs_ioctls(scmp_filter_ctx ctx);
 
 /* In the init, once the command's process is forked: it runs the relay,
  * which reads every byte the command sends, and needs no capability for

@@ -42,9 +42,11 @@
  * with EPERM, in the namespaces the command may make too (seccomp_mounts.c:
  * a cgroup file system of its own would write the host's cgroups).
  *
- * btrfs snapshots: ioctl(BTRFS_IOC_SNAP_CREATE, _V2) fail with EPERM
- * (seccomp_snapshots.c: a snapshot of a subvolume the command owns copies
- * what the box hides below it into a folder it can write).
+ * File system ioctls checked against ownership only, whatever the mount
+ * (seccomp_fs_ioctls.c): btrfs snapshots fail with EPERM (one of a
+ * subvolume the command owns copies what the box hides below it into a
+ * folder it can write), fscrypt's key ioctls with EOPNOTSUPP (removing a
+ * key root added locks the host's encrypted folders).
  *
  * bpf() fails with EPERM: a map pinned in the host's bpf file system opens
  * by its path whatever the mount, and its descriptor writes the host's map.
@@ -434,7 +436,7 @@ int box_seccomp_rules(scmp_filter_ctx ctx, bool allow_unix, char *err, size_t er
     if (rc == 0)
         rc = box_refuse_mounts(ctx, err, errlen);
     if (rc == 0)
-        rc = box_refuse_snapshots(ctx);
+        rc = box_refuse_fs_ioctls(ctx);
     if (rc == 0)
         rc = refuse_group_priority(ctx);
     return rc;

@@ -3044,3 +3044,99 @@ def test_a_btrfs_snapshot_does_not_bring_back_what_the_box_hides(sluice_bin, pro
     o = _out(p)
     assert o == {"hidden": [], "v2": "EPERM", "v1": "EPERM", "v1_high": "EPERM",
                  "found": []}, o
+
+
+# --------------------------------------------------------------------------
+# the file system's encryption keys
+
+# "add" (on the host, as root: a key added for the folder <enc>, encrypted
+# with it, a file written there), "remove" (in the box: the key removed by
+# its identifier, read from the folder's policy), "look" (the key's
+# status: 1 absent, 2 present, 3 removed while in use). <linux/fscrypt.h>
+FSCRYPT = r"""
+import errno, fcntl, json, os, struct, sys
+ADD, REMOVE, SET_POLICY = 0xc0506617, 0xc0406618, 0x800c6613
+GET_POLICY_EX, KEY_STATUS = 0xc0096616, 0xc080661a
+what, enc = sys.argv[1], sys.argv[2]
+IDENTIFIER = 2  # FSCRYPT_KEY_SPEC_TYPE_IDENTIFIER
+def spec(ident):
+    return struct.pack("=II16s16x", IDENTIFIER, 0, ident)
+out = {}
+if what == "add":
+    os.mkdir(enc)
+    fd = os.open(enc, os.O_RDONLY | os.O_DIRECTORY)
+    arg = bytearray(spec(b"") + struct.pack("=II32x", 64, 0) + bytes(range(64)))
+    fcntl.ioctl(fd, ADD, arg)
+    # v2, AES-256-XTS contents, AES-256-CTS names
+    fcntl.ioctl(fd, SET_POLICY, struct.pack("=BBBB4x16s", 2, 1, 4, 0, bytes(arg[8:24])))
+    with open(os.path.join(enc, "file"), "w") as f:
+        f.write("kept")
+    sys.exit(0)
+fd = os.open(enc, os.O_RDONLY | os.O_DIRECTORY)
+pol = bytearray(struct.pack("=Q", 24) + bytes(24))
+fcntl.ioctl(fd, GET_POLICY_EX, pol)
+ident = bytes(pol[16:32])
+if what == "remove":
+    try:
+        fcntl.ioctl(fd, REMOVE, bytearray(spec(ident) + bytes(24)))
+        out["remove"] = "ok"
+    except OSError as e:
+        out["remove"] = errno.errorcode[e.errno]
+    # the request with bits above the 32 the kernel reads
+    libc = __import__("ctypes").CDLL(None, use_errno=True)
+    arg = __import__("ctypes").create_string_buffer(spec(ident) + bytes(24))
+    r = libc.ioctl(fd, __import__("ctypes").c_ulong(REMOVE | (1 << 32)), arg)
+    out["remove_high"] = "ok" if r == 0 else errno.errorcode[__import__("ctypes").get_errno()]
+st = bytearray(spec(ident) + bytes(88))
+fcntl.ioctl(fd, KEY_STATUS, st)
+out["status"] = struct.unpack_from("=I", st, 64)[0]
+try:
+    with open(os.path.join(enc, "file")) as f:
+        out["file"] = f.read()
+except OSError as e:
+    out["file"] = errno.errorcode[e.errno]
+print(json.dumps(out))
+"""
+
+# An ext4 with encryption of the test's own, in a mount namespace of its
+# own: the encrypted folder outside the project (read-only in the box);
+# the box's JSON, then the host's look at the key once it ended. Exit 99
+# when it cannot be made.
+FSCRYPT_WORLD = "; ".join([
+    'truncate -s 64M "$0/e.img" && mkfs.ext4 -q -F -O encrypt "$0/e.img" && mkdir "$0/m" && '
+    'mount -o loop "$0/e.img" "$0/m" || exit 99',
+    'chmod 755 "$0/m" && mkdir "$0/m/proj" && py="$1" && shift && '
+    '"$py" -c "$FSCRYPT" add "$0/m/enc" || exit 99',
+    '(cd "$0/m/proj" && "$@")',
+    '"$py" -c "$FSCRYPT" look "$0/m/enc"'])
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or shutil.which("mkfs.ext4") is None,
+                    reason="needs unshare(1) and mkfs.ext4")
+def test_the_hosts_encryption_keys_cannot_be_removed(sluice_bin, proj):
+    """A file system's encryption keys (fscrypt, v2) are removed by the
+    user who added them, with no capability, through any descriptor on the
+    file system, a folder opened read-only on a read-only mount of the box
+    included: a box started as root removed the key root added on the host,
+    and the host's encrypted folder was locked (before: 'ok', the key's
+    status 3, the file 'ENOKEY' on the host). The fscrypt key ioctls fail
+    with EOPNOTSUPP (a file system without encryption), whatever the bits
+    above the 32 the kernel reads the request from; the host's file stays
+    readable."""
+    pol = _policy(proj)
+    env = dict(_clean_env(), FSCRYPT=FSCRYPT)
+    argv = (["unshare", "-m", "--propagation", "private", "sh", "-c", FSCRYPT_WORLD, proj, PY,
+             sluice_bin, "run", "--policy", pol, "--", PY, "-c", FSCRYPT, "remove",
+             os.path.join(proj, "m", "enc")])
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=proj, env=env)
+    if p.returncode == 99 or "unshare:" in p.stderr:
+        pytest.skip("cannot make and mount an encrypted ext4 here: %s" % p.stderr.strip())
+    for mark in SANITIZER_MARKS:
+        assert mark not in p.stderr, p.stderr
+    lines = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
+    assert len(lines) == 2, (p.stdout, p.stderr)
+    box, host = lines
+    eopnotsupp = errno.errorcode[errno.EOPNOTSUPP]  # Python names it ENOTSUP
+    assert box == {"remove": eopnotsupp, "remove_high": eopnotsupp, "status": 2,
+                   "file": "kept"}, box
+    assert host == {"status": 2, "file": "kept"}, host
