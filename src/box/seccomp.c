@@ -31,6 +31,9 @@
  * clone()): its CLONE_INTO_CGROUP would start a child in any cgroup of the
  * host whose cgroup.procs the command's user owns, whatever the mount.
  *
+ * userfaultfd() fails with ENOSYS: exploits' tool for widening a race in
+ * the kernel, of no use to the command.
+ *
  * Kernel keyrings: add_key(), request_key() and keyctl() fail with ENOSYS
  * (the user keyring of a root box is the host root's).
  *
@@ -412,6 +415,14 @@ int box_seccomp_rules(scmp_filter_ctx ctx, bool allow_unix, char *err, size_t er
      * gateway's lockdown do). */
     if (rc == 0)
         rc = seccomp_refuse_call(ctx, SCMP_ACT_ERRNO(ENOSYS), "clone3", err, errlen);
+    /* userfaultfd(2): a page fault of the process's own memory held until
+     * its handler answers, which kernel exploits use to stop the kernel in
+     * the middle of a copy from user memory and widen a race; any process
+     * may make one for faults in user space (vm.unprivileged_userfaultfd
+     * 0 still allows UFFD_USER_MODE_ONLY), and an agent has no use for it.
+     * ENOSYS, a kernel without it, as Docker's default profile. */
+    if (rc == 0)
+        rc = seccomp_refuse_call(ctx, SCMP_ACT_ERRNO(ENOSYS), "userfaultfd", err, errlen);
     /* bpf(2): BPF_OBJ_GET opens an object pinned in a bpf file system of
      * the host's view (/sys/fs/bpf: a firewall's maps) by its path, with
      * the file's permission alone, never the mount's: the descriptor of a

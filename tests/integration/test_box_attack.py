@@ -3140,3 +3140,35 @@ def test_the_hosts_encryption_keys_cannot_be_removed(sluice_bin, proj):
     assert box == {"remove": eopnotsupp, "remove_high": eopnotsupp, "status": 2,
                    "file": "kept"}, box
     assert host == {"status": 2, "file": "kept"}, host
+
+
+# --------------------------------------------------------------------------
+# userfaultfd: page faults held in user space
+
+USERFAULTFD = PRELUDE + r"""
+import platform
+NR = {"x86_64": 323, "aarch64": 282}[platform.machine()]
+UFFD_USER_MODE_ONLY = 1
+for name, flags in (("user_mode_only", UFFD_USER_MODE_ONLY), ("any", 0)):
+    fd = libc.syscall(ctypes.c_long(NR), ctypes.c_long(flags | os.O_CLOEXEC))
+    out[name] = cerr(fd)
+py("dev", lambda: os.close(os.open("/dev/userfaultfd", os.O_RDWR)))
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "aarch64"),
+                    reason="userfaultfd(2)'s number known for x86_64 and aarch64 only")
+@pytest.mark.parametrize("user", [ROOT, NOBODY])
+def test_userfaultfd_is_refused(sluice_bin, proj, user):
+    """userfaultfd holds a page fault of the process's own memory until
+    its handler answers: of no use to an agent, and the tool kernel
+    exploits use to stop the kernel mid-copy and widen a race (with
+    vm.unprivileged_userfaultfd 0, the default, any process may still make
+    one for faults in user space). It fails with ENOSYS, as on a kernel
+    without it (before: 'ok' for UFFD_USER_MODE_ONLY), and /dev/userfaultfd
+    is not in the box's /dev."""
+    pol = _policy(proj)
+    _own(proj, user)
+    o = _out(_run(sluice_bin, ["--policy", pol], [PY, "-c", USERFAULTFD], proj, user=user))
+    assert o == {"user_mode_only": "ENOSYS", "any": "ENOSYS", "dev": "ENOENT"}, o
