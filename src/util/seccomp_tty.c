@@ -36,6 +36,12 @@ static const unsigned long tty_refused[] = {
      * to read, for good (no `reset` reaches it); the others (N_HDLC and
      * the like) are kernel code a command has no use for */
     TIOCSETD,
+    /* exclusive mode (TIOCEXCL), which the terminal keeps after run exits:
+     * every later open of it but by CAP_SYS_ADMIN fails with EBUSY, so the
+     * user's ssh or gpg asking a passphrase on /dev/tty, or an editor or
+     * pager that opens the terminal again, fail (TIOCNXCL, which ends it,
+     * stays) */
+    TIOCEXCL,
     /* what keys type: KDSKBENT binds a key to an action (Enter to a
      * function key), KDSKBSENT sets the string a function key types,
      * KDSKBDIACR and KDSKBDIACRUC what a dead key followed by a key types,

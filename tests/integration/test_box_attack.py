@@ -3172,3 +3172,71 @@ def test_userfaultfd_is_refused(sluice_bin, proj, user):
     _own(proj, user)
     o = _out(_run(sluice_bin, ["--policy", pol], [PY, "-c", USERFAULTFD], proj, user=user))
     assert o == {"user_mode_only": "ENOSYS", "any": "ENOSYS", "dev": "ENOENT"}, o
+
+
+# --------------------------------------------------------------------------
+# the terminal: exclusive mode
+
+# In the box, on its standard input (the terminal): TIOCEXCL, by its
+# number and with bits above the 32 the kernel reads.
+TTY_EXCL = r"""
+import errno, fcntl, json, termios
+out = {}
+for name, req in (("tiocexcl", termios.TIOCEXCL), ("tiocexcl_high", termios.TIOCEXCL | (1 << 32))):
+    try:
+        fcntl.ioctl(0, req)
+        out[name] = "ok"
+    except OSError as e:
+        out[name] = errno.errorcode[e.errno]
+print(json.dumps(out))
+"""
+
+
+def _open_as_nobody(path):
+    """Whether a process of nobody's, without CAP_SYS_ADMIN, opens the
+    terminal <path> for reading and writing: "ok" or the errno's name."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            os.close(os.open(path, os.O_RDWR | os.O_NOCTTY))
+            os._exit(0)
+        except OSError as e:
+            os._exit(e.errno)
+        finally:
+            os._exit(255)
+    code = os.WEXITSTATUS(os.waitpid(pid, 0)[1])
+    return "ok" if code == 0 else errno.errorcode.get(code, str(code))
+
+
+def test_the_terminal_is_not_left_exclusive(sluice_bin, proj):
+    """ioctl(TIOCEXCL) puts a terminal in exclusive mode, which outlasts the
+    box: every later open of it but by CAP_SYS_ADMIN fails with EBUSY, so
+    the user's ssh or gpg asking a passphrase on /dev/tty, an editor or
+    pager that opens the terminal again, fail after the box ended (before:
+    'ok', then EBUSY for a process of the terminal's owner). It fails with
+    EPERM, as TIOCSETD does, whatever the bits above the request's 32."""
+    pol = _policy(proj)
+    import fcntl
+    import termios
+    master, slave = os.openpty()
+    path = os.ttyname(slave)
+    os.fchown(slave, NOBODY, -1)  # a user's terminal, as the user's shell has it
+
+    def ctty():
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    try:
+        before = _open_as_nobody(path)
+        p = subprocess.run([sluice_bin, "run", "--policy", pol, "--", PY, "-c", TTY_EXCL],
+                           stdin=slave, capture_output=True, text=True, timeout=30, cwd=proj,
+                           env=_clean_env(), start_new_session=True, preexec_fn=ctty)
+        after = _open_as_nobody(path)
+    finally:
+        os.close(slave)
+        os.close(master)
+    for mark in SANITIZER_MARKS:
+        assert mark not in p.stderr, p.stderr
+    assert (before, after) == ("ok", "ok"), p.stdout
+    assert _out(p) == {"tiocexcl": "EPERM", "tiocexcl_high": "EPERM"}, p.stdout
