@@ -7,6 +7,7 @@
 #include <linux/vt.h>
 #include <stddef.h>
 #include <sys/ioctl.h>
+#include <termios.h>
 
 /* The terminal: a box's command stays in run's session and foreground
  * process group (a terminal's ^C reaches it directly), and serve's gateway
@@ -102,6 +103,22 @@ static const unsigned long tty_refused[] = {
  * KDKBDREP, VT_LOCKSWITCH and VT_UNLOCKSWITCH (CAP_SYS_TTY_CONFIG),
  * KDADDIO, KDDELIO, KDENABIO and KDDISABIO (ioperm(): CAP_SYS_RAWIO). */
 
+/* tcflow(TCOOFF), ioctl(TCXONC, TCOOFF): the terminal's output stops, and
+ * stays stopped after the process is gone; only TCOON starts it again, not
+ * the user's ^Q (the kernel's start_tty() leaves an output stopped so), so
+ * the shell's next prompt, a write to the terminal, waits for ever. The
+ * action is the third argument's value, compared whole (the kernel reads
+ * an unsigned long: TCOOFF with bits above it is EINVAL); TCOON, TCIOFF
+ * and TCION stay. */
+static int refuse_output_off(scmp_filter_ctx ctx)
+{
+    const struct scmp_arg_cmp cmp[2] = {
+        {.arg = 1, .op = SCMP_CMP_MASKED_EQ, .datum_a = 0xffffffffu, .datum_b = TCXONC},
+        {.arg = 2, .op = SCMP_CMP_EQ, .datum_a = TCOOFF},
+    };
+    return seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 2, cmp);
+}
+
 int seccomp_refuse_tty_ioctls(scmp_filter_ctx ctx)
 {
     int rc = 0;
@@ -110,5 +127,7 @@ int seccomp_refuse_tty_ioctls(scmp_filter_ctx ctx)
             .arg = 1, .op = SCMP_CMP_MASKED_EQ, .datum_a = 0xffffffffu, .datum_b = tty_refused[i]};
         rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1, &is_req);
     }
+    if (rc == 0)
+        rc = refuse_output_off(ctx);
     return rc;
 }

@@ -11,10 +11,10 @@
 #include <seccomp.h>
 
 /* Adds to <ctx> the rules that make ioctl() fail with EPERM for TIOCSTI,
- * TIOCLINUX, TIOCSETD and a virtual console's ioctls that change what its
- * keys type or its screen shows or which console is shown (the request
- * compared in its low 32 bits). Reads stay allowed. Returns 0, or
- * libseccomp's negative error. */
+ * TIOCLINUX, TIOCSETD, TIOCEXCL, TCXONC's TCOOFF and a virtual console's
+ * ioctls that change what its keys type or its screen shows or which
+ * console is shown (the request compared in its low 32 bits). Reads stay
+ * allowed. Returns 0, or libseccomp's negative error. */
 int seccomp_refuse_tty_ioctls(scmp_filter_ctx ctx);
 
 #endif

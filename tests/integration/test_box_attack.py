@@ -3240,3 +3240,54 @@ def test_the_terminal_is_not_left_exclusive(sluice_bin, proj):
         assert mark not in p.stderr, p.stderr
     assert (before, after) == ("ok", "ok"), p.stdout
     assert _out(p) == {"tiocexcl": "EPERM", "tiocexcl_high": "EPERM"}, p.stdout
+
+
+# In the box, on its standard input (the terminal): tcflow(TCOON), which
+# stops nothing, then tcflow(TCOOFF), last.
+TTY_OUTPUT_OFF = r"""
+import errno, fcntl, json, termios
+out = {}
+for name, action in (("tcoon", termios.TCOON), ("tcooff", termios.TCOOFF)):
+    try:
+        termios.tcflow(0, action)
+        out[name] = "ok"
+    except termios.error as e:  # (errno, text), not an OSError
+        out[name] = errno.errorcode[e.args[0]]
+print(json.dumps(out))
+"""
+
+
+def test_the_terminals_output_is_not_left_stopped(sluice_bin, proj):
+    """tcflow(TCOOFF) (ioctl TCXONC) stops a terminal's output, and it stays
+    stopped after the box: only TCOON starts it again, not the user's ^Q,
+    so the shell's next prompt, a write to the terminal, waits for ever
+    (before: 'ok', then a write to the terminal after run ended EAGAIN on
+    a non-blocking descriptor, nothing reaching the terminal's other end).
+    TCOOFF fails with EPERM; TCOON stays."""
+    pol = _policy(proj)
+    import fcntl
+    import select
+    import termios
+    master, slave = os.openpty()
+
+    def ctty():
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    try:
+        p = subprocess.run([sluice_bin, "run", "--policy", pol, "--", PY, "-c", TTY_OUTPUT_OFF],
+                           stdin=slave, capture_output=True, text=True, timeout=30, cwd=proj,
+                           env=_clean_env(), start_new_session=True, preexec_fn=ctty)
+        os.set_blocking(slave, False)
+        try:
+            wrote = os.write(slave, b"prompt$ ")
+        except BlockingIOError:
+            wrote = "EAGAIN"
+        # what was written is at the other end at once, or never
+        shown = os.read(master, 64) if select.select([master], [], [], 10)[0] else b""
+    finally:
+        os.close(slave)
+        os.close(master)
+    for mark in SANITIZER_MARKS:
+        assert mark not in p.stderr, p.stderr
+    assert (wrote, shown) == (8, b"prompt$ "), p.stdout
+    assert _out(p) == {"tcoon": "ok", "tcooff": "EPERM"}, p.stdout
