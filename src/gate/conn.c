@@ -38,14 +38,12 @@ static void on_write(struct bufferevent *bev, void *arg);
 static void on_event(struct bufferevent *bev, short what, void *arg);
 static void on_head_deadline(evutil_socket_t fd, short what, void *arg);
 
-static const struct policy *cur_policy(const struct conn *c)
-{
-    return c->ex.pol != NULL ? c->ex.pol->policy : c->gw->current->policy;
-}
-
 uint64_t conn_idle_ms(const struct conn *c)
 {
-    uint64_t ms = cur_policy(c)->limits.idle_timeout_ms;
+    /* the exchange's (the policy it was decided under), or, between
+     * exchanges, the policy in force's */
+    uint64_t ms =
+        c->ex.pol != NULL ? c->ex.idle_timeout_ms : c->gw->current->policy->limits.idle_timeout_ms;
     return ms > 0 ? ms : 60000;
 }
 
@@ -83,7 +81,8 @@ static bool client_still_taking(struct conn *c)
 
 static size_t head_limit(const struct conn *c)
 {
-    uint64_t h = cur_policy(c)->limits.header_bytes;
+    uint64_t h =
+        c->ex.pol != NULL ? c->ex.header_bytes : c->gw->current->policy->limits.header_bytes;
     if (h == 0)
         h = 32 * 1024;
     if (h > 16 * 1024 * 1024)
@@ -317,7 +316,6 @@ void conn_end_exchange(struct conn *c)
     }
     c->request_unfinished = ex->req_body != BODY_NONE && !ex->req_done;
     quota_flow_close(ex->flow);
-    gw_policy_unref(ex->flow_pol); /* after the flow, which borrows its rule */
     free(ex->path);
     if (ex->uphead != NULL) {
         /* Kept, empty, for the connection's next request (forward_prepare()) */
@@ -888,6 +886,8 @@ static void begin_exchange(struct conn *c)
     memset(ex, 0, sizeof(*ex));
     ex->active = true;
     ex->pol = gw_policy_ref(c->gw->current);
+    ex->idle_timeout_ms = ex->pol->policy->limits.idle_timeout_ms;
+    ex->header_bytes = ex->pol->policy->limits.header_bytes;
     ex->dec.tier = TIER_NONE;
     ex->verdict = VERDICT_ALLOW;
     format_exchange_id(ex->id, c->id, ++c->nreq);
@@ -1285,10 +1285,8 @@ static void report_again(struct conn *c, const struct decision *dec)
 {
     struct exchange *ex = &c->ex;
     if (ex->verdict == VERDICT_REPORT && ex->reason == dec->reason)
-        return; /* told already: not again at each reload and day change */
-    gw_policy_unref(ex->redecided_pol);
-    ex->redecided_pol = gw_policy_ref(c->gw->current);
-    ex->dec = *dec;
+        return;     /* told already: not again at each reload and day change */
+    ex->dec = *dec; /* rebase_exchange() holds its policy */
     ex->verdict = VERDICT_REPORT;
     ex->reason = dec->reason;
     if (!ex->egress_published)
@@ -1300,21 +1298,40 @@ static void report_again(struct conn *c, const struct decision *dec)
 }
 
 /* <c>'s tunnel (or CONNECT going ahead, or plain request whose body is
- * still to go up), let through by decision <dec> under the policy in
- * force: its upload is metered from now on by the bandwidth
- * of the rule <dec> names, as a new one's would be, not by that of the
- * rule it opened under, whose identity the reload may have changed (a port
- * added) or whose place another rule took: quota_reshape(), by identity,
- * would leave it unmetered or under a limit no longer its own. */
-static void reshape_flow(struct conn *c, const struct decision *dec)
+ * still to go up), let through by decision <dec> for agent <a> under the
+ * policy in force, goes on under that policy: what its exchange borrows
+ * (its agent, its agent's id, the rule, owner and grant of its decision;
+ * its flow's too) is taken from there, and the policy it was decided
+ * under is let go. Before, each exchange held that policy for its life:
+ * tunnels kept open across reloads (config management reloads every
+ * minute, an agent keeps a stream open) held one policy each, every
+ * generation they lived through, a large policy's megabytes at a time.
+ * Its line's verdict, reason and tier stay those it went out with (and
+ * its idle_timeout and header_bytes those it was decided under); its
+ * rule is from now on the one the policy in force lets it through with,
+ * which the address guard reads for a cidr: rule (address_refused()).
+ *
+ * Its upload is metered from now on by the bandwidth of that rule, as a
+ * new one's would be, not by that of the rule it opened under, whose
+ * identity the reload may have changed (a port added) or whose place
+ * another rule took: quota_reshape(), by identity, would leave it
+ * unmetered or under a limit no longer its own. */
+static void rebase_exchange(struct conn *c, const struct agent *a, const struct decision *dec)
 {
     struct exchange *ex = &c->ex;
-    if (ex->flow == NULL)
-        return;
-    struct gw_policy *held = ex->flow_pol;
-    ex->flow_pol = gw_policy_ref(c->gw->current); /* holds the rule the flow borrows */
-    quota_flow_set_rule(ex->flow, dec->rule, quota_now());
-    gw_policy_unref(held); /* the flow no longer borrows from it */
+    struct gw_policy *old = ex->pol;
+    ex->pol = gw_policy_ref(c->gw->current);
+    ex->agent = a;
+    if (c->gw->cfg.forced_agent == NULL) /* found again by id: the same text */
+        ex->agent_id = a != NULL ? a->id : AGENT_DEFAULT_ID;
+    ex->dec.rule = dec->rule;
+    ex->dec.owner = dec->owner;
+    ex->dec.grant = dec->grant;
+    if (ex->flow != NULL) {
+        quota_flow_set_agent_id(ex->flow, ex->agent_id);
+        quota_flow_set_rule(ex->flow, dec->rule, quota_now());
+    }
+    gw_policy_unref(old); /* nothing of <c> borrows from it any more */
 }
 
 /* The agent of <c>'s exchange as a new request of its client would be
@@ -1401,7 +1418,7 @@ bool conn_redecide(struct conn *c, time_t now)
             dec.reason = REASON_PRIVATE_ADDRESS;
         }
         if (dec.verdict == VERDICT_ALLOW || dec.verdict == VERDICT_REPORT) {
-            reshape_flow(c, &dec);
+            rebase_exchange(c, a, &dec);
             set_agent_terms(ex, p, a); /* for first bytes still to be judged */
         }
         if (dec.verdict == VERDICT_ALLOW)
@@ -1411,9 +1428,13 @@ bool conn_redecide(struct conn *c, time_t now)
             return false;
         }
     }
-    /* The new decision names gw->current's rule: that policy outlives <c>,
-     * whose exchange ends here (or, refused before its 200, is released by
-     * conn_refuse()). */
+    /* The new decision names gw->current's rule, held until the exchange
+     * ends here (or, refused before its 200, is released by conn_refuse()):
+     * a reload while its denial waits for the log may replace gw->current.
+     * Its agent's id may be one that policy no longer has: it stays the
+     * old policy's. */
+    gw_policy_unref(ex->redecided_pol);
+    ex->redecided_pol = gw_policy_ref(c->gw->current);
     ex->dec = dec;
     ex->redecided = true;
     if (plain && ex->egress_published) {

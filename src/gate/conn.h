@@ -80,8 +80,13 @@ enum conn_state {
 
 struct exchange {
     bool active;
-    char id[48];           /* "c17.1" */
-    struct gw_policy *pol; /* the policy this request is decided under (a reference) */
+    char id[48]; /* "c17.1" */
+    /* The policy this request is decided under (a reference), which all
+     * it borrows comes from; the policy in force once a reload kept it. */
+    struct gw_policy *pol;
+    /* limits.idle_timeout and header_bytes of the policy it was first
+     * decided under: a reload that keeps it leaves them as they were. */
+    uint64_t idle_timeout_ms, header_bytes;
     const struct agent *agent;
     const char *agent_id; /* NULL when unknown (auth failed); borrowed */
     uint64_t agent_hash;  /* agent_hash(agent_id), set with it (set_agent()), or 0 */
@@ -113,9 +118,11 @@ struct exchange {
     bool egress_published, end_published;
     bool redecided; /* a tunnel denied or reported when decided again (conn_redecide()) */
     bool again;     /* its agent_egress published again (event.h) */
-    /* The policy <dec> names a rule of once a re-decision reported the
-     * tunnel (a reference; NULL until then): a later reload may replace
-     * gw->current while the tunnel stays open. */
+    /* The policy <dec> names a rule of once a re-decision denied the
+     * exchange (a reference; NULL until then): a reload while its denial
+     * waits for the log may replace gw->current. One a re-decision keeps
+     * moves to the policy in force instead (<pol>: conn.c,
+     * rebase_exchange()). */
     struct gw_policy *redecided_pol;
     int status;
     uint64_t bytes_up, bytes_down;
@@ -125,9 +132,6 @@ struct exchange {
 
     unsigned retry_after;    /* seconds, for rate_limited and quarantined (shape/admit.c) */
     struct quota_flow *flow; /* upload shaping (shape/quota.h), or NULL; owned */
-    /* The policy whose rule <flow> borrows once a re-decision pointed it
-     * at its rule (a reference; NULL until then: ex->pol's). */
-    struct gw_policy *flow_pol;
 
     /* plain HTTP forwarding */
     struct evbuffer *uphead; /* the rewritten head, sent once connected */
@@ -374,9 +378,10 @@ bool conn_gate_denies(struct conn *c, enum deny_reason r, bool respond);
  * first one is out, and <c> goes on; returns false. Anything else (a
  * plain request without a body or whose body went up, a tunnel still
  * allowed, one reported already with that reason) is left as it is;
- * returns false; but the upload of a tunnel or plain request kept is
- * metered from then on by the bandwidth of the rule the new decision names
- * (quota_flow_set_rule()).
+ * returns false; but a tunnel or plain request kept goes on under the
+ * policy in force, the one it was decided under let go (conn.c,
+ * rebase_exchange()), and its upload is metered from then on by the
+ * bandwidth of the rule the new decision names (quota_flow_set_rule()).
  * Not to be called from <c>'s own callbacks. */
 bool conn_redecide(struct conn *c, time_t now);
 uint64_t conn_idle_ms(const struct conn *c);

@@ -575,7 +575,7 @@ static int pump_response(struct conn *c, bool force)
  * or over 1 MiB). */
 static size_t response_head_limit(const struct conn *c)
 {
-    uint64_t limit = c->ex.pol->policy->limits.header_bytes;
+    uint64_t limit = c->ex.header_bytes;
     return limit == 0 || limit > 1024 * 1024 ? 64 * 1024 : (size_t)limit;
 }
 

@@ -687,6 +687,11 @@ void quota_flow_set_rule(struct quota_flow *f, const struct rule *r, uint64_t no
         flow_hold_to(f, 1, r->rate.bandwidth, now_ns);
 }
 
+void quota_flow_set_agent_id(struct quota_flow *f, const char *agent_id)
+{
+    f->agent_id = agent_id;
+}
+
 /* True when flow <f> is metered by its entry <i>. */
 static bool flow_meters(const struct quota_flow *f, int i)
 {

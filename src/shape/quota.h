@@ -183,6 +183,11 @@ struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, cons
  * it lets nothing through (quota_flow_allow() 0, quota_flow_wait_ns() a
  * second) until a later look can make the entry. */
 void quota_flow_set_rule(struct quota_flow *f, const struct rule *r, uint64_t now_ns);
+/* Flow <f> borrows its agent's id from <agent_id>, the same text as the
+ * one it borrowed (its buckets stay the same): the exchange it meters
+ * moved to the reloaded policy's copy (conn_redecide()), and the policy
+ * that held the old one may be freed. */
+void quota_flow_set_agent_id(struct quota_flow *f, const char *agent_id);
 /* True when a bandwidth bucket meters flow <f>, or a limit whose entry
  * could not be made holds it (quota_flow_set_rule()); otherwise
  * quota_flow_allow() lets every byte go and quota_flow_take() takes

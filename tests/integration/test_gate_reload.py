@@ -504,7 +504,9 @@ def new_connect_status(gw, port):
 
 
 def reload_to(gw, policy, count):
-    gw.write_policy(policy_yaml(policy))
+    """Reloads <policy> (a dict, or YAML text) and waits for the <count>th
+    reload."""
+    gw.write_policy(policy if isinstance(policy, str) else policy_yaml(policy))
     gw.reload()
     poll(lambda: reload_count(gw) >= count, timeout=10, what="reload %d" % count)
 
@@ -584,6 +586,75 @@ def test_a_tunnel_whose_rule_a_reload_removes_is_closed(gateway, net):
             '{agent="default",tier="2",decision="allow",reason="none"}': 2,
             '{agent="default",tier="none",decision="deny",reason="not_in_policy"}': 1,
         }
+
+
+HELD_FILLER = 10000  # rules enough that a policy's memory stands out of the RSS's noise
+HELD_GENERATIONS = 16
+
+
+def filled_echo_policy(net, port, tag):
+    """YAML for the echo rule plus HELD_FILLER exact rules named after <tag>
+    (each reload's are new names: nothing of them is shared)."""
+    head = policy_yaml(echo_policy(net, [echo_rule(port)]))
+    at = head.index("rules:\n") + len("rules:\n")
+    lines = "".join("  - host: h%d.%s.filler.test\n    ports: [443]\n    tier: 0\n" % (i, tag)
+                    for i in range(HELD_FILLER))
+    return head[:at] + lines + head[at:]
+
+
+def rss_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return int(next(ln for ln in f if ln.startswith("VmRSS:")).split()[1])
+
+
+def test_tunnels_kept_open_across_reloads_hold_no_older_policy(gateway, net):
+    # Config management reloads every minute, and an agent keeps a tunnel
+    # open across them (a stream, a websocket), one opened after each
+    # reload: each tunnel the reload keeps goes on under the policy in
+    # force, and the policies it replaced are freed. Before, each tunnel
+    # held the policy it was opened under for its life: 16 tunnels opened
+    # one per reload held 16 policies. The gateway's size is compared with
+    # the level it reaches after as many reloads without tunnels (the
+    # memory a load leaves behind, the allocator's arenas): freed memory is
+    # reused for the next policy (the sanitizer's quarantine, which keeps
+    # it, is turned off here).
+    asan = os.environ.get("ASAN_OPTIONS", "")
+    env = {"ASAN_OPTIONS": (asan + ":" if asan else "") + "quarantine_size_mb=0"}
+    with EchoServer(API_IP, backlog=64) as echo:
+        gw = gateway(echo_policy(net, [echo_rule(echo.port)]), env=env)
+        pid = gw.proc.pid
+        t, _ = open_echo_tunnel(gw, echo.port)
+        t.close()  # the loop's lazily made state
+        small = rss_kib(pid)
+        reload_to(gw, filled_echo_policy(net, echo.port, "first"), 1)
+        one = rss_kib(pid) - small  # one large policy, and what loading it left
+        assert one > 1024, "a policy of %d rules took %d KiB" % (HELD_FILLER, one)
+        n = 1
+        for k in range(HELD_GENERATIONS):  # the level without tunnels
+            n += 1
+            reload_to(gw, filled_echo_policy(net, echo.port, "quiet%d" % k), n)
+        level = rss_kib(pid)
+        tunnels = []
+        try:
+            for k in range(HELD_GENERATIONS):
+                t, _ = open_echo_tunnel(gw, echo.port)
+                tunnels.append(t)
+                n += 1
+                reload_to(gw, filled_echo_policy(net, echo.port, "open%d" % k), n)
+            grown = rss_kib(pid) - level
+            print("one policy: %d KiB; level after %d reloads: +%d KiB; %d more reloads under "
+                  "%d open tunnels: +%d KiB more" % (one, HELD_GENERATIONS + 1, level - small,
+                                                     HELD_GENERATIONS, len(tunnels), grown))
+            for t in tunnels:  # every one still open, allowed
+                ping_echo(t.sock)
+            assert grown < 3 * one, (
+                "%d reloads, each with a tunnel opened under the policy before it kept open, "
+                "grew the gateway by %d KiB, %.1f policies of %d KiB, beyond the level as many "
+                "reloads without tunnels reached" % (HELD_GENERATIONS, grown, grown / one, one))
+        finally:
+            for t in tunnels:
+                t.close()
+        assert "reload failed" not in gw.stderr(), gw.stderr()[-2000:]
 
 
 def test_a_tunnel_a_reload_denies_by_name_or_narrows_is_closed(gateway, net):
