@@ -38,7 +38,7 @@
 #define SINKS_DRAIN_MIN_MS 1000 /* the alert sinks' last wait, at least */
 #define RELOAD_WAIT_MIN_MS 100  /* a reload's last wait at exit, at least */
 
-static struct gw_policy *gw_policy_new(struct policy *p)
+static struct gw_policy *gw_policy_new(struct gateway *gw, struct policy *p)
 {
     struct gw_policy *gp = calloc(1, sizeof(*gp));
     if (gp == NULL)
@@ -50,6 +50,7 @@ static struct gw_policy *gw_policy_new(struct policy *p)
     }
     gp->policy = p;
     gp->refs = 1;
+    gp->retired = &gw->retired;
     return gp;
 }
 
@@ -63,9 +64,21 @@ void gw_policy_unref(struct gw_policy *gp)
 {
     if (gp == NULL || --gp->refs > 0)
         return;
-    addr_guard_free(gp->guard);
-    policy_free(gp->policy);
-    free(gp);
+    gp->next = *gp->retired;
+    *gp->retired = gp;
+}
+
+/* Frees the retired policies of list <gp> (any thread: nothing else
+ * holds them). */
+static void retired_free(struct gw_policy *gp)
+{
+    while (gp != NULL) {
+        struct gw_policy *next = gp->next;
+        addr_guard_free(gp->guard);
+        policy_free(gp->policy);
+        free(gp);
+        gp = next;
+    }
 }
 
 /* The words of gateway_policy_file_warning()'s lines, the names aside: the
@@ -553,7 +566,7 @@ static void on_day_timer(evutil_socket_t fd, short what, void *arg)
  * (reported, old policy kept). */
 static int reload_apply(struct gateway *gw, struct policy *p, const char *shown)
 {
-    struct gw_policy *gp = gw_policy_new(p);
+    struct gw_policy *gp = gw_policy_new(gw, p);
     if (gp == NULL) {
         fprintf(stderr, "sluice: reload failed: %s: out of memory\n", shown);
         policy_free(p);
@@ -636,6 +649,7 @@ struct gw_reload {
     char *shown;                         /* <path> as messages name it (text_shown()) */
     unsigned flags;                      /* load_flags() */
     struct policy *result;               /* the thread's result, NULL on failure */
+    struct gw_policy *retired;           /* gw->retired when it started: the thread frees them */
     char msg[1024];                      /* the first error when result is NULL */
     char warnings[POLICY_WARNINGS_TEXT]; /* the loader's warnings, printed when applied */
 };
@@ -644,6 +658,7 @@ struct gw_reload {
  * (joined) or is the caller. */
 static void reload_job_free(struct gw_reload *r)
 {
+    retired_free(r->retired);
     policy_free(r->result);
     if (r->done_ev != NULL)
         event_free(r->done_ev);
@@ -658,6 +673,8 @@ static void reload_job_free(struct gw_reload *r)
 static void *reload_thread(void *arg)
 {
     struct gw_reload *r = arg;
+    retired_free(r->retired); /* off the loop: megabytes of frees for a large policy */
+    r->retired = NULL;
     struct diag d;
     diag_init(&d, r->shown);
     r->result = policy_load_flags(r->path, r->flags, &d);
@@ -691,10 +708,14 @@ static int reload_start(struct gateway *gw)
     r->msg[0] = '\0';
     r->done = false;
     r->flags = load_flags(gw);
+    r->retired = gw->retired;
     /* Signals stay with the loop's thread. */
     int e = quiet_thread_create(&r->thread, reload_thread, r);
-    if (e != 0)
+    if (e != 0) {
+        r->retired = NULL; /* still the gateway's */
         return e;
+    }
+    gw->retired = NULL;
     r->running = true;
     return 0;
 }
@@ -938,7 +959,7 @@ struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *pol
         policy_free(policy);
         goto err;
     }
-    gw->current = gw_policy_new(policy);
+    gw->current = gw_policy_new(gw, policy);
     if (gw->current == NULL) {
         snprintf(err, errlen, "out of memory");
         policy_free(policy);
@@ -1079,6 +1100,7 @@ uint64_t gateway_free(struct gateway *gw)
     }
     quota_free(gw->quota); /* after the connections: their flows hold entries */
     gw_policy_unref(gw->current);
+    retired_free(gw->retired);
     gateway_agents_free(gw);
     if (gw->base != NULL) {
         /* A turn of the loop for what freeing queued on it, which
