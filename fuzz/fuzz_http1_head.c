@@ -285,7 +285,7 @@ static void check_response(const char *buf, size_t len)
     struct evbuffer *out = evbuffer_new();
     check(out != NULL);
     unsigned flags = (unsigned)(len & 3); /* HTTP1_RSP_KEEP_ALIVE, HTTP1_RSP_UNCHUNKED */
-    check(http1_write_upstream_response(&rsp, out, flags) == 0);
+    check(http1_write_upstream_response(&rsp, out, flags, "Sun, 06 Nov 1994 08:49:37 GMT") == 0);
     size_t n = evbuffer_get_length(out);
     char *s = (char *)evbuffer_pullup(out, -1);
     check(s != NULL);

@@ -30,6 +30,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -600,6 +601,13 @@ void forward_on_head_deadline(struct conn *c)
     fail(c, "the upstream did not send its response head in time");
 }
 
+/* The date a response that came without a Date goes on with: now, to the
+ * second (RFC 9110 6.6.1). */
+static const char *response_date(struct conn *c)
+{
+    return http_date_of(&c->gw->date_clock, time(NULL));
+}
+
 /* Reads response heads until the final one. Interim (1xx) ones are passed
  * on, at most INTERIM_MAX per request (more: 502), under the same FLOW_HIGH
  * backpressure as body bytes unless <force> (the upstream ended: its input
@@ -647,7 +655,8 @@ static int read_response_head(struct conn *c, bool force)
             }
             /* Not to an HTTP/1.0 client (RFC 9110 15.2), which would take
              * it for the answer. */
-            if (!ex->client_v10 && http1_write_upstream_response(rsp, c->scratch, 0) < 0) {
+            if (!ex->client_v10 &&
+                http1_write_upstream_response(rsp, c->scratch, 0, response_date(c)) < 0) {
                 fail(c, "out of memory");
                 return -1;
             }
@@ -689,7 +698,7 @@ static int read_response_head(struct conn *c, bool force)
         bool no_te = ex->unchunk || (ex->client_v10 && ex->rsp_body == BODY_NONE);
         unsigned flags =
             (ex->keep_alive ? HTTP1_RSP_KEEP_ALIVE : 0u) | (no_te ? HTTP1_RSP_UNCHUNKED : 0u);
-        if (http1_write_upstream_response(rsp, c->scratch, flags) < 0) {
+        if (http1_write_upstream_response(rsp, c->scratch, flags, response_date(c)) < 0) {
             fail(c, "out of memory");
             return -1;
         }

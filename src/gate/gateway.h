@@ -16,6 +16,7 @@
 
 #include "gate/listener.h"
 #include "policy/model.h"
+#include "util/http_date.h"
 #include "util/pos_index.h"
 #include "util/shortage.h"
 #include "watch/alert.h"
@@ -159,6 +160,9 @@ struct gateway {
     int32_t tunnels_day;           /* the UTC day tunnels were last decided in */
     int64_t tunnel_clock_ahead_ms; /* test-only: SLUICE_TEST_TUNNEL_CLOCK_AHEAD_S (gateway.c) */
     struct gw_reload *reload;      /* the background load SIGHUP starts (gateway.c); or NULL */
+    /* The Date forwarded responses that came without one go on with
+     * (forward.c): formatted once a second. */
+    struct http_date_clock date_clock;
 };
 
 /* Returns a gateway serving <policy> (takes ownership) per <cfg> (copied;

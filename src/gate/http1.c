@@ -7,6 +7,7 @@
 #include <event2/buffer.h>
 
 #include "policy/model.h"
+#include "util/http_date.h"
 #include "util/units.h"
 #include "util/word8.h"
 
@@ -473,7 +474,8 @@ static const struct {
     enum http_field field;
 } field_names[FIELD_NAME_MAX + 1][2] = {
     [2] = {{"te", HTTP_FIELD_TE}},
-    [4] = {{"host", HTTP_FIELD_HOST}},
+    [3] = {{"via", HTTP_FIELD_VIA}},
+    [4] = {{"host", HTTP_FIELD_HOST}, {"date", HTTP_FIELD_DATE}},
     [5] = {{"proxy", HTTP_FIELD_PROXY}},
     [6] = {{"expect", HTTP_FIELD_EXPECT}, {"x-host", HTTP_FIELD_HOST_ALIAS}},
     [7] = {{"trailer", HTTP_FIELD_TRAILER}, {"upgrade", HTTP_FIELD_UPGRADE}},
@@ -1081,8 +1083,16 @@ static void named_in_connection(const struct http_header *hdrs, size_t n,
 }
 
 /* A head is written as a list of pieces copied into the output at once:
- * one reservation instead of four evbuffer_add() calls per field. */
+ * one reservation instead of four evbuffer_add() calls per field. At most
+ * four a field, and 10 more: the start line (4), a Host built (5) and the
+ * tail (1); counted with room. */
 #define HEAD_PIECES (4 * HTTP_MAX_HEADERS + 12)
+
+/* What ends a head, the gateway's own lines, goes in one piece written
+ * with copies of known length (no strlen(), one memcpy() at the commit):
+ * "Via: 1.1 sluice" CRLF, "Date: " IMF-fixdate CRLF, "Connection:
+ * keep-alive" CRLF and the final CRLF at most. */
+#define HEAD_TAIL_MAX 96
 
 struct head_out {
     struct {
@@ -1095,6 +1105,8 @@ struct head_out {
     char content_length[FORMAT_UINT_MAX]; /* the one value head_fields() writes */
     char te_small[128];                   /* the Transfer-Encoding value written, */
     char *te;                             /* or on the heap when longer (NULL) */
+    char tail[HEAD_TAIL_MAX];             /* the last piece (tail_add()) */
+    size_t tail_len;
 };
 
 static void piece(struct head_out *h, const char *p, size_t n)
@@ -1133,6 +1145,24 @@ static void head_init(struct head_out *h)
     h->len = 0;
     h->line_end = NULL;
     h->te = NULL;
+    h->tail_len = 0;
+}
+
+/* Adds <n> bytes at <p> to the tail, which head_tail_end() makes the last
+ * piece. Its callers add at most HEAD_TAIL_MAX bytes in all. */
+static void tail_add(struct head_out *h, const char *p, size_t n)
+{
+    memcpy(h->tail + h->tail_len, p, n);
+    h->tail_len += n;
+}
+
+/* tail_add() of a string literal, its length known when compiled. */
+#define TAIL_LIT(h, lit) tail_add((h), (lit), sizeof(lit) - 1)
+
+/* Ends the head with its tail. */
+static void head_tail_end(struct head_out *h)
+{
+    piece(h, h->tail, h->tail_len);
 }
 
 /* Writes the head to <out> and frees what <h> holds, written or not. */
@@ -1220,18 +1250,81 @@ static bool is_decimal_of(const char *v, size_t len, int64_t n)
     return x == (uint64_t)n;
 }
 
+/* Whether a Via field of <hdrs> from <i> to <n> goes on (not named in
+ * Connection: <named>): looked for from each Via field only, so that a
+ * head without Via pays nothing. */
+static bool via_follows(const struct http_header *hdrs, size_t i, size_t n,
+                        const uint64_t named[FIELD_WORDS])
+{
+    for (; i < n; i++)
+        if (hdrs[i].field == HTTP_FIELD_VIA && (named[i / 64] >> (i % 64) & 1u) == 0)
+            return true;
+    return false;
+}
+
+/* The gateway's Via member for a message received as HTTP/1.<minor>: the
+ * protocol it came in, then the pseudonym (RFC 9110 7.6.3; "HTTP/" left
+ * out, as it is for HTTP). Each literal comes as a line and as a field of
+ * its own, their lengths known when compiled. */
+#define VIA_MEMBER_10 "1.0 " HTTP1_VIA_BY
+#define VIA_MEMBER_11 "1.1 " HTTP1_VIA_BY
+
+/* The last Via field relayed, <last>, with ", " and the gateway's member
+ * for HTTP/1.<minor> appended to its value (the members before kept as
+ * they came: RFC 9110 7.6.3); the member alone when it came empty. */
+static void head_via_appended(struct head_out *h, const struct http_header *last, int minor)
+{
+    piece(h, last->name, last->name_len);
+    piece(h, ": ", 2);
+    if (last->value_len > 0) {
+        piece(h, last->value, last->value_len);
+        if (minor == 0)
+            piece(h, ", " VIA_MEMBER_10 "\r\n", sizeof(", " VIA_MEMBER_10 "\r\n") - 1);
+        else
+            piece(h, ", " VIA_MEMBER_11 "\r\n", sizeof(", " VIA_MEMBER_11 "\r\n") - 1);
+    } else if (minor == 0) {
+        piece(h, VIA_MEMBER_10 "\r\n", sizeof(VIA_MEMBER_10 "\r\n") - 1);
+    } else {
+        piece(h, VIA_MEMBER_11 "\r\n", sizeof(VIA_MEMBER_11 "\r\n") - 1);
+    }
+}
+
+/* The gateway's Via field of its own, for a message that came without
+ * one, in the tail. */
+static void tail_via(struct head_out *h, int minor)
+{
+    if (minor == 0)
+        TAIL_LIT(h, "Via: " VIA_MEMBER_10 "\r\n");
+    else
+        TAIL_LIT(h, "Via: " VIA_MEMBER_11 "\r\n");
+}
+
+/* The longest tail: the response writer's. */
+_Static_assert(sizeof("Via: " VIA_MEMBER_11 "\r\n") - 1 + sizeof("Date: \r\n") - 1 + HTTP_DATE_LEN +
+                       sizeof("Connection: keep-alive\r\n\r\n") - 1 <=
+                   HEAD_TAIL_MAX,
+               "HEAD_TAIL_MAX holds a tail");
+
+/* What head_fields() sent of the fields the writers complete. */
+#define SENT_VIA  1u
+#define SENT_DATE 2u
+
 /* The fields of <hdrs> that go on to the next hop; without
  * Transfer-Encoding when <unchunked>, nor Expect: 100-continue when
- * <no_expect>. Content-Length goes on once, as the
- * single decimal <content_length> the parser settled on (-1: none): a list
- * of identical values ("5, 5"), repeated fields or leading zeros are what
- * the parser accepted, and RFC 9110 8.6 lets a proxy replace them with one
- * value, which leaves the next hop nothing to read differently. */
-static void head_fields(struct head_out *h, const struct http_header *hdrs, size_t n,
-                        int64_t content_length, bool unchunked, bool no_expect)
+ * <no_expect>; with the gateway's member for HTTP/1.<minor> appended to
+ * the last Via relayed (head_via_appended()).
+ * Content-Length goes on once, as the single decimal <content_length> the
+ * parser settled on (-1: none): a list of identical values ("5, 5"),
+ * repeated fields or leading zeros are what the parser accepted, and RFC
+ * 9110 8.6 lets a proxy replace them with one value, which leaves the next
+ * hop nothing to read differently. Returns what it sent of Via and Date
+ * (SENT_VIA, SENT_DATE). */
+static unsigned head_fields(struct head_out *h, const struct http_header *hdrs, size_t n,
+                            int64_t content_length, bool unchunked, bool no_expect, int minor)
 {
     uint64_t named[FIELD_WORDS];
     bool length_sent = false, te_sent = false;
+    unsigned sent = 0;
     named_in_connection(hdrs, n, named);
     for (size_t i = 0; i < n; i++) {
         const struct http_header *f = &hdrs[i];
@@ -1264,6 +1357,16 @@ static void head_fields(struct head_out *h, const struct http_header *hdrs, size
             if (no_expect && EQI(f->value, f->value_len, "100-continue"))
                 continue;
             break;
+        case HTTP_FIELD_VIA:
+            if (!via_follows(hdrs, i + 1, n, named)) {
+                head_via_appended(h, f, minor);
+                sent |= SENT_VIA;
+                continue;
+            }
+            break;
+        case HTTP_FIELD_DATE:
+            sent |= SENT_DATE;
+            break;
         default:
             break;
         }
@@ -1276,6 +1379,7 @@ static void head_fields(struct head_out *h, const struct http_header *hdrs, size
         piece(h, f->value, f->value_len);
         piece(h, "\r\n", 2);
     }
+    return sent;
 }
 
 int http1_write_upstream_request(const struct http_request *req, struct evbuffer *out)
@@ -1310,14 +1414,20 @@ int http1_write_upstream_request_keep(const struct http_request *req, struct evb
      * is ignored. Passed on in the HTTP/1.1 head it would become one the
      * client never had: the origin may answer before the body comes (a
      * final status the client did not ask to get early). */
-    head_fields(h, req->headers, req->nheaders, req->content_length, false,
-                req->version_minor == 0);
-    piece_lit(h, keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n");
+    unsigned sent = head_fields(h, req->headers, req->nheaders, req->content_length, false,
+                                req->version_minor == 0, req->version_minor);
+    if ((sent & SENT_VIA) == 0)
+        tail_via(h, req->version_minor);
+    if (keep_alive)
+        TAIL_LIT(h, "Connection: keep-alive\r\n\r\n");
+    else
+        TAIL_LIT(h, "Connection: close\r\n\r\n");
+    head_tail_end(h);
     return head_commit(h, out) < 0 ? -1 : 0;
 }
 
 int http1_write_upstream_response(const struct http_response *rsp, struct evbuffer *out,
-                                  unsigned flags)
+                                  unsigned flags, const char *date)
 {
     struct head_out hb, *h = &hb;
     char status[FORMAT_UINT_MAX + 1];
@@ -1339,11 +1449,24 @@ int http1_write_upstream_response(const struct http_response *rsp, struct evbuff
      * frames a 304 by them, reading the next answer on its connection for
      * its body. (A HEAD's answer keeps them: the size is what it asks.) */
     bool bare = rsp->status < 200 || rsp->status == 204 || rsp->status == 304;
-    head_fields(h, rsp->headers, rsp->nheaders, bare ? -1 : rsp->content_length,
-                bare || (flags & HTTP1_RSP_UNCHUNKED) != 0, false);
-    if (rsp->status >= 200)
-        piece_lit(h, (flags & HTTP1_RSP_KEEP_ALIVE) ? "Connection: keep-alive\r\n"
-                                                    : "Connection: close\r\n");
-    piece(h, "\r\n", 2);
+    unsigned sent =
+        head_fields(h, rsp->headers, rsp->nheaders, bare ? -1 : rsp->content_length,
+                    bare || (flags & HTTP1_RSP_UNCHUNKED) != 0, false, rsp->version_minor);
+    if ((sent & SENT_VIA) == 0)
+        tail_via(h, rsp->version_minor);
+    /* RFC 9110 6.6.1: a recipient with a clock appends the Date of a
+     * response that came without one to what it forwards. */
+    if ((sent & SENT_DATE) == 0 && date != NULL && date[0] != '\0') {
+        TAIL_LIT(h, "Date: ");
+        tail_add(h, date, HTTP_DATE_LEN);
+        TAIL_LIT(h, "\r\n");
+    }
+    if (rsp->status < 200)
+        TAIL_LIT(h, "\r\n");
+    else if (flags & HTTP1_RSP_KEEP_ALIVE)
+        TAIL_LIT(h, "Connection: keep-alive\r\n\r\n");
+    else
+        TAIL_LIT(h, "Connection: close\r\n\r\n");
+    head_tail_end(h);
     return head_commit(h, out) < 0 ? -1 : 0;
 }

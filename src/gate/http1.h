@@ -26,6 +26,10 @@ struct evbuffer;
 #define HTTP_METHOD_MAX  31  /* bytes in a method token */
 #define HTTP_HOST_MAX    255 /* bytes in the target's host */
 
+/* The gateway's pseudonym in the Via fields the writers send on (RFC 9110
+ * 7.6.3): the same for every gateway, naming no host and no version. */
+#define HTTP1_VIA_BY "sluice"
+
 /* Return values of the head parsers (a positive value is the head length). */
 #define HTTP1_NEED_MORE 0
 #define HTTP1_BAD       (-1)
@@ -59,6 +63,8 @@ enum http_field {
     HTTP_FIELD_PROXY,      /* "Proxy": no HTTP field, httpoxy's; never relayed */
     HTTP_FIELD_FORWARDED,  /* RFC 7239: its host= may pick the site (gate/routing_host.h) */
     HTTP_FIELD_HOST_ALIAS, /* X-Forwarded-Host and the others read as the host (routing_host.h) */
+    HTTP_FIELD_VIA,        /* the writers add the gateway's member (HTTP1_VIA_BY) */
+    HTTP_FIELD_DATE,       /* the response writer adds one when none goes on */
 };
 
 struct http_header {
@@ -235,7 +241,10 @@ bool http1_is_hop_by_hop(const char *name, size_t len);
  * ones and those named in Connection (so never Proxy-Authorization; but
  * Content-Length, Transfer-Encoding and Host are always kept), and an
  * HTTP/1.0 request's Expect: 100-continue (RFC 9110 10.1.1), a Host
- * header built from the target when the request had none (HTTP/1.0), then
+ * header built from the target when the request had none (HTTP/1.0), the
+ * gateway's Via member ("1.1 sluice", "1.0 sluice" for an HTTP/1.0
+ * request: RFC 9110 7.6.3) appended to the last Via field with ", " or in
+ * a Via field of its own after the others when none came, then
  * "Connection: close" (the upstream connection then carries this request
  * alone, and a response without length ends at its close) and the final
  * CRLF. Content-Length / Transfer-Encoding are kept:
@@ -255,11 +264,15 @@ int http1_write_upstream_request_keep(const struct http_request *req, struct evb
 
 /* Appends to <out> the head to send to the client for <rsp>: "HTTP/1.1 SP
  * status SP reason", every header except the hop-by-hop ones, those named in
- * Connection and the gateway's own (Sluice-*), then "Connection:
+ * Connection and the gateway's own (Sluice-*), the gateway's Via member as
+ * the request writer adds it (the protocol the response came in), "Date:
+ * <date>" when no Date field goes on and <date> (the time the response
+ * came: RFC 9110 6.6.1) is neither NULL nor "", which is then an
+ * IMF-fixdate of HTTP_DATE_LEN bytes (util/http_date.h), then "Connection:
  * keep-alive" or "Connection: close" per <flags> (no Connection header on a
  * 1xx; nor Content-Length or Transfer-Encoding on a 1xx, a 204 or a 304:
  * they have no body), and the final CRLF. Returns 0 or -1. */
 int http1_write_upstream_response(const struct http_response *rsp, struct evbuffer *out,
-                                  unsigned flags);
+                                  unsigned flags, const char *date);
 
 #endif

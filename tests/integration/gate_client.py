@@ -4,6 +4,7 @@ tunnels, curl, and the assertions every deny test shares."""
 import http.client
 import json
 import os
+import re
 import socket
 import struct
 import subprocess
@@ -302,6 +303,19 @@ def exchange_until_close(gw, data):
         return recv_until_close(s)
     finally:
         s.close()
+
+
+# RFC 9110 5.6.7: the one form of date the gateway writes.
+IMF_FIXDATE = rb"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \d{4} \d\d:\d\d:\d\d GMT"
+
+
+def undated(raw):
+    """<raw> (response heads, as a client got them) without the Date lines
+    the gateway adds to a response that came without one (an IMF-fixdate
+    each, asserted): what remains can be compared byte for byte."""
+    out, n = re.subn(rb"\r\nDate: " + IMF_FIXDATE + rb"(?=\r\n)", b"", raw)
+    assert n >= 1, raw
+    return out
 
 
 def curl(*args, timeout=30):

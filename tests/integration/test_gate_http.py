@@ -1,9 +1,11 @@
 """Plain HTTP through the gateway: allowed requests, keep-alive, bodies."""
 
+import email.utils
 import hashlib
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -17,7 +19,7 @@ import pytest
 from conftest import DNS_IP, policy_yaml
 from gate_client import (api_rule, assert_deny_response, build_request, curl, exchange,
                          exchange_until_close, open_conn, poll, proc_number, read_head,
-                         read_response, read_responses, recv_until_close, request)
+                         read_response, read_responses, recv_until_close, request, undated)
 from gate_servers import HeldName, LoopbackServer, ScriptedUpstream, pattern_bytes
 
 
@@ -775,7 +777,8 @@ def test_http10_client_gets_no_transfer_encoding_on_a_bodiless_answer(gateway, n
         stop.wait(1)
 
     raw10, raw11 = _http10_then_http11(gateway, net, script, method, "/te")
-    assert raw10 == b"HTTP/1.1 " + status + b"\r\nX-A: a\r\nConnection: close\r\n\r\n", raw10
+    assert undated(raw10) == (b"HTTP/1.1 " + status + b"\r\nX-A: a\r\nVia: 1.1 sluice\r\n"
+                              b"Connection: close\r\n\r\n"), raw10
     # an HTTP/1.1 client gets a HEAD's field
     assert (b"\r\nTransfer-Encoding: chunked\r\n" in raw11) == (method == b"HEAD"), raw11
 
@@ -1489,3 +1492,66 @@ def test_kept_connection_not_reused_after_a_reload_denies_its_address(gateway, n
     assert r.status == 403 and r.header("Sluice-Reason") == "private_address", r
     assert [q.path for q in net.api.requests] == ["/before"]
     assert net.api.connections == 1
+
+
+def _one_exchange(gateway, net, answer, request_head):
+    """Sends <request_head> (bytes, %(target)s and %(host)s filled in) to
+    the gateway on a connection of its own, to an origin that answers
+    <answer> (raw bytes) and closes. Returns the head the origin received
+    and what the client got, and the wall clock (whole seconds) around the
+    exchange."""
+    got = []
+
+    def script(conn, stop, received):
+        got.append(received)
+        conn.sendall(answer)
+        stop.wait(1)
+
+    host = "via.example.test"
+    with ScriptedUpstream(script) as up:
+        gw = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
+                                static_extra={host: up.IP}))
+        authority = b"%s:%d" % (host.encode(), up.port)
+        before = int(time.time())
+        raw = exchange_until_close(gw, request_head % {b"target": b"http://" + authority + b"/v",
+                                                       b"host": authority})
+        after = int(time.time())
+    assert len(got) == 1, got
+    return got[0], raw, authority, (before, after)
+
+
+def test_via_added_to_both_directions_and_date_to_a_response_without_one(gateway, net):
+    # RFC 9110 7.6.3: a proxy sends Via in each message it forwards, its
+    # member appended to the list the message came with. RFC 9110 6.6.1: a
+    # recipient with a clock forwards a response that came without a Date
+    # with one.
+    up, raw, authority, (before, after) = _one_exchange(
+        gateway, net,
+        b"HTTP/1.1 200 OK\r\nVia: 1.0 front (nginx)\r\nContent-Length: 2\r\n\r\nok",
+        b"GET %(target)s HTTP/1.1\r\nHost: %(host)s\r\nVia: 1.1 agent-side\r\n"
+        b"Connection: close\r\n\r\n")
+    assert up == (b"GET /v HTTP/1.1\r\nHost: " + authority +
+                  b"\r\nVia: 1.1 agent-side, 1.1 sluice\r\nConnection: close\r\n\r\n"), up
+    m = re.fullmatch(rb"HTTP/1\.1 200 OK\r\nVia: 1\.0 front \(nginx\), 1\.1 sluice\r\n"
+                     rb"Content-Length: 2\r\nDate: ([^\r\n]*)\r\nConnection: close\r\n\r\nok",
+                     raw)
+    assert m is not None, raw
+    # an IMF-fixdate, of when the answer went through
+    assert re.fullmatch(rb"[A-Z][a-z]{2}, \d\d [A-Z][a-z]{2} \d{4} \d\d:\d\d:\d\d GMT",
+                        m.group(1)), m.group(1)
+    when = email.utils.parsedate_to_datetime(m.group(1).decode()).timestamp()
+    assert before <= when <= after, (before, m.group(1), after)
+
+
+def test_via_says_http10_and_an_origin_date_is_kept(gateway, net):
+    # The member names the protocol each message came in: 1.0 for an
+    # HTTP/1.0 request (sent on as HTTP/1.1) and for an HTTP/1.0 answer;
+    # a response's own Date goes on alone, untouched.
+    date = b"Sun, 06 Nov 1994 08:49:37 GMT"
+    up, raw, authority, _ = _one_exchange(
+        gateway, net, b"HTTP/1.0 200 OK\r\nDate: " + date + b"\r\nContent-Length: 2\r\n\r\nok",
+        b"GET %(target)s HTTP/1.0\r\n\r\n")
+    assert up == (b"GET /v HTTP/1.1\r\nHost: " + authority +
+                  b"\r\nVia: 1.0 sluice\r\nConnection: close\r\n\r\n"), up
+    assert raw == (b"HTTP/1.1 200 OK\r\nDate: " + date + b"\r\nContent-Length: 2\r\n"
+                   b"Via: 1.0 sluice\r\nConnection: close\r\n\r\nok"), raw

@@ -542,19 +542,21 @@ static void test_write_upstream_request(void **state)
         "Accept: */*\r\nPROXY-AUTHORIZATION-X: kept\r\n\r\n",
         "POST /p?q=1 HTTP/1.1\r\nHost: a.test:8080\r\nContent-Length: 3\r\n"
         "Accept: */*\r\nPROXY-AUTHORIZATION-X: kept\r\n"
-        "Connection: close\r\n\r\n");
+        "Via: 1.1 sluice\r\nConnection: close\r\n\r\n");
 
     /* HTTP/1.0 without Host: one is built from the target. */
-    expect_upstream(b, "GET http://[::1]:8080 HTTP/1.0\r\nproxy-authorization: Bearer t\r\n\r\n",
-                    "GET / HTTP/1.1\r\nHost: [::1]:8080\r\nConnection: close\r\n\r\n");
+    expect_upstream(
+        b, "GET http://[::1]:8080 HTTP/1.0\r\nproxy-authorization: Bearer t\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: [::1]:8080\r\nVia: 1.0 sluice\r\nConnection: close\r\n\r\n");
 
-    expect_upstream(b, "GET http://a.test/x HTTP/1.0\r\n\r\n",
-                    "GET /x HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n");
+    expect_upstream(
+        b, "GET http://a.test/x HTTP/1.0\r\n\r\n",
+        "GET /x HTTP/1.1\r\nHost: a.test\r\nVia: 1.0 sluice\r\nConnection: close\r\n\r\n");
 
     expect_upstream(
         b, "PUT http://a.test/x HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n",
         "PUT /x HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n"
-        "Connection: close\r\n\r\n");
+        "Via: 1.1 sluice\r\nConnection: close\r\n\r\n");
 
     /* chunked goes on in lower case, as every client writes it: an origin
      * that compares it byte for byte would read no body, and the chunks
@@ -562,7 +564,7 @@ static void test_write_upstream_request(void **state)
     expect_upstream(
         b, "PUT http://a.test/x HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: ChUnKeD\r\n\r\n",
         "PUT /x HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n"
-        "Connection: close\r\n\r\n");
+        "Via: 1.1 sluice\r\nConnection: close\r\n\r\n");
 
     /* Proxy (httpoxy: a CGI origin's HTTP_PROXY) never goes on, in any
      * case; fields whose names only begin with it do. */
@@ -570,14 +572,14 @@ static void test_write_upstream_request(void **state)
                     "GET http://a.test/x HTTP/1.1\r\nHost: a.test\r\nProxy: http://10.0.0.9:8\r\n"
                     "Proxy-Foo: 1\r\nPROXY: x\r\nX-Proxy: 2\r\n\r\n",
                     "GET /x HTTP/1.1\r\nHost: a.test\r\nProxy-Foo: 1\r\nX-Proxy: 2\r\n"
-                    "Connection: close\r\n\r\n");
+                    "Via: 1.1 sluice\r\nConnection: close\r\n\r\n");
 
     /* Connection cannot strip the framing or Host (smuggling). */
     expect_upstream(b,
                     "POST http://a.test/x HTTP/1.1\r\nHost: a.test\r\nContent-Length: 5\r\n"
                     "Connection: Content-Length, Host, transfer-encoding, X-A\r\nX-A: 1\r\n\r\n",
                     "POST /x HTTP/1.1\r\nHost: a.test\r\nContent-Length: 5\r\n"
-                    "Connection: close\r\n\r\n");
+                    "Via: 1.1 sluice\r\nConnection: close\r\n\r\n");
 
     /* Content-Length goes on once, as the one decimal value the parser
      * settled on: lists of identical values, repeats and leading zeros are
@@ -586,7 +588,7 @@ static void test_write_upstream_request(void **state)
                     "POST http://a.test/x HTTP/1.1\r\nHost: a.test\r\ncontent-length: 5, 5\r\n"
                     "X-A: 1\r\nContent-Length: 005\r\n\r\n",
                     "POST /x HTTP/1.1\r\nHost: a.test\r\ncontent-length: 5\r\nX-A: 1\r\n"
-                    "Connection: close\r\n\r\n");
+                    "Via: 1.1 sluice\r\nConnection: close\r\n\r\n");
 
     /* Only absolute-form requests are forwarded. */
     ok_req("CONNECT a.test:443 HTTP/1.1\r\nHost: a.test:443\r\n\r\n");
@@ -610,7 +612,7 @@ static void test_write_plain_lines(void **state)
                     "X-J: 7\r\nX-K: a b\r\nTE: x\r\nX-L: 8\r\nX-M: 9\r\n\r\n",
                     "GET / HTTP/1.1\r\nHost: a.test\r\nX-A: 1\r\nX-B: 2\r\nX-C: 3\r\nX-D: 4\r\n"
                     "X-E: 5\r\nX-F: 6\r\nX-G: \r\nX-H: \r\nX-I: \r\nX-J: 7\r\nX-K: a b\r\n"
-                    "X-L: 8\r\nX-M: 9\r\nConnection: close\r\n\r\n");
+                    "X-L: 8\r\nX-M: 9\r\nVia: 1.1 sluice\r\nConnection: close\r\n\r\n");
     assert_true(req.headers[0].plain && req.headers[1].plain && !req.headers[2].plain);
     assert_true(!req.headers[3].plain && !req.headers[4].plain && !req.headers[5].plain);
     assert_true(!req.headers[6].plain && !req.headers[7].plain && req.headers[8].plain);
@@ -631,9 +633,10 @@ static void test_write_plain_lines(void **state)
         char in[256], out[256];
         snprintf(in, sizeof(in), "POST http://a.test/ HTTP/1.1\r\nHost: a\r\n%sX: y\r\n\r\n",
                  lengths[i][0]);
-        snprintf(out, sizeof(out),
-                 "POST / HTTP/1.1\r\nHost: a\r\n%sX: y\r\nConnection: close\r\n\r\n",
-                 lengths[i][1]);
+        snprintf(
+            out, sizeof(out),
+            "POST / HTTP/1.1\r\nHost: a\r\n%sX: y\r\nVia: 1.1 sluice\r\nConnection: close\r\n\r\n",
+            lengths[i][1]);
         expect_upstream(b, in, out);
     }
     evbuffer_free(b);
@@ -649,11 +652,13 @@ static void test_write_upstream_request_keep(void **state)
            "Keep-Alive: 5\r\n\r\n");
     assert_int_equal(http1_write_upstream_request_keep(&req, b, true), 0);
     char *s = evbuffer_text(b);
-    assert_string_equal(s, "GET /k HTTP/1.1\r\nHost: a.test\r\nConnection: keep-alive\r\n\r\n");
+    assert_string_equal(
+        s, "GET /k HTTP/1.1\r\nHost: a.test\r\nVia: 1.1 sluice\r\nConnection: keep-alive\r\n\r\n");
     free(s);
     assert_int_equal(http1_write_upstream_request_keep(&req, b, false), 0);
     s = evbuffer_text(b);
-    assert_string_equal(s, "GET /k HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n");
+    assert_string_equal(
+        s, "GET /k HTTP/1.1\r\nHost: a.test\r\nVia: 1.1 sluice\r\nConnection: close\r\n\r\n");
     free(s);
     ok_req("GET / HTTP/1.1\r\nHost: a.test\r\n\r\n");
     assert_int_equal(http1_write_upstream_request_keep(&req, b, true), -1);
@@ -847,7 +852,8 @@ static void test_connection_names(void **state)
                           "x-late: 3\r\nX-A: 4\r\ncONNECTION: X-69, host, Content-Length\r\n"
                           "X-Last: 5\r\n\r\n");
     w -= strlen("X-69: 69\r\n");
-    w += (size_t)snprintf(want + w, sizeof(want) - w, "X-Last: 5\r\nConnection: close\r\n\r\n");
+    w += (size_t)snprintf(want + w, sizeof(want) - w,
+                          "X-Last: 5\r\nVia: 1.1 sluice\r\nConnection: close\r\n\r\n");
     assert_true(n < sizeof(in) - 1 && w < sizeof(want) - 1);
     ok_req(in);
     assert_int_equal(req.nheaders, 79);
@@ -957,7 +963,7 @@ static char *relayed_response(const char *s)
     struct evbuffer *b = evbuffer_new();
     assert_non_null(b);
     assert_int_equal(prsp(s, &why), (int)strlen(s));
-    assert_int_equal(http1_write_upstream_response(&rsp, b, HTTP1_RSP_KEEP_ALIVE), 0);
+    assert_int_equal(http1_write_upstream_response(&rsp, b, HTTP1_RSP_KEEP_ALIVE, NULL), 0);
     char *out = evbuffer_text(b);
     evbuffer_free(b);
     return out;
@@ -974,56 +980,57 @@ static void test_write_upstream_response(void **state)
                     "Proxy-Authentication-Info: nextnonce=\"n\"\r\n"
                     "Set-Cookie: a=b\r\n\r\n";
     assert_int_equal(prsp(s, &why), (int)strlen(s));
-    assert_int_equal(http1_write_upstream_response(&rsp, b, HTTP1_RSP_KEEP_ALIVE), 0);
+    assert_int_equal(http1_write_upstream_response(&rsp, b, HTTP1_RSP_KEEP_ALIVE, NULL), 0);
     char *out = evbuffer_text(b);
     assert_string_equal(out, "HTTP/1.1 404 Not Here\r\nContent-Length: 3\r\nSet-Cookie: a=b\r\n"
-                             "Connection: keep-alive\r\n\r\n");
+                             "Via: 1.0 sluice\r\nConnection: keep-alive\r\n\r\n");
     free(out);
-    assert_int_equal(http1_write_upstream_response(&rsp, b, 0), 0);
+    assert_int_equal(http1_write_upstream_response(&rsp, b, 0, NULL), 0);
     out = evbuffer_text(b);
     assert_string_equal(out, "HTTP/1.1 404 Not Here\r\nContent-Length: 3\r\nSet-Cookie: a=b\r\n"
-                             "Connection: close\r\n\r\n");
+                             "Via: 1.0 sluice\r\nConnection: close\r\n\r\n");
     free(out);
 
     s = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: Transfer-Encoding\r\n\r\n";
     assert_int_equal(prsp(s, &why), (int)strlen(s));
-    assert_int_equal(http1_write_upstream_response(&rsp, b, HTTP1_RSP_KEEP_ALIVE), 0);
+    assert_int_equal(http1_write_upstream_response(&rsp, b, HTTP1_RSP_KEEP_ALIVE, NULL), 0);
     out = evbuffer_text(b);
     assert_string_equal(out, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
-                             "Connection: keep-alive\r\n\r\n");
+                             "Via: 1.1 sluice\r\nConnection: keep-alive\r\n\r\n");
     free(out);
 
     /* For an HTTP/1.0 client: no Transfer-Encoding, whatever its case. */
     s = "HTTP/1.1 200 OK\r\nX-A: 1\r\ntransfer-ENCODING: chunked\r\nX-B: 2\r\n\r\n";
     assert_int_equal(prsp(s, &why), (int)strlen(s));
-    assert_int_equal(http1_write_upstream_response(&rsp, b, HTTP1_RSP_UNCHUNKED), 0);
+    assert_int_equal(http1_write_upstream_response(&rsp, b, HTTP1_RSP_UNCHUNKED, NULL), 0);
     out = evbuffer_text(b);
-    assert_string_equal(out, "HTTP/1.1 200 OK\r\nX-A: 1\r\nX-B: 2\r\nConnection: close\r\n\r\n");
+    assert_string_equal(
+        out, "HTTP/1.1 200 OK\r\nX-A: 1\r\nX-B: 2\r\nVia: 1.1 sluice\r\nConnection: close\r\n\r\n");
     free(out);
 
     /* The gateway's own fields never come from an origin. */
     s = "HTTP/1.1 403 Forbidden\r\nSluice-Reason: not_in_policy\r\nSLUICE-X: 1\r\n"
         "Sluice: 2\r\nContent-Length: 0\r\n\r\n";
     assert_int_equal(prsp(s, &why), (int)strlen(s));
-    assert_int_equal(http1_write_upstream_response(&rsp, b, 0), 0);
+    assert_int_equal(http1_write_upstream_response(&rsp, b, 0, NULL), 0);
     out = evbuffer_text(b);
     assert_string_equal(out, "HTTP/1.1 403 Forbidden\r\nSluice: 2\r\nContent-Length: 0\r\n"
-                             "Connection: close\r\n\r\n");
+                             "Via: 1.1 sluice\r\nConnection: close\r\n\r\n");
     free(out);
 
     s = "HTTP/1.1 200 OK\r\nContent-Length: 00\r\nContent-Length: 0, 0\r\nX-B: 2\r\n\r\n";
     assert_int_equal(prsp(s, &why), (int)strlen(s));
-    assert_int_equal(http1_write_upstream_response(&rsp, b, 0), 0);
+    assert_int_equal(http1_write_upstream_response(&rsp, b, 0, NULL), 0);
     out = evbuffer_text(b);
     assert_string_equal(out, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-B: 2\r\n"
-                             "Connection: close\r\n\r\n");
+                             "Via: 1.1 sluice\r\nConnection: close\r\n\r\n");
     free(out);
 
     s = "HTTP/1.1 100 Continue\r\n\r\n";
     assert_int_equal(prsp(s, &why), (int)strlen(s));
-    assert_int_equal(http1_write_upstream_response(&rsp, b, HTTP1_RSP_KEEP_ALIVE), 0);
+    assert_int_equal(http1_write_upstream_response(&rsp, b, HTTP1_RSP_KEEP_ALIVE, NULL), 0);
     out = evbuffer_text(b);
-    assert_string_equal(out, "HTTP/1.1 100 Continue\r\n\r\n");
+    assert_string_equal(out, "HTTP/1.1 100 Continue\r\nVia: 1.1 sluice\r\n\r\n");
     free(out);
 
     /* A 304 has no body: no framing field for a lenient client to read
@@ -1031,8 +1038,90 @@ static void test_write_upstream_response(void **state)
     out = relayed_response("HTTP/1.1 304 Not Modified\r\nContent-Length: 50\r\n"
                            "ETag: \"e\"\r\n\r\n");
     assert_string_equal(out, "HTTP/1.1 304 Not Modified\r\nETag: \"e\"\r\n"
+                             "Via: 1.1 sluice\r\nConnection: keep-alive\r\n\r\n");
+    free(out);
+    evbuffer_free(b);
+}
+
+/* RFC 9110 7.6.3: the gateway's member goes on in Via, appended to the
+ * last Via field relayed (the members before kept as they came), or in a
+ * field of its own; with the protocol the message came in. */
+static void test_write_via(void **state)
+{
+    (void)state;
+    struct evbuffer *b = evbuffer_new();
+    assert_non_null(b);
+    expect_upstream(b,
+                    "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\n"
+                    "Via: 1.0 fred, 1.1 p.example (Apache/1.1)\r\nX-A: 1\r\n\r\n",
+                    "GET / HTTP/1.1\r\nHost: a.test\r\n"
+                    "Via: 1.0 fred, 1.1 p.example (Apache/1.1), 1.1 sluice\r\nX-A: 1\r\n"
+                    "Connection: close\r\n\r\n");
+    /* Two fields: the member goes in the last, where the list ends; an
+     * HTTP/1.0 request's member says 1.0. */
+    expect_upstream(b,
+                    "GET http://a.test/ HTTP/1.0\r\nvia:  1.1 a\r\nX-A: 1\r\nVIA: 1.1 b\t\r\n"
+                    "X-B: 2\r\n\r\n",
+                    "GET / HTTP/1.1\r\nHost: a.test\r\nvia: 1.1 a\r\nX-A: 1\r\n"
+                    "VIA: 1.1 b, 1.0 sluice\r\nX-B: 2\r\nConnection: close\r\n\r\n");
+    /* An empty Via holds the member alone, where it was. */
+    expect_upstream(b, "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nVia:\r\nX-A: 1\r\n\r\n",
+                    "GET / HTTP/1.1\r\nHost: a.test\r\nVia: 1.1 sluice\r\nX-A: 1\r\n"
+                    "Connection: close\r\n\r\n");
+    /* A Via named in Connection stays on its hop; the member goes on alone. */
+    expect_upstream(b,
+                    "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nConnection: via\r\n"
+                    "Via: 1.1 x\r\nX-A: 1\r\n\r\n",
+                    "GET / HTTP/1.1\r\nHost: a.test\r\nX-A: 1\r\nVia: 1.1 sluice\r\n"
+                    "Connection: close\r\n\r\n");
+    /* The same on a response, with the protocol it came in. */
+    char *out = relayed_response("HTTP/1.0 200 OK\r\nVia: 1.1 o\r\nContent-Length: 0\r\n\r\n");
+    assert_string_equal(out, "HTTP/1.1 200 OK\r\nVia: 1.1 o, 1.0 sluice\r\nContent-Length: 0\r\n"
                              "Connection: keep-alive\r\n\r\n");
     free(out);
+    evbuffer_free(b);
+}
+
+/* RFC 9110 6.6.1: a response that came without a Date goes on with the
+ * one given; one that came with a Date keeps it, alone. */
+static void test_write_date(void **state)
+{
+    (void)state;
+    const char *why;
+    const char *d = "Sun, 06 Nov 1994 08:49:37 GMT";
+    struct evbuffer *b = evbuffer_new();
+    assert_non_null(b);
+    static const char *const cases[][2] = {
+        {"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+         "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nVia: 1.1 sluice\r\n"
+         "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\nConnection: close\r\n\r\n"},
+        {"HTTP/1.1 200 OK\r\ndate: Mon, 07 Dec 2026 00:00:00 GMT\r\nContent-Length: 0\r\n\r\n",
+         "HTTP/1.1 200 OK\r\ndate: Mon, 07 Dec 2026 00:00:00 GMT\r\nContent-Length: 0\r\n"
+         "Via: 1.1 sluice\r\nConnection: close\r\n\r\n"},
+        /* a Date the origin made hop-by-hop does not go on: one is added */
+        {"HTTP/1.1 204 No Content\r\nConnection: Date\r\nDate: x\r\n\r\n",
+         "HTTP/1.1 204 No Content\r\nVia: 1.1 sluice\r\n"
+         "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\nConnection: close\r\n\r\n"},
+        {"HTTP/1.1 100 Continue\r\n\r\n", "HTTP/1.1 100 Continue\r\nVia: 1.1 sluice\r\n"
+                                          "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\n"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        assert_int_equal(prsp(cases[i][0], &why), (int)strlen(cases[i][0]));
+        assert_int_equal(http1_write_upstream_response(&rsp, b, 0, d), 0);
+        char *out = evbuffer_text(b);
+        assert_string_equal(out, cases[i][1]);
+        free(out);
+    }
+    /* Without a clock (NULL, or a date that could not be written): none. */
+    const char *s = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(prsp(s, &why), (int)strlen(s));
+        assert_int_equal(http1_write_upstream_response(&rsp, b, 0, i == 0 ? NULL : ""), 0);
+        char *out = evbuffer_text(b);
+        assert_string_equal(out, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nVia: 1.1 sluice\r\n"
+                                 "Connection: close\r\n\r\n");
+        free(out);
+    }
     evbuffer_free(b);
 }
 
@@ -1053,14 +1142,15 @@ static void test_write_response_many_codings(void **state)
     }
     n +=
         (size_t)snprintf(s + n, sizeof(s) - n, "\r\nX-A: 1\r\nTransfer-Encoding: ,chunked\r\n\r\n");
-    w += (size_t)snprintf(want + w, sizeof(want) - w,
-                          ", chunked\r\nX-A: 1\r\nConnection: keep-alive\r\n\r\n");
+    w += (size_t)snprintf(
+        want + w, sizeof(want) - w,
+        ", chunked\r\nX-A: 1\r\nVia: 1.1 sluice\r\nConnection: keep-alive\r\n\r\n");
     assert_true(n < sizeof(s) - 1 && w < sizeof(want) - 1);
     assert_int_equal(prsp(s, &why), (int)n);
     assert_true(rsp.chunked);
     struct evbuffer *b = evbuffer_new();
     assert_non_null(b);
-    assert_int_equal(http1_write_upstream_response(&rsp, b, HTTP1_RSP_KEEP_ALIVE), 0);
+    assert_int_equal(http1_write_upstream_response(&rsp, b, HTTP1_RSP_KEEP_ALIVE, NULL), 0);
     char *out = evbuffer_text(b);
     assert_string_equal(out, want);
     free(out);
@@ -1136,6 +1226,8 @@ int main(void)
         cmocka_unit_test(test_responses),
         cmocka_unit_test(test_write_upstream_response),
         cmocka_unit_test(test_write_response_many_codings),
+        cmocka_unit_test(test_write_via),
+        cmocka_unit_test(test_write_date),
         cmocka_unit_test(test_split_host),
     };
     return cmocka_run_group_tests(tests, NULL, teardown);
