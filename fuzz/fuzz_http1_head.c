@@ -244,8 +244,8 @@ static void check_request(const char *buf, size_t len)
     char *s = (char *)evbuffer_pullup(out, -1);
     check(s != NULL);
     /* Reparsed, it is the same request with the same framing (room allowing
-     * for the Host and Connection headers the writer may add). */
-    if (req.nheaders > HTTP_MAX_HEADERS - 2) {
+     * for the Host, Via and Connection headers the writer may add). */
+    if (req.nheaders > HTTP_MAX_HEADERS - 3) {
         evbuffer_free(out);
         return;
     }
@@ -289,7 +289,7 @@ static void check_response(const char *buf, size_t len)
     size_t n = evbuffer_get_length(out);
     char *s = (char *)evbuffer_pullup(out, -1);
     check(s != NULL);
-    if (rsp.nheaders > HTTP_MAX_HEADERS - 1) { /* no room for Connection */
+    if (rsp.nheaders > HTTP_MAX_HEADERS - 3) { /* no room for Via, Date and Connection */
         evbuffer_free(out);
         return;
     }
