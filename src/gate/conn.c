@@ -20,6 +20,7 @@
 #include "gate/deny.h"
 #include "gate/gateway.h"
 #include "gate/held_body.h"
+#include "gate/max_forwards.h"
 #include "gate/method_override.h"
 #include "gate/progress.h"
 #include "gate/stream.h"
@@ -731,6 +732,24 @@ static bool refusal_keeps_connection(const struct conn *c, enum deny_reason reas
     }
 }
 
+/* The gateway answered the current exchange itself (a refusal, or
+ * conn_answer_own()): on to the next request when <keep>, else closing
+ * once the answer is out. */
+static void answered_here(struct conn *c, bool keep)
+{
+    struct exchange *ex = &c->ex;
+    if (keep) {
+        /* The head may still be in the buffer (an agent refused before it was consumed). */
+        evbuffer_drain(bufferevent_get_input(c->client), ex->head_pending);
+        ex->head_pending = 0;
+        ex->keep_alive = true;
+        conn_exchange_done(c);
+        return;
+    }
+    conn_end_exchange(c);
+    close_when_flushed(c);
+}
+
 void conn_refuse(struct conn *c, enum deny_reason reason, const char *detail, bool respond)
 {
     struct exchange *ex = &c->ex;
@@ -761,16 +780,19 @@ void conn_refuse(struct conn *c, enum deny_reason reason, const char *detail, bo
     } else if (ex->status == 0) {
         ex->status = reason_status(reason);
     }
-    if (keep) {
-        /* The head may still be in the buffer (an agent refused before it was consumed). */
-        evbuffer_drain(bufferevent_get_input(c->client), ex->head_pending);
-        ex->head_pending = 0;
-        ex->keep_alive = true;
-        conn_exchange_done(c);
-        return;
-    }
-    conn_end_exchange(c);
-    close_when_flushed(c);
+    answered_here(c, keep);
+}
+
+void conn_answer_own(struct conn *c, int status, own_answer_fn *write)
+{
+    bool keep = refusal_keeps_connection(c, REASON_NONE, true);
+    drop_upstream(c);
+    conn_publish_egress(c);
+    hold_client_for_log(c);
+    c->ex.status = status;
+    if (write(c, bufferevent_get_output(c->client), keep) < 0)
+        keep = false;
+    answered_here(c, keep);
 }
 
 #define SHORT_TELL_EVERY_MS 60000
@@ -1481,6 +1503,10 @@ static void decide_and_go(struct conn *c)
     }
     if (shape_check_rate(c))
         return;
+    if (ex->ends_here) {
+        conn_answer_own(c, 200, max_forwards_answer);
+        return;
+    }
     /* The client stays readable while its target is resolved and connected:
      * turning that off and on again costs two epoll_ctl() per request, and
      * on_read() turns it off should bytes come early (a plain request's
@@ -1547,6 +1573,7 @@ static void handle_request(struct conn *c, const struct http_request *req)
     }
     enum deny_reason r = REASON_NONE;
     if (!ex->is_connect) {
+        ex->ends_here = max_forwards_ends_here(req);
         r = forward_prepare(c, req, &why);
         if (r == REASON_BAD_REQUEST) {
             conn_refuse(c, r, why, true);

@@ -142,6 +142,9 @@ struct exchange {
     /* Its client ended its side, and the end of the body is among the
      * bytes left of it (conn.c, upload_cut_short()). */
     bool body_end_held;
+    /* A TRACE or OPTIONS with Max-Forwards: 0, answered by the gateway
+     * once allowed (gate/max_forwards.h). */
+    bool ends_here;
     /* Until the upstream took the whole request (req_taken), its timeouts
      * are steps of idle_timeout that judge its progress (forward.c,
      * gate/drain.h); then it has idle_timeout to answer. */
@@ -338,6 +341,16 @@ void conn_log_written(struct gateway *gw);
 /* Refuses the current exchange with <reason> (a response is written when
  * <respond>), publishes both events and closes once the response is out. */
 void conn_refuse(struct conn *c, enum deny_reason reason, const char *detail, bool respond);
+/* Writes the gateway's own answer to <c>'s request into <out>, with
+ * "Connection: keep-alive" when <keep>, else "close". Returns 0, or -1
+ * (out of memory: the connection then closes). */
+typedef int own_answer_fn(struct conn *c, struct evbuffer *out, bool keep);
+/* Answers the current exchange, allowed, with the gateway's own <status>
+ * response that <write> writes, nothing going upstream: both events are
+ * published (the answer held until agent_egress is in the log, as a
+ * refusal is), and the connection goes on to its next request when a
+ * refusal's would, else closes once the answer is out. */
+void conn_answer_own(struct conn *c, int status, own_answer_fn *write);
 /* Refuses the current exchange as gateway_overloaded: no socket could be
  * had for its upstream connection, socket() or connect() failing with <e>
  * (EMFILE, ENFILE: descriptors; ENOBUFS, ENOMEM: memory; EADDRNOTAVAIL,

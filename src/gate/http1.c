@@ -434,6 +434,35 @@ static int merge_content_length(const char *v, size_t len, int64_t *cl, const ch
 }
 
 /* Connection: a list of tokens; sets <*close> / <*keep_alive>. */
+/* A TRACE's or OPTIONS's Max-Forwards value (<len> bytes at <v>): 1*DIGIT
+ * (RFC 9110 7.6.2), at most HTTP1_MAX_FORWARDS_MAX (more digits read as
+ * that) into <*out>, which is -1 until the first. Another field, or a value
+ * that is no number, is refused: read one way by the gateway and another by
+ * the next hop, it would let a request go further than its sender asked. */
+static int parse_max_forwards(const char *v, size_t len, int64_t *out, const char **why)
+{
+    if (*out >= 0) {
+        *why = "several Max-Forwards headers";
+        return -1;
+    }
+    if (len == 0) {
+        *why = "invalid Max-Forwards";
+        return -1;
+    }
+    int64_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!is_digit((unsigned char)v[i])) {
+            *why = "invalid Max-Forwards";
+            return -1;
+        }
+        n = n * 10 + (v[i] - '0');
+        if (n > HTTP1_MAX_FORWARDS_MAX)
+            n = HTTP1_MAX_FORWARDS_MAX; /* and stays there, digits to come or not */
+    }
+    *out = n;
+    return 0;
+}
+
 static int parse_connection(const char *v, size_t len, bool *close, bool *keep_alive,
                             const char **why)
 {
@@ -481,6 +510,7 @@ static const struct {
     [7] = {{"trailer", HTTP_FIELD_TRAILER}, {"upgrade", HTTP_FIELD_UPGRADE}},
     [9] = {{"forwarded", HTTP_FIELD_FORWARDED}},
     [10] = {{"connection", HTTP_FIELD_CONNECTION}, {"keep-alive", HTTP_FIELD_KEEP_ALIVE}},
+    [12] = {{"max-forwards", HTTP_FIELD_MAX_FORWARDS}},
     [14] = {{"content-length", HTTP_FIELD_CONTENT_LENGTH}},
     [15] = {{"x-original-host", HTTP_FIELD_HOST_ALIAS}},
     [16] = {{"proxy-connection", HTTP_FIELD_PROXY_CONNECTION},
@@ -796,7 +826,9 @@ static int parse_request(const char *buf, size_t lim, void *v, const char **why)
     out->host_header_len = 0;
     out->proxy_authorization = NULL;
     out->proxy_authorization_len = 0;
+    out->max_forwards = -1;
     bool close = false, keep_alive = false, te = false;
+    bool counts_forwards = out->method_bit == METHOD_TRACE || out->method_bit == METHOD_OPTIONS;
     for (size_t i = 0; i < out->nheaders; i++) {
         const struct http_header *h = &out->headers[i];
         switch (h->field) {
@@ -839,6 +871,11 @@ static int parse_request(const char *buf, size_t lim, void *v, const char **why)
         case HTTP_FIELD_EXPECT:
             if (EQI(h->value, h->value_len, "100-continue"))
                 out->expect_continue = true;
+            break;
+        case HTTP_FIELD_MAX_FORWARDS:
+            if (counts_forwards &&
+                parse_max_forwards(h->value, h->value_len, &out->max_forwards, why) != 0)
+                return HTTP1_BAD;
             break;
         default:
             break;
@@ -1107,6 +1144,8 @@ struct head_out {
     char *te;                             /* or on the heap when longer (NULL) */
     char tail[HEAD_TAIL_MAX];             /* the last piece (tail_add()) */
     size_t tail_len;
+    int64_t max_forwards; /* the value Max-Forwards goes on with; -1: as it came */
+    char max_forwards_text[FORMAT_UINT_MAX];
 };
 
 static void piece(struct head_out *h, const char *p, size_t n)
@@ -1146,6 +1185,7 @@ static void head_init(struct head_out *h)
     h->line_end = NULL;
     h->te = NULL;
     h->tail_len = 0;
+    h->max_forwards = -1;
 }
 
 /* Adds <n> bytes at <p> to the tail, which head_tail_end() makes the last
@@ -1367,6 +1407,15 @@ static unsigned head_fields(struct head_out *h, const struct http_header *hdrs, 
         case HTTP_FIELD_DATE:
             sent |= SENT_DATE;
             break;
+        case HTTP_FIELD_MAX_FORWARDS:
+            if (h->max_forwards < 0)
+                break;
+            piece(h, f->name, f->name_len);
+            piece(h, ": ", 2);
+            piece(h, h->max_forwards_text,
+                  format_uint(h->max_forwards_text, (uint64_t)h->max_forwards, 0));
+            piece(h, "\r\n", 2);
+            continue;
         default:
             break;
         }
@@ -1414,6 +1463,10 @@ int http1_write_upstream_request_keep(const struct http_request *req, struct evb
      * is ignored. Passed on in the HTTP/1.1 head it would become one the
      * client never had: the origin may answer before the body comes (a
      * final status the client did not ask to get early). */
+    /* RFC 9110 7.6.2: a TRACE or OPTIONS goes on with its Max-Forwards
+     * counted down (one of 0 is answered by the gateway: gate/trace.c). */
+    if (req->max_forwards > 0)
+        h->max_forwards = req->max_forwards - 1;
     unsigned sent = head_fields(h, req->headers, req->nheaders, req->content_length, false,
                                 req->version_minor == 0, req->version_minor);
     if ((sent & SENT_VIA) == 0)

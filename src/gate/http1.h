@@ -30,6 +30,10 @@ struct evbuffer;
  * 7.6.3): the same for every gateway, naming no host and no version. */
 #define HTTP1_VIA_BY "sluice"
 
+/* The largest Max-Forwards the gateway counts down from: a larger value is
+ * read as this (RFC 9110 7.6.2 lets a recipient cap it). */
+#define HTTP1_MAX_FORWARDS_MAX 255
+
 /* Return values of the head parsers (a positive value is the head length). */
 #define HTTP1_NEED_MORE 0
 #define HTTP1_BAD       (-1)
@@ -59,12 +63,13 @@ enum http_field {
     HTTP_FIELD_TE,
     HTTP_FIELD_TRAILER,
     HTTP_FIELD_UPGRADE,
-    HTTP_FIELD_SLUICE,     /* Sluice-*: the gateway's own, never relayed */
-    HTTP_FIELD_PROXY,      /* "Proxy": no HTTP field, httpoxy's; never relayed */
-    HTTP_FIELD_FORWARDED,  /* RFC 7239: its host= may pick the site (gate/routing_host.h) */
-    HTTP_FIELD_HOST_ALIAS, /* X-Forwarded-Host and the others read as the host (routing_host.h) */
-    HTTP_FIELD_VIA,        /* the writers add the gateway's member (HTTP1_VIA_BY) */
-    HTTP_FIELD_DATE,       /* the response writer adds one when none goes on */
+    HTTP_FIELD_SLUICE,       /* Sluice-*: the gateway's own, never relayed */
+    HTTP_FIELD_PROXY,        /* "Proxy": no HTTP field, httpoxy's; never relayed */
+    HTTP_FIELD_FORWARDED,    /* RFC 7239: its host= may pick the site (gate/routing_host.h) */
+    HTTP_FIELD_HOST_ALIAS,   /* X-Forwarded-Host and the others read as the host (routing_host.h) */
+    HTTP_FIELD_VIA,          /* the writers add the gateway's member (HTTP1_VIA_BY) */
+    HTTP_FIELD_DATE,         /* the response writer adds one when none goes on */
+    HTTP_FIELD_MAX_FORWARDS, /* TRACE and OPTIONS: counted down (RFC 9110 7.6.2) */
 };
 
 struct http_header {
@@ -98,10 +103,14 @@ struct http_request {
     int version_minor; /* 0 or 1 (HTTP/1.0, HTTP/1.1) */
     struct http_header headers[HTTP_MAX_HEADERS];
     size_t nheaders;
-    int64_t content_length;  /* -1 when absent */
-    bool chunked;            /* Transfer-Encoding: chunked */
-    bool conn_close;         /* HTTP/1.0 without keep-alive, or Connection: close */
-    bool expect_continue;    /* Expect: 100-continue */
+    int64_t content_length; /* -1 when absent */
+    bool chunked;           /* Transfer-Encoding: chunked */
+    bool conn_close;        /* HTTP/1.0 without keep-alive, or Connection: close */
+    bool expect_continue;   /* Expect: 100-continue */
+    /* TRACE and OPTIONS: the Max-Forwards value (RFC 9110 7.6.2), at most
+     * HTTP1_MAX_FORWARDS_MAX (a larger one reads as that); -1 when absent,
+     * and for every other method, whose Max-Forwards goes on as it came. */
+    int64_t max_forwards;
     const char *host_header; /* the Host value (trimmed), NULL when absent */
     size_t host_header_len;
     const char *proxy_authorization; /* NULL when absent; never forwarded */
@@ -244,7 +253,10 @@ bool http1_is_hop_by_hop(const char *name, size_t len);
  * header built from the target when the request had none (HTTP/1.0), the
  * gateway's Via member ("1.1 sluice", "1.0 sluice" for an HTTP/1.0
  * request: RFC 9110 7.6.3) appended to the last Via field with ", " or in
- * a Via field of its own after the others when none came, then
+ * a Via field of its own after the others when none came, the
+ * Max-Forwards of a TRACE or OPTIONS counted down by one (RFC 9110 7.6.2:
+ * where it came, its value written anew; one of 0 goes on as it came: the
+ * caller answers such a request itself), then
  * "Connection: close" (the upstream connection then carries this request
  * alone, and a response without length ends at its close) and the final
  * CRLF. Content-Length / Transfer-Encoding are kept:

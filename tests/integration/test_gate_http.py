@@ -17,8 +17,8 @@ import time
 import pytest
 
 from conftest import DNS_IP, policy_yaml
-from gate_client import (api_rule, assert_deny_response, build_request, curl, exchange,
-                         exchange_until_close, open_conn, poll, proc_number, read_head,
+from gate_client import (IMF_FIXDATE, api_rule, assert_deny_response, build_request, curl,
+                         exchange, exchange_until_close, open_conn, poll, proc_number, read_head,
                          read_response, read_responses, recv_until_close, request, undated)
 from gate_servers import HeldName, LoopbackServer, ScriptedUpstream, pattern_bytes
 
@@ -1555,3 +1555,57 @@ def test_via_says_http10_and_an_origin_date_is_kept(gateway, net):
                   b"\r\nVia: 1.0 sluice\r\nConnection: close\r\n\r\n"), up
     assert raw == (b"HTTP/1.1 200 OK\r\nDate: " + date + b"\r\nContent-Length: 2\r\n"
                    b"Via: 1.0 sluice\r\nConnection: close\r\n\r\nok"), raw
+
+
+def test_max_forwards_counted_down_and_zero_answered_by_the_gateway(gateway, net):
+    # RFC 9110 7.6.2: a TRACE or OPTIONS goes on with its Max-Forwards
+    # counted down; one of 0 is not forwarded: the gateway answers it as its
+    # final recipient, after its decision (logged as any request), and the
+    # connection goes on to the next request.
+    got = []
+
+    def script(conn, stop, received):
+        got.append(received)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
+                     b"Content-Length: 2\r\n\r\nok")
+        stop.wait(1)
+
+    host = "hops.example.test"
+    with ScriptedUpstream(script) as up:
+        gw = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
+                                static_extra={host: up.IP}))
+        authority = b"%s:%d" % (host.encode(), up.port)
+        target = b"http://" + authority
+        s = open_conn(gw)
+        try:
+            s.sendall(b"OPTIONS %s/o HTTP/1.1\r\nHost: %s\r\nMax-Forwards: 0\r\n\r\n"
+                      % (target, authority))
+            status, hdrs = read_head(s)
+            assert status == 200 and hdrs["content-length"] == "0", hdrs
+            assert hdrs["connection"] == "keep-alive", hdrs
+            assert re.fullmatch(IMF_FIXDATE.decode(), hdrs["date"]), hdrs
+            s.sendall(b"TRACE %s/t HTTP/1.1\r\nHost: %s\r\nMax-Forwards: 0\r\n"
+                      b"Connection: close\r\n\r\n" % (target, authority))
+            raw = recv_until_close(s)
+        finally:
+            s.close()
+        body = (b"TRACE /t HTTP/1.1\r\nHost: " + authority + b"\r\nMax-Forwards: 0\r\n"
+                b"Via: 1.1 sluice\r\nConnection: close\r\n\r\n")
+        assert undated(raw) == (b"HTTP/1.1 200 OK\r\nContent-Type: message/http\r\n"
+                                b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body)
+                                + body), raw
+        assert got == [], got  # neither reached the origin
+        for path in ("/o", "/t"):
+            ev, end = gw.decided(path=path)
+            assert ev["decision"] == "allow" and ev["ip"] is None, ev
+            assert end["status"] == 200 and end["bytes_down"] == 0, end
+        # decided first: one the policy does not allow is refused, not answered
+        denied = exchange_until_close(gw, b"TRACE http://elsewhere.example.test/d HTTP/1.1\r\n"
+                                          b"Host: elsewhere.example.test\r\nMax-Forwards: 0\r\n"
+                                          b"Connection: close\r\n\r\n")
+        assert denied.startswith(b"HTTP/1.1 403 "), denied
+        up_raw = exchange_until_close(gw, b"TRACE %s/n HTTP/1.1\r\nHost: %s\r\nMax-Forwards: 2\r\n"
+                                          b"Connection: close\r\n\r\n" % (target, authority))
+    assert up_raw.endswith(b"\r\n\r\nok"), up_raw
+    assert got == [b"TRACE /n HTTP/1.1\r\nHost: " + authority + b"\r\nMax-Forwards: 1\r\n"
+                   b"Via: 1.1 sluice\r\nConnection: close\r\n\r\n"], got

@@ -1082,6 +1082,50 @@ static void test_write_via(void **state)
     evbuffer_free(b);
 }
 
+/* RFC 9110 7.6.2: a TRACE's or OPTIONS's Max-Forwards is read (one field,
+ * digits only, capped) and goes on counted down; another method's goes on
+ * as it came, unread. */
+static void test_max_forwards(void **state)
+{
+    (void)state;
+    struct evbuffer *b = evbuffer_new();
+    assert_non_null(b);
+    expect_upstream(b, "TRACE http://a.test/ HTTP/1.1\r\nHost: a.test\r\nMax-Forwards: 3\r\n\r\n",
+                    "TRACE / HTTP/1.1\r\nHost: a.test\r\nMax-Forwards: 2\r\nVia: 1.1 sluice\r\n"
+                    "Connection: close\r\n\r\n");
+    assert_int_equal(req.max_forwards, 3);
+    /* written anew, where it was; a value past the cap counts down from it */
+    expect_upstream(b,
+                    "OPTIONS http://a.test/ HTTP/1.1\r\nHost: a.test\r\nmax-forwards:  0010\r\n"
+                    "X-A: 1\r\n\r\n",
+                    "OPTIONS / HTTP/1.1\r\nHost: a.test\r\nmax-forwards: 9\r\nX-A: 1\r\n"
+                    "Via: 1.1 sluice\r\nConnection: close\r\n\r\n");
+    expect_upstream(b,
+                    "TRACE http://a.test/ HTTP/1.1\r\nHost: a.test\r\n"
+                    "Max-Forwards: 99999999999999999999999\r\n\r\n",
+                    "TRACE / HTTP/1.1\r\nHost: a.test\r\nMax-Forwards: 254\r\n"
+                    "Via: 1.1 sluice\r\nConnection: close\r\n\r\n");
+    ok_req("OPTIONS http://a.test/ HTTP/1.1\r\nHost: a.test\r\nMax-Forwards: 0\r\n\r\n");
+    assert_int_equal(req.max_forwards, 0);
+    /* another method's is not read: it goes on as it came */
+    expect_upstream(b, "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nMax-Forwards: 0, x\r\n\r\n",
+                    "GET / HTTP/1.1\r\nHost: a.test\r\nMax-Forwards: 0, x\r\nVia: 1.1 sluice\r\n"
+                    "Connection: close\r\n\r\n");
+    assert_int_equal(req.max_forwards, -1);
+    ok_req("TRACE http://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n");
+    assert_int_equal(req.max_forwards, -1);
+    BAD("TRACE http://a.test/ HTTP/1.1\r\nHost: a.test\r\nMax-Forwards: 1\r\n"
+        "Max-Forwards: 1\r\n\r\n",
+        "several Max-Forwards headers");
+    BAD("OPTIONS http://a.test/ HTTP/1.1\r\nHost: a.test\r\nMax-Forwards: 1, 0\r\n\r\n",
+        "invalid Max-Forwards");
+    BAD("OPTIONS http://a.test/ HTTP/1.1\r\nHost: a.test\r\nMax-Forwards: -1\r\n\r\n",
+        "invalid Max-Forwards");
+    BAD("TRACE http://a.test/ HTTP/1.1\r\nHost: a.test\r\nMax-Forwards:\r\n\r\n",
+        "invalid Max-Forwards");
+    evbuffer_free(b);
+}
+
 /* RFC 9110 6.6.1: a response that came without a Date goes on with the
  * one given; one that came with a Date keeps it, alone. */
 static void test_write_date(void **state)
@@ -1228,6 +1272,7 @@ int main(void)
         cmocka_unit_test(test_write_response_many_codings),
         cmocka_unit_test(test_write_via),
         cmocka_unit_test(test_write_date),
+        cmocka_unit_test(test_max_forwards),
         cmocka_unit_test(test_split_host),
     };
     return cmocka_run_group_tests(tests, NULL, teardown);

@@ -1,0 +1,29 @@
+/* max_forwards: the gateway's own answer to a TRACE or OPTIONS whose
+ * Max-Forwards is 0. RFC 9110 7.6.2: an intermediary MUST NOT forward such
+ * a request but answer it as its final recipient; one with a larger value
+ * goes on with it counted down (gate/http1.c's request writer). */
+#ifndef SLUICE_GATE_MAX_FORWARDS_H
+#define SLUICE_GATE_MAX_FORWARDS_H
+
+#include <stdbool.h>
+
+#include "gate/http1.h"
+
+struct conn;
+struct evbuffer;
+
+/* Whether <req> is to be answered by the gateway, not forwarded: a TRACE
+ * or OPTIONS with Max-Forwards: 0. */
+bool max_forwards_ends_here(const struct http_request *req);
+
+/* Writes into <out> the gateway's answer to <c>'s request (an own_answer_fn
+ * of gate/conn.h): "200 OK" with Date, "Connection: keep-alive" when <keep>
+ * ("close" else), no content for an OPTIONS (nothing is said of what the
+ * target allows: the gateway does not know), and for a TRACE the request as
+ * the gateway would have forwarded it (ex->uphead) as message/http: its
+ * Proxy-Authorization, the agent's secret, and the other hop-by-hop fields
+ * left out, as RFC 9110 9.3.8 asks of sensitive fields. Returns 0, or -1
+ * out of memory. */
+int max_forwards_answer(struct conn *c, struct evbuffer *out, bool keep);
+
+#endif
