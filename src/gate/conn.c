@@ -1575,7 +1575,7 @@ static void handle_request(struct conn *c, const struct http_request *req)
     if (!ex->is_connect) {
         ex->ends_here = max_forwards_ends_here(req);
         r = forward_prepare(c, req, &why);
-        if (r == REASON_BAD_REQUEST) {
+        if (r == REASON_BAD_REQUEST || r == REASON_SELF_REQUEST) {
             conn_refuse(c, r, why, true);
             return;
         }

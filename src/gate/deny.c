@@ -73,10 +73,13 @@ void deny_message(const struct deny_info *d, char *buf, size_t cap)
             hp, a);
         break;
     case REASON_SELF_REQUEST:
-        snprintf(
-            buf, cap,
-            "sluice: %s is this gateway itself (agent %s); requests to the gateway are refused", hp,
-            a);
+        if (d->detail != NULL) /* a loop: the request came back through the gateway */
+            snprintf(buf, cap, "sluice: %s refused (agent %s): %s", hp, a, d->detail);
+        else
+            snprintf(
+                buf, cap,
+                "sluice: %s is this gateway itself (agent %s); requests to the gateway are refused",
+                hp, a);
         break;
     case REASON_AGENT_NOT_ALLOWED:
         if (d->agent == NULL)

@@ -104,6 +104,15 @@ enum deny_reason forward_prepare(struct conn *c, const struct http_request *req,
     ex->client_close = req->conn_close;
     ex->client_v10 = req->version_minor == 0;
 
+    /* The gateway's own member in its Via: the request went through a
+     * sluice gateway, to an origin that sent it back as a proxy request:
+     * forwarded again, it would go round until its head outgrew the limit.
+     * (The pseudonym is the same for every sluice gateway: one that came
+     * through another is refused too.) */
+    if (req->via_loop) {
+        *why = "its Via says it went through a sluice gateway already: a forwarding loop";
+        return REASON_SELF_REQUEST;
+    }
     if (req->host_header == NULL && req->version_minor >= 1) {
         *why = "missing Host header";
         return REASON_BAD_REQUEST;

@@ -434,6 +434,31 @@ static int merge_content_length(const char *v, size_t len, int64_t *cl, const ch
 }
 
 /* Connection: a list of tokens; sets <*close> / <*keep_alive>. */
+/* Whether a member of the Via value <v> (<len> bytes) names HTTP1_VIA_BY
+ * as its received-by: "1.1 sluice", "HTTP/1.0 SLUICE (comment)" (RFC 9110
+ * 7.6.3: received-protocol RWS received-by [RWS comment]). */
+static bool via_names_gateway(const char *v, size_t len)
+{
+    static const size_t by_len = sizeof(HTTP1_VIA_BY) - 1;
+    struct http1_list it;
+    const char *e;
+    size_t elen;
+    http1_list_init(&it, v, len);
+    while (http1_list_next(&it, &e, &elen)) {
+        size_t i = 0;
+        while (i < elen && !http1_is_ows(e[i])) /* the protocol */
+            i++;
+        while (i < elen && http1_is_ows(e[i]))
+            i++;
+        size_t by = i;
+        while (i < elen && !http1_is_ows(e[i]))
+            i++;
+        if (by > 0 && eqi(e + by, i - by, HTTP1_VIA_BY, by_len))
+            return true;
+    }
+    return false;
+}
+
 /* A TRACE's or OPTIONS's Max-Forwards value (<len> bytes at <v>): 1*DIGIT
  * (RFC 9110 7.6.2), at most HTTP1_MAX_FORWARDS_MAX (more digits read as
  * that) into <*out>, which is -1 until the first. Another field, or a value
@@ -827,6 +852,7 @@ static int parse_request(const char *buf, size_t lim, void *v, const char **why)
     out->proxy_authorization = NULL;
     out->proxy_authorization_len = 0;
     out->max_forwards = -1;
+    out->via_loop = false;
     bool close = false, keep_alive = false, te = false;
     bool counts_forwards = out->method_bit == METHOD_TRACE || out->method_bit == METHOD_OPTIONS;
     for (size_t i = 0; i < out->nheaders; i++) {
@@ -871,6 +897,9 @@ static int parse_request(const char *buf, size_t lim, void *v, const char **why)
         case HTTP_FIELD_EXPECT:
             if (EQI(h->value, h->value_len, "100-continue"))
                 out->expect_continue = true;
+            break;
+        case HTTP_FIELD_VIA:
+            out->via_loop = out->via_loop || via_names_gateway(h->value, h->value_len);
             break;
         case HTTP_FIELD_MAX_FORWARDS:
             if (counts_forwards &&

@@ -111,6 +111,10 @@ struct http_request {
      * HTTP1_MAX_FORWARDS_MAX (a larger one reads as that); -1 when absent,
      * and for every other method, whose Max-Forwards goes on as it came. */
     int64_t max_forwards;
+    /* A member of its Via names HTTP1_VIA_BY as the hop it went through:
+     * it came back to a sluice gateway (RFC 9110 7.6.3: Via is there to
+     * tell request loops). */
+    bool via_loop;
     const char *host_header; /* the Host value (trimmed), NULL when absent */
     size_t host_header_len;
     const char *proxy_authorization; /* NULL when absent; never forwarded */

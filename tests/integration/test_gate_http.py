@@ -1609,3 +1609,45 @@ def test_max_forwards_counted_down_and_zero_answered_by_the_gateway(gateway, net
     assert up_raw.endswith(b"\r\n\r\nok"), up_raw
     assert got == [b"TRACE /n HTTP/1.1\r\nHost: " + authority + b"\r\nMax-Forwards: 1\r\n"
                    b"Via: 1.1 sluice\r\nConnection: close\r\n\r\n"], got
+
+
+def test_a_request_sent_back_through_the_gateway_is_refused_as_a_loop(gateway, net):
+    # RFC 9110 7.6.3: Via lets a proxy tell a request loop. The origin here
+    # is a misconfigured proxy that sends each request it gets back to the
+    # gateway as a proxy request, Via and all: the gateway's own member in
+    # it is a loop, refused (self_request) rather than forwarded round
+    # again: the first round is allowed, the second refused. (The origin gives up after 3 rounds: a bound for the build
+    # without the refusal, where the client got its 508.)
+    host = "loop.example.test"
+    got = []
+    state = {}
+
+    def reflect(conn, stop, received):
+        got.append(received)
+        if len(got) >= 3:
+            conn.sendall(b"HTTP/1.1 508 Loop Detected\r\nContent-Length: 0\r\n\r\n")
+            return
+        head = received.split(b"\r\n\r\n", 1)[0].split(b"\r\n")
+        method, path, version = head[0].split(b" ")
+        fields = [f for f in head[1:] if not f.lower().startswith(b"connection:")]
+        again = b"\r\n".join([b"%s http://%s%s %s" % (method, state["authority"], path, version)]
+                             + fields + [b"Connection: close", b"", b""])
+        conn.sendall(exchange_until_close(state["gw"], again))
+
+    with ScriptedUpstream(reflect) as up:
+        state["authority"] = b"%s:%d" % (host.encode(), up.port)
+        gw = state["gw"] = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
+                                              static_extra={host: up.IP}))
+        r = request(gw, "GET", "http://%s:%d/round" % (host, up.port))
+        # the refusal of the second round, relayed by the origin as its
+        # answer to the first (so without the gateway's Sluice-Reason,
+        # which no origin's answer carries)
+        assert r.status == 403 and r.header("Sluice-Reason") is None, r
+        assert r.text == ("sluice: %s:%d refused (agent default): its Via says it went through "
+                          "a sluice gateway already: a forwarding loop\n" % (host, up.port)), r.text
+        # the first round went to the origin, which sent it back once
+        assert len(got) == 1 and b"\r\nVia: 1.1 sluice\r\n" in got[0], got
+        evs = gw.wait_events(count=2, path="/round")
+        assert [(e["decision"], e["reason"]) for e in evs] == [("allow", None),
+                                                              ("deny", "self_request")], evs
+        assert evs[1]["rule"] is None, evs  # refused with the head, before any rule

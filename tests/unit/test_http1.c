@@ -1082,6 +1082,39 @@ static void test_write_via(void **state)
     evbuffer_free(b);
 }
 
+/* A request whose Via names the gateway's pseudonym as a hop it went
+ * through came back to a sluice gateway: via_loop. */
+static void test_via_loop(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *via;
+        bool loop;
+    } cases[] = {
+        {"1.1 sluice", true},
+        {"1.0 a, HTTP/1.1 SLUICE (comment)", true},
+        {"1.1 a,1.1 b ,  1.0\tsluice", true},
+        {"1.1 sluicer", false},
+        {"1.1 a (sluice)", false},
+        {"1.1 sluice:8080", false},
+        {"sluice", false},
+        {"", false},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char in[256];
+        snprintf(in, sizeof(in), "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nVia: %s\r\n\r\n",
+                 cases[i].via);
+        ok_req(in);
+        if (req.via_loop != cases[i].loop)
+            fail_msg("via_loop %d for Via: %s", req.via_loop, cases[i].via);
+    }
+    /* in any of the fields */
+    ok_req("GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nVia: 1.1 sluice\r\nVia: 1.1 b\r\n\r\n");
+    assert_true(req.via_loop);
+    ok_req("GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n");
+    assert_false(req.via_loop);
+}
+
 /* RFC 9110 7.6.2: a TRACE's or OPTIONS's Max-Forwards is read (one field,
  * digits only, capped) and goes on counted down; another method's goes on
  * as it came, unread. */
@@ -1273,6 +1306,7 @@ int main(void)
         cmocka_unit_test(test_write_via),
         cmocka_unit_test(test_write_date),
         cmocka_unit_test(test_max_forwards),
+        cmocka_unit_test(test_via_loop),
         cmocka_unit_test(test_split_host),
     };
     return cmocka_run_group_tests(tests, NULL, teardown);
