@@ -283,6 +283,32 @@ def unix_accepted(pid, path):
     return out
 
 
+# /proc/net/tcp states (include/net/tcp_states.h) in which the server's end
+# of a connection is still open: established (served, or still in the accept
+# queue), half-open, or ended by the peer alone
+TCP_OPEN_AT_SERVER = ("01", "03", "08")  # ESTABLISHED, SYN_RECV, CLOSE_WAIT
+
+
+def server_connections(ip, port):
+    """How many connections to the IPv4 listener <ip>:<port> of this
+    process's network namespace its server has not closed yet (read from
+    /proc/self/net/tcp): 0 once it took, served and closed every one."""
+    local = "%s:%04X" % (socket.inet_aton(ip)[::-1].hex().upper(), port)
+    with open("/proc/self/net/tcp") as f:
+        rows = [row.split() for row in f.read().splitlines()[1:]]
+    return sum(1 for col in rows if col[1] == local and col[3] in TCP_OPEN_AT_SERVER)
+
+
+def wait_served(server, timeout=10.0):
+    """Waits until the loopback <server> (an upstream with .ip and .port)
+    has closed every connection made to it: then what it records (SNI
+    names, handshakes, requests) is all in, and a "nothing reached it"
+    holds for good once the gateway decided. Counted by the kernel, not
+    guessed: a connection still in the accept queue counts."""
+    poll(lambda: server_connections(server.ip, server.port) == 0, timeout=timeout,
+         what="the upstream %s:%d to close its connections" % (server.ip, server.port))
+
+
 EPOLLIN = 0x1  # include/uapi/linux/eventpoll.h
 EPOLLOUT = 0x4
 

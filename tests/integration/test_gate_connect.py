@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import DEAD_IP, DNS_IP, policy_yaml
+from conftest import DEAD_IP, DNS_IP, policy_yaml, wait_served
 from gate_client import (ANY, Tunnel, api_rule, assert_denied, connect, curl, hello_record,
                          open_conn, poll, read_head, read_response, recv_line, recv_until_close,
                          request)
@@ -668,7 +668,7 @@ def test_sni_hello_stalled_past_window_refused(gateway, net):
         _assert_refused(gw, t)
     finally:
         t.close()
-    time.sleep(0.2)
+    wait_served(net.tls)
     assert "evil.example.test" not in net.tls.sni and net.tls.handshakes == 0
 
 
@@ -724,7 +724,7 @@ def test_client_reset_in_peek_window_judged_on_what_it_sent(gateway, net, first,
     ev, end = gw.decided(method="CONNECT", host="tls.example.test")
     assert (ev["decision"], ev["reason"]) == (decision, reason), ev
     assert (end["status"], end["bytes_up"], end["bytes_down"]) == (200, 0, 0), end
-    time.sleep(0.2)
+    wait_served(net.tls)
     assert net.tls.handshakes == 0 and net.tls.heads == []
 
 
@@ -1169,7 +1169,7 @@ def _send_refused(gw, net, data):
         _assert_refused(gw, t)
     finally:
         t.close()
-    time.sleep(0.2)
+    wait_served(net.tls)
     assert "evil.example.test" not in net.tls.sni
     assert net.tls.handshakes == 0 and net.tls.accepted <= 1
 
@@ -1335,7 +1335,7 @@ def test_sni_second_hello_after_hello_retry_request_refused(gateway, net):
     net.tls.clear()
     ch1, ch2 = _hrr_hellos("tls.example.test", "evil.example.test")
     ev, end = _second_hello_after_hrr(gw, net, ch1, ch2)
-    time.sleep(0.2)
+    wait_served(net.tls)
     assert "evil.example.test" not in net.tls.sni, net.tls.sni
     assert net.tls.sni == ["tls.example.test"]
     assert ev["decision"] == "deny" and ev["reason"] == "sni_mismatch", ev
@@ -1361,7 +1361,7 @@ def test_sni_second_hello_sent_with_the_first_refused(gateway, net):
     finally:
         t.close()
     ev, end = gw.decided(method="CONNECT")
-    time.sleep(0.2)
+    wait_served(net.tls)
     assert "evil.example.test" not in net.tls.sni, net.tls.sni
     assert ev["decision"] == "deny" and ev["reason"] == "sni_mismatch", ev
 
@@ -1590,7 +1590,7 @@ def test_second_hello_retry_request_after_a_late_ccs_refused(gateway, net):
         finally:
             t.close()
         ev, _ = gw.decided(method="CONNECT")
-        time.sleep(0.2)
+        wait_served(srv)
         assert srv.got == [ch1, ch2], srv.got
         assert ev["decision"] == "deny" and ev["reason"] == "sni_mismatch", ev
 
@@ -1615,7 +1615,7 @@ def _assert_host_refused(gw, net, t):
     assert ev["decision"] == "deny" and ev["reason"] == "host_mismatch", ev
     assert ev["host"] == "api.example.test" and ev["port"] == net.api.port
     assert end["bytes_up"] == 0, end
-    time.sleep(0.2)
+    wait_served(net.api)
     assert net.api.requests == [], net.api.requests
 
 
@@ -1952,7 +1952,7 @@ def _hello_refused(gw, net, hello, reason, first=None):
         _assert_refused(gw, t, reason)
     finally:
         t.close()
-    time.sleep(0.2)
+    wait_served(net.tls)
     assert net.tls.sni == [] and net.tls.handshakes == 0
 
 
@@ -2044,7 +2044,7 @@ def test_encrypted_second_hello_after_hello_retry_request_refused(gateway, net):
     ev, end = _second_hello_after_hrr(gw, net, ch1, _with_ech(ch2))
     assert ev["decision"] == "deny" and ev["reason"] == "encrypted_client_hello", ev
     assert end["bytes_up"] == len(ch1), end
-    time.sleep(0.2)
+    wait_served(net.tls)
     assert net.tls.sni == ["tls.example.test"], net.tls.sni
 
 
@@ -2090,7 +2090,7 @@ def test_first_bytes_after_a_quiet_window_are_checked(gateway, net, kind):
         _assert_refused(gw, t, reason)
     finally:
         t.close()
-    time.sleep(0.2)
+    wait_served(net.tls)
     assert net.tls.sni == [] and net.tls.handshakes == 0
 
 
