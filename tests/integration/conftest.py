@@ -561,6 +561,20 @@ class Gateway:
         not waited for: None while it holds none (or several)."""
         return self._end_now(lambda _: self._upstream_inodes(port))
 
+    def listener_end(self, timeout=10.0):
+        """The SocketEnd of the gateway's TCP listener: its epoll interest
+        says whether it accepts (a paused listener is waited on for nothing)."""
+        return self._end(lambda _: {t.inode for t in tcp_sockets(self.proc.pid)
+                                    if t.port == self.port and t.state == TCP_LISTEN},
+                         "the gateway's listener on port %d" % self.port, timeout)
+
+    def accept_queue(self):
+        """How many connections the kernel completed on the gateway's TCP
+        listener that the gateway has not accepted yet (a listening
+        socket's rx_queue in /proc/net/tcp is its accept queue's length)."""
+        return sum(t.unread for t in tcp_sockets(self.proc.pid)
+                   if t.port == self.port and t.state == TCP_LISTEN)
+
     def interest(self, end):
         """The events the gateway's epoll waits for on the SocketEnd <end>
         (0 once the descriptor is closed, or is another file). libevent
