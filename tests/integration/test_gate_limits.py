@@ -29,7 +29,7 @@ from gate_client import (api_rule, assert_denied, build_request, connect, cpu_se
                          poll, proc_number, read_response, read_responses, recv_until_close, request)
 from gate_servers import (BannerServer, LoopbackServer, ScriptedUpstream, free_port, pattern_bytes,
                           send_ok)
-from conftest import policy_yaml
+from conftest import EPOLLIN, EPOLLOUT, policy_yaml
 from watch_helpers import Silent, wait_alert
 
 
@@ -1993,9 +1993,15 @@ def test_refusals_of_pipelined_requests_wait_for_a_client_that_does_not_read(gat
     n = 10000
     one = b"GET http://other.example.test/x HTTP/1.1\r\nHost: other.example.test\r\n\r\n"
     s = open_conn(gw, timeout=30)
+    end = gw.client_end(s)
     sender = threading.Thread(target=s.sendall, args=(one * n,), daemon=True)
     sender.start()
-    time.sleep(2.0)
+    # the refusals it holds stop its reading: it waits to write them and
+    # reads no head until the client takes them (its epoll interest, read
+    # from the kernel: not a guessed while, in which a loaded machine would
+    # decide few requests even were they all read)
+    poll(lambda: gw.interest(end) & (EPOLLIN | EPOLLOUT) == EPOLLOUT, timeout=30,
+         what="the gateway to wait for the client, its reading stopped")
     decided = len(gw.events())
     assert decided < n // 4, "%d of %d requests decided for a client reading nothing" % (
         decided, n)
