@@ -639,6 +639,21 @@ class Gateway:
             return ends and ends[0].unread == 0 and sent and sent[0].unacked == 0
         poll(taken, timeout=timeout, what="the gateway to read what the client sent")
 
+    def wait_held(self, sock, n, timeout=10.0):
+        """Waits until the gateway holds off the client socket <sock> (TCP,
+        in the gateway's network namespace): <n> bytes it sent wait unread
+        in the gateway's end, and the gateway does not read it (a paused
+        flow): a state read from the kernel, not guessed to have come."""
+        mine = sock.getsockname()[1]
+        end = self.client_end(sock, timeout)
+
+        def held():
+            ends = [t for t in tcp_sockets(self.proc.pid)
+                    if t.port == self.port and t.remote_port == mine]
+            return ends and ends[0].unread == n and not self.reads(end)
+        poll(held, timeout=timeout,
+             what="%d bytes from the client held unread, its reading paused" % n)
+
     def wait_no_clients(self, timeout=10.0):
         """Waits until the gateway holds no client connection (the
         readiness probe's, an earlier request's, closed by the gateway)."""

@@ -491,8 +491,8 @@ def test_reload_speeds_up_a_paused_tunnel(gateway, net):
         gw, t, first, policy = _tunnel_under(gateway, net, sink, "10B/s",
                                              idle_timeout="300s")
         more = pattern_bytes(100)
-        t.sock.sendall(more)  # read as the bucket is in debt: the tunnel pauses
-        time.sleep(0.3)
+        t.sock.sendall(more)  # the tunnel, paused, leaves it unread until the reload
+        gw.wait_held(t.sock, len(more))
         rest = pattern_bytes(4 * KIB)
         reply, elapsed = _reload_then_send(gw, t, policy("1MiB/s"), rest)
         _assert_sink_got(reply, first + more + rest)
