@@ -8,7 +8,6 @@ throttled. Real gateway, loopback only."""
 
 import base64
 import socket
-import time
 import urllib.request
 
 from conftest import policy_yaml
@@ -54,9 +53,20 @@ def guess(gw, net, i, path="/guess"):
 
 
 def settle(gw, n):
-    """Waits for <n> decisions logged, then a moment for any alert."""
+    """Waits for <n> decisions logged. An alert they raised may not be
+    written yet, so "no alert so far" is checked for good by the alert a
+    later request raises: alerts are written in order, so it must be the
+    first of its kind (first_for())."""
     gw.wait_events("agent_egress", count=n)
-    time.sleep(0.3)
+
+
+def first_for(gw, af, path):
+    """The first auth_failures alert, which must be that of the request to
+    <path>: none came before it."""
+    a = wait_alert(af, "auth_failures")[0]
+    ev = gw.events("agent_egress", path=path)
+    assert len(ev) == 1 and a["id"] == ev[0]["id"], (a, ev)
+    return a
 
 
 def test_wrong_tokens_past_max_raise_one_alert(gateway, net, tmp_path):
@@ -108,7 +118,7 @@ def test_the_right_token_neither_counts_nor_resets(gateway, net, tmp_path):
     settle(gw, 8)
     assert alerts(af, "auth_failures") == []
     guess(gw, net, 3, path="/fourth")  # the 4th wrong one, the right ones between
-    a = wait_alert(af, "auth_failures")[0]
+    a = first_for(gw, af, "/fourth")
     assert "4 requests from 127.0.0.1 within 1m (max 3)" in a["detail"], a
     # counted by kind in the metrics
     text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % admin, timeout=10).read()
@@ -165,8 +175,8 @@ def test_reload_changes_the_threshold(gateway, net, tmp_path):
     gw.reload()
     poll(lambda: "sluice: reloaded" in gw.stderr(), timeout=10, what="the reload")
     assert alerts(af, "auth_failures") == []
-    guess(gw, net, 3)  # the 4th, counted with the 3 before the reload
-    a = wait_alert(af, "auth_failures")[0]
+    guess(gw, net, 3, path="/fourth")  # the 4th, counted with the 3 before the reload
+    a = first_for(gw, af, "/fourth")
     assert "4 requests from 127.0.0.1 within 1m (max 3)" in a["detail"], a
 
 
