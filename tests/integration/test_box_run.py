@@ -1285,11 +1285,20 @@ for _ in range(500):
     time.sleep(0.01)
 with open("/proc/sys/kernel/ns_last_pid", "w") as f:
     f.write(str(gw - 1))
-bystander = subprocess.Popen(["sleep", "30"])
+# the bystander blocks every signal it can: one run sent it stays pending,
+# to be read once run is gone, not guessed to have done its work by then
+bystander = subprocess.Popen(
+    [sys.executable, "-c", "import signal, sys, time\n"
+     "signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())\n"
+     "print('ready', flush=True)\nsys.stdin.read()\n"],
+    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+assert bystander.stdout.readline().strip() == "ready"
 run.stdin.close()
 run.wait(20)
-time.sleep(0.3)
+with open("/proc/%d/status" % bystander.pid) as f:
+    status = dict(ln.split(":\t", 1) for ln in f.read().splitlines() if ":\t" in ln)
 out = {"same_pid": bystander.pid == gw, "bystander": bystander.poll(),
+       "state": status["State"], "pending": [status["SigPnd"], status["ShdPnd"]],
        "stderr": run.stderr.read()}
 bystander.kill()
 print(json.dumps(out))
@@ -1314,7 +1323,9 @@ def test_a_gateway_that_died_is_not_signalled_again(box, net):
     o = Box.out(p)
     assert "the gateway stopped" in o["stderr"], o
     assert o["same_pid"], o  # else the test did not hand the PID on
-    assert o["bystander"] is None, o  # still running: run did not signal it
+    # still running, no signal pending (SIGKILL, which it cannot block, ends it)
+    assert o["bystander"] is None and o["state"][0] in "SR", o
+    assert o["pending"] == ["0000000000000000"] * 2, o  # run did not signal it
 
 
 def test_a_relay_that_fails_does_not_report_success(box, net):
