@@ -513,8 +513,7 @@ def test_baseline_learned_and_kept_across_restart(gateway, net, tmp_path):
     for i in range(3):
         request(gw2, "GET", net.url("/q%d" % i))
     gw2.wait_events("agent_egress_end", count=3)
-    time.sleep(0.3)
-    assert alerts(af, "baseline") == []
+    assert alerts(af, "baseline") == []  # so far; for good below: the first is the 7th's
     # more than twice the learned rate does
     for i in range(3, 6):
         request(gw2, "GET", net.url("/q%d" % i))
@@ -594,9 +593,8 @@ def test_per_request_kinds_fold_and_summaries_are_written_at_shutdown(gateway, n
     gw.wait_events("agent_egress_end", count=4)
     first = wait_alert(af, "tier3_write")[0]
     assert first["count"] == 1 and "/w0 " in first["detail"]
-    time.sleep(0.3)
-    assert len(alerts(af, "tier3_write")) == 1  # the 3 repeats are folded (1 min period)
-    assert len(alerts(af, "first_contact")) == 1
+    # the 3 repeats are folded (1 min period): counted once the stop wrote
+    # every alert, not after a wait
     gw.stop()  # the open period's summary is written at once, not lost
     got = alerts(af, "tier3_write")
     assert len(got) == 2, got
