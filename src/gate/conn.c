@@ -20,6 +20,7 @@
 #include "gate/deny.h"
 #include "gate/gateway.h"
 #include "gate/held_body.h"
+#include "gate/kept_decision.h"
 #include "gate/max_forwards.h"
 #include "gate/method_override.h"
 #include "gate/progress.h"
@@ -318,6 +319,7 @@ void conn_end_exchange(struct conn *c)
     c->request_unfinished = ex->req_body != BODY_NONE && !ex->req_done;
     quota_flow_close(ex->flow);
     free(ex->path);
+    kept_decision_free(ex->kept); /* after the events, which read it */
     if (ex->uphead != NULL) {
         /* Kept, empty, for the connection's next request (forward_prepare()) */
         evbuffer_drain(ex->uphead, evbuffer_get_length(ex->uphead));
@@ -1356,6 +1358,46 @@ static void rebase_exchange(struct conn *c, const struct agent *a, const struct 
     gw_policy_unref(old); /* nothing of <c> borrows from it any more */
 }
 
+/* <c>'s plain exchange, whose answer alone is left to come (a long
+ * download, an event stream: forward_answer_only()), and which no reload
+ * decides again (its write is done), lets go of the policy it was decided
+ * under once a reload replaced it: it keeps copies of what its lines
+ * still read of its decision (gate/kept_decision.h) and goes on under the
+ * policy in force. Before, it held that policy until its answer ended:
+ * streams opened one after each of frequent reloads held a whole policy
+ * each. Its lines say what they would have said; its idle_timeout is its
+ * own already. Its flow, which borrows from that policy, meters nothing
+ * more (its request went up whole): closed. Out of memory, it holds the
+ * policy on, and a later reload tries again. */
+static void keep_decision(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    if (ex->pol == c->gw->current)
+        return;
+    if (ex->kept == NULL) { /* kept at an earlier reload: only moved on */
+        struct kept_decision *k = kept_decision_new(&ex->dec, ex->agent_id);
+        if (k == NULL)
+            return;
+        ex->kept = k;
+        kept_decision_apply(k, &ex->dec);
+        ex->agent_id = k->agent_id; /* the same text: agent_hash stays */
+        ex->agent = NULL;
+        quota_flow_close(ex->flow);
+        ex->flow = NULL;
+    }
+    gw_policy_unref(ex->pol); /* nothing of <c> borrows from it any more */
+    ex->pol = gw_policy_ref(c->gw->current);
+}
+
+/* True when <c> is a plain request let through whose answer alone is left
+ * to come: nothing of it is decided again, nor connected, nor metered. */
+static bool answer_only(const struct conn *c)
+{
+    const struct exchange *ex = &c->ex;
+    return ex->active && !ex->is_connect && ex->verdict != VERDICT_DENY &&
+           ex->redecided_pol == NULL && forward_answer_only(c);
+}
+
 /* The agent of <c>'s exchange as a new request of its client would be
  * named under the policy in force <p>: by id (the exchange's agent is the
  * old policy's), into <*a>. */
@@ -1423,8 +1465,11 @@ bool conn_redecide(struct conn *c, time_t now)
 {
     struct exchange *ex = &c->ex;
     bool plain = plain_going(c);
-    if (!plain && !connect_going(c))
+    if (!plain && !connect_going(c)) {
+        if (answer_only(c))
+            keep_decision(c);
         return false;
+    }
     const struct policy *p = c->gw->current->policy;
     const struct agent *a = NULL;
     struct decision dec = {

@@ -43,6 +43,7 @@ struct tunnel;
 struct resolve_req;
 struct upstream_connect;
 struct quota_flow;
+struct kept_decision;
 
 /* Above this many bytes waiting in one direction's output, stop reading the
  * other side; resume when it drains below FLOW_LOW. */
@@ -82,13 +83,16 @@ struct exchange {
     bool active;
     char id[48]; /* "c17.1" */
     /* The policy this request is decided under (a reference), which all
-     * it borrows comes from; the policy in force once a reload kept it. */
+     * it borrows comes from; the policy in force once a reload kept it,
+     * or left it its answer alone to finish (<kept>). */
     struct gw_policy *pol;
     /* limits.idle_timeout and header_bytes of the policy it was first
      * decided under: a reload that keeps it leaves them as they were. */
     uint64_t idle_timeout_ms, header_bytes;
+    /* Read while it is decided (again); NULL once a reload left it its
+     * answer alone to finish (<kept>). */
     const struct agent *agent;
-    const char *agent_id; /* NULL when unknown (auth failed); borrowed */
+    const char *agent_id; /* NULL when unknown (auth failed); borrowed (<pol>'s, or <kept>'s) */
     uint64_t agent_hash;  /* agent_hash(agent_id), set with it (set_agent()), or 0 */
     bool by_secret;       /* identified by the secret it presented (a token agent) */
     /* with by_secret, its agent's token_mark(): a reload that rotates the
@@ -129,6 +133,12 @@ struct exchange {
     uint64_t head_bytes;        /* the request head as read (event.h's head_bytes) */
     uint64_t up_reported;       /* bytes_up already in progress events (gate/progress.h) */
     struct timespec up_note_at; /* CLOCK_MONOTONIC of the last progress event */
+
+    /* What a plain exchange whose answer alone is left to come keeps of
+     * its decision once a reload replaced the policy it was decided under
+     * (conn.c, keep_decision()): <agent_id> and <dec>'s rule, grant and
+     * owner point into it, no longer into that policy. Owned; NULL before. */
+    struct kept_decision *kept;
 
     unsigned retry_after;    /* seconds, for rate_limited and quarantined (shape/admit.c) */
     struct quota_flow *flow; /* upload shaping (shape/quota.h), or NULL; owned */
@@ -394,7 +404,10 @@ bool conn_gate_denies(struct conn *c, enum deny_reason r, bool respond);
  * returns false; but a tunnel or plain request kept goes on under the
  * policy in force, the one it was decided under let go (conn.c,
  * rebase_exchange()), and its upload is metered from then on by the
- * bandwidth of the rule the new decision names (quota_flow_set_rule()).
+ * bandwidth of the rule the new decision names (quota_flow_set_rule());
+ * and a plain request whose answer alone is left to come
+ * (forward_answer_only()) lets go of that policy too, keeping what its
+ * lines still say of its decision (conn.c, keep_decision()).
  * Not to be called from <c>'s own callbacks. */
 bool conn_redecide(struct conn *c, time_t now);
 uint64_t conn_idle_ms(const struct conn *c);
@@ -454,6 +467,10 @@ void forward_on_free(struct conn *c);
  * all taken (in the gateway's output, or unacknowledged in its socket's
  * send queue), and the answer is not complete. */
 bool forward_uploading(const struct conn *c);
+/* True when <c>'s plain request went up whole and will not go up again
+ * (no retry on a fresh connection is left to it): all that is left of its
+ * exchange is its answer coming back. */
+bool forward_answer_only(const struct conn *c);
 /* The request of <c>, decided again and denied (conn_redecide()), waits
  * for its denial's line: nothing more of its body is read or sent, nothing
  * of its answer read; <c> waits in CS_CONNECT, as a request waits for its

@@ -67,6 +67,7 @@ static void up_write(struct bufferevent *bev, void *arg);
 static void up_event(struct bufferevent *bev, short what, void *arg);
 static bool kept_is_quiet(struct conn *c);
 static void reconnect(struct conn *c);
+static bool retryable(const struct conn *c);
 
 /* A request with a body, whatever its method: an origin that answers it
  * without reading the body (a GET's, as most do; a POST's, as a CGI script
@@ -405,6 +406,13 @@ bool forward_uploading(const struct conn *c)
     const struct exchange *ex = &c->ex;
     return c->state == CS_FORWARD && c->up != NULL && ex->req_body != BODY_NONE && !ex->rsp_done &&
            !ex->req_taken && !upstream_took_all(c);
+}
+
+bool forward_answer_only(const struct conn *c)
+{
+    const struct exchange *ex = &c->ex;
+    return c->state == CS_FORWARD && !c->log_waiting && ex->req_done && !forward_uploading(c) &&
+           !retryable(c);
 }
 
 void forward_hold(struct conn *c)

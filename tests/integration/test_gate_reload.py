@@ -508,8 +508,8 @@ def echo_rule(port, host="echo.example.test", **kw):
     return r
 
 
-def echo_policy(net, rules, **kw):
-    return net.policy(rules, static_extra=ECHO_NAMES, **kw)
+def echo_policy(net, rules, static_extra=None, **kw):
+    return net.policy(rules, static_extra=dict(ECHO_NAMES, **(static_extra or {})), **kw)
 
 
 def ping_echo(sock):
@@ -629,10 +629,11 @@ HELD_FILLER = 10000  # rules enough that a policy's memory stands out of the RSS
 HELD_GENERATIONS = 16
 
 
-def filled_echo_policy(net, port, tag):
-    """YAML for the echo rule plus HELD_FILLER exact rules named after <tag>
-    (each reload's are new names: nothing of them is shared)."""
-    head = policy_yaml(echo_policy(net, [echo_rule(port)]))
+def filled_echo_policy(net, port, tag, host="echo.example.test", **kw):
+    """YAML for the echo rule (for <host>) plus HELD_FILLER exact rules
+    named after <tag> (each reload's are new names: nothing of them is
+    shared); <kw> for the policy."""
+    head = policy_yaml(echo_policy(net, [echo_rule(port, host=host)], **kw))
     at = head.index("rules:\n") + len("rules:\n")
     lines = "".join("  - host: h%d.%s.filler.test\n    ports: [443]\n    tier: 0\n" % (i, tag)
                     for i in range(HELD_FILLER))
@@ -691,6 +692,140 @@ def test_tunnels_kept_open_across_reloads_hold_no_older_policy(gateway, net):
         finally:
             for t in tunnels:
                 t.close()
+        assert "reload failed" not in gw.stderr(), gw.stderr()[-2000:]
+
+
+STREAM = "stream.example.test"  # ScriptedUpstream.IP's name
+
+
+def streaming_script(first, end):
+    """A ScriptedUpstream script whose every answer is a stream (a long
+    download, server-sent events): with <first>, a chunked 200 with its
+    first chunk at once, then nothing more until the event <end> is set,
+    when its last chunk ends it; without, nothing at all until then (a slow
+    answer). A request's Content-Length body is read before it answers."""
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n"
+
+    def script(conn, stop, received):
+        length = re.search(rb"(?im)^content-length:\s*(\d+)", received)
+        want = received.index(b"\r\n\r\n") + 4 + (int(length.group(1)) if length else 0)
+        while len(received) < want:
+            d = conn.recv(4096)
+            if not d:
+                return
+            received += d
+        if first:
+            conn.sendall(head)
+        while not end.wait(0.1) and not stop.is_set():
+            pass
+        conn.sendall((b"" if first else head) + b"4\r\nlast\r\n0\r\n\r\n")
+    return script
+
+
+def recv_until(sock, end):
+    """What <sock> sends up to <end>, read in small pieces (nothing after it
+    in a stream that pauses there)."""
+    got = b""
+    while not got.endswith(end):
+        d = sock.recv(64)
+        assert d, got
+        got += d
+    return got
+
+
+def open_answer(gw, port, path, first, body=None):
+    """A plain GET of <path> from STREAM:<port> (a POST of <body> with one),
+    whose answer is still to come whole: its head and first chunk read with
+    <first>, else its agent_egress line seen."""
+    s = open_conn(gw, timeout=30)
+    req = "GET" if body is None else "POST"
+    s.sendall(b"%s http://%s:%d%s HTTP/1.1\r\nHost: %s:%d\r\n%s\r\n%s" % (
+        req.encode(), STREAM.encode(), port, path.encode(), STREAM.encode(), port,
+        b"" if body is None else b"Content-Length: %d\r\n" % len(body), body or b""))
+    if not first:
+        gw.wait_events("agent_egress", path=path)
+        return s
+    status, _ = read_head(s)
+    assert status == 200, status
+    recv_until(s, b"first\r\n")
+    return s
+
+
+@pytest.mark.parametrize("first,body", [(True, None), (False, None), (True, b"u" * 4000)],
+                         ids=["streaming", "not-begun", "after-upload"])
+def test_plain_answers_still_coming_across_reloads_hold_no_older_policy(gateway, net, first, body):
+    # As test_tunnels_kept_open_across_reloads_hold_no_older_policy, with a
+    # plain request whose answer is still to come (a long download, an
+    # event stream; an answer not begun; one after an upload) opened after
+    # each reload: its request went up whole, so no reload decides it
+    # again, and it lets go of the policy it was decided under, keeping
+    # what its lines still say. Before, each held that policy until its
+    # answer ended: 16 such requests opened one per reload held 16
+    # policies. Each reload names the agent anew (gen0, gen1, ...): an
+    # answer's agent_egress_end still names the agent it was decided for,
+    # which the policy in force no longer has. The answer not begun waits
+    # within an idle_timeout of an hour, as slow answers may.
+    asan = os.environ.get("ASAN_OPTIONS", "")
+    env = {"ASAN_OPTIONS": (asan + ":" if asan else "") + "quarantine_size_mb=0"}
+    limits = {"idle_timeout": "1h"}
+    answers_end = threading.Event()
+
+    def policy(tag, filled=True):
+        kw = {"agents": [{"id": tag, "sources": ["127.0.0.0/8"]}], "limits": limits,
+              "static_extra": {STREAM: ScriptedUpstream.IP}}
+        if filled:
+            return filled_echo_policy(net, port, tag, host=STREAM, **kw)
+        return echo_policy(net, [echo_rule(port, host=STREAM)], **kw)
+    with ScriptedUpstream(streaming_script(first, answers_end)) as origin:
+        port = origin.port
+        gw = gateway(policy("first", filled=False), env=env)
+        pid = gw.proc.pid
+        open_answer(gw, port, "/warm", first, body).close()  # the loop's lazily made state
+        small = rss_kib(pid)
+        reload_to(gw, policy("first"), 1)
+        one = rss_kib(pid) - small  # one large policy, and what loading it left
+        assert one > 1024, "a policy of %d rules took %d KiB" % (HELD_FILLER, one)
+        n = 1
+        for k in range(HELD_GENERATIONS):  # the level without answers to come
+            n += 1
+            reload_to(gw, policy("quiet"), n)
+        level = rss_kib(pid)
+        answers = []
+        try:
+            for k in range(HELD_GENERATIONS):
+                answers.append(open_answer(gw, port, "/s%d" % k, first, body))
+                n += 1
+                reload_to(gw, policy("gen%d" % k), n)
+            grown = rss_kib(pid) - level
+            print("one policy: %d KiB; level after %d reloads: +%d KiB; %d more reloads under "
+                  "%d answers to come: +%d KiB more" % (one, HELD_GENERATIONS + 1, level - small,
+                                                        HELD_GENERATIONS, len(answers), grown))
+            answers_end.set()  # every answer ends whole, under the policy it was decided under
+            for s in answers:
+                if not first:
+                    status, _ = read_head(s)
+                    assert status == 200, status
+                got = recv_until(s, b"0\r\n\r\n")
+                assert got.endswith(b"4\r\nlast\r\n0\r\n\r\n"), got
+            # the connection is kept: its next request is decided anew
+            r = request(gw, "GET", "http://%s:%d/next" % (STREAM, port), sock=answers[-1])
+            assert r.status == 200 and r.body == b"firstlast", r
+            ev = gw.wait_events("agent_egress", path="/next")[0]
+            assert ev["agent"] == "gen%d" % (HELD_GENERATIONS - 1), ev
+            assert grown < 3 * one, (
+                "%d reloads, each with a plain request opened under the policy before it whose "
+                "answer is still to come, grew the gateway by %d KiB, %.1f policies of %d KiB, "
+                "beyond the level as many reloads without them reached" % (
+                    HELD_GENERATIONS, grown, grown / one, one))
+        finally:
+            for s in answers:
+                s.close()
+        for k in range(HELD_GENERATIONS):
+            ev, end = gw.decided(path="/s%d" % k)
+            decided_for = "quiet" if k == 0 else "gen%d" % (k - 1)
+            assert (ev["agent"], ev["decision"]) == (decided_for, "allow"), ev
+            assert (end["agent"], end["status"], end["tier"]) == (decided_for, 200, ev["tier"]), end
+            assert end["bytes_up"] == len(body or b"") and end["bytes_down"] > 0, end
         assert "reload failed" not in gw.stderr(), gw.stderr()[-2000:]
 
 
