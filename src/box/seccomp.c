@@ -54,6 +54,9 @@
  * bpf() fails with EPERM: a map pinned in the host's bpf file system opens
  * by its path whatever the mount, and its descriptor writes the host's map.
  *
+ * perf_event_open() of a whole CPU (pid -1) or of a cgroup
+ * (PERF_FLAG_PID_CGROUP) fails with EPERM (refuse_system_wide_perf()).
+ *
  * The terminal: ioctl(TIOCSTI), ioctl(TIOCLINUX), the line discipline's
  * ioctl(TIOCSETD) and, for a virtual console, the ioctls that change what
  * its keys type (the key map, dead keys, keyboard mode, lock flags), what
@@ -376,6 +379,36 @@ static int refuse_group_priority(scmp_filter_ctx ctx)
     return rc;
 }
 
+/* perf_event_open(attr, pid, cpu, group_fd, flags) watching more than the
+ * command's own processes: pid -1 counts (and samples: instruction
+ * addresses, call chains) whatever runs on a CPU, the host's processes
+ * included, and PERF_FLAG_PID_CGROUP whatever runs in a cgroup named by
+ * its folder, the host's services too. Only kernel.perf_event_paranoid
+ * stood in the way: at 1 or above the kernel refuses both with EACCES, at
+ * 0 or below it lets any process have them. EPERM, the filter's own answer,
+ * so that it is told from the kernel's. The pid is an int, compared in the
+ * low 32 bits as the kernel reads it; the flags an unsigned long whose
+ * every bit the kernel reads. Watching a process (pid 0, the caller's
+ * own; another's only as ptrace() could reach it) stays as the kernel has
+ * it. */
+#define BOX_PERF_FLAG_PID_CGROUP (1u << 2) /* <linux/perf_event.h> */
+
+static int refuse_system_wide_perf(scmp_filter_ctx ctx)
+{
+    const struct scmp_arg_cmp any_cpu_task = {
+        .arg = 1, .op = SCMP_CMP_MASKED_EQ, .datum_a = 0xffffffffu, .datum_b = 0xffffffffu};
+    int rc = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(perf_event_open), 1,
+                                    &any_cpu_task);
+    if (rc != 0)
+        return rc;
+    const struct scmp_arg_cmp of_cgroup = {.arg = 4,
+                                           .op = SCMP_CMP_MASKED_EQ,
+                                           .datum_a = BOX_PERF_FLAG_PID_CGROUP,
+                                           .datum_b = BOX_PERF_FLAG_PID_CGROUP};
+    return seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(perf_event_open), 1,
+                                  &of_cgroup);
+}
+
 int box_seccomp_rules(scmp_filter_ctx ctx, bool allow_unix, char *err, size_t errlen)
 {
     int rc = refuse_families(ctx, SCMP_SYS(socket), allow_unix);
@@ -430,6 +463,8 @@ int box_seccomp_rules(scmp_filter_ctx ctx, bool allow_unix, char *err, size_t er
      * an unprivileged caller gets where unprivileged bpf is disabled. */
     if (rc == 0)
         rc = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(bpf), 0);
+    if (rc == 0)
+        rc = refuse_system_wide_perf(ctx);
     /* Kernel keyrings: the box joins a fresh session keyring, but the
      * user keyring (@u) belongs to the uid, and as root (no user namespace)
      * that is the host root's, with whatever tickets and keys it holds.
