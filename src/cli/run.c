@@ -1277,9 +1277,26 @@ static bool same_file(int a, int b)
            sa.st_ino == sb.st_ino;
 }
 
+/* The command wrote to the same terminal and may have left it hiding text:
+ * concealed (ESC[8m), black on black, a program killed in the middle of a
+ * password prompt or a full-screen drawing. An SGR reset (ESC[0m) before
+ * the summary shows it, when standard error is a terminal (into a file or
+ * a pipe it would only be noise). The alternate screen (ESC[?1049h) is left
+ * as it is: run does not read the command's output and cannot know the
+ * terminal is in it; ESC[?1049l would throw away what the command's screen
+ * last showed (a crashed program's message), and on the normal screen
+ * restores in xterm a cursor saved long before, writing the summary over
+ * earlier lines. `reset` or `tput rmcup` is the user's to run. */
+static void reset_terminal_attributes(void)
+{
+    if (isatty(STDERR_FILENO))
+        fputs("\x1b[0m", stderr);
+}
+
 static void print_summary(const struct run_args *a, const struct served *s, unsigned long relayed,
                           int code)
 {
+    reset_terminal_attributes();
     if (a->proxy != NULL) {
         char *shown = text_shown(a->proxy); /* as --proxy's usage error shows it */
         fprintf(stderr,

@@ -329,6 +329,63 @@ def test_proxy_environment(box, net):
                  "PIP_PROXY": relay, "CARGO_HTTP_PROXY": relay,
                  "NPM_CONFIG_PROXY": None, "pip_proxy": None}
 
+def _run_on_a_pty(box, args, code, stderr_file=None):
+    """Runs `sluice run ARGS -- python3 -c CODE` with standard output, and
+    standard error unless <stderr_file> is given, on a pty; returns run's
+    status and every byte read from the pty's master until the last holder
+    of its slave closed it (EIO), or 30 s."""
+    import select
+    master, slave = os.openpty()
+    try:
+        argv = [box.bin, "run"] + [str(a) for a in args] + ["--", PY, "-c", code]
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=slave,
+                                stderr=stderr_file if stderr_file is not None else slave,
+                                cwd=box.workdir, env=_clean_env(None), start_new_session=True)
+        os.close(slave)
+        slave = -1
+        got = b""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if not select.select([master], [], [], 0.5)[0]:
+                continue
+            try:
+                data = os.read(master, 65536)
+            except OSError as e:  # EIO: no slave left open
+                assert e.errno == errno.EIO, e
+                break
+            if not data:
+                break
+            got += data
+        proc.wait(timeout=30)
+        return proc.returncode, got
+    finally:
+        if slave >= 0:
+            os.close(slave)
+        os.close(master)
+
+
+def test_the_summary_on_a_terminal_starts_with_an_attribute_reset(box, net, tmp_path):
+    """A command that leaves the terminal hiding text (ESC[8m, concealed,
+    as a program killed in the middle of a password prompt may) hid run's
+    summary too: on a terminal, the summary now starts with ESC[0m. Into
+    a file, no escape at all."""
+    pol = box.policy(net.policy([]))
+    code = "import sys; sys.stdout.write('\\x1b[8mhidden'); sys.stdout.flush()"
+    rc, got = _run_on_a_pty(box, ["--policy", pol], code)
+    assert rc == 0, got
+    at = got.find(b"sluice run: exit 0;")
+    assert at > 0, got
+    assert b"hidden" in got[:at], got
+    assert got[at - len(b"\x1b[0m"):at] == b"\x1b[0m", got
+    with open(tmp_path / "err", "w+b") as err:
+        rc, got = _run_on_a_pty(box, ["--policy", pol], code, stderr_file=err)
+        err.seek(0)
+        text = err.read()
+    assert rc == 0, (got, text)
+    assert b"hidden" in got and b"sluice run: exit 0;" not in got, got
+    assert b"sluice run: exit 0;" in text and b"\x1b" not in text, text
+
+
 
 @pytest.mark.parametrize("tz", [None, "Asia/Tokyo", ""])
 def test_command_environment_holds_tz_as_given(box, net, tz):
