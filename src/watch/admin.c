@@ -55,6 +55,7 @@
 #include "watch/metrics.h"
 #include "util/accept_error.h"
 #include "util/env.h"
+#include "util/http_date.h"
 #include "util/ipaddr.h"
 #include "util/text_json.h"
 #include "util/units.h"
@@ -225,12 +226,8 @@ static void conn_reply(struct admin_conn *c, int code, const char *why, const ch
                        const char *extra, struct evbuffer *body, bool head_only)
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
-    char date[64];
-    time_t now = time(NULL);
-    struct tm tm;
-    if (gmtime_r(&now, &tm) == NULL ||
-        strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", &tm) == 0)
-        date[0] = '\0';
+    char date[HTTP_DATE_LEN + 1]; /* "" for a clock past year 9999 */
+    (void)http_date_format(time(NULL), date);
     leave_head(c);
     c->state = AC_REPLY;
     admin_listen_update(c->a); /* the last one to evict, perhaps */
