@@ -6,7 +6,8 @@
  * only when "X" is, as the same name; the case of ASCII letters changes
  * nothing (the same host, or refused alike), nor does one more trailing
  * dot after a name; host_sent_names() says the input names its normal form
- * exactly when the input is ASCII. */
+ * exactly when the input is ASCII (any IP spelling), and with the canonical
+ * IP spelling asked for never says more, nor anything else of a name. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,7 +108,14 @@ static void check_spellings(const char *s, size_t len, int rc, const struct host
         bool ascii = true;
         for (size_t i = 0; i < len; i++)
             ascii = ascii && (unsigned char)s[i] < 0x80;
-        if (host_sent_names(s, len, h) != ascii)
+        if (host_sent_names(s, len, h, IP_SPELLING_ANY) != ascii)
+            abort();
+        /* the canonical spelling asks more, never less; a name is read
+         * the same either way, an IP's canonical text always passes */
+        bool canonical = host_sent_names(s, len, h, IP_SPELLING_CANONICAL);
+        if ((canonical && !ascii) || (h->kind == HOST_NAME && canonical != ascii) ||
+            (h->kind == HOST_IP &&
+             !host_sent_names(h->name, strlen(h->name), h, IP_SPELLING_CANONICAL)))
             abort();
     }
     free(alt);

@@ -466,7 +466,7 @@ static enum peek_verdict peek_judge(struct conn *c, const char *buf, size_t len,
     case SNI_NEED_MORE:
         return final ? PEEK_REFUSE : PEEK_WAIT;
     case SNI_FOUND:
-        if (!host_sent_names(name, nlen, &c->ex.target))
+        if (!host_sni_names(name, nlen, &c->ex.target))
             return PEEK_REFUSE;
         return hello_verdict(c, encrypted);
     case SNI_MALFORMED:

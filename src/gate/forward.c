@@ -124,10 +124,11 @@ enum deny_reason forward_prepare(struct conn *c, const struct http_request *req,
      * origin behind a front may pick the site by instead (routing_host.h),
      * with or without a Host. A value without a port means 80. */
     if (req->host_header != NULL &&
-        routing_host_names(req->host_header, req->host_header_len, &ex->target, ex->port, 80) !=
-            ROUTING_HOST_MATCH)
+        routing_host_names(req->host_header, req->host_header_len, &ex->target, ex->port, 80,
+                           IP_SPELLING_ANY) != ROUTING_HOST_MATCH)
         return REASON_HOST_MISMATCH;
-    if (routing_fields_name(req, &ex->target, ex->port, 80, why) != ROUTING_HOST_MATCH)
+    if (routing_fields_name(req, &ex->target, ex->port, 80, IP_SPELLING_ANY, why) !=
+        ROUTING_HOST_MATCH)
         return REASON_HOST_MISMATCH;
     return REASON_NONE;
 }

@@ -161,7 +161,7 @@ static enum peek_http_result judge_simple(const char *t, size_t len, const struc
     size_t hlen;
     uint16_t hport;
     if (memchr(a, '@', alen) != NULL || http1_split_host(a, alen, &h, &hlen, &hport) < 0 ||
-        !host_sent_names(h, hlen, target)) {
+        !host_sent_names(h, hlen, target, IP_SPELLING_CANONICAL)) {
         *why = "the request target names another host";
         return PEEK_HTTP_MISMATCH;
     }
@@ -177,7 +177,7 @@ static enum peek_http_result judge_head(const struct http_request *req, const st
                                         uint16_t port, const char **why)
 {
     if (req->form == TARGET_ABSOLUTE || req->form == TARGET_AUTHORITY) {
-        if (!host_sent_names(req->host, strlen(req->host), target)) {
+        if (!host_sent_names(req->host, strlen(req->host), target, IP_SPELLING_CANONICAL)) {
             *why = "the request target names another host";
             return PEEK_HTTP_MISMATCH;
         }
@@ -190,15 +190,16 @@ static enum peek_http_result judge_head(const struct http_request *req, const st
      * Without a port, a Host and the fields an origin behind a front may
      * pick the site by instead (routing_host.h) are accepted. */
     if (req->host_header != NULL) {
-        enum routing_host_result r =
-            routing_host_names(req->host_header, req->host_header_len, target, port, port);
+        enum routing_host_result r = routing_host_names(req->host_header, req->host_header_len,
+                                                        target, port, port, IP_SPELLING_CANONICAL);
         if (r != ROUTING_HOST_MATCH) {
             *why = r == ROUTING_HOST_OTHER_PORT ? "the Host header names another port"
                                                 : "the Host header names another host";
             return PEEK_HTTP_MISMATCH;
         }
     }
-    if (routing_fields_name(req, target, port, port, why) != ROUTING_HOST_MATCH)
+    if (routing_fields_name(req, target, port, port, IP_SPELLING_CANONICAL, why) !=
+        ROUTING_HOST_MATCH)
         return PEEK_HTTP_MISMATCH;
     return PEEK_HTTP_MATCH;
 }

@@ -66,9 +66,11 @@
  * bytes. Then the Host header (when there is one) and an absolute-form or
  * authority-form target must name the target as host_sent_names()
  * (policy/host.h) tells (after host_normalise(), and in ASCII: a server
- * looks its sites up by the bytes it got), and a port they carry must be the target's port (a
- * Host or absolute-form target without a port is accepted), and so must
- * the fields an origin behind a front may pick the site by instead
+ * looks its sites up by the bytes it got; an IP target in its canonical
+ * spelling, IP_SPELLING_CANONICAL), and a port they carry must be the
+ * target's port (a Host or absolute-form target without a port is
+ * accepted), and so must the fields an origin behind a front may pick the
+ * site by instead
  * (X-Forwarded-Host, Forwarded host=, ...: routing_fields_name(),
  * gate/routing_host.h), with or without a Host; HTTP/1.0 without Host
  * or them, with an origin-form target, is MATCH. Pure apart from

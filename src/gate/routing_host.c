@@ -6,12 +6,14 @@
 #include <strings.h>
 
 enum routing_host_result routing_host_names(const char *v, size_t len, const struct host *target,
-                                            uint16_t port, uint16_t default_port)
+                                            uint16_t port, uint16_t default_port,
+                                            enum ip_spelling spelling)
 {
     const char *h;
     size_t hlen;
     uint16_t named;
-    if (http1_split_host(v, len, &h, &hlen, &named) < 0 || !host_sent_names(h, hlen, target))
+    if (http1_split_host(v, len, &h, &hlen, &named) < 0 ||
+        !host_sent_names(h, hlen, target, spelling))
         return ROUTING_HOST_OTHER_HOST;
     if (named == 0)
         named = default_port;
@@ -22,7 +24,8 @@ enum routing_host_result routing_host_names(const char *v, size_t len, const str
  * checked with routing_host_names(); empty elements are skipped (RFC 9110
  * 5.6.1). */
 static enum routing_host_result list_names(const char *v, size_t len, const struct host *target,
-                                           uint16_t port, uint16_t default_port)
+                                           uint16_t port, uint16_t default_port,
+                                           enum ip_spelling spelling)
 {
     struct http1_list it;
     const char *e;
@@ -30,7 +33,7 @@ static enum routing_host_result list_names(const char *v, size_t len, const stru
     enum routing_host_result r = ROUTING_HOST_MATCH;
     for (http1_list_init(&it, v, len); r == ROUTING_HOST_MATCH && http1_list_next(&it, &e, &elen);)
         if (elen > 0)
-            r = routing_host_names(e, elen, target, port, default_port);
+            r = routing_host_names(e, elen, target, port, default_port, spelling);
     return r;
 }
 
@@ -41,7 +44,8 @@ static enum routing_host_result list_names(const char *v, size_t len, const stru
  * An unquoted value runs to the next OWS, ';' or ','. */
 static enum routing_host_result forwarded_names(const char *v, size_t len,
                                                 const struct host *target, uint16_t port,
-                                                uint16_t default_port, const char **why)
+                                                uint16_t default_port, enum ip_spelling spelling,
+                                                const char **why)
 {
     size_t i = 0;
     while (i < len) {
@@ -83,7 +87,7 @@ static enum routing_host_result forwarded_names(const char *v, size_t len,
             goto unreadable;
         if (name_len == 4 && strncasecmp(v + name, "host", 4) == 0) {
             enum routing_host_result r =
-                routing_host_names(val, val_len, target, port, default_port);
+                routing_host_names(val, val_len, target, port, default_port, spelling);
             if (r != ROUTING_HOST_MATCH) {
                 *why = r == ROUTING_HOST_OTHER_PORT ? "Forwarded host= names another port"
                                                     : "Forwarded host= names another host";
@@ -100,18 +104,19 @@ unreadable:
 
 enum routing_host_result routing_fields_name(const struct http_request *req,
                                              const struct host *target, uint16_t port,
-                                             uint16_t default_port, const char **why)
+                                             uint16_t default_port, enum ip_spelling spelling,
+                                             const char **why)
 {
     for (size_t i = 0; i < req->nheaders; i++) {
         const struct http_header *f = &req->headers[i];
         enum routing_host_result r = ROUTING_HOST_MATCH;
         if (f->field == HTTP_FIELD_HOST_ALIAS) {
-            r = list_names(f->value, f->value_len, target, port, default_port);
+            r = list_names(f->value, f->value_len, target, port, default_port, spelling);
             if (r != ROUTING_HOST_MATCH)
                 *why = r == ROUTING_HOST_OTHER_PORT ? "a forwarding header names another port"
                                                     : "a forwarding header names another host";
         } else if (f->field == HTTP_FIELD_FORWARDED) {
-            r = forwarded_names(f->value, f->value_len, target, port, default_port, why);
+            r = forwarded_names(f->value, f->value_len, target, port, default_port, spelling, why);
         }
         if (r != ROUTING_HOST_MATCH)
             return r;

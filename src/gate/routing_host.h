@@ -29,11 +29,13 @@ enum routing_host_result {
 
 /* Whether the value <v> (<len> bytes, hostile) of a field that names a
  * host ("name[:port]", "[v6][:port]": http1_split_host()) names <target>
- * (host_sent_names()) and <port>; a value without a port names
- * <default_port> (80 for a plain-HTTP request, whose Host without a port
- * means 80; the target's own port where a missing port is accepted). */
+ * (host_sent_names(), an IP spelled as <spelling> allows) and <port>; a
+ * value without a port names <default_port> (80 for a plain-HTTP request,
+ * whose Host without a port means 80; the target's own port where a
+ * missing port is accepted). */
 enum routing_host_result routing_host_names(const char *v, size_t len, const struct host *target,
-                                            uint16_t port, uint16_t default_port);
+                                            uint16_t port, uint16_t default_port,
+                                            enum ip_spelling spelling);
 
 /* Checks the routing fields of <req> other than Host (the header comment
  * says which) as routing_host_names() checks a Host value: every element
@@ -46,6 +48,7 @@ enum routing_host_result routing_host_names(const char *v, size_t len, const str
  * else the first mismatch, with <*why> set to a static phrase. */
 enum routing_host_result routing_fields_name(const struct http_request *req,
                                              const struct host *target, uint16_t port,
-                                             uint16_t default_port, const char **why);
+                                             uint16_t default_port, enum ip_spelling spelling,
+                                             const char **why);
 
 #endif

@@ -3,6 +3,7 @@
 #include <idn2.h>
 #include <libpsl.h>
 #include <string.h>
+#include <strings.h>
 
 #include "util/utf8.h"
 
@@ -204,21 +205,41 @@ err:
     return -1;
 }
 
-bool host_sent_names(const char *s, size_t len, const struct host *target)
+/* Whether <s> (<len> bytes) is the IP target's canonical text <canon>,
+ * IPv6 bare or bracketed (IP_SPELLING_CANONICAL). */
+static bool ip_text_sent(const char *s, size_t len, const char *canon)
+{
+    size_t n = strlen(canon);
+    if (strchr(canon, ':') != NULL && len == n + 2 && s[0] == '[' && s[len - 1] == ']') {
+        s++;
+        len -= 2;
+    }
+    return len == n && strncasecmp(s, canon, n) == 0;
+}
+
+bool host_sent_names(const char *s, size_t len, const struct host *target,
+                     enum ip_spelling spelling)
 {
     struct host h;
     const char *why;
-    /* An IP target's canonical text, byte for byte (as a client sends the
-     * Host of an absolute-form target): parsed, it gives the same address
-     * and text back, so the parse is not made again. */
-    if (target->kind == HOST_IP && len == strlen(target->name) && memcmp(s, target->name, len) == 0)
+    /* An IP target's canonical text (as a client sends the Host of an
+     * absolute-form target): parsed, it gives the same address and text
+     * back, so the parse is not made again. */
+    if (target->kind == HOST_IP && ip_text_sent(s, len, target->name))
         return true;
+    if (target->kind == HOST_IP && spelling == IP_SPELLING_CANONICAL)
+        return false;
     for (size_t i = 0; i < len; i++)
         if ((unsigned char)s[i] >= 0x80)
             return false;
     if (host_normalise(s, len, &h, &why) < 0)
         return false;
     return h.kind == target->kind && strcmp(h.name, target->name) == 0;
+}
+
+bool host_sni_names(const char *s, size_t len, const struct host *target)
+{
+    return (len == 0 || s[0] != '[') && host_sent_names(s, len, target, IP_SPELLING_CANONICAL);
 }
 
 /* True when libpsl's built-in Public Suffix List holds <name> (a normal

@@ -34,13 +34,36 @@ struct host {
  * ("empty label", "invalid IP literal", ...). */
 int host_normalise(const char *s, size_t len, struct host *out, const char **why);
 
+/* How a host a client sends a server must write an IP target to name it. */
+enum ip_spelling {
+    /* Any spelling that parses to the address (0x7f.0.0.1, 2130706433):
+     * a plain-HTTP request's Host, which the client spelled as it did the
+     * request target the gateway decided on. */
+    IP_SPELLING_ANY,
+    /* Its canonical text alone: a.b.c.d without leading zeros, IPv6 as RFC
+     * 5952 writes it, bare or in brackets, hex digits in either case. A
+     * tunnel's first bytes, which alone tell its server the host: to a
+     * server other spellings are names, which its default site may take. */
+    IP_SPELLING_CANONICAL,
+};
+
 /* True when the host <s> (<len> bytes, hostile) that a client sends a server
- * (a Host header, a request target, a TLS server_name) names <target>: it
- * normalises to <target> and is ASCII. A server looks its sites up by the
- * bytes it got, without IDNA's mapping: to nginx "\uff41pi.example.com"
- * (a full-width "a") or a name with a soft hyphen in it is another host,
- * which its *.example.com site takes, not api.example.com. */
-bool host_sent_names(const char *s, size_t len, const struct host *target);
+ * (a Host header, a request target, a TLS server_name) names <target>: a
+ * name that normalises to <target> and is ASCII, an IP spelled as
+ * <spelling> allows. A server looks its sites up by the bytes it got,
+ * without IDNA's mapping: to nginx "\uff41pi.example.com" (a full-width
+ * "a") or a name with a soft hyphen in it is another host, which its
+ * *.example.com site takes, not api.example.com. */
+bool host_sent_names(const char *s, size_t len, const struct host *target,
+                     enum ip_spelling spelling);
+
+/* host_sent_names() for a TLS server_name: an IP in its canonical text,
+ * without brackets. RFC 6066 keeps IP literals out of server_name, but a
+ * client that puts one there writes the address's text, which names what
+ * the CONNECT does (a server whose site is set up for the address,
+ * server_name 127.0.0.1 in nginx, takes it): that passes, and any other
+ * spelling is another host. */
+bool host_sni_names(const char *s, size_t len, const struct host *target);
 
 enum pattern_kind {
     PATTERN_EXACT,    /* "api.github.com" */

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import DEAD_IP, DNS_IP, policy_yaml, wait_served
+from conftest import API_IP, BANNER_IP, DEAD_IP, DNS_IP, policy_yaml, wait_served
 from gate_client import (ANY, Tunnel, api_rule, assert_denied, connect, curl, hello_record,
                          open_conn, poll, read_head, read_response, recv_line, recv_until_close,
                          request)
@@ -1046,16 +1046,23 @@ def test_sni_hello_without_name_allowed(gateway, net):
     rules = [{"host": "banner.example.test", "ports": [net.banner.port], "tier": 2}]
     gw = gateway(net.policy(rules))
     t = connect(gw, "banner.example.test:%d" % net.banner.port)
-    hello = hello_record(None) + b"\r\n"
+    assert t.status == 200
+    _hello_reaches_the_banner(gw, t, hello_record(None))
+
+
+def _hello_reaches_the_banner(gw, t, hello):
+    """<hello> and a line end, sent into the tunnel <t> to the banner
+    server, go through intact: the banner and its reply come back, and the
+    CONNECT is allowed."""
+    hello += b"\r\n"
     try:
-        assert t.status == 200
         t.sock.sendall(hello)
         data = recv_until_close(t.sock)
     finally:
         t.close()
     assert data == BannerServer.BANNER + BannerServer.REPLY
     ev, end = gw.decided(method="CONNECT")
-    assert ev["decision"] == "allow" and end["bytes_up"] == len(hello)
+    assert ev["decision"] == "allow" and end["bytes_up"] == len(hello), (ev, end)
 
 
 def _refragment(hello, record_max):
@@ -1733,13 +1740,19 @@ def test_tunnel_http_host_mismatch_refused(gateway, net, head):
         t.close()
 
 
-@pytest.mark.parametrize("host", ["api.example.test", "api.example.test:%(port)d",
-                                  "API.Example.TEST", "api.example.test.",
-                                  "api.example.test.:%(port)d", "api.example.test:"])
-def test_tunnel_http_target_host_allowed(gateway, net, host):
-    gw = gateway(net.policy([api_rule(net)]))
+@pytest.mark.parametrize("by_ip, host", [(False, h) for h in [
+    "api.example.test", "api.example.test:%(port)d", "API.Example.TEST", "api.example.test.",
+    "api.example.test.:%(port)d", "api.example.test:"]] + [(True, API_IP),
+                                                          (True, API_IP + ":%(port)d")])
+def test_tunnel_http_target_host_allowed(gateway, net, by_ip, host):
+    # <by_ip>: the CONNECT names the api upstream's address (a cidr: rule),
+    # and the Host its canonical text
+    if by_ip:
+        gw, t = _ip_tunnel(gateway, net, API_IP, net.api.port)
+    else:
+        gw = gateway(net.policy([api_rule(net)]))
+        t = _api_tunnel(gw, net)
     h = (host % {"port": net.api.port}).encode()
-    t = _api_tunnel(gw, net)
     try:
         t.sock.sendall(b"GET /inner HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n" % h)
         t.sock.settimeout(10)
@@ -1778,6 +1791,59 @@ def test_tunnel_http_other_forms_allowed(gateway, net, head):
     ev, _ = gw.decided(method="CONNECT")
     assert ev["decision"] == "allow" and ev["reason"] is None, ev
 
+
+def _other_spellings(ip):
+    """Other spellings of the loopback address <ip> (127.0.0.N): each parses
+    to the same address, but a server looks its sites up by the bytes it
+    got, so to it they are names, which its default site may take."""
+    n = int(ip.rsplit(".", 1)[1])
+    return ["127.000.000.%03d" % n, "0x7f.0.0.%d" % n, "%d" % (0x7f000000 + n),
+            "0177.0.0.%d" % n, "127.%d" % n, "%s." % ip]
+
+
+def _ip_tunnel(gateway, net, ip, port):
+    """A gateway whose one rule is a cidr: rule for <ip>:<port>, and a
+    tunnel through it to that address: (gw, tunnel)."""
+    gw = gateway(net.policy([{"cidr": ip + "/32", "ports": [port], "tier": 2}]))
+    t = connect(gw, "%s:%d" % (ip, port))
+    assert t.status == 200, t.text
+    return gw, t
+
+
+@pytest.mark.parametrize("name", _other_spellings(BANNER_IP) + ["[%s]" % BANNER_IP])
+def test_sni_other_spelling_of_the_target_ip_refused(gateway, net, name):
+    gw, t = _ip_tunnel(gateway, net, BANNER_IP, net.banner.port)
+    try:
+        t.sock.sendall(hello_record(name))
+        _assert_refused(gw, t)
+    finally:
+        t.close()
+
+
+def test_sni_holding_the_target_ip_as_written_allowed(gateway, net):
+    # RFC 6066 keeps IP literals out of server_name; a client that puts
+    # the address there anyway writes its text, which names what the
+    # CONNECT does: let through, as before
+    gw, t = _ip_tunnel(gateway, net, BANNER_IP, net.banner.port)
+    _hello_reaches_the_banner(gw, t, hello_record(BANNER_IP))
+
+
+@pytest.mark.parametrize("host", _other_spellings(API_IP)
+                         + [h + ":%(port)d" for h in _other_spellings(API_IP)[:2]])
+def test_tunnel_http_host_other_spelling_of_the_target_ip_refused(gateway, net, host):
+    gw, t = _ip_tunnel(gateway, net, API_IP, net.api.port)
+    try:
+        t.sock.sendall(b"GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n"
+                       % (host % {"port": net.api.port}).encode())
+        got = _read_until_closed(t.sock)
+    finally:
+        t.close()
+    assert got == b"", got
+    ev, end = gw.decided(method="CONNECT")
+    assert ev["decision"] == "deny" and ev["reason"] == "host_mismatch", ev
+    assert ev["host"] == API_IP and end["bytes_up"] == 0, (ev, end)
+    wait_served(net.api)
+    assert net.api.requests == [], net.api.requests
 
 def test_tunnel_http_only_the_first_request_is_checked(gateway, net):
     # What docs/SPEC.md promises, exactly (CONNECT and SNI): the first

@@ -255,7 +255,7 @@ static void test_sent_names(void **state)
      * trailing dot. */
     static const char *const same[] = {"api.example.com", "API.Example.COM", "api.example.com."};
     for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++)
-        assert_true(host_sent_names(same[i], strlen(same[i]), &t));
+        assert_true(host_sent_names(same[i], strlen(same[i]), &t, IP_SPELLING_ANY));
     /* Spellings IDNA maps to it are other hosts to a server (it looks its
      * sites up by the bytes it got), and so are names that are not it. */
     static const char *const other[] = {
@@ -265,9 +265,9 @@ static void test_sent_names(void **state)
         "api.example.com.evil.test",   "api.example", "", "127.0.0.1",
     };
     for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++)
-        assert_false(host_sent_names(other[i], strlen(other[i]), &t));
-    assert_true(host_sent_names("127.0.0.1", 9, &ip));
-    assert_false(host_sent_names("api.example.com", 15, &ip));
+        assert_false(host_sent_names(other[i], strlen(other[i]), &t, IP_SPELLING_ANY));
+    assert_true(host_sent_names("127.0.0.1", 9, &ip, IP_SPELLING_ANY));
+    assert_false(host_sent_names("api.example.com", 15, &ip, IP_SPELLING_ANY));
     /* An IP target's own canonical text names it (host_sent_names() takes
      * it without a parse): it must parse back to the same address and text. */
     static const char *const ips[] = {
@@ -291,10 +291,37 @@ static void test_sent_names(void **state)
         assert_int_equal(host_normalise(a.name, strlen(a.name), &b, &why), 0);
         assert_int_equal(b.kind, HOST_IP);
         assert_string_equal(a.name, b.name);
-        assert_true(host_sent_names(a.name, strlen(a.name), &a));
+        assert_true(host_sent_names(a.name, strlen(a.name), &a, IP_SPELLING_ANY));
     }
-    assert_false(host_sent_names("127.0.0.10", 10, &ip));
-    assert_false(host_sent_names("127.0.0.", 8, &ip));
+    assert_false(host_sent_names("127.0.0.10", 10, &ip, IP_SPELLING_ANY));
+    assert_false(host_sent_names("127.0.0.", 8, &ip, IP_SPELLING_ANY));
+    /* Other spellings of the address: names to a server, refused where
+     * the canonical spelling is asked for, taken where any is. */
+    static const char *const ip_spellings[] = {
+        "127.000.000.001", "0x7f.0.0.1", "2130706433", "0177.0.0.1", "127.1", "127.0.0.1.",
+    };
+    for (size_t i = 0; i < sizeof(ip_spellings) / sizeof(ip_spellings[0]); i++) {
+        const char *sp = ip_spellings[i];
+        assert_false(host_sent_names(sp, strlen(sp), &ip, IP_SPELLING_CANONICAL));
+        assert_true(host_sent_names(sp, strlen(sp), &ip, IP_SPELLING_ANY));
+        assert_false(host_sni_names(sp, strlen(sp), &ip));
+    }
+    assert_true(host_sent_names("127.0.0.1", 9, &ip, IP_SPELLING_CANONICAL));
+    assert_true(host_sni_names("127.0.0.1", 9, &ip));
+    struct host v6;
+    assert_int_equal(host_normalise("[2001:DB8::1]", 13, &v6, &why), 0);
+    static const char *const v6_same[] = {"2001:db8::1", "[2001:db8::1]", "[2001:DB8::1]"};
+    for (size_t i = 0; i < sizeof(v6_same) / sizeof(v6_same[0]); i++)
+        assert_true(host_sent_names(v6_same[i], strlen(v6_same[i]), &v6, IP_SPELLING_CANONICAL));
+    static const char *const v6_other[] = {"[2001:db8:0::1]", "[2001:0db8::1]", "[2001:db8::1",
+                                           "2001:db8::1]", "[[2001:db8::1]]"};
+    for (size_t i = 0; i < sizeof(v6_other) / sizeof(v6_other[0]); i++)
+        assert_false(host_sent_names(v6_other[i], strlen(v6_other[i]), &v6, IP_SPELLING_CANONICAL));
+    /* A server_name holds no brackets; the bare text passes, names as ever. */
+    assert_true(host_sni_names("2001:db8::1", 11, &v6));
+    assert_false(host_sni_names("[2001:db8::1]", 13, &v6));
+    assert_true(host_sni_names("API.example.com", 15, &t));
+    assert_false(host_sni_names("127.0.0.1", 9, &t));
 }
 
 static void expect_pattern(const char *in, enum pattern_kind kind, const char *want)
