@@ -22,13 +22,31 @@ import pytest
 
 from conftest import policy_yaml
 from gate_client import poll, request
-from watch_helpers import (Receiver, Silent, free_tcp_port, wait_alert, webhook_label,
-                           webhook_tls_env, write_script)
+from watch_helpers import (Receiver, Silent, delivered_through, free_tcp_port, stored_alerts,
+                           wait_alert, webhook_label, webhook_tls_env, write_script)
 
 
 def rules(net, tier=3):
     return [{"host": "api.example.test", "ports": [net.api.port], "tier": tier,
              "owner": "alice", "expires": "2099-12-31"}]
+
+
+def later_rules(net):
+    """rules(net) and a tier-3 grant for other.example.test, for raise_later()."""
+    return rules(net) + [{"host": "other.example.test", "ports": [net.other.port], "tier": 3,
+                          "owner": "bob", "expires": "2099-12-31"}]
+
+
+def raise_later(gw, net, path="/later"):
+    """Raises a tier3_write alert for other.example.test (the api host's
+    repeats within a minute are folded into its period, written at its
+    end): one that comes behind those a test counts."""
+    assert request(gw, "POST", net.url(path, host="other.example.test", port=net.other.port),
+                   body=b"1").status == 200
+
+
+def later(body):
+    return body.get("host") == "other.example.test"
 
 
 def recording_program(tmp_path, first=""):
@@ -451,20 +469,23 @@ def test_webhook_down_then_up(gateway, net, tmp_path):
 def test_webhook_queue_survives_a_restart(gateway, net, tmp_path):
     port = free_tcp_port()
     url = "http://127.0.0.1:%d/hook" % port
-    pol = net.policy(rules(net), alerts={"sinks": [{"webhook": url}]})
+    pol = net.policy(later_rules(net), alerts={"sinks": [{"webhook": url}]})
     args = ["--alerts", str(tmp_path / "a.jsonl"), "--state", str(tmp_path / "state")]
     gw = gateway(pol, args=args)
     request(gw, "POST", net.url("/lost?"), body=b"1")
     wait_alert(str(tmp_path / "a.jsonl"), "tier3_write")
-    time.sleep(0.5)
+    poll(lambda: stored_alerts(tmp_path / "state") or None, timeout=10,
+         what="the alert's row committed")
     gw.stop()
     rcv = Receiver(port)
     try:
-        gateway(pol, args=args)
+        gw = gateway(pol, args=args)
         got = poll(lambda: rcv.bodies() or None, timeout=5, what="the stored alert")
         assert got[0]["kind"] == "tier3_write" and "/lost" in got[0]["detail"]
-        time.sleep(0.5)
-        assert len(rcv.bodies()) == 1
+        # sent once: counted behind a later alert
+        raise_later(gw, net)
+        got = delivered_through(rcv, later)
+        assert len(got) == 2 and later(got[1]), got
     finally:
         rcv.stop()
 
@@ -478,15 +499,16 @@ def test_webhook_listed_twice_sends_stored_alerts_twice_after_a_restart(gateway,
     port = free_tcp_port()
     admin = free_tcp_port()
     url = "http://127.0.0.1:%d/hook" % port
-    pol = net.policy(rules(net), alerts={"sinks": [{"webhook": url}, {"webhook": url}]})
+    pol = net.policy(later_rules(net), alerts={"sinks": [{"webhook": url}, {"webhook": url}]})
     args = ["--alerts", str(tmp_path / "a.jsonl"), "--state", str(tmp_path / "state"),
             "--admin", "127.0.0.1:%d" % admin]
     gw = gateway(pol, args=args)
     request(gw, "POST", net.url("/lost?"), body=b"1")
     wait_alert(str(tmp_path / "a.jsonl"), "tier3_write")
-    time.sleep(0.5)
+    poll(lambda: stored_alerts(tmp_path / "state") >= 2 or None, timeout=10,
+         what="each sink's row committed")
     gw.stop()
-    gateway(pol, args=args)
+    gw = gateway(pol, args=args)
     # Each sink reads its stored rows on the store's thread, after the start:
     # the gauge counts them once both reads are in.
     gauge = 'sluice_webhook_queue{sink="%s"}' % webhook_label(url)
@@ -496,8 +518,9 @@ def test_webhook_listed_twice_sends_stored_alerts_twice_after_a_restart(gateway,
     rcv = Receiver(port)
     try:
         poll(lambda: len(rcv.bodies()) >= 2 or None, timeout=20, what="the stored alerts")
-        time.sleep(1.0)
-        got = rcv.bodies()
+        # each sink's copy of a later alert: behind it, no more stored ones
+        raise_later(gw, net)
+        got = [b for b in delivered_through(rcv, later, count=2) if not later(b)]
         assert len(got) == 2, got
         assert all(b["kind"] == "tier3_write" and "/lost" in b["detail"] for b in got)
     finally:
@@ -635,20 +658,22 @@ def test_webhook_keeps_retrying_past_the_attempt_budget(gateway, net, tmp_path, 
     if state:
         args += ["--state", str(tmp_path / "state")]
     # test-only timings: backoff from 10 ms, capped at 600 ms
-    gw = gateway(net.policy(rules(net), alerts={"sinks": [{"webhook": url}]}), args=args,
+    gw = gateway(net.policy(later_rules(net), alerts={"sinks": [{"webhook": url}]}), args=args,
                  env={"SLUICE_TEST_WEBHOOK_BACKOFF_MS": "10"})
     request(gw, "POST", net.url("/p1"), body=b"1")
     # down for longer than the first 8 attempts: the alert is not given up
     poll(lambda: "undelivered after 8 attempts" in gw.stderr() or None, timeout=30,
          what="the attempt budget spent")
     assert "dropped" not in gw.stderr() and "next start" not in gw.stderr()
-    time.sleep(1.0)
+    # the next attempt, past the budget, is the one that finds the receiver
     rcv = Receiver(port)
     try:
         got = poll(lambda: rcv.bodies() or None, timeout=15, what="the late delivery")
         assert got[0]["kind"] == "tier3_write" and "/p1" in got[0]["detail"]
-        time.sleep(1.0)
-        assert len(rcv.bodies()) == 1
+        # sent once: counted behind a later alert
+        raise_later(gw, net)
+        got = delivered_through(rcv, later)
+        assert len(got) == 2 and later(got[1]), got
     finally:
         rcv.stop()
 
@@ -680,8 +705,11 @@ def test_webhook_queue_cap_without_store_drops_oldest(gateway, net, tmp_path, ca
     try:
         poll(lambda: (lambda b: b if len(b) >= 5 - dropped else None)(rcv.bodies()), timeout=15,
              what="the alerts not dropped")
-        time.sleep(1.0)
-        hosts = [b["host"] for b in rcv.bodies()]
+        # no more of them: counted behind a later alert (raised with the
+        # queue empty, it drops none, as the count checked below says)
+        request(gw, "GET", "http://later.example.test/")
+        hosts = [b["host"] for b in
+                 delivered_through(rcv, lambda b: b["host"] == "later.example.test")][:-1]
         # the newest is kept, and goes last; before it, the next newest, or
         # the older one that was in flight when the queue overflowed
         assert len(hosts) == 5 - dropped and hosts[-1] == "nowhere4.example.test", hosts
@@ -703,13 +731,16 @@ def test_webhook_over_the_memory_cap_comes_back_from_the_store(gateway, net, tmp
     for i in range(5):
         request(gw, "GET", "http://nowhere%d.example.test/" % i)
     wait_alert(str(tmp_path / "a.jsonl"), "first_contact", count=5)
-    time.sleep(0.5)
+    poll(lambda: stored_alerts(tmp_path / "state") >= 5 or None, timeout=10,
+         what="the 5 alerts' rows committed")
     rcv = Receiver(port)
     try:
         poll(lambda: (lambda b: b if len(b) >= 5 else None)(rcv.bodies()), timeout=20,
              what="all 5 alerts (3 read back from the store)")
-        time.sleep(1.5)
-        hosts = sorted(b["host"] for b in rcv.bodies())
+        # no copy of one comes later: counted behind a later alert
+        request(gw, "GET", "http://later.example.test/")
+        hosts = sorted(b["host"] for b in
+                       delivered_through(rcv, lambda b: b["host"] == "later.example.test")[:-1])
         assert hosts == ["nowhere%d.example.test" % i for i in range(5)]
         assert "dropping" not in gw.stderr()
     finally:
@@ -742,9 +773,11 @@ def test_webhook_backlog_drains_without_waiting_for_the_sweep_and_in_order(gatew
         request(gw, "GET", "http://nowhere6.example.test/")
         poll(lambda: (lambda b: b if len(b) >= 7 else None)(rcv.bodies()), timeout=10,
              what="all 7 alerts, well before the sweep")
-        time.sleep(0.5)
-        assert [b["host"] for b in rcv.bodies()] == \
-            ["nowhere%d.example.test" % i for i in range(7)]
+        # and no more: counted behind a later alert
+        request(gw, "GET", "http://nowhere7.example.test/")
+        assert [b["host"] for b in delivered_through(
+            rcv, lambda b: b["host"] == "nowhere7.example.test", timeout=10)] == \
+            ["nowhere%d.example.test" % i for i in range(8)]
     finally:
         rcv.stop()
 
@@ -781,15 +814,18 @@ def test_webhook_backlog_is_read_as_memory_frees_up(gateway, net, tmp_path):
         assert "5300 queued alert(s) for webhooks no longer configured are kept, not sent" \
             in gw.stderr()
         before = _bytes_read(gw.proc.pid)
-        gw.write_policy(policy_yaml(net.policy(rules(net), alerts={"sinks": [{"webhook": url}]})))
+        gw.write_policy(policy_yaml(net.policy(later_rules(net),
+                                               alerts={"sinks": [{"webhook": url}]})))
         gw.reload()
         poll(lambda: "sluice: reloaded" in gw.stderr() or None, timeout=10, what="the reload")
         read = _bytes_read(gw.proc.pid) - before
         assert read < 4 * 1024 * 1024, read
         poll(lambda: (lambda b: b if len(b) >= 300 else None)(rcv.bodies()), timeout=30,
              what="the 300 stored alerts (200 read back by the sweeps)")
-        time.sleep(1.5)
-        assert [b["n"] for b in rcv.bodies()] == list(range(300))
+        # each once: counted behind a later alert
+        raise_later(gw, net)
+        got = delivered_through(rcv, later)
+        assert [b.get("n") for b in got[:-1]] == list(range(300)) and len(got) == 301, got
         gw.stop()
         db = sqlite3.connect(str(state / "sluice.db"))
         left = db.execute("SELECT sink, count(*) FROM alert_queue GROUP BY sink").fetchall()

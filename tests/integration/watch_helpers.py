@@ -259,6 +259,30 @@ def stored_contacts(statedir):
         db.close()
 
 
+def stored_alerts(state):
+    """The alerts the state store in <state> holds for its sinks (its
+    committed rows)."""
+    db = sqlite3.connect("file:%s?mode=ro" % (state / "sluice.db"), uri=True)
+    try:
+        return db.execute("SELECT count(*) FROM alert_queue").fetchone()[0]
+    except sqlite3.OperationalError:  # not created yet
+        return 0
+    finally:
+        db.close()
+
+
+def delivered_through(rcv, is_later, count=1, timeout=20.0):
+    """Waits until the webhook receiver <rcv> got <count> alerts that
+    <is_later>(body) picks, raised after those the test counts, and returns
+    every body it got by then. A sink sends alerts in the order they were
+    raised, one request in flight (docs/SPEC.md, Alert sinks): a later one
+    received proves each earlier one's last attempt over, so no retry or
+    copy of one can still come, and a count taken then holds for good
+    (not after a guessed wait)."""
+    return poll(lambda: (lambda b: b if sum(1 for x in b if is_later(x)) >= count else None)(
+        rcv.bodies()), timeout=timeout, what="%d later alert(s) delivered" % count)
+
+
 def healthz(port):
     """(status, body) of the admin server's /healthz."""
     try:
