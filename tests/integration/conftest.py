@@ -623,21 +623,23 @@ class Gateway:
         poll(connecting, timeout=timeout, what="the gateway's connect to be under way")
 
     def wait_taken(self, sock, timeout=10.0):
-        """Waits until the gateway has read all that the client socket
-        <sock> (TCP, in the gateway's network namespace) sent: all of it
-        reached the gateway's end (acknowledged: on loopback a segment may
-        still wait in the kernel's backlog after send() returned), which
-        holds nothing unread."""
-        mine = sock.getsockname()[1]
+        """Waits until the gateway has read all that <sock> (TCP, in the
+        gateway's network namespace: a client's socket, or an upstream's
+        end of a connection the gateway made) sent: all of it reached the
+        gateway's end (acknowledged: on loopback a segment may still wait
+        in the kernel's backlog after send() returned), which holds nothing
+        unread. The gateway handles what one read brings before it reads
+        again: bytes sent after this come to it on their own."""
+        mine, theirs = sock.getsockname()[1], sock.getpeername()[1]
 
         def taken():
             rows = tcp_sockets(self.proc.pid)
             inodes = socket_inodes(self.proc.pid)
             ends = [t for t in rows
-                    if t.port == self.port and t.remote_port == mine and t.inode in inodes]
-            sent = [t for t in rows if t.port == mine and t.remote_port == self.port]
+                    if t.port == theirs and t.remote_port == mine and t.inode in inodes]
+            sent = [t for t in rows if t.port == mine and t.remote_port == theirs]
             return ends and ends[0].unread == 0 and sent and sent[0].unacked == 0
-        poll(taken, timeout=timeout, what="the gateway to read what the client sent")
+        poll(taken, timeout=timeout, what="the gateway to read what port %d sent" % mine)
 
     def wait_held(self, sock, n, timeout=10.0):
         """Waits until the gateway holds off the client socket <sock> (TCP,

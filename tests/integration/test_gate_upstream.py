@@ -169,16 +169,20 @@ CHUNKED_HEAD = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello
 def test_broken_body_after_the_head_cuts_the_agent(gateway, net, parts, why):
     # The head went out: the agent must see its response cut, and not be
     # able to take the cut for the end of a shorter response.
+    started = {}
+
     def script(conn, stop, _):
         for p in parts:
             conn.sendall(p)
-            time.sleep(0.5)  # the gateway relays what came so far
+            # the gateway relays what came so far (the head goes out)
+            # before it reads the rest
+            started["gw"].wait_taken(conn)
         if why == "truncated":
             conn.shutdown(socket.SHUT_WR)
         stop.wait(3)
 
     with ScriptedUpstream(script) as up:
-        gw = evil_gateway(gateway, net, up)
+        gw = started["gw"] = evil_gateway(gateway, net, up)
         data = get_until_close(gw, up, "/cut")
         head, _, got = data.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200"), data[:200]
@@ -496,13 +500,17 @@ def test_a_cut_body_framed_by_the_close_ends_with_a_reset(gateway, net, case):
     # plain close would be the end of the body to the agent, which would
     # take the part it got for the whole; a reset is an error to it. (The
     # close ended it, the bytes it got passing for a complete answer.)
+    started = {}
+
     def script(conn, stop, _):
         if case == "until_close_stalled":
             conn.sendall(b"HTTP/1.1 200 OK\r\n\r\nhello")
             stop.wait(5)
             return
         conn.sendall(CHUNKED_HEAD)
-        time.sleep(0.5)  # the gateway relays what came so far
+        # the gateway relays what came so far (the head goes out) before
+        # it reads the rest
+        started["gw"].wait_taken(conn)
         if case == "chunked_cut":
             conn.shutdown(socket.SHUT_WR)
         else:
@@ -510,7 +518,7 @@ def test_a_cut_body_framed_by_the_close_ends_with_a_reset(gateway, net, case):
         stop.wait(3)
 
     with ScriptedUpstream(script) as up:
-        gw = evil_gateway(gateway, net, up, limits={"idle_timeout": "1s"})
+        gw = started["gw"] = evil_gateway(gateway, net, up, limits={"idle_timeout": "1s"})
         s = open_conn(gw)
         try:
             version = "1.1" if case == "until_close_stalled" else "1.0"
