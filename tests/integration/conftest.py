@@ -248,7 +248,8 @@ def socket_inodes(pid):
     return inodes
 
 
-TCP_SYN_SENT, TCP_LISTEN = "02", "0A"  # /proc/net/tcp's st column (include/net/tcp_states.h)
+TCP_SYN_SENT, TCP_CLOSE_WAIT, TCP_LISTEN = "02", "08", "0A"  # /proc/net/tcp's st column
+# (include/net/tcp_states.h)
 
 
 TcpSocket = collections.namedtuple("TcpSocket", "port remote_port state unread inode unacked")

@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from conftest import TCP_CLOSE_WAIT, tcp_sockets
 from gate_client import (IMF_FIXDATE, api_rule, assert_deny_response, exchange, open_conn, poll,
                          read_response, read_responses, recv_until_close, request, undated)
 from gate_servers import ScriptedUpstream
@@ -898,12 +899,19 @@ def test_refusal_reaches_an_agent_that_ended_its_side(gateway, net):
     # The agent sends its request and ends its side (printf ... | nc -N);
     # then the origin fails it. The 502 still reaches the agent before the
     # connection closes, as the end line says.
+    started = {}
+
     def script(conn, stop, _):
-        time.sleep(0.3)  # the agent's end arrives meanwhile
+        # the agent's end reaches the gateway first (its end of the agent's
+        # connection is CLOSE_WAIT), then the origin closes unanswered
+        gw, mine = started["gw"], started["s"].getsockname()[1]
+        poll(lambda: any(t.port == gw.port and t.remote_port == mine and t.state == TCP_CLOSE_WAIT
+                         for t in tcp_sockets(gw.proc.pid)),
+             timeout=10, what="the agent's end at the gateway")
 
     with ScriptedUpstream(script) as up:
-        gw = evil_gateway(gateway, net, up)
-        s = open_conn(gw)
+        gw = started["gw"] = evil_gateway(gateway, net, up)
+        s = started["s"] = open_conn(gw)
         try:
             s.sendall(evil_get("/half", up))
             time.sleep(0.05)
