@@ -623,14 +623,16 @@ class Gateway:
                        for t in tcp_sockets(self.proc.pid))
         poll(connecting, timeout=timeout, what="the gateway's connect to be under way")
 
-    def wait_taken(self, sock, timeout=10.0):
+    def wait_taken(self, sock, closed_too=False, timeout=10.0):
         """Waits until the gateway has read all that <sock> (TCP, in the
         gateway's network namespace: a client's socket, or an upstream's
         end of a connection the gateway made) sent: all of it reached the
         gateway's end (acknowledged: on loopback a segment may still wait
         in the kernel's backlog after send() returned), which holds nothing
-        unread. The gateway handles what one read brings before it reads
-        again: bytes sent after this come to it on their own."""
+        unread (or, <closed_too>, that the gateway closed: an idle kept
+        connection that sends anything is dropped). The gateway handles
+        what one read brings before it reads again: bytes sent after this
+        come to it on their own."""
         mine, theirs = sock.getsockname()[1], sock.getpeername()[1]
 
         def taken():
@@ -639,6 +641,8 @@ class Gateway:
             ends = [t for t in rows
                     if t.port == theirs and t.remote_port == mine and t.inode in inodes]
             sent = [t for t in rows if t.port == mine and t.remote_port == theirs]
+            if closed_too and not ends:
+                return True
             return ends and ends[0].unread == 0 and sent and sent[0].unacked == 0
         poll(taken, timeout=timeout, what="the gateway to read what port %d sent" % mine)
 

@@ -302,7 +302,10 @@ def test_upstream_closing_idle_connection(gateway, net):
             rs = []
             for i in range(3):
                 rs.append(request(gw, "GET", a.url("/%d" % i), sock=s))
-                time.sleep(0.05)
+                # the origin's close reached the gateway, which let the
+                # connection go: the next request finds none kept
+                poll(lambda: gw.upstream_end_now(a.port) is None, timeout=10,
+                     what="the gateway to drop the connection the origin closed")
         finally:
             s.close()
         assert [r.status for r in rs] == [200] * 3
@@ -933,25 +936,33 @@ def test_split_heads_after_interim_not_pumped_raw(gateway, net):
     # request's (another host's) response must be that host's own.
     inj = b"HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\nINJECTED-BY-EVIL!!!!"
 
+    started, first_read, inj_in = {}, threading.Event(), threading.Event()
+
     def evil(conn, stop, _):
         conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\nX-Pad: ")
-        time.sleep(0.3)
+        started["gw"].wait_taken(conn)  # the rest of the head comes in a read of its own
         conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(inj))
-        time.sleep(1.0)
+        # the forged response once the client read the first (or after 5 s:
+        # a gateway that took it for that one's body waits for it)
+        first_read.wait(5)
         conn.sendall(inj)
+        started["gw"].wait_taken(conn, closed_too=True)
+        inj_in.set()
         stop.wait(3)
 
     up = ScriptedUpstream(evil)
     try:
         rules = [api_rule(net), {"host": "evil.example.test", "ports": [up.port], "tier": 0}]
-        gw = gateway(net.policy(rules, static_extra={"evil.example.test": up.IP}))
+        gw = started["gw"] = gateway(net.policy(rules, static_extra={"evil.example.test": up.IP}))
         c = http.client.HTTPConnection(gw.host, gw.port, timeout=10)
         try:
             url1 = "http://evil.example.test:%d/one" % up.port
             c.request("GET", url1, headers={"Host": "evil.example.test:%d" % up.port})
             r1 = c.getresponse()
             b1 = r1.read()
-            time.sleep(0.5)
+            first_read.set()
+            # the next request goes once the gateway has the forged bytes
+            poll(lambda: inj_in.is_set() or None, timeout=10, what="the forged response sent")
             c.request("GET", net.url("/two"))
             r2 = c.getresponse()
             b2 = r2.read()
