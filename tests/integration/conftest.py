@@ -248,8 +248,8 @@ def socket_inodes(pid):
     return inodes
 
 
-TCP_SYN_SENT, TCP_CLOSE_WAIT, TCP_LISTEN = "02", "08", "0A"  # /proc/net/tcp's st column
-# (include/net/tcp_states.h)
+# /proc/net/tcp's st column (include/net/tcp_states.h)
+TCP_SYN_SENT, TCP_FIN_WAIT1, TCP_FIN_WAIT2, TCP_CLOSE_WAIT, TCP_LISTEN = "02", "04", "05", "08", "0A"
 
 
 TcpSocket = collections.namedtuple("TcpSocket", "port remote_port state unread inode unacked")
@@ -645,6 +645,18 @@ class Gateway:
                 return True
             return ends and ends[0].unread == 0 and sent and sent[0].unacked == 0
         poll(taken, timeout=timeout, what="the gateway to read what port %d sent" % mine)
+
+    def wait_ended(self, sock, timeout=10.0):
+        """Waits until the gateway has ended its side of the client
+        connection <sock> (TCP, in the gateway's network namespace): a
+        shutdown() or close() sent, or queued its FIN behind what its send
+        queue holds (its end FIN_WAIT1 or FIN_WAIT2, held by the gateway
+        or left to the kernel)."""
+        mine = sock.getsockname()[1]
+        poll(lambda: any(t.port == self.port and t.remote_port == mine and
+                         t.state in (TCP_FIN_WAIT1, TCP_FIN_WAIT2)
+                         for t in tcp_sockets(self.proc.pid)),
+             timeout=timeout, what="the gateway to end its side of port %d's connection" % mine)
 
     def wait_held(self, sock, n, timeout=10.0):
         """Waits until the gateway holds off the client socket <sock> (TCP,

@@ -1757,7 +1757,7 @@ def test_a_refusal_reaches_a_client_whose_body_arrives_after_the_close(gateway, 
                   % (net.url("/large?n=%d" % size).encode(), net.api.port, net.other.port,
                      net.other.port, 1 << 20))
         gw.decided(path="/late")  # decided and ended: nothing unread in the gateway
-        time.sleep(0.2)
+        gw.wait_ended(s)  # its side ended, the answer and the refusal queued before its FIN
         for _ in range(32):  # 512 KiB, 16 KiB every 5 ms
             try:
                 s.sendall(b"x" * 16384)
