@@ -673,6 +673,23 @@ class Gateway:
         poll(held, timeout=timeout,
              what="%d bytes from the client held unread, its reading paused" % n)
 
+    def wait_paused(self, timeout=10.0):
+        """Waits until the gateway holds off a client connection: bytes it
+        sent wait unread in the gateway's end, whose reading the gateway
+        turned off (a bandwidth bucket that is empty, say). Read from the
+        kernel, not guessed."""
+        def paused():
+            pid = self.proc.pid
+            held = socket_inodes(pid)
+            for t in tcp_sockets(pid):
+                if (t.port == self.port and t.state != TCP_LISTEN and t.unread > 0 and
+                        t.inode in held):
+                    end = self._end_now(lambda _, inode=t.inode: {inode})
+                    if end is not None and not self.reads(end):
+                        return True
+            return False
+        poll(paused, timeout=timeout, what="a client's bytes held unread, its reading paused")
+
     def wait_no_clients(self, timeout=10.0):
         """Waits until the gateway holds no client connection (the
         readiness probe's, an earlier request's, closed by the gateway)."""

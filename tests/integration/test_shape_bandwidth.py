@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from conftest import policy_yaml
+from conftest import policy_yaml, tcp_sockets
 from gate_client import (api_rule, build_request, connect, cpu_seconds, hello_record, open_conn,
                          poll, read_response)
 from gate_servers import LoopbackServer, pattern_bytes
@@ -333,7 +333,18 @@ def test_tunnel_held_by_its_bucket_costs_no_cpu(gateway, net, splice):
         ended = []
         pusher = threading.Thread(target=push, daemon=True)
         pusher.start()
-        time.sleep(0.5)  # the socket buffers fill; the bucket is empty
+        # the bucket is empty: what came waits unread in the gateway's end,
+        # and more in the agent's socket, not taken yet (its reading turned
+        # off or not: that is what the CPU measured below tells)
+        mine = t.sock.getsockname()[1]
+
+        def filled():
+            rows = tcp_sockets(gw.proc.pid)
+            return (any(r.port == gw.port and r.remote_port == mine and r.unread > 0
+                        for r in rows) and
+                    any(r.port == mine and r.remote_port == gw.port and r.unacked > 0
+                        for r in rows))
+        poll(filled, timeout=30, what="the socket buffers filled")
         c0, w0 = cpu_seconds(gw.proc.pid), time.monotonic()
         time.sleep(3)
         used, wall = cpu_seconds(gw.proc.pid) - c0, time.monotonic() - w0
@@ -468,7 +479,8 @@ def test_reload_that_edits_the_rule_keeps_a_plain_upload_shaped(gateway, net):
     t0 = time.monotonic()
     th = threading.Thread(target=upload, daemon=True)
     th.start()
-    time.sleep(1.0)
+    # the reload comes while the upload is held by its bucket
+    gw.wait_paused()
     gw.write_policy(policy_yaml(policy([net.api.port, 1])))
     gw.reload()
     poll(lambda: "sluice: reloaded " in gw.stderr() or None, timeout=5, what="the reload")
