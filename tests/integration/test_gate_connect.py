@@ -1882,7 +1882,7 @@ def test_tunnel_http_head_split_within_window_allowed(gateway, net):
         for piece in (b"GE", b"T /split HTTP/1.1\r\nHo", b"st: api.example.test\r\n"
                       b"Connection: close\r\n\r\n"):
             t.sock.sendall(piece)
-            time.sleep(0.1)
+            gw.wait_taken(t.sock)  # each piece a read of its own, none waited for
         t.sock.settimeout(10)
         data = recv_until_close(t.sock)
     finally:
