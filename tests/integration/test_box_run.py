@@ -1225,9 +1225,10 @@ def test_signals_ignored_by_runs_caller_stay_ignored(box, net):
     command and is not passed on; the others are as before."""
     pol = box.policy(net.policy([]))
     code = r"""
-import sys
+import signal, sys
 st = open("/proc/self/status").read()
 ign = int([ln for ln in st.splitlines() if ln.startswith("SigIgn")][0].split()[1], 16)
+signal.signal(signal.SIGUSR1, lambda *a: print("usr1", flush=True))
 print("ready", flush=True)
 sys.stdin.read()
 print('{"hup_ignored": %s, "term_ignored": %s}' % (
@@ -1243,7 +1244,12 @@ print('{"hup_ignored": %s, "term_ignored": %s}' % (
                             env=_clean_env(), preexec_fn=nohup)
     _wait_ready(proc)
     proc.send_signal(signal.SIGHUP)  # what the shell sends its jobs as it hangs up
-    time.sleep(0.5)
+    # a SIGUSR1 behind it, which run passes on: once the command has it, run
+    # has dealt with the SIGHUP (its signalfd gives the lower number first,
+    # and the command would have got it first, and died of it)
+    proc.send_signal(signal.SIGUSR1)
+    line = proc.stdout.readline()
+    assert line == "usr1\n", "%r %r" % (line, proc.stderr.read() if not line else "")
     proc.stdin.close()
     rc = proc.wait(15)
     out, err = proc.stdout.read(), proc.stderr.read()
