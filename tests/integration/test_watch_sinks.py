@@ -1907,21 +1907,41 @@ def test_a_webhook_freed_while_its_name_is_looked_up_leaves_nothing(gateway, net
                       "expires": "2099-12-31"}],
                      static_extra={"w.example.test": "127.0.0.2"},
                      alerts={"sinks": [{"webhook": "http://hook.example.test:9/h"}]})
-    upstream = [sys.executable, "-m", "http.server", "--bind", "127.0.0.2", "80"]
-    # A name server in the namespace where nothing listens: its refusal ends
-    # no query (evdns waits out the try), so the lookup stays under way. (The
-    # host's own server, with no route to it from the namespace, is left out
-    # as no socket can be connected to it: then there is no lookup at all.)
+    # A name server in the namespace that never answers, and notes the
+    # names it is asked for (in lower case: evdns mixes the case of the
+    # letters), so the lookup stays under way and is seen to have started;
+    # beside it the upstream, a TCPServer (HTTPServer's bind would ask that
+    # server for its own name, and wait out the lookup). (The host's own
+    # server, with no route to it from the namespace, is left out as no
+    # socket can be connected to it: then there is no lookup at all.)
+    asked = tmp_path / "asked.txt"
+    neighbours = tmp_path / "neighbours.py"
+    neighbours.write_text(
+        "import http.server, socket, socketserver, sys, threading\n"
+        "up = socketserver.TCPServer(('127.0.0.2', 80), http.server.BaseHTTPRequestHandler)\n"
+        "threading.Thread(target=up.serve_forever, daemon=True).start()\n"
+        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        "s.bind(('127.0.0.1', 53))\n"
+        "out = open(sys.argv[1], 'a')\n"
+        "out.write('ready\\n'); out.flush()\n"
+        "while True:\n"
+        "    q, _ = s.recvfrom(4096)\n"
+        "    out.write(q[12:].lower().hex() + '\\n'); out.flush()\n")
+    helper = [sys.executable, str(neighbours), str(asked)]
     conf = tmp_path / "resolv.conf"
     conf.write_text("nameserver 127.0.0.1\n")
-    gw = gateway(pol, netns=True, netns_helper=upstream, args=["--alerts", af, "--grace", "1s"],
+    gw = gateway(pol, netns=True, netns_helper=helper, args=["--alerts", af, "--grace", "1s"],
                  resolv_conf=str(conf))
+    poll(lambda: asked.exists() and "ready" in asked.read_text(), timeout=10,
+         what="the upstream and the silent name server")
 
-    def alerted():  # the upstream beside it may not listen yet
+    def alerted():  # (retried: a request the upstream did not take raises no alert)
         request(gw, "POST", "http://w.example.test/w", body=b"1")
         return os.path.exists(af) and "tier3_write" in open(af).read()
     poll(alerted, timeout=10, interval=0.2, what="a tier3_write alert")
-    time.sleep(0.2)  # the sink's attempt starts in the same turn; its lookup is under way
+    # the sink's attempt asked for its host's address: its lookup is under way
+    hook = b"\x04hook\x07example\x04test\x00".hex()
+    poll(lambda: hook in asked.read_text(), timeout=10, what="the sink's lookup asked")
     if how == "reload":
         pol["alerts"] = {"sinks": []}
         gw.write_policy(policy_yaml(pol))
