@@ -983,15 +983,17 @@ def test_split_heads_after_interim_not_pumped_raw(gateway, net):
 def test_interim_head_then_final_head_in_later_read(gateway, net):
     # a 1xx, then the final head split over two writes after a pause: the
     # client gets the 1xx and the framed final response, nothing raw
+    started = {}
+
     def slow(conn, stop, _):
         conn.sendall(b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nX-A: 1")
-        time.sleep(0.3)
+        started["gw"].wait_taken(conn)  # the rest of the final head in a later read
         conn.sendall(b"\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhelloEXTRA")
         stop.wait(1)
 
     up = ScriptedUpstream(slow)
     try:
-        gw = gateway(net.policy([{"host": "raw.example.test", "ports": [up.port], "tier": 0}],
+        gw = started["gw"] = gateway(net.policy([{"host": "raw.example.test", "ports": [up.port], "tier": 0}],
                                 static_extra={"raw.example.test": up.IP}))
         s = open_conn(gw)
         try:
