@@ -9,7 +9,6 @@ import shutil
 import signal
 import socket
 import sqlite3
-import ssl
 import struct
 import subprocess
 import sys
@@ -22,8 +21,9 @@ import pytest
 
 from conftest import policy_yaml
 from gate_client import poll, request
-from watch_helpers import (Receiver, Silent, delivered_through, free_tcp_port, stored_alerts,
-                           wait_alert, webhook_label, webhook_tls_env, write_script)
+from watch_helpers import (EachRequest, Receiver, Silent, delivered_through, free_tcp_port,
+                           read_request_body, stored_alerts, wait_alert, webhook_label,
+                           webhook_tls_env, write_script)
 
 
 def rules(net, tier=3):
@@ -923,42 +923,7 @@ def test_webhook_answer_is_bounded(gateway, net, tmp_path):
         small.stop()
 
 
-class _EachRequest(Silent):
-    """A webhook on 127.0.0.1 that reads each request on a connection of its
-    own, counts it, hands the connection and the request's body to _answer()
-    and closes it. With <tls> (cert, key) it speaks HTTPS."""
-
-    def __init__(self, tls=None):
-        self.requests = 0
-        self.ctx = None
-        if tls is not None:
-            self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            self.ctx.load_cert_chain(*tls)
-        super().__init__()
-
-    def _run(self):
-        self.sock.settimeout(0.1)
-        while not self._stop:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                continue
-            try:
-                c.settimeout(2)
-                if self.ctx is not None:
-                    c = self.ctx.wrap_socket(c, server_side=True)
-                body = _Trickler._read_request(c)
-                if body is None:
-                    continue
-                self.requests += 1
-                self._answer(c, body)
-            except OSError:  # ssl.SSLError too
-                pass
-            finally:
-                c.close()
-
-
-class _EndlessChunkSize(_EachRequest):
+class _EndlessChunkSize(EachRequest):
     """A webhook on 127.0.0.1 that answers every request with a chunked
     head, then a chunk-size line that never ends (1 MiB of '0' at a time,
     for at most 8 s per connection, until the client closes)."""
@@ -1268,25 +1233,6 @@ class _Trickler:
         self._t = threading.Thread(target=self._run, daemon=True)
         self._t.start()
 
-    @staticmethod
-    def _read_request(c):
-        """The request's body (read through its Content-Length), or None."""
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = c.recv(65536)
-            if not chunk or len(data) > 1 << 20:
-                return None
-            data += chunk
-        head, body = data.split(b"\r\n\r\n", 1)
-        m = re.search(rb"(?im)^content-length:\s*(\d+)\s*$", head)
-        n = int(m.group(1)) if m else 0
-        while len(body) < n:
-            chunk = c.recv(65536)
-            if not chunk:
-                return None
-            body += chunk
-        return body
-
     def _trickle(self, c):
         t0 = time.monotonic()
         c.sendall(b"HTTP/1.1 200 OK\r\n")
@@ -1320,7 +1266,7 @@ class _Trickler:
             with c:
                 c.settimeout(10)
                 try:
-                    body = self._read_request(c)
+                    body = read_request_body(c)
                     if body is None:
                         continue
                     if first:
@@ -1364,7 +1310,7 @@ def test_webhook_attempt_has_a_deadline(gateway, net, tmp_path):
         srv.stop()
 
 
-class _Hangup(_EachRequest):
+class _Hangup(EachRequest):
     """A webhook on 127.0.0.1 that reads each request, then closes the
     connection without answering: plainly (its end, a FIN), by a reset
     (SO_LINGER 0) when <how> is "reset", or after a line that is no HTTP
@@ -1411,7 +1357,7 @@ def test_webhook_failure_says_why(gateway, net, tmp_path, how, reason):
             srv.stop()
 
 
-class _Interim(_EachRequest):
+class _Interim(EachRequest):
     """A webhook on 127.0.0.1 (https:// with <tls>) that answers each request
     with <n> interim responses (100 Continue, 102 Processing, 103 Early Hints
     with a header, in turn), a pause after the first, then a 200, and
@@ -1482,7 +1428,7 @@ def test_webhook_too_many_interim_responses_fail_the_attempt(gateway, net, tmp_p
         srv.stop()
 
 
-class _Leftover(_EachRequest):
+class _Leftover(EachRequest):
     """A keep-alive webhook on 127.0.0.1 (https:// with <tls>) that answers
     the first request on each connection with a 200 and, in the same write,
     a second 200 nobody asked for, then reads the later requests on that
@@ -1500,7 +1446,7 @@ class _Leftover(_EachRequest):
         c.sendall(self.ANSWER + self.ANSWER)
         c.settimeout(10)
         while not self._stop:
-            body = _Trickler._read_request(c)
+            body = read_request_body(c)
             if body is None:
                 return
             self.unanswered.append(json.loads(body))

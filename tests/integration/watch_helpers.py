@@ -219,6 +219,27 @@ def write_script(path, text):
     return path
 
 
+def read_request_body(c):
+    """The body of the HTTP request read from socket <c> (through its
+    Content-Length), or None when the connection ends first or the head
+    passes 1 MiB."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = c.recv(65536)
+        if not chunk or len(data) > 1 << 20:
+            return None
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    m = re.search(rb"(?im)^content-length:\s*(\d+)\s*$", head)
+    n = int(m.group(1)) if m else 0
+    while len(body) < n:
+        chunk = c.recv(65536)
+        if not chunk:
+            return None
+        body += chunk
+    return body
+
+
 class Silent:
     """Accepts connections on 127.0.0.1 and reads, never answers."""
 
@@ -247,6 +268,41 @@ class Silent:
         for c in self.conns:
             c.close()
         self.sock.close()
+
+
+class EachRequest(Silent):
+    """A webhook on 127.0.0.1 that reads each request on a connection of its
+    own, counts it, hands the connection and the request's body to _answer()
+    and closes it. With <tls> (cert, key) it speaks HTTPS."""
+
+    def __init__(self, tls=None):
+        self.requests = 0
+        self.ctx = None
+        if tls is not None:
+            self.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self.ctx.load_cert_chain(*tls)
+        super().__init__()
+
+    def _run(self):
+        self.sock.settimeout(0.1)
+        while not self._stop:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                continue
+            try:
+                c.settimeout(2)
+                if self.ctx is not None:
+                    c = self.ctx.wrap_socket(c, server_side=True)
+                body = read_request_body(c)
+                if body is None:
+                    continue
+                self.requests += 1
+                self._answer(c, body)
+            except OSError:  # ssl.SSLError too
+                pass
+            finally:
+                c.close()
 
 
 def stored_contacts(statedir):
