@@ -89,6 +89,7 @@ struct webhook {
      * the URL, or for the Nth listing of a URL listed more than once
      * "URL (listing N)" (a URL holds no space, so no URL reads so). */
     char *key;
+    unsigned listing; /* N of "(listing N)"; 1 for the URL alone */
     uint16_t port;
     struct item *q; /* ring */
     size_t head, len, cap;
@@ -131,6 +132,16 @@ struct webhook {
     struct event *read_poll;
     uint64_t dropped;      /* over the memory cap without a store: the oldest dropped */
     uint64_t dropped_said; /* what standard error was last told */
+    /* A reload took the sink out of the policy while an alert was in
+     * flight (webhook_retire()): that attempt ends as it would have, never
+     * retried, and <over> is called on the loop's next turn to free the
+     * sink; nothing else is sent. */
+    bool retired;
+    void (*over)(struct webhook *w, void *arg);
+    void *over_arg;
+    /* The gateway stops (webhook_stopping()): no new attempt starts while
+     * every alert the sink holds is in the state store. */
+    bool stopping;
 };
 
 static uint64_t env_ms(const char *name, uint64_t dflt)
@@ -199,9 +210,14 @@ static void drop_conn(struct webhook *w);
 
 static void on_retry(evutil_socket_t fd, short what, void *arg)
 {
+    struct webhook *w = arg;
     (void)fd;
     (void)what;
-    try_send(arg);
+    if (w->retired) {
+        w->over(w, w->over_arg); /* frees <w>: nothing of it is touched after */
+        return;
+    }
+    try_send(w);
 }
 
 /* Memory is empty while alerts wait in the store only: they are read back
@@ -353,6 +369,45 @@ static bool stale_conn(const struct webhook *w, int code)
            w->last_error == EVREQ_HTTP_EOF;
 }
 
+/* The attempt in flight when a reload took the sink out of the policy is
+ * over (answered <code>, or 0): a 2xx deletes its row, as for any
+ * delivery, so that a policy naming the sink again does not send it twice;
+ * otherwise the row stays, kept for such a policy, and is not retried (the
+ * sink takes no alert). Either way memory lets the alert go and the sink
+ * is freed on the loop's next turn (on_retry()), not from evhttp's
+ * callback. */
+static void retired_over(struct webhook *w, int code)
+{
+    struct item *it = &w->q[w->head];
+    char why[240];
+    bool kept = w->len > 0 && w->store != NULL && it->id > 0 && !store_queue_lost(w->store, it->id);
+    if (w->len == 0) {
+        /* nothing held (never so: webhook_retire() keeps the one in flight) */
+    } else if (code >= 200 && code < 300) {
+        w->delivered++;
+        if (w->store != NULL && it->id > 0)
+            store_queue_del(w->store, w->key, it->id);
+        fprintf(stderr,
+                "sluice: webhook %s: the alert in flight when the sink left the policy was "
+                "delivered\n",
+                w->label);
+    } else {
+        w->failures++;
+        fprintf(stderr,
+                "sluice: webhook %s: the alert in flight when the sink left the policy was not "
+                "delivered (%s): %s\n",
+                w->label, failure_text(w, code, why, sizeof(why)),
+                kept ? "kept in the state store, not retried (a policy that names the sink "
+                       "again sends it)"
+                     : "in no state store: lost");
+    }
+    if (w->len > 0)
+        pop(w);
+    struct timeval now = {0, 0};
+    evtimer_del(w->retry);
+    evtimer_add(w->retry, &now);
+}
+
 /* The attempt for the head of the queue is over: answered <code>, or 0
  * when there was no answer. A 2xx delivers it; anything else is a failure,
  * retried after the backoff. */
@@ -361,6 +416,10 @@ static void attempt_over(struct webhook *w, int code)
     struct item *it = &w->q[w->head];
     char why[240];
     w->busy = false;
+    if (w->retired) {
+        retired_over(w, code);
+        return;
+    }
     if (w->len == 0)
         return;
     if (stale_conn(w, code)) {
@@ -649,8 +708,10 @@ static void send_later(struct webhook *w)
 
 static void try_send(struct webhook *w)
 {
-    if (w->busy || w->len == 0 || evtimer_pending(w->retry, NULL))
+    if (w->busy || w->len == 0 || w->retired || evtimer_pending(w->retry, NULL))
         return;
+    if (w->stopping && webhook_unstored(w, true) == 0)
+        return; /* the next start sends them */
     struct item *it = &w->q[w->head];
     if (fresh_conn(w) < 0) {
         send_later(w);
@@ -730,6 +791,7 @@ struct webhook *webhook_new(struct event_base *base, const char *url, struct sto
     }
     w->base = base;
     w->store = store;
+    w->listing = 1;
     w->t = timings_get();
     if (parse_url(w, url, &https, &why) < 0)
         goto err;
@@ -780,6 +842,7 @@ int webhook_set_listing(struct webhook *w, unsigned n)
         return -1;
     free(w->key);
     w->key = key;
+    w->listing = n > 1 ? n : 1;
     return 0;
 }
 
@@ -975,6 +1038,8 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
     struct webhook *w = arg;
     (void)fd;
     (void)what;
+    if (w->retired)
+        return; /* refill_soon() activates it by hand */
     if (w->dropped != w->dropped_said) {
         fprintf(stderr,
                 "sluice: webhook %s: %llu alert(s) dropped so far (queue full, no state "
@@ -1166,6 +1231,83 @@ void webhook_say_lost(const struct webhook *w, const char *when, bool stopping)
         fprintf(stderr,
                 "sluice: webhook %s: %zu alert%s undelivered %s and in no state store: lost\n",
                 w->label, lost, lost == 1 ? "" : "s", when);
+}
+
+unsigned webhook_listing(const struct webhook *w)
+{
+    return w->listing;
+}
+
+bool webhook_in_flight(const struct webhook *w)
+{
+    return w->req != NULL;
+}
+
+void webhook_retire(struct webhook *w, void (*over)(struct webhook *w, void *arg), void *arg)
+{
+    size_t lost = 0;
+    /* Memory lets go of every alert but the one in flight (a queue of
+     * thousands is not held for the attempt's 5 s): those with a row stay
+     * in the store, kept for a policy that names the sink again. */
+    while (w->len > 1) {
+        struct item *it = &w->q[(w->head + w->len - 1) % w->cap];
+        if (it->id <= 0 || (w->store != NULL && store_queue_lost(w->store, it->id)))
+            lost++;
+        w->bytes -= it->n;
+        free(it->body);
+        it->body = NULL;
+        w->len--;
+    }
+    if (w->store != NULL)
+        store_queue_read_cancel(w->store, w->reading);
+    w->reading = NULL;
+    w->adopting = false;
+    evtimer_del(w->read_poll);
+    event_del(w->sweep);
+    evtimer_del(w->retry);
+    w->only_stored = 0;
+    w->stored_n = 0;
+    w->retired = true;
+    w->over = over;
+    w->over_arg = arg;
+    fprintf(stderr,
+            "sluice: webhook %s: left the policy with an alert in flight: that attempt is let "
+            "finish (at most %d s), not retried\n",
+            w->label, SINK_WEBHOOK_TIMEOUT_S);
+    if (lost > 0)
+        fprintf(stderr,
+                "sluice: webhook %s: %zu alert%s undelivered when the sink left the policy and "
+                "in no state store: lost\n",
+                w->label, lost, lost == 1 ? "" : "s");
+    if (!w->busy) { /* not in flight after all: over on the next turn */
+        struct timeval now = {0, 0};
+        evtimer_add(w->retry, &now);
+    }
+}
+
+void webhook_revive(struct webhook *w)
+{
+    w->retired = false;
+    w->over = NULL;
+    w->over_arg = NULL;
+    evtimer_del(w->retry); /* an over already due */
+    struct timeval tv;
+    tv = timeval_of_ms(w->t.sweep_ms);
+    event_add(w->sweep, &tv);
+    fprintf(stderr, "sluice: webhook %s: back in the policy%s: the sink goes on with its queue\n",
+            w->label, w->busy ? " while the alert it had in flight is not answered yet" : "");
+    if (w->store != NULL) {
+        /* its stored alerts, read back past the one in memory (the sweep
+         * passes over the rows memory holds); new ones wait behind them */
+        w->only_stored = 1;
+        event_active(w->sweep, EV_TIMEOUT, 1);
+    }
+    try_send(w);
+}
+
+void webhook_stopping(struct webhook *w)
+{
+    w->stopping = true;
 }
 
 void webhook_free(struct webhook *w)

@@ -157,6 +157,27 @@ uint64_t webhook_failures(const struct webhook *w);
 /* Alerts dropped because the memory queue was full (in alerts or bytes) and
  * there is no store. */
 uint64_t webhook_dropped(const struct webhook *w);
+/* The <n> of webhook_set_listing() (1 until it is called). */
+unsigned webhook_listing(const struct webhook *w);
+/* A request of <w>'s is in flight: sent, or being sent, not yet answered. */
+bool webhook_in_flight(const struct webhook *w);
+/* A reload took <w> out of the policy while webhook_in_flight(): the
+ * attempt is let finish (within its SINK_WEBHOOK_TIMEOUT_S deadline), its
+ * answer recorded (a 2xx deletes the alert's row, so that a policy naming
+ * the sink again does not send it twice), and it is not retried. Memory
+ * lets go of the alerts behind it at once (those in no store are told
+ * lost); no new alert may be given to <w>. Once the attempt is over,
+ * <over>(w, arg) is called from the loop, which must webhook_free() <w>
+ * (or webhook_revive() it). Standard error says what became of the alert. */
+void webhook_retire(struct webhook *w, void (*over)(struct webhook *w, void *arg), void *arg);
+/* A reload names a retired sink's URL (and listing) again before <over>
+ * was called: it goes on as it was, its attempt's answer counting as any,
+ * its stored alerts read back behind the one it holds. */
+void webhook_revive(struct webhook *w);
+/* The gateway stops: from now on <w> starts no attempt while every alert
+ * it holds is in the state store (the next start sends them); the one in
+ * flight goes on, and one that only memory holds is still sent. */
+void webhook_stopping(struct webhook *w);
 /* Frees <w>; what is queued stays in the store. Accepts NULL. */
 void webhook_free(struct webhook *w);
 

@@ -61,6 +61,10 @@ struct watch {
     size_t nexecs;
     struct webhook **hooks;
     size_t nhooks;
+    /* Sinks a reload took out of the policy while an alert was in flight
+     * (webhook_retire()), until that attempt is over (retired_sink_over()) */
+    struct webhook **retired;
+    size_t nretired;
     struct sinks_next next; /* a reload's, between watch_policy_prepare() and its end */
     struct event *tick;
     char **token_env; /* every env:NAME a loaded policy read a token from (token_env_prepare) */
@@ -307,6 +311,57 @@ oom:
     return -1;
 }
 
+/* webhook_retire()'s <over>: the attempt the sink had in flight when it
+ * left the policy is over. */
+static void retired_sink_over(struct webhook *h, void *arg)
+{
+    struct watch *w = arg;
+    for (size_t i = 0; i < w->nretired; i++)
+        if (w->retired[i] == h) {
+            w->retired[i] = w->retired[--w->nretired];
+            break;
+        }
+    webhook_free(h);
+}
+
+/* A sink no longer configured: one with an alert in flight is let finish
+ * it (its answer recorded, the row of a delivered alert deleted: a policy
+ * naming the sink again would send it again otherwise); the others are
+ * freed now. Their queue stays stored. */
+static void sink_leaves(struct watch *w, struct webhook *h)
+{
+    if (webhook_in_flight(h)) {
+        struct webhook **r = realloc(w->retired, (w->nretired + 1) * sizeof(*r));
+        if (r != NULL) {
+            w->retired = r;
+            w->retired[w->nretired++] = h;
+            webhook_retire(h, retired_sink_over, w);
+            return;
+        }
+        fprintf(stderr,
+                "sluice: webhook %s: out of memory: the alert in flight is cut (it stays "
+                "in the state store, if any)\n",
+                webhook_label(h));
+    }
+    webhook_say_lost(h, "when the sink left the policy", false);
+    webhook_free(h);
+}
+
+/* A retired sink of <url>'s <listing>th listing, taken out of w->retired,
+ * or NULL. */
+static struct webhook *take_retired(struct watch *w, const char *url, unsigned listing)
+{
+    for (size_t i = 0; i < w->nretired; i++) {
+        struct webhook *h = w->retired[i];
+        if (strcmp(webhook_url(h), url) == 0 && webhook_listing(h) == listing) {
+            w->retired[i] = w->retired[--w->nretired];
+            webhook_revive(h);
+            return h;
+        }
+    }
+    return NULL;
+}
+
 /* Puts <p>'s sinks in force, with what sinks_next_prepare() took for <p>
  * in w->next. */
 static void configure_sinks(struct watch *w, const struct policy *p, bool first)
@@ -340,12 +395,19 @@ static void configure_sinks(struct watch *w, const struct policy *p, bool first)
             }
         if (keep == NULL) {
             char *err = NULL;
-            keep = webhook_new(w->base, s->target, w->store, &err);
             /* The Nth listing of its URL: the kept sinks of the URL are the
              * first ones, in order (matched in order above). */
             unsigned listing = 1;
-            for (size_t j = 0; keep != NULL && j < nhooks; j++)
+            for (size_t j = 0; j < nhooks; j++)
                 listing += strcmp(webhook_url(hooks[j]), s->target) == 0;
+            /* one that left with an alert in flight goes on: a new one
+             * would send that alert again */
+            keep = take_retired(w, s->target, listing);
+            if (keep != NULL) {
+                hooks[nhooks++] = keep;
+                continue;
+            }
+            keep = webhook_new(w->base, s->target, w->store, &err);
             if (keep != NULL && webhook_set_listing(keep, listing) < 0) {
                 char buf[600];
                 snprintf(buf, sizeof(buf), "webhook %s: out of memory", webhook_label(keep));
@@ -364,10 +426,8 @@ static void configure_sinks(struct watch *w, const struct policy *p, bool first)
         hooks[nhooks++] = keep;
     }
     for (size_t j = 0; j < w->nhooks; j++) {
-        if (w->hooks[j] == NULL)
-            continue;
-        webhook_say_lost(w->hooks[j], "when the sink left the policy", false);
-        webhook_free(w->hooks[j]); /* sinks no longer configured; their queue stays stored */
+        if (w->hooks[j] != NULL)
+            sink_leaves(w, w->hooks[j]);
     }
     free(w->hooks);
     w->hooks = hooks;
@@ -686,15 +746,18 @@ void watch_reopen(struct watch *w)
 /* True while stopping now would lose an alert a sink has: an exec program
  * running or waiting to run, a webhook alert that only memory holds (one in
  * the state store is delivered after the restart; one whose row waits for a
- * commit is not there yet: a store locked by another process, a full disk). */
+ * commit is not there yet: a store locked by another process, a full disk);
+ * or while a webhook has a POST in flight: cut, its alert would go again
+ * after the restart to a server that may have taken it; let finish, its
+ * answer is recorded (no new one starts for stored alerts: webhook_stopping()). */
 static bool sinks_hold_alerts(const struct watch *w)
 {
     if (w->exec != NULL && exec_runner_busy(w->exec) > 0)
         return true;
     for (size_t i = 0; i < w->nhooks; i++)
-        if (webhook_unstored(w->hooks[i], true) > 0)
+        if (webhook_unstored(w->hooks[i], true) > 0 || webhook_in_flight(w->hooks[i]))
             return true;
-    return false;
+    return w->nretired > 0;
 }
 
 static void on_drain_check(evutil_socket_t fd, short what, void *arg)
@@ -706,6 +769,28 @@ static void on_drain_check(evutil_socket_t fd, short what, void *arg)
         event_base_loopbreak(w->base);
 }
 
+/* The stop waits for <h>'s POST in flight, if any: said, as the stop takes
+ * that long. */
+static void say_in_flight_at_stop(const struct webhook *h, unsigned timeout_ms)
+{
+    if (webhook_in_flight(h))
+        fprintf(stderr,
+                "sluice: webhook %s: a POST is in flight at the stop: its answer is waited for "
+                "(at most %u ms)\n",
+                webhook_label(h), timeout_ms);
+}
+
+/* At exit, <h>'s POST still in flight is cut: said, with what becomes of
+ * its alert (webhook_say_lost() tells of those in no store). */
+static void say_cut_at_exit(const struct webhook *h, bool stored)
+{
+    if (webhook_in_flight(h) && stored)
+        fprintf(stderr,
+                "sluice: webhook %s: the POST in flight was not answered before the exit: cut; "
+                "its alert, if the state store holds it, goes again at the next start\n",
+                webhook_label(h));
+}
+
 void watch_drain(struct watch *w, unsigned timeout_ms)
 {
     if (w == NULL)
@@ -714,6 +799,12 @@ void watch_drain(struct watch *w, unsigned timeout_ms)
     if (w->store != NULL && store_dirty(w->store))
         store_flush(w->store); /* the rows written now are not waited for */
     w->drain_until_ms = (int64_t)monotonic_ms() + timeout_ms;
+    for (size_t i = 0; i < w->nhooks; i++) {
+        webhook_stopping(w->hooks[i]);
+        say_in_flight_at_stop(w->hooks[i], timeout_ms);
+    }
+    for (size_t i = 0; i < w->nretired; i++)
+        say_in_flight_at_stop(w->retired[i], timeout_ms);
     if (sinks_hold_alerts(w) &&
         (w->drain_check = event_new(w->base, -1, EV_PERSIST, on_drain_check, w)) != NULL) {
         struct timeval tv = {0, DRAIN_CHECK_MS * 1000};
@@ -741,10 +832,17 @@ uint64_t watch_free(struct watch *w)
     if (w->store != NULL && store_dirty(w->store))
         store_sync(w->store);
     for (size_t i = 0; i < w->nhooks; i++) {
+        say_cut_at_exit(w->hooks[i], w->store != NULL);
         webhook_say_lost(w->hooks[i], "at exit", true);
         webhook_free(w->hooks[i]);
     }
     free(w->hooks);
+    for (size_t i = 0; i < w->nretired; i++) {
+        say_cut_at_exit(w->retired[i], w->store != NULL);
+        webhook_say_lost(w->retired[i], "at exit", true);
+        webhook_free(w->retired[i]); /* its attempt cut: the row stays */
+    }
+    free(w->retired);
     exec_runner_free(w->exec);
     free_execs(w);
     sinks_next_free(&w->next);

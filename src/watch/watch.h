@@ -75,7 +75,9 @@ void watch_reopen(struct watch *w);
 /* At a stop, once the connections are gone (their events published):
  * writes the open fold summaries, then runs the event loop until the sinks
  * hold no alert a stop would lose (exec programs running or waiting,
- * webhook alerts in no state store), at most <timeout_ms>; the alerts
+ * webhook alerts in no state store) and no webhook POST is in flight (its
+ * answer recorded, a delivered alert is not sent again by the next start;
+ * no new one starts for stored alerts), at most <timeout_ms>; the alerts
  * file's last flush (in watch_free) then gets what is left of it, and at
  * least 2 s. What is left is reported on standard error by watch_free().
  * Accepts NULL. */

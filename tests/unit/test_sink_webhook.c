@@ -450,6 +450,21 @@ static void deadline_due_with_the_answer(void **state)
     event_base_free(base);
 }
 
+/* A sink of <s> (started on <base>) given <n> alerts, once its first
+ * request reached <s>: in flight. */
+static struct webhook *sink_in_flight(struct event_base *base, struct srv *s, unsigned n)
+{
+    srv_start(s, base);
+    struct webhook *w = sink_to(base, s);
+    send_alerts(w, n);
+    uint64_t until = mono_ms() + 5000;
+    while (s->requests == 0 && mono_ms() < until)
+        event_base_loop(base, EVLOOP_ONCE);
+    assert_int_equal(s->requests, 1);
+    assert_non_null(w->req);
+    return w;
+}
+
 /* A sink freed with a request in flight and its deadline armed: nothing of
  * it runs afterwards. */
 static void free_with_a_request_in_flight(void **state)
@@ -458,19 +473,56 @@ static void free_with_a_request_in_flight(void **state)
     static const unsigned delays[] = {1000};
     struct event_base *base = event_base_new();
     struct srv s = {.delays_ms = delays, .ndelays = 1};
-    srv_start(&s, base);
-    struct webhook *w = sink_to(base, &s);
-    send_alerts(w, 1);
-    uint64_t until = mono_ms() + 5000;
-    while (s.requests == 0 && mono_ms() < until)
-        event_base_loop(base, EVLOOP_ONCE);
-    assert_int_equal(s.requests, 1);
-    assert_non_null(w->req);
+    struct webhook *w = sink_in_flight(base, &s, 1);
     assert_true(evtimer_pending(w->deadline, NULL));
     webhook_free(w);
     struct timeval tv = {0, 300000}; /* past the deadline the sink had */
     event_base_loopexit(base, &tv);
     event_base_dispatch(base);
+    srv_stop(&s);
+    event_base_free(base);
+}
+
+/* What a retired sink's <over> saw of it, before freeing it. */
+struct retired_seen {
+    unsigned calls;
+    uint64_t delivered;
+};
+
+static void free_retired(struct webhook *w, void *arg)
+{
+    struct retired_seen *seen = arg;
+    seen->calls++;
+    seen->delivered = webhook_delivered(w);
+    webhook_free(w);
+}
+
+/* A sink a reload took out of the policy with a request in flight and a
+ * long queue behind it: memory lets go of the queue at once, the request
+ * is answered and counted, nothing else is sent, and <over> frees it. */
+static void a_retired_sink_ends_its_flight_and_holds_nothing_else(void **state)
+{
+    (void)state;
+    static const unsigned delays[] = {50};
+    struct event_base *base = event_base_new();
+    struct srv s = {.delays_ms = delays, .ndelays = 1};
+    struct webhook *w = sink_in_flight(base, &s, 1000);
+    assert_true(webhook_in_flight(w));
+    struct retired_seen seen = {0, 0};
+    webhook_retire(w, free_retired, &seen);
+    assert_int_equal(webhook_queued(w), 1);
+    assert_int_equal(w->bytes, strlen("{\"n\":0}"));
+    uint64_t until = mono_ms() + 5000;
+    while (seen.calls == 0 && mono_ms() < until)
+        event_base_loop(base, EVLOOP_ONCE);
+    assert_int_equal(seen.calls, 1);
+    assert_int_equal(seen.delivered, 1);
+    struct timeval tv = {0, 100000}; /* room for a request it should not make */
+    event_base_loopexit(base, &tv);
+    event_base_dispatch(base);
+    assert_int_equal(s.requests, 1);
+    assert_int_equal(s.ngot, 1);
+    assert_int_equal(s.got[0], 0);
     srv_stop(&s);
     event_base_free(base);
 }
@@ -1459,6 +1511,7 @@ int main(void)
         cmocka_unit_test(deadline_races_the_answer),
         cmocka_unit_test(deadline_due_with_the_answer),
         cmocka_unit_test(free_with_a_request_in_flight),
+        cmocka_unit_test(a_retired_sink_ends_its_flight_and_holds_nothing_else),
         cmocka_unit_test(alert_whose_stored_row_was_dropped_is_unstored),
         cmocka_unit_test(sweep_reads_only_what_it_has_room_for),
         cmocka_unit_test(adopting_reads_only_what_memory_holds),
