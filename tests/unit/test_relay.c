@@ -18,6 +18,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "blocked_in.h"
 #include "box/box_int.h"
 
 /* How long a connection is watched in a state where nothing moves. A relay
@@ -45,8 +47,12 @@ struct world {
     unsigned short port;
     struct relay *relay;
     pthread_t thread;
-    bool drain;       /* relay_drain() once relay_run() is over */
-    bool thread_done; /* joined by the test */
+    bool drain;               /* relay_drain() once relay_run() is over */
+    bool thread_done;         /* joined by the test */
+    _Atomic pid_t tid;        /* the relay's thread, once it runs */
+    atomic_bool drain_begins; /* relay_run() is over, relay_drain() next */
+    atomic_bool ended;        /* and relay_drain() too: the thread ends */
+    int task;                 /* blocked_in_open() of the relay's thread */
 };
 
 static int on_stop(void *arg)
@@ -58,10 +64,64 @@ static int on_stop(void *arg)
 static void *run_relay(void *arg)
 {
     struct world *w = arg;
+    atomic_store(&w->tid, blocked_in_self());
     relay_run(w->relay, w->stop[0], on_stop, NULL);
-    if (w->drain)
+    if (w->drain) {
+        atomic_store(&w->drain_begins, true);
         relay_drain(w->relay);
+    }
+    atomic_store(&w->ended, true);
     return NULL;
+}
+
+/* The relay's thread has told its id. */
+static bool relay_thread_runs(void *arg)
+{
+    const struct world *w = arg;
+    return atomic_load(&w->tid) != 0;
+}
+
+/* The relay's thread blocked in its poll(): it has done all it could with
+ * what came so far, and waits for more. */
+static bool relay_asleep(void *arg)
+{
+    const struct world *w = arg;
+#ifdef SYS_poll
+    return blocked_in(w->task, SYS_poll, SYS_ppoll);
+#else
+    return blocked_in(w->task, SYS_ppoll, -1);
+#endif
+}
+
+/* A relay's wake-up count before the test gave it something to take. */
+struct wake_after {
+    struct world *w;
+    unsigned long before;
+};
+
+/* The relay woke since <before> (read first) and is back asleep (read
+ * after): it took in full what woke it. */
+static bool relay_took(void *arg)
+{
+    const struct wake_after *a = arg;
+    return relay_wakeups(a->w->relay) != a->before && relay_asleep(a->w);
+}
+
+/* Waits until the relay, whose wake-ups numbered <before> when the test gave
+ * it something to take, has taken it and gone back to its poll(). Nothing
+ * else may wake it meanwhile. Returns false when it never did. */
+static bool relay_took_within_10s(struct world *w, unsigned long before)
+{
+    struct wake_after a = {w, before};
+    return waited_until(relay_took, &a);
+}
+
+/* relay_drain() has begun (its listeners closed) and waits in its poll(),
+ * or has ended already (nothing left to carry). */
+static bool relay_draining(void *arg)
+{
+    struct world *w = arg;
+    return atomic_load(&w->drain_begins) && (relay_asleep(w) || atomic_load(&w->ended));
 }
 
 /* A port that was free on 127.0.0.1 a moment ago. */
@@ -100,6 +160,8 @@ static int setup(void **state)
         fail_msg("relay_new: %s", err);
     assert_int_equal(pipe(w->stop), 0);
     assert_int_equal(pthread_create(&w->thread, NULL, run_relay, w), 0);
+    wait_until(relay_thread_runs, w, "the relay's thread to run");
+    w->task = blocked_in_open(atomic_load(&w->tid));
     *state = w;
     return 0;
 }
@@ -111,6 +173,7 @@ static int teardown(void **state)
     if (!w->thread_done)
         pthread_join(w->thread, NULL);
     relay_free(w->relay);
+    close(w->task);
     close(w->stop[0]);
     close(w->stop[1]);
     close(w->gw_listen);
@@ -352,7 +415,9 @@ static void half_close_then_the_other_side(struct world *w, bool client_first)
     assert_int_equal(shutdown(first, SHUT_WR), 0);
     expect(second, "before its end");
     expect_end(second);
-    usleep(50 * 1000); /* the relay has seen the first end */
+    /* the relay passed the first end on, and looks again: the bytes after
+     * it come to a relay that waits in poll() with its half-closed state */
+    wait_until(relay_asleep, w, "the relay to wait again after the first end");
     send_all(second, "after the other's end");
     assert_int_equal(shutdown(second, SHUT_WR), 0);
     expect(first, "after the other's end");
@@ -394,10 +459,13 @@ static void test_out_of_descriptors_pauses_accepting(void **state)
     struct world *w = *state;
     struct rlimit old;
     /* no new descriptor at all: the client stays in the backlog */
+    unsigned long before = relay_wakeups(w->relay);
     int client = connect_client_short_of_descriptors(w, 0, &old);
-    usleep(50 * 1000);
-    unsigned long n = quiet_wakeups(w);
+    bool tried = relay_took_within_10s(w, before); /* accept() failed, the relay rests */
+    unsigned long n = tried ? quiet_wakeups(w) : 0;
     assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    if (!tried)
+        fail_msg("waited 10 s for the relay to try accept() and rest");
     if (n > QUIET_WAKEUPS_MAX)
         fail_msg("the relay woke up %lu times per %d ms while accept() failed", n, QUIET_MS);
     int gateway = accept_gateway(w);
@@ -417,13 +485,17 @@ static void test_no_descriptor_for_the_gateway_keeps_the_client_waiting(void **s
     struct world *w = *state;
     struct rlimit old;
     /* one descriptor: the accepted client's */
+    unsigned long before = relay_wakeups(w->relay);
     int client = connect_client_short_of_descriptors(w, 1, &old);
     send_all(client, "request");
-    usleep(50 * 1000);
-    unsigned long n = quiet_wakeups(w);
+    /* accepted, no descriptor for the gateway: the relay rests */
+    bool tried = relay_took_within_10s(w, before);
+    unsigned long n = tried ? quiet_wakeups(w) : 0;
     struct pollfd cp = {.fd = client, .events = POLLIN | POLLRDHUP};
     int ended = poll(&cp, 1, 0);
     assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    if (!tried)
+        fail_msg("waited 10 s for the relay to accept and rest");
     assert_int_equal(ended, 0);
     if (n > 40)
         fail_msg("the relay woke up %lu times per %d ms without descriptors", n, QUIET_MS);
@@ -494,6 +566,20 @@ static void test_waiting_clients_are_closed_when_the_wait_is_over(void **state)
     free_gateway_backlog(w, fillers, nfill);
     a_new_client_gets_through(w);
     assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+}
+
+/* A socket end that <n> bytes are to reach, unread. */
+struct unread {
+    int fd;
+    int n;
+};
+
+static bool holds_unread(void *arg)
+{
+    const struct unread *u = arg;
+    int n = 0;
+    assert_int_equal(ioctl(u->fd, FIONREAD, &n), 0);
+    return n == u->n;
 }
 
 /* The command's end as the box's init sees it: relay_run() returns and
@@ -617,12 +703,14 @@ static void test_drain_carries_a_waiting_client(void **state)
     struct world *w = *state;
     int fillers[64];
     size_t nfill = fill_gateway_backlog(w, fillers, sizeof(fillers) / sizeof(fillers[0]));
+    unsigned long before = relay_wakeups(w->relay);
     int client = connect_client(w);
     send_all(client, "request");
     close(client);
-    usleep(50 * 1000);
+    if (!relay_took_within_10s(w, before))
+        fail_msg("waited 10 s for the relay to take the client and find the backlog full");
     stop_and_drain(w);
-    usleep(50 * 1000);
+    wait_until(relay_draining, w, "the relay's drain to wait for the gateway");
     free_gateway_backlog(w, fillers, nfill);
     int gateway = accept_gateway(w);
     expect(gateway, "request");
@@ -678,8 +766,11 @@ static void test_gateway_reset_delivers_what_it_sent_before(void **state)
     assert_int_equal(connect(client, (struct sockaddr *)&sin, sizeof(sin)), 0);
     setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     gateway = accept_gateway(w);
-    send_all(client, "request the gateway leaves unread");
-    usleep(50 * 1000);
+    static const char unread[] = "request the gateway leaves unread";
+    send_all(client, unread);
+    /* the request waits in the gateway's end: its close is a reset */
+    struct unread u = {gateway, sizeof(unread) - 1};
+    wait_until(holds_unread, &u, "the request to wait unread in the gateway's end");
     size_t sent = send_until_full(gateway, 64u << 20);
     close(gateway); /* unread bytes: the relay reads ECONNRESET after the rest */
     assert_int_equal(read_to_end(client, true), sent);
