@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -22,6 +23,7 @@
 
 #include <cmocka.h>
 
+#include "blocked_in.h"
 #include "util/stderr_relay.h"
 
 static void test_pieces_are_whole_lines_up_to_max(void **state)
@@ -247,14 +249,39 @@ static int open_fds(void)
     return n;
 }
 
-/* Reads the stalled standard error <arg> (non-blocking) after a while, until
- * the message of the test below has come. */
+/* The stop of the test below: called (the wall clock stepped), returned. */
+static atomic_bool stop_called, stop_returned;
+
+/* The stalled standard error's read end, and blocked_in_open() of the
+ * thread that stops the relay. */
+struct late_read {
+    int rd;
+    int stopper;
+};
+
+/* The stop waits for the relay's thread (in a futex: its join), or has
+ * returned without waiting. */
+static bool stop_waits(void *arg)
+{
+    const struct late_read *l = arg;
+#ifdef SYS_futex
+    long futex = SYS_futex;
+#else
+    long futex = SYS_futex_time64;
+#endif
+    return atomic_load(&stop_returned) ||
+           (atomic_load(&stop_called) && blocked_in(l->stopper, futex, -1));
+}
+
+/* Reads the stalled standard error (non-blocking) once the stop waits for
+ * it, until the message of the test below has come. */
 static void *late_reader(void *arg)
 {
-    int rd = *(int *)arg;
+    const struct late_read *l = arg;
+    int rd = l->rd;
     static char got[1 << 16];
     size_t have = 0;
-    usleep(300000);
+    (void)waited_until(stop_waits, arg); /* else the test fails on its own */
     for (int tries = 0; tries < 1000 && strstr(got, "sluice: the stop waits\n") == NULL;) {
         ssize_t n = read(rd, got + have, sizeof(got) - 1 - have);
         if (n > 0) {
@@ -273,27 +300,32 @@ static void *late_reader(void *arg)
 }
 
 /* The stop waits for the thread to copy what it holds (here until standard
- * error is read, 300 ms on) however the wall clock moves meanwhile: the
- * thread ends, and the relay's descriptors are closed. */
+ * error is read, which waits for the stop to wait) however the wall clock
+ * moves meanwhile: the thread ends, and the relay's descriptors are
+ * closed. */
 static void test_stop_waits_on_a_steady_clock(void **state)
 {
     (void)state;
     int saved;
-    int rd = stalled_stderr(&saved);
+    struct late_read l = {.rd = stalled_stderr(&saved),
+                          .stopper = blocked_in_open(blocked_in_self())};
     int fds = open_fds();
     char err[256];
     assert_int_equal(stderr_relay_start(err, sizeof(err)), 0);
     fprintf(stderr, "sluice: the stop waits\n");
     pthread_t reader;
-    assert_int_equal(pthread_create(&reader, NULL, late_reader, &rd), 0);
+    assert_int_equal(pthread_create(&reader, NULL, late_reader, &l), 0);
     realtime_behind = true;
+    atomic_store(&stop_called, true);
     stderr_relay_stop(10000);
+    atomic_store(&stop_returned, true);
     realtime_behind = false;
     assert_int_equal(pthread_join(reader, NULL), 0);
     assert_int_equal(open_fds(), fds); /* not left to a thread still blocked */
     dup2(saved, STDERR_FILENO);
     close(saved);
-    close(rd);
+    close(l.rd);
+    close(l.stopper);
 }
 
 /* The child's own exit handler, registered after the relay's and so run
