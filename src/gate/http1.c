@@ -433,7 +433,6 @@ static int merge_content_length(const char *v, size_t len, int64_t *cl, const ch
     return 0;
 }
 
-/* Connection: a list of tokens; sets <*close> / <*keep_alive>. */
 /* Whether a member of the Via value <v> (<len> bytes) names HTTP1_VIA_BY
  * as its received-by: "1.1 sluice", "HTTP/1.0 SLUICE (comment)" (RFC 9110
  * 7.6.3: received-protocol RWS received-by [RWS comment]). */
@@ -488,6 +487,7 @@ static int parse_max_forwards(const char *v, size_t len, int64_t *out, const cha
     return 0;
 }
 
+/* Connection: a list of tokens; sets <*close> / <*keep_alive>. */
 static int parse_connection(const char *v, size_t len, bool *close, bool *keep_alive,
                             const char **why)
 {
@@ -1488,14 +1488,15 @@ int http1_write_upstream_request_keep(const struct http_request *req, struct evb
         }
         piece(h, "\r\n", 2);
     }
+    /* RFC 9110 7.6.2: a TRACE or OPTIONS goes on with its Max-Forwards
+     * counted down (one of 0 is answered by the gateway:
+     * gate/max_forwards.c). */
+    if (req->max_forwards > 0)
+        h->max_forwards = req->max_forwards - 1;
     /* RFC 9110 10.1.1: a 100-continue expectation in an HTTP/1.0 request
      * is ignored. Passed on in the HTTP/1.1 head it would become one the
      * client never had: the origin may answer before the body comes (a
      * final status the client did not ask to get early). */
-    /* RFC 9110 7.6.2: a TRACE or OPTIONS goes on with its Max-Forwards
-     * counted down (one of 0 is answered by the gateway: gate/trace.c). */
-    if (req->max_forwards > 0)
-        h->max_forwards = req->max_forwards - 1;
     unsigned sent = head_fields(h, req->headers, req->nheaders, req->content_length, false,
                                 req->version_minor == 0, req->version_minor);
     if ((sent & SENT_VIA) == 0)

@@ -29,6 +29,8 @@ struct kept_decision *kept_decision_new(const struct decision *dec, const char *
 /* <dec> pointed at the copies <k> holds: the same rule, grant and owner as
  * far as its lines say, none of it in a policy. */
 void kept_decision_apply(const struct kept_decision *k, struct decision *dec);
+/* Frees <k> and its copies (a decision applied from it no longer reads
+ * them). Accepts NULL. */
 void kept_decision_free(struct kept_decision *k);
 
 #endif
