@@ -12,8 +12,8 @@ import time
 import pytest
 
 from gate_client import poll, request
-from watch_helpers import free_tcp_port, webhook_label, webhook_tls_env
-from test_watch_sinks import _Trickler, _metric_value, _metrics, rules
+from watch_helpers import free_tcp_port, read_request_body, webhook_label, webhook_tls_env
+from test_watch_sinks import _metric_value, _metrics, rules
 
 OK0 = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
 
@@ -58,7 +58,7 @@ class KeepAlive:
                 c = self.ctx.wrap_socket(c, server_side=True)
             k = 0
             while not self._stop:
-                body = _Trickler._read_request(c)
+                body = read_request_body(c)
                 if body is None:
                     return
                 alert = json.loads(body)
