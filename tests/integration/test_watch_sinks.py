@@ -1857,21 +1857,27 @@ def test_a_webhook_freed_while_its_name_is_looked_up_leaves_nothing(gateway, net
     # names it is asked for (in lower case: evdns mixes the case of the
     # letters), so the lookup stays under way and is seen to have started;
     # beside it the upstream, a TCPServer (HTTPServer's bind would ask that
-    # server for its own name, and wait out the lookup). (The host's own
+    # server for its own name, and wait out the lookup); it ends with the
+    # gateway, its parent (as dns_world.py does). (The host's own
     # server, with no route to it from the namespace, is left out as no
     # socket can be connected to it: then there is no lookup at all.)
     asked = tmp_path / "asked.txt"
     neighbours = tmp_path / "neighbours.py"
     neighbours.write_text(
-        "import http.server, socket, socketserver, sys, threading\n"
+        "import http.server, os, socket, socketserver, sys, threading, time\n"
         "up = socketserver.TCPServer(('127.0.0.2', 80), http.server.BaseHTTPRequestHandler)\n"
         "threading.Thread(target=up.serve_forever, daemon=True).start()\n"
         "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
         "s.bind(('127.0.0.1', 53))\n"
+        "s.settimeout(0.2)\n"
         "out = open(sys.argv[1], 'a')\n"
         "out.write('ready\\n'); out.flush()\n"
-        "while True:\n"
-        "    q, _ = s.recvfrom(4096)\n"
+        "parent, deadline = os.getppid(), time.monotonic() + 300\n"
+        "while os.getppid() == parent and time.monotonic() < deadline:\n"
+        "    try:\n"
+        "        q, _ = s.recvfrom(4096)\n"
+        "    except socket.timeout:\n"
+        "        continue\n"
         "    out.write(q[12:].lower().hex() + '\\n'); out.flush()\n")
     helper = [sys.executable, str(neighbours), str(asked)]
     conf = tmp_path / "resolv.conf"
