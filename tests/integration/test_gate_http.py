@@ -1510,6 +1510,24 @@ def test_kept_connection_not_reused_after_a_reload_denies_its_address(gateway, n
     assert net.api.connections == 1
 
 
+def _recording_script(got, answer):
+    """A ScriptedUpstream script that appends each head it receives to <got>
+    and answers it <answer> (raw bytes)."""
+    def script(conn, stop, received):
+        got.append(received)
+        conn.sendall(answer)
+        stop.wait(1)
+    return script
+
+
+def _gateway_to(gateway, net, host, up):
+    """A gateway whose policy lets <host> reach ScriptedUpstream <up> (tier
+    0), and the authority (bytes) a request names it by."""
+    gw = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
+                            static_extra={host: up.IP}))
+    return gw, b"%s:%d" % (host.encode(), up.port)
+
+
 def _one_exchange(gateway, net, answer, request_head):
     """Sends <request_head> (bytes, %(target)s and %(host)s filled in) to
     the gateway on a connection of its own, to an origin that answers
@@ -1517,17 +1535,8 @@ def _one_exchange(gateway, net, answer, request_head):
     and what the client got, and the wall clock (whole seconds) around the
     exchange."""
     got = []
-
-    def script(conn, stop, received):
-        got.append(received)
-        conn.sendall(answer)
-        stop.wait(1)
-
-    host = "via.example.test"
-    with ScriptedUpstream(script) as up:
-        gw = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
-                                static_extra={host: up.IP}))
-        authority = b"%s:%d" % (host.encode(), up.port)
+    with ScriptedUpstream(_recording_script(got, answer)) as up:
+        gw, authority = _gateway_to(gateway, net, "via.example.test", up)
         before = int(time.time())
         raw = exchange_until_close(gw, request_head % {b"target": b"http://" + authority + b"/v",
                                                        b"host": authority})
@@ -1579,18 +1588,9 @@ def test_max_forwards_counted_down_and_zero_answered_by_the_gateway(gateway, net
     # final recipient, after its decision (logged as any request), and the
     # connection goes on to the next request.
     got = []
-
-    def script(conn, stop, received):
-        got.append(received)
-        conn.sendall(b"HTTP/1.1 200 OK\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
-                     b"Content-Length: 2\r\n\r\nok")
-        stop.wait(1)
-
-    host = "hops.example.test"
-    with ScriptedUpstream(script) as up:
-        gw = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
-                                static_extra={host: up.IP}))
-        authority = b"%s:%d" % (host.encode(), up.port)
+    answer = b"HTTP/1.1 200 OK\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\nContent-Length: 2\r\n\r\nok"
+    with ScriptedUpstream(_recording_script(got, answer)) as up:
+        gw, authority = _gateway_to(gateway, net, "hops.example.test", up)
         target = b"http://" + authority
         s = open_conn(gw)
         try:

@@ -1,6 +1,6 @@
 /* test_ghosts: a key the quota table forgot before its buckets were full
- * comes back as drained as it went (its one-time burst included), and no
- * fuller whatever met it in its slot; a key that never went is untouched
+ * comes back no fuller than it would be had it stayed (its one-time burst
+ * included), whatever met it in its slot; a key that never went is untouched
  * unless it shares a slot with keys that still owe. */
 #include <setjmp.h>
 #include <stdarg.h>
