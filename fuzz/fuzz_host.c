@@ -108,8 +108,15 @@ static void check_spellings(const char *s, size_t len, int rc, const struct host
         bool ascii = true;
         for (size_t i = 0; i < len; i++)
             ascii = ascii && (unsigned char)s[i] < 0x80;
-        if (host_sent_names(s, len, h, IP_SPELLING_ANY) != ascii)
+        /* a name is the target when written in ASCII; an IP when it is
+         * the target's text as written (an ASCII request target's host) */
+        char *written = strndup(s, len);
+        if (written != NULL && ascii &&
+            !host_sent_names(s, len, h, (struct ip_spelling){.as_written = written}))
             abort();
+        if (h->kind == HOST_NAME && host_sent_names(s, len, h, IP_SPELLING_CANONICAL) != ascii)
+            abort();
+        free(written);
         /* the canonical spelling asks more, never less; a name is read
          * the same either way, an IP's canonical text always passes */
         bool canonical = host_sent_names(s, len, h, IP_SPELLING_CANONICAL);

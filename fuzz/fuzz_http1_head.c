@@ -178,8 +178,8 @@ static void check_routing(const struct http_request *r)
     if (host_normalise(r->host, strlen(r->host), &target, &why) < 0)
         return;
     why = NULL;
-    enum routing_host_result res =
-        routing_fields_name(r, &target, r->port, 80, IP_SPELLING_ANY, &why);
+    struct ip_spelling spelling = {.as_written = r->host};
+    enum routing_host_result res = routing_fields_name(r, &target, r->port, 80, spelling, &why);
     check(res == ROUTING_HOST_MATCH || res == ROUTING_HOST_OTHER_HOST ||
           res == ROUTING_HOST_OTHER_PORT);
     if (res != ROUTING_HOST_MATCH) {
@@ -190,8 +190,8 @@ static void check_routing(const struct http_request *r)
         const struct http_header *h = &r->headers[i];
         if (h->field == HTTP_FIELD_HOST_ALIAS && h->value_len > 0 &&
             memchr(h->value, ',', h->value_len) == NULL)
-            check(routing_host_names(h->value, h->value_len, &target, r->port, 80,
-                                     IP_SPELLING_ANY) == ROUTING_HOST_MATCH);
+            check(routing_host_names(h->value, h->value_len, &target, r->port, 80, spelling) ==
+                  ROUTING_HOST_MATCH);
     }
 }
 

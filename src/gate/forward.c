@@ -120,15 +120,17 @@ enum deny_reason forward_prepare(struct conn *c, const struct http_request *req,
     }
     /* The Host header goes upstream as it came (HTTP/1.0 may have none:
      * the target names the host): it must be the target's name as the
-     * origin will read it (host_sent_names()), and so must the fields an
+     * origin will read it (host_sent_names(): an IP in its canonical text
+     * or as the target wrote it, other spellings being names to the
+     * origin), and so must the fields an
      * origin behind a front may pick the site by instead (routing_host.h),
      * with or without a Host. A value without a port means 80. */
+    struct ip_spelling spelling = {.as_written = req->host};
     if (req->host_header != NULL &&
         routing_host_names(req->host_header, req->host_header_len, &ex->target, ex->port, 80,
-                           IP_SPELLING_ANY) != ROUTING_HOST_MATCH)
+                           spelling) != ROUTING_HOST_MATCH)
         return REASON_HOST_MISMATCH;
-    if (routing_fields_name(req, &ex->target, ex->port, 80, IP_SPELLING_ANY, why) !=
-        ROUTING_HOST_MATCH)
+    if (routing_fields_name(req, &ex->target, ex->port, 80, spelling, why) != ROUTING_HOST_MATCH)
         return REASON_HOST_MISMATCH;
     return REASON_NONE;
 }

@@ -7,7 +7,7 @@
 
 enum routing_host_result routing_host_names(const char *v, size_t len, const struct host *target,
                                             uint16_t port, uint16_t default_port,
-                                            enum ip_spelling spelling)
+                                            struct ip_spelling spelling)
 {
     const char *h;
     size_t hlen;
@@ -25,7 +25,7 @@ enum routing_host_result routing_host_names(const char *v, size_t len, const str
  * 5.6.1). */
 static enum routing_host_result list_names(const char *v, size_t len, const struct host *target,
                                            uint16_t port, uint16_t default_port,
-                                           enum ip_spelling spelling)
+                                           struct ip_spelling spelling)
 {
     struct http1_list it;
     const char *e;
@@ -44,7 +44,7 @@ static enum routing_host_result list_names(const char *v, size_t len, const stru
  * An unquoted value runs to the next OWS, ';' or ','. */
 static enum routing_host_result forwarded_names(const char *v, size_t len,
                                                 const struct host *target, uint16_t port,
-                                                uint16_t default_port, enum ip_spelling spelling,
+                                                uint16_t default_port, struct ip_spelling spelling,
                                                 const char **why)
 {
     size_t i = 0;
@@ -104,7 +104,7 @@ unreadable:
 
 enum routing_host_result routing_fields_name(const struct http_request *req,
                                              const struct host *target, uint16_t port,
-                                             uint16_t default_port, enum ip_spelling spelling,
+                                             uint16_t default_port, struct ip_spelling spelling,
                                              const char **why)
 {
     for (size_t i = 0; i < req->nheaders; i++) {

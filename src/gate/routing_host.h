@@ -35,7 +35,7 @@ enum routing_host_result {
  * missing port is accepted). */
 enum routing_host_result routing_host_names(const char *v, size_t len, const struct host *target,
                                             uint16_t port, uint16_t default_port,
-                                            enum ip_spelling spelling);
+                                            struct ip_spelling spelling);
 
 /* Checks the routing fields of <req> other than Host (the header comment
  * says which) as routing_host_names() checks a Host value: every element
@@ -48,7 +48,7 @@ enum routing_host_result routing_host_names(const char *v, size_t len, const str
  * else the first mismatch, with <*why> set to a static phrase. */
 enum routing_host_result routing_fields_name(const struct http_request *req,
                                              const struct host *target, uint16_t port,
-                                             uint16_t default_port, enum ip_spelling spelling,
+                                             uint16_t default_port, struct ip_spelling spelling,
                                              const char **why);
 
 #endif

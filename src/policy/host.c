@@ -205,30 +205,28 @@ err:
     return -1;
 }
 
-/* Whether <s> (<len> bytes) is the IP target's canonical text <canon>,
- * IPv6 bare or bracketed (IP_SPELLING_CANONICAL). */
-static bool ip_text_sent(const char *s, size_t len, const char *canon)
+/* Whether <s> (<len> bytes) is <text>, in any case, IPv6 bare or
+ * bracketed. */
+static bool ip_text_sent(const char *s, size_t len, const char *text)
 {
-    size_t n = strlen(canon);
-    if (strchr(canon, ':') != NULL && len == n + 2 && s[0] == '[' && s[len - 1] == ']') {
+    size_t n = strlen(text);
+    if (strchr(text, ':') != NULL && len == n + 2 && s[0] == '[' && s[len - 1] == ']') {
         s++;
         len -= 2;
     }
-    return len == n && strncasecmp(s, canon, n) == 0;
+    return len == n && strncasecmp(s, text, n) == 0;
 }
 
 bool host_sent_names(const char *s, size_t len, const struct host *target,
-                     enum ip_spelling spelling)
+                     struct ip_spelling spelling)
 {
     struct host h;
     const char *why;
-    /* An IP target's canonical text (as a client sends the Host of an
-     * absolute-form target): parsed, it gives the same address and text
-     * back, so the parse is not made again. */
-    if (target->kind == HOST_IP && ip_text_sent(s, len, target->name))
-        return true;
-    if (target->kind == HOST_IP && spelling == IP_SPELLING_CANONICAL)
-        return false;
+    /* An IP is named by its text (the parse of the canonical one would
+     * give the same address and text back), never by another spelling. */
+    if (target->kind == HOST_IP)
+        return ip_text_sent(s, len, target->name) ||
+               (spelling.as_written != NULL && ip_text_sent(s, len, spelling.as_written));
     for (size_t i = 0; i < len; i++)
         if ((unsigned char)s[i] >= 0x80)
             return false;

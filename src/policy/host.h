@@ -34,18 +34,22 @@ struct host {
  * ("empty label", "invalid IP literal", ...). */
 int host_normalise(const char *s, size_t len, struct host *out, const char **why);
 
-/* How a host a client sends a server must write an IP target to name it. */
-enum ip_spelling {
-    /* Any spelling that parses to the address (0x7f.0.0.1, 2130706433):
-     * a plain-HTTP request's Host, which the client spelled as it did the
-     * request target the gateway decided on. */
-    IP_SPELLING_ANY,
-    /* Its canonical text alone: a.b.c.d without leading zeros, IPv6 as RFC
-     * 5952 writes it, bare or in brackets, hex digits in either case. A
-     * tunnel's first bytes, which alone tell its server the host: to a
-     * server other spellings are names, which its default site may take. */
-    IP_SPELLING_CANONICAL,
+/* How a host a client sends a server must write an IP target to name it:
+ * its canonical text (a.b.c.d without leading zeros, IPv6 as RFC 5952
+ * writes it, bare or in brackets, hex digits in either case), or else
+ * <as_written> in any case (bare or in brackets for IPv6), when not NULL.
+ * To a server any other spelling (0x7f.0.0.1, 2130706433) is a name, which
+ * its default site may take. */
+struct ip_spelling {
+    /* A plain-HTTP request target's host as the client wrote it (brackets
+     * removed): its Host goes upstream as it came, and a client spells it
+     * as it did the target the gateway decided on. NULL in a tunnel's
+     * first bytes, which alone tell its server the host. */
+    const char *as_written;
 };
+
+/* The canonical text alone. */
+#define IP_SPELLING_CANONICAL ((struct ip_spelling){.as_written = NULL})
 
 /* True when the host <s> (<len> bytes, hostile) that a client sends a server
  * (a Host header, a request target, a TLS server_name) names <target>: a
@@ -55,7 +59,7 @@ enum ip_spelling {
  * "a") or a name with a soft hyphen in it is another host, which its
  * *.example.com site takes, not api.example.com. */
 bool host_sent_names(const char *s, size_t len, const struct host *target,
-                     enum ip_spelling spelling);
+                     struct ip_spelling spelling);
 
 /* host_sent_names() for a TLS server_name: an IP in its canonical text,
  * without brackets. RFC 6066 keeps IP literals out of server_name, but a

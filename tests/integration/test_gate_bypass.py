@@ -112,6 +112,50 @@ def test_ip_literal_allowed_by_cidr_rule(gateway, net, spelling):
     assert ev["host"] == "127.0.0.2" and ev["ip"] == "127.0.0.2"
 
 
+# (target as written, Host): the Host names the address in another spelling
+# than its canonical text and the target's own. Goes upstream as it came, a
+# server takes it for a name (its default site), so it is refused as a name
+# of another host is.
+HOST_SPELLING_MISMATCHES = [
+    ("127.0.0.2", "0x7f.0.0.2"), ("127.0.0.2", "127.000.000.002"),
+    ("127.0.0.2", "2130706434"), ("127.0.0.2", "127.2"), ("127.2", "2130706434"),
+    ("0x7f000002", "0177.0.0.2"), ("[::ffff:127.0.0.2]", "[::ffff:7f00:2]"),
+]
+
+
+def _spelt(gateway, net, target, hostval):
+    """GET http://<target>:api/spelt with Host <hostval>:api through a
+    gateway whose cidr: rule allows the api upstream; returns (gw, resp)."""
+    rules = [{"cidr": "127.0.0.0/8", "ports": [net.api.port], "tier": 2}]
+    gw = gateway(net.policy(rules))
+    return gw, request(gw, "GET", "http://%s:%d/spelt" % (target, net.api.port),
+                       host="%s:%d" % (hostval, net.api.port))
+
+
+@pytest.mark.parametrize("target,hostval", HOST_SPELLING_MISMATCHES)
+def test_ip_literal_host_in_another_spelling_refused(gateway, net, target, hostval):
+    gw, r = _spelt(gateway, net, target, hostval)
+    host = "127.0.0.2" if "::" not in target else ANY
+    assert_denied(gw, net, r, "host_mismatch", host=host, port=net.api.port, ip=None,
+                  tier=ANY, rule=ANY)
+
+
+# (target as written, Host): the canonical text, or the target's own
+# spelling in another case (a v4-mapped target's canonical text is its IPv4).
+HOST_SPELLINGS_ALLOWED = [
+    ("0x7f.0.0.2", "127.0.0.2"), ("0X7F.0.0.2", "0x7f.0.0.2"), ("127.2", "127.2"),
+    ("[::FFFF:7F00:2]", "[::ffff:7f00:2]"), ("[::ffff:7f00:2]", "127.0.0.2"),
+]
+
+
+@pytest.mark.parametrize("target,hostval", HOST_SPELLINGS_ALLOWED)
+def test_ip_literal_host_canonical_or_as_written_allowed(gateway, net, target, hostval):
+    gw, r = _spelt(gateway, net, target, hostval)
+    assert r.status == 200 and r.json()["server"] == "api", r
+    ev, _ = gw.decided(path="/spelt")
+    assert ev["decision"] == "allow", ev
+
+
 def test_ip_literal_cidr_rule_other_port_refused(gateway, net):
     rules = [{"cidr": "127.0.0.0/8", "ports": [net.api.port], "tier": 2}]
     gw = gateway(net.policy(rules))

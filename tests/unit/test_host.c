@@ -255,7 +255,7 @@ static void test_sent_names(void **state)
      * trailing dot. */
     static const char *const same[] = {"api.example.com", "API.Example.COM", "api.example.com."};
     for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++)
-        assert_true(host_sent_names(same[i], strlen(same[i]), &t, IP_SPELLING_ANY));
+        assert_true(host_sent_names(same[i], strlen(same[i]), &t, IP_SPELLING_CANONICAL));
     /* Spellings IDNA maps to it are other hosts to a server (it looks its
      * sites up by the bytes it got), and so are names that are not it. */
     static const char *const other[] = {
@@ -265,9 +265,9 @@ static void test_sent_names(void **state)
         "api.example.com.evil.test",   "api.example", "", "127.0.0.1",
     };
     for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++)
-        assert_false(host_sent_names(other[i], strlen(other[i]), &t, IP_SPELLING_ANY));
-    assert_true(host_sent_names("127.0.0.1", 9, &ip, IP_SPELLING_ANY));
-    assert_false(host_sent_names("api.example.com", 15, &ip, IP_SPELLING_ANY));
+        assert_false(host_sent_names(other[i], strlen(other[i]), &t, IP_SPELLING_CANONICAL));
+    assert_true(host_sent_names("127.0.0.1", 9, &ip, IP_SPELLING_CANONICAL));
+    assert_false(host_sent_names("api.example.com", 15, &ip, IP_SPELLING_CANONICAL));
     /* An IP target's own canonical text names it (host_sent_names() takes
      * it without a parse): it must parse back to the same address and text. */
     static const char *const ips[] = {
@@ -291,19 +291,30 @@ static void test_sent_names(void **state)
         assert_int_equal(host_normalise(a.name, strlen(a.name), &b, &why), 0);
         assert_int_equal(b.kind, HOST_IP);
         assert_string_equal(a.name, b.name);
-        assert_true(host_sent_names(a.name, strlen(a.name), &a, IP_SPELLING_ANY));
+        assert_true(host_sent_names(a.name, strlen(a.name), &a, IP_SPELLING_CANONICAL));
     }
-    assert_false(host_sent_names("127.0.0.10", 10, &ip, IP_SPELLING_ANY));
-    assert_false(host_sent_names("127.0.0.", 8, &ip, IP_SPELLING_ANY));
+    assert_false(host_sent_names("127.0.0.10", 10, &ip, IP_SPELLING_CANONICAL));
+    assert_false(host_sent_names("127.0.0.", 8, &ip, IP_SPELLING_CANONICAL));
     /* Other spellings of the address: names to a server, refused where
-     * the canonical spelling is asked for, taken where any is. */
+     * the canonical spelling is asked for... */
     static const char *const ip_spellings[] = {
         "127.000.000.001", "0x7f.0.0.1", "2130706433", "0177.0.0.1", "127.1", "127.0.0.1.",
     };
     for (size_t i = 0; i < sizeof(ip_spellings) / sizeof(ip_spellings[0]); i++) {
         const char *sp = ip_spellings[i];
         assert_false(host_sent_names(sp, strlen(sp), &ip, IP_SPELLING_CANONICAL));
-        assert_true(host_sent_names(sp, strlen(sp), &ip, IP_SPELLING_ANY));
+        /* ... taken where it is the request target's own spelling, in
+         * any case, and not where the target was spelled otherwise */
+        assert_true(host_sent_names(sp, strlen(sp), &ip, (struct ip_spelling){.as_written = sp}));
+        char upper[32];
+        size_t n = strlen(sp);
+        for (size_t k = 0; k <= n; k++)
+            upper[k] = (sp[k] >= 'a' && sp[k] <= 'z') ? (char)(sp[k] - 'a' + 'A') : sp[k];
+        assert_true(host_sent_names(upper, n, &ip, (struct ip_spelling){.as_written = sp}));
+        size_t count = sizeof(ip_spellings) / sizeof(ip_spellings[0]);
+        const char *other_sp = ip_spellings[(i + 1) % count];
+        assert_false(
+            host_sent_names(sp, strlen(sp), &ip, (struct ip_spelling){.as_written = other_sp}));
         assert_false(host_sni_names(sp, strlen(sp), &ip));
     }
     assert_true(host_sent_names("127.0.0.1", 9, &ip, IP_SPELLING_CANONICAL));

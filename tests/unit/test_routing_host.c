@@ -39,7 +39,7 @@ static enum routing_host_result fields(const char *hdrs, uint16_t default_port)
         fail_msg("%s: parse %d (%s)", hdrs, rc, why ? why : "");
     why = NULL;
     enum routing_host_result r =
-        routing_fields_name(&req, &target, PORT, default_port, IP_SPELLING_ANY, &why);
+        routing_fields_name(&req, &target, PORT, default_port, IP_SPELLING_CANONICAL, &why);
     if (r != ROUTING_HOST_MATCH && why == NULL)
         fail_msg("%s: no reason given", hdrs);
     return r;
@@ -63,7 +63,7 @@ static void without_port_names_the_default(const char *hdrs)
 
 static enum routing_host_result names(const char *v, uint16_t default_port)
 {
-    return routing_host_names(v, strlen(v), &target, PORT, default_port, IP_SPELLING_ANY);
+    return routing_host_names(v, strlen(v), &target, PORT, default_port, IP_SPELLING_CANONICAL);
 }
 
 static void test_host_value(void **state)
