@@ -455,8 +455,8 @@ static void fit_fd_limit(struct gateway *gw, const struct policy *p, bool raise)
     for (size_t i = 0; i < gw->cfg.nlistens; i++)
         if (gateway_tunnel_splices(gw, gw->cfg.listens[i].kind == LISTEN_UNIX))
             per = FDS_PER_SPLICED_CONN;
-    rlim_t reserve =
-        FD_RESERVE + watch_sink_fds(p) + (gw->cfg.admin_addr != NULL ? ADMIN_CONNS_MAX : 0);
+    rlim_t reserve = FD_RESERVE + watch_sink_fds(gw->watch, p) +
+                     (gw->cfg.admin_addr != NULL ? ADMIN_CONNS_MAX : 0);
     rlim_t fit = rl.rlim_cur > reserve + per ? (rl.rlim_cur - reserve) / per : 1;
     unsigned cap = fit >= want ? want : (unsigned)fit;
     bool quiet = gw->cfg.forced_agent != NULL && cap >= RUN_QUIET_CONNS;

@@ -877,31 +877,66 @@ static size_t resolv_conf_servers(void)
     return n == 0 ? 1 : n < WEBHOOK_DNS_SERVERS ? n : WEBHOOK_DNS_SERVERS;
 }
 
-size_t watch_sink_fds(const struct policy *p)
+/* The descriptors of a webhook sink of <url>: its connection and, for a
+ * URL naming a host rather than an address, its resolver's sockets
+ * (<*per_named>, read from resolv.conf once, 0 until then). 1 for a URL
+ * that does not parse (counted, not opened). */
+static size_t webhook_url_fds(const char *url, size_t *per_named)
+{
+    struct weburl u;
+    const char *why;
+    unsigned char ip[16];
+    char host[WEBURL_HOST_MAX + 1];
+    if (weburl_parse(url, &u, &why) < 0 || u.host_len >= sizeof(host))
+        return 1;
+    memcpy(host, u.host, u.host_len);
+    host[u.host_len] = '\0';
+    if (inet_pton(AF_INET, host, ip) == 1 || inet_pton(AF_INET6, host, ip) == 1)
+        return 1;
+    if (*per_named == 0)
+        *per_named = resolv_conf_servers();
+    return 1 + *per_named;
+}
+
+/* How many times <p> lists the webhook <url>. */
+static unsigned listings_of(const struct policy *p, const char *url)
+{
+    unsigned n = 0;
+    for (size_t i = 0; i < p->alerts.nsinks; i++)
+        n += p->alerts.sinks[i].kind != SINK_EXEC && strcmp(p->alerts.sinks[i].target, url) == 0;
+    return n;
+}
+
+/* A sink <p> does not list (its URL listed fewer times than its listing)
+ * that holds descriptors <p>'s count leaves out: one retired, or one in
+ * force with a POST in flight that <p> would retire. */
+static bool outlives_policy(const struct webhook *h, const struct policy *p)
+{
+    return webhook_listing(h) > listings_of(p, webhook_url(h));
+}
+
+size_t watch_sink_fds(const struct watch *w, const struct policy *p)
 {
     size_t n = 0, per_named = 0;
     bool exec = false;
     for (size_t i = 0; i < p->alerts.nsinks; i++) {
         const struct sink *s = &p->alerts.sinks[i];
-        struct weburl u;
-        const char *why;
-        unsigned char ip[16];
-        char host[WEBURL_HOST_MAX + 1];
-        if (s->kind == SINK_EXEC) {
+        if (s->kind == SINK_EXEC)
             exec = true;
-            continue;
-        }
-        n++;
-        if (weburl_parse(s->target, &u, &why) < 0 || u.host_len >= sizeof(host))
-            continue; /* not opened */
-        memcpy(host, u.host, u.host_len);
-        host[u.host_len] = '\0';
-        if (inet_pton(AF_INET, host, ip) == 1 || inet_pton(AF_INET6, host, ip) == 1)
-            continue;
-        if (per_named == 0)
-            per_named = resolv_conf_servers();
-        n += per_named;
+        else
+            n += webhook_url_fds(s->target, &per_named);
     }
+    /* Retired sinks hold their connection and resolver until their POST is
+     * over (at most SINK_WEBHOOK_TIMEOUT_S): beyond <p>'s sinks. Called
+     * before watch_policy_loaded(), the sinks in force with a POST in
+     * flight that <p> removes are about to be retired. */
+    for (size_t i = 0; w != NULL && i < w->nretired; i++)
+        if (outlives_policy(w->retired[i], p))
+            n += webhook_url_fds(webhook_url(w->retired[i]), &per_named);
+    for (size_t i = 0; w != NULL && i < w->nhooks; i++)
+        if (w->hooks[i] != NULL && webhook_in_flight(w->hooks[i]) &&
+            outlives_policy(w->hooks[i], p))
+            n += webhook_url_fds(webhook_url(w->hooks[i]), &per_named);
     /* + 4: the pipe handed to the next program and the spawner's wake pipe */
     return n + (exec ? SINK_EXEC_MAX_RUNNING + 4 : 0);
 }

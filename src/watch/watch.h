@@ -89,8 +89,11 @@ void watch_drain(struct watch *w, unsigned timeout_ms);
  * resolv.conf, at most WEBHOOK_DNS_SERVERS); the exec sinks
  * SINK_EXEC_MAX_RUNNING programs, each with a pipe to its standard input
  * until it has its alert, a pipe being handed to the next one, and the
- * pipe on which the thread that starts them answers the loop. */
-size_t watch_sink_fds(const struct policy *p);
+ * pipe on which the thread that starts them answers the loop. With <w>
+ * (may be NULL), plus those of its sinks <p> does not list that still hold
+ * them: retired ones finishing a POST, and those in force with a POST in
+ * flight that <p>, loaded next, retires. */
+size_t watch_sink_fds(const struct watch *w, const struct policy *p);
 /* Flushes the alerts file and the store, stops the sinks (killing exec
  * programs still running), frees. Returns the lines of an alerts file of
  * its own that were lost (log_jsonl_close()), 0 without one. Accepts NULL

@@ -11,6 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <event2/event.h>
 
 #include "watch/alert.h"
@@ -188,11 +195,73 @@ static void reload_short_of_memory_keeps_the_hidden_variables_whole(void **state
     assert_true(refused > 0 && done == 1);
 }
 
+/* A loopback listener that never accepts nor answers: the kernel takes a
+ * webhook's connection and POST, which then stays in flight. Its port in
+ * <*port>. */
+static int silent_listener(unsigned *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, len), 0);
+    assert_int_equal(listen(fd, 4), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* A reload that removes a webhook sink with a POST in flight retires it:
+ * until that POST is over, its connection is counted in the descriptors
+ * the sinks may hold (the gate's fit of --max-conns), before the reload
+ * (the gate fits before the sinks change) and after it, once only when a
+ * later policy lists the sink again. */
+static void a_retired_sink_counts_in_the_descriptors_of_the_sinks(void **state)
+{
+    (void)state;
+    unsigned port;
+    int lfd = silent_listener(&port);
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%u/hook", port);
+    struct sink hook = {.kind = SINK_WEBHOOK, .target = url, .line = 1};
+    struct policy with = {0}, without = {0};
+    with.alerts.present = without.alerts.present = true;
+    with.alerts.expiry_warn_days = without.alerts.expiry_warn_days = 14;
+    with.alerts.sinks = &hook;
+    with.alerts.nsinks = 1;
+    struct fx f;
+    fx_start(&f, &with);
+    assert_int_equal(watch_sink_fds(f.w, &with), 1);
+    assert_int_equal(watch_sink_fds(f.w, &without), 0); /* nothing in flight */
+    struct alert a = {.kind = ALERT_FIRST_CONTACT, .agent = "ci", .host = "x.test", .detail = "d"};
+    alert_bus_publish(&f.alerts, &a);
+    /* in flight: the sink <without> removes holds its connection */
+    uint64_t until = now_ms() + 3000; /* within the POST's 5 s deadline */
+    while (watch_sink_fds(f.w, &without) == 0 && now_ms() < until)
+        event_base_loop(f.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    assert_int_equal(watch_sink_fds(f.w, &without), 1);
+    const char *what = NULL;
+    assert_int_equal(watch_policy_prepare(f.w, &without, &what), 0);
+    watch_policy_loaded(f.w, &without); /* retired, its POST still in flight */
+    assert_int_equal(watch_sink_fds(f.w, &without), 1);
+    assert_int_equal(watch_sink_fds(f.w, &with), 1); /* taken back, not twice */
+    fx_end(&f);
+    close(lfd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(reload_short_of_memory_keeps_the_sinks_whole),
         cmocka_unit_test(reload_short_of_memory_keeps_the_hidden_variables_whole),
+        cmocka_unit_test(a_retired_sink_counts_in_the_descriptors_of_the_sinks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
