@@ -131,6 +131,9 @@ static void adopt_store(struct watch *w, struct store_opened *got, int64_t now)
     detectors_adopt_store(w->det, w->store, &got->stored, now);
     for (size_t i = 0; i < w->nhooks; i++)
         webhook_take_store(w->hooks[i], w->store);
+    /* and those finishing a POST: if it fails, its alert is kept there */
+    for (size_t i = 0; i < w->nretired; i++)
+        webhook_take_store(w->retired[i], w->store);
     fprintf(stderr,
             "sluice: state %s: opened; what was decided while it was locked is written "
             "to it\n",
