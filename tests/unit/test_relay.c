@@ -590,28 +590,109 @@ static void stop_and_drain(struct world *w)
     assert_int_equal(write(w->stop[1], "x", 1), 1);
 }
 
-/* Sends <client> (made non-blocking) as many bytes of a counting pattern
- * as the path to the gateway takes before it would block, up to <max>.
- * Returns how many. */
-static size_t send_until_full(int client, size_t max)
+/* The relay's own end of the connection whose other end is the test's TCP
+ * socket <fd>: the socket in this process named as <fd>'s peer and whose
+ * peer <fd> is. */
+static int relay_end_of(int fd)
+{
+    struct sockaddr_in me, peer, a, b;
+    socklen_t len = sizeof(me);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&me, &len), 0);
+    len = sizeof(peer);
+    assert_int_equal(getpeername(fd, (struct sockaddr *)&peer, &len), 0);
+    for (int i = 0; i < 4096; i++) {
+        socklen_t la = sizeof(a), lb = sizeof(b);
+        if (i == fd || getsockname(i, (struct sockaddr *)&a, &la) != 0 ||
+            getpeername(i, (struct sockaddr *)&b, &lb) != 0 || la != sizeof(a) ||
+            a.sin_family != AF_INET)
+            continue;
+        if (a.sin_port == peer.sin_port && a.sin_addr.s_addr == peer.sin_addr.s_addr &&
+            b.sin_port == me.sin_port && b.sin_addr.s_addr == me.sin_addr.s_addr)
+            return i;
+    }
+    fail_msg("no socket of the relay's is the peer of %d", fd);
+    return -1;
+}
+
+/* A side of a connection the test sends on, as send_until_full() waits on
+ * it. <relay_end>: the relay's end of a TCP <sender>; -1 for a unix
+ * socket, whose unread bytes its own send queue counts. */
+struct sending {
+    struct world *w;
+    int sender;
+    int relay_end;
+};
+
+static bool writable(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    assert_true(poll(&p, 1, 0) >= 0);
+    return (p.revents & POLLOUT) != 0;
+}
+
+/* The relay's end holds bytes of <s>'s unread, and nothing more is on its
+ * way there: for TCP, nothing sent and not acknowledged (what is unsent
+ * waits for the relay to read); a unix socket's send queue is what its
+ * peer has not read. */
+static bool relay_end_holds_unread(const struct sending *s)
+{
+    int unread = 0, outq = 0, unsent = 0;
+    assert_int_equal(ioctl(s->sender, SIOCOUTQ, &outq), 0);
+    if (s->relay_end < 0)
+        return outq > 0;
+    assert_int_equal(ioctl(s->relay_end, FIONREAD, &unread), 0);
+    assert_int_equal(ioctl(s->sender, SIOCOUTQNSD, &unsent), 0);
+    return unread > 0 && outq == unsent;
+}
+
+/* The path from <s>'s sender is full: the relay sleeps in its poll()
+ * (before and after the queues are read, not woken between) while bytes
+ * wait unread in its end, which it reads while its buffer towards the
+ * other side has room and writes that buffer out until the other side's
+ * socket takes no more: so the buffer is full, and so is that socket;
+ * and the sender's own socket takes no more. */
+static bool path_full(const struct sending *s)
+{
+    unsigned long before = relay_wakeups(s->w->relay);
+    if (!relay_asleep(s->w))
+        return false;
+    bool full = relay_end_holds_unread(s) && !writable(s->sender);
+    return full && relay_asleep(s->w) && relay_wakeups(s->w->relay) == before;
+}
+
+/* The sender can send again, or the path is full. */
+static bool sender_can_go_on(void *arg)
+{
+    const struct sending *s = arg;
+    return writable(s->sender) || path_full(s);
+}
+
+/* Sends <sender> (made non-blocking) as many bytes of a counting pattern
+ * as the path through the relay takes until it is full (path_full()),
+ * up to <max>. Returns how many. */
+static size_t send_until_full(struct world *w, int sender, size_t max)
 {
     static char chunk[16384];
     size_t sent = 0;
-    int fl = fcntl(client, F_GETFL);
-    assert_int_equal(fcntl(client, F_SETFL, fl | O_NONBLOCK), 0);
-    for (int idle = 0; sent < max && idle < 20;) {
+    int domain = 0;
+    socklen_t len = sizeof(domain);
+    assert_int_equal(getsockopt(sender, SOL_SOCKET, SO_DOMAIN, &domain, &len), 0);
+    struct sending s = {w, sender, domain == AF_INET ? relay_end_of(sender) : -1};
+    int fl = fcntl(sender, F_GETFL);
+    assert_int_equal(fcntl(sender, F_SETFL, fl | O_NONBLOCK), 0);
+    while (sent < max) {
         for (size_t i = 0; i < sizeof(chunk); i++)
             chunk[i] = (char)((sent + i) % 251);
         size_t want = max - sent < sizeof(chunk) ? max - sent : sizeof(chunk);
-        ssize_t k = send(client, chunk, want, MSG_NOSIGNAL);
+        ssize_t k = send(sender, chunk, want, MSG_NOSIGNAL);
         if (k > 0) {
             sent += (size_t)k;
-            idle = 0;
-        } else {
-            assert_true(k < 0 && errno == EAGAIN);
-            idle++; /* the relay may still be moving bytes on */
-            usleep(10 * 1000);
+            continue;
         }
+        assert_true(k < 0 && errno == EAGAIN);
+        wait_until(sender_can_go_on, &s, "the path through the relay to take more or be full");
+        if (path_full(&s))
+            break;
     }
     return sent;
 }
@@ -646,7 +727,7 @@ static void test_drain_carries_what_the_client_sent(void **state)
     struct world *w = *state;
     int client, gateway;
     connect_through(w, &client, &gateway);
-    size_t sent = send_until_full(client, 64u << 20);
+    size_t sent = send_until_full(w, client, 64u << 20);
     close(client);
     stop_and_drain(w);
     assert_int_equal(read_to_end(gateway, false), sent);
@@ -662,7 +743,7 @@ static void test_drain_is_bounded(void **state)
     int client, gateway;
     relay_set_waits(w->relay, 10000, 200);
     connect_through(w, &client, &gateway);
-    size_t sent = send_until_full(client, 64u << 20);
+    size_t sent = send_until_full(w, client, 64u << 20);
     close(client);
     stop_and_drain(w);
     pthread_join(w->thread, NULL);
@@ -729,7 +810,7 @@ static void test_client_reset_delivers_what_it_sent_before(void **state)
     int client, gateway;
     struct linger lg = {.l_onoff = 1, .l_linger = 0};
     connect_through(w, &client, &gateway);
-    size_t sent = send_until_full(client, 256u << 10);
+    size_t sent = send_until_full(w, client, 256u << 10);
     assert_int_equal(sent, 256u << 10);
     int outq = 1;
     for (int i = 0; i < 500 && outq != 0; i++) {
@@ -771,7 +852,7 @@ static void test_gateway_reset_delivers_what_it_sent_before(void **state)
     /* the request waits in the gateway's end: its close is a reset */
     struct unread u = {gateway, sizeof(unread) - 1};
     wait_until(holds_unread, &u, "the request to wait unread in the gateway's end");
-    size_t sent = send_until_full(gateway, 64u << 20);
+    size_t sent = send_until_full(w, gateway, 64u << 20);
     close(gateway); /* unread bytes: the relay reads ECONNRESET after the rest */
     assert_int_equal(read_to_end(client, true), sent);
     close(client);
