@@ -369,6 +369,14 @@ static bool stale_conn(const struct webhook *w, int code)
            w->last_error == EVREQ_HTTP_EOF;
 }
 
+/* on_retry() runs on the loop's next turn (a pending retry moved to it),
+ * not from evhttp's callback, which must not free what it runs on. */
+static void retry_next_turn(struct webhook *w)
+{
+    struct timeval now = {0, 0};
+    evtimer_add(w->retry, &now);
+}
+
 /* The attempt in flight when a reload took the sink out of the policy is
  * over (answered <code>, or 0): a 2xx deletes its row, as for any
  * delivery, so that a policy naming the sink again does not send it twice;
@@ -403,9 +411,7 @@ static void retired_over(struct webhook *w, int code)
     }
     if (w->len > 0)
         pop(w);
-    struct timeval now = {0, 0};
-    evtimer_del(w->retry);
-    evtimer_add(w->retry, &now);
+    retry_next_turn(w);
 }
 
 /* The attempt for the head of the queue is over: answered <code>, or 0
@@ -423,8 +429,7 @@ static void attempt_over(struct webhook *w, int code)
     if (w->len == 0)
         return;
     if (stale_conn(w, code)) {
-        struct timeval now = {0, 0}; /* on the loop's next turn, not from evhttp's callback */
-        evtimer_add(w->retry, &now);
+        retry_next_turn(w);
         return;
     }
     if (code >= 200 && code < 300) {
@@ -1279,10 +1284,8 @@ void webhook_retire(struct webhook *w, void (*over)(struct webhook *w, void *arg
                 "sluice: webhook %s: %zu alert%s undelivered when the sink left the policy and "
                 "in no state store: lost\n",
                 w->label, lost, lost == 1 ? "" : "s");
-    if (!w->busy) { /* not in flight after all: over on the next turn */
-        struct timeval now = {0, 0};
-        evtimer_add(w->retry, &now);
-    }
+    if (!w->busy) /* not in flight after all: over on the next turn */
+        retry_next_turn(w);
 }
 
 void webhook_revive(struct webhook *w)

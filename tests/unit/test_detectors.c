@@ -23,6 +23,10 @@
 #include "watch/window.h"
 
 #define T0 1796065200000LL /* 2026-11-30T19:00:00Z, a Monday */
+/* Working hours 08:00-19:00 UTC, Monday to Friday: T0 is their end. */
+#define WEEKDAYS_8_TO_19_UTC                                                                       \
+    ((struct off_hours_cfg){                                                                       \
+        .set = true, .tz = "UTC", .start_min = 8 * 60, .end_min = 19 * 60, .days_mask = 0x1f})
 
 struct got {
     int n[ALERT_KIND_COUNT];
@@ -709,8 +713,7 @@ static void first_contact_flood_folds_per_agent(void **state)
 static void per_host_alerts_fold_past_the_burst(void **state)
 {
     struct fx *f = *state;
-    f->p.alerts.off_hours = (struct off_hours_cfg){
-        .set = true, .tz = "UTC", .start_min = 8 * 60, .end_min = 19 * 60, .days_mask = 0x1f};
+    f->p.alerts.off_hours = WEEKDAYS_8_TO_19_UTC;
     assert_int_equal(detectors_configure(f->d, &f->p), 0);
     char host[40];
     for (int i = 0; i < 1000; i++) {
@@ -752,8 +755,7 @@ static void per_host_alerts_fold_past_the_burst(void **state)
 static void off_hours_arithmetic(void **state)
 {
     (void)state;
-    struct off_hours_cfg o = {
-        .set = true, .tz = "UTC", .start_min = 8 * 60, .end_min = 19 * 60, .days_mask = 0x1f};
+    struct off_hours_cfg o = WEEKDAYS_8_TO_19_UTC;
     time_t mon19 = (time_t)(T0 / 1000); /* Monday 19:00 UTC: just outside */
     assert_true(detectors_off_hours(&o, mon19));
     assert_false(detectors_off_hours(&o, mon19 - 60));              /* 18:59 */
@@ -1061,8 +1063,7 @@ static void off_hours_zone_file(void **state)
 static void off_hours_detector(void **state)
 {
     struct fx *f = *state;
-    f->p.alerts.off_hours = (struct off_hours_cfg){
-        .set = true, .tz = "UTC", .start_min = 8 * 60, .end_min = 19 * 60, .days_mask = 0x1f};
+    f->p.alerts.off_hours = WEEKDAYS_8_TO_19_UTC;
     detectors_configure(f->d, &f->p);
     struct egress_event w = ev_of("ci", "PATCH", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
     struct egress_event r = ev_of("ci", "GET", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
@@ -1786,8 +1787,7 @@ static void first_contacts_of_agents_without_a_window_fold(void **state)
 static void per_host_alerts_of_agents_without_a_window_fold(void **state)
 {
     struct fx *f = *state;
-    f->p.alerts.off_hours = (struct off_hours_cfg){
-        .set = true, .tz = "UTC", .start_min = 8 * 60, .end_min = 19 * 60, .days_mask = 0x1f};
+    f->p.alerts.off_hours = WEEKDAYS_8_TO_19_UTC;
     /* Monday 19:00 UTC on: off hours */
     int64_t t =
         sibling_floods(f, "b", ".s3.example.test", true, ALERT_OFF_HOURS_WRITE, DETECT_HOSTS_BURST,
@@ -1934,8 +1934,7 @@ static void severities_follow_the_spec(void **state)
     f->p.alerts.write_burst = (struct threshold){.set = true, .max = 1, .per_ms = 60000};
     f->p.alerts.denied_burst = (struct threshold){.set = true, .max = 1, .per_ms = 60000};
     f->p.alerts.upload_bytes = (struct threshold){.set = true, .max = 10, .per_ms = 60000};
-    f->p.alerts.off_hours = (struct off_hours_cfg){
-        .set = true, .tz = "UTC", .start_min = 8 * 60, .end_min = 19 * 60, .days_mask = 0x1f};
+    f->p.alerts.off_hours = WEEKDAYS_8_TO_19_UTC;
     f->p.alerts.baseline =
         (struct baseline_cfg){.set = true, .factor = 3, .floor = 5, .learn_ms = 5 * 60000};
     assert_int_equal(detectors_configure(f->d, &f->p), 0);
