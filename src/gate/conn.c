@@ -31,6 +31,7 @@
 #include "shape/quota.h"
 #include "util/shortage.h"
 #include "util/units.h"
+#include "util/wall_clock.h"
 #include "watch/agent_hash.h"
 #include "watch/bus.h"
 #include "watch/log_jsonl.h"
@@ -1537,7 +1538,7 @@ static void decide_and_go(struct conn *c)
         conn_refuse(c, REASON_SELF_REQUEST, NULL, true);
         return;
     }
-    decide_exchange(ex->pol->policy, ex, ex->agent, time(NULL), &ex->dec);
+    decide_exchange(ex->pol->policy, ex, ex->agent, wall_clock_seconds(), &ex->dec);
     if (ex->dec.verdict == VERDICT_DENY) {
         conn_refuse(c, ex->dec.reason, NULL, true);
         return;

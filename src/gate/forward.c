@@ -47,6 +47,7 @@
 #include "shape/admit.h"
 #include "shape/quota.h"
 #include "util/units.h"
+#include "util/wall_clock.h"
 
 /* Interim (1xx) responses passed on per request; more is a 502. */
 #define INTERIM_MAX 16
@@ -625,7 +626,7 @@ void forward_on_head_deadline(struct conn *c)
  * second (RFC 9110 6.6.1). */
 static const char *response_date(struct conn *c)
 {
-    return http_date_of(&c->gw->date_clock, time(NULL));
+    return http_date_of(&c->gw->date_clock, wall_clock_seconds());
 }
 
 /* Reads response heads until the final one. Interim (1xx) ones are passed

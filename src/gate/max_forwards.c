@@ -10,6 +10,7 @@
 #include "gate/gateway.h"
 #include "policy/model.h"
 #include "util/http_date.h"
+#include "util/wall_clock.h"
 
 bool max_forwards_ends_here(const struct http_request *req)
 {
@@ -22,7 +23,7 @@ int max_forwards_answer(struct conn *c, struct evbuffer *out, bool keep)
     struct exchange *ex = &c->ex;
     bool trace = ex->mbit == METHOD_TRACE && ex->uphead != NULL;
     size_t n = trace ? evbuffer_get_length(ex->uphead) : 0;
-    const char *date = http_date_of(&c->gw->date_clock, time(NULL));
+    const char *date = http_date_of(&c->gw->date_clock, wall_clock_seconds());
     if (evbuffer_add_printf(
             out, "HTTP/1.1 200 OK\r\n%s%s%s%sContent-Length: %zu\r\nConnection: %s\r\n\r\n",
             date[0] != '\0' ? "Date: " : "", date, date[0] != '\0' ? "\r\n" : "",

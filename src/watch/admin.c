@@ -56,6 +56,7 @@
 #include "util/accept_error.h"
 #include "util/env.h"
 #include "util/http_date.h"
+#include "util/wall_clock.h"
 #include "util/ipaddr.h"
 #include "util/text_json.h"
 #include "util/units.h"
@@ -227,7 +228,7 @@ static void conn_reply(struct admin_conn *c, int code, const char *why, const ch
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
     char date[HTTP_DATE_LEN + 1]; /* "" for a clock past year 9999 */
-    (void)http_date_format(time(NULL), date);
+    (void)http_date_format(wall_clock_seconds(), date);
     leave_head(c);
     c->state = AC_REPLY;
     admin_listen_update(c->a); /* the last one to evict, perhaps */

@@ -1528,15 +1528,25 @@ def _gateway_to(gateway, net, host, up):
     return gw, b"%s:%d" % (host.encode(), up.port)
 
 
-def _one_exchange(gateway, net, answer, request_head):
+def _next_second():
+    """Returns once the wall clock (CLOCK_REALTIME, as time.time() reads
+    it) has just begun a new second: at most a second's polling."""
+    start = int(time.time())
+    while int(time.time()) == start:
+        time.sleep(0.0002)
+
+
+def _one_exchange(gateway, net, answer, request_head, at_second_start=False):
     """Sends <request_head> (bytes, %(target)s and %(host)s filled in) to
     the gateway on a connection of its own, to an origin that answers
-    <answer> (raw bytes) and closes. Returns the head the origin received
-    and what the client got, and the wall clock (whole seconds) around the
-    exchange."""
+    <answer> (raw bytes) and closes; with <at_second_start>, just after a
+    second begins. Returns the head the origin received and what the client
+    got, and the wall clock (whole seconds) around the exchange."""
     got = []
     with ScriptedUpstream(_recording_script(got, answer)) as up:
         gw, authority = _gateway_to(gateway, net, "via.example.test", up)
+        if at_second_start:
+            _next_second()
         before = int(time.time())
         raw = exchange_until_close(gw, request_head % {b"target": b"http://" + authority + b"/v",
                                                        b"host": authority})
@@ -1566,6 +1576,24 @@ def test_via_added_to_both_directions_and_date_to_a_response_without_one(gateway
                         m.group(1)), m.group(1)
     when = email.utils.parsedate_to_datetime(m.group(1).decode()).timestamp()
     assert before <= when <= after, (before, m.group(1), after)
+
+
+def test_date_is_never_a_second_behind_the_clock_the_client_read(gateway, net):
+    # A Date is the second of the wall clock every log line's "ts" is read
+    # from. glibc's time() reads the kernel's coarse clock, which turns to a
+    # new second only at the next tick: a Date taken from it just after a
+    # second begins named the second before, earlier than the client's own
+    # clock read before it sent the request (1 of 1714 tests failed so in
+    # CI). Three exchanges, each sent just after a second begins.
+    for _ in range(3):
+        _, raw, _, (before, after) = _one_exchange(
+            gateway, net, b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+            b"GET %(target)s HTTP/1.1\r\nHost: %(host)s\r\nConnection: close\r\n\r\n",
+            at_second_start=True)
+        m = re.search(rb"\r\nDate: ([^\r\n]*)\r\n", raw)
+        assert m is not None, raw
+        when = email.utils.parsedate_to_datetime(m.group(1).decode()).timestamp()
+        assert before <= when <= after, (before, m.group(1), after)
 
 
 def test_via_says_http10_and_an_origin_date_is_kept(gateway, net):
