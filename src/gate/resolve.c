@@ -219,7 +219,19 @@ err:
  * waits out its time and the lookup says "timed out", so this line is the
  * only place the refusal is told. It comes once each time the server goes
  * down (evdns logs nothing for a server already down); a timeout is told
- * by the queries' own "timed out", not here. */
+ * by the queries' own "timed out", not here. Nor is an answer evdns takes
+ * for the server's failure, REFUSED or NOTIMP ("Bad response 5
+ * (refused)"): its query ends at once and its lookup says which, and the
+ * server is back up at its next answer, so a line for it would be untrue
+ * and, for an agent that asks in turn for a name the server refuses and
+ * one it answers, one line per two requests. */
+static bool told_by_its_queries(const char *reason)
+{
+    static const char bad_answer[] = "Bad response ";
+    return strcmp(reason, "request timed out.") == 0 ||
+           strncmp(reason, bad_answer, sizeof(bad_answer) - 1) == 0;
+}
+
 static void evdns_log(int is_warning, const char *msg)
 {
     static const char head[] = "Nameserver ", failed[] = " has failed: ";
@@ -228,7 +240,7 @@ static void evdns_log(int is_warning, const char *msg)
     if (is_warning) {
         fprintf(stderr, "sluice: dns: %s\n", msg);
     } else if (strncmp(msg, head, sizeof(head) - 1) == 0 && f != NULL &&
-               strcmp(f + sizeof(failed) - 1, "request timed out.") != 0) {
+               !told_by_its_queries(f + sizeof(failed) - 1)) {
         int addr_len = (int)(f - msg - (sizeof(head) - 1));
         fprintf(stderr,
                 "sluice: dns: server %.*s: %s: marked down until it answers; its queries wait "

@@ -429,6 +429,29 @@ def test_a_refusing_server_is_told_as_one(world, rcode, why):
         "sluice: cannot resolve refusing.test:80 (agent default): " + why), r.text
 
 
+@pytest.mark.parametrize("rcode", [5, 4], ids=["refused", "notimp"])
+def test_a_refusing_answer_is_not_told_on_standard_error(world, rcode):
+    # evdns marks a server down when it answers REFUSED or NOTIMP, and back
+    # up at its next answer, saying so below warning level ("Nameserver
+    # ADDR has failed: Bad response 5 (refused)"). Such an answer is no
+    # failure of the kernel's: its lookup is told why at once, and the
+    # server is counted in /metrics. Before, each such marking was written
+    # to standard error as one where queries "wait out their tries" (which
+    # these do not), so an agent that asked in turn for a name the server
+    # refuses and for one it answers wrote a line per two requests: 10
+    # lines here.
+    w = world({"refused.test": {"rcode": rcode}, "ok.test": {"A": [ALLOWED], "ttl": 0}})
+    for _ in range(10):
+        r = w.get("refused.test")
+        assert_deny_response(r, "dns_failure", wording=False)
+        assert_reached(w.get("ok.test"), ALLOWED + ":80")
+    # a line after every line those lookups could have written (standard
+    # error is one pipe, written in order)
+    w.gw.reload()
+    poll(lambda: "sluice: reloaded " in w.gw.stderr(), timeout=10, what="the reload's line")
+    err = w.gw.stderr()
+    assert "Bad response" not in err and "marked down" not in err, err
+
 def test_a_name_without_addresses_is_not_told_missing(world):
     # NOERROR with no A and no AAAA record (NODATA): the name exists (a
     # mail-only domain, say), so the refusal must not say "no such name",
