@@ -42,11 +42,38 @@ size_t http_date_format(time_t t, char out[HTTP_DATE_LEN + 1])
     return HTTP_DATE_LEN;
 }
 
-const char *http_date_of(struct http_date_clock *clock, time_t now)
+size_t http_date_field_format(time_t t, char out[HTTP_DATE_FIELD_LEN + 1])
+{
+    if (http_date_format(t, out + 6) == 0) {
+        out[0] = '\0';
+        return 0;
+    }
+    memcpy(out, "Date: ", 6);
+    memcpy(out + 6 + HTTP_DATE_LEN, "\r\n", 3); /* the NUL too */
+    return HTTP_DATE_FIELD_LEN;
+}
+
+/* <clock> brought to <now>: both forms formatted anew for another second. */
+static void clock_set(struct http_date_clock *clock, time_t now)
 {
     if (clock->text[0] == '\0' || clock->at != now) {
         clock->at = now;
-        (void)http_date_format(now, clock->text);
+        (void)http_date_field_format(now, clock->field);
+        /* the field's value, or "" with the field */
+        size_t n = clock->field[0] != '\0' ? HTTP_DATE_LEN : 0;
+        memcpy(clock->text, clock->field + 6, n);
+        clock->text[n] = '\0';
     }
+}
+
+const char *http_date_of(struct http_date_clock *clock, time_t now)
+{
+    clock_set(clock, now);
     return clock->text;
+}
+
+const char *http_date_field_of(struct http_date_clock *clock, time_t now)
+{
+    clock_set(clock, now);
+    return clock->field;
 }

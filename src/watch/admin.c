@@ -227,14 +227,14 @@ static void conn_reply(struct admin_conn *c, int code, const char *why, const ch
                        const char *extra, struct evbuffer *body, bool head_only)
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
-    char date[HTTP_DATE_LEN + 1]; /* "" for a clock past year 9999 */
-    (void)http_date_format(wall_clock_seconds(), date);
+    char date[HTTP_DATE_FIELD_LEN + 1]; /* "" for a clock past year 9999: no field */
+    (void)http_date_field_format(wall_clock_seconds(), date);
     leave_head(c);
     c->state = AC_REPLY;
     admin_listen_update(c->a); /* the last one to evict, perhaps */
     bufferevent_disable(c->bev, EV_READ);
     if (evbuffer_add_printf(out,
-                            "HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: %s\r\n"
+                            "HTTP/1.1 %d %s\r\n%sContent-Type: %s\r\n"
                             "Content-Length: %zu\r\n%sConnection: close\r\n\r\n",
                             code, why, date, ctype, evbuffer_get_length(body), extra) < 0 ||
         (!head_only && evbuffer_add_buffer(out, body) != 0)) {

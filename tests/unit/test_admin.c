@@ -28,6 +28,22 @@
 
 #include "accept_fail.h"
 
+/* The wall clock's second while not 0: clock_gettime(CLOCK_REALTIME) is
+ * interposed here, as accept() is, to date a reply in a chosen year. */
+static time_t fake_realtime;
+
+int clock_gettime(clockid_t id, struct timespec *ts)
+{
+    if (id == CLOCK_REALTIME && fake_realtime != 0) {
+        ts->tv_sec = fake_realtime;
+        ts->tv_nsec = 0;
+        return 0;
+    }
+    int (*real)(clockid_t, struct timespec *) =
+        (int (*)(clockid_t, struct timespec *))dlsym(RTLD_NEXT, "clock_gettime");
+    return real(id, ts);
+}
+
 /* Parses <s> whole, then one byte at a time; both must agree. */
 static enum admin_parse parse(const char *s, struct admin_head *out)
 {
@@ -347,6 +363,49 @@ static void a_burst_of_scrapes_builds_one_body(void **state)
     metrics_free(m);
 }
 
+/* The head of the reply to "GET /healthz" of a fresh admin server on a
+ * clock that reads <now>, into <head> (the part before the blank line). */
+static void healthz_head_at(time_t now, char *head, size_t cap)
+{
+    struct metrics *m = metrics_new();
+    assert_non_null(m);
+    struct event_base *base = event_base_new();
+    assert_non_null(base);
+    struct sockaddr_in sin;
+    struct admin *a = counting_server(base, m, &sin);
+    static const char req[] = "GET /healthz HTTP/1.1\r\n\r\n";
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(connect(fd, (const struct sockaddr *)&sin, sizeof(sin)), 0);
+    assert_int_equal(write(fd, req, sizeof(req) - 1), (ssize_t)(sizeof(req) - 1));
+    fake_realtime = now;
+    read_reply(base, fd, head, cap);
+    fake_realtime = 0;
+    close(fd);
+    char *end = strstr(head, "\r\n\r\n");
+    assert_non_null(end);
+    end[2] = '\0';
+    admin_free(a);
+    event_base_free(base);
+    metrics_free(m);
+}
+
+/* RFC 9110 6.6.1: a reply carries the Date of the clock, right after its
+ * status line; a clock past year 9999, whose date has no IMF-fixdate,
+ * leaves the field out (it was sent empty: "Date: "). */
+static void replies_dated_or_undated(void **state)
+{
+    (void)state;
+    char head[1024];
+    healthz_head_at(784111777, head, sizeof(head));
+    assert_string_equal(head, "HTTP/1.1 200 OK\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n"
+                              "Content-Type: text/plain\r\nContent-Length: 3\r\n"
+                              "Connection: close\r\n");
+    healthz_head_at((time_t)253402300800, head, sizeof(head)); /* 10000-01-01 */
+    assert_string_equal(head, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                              "Content-Length: 3\r\nConnection: close\r\n");
+}
+
 /* Makes one accept() of a fresh admin server fail with <err> while a
  * client waits, then runs the loop without blocking, at most 20 rounds,
  * until the client is taken. Returns whether it was, and what the server
@@ -436,6 +495,7 @@ int main(void)
         cmocka_unit_test(heads_that_are_bad),
         cmocka_unit_test(slow_scrapers_share_one_body),
         cmocka_unit_test(a_burst_of_scrapes_builds_one_body),
+        cmocka_unit_test(replies_dated_or_undated),
         cmocka_unit_test(accept_errors_that_pause),
         cmocka_unit_test(loopback_addresses),
         cmocka_unit_test(mapped_loopback_is_not_warned_about),

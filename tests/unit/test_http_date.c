@@ -54,11 +54,40 @@ static void test_clock(void **state)
     assert_string_equal(http_date_of(&c, 0), "Thu, 01 Jan 1970 00:00:00 GMT");
 }
 
+/* The field line a sender writes itself: the date with its name and its
+ * CRLF, or nothing at all where there is no date (never "Date: " alone). */
+static void test_field(void **state)
+{
+    (void)state;
+    char f[HTTP_DATE_FIELD_LEN + 1];
+    assert_int_equal(http_date_field_format(784111777, f), HTTP_DATE_FIELD_LEN);
+    assert_string_equal(f, "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n");
+    assert_int_equal(strlen(f), HTTP_DATE_FIELD_LEN);
+    /* 9999-12-31T23:59:59Z, the last second written, then year 10000 */
+    assert_int_equal(http_date_field_format((time_t)253402300799, f), HTTP_DATE_FIELD_LEN);
+    assert_string_equal(f, "Date: Fri, 31 Dec 9999 23:59:59 GMT\r\n");
+    assert_int_equal(http_date_field_format((time_t)253402300800, f), 0);
+    assert_string_equal(f, "");
+
+    struct http_date_clock c;
+    memset(&c, 0, sizeof(c));
+    assert_string_equal(http_date_field_of(&c, 784111777),
+                        "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n");
+    assert_string_equal(http_date_of(&c, 784111777), "Sun, 06 Nov 1994 08:49:37 GMT");
+    assert_string_equal(http_date_of(&c, 784111778), "Sun, 06 Nov 1994 08:49:38 GMT");
+    assert_string_equal(http_date_field_of(&c, 784111778),
+                        "Date: Sun, 06 Nov 1994 08:49:38 GMT\r\n");
+    assert_string_equal(http_date_field_of(&c, (time_t)253402300800), "");
+    assert_string_equal(http_date_of(&c, (time_t)253402300800), "");
+    assert_string_equal(http_date_field_of(&c, 0), "Date: Thu, 01 Jan 1970 00:00:00 GMT\r\n");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_format),
         cmocka_unit_test(test_clock),
+        cmocka_unit_test(test_field),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
