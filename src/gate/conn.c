@@ -29,6 +29,7 @@
 #include "policy/policy.h"
 #include "shape/admit.h"
 #include "shape/quota.h"
+#include "util/http_date.h"
 #include "util/shortage.h"
 #include "util/units.h"
 #include "util/wall_clock.h"
@@ -775,6 +776,7 @@ void conn_refuse(struct conn *c, enum deny_reason reason, const char *detail, bo
             .retry_after = ex->retry_after > 0 ? ex->retry_after : 1,
             .keep_alive = keep,
             .head_only = ex->mbit == METHOD_HEAD,
+            .date_field = http_date_field_of(&c->gw->date_clock, wall_clock_seconds()),
         };
         int st = deny_write(&d, bufferevent_get_output(c->client));
         ex->status = st > 0 ? st : 0;

@@ -188,14 +188,16 @@ int deny_write(const struct deny_info *d, struct evbuffer *out)
     const char *name = reason_name(d->reason);
     deny_message(d, msg, sizeof(msg));
     size_t mlen = strlen(msg);
-    int rc = evbuffer_add_printf(out,
-                                 "HTTP/1.1 %d %s\r\n"
-                                 "Sluice-Reason: %s\r\n"
-                                 "Content-Type: text/plain; charset=utf-8\r\n"
-                                 "Content-Length: %zu\r\n"
-                                 "Connection: %s\r\n",
-                                 status, status_text(status), name != NULL ? name : "denied",
-                                 mlen + 1, d->keep_alive ? "keep-alive" : "close");
+    int rc = evbuffer_add_printf(
+        out,
+        "HTTP/1.1 %d %s\r\n"
+        "%s"
+        "Sluice-Reason: %s\r\n"
+        "Content-Type: text/plain; charset=utf-8\r\n"
+        "Content-Length: %zu\r\n"
+        "Connection: %s\r\n",
+        status, status_text(status), d->date_field != NULL ? d->date_field : "",
+        name != NULL ? name : "denied", mlen + 1, d->keep_alive ? "keep-alive" : "close");
     if (rc < 0)
         return -1;
     if (d->reason == REASON_AUTH_REQUIRED &&

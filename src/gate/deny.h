@@ -1,12 +1,15 @@
 /* deny: the response an agent gets when sluice refuses a request.
  *
- * SPEC.md "Deny reasons": the status of reason_status(), a
+ * SPEC.md "Deny reasons": the status of reason_status(), a Date (RFC 9110
+ * 6.6.1: the gateway originates its refusals, and has a clock), a
  * "Sluice-Reason: REASON" header, Retry-After for rate_limited, quarantined
  * and gateway_overloaded,
  * Proxy-Authenticate for auth_required, a Connection header (keep-alive
  * when the refused request left nothing unread, else close: the gateway
  * never has to skip an unread request body), and a one-line text/plain body that says what happened
- * and what to ask for, one message per reason. */
+ * and what to ask for, one message per reason. The fields go in that order:
+ * status line, Date, Sluice-Reason, Content-Type, Content-Length,
+ * Connection, then Proxy-Authenticate or Retry-After. */
 #ifndef SLUICE_GATE_DENY_H
 #define SLUICE_GATE_DENY_H
 
@@ -32,6 +35,11 @@ struct deny_info {
     bool keep_alive;      /* the client connection stays open after this response */
     bool head_only;       /* the request was HEAD: no content (RFC 9110 9.3.2), the
                            * Content-Length is that of the text a GET would get */
+
+    /* The Date field line, "Date: " IMF-fixdate CRLF (http_date_field_of()),
+     * written after the status line; NULL or "" for none (a clock past year
+     * 9999, which no IMF-fixdate can write). */
+    const char *date_field;
 };
 
 /* Appends the whole response for <d> to <out> (its head alone when

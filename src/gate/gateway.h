@@ -161,7 +161,8 @@ struct gateway {
     int64_t tunnel_clock_ahead_ms; /* test-only: SLUICE_TEST_TUNNEL_CLOCK_AHEAD_S (gateway.c) */
     struct gw_reload *reload;      /* the background load SIGHUP starts (gateway.c); or NULL */
     /* The Date forwarded responses that came without one go on with
-     * (forward.c): formatted once a second. */
+     * (forward.c), and that of the gateway's own answers (refusals,
+     * max_forwards.c): formatted once a second. */
     struct http_date_clock date_clock;
 };
 

@@ -23,10 +23,9 @@ int max_forwards_answer(struct conn *c, struct evbuffer *out, bool keep)
     struct exchange *ex = &c->ex;
     bool trace = ex->mbit == METHOD_TRACE && ex->uphead != NULL;
     size_t n = trace ? evbuffer_get_length(ex->uphead) : 0;
-    const char *date = http_date_of(&c->gw->date_clock, wall_clock_seconds());
+    const char *date = http_date_field_of(&c->gw->date_clock, wall_clock_seconds());
     if (evbuffer_add_printf(
-            out, "HTTP/1.1 200 OK\r\n%s%s%s%sContent-Length: %zu\r\nConnection: %s\r\n\r\n",
-            date[0] != '\0' ? "Date: " : "", date, date[0] != '\0' ? "\r\n" : "",
+            out, "HTTP/1.1 200 OK\r\n%s%sContent-Length: %zu\r\nConnection: %s\r\n\r\n", date,
             trace ? "Content-Type: message/http\r\n" : "", n, keep ? "keep-alive" : "close") < 0)
         return -1;
     /* A copy: ex->uphead is kept for the connection's next request. */

@@ -364,10 +364,18 @@ NO_PORT_IN_BODY = NO_TARGET_IN_BODY | {"rate_limited"}
 
 
 def assert_deny_response(resp, reason, host=None, port=None, agent=None, wording=True):
-    """A denial as SPEC.md says: status, Sluice-Reason, a one-line body
-    naming host, port and agent (<wording>: check the naming too)."""
+    """A denial as SPEC.md says: status, a Date (an IMF-fixdate, the one
+    field of its name), Sluice-Reason, a one-line body naming host, port
+    and agent (<wording>: check the naming too)."""
     assert resp is not None, "gateway closed without an answer (expected %s)" % reason
     assert resp.status == reason_status(reason), "%r, expected %s" % (resp, reason)
+    # a Response's headers keep each field; a Tunnel's (read_head()) the last
+    if hasattr(resp.headers, "get_all"):
+        dates = resp.headers.get_all("Date") or []
+    else:
+        dates = [resp.header("Date")] if resp.header("Date") is not None else []
+    assert len(dates) == 1 and re.fullmatch(IMF_FIXDATE.decode(), dates[0]), \
+        "Date %r, expected one IMF-fixdate (%r)" % (dates, resp)
     assert resp.header("Sluice-Reason") == reason, \
         "Sluice-Reason %r, expected %r (%r)" % (resp.header("Sluice-Reason"), reason, resp)
     if reason == "rate_limited":

@@ -132,6 +132,55 @@ static void test_head_only(void **state)
     free(head);
 }
 
+/* RFC 9110 6.6.1: the gateway dates its refusals. The Date comes right
+ * after the status line, as in every answer the gateway writes itself
+ * (README, SPEC.md "Deny reasons"), then the fields in their documented
+ * order; without a date (a clock past year 9999) the field is left out,
+ * never sent empty. */
+static void test_date_and_field_order(void **state)
+{
+    (void)state;
+    static const char date[] = "Date: Sun, 06 Nov 1994 08:49:37 GMT\r\n";
+    struct deny_info d = {.reason = REASON_RATE_LIMITED,
+                          .host = "a.test",
+                          .port = 80,
+                          .agent = "x",
+                          .retry_after = 3,
+                          .keep_alive = true,
+                          .date_field = date};
+    int st;
+    char *s = render(&d, &st);
+    const char *body = strstr(s, "\r\n\r\n");
+    assert_non_null(body);
+    char want[512];
+    snprintf(want, sizeof(want),
+             "HTTP/1.1 429 Too Many Requests\r\n%sSluice-Reason: rate_limited\r\n"
+             "Content-Type: text/plain; charset=utf-8\r\nContent-Length: %zu\r\n"
+             "Connection: keep-alive\r\nRetry-After: 3\r\n\r\n",
+             date, strlen(body + 4));
+    assert_memory_equal(s, want, strlen(want));
+    free(s);
+
+    d.reason = REASON_AUTH_REQUIRED;
+    d.keep_alive = false;
+    d.head_only = true;
+    s = render(&d, &st);
+    snprintf(want, sizeof(want), "HTTP/1.1 407 Proxy Authentication Required\r\n%s", date);
+    assert_memory_equal(s, want, strlen(want));
+    assert_non_null(strstr(s, "\r\nConnection: close\r\nProxy-Authenticate: Basic "
+                              "realm=\"sluice\"\r\n\r\n"));
+    free(s);
+
+    static const char undated[] = "HTTP/1.1 407 Proxy Authentication Required\r\nSluice-Reason: ";
+    for (int i = 0; i < 2; i++) {
+        d.date_field = i == 0 ? "" : NULL;
+        s = render(&d, &st);
+        assert_null(strstr(s, "Date"));
+        assert_memory_equal(s, undated, sizeof(undated) - 1);
+        free(s);
+    }
+}
+
 static void test_small_buffer_truncates(void **state)
 {
     (void)state;
@@ -149,6 +198,7 @@ int main(void)
         cmocka_unit_test(test_ipv6_and_unknowns),
         cmocka_unit_test(test_upstream_unreachable_says_which),
         cmocka_unit_test(test_head_only),
+        cmocka_unit_test(test_date_and_field_order),
         cmocka_unit_test(test_small_buffer_truncates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
