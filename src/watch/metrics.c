@@ -247,12 +247,6 @@ struct out {
     bool failed;
 };
 
-static void put(struct out *o, const char *s, size_t n)
-{
-    if (evbuffer_add(o->b, s, n) != 0)
-        o->failed = true;
-}
-
 __attribute__((format(printf, 2, 3))) static void putf(struct out *o, const char *fmt, ...)
 {
     va_list ap;
@@ -262,21 +256,34 @@ __attribute__((format(printf, 2, 3))) static void putf(struct out *o, const char
     va_end(ap);
 }
 
-/* A label value, escaped as the text format wants (\\, \", \n). */
+int metrics_put_label(struct evbuffer *b, const char *s)
+{
+    /* Escaped into <chunk> and written a chunk at a time: written a byte
+     * at a time, a scrape of long labels (a policy of 15,000 grants whose
+     * owners are 1000 bytes, a 32 MB body) spent two thirds of its ~0.7 s
+     * on the event loop in evbuffer_add(). */
+    char chunk[512];
+    size_t n = 0;
+    chunk[n++] = '"';
+    for (; *s != '\0'; s++) {
+        if (n + 3 > sizeof(chunk)) { /* an escaped byte and the closing quote fit */
+            if (evbuffer_add(b, chunk, n) != 0)
+                return -1;
+            n = 0;
+        }
+        char esc = *s == '\\' ? '\\' : *s == '"' ? '"' : *s == '\n' ? 'n' : '\0';
+        if (esc != '\0')
+            chunk[n++] = '\\';
+        chunk[n++] = esc != '\0' ? esc : *s;
+    }
+    chunk[n++] = '"';
+    return evbuffer_add(b, chunk, n) != 0 ? -1 : 0;
+}
+
 static void put_label(struct out *o, const char *s)
 {
-    put(o, "\"", 1);
-    for (; *s; s++) {
-        if (*s == '\\')
-            put(o, "\\\\", 2);
-        else if (*s == '"')
-            put(o, "\\\"", 2);
-        else if (*s == '\n')
-            put(o, "\\n", 2);
-        else
-            put(o, s, 1);
-    }
-    put(o, "\"", 1);
+    if (metrics_put_label(o->b, s) != 0)
+        o->failed = true;
 }
 
 static void head(struct out *o, const char *name, const char *type, const char *help)

@@ -99,6 +99,10 @@ uint64_t metrics_agent_probes(const struct metrics *m);
 /* Appends the exposition to <out>. Returns 0, or -1 when out of memory
  * (any write failed: <out> then holds part of it, not to be served). */
 int metrics_format(struct metrics *m, struct evbuffer *out);
+/* Appends <s> as a label value to <b>: in quotes, with \\, \" and \n
+ * escaped as the text format wants (UTF-8 passes as it is). Returns 0, or
+ * -1 when out of memory (<b> then holds part of it). */
+int metrics_put_label(struct evbuffer *b, const char *s);
 /* True when every log can be written, and the state store (if any)
  * commits; else false, with the first that cannot and why in <why>
  * ("decisions log: No space left on device", "state store: its commits

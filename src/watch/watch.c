@@ -453,19 +453,6 @@ static void configure_sinks(struct watch *w, const struct policy *p, bool first)
 
 /* ---- metrics extras ------------------------------------------------------- */
 
-/* True when a write failed (out of memory), as the scrape must know: it
- * is then answered 500, not 200 with part of its body. */
-static bool sink_label(struct evbuffer *o, const char *u)
-{
-    bool bad = false;
-    for (; *u; u++) /* URLs hold no control characters (the loader refuses them) */
-        if (*u == '"' || *u == '\\')
-            bad |= evbuffer_add_printf(o, "\\%c", *u) < 0;
-        else
-            bad |= evbuffer_add(o, u, 1) != 0;
-    return bad;
-}
-
 /* The alerts waiting for and dropped by the webhook w->hooks[i], summed
  * over every sink of its label: a URL listed twice (a warning) is two
  * sinks, and a series must appear once in a scrape (Prometheus drops the
@@ -499,9 +486,9 @@ static int extra_metrics(void *arg, struct evbuffer *o)
         uint64_t waiting, dropped;
         if (!sink_totals(w, i, &waiting, &dropped))
             continue;
-        bad |= evbuffer_add_printf(o, "sluice_webhook_queue{sink=\"") < 0;
-        bad |= sink_label(o, webhook_label(w->hooks[i]));
-        bad |= evbuffer_add_printf(o, "\"} %llu\n", (unsigned long long)waiting) < 0;
+        bad |= evbuffer_add_printf(o, "sluice_webhook_queue{sink=") < 0;
+        bad |= metrics_put_label(o, webhook_label(w->hooks[i])) != 0;
+        bad |= evbuffer_add_printf(o, "} %llu\n", (unsigned long long)waiting) < 0;
     }
     bad |= evbuffer_add_printf(
                o, "# HELP sluice_webhook_dropped_total Alerts a webhook dropped (queue "
@@ -511,9 +498,9 @@ static int extra_metrics(void *arg, struct evbuffer *o)
         uint64_t waiting, dropped;
         if (!sink_totals(w, i, &waiting, &dropped))
             continue;
-        bad |= evbuffer_add_printf(o, "sluice_webhook_dropped_total{sink=\"") < 0;
-        bad |= sink_label(o, webhook_label(w->hooks[i]));
-        bad |= evbuffer_add_printf(o, "\"} %llu\n", (unsigned long long)dropped) < 0;
+        bad |= evbuffer_add_printf(o, "sluice_webhook_dropped_total{sink=") < 0;
+        bad |= metrics_put_label(o, webhook_label(w->hooks[i])) != 0;
+        bad |= evbuffer_add_printf(o, "} %llu\n", (unsigned long long)dropped) < 0;
     }
     bad |= evbuffer_add_printf(
                o,
