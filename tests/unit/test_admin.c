@@ -12,6 +12,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
@@ -250,6 +251,49 @@ static void ask_metrics(const struct sockaddr_in *sin, int *fds, int n, int rcvb
     }
 }
 
+/* An admin server on metrics of 4000 agents with long names, a body of
+ * ~1.3 MB, with its event base; rig_close() frees it all. */
+struct rig {
+    struct metrics *m;
+    struct event_base *base;
+    struct admin *a;
+    struct sockaddr_in sin;
+};
+
+static void rig_open(struct rig *r)
+{
+    r->m = metrics_new();
+    assert_non_null(r->m);
+    char id[80];
+    for (int i = 0; i < 4000; i++) {
+        snprintf(id, sizeof(id), "agent-%058d", i);
+        struct egress_event ev = {.kind = EVENT_EGRESS, .agent = id};
+        metrics_on_event(&ev, r->m);
+    }
+    r->base = event_base_new();
+    assert_non_null(r->base);
+    r->a = counting_server(r->base, r->m, &r->sin);
+}
+
+/* Closes the <n> clients <fds>, then frees <r>. */
+static void rig_close(struct rig *r, const int *fds, int n)
+{
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+    admin_free(r->a);
+    event_base_free(r->base);
+    metrics_free(r->m);
+}
+
+/* Runs <base> until <n> of <a>'s connections have their reply queued (at
+ * most 1000 turns). */
+static void run_until_replying(struct event_base *base, const struct admin *a, unsigned n)
+{
+    for (int turn = 0; turn < 1000 && replying(a) < n; turn++)
+        event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    assert_int_equal(replying(a), n);
+}
+
 /* Clients that ask for /metrics and never read the reply each made the
  * server hold a body of its own, for up to ADMIN_REPLY_MS: 64 of them, 64
  * bodies (a gateway with 4096 agents has a body of ~12 MB). Past
@@ -258,34 +302,77 @@ static void ask_metrics(const struct sockaddr_in *sin, int *fds, int n, int rcvb
 static void slow_scrapers_share_one_body(void **state)
 {
     (void)state;
-    struct metrics *m = metrics_new();
-    assert_non_null(m);
-    char id[80];
-    for (int i = 0; i < 4000; i++) { /* a body of ~1.3 MB */
-        snprintf(id, sizeof(id), "agent-%058d", i);
-        struct egress_event ev = {.kind = EVENT_EGRESS, .agent = id};
-        metrics_on_event(&ev, m);
-    }
-    struct event_base *base = event_base_new();
-    assert_non_null(base);
-    struct sockaddr_in sin;
-    struct admin *a = counting_server(base, m, &sin);
+    struct rig r;
+    rig_open(&r);
 
     enum { NCLIENTS = 8 };
     int fds[NCLIENTS];
-    ask_metrics(&sin, fds, NCLIENTS, 4096);
-    for (int turn = 0; turn < 1000 && replying(a) < NCLIENTS; turn++)
-        event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
-    assert_int_equal(replying(a), NCLIENTS); /* none could be written whole */
+    ask_metrics(&r.sin, fds, NCLIENTS, 4096);
+    run_until_replying(r.base, r.a, NCLIENTS); /* none could be written whole */
     assert_true(formats < NCLIENTS);
     assert_in_range(formats, 1, 2);
-    assert_true(a->latest_len > ADMIN_BODIES_MAX / 2); /* two bodies would pass it */
+    assert_true(r.a->latest_len > ADMIN_BODIES_MAX / 2); /* two bodies would pass it */
+    rig_close(&r, fds, NCLIENTS);
+}
 
-    for (int i = 0; i < NCLIENTS; i++)
-        close(fds[i]);
-    admin_free(a);
-    event_base_free(base);
-    metrics_free(m);
+/* Bytes libevent holds now (its allocations, counted in main()). */
+static size_t libevent_bytes;
+
+static void *counting_malloc(size_t n)
+{
+    void *p = malloc(n);
+    if (p != NULL)
+        libevent_bytes += malloc_usable_size(p);
+    return p;
+}
+
+static void *counting_realloc(void *p, size_t n)
+{
+    size_t was = p != NULL ? malloc_usable_size(p) : 0;
+    void *q = realloc(p, n);
+    if (q != NULL)
+        libevent_bytes += malloc_usable_size(q) - was;
+    return q;
+}
+
+static void counting_free(void *p)
+{
+    if (p != NULL)
+        libevent_bytes -= malloc_usable_size(p);
+    free(p);
+}
+
+/* A reply shares the body: what each client that does not read makes the
+ * server hold beside it is a few KiB, whatever the body's size. Before, a
+ * reply referred to each of the body's evbuffer chains with a chain of its
+ * own (libevent allocates 1 KiB at least for each): here 1,036,986 bytes
+ * beside this 1,346,830-byte body, each; 64 clients that asked for a 32 MB
+ * body and did not read took a gateway from 88 to 746 MB, past the 64 MiB
+ * ADMIN_BODIES_MAX says. */
+static void a_shared_body_costs_each_reply_little(void **state)
+{
+    (void)state;
+    struct rig r;
+    rig_open(&r);
+    r.a->fresh_ms = 3600000; /* one body, however slow the machine */
+    formats = 0;
+
+    enum { NCLIENTS = 8 };
+    int fds[NCLIENTS];
+    ask_metrics(&r.sin, fds, 1, 4096); /* the first builds the body */
+    run_until_replying(r.base, r.a, 1);
+    size_t one = libevent_bytes;
+    ask_metrics(&r.sin, fds + 1, NCLIENTS - 1, 4096);
+    run_until_replying(r.base, r.a, NCLIENTS); /* none could be written whole */
+    assert_int_equal(formats, 1);
+    size_t body = r.a->latest_len;
+    assert_true(body > 1000000);
+    /* each: its bufferevent, its head's chain, one chain that refers to
+     * the body */
+    size_t each = (libevent_bytes - one) / (NCLIENTS - 1);
+    rig_close(&r, fds, NCLIENTS);
+    if (each >= 16384)
+        fail_msg("each reply of a %zu-byte body holds %zu bytes beside it", body, each);
 }
 
 /* Reads <fd>'s reply to its end (at most <cap> - 1 bytes kept, NUL
@@ -488,12 +575,14 @@ static void mapped_loopback_is_not_warned_about(void **state)
 
 int main(void)
 {
+    event_set_mem_functions(counting_malloc, counting_realloc, counting_free);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(heads_that_parse),
         cmocka_unit_test(host_names_told_apart),
         cmocka_unit_test(heads_not_yet_complete),
         cmocka_unit_test(heads_that_are_bad),
         cmocka_unit_test(slow_scrapers_share_one_body),
+        cmocka_unit_test(a_shared_body_costs_each_reply_little),
         cmocka_unit_test(a_burst_of_scrapes_builds_one_body),
         cmocka_unit_test(replies_dated_or_undated),
         cmocka_unit_test(accept_errors_that_pause),
