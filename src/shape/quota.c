@@ -553,6 +553,15 @@ void quota_on_event(const struct egress_event *ev, void *arg)
 
 /* --- requests -------------------------------------------------------------- */
 
+/* Brings entry <e> to <rs> and returns how long a request waits for
+ * its token (0: one is there). */
+static uint64_t request_wait(const struct quota *q, struct qentry *e, const struct rate_spec *rs,
+                             uint64_t now_ns)
+{
+    apply_requests(q, e, rs, now_ns);
+    return bucket_wait_ns(&e->req, 1, now_ns);
+}
+
 int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, const struct rule *r,
                 uint64_t now_ns, uint64_t *wait_ns)
 {
@@ -561,8 +570,29 @@ int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, c
     uint64_t wait = 0;
     int rc = 0;
     *wait_ns = 0;
+    /* The entries that exist first: a request one of them refuses makes
+     * none. Made for it, a bucket would start full (or as its ghost left
+     * it) and take nothing, so a limited agent's refused requests, across
+     * the rules of a large policy, filled the table with entries that
+     * change nothing, and each past its bound evicted other agents' busy
+     * entries into ghosts, where keys that meet merge toward denial
+     * (ghosts.h). Its Retry-After then leaves out what a ghost would add:
+     * the next request is told that wait. Each entry is held until the
+     * end: a lookup that makes one may evict every entry at rest to make
+     * room, and one found full is. */
     for (int i = 0; i < 2; i++) {
         if (!limits_requests(rs[i]))
+            continue;
+        e[i] = lookup(q, agent_id, i == 0 ? NULL : r, now_ns, false);
+        if (e[i] == NULL)
+            continue;
+        e[i]->refs++;
+        uint64_t w = request_wait(q, e[i], rs[i], now_ns);
+        if (w > wait)
+            wait = w;
+    }
+    for (int i = 0; i < 2 && wait == 0; i++) {
+        if (!limits_requests(rs[i]) || e[i] != NULL)
             continue;
         e[i] = lookup(q, agent_id, i == 0 ? NULL : r, now_ns, true);
         if (e[i] == NULL) {
@@ -570,13 +600,8 @@ int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, c
             rc = -1;
             break;
         }
-        /* Held until the end: the rule's lookup may evict every entry at
-         * rest to make room, and the agent's, full, is one. */
         e[i]->refs++;
-        apply_requests(q, e[i], rs[i], now_ns);
-        uint64_t w = bucket_wait_ns(&e[i]->req, 1, now_ns);
-        if (w > wait)
-            wait = w;
+        wait = request_wait(q, e[i], rs[i], now_ns);
     }
     if (wait > 0) {
         *wait_ns = wait;

@@ -389,16 +389,27 @@ static void test_entries_resting_one_at_a_time_are_dropped_a_batch_at_once(void 
  * rest, and the agent's own, just made and full, is at rest. It must not
  * be evicted while the admission still holds it (it was: a use after free
  * that ASan reports here). */
+/* A table of two entries under <p>, ten requests a second an agent, and
+ * rule <r> (host example.test) of <requests> per <per_ms>. */
+static struct quota *table_of_two(struct policy *p, struct rule *r, uint64_t requests,
+                                  uint64_t per_ms)
+{
+    static char pat[] = "example.test";
+    memset(p, 0, sizeof(*p));
+    set_rate(&p->limits.rate, 10, 1000, 0, 0);
+    *r = make_rule(0, pat, ports_web, 2);
+    set_rate(&r->rate, requests, per_ms, 0, 0);
+    struct quota *q = quota_new(NULL, NULL, 2);
+    assert_non_null(q);
+    return q;
+}
+
 static void test_full_table_keeps_the_entry_being_admitted(void **state)
 {
     (void)state;
     struct policy p;
-    memset(&p, 0, sizeof(p));
-    set_rate(&p.limits.rate, 10, 1000, 0, 0);
-    char pat[] = "example.test";
-    struct rule r = make_rule(0, pat, ports_web, 2);
-    set_rate(&r.rate, 2, 1000, 0, 0);
-    struct quota *q = quota_new(NULL, NULL, 2);
+    struct rule r;
+    struct quota *q = table_of_two(&p, &r, 2, 1000);
     uint64_t w;
     assert_int_equal(quota_admit(q, &p, "other1", NULL, 1 * S, &w), 0);
     assert_int_equal(quota_admit(q, &p, "other2", NULL, 1 * S, &w), 0);
@@ -408,6 +419,68 @@ static void test_full_table_keeps_the_entry_being_admitted(void **state)
     assert_int_equal(quota_admit(q, &p, "new", &r, 1 * S, &w), -1);
     assert_true(w > 0);
     assert_true(quota_entries(q) <= 2);
+    quota_free(q);
+}
+
+/* A request refused by a bucket that exists makes no entry for the other:
+ * made, it would start full and take nothing. An agent held to its empty
+ * bucket, asking under 100 rate-limited rules (a large policy), made an
+ * entry for each; past the table's bound each batch of them evicted other
+ * agents' busy entries into ghosts, where keys that meet merge toward
+ * denial. */
+static void test_refused_requests_make_no_entries(void **state)
+{
+    (void)state;
+    struct policy p;
+    struct quota *q = table_of_busy_agents(&p, 640); /* a0's hour is spent */
+    enum { RULES = 100 };
+    static char pats[RULES][32];
+    struct rule r[RULES];
+    size_t scans = quota_scans(q);
+    uint64_t w;
+    for (int i = 0; i < RULES; i++) {
+        snprintf(pats[i], sizeof(pats[i]), "r%d.example.test", i);
+        r[i] = make_rule((size_t)i, pats[i], ports_web, 2);
+        set_rate(&r[i].rate, 10, 1000, 0, 0);
+        assert_int_equal(quota_admit(q, &p, "a0", &r[i], 1 * S, &w), -1);
+        assert_true(w > 3598 * S);
+    }
+    assert_int_equal(quota_entries(q), 640);
+    assert_int_equal(quota_scans(q), scans);
+    /* Every other agent is still held to its own bucket, none evicted. */
+    char id[16];
+    for (int i = 1; i < 640; i++) {
+        snprintf(id, sizeof(id), "a%d", i);
+        assert_int_equal(quota_admit(q, &p, id, NULL, 1 * S, &w), -1);
+    }
+    assert_int_equal(quota_scans(q), scans);
+    quota_free(q);
+}
+
+/* The other way round: the rule's bucket, empty, refuses, and the agent's,
+ * forgotten at rest, is not made again for it (it was, and making room for
+ * it sent the rule's own busy entry to a ghost). */
+static void test_a_refusing_rule_makes_no_agent_entry(void **state)
+{
+    (void)state;
+    struct policy p;
+    struct rule r;
+    struct quota *q = table_of_two(&p, &r, 1, 60000);
+    uint64_t w;
+    assert_int_equal(quota_admit(q, &p, "a", &r, 0, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "b", NULL, 2 * S, &w), 0); /* a's own, full, goes */
+    assert_int_equal(quota_entries(q), 2);
+    size_t scans = quota_scans(q);
+    assert_int_equal(quota_admit(q, &p, "a", &r, 2 * S, &w), -1);
+    assert_int_equal(w, 58 * S);
+    assert_int_equal(quota_entries(q), 2);
+    assert_int_equal(quota_scans(q), scans);
+    /* Once the rule lets it through, the agent's is made and charged. */
+    assert_int_equal(quota_admit(q, &p, "a", &r, 60 * S, &w), 0);
+    for (int i = 0; i < 9; i++)
+        assert_int_equal(quota_admit(q, &p, "a", NULL, 60 * S, &w), 0);
+    assert_int_equal(quota_admit(q, &p, "a", NULL, 60 * S, &w), -1);
+    assert_int_equal(w, 100 * MS);
     quota_free(q);
 }
 
@@ -1659,6 +1732,8 @@ int main(void)
         cmocka_unit_test(test_bounded_memory),
         cmocka_unit_test(test_full_table_evicts_a_batch),
         cmocka_unit_test(test_full_table_keeps_the_entry_being_admitted),
+        cmocka_unit_test(test_refused_requests_make_no_entries),
+        cmocka_unit_test(test_a_refusing_rule_makes_no_agent_entry),
         cmocka_unit_test(test_table_of_held_entries_is_scanned_once_a_batch),
         cmocka_unit_test(test_entries_resting_one_at_a_time_are_dropped_a_batch_at_once),
         cmocka_unit_test(test_reload_through_a_bandwidth_only_rate_grants_nothing),
