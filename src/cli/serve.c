@@ -142,6 +142,7 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
                 return addr_error("--listen", optarg, why);
             if (listen_given(a, &a->listens[a->nlistens]))
                 return addr_error("--listen", optarg, "given twice");
+            listen_addr_name(&a->listens[a->nlistens], "--listen", optarg);
             a->nlistens++;
             break;
         case 'L':
@@ -382,7 +383,7 @@ static int serve_main(int argc, char **argv)
         .sched = a->sched,
         .splice = a->splice,
     };
-    char err[512];
+    char err[1024]; /* a listener's error names its --listen value \ooo: 450 bytes at most */
     /* From here on a standard error nobody reads cannot stop the gateway,
      * at start as while it serves; the seccomp filter, loaded later with
      * TSYNC, covers the relay's thread too. */

@@ -172,6 +172,19 @@ int listen_addr_parse(const char *s, struct listen_addr *out, const char **why)
     return 0;
 }
 
+void listen_addr_name(struct listen_addr *a, const char *opt, const char *value)
+{
+    int n = snprintf(a->named, sizeof(a->named), "%s ", opt);
+    if (n > 0 && (size_t)n < sizeof(a->named))
+        text_shown_fit(a->named + n, sizeof(a->named) - (size_t)n, value);
+}
+
+/* How <a>'s errors name it: as the operator gave it, when an option did. */
+static const char *named(const struct listen_addr *a)
+{
+    return a->named[0] != '\0' ? a->named : a->text;
+}
+
 /* TCP urgent data (MSG_OOB) stays in the stream, a plain byte in its place:
  * else recv() skips it, and a request body comes up one byte short of its
  * Content-Length, on every path (HTTP, CONNECT, tunnels). */
@@ -271,7 +284,7 @@ static evutil_socket_t open_unix(const struct listen_addr *a, struct stat *bound
     struct stat st;
     if (lstat(un->sun_path, &st) == 0) {
         if (!S_ISSOCK(st.st_mode)) {
-            snprintf(err, errlen, "%s: exists and is not a socket", a->text);
+            snprintf(err, errlen, "%s: exists and is not a socket", named(a));
             return -1;
         }
         /* Removing a live one would leave its server (another gateway)
@@ -280,14 +293,14 @@ static evutil_socket_t open_unix(const struct listen_addr *a, struct stat *bound
         int used = unix_in_use(a, &why);
         if (used < 0) {
             snprintf(err, errlen, "%s: cannot tell whether another server uses it (socket: %s)",
-                     a->text, strerror(why));
+                     named(a), strerror(why));
             return -1;
         }
         if (used) {
             if (why == 0)
-                snprintf(err, errlen, "%s: in use by another server", a->text);
+                snprintf(err, errlen, "%s: in use by another server", named(a));
             else
-                snprintf(err, errlen, "%s: in use by another server (connect: %s)", a->text,
+                snprintf(err, errlen, "%s: in use by another server (connect: %s)", named(a),
                          strerror(why));
             return -1;
         }
@@ -295,11 +308,11 @@ static evutil_socket_t open_unix(const struct listen_addr *a, struct stat *bound
     }
     evutil_socket_t fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
-        snprintf(err, errlen, "%s: socket: %s", a->text, strerror(errno));
+        snprintf(err, errlen, "%s: socket: %s", named(a), strerror(errno));
         return -1;
     }
     if (bind(fd, (const struct sockaddr *)&a->ss, a->sslen) != 0) {
-        snprintf(err, errlen, "%s: bind: %s", a->text, strerror(errno));
+        snprintf(err, errlen, "%s: bind: %s", named(a), strerror(errno));
         close(fd);
         return -1;
     }
@@ -307,7 +320,7 @@ static evutil_socket_t open_unix(const struct listen_addr *a, struct stat *bound
                        : lstat(un->sun_path, bound) != 0 ? "stat"
                                                          : NULL;
     if (step != NULL) {
-        snprintf(err, errlen, "%s: %s: %s", a->text, step, strerror(errno));
+        snprintf(err, errlen, "%s: %s: %s", named(a), step, strerror(errno));
         unlink(un->sun_path);
         close(fd);
         return -1;
@@ -331,7 +344,7 @@ struct listener *listener_open(struct event_base *base, const struct listen_addr
 {
     struct listener *l = calloc(1, sizeof(*l));
     if (l == NULL) {
-        snprintf(err, errlen, "%s: out of memory", a->text);
+        snprintf(err, errlen, "%s: out of memory", named(a));
         return NULL;
     }
     l->addr = *a;
@@ -350,7 +363,7 @@ struct listener *listener_open(struct event_base *base, const struct listen_addr
         l->sock_ino = bound.st_ino;
         l->lev = evconnlistener_new(base, NULL, l, flags, LISTEN_BACKLOG, fd);
         if (l->lev == NULL) {
-            snprintf(err, errlen, "%s: listen: %s", a->text, strerror(errno));
+            snprintf(err, errlen, "%s: listen: %s", named(a), strerror(errno));
             close(fd);
             goto err_unlink;
         }
@@ -358,7 +371,11 @@ struct listener *listener_open(struct event_base *base, const struct listen_addr
         l->lev = evconnlistener_new_bind(base, NULL, l, flags, LISTEN_BACKLOG,
                                          (const struct sockaddr *)&a->ss, (int)a->sslen);
         if (l->lev == NULL) {
-            snprintf(err, errlen, "%s: cannot listen: %s", a->text, strerror(errno));
+            if (a->named[0] != '\0')
+                snprintf(err, errlen, "%s: cannot listen on %s: %s", a->named, a->text,
+                         strerror(errno));
+            else
+                snprintf(err, errlen, "%s: cannot listen: %s", a->text, strerror(errno));
             goto err;
         }
         /* Replies and tunnelled records go out as soon as they are written:
@@ -393,7 +410,7 @@ struct listener *listener_open(struct event_base *base, const struct listen_addr
     l->accept_ev =
         event_new(base, evconnlistener_get_fd(l->lev), EV_READ | EV_PERSIST, on_acceptable, l);
     if (l->pause_timer == NULL || l->accept_ev == NULL || event_add(l->accept_ev, NULL) != 0) {
-        snprintf(err, errlen, "%s: out of memory", a->text);
+        snprintf(err, errlen, "%s: out of memory", named(a));
         if (l->pause_timer != NULL)
             event_free(l->pause_timer);
         if (l->accept_ev != NULL)

@@ -34,6 +34,10 @@
  * bytes long: whole, so that two paths never print alike */
 #define LISTEN_ADDR_SHOWN (5 + 4 * 107 + 1)
 
+/* "--listen ", and a value shown whole when its address is valid (a port
+ * of many leading zeros aside, whose middle gives way to "...") */
+#define LISTEN_ADDR_NAMED (16 + LISTEN_ADDR_SHOWN)
+
 enum listen_kind { LISTEN_TCP, LISTEN_UNIX };
 
 struct listen_addr {
@@ -45,12 +49,19 @@ struct listen_addr {
      * shown \ooo (text_shown()): the operator's, it may hold a line end or a
      * terminal escape, which would forge lines of standard error */
     char text[LISTEN_ADDR_SHOWN];
+    /* what its errors name it by: the option and its value as the operator
+     * wrote them ("--listen localhost:3128"), shown \ooo, where <text> is
+     * the address it came to (and, for port 0, the one bound); empty: no
+     * option gave it (serve's default, run's own socket), <text> names it */
+    char named[LISTEN_ADDR_NAMED];
 };
 
 /* Parses <s> into <out>. A HOST that is not an IP literal is looked up
  * once with getaddrinfo() (start-up only: this may block). Returns 0, or -1
  * with <*why> set to a static phrase. */
 int listen_addr_parse(const char *s, struct listen_addr *out, const char **why);
+/* Has <a>'s errors name it as option <opt> given <value> (see named). */
+void listen_addr_name(struct listen_addr *a, const char *opt, const char *value);
 
 struct listener;
 

@@ -239,7 +239,7 @@ def test_live_socket_of_another_type_is_not_taken_over(run_sluice, sluice_bin, n
         ino = os.stat(sock).st_ino
         p = run_sluice("serve", "--policy", str(path), "--listen", "unix:" + sock, timeout=15)
         assert p.returncode == 2, (p.returncode, p.stderr)
-        assert ("sluice serve: unix:%s: in use by another server (connect: Protocol wrong type "
+        assert ("sluice serve: --listen unix:%s: in use by another server (connect: Protocol wrong type "
                 "for socket)" % sock) in p.stderr.splitlines(), p.stderr
         assert os.stat(sock).st_ino == ino
     finally:
@@ -291,11 +291,11 @@ def test_live_socket_is_not_taken_over_when_the_probe_has_no_descriptor(sluice_b
                                 "--policy", str(path), "--listen", "unix:" + sock],
                                capture_output=True, text=True, timeout=30)
             assert os.path.exists(sock) and os.stat(sock).st_ino == ino, (n, p.stderr)
-            if ("sluice serve: unix:%s: cannot tell whether another server uses it (socket: "
+            if ("sluice serve: --listen unix:%s: cannot tell whether another server uses it (socket: "
                     "Too many open files)" % sock) in p.stderr.splitlines():
                 assert p.returncode == 2, (n, p.returncode, p.stderr)
                 probe_failed = True
-            if "sluice serve: unix:%s: in use by another server" % sock in p.stderr:
+            if "sluice serve: --listen unix:%s: in use by another server" % sock in p.stderr:
                 assert p.returncode == 2, (n, p.returncode, p.stderr)
                 break
         else:

@@ -218,7 +218,7 @@ def test_another_users_live_socket_is_not_taken_over(sluice_bin, net, open_dir):
                             "--listen", "unix:" + sock, "--log", "/dev/null"],
                            capture_output=True, text=True, timeout=20, cwd=open_dir)
         assert r.returncode == 2, (r.returncode, r.stderr)
-        assert ("sluice serve: unix:%s: in use by another server (connect: Permission denied)"
+        assert ("sluice serve: --listen unix:%s: in use by another server (connect: Permission denied)"
                 % sock) in r.stderr.splitlines(), r.stderr
         assert os.stat(sock).st_ino == ino
     finally:

@@ -8,6 +8,8 @@ Nothing starts first: no policy is loaded, no box built, so no warning or
 other line comes before the error. Loopback only: a serve that took a bad
 value would listen on 127.0.0.1:0, and the timeout ends it."""
 
+import socket
+
 import pytest
 
 POLICY = "version: 1\nrules:\n  - host: example.test\n    ports: [443]\n    tier: 0\n"
@@ -143,3 +145,31 @@ def test_check_of_two_files_names_the_one_too_many(run_sluice, tmp_path):
     assert lines[0] == ("sluice check: unexpected argument 'b\\012.yaml' (check reads one "
                         "policy FILE)"), r.stderr
     assert lines[1].startswith("usage: sluice check FILE "), r.stderr
+
+
+def test_a_listener_that_cannot_open_names_its_listen_value(run_sluice, tmp_path):
+    # Before: "sluice serve: 127.0.0.1:PORT: cannot listen: ..." named the
+    # address the value came to, not the --listen value written (here with
+    # its port zero-padded), and a unix socket's error named no option.
+    (tmp_path / "p.yaml").write_text(POLICY)
+    busy = socket.socket()
+    try:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        r = run_sluice("serve", "--policy", tmp_path / "p.yaml",
+                       "--listen", "127.0.0.1:0%d" % port, timeout=10)
+    finally:
+        busy.close()
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert r.stderr.endswith(
+        "sluice serve: --listen 127.0.0.1:0%d: cannot listen on 127.0.0.1:%d: Address already in "
+        "use\n" % (port, port)), r.stderr
+    # A unix path, its line end shown \012: one that is a plain file.
+    (tmp_path / "d\n").mkdir()
+    (tmp_path / "d\n" / "gw.sock").write_text("")
+    value = "unix:%s/d\n/gw.sock" % tmp_path
+    r = run_sluice("serve", "--policy", tmp_path / "p.yaml", "--listen", value, timeout=10)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert r.stderr.endswith("sluice serve: --listen %s: exists and is not a socket\n"
+                             % shown(value)), r.stderr
