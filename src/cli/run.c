@@ -404,10 +404,10 @@ static int check_gateway_user(struct run_args *a)
     if (privdrop_resolve(a->gateway_user, &a->gw_user, err, sizeof(err)) < 0)
         return command_usage_error(self, "--gateway-user: %s", err);
     if (geteuid() != 0 && privdrop_is_already(&a->gw_user, err, sizeof(err)) < 0)
-        return command_usage_error(self, "--gateway-user %s: %s", a->gateway_user, err);
+        return command_usage_error(self, "--gateway-user %s: %s", a->gw_user.name, err);
     if (!privdrop_mapped(&a->gw_user))
         return command_usage_error(self, "--gateway-user %s: not mapped in this user namespace",
-                                   a->gateway_user);
+                                   a->gw_user.name);
     return 0;
 }
 

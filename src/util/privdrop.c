@@ -86,7 +86,7 @@ int privdrop_resolve(const char *spec, struct privdrop_target *out, char *err, s
             return -1;
         }
     }
-    snprintf(out->name, sizeof(out->name), "%s", spec);
+    text_shown_fit(out->name, sizeof(out->name), spec);
     return 0;
 }
 

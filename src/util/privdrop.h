@@ -14,10 +14,16 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+/* The longest USER:GROUP privdrop_resolve() takes, each byte shown \ooo. */
+#define PRIVDROP_NAME_SHOWN (4 * (63 + 1 + 63) + 1)
+
 struct privdrop_target {
     uid_t uid;
     gid_t gid;
-    char name[128]; /* as given: "nobody", "sluice:adm", "65534" */
+    /* as given, "nobody", "sluice:adm", "65534", shown \ooo (text_shown()):
+     * for messages, and a name the user database holds may hold a line end
+     * or a terminal escape, which would write lines of its own */
+    char name[PRIVDROP_NAME_SHOWN];
 };
 
 /* Resolves <spec>, USER or USER:GROUP (names or numbers; without GROUP the

@@ -8,7 +8,9 @@ Nothing starts first: no policy is loaded, no box built, so no warning or
 other line comes before the error. Loopback only: a serve that took a bad
 value would listen on 127.0.0.1:0, and the timeout ends it."""
 
+import os
 import socket
+import subprocess
 
 import pytest
 
@@ -173,3 +175,31 @@ def test_a_listener_that_cannot_open_names_its_listen_value(run_sluice, tmp_path
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert r.stderr.endswith("sluice serve: --listen %s: exists and is not a socket\n"
                              % shown(value)), r.stderr
+
+
+@pytest.mark.parametrize("uid, inner, why", [
+    # a namespace that maps root alone: the user, 4242, is not mapped
+    (4242, ["unshare", "--user", "--map-root-user"], "not mapped in this user namespace"),
+    # as 4242 in its namespace, not root: only the user run already is would do
+    (0, ["unshare", "--user", "--map-user=4242", "--map-group=4242"], "not running as root"),
+], ids=["unmapped", "not-root"])
+def test_gateway_user_is_named_shown(sluice_bin, tmp_path, uid, inner, why):
+    # A --gateway-user that resolves (here from a user database bound over
+    # /etc/passwd, its name holding a terminal escape) but cannot be
+    # served as was named raw, the escape written to standard error.
+    if os.geteuid() != 0:
+        pytest.skip("needs root to bind a user database over /etc/passwd")
+    (tmp_path / "p.yaml").write_text(POLICY)
+    name = "ev\x1b[2Jil"
+    passwd = tmp_path / "passwd"
+    entry = "%s:x:%d:%d::/:/bin/false\n" % (name, uid, uid)
+    passwd.write_text(open("/etc/passwd").read() + entry)
+    r = subprocess.run(["unshare", "--mount", "sh", "-c",
+                        'mount --bind "$0" /etc/passwd && exec "$@"', str(passwd)] + inner +
+                       [sluice_bin, "run", "--policy", str(tmp_path / "p.yaml"),
+                        "--gateway-user", name, "--", "true"],
+                       capture_output=True, text=True, timeout=20, cwd=str(tmp_path))
+    lines = r.stderr.split("\n")
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert len(lines) == 3 and lines[1].startswith("usage: sluice run "), r.stderr
+    assert lines[0].startswith("sluice run: --gateway-user %s: %s" % (shown(name), why)), r.stderr
