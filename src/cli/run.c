@@ -59,6 +59,7 @@
 #include "util/priority.h"
 #include "util/privdrop.h"
 #include "util/stderr_relay.h"
+#include "util/term_line.h"
 #include "util/text_json.h"
 #include "util/units.h"
 
@@ -1297,6 +1298,10 @@ static void print_summary(const struct run_args *a, const struct served *s, unsi
                           int code)
 {
     reset_terminal_attributes();
+    /* On a line of its own, though the command's last output had no line
+     * end; after the reset, else the spaces that find that line would be
+     * painted in a background the command left set. */
+    term_line_fresh(stderr, STDERR_FILENO);
     if (a->proxy != NULL) {
         char *shown = text_shown(a->proxy); /* as --proxy's usage error shows it */
         fprintf(stderr,

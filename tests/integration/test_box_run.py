@@ -10,6 +10,7 @@ see."""
 import concurrent.futures
 import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -19,8 +20,10 @@ import shutil
 import signal
 import stat
 import socket
+import struct
 import subprocess
 import tempfile
+import termios
 import threading
 import time
 
@@ -329,14 +332,16 @@ def test_proxy_environment(box, net):
                  "PIP_PROXY": relay, "CARGO_HTTP_PROXY": relay,
                  "NPM_CONFIG_PROXY": None, "pip_proxy": None}
 
-def _run_on_a_pty(box, args, code, stderr_file=None):
+def _run_on_a_pty(box, args, code, stderr_file=None, cols=0):
     """Runs `sluice run ARGS -- python3 -c CODE` with standard output, and
-    standard error unless <stderr_file> is given, on a pty; returns run's
-    status and every byte read from the pty's master until the last holder
-    of its slave closed it (EIO), or 30 s."""
+    standard error unless <stderr_file> is given, on a pty (<cols> wide; 0:
+    a width it does not say); returns run's status and every byte read from
+    the pty's master until the last holder of its slave closed it (EIO), or
+    30 s."""
     import select
     master, slave = os.openpty()
     try:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, cols, 0, 0))
         argv = [box.bin, "run"] + [str(a) for a in args] + ["--", PY, "-c", code]
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=slave,
                                 stderr=stderr_file if stderr_file is not None else slave,
@@ -362,6 +367,64 @@ def _run_on_a_pty(box, args, code, stderr_file=None):
         if slave >= 0:
             os.close(slave)
         os.close(master)
+
+
+def _screen(data, cols):
+    """The lines a VT100-like terminal <cols> wide shows after <data>: its
+    text, line ends, carriage returns, erase to the line's end (ESC[K) and
+    the wrap at the line's end deferred to the next character, as xterm
+    does; other escapes change nothing shown here."""
+    rows, row, col, pending = [[]], 0, 0, False
+    text = data.decode("utf-8", "replace")
+    i = 0
+    while i < len(text):
+        c = text[i]
+        i += 1
+        if c == "\x1b" and i < len(text) and text[i] == "[":
+            j = i + 1
+            while j < len(text) and not ("@" <= text[j] <= "~"):
+                j += 1
+            if j < len(text) and text[j] == "K":
+                del rows[row][col:]
+            i = j + 1
+        elif c == "\r":
+            col, pending = 0, False
+        elif c == "\n":
+            row, pending = row + 1, False
+        elif c >= " ":
+            if pending:
+                row, col, pending = row + 1, 0, False
+            while len(rows) <= row:
+                rows.append([])
+            line = rows[row]
+            line.extend(" " * (col + 1 - len(line)))
+            line[col] = c
+            if col == cols - 1:
+                pending = True
+            else:
+                col += 1
+        while len(rows) <= row:
+            rows.append([])
+    return ["".join(r).rstrip() for r in rows]
+
+
+@pytest.mark.parametrize("last", ["no line end", "a line\n", "x" * 120],
+                         ids=["mid-line", "line-end", "full-line"])
+def test_the_summary_on_a_terminal_starts_a_line(box, net, last):
+    """A command whose last output had no line end had the summary carry on
+    its line ("no line endsluice run: exit 0; ..."). On a terminal that
+    says its width it starts a line of its own now, the next one, and
+    never leaves a blank line after output that ended one (or that filled
+    its line to the last column)."""
+    pol = box.policy(net.policy([]))
+    code = "import sys; sys.stdout.write(%r); sys.stdout.flush()" % last
+    rc, got = _run_on_a_pty(box, ["--policy", pol], code, cols=120)
+    assert rc == 0, got
+    lines = _screen(got, 120)
+    at = [i for i, line in enumerate(lines) if "sluice run: exit 0;" in line]
+    assert len(at) == 1, (lines, got)
+    assert lines[at[0]].startswith("sluice run: exit 0;"), (lines, got)
+    assert lines[at[0] - 1] == last.rstrip("\n"), (lines, got)
 
 
 def test_the_summary_on_a_terminal_starts_with_an_attribute_reset(box, net, tmp_path):
