@@ -80,8 +80,11 @@ struct store *store_open_try(const char *dir, uid_t user, char **err, char **war
  * were not written. Accepts NULL. */
 void store_close(struct store *s);
 
-/* The database's path ("DIR/sluice.db"); owned by <s>. */
-const char *store_path(const struct store *s);
+/* The database's path ("DIR/sluice.db", DIR resolved) as every message
+ * names it: each control character and backslash \ooo (text_shown()), so
+ * that a directory named with a line end writes no line of its own on
+ * standard error. Owned by <s>. */
+const char *store_shown(const struct store *s);
 
 typedef void (*store_contact_fn)(const char *agent, const char *host, int64_t first_ms, void *arg);
 typedef void (*store_baseline_fn)(const char *agent, const struct store_baseline *b, void *arg);

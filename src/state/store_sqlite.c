@@ -40,6 +40,10 @@ struct store {
     sqlite3 *db;                 /* the loop's connection: reads */
     struct store_writer *writer; /* commits, on a thread with a connection of its own */
     char *path;
+    /* <path> as every message names it, \ooo (text_shown()): the start's
+     * and the run's alike, so that a directory named with a line end or a
+     * terminal escape writes no line of its own on standard error */
+    char *shown;
     int lock_fd; /* DIR/sluice.lock, flock()ed: one gateway per store */
     /* The writes queued since the last handover to the writer, oldest
      * first: the loop's alone. */
@@ -733,16 +737,18 @@ static struct store *open_resolved(const char *shown, const char *real, char **e
     if ((s->path = malloc(n)) == NULL)
         goto nomem;
     snprintf(s->path, n, "%s/%s", real, STORE_FILE);
+    if ((s->shown = text_shown(s->path)) == NULL)
+        goto nomem;
     /* Before SQLite makes or opens a file: see store_files.h */
     int rc = store_files_private(real, &why) == 0 ? open_db(s->path, &s->db, &why) : SQLITE_PERM;
     if (rc != SQLITE_OK && is_corruption(rc)) {
         char moved[4400] = "";
         move_aside(s->path, moved, sizeof(moved));
-        char *sp = text_shown(s->path), *sm = text_shown(moved);
-        *warn = msg("%s: the state store is corrupt (%s); moved to %s and started afresh: first-"
-                    "contact memory, baselines and queued webhook alerts are lost",
-                    sp, why ? why : "corrupt", moved[0] ? sm : "(could not move)");
-        free(sp);
+        char *sm = text_shown(moved);
+        *warn =
+            msg("%s: the state store is corrupt (%s); moved to %s and started afresh: first-"
+                "contact memory, baselines and queued webhook alerts are lost",
+                s->shown, why ? why : "corrupt", moved[0] && sm != NULL ? sm : "(could not move)");
         free(sm);
         free(why);
         why = NULL;
@@ -756,20 +762,20 @@ static struct store *open_resolved(const char *shown, const char *real, char **e
         rc = read_next_qid(s, &why);
     /* Commits go through the writer's thread only: without it, no store
      * (a commit on the loop could stall every request). */
-    if (rc == SQLITE_OK && (s->writer = store_writer_start(s->path, &why)) == NULL)
+    if (rc == SQLITE_OK && (s->writer = store_writer_start(s->path, s->shown, &why)) == NULL)
         rc = SQLITE_ERROR;
     if (rc != SQLITE_OK) {
         /* The state directory as given too, when a link on its path led
          * elsewhere: the operator knows it by that name. */
-        char *sp = text_shown(s->path), *sr = text_shown(real);
-        bool linked = strcmp(shown, sr) != 0;
-        *err = msg("%s: cannot open the state store%s%s: %s", sp, linked ? " of " : "",
+        char *sr = text_shown(real);
+        bool linked = sr == NULL || strcmp(shown, sr) != 0;
+        *err = msg("%s: cannot open the state store%s%s: %s", s->shown, linked ? " of " : "",
                    linked ? shown : "", why ? why : "error");
-        free(sp);
         free(sr);
         free(why);
         sqlite3_close(s->db);
         free(s->path);
+        free(s->shown);
         close(s->lock_fd);
         free(s);
         return NULL;
@@ -778,6 +784,7 @@ static struct store *open_resolved(const char *shown, const char *real, char **e
 nomem:
     if (s != NULL) {
         free(s->path);
+        free(s->shown);
         if (s->lock_fd >= 0)
             close(s->lock_fd);
     }
@@ -879,9 +886,9 @@ struct store *store_open(const char *dir, char **err, char **warn)
     return store_open_as(dir, 0, err, warn);
 }
 
-const char *store_path(const struct store *s)
+const char *store_shown(const struct store *s)
 {
-    return s->path;
+    return s->shown;
 }
 
 void store_close(struct store *s)
@@ -907,6 +914,7 @@ void store_close(struct store *s)
     }
     sqlite3_close(s->db); /* the last connection: checkpoints, removes the log */
     free(s->path);
+    free(s->shown);
     close(s->lock_fd); /* releases the lock */
     free(s);
 }
@@ -922,7 +930,7 @@ static const char *col_text(sqlite3_stmt *st, int i)
 static int load_fail(struct store *s, sqlite3_stmt *st)
 {
     char e[SHOWN_MAX];
-    fprintf(stderr, "sluice: state %s: cannot read: %s\n", s->path, db_error(s->db, e, sizeof(e)));
+    fprintf(stderr, "sluice: state %s: cannot read: %s\n", s->shown, db_error(s->db, e, sizeof(e)));
     sqlite3_finalize(st);
     return -1;
 }
@@ -1061,7 +1069,7 @@ static int merged_rows(struct store *s, struct row_src *src, const char *sink, i
     size_t ndel = 0, at = 0;
     *all = false;
     if (deleting(s, &del, &ndel) < 0) {
-        fprintf(stderr, "sluice: state %s: cannot read: out of memory\n", s->path);
+        fprintf(stderr, "sluice: state %s: cannot read: out of memory\n", s->shown);
         return -1;
     }
     const struct store_op *add = next_unwritten_row(s, &at, sink);
@@ -1230,7 +1238,7 @@ int store_queue_read_take(struct store *s, struct store_read *r, store_queue_fn 
     }
     int rc = -1;
     if (r->rc < 0) {
-        fprintf(stderr, "sluice: state %s: cannot read: %s\n", s->path, r->err);
+        fprintf(stderr, "sluice: state %s: cannot read: %s\n", s->shown, r->err);
         goto out;
     }
     /* The batch in the writer's hands was committed before the read ran
@@ -1593,8 +1601,8 @@ static void tell_dropped(struct store *s)
             "waiting for a commit, or out of memory), %" PRIu64 " of them queued webhook "
             "alerts: first contacts, baselines, queued webhook alerts or counters written "
             "meanwhile may be missing after a restart\n",
-            s->path, s->dropped, (unsigned)STORE_PENDING_MAX, (unsigned)(STORE_PENDING_BYTES >> 20),
-            s->alerts_dropped);
+            s->shown, s->dropped, (unsigned)STORE_PENDING_MAX,
+            (unsigned)(STORE_PENDING_BYTES >> 20), s->alerts_dropped);
     s->dropped_said = s->dropped;
 }
 
@@ -1674,7 +1682,7 @@ static enum store_commit collect(struct store *s, bool *came)
         if (s->qadd_lo < s->inflight_qid_end)
             s->qadd_lo = s->inflight_qid_end;
         if (s->failing)
-            fprintf(stderr, "sluice: state %s: writing again\n", s->path);
+            fprintf(stderr, "sluice: state %s: writing again\n", s->shown);
         s->failing = false;
         s->broken[0] = '\0';
         return rc;
@@ -1687,7 +1695,7 @@ static enum store_commit collect(struct store *s, bool *came)
         fprintf(stderr,
                 "sluice: state %s: cannot write: %s (%zu write(s) kept for retry; the gate "
                 "goes on)\n",
-                s->path, err, n + s->nops);
+                s->shown, err, n + s->nops);
     s->failing = true;
     requeue(s, ops, n);
     return rc;
@@ -1798,7 +1806,7 @@ static void say_unwritten(const struct store *s, const char *when)
         fprintf(stderr,
                 "sluice: state %s: %zu write(s) not written %s: the writer's commit has not "
                 "moved for %d ms (its file system does not answer?)\n",
-                s->path, s->nops + s->ninflight, when, EXIT_STALL_MS);
+                s->shown, s->nops + s->ninflight, when, EXIT_STALL_MS);
     else
-        fprintf(stderr, "sluice: state %s: %zu write(s) lost %s\n", s->path, s->nops, when);
+        fprintf(stderr, "sluice: state %s: %zu write(s) lost %s\n", s->shown, s->nops, when);
 }

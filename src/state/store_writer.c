@@ -366,7 +366,7 @@ static void *writer_thread(void *arg)
     }
 }
 
-struct store_writer *store_writer_start(const char *path, char **err)
+struct store_writer *store_writer_start(const char *path, const char *shown, char **err)
 {
     static const char what[] = "the writer";
     struct store_writer *w = calloc(1, sizeof(*w));
@@ -384,10 +384,10 @@ struct store_writer *store_writer_start(const char *path, char **err)
         return NULL;
     }
     char *why_not = NULL;
-    w->checkpointer = wal_checkpointer_start(path, w->t.db, &why_not);
+    w->checkpointer = wal_checkpointer_start(path, shown, w->t.db, &why_not);
     if (w->checkpointer == NULL) {
         /* The writer's own commits checkpoint then: on its thread still. */
-        fprintf(stderr, "sluice: state %s: %s (checkpoints run on the writer's thread)\n", path,
+        fprintf(stderr, "sluice: state %s: %s (checkpoints run on the writer's thread)\n", shown,
                 why_not != NULL ? why_not : "out of memory");
         free(why_not);
     }

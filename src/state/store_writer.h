@@ -101,10 +101,11 @@ struct store_writer;
 
 /* Opens a second connection to the database at <path> (made and checked
  * by the loop's connection) and starts the thread, and the checkpointer on
- * the thread's connection. Returns the writer, or NULL with <*err> set to
- * a malloc'd message the caller frees. All signals are blocked in the
- * thread. */
-struct store_writer *store_writer_start(const char *path, char **err);
+ * the thread's connection; their messages name the database <shown> (the
+ * path as the store's messages show it: text_shown()). Returns the
+ * writer, or NULL with <*err> set to a malloc'd message the caller frees.
+ * All signals are blocked in the thread. */
+struct store_writer *store_writer_start(const char *path, const char *shown, char **err);
 
 /* Hands <ops> (<n> of them) to the thread, to be committed in one
  * transaction whose locks wait up to <busy_ms> for another process. The

@@ -14,7 +14,7 @@ struct wal_checkpointer {
     bool wanted;        /* a commit took the log past the threshold; under t.mu */
     bool stopping;      /* under t.mu */
     sqlite3 *writer_db;
-    char *path;
+    char *shown; /* the database's path as messages show it */
 };
 
 static void *checkpoint_thread(void *arg)
@@ -35,7 +35,7 @@ static void *checkpoint_thread(void *arg)
          * commit past the threshold asks again. */
         if (rc != SQLITE_OK && rc != SQLITE_BUSY && !failing)
             fprintf(stderr, "sluice: state %s: cannot checkpoint the write-ahead log: %s\n",
-                    c->path, sqlite3_errmsg(c->t.db));
+                    c->shown, sqlite3_errmsg(c->t.db));
         failing = rc != SQLITE_OK && rc != SQLITE_BUSY;
     }
 }
@@ -56,12 +56,13 @@ static int on_commit(void *arg, sqlite3 *db, const char *name, int pages)
     return SQLITE_OK;
 }
 
-struct wal_checkpointer *wal_checkpointer_start(const char *path, sqlite3 *writer_db, char **err)
+struct wal_checkpointer *wal_checkpointer_start(const char *path, const char *shown,
+                                                sqlite3 *writer_db, char **err)
 {
     static const char what[] = "checkpoints in the writer's commits";
     struct wal_checkpointer *c = calloc(1, sizeof(*c));
     *err = NULL;
-    if (c == NULL || (c->path = strdup(path)) == NULL) {
+    if (c == NULL || (c->shown = strdup(shown)) == NULL) {
         free(c);
         *err = db_thread_failed(what, "out of memory");
         return NULL;
@@ -71,7 +72,7 @@ struct wal_checkpointer *wal_checkpointer_start(const char *path, sqlite3 *write
      * of one that has read nothing copies nothing (and says SQLITE_OK). */
     if (db_thread_start(&c->t, path, "SELECT count(*) FROM sqlite_master", checkpoint_thread, c,
                         what, err) < 0) {
-        free(c->path);
+        free(c->shown);
         free(c);
         return NULL;
     }
@@ -91,6 +92,6 @@ void wal_checkpointer_stop(struct wal_checkpointer *c)
     pthread_cond_signal(&c->t.cond);
     pthread_mutex_unlock(&c->t.mu);
     db_thread_join(&c->t);
-    free(c->path);
+    free(c->shown);
     free(c);
 }

@@ -33,14 +33,16 @@
 
 struct wal_checkpointer;
 
-/* Starts the thread for the database at <path>, to which <writer_db> (the
+/* Starts the thread for the database at <path> (named <shown> in its
+ * messages: the path as the store's messages show it), to which <writer_db> (the
  * connection that commits, the store writer's; borrowed: it must outlive
  * the checkpointer, and no thread may use it while this starts or stops)
  * writes, and turns <writer_db>'s own checkpoints off. Returns the
  * checkpointer, or NULL when the thread or its connection cannot be had:
  * then <writer_db> is left checkpointing as before, with <*err> set to a
  * malloc'd message the caller frees. All signals are blocked in the thread. */
-struct wal_checkpointer *wal_checkpointer_start(const char *path, sqlite3 *writer_db, char **err);
+struct wal_checkpointer *wal_checkpointer_start(const char *path, const char *shown,
+                                                sqlite3 *writer_db, char **err);
 
 /* Runs a last checkpoint request to its end, stops and joins the thread,
  * closes its connection and gives <writer_db> its own checkpoints back (its

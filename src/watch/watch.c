@@ -137,7 +137,7 @@ static void adopt_store(struct watch *w, struct store_opened *got, int64_t now)
     fprintf(stderr,
             "sluice: state %s: opened; what was decided while it was locked is written "
             "to it\n",
-            store_path(w->store));
+            store_shown(w->store));
 }
 
 static void take_opened(struct watch *w, int64_t now)
@@ -201,7 +201,7 @@ static void say_unmatched(const struct watch *w)
         fprintf(stderr,
                 "sluice: state %s: %llu queued alert(s) for webhooks no longer configured are "
                 "kept, not sent\n",
-                store_path(w->store), (unsigned long long)c.rows);
+                store_shown(w->store), (unsigned long long)c.rows);
 }
 
 /* Frees the <n> strings of <names> and the array. */
