@@ -59,7 +59,7 @@ struct store *store_open(const char *dir, char **err, char **warn);
 /* As store_open(), for a gateway that will serve as uid <user> (serve
  * --user; 0 for none). DIR and every directory above it (resolved: SQLite
  * opens no store through a symbolic link), and the store's files that
- * exist (sluice.db, its -wal and -shm, sluice.lock) must be owned by root,
+ * exist (sluice.db, its -wal, -shm and -journal, sluice.lock) must be owned by root,
  * the process's effective uid or <user>; no directory above DIR may be
  * writable by every user unless sticky (/tmp), nor a store file by every
  * user: otherwise another

@@ -668,8 +668,12 @@ static int check_chain(const char *dir, const char *path, uid_t user, char **err
 static int check_owners(const char *shown, const char *real, uid_t user, char **err)
 {
     int rc = check_chain(shown, real, user, err);
+    /* -journal too: SQLite plays a hot rollback journal back into the
+     * database at the open, WAL mode or not, so one another user put there
+     * (the member of a group-writable DIR's group) wrote the pages of their
+     * choice into the store, first contacts that keep alerts quiet. */
     static const char *const files[] = {STORE_FILE, STORE_FILE "-wal", STORE_FILE "-shm",
-                                        STORE_LOCK_FILE};
+                                        STORE_FILE "-journal", STORE_LOCK_FILE};
     for (size_t k = 0; rc == 0 && k < sizeof(files) / sizeof(files[0]); k++) {
         char path[4200];
         struct stat st;

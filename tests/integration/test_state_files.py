@@ -143,3 +143,62 @@ def test_an_older_stores_files_lose_other_users_permissions(gateway, net, stated
     assert got["sluice.db"] == 0o640, got
     assert request(gw, "GET", other_url(net, "/new")).status == 200
     poll(lambda: "other.example.test" in contacts(statedir), timeout=10, what="a commit")
+
+
+def hot_journal(statedir, host):
+    """A rollback journal, as a process killed in a transaction leaves it,
+    whose pages are those of a copy of <statedir>'s store holding a first
+    contact with <host>: SQLite plays such a journal back into sluice.db
+    at its next open (WAL mode or not). Returns its path, made in
+    <statedir> next to the store as sluice.db-journal."""
+    import sqlite3
+    forged = os.path.join(statedir, "forged.db")
+    shutil.copy(os.path.join(statedir, "sluice.db"), forged)
+    db = sqlite3.connect(forged, isolation_level=None)
+    db.execute("PRAGMA journal_mode=DELETE")
+    db.execute("INSERT INTO first_contact VALUES('default', ?, 1)", (host,))
+    db.close()
+    pid = os.fork()
+    if pid == 0:  # changes every page, spilled to the file, and dies uncommitted
+        status = 1
+        try:
+            db = sqlite3.connect(forged, isolation_level=None)
+            db.execute("PRAGMA cache_size=1")
+            db.execute("BEGIN")
+            db.execute("DELETE FROM first_contact")
+            for i in range(500):
+                db.execute("INSERT INTO first_contact VALUES('z', ?, 1)", ("x" * 200 + str(i),))
+            status = 0
+        finally:
+            os._exit(status)
+    assert os.waitpid(pid, 0)[1] == 0
+    journal = os.path.join(statedir, "sluice.db-journal")
+    os.rename(forged + "-journal", journal)
+    os.unlink(forged)
+    return journal
+
+
+def test_a_journal_another_user_put_in_a_group_writable_dir_is_refused(gateway, net, statedir):
+    # A group-writable state directory is used (its group is the
+    # administrator's choice), and the store's files must be owned by root
+    # or the gateway's users: a member of the group cannot put a store of
+    # their own in place. But sluice.db-journal was not looked at, and
+    # SQLite plays a hot rollback journal back into sluice.db at the open,
+    # WAL mode or not: a journal of theirs wrote the pages of their choice
+    # into the store (here a first contact that keeps the alert quiet).
+    os.chown(statedir, 0, NOBODY)
+    os.chmod(statedir, 0o770)
+    gw = start(gateway, net, statedir)
+    gw.stop()
+    journal = hot_journal(statedir, "other.example.test")
+    os.chown(journal, NOBODY, NOBODY)
+    af = os.path.join(statedir, "alerts.jsonl")
+    gw = gateway(net.policy([api_rule(net), other_rule(net)], alerts={"first_contact": True}),
+                 args=["--state", statedir, "--alerts", af])
+    assert request(gw, "GET", other_url(net, "/new")).status == 200
+    poll(lambda: os.path.exists(af) and "other.example.test" in open(af).read(), timeout=10,
+         what="the first contact's alert")
+    gw.stop()
+    err = gw.stderr()
+    assert (journal + ": owned by user nobody (uid 65534), not by root") in err, err
+    assert "running without a state store" in err, err
