@@ -660,9 +660,24 @@ static int check_chain(const char *dir, const char *path, uid_t user, char **err
     }
 }
 
+/* What kind of file <mode> is not a regular file nor a link of: "a FIFO". */
+static const char *odd_kind(mode_t mode)
+{
+    return S_ISFIFO(mode)   ? "a FIFO"
+           : S_ISDIR(mode)  ? "a directory"
+           : S_ISSOCK(mode) ? "a socket"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+                            : "not a file";
+}
+
 /* Checks the state directory <real>, resolved (shown as <shown>), and the
  * directories above it, then the store's files that exist: each owned by
- * a trusted uid, and no file writable by every user. The directory then
+ * a trusted uid, no file writable by every user, and each a regular file
+ * (or a link, which the open refuses): SQLite opened a store whose -wal
+ * was a FIFO or whose -shm was a directory, and failed every commit of the
+ * run ("disk I/O error (Illegal seek)"), where it should be said at the
+ * start, as a store that cannot be written is. The directory then
  * holds nothing another user put there, nor can they add or swap a file
  * between this check and the open. Returns 0, or -1 with <*err>. */
 static int check_owners(const char *shown, const char *real, uid_t user, char **err)
@@ -692,6 +707,11 @@ static int check_owners(const char *shown, const char *real, uid_t user, char **
                        "their own into it (first contacts that keep alerts quiet); remove it, or "
                        "chmod o-w it if it is sluice's",
                        sp, (unsigned)(st.st_mode & 07777));
+            rc = -1;
+        } else if (!S_ISLNK(st.st_mode) && !S_ISREG(st.st_mode)) {
+            *err = msg("%s: not a regular file (%s), which the state store cannot use (every "
+                       "commit would fail): remove it",
+                       sp, odd_kind(st.st_mode));
             rc = -1;
         }
         free(sp);

@@ -1117,6 +1117,45 @@ static void a_read_only_store_is_not_used(void **state)
     store_close(s);
 }
 
+/* A FIFO in place of sluice.db-wal, a directory in place of sluice.db-shm:
+ * SQLite opened the store all the same, and then failed every commit of
+ * the run ("disk I/O error (Illegal seek)", "attempt to write a readonly
+ * database"), the writes kept until dropped or lost at exit. Said at the
+ * open, as for a store that cannot be written. */
+static void a_store_file_that_is_not_a_regular_file_is_not_used(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *file, *kind;
+        bool fifo;
+    } odd[] = {{STORE_FILE "-wal", "(a FIFO)", true}, {STORE_FILE "-shm", "(a directory)", false}};
+    char path[128], *err = NULL, *warn = NULL;
+    struct store *s = open_ok(dir);
+    assert_int_equal(store_put_contact(s, "a", "b", 1), 0);
+    store_close(s);
+    for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, odd[i].file);
+        unlink(path);
+        assert_int_equal(odd[i].fifo ? mkfifo(path, 0640) : mkdir(path, 0750), 0);
+        s = store_open(dir, &err, &warn);
+        if (s != NULL) /* as before: say what its commit does */
+            fail_msg("opened with %s %s; store_put_contact + store_sync: %d", odd[i].file,
+                     odd[i].kind, store_put_contact(s, "a", "c", 2) == 0 ? store_sync(s) : -2);
+        assert_null(warn);
+        assert_non_null(err);
+        assert_non_null(strstr(err, odd[i].file));
+        assert_non_null(strstr(err, "not a regular file"));
+        assert_non_null(strstr(err, odd[i].kind));
+        free(err);
+        assert_int_equal(odd[i].fifo ? unlink(path) : rmdir(path), 0);
+    }
+    /* gone: used, its row still there */
+    s = open_ok(dir);
+    struct seen seen = {0};
+    assert_int_equal(store_load_contacts(s, on_contact, &seen), 1);
+    store_close(s);
+}
+
 /* A store that cannot be opened for want of room (a full disk, here a
  * RLIMIT_FSIZE below the 32 KiB of its shared memory file) said "disk I/O
  * error", SQLite's word for any failed system call: the reason, the
@@ -2160,6 +2199,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(opened_while_another_process_writes, setup, teardown),
         cmocka_unit_test_setup_teardown(one_gateway_per_store, setup, teardown),
         cmocka_unit_test_setup_teardown(a_read_only_store_is_not_used, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_store_file_that_is_not_a_regular_file_is_not_used, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(a_symbolic_link_in_place_of_the_database_is_not_followed,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(store_files_change_regular_files_only, setup, teardown),
