@@ -1533,18 +1533,26 @@ int store_put_baseline(struct store *s, const char *agent, const struct store_ba
     return 0;
 }
 
+/* <value> as the counter table holds it: SQLite's integers are signed, and
+ * one past INT64_MAX was stored negative, read back as 0 at the next
+ * start; it stays at INT64_MAX. */
+static int64_t counter_row(uint64_t value)
+{
+    return value > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)value;
+}
+
 int store_put_counter(struct store *s, const char *name, uint64_t value)
 {
     struct store_op *o = pending_find(s, OP_COUNTER, name);
     if (o != NULL) {
-        o->n = (int64_t)value;
+        o->n = counter_row(value);
         return 0;
     }
     o = push(s, strlen(name) + 1);
     if (o == NULL)
         return -1;
     o->kind = OP_COUNTER;
-    o->n = (int64_t)value;
+    o->n = counter_row(value);
     if (commit_op(s, o, strdup(name), NULL, true, false) < 0)
         return -1;
     index_note(s);

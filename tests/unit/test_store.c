@@ -1156,6 +1156,23 @@ static void a_store_file_that_is_not_a_regular_file_is_not_used(void **state)
     store_close(s);
 }
 
+/* A counter past INT64_MAX (one a store edited by hand started near it):
+ * SQLite's integers are signed, and the value was stored as a negative
+ * one, read back as 0 at the next start. Stored as INT64_MAX, the most a
+ * row holds. */
+static void a_counter_past_what_sqlite_holds_is_kept_at_its_most(void **state)
+{
+    (void)state;
+    struct store *s = open_ok(dir);
+    assert_int_equal(store_put_counter(s, "alerts.first_contact", (uint64_t)INT64_MAX + 1), 0);
+    store_close(s);
+    s = open_ok(dir);
+    struct seen seen = {0};
+    assert_int_equal(store_load_counters(s, on_counter, &seen), 1);
+    assert_int_equal(seen.num[0], INT64_MAX);
+    store_close(s);
+}
+
 /* A store that cannot be opened for want of room (a full disk, here a
  * RLIMIT_FSIZE below the 32 KiB of its shared memory file) said "disk I/O
  * error", SQLite's word for any failed system call: the reason, the
@@ -2199,6 +2216,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(opened_while_another_process_writes, setup, teardown),
         cmocka_unit_test_setup_teardown(one_gateway_per_store, setup, teardown),
         cmocka_unit_test_setup_teardown(a_read_only_store_is_not_used, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_counter_past_what_sqlite_holds_is_kept_at_its_most, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(a_store_file_that_is_not_a_regular_file_is_not_used, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_symbolic_link_in_place_of_the_database_is_not_followed,
