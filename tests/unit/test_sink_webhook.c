@@ -117,9 +117,12 @@ static int counted_make_request(struct evhttp_connection *c, struct evhttp_reque
 #include <event2/listener.h>
 #include <netinet/in.h>
 #include <fcntl.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include "blocked_in.h"
 
 struct parsed {
     int rc;
@@ -1298,6 +1301,55 @@ static void held_answer(struct held_ns *ns, size_t from, size_t to)
     }
 }
 
+/* Runs <base> until it has nothing to run now: every callback made due,
+ * those queued for the loop's next turn too (libevent counts them active:
+ * evdns fails a freed resolver's requests, and reports a lookup's answer,
+ * on a later turn), has run. What a turn sets going is run to its end, not
+ * guessed ended after some milliseconds. Hang guard: 10 s. */
+static void run_until_idle(struct event_base *base)
+{
+    uint64_t until = mono_ms() + 10000;
+    do
+        event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    while (event_base_get_num_events(base, EVENT_BASE_COUNT_ACTIVE) > 0 && mono_ms() < until);
+    assert_int_equal(event_base_get_num_events(base, EVENT_BASE_COUNT_ACTIVE), 0);
+}
+
+/* This process's UDP socket that <ns>'s question <i> came from: the
+ * resolver's, on the port the question came from (bound to any address:
+ * the kernel chose 127.0.0.1 for it). */
+static int resolver_socket(const struct held_ns *ns, size_t i)
+{
+    const struct sockaddr_in *from = (const struct sockaddr_in *)&ns->from[i];
+    assert_int_equal(from->sin_family, AF_INET);
+    for (int fd = 0; fd < 1024; fd++) {
+        struct sockaddr_in at;
+        socklen_t atlen = sizeof(at);
+        int type = 0;
+        socklen_t typelen = sizeof(type);
+        if (fd == ns->fd || getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &typelen) != 0 ||
+            type != SOCK_DGRAM || getsockname(fd, (struct sockaddr *)&at, &atlen) != 0)
+            continue;
+        if (at.sin_family == AF_INET && at.sin_port == from->sin_port)
+            return fd;
+    }
+    fail_msg("no socket of this process asked question %zu", i);
+    return -1;
+}
+
+/* Runs <base> until the resolver that asked <ns>'s question <i> has read
+ * every answer sent to it (the kernel holds none for its socket) and
+ * reported them (run_until_idle()). Hang guard: 10 s. */
+static void run_until_answers_read(struct event_base *base, const struct held_ns *ns, size_t i)
+{
+    int fd = resolver_socket(ns, i), unread = 1;
+    uint64_t until = mono_ms() + 10000;
+    while ((ioctl(fd, FIONREAD, &unread) != 0 || unread > 0) && mono_ms() < until)
+        event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    assert_int_equal(unread, 0);
+    run_until_idle(base);
+}
+
 /* A new loop in *<base>, <ns> answering in it, and a sink to <url> that
  * asks it (sink_asking()); held_end() frees them. */
 static struct webhook *sink_held(struct event_base **base, struct held_ns *ns, struct event **nsev,
@@ -1341,8 +1393,8 @@ static void a_late_name_lookup_reaches_nothing(void **state)
         assert_int_equal(ns.asked, 4);
         assert_int_equal(webhook_failures(w), 1);
         assert_non_null(w->req);
-        held_answer(&ns, 0, 2);                      /* the first attempt's lookup fails now */
-        run_until_count(base, &(size_t){0}, 1, 200); /* 200 ms */
+        held_answer(&ns, 0, 2); /* the first attempt's lookup fails now */
+        run_until_answers_read(base, &ns, 0);
         char why[240];
         if (webhook_failures(w) != 1 || w->req == NULL)
             fail_msg("%s: the second attempt ended: %s", urls[u],
@@ -1391,7 +1443,7 @@ static void a_sink_freed_during_a_name_lookup_leaves_nothing(void **state)
         assert_int_equal(webhook_failures(w), cut);
         assert_non_null(w->req);
         webhook_free(w);
-        run_until_count(base, &(size_t){0}, 1, 50); /* the loop turns on (a reload) */
+        run_until_idle(base); /* the loop turns on (a reload) */
         held_end(base, &ns, nsev);
         if (mem_live != before)
             fail_msg("%s%s: %ld of libevent's blocks left", urls[u], cut ? " (cut)" : "",
@@ -1430,7 +1482,7 @@ static void a_sink_freed_while_its_server_is_probed_survives(void **state)
     assert_int_equal(ns.asked, 3);
     assert_int_equal(webhook_failures(w), 1);
     webhook_free(w);
-    run_until_count(base, &(size_t){0}, 1, 200); /* the loop turns on (a reload) */
+    run_until_idle(base); /* the loop turns on (a reload): the probe's report runs */
     held_end(base, &ns, nsev);
 }
 
@@ -1467,6 +1519,33 @@ static int open_fds(void)
     return n;
 }
 
+/* The sockets this process holds. */
+static int open_sockets(void)
+{
+    int n = 0;
+    for (int fd = 0; fd < 1024; fd++) {
+        int type;
+        socklen_t typelen = sizeof(type);
+        n += getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &typelen) == 0;
+    }
+    return n;
+}
+
+/* A loop, and how many sockets this process should hold. */
+struct loop_sockets {
+    struct event_base *base;
+    int n;
+};
+
+/* Turns <arg>'s loop once without waiting; whether the process holds as
+ * many sockets as it says (waited_until()). */
+static bool loop_sockets_are(void *arg)
+{
+    struct loop_sockets *l = arg;
+    event_base_loop(l->base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    return open_sockets() == l->n;
+}
+
 /* A sink freed while its lookup is half answered (the A record in, the
  * AAAA question still out) leaves no descriptor and no memory behind: the
  * resolver's end hands the address it has to the freed connection's
@@ -1478,7 +1557,7 @@ static void a_sink_freed_during_a_half_answered_lookup_leaves_nothing(void **sta
                                        "https://hook.example.test:9/hook"};
     for (size_t u = 0; u < sizeof(urls) / sizeof(urls[0]); u++) {
         long before = mem_live;
-        int fds = open_fds();
+        int fds = open_fds(), sockets = open_sockets();
         struct event_base *base;
         struct held_ns ns;
         struct event *nsev;
@@ -1489,10 +1568,15 @@ static void a_sink_freed_during_a_half_answered_lookup_leaves_nothing(void **sta
         run_until_count(base, &ns.asked, 2, 5000); /* its A and AAAA, held */
         assert_int_equal(ns.asked, 2);
         assert_true(held_answer_a(&ns, 0) || held_answer_a(&ns, 1));
-        run_until_count(base, &(size_t){0}, 1, 100); /* the A answer is in */
+        run_until_answers_read(base, &ns, 0); /* the A answer is in */
         assert_non_null(w->req);
         webhook_free(w);
-        run_until_count(base, &(size_t){0}, 1, 50); /* the loop turns on (a reload) */
+        /* The loop turns on (a reload) until the freed connection's socket,
+         * whose connect the A answer set going, is closed: only the name
+         * server's is left (a socket left open runs to the hang guard). */
+        struct loop_sockets left = {base, sockets + 1};
+        wait_until(loop_sockets_are, &left, "the freed sink's sockets to be closed");
+        run_until_idle(base);
         held_end(base, &ns, nsev);
         if (open_fds() != fds || mem_live != before)
             fail_msg("%s: %d descriptors and %ld of libevent's blocks left", urls[u],
