@@ -248,6 +248,20 @@ static void gate_open(void)
 
 static char dir[64];
 
+/* time() is interposed for this program: while <pinned_now> is not 0, it
+ * reads that second (the store names the copies it moves aside by it). */
+static time_t pinned_now;
+
+time_t time(time_t *tloc)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    time_t now = pinned_now != 0 ? pinned_now : ts.tv_sec;
+    if (tloc != NULL)
+        *tloc = now;
+    return now;
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -258,6 +272,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
+    pinned_now = 0; /* a test that failed with the clock held lets it go */
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     return system(cmd) == 0 ? 0 : -1;
@@ -458,19 +473,18 @@ static bool starts_with_text(const char *path, const char *text)
 
 /* Stores found corrupt in the same second (a gateway restarted in a loop)
  * each keep their copy: both were moved to sluice.db.corrupt-<unix time>,
- * the second rename replacing the first. The names of the next seconds
- * are taken beforehand, so that the moves meet a taken name whenever they
- * run. */
+ * the second rename replacing the first. The store's clock is held at one
+ * second for both (time() interposed), whose name is taken beforehand: the
+ * moves meet taken names however long they take (the names of ten seconds
+ * taken from the test's clock held only while the moves ran within them). */
 static void corrupt_stores_moved_aside_in_one_second_are_kept(void **state)
 {
     (void)state;
     char path[128], aside[160];
     snprintf(path, sizeof(path), "%s/%s", dir, STORE_FILE);
-    long t = (long)time(NULL);
-    for (int i = 0; i < 10; i++) {
-        snprintf(aside, sizeof(aside), "%s.corrupt-%ld", path, t + i);
-        write_text(aside, "an earlier copy\n", 1);
-    }
+    pinned_now = 1700000000;
+    snprintf(aside, sizeof(aside), "%s.corrupt-%ld", path, (long)pinned_now);
+    write_text(aside, "an earlier copy\n", 1);
     for (int round = 0; round < 2; round++) {
         write_text(path, round == 0 ? "not a database, the first\n" : "not a database, again\n",
                    200);
@@ -483,20 +497,19 @@ static void corrupt_stores_moved_aside_in_one_second_are_kept(void **state)
         free(warn);
         store_close(s);
     }
+    pinned_now = 0;
     char pat[160];
     glob_t g;
     snprintf(pat, sizeof(pat), "%s.corrupt-*", path);
     assert_int_equal(glob(pat, 0, NULL, &g), 0);
-    int earlier = 0, first = 0, again = 0;
-    for (size_t i = 0; i < g.gl_pathc; i++) {
-        earlier += starts_with_text(g.gl_pathv[i], "an earlier copy");
-        first += starts_with_text(g.gl_pathv[i], "not a database, the first");
-        again += starts_with_text(g.gl_pathv[i], "not a database, again");
-    }
+    assert_int_equal(g.gl_pathc, 3);
     globfree(&g);
-    assert_int_equal(earlier, 10);
-    assert_int_equal(first, 1);
-    assert_int_equal(again, 1);
+    /* each under the next free name of that second */
+    assert_true(starts_with_text(aside, "an earlier copy"));
+    snprintf(aside, sizeof(aside), "%s.corrupt-1700000000.1", path);
+    assert_true(starts_with_text(aside, "not a database, the first"));
+    snprintf(aside, sizeof(aside), "%s.corrupt-1700000000.2", path);
+    assert_true(starts_with_text(aside, "not a database, again"));
 }
 
 static sqlite3 *other_connection(const char *sql);
