@@ -1020,8 +1020,8 @@ def test_report_memory_does_not_grow_with_the_rules(sluice_bin, tmp_path, fmt):
 
 
 @pytest.mark.parametrize("args", [
-    ["check", "{good}"],
-    ["check", "{good}", "--format", "json"],
+    ["check", "{good}", "--now", NOW],  # GOOD's grant is judged as of NOW, not the day run
+    ["check", "{good}", "--now", NOW, "--format", "json"],
     ["check", "{big}"],
     ["check", "--help"],
     ["version"],
