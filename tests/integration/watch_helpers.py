@@ -13,7 +13,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from datetime import datetime
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from gate_client import poll
@@ -53,7 +53,11 @@ def wait_alert(path, kind, count=1, timeout=5.0, **match):
 
 
 def ts(s):
-    return datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
+    """The Unix time of a log line's "ts" (UTC, as its Z says). Parsed
+    naive, strptime's result was taken for local time: under TZ=Etc/GMT+1
+    every stamp came out an hour late, and a test that waits until a stamp
+    plus a period (test_write_burst_and_folding) waited an hour."""
+    return datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp()
 
 
 def assert_prompt(alert, gw, limit=1.0):
