@@ -1,6 +1,7 @@
 """Clients for the gateway tests: raw HTTP/1.1 through the proxy, CONNECT
 tunnels, curl, and the assertions every deny test shares."""
 
+import datetime
 import http.client
 import json
 import os
@@ -27,6 +28,14 @@ REASONS = ["not_in_policy", "denied_host", "port_not_allowed", "method_not_allow
 
 REASON_STATUS = {"rate_limited": 429, "auth_required": 407, "bad_request": 400,
                  "dns_failure": 502, "upstream_unreachable": 502, "gateway_overloaded": 503}
+
+
+def utc_today():
+    """Today's UTC day by the wall clock, the clock the gateway judges grant
+    expiry by. A test that compares a day count the gateway printed with
+    its own reads this before the gateway judges and again after: a UTC
+    midnight may fall between them."""
+    return datetime.datetime.now(datetime.timezone.utc).date()
 
 
 def reason_status(reason):
