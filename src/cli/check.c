@@ -18,6 +18,7 @@
 #include "policy/report.h"
 #include "util/text_json.h"
 #include "util/units.h"
+#include "util/wall_clock.h"
 #include "util/xalloc.h"
 
 struct check_args {
@@ -35,7 +36,9 @@ static int parse_args(int argc, char **argv, struct check_args *a)
         {"format", required_argument, NULL, 'f'}, {"strict", no_argument, NULL, 's'},
         {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
-    a->today = day_of(time(NULL));
+    /* the clock serve decides expiry by: time() may still name the day
+     * before for a tick after a UTC midnight */
+    a->today = day_of(wall_clock_seconds());
     a->warn_days = -1;
     a->format = REPORT_TEXT;
     a->strict = false;

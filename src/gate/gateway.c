@@ -29,6 +29,7 @@
 #include "util/quiet_thread.h"
 #include "util/text_json.h"
 #include "util/units.h"
+#include "util/wall_clock.h"
 #include "shape/quota.h"
 #include "watch/admin.h"
 #include "watch/log_jsonl.h"
@@ -166,7 +167,7 @@ void gateway_policy_file_warning(const char *path, char *out, size_t outlen)
 
 void gateway_print_grant_warnings(const struct policy *p)
 {
-    int32_t today = day_of(time(NULL));
+    int32_t today = day_of(wall_clock_seconds()); /* as requests are decided */
     int warn_days = lint_warn_days(p);
     /* shown \ooo, as the loader's own warnings name the file */
     char *file = text_shown(p->path != NULL ? p->path : "policy");

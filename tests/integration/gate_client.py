@@ -38,6 +38,24 @@ def utc_today():
     return datetime.datetime.now(datetime.timezone.utc).date()
 
 
+def coarse_clock_env(tmp_path, at):
+    """The environment that has sluice see the wall clock a tick into the
+    second <at> (Unix seconds) as glibc shows it: coarse_clock.c, built into
+    <tmp_path> and preloaded, has clock_gettime(CLOCK_REALTIME) say <at> and
+    time() the second before. Skips without a C compiler."""
+    import pytest
+    lib = str(tmp_path / "coarse_clock.so")
+    try:
+        subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", lib,
+                        os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                     "coarse_clock.c")], check=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        pytest.skip("cannot build coarse_clock.c: %s" % e)
+    asan = os.environ.get("ASAN_OPTIONS", "")
+    return {"LD_PRELOAD": lib, "SLUICE_TEST_COARSE_AT": str(at),
+            "ASAN_OPTIONS": (asan + ":" if asan else "") + "verify_asan_link_order=0"}
+
+
 def reason_status(reason):
     return REASON_STATUS.get(reason, 403)
 

@@ -13,6 +13,8 @@ import time
 
 import pytest
 
+from gate_client import coarse_clock_env
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLES = os.path.join(REPO, "examples")
 NOW = "2026-12-01"  # the examples' grants are judged as of this day
@@ -1475,3 +1477,26 @@ def test_help_names_each_kind_of_finding_a_policy_brings(sluice_bin, tmp_path):
             doc = json.loads(r.stdout)
             found = [f["text"] for f in doc[level + "s"]]
             assert any(said in f for f in found), (kind, said, doc["errors"], doc["warnings"])
+
+
+def test_a_grant_is_judged_by_the_clock_serve_decides_by(sluice_bin, tmp_path):
+    """check's today is the wall clock's (CLOCK_REALTIME), by which serve
+    decides requests, not glibc's time(): that reads the kernel's coarse
+    clock, which for a tick after a UTC midnight still says the day
+    before. Seen a tick into 2026-12-08 (coarse_clock.c): check called the
+    grant of 2026-12-07 valid, '0 days left', exit 0, while serve at the
+    same moment denied its requests as grant_expired."""
+    path = write(tmp_path, """\
+        version: 1
+        rules:
+          - host: a.example.com
+            tier: 3
+            owner: alice
+            expires: 2026-12-07
+        """)
+    midnight = 1796688000  # 2026-12-08T00:00:00Z
+    r = run(sluice_bin, "check", path, env_extra=coarse_clock_env(tmp_path, midnight))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "(as of 2026-12-08)" in r.stdout, r.stdout
+    assert ("rules[0].expires: grant for a.example.com (tier 3, owner 'alice') expired on "
+            "2026-12-07" in r.stdout), r.stdout

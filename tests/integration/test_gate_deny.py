@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from gate_client import (ANY, api_rule, assert_denied, connect, exchange, nothing_reached,
-                         open_conn, read_response, request)
+from gate_client import (ANY, api_rule, assert_denied, coarse_clock_env, connect, exchange,
+                         nothing_reached, open_conn, read_response, request)
 from gate_servers import free_port
 
 
@@ -79,6 +79,20 @@ def test_grant_expired(gateway, net):
         line = next(i for i, text in enumerate(f, 1) if "expires:" in text)
     where = "%s:%d: rules[0].expires: grant expired on %s" % (gw.policy_path, line, yesterday)
     assert where in err, err
+
+
+def test_start_warning_and_decision_judge_a_grant_by_one_clock(gateway, net, tmp_path):
+    # A tick into a UTC midnight, as glibc shows it (coarse_clock.c): the
+    # start-up warning took its day from time(), the coarse clock still on
+    # the day before, and said "grant expires on 2026-12-07 (0 days left)"
+    # of the grant the first request under it was denied for as expired.
+    rule = api_rule(net, tier=3, owner="alice", expires="2026-12-07")
+    gw = gateway(net.policy([rule]), env=coarse_clock_env(tmp_path, 1796688000))
+    r = request(gw, "POST", net.url("/publish"), body=b"x")
+    assert_denied(gw, net, r, "grant_expired", host="api.example.test", port=net.api.port,
+                  agent="default", method="POST", tier=ANY, rule=ANY, owner=ANY, ip=None)
+    err = gw.stderr()
+    assert "rules[0].expires: grant expired on 2026-12-07; requests under it are denied" in err, err
 
 
 def test_private_address_loopback_not_allowed(gateway, net):
