@@ -79,6 +79,10 @@ struct watch {
     int exit_flush_ms;
 };
 
+/* The wall clock (CLOCK_REALTIME), by which requests are decided and every
+ * day of the watch is judged: the grant gauges too, whose tick counts them
+ * again only when this clock's day changes (time(), glibc's coarse clock,
+ * could set them a day behind at a midnight, and so leave them for a day). */
 static int64_t now_ms(void)
 {
     struct timespec ts;
@@ -596,6 +600,9 @@ struct watch *watch_new(struct event_base *base, struct bus *bus, struct alert_b
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
+    /* one reading for the grant gauges and the detectors' day: read apart,
+     * a midnight between them would leave the gauges a day behind */
+    int64_t start_ms = now_ms();
     w->exit_flush_ms = FLUSH_MS;
     w->base = base;
     w->alerts = alerts;
@@ -628,7 +635,7 @@ struct watch *watch_new(struct event_base *base, struct bus *bus, struct alert_b
     if (w->metrics == NULL || w->det == NULL || w->tick == NULL ||
         detectors_configure(w->det, p) < 0 ||
         sinks_next_prepare(&w->next, p, w->token_env, w->ntoken_env) < 0 ||
-        metrics_set_policy(w->metrics, p, (int64_t)time(NULL)) < 0) {
+        metrics_set_policy(w->metrics, p, start_ms / 1000) < 0) {
         snprintf(err, errlen, "out of memory");
         goto err;
     }
@@ -664,7 +671,7 @@ struct watch *watch_new(struct event_base *base, struct bus *bus, struct alert_b
     evtimer_add(w->tick, &tv);
     w->policy = p;
     configure_sinks(w, p, true);
-    detectors_grants(w->det, p, now_ms());
+    detectors_grants(w->det, p, start_ms);
     return w;
 err:
     watch_free(w);
@@ -685,7 +692,7 @@ int watch_policy_prepare(struct watch *w, const struct policy *p, const char **w
         *what = "alert sinks";
         return -1;
     }
-    if (metrics_policy_prepare(w->metrics, p, (int64_t)time(NULL)) < 0) {
+    if (metrics_policy_prepare(w->metrics, p, now_ms() / 1000) < 0) {
         detectors_abandon(w->det);
         sinks_next_free(&w->next);
         *what = "grant gauges";

@@ -19,7 +19,8 @@ import time
 import urllib.request
 
 from conftest import TCP_LISTEN, socket_inodes, tcp_sockets
-from gate_client import connect, poll, proc_number, proc_stat, recv_until_close, request
+from gate_client import (coarse_clock_env, connect, poll, proc_number, proc_stat,
+                         recv_until_close, request)
 from watch_helpers import free_tcp_port, webhook_label
 
 HEAD_MS = 5000  # src/watch/admin.h ADMIN_HEAD_MS
@@ -458,6 +459,25 @@ def scrape(port):
     assert head.startswith(b"HTTP/1.1 200 OK\r\n"), head
     assert int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0]) == len(body)
     return parse_exposition(body)
+
+
+def test_grant_gauges_judge_the_day_as_requests_are_decided(gateway, net, tmp_path):
+    # A tick into a UTC midnight, as glibc shows it (coarse_clock.c): the
+    # grant gauges took their day from time(), the coarse clock still on
+    # the day before, and counted as expiring the grant whose requests were
+    # denied as expired; the watch tick counts them again only when the
+    # wall clock's day changes, so they stayed wrong until the next one.
+    port = free_tcp_port()
+    rule = {"host": "api.example.test", "ports": [net.api.port], "tier": 3, "owner": "alice",
+            "expires": "2026-12-07"}
+    gw = gateway(net.policy([rule]), env=coarse_clock_env(tmp_path, 1796688000),
+                 args=["--admin", "127.0.0.1:%d" % port])
+    r = request(gw, "POST", net.url("/x"), body=b"1")
+    assert r.status == 403 and r.header("Sluice-Reason") == "grant_expired", r
+    series, _ = scrape(port)
+    got = (series[("sluice_grants_expired", frozenset())],
+           series[("sluice_grants_expiring", frozenset())])
+    assert got == (1, 0), got
 
 
 def test_metrics_exposition_is_strict_and_matches_the_log(gateway, net, tmp_path):
