@@ -169,6 +169,8 @@ static int check_main(int argc, char **argv)
             lint_partial(p, a.today, warn_days, &d);
         else
             policy_lint(p, a.today, warn_days, &d);
+        if (!partial)
+            report_note_reach(p, &d);
     } else if (warn_days < 0) {
         warn_days = LINT_DEFAULT_WARN_DAYS;
     }
@@ -213,6 +215,7 @@ const struct command cmd_check = {
             "  - hosts written in other than ASCII, wildcards over open suffixes\n"
             "  - settings: mode: report, ECH allowed, agents: [], no rules, DNS servers\n"
             "    off the local network, http:// webhooks, a rate that limits nothing\n"
+            "  - a reach per agent of more than 1,000,000 entries: the report lists that many\n"
             "README.md (sluice check) lists each one.\n"
             "The report lists rules per tier, every tier-3 grant with its owner, expiry and\n"
             "days left, and for each agent every destination it can reach and at which tier.\n"

@@ -17,6 +17,7 @@
 #include "policy/index.h"
 #include "policy/lint.h"
 #include "policy/policy.h"
+#include "util/env.h"
 #include "util/units.h"
 #include "util/text_json.h"
 #include "util/xalloc.h"
@@ -381,6 +382,40 @@ static const struct rule *reach_walk_next(struct reach_walk *it)
     return &it->x->p->rules[next];
 }
 
+/* The reach entries the report lists: every listed agent (the agents
+ * entries, or "default", and the agents only rules name) reaches every
+ * rule without agents:, and each the rules that name it. */
+static uint64_t reach_total(const struct reach_index *x)
+{
+    uint64_t listed = x->p->nagents != 0 ? x->p->nagents : 1;
+    for (size_t i = x->neveryone; i < x->npairs; i++)
+        if ((i == x->neveryone || strcmp(x->pairs[i].id, x->pairs[i - 1].id) != 0) &&
+            !agent_listed(x, x->pairs[i].id))
+            listed++;
+    return listed * x->neveryone + (x->npairs - x->neveryone);
+}
+
+uint64_t report_reach_max(void)
+{
+    return env_number("SLUICE_TEST_REPORT_REACH_MAX", REPORT_REACH_MAX, REPORT_REACH_MAX);
+}
+
+void report_note_reach(const struct policy *p, struct diag *d)
+{
+    struct reach_index x;
+    reach_index_init(&x, p);
+    uint64_t total = reach_total(&x), max = report_reach_max();
+    if (total > max)
+        diag_warning(d, 0, "",
+                     "the reach per agent is %" PRIu64 " entries (an agent and a rule it "
+                     "reaches; every agent reaches each of the %zu rules without agents:), more "
+                     "than the %" PRIu64 " the report lists: each agent past them is listed with "
+                     "how many of its rules are not; name the agents in those rules' agents:, or "
+                     "split the policy",
+                     total, x.neveryone, max);
+    reach_index_free(&x);
+}
+
 /* ---- the report, written as it is made ---- */
 
 struct writer {
@@ -389,6 +424,7 @@ struct writer {
     struct jw jw; /* REPORT_JSON */
     const struct policy *p;
     int32_t today;
+    uint64_t reach_left; /* reach entries still to list (report_reach_max()) */
 };
 
 /* The findings of <level>: JSON's errors or warnings, the text's
@@ -614,7 +650,8 @@ static void write_agent(struct writer *w, const struct reach_index *x, json_t *a
         print_agent(w->out, agent, reach_walk_empty(&it));
     }
     const struct rule *r;
-    while ((r = reach_walk_next(&it)) != NULL) {
+    while (w->reach_left > 0 && (r = reach_walk_next(&it)) != NULL) {
+        w->reach_left--;
         json_t *o = rule_json(w->p, r, w->today);
         if (json) {
             jw_put(&w->jw, NULL, o);
@@ -623,9 +660,17 @@ static void write_agent(struct writer *w, const struct reach_index *x, json_t *a
             json_decref(o);
         }
     }
+    /* Past the bound, counted, not walked: the walk is what is bounded. */
+    size_t cut = (x->neveryone - it.every) + (it.own_end - it.own);
     if (json) {
         jw_close(&w->jw, ']');
+        jw_put(&w->jw, "reach_not_listed", json_integer((json_int_t)cut));
         jw_close(&w->jw, '}');
+    } else if (cut > 0) {
+        fprintf(w->out,
+                "    ... %zu more not listed (the report lists at most %" PRIu64 " entries in "
+                "all)\n",
+                cut, report_reach_max());
     }
     json_decref(agent);
 }
@@ -681,7 +726,12 @@ void report_write(FILE *out, enum report_format format, const char *file, const 
     json_object_set_new(head, "today", json_string(date));
     json_object_set_new(head, "warn_days", json_integer(warn_days));
     json_object_set_new(head, "strict", json_boolean(strict));
-    struct writer w = {.out = out, .format = format, .jw = {.out = out}, .p = p, .today = today};
+    struct writer w = {.out = out,
+                       .format = format,
+                       .jw = {.out = out},
+                       .p = p,
+                       .today = today,
+                       .reach_left = report_reach_max()};
     bool json = format == REPORT_JSON;
     if (json) {
         static const char *const keys[] = {"file", "ok", "today", "warn_days", "strict", NULL};

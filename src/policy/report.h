@@ -19,13 +19,33 @@
 
 enum report_format { REPORT_TEXT, REPORT_JSON };
 
+/* Reach entries (an agent and a rule it reaches) the report lists at most,
+ * over all its agents. Every agent reaches every rule without agents:, so
+ * a policy of A agents and R such rules has A * R of them: 150,000 agents
+ * and 300,000 rules fit in the 16 MiB a policy may be, days of writing and
+ * petabytes of report. Real policies have thousands; this many take a
+ * second or so and some 45 MB of text. */
+#define REPORT_REACH_MAX 1000000u
+
+/* REPORT_REACH_MAX, or the test-only SLUICE_TEST_REPORT_REACH_MAX when it
+ * is set to less. */
+uint64_t report_reach_max(void);
+
+/* Adds to <d> a warning when the reach of <p> has more entries than the
+ * report lists (report_reach_max()), so that a report cut short says so
+ * first and fails --strict. */
+void report_note_reach(const struct policy *p, struct diag *d);
+
 /* Writes to <out> the report about <p> (NULL when it failed to load) with
  * the findings in <d>, as of the day number <today>: as text (findings
  * first, then the audit) or as one JSON document, the layout of
  * json_dumpf() with JSON_INDENT(2), and a line end. Its "ok" is false when
  * <d> holds an error, or, with <strict>, a warning. Besides <p> and <d> it
  * holds one rule's JSON at a time and an index of 16 bytes per rule and
- * agent it names. Write errors are left in <out>'s error indicator. */
+ * agent it names. Each agent's reach is listed until report_reach_max()
+ * entries in all have been, then counted (reach_not_listed in JSON, "...
+ * N more not listed" in text). Write errors are left in <out>'s error
+ * indicator. */
 void report_write(FILE *out, enum report_format format, const char *file, const struct policy *p,
                   const struct diag *d, int32_t today, int warn_days, bool strict);
 

@@ -1439,6 +1439,13 @@ HELP_EXAMPLES = {
         ("warning", _V + _R + "alerts:\n  sinks:\n    - webhook: http://hooks.example.com/x\n", "over http://"),
         ("warning", _rule("    rate: {requests: 0}\n"), "limits nothing"),
     ],
+    # the bound lowered to 4 for these examples (SLUICE_TEST_REPORT_REACH_MAX)
+    "a reach per agent of more than 1,000,000 entries: the report lists that many": [
+        ("warning", _V + "agents:\n" + "".join("  - {id: a%d, sources: [10.0.0.%d]}\n" % (i, i + 1)
+                                              for i in range(3))
+         + "rules:\n  - {host: a.example.com, tier: 0}\n  - {host: b.example.com, tier: 0}\n",
+         "the reach per agent is 6 entries"),
+    ],
 }
 
 
@@ -1464,7 +1471,8 @@ def test_help_names_each_kind_of_finding_a_policy_brings(sluice_bin, tmp_path):
     errors, warnings = help_kinds(text, "Errors (exit 1)"), help_kinds(text, "Warnings (exit 0")
     assert errors and warnings, text
     assert sorted(errors + warnings) == sorted(HELP_EXAMPLES), text
-    env = {"SLUICE_TEST_SHORT": "short", "SLUICE_TEST_BLANK": "a-long-enough-secret-value\n"}
+    env = {"SLUICE_TEST_SHORT": "short", "SLUICE_TEST_BLANK": "a-long-enough-secret-value\n",
+           "SLUICE_TEST_REPORT_REACH_MAX": "4"}
     assert "SLUICE_TEST_UNSET" not in os.environ  # its example is a variable not set
     path = tmp_path / "policy.yaml"
     for kind, examples in HELP_EXAMPLES.items():
@@ -1500,3 +1508,65 @@ def test_a_grant_is_judged_by_the_clock_serve_decides_by(sluice_bin, tmp_path):
     assert "(as of 2026-12-08)" in r.stdout, r.stdout
     assert ("rules[0].expires: grant for a.example.com (tier 3, owner 'alice') expired on "
             "2026-12-07" in r.stdout), r.stdout
+
+
+def _reach_policy(tmp_path, nagents, nrules):
+    """<nagents> agents and <nrules> rules without agents: every agent
+    reaches every rule, nagents * nrules entries of the report's reach."""
+    lines = ["version: 1", "agents:"]
+    lines += ["  - {id: a%d, sources: [10.%d.%d.1]}" % (i, i >> 8, i & 255)
+              for i in range(nagents)]
+    lines += ["rules:"]
+    lines += ["  - {host: h%d.example.test, tier: 0}" % i for i in range(nrules)]
+    path = tmp_path / "wide.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_reach_per_agent_is_listed_up_to_a_bound(sluice_bin, tmp_path):
+    # The reach lists every rule without agents: under every agent: a
+    # policy of A agents and R such rules is A * R lines, 150,000 agents
+    # and 300,000 rules in 16 MiB some 4.5e10 (days of CPU, petabytes of
+    # report, for a file check reads in a second). The report lists at
+    # most REPORT_REACH_MAX entries (1,000,000; lowered here by the
+    # test-only variable) and says, with a warning, how many it left out.
+    path = _reach_policy(tmp_path, 40, 50)
+    env = dict(os.environ, SLUICE_TEST_REPORT_REACH_MAX="1000")
+    r = subprocess.run([sluice_bin, "check", "--now", NOW, str(path)],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    listed = [l for l in r.stdout.splitlines() if l.startswith("    tier 0  rules[")]
+    assert len(listed) == 1000, len(listed)
+    warnings = [l for l in r.stdout.splitlines() if l.startswith("warning: ")]
+    assert len(warnings) == 1, warnings
+    assert "2000 entries" in warnings[0] and "1000" in warnings[0], warnings[0]
+    cut = [int(m.group(1)) for m in
+           re.finditer(r"^    \.\.\. (\d+) more not listed", r.stdout, re.M)]
+    assert sum(cut) == 1000, cut
+    assert "result: 0 errors, 1 warning" in r.stdout
+    # under --strict the cut report fails the check, as any warning does
+    r = subprocess.run([sluice_bin, "check", "--strict", "--now", NOW, str(path)],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 1, r.stdout[-2000:]
+    r = subprocess.run([sluice_bin, "check", "--now", NOW, "--format", "json", str(path)],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    doc = json.loads(r.stdout)
+    assert [a["id"] for a in doc["agents"]] == ["a%d" % i for i in range(40)]
+    assert sum(len(a["reach"]) for a in doc["agents"]) == 1000
+    assert sum(a.get("reach_not_listed", 0) for a in doc["agents"]) == 1000
+    assert doc["agents"][0]["reach_not_listed"] == 0
+    assert len(doc["warnings"]) == 1
+
+
+def test_reach_within_the_bound_is_listed_whole(sluice_bin, tmp_path):
+    # at the bound exactly: every entry, no warning, nothing said cut
+    path = _reach_policy(tmp_path, 20, 50)
+    env = dict(os.environ, SLUICE_TEST_REPORT_REACH_MAX="1000")
+    r = subprocess.run([sluice_bin, "check", "--now", NOW, "--format", "json", str(path)],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    doc = json.loads(r.stdout)
+    assert sum(len(a["reach"]) for a in doc["agents"]) == 1000
+    assert all(a["reach_not_listed"] == 0 for a in doc["agents"])
+    assert doc["warnings"] == []
