@@ -495,10 +495,10 @@ static int sink_item(struct load_ctx *c, const struct ynode *it, struct sink *ou
 
 /* A sink listed twice gets every alert twice (and a webhook two series of
  * the same name in /metrics): warned about, named by its label, with the
- * line of its first listing. The sinks are sorted by what they name, so
- * that a hostile list of a million sinks costs n log n comparisons, not
- * n^2 (the reload thread spent hours on it), and the warnings still come
- * in file order. */
+ * line of its first listing. The sinks are sorted by what they name (n
+ * log n comparisons: before POLICY_MAX_SINKS, a hostile list of a million
+ * cost the reload thread hours at n^2), and the warnings still come in
+ * file order. */
 struct sink_ref {
     const struct sink *s;
     size_t pos;   /* in the alerts.sinks list, for the field path */
@@ -565,6 +565,10 @@ static void al_sinks(struct load_ctx *c, const struct ynode *v, void *obj)
     struct alerts_cfg *a = obj;
     if (load_want_list(c, v) != 0)
         return;
+    if (v->count > POLICY_MAX_SINKS) {
+        load_err(c, v->line, "too many alert sinks (at most %d)", POLICY_MAX_SINKS);
+        return;
+    }
     a->sinks = xcalloc(v->count, sizeof(*a->sinks));
     size_t *pos = xcalloc(v->count != 0 ? v->count : 1, sizeof(*pos));
     size_t i = 0;

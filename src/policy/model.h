@@ -130,6 +130,11 @@ struct dns_static {
     int line;
 };
 
+/* alerts.sinks holds at most this many: each webhook makes a TLS context
+ * of its own, the system's CA store read into it (some 45 ms and hundreds
+ * of KiB), at start and, for a new one, at a reload, on the loop. */
+#define POLICY_MAX_SINKS 64
+
 /* dns.servers holds at most this many (the gateway asks them in turn). */
 #define POLICY_MAX_DNS_SERVERS 8
 

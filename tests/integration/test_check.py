@@ -1371,6 +1371,7 @@ HELP_EXAMPLES = {
         ("error", _V + "agents:\n  - id: ci\n    sources: [127.0.0.1/32]\n  - id: ci\n    sources: [127.0.0.2/32]\n" + _R, "duplicate agent id 'ci' (first at line 3)"),
         ("error", _V + _R + "dns:\n  static:\n    a.example.com: 127.0.0.2\n    a.example.com: 127.0.0.3\n", "duplicate key"),
         ("error", _V + _R + "dns:\n  servers: [%s]\n" % ", ".join("127.0.0.%d" % i for i in range(1, 11)), "too many DNS servers (at most 8)"),
+        ("error", _V + _R + "alerts:\n  sinks: [%s]\n" % ", ".join("{exec: /usr/bin/s%d}" % i for i in range(65)), "too many alert sinks (at most 64)"),
     ],
     "tier-3 rules without an owner or an expiry date": [
         ("error", _V + "rules:\n  - host: a.example.com\n    tier: 3\n    expires: 2026-12-31\n", "tier-3 rule needs an owner"),
