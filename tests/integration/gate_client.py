@@ -2,6 +2,7 @@
 tunnels, curl, and the assertions every deny test shares."""
 
 import datetime
+import errno
 import http.client
 import json
 import os
@@ -365,6 +366,18 @@ def fd_named(pid, suffix):
     except OSError:
         pass
     return None
+
+
+def fifo_write_end(path):
+    """The write end of the FIFO <path> (non-blocking) when a process has it
+    open for reading, else None: until there is a reader the open fails with
+    ENXIO, so a load waiting on the FIFO is seen without guessing."""
+    try:
+        return os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as e:
+        if e.errno != errno.ENXIO:
+            raise
+        return None
 
 
 def poll(cond, timeout=5.0, interval=0.02, what="condition"):

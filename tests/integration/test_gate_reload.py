@@ -3,7 +3,6 @@ answering requests while the new policy is parsed and indexed, the swap
 happens on the loop, and signals arriving during a load queue one more."""
 
 import datetime
-import errno
 import json
 import os
 import re
@@ -18,8 +17,8 @@ import urllib.request
 import pytest
 
 from conftest import API_IP, DEAD_IP, policy_yaml
-from gate_client import (api_rule, connect, fd_named, open_conn, other_rule, other_url, poll,
-                         read_head, read_response, recv_line, request, utc_today)
+from gate_client import (api_rule, connect, fd_named, fifo_write_end, open_conn, other_rule,
+                         other_url, poll, read_head, read_response, recv_line, request, utc_today)
 from gate_servers import BannerServer, FullListener, LoopbackServer, ScriptedUpstream
 from watch_helpers import free_tcp_port
 
@@ -141,14 +140,8 @@ def test_a_replaced_policy_is_freed_off_the_loop(gateway, net):
 def _fifo_writer(path):
     """Opens the FIFO <path> for writing once a load has it open for reading
     (until then the open fails with ENXIO), at most 10 s."""
-    def try_open():
-        try:
-            return os.open(path, os.O_WRONLY | os.O_NONBLOCK)
-        except OSError as e:
-            if e.errno != errno.ENXIO:
-                raise
-            return None
-    return poll(try_open, timeout=10, interval=0.01, what="a load reading %s" % path)
+    return poll(lambda: fifo_write_end(path), timeout=10, interval=0.01,
+                what="a load reading %s" % path)
 
 
 def _feed(fd, text):
