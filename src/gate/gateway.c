@@ -34,6 +34,7 @@
 #include "watch/admin.h"
 #include "watch/log_jsonl.h"
 #include "watch/watch.h"
+#include "watch/webhook_tls.h"
 
 #define LOG_FLUSH_MS       2000 /* the log's last flush, at least */
 #define SINKS_DRAIN_MIN_MS 1000 /* the alert sinks' last wait, at least */
@@ -565,11 +566,13 @@ static void on_day_timer(evutil_socket_t fd, short what, void *arg)
 /* Makes <p> (taken) the policy for new requests: the tail of a reload,
  * on the loop; <shown> names its file in messages. Returns 0, or -1
  * (reported, old policy kept). */
-static int reload_apply(struct gateway *gw, struct policy *p, const char *shown)
+static int reload_apply(struct gateway *gw, struct policy *p, struct webhook_tls_ca *ca,
+                        const char *shown)
 {
     struct gw_policy *gp = gw_policy_new(gw, p);
     if (gp == NULL) {
         fprintf(stderr, "sluice: reload failed: %s: out of memory\n", shown);
+        webhook_tls_ca_free(ca);
         policy_free(p);
         gw->counters.reload_failures++;
         return -1;
@@ -580,6 +583,7 @@ static int reload_apply(struct gateway *gw, struct policy *p, const char *shown)
     struct quota_reshape *reshape = quota_reshape_prepare(gw->quota, p, quota_now());
     if (reshape == NULL) {
         fprintf(stderr, "sluice: reload failed: %s: out of memory (bandwidth limits)\n", shown);
+        webhook_tls_ca_free(ca);
         gw_policy_unref(gp);
         gw->counters.reload_failures++;
         return -1;
@@ -589,11 +593,13 @@ static int reload_apply(struct gateway *gw, struct policy *p, const char *shown)
     const char *what = "alerts";
     if (watch_policy_prepare(gw->watch, p, &what) < 0) {
         fprintf(stderr, "sluice: reload failed: %s: out of memory (%s)\n", shown, what);
+        webhook_tls_ca_free(ca);
         quota_reshape_abandon(reshape);
         gw_policy_unref(gp);
         gw->counters.reload_failures++;
         return -1;
     }
+    watch_policy_ca(gw->watch, ca); /* watch_policy_abandon() frees it */
     if (resolver_reload(gw->resolver, &p->dns) < 0) {
         fprintf(stderr, "sluice: reload failed: %s: dns: cannot apply the new DNS settings\n",
                 shown);
@@ -650,6 +656,7 @@ struct gw_reload {
     char *shown;                         /* <path> as messages name it (text_shown()) */
     unsigned flags;                      /* load_flags() */
     struct policy *result;               /* the thread's result, NULL on failure */
+    struct webhook_tls_ca *ca;           /* the CA store read for result's https:// sinks */
     struct gw_policy *retired;           /* gw->retired when it started: the thread frees them */
     char msg[1024];                      /* the first error when result is NULL */
     char warnings[POLICY_WARNINGS_TEXT]; /* the loader's warnings, printed when applied */
@@ -661,6 +668,7 @@ static void reload_job_free(struct gw_reload *r)
 {
     retired_free(r->retired);
     policy_free(r->result);
+    webhook_tls_ca_free(r->ca);
     if (r->done_ev != NULL)
         event_free(r->done_ev);
     close(r->fds[0]);
@@ -679,6 +687,10 @@ static void *reload_thread(void *arg)
     struct diag d;
     diag_init(&d, r->shown);
     r->result = policy_load_flags(r->path, r->flags, &d);
+    /* Here, not on the loop: reading the CA store takes tens of ms, which
+     * each new https:// sink paid there, stalling every request. */
+    if (r->result != NULL)
+        r->ca = watch_ca_for(r->result);
     /* the file's warning has its room kept: after the loader's warnings,
      * which fill what they are given, it was cut short, without its line
      * end, or not said at all */
@@ -706,6 +718,7 @@ static int reload_start(struct gateway *gw)
 {
     struct gw_reload *r = gw->reload;
     r->result = NULL;
+    r->ca = NULL;
     r->msg[0] = '\0';
     r->done = false;
     r->flags = load_flags(gw);
@@ -761,15 +774,18 @@ static void on_reload_done(evutil_socket_t fd, short what, void *arg)
     pthread_join(r->thread, NULL);
     r->running = false;
     struct policy *p = r->result;
+    struct webhook_tls_ca *ca = r->ca;
     r->result = NULL;
+    r->ca = NULL;
     if (p == NULL) {
         fprintf(stderr, "sluice: reload failed: %s\n", r->msg);
         gw->counters.reload_failures++;
     } else if (gw->stopping) {
+        webhook_tls_ca_free(ca);
         policy_free(p);
     } else {
         fputs(r->warnings, stderr);
-        reload_apply(gw, p, r->shown);
+        reload_apply(gw, p, ca, r->shown);
     }
     if (r->queued && !gw->stopping) {
         r->queued = false;

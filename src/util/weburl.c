@@ -79,10 +79,15 @@ static const char *host_why(const char *s, size_t len, bool bracketed)
     return NULL;
 }
 
+bool weburl_is_https(const char *url)
+{
+    return strncmp(url, "https://", 8) == 0;
+}
+
 int weburl_parse(const char *url, struct weburl *u, const char **why)
 {
     memset(u, 0, sizeof(*u));
-    u->https = strncmp(url, "https://", 8) == 0;
+    u->https = weburl_is_https(url);
     if (!u->https && strncmp(url, "http://", 7) != 0) {
         *why = "not an http:// or https:// URL";
         return -1;

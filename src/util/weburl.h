@@ -50,6 +50,9 @@ struct weburl {
  * ("not an http:// or https:// URL", "bad host", "bad port", "unterminated
  * [IPv6] host", WEBURL_NO_USERINFO, WEBURL_BAD_IPV4). */
 int weburl_parse(const char *url, struct weburl *u, const char **why);
+/* Whether <url> is written with the https:// scheme (as weburl_parse()
+ * reads it; the rest unchecked). */
+bool weburl_is_https(const char *url);
 
 /* Returns (malloc'd; NULL when out of memory) how <url> is shown on
  * standard error and in metrics, for any text, URL or not: <url> itself

@@ -778,7 +778,7 @@ static void try_send(struct webhook *w)
 }
 
 struct webhook *webhook_new(struct event_base *base, const char *url, struct store *store,
-                            char **err)
+                            const struct webhook_tls_ca *ca, char **err)
 {
     struct webhook *w = calloc(1, sizeof(*w));
     const char *why = NULL;
@@ -802,7 +802,7 @@ struct webhook *webhook_new(struct event_base *base, const char *url, struct sto
         goto err;
     unsigned char ip[16];
     bool is_ip = inet_pton(AF_INET, w->host, ip) == 1 || inet_pton(AF_INET6, w->host, ip) == 1;
-    if (https && (w->tls = webhook_tls_new(w->host, is_ip, &why)) == NULL)
+    if (https && (w->tls = webhook_tls_new(w->host, is_ip, ca, &why)) == NULL)
         goto err;
     if (!is_ip) {
         /* a name: resolve it without blocking the loop */

@@ -108,11 +108,14 @@ uint64_t exec_runner_dropped(const struct exec_runner *r);
 void exec_runner_free(struct exec_runner *r);
 
 struct webhook;
+struct webhook_tls_ca;
 /* Returns a sink POSTing to <url>, or NULL with <*err> (malloc'd; it names
  * the sink by its label, never by <url>). <store>
- * (borrowed, or NULL) keeps its queue. */
+ * (borrowed, or NULL) keeps its queue. An https:// sink uses <ca>'s TLS
+ * context (webhook_tls.h; the sink keeps a reference), or with <ca> NULL
+ * reads the CA store for itself. */
 struct webhook *webhook_new(struct event_base *base, const char *url, struct store *store,
-                            char **err);
+                            const struct webhook_tls_ca *ca, char **err);
 /* The sink's full URL (its identity across reloads). */
 const char *webhook_url(const struct webhook *w);
 /* The sink is the <n>th listing (from 1) of its URL in alerts.sinks: the

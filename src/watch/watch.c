@@ -24,6 +24,7 @@
 #include "watch/log_jsonl.h"
 #include "watch/sinks.h"
 #include "watch/webhook_dns.h"
+#include "watch/webhook_tls.h"
 
 #define ALERT_LINE_MAX 8192
 #define FLUSH_MS       2000 /* the alerts file's last flush, at least */
@@ -41,6 +42,9 @@ struct sinks_next {
     struct webhook **hooks, **fresh; /* each room for every sink; empty */
     char **token_env; /* the names hidden from exec sinks after the reload (token_env_prepare) */
     size_t ntoken_env;
+    /* The TLS context the reload thread read the CA store into for the
+     * new https:// sinks (watch_policy_ca()), or NULL: owned. */
+    struct webhook_tls_ca *ca;
 };
 
 struct watch {
@@ -285,6 +289,7 @@ static void sinks_next_free(struct sinks_next *n)
     free_names(n->token_env, n->ntoken_env);
     free(n->hooks);
     free(n->fresh);
+    webhook_tls_ca_free(n->ca);
     *n = (struct sinks_next){0};
 }
 
@@ -376,6 +381,10 @@ static void configure_sinks(struct watch *w, const struct policy *p, bool first)
     const struct alerts_cfg *ac = &p->alerts;
     struct webhook **hooks = w->next.hooks, **fresh = w->next.fresh;
     size_t nhooks = 0, nfresh = 0;
+    /* One TLS context for all the https:// sinks this load adds: each
+     * built its own before, reading the whole CA store on the loop. */
+    struct webhook_tls_ca *ca = w->next.ca;
+    bool ca_tried = ca != NULL;
     /* first: even when the sinks stay as they were; the runner takes the
      * new list before the old one is freed */
     char **had = w->token_env;
@@ -414,7 +423,12 @@ static void configure_sinks(struct watch *w, const struct policy *p, bool first)
                 hooks[nhooks++] = keep;
                 continue;
             }
-            keep = webhook_new(w->base, s->target, w->store, &err);
+            if (!ca_tried && weburl_is_https(s->target)) {
+                /* the start, or a reload whose thread read none: once */
+                ca = webhook_tls_ca_new();
+                ca_tried = true;
+            }
+            keep = webhook_new(w->base, s->target, w->store, ca, &err);
             if (keep != NULL && webhook_set_listing(keep, listing) < 0) {
                 char buf[600];
                 snprintf(buf, sizeof(buf), "webhook %s: out of memory", webhook_label(keep));
@@ -448,6 +462,7 @@ static void configure_sinks(struct watch *w, const struct policy *p, bool first)
     }
     if (w->exec != NULL)
         exec_runner_programs(w->exec, distinct_execs(w));
+    webhook_tls_ca_free(ca); /* the sinks hold their references */
     for (size_t i = 0; i < nfresh; i++)
         webhook_adopt_stored(fresh[i]); /* each its oldest, what its memory holds */
     if (first && w->store != NULL)
@@ -699,6 +714,24 @@ int watch_policy_prepare(struct watch *w, const struct policy *p, const char **w
         return -1;
     }
     return 0;
+}
+
+void watch_policy_ca(struct watch *w, struct webhook_tls_ca *ca)
+{
+    if (w == NULL) {
+        webhook_tls_ca_free(ca);
+        return;
+    }
+    webhook_tls_ca_free(w->next.ca);
+    w->next.ca = ca;
+}
+
+struct webhook_tls_ca *watch_ca_for(const struct policy *p)
+{
+    for (size_t i = 0; i < p->alerts.nsinks; i++)
+        if (p->alerts.sinks[i].kind != SINK_EXEC && weburl_is_https(p->alerts.sinks[i].target))
+            return webhook_tls_ca_new();
+    return NULL;
 }
 
 void watch_policy_abandon(struct watch *w)

@@ -28,6 +28,7 @@
 
 struct event_base;
 struct log_jsonl;
+struct webhook_tls_ca;
 struct watch;
 
 #define WATCH_TICK_MS 250
@@ -61,6 +62,15 @@ void watch_set_gauges(struct watch *w, metrics_gauges_fn fn, void *arg);
  * gauges lose some of theirs, under a policy said to be reloaded. */
 int watch_policy_prepare(struct watch *w, const struct policy *p, const char **what);
 void watch_policy_abandon(struct watch *w);
+/* Gives the reload <ca> (taken; NULL for none), the TLS context
+ * watch_ca_for() built for its policy, after watch_policy_prepare()
+ * succeeded: the https:// sinks the reload adds share it, and none reads
+ * the CA store on the loop. */
+void watch_policy_ca(struct watch *w, struct webhook_tls_ca *ca);
+/* Returns a TLS context with the CA store read (webhook_tls_ca_new()) when
+ * <p> has an https:// webhook sink, else NULL. It reads files for tens of
+ * milliseconds: called on the reload thread, never on the loop. */
+struct webhook_tls_ca *watch_ca_for(const struct policy *p);
 /* A new policy is in force (after a reload, once watch_policy_prepare()
  * succeeded for it): detectors, sinks, grants. */
 void watch_policy_loaded(struct watch *w, const struct policy *p);

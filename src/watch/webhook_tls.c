@@ -12,13 +12,70 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 
+struct webhook_tls_ca {
+    SSL_CTX *ctx;    /* one reference, or NULL when the store could not be read */
+    const char *why; /* static: why ctx is NULL */
+};
+
 struct webhook_tls {
-    SSL_CTX *ctx;
+    SSL_CTX *ctx; /* a reference to the webhook_tls_ca's */
     char *host;
     bool is_ip;
 };
 
-struct webhook_tls *webhook_tls_new(const char *host, bool is_ip, const char **why)
+/* A client context for every https:// sink: the settings hold nothing of
+ * one sink (its host is set on each SSL, webhook_tls_bev()), so one
+ * context, and the one copy of the CA store in it, serves them all. */
+static SSL_CTX *client_ctx_new(const char **why)
+{
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    if (ctx == NULL) {
+        *why = "cannot create a TLS context";
+        return NULL;
+    }
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    /* The read of the whole store (tens of ms for a system's): the cost
+     * that, paid once per sink on the loop, stalled every request. */
+    if (SSL_CTX_set_default_verify_paths(ctx) != 1) {
+        *why = "cannot load the system's CA certificates";
+        SSL_CTX_free(ctx);
+        return NULL;
+    }
+    /* Alerts are rare and a connection is kept while the server allows:
+     * resuming sessions is not worth a cache. */
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+#ifdef SSL_OP_IGNORE_UNEXPECTED_EOF
+    /* A close without close_notify ends the stream as one with it does
+     * (webhook_tls_bev()): OpenSSL 3 reports it as an error of its own,
+     * which libevent 2.1's allow_dirty_shutdown does not recognise, so an
+     * answer that ends by the close (no Content-Length, not chunked) from
+     * a server that skips close_notify failed every delivery ("unexpected
+     * eof while reading"), retried for ever. Only the status counts, and
+     * an answer framed by a length still fails when cut short. */
+    SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
+#endif
+    return ctx;
+}
+
+struct webhook_tls_ca *webhook_tls_ca_new(void)
+{
+    struct webhook_tls_ca *ca = calloc(1, sizeof(*ca));
+    if (ca != NULL)
+        ca->ctx = client_ctx_new(&ca->why);
+    return ca;
+}
+
+void webhook_tls_ca_free(struct webhook_tls_ca *ca)
+{
+    if (ca == NULL)
+        return;
+    SSL_CTX_free(ca->ctx);
+    free(ca);
+}
+
+struct webhook_tls *webhook_tls_new(const char *host, bool is_ip, const struct webhook_tls_ca *ca,
+                                    const char **why)
 {
     struct webhook_tls *t = calloc(1, sizeof(*t));
     if (t == NULL || (t->host = strdup(host)) == NULL) {
@@ -33,30 +90,17 @@ struct webhook_tls *webhook_tls_new(const char *host, bool is_ip, const char **w
     size_t n = strlen(t->host);
     if (!is_ip && n > 1 && t->host[n - 1] == '.')
         t->host[n - 1] = '\0';
-    t->ctx = SSL_CTX_new(TLS_client_method());
-    if (t->ctx == NULL) {
-        *why = "cannot create a TLS context";
-        goto err;
+    if (ca == NULL) {
+        t->ctx = client_ctx_new(why);
+    } else if (ca->ctx == NULL) {
+        *why = ca->why;
+    } else if (SSL_CTX_up_ref(ca->ctx) == 1) {
+        t->ctx = ca->ctx;
+    } else {
+        *why = "out of memory";
     }
-    SSL_CTX_set_min_proto_version(t->ctx, TLS1_2_VERSION);
-    SSL_CTX_set_verify(t->ctx, SSL_VERIFY_PEER, NULL);
-    if (SSL_CTX_set_default_verify_paths(t->ctx) != 1) {
-        *why = "cannot load the system's CA certificates";
+    if (t->ctx == NULL)
         goto err;
-    }
-    /* Alerts are rare and a connection is kept while the server allows:
-     * resuming sessions is not worth a cache. */
-    SSL_CTX_set_session_cache_mode(t->ctx, SSL_SESS_CACHE_OFF);
-#ifdef SSL_OP_IGNORE_UNEXPECTED_EOF
-    /* A close without close_notify ends the stream as one with it does
-     * (webhook_tls_bev()): OpenSSL 3 reports it as an error of its own,
-     * which libevent 2.1's allow_dirty_shutdown does not recognise, so an
-     * answer that ends by the close (no Content-Length, not chunked) from
-     * a server that skips close_notify failed every delivery ("unexpected
-     * eof while reading"), retried for ever. Only the status counts, and
-     * an answer framed by a length still fails when cut short. */
-    SSL_CTX_set_options(t->ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
-#endif
     return t;
 err:
     webhook_tls_free(t);

@@ -1,6 +1,7 @@
 /* webhook_tls: the TLS client side of https:// webhooks (sinks.h).
  *
- * Owns one SSL_CTX per sink: TLS 1.2 or later, the server's certificate
+ * The sinks share one SSL_CTX (webhook_tls_ca), reference-counted: TLS
+ * 1.2 or later, the server's certificate
  * chain verified against the system's CA store (OpenSSL's default paths:
  * /etc/ssl/certs, or the files SSL_CERT_FILE and SSL_CERT_DIR name) and
  * its name checked against the URL's host: a DNS name (without a final
@@ -17,11 +18,22 @@
 struct bufferevent;
 struct event_base;
 struct webhook_tls;
+struct webhook_tls_ca;
 
-/* Returns a TLS client context for <host> (copied; a name, or with <is_ip>
- * an IP literal without brackets), or NULL with <*why> set to a static
- * text. */
-struct webhook_tls *webhook_tls_new(const char *host, bool is_ip, const char **why);
+/* Returns the client context with the CA store read (the store's files
+ * read now, tens of milliseconds for a system's: built off the event loop,
+ * on the reload thread, and once for all the sinks a policy adds), or NULL
+ * when out of memory. One whose store could not be read is returned too:
+ * webhook_tls_new() then fails with why. */
+struct webhook_tls_ca *webhook_tls_ca_new(void);
+/* Frees <ca> (the sinks made with it keep the context). Accepts NULL. */
+void webhook_tls_ca_free(struct webhook_tls_ca *ca);
+/* Returns a TLS client for <host> (copied; a name, or with <is_ip> an IP
+ * literal without brackets) that uses <ca>'s context, or with <ca> NULL a
+ * context of its own (the store read now); or NULL with <*why> set to a
+ * static text. */
+struct webhook_tls *webhook_tls_new(const char *host, bool is_ip, const struct webhook_tls_ca *ca,
+                                    const char **why);
 /* Returns a new, unconnected bufferevent that handshakes with the host as
  * a client once connected; it owns its SSL (freed with the bufferevent).
  * NULL when out of memory. */

@@ -3,12 +3,14 @@ self-signed certificate the gateway trusts through SSL_CERT_FILE, with the
 server's name checked, and nothing sent where the check fails. Loopback only:
 "localhost" resolves from /etc/hosts."""
 
+import os
 import re
 import urllib.request
 
 import pytest
 
-from gate_client import poll, request
+from conftest import policy_yaml
+from gate_client import fifo_write_end, poll, request
 from watch_helpers import Receiver, free_tcp_port, self_signed, wait_alert, webhook_label
 
 
@@ -142,3 +144,82 @@ def test_webhook_secret_in_the_path_is_never_shown(gateway, net, tmp_path, certs
     for part in secret.split("/"):
         assert part not in gw.stderr() and part not in text
     assert not re.search(r"SECRET", gw.stderr() + gw.stdout())
+
+
+def test_reload_adding_64_https_sinks_reads_the_ca_store_off_the_loop(gateway, net, tmp_path,
+                                                                       certs):
+    # SSL_CERT_FILE is a FIFO the test holds: whoever reads the CA store
+    # waits in read() until the test writes it. A reload that adds 64
+    # https:// sinks must read the store on its thread, once: requests are
+    # answered while that read waits, and one CA file written completes the
+    # reload. Before, each new sink read it on the event loop (45 ms of a
+    # real store each, ~3 s for 64 with all traffic stopped): the request
+    # below went unanswered while the loop waited on the FIFO.
+    fifo = str(tmp_path / "ca.fifo")
+    os.mkfifo(fifo)
+    with open(certs["local"][0], "rb") as f:
+        ca = f.read()
+    rcv = Receiver(tls=certs["local"])
+    fd = None
+    try:
+        alerts_log = str(tmp_path / "a.jsonl")
+        gw = gateway(net.policy(rules(net)), args=["--alerts", alerts_log],
+                     env={"SSL_CERT_FILE": fifo})
+        urls = ["https://%s:%d/hook%d" % ("localhost" if i == 0 else "127.0.0.1", rcv.port, i)
+                for i in range(64)]
+        gw.write_policy(policy_yaml(net.policy(rules(net),
+                                               alerts={"sinks": [{"webhook": u} for u in urls]})))
+        gw.reload()
+        fd = poll(lambda: fifo_write_end(fifo), timeout=20, what="a read of the CA store")
+        # The store's reader is held: the loop must still decide requests.
+        assert request(gw, "GET", net.url("/held"), timeout=20).status == 200
+        assert "sluice: reloaded" not in gw.stderr()
+        os.write(fd, ca)
+        os.close(fd)
+        fd = None
+        poll(lambda: "sluice: reloaded" in gw.stderr(), timeout=20, what="the reload")
+        # one read of the store for the 64 sinks: no reader waits for more
+        fd = fifo_write_end(fifo)
+        assert fd is None, "the CA store was read more than once"
+        # each sink verifies the receiver's certificate against that store
+        assert request(gw, "POST", net.url("/w"), body=b"1").status == 200
+        got = poll(lambda: len(rcv.posts) >= 64 and rcv.posts, timeout=30,
+                   what="the alert through all 64 https sinks")
+        assert sorted(p for p, _, _ in got) == sorted("/hook%d" % i for i in range(64))
+        # SNI from the sink by name only (None: the IP literals send none)
+        assert "localhost" in rcv.sni and set(rcv.sni) == {"localhost", None}
+    finally:
+        if fd is not None:
+            os.close(fd)
+        rcv.stop()
+
+
+def test_start_with_https_sinks_reads_the_ca_store_once(gateway, net, tmp_path, certs):
+    # The start builds its sinks before serving, on the one thread: the CA
+    # store (a FIFO the test writes once) is read once for all of them.
+    # Before, each sink read it: the second read waited on the FIFO for
+    # ever and the gateway never served.
+    fifo = str(tmp_path / "ca.fifo")
+    os.mkfifo(fifo)
+    with open(certs["local"][0], "rb") as f:
+        ca = f.read()
+    rcv = Receiver(tls=certs["local"])
+    try:
+        urls = ["https://127.0.0.1:%d/start%d" % (rcv.port, i) for i in range(8)]
+        gw = gateway(net.policy(rules(net), alerts={"sinks": [{"webhook": u} for u in urls]}),
+                     args=["--alerts", str(tmp_path / "a.jsonl")], env={"SSL_CERT_FILE": fifo},
+                     wait=False)
+        fd = poll(lambda: fifo_write_end(fifo), timeout=20, what="a read of the CA store")
+        os.write(fd, ca)
+        os.close(fd)
+        gw.wait_ready()
+        fd = fifo_write_end(fifo)
+        if fd is not None:
+            os.close(fd)
+        assert fd is None, "the CA store was read more than once"
+        assert request(gw, "POST", net.url("/w"), body=b"1").status == 200
+        got = poll(lambda: len(rcv.posts) >= 8 and rcv.posts, timeout=30,
+                   what="the alert through all 8 https sinks")
+        assert sorted(p for p, _, _ in got) == sorted("/start%d" % i for i in range(8))
+    finally:
+        rcv.stop()

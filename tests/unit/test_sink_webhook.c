@@ -351,7 +351,7 @@ static struct webhook *sink_to(struct event_base *base, const struct srv *s)
 {
     char url[64], *err = NULL;
     snprintf(url, sizeof(url), "http://127.0.0.1:%u/hook", (unsigned)s->port);
-    struct webhook *w = webhook_new(base, url, NULL, &err);
+    struct webhook *w = webhook_new(base, url, NULL, NULL, &err);
     assert_null(err);
     assert_non_null(w);
     w->t.attempt_ms = 100;
@@ -601,7 +601,7 @@ static void alert_whose_stored_row_was_dropped_is_unstored(void **state)
     char dir[] = "/tmp/sluice-hook-XXXXXX", *err = NULL;
     struct store *st = temp_store(dir);
     struct event_base *base = event_base_new();
-    struct webhook *w = webhook_new(base, "http://127.0.0.1:9/hook", st, &err);
+    struct webhook *w = webhook_new(base, "http://127.0.0.1:9/hook", st, NULL, &err);
     assert_non_null(w);
     webhook_send(w, "{\"a\":1}", 7);
     assert_int_equal(webhook_queued(w), 1);
@@ -633,7 +633,7 @@ static void sweep_reads_only_what_it_has_room_for(void **state)
     struct store *st = temp_store(dir);
     int64_t first = queue_interleaved(st, url, true);
     struct event_base *base = event_base_new();
-    struct webhook *w = webhook_new(base, url, st, &err);
+    struct webhook *w = webhook_new(base, url, st, NULL, &err);
     assert_non_null(w);
     w->t.queue_max = 10;
     enqueue(w, first + 2, "{}", 2, 0); /* in memory already: not taken twice */
@@ -652,7 +652,7 @@ static void sweep_reads_only_what_it_has_room_for(void **state)
     assert_int_equal(rows_read, 0);
     /* room for all that is left: taken, and nothing more to sweep */
     webhook_free(w);
-    w = webhook_new(base, "http://127.0.0.1:9/few", st, &err);
+    w = webhook_new(base, "http://127.0.0.1:9/few", st, NULL, &err);
     assert_non_null(w);
     for (int i = 0; i < 3; i++)
         store_queue_add(st, "http://127.0.0.1:9/few", "{}");
@@ -703,7 +703,7 @@ static void adopting_reads_only_what_memory_holds(void **state)
     struct store *st = temp_store(dir);
     int64_t first = queue_interleaved(st, url, false);
     struct event_base *base = event_base_new();
-    struct webhook *w = webhook_new(base, url, st, &err);
+    struct webhook *w = webhook_new(base, url, st, NULL, &err);
     assert_non_null(w);
     w->t.queue_max = 10;
     rows_read = 0;
@@ -715,7 +715,7 @@ static void adopting_reads_only_what_memory_holds(void **state)
     assert_true(w->only_stored > 0); /* the sweep brings the others */
     webhook_free(w);
     /* a sink with nothing stored reads nothing and does not sweep */
-    w = webhook_new(base, "http://127.0.0.1:9/none", st, &err);
+    w = webhook_new(base, "http://127.0.0.1:9/none", st, NULL, &err);
     assert_non_null(w);
     rows_read = 0;
     adopt_now(w);
@@ -779,7 +779,7 @@ static void memory_queue_holds_at_most_its_bytes(void **state)
     const char *url = "http://127.0.0.1:9/hook";
     size_t fit = SINK_WEBHOOK_QUEUE_BYTES / 8000;
     struct event_base *base = event_base_new();
-    struct webhook *w = webhook_new(base, url, NULL, &err);
+    struct webhook *w = webhook_new(base, url, NULL, NULL, &err);
     assert_non_null(w);
     send_big_alerts(w, SINK_WEBHOOK_QUEUE_MAX);
     assert_true(held_bytes(w) <= SINK_WEBHOOK_QUEUE_BYTES);
@@ -793,7 +793,7 @@ static void memory_queue_holds_at_most_its_bytes(void **state)
     webhook_free(w);
 
     struct store *st = temp_store(dir);
-    w = webhook_new(base, url, st, &err);
+    w = webhook_new(base, url, st, NULL, &err);
     assert_non_null(w);
     send_big_alerts(w, 3000);
     assert_true(held_bytes(w) <= SINK_WEBHOOK_QUEUE_BYTES);
@@ -824,7 +824,7 @@ static void a_shorter_alert_does_not_overtake_one_over_the_bytes_cap(void **stat
     const char *url = "http://127.0.0.1:9/hook";
     struct store *st = temp_store(dir);
     struct event_base *base = event_base_new();
-    struct webhook *w = webhook_new(base, url, st, &err);
+    struct webhook *w = webhook_new(base, url, st, NULL, &err);
     assert_non_null(w);
     w->t.queue_bytes = 100;
     memset(big, 'x', 60);
@@ -880,7 +880,7 @@ static void a_read_back_holds_at_most_the_bytes_left(void **state)
     struct store *st = temp_store(dir);
     store_big_alerts(st, url, total);
     struct event_base *base = event_base_new();
-    struct webhook *w = webhook_new(base, url, st, &err);
+    struct webhook *w = webhook_new(base, url, st, NULL, &err);
     assert_non_null(w);
     read_bytes_most = 0;
     adopt_now(w);
@@ -938,7 +938,7 @@ static void every_waiting_alert_is_counted(void **state)
     }
     assert_int_equal(store_flush(st), 0);
     struct event_base *base = event_base_new();
-    struct webhook *w = webhook_new(base, url, st, &err);
+    struct webhook *w = webhook_new(base, url, st, NULL, &err);
     assert_non_null(w);
     w->t.queue_max = 10;
     adopt_now(w);
@@ -991,7 +991,7 @@ static void adopted_and_swept_alerts_are_delivered_once_in_order(void **state)
         assert_true(store_queue_add(st, "http://127.0.0.1:9/other", "{\"n\":-1}") > 0);
     }
     assert_int_equal(store_flush(st), 0);
-    struct webhook *w = webhook_new(base, url, st, &err);
+    struct webhook *w = webhook_new(base, url, st, NULL, &err);
     uint64_t left = 0;
     assert_non_null(w);
     w->t.queue_max = 10;
@@ -1132,7 +1132,7 @@ static void an_https_alert_sent_out_of_descriptors_is_retried(void **state)
     (void)state;
     struct event_base *base = event_base_new();
     char *err = NULL;
-    struct webhook *w = webhook_new(base, "https://127.0.0.1:9/hook", NULL, &err);
+    struct webhook *w = webhook_new(base, "https://127.0.0.1:9/hook", NULL, NULL, &err);
     assert_non_null(w);
     send_without_descriptors(w);
     assert_non_null(w->req);
@@ -1161,7 +1161,7 @@ static void a_name_with_a_final_dot_is_checked_without_it(void **state)
     for (size_t i = 0; i < sizeof(urls) / sizeof(urls[0]); i++) {
         struct event_base *base = event_base_new();
         char *err = NULL;
-        struct webhook *w = webhook_new(base, urls[i], NULL, &err);
+        struct webhook *w = webhook_new(base, urls[i], NULL, NULL, &err);
         assert_non_null(w);
         struct bufferevent *bev = webhook_tls_bev(w->tls, base);
         assert_non_null(bev);
@@ -1219,7 +1219,7 @@ static int ns_open(struct event_base *base, event_callback_fn cb, void *arg, str
 static struct webhook *sink_asking(struct event_base *base, const char *url, uint16_t port)
 {
     char *err = NULL;
-    struct webhook *w = webhook_new(base, url, NULL, &err);
+    struct webhook *w = webhook_new(base, url, NULL, NULL, &err);
     assert_non_null(w);
     evhttp_connection_free(w->conn);
     evdns_base_free(w->dns, 0);
