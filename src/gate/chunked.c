@@ -8,13 +8,14 @@
 
 #include <stdbool.h>
 
+#include "gate/chunk_ext.h"
 #include "gate/http1.h"
 #include "util/hex.h"
 
 enum {
     S_SIZE,          /* reading hex digits of a chunk size */
     S_SIZE_WS,       /* BWS after the size, before ';' or CR */
-    S_EXT,           /* inside chunk extensions, until CR */
+    S_EXT,           /* inside chunk extensions, until CR (chunk_ext.c) */
     S_SIZE_LF,       /* the LF ending the size line */
     S_DATA,          /* chunk data */
     S_DATA_CR,       /* the CR after chunk data */
@@ -37,6 +38,7 @@ void chunked_init(struct chunked *c)
     c->trailer_len = 0;
     c->total = 0;
     c->trailer_at = 0;
+    c->ext = CHUNK_EXT_START;
     c->why = NULL;
     c->max_digits = CHUNKED_MAX_DIGITS;
     c->max_size = (uint64_t)INT64_MAX;
@@ -49,7 +51,7 @@ void chunked_init_request(struct chunked *c)
     c->max_size = CHUNKED_REQUEST_MAX_SIZE;
 }
 
-/* HT, SP, VCHAR, obs-text: what may appear in an extension or field value. */
+/* HT, SP, VCHAR, obs-text: what may appear in a trailer field value. */
 static bool is_text(unsigned char ch)
 {
     return ch == '\t' || (ch >= 0x20 && ch != 0x7f);
@@ -128,12 +130,14 @@ int chunked_feed_data(struct chunked *c, const char *data, size_t len, size_t *c
             else if (ch != ' ' && ch != '\t')
                 return fail(c, "invalid chunk size", i, consumed);
             break;
-        case S_EXT:
-            if (ch == '\r')
-                c->state = S_SIZE_LF;
-            else if (!is_text(ch))
+        case S_EXT: {
+            enum chunk_ext_step step = chunk_ext_step(&c->ext, ch);
+            if (step == CHUNK_EXT_BAD)
                 return fail(c, "invalid chunk extension", i, consumed);
+            if (step == CHUNK_EXT_END)
+                c->state = S_SIZE_LF;
             break;
+        }
         case S_SIZE_LF:
             if (ch != '\n')
                 return fail(c, "CR without LF in chunk-size line", i, consumed);
@@ -157,6 +161,7 @@ int chunked_feed_data(struct chunked *c, const char *data, size_t len, size_t *c
             c->remaining = 0;
             c->ndigits = 0;
             c->line_len = 0;
+            c->ext = CHUNK_EXT_START;
             break;
         case S_TRAILER_START:
             if (ch == '\r')

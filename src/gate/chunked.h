@@ -6,7 +6,8 @@
  * an HTTP/1.0 client gets the data alone (chunked_feed_data). Strict: hex
  * sizes of at most 16 digits and below 2^63, CRLF line ends only (a bare LF
  * is an error), CRLF after each chunk's data, chunk-size lines (extensions
- * included) of at most CHUNKED_MAX_LINE bytes, a trailer section of at most
+ * included) of at most CHUNKED_MAX_LINE bytes, extensions held to their
+ * grammar (chunk_ext.h), a trailer section of at most
  * CHUNKED_MAX_TRAILERS bytes made of "name: value" lines. Works for any split
  * of the input across calls. A request body's framer is stricter about
  * sizes (chunked_init_request()). The struct is plain data: no allocation,
@@ -40,6 +41,7 @@ struct chunked {
     size_t line_len;    /* bytes of the current size line */
     size_t trailer_len; /* bytes of the trailer section so far */
     uint64_t total;     /* bytes of the body framed so far */
+    unsigned char ext;  /* where in a size line's extensions (chunk_ext.h) */
     const char *why;    /* static phrase after CHUNKED_ERROR, else NULL */
 
     /* Once the last-chunk line ended, the bytes of the body before the

@@ -195,12 +195,18 @@ def test_broken_body_after_the_head_cuts_the_agent(gateway, net, parts, why):
         assert end["status"] == 200
 
 
+@pytest.mark.parametrize("bad", [
+    b"zz\r\n",
+    # an extension that leaves its quote open at the CR: an agent that reads
+    # the quoted-string on past it would frame the rest its own way
+    b'3;a="x\r\nabc\r\n0\r\n\r\n',
+], ids=["size", "open-quote"])
 @pytest.mark.parametrize("interim", [b"", b"HTTP/1.1 100 Continue\r\n\r\n"])
-def test_broken_body_with_the_head_is_502(gateway, net, interim):
+def test_broken_body_with_the_head_is_502(gateway, net, interim, bad):
     # The malformed chunk arrives with the head, before any of it went to
     # the agent: it gets a 502 rather than a response cut at its start
     # (after the interim head that came first, if one did).
-    with ScriptedUpstream(answering(interim + CHUNKED_HEAD + b"zz\r\n")) as up:
+    with ScriptedUpstream(answering(interim + CHUNKED_HEAD + bad)) as up:
         gw = evil_gateway(gateway, net, up)
         raw = raw_get(gw, up, "/early")
         assert statuses(raw) == ([100, 502] if interim else [502]), raw
@@ -1139,6 +1145,58 @@ def test_a_chunk_size_an_origin_could_truncate_is_refused(gateway, net):
                                   "/up", "malformed chunked body")
 
 
+def read_chunks_quoted(conn, head, buf):
+    """A chunked body as an origin reads it that takes a chunk extension's
+    quoted-string on to its closing quote, past a CR (RFC 9112 has none
+    there): the bytes after it, or None when the connection ends first."""
+    if b"transfer-encoding: chunked" not in head.lower():
+        return buf
+    while True:
+        i, quoted = 0, False
+        while True:
+            while i + 1 >= len(buf):
+                d = conn.recv(4096)
+                if not d:
+                    return None
+                buf += d
+            if buf[i:i + 1] == b'"':
+                quoted = not quoted
+            elif not quoted and buf[i:i + 2] == b"\r\n":
+                break
+            i += 1
+        size, buf = int(buf[:i].split(b";")[0], 16), buf[i + 2:]
+        while len(buf) < size + 2:
+            d = conn.recv(4096)
+            if not d:
+                return None
+            buf += d
+        if size == 0:
+            return buf[2:]  # its empty trailer section
+        buf = buf[size + 2:]
+
+
+def test_a_chunk_extension_an_origin_could_read_on_is_refused(gateway, net):
+    # A chunk extension whose quote is left open at the CR: the gateway
+    # ended the size line there, an origin that reads the quoted-string to
+    # its closing quote ends it at the line after, takes as the chunk's
+    # data what was the next size line, then the "0" hidden in the next
+    # chunk's data for the last chunk, and runs what follows (a DELETE no
+    # rule decided) as a request of its own. A request's chunk extensions
+    # must follow RFC 9112's grammar, else 400 bad_request before any of
+    # the body goes upstream (the gateway sent it on as it came).
+    rest = b"0\r\n\r\n" + HIDDEN
+    second = b"%x" % len(rest)
+    # the origin's data starts 4 bytes late (y"CRLF), so takes the CRLF and
+    # these 2 digits after the gateway's data
+    assert len(second) == 2
+    data = b'y"\r\n' + b"d" * 12
+    body = (b'%x;a="\r\n' % len(data) + data + b"\r\n" + second + b"\r\n" + rest
+            + b"\r\n0\r\n\r\n")
+    assert_hidden_request_refused(gateway, net, read_chunks_quoted,
+                                  "Transfer-Encoding: chunked", body, "/ext",
+                                  "malformed chunked body")
+
+
 def read_length_as_int32(conn, head, buf):
     """A body as an origin that reads Content-Length into a C int reads it
     (atoi()): the low 32 bits, a negative value taken for no body. The
@@ -1176,10 +1234,13 @@ def test_a_chunked_request_goes_upstream_spelled_chunked(gateway, net, spelling)
     # works with all of them. Passed on as spelled, such an origin finds no
     # coding it knows and no Content-Length: it takes the request for one
     # without body and reads the chunks as the next request on the kept
-    # connection. Here the first chunk-size line is a request line (a hex
-    # method, its target in the extension) and its data the rest of that
-    # head: a request no rule decided. The gateway frames the body as
-    # chunked, so it says so in the one spelling every hop reads alike.
+    # connection. Here the first chunk-size line stands as a request line
+    # (a hex method, its target in the extension; a target with a "/" and
+    # a version, "1B ;/internal HTTP/1.1", break the extension grammar and
+    # are refused: test_a_chunk_extension_an_origin_could_read_on_is_refused)
+    # and its data the rest of that head: a request no rule decided. The
+    # gateway frames the body as chunked, so it says so in the one spelling
+    # every hop reads alike.
     def read_body(conn, head, buf):
         fields = [line.partition(b":") for line in head.split(b"\r\n")[1:]]
         if not any(n.lower() == b"transfer-encoding" and v.strip() == b"chunked"
@@ -1189,7 +1250,7 @@ def test_a_chunked_request_goes_upstream_spelled_chunked(gateway, net, spelling)
 
     origin = WeakOrigin(read_body)
     rest = b"Host: evil.example.test\r\n\r\n"  # 0x1b bytes: the chunk's data
-    hidden = b"1B ;/internal HTTP/1.1"
+    hidden = b"1B ;internal"
     body = hidden + b"\r\n" + rest + b"\r\n0\r\n\r\n"
     with ScriptedUpstream(origin) as up:
         gw = evil_gateway(gateway, net, up)
