@@ -58,7 +58,7 @@ static int private_file(const char *path, int create, char **why)
 int store_files_private(const char *dir, char **why)
 {
     static const char *const files[] = {STORE_FILE, STORE_FILE "-wal", STORE_FILE "-shm",
-                                        STORE_LOCK_FILE};
+                                        STORE_FILE "-journal", STORE_LOCK_FILE};
     *why = NULL;
     for (size_t k = 0; k < sizeof(files) / sizeof(files[0]); k++) {
         char path[4200];

@@ -465,13 +465,13 @@ static int rename_noreplace(const char *from, const char *to)
 
 #define ASIDE_TRIES 1000 /* names tried per second: .corrupt-T, .corrupt-T.1, ... */
 
-/* Moves <path> (and its -wal and -shm) to <path>.corrupt-<unix time>, or
+/* Moves <path> (and its -wal, -shm and -journal) to <path>.corrupt-<unix time>, or
  * .corrupt-<unix time>.N when that name is taken: two stores found corrupt
  * in the same second (a restart loop) each keep a copy, where the second
  * rename replaced the first. The name moved to goes to <dst>. */
 static void move_aside(const char *path, char *dst, size_t dstlen)
 {
-    static const char *const sfx[] = {"-wal", "-shm"};
+    static const char *const sfx[] = {"-wal", "-shm", "-journal"};
     long t = (long)time(NULL);
     char to[4300];
     for (int i = 0;; i++) {
@@ -485,10 +485,13 @@ static void move_aside(const char *path, char *dst, size_t dstlen)
             return; /* not moved: the warning says so */
     }
     snprintf(dst, dstlen, "%s", to);
-    /* The log and shared memory follow under the name just taken (a file
-     * of that name without its database is a stray one: replaced), so
-     * that none is left for the new store to find. */
-    for (size_t k = 0; k < 2; k++) {
+    /* The log, shared memory and rollback journal follow under the name
+     * just taken (a file of that name without its database is a stray
+     * one: replaced), so that none is left for the new store to find: a
+     * journal left behind was deleted by SQLite at the new store's open
+     * (a journal beside an empty database is a stray to it), and the copy
+     * lost it. */
+    for (size_t k = 0; k < sizeof(sfx) / sizeof(sfx[0]); k++) {
         char from[4200], to_k[4400];
         snprintf(from, sizeof(from), "%s%s", path, sfx[k]);
         snprintf(to_k, sizeof(to_k), "%s%s", to, sfx[k]);

@@ -415,6 +415,46 @@ static void corrupt_is_moved_aside(void **state)
     globfree(&g);
 }
 
+/* The rollback journal a corrupt store left follows it aside, as its -wal
+ * and -shm do: the copy is the store as it was, journal included. Left
+ * behind, it was the new store's to find: SQLite, opening the new (empty)
+ * sluice.db, deleted it as a stray, so the copy lost it. */
+static void a_corrupt_store_s_journal_follows_it_aside(void **state)
+{
+    (void)state;
+    char path[128], journal[160];
+    snprintf(path, sizeof(path), "%s/%s", dir, STORE_FILE);
+    snprintf(journal, sizeof(journal), "%s-journal", path);
+    write_text(path, "this is not a database at all\n", 200);
+    /* its header zeroed, as journal_mode=PERSIST leaves one: not hot, so
+     * the corrupt store's open leaves it (a hot one it plays back) */
+    FILE *f = fopen(journal, "w");
+    assert_non_null(f);
+    assert_int_equal(fwrite("\0\0\0\0the corrupt store's journal", 1, 32, f), 32);
+    assert_int_equal(fclose(f), 0);
+    char *err = NULL, *warn = NULL;
+    struct store *s = store_open(dir, &err, &warn);
+    assert_non_null(s);
+    assert_null(err);
+    assert_non_null(warn);
+    free(warn);
+    store_close(s);
+    char pat[160];
+    glob_t g;
+    snprintf(pat, sizeof(pat), "%s.corrupt-*-journal", path);
+    int found = glob(pat, 0, NULL, &g);
+    if (found != 0)
+        fail_msg("no %s (left behind: %s)", pat, access(journal, F_OK) == 0 ? "yes" : "deleted");
+    assert_int_equal(g.gl_pathc, 1);
+    char buf[40] = "";
+    assert_non_null(f = fopen(g.gl_pathv[0], "r"));
+    assert_int_equal(fread(buf, 1, sizeof(buf), f), 32);
+    fclose(f);
+    assert_memory_equal(buf, "\0\0\0\0the corrupt store's journal", 32);
+    globfree(&g);
+    assert_int_equal(access(journal, F_OK), -1);
+}
+
 /* A store SQLite opens but PRAGMA quick_check finds broken (a page's
  * cell count overwritten) is moved aside with quick_check's own finding
  * as the reason: it said "another row available", SQLite's word for the
@@ -1539,6 +1579,12 @@ static void store_files_change_regular_files_only(void **state)
     assert_non_null(f = fopen(path, "w"));
     fclose(f);
     assert_int_equal(chmod(path, 0666), 0);
+    /* a rollback journal holds pages of the store (first contacts, alert
+     * bodies): another user's read of it is one of the store */
+    snprintf(path, sizeof(path), "%s/%s-journal", st, STORE_FILE);
+    assert_non_null(f = fopen(path, "w"));
+    fclose(f);
+    assert_int_equal(chmod(path, 0644), 0);
     char *why = NULL;
     assert_int_equal(store_files_private(st, &why), 0);
     assert_null(why);
@@ -1557,6 +1603,10 @@ static void store_files_change_regular_files_only(void **state)
     snprintf(path, sizeof(path), "%s/%s", st, STORE_LOCK_FILE);
     assert_int_equal(lstat(path, &sb), 0);
     assert_int_equal(sb.st_mode & 07777, 0660);
+    snprintf(path, sizeof(path), "%s/%s-journal", st, STORE_FILE);
+    assert_int_equal(lstat(path, &sb), 0);
+    if ((sb.st_mode & 07777) != 0640)
+        fail_msg("%s-journal: mode %04o, not 0640", STORE_FILE, (unsigned)(sb.st_mode & 07777));
 }
 
 /* A state directory reached through symbolic links the operator put on its
@@ -2209,6 +2259,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(checkpoints_are_off_the_commit_thread, setup, teardown),
         cmocka_unit_test_setup_teardown(corrupt_is_moved_aside, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_corrupt_store_s_journal_follows_it_aside, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(a_store_failing_its_check_says_what_the_check_found, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(corrupt_stores_moved_aside_in_one_second_are_kept, setup,
