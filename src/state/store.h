@@ -41,6 +41,12 @@
  * while the store could not be written. */
 #define STORE_PENDING_MAX   100000
 #define STORE_PENDING_BYTES (64u << 20)
+/* The size the write-ahead log is cut back to when a commit starts it
+ * again after a whole checkpoint (PRAGMA journal_size_limit): a burst
+ * (100,000 first contacts in one batch) grows it to tens of MB, which
+ * SQLite otherwise keeps, reusing it from its start, for as long as the
+ * gateway runs. About the checkpoint size (WAL_CHECKPOINT_PAGES). */
+#define STORE_WAL_LIMIT (4 << 20)
 
 struct store;
 

@@ -376,10 +376,16 @@ struct store_writer *store_writer_start(const char *path, const char *shown, cha
         return NULL;
     }
     /* synchronous is the connection's own: NORMAL, as the loop's is (no
-     * sync per commit in WAL mode). The thread waits for a batch: the
-     * checkpointer is set up on its connection before one comes. */
-    if (db_thread_start(&w->t, path, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF",
-                        writer_thread, w, what, err) < 0) {
+     * sync per commit in WAL mode). So is journal_size_limit: this
+     * connection's commits start the log again after a whole checkpoint,
+     * and cut it to STORE_WAL_LIMIT then (a burst left it tens of MB for
+     * the rest of the run). The thread waits for a batch: the checkpointer
+     * is set up on its connection before one comes. */
+    char sql[160];
+    snprintf(sql, sizeof(sql),
+             "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF; PRAGMA journal_size_limit=%d",
+             STORE_WAL_LIMIT);
+    if (db_thread_start(&w->t, path, sql, writer_thread, w, what, err) < 0) {
         free(w);
         return NULL;
     }
