@@ -62,6 +62,7 @@ struct timings {
     uint64_t backoff_ms, backoff_max_ms, sweep_ms;
     size_t queue_max;    /* alerts in memory */
     size_t queue_bytes;  /* bytes of their bodies in memory (one alert however long) */
+    size_t stored_max;   /* alerts waiting with a store, in memory and there */
     uint64_t attempt_ms; /* the deadline of an attempt, from its start */
 };
 
@@ -130,7 +131,7 @@ struct webhook {
     struct store_read *reading;
     bool adopting;
     struct event *read_poll;
-    uint64_t dropped;      /* over the memory cap without a store: the oldest dropped */
+    uint64_t dropped;      /* over the memory cap without a store, or stored_max with one */
     uint64_t dropped_said; /* what standard error was last told */
     /* A reload took the sink out of the policy while an alert was in
      * flight (webhook_retire()): that attempt ends as it would have, never
@@ -155,9 +156,13 @@ static uint64_t env_ms(const char *name, uint64_t dflt)
  * alerts, SLUICE_TEST_WEBHOOK_QUEUE_BYTES=B at B bytes of them. */
 static struct timings timings_get(void)
 {
-    struct timings t = {SINK_WEBHOOK_BACKOFF_MS,  SINK_WEBHOOK_BACKOFF_MAX,
-                        SINK_WEBHOOK_SWEEP_MS,    SINK_WEBHOOK_QUEUE_MAX,
-                        SINK_WEBHOOK_QUEUE_BYTES, (uint64_t)SINK_WEBHOOK_TIMEOUT_S * 1000u};
+    struct timings t = {SINK_WEBHOOK_BACKOFF_MS,
+                        SINK_WEBHOOK_BACKOFF_MAX,
+                        SINK_WEBHOOK_SWEEP_MS,
+                        SINK_WEBHOOK_QUEUE_MAX,
+                        SINK_WEBHOOK_QUEUE_BYTES,
+                        SINK_WEBHOOK_STORED_MAX,
+                        (uint64_t)SINK_WEBHOOK_TIMEOUT_S * 1000u};
     uint64_t b = env_ms("SLUICE_TEST_WEBHOOK_BACKOFF_MS", 0);
     if (b > 0) {
         t.backoff_ms = b;
@@ -868,15 +873,26 @@ static bool has_room(const struct webhook *w, size_t n)
     return w->len < w->t.queue_max && (w->len == 0 || w->bytes + n <= w->t.queue_bytes);
 }
 
-/* Drops the oldest alert not in flight, to make room (no store). */
-static void drop_oldest(struct webhook *w)
+/* Drops the oldest alert not in flight, to make room: over the memory
+ * queue for an alert the store does not hold, or, <with_row>, over
+ * t.stored_max waiting (its row deleted too). */
+static void drop_oldest(struct webhook *w, bool with_row)
 {
-    if (w->dropped == 0)
+    if (w->dropped == 0 && !with_row)
         fprintf(stderr,
                 "sluice: webhook %s: %zu alerts (%zu bytes) queued and no state store: dropping "
                 "the oldest (memory holds at most %zu alerts and %zu bytes; counted in "
                 "sluice_webhook_dropped_total)\n",
                 w->label, w->len, w->bytes, w->t.queue_max, w->t.queue_bytes);
+    else if (w->dropped == 0)
+        fprintf(stderr,
+                "sluice: webhook %s: %zu alerts waiting, in memory and the state store: "
+                "dropping the oldest (at most %zu wait; counted in "
+                "sluice_webhook_dropped_total)\n",
+                w->label, webhook_waiting(w), w->t.stored_max);
+    size_t gone = w->busy && w->len >= 2 ? (w->head + 1) % w->cap : w->head;
+    if (with_row && w->q[gone].id > 0)
+        store_queue_del(w->store, w->key, w->q[gone].id);
     if (w->busy && w->len >= 2) {
         size_t second = (w->head + 1) % w->cap;
         w->bytes -= w->q[second].n;
@@ -910,7 +926,7 @@ static void enqueue(struct webhook *w, int64_t id, const char *json, size_t n, i
         }
         /* the one in flight stays: it alone may be held with the new one */
         while (!has_room(w, n) && w->len > (w->busy ? 1u : 0u))
-            drop_oldest(w);
+            drop_oldest(w, false);
     }
     if (w->len == w->cap) {
         size_t nc = w->cap * 2;
@@ -1047,9 +1063,9 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
         return; /* refill_soon() activates it by hand */
     if (w->dropped != w->dropped_said) {
         fprintf(stderr,
-                "sluice: webhook %s: %llu alert(s) dropped so far (queue full, no state "
-                "store)\n",
-                w->label, (unsigned long long)w->dropped);
+                "sluice: webhook %s: %llu alert(s) dropped so far (queue full: over the "
+                "memory queue without a state store, or over %zu waiting with one)\n",
+                w->label, (unsigned long long)w->dropped, w->t.stored_max);
         w->dropped_said = w->dropped;
     }
     if (w->store == NULL || w->reading != NULL || w->only_stored == 0 || w->len >= w->t.queue_max ||
@@ -1082,9 +1098,34 @@ static bool sweep_take(struct webhook *w)
     return true;
 }
 
+/* With a store, at most t.stored_max alerts wait for <w>, in memory and
+ * in the store (sinks.h): a sink down for days kept adding rows without a
+ * bound. Makes room for one more by dropping the oldest in memory (those
+ * kept in the store only are newer: memory holds the oldest). False when
+ * memory holds none to drop (the new alert is then dropped instead). When
+ * memory is left with none, the sweep is asked to read the stored ones
+ * back, the oldest, to drop next. */
+static bool stored_room(struct webhook *w)
+{
+    size_t kept = w->busy ? 1u : 0u; /* the one in flight stays */
+    if (webhook_waiting(w) < w->t.stored_max)
+        return true;
+    while (webhook_waiting(w) >= w->t.stored_max && w->len > kept)
+        drop_oldest(w, true);
+    /* memory has none left to drop next: the stored ones are read back
+     * now, not at the next sweep */
+    if (w->len <= kept && w->only_stored > 0 && w->sweep != NULL && w->reading == NULL)
+        event_active(w->sweep, EV_TIMEOUT, 1);
+    return webhook_waiting(w) < w->t.stored_max;
+}
+
 void webhook_send(struct webhook *w, const char *json, size_t n)
 {
     int64_t id = 0;
+    if (w->store != NULL && !stored_room(w)) {
+        w->dropped++;
+        return;
+    }
     if (w->store != NULL) {
         char *body = strndup(json, n);
         if (body != NULL)

@@ -41,7 +41,13 @@
  * caps); without a store the oldest not in flight are dropped, as many
  * as the new one needs, counted (webhook_dropped) and reported on standard
  * error. Every queued alert is in the state store (when there is one)
- * until delivered, so none is lost across a restart. https:// URLs are
+ * until delivered, so none is lost across a restart. With a store, at
+ * most SINK_WEBHOOK_STORED_MAX alerts wait per sink, in memory and the
+ * store together (alert bodies are at most 8 KiB: 800 MiB a sink at the
+ * most): a sink down for days kept adding rows to the store without a
+ * bound. Beyond, the oldest in memory not in flight is dropped, its row
+ * deleted; when memory holds none to drop (it waits for the sweep's read),
+ * the new one is. Either way counted (webhook_dropped). https:// URLs are
  * verified against the system's CA store and the URL's host
  * (webhook_tls.h). URLs are parsed by util/weburl.h, as the policy loader
  * does. Standard error and metrics name a sink by its label
@@ -70,6 +76,7 @@ struct store;
 #define SINK_WEBHOOK_QUEUE_MAX    10000 /* in memory per sink; beyond, kept only in the store */
 #define SINK_WEBHOOK_QUEUE_BYTES  (16u << 20) /* of alert bodies in memory per sink, likewise */
 #define SINK_WEBHOOK_SWEEP_MS     60000       /* re-reads alerts kept only in the store */
+#define SINK_WEBHOOK_STORED_MAX   100000      /* alerts waiting per sink, the store's included */
 #define SINK_WEBHOOK_MAX_HEAD     16384       /* a longer answer head is a failed delivery */
 #define SINK_WEBHOOK_MAX_BODY     65536       /* a longer answer body is a failed delivery */
 #define SINK_WEBHOOK_MAX_INTERIM  16          /* interim (1xx) answers skipped; more fail it */
@@ -158,7 +165,7 @@ void webhook_say_lost(const struct webhook *w, const char *when, bool stopping);
 uint64_t webhook_delivered(const struct webhook *w);
 uint64_t webhook_failures(const struct webhook *w);
 /* Alerts dropped because the memory queue was full (in alerts or bytes) and
- * there is no store. */
+ * there is no store, or over SINK_WEBHOOK_STORED_MAX waiting with one. */
 uint64_t webhook_dropped(const struct webhook *w);
 /* The <n> of webhook_set_listing() (1 until it is called). */
 unsigned webhook_listing(const struct webhook *w);

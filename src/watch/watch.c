@@ -509,10 +509,12 @@ static int extra_metrics(void *arg, struct evbuffer *o)
         bad |= metrics_put_label(o, webhook_label(w->hooks[i])) != 0;
         bad |= evbuffer_add_printf(o, "} %llu\n", (unsigned long long)waiting) < 0;
     }
-    bad |= evbuffer_add_printf(
-               o, "# HELP sluice_webhook_dropped_total Alerts a webhook dropped (queue "
-                  "full, no state store).\n"
-                  "# TYPE sluice_webhook_dropped_total counter\n") < 0;
+    bad |=
+        evbuffer_add_printf(o,
+                            "# HELP sluice_webhook_dropped_total Alerts a webhook dropped (memory "
+                            "queue full without a state store, or over %d waiting with one).\n"
+                            "# TYPE sluice_webhook_dropped_total counter\n",
+                            SINK_WEBHOOK_STORED_MAX) < 0;
     for (size_t i = 0; i < w->nhooks; i++) {
         uint64_t waiting, dropped;
         if (!sink_totals(w, i, &waiting, &dropped))

@@ -970,6 +970,54 @@ static void count_queued(const char *sink, uint64_t rows, void *arg)
     *(uint64_t *)arg += rows;
 }
 
+/* With a state store, at most t.stored_max alerts wait for a sink, memory
+ * and store together, the oldest dropped first: a sink down for days kept
+ * adding rows to the store without a bound. 50 alerts against a cap of 30
+ * (memory 10, its head in flight): 30 wait, 20 dropped and counted, and
+ * of the store's rows the sink keeps the one in flight (the oldest) and
+ * the 29 newest. */
+static void a_sink_s_stored_queue_holds_at_most_its_cap(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    char dir[] = "/tmp/sluice-hook-XXXXXX", *err = NULL;
+    struct store *st = temp_store(dir);
+    struct webhook *w = webhook_new(base, "http://127.0.0.1:9/capped", st, &err);
+    assert_non_null(w);
+    w->t.queue_max = 10;
+    w->t.stored_max = 30;
+    /* no request goes out (a retry is due in an hour), and the head is
+     * taken for one in flight */
+    struct timeval hour = {3600, 0};
+    evtimer_add(w->retry, &hour);
+    w->busy = true;
+    char body[32];
+    for (int i = 0; i < 50; i++) {
+        int n = snprintf(body, sizeof(body), "{\"n\":%d}", i);
+        webhook_send(w, body, (size_t)n);
+        event_base_loop(base, EVLOOP_NONBLOCK); /* a sweep it asked for */
+        read_taken(w);
+    }
+    assert_int_equal(webhook_waiting(w), 30);
+    assert_int_equal(webhook_dropped(w), 20);
+    assert_int_equal(store_sync(st), 0);
+    uint64_t rows = 0;
+    assert_int_equal(store_count_queue(st, count_queued, &rows), 1);
+    assert_int_equal(rows, 30);
+    assert_int_equal(w->q[w->head].n, 7);
+    assert_memory_equal(w->q[w->head].body, "{\"n\":0}", 7);
+    /* n 1 to 20 went, the oldest after the one in flight: memory's, then
+     * those the sweep read back from the store */
+    w->busy = false;
+    deliver_oldest(w, 1);
+    assert_int_equal(w->q[w->head].n, 8);
+    assert_memory_equal(w->q[w->head].body, "{\"n\":21}", 8);
+    assert_int_equal(webhook_waiting(w), 29);
+    webhook_free(w);
+    temp_store_remove(st, dir);
+    event_base_free(base);
+}
+
 /* What a new sink did not take at once comes back through the sweep, as
  * memory frees up: 25 stored alerts, a memory cap of 10, a server that
  * answers each: every one is delivered once, oldest first, and none is left
@@ -1607,6 +1655,7 @@ int main(void)
         cmocka_unit_test(adopting_reads_only_what_memory_holds),
         cmocka_unit_test(adopted_and_swept_alerts_are_delivered_once_in_order),
         cmocka_unit_test(every_waiting_alert_is_counted),
+        cmocka_unit_test(a_sink_s_stored_queue_holds_at_most_its_cap),
         cmocka_unit_test(memory_queue_holds_at_most_its_bytes),
         cmocka_unit_test(a_shorter_alert_does_not_overtake_one_over_the_bytes_cap),
         cmocka_unit_test(a_read_back_holds_at_most_the_bytes_left),
