@@ -151,6 +151,18 @@ void store_queue_read_cancel(struct store *s, struct store_read *r);
  * Returns the number of sinks, or -1 on a database error (reported on
  * stderr). */
 int store_count_queue(struct store *s, store_queued_fn fn, void *arg);
+/* Queue rows kept for webhooks no longer configured (kept, not sent: a
+ * policy that names the sink again sends them), in all: a sink removed or
+ * renamed (a URL whose secret is rotated is a new sink) left its rows
+ * for ever, up to its cap each (SINK_WEBHOOK_STORED_MAX). */
+#define STORE_KEPT_MAX       10000
+#define STORE_TRIM_SINKS_MAX 1000 /* sinks store_trim_unconfigured() takes */
+/* At start, before the gateway serves (on the loop's connection, as the
+ * start's reads): of the queue rows of sinks not among the <n> keys
+ * <sinks> (at most STORE_TRIM_SINKS_MAX), keeps the newest <keep> and
+ * deletes the others. Returns how many it deleted, or -1 (reported on
+ * stderr; nothing deleted, as when the database is locked). */
+int64_t store_trim_unconfigured(struct store *s, const char *const *sinks, size_t n, int64_t keep);
 /* Queued writes (committed by store_flush). Strings are copied. Each
  * returns 0, or -1 when out of memory, or when the writer holds every
  * write and the caps leave no room (the write is dropped and counted). */

@@ -1150,6 +1150,46 @@ int store_count_queue(struct store *s, store_queued_fn fn, void *arg)
                            fn, arg);
 }
 
+int64_t store_trim_unconfigured(struct store *s, const char *const *sinks, size_t n, int64_t keep)
+{
+    static const char head[] = "DELETE FROM alert_queue WHERE id IN (SELECT id FROM alert_queue "
+                               "WHERE sink NOT IN (";
+    static const char tail[] = ") ORDER BY id DESC LIMIT -1 OFFSET ?)";
+    if (n > STORE_TRIM_SINKS_MAX || keep < 0)
+        return -1;
+    size_t len = sizeof(head) - 1 + 2 * n + sizeof(tail);
+    char *sql = malloc(len);
+    if (sql == NULL)
+        return -1;
+    size_t at = sizeof(head) - 1;
+    memcpy(sql, head, at);
+    for (size_t i = 0; i < n; i++) { /* "?,?,?" */
+        memcpy(sql + at, ",?" + (i == 0), 2 - (i == 0));
+        at += 2 - (i == 0);
+    }
+    memcpy(sql + at, tail, sizeof(tail)); /* its NUL too */
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+    free(sql);
+    for (size_t i = 0; rc == SQLITE_OK && i < n; i++)
+        rc = sqlite3_bind_text(st, (int)i + 1, sinks[i], -1, SQLITE_STATIC);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_int64(st, (int)n + 1, keep);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(st);
+    if (rc != SQLITE_DONE) {
+        char e[SHOWN_MAX];
+        fprintf(stderr,
+                "sluice: state %s: cannot drop the oldest queued alerts of webhooks no longer "
+                "configured: %s (tried again at the next start)\n",
+                s->shown, db_error(s->db, e, sizeof(e)));
+        sqlite3_finalize(st);
+        return -1;
+    }
+    sqlite3_finalize(st);
+    return sqlite3_changes64(s->db);
+}
+
 /* How the writes not yet committed change <sink>'s row count: one up for
  * each row they add, one down for each they delete (a deletion names its
  * row's sink), except the deletion of a row whose addition was dropped

@@ -69,6 +69,7 @@ struct watch {
      * (webhook_retire()), until that attempt is over (retired_sink_over()) */
     struct webhook **retired;
     size_t nretired;
+    uint64_t kept_dropped;  /* stored alerts of sinks no longer configured, over STORE_KEPT_MAX */
     struct sinks_next next; /* a reload's, between watch_policy_prepare() and its end */
     struct event *tick;
     char **token_env; /* every env:NAME a loaded policy read a token from (token_env_prepare) */
@@ -200,10 +201,28 @@ static void count_unmatched(const char *sink, uint64_t rows, void *arg)
     c->rows += rows;
 }
 
-/* Says on standard error how many stored alerts no configured webhook
- * takes: counted per sink in the store, not read. */
-static void say_unmatched(const struct watch *w)
+/* Keeps at most STORE_KEPT_MAX of the stored alerts no configured webhook
+ * takes, the newest (a sink removed or renamed left its rows for ever),
+ * then says on standard error how many it dropped and how many are kept:
+ * counted per sink in the store, not read. At start only. */
+static void say_unmatched(struct watch *w)
 {
+    const char **keys = calloc(w->nhooks + 1, sizeof(*keys));
+    int64_t gone = -1;
+    if (keys != NULL) {
+        for (size_t i = 0; i < w->nhooks; i++)
+            keys[i] = webhook_store_key(w->hooks[i]);
+        gone = store_trim_unconfigured(w->store, keys, w->nhooks, STORE_KEPT_MAX);
+        free(keys);
+    }
+    if (gone > 0) {
+        w->kept_dropped += (uint64_t)gone;
+        fprintf(stderr,
+                "sluice: state %s: %lld queued alert(s) for webhooks no longer configured "
+                "dropped, the oldest (at most %d are kept; counted in "
+                "sluice_webhook_unconfigured_dropped_total)\n",
+                store_shown(w->store), (long long)gone, STORE_KEPT_MAX);
+    }
     struct unmatched_ctx c = {w, 0};
     if (store_count_queue(w->store, count_unmatched, &c) >= 0 && c.rows > 0)
         fprintf(stderr,
@@ -523,6 +542,13 @@ static int extra_metrics(void *arg, struct evbuffer *o)
         bad |= metrics_put_label(o, webhook_label(w->hooks[i])) != 0;
         bad |= evbuffer_add_printf(o, "} %llu\n", (unsigned long long)dropped) < 0;
     }
+    bad |= evbuffer_add_printf(o,
+                               "# HELP sluice_webhook_unconfigured_dropped_total Stored alerts "
+                               "of webhooks no longer configured dropped at start (over %d "
+                               "kept).\n"
+                               "# TYPE sluice_webhook_unconfigured_dropped_total counter\n"
+                               "sluice_webhook_unconfigured_dropped_total %llu\n",
+                               STORE_KEPT_MAX, (unsigned long long)w->kept_dropped) < 0;
     bad |= evbuffer_add_printf(
                o,
                "# HELP sluice_exec_dropped_total Alerts not given to an exec sink (over "

@@ -787,6 +787,38 @@ def _bytes_read(pid):
         return int(re.search(r"^rchar: (\d+)$", f.read(), re.M).group(1))
 
 
+def test_stored_alerts_of_webhooks_no_longer_configured_are_kept_up_to_a_cap(
+        gateway, net, tmp_path):
+    # A sink removed (or renamed: a URL whose secret was rotated) left its
+    # queued alerts in the store for ever, kept, not sent. At start the
+    # newest 10,000 of them are kept and the older dropped, counted.
+    state = tmp_path / "state"
+    admin = free_tcp_port()
+    args = ["--alerts", str(tmp_path / "a.jsonl"), "--state", str(state),
+            "--admin", "127.0.0.1:%d" % admin]
+    pol = net.policy(rules(net))
+    gateway(pol, args=args).stop()  # makes the store
+    db = sqlite3.connect(str(state / "sluice.db"))
+    with db:
+        db.executemany("INSERT INTO alert_queue(sink, body, created_ms) VALUES(?, ?, 0)",
+                       [("http://127.0.0.1:9/gone%d" % (i % 2), json.dumps({"n": i}))
+                        for i in range(10050)])
+    db.close()
+    gw = gateway(pol, args=args)
+    err = gw.stderr()
+    assert "50 queued alert(s) for webhooks no longer configured dropped, the oldest" in err, err
+    assert "10000 queued alert(s) for webhooks no longer configured are kept, not sent" in err
+    text = _metrics(admin)
+    assert _metric_value(text, "sluice_webhook_unconfigured_dropped_total") == 50, text
+    gw.stop()
+    db = sqlite3.connect(str(state / "sluice.db"))
+    try:
+        kept = [json.loads(b)["n"] for (b,) in db.execute("SELECT body FROM alert_queue")]
+    finally:
+        db.close()
+    assert sorted(kept) == list(range(50, 10050))
+
+
 def test_webhook_backlog_is_read_as_memory_frees_up(gateway, net, tmp_path):
     # A backlog in the store: 300 alerts for a webhook the policy does not
     # name yet, behind 5000 of 4 KiB (20 MB) for one it no longer names.

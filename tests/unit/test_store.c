@@ -373,6 +373,36 @@ static void the_log_shrinks_after_a_burst(void **state)
     store_close(s);
 }
 
+/* The rows of webhooks no longer configured are kept up to a cap in all,
+ * the newest: a sink removed (or renamed: a URL whose secret was rotated)
+ * left its rows for ever. 6 rows each for the configured sink a and the
+ * removed b and c, interleaved, a cap of 4: a keeps its 6, and of b's and
+ * c's the newest 4 are left (2 each), the 8 older deleted. */
+static void rows_of_unconfigured_sinks_are_kept_up_to_a_cap(void **state)
+{
+    (void)state;
+    struct store *s = open_ok(dir);
+    int64_t last[3] = {0};
+    for (int i = 0; i < 6; i++)
+        for (int k = 0; k < 3; k++)
+            last[k] = store_queue_add(s, k == 0 ? "a" : k == 1 ? "b" : "c", "{}");
+    assert_int_equal(flush(s), 0);
+    const char *const configured[] = {"a"};
+    assert_int_equal(store_trim_unconfigured(s, configured, 1, 4), 8);
+    struct seen seen = {0};
+    assert_int_equal(store_count_queue(s, on_counter, &seen), 3); /* sink, rows */
+    assert_string_equal(seen.text[0], "a");
+    assert_int_equal(seen.num[0], 6);
+    assert_int_equal(seen.num[1] + seen.num[2], 4);
+    assert_int_equal(seen.num[1], 2);
+    memset(&seen, 0, sizeof(seen));
+    assert_int_equal(read_queue(s, "c", 10, on_queue, &seen, NULL), 2);
+    assert_int_equal(seen.num[1], last[2]); /* the newest of them */
+    assert_int_equal(store_trim_unconfigured(s, configured, 1, 4), 0);
+    assert_int_equal(store_trim_unconfigured(s, NULL, 0, 0), 10); /* none configured */
+    store_close(s);
+}
+
 static void round_trip(void **state)
 {
     (void)state;
@@ -2306,6 +2336,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(checkpoints_are_off_the_commit_thread, setup, teardown),
         cmocka_unit_test_setup_teardown(corrupt_is_moved_aside, setup, teardown),
         cmocka_unit_test_setup_teardown(the_log_shrinks_after_a_burst, setup, teardown),
+        cmocka_unit_test_setup_teardown(rows_of_unconfigured_sinks_are_kept_up_to_a_cap, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(a_corrupt_store_s_journal_follows_it_aside, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(a_store_failing_its_check_says_what_the_check_found, setup,
