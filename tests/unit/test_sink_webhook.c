@@ -982,7 +982,7 @@ static void a_sink_s_stored_queue_holds_at_most_its_cap(void **state)
     struct event_base *base = event_base_new();
     char dir[] = "/tmp/sluice-hook-XXXXXX", *err = NULL;
     struct store *st = temp_store(dir);
-    struct webhook *w = webhook_new(base, "http://127.0.0.1:9/capped", st, &err);
+    struct webhook *w = webhook_new(base, "http://127.0.0.1:9/capped", st, NULL, &err);
     assert_non_null(w);
     w->t.queue_max = 10;
     w->t.stored_max = 30;
