@@ -1420,16 +1420,17 @@ static enum agent_result agent_again(const struct conn *c, const struct policy *
  * that the upstream has not all taken: being resolved or connected, its
  * line being written, or its body going up (forward_uploading()). The body
  * is the write: such a request is decided again as a tunnel is. So is one
- * without a body whose head waits for its bandwidth bucket (forward.c),
- * for seconds perhaps: nothing of it went up yet, and its head may carry
- * as much as a body. */
+ * without a body whose head (forward.c), or whose target's name
+ * (resolve_target()), waits for its bandwidth bucket, for seconds
+ * perhaps: nothing of it went out yet, and its head may carry as much as
+ * a body. */
 static bool plain_going(const struct conn *c)
 {
     const struct exchange *ex = &c->ex;
     if (!ex->active || ex->is_connect || ex->verdict == VERDICT_DENY)
         return false;
     if (ex->req_body == BODY_NONE)
-        return ex->head_waiting;
+        return ex->head_waiting || ex->name_waiting; /* nothing of it has gone out yet */
     return c->state == CS_RESOLVE || c->state == CS_CONNECT || forward_uploading(c);
 }
 
@@ -1531,6 +1532,46 @@ bool conn_redecide(struct conn *c, time_t now)
     return true;
 }
 
+static void resolve_target(struct conn *c);
+
+/* The flow's timer, the bucket refilled for the name of <c>'s target:
+ * looked at again, unless the wait ended meanwhile (forward_hold()). */
+static void on_name_refill(void *arg)
+{
+    struct conn *c = arg;
+    if (c->ex.name_waiting)
+        resolve_target(c);
+}
+
+/* Resolves <c>'s target (in CS_RESOLVE), once a name that goes out to the
+ * name servers has had its turn at the bandwidth bucket
+ * (shape_name_waits()): a query carries it, and a name made up under a
+ * wildcard rule is bytes of the agent's choosing, which went out at any
+ * rate when nothing went upstream (every name NXDOMAIN). A name answered
+ * without a query (dns.static, the cache, a lookup already asking) is
+ * not metered: nothing of it leaves. */
+static void resolve_target(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    int waits = 0;
+    ex->name_waiting = false;
+    if (ex->flow != NULL && quota_flow_metered(ex->flow) &&
+        resolver_asks_servers(c->gw->resolver, ex->target.name))
+        waits = shape_name_waits(c, ex->target.name, on_name_refill);
+    if (waits < 0) {
+        conn_refuse(c, REASON_UPSTREAM_UNREACHABLE,
+                    "out of memory (no timer to wait for the bandwidth bucket)", true);
+        return;
+    }
+    if (waits > 0) {
+        ex->name_waiting = true; /* the flow's timer, closed with the exchange, resumes it */
+        return;
+    }
+    c->rreq = resolver_lookup(c->gw->resolver, ex->target.name, on_resolved, c);
+    if (c->rreq == NULL)
+        conn_refuse(c, REASON_DNS_FAILURE, "out of memory", true);
+}
+
 /* Everything after the head has been parsed and consumed. */
 static void decide_and_go(struct conn *c)
 {
@@ -1568,9 +1609,7 @@ static void decide_and_go(struct conn *c)
     }
     c->state = CS_RESOLVE;
     untime_client(c);
-    c->rreq = resolver_lookup(c->gw->resolver, ex->target.name, on_resolved, c);
-    if (c->rreq == NULL)
-        conn_refuse(c, REASON_DNS_FAILURE, "out of memory", true);
+    resolve_target(c);
 }
 
 static void handle_request(struct conn *c, const struct http_request *req)

@@ -193,6 +193,9 @@ struct exchange {
     /* The head waits for the bandwidth bucket of its body, in CS_CONNECT
      * (forward.c, head_waits()); forward_hold() ends the wait. */
     bool head_waiting;
+    /* The target's name waits for the bandwidth bucket before it is
+     * resolved, in CS_RESOLVE (conn.c, resolve_target()). */
+    bool name_waiting;
     /* gw->turns when that wait began, and whether c->up's events were then
      * at GATEWAY_PRI_FIRST: a later turn has polled it (kept_is_quiet()). */
     bool reuse_wait_first;

@@ -422,8 +422,10 @@ bool forward_answer_only(const struct conn *c)
 void forward_hold(struct conn *c)
 {
     evtimer_del(c->timer); /* the answer's head deadline: no answer is read */
-    /* A head waiting for its bucket never goes (on_head_refill()). */
+    /* A head waiting for its bucket never goes (on_head_refill()), nor is
+     * a name waiting for it resolved (conn.c, on_name_refill()). */
     c->ex.head_waiting = false;
+    c->ex.name_waiting = false;
     bufferevent_disable(c->client, EV_READ);
     if (c->up != NULL)
         bufferevent_disable(c->up, EV_READ | EV_WRITE);

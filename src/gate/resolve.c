@@ -778,6 +778,17 @@ struct resolve_req *resolver_lookup(struct resolver *r, const char *name, resolv
     return req;
 }
 
+bool resolver_asks_servers(struct resolver *r, const char *name)
+{
+    size_t len = strlen(name);
+    struct ipaddr a[RESOLVE_MAX_ADDRS];
+    if (len == 0 || len > HOST_MAX || ip_literal_parse(name, len, &a[0]) != IP_LITERAL_NONE)
+        return false; /* answered as itself, or failed, without a query */
+    if (static_answers(r, name, a) > 0 || dns_cache_find(&r->cache, name, monotonic_ms()) != NULL)
+        return false;
+    return r->nns > 0 && flight_find(r, name) == NULL; /* a flight asks once for all */
+}
+
 void resolve_cancel(struct resolve_req *req)
 {
     if (req == NULL)

@@ -125,6 +125,12 @@ void resolver_free(struct resolver *r);
  * then <cb> is never called). */
 struct resolve_req *resolver_lookup(struct resolver *r, const char *name, resolve_cb cb, void *arg);
 
+/* True when resolver_lookup(<r>, <name>) would send queries now: <name>
+ * is a host name that neither dns.static nor the cache answers, and no
+ * lookup of it is already asking the servers. Its bytes then go out to
+ * the name servers (conn.c meters them: shape_name_waits()). */
+bool resolver_asks_servers(struct resolver *r, const char *name);
+
 /* Cancels <req>: its callback is never called and the handle is invalid
  * afterwards. Must not be called from inside that request's callback.
  * Accepts NULL. */

@@ -1,6 +1,7 @@
 #include "shape/admit.h"
 
 #include <limits.h>
+#include <string.h>
 
 #include <event2/bufferevent.h>
 
@@ -62,6 +63,21 @@ bool shape_check_rate(struct conn *c)
         return true;
     }
     return false;
+}
+
+int shape_name_waits(struct conn *c, const char *name, void (*resume)(void *arg))
+{
+    struct quota_flow *f = c->ex.flow;
+    if (f == NULL || !quota_flow_metered(f))
+        return 0;
+    size_t n = strlen(name), allowed;
+    uint64_t now = quota_now();
+    if (quota_flow_allow_or_pause(f, n, now, resume, c, &allowed) < 0)
+        return -1;
+    if (allowed == 0)
+        return 1;
+    quota_flow_take(f, n, now);
+    return 0;
 }
 
 static void on_upload_refill(void *arg)

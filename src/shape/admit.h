@@ -38,6 +38,15 @@ bool shape_check_rate(struct conn *c);
  * could be armed (out of memory): the caller fails the request rather
  * than let the bytes go unmetered (quota_flow_allow_or_pause()). */
 int shape_meter_upload(struct conn *c, size_t want, size_t *n);
+/* Meters the name of <c>'s target (<name>), about to be resolved: a DNS
+ * query carries it out, and under a wildcard rule it is the agent's to
+ * choose. Where a bandwidth limit applies to the exchange (ex->flow), the
+ * name waits for the bucket as a request head does (the bucket out of
+ * debt and holding a sixteenth of itself, or the whole name), then is
+ * taken from it whole. Returns 0 (go on: taken, or nothing meters it), 1
+ * (it waits: <resume>(<c>) is called from the flow's timer) or -1 (no
+ * timer could be armed, out of memory: the caller fails the exchange). */
+int shape_name_waits(struct conn *c, const char *name, void (*resume)(void *arg));
 /* Whole seconds to tell an agent to wait for <ns> nanoseconds: rounded up,
  * at least 1 (at most UINT_MAX, beyond any wait a policy can make). */
 unsigned shape_retry_after(uint64_t ns);

@@ -217,8 +217,9 @@ int quota_flow_pause(struct quota_flow *f, size_t want, uint64_t now_ns, void (*
  * armed (quota_flow_pause() failed: out of memory): the caller fails the
  * exchange, since its bytes may neither go unmetered (a limit lifted
  * without a word) nor wait with nothing to end the wait. The one way
- * every upload meets its bucket: a plain request's head (forward.c) and
- * body (shape/admit.c), a tunnel's first bytes (connect.c) and the rest
+ * every upload meets its bucket: the target's name before it is resolved
+ * (shape/admit.c), a plain request's head (forward.c) and body
+ * (shape/admit.c), a tunnel's first bytes (connect.c) and the rest
  * (tunnel.c). */
 int quota_flow_allow_or_pause(struct quota_flow *f, size_t want, uint64_t now_ns,
                               void (*cb)(void *arg), void *arg, size_t *n);

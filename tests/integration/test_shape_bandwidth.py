@@ -20,7 +20,7 @@ import pytest
 
 from conftest import policy_yaml, tcp_sockets
 from gate_client import (api_rule, build_request, connect, cpu_seconds, hello_record, open_conn,
-                         poll, read_response)
+                         poll, read_response, request)
 from gate_servers import LoopbackServer, pattern_bytes
 from held_requests import FRESH_METRICS, bandwidth_waiting
 from watch_helpers import free_tcp_port
@@ -722,3 +722,71 @@ def test_reload_denies_a_request_whose_head_waits(gateway, net):
         assert [e["decision"] for e in lines] == ["allow", "deny"], lines
     finally:
         sink.stop()
+
+
+def test_made_up_names_wait_for_the_bucket(gateway, net):
+    # Under a wildcard rule, the name of each request's target is the
+    # agent's to choose, and resolving it carries it to the name servers.
+    # Made-up names answered NXDOMAIN send nothing upstream, so nothing
+    # met the bucket: 100 requests put 20,200 bytes of names at the name
+    # server in 0.04 s under 256B/s. A name now waits for the bucket as a
+    # head does, and is taken from it. Bytes are counted, not timed: the
+    # bound (the bucket, one name in its debt, 1 KiB a second) grows with
+    # the time measured, so a slow machine only loosens it.
+    rule = {"host": "*.exfil.test", "ports": [net.api.port], "tier": 0,
+            "rate": {"bandwidth": "1KiB/s"}}
+    gw = gateway(net.policy([rule]))
+    net.dns.clear()
+    names = []
+    for i in range(12):
+        label = "%02d" % i + "a" * 61
+        names.append("%s.%s.%s.exfil.test" % (label, label, label))
+    statuses = []
+
+    def ask(name):
+        r = request(gw, "GET", "http://%s:%d/" % (name, net.api.port), timeout=60)
+        statuses.append((r.status, r.header("Sluice-Reason")))
+
+    threads = [threading.Thread(target=ask, args=(n,)) for n in names]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(HANG_GUARD_S)
+    elapsed = time.monotonic() - t0
+    asked = {n for n, _ in net.dns.queries if n.endswith(".exfil.test")}
+    got = sum(len(n) for n in asked)
+    allowed = KIB + len(names[0]) + KIB * elapsed
+    assert got <= allowed, "%d bytes of names at the name server after %.2fs (at most %d)" % (
+        got, elapsed, allowed)
+    # None refused for the wait: each resolved in turn, and answered.
+    assert asked == set(names)
+    assert sorted(statuses) == [(502, "dns_failure")] * len(names), statuses
+
+
+def test_reload_denies_a_request_whose_name_waits(gateway, net):
+    # A name waiting for the bucket has not been asked of the name servers:
+    # a reload that takes its rule away refuses the request, and the name
+    # never goes out.
+    rule = {"host": "*.exfil.test", "ports": [net.api.port], "tier": 0,
+            "rate": {"bandwidth": "16B/s"}}
+    admin = free_tcp_port()
+    gw = gateway(net.policy([rule]), args=["--admin", str(admin)], env=FRESH_METRICS)
+    net.dns.clear()
+    first = "one-" + "a" * 59 + ".two-" + "b" * 59 + ".exfil.test"  # about 11 s of debt
+    second = "three.exfil.test"
+    r = request(gw, "GET", "http://%s:%d/" % (first, net.api.port))
+    assert (r.status, r.header("Sluice-Reason")) == (502, "dns_failure"), r
+    s = open_conn(gw, timeout=30)
+    try:
+        s.sendall(build_request("GET", "http://%s:%d/" % (second, net.api.port)))
+        poll(lambda: bandwidth_waiting(admin) == 1, timeout=HANG_GUARD_S,
+             what="the name of the second request to wait for the bucket")
+        gw.write_policy(policy_yaml(net.policy([])))
+        gw.reload()
+        r = read_response(s)
+    finally:
+        s.close()
+    assert r.status == 403, r
+    asked = {n for n, _ in net.dns.queries}
+    assert first in asked and second not in asked, asked
