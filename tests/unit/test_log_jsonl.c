@@ -797,18 +797,34 @@ static void test_wait_says_when_a_line_is_in_the_file(void **state)
  * takes the lock: the window where a wake-up can be lost, made wide. */
 static bool seam_lets_writer_finish;
 
+/* How long the seam waits for the writer's round to end: far more than a
+ * round takes on a loaded machine. Giving up sooner, silently, would leave
+ * the window unexercised rather than fail. */
+#define SEAM_WAIT_MS 10000
+
 static void wait_seam(struct file_writer *fw, uint64_t seq)
 {
     if (!seam_lets_writer_finish)
         return;
-    for (int i = 0; i < 10000 && atomic_load(&fw->gate) < seq; i++)
-        usleep(100);
-    for (int i = 0; i < 10000; i++) {
+    /* Line <seq> if it was handed over; else the writer can write only up
+     * to the last handed over (the rest waits for the loop's next turn). */
+    uint64_t written = seq < fw->handed ? seq : fw->handed;
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
         pthread_mutex_lock(&fw->mu);
         bool idle = fw->waiting && fw->incoming_lines == 0;
         pthread_mutex_unlock(&fw->mu);
-        if (idle)
-            break;
+        if (idle && atomic_load(&fw->gate) >= written)
+            return;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long long ms =
+            (now.tv_sec - start.tv_sec) * 1000LL + (now.tv_nsec - start.tv_nsec) / 1000000;
+        if (ms > SEAM_WAIT_MS) {
+            seam_lets_writer_finish = false; /* the tests after this one run without it */
+            fail_msg("the writer did not write line %llu and end its round within %d ms",
+                     (unsigned long long)written, SEAM_WAIT_MS);
+        }
         usleep(100);
     }
 }
