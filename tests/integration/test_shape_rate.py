@@ -29,21 +29,28 @@ def retry_after_bounds(elapsed, token_s):
 def test_burst_then_429_then_refill(gateway, net):
     # Firecracker semantics: 2 tokens every 12 s (one each 6 s), full at the
     # start, plus a one-time burst of 3: exactly 5 go at once. One token each
-    # 6 s: the burst's 7 requests would have to take 6 s for one to refill.
+    # 6 s: a burst that took 6 s or more (a gateway held back on a loaded
+    # machine) may have had a token refill, and may get one more through
+    # for each 6 s it took, never more. Requests go on until two 429s.
     gw = gateway(net.policy([api_rule(net, rate={"requests": 2, "per": "12s", "burst": 3})]))
     t0 = time.monotonic()
     rs = burst(gw, net, 7)
+    while [x.status for x in rs].count(429) < 2 and len(rs) < 20:
+        rs.append(request(gw, "GET", net.url("/b%d" % len(rs))))
     elapsed = time.monotonic() - t0
-    assert [r.status for r in rs] == [200] * 5 + [429] * 2, rs
-    assert len(net.api.requests) == 5
-    r = rs[6]  # the last one: assert_denied checks the last rate_limited event
+    late = [x.status for x in rs[5:]]
+    assert [x.status for x in rs[:5]] == [200] * 5 and set(late) <= {200, 429}, rs
+    assert late.count(429) == 2 and late.count(200) <= elapsed // 6, (rs, elapsed)
+    assert len(net.api.requests) == 5 + late.count(200)
+    r = rs[-1]  # the last one: assert_denied checks the last rate_limited event
     ra = int(r.header("Retry-After"))
     lo, hi = retry_after_bounds(elapsed, 6)
     assert lo <= ra <= hi, (r.header("Retry-After"), elapsed)
     assert "retry after %d s" % ra in r.text
     net.clear()
     ev, end = assert_denied(gw, net, r, "rate_limited", host="api.example.test",
-                            port=net.api.port, agent="default", method="GET", path="/b6",
+                            port=net.api.port, agent="default", method="GET",
+                            path="/b%d" % (len(rs) - 1),
                             tier=0, rule="rules[0]", owner=None, ip=None)
     assert end["status"] == 429
     # Waiting what Retry-After says (bounded), one more goes, and only one:
