@@ -71,6 +71,11 @@ struct watch {
     size_t nretired;
     uint64_t kept_dropped;  /* stored alerts of sinks no longer configured, over STORE_KEPT_MAX */
     struct sinks_next next; /* a reload's, between watch_policy_prepare() and its end */
+    /* The wall clock (ms) a reload's prepare counted the grant gauges at:
+     * its load takes the grants' day from it too, not from a reading of
+     * its own, which a UTC midnight between the two would put a day ahead
+     * of the gauges (the tick, seeing no new day, would leave them so). */
+    int64_t prepared_ms;
     struct event *tick;
     char **token_env; /* every env:NAME a loaded policy read a token from (token_env_prepare) */
     size_t ntoken_env;
@@ -735,7 +740,8 @@ int watch_policy_prepare(struct watch *w, const struct policy *p, const char **w
         *what = "alert sinks";
         return -1;
     }
-    if (metrics_policy_prepare(w->metrics, p, now_ms() / 1000) < 0) {
+    w->prepared_ms = now_ms();
+    if (metrics_policy_prepare(w->metrics, p, w->prepared_ms / 1000) < 0) {
         detectors_abandon(w->det);
         sinks_next_free(&w->next);
         *what = "grant gauges";
@@ -779,7 +785,7 @@ void watch_policy_loaded(struct watch *w, const struct policy *p)
     w->policy = p;
     configure_sinks(w, p, false);
     metrics_policy_commit(w->metrics); /* watch_policy_prepare()'s too */
-    detectors_grants(w->det, p, now_ms());
+    detectors_grants(w->det, p, w->prepared_ms);
 }
 
 const char *watch_exec_sink(const struct watch *w, size_t i)

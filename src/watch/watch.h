@@ -72,7 +72,8 @@ void watch_policy_ca(struct watch *w, struct webhook_tls_ca *ca);
  * milliseconds: called on the reload thread, never on the loop. */
 struct webhook_tls_ca *watch_ca_for(const struct policy *p);
 /* A new policy is in force (after a reload, once watch_policy_prepare()
- * succeeded for it): detectors, sinks, grants. */
+ * succeeded for it): detectors, sinks, grants; the grants judged as of the
+ * prepare's day, as its gauges were. */
 void watch_policy_loaded(struct watch *w, const struct policy *p);
 /* The path of the <i>th exec sink in force, or NULL past the last: for
  * tests. */
