@@ -31,6 +31,9 @@ from gate_servers import (BannerServer, FakeDNS, UpstreamHTTP, UpstreamTLS,  # n
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 START_TIMEOUT = 10.0
+# Gateways started on a port the fixture picked: how many ports are tried
+# when another process took the one picked (gateway fixture).
+PORT_TRIES = 5
 # "has encountered a fatal error": the leak check itself could not run (under
 # ptrace, or a seccomp filter that refuses it), so leaks would go unseen.
 SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
@@ -721,11 +724,35 @@ def gateway(sluice_bin, net, tmp_path):
         """<prefix>: argv that execs the gateway (["nice", "-n", "5"]);
         <resolv_conf>: with <netns>, a file the gateway reads as
         /etc/resolv.conf."""
-        workdir = str(tmp_path / ("gw%d" % len(started)))
-        os.makedirs(workdir, exist_ok=True)
         if netns:
             tcp = False
             unix = True
+        # A port picked here was free a moment ago: another worker may bind
+        # it before the gateway does, which then exits with EADDRINUSE.
+        # Tried again on another port, a few times, before it fails.
+        for attempt in range(PORT_TRIES if tcp and not port and wait else 1):
+            gw = start_on(policy, port=port, tcp=tcp, unix=unix, extra_listen=extra_listen,
+                          env=env, args=args, netns=netns, netns_helper=netns_helper,
+                          prefix=prefix, resolv_conf=resolv_conf, retry=attempt)
+            if not wait:
+                return gw
+            try:
+                gw.wait_ready()
+                return gw
+            except AssertionError:
+                if (attempt + 1 == PORT_TRIES or gw.proc.poll() is None or
+                        "Address already in use" not in gw.stderr()):
+                    raise
+                gw.kill()
+                started.remove(gw)
+                if gw.sockdir:
+                    shutil.rmtree(gw.sockdir, ignore_errors=True)
+        raise AssertionError("unreachable")
+
+    def start_on(policy, *, port, tcp, unix, extra_listen, env, args, netns, netns_helper,
+                 prefix, resolv_conf, retry):
+        workdir = str(tmp_path / ("gw%d" % len(started) + ("-%d" % retry if retry else "")))
+        os.makedirs(workdir, exist_ok=True)
         port = (port or free_port()) if tcp else None
         unix_path = None
         listen = []
@@ -746,8 +773,6 @@ def gateway(sluice_bin, net, tmp_path):
                      netns_helper, prefix, resolv_conf)
         gw.sockdir = os.path.dirname(unix_path) if unix_path else None
         started.append(gw)
-        if wait:
-            gw.wait_ready()
         return gw
 
     yield start

@@ -740,3 +740,23 @@ def test_closed_standard_descriptors_are_opened_on_dev_null(gateway, net):
     # the original standard error (/dev/null) above 2
     assert fds[2] == "/dev/null" or [n for n in fds if n > 2 and fds[n] == "/dev/null"], fds
     assert request(gw, "GET", net.url("/fds")).status == 200
+
+
+def test_fixture_gateway_moves_to_another_port_when_its_pick_was_taken(gateway, net,
+                                                                        monkeypatch):
+    # The fixture picks the gateway's port before the gateway binds it:
+    # another worker may bind it in between (forced here: the first pick is
+    # a port this test listens on). The gateway, refused with EADDRINUSE, is
+    # started again on the next pick instead of failing the test.
+    import conftest
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    picks = [taken.getsockname()[1], free_port()]
+    monkeypatch.setattr(conftest, "free_port", lambda *a, **k: picks.pop(0))
+    try:
+        gw = gateway(net.policy([api_rule(net)]))
+        assert picks == [] and gw.port != taken.getsockname()[1], (picks, gw.port)
+        assert request(gw, "GET", net.url("/moved")).status == 200
+    finally:
+        taken.close()
