@@ -248,6 +248,11 @@ class LoopbackServer:
         self.ip = ip
         self._lock = threading.Lock()
         self.accepted = 0
+        # which clear() a connection was accepted after: a connection a
+        # test left in flight (its handshake still going when the next
+        # test on the worker clears the records) is not the next test's
+        self.generation = 0
+        self._conn_gen = threading.local()
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind((ip, 0))
@@ -266,7 +271,17 @@ class LoopbackServer:
                 continue
             with self._lock:
                 self.accepted += 1
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+                gen = self.generation
+            threading.Thread(target=self._serve_of, args=(conn, gen), daemon=True).start()
+
+    def _serve_of(self, conn, gen):
+        self._conn_gen.value = gen
+        self._serve(conn)
+
+    def _current(self):
+        """Whether the connection this thread serves was accepted since
+        the last clear(); call with self._lock held."""
+        return getattr(self._conn_gen, "value", self.generation) == self.generation
 
     def _serve(self, conn):
         raise NotImplementedError
@@ -300,7 +315,8 @@ class UpstreamTLS(LoopbackServer):
 
     def _on_sni(self, sslsock, name, ctx):
         with self._lock:
-            self.sni.append(name)
+            if self._current():
+                self.sni.append(name)
 
     def _serve(self, conn):
         conn.settimeout(SOCKET_TIMEOUT)
@@ -310,7 +326,8 @@ class UpstreamTLS(LoopbackServer):
             conn.close()
             return
         with self._lock:
-            self.handshakes += 1
+            if self._current():
+                self.handshakes += 1
         try:
             head = b""
             for _ in range(1000):
@@ -322,7 +339,8 @@ class UpstreamTLS(LoopbackServer):
                 head += d
             if b"\r\n\r\n" in head:
                 with self._lock:
-                    self.heads.append(head)
+                    if self._current():
+                        self.heads.append(head)
                 tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n"
                             b"Connection: close\r\n\r\n" % len(self.BODY) + self.BODY)
             try:
@@ -336,6 +354,7 @@ class UpstreamTLS(LoopbackServer):
 
     def clear(self):
         with self._lock:
+            self.generation += 1
             self.accepted = 0
             self.sni = []
             self.handshakes = 0

@@ -760,3 +760,32 @@ def test_fixture_gateway_moves_to_another_port_when_its_pick_was_taken(gateway, 
         assert request(gw, "GET", net.url("/moved")).status == 200
     finally:
         taken.close()
+
+
+def test_fixture_tls_origin_records_only_connections_accepted_since_its_clear(net, tls_cert):
+    # The loopback upstreams are shared by a worker's tests and cleared at
+    # each test's start: a handshake a test left in flight must not land in
+    # the next test's records (seen once: test_sni_hello_in_pieces_allowed
+    # found its SNI twice under load). Here a connection accepted before the
+    # clear finishes its handshake after it.
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(tls_cert[0])
+    early = socket.create_connection((net.tls.ip, net.tls.port), timeout=10)
+    try:
+        poll(lambda: net.tls.accepted >= 1, what="the origin accepted the early connection")
+        net.clear()
+        with ctx.wrap_socket(early, server_hostname="tls.example.test") as tls:
+            tls.sendall(b"GET /early HTTP/1.1\r\nHost: tls.example.test\r\n\r\n")
+            assert tls.recv(4096).startswith(b"HTTP/1.1 200 OK")
+        # a connection accepted after the clear is recorded
+        with ctx.wrap_socket(socket.create_connection((net.tls.ip, net.tls.port), timeout=10),
+                             server_hostname="tls.example.test") as tls:
+            tls.sendall(b"GET /late HTTP/1.1\r\nHost: tls.example.test\r\n\r\n")
+            assert tls.recv(4096).startswith(b"HTTP/1.1 200 OK")
+        poll(lambda: len(net.tls.heads) >= 1, what="the late head recorded")
+        assert net.tls.sni == ["tls.example.test"], net.tls.sni
+        assert [h.split(b" ")[1] for h in net.tls.heads] == [b"/late"], net.tls.heads
+        assert net.tls.handshakes == 1
+    finally:
+        early.close()
