@@ -42,14 +42,18 @@ size_t http_date_format(time_t t, char out[HTTP_DATE_LEN + 1])
     return HTTP_DATE_LEN;
 }
 
+/* The field line's name and separator, before the date. */
+static const char field_name[] = "Date: ";
+#define FIELD_NAME_LEN (sizeof(field_name) - 1)
+
 size_t http_date_field_format(time_t t, char out[HTTP_DATE_FIELD_LEN + 1])
 {
-    if (http_date_format(t, out + 6) == 0) {
+    if (http_date_format(t, out + FIELD_NAME_LEN) == 0) {
         out[0] = '\0';
         return 0;
     }
-    memcpy(out, "Date: ", 6);
-    memcpy(out + 6 + HTTP_DATE_LEN, "\r\n", 3); /* the NUL too */
+    memcpy(out, field_name, FIELD_NAME_LEN);
+    memcpy(out + FIELD_NAME_LEN + HTTP_DATE_LEN, "\r\n", 3); /* the NUL too */
     return HTTP_DATE_FIELD_LEN;
 }
 
@@ -61,7 +65,7 @@ static void clock_set(struct http_date_clock *clock, time_t now)
         (void)http_date_field_format(now, clock->field);
         /* the field's value, or "" with the field */
         size_t n = clock->field[0] != '\0' ? HTTP_DATE_LEN : 0;
-        memcpy(clock->text, clock->field + 6, n);
+        memcpy(clock->text, clock->field + FIELD_NAME_LEN, n);
         clock->text[n] = '\0';
     }
 }

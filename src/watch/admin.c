@@ -56,10 +56,10 @@
 #include "util/accept_error.h"
 #include "util/env.h"
 #include "util/http_date.h"
-#include "util/wall_clock.h"
 #include "util/ipaddr.h"
 #include "util/text_json.h"
 #include "util/units.h"
+#include "util/wall_clock.h"
 
 /* A queue a few hundred local connections do not fill: while it is full,
  * the kernel drops new connection attempts, and a health check's waits
