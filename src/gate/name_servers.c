@@ -47,14 +47,15 @@ int name_servers_check(const struct dns_cfg *cfg, char **err)
  * holds every other lookup of the gateway behind its timeouts, for seconds.
  * RESOLVE_MAX_INFLIGHT is two queries for each of the gateway's default
  * 4096 connections, each of which waits for one lookup at most. One
- * attempt per try: the retries are the resolver's. */
+ * attempt per try: the retries are the resolver's. Its timer, later than
+ * the resolver's for the same try, is only a backstop (name_servers.h). */
 static int set_options(struct evdns_base *dns)
 {
     char inflight[16], timeout[16];
 
     snprintf(inflight, sizeof(inflight), "%d", RESOLVE_MAX_INFLIGHT);
-    snprintf(timeout, sizeof(timeout), "%d.%03d", NAME_SERVER_TRY_MS / 1000,
-             NAME_SERVER_TRY_MS % 1000);
+    enum { EVDNS_TIMEOUT_MS = NAME_SERVER_TRY_MS + NAME_SERVER_EVDNS_SLACK_MS };
+    snprintf(timeout, sizeof(timeout), "%d.%03d", EVDNS_TIMEOUT_MS / 1000, EVDNS_TIMEOUT_MS % 1000);
     if (evdns_base_set_option(dns, "timeout:", timeout) != 0 ||
         evdns_base_set_option(dns, "attempts:", "1") != 0 ||
         evdns_base_set_option(dns, "initial-probe-timeout:", "3600") != 0 ||

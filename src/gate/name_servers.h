@@ -5,9 +5,13 @@
  * "[V6]:PORT"), else from the nameserver lines of /etc/resolv.conf (never
  * the 127.0.0.1 evdns would otherwise assume), at most
  * POLICY_MAX_DNS_SERVERS. Each base asks its one
- * server once per try (attempts:1: the retries are the resolver's), gives
- * it NAME_SERVER_TRY_MS to answer, keeps up to RESOLVE_MAX_INFLIGHT queries
- * out to it, and probes it at most hourly once it is down.
+ * server once per try (attempts:1: the retries are the resolver's), keeps
+ * up to RESOLVE_MAX_INFLIGHT queries out to it, and probes it at most
+ * hourly once evdns took it as down. A try has NAME_SERVER_TRY_MS to be
+ * answered, timed by the resolver, which cancels it then; evdns' own timer
+ * is set NAME_SERVER_EVDNS_SLACK_MS past that, so it never ends a try
+ * itself: evdns hands a SERVFAIL over as a timeout (DNS_ERR_TIMEOUT, at
+ * once), and its timeout for a try still running can then be nothing else.
  *
  * Owns: the bases and the array of a set it opened, until
  * name_servers_free() or name_servers_retire(); the bases it retired, until
@@ -24,8 +28,9 @@
 struct event_base;
 struct evdns_base;
 
-#define NAME_SERVER_TRY_MS  2000 /* a server has this long to answer one try */
-#define NAME_SERVER_RETIRED 16   /* replaced bases kept, at most */
+#define NAME_SERVER_TRY_MS         2000 /* a server has this long to answer one try */
+#define NAME_SERVER_EVDNS_SLACK_MS 1000 /* evdns' own timer: this much later */
+#define NAME_SERVER_RETIRED        16   /* replaced bases kept, at most */
 
 /* One server and what it did with the queries sent to it. */
 struct name_server {

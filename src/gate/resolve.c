@@ -24,6 +24,14 @@
  * see on_flight_event().) The servers, their bases and counters are
  * name_servers.c's; which server a try goes to is decided here.
  *
+ * A try ends by a timer of its query's own (r->try_ms: on_try_end()), which
+ * cancels it, never by evdns' timer (set later: name_servers.h). evdns
+ * hands a SERVFAIL over as DNS_ERR_TIMEOUT, at once; so a timeout from
+ * evdns for a try still running is a SERVFAIL, whenever within the try it
+ * came. Before, the two were told apart by the time taken (a "timeout"
+ * under 1 s was a SERVFAIL), and a server that answered SERVFAIL after
+ * 1.5 s was refused as "timed out".
+ *
  * Resolution delay (RFC 8305 section 3): once the A query has come back
  * with addresses, AAAA gets r->resolution_delay_ms more (the flight's
  * event, the deadline until then, is moved up), then it is abandoned and
@@ -73,8 +81,7 @@ enum { Q_A, Q_AAAA, NQ };
 #define RESOLUTION_DELAY_MS 50     /* RFC 8305 section 3: the wait for AAAA once A answered */
 #define ONE_FAMILY_TTL_MS   30000  /* an answer without its abandoned AAAA: at most 30 s */
 #define DEADLINE_SLACK_MS   1000   /* past the last try's end: see arm_deadline() */
-#define SERVFAIL_MS         (NAME_SERVER_TRY_MS / 2) /* a "timeout" sooner: a SERVFAIL */
-#define FLIGHT_BUCKETS      1024 /* the table of names in flight; a power of two */
+#define FLIGHT_BUCKETS      1024   /* the table of names in flight; a power of two */
 
 struct query;
 struct flight;
@@ -84,17 +91,17 @@ struct attempt {
     struct evdns_base *dns;  /* the base it was sent on */
     struct evdns_request *h; /* valid until the callback */
     size_t server;           /* its index in r->ns */
-    uint64_t sent_ms;        /* monotonic_ms() when it was sent */
 };
 
 struct query {
     struct flight *f;
-    int type;            /* Q_A or Q_AAAA */
-    struct attempt *att; /* the try in flight, NULL when none */
-    unsigned tries;      /* servers asked so far */
-    int err;             /* RESOLVE_ERR_* or 0 */
-    bool abandoned;      /* not answered within the resolution delay: no error */
-    int ttl;             /* smallest TTL of its answers (s), -1 when none */
+    int type;             /* Q_A or Q_AAAA */
+    struct attempt *att;  /* the try in flight, NULL when none */
+    struct event *try_ev; /* the end of that try (on_try_end()), pending with att */
+    unsigned tries;       /* servers asked so far */
+    int err;              /* RESOLVE_ERR_* or 0 */
+    bool abandoned;       /* not answered within the resolution delay: no error */
+    int ttl;              /* smallest TTL of its answers (s), -1 when none */
     size_t n;
     struct ipaddr a[RESOLVE_MAX_ADDRS];
 };
@@ -142,10 +149,11 @@ struct resolver {
     size_t nflights;
     struct dns_cache cache; /* at most CACHE_MAX names; tests lower it */
     uint64_t neg_ttl_ms;    /* CACHE_NEG_TTL_MS; tests lower it */
-    uint64_t try_ms; /* NAME_SERVER_TRY_MS; what a lookup's deadline counts (tests lower it) */
+    /* NAME_SERVER_TRY_MS: a try's time, and what a lookup's deadline counts;
+     * tests lower it (never above evdns' timer, name_servers.h) */
+    uint64_t try_ms;
     uint64_t resolution_delay_ms; /* RESOLUTION_DELAY_MS; tests change it */
-    uint64_t servfail_ms; /* SERVFAIL_MS; tests lower it with evdns' timeout (on_answer()) */
-    unsigned gen;         /* bumped by every reload */
+    unsigned gen;                 /* bumped by every reload */
 };
 
 /* ---------------------------------------------------------------- cache */
@@ -262,7 +270,6 @@ struct resolver *resolver_new(struct event_base *base, const struct dns_cfg *cfg
     r->neg_ttl_ms = CACHE_NEG_TTL_MS;
     r->try_ms = NAME_SERVER_TRY_MS;
     r->resolution_delay_ms = RESOLUTION_DELAY_MS;
-    r->servfail_ms = SERVFAIL_MS;
     if (name_servers_check(cfg, err) < 0)
         goto fail;
     if (copy_statics(cfg, &r->statics) < 0)
@@ -374,6 +381,16 @@ static void waiter_remove(struct resolve_req *req)
     req->f = NULL;
 }
 
+/* Frees the events of <f> (flight_start() makes them all, or none). */
+static void flight_events_free(struct flight *f)
+{
+    for (int i = 0; i < NQ; i++)
+        if (f->q[i].try_ev != NULL)
+            event_free(f->q[i].try_ev);
+    if (f->ev != NULL)
+        event_free(f->ev);
+}
+
 static bool queries_running(const struct flight *f)
 {
     return f->q[Q_A].att != NULL || f->q[Q_AAAA].att != NULL;
@@ -429,7 +446,7 @@ static void flight_finish(struct flight *f)
         req->cb(err, n > 0 ? out : NULL, n, req->arg);
         free(req);
     }
-    event_free(f->ev);
+    flight_events_free(f);
     free(f);
 }
 
@@ -445,19 +462,20 @@ static void orphan(struct query *q);
 static void flight_free(struct flight *f)
 {
     flight_unhash(f);
-    event_free(f->ev);
     for (int i = 0; i < NQ; i++)
         orphan(&f->q[i]);
+    flight_events_free(f);
     free(f);
 }
 
 /* The flight's event: an end known at once (activated), the end of its
  * resolution delay (settling: the query still running is abandoned), or
- * its deadline (a timer). evdns' own timer ends every try before the deadline, unless
- * the try still waits in evdns' queue (RESOLVE_MAX_INFLIGHT queries out to
- * its server): such a try is cancelled here, counted as a timeout, and its
- * server taken as down. (Should evdns have lost a try's callback for want
- * of memory, its handle is gone too, and libevent gives no way to tell.) */
+ * its deadline (a timer). Each try's own timer (on_try_end()) ends the
+ * tries before the deadline, unless a reload moved the queries to new
+ * servers, where their tries start again: a try still running then is
+ * cancelled here, counted as a timeout, and its server taken as down.
+ * (Should evdns have lost a try's callback for want of memory, its handle
+ * is gone too, and libevent gives no way to tell.) */
 static void on_flight_event(evutil_socket_t fd, short what, void *arg)
 {
     struct flight *f = arg;
@@ -560,24 +578,30 @@ static bool worth_another_server(int result)
 
 static void on_answer(int result, char type, int count, int ttl, void *addresses, void *arg);
 
-/* Sends query <q> of <f> to server <server>. Returns 0, or -1 (nothing in
- * flight then). */
+/* Sends query <q> of <f> to server <server>, its try timed from now.
+ * Returns 0, or -1 (nothing in flight then). */
 static int send_query(struct resolver *r, struct flight *f, struct query *q, size_t server)
 {
     struct attempt *at = calloc(1, sizeof(*at));
+    struct timeval tv = timeval_of_ms(r->try_ms);
 
     if (at == NULL)
         return -1;
     at->q = q;
     at->server = server;
     at->dns = r->ns[server].dns;
-    at->sent_ms = monotonic_ms();
     if (q->type == Q_A)
         at->h = evdns_base_resolve_ipv4(at->dns, f->name, DNS_QUERY_NO_SEARCH, on_answer, at);
     else
         at->h = evdns_base_resolve_ipv6(at->dns, f->name, DNS_QUERY_NO_SEARCH, on_answer, at);
     if (at->h == NULL) {
         free(at);
+        return -1;
+    }
+    if (event_add(q->try_ev, &tv) < 0) {
+        /* untimed, it would wait for evdns' timer and be told a SERVFAIL */
+        at->q = NULL; /* its callback (DNS_ERR_CANCEL) only frees it */
+        evdns_cancel_request(at->dns, at->h);
         return -1;
     }
     q->att = at;
@@ -595,6 +619,7 @@ static void orphan(struct query *q)
         return;
     q->att = NULL;
     at->q = NULL;
+    event_del(q->try_ev);
     evdns_cancel_request(at->dns, at->h);
 }
 
@@ -616,25 +641,15 @@ static void take_addresses(struct query *q, char type, int count, int ttl, const
         q->ttl = ttl > 0 ? ttl : 0;
 }
 
-static void on_answer(int result, char type, int count, int ttl, void *addresses, void *arg)
+/* Try <q> on <server> ended with <result> (DNS_ERR_*) and, for an answer,
+ * the <count> addresses of <type> at <addresses>: counted against the
+ * server, then asked of the next server, or the query is done. */
+static void try_ended(struct query *q, size_t server, int result, char type, int count, int ttl,
+                      const void *addresses)
 {
-    struct attempt *at = arg;
-    struct query *q = at->q;
-    size_t server = at->server;
-    uint64_t sent_ms = at->sent_ms;
-
-    free(at); /* evdns frees its handle after this callback */
-    if (q == NULL)
-        return; /* cancelled, or moved to other servers */
-    q->att = NULL;
     struct flight *f = q->f;
     struct resolver *r = f->r;
-    /* evdns answers a SERVFAIL by "letting the request time out" there and
-     * then (attempts:1): its callback says DNS_ERR_TIMEOUT long before the
-     * try's timer (NAME_SERVER_TRY_MS) could have fired. Such a server
-     * answered, and the agent is not told its lookup timed out. */
-    if (result == DNS_ERR_TIMEOUT && monotonic_ms() - sent_ms < r->servfail_ms)
-        result = DNS_ERR_SERVERFAILED;
+
     name_server_count(&r->ns[server].st, result);
     if (worth_another_server(result)) {
         /* A silent or failing server stops being where lookups start. */
@@ -652,6 +667,40 @@ static void on_answer(int result, char type, int count, int ttl, void *addresses
         flight_finish(f);
     else if (q->n > 0 && q == &f->q[Q_A])
         settle(r, f);
+}
+
+static void on_answer(int result, char type, int count, int ttl, void *addresses, void *arg)
+{
+    struct attempt *at = arg;
+    struct query *q = at->q;
+    size_t server = at->server;
+
+    free(at); /* evdns frees its handle after this callback */
+    if (q == NULL)
+        return; /* cancelled, ended by its timer, or moved to other servers */
+    q->att = NULL;
+    event_del(q->try_ev);
+    /* evdns answers a SERVFAIL by "letting the request time out" there and
+     * then (attempts:1). Its own timer comes after the try's, which cancels
+     * the try (on_try_end()): a timeout for a try still running is such a
+     * server's answer, and the agent is not told its lookup timed out. */
+    if (result == DNS_ERR_TIMEOUT)
+        result = DNS_ERR_SERVERFAILED;
+    try_ended(q, server, result, type, count, ttl, addresses);
+}
+
+/* The try of <arg> (a struct query) had r->try_ms and no answer: it is
+ * cancelled (its callback only frees it) and counted a timeout. */
+static void on_try_end(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct query *q = arg;
+    if (q->att == NULL)
+        return; /* it is not pending without a try: cannot happen */
+    size_t server = q->att->server;
+    orphan(q);
+    try_ended(q, server, DNS_ERR_TIMEOUT, 0, 0, 0, NULL);
 }
 
 /* Sends both queries of <f> to the preferred server and arms its deadline;
@@ -680,18 +729,21 @@ static struct flight *flight_start(struct resolver *r, const char *name, size_t 
 
     if (f == NULL)
         return NULL;
-    if ((f->ev = event_new(r->base, -1, 0, on_flight_event, f)) == NULL) {
+    f->ev = event_new(r->base, -1, 0, on_flight_event, f);
+    for (int i = 0; i < NQ; i++) {
+        f->q[i].f = f;
+        f->q[i].type = i;
+        f->q[i].ttl = -1;
+        f->q[i].try_ev = evtimer_new(r->base, on_try_end, &f->q[i]);
+    }
+    if (f->ev == NULL || f->q[Q_A].try_ev == NULL || f->q[Q_AAAA].try_ev == NULL) {
+        flight_events_free(f);
         free(f);
         return NULL;
     }
     f->r = r;
     f->gen = r->gen;
     memcpy(f->name, name, len + 1);
-    for (int i = 0; i < NQ; i++) {
-        f->q[i].f = f;
-        f->q[i].type = i;
-        f->q[i].ttl = -1;
-    }
     struct flight **bucket = flight_bucket(r, name);
     f->hnext = *bucket;
     *bucket = f;

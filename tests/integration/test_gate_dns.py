@@ -413,6 +413,21 @@ def test_servfail_is_not_told_a_timeout(world):
         "(SERVFAIL)"), r.text
 
 
+def test_late_servfail_is_not_told_a_timeout(world):
+    # A SERVFAIL that comes 1.5 s after the question, within the try's 2 s:
+    # evdns hands it over as DNS_ERR_TIMEOUT, as it does at once, and the
+    # resolver told the two apart by the time taken (under 1 s: a SERVFAIL),
+    # so this one was refused as "timed out". The server answered each try
+    # (the lone server is asked twice), and the refusal says what it said.
+    w = world({"late.test": {"rcode": 2, "delay": 1.5}})
+    r = w.get("late.test")
+    assert_refused(w, r, "late.test", "dns_failure", None)
+    assert r.text.startswith(
+        "sluice: cannot resolve late.test:80 (agent default): the name server failed "
+        "(SERVFAIL)"), r.text
+    assert sorted(w.queries("late.test")) == [1, 1, 28, 28]
+
+
 @pytest.mark.parametrize("rcode,why", [
     (5, "the name server refused the query (REFUSED)"),
     (4, "the name server does not implement the query (NOTIMP)"),
