@@ -11,6 +11,7 @@ between requests (an atomic replace). FILE maps lower-case names to:
      "ttl": 60,                             their TTL (default 60)
      "cname": "other.test",                 a CNAME first; the address
                                             records are then the target's
+     "cname_ttl": 1,                        the CNAME's TTL (default "ttl")
      "rcode": 2,                            the response code (default 0)
      "tc": true,                            the truncation flag (or a list
                                             of the types it is set for: ["A"])
@@ -174,7 +175,7 @@ def answer(script, data, peer_events):
     owner = b"\xc0\x0c"  # a pointer to the question's name
     if entry.get("cname"):
         target = encode_name(entry["cname"])
-        records.append(rr(owner, 5, int(entry.get("ttl", 60)), target))
+        records.append(rr(owner, 5, int(entry.get("cname_ttl", entry.get("ttl", 60))), target))
         owner = target
     if mode == "wrong_class":
         records += address_records(entry, qtype, owner, rclass=3)
