@@ -25,6 +25,7 @@
 
 struct init_state {
     int sigfd;
+    int job_fd; /* the write end of box.job_fd, non-blocking */
     pid_t cmd;
     int status;
     bool done;
@@ -449,6 +450,30 @@ static void close_std_pipes(const struct box_config *cfg, bool box_ends)
         close(r->exec_end[0]);
 }
 
+/* The stop signals (a terminal's ^Z, a read or write of it from the
+ * background) are held while the command's process locks itself down,
+ * and one that came is dropped just before execve(), as run and the init
+ * drop one that comes while the box is set up: stopped before it executes
+ * the command, the process would hold up the start where run cannot see
+ * it (the init tells run of the command's stops only once it relays), and
+ * run would wait on without stopping. One that run's caller blocked stays
+ * pending, as execve() would keep it. */
+static const int stop_signals[] = {SIGTSTP, SIGTTIN, SIGTTOU};
+
+static void drop_early_stops(const struct box_config *cfg)
+{
+    sigset_t pending;
+    sigpending(&pending);
+    for (size_t i = 0; i < sizeof(stop_signals) / sizeof(stop_signals[0]); i++) {
+        int sig = stop_signals[i];
+        if (sigismember(&pending, sig) == 1 && sigismember(&cfg->blocked, sig) != 1 &&
+            sigismember(&cfg->ignored, sig) != 1) {
+            signal(sig, SIG_IGN); /* discards the pending one */
+            signal(sig, SIG_DFL);
+        }
+    }
+}
+
 /* What the command's process writes on the exec pipe, before the signal,
  * when one of box_ending_signals() came before it executed the command. */
 #define EXEC_STOPPED (-2)
@@ -460,12 +485,15 @@ static void __attribute__((noreturn)) command_main(const struct box_config *cfg,
      * ignored stays ignored, and what it blocked blocked, as execve() would
      * have left them; but those that would end run stay blocked until just
      * before execve(): one that comes first stops the start (a terminal's
-     * ^C would kill this process, and the command seem to have run) */
+     * ^C would kill this process, and the command seem to have run); and
+     * so do the stop signals, one that came dropped (drop_early_stops()) */
     for (int s = 1; s < NSIG; s++)
         if (s != SIGKILL && s != SIGSTOP)
             signal(s, sigismember(&cfg->ignored, s) == 1 ? SIG_IGN : SIG_DFL);
     sigset_t hold;
     box_ending_signals(&hold, &cfg->ignored, &cfg->blocked);
+    for (size_t i = 0; i < sizeof(stop_signals) / sizeof(stop_signals[0]); i++)
+        sigaddset(&hold, stop_signals[i]);
     for (int s = 1; s < NSIG; s++)
         if (sigismember(&cfg->blocked, s) == 1)
             sigaddset(&hold, s);
@@ -499,6 +527,7 @@ static void __attribute__((noreturn)) command_main(const struct box_config *cfg,
         (void)w;
         _exit(128 + stop);
     }
+    drop_early_stops(cfg);
     sigprocmask(SIG_SETMASK, &cfg->blocked, NULL);
     execvpe(cfg->argv[0], cfg->argv, cfg->envp);
     int e = errno;
@@ -509,6 +538,19 @@ static void __attribute__((noreturn)) command_main(const struct box_config *cfg,
 
 /* --- the init -------------------------------------------------------------- */
 
+/* The command stopped (<ws> from waitpid(WUNTRACED | WCONTINUED)) or was
+ * continued: run is told (box.job_fd), so that it stops too. A command
+ * that stops itself (an editor or an agent's terminal UI reading ^Z as a
+ * key in raw mode, then sending itself SIGTSTP) stops alone: the signal
+ * does not reach run (Landlock's signal scope, or kill() of its own PID),
+ * and run, waiting, would hold the caller's shell without its prompt. */
+static void tell_job_state(const struct init_state *st, int ws)
+{
+    unsigned char b = WIFSTOPPED(ws) ? (unsigned char)WSTOPSIG(ws) : 0;
+    ssize_t w = write(st->job_fd, &b, 1); /* a full pipe: run is not reading, dropped */
+    (void)w;
+}
+
 static int on_signal(void *arg)
 {
     struct init_state *st = arg;
@@ -518,11 +560,16 @@ static int on_signal(void *arg)
         if (sig == SIGCHLD) {
             int ws;
             pid_t p;
-            while ((p = waitpid(-1, &ws, WNOHANG)) > 0)
-                if (p == st->cmd) {
-                    st->status = ws;
-                    st->done = true;
+            while ((p = waitpid(-1, &ws, WNOHANG | WUNTRACED | WCONTINUED)) > 0) {
+                if (p != st->cmd)
+                    continue;
+                if (WIFSTOPPED(ws) || WIFCONTINUED(ws)) {
+                    tell_job_state(st, ws);
+                    continue;
                 }
+                st->status = ws;
+                st->done = true;
+            }
             continue;
         }
         /* a signal the terminal sent reached the command's process group
@@ -592,8 +639,8 @@ static int await_exec(int exec_fd, int stop_fd, pid_t cmd)
     return (int)si.ssi_signo;
 }
 
-static void __attribute__((noreturn))
-init_main(const struct box_config *cfg, uid_t uid, gid_t gid, bool userns, int status_fd)
+static void __attribute__((noreturn)) init_main(const struct box_config *cfg, uid_t uid, gid_t gid,
+                                                bool userns, int status_fd, int job_fd)
 {
     char err[BOX_ERR_MAX];
     int gw_fd = -1;
@@ -608,7 +655,7 @@ init_main(const struct box_config *cfg, uid_t uid, gid_t gid, bool userns, int s
     /* ignored (by run's caller), the kernel would reap the command itself
      * and send no SIGCHLD: its end would never be seen */
     signal(SIGCHLD, SIG_DFL);
-    struct init_state st = {.sigfd = -1};
+    struct init_state st = {.sigfd = -1, .job_fd = job_fd};
     st.sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
     if (st.sigfd < 0) {
         snprintf(err, sizeof(err), "signalfd: %s", strerror(errno));
@@ -754,9 +801,15 @@ int box_spawn(const struct box_config *cfg, struct box *box, char *err, size_t e
     gid_t gid = getegid();
     bool userns = uid != 0;
     int flags = box_ns_flags(!userns);
-    int sp[2];
+    int sp[2], jp[2];
     if (pipe2(sp, O_CLOEXEC) < 0) {
         snprintf(err, errlen, "pipe: %s", strerror(errno));
+        return -1;
+    }
+    if (pipe2(jp, O_CLOEXEC | O_NONBLOCK) < 0) {
+        snprintf(err, errlen, "pipe: %s", strerror(errno));
+        close(sp[0]);
+        close(sp[1]);
         return -1;
     }
     fflush(NULL);
@@ -766,16 +819,21 @@ int box_spawn(const struct box_config *cfg, struct box *box, char *err, size_t e
         int e = errno;
         close(sp[0]);
         close(sp[1]);
+        close(jp[0]);
+        close(jp[1]);
         box_ns_explain(flags, e, err, errlen);
         return -1;
     }
     if (pid == 0) {
         close(sp[0]);
-        init_main(cfg, uid, gid, userns, sp[1]);
+        close(jp[0]);
+        init_main(cfg, uid, gid, userns, sp[1], jp[1]);
     }
     close(sp[1]);
+    close(jp[1]);
     box->pid = (pid_t)pid;
     box->status_fd = sp[0];
+    box->job_fd = jp[0];
     return 0;
 }
 

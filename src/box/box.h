@@ -24,7 +24,8 @@
  * tty_refused[]),
  * every call that would make a file
  * set-user-ID or set-group-ID, and openat2().
- * It passes signals on to the command and, when the command ends, kills
+ * It passes signals on to the command, tells run when the command stops
+ * or is continued (box.job_fd) and, when the command ends, kills
  * whatever the command left behind in the PID namespace, lets the relay
  * carry on what the box's connections sent (relay_drain()), reports the
  * command's wait status and exits.
@@ -110,6 +111,12 @@ struct box_config {
 struct box {
     pid_t pid;     /* the box's init, in the caller's PID namespace */
     int status_fd; /* readable: the init's report (see box_read_report) */
+    /* readable (non-blocking): one byte each time the command stops (the
+     * signal that stopped it) or is continued (0), in order, so that run
+     * can stop with it as a shell's job would (the last byte is its state;
+     * a byte the full pipe has no room for is dropped); its end once the
+     * init has ended */
+    int job_fd;
 };
 
 #define BOX_ERR_MAX 512

@@ -1341,22 +1341,42 @@ static void print_summary(const struct run_args *a, const struct served *s, unsi
 
 /* --- main ------------------------------------------------------------------- */
 
-/* ^Z: the terminal stopped its foreground process group, the command with
- * it. run stops too, as SIGTSTP's default action would have it (it is
- * blocked for the signalfd): else the shell, waiting on run, would hang
- * without its prompt. `fg` (SIGCONT to the group) wakes both. The kernel
- * takes that action, by a SIGTSTP let through for a moment: it stops no
- * process of an orphaned group (run a session's leader, as under tmux,
- * `ssh -t` or `xterm -e`, where nothing would ever continue it), and the
- * command there went on while a SIGSTOP left run stopped for good. */
-static void stop_as_tstp(void)
+/* The command stopped (the box's init told it, of signal <sig>): by the
+ * terminal's ^Z, a read or write of it from the background, or of itself
+ * (an editor or an agent's terminal UI that reads ^Z as a key in raw mode
+ * and sends itself SIGTSTP, which does not reach run). run stops too, as a
+ * job would, of SIGTSTP, SIGTTIN or SIGTTOU as the command did (SIGTSTP for
+ * any other), blocked for the signalfd: else the shell, waiting on run,
+ * would hang without its prompt. `fg` (SIGCONT to the group, passed on to
+ * the box too) wakes both. The kernel takes that action, by the signal let
+ * through for a moment: it stops no process of an orphaned group (run a
+ * session's leader, as under tmux, `ssh -t` or `xterm -e`, where nothing
+ * would ever continue it), and a SIGSTOP there left run stopped for good. */
+static void stop_as(int sig)
 {
-    sigset_t tstp, old;
-    sigemptyset(&tstp);
-    sigaddset(&tstp, SIGTSTP);
-    raise(SIGTSTP);
-    sigprocmask(SIG_UNBLOCK, &tstp, &old); /* taken here: stopped, or dropped */
+    if (sig != SIGTTIN && sig != SIGTTOU)
+        sig = SIGTSTP;
+    sigset_t one, old;
+    sigemptyset(&one);
+    sigaddset(&one, sig);
+    raise(sig);
+    sigprocmask(SIG_UNBLOCK, &one, &old); /* taken here: stopped, or dropped */
     sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
+/* What <job_fd> (box.job_fd) holds: the command stopped, of the signal
+ * returned, or 0 (continued, or nothing new); its last byte is its state
+ * now. <*open> is cleared at its end (the init has ended). */
+static int job_stopped(int job_fd, bool *open)
+{
+    unsigned char b[64];
+    int last = 0;
+    ssize_t n;
+    while ((n = read(job_fd, b, sizeof(b))) > 0)
+        last = b[n - 1];
+    if (n == 0)
+        *open = false;
+    return last;
 }
 
 /* The terminal whose foreground process group run's is as it starts (a
@@ -1397,12 +1417,26 @@ static void take_back_terminal(int tty)
     close(tty);
 }
 
-/* The signals run reads from a signalfd: SIGCHLD and those it passes on
- * (box_forwarded_signals()), but for those its caller ignored
+/* SIGTTIN and SIGTTOU: the kernel sends them to run's group when the
+ * command reads or writes the terminal from the background. run reads
+ * them from its signalfd while the box runs, and stops only once the
+ * command has (job_stopped()): stopped by them at once too, it would find
+ * the command's stop told once continued, and stop again. */
+static void tty_stops(sigset_t *set)
+{
+    sigemptyset(set);
+    sigaddset(set, SIGTTIN);
+    sigaddset(set, SIGTTOU);
+}
+
+/* The signals run reads from a signalfd: SIGCHLD, tty_stops() and those it
+ * passes on (box_forwarded_signals()), but for those its caller ignored
  * (<ignored>), which stay ignored. */
 static void run_signals(sigset_t *mask, const sigset_t *ignored)
 {
     box_forwarded_signals(mask);
+    sigaddset(mask, SIGTTIN);
+    sigaddset(mask, SIGTTOU);
     for (int sig = 1; sig < NSIG; sig++)
         if (sigismember(ignored, sig) == 1)
             sigdelset(mask, sig);
@@ -1424,27 +1458,33 @@ static void ignored_at_start(sigset_t *ignored)
 }
 
 /* Waits for the box's report, passing on what <sfd> (run_signals(), made
- * before the box was spawned) reads, copying what the command writes
- * into <std>'s pipes and, once the command is executed, starting the
- * thread that fills its standard input's; closes <sfd>. */
+ * before the box was spawned) reads, stopping when the command stops
+ * (stop_as()), copying what the command writes into <std>'s pipes and,
+ * once the command is executed, starting the thread that fills its
+ * standard input's; closes <sfd> and the box's descriptors. */
 static int wait_box(struct box *box, struct served *s, int sfd, struct box_std_relay *std,
                     int *status, unsigned long *relayed, char *err, size_t errlen)
 {
     enum box_report_kind kind = BOX_REPORT_NONE;
+    bool job_open = true;
     for (;;) {
-        struct pollfd pfd[5] = {{.fd = sfd, .events = POLLIN},
-                                {.fd = box->status_fd, .events = POLLIN}};
-        size_t n = 2 + box_std_relay_poll(std, pfd + 2);
+        struct pollfd pfd[6] = {{.fd = sfd, .events = POLLIN},
+                                {.fd = box->status_fd, .events = POLLIN},
+                                {.fd = job_open ? box->job_fd : -1, .events = POLLIN}};
+        size_t n = 3 + box_std_relay_poll(std, pfd + 3);
         if (poll(pfd, n, -1) < 0) {
             if (errno == EINTR)
                 continue;
             break;
         }
-        box_std_relay_step(std, pfd + 2, n - 2);
+        box_std_relay_step(std, pfd + 3, n - 3);
         if (pfd[1].revents != 0) {
             kind = box_read_report(box, status, relayed, err, errlen);
             break;
         }
+        int stop = pfd[2].revents != 0 ? job_stopped(box->job_fd, &job_open) : 0;
+        if (stop > 0)
+            stop_as(stop);
         struct signalfd_siginfo si;
         while (read(sfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
             if (si.ssi_signo == SIGCHLD) {
@@ -1455,15 +1495,16 @@ static int wait_box(struct box *box, struct served *s, int sfd, struct box_std_r
                 }
                 continue;
             }
+            /* the command's stop, if it stops, is told on job_fd */
+            if (si.ssi_signo == SIGTTIN || si.ssi_signo == SIGTTOU)
+                continue;
             /* What the terminal sends reached the command's group too, but
              * for its hang-up, which the kernel sends to the session's
-             * leader alone: run, under `ssh -t`, tmux or `xterm -e`. */
+             * leader alone: run, under `ssh -t`, tmux or `xterm -e`. A
+             * terminal's ^Z stops run once it has stopped the command. */
             bool hangup = si.ssi_signo == SIGHUP && getsid(0) == getpid();
-            if (si.ssi_code != SI_KERNEL || hangup) {
+            if (si.ssi_code != SI_KERNEL || hangup)
                 kill(box->pid, (int)si.ssi_signo);
-            } else if (si.ssi_signo == SIGTSTP) {
-                stop_as_tstp();
-            }
         }
     }
     while (waitpid(box->pid, NULL, 0) < 0 && errno == EINTR)
@@ -1476,6 +1517,7 @@ static int wait_box(struct box *box, struct served *s, int sfd, struct box_std_r
         ;
     close(sfd);
     close(box->status_fd);
+    close(box->job_fd);
     return kind;
 }
 
@@ -1628,6 +1670,14 @@ static int run_main(int argc, char **argv)
     int status = 0;
     unsigned long relayed = 0;
     enum box_report_kind kind = wait_box(&box, &s, sfd, &std, &status, &relayed, err, sizeof(err));
+    /* the box has ended: run's own writes to the terminal from the
+     * background (its summary) stop it, as its caller left them */
+    sigset_t stops;
+    tty_stops(&stops);
+    for (int sig = 1; sig < NSIG; sig++)
+        if (sigismember(&old, sig) == 1)
+            sigdelset(&stops, sig);
+    sigprocmask(SIG_UNBLOCK, &stops, NULL);
     /* the box has ended: what is left in the pipes comes before run's own
      * lines (`> log 2>&1`) */
     box_std_relay_finish(&std);

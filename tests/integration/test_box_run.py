@@ -1885,6 +1885,49 @@ def test_a_signal_before_the_command_is_executed_stops_the_start(box, net, tmp_p
         _end_held_run(tracer, tmp_path)
 
 
+def test_a_stop_before_the_command_is_executed_does_not_hold_the_start(box, net, tmp_path):
+    """A stop signal (a terminal's ^Z) that reaches the command's process
+    while it locks itself down, before it executes the command, stopped
+    it there: the init, waiting for the command to be executed, never
+    began relaying or telling run, and run waited on for ever without
+    stopping (found by the box review). That process now holds the stop
+    signals until just before execve() and drops one that came, as one
+    that comes while the box is set up stops nothing: the command runs.
+    strace holds each seccomp() call 0.2 s (the command's process loads
+    its filter with it); run is in a process group of its own that is not
+    orphaned (the test, its parent, is in the same session), where SIGTSTP
+    stops a process; the test sends it to the command's process then."""
+    if SECCOMP_NR is None or shutil.which("strace") is None:
+        pytest.skip("needs strace and a known seccomp number")
+    if os.geteuid() != 0:
+        pytest.skip("needs root for --gateway-user root")
+    pol = box.policy(net.policy([]))
+    marker = str(tmp_path / "ran")
+    tracer = subprocess.Popen(
+        ["strace", "-f", "-qq", "-o", str(tmp_path / "strace.out"), "-e",
+         "trace=seccomp,mkdir,mkdirat", "-e", "inject=seccomp:delay_enter=200000",
+         box.bin, "run", "--policy", pol, "--gateway-user", "root", "--rw", str(tmp_path),
+         "--", PY, "-c", "open(%r, 'w').close()" % marker],
+        cwd=box.workdir, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, process_group=0,
+        # LeakSanitizer cannot work under ptrace, and run ends normally here
+        env=_clean_env({"ASAN_OPTIONS": (os.environ.get("ASAN_OPTIONS", "") +
+                                         ":detect_leaks=0").lstrip(":")}))
+    try:
+        _, _, cmd = _held_before_exec(tracer)
+        os.kill(cmd, signal.SIGTSTP)
+        try:
+            _, err = tracer.communicate(timeout=HANG_GUARD_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail("run still waited %d s after a stop before the command was executed; "
+                        "the command's process: %s" % (HANG_GUARD_S, _proc_field(cmd, "state")))
+        assert tracer.returncode == 0, err
+        assert os.path.exists(marker), "the command did not run"
+        assert b"sluice run: exit 0;" in err, err
+    finally:
+        _end_held_run(tracer, tmp_path)
+
+
 def _run_dir_of(pid):
     """The /tmp/sluice-run-XXXXXX directory of the run PID, by the decision
     log it holds open for the summary."""
@@ -4122,7 +4165,8 @@ def _run_on_pty(argv, box, keys, handed_over=False):
         out, err = p.communicate(timeout=30)
     finally:
         for pid in _session_members(p.pid):  # run's group and its own
-            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):  # one gone with another
+                os.kill(pid, signal.SIGKILL)
         p.wait()
         os.close(slave)
         os.close(master)
@@ -4173,6 +4217,27 @@ def test_ctrl_z_in_an_orphaned_group_stops_nothing(box, net):
     rc, out, err = _run_on_pty(argv, box, b"\x1ago on\n")
     assert rc == 0, err
     assert out.strip() == "done"
+
+
+@pytest.mark.parametrize("how,shown", [
+    ("os.kill(0, signal.SIGTSTP)", "stopped"),               # vim's ^Z in raw mode
+    ("os.kill(os.getpid(), signal.SIGTTIN)", "stopped"),     # its stop signal mirrored
+    ("os.kill(os.getpid(), signal.SIGSTOP)", "stopped"),
+])
+def test_a_command_that_stops_itself_stops_run(box, net, how, shown):
+    """A command that stops itself (vim, or an agent's terminal UI, reading
+    ^Z as a key in raw mode and sending itself SIGTSTP; `kill -STOP $$`)
+    stops run too, so that the shell waiting on run gets its prompt back,
+    as it would with the command run directly; SIGCONT to the group (`fg`)
+    continues both. Before, run went on waiting for a command that was
+    stopped: the shell hung without its prompt, and ^C, held by the stopped
+    command, did nothing (found by the box review)."""
+    pol = box.policy(net.policy([]))
+    code = ("import os, signal; open('started', 'w').close(); %s; print('done')" % how)
+    argv = [PY, "-c", _JOB_SHELL, box.bin, "run", "--policy", pol, "--", PY, "-c", code]
+    rc, out, err = _run_on_pty(argv, box, b"", handed_over=True)
+    assert rc == 0, err
+    assert out.split() == [shown, "done", "exit", "0"], (out, err)
 
 
 def test_hangup_reaches_the_command_when_run_leads_the_session(box, net):
