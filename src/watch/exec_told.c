@@ -1,5 +1,4 @@
-/* exec_told: exec sinks' failures, told at most once a minute per program
- * (exec_told.h). */
+/* exec_told: what exec sinks lose, told per program (exec_told.h). */
 #include "watch/exec_told.h"
 
 #include <stdbool.h>
@@ -14,8 +13,10 @@
 
 struct told {
     char *path;
-    uint64_t told_ms; /* monotonic; 0: never told */
-    uint64_t untold;  /* failures since, not told yet */
+    uint64_t told_ms;               /* monotonic; 0: never told */
+    uint64_t untold;                /* failures since, not told yet */
+    uint64_t unrun, unrun_told;     /* alerts it could not be started for; those told */
+    uint64_t dropped, dropped_said; /* alerts it did not get; the count last told */
 };
 
 struct exec_told {
@@ -109,13 +110,68 @@ void exec_told_failure(struct exec_told *t, const char *path, const char *what)
     t->say(path, what);
 }
 
+/* True when <n> (from 1) is 1, 2, 4, 8...: a count told at those. */
+static bool power_of_two(uint64_t n)
+{
+    return (n & (n - 1)) == 0;
+}
+
+bool exec_told_unrun(struct exec_told *t, const char *path, uint64_t *so_far, uint64_t *untold)
+{
+    struct told *p = told_of(t, path);
+    if (p == NULL) {
+        *so_far = 1, *untold = 0;
+        return true;
+    }
+    if (!power_of_two(++p->unrun))
+        return false;
+    p->unrun_told++;
+    *so_far = p->unrun, *untold = p->unrun - p->unrun_told;
+    return true;
+}
+
+bool exec_told_drop(struct exec_told *t, const char *path, uint64_t *so_far)
+{
+    struct told *p = told_of(t, path);
+    if (p == NULL) {
+        *so_far = 1;
+        return true;
+    }
+    if (!power_of_two(++p->dropped))
+        return false;
+    *so_far = p->dropped_said = p->dropped;
+    return true;
+}
+
+/* At exit, what <p> lost that was not told: its untold alerts not run, and
+ * its untold drops when <several> programs dropped some (for one, the
+ * runner's "N alert(s) dropped in all" says it). */
+static void say_untold_losses(struct exec_told *t, const struct told *p, bool several)
+{
+    char line[160];
+    if (p->unrun > p->unrun_told) {
+        snprintf(line, sizeof(line), "%llu alert(s) not run in all, %llu failure(s) not told",
+                 (unsigned long long)p->unrun, (unsigned long long)(p->unrun - p->unrun_told));
+        t->say(p->path, line);
+    }
+    if (several && p->dropped > p->dropped_said) {
+        snprintf(line, sizeof(line), "%llu alert(s) dropped in all",
+                 (unsigned long long)p->dropped);
+        t->say(p->path, line);
+    }
+}
+
 void exec_told_free(struct exec_told *t)
 {
     if (t == NULL)
         return;
+    size_t dropping = 0;
+    for (size_t i = 0; i < t->nprogs; i++)
+        dropping += t->progs[i].dropped > 0;
     for (size_t i = 0; i < t->nprogs; i++) {
         if (t->progs[i].untold > 0)
             say_count(t, &t->progs[i], "not told before the exit");
+        say_untold_losses(t, &t->progs[i], dropping > 1);
         free(t->progs[i].path);
     }
     free(t->progs);

@@ -102,20 +102,13 @@ struct exec_runner {
     struct event *woken;    /* sp->wake[0] readable */
     struct child *spawning; /* the one the thread is starting, or NULL */
     uint64_t failures;
-    struct exec_told *told;    /* owned: failures told at most once a minute */
-    uint64_t dropped;          /* alerts not given to a program: too many waiting */
+    struct exec_told *told;    /* owned: failures, alerts not run and drops, told per program */
+    uint64_t dropped;          /* alerts not given to a program: too many waiting (all programs) */
     const char *const *hidden; /* borrowed: variables programs do not get (exec_runner_hide_env) */
     size_t nhidden;
-    struct unrun *unrun; /* per program that could not be run: how often, how often told */
-    size_t nunrun;
     struct program_use **uses; /* owned: the programs that hold alerts */
     size_t nuses;
     size_t programs; /* the exec sinks' programs the policy names (exec_runner_programs) */
-};
-
-struct unrun {
-    char *path;
-    uint64_t failed, told;
 };
 
 static void child_close_fd(struct child *k)
@@ -545,32 +538,13 @@ static void child_done(struct exec_runner *r, size_t i)
 /* <path> could not be run (<why>, then <rc>, an errno): told at its 1st, 2nd, 4th...
  * failure with how many were not told, not once per alert (an alert storm
  * with a missing program would flood standard error); the rest at exit
- * (exec_runner_free). Counted per program, so that each is named. */
+ * (exec_runner_free). */
 static void cannot_run(struct exec_runner *r, const char *path, const char *why, int rc)
 {
-    struct unrun *u = NULL;
-    for (size_t i = 0; i < r->nunrun && u == NULL; i++)
-        if (strcmp(r->unrun[i].path, path) == 0)
-            u = &r->unrun[i];
-    if (u == NULL) {
-        struct unrun *grown = realloc(r->unrun, (r->nunrun + 1) * sizeof(*grown));
-        char *copy = strdup(path);
-        if (grown != NULL)
-            r->unrun = grown;
-        if (grown == NULL || copy == NULL) { /* told, then, unthrottled */
-            free(copy);
-            say(path, "%s: %s", why, strerror(rc));
-            return;
-        }
-        u = &r->unrun[r->nunrun++];
-        *u = (struct unrun){.path = copy};
-    }
-    u->failed++;
-    if ((u->failed & (u->failed - 1)) != 0)
-        return;
-    u->told++;
-    say(path, "%s: %s; %llu alert(s) not run so far, %llu failure(s) not told", why, strerror(rc),
-        (unsigned long long)u->failed, (unsigned long long)(u->failed - u->told));
+    uint64_t so_far, untold;
+    if (exec_told_unrun(r->told, path, &so_far, &untold))
+        say(path, "%s: %s; %llu alert(s) not run so far, %llu failure(s) not told", why,
+            strerror(rc), (unsigned long long)so_far, (unsigned long long)untold);
 }
 
 /* Hands the first program waiting to the spawner, when it has none and
@@ -761,13 +735,15 @@ void exec_runner_hide_env(struct exec_runner *r, const char *const *names, size_
 }
 
 /* An alert <path> will not get; counted (sluice_exec_dropped_total) and
- * told at the 1st, 2nd, 4th... drop: not a storm on standard error. */
+ * told at <path>'s 1st, 2nd, 4th... drop, with its own count: not a storm
+ * on standard error, and each program that loses alerts named. */
 static void drop(struct exec_runner *r, const char *path, const char *why)
 {
+    uint64_t so_far;
     r->failures++;
     r->dropped++;
-    if ((r->dropped & (r->dropped - 1)) == 0)
-        say(path, "%s; %llu alert(s) dropped so far", why, (unsigned long long)r->dropped);
+    if (exec_told_drop(r->told, path, &so_far))
+        say(path, "%s; %llu alert(s) dropped so far", why, (unsigned long long)so_far);
 }
 
 void exec_runner_run(struct exec_runner *r, const char *path, const char *data, size_t n)
@@ -936,14 +912,6 @@ void exec_runner_free(struct exec_runner *r)
     if (r->dropped > 0)
         fprintf(stderr, "sluice: alert sinks exec: %llu alert(s) dropped in all\n",
                 (unsigned long long)r->dropped);
-    for (size_t i = 0; i < r->nunrun; i++) {
-        const struct unrun *u = &r->unrun[i];
-        if (u->failed > u->told)
-            say(u->path, "%llu alert(s) not run in all, %llu failure(s) not told",
-                (unsigned long long)u->failed, (unsigned long long)(u->failed - u->told));
-        free(u->path);
-    }
-    free(r->unrun);
     for (size_t i = 0; i < r->nkids; i++)
         if (r->kids[i]->pid > 0)
             kill_group(r->kids[i]->pid);
@@ -965,7 +933,7 @@ void exec_runner_free(struct exec_runner *r)
                 "while running, %zu never started\n",
                 r->nkids, r->nkids - waiting, waiting);
     reap_killed(r, deadline);
-    exec_told_free(r->told); /* the failures the last minute counted */
+    exec_told_free(r->told); /* the failures the last minute counted, what was not told */
     for (size_t i = 0; i < r->nkids; i++)
         child_free(r->kids[i]);
     free(r->kids);

@@ -24,6 +24,8 @@
 
 #include <event2/event.h>
 
+#include "stderr_capture.h"
+
 /* The unit's kill() calls, which the test can make do nothing (test_kill,
  * below): a program in uninterruptible sleep (D state: a read from a hung
  * NFS server) does not end on SIGKILL, and no test can put one there. */
@@ -102,6 +104,13 @@ static void over_the_cap_alerts_are_dropped_and_counted(void **state)
     rmdir(dir);
 }
 
+/* An alert, as the programs get it. */
+static const char an_alert[] = "{\"event\":\"alert\"}\n";
+
+/* What each of two programs may hold: its share of the running and of the
+ * waiting. */
+#define HALF_SHARE (SINK_EXEC_MAX_RUNNING / 2 + SINK_EXEC_MAX_WAITING / 2)
+
 /* Two exec sinks' programs, one that hangs (until its 5 s kill), one that
  * reads its alert and ends, and a runner told of <programs> of them. */
 struct two_sinks {
@@ -146,10 +155,9 @@ static void a_hung_program_holds_its_share_not_the_other_sinks(void **state)
     struct two_sinks t = {0};
     two_sinks_start(&t, 2);
     struct exec_runner *r = t.r;
-    const char alert[] = "{\"event\":\"alert\"}\n";
-    const size_t held = SINK_EXEC_MAX_RUNNING / 2 + SINK_EXEC_MAX_WAITING / 2, extra = 30;
+    const size_t held = HALF_SHARE, extra = 30;
     for (size_t i = 0; i < held + extra; i++)
-        exec_runner_run(r, t.hung, alert, sizeof(alert) - 1);
+        exec_runner_run(r, t.hung, an_alert, sizeof(an_alert) - 1);
     assert_int_equal(exec_runner_busy(r), held);
     assert_int_equal(exec_runner_dropped(r), extra);
     alarm(20);
@@ -157,7 +165,7 @@ static void a_hung_program_holds_its_share_not_the_other_sinks(void **state)
     for (int i = 0; i < 2000 && r->running < SINK_EXEC_MAX_RUNNING / 2; i++)
         event_base_loop(t.base, EVLOOP_ONCE);
     assert_int_equal(r->running, SINK_EXEC_MAX_RUNNING / 2);
-    exec_runner_run(r, t.fast, alert, sizeof(alert) - 1);
+    exec_runner_run(r, t.fast, an_alert, sizeof(an_alert) - 1);
     assert_int_equal(exec_runner_busy(r), held + 1);
     assert_int_equal(exec_runner_dropped(r), extra);
     pid_t pid = started(t.base, r->kids[r->nkids - 1]);
@@ -169,6 +177,52 @@ static void a_hung_program_holds_its_share_not_the_other_sinks(void **state)
     for (size_t i = 0; i < r->nkids; i++) /* none of the hung program's waiting ones started */
         if (strcmp(r->kids[i]->path, t.hung) == 0 && i >= SINK_EXEC_MAX_RUNNING / 2)
             assert_int_equal(r->kids[i]->pid, 0);
+    two_sinks_end(&t);
+}
+
+static void free_saying(struct exec_runner *r, bool kills_ignored, const char *errpath, char *said,
+                        size_t cap);
+
+/* Two programs, both hung: the first drops 4 alerts past its share (told
+ * at its 1st, 2nd and 4th drop), then the second drops 3. Each program's
+ * drops are counted and told on their own: the second's first drop names
+ * it, with its own count, and its 3rd, not told, is at exit. Before, the
+ * count was the runner's: the second's drops were the 5th to 7th, no
+ * power of two, and standard error never named the program that lost
+ * them (nor did the exit: its line names no program). */
+static void each_programs_drops_are_told_under_its_name(void **state)
+{
+    (void)state;
+    struct two_sinks t = {0};
+    two_sinks_start(&t, 2);
+    struct stderr_capture cap;
+    char said[8192], at_exit[4096], want[256];
+    stderr_capture_begin(&cap);
+    for (size_t i = 0; i < HALF_SHARE + 4; i++)
+        exec_runner_run(t.r, t.hung, an_alert, sizeof(an_alert) - 1);
+    for (size_t i = 0; i < HALF_SHARE + 3; i++)
+        exec_runner_run(t.r, t.fast, an_alert, sizeof(an_alert) - 1);
+    stderr_capture_end(&cap, said, sizeof(said));
+    assert_int_equal(exec_runner_dropped(t.r), 7);
+    /* (the runner's 1040 are full: the caps' words, not the share's) */
+    snprintf(want, sizeof(want), "sluice: alert sink exec %s: too many alerts", t.fast);
+    const char *fast = strstr(said, want);
+    if (fast == NULL)
+        fail_msg("the second program's drops are not told under its name:\n%s", said);
+    assert_non_null(strstr(fast, "; 1 alert(s) dropped so far\n"));
+    assert_non_null(strstr(fast, "; 2 alert(s) dropped so far\n"));
+    snprintf(want, sizeof(want), "%s: too many of its alerts", t.hung);
+    assert_non_null(strstr(said, want));
+    assert_non_null(strstr(said, "; 4 alert(s) dropped so far\n"));
+
+    free_saying(t.r, false, "/tmp/sluice-exec-said", at_exit, sizeof(at_exit));
+    t.r = NULL;
+    assert_non_null(strstr(at_exit, "sluice: alert sinks exec: 7 alert(s) dropped in all\n"));
+    snprintf(want, sizeof(want), "sluice: alert sink exec %s: 3 alert(s) dropped in all\n", t.fast);
+    if (strstr(at_exit, want) == NULL)
+        fail_msg("the second program's untold drop is not said at exit:\n%s", at_exit);
+    snprintf(want, sizeof(want), "%s: 4 alert(s) dropped in all", t.hung);
+    assert_null(strstr(at_exit, want)); /* every one of its drops was told */
     two_sinks_end(&t);
 }
 
@@ -440,6 +494,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(over_the_cap_alerts_are_dropped_and_counted),
         cmocka_unit_test(a_hung_program_holds_its_share_not_the_other_sinks),
+        cmocka_unit_test(each_programs_drops_are_told_under_its_name),
         cmocka_unit_test(a_program_a_reload_took_out_still_shares),
         cmocka_unit_test(the_exit_does_not_wait_for_ever_for_a_program),
         cmocka_unit_test(a_start_whose_exec_hangs_holds_neither_the_loop_nor_the_exit),
