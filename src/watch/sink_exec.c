@@ -659,6 +659,45 @@ static pid_t spawning_pid(struct exec_runner *r)
     return 0;
 }
 
+/* How many orphans one reap() takes at the most: it runs on the loop, and
+ * the next SIGCHLD takes the rest. */
+#define ORPHANS_PER_REAP 64
+
+/* True when <pid> is a program of r's (started, or being started). */
+static bool is_program(const struct exec_runner *r, pid_t pid)
+{
+    for (size_t i = 0; i < r->nkids; i++)
+        if (r->kids[i]->pid == pid)
+            return true;
+    return false;
+}
+
+/* As the init of its PID namespace (a container's entry point, without
+ * --init), the gateway is the parent of every orphan there: what a
+ * program left running when it ended (killed with its group, as reap()
+ * does, or a setsid daemon that ended later) becomes its child, and
+ * only the programs' own pids are waited for: each stayed a zombie,
+ * holding a PID, until a pids.max refused the gateway's next program or
+ * thread. Reaps those that ended, any child not a program of r's. Not
+ * while a program is being started: its pid is not known yet, and its
+ * exit (killed in its exec) is on_spawned()'s to see; on_spawned() reaps
+ * again once it is known. */
+static void reap_orphans(struct exec_runner *r)
+{
+    if (getpid() != 1 || r->spawning != NULL)
+        return;
+    for (int i = 0; i < ORPHANS_PER_REAP; i++) {
+        siginfo_t si;
+        si.si_pid = 0;
+        /* Looked at first: a program of ours is reap()'s to wait for. */
+        if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0 ||
+            is_program(r, si.si_pid))
+            return; /* none, or one of ours first: its own SIGCHLD comes */
+        if (waitpid(si.si_pid, NULL, WNOHANG) <= 0)
+            return;
+    }
+}
+
 static void reap(struct exec_runner *r)
 {
     for (size_t i = 0; i < r->nkids;) {
@@ -700,6 +739,7 @@ static void reap(struct exec_runner *r)
         k->use->running--;
         child_done(r, i);
     }
+    reap_orphans(r);
     start_waiting(r);
 }
 

@@ -4,7 +4,8 @@
  * standard output goes to our standard error, never into the log); it is
  * killed after SINK_EXEC_TIMEOUT_MS, with its process group (its own,
  * so that what a script started dies with it); when it exits sooner, what
- * it left running in its group is killed then, before it is reaped. Its environment is the
+ * it left running in its group is killed then, before it is reaped (as
+ * its PID namespace's init, the gateway reaps such orphans too). Its environment is the
  * gateway's without the agents' tokens (exec_runner_hide_env). Spawning uses posix_spawn on a
  * thread of the runner's, one program at a time (posix_spawn returns once
  * the exec is done, which waits as long as the program's storage: a hung

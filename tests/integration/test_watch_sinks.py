@@ -425,6 +425,75 @@ def test_exec_sink_program_that_exits_takes_what_it_left_running(gateway, net, t
     assert "killed" not in gw.stderr()  # the program itself exited: no failure to tell
 
 
+# Runs argv[1:] as the init (PID 1) of a new PID namespace, as a
+# container's entry point runs, passing SIGTERM, SIGINT and SIGHUP on;
+# exits with its status. Exits 77 when no PID namespace can be made.
+AS_PID1 = r"""
+import ctypes, os, signal, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.unshare(0x20000000) != 0:  # CLONE_NEWPID: the next child is its init
+    sys.stderr.write("unshare(CLONE_NEWPID): %s\n" % os.strerror(ctypes.get_errno()))
+    sys.exit(77)
+pid = os.fork()
+if pid == 0:
+    os.execv(sys.argv[1], sys.argv[1:])
+for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(s, lambda n, f: os.kill(pid, n))
+sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
+
+def _child_pids(pid):
+    """The pids of <pid>'s children, of all its threads."""
+    found = []
+    for task in os.listdir("/proc/%d/task" % pid):
+        try:
+            found += [int(k) for k in
+                      open("/proc/%d/task/%s/children" % (pid, task)).read().split()]
+        except OSError:
+            continue
+    return found
+
+
+def _children(pid):
+    """<pid>'s children, each with whether it is a zombie."""
+    return {k: not _running(k) for k in _child_pids(pid)}
+
+
+def test_exec_sink_leaves_no_zombie_when_the_gateway_is_pid_1(gateway, net, tmp_path):
+    """As the init of its PID namespace (a container's entry point, without
+    --init), the gateway is the parent of every orphan there: the `sleep`
+    an alert program left in the background, killed with the program's
+    group when the program exits, became its child, and was never reaped
+    (only the programs' own pids were waited for): a zombie per alert,
+    each holding a PID until a container's pids.max refused the next
+    program, thread or connection's thread. Such children are reaped now."""
+    if not os.path.exists("/proc/self/task/%d/children" % os.getpid()):
+        pytest.skip("no /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN)")
+    started = tmp_path / "started"
+    prog = write_script(str(tmp_path / "bg.sh"),
+                        "#!/bin/sh\ncat >/dev/null\nsleep 1000 &\ntouch %s\nexit 0\n" % started)
+    gw = gateway(net.policy(rules(net), alerts={"sinks": [{"exec": prog}]}),
+                 prefix=["/usr/bin/python3", "-c", AS_PID1], wait=False,
+                 args=["--alerts", str(tmp_path / "a.jsonl"), "--grace", "1s"])
+    poll(lambda: gw.proc.poll() is not None or "sluice: serving " in gw.stderr() or None,
+         timeout=30, what="the gateway to serve")
+    if gw.proc.poll() == 77:
+        pytest.skip("cannot make a PID namespace: %s" % gw.stderr().strip())
+    gw.wait_ready()
+    sluice = poll(lambda: list(_children(gw.proc.pid)) or None, timeout=10,
+                  what="the gateway under its PID namespace's parent")[0]
+    assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
+    poll(lambda: started.exists() or None, timeout=10, what="the program's sleep started")
+    try:
+        poll(lambda: not _children(sluice) or None, timeout=10,
+             what="the program and what it left ended and reaped")
+    except AssertionError as e:
+        raise AssertionError("%s: the gateway's children (pid: a zombie?): %s"
+                             % (e, _children(sluice)))
+    gw.stop()
+
+
 def test_webhook_delivers(gateway, net, tmp_path):
     rcv = Receiver()
     try:
@@ -1808,17 +1877,12 @@ def _children_waiting_in_fuse(pid):
     """The children of <pid> asleep in the FUSE client (a lookup under the
     hung mount)."""
     found = []
-    for task in os.listdir("/proc/%d/task" % pid):
+    for k in _child_pids(pid):
         try:
-            kids = open("/proc/%d/task/%s/children" % (pid, task)).read().split()
+            if "fuse" in open("/proc/%d/wchan" % k).read():
+                found.append(k)
         except OSError:
-            continue
-        for k in kids:
-            try:
-                if "fuse" in open("/proc/%s/wchan" % k).read():
-                    found.append(int(k))
-            except OSError:
-                pass
+            pass
     return found
 
 
