@@ -971,19 +971,70 @@ static int inherited_fd(const struct stat *st)
     return -1;
 }
 
+/* A descriptor of our own for the inherited descriptor <fd> (standard
+ * output, or the standard error the relay took over), without making the
+ * one we share with the parent non-blocking: a regular file never blocks,
+ * so it is used as is; a pipe or terminal is reopened through /proc for a
+ * private open file description; a socket is written with MSG_DONTWAIT.
+ * Without /proc, and only when <may_share>, the description is shared and
+ * made non-blocking (standard output's; the relay writes the original
+ * standard error with blocking writes, which that would break). */
+static int open_inherited(int fd, bool may_share)
+{
+    struct stat st;
+    char self[32];
+
+    if (fstat(fd, &st) < 0)
+        return -1;
+    if (S_ISREG(st.st_mode) || S_ISSOCK(st.st_mode))
+        return fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+    int own = open(self, O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC);
+    if (own >= 0 || !may_share)
+        return own;
+    own = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    if (own >= 0) {
+        int fl = fcntl(own, F_GETFL);
+        if (fl < 0 || fcntl(own, F_SETFL, fl | O_NONBLOCK) < 0) {
+            close(own);
+            return -1;
+        }
+    }
+    return own;
+}
+
+static bool same_file(int a, int b);
+
+/* True when <fd> is the relay's pipe (stderr_relay.h), which descriptor 2
+ * is while the relay runs: /dev/stderr, /dev/fd/2 or /proc/self/fd/2,
+ * opened then. Such a path names the standard error the process was
+ * started with: through the relay, the log would not see what becomes of
+ * its lines (a reader gone, a file that does not take them: /healthz
+ * saying "ok" while they are lost), nor wait for a file's writes. */
+static bool is_relay_pipe(int fd)
+{
+    return stderr_relay_original() != STDERR_FILENO && same_file(fd, STDERR_FILENO);
+}
+
 /* Opens the log's path. One that names the regular file or the socket
  * standard output or error has open (/dev/stdout, /dev/fd/1, a file `>` or
  * systemd's StandardOutput= opened) is written through that descriptor's
  * open file description, as `--log -` is: a socket cannot be opened by name
  * (ENXIO; systemd's StandardOutput=journal is one), and a description of
  * its own, with an offset of its own, would write over what the other
- * writes (standard error with `2>&1`: a message landed on a log line). */
+ * writes (standard error with `2>&1`: a message landed on a log line). A
+ * path that names the relay's pipe is the original standard error's
+ * (is_relay_pipe()), opened as `--log -` opens standard output. */
 static int open_path(const char *path, unsigned lflags)
 {
     int flags = O_WRONLY | O_CREAT | O_APPEND | O_NONBLOCK | O_CLOEXEC;
     int fd =
         (lflags & LOG_JSONL_NO_LINKS) ? open_no_links(path, flags, 0640) : open(path, flags, 0640);
     struct stat st;
+    if (fd >= 0 && is_relay_pipe(fd)) {
+        close(fd);
+        return open_inherited(stderr_relay_original(), false);
+    }
     if (fd < 0) {
         int e = errno;
         if (e != ENXIO || stat(path, &st) < 0 || !S_ISSOCK(st.st_mode)) {
@@ -1003,34 +1054,6 @@ static int open_path(const char *path, unsigned lflags)
     if (fd >= 0)
         close(fd);
     return dup;
-}
-
-/* Standard output without making the descriptor we share with the parent
- * non-blocking: a regular file never blocks, so it is used as is; a pipe or
- * terminal is reopened through /proc for a private open file description;
- * a socket is written with MSG_DONTWAIT. */
-static int open_stdout(void)
-{
-    struct stat st;
-    int fd;
-
-    if (fstat(STDOUT_FILENO, &st) < 0)
-        return -1;
-    if (S_ISREG(st.st_mode) || S_ISSOCK(st.st_mode))
-        return fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
-    fd = open("/proc/self/fd/1", O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC);
-    if (fd >= 0)
-        return fd;
-    /* No /proc: share the description and make it non-blocking. */
-    fd = fcntl(STDOUT_FILENO, F_DUPFD_CLOEXEC, 3);
-    if (fd >= 0) {
-        int fl = fcntl(fd, F_GETFL);
-        if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
-            close(fd);
-            return -1;
-        }
-    }
-    return fd;
 }
 
 /* What a failed open (or, with <reopen>, reopen) with errno <e> says: ELOOP
@@ -1085,7 +1108,7 @@ struct log_jsonl *log_jsonl_open(struct event_base *base, const char *path, unsi
         goto nomem;
     if ((l->pending = evbuffer_new()) == NULL)
         goto nomem;
-    l->fd = std ? open_stdout() : open_path(l->path, l->flags);
+    l->fd = std ? open_inherited(STDOUT_FILENO, true) : open_path(l->path, l->flags);
     if (l->fd < 0) {
         int e = errno;
         *err = errmsg(std ? "standard output" : path, open_failure(l->path, l->flags, e, false), e);
