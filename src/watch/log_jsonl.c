@@ -210,7 +210,7 @@ struct log_jsonl {
     char *path;             /* NULL for standard output */
     unsigned flags;         /* LOG_JSONL_NO_LINKS */
     int fd;
-    bool is_sock;  /* write with send(MSG_DONTWAIT) */
+    bool is_sock;  /* write with send(MSG_DONTWAIT), PIPE_BUF at most at a time (pipe_piece) */
     bool is_pipe;  /* a pipe or FIFO: written PIPE_BUF at most at a time (pipe_piece) */
     bool is_fifo;  /* a named FIFO, whose reader can come back after it left (EPIPE) */
     bool is_reg;   /* a regular file: EAGAIN is no reader behind (file_writer.again) */
@@ -704,13 +704,16 @@ static void drop_pending(struct log_jsonl *l)
     evbuffer_drain(l->pending, evbuffer_get_length(l->pending));
 }
 
-/* On a pipe, how many bytes of <pending>, from line_sent on, one write
- * takes: whole lines, at most PIPE_BUF bytes, which the kernel writes
- * atomically (all or, non-blocking, nothing). Another writer to the same
- * pipe (sluice's own standard error with `2>&1`, an exec program's output)
- * then cannot land inside a line: a write of many lines is atomic only up
- * to PIPE_BUF, and one that stops short stops mid-line. A line longer than
- * PIPE_BUF cannot be atomic: it goes alone, to its end. */
+/* On a pipe or socket, how many bytes of <pending>, from line_sent on,
+ * one write takes: whole lines, at most PIPE_BUF bytes, which the kernel
+ * writes atomically (all or, non-blocking, nothing: on a unix stream
+ * socket, one buffer of the peer's queue, which a send that small is).
+ * Another writer to the same pipe or socket (sluice's own standard error
+ * with `2>&1`, or on systemd's StandardOutput=journal socket, which
+ * standard error shares; an exec program's output) then cannot land inside
+ * a line: a write of many lines is atomic only up to PIPE_BUF, and one
+ * that stops short stops mid-line. A line longer than PIPE_BUF cannot be
+ * atomic: it goes alone, to its end. */
 static size_t pipe_piece(struct log_jsonl *l)
 {
     size_t len = evbuffer_get_length(l->pending), lines;
@@ -725,7 +728,7 @@ static size_t pipe_piece(struct log_jsonl *l)
     return nl.pos < 0 ? len - l->line_sent : (size_t)nl.pos + 1 - l->line_sent;
 }
 
-/* Elsewhere (a file, a socket, a terminal), how many bytes of <pending>,
+/* Elsewhere (a file, a terminal), how many bytes of <pending>,
  * from line_sent on, one write takes: all of them, or when they lie in more
  * pieces than one write takes (DRAIN_IOV), the whole lines of those pieces,
  * so that a write does not stop mid-line when it need not. A truncate of
@@ -798,7 +801,7 @@ static int drain(struct log_jsonl *l)
     restart_cut_line(l);
     while (evbuffer_get_length(l->pending) > 0) {
         struct iovec iov[DRAIN_IOV];
-        int nv = pending_iov(l, iov, l->is_pipe ? pipe_piece(l) : whole_piece(l));
+        int nv = pending_iov(l, iov, l->is_pipe || l->is_sock ? pipe_piece(l) : whole_piece(l));
         ssize_t w = write_pieces(l, iov, nv);
 
         if (w < 0) {

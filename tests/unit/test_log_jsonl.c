@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -27,9 +28,15 @@
 #include <event2/event.h>
 #include <jansson.h>
 
+/* A write's pieces measured (writev_longest, writev_mid_line). */
+static void measure_write(const struct iovec *iov, size_t n);
 /* The unit's writev() calls, counted (counted_writev, below). */
 static ssize_t counted_writev(int fd, const struct iovec *iov, int n);
 #define writev counted_writev
+/* The unit's sendmsg() calls (a socket's writes), measured as writev()'s
+ * (counted_sendmsg, below). */
+static ssize_t counted_sendmsg(int fd, const struct msghdr *msg, int flags);
+#define sendmsg counted_sendmsg
 /* The unit's poll() calls, whose waits a test can sum (timed_poll, below). */
 static int timed_poll(struct pollfd *fds, nfds_t n, int timeout);
 #define poll timed_poll
@@ -43,6 +50,7 @@ static void wait_seam(struct file_writer *fw, uint64_t seq);
 #include "watch/log_jsonl.c" /* the unit under test, internals included */
 #undef quiet_thread_create
 #undef writev
+#undef sendmsg
 #undef poll
 /* The real one, whose declaration the renaming above took (the header's
  * guard keeps it from coming again). */
@@ -107,17 +115,29 @@ static ssize_t counted_writev(int fd, const struct iovec *iov, int n)
         errno = EAGAIN;
         return -1;
     }
+    writev_calls++;
+    measure_write(iov, (size_t)n);
+    return writev(fd, iov, n);
+}
+
+/* <iov>'s <n> pieces: their length in all, and whether they end a line. */
+static void measure_write(const struct iovec *iov, size_t n)
+{
     size_t total = 0;
     char last = '\n';
-    for (int i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++) {
         total += iov[i].iov_len;
         if (iov[i].iov_len > 0)
             last = ((const char *)iov[i].iov_base)[iov[i].iov_len - 1];
     }
-    writev_calls++;
     writev_longest = total > writev_longest ? total : writev_longest;
     writev_mid_line += last != '\n';
-    return writev(fd, iov, n);
+}
+
+static ssize_t counted_sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+    measure_write(msg->msg_iov, msg->msg_iovlen);
+    return sendmsg(fd, msg, flags);
 }
 
 static struct timespec spec_ts(int sec, long ms)
@@ -1377,6 +1397,69 @@ static void test_pipe_never_blocks(void **state)
 
 static void read_all(int rd, char *buf, size_t cap, size_t *got);
 
+/* Standard output a unix stream socket that standard error shares
+ * (systemd's StandardOutput=journal: standard error is the same stream):
+ * the relay writes sluice's messages onto it between the log's writes.
+ * Lines that waited went out in one send of the whole backlog, which
+ * stopped where the socket's room ended, mid-line, and a message written
+ * then landed inside that line. They go in sends of whole lines of at most
+ * PIPE_BUF bytes now, each of which the socket takes whole or not at all. */
+static void test_socket_gets_whole_lines_up_to_pipe_buf(void **state)
+{
+    (void)state;
+    static const char msg[] = "sluice: a message\n";
+    struct event_base *base = event_base_new();
+    int sv[2], small = 16384, saved;
+    char *err = NULL;
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    assert_int_equal(setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+    fflush(stdout);
+    saved = dup(STDOUT_FILENO);
+    assert_int_equal(dup2(sv[1], STDOUT_FILENO), STDOUT_FILENO);
+    struct log_jsonl *l = log_jsonl_open(base, "-", 0, &err);
+    assert_int_equal(dup2(saved, STDOUT_FILENO), STDOUT_FILENO);
+    close(saved);
+    assert_non_null(l);
+    const size_t line = strlen(spec_line1), lines = 600;
+    size_t cap = lines * (line + sizeof(msg)) + 1, got = 0, msgs = 0;
+    char *buf = malloc(cap);
+    writev_longest = 0;
+    writev_mid_line = 0;
+    for (size_t i = 0; i < lines; i++) /* more than the socket holds: some wait */
+        log_jsonl_write_line(l, spec_line1, line);
+    assert_true(log_jsonl_pending_bytes(l) > PIPE_BUF);
+    assert_int_equal(fcntl(sv[0], F_SETFL, O_NONBLOCK), 0);
+    for (int i = 0; i < 1000 && log_jsonl_pending_bytes(l) > 0; i++) {
+        read_all(sv[0], buf, cap - 1, &got);
+        log_jsonl_flush(l, 0);
+        read_all(sv[0], buf, cap - 1, &got);
+        /* the other writer (the relay's blocking write of a message) */
+        msgs += send(sv[1], msg, sizeof(msg) - 1, MSG_DONTWAIT) == (ssize_t)sizeof(msg) - 1;
+    }
+    assert_int_equal(log_jsonl_pending_bytes(l), 0);
+    read_all(sv[0], buf, cap - 1, &got);
+    buf[got] = '\0';
+    size_t seen = 0, seen_msgs = 0;
+    for (char *p = buf, *nl; (nl = strchr(p, '\n')) != NULL; p = nl + 1) {
+        size_t n = (size_t)(nl + 1 - p);
+        if (n == sizeof(msg) - 1 && memcmp(p, msg, n) == 0)
+            seen_msgs++;
+        else if (n == line && memcmp(p, spec_line1, n) == 0)
+            seen++;
+        else
+            fail_msg("a line cut by the other writer: %.*s", (int)(n < 300 ? n : 300), p);
+    }
+    assert_int_equal(seen, lines);
+    assert_int_equal(seen_msgs, msgs);
+    assert_true(writev_longest <= PIPE_BUF);
+    assert_int_equal(writev_mid_line, 0);
+    free(buf);
+    log_jsonl_close(l);
+    close(sv[0]);
+    close(sv[1]);
+    event_base_free(base);
+}
+
 /* Lines that waited for a pipe go out in writes of whole lines of at most
  * PIPE_BUF bytes, each atomic: another writer to the same pipe (standard
  * error with `2>&1`) cannot land inside a line. */
@@ -2015,6 +2098,7 @@ int main(void)
         cmocka_unit_test(test_a_loop_written_file_that_would_block_is_retried_paced),
         cmocka_unit_test(test_pipe_never_blocks),
         cmocka_unit_test(test_pipe_gets_whole_lines_up_to_pipe_buf),
+        cmocka_unit_test(test_socket_gets_whole_lines_up_to_pipe_buf),
         cmocka_unit_test(test_pending_cap_and_flush),
         cmocka_unit_test(test_no_links),
         cmocka_unit_test(test_reader_gone),
