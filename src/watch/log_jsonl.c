@@ -1059,6 +1059,32 @@ static int open_path(const char *path, unsigned lflags)
     return dup;
 }
 
+/* A line end, when the regular file <fd> (the log's path, just opened)
+ * ends inside a line: its last write was cut short (a full disk at the
+ * last stop, a SIGKILL in the middle of a write), and the log's first line
+ * would go on at that half line, the two one line no reader parses, the
+ * new decision lost with it. The last byte is read through a descriptor of
+ * its own (the log's is write-only), opened through /proc on the very
+ * file; one that cannot be read so, or a line end the disk does not take,
+ * is let be. Not for the file standard output or error has open: others
+ * write it, a line of theirs may be under way. */
+static void end_cut_line(int fd)
+{
+    struct stat st;
+    char self[32], last;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0 || inherited_fd(&st) >= 0)
+        return;
+    snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+    int rd = open(self, O_RDONLY | O_CLOEXEC);
+    if (rd < 0)
+        return;
+    if (pread(rd, &last, 1, st.st_size - 1) == 1 && last != '\n') {
+        ssize_t w = write(fd, "\n", 1); /* O_APPEND: at the end */
+        (void)w;
+    }
+    close(rd);
+}
+
 /* What a failed open (or, with <reopen>, reopen) with errno <e> says: ELOOP
  * under LOG_JSONL_NO_LINKS is a refusal, not a loop of links; ENXIO on a
  * FIFO is one that no one has open for reading (opened O_NONBLOCK, so as
@@ -1117,6 +1143,8 @@ struct log_jsonl *log_jsonl_open(struct event_base *base, const char *path, unsi
         *err = errmsg(std ? "standard output" : path, open_failure(l->path, l->flags, e, false), e);
         goto err;
     }
+    if (!std)
+        end_cut_line(l->fd);
     struct fd_kind kind = probe_fd(l->fd);
     if (make_event(l, &kind) < 0 || (l->fev = event_new(base, -1, 0, on_flush, l)) == NULL ||
         (l->retry = evtimer_new(base, on_writable, l)) == NULL)
@@ -1657,8 +1685,10 @@ static int writer_reopen(struct log_jsonl *l, const char *fail_msg)
     struct fd_kind kind = probe_fd(fd);
     /* A line the old file got part of goes whole to a new one (rotated);
      * the same file (a SIGHUP for a policy reload) gets the rest of it. */
-    if (!same_file(l->fd, fd))
+    if (!same_file(l->fd, fd)) {
         l->line_sent = 0;
+        end_cut_line(fd);
+    }
     close(l->fd);
     l->fd = fd;
     set_kind(l, &kind);

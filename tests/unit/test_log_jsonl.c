@@ -1877,6 +1877,64 @@ static void test_reopen_after_a_partial_line(void **state)
     event_base_free(base);
 }
 
+/* Writes <text> as the whole of the file <path>. */
+static void put_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, strlen(text), f), strlen(text));
+    assert_int_equal(fclose(f), 0);
+}
+
+/* A file that ends inside a line (its last write cut short: a full disk
+ * at the last stop, a SIGKILL in the middle of a write): the log's first
+ * line went on at that half line, and the two made one line no reader
+ * parses, the new decision lost with it. A line end comes first now, at
+ * the open and at a SIGHUP's reopen of another file; a file that ends a
+ * line gets none. */
+static void test_a_file_that_ends_mid_line_gets_a_line_end_first(void **state)
+{
+    (void)state;
+    static const char half[] = "{\"ts\":\"2026-11-30T19:00:00.123Z\",\"event\":\"agent_eg";
+    struct event_base *base = event_base_new();
+    const size_t line = strlen(spec_line1);
+    char path[128], rotated[160], want[2 * LONG_LINE_CAP];
+    size_t len;
+    snprintf(path, sizeof(path), "%s/cut.jsonl", tmpdir);
+    put_file(path, half);
+    struct log_jsonl *l = open_on_file(base, "cut.jsonl", path, sizeof(path));
+    log_jsonl_write_line(l, spec_line1, line);
+    assert_int_equal(log_jsonl_flush(l, 1000), 0);
+    snprintf(want, sizeof(want), "%s\n%s", half, spec_line1);
+    char *file = slurp(path, &len);
+    assert_int_equal(len, strlen(want));
+    assert_memory_equal(file, want, len);
+    free(file);
+    /* rotated: a new file that ends mid-line at the path */
+    snprintf(rotated, sizeof(rotated), "%s.1", path);
+    assert_int_equal(rename(path, rotated), 0);
+    put_file(path, half);
+    assert_int_equal(log_jsonl_reopen(l), 0);
+    log_jsonl_write_line(l, spec_line1, line);
+    assert_int_equal(log_jsonl_flush(l, 1000), 0);
+    file = slurp(path, &len);
+    assert_int_equal(len, strlen(want));
+    assert_memory_equal(file, want, len);
+    free(file);
+    /* the same file again (a SIGHUP for a reload): it ends a line */
+    assert_int_equal(log_jsonl_reopen(l), 0);
+    log_jsonl_write_line(l, spec_line1, line);
+    assert_int_equal(log_jsonl_flush(l, 1000), 0);
+    file = slurp(path, &len);
+    assert_int_equal(len, strlen(want) + line);
+    assert_memory_equal(file + strlen(want), spec_line1, line);
+    free(file);
+    log_jsonl_close(l);
+    unlink(rotated);
+    unlink(path);
+    event_base_free(base);
+}
+
 /* The same, but SIGHUP finds the path naming the same file (a policy
  * reload, no rotation): the write goes on where it stopped, mid-line. */
 static void test_reopen_of_the_same_file_goes_on_mid_line(void **state)
@@ -2108,6 +2166,7 @@ int main(void)
         cmocka_unit_test(test_a_line_written_in_part_keeps_its_rest),
         cmocka_unit_test(test_reopen_after_a_partial_line),
         cmocka_unit_test(test_reopen_of_the_same_file_goes_on_mid_line),
+        cmocka_unit_test(test_a_file_that_ends_mid_line_gets_a_line_end_first),
         cmocka_unit_test(test_reopen_soon_keeps_lines_for_the_new_file),
         cmocka_unit_test(test_reopen_soon_that_fails_keeps_the_old_file),
         cmocka_unit_test(test_reopen_soon_without_a_thread_keeps_the_old_descriptor),
