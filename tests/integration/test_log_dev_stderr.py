@@ -21,7 +21,6 @@ from held_requests import admin_get, decided, healthz
 from uffd_hold import FileLock
 from watch_helpers import free_tcp_port
 
-GONE = (503, b"unhealthy: decisions log: its reader is gone\n")
 STUCK = (503, b"unhealthy: decisions log: a write has not returned for 5 s or more "
               b"(a hung or frozen file system?)\n")
 
@@ -31,34 +30,42 @@ def deny(port, i):
     answer's status."""
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
     try:
-        s.sendall(build_request("GET", "http://nowhere.example.test/%d" % i,
+        s.sendall(build_request("GET", "http://h%d.example.test/%d" % (i, i),
                                 headers={"Connection": "close"}))
         return read_response(s).status
     finally:
         s.close()
 
 
-def dropped(admin):
+def dropped(admin, log):
     for line in admin_get(admin, "/metrics").decode().splitlines():
-        if line.startswith('sluice_log_dropped_lines_total{log="decisions"} '):
+        if line.startswith('sluice_log_dropped_lines_total{log="%s"} ' % log):
             return int(line.rsplit(" ", 1)[1])
     raise AssertionError("no sluice_log_dropped_lines_total in /metrics")
 
 
-@pytest.mark.parametrize("name", ["/dev/stderr", "/dev/fd/2"])
-def test_a_log_on_standard_error_whose_reader_is_gone_says_so(sluice_bin, tmp_path, name):
+@pytest.mark.parametrize("option,name", [("--log", "/dev/stderr"), ("--log", "/dev/fd/2"),
+                                         ("--alerts", "/dev/stderr")])
+def test_a_log_on_standard_error_whose_reader_is_gone_says_so(sluice_bin, tmp_path, option,
+                                                              name):
     # Standard error a pipe (a container runtime's, a supervisor's) whose
     # reader dies: the log's lines go nowhere, which /healthz and the
     # dropped count say, as for `--log -` on such a pipe. Through the
-    # relay, /healthz said "ok" and nothing was counted.
+    # relay, /healthz said "ok" and nothing was counted. (Each request is
+    # for a new host no rule covers: a first_contact alert each.)
+    log = "decisions" if option == "--log" else "alerts"
+    mark = b'"event":"agent_egress_end"' if option == "--log" else b'"event":"alert"'
+    gone = (503, b"unhealthy: %s log: its reader is gone\n" % log.encode())
     policy = tmp_path / "p.yaml"
-    policy.write_text("version: 1\nrules:\n  - host: api.example.test\n    tier: 0\n")
+    policy.write_text("version: 1\nrules:\n  - host: api.example.test\n    tier: 0\n"
+                      "alerts:\n  first_contact: true\n")
+    other = ["--log", str(tmp_path / "log.jsonl")] if option == "--alerts" else []
     port, admin = free_tcp_port(), free_tcp_port()
     r, w = os.pipe()
     env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
     env["SLUICE_TEST_METRICS_FRESH_MS"] = "1"
     proc = subprocess.Popen([sluice_bin, "serve", "--policy", str(policy), "--listen",
-                             "127.0.0.1:%d" % port, "--admin", str(admin), "--log", name],
+                             "127.0.0.1:%d" % port, "--admin", str(admin), option, name] + other,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=w,
                             env=env, cwd=str(tmp_path))
     os.close(w)
@@ -70,11 +77,11 @@ def test_a_log_on_standard_error_whose_reader_is_gone_says_so(sluice_bin, tmp_pa
             seen += b
         assert deny(port, 0) == 403
         first = b""
-        while b'"event":"agent_egress_end"' not in first:
+        while mark not in first:
             b = os.read(r, 65536)
             assert b, "standard error ended before the first request's lines"
             first += b
-        assert b'"path":"/0"' in first, first
+        assert b'"host":"h0.example.test"' in first, first
         assert healthz(admin) == (200, b"ok\n")
         os.close(r)  # the reader dies
         r = -1
@@ -83,11 +90,11 @@ def test_a_log_on_standard_error_whose_reader_is_gone_says_so(sluice_bin, tmp_pa
         def told():
             n[0] += 1
             assert deny(port, n[0]) == 403
-            return healthz(admin) == GONE
+            return healthz(admin) == gone
 
         poll(told, timeout=10, interval=0.05,
              what="/healthz to say the log's reader is gone (it says %r)" % (healthz(admin),))
-        assert dropped(admin) > 0
+        assert dropped(admin, log) > 0
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
     finally:
