@@ -30,9 +30,18 @@
  * (every scraper) is answered at the accept (the head is read there, before
  * the listener takes the next connection), so connections queued behind it
  * cannot evict it. Finding the oldest waiting head walks the 64 slots, at
- * the cap only. Only when every slot holds a reply being written or
- * lingering (each ends within 10 s, or 1 s) is the listener disabled, new
- * clients then waiting in the kernel's queue. */
+ * the cap only. With none, the new connection takes the slot of the oldest
+ * lingering one: its reply is with the kernel, which sends it after the
+ * close too (64 clients that neither read nor closed held every slot for
+ * their 1 s each). A reply the kernel takes whole at once lingers from the
+ * start, so only /metrics replies too large for it hold a slot while their
+ * client does not read, and at most ADMIN_METRICS_HELD_MAX (56) of them:
+ * a /metrics GET beyond is a 503 at once, the 8 slots left kept for
+ * /healthz (a supervisor or a load balancer asks it and must not wait for
+ * clients that do not read; before, 64 of them held every slot for their
+ * 10 s, the listener off). Only when every slot writes a reply (not
+ * expected: the replies that do are 56 at most) is the listener disabled,
+ * new clients then waiting in the kernel's queue. */
 #include "watch/admin.h"
 
 #include <arpa/inet.h>
@@ -102,6 +111,7 @@ struct admin {
     struct admin_conn *conns;   /* owned, every open connection */
     unsigned nconns;
     unsigned nheads;         /* of them in AC_HEAD: a new one at the cap may take a slot */
+    unsigned nlingers;       /* of them in AC_LINGER: so may it take one of these */
     struct evbuffer *latest; /* owned: the newest /metrics body, shared (metrics_body) */
     uint64_t latest_gen;     /* counts bodies made; 0: none yet */
     uint64_t latest_ms;      /* when it was made */
@@ -116,13 +126,13 @@ static void arm(struct event *ev, unsigned ms)
 }
 
 /* Accepts while below the cap, or at it while a connection waits for its
- * head (the new one takes its slot), and not backing off; else leaves new
- * clients in the kernel's queue. */
+ * head or lingers (the new one takes its slot), and not backing off; else
+ * leaves new clients in the kernel's queue. */
 static void admin_listen_update(struct admin *a)
 {
     if (a->lev == NULL)
         return;
-    if (a->backing_off || (a->nconns >= ADMIN_CONNS_MAX && a->nheads == 0))
+    if (a->backing_off || (a->nconns >= ADMIN_CONNS_MAX && a->nheads == 0 && a->nlingers == 0))
         evconnlistener_disable(a->lev);
     else
         evconnlistener_enable(a->lev);
@@ -175,15 +185,36 @@ static void leave_head(struct admin_conn *c)
         c->a->nheads--;
 }
 
-/* The oldest connection still waiting for its head, or NULL: the list is
- * newest first, and holds at most ADMIN_CONNS_MAX. */
-static struct admin_conn *oldest_head(const struct admin *a)
+/* The oldest connection in <state>, or NULL: the list is newest first,
+ * and holds at most ADMIN_CONNS_MAX. */
+static struct admin_conn *oldest_in(const struct admin *a, enum admin_state state)
 {
     struct admin_conn *oldest = NULL;
     for (struct admin_conn *c = a->conns; c != NULL; c = c->next)
-        if (c->state == AC_HEAD)
+        if (c->state == state)
             oldest = c;
     return oldest;
+}
+
+/* The connection a new one takes the slot of at the cap: the oldest still
+ * waiting for its head, else the oldest lingering (its reply is with the
+ * kernel, which sends it after the close too); NULL when every slot writes
+ * a reply. */
+static struct admin_conn *evictable(const struct admin *a)
+{
+    struct admin_conn *c = oldest_in(a, AC_HEAD);
+    return c != NULL ? c : oldest_in(a, AC_LINGER);
+}
+
+/* The /metrics replies being written: those the kernel did not take whole
+ * (conn_reply() hands it what it takes at once), waiting for their client
+ * to read. */
+static unsigned metrics_replies_held(const struct admin *a)
+{
+    unsigned n = 0;
+    for (const struct admin_conn *c = a->conns; c != NULL; c = c->next)
+        n += c->state == AC_REPLY && c->body_gen != 0;
+    return n;
 }
 
 /* Closes <c> and frees it; the caller must not touch <c> afterwards. */
@@ -191,6 +222,8 @@ static void conn_free(struct admin_conn *c)
 {
     struct admin *a = c->a;
     leave_head(c);
+    if (c->state == AC_LINGER)
+        a->nlingers--;
     if (c->prev != NULL)
         c->prev->next = c->next;
     else
@@ -208,8 +241,10 @@ static void conn_free(struct admin_conn *c)
 static void conn_linger(struct admin_conn *c)
 {
     c->state = AC_LINGER;
+    c->a->nlingers++;
     c->body_gen = 0; /* written whole: it holds no body now */
     latest_release(c->a);
+    admin_listen_update(c->a); /* a slot a new connection may take */
     bufferevent_disable(c->bev, EV_WRITE);
     /* FIN after the reply; the client sees the end, then closes */
     if (shutdown(bufferevent_getfd(c->bev), SHUT_WR) != 0) {
@@ -222,7 +257,11 @@ static void conn_linger(struct admin_conn *c)
 }
 
 /* Queues the reply: the status line, the headers and, unless <head_only>,
- * <body> (emptied). Reading stops for good: one request per connection. */
+ * <body> (emptied), and hands the kernel at once what it takes: a reply
+ * taken whole (every one but a large /metrics body's) lingers from here,
+ * its slot one a new connection may take, so that only the replies that
+ * wait for their client to read hold theirs. Reading stops for good: one
+ * request per connection. */
 static void conn_reply(struct admin_conn *c, int code, const char *why, const char *ctype,
                        const char *extra, struct evbuffer *body, bool head_only)
 {
@@ -239,6 +278,20 @@ static void conn_reply(struct admin_conn *c, int code, const char *why, const ch
                             code, why, date, ctype, evbuffer_get_length(body), extra) < 0 ||
         (!head_only && evbuffer_add_buffer(out, body) != 0)) {
         conn_free(c);
+        return;
+    }
+    /* A socket bufferevent keeps its output's front frozen, drained by its
+     * own writes only: opened for this one, as those are. */
+    evbuffer_unfreeze(out, 1);
+    int wrote = evbuffer_write(out, bufferevent_getfd(c->bev));
+    int err = errno;
+    evbuffer_freeze(out, 1);
+    if (wrote < 0 && err != EAGAIN && err != EWOULDBLOCK && err != EINTR) {
+        conn_free(c); /* the client is gone: nothing to write to */
+        return;
+    }
+    if (evbuffer_get_length(out) == 0) {
+        conn_linger(c);
         return;
     }
     arm(c->deadline, ADMIN_REPLY_MS);
@@ -286,8 +339,16 @@ static bool body_wanted(struct admin *a, uint64_t now)
 }
 
 /* The body of <c>'s /metrics reply: a reference to a->latest, made anew
- * when body_wanted(). NULL when out of memory. */
-static struct evbuffer *metrics_body(struct admin_conn *c)
+ * when body_wanted(); one for a HEAD (<head_only>) tells its length only,
+ * and the reply holds none of it. NULL when out of memory.
+ *
+ * A HEAD builds the body as a GET would: its Content-Length is the sum of
+ * every line, each label value escaped, which only formatting them tells,
+ * and formatting is what a build costs (the copy into one chain is a
+ * fraction of it). So a HEAD costs no less than a GET and no more: one
+ * build per a->fresh_ms at most, the body kept for the GETs that follow
+ * within it. */
+static struct evbuffer *metrics_body(struct admin_conn *c, bool head_only)
 {
     struct admin *a = c->a;
     uint64_t now = monotonic_ms();
@@ -318,8 +379,10 @@ static struct evbuffer *metrics_body(struct admin_conn *c)
         latest_release(a);
         return NULL;
     }
-    c->body_gen = a->latest_gen;
-    c->body_len = a->latest_len;
+    if (!head_only) {
+        c->body_gen = a->latest_gen;
+        c->body_len = a->latest_len;
+    }
     return body;
 }
 
@@ -338,8 +401,17 @@ static void conn_answer(struct admin_conn *c)
     } else if (h->method == ADMIN_OTHER_METHOD) {
         conn_reply_text(c, 405, "Method Not Allowed", "Allow: GET, HEAD\r\n",
                         "method not allowed\n");
+    } else if (h->page == ADMIN_METRICS && h->method == ADMIN_GET &&
+               metrics_replies_held(c->a) >= ADMIN_METRICS_HELD_MAX) {
+        /* The slots left are for /healthz, which a supervisor or a load
+         * balancer asks and must not wait for clients that do not read:
+         * before, 64 of them held every slot for ADMIN_REPLY_MS each, the
+         * listener off, and a health check waited up to 10 s or timed out. */
+        conn_reply_text(c, 503, "Service Unavailable", "Retry-After: 1\r\n",
+                        "busy: too many /metrics replies wait for their clients to read them; "
+                        "try again\n");
     } else if (h->page == ADMIN_METRICS) {
-        struct evbuffer *body = metrics_body(c);
+        struct evbuffer *body = metrics_body(c, h->method == ADMIN_HEAD);
         if (body == NULL) {
             conn_reply_text(c, 500, "Internal Server Error", "", "out of memory\n");
             return;
@@ -471,7 +543,7 @@ static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct soc
     (void)sa;
     (void)salen;
     if (a->nconns >= ADMIN_CONNS_MAX) {
-        struct admin_conn *oldest = oldest_head(a);
+        struct admin_conn *oldest = evictable(a);
         if (oldest == NULL) { /* not expected: the listener is off then */
             evutil_closesocket(fd);
             admin_listen_update(a);

@@ -25,9 +25,14 @@
  *     ADMIN_BODY_REUSE_MS old) rather than getting one of its own;
  *   - at most ADMIN_CONNS_MAX connections at once: at the cap a new one
  *     takes the slot of the oldest still waiting for its head (closed), so
- *     slow heads cannot hold out a scraper; only when no slot is in its
- *     head does the listener stop accepting (new clients wait in the
- *     kernel's backlog) until one closes;
+ *     slow heads cannot hold out a scraper, else of the oldest lingering
+ *     (its reply written); only when every slot writes a reply does the
+ *     listener stop accepting (new clients wait in the kernel's backlog)
+ *     until one closes;
+ *   - at most ADMIN_METRICS_HELD_MAX /metrics replies waiting for their
+ *     client to read (the kernel did not take them whole): a GET /metrics
+ *     beyond is answered 503 (Retry-After: 1), so that /healthz always
+ *     finds a slot;
  *   - an accept() that fails (EMFILE...) pauses the listener for
  *     ADMIN_BACKOFF_MS instead of spinning, told on standard error at most
  *     once a minute; one that concerns only the connection accept() took
@@ -53,6 +58,9 @@
 #endif
 #define ADMIN_BODY_REUSE_MS 5000 /* ...for a body shared past it, this old at most */
 #define ADMIN_BODY_FRESH_MS 1000 /* a /metrics body is built at most once per this */
+/* /metrics replies waiting for their client at once; the other slots are
+ * kept for /healthz */
+#define ADMIN_METRICS_HELD_MAX (ADMIN_CONNS_MAX - 8)
 
 struct event_base;
 struct metrics;
