@@ -878,12 +878,18 @@ static bool has_room(const struct webhook *w, size_t n)
  * t.stored_max waiting (its row deleted too). */
 static void drop_oldest(struct webhook *w, bool with_row)
 {
+    /* Said of a gateway without --state, and of one whose store is not
+     * open yet (a lock held at the start) or did not take the alert (its
+     * writes over their caps, out of memory): "no state store" misled the
+     * operator of the last two, who gave one. */
     if (w->dropped == 0 && !with_row)
         fprintf(stderr,
-                "sluice: webhook %s: %zu alerts (%zu bytes) queued and no state store: dropping "
-                "the oldest (memory holds at most %zu alerts and %zu bytes; counted in "
+                "sluice: webhook %s: %zu alerts (%zu bytes) queued in memory only (%s): "
+                "dropping the oldest (memory holds at most %zu alerts and %zu bytes; counted in "
                 "sluice_webhook_dropped_total)\n",
-                w->label, w->len, w->bytes, w->t.queue_max, w->t.queue_bytes);
+                w->label, w->len, w->bytes,
+                w->store == NULL ? "no state store is open" : "the state store did not take them",
+                w->t.queue_max, w->t.queue_bytes);
     else if (w->dropped == 0)
         fprintf(stderr,
                 "sluice: webhook %s: %zu alerts waiting, in memory and the state store: "

@@ -788,6 +788,43 @@ def test_webhook_queue_cap_without_store_drops_oldest(gateway, net, tmp_path, ca
         rcv.stop()
 
 
+def test_webhook_memory_cap_with_a_store_that_holds_none_says_so_truly(gateway, net, tmp_path):
+    # With --state given but its database locked by another process at the
+    # start, the alerts wait in memory only, and past its cap the oldest
+    # are dropped: the message said "queued and no state store", which the
+    # operator who gave --state reads as a store that was not asked for (a
+    # store that did not take an alert, its writes over their caps, was
+    # told the same).
+    state = tmp_path / "state"
+    url = "http://127.0.0.1:%d/hook" % free_tcp_port()
+    pol = net.policy(rules(net), alerts={"first_contact": True, "sinks": [{"webhook": url}]})
+    gw = gateway(pol, args=["--state", str(state)])
+    gw.stop()  # the store made
+    # a lock that bars reads too (a backup tool's, the sqlite3 shell's with
+    # locking_mode=EXCLUSIVE): the store stays shut for the whole run
+    holder = sqlite3.connect(str(state / "sluice.db"), isolation_level=None)
+    try:
+        holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+        holder.execute("BEGIN EXCLUSIVE")
+        holder.execute("SELECT count(*) FROM first_contact").fetchall()
+        gw = gateway(pol, args=["--alerts", str(tmp_path / "a.jsonl"), "--grace", "1s",
+                                "--state", str(state)],
+                     env={"SLUICE_TEST_WEBHOOK_BACKOFF_MS": "10",
+                          "SLUICE_TEST_WEBHOOK_QUEUE_MAX": "2"})
+        for i in range(5):
+            request(gw, "GET", "http://nowhere%d.example.test/" % i)
+        wait_alert(str(tmp_path / "a.jsonl"), "first_contact", count=5)
+        poll(lambda: "dropping the oldest" in gw.stderr() or None, timeout=10,
+             what="the drops told")
+        gw.stop()
+    finally:
+        holder.close()
+    err = gw.stderr()
+    assert "cannot open the state store: database is locked" in err, err
+    assert "queued and no state store" not in err, err
+    assert "queued in memory only (no state store is open): dropping the oldest" in err, err
+
+
 def test_webhook_over_the_memory_cap_comes_back_from_the_store(gateway, net, tmp_path):
     port = free_tcp_port()
     url = "http://127.0.0.1:%d/hook" % port
