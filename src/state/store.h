@@ -163,6 +163,14 @@ int store_count_queue(struct store *s, store_queued_fn fn, void *arg);
  * deletes the others. Returns how many it deleted, or -1 (reported on
  * stderr; nothing deleted, as when the database is locked). */
 int64_t store_trim_unconfigured(struct store *s, const char *const *sinks, size_t n, int64_t keep);
+/* The same as a queued write, committed by the writer's thread in its
+ * turn (a reload's: never on the loop): the rows a reload's removed sinks
+ * left are kept to <keep> in all then, not at the next start only. Their
+ * number, once committed, adds to store_queue_trimmed(). Returns 0, or -1
+ * as the writes below (nothing trimmed until the next call or start). */
+int store_queue_trim_later(struct store *s, const char *const *sinks, size_t n, int64_t keep);
+/* Rows store_queue_trim_later()'s committed trims deleted, in all. */
+uint64_t store_queue_trimmed(const struct store *s);
 /* Queued writes (committed by store_flush). Strings are copied. Each
  * returns 0, or -1 when out of memory, or when the writer holds every
  * write and the caps leave no room (the write is dropped and counted). */

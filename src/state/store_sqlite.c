@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
 #include <sqlite3.h>
 
 #define LOST_RANGES 64 /* ranges of queue ids whose rows were dropped */
@@ -66,6 +67,7 @@ struct store {
     uint64_t dropped;
     uint64_t dropped_said;   /* what standard error was last told */
     uint64_t alerts_dropped; /* of those, webhook alerts' queue rows (OP_QADD) */
+    uint64_t trimmed;        /* queue rows committed OP_QTRIMs deleted */
     /* The queue ids whose row was dropped, as ranges (ids rise with the
      * writes, so a drop's ids run together): a webhook then knows that an
      * alert it holds is in memory only. At most LOST_RANGES; past that the
@@ -1626,6 +1628,33 @@ int store_queue_attempts(struct store *s, int64_t id, int attempts)
     return commit_op(s, o, NULL, NULL, false, false);
 }
 
+int store_queue_trim_later(struct store *s, const char *const *sinks, size_t n, int64_t keep)
+{
+    json_t *keys = json_array();
+    for (size_t i = 0; keys != NULL && i < n; i++)
+        if (json_array_append_new(keys, json_string(sinks[i])) != 0) {
+            json_decref(keys);
+            keys = NULL;
+        }
+    char *text = keys != NULL ? json_dumps(keys, JSON_COMPACT) : NULL;
+    json_decref(keys);
+    struct store_op *o = text != NULL ? push(s, strlen(text) + 1) : NULL;
+    if (o == NULL) {
+        free(text);
+        s->dropped++;
+        return -1;
+    }
+    o->kind = OP_QTRIM;
+    o->n = keep;
+    o->m = 0;
+    return commit_op(s, o, NULL, text, false, true);
+}
+
+uint64_t store_queue_trimmed(const struct store *s)
+{
+    return s->trimmed;
+}
+
 int store_queue_del(struct store *s, const char *sink, int64_t id)
 {
     struct store_op *o = push(s, strlen(sink) + 1);
@@ -1750,6 +1779,8 @@ static enum store_commit collect(struct store *s, bool *came)
     if (rc == STORE_COMMITTED) {
         s->commits++;
         for (size_t i = 0; i < n; i++) {
+            if (ops[i].kind == OP_QTRIM && ops[i].m > 0)
+                s->trimmed += (uint64_t)ops[i].m;
             s->bytes -= op_bytes(&ops[i]);
             store_op_free(&ops[i]);
         }

@@ -79,6 +79,9 @@ static const char *const op_sql[] = {
                 " VALUES(?3, ?1, ?2, 0, ?6)",
     [OP_QATTEMPTS] = "UPDATE alert_queue SET attempts = ?6 WHERE id = ?3",
     [OP_QDEL] = "DELETE FROM alert_queue WHERE id = ?3",
+    [OP_QTRIM] =
+        "DELETE FROM alert_queue WHERE id IN (SELECT id FROM alert_queue WHERE sink NOT IN "
+        "(SELECT value FROM json_each(?2)) ORDER BY id DESC LIMIT -1 OFFSET ?3)",
 };
 
 static void bind_op(sqlite3_stmt *st, const struct store_op *o)
@@ -184,7 +187,7 @@ static void db_failure_into(sqlite3 *db, int recorded_before, int sys_errno, cha
  * error goes to <err>. */
 static enum store_commit commit_batch(struct store_writer *w, char *err)
 {
-    sqlite3_stmt *cache[OP_QDEL + 1] = {NULL};
+    sqlite3_stmt *cache[OP_QTRIM + 1] = {NULL};
     enum store_commit rc = STORE_COMMITTED;
     /* sluice.db moved, deleted, or replaced (by a symbolic link, which the
      * start refuses) since it was opened: SQLite writes on, in WAL mode
@@ -217,6 +220,8 @@ static enum store_commit commit_batch(struct store_writer *w, char *err)
         if (run_op(w, cache, &w->ops[i]) < 0) {
             sys_errno = errno;
             rc = STORE_FAILED;
+        } else if (w->ops[i].kind == OP_QTRIM) {
+            w->ops[i].m = sqlite3_changes64(w->t.db); /* the loop counts them once committed */
         }
     }
     thread_moved(w);

@@ -33,7 +33,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum store_op_kind { OP_CONTACT, OP_BASELINE, OP_COUNTER, OP_QADD, OP_QATTEMPTS, OP_QDEL };
+enum store_op_kind {
+    OP_CONTACT,
+    OP_BASELINE,
+    OP_COUNTER,
+    OP_QADD,
+    OP_QATTEMPTS,
+    OP_QDEL,
+    OP_QTRIM, /* b: the configured sinks (a JSON array), n: the rows kept; m: rows deleted */
+};
 
 /* One queued write. */
 struct store_op {

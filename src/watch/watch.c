@@ -70,6 +70,7 @@ struct watch {
     struct webhook **retired;
     size_t nretired;
     uint64_t kept_dropped;  /* stored alerts of sinks no longer configured, over STORE_KEPT_MAX */
+    uint64_t trimmed_said;  /* store_queue_trimmed() as standard error last told it */
     struct sinks_next next; /* a reload's, between watch_policy_prepare() and its end */
     /* The wall clock (ms) a reload's prepare counted the grant gauges at:
      * its load takes the grants' day from it too, not from a reading of
@@ -173,6 +174,21 @@ static void take_opened(struct watch *w, int64_t now)
     free(e);
 }
 
+/* Tells what the writer's trims (trim_unconfigured_later()) deleted since
+ * it last told, once committed. */
+static void say_trimmed(struct watch *w)
+{
+    uint64_t t = store_queue_trimmed(w->store);
+    if (t == w->trimmed_said)
+        return;
+    fprintf(stderr,
+            "sluice: state %s: %llu queued alert(s) for webhooks no longer configured dropped "
+            "after a reload, the oldest (at most %d are kept; counted in "
+            "sluice_webhook_unconfigured_dropped_total)\n",
+            store_shown(w->store), (unsigned long long)(t - w->trimmed_said), STORE_KEPT_MAX);
+    w->trimmed_said = t;
+}
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     struct watch *w = arg;
@@ -184,6 +200,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     detectors_tick(w->det, now);
     if (w->store != NULL && store_dirty(w->store))
         store_flush(w->store);
+    if (w->store != NULL)
+        say_trimmed(w);
     if (w->policy != NULL && detectors_grants_daily(w->det, w->policy, now) >= 0 &&
         metrics_set_policy(w->metrics, w->policy, now / 1000) < 0)
         fprintf(stderr, "sluice: metrics: out of memory; the grant gauges keep the day before's "
@@ -347,8 +365,42 @@ oom:
     return -1;
 }
 
+/* Has the writer keep the newest STORE_KEPT_MAX of the stored alerts no
+ * sink takes, those in force and those a reload took out with an alert in
+ * flight (whose row the answer deletes or keeps) counting as taken: a
+ * reload that removes sinks would otherwise leave all their rows, up to
+ * SINK_WEBHOOK_STORED_MAX each, until the next start, and a gateway
+ * reloaded again and again, each time without a sink that could not
+ * deliver, would grow its store with every reload. Off the loop: the
+ * trim is a write like the others. */
+static void trim_unconfigured_later(struct watch *w)
+{
+    size_t n = w->nhooks + w->nretired;
+    if (w->store == NULL || n > STORE_TRIM_SINKS_MAX)
+        return; /* more sinks than the start trims: left to it */
+    const char **keys = calloc(n + 1, sizeof(*keys));
+    if (keys == NULL) {
+        fprintf(stderr,
+                "sluice: state %s: out of memory: the stored alerts of webhooks no "
+                "longer configured are kept until the next reload or start\n",
+                store_shown(w->store));
+        return;
+    }
+    for (size_t i = 0; i < w->nhooks; i++)
+        keys[i] = webhook_store_key(w->hooks[i]);
+    for (size_t i = 0; i < w->nretired; i++)
+        keys[w->nhooks + i] = webhook_store_key(w->retired[i]);
+    if (store_queue_trim_later(w->store, keys, n, STORE_KEPT_MAX) < 0)
+        fprintf(stderr,
+                "sluice: state %s: the trim of the stored alerts of webhooks no "
+                "longer configured is dropped (its writes are over their caps); they "
+                "are kept until the next reload or start\n",
+                store_shown(w->store));
+    free(keys);
+}
+
 /* webhook_retire()'s <over>: the attempt the sink had in flight when it
- * left the policy is over. */
+ * left the policy is over. Its rows are now like any removed sink's. */
 static void retired_sink_over(struct webhook *h, void *arg)
 {
     struct watch *w = arg;
@@ -358,6 +410,7 @@ static void retired_sink_over(struct webhook *h, void *arg)
             break;
         }
     webhook_free(h);
+    trim_unconfigured_later(w);
 }
 
 /* A sink no longer configured: one with an alert in flight is let finish
@@ -470,13 +523,18 @@ static void configure_sinks(struct watch *w, const struct policy *p, bool first)
         }
         hooks[nhooks++] = keep;
     }
+    bool left = false;
     for (size_t j = 0; j < w->nhooks; j++) {
-        if (w->hooks[j] != NULL)
+        if (w->hooks[j] != NULL) {
             sink_leaves(w, w->hooks[j]);
+            left = true;
+        }
     }
     free(w->hooks);
     w->hooks = hooks;
     w->nhooks = nhooks;
+    if (left && !first)
+        trim_unconfigured_later(w);
     if (w->nexecs > 0 && w->exec == NULL) {
         w->exec = exec_runner_new(w->base);
         if (w->exec == NULL)
@@ -547,13 +605,16 @@ static int extra_metrics(void *arg, struct evbuffer *o)
         bad |= metrics_put_label(o, webhook_label(w->hooks[i])) != 0;
         bad |= evbuffer_add_printf(o, "} %llu\n", (unsigned long long)dropped) < 0;
     }
+    /* at start, and by the writer after reloads */
+    uint64_t unconfigured =
+        w->kept_dropped + (w->store != NULL ? store_queue_trimmed(w->store) : 0);
     bad |= evbuffer_add_printf(o,
                                "# HELP sluice_webhook_unconfigured_dropped_total Stored alerts "
-                               "of webhooks no longer configured dropped at start (over %d "
-                               "kept).\n"
+                               "of webhooks no longer configured dropped at start or after a "
+                               "reload (over %d kept).\n"
                                "# TYPE sluice_webhook_unconfigured_dropped_total counter\n"
                                "sluice_webhook_unconfigured_dropped_total %llu\n",
-                               STORE_KEPT_MAX, (unsigned long long)w->kept_dropped) < 0;
+                               STORE_KEPT_MAX, (unsigned long long)unconfigured) < 0;
     bad |= evbuffer_add_printf(
                o,
                "# HELP sluice_exec_dropped_total Alerts not given to an exec sink (over "

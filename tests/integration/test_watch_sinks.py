@@ -893,6 +893,25 @@ def _bytes_read(pid):
         return int(re.search(r"^rchar: (\d+)$", f.read(), re.M).group(1))
 
 
+def _store_numbered(state, sink_of, n):
+    """Puts <n> queue rows into the store in <state>, the alert {"n": i}
+    filed under the sink sink_of(i)."""
+    db = sqlite3.connect(str(state / "sluice.db"))
+    with db:
+        db.executemany("INSERT INTO alert_queue(sink, body, created_ms) VALUES(?, ?, 0)",
+                       [(sink_of(i), json.dumps({"n": i})) for i in range(n)])
+    db.close()
+
+
+def _numbers_kept(state):
+    """The "n" of every alert the store in <state> holds, sorted."""
+    db = sqlite3.connect(str(state / "sluice.db"))
+    try:
+        return sorted(json.loads(b)["n"] for (b,) in db.execute("SELECT body FROM alert_queue"))
+    finally:
+        db.close()
+
+
 def test_stored_alerts_of_webhooks_no_longer_configured_are_kept_up_to_a_cap(
         gateway, net, tmp_path):
     # A sink removed (or renamed: a URL whose secret was rotated) left its
@@ -904,12 +923,7 @@ def test_stored_alerts_of_webhooks_no_longer_configured_are_kept_up_to_a_cap(
             "--admin", "127.0.0.1:%d" % admin]
     pol = net.policy(rules(net))
     gateway(pol, args=args).stop()  # makes the store
-    db = sqlite3.connect(str(state / "sluice.db"))
-    with db:
-        db.executemany("INSERT INTO alert_queue(sink, body, created_ms) VALUES(?, ?, 0)",
-                       [("http://127.0.0.1:9/gone%d" % (i % 2), json.dumps({"n": i}))
-                        for i in range(10050)])
-    db.close()
+    _store_numbered(state, lambda i: "http://127.0.0.1:9/gone%d" % (i % 2), 10050)
     gw = gateway(pol, args=args)
     err = gw.stderr()
     assert "50 queued alert(s) for webhooks no longer configured dropped, the oldest" in err, err
@@ -917,12 +931,34 @@ def test_stored_alerts_of_webhooks_no_longer_configured_are_kept_up_to_a_cap(
     text = _metrics(admin)
     assert _metric_value(text, "sluice_webhook_unconfigured_dropped_total") == 50, text
     gw.stop()
-    db = sqlite3.connect(str(state / "sluice.db"))
-    try:
-        kept = [json.loads(b)["n"] for (b,) in db.execute("SELECT body FROM alert_queue")]
-    finally:
-        db.close()
-    assert sorted(kept) == list(range(50, 10050))
+    assert _numbers_kept(state) == list(range(50, 10050))
+
+
+def test_stored_alerts_of_a_sink_a_reload_removes_are_kept_up_to_the_cap(gateway, net, tmp_path):
+    # A reload that took a sink out of the policy left all its stored
+    # alerts (up to 100,000 a sink) until the next start: a gateway
+    # reloaded again and again, each time without a sink that could not
+    # deliver, grew its store with each. The reload now has the writer keep
+    # the newest 10,000 of them in all, as the start does, counted.
+    state = tmp_path / "state"
+    admin = free_tcp_port()
+    url = "http://127.0.0.1:%d/gone" % free_tcp_port()
+    args = ["--alerts", str(tmp_path / "a.jsonl"), "--state", str(state),
+            "--admin", "127.0.0.1:%d" % admin]
+    with_sink = net.policy(rules(net), alerts={"sinks": [{"webhook": url}]})
+    gateway(with_sink, args=args).stop()  # makes the store
+    _store_numbered(state, lambda i: url, 10050)
+    gw = gateway(with_sink, args=args)
+    gw.write_policy(policy_yaml(net.policy(rules(net))))
+    gw.reload()
+    poll(lambda: "sluice: reloaded" in gw.stderr() or None, timeout=10, what="the reload")
+    poll(lambda: "dropped after a reload" in gw.stderr() or None, timeout=20,
+         what="the trim told (rows: %d)" % stored_alerts(state))
+    assert "50 queued alert(s) for webhooks no longer configured dropped after a reload, the " \
+        "oldest (at most 10000 are kept" in gw.stderr(), gw.stderr()
+    assert _metric_value(_metrics(admin), "sluice_webhook_unconfigured_dropped_total") == 50
+    gw.stop()
+    assert _numbers_kept(state) == list(range(50, 10050))
 
 
 def test_webhook_backlog_is_read_as_memory_frees_up(gateway, net, tmp_path):
