@@ -207,6 +207,19 @@ def test_duplicate_host_is_bad_request(gateway, net):
     assert_denied(gw, net, r, "bad_request", tier=None, rule=None, owner=None, ip=None)
 
 
+@pytest.mark.parametrize("label", ["xn--zz", "xn--a", "xn--dca", "xn--ab-8tb", "xn--"])
+def test_invalid_a_label_is_bad_request(gateway, net, label):
+    # An xn-- label is checked as RFC 5891 5.4 asks: Punycode that does not
+    # decode, decodes to nothing, to a label IDNA maps to another ("É") or
+    # to one not in NFC is no name, never matched, even by a wildcard rule
+    # over its parent.
+    gw = gateway(net.policy([api_rule(net),
+                             {"host": "*.api.example.test", "ports": [net.api.port], "tier": 1}]))
+    r = request(gw, "GET", "http://%s.api.example.test:%d/a" % (label, net.api.port))
+    assert_denied(gw, net, r, "bad_request", tier=None, rule=None, owner=None, ip=None)
+    assert b"invalid internationalised name" in r.body, r.body
+
+
 def test_self_request_literal(gateway, net):
     port = free_port()
     pol = net.policy([{"cidr": "127.0.0.0/8", "ports": [port, net.api.port], "tier": 0}])
