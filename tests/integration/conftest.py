@@ -26,8 +26,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from gate_client import EGRESS_KEYS, END_KEYS, poll  # noqa: E402
-from gate_servers import (BannerServer, FakeDNS, UpstreamHTTP, UpstreamTLS,  # noqa: E402
-                          free_port)
+from gate_servers import (BannerServer, FakeDNS, RefusedPort, UpstreamHTTP,  # noqa: E402
+                          UpstreamTLS, free_port)
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 START_TIMEOUT = 10.0
@@ -113,8 +113,12 @@ class Net:
         self.tls = UpstreamTLS(TLS_IP, cert, key)
         self.banner = BannerServer(BANNER_IP)
         self.dns = FakeDNS(DNS_IP, {"dyn.example.test": API_IP})
-        self.dead_port = free_port(DEAD_IP)
-        self.closed_udp_port = free_port("127.0.0.1", socket.SOCK_DGRAM)
+        # held for the Net's life: refused on every address (DEAD_IP's, and
+        # the api upstream's in test_gate_own_date), never bound by another
+        self.dead = RefusedPort("0.0.0.0")
+        self.dead_port = self.dead.port
+        self.closed_udp = RefusedPort("127.0.0.1", kind=socket.SOCK_DGRAM)
+        self.closed_udp_port = self.closed_udp.port
         self.vars = {
             "api_port": self.api.port, "other_port": self.other.port,
             "tls_port": self.tls.port, "banner_port": self.banner.port,
@@ -128,6 +132,8 @@ class Net:
     def stop(self):
         for s in (self.api, self.other, self.tls, self.banner, self.dns):
             s.stop()
+        self.dead.close()
+        self.closed_udp.close()
 
     def url(self, path="/", host="api.example.test", port=None):
         port = self.api.port if port is None else port
@@ -172,6 +178,23 @@ def net(_net_session):
     """The loopback upstreams, with their records cleared for this test."""
     _net_session.clear()
     return _net_session
+
+
+@pytest.fixture
+def refused_port():
+    """Factory: refused_port(ip="127.0.0.1", port=0, kind=SOCK_STREAM), a
+    RefusedPort held until the test ends: where a test needs nothing to
+    listen (a webhook that cannot deliver), a port free_port() picked is
+    not enough, another server may bind it meanwhile."""
+    held = []
+
+    def hold(ip="127.0.0.1", port=0, kind=socket.SOCK_STREAM):
+        r = RefusedPort(ip, port, kind)
+        held.append(r)
+        return r
+    yield hold
+    for r in held:
+        r.close()
 
 
 # --------------------------------------------------------------------------

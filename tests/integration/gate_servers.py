@@ -599,16 +599,24 @@ class FullListener:
             s.close()
 
 
-def free_port(ip="127.0.0.1", kind=socket.SOCK_STREAM):
-    """A port that was free on <ip> a moment ago (nothing listens on it),
-    below the kernel's ephemeral range when it can: a port the kernel handed
-    out (bind to 0) goes back to the pool when it is closed, and before the
-    test or the gateway binds it again, any bind to 0 on the machine (the
-    other worker's servers, another suite's) may take it, or an outgoing
-    connection as its local port (seen: EADDRINUSE for a webhook receiver
-    bound after its gateway had tried it for a while). Ports are picked at
-    random from 10000 up to the range's start, checked by a bind, falling
-    back to the kernel's pick."""
+def _bound_socket(ip, kind, port=0):
+    """A socket of <kind> bound to <ip>:<port>, without SO_REUSEADDR; with
+    <port> 0, to a port below the kernel's ephemeral range when it can: a
+    port the kernel handed out (bind to 0) goes back to the pool when it is
+    closed, and before the test or the gateway binds it again, any bind to 0
+    on the machine (the other worker's servers, another suite's) may take
+    it, or an outgoing connection as its local port (seen: EADDRINUSE for a
+    webhook receiver bound after its gateway had tried it for a while).
+    Ports are picked at random from 10000 up to the range's start, checked
+    by the bind, falling back to the kernel's pick. The caller closes it."""
+    if port:
+        s = socket.socket(socket.AF_INET, kind)
+        try:
+            s.bind((ip, port))
+        except OSError:
+            s.close()
+            raise
+        return s
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
             low = int(f.read().split()[0])
@@ -616,18 +624,66 @@ def free_port(ip="127.0.0.1", kind=socket.SOCK_STREAM):
         low = 0
     rng = random.Random()
     for _ in range(50 if low > 11000 else 0):
-        p = rng.randrange(10000, low)
         s = socket.socket(socket.AF_INET, kind)
         try:
-            s.bind((ip, p))
-            return p
+            s.bind((ip, rng.randrange(10000, low)))
+            return s
         except OSError:
-            continue
-        finally:
             s.close()
     s = socket.socket(socket.AF_INET, kind)
     try:
         s.bind((ip, 0))
-        return s.getsockname()[1]
-    finally:
+    except OSError:
         s.close()
+        raise
+    return s
+
+
+def free_port(ip="127.0.0.1", kind=socket.SOCK_STREAM):
+    """A port that was free on <ip> a moment ago (_bound_socket()), for a
+    server or a gateway the test starts on it. Nothing keeps it free: a
+    test that needs nothing to listen on a port holds a RefusedPort."""
+    with _bound_socket(ip, kind) as s:
+        return s.getsockname()[1]
+
+
+class RefusedPort:
+    """A port of <ip> (all of the host's addresses for "0.0.0.0") where
+    nothing listens for as long as this is held: a socket bound to it that
+    never listens, without SO_REUSEADDR, so that no other socket can bind
+    the port meanwhile, whatever its own options (Linux lets SO_REUSEADDR
+    share a port only when both sockets set it). A port free_port() picked
+    was only free a moment ago: another worker's server, or the test's own
+    gateway or admin port, could take it, and a webhook aimed there was
+    answered instead of refused. TCP: a SYN to the port is answered RST, a
+    connect() refused. UDP (<kind> SOCK_DGRAM): the socket is connected to
+    itself, so it takes no datagram of any other sender, which gets ICMP
+    port unreachable. <port> 0 picks one (_bound_socket()); a port given
+    that is taken raises OSError. A context manager: leaving it frees the
+    port."""
+
+    def __init__(self, ip="127.0.0.1", port=0, kind=socket.SOCK_STREAM):
+        self.ip = ip
+        self.sock = _bound_socket(ip, kind, port)
+        self.port = self.sock.getsockname()[1]
+        if kind == socket.SOCK_DGRAM:
+            self.sock.connect(("127.0.0.1" if ip == "0.0.0.0" else ip, self.port))
+
+    def take(self):
+        """Hands the bound socket over to a server that listens on it
+        (watch_helpers.Receiver(bound=)): the port goes from refused to
+        served with no moment in between for another socket to bind it. The
+        caller owns the socket; close() then leaves it alone."""
+        sock, self.sock = self.sock, None
+        return sock
+
+    def close(self):
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

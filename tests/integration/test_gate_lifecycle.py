@@ -7,6 +7,7 @@ import socket
 import sqlite3
 import subprocess
 import threading
+import urllib.request
 
 import pytest
 
@@ -14,6 +15,7 @@ from conftest import policy_yaml
 from gate_client import (api_rule, connect, fd_named, other_rule, other_url, poll, proc_stat,
                          recv_line, request, sched_and_pgid)
 from gate_servers import BannerServer, free_port
+from watch_helpers import Receiver
 
 
 BROKEN = """version: 1
@@ -789,3 +791,66 @@ def test_fixture_tls_origin_records_only_connections_accepted_since_its_clear(ne
         assert net.tls.handshakes == 1
     finally:
         early.close()
+
+
+@pytest.mark.parametrize("ip, others", [("127.0.0.1", ["127.0.0.1", "0.0.0.0"]),
+                                        ("0.0.0.0", ["127.0.0.1", "127.0.0.6", "0.0.0.0"])],
+                         ids=["one-address", "every-address"])
+def test_fixture_refused_port_refuses_and_no_server_can_take_it(refused_port, ip, others):
+    # A webhook aimed at a port free_port() picked ("nothing listens") was
+    # answered by whatever bound the port after the pick (forced: a
+    # Receiver bound there made the test wait for a "cannot deliver" that
+    # never came). A RefusedPort is refused for as long as it is held, and
+    # no socket can bind it, with SO_REUSEADDR (the suite's servers set it)
+    # or SO_REUSEPORT.
+    dead = refused_port(ip)
+    for dst in ("127.0.0.1", "127.0.0.6") if ip == "0.0.0.0" else (ip,):
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((dst, dead.port), timeout=10).close()
+    for other in others:
+        for opts in ((), (socket.SO_REUSEADDR,), (socket.SO_REUSEADDR, socket.SO_REUSEPORT)):
+            with socket.socket() as s:
+                for o in opts:
+                    s.setsockopt(socket.SOL_SOCKET, o, 1)
+                with pytest.raises(OSError) as e:
+                    s.bind((other, dead.port))
+                assert e.value.errno == errno.EADDRINUSE, (other, opts, e.value)
+    with pytest.raises(OSError) as e:
+        Receiver(dead.port)  # an HTTP server of the suite (allow_reuse_address)
+    assert e.value.errno == errno.EADDRINUSE, e.value
+
+
+def test_fixture_refused_udp_port_refuses_and_no_server_can_take_it(refused_port):
+    # a name server nothing answers on: a datagram sent there gets ICMP
+    # port unreachable (ECONNREFUSED), and no server can bind the port
+    dead = refused_port(kind=socket.SOCK_DGRAM)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as c:
+        c.settimeout(10)
+        c.connect(("127.0.0.1", dead.port))
+        c.send(b"question")
+        with pytest.raises(ConnectionRefusedError):
+            c.recv(512)
+    for opts in ((), (socket.SO_REUSEADDR,), (socket.SO_REUSEADDR, socket.SO_REUSEPORT)):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            for o in opts:
+                s.setsockopt(socket.SOL_SOCKET, o, 1)
+            with pytest.raises(OSError) as e:
+                s.bind(("127.0.0.1", dead.port))
+            assert e.value.errno == errno.EADDRINUSE, (opts, e.value)
+
+
+def test_fixture_refused_port_handed_to_a_receiver_is_served(refused_port):
+    # a test whose webhook is down, then up: the receiver listens on the
+    # very socket that held the port refused, no moment between the two
+    dead = refused_port()
+    rcv = Receiver(bound=dead.take())
+    try:
+        assert rcv.port == dead.port
+        req = urllib.request.Request("http://127.0.0.1:%d/hook" % dead.port, data=b'{"a": 1}',
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            assert r.status == 200
+        assert rcv.bodies() == [{"a": 1}]
+    finally:
+        rcv.stop()
+    dead.close()  # the receiver owns the socket now: nothing to close twice

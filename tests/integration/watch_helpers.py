@@ -126,9 +126,12 @@ class Receiver:
     """A webhook receiver on 127.0.0.1:<port>, recording each POST. With
     <tls> (cert, key) it speaks HTTPS and records the SNI name of each
     handshake; with <close_each> it closes the connection after each answer;
-    <answer> is the body of every answer."""
+    <answer> is the body of every answer. With <bound> (a socket bound on
+    127.0.0.1, RefusedPort.take()) it listens on that socket, whose port a
+    webhook was refused on until now, instead of binding <port>: no other
+    socket could bind the port between the two."""
 
-    def __init__(self, port=0, status=200, tls=None, close_each=False, answer=b""):
+    def __init__(self, port=0, status=200, tls=None, close_each=False, answer=b"", bound=None):
         self.status = status
         self.answer = answer
         self.close_each = close_each
@@ -142,7 +145,14 @@ class Receiver:
             self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             self.tls.load_cert_chain(*tls)
             self.tls.sni_callback = self._on_sni
-        self.server = _HookServer(("127.0.0.1", port), _Hook)
+        if bound is None:
+            self.server = _HookServer(("127.0.0.1", port), _Hook)
+        else:
+            self.server = _HookServer(bound.getsockname(), _Hook, bind_and_activate=False)
+            self.server.socket.close()  # the one it made, never bound
+            self.server.socket = bound
+            self.server.server_address = bound.getsockname()
+            self.server.server_activate()  # listen()
         self.server.receiver = self
         self.port = self.server.server_address[1]
         self._t = threading.Thread(target=self.server.serve_forever,
@@ -212,7 +222,9 @@ def webhook_label(url):
 
 
 def free_tcp_port():
-    """A TCP port of 127.0.0.1 free now (gate_servers.free_port())."""
+    """A TCP port of 127.0.0.1 free now (gate_servers.free_port()), for a
+    server or a gateway the test starts there; where nothing must listen,
+    the refused_port fixture holds one."""
     return free_port()
 
 
