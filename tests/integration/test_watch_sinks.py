@@ -317,7 +317,7 @@ def test_a_hanging_exec_sink_does_not_delay_another(gateway, net, tmp_path):
     gw.stop()
 
 
-def test_sink_names_with_c1_controls_are_shown_escaped(gateway, net, tmp_path):
+def test_sink_names_with_c1_controls_are_shown_escaped(gateway, net, tmp_path, refused_port):
     """A policy's exec path or webhook URL may hold C1 controls (U+0080 to
     U+009F: U+009B is a terminal's CSI, U+0085 a line end), which serve
     wrote raw into its messages on standard error. They are written \\ooo
@@ -326,7 +326,7 @@ def test_sink_names_with_c1_controls_are_shown_escaped(gateway, net, tmp_path):
     shown = "\\302\\233[31m\\302\\205\\134"
     fail = write_script(str(tmp_path / ("fail%s.sh" % odd)), "#!/bin/sh\ncat >/dev/null\nexit 3\n")
     missing = str(tmp_path / ("no-such%s" % odd))
-    hook = "http://127.0.0.1:%d/%s" % (free_tcp_port(), odd)  # refused: nothing listens
+    hook = "http://127.0.0.1:%d/%s" % (refused_port().port, odd)
     gw = gateway(net.policy(rules(net), alerts={"sinks": [{"exec": fail}, {"exec": missing},
                                                           {"webhook": hook}]}),
                  args=["--alerts", str(tmp_path / "a.jsonl"), "--grace", "1s"])
@@ -512,8 +512,9 @@ def test_webhook_delivers(gateway, net, tmp_path):
         rcv.stop()
 
 
-def test_webhook_down_then_up(gateway, net, tmp_path):
-    port = free_tcp_port()
+def test_webhook_down_then_up(gateway, net, tmp_path, refused_port):
+    dead = refused_port()  # until the receiver takes it
+    port = dead.port
     url = "http://127.0.0.1:%d/hook" % port
     gw = gateway(net.policy(rules(net), alerts={"sinks": [{"webhook": url}]}),
                  args=["--alerts", str(tmp_path / "a.jsonl"), "--state",
@@ -526,7 +527,7 @@ def test_webhook_down_then_up(gateway, net, tmp_path):
     assert time.monotonic() - t0 < 10  # generous
     poll(lambda: "cannot deliver" in gw.stderr() or None, timeout=10,
          what="the delivery failure on stderr")
-    rcv = Receiver(port)
+    rcv = Receiver(bound=dead.take())
     try:
         got = poll(lambda: rcv.bodies() or None, timeout=40,
                    what="delivery after the receiver came up")
@@ -535,8 +536,9 @@ def test_webhook_down_then_up(gateway, net, tmp_path):
         rcv.stop()
 
 
-def test_webhook_queue_survives_a_restart(gateway, net, tmp_path):
-    port = free_tcp_port()
+def test_webhook_queue_survives_a_restart(gateway, net, tmp_path, refused_port):
+    dead = refused_port()  # until the receiver takes it
+    port = dead.port
     url = "http://127.0.0.1:%d/hook" % port
     pol = net.policy(later_rules(net), alerts={"sinks": [{"webhook": url}]})
     args = ["--alerts", str(tmp_path / "a.jsonl"), "--state", str(tmp_path / "state")]
@@ -546,7 +548,7 @@ def test_webhook_queue_survives_a_restart(gateway, net, tmp_path):
     poll(lambda: stored_alerts(tmp_path / "state") or None, timeout=10,
          what="the alert's row committed")
     gw.stop()
-    rcv = Receiver(port)
+    rcv = Receiver(bound=dead.take())
     try:
         gw = gateway(pol, args=args)
         got = poll(lambda: rcv.bodies() or None, timeout=5, what="the stored alert")
@@ -559,13 +561,15 @@ def test_webhook_queue_survives_a_restart(gateway, net, tmp_path):
         rcv.stop()
 
 
-def test_webhook_listed_twice_sends_stored_alerts_twice_after_a_restart(gateway, net, tmp_path):
+def test_webhook_listed_twice_sends_stored_alerts_twice_after_a_restart(gateway, net, tmp_path,
+                                                                        refused_port):
     # A URL listed twice (a warning: "every alert would be sent twice") is two
     # sinks, each storing its own copy of an alert. After a restart each must
     # take back its own copy only, not every row stored under the URL: an
     # alert raised while the receiver was down arrives twice, not four times,
     # and the queue gauge counts each stored row once.
-    port = free_tcp_port()
+    dead = refused_port()  # until the receiver takes it
+    port = dead.port
     admin = free_tcp_port()
     url = "http://127.0.0.1:%d/hook" % port
     pol = net.policy(later_rules(net), alerts={"sinks": [{"webhook": url}, {"webhook": url}]})
@@ -584,7 +588,7 @@ def test_webhook_listed_twice_sends_stored_alerts_twice_after_a_restart(gateway,
     text = poll(lambda: _queue_at_least(admin, gauge, 2), timeout=10,
                 what="both sinks' stored rows counted")
     assert _metric_value(text, gauge) == 2, text
-    rcv = Receiver(port)
+    rcv = Receiver(bound=dead.take())
     try:
         poll(lambda: len(rcv.bodies()) >= 2 or None, timeout=20, what="the stored alerts")
         # each sink's copy of a later alert: behind it, no more stored ones
@@ -720,8 +724,10 @@ def test_slow_webhook_times_out_and_does_not_slow_the_gate(gateway, net, tmp_pat
 
 
 @pytest.mark.parametrize("state", [True, False], ids=["store", "memory"])
-def test_webhook_keeps_retrying_past_the_attempt_budget(gateway, net, tmp_path, state):
-    port = free_tcp_port()
+def test_webhook_keeps_retrying_past_the_attempt_budget(gateway, net, tmp_path, state,
+                                                         refused_port):
+    dead = refused_port()  # until the receiver takes it
+    port = dead.port
     url = "http://127.0.0.1:%d/hook" % port
     args = ["--alerts", str(tmp_path / "a.jsonl")]
     if state:
@@ -735,7 +741,7 @@ def test_webhook_keeps_retrying_past_the_attempt_budget(gateway, net, tmp_path, 
          what="the attempt budget spent")
     assert "dropped" not in gw.stderr() and "next start" not in gw.stderr()
     # the next attempt, past the budget, is the one that finds the receiver
-    rcv = Receiver(port)
+    rcv = Receiver(bound=dead.take())
     try:
         got = poll(lambda: rcv.bodies() or None, timeout=15, what="the late delivery")
         assert got[0]["kind"] == "tier3_write" and "/p1" in got[0]["detail"]
@@ -754,8 +760,10 @@ def test_webhook_keeps_retrying_past_the_attempt_budget(gateway, net, tmp_path, 
     # one alert besides the one in flight, the oldest others dropped and
     # counted as over the count cap
     ("QUEUE_BYTES", "1", "10000 alerts and 1 bytes")])
-def test_webhook_queue_cap_without_store_drops_oldest(gateway, net, tmp_path, cap, value, held):
-    port, admin = free_tcp_port(), free_tcp_port()
+def test_webhook_queue_cap_without_store_drops_oldest(gateway, net, tmp_path, cap, value, held,
+                                                      refused_port):
+    dead, admin = refused_port(), free_tcp_port()
+    port = dead.port
     url = "http://127.0.0.1:%d/hook" % port
     gw = gateway(net.policy(rules(net), alerts={"first_contact": True,
                                                 "sinks": [{"webhook": url}]}),
@@ -770,7 +778,7 @@ def test_webhook_queue_cap_without_store_drops_oldest(gateway, net, tmp_path, ca
         _metric_value(_metrics(admin), name)), timeout=10, what="3 drops or more counted")
     poll(lambda: "dropping the oldest (memory holds at most %s" % held in gw.stderr() or None,
          timeout=5, what="the drops told")
-    rcv = Receiver(port)
+    rcv = Receiver(bound=dead.take())
     try:
         poll(lambda: (lambda b: b if len(b) >= 5 - dropped else None)(rcv.bodies()), timeout=15,
              what="the alerts not dropped")
@@ -788,7 +796,8 @@ def test_webhook_queue_cap_without_store_drops_oldest(gateway, net, tmp_path, ca
         rcv.stop()
 
 
-def test_webhook_memory_cap_with_a_store_that_holds_none_says_so_truly(gateway, net, tmp_path):
+def test_webhook_memory_cap_with_a_store_that_holds_none_says_so_truly(gateway, net, tmp_path,
+                                                                      refused_port):
     # With --state given but its database locked by another process at the
     # start, the alerts wait in memory only, and past its cap the oldest
     # are dropped: the message said "queued and no state store", which the
@@ -796,7 +805,7 @@ def test_webhook_memory_cap_with_a_store_that_holds_none_says_so_truly(gateway, 
     # store that did not take an alert, its writes over their caps, was
     # told the same).
     state = tmp_path / "state"
-    url = "http://127.0.0.1:%d/hook" % free_tcp_port()
+    url = "http://127.0.0.1:%d/hook" % refused_port().port
     pol = net.policy(rules(net), alerts={"first_contact": True, "sinks": [{"webhook": url}]})
     gw = gateway(pol, args=["--state", str(state)])
     gw.stop()  # the store made
@@ -825,8 +834,10 @@ def test_webhook_memory_cap_with_a_store_that_holds_none_says_so_truly(gateway, 
     assert "queued in memory only (no state store is open): dropping the oldest" in err, err
 
 
-def test_webhook_over_the_memory_cap_comes_back_from_the_store(gateway, net, tmp_path):
-    port = free_tcp_port()
+def test_webhook_over_the_memory_cap_comes_back_from_the_store(gateway, net, tmp_path,
+                                                               refused_port):
+    dead = refused_port()  # until the receiver takes it
+    port = dead.port
     url = "http://127.0.0.1:%d/hook" % port
     gw = gateway(net.policy(rules(net), alerts={"first_contact": True,
                                                 "sinks": [{"webhook": url}]}),
@@ -839,7 +850,7 @@ def test_webhook_over_the_memory_cap_comes_back_from_the_store(gateway, net, tmp
     wait_alert(str(tmp_path / "a.jsonl"), "first_contact", count=5)
     poll(lambda: stored_alerts(tmp_path / "state") >= 5 or None, timeout=10,
          what="the 5 alerts' rows committed")
-    rcv = Receiver(port)
+    rcv = Receiver(bound=dead.take())
     try:
         poll(lambda: (lambda b: b if len(b) >= 5 else None)(rcv.bodies()), timeout=20,
              what="all 5 alerts (3 read back from the store)")
@@ -854,13 +865,14 @@ def test_webhook_over_the_memory_cap_comes_back_from_the_store(gateway, net, tmp
 
 
 def test_webhook_backlog_drains_without_waiting_for_the_sweep_and_in_order(gateway, net,
-                                                                            tmp_path):
+                                                                            tmp_path, refused_port):
     """Alerts over the memory cap came back from the store only at the
     sweep, once a minute: a backlog drained one memory's worth a minute,
     and an alert raised while memory had room went before older ones that
     were still in the store (left alone at stop 23). Memory is refilled as
     soon as it is empty, and a new alert waits behind stored ones."""
-    port = free_tcp_port()
+    dead = refused_port()  # until the receiver takes it
+    port = dead.port
     url = "http://127.0.0.1:%d/hook" % port
     af = str(tmp_path / "a.jsonl")
     # backoff from 200 ms (capped at 12 s): the sweep every 24 s
@@ -872,7 +884,7 @@ def test_webhook_backlog_drains_without_waiting_for_the_sweep_and_in_order(gatew
     for i in range(6):
         request(gw, "GET", "http://nowhere%d.example.test/" % i)
     wait_alert(af, "first_contact", count=6)
-    rcv = Receiver(port)
+    rcv = Receiver(bound=dead.take())
     try:
         poll(lambda: (lambda b: b if len(b) >= 2 else None)(rcv.bodies()), timeout=10,
              what="the two alerts memory held")
@@ -1507,14 +1519,14 @@ class _Hangup(EachRequest):
     ("reset", "the connection was reset before the answer"),
     ("garbage", "the answer is malformed"),
 ])
-def test_webhook_failure_says_why(gateway, net, tmp_path, how, reason):
+def test_webhook_failure_says_why(gateway, net, tmp_path, how, reason, refused_port):
     # A delivery that failed without an answer said only "cannot deliver":
     # a receiver that refuses the connection, closes it after the request,
     # resets it or answers what is no HTTP read the same. The failure names
     # its reason.
     srv = None if how == "refused" else _Hangup(how)
     try:
-        port = free_tcp_port() if srv is None else srv.port
+        port = refused_port().port if srv is None else srv.port
         url = "http://127.0.0.1:%d/hook" % port
         gw = gateway(net.policy(rules(net), alerts={"sinks": [{"webhook": url}]}),
                      args=["--alerts", str(tmp_path / "a.jsonl"), "--grace", "1s"],
@@ -1701,11 +1713,12 @@ def test_webhook_url_secrets_never_reach_stderr(run_sluice, tmp_path, url, secre
     "/bot123456:SECRET-bot-token/sendMessage",  # Telegram: the token is the first segment
     "/SECRET-ntfy-topic",  # ntfy, healthchecks.io: the only segment is the secret
 ], ids=["first-segment", "only-segment"])
-def test_webhook_path_secret_reaches_neither_metrics_nor_stderr(gateway, net, tmp_path, path):
+def test_webhook_path_secret_reaches_neither_metrics_nor_stderr(gateway, net, tmp_path, path,
+                                                                refused_port):
     # Whoever can reach the admin port (any local user, on loopback) reads
     # /metrics; the label names the sink by its host and a hash, no segment
     # of its path (before, the first segment was shown whole).
-    port, admin = free_tcp_port(), free_tcp_port()  # nothing listens on <port>
+    port, admin = refused_port().port, free_tcp_port()  # nothing listens on <port>
     url = "http://127.0.0.1:%d%s" % (port, path)
     label = webhook_label(url)
     assert label.startswith("http://127.0.0.1:%d/...#" % port)
@@ -1750,10 +1763,10 @@ def test_summaries_written_at_a_stop_reach_the_sinks(gateway, net, tmp_path):
         rcv.stop()
 
 
-def test_webhook_alerts_lost_at_a_stop_are_reported(gateway, net, tmp_path):
+def test_webhook_alerts_lost_at_a_stop_are_reported(gateway, net, tmp_path, refused_port):
     # Nobody listens and there is no state store: the stop waits --grace for
     # the webhook, then says what it loses instead of dropping it silently.
-    port = free_tcp_port()
+    port = refused_port().port
     gw = gateway(net.policy(rules(net), alerts={"sinks": [
         {"webhook": "http://127.0.0.1:%d/h" % port}]}),
         args=["--alerts", str(tmp_path / "a.jsonl"), "--grace", "1s"],
@@ -1764,14 +1777,15 @@ def test_webhook_alerts_lost_at_a_stop_are_reported(gateway, net, tmp_path):
     assert "1 alert undelivered at exit and in no state store: lost" in gw.stderr()
 
 
-def test_webhook_alerts_a_locked_store_never_took_are_reported_at_a_stop(gateway, net, tmp_path):
+def test_webhook_alerts_a_locked_store_never_took_are_reported_at_a_stop(gateway, net, tmp_path,
+                                                                         refused_port):
     # With a state store that another process holds locked for the whole
     # run (a backup, the sqlite3 shell), the alert's queue row is never
     # written: the stop waits --grace for the webhook and names the alert
     # as lost, as without a store, rather than counting it as kept (it went
     # only into "N write(s) lost at exit")
     state = tmp_path / "state"
-    port = free_tcp_port()
+    port = refused_port().port
     pol = net.policy(rules(net), alerts={"sinks": [{"webhook": "http://127.0.0.1:%d/h" % port}]})
     gw = gateway(pol, args=["--state", str(state)])
     gw.stop()  # the store made
@@ -1860,8 +1874,9 @@ def _scrape_or_none(port):
         return None
 
 
-def test_a_webhook_removed_by_a_reload_is_not_said_lost_at_exit(gateway, net, tmp_path):
-    port = free_tcp_port()
+def test_a_webhook_removed_by_a_reload_is_not_said_lost_at_exit(gateway, net, tmp_path,
+                                                                refused_port):
+    port = refused_port().port
     gw = gateway(net.policy(rules(net), alerts={"sinks": [
         {"webhook": "http://127.0.0.1:%d/h" % port}]}),
         args=["--alerts", str(tmp_path / "a.jsonl")])
