@@ -95,12 +95,13 @@ def test_log_and_alert_keys_are_those_of_the_examples(gateway, net, tmp_path):
     assert list(got) == list(alert) + ["count"], list(got)
 
 
-def test_metric_names_listed_are_those_the_admin_server_serves(gateway, net, tmp_path):
+def test_metric_names_listed_are_those_the_admin_server_serves(gateway, net, tmp_path,
+                                                                refused_port):
     """Every family /metrics can serve (all shown: a state store, an alerts
     file of its own, a webhook sink, a tier-3 grant) is one docs/SPEC.md
     names, with the labels it names; every `sluice_*` name the docs give
     is one the binary serves; the source holds no other."""
-    port, hook = free_tcp_port(), free_tcp_port()
+    port, hook = free_tcp_port(), refused_port().port
     pol = net.policy(
         [{"host": "api.example.test", "ports": [net.api.port], "tier": 3,
           "owner": "alice", "expires": "2099-01-01"}],

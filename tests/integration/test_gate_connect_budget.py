@@ -95,9 +95,12 @@ def test_blackholed_addresses_share_one_connect_budget(gateway, net, names, hole
     assert ev["ip"] in HOLE_IPS[:4], ev
 
 
-def test_a_refused_address_before_a_working_one_still_connects(gateway, net, names):
-    # nothing listens on the first address: refused at once, the next one
-    # (the api upstream) is tried with what is left of the budget
+def test_a_refused_address_before_a_working_one_still_connects(gateway, net, names,
+                                                               refused_port):
+    # nothing listens on the first address (held so: no other socket binds
+    # it meanwhile): refused at once, the next one (the api upstream) is
+    # tried with what is left of the budget
+    refused_port(DEAD_IP, net.api.port)
     host = "two.example.test"
     gw = gateway(_policy(net, names, host, [DEAD_IP, API_IP], net.api.port))
     r = request(gw, "GET", net.url("/after-refused", host=host))

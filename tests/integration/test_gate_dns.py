@@ -31,7 +31,11 @@ pytestmark = pytest.mark.skipif(shutil.which("unshare") is None, reason="needs u
 HERE = os.path.dirname(os.path.abspath(__file__))
 ALLOWED = "127.0.0.2"
 SILENT_SERVER = "127.0.0.1:5300"  # takes questions, never answers
-REFUSING_SERVER = "127.0.0.1:5301"  # nothing listens: port unreachable
+# Nothing listens on these by construction: the gateway runs in an empty
+# network namespace of its own (World, gateway(netns=True)), where only
+# dns_world.py binds, on the addresses World gives it; no other test or
+# session can bind a port there (a free_port() pick would need holding).
+REFUSING_SERVER = "127.0.0.1:5301"  # port unreachable
 WITNESSES = ["127.0.0.2:80", "127.0.0.3:80", "[::1]:80", "127.0.0.3:81"]
 
 
@@ -944,7 +948,7 @@ def test_clients_leaving_while_their_lookups_wait(world):
 
 
 HOGGED = "127.0.0.6"  # every local port toward its port 80 is taken
-REFUSING = "127.0.0.7"  # nothing listens: connections refused
+REFUSING = "127.0.0.7"  # nothing listens in the namespace: connections refused
 
 
 def test_no_local_port_is_the_gateways_shortage(world):

@@ -37,10 +37,11 @@ def hold_exclusive(statedir):
     return db
 
 
-def test_a_store_locked_at_start_is_opened_once_the_lock_goes(gateway, net, tmp_path):
+def test_a_store_locked_at_start_is_opened_once_the_lock_goes(gateway, net, tmp_path,
+                                                              refused_port):
     statedir = str(tmp_path / "state")
     # a webhook nobody listens on: its alerts wait, in the store when open
-    hook = "http://127.0.0.1:%d/hook" % free_tcp_port()
+    hook = "http://127.0.0.1:%d/hook" % refused_port().port
     policy = net.policy([api_rule(net), other_rule(net)],
                         alerts={"first_contact": True, "sinks": [{"webhook": hook}]})
     gw = gateway(policy, args=["--state", statedir])

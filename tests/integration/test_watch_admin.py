@@ -480,12 +480,12 @@ def test_grant_gauges_judge_the_day_as_requests_are_decided(gateway, net, tmp_pa
     assert got == (1, 0), got
 
 
-def test_metrics_exposition_is_strict_and_matches_the_log(gateway, net, tmp_path):
+def test_metrics_exposition_is_strict_and_matches_the_log(gateway, net, tmp_path, refused_port):
     # Every kind of decision (allowed, denied, reported, no agent), a tunnel,
     # a grant whose owner holds a quote and a backslash, a DNS server and a
     # webhook each listed twice: the body parses strictly, every series once,
     # and its counts are those of the log.
-    port, hook = free_tcp_port(), free_tcp_port()
+    port, hook = free_tcp_port(), refused_port().port
     agents = [{"id": "ci-bot", "sources": ["127.0.0.0/8"], "token": "env:SLUICE_TEST_T1"},
               {"id": "watcher", "sources": ["127.0.0.0/8"], "token": "env:SLUICE_TEST_T2",
                "mode": "report"}]

@@ -102,14 +102,15 @@ def test_https_webhook_refuses_an_unverified_server(gateway, net, tmp_path, cert
         rcv.stop()
 
 
-def test_https_webhook_down_then_up(gateway, net, tmp_path, certs):
-    port = free_tcp_port()
+def test_https_webhook_down_then_up(gateway, net, tmp_path, certs, refused_port):
+    dead = refused_port()  # until the receiver takes it
+    port = dead.port
     gw = start(gateway, net, tmp_path, "https://localhost:%d/hook" % port, certs["local"][0],
                backoff_ms=50)
     writes(gw, net, 1, tmp_path)
     poll(lambda: "cannot deliver" in gw.stderr() or None, timeout=10,
          what="the delivery failure on stderr")
-    rcv = Receiver(port, tls=certs["local"])
+    rcv = Receiver(tls=certs["local"], bound=dead.take())
     try:
         got = poll(lambda: rcv.bodies() or None, timeout=15,
                    what="delivery after the receiver came up")
@@ -118,11 +119,12 @@ def test_https_webhook_down_then_up(gateway, net, tmp_path, certs):
         rcv.stop()
 
 
-def test_webhook_secret_in_the_path_is_never_shown(gateway, net, tmp_path, certs):
+def test_webhook_secret_in_the_path_is_never_shown(gateway, net, tmp_path, certs, refused_port):
     # Slack-style URL: the path is the credential. Standard error and
     # /metrics name the sink by a label without it; the POST still goes to
     # the full path.
-    port, admin = free_tcp_port(), free_tcp_port()
+    dead, admin = refused_port(), free_tcp_port()  # until the receiver takes it
+    port = dead.port
     secret = "T0SECRET/B0SECRET/c2VjcmV0dG9rZW4"
     url = "https://localhost:%d/services/%s" % (port, secret)
     label = webhook_label(url)
@@ -133,7 +135,7 @@ def test_webhook_secret_in_the_path_is_never_shown(gateway, net, tmp_path, certs
          what="the delivery failure on stderr")
     text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % admin, timeout=10).read().decode()
     assert 'sluice_webhook_queue{sink="%s"} 1' % label in text
-    rcv = Receiver(port, tls=certs["local"])
+    rcv = Receiver(tls=certs["local"], bound=dead.take())
     try:
         poll(lambda: rcv.bodies() or None, timeout=15, what="delivery to the full path")
         assert rcv.posts[0][0] == "/services/" + secret

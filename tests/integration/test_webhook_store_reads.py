@@ -27,8 +27,7 @@ import pytest
 
 from conftest import policy_yaml
 from gate_client import poll, request
-from watch_helpers import (Receiver, delivered_through, free_tcp_port, stored_alerts,
-                           wait_alert)
+from watch_helpers import Receiver, delivered_through, stored_alerts, wait_alert
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # a guard against a hang, not a claim on time
@@ -117,8 +116,9 @@ def other_rule(net):
 
 
 def test_requests_are_answered_while_the_sweep_reads_a_store_that_does_not_answer(
-        gateway, net, tmp_path):
-    port = free_tcp_port()
+        gateway, net, tmp_path, refused_port):
+    dead = refused_port()  # until the receiver takes it
+    port = dead.port
     url = "http://127.0.0.1:%d/hook" % port
     af = str(tmp_path / "a.jsonl")
     hold = str(tmp_path / "hold")
@@ -142,7 +142,7 @@ def test_requests_are_answered_while_the_sweep_reads_a_store_that_does_not_answe
     # after the hold: a commit of the writer's own between the two would
     # bring the pages into its cache again
     write_from_outside(tmp_path / "state")
-    rcv = Receiver(port)
+    rcv = Receiver(bound=dead.take())
     try:
         # the alert in memory goes out; memory empties and the sweep reads
         # the store, which does not answer
