@@ -114,7 +114,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = self.rfile.read(n) if n else b""
         rec = Recorded(self.command, self.path, list(self.headers.items()), body, chunked,
                        self.client_address)
-        up.record(rec)
+        up.record(rec, self.request)
 
         parts = urlsplit(self.path)
         q = {k: v[0] for k, v in parse_qs(parts.query).items()}
@@ -178,17 +178,24 @@ class _Server(ThreadingHTTPServer):
 
     def get_request(self):
         sock, addr = super().get_request()
-        self.upstream.note_connection()
+        self.upstream.note_connection(sock)
         return sock, addr
 
     def handle_error(self, request, client_address):
         # a connection the gateway cut on purpose (a client that left mid-body):
         # kept for the test to look at, not printed between pytest's dots
-        self.upstream.note_error(sys.exc_info()[1])
+        self.upstream.note_error(sys.exc_info()[1], request)
+
+    def shutdown_request(self, request):
+        self.upstream.forget_connection(request)
+        super().shutdown_request(request)
 
 
 class UpstreamHTTP:
-    """A threaded HTTP/1.1 origin on <ip>:<ephemeral> that records requests."""
+    """A threaded HTTP/1.1 origin on <ip>:<ephemeral> that records requests,
+    of the connections accepted since its last clear() only: a request a
+    test left in flight (its body still coming when the next test on the
+    worker clears the records) is not the next test's."""
 
     def __init__(self, ip, name):
         self.name = name
@@ -196,6 +203,8 @@ class UpstreamHTTP:
         self._lock = threading.Lock()
         self._requests = []
         self._connections = 0
+        self._generation = 0  # how many clear()s so far
+        self._accepted_in = {}  # connection's socket -> the generation it was accepted in
         self.errors = []  # exceptions raised by handlers (connections cut mid-request)
         self.server = _Server((ip, 0), _Handler)
         self.server.upstream = self
@@ -204,17 +213,29 @@ class UpstreamHTTP:
                                         kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
 
-    def record(self, rec):
-        with self._lock:
-            self._requests.append(rec)
+    def _current(self, conn):
+        """Whether <conn> was accepted since the last clear(); call with
+        self._lock held."""
+        return self._accepted_in.get(conn) == self._generation
 
-    def note_connection(self):
+    def record(self, rec, conn):
+        with self._lock:
+            if self._current(conn):
+                self._requests.append(rec)
+
+    def note_connection(self, conn):
         with self._lock:
             self._connections += 1
+            self._accepted_in[conn] = self._generation
 
-    def note_error(self, exc):
+    def forget_connection(self, conn):
         with self._lock:
-            self.errors.append(exc)
+            self._accepted_in.pop(conn, None)
+
+    def note_error(self, exc, conn):
+        with self._lock:
+            if self._current(conn):
+                self.errors.append(exc)
 
     @property
     def requests(self):
@@ -228,6 +249,7 @@ class UpstreamHTTP:
 
     def clear(self):
         with self._lock:
+            self._generation += 1
             self._requests.clear()
             self._connections = 0
             self.errors.clear()
@@ -378,7 +400,8 @@ class BannerServer(LoopbackServer):
             conn.sendall(self.BANNER)
             line = recv_line(conn)
             with self._lock:
-                self.received.append(line)
+                if self._current():
+                    self.received.append(line)
             if line.endswith(b"\n"):
                 conn.sendall(self.REPLY)
         except OSError:
@@ -388,6 +411,7 @@ class BannerServer(LoopbackServer):
 
     def clear(self):
         with self._lock:
+            self.generation += 1
             self.accepted = 0
             self.received = []
 

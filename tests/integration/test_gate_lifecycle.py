@@ -854,3 +854,45 @@ def test_fixture_refused_port_handed_to_a_receiver_is_served(refused_port):
     finally:
         rcv.stop()
     dead.close()  # the receiver owns the socket now: nothing to close twice
+
+
+@pytest.mark.parametrize("origin", ["api", "other"])
+def test_fixture_http_origin_records_only_connections_accepted_since_its_clear(net, origin):
+    # As the TLS origin's: a request a test left in flight (its body still
+    # coming when the next test on the worker clears the records) must not
+    # land in the next test's records. Here a connection accepted before
+    # the clear sends the end of its body after it.
+    up = getattr(net, origin)
+    early = socket.create_connection((up.ip, up.port), timeout=10)
+    try:
+        early.sendall(b"POST /early HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nab")
+        poll(lambda: up.connections >= 1, what="the origin accepted the early connection")
+        net.clear()
+        early.sendall(b"cd")
+        assert recv_line(early).startswith(b"HTTP/1.1 200"), "the early request answered"
+        late = socket.create_connection((up.ip, up.port), timeout=10)
+        with late:
+            late.sendall(b"GET /late HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert recv_line(late).startswith(b"HTTP/1.1 200"), "the late request answered"
+        poll(lambda: len(up.requests) >= 1, what="the late request recorded")
+        assert [r.path for r in up.requests] == ["/late"], up.requests
+        assert up.connections == 1, up.connections
+    finally:
+        early.close()
+
+
+def test_fixture_banner_origin_records_only_connections_accepted_since_its_clear(net):
+    early = socket.create_connection((net.banner.ip, net.banner.port), timeout=10)
+    try:
+        assert recv_line(early) == BannerServer.BANNER
+        net.clear()
+        early.sendall(b"EARLY\r\n")
+        assert recv_line(early) == BannerServer.REPLY
+        with socket.create_connection((net.banner.ip, net.banner.port), timeout=10) as late:
+            assert recv_line(late) == BannerServer.BANNER
+            late.sendall(b"LATE\r\n")
+            assert recv_line(late) == BannerServer.REPLY
+        assert net.banner.received == [b"LATE\r\n"], net.banner.received
+        assert net.banner.accepted == 1, net.banner.accepted
+    finally:
+        early.close()
