@@ -623,24 +623,30 @@ class FullListener:
             s.close()
 
 
+def _bind(ip, kind, port):
+    """A socket of <kind> bound to <ip>:<port> (without SO_REUSEADDR), or
+    OSError."""
+    s = socket.socket(socket.AF_INET, kind)
+    try:
+        s.bind((ip, port))
+    except OSError:
+        s.close()
+        raise
+    return s
+
+
 def _bound_socket(ip, kind, port=0):
-    """A socket of <kind> bound to <ip>:<port>, without SO_REUSEADDR; with
-    <port> 0, to a port below the kernel's ephemeral range when it can: a
-    port the kernel handed out (bind to 0) goes back to the pool when it is
-    closed, and before the test or the gateway binds it again, any bind to 0
-    on the machine (the other worker's servers, another suite's) may take
-    it, or an outgoing connection as its local port (seen: EADDRINUSE for a
-    webhook receiver bound after its gateway had tried it for a while).
-    Ports are picked at random from 10000 up to the range's start, checked
-    by the bind, falling back to the kernel's pick. The caller closes it."""
+    """A socket of <kind> bound to <ip>:<port> (_bind()); with <port> 0, to
+    a port below the kernel's ephemeral range when it can: a port the
+    kernel handed out (bind to 0) goes back to the pool when it is closed,
+    and before the test or the gateway binds it again, any bind to 0 on the
+    machine (the other worker's servers, another suite's) may take it, or an
+    outgoing connection as its local port (seen: EADDRINUSE for a webhook
+    receiver bound after its gateway had tried it for a while). Ports are
+    picked at random from 10000 up to the range's start, checked by the
+    bind, falling back to the kernel's pick. The caller closes it."""
     if port:
-        s = socket.socket(socket.AF_INET, kind)
-        try:
-            s.bind((ip, port))
-        except OSError:
-            s.close()
-            raise
-        return s
+        return _bind(ip, kind, port)
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
             low = int(f.read().split()[0])
@@ -648,19 +654,11 @@ def _bound_socket(ip, kind, port=0):
         low = 0
     rng = random.Random()
     for _ in range(50 if low > 11000 else 0):
-        s = socket.socket(socket.AF_INET, kind)
         try:
-            s.bind((ip, rng.randrange(10000, low)))
-            return s
+            return _bind(ip, kind, rng.randrange(10000, low))
         except OSError:
-            s.close()
-    s = socket.socket(socket.AF_INET, kind)
-    try:
-        s.bind((ip, 0))
-    except OSError:
-        s.close()
-        raise
-    return s
+            continue
+    return _bind(ip, kind, 0)
 
 
 def free_port(ip="127.0.0.1", kind=socket.SOCK_STREAM):
@@ -680,7 +678,8 @@ class RefusedPort:
     was only free a moment ago: another worker's server, or the test's own
     gateway or admin port, could take it, and a webhook aimed there was
     answered instead of refused. TCP: a SYN to the port is answered RST, a
-    connect() refused. UDP (<kind> SOCK_DGRAM): the socket is connected to
+    connect() refused. UDP (<kind> SOCK_DGRAM, on one address: connecting
+    narrows a socket bound to all of them): the socket is connected to
     itself, so it takes no datagram of any other sender, which gets ICMP
     port unreachable. <port> 0 picks one (_bound_socket()); a port given
     that is taken raises OSError. A context manager: leaving it frees the
@@ -691,7 +690,7 @@ class RefusedPort:
         self.sock = _bound_socket(ip, kind, port)
         self.port = self.sock.getsockname()[1]
         if kind == socket.SOCK_DGRAM:
-            self.sock.connect(("127.0.0.1" if ip == "0.0.0.0" else ip, self.port))
+            self.sock.connect((ip, self.port))
 
     def take(self):
         """Hands the bound socket over to a server that listens on it
