@@ -946,7 +946,8 @@ def test_stored_alerts_of_webhooks_no_longer_configured_are_kept_up_to_a_cap(
     assert _numbers_kept(state) == list(range(50, 10050))
 
 
-def test_stored_alerts_of_a_sink_a_reload_removes_are_kept_up_to_the_cap(gateway, net, tmp_path):
+def test_stored_alerts_of_a_sink_a_reload_removes_are_kept_up_to_the_cap(gateway, net, tmp_path,
+                                                                         refused_port):
     # A reload that took a sink out of the policy left all its stored
     # alerts (up to 100,000 a sink) until the next start: a gateway
     # reloaded again and again, each time without a sink that could not
@@ -954,7 +955,7 @@ def test_stored_alerts_of_a_sink_a_reload_removes_are_kept_up_to_the_cap(gateway
     # the newest 10,000 of them in all, as the start does, counted.
     state = tmp_path / "state"
     admin = free_tcp_port()
-    url = "http://127.0.0.1:%d/gone" % free_tcp_port()
+    url = "http://127.0.0.1:%d/gone" % refused_port().port  # nothing listens
     args = ["--alerts", str(tmp_path / "a.jsonl"), "--state", str(state),
             "--admin", "127.0.0.1:%d" % admin]
     with_sink = net.policy(rules(net), alerts={"sinks": [{"webhook": url}]})
