@@ -19,6 +19,12 @@
 #                               $proxy_port
 #   free_port                   one more port for the caller (a second
 #                               proxy): sets $port
+#   BENCH_TARGET=name           (set by the caller's caller) the setups
+#                               CONNECT to bench.test, a name the policy
+#                               pins to 127.0.0.1 (dns.static) and allows
+#                               by a host rule, as agents name their
+#                               targets, where the harness's IP literal
+#                               takes no lookup and no name check
 #   setup_drive N               N sequential setups by the harness's curl
 #                               command on CPU 0 (a fresh connection each,
 #                               CONNECT, 200, a full TLS handshake, GET
@@ -75,12 +81,24 @@ setup_layout_start() {
     sed "s/ports: \[18080, 18443\]/ports: [$UPSTREAM_TLS_PORT]/" bench/policy.yaml >"$dir/policy.yaml"
     grep -q "ports: \[$UPSTREAM_TLS_PORT\]" "$dir/policy.yaml" ||
         { echo "$name: bench/policy.yaml's rule has moved" >&2; exit 1; }
+    target=127.0.0.1
+    case "${BENCH_TARGET:-ip}" in
+    ip) ;;
+    name)
+        target=bench.test
+        printf '  - host: bench.test\n    ports: [%s]\n    tier: 0\n' "$UPSTREAM_TLS_PORT" >"$dir/rule.yaml"
+        sed "/^rules:/r $dir/rule.yaml" "$dir/policy.yaml" >"$dir/policy.new"
+        printf 'dns:\n  static: {bench.test: 127.0.0.1}\n' >>"$dir/policy.new"
+        mv "$dir/policy.new" "$dir/policy.yaml"
+        ;;
+    *) echo "$name: BENCH_TARGET is ip or name" >&2; exit 2 ;;
+    esac
 }
 
 setup_drive() {
     ok=$(taskset -c 0 curl -s -k --no-sessionid -H 'Connection: close' -x "http://127.0.0.1:$proxy_port" \
         --max-time 600 -o /dev/null -w '%{http_code}\n' \
-        "https://127.0.0.1:$UPSTREAM_TLS_PORT/small?[1-$1]" | grep -c '^200$' || true)
+        "https://$target:$UPSTREAM_TLS_PORT/small?[1-$1]" | grep -c '^200$' || true)
     [ "$ok" -eq "$1" ] || { echo "$name: only $ok of $1 setups succeeded" >&2; exit 1; }
 }
 
