@@ -27,6 +27,8 @@ static const char *test_resolv_conf = "/nonexistent/resolv.conf";
 #define RESOLV_CONF test_resolv_conf
 #include "gate/resolve.c"
 
+#include "ev_alloc_count.h"
+
 /* ------------------------------------------------------ fake DNS server */
 
 struct fake_dns {
@@ -1600,8 +1602,39 @@ static void test_cache_eviction(void **state)
     event_base_free(base);
 }
 
+/* A lookup answered at once (a static name, an IP literal, a name the
+ * cache holds, a failure known at once) has libevent allocate nothing: its
+ * event is in the request's own allocation (event_new() and event_free()
+ * cost a malloc() and a free() a lookup: one for each of these four). */
+static void test_answered_at_once_allocate_nothing(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct dns_static st[] = {{.name = "api.example.test", .addr = v4("127.0.0.2")}};
+    struct resolver *r = new_resolver(base, NULL, st, 1);
+    static const char *const names[] = {"api.example.test", "192.0.2.9", "1.2.3.999",
+                                        "nothing.example.test"};
+    ev_allocs = 0;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        struct result res = {.base = base};
+        assert_non_null(resolver_lookup(r, names[i], on_result, &res));
+        event_base_loop(base, EVLOOP_NONBLOCK); /* it is active: run_until()'s timer allocates */
+        assert_int_equal(res.calls, 1);
+    }
+    /* and one cancelled before its answer ran */
+    struct result res = {.base = base};
+    resolve_cancel(resolver_lookup(r, "api.example.test", on_result, &res));
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    assert_int_equal(res.calls, 0);
+    assert_int_equal(ev_allocs, 0);
+    resolver_free(r);
+    event_base_free(base);
+}
+
 int main(void)
 {
+    /* before any other call into libevent, as it asks */
+    event_set_mem_functions(count_malloc, count_realloc, free);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_static_map),
         cmocka_unit_test(test_server_answers),
@@ -1631,6 +1664,7 @@ int main(void)
         cmocka_unit_test(test_one_family_answered),
         cmocka_unit_test(test_cache_static_and_reload),
         cmocka_unit_test(test_cache_eviction),
+        cmocka_unit_test(test_answered_at_once_allocate_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,6 +21,7 @@
 
 #include <event2/event.h>
 
+#include "ev_alloc_count.h"
 #include "gate/tunnel.h"
 
 struct result {
@@ -343,22 +344,6 @@ static void test_urgent_data_spliced(void **state)
 {
     (void)state;
     urgent_data_stays_in_the_stream(true);
-}
-
-/* libevent's allocations, counted (event_set_mem_functions() in main()) */
-static size_t ev_allocs;
-
-static void *count_malloc(size_t n)
-{
-    ev_allocs++;
-    return malloc(n);
-}
-
-static void *count_realloc(void *p, size_t n)
-{
-    if (p == NULL)
-        ev_allocs++;
-    return realloc(p, n);
 }
 
 /* A tunnel's events are in its own allocation: from its start to its end
