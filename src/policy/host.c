@@ -78,128 +78,6 @@ static const char *ldh_check(const char *s, size_t len)
     return NULL;
 }
 
-/* A plain name's bytes (a letter, a digit, '-', '_' or a dot), each
- * mapped to itself lower-cased, and every other byte (a control, a space,
- * ':', '[', '%', a byte of UTF-8...) to 0: one load a byte. */
-/* clang-format off */
-static const unsigned char plain_byte[256] = {
-    [0x2d] = '-', '.',
-    [0x30] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9',
-    [0x41] = 'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k', 'l', 'm',
-               'n', 'o', 'p', 'q', 'r', 's', 't', 'u', 'v', 'w', 'x', 'y', 'z',
-    [0x5f] = '_',
-    [0x61] = 'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k', 'l', 'm',
-               'n', 'o', 'p', 'q', 'r', 's', 't', 'u', 'v', 'w', 'x', 'y', 'z',
-};
-/* clang-format on */
-
-/* Copies <s> (<len> bytes) lower-cased into <name> while every byte is a
- * plain name's. Returns false at the first that is not, which takes the
- * general path of host_normalise(). */
-static bool plain_lower(const char *s, size_t len, char *name)
-{
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = plain_byte[(unsigned char)s[i]];
-        if (c == 0)
-            return false;
-        name[i] = (char)c;
-    }
-    return true;
-}
-
-/* ldh_check() of a plain name already lower-cased (<name>, <len> bytes),
- * which also tells whether a label starts with "xn--" (<*alabel>: the
- * name then goes through IDNA, whatever ldh_check() would say). The same
- * verdict as ldh_check(), in one pass with the look for A-labels. */
-static const char *plain_check(const char *name, size_t len, bool *alabel)
-{
-    const char *w = NULL;
-    size_t start = 0;
-    *alabel = false;
-    for (size_t i = 0; i <= len; i++) {
-        if (i < len && name[i] != '.')
-            continue;
-        size_t n = i - start;
-        if (n >= 4 && memcmp(name + start, "xn--", 4) == 0)
-            *alabel = true;
-        if (w == NULL) {
-            if (n == 0)
-                w = WHY_EMPTY_LABEL;
-            else if (n > 63)
-                w = WHY_LONG_LABEL;
-            else if (name[start] == '-' || name[i - 1] == '-')
-                w = WHY_HYPHEN;
-        }
-        start = i + 1;
-    }
-    if (w == NULL && len > HOST_MAX)
-        w = WHY_LONG_NAME;
-    return w;
-}
-
-/* The verdict of ip_step()'s <lit> when it is one (1 or -1: the input
- * is an IP literal, <out> filled or the literal malformed): 0 or -1, as
- * host_normalise() returns, <*w> set on -1. */
-static int literal_verdict(int lit, const char **w)
-{
-    if (lit > 0)
-        return 0;
-    *w = WHY_BAD_IP;
-    return -1;
-}
-
-/* Takes one trailing dot off a name (<*len> bytes of <s>, at least one).
- * Returns NULL, or the refusal of a name that was only that dot or ends in
- * two. */
-static const char *trim_dot(const char *s, size_t *len)
-{
-    if (s[*len - 1] == '.')
-        (*len)--;
-    if (*len == 0)
-        return WHY_EMPTY_HOST;
-    if (s[*len - 1] == '.')
-        return WHY_EMPTY_LABEL;
-    return NULL;
-}
-
-/* Fills <out> with the checked normal form <name> (<len> bytes). */
-static void fill_name(const char *name, size_t len, struct host *out)
-{
-    out->kind = HOST_NAME;
-    memcpy(out->name, name, len);
-    out->name[len] = '\0';
-    memset(&out->ip, 0, sizeof(out->ip));
-}
-
-/* host_normalise() of a name made only of a plain name's bytes (letters,
- * digits, '-', '_' and dots; <name> holds it lower-cased): the general
- * path's steps in its order, its five passes over the bytes (the controls,
- * the allowed bytes, A-labels, the lower-casing, the labels) down to
- * plain_lower()'s and plain_check()'s. Returns 1 when the name has an
- * A-label: the general path takes it to IDNA. */
-static int normalise_plain(const char *s, size_t len, char *name, struct host *out,
-                           const char **why)
-{
-    const char *w;
-    bool alabel;
-    int lit = ip_step(s, len, out);
-    if (lit != 0) {
-        if (literal_verdict(lit, &w) == 0)
-            return 0;
-    } else if ((w = trim_dot(s, &len)) == NULL) {
-        w = plain_check(name, len, &alabel);
-        if (alabel)
-            return 1;
-        if (w == NULL) {
-            fill_name(name, len, out);
-            return 0;
-        }
-    }
-    if (why != NULL)
-        *why = w;
-    return -1;
-}
-
 static bool has_alabel(const char *s, size_t len)
 {
     for (size_t i = 0; i + 4 <= len; i++) {
@@ -226,7 +104,7 @@ static char *idna_to_ascii(const char *s, size_t len)
     return NULL;
 }
 
-int host_normalise_general(const char *s, size_t len, struct host *out, const char **why)
+int host_normalise(const char *s, size_t len, struct host *out, const char **why)
 {
     char name[HOST_INPUT_MAX + 1];
     const char *w;
@@ -250,8 +128,9 @@ int host_normalise_general(const char *s, size_t len, struct host *out, const ch
 
     int lit = ip_step(s, len, out);
     if (lit != 0) {
-        if (literal_verdict(lit, &w) == 0)
+        if (lit > 0)
             return 0;
+        w = WHY_BAD_IP;
         goto err;
     }
 
@@ -262,8 +141,16 @@ int host_normalise_general(const char *s, size_t len, struct host *out, const ch
         if (c < 0x80 && c != '.' && !is_ldh(c))
             goto bad_char;
     }
-    if ((w = trim_dot(s, &len)) != NULL)
+    if (s[len - 1] == '.')
+        len--;
+    if (len == 0) {
+        w = WHY_EMPTY_HOST;
         goto err;
+    }
+    if (s[len - 1] == '.') {
+        w = WHY_EMPTY_LABEL;
+        goto err;
+    }
 
     if (ascii && !has_alabel(s, len)) {
         for (size_t i = 0; i < len; i++) {
@@ -294,8 +181,9 @@ int host_normalise_general(const char *s, size_t len, struct host *out, const ch
             if (name[i] != '.' && !is_ldh((unsigned char)name[i]))
                 goto bad_char;
         if ((lit = ip_step(name, len, out)) != 0) {
-            if (literal_verdict(lit, &w) == 0)
+            if (lit > 0)
                 return 0;
+            w = WHY_BAD_IP;
             goto err;
         }
     }
@@ -303,7 +191,10 @@ int host_normalise_general(const char *s, size_t len, struct host *out, const ch
     w = ldh_check(name, len);
     if (w != NULL)
         goto err;
-    fill_name(name, len, out);
+    out->kind = HOST_NAME;
+    memcpy(out->name, name, len);
+    out->name[len] = '\0';
+    memset(&out->ip, 0, sizeof(out->ip));
     return 0;
 
 bad_char:
@@ -312,21 +203,6 @@ err:
     if (why != NULL)
         *why = w;
     return -1;
-}
-
-int host_normalise(const char *s, size_t len, struct host *out, const char **why)
-{
-    char name[HOST_INPUT_MAX + 1];
-    /* The names agents send (api.github.com) take the plain path: two
-     * passes over the bytes where the general one makes five, about 350
-     * instructions fewer for a name of 10 bytes (bench/HISTORY.md,
-     * 2026-12-07). */
-    if (s != NULL && len > 0 && len <= HOST_INPUT_MAX && plain_lower(s, len, name)) {
-        int rc = normalise_plain(s, len, name, out, why);
-        if (rc <= 0)
-            return rc;
-    }
-    return host_normalise_general(s, len, out, why);
 }
 
 /* Whether <s> (<len> bytes) is <text>, in any case, IPv6 bare or

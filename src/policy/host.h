@@ -34,12 +34,6 @@ struct host {
  * ("empty label", "invalid IP literal", ...). */
 int host_normalise(const char *s, size_t len, struct host *out, const char **why);
 
-/* host_normalise() without its plain path (a name of letters, digits, '-',
- * '_' and dots, taken in two passes): every input through the general
- * steps, the same verdict. The reference test_host_plain holds the plain
- * path to. */
-int host_normalise_general(const char *s, size_t len, struct host *out, const char **why);
-
 /* How a host a client sends a server must write an IP target to name it:
  * its canonical text (a.b.c.d without leading zeros, IPv6 as RFC 5952
  * writes it, bare or in brackets, hex digits in either case), or else
