@@ -184,6 +184,24 @@ static enum agent_result agent_with_digest(const struct policy *p, const struct 
     return AGENT_AUTH_REQUIRED;
 }
 
+/* The agent a new request of a client at <o> would be under <p>, its
+ * secret's token_mark() <mark> (NULL: none): the first, in file order,
+ * whose sources contain <o> and that wants that secret, or no token. The
+ * marks compared are of the same process-wide key: equal secrets, equal
+ * marks, as agent_identify() finds them by digest. */
+static const struct agent *first_named(const struct policy *p, const unsigned char *mark,
+                                       const struct client_origin *o)
+{
+    for (size_t i = 0; i < p->nagents; i++) {
+        const struct agent *a = &p->agents[i];
+        if (a->has_token != (mark != NULL) || !agent_sources_contain(a, o))
+            continue;
+        if (mark == NULL || CRYPTO_memcmp(a->token_mark, mark, TOKEN_MARK_LEN) == 0)
+            return a;
+    }
+    return NULL;
+}
+
 enum agent_result agent_find_again(const struct policy *p, const char *id,
                                    const unsigned char *mark, const struct client_origin *o,
                                    const struct agent **out)
@@ -198,6 +216,8 @@ enum agent_result agent_find_again(const struct policy *p, const char *id,
         return AGENT_AUTH_REQUIRED;
     if (mark != NULL && CRYPTO_memcmp(a->token_mark, mark, TOKEN_MARK_LEN) != 0)
         return AGENT_AUTH_REQUIRED; /* another token: the one presented was rotated away */
+    if (first_named(p, mark, o) != a)
+        return AGENT_NOT_ALLOWED; /* an earlier agent takes the client now */
     *out = a;
     return AGENT_OK;
 }

@@ -67,14 +67,17 @@ enum agent_result agent_identify_why(const struct policy *p, const struct client
  * under an earlier policy (an open tunnel decided again after a reload),
  * <mark> the token_mark() of the agent its secret named then, NULL when it
  * presented none: AGENT_OK with <*out> when <p> still has that agent, its
- * sources still contain <o> and it still wants that same secret, or none
- * when <mark> is NULL; or when <id> is the implicit "default" and <p> has
- * no agents section (<*out> NULL); AGENT_AUTH_REQUIRED when the agent now
- * has a token the client did not present: none at all, or another (a
- * token rotated away from a leaked one), or when it no longer has one but
- * the client presented a secret (a new request of it would be refused so:
- * a secret never passes to a token-less agent); else AGENT_NOT_ALLOWED.
- * <*out> is NULL but on AGENT_OK. */
+ * sources still contain <o>, it still wants that same secret (or none when
+ * <mark> is NULL) and no agent before it in <p> takes a new request of
+ * that client (sources that hold <o>, the same secret or none: the client
+ * is that other agent now, AGENT_NOT_ALLOWED); or when <id> is the
+ * implicit "default" and <p> has no agents section (<*out> NULL);
+ * AGENT_AUTH_REQUIRED when the agent now has a token the client did not
+ * present: none at all, or another (a token rotated away from a leaked
+ * one), or when it no longer has one but the client presented a secret (a
+ * new request of it would be refused so: a secret never passes to a
+ * token-less agent); else AGENT_NOT_ALLOWED. <*out> is NULL but on
+ * AGENT_OK. */
 enum agent_result agent_find_again(const struct policy *p, const char *id,
                                    const unsigned char *mark, const struct client_origin *o,
                                    const struct agent **out);

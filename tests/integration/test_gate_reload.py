@@ -861,6 +861,39 @@ def test_a_tunnel_whose_agent_a_reload_removes_is_closed(gateway, net):
             t.close()
 
 
+@pytest.mark.parametrize("secret", [False, True])
+def test_a_tunnel_whose_client_a_reload_gives_to_an_earlier_agent_is_closed(gateway, net, secret):
+    # a reload that puts another agent before the tunnel's, its sources
+    # holding the client and wanting the same secret (or none): a new
+    # request of the client is that other agent, refused by the rule the
+    # tunnel's agent alone may use; the tunnel, decided for an agent its
+    # client no longer is, is closed as a new request would be refused,
+    # not kept under the id it opened with
+    env = {"SLUICE_TEST_TOKEN": "shared-secret-token", "SLUICE_TEST_TOKEN2": "shared-secret-token"}
+    auth = {"Proxy-Authorization": "Bearer shared-secret-token"} if secret else None
+
+    def agent(aid, var):
+        return dict({"id": aid, "sources": ["127.0.0.0/8"]},
+                    **({"token": "env:" + var} if secret else {}))
+
+    with EchoServer(API_IP) as echo:
+        rules = [echo_rule(echo.port, agents=["a1"])]
+        gw = gateway(echo_policy(net, rules, agents=[agent("a1", "SLUICE_TEST_TOKEN")]), env=env)
+        t, tid = open_echo_tunnel(gw, echo.port, headers=auth)
+        try:
+            reload_to(gw, echo_policy(net, rules, agents=[agent("b", "SLUICE_TEST_TOKEN2"),
+                                                         agent("a1", "SLUICE_TEST_TOKEN")]), 1)
+            fresh = connect(gw, "echo.example.test:%d" % echo.port, headers=auth)
+            fresh.close()
+            assert fresh.status == 403
+            deny = assert_closed_with_deny(gw, t, tid, "agent_not_allowed")
+            assert deny["agent"] == "a1"
+            assert [e["agent"] for e in gw.events("agent_egress", decision="deny")
+                    if e["id"] != tid] == ["b"]
+        finally:
+            t.close()
+
+
 def test_a_tunnel_opened_without_a_secret_is_closed_when_its_agent_comes_to_want_one(gateway,
                                                                                     net):
     # a reload that gives a token-less agent a token: a new request without

@@ -434,6 +434,20 @@ static void test_find_again(void **state)
     assert_int_equal(agent_find_again(&pol, "ci", ci, &far, &a), AGENT_NOT_ALLOWED);
     assert_null(a);
     assert_int_equal(agent_find_again(&pol, "sock", NULL, &o, &a), AGENT_NOT_ALLOWED);
+    /* an earlier agent whose sources hold the client and that wants the
+     * same secret, or none, takes a new request of it: the client is that
+     * agent now, not the one it was */
+    a = agents;
+    assert_int_equal(agent_find_again(&pol, "ci2", ci, &o, &a), AGENT_NOT_ALLOWED);
+    assert_null(a);
+    assert_int_equal(agent_find_again(&pol, "lanopen", NULL, &far, &a), AGENT_OK);
+    assert_ptr_equal(a, &agents[4]); /* the token agent before it takes no client without one */
+    assert_int_equal(agent_find_again(&pol, "sock", NULL, &unix_client, &a), AGENT_OK);
+    assert_ptr_equal(a, &agents[5]);
+    agents[0].unix_source = true; /* "open" now takes the unix listener's clients too */
+    assert_int_equal(agent_find_again(&pol, "sock", NULL, &unix_client, &a), AGENT_NOT_ALLOWED);
+    assert_null(a);
+    agents[0].unix_source = false;
     /* gone, or the implicit agent of a policy that now has agents */
     a = agents;
     assert_int_equal(agent_find_again(&pol, "gone", NULL, &o, &a), AGENT_NOT_ALLOWED);
