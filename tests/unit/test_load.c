@@ -1049,7 +1049,10 @@ static size_t read_bytes;
 /* Makes sure the change time of the file <path> moved from <before>'s: a
  * change within the clock tick of the last one leaves it where it was on
  * a file system with coarse timestamps, so the mode is set again, as it
- * is, until it has moved (waited on, for 2 s at most). */
+ * is, until it has moved (waited on, for 2 s at most). The clock is read
+ * before each chmod, and the wait given up only after a chmod made once
+ * the 2 s were over: a program held back past them (a loaded machine)
+ * before it set the mode at all gave up with the time unmoved. */
 static void ctime_moved_from(const char *path, const struct stat *before)
 {
     struct timespec start, now;
@@ -1058,7 +1061,8 @@ static void ctime_moved_from(const char *path, const struct stat *before)
     while (stat(path, &st) == 0 && st.st_ctim.tv_sec == before->st_ctim.tv_sec &&
            st.st_ctim.tv_nsec == before->st_ctim.tv_nsec) {
         clock_gettime(CLOCK_MONOTONIC, &now);
-        if (now.tv_sec - start.tv_sec > 2 || chmod(path, st.st_mode & 07777) != 0)
+        bool over = now.tv_sec - start.tv_sec > 2;
+        if (chmod(path, st.st_mode & 07777) != 0 || over)
             return;
     }
 }
