@@ -9,6 +9,8 @@ import json
 import os
 import time
 
+import pytest
+
 from conftest import policy_yaml
 from gate_client import api_rule, assert_denied, connect, exchange, poll, request
 
@@ -30,26 +32,41 @@ def storm(gw, net, n):
 
 
 def test_quarantine_trips_alerts_once_and_lifts(gateway, net, tmp_path):
-    alerts = str(tmp_path / "alerts.jsonl")
-    pol = net.policy([api_rule(net)], limits={"quarantine": "3s"},
-                     alerts={"denied_burst": {"max": 3, "per": "1m"}})
-    gw = gateway(pol, args=("--alerts", alerts))
-    storm(gw, net, 4)  # max 3: the 4th denial is over it
-    t_tripped = time.monotonic()
-    # Allowed host, but the agent is in quarantine: refused before the policy.
-    r = request(gw, "GET", net.url("/after"))
+    # The quarantine runs 3 s from the 4th denial: what the test asks in it
+    # must be answered within them. Where the machine held the test or the
+    # gateway back longer, it lifted in the middle (a 200, a CONNECT then
+    # not_in_policy, which trips it again): that try tells nothing and is
+    # made again on a new gateway, three tries at most.
+    for attempt in range(3):
+        alerts = str(tmp_path / ("alerts%d.jsonl" % attempt))
+        pol = net.policy([api_rule(net)], limits={"quarantine": "3s"},
+                         alerts={"denied_burst": {"max": 3, "per": "1m"}})
+        gw = gateway(pol, args=("--alerts", alerts))
+        net.clear()
+        storm(gw, net, 3)
+        t_fourth = time.monotonic()  # the quarantine starts after this
+        storm(gw, net, 1)  # max 3: the 4th denial is over it
+        t_tripped = time.monotonic()  # ... and before this
+        # CONNECT too, and the storm goes on: still refused, still one alert.
+        again = [request(gw, "GET", net.url("/again")) for _ in range(5)]
+        t = connect(gw, "tls.example.test:%d" % net.tls.port)
+        t.close()
+        # Allowed host, but the agent is in quarantine: refused before the
+        # policy. Asked last: assert_denied checks the last such event.
+        r = request(gw, "GET", net.url("/after"))
+        if time.monotonic() - t_fourth < 3:
+            break
+    else:
+        pytest.fail("each of 3 tries took more than the 3 s quarantine to be answered")
+    assert [(x.status, x.header("Sluice-Reason")) for x in again] == [
+        (403, "quarantined")] * 5, again
+    assert t.status == 403 and t.header("Sluice-Reason") == "quarantined"
     assert_denied(gw, net, r, "quarantined", host="api.example.test", port=net.api.port,
                   agent="default", method="GET", path="/after", tier=None, rule=None,
                   owner=None, ip=None)
     assert 1 <= int(r.header("Retry-After")) <= 3
-    # CONNECT too, and the storm goes on: still refused, still one alert.
-    t = connect(gw, "tls.example.test:%d" % net.tls.port)
-    assert t.status == 403 and t.header("Sluice-Reason") == "quarantined"
-    t.close()
-    for _ in range(5):
-        assert request(gw, "GET", net.url("/again")).status == 403
     q = poll(lambda: [a for a in alert_lines(alerts) if a.get("kind") == "quarantine"],
-             timeout=3, what="a quarantine alert in %s" % alerts)
+             timeout=10, what="a quarantine alert in %s" % alerts)
     assert q[0]["agent"] == "default" and q[0]["severity"] == "high"
     assert "quarantined for 3s" in q[0]["detail"]
     # It lifts by itself.
