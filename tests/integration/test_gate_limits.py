@@ -947,16 +947,17 @@ def _outq(sock):
 
 def _send_what_fits(sock, data):
     """Sends <data> on <sock>, made non-blocking, until it is all sent or
-    0.5 s pass without room; returns the bytes sent."""
+    0.5 s pass without room (by the clock: a count of 10 ms waits is
+    stretched by a loaded machine); returns the bytes sent."""
     sock.setblocking(False)
-    sent = waits = 0
-    while sent < len(data) and waits < 50:
+    sent = 0
+    room_at = time.monotonic()
+    while sent < len(data) and time.monotonic() - room_at < 0.5:
         try:
             sent += sock.send(data[sent:sent + 65536])
-            waits = 0
+            room_at = time.monotonic()
         except BlockingIOError:
             time.sleep(0.01)
-            waits += 1
     return sent
 
 
@@ -994,7 +995,8 @@ def _answer_then_reset(gateway, net, how):
                 assert d, "closed after %d bytes" % len(got)
                 got += d
             assert pipes_of(gw.proc.pid) == before + 2, "the download did not splice"
-            assert reset.wait(15), "the origin did not get to its reset"
+            # a hang guard: the origin's waits end by its clock (_wait_taken())
+            assert reset.wait(HANG_GUARD_S), "the origin did not get to its reset"
             s.settimeout(10)
             for _ in range(1000):  # slowly: the gateway's socket toward it stays full
                 try:
@@ -1039,10 +1041,14 @@ def test_an_answer_the_origin_sent_before_resetting_reaches_a_spliced_client(gat
 
 
 def _wait_taken(sock):
-    """Waits, at most 10 s, until <sock>'s peer acknowledged all it was sent."""
-    for _ in range(1000):
-        if _outq(sock) == 0:
-            break
+    """Waits, at most 10 s by the clock, until <sock>'s peer acknowledged
+    all it was sent. When the way holds less than was sent (the gateway
+    stopped reading: its pipe toward a slow client is full) it never is,
+    and the wait ends at its 10 s: counted as 1000 waits of 10 ms, as it
+    was, that took 11.3 s on a loaded machine, and more than the 15 s a
+    test gave the origin to reach its reset."""
+    deadline = time.monotonic() + 10
+    while _outq(sock) != 0 and time.monotonic() < deadline:
         time.sleep(0.01)
 
 
@@ -1207,7 +1213,8 @@ def test_a_side_that_resets_is_a_reset_to_the_other_side(gateway, net, who, how)
             if who == "origin-half-closed":
                 s.shutdown(socket.SHUT_WR)
             if who != "client":
-                assert reset.wait(15), "the origin did not get to its reset"
+                # a hang guard: the origin's wait ends by its clock (_wait_taken())
+                assert reset.wait(HANG_GUARD_S), "the origin did not get to its reset"
                 seen["data"], seen["end"] = _read_to_end(s)
             else:
                 s.sendall(payload)
