@@ -12,7 +12,8 @@ import time
 import pytest
 
 from conftest import policy_yaml
-from gate_client import api_rule, assert_denied, connect, exchange, poll, request
+from gate_client import (api_rule, assert_denied, connect, exchange, poll, read_response,
+                         request)
 
 
 def alert_lines(path):
@@ -78,6 +79,34 @@ def test_quarantine_trips_alerts_once_and_lifts(gateway, net, tmp_path):
     gw.stop()
     q = [a for a in alert_lines(alerts) if a.get("kind") == "quarantine"]
     assert len(q) == 1, q
+
+
+def test_quarantine_takes_back_no_tunnel_already_open(gateway, net, tmp_path):
+    # A quarantine refuses the agent's requests from the denial that trips
+    # it on; a tunnel it opened before stays open and carries on (README,
+    # docs/SPEC.md: it brakes a retry storm, it takes back no decision).
+    alerts = str(tmp_path / "alerts.jsonl")
+    pol = net.policy([api_rule(net)], limits={"quarantine": "10m"},
+                     alerts={"denied_burst": {"max": 3, "per": "10m"}})
+    gw = gateway(pol, args=("--alerts", alerts))
+    net.clear()
+    t = connect(gw, "api.example.test:%d" % net.api.port)
+    assert t.status == 200, t.text
+    try:
+        t.sock.settimeout(10)
+        t.sock.sendall(b"GET /before HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
+        assert read_response(t.sock).status == 200
+        storm(gw, net, 4)  # max 3: the 4th denial trips it
+        poll(lambda: [a for a in alert_lines(alerts) if a.get("kind") == "quarantine"],
+             timeout=10, what="the quarantine alert")
+        r = request(gw, "GET", net.url("/new"))
+        assert (r.status, r.header("Sluice-Reason")) == (403, "quarantined"), r
+        # the tunnel opened before it still carries the agent's bytes
+        t.sock.sendall(b"GET /during HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
+        assert read_response(t.sock).status == 200
+    finally:
+        t.close()
+    assert [q.path for q in net.api.requests] == ["/before", "/during"]
 
 
 def test_quarantine_zero_only_alerts(gateway, net):
