@@ -41,8 +41,10 @@ struct mountinfo {
     size_t n;
     /* Made by mountinfo_parse() for mountinfo_is_covered(), which scans
      * <v> when they are NULL: the positions in <v> sorted by id, and by
-     * (parent, mount point). */
+     * (parent, mount point); and, by position in <v>, whether a mount of
+     * the same parent sits on a folder above the mount's mount point. */
     size_t *by_id, *by_parent;
+    bool *buried;
 };
 
 /* Parses <len> bytes at <data> into <out> (which the caller frees with
@@ -59,8 +61,10 @@ bool mountinfo_opt_has(const char *opts, const char *opt);
 bool mountinfo_is_writable(const struct mountinfo_entry *e);
 
 /* True when another mount of <mi> was mounted on top of <e> at the same
- * mount point (as /dev/pts often is twice), or on top of an ancestor of
- * <e>: <e> cannot be reached by any path. */
+ * mount point (as /dev/pts often is twice), or on a folder above <e>'s
+ * mount point in the mount <e> is mounted in (a tmpfs on /srv after one on
+ * /srv/cache, both in the root mount), or so on top of an ancestor of <e>:
+ * <e> cannot be reached by any path. */
 bool mountinfo_is_covered(const struct mountinfo *mi, const struct mountinfo_entry *e);
 
 /* A justification file: one `PATH: reason` a line; blank lines and lines

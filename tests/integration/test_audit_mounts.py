@@ -7,6 +7,8 @@ import os
 import subprocess
 import threading
 
+import pytest
+
 MOUNTINFO = (
     "22 1 254:1 / / ro,relatime shared:1 - ext4 /dev/vda1 rw\n"
     "23 22 0:21 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw\n"
@@ -247,6 +249,47 @@ def test_fstype_escapes_are_decoded(run_sluice, tmp_path):
     r = run_sluice("audit", "mounts", "--mountinfo", mi, "--format", "json")
     doc = json.loads(r.stdout)
     assert [m["fstype"] for m in doc["writable"]] == ["fuse.my fs", "fuse.x\\y\nz"]
+
+
+def test_a_mount_under_one_on_a_folder_above_it_is_out_of_reach(run_sluice, tmp_path):
+    # A tmpfs on /tmp/d/a/b, then one on /tmp/d/a: both in the /tmp mount,
+    # as `unshare -m` wrote them on this machine. /tmp/d/a/b now leads into
+    # the second tmpfs; the first, which no path reaches, was listed as an
+    # UNJUSTIFIED writable mount (and /tmp/d/a/b justified for it was no
+    # stale line), so the report named a writable path that is none.
+    mi = write(tmp_path, "mountinfo",
+               "22 1 254:1 / / ro - ext4 /dev/vda1 rw\n"
+               "75 22 0:30 / /tmp rw - tmpfs tmpfs rw\n"
+               "99 75 0:43 / /tmp/d/a/b rw,relatime - tmpfs t1 rw\n"
+               "100 75 0:44 / /tmp/d/a rw,relatime - tmpfs t2 rw\n"
+               "101 75 0:45 / /tmp/d/a.b rw,relatime - tmpfs t3 rw\n")
+    just = write(tmp_path, "why", "/tmp: scratch\n/tmp/d/a: t2\n/tmp/d/a.b: t3\n")
+    r = run_sluice("audit", "mounts", "--mountinfo", mi, "--justify", just)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines()[-1] == "result: 5 mounts, 3 writable, 0 unjustified"
+    r = run_sluice("audit", "mounts", "--mountinfo", mi, "--format", "json")
+    assert [m["mount_point"] for m in json.loads(r.stdout)["writable"]] == [
+        "/tmp", "/tmp/d/a", "/tmp/d/a.b"]
+
+
+def test_live_a_mount_under_one_on_a_folder_above_it(sluice_bin, tmp_path):
+    # The same, made by the kernel in a mount namespace of the test's own.
+    d = tmp_path / "d"
+    (d / "a" / "b").mkdir(parents=True)
+    script = ('mount -t tmpfs t1 "$1/a/b" && mount -t tmpfs t2 "$1/a" || exit 99; '
+              'exec "$2" audit mounts --format json')
+    try:
+        r = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script,
+                            "sh", str(d), sluice_bin], capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        pytest.skip("no unshare(1)")
+    if r.returncode == 99 or "unshare" in r.stderr:
+        pytest.skip("no mount namespace of our own here: %s" % r.stderr.strip())
+    assert r.returncode in (0, 1), r.stderr
+    assert "Sanitizer" not in r.stderr, r.stderr
+    mps = [m["mount_point"] for m in json.loads(r.stdout)["writable"]]
+    assert str(d / "a") in mps
+    assert str(d / "a" / "b") not in mps, mps
 
 
 def test_nothing_writable(run_sluice, tmp_path):

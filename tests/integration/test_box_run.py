@@ -3458,6 +3458,30 @@ print(json.dumps(out))
 """
 
 
+def _run_over_a_covered_mount(sluice_bin, net, hostdir, user, mounts):
+    """Runs COVERED_MOUNT in a box made mount by mount (mount_setattr(2)
+    refused), in a mount namespace of the test's own where the shell
+    commands <mounts> ($m mounts a tmpfs) put the mounts on hostdir/cover
+    ($0); then a sub folder on top and a tmpfs beside it. Each is read-only
+    in the box."""
+    b, pol, as_user = _probe_box(sluice_bin, net, hostdir, user, COVERED_MOUNT)
+    cover = os.path.join(hostdir, "cover")
+    beside = os.path.join(hostdir, "beside")
+    os.makedirs(cover)
+    os.makedirs(beside)
+    script = ('m="mount -t tmpfs -o size=1m,mode=0777"; ' + mounts + ' && '
+              'mkdir -m 0777 "$0/sub" && $m beside "$1" || exit 99; shift; exec "$@"')
+    argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, cover, beside,
+            PY, "-c", NO_MOUNT_SETATTR] + as_user + [
+                sluice_bin, "run", "--policy", pol, "--", PY, "x.py", cover, beside]
+    p = _run_with_a_mount(argv, b.workdir)
+    if p.returncode == 98:
+        pytest.skip("cannot load a seccomp filter: %s" % p.stderr.strip())
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert Box.out(p) == {"cover": "EROFS", "below_cover": "EROFS", "open": "EROFS",
+                          "cwd": "ok"}
+
+
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
 @pytest.mark.parametrize("user", ["root", "nobody"])
 def test_a_covered_mount_does_not_stop_the_mount_by_mount_set_up(sluice_bin, net, hostdir, user):
@@ -3472,23 +3496,22 @@ def test_a_covered_mount_does_not_stop_the_mount_by_mount_set_up(sluice_bin, net
     passed over: the mount on top is made read-only, and so is a mount
     nothing covers (a tmpfs beside it), as ever. The mounts are made in a
     mount namespace of the test's own (unshare -m)."""
-    b, pol, as_user = _probe_box(sluice_bin, net, hostdir, user, COVERED_MOUNT)
-    cover = os.path.join(hostdir, "cover")
-    beside = os.path.join(hostdir, "beside")
-    os.makedirs(cover)
-    os.makedirs(beside)
-    script = ('m="mount -t tmpfs -o size=1m,mode=0777"; '
-              '$m low "$0" && mkdir "$0/sub" && $m lowsub "$0/sub" && $m top "$0" && '
-              'mkdir -m 0777 "$0/sub" && $m beside "$1" || exit 99; shift; exec "$@"')
-    argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, cover, beside,
-            PY, "-c", NO_MOUNT_SETATTR] + as_user + [
-                sluice_bin, "run", "--policy", pol, "--", PY, "x.py", cover, beside]
-    p = _run_with_a_mount(argv, b.workdir)
-    if p.returncode == 98:
-        pytest.skip("cannot load a seccomp filter: %s" % p.stderr.strip())
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert Box.out(p) == {"cover": "EROFS", "below_cover": "EROFS", "open": "EROFS",
-                          "cwd": "ok"}
+    _run_over_a_covered_mount(sluice_bin, net, hostdir, user,
+                              '$m low "$0" && mkdir "$0/sub" && $m lowsub "$0/sub" && $m top "$0"')
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+@pytest.mark.parametrize("user", ["root", "nobody"])
+def test_a_mount_under_one_on_a_folder_above_does_not_stop_the_set_up(sluice_bin, net, hostdir,
+                                                                       user):
+    """As above, a mount that no path reaches, but covered from beside: a
+    tmpfs on cover/sub, then one on cover, both in the same parent mount
+    (mountinfo lists the first with that parent, not below the second).
+    Its path leads to the top one's folder; the remount by it failed with
+    EINVAL and the run with `cannot remount .../cover/sub read-only:
+    Invalid argument`. It is passed over as a mount mounted over is."""
+    _run_over_a_covered_mount(sluice_bin, net, hostdir, user,
+                              'mkdir "$0/sub" && $m low "$0/sub" && $m top "$0"')
 
 
 # Makes <base>/d.../d/mnt, 25 folders of 200 bytes deep (past PATH_MAX),

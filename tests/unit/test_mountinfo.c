@@ -2,6 +2,7 @@
  * files of `sluice audit mounts`. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -209,6 +210,103 @@ static void test_covered(void **state)
     mountinfo_free(&mi);
 }
 
+/* Parses the <len> bytes of <text>, <n> mounts, into <mi> (which the
+ * caller frees); returns how many of them are covered. */
+static size_t parse_count_covered(const char *text, size_t len, size_t n, struct mountinfo *mi)
+{
+    char err[256];
+    assert_int_equal(mountinfo_parse(text, len, mi, err, sizeof(err)), 0);
+    assert_int_equal(mi->n, n);
+    size_t covered = 0;
+    for (size_t i = 0; i < mi->n; i++)
+        covered += mountinfo_is_covered(mi, &mi->v[i]);
+    return covered;
+}
+
+/* A mount on a folder above another's mount point, both in one parent
+ * mount (what `unshare -m` wrote for a tmpfs on /tmp/d/a/b, then one on
+ * /tmp/d/a): the first is out of reach, /tmp/d/a/b leading into the
+ * second, and was listed as writable. Checked with the index and by the
+ * scan that stands in for it when there was no memory for one. */
+static void test_covered_by_a_mount_above(void **state)
+{
+    (void)state;
+    const char *text = "1 0 8:1 / / rw - ext4 /dev/sda rw\n"
+                       "75 1 0:30 / /tmp rw - tmpfs tmpfs rw\n"
+                       "99 75 0:43 / /tmp/d/a/b rw - tmpfs t1 rw\n"
+                       "98 99 0:45 / /tmp/d/a/b/c rw - tmpfs t3 rw\n"
+                       "100 75 0:44 / /tmp/d/a rw - tmpfs t2 rw\n"
+                       "101 75 0:46 / /tmp/d/a.b rw - tmpfs t4 rw\n"
+                       "102 75 0:47 / /tmp/d/ab rw - tmpfs t5 rw\n"
+                       "103 7 0:48 / /tmp/d/a/x rw - tmpfs t6 rw\n"
+                       "104 75 0:49 / /tmp/d/a/ rw - tmpfs forged rw\n"
+                       "105 75 0:50 / /tmp/d/a/y rw - tmpfs t7 rw\n";
+    /* reachable: /, /tmp, /tmp/d/a, /tmp/d/a.b, /tmp/d/ab, 103 (another
+     * parent's, whose mount is not listed), 104 (a forged "/tmp/d/a/" is
+     * no folder below "/tmp/d/a") */
+    static const bool want[] = {false, false, true, true, false, false, false, false, false, true};
+    struct mountinfo mi;
+    char err[256];
+    for (int scan = 0; scan < 2; scan++) {
+        assert_int_equal(parse(text, &mi, err, sizeof(err)), 0);
+        if (scan) {
+            free(mi.by_id);
+            free(mi.by_parent);
+            free(mi.buried);
+            mi.by_id = mi.by_parent = NULL;
+            mi.buried = NULL;
+        }
+        for (size_t i = 0; i < mi.n; i++) {
+            if (mountinfo_is_covered(&mi, &mi.v[i]) != want[i])
+                fail_msg("%s: %s covered: %d", scan ? "scan" : "index", mi.v[i].mount_point,
+                         !want[i]);
+        }
+        mountinfo_free(&mi);
+    }
+    /* "/" on top of the root, in the root mount: every other mount of the
+     * root is below it */
+    const char *root = "1 0 8:1 / / rw - ext4 /dev/sda rw\n"
+                       "2 1 0:5 / /a rw - tmpfs a rw\n"
+                       "3 1 0:6 / / rw - tmpfs top rw\n";
+    assert_int_equal(parse(root, &mi, err, sizeof(err)), 0);
+    assert_true(mountinfo_is_covered(&mi, &mi.v[1]));
+    assert_false(mountinfo_is_covered(&mi, &mi.v[2]));
+    mountinfo_free(&mi);
+}
+
+/* A forged file of as many mounts as the parser takes, all of one parent:
+ * 2000 each below the one before (/a, /a/a, ...), the rest side by side
+ * below the first (/a/N). Each but the first is covered, found without
+ * comparing every pair (10^10 of them). */
+static void test_covered_by_a_mount_above_many(void **state)
+{
+    (void)state;
+    size_t n = MOUNTINFO_MAX_ENTRIES, deep = 2000, cap = deep * (deep * 2 + 40) + n * 40, len = 0;
+    char *text = malloc(cap), *mp = malloc(deep * 2 + 2);
+    assert_non_null(text);
+    assert_non_null(mp);
+    size_t mlen = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i < deep) {
+            mp[mlen++] = '/';
+            mp[mlen++] = 'a';
+            mp[mlen] = '\0';
+            len +=
+                (size_t)snprintf(text + len, cap - len, "%zu 1 0:1 / %s rw - t t rw\n", i + 2, mp);
+        } else {
+            len += (size_t)snprintf(text + len, cap - len, "%zu 1 0:1 / /a/%zu rw - t t rw\n",
+                                    i + 2, i);
+        }
+    }
+    struct mountinfo mi;
+    size_t covered = parse_count_covered(text, len, n, &mi);
+    assert_int_equal(covered, n - 1);
+    assert_false(mountinfo_is_covered(&mi, &mi.v[0]));
+    mountinfo_free(&mi);
+    free(mp);
+    free(text);
+}
+
 /* As many mounts as the kernel lets a namespace hold (fs.mount-max, 100000,
  * which an agent in a user namespace of its own can reach): the check of
  * every mount is not quadratic in their number (it was: minutes, as many
@@ -232,12 +330,7 @@ static void test_covered_many(void **state)
                                     i % 10 == 1 ? i - 1 : 1, i % 10 == 1 ? i - 1 : i);
     }
     struct mountinfo mi;
-    char err[256];
-    assert_int_equal(mountinfo_parse(text, len, &mi, err, sizeof(err)), 0);
-    assert_int_equal(mi.n, n);
-    size_t covered = 0;
-    for (size_t i = 0; i < mi.n; i++)
-        covered += mountinfo_is_covered(&mi, &mi.v[i]);
+    size_t covered = parse_count_covered(text, len, n, &mi);
     assert_int_equal(covered, n / 2 / 10 - 1); /* /m/N for N % 10 == 0, n/2 < N < n */
     assert_false(mountinfo_is_covered(&mi, &mi.v[n / 2 - 1]));
     assert_true(mountinfo_is_covered(&mi, &mi.v[n / 2 + 9])); /* id n/2 + 10, under id n/2 + 11 */
@@ -399,11 +492,18 @@ static void test_justify_find_many(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_real_lines),  cmocka_unit_test(test_parse_errors),
-        cmocka_unit_test(test_parse_limits),      cmocka_unit_test(test_parse_longest_paths),
-        cmocka_unit_test(test_opt_has),           cmocka_unit_test(test_covered),
-        cmocka_unit_test(test_covered_many),      cmocka_unit_test(test_covered_many_copies),
-        cmocka_unit_test(test_justify),           cmocka_unit_test(test_justify_errors),
+        cmocka_unit_test(test_parse_real_lines),
+        cmocka_unit_test(test_parse_errors),
+        cmocka_unit_test(test_parse_limits),
+        cmocka_unit_test(test_parse_longest_paths),
+        cmocka_unit_test(test_opt_has),
+        cmocka_unit_test(test_covered),
+        cmocka_unit_test(test_covered_many),
+        cmocka_unit_test(test_covered_many_copies),
+        cmocka_unit_test(test_covered_by_a_mount_above),
+        cmocka_unit_test(test_covered_by_a_mount_above_many),
+        cmocka_unit_test(test_justify),
+        cmocka_unit_test(test_justify_errors),
         cmocka_unit_test(test_justify_find_many),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
