@@ -572,6 +572,10 @@ bool mountinfo_is_covered(const struct mountinfo *mi, const struct mountinfo_ent
 
 /* --- justification files -------------------------------------------------- */
 
+/* A limit's number in a message, as the macro spells it. */
+#define LIMIT_TEXT(n) #n
+#define LIMIT(n)      LIMIT_TEXT(n)
+
 static bool is_space(char c)
 {
     return c == ' ' || c == '\t' || c == '\r';
@@ -656,7 +660,7 @@ static const char *justify_line(const char *p, size_t n, struct justify *j, size
     if (rlen == 0)
         return "the reason is empty";
     if (j->n >= JUSTIFY_MAX_ENTRIES)
-        return "too many entries";
+        return "more than " LIMIT(JUSTIFY_MAX_ENTRIES) " justifications";
     const char *why = NULL;
     /* \ooo as the report shows a backslash or a control character */
     char *path = decode_escapes(p, plen, false, &why);
@@ -708,7 +712,7 @@ int justify_parse(const char *data, size_t len, struct justify *out,
         lineno++;
         const char *why = NULL;
         if (n > JUSTIFY_MAX_LINE)
-            why = "line too long";
+            why = "line longer than " LIMIT(JUSTIFY_MAX_LINE) " bytes";
         else if (memchr(data + pos, '\0', n) != NULL)
             why = "NUL byte";
         else
@@ -722,5 +726,9 @@ int justify_parse(const char *data, size_t len, struct justify *out,
         }
         pos += n + (nl != NULL ? 1 : 0);
     }
+    if (pos < len && report != NULL) /* cut short: the report must not look whole */
+        report(arg, lineno + 1,
+               "not read, nor any line after it: the file has more than " LIMIT(
+                   JUSTIFY_MAX_ERRORS) " bad lines");
     return bad;
 }

@@ -93,7 +93,8 @@ struct justify {
 /* Parses <len> bytes at <data> into <out> (free with justify_free(), also
  * on failure). Each bad line is reported through <report> (may be NULL)
  * as (<arg>, line, message); parsing goes on to the end (or to
- * JUSTIFY_MAX_ERRORS). Returns the number of bad lines (0: all good), or
+ * JUSTIFY_MAX_ERRORS, and one more report then says the rest is not
+ * read). Returns the number of bad lines (0: all good), or
  * -1 when the input is too large or memory ran out. */
 int justify_parse(const char *data, size_t len, struct justify *out,
                   void (*report)(void *arg, unsigned line, const char *msg), void *arg);

@@ -115,13 +115,22 @@ static int read_all(const char *path, size_t max, char **out, size_t *len)
     return 0;
 }
 
-/* What read_all()'s errno <e> says about a file. */
-static const char *read_error(int e)
+/* Tells on standard error why the file <path> could not be read:
+ * read_all()'s errno <e> for a file of at most <max> bytes ("File too
+ * large" named no limit). */
+static void tell_unread(const char *path, int e, size_t max)
 {
-    if (e == ETIMEDOUT)
-        return "nothing came to read for 10 s (a FIFO no one writes to, or a terminal no one "
-               "types into?)";
-    return strerror(e);
+    char *shown = text_shown(path); /* the caller's name: it could hold a line end */
+    if (e == EFBIG)
+        fprintf(stderr, "sluice audit: %s: larger than %zu bytes\n", shown, max);
+    else if (e == ETIMEDOUT)
+        fprintf(stderr,
+                "sluice audit: %s: nothing came to read for 10 s (a FIFO no one writes to, or "
+                "a terminal no one types into?)\n",
+                shown);
+    else
+        fprintf(stderr, "sluice audit: %s: %s\n", shown, strerror(e));
+    free(shown);
 }
 
 static const struct command *const self = &cmd_audit;
@@ -236,9 +245,7 @@ static int mountinfo_unread(const struct mounts_args *a, const char *path, int e
         snprintf(why, sizeof(why), " names no process (there is no /proc/%s)", a->pid);
         return command_arg_error(self, "--pid: ", a->pid, why);
     }
-    char *shown = text_shown(path); /* --mountinfo too: the caller's name */
-    fprintf(stderr, "sluice audit: %s: %s\n", shown, read_error(e));
-    free(shown);
+    tell_unread(path, e, MOUNTINFO_MAX_BYTES);
     return EXIT_USAGE;
 }
 
@@ -286,7 +293,7 @@ static int audit_mounts(int argc, char **argv)
         char *jf = text_shown(a.justify);
         int bad = read_all(a.justify, JUSTIFY_MAX_BYTES, &jdata, &jlen) < 0 ? 1 : 0;
         if (bad != 0) {
-            fprintf(stderr, "sluice audit: %s: %s\n", jf, read_error(errno));
+            tell_unread(a.justify, errno, JUSTIFY_MAX_BYTES);
         } else {
             struct report_ctx r = {jf};
             bad = justify_parse(jdata, jlen, &just, report_bad_line, &r);

@@ -312,6 +312,42 @@ def test_bad_justify_lines_reported(run_sluice, tmp_path):
     assert r.stdout == ""
 
 
+def test_the_limits_are_named(run_sluice, tmp_path):
+    # A file or line past a limit was refused as "File too large" or "line
+    # too long", and a 10001st justification as "too many entries", none
+    # saying what the limit is; past 100 bad lines the rest of the file was
+    # not read, without a word: the report looked complete.
+    mi = write(tmp_path, "mountinfo", MOUNTINFO)
+    big = write(tmp_path, "big", "#" * (4 * 1024 * 1024 + 1))
+    r = run_sluice("audit", "mounts", "--mountinfo", mi, "--justify", big)
+    assert r.returncode == 2
+    assert r.stderr == "sluice audit: %s: larger than 4194304 bytes\n" % big
+    bigmi = write(tmp_path, "bigmi", MOUNTINFO * (16 * 1024 * 1024 // len(MOUNTINFO) + 1))
+    r = run_sluice("audit", "mounts", "--mountinfo", bigmi)
+    assert r.returncode == 2
+    assert r.stderr == "sluice audit: %s: larger than 16777216 bytes\n" % bigmi
+    just = write(tmp_path, "long", "/tmp: " + "x" * 8192 + "\n")
+    r = run_sluice("audit", "mounts", "--mountinfo", mi, "--justify", just)
+    assert r.returncode == 2
+    assert r.stderr == "error: %s:1: line longer than 8192 bytes\n" % just
+    just = write(tmp_path, "many", "".join("/m/%d: r\n" % i for i in range(10001)))
+    r = run_sluice("audit", "mounts", "--mountinfo", mi, "--justify", just)
+    assert r.returncode == 2
+    assert r.stderr == "error: %s:10001: more than 10000 justifications\n" % just
+    just = write(tmp_path, "bad", "relative: no\n" * 150)
+    r = run_sluice("audit", "mounts", "--mountinfo", mi, "--justify", just)
+    assert r.returncode == 2
+    errs = r.stderr.splitlines()
+    assert len(errs) == 101, errs[-3:]
+    assert errs[99].startswith("error: %s:100: expected" % just)
+    assert errs[100] == ("error: %s:101: not read, nor any line after it: the file has more "
+                         "than 100 bad lines" % just)
+    # exactly 100 bad lines, the last the file's: no such note
+    just = write(tmp_path, "bad100", "relative: no\n" * 100)
+    r = run_sluice("audit", "mounts", "--mountinfo", mi, "--justify", just)
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 100
+
+
 def test_bad_justify_lines_name_the_file_escaped(run_sluice, tmp_path):
     # The error lines on standard error named the justification file raw
     # while the warnings escaped it: a name holding a line end wrote an
