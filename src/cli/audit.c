@@ -237,7 +237,9 @@ static void report_bad_line(void *arg, unsigned line, const char *msg)
  * errno <e>); returns EXIT_USAGE. A --pid whose /proc entry is missing
  * names no process: a usage error, as a malformed PID is (with the usage
  * line), where "/proc/PID/mountinfo: No such file or directory" named no
- * option; any other failure names the file and the reason. */
+ * option; one whose mountinfo the kernel refuses with EINVAL has exited
+ * (it has no mount namespace left: "Invalid argument" said neither); any
+ * other failure names the file and the reason. */
 static int mountinfo_unread(const struct mounts_args *a, const char *path, int e)
 {
     if (a->pid != NULL && e == ENOENT) {
@@ -245,6 +247,10 @@ static int mountinfo_unread(const struct mounts_args *a, const char *path, int e
         snprintf(why, sizeof(why), " names no process (there is no /proc/%s)", a->pid);
         return command_arg_error(self, "--pid: ", a->pid, why);
     }
+    if (a->pid != NULL && e == EINVAL)
+        return command_arg_error(self, "--pid: ", a->pid,
+                                 " has exited (a zombie, or a process exiting): it has no mount "
+                                 "namespace to audit");
     tell_unread(path, e, MOUNTINFO_MAX_BYTES);
     return EXIT_USAGE;
 }

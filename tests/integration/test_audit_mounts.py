@@ -8,6 +8,7 @@ import subprocess
 import threading
 
 import pytest
+from gate_client import poll
 
 MOUNTINFO = (
     "22 1 254:1 / / ro,relatime shared:1 - ext4 /dev/vda1 rw\n"
@@ -444,6 +445,30 @@ def test_long_mountinfo_path_is_not_cut_to_another_file(run_sluice, tmp_path):
     assert r.returncode == 2, r.stdout + r.stderr
     assert r.stdout == ""
     assert "File name too long" in r.stderr, r.stderr
+
+
+def _state(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_a_pid_that_has_exited_is_named_so(run_sluice):
+    # A process that has exited and is not yet reaped (a zombie) has no
+    # mount namespace: the kernel refuses its mountinfo with EINVAL, which
+    # was told as "/proc/PID/mountinfo: Invalid argument", naming neither
+    # the option nor the reason.
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    try:
+        poll(lambda: _state(pid) == "Z", timeout=10, what="a zombie")
+        r = run_sluice("audit", "mounts", "--pid", str(pid))
+        assert r.returncode == 2
+        assert r.stderr.splitlines()[0] == (
+            "sluice audit: --pid: '%d' has exited (a zombie, or a process exiting): it has no "
+            "mount namespace to audit" % pid), r.stderr
+    finally:
+        os.waitpid(pid, 0)
 
 
 def test_live_self_and_pid(run_sluice, tmp_path):
