@@ -620,8 +620,10 @@ struct justify_entry *justify_find(struct justify *j, const char *path)
     return k < j->n && strcmp(j->v[j->by_path[k]].path, path) == 0 ? &j->v[j->by_path[k]] : NULL;
 }
 
+/* Adds the line <lineno>, <n> bytes at <p>, to <j>. Returns NULL, or why
+ * it is bad (in <msg>, <msglen> bytes, when the message is made for it). */
 static const char *justify_line(const char *p, size_t n, struct justify *j, size_t *cap,
-                                unsigned lineno)
+                                unsigned lineno, char *msg, size_t msglen)
 {
     while (n > 0 && is_space(p[0])) {
         p++;
@@ -669,7 +671,9 @@ static const char *justify_line(const char *p, size_t n, struct justify *j, size
     size_t at = j->n > 0 ? first_path(j, path) : 0;
     if (at < j->n && strcmp(j->v[j->by_path[at]].path, path) == 0) {
         free(path);
-        return "path justified twice";
+        /* which line it repeats: the one to keep may be either */
+        snprintf(msg, msglen, "path justified twice (first at line %u)", j->v[j->by_path[at]].line);
+        return msg;
     }
     if (j->n == *cap) {
         size_t ncap = *cap == 0 ? 16 : *cap * 2;
@@ -706,6 +710,7 @@ int justify_parse(const char *data, size_t len, struct justify *out,
     size_t cap = 0, pos = 0;
     unsigned lineno = 0;
     int bad = 0;
+    char msg[64];
     while (pos < len && bad < JUSTIFY_MAX_ERRORS) {
         const char *nl = memchr(data + pos, '\n', len - pos);
         size_t n = nl != NULL ? (size_t)(nl - (data + pos)) : len - pos;
@@ -716,7 +721,7 @@ int justify_parse(const char *data, size_t len, struct justify *out,
         else if (memchr(data + pos, '\0', n) != NULL)
             why = "NUL byte";
         else
-            why = justify_line(data + pos, n, out, &cap, lineno);
+            why = justify_line(data + pos, n, out, &cap, lineno, msg, sizeof(msg));
         if (why != NULL) {
             if (strcmp(why, "out of memory") == 0)
                 return -1;
