@@ -209,6 +209,8 @@ const struct command cmd_check = {
             "  - rules that never decide (denied, outranked) or name undefined agents\n"
             "  - owners that name a team or a group (@org/team: a '/'), not a person\n"
             "  - tokens short, shared, blank-edged, no secret, or unset (not --strict)\n"
+            "  - exec sink programs missing, not a regular file or not executable here\n"
+            "    (not --strict: CI may not have them installed)\n"
             "  - ranges wider than they look: no prefix length, all of IPv4, the\n"
             "    metadata address, deny_ranges without default, cidr rules and pins\n"
             "    over denied ranges\n"

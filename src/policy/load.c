@@ -28,6 +28,7 @@
 #include <openssl/rand.h>
 
 #include "gate/addr_guard.h"
+#include "policy/exec_programs.h"
 #include "policy/index.h"
 #include "policy/load_ctx.h"
 #include "policy/token_mark.h"
@@ -2007,6 +2008,10 @@ struct policy *policy_load_fd(int fd, const char *path, unsigned flags, struct d
     }
     atomic_fetch_sub(&loads_parsing, 1);
     free(buf);
+    /* After the parse: it reads the file system, which may not answer, and
+     * a stop waits for a parse (policy_load_stop()), not for this. */
+    if (p != NULL)
+        policy_check_exec_programs(p, diag);
     return p;
 }
 

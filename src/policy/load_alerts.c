@@ -501,7 +501,6 @@ static int sink_item(struct load_ctx *c, const struct ynode *it, struct sink *ou
  * file order. */
 struct sink_ref {
     const struct sink *s;
-    size_t pos;   /* in the alerts.sinks list, for the field path */
     size_t first; /* the sorted group's first listing, when a repeat */
     bool repeat;
 };
@@ -514,23 +513,23 @@ static int cmp_sink_ref(const void *a, const void *b)
     int r = strcmp(x->s->target, y->s->target);
     if (r != 0)
         return r;
-    return x->pos < y->pos ? -1 : x->pos > y->pos;
+    return x->s->index < y->s->index ? -1 : x->s->index > y->s->index;
 }
 
 static int cmp_sink_ref_pos(const void *a, const void *b)
 {
     const struct sink_ref *x = a, *y = b;
-    return x->pos < y->pos ? -1 : x->pos > y->pos;
+    return x->s->index < y->s->index ? -1 : x->s->index > y->s->index;
 }
 
-static void warn_repeated_sinks(struct load_ctx *c, const struct alerts_cfg *a, const size_t *pos)
+static void warn_repeated_sinks(struct load_ctx *c, const struct alerts_cfg *a)
 {
     size_t n = a->nsinks;
     if (n < 2)
         return;
     struct sink_ref *v = xcalloc(n, sizeof(*v));
     for (size_t i = 0; i < n; i++)
-        v[i] = (struct sink_ref){&a->sinks[i], pos[i], i, false};
+        v[i] = (struct sink_ref){&a->sinks[i], i, false};
     qsort(v, n, sizeof(*v), cmp_sink_ref);
     for (size_t i = 1, first = 0; i < n; i++) {
         if (v[i].s->kind == v[first].s->kind && strcmp(v[i].s->target, v[first].s->target) == 0) {
@@ -546,7 +545,7 @@ static void warn_repeated_sinks(struct load_ctx *c, const struct alerts_cfg *a, 
             continue;
         const struct sink *s = v[i].s;
         int first_line = a->sinks[v[i].first].line;
-        size_t m = load_field_push(c, "[%zu]", v[i].pos);
+        size_t m = load_field_push(c, "[%zu]", s->index);
         if (s->kind == SINK_EXEC)
             load_warn(c, s->line,
                       "exec %s is listed twice (line %d): every alert would run it twice",
@@ -570,16 +569,14 @@ static void al_sinks(struct load_ctx *c, const struct ynode *v, void *obj)
         return;
     }
     a->sinks = xcalloc(v->count, sizeof(*a->sinks));
-    size_t *pos = xcalloc(v->count != 0 ? v->count : 1, sizeof(*pos));
     size_t i = 0;
     for (const struct ynode *it = ynode_first(v); it != NULL; it = ynode_next(v, it), i++) {
         size_t m = load_field_push(c, "[%zu]", i);
         if (sink_item(c, it, &a->sinks[a->nsinks]) == 1)
-            pos[a->nsinks++] = i;
+            a->sinks[a->nsinks++].index = i;
         load_field_pop(c, m);
     }
-    warn_repeated_sinks(c, a, pos);
-    free(pos);
+    warn_repeated_sinks(c, a);
 }
 
 static const struct key_handler alerts_keys[] = {

@@ -187,6 +187,7 @@ struct sink {
     enum sink_kind kind;
     char *target; /* program path or URL */
     int line;
+    size_t index; /* in the file's alerts.sinks list, for a finding's field */
 };
 
 struct alerts_cfg {

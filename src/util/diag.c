@@ -71,7 +71,7 @@ bool diag_has_errors(const struct diag *d)
 
 bool diag_fails_strict(const struct diag *d)
 {
-    return d->warnings > d->unset_secrets;
+    return d->warnings > d->unset_secrets + d->absent_programs;
 }
 
 const struct diag_entry *diag_first_error(const struct diag *d)

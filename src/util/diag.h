@@ -30,6 +30,9 @@ struct diag {
      * file is checked (a CI job without the secrets): about the place, not
      * the file, so --strict does not fail on them (diag_fails_strict()). */
     size_t unset_secrets;
+    /* Likewise, those about an exec alert program that cannot be run here
+     * (policy/exec_programs.h): a CI job has not the programs installed. */
+    size_t absent_programs;
 };
 
 /* Prepares <d> to collect diagnostics about <file> (borrowed, must outlive d). */
@@ -44,7 +47,7 @@ void diag_warning(struct diag *d, int line, const char *field, const char *fmt, 
 
 bool diag_has_errors(const struct diag *d);
 /* True when <d> holds a warning that `check --strict` fails on: any but
- * those counted in unset_secrets. */
+ * those counted in unset_secrets and absent_programs. */
 bool diag_fails_strict(const struct diag *d);
 /* Returns the first error, or NULL. */
 const struct diag_entry *diag_first_error(const struct diag *d);

@@ -1300,13 +1300,21 @@ def test_the_policy_example_of_docs_spec_loads_clean(sluice_bin, tmp_path):
     block = spec.split("## Policy file (YAML)\n```yaml\n", 1)[1].split("\n```", 1)[0]
     path = write(tmp_path, block + "\n")
     token = {"SLUICE_TOKEN_CI": "a-token-of-thirty-two-characters"}
-    r = run(sluice_bin, "check", path, "--now", "2026-11-30", env_extra=token)
-    assert r.returncode == 0 and r.stdout.endswith("result: 0 errors, 0 warnings\n"), (
+    # but for its exec sink's program when this machine has none there: a
+    # warning of the machine, not of the file
+    program = "/usr/local/bin/page-oncall"
+    absent = [] if os.access(program, os.X_OK) else [
+        "exec program %s cannot be run here (No such file or directory): every alert to it "
+        "would be lost" % program]
+    r = run(sluice_bin, "check", path, "--now", "2026-11-30", "--strict", env_extra=token)
+    assert r.returncode == 0 and r.stdout.endswith(
+        "result: 0 errors, %d warning%s\n" % (len(absent), "" if absent else "s")), (
         r.returncode, r.stdout, r.stderr)
     r = run(sluice_bin, "check", path, "--now", "2026-11-30", "--format", "json",
             env_extra=token)
     doc = json.loads(r.stdout)
-    assert r.returncode == 0 and doc["ok"] and doc["errors"] == [] and doc["warnings"] == []
+    assert r.returncode == 0 and doc["ok"] and doc["errors"] == []
+    assert [w["message"] for w in doc["warnings"]] == absent, doc["warnings"]
     assert [a["id"] for a in doc["agents"]] == ["ci-bot"]
     assert [g["owner"] for g in doc["tier3_grants"]] == ["chaysen"]
 
@@ -1418,6 +1426,10 @@ HELP_EXAMPLES = {
         ("warning", _V + "agents:\n  - id: ci\n    sources: [127.0.0.1/32]\n    token: env:SLUICE_TEST_BLANK\n" + _R, "holds a blank or a control character"),
         ("warning", _V + "agents:\n  - id: ci\n    sources: [127.0.0.1/32]\n    token: env:HOME\n" + _R, "environment variable HOME is no secret"),
         ("warning", _V + "agents:\n  - id: ci\n    sources: [127.0.0.1/32]\n    token: env:SLUICE_TEST_UNSET\n" + _R, "environment variable SLUICE_TEST_UNSET is not set here"),
+    ],
+    "exec sink programs missing, not a regular file or not executable here (not --strict: CI may not have them installed)": [
+        ("warning", _V + _R + "alerts:\n  sinks:\n    - exec: /nonexistent/page.sh\n", "exec program /nonexistent/page.sh cannot be run here (No such file or directory)"),
+        ("warning", _V + _R + "alerts:\n  sinks:\n    - exec: /\n", "(not a regular file: a directory)"),
     ],
     "ranges wider than they look: no prefix length, all of IPv4, the metadata address, deny_ranges without default, cidr rules and pins over denied ranges": [
         ("warning", _V + "rules:\n  - cidr: 192.168.10.0\n    tier: 0\n", "has no prefix length"),
@@ -1571,3 +1583,53 @@ def test_reach_within_the_bound_is_listed_whole(sluice_bin, tmp_path):
     assert sum(len(a["reach"]) for a in doc["agents"]) == 1000
     assert all(a["reach_not_listed"] == 0 for a in doc["agents"])
     assert doc["warnings"] == []
+
+
+def test_check_warns_of_exec_programs_that_cannot_be_run_here(sluice_bin, tmp_path):
+    """An exec sink whose program is missing, not a regular file or not
+    executable was told nowhere but at the first alert, which it then lost.
+    check warns of each (file:line: field), in text and in JSON; like an
+    unset secret, a fact of the machine that checks (a CI job has not the
+    programs installed), not of the file: --strict does not fail on it."""
+    ok = tmp_path / "ok.sh"
+    ok.write_text("#!/bin/sh\nexit 0\n")
+    ok.chmod(0o755)
+    plain = tmp_path / "plain.sh"
+    plain.write_text("#!/bin/sh\nexit 0\n")
+    plain.chmod(0o644)
+    path = write(tmp_path, """\
+        version: 1
+        rules:
+          - {host: a.example.test, tier: 0}
+        alerts:
+          sinks:
+            - exec: %s/missing.sh
+            - webhook: https://hooks.example.test/
+            - exec: %s
+            - exec: %s
+            - exec: %s
+        """ % (tmp_path, tmp_path, plain, ok))
+    r = run(sluice_bin, "check", path, "--strict")
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if "exec program" in ln]
+    assert lines == [
+        "warning: %s:6: alerts.sinks[0]: exec program %s/missing.sh cannot be run here (No such "
+        "file or directory): every alert to it would be lost" % (path, tmp_path),
+        "warning: %s:8: alerts.sinks[2]: exec program %s cannot be run here (not a regular "
+        "file: a directory): every alert to it would be lost" % (path, tmp_path),
+        # root may run a file with an execute bit for anyone, not one with none
+        "warning: %s:9: alerts.sinks[3]: exec program %s cannot be run here (not executable by "
+        "uid %d: Permission denied): every alert to it would be lost"
+        % (path, plain, os.geteuid()),
+    ], r.stdout
+    r = run(sluice_bin, "check", path, "--strict", "--format", "json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["ok"] is True, doc
+    found = [(w["line"], w["field"]) for w in doc["warnings"] if "exec program" in w["message"]]
+    assert found == [(6, "alerts.sinks[0]"), (8, "alerts.sinks[2]"), (9, "alerts.sinks[3]")], doc
+    # a warning of the file beside them still fails --strict
+    with open(path, "a") as f:
+        f.write("deny: [x.example.test, x.example.test]\n")
+    r = run(sluice_bin, "check", path, "--strict")
+    assert r.returncode == 1, r.stdout

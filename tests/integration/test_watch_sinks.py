@@ -367,6 +367,34 @@ def test_exec_sink_that_cannot_run_is_told_at_1_2_4_failures(gateway, net, tmp_p
         in gw.stderr(), gw.stderr()
 
 
+def test_exec_sink_that_cannot_be_run_is_warned_of_at_start_and_reload(gateway, net, tmp_path):
+    """serve said nothing of an exec program it could not run until the
+    first alert, which was then lost. It warns at start, and at each reload,
+    of one missing, not a regular file or not executable."""
+    missing = str(tmp_path / "no-such-program")
+    prog, _ = recording_program(tmp_path)
+    p = net.policy(rules(net), alerts={"sinks": [{"exec": missing}, {"exec": prog}]})
+    gw = gateway(p, args=["--alerts", str(tmp_path / "a.jsonl")])
+    said = ("exec program %s cannot be run here (No such file or directory): every alert to "
+            "it would be lost" % missing)
+    with open(gw.policy_path) as f:
+        line = 1 + [i for i, ln in enumerate(f) if "no-such-program" in ln][0]
+    start = [ln for ln in gw.stderr().splitlines() if "exec program" in ln]
+    assert start == ["warning: %s:%d: alerts.sinks[0]: %s" % (gw.policy_path, line, said)], \
+        gw.stderr()
+    os.chmod(prog, 0o644)  # no execute bit: the reload finds it
+    gw.reload()
+    poll(lambda: gw.stderr().count("sluice: reloaded ") == 1 or None, timeout=10,
+         what="the reload")
+    err = gw.stderr()
+    assert err.count(said) == 2, err
+    assert re.search(r"alerts\.sinks\[1\]: exec program %s cannot be run here \(not executable "
+                     r"by uid %d: Permission denied\)" % (re.escape(prog), os.geteuid()),
+                     err), err
+    assert err.index("Permission denied") < err.index("sluice: reloaded "), err
+    gw.stop()
+
+
 def _running(pid):
     """True while <pid> is a process that has not ended (a zombie has)."""
     try:
@@ -1997,6 +2025,12 @@ def test_exec_sink_whose_exec_hangs_does_not_stall_the_gateway(gateway, net, tmp
     af = str(tmp_path / "a.jsonl")
     gw = gateway(net.policy(rules(net), alerts={"sinks": [{"exec": prog}]}),
                  args=["--alerts", af, "--grace", "1s"])
+    # the load's look at the program waits 1 s, not for ever, and says so;
+    # the look is killed then, with its lookup: a thread left in it made
+    # the program's exec wait behind it (d_alloc_parallel) where no SIGKILL
+    # reached, and neither the program's kill nor the stop ended
+    assert ("exec program %s cannot be run here (its file system did not answer within "
+            "1000 ms (a hung NFS or FUSE mount?))" % prog) in gw.stderr(), gw.stderr()
     assert _served(gw, "POST", net.url("/w"), body=b"1") == 200
     poll(lambda: _children_waiting_in_fuse(gw.proc.pid) or None, timeout=5,
          what="the sink program's exec waiting on the hung mount")
