@@ -2,7 +2,8 @@
  * connection (a connection's upstream connect, its tunnel, its flow), or
  * on a new agent's first request (its shaping entries: shape/quota.c,
  * which takes a reload's index of rates here too, so that its unit test,
- * which replaces this function, can fail each allocation of a reload).
+ * which replaces this function, can fail each allocation of a reload; so
+ * do the watch's alert sinks, the exec sinks' runner among them).
  *
  * glibc's calloc() (before 2.41) takes no chunk from the thread's cache
  * (tcache), which malloc() does: a calloc() goes through _int_malloc()

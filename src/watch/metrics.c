@@ -344,6 +344,10 @@ bool metrics_health(struct metrics *m, char *why, size_t cap)
         snprintf(why, cap, "state store: its commits fail (the reason is on standard error)");
         return false;
     }
+    if (g.exec_off != NULL) {
+        snprintf(why, cap, "exec sinks: %s", g.exec_off);
+        return false;
+    }
     return true;
 }
 

@@ -24,6 +24,7 @@
 #include "util/stderr_relay.h"
 #include "util/text_json.h"
 #include "util/units.h"
+#include "util/zalloc.h"
 #include "watch/exec_told.h"
 
 extern char **environ;
@@ -752,7 +753,7 @@ static void on_sigchld(evutil_socket_t fd, short what, void *arg)
 
 struct exec_runner *exec_runner_new(struct event_base *base)
 {
-    struct exec_runner *r = calloc(1, sizeof(*r));
+    struct exec_runner *r = zalloc(sizeof(*r)); /* zalloc(): test_watch_reload fails it */
     if (r == NULL)
         return NULL;
     r->base = base;

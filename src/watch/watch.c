@@ -60,9 +60,12 @@ struct watch {
     struct log_jsonl *log;  /* the decision log (borrowed) */
     struct log_jsonl *file; /* the alerts writer */
     bool own_file;
-    struct exec_runner *exec;
-    char **execs; /* exec sink paths */
+    struct exec_runner *exec; /* NULL while no exec sink was named, or it could not be made */
+    char **execs;             /* exec sink paths */
     size_t nexecs;
+    /* Alerts not given to exec sinks while the runner could not be made
+     * ("exec sinks off"), one per alert and sink: sluice_exec_dropped_total */
+    uint64_t exec_off_dropped;
     struct webhook **hooks;
     size_t nhooks;
     /* Sinks a reload took out of the policy while an alert was in flight
@@ -116,6 +119,8 @@ static void on_alert(const struct alert *a, void *arg)
     for (size_t i = 0; i < w->nexecs; i++)
         if (w->exec != NULL)
             exec_runner_run(w->exec, w->execs[i], line, n);
+    if (w->exec == NULL)
+        w->exec_off_dropped += w->nexecs; /* told once, at the runner's failure */
     for (size_t i = 0; i < w->nhooks; i++)
         webhook_send(w->hooks[i], line, n - 1);
     metrics_count_alert(w->metrics, a->kind);
@@ -538,7 +543,9 @@ static void configure_sinks(struct watch *w, const struct policy *p, bool first)
     if (w->nexecs > 0 && w->exec == NULL) {
         w->exec = exec_runner_new(w->base);
         if (w->exec == NULL)
-            fprintf(stderr, "sluice: alert sinks: cannot watch child processes; exec sinks off\n");
+            fprintf(stderr, "sluice: alert sinks: cannot watch child processes; exec sinks off "
+                            "(their alerts are dropped, counted in sluice_exec_dropped_total, "
+                            "until a reload can)\n");
         else
             exec_runner_hide_env(w->exec, (const char *const *)w->token_env, w->ntoken_env);
     }
@@ -618,11 +625,12 @@ static int extra_metrics(void *arg, struct evbuffer *o)
     bad |= evbuffer_add_printf(
                o,
                "# HELP sluice_exec_dropped_total Alerts not given to an exec sink (over "
-               "%d running or waiting).\n"
+               "%d running or waiting, or the exec sinks off).\n"
                "# TYPE sluice_exec_dropped_total counter\n"
                "sluice_exec_dropped_total %llu\n",
                SINK_EXEC_MAX_RUNNING + SINK_EXEC_MAX_WAITING,
-               (unsigned long long)(w->exec != NULL ? exec_runner_dropped(w->exec) : 0)) < 0;
+               (unsigned long long)(w->exec_off_dropped +
+                                    (w->exec != NULL ? exec_runner_dropped(w->exec) : 0))) < 0;
     bad |= evbuffer_add_printf(o,
                                "# HELP sluice_stderr_dropped_lines_total Lines to standard error "
                                "dropped (it was not read fast enough).\n"
@@ -672,6 +680,9 @@ static void gauges(void *arg, struct metrics_gauges *g)
     g->state_broken = store_broken(w->store);
     /* a static text too, naming no path */
     g->state_stuck = w->opener != NULL ? store_opener_why(w->opener) : store_stuck(w->store);
+    if (w->nexecs > 0 && w->exec == NULL)
+        g->exec_off = "off: the gateway cannot watch its child processes (out of memory?); "
+                      "their alerts are dropped until a reload can (SIGHUP)";
 }
 
 void watch_set_gauges(struct watch *w, metrics_gauges_fn fn, void *arg)
@@ -852,6 +863,11 @@ void watch_policy_loaded(struct watch *w, const struct policy *p)
 const char *watch_exec_sink(const struct watch *w, size_t i)
 {
     return i < w->nexecs ? w->execs[i] : NULL;
+}
+
+struct metrics *watch_metrics(struct watch *w)
+{
+    return w->metrics;
 }
 
 const char *watch_token_env(const struct watch *w, size_t i)

@@ -78,6 +78,8 @@ void watch_policy_loaded(struct watch *w, const struct policy *p);
 /* The path of the <i>th exec sink in force, or NULL past the last: for
  * tests. */
 const char *watch_exec_sink(const struct watch *w, size_t i);
+/* The metrics <w> serves (/metrics, /healthz): for tests. */
+struct metrics *watch_metrics(struct watch *w);
 /* The <i>th variable exec sinks' programs do not get (an agent's token is
  * read from it), or NULL past the last: for tests. */
 const char *watch_token_env(const struct watch *w, size_t i);

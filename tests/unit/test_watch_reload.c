@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <event2/buffer.h>
 #include <event2/event.h>
 
 #include "watch/alert.h"
@@ -256,12 +257,65 @@ static void a_retired_sink_counts_in_the_descriptors_of_the_sinks(void **state)
     close(lfd);
 }
 
+/* <w>'s /metrics body, NUL-terminated; the caller frees it. */
+static char *metrics_text(struct watch *w)
+{
+    struct evbuffer *b = evbuffer_new();
+    assert_non_null(b);
+    assert_int_equal(metrics_format(watch_metrics(w), b), 0);
+    size_t n = evbuffer_get_length(b);
+    char *text = calloc(1, n + 1);
+    assert_non_null(text);
+    evbuffer_remove(b, text, n);
+    evbuffer_free(b);
+    return text;
+}
+
+/* A reload that brings the first exec sinks and cannot make their runner
+ * (out of memory; or no SIGCHLD watch) said "exec sinks off" once, and
+ * every later alert skipped them unseen: sluice_exec_dropped_total stayed
+ * 0 and /healthz said ok. Each alert not given to a sink is counted now,
+ * and /healthz says the sinks are off until a reload makes the runner. */
+static void exec_sinks_off_count_their_alerts_and_are_unhealthy(void **state)
+{
+    (void)state;
+    struct sink none_sinks[1], sinks[4];
+    char *const none[] = {NULL};
+    struct policy without = policy_of(none_sinks, none), with = policy_of(sinks, NEW);
+    struct fx f;
+    fx_start(&f, &without);
+    const char *what;
+    unsigned n = 0;
+    while (reload_failing_after(&f, &with, n, &what) != 0) /* the prepare's allocations */
+        n++;
+    assert_int_equal(zalloc_failures, 1); /* the first after the prepare's: the runner */
+    assert_true(sinks_are(f.w, NEW));
+    struct alert a = {.kind = ALERT_FIRST_CONTACT, .agent = "ci", .host = "x.test", .detail = "d"};
+    alert_bus_publish(&f.alerts, &a);
+    alert_bus_publish(&f.alerts, &a);
+    char *text = metrics_text(f.w);
+    assert_non_null(strstr(text, "\nsluice_exec_dropped_total 6\n")); /* 2 alerts, 3 sinks */
+    free(text);
+    char why[256] = "";
+    assert_false(metrics_health(watch_metrics(f.w), why, sizeof(why)));
+    assert_non_null(strstr(why, "exec sinks: off"));
+    /* a reload with memory makes the runner: healthy, the count kept */
+    assert_int_equal(watch_policy_prepare(f.w, &with, &what), 0);
+    watch_policy_loaded(f.w, &with);
+    assert_true(metrics_health(watch_metrics(f.w), why, sizeof(why)));
+    text = metrics_text(f.w);
+    assert_non_null(strstr(text, "\nsluice_exec_dropped_total 6\n"));
+    free(text);
+    fx_end(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(reload_short_of_memory_keeps_the_sinks_whole),
         cmocka_unit_test(reload_short_of_memory_keeps_the_hidden_variables_whole),
         cmocka_unit_test(a_retired_sink_counts_in_the_descriptors_of_the_sinks),
+        cmocka_unit_test(exec_sinks_off_count_their_alerts_and_are_unhealthy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
