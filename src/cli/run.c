@@ -1457,6 +1457,33 @@ static void ignored_at_start(sigset_t *ignored)
     }
 }
 
+/* How many orphans one SIGCHLD reaps at the most (reap_orphans()): the
+ * next takes the rest. */
+#define RUN_ORPHANS_PER_SIGCHLD 1024
+
+/* As the init of its PID namespace (a container's entry point, without
+ * --init), run is the parent of every orphan there: what an alert program
+ * of its gateway left behind (a `curl &`, killed with the program's group
+ * when the program exits) becomes run's child, and run waited only for its
+ * gateway and its box: each stayed a zombie, holding a PID, until a
+ * pids.max refused the gateway's next program. Reaps those that ended,
+ * any child but <gateway> and <box>, whose ends are run's to take. */
+static void reap_orphans(pid_t gateway, pid_t box)
+{
+    if (getpid() != 1)
+        return;
+    for (int i = 0; i < RUN_ORPHANS_PER_SIGCHLD; i++) {
+        siginfo_t si;
+        si.si_pid = 0;
+        /* Looked at first: the gateway's or the box's end is not taken here. */
+        if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0 ||
+            si.si_pid == gateway || si.si_pid == box)
+            return;
+        if (waitpid(si.si_pid, NULL, WNOHANG) <= 0)
+            return;
+    }
+}
+
 /* Waits for the box's report, passing on what <sfd> (run_signals(), made
  * before the box was spawned) reads, stopping when the command stops
  * (stop_as()), copying what the command writes into <std>'s pipes and,
@@ -1493,6 +1520,7 @@ static int wait_box(struct box *box, struct served *s, int sfd, struct box_std_r
                     gateway_reaped(s, gw_status);
                     fprintf(stderr, "sluice run: the gateway stopped; the box has no way out\n");
                 }
+                reap_orphans(s->pid, box->pid);
                 continue;
             }
             /* the command's stop, if it stops, is told on job_fd */

@@ -32,6 +32,8 @@ import pytest
 from conftest import SANITIZER_MARKS, policy_yaml
 from gate_client import api_rule, other_url, poll, proc_stat, sched_and_pgid
 from gate_servers import pattern_bytes
+from pid1 import AS_PID1, child_pids, running
+from watch_helpers import write_script
 
 PY = "/usr/bin/python3"
 HANG_GUARD_S = 60  # a hang guard, not a claim on time
@@ -1157,6 +1159,98 @@ def test_host_unix_socket_unreachable(box, net, hostdir):
 
 # --------------------------------------------------------------------------
 # exit status, signals, summary
+
+
+def _descendants(pid):
+    """The pids below <pid>, its children's children included."""
+    found, todo = [], [pid]
+    while todo:
+        kids = []
+        for p in todo:
+            try:
+                kids += child_pids(p)
+            except OSError:
+                continue  # ended meanwhile
+        found += kids
+        todo = kids
+    return found
+
+
+def _cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+# The box's command: a tier-3 write (an alert), then waits for the file
+# argv[2] (60 s at most).
+POST_THEN_WAIT = r"""
+import os, sys, time, urllib.request
+req = urllib.request.Request(sys.argv[1], data=b"1", method="POST")
+print(urllib.request.urlopen(req, timeout=10).status, flush=True)
+for _ in range(600):
+    if os.path.exists(sys.argv[2]):
+        break
+    time.sleep(0.1)
+"""
+
+
+def test_alert_programs_leave_no_zombie_when_run_is_pid_1(box, net, tmp_path, hostdir):
+    """`sluice run` as the init of its PID namespace (a container's entry
+    point, without --init) is the parent of every orphan there: the `sleep`
+    an alert program of its gateway left in the background, killed with the
+    program's group when the program exits, became run's child, and run
+    waited only for its gateway and its box: a zombie per alert, each
+    holding a PID, until a pids.max refused the next program. run reaps
+    such children now, as a gateway that is PID 1 does."""
+    # where run's gateway, nobody when run is root, can run the program and
+    # write
+    shared = os.path.join(hostdir, "shared")
+    os.mkdir(shared)
+    os.chmod(shared, 0o777)
+    started, release = os.path.join(shared, "started"), os.path.join(shared, "release")
+    mark = b"987.25"  # the sleep's argument: this test's, found by it
+    prog = write_script(os.path.join(hostdir, "bg.sh"),
+                        "#!/bin/sh\ncat >/dev/null\nsleep %s &\ntouch %s\ni=0\n"
+                        "while [ ! -e %s ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done\n"
+                        "exit 0\n" % (mark.decode(), started, release))
+    pol = box.policy(net.policy([api_rule(net, tier=3, owner="alice", expires="2099-12-31")],
+                                alerts={"sinks": [{"exec": prog}]}))
+    err = open(str(tmp_path / "run.err"), "w+")
+    proc = subprocess.Popen([PY, "-c", AS_PID1, box.bin, "run", "--policy", pol, "--", PY, "-c",
+                             POST_THEN_WAIT, net.url("/w"), "go"],
+                            cwd=box.workdir, env=_clean_env(), stdout=subprocess.PIPE,
+                            stderr=err)
+    try:
+        run = poll(lambda: proc.poll() is not None and -1 or child_pids(proc.pid) or None,
+                   timeout=HANG_GUARD_S, what="run under its PID namespace's parent")
+        if run == -1:
+            err.seek(0)
+            if proc.returncode == 77:
+                pytest.skip("cannot make a PID namespace: %s" % err.read().strip())
+            pytest.fail("run ended (%d): %s" % (proc.returncode, err.read()))
+        run = run[0]
+        poll(lambda: os.path.exists(started) or None, timeout=HANG_GUARD_S,
+             what="the alert program's sleep started")
+        sleep = poll(lambda: [k for k in _descendants(run)
+                              if _cmdline(k) == b"sleep\0" + mark + b"\0"] or None,
+                     timeout=10, what="the program's sleep among run's descendants")[0]
+        open(release, "w").close()  # the program exits; the gateway kills its group, the sleep too
+        try:
+            poll(lambda: not os.path.exists("/proc/%d" % sleep) or None, timeout=10,
+                 what="the sleep the program left ended and reaped")
+        except AssertionError as e:
+            raise AssertionError("%s: the sleep (a zombie: %s) is a child of run: %s"
+                                 % (e, not running(sleep), sleep in child_pids(run)))
+        open(os.path.join(box.workdir, "go"), "w").close()  # the command ends
+        assert proc.wait(timeout=HANG_GUARD_S) == 0, open(str(tmp_path / "run.err")).read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        err.close()
 
 
 def test_exit_status_passed_on(box, net):

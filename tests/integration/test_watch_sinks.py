@@ -21,6 +21,7 @@ import pytest
 
 from conftest import policy_yaml
 from gate_client import poll, request
+from pid1 import AS_PID1, child_pids, children_of, running
 from watch_helpers import (EachRequest, Receiver, Silent, delivered_through, free_tcp_port,
                            read_request_body, stored_alerts, wait_alert, webhook_label,
                            webhook_tls_env, write_script)
@@ -395,15 +396,6 @@ def test_exec_sink_that_cannot_be_run_is_warned_of_at_start_and_reload(gateway, 
     gw.stop()
 
 
-def _running(pid):
-    """True while <pid> is a process that has not ended (a zombie has)."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _sink_leaving_a_sleep(gateway, net, tmp_path, name, last):
     """Starts a gateway whose exec sink, the script <name>, puts a `sleep
     1000` in the background, then runs the shell line <last>; raises one
@@ -429,9 +421,9 @@ def test_exec_sink_kill_reaches_what_the_program_started(gateway, net, tmp_path)
     try:
         poll(lambda: "stuck.sh: killed after 5 s" in gw.stderr() or None, timeout=15,
              what="the kill")
-        poll(lambda: not _running(pid) or None, timeout=5, what="the program's sleep to end")
+        poll(lambda: not running(pid) or None, timeout=5, what="the program's sleep to end")
     finally:
-        if _running(pid):
+        if running(pid):
             os.kill(pid, signal.SIGKILL)
 
 
@@ -445,47 +437,12 @@ def test_exec_sink_program_that_exits_takes_what_it_left_running(gateway, net, t
     reaped (its zombie keeps the group's number from being reused)."""
     gw, pid = _sink_leaving_a_sleep(gateway, net, tmp_path, "bg.sh", "exit 0")
     try:
-        poll(lambda: not _running(pid) or None, timeout=10,
+        poll(lambda: not running(pid) or None, timeout=10,
              what="the sleep the program left to be killed")
     finally:
-        if _running(pid):
+        if running(pid):
             os.kill(pid, signal.SIGKILL)
     assert "killed" not in gw.stderr()  # the program itself exited: no failure to tell
-
-
-# Runs argv[1:] as the init (PID 1) of a new PID namespace, as a
-# container's entry point runs, passing SIGTERM, SIGINT and SIGHUP on;
-# exits with its status. Exits 77 when no PID namespace can be made.
-AS_PID1 = r"""
-import ctypes, os, signal, sys
-libc = ctypes.CDLL(None, use_errno=True)
-if libc.unshare(0x20000000) != 0:  # CLONE_NEWPID: the next child is its init
-    sys.stderr.write("unshare(CLONE_NEWPID): %s\n" % os.strerror(ctypes.get_errno()))
-    sys.exit(77)
-pid = os.fork()
-if pid == 0:
-    os.execv(sys.argv[1], sys.argv[1:])
-for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-    signal.signal(s, lambda n, f: os.kill(pid, n))
-sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
-"""
-
-
-def _child_pids(pid):
-    """The pids of <pid>'s children, of all its threads."""
-    found = []
-    for task in os.listdir("/proc/%d/task" % pid):
-        try:
-            found += [int(k) for k in
-                      open("/proc/%d/task/%s/children" % (pid, task)).read().split()]
-        except OSError:
-            continue
-    return found
-
-
-def _children(pid):
-    """<pid>'s children, each with whether it is a zombie."""
-    return {k: not _running(k) for k in _child_pids(pid)}
 
 
 def test_exec_sink_leaves_no_zombie_when_the_gateway_is_pid_1(gateway, net, tmp_path):
@@ -509,16 +466,16 @@ def test_exec_sink_leaves_no_zombie_when_the_gateway_is_pid_1(gateway, net, tmp_
     if gw.proc.poll() == 77:
         pytest.skip("cannot make a PID namespace: %s" % gw.stderr().strip())
     gw.wait_ready()
-    sluice = poll(lambda: list(_children(gw.proc.pid)) or None, timeout=10,
+    sluice = poll(lambda: list(children_of(gw.proc.pid)) or None, timeout=10,
                   what="the gateway under its PID namespace's parent")[0]
     assert request(gw, "POST", net.url("/p"), body=b"1").status == 200
     poll(lambda: started.exists() or None, timeout=10, what="the program's sleep started")
     try:
-        poll(lambda: not _children(sluice) or None, timeout=10,
+        poll(lambda: not children_of(sluice) or None, timeout=10,
              what="the program and what it left ended and reaped")
     except AssertionError as e:
         raise AssertionError("%s: the gateway's children (pid: a zombie?): %s"
-                             % (e, _children(sluice)))
+                             % (e, children_of(sluice)))
     gw.stop()
 
 
@@ -1994,7 +1951,7 @@ def _children_waiting_in_fuse(pid):
     """The children of <pid> asleep in the FUSE client (a lookup under the
     hung mount)."""
     found = []
-    for k in _child_pids(pid):
+    for k in child_pids(pid):
         try:
             if "fuse" in open("/proc/%d/wchan" % k).read():
                 found.append(k)
