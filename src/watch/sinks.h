@@ -19,6 +19,10 @@
  * N programs the policy names (exec_runner_programs) may run 1/N of the
  * first and hold 1/N of the second waiting (at least one each): one that
  * hangs until its kill delays and drops its own alerts, not the others'.
+ * Programs inherit the gateway's soft RLIMIT_NOFILE, raised to the hard
+ * limit at start: posix_spawn() has no attribute for a child's limits, and
+ * setrlimit() around the spawn would lower every thread's (README: a tool
+ * that closes each descriptor up to its limit needs a limit of its own).
  * Failures (cannot spawn, non-zero exit, killed) are reported on standard error; a
  * program that cannot be spawned at its 1st, 2nd, 4th... failure, with
  * how many were not told, and their total at exit.
