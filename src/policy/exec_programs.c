@@ -76,13 +76,16 @@ static size_t read_verdicts(int fd, struct verdict *got, size_t n, uint64_t dead
 }
 
 /* Ends and reaps the looking process <pid>, waiting at most EXEC_LOOK_MS
- * for it to go after a SIGKILL (one in an uninterruptible sleep is left
- * unreaped: a zombie once it ends, never a load held for it). ECHILD
- * counts as reaped: a gateway that is its PID namespace's init reaps any
- * child not one of its programs. */
-static void end_look(pid_t pid)
+ * for it to go, after a SIGKILL when it has not <answered> (one in an
+ * uninterruptible sleep is left unreaped: a zombie once it ends, never a
+ * load held for it). ECHILD counts as reaped: a gateway that is its PID
+ * namespace's init reaps any child not one of its programs, and may have
+ * reaped one that answered and exited (no kill then: its PID may be
+ * another's by now). */
+static void end_look(pid_t pid, bool answered)
 {
-    kill(pid, SIGKILL); /* a look that answered has exited already */
+    if (!answered)
+        kill(pid, SIGKILL);
     uint64_t deadline = monotonic_ms() + EXEC_LOOK_MS;
     for (;;) {
         pid_t w = waitpid(pid, NULL, WNOHANG);
@@ -132,13 +135,13 @@ static size_t look(const struct policy *p, struct verdict *got, size_t n, int *e
         close(fds[0]);
         look_and_exit(p, fds[1]);
     }
+    if (pid < 0)
+        *err = errno; /* before close() may change it */
     close(fds[1]);
     size_t came = 0;
-    if (pid < 0)
-        *err = errno;
-    else {
+    if (pid > 0) {
         came = read_verdicts(fds[0], got, n, monotonic_ms() + EXEC_LOOK_MS);
-        end_look(pid);
+        end_look(pid, came == n);
     }
     close(fds[0]);
     return came;

@@ -24,7 +24,10 @@
  * of its path cannot be searched), is not a regular file, or is not
  * executable; or when its file system did not answer within EXEC_LOOK_MS.
  * Such warnings are counted in d->absent_programs: `check --strict` does
- * not fail on them, as a CI machine has not the programs installed. */
+ * not fail on them, as a CI machine has not the programs installed. The
+ * rights are the loading process's: root's for serve --user's start-up
+ * load and for run started as root, whose gateway runs the programs as
+ * another user (a limit the docs name). */
 void policy_check_exec_programs(const struct policy *p, struct diag *d);
 
 #endif
