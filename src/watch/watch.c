@@ -22,6 +22,7 @@
 #include "watch/admin.h"
 #include "watch/detectors.h"
 #include "watch/log_jsonl.h"
+#include "watch/log_same.h"
 #include "watch/sinks.h"
 #include "watch/webhook_dns.h"
 #include "watch/webhook_tls.h"
@@ -705,12 +706,6 @@ static void load_counter(const char *name, uint64_t value, void *arg)
                                     metrics_alert_total(m, (enum alert_kind)k) + value);
 }
 
-static bool same_stream(const char *a, const char *b)
-{
-    bool sa = a == NULL || strcmp(a, "-") == 0, sb = b == NULL || strcmp(b, "-") == 0;
-    return sa == sb && (sa || strcmp(a, b) == 0);
-}
-
 struct watch *watch_new(struct event_base *base, struct bus *bus, struct alert_bus *alerts,
                         const struct watch_config *cfg, struct log_jsonl *log,
                         const struct policy *p, char *err, size_t errlen)
@@ -762,12 +757,15 @@ struct watch *watch_new(struct event_base *base, struct bus *bus, struct alert_b
     if (w->store != NULL)
         store_load_counters(w->store, load_counter, w->metrics);
     metrics_set_gauges(w->metrics, gauges, extra_metrics, w);
-    if (cfg->alerts_path == NULL || same_stream(cfg->alerts_path, cfg->log_path)) {
+    unsigned file_flags = cfg->files_no_links ? LOG_JSONL_NO_LINKS : 0;
+    /* An --alerts that names the log's file by another path (./a.jsonl, a
+     * link, /dev/stdout beside `--log -`) is the log's stream too: opened
+     * again, one file would have two writers, two queues, two gauges. */
+    if (cfg->alerts_path == NULL || log_same_file(cfg->alerts_path, cfg->log_path, file_flags)) {
         w->file = log;
     } else {
         char *e = NULL;
-        w->file = log_jsonl_open(base, cfg->alerts_path,
-                                 cfg->files_no_links ? LOG_JSONL_NO_LINKS : 0, &e);
+        w->file = log_jsonl_open(base, cfg->alerts_path, file_flags, &e);
         if (w->file == NULL) {
             snprintf(err, errlen, "--alerts: %s", e != NULL ? e : "cannot open");
             free(e);

@@ -8,8 +8,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from gate_client import EGRESS_KEYS, END_KEYS, api_rule, poll, request
-from watch_helpers import ALERT_KEYS
+from test_watch_admin import scrape
+from watch_helpers import ALERT_KEYS, free_tcp_port
 
 # Runs inside the test's own network namespace (loopback only): waits for
 # the gateway on 127.0.0.1:3128, asks it for a host no rule covers, prints
@@ -95,3 +98,57 @@ def test_alerts_dash_is_standard_output_not_the_log(gateway, net):
     assert [e for e in gw.log_lines() if e["event"] == "alert"] == []
     assert [e for e in _json_lines(gw.stdout()) if e["event"] != "alert"] == []
     assert not os.path.exists(os.path.join(gw.workdir, "-"))
+
+
+def _fds_on(pid, path):
+    """How many of process <pid>'s descriptors are open on the file <path>."""
+    want = os.stat(path)
+    n = 0
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            st = os.stat("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        n += (st.st_dev, st.st_ino) == (want.st_dev, want.st_ino)
+    return n
+
+
+@pytest.mark.parametrize("name", ["dot", "symlink", "hardlink", "stdout", "stderr"])
+def test_alerts_naming_the_logs_file_is_the_logs_stream(gateway, net, tmp_path, name):
+    # --alerts that names the decision log's file by another path is the
+    # log's stream, as the same string is: one writer, one pending queue,
+    # one set of log gauges. Compared as strings, `./log.jsonl` (a link,
+    # /dev/stdout beside `--log -`) opened the file a second time, with a
+    # writer of its own.
+    d = tmp_path / "files"
+    d.mkdir()
+    log = d / "log.jsonl"
+    if name == "dot":
+        log_arg, alerts_arg = str(log), str(d) + "/./log.jsonl"  # neither exists yet
+    elif name == "symlink":
+        log_arg, alerts_arg = str(log), str(d / "link.jsonl")
+        os.symlink("log.jsonl", alerts_arg)
+    elif name == "hardlink":
+        log.write_bytes(b"")
+        log_arg, alerts_arg = str(log), str(d / "other-name.jsonl")
+        os.link(str(log), alerts_arg)
+    else:
+        # "stderr": standard output is the file standard error has open (`>&2`),
+        # which /dev/stderr names, not the relay's pipe descriptor 2 is then
+        log_arg, alerts_arg = "-", "/dev/" + name
+    port = free_tcp_port()
+    gw = gateway(net.policy([api_rule(net)], alerts={"first_contact": True}),
+                 args=["--log", log_arg, "--alerts", alerts_arg,
+                       "--admin", "127.0.0.1:%d" % port],
+                 prefix=["sh", "-c", 'exec "$@" >&2', "sh"] if name == "stderr" else ())
+    assert request(gw, "GET", net.url("/first")).status == 200
+    text = {"stdout": gw.stdout, "stderr": gw.stderr}.get(name, log.read_text)
+    alerts = poll(lambda: [e for e in _json_lines(text()) if e["event"] == "alert"],
+                  what="a first_contact alert in the log's stream")
+    assert [a["kind"] for a in alerts] == ["first_contact"], alerts
+    series, _ = scrape(port)
+    logs = sorted(dict(labels)["log"] for (metric, labels) in series
+                  if metric == "sluice_log_writable")
+    assert logs == ["decisions"], logs
+    if log_arg != "-":
+        assert _fds_on(gw.proc.pid, str(log)) == 1
