@@ -25,6 +25,7 @@
 #include "policy/policy.h"
 #include "util/diag.h"
 #include "util/env.h"
+#include "util/libevent_log.h"
 #include "util/pos_index.h"
 #include "util/quiet_thread.h"
 #include "util/text_json.h"
@@ -918,14 +919,6 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 }
 
 /* --- life cycle ------------------------------------------------------------ */
-
-/* libevent's own warnings and errors, in the gateway's format (its debug
- * messages are off). */
-static void libevent_log(int severity, const char *msg)
-{
-    if (severity >= EVENT_LOG_WARN)
-        fprintf(stderr, "sluice: libevent: %s\n", msg);
-}
 
 /* The log's writer wrote what connections wait for (write-ahead). */
 static void on_log_written(void *arg)

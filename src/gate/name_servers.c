@@ -68,7 +68,9 @@ static int set_options(struct evdns_base *dns)
  * own tries first (resolve.c), so what a base may still hold is evdns' probe
  * of a server it took as down, and 1 would queue that probe's callback,
  * which then reads the freed server's record on a later loop turn
- * (test_free_with_a_probe_in_flight). 0 drops it unrun. */
+ * (test_free_with_a_probe_in_flight). 0 drops it unrun. (So is a try the
+ * resolver left uncancelled after evdns lost a callback: its attempt waits
+ * on resolve.c's uncancelled list for a callback that never comes.) */
 void name_servers_free(struct name_server *ns, size_t n)
 {
     if (ns == NULL)

@@ -20,9 +20,40 @@
  * callback that may run after the query is gone; so an attempt is freed
  * only by its callback, and one whose query was cancelled or moved to other
  * servers (its q set to NULL) just stays silent until then. (evdns skips
- * the callback only when it cannot allocate the record that schedules it;
- * see on_flight_event().) The servers, their bases and counters are
- * name_servers.c's; which server a try goes to is decided here.
+ * the callback only when it cannot allocate the record that schedules it:
+ * see "Out of memory in evdns" below.) The servers, their bases and
+ * counters are name_servers.c's; which server a try goes to is decided
+ * here.
+ *
+ * Out of memory in evdns (libevent 2.1.12, evdns.c): a request ends by an
+ * answer (reply_handle(); a SERVFAIL through
+ * evdns_request_timeout_callback()), by evdns' own timer, by
+ * evdns_cancel_request() or by evdns_base_free(). The first three call
+ * reply_schedule_callback(), then request_finished(req, ..., 1). The first
+ * allocates (mm_calloc) the record that runs the callback later, and only
+ * with it sets handle->pending_cb, which keeps request_finished() from
+ * freeing the handle. Should that allocation fail it warns
+ * "reply_schedule_callback: Couldn't allocate space for deferred
+ * callback." (event_warn()) and returns; request_finished() frees the
+ * handle, and the callback never runs. Met by an answer or evdns' timer
+ * (in evdns' own event callbacks), the attempt kept q->att with a freed
+ * handle, and the try's timer (on_try_end()), the flight's end
+ * (on_flight_event()) or its cancellation (flight_free()) passed it to
+ * evdns_cancel_request(), which read it: a use after free (a crash in
+ * test_lost_callback). Which attempt it was cannot be told: the warning
+ * names no request, struct evdns_request is private to evdns.c, and an
+ * attempt whose callback is only pending (deferred to the next loop turn)
+ * looks the same as one whose callback never comes. So the warning is
+ * counted (util/libevent_log.c, the gateway's log callback), and orphan()
+ * cancels only an attempt sent since the last one: an older one is left
+ * to end in evdns (its answer, evdns' timer 1 s after the try's, or its
+ * base's free; a query evdns' timer ends also marks its server down, as
+ * evdns does) and kept on the uncancelled list until its callback frees
+ * it; the one whose callback was lost stays there (64 bytes). Its lookup
+ * goes on: its try ends by its own timer, a timeout, and the next try is
+ * sent. Met by our own evdns_cancel_request(), the lost callback costs the
+ * same 64 bytes (an orphaned attempt, which nothing reads again). libevent
+ * after 2.1 keeps that record in the handle, with no allocation.
  *
  * A try ends by a timer of its query's own (r->try_ms: on_try_end()), which
  * cancels it, never by evdns' timer (set later: name_servers.h). evdns
@@ -55,6 +86,7 @@
 #include "gate/resolve.h"
 #include "gate/dns_cache.h"
 #include "gate/name_servers.h"
+#include "util/libevent_log.h"
 #include "util/units.h"
 #include "util/zalloc.h"
 
@@ -91,9 +123,20 @@ struct flight;
 struct attempt {
     struct query *q;         /* NULL once orphaned: the callback only frees */
     struct evdns_base *dns;  /* the base it was sent on */
-    struct evdns_request *h; /* valid until the callback */
+    struct evdns_request *h; /* valid until the callback (but see the top) */
     size_t server;           /* its index in r->ns */
+    unsigned long lost_seen; /* libevent_log_evdns_lost() when it was sent */
+    /* Among the uncancelled (orphan()), while on that list. */
+    struct attempt *uprev, *unext;
+    bool uncancelled;
 };
+
+/* Attempts orphaned without evdns_cancel_request(): evdns lost a callback
+ * since they were sent, and theirs may be the one ("Out of memory in evdns"
+ * at the top). Each leaves the list, freed, when its callback comes; one
+ * whose callback was lost stays (64 bytes, held here, not leaked unseen).
+ * The event loop's thread only, as the resolvers are. */
+static struct attempt *uncancelled;
 
 struct query {
     struct flight *f;
@@ -480,8 +523,8 @@ static void flight_free(struct flight *f)
  * tries before the deadline, unless a reload moved the queries to new
  * servers, where their tries start again: a try still running then is
  * cancelled here, counted as a timeout, and its server taken as down.
- * (Should evdns have lost a try's callback for want of memory, its handle
- * is gone too, and libevent gives no way to tell.) */
+ * (A try whose callback evdns lost for want of memory is not cancelled:
+ * see "Out of memory in evdns" at the top.) */
 static void on_flight_event(evutil_socket_t fd, short what, void *arg)
 {
     struct flight *f = arg;
@@ -596,6 +639,7 @@ static int send_query(struct resolver *r, struct flight *f, struct query *q, siz
     at->q = q;
     at->server = server;
     at->dns = r->ns[server].dns;
+    at->lost_seen = libevent_log_evdns_lost();
     if (q->type == Q_A)
         at->h = evdns_base_resolve_ipv4(at->dns, f->name, DNS_QUERY_NO_SEARCH, on_answer, at);
     else
@@ -616,7 +660,9 @@ static int send_query(struct resolver *r, struct flight *f, struct query *q, siz
 }
 
 /* Stops query <q>'s try in flight: its callback still runs, and only frees
- * the attempt. */
+ * the attempt. When evdns has lost a callback since the try was sent, its
+ * handle may be freed: the try is left to end in evdns (its answer, evdns'
+ * timer 1 s after the try's, or its base's free), not cancelled. */
 static void orphan(struct query *q)
 {
     struct attempt *at = q->att;
@@ -626,7 +672,17 @@ static void orphan(struct query *q)
     q->att = NULL;
     at->q = NULL;
     event_del(q->try_ev);
-    evdns_cancel_request(at->dns, at->h);
+    if (at->lost_seen == libevent_log_evdns_lost()) {
+        evdns_cancel_request(at->dns, at->h);
+        return;
+    }
+    at->h = NULL;
+    at->uncancelled = true;
+    at->uprev = NULL;
+    at->unext = uncancelled;
+    if (uncancelled != NULL)
+        uncancelled->uprev = at;
+    uncancelled = at;
 }
 
 static void take_addresses(struct query *q, char type, int count, int ttl, const void *addresses)
@@ -681,6 +737,14 @@ static void on_answer(int result, char type, int count, int ttl, void *addresses
     struct query *q = at->q;
     size_t server = at->server;
 
+    if (at->uncancelled) {
+        if (at->uprev != NULL)
+            at->uprev->unext = at->unext;
+        else
+            uncancelled = at->unext;
+        if (at->unext != NULL)
+            at->unext->uprev = at->uprev;
+    }
     free(at); /* evdns frees its handle after this callback */
     if (q == NULL)
         return; /* cancelled, ended by its timer, or moved to other servers */

@@ -28,6 +28,7 @@ static const char *test_resolv_conf = "/nonexistent/resolv.conf";
 #include "gate/resolve.c"
 
 #include "ev_alloc_count.h"
+#include "util/libevent_log.h"
 
 /* ------------------------------------------------------ fake DNS server */
 
@@ -1631,10 +1632,69 @@ static void test_answered_at_once_allocate_nothing(void **state)
     event_base_free(base);
 }
 
+/* libevent's allocations fail while this is set (lost_callback_main's
+ * allocator, below). */
+static bool ev_alloc_fails;
+
+static void *count_or_fail_malloc(size_t n)
+{
+    return ev_alloc_fails ? NULL : count_malloc(n);
+}
+
+/* evdns, out of memory for the record that schedules a request's callback
+ * as the answer comes, frees the request's handle and never calls back
+ * (resolve.c, "Out of memory in evdns"). The attempts kept those handles:
+ * each try's timer passed its freed handle to evdns_cancel_request(), a
+ * crash (SIGSEGV in evdns_cancel_request(), from on_try_end()). Now the
+ * warning libevent gives (through the gateway's log callback) has the
+ * tries sent before it left uncancelled; they end by their timer as
+ * timeouts, and the second tries find the answer. */
+static void test_lost_callback(void **state)
+{
+    (void)state;
+    struct event_base *base = event_base_new();
+    struct fake_dns d;
+    fake_start(&d, base, 1);
+    struct resolver *r = new_resolver(base, d.addr, NULL, 0);
+    r->try_ms = 200;
+    event_set_log_callback(libevent_log);
+    unsigned long lost = libevent_log_evdns_lost();
+
+    struct result res = {.base = base};
+    assert_non_null(resolver_lookup(r, "one.test", on_result, &res));
+    /* Both answers are read with no memory for their callbacks: all that
+     * allocates meanwhile (the loop, the fake server allocate nothing). */
+    ev_alloc_fails = true;
+    for (int i = 0; i < 200 && libevent_log_evdns_lost() < lost + 2; i++)
+        event_base_loop(base, EVLOOP_ONCE);
+    ev_alloc_fails = false;
+    assert_int_equal(libevent_log_evdns_lost(), lost + 2);
+    assert_int_equal(d.answered, 2);
+    assert_int_equal(res.calls, 0);
+
+    run_until(base, &res, 5000);
+    assert_int_equal(res.calls, 1);
+    assert_int_equal(res.err, 0);
+    assert_int_equal(res.n, 2);
+    assert_int_equal(d.queries, 4); /* each query asked again once */
+    assert_int_equal(r->ns[0].st.timeouts, 2);
+    /* the two lost attempts are held, not leaked (LeakSanitizer) */
+    size_t held = 0;
+    for (const struct attempt *at = uncancelled; at != NULL; at = at->unext)
+        held++;
+    assert_int_equal(held, 2);
+
+    event_set_log_callback(NULL);
+    resolver_free(r);
+    run(base, 50);
+    fake_stop(&d);
+    event_base_free(base);
+}
+
 int main(void)
 {
     /* before any other call into libevent, as it asks */
-    event_set_mem_functions(count_malloc, count_realloc, free);
+    event_set_mem_functions(count_or_fail_malloc, count_realloc, free);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_static_map),
         cmocka_unit_test(test_server_answers),
@@ -1665,6 +1725,7 @@ int main(void)
         cmocka_unit_test(test_cache_static_and_reload),
         cmocka_unit_test(test_cache_eviction),
         cmocka_unit_test(test_answered_at_once_allocate_nothing),
+        cmocka_unit_test(test_lost_callback),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
