@@ -1499,9 +1499,12 @@ with open("/proc/%d/task/%d/children" % (run.pid, run.pid)) as f:
     kids = [int(k) for k in f.read().split()]
 gw = [k for k in kids if os.getpgid(k) == k][0]  # the gateway leads its own group
 os.kill(gw, signal.SIGKILL)
-for _ in range(500):
-    if not os.path.exists("/proc/%d" % gw):
-        break  # reaped by run
+# until run reaped it (its PID is free only then), by the clock: a count of
+# sleeps ran out on a loaded machine and the test went on with the PID taken
+deadline = time.monotonic() + 60  # a hang guard, not a claim on time
+while os.path.exists("/proc/%d" % gw):
+    if time.monotonic() > deadline:
+        sys.exit("run did not reap its killed gateway (pid %d) in 60 s" % gw)
     time.sleep(0.01)
 with open("/proc/sys/kernel/ns_last_pid", "w") as f:
     f.write(str(gw - 1))
@@ -1536,10 +1539,11 @@ def test_a_gateway_that_died_is_not_signalled_again(box, net):
     code = "import sys\nprint('ready', flush=True)\nsys.stdin.read()\n"
     argv = ["unshare", "--pid", "--fork", "--mount-proc", PY, "-c", PID_REUSE,
             box.bin, "run", "--policy", pol, "--", PY, "-c", code]
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=box.workdir,
-                       env=_clean_env())
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=2 * HANG_GUARD_S,
+                       cwd=box.workdir, env=_clean_env())
     if p.returncode != 0 and "unshare failed" in p.stderr:
         pytest.skip("no PID namespace for the test: %s" % p.stderr.strip())
+    assert p.returncode == 0, p.stderr
     o = Box.out(p)
     assert "the gateway stopped" in o["stderr"], o
     assert o["same_pid"], o  # else the test did not hand the PID on
