@@ -513,9 +513,13 @@ GROUP_PRIORITY = PRELUDE + r"""
 import time
 ioprio_set = int(sys.argv[1])
 open("box-up", "w").close()
-for _ in range(1000):
-    if os.path.exists("victim"):
-        break
+# by the clock, and no further without it: a count of sleeps ran out on a
+# loaded machine and the calls were made before the newer sleep was there
+deadline = time.monotonic() + 60  # a hang guard, not a claim on time
+while not os.path.exists("victim"):
+    if time.monotonic() > deadline:
+        print(json.dumps({"victim": "not named in 60 s"}))
+        sys.exit(1)
     time.sleep(0.01)
 PRIO_PGRP, IOPRIO_WHO_PGRP, IOPRIO_CLASS_IDLE = 1, 2, 3
 out["setpriority"] = cerr(libc.setpriority(PRIO_PGRP, 0, 19))
@@ -560,8 +564,8 @@ def test_the_commands_priority_calls_do_not_reach_runs_process_group(sluice_bin,
     env = _clean_env()
     env["PROBE"] = GROUP_PRIORITY
     ioprio_before = ioprio(os.getpid())
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=proj, env=env,
-                       start_new_session=True)
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=proj, env=env,
+                       start_new_session=True)  # a hang guard: the probe waits up to 60 s
     lines = p.stdout.splitlines()
     sleeps = [int(x) for x in lines if x.isdigit()]
     try:
