@@ -4307,21 +4307,28 @@ def _session_members(sid):
     return pids
 
 
+def _ctrl_z_then_fg(box, net, setup):
+    """Runs a command that does <setup> (Python, with os and signal), says
+    it started and ends once continued (after the ^Z, whenever that comes),
+    under _JOB_SHELL on a pty; types ^Z and asserts that run stopped once
+    and that the command, continued, printed "done"."""
+    pol = box.policy(net.policy([]))
+    code = ("import os, signal; %s; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCONT}); "
+            "open('started', 'w').close(); "
+            "print('done' if signal.sigtimedwait({signal.SIGCONT}, 60) else 'not continued')"
+            % setup)
+    argv = [PY, "-c", _JOB_SHELL, box.bin, "run", "--policy", pol, "--", PY, "-c", code]
+    rc, out, err = _run_on_pty(argv, box, b"\x1a", handed_over=True)
+    assert rc == 0, err
+    assert out.split() == ["stopped", "done", "exit", "0"], (out, err)
+
 def test_ctrl_z_stops_run_with_the_command(box, net):
     """^Z on the terminal stops the foreground process group, the command
     in it; run, which blocks SIGTSTP to read it from a signalfd, stops as
     well, so that the shell waiting on it gets its prompt back (run kept
     running, and the shell hung, before). SIGCONT to the group, as `fg`
     sends, wakes both, and the command then runs to its end."""
-    pol = box.policy(net.policy([]))
-    # the command ends once continued: after the ^Z, whenever that comes
-    code = ("import signal; signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCONT}); "
-            "open('started', 'w').close(); "
-            "print('done' if signal.sigtimedwait({signal.SIGCONT}, 60) else 'not continued')")
-    argv = [PY, "-c", _JOB_SHELL, box.bin, "run", "--policy", pol, "--", PY, "-c", code]
-    rc, out, err = _run_on_pty(argv, box, b"\x1a", handed_over=True)
-    assert rc == 0, err
-    assert out.split() == ["stopped", "done", "exit", "0"], (out, err)
+    _ctrl_z_then_fg(box, net, "pass")
 
 
 def test_ctrl_z_in_an_orphaned_group_stops_nothing(box, net):
@@ -4359,6 +4366,18 @@ def test_a_command_that_stops_itself_stops_run(box, net, how, shown):
     rc, out, err = _run_on_pty(argv, box, b"", handed_over=True)
     assert rc == 0, err
     assert out.split() == [shown, "done", "exit", "0"], (out, err)
+
+
+def test_fg_continues_a_command_in_a_process_group_of_its_own(box, net):
+    """A command in a process group of its own (a shell with job control
+    in the box, `bash -i`, `setsid`) that made it the terminal's
+    foreground: ^Z stops that group alone, the init tells run, and run
+    stops. `fg` sends SIGCONT to run's group, which the command is not in:
+    run passes it on through the box's init, and the command goes on (it
+    prints once continued), run stopping no second time."""
+    _ctrl_z_then_fg(box, net, "os.setpgid(0, 0); "
+                    "signal.signal(signal.SIGTTOU, signal.SIG_IGN); os.tcsetpgrp(0, os.getpgrp()); "
+                    "signal.signal(signal.SIGTTOU, signal.SIG_DFL)")
 
 
 def test_hangup_reaches_the_command_when_run_leads_the_session(box, net):
