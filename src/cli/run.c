@@ -51,6 +51,7 @@
 #include "gate/gateway.h"
 #include "gate/listener.h"
 #include "gate/lockdown.h"
+#include "policy/exec_programs.h"
 #include "policy/policy.h"
 #include "util/diag.h"
 #include "util/env.h"
@@ -913,30 +914,38 @@ static int keep_token_env(struct served *s, const struct policy *p)
     return 0;
 }
 
-/* In run's gateway child: serve as --gateway-user (<chosen>, checked by
- * check_gateway_user) or, started as root without it, as nobody, from now
- * on (util/privdrop.h). The parent-death signal does not survive a change
- * of user, so it is set again. A chosen root keeps root. Without a user
- * nobody the gateway stays root, with a warning; as the root of a user
- * namespace that maps no other user (unshare --map-root-user) it stays as
- * it is. Returns -1 when the gateway must not go on. */
+/* The user run's gateway serves as: --gateway-user (<chosen>, checked by
+ * check_gateway_user) or, started as root without it, nobody (resolved
+ * into <nobody>). NULL when it stays as it is: a chosen root as root; not
+ * root without --gateway-user; no user nobody (why in <err>, else ""); or
+ * the root of a user namespace that maps no one else (unshare
+ * --map-root-user), not the host's root. */
+static const struct privdrop_target *gateway_user(const struct privdrop_target *chosen,
+                                                  struct privdrop_target *nobody, char *err,
+                                                  size_t errlen)
+{
+    err[0] = '\0';
+    if (chosen != NULL)
+        return chosen->uid == 0 && geteuid() == 0 ? NULL : chosen;
+    if (geteuid() != 0 || privdrop_resolve("nobody", nobody, err, errlen) < 0 ||
+        !privdrop_mapped(nobody))
+        return NULL;
+    return nobody;
+}
+
+/* In run's gateway child: serve as gateway_user() from now on
+ * (util/privdrop.h). The parent-death signal does not survive a change of
+ * user, so it is set again. Without a user nobody the gateway stays root,
+ * with a warning. Returns -1 when the gateway must not go on. */
 static int gateway_leave_root(pid_t parent, const struct privdrop_target *chosen)
 {
     struct privdrop_target nobody;
-    const struct privdrop_target *t = chosen;
     char err[200];
+    const struct privdrop_target *t = gateway_user(chosen, &nobody, err, sizeof(err));
     if (t == NULL) {
-        if (geteuid() != 0)
-            return 0;
-        if (privdrop_resolve("nobody", &nobody, err, sizeof(err)) < 0) {
+        if (err[0] != '\0')
             fprintf(stderr, "sluice run: warning: the gateway stays root: %s\n", err);
-            return 0;
-        }
-        if (!privdrop_mapped(&nobody))
-            return 0; /* root of a user namespace that maps no one else: not the host's root */
-        t = &nobody;
-    } else if (t->uid == 0 && geteuid() == 0) {
-        return 0; /* --gateway-user root: asked for */
+        return 0;
     }
     if (privdrop_apply(t, err, sizeof(err)) < 0) {
         fprintf(stderr, "sluice run: %s\n", err);
@@ -971,6 +980,14 @@ static int serve_start(struct run_args *a, const char *cwd, struct served *s,
         .flags = POLICY_LOAD_SECRETS_UNUSED,
         .stop_wait_ms = STARTUP_LOAD_STOP_WAIT_MS,
     };
+    /* The alert programs are looked at as the user the gateway will run
+     * them as, not as the root run may be (policy/exec_programs.h). */
+    struct privdrop_target nobody;
+    char no_nobody[200]; /* told by the gateway, which stays root then */
+    const struct privdrop_target *runner = gateway_user(
+        a->gateway_user != NULL ? &a->gw_user : NULL, &nobody, no_nobody, sizeof(no_nobody));
+    if (runner != NULL && geteuid() == 0)
+        policy_exec_programs_run_as(runner->uid, runner->gid);
     int stop_sig = 0;
     struct policy *p = startup_load_policy(a->policy, &how, &stop_sig);
     if (p == NULL) {

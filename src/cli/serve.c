@@ -28,6 +28,7 @@
 #include "gate/gateway.h"
 #include "gate/listener.h"
 #include "gate/lockdown.h"
+#include "policy/exec_programs.h"
 #include "policy/policy.h"
 #include "util/diag.h"
 #include "util/priority.h"
@@ -357,6 +358,10 @@ static int serve_main(int argc, char **argv)
         .stops = &stops,
         .stop_wait_ms = grace < STARTUP_LOAD_STOP_WAIT_MS ? grace : STARTUP_LOAD_STOP_WAIT_MS,
     };
+    /* Its alert programs are looked at as the user that will run them,
+     * not as root (policy/exec_programs.h); reloads look as that user. */
+    if (a->drop && geteuid() == 0)
+        policy_exec_programs_run_as(a->user.uid, a->user.gid);
     struct policy *p = startup_load_policy(a->policy, &how, &stop_sig);
     if (p == NULL) {
         free(a);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -18,34 +19,72 @@
 #include "util/units.h"
 #include "util/xalloc.h"
 
-/* What the looking process found of one program: stat()'s error, or the
- * file's mode and the execute right's error (0: it may be run). */
+/* What the looking process found of one program: the user it looked as
+ * and, when it could not become the programs' user, why; else stat()'s
+ * error, or the file's mode and the execute right's error (0: it may be
+ * run). */
 struct verdict {
+    long uid;
+    int become_err;
     int stat_err;
     unsigned mode;
     int access_err;
 };
 
+/* The user the programs will run as, when the loader is root and will not
+ * be (policy_exec_programs_run_as()). Set on the main thread before the
+ * first load, whose thread starts after it: read-only from then on. */
+static bool runner_set;
+static uid_t runner_uid;
+static gid_t runner_gid;
+
+void policy_exec_programs_run_as(uid_t uid, gid_t gid)
+{
+    runner_set = uid != 0;
+    runner_uid = uid;
+    runner_gid = gid;
+}
+
+/* In the looking process: becomes the programs' user, as privdrop_apply()
+ * makes the gateway (its group alone, then gid, then uid), when this
+ * process is root and one is set. Raw system calls: glibc's wrappers
+ * signal every thread of the process they think they are in, and this is
+ * the fork of a threaded one. Returns 0 or an errno. */
+static int become_runner(void)
+{
+    if (!runner_set || geteuid() != 0)
+        return 0;
+    gid_t g = runner_gid;
+    if (syscall(SYS_setgroups, 1, &g) != 0 || syscall(SYS_setresgid, g, g, g) != 0 ||
+        syscall(SYS_setresuid, runner_uid, runner_uid, runner_uid) != 0)
+        return errno;
+    return 0;
+}
+
 /* In the looking process (a fork of a threaded one: system calls only, no
  * allocation, no lock): judges each exec program as execve() will (the path
  * followed through its links, then the execute right of the effective user
- * and groups) and writes a verdict each to <fd>, in sink order. */
+ * and groups, the programs' user's when one is set) and writes a verdict
+ * each to <fd>, in sink order. */
 static void look_and_exit(const struct policy *p, int fd)
 {
+    int become_err = become_runner();
     for (size_t i = 0; i < p->alerts.nsinks; i++) {
         const struct sink *s = &p->alerts.sinks[i];
         if (s->kind != SINK_EXEC)
             continue;
-        struct verdict v = {0};
+        struct verdict v = {.uid = (long)geteuid(), .become_err = become_err};
         struct stat st;
-        if (stat(s->target, &st) != 0) {
+        if (become_err != 0) {
+            v.uid = (long)runner_uid;
+        } else if (stat(s->target, &st) != 0) {
             v.stat_err = errno;
         } else {
             v.mode = st.st_mode;
             if (S_ISREG(st.st_mode) && faccessat(AT_FDCWD, s->target, X_OK, AT_EACCESS) != 0)
                 v.access_err = errno;
         }
-        /* 12 bytes, at most POLICY_MAX_SINKS of them: the pipe holds them all */
+        /* 24 bytes, at most POLICY_MAX_SINKS of them: the pipe holds them all */
         if (write(fd, &v, sizeof(v)) != (ssize_t)sizeof(v))
             _exit(1);
     }
@@ -99,7 +138,13 @@ static void end_look(pid_t pid, bool answered)
 static void verdict_text(const struct verdict *v, char *why, size_t len)
 {
     why[0] = '\0';
-    if (v->stat_err != 0)
+    if (v->become_err != 0)
+        snprintf(why, len, "not looked at: cannot become uid %ld, the programs' user: %s", v->uid,
+                 strerror(v->become_err));
+    else if (v->stat_err == EACCES)
+        snprintf(why, len, "%s: a directory of its path is not searchable by uid %ld",
+                 strerror(v->stat_err), v->uid);
+    else if (v->stat_err != 0)
         snprintf(why, len, "%s", strerror(v->stat_err));
     else if (S_ISDIR(v->mode))
         snprintf(why, len, "not a regular file: a directory");
@@ -112,8 +157,7 @@ static void verdict_text(const struct verdict *v, char *why, size_t len)
     else if (!S_ISREG(v->mode))
         snprintf(why, len, "not a regular file");
     else if (v->access_err != 0)
-        snprintf(why, len, "not executable by uid %ld: %s", (long)geteuid(),
-                 strerror(v->access_err));
+        snprintf(why, len, "not executable by uid %ld: %s", v->uid, strerror(v->access_err));
 }
 
 /* Looks at <p>'s <n> exec programs in a process of its own, within

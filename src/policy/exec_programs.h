@@ -11,6 +11,8 @@
 #ifndef SLUICE_POLICY_EXEC_PROGRAMS_H
 #define SLUICE_POLICY_EXEC_PROGRAMS_H
 
+#include <sys/types.h>
+
 #include "policy/model.h"
 #include "util/diag.h"
 
@@ -20,14 +22,21 @@
 #define EXEC_LOOK_MS 1000
 
 /* Warns in <d>, for each exec sink of <p>, when its program cannot be run
- * here by this process's effective user: it does not exist (or a component
- * of its path cannot be searched), is not a regular file, or is not
+ * here by the user it will run as: it does not exist (or a component of
+ * its path cannot be searched), is not a regular file, or is not
  * executable; or when its file system did not answer within EXEC_LOOK_MS.
  * Such warnings are counted in d->absent_programs: `check --strict` does
  * not fail on them, as a CI machine has not the programs installed. The
- * rights are the loading process's: root's for serve --user's start-up
- * load and for run started as root, whose gateway runs the programs as
- * another user (a limit the docs name). */
+ * user is this process's effective one, or the one named by
+ * policy_exec_programs_run_as() when this process is root. */
 void policy_check_exec_programs(const struct policy *p, struct diag *d);
+
+/* Names the user (<uid>, <gid>, no other group) the exec programs will run
+ * as, when it is not the process that loads the policy: serve started as
+ * root with --user, run's gateway leaving root. Every later look made as
+ * root becomes that user first (uid 0: looks as root, as unset); a look
+ * made as another user is made as that user. Call it on the main thread
+ * before the first load. */
+void policy_exec_programs_run_as(uid_t uid, gid_t gid);
 
 #endif

@@ -4213,6 +4213,31 @@ def test_gateway_user_is_chosen(box, net):
     assert uid == [0] * 4, uid
 
 
+def test_alert_programs_are_looked_at_as_the_gateway_user(box, net, hostdir):
+    """run started as root looked at the alert programs as root while its
+    gateway runs them as nobody (or --gateway-user): one only root may run
+    was not warned of, and every alert to it failed `Permission denied`.
+    The look is the gateway's user's now; --gateway-user root's is root's."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to choose the gateway's user")
+    prog = write_script(os.path.join(hostdir, "root-only.sh"), "#!/bin/sh\ncat\n")
+    os.chmod(prog, 0o700)
+    pol = box.policy(net.policy([api_rule(net)], alerts={"sinks": [{"exec": prog}]}))
+    nobody = pwd.getpwnam("nobody").pw_uid
+    daemon = pwd.getpwnam("daemon").pw_uid
+    for args, uid in (([], nobody), (["--gateway-user", "daemon"], daemon),
+                      (["--gateway-user", "root"], None)):
+        p = box.run(["--policy", pol] + args, "print(1)")
+        assert p.returncode == 0, p.stderr
+        told = [ln for ln in p.stderr.splitlines() if "exec program" in ln]
+        if uid is None:
+            assert told == [], p.stderr
+        else:
+            assert len(told) == 1 and told[0].endswith(
+                "alerts.sinks[0]: exec program %s cannot be run here (not executable by uid %d: "
+                "Permission denied): every alert to it would be lost" % (prog, uid)), p.stderr
+
+
 def test_gateway_user_refusals(box, net, tmp_path):
     pol = box.policy(net.policy([api_rule(net)]))
     marker = tmp_path / "started"

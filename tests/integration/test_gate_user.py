@@ -281,3 +281,35 @@ def test_user_root_keeps_what_root_has(gateway, net):
     assert st["NoNewPrivs"] == "0"
     assert "as root" in gw.stderr() and "warning: running as root" not in gw.stderr()
     assert request(gw, "GET", net.url("/root")).status == 200
+
+
+def test_exec_programs_are_looked_at_as_the_user(gateway, net, open_dir, tmp_path):
+    """serve --user started as root looked at its exec programs as root: a
+    program only root may run (mode 0700, or below a 0700 folder such as
+    pytest's) was not warned of, and every alert to it failed `Permission
+    denied`. The look at start is the user's now."""
+    root_only = write_script(os.path.join(open_dir, "root-only.sh"), "#!/bin/sh\ncat\n")
+    os.chmod(root_only, 0o700)
+    hidden = write_script(str(tmp_path / "hidden.sh"), "#!/bin/sh\ncat\n")  # 0755, in a 0700 folder
+    everyone = write_script(os.path.join(open_dir, "everyone.sh"), "#!/bin/sh\ncat\n")
+    pol = net.policy([api_rule(net)], alerts={"sinks": [{"exec": root_only}, {"exec": hidden},
+                                                        {"exec": everyone}]})
+    gw = gateway(pol, args=["--user", "nobody", "--alerts", str(tmp_path / "a.jsonl")])
+    wait_serving(gw)
+    told = [ln.split(": ", 2)[2] for ln in gw.stderr().splitlines() if "exec program" in ln]
+    assert told == [
+        "alerts.sinks[0]: exec program %s cannot be run here (not executable by uid %d: "
+        "Permission denied): every alert to it would be lost" % (root_only, NOBODY),
+        "alerts.sinks[1]: exec program %s cannot be run here (Permission denied: a directory of "
+        "its path is not searchable by uid %d): every alert to it would be lost"
+        % (hidden, NOBODY)], gw.stderr()
+
+
+def test_exec_programs_are_looked_at_as_root_under_user_root(gateway, net, open_dir, tmp_path):
+    # --user root runs the programs as root: they are looked at as root
+    root_only = write_script(os.path.join(open_dir, "root-only.sh"), "#!/bin/sh\ncat\n")
+    os.chmod(root_only, 0o700)
+    pol = net.policy([api_rule(net)], alerts={"sinks": [{"exec": root_only}]})
+    gw = gateway(pol, args=["--user", "root", "--alerts", str(tmp_path / "a.jsonl")])
+    wait_serving(gw)
+    assert "exec program" not in gw.stderr(), gw.stderr()
