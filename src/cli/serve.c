@@ -39,6 +39,7 @@
 #include "util/text_json.h"
 #include "util/units.h"
 #include "watch/admin.h"
+#include "watch/log_same.h"
 
 #define SERVE_MAX_LISTENS 32
 
@@ -260,8 +261,10 @@ static int socket_unremovable(const char *path)
 }
 
 /* The files are named shown \ooo (text_shown()), as the usage errors name
- * them: a path holding a line end or a terminal escape would forge lines. */
-static void warn_unreachable_files(const struct serve_args *a)
+ * them: a path holding a line end or a terminal escape would forge lines.
+ * <alerts_are_log>: --alerts names the log's file (log_same_file()), which
+ * is the log's stream, one file said once, under the log's name. */
+static void warn_unreachable_files(const struct serve_args *a, bool alerts_are_log)
 {
     if (access(a->policy, R_OK) != 0) {
         int e = errno;
@@ -272,7 +275,7 @@ static void warn_unreachable_files(const struct serve_args *a)
                 a->user.name, shown, strerror(e));
         free(shown);
     }
-    const char *files[] = {a->log, a->alerts};
+    const char *files[] = {a->log, alerts_are_log ? NULL : a->alerts};
     for (size_t i = 0; i < 2; i++)
         if (files[i] != NULL && strcmp(files[i], "-") != 0 && access(files[i], W_OK) != 0) {
             int e = errno;
@@ -427,6 +430,9 @@ static int serve_main(int argc, char **argv)
         off += (size_t)n;
     }
     if (a->drop) {
+        /* Judged as root, before the switch, as the gateway judged it when
+         * it opened the files: the user may not reach a path to them. */
+        bool alerts_are_log = a->alerts != NULL && log_same_file(a->log, a->alerts, 0);
         if (privdrop_apply(&a->user, err, sizeof(err)) < 0) {
             fprintf(stderr, "sluice serve: %s\n", err);
             gateway_free(gw);
@@ -434,7 +440,7 @@ static int serve_main(int argc, char **argv)
             free(a);
             return EXIT_USAGE;
         }
-        warn_unreachable_files(a);
+        warn_unreachable_files(a, alerts_are_log);
     } else if (geteuid() == 0) {
         fputs("sluice serve: warning: running as root; --user USER serves as USER once the "
               "listeners are bound and the files open\n",

@@ -313,3 +313,20 @@ def test_exec_programs_are_looked_at_as_root_under_user_root(gateway, net, open_
     gw = gateway(pol, args=["--user", "root", "--alerts", str(tmp_path / "a.jsonl")])
     wait_serving(gw)
     assert "exec program" not in gw.stderr(), gw.stderr()
+
+
+@pytest.mark.parametrize("alerts", ["{log}", "{dir}/./log.jsonl", "{dir}/link.jsonl"],
+                         ids=["same path", "other path", "symbolic link"])
+def test_a_log_that_is_the_alerts_file_is_warned_of_once(gateway, net, tmp_path, alerts):
+    """--log and --alerts naming one file (the same path, or since the
+    alerts are the log's stream then, another path to it) is one file the
+    user cannot reopen, which was warned of twice, once under each name."""
+    log = str(tmp_path / "log.jsonl")
+    os.symlink(log, str(tmp_path / "link.jsonl"))
+    af = alerts.format(log=log, dir=str(tmp_path))
+    gw = gateway(net.policy([api_rule(net)]), args=["--user", "nobody", "--log", log,
+                                                    "--alerts", af])
+    wait_serving(gw)
+    told = [ln for ln in gw.stderr().splitlines() if "user nobody cannot write" in ln]
+    assert told == ["sluice serve: warning: user nobody cannot write %s (Permission denied): it "
+                    "stays open, but SIGHUP cannot reopen it after a rotation" % log], gw.stderr()
