@@ -503,6 +503,10 @@ print(json.dumps(out))
 """
 
 
+# How long the priority test's script waits for the box to say it is up:
+# a hang guard, not a claim on time.
+BOX_UP_GUARD_S = 60
+
 # ioprio_set() and ioprio_get() by number: Python has no call for them.
 IOPRIO_NR = {"x86_64": (251, 252), "aarch64": (30, 31)}.get(platform.machine())
 
@@ -555,17 +559,26 @@ def test_the_commands_priority_calls_do_not_reach_runs_process_group(sluice_bin,
                     str(IOPRIO_NR[0])])
     sleep = "sleep 60 </dev/null >/dev/null 2>&1 &"
     # the older sleep's pid, then the newer's, on standard output; the
-    # newer one made once the box is up, and named to it by a file
-    script = ("%s echo $!; %s & RUN=$!; while [ ! -e box-up ]; do sleep 0.01; done; "
-              "%s echo $!; echo $! > victim; wait $RUN" % (sleep, run, sleep))
+    # newer one made once the box is up, and named to it by a file. The
+    # wait for the box ends by the clock (a hang guard, as the probe's): a
+    # run that never came up would otherwise hold the script until
+    # subprocess.run's timeout, which names nothing
+    script = ("%s echo $!; %s & RUN=$!; end=$(($(date +%%s) + %d)); "
+              "while [ ! -e box-up ]; do "
+              "if [ $(date +%%s) -ge $end ]; then "
+              "echo 'the box did not come up in %d s' >&2; kill $RUN; exit 1; fi; "
+              "sleep 0.01; done; "
+              "%s echo $!; echo $! > victim; wait $RUN"
+              % (sleep, run, BOX_UP_GUARD_S, BOX_UP_GUARD_S, sleep))
     argv = ["/bin/sh", "-c", script]
     if user != ROOT:
         argv = ["setpriv", "--reuid=%d" % user, "--regid=%d" % user, "--clear-groups"] + argv
     env = _clean_env()
     env["PROBE"] = GROUP_PRIORITY
     ioprio_before = ioprio(os.getpid())
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=proj, env=env,
-                       start_new_session=True)  # a hang guard: the probe waits up to 60 s
+    # a hang guard above the script's: its wait for the box, then the probe's
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=BOX_UP_GUARD_S + 120,
+                       cwd=proj, env=env, start_new_session=True)
     lines = p.stdout.splitlines()
     sleeps = [int(x) for x in lines if x.isdigit()]
     try:
@@ -575,6 +588,7 @@ def test_the_commands_priority_calls_do_not_reach_runs_process_group(sluice_bin,
             os.kill(pid, 9)
     for mark in SANITIZER_MARKS:
         assert mark not in p.stderr, p.stderr
+    assert "did not come up" not in p.stderr, p.stderr
     assert seen == [(before, ioprio_before)] * 2, (seen, p.stdout, p.stderr)
     assert _out(p) == {"setpriority": "EPERM", "ioprio_set": "EPERM"}, p.stdout
 
