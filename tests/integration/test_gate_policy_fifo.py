@@ -177,16 +177,21 @@ def test_reload_of_a_fifo_without_writer_fails_and_stop_works(sluice_bin, net, t
 def _trickle(fifo, stop):
     """Holds <fifo> open for writing and writes a comment line to it every
     0.2 s until <stop> is set (120 s at most): each write comes well
-    within the wait for the next one, so a load reading it never ends."""
-    with open(fifo, "w") as f:
+    within the wait for the next one, so a load reading it never ends.
+    Unbuffered: a buffered file whose flush met the gateway's close kept
+    the line and wrote it again at its own close, raising BrokenPipeError
+    out of the thread."""
+    fd = os.open(fifo, os.O_WRONLY)
+    try:
         for _ in range(600):
             if stop.wait(0.2):
                 return
             try:
-                f.write("#\n")
-                f.flush()
+                os.write(fd, b"#\n")
             except BrokenPipeError:
                 return
+    finally:
+        os.close(fd)
 
 
 def test_stop_during_the_reload_of_a_fifo_that_never_ends(sluice_bin, net, tmp_path):
