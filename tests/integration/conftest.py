@@ -314,6 +314,19 @@ def tcp_sockets(pid):
     return out
 
 
+def unix_peer_inode(sock):
+    """The inode of the socket at the other end of the connected unix
+    socket <sock>, as sock_diag tells it (`ss -x`; /proc/net/unix has no
+    peers): the server's end exists from the connect on, accepted or not."""
+    mine = str(os.fstat(sock.fileno()).st_ino)
+    out = subprocess.run(["ss", "-xaH"], capture_output=True, text=True, timeout=10).stdout
+    for row in out.splitlines():
+        col = row.split()  # Netid State Recv-Q Send-Q Local Port(inode) Peer Port(inode)
+        if len(col) >= 8 and col[5] == mine:
+            return col[7]
+    raise AssertionError("ss -x does not show the unix socket %s" % mine)
+
+
 def unix_accepted(pid, path):
     """The inodes of the accepted connections on the unix listener <path>
     in <pid>'s network namespace (an accepted socket shows its listener's
@@ -579,12 +592,16 @@ class Gateway:
 
     def client_end(self, sock, timeout=10.0):
         """The gateway's end of the client connection <sock>: over TCP the
-        socket whose peer is <sock>'s port; over the unix socket the one
-        accepted connection the gateway holds (waited for while an earlier
-        one, the readiness probe's, still closes)."""
+        socket whose peer is <sock>'s port; over the unix socket the peer of
+        <sock>'s own socket, waited for until the gateway accepted it (it
+        was "the one accepted connection the gateway holds": while <sock>
+        still waited in the accept queue, that was the readiness probe's,
+        about to close, and the test watched a closed socket for 30 s)."""
         if sock.family == socket.AF_UNIX:
-            return self._end(lambda _: unix_accepted(self.proc.pid, self.unix_path),
-                             "the gateway to hold one unix client connection", timeout)
+            peer = unix_peer_inode(sock)
+            return self._end(lambda _: {peer} & unix_accepted(self.proc.pid, self.unix_path),
+                             "the gateway to hold the unix client connection %s" % peer,
+                             timeout)
         mine = sock.getsockname()[1]
         return self._end(lambda _: {t.inode for t in tcp_sockets(self.proc.pid)
                                     if t.port == self.port and t.remote_port == mine},
