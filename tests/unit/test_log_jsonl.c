@@ -47,7 +47,13 @@ static void wait_seam(struct file_writer *fw, uint64_t seq);
 /* The unit's threads: none can be started while threads_refused is set (a
  * pids cgroup at its limit, RLIMIT_NPROC). */
 #define quiet_thread_create refusable_thread_create
-#include "watch/log_jsonl.c" /* the unit under test, internals included */
+/* the unit under test, internals included: its files (log_jsonl_int.h) */
+#include "watch/log_drain.c"
+#include "watch/log_fd.c"
+#include "watch/log_jsonl.c"
+#include "watch/log_line.c"
+#include "watch/log_reopen.c"
+#include "watch/log_writer.c"
 #undef quiet_thread_create
 #undef writev
 #undef sendmsg

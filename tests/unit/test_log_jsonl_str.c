@@ -20,7 +20,7 @@
 
 #include <cmocka.h>
 
-#include "watch/log_jsonl.c" /* the unit under test, internals included */
+#include "watch/log_line.c" /* the unit under test, internals included */
 
 /* The reference: put_str_escaped(), the byte loop put_str() was until
  * the word copy came before it (823b8cb's put_str(), its strlen() moved
