@@ -34,6 +34,10 @@ static int counted_strcmp(const char *a, const char *b)
 }
 
 #define strcmp counted_strcmp
+#include "../../src/state/store_owners.c"
+#include "../../src/state/store_queue.c"
+#include "../../src/state/store_read.c"
+#include "../../src/state/store_schema.c"
 #include "../../src/state/store_sqlite.c"
 #undef strcmp
 
