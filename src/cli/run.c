@@ -73,7 +73,7 @@
 #define RUN_LOG_MAX      (256u * 1024 * 1024)
 #define RUN_LOG_MAX_TEXT "256 MiB"
 /* The longest line of the log the summary reads: the gateway writes none
- * longer (log_jsonl.c's LINE_MAX_LEN cuts one), and a longer one, which
+ * longer (log_jsonl_int.h's LINE_MAX_LEN cuts one), and a longer one, which
  * whoever else can append to a --log file may write, would take its length
  * in memory. Skipped, and counted. */
 #define RUN_LINE_MAX      (16u * 1024 * 1024)

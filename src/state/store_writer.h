@@ -95,7 +95,7 @@ struct store_read {
     unsigned long commits; /* batches the thread had committed when it read */
     int rc;                /* 0, or -1: err says why */
     char err[STORE_WRITER_ERR];
-    /* The store's own (store_sqlite.c), never touched by the thread. */
+    /* The store's own (store_queue.c), never touched by the thread. */
     struct store_read *next;
     int want;       /* the rows the caller asked for */
     int state;      /* waiting, handed over, done */

@@ -6,7 +6,7 @@
  * index owns its table and nothing else. When entries move in the caller's
  * array (removed, shifted), the caller empties the index and adds them
  * again. Used by the alert fold table (watch/window.c), the state store's
- * pending writes (state/store_sqlite.c), the auth_failures sources
+ * pending writes (state/store_queue.c), the auth_failures sources
  * (watch/detectors.c), and the tables of agents found by a keyed hash of
  * their id: connections per agent (gate/gateway.c), the detectors' windows
  * (watch/detectors.c) and the metrics' counters (watch/metrics.c); each
