@@ -710,9 +710,15 @@ static int read_response_head(struct conn *c, bool force)
                          !ex->unchunk && !c->gw->stopping;
         /* Nor is the upstream connection kept after a request with a body
          * (sends_a_body()), nor when this head came before the upstream
-         * took the whole request head. */
+         * took the whole request head (upstream_took_all(): a syscall,
+         * made only for an answer that would be kept otherwise). Such a
+         * request counts as taken from the start (forward_start(): its
+         * wait for the answer starts at once), so req_taken cannot tell:
+         * an origin that answered once it read the request line, the rest
+         * of a large head still in the socket's send queue, would read
+         * that rest, then the client's next request, as one request. */
         ex->up_keep = ex->keep_alive && !rsp->conn_close && rsp->version_minor >= 1 &&
-                      !sends_a_body(ex) && (ex->req_taken || upstream_took_all(c));
+                      !sends_a_body(ex) && upstream_took_all(c);
         ex->rsp_left = rsp->content_length > 0 ? (uint64_t)rsp->content_length : 0;
         chunked_init(&ex->rsp_chunked);
         ex->scratch_interim = evbuffer_get_length(c->scratch);

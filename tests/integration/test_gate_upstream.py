@@ -20,7 +20,7 @@ import pytest
 from conftest import TCP_CLOSE_WAIT, tcp_sockets
 from gate_client import (IMF_FIXDATE, api_rule, assert_deny_response, exchange, open_conn, poll,
                          read_response, read_responses, recv_until_close, request, undated)
-from gate_servers import ScriptedUpstream
+from gate_servers import LoopbackServer, ScriptedUpstream
 
 EVIL = "evil.example.test"
 
@@ -446,6 +446,82 @@ def test_an_answer_before_the_body_was_taken_does_not_keep_the_connection(gatewa
         assert up.accepted == 2
         _, end = gw.decided(path="/p")
         assert end["status"] == 200 and end["bytes_up"] < len(body), end
+        gw.decided(path="/next")
+
+
+def recv_through(conn, marker, size):
+    """Reads <conn>, <size> bytes at most at a time, until what it read holds
+    <marker> or the connection ends; returns what it read."""
+    buf = b""
+    while marker not in buf:
+        d = conn.recv(size)
+        if not d:
+            break
+        buf += d
+    return buf
+
+
+class LineAnsweringOrigin(LoopbackServer):
+    """An origin on 127.0.0.7 that answers each connection once it has read
+    its request line alone, the rest of the head unread: "fresh" to a
+    request for /next, "early" to any other, then, once <answered> is set,
+    reads on until a GET /next comes or the connection ends (for at most
+    5 s), and notes in <after> what it read of that first connection."""
+
+    IP = "127.0.0.7"
+
+    def __init__(self):
+        self.answered = threading.Event()
+        self.after = {}
+        super().__init__(self.IP)
+
+    def _serve(self, conn):
+        conn.settimeout(5)
+        try:
+            line = recv_through(conn, b"\r\n", 1)  # the request line, not a byte more
+            if line.startswith(b"GET /next "):
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfresh")
+                return
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nearly")
+            self.answered.wait(10)
+            buf = self.after["bytes"] = recv_through(conn, b"GET /next ", 65536)
+            if b"GET /next " in buf:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nkept")
+        except OSError as e:
+            self.after["error"] = e
+        finally:
+            conn.close()
+
+
+def test_an_answer_before_the_head_was_taken_does_not_keep_the_connection(gateway, net):
+    # The same for a request without a body: the origin answers a GET
+    # (framed, keep-alive) once it read its request line, while most of its
+    # 60 KiB head still waits in the gateway's socket (the origin's receive
+    # buffer is small and full), and reads on once the agent has that
+    # answer. The agent's next request must not go out on that connection,
+    # behind a head the origin has not read: it would read that head's rest
+    # as the start of the next request, and the answer to that as the next
+    # request's. (The connection was kept: the origin read the rest of the
+    # first head, then GET /next, and answered "kept".)
+    with LineAnsweringOrigin() as up:
+        up.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        gw = evil_gateway(gateway, net, up, limits={"header_bytes": "64KiB"})
+        s = open_conn(gw)
+        try:
+            s.sendall(("GET %s HTTP/1.1\r\nHost: %s:%d\r\nX-Pad: %s\r\n\r\n"
+                       % (evil_url(up, "/first"), EVIL, up.port, "p" * 60000)).encode())
+            r1 = read_response(s)
+            up.answered.set()
+            assert r1.status == 200 and r1.body == b"early" and not r1.will_close, r1
+            s.sendall(evil_get("/next", up))
+            r2 = read_response(s)
+        finally:
+            s.close()
+        assert poll(lambda: up.after, 10), "the first connection's script never ended"
+        assert b"GET /next " not in up.after.get("bytes", b""), up.after
+        assert r2.status == 200 and r2.body == b"fresh", (r2, r2.body)
+        assert up.accepted == 2
+        gw.decided(path="/first")
         gw.decided(path="/next")
 
 
