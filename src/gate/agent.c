@@ -77,26 +77,36 @@ static long b64_decode(const char *in, size_t len, unsigned char *out)
     return (long)o;
 }
 
+/* Splits the Proxy-Authorization value <v> (<len> bytes) into its scheme
+ * (the first word) and its credentials (the rest), without the blanks
+ * around either; both point into <v> and may be empty. */
+static void split_value(const char *v, size_t len, const char **scheme, size_t *scheme_len,
+                        const char **cred, size_t *cred_len)
+{
+    size_t i = 0;
+    while (i < len && is_space(v[i]))
+        i++;
+    size_t start = i;
+    while (i < len && !is_space(v[i]))
+        i++;
+    *scheme = v + start;
+    *scheme_len = i - start;
+    while (i < len && is_space(v[i]))
+        i++;
+    while (len > i && is_space(v[len - 1]))
+        len--;
+    *cred = v + i;
+    *cred_len = len - i;
+}
+
 /* The secret of a Proxy-Authorization value <v> (<len> bytes) into <buf>
  * (<cap> bytes), as agent_secret() has it but for the wipe on refusal.
  * Returns its length, or -1. */
 static long read_secret(const char *v, size_t len, unsigned char *buf, size_t cap)
 {
-    size_t i = 0, start;
-
-    while (i < len && is_space(v[i]))
-        i++;
-    start = i;
-    while (i < len && !is_space(v[i]))
-        i++;
-    const char *scheme = v + start;
-    size_t scheme_len = i - start;
-    while (i < len && is_space(v[i]))
-        i++;
-    while (len > i && is_space(v[len - 1]))
-        len--;
-    const char *cred = v + i;
-    size_t cred_len = len - i;
+    const char *scheme, *cred;
+    size_t scheme_len, cred_len;
+    split_value(v, len, &scheme, &scheme_len, &cred, &cred_len);
 
     if (cred_len == 0)
         return -1;
@@ -124,6 +134,26 @@ static long read_secret(const char *v, size_t len, unsigned char *buf, size_t ca
         return (long)plen;
     }
     return -1;
+}
+
+/* Whether the Proxy-Authorization value <v> (<len> bytes) holds no token
+ * at all: blank, or a Bearer or Basic scheme alone (`Bearer $TOKEN` with
+ * TOKEN empty). A lone word of another kind may be a token sent without
+ * its scheme, and is no such value. */
+static bool holds_no_token(const char *v, size_t len)
+{
+    const char *scheme, *cred;
+    size_t scheme_len, cred_len;
+    split_value(v, len, &scheme, &scheme_len, &cred, &cred_len);
+    return cred_len == 0 && (scheme_len == 0 || scheme_is(scheme, scheme_len, "bearer") ||
+                             scheme_is(scheme, scheme_len, "basic"));
+}
+
+bool agent_why_is_wrong_credentials(const char *why)
+{
+    return why != NULL &&
+           (strcmp(why, AGENT_WHY_NO_MATCH) == 0 || strcmp(why, AGENT_WHY_EMPTY_PASSWORD) == 0 ||
+            strcmp(why, AGENT_WHY_UNREADABLE) == 0);
 }
 
 /* As agent_secret(), but 0 for a Basic value with an empty password. */
@@ -245,6 +275,10 @@ enum agent_result agent_identify_why(const struct policy *p, const struct client
     if (p->nagents == 0)
         return AGENT_OK;
 
+    if (proxy_auth != NULL && holds_no_token(proxy_auth, proxy_auth_len)) {
+        *why = AGENT_WHY_NO_TOKEN;
+        return AGENT_AUTH_REQUIRED;
+    }
     if (proxy_auth != NULL) {
         long n = proxy_auth_len > AUTH_MAX
                      ? -1

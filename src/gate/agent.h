@@ -56,6 +56,15 @@ enum agent_result agent_identify(const struct policy *p, const struct client_ori
     "its Proxy-Authorization cannot be read; send Bearer TOKEN, or Basic with the token as the password (curl -U :TOKEN)"
 #define AGENT_WHY_NOT_CHECKED                                                                      \
     "the token in its Proxy-Authorization could not be checked (out of memory?); retry"
+#define AGENT_WHY_NO_TOKEN                                                                         \
+    "its Proxy-Authorization holds no token (an empty variable?); send Bearer TOKEN, or Basic with the token as the password (curl -U :TOKEN)"
+
+/* Whether a 407 said <why> (an AGENT_WHY_ phrase) to credentials that
+ * were presented and identify no agent, what the auth_failures alert
+ * counts: not to a request that sent none or a value that holds no token
+ * (a client not set up, not a guess), nor to a secret the gateway could
+ * not check (its own failure). */
+bool agent_why_is_wrong_credentials(const char *why);
 
 /* agent_identify(), with <*why> (when <why> is not NULL) set to one of the
  * AGENT_WHY_ phrases when the result is AGENT_AUTH_REQUIRED (NULL else). */

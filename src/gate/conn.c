@@ -993,10 +993,8 @@ static bool identify(struct conn *c, const char *auth, size_t auth_len)
         const char *why = NULL;
         enum agent_result r = agent_identify_why(p, &c->origin, auth, auth_len, &a, &why);
         wipe_head_bytes(auth, auth_len);
-        /* auth_failures counts the refusals of these (a secret that could
-         * not be checked is the gateway's failure, not a guess) */
-        ex->credentials = auth != NULL && p->nagents > 0 &&
-                          (why == NULL || strcmp(why, AGENT_WHY_NOT_CHECKED) != 0);
+        /* auth_failures counts the refusals of these */
+        ex->credentials = r == AGENT_AUTH_REQUIRED && agent_why_is_wrong_credentials(why);
         if (r != AGENT_OK) {
             conn_refuse(c,
                         r == AGENT_AUTH_REQUIRED ? REASON_AUTH_REQUIRED : REASON_AGENT_NOT_ALLOWED,

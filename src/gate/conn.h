@@ -98,7 +98,7 @@ struct exchange {
     /* with by_secret, its agent's token_mark(): a reload that rotates the
      * token cuts what this request still does (conn_redecide()) */
     unsigned char token_mark[TOKEN_MARK_LEN];
-    bool credentials;     /* presented credentials that were judged (event.h) */
+    bool credentials;     /* refused for credentials naming no agent (event.h) */
     enum agent_mode mode; /* the agent's, under the policy in force (conn_redecide()) */
     bool ech_allowed;     /* an Encrypted Client Hello passes (the agent's or network's
                              encrypted_client_hello under the policy in force) */

@@ -1023,7 +1023,8 @@ static void baseline_check(struct detectors *d, struct agent_state *a, const cha
 /* True when <ev> is a refusal auth_failures counts: auth_required for
  * credentials the request presented that identify no agent (a secret
  * matching none, unreadable, or Basic with an empty password), not one
- * without credentials (a client not set up, not a guess) nor a tunnel
+ * without credentials or whose value holds no token (a client not set
+ * up, not a guess) nor a tunnel
  * decided again (the policy's act). */
 static bool counts_auth_failure(const struct egress_event *ev)
 {

@@ -63,11 +63,13 @@ struct egress_event {
     bool again;
     /* Who asked, for the auth_failures detector; neither is in the
      * decision log. <source> is the client's address, NULL for a client of
-     * a unix listener. <credentials> is true when the request presented a
-     * Proxy-Authorization that was judged: read and compared with the
-     * agents' tokens, or found unreadable (false when it sent none, under
-     * run's fixed agent, and when the secret could not be checked, the
-     * gateway's own failure, not the client's guess). */
+     * a unix listener. <credentials> is true when the request was refused
+     * for a Proxy-Authorization that identifies no agent (a secret that
+     * matches none, an unreadable value, Basic with an empty password:
+     * agent_why_is_wrong_credentials()); false when it sent none or one
+     * that holds no token (a client not set up, not a guess), under run's
+     * fixed agent, when the secret could not be checked (the gateway's own
+     * failure) and when an agent was identified. */
     const struct ipaddr *source;
     bool credentials;
     /* EVENT_EGRESS only: the length of the request head the gateway read,

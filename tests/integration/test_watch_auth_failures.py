@@ -107,6 +107,25 @@ def test_wrong_tokens_past_max_raise_one_alert(gateway, net, tmp_path):
     assert len(both) == 2 and both[1]["count"] == 4, both
 
 
+def test_a_value_that_holds_no_token_does_not_count(gateway, net, tmp_path):
+    """A Proxy-Authorization that is blank, or a scheme alone (what
+    `-H "Proxy-Authorization: Bearer $TOKEN"` sends when TOKEN is empty), holds
+    no secret: a client not set up, as one that sends none, not a guess. It is
+    refused 407 as before, saying so, but counts toward no auth_failures."""
+    gw, af = start(gateway, net, tmp_path, 2)
+    for value in ["", "   ", "Bearer", "Bearer   ", "basic"]:
+        r = request(gw, "GET", net.url("/blank"), headers={"Proxy-Authorization": value})
+        assert r.status == 407 and r.header("Sluice-Reason") == "auth_required", r
+        assert b"holds no token" in r.body, (value, r.body)
+    for i in range(2):
+        guess(gw, net, i)
+    settle(gw, 7)
+    assert alerts(af, "auth_failures") == []  # 2 guesses are not over 2
+    guess(gw, net, 2, path="/third")
+    a = first_for(gw, af, "/third")
+    assert "3 requests from 127.0.0.1 within 1m (max 2)" in a["detail"], a
+
+
 def test_the_right_token_neither_counts_nor_resets(gateway, net, tmp_path):
     admin = free_tcp_port()
     gw, af = start(gateway, net, tmp_path, 3, args=["--admin", "127.0.0.1:%d" % admin])

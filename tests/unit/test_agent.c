@@ -134,7 +134,20 @@ static void test_auth_required_why(void **state)
     assert_string_equal(why_of(&o, "Basic czNjcmV0Og=="), AGENT_WHY_EMPTY_PASSWORD); /* s3cret: */
     assert_string_equal(why_of(&o, "Basic czNjcmV0"), AGENT_WHY_UNREADABLE);         /* no colon */
     assert_string_equal(why_of(&o, "Digest s3cret"), AGENT_WHY_UNREADABLE);
-    assert_string_equal(why_of(&o, "Bearer "), AGENT_WHY_UNREADABLE);
+    assert_string_equal(why_of(&o, "s3cret"), AGENT_WHY_UNREADABLE); /* a token, no scheme */
+    /* no token at all: a client not set up (an empty variable), not a guess */
+    assert_string_equal(why_of(&o, ""), AGENT_WHY_NO_TOKEN);
+    assert_string_equal(why_of(&o, "   "), AGENT_WHY_NO_TOKEN);
+    assert_string_equal(why_of(&o, "Bearer "), AGENT_WHY_NO_TOKEN);
+    assert_string_equal(why_of(&o, " basic\t"), AGENT_WHY_NO_TOKEN);
+    /* what auth_failures counts */
+    assert_true(agent_why_is_wrong_credentials(AGENT_WHY_NO_MATCH));
+    assert_true(agent_why_is_wrong_credentials(AGENT_WHY_EMPTY_PASSWORD));
+    assert_true(agent_why_is_wrong_credentials(AGENT_WHY_UNREADABLE));
+    assert_false(agent_why_is_wrong_credentials(AGENT_WHY_NO_TOKEN));
+    assert_false(agent_why_is_wrong_credentials(AGENT_WHY_NONE_SENT));
+    assert_false(agent_why_is_wrong_credentials(AGENT_WHY_NOT_CHECKED));
+    assert_false(agent_why_is_wrong_credentials(NULL));
 }
 
 static void expect_agent(const struct client_origin *o, const char *auth, const char *id)
