@@ -2106,6 +2106,38 @@ def test_a_signal_run_ignores_leaves_it_running(box, net, sig):
         assert not os.path.exists(d), os.listdir(d)
 
 
+def test_a_command_that_ignores_sigterm_runs_on_until_run_gets_sigkill(box, net, tmp_path):
+    """run never escalates: its SIGTERM is passed on, and a command that
+    takes it and goes on runs on, as it would without the box (a grace then
+    SIGKILL of run's own would cut a shutdown longer than that grace). The
+    bounded stop is the supervisor's SIGKILL to run (systemd's
+    TimeoutStopSec, `timeout -k`), which ends the gateway, the box and the
+    command with it."""
+    marker = "ignores-sigterm:%s" % tmp_path
+    pol = box.policy(net.policy([]))
+    code = ("import signal, time\n"
+            "signal.signal(signal.SIGTERM, lambda *a: print('term', flush=True))\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(120)\n")
+    with _ready_run(box, ["--policy", pol, "--", PY, "-c", code, marker]) as (proc, d):
+        cmd = _processes_with_arg(os.path.realpath(PY), marker)
+        assert len(cmd) == 1, cmd
+        gateway = [k for k in _sluice_children(proc.pid) if _in_own_pid_namespace(k) is False]
+        assert len(gateway) == 1, gateway
+        proc.send_signal(signal.SIGTERM)
+        assert proc.stdout.readline().strip() == "term"  # passed on, and taken
+        assert proc.poll() is None and _proc_field(cmd[0], "state") not in (None, "Z")
+        proc.kill()
+        proc.wait(20)
+        deadline = time.monotonic() + 10
+        while _proc_field(cmd[0], "state") not in (None, "Z") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _proc_field(cmd[0], "state") in (None, "Z"), "the command outlived run's SIGKILL"
+        while _proc_field(gateway[0], "state") not in (None, "Z") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _proc_field(gateway[0], "state") in (None, "Z"), "the gateway outlived run"
+
+
 def test_background_processes_die_with_the_command(box, net, tmp_path):
     # A process the command started and left behind, one that would sleep
     # for an hour, dies with the command: run returns once the command
