@@ -90,13 +90,15 @@ void load_warn(struct load_ctx *c, int line, const char *fmt, ...)
 
 void load_findings_close(struct load_ctx *c)
 {
-    if (c->errors_dropped > 0)
-        diag_error(c->diag, 0, "",
-                   "%zu more error%s not listed (the first %d are): fix those and check again",
-                   c->errors_dropped, c->errors_dropped == 1 ? "" : "s", LOAD_FINDINGS_MAX);
+    char tail[80];
+    if (c->errors_dropped > 0) {
+        snprintf(tail, sizeof(tail), " (the first %d are): fix those and check again",
+                 LOAD_FINDINGS_MAX);
+        diag_unlisted(c->diag, DIAG_ERROR, c->errors_dropped, tail);
+    }
     if (c->warnings_dropped > 0) {
-        diag_warning(c->diag, 0, "", "%zu more warning%s not listed (the first %d are)",
-                     c->warnings_dropped, c->warnings_dropped == 1 ? "" : "s", LOAD_FINDINGS_MAX);
+        snprintf(tail, sizeof(tail), " (the first %d are)", LOAD_FINDINGS_MAX);
+        diag_unlisted(c->diag, DIAG_WARNING, c->warnings_dropped, tail);
         /* Warnings that do not fail check --strict (a secret's variable
          * not set where the file is checked) do not fail it unlisted
          * either: a CI job without the secrets of 1001 agents passed with

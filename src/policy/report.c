@@ -767,8 +767,10 @@ void report_write(FILE *out, enum report_format format, const char *file, const 
         jw_close(&w.jw, '}');
         fputc('\n', out);
     } else {
-        fprintf(out, "\nresult: %zu error%s, %zu warning%s", nerrors, nerrors == 1 ? "" : "s",
-                nwarnings, nwarnings == 1 ? "" : "s");
+        /* every finding, those past a cap that one closing line counts too */
+        size_t errors = diag_total(d, DIAG_ERROR), warnings = diag_total(d, DIAG_WARNING);
+        fprintf(out, "\nresult: %zu error%s, %zu warning%s", errors, errors == 1 ? "" : "s",
+                warnings, warnings == 1 ? "" : "s");
         /* said only where the warnings alone failed it: errors fail any check */
         if (strict && nerrors == 0 && !ok)
             fputs(": failed, warnings fail the check under --strict", out);

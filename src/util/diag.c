@@ -25,6 +25,7 @@ void diag_free(struct diag *d)
     free(d->entries);
     d->entries = NULL;
     d->count = d->cap = d->errors = d->warnings = 0;
+    d->unlisted_errors = d->unlisted_warnings = 0;
 }
 
 static void diag_add(struct diag *d, enum diag_level level, int line, const char *field,
@@ -62,6 +63,25 @@ void diag_warning(struct diag *d, int line, const char *field, const char *fmt, 
     va_start(ap, fmt);
     diag_add(d, DIAG_WARNING, line, field, fmt, ap);
     va_end(ap);
+}
+
+void diag_unlisted(struct diag *d, enum diag_level level, size_t n, const char *tail)
+{
+    const char *plural = n == 1 ? "" : "s";
+    if (level == DIAG_ERROR) {
+        d->unlisted_errors += n;
+        diag_error(d, 0, "", "%zu more error%s not listed%s", n, plural, tail);
+    } else {
+        d->unlisted_warnings += n;
+        diag_warning(d, 0, "", "%zu more warning%s not listed%s", n, plural, tail);
+    }
+}
+
+size_t diag_total(const struct diag *d, enum diag_level level)
+{
+    size_t listed = level == DIAG_ERROR ? d->errors : d->warnings;
+    size_t unlisted = level == DIAG_ERROR ? d->unlisted_errors : d->unlisted_warnings;
+    return unlisted > 0 ? listed - 1 + unlisted : listed;
 }
 
 bool diag_has_errors(const struct diag *d)

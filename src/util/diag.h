@@ -33,6 +33,10 @@ struct diag {
     /* Likewise, those about an exec alert program that cannot be run here
      * (policy/exec_programs.h): a CI job has not the programs installed. */
     size_t absent_programs;
+    /* Findings past a parser's cap, counted but not listed: each kind's are
+     * told by one closing entry of that kind ("N more warnings not
+     * listed"), set with diag_unlisted(). */
+    size_t unlisted_errors, unlisted_warnings;
 };
 
 /* Prepares <d> to collect diagnostics about <file> (borrowed, must outlive d). */
@@ -44,6 +48,14 @@ void diag_error(struct diag *d, int line, const char *field, const char *fmt, ..
     __attribute__((format(printf, 4, 5)));
 void diag_warning(struct diag *d, int line, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* Records that <n> findings of <level> past a cap were counted, not listed,
+ * and adds the one closing entry of that level that says so: "<n> more
+ * errors not listed<tail>" (<n> > 0; <tail> such as " (the first 1000 are)"). */
+void diag_unlisted(struct diag *d, enum diag_level level, size_t n, const char *tail);
+/* How many findings of <level> there are: those listed, less the closing
+ * entry diag_unlisted() adds, plus those it counts. */
+size_t diag_total(const struct diag *d, enum diag_level level);
 
 bool diag_has_errors(const struct diag *d);
 /* True when <d> holds a warning that `check --strict` fails on: any but

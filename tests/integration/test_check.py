@@ -232,14 +232,32 @@ def test_strict_passes_unset_secrets_past_the_listed_cap(sluice_bin, tmp_path):
     r = run(sluice_bin, "check", str(path), "--strict")
     assert r.returncode == 0, r.stdout[-2000:]
     assert "many.yaml: 2 more warnings not listed (the first 1000 are)" in r.stdout
-    assert r.stdout.splitlines()[-1] == "result: 0 errors, 1001 warnings", r.stdout[-500:]
+    # the result counts every warning, the two not listed too (it said 1001:
+    # the 1000 listed and the line that counts the rest)
+    assert r.stdout.splitlines()[-1] == "result: 0 errors, 1002 warnings", r.stdout[-500:]
     # a warning of the file past the cap (a deny entry listed twice) fails it
     path.write_text(text + "deny: [x.example.test, x.example.test]\n")
     r = run(sluice_bin, "check", str(path), "--strict")
     assert r.returncode == 1, r.stdout[-2000:]
     assert "many.yaml: 3 more warnings not listed (the first 1000 are)" in r.stdout
-    assert r.stdout.splitlines()[-1] == ("result: 0 errors, 1001 warnings: failed, warnings fail "
+    assert r.stdout.splitlines()[-1] == ("result: 0 errors, 1003 warnings: failed, warnings fail "
                                          "the check under --strict"), r.stdout[-500:]
+
+
+def test_result_counts_errors_past_the_listed_cap(sluice_bin, tmp_path):
+    """Past the first 1000 errors the rest are counted in one closing
+    finding; the result line counts them all, as a CI log that keeps only
+    its last line must tell 1500 errors from 1001 (before: 1001, the
+    closing finding counted as one error)."""
+    rules = "".join("  - {host: h%d.example.test, tier: 4}\n" % i for i in range(1500))
+    path = tmp_path / "bad.yaml"
+    path.write_text("version: 1\nrules:\n" + rules)
+    r = run(sluice_bin, "check", str(path))
+    assert r.returncode == 1, r.stdout[-2000:]
+    assert "bad.yaml: 500 more errors not listed (the first 1000 are)" in r.stdout
+    assert r.stdout.splitlines()[-1] == "result: 1500 errors, 0 warnings", r.stdout[-500:]
+    doc = json.loads(run(sluice_bin, "check", str(path), "--format", "json").stdout)
+    assert len(doc["errors"]) == 1001 and doc["ok"] is False  # listed: 1000 and the count
 
 
 def test_default_policy_enables_no_tier3(sluice_bin):

@@ -100,6 +100,28 @@ static void test_counters(void **state)
     diag_free(&d);
 }
 
+/* Findings past a cap: the closing entry says how many, and the totals
+ * count them, not the closing entry (the result line of sluice check). */
+static void test_unlisted(void **state)
+{
+    (void)state;
+    struct diag d;
+    diag_init(&d, "p.yaml");
+    diag_warning(&d, 3, "f", "w");
+    assert_int_equal(diag_total(&d, DIAG_WARNING), 1);
+    diag_unlisted(&d, DIAG_WARNING, 500, " (the first 1 is)");
+    assert_int_equal(d.warnings, 2); /* listed: the warning and the count */
+    assert_int_equal(diag_total(&d, DIAG_WARNING), 501);
+    assert_string_equal(d.entries[1].message, "500 more warnings not listed (the first 1 is)");
+    assert_int_equal(diag_total(&d, DIAG_ERROR), 0);
+    diag_unlisted(&d, DIAG_ERROR, 1, "");
+    assert_string_equal(d.entries[2].message, "1 more error not listed");
+    assert_int_equal(diag_total(&d, DIAG_ERROR), 1);
+    assert_true(diag_has_errors(&d));
+    diag_free(&d);
+    assert_int_equal(diag_total(&d, DIAG_WARNING), 0);
+}
+
 static void test_growth(void **state)
 {
     (void)state;
@@ -221,13 +243,10 @@ static void test_long_file_keeps_the_finding(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_empty),
-        cmocka_unit_test(test_counters),
-        cmocka_unit_test(test_growth),
-        cmocka_unit_test(test_format),
-        cmocka_unit_test(test_long_message),
-        cmocka_unit_test(test_format_warnings),
-        cmocka_unit_test(test_long_file_keeps_the_finding),
+        cmocka_unit_test(test_empty),           cmocka_unit_test(test_counters),
+        cmocka_unit_test(test_unlisted),        cmocka_unit_test(test_growth),
+        cmocka_unit_test(test_format),          cmocka_unit_test(test_long_message),
+        cmocka_unit_test(test_format_warnings), cmocka_unit_test(test_long_file_keeps_the_finding),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
