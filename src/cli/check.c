@@ -189,8 +189,9 @@ const struct command cmd_check = {
     .synopsis = "FILE [--now YYYY-MM-DD] [--warn-days N] [--format text|json] [--strict]",
     .summary = "validate a policy and print what each agent can reach, at which tier",
     .help = "Errors (exit 1), each as FILE:LINE: FIELD: MESSAGE:\n"
-            "  - YAML: syntax, UTF-16, line breaks other than LF, anchors and aliases,\n"
-            "    more than one document, nesting over 16 levels, a file over 16 MiB\n"
+            "  - YAML: syntax, UTF-16, line breaks other than LF or CR LF, anchors and\n"
+            "    aliases, more than one document, nesting over 16 levels, a file over\n"
+            "    16 MiB\n"
             "  - keys unknown or given twice, wrong types (a plain no, on or ~ where a name\n"
             "    goes: quote it), leading zeros\n"
             "  - bad values: hosts, CIDRs, ports, methods, tiers, sizes, periods, dates,\n"

@@ -1360,7 +1360,7 @@ def _rule(extra):
     return _V + "rules:\n  - host: a.example.com\n    tier: 0\n" + extra
 
 HELP_EXAMPLES = {
-    "YAML: syntax, UTF-16, line breaks other than LF, anchors and aliases, more than one document, nesting over 16 levels, a file over 16 MiB": [
+    "YAML: syntax, UTF-16, line breaks other than LF or CR LF, anchors and aliases, more than one document, nesting over 16 levels, a file over 16 MiB": [
         ("error", _V + "rules: [\n", "YAML syntax error"),
         ("error", b"\xff\xfev\x00", "the file is UTF-16"),
         ("error", _V + _R.replace("tier: 0\n", "tier: 0\r"), "a line break other than LF or CR LF"),
