@@ -1,4 +1,13 @@
-#pragma once
+/* link_walk: whether a path can be led elsewhere by a user who may write
+ * a folder of it: the warning `serve` gives about a policy file
+ * (gate/gateway.c) whose path passes through a folder every user may write
+ * without the sticky bit.
+ *
+ * Owns nothing: the walk reads the file system (lstat, readlink) into the
+ * caller's buffers. */
+#ifndef SLUICE_GATE_LINK_WALK_H
+#define SLUICE_GATE_LINK_WALK_H
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/stat.h>
@@ -33,3 +42,5 @@ enum link_walk_found {
  * PATH_MAX). */
 enum link_walk_found link_walk_open_folder(const char *path, char *dir, size_t dircap, char *entry,
                                            size_t entrycap, struct stat *ds);
+
+#endif
