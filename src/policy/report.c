@@ -467,13 +467,14 @@ static void write_summary(struct writer *w, const json_t *head, json_t *summary)
     /* the file's name is the caller's, not checked as the policy's
      * contents are: a name holding a line end could forge lines */
     char *file = text_shown(json_string_value(json_object_get(head, "file")));
+    json_int_t rules = json_integer_value(json_object_get(summary, "rules"));
+    json_int_t agents = json_integer_value(json_object_get(summary, "agents"));
+    json_int_t deny = json_integer_value(json_object_get(summary, "deny"));
     fprintf(out,
-            "%s: %" JSON_INTEGER_FORMAT " rules, %" JSON_INTEGER_FORMAT
-            " agents, %" JSON_INTEGER_FORMAT " deny entries (as of %s)\n",
-            file, json_integer_value(json_object_get(summary, "rules")),
-            json_integer_value(json_object_get(summary, "agents")),
-            json_integer_value(json_object_get(summary, "deny")),
-            json_string_value(json_object_get(head, "today")));
+            "%s: %" JSON_INTEGER_FORMAT " rule%s, %" JSON_INTEGER_FORMAT
+            " agent%s, %" JSON_INTEGER_FORMAT " deny entr%s (as of %s)\n",
+            file, rules, rules == 1 ? "" : "s", agents, agents == 1 ? "" : "s", deny,
+            deny == 1 ? "y" : "ies", json_string_value(json_object_get(head, "today")));
     free(file);
     fputs("rules per tier:", out);
     static const char *const names[4] = {"0 unauthenticated read", "1 authenticated read",

@@ -275,7 +275,7 @@ def test_report_text_lists_tiers_grants_and_reach(sluice_bin, tmp_path):
     r = run(sluice_bin, "check", path, "--now", "2026-11-30")
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
-    assert "5 rules, 1 agents, 1 deny entries" in out
+    assert "5 rules, 1 agent, 1 deny entry" in out  # counts of one in the singular
     assert "tier 0 unauthenticated read: 2" in out
     assert "tier 3 public write: 1" in out
     assert "tier-3 grants (1)" in out
@@ -1190,7 +1190,7 @@ def test_file_name_cannot_write_lines_into_the_text_report(sluice_bin, tmp_path)
     path.write_text("version: 1\nrules:\n  - host: a.example.com\n    tier: 0\n")
     r = run(sluice_bin, "check", str(path))
     assert r.returncode == 0
-    assert r.stdout.startswith("%s: 1 rules, 0 agents" % shown), r.stdout
+    assert r.stdout.startswith("%s: 1 rule, 0 agents" % shown), r.stdout
     assert [l for l in r.stdout.splitlines() if l.startswith("result:")] == [
         "result: 0 errors, 0 warnings"]
     doc = json.loads(run(sluice_bin, "check", str(path), "--format", "json").stdout)

@@ -108,7 +108,7 @@ static void test_file_replaced_after_it_is_judged(void **state)
     if (rc != 0)
         print_message("--- check's output:\n%s", out);
     assert_int_equal(rc, 0);
-    assert_non_null(strstr(out, "policy.yaml: 1 rules,"));
+    assert_non_null(strstr(out, "policy.yaml: 1 rule,"));
 
     unlink(path);
     rmdir(dir);
