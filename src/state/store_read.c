@@ -235,8 +235,10 @@ int64_t store_trim_unconfigured(struct store *s, const char *const *sinks, size_
     size_t at = sizeof(head) - 1;
     memcpy(sql, head, at);
     for (size_t i = 0; i < n; i++) { /* "?,?,?" */
-        memcpy(sql + at, ",?" + (i == 0), 2 - (i == 0));
-        at += 2 - (i == 0);
+        const char *mark = i == 0 ? "?" : ",?";
+        size_t mark_len = i == 0 ? 1 : 2;
+        memcpy(sql + at, mark, mark_len);
+        at += mark_len;
     }
     memcpy(sql + at, tail, sizeof(tail)); /* its NUL too */
     sqlite3_stmt *st = NULL;
