@@ -52,8 +52,9 @@
  * never for each new one: it holds up to a batch beyond its bound (or
  * beyond the entries it may not drop) between two scans.
  * The detector's windows are bounded (DETECT_AGENTS_MAX agents, dropped
- * only when empty): past that, an agent it has no window for raises no
- * denied_burst, while its denials still count here and may quarantine it.
+ * only when empty): past that, an agent it has no window for counts its
+ * denials toward denied_burst with every other such agent, while here they
+ * count as its own and may quarantine it.
  *
  * Time: every function takes a CLOCK_MONOTONIC time in nanoseconds
  * (quota_now()), so the arithmetic is testable without sleeping. */

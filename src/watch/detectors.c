@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "policy/lint.h"
+#include "policy/policy.h"
 #include "policy/zone.h"
 #include "state/store.h"
 #include "util/pos_index.h"
@@ -95,11 +96,13 @@ struct detectors {
      * and those now idle by their place in the list */
     struct slot_heap busy, idle;
     struct contact_set contacts;
-    /* the first contacts, and the lines of each per-host kind, of agents
-     * without state of their own (the table full of busy agents, or no
-     * memory), counted together over a minute; the per-host lines of
-     * clients of no agent count with them */
-    struct window slotless_contacts, slotless_hosts[HOSTS_KINDS];
+    /* The windows of agents without state of their own (the table full of
+     * busy agents, or no memory), counted together (its id NULL; no
+     * baseline): their writes, upload bytes and denials (uncounted, an
+     * agent past the table wrote unseen), their first contacts, and the
+     * lines of each per-host kind, with which those of clients of no agent
+     * count. */
+    struct agent_state slotless;
     struct fold fold;
     /* auth_failures: the table of sources, indexed by a keyed hash of
      * their key (the addresses are the clients' choice), and the two
@@ -515,9 +518,7 @@ struct detectors *detectors_new(struct alert_bus *out, struct store *store)
     d->cfg.write_burst.per_ms = d->cfg.upload_bytes.per_ms = d->cfg.denied_burst.per_ms =
         d->cfg.auth_failures.per_ms = THRESHOLD_PER_MS;
     window_init(&d->source_lines, MINUTE_MS);
-    window_init(&d->slotless_contacts, MINUTE_MS);
-    for (int k = 0; k < HOSTS_KINDS; k++)
-        window_init(&d->slotless_hosts[k], MINUTE_MS);
+    agent_windows(&d->cfg, &d->slotless, false);
     siphash_random_key(&d->source_hash_key, d);
     d->lru_head = d->lru_tail = d->evict_from = AGENT_NONE;
     d->busy_seen_ms = INT64_MIN;
@@ -601,6 +602,7 @@ void detectors_commit(struct detectors *d)
     d->oh_zone_told = false;
     for (size_t i = 0; i < d->nagents; i++)
         agent_windows(&d->cfg, &d->agents[i], true);
+    agent_windows(&d->cfg, &d->slotless, true);
     agents_busy_reset(d); /* windows started afresh may be empty */
     sources_configure(d);
 }
@@ -658,6 +660,39 @@ static void raise_alert(struct detectors *d, struct alert *a, const char *key_ho
     emit(a, d);
 }
 
+/* Raises <a>, an alert of a per-agent kind counted in <w>'s windows,
+ * folded per agent over <period_ms>; for agents without windows of their
+ * own (<w> is d->slotless), whose count is theirs together, under one key
+ * for them all (agent and host ""; no per-agent kind is raised for a
+ * client of no agent): folded per agent, each such agent's first alert
+ * would be a line, one per agent of a fleet past the table. */
+static void raise_per_agent(struct detectors *d, const struct agent_state *w, struct alert *a,
+                            uint64_t period_ms, int64_t now_ms)
+{
+    struct alert keyed = *a;
+    if (w == &d->slotless)
+        keyed.agent = NULL;
+    if (!fold_admit(&d->fold, &keyed, NULL, now_ms, period_ms, emit, d)) {
+        d->folded++;
+        return;
+    }
+    a->count = 1;
+    emit(a, d);
+}
+
+/* Who a per-agent alert names as the one over its max: <agent>, or, when
+ * it counted in the shared windows (<w> is d->slotless), <agent> with the
+ * others counted there (<out>, <len>). */
+static const char *counted_as(const struct detectors *d, const struct agent_state *w,
+                              const char *agent, char *out, size_t len)
+{
+    if (w != &d->slotless)
+        return agent;
+    snprintf(out, len, "%s and the other agents past the %u tracked, counted together,", agent,
+             (unsigned)DETECT_AGENTS_MAX);
+    return out;
+}
+
 /* The bound on alerts of a kind folded per key (a host, a source) that a
  * client chooses: <lines> counts the lines written for keys of their own
  * within a minute, and past <burst> the kind folds over the minute. */
@@ -708,7 +743,7 @@ static void raise_per_host(struct detectors *d, struct agent_state *ag, enum per
                         : a->agent != NULL
                             ? "those of agents without windows, counted together, are"
                             : "those of clients of no agent are";
-    const struct burst_fold by_host = {ag != NULL ? &ag->hosts[slot] : &d->slotless_hosts[slot],
+    const struct burst_fold by_host = {ag != NULL ? &ag->hosts[slot] : &d->slotless.hosts[slot],
                                        DETECT_HOSTS_BURST, "hosts", whose};
     raise_bounded(d, a, host, DETECT_FOLD_MS, &by_host, detail, len, now_ms);
 }
@@ -1098,28 +1133,30 @@ static void auth_failure(struct detectors *d, const struct egress_event *ev, int
 }
 
 /* Counts <bytes> that <ev>'s exchange sent upstream (a request head, or
- * bodies and tunnel data) in <a>'s upload window; alerts past the max. */
-static void upload_count(struct detectors *d, struct agent_state *a, const struct egress_event *ev,
+ * bodies and tunnel data) in <w>'s upload window (its agent's, or
+ * d->slotless); alerts past the max. */
+static void upload_count(struct detectors *d, struct agent_state *w, const struct egress_event *ev,
                          uint64_t bytes, int64_t now_ms)
 {
     const struct threshold *t = &d->cfg.upload_bytes;
-    uint64_t n = window_add(&a->uploads, now_ms, bytes);
+    uint64_t n = window_add(&w->uploads, now_ms, bytes);
     if (n <= t->max)
         return;
-    char detail[DETAIL_MAX], per[32];
+    char detail[DETAIL_MAX], per[32], who[AGENT_ID_MAX + 80];
     snprintf(detail, sizeof(detail),
              "%s sent %llu bytes upstream (request heads included) within %s (max %llu); the "
              "last to %s:%u",
-             a->id, (unsigned long long)n, period_text(t->per_ms, per, sizeof(per)),
-             (unsigned long long)t->max, ev->host ? ev->host : "?", (unsigned)ev->port);
+             counted_as(d, w, ev->agent, who, sizeof(who)), (unsigned long long)n,
+             period_text(t->per_ms, per, sizeof(per)), (unsigned long long)t->max,
+             ev->host ? ev->host : "?", (unsigned)ev->port);
     struct alert al = {.kind = ALERT_UPLOAD_BYTES,
                        .severity = SEVERITY_HIGH,
-                       .agent = a->id,
+                       .agent = ev->agent,
                        .host = ev->host,
                        .tier = ev->tier,
                        .id = ev->id,
                        .detail = detail};
-    raise_alert(d, &al, NULL, t->per_ms, now_ms);
+    raise_per_agent(d, w, &al, t->per_ms, now_ms);
 }
 
 static void on_egress(struct detectors *d, const struct egress_event *ev, int64_t now_ms)
@@ -1158,7 +1195,7 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
          * agent tracked busy) counts with the others so placed: uncounted,
          * each of its first contacts was a line, and an agent that kept
          * the table busy with sibling agents flooded the sinks so. */
-        struct window *counted = a != NULL ? &a->contacts : &d->slotless_contacts;
+        struct window *counted = a != NULL ? &a->contacts : &d->slotless.contacts;
         uint64_t n = window_add(counted, now_ms, 1);
         if (n > DETECT_CONTACTS_BURST) {
             char among[96] = "";
@@ -1224,47 +1261,52 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
     }
     if (c->auth_failures.set && counts_auth_failure(ev))
         auth_failure(d, ev, now_ms);
-    if (a == NULL)
+    if (ev->agent == NULL)
         return;
+    /* whose windows count it: an agent without its own counts with the others so placed */
+    struct agent_state *w = a != NULL ? a : &d->slotless;
+    char who[AGENT_ID_MAX + 80];
     /* The head of a request let through: its path and headers are the
      * agent's to fill, and bytes_up leaves them out. A plain request's
      * goes upstream (rewritten); a CONNECT's stays with the gateway but
      * counts too, one measure for both, erring toward the alert. Counted
      * once, at its first verdict (not when a tunnel is decided again). */
     if (c->upload_bytes.set && passed && !ev->again && ev->head_bytes > 0)
-        upload_count(d, a, ev, ev->head_bytes, now_ms);
+        upload_count(d, w, ev, ev->head_bytes, now_ms);
     /* A new verdict on a write already counted (an upload decided again,
      * reported) is not one more write. */
     if (c->write_burst.set && passed && write && !ev->again) {
-        uint64_t n = window_add(&a->writes, now_ms, 1);
+        uint64_t n = window_add(&w->writes, now_ms, 1);
         if (n > c->write_burst.max) {
             describe(ev, what, sizeof(what));
             snprintf(detail, sizeof(detail),
-                     "%s made %llu write requests within %s (max %llu); the last: %s", a->id,
-                     (unsigned long long)n, period_text(c->write_burst.per_ms, per, sizeof(per)),
+                     "%s made %llu write requests within %s (max %llu); the last: %s",
+                     counted_as(d, w, ev->agent, who, sizeof(who)), (unsigned long long)n,
+                     period_text(c->write_burst.per_ms, per, sizeof(per)),
                      (unsigned long long)c->write_burst.max, what);
             al.kind = ALERT_WRITE_BURST;
             al.severity = SEVERITY_MEDIUM;
             al.detail = detail;
-            raise_alert(d, &al, NULL, c->write_burst.per_ms, now_ms);
+            raise_per_agent(d, w, &al, c->write_burst.per_ms, now_ms);
         }
     }
     if (c->denied_burst.set && bus_counts_denial(ev)) { /* the quarantine's set */
-        uint64_t n = window_add(&a->denials, now_ms, 1);
+        uint64_t n = window_add(&w->denials, now_ms, 1);
         if (n > c->denied_burst.max) {
             describe(ev, what, sizeof(what));
             snprintf(detail, sizeof(detail),
-                     "%s was denied %llu times within %s (max %llu); the last: %s (%s)", a->id,
+                     "%s %s denied %llu times within %s (max %llu); the last: %s (%s)",
+                     counted_as(d, w, ev->agent, who, sizeof(who)), w == a ? "was" : "were",
                      (unsigned long long)n, period_text(c->denied_burst.per_ms, per, sizeof(per)),
                      (unsigned long long)c->denied_burst.max, what,
                      ev->reason != REASON_NONE ? reason_name(ev->reason) : "denied");
             al.kind = ALERT_DENIED_BURST;
             al.severity = SEVERITY_MEDIUM;
             al.detail = detail;
-            raise_alert(d, &al, NULL, c->denied_burst.per_ms, now_ms);
+            raise_per_agent(d, w, &al, c->denied_burst.per_ms, now_ms);
         }
     }
-    if (c->baseline.set && !ev->again) { /* a new verdict, not a new request */
+    if (a != NULL && c->baseline.set && !ev->again) { /* a new verdict, not a new request */
         baseline_roll(d, a, now_ms);
         a->cur_req++;
         baseline_check(d, a, ev->host, now_ms);
@@ -1277,11 +1319,11 @@ static void on_bytes(struct detectors *d, const struct egress_event *ev, int64_t
     struct agent_state *a =
         ev->agent != NULL ? agent_get(d, ev->agent, agent_hash_of_event(ev), now_ms) : NULL;
     uint64_t bytes = ev->kind == EVENT_EGRESS_PROGRESS ? ev->bytes_up : ev->bytes_down;
-    if (a == NULL || bytes == 0)
+    if (ev->agent == NULL || bytes == 0)
         return;
     if (c->upload_bytes.set && ev->kind == EVENT_EGRESS_PROGRESS)
-        upload_count(d, a, ev, bytes, now_ms);
-    if (c->baseline.set) {
+        upload_count(d, a != NULL ? a : &d->slotless, ev, bytes, now_ms);
+    if (a != NULL && c->baseline.set) {
         baseline_roll(d, a, now_ms);
         a->cur_bytes += bytes;
         baseline_check(d, a, ev->host, now_ms);

@@ -1469,30 +1469,34 @@ static void agents_past_the_table_still_get_windows(void **state)
     }
     assert_int_equal(f->got.n[ALERT_WRITE_BURST], 0);
     /* every window is busy: an agent that would need one of their places
-     * gets none, and theirs still count */
+     * gets none (its writes count with those of other such agents), and
+     * theirs still count */
     struct egress_event late = ev_of("late", "POST", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
     struct egress_event job0 = ev_of("job-0", "POST", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
     detectors_feed(f->d, &late, T0 + 5000);
     detectors_feed(f->d, &late, T0 + 5001);
-    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 0);
-    detectors_feed(f->d, &job0, T0 + 5002);
+    assert_false(detectors_tracks(f->d, "late"));
     assert_int_equal(f->got.n[ALERT_WRITE_BURST], 1);
+    assert_non_null(strstr(f->got.last_detail, "late and the other agents past the 4096 tracked"));
+    detectors_feed(f->d, &job0, T0 + 5002);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 2);
     assert_string_equal(f->got.last_agent, "job-0");
     /* two minutes later every window is empty: a new agent gets one */
     detectors_feed(f->d, &late, T0 + 120000);
     detectors_feed(f->d, &late, T0 + 120001);
-    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 2);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 3);
     assert_string_equal(f->got.last_agent, "late");
+    assert_null(strstr(f->got.last_detail, "counted together"));
     /* and so does the next, in place of the one idle longest */
     struct egress_event later =
         ev_of("later", "POST", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
     detectors_feed(f->d, &later, T0 + 120002);
     detectors_feed(f->d, &later, T0 + 120003);
-    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 3);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 4);
     assert_string_equal(f->got.last_agent, "later");
     /* "late", seen last, kept its window */
     detectors_feed(f->d, &late, T0 + 120004);
-    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 3); /* folded into its period */
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 4); /* folded into its period */
     assert_int_equal(detectors_folded(f->d), 1);
 }
 
@@ -1554,11 +1558,14 @@ static void agent_lookups_do_not_scan_the_table(void **state)
     detectors_feed(f->d, &job, T0 + 5002);
     assert_int_equal(f->got.n[ALERT_WRITE_BURST], 2);
     assert_string_equal(f->got.last_agent, "job-7");
-    /* a new agent now finds no idle one: it gets no window */
+    /* a new agent now finds no idle one: it gets no window, and its
+     * writes count with those of the other agents without one */
     struct egress_event none = ev_of("none", "POST", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
     detectors_feed(f->d, &none, T0 + 5003);
     detectors_feed(f->d, &none, T0 + 5004);
-    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 2);
+    assert_false(detectors_tracks(f->d, "none"));
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 3);
+    assert_string_equal(f->got.last_agent, "none");
 }
 
 /* Eviction against a plain model of its rule (docs/SPEC.md, Windows): at
@@ -1799,6 +1806,59 @@ static void per_host_alerts_of_agents_without_a_window_fold(void **state)
     assert_int_equal(f->got.n[ALERT_OFF_HOURS_WRITE], DETECT_HOSTS_BURST + 2);
     assert_int_equal(f->got.last_count, 100 - DETECT_HOSTS_BURST - 1);
     assert_string_equal(f->got.last_agent, "sibling");
+}
+
+/* An agent that finds every tracked agent busy gets no window, and its
+ * writes, upload bytes and denials were counted nowhere: however many it
+ * made, no write_burst, upload_bytes or denied_burst was raised (an agent
+ * of a fleet past the 4096 whose windows all hold a count wrote unseen).
+ * They count with those of every other agent without a window, one
+ * window per kind, and the alert says so; its repeats fold under one key
+ * for them all (folded per agent, each such agent's first would be a
+ * line of its own). */
+static void bursts_of_agents_without_a_window_are_counted_together(void **state)
+{
+    struct fx *f = *state;
+    f->p.alerts.upload_bytes = (struct threshold){.set = true, .max = 1000, .per_ms = 60000};
+    f->p.alerts.denied_burst = (struct threshold){.set = true, .max = 3, .per_ms = 60000};
+    int64_t t = fill_with_busy_agents(f, 780000, T0) + 1;
+    f->p.alerts.write_burst.max = 3; /* the same per: the busy windows are kept */
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    const char *who[] = {"lone", "other", "third"};
+    for (int i = 0; i < 3; i++) {
+        struct egress_event w = ev_of(who[i], "POST", "w.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+        detectors_feed(f->d, &w, t + 2 * i);
+        detectors_feed(f->d, &w, t + 2 * i + 1);
+        assert_false(detectors_tracks(f->d, who[i]));
+    }
+    /* four writes of two agents, then two more folded into that line */
+    print_message("%d write_burst lines for 6 writes of agents without windows\n",
+                  f->got.n[ALERT_WRITE_BURST]);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 1);
+    assert_string_equal(f->got.last_agent, "other");
+    assert_string_equal(f->got.last_detail,
+                        "other and the other agents past the 4096 tracked, counted together, "
+                        "made 4 write requests within 13m (max 3); the last: POST /p on w.test");
+    assert_int_equal(detectors_folded(f->d), 2);
+    struct egress_event up = ev_of("lone", "POST", "w.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+    up.kind = EVENT_EGRESS_PROGRESS;
+    up.bytes_up = 600;
+    detectors_feed(f->d, &up, t + 10);
+    up.agent = "other";
+    detectors_feed(f->d, &up, t + 11);
+    assert_int_equal(f->got.n[ALERT_UPLOAD_BYTES], 1);
+    assert_non_null(strstr(f->got.last_detail, "other and the other agents past the 4096 "
+                                               "tracked, counted together, sent 1200 bytes"));
+    for (int i = 0; i < 4; i++)
+        feed_denied_get(f, who[i % 3], "nope.test", t + 20 + i);
+    assert_int_equal(f->got.n[ALERT_DENIED_BURST], 1);
+    assert_non_null(strstr(f->got.last_detail, "lone and the other agents past the 4096 "
+                                               "tracked, counted together, were denied 4 times"));
+    /* the period's end: one summary of the folded writes, naming no agent */
+    detectors_tick(f->d, t + 780100);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 2);
+    assert_int_equal(f->got.last_count, 2);
+    assert_string_equal(f->got.last_agent, "(null)");
 }
 
 /* A tunnel decided again after a reload or at the day's change and now
@@ -2063,6 +2123,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(per_host_alerts_of_agents_without_a_window_fold, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(bursts_of_agents_without_a_window_are_counted_together,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(reload_out_of_memory_keeps_the_settings, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
