@@ -665,14 +665,17 @@ static void raise_alert(struct detectors *d, struct alert *a, const char *key_ho
  * own (<w> is d->slotless), whose count is theirs together, under one key
  * for them all (agent and host ""; no per-agent kind is raised for a
  * client of no agent): folded per agent, each such agent's first alert
- * would be a line, one per agent of a fleet past the table. */
+ * would be a line, one per agent of a fleet past the table. <trip>: the
+ * window went over its max with this count, from at or under it, a new
+ * burst (fold_admit_trip()). */
 static void raise_per_agent(struct detectors *d, const struct agent_state *w, struct alert *a,
-                            uint64_t period_ms, int64_t now_ms)
+                            uint64_t period_ms, bool trip, int64_t now_ms)
 {
     struct alert keyed = *a;
     if (w == &d->slotless)
         keyed.agent = NULL;
-    if (!fold_admit(&d->fold, &keyed, NULL, now_ms, period_ms, emit, d)) {
+    if (!(trip ? fold_admit_trip : fold_admit)(&d->fold, &keyed, NULL, now_ms, period_ms, emit,
+                                               d)) {
         d->folded++;
         return;
     }
@@ -1156,7 +1159,7 @@ static void upload_count(struct detectors *d, struct agent_state *w, const struc
                        .tier = ev->tier,
                        .id = ev->id,
                        .detail = detail};
-    raise_per_agent(d, w, &al, t->per_ms, now_ms);
+    raise_per_agent(d, w, &al, t->per_ms, n - bytes <= t->max, now_ms);
 }
 
 static void on_egress(struct detectors *d, const struct egress_event *ev, int64_t now_ms)
@@ -1287,7 +1290,7 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
             al.kind = ALERT_WRITE_BURST;
             al.severity = SEVERITY_MEDIUM;
             al.detail = detail;
-            raise_per_agent(d, w, &al, c->write_burst.per_ms, now_ms);
+            raise_per_agent(d, w, &al, c->write_burst.per_ms, n - 1 <= c->write_burst.max, now_ms);
         }
     }
     if (c->denied_burst.set && bus_counts_denial(ev)) { /* the quarantine's set */
@@ -1303,7 +1306,8 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
             al.kind = ALERT_DENIED_BURST;
             al.severity = SEVERITY_MEDIUM;
             al.detail = detail;
-            raise_per_agent(d, w, &al, c->denied_burst.per_ms, now_ms);
+            raise_per_agent(d, w, &al, c->denied_burst.per_ms, n - 1 <= c->denied_burst.max,
+                            now_ms);
         }
     }
     if (a != NULL && c->baseline.set && !ev->again) { /* a new verdict, not a new request */

@@ -218,8 +218,9 @@ bool fold_holds(const struct fold *f, enum alert_kind kind, const char *agent, c
     return e != NULL && period_runs(e, now_ms);
 }
 
-bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int64_t now_ms,
-                uint64_t period_ms, fold_emit_fn fn, void *arg)
+/* fold_admit(), and fold_admit_trip() when <trip>. */
+static bool admit(struct fold *f, const struct alert *a, const char *key_host, int64_t now_ms,
+                  uint64_t period_ms, bool trip, fold_emit_fn fn, void *arg)
 {
     const char *agent = a->agent != NULL ? a->agent : "";
     const char *host = key_host != NULL ? key_host : "";
@@ -227,7 +228,7 @@ bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int
     if (period_ms == 0)
         return true;
     struct fold_entry *e = entry_for(f, a, &level, &agent, &host);
-    if (e != NULL && period_runs(e, now_ms)) {
+    if (e != NULL && period_runs(e, now_ms) && !(trip && e->by_summary)) {
         /* The summary's severity is the highest of the repeats it counts,
          * not the last one's: first contacts fold denied (medium) and let
          * through (low) alike, and an agent that ended a storm of denied
@@ -243,12 +244,14 @@ bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int
         return false;
     }
     if (e != NULL) {
-        /* A period that ended before fold_expire() came round: its repeats
-         * are summarised now, then this alert opens the next period. */
+        /* A period that ended before fold_expire() came round (or one a
+         * summary opened, which a new burst ends): its repeats are
+         * summarised now, then this alert opens the next period. */
         if (e->repeats > 0)
             summarise(e, now_ms, fn, arg);
         e->until_ms = period_end(now_ms, period_ms);
         e->period_ms = period_ms;
+        e->by_summary = false;
         return true;
     }
     if (index_reserve(f, f->n + 1) < 0)
@@ -279,6 +282,18 @@ bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int
     return true;
 }
 
+bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int64_t now_ms,
+                uint64_t period_ms, fold_emit_fn fn, void *arg)
+{
+    return admit(f, a, key_host, now_ms, period_ms, false, fn, arg);
+}
+
+bool fold_admit_trip(struct fold *f, const struct alert *a, const char *key_host, int64_t now_ms,
+                     uint64_t period_ms, fold_emit_fn fn, void *arg)
+{
+    return admit(f, a, key_host, now_ms, period_ms, true, fn, arg);
+}
+
 /* Hands the summary of <e>'s repeats to <fn> and opens its next period.
  * <fn> may not touch the table. */
 static void summarise(struct fold_entry *e, int64_t now_ms, fold_emit_fn fn, void *arg)
@@ -305,6 +320,7 @@ static void summarise(struct fold_entry *e, int64_t now_ms, fold_emit_fn fn, voi
     };
     e->repeats = 0;
     e->until_ms = period_end(now_ms, e->period_ms);
+    e->by_summary = true;
     fn(&s, arg);
     entry_clear_last(e);
 }

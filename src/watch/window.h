@@ -70,6 +70,9 @@ struct fold_entry {
     int64_t until_ms;
     uint64_t period_ms;
     uint64_t repeats; /* folded since the period opened */
+    /* the period was opened by a summary, and holds no line of its own:
+     * see fold_admit_trip() */
+    bool by_summary;
     /* the last folded alert, for the summary */
     enum alert_severity severity;
     enum tier tier;
@@ -101,6 +104,18 @@ typedef void (*fold_emit_fn)(struct alert *a, void *arg);
  * gets one summary per period. */
 bool fold_admit(struct fold *f, const struct alert *a, const char *key_host, int64_t now_ms,
                 uint64_t period_ms, fold_emit_fn fn, void *arg);
+
+/* As fold_admit(), for <a>, the alert of a threshold that went over its
+ * max from at or under it (a new burst, not one going on): when its key's
+ * period was opened by a summary and holds no line yet, <a> is written
+ * now (returns true), the repeats before it summarised first, and opens a
+ * period of its own. Else folded into it, the burst told only at the end
+ * of a period opened before it began, up to that period's length later
+ * (a day, for a daily threshold). A storm that goes on keeps its sum over
+ * the max and stays folded; a period holds at most a summary and one
+ * such line. */
+bool fold_admit_trip(struct fold *f, const struct alert *a, const char *key_host, int64_t now_ms,
+                     uint64_t period_ms, fold_emit_fn fn, void *arg);
 
 /* True when an alert of key (<kind>, <agent>, <host>) (NULL for "") at
  * <now_ms> would fold into its own key's running period: no line. */

@@ -226,6 +226,63 @@ static void denied_burst_and_upload(void **state)
     assert_int_equal(f->got.n[ALERT_UPLOAD_BYTES], 1);
 }
 
+/* A summary opens a period of its own, with no line, so that a storm
+ * gives one line a period. But a new burst in that period, after the
+ * window had gone back to max or under (a new incident, not the storm
+ * going on), was folded into it too and told only at its end: with a
+ * daily per, up to a day after it happened. It is written at once (the
+ * repeats before it summarised first); a storm that goes on is still
+ * folded, so a period holds at most a summary and one such line. */
+static void a_new_burst_after_a_summary_is_told_at_once(void **state)
+{
+    struct fx *f = *state;
+    f->p.alerts.write_burst = (struct threshold){.set = true, .max = 3, .per_ms = 3600000};
+    f->p.alerts.denied_burst = (struct threshold){.set = true, .max = 3, .per_ms = 3600000};
+    f->p.alerts.upload_bytes = (struct threshold){.set = true, .max = 1000, .per_ms = 3600000};
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    struct egress_event w = ev_of("ci", "POST", "a.test", VERDICT_ALLOW, REASON_NONE, TIER_2);
+    struct egress_event up = w;
+    up.kind = EVENT_EGRESS_PROGRESS;
+    up.bytes_up = 600;
+    for (int i = 0; i < 5; i++) { /* over max at the 4th, the 5th folded */
+        detectors_feed(f->d, &w, T0 + i);
+        feed_denied_get(f, "ci", "no.test", T0 + i);
+    }
+    detectors_feed(f->d, &up, T0);
+    detectors_feed(f->d, &up, T0 + 1);
+    detectors_feed(f->d, &up, T0 + 2);
+    detectors_tick(f->d, T0 + 3600010); /* the summaries: new periods, no lines */
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 2);
+    assert_int_equal(f->got.n[ALERT_DENIED_BURST], 2);
+    assert_int_equal(f->got.n[ALERT_UPLOAD_BYTES], 2);
+    /* 90 minutes on, the first burst has left every window (1.1 x per at
+     * most), half an hour into the summary's period: a new burst */
+    int64_t t = T0 + 5400000;
+    for (int i = 0; i < 4; i++) {
+        detectors_feed(f->d, &w, t + i);
+        feed_denied_get(f, "ci", "no.test", t + i);
+    }
+    detectors_feed(f->d, &up, t);
+    detectors_feed(f->d, &up, t + 1);
+    print_message("%d write_burst lines for a new burst after a summary\n",
+                  f->got.n[ALERT_WRITE_BURST] - 2);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 3);
+    assert_int_equal(f->got.last_count, 1);
+    assert_int_equal(f->got.n[ALERT_DENIED_BURST], 3);
+    assert_int_equal(f->got.n[ALERT_UPLOAD_BYTES], 3);
+    /* the burst going on is folded, and so is another new one in the period */
+    detectors_feed(f->d, &w, t + 10);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 3);
+    detectors_tick(f->d, t + 3600010);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 4);
+    assert_int_equal(f->got.last_count, 1);
+    /* a period that ended quietly: the next burst opens one, told at once */
+    t += 3 * 3600000;
+    for (int i = 0; i < 4; i++)
+        detectors_feed(f->d, &w, t + i);
+    assert_int_equal(f->got.n[ALERT_WRITE_BURST], 5);
+}
+
 /* upload_bytes counts the head of each request let through (allow or
  * report, a CONNECT's too) at its agent_egress, once: not a denied one's,
  * which went nowhere, nor a tunnel's decided again. bytes_up left heads
@@ -2125,6 +2182,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(bursts_of_agents_without_a_window_are_counted_together,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(a_new_burst_after_a_summary_is_told_at_once, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(reload_out_of_memory_keeps_the_settings, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
