@@ -649,10 +649,15 @@ static void emit(struct alert *a, void *arg)
     alert_bus_publish(d->out, a);
 }
 
-static void raise_alert(struct detectors *d, struct alert *a, const char *key_host,
-                        uint64_t period_ms, int64_t now_ms)
+/* Writes <a> unless it folds, as alert <keyed> (its fold key: <keyed>'s
+ * kind and agent, <key_host>), into a running period of <period_ms>.
+ * <trip>: <a> is a threshold's count going over its max from at or under
+ * it, a new burst (fold_admit_trip()). */
+static void raise_keyed(struct detectors *d, const struct alert *keyed, struct alert *a,
+                        const char *key_host, uint64_t period_ms, bool trip, int64_t now_ms)
 {
-    if (!fold_admit(&d->fold, a, key_host, now_ms, period_ms, emit, d)) {
+    if (!(trip ? fold_admit_trip : fold_admit)(&d->fold, keyed, key_host, now_ms, period_ms, emit,
+                                               d)) {
         d->folded++;
         return;
     }
@@ -660,27 +665,26 @@ static void raise_alert(struct detectors *d, struct alert *a, const char *key_ho
     emit(a, d);
 }
 
+static void raise_alert(struct detectors *d, struct alert *a, const char *key_host,
+                        uint64_t period_ms, int64_t now_ms)
+{
+    raise_keyed(d, a, a, key_host, period_ms, false, now_ms);
+}
+
 /* Raises <a>, an alert of a per-agent kind counted in <w>'s windows,
  * folded per agent over <period_ms>; for agents without windows of their
  * own (<w> is d->slotless), whose count is theirs together, under one key
  * for them all (agent and host ""; no per-agent kind is raised for a
  * client of no agent): folded per agent, each such agent's first alert
- * would be a line, one per agent of a fleet past the table. <trip>: the
- * window went over its max with this count, from at or under it, a new
- * burst (fold_admit_trip()). */
+ * would be a line, one per agent of a fleet past the table. <trip>: as
+ * for raise_keyed(). */
 static void raise_per_agent(struct detectors *d, const struct agent_state *w, struct alert *a,
                             uint64_t period_ms, bool trip, int64_t now_ms)
 {
     struct alert keyed = *a;
     if (w == &d->slotless)
         keyed.agent = NULL;
-    if (!(trip ? fold_admit_trip : fold_admit)(&d->fold, &keyed, NULL, now_ms, period_ms, emit,
-                                               d)) {
-        d->folded++;
-        return;
-    }
-    a->count = 1;
-    emit(a, d);
+    raise_keyed(d, &keyed, a, NULL, period_ms, trip, now_ms);
 }
 
 /* Who a per-agent alert names as the one over its max: <agent>, or, when
@@ -709,13 +713,14 @@ struct burst_fold {
 /* Raises <a> folded per <key> over <period_ms>, unless <b>'s lines passed
  * its burst (and <key> holds no running period): then folded by kind over
  * DETECT_FOLD_MS, written at once, its <detail> (<len>: the buffer <a>
- * points to) saying so. */
+ * points to) saying so. <trip>: as for raise_keyed(). */
 static void raise_bounded(struct detectors *d, struct alert *a, const char *key, uint64_t period_ms,
-                          const struct burst_fold *b, char *detail, size_t len, int64_t now_ms)
+                          bool trip, const struct burst_fold *b, char *detail, size_t len,
+                          int64_t now_ms)
 {
     if (fold_holds(&d->fold, a->kind, a->agent, key, now_ms) ||
         window_add(b->lines, now_ms, 1) <= b->burst) {
-        raise_alert(d, a, key, period_ms, now_ms);
+        raise_keyed(d, a, a, key, period_ms, trip, now_ms);
         return;
     }
     size_t n = strnlen(detail, len);
@@ -748,7 +753,7 @@ static void raise_per_host(struct detectors *d, struct agent_state *ag, enum per
                             : "those of clients of no agent are";
     const struct burst_fold by_host = {ag != NULL ? &ag->hosts[slot] : &d->slotless.hosts[slot],
                                        DETECT_HOSTS_BURST, "hosts", whose};
-    raise_bounded(d, a, host, DETECT_FOLD_MS, &by_host, detail, len, now_ms);
+    raise_bounded(d, a, host, DETECT_FOLD_MS, false, &by_host, detail, len, now_ms);
 }
 
 static void describe(const struct egress_event *ev, char *out, size_t len)
@@ -1078,13 +1083,15 @@ static bool counts_auth_failure(const struct egress_event *ev)
  * DETECT_SOURCES_BURST sources' lines within a minute, the alerts of
  * sources without a running period fold by kind over the minute, the
  * first written at once, saying so (<detail>, <len>: the buffer <a>
- * points to); the period's summary counts the rest. */
-static void raise_per_source(struct detectors *d, struct alert *a, const char *fold_key,
+ * points to); the period's summary counts the rest. <trip>: as for
+ * raise_keyed(). */
+static void raise_per_source(struct detectors *d, struct alert *a, const char *fold_key, bool trip,
                              char *detail, size_t len, int64_t now_ms)
 {
     const struct burst_fold by_source = {&d->source_lines, DETECT_SOURCES_BURST, "sources",
                                          "they are"};
-    raise_bounded(d, a, fold_key, d->cfg.auth_failures.per_ms, &by_source, detail, len, now_ms);
+    raise_bounded(d, a, fold_key, d->cfg.auth_failures.per_ms, trip, &by_source, detail, len,
+                  now_ms);
 }
 
 /* Counts the refusal <ev> against its source and alerts past the max. The
@@ -1132,7 +1139,7 @@ static void auth_failure(struct detectors *d, const struct egress_event *ev, int
                        .tier = ev->tier,
                        .id = ev->id,
                        .detail = detail};
-    raise_per_source(d, &al, fold_key, detail, sizeof(detail), now_ms);
+    raise_per_source(d, &al, fold_key, n - 1 <= t->max, detail, sizeof(detail), now_ms);
 }
 
 /* Counts <bytes> that <ev>'s exchange sent upstream (a request head, or

@@ -402,6 +402,34 @@ static void auth_failures_per_source(void **state)
     assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], 3);
 }
 
+/* Configures auth_failures {max: <max>, per: <per_ms>}; returns a refusal
+ * of credentials naming no agent, from 127.0.0.1. */
+static struct egress_event guesser_of(struct fx *f, uint64_t max, uint64_t per_ms)
+{
+    f->p.alerts.auth_failures = (struct threshold){.set = true, .max = max, .per_ms = per_ms};
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    static struct ipaddr lo; /* the event points to it */
+    lo = ip_of("127.0.0.1");
+    return auth_ev(&lo, true);
+}
+
+/* auth_failures likewise: a guesser's new burst from a source, half an
+ * hour into the period its last summary opened (per 1h), is told at once,
+ * not at that period's end. */
+static void auth_failures_new_burst_after_a_summary_is_told_at_once(void **state)
+{
+    struct fx *f = *state;
+    struct egress_event guess = guesser_of(f, 3, 3600000);
+    for (int i = 0; i < 5; i++)
+        detectors_feed(f->d, &guess, T0 + i);
+    detectors_tick(f->d, T0 + 3600010);
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], 2); /* a line and a summary */
+    for (int i = 0; i < 4; i++)
+        detectors_feed(f->d, &guess, T0 + 5400000 + i);
+    assert_int_equal(f->got.n[ALERT_AUTH_FAILURES], 3);
+    assert_non_null(strstr(f->got.last_detail, "4 requests from 127.0.0.1 within 1h (max 3)"));
+}
+
 /* An IPv6 client counts with the rest of its /64 (a host commonly holds
  * one, and could spread guesses over its addresses); the unix socket's
  * clients count as one source. */
@@ -519,10 +547,7 @@ static void auth_failures_fold_past_the_burst_of_sources(void **state)
 static void auth_failures_reload(void **state)
 {
     struct fx *f = *state;
-    f->p.alerts.auth_failures = (struct threshold){.set = true, .max = 5, .per_ms = 60000};
-    assert_int_equal(detectors_configure(f->d, &f->p), 0);
-    struct ipaddr lo = ip_of("127.0.0.1");
-    struct egress_event guess = auth_ev(&lo, true);
+    struct egress_event guess = guesser_of(f, 5, 60000);
     for (int i = 0; i < 3; i++)
         detectors_feed(f->d, &guess, T0 + i);
     f->p.alerts.auth_failures.max = 2;
@@ -2184,6 +2209,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(a_new_burst_after_a_summary_is_told_at_once, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(auth_failures_new_burst_after_a_summary_is_told_at_once,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(reload_out_of_memory_keeps_the_settings, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
