@@ -842,6 +842,7 @@ static void off_hours_arithmetic(void **state)
     assert_true(detectors_off_hours(&o, mon19));
     assert_false(detectors_off_hours(&o, mon19 - 60));              /* 18:59 */
     assert_true(detectors_off_hours(&o, mon19 - 11 * 3600 - 60));   /* 07:59 */
+    assert_false(detectors_off_hours(&o, mon19 - 11 * 3600));       /* 08:00: the start counts */
     assert_true(detectors_off_hours(&o, mon19 - 2 * 86400 - 3600)); /* Saturday 18:00 */
     o.start_min = 22 * 60; /* wrapping hours: 22:00-06:00 */
     o.end_min = 6 * 60;
