@@ -225,6 +225,30 @@ static void fold_one_line_per_period(void **state)
     fold_free(&f);
 }
 
+/* fold_admit_trip(): a new burst in a period a summary opened (no line of
+ * its own yet) is written, the repeats before it summarised first; once
+ * the period holds a line, trips fold like any repeat. */
+static void fold_trip_after_a_summary_is_written(void **state)
+{
+    struct alert a = {.kind = ALERT_WRITE_BURST, .agent = "ci", .detail = "d"};
+    struct got g = {0};
+    struct fold f;
+    (void)state;
+    fold_init(&f);
+    assert_true(fold_admit_trip(&f, &a, NULL, 0, 1000, collect, &g));
+    assert_false(fold_admit_trip(&f, &a, NULL, 10, 1000, collect, &g)); /* its own period */
+    assert_int_equal(fold_expire(&f, 1000, collect, &g), 1);            /* opens 1000-2000 */
+    assert_false(fold_admit(&f, &a, NULL, 1100, 1000, collect, &g));    /* the storm goes on */
+    assert_int_equal(g.n, 1);
+    assert_true(fold_admit_trip(&f, &a, NULL, 1500, 1000, collect, &g));
+    assert_int_equal(g.n, 2); /* the repeat at 1100 summarised first */
+    assert_int_equal(g.count, 1);
+    assert_false(fold_admit_trip(&f, &a, NULL, 1600, 1000, collect, &g));
+    assert_int_equal(fold_expire(&f, 2499, collect, &g), 0); /* the trip's period: to 2500 */
+    assert_int_equal(fold_expire(&f, 2500, collect, &g), 1);
+    fold_free(&f);
+}
+
 /* A summary stands for every repeat it counts: its severity is the
  * highest of theirs, whatever came last (an agent's first contacts past
  * the burst fold denied ones, medium, and let-through ones, low, in one
@@ -600,6 +624,7 @@ int main(void)
         cmocka_unit_test(fold_counts_past_32_bits),
         cmocka_unit_test(fold_period_after_the_clock_went_back),
         cmocka_unit_test(fold_steady_stream_summarised_per_period),
+        cmocka_unit_test(fold_trip_after_a_summary_is_written),
         cmocka_unit_test(fold_table_spills_when_full),
         cmocka_unit_test(fold_matches_a_plain_model),
         cmocka_unit_test(fold_chosen_hosts_spread),
