@@ -777,10 +777,12 @@ def gateway(sluice_bin, net, tmp_path):
     started = []
 
     def start(policy, *, port=None, tcp=True, unix=False, extra_listen=(), env=None, args=(),
-              netns=False, netns_helper=None, wait=True, prefix=(), resolv_conf=None):
+              netns=False, netns_helper=None, wait=True, prefix=(), resolv_conf=None,
+              start_timeout=START_TIMEOUT):
         """<prefix>: argv that execs the gateway (["nice", "-n", "5"]);
         <resolv_conf>: with <netns>, a file the gateway reads as
-        /etc/resolv.conf."""
+        /etc/resolv.conf; <start_timeout>: how long it may take to serve (a
+        policy of many rules takes its load's time first)."""
         if netns:
             tcp = False
             unix = True
@@ -794,7 +796,7 @@ def gateway(sluice_bin, net, tmp_path):
             if not wait:
                 return gw
             try:
-                gw.wait_ready()
+                gw.wait_ready(start_timeout)
                 return gw
             except AssertionError:
                 if (attempt + 1 == PORT_TRIES or gw.proc.poll() is None or

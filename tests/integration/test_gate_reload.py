@@ -121,7 +121,9 @@ def test_a_replaced_policy_is_freed_off_the_loop(gateway, net):
     # for every connection), 6 % of all a reload costs (55 to 70 ms of
     # 910 to 1050 over 6 reloads, -O3; 4.7 % under ASan), where it is now
     # some 2 ms of it (1.4 %, the swap itself).
-    gw = gateway(big_policy(net, [api_rule(net)], "a"))
+    # its start loads 50,000 rules first: a hang guard as long as a reload's
+    # (10 s, the default, was passed under seven other test runs)
+    gw = gateway(big_policy(net, [api_rule(net)], "a"), start_timeout=120)
     pid = gw.proc.pid
     assert request(gw, "GET", net.url("/warm")).status == 200
     loop0, all0 = _cpu_ns(pid, pid), _process_cpu_ns(pid)
