@@ -481,11 +481,19 @@ def test_a_tier3_expiry_more_than_a_year_ahead_is_warned_at_start_and_reload(gat
 # open tunnels are decided again after a reload
 
 
+ECHO_IDLE_GUARD_S = 300  # an echoed connection's quiet time, at most (a hang guard)
+
+
 class EchoServer(LoopbackServer):
-    """A plain TCP upstream that sends back every byte it receives."""
+    """A plain TCP upstream that sends back every byte it receives, until
+    its peer ends the connection."""
 
     def _serve(self, conn):
-        conn.settimeout(30)
+        # a hang guard only: a tunnel may rightly stay quiet for as long as
+        # its test goes on (the first of 16 tunnels held open across 16
+        # reloads was quiet 27.5 s under seven other test runs; at 30 s the
+        # echo closed it and the test saw "the tunnel was closed")
+        conn.settimeout(ECHO_IDLE_GUARD_S)
         try:
             while True:
                 d = conn.recv(65536)
