@@ -37,6 +37,7 @@ from watch_helpers import write_script
 
 PY = "/usr/bin/python3"
 HANG_GUARD_S = 60  # a hang guard, not a claim on time
+SUMMARY_GUARD_S = 300  # run's summary of a 256 MiB log: a hang guard too
 SUMMARY = re.compile(r"^sluice run: exit (-?\d+); allowed (\d+) \(tier 0: (\d+), tier 1: (\d+), "
                      r"tier 2: (\d+), tier 3: (\d+)\), denied (\d+)(?:, reported (\d+))?, "
                      r"alerts (\d+)", re.M)
@@ -2210,7 +2211,10 @@ def run_appending_to_the_log(box, tmp_path, write):
     t = threading.Thread(target=append)
     t.start()
     try:
-        p = box.run(["--policy", pol, "--log", log], wait, timeout=120)
+        # a hang guard: the summary reads up to 256 MiB a byte at a time, some
+        # 10 s of CPU under the sanitizers, 120 s of wall time on a loaded
+        # machine (a 120 s guard was passed so, under seven other test runs)
+        p = box.run(["--policy", pol, "--log", log], wait, timeout=SUMMARY_GUARD_S)
     finally:
         t.join()
         os.unlink(log)
