@@ -1217,7 +1217,7 @@ def test_alert_programs_leave_no_zombie_when_run_is_pid_1(box, net, tmp_path, ho
                         "#!/bin/sh\ncat >/dev/null\nsleep %s &\ntouch %s\ni=0\n"
                         "while [ ! -e %s ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done\n"
                         "exit 0\n" % (mark.decode(), started, release))
-    pol = box.policy(net.policy([api_rule(net, tier=3, owner="alice", expires="2099-12-31")],
+    pol = box.policy(net.policy([api_rule(net, tier=3, owner="alice", expires="9999-12-31")],
                                 alerts={"sinks": [{"exec": prog}]}))
     err = open(str(tmp_path / "run.err"), "w+")
     proc = subprocess.Popen([PY, "-c", AS_PID1, box.bin, "run", "--policy", pol, "--", PY, "-c",

@@ -104,7 +104,7 @@ def test_metric_names_listed_are_those_the_admin_server_serves(gateway, net, tmp
     port, hook = free_tcp_port(), refused_port().port
     pol = net.policy(
         [{"host": "api.example.test", "ports": [net.api.port], "tier": 3,
-          "owner": "alice", "expires": "2099-01-01"}],
+          "owner": "alice", "expires": "9999-01-01"}],
         alerts={"first_contact": True,
                 "sinks": [{"webhook": "http://127.0.0.1:%d/hook" % hook}]})
     gw = gateway(pol, args=["--admin", "127.0.0.1:%d" % port, "--state", str(tmp_path / "st"),

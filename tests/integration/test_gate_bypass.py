@@ -173,7 +173,7 @@ def test_known_method_in_another_case_refused(gateway, net, method):
     # POST rule and went up as a tier-2 request under the open wildcard, with
     # no owner and no tier3_write alert: refused instead.
     rules = [{"host": "*.example.test", "ports": [net.api.port], "tier": 2},
-             api_rule(net, methods=["POST"], tier=3, owner="alice", expires="2099-12-31")]
+             api_rule(net, methods=["POST"], tier=3, owner="alice", expires="9999-12-31")]
     gw = gateway(net.policy(rules))
     r = request(gw, method, net.url("/case-%s" % method), body=b"x" if method != "head" else b"")
     assert_denied(gw, net, r, "bad_request", host="api.example.test", port=net.api.port,
@@ -210,7 +210,7 @@ def test_method_override_refused(gateway, net, method, headers, target):
     # Refused, whatever the pair: the method itself goes in the request line.
     rules = [api_rule(net, methods=["GET", "HEAD"], tier=1),
              api_rule(net, methods=["POST", "DELETE"], tier=3, owner="alice",
-                      expires="2099-12-31")]
+                      expires="9999-12-31")]
     gw = gateway(net.policy(rules))
     body = b"x" if method == "POST" else b""
     r = request(gw, method, net.url(target), headers=headers, body=body)

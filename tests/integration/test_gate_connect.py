@@ -84,7 +84,7 @@ def test_connect_tls_with_python_ssl(gateway, net):
 def test_connect_highest_tier_of_host(gateway, net):
     # a tunnel can carry the POST the tier-3 rule grants: it is tier 3
     rules = [tls_rule(net, tier=0),
-             tls_rule(net, tier=3, methods=["POST"], owner="alice", expires="2099-12-31")]
+             tls_rule(net, tier=3, methods=["POST"], owner="alice", expires="9999-12-31")]
     gw = gateway(net.policy(rules))
     p = curl("-p", "-x", gw.url, "--cacert", net.cert,
              "https://tls.example.test:%d/" % net.tls.port)
@@ -100,7 +100,7 @@ def test_connect_tier_counts_wildcards_too(gateway, net):
     # stop a tunnel the unrestricted wildcard allows
     rules = [tls_rule(net, tier=0),
              {"host": "*.example.test", "ports": [net.tls.port], "tier": 3, "owner": "bob",
-              "expires": "2099-12-31"},
+              "expires": "9999-12-31"},
              {"host": "ro.example.test", "ports": [net.tls.port], "tier": 1,
               "methods": ["GET"]}]
     from conftest import TLS_IP

@@ -146,7 +146,7 @@ def test_policy_error_at_startup_exits_2(run_sluice, net, tmp_path):
 def test_tier3_without_owner_exits_2(run_sluice, net, tmp_path):
     path = tmp_path / "noowner.yaml"
     path.write_text("version: 1\nrules:\n  - host: api.example.test\n    tier: 3\n"
-                    "    expires: 2099-12-31\n")
+                    "    expires: 9999-12-31\n")
     p = run_sluice("serve", "--policy", str(path), "--listen", "127.0.0.1:%d" % free_port(),
                    "--log", str(tmp_path / "log.jsonl"), timeout=15)
     assert p.returncode == 2, (p.returncode, p.stderr)

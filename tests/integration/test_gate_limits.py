@@ -2362,7 +2362,7 @@ def test_max_conns_fit_leaves_room_for_the_webhook_sinks(gateway, net, tmp_path)
     held = []
     try:
         sinks = [{"webhook": "http://127.0.0.1:%d/h%d" % (silent.port, i)} for i in range(60)]
-        rule = dict(api_rule(net), tier=3, owner="alice", expires="2099-12-31")
+        rule = dict(api_rule(net), tier=3, owner="alice", expires="9999-12-31")
         gw = gateway(net.policy([rule, banner_rule(net)], alerts={"sinks": sinks}),
                      args=["--alerts", str(tmp_path / "a.jsonl"), "--grace", "1s"],
                      prefix=["prlimit", "--nofile=256:256", "--"])

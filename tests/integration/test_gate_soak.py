@@ -41,7 +41,7 @@ def soak_policy(net, variant):
          {"host": "tls.example.test", "ports": [net.tls.port], "tier": 1},
          {"host": "banner.example.test", "ports": [net.banner.port], "tier": 0},
          {"host": "other.example.test", "ports": [net.other.port], "methods": ["POST", "PUT"],
-          "tier": 3, "owner": "alice", "expires": "2099-01-01"},
+          "tier": 3, "owner": "alice", "expires": "9999-01-01"},
          {"host": "dead.example.test", "ports": [net.dead_port], "tier": 3, "owner": "bob",
           "expires": "2020-01-01"},
          {"host": "dyn.example.test", "ports": [net.api.port], "tier": 0},

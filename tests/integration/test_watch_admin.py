@@ -492,7 +492,7 @@ def test_metrics_exposition_is_strict_and_matches_the_log(gateway, net, tmp_path
     url = "http://127.0.0.1:%d/hook" % hook
     pol = net.policy(
         rules(net) + [{"host": "other.example.test", "ports": [net.other.port], "tier": 3,
-                       "owner": 'Bob "the" \\ Builder', "expires": "2099-01-01"},
+                       "owner": 'Bob "the" \\ Builder', "expires": "9999-01-01"},
                       {"host": "tls.example.test", "ports": [net.tls.port], "tier": 1}],
         agents=agents, dns_servers=[net.vars["dns_server"]] * 2,
         alerts={"first_contact": True, "sinks": [{"webhook": url}, {"webhook": url}]})

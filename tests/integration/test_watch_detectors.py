@@ -67,13 +67,13 @@ def test_first_contact_remembered_across_restart(gateway, net, tmp_path):
 
 
 def test_tier3_write_names_owner_and_expiry(gateway, net, tmp_path):
-    rule = api_rule(net, tier=3, owner="chaysen", expires="2099-12-31")
+    rule = api_rule(net, tier=3, owner="chaysen", expires="9999-12-31")
     gw, af = start(gateway, net, [rule], {"expiry_warn_days": 14}, tmp_path, state=False)
     assert request(gw, "POST", net.url("/repos/x/y/pulls"), body=b"{}").status == 200
     a, seen = wait_alert_timed(af, "tier3_write")
     assert a["severity"] == "high" and a["tier"] == 3 and a["agent"] == "default"
     assert a["detail"] == ("POST /repos/x/y/pulls on api.example.test by default "
-                           "(owner chaysen, expires 2099-12-31)")
+                           "(owner chaysen, expires 9999-12-31)")
     assert_prompt(a, gw)
 
 
@@ -85,7 +85,7 @@ def test_tier3_tunnel_names_the_expiry_of_the_grant_that_made_it_tier_3(gateway,
     from gate_client import connect
     rules = [{"host": "tls.example.test", "ports": [net.tls.port], "tier": 0},
              {"host": "tls.example.test", "ports": [net.tls.port], "tier": 3,
-              "methods": ["POST"], "owner": "alice", "expires": "2099-12-31"}]
+              "methods": ["POST"], "owner": "alice", "expires": "9999-12-31"}]
     gw, af = start(gateway, net, rules, {"expiry_warn_days": 14}, tmp_path, state=False)
     t = connect(gw, "tls.example.test:%d" % net.tls.port)
     try:
@@ -94,7 +94,7 @@ def test_tier3_tunnel_names_the_expiry_of_the_grant_that_made_it_tier_3(gateway,
         t.close()
     a = wait_alert(af, "tier3_write")[0]
     assert a["tier"] == 3 and a["host"] == "tls.example.test", a
-    assert a["detail"].endswith("(owner alice, expires 2099-12-31)"), a
+    assert a["detail"].endswith("(owner alice, expires 9999-12-31)"), a
 
 
 def test_tunnel_under_an_expired_grant_next_to_a_get_rule_is_grant_expired(gateway, net,
@@ -593,7 +593,7 @@ def test_a_baseline_stored_while_the_clock_was_ahead_still_alerts(gateway, net, 
 
 
 def test_per_request_kinds_fold_and_summaries_are_written_at_shutdown(gateway, net, tmp_path):
-    rule = api_rule(net, tier=3, owner="chaysen", expires="2099-12-31")
+    rule = api_rule(net, tier=3, owner="chaysen", expires="9999-12-31")
     gw, af = start(gateway, net, [rule], {"first_contact": True}, tmp_path, state=False)
     for i in range(4):
         assert request(gw, "POST", net.url("/w%d" % i), body=b"1").status == 200
@@ -630,7 +630,7 @@ def test_a_first_contact_summary_has_the_highest_severity_it_folds(gateway, net,
 
 
 def test_alerts_default_to_the_decision_log(gateway, net):
-    gw = gateway(net.policy([api_rule(net, tier=3, owner="o", expires="2099-01-01")],
+    gw = gateway(net.policy([api_rule(net, tier=3, owner="o", expires="9999-01-01")],
                             alerts={"first_contact": True}))
     request(gw, "POST", net.url("/x"), body=b"1")
     kinds = poll(lambda: (lambda k: k if {"tier3_write", "first_contact"} <= set(k) else None)(

@@ -29,13 +29,13 @@ from watch_helpers import (EachRequest, Receiver, Silent, delivered_through, fre
 
 def rules(net, tier=3):
     return [{"host": "api.example.test", "ports": [net.api.port], "tier": tier,
-             "owner": "alice", "expires": "2099-12-31"}]
+             "owner": "alice", "expires": "9999-12-31"}]
 
 
 def later_rules(net):
     """rules(net) and a tier-3 grant for other.example.test, for raise_later()."""
     return rules(net) + [{"host": "other.example.test", "ports": [net.other.port], "tier": 3,
-                          "owner": "bob", "expires": "2099-12-31"}]
+                          "owner": "bob", "expires": "9999-12-31"}]
 
 
 def raise_later(gw, net, path="/later"):
@@ -212,7 +212,7 @@ def test_exec_sink_inherits_no_descriptor_but_its_stdio(gateway, net, tmp_path):
                         "for f in /proc/$$/fd/*; do readlink \"$f\"; done > %s/$$.tmp\n"
                         "mv %s/$$.tmp %s/$$.txt\n" % (out, out, out))
     other = {"host": "other.example.test", "ports": [net.other.port], "tier": 3,
-             "owner": "alice", "expires": "2099-12-31"}
+             "owner": "alice", "expires": "9999-12-31"}
     policy = net.policy(rules(net) + [other], alerts={"sinks": [
         {"webhook": "http://127.0.0.1:%d/h" % rcv.port}, {"exec": prog}]})
     urls = [net.url("/p0"), net.url("/p1", host="other.example.test", port=net.other.port)]
@@ -627,7 +627,7 @@ def test_metrics_pass_promtool(gateway, net, tmp_path):
     port = free_tcp_port()
     gw = gateway(net.policy(rules(net, tier=1) + [
         {"host": "other.example.test", "ports": [net.other.port], "tier": 3, "owner": "bob",
-         "expires": "2099-01-01"}], alerts={"first_contact": True}),
+         "expires": "9999-01-01"}], alerts={"first_contact": True}),
         args=["--admin", "127.0.0.1:%d" % port, "--state", str(tmp_path / "state")])
     request(gw, "GET", net.url("/m"))
     request(gw, "POST", net.url("/m"), body=b"abc")
@@ -2026,7 +2026,7 @@ def test_a_webhook_freed_while_its_name_is_looked_up_leaves_nothing(gateway, net
     # LeakSanitizer's report in the gateway's standard error.
     af = str(tmp_path / "a.jsonl")
     pol = net.policy([{"host": "w.example.test", "ports": [80], "tier": 3, "owner": "alice",
-                      "expires": "2099-12-31"}],
+                      "expires": "9999-12-31"}],
                      static_extra={"w.example.test": "127.0.0.2"},
                      alerts={"sinks": [{"webhook": "http://hook.example.test:9/h"}]})
     # A name server in the namespace that never answers, and notes the

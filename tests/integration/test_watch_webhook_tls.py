@@ -15,7 +15,7 @@ from watch_helpers import Receiver, free_tcp_port, self_signed, wait_alert, webh
 
 
 def rules(net):
-    return [{"host": h, "ports": [u.port], "tier": 3, "owner": "alice", "expires": "2099-12-31"}
+    return [{"host": h, "ports": [u.port], "tier": 3, "owner": "alice", "expires": "9999-12-31"}
             for h, u in (("api.example.test", net.api), ("other.example.test", net.other))]
 
 

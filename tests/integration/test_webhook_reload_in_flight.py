@@ -20,7 +20,7 @@ HOLD_GUARD_S = 30  # the most the server holds its first answer (a bound, not a 
 
 
 def rules(net):
-    return [{"host": host, "ports": [port], "tier": 3, "owner": "alice", "expires": "2099-12-31"}
+    return [{"host": host, "ports": [port], "tier": 3, "owner": "alice", "expires": "9999-12-31"}
             for host, port in (("api.example.test", net.api.port),
                                ("other.example.test", net.other.port))]
 

@@ -105,14 +105,14 @@ def assert_answered_while_held(gw, net, held_log):
 
 def rules(net):
     return [{"host": "api.example.test", "ports": [net.api.port], "tier": 3,
-             "owner": "alice", "expires": "2099-12-31"}]
+             "owner": "alice", "expires": "9999-12-31"}]
 
 
 def other_rule(net):
     """A tier-3 grant for another host, whose alert can come behind the
     api host's without being folded into its period."""
     return [{"host": "other.example.test", "ports": [net.other.port], "tier": 3,
-             "owner": "bob", "expires": "2099-12-31"}]
+             "owner": "bob", "expires": "9999-12-31"}]
 
 
 def test_requests_are_answered_while_the_sweep_reads_a_store_that_does_not_answer(
