@@ -270,6 +270,19 @@ def test_default_policy_enables_no_tier3(sluice_bin):
     assert doc["summary"]["tiers"]["0"] > 10
 
 
+@pytest.mark.parametrize("now", [None, "1970-01-01", "9999-12-31"])
+def test_default_policy_is_clean_on_any_day(sluice_bin, now):
+    """`make run` serves examples/policy.yaml: it holds no dated grant, so
+    check finds it as clean today (no --now: the real clock), on the first
+    day it reads and on the last, as serve finds it on any day it starts."""
+    days = ["--now", now] if now else []
+    r = run(sluice_bin, "check", os.path.join(EXAMPLES, "policy.yaml"), *days, "--format", "json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["errors"] == [], r.stdout
+    assert [w["field"] for w in doc["warnings"]] == EXAMPLE_WARNINGS.get("policy.yaml", []), r.stdout
+
+
 def test_report_text_lists_tiers_grants_and_reach(sluice_bin, tmp_path):
     path = write(tmp_path, GOOD)
     r = run(sluice_bin, "check", path, "--now", "2026-11-30")
