@@ -20,8 +20,11 @@ def long_programs(tmp_path, marks, k):
     """<k> exec sink programs, each under a path of its own of about 3 KiB
     (so that each one's "exited with status" message is that long), that
     leave a mark and fail. A mark names the program's standard output and
-    error. Several programs: each one's failures are told at most once a
-    minute, its first at once. Returns their paths."""
+    error; its name is a random UUID, not the program's PID, which another
+    run may be given again (the machine's other processes wrap PIDs round
+    within a test: two runs' marks were one). Several programs: each one's
+    failures are told at most once a minute, its first at once. Returns
+    their paths."""
     progs = []
     for j in range(k):
         d = str(tmp_path / ("p%02d" % j))
@@ -31,8 +34,9 @@ def long_programs(tmp_path, marks, k):
         progs.append(write_script(
             os.path.join(d, "fail.sh"),
             "#!/bin/sh\ncat >/dev/null\n"
-            "o=$(readlink /proc/$$/fd/1 /proc/$$/fd/2)\necho \"$o\" >%s/$$.tmp\n"
-            "mv %s/$$.tmp %s/$$\nexit 1\n" % ((shlex.quote(marks),) * 3)))
+            "o=$(readlink /proc/$$/fd/1 /proc/$$/fd/2)\n"
+            "m=%s/$(cat /proc/sys/kernel/random/uuid)\n"
+            "echo \"$o\" >\"$m.tmp\"\nmv \"$m.tmp\" \"$m\"\nexit 1\n" % shlex.quote(marks)))
     return progs
 
 
