@@ -92,8 +92,11 @@ def assert_answered_while_held(gw, net, held_log):
     on a thread other than the main one (the event loop's)."""
     poll(lambda: held_reads(held_log), timeout=HANG_GUARD_S,
          what="a read of the store held (none is while the page cache serves them)")
+    # the read is held until the test lets it go: a loop that waits for it
+    # never answers, so the bound only guards a hang; 5 s was passed by a
+    # gateway stopped that long on a loaded machine, the loop not waiting
     try:
-        status = request(gw, "GET", net.url("/during"), timeout=5).status
+        status = request(gw, "GET", net.url("/during"), timeout=HANG_GUARD_S).status
     except (socket.timeout, OSError) as e:
         status = "no answer: %r" % e
     assert status == 200, "the event loop waits for the store's read: %s" % status
