@@ -958,8 +958,9 @@ enum body_kind http1_request_body(const struct http_request *req)
 /* Responses */
 
 /* Transfer-Encoding of a response: a list of codings; chunked at most once
- * and only as the final one. <*other> is set when one is neither chunked
- * nor identity (no coding). */
+ * and only as the final one. identity (no coding) is skipped wherever it
+ * is, as the writer drops it (RFC 9110 5.6.1.2): "chunked, identity" is
+ * chunked. <*other> is set when one is neither chunked nor identity. */
 static int response_te(const char *v, size_t len, bool *seen_chunked, bool *final_chunked,
                        bool *other, const char **why)
 {
@@ -977,6 +978,8 @@ static int response_te(const char *v, size_t len, bool *seen_chunked, bool *fina
             *why = "invalid Transfer-Encoding";
             return -1;
         }
+        if (n == elen && EQI(e, n, "identity"))
+            continue;
         if (*seen_chunked) {
             *why = "chunked is not the final transfer coding";
             return -1;
@@ -988,7 +991,7 @@ static int response_te(const char *v, size_t len, bool *seen_chunked, bool *fina
                 return -1;
             }
             *seen_chunked = true;
-        } else if (!EQI(e, n, "identity") || n != elen) {
+        } else {
             *other = true;
         }
     }

@@ -1363,6 +1363,9 @@ LENIENT_CHUNKED = [
     b"Transfer-Encoding: chunked,",
     b"Transfer-Encoding: chunked, ",
     b"Transfer-Encoding: identity, chunked",
+    # identity ignored after chunked as before it (these were a 502)
+    b"Transfer-Encoding: chunked, identity",
+    b"Transfer-Encoding: chunked\r\nTransfer-Encoding: Identity",
     b"Transfer-Encoding: ,chunked",
     b"Transfer-Encoding: chunked\r\nTransfer-Encoding:",
     b"Transfer-Encoding:\r\nTransfer-Encoding: chunked",

@@ -893,6 +893,22 @@ static void test_responses(void **state)
     assert_true(rsp.chunked);
     assert_false(rsp.other_coding);
 
+    /* identity is skipped wherever it is, after chunked too (README) */
+    s = "HTTP/1.1 200\r\nTransfer-Encoding: chunked, identity\r\n\r\n";
+    assert_int_equal(prsp(s, &why), (int)strlen(s));
+    assert_true(rsp.chunked);
+    assert_false(rsp.other_coding);
+    assert_false(rsp.conn_close);
+    s = "HTTP/1.1 200\r\nTransfer-Encoding: Chunked\r\nTransfer-Encoding: IDENTITY\r\n\r\n";
+    assert_int_equal(prsp(s, &why), (int)strlen(s));
+    assert_true(rsp.chunked);
+    s = "HTTP/1.1 200\r\nTransfer-Encoding: chunked, identity, gzip\r\n\r\n";
+    assert_int_equal(prsp(s, &why), HTTP1_BAD);
+    assert_string_equal(why, "chunked is not the final transfer coding");
+    s = "HTTP/1.1 200\r\nTransfer-Encoding: chunked, identity;q=1\r\n\r\n";
+    assert_int_equal(prsp(s, &why), HTTP1_BAD);
+    assert_string_equal(why, "chunked is not the final transfer coding");
+
     s = "HTTP/1.1 200 \r\nTransfer-Encoding: chunked, gzip\r\n\r\n";
     assert_int_equal(prsp(s, &why), HTTP1_BAD);
     assert_string_equal(why, "chunked is not the final transfer coding");
