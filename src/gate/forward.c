@@ -28,6 +28,7 @@
  * Under a bandwidth limit the head counts as the body does: it waits for
  * the bucket, then goes whole into its debt (head_waits()). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -241,6 +242,18 @@ static void fail(struct conn *c, const char *why)
         return;
     }
     conn_free(c);
+}
+
+/* fail() for a response head the gateway will not relay, saying why, so
+ * that whoever debugs the origin sees it in the 502. <why> is a static
+ * phrase (the parser's, http1.c), never the origin's bytes: those could
+ * carry escapes to the agent's terminal. The text is bounded: cut short
+ * rather than overrun. */
+static void fail_invalid_response(struct conn *c, const char *why)
+{
+    char what[128];
+    snprintf(what, sizeof(what), "the upstream sent an invalid response (%s)", why);
+    fail(c, what);
 }
 
 /* The client's request body is not valid chunked framing: its fault, so
@@ -668,7 +681,10 @@ static int read_response_head(struct conn *c, bool force)
         }
         evtimer_del(c->timer);
         if (rc < 0 || rsp->status == 101) {
-            fail(c, "the upstream sent an invalid response");
+            fail_invalid_response(c, rc >= 0       ? "a 101 Switching Protocols, which the gateway "
+                                                     "does not relay"
+                                     : why != NULL ? why
+                                                   : "malformed head");
             return -1;
         }
         if (rsp->status < 200) {
