@@ -1644,7 +1644,7 @@ static void handle_request(struct conn *c, const struct http_request *req)
     /* Decided as an extension method, "post" would miss every rule naming
      * POST, and its tier, while the origin may well run it as a POST. */
     if (bad == NULL && method_is_case_variant(req->method))
-        bad = "method names are case-sensitive: write GET, POST, ... in upper case";
+        bad = "method names are case-sensitive; write GET, POST, ... in upper case";
     /* Decided as its request line's method, a GET whose override header
      * names DELETE would be a DELETE at an origin that honours it. */
     if (bad == NULL && !ex->is_connect)

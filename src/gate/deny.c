@@ -133,11 +133,14 @@ void deny_message(const struct deny_info *d, char *buf, size_t cap)
                  hp, d->retry_after);
         break;
     case REASON_BAD_REQUEST:
-        snprintf(
-            buf, cap,
-            "sluice: bad request%s%s: %s; send an absolute-form HTTP/1.1 proxy request or CONNECT host:port",
-            d->host != NULL ? " for " : "", d->host != NULL ? hp : "",
-            d->detail != NULL ? d->detail : "malformed");
+        /* A detail that says what to do itself (after "; ": a method
+         * override's "send that method itself") gets no advice on the
+         * request's form, which was not what was wrong. */
+        snprintf(buf, cap, "sluice: bad request%s%s: %s%s", d->host != NULL ? " for " : "",
+                 d->host != NULL ? hp : "", d->detail != NULL ? d->detail : "malformed",
+                 d->detail != NULL && strstr(d->detail, "; ") != NULL
+                     ? ""
+                     : "; send an absolute-form HTTP/1.1 proxy request or CONNECT host:port");
         break;
     case REASON_AUTH_REQUIRED:
         snprintf(buf, cap,

@@ -27,7 +27,8 @@ struct deny_info {
     const char *agent;    /* agent id, or NULL when unknown */
     const char *method;   /* or NULL */
     const char *ip;       /* refused / unreachable address, or NULL */
-    const char *detail;   /* a static phrase for bad_request ("head too large"), dns_failure,
+    const char *detail;   /* a phrase for bad_request ("head too large"; one that ends with
+                           * its own advice after "; " gets no other), dns_failure,
                            * upstream_unreachable after the connect ("the upstream sent an
                            * invalid response") or gateway_overloaded ("out of file
                            * descriptors"); or NULL */

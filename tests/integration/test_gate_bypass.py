@@ -179,6 +179,7 @@ def test_known_method_in_another_case_refused(gateway, net, method):
     assert_denied(gw, net, r, "bad_request", host="api.example.test", port=net.api.port,
                   method=method, ip=None)
     assert "upper case" in r.text, r.text
+    assert "absolute-form" not in r.text, r.text
     # the method as the policy writes it is decided as always
     assert request(gw, "POST", net.url("/upper"), body=b"x").status == 200
     ev, _ = gw.decided(path="/upper")
@@ -223,6 +224,9 @@ def test_method_override_refused(gateway, net, method, headers, target):
         assert_denied(gw, net, r, "bad_request", host="api.example.test", port=net.api.port,
                       method=method, ip=None)
         assert "method override" in r.text, r.text
+        # its own advice alone: the request's form was fine
+        assert r.text.rstrip("\n").endswith("; send that method itself"), r.text
+        assert "absolute-form" not in r.text, r.text
     # the same request without the override goes on as always, and an
     # override that names the request's own method changes nothing
     ok = request(gw, "GET", net.url("/plain?method=DELETE&x_method=1"),

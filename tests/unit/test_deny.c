@@ -82,6 +82,21 @@ static void test_ipv6_and_unknowns(void **state)
     assert_non_null(strstr(msg, "malformed"));
     assert_null(strchr(msg, '\n'));
 
+    /* a detail with its own advice (after "; ") gets no other */
+    b.detail = "method override (X-HTTP-Method header) refused: the origin could run another "
+               "method than the one decided; send that method itself";
+    b.host = "api.example.test";
+    b.port = 80;
+    deny_message(&b, msg, sizeof(msg));
+    assert_string_equal(msg, "sluice: bad request for api.example.test:80: method override "
+                             "(X-HTTP-Method header) refused: the origin could run another "
+                             "method than the one decided; send that method itself");
+    /* one without gets the advice on the request's form */
+    b.detail = "port 0";
+    deny_message(&b, msg, sizeof(msg));
+    assert_string_equal(msg, "sluice: bad request for api.example.test:80: port 0; send an "
+                             "absolute-form HTTP/1.1 proxy request or CONNECT host:port");
+
     struct deny_info a = {.reason = REASON_AGENT_NOT_ALLOWED, .host = "x.test", .port = 443};
     deny_message(&a, msg, sizeof(msg));
     assert_non_null(strstr(msg, "not a known agent"));
