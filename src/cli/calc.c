@@ -19,6 +19,7 @@
 
 #include "cli/commands.h"
 #include "util/text_json.h"
+#include "util/units.h"
 
 #define CALC_MAX_LAYERS   20
 #define CALC_MAX_ATTEMPTS 100
@@ -27,25 +28,6 @@
 #define TOO_SMALL "too small to compute with (the smallest is about 2.225e-308)"
 
 static const char retries_synopsis[] = "retries --layers N --attempts N [--budget RATIO] [--rps N]";
-
-/* Parses a decimal integer in [lo, hi]. */
-static int parse_int(const char *s, long lo, long hi, long *out)
-{
-    long v = 0;
-    if (s == NULL || *s == '\0')
-        return -1;
-    for (const char *p = s; *p != '\0'; p++) {
-        if (*p < '0' || *p > '9')
-            return -1;
-        if (v > (hi - (*p - '0')) / 10)
-            return -1; /* past hi: no need to go on */
-        v = v * 10 + (*p - '0');
-    }
-    if (v < lo)
-        return -1;
-    *out = v;
-    return 0;
-}
 
 /* parse_num()'s results besides 0 and -1 (not a plain decimal). */
 #define NUM_TINY (-2) /* positive, but under DBL_MIN: strtod() underflows */
@@ -153,12 +135,13 @@ static int calc_retries(int argc, char **argv)
         if (eq == NULL && i + 1 >= argc)
             return retries_error("%s needs a value", opt);
         const char *v = eq != NULL ? eq + 1 : argv[++i];
+        char why_num[64]; /* what is wrong with a number given */
         if (strcmp(opt, "--layers") == 0) {
-            if (parse_int(v, 1, CALC_MAX_LAYERS, &layers) < 0)
-                return retries_refused("--layers: ", v, " is not a whole number from 1 to 20");
+            if (parse_int_option(v, 1, CALC_MAX_LAYERS, &layers, why_num, sizeof(why_num)) < 0)
+                return retries_refused("--layers: ", v, why_num);
         } else if (strcmp(opt, "--attempts") == 0) {
-            if (parse_int(v, 1, CALC_MAX_ATTEMPTS, &attempts) < 0)
-                return retries_refused("--attempts: ", v, " is not a whole number from 1 to 100");
+            if (parse_int_option(v, 1, CALC_MAX_ATTEMPTS, &attempts, why_num, sizeof(why_num)) < 0)
+                return retries_refused("--attempts: ", v, why_num);
         } else if (strcmp(opt, "--budget") == 0) {
             int rc = parse_num(v, true, &budget);
             if (rc == NUM_TINY)

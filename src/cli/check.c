@@ -47,7 +47,8 @@ static int parse_args(int argc, char **argv, struct check_args *a)
     int c;
     unsigned seen = 0; /* each flag once: a second --now judged another day, silently */
     while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
-        uint64_t n;
+        long v;
+        char why_num[64]; /* what is wrong with a number given */
         int got = command_option_once(&cmd_check, c, options, NULL, &seen);
         if (got != 0)
             return got;
@@ -65,10 +66,9 @@ static int parse_args(int argc, char **argv, struct check_args *a)
                                          " is not a YYYY-MM-DD date");
             break;
         case 'w':
-            if (parse_uint(optarg, 3650, &n) != 0)
-                return command_arg_error(&cmd_check, "--warn-days: ", optarg,
-                                         " is not a number of days (0-3650)");
-            a->warn_days = (int)n;
+            if (parse_int_option(optarg, 0, 3650, &v, why_num, sizeof(why_num)) != 0)
+                return command_arg_error(&cmd_check, "--warn-days: ", optarg, why_num);
+            a->warn_days = (int)v;
             break;
         case 'f':
             if (strcmp(optarg, "text") == 0)

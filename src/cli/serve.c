@@ -61,17 +61,6 @@ struct serve_args {
     struct privdrop_target user;
 };
 
-/* A nice value, -20 to 19, in decimal; 0 or -1. */
-static int parse_nice(const char *s, int *out)
-{
-    bool minus = s[0] == '-';
-    uint64_t n;
-    if (parse_uint(s + minus, 20, &n) != 0 || (!minus && n > 19))
-        return -1;
-    *out = minus ? -(int)n : (int)n;
-    return 0;
-}
-
 /* True when an earlier --listen names the address <l> names (as printed:
  * "localhost:3128" is "127.0.0.1:3128"). The second bind failed with a
  * message about another server, for a unix path, when there was none. Port
@@ -125,6 +114,8 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
     while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
         const char *why = NULL;
         uint64_t n;
+        long v;
+        char why_num[64]; /* what is wrong with a number given */
         int got = command_option_once(&cmd_serve, c, options, "l", &seen);
         if (got != 0)
             return got;
@@ -173,10 +164,9 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
             a->state = optarg;
             break;
         case 'm':
-            if (parse_uint(optarg, 1000000, &n) != 0 || n == 0)
-                return command_arg_error(&cmd_serve, "--max-conns: ", optarg,
-                                         " is not a number (1-1000000)");
-            a->max_conns = (unsigned)n;
+            if (parse_int_option(optarg, 1, 1000000, &v, why_num, sizeof(why_num)) != 0)
+                return command_arg_error(&cmd_serve, "--max-conns: ", optarg, why_num);
+            a->max_conns = (unsigned)v;
             break;
         case 'g':
             got = parse_period_ms(optarg, &n);
@@ -198,9 +188,9 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
                                          " is not batch or normal");
             break;
         case 'N':
-            if (parse_nice(optarg, &a->nice) != 0)
-                return command_arg_error(&cmd_serve, "--nice: ", optarg,
-                                         " is not a number (-20-19)");
+            if (parse_int_option(optarg, -20, 19, &v, why_num, sizeof(why_num)) != 0)
+                return command_arg_error(&cmd_serve, "--nice: ", optarg, why_num);
+            a->nice = (int)v;
             a->nice_given = true;
             break;
         case 'P':

@@ -1,5 +1,6 @@
 #include "util/units.h"
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -34,6 +35,27 @@ int parse_uint(const char *s, uint64_t max, uint64_t *out)
     if (n == 0 || over || s[n] != '\0' || v > max)
         return -1;
     *out = v;
+    return 0;
+}
+
+int parse_int_option(const char *s, long lo, long hi, long *out, char *why, size_t cap)
+{
+    bool minus = s[0] == '-';
+    const char *d = s + minus;
+    size_t n = strspn(d, "0123456789");
+    uint64_t v;
+    if (n == 0 || d[n] != '\0') {
+        snprintf(why, cap, " is not a whole number (%ld to %ld)", lo, hi);
+        return -1;
+    }
+    /* digits past LONG_MAX, or past 64 bits, are a number all the same */
+    bool big = parse_uint(d, (uint64_t)LONG_MAX, &v) != 0;
+    long x = big ? 0 : minus ? -(long)v : (long)v;
+    if (big || x < lo || x > hi) {
+        snprintf(why, cap, " is out of range (%ld to %ld)", lo, hi);
+        return -1;
+    }
+    *out = x;
     return 0;
 }
 

@@ -37,6 +37,11 @@ bool day_watch(int32_t *day, int64_t (*clock_ms)(void *), void *arg, uint64_t ma
                uint64_t *wait_ms);
 /* Non-negative decimal integer, no sign, no spaces, at most <max>. */
 int parse_uint(const char *s, uint64_t max, uint64_t *out);
+/* A command-line option's whole number from <lo> to <hi>: decimal, a '-'
+ * allowed, no '+' or spaces. Returns 0 with <*out> set; else -1 and, in
+ * <why> (<cap> bytes), what is wrong, to follow the value in a usage error:
+ * " is not a whole number (LO to HI)" or " is out of range (LO to HI)". */
+int parse_int_option(const char *s, long lo, long hi, long *out, char *why, size_t cap);
 
 /* Room format_uint() needs: the 20 digits of UINT64_MAX. */
 #define FORMAT_UINT_MAX 20

@@ -257,7 +257,8 @@ def test_readme_curl_session_is_what_make_run_answers(gateway):
         assert ev == want, (ev, want)
 
 
-# A number each of these options refuses ('x'), and the arguments around it.
+# A number each of these options refuses ('x', and one past its range), and
+# the arguments around it.
 RANGED = [("serve", "--max-conns", ["--policy", "p.yaml"]),
           ("serve", "--nice", ["--policy", "p.yaml"]),
           ("check", "--warn-days", ["p.yaml"]),
@@ -266,18 +267,26 @@ RANGED = [("serve", "--max-conns", ["--policy", "p.yaml"]),
 
 
 def test_numeric_option_ranges_in_usage_errors_are_those_docs_give(sluice_bin, tmp_path):
-    """The range a numeric option's usage error names (`'x' is not a number
-    (1-1000000)`, `from 1 to 20`) is the one docs/SPEC.md gives in a sentence
-    that names the option: an operator reads the bounds before meeting them."""
+    """The range a numeric option's usage error names (`'x' is not a whole
+    number (1 to 1000000)`) is the one docs/SPEC.md gives in a sentence that
+    names the option: an operator reads the bounds before meeting them. A
+    number past them is said to be out of range, not to be no number."""
     (tmp_path / "p.yaml").write_text("version: 1\nrules: []\n")
     sentences = [s.replace(",000", "000") for s in re.split(r"(?<=\.)\s", text("docs", "SPEC.md"))]
     for command, opt, around in RANGED:
         r = subprocess.run([sluice_bin, command] + around + [opt, "x"], capture_output=True,
                            text=True, timeout=10, cwd=str(tmp_path))
         assert r.returncode == 2, (opt, r.stderr)
-        m = re.search(r"\((-?\d+)-(-?\d+)\)|from (-?\d+) to (-?\d+)", r.stderr.split("\n")[0])
+        m = re.search(r"'x' is not a whole number \((-?\d+) to (-?\d+)\)$",
+                      r.stderr.split("\n")[0])
         assert m, (opt, r.stderr)
-        low, high = [g for g in m.groups() if g is not None]
+        low, high = m.groups()
+        past = str(int(high) + 1)
+        r = subprocess.run([sluice_bin, command] + around + [opt, past], capture_output=True,
+                           text=True, timeout=10, cwd=str(tmp_path))
+        assert r.returncode == 2, (opt, r.stderr)
+        assert r.stderr.split("\n")[0].endswith(
+            "%s: '%s' is out of range (%s to %s)" % (opt, past, low, high)), (opt, r.stderr)
         bounds = r"(?<![\d-])%s(?:-| to )%s(?!\d)" % (re.escape(low), re.escape(high))
         said = [s for s in sentences if "`%s" % opt in s and re.search(bounds, s)]
         assert said, "docs/SPEC.md gives no range %s-%s for %s %s" % (low, high, command, opt)

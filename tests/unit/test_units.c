@@ -284,6 +284,36 @@ static void test_day_watch(void **state)
     assert_int_equal(wait, 500);
 }
 
+/* A value that is a number but past the range is said to be out of
+ * range, not "not a number" (`--nice 20`). */
+static void test_parse_int_option(void **state)
+{
+    (void)state;
+    long v = 7;
+    char why[64];
+    assert_int_equal(parse_int_option("-20", -20, 19, &v, why, sizeof(why)), 0);
+    assert_int_equal(v, -20);
+    assert_int_equal(parse_int_option("19", -20, 19, &v, why, sizeof(why)), 0);
+    assert_int_equal(v, 19);
+    assert_int_equal(parse_int_option("-0", -20, 19, &v, why, sizeof(why)), 0);
+    assert_int_equal(v, 0);
+
+    static const char *const far[] = {"20", "-21", "99999999999999999999999",
+                                      "-9223372036854775808"};
+    for (size_t i = 0; i < sizeof(far) / sizeof(far[0]); i++) {
+        v = 42;
+        assert_int_equal(parse_int_option(far[i], -20, 19, &v, why, sizeof(why)), -1);
+        assert_string_equal(why, " is out of range (-20 to 19)");
+        assert_int_equal(v, 42);
+    }
+    static const char *const bad[] = {"", "x", "-", "+3", "1.5", " 1", "1 ", "0x1", "--1"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(parse_int_option(bad[i], 1, 1000000, &v, why, sizeof(why)), -1);
+        assert_string_equal(why, " is not a whole number (1 to 1000000)");
+        assert_int_equal(v, 42);
+    }
+}
+
 static void test_parse_uint(void **state)
 {
     (void)state;
@@ -397,17 +427,12 @@ static void test_format_uint_as_snprintf(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse_size),
-        cmocka_unit_test(test_format_period),
-        cmocka_unit_test(test_parse_period),
-        cmocka_unit_test(test_parse_date),
-        cmocka_unit_test(test_format_date),
-        cmocka_unit_test(test_day_of),
-        cmocka_unit_test(test_ms_to_next_day),
-        cmocka_unit_test(test_parse_uint),
-        cmocka_unit_test(test_format_uint),
-        cmocka_unit_test(test_day_watch),
-        cmocka_unit_test(test_format_uint_as_snprintf),
+        cmocka_unit_test(test_parse_size),       cmocka_unit_test(test_format_period),
+        cmocka_unit_test(test_parse_period),     cmocka_unit_test(test_parse_date),
+        cmocka_unit_test(test_format_date),      cmocka_unit_test(test_day_of),
+        cmocka_unit_test(test_ms_to_next_day),   cmocka_unit_test(test_parse_uint),
+        cmocka_unit_test(test_parse_int_option), cmocka_unit_test(test_format_uint),
+        cmocka_unit_test(test_day_watch),        cmocka_unit_test(test_format_uint_as_snprintf),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
