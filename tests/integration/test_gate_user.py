@@ -15,7 +15,7 @@ import pytest
 from conftest import SANITIZER_MARKS, Gateway, policy_yaml
 from gate_client import api_rule, poll, request
 from gate_servers import free_port
-from watch_helpers import wait_alert, write_script
+from watch_helpers import hold_exclusive, stored_contacts, wait_alert, write_script
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to change user")
 
@@ -101,6 +101,34 @@ def test_serves_as_the_user_once_bound(open_dir, serve_in, net):  # open_dir out
     # the state store kept working after the switch
     with sqlite3.connect(os.path.join(state, "sluice.db")) as db:
         assert db.execute("select count(*) from first_contact").fetchone()[0] == 1
+
+
+def test_a_locked_store_only_root_may_open_ends_its_tries_as_the_user(gateway, net, tmp_path):
+    # README --state: a store locked at start is tried again in the
+    # background, under --user as that user, once the gateway left root; a
+    # DIR only root may open (pytest's folders are 0700) then ends the tries
+    # as a failed open does at a start, and the gateway serves on without it
+    statedir = str(tmp_path / "state")
+    policy = net.policy([api_rule(net)], alerts={"first_contact": True})
+    gw = gateway(policy, args=["--state", statedir])  # made as root
+    gw.stop()
+    holder = hold_exclusive(statedir)
+    try:
+        gw = gateway(policy, args=["--state", statedir, "--user", "nobody"])
+        poll(lambda: "trying again in the background" in gw.stderr() or None, timeout=10,
+             what="the locked store told")
+        assert proc_status(gw.proc.pid)["Uid"].split() == [str(NOBODY)] * 4
+    finally:
+        holder.rollback()
+        holder.close()
+    poll(lambda: "running without a state store" in gw.stderr() or None, timeout=40,
+         what="the tries ended")
+    assert "/sluice.db: opened" not in gw.stderr(), gw.stderr()
+    assert "Permission denied; running without a state store" in gw.stderr(), gw.stderr()
+    assert request(gw, "GET", net.url("/still")).status == 200
+    gw.decided(path="/still")
+    gw.stop()
+    assert stored_contacts(statedir) == []
 
 
 def test_unreadable_policy_is_said_at_start(gateway, net):

@@ -10,7 +10,7 @@ import sqlite3
 import urllib.request
 
 from gate_client import api_rule, other_rule, other_url, poll, request
-from watch_helpers import free_tcp_port, healthz
+from watch_helpers import free_tcp_port, healthz, hold_exclusive
 from watch_helpers import stored_contacts as contacts
 
 
@@ -25,16 +25,6 @@ def stored_alert_bodies(statedir):
         return [r[0] for r in db.execute("SELECT body FROM alert_queue ORDER BY id")]
     finally:
         db.close()
-
-
-def hold_exclusive(statedir):
-    """A connection holding sluice.db under an exclusive lock, as a backup
-    tool or the sqlite3 shell with locking_mode=EXCLUSIVE would."""
-    db = sqlite3.connect("%s/sluice.db" % statedir, timeout=5, isolation_level=None)
-    db.execute("PRAGMA locking_mode=EXCLUSIVE")
-    db.execute("BEGIN EXCLUSIVE")
-    db.execute("SELECT count(*) FROM first_contact").fetchall()
-    return db
 
 
 def test_a_store_locked_at_start_is_opened_once_the_lock_goes(gateway, net, tmp_path,

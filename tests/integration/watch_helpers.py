@@ -331,6 +331,17 @@ def stored_contacts(statedir):
         db.close()
 
 
+def hold_exclusive(statedir):
+    """A connection holding sluice.db under an exclusive lock, as a backup
+    tool or the sqlite3 shell with locking_mode=EXCLUSIVE would: the
+    caller rolls it back and closes it."""
+    db = sqlite3.connect("%s/sluice.db" % statedir, timeout=5, isolation_level=None)
+    db.execute("PRAGMA locking_mode=EXCLUSIVE")
+    db.execute("BEGIN EXCLUSIVE")
+    db.execute("SELECT count(*) FROM first_contact").fetchall()
+    return db
+
+
 def stored_alerts(state):
     """The alerts the state store in <state> holds for its sinks (its
     committed rows)."""
