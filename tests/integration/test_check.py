@@ -683,7 +683,7 @@ BAD_CASES = [
           - host: api.github.com
             tier: 3
             owner: "  "
-            expires: 2099-12-31
+            expires: 9999-12-31
         """, "policy.yaml:5: rules[0].owner:"),
     ("tier out of range", """\
         version: 1
@@ -1433,7 +1433,7 @@ HELP_EXAMPLES = {
     ],
     "grants expiring within --warn-days (default: the policy's alerts.expiry_warn_days, else 14); tier-3 ones over 365 days ahead": [
         ("warning", _rule("    expires: 2026-12-05\n"), "expires on 2026-12-05, 4 days left"),
-        ("warning", _V + "rules:\n  - host: a.example.com\n    tier: 3\n    owner: alice\n    expires: 2099-12-31\n", "more than 365"),
+        ("warning", _V + "rules:\n  - host: a.example.com\n    tier: 3\n    owner: alice\n    expires: 9999-12-31\n", "more than 365"),
     ],
     "entries listed twice (deny, ranges, ports, methods, agents, sinks), naming both lines": [
         ("warning", _V + _R + "deny:\n  - b.example.com\n  - b.example.com\n", "deny[1]: b.example.com is listed twice (line 6)"),

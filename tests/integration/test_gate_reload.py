@@ -1276,8 +1276,7 @@ def sink_policy(net, sink_port, keep_rule=True, **kw):
     """A tier-3 grant for POSTs to the sink (<kw>: owner, expires, more
     policy keys) besides the api's rule, or the api's rule alone."""
     rule = {"host": SINK, "ports": [sink_port], "tier": 3, "owner": "alice",
-            "expires": kw.pop("expires", (datetime.date.today() +
-                                          datetime.timedelta(days=30)).isoformat())}
+            "expires": kw.pop("expires", (utc_today() + datetime.timedelta(days=30)).isoformat())}
     rules = [rule, api_rule(net)] if keep_rule else [api_rule(net)]
     return net.policy(rules, static_extra={SINK: ScriptedUpstream.IP}, **kw)
 
