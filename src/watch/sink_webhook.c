@@ -44,6 +44,13 @@
  * bound keeps a callback that never runs from holding the attempt. */
 #define WEBHOOK_NUDGE_RECHECK_US 1000
 #define WEBHOOK_NUDGE_WAIT_MS    1000
+/* At the deadline, an answer the connection already holds is taken first
+ * (answer_held()): the deadline looks again after WEBHOOK_NUDGE_RECHECK_US,
+ * at most WEBHOOK_LATE_TURNS times an attempt, while input is left. A turn
+ * of the loop reads up to 4096 bytes of the socket: an answer held whole
+ * (at most WEBHOOK_UNREAD_MAX) is read in 25; the bound keeps a server
+ * that trickles its bytes from holding the attempt much past the deadline. */
+#define WEBHOOK_LATE_TURNS 64
 /* How often the loop looks whether the store's thread has run the sink's
  * read of its queue (a look takes a mutex, never waits for the read). */
 #define WEBHOOK_READ_POLL_US 2000
@@ -84,6 +91,7 @@ struct webhook {
     bool overlong;          /* the answer left over WEBHOOK_UNREAD_MAX unread */
     unsigned interim;       /* interim (1xx) answers skipped in this attempt */
     bool nudged;            /* on_head() queued a TLS write callback for evhttp */
+    unsigned late_turns;    /* times the deadline waited for input held (on_deadline()) */
     struct store *store;
     char *url, *label, *host, *path, *hosthdr;
     /* What the store files the sink's alerts under (webhook_set_listing):
@@ -212,6 +220,7 @@ static void try_send(struct webhook *w);
 static void on_sweep(evutil_socket_t fd, short what, void *arg);
 static void on_read_poll(evutil_socket_t fd, short what, void *arg);
 static void drop_conn(struct webhook *w);
+static bool socket_holds_input(struct bufferevent *bev);
 
 static void on_retry(evutil_socket_t fd, short what, void *arg)
 {
@@ -492,6 +501,38 @@ static void on_done(struct evhttp_request *req, void *arg)
     attempt_over(w, req != NULL ? evhttp_request_get_response_code(req) : 0);
 }
 
+/* At the deadline: whether the connection holds bytes evhttp has not
+ * taken yet (in its input, in OpenSSL, or in the socket), an answer that
+ * may have come in time; if so, the deadline looks again on a later turn
+ * of the loop (at most WEBHOOK_LATE_TURNS times an attempt), after the
+ * connection has read them. A gateway that was frozen past the deadline
+ * (SIGSTOP, a paused VM, a long stall of the loop) runs the deadline's
+ * timer before it reads the socket: after a stop, epoll_wait() comes back
+ * with no event (EINTR) and libevent runs the timers that fell due;
+ * after a stall, a read event whose own timeout fell due too is reported
+ * as that timeout alone; a TLS connection's read callback is deferred
+ * behind the timers. The alert, answered in time, was then cut, counted
+ * undelivered and sent again: a copy at the receiver. After a freeze
+ * that long, evhttp's read timeout (open_conn()) fell due too, queued
+ * behind the deadline: turning the read off and on again drops it and
+ * starts it anew, or evhttp would end the request as timed out before the
+ * read. */
+static bool answer_held(struct webhook *w)
+{
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(w->conn);
+    if (w->overlong || w->late_turns >= WEBHOOK_LATE_TURNS ||
+        (evbuffer_get_length(bufferevent_get_input(bev)) == 0 && !socket_holds_input(bev)))
+        return false;
+    w->late_turns++;
+    if (bufferevent_get_enabled(bev) & EV_READ) {
+        bufferevent_disable(bev, EV_READ);
+        bufferevent_enable(bev, EV_READ);
+    }
+    struct timeval tv = {0, WEBHOOK_NUDGE_RECHECK_US};
+    evtimer_add(w->deadline, &tv);
+    return true;
+}
+
 /* t.attempt_ms (SINK_WEBHOOK_TIMEOUT_S) after the request started, and it
  * is not over. evhttp's own timeout restarts with every read, so a server
  * that trickles its answer would hold the queue for as long as it liked:
@@ -531,6 +572,8 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
         evtimer_add(w->deadline, &tv);
         return;
     }
+    if (answer_held(w))
+        return;
     bool resolving =
         w->dns != NULL && bufferevent_getfd(evhttp_connection_get_bufferevent(w->conn)) < 0;
     w->req = NULL;
@@ -630,7 +673,11 @@ static int open_conn(struct webhook *w)
         bufferevent_free(bev);
         return -1;
     }
-    evhttp_connection_set_timeout(w->conn, SINK_WEBHOOK_TIMEOUT_S);
+    /* The attempt's deadline (on_deadline()) ends an attempt; evhttp's
+     * own timeout, restarted by each read, is a second longer, so that it
+     * never falls due before the deadline: after a freeze past both, the
+     * deadline runs first and an answer held is still taken (answer_held()). */
+    evhttp_connection_set_timeout(w->conn, SINK_WEBHOOK_TIMEOUT_S + 1);
     evhttp_connection_set_retries(w->conn, 0);
     /* The answer is hostile input too: only its status matters. */
     evhttp_connection_set_max_headers_size(w->conn, SINK_WEBHOOK_MAX_HEAD);
@@ -737,6 +784,7 @@ static void try_send(struct webhook *w)
     w->overlong = false;
     w->interim = 0;
     w->nudged = false;
+    w->late_turns = 0;
     w->sent = false;
     w->answer_bytes = false;
     /* connected: an earlier answer came on it (evhttp closes the socket
