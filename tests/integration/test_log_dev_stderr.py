@@ -10,14 +10,16 @@ file (write-ahead, Log writes)."""
 
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
+import time
 
 import pytest
 
 from gate_client import api_rule, build_request, other_url, poll, read_response, request
-from held_requests import admin_get, decided, healthz
+from held_requests import HANG_GUARD_S, admin_get, decided, healthz
 from uffd_hold import FileLock
 from watch_helpers import free_tcp_port
 
@@ -35,6 +37,23 @@ def deny(port, i):
         return read_response(s).status
     finally:
         s.close()
+
+
+def read_until(fd, mark, what):
+    """Reads the pipe <fd> until <mark> came in what it read (returned),
+    for at most HANG_GUARD_S in all: a serve that hangs without exiting
+    or writing fails the test, which a read that waits for it held for
+    good."""
+    got = b""
+    end = time.monotonic() + HANG_GUARD_S
+    while mark not in got:
+        left = end - time.monotonic()
+        assert left > 0 and select.select([fd], [], [], left)[0], \
+            "%s not on standard error within %d s; it said %r" % (what, HANG_GUARD_S, got[-2000:])
+        b = os.read(fd, 65536)
+        assert b, "standard error ended before %s; it said %r" % (what, got[-2000:])
+        got += b
+    return got
 
 
 def dropped(admin, log):
@@ -70,17 +89,9 @@ def test_a_log_on_standard_error_whose_reader_is_gone_says_so(sluice_bin, tmp_pa
                             env=env, cwd=str(tmp_path))
     os.close(w)
     try:
-        seen = b""
-        while b"sluice: serving " not in seen:
-            b = os.read(r, 4096)
-            assert b, "serve exited before serving: %r" % seen
-            seen += b
+        read_until(r, b"sluice: serving ", "serve's \"serving\"")
         assert deny(port, 0) == 403
-        first = b""
-        while mark not in first:
-            b = os.read(r, 65536)
-            assert b, "standard error ended before the first request's lines"
-            first += b
+        first = read_until(r, mark, "the first request's lines")
         assert b'"host":"h0.example.test"' in first, first
         assert healthz(admin) == (200, b"ok\n")
         os.close(r)  # the reader dies
