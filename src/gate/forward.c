@@ -1090,11 +1090,25 @@ static bool take_rest(struct conn *c)
     return c->ex.rsp_head_done || evbuffer_get_length(in) > 0;
 }
 
+static bool socket_is_quiet(evutil_socket_t fd);
+
 static void up_event(struct bufferevent *bev, short what, void *arg)
 {
     struct conn *c = arg;
     struct exchange *ex = &c->ex;
-    (void)bev;
+    /* A read timeout while the socket holds bytes (or the upstream's end):
+     * they came while the gateway did not run (stopped, a paused VM, a long
+     * stall of its loop), and libevent ran the timeout before the read
+     * (epoll_wait() comes back with no event after SIGCONT; a read that
+     * fell due with its timeout is reported as the timeout alone). The
+     * upstream spoke in time: reading goes on (the bufferevent turned it
+     * off), its timeout restarted, and what it reads is progress as any
+     * read. Before, the agent got a 502 "did not answer in time". */
+    if (what == (BEV_EVENT_READING | BEV_EVENT_TIMEOUT) &&
+        !socket_is_quiet(bufferevent_getfd(bev))) {
+        bufferevent_enable(bev, EV_READ);
+        return;
+    }
     /* Until it took the request, its timeouts are steps (answer_started(),
      * request_sent(), forward_start()). */
     if ((what & BEV_EVENT_TIMEOUT) && !ex->req_taken) {

@@ -390,6 +390,21 @@ def epoll_interest(pid):
     return out
 
 
+def wait_in_epoll(pid, timeout=5.0):
+    """Waits (bounded) until the main thread of <pid> sleeps in epoll_wait:
+    stopped there, it comes back from the call without the events that came
+    meanwhile (EINTR after SIGCONT), and its loop looks at its timers before
+    it polls again. A kernel that shows no wait channel ("0") is not waited
+    on."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        with open("/proc/%d/wchan" % pid) as f:
+            chan = f.read().strip()
+        if "epoll" in chan or chan in ("", "0"):
+            return
+        time.sleep(0.005)
+
+
 SocketEnd = collections.namedtuple("SocketEnd", "fd inode")
 
 

@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import TCP_CLOSE_WAIT, tcp_sockets
+from conftest import TCP_CLOSE_WAIT, tcp_sockets, wait_in_epoll
 from gate_client import (IMF_FIXDATE, api_rule, assert_deny_response, exchange, open_conn, poll,
                          read_response, read_responses, recv_until_close, request, undated)
 from gate_servers import LoopbackServer, ScriptedUpstream
@@ -1601,3 +1601,35 @@ def test_a_write_with_a_body_cannot_smuggle_a_request(gateway, net, hidden):
         assert up.lines == ["POST /p HTTP/1.1", "GET /next HTTP/1.1"], (up.lines, up.accepted)
         assert up.accepted == 2
 
+
+
+def test_an_answer_that_came_while_the_gateway_was_frozen_is_taken(gateway, net):
+    # The origin answers at once, while the gateway is stopped (SIGSTOP in
+    # its epoll_wait, as a paused VM or a long stall of its loop) for over
+    # idle_timeout: when it runs again, libevent ran the upstream's read
+    # timeout before the read (epoll_wait comes back with EINTR after
+    # SIGCONT) and the agent got a 502 "the upstream did not answer in
+    # time" for an answer that waited in the socket. It gets the answer.
+    held, done = {}, threading.Event()
+
+    def script(conn, stop, received):
+        gw = held["gw"]
+        wait_in_epoll(gw.proc.pid)
+        gw.proc.send_signal(signal.SIGSTOP)
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        done.set()
+        stop.wait(1)
+
+    with ScriptedUpstream(script) as up:
+        gw = held["gw"] = evil_gateway(gateway, net, up, limits={"idle_timeout": "1s"})
+        s = open_conn(gw, timeout=20)
+        try:
+            s.sendall(evil_get("/frozen", up))
+            assert done.wait(10), up.errors
+            time.sleep(2.5)  # past idle_timeout: the answer waits in the socket
+            gw.proc.send_signal(signal.SIGCONT)
+            r = read_response(s, "GET")
+        finally:
+            gw.proc.send_signal(signal.SIGCONT)
+            s.close()
+    assert (r.status, r.body) == (200, b"ok"), (r.status, r.body, gw.stderr()[-1000:])

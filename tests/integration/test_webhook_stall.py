@@ -11,28 +11,14 @@ import time
 
 import pytest
 
+from conftest import wait_in_epoll
 from gate_client import request
 from watch_helpers import Receiver, delivered_through, webhook_label, webhook_tls_env
 from test_watch_sinks import later, later_rules, raise_later
 
-# Past the 5 s deadline of an attempt (SINK_WEBHOOK_TIMEOUT_S), and past
-# evhttp's own 5 s read timeout, both counted from before the stop.
+# Past the 5 s deadline of an attempt (SINK_WEBHOOK_TIMEOUT_S) and evhttp's
+# own 6 s read timeout, both counted from before the stop.
 STOP_S = 6.0
-
-
-def wait_in_epoll(pid, timeout=5.0):
-    """Waits (bounded) until the main thread of <pid> sleeps in epoll_wait:
-    stopped there, it comes back from the call without the events that came
-    meanwhile (EINTR after SIGCONT), and its loop looks at its timers before
-    it polls again. A kernel that shows no wait channel ("0") is not waited
-    on."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        with open("/proc/%d/wchan" % pid) as f:
-            chan = f.read().strip()
-        if "epoll" in chan or chan in ("", "0"):
-            return
-        time.sleep(0.005)
 
 
 class _Freezer(Receiver):
