@@ -11,7 +11,10 @@
  * "user:" and the token (Basic: the secret is what follows the first
  * colon); and the token is one of the two. Then the agent is that token's.
  * Anything else is AGENT_AUTH_REQUIRED: a client that presents a header is
- * never treated as presenting none. */
+ * never treated as presenting none. agent_identify_why() answers the same,
+ * its why NULL exactly on AGENT_OK and else the one the value earns: no
+ * token (blank, or Bearer or Basic alone, at any length), an empty Basic
+ * password, a token of no agent, or unreadable. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -73,10 +76,13 @@ static long ref_b64(const char *in, size_t len, unsigned char *out)
     return n;
 }
 
-/* The secret the reference finds in the value, or -1. */
-static long ref_secret(const char *v, size_t len, unsigned char *buf)
+/* The secret the reference finds in the value (0: a Basic value with an
+ * empty password), or -1; <*no_token> says whether the value holds no
+ * token at all: blank, or a Bearer or Basic scheme alone (any length).
+ * <buf> holds AUTH_MAX + 8 bytes. */
+static long ref_secret(const char *v, size_t len, unsigned char *buf, bool *no_token)
 {
-    size_t i = 0;
+    size_t whole = len, i = 0;
     while (i < len && blank(v[i]))
         i++;
     size_t start = i;
@@ -90,7 +96,9 @@ static long ref_secret(const char *v, size_t len, unsigned char *buf)
         len--;
     const char *cred = v + i;
     size_t n = len - i;
-    if (n == 0)
+    *no_token = n == 0 && (scheme_len == 0 || scheme_is(scheme, scheme_len, "bearer") ||
+                           scheme_is(scheme, scheme_len, "basic"));
+    if (n == 0 || whole > AUTH_MAX)
         return -1;
     for (size_t k = 0; k < n; k++) {
         unsigned char c = (unsigned char)cred[k];
@@ -145,14 +153,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     enum agent_result r = agent_identify(&pol, &o, (const char *)data, size, &out);
 
     const struct agent *want = NULL;
-    if (size <= AUTH_MAX) {
-        unsigned char buf[AUTH_MAX + 8];
-        long n = ref_secret((const char *)data, size, buf);
-        for (size_t i = 0; n > 0 && i < 2 && want == NULL; i++)
-            if ((size_t)n == strlen(tokens[i]) && memcmp(buf, tokens[i], (size_t)n) == 0)
-                want = &agents[i];
-    }
+    const char *want_why = AGENT_WHY_UNREADABLE;
+    unsigned char buf[AUTH_MAX + 8];
+    bool no_token = false;
+    long n = ref_secret((const char *)data, size, buf, &no_token);
+    if (no_token)
+        want_why = AGENT_WHY_NO_TOKEN;
+    else if (n == 0)
+        want_why = AGENT_WHY_EMPTY_PASSWORD;
+    else if (n > 0)
+        want_why = AGENT_WHY_NO_MATCH;
+    for (size_t i = 0; n > 0 && i < 2 && want == NULL; i++)
+        if ((size_t)n == strlen(tokens[i]) && memcmp(buf, tokens[i], (size_t)n) == 0)
+            want = &agents[i];
     if (want != NULL ? (r != AGENT_OK || out != want) : (r != AGENT_AUTH_REQUIRED || out != NULL))
+        abort();
+
+    const char *why = "unset";
+    const struct agent *out_why = NULL;
+    enum agent_result r_why =
+        agent_identify_why(&pol, &o, (const char *)data, size, &out_why, &why);
+    if (r_why != r || out_why != out)
+        abort();
+    if (want != NULL ? why != NULL : (why == NULL || strcmp(why, want_why) != 0))
         abort();
     return 0;
 }
