@@ -47,6 +47,7 @@
 #include "gate/stream.h"
 #include "shape/admit.h"
 #include "shape/quota.h"
+#include "util/socket_quiet.h"
 #include "util/units.h"
 #include "util/wall_clock.h"
 
@@ -1090,8 +1091,6 @@ static bool take_rest(struct conn *c)
     return c->ex.rsp_head_done || evbuffer_get_length(in) > 0;
 }
 
-static bool socket_is_quiet(evutil_socket_t fd);
-
 static void up_event(struct bufferevent *bev, short what, void *arg)
 {
     struct conn *c = arg;
@@ -1212,18 +1211,6 @@ void forward_park(struct conn *c)
     c->idle_first = bufferevent_priority_set(c->idle_up, GATEWAY_PRI_FIRST) == 0;
     if (!c->idle_first) /* an event of it queued in this turn: looked at with a peek */
         (void)bufferevent_priority_set(c->idle_up, GATEWAY_PRI_NORMAL);
-}
-
-/* True when nothing waits in the socket <fd>: no byte, no end, no error
- * (recv(MSG_PEEK), a system call). */
-static bool socket_is_quiet(evutil_socket_t fd)
-{
-    char b;
-    ssize_t n;
-    do
-        n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    while (n < 0 && errno == EINTR);
-    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
 /* True when nothing waits in the idle connection's socket: no byte and no

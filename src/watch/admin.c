@@ -66,6 +66,7 @@
 #include "util/env.h"
 #include "util/http_date.h"
 #include "util/ipaddr.h"
+#include "util/socket_quiet.h"
 #include "util/text_json.h"
 #include "util/units.h"
 #include "util/wall_clock.h"
@@ -92,7 +93,8 @@ struct admin_conn {
     bool via_loopback; /* its local address is loopback: the Host check applies */
     uint64_t body_gen; /* the /metrics body its reply holds (a->latest_gen's), or 0 */
     size_t body_len;
-    size_t lingered; /* bytes read and dropped in AC_LINGER */
+    size_t lingered;     /* bytes read and dropped in AC_LINGER */
+    unsigned late_reads; /* head deadlines put off for input waiting (on_deadline()) */
     struct admin_head head;
     size_t len;               /* bytes in buf */
     char buf[ADMIN_HEAD_MAX]; /* the request head as it arrives */
@@ -499,6 +501,18 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     if (c->state == AC_HEAD) {
+        /* Input waiting at the deadline came while the gateway did not run
+         * (stopped, a paused VM, a long stall of its loop): after SIGCONT
+         * epoll_wait() comes back with EINTR and no event, and this timer
+         * runs before the read. The client sent in time: the read goes
+         * first (the next turn polls), and the deadline comes again 1 ms
+         * later, a bounded number of times (each read takes all the buffer
+         * has room for). Before, a head that came in time got a 408. */
+        if (c->late_reads < ADMIN_LATE_READS && !socket_is_quiet(bufferevent_getfd(c->bev))) {
+            c->late_reads++;
+            arm(c->deadline, 1);
+            return;
+        }
         c->head.method = ADMIN_GET;
         conn_reply_text(c, 408, "Request Timeout", "", "request timeout\n");
     } else {

@@ -13,12 +13,13 @@ import os
 import re
 import resource
 import select
+import signal
 import socket
 import ssl
 import time
 import urllib.request
 
-from conftest import TCP_LISTEN, socket_inodes, tcp_sockets
+from conftest import TCP_LISTEN, socket_inodes, tcp_sockets, wait_in_epoll
 from gate_client import (coarse_clock_env, connect, poll, proc_number, proc_stat,
                          recv_until_close, request)
 from watch_helpers import free_tcp_port, webhook_label
@@ -214,6 +215,34 @@ def test_admin_pipelining_client_that_never_reads_is_bounded(gateway, net):
     assert rss1 - rss0 < 20 * 1024, "RSS %d -> %d KB after %d bytes (%s)" % (rss0, rss1, sent, why)
     assert request(gw, "GET", net.url("/ok")).status == 200
     assert b"200 OK" in exchange(port, b"GET /healthz HTTP/1.1\r\n\r\n")
+
+
+def test_admin_head_that_came_while_the_gateway_was_frozen_is_answered(gateway, net):
+    # The client sends its whole head at once, while the gateway is stopped
+    # (SIGSTOP in its epoll_wait, as a paused VM or a long stall of its
+    # loop) for over ADMIN_HEAD_MS: when it runs again, epoll_wait comes
+    # back with EINTR and no event, libevent ran the head deadline before
+    # the read, and the client got a 408 for a head that waited in the
+    # socket. It gets its answer.
+    gw, port = start(gateway, net)
+    pid = gw.proc.pid
+    s = socket.create_connection(("127.0.0.1", port), timeout=20)
+    try:
+        # accepted (its deadline armed) before the gateway stops
+        poll(lambda: admin_sockets(pid, port) == 2 or None, timeout=5,
+             what="the admin connection accepted")
+        wait_in_epoll(pid)
+        gw.proc.send_signal(signal.SIGSTOP)
+        try:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            time.sleep(HEAD_MS / 1000.0 + 0.5)  # past the head deadline
+        finally:
+            gw.proc.send_signal(signal.SIGCONT)
+        out = recv_until_close(s)
+    finally:
+        gw.proc.send_signal(signal.SIGCONT)
+        s.close()
+    assert out.startswith(b"HTTP/1.1 200 OK\r\n") and out.endswith(b"\r\n\r\nok\n"), out
 
 
 def test_admin_trickling_and_idle_clients_are_closed_by_the_deadline(gateway, net):

@@ -1,0 +1,18 @@
+/* socket_quiet: whether anything waits in a socket that its event loop has
+ * not read yet. A timer that falls due while the process was frozen
+ * (SIGSTOP, a paused VM, a long stall of its loop) runs before the reads
+ * of that turn (epoll_wait() comes back with EINTR and no event after
+ * SIGCONT): what came in time waits in the socket, and a timer that asks
+ * here lets the read run first instead of reporting a timeout. Shared by
+ * the gate's upstream reads (forward.c) and the admin server's head
+ * deadline (admin.c). */
+#ifndef SLUICE_UTIL_SOCKET_QUIET_H
+#define SLUICE_UTIL_SOCKET_QUIET_H
+
+#include <stdbool.h>
+
+/* True when nothing waits in the socket <fd>: no byte, no end, no error
+ * (recv(MSG_PEEK | MSG_DONTWAIT) of one byte, a system call). */
+bool socket_is_quiet(int fd);
+
+#endif
