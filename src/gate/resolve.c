@@ -115,6 +115,7 @@ enum { Q_A, Q_AAAA, NQ };
 #define RESOLUTION_DELAY_MS 50     /* RFC 8305 section 3: the wait for AAAA once A answered */
 #define ONE_FAMILY_TTL_MS   30000  /* an answer without its abandoned AAAA: at most 30 s */
 #define DEADLINE_SLACK_MS   1000   /* past the last try's end: see arm_deadline() */
+#define TRY_END_POLLS       2      /* 1 ms put-offs of a try's end: see on_try_end() */
 #define FLIGHT_BUCKETS      1024   /* the table of names in flight; a power of two */
 
 struct query;
@@ -144,6 +145,7 @@ struct query {
     struct attempt *att;  /* the try in flight, NULL when none */
     struct event *try_ev; /* the end of that try (on_try_end()), pending with att */
     unsigned tries;       /* servers asked so far */
+    unsigned late_polls;  /* the try's end put off for a poll (on_try_end()) */
     int err;              /* RESOLVE_ERR_* or 0 */
     bool abandoned;       /* not answered within the resolution delay: no error */
     int ttl;              /* smallest TTL of its answers (s), -1 when none */
@@ -656,6 +658,7 @@ static int send_query(struct resolver *r, struct flight *f, struct query *q, siz
     }
     q->att = at;
     q->tries++;
+    q->late_polls = 0;
     return 0;
 }
 
@@ -768,6 +771,23 @@ static void on_try_end(evutil_socket_t fd, short what, void *arg)
     struct query *q = arg;
     if (q->att == NULL)
         return; /* it is not pending without a try: cannot happen */
+    /* The answer may wait in the socket unread: after the gateway was
+     * frozen past the try's end (SIGSTOP, a paused VM, a long stall of its
+     * loop), epoll_wait() comes back with EINTR and no event, and this timer
+     * runs before evdns' read. Its socket is evdns' own, not to be peeked
+     * at, so the end is put off 1 ms, TRY_END_POLLS times, for the loop to
+     * poll it and evdns to hand its answer over (a deferred callback, the
+     * turn after the read). Before, the try was cancelled, the answer
+     * thrown away, the server counted a timeout and asked again. Not when
+     * evdns' own timer (NAME_SERVER_EVDNS_SLACK_MS later) fell due in the
+     * freeze too: that ends the request in the same turn, before the read,
+     * and the try is then told a failure. */
+    if (q->late_polls < TRY_END_POLLS) {
+        struct timeval tv = timeval_of_ms(1);
+        q->late_polls++;
+        if (event_add(q->try_ev, &tv) == 0)
+            return;
+    }
     size_t server = q->att->server;
     orphan(q);
     try_ended(q, server, DNS_ERR_TIMEOUT, 0, 0, 0, NULL);

@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from conftest import policy_yaml
+from conftest import policy_yaml, wait_in_epoll
 from gate_client import (assert_deny_response, build_request, connect, open_conn, poll,
                          read_response, request)
 
@@ -1090,3 +1090,28 @@ def test_each_shortage_is_told_once_a_minute_of_its_own(world):
                     "requests are refused with 503 gateway_overloaded; raise the limit or lower "
                     "--max-conns (told at most once a minute)" % limit], told
     assert_reached(w.get("up.test"), ALLOWED + ":80")
+
+
+def test_an_answer_that_came_while_the_gateway_was_frozen_is_taken(world):
+    # The server answers while the gateway is stopped (SIGSTOP in its
+    # epoll_wait, as a paused VM or a long stall of its loop) for over a
+    # try's 2 s: when it runs again, epoll_wait comes back with EINTR and no
+    # event, and the timers run before the read: the try's end cancelled
+    # both tries, threw the answers away, counted the server a timeout and
+    # asked again ([1, 1, 28, 28]). Frozen past evdns' own timer too (3 s
+    # after the question) the answer is still lost: that timer ends the
+    # request before the read, and evdns' socket is not the gateway's.
+    w = world({"frozen.test": {"A": [ALLOWED], "delay": 0.3}})
+    pid = w.gw.proc.pid
+    wait = w.start_gets(["frozen.test"])
+    poll(lambda: len(w.queries("frozen.test")) >= 2 or None, timeout=10,
+         what="both questions asked")
+    wait_in_epoll(pid)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(2.4)  # past the try (2 s), before evdns' own timer (3 s)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    r = wait()["frozen.test"]
+    assert_reached(r, ALLOWED + ":80")
+    assert sorted(w.queries("frozen.test")) == [1, 28], w.queries("frozen.test")
