@@ -59,6 +59,7 @@
 #include "gate/stream.h"
 #include "gate/tunnel.h"
 #include "shape/quota.h"
+#include "util/socket_quiet.h"
 #include "util/units.h"
 
 /* The shortest 200 a client takes: curl (and so git and every libcurl
@@ -292,7 +293,18 @@ static bool pass_then_cut(struct conn *c, short what)
 static void up_event(struct bufferevent *bev, short what, void *arg)
 {
     struct conn *c = arg;
-    (void)bev;
+    /* A read timeout while the socket holds bytes (or the server's end):
+     * they came while the gateway did not run (stopped, a paused VM, a long
+     * stall of its loop), and libevent ran the timeout before the read
+     * (epoll_wait() comes back with no event after SIGCONT). The server
+     * answered in time: reading goes on (the bufferevent turned it off),
+     * its timeout restarted. Before, the tunnel was reset, the answer to
+     * the ClientHello thrown away. As forward.c's up_event(). */
+    if (what == (BEV_EVENT_READING | BEV_EVENT_TIMEOUT) &&
+        !socket_is_quiet(bufferevent_getfd(bev))) {
+        bufferevent_enable(bev, EV_READ);
+        return;
+    }
     if (c->state == CS_HELLO && (what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR)) {
         hello_answered(c, false); /* the server closed: nothing more to check */
         return;

@@ -4,7 +4,7 @@
  * of that turn (epoll_wait() comes back with EINTR and no event after
  * SIGCONT): what came in time waits in the socket, and a timer that asks
  * here lets the read run first instead of reporting a timeout. Shared by
- * the gate's upstream reads (forward.c) and the admin server's head
+ * the gate's upstream reads (forward.c, connect.c) and the admin server's head
  * deadline (admin.c). */
 #ifndef SLUICE_UTIL_SOCKET_QUIET_H
 #define SLUICE_UTIL_SOCKET_QUIET_H

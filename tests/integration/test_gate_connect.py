@@ -1,6 +1,8 @@
 """CONNECT tunnels: TLS through the gateway, SNI checks, server-speaks-first
 upstreams, tunnel byte counts."""
 
+import os
+import signal
 import socket
 import ssl
 import struct
@@ -10,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import API_IP, BANNER_IP, DEAD_IP, DNS_IP, policy_yaml, wait_served
+from conftest import API_IP, BANNER_IP, DEAD_IP, DNS_IP, policy_yaml, wait_in_epoll, wait_served
 from gate_client import (ANY, Tunnel, api_rule, assert_denied, connect, curl, hello_record,
                          open_conn, poll, read_head, read_response, recv_line, recv_until_close,
                          request)
@@ -2480,3 +2482,44 @@ def test_a_cut_tunnel_counts_only_what_its_stalled_reader_got(gateway, net, spli
             t.close()
     assert counted > 0, end
     assert abs(got - counted) <= 65536, (got, counted, end)
+
+
+def test_a_hello_answer_that_came_while_the_gateway_was_frozen_is_passed_on(gateway, net):
+    # The server answers the ClientHello while the gateway is stopped
+    # (SIGSTOP in its epoll_wait, as a paused VM or a long stall of its
+    # loop) for over idle_timeout: when it runs again, epoll_wait comes back
+    # with EINTR and no event, and libevent ran the upstream's read timeout
+    # before the read: the tunnel was reset for an answer that waited in
+    # the socket. The client gets the answer.
+    hello = hello_record(_SEER)
+    srv = _EndSeer(want=len(hello), reply=_ALERT)
+    with srv:
+        gw = gateway(net.policy([{"host": _SEER, "ports": [srv.port], "tier": 0}],
+                                static_extra={_SEER: "127.0.0.7"}, limits={"idle_timeout": "1s"}))
+        t = connect(gw, "%s:%d" % (_SEER, srv.port), timeout=20)
+        assert t.status == 200, t.text
+        pid = gw.proc.pid
+        try:
+            t.sock.sendall(hello)
+            assert srv.took.wait(10), "the ClientHello never went up"
+            wait_in_epoll(pid)
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                srv.go.set()
+                time.sleep(2.5)  # past idle_timeout: the answer waits in the socket
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            got = b""
+            while len(got) < len(_ALERT):
+                try:
+                    d = t.sock.recv(4096)
+                except OSError as e:
+                    got += repr(e).encode()
+                    break
+                if not d:
+                    break
+                got += d
+        finally:
+            os.kill(pid, signal.SIGCONT)
+            t.close()
+    assert got == _ALERT, got
