@@ -300,11 +300,8 @@ static void up_event(struct bufferevent *bev, short what, void *arg)
      * answered in time: reading goes on (the bufferevent turned it off),
      * its timeout restarted. Before, the tunnel was reset, the answer to
      * the ClientHello thrown away. As forward.c's up_event(). */
-    if (what == (BEV_EVENT_READING | BEV_EVENT_TIMEOUT) &&
-        !socket_is_quiet(bufferevent_getfd(bev))) {
-        bufferevent_enable(bev, EV_READ);
+    if (socket_read_timeout_held_input(bev, what))
         return;
-    }
     if (c->state == CS_HELLO && (what & BEV_EVENT_EOF) && !(what & BEV_EVENT_ERROR)) {
         hello_answered(c, false); /* the server closed: nothing more to check */
         return;

@@ -1103,11 +1103,8 @@ static void up_event(struct bufferevent *bev, short what, void *arg)
      * upstream spoke in time: reading goes on (the bufferevent turned it
      * off), its timeout restarted, and what it reads is progress as any
      * read. Before, the agent got a 502 "did not answer in time". */
-    if (what == (BEV_EVENT_READING | BEV_EVENT_TIMEOUT) &&
-        !socket_is_quiet(bufferevent_getfd(bev))) {
-        bufferevent_enable(bev, EV_READ);
+    if (socket_read_timeout_held_input(bev, what))
         return;
-    }
     /* Until it took the request, its timeouts are steps (answer_started(),
      * request_sent(), forward_start()). */
     if ((what & BEV_EVENT_TIMEOUT) && !ex->req_taken) {

@@ -1,8 +1,12 @@
-#include "socket_quiet.h"
+/* socket_quiet: what waits unread in a socket (socket_quiet.h). */
+#include "util/socket_quiet.h"
 
 #include <errno.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+
+#include <event2/bufferevent.h>
+#include <event2/event.h>
 
 bool socket_is_quiet(int fd)
 {
@@ -12,4 +16,12 @@ bool socket_is_quiet(int fd)
         n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
     while (n < 0 && errno == EINTR);
     return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+bool socket_read_timeout_held_input(struct bufferevent *bev, short what)
+{
+    if (what != (BEV_EVENT_READING | BEV_EVENT_TIMEOUT) || socket_is_quiet(bufferevent_getfd(bev)))
+        return false;
+    bufferevent_enable(bev, EV_READ);
+    return true;
 }

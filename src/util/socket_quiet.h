@@ -15,4 +15,13 @@
  * (recv(MSG_PEEK | MSG_DONTWAIT) of one byte, a system call). */
 bool socket_is_quiet(int fd);
 
+struct bufferevent;
+
+/* For a bufferevent's event callback: when <what> is a read timeout and
+ * its socket is not quiet, the bytes came in time and only the freeze put
+ * the timer first: reading is turned back on (the bufferevent turned it
+ * off), its timeout restarted, and true returned: the caller ignores the
+ * event. False for any other event. */
+bool socket_read_timeout_held_input(struct bufferevent *bev, short what);
+
 #endif

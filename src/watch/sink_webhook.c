@@ -29,6 +29,7 @@
 #include "watch/webhook_tls.h"
 #include "util/env.h"
 #include "util/id_set.h"
+#include "util/socket_quiet.h"
 #include "util/units.h"
 
 /* The most an answer may leave unread in the connection's input: evhttp
@@ -721,9 +722,7 @@ static bool socket_holds_input(struct bufferevent *bev)
     SSL *ssl = bufferevent_openssl_get_ssl(bev);
     if (ssl != NULL && SSL_pending(ssl) > 0)
         return true;
-    char c;
-    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    return !socket_is_quiet(fd);
 }
 
 /* Before a request goes out: bytes the connection already holds came
