@@ -133,12 +133,48 @@ static void connected(struct upstream_connect *uc)
     finish(uc, 0);
 }
 
+/* True when uc->fd, still connecting as far as its bufferevent knows, is
+ * connected: writable, no error, no hang-up (a zero-timeout poll() and
+ * SO_ERROR, as libevent itself asks once the socket turns writable). */
+static bool connected_unseen(const struct upstream_connect *uc)
+{
+    struct pollfd p = {.fd = uc->fd, .events = POLLOUT};
+    int err = 0;
+    socklen_t len = sizeof(err);
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLOUT | POLLERR | POLLHUP)) == POLLOUT &&
+           getsockopt(uc->fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
+}
+
+/* The attempt's timeout found it connected: the connect completed while
+ * the gateway was frozen past the attempt's time (SIGSTOP, a paused VM, a
+ * long stall of its loop), and after SIGCONT epoll_wait() comes back with
+ * EINTR and no event, so libevent runs the timeout before the write event
+ * that would say so. The bufferevent took the attempt as failed (and still
+ * waits for its connect), so the socket gets a new one. Before, the agent
+ * got a 502 for an upstream that answered in time. */
+static void connected_late(struct upstream_connect *uc)
+{
+    bufferevent_free(uc->bev);
+    uc->timed = false;
+    uc->bev = bufferevent_socket_new(uc->base, uc->fd, 0);
+    if (uc->bev == NULL) {
+        uc->short_errno = ENOMEM;
+        finish(uc, UPSTREAM_ERR_SHORT); /* memory: every other address would meet it */
+        return;
+    }
+    connected(uc);
+}
+
 static void on_event(struct bufferevent *bev, short what, void *arg)
 {
     struct upstream_connect *uc = arg;
     (void)bev;
     if (what & BEV_EVENT_CONNECTED) {
         connected(uc);
+        return;
+    }
+    if (what == (BEV_EVENT_WRITING | BEV_EVENT_TIMEOUT) && connected_unseen(uc)) {
+        connected_late(uc);
         return;
     }
     drop_attempt(uc);

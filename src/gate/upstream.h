@@ -9,7 +9,10 @@
  * Each attempt gets an equal share of what remains of the budget, but at
  * least UPSTREAM_ATTEMPT_FLOOR_MS (a slow address that works is not given a
  * few milliseconds); an attempt refused early leaves what it did not use to
- * the next ones. Time is counted on CLOCK_MONOTONIC. Every socket has
+ * the next ones. An attempt whose time is found up with its socket
+ * connected (the connect completed while the gateway was frozen, and the
+ * loop ran the timeout first) is connected, not timed out. Time is
+ * counted on CLOCK_MONOTONIC. Every socket has
  * SO_OOBINLINE (an origin's urgent data stays in the stream) and, once
  * connected, TCP_NODELAY. */
 #ifndef SLUICE_GATE_UPSTREAM_H

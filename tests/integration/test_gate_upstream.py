@@ -7,6 +7,7 @@ relayed and that connection is not reused (so they cannot pass for the
 answer to a later request); a silent origin is given up on at the idle
 timeout. Each exchange is still logged with its end line."""
 
+import os
 import re
 import signal
 import socket
@@ -1633,3 +1634,51 @@ def test_an_answer_that_came_while_the_gateway_was_frozen_is_taken(gateway, net)
             gw.proc.send_signal(signal.SIGCONT)
             s.close()
     assert (r.status, r.body) == (200, b"ok"), (r.status, r.body, gw.stderr()[-1000:])
+
+
+def test_a_connect_that_completed_while_the_gateway_was_frozen_is_taken(gateway, net):
+    # The origin's listen queue is full (listen(0) and one connection not
+    # accepted), so the kernel drops the gateway's SYN and the connect
+    # waits. The gateway is stopped (SIGSTOP in its epoll_wait, as a paused
+    # VM or a long stall of its loop); the queue is then emptied, the SYN
+    # sent again goes through and the connection is up, and the gateway
+    # stays stopped past the connect's time (min(10 s, idle_timeout), 2 s
+    # here). When it runs again, libevent ran the connect's timeout before
+    # the write event that says it is connected (epoll_wait comes back with
+    # EINTR after SIGCONT): the agent got a 502 for an upstream that had
+    # answered in time. It gets the answer.
+    lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    filler, conns, s = None, [], None
+    try:
+        lst.bind(("127.0.0.9", 0))
+        lst.listen(0)
+        lst.settimeout(10)
+        up = type("Backlogged", (), {"IP": "127.0.0.9", "port": lst.getsockname()[1]})
+        filler = socket.create_connection((up.IP, up.port), timeout=10)
+        gw = evil_gateway(gateway, net, up, limits={"idle_timeout": "2s"})
+        pid = gw.proc.pid
+        s = open_conn(gw, timeout=30)
+        s.sendall(evil_get("/thawed", up))
+        gw.wait_connecting()
+        wait_in_epoll(pid)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            conns.append(lst.accept()[0])  # the filler's: the SYN sent again is taken
+            conns.append(lst.accept()[0])  # the gateway's, up while it is stopped
+            time.sleep(2.5)  # past the connect's 2 s
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        got = b""
+        conns[1].settimeout(10)
+        while b"\r\n\r\n" not in got:
+            d = conns[1].recv(4096)
+            assert d, got
+            got += d
+        assert got.startswith(b"GET /thawed HTTP/1.1\r\n"), got
+        conns[1].sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        r = read_response(s, "GET")
+        assert (r.status, r.body) == (200, b"ok"), (r.status, r.body, gw.stderr()[-1000:])
+    finally:
+        for c in conns + [filler, s, lst]:
+            if c is not None:
+                c.close()
