@@ -107,14 +107,14 @@ void name_servers_retired_free(struct name_servers_retired *ret)
 }
 
 /* A base that asks the one server at <sa>, its socket tied to the
- * server's port (dns_pin.h), into <*out>. Returns 0; 1, <*out> NULL, when
- * the server is not asked (said on standard error): no socket can be
- * connected to it now, or its socket was not found among the descriptors
- * to be tied: either would take an answer from any port of its address (a
- * forger's on the gateway's host), so it is left out, not asked untied;
- * -1 when that fails. */
+ * server's port (dns_pin.h), into <*out>, that socket into <*fd>. Returns
+ * 0; 1, <*out> NULL, when the server is not asked (said on standard
+ * error): no socket can be connected to it now, or its socket was not
+ * found among the descriptors to be tied: either would take an answer from
+ * any port of its address (a forger's on the gateway's host), so it is
+ * left out, not asked untied; -1 when that fails. */
 static int open_base(struct event_base *base, const struct sockaddr *sa, socklen_t len,
-                     struct evdns_base **out)
+                     struct evdns_base **out, int *fd)
 {
     char addr[NAME_SERVER_ADDR_LEN];
     *out = NULL;
@@ -122,7 +122,7 @@ static int open_base(struct event_base *base, const struct sockaddr *sa, socklen
     if (dns == NULL)
         return -1;
     const char *why = NULL;
-    enum dns_pin_result pin = dns_pin_add(dns, sa, len, &why);
+    enum dns_pin_result pin = dns_pin_add(dns, sa, len, &why, fd);
     if (pin == DNS_PIN_FAILED || (pin == DNS_PIN_TIED && set_options(dns) < 0)) {
         evdns_base_free(dns, 0);
         return -1;
@@ -209,7 +209,7 @@ int name_servers_open(struct event_base *base, const struct dns_cfg *cfg, const 
     size_t used = 0;
     for (size_t i = 0; i < count; i++) {
         const struct sockaddr *sa = (const struct sockaddr *)&ss[i];
-        int r = open_base(base, sa, len[i], &b[used].dns);
+        int r = open_base(base, sa, len[i], &b[used].dns, &b[used].fd);
         if (r < 0) {
             /* Named by its address: its index in <ss> is not its line's
              * among resolv.conf's nameserver lines, which evdns skips

@@ -35,6 +35,7 @@ struct evdns_base;
 /* One server and what it did with the queries sent to it. */
 struct name_server {
     struct evdns_base *dns;
+    int fd; /* evdns' socket for it (borrowed: evdns closes it): resolve.c's read_now() */
     struct resolve_server_stats st;
 };
 

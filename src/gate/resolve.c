@@ -56,7 +56,10 @@
  * after 2.1 keeps that record in the handle, with no allocation.
  *
  * A try ends by a timer of its query's own (r->try_ms: on_try_end()), which
- * cancels it, never by evdns' timer (set later: name_servers.h). evdns
+ * cancels it, never by evdns' timer (set later: name_servers.h); after a
+ * freeze past both (SIGSTOP, a paused VM), the try's timer runs first in
+ * the turn and hands evdns what waits in its socket (read_now()), so that
+ * evdns' timer does not end a request whose answer came in time. evdns
  * hands a SERVFAIL over as DNS_ERR_TIMEOUT, at once; so a timeout from
  * evdns for a try still running is a SERVFAIL, whenever within the try it
  * came. Before, the two were told apart by the time taken (a "timeout"
@@ -87,6 +90,7 @@
 #include "gate/dns_cache.h"
 #include "gate/name_servers.h"
 #include "util/libevent_log.h"
+#include "util/read_now.h"
 #include "util/units.h"
 #include "util/zalloc.h"
 
@@ -116,6 +120,7 @@ enum { Q_A, Q_AAAA, NQ };
 #define ONE_FAMILY_TTL_MS   30000  /* an answer without its abandoned AAAA: at most 30 s */
 #define DEADLINE_SLACK_MS   1000   /* past the last try's end: see arm_deadline() */
 #define TRY_END_POLLS       2      /* 1 ms put-offs of a try's end: see on_try_end() */
+#define DEADLINE_POLLS      3      /* of a deadline, past TRY_END_POLLS: on_flight_event() */
 #define FLIGHT_BUCKETS      1024   /* the table of names in flight; a power of two */
 
 struct query;
@@ -166,6 +171,7 @@ struct flight {
     struct event *ev;     /* its deadline, resolution delay, or end known at once */
     uint64_t deadline_ms; /* monotonic_ms() of the deadline (arm_deadline()) */
     bool settling;        /* ev is the resolution delay (settle()) */
+    unsigned late_polls;  /* the deadline put off for an answer (on_flight_event()) */
     struct query q[NQ];
     char name[HOST_MAX + 1];
 };
@@ -519,6 +525,20 @@ static void flight_free(struct flight *f)
     free(f);
 }
 
+/* True when an answer for a query of <f> that still runs may have come:
+ * its try's end is being put off for one (on_try_end()), or its server's
+ * socket holds a datagram, which evdns is then handed (read_now()). */
+static bool answer_may_wait(const struct flight *f)
+{
+    bool may = false;
+    for (int i = 0; i < NQ; i++) {
+        const struct query *q = &f->q[i];
+        if (q->att != NULL)
+            may = q->late_polls > 0 || read_now(f->r->base, f->r->ns[q->att->server].fd) || may;
+    }
+    return may;
+}
+
 /* The flight's event: an end known at once (activated), the end of its
  * resolution delay (settling: the query still running is abandoned), or
  * its deadline (a timer). Each try's own timer (on_try_end()) ends the
@@ -533,6 +553,18 @@ static void on_flight_event(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
+    /* A deadline that fell due while the gateway was frozen (see
+     * on_try_end()) waits, DEADLINE_POLLS times 1 ms at most, while an
+     * answer may be on its way to a query still running: one evdns was
+     * handed in this turn (its callback is deferred), one still in the
+     * socket. Before, a freeze of 5 s or more after the question failed
+     * the lookup, "timed out", with both answers in. */
+    if (!f->settling && f->late_polls < DEADLINE_POLLS && answer_may_wait(f)) {
+        struct timeval tv = timeval_of_ms(1);
+        f->late_polls++;
+        if (event_add(f->ev, &tv) == 0)
+            return;
+    }
     /* The AAAA query first: should it wait in evdns' queue, cancelling the
      * A query first would send it, to be cancelled at once. */
     for (int i = NQ - 1; i >= 0; i--) {
@@ -778,17 +810,21 @@ static void on_try_end(evutil_socket_t fd, short what, void *arg)
      * at, so the end is put off 1 ms, TRY_END_POLLS times, for the loop to
      * poll it and evdns to hand its answer over (a deferred callback, the
      * turn after the read). Before, the try was cancelled, the answer
-     * thrown away, the server counted a timeout and asked again. Not when
-     * evdns' own timer (NAME_SERVER_EVDNS_SLACK_MS later) fell due in the
-     * freeze too: that ends the request in the same turn, before the read,
-     * and the try is then told a failure. */
+     * thrown away, the server counted a timeout and asked again. */
+    size_t server = q->att->server;
     if (q->late_polls < TRY_END_POLLS) {
         struct timeval tv = timeval_of_ms(1);
+        /* Frozen past evdns' own timer for the try too, that timer runs
+         * in this turn after this one (it fell due later) and would end
+         * the request before evdns' read: evdns is handed what waits in
+         * its socket now, so that the answer ends the request (its
+         * callback deferred as always) and removes that timer. */
+        if (q->late_polls == 0)
+            (void)read_now(q->f->r->base, q->f->r->ns[server].fd);
         q->late_polls++;
         if (event_add(q->try_ev, &tv) == 0)
             return;
     }
-    size_t server = q->att->server;
     orphan(q);
     try_ended(q, server, DNS_ERR_TIMEOUT, 0, 0, 0, NULL);
 }

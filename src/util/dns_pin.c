@@ -86,8 +86,9 @@ static bool seen(const struct dns_pin_mark *m, ino_t ino)
     return false;
 }
 
-int dns_pin(const struct sockaddr *sa, socklen_t len, const struct dns_pin_mark *m,
-            const char **why)
+/* dns_pin(), the socket tied put in <*tied>. */
+static int tie(const struct sockaddr *sa, socklen_t len, const struct dns_pin_mark *m,
+               const char **why, int *tied)
 {
     int found = -1;
     if (m->top < 0 || m->full) {
@@ -112,7 +113,15 @@ int dns_pin(const struct sockaddr *sa, socklen_t len, const struct dns_pin_mark 
         *why = strerror(errno);
         return -2;
     }
+    *tied = found;
     return 0;
+}
+
+int dns_pin(const struct sockaddr *sa, socklen_t len, const struct dns_pin_mark *m,
+            const char **why)
+{
+    int tied;
+    return tie(sa, len, m, why, &tied);
 }
 
 /* False when no datagram socket can be connected to <sa> now (no route to
@@ -137,17 +146,22 @@ static bool connectable(const struct sockaddr *sa, socklen_t len, const char **w
 }
 
 enum dns_pin_result dns_pin_add(struct evdns_base *dns, const struct sockaddr *sa, socklen_t len,
-                                const char **why)
+                                const char **why, int *fd)
 {
+    int tied = -1;
     *why = NULL;
+    if (fd != NULL)
+        *fd = -1;
     if (!connectable(sa, len, why))
         return DNS_PIN_UNREACHABLE;
     struct dns_pin_mark mark;
     dns_pin_mark(&mark, sa->sa_family);
     if (evdns_base_nameserver_sockaddr_add(dns, sa, len, 0) != 0)
         return DNS_PIN_FAILED;
-    switch (dns_pin(sa, len, &mark, why)) {
+    switch (tie(sa, len, &mark, why, &tied)) {
     case 0:
+        if (fd != NULL)
+            *fd = tied;
         return DNS_PIN_TIED;
     case -1:
         return DNS_PIN_LOOSE;

@@ -60,8 +60,10 @@ enum dns_pin_result {
  * (dns_pin_mark(), then dns_pin()). A server no socket can be connected to
  * now (no route to it yet, say) is not added: its socket, unconnected,
  * would take an answer from any port of its address once a route came,
- * which is what the tie is for. <*why> as dns_pin()'s, NULL when tied. */
+ * which is what the tie is for. <*why> as dns_pin()'s, NULL when tied.
+ * When tied, <*fd> (unless <fd> is NULL) is the server's socket, evdns'
+ * own (borrowed: evdns closes it), else -1. */
 enum dns_pin_result dns_pin_add(struct evdns_base *dns, const struct sockaddr *sa, socklen_t len,
-                                const char **why);
+                                const char **why, int *fd);
 
 #endif

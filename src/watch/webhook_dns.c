@@ -45,7 +45,8 @@ static enum added add_servers(struct evdns_base *dns, const struct sockaddr_stor
             continue;
         const char *why = NULL;
         char addr[NAME_SERVER_ADDR_LEN];
-        enum dns_pin_result pin = dns_pin_add(dns, (const struct sockaddr *)&ss[i], len[i], &why);
+        enum dns_pin_result pin =
+            dns_pin_add(dns, (const struct sockaddr *)&ss[i], len[i], &why, NULL);
         if (pin == DNS_PIN_FAILED)
             return ADDED_FAILED;
         if (pin == DNS_PIN_TIED) {

@@ -1092,15 +1092,20 @@ def test_each_shortage_is_told_once_a_minute_of_its_own(world):
     assert_reached(w.get("up.test"), ALLOWED + ":80")
 
 
-def test_an_answer_that_came_while_the_gateway_was_frozen_is_taken(world):
+@pytest.mark.parametrize("freeze", [2.4, 3.6, 5.6],
+                         ids=["past_the_try", "past_evdns_timer", "past_the_deadline"])
+def test_an_answer_that_came_while_the_gateway_was_frozen_is_taken(world, freeze):
     # The server answers while the gateway is stopped (SIGSTOP in its
     # epoll_wait, as a paused VM or a long stall of its loop) for over a
     # try's 2 s: when it runs again, epoll_wait comes back with EINTR and no
     # event, and the timers run before the read: the try's end cancelled
     # both tries, threw the answers away, counted the server a timeout and
-    # asked again ([1, 1, 28, 28]). Frozen past evdns' own timer too (3 s
-    # after the question) the answer is still lost: that timer ends the
-    # request before the read, and evdns' socket is not the gateway's.
+    # asked again ([1, 1, 28, 28]). Frozen past evdns' own timer for the
+    # query too (3 s after the question), that timer ended the request
+    # (attempts:1) in the same turn, before evdns read the answer waiting in
+    # its socket, which it then dropped as one for no outstanding request
+    # (asked again); past the lookup's deadline too (5 s), the lookup failed,
+    # "timed out", with both answers in.
     w = world({"frozen.test": {"A": [ALLOWED], "delay": 0.3}})
     pid = w.gw.proc.pid
     wait = w.start_gets(["frozen.test"])
@@ -1109,7 +1114,7 @@ def test_an_answer_that_came_while_the_gateway_was_frozen_is_taken(world):
     wait_in_epoll(pid)
     os.kill(pid, signal.SIGSTOP)
     try:
-        time.sleep(2.4)  # past the try (2 s), before evdns' own timer (3 s)
+        time.sleep(freeze)
     finally:
         os.kill(pid, signal.SIGCONT)
     r = wait()["frozen.test"]

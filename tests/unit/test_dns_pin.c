@@ -170,16 +170,19 @@ static void test_add_pins_each_server_of_a_resolver(void **state)
     struct evdns_base *dns = evdns_base_new(base, 0);
     assert_non_null(dns);
     const char *why = "unset";
-    assert_int_equal(dns_pin_add(dns, (struct sockaddr *)&one_sa, sizeof(one_sa), &why),
+    int one_fd = -2, two_fd = -2;
+    assert_int_equal(dns_pin_add(dns, (struct sockaddr *)&one_sa, sizeof(one_sa), &why, &one_fd),
                      DNS_PIN_TIED);
     assert_null(why);
     why = "unset";
-    assert_int_equal(dns_pin_add(dns, (struct sockaddr *)&two_sa, sizeof(two_sa), &why),
+    assert_int_equal(dns_pin_add(dns, (struct sockaddr *)&two_sa, sizeof(two_sa), &why, &two_fd),
                      DNS_PIN_TIED);
     assert_null(why);
     assert_int_equal(evdns_base_count_nameservers(dns), 2);
     assert_int_equal(count_connected_to(&one_sa), 1);
     assert_int_equal(count_connected_to(&two_sa), 1);
+    /* the socket told is the one tied to its server */
+    assert_true(connected_to(one_fd, &one_sa) && connected_to(two_fd, &two_sa));
     assert_false(connected_to(older, &one_sa) || connected_to(older, &two_sa));
     /* more sockets of the kind than a mark remembers: the new one is not
      * guessed at, and the server is added all the same, unpinned */
@@ -189,8 +192,11 @@ static void test_add_pins_each_server_of_a_resolver(void **state)
     struct sockaddr_in three_sa;
     int three = bound_udp(&three_sa);
     why = NULL;
-    assert_int_equal(dns_pin_add(dns, (struct sockaddr *)&three_sa, sizeof(three_sa), &why),
-                     DNS_PIN_LOOSE);
+    int three_fd = -2;
+    assert_int_equal(
+        dns_pin_add(dns, (struct sockaddr *)&three_sa, sizeof(three_sa), &why, &three_fd),
+        DNS_PIN_LOOSE);
+    assert_int_equal(three_fd, -1);
     assert_string_equal(why, "too many sockets like it");
     assert_int_equal(evdns_base_count_nameservers(dns), 3);
     assert_int_equal(count_connected_to(&three_sa), 0);
@@ -220,7 +226,7 @@ static void test_a_server_no_socket_can_connect_to_is_not_added(void **state)
     struct evdns_base *dns = evdns_base_new(base, 0);
     assert_non_null(dns);
     const char *why = NULL;
-    assert_int_equal(dns_pin_add(dns, (struct sockaddr *)&bcast, sizeof(bcast), &why),
+    assert_int_equal(dns_pin_add(dns, (struct sockaddr *)&bcast, sizeof(bcast), &why, NULL),
                      DNS_PIN_UNREACHABLE);
     assert_string_equal(why, strerror(EACCES));
     assert_int_equal(evdns_base_count_nameservers(dns), 0);
