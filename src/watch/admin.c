@@ -94,7 +94,7 @@ struct admin_conn {
     uint64_t body_gen; /* the /metrics body its reply holds (a->latest_gen's), or 0 */
     size_t body_len;
     size_t lingered;     /* bytes read and dropped in AC_LINGER */
-    unsigned late_reads; /* head deadlines put off for input waiting (on_deadline()) */
+    unsigned late_reads; /* head or linger deadlines put off for input waiting (on_deadline()) */
     struct admin_head head;
     size_t len;               /* bytes in buf */
     char buf[ADMIN_HEAD_MAX]; /* the request head as it arrives */
@@ -244,7 +244,8 @@ static void conn_linger(struct admin_conn *c)
 {
     c->state = AC_LINGER;
     c->a->nlingers++;
-    c->body_gen = 0; /* written whole: it holds no body now */
+    c->late_reads = 0; /* the linger's own: see on_deadline() */
+    c->body_gen = 0;   /* written whole: it holds no body now */
     latest_release(c->a);
     admin_listen_update(c->a); /* a slot a new connection may take */
     bufferevent_disable(c->bev, EV_WRITE);
@@ -515,6 +516,14 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
         }
         c->head.method = ADMIN_GET;
         conn_reply_text(c, 408, "Request Timeout", "", "request timeout\n");
+    } else if (c->state == AC_LINGER && c->late_reads < ADMIN_LATE_READS &&
+               !socket_is_quiet(bufferevent_getfd(c->bev))) {
+        /* The same for the linger's end: what the client sent while the
+         * gateway was frozen is read and dropped first. Closed with it
+         * unread, the socket sent a reset, which threw away what of the
+         * reply the client had not taken yet: a reply cut short. */
+        c->late_reads++;
+        arm(c->deadline, 1);
     } else {
         conn_free(c); /* a reply not taken, or the linger is over */
     }

@@ -18,7 +18,9 @@
  *     that waits in the socket when the deadline runs late, the gateway
  *     frozen meanwhile, is read first: ADMIN_LATE_READS), then
  *     ADMIN_REPLY_MS to write the reply, then at most ADMIN_LINGER_MS (and
- *     ADMIN_LINGER_MAX bytes read and discarded) before the close;
+ *     ADMIN_LINGER_MAX bytes read and discarded; input waiting when it
+ *     runs late is read first too, so the close is not a reset) before
+ *     the close;
  *   - /metrics bodies built: at most one each ADMIN_BODY_FRESH_MS (a body
  *     is built on the event loop, ~65 ms for 4096 agents); a scrape within
  *     it gets the newest body, shared;
@@ -51,7 +53,7 @@
 #define ADMIN_HEAD_MAX   8192        /* bytes: the request line and headers */
 #define ADMIN_CONNS_MAX  64          /* connections open at once */
 #define ADMIN_HEAD_MS    5000        /* accept -> complete request head */
-#define ADMIN_LATE_READS 3           /* head deadlines put off 1 ms for input waiting (frozen) */
+#define ADMIN_LATE_READS 3           /* head, linger deadlines put off 1 ms for input (frozen) */
 #define ADMIN_REPLY_MS   10000       /* complete head -> reply written */
 #define ADMIN_LINGER_MS  1000        /* reply written -> close */
 #define ADMIN_LINGER_MAX (64 * 1024) /* bytes read and dropped while lingering */

@@ -19,12 +19,13 @@ import ssl
 import time
 import urllib.request
 
-from conftest import TCP_LISTEN, socket_inodes, tcp_sockets, wait_in_epoll
+from conftest import TCP_FIN_WAIT1, TCP_LISTEN, socket_inodes, tcp_sockets, wait_in_epoll
 from gate_client import (coarse_clock_env, connect, poll, proc_number, proc_stat,
                          recv_until_close, request)
 from watch_helpers import free_tcp_port, webhook_label
 
 HEAD_MS = 5000  # src/watch/admin.h ADMIN_HEAD_MS
+LINGER_MS = 1000  # ADMIN_LINGER_MS
 CONNS_MAX = 64  # ADMIN_CONNS_MAX
 
 
@@ -243,6 +244,51 @@ def test_admin_head_that_came_while_the_gateway_was_frozen_is_answered(gateway, 
         gw.proc.send_signal(signal.SIGCONT)
         s.close()
     assert out.startswith(b"HTTP/1.1 200 OK\r\n") and out.endswith(b"\r\n\r\nok\n"), out
+
+
+def test_admin_reply_lingering_while_the_gateway_was_frozen_is_not_reset(gateway, net):
+    # The reply was handed to the kernel whole and the gateway's side shut
+    # down (lingering: what the client still sends is read and dropped, so
+    # that the close is not a reset), but the client, its receive buffer
+    # small, has not read it all: the rest waits in the gateway's socket.
+    # The client sends a byte while the gateway is stopped (SIGSTOP in its
+    # epoll_wait, as a paused VM or a long stall of its loop) for over the
+    # linger's 1 s: when it runs again, epoll_wait comes back with EINTR and
+    # no event, libevent ran the linger's end before the read, and the close
+    # with that byte unread was a reset, which threw away the rest of the
+    # reply. The client gets the whole reply.
+    gw, port = start(gateway, net)
+    pid = gw.proc.pid
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1)  # its least
+    s.settimeout(20)
+    try:
+        s.connect(("127.0.0.1", port))
+        mine = s.getsockname()[1]
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+
+        def lingering():
+            return any(t.port == port and t.remote_port == mine and t.state == TCP_FIN_WAIT1
+                       and t.unacked > 0 for t in tcp_sockets(pid)) or None
+        poll(lingering, timeout=10, what="the reply queued, part of it unread, the side shut down")
+        wait_in_epoll(pid)
+        gw.proc.send_signal(signal.SIGSTOP)
+        try:
+            # stopped (out of epoll_wait, EINTR) before the byte comes:
+            # else the wake-up may find it and return it as an event
+            poll(lambda: proc_stat(pid)[0] == "T" or None, timeout=10, what="the gateway stopped")
+            s.sendall(b"x")
+            time.sleep(LINGER_MS / 1000.0 + 0.5)  # past the linger
+        finally:
+            gw.proc.send_signal(signal.SIGCONT)
+        out = recv_until_close(s)  # the bytes before a reset too
+    finally:
+        gw.proc.send_signal(signal.SIGCONT)
+        s.close()
+    head, _, body = out.partition(b"\r\n\r\n")
+    m = re.search(rb"\r\nContent-Length: (\d+)\r\n", head + b"\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n") and m, out[:300]
+    assert len(body) == int(m.group(1)), (len(body), int(m.group(1)))
 
 
 def test_admin_trickling_and_idle_clients_are_closed_by_the_deadline(gateway, net):
