@@ -473,7 +473,7 @@ const struct command cmd_serve = {
             "                   CPU for the gateway, more for a receiver on this host\n"
             "                   (default: they copy, 256 KiB at a time, but for clients\n"
             "                   on a unix socket, whose relay copies them anyway)\n"
-            "  --admin ADDR     serve /metrics (Prometheus) and /healthz on PORT, IP:PORT or\n"
+            "  --admin ADDR     serve /metrics (Prometheus) and /healthz on PORT, HOST:PORT or\n"
             "                   [V6]:PORT (a bare PORT binds 127.0.0.1)\n"
             "  --alerts FILE|-  alert lines, JSON (default: into the decision log's stream)\n"
             "  --state DIR      the state store (SQLite, DIR/sluice.db): first-contact memory,\n"

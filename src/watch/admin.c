@@ -46,6 +46,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -653,7 +654,7 @@ static void on_accept_error(struct evconnlistener *lev, void *arg)
                 a->addr, evutil_socket_error_to_string(err), ADMIN_BACKOFF_MS);
 }
 
-#define ADMIN_ADDR_EXPECTED "expected PORT, IP:PORT or [V6]:PORT (a literal address)"
+#define ADMIN_ADDR_EXPECTED "expected PORT, HOST:PORT or [V6]:PORT"
 
 /* "PORT", ":PORT", "HOST:PORT", "[V6]:PORT" -> host and port; <*v6_only>
  * when the host was in brackets. The gateway reads the same address again
@@ -706,6 +707,37 @@ static bool is_loopback(const char *host)
     return strcmp(host, "localhost") == 0;
 }
 
+/* The HOST of HOST:PORT that is a name (SPEC.md: ADDR is HOST:PORT, as
+ * for --listen): its first address, asked as listener.c's
+ * listen_addr_parse() asks, so that the gateway's reading of the same
+ * address for self_request (gate/gateway.c admin_self_of()) finds the
+ * address bound here. <host> becomes that address's text, so that the
+ * loopback warning and the errors judge what is bound, not the name. */
+static const char *resolve_name(char *host, size_t hostlen, uint16_t port,
+                                struct sockaddr_storage *ss, socklen_t *sslen)
+{
+    char service[8];
+    snprintf(service, sizeof(service), "%u", (unsigned)port);
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
+    hints.ai_family = AF_UNSPEC;
+    if (getaddrinfo(host, service, &hints, &res) != 0 || res == NULL)
+        return "cannot resolve the host name";
+    const char *why = NULL;
+    if (res->ai_addrlen > sizeof(*ss) ||
+        getnameinfo(res->ai_addr, res->ai_addrlen, host, (socklen_t)hostlen, NULL, 0,
+                    NI_NUMERICHOST) != 0) {
+        why = "unsupported address";
+    } else {
+        memcpy(ss, res->ai_addr, res->ai_addrlen);
+        *sslen = (socklen_t)res->ai_addrlen;
+    }
+    freeaddrinfo(res);
+    return why;
+}
+
 /* <addr> read into <ss> (<sslen> bytes), <host> and <port>; NULL, or why
  * it is refused. */
 static const char *read_addr(const char *addr, struct sockaddr_storage *ss, socklen_t *sslen,
@@ -733,7 +765,9 @@ static const char *read_addr(const char *addr, struct sockaddr_storage *ss, sock
         *sslen = sizeof(*in6);
         return NULL;
     }
-    return ADMIN_ADDR_EXPECTED;
+    if (v6_only)
+        return ADMIN_ADDR_EXPECTED;
+    return resolve_name(host, hostlen, *port, ss, sslen);
 }
 
 const char *admin_addr_refused(const char *addr)

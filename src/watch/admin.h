@@ -1,7 +1,8 @@
 /* admin: the --admin HTTP server, GET/HEAD /metrics and /healthz.
  *
- * One TCP address: "PORT" or ":PORT" means 127.0.0.1:PORT; "IP:PORT" and
- * "[V6]:PORT" take a literal address (a warning when it is not loopback).
+ * One TCP address: "PORT" or ":PORT" means 127.0.0.1:PORT; "HOST:PORT"
+ * takes a literal address or a name's first address, "[V6]:PORT" an IPv6
+ * one (a warning when the address bound is not loopback).
  * /metrics answers metrics_format()'s text, /healthz metrics_health()'s
  * verdict (200 "ok" or 503 "unhealthy: ..."); any other path is 404 and any
  * other method 405; a query string is ignored.

@@ -38,7 +38,7 @@ BAD = [
     ("serve", "--listen", ""),
     ("serve", "--admin", "[127.0.0.1]:9128"),
     ("serve", "--admin", "garbage"),
-    ("serve", "--admin", "localhost:9128"),
+    ("serve", "--admin", "[localhost]:9128"),
     ("serve", "--admin", "0"),
     ("serve", "--admin", "127.0.0.1:0"),
     ("serve", "--admin", "x\n:0"),

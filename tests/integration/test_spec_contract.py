@@ -6,9 +6,11 @@ test names the sentence it proves."""
 
 import datetime
 import re
+import socket
 
-from gate_client import REASONS, api_rule, connect, exchange, request, utc_today
-from watch_helpers import ALERT_KEYS, alerts, read_lines, wait_alert
+from gate_client import (REASONS, api_rule, connect, exchange, recv_until_close, request,
+                         utc_today)
+from watch_helpers import ALERT_KEYS, alerts, free_tcp_port, read_lines, wait_alert
 
 TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\Z")
 KINDS = {"first_contact", "tier3_write", "write_burst", "upload_bytes", "denied_burst",
@@ -219,3 +221,28 @@ def test_proxy_authorization_never_goes_upstream_without_an_agents_section(gatew
     assert len(net.api.requests) == 1 and not net.api.requests[0].has_header("Proxy-Authorization"), \
         net.api.requests[0].headers
 
+
+def test_admin_takes_an_addr_whose_host_is_a_name(gateway, net):
+    """Commands: ADDR is `HOST:PORT`, `[V6]:PORT` or `unix:/path`, and
+    `--admin ADDR` is one: `--admin localhost:PORT` serves /healthz on
+    what localhost names (before: refused, `expected PORT, IP:PORT or
+    [V6]:PORT (a literal address)`, exit 2)."""
+    port = free_tcp_port()
+    gw = gateway(net.policy([api_rule(net)]), args=["--admin", "localhost:%d" % port])
+    s = socket.create_connection(("localhost", port), timeout=10)
+    try:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        out = recv_until_close(s)
+    finally:
+        s.close()
+    assert out.startswith(b"HTTP/1.1 200 OK\r\n"), out[:200]
+    assert "reachable from beyond this host" not in gw.stderr()
+    # the gateway refuses requests to that admin server (self_request),
+    # at the address the name gave (localhost's first, as --listen takes it)
+    probe = socket.socket()
+    try:
+        bound = "127.0.0.1" if probe.connect_ex(("127.0.0.1", port)) == 0 else "[::1]"
+    finally:
+        probe.close()
+    r = request(gw, "GET", "http://%s:%d/metrics" % (bound, port))
+    assert r.status == 403 and r.header("Sluice-Reason") == "self_request", r
