@@ -5,11 +5,13 @@ agent a client is, and the policy defaults of the alert detectors. Each
 test names the sentence it proves."""
 
 import datetime
+import json
 import re
 import socket
 
 from gate_client import (REASONS, api_rule, connect, exchange, recv_until_close, request,
                          utc_today)
+from test_box_run import FETCH, PY, Box
 from watch_helpers import ALERT_KEYS, alerts, free_tcp_port, read_lines, wait_alert
 
 TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\Z")
@@ -246,3 +248,29 @@ def test_admin_takes_an_addr_whose_host_is_a_name(gateway, net):
         probe.close()
     r = request(gw, "GET", "http://%s:%d/metrics" % (bound, port))
     assert r.status == 403 and r.header("Sluice-Reason") == "self_request", r
+
+
+def test_run_is_its_agent_whatever_the_sources_and_borrows_its_mode(sluice_bin, net, tmp_path):
+    """`sluice run`: every request from the box is agent `--agent ID`
+    (default `run`) whatever the policy's `sources` say, and an `agents`
+    entry with that id lends it its `mode`: ci-bot, whose sources do not
+    hold the box, is in report mode, so a host no rule covers is let
+    through, logged `report`; `run` alone is refused as `run`."""
+    work = tmp_path / "work"
+    work.mkdir()
+    box = Box(sluice_bin, str(work))
+    agents = [{"id": "ci-bot", "sources": ["10.9.9.0/24"], "mode": "report"}]
+    pol = box.policy(net.policy([api_rule(net)], agents=agents))
+    log = str(tmp_path / "decisions.jsonl")
+    url = net.url("/as-ci", host="other.example.test", port=net.other.port)
+    p = box.run(["--policy", pol, "--agent", "ci-bot", "--log", log], cmd=[PY, "-c", FETCH, url])
+    assert p.returncode == 0 and Box.out(p)["status"] == 200, p.stderr
+    url = net.url("/as-run", host="other.example.test", port=net.other.port)
+    p = box.run(["--policy", pol, "--log", log], cmd=[PY, "-c", FETCH, url])
+    o = Box.out(p)
+    assert o["status"] == 403 and o["reason"] == "not_in_policy", o
+    with open(log) as f:
+        evs = [json.loads(ln) for ln in f if '"agent_egress"' in ln]
+    assert [(e["agent"], e["decision"], e["reason"]) for e in evs] == [
+        ("ci-bot", "report", "not_in_policy"), ("run", "deny", "not_in_policy")], evs
+    assert [q.path for q in net.other.requests] == ["/as-ci"]
