@@ -116,6 +116,30 @@ def test_every_line_has_the_types_of_the_contracts_examples(gateway, net, tmp_pa
         assert_alert_types(a)
 
 
+
+def test_alerts_of_every_kind_a_request_can_raise_have_the_contracts_types(gateway, net,
+                                                                        tmp_path):
+    """Alerts: `grant_expired`, `grant_expiring`, `denied_burst` and
+    `quarantine` lines (no tier or host for the agent-wide ones) keep the
+    example's keys, in order, with a number or null for `tier`, a string
+    or null for `agent`, `host` and `id`."""
+    alerts_path = str(tmp_path / "alerts.jsonl")
+    rules = [api_rule(net, methods=["POST"], tier=3, owner="alice", expires=_future(-1)),
+             api_rule(net, methods=["PUT"], tier=3, owner="bob", expires=_future(3))]
+    pol = net.policy(rules, limits={"quarantine": "5m"},
+                     alerts={"denied_burst": {"max": 2, "per": "1m"}})
+    gw = gateway(pol, args=["--alerts", alerts_path])
+    assert request(gw, "POST", net.url("/late"), body=b"x").status == 403
+    for _ in range(3):
+        request(gw, "GET", net.url("/q", host="other.example.test", port=net.other.port))
+    for kind in ("grant_expired", "grant_expiring", "denied_burst", "quarantine"):
+        wait_alert(alerts_path, kind)
+    got = read_lines(alerts_path)
+    for a in got:
+        assert_alert_types(a)
+    expired = alerts(alerts_path, "grant_expired")[0]
+    assert expired["tier"] == 3 and expired["host"] == "api.example.test", expired
+
 def _rule_of(gw, method, path, net):
     r = request(gw, method, net.url(path), body=b"x" if method == "POST" else b"")
     assert r.status == 200, r
