@@ -17,6 +17,7 @@
 #include "util/accept_error.h"
 #include "util/text_json.h"
 #include "util/units.h"
+#include "util/unix_listen.h"
 
 #define LISTEN_BACKLOG       511
 #define ACCEPT_BACKOFF_MS    100   /* the pause after a failed accept() */
@@ -29,10 +30,10 @@ struct listener {
     struct event *pause_timer;
     listener_accept_fn fn;
     void *arg;
-    bool unspecified;   /* bound to 0.0.0.0 or :: */
-    uint64_t warned_ms; /* when a failed accept() was told last (tell_due()) */
-    dev_t sock_dev;     /* a unix socket's file, as bound: removed at the end */
-    ino_t sock_ino;     /* only while the path still names it */
+    bool unspecified;      /* bound to 0.0.0.0 or :: */
+    uint64_t warned_ms;    /* when a failed accept() was told last (tell_due()) */
+    struct stat sock_file; /* a unix socket's file, as bound: removed at the end
+                            * only while the path still names it */
 };
 
 void sockaddr_format(const struct sockaddr *sa, char *out, size_t outlen)
@@ -249,94 +250,12 @@ static void on_resume(evutil_socket_t fd, short what, void *arg)
     event_add(l->accept_ev, NULL);
 }
 
-/* 1 when the unix socket at <a> may be in use: a connection to it is
- * accepted, or waits in its full backlog, or fails for any reason but
- * ECONNREFUSED (ENOENT: removed meanwhile), which alone says that nothing
- * serves there (a stale socket, its server gone without removing it), 0
- * then. A socket of another type (EPROTOTYPE: a datagram or seqpacket
- * server) or one we may not write (EACCES: another user's server) is not
- * stale. Sets <*why> to connect()'s error, 0 when it was accepted or waits.
- * -1, <*why> set, when no socket could be had to ask (EMFILE): that tells
- * nothing, and a live server's file must not be taken for stale. */
-static int unix_in_use(const struct listen_addr *a, int *why)
-{
-    *why = 0;
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        *why = errno;
-        return -1;
-    }
-    int used = 1;
-    if (connect(fd, (const struct sockaddr *)&a->ss, a->sslen) != 0 && errno != EAGAIN &&
-        errno != EINPROGRESS) {
-        *why = errno;
-        used = errno != ECONNREFUSED && errno != ENOENT;
-    }
-    close(fd);
-    return used;
-}
-
-/* Binds the unix socket of <a>; sets <*bound> to its file as bound. */
-static evutil_socket_t open_unix(const struct listen_addr *a, struct stat *bound, char *err,
-                                 size_t errlen)
-{
-    const struct sockaddr_un *un = (const struct sockaddr_un *)(const void *)&a->ss;
-    struct stat st;
-    if (lstat(un->sun_path, &st) == 0) {
-        if (!S_ISSOCK(st.st_mode)) {
-            snprintf(err, errlen, "%s: exists and is not a socket", named(a));
-            return -1;
-        }
-        /* Removing a live one would leave its server (another gateway)
-         * serving nobody, and that server's exit would remove ours. */
-        int why;
-        int used = unix_in_use(a, &why);
-        if (used < 0) {
-            snprintf(err, errlen, "%s: cannot tell whether another server uses it (socket: %s)",
-                     named(a), strerror(why));
-            return -1;
-        }
-        if (used) {
-            if (why == 0)
-                snprintf(err, errlen, "%s: in use by another server", named(a));
-            else
-                snprintf(err, errlen, "%s: in use by another server (connect: %s)", named(a),
-                         strerror(why));
-            return -1;
-        }
-        unlink(un->sun_path); /* a stale socket from an earlier run */
-    }
-    evutil_socket_t fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        snprintf(err, errlen, "%s: socket: %s", named(a), strerror(errno));
-        return -1;
-    }
-    if (bind(fd, (const struct sockaddr *)&a->ss, a->sslen) != 0) {
-        snprintf(err, errlen, "%s: bind: %s", named(a), strerror(errno));
-        close(fd);
-        return -1;
-    }
-    const char *step = chmod(un->sun_path, 0660) != 0    ? "chmod"
-                       : lstat(un->sun_path, bound) != 0 ? "stat"
-                                                         : NULL;
-    if (step != NULL) {
-        snprintf(err, errlen, "%s: %s: %s", named(a), step, strerror(errno));
-        unlink(un->sun_path);
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
 /* Removes the socket file of <l> when its path still names it: not one
  * another server bound there after ours was removed from under it. */
 static void unlink_own(const struct listener *l)
 {
-    const char *path = ((const struct sockaddr_un *)(const void *)&l->addr.ss)->sun_path;
-    struct stat st;
-    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == l->sock_dev &&
-        st.st_ino == l->sock_ino)
-        unlink(path);
+    unix_listen_unlink_own(((const struct sockaddr_un *)(const void *)&l->addr.ss)->sun_path,
+                           &l->sock_file);
 }
 
 struct listener *listener_open(struct event_base *base, const struct listen_addr *a,
@@ -355,12 +274,10 @@ struct listener *listener_open(struct event_base *base, const struct listen_addr
     unsigned flags =
         LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE | LEV_OPT_DISABLED;
     if (a->kind == LISTEN_UNIX) {
-        struct stat bound;
-        evutil_socket_t fd = open_unix(a, &bound, err, errlen);
+        evutil_socket_t fd = unix_listen_bind((const struct sockaddr_un *)(const void *)&a->ss,
+                                              a->sslen, named(a), &l->sock_file, err, errlen);
         if (fd < 0)
             goto err;
-        l->sock_dev = bound.st_dev;
-        l->sock_ino = bound.st_ino;
         l->lev = evconnlistener_new(base, NULL, l, flags, LISTEN_BACKLOG, fd);
         if (l->lev == NULL) {
             snprintf(err, errlen, "%s: listen: %s", named(a), strerror(errno));
