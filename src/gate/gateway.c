@@ -368,7 +368,8 @@ static const char *admin_self_of(struct gateway *gw, const char *s)
 static int describe_admin(struct gateway *gw, char *err, size_t errlen)
 {
     const char *s = gw->cfg.admin_addr;
-    const char *why = s != NULL ? admin_self_of(gw, s) : NULL;
+    /* a unix: admin socket is no address a request could name */
+    const char *why = s != NULL && strncmp(s, "unix:", 5) != 0 ? admin_self_of(gw, s) : NULL;
     if (why == NULL)
         return 0;
     snprintf(err, errlen, "--admin %s: cannot tell the address for self_request: %s", s, why);

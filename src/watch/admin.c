@@ -49,12 +49,16 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -70,6 +74,7 @@
 #include "util/socket_quiet.h"
 #include "util/text_json.h"
 #include "util/units.h"
+#include "util/unix_listen.h"
 #include "util/wall_clock.h"
 
 /* A queue a few hundred local connections do not fill: while it is full,
@@ -111,6 +116,9 @@ struct admin {
     bool backing_off;           /* paused after an accept error */
     uint64_t warned_ms;         /* when an accept error was told last (tell_due()) */
     char addr[64];              /* as given to --admin, for messages */
+    bool is_unix;               /* a unix: address, whose socket file is removed at the end */
+    struct sockaddr_un un;      /* its address */
+    struct stat sock_file;      /* its file as bound (unix_listen_unlink_own()) */
     struct admin_conn *conns;   /* owned, every open connection */
     unsigned nconns;
     unsigned nheads;         /* of them in AC_HEAD: a new one at the cap may take a slot */
@@ -654,7 +662,7 @@ static void on_accept_error(struct evconnlistener *lev, void *arg)
                 a->addr, evutil_socket_error_to_string(err), ADMIN_BACKOFF_MS);
 }
 
-#define ADMIN_ADDR_EXPECTED "expected PORT, HOST:PORT or [V6]:PORT"
+#define ADMIN_ADDR_EXPECTED "expected PORT, HOST:PORT, [V6]:PORT or unix:/path"
 
 /* "PORT", ":PORT", "HOST:PORT", "[V6]:PORT" -> host and port; <*v6_only>
  * when the host was in brackets. The gateway reads the same address again
@@ -746,6 +754,21 @@ static const char *read_addr(const char *addr, struct sockaddr_storage *ss, sock
     struct sockaddr_in *in4 = (struct sockaddr_in *)(void *)ss;
     struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)(void *)ss;
     memset(ss, 0, sizeof(*ss));
+    if (strncmp(addr, "unix:", 5) == 0) {
+        /* as gate/listener.c reads a --listen unix: address */
+        struct sockaddr_un *un = (struct sockaddr_un *)(void *)ss;
+        size_t len = strlen(addr + 5);
+        if (len == 0 || addr[5] != '/')
+            return "unix socket path must be absolute";
+        if (len >= sizeof(un->sun_path))
+            return "unix socket path too long";
+        un->sun_family = AF_UNIX;
+        memcpy(un->sun_path, addr + 5, len + 1);
+        *sslen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + 1);
+        snprintf(host, hostlen, "%s", addr);
+        *port = 0;
+        return NULL;
+    }
     bool v6_only;
     if (parse_addr(addr, host, hostlen, port, &v6_only) < 0)
         return ADMIN_ADDR_EXPECTED;
@@ -779,6 +802,33 @@ const char *admin_addr_refused(const char *addr)
     return read_addr(addr, &ss, &sslen, host, sizeof(host), &port);
 }
 
+/* Listens on the unix: address <ss> (<addr> as given) for <a> (set up
+ * but for its listener); frees <a> and fills <err> when it cannot. */
+static int admin_listen_unix(struct admin *a, const char *addr, const struct sockaddr_storage *ss,
+                             socklen_t sslen, char *err, size_t errlen)
+{
+    char name[512]; /* the option and its path in full, shown \ooo, as --listen's */
+    int n = snprintf(name, sizeof(name), "--admin ");
+    text_shown_fit(name + n, sizeof(name) - (size_t)n, addr);
+    memcpy(&a->un, ss, sizeof(a->un));
+    int fd = unix_listen_bind(&a->un, sslen, name, &a->sock_file, err, errlen);
+    if (fd < 0) {
+        admin_free(a);
+        return -1;
+    }
+    a->is_unix = true;
+    a->lev = evconnlistener_new(a->base, on_accept, a,
+                                LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, ADMIN_BACKLOG, fd);
+    if (a->lev == NULL) {
+        snprintf(err, errlen, "%s: listen: %s", name, strerror(errno));
+        close(fd);
+        admin_free(a);
+        return -1;
+    }
+    evconnlistener_set_error_cb(a->lev, on_accept_error);
+    return 0;
+}
+
 struct admin *admin_new(struct event_base *base, const char *addr, struct metrics *m, char *err,
                         size_t errlen)
 {
@@ -808,6 +858,8 @@ struct admin *admin_new(struct event_base *base, const char *addr, struct metric
     a->base = base;
     a->m = m;
     snprintf(a->addr, sizeof(a->addr), "%s", addr);
+    if (ss.ss_family == AF_UNIX)
+        return admin_listen_unix(a, addr, &ss, sslen, err, errlen) == 0 ? a : NULL;
     errno = 0;
     a->lev = evconnlistener_new_bind(
         base, on_accept, a, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE,
@@ -835,6 +887,8 @@ void admin_free(struct admin *a)
     if (a->lev != NULL)
         evconnlistener_free(a->lev);
     a->lev = NULL; /* conn_free() must not re-enable it */
+    if (a->is_unix)
+        unix_listen_unlink_own(a->un.sun_path, &a->sock_file);
     while (a->conns != NULL)
         conn_free(a->conns);
     if (a->latest != NULL)

@@ -1,8 +1,9 @@
 /* admin: the --admin HTTP server, GET/HEAD /metrics and /healthz.
  *
- * One TCP address: "PORT" or ":PORT" means 127.0.0.1:PORT; "HOST:PORT"
- * takes a literal address or a name's first address, "[V6]:PORT" an IPv6
- * one (a warning when the address bound is not loopback).
+ * One address: "PORT" or ":PORT" means 127.0.0.1:PORT; "HOST:PORT" takes
+ * a literal address or a name's first address, "[V6]:PORT" an IPv6 one (a
+ * warning when the address bound is not loopback); "unix:/path" a unix
+ * socket, bound and removed as a --listen one is (util/unix_listen.h).
  * /metrics answers metrics_format()'s text, /healthz metrics_health()'s
  * verdict (200 "ok" or 503 "unhealthy: ..."); any other path is 404 and any
  * other method 405; a query string is ignored.

@@ -352,9 +352,9 @@ def test_a_flag_given_twice_is_a_usage_error(run_sluice, tmp_path, given, flag):
 @pytest.mark.parametrize("admin, why", [
     ("0", "port 0 is not allowed"), (":0", "port 0 is not allowed"),
     ("127.0.0.1:0", "port 0 is not allowed"), ("[::1]:0", "port 0 is not allowed"),
-    ("[localhost]:9090", "expected PORT, HOST:PORT or [V6]:PORT"),
-    ("127.0.0.1:99999", "expected PORT, HOST:PORT or [V6]:PORT"),
-    ("abc", "expected PORT, HOST:PORT or [V6]:PORT")])
+    ("[localhost]:9090", "expected PORT, HOST:PORT, [V6]:PORT or unix:/path"),
+    ("127.0.0.1:99999", "expected PORT, HOST:PORT, [V6]:PORT or unix:/path"),
+    ("abc", "expected PORT, HOST:PORT, [V6]:PORT or unix:/path")])
 def test_bad_admin_address_exits_2(run_sluice, net, tmp_path, admin, why):
     # Port 0 is refused too: the port the kernel picked would be told
     # nowhere, and self_request could not cover it

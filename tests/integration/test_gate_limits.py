@@ -1593,7 +1593,7 @@ def test_admin_address_self_request_cannot_tell_is_refused(gateway, net, spellin
     gw = gateway(pol, args=["--admin", arg], wait=False)
     assert gw.wait_exit() == 2, gw.stderr()
     shown = arg.replace("\t", "\\011")  # a refused value's control characters are shown \ooo
-    assert ("--admin %s: expected PORT, HOST:PORT or [V6]:PORT" % shown) in gw.stderr(), gw.stderr()
+    assert ("--admin %s: expected PORT, HOST:PORT, [V6]:PORT or unix:/path" % shown) in gw.stderr(), gw.stderr()
 
 
 @pytest.mark.parametrize("extra,fit", [([], 224), (["--splice"], 74), (["unix"], 74)],

@@ -39,6 +39,7 @@ BAD = [
     ("serve", "--admin", "[127.0.0.1]:9128"),
     ("serve", "--admin", "garbage"),
     ("serve", "--admin", "[localhost]:9128"),
+    ("serve", "--admin", "unix:admin.sock"),
     ("serve", "--admin", "0"),
     ("serve", "--admin", "127.0.0.1:0"),
     ("serve", "--admin", "x\n:0"),

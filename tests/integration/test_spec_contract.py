@@ -6,8 +6,10 @@ test names the sentence it proves."""
 
 import datetime
 import json
+import os
 import re
 import socket
+import stat
 
 from gate_client import (REASONS, api_rule, connect, exchange, recv_until_close, request,
                          utc_today)
@@ -298,3 +300,51 @@ def test_run_is_its_agent_whatever_the_sources_and_borrows_its_mode(sluice_bin, 
     assert [(e["agent"], e["decision"], e["reason"]) for e in evs] == [
         ("ci-bot", "report", "not_in_policy"), ("run", "deny", "not_in_policy")], evs
     assert [q.path for q in net.other.requests] == ["/as-ci"]
+
+
+def test_admin_takes_a_unix_addr(gateway, net, tmp_path):
+    """Commands: ADDR is also `unix:/path/to.sock`, for `--admin` as for
+    `--listen`: /healthz is answered on that socket, made mode 0660 as a
+    `--listen` one is, and removed at the stop (before: refused, exit 2)."""
+    path = str(tmp_path / "admin.sock")
+    gw = gateway(net.policy([api_rule(net)]), args=["--admin", "unix:" + path])
+    assert stat.S_ISSOCK(os.lstat(path).st_mode) and os.lstat(path).st_mode & 0o777 == 0o660
+    out = _healthz_on_unix(path)
+    assert out.startswith(b"HTTP/1.1 200 OK\r\n"), out[:200]
+    gw.stop()
+    assert not os.path.exists(path)
+
+
+def test_admin_unix_socket_of_a_live_server_is_not_taken_over(run_sluice, gateway, net,
+                                                                tmp_path):
+    """As for `--listen unix:`: a socket a server listens on is an error,
+    exit 2, never removed from under it; one left by a server gone is
+    taken over (the start that follows serves on it)."""
+    path = str(tmp_path / "admin.sock")
+    live = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    live.bind(path)
+    live.listen(1)
+    try:
+        pol = tmp_path / "p.yaml"
+        pol.write_text("version: 1\nrules:\n  - {host: api.example.test, tier: 0}\n")
+        p = run_sluice("serve", "--policy", str(pol), "--listen", "127.0.0.1:0", "--admin",
+                       "unix:" + path)
+        assert p.returncode == 2, p.stderr
+        assert "--admin unix:%s: in use by another server" % path in p.stderr, p.stderr
+        assert stat.S_ISSOCK(os.lstat(path).st_mode)
+    finally:
+        live.close()  # the file stays: a stale socket now
+    assert stat.S_ISSOCK(os.lstat(path).st_mode)
+    gateway(net.policy([api_rule(net)]), args=["--admin", "unix:" + path])
+    assert _healthz_on_unix(path).startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+def _healthz_on_unix(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.settimeout(10)
+        s.connect(path)
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        return recv_until_close(s)
+    finally:
+        s.close()
