@@ -590,12 +590,14 @@ def recv_to_end(s):
         got += d
 
 
-@pytest.mark.parametrize("case", ["chunked_cut", "chunked_malformed", "until_close_stalled"])
+@pytest.mark.parametrize("case", ["chunked_cut", "chunked_malformed", "until_close_stalled",
+                                  "until_close_reset"])
 def test_a_cut_body_framed_by_the_close_ends_with_a_reset(gateway, net, case):
     # The agent frames the body by the close of its connection: an HTTP/1.0
     # agent gets a chunked body as its data alone, and any agent a body
     # without length. Cut before its end (the origin closed in the middle of
-    # its chunks, sent a malformed one, or went silent for idle_timeout), a
+    # its chunks, sent a malformed one, went silent for idle_timeout, or
+    # reset a body without length: only its close, a FIN, ends that one), a
     # plain close would be the end of the body to the agent, which would
     # take the part it got for the whole; a reset is an error to it. (The
     # close ended it, the bytes it got passing for a complete answer.)
@@ -606,6 +608,11 @@ def test_a_cut_body_framed_by_the_close_ends_with_a_reset(gateway, net, case):
             conn.sendall(b"HTTP/1.1 200 OK\r\n\r\nhello")
             stop.wait(5)
             return
+        if case == "until_close_reset":
+            conn.sendall(b"HTTP/1.1 200 OK\r\n\r\nhello")
+            started["gw"].wait_taken(conn)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            return  # closed by ScriptedUpstream: a reset
         conn.sendall(CHUNKED_HEAD)
         # the gateway relays what came so far (the head goes out) before
         # it reads the rest
@@ -620,7 +627,7 @@ def test_a_cut_body_framed_by_the_close_ends_with_a_reset(gateway, net, case):
         gw = started["gw"] = evil_gateway(gateway, net, up, limits={"idle_timeout": "1s"})
         s = open_conn(gw)
         try:
-            version = "1.1" if case == "until_close_stalled" else "1.0"
+            version = "1.1" if case.startswith("until_close") else "1.0"
             s.sendall(("GET %s HTTP/%s\r\nHost: %s:%d\r\n\r\n"
                        % (evil_url(up, "/c"), version, EVIL, up.port)).encode())
             got, reset = recv_to_end(s)
