@@ -733,9 +733,15 @@ static int read_response_head(struct conn *c, bool force)
          * wait for the answer starts at once), so req_taken cannot tell:
          * an origin that answered once it read the request line, the rest
          * of a large head still in the socket's send queue, would read
-         * that rest, then the client's next request, as one request. */
-        ex->up_keep = ex->keep_alive && !rsp->conn_close && rsp->version_minor >= 1 &&
-                      !sends_a_body(ex) && upstream_took_all(c);
+         * that rest, then the client's next request, as one request.
+         * An HTTP/1.0 answer is kept when it says keep-alive (conn_close
+         * is false then, http1.c): RFC 9112 9.3 lets it persist, and the
+         * request asked for it (kept only when it went with "Connection:
+         * keep-alive": forward_prepare()); its body is framed, as
+         * keep_alive requires (HTTP/1.0 has no chunked: a length, or
+         * none). */
+        ex->up_keep =
+            ex->keep_alive && !rsp->conn_close && !sends_a_body(ex) && upstream_took_all(c);
         ex->rsp_left = rsp->content_length > 0 ? (uint64_t)rsp->content_length : 0;
         chunked_init(&ex->rsp_chunked);
         ex->scratch_interim = evbuffer_get_length(c->scratch);

@@ -805,6 +805,42 @@ def test_a_reused_connection_waits_for_its_answer_from_its_request(gateway, net,
             assert end["ms"] >= 2800, end
 
 
+@pytest.mark.parametrize("fields,kept", [
+    (b"Connection: keep-alive\r\nContent-Length: 5\r\n", True),
+    (b"Connection: Keep-Alive\r\nKeep-Alive: timeout=5\r\nContent-Length: 5\r\n", True),
+    (b"Content-Length: 5\r\n", False),  # HTTP/1.0 persists only when it says so
+    (b"Connection: keep-alive, close\r\nContent-Length: 5\r\n", False),
+], ids=["keep_alive", "keep_alive_params", "plain", "close_too"])
+def test_an_http10_answer_with_keep_alive_keeps_its_connection(gateway, net, fields, kept):
+    # RFC 9112 9.3: an HTTP/1.0 response carrying the keep-alive option
+    # persists (the gateway asked for it: its request went as HTTP/1.1 with
+    # Connection: keep-alive); framed by its Content-Length, its connection
+    # is kept for the agent's next request, as an HTTP/1.1 one is. Without
+    # the option, or with close too, it is not.
+    def script(conn, stop, received):
+        conn.sendall(b"HTTP/1.0 200 OK\r\n" + fields + b"\r\nfirst")
+        if recv_head(conn, received.partition(b"\r\n\r\n")[2]) is None:
+            return
+        conn.sendall(b"HTTP/1.0 200 OK\r\n" + fields + b"\r\nagain")
+        stop.wait(5)
+
+    with ScriptedUpstream(script) as up:
+        gw = evil_gateway(gateway, net, up)
+        s = open_conn(gw, timeout=15)
+        try:
+            s.sendall(evil_get("/k1", up))
+            first = read_response(s)
+            s.sendall(evil_get("/k2", up))
+            second = read_response(s)
+        finally:
+            s.close()
+        assert first.status == 200 and first.body == b"first", first
+        assert first.header("Connection") == "keep-alive", first
+        assert second.status == 200, second
+        assert second.body == (b"again" if kept else b"first"), second.body
+        assert up.accepted == (1 if kept else 2)
+
+
 def test_head_dribbled_then_abandoned(gateway, net):
     # Half a head, then nothing: also the idle timeout, not a wait forever.
     with ScriptedUpstream(answering(b"HTTP/1.1 200 OK\r\nContent-Le", then_wait=10)) as up:
