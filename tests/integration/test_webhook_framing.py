@@ -93,6 +93,10 @@ def _start(gateway, net, tmp_path, scheme, answer, admin):
     tls, env = webhook_tls_env(tmp_path, scheme, "hook", "IP:127.0.0.1")
     srv = KeepAlive(answer, tls)
     url = "%s://127.0.0.1:%d/hook" % (scheme, srv.port)
+    # what an answer() may wait for: the alerts the sink holds, the one
+    # being sent included
+    srv.queued = lambda: _metric_value(
+        _metrics(admin), 'sluice_webhook_queue{sink="%s"}' % webhook_label(url)) or 0
     alerts = {"first_contact": True, "sinks": [{"webhook": url}]}
     args = ["--alerts", str(tmp_path / "a.jsonl"), "--grace", "1s", "--admin", str(admin)]
     return gateway(net.policy(rules(net), alerts=alerts), args=args, env=env), srv, url
@@ -142,7 +146,10 @@ def test_bytes_past_an_answer_that_ends_a_read_are_not_the_next_answer(gateway, 
         if k > 0:
             return True  # a later request on this connection: never answered
         srv.answered.append(alert)
-        time.sleep(0.3)  # the other alerts queue up behind this one
+        # the other two alerts queue up behind this one, so that the next
+        # goes at once on this connection when its answer is complete
+        poll(lambda: srv.queued() >= 3 or None, timeout=15,
+             what="the other alerts queued behind the first")
         c.sendall(answer_of_size(4096) + OK0)
         return True
 
