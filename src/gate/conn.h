@@ -216,7 +216,7 @@ struct conn {
     struct conn *log_next, *log_prev; /* in gw->log_waiters while log_waiting */
     struct gateway *gw;
     uint64_t id;
-    unsigned nreq;
+    uint64_t nreq; /* requests begun on it: the N of its ids "c<id>.N" */
     evutil_socket_t fd;
     struct bufferevent *client;
     struct evbuffer *scratch;    /* a response head on its way to the client (forward.c); or NULL */

@@ -132,6 +132,21 @@ static void test_timers_allocate_nothing(void **state)
     free(p);
 }
 
+/* A connection numbers its requests (the N of a log line's id "cM.N",
+ * which a consumer keys on) in 64 bits, as the gateway numbers its
+ * connections: a kept connection that a client uses for years (some 4
+ * billion requests, 33 hours at 36,000 a second) must not start again at
+ * 1 and give a new request the id of an old one. */
+static void test_request_numbers_do_not_wrap(void **state)
+{
+    (void)state;
+    struct conn c = {0};
+    c.nreq = UINT32_MAX;
+    c.nreq++;
+    assert_true(c.nreq > UINT32_MAX);
+    assert_int_equal(sizeof(c.nreq), sizeof(c.id));
+}
+
 int main(void)
 {
     /* before any other call into libevent, as it asks */
@@ -139,6 +154,7 @@ int main(void)
     event_size = event_get_struct_event_size();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_timers_allocate_nothing),
+        cmocka_unit_test(test_request_numbers_do_not_wrap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
