@@ -2102,48 +2102,48 @@ static void test_rule_field_errors(void **state)
          "PUT, PATCH, DELETE, OPTIONS or TRACE, in upper case)"},
         {V "rules:\n  - {host: a.example.test, tier: 0, owner: \"\"}\n",
          "p.yaml:3: rules[0].owner: must name a person, not be blank"},
-        {V "rules:\n  - {host: a.example.test, tier: 3, owner: , expires: 2099-12-31}\n",
+        {V "rules:\n  - {host: a.example.test, tier: 3, owner: , expires: 9999-12-31}\n",
          "p.yaml:3: rules[0].owner: must name a person, not be blank"},
         {V "rules:\n  - {host: a.example.test, tier: 0, owner: [alice]}\n",
          "p.yaml:3: rules[0].owner: expected a string"},
-        {V "rules:\n  - {host: a.example.test, tier: 3, owner: \" \\t\", expires: 2099-12-31}\n",
+        {V "rules:\n  - {host: a.example.test, tier: 3, owner: \" \\t\", expires: 9999-12-31}\n",
          "p.yaml:3: rules[0].owner: must name a person, not be blank"},
         /* Unicode spaces and line ends are as blank as ASCII ones: a
          * no-break space, an ideographic space, a line separator. */
-        {V "rules:\n  - {host: a.example.test, tier: 3, owner: \"\\_\", expires: 2099-12-31}\n",
+        {V "rules:\n  - {host: a.example.test, tier: 3, owner: \"\\_\", expires: 9999-12-31}\n",
          "p.yaml:3: rules[0].owner: must name a person, not be blank"},
         {V "rules:\n  - {host: a.example.test, tier: 3, owner: \"\\u3000 \\u2003\", expires: "
-           "2099-12-31}\n",
+           "9999-12-31}\n",
          "p.yaml:3: rules[0].owner: must name a person, not be blank"},
         {V "rules:\n  - {host: a.example.test, tier: 3, owner: \"\\L\\P\\u202f\\u205f\\u1680\", "
-           "expires: 2099-12-31}\n",
+           "expires: 9999-12-31}\n",
          "p.yaml:3: rules[0].owner: must name a person, not be blank"},
         /* ... and so are the zero-width ones, which print as nothing. */
         {V "rules:\n  - {host: a.example.test, tier: 3, owner: \"\\u200b\\ufeff\", expires: "
-           "2099-12-31}\n",
+           "9999-12-31}\n",
          "p.yaml:3: rules[0].owner: must name a person, not be blank"},
         {V "rules:\n  - {host: a.example.test, tier: 3, owner: \" \\u200c\\u200d\\u2060\\u180e \", "
-           "expires: 2099-12-31}\n",
+           "expires: 9999-12-31}\n",
          "p.yaml:3: rules[0].owner: must name a person, not be blank"},
         /* ... and the fillers and other default-ignorable characters,
          * which print as nothing too: the Hangul fillers (U+3164 is a
          * well-known "blank name"), the Braille blank, the combining
          * grapheme joiner, the invisible operators, the variation
          * selectors and the tags. */
-        {V "rules:\n  - {host: a.example.test, tier: 3, owner: \"\\u3164\", expires: 2099-12-31}\n",
+        {V "rules:\n  - {host: a.example.test, tier: 3, owner: \"\\u3164\", expires: 9999-12-31}\n",
          "p.yaml:3: rules[0].owner: must name a person, not be blank"},
         {V "rules:\n  - {host: a.example.test, tier: 3, owner: \"\\u2800 \\uffa0\\u115f\\u1160\", "
-           "expires: 2099-12-31}\n",
+           "expires: 9999-12-31}\n",
          "p.yaml:3: rules[0].owner: must name a person, not be blank"},
         {V
          "rules:\n  - {host: a.example.test, tier: 3, owner: \"\\u034f\\u2062\\u206f\\u17b4\\u180b\", "
-         "expires: 2099-12-31}\n",
+         "expires: 9999-12-31}\n",
          "p.yaml:3: rules[0].owner: must name a person, not be blank"},
         {V "rules:\n  - {host: a.example.test, tier: 3, owner: \"\\ufe0f\\U000E0041\\U000E007F\", "
-           "expires: 2099-12-31}\n",
+           "expires: 9999-12-31}\n",
          "p.yaml:3: rules[0].owner: must name a person, not be blank"},
         {V "rules:\n  - {host: a.example.test, tier: 3, owner: \"alice\\nresult: 0 errors, 0 "
-           "warnings\", expires: 2099-12-31}\n",
+           "warnings\", expires: 9999-12-31}\n",
          "p.yaml:3: rules[0].owner: must be a name on one line, without control characters"},
         {V "rules:\n  - {host: a.example.test, tier: 0, owner: \"bob\\e[2J\"}\n",
          "p.yaml:3: rules[0].owner: must be a name on one line, without control characters"},
