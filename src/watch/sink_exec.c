@@ -424,6 +424,9 @@ static int spawn(struct exec_runner *r, struct child *k, const char **why)
             return e;
         }
     }
+    /* What fails from here is the gateway's too (its memory, its
+     * descriptors: EMFILE at RLIMIT_NOFILE), not the program's. */
+    *why = "not run: the gateway cannot prepare its start";
     struct spawn_req *q = calloc(1, sizeof(*q));
     if (q == NULL)
         return ENOMEM;
@@ -433,6 +436,7 @@ static int spawn(struct exec_runner *r, struct child *k, const char **why)
         req_free(q);
         return ENOMEM;
     }
+    *why = "not run: the gateway cannot make the pipe to its standard input";
     if (pipe2(p, O_CLOEXEC) != 0) {
         int rc = errno;
         req_free(q);

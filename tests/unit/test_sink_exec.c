@@ -446,6 +446,59 @@ static void a_spawner_thread_that_cannot_be_made_is_told_as_the_gateways(void **
     rmdir(dir);
 }
 
+/* The pipe to a program's standard input cannot be made (the gateway is
+ * out of descriptors: EMFILE at its RLIMIT_NOFILE, here lowered to the
+ * descriptors open): that is the gateway's failure too, told as such, not
+ * as the program's ('cannot run: Too many open files' sent the reader to
+ * the program); the alert is not run, counted like any the program could
+ * not run, and the next one runs once descriptors are free again. */
+static void a_pipe_the_gateway_cannot_make_is_told_as_the_gateways(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sluice-exec-XXXXXX", prog[64], said[4096] = "";
+    write_program(dir, prog, sizeof(prog), "cat > /dev/null");
+    struct event_base *base = event_base_new();
+    assert_non_null(base);
+    struct exec_runner *r = exec_runner_new(base);
+    assert_non_null(r);
+    exec_runner_run(r, prog, "{}\n", 3); /* the spawner thread is made */
+    struct child *first = r->spawning;
+    assert_non_null(first);
+    assert_true(started(base, first) > 0);
+
+    struct stderr_capture cap;
+    stderr_capture_begin(&cap);
+    struct rlimit was, low;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &was), 0);
+    int lowest = dup(STDIN_FILENO); /* the lowest free descriptor: none above is open */
+    assert_true(lowest >= 0);
+    close(lowest);
+    low = was;
+    low.rlim_cur = (rlim_t)lowest;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    uint64_t failed = exec_runner_failures(r);
+    size_t busy = exec_runner_busy(r);
+    exec_runner_run(r, prog, "{}\n", 3);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &was), 0);
+    stderr_capture_end(&cap, said, sizeof(said));
+    assert_int_equal(exec_runner_failures(r), failed + 1);
+    assert_int_equal(exec_runner_busy(r), busy);
+    assert_null(strstr(said, "cannot run: Too many"));
+    assert_non_null(strstr(said, "/prog.sh: not run: the gateway cannot make the pipe to its "
+                                 "standard input: Too many open files"));
+
+    for (int i = 0; i < 1000 && exec_runner_busy(r) > 0; i++)
+        event_base_loop(base, EVLOOP_ONCE); /* the first ends */
+    exec_runner_run(r, prog, "{}\n", 3);    /* descriptors again: it runs */
+    assert_non_null(r->spawning);
+    assert_true(started(base, r->spawning) > 0);
+    assert_int_equal(exec_runner_failures(r), failed + 1);
+    exec_runner_free(r);
+    event_base_free(base);
+    unlink(prog);
+    rmdir(dir);
+}
+
 /* A gateway that raised its own priority (serve --nice, -10 by default)
  * starts its programs at the nice it was started with, from their first
  * instruction: a program that forks at once must not leave its children
@@ -500,6 +553,7 @@ int main(void)
         cmocka_unit_test(a_start_whose_exec_hangs_holds_neither_the_loop_nor_the_exit),
         cmocka_unit_test(a_start_that_failed_unheard_is_counted_never_started),
         cmocka_unit_test(a_spawner_thread_that_cannot_be_made_is_told_as_the_gateways),
+        cmocka_unit_test(a_pipe_the_gateway_cannot_make_is_told_as_the_gateways),
         cmocka_unit_test(a_program_starts_at_the_nice_the_process_was_started_with),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
