@@ -510,6 +510,10 @@ def test_expiring_grant_warns_but_passes(sluice_bin, tmp_path):
     assert r.returncode == 0 and "warning:" not in r.stdout
     r = run(sluice_bin, "check", path, "--now", "2026-11-01", "--warn-days", "100")
     assert "warning:" in r.stdout
+    # a leading zero is decimal, as in every numeric option: 012 is 12 days
+    # (11 left: a warning), not octal 10
+    r = run(sluice_bin, "check", path, "--now", "2026-12-20", "--warn-days", "012")
+    assert r.returncode == 0 and "11 days left" in r.stdout, r.stdout
 
 
 def test_strict_fails_a_check_whose_only_findings_are_warnings(sluice_bin, tmp_path):
