@@ -53,9 +53,10 @@ static bool starts_other_protocol(const char *w, size_t n)
 enum line_kind {
     LINE_NEED_MORE,
     LINE_NOT_HTTP,
-    LINE_HTTP1,       /* ends in HTTP/1.0 or HTTP/1.1 */
-    LINE_HTTP09_ABS,  /* HTTP/0.9 with an absolute-form target: "GET http://h/" */
-    LINE_HTTP09_HEAD, /* HTTP/0.9 that header fields may follow: "GET /" (llhttp) */
+    LINE_HTTP1,        /* ends in HTTP/1.0 or HTTP/1.1 */
+    LINE_HTTP09_ABS,   /* HTTP/0.9 with an absolute-form target: "GET http://h/" */
+    LINE_HTTP09_HEAD,  /* HTTP/0.9 that header fields may follow: "GET /" (llhttp) */
+    LINE_CONNECT_BARE, /* "CONNECT" and whitespace alone (llhttp: an empty target) */
     LINE_OTHER_VERSION,
 };
 
@@ -136,6 +137,12 @@ static enum line_kind first_line(const char *buf, size_t len, const char **targe
          * its server emits 'connect', and the forward proxy of Node.js's
          * documentation then connects to the host and port it names. */
         bool connect = j == 7 && memcmp(buf, "CONNECT", 7) == 0;
+        /* "CONNECT " alone: llhttp takes the empty target, and Node.js's
+         * server emits 'connect' with the header fields behind it, whose
+         * Host is then all a proxy has to go by. No target can name the
+         * CONNECT's. */
+        if (connect && *tlen == 0)
+            return LINE_CONNECT_BARE;
         if (*tlen > 0 && *target + *tlen == buf + e &&
             (connect || (*target)[0] == '/' || (*target)[0] == '*' ||
              absolute_form(*target, *tlen)))
@@ -223,6 +230,9 @@ static enum peek_http_result line_verdict(enum line_kind k, const char *t, size_
             judge_simple(t, tlen, target, port, why) == PEEK_HTTP_MISMATCH)
             return PEEK_HTTP_MISMATCH;
         return PEEK_HTTP_NEED_MORE;
+    case LINE_CONNECT_BARE:
+        *why = "a CONNECT request line without a target";
+        return PEEK_HTTP_MISMATCH;
     case LINE_OTHER_VERSION:
         *why = "a version other than HTTP/1.0 and HTTP/1.1";
         return PEEK_HTTP_MISMATCH;

@@ -43,7 +43,10 @@
  *    of two words whose method is "CONNECT" (llhttp's case), whatever its
  *    target: Node.js's server emits 'connect' for "CONNECT h:443" and the
  *    header fields after it, and its documented forward proxy connects to
- *    h (its authority-form target is then checked as below).
+ *    h (its authority-form target is then checked as below). A line of
+ *    "CONNECT" and whitespace alone is MISMATCH: llhttp takes its empty
+ *    target, and Node.js's server emits 'connect' with the header fields
+ *    behind it, their Host all a proxy then has to go by.
  *    One whose last word is "HTTP/1.0" or
  *    "HTTP/1.1" is an HTTP/1.x request head, checked below; any other
  *    "HTTP/" word ("HTTP/1.2", which nginx and Go serve as 1.x, "http/1.1",

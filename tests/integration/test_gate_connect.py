@@ -1703,6 +1703,9 @@ _MISMATCHED_HEADS = [
     ("v09_connect_other_host", b"CONNECT evil.example.test:443\r\n\r\n"),
     ("v09_connect_other_host_host_header", b"CONNECT evil.example.test:443\r\n"
                                            b"Host: api.example.test\r\n\r\n"),
+    # "CONNECT" and a space alone: Node.js's server (llhttp) takes the empty
+    # target and emits 'connect' with the Host behind it (let through before)
+    ("v09_connect_no_target", b"CONNECT \r\nHost: evil.example.test\r\n\r\n"),
     # the h2c prior-knowledge preface: its HEADERS frames cannot be checked
     ("h2c_preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
                     b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"),

@@ -237,6 +237,15 @@ static void test_mismatching_hosts(void **state)
         "CONNECT api.example.test:8080\r\nContent-Length: 1\r\n\r\nx",
         "CONNECT evil.example.test:443\n\n",
         "CONNECT /\r\n\r\n",
+        /* "CONNECT" and spaces alone: llhttp takes an empty target, and
+         * Node.js's server emits 'connect' with the header fields behind
+         * it (a proxy then has their Host alone to go by) */
+        "CONNECT \r\nHost: evil.example.test\r\n\r\n",
+        "CONNECT  \r\nX-Forwarded-Host: evil.example.test\r\n\r\n",
+        "\r\nCONNECT \r\nHost: evil.example.test:80\r\n\r\n",
+        "CONNECT \r\n\r\n",
+        "CONNECT\t\r\n",
+        "CONNECT\r\n",
         "GET  /\r\nHost: evil.example.test\r\n\r\n",
         "\t\r\n\r\nGET /\r\nHost: api.example.test\r\n\r\n",
         /* control bytes other than NUL: nginx before 1.21.1 takes them in a
