@@ -143,8 +143,12 @@ static enum line_kind first_line(const char *buf, size_t len, const char **targe
          * CONNECT's. */
         if (connect && *tlen == 0)
             return LINE_CONNECT_BARE;
+        /* Python's http.server takes "GET SP word" for an HTTP/0.9 GET
+         * whatever the word, reads the header fields behind it, and serves
+         * it with their Host. */
+        bool get = j == 3 && memcmp(buf, "GET", 3) == 0;
         if (*tlen > 0 && *target + *tlen == buf + e &&
-            (connect || (*target)[0] == '/' || (*target)[0] == '*' ||
+            (connect || get || (*target)[0] == '/' || (*target)[0] == '*' ||
              absolute_form(*target, *tlen)))
             return LINE_HTTP09_HEAD;
         return absolute_form(*target, *tlen) ? LINE_HTTP09_ABS : LINE_NOT_HTTP;

@@ -43,7 +43,11 @@
  *    of two words whose method is "CONNECT" (llhttp's case), whatever its
  *    target: Node.js's server emits 'connect' for "CONNECT h:443" and the
  *    header fields after it, and its documented forward proxy connects to
- *    h (its authority-form target is then checked as below). A line of
+ *    h (its authority-form target is then checked as below). So is a
+ *    line of two words whose method is "GET", whatever its target (a Redis
+ *    inline "GET key" included, refused when the window ends): Python's
+ *    http.server serves it as an HTTP/0.9 GET with the header fields after
+ *    it, and their Host picks the site as for any request. A line of
  *    "CONNECT" and whitespace alone is MISMATCH: llhttp takes its empty
  *    target, and Node.js's server emits 'connect' with the header fields
  *    behind it, their Host all a proxy then has to go by.

@@ -1706,6 +1706,9 @@ _MISMATCHED_HEADS = [
     # "CONNECT" and a space alone: Node.js's server (llhttp) takes the empty
     # target and emits 'connect' with the Host behind it (let through before)
     ("v09_connect_no_target", b"CONNECT \r\nHost: evil.example.test\r\n\r\n"),
+    # "GET" and any one word: Python's http.server takes it for an HTTP/0.9
+    # GET and serves it with the Host behind it (let through before)
+    ("v09_get_any_word", b"GET user:1000\r\nHost: evil.example.test\r\n\r\n"),
     # the h2c prior-knowledge preface: its HEADERS frames cannot be checked
     ("h2c_preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
                     b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"),

@@ -246,6 +246,13 @@ static void test_mismatching_hosts(void **state)
         "CONNECT \r\n\r\n",
         "CONNECT\t\r\n",
         "CONNECT\r\n",
+        /* "GET" and any one word: Python's http.server takes it for an
+         * HTTP/0.9 GET, reads the header fields behind it, and serves it
+         * with their Host */
+        "GET http\r\nHost: evil.example.test\r\n\r\n",
+        "GET user:1000\r\nHost: evil.example.test\r\n\r\n",
+        "GET api.example.test\r\nHost: evil.example.test\r\n\r\n",
+        "GET user:1000\r\n\r\n",
         "GET  /\r\nHost: evil.example.test\r\n\r\n",
         "\t\r\n\r\nGET /\r\nHost: api.example.test\r\n\r\n",
         /* control bytes other than NUL: nginx before 1.21.1 takes them in a
@@ -324,9 +331,10 @@ static void test_not_http(void **state)
         "\xff\xfe binary",
         " \x01GET / HTTP/1.1\r\n",
         "(GET / HTTP/1.1\r\n",
-        /* two words, the second no request target: a Redis inline command
-         * on a key, a method other than CONNECT (in its case: llhttp's) */
-        "GET user:1000\r\n",
+        /* two words, the second no request target: a method other than
+         * CONNECT (in its case: llhttp's) and GET (Python's) */
+        "SET user:1000\r\n",
+        "get user:1000\r\n",
         "connect evil.example.test:443\r\n\r\n",
     };
     for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++)
@@ -374,6 +382,7 @@ static void test_incomplete(void **state)
         "GET http://api.example.test/\r\n",
         "CONNECT evil.example.test:443\r\n",
         "CONNECT api.example.test:8080\r\nHost: api.example.test\r\n",
+        "GET user:1000\r\n", /* a Redis inline command too: refused once the window ends */
         /* a control byte other than NUL: the line's last word will tell */
         "GET /\x01",
         "A \x02\x03\x7f",
