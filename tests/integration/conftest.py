@@ -534,9 +534,31 @@ class Gateway:
         return problem
 
     def stderr(self):
-        # the child writes straight to the file
+        """Standard error as the file holds it now. While serve runs, its
+        messages reach the file through the relay's thread
+        (util/stderr_relay.h), a moment after it wrote them: after /healthz,
+        the log or a client's answer can show the event told. Read at once
+        only what came before "sluice: serving" (wait_ready() saw it), or
+        after the process was waited for; else wait_stderr()."""
         with open(self.stderr_path, "rb") as f:
             return f.read().decode("utf-8", "replace")
+
+    def wait_stderr(self, told, count=1, timeout=10.0):
+        """Waits until standard error holds <told> (a str, or a compiled
+        regular expression) <count> times or more; returns standard error
+        then. The relay copies one pipe in order: every line written before
+        <told> is in what it returns (a line that is absent from it and
+        would have come before <told> never came)."""
+        def seen():
+            err = self.stderr()
+            n = len(told.findall(err)) if hasattr(told, "findall") else err.count(told)
+            return err if n >= count else None
+        shown = told.pattern if hasattr(told, "pattern") else told
+        try:
+            return poll(seen, timeout=timeout,
+                        what="%r %d time(s) on standard error" % (shown, count))
+        except AssertionError as e:
+            raise AssertionError("%s; it holds (tail):\n%s" % (e, self.stderr()[-3000:])) from None
 
     def stdout(self):
         with open(self.stdout_path, "rb") as f:
