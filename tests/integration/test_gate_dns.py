@@ -985,10 +985,8 @@ def test_no_local_port_is_the_gateways_shortage(world):
         assert_refused(w, r, name, "gateway_overloaded", None)
         assert r.header("Retry-After") == "1", r
         assert "the gateway is out of local ports; retry later" in r.text, r.text
-    # standard error goes through the relay's thread (util/stderr_relay.h):
     # the warning, written before the 503, may reach the file after it
-    poll(lambda: "local ports" in w.gw.stderr() or None, what="the warning")
-    told = [ln for ln in w.gw.stderr().splitlines() if "local ports" in ln]
+    told = [ln for ln in w.gw.wait_stderr("local ports").splitlines() if "local ports" in ln]
     assert told == ["sluice: warning: out of local ports (Cannot assign requested address): "
                     "requests are refused with 503 gateway_overloaded; widen "
                     "net.ipv4.ip_local_port_range or lower --max-conns (told at most once a "
@@ -1087,11 +1085,10 @@ def test_each_shortage_is_told_once_a_minute_of_its_own(world):
     assert_refused(w, r, "hogged-again.test", "gateway_overloaded", None)
     r, _ = _get_short_of_descriptors(w, "up-again.test")
     assert_refused(w, r, "up-again.test", "gateway_overloaded", None)
-    # both warnings were written before their 503s, through the relay's
-    # thread: wait for the second (the relay keeps their order)
-    poll(lambda: "warning: out of file descriptors" in w.gw.stderr() or None,
-         what="the descriptors' warning")
-    told = [ln for ln in w.gw.stderr().splitlines() if "warning: out of" in ln]
+    # both warnings were written before their 503s: wait for the second
+    # (the relay keeps their order)
+    told = [ln for ln in w.gw.wait_stderr("warning: out of file descriptors").splitlines()
+            if "warning: out of" in ln]
     assert told == ["sluice: warning: out of local ports (Cannot assign requested address): "
                     "requests are refused with 503 gateway_overloaded; widen "
                     "net.ipv4.ip_local_port_range or lower --max-conns (told at most once a "

@@ -2327,10 +2327,9 @@ def test_out_of_descriptors_for_the_upstream_is_the_gateways_fault(gateway, net)
                   agent="default", tier=0, rule="rules[0]", ip=None)
     assert r.header("Retry-After") == "1", r
     assert "out of file descriptors" in r.text, r.text
-    # standard error goes through the relay's thread (util/stderr_relay.h):
     # the warning, written before the 503, may reach the file after it
-    poll(lambda: "file descriptors" in gw.stderr() or None, what="the warning")
-    told = [ln for ln in gw.stderr().splitlines() if "file descriptors" in ln]
+    told = [ln for ln in gw.wait_stderr("file descriptors").splitlines()
+            if "file descriptors" in ln]
     assert told == ["sluice: warning: out of file descriptors (the open-file limit is %d): "
                     "requests are refused with 503 gateway_overloaded; raise the limit or lower "
                     "--max-conns (told at most once a minute)" % limit], told

@@ -260,10 +260,8 @@ def test_answers_that_are_not_whole_are_no_delivery(gateway, net, tmp_path, sche
         return True
 
     def check(gw, srv, url, hosts):
-        # told on the loop at the failed attempt, but through the stderr
-        # relay's thread (util/stderr_relay.h): it may reach the file later
-        poll(lambda: "sluice: webhook %s: cannot deliver" % webhook_label(url) in gw.stderr() or None,
-             what="the failed attempt told on standard error")
+        # told on the loop at the failed attempt, before the retry
+        gw.wait_stderr("sluice: webhook %s: cannot deliver" % webhook_label(url))
 
     _deliver(gateway, net, tmp_path, scheme, answer, 2, check)
 
@@ -297,7 +295,6 @@ def test_a_connection_ended_before_the_answer_says_how(gateway, net, tmp_path, s
 
     def check(gw, srv, url, hosts):
         want = "sluice: webhook %s: cannot deliver: %s; retrying" % (webhook_label(url), reason)
-        # through the stderr relay's thread: it may reach the file later
-        poll(lambda: want in gw.stderr() or None, what="%r on standard error" % want)
+        gw.wait_stderr(want)
 
     _deliver(gateway, net, tmp_path, scheme, answer, 1, check)
