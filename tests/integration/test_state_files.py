@@ -124,6 +124,7 @@ def test_a_new_stores_files_are_not_for_other_users(gateway, net, statedir, umas
              timeout=10, what="the second commit")
     finally:
         nobody.stop()
+    gw.stop()  # a failed commit told, through the relay, is in the file then
     assert "database is locked" not in gw.stderr(), gw.stderr()
 
 
