@@ -940,6 +940,9 @@ static void gateway_gauges(void *arg, struct metrics_gauges *g)
     g->bandwidth_waiting = quota_flows_waiting(gw->quota);
     g->reloads = gw->counters.reloads;
     g->reload_failures = gw->counters.reload_failures;
+    g->accept_failures = 0;
+    for (size_t i = 0; i < gw->nlisteners; i++)
+        g->accept_failures += listener_accept_failures(gw->listeners[i]);
     struct resolve_server_stats st[METRICS_DNS_SERVERS];
     g->ndns = resolver_server_stats(gw->resolver, st, METRICS_DNS_SERVERS);
     for (size_t i = 0; i < g->ndns; i++) {

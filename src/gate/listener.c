@@ -32,6 +32,7 @@ struct listener {
     void *arg;
     bool unspecified;      /* bound to 0.0.0.0 or :: */
     uint64_t warned_ms;    /* when a failed accept() was told last (tell_due()) */
+    uint64_t failures;     /* accept() calls that failed and paused it */
     struct stat sock_file; /* a unix socket's file, as bound: removed at the end
                             * only while the path still names it */
 };
@@ -205,6 +206,7 @@ static void accept_failed(struct listener *l, int err)
     static const struct timeval backoff = {0, ACCEPT_BACKOFF_MS * 1000};
     if (accept_error_is_per_conn(err))
         return;
+    l->failures++;
     uint64_t now = monotonic_ms();
     if (tell_due(&l->warned_ms, now, ACCEPT_WARN_EVERY_MS))
         fprintf(stderr,
@@ -407,6 +409,11 @@ void listener_resume(struct listener *l)
 const struct listen_addr *listener_addr(const struct listener *l)
 {
     return &l->addr;
+}
+
+uint64_t listener_accept_failures(const struct listener *l)
+{
+    return l->failures;
 }
 
 bool listener_is_unix(const struct listener *l)

@@ -14,7 +14,10 @@
  *
  * Accept errors such as EMFILE pause the listener for 100 ms instead of
  * spinning; one that concerns only the connection accept() took (EPROTO,
- * EPERM from a firewall, a network error pending on it) pauses nothing. */
+ * EPERM from a firewall, a network error pending on it) pauses nothing.
+ * Each failed accept() that pauses it is counted (listener_accept_failures():
+ * /metrics' sluice_accept_failures_total), since no request is decided for
+ * a connection never accepted. */
 #ifndef SLUICE_GATE_LISTENER_H
 #define SLUICE_GATE_LISTENER_H
 
@@ -88,6 +91,9 @@ void listener_resume(struct listener *l);
 /* The address actually bound (the port filled in when 0 was asked for). */
 const struct listen_addr *listener_addr(const struct listener *l);
 bool listener_is_unix(const struct listener *l);
+/* accept() calls of <l> that failed for want of descriptors or memory (each
+ * paused it), since it was opened. */
+uint64_t listener_accept_failures(const struct listener *l);
 
 /* True when <ip>:<port> reaches listener <l>: the same address, or any
  * local address when <l> is bound to the unspecified address (asked of the

@@ -407,6 +407,10 @@ int metrics_format(struct metrics *m, struct evbuffer *b)
     head(o, "sluice_bandwidth_waiting_connections", "gauge",
          "Connections whose upload waits for its bandwidth bucket to refill now.");
     putf(o, "sluice_bandwidth_waiting_connections %" PRIu64 "\n", g.bandwidth_waiting);
+    head(o, "sluice_accept_failures_total", "counter",
+         "Failed accept() calls of the listeners (out of descriptors or memory): each pauses "
+         "the listener 100 ms.");
+    putf(o, "sluice_accept_failures_total %" PRIu64 "\n", g.accept_failures);
 
     head(o, "sluice_alerts_total", "counter", "Alerts written, by kind (kept across restarts).");
     for (int k = 0; k < ALERT_KIND_COUNT; k++)

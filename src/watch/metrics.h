@@ -6,6 +6,9 @@
  *   sluice_bytes_up_total{agent}, sluice_bytes_down_total{agent}  counters
  *   sluice_open_connections, sluice_open_tunnels          gauges
  *   sluice_bandwidth_waiting_connections                  gauge
+ *   sluice_accept_failures_total                          counter
+ *     (the listeners' accept() calls that failed for want of descriptors
+ *     or memory: no request is decided for those connections)
  *   sluice_alerts_total{kind}                            counter (kept in the state store)
  *   sluice_policy_reloads_total, sluice_policy_reload_failures_total  counters
  *   sluice_grants_expiring (grants within the warn window), sluice_grants_expired,
@@ -63,6 +66,7 @@ struct metrics_gauges {
     uint64_t tunnel_held_bytes; /* tunnel_held_bytes() (gate/tunnel.h) */
     uint64_t bandwidth_waiting; /* quota_flows_waiting() (shape/quota.h) */
     uint64_t reloads, reload_failures;
+    uint64_t accept_failures; /* the listeners' failed accept() calls */
     struct metrics_dns_server dns[METRICS_DNS_SERVERS];
     size_t ndns;
     struct metrics_log logs[2];

@@ -445,6 +445,38 @@ def test_admin_accept_errors_pause_the_listener(gateway, net):
     assert request(gw, "GET", net.url("/after")).status == 200
 
 
+
+def test_accept_errors_of_the_gateways_listener_are_counted(gateway, net):
+    # While the gateway is out of descriptors its listener's accept() fails
+    # (EMFILE: its soft limit lowered under it, put back afterwards) and
+    # nothing else can tell: no request is decided, /healthz cannot even be
+    # accepted, and standard error says so once a minute.
+    # sluice_accept_failures_total counts each failed accept(), so a scrape
+    # afterwards shows the shortage happened. Before, /metrics had no sign
+    # of it.
+    gw, port = start_with_window(gateway, net, 1)  # each scrape sees the counts of its moment
+    pid = gw.proc.pid
+    key = ("sluice_accept_failures_total", frozenset())
+    before, _ = scrape(port)
+    assert before.get(key) == 0, sorted(before)
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    socks = []
+    try:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (nfds(pid) + 3, hard))
+        for _ in range(10):
+            socks.append(socket.create_connection(("127.0.0.1", gw.port), timeout=2))
+        poll(lambda: "sluice: accept on" in gw.stderr() or None, timeout=10,
+             what="the accept error told")
+    finally:
+        for s in socks:
+            s.close()
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+    after, types = scrape(port)
+    assert after.get(key, 0) >= 1, sorted(after)
+    assert types["sluice_accept_failures_total"] == "counter"
+    assert request(gw, "GET", net.url("/after")).status == 200
+
+
 # --------------------------------------------------------------------------
 # The exposition, checked line by line.
 
