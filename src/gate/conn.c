@@ -17,6 +17,7 @@
 #include <event2/event.h>
 
 #include "gate/addr_guard.h"
+#include "gate/backlog.h"
 #include "gate/deny.h"
 #include "gate/gateway.h"
 #include "gate/held_body.h"
@@ -156,7 +157,8 @@ void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
     bufferevent_setcb(c->client, on_read, on_write, on_event, c);
     (void)stream_own_reads(c->client); /* else libevent reads, with its FIONREAD */
     c->drain_cb = evbuffer_add_cb(bufferevent_get_output(c->client), drain_on_write, &c->drain);
-    if (c->drain_cb == NULL) {
+    c->backlog_cb = backlog_track(bufferevent_get_output(c->client));
+    if (c->drain_cb == NULL || c->backlog_cb == NULL) {
         conn_free(c);
         return;
     }
@@ -402,6 +404,7 @@ void conn_free(struct conn *c)
          * with its output, itself: then c->client is NULL. */
         if (c->drain_cb != NULL)
             evbuffer_remove_cb_entry(bufferevent_get_output(c->client), c->drain_cb);
+        backlog_untrack(bufferevent_get_output(c->client), c->backlog_cb);
         wipe_unread(bufferevent_get_input(c->client));
         bufferevent_free(c->client);
     }

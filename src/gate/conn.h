@@ -272,7 +272,8 @@ struct conn {
     uint64_t drain_step_ms;
     bool client_read_timed; /* ... and a read timeout of idle_timeout with it */
     struct drain drain;
-    struct evbuffer_cb_entry *drain_cb; /* notes writes into the client's socket */
+    struct evbuffer_cb_entry *drain_cb;   /* notes writes into the client's socket */
+    struct evbuffer_cb_entry *backlog_cb; /* counts its output in backlog_held() */
     struct exchange ex;
     /* The last exchange ended before its request body was read to its end
      * (conn_end_exchange()): the rest may still come, so the close lingers. */

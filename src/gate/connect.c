@@ -50,6 +50,7 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
+#include "gate/backlog.h"
 #include "gate/conn.h"
 #include "gate/drain.h"
 #include "gate/gateway.h"
@@ -143,6 +144,8 @@ static void go_tunnel(struct conn *c)
     c->state = CS_TUNNEL;
     bool splice = gateway_tunnel_splices(c->gw, c->origin.is_unix);
     c->tunnel = tunnel_new(c->gw->base, cfd, ufd, conn_idle_ms(c), splice, on_tunnel_end, c);
+    backlog_untrack(bufferevent_get_output(client), c->backlog_cb);
+    c->backlog_cb = NULL;
     bufferevent_free(client);
     bufferevent_free(up);
     if (c->tunnel == NULL)

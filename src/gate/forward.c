@@ -39,6 +39,7 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 
+#include "gate/backlog.h"
 #include "gate/conn.h"
 #include "gate/drain.h"
 #include "gate/gateway.h"
@@ -560,7 +561,7 @@ static int pump_response(struct conn *c, bool force)
     if (!ex->rsp_head_done)
         return 0; /* never a byte before the final head is parsed */
     while (!ex->rsp_done && evbuffer_get_length(in) > 0) {
-        if (!force && client_backlog(c) >= FLOW_HIGH) {
+        if (!force && client_backlog(c) >= backlog_mark(FLOW_HIGH)) {
             bufferevent_disable(c->up, EV_READ);
             return 0; /* forward_on_client_write resumes */
         }
@@ -658,7 +659,7 @@ static int read_response_head(struct conn *c, bool force)
         size_t len = evbuffer_get_length(in);
         if (len == 0)
             return 0;
-        if (!force && client_backlog(c) >= FLOW_HIGH) {
+        if (!force && client_backlog(c) >= backlog_mark(FLOW_HIGH)) {
             bufferevent_disable(c->up, EV_READ);
             evtimer_del(c->timer); /* the client is judged meanwhile; the head anew after */
             return 0;              /* forward_on_client_write resumes */
@@ -780,7 +781,7 @@ static int take_response(struct conn *c, bool force)
          * write callback will come to resume it, so go on here. Each turn
          * takes what the input holds; nothing is read meanwhile. */
         if (c->ex.rsp_done || (bufferevent_get_enabled(c->up) & EV_READ) ||
-            evbuffer_get_length(bufferevent_get_output(c->client)) > FLOW_LOW)
+            evbuffer_get_length(bufferevent_get_output(c->client)) > backlog_low_mark(FLOW_LOW))
             return 0;
         bufferevent_enable(c->up, EV_READ);
     }
@@ -956,7 +957,8 @@ void forward_on_client_write(struct conn *c)
         maybe_done(c);
         return;
     }
-    if (c->up != NULL && evbuffer_get_length(bufferevent_get_output(c->client)) <= FLOW_LOW) {
+    if (c->up != NULL &&
+        evbuffer_get_length(bufferevent_get_output(c->client)) <= backlog_low_mark(FLOW_LOW)) {
         bufferevent_enable(c->up, EV_READ);
         /* After an interim head drained: the rest may already be buffered. */
         if (take_response(c, false) < 0)
@@ -978,8 +980,9 @@ static void up_read(struct bufferevent *bev, void *arg)
     /* A body streaming toward a client that takes it: read on past
      * libevent's 4 KiB. An error met doing so is the bufferevent's to
      * report, once what was read went on; the connection is not kept. */
-    bool failed = c->ex.rsp_head_done && !c->ex.rsp_done && client_backlog(c) < FLOW_HIGH &&
-                  stream_read_more(bev, c->up_fd, READ_AHEAD) < 0;
+    bool failed = c->ex.rsp_head_done && !c->ex.rsp_done &&
+                  client_backlog(c) < backlog_mark(FLOW_HIGH) &&
+                  stream_read_more(bev, c->up_fd, backlog_mark(READ_AHEAD)) < 0;
     int err = failed ? errno : 0;
     if (failed)
         c->ex.up_keep = false;

@@ -17,6 +17,7 @@
 #include <event2/event.h>
 
 #include "gate/addr_guard.h"
+#include "gate/backlog.h"
 #include "gate/conn.h"
 #include "gate/link_walk.h"
 #include "gate/resolve.h"
@@ -616,6 +617,7 @@ static int reload_apply(struct gateway *gw, struct policy *p, struct webhook_tls
     gw->current = gp;
     fit_fd_limit(gw, p, false); /* its sinks may need more descriptors, or fewer */
     tunnel_budget_for_conns(max_conns(gw));
+    backlog_budget_for_conns(max_conns(gw));
     quota_configure(gw->quota, p);
     quota_reshape_commit(reshape); /* tunnels already open included */
     watch_policy_loaded(gw->watch, p);
@@ -937,6 +939,7 @@ static void gateway_gauges(void *arg, struct metrics_gauges *g)
         if (c->tunnel != NULL)
             g->open_tunnels++;
     g->tunnel_held_bytes = tunnel_held_bytes();
+    g->client_backlog_bytes = backlog_held();
     g->bandwidth_waiting = quota_flows_waiting(gw->quota);
     g->reloads = gw->counters.reloads;
     g->reload_failures = gw->counters.reload_failures;
@@ -1019,7 +1022,8 @@ struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *pol
         goto err;
     gw->max_conns_asked = max_conns(gw);
     fit_fd_limit(gw, policy, true);
-    tunnel_budget_for_conns(max_conns(gw)); /* what stalled tunnels may hold grows with them */
+    tunnel_budget_for_conns(max_conns(gw));  /* what stalled tunnels may hold grows with them */
+    backlog_budget_for_conns(max_conns(gw)); /* and what stalled downloads may */
     gw->listeners = calloc(cfg->nlistens > 0 ? cfg->nlistens : 1, sizeof(*gw->listeners));
     if (gw->listeners == NULL) {
         snprintf(err, errlen, "out of memory");

@@ -404,6 +404,10 @@ int metrics_format(struct metrics *m, struct evbuffer *b)
     head(o, "sluice_tunnel_held_bytes", "gauge",
          "Bytes tunnels read and hold because their destination did not take them yet.");
     putf(o, "sluice_tunnel_held_bytes %" PRIu64 "\n", g.tunnel_held_bytes);
+    head(o, "sluice_client_backlog_bytes", "gauge",
+         "Bytes waiting in the gateway's memory for clients to take them (answers and response "
+         "bodies; not tunnels').");
+    putf(o, "sluice_client_backlog_bytes %" PRIu64 "\n", g.client_backlog_bytes);
     head(o, "sluice_bandwidth_waiting_connections", "gauge",
          "Connections whose upload waits for its bandwidth bucket to refill now.");
     putf(o, "sluice_bandwidth_waiting_connections %" PRIu64 "\n", g.bandwidth_waiting);

@@ -5,6 +5,7 @@
  *   sluice_requests_total{agent,tier,decision,reason}   counter
  *   sluice_bytes_up_total{agent}, sluice_bytes_down_total{agent}  counters
  *   sluice_open_connections, sluice_open_tunnels          gauges
+ *   sluice_tunnel_held_bytes, sluice_client_backlog_bytes gauges
  *   sluice_bandwidth_waiting_connections                  gauge
  *   sluice_accept_failures_total                          counter
  *     (the listeners' accept() calls that failed for want of descriptors
@@ -63,8 +64,9 @@ struct metrics_log {
 /* Values the gateway knows, read at each scrape. */
 struct metrics_gauges {
     uint64_t open_connections, open_tunnels;
-    uint64_t tunnel_held_bytes; /* tunnel_held_bytes() (gate/tunnel.h) */
-    uint64_t bandwidth_waiting; /* quota_flows_waiting() (shape/quota.h) */
+    uint64_t tunnel_held_bytes;    /* tunnel_held_bytes() (gate/tunnel.h) */
+    uint64_t client_backlog_bytes; /* backlog_held() (gate/backlog.h) */
+    uint64_t bandwidth_waiting;    /* quota_flows_waiting() (shape/quota.h) */
     uint64_t reloads, reload_failures;
     uint64_t accept_failures; /* the listeners' failed accept() calls */
     struct metrics_dns_server dns[METRICS_DNS_SERVERS];
