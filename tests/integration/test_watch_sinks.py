@@ -654,7 +654,8 @@ def test_metrics_pass_promtool(gateway, net, tmp_path):
     assert 'sluice_grant_expiry_timestamp_seconds{rule="rules[1]"' in text
     gw.reload()
     poll(lambda: "sluice_policy_reloads_total 1" in urllib.request.urlopen(
-        base + "/metrics", timeout=5).read().decode() or None, timeout=3)
+        base + "/metrics", timeout=5).read().decode() or None, timeout=60,
+         what="the reload counted in /metrics")
     assert urllib.request.urlopen(base + "/healthz", timeout=5).read() == b"ok\n"
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(base + "/nope", timeout=5)
