@@ -943,7 +943,7 @@ static void gateway_gauges(void *arg, struct metrics_gauges *g)
     g->bandwidth_waiting = quota_flows_waiting(gw->quota);
     g->reloads = gw->counters.reloads;
     g->reload_failures = gw->counters.reload_failures;
-    g->accept_failures = 0;
+    g->accept_failures = gw->counters.accept_failures_closed;
     for (size_t i = 0; i < gw->nlisteners; i++)
         g->accept_failures += listener_accept_failures(gw->listeners[i]);
     struct resolve_server_stats st[METRICS_DNS_SERVERS];
@@ -1089,10 +1089,17 @@ uint64_t gateway_free(struct gateway *gw)
     gw->stopping = true;
     while (gw->conns != NULL)
         conn_free(gw->conns);
-    for (size_t i = 0; i < gw->nlisteners; i++)
+    /* --admin answers during the sinks' drain below: its gauges must not
+     * read the listeners freed here */
+    for (size_t i = 0; i < gw->nlisteners; i++) {
+        gw->counters.accept_failures_closed += listener_accept_failures(gw->listeners[i]);
         listener_free(gw->listeners[i]);
+    }
     free(gw->listeners);
+    gw->listeners = NULL;
+    gw->nlisteners = 0;
     listener_free(gw->admin_self);
+    gw->admin_self = NULL;
     /* waits for a load in progress, at most what is left of --grace */
     reload_free(gw->reload, grace_left_ms(gw, RELOAD_WAIT_MIN_MS));
     gw->reload = NULL;

@@ -103,6 +103,8 @@ struct gateway_counters {
     uint64_t denied;
     uint64_t reloads;
     uint64_t reload_failures;
+    uint64_t accept_failures_closed; /* of listeners freed at the stop, kept for
+                                      * the gauges --admin still answers */
 };
 
 /* The loop's two priorities (event_base_priority_init()): every event is
