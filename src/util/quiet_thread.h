@@ -14,6 +14,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <time.h>
 
 /* Starts <fn>(<arg>) on a new joinable thread, into <*thread>, with every
  * signal blocked; the caller's mask is as it was on return. Returns 0, or
@@ -30,5 +31,11 @@ bool quiet_thread_job_end(pthread_mutex_t *mu, const bool *abandoned, bool *done
  * read end of its wake-up, within <wait_ms>: the owner's bounded wait at
  * a stop before it leaves the job to its thread. */
 bool quiet_thread_job_ended_within(int wake_fd, unsigned wait_ms);
+
+/* Joins <thread> if it ends before <until> (CLOCK_MONOTONIC, as
+ * monotonic_after() gives it): pthread_clockjoin_np()'s bounded join.
+ * Returns 0, or ETIMEDOUT (the thread still runs, still joinable) or
+ * another error of the join. */
+int quiet_thread_join_until(pthread_t thread, const struct timespec *until);
 
 #endif

@@ -402,7 +402,7 @@ static bool relay_restore(unsigned ms)
      * virtual machine resumed) would make the wait end at once or last for
      * hours. */
     struct timespec until = monotonic_after(ms);
-    if (pthread_clockjoin_np(R.thread, NULL, CLOCK_MONOTONIC, &until) != 0) {
+    if (quiet_thread_join_until(R.thread, &until) != 0) {
         /* Standard error is not read: the thread stays blocked in its
          * write until the process exits, its descriptors with it. */
         pthread_detach(R.thread);

@@ -922,7 +922,7 @@ static void spawner_stop(struct exec_runner *r, uint64_t deadline)
     event_free(r->woken);
     r->woken = NULL;
     r->sp = NULL;
-    if (pthread_clockjoin_np(sp->thread, NULL, CLOCK_MONOTONIC, &until) != 0) {
+    if (quiet_thread_join_until(sp->thread, &until) != 0) {
         /* Once <left> is set and the lock released, a thread whose exec
          * ends frees <sp>: what is needed of it after is read before. */
         pthread_t thread = sp->thread;

@@ -269,8 +269,13 @@ static bool stop_waits(void *arg)
 #else
     long futex = SYS_futex_time64;
 #endif
-    return atomic_load(&stop_returned) ||
-           (atomic_load(&stop_called) && blocked_in(l->stopper, futex, -1));
+#if defined(__SANITIZE_THREAD__)
+    long nanosleep_nr = SYS_clock_nanosleep; /* the TSan build's join polls (quiet_thread.c) */
+#else
+    long nanosleep_nr = -1;
+#endif
+    bool waits = blocked_in(l->stopper, futex, nanosleep_nr);
+    return atomic_load(&stop_returned) || (atomic_load(&stop_called) && waits);
 }
 
 /* Reads the stalled standard error (non-blocking) once the stop waits for
