@@ -74,7 +74,13 @@ static struct {
     pthread_mutex_t lock;
     bool open, skip;
     atomic_bool owe;
-} R = {.orig = -1, .rd = -1, .lock = PTHREAD_MUTEX_INITIALIZER};
+    /* What stderr_relay_original() gives, read on other threads (a log's
+     * writer reopening its file, the exec sinks' spawner): <orig> while
+     * the relay runs, STDERR_FILENO from the moment descriptor 2 is the
+     * original again, which is before <orig> is closed. Never the pair
+     * <running> and <orig>, which the stop changes one after the other. */
+    atomic_int given;
+} R = {.orig = -1, .rd = -1, .lock = PTHREAD_MUTEX_INITIALIZER, .given = STDERR_FILENO};
 
 size_t stderr_relay_piece(const char *buf, size_t n, size_t max)
 {
@@ -374,6 +380,7 @@ int stderr_relay_start(char *err, size_t errlen)
     /* From here on the loop cannot block on standard error. */
     dup2(p[1], STDERR_FILENO);
     close(p[1]);
+    atomic_store(&R.given, R.orig);
     R.std = stderr;
     R.relayed = f;
     stderr = f;
@@ -398,6 +405,7 @@ static bool relay_restore(unsigned ms)
     /* The last write end in this process: the thread reads the pipe to its
      * end, then exits. */
     dup2(R.orig, STDERR_FILENO);
+    atomic_store(&R.given, STDERR_FILENO);
     /* On the monotonic clock: a wall clock stepped meanwhile (NTP, a
      * virtual machine resumed) would make the wait end at once or last for
      * hours. */
@@ -430,7 +438,7 @@ void stderr_relay_stop(unsigned ms)
 
 int stderr_relay_original(void)
 {
-    return R.running ? R.orig : STDERR_FILENO;
+    return atomic_load(&R.given);
 }
 
 uint64_t stderr_relay_dropped(void)

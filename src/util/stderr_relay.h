@@ -45,7 +45,9 @@ int stderr_relay_start(char *err, size_t errlen);
 void stderr_relay_stop(unsigned ms);
 
 /* The original standard error while the relay runs, else STDERR_FILENO:
- * what a child process should have as its standard error. */
+ * what a child process should have as its standard error. Any thread may
+ * ask; one that asks as the relay stops gets either, never -1 (the number
+ * it got just before may be closed by the time it uses it: EBADF). */
 int stderr_relay_original(void);
 
 /* Lines dropped so far because the pipe was full (since the start). */

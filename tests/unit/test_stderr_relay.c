@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <setjmp.h>
@@ -224,6 +225,51 @@ static void test_cut_line_ends_before_what_follows(void **state)
     assert_true(cut);
     free(got);
     stop_reading(rd, saved);
+}
+
+/* A reader of stderr_relay_original() on another thread (a log's writer
+ * thread reopening its file, a spawner left in an exec) while the loop's
+ * thread stops the relay, and what it got that is not a descriptor. */
+struct original_reader {
+    atomic_bool stop;
+    atomic_int bad; /* a value below 0: no descriptor at all */
+    atomic_ulong reads;
+};
+
+static void *read_original(void *arg)
+{
+    struct original_reader *o = arg;
+    while (!atomic_load(&o->stop)) {
+        if (stderr_relay_original() < 0)
+            atomic_fetch_add(&o->bad, 1);
+        atomic_fetch_add(&o->reads, 1);
+    }
+    return NULL;
+}
+
+/* Another thread asks for the original standard error while the relay
+ * stops: it gets that descriptor or descriptor 2, never -1 (the stop used
+ * to set the descriptor to -1 before it said the relay no longer ran). */
+static void test_original_read_while_the_relay_stops(void **state)
+{
+    (void)state;
+    enum { ROUNDS = 1000 };
+    struct original_reader o = {.stop = false};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, read_original, &o), 0);
+    for (int i = 0; i < ROUNDS; i++) {
+        char err[256];
+        assert_int_equal(stderr_relay_start(err, sizeof(err)), 0);
+        unsigned long before = atomic_load(&o.reads);
+        for (int spins = 0; spins < 100000 && atomic_load(&o.reads) == before; spins++)
+            sched_yield(); /* the reader runs while the relay does */
+        stderr_relay_stop(10000);
+    }
+    atomic_store(&o.stop, true);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    printf("# %d stops, %lu reads, %d of them -1\n", ROUNDS, atomic_load(&o.reads),
+           atomic_load(&o.bad));
+    assert_int_equal(atomic_load(&o.bad), 0);
 }
 
 /* While <realtime_behind>, CLOCK_REALTIME reads a day behind the kernel's:
@@ -459,6 +505,7 @@ int main(void)
         cmocka_unit_test(test_pieces_are_whole_lines_up_to_max),
         cmocka_unit_test(test_unread_stderr_drops_and_counts),
         cmocka_unit_test(test_cut_line_ends_before_what_follows),
+        cmocka_unit_test(test_original_read_while_the_relay_stops),
         cmocka_unit_test(test_stop_waits_on_a_steady_clock),
         cmocka_unit_test(test_exit_copies_the_last_message),
         cmocka_unit_test(test_abort_copies_the_last_message),
