@@ -43,6 +43,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,7 +82,10 @@ struct relay {
     struct relay_conn *conns[RELAY_MAX_CONNS];
     size_t nconns;
     unsigned long accepted; /* connections carried to the gateway's socket */
-    unsigned long wakeups;
+    /* Read while the relay runs, from another thread (its unit test
+     * watches it sleep): an atomic counter, relaxed (a count, ordering
+     * nothing). */
+    atomic_ulong wakeups;
     long long paused_until; /* CLOCK_MONOTONIC ms: listeners rest until then */
     int connect_wait_ms;    /* RELAY_CONNECT_WAIT_MS, RELAY_DRAIN_MS: relay_set_waits() */
     int drain_ms;
@@ -429,7 +433,7 @@ static int relay_loop(struct relay *r, int extra_fd, int (*on_extra)(void *arg),
                 continue;
             return -1;
         }
-        r->wakeups++;
+        atomic_fetch_add_explicit(&r->wakeups, 1, memory_order_relaxed);
         /* connections first: their slots in pfd follow r->conns' order */
         for (size_t i = r->nconns; i-- > 0;) {
             short rev[2] = {pfd[base + 2 * i].revents, pfd[base + 2 * i + 1].revents};
@@ -486,7 +490,7 @@ unsigned long relay_accepted(const struct relay *r)
 
 unsigned long relay_wakeups(const struct relay *r)
 {
-    return r->wakeups;
+    return atomic_load_explicit(&r->wakeups, memory_order_relaxed);
 }
 
 void relay_free(struct relay *r)

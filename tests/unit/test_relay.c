@@ -47,7 +47,7 @@ struct world {
     unsigned short port;
     struct relay *relay;
     pthread_t thread;
-    bool drain;               /* relay_drain() once relay_run() is over */
+    atomic_bool drain;        /* relay_drain() once relay_run() is over */
     bool thread_done;         /* joined by the test */
     _Atomic pid_t tid;        /* the relay's thread, once it runs */
     atomic_bool drain_begins; /* relay_run() is over, relay_drain() next */
@@ -66,7 +66,7 @@ static void *run_relay(void *arg)
     struct world *w = arg;
     atomic_store(&w->tid, blocked_in_self());
     relay_run(w->relay, w->stop[0], on_stop, NULL);
-    if (w->drain) {
+    if (atomic_load(&w->drain)) {
         atomic_store(&w->drain_begins, true);
         relay_drain(w->relay);
     }
@@ -586,7 +586,7 @@ static bool holds_unread(void *arg)
  * relay_drain() carries on what is left. */
 static void stop_and_drain(struct world *w)
 {
-    w->drain = true;
+    atomic_store(&w->drain, true);
     assert_int_equal(write(w->stop[1], "x", 1), 1);
 }
 
