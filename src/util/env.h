@@ -9,10 +9,10 @@
  *
  * Not every reader takes that lock: libraries call getenv() on threads of
  * their own (SQLite's SQLITE_TMPDIR and TMPDIR for a temporary file, on the
- * store's threads; OpenSSL's, the C library's own), and an exec sink's
- * environment is copied from environ on the loop. So TZ is made a variable
- * of the environment once, before any thread exists (env_tz_pin()), and
- * from then on only its value is replaced: glibc's
+ * store's threads; OpenSSL's, the C library's own); an exec sink's
+ * environment, copied from environ on the loop, is copied under it. So TZ
+ * is made a variable of the environment once, before any thread exists
+ * (env_tz_pin()), and from then on only its value is replaced: glibc's
  * setenv() reallocates environ's array when it adds a variable, freeing
  * the old one under any reader, and unsetenv() moves entries under it,
  * while a replaced value swaps one pointer and frees no string. */

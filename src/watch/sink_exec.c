@@ -250,16 +250,22 @@ static bool env_hidden(const struct exec_runner *r, const char *kv)
 static char **child_env(const struct exec_runner *r)
 {
     size_t n = 0, k = 0;
+    /* Under the lock: the reload thread's check of a zone replaces TZ's
+     * pointer in environ with a string it just made, and a read of that
+     * slot without the lock has no order with the string's bytes (a data
+     * race, ThreadSanitizer's report on test_zone's reader). Libraries'
+     * getenv() cannot take it: util/env.h. */
+    env_lock();
     while (environ[n] != NULL)
         n++;
     char **env = calloc(n + 1, sizeof(*env));
-    if (env == NULL)
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        char *kv = env_child_entry(environ[i]);
-        if (kv != NULL && !env_hidden(r, kv))
-            env[k++] = kv;
-    }
+    if (env != NULL)
+        for (size_t i = 0; i < n; i++) {
+            char *kv = env_child_entry(environ[i]);
+            if (kv != NULL && !env_hidden(r, kv))
+                env[k++] = kv;
+        }
+    env_unlock();
     return env;
 }
 
