@@ -8,6 +8,7 @@
 #                 build, unit tests, fuzz corpus replay, integration tests
 #   make fuzz     every libFuzzer target for FUZZ_SECONDS each (clang)
 #   make bench    the benchmarks (figures as ratios)
+#   make tsan     ThreadSanitizer build (build-tsan/) and its unit tests; never part of make test
 #   make lint     clang-format, cppcheck and the banned-call check
 
 FUZZ_SECONDS ?= 60
@@ -19,7 +20,7 @@ TEST_JOBS    ?= 2
 POLICY       ?= examples/policy.yaml
 BOOTSTRAP    := scripts/bootstrap
 
-.PHONY: all build run test unit integration fuzz fuzz-build bench lint format clean bootstrap
+.PHONY: all build run test unit integration fuzz fuzz-build bench lint format clean bootstrap tsan
 
 all: build
 
@@ -48,6 +49,19 @@ integration:
 	    -m 'not serial' tests/integration
 	SLUICE_BIN=$${SLUICE_BIN:-$(CURDIR)/build/sluice} $(PYTEST) -q -m serial tests/integration
 
+# The threads (the log's writer, the store's, the sinks' spawner, the log's
+# reopen, the standard-error relay) under ThreadSanitizer: a build of its own,
+# its unit tests with the reports collected, not fatal. Integration tests run
+# against it as against any build: SLUICE_BIN=$(CURDIR)/build-tsan/sluice.
+TSAN_OPTIONS ?= halt_on_error=0 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/unit/tsan.supp
+build-tsan/build.ninja:
+	meson setup build-tsan --buildtype=debug -Db_sanitize=thread \
+	    -Db_lundef=false -Dc_args=-fno-omit-frame-pointer -Dbench=false >/dev/null
+
+tsan: bootstrap build-tsan/build.ninja
+	@ninja -C build-tsan
+	TSAN_OPTIONS="$(TSAN_OPTIONS)" meson test -C build-tsan --print-errorlogs --suite unit
+
 build-fuzz/build.ninja:
 	CC=clang meson setup build-fuzz --buildtype=debugoptimized -Dfuzzing=true -Dtests=false \
 	    -Dbench=false -Db_sanitize=address,undefined -Db_lundef=false >/dev/null
@@ -66,4 +80,4 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf build build-test build-fuzz
+	rm -rf build build-test build-fuzz build-tsan
