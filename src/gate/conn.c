@@ -157,7 +157,7 @@ void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
     bufferevent_setcb(c->client, on_read, on_write, on_event, c);
     (void)stream_own_reads(c->client); /* else libevent reads, with its FIONREAD */
     c->drain_cb = evbuffer_add_cb(bufferevent_get_output(c->client), drain_on_write, &c->drain);
-    c->backlog_cb = backlog_track(bufferevent_get_output(c->client));
+    c->backlog_cb = backlog_track(bufferevent_get_output(c->client), BACKLOG_TO_CLIENT);
     if (c->drain_cb == NULL || c->backlog_cb == NULL) {
         conn_free(c);
         return;
@@ -228,6 +228,7 @@ static void drop_upstream(struct conn *c)
         c->uc = NULL;
     }
     if (c->up != NULL) {
+        forward_untrack_upload(c);
         bufferevent_free(c->up);
         c->up = NULL;
     }
@@ -404,7 +405,7 @@ void conn_free(struct conn *c)
          * with its output, itself: then c->client is NULL. */
         if (c->drain_cb != NULL)
             evbuffer_remove_cb_entry(bufferevent_get_output(c->client), c->drain_cb);
-        backlog_untrack(bufferevent_get_output(c->client), c->backlog_cb);
+        backlog_untrack(bufferevent_get_output(c->client), c->backlog_cb, BACKLOG_TO_CLIENT);
         wipe_unread(bufferevent_get_input(c->client));
         bufferevent_free(c->client);
     }

@@ -274,6 +274,10 @@ struct conn {
     struct drain drain;
     struct evbuffer_cb_entry *drain_cb;   /* notes writes into the client's socket */
     struct evbuffer_cb_entry *backlog_cb; /* counts its output in backlog_held() */
+    /* counts c->up's output (a plain exchange's) in backlog_held(): set by
+     * forward_start(), removed before c->up is freed or kept idle
+     * (forward_untrack_upload()) */
+    struct evbuffer_cb_entry *up_backlog_cb;
     struct exchange ex;
     /* The last exchange ended before its request body was read to its end
      * (conn_end_exchange()): the rest may still come, so the close lingers. */
@@ -451,6 +455,9 @@ bool forward_try_reuse(struct conn *c);
 /* Keeps <c->up> idle for the next request when HTTP allows it (called when
  * an exchange ends, before it is released). */
 void forward_park(struct conn *c);
+/* Stops counting c->up's output in the bytes waiting for upstreams
+ * (gate/backlog.h): called before c->up is freed or kept idle. */
+void forward_untrack_upload(struct conn *c);
 /* Closes the idle upstream connection of <c>, if any. */
 void forward_drop_idle(struct conn *c);
 void forward_on_client_read(struct conn *c);

@@ -144,7 +144,7 @@ static void go_tunnel(struct conn *c)
     c->state = CS_TUNNEL;
     bool splice = gateway_tunnel_splices(c->gw, c->origin.is_unix);
     c->tunnel = tunnel_new(c->gw->base, cfd, ufd, conn_idle_ms(c), splice, on_tunnel_end, c);
-    backlog_untrack(bufferevent_get_output(client), c->backlog_cb);
+    backlog_untrack(bufferevent_get_output(client), c->backlog_cb, BACKLOG_TO_CLIENT);
     c->backlog_cb = NULL;
     bufferevent_free(client);
     bufferevent_free(up);

@@ -371,9 +371,17 @@ void forward_on_free(struct conn *c)
         stream_reset_on_close(c->fd);
 }
 
+void forward_untrack_upload(struct conn *c)
+{
+    if (c->up != NULL)
+        backlog_untrack(bufferevent_get_output(c->up), c->up_backlog_cb, BACKLOG_TO_UPSTREAM);
+    c->up_backlog_cb = NULL;
+}
+
 /* Closes the exchange's upstream connection. */
 static void close_upstream(struct conn *c)
 {
+    forward_untrack_upload(c);
     bufferevent_free(c->up);
     c->up = NULL;
     close(c->up_fd);
@@ -485,7 +493,8 @@ static void pump_request(struct conn *c)
         return;
     }
     while (!ex->req_done && evbuffer_get_length(in) > 0) {
-        if (evbuffer_get_length(out) >= FLOW_HIGH) {
+        /* Past the budget of bytes waiting (gate/backlog.h): BACKLOG_TIGHT. */
+        if (evbuffer_get_length(out) >= backlog_mark(FLOW_HIGH)) {
             bufferevent_disable(c->client, EV_READ);
             return; /* up_write resumes */
         }
@@ -863,6 +872,14 @@ void forward_start(struct conn *c)
         return;
     }
     bufferevent_setcb(c->up, up_read, up_write, up_event, c);
+    /* What waits for the upstream counts against the budget that bounds
+     * uploads to origins that take nothing (gate/backlog.h). */
+    if (c->up_backlog_cb == NULL)
+        c->up_backlog_cb = backlog_track(bufferevent_get_output(c->up), BACKLOG_TO_UPSTREAM);
+    if (c->up_backlog_cb == NULL) {
+        fail(c, "out of memory");
+        return;
+    }
     memset(&ex->rsp_scan, 0, sizeof(ex->rsp_scan)); /* a retry's connection starts afresh */
     /* The upstream's wait for its answer (a read timeout of idle_timeout)
      * starts once it took the request: at once without a body. With one,
@@ -942,8 +959,8 @@ void forward_on_client_read(struct conn *c)
     /* A body streaming toward an upstream that takes it: read on past
      * libevent's 4 KiB; an error ends the connection as the bufferevent's
      * own would (forward_on_client_event()). */
-    if (evbuffer_get_length(bufferevent_get_output(c->up)) < FLOW_HIGH &&
-        stream_read_more(c->client, c->fd, READ_AHEAD) < 0) {
+    if (evbuffer_get_length(bufferevent_get_output(c->up)) < backlog_mark(FLOW_HIGH) &&
+        stream_read_more(c->client, c->fd, backlog_mark(READ_AHEAD)) < 0) {
         conn_free(c);
         return;
     }
@@ -1002,8 +1019,11 @@ static void up_read(struct bufferevent *bev, void *arg)
 static void up_write(struct bufferevent *bev, void *arg)
 {
     struct conn *c = arg;
-    (void)bev;
     if (!c->ex.req_done) {
+        /* At FLOW_LOW (the write watermark), or below BACKLOG_TIGHT_LOW
+         * past the budget: libevent calls again as the upstream takes more. */
+        if (evbuffer_get_length(bufferevent_get_output(bev)) > backlog_low_mark(FLOW_LOW))
+            return;
         bufferevent_enable(c->client, EV_READ);
         pump_request(c);
     } else if (c->ex.client_gone && evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
@@ -1191,6 +1211,7 @@ void forward_park(struct conn *c)
     c->idle_agent = strdup(ex->agent_id);
     if (c->idle_agent == NULL)
         return;
+    forward_untrack_upload(c); /* nothing waits in it: it waits for a request */
     c->idle_up = c->up;
     c->idle_fd = c->up_fd;
     c->idle_addr = c->up_addr;

@@ -939,7 +939,8 @@ static void gateway_gauges(void *arg, struct metrics_gauges *g)
         if (c->tunnel != NULL)
             g->open_tunnels++;
     g->tunnel_held_bytes = tunnel_held_bytes();
-    g->client_backlog_bytes = backlog_held();
+    g->client_backlog_bytes = backlog_held(BACKLOG_TO_CLIENT);
+    g->upload_backlog_bytes = backlog_held(BACKLOG_TO_UPSTREAM);
     g->bandwidth_waiting = quota_flows_waiting(gw->quota);
     g->reloads = gw->counters.reloads;
     g->reload_failures = gw->counters.reload_failures;

@@ -408,6 +408,10 @@ int metrics_format(struct metrics *m, struct evbuffer *b)
          "Bytes waiting in the gateway's memory for clients to take them (answers and response "
          "bodies; not tunnels').");
     putf(o, "sluice_client_backlog_bytes %" PRIu64 "\n", g.client_backlog_bytes);
+    head(o, "sluice_upload_backlog_bytes", "gauge",
+         "Bytes waiting in the gateway's memory for upstreams to take them (plain requests' "
+         "heads and bodies; not tunnels').");
+    putf(o, "sluice_upload_backlog_bytes %" PRIu64 "\n", g.upload_backlog_bytes);
     head(o, "sluice_bandwidth_waiting_connections", "gauge",
          "Connections whose upload waits for its bandwidth bucket to refill now.");
     putf(o, "sluice_bandwidth_waiting_connections %" PRIu64 "\n", g.bandwidth_waiting);

@@ -5,7 +5,8 @@
  *   sluice_requests_total{agent,tier,decision,reason}   counter
  *   sluice_bytes_up_total{agent}, sluice_bytes_down_total{agent}  counters
  *   sluice_open_connections, sluice_open_tunnels          gauges
- *   sluice_tunnel_held_bytes, sluice_client_backlog_bytes gauges
+ *   sluice_tunnel_held_bytes, sluice_client_backlog_bytes,
+ *   sluice_upload_backlog_bytes gauges
  *   sluice_bandwidth_waiting_connections                  gauge
  *   sluice_accept_failures_total                          counter
  *     (the listeners' accept() calls that failed for want of descriptors
@@ -65,7 +66,8 @@ struct metrics_log {
 struct metrics_gauges {
     uint64_t open_connections, open_tunnels;
     uint64_t tunnel_held_bytes;    /* tunnel_held_bytes() (gate/tunnel.h) */
-    uint64_t client_backlog_bytes; /* backlog_held() (gate/backlog.h) */
+    uint64_t client_backlog_bytes; /* backlog_held(BACKLOG_TO_CLIENT) (gate/backlog.h) */
+    uint64_t upload_backlog_bytes; /* backlog_held(BACKLOG_TO_UPSTREAM) */
     uint64_t bandwidth_waiting;    /* quota_flows_waiting() (shape/quota.h) */
     uint64_t reloads, reload_failures;
     uint64_t accept_failures; /* the listeners' failed accept() calls */

@@ -816,6 +816,81 @@ def test_stalled_downloads_hold_at_most_their_budget(gateway, net):
     _stalled_readers_hold(gateway, net, tunnel=False, per_reader=32 << 10)
 
 
+
+def _deaf_upstream():
+    """An origin that reads a request's head (and what came with it), then
+    nothing more until the test ends, through a small receive buffer: the
+    bodies sent to it wait in the gateway."""
+    up = ScriptedUpstream(lambda conn, stop, _: stop.wait(60))
+    up.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # inherited by each accept
+    return up
+
+
+def test_stalled_uploads_hold_at_most_their_budget(gateway, net):
+    # 48 clients upload large bodies to an origin that takes nothing, on a
+    # gateway of --max-conns 64. Each connection used to read its client's
+    # body until 256 KiB waited for its upstream, then one more read, with
+    # no budget across connections as downloads and tunnels have (a gateway
+    # of 4096 connections could hold 1 GiB and more). Uploads now count in
+    # the budget of bytes waiting (16 KiB per --max-conns, 1 MiB here,
+    # shared with downloads), sluice_upload_backlog_bytes: past it, a
+    # connection stops reading its client at 16 KiB waiting and reads 16
+    # KiB at a time: at most 1 MiB + 48 x 32 KiB (before: 12.9 MB held
+    # here; now 1.7 MB). Then a client whose origin reads gets all of a
+    # 4 MiB body through.
+    n, max_conns, per_conn = 48, 64, 32 << 10
+    budget = max_conns * (16 << 10)
+    port = free_port()
+    host = "deaf.example.test"
+    piece = b"x" * (64 << 10)
+    with _deaf_upstream() as deaf:
+        gw = gateway(net.policy([{"host": host, "ports": [deaf.port], "tier": 0},
+                                 api_rule(net)],
+                                static_extra={host: deaf.IP}),
+                     args=["--admin", "127.0.0.1:%d" % port, "--max-conns", str(max_conns)])
+        clients, stalled_since = [], {}
+        try:
+            for _ in range(n):
+                s = socket.create_connection((gw.host, gw.port), timeout=10)
+                s.sendall(b"POST http://%s:%d/ HTTP/1.1\r\nHost: %s:%d\r\n"
+                          b"Content-Length: %d\r\n\r\n"
+                          % (host.encode(), deaf.port, host.encode(), deaf.port, 1 << 30))
+                s.setblocking(False)
+                clients.append(s)
+                # one at a time: the origin's listen queue is short
+                poll(lambda: deaf.accepted >= len(clients), timeout=30, what="the upload accepted")
+
+            def all_stalled():
+                # each client sends until the gateway has read nothing of it
+                # for 1 s (its socket's buffers full)
+                now = time.monotonic()
+                for s in clients:
+                    try:
+                        s.send(piece)
+                        stalled_since.pop(s, None)
+                    except BlockingIOError:
+                        stalled_since.setdefault(s, now)
+                    except OSError as e:  # cut: its end line says why
+                        raise AssertionError((e, gw.log_lines()[-2:]))
+                return len(stalled_since) == n and all(now - t >= 1 for t in stalled_since.values())
+            poll(all_stalled, timeout=120, interval=0.05, what="every uploader stalled")
+            held = _gauge(port, "sluice_upload_backlog_bytes")
+            assert held >= n, "%d stalled uploads hold %d bytes" % (n, held)
+            assert held <= budget + n * per_conn, "%d uploads hold %d bytes" % (n, held)
+            # past the budget a body whose origin takes it still goes up whole
+            body = pattern_bytes(4 << 20)
+            s = socket.create_connection((gw.host, gw.port), timeout=30)
+            clients.append(s)
+            s.sendall(b"POST %s HTTP/1.1\r\nHost: api.example.test:%d\r\nContent-Length: %d\r\n"
+                      b"Connection: close\r\n\r\n"
+                      % (net.url("/up").encode(), net.api.port, len(body)) + body)
+            r = read_response(s, "POST")
+            assert r.status == 200, (r.status, r.header("Sluice-Reason"), r.body[:200])
+            assert net.api.requests[-1].body == body
+        finally:
+            for s in clients:
+                s.close()
+
 def test_max_conns_pauses_listeners(gateway, net):
     gw = gateway(net.policy([api_rule(net)]), args=["--max-conns", "2"])
     gw.wait_no_clients()  # the readiness probe's connection is gone
