@@ -24,7 +24,9 @@
  * connection is kept alive across requests when both sides allow it. Bodies
  * are forwarded unchanged, framed by Content-Length or by the chunked framer
  * (so nothing can hide behind a body), with backpressure: a side stops being
- * read while the other side's output holds more than FLOW_HIGH bytes.
+ * read while the other side's output holds more than FLOW_HIGH bytes, or
+ * BACKLOG_TIGHT once the bytes waiting across all connections, both ways,
+ * pass their budget (gate/backlog.h).
  * Under a bandwidth limit the head counts as the body does: it waits for
  * the bucket, then goes whole into its debt (head_waits()). */
 #include <errno.h>
