@@ -283,7 +283,8 @@ struct conn {
      * (conn_end_exchange()): the rest may still come, so the close lingers. */
     bool request_unfinished;
     /* Between requests: the next head waits until the client took the
-     * answers queued for it down to FLOW_LOW (conn.c, head_waits()). */
+     * answers queued for it down to FLOW_LOW, or BACKLOG_TIGHT_LOW past the
+     * clients' budget (conn.c, head_waits()). */
     bool head_paused;
     struct http1_scan head_scan; /* the request head being read (conn.c, read_head()) */
     bool head_crlf_skipped;      /* the one empty line allowed before that head was dropped */
