@@ -931,6 +931,9 @@ def test_stalled_pipelined_refusals_hold_at_most_their_budget(gateway, net):
     finally:
         for s in clients:
             s.close()
+    # every byte counted is taken off again once its connection is gone
+    poll(lambda: _gauge(port, "sluice_client_backlog_bytes") == 0, timeout=HANG_GUARD_S,
+         interval=0.2, what="the gauge back to 0 once the pipeliners closed")
 
 
 def _sent_stalled(s):
