@@ -115,11 +115,14 @@ struct admin {
     unsigned fresh_ms;          /* ADMIN_BODY_FRESH_MS, or SLUICE_TEST_METRICS_FRESH_MS */
     bool backing_off;           /* paused after an accept error */
     uint64_t warned_ms;         /* when an accept error was told last (tell_due()) */
-    char addr[64];              /* as given to --admin, for messages */
-    bool is_unix;               /* a unix: address, whose socket file is removed at the end */
-    struct sockaddr_un un;      /* its address */
-    struct stat sock_file;      /* its file as bound (unix_listen_unlink_own()) */
-    struct admin_conn *conns;   /* owned, every open connection */
+    /* As given to --admin, shown \ooo (text_shown_fit()), for messages: a
+     * unix: path may hold a line end, and up to 107 bytes, each shown in 4
+     * at most. Before, it was written as given and cut at 63 bytes. */
+    char addr[512];
+    bool is_unix;             /* a unix: address, whose socket file is removed at the end */
+    struct sockaddr_un un;    /* its address */
+    struct stat sock_file;    /* its file as bound (unix_listen_unlink_own()) */
+    struct admin_conn *conns; /* owned, every open connection */
     unsigned nconns;
     unsigned nheads;         /* of them in AC_HEAD: a new one at the cap may take a slot */
     unsigned nlingers;       /* of them in AC_LINGER: so may it take one of these */
@@ -857,7 +860,7 @@ struct admin *admin_new(struct event_base *base, const char *addr, struct metric
         (unsigned)env_number("SLUICE_TEST_METRICS_FRESH_MS", 3600000, ADMIN_BODY_FRESH_MS);
     a->base = base;
     a->m = m;
-    snprintf(a->addr, sizeof(a->addr), "%s", addr);
+    text_shown_fit(a->addr, sizeof(a->addr), addr);
     if (ss.ss_family == AF_UNIX)
         return admin_listen_unix(a, addr, &ss, sslen, err, errlen) == 0 ? a : NULL;
     errno = 0;

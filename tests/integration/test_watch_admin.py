@@ -13,9 +13,11 @@ import os
 import re
 import resource
 import select
+import shutil
 import signal
 import socket
 import ssl
+import tempfile
 import time
 import urllib.request
 
@@ -446,6 +448,51 @@ def test_admin_accept_errors_pause_the_listener(gateway, net):
 
 
 
+def _accepts_fail(gw, connect_one, told):
+    """Lowers <gw>'s descriptor limit (soft only) so that accept() fails with
+    EMFILE after 3 more, opens 10 connections with <connect_one>(), waits
+    for <told> on its standard error, then closes them and puts the limit
+    back."""
+    pid = gw.proc.pid
+    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    socks = []
+    try:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (nfds(pid) + 3, hard))
+        for _ in range(10):
+            socks.append(connect_one())
+        poll(lambda: told in gw.stderr() or None, timeout=30, what="the accept error told")
+    finally:
+        for s in socks:
+            s.close()
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_an_admin_unix_path_is_shown_escaped_in_its_accept_error(gateway, net):
+    # A unix: --admin path may hold any byte but NUL, a line end too, and
+    # up to 107 of them. The accept error's line wrote it as given and cut
+    # at 63 bytes: a path with a line end wrote a line of its own into
+    # standard error ("sluice: forged"), where the start-up errors show it
+    # \ooo, as --listen's are.
+    d = tempfile.mkdtemp(prefix="adm", dir="/tmp")
+    path = d + "/a\nsluice: forged line" + "x" * 40 + ".sock"
+    assert len(path.encode()) < 108
+    try:
+        gw = gateway(net.policy(rules(net)), args=["--admin", "unix:" + path])
+
+        def connect_unix():
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.settimeout(2)
+            c.connect(path)
+            return c
+        _accepts_fail(gw, connect_unix, "Too many open files")
+        err = gw.stderr()
+        assert not any(line.startswith("sluice: forged") for line in err.splitlines()), err
+        shown = "unix:" + path.replace("\n", "\\012")
+        assert "sluice: admin server %s: accept: Too many open files" % shown in err, err
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def test_accept_errors_of_the_gateways_listener_are_counted(gateway, net):
     # While the gateway is out of descriptors its listener's accept() fails
     # (EMFILE: its soft limit lowered under it, put back afterwards) and
@@ -455,22 +502,11 @@ def test_accept_errors_of_the_gateways_listener_are_counted(gateway, net):
     # afterwards shows the shortage happened. Before, /metrics had no sign
     # of it.
     gw, port = start_with_window(gateway, net, 1)  # each scrape sees the counts of its moment
-    pid = gw.proc.pid
     key = ("sluice_accept_failures_total", frozenset())
     before, _ = scrape(port)
     assert before.get(key) == 0, sorted(before)
-    soft, hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)
-    socks = []
-    try:
-        resource.prlimit(pid, resource.RLIMIT_NOFILE, (nfds(pid) + 3, hard))
-        for _ in range(10):
-            socks.append(socket.create_connection(("127.0.0.1", gw.port), timeout=2))
-        poll(lambda: "sluice: accept on" in gw.stderr() or None, timeout=10,
-             what="the accept error told")
-    finally:
-        for s in socks:
-            s.close()
-        resource.prlimit(pid, resource.RLIMIT_NOFILE, (soft, hard))
+    _accepts_fail(gw, lambda: socket.create_connection(("127.0.0.1", gw.port), timeout=2),
+                  "sluice: accept on")
     after, types = scrape(port)
     assert after.get(key, 0) >= 1, sorted(after)
     assert types["sluice_accept_failures_total"] == "counter"
