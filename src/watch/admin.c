@@ -131,6 +131,9 @@ struct admin {
     uint64_t latest_ms;      /* when it was made */
     bool latest_expired;     /* the expire timer ran since it was made */
     size_t latest_len;
+    /* ADMIN_HEAD_MS, ADMIN_REPLY_MS, ADMIN_BODY_REUSE_MS: fields, so that a
+     * unit test pins them, as fresh_ms, whatever a build costs where it runs */
+    unsigned head_ms, reply_ms, reuse_ms;
 };
 
 static void arm(struct event *ev, unsigned ms)
@@ -309,7 +312,7 @@ static void conn_reply(struct admin_conn *c, int code, const char *why, const ch
         conn_linger(c);
         return;
     }
-    arm(c->deadline, ADMIN_REPLY_MS);
+    arm(c->deadline, c->a->reply_ms);
     bufferevent_enable(c->bev, EV_WRITE);
 }
 
@@ -349,8 +352,7 @@ static bool body_wanted(struct admin *a, uint64_t now)
         return true;
     if (latest_is_fresh(a, now))
         return false;
-    return now - a->latest_ms >= ADMIN_BODY_REUSE_MS ||
-           bodies_held(a) + a->latest_len <= ADMIN_BODIES_MAX;
+    return now - a->latest_ms >= a->reuse_ms || bodies_held(a) + a->latest_len <= ADMIN_BODIES_MAX;
 }
 
 /* The body of <c>'s /metrics reply: a reference to a->latest, made anew
@@ -614,7 +616,7 @@ static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct soc
     bufferevent_setcb(c->bev, on_read, on_write, on_event, c);
     bufferevent_setwatermark(c->bev, EV_READ, 0, sizeof(c->buf));
     bufferevent_enable(c->bev, EV_READ);
-    arm(c->deadline, ADMIN_HEAD_MS);
+    arm(c->deadline, a->head_ms);
     admin_listen_update(a);
     /* What arrived with the connect is read now, before the listener takes
      * the next connection: a head already here is answered (its slot then
@@ -858,6 +860,9 @@ struct admin *admin_new(struct event_base *base, const char *addr, struct metric
     /* test-only (README): a window a test can outlast, or never reach */
     a->fresh_ms =
         (unsigned)env_number("SLUICE_TEST_METRICS_FRESH_MS", 3600000, ADMIN_BODY_FRESH_MS);
+    a->head_ms = ADMIN_HEAD_MS;
+    a->reply_ms = ADMIN_REPLY_MS;
+    a->reuse_ms = ADMIN_BODY_REUSE_MS;
     a->base = base;
     a->m = m;
     text_shown_fit(a->addr, sizeof(a->addr), addr);

@@ -276,6 +276,11 @@ static void rig_open(struct rig *r)
     r->base = event_base_new();
     assert_non_null(r->base);
     r->a = counting_server(r->base, r->m, &r->sin);
+    /* Windows no client here outlasts, however long a build of this body
+     * takes where the test runs: under ThreadSanitizer on a loaded machine
+     * one took seconds, the heads behind it met ADMIN_HEAD_MS, the replies
+     * ADMIN_REPLY_MS, and each scrape past ADMIN_BODY_REUSE_MS built anew. */
+    r->a->head_ms = r->a->reply_ms = r->a->reuse_ms = 3600000;
 }
 
 /* Closes the <n> clients <fds>, then frees <r>. */
@@ -307,13 +312,14 @@ static void slow_scrapers_share_one_body(void **state)
     (void)state;
     struct rig r;
     rig_open(&r);
+    r.a->fresh_ms = 0; /* no body served again for being fresh: only the cap shares */
+    formats = 0;
 
     enum { NCLIENTS = 8 };
     int fds[NCLIENTS];
     ask_metrics(&r.sin, fds, NCLIENTS, 4096);
     run_until_replying(r.base, r.a, NCLIENTS); /* none could be written whole */
-    assert_true(formats < NCLIENTS);
-    assert_in_range(formats, 1, 2);
+    assert_int_equal(formats, 1);
     assert_true(r.a->latest_len > ADMIN_BODIES_MAX / 2); /* two bodies would pass it */
     rig_close(&r, fds, NCLIENTS);
 }
