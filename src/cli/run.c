@@ -858,6 +858,12 @@ static char **make_env(char *const *hidden, size_t nhidden)
         "PIP_PROXY=" RUN_PROXY_URL,
         "CARGO_HTTP_PROXY=" RUN_PROXY_URL,
     };
+    /* Without env_lock(), unlike an exec sink's (sink_exec.c): run's process
+     * has no other thread here. The policy's start-up load, whose zone check
+     * sets TZ (policy/zone.c), was joined (startup_load_policy()), or left
+     * to its thread only on a stop, after which run never comes here; the
+     * gateway is a child process, and the box's relay thread (std_relay.c)
+     * starts after. */
     size_t n = 0;
     while (environ[n] != NULL)
         n++;
