@@ -458,12 +458,19 @@ static int spawn(struct exec_runner *r, struct child *k, const char **why)
     }
     k->fd = p[1];
     k->wev = event_new(r->base, k->fd, EV_WRITE, on_writable, k);
-    /* The 5 s count from here: a program whose exec hangs is killed too. */
     k->timer = evtimer_new(r->base, on_timeout, k);
-    if (k->timer != NULL) {
-        struct timeval tv = timeval_of_ms(SINK_EXEC_TIMEOUT_MS);
-        evtimer_add(k->timer, &tv);
+    if (k->wev == NULL || k->timer == NULL) {
+        /* Without its timer the program would never be killed, and without
+         * the write event an alert the pipe does not take at once would
+         * never reach it: not started. k's fd and events go with k
+         * (child_done()). */
+        *why = "not run: the gateway cannot prepare its start";
+        req_free(q);
+        return ENOMEM;
     }
+    /* The 5 s count from here: a program whose exec hangs is killed too. */
+    struct timeval tv = timeval_of_ms(SINK_EXEC_TIMEOUT_MS);
+    evtimer_add(k->timer, &tv);
     pthread_mutex_lock(&r->sp->mu);
     r->sp->todo = q;
     pthread_cond_signal(&r->sp->cond);

@@ -446,6 +446,35 @@ static void a_spawner_thread_that_cannot_be_made_is_told_as_the_gateways(void **
     rmdir(dir);
 }
 
+/* A runner on a new <*base> whose spawner thread is made: a first alert
+ * given to <prog> (a program that reads its input) has started. */
+static struct exec_runner *runner_started(const char *prog, struct event_base **base)
+{
+    *base = event_base_new();
+    assert_non_null(*base);
+    struct exec_runner *r = exec_runner_new(*base);
+    assert_non_null(r);
+    exec_runner_run(r, prog, "{}\n", 3);
+    assert_non_null(r->spawning);
+    assert_true(started(*base, r->spawning) > 0);
+    return r;
+}
+
+/* What failed for the gateway is there again: the next alert runs, the
+ * failures stay <failures>; then <r>, <base> and <prog> in <dir> go. */
+static void runs_again_then_free(struct exec_runner *r, struct event_base *base, char *prog,
+                                 char *dir, uint64_t failures)
+{
+    exec_runner_run(r, prog, "{}\n", 3);
+    assert_non_null(r->spawning);
+    assert_true(started(base, r->spawning) > 0);
+    assert_int_equal(exec_runner_failures(r), failures);
+    exec_runner_free(r);
+    event_base_free(base);
+    unlink(prog);
+    rmdir(dir);
+}
+
 /* The pipe to a program's standard input cannot be made (the gateway is
  * out of descriptors: EMFILE at its RLIMIT_NOFILE, here lowered to the
  * descriptors open): that is the gateway's failure too, told as such, not
@@ -457,14 +486,8 @@ static void a_pipe_the_gateway_cannot_make_is_told_as_the_gateways(void **state)
     (void)state;
     char dir[] = "/tmp/sluice-exec-XXXXXX", prog[64], said[4096] = "";
     write_program(dir, prog, sizeof(prog), "cat > /dev/null");
-    struct event_base *base = event_base_new();
-    assert_non_null(base);
-    struct exec_runner *r = exec_runner_new(base);
-    assert_non_null(r);
-    exec_runner_run(r, prog, "{}\n", 3); /* the spawner thread is made */
-    struct child *first = r->spawning;
-    assert_non_null(first);
-    assert_true(started(base, first) > 0);
+    struct event_base *base;
+    struct exec_runner *r = runner_started(prog, &base);
 
     struct stderr_capture cap;
     stderr_capture_begin(&cap);
@@ -488,15 +511,52 @@ static void a_pipe_the_gateway_cannot_make_is_told_as_the_gateways(void **state)
                                  "standard input: Too many open files"));
 
     for (int i = 0; i < 1000 && exec_runner_busy(r) > 0; i++)
-        event_base_loop(base, EVLOOP_ONCE); /* the first ends */
-    exec_runner_run(r, prog, "{}\n", 3);    /* descriptors again: it runs */
-    assert_non_null(r->spawning);
-    assert_true(started(base, r->spawning) > 0);
+        event_base_loop(base, EVLOOP_ONCE);               /* the first ends */
+    runs_again_then_free(r, base, prog, dir, failed + 1); /* descriptors again */
+}
+
+/* libevent's allocations fail while this is set (main() hands these to
+ * libevent): how a gateway out of memory makes a program's events. */
+static bool ev_alloc_fails;
+
+static void *failing_malloc(size_t n)
+{
+    return ev_alloc_fails ? NULL : malloc(n);
+}
+
+static void *failing_realloc(void *p, size_t n)
+{
+    return ev_alloc_fails ? NULL : realloc(p, n);
+}
+
+/* A program whose write event or 5 s timer cannot be made is not started:
+ * without its timer nothing would ever kill it, without the write event an
+ * alert the pipe does not take at once would never reach it. Before, it
+ * was started all the same, its events NULL. */
+static void a_program_whose_events_cannot_be_made_is_not_started(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sluice-exec-XXXXXX", prog[64], said[4096] = "";
+    write_program(dir, prog, sizeof(prog), "cat > /dev/null");
+    struct event_base *base;
+    struct exec_runner *r = runner_started(prog, &base);
+    for (int i = 0; i < 1000 && exec_runner_busy(r) > 0; i++)
+        event_base_loop(base, EVLOOP_ONCE); /* it ends */
+    assert_int_equal(exec_runner_busy(r), 0);
+
+    struct stderr_capture cap;
+    stderr_capture_begin(&cap);
+    uint64_t failed = exec_runner_failures(r);
+    ev_alloc_fails = true;
+    exec_runner_run(r, prog, "{}\n", 3);
+    ev_alloc_fails = false;
+    stderr_capture_end(&cap, said, sizeof(said));
     assert_int_equal(exec_runner_failures(r), failed + 1);
-    exec_runner_free(r);
-    event_base_free(base);
-    unlink(prog);
-    rmdir(dir);
+    assert_int_equal(exec_runner_busy(r), 0);
+    assert_null(r->spawning);
+    assert_non_null(strstr(said, "/prog.sh: not run: the gateway cannot prepare its start"));
+
+    runs_again_then_free(r, base, prog, dir, failed + 1); /* memory again */
 }
 
 /* A gateway that raised its own priority (serve --nice, -10 by default)
@@ -544,6 +604,7 @@ static void a_program_starts_at_the_nice_the_process_was_started_with(void **sta
 
 int main(void)
 {
+    event_set_mem_functions(failing_malloc, failing_realloc, free);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(over_the_cap_alerts_are_dropped_and_counted),
         cmocka_unit_test(a_hung_program_holds_its_share_not_the_other_sinks),
@@ -554,6 +615,7 @@ int main(void)
         cmocka_unit_test(a_start_that_failed_unheard_is_counted_never_started),
         cmocka_unit_test(a_spawner_thread_that_cannot_be_made_is_told_as_the_gateways),
         cmocka_unit_test(a_pipe_the_gateway_cannot_make_is_told_as_the_gateways),
+        cmocka_unit_test(a_program_whose_events_cannot_be_made_is_not_started),
         cmocka_unit_test(a_program_starts_at_the_nice_the_process_was_started_with),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
