@@ -291,6 +291,14 @@ static void head(struct out *o, const char *name, const char *type, const char *
     putf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* A series of one value, without labels: its HELP and TYPE, then the line. */
+static void single(struct out *o, const char *name, const char *type, const char *help,
+                   uint64_t value)
+{
+    head(o, name, type, help);
+    putf(o, "%s %" PRIu64 "\n", name, value);
+}
+
 static const char *tier_label(int t)
 {
     static const char *const names[NTIERS] = {"none", "0", "1", "2", "3"};
@@ -397,39 +405,37 @@ int metrics_format(struct metrics *m, struct evbuffer *b)
     if (m->other.down > 0)
         agent_bytes(o, "sluice_bytes_down_total", "", m->other.down);
 
-    head(o, "sluice_open_connections", "gauge", "Client connections open now.");
-    putf(o, "sluice_open_connections %" PRIu64 "\n", g.open_connections);
-    head(o, "sluice_open_tunnels", "gauge", "CONNECT tunnels open now.");
-    putf(o, "sluice_open_tunnels %" PRIu64 "\n", g.open_tunnels);
-    head(o, "sluice_tunnel_held_bytes", "gauge",
-         "Bytes tunnels read and hold because their destination did not take them yet.");
-    putf(o, "sluice_tunnel_held_bytes %" PRIu64 "\n", g.tunnel_held_bytes);
-    head(o, "sluice_client_backlog_bytes", "gauge",
-         "Bytes waiting in the gateway's memory for clients to take them (answers and response "
-         "bodies; not tunnels').");
-    putf(o, "sluice_client_backlog_bytes %" PRIu64 "\n", g.client_backlog_bytes);
-    head(o, "sluice_upload_backlog_bytes", "gauge",
-         "Bytes waiting in the gateway's memory for upstreams to take them (plain requests' "
-         "heads and bodies; not tunnels').");
-    putf(o, "sluice_upload_backlog_bytes %" PRIu64 "\n", g.upload_backlog_bytes);
-    head(o, "sluice_bandwidth_waiting_connections", "gauge",
-         "Connections whose upload waits for its bandwidth bucket to refill now.");
-    putf(o, "sluice_bandwidth_waiting_connections %" PRIu64 "\n", g.bandwidth_waiting);
-    head(o, "sluice_accept_failures_total", "counter",
-         "Failed accept() calls of the listeners (out of descriptors or memory): each pauses "
-         "the listener 100 ms.");
-    putf(o, "sluice_accept_failures_total %" PRIu64 "\n", g.accept_failures);
+    single(o, "sluice_open_connections", "gauge", "Client connections open now.",
+           g.open_connections);
+    single(o, "sluice_open_tunnels", "gauge", "CONNECT tunnels open now.", g.open_tunnels);
+    single(o, "sluice_tunnel_held_bytes", "gauge",
+           "Bytes tunnels read and hold because their destination did not take them yet.",
+           g.tunnel_held_bytes);
+    single(o, "sluice_client_backlog_bytes", "gauge",
+           "Bytes waiting in the gateway's memory for clients to take them (answers and response "
+           "bodies; not tunnels').",
+           g.client_backlog_bytes);
+    single(o, "sluice_upload_backlog_bytes", "gauge",
+           "Bytes waiting in the gateway's memory for upstreams to take them (plain requests' "
+           "heads and bodies; not tunnels').",
+           g.upload_backlog_bytes);
+    single(o, "sluice_bandwidth_waiting_connections", "gauge",
+           "Connections whose upload waits for its bandwidth bucket to refill now.",
+           g.bandwidth_waiting);
+    single(o, "sluice_accept_failures_total", "counter",
+           "Failed accept() calls of the listeners (out of descriptors or memory): each pauses "
+           "the listener 100 ms.",
+           g.accept_failures);
 
     head(o, "sluice_alerts_total", "counter", "Alerts written, by kind (kept across restarts).");
     for (int k = 0; k < ALERT_KIND_COUNT; k++)
         putf(o, "sluice_alerts_total{kind=\"%s\"} %" PRIu64 "\n",
              alert_kind_name((enum alert_kind)k), m->alerts[k]);
 
-    head(o, "sluice_policy_reloads_total", "counter", "Policy reloads that took effect.");
-    putf(o, "sluice_policy_reloads_total %" PRIu64 "\n", g.reloads);
-    head(o, "sluice_policy_reload_failures_total", "counter",
-         "Policy reloads refused (the old policy stayed).");
-    putf(o, "sluice_policy_reload_failures_total %" PRIu64 "\n", g.reload_failures);
+    single(o, "sluice_policy_reloads_total", "counter", "Policy reloads that took effect.",
+           g.reloads);
+    single(o, "sluice_policy_reload_failures_total", "counter",
+           "Policy reloads refused (the old policy stayed).", g.reload_failures);
 
     head(o, "sluice_dns_responses_total", "counter",
          "What each DNS server did with the queries sent to it (since it was configured).");
