@@ -447,6 +447,27 @@ def test_expired_grant_fails_the_build(sluice_bin, tmp_path):
     assert run(sluice_bin, "check", path, "--now", "2026-12-31").returncode == 0
 
 
+def test_a_policy_whose_only_errors_are_expired_grants_still_gets_its_report(sluice_bin, tmp_path):
+    """README (sluice check, Errors): the report is printed for a policy whose
+    only errors are expired grants, each such rule marked `EXPIRED DATE (N days
+    ago)` in the text and `"state": "expired"` in JSON, so the audit still shows
+    what the rest of the policy grants."""
+    path = write(tmp_path, GOOD)
+    r = run(sluice_bin, "check", path, "--now", "2027-01-06")
+    assert r.returncode == 1, r.stdout + r.stderr
+    marked = [l for l in r.stdout.splitlines() if "EXPIRED 2026-12-31 (6 days ago)" in l]
+    # once among the tier-3 grants, once in ci-bot's reach
+    assert len(marked) == 2, r.stdout
+    assert all("api.github.com:80,443 [POST PUT PATCH DELETE]" in l for l in marked), marked
+    assert "reach per agent:" in r.stdout
+    assert "result: 1 error," in r.stdout
+
+    r = run(sluice_bin, "check", path, "--now", "2027-01-06", "--format", "json")
+    assert r.returncode == 1, r.stdout + r.stderr
+    states = re.findall(r'"state": "(\w+)"', r.stdout)
+    assert "expired" in states and "live" in states, states
+
+
 def test_expiry_findings_tell_no_owner_from_an_owner_called_none(sluice_bin, tmp_path):
     """Both a rule without an owner and one whose owner is "none" were
     reported as "owner none": the owner is quoted, its absence said."""
