@@ -1931,6 +1931,21 @@ def test_tunnel_http_head_stalled_past_window_refused(gateway, net, first):
         t.close()
 
 
+@pytest.mark.parametrize("first", [b"GET key\r\n", b"GET /\r\n"], ids=["redis_inline", "v09_line"])
+def test_tunnel_two_word_line_without_head_end_refused_at_window_end(gateway, net, first):
+    # README (CONNECT): a line of two words is waited for until its head is
+    # complete, as Node.js reads a Host behind it; a Redis inline `GET key`,
+    # which never completes one, is refused when the second is over (it
+    # passed before), and nothing reaches the upstream
+    gw = gateway(net.policy([api_rule(net)]))
+    t = _api_tunnel(gw, net)
+    try:
+        t.sock.sendall(first)
+        _assert_host_refused(gw, net, t)
+    finally:
+        t.close()
+
+
 def test_tunnel_http_head_cut_by_client_eof_refused(gateway, net):
     # the client ends its side before its head is complete
     gw = gateway(net.policy([api_rule(net)]))
