@@ -1637,6 +1637,7 @@ static void load_root(struct load_ctx *c, const struct ynode *root)
     const struct ynode *vals[NKEYS(root_keys)];
     load_walk_map(c, root, root_keys, NKEYS(root_keys), c->p, vals);
     load_require_key(c, vals, 0, root_keys, root->line);
+    load_warn_quarantine_unused(c);
     if (vals[2] == NULL) {
         size_t m = load_field_key(c, "rules");
         load_warn(c, root->line, "no rules: every request will be denied");

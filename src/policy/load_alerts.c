@@ -11,6 +11,7 @@
 
 #include "policy/zone.h"
 #include "util/ipaddr.h"
+#include "util/units.h"
 #include "util/weburl.h"
 #include "util/xalloc.h"
 
@@ -37,7 +38,8 @@ static void lim_max_conn(struct load_ctx *c, const struct ynode *v, void *obj)
 static void lim_quarantine(struct load_ctx *c, const struct ynode *v, void *obj)
 {
     struct limits_cfg *l = obj;
-    load_get_period(c, v, 0, &l->quarantine_ms);
+    if (load_get_period(c, v, 0, &l->quarantine_ms) == 0)
+        l->quarantine_line = v->line;
 }
 
 static void lim_header_bytes(struct load_ctx *c, const struct ynode *v, void *obj)
@@ -76,6 +78,25 @@ void load_sec_limits(struct load_ctx *c, const struct ynode *v, void *obj)
 }
 
 /* ---- alerts ------------------------------------------------------------- */
+
+/* A quarantine starts when alerts.denied_burst trips (src/shape/quota.c
+ * counts the denials only then): limits.quarantine without it never does,
+ * though the file reads as if it did. Warned of at the quarantine's line. */
+void load_warn_quarantine_unused(struct load_ctx *c)
+{
+    const struct policy *p = c->p;
+    if (p->limits.quarantine_ms == 0 || p->alerts.denied_burst.set)
+        return;
+    char len[32];
+    format_period_ms(p->limits.quarantine_ms, len, sizeof(len));
+    size_t m = load_field_push(c, "limits.quarantine");
+    load_warn(c, p->limits.quarantine_line,
+              "%s never starts: a quarantine starts when alerts.denied_burst trips, and the "
+              "policy has no alerts.denied_burst; add one (e.g. denied_burst: {max: 10, per: "
+              "1m}) or remove quarantine",
+              len);
+    load_field_pop(c, m);
+}
 
 static void th_max_count(struct load_ctx *c, const struct ynode *v, void *obj)
 {

@@ -305,6 +305,38 @@ int load_get_bool(struct load_ctx *c, const struct ynode *n, bool *out)
     return -1;
 }
 
+/* A size or period written as bare digits ("10", quoted or not) has no
+ * unit: SPEC.md gives sizes and periods with theirs only, and `bandwidth:
+ * 10` meant as 10 MiB/s would throttle to 10 bytes a second without a word
+ * (units.c reads bare digits as bytes or seconds, for the command line).
+ * 0 is the same in every unit, and stays. <what> names the kind, <units>
+ * the suffixes, each after the number. Returns 0, or -1 (reported). */
+static int refuse_bare_number(struct load_ctx *c, const struct ynode *n, const char *digits,
+                              const char *what, const char *const *units, size_t nunits)
+{
+    if (!load_all_digits(digits) || strcmp(digits, "0") == 0)
+        return 0;
+    const char *num = load_show(c, digits);
+    char forms[SHOW_MAX * 4 * 4 + 64];
+    size_t o = 0;
+    for (size_t i = 0; i < nunits && o < sizeof(forms); i++) {
+        int w = snprintf(forms + o, sizeof(forms) - o, "%s%s%s",
+                         i == 0            ? ""
+                         : i + 1 == nunits ? " or "
+                                           : ", ",
+                         num, units[i]);
+        if (w < 0)
+            break;
+        o += (size_t)w;
+    }
+    load_err(c, n->line, "'%s' has no unit, and a %s needs one: write %s", num, what, forms);
+    return -1;
+}
+
+static const char *const period_units[] = {"s", "m", "h"};
+static const char *const size_units[] = {"B", "KiB", "MiB", "GiB"};
+static const char *const rate_units[] = {"B/s", "KiB/s", "MiB/s", "GiB/s"};
+
 /* The longest period a policy may give: 87600h (3650 days, as for
  * expiry_warn_days). The watch adds periods to clocks in milliseconds,
  * which one of billions of hours overflowed. */
@@ -314,7 +346,8 @@ int load_get_bool(struct load_ctx *c, const struct ynode *n, bool *out)
 int load_get_period(struct load_ctx *c, const struct ynode *n, uint64_t min_ms, uint64_t *out)
 {
     const char *s = load_get_str(c, n);
-    if (s == NULL || refuse_leading_zero(c, n) != 0)
+    if (s == NULL || refuse_leading_zero(c, n) != 0 ||
+        refuse_bare_number(c, n, s, "period", period_units, NKEYS(period_units)) != 0)
         return -1;
     uint64_t ms;
     int got = parse_period_ms(s, &ms);
@@ -355,6 +388,9 @@ static int get_size(struct load_ctx *c, const struct ynode *n, bool per_second, 
     if (len < sizeof(tmp)) {
         memcpy(tmp, s, len);
         tmp[len] = '\0';
+        if (per_second ? refuse_bare_number(c, n, tmp, "bandwidth", rate_units, NKEYS(rate_units))
+                       : refuse_bare_number(c, n, tmp, "size", size_units, NKEYS(size_units)))
+            return -1;
         int got = parse_size(tmp, out);
         if (got == 0)
             return 0;

@@ -177,6 +177,9 @@ void load_rate_spec(struct load_ctx *c, const struct ynode *v, struct rate_spec 
 /* The limits and alerts sections (load_alerts.c); <obj> is the policy. */
 void load_sec_limits(struct load_ctx *c, const struct ynode *v, void *obj);
 void load_sec_alerts(struct load_ctx *c, const struct ynode *v, void *obj);
+/* Warns of a limits.quarantine that cannot start: the policy has no
+ * alerts.denied_burst, which starts it (load_alerts.c). */
+void load_warn_quarantine_unused(struct load_ctx *c);
 
 /* True when the sorted port lists of rules <a> and <b> share a port
  * (load_outrank.c). */

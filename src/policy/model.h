@@ -149,6 +149,7 @@ struct limits_cfg {
     struct rate_spec rate;
     uint32_t max_connections_per_agent; /* 0 = unlimited */
     uint64_t quarantine_ms;
+    int quarantine_line;      /* where quarantine: is written, for a finding about it */
     uint64_t header_bytes;    /* default 32 KiB */
     uint64_t idle_timeout_ms; /* default 60 s */
 };

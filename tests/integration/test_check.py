@@ -208,6 +208,45 @@ def test_check_warns_of_a_token_read_from_a_variable_that_is_no_secret(sluice_bi
         assert json.loads(r.stdout)["ok"] is False
 
 
+# A policy of one rule, whose line 5 on is the test's.
+ONE_RULE = "version: 1\nrules:\n  - host: a.example.com\n    tier: 0\n"
+
+
+def test_quarantine_without_denied_burst_is_a_warning(sluice_bin, tmp_path):
+    """A quarantine starts when alerts.denied_burst trips: without it
+    limits.quarantine never does, and the policy loaded without a word. A
+    warning at its line (exit 0), which --strict fails; none with
+    denied_burst."""
+    text = ONE_RULE + "limits:\n  quarantine: 5m\n"
+    path = write(tmp_path, text)
+    said = ("warning: %s:6: limits.quarantine: 5m never starts: a quarantine starts when "
+            "alerts.denied_burst trips, and the policy has no alerts.denied_burst; add one (e.g. "
+            "denied_burst: {max: 10, per: 1m}) or remove quarantine" % path)
+    r = run(sluice_bin, "check", path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert said in r.stdout.splitlines(), r.stdout
+    r = run(sluice_bin, "check", path, "--strict")
+    assert r.returncode == 1, r.stdout + r.stderr
+    path = write(tmp_path, text + "alerts:\n  denied_burst: {max: 10, per: 1m}\n")
+    r = run(sluice_bin, "check", path, "--strict")
+    assert r.returncode == 0 and "never starts" not in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("field,value,said", [
+    ("bandwidth", "10", "limits.rate.bandwidth: '10' has no unit, and a bandwidth needs one: "
+                        "write 10B/s, 10KiB/s, 10MiB/s or 10GiB/s"),
+    ("per", "10", "limits.rate.per: '10' has no unit, and a period needs one: write 10s, 10m "
+                  "or 10h"),
+])
+def test_a_size_or_period_without_a_unit_is_an_error(sluice_bin, tmp_path, field, value, said):
+    """SPEC.md gives sizes and periods with a unit only: `bandwidth: 10`
+    loaded as 10 bytes a second, `per: 10` as 10 s, without a word."""
+    path = write(tmp_path, ONE_RULE + "limits:\n  rate: {requests: 5, %s: %s}\n" % (field, value))
+    r = run(sluice_bin, "check", path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "error: %s:6: %s" % (path, said) in r.stdout.splitlines(), r.stdout
+
+
 def test_check_audits_a_policy_whose_secrets_are_absent(sluice_bin, tmp_path):
     """CI checks the policy without the agents' secrets: a warning, not a failure."""
     path = write(tmp_path, GOOD)

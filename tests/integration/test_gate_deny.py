@@ -3,6 +3,7 @@ status, Sluice-Reason, nothing upstream, and the log pair."""
 
 import datetime
 import os
+import re
 import shutil
 import time
 
@@ -336,6 +337,25 @@ def test_quarantined_after_denied_burst(gateway, net):
     r = request(gw, "GET", net.url("/after"))
     assert_denied(gw, net, r, "quarantined", host="api.example.test", port=net.api.port,
                   tier=ANY, rule=ANY, owner=ANY, ip=ANY)
+
+
+def test_quarantine_without_denied_burst_is_warned_and_quarantines_nothing(gateway, net):
+    # A quarantine starts when alerts.denied_burst trips: without it
+    # limits.quarantine never does. serve says so at start, naming the
+    # file, the line and the field (it loaded without a word), and the
+    # agent's denials quarantine nothing, as the warning says.
+    gw = gateway(net.policy([api_rule(net)], limits={"quarantine": "5m"}))
+    said = re.search(r"warning: %s:(\d+): limits\.quarantine: 5m never starts: a quarantine "
+                     r"starts when alerts\.denied_burst trips, and the policy has no "
+                     r"alerts\.denied_burst" % re.escape(gw.policy_path), gw.stderr())
+    assert said, gw.stderr()[-2000:]
+    with open(gw.policy_path) as f:
+        line = f.read().splitlines()[int(said.group(1)) - 1]
+    assert "quarantine" in line, line
+    url_bad = net.url("/q", host="other.example.test", port=net.other.port)
+    for _ in range(4):
+        assert request(gw, "GET", url_bad).status == 403
+    assert request(gw, "GET", net.url("/after")).status == 200
 
 
 def test_needs_inspection_connect(gateway, net):

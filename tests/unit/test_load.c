@@ -2882,8 +2882,8 @@ static void test_other_section_errors(void **state)
          "4294967295)"},
         {V R "limits: {quarantine: soon}\n",
          "p.yaml:5: limits.quarantine: invalid period 'soon' (expected e.g. 30s, 5m, 1h)"},
-        {V R "limits: {header_bytes: 512}\n",
-         "p.yaml:5: limits.header_bytes: 512 is outside 1KiB-1MiB"},
+        {V R "limits: {header_bytes: 512B}\n",
+         "p.yaml:5: limits.header_bytes: 512B is outside 1KiB-1MiB"},
         {V R "limits: {header_bytes: 2MiB}\n",
          "p.yaml:5: limits.header_bytes: 2MiB is outside 1KiB-1MiB"},
         {V R "limits: {header_bytes: 99999999999999999999GiB}\n",
@@ -3060,6 +3060,74 @@ static void test_alert_errors(void **state)
          "upload_bytes, denied_burst, auth_failures, off_hours, baseline, expiry_warn_days, sinks)"},
     };
     RUN(cases);
+}
+
+/* A size or period written as bare digits has no unit: SPEC.md lists the
+ * suffixed forms only, and `rate: {bandwidth: 10}` read as 10 bytes a
+ * second (meant as 10 MiB/s, it throttled every transfer to a crawl) and
+ * `per: 10` as 10 s, silently. 0, the same in every unit, stays. */
+static void test_bare_numbers_need_a_unit(void **state)
+{
+    (void)state;
+#define NO_SIZE_UNIT(n)                                                                            \
+    "'" n "' has no unit, and a size needs one: write " n "B, " n "KiB, " n "MiB or " n "GiB"
+#define NO_RATE_UNIT(n)                                                                            \
+    "'" n "' has no unit, and a bandwidth needs one: write " n "B/s, " n "KiB/s, " n "MiB/s or " n \
+    "GiB/s"
+#define NO_PERIOD_UNIT(n)                                                                          \
+    "'" n "' has no unit, and a period needs one: write " n "s, " n "m or " n "h"
+    static const struct error_case cases[] = {
+        {V R "limits: {rate: {bandwidth: 10}}\n",
+         "p.yaml:5: limits.rate.bandwidth: " NO_RATE_UNIT("10")},
+        {V R "limits: {rate: {bandwidth: 10/s}}\n",
+         "p.yaml:5: limits.rate.bandwidth: " NO_RATE_UNIT("10")},
+        {V R "limits: {rate: {requests: 5, per: 10}}\n",
+         "p.yaml:5: limits.rate.per: " NO_PERIOD_UNIT("10")},
+        {V "rules:\n  - {host: a.example.test, tier: 0, rate: {requests: 1, per: \"10\"}}\n",
+         "p.yaml:3: rules[0].rate.per: " NO_PERIOD_UNIT("10")},
+        {V R "limits: {quarantine: 300}\n", "p.yaml:5: limits.quarantine: " NO_PERIOD_UNIT("300")},
+        {V R "limits: {header_bytes: 32768}\n",
+         "p.yaml:5: limits.header_bytes: " NO_SIZE_UNIT("32768")},
+        {V R "limits: {idle_timeout: 60}\n",
+         "p.yaml:5: limits.idle_timeout: " NO_PERIOD_UNIT("60")},
+        {V R "alerts: {upload_bytes: {max: 1000, per: 1m}}\n",
+         "p.yaml:5: alerts.upload_bytes.max: " NO_SIZE_UNIT("1000")},
+        {V R "alerts: {write_burst: {max: 5, per: 60}}\n",
+         "p.yaml:5: alerts.write_burst.per: " NO_PERIOD_UNIT("60")},
+        {V R "alerts: {baseline: {factor: 4, floor: 30, learn: 86400}}\n",
+         "p.yaml:5: alerts.baseline.learn: " NO_PERIOD_UNIT("86400")},
+    };
+#undef NO_SIZE_UNIT
+#undef NO_RATE_UNIT
+#undef NO_PERIOD_UNIT
+    RUN(cases);
+    /* 0 means the same in any unit; counts (requests, burst, max, floor)
+     * have no unit */
+    struct policy *p =
+        expect_clean(V R "limits:\n  quarantine: 0\n"
+                         "  rate: {requests: 5, per: 1s, burst: 10, bandwidth: 0}\n"
+                         "alerts: {write_burst: {max: 5}, baseline: {factor: 4, floor: 30}}\n");
+    assert_int_equal(p->limits.quarantine_ms, 0);
+    assert_int_equal(p->limits.rate.bandwidth, 0);
+    policy_free(p);
+}
+
+/* A quarantine starts when alerts.denied_burst trips (src/shape/quota.c):
+ * without it, limits.quarantine never does, which the policy's reader
+ * would not guess. */
+static void test_quarantine_without_denied_burst_warns(void **state)
+{
+    (void)state;
+    static const char want[] =
+        "p.yaml:5: limits.quarantine: 5m never starts: a quarantine starts when "
+        "alerts.denied_burst trips, and the policy has no alerts.denied_burst; add one (e.g. "
+        "denied_burst: {max: 10, per: 1m}) or remove quarantine";
+    expect_warning(V R "limits: {quarantine: 5m}\n", want);
+    expect_warning(V R "limits: {quarantine: 5m}\nalerts: {write_burst: {max: 5}}\n", want);
+    /* with denied_burst, or a quarantine of 0 (alert only), nothing to say */
+    policy_free(
+        expect_clean(V R "limits: {quarantine: 5m}\nalerts: {denied_burst: {max: 10, per: 1m}}\n"));
+    policy_free(expect_clean(V R "limits: {quarantine: 0s}\n"));
 }
 
 static void test_iana_tz(void **state)
@@ -3304,6 +3372,8 @@ int main(void)
         cmocka_unit_test(test_rule_errors_past_the_cap),
         cmocka_unit_test(test_other_section_errors),
         cmocka_unit_test(test_alert_errors),
+        cmocka_unit_test(test_bare_numbers_need_a_unit),
+        cmocka_unit_test(test_quarantine_without_denied_burst_warns),
         cmocka_unit_test(test_iana_tz),
         cmocka_unit_test(test_right_tz_refused),
         cmocka_unit_test(test_reports_everything),
