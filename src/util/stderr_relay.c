@@ -74,12 +74,18 @@ static struct {
     pthread_mutex_t lock;
     bool open, skip;
     atomic_bool owe;
-    /* What stderr_relay_original() gives, read on other threads (a log's
-     * writer reopening its file, the exec sinks' spawner): <orig> while
+    /* What stderr_relay_original() and stderr_relay_hold() give, read on
+     * other threads (a log's writer reopening its file, the exec sinks'
+     * spawner): <orig> while
      * the relay runs, STDERR_FILENO from the moment descriptor 2 is the
      * original again, which is before <orig> is closed. Never the pair
      * <running> and <orig>, which the stop changes one after the other. */
     atomic_int given;
+    /* Threads holding <given> (stderr_relay_hold()): the stop closes
+     * <orig> only once none does. Raised before <given> is read, and the
+     * stop gives STDERR_FILENO before it looks at this (both sequentially
+     * consistent): a holder either got STDERR_FILENO or is waited for. */
+    atomic_uint users;
 } R = {.orig = -1, .rd = -1, .lock = PTHREAD_MUTEX_INITIALIZER, .given = STDERR_FILENO};
 
 size_t stderr_relay_piece(const char *buf, size_t n, size_t max)
@@ -419,10 +425,27 @@ static bool relay_restore(unsigned ms)
     return true;
 }
 
+/* Waits until no thread holds the original standard error, at most until
+ * <until> (the monotonic clock); false when one still does then. */
+static bool users_gone(const struct timespec *until)
+{
+    while (atomic_load(&R.users) != 0) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec > until->tv_sec ||
+            (now.tv_sec == until->tv_sec && now.tv_nsec >= until->tv_nsec))
+            return false;
+        struct timespec tick = {0, 1000000}; /* a holder uses it briefly */
+        nanosleep(&tick, NULL);
+    }
+    return true;
+}
+
 void stderr_relay_stop(unsigned ms)
 {
     if (!R.running)
         return;
+    struct timespec until = monotonic_after(ms);
     bool ended = relay_restore(ms);
     if (!ended) {
         R.running = false;
@@ -431,7 +454,11 @@ void stderr_relay_stop(unsigned ms)
     fclose(R.relayed);
     R.relayed = NULL;
     close(R.rd);
-    close(R.orig);
+    /* A holder still at work when the time is up (a spawner stuck in an
+     * exec) keeps the descriptor until the process exits: closed under
+     * it, its number could name another file by the time it is used. */
+    if (users_gone(&until))
+        close(R.orig);
     R.rd = R.orig = -1;
     R.running = false;
 }
@@ -439,6 +466,17 @@ void stderr_relay_stop(unsigned ms)
 int stderr_relay_original(void)
 {
     return atomic_load(&R.given);
+}
+
+int stderr_relay_hold(void)
+{
+    atomic_fetch_add(&R.users, 1);
+    return atomic_load(&R.given);
+}
+
+void stderr_relay_release(void)
+{
+    atomic_fetch_sub(&R.users, 1);
 }
 
 uint64_t stderr_relay_dropped(void)

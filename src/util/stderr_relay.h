@@ -21,7 +21,7 @@
  *     goes through again says how many lines were dropped.
  *
  * Programs the gateway starts (exec alert sinks) get the original standard
- * error (stderr_relay_original()), not the pipe. All of it is process-wide
+ * error (stderr_relay_hold()), not the pipe. All of it is process-wide
  * state: one relay per process, started and stopped on the main thread. */
 #ifndef SLUICE_UTIL_STDERR_RELAY_H
 #define SLUICE_UTIL_STDERR_RELAY_H
@@ -44,11 +44,21 @@ int stderr_relay_start(char *err, size_t errlen);
  * the relay was not started. */
 void stderr_relay_stop(unsigned ms);
 
-/* The original standard error while the relay runs, else STDERR_FILENO:
- * what a child process should have as its standard error. Any thread may
- * ask; one that asks as the relay stops gets either, never -1 (the number
- * it got just before may be closed by the time it uses it: EBADF). */
+/* The original standard error while the relay runs, else STDERR_FILENO.
+ * Any thread may ask; one that asks as the relay stops gets either, never
+ * -1. Only to tell whether the relay runs: a number to use comes from
+ * stderr_relay_hold(), which the stop may close once the caller is done. */
 int stderr_relay_original(void);
+
+/* As stderr_relay_original(), what a child process should have as its
+ * standard error, held open for the caller until its
+ * stderr_relay_release() (one for each hold, on any thread): a stop
+ * meanwhile waits for the release, within its <ms>, before it closes the
+ * descriptor, and leaves it open to the process's exit when the time is
+ * up. Before, the stop closed it under a thread that had just read it,
+ * which then used a closed number, or another file that had taken it. */
+int stderr_relay_hold(void);
+void stderr_relay_release(void);
 
 /* Lines dropped so far because the pipe was full (since the start). */
 uint64_t stderr_relay_dropped(void);

@@ -50,17 +50,34 @@ struct fd_kind log_fd_probe(int fd)
     return k;
 }
 
-/* Standard output or the original standard error, when <st> is the file
- * or socket it has open, else -1. */
-int log_fd_inherited(const struct stat *st)
+/* Standard output or <err> (the original standard error, held), when <st>
+ * is the file or socket it has open, else -1. */
+static int inherited_of(const struct stat *st, int err)
 {
-    int fds[] = {STDOUT_FILENO, stderr_relay_original()};
+    int fds[] = {STDOUT_FILENO, err};
     for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++) {
         struct stat have;
         if (fstat(fds[i], &have) == 0 && have.st_dev == st->st_dev && have.st_ino == st->st_ino)
             return fds[i];
     }
     return -1;
+}
+
+bool log_fd_is_inherited(const struct stat *st)
+{
+    bool is = inherited_of(st, stderr_relay_hold()) >= 0;
+    stderr_relay_release();
+    return is;
+}
+
+/* A copy (close-on-exec, the caller's) of standard output or the original
+ * standard error, when <st> is the file or socket it has open, else -1. */
+static int dup_inherited(const struct stat *st)
+{
+    int shared = inherited_of(st, stderr_relay_hold());
+    int dup = shared >= 0 ? fcntl(shared, F_DUPFD_CLOEXEC, 3) : -1;
+    stderr_relay_release();
+    return dup;
 }
 
 /* A descriptor of our own for the inherited descriptor <fd> (standard
@@ -123,7 +140,9 @@ int log_fd_open_path(const char *path, unsigned lflags)
     struct stat st;
     if (fd >= 0 && is_relay_pipe(fd)) {
         close(fd);
-        return log_fd_open_inherited(stderr_relay_original(), false);
+        int own = log_fd_open_inherited(stderr_relay_hold(), false);
+        stderr_relay_release();
+        return own;
     }
     if (fd < 0) {
         int e = errno;
@@ -134,8 +153,7 @@ int log_fd_open_path(const char *path, unsigned lflags)
     }
     if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)))
         return fd;
-    int shared = log_fd_inherited(&st);
-    int dup = shared >= 0 ? fcntl(shared, F_DUPFD_CLOEXEC, 3) : -1;
+    int dup = dup_inherited(&st);
     if (dup < 0) {
         if (fd < 0)
             errno = ENXIO;
@@ -159,8 +177,7 @@ void log_fd_end_cut_line(int fd)
 {
     struct stat st;
     char self[32], last;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0 ||
-        log_fd_inherited(&st) >= 0)
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0 || log_fd_is_inherited(&st))
         return;
     snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
     int rd = open(self, O_RDONLY | O_CLOEXEC);

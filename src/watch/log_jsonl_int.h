@@ -273,9 +273,9 @@ int log_drain(struct log_jsonl *l);
 /* What <fd> is. Asks the kernel (fstat, fstatfs, epoll): a background
  * reopen calls it on its thread. */
 struct fd_kind log_fd_probe(int fd);
-/* Standard output or the original standard error, when <st> is the file
- * or socket it has open, else -1. */
-int log_fd_inherited(const struct stat *st);
+/* True when <st> is the file or socket standard output or the original
+ * standard error has open. */
+bool log_fd_is_inherited(const struct stat *st);
 /* A descriptor of our own for the inherited descriptor <fd> (standard
  * output, or the standard error the relay took over); see log_fd.c. */
 int log_fd_open_inherited(int fd, bool may_share);

@@ -38,10 +38,11 @@ static bool named_file(const char *path, unsigned flags, struct stat *st)
     bool ok = fstat(fd, st) == 0;
     close(fd);
     struct stat relay;
-    int original = stderr_relay_original();
+    int original = stderr_relay_hold();
     if (ok && original != STDERR_FILENO && fstat(STDERR_FILENO, &relay) == 0 &&
         same_inode(st, &relay))
         ok = fstat(original, st) == 0;
+    stderr_relay_release();
     return ok;
 }
 

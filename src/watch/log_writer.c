@@ -158,7 +158,7 @@ static bool name_lost(const struct log_jsonl *l, struct timespec *due)
         return false;
     *due = monotonic_after(WRITER_NLINK_MS);
     return fstat(l->fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 0 &&
-           log_fd_inherited(&st) < 0;
+           !log_fd_is_inherited(&st);
 }
 
 /* Tells, once a file, that its lines go where no name reaches. */

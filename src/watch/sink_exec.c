@@ -62,11 +62,12 @@ struct child {
  * (req_free()); spawner_free() frees one still in todo or done. */
 struct spawn_req {
     char *path;
-    char **env; /* the array; its strings are environ's (child_env) */
-    int in_fd;  /* the read end of the program's stdin; the thread closes it */
-    int err_fd; /* its standard output and error */
-    pid_t pid;  /* the results */
-    int rc;     /* 0, or posix_spawn()'s error */
+    char **env;    /* the array; its strings are environ's (child_env) */
+    int in_fd;     /* the read end of the program's stdin; the thread closes it */
+    int err_fd;    /* its standard output and error (stderr_relay_hold()) */
+    bool err_held; /* <err_fd> is held: req_free() lets it go */
+    pid_t pid;     /* the results */
+    int rc;        /* 0, or posix_spawn()'s error */
 };
 
 /* The thread that calls posix_spawn(), one program at a time. posix_spawn()
@@ -320,6 +321,8 @@ static void req_free(struct spawn_req *q)
         return;
     if (q->in_fd >= 0)
         close(q->in_fd);
+    if (q->err_held)
+        stderr_relay_release();
     free(q->env);
     free(q->path);
     free(q);
@@ -437,7 +440,8 @@ static int spawn(struct exec_runner *r, struct child *k, const char **why)
     if (q == NULL)
         return ENOMEM;
     q->in_fd = -1;
-    q->err_fd = stderr_relay_original();
+    q->err_fd = stderr_relay_hold(); /* until req_free(): a stop waits for it */
+    q->err_held = true;
     if ((q->path = strdup(k->path)) == NULL || (q->env = child_env(r)) == NULL) {
         req_free(q);
         return ENOMEM;

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -272,6 +273,82 @@ static void test_original_read_while_the_relay_stops(void **state)
     assert_int_equal(atomic_load(&o.bad), 0);
 }
 
+/* A user of the original standard error (an exec sink's start, queued to
+ * the spawner thread; a log reopened on its own thread) takes the number,
+ * then uses it a while later, as the relay stops beside it. */
+struct original_user {
+    atomic_bool stop;
+    atomic_uint round; /* bumped by the stopper once the relay runs */
+    atomic_uint held;  /* the round whose descriptor (not 2) the user holds */
+    atomic_uint used;  /* the round it has used and let go */
+    dev_t dev;         /* the original standard error's file */
+    ino_t ino;
+    atomic_int bad; /* uses that found no descriptor, or another file */
+};
+
+static void *use_original(void *arg)
+{
+    struct original_user *u = arg;
+    unsigned done = 0;
+    while (!atomic_load(&u->stop)) {
+        unsigned round = atomic_load(&u->round);
+        if (round == done) {
+            sched_yield();
+            continue;
+        }
+        int fd = stderr_relay_hold();
+        if (fd == STDERR_FILENO) { /* not yet running: ask again */
+            stderr_relay_release();
+            continue;
+        }
+        atomic_store(&u->held, round);
+        usleep(20000); /* its work: the stop comes meanwhile */
+        struct stat st;
+        if (fstat(fd, &st) != 0 || st.st_dev != u->dev || st.st_ino != u->ino)
+            atomic_fetch_add(&u->bad, 1);
+        stderr_relay_release();
+        atomic_store(&u->used, round);
+        done = round;
+    }
+    return NULL;
+}
+
+/* Whether <*v> is <want> within some 10 s (a hang guard). */
+static bool reached(atomic_uint *v, unsigned want)
+{
+    for (int tries = 0; tries < 10000 && atomic_load(v) != want; tries++)
+        usleep(1000);
+    return atomic_load(v) == want;
+}
+
+/* The relay stops while a user holds the original standard error's
+ * number: the number must still be that file when the user gets to it
+ * (the stop closed it at once: EBADF, or another file that took the
+ * number). */
+static void test_a_stop_leaves_a_user_its_descriptor(void **state)
+{
+    (void)state;
+    enum { ROUNDS = 20 };
+    struct stat st;
+    assert_int_equal(fstat(STDERR_FILENO, &st), 0);
+    struct original_user u = {.dev = st.st_dev, .ino = st.st_ino};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, use_original, &u), 0);
+    for (unsigned i = 1; i <= ROUNDS; i++) {
+        char err[256];
+        assert_int_equal(stderr_relay_start(err, sizeof(err)), 0);
+        atomic_store(&u.round, i);
+        assert_true(reached(&u.held, i));
+        stderr_relay_stop(10000);
+        assert_true(reached(&u.used, i));
+    }
+    atomic_store(&u.stop, true);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    printf("# %d stops beside a user, %d uses that found no descriptor or another file\n", ROUNDS,
+           atomic_load(&u.bad));
+    assert_int_equal(atomic_load(&u.bad), 0);
+}
+
 /* While <realtime_behind>, CLOCK_REALTIME reads a day behind the kernel's:
  * as if the wall clock were stepped a day forward right after it is read
  * (NTP, a virtual machine resumed). */
@@ -506,6 +583,7 @@ int main(void)
         cmocka_unit_test(test_unread_stderr_drops_and_counts),
         cmocka_unit_test(test_cut_line_ends_before_what_follows),
         cmocka_unit_test(test_original_read_while_the_relay_stops),
+        cmocka_unit_test(test_a_stop_leaves_a_user_its_descriptor),
         cmocka_unit_test(test_stop_waits_on_a_steady_clock),
         cmocka_unit_test(test_exit_copies_the_last_message),
         cmocka_unit_test(test_abort_copies_the_last_message),
