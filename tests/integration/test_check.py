@@ -1088,6 +1088,14 @@ def peak_rss_mib(argv, timeout):
         time.sleep(0.05)
 
 
+def built_with_tsan(path):
+    """Whether the binary at <path> is a ThreadSanitizer build (make tsan):
+    it calls, or holds, the runtime's __tsan_init, whose name is then in
+    its symbol tables (a dynamic import with GCC's shared libtsan)."""
+    with open(path, "rb") as f:
+        return b"__tsan_init" in f.read()
+
+
 @pytest.mark.parametrize("fmt", ["text", "json"])
 def test_report_memory_does_not_grow_with_the_rules(sluice_bin, tmp_path, fmt):
     """The report was built whole before a byte of it was printed, a
@@ -1099,6 +1107,12 @@ def test_report_memory_does_not_grow_with_the_rules(sluice_bin, tmp_path, fmt):
     100,000 rules it was 156 MiB (232 MiB under the sanitizers), and is
     about 10 now (the index the loader builds for a policy without errors,
     and the report's own of 16 bytes a rule)."""
+    if built_with_tsan(sluice_bin):
+        # Its shadow memory (several bytes for each byte the program
+        # touches) is in the RSS, which no measure from outside the process
+        # tells apart: 53 MiB for what the ASan build measures as about 10.
+        # No race is at stake here; the other builds measure it.
+        pytest.skip("ThreadSanitizer's shadow memory inflates the RSS this test measures")
     n = 100000
     lines = ["version: 1", "rules: ["]
     lines += ["{host: h%d.example.test,tier: 0}," % i for i in range(n)]
