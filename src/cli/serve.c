@@ -48,7 +48,8 @@ struct serve_args {
     const char *log;
     const char *alerts;
     const char *state;
-    const char *admin;
+    struct listen_addr admin; /* read once here: the server binds what it gave */
+    bool admin_given;
     struct listen_addr listens[SERVE_MAX_LISTENS];
     size_t nlistens;
     unsigned max_conns;
@@ -153,9 +154,10 @@ static int parse_args(int argc, char **argv, struct serve_args *a)
         case 'A':
             /* refused now, as the other values are, not once the policy
              * is loaded and the admin server is made */
-            if ((why = admin_addr_refused(optarg)) != NULL)
+            if (listen_addr_parse_admin(optarg, &a->admin, &why) < 0)
                 return addr_error("--admin", optarg, why);
-            a->admin = optarg;
+            listen_addr_name(&a->admin, "--admin", optarg);
+            a->admin_given = true;
             break;
         case 's':
             if (optarg[0] == '\0')
@@ -375,7 +377,7 @@ static int serve_main(int argc, char **argv)
         .alerts_path = a->alerts,
         .state_dir = a->state,
         .state_user = a->drop ? a->user.uid : 0,
-        .admin_addr = a->admin,
+        .admin = a->admin_given ? &a->admin : NULL,
         .max_conns = a->max_conns,
         .grace_ms = a->grace_ms,
         .sched = a->sched,

@@ -331,49 +331,22 @@ bool gateway_is_self_name(const struct gateway *gw, const char *name, uint16_t p
     return false;
 }
 
-/* Sets gw->admin_self to the --admin address <s> as a listen_addr, for
- * self_request: "PORT" and ":PORT" bind 127.0.0.1, as watch/admin.c does,
- * and the port is written again as a number (admin.c takes any decimal
- * digits, leading zeros too, which a copy of the address as written could
- * cut). Returns NULL, or why it could not. */
-static const char *admin_self_of(struct gateway *gw, const char *s)
-{
-    char buf[LISTEN_ADDR_TEXT];
-    struct listen_addr a;
-    struct ipaddr ip;
-    uint16_t lport = 0;
-    const char *why = "not a TCP address";
-    const char *colon = strrchr(s, ':');
-    const char *digits = colon != NULL ? colon + 1 : s;
-    const char *host = colon != NULL && colon > s ? s : "127.0.0.1";
-    int hostlen = host == s ? (int)(colon - s) : (int)strlen(host);
-    char *end;
-    errno = 0;
-    unsigned long port = strtoul(digits, &end, 10);
-    if (*digits < '0' || *digits > '9' || errno != 0 || *end != '\0' || port == 0 || port > 65535)
-        return "not a port from 1 to 65535";
-    int n = snprintf(buf, sizeof(buf), "%.*s:%lu", hostlen, host, port);
-    if (n < 0 || (size_t)n >= sizeof(buf))
-        return "too long";
-    if (listen_addr_parse(buf, &a, &why) < 0 || a.kind != LISTEN_TCP ||
-        sockaddr_to_ipaddr((const struct sockaddr *)&a.ss, &ip, &lport) < 0 || lport == 0)
-        return why;
-    gw->admin_self = listener_describe(&a);
-    return gw->admin_self != NULL ? NULL : "out of memory";
-}
-
-/* The --admin address, for self_request. admin_new() took it already, so
- * reading it again should not fail; should it, <err> says what and serve
- * does not start (before, the failure was silent, and requests through the
- * gateway reached the admin server). */
+/* The --admin server's address, for self_request: the one it bound
+ * (watch_admin_addr(), getsockname()), not a new reading of the option,
+ * whose name could give another address by now (/etc/hosts edited since
+ * serve read it). A unix: admin socket is no address a request could name.
+ * Fails only for want of memory; serve does not start then (requests
+ * through the gateway would reach the admin server). */
 static int describe_admin(struct gateway *gw, char *err, size_t errlen)
 {
-    const char *s = gw->cfg.admin_addr;
-    /* a unix: admin socket is no address a request could name */
-    const char *why = s != NULL && strncmp(s, "unix:", 5) != 0 ? admin_self_of(gw, s) : NULL;
-    if (why == NULL)
+    const struct listen_addr *a = watch_admin_addr(gw->watch);
+    if (a == NULL || a->kind != LISTEN_TCP)
         return 0;
-    snprintf(err, errlen, "--admin %s: cannot tell the address for self_request: %s", s, why);
+    gw->admin_self = listener_describe(a);
+    if (gw->admin_self != NULL)
+        return 0;
+    snprintf(err, errlen, "%s: cannot tell the address for self_request: out of memory",
+             a->named[0] != '\0' ? a->named : a->text);
     return -1;
 }
 
@@ -460,8 +433,8 @@ static void fit_fd_limit(struct gateway *gw, const struct policy *p, bool raise)
     for (size_t i = 0; i < gw->cfg.nlistens; i++)
         if (gateway_tunnel_splices(gw, gw->cfg.listens[i].kind == LISTEN_UNIX))
             per = FDS_PER_SPLICED_CONN;
-    rlim_t reserve = FD_RESERVE + watch_sink_fds(gw->watch, p) +
-                     (gw->cfg.admin_addr != NULL ? ADMIN_CONNS_MAX : 0);
+    rlim_t reserve =
+        FD_RESERVE + watch_sink_fds(gw->watch, p) + (gw->cfg.admin != NULL ? ADMIN_CONNS_MAX : 0);
     rlim_t fit = rl.rlim_cur > reserve + per ? (rl.rlim_cur - reserve) / per : 1;
     unsigned cap = fit >= want ? want : (unsigned)fit;
     bool quiet = gw->cfg.forced_agent != NULL && cap >= RUN_QUIET_CONNS;
@@ -1013,7 +986,7 @@ struct gateway *gateway_new(const struct gateway_config *cfg, struct policy *pol
         .files_no_links = cfg->files_no_links,
         .state_dir = cfg->state_dir,
         .state_user = cfg->state_user,
-        .admin_addr = cfg->admin_addr,
+        .admin = cfg->admin,
     };
     gw->watch = watch_new(gw->base, &gw->bus, &gw->alerts, &wc, gw->log, policy, err, errlen);
     if (gw->watch == NULL)

@@ -67,7 +67,9 @@ struct gateway_config {
     const char *alerts_path;  /* NULL: alerts go to the decision log; "-": standard output */
     const char *state_dir;    /* NULL: no state store */
     uid_t state_user;         /* serve --user's uid, which may own it too (0: none) */
-    const char *admin_addr;   /* NULL: no admin server (/metrics, /healthz) */
+    /* NULL: no admin server (/metrics, /healthz); else its address, read by
+     * listen_addr_parse_admin() (borrowed, as listens) */
+    const struct listen_addr *admin;
     enum gateway_sched sched; /* how the loop thread is scheduled (--sched) */
     bool splice;              /* streaming tunnel directions splice (--splice; tunnel.h) */
     bool files_no_links;      /* `run`: the log and alerts files are refused through a

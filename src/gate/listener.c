@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdbool.h>
@@ -15,7 +14,6 @@
 #include <event2/listener.h>
 
 #include "util/accept_error.h"
-#include "util/text_json.h"
 #include "util/units.h"
 #include "util/unix_listen.h"
 
@@ -36,150 +34,6 @@ struct listener {
     struct stat sock_file; /* a unix socket's file, as bound: removed at the end
                             * only while the path still names it */
 };
-
-void sockaddr_format(const struct sockaddr *sa, char *out, size_t outlen)
-{
-    char ip[INET6_ADDRSTRLEN];
-    if (sa->sa_family == AF_INET) {
-        const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)sa;
-        inet_ntop(AF_INET, &in->sin_addr, ip, sizeof(ip));
-        snprintf(out, outlen, "%s:%u", ip, (unsigned)ntohs(in->sin_port));
-    } else if (sa->sa_family == AF_INET6) {
-        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)(const void *)sa;
-        inet_ntop(AF_INET6, &in6->sin6_addr, ip, sizeof(ip));
-        snprintf(out, outlen, "[%s]:%u", ip, (unsigned)ntohs(in6->sin6_port));
-    } else if (sa->sa_family == AF_UNIX) {
-        const struct sockaddr_un *un = (const struct sockaddr_un *)(const void *)sa;
-        snprintf(out, outlen, "unix:%.*s", (int)sizeof(un->sun_path), un->sun_path);
-    } else {
-        snprintf(out, outlen, "?");
-    }
-}
-
-int sockaddr_to_ipaddr(const struct sockaddr *sa, struct ipaddr *ip, uint16_t *port)
-{
-    if (sa->sa_family == AF_INET) {
-        const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)sa;
-        ipaddr_from_v4(ip, ntohl(in->sin_addr.s_addr));
-        *port = ntohs(in->sin_port);
-        return 0;
-    }
-    if (sa->sa_family == AF_INET6) {
-        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)(const void *)sa;
-        memcpy(ip->b, &in6->sin6_addr, 16);
-        *port = ntohs(in6->sin6_port);
-        return 0;
-    }
-    return -1;
-}
-
-static int parse_port(const char *s, uint16_t *port)
-{
-    char *end;
-    if (*s < '0' || *s > '9')
-        return -1;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 10);
-    if (errno != 0 || *end != '\0' || v > 65535)
-        return -1;
-    *port = (uint16_t)v;
-    return 0;
-}
-
-static int parse_unix(const char *path, struct listen_addr *out, const char **why)
-{
-    struct sockaddr_un *un = (struct sockaddr_un *)(void *)&out->ss;
-    size_t len = strlen(path);
-    if (len == 0 || path[0] != '/') {
-        *why = "unix socket path must be absolute";
-        return -1;
-    }
-    if (len >= sizeof(un->sun_path)) {
-        *why = "unix socket path too long";
-        return -1;
-    }
-    out->kind = LISTEN_UNIX;
-    un->sun_family = AF_UNIX;
-    memcpy(un->sun_path, path, len + 1);
-    out->sslen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + 1);
-    memcpy(out->text, "unix:", 5);
-    text_shown_into(out->text + 5, sizeof(out->text) - 5, path);
-    return 0;
-}
-
-int listen_addr_parse(const char *s, struct listen_addr *out, const char **why)
-{
-    memset(out, 0, sizeof(*out));
-    if (strncmp(s, "unix:", 5) == 0)
-        return parse_unix(s + 5, out, why);
-
-    const char *colon;
-    char host[LISTEN_ADDR_TEXT];
-    size_t hlen;
-    if (s[0] == '[') {
-        const char *rb = strchr(s, ']');
-        if (rb == NULL || rb[1] != ':') {
-            *why = "expected [V6]:PORT";
-            return -1;
-        }
-        hlen = (size_t)(rb - s - 1);
-        if (hlen == 0 || hlen >= sizeof(host)) {
-            *why = "invalid IPv6 address";
-            return -1;
-        }
-        memcpy(host, s + 1, hlen);
-        colon = rb + 1;
-    } else {
-        colon = strrchr(s, ':');
-        if (colon == NULL || colon == s) {
-            *why = "expected HOST:PORT, [V6]:PORT or unix:/path";
-            return -1;
-        }
-        hlen = (size_t)(colon - s);
-        if (hlen >= sizeof(host) || memchr(s, ':', hlen) != NULL) {
-            *why = "expected HOST:PORT (IPv6 needs brackets)";
-            return -1;
-        }
-        memcpy(host, s, hlen);
-    }
-    host[hlen] = '\0';
-    uint16_t port;
-    if (parse_port(colon + 1, &port) < 0) {
-        *why = "invalid port";
-        return -1;
-    }
-
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
-    hints.ai_family = s[0] == '[' ? AF_INET6 : AF_UNSPEC;
-    if (s[0] == '[')
-        hints.ai_flags |= AI_NUMERICHOST;
-    if (getaddrinfo(host, colon + 1, &hints, &res) != 0 || res == NULL) {
-        *why = "cannot resolve listen address";
-        return -1;
-    }
-    if (res->ai_addrlen > sizeof(out->ss)) {
-        freeaddrinfo(res);
-        *why = "unsupported address";
-        return -1;
-    }
-    out->kind = LISTEN_TCP;
-    memcpy(&out->ss, res->ai_addr, res->ai_addrlen);
-    out->sslen = (socklen_t)res->ai_addrlen;
-    freeaddrinfo(res);
-    memcpy(out->host, host, hlen + 1);
-    sockaddr_format((const struct sockaddr *)&out->ss, out->text, sizeof(out->text));
-    return 0;
-}
-
-void listen_addr_name(struct listen_addr *a, const char *opt, const char *value)
-{
-    int n = snprintf(a->named, sizeof(a->named), "%s ", opt);
-    if (n > 0 && (size_t)n < sizeof(a->named))
-        text_shown_fit(a->named + n, sizeof(a->named) - (size_t)n, value);
-}
 
 /* How <a>'s errors name it: as the operator gave it, when an option did. */
 static const char *named(const struct listen_addr *a)

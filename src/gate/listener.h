@@ -1,7 +1,8 @@
 /* listener: the addresses `sluice serve` listens on.
  *
- * ADDR is SPEC.md's "HOST:PORT", "[V6]:PORT" or "unix:/path/to.sock".
- * TCP listeners bind with SO_REUSEADDR and a backlog of 511. A unix
+ * ADDR is SPEC.md's "HOST:PORT", "[V6]:PORT" or "unix:/path/to.sock",
+ * read by util/listen_addr.h (listen_addr_parse()). TCP listeners bind
+ * with SO_REUSEADDR and a backlog of 511. A unix
  * listener replaces a stale socket file (only when the path is a socket:
  * any other file is an error), is made mode 0660 before it listens (owner
  * and group may connect; `run` relays connect as the same user), and is
@@ -31,40 +32,7 @@
 #include <event2/util.h>
 
 #include "util/ipaddr.h"
-
-#define LISTEN_ADDR_TEXT 160
-/* "unix:" and a socket path of up to 107 bytes, each shown \ooo at most 4
- * bytes long: whole, so that two paths never print alike */
-#define LISTEN_ADDR_SHOWN (5 + 4 * 107 + 1)
-
-/* "--listen ", and a value shown whole when its address is valid (a port
- * of many leading zeros aside, whose middle gives way to "...") */
-#define LISTEN_ADDR_NAMED (16 + LISTEN_ADDR_SHOWN)
-
-enum listen_kind { LISTEN_TCP, LISTEN_UNIX };
-
-struct listen_addr {
-    enum listen_kind kind;
-    struct sockaddr_storage ss; /* TCP: the address to bind; UNIX: sockaddr_un */
-    socklen_t sslen;
-    char host[LISTEN_ADDR_TEXT]; /* TCP: the HOST as written (for self_request) */
-    /* as printed: "127.0.0.1:3128", "[::1]:3128", "unix:/p"; a unix path
-     * shown \ooo (text_shown()): the operator's, it may hold a line end or a
-     * terminal escape, which would forge lines of standard error */
-    char text[LISTEN_ADDR_SHOWN];
-    /* what its errors name it by: the option and its value as the operator
-     * wrote them ("--listen localhost:3128"), shown \ooo, where <text> is
-     * the address it came to (and, for port 0, the one bound); empty: no
-     * option gave it (serve's default, run's own socket), <text> names it */
-    char named[LISTEN_ADDR_NAMED];
-};
-
-/* Parses <s> into <out>. A HOST that is not an IP literal is looked up
- * once with getaddrinfo() (start-up only: this may block). Returns 0, or -1
- * with <*why> set to a static phrase. */
-int listen_addr_parse(const char *s, struct listen_addr *out, const char **why);
-/* Has <a>'s errors name it as option <opt> given <value> (see named). */
-void listen_addr_name(struct listen_addr *a, const char *opt, const char *value);
+#include "util/listen_addr.h"
 
 struct listener;
 
@@ -107,10 +75,5 @@ bool listener_covers(const struct listener *l, const struct ipaddr *ip, uint16_t
  * route is not local (0). -1 with errno set when no socket could be made
  * to ask (out of descriptors or memory). */
 int listener_address_is_local(const struct ipaddr *ip);
-
-/* Formats "ip:port" / "[v6]:port" for <sa> into <out>. */
-void sockaddr_format(const struct sockaddr *sa, char *out, size_t outlen);
-/* Converts an AF_INET/AF_INET6 sockaddr to an ipaddr and port. Returns 0 or -1. */
-int sockaddr_to_ipaddr(const struct sockaddr *sa, struct ipaddr *ip, uint16_t *port);
 
 #endif

@@ -46,6 +46,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdbool.h>
@@ -115,12 +116,13 @@ struct admin {
     unsigned fresh_ms;          /* ADMIN_BODY_FRESH_MS, or SLUICE_TEST_METRICS_FRESH_MS */
     bool backing_off;           /* paused after an accept error */
     uint64_t warned_ms;         /* when an accept error was told last (tell_due()) */
-    /* As given to --admin, shown \ooo (text_shown_fit()), for messages: a
-     * unix: path may hold a line end, and up to 107 bytes, each shown in 4
-     * at most. Before, it was written as given and cut at 63 bytes. */
-    char addr[512];
+    /* The address as parsed, then as bound (getsockname(): what
+     * self_request covers); its named and listen_addr_given(), as given to
+     * --admin and shown \ooo, for messages: a unix: path may hold a line
+     * end, and up to 107 bytes, each shown in 4 at most. Before, it was
+     * written as given and cut at 63 bytes. */
+    struct listen_addr addr;
     bool is_unix;             /* a unix: address, whose socket file is removed at the end */
-    struct sockaddr_un un;    /* its address */
     struct stat sock_file;    /* its file as bound (unix_listen_unlink_own()) */
     struct admin_conn *conns; /* owned, every open connection */
     unsigned nconns;
@@ -543,33 +545,28 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-/* An address of <family> (AF_INET's struct in_addr, AF_INET6's struct
- * in6_addr) that is this machine's loopback (ipaddr_is_loopback()). */
-static bool in_is_loopback(int family, const void *addr)
+/* <ss> is an address of this machine's loopback (ipaddr_is_loopback():
+ * 127.0.0.0/8, ::1, ::ffff:127.0.0.0/104). */
+static bool sockaddr_is_loopback(const struct sockaddr_storage *ss)
 {
     struct ipaddr ip;
-    if (family == AF_INET)
-        ipaddr_from_v4(&ip, ntohl(((const struct in_addr *)addr)->s_addr));
-    else
-        memcpy(ip.b, ((const struct in6_addr *)addr)->s6_addr, sizeof(ip.b));
-    return ipaddr_is_loopback(&ip);
+    uint16_t port;
+    return sockaddr_to_ipaddr((const struct sockaddr *)ss, &ip, &port) == 0 &&
+           ipaddr_is_loopback(&ip);
 }
 
-/* True when the local address of the connected socket <fd> is loopback
- * (127.0.0.0/8, ::1, ::ffff:127.0.0.0/104); an address that cannot be read
- * counts as loopback, so the Host check applies. */
+/* True when the local address of the connected socket <fd> is loopback;
+ * an address that cannot be read counts as loopback, so the Host check
+ * applies. */
 static bool reached_through_loopback(evutil_socket_t fd)
 {
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
     if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
         return true;
-    if (ss.ss_family == AF_INET)
-        return in_is_loopback(AF_INET, &((const struct sockaddr_in *)(const void *)&ss)->sin_addr);
-    if (ss.ss_family == AF_INET6)
-        return in_is_loopback(AF_INET6,
-                              &((const struct sockaddr_in6 *)(const void *)&ss)->sin6_addr);
-    return true;
+    if (ss.ss_family != AF_INET && ss.ss_family != AF_INET6)
+        return true;
+    return sockaddr_is_loopback(&ss);
 }
 
 static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa,
@@ -664,159 +661,22 @@ static void on_accept_error(struct evconnlistener *lev, void *arg)
         fprintf(stderr,
                 "sluice: admin server %s: accept: %s: pausing for %d ms at a time (told at "
                 "most once a minute)\n",
-                a->addr, evutil_socket_error_to_string(err), ADMIN_BACKOFF_MS);
+                listen_addr_given(&a->addr), evutil_socket_error_to_string(err), ADMIN_BACKOFF_MS);
 }
 
-#define ADMIN_ADDR_EXPECTED "expected PORT, HOST:PORT, [V6]:PORT or unix:/path"
-
-/* "PORT", ":PORT", "HOST:PORT", "[V6]:PORT" -> host and port; <*v6_only>
- * when the host was in brackets. The gateway reads the same address again
- * as a listen address, to refuse requests to it (self_request:
- * gate/gateway.c describe_admin()), so nothing that reading refuses is
- * taken here: a port is digits only (strtoul() would skip blanks and take
- * a sign), and brackets hold an IPv6 address. */
-static int parse_addr(const char *s, char *host, size_t hostlen, uint16_t *port, bool *v6_only)
+/* How <a>'s errors name its address: as the operator gave it, when an
+ * option did ("--admin localhost:9128"). */
+static const char *named(const struct admin *a)
 {
-    const char *colon;
-    const char *p = s;
-    *v6_only = s[0] == '[';
-    if (s[0] == '[') {
-        const char *close = strchr(s, ']');
-        if (close == NULL || close[1] != ':' || (size_t)(close - s - 1) >= hostlen)
-            return -1;
-        memcpy(host, s + 1, (size_t)(close - s - 1));
-        host[close - s - 1] = '\0';
-        p = close + 2;
-    } else if ((colon = strrchr(s, ':')) != NULL) {
-        size_t n = (size_t)(colon - s);
-        if (n >= hostlen || memchr(s, ':', n) != NULL)
-            return -1;
-        memcpy(host, s, n);
-        host[n] = '\0';
-        p = colon + 1;
-    } else {
-        host[0] = '\0';
-    }
-    if (host[0] == '\0')
-        snprintf(host, hostlen, "127.0.0.1");
-    if (*p < '0' || *p > '9')
-        return -1;
-    char *end;
-    unsigned long v = strtoul(p, &end, 10);
-    if (*end != '\0' || v > 65535)
-        return -1;
-    *port = (uint16_t)v;
-    return 0;
+    return a->addr.named[0] != '\0' ? a->addr.named : a->addr.text;
 }
 
-static bool is_loopback(const char *host)
+/* Listens on <a>'s unix: address (<a> set up but for its listener); frees
+ * <a> and fills <err> when it cannot. */
+static int admin_listen_unix(struct admin *a, char *err, size_t errlen)
 {
-    struct in_addr a4;
-    struct in6_addr a6;
-    if (inet_pton(AF_INET, host, &a4) == 1)
-        return in_is_loopback(AF_INET, &a4);
-    if (inet_pton(AF_INET6, host, &a6) == 1)
-        return in_is_loopback(AF_INET6, &a6);
-    return strcmp(host, "localhost") == 0;
-}
-
-/* The HOST of HOST:PORT that is a name (SPEC.md: ADDR is HOST:PORT, as
- * for --listen): its first address, asked as listener.c's
- * listen_addr_parse() asks, so that the gateway's reading of the same
- * address for self_request (gate/gateway.c admin_self_of()) finds the
- * address bound here. <host> becomes that address's text, so that the
- * loopback warning and the errors judge what is bound, not the name. */
-static const char *resolve_name(char *host, size_t hostlen, uint16_t port,
-                                struct sockaddr_storage *ss, socklen_t *sslen)
-{
-    char service[8];
-    snprintf(service, sizeof(service), "%u", (unsigned)port);
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
-    hints.ai_family = AF_UNSPEC;
-    if (getaddrinfo(host, service, &hints, &res) != 0 || res == NULL)
-        return "cannot resolve the host name";
-    const char *why = NULL;
-    if (res->ai_addrlen > sizeof(*ss) ||
-        getnameinfo(res->ai_addr, res->ai_addrlen, host, (socklen_t)hostlen, NULL, 0,
-                    NI_NUMERICHOST) != 0) {
-        why = "unsupported address";
-    } else {
-        memcpy(ss, res->ai_addr, res->ai_addrlen);
-        *sslen = (socklen_t)res->ai_addrlen;
-    }
-    freeaddrinfo(res);
-    return why;
-}
-
-/* <addr> read into <ss> (<sslen> bytes), <host> and <port>; NULL, or why
- * it is refused. */
-static const char *read_addr(const char *addr, struct sockaddr_storage *ss, socklen_t *sslen,
-                             char *host, size_t hostlen, uint16_t *port)
-{
-    struct sockaddr_in *in4 = (struct sockaddr_in *)(void *)ss;
-    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)(void *)ss;
-    memset(ss, 0, sizeof(*ss));
-    if (strncmp(addr, "unix:", 5) == 0) {
-        /* as gate/listener.c reads a --listen unix: address */
-        struct sockaddr_un *un = (struct sockaddr_un *)(void *)ss;
-        size_t len = strlen(addr + 5);
-        if (len == 0 || addr[5] != '/')
-            return "unix socket path must be absolute";
-        if (len >= sizeof(un->sun_path))
-            return "unix socket path too long";
-        un->sun_family = AF_UNIX;
-        memcpy(un->sun_path, addr + 5, len + 1);
-        *sslen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + len + 1);
-        snprintf(host, hostlen, "%s", addr);
-        *port = 0;
-        return NULL;
-    }
-    bool v6_only;
-    if (parse_addr(addr, host, hostlen, port, &v6_only) < 0)
-        return ADMIN_ADDR_EXPECTED;
-    /* A port the kernel picks is told nowhere, so nothing could scrape it,
-     * and the gateway could not refuse requests to it (self_request). */
-    if (*port == 0)
-        return "port 0 is not allowed: name the port to serve on";
-    if (!v6_only && inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
-        in4->sin_family = AF_INET;
-        in4->sin_port = htons(*port);
-        *sslen = sizeof(*in4);
-        return NULL;
-    }
-    if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
-        in6->sin6_family = AF_INET6;
-        in6->sin6_port = htons(*port);
-        *sslen = sizeof(*in6);
-        return NULL;
-    }
-    if (v6_only)
-        return ADMIN_ADDR_EXPECTED;
-    return resolve_name(host, hostlen, *port, ss, sslen);
-}
-
-const char *admin_addr_refused(const char *addr)
-{
-    char host[256];
-    uint16_t port;
-    struct sockaddr_storage ss;
-    socklen_t sslen;
-    return read_addr(addr, &ss, &sslen, host, sizeof(host), &port);
-}
-
-/* Listens on the unix: address <ss> (<addr> as given) for <a> (set up
- * but for its listener); frees <a> and fills <err> when it cannot. */
-static int admin_listen_unix(struct admin *a, const char *addr, const struct sockaddr_storage *ss,
-                             socklen_t sslen, char *err, size_t errlen)
-{
-    char name[512]; /* the option and its path in full, shown \ooo, as --listen's */
-    int n = snprintf(name, sizeof(name), "--admin ");
-    text_shown_fit(name + n, sizeof(name) - (size_t)n, addr);
-    memcpy(&a->un, ss, sizeof(a->un));
-    int fd = unix_listen_bind(&a->un, sslen, name, &a->sock_file, err, errlen);
+    struct sockaddr_un *un = (struct sockaddr_un *)(void *)&a->addr.ss;
+    int fd = unix_listen_bind(un, a->addr.sslen, named(a), &a->sock_file, err, errlen);
     if (fd < 0) {
         admin_free(a);
         return -1;
@@ -825,7 +685,7 @@ static int admin_listen_unix(struct admin *a, const char *addr, const struct soc
     a->lev = evconnlistener_new(a->base, on_accept, a,
                                 LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, ADMIN_BACKLOG, fd);
     if (a->lev == NULL) {
-        snprintf(err, errlen, "%s: listen: %s", name, strerror(errno));
+        snprintf(err, errlen, "%s: listen: %s", named(a), strerror(errno));
         close(fd);
         admin_free(a);
         return -1;
@@ -834,26 +694,50 @@ static int admin_listen_unix(struct admin *a, const char *addr, const struct soc
     return 0;
 }
 
-struct admin *admin_new(struct event_base *base, const char *addr, struct metrics *m, char *err,
-                        size_t errlen)
+/* Binds and listens on <a>'s TCP address, which then becomes the address
+ * bound, as getsockname() tells it (what self_request must cover); frees
+ * <a> and fills <err> when it cannot. */
+static int admin_listen_tcp(struct admin *a, char *err, size_t errlen)
 {
-    char host[256];
-    uint16_t port;
-    struct sockaddr_storage ss;
-    socklen_t sslen = 0;
-    const char *why = read_addr(addr, &ss, &sslen, host, sizeof(host), &port);
-    if (why != NULL) {
-        /* the operator's text, shown \ooo: one with a line end or an
-         * escape must not write lines of its own into standard error */
-        char shown[256];
-        text_shown_fit(shown, sizeof(shown), addr);
-        snprintf(err, errlen, "--admin %s: %s", shown, why);
-        return NULL;
+    errno = 0;
+    a->lev = evconnlistener_new_bind(
+        a->base, on_accept, a, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE,
+        ADMIN_BACKLOG, (const struct sockaddr *)&a->addr.ss, (int)a->addr.sslen);
+    if (a->lev == NULL) {
+        /* errno is bind()'s or listen()'s: the close after it keeps it */
+        int e = errno;
+        char host[INET6_ADDRSTRLEN + IF_NAMESIZE + 1];
+        struct ipaddr ip;
+        uint16_t port = 0;
+        (void)sockaddr_to_ipaddr((const struct sockaddr *)&a->addr.ss, &ip, &port);
+        if (getnameinfo((const struct sockaddr *)&a->addr.ss, a->addr.sslen, host, sizeof(host),
+                        NULL, 0, NI_NUMERICHOST) != 0)
+            snprintf(host, sizeof(host), "?");
+        snprintf(err, errlen, "%s: cannot listen on %s port %u: %s", named(a), host, (unsigned)port,
+                 e != 0 ? strerror(e) : "unknown error");
+        admin_free(a);
+        return -1;
     }
+    evconnlistener_set_error_cb(a->lev, on_accept_error);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    if (getsockname(evconnlistener_get_fd(a->lev), (struct sockaddr *)&ss, &sl) == 0 &&
+        sl <= sizeof(ss)) {
+        memcpy(&a->addr.ss, &ss, sl);
+        a->addr.sslen = sl;
+        sockaddr_format((const struct sockaddr *)&ss, a->addr.text, sizeof(a->addr.text));
+    }
+    return 0;
+}
+
+struct admin *admin_new(struct event_base *base, const struct listen_addr *addr, struct metrics *m,
+                        char *err, size_t errlen)
+{
     struct admin *a = calloc(1, sizeof(*a));
     if (a == NULL || (a->resume = evtimer_new(base, on_resume, a)) == NULL ||
         (a->expire = evtimer_new(base, on_expire, a)) == NULL) {
-        snprintf(err, errlen, "--admin %s: out of memory", addr);
+        snprintf(err, errlen, "%s: out of memory",
+                 addr->named[0] != '\0' ? addr->named : addr->text);
         admin_free(a);
         return NULL;
     }
@@ -865,27 +749,21 @@ struct admin *admin_new(struct event_base *base, const char *addr, struct metric
     a->reuse_ms = ADMIN_BODY_REUSE_MS;
     a->base = base;
     a->m = m;
-    text_shown_fit(a->addr, sizeof(a->addr), addr);
-    if (ss.ss_family == AF_UNIX)
-        return admin_listen_unix(a, addr, &ss, sslen, err, errlen) == 0 ? a : NULL;
-    errno = 0;
-    a->lev = evconnlistener_new_bind(
-        base, on_accept, a, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC | LEV_OPT_REUSEABLE,
-        ADMIN_BACKLOG, (const struct sockaddr *)&ss, (int)sslen);
-    if (a->lev == NULL) {
-        /* errno is bind()'s or listen()'s: the close after it keeps it */
-        int e = errno;
-        snprintf(err, errlen, "--admin %s: cannot listen on %s port %u: %s", addr, host,
-                 (unsigned)port, e != 0 ? strerror(e) : "unknown error");
-        admin_free(a);
+    a->addr = *addr;
+    if (addr->kind == LISTEN_UNIX)
+        return admin_listen_unix(a, err, errlen) == 0 ? a : NULL;
+    if (admin_listen_tcp(a, err, errlen) < 0)
         return NULL;
-    }
-    evconnlistener_set_error_cb(a->lev, on_accept_error);
-    if (!is_loopback(host))
+    if (!sockaddr_is_loopback(&a->addr.ss))
         fprintf(stderr,
                 "sluice: warning: the admin server on %s is reachable from beyond this host\n",
-                addr);
+                listen_addr_given(&a->addr));
     return a;
+}
+
+const struct listen_addr *admin_addr(const struct admin *a)
+{
+    return &a->addr;
 }
 
 void admin_free(struct admin *a)
@@ -896,7 +774,8 @@ void admin_free(struct admin *a)
         evconnlistener_free(a->lev);
     a->lev = NULL; /* conn_free() must not re-enable it */
     if (a->is_unix)
-        unix_listen_unlink_own(a->un.sun_path, &a->sock_file);
+        unix_listen_unlink_own(((const struct sockaddr_un *)(const void *)&a->addr.ss)->sun_path,
+                               &a->sock_file);
     while (a->conns != NULL)
         conn_free(a->conns);
     if (a->latest != NULL)

@@ -1,9 +1,12 @@
 /* admin: the --admin HTTP server, GET/HEAD /metrics and /healthz.
  *
- * One address: "PORT" or ":PORT" means 127.0.0.1:PORT; "HOST:PORT" takes
- * a literal address or a name's first address, "[V6]:PORT" an IPv6 one (a
- * warning when the address bound is not loopback); "unix:/path" a unix
- * socket, bound and removed as a --listen one is (util/unix_listen.h).
+ * One address, read by listen_addr_parse_admin() (util/listen_addr.h):
+ * "PORT" or ":PORT" means 127.0.0.1:PORT; "HOST:PORT" takes a literal
+ * address or a name's first address, "[V6]:PORT" an IPv6 one (a warning
+ * when the address bound is not loopback); "unix:/path" a unix socket,
+ * bound and removed as a --listen one is (util/unix_listen.h). The name
+ * is looked up once, by that parser: the server binds what it gave, and
+ * admin_addr() tells the address bound, for self_request.
  * /metrics answers metrics_format()'s text, /healthz metrics_health()'s
  * verdict (200 "ok" or 503 "unhealthy: ..."); any other path is 404 and any
  * other method 405; a query string is ignored.
@@ -52,6 +55,8 @@
 
 #include <stddef.h>
 
+#include "util/listen_addr.h"
+
 #define ADMIN_HEAD_MAX   8192        /* bytes: the request line and headers */
 #define ADMIN_CONNS_MAX  64          /* connections open at once */
 #define ADMIN_HEAD_MS    5000        /* accept -> complete request head */
@@ -73,14 +78,15 @@ struct event_base;
 struct metrics;
 struct admin;
 
-/* NULL when admin_new() takes <addr> as an address, else why it does
- * not: a value serve refuses as it parses its options. */
-const char *admin_addr_refused(const char *addr);
-/* Serves <m> on <addr>. Returns the server (free with admin_free), or NULL
- * with a message in <err> (a malformed address, one that cannot be bound,
- * no memory). */
-struct admin *admin_new(struct event_base *base, const char *addr, struct metrics *m, char *err,
-                        size_t errlen);
+/* Serves <m> on <addr> (read by listen_addr_parse_admin(), copied; its
+ * errors name it by its named). Returns the server (free with
+ * admin_free), or NULL with a message in <err> (an address that cannot be
+ * bound, no memory). */
+struct admin *admin_new(struct event_base *base, const struct listen_addr *addr, struct metrics *m,
+                        char *err, size_t errlen);
+/* The address <a> listens on: a TCP one as bound (getsockname()), so a
+ * name's address is the one the server has, not a new lookup's. */
+const struct listen_addr *admin_addr(const struct admin *a);
 /* Closes the listener and every admin connection. Accepts NULL. */
 void admin_free(struct admin *a);
 

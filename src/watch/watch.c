@@ -773,8 +773,8 @@ struct watch *watch_new(struct event_base *base, struct bus *bus, struct alert_b
         }
         w->own_file = true;
     }
-    if (cfg->admin_addr != NULL) {
-        w->admin = admin_new(base, cfg->admin_addr, w->metrics, err, errlen);
+    if (cfg->admin != NULL) {
+        w->admin = admin_new(base, cfg->admin, w->metrics, err, errlen);
         if (w->admin == NULL)
             goto err;
     }
@@ -866,6 +866,11 @@ const char *watch_exec_sink(const struct watch *w, size_t i)
 struct metrics *watch_metrics(struct watch *w)
 {
     return w->metrics;
+}
+
+const struct listen_addr *watch_admin_addr(const struct watch *w)
+{
+    return w->admin != NULL ? admin_addr(w->admin) : NULL;
 }
 
 const char *watch_token_env(const struct watch *w, size_t i)

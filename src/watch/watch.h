@@ -25,6 +25,7 @@
 #include "watch/alert.h"
 #include "watch/bus.h"
 #include "watch/metrics.h"
+#include "util/listen_addr.h"
 
 struct event_base;
 struct log_jsonl;
@@ -38,8 +39,10 @@ struct watch_config {
     const char *log_path;    /* the decision log's path (NULL or "-": standard output) */
     const char *state_dir;   /* NULL: no state store (memory only) */
     uid_t state_user;        /* may own the state directory too (serve --user; 0: none) */
-    const char *admin_addr;  /* NULL: no admin server */
-    bool files_no_links;     /* the alerts file is opened with LOG_JSONL_NO_LINKS */
+    /* NULL: no admin server; else its address, read by
+     * listen_addr_parse_admin() (borrowed for watch_new() only) */
+    const struct listen_addr *admin;
+    bool files_no_links; /* the alerts file is opened with LOG_JSONL_NO_LINKS */
 };
 
 /* Returns the watch for a gateway, or NULL with a message in <err> (an
@@ -80,6 +83,9 @@ void watch_policy_loaded(struct watch *w, const struct policy *p);
 const char *watch_exec_sink(const struct watch *w, size_t i);
 /* The metrics <w> serves (/metrics, /healthz): for tests. */
 struct metrics *watch_metrics(struct watch *w);
+/* The address the --admin server listens on, as bound (admin_addr()), or
+ * NULL when there is none: what self_request covers. */
+const struct listen_addr *watch_admin_addr(const struct watch *w);
 /* The <i>th variable exec sinks' programs do not get (an agent's token is
  * read from it), or NULL past the last: for tests. */
 const char *watch_token_env(const struct watch *w, size_t i);

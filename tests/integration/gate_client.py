@@ -44,16 +44,23 @@ def coarse_clock_env(tmp_path, at):
     second <at> (Unix seconds) as glibc shows it: coarse_clock.c, built into
     <tmp_path> and preloaded, has clock_gettime(CLOCK_REALTIME) say <at> and
     time() the second before. Skips without a C compiler."""
+    return dict(preload_env(tmp_path, "coarse_clock"), SLUICE_TEST_COARSE_AT=str(at))
+
+
+def preload_env(tmp_path, name):
+    """The environment that preloads <name>.c (beside this file) into
+    sluice, built into <tmp_path>, ASan told not to mind that it comes
+    first. Skips without a C compiler."""
     import pytest
-    lib = str(tmp_path / "coarse_clock.so")
+    lib = str(tmp_path / (name + ".so"))
     try:
         subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", lib,
                         os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                     "coarse_clock.c")], check=True)
+                                     name + ".c")], check=True)
     except (OSError, subprocess.CalledProcessError) as e:
-        pytest.skip("cannot build coarse_clock.c: %s" % e)
+        pytest.skip("cannot build %s.c: %s" % (name, e))
     asan = os.environ.get("ASAN_OPTIONS", "")
-    return {"LD_PRELOAD": lib, "SLUICE_TEST_COARSE_AT": str(at),
+    return {"LD_PRELOAD": lib,
             "ASAN_OPTIONS": (asan + ":" if asan else "") + "verify_asan_link_order=0"}
 
 

@@ -28,6 +28,7 @@
 #include "watch/admin.c" /* the unit under test, internals included */
 
 #include "accept_fail.h"
+#include "gate/listener.h"
 
 /* The wall clock's second while not 0: clock_gettime(CLOCK_REALTIME) is
  * interposed here, as accept() is, to date a reply in a chosen year. */
@@ -207,6 +208,18 @@ static uint16_t free_port(void)
     return ntohs(sin.sin_port);
 }
 
+/* admin_new() on the --admin value <text>, read as serve reads it. */
+static struct admin *admin_at(struct event_base *base, const char *text, struct metrics *m,
+                              char *err, size_t errlen)
+{
+    struct listen_addr addr;
+    const char *why = NULL;
+    if (listen_addr_parse_admin(text, &addr, &why) < 0)
+        fail_msg("--admin %s: %s", text, why);
+    listen_addr_name(&addr, "--admin", text);
+    return admin_new(base, &addr, m, err, errlen);
+}
+
 /* A new admin server on <base> serving <m> on a free 127.0.0.1 port, its
  * address in <sin>; scrapes of <m> counted in <formats>. Free it with
  * admin_free(). */
@@ -217,7 +230,7 @@ static struct admin *counting_server(struct event_base *base, struct metrics *m,
     char addr[32], err[256];
     uint16_t port = free_port();
     snprintf(addr, sizeof(addr), "127.0.0.1:%u", (unsigned)port);
-    struct admin *a = admin_new(base, addr, m, err, sizeof(err));
+    struct admin *a = admin_at(base, addr, m, err, sizeof(err));
     assert_non_null(a);
     memset(sin, 0, sizeof(*sin));
     sin->sin_family = AF_INET;
@@ -598,7 +611,7 @@ static bool accept_after_error(int err, char *said, size_t cap)
     char addr[32], msg[256];
     uint16_t port = free_port();
     snprintf(addr, sizeof(addr), "127.0.0.1:%u", (unsigned)port);
-    struct admin *a = admin_new(base, addr, m, msg, sizeof(msg));
+    struct admin *a = admin_at(base, addr, m, msg, sizeof(msg));
     assert_non_null(a);
     struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     sin.sin_port = htons(port);
@@ -629,19 +642,29 @@ static void accept_errors_that_pause(void **state)
 
 /* Which listen addresses are loopback, so that no warning says the admin
  * server is reachable from beyond this host: an IPv4-mapped 127/8 address
- * is loopback too (an AF_INET6 socket bound to it takes only 127.0.0.1). */
+ * is loopback too (an AF_INET6 socket bound to it takes only 127.0.0.1).
+ * A name is judged by the address it gave. */
 static void loopback_addresses(void **state)
 {
     (void)state;
-    const char *const yes[] = {"127.0.0.1",        "127.255.0.9",      "::1",
-                               "::ffff:127.0.0.1", "::FFFF:127.1.2.3", "localhost"};
+    const char *const yes[] = {
+        "127.0.0.1:1",          "127.255.0.9:1", "[::1]:1", "[::ffff:127.0.0.1]:1",
+        "[::FFFF:127.1.2.3]:1", "localhost:1",   "1"};
     const char *const no[] = {
-        "0.0.0.0",     "10.0.0.1",       "128.0.0.1", "::",         "::ffff:10.0.0.1",
-        "::127.0.0.1", "::ffff:0.0.0.0", "fe80::1",   "localhost.", ""};
-    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++)
-        assert_true(is_loopback(yes[i]));
-    for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++)
-        assert_false(is_loopback(no[i]));
+        "0.0.0.0:1",           "10.0.0.1:1",      "128.0.0.1:1",        "[::]:1",
+        "[::ffff:10.0.0.1]:1", "[::127.0.0.1]:1", "[::ffff:0.0.0.0]:1", "[fe80::1]:1"};
+    struct listen_addr a;
+    const char *why;
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+        assert_int_equal(listen_addr_parse_admin(yes[i], &a, &why), 0);
+        if (!sockaddr_is_loopback(&a.ss))
+            fail_msg("%s is not loopback", yes[i]);
+    }
+    for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++) {
+        assert_int_equal(listen_addr_parse_admin(no[i], &a, &why), 0);
+        if (sockaddr_is_loopback(&a.ss))
+            fail_msg("%s is loopback", no[i]);
+    }
 }
 
 /* An admin server on [::ffff:127.0.0.1] binds and says no warning. */
@@ -656,10 +679,68 @@ static void mapped_loopback_is_not_warned_about(void **state)
     snprintf(addr, sizeof(addr), "[::ffff:127.0.0.1]:%u", (unsigned)free_port());
     struct stderr_capture capture;
     stderr_capture_begin(&capture);
-    struct admin *a = admin_new(base, addr, m, msg, sizeof(msg));
+    struct admin *a = admin_at(base, addr, m, msg, sizeof(msg));
     stderr_capture_end(&capture, said, sizeof(said));
     assert_non_null(a);
     assert_string_equal(said, "");
+    admin_free(a);
+    event_base_free(base);
+    metrics_free(m);
+}
+
+static unsigned flip_lookups; /* names flip_resolver() was asked */
+
+/* A name that gives another address at each lookup, as a /etc/hosts
+ * edited between two would: 127.0.0.1, then 127.0.0.2, ... */
+static int flip_resolver(const char *host, uint16_t port, bool v6_literal,
+                         struct sockaddr_storage *ss, socklen_t *sslen)
+{
+    (void)host;
+    (void)v6_literal;
+    struct sockaddr_in *in = (struct sockaddr_in *)(void *)ss;
+    memset(ss, 0, sizeof(*ss));
+    in->sin_family = AF_INET;
+    in->sin_port = htons(port);
+    in->sin_addr.s_addr = htonl(0x7f000001 + flip_lookups++);
+    *sslen = sizeof(*in);
+    return 0;
+}
+
+/* A named --admin is looked up once, as serve reads the option: the
+ * server binds the address that gave, and admin_addr() tells the address
+ * bound, which the gateway's self_request covers (listener_describe() of
+ * it, gate/gateway.c describe_admin()). Before, the bind and the gateway
+ * looked the name up again each: a name that moved between them had the
+ * guard cover an address nothing listened on. */
+static void a_named_admin_is_looked_up_once(void **state)
+{
+    (void)state;
+    struct metrics *m = metrics_new();
+    struct event_base *base = event_base_new();
+    assert_non_null(m);
+    assert_non_null(base);
+    char text[64], msg[256];
+    uint16_t port = free_port();
+    snprintf(text, sizeof(text), "adm.flip.test:%u", (unsigned)port);
+    flip_lookups = 0;
+    listen_addr_resolver before = listen_addr_set_resolver(flip_resolver);
+    struct admin *a = admin_at(base, text, m, msg, sizeof(msg));
+    listen_addr_set_resolver(before);
+    assert_non_null(a);
+    assert_int_equal(flip_lookups, 1);
+    const struct listen_addr *bound = admin_addr(a);
+    char want[32];
+    snprintf(want, sizeof(want), "127.0.0.1:%u", (unsigned)port);
+    assert_string_equal(bound->text, want);
+    assert_string_equal(bound->host, "adm.flip.test"); /* self_request by name */
+    struct listener *self = listener_describe(bound);
+    assert_non_null(self);
+    struct ipaddr first, second;
+    ipaddr_from_v4(&first, 0x7f000001);
+    ipaddr_from_v4(&second, 0x7f000002);
+    assert_true(listener_covers(self, &first, port));
+    assert_false(listener_covers(self, &second, port));
+    listener_free(self);
     admin_free(a);
     event_base_free(base);
     metrics_free(m);
@@ -682,6 +763,7 @@ int main(void)
         cmocka_unit_test(accept_errors_that_pause),
         cmocka_unit_test(loopback_addresses),
         cmocka_unit_test(mapped_loopback_is_not_warned_about),
+        cmocka_unit_test(a_named_admin_is_looked_up_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
