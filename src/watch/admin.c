@@ -18,7 +18,8 @@
  *   does not turn into a reset that could destroy the reply in flight)
  *   -> closed.
  *
- * A connection's lifetime is thus at most 5 + 10 + 1 s and its memory the
+ * A connection's lifetime is thus at most 5 + 10 + 1 s (5 + 30 + 1 when the
+ * gateway was frozen while its client read: ADMIN_REPLY_RENEWALS) and its memory the
  * head array plus one reply. ADMIN_CONNS_MAX of them at once. At the cap a
  * new connection takes the slot of the oldest one still waiting for its
  * head (closed without a word), as nginx closes idle keep-alive
@@ -55,6 +56,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -102,6 +105,7 @@ struct admin_conn {
     size_t body_len;
     size_t lingered;     /* bytes read and dropped in AC_LINGER */
     unsigned late_reads; /* head or linger deadlines put off for input waiting (on_deadline()) */
+    unsigned renewals;   /* reply windows renewed for a client that took all (on_deadline()) */
     struct admin_head head;
     size_t len;               /* bytes in buf */
     char buf[ADMIN_HEAD_MAX]; /* the request head as it arrives */
@@ -512,6 +516,15 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
     conn_free(arg);
 }
 
+/* True when the kernel holds no byte of <fd>'s that its peer has not taken
+ * (SIOCOUTQ: TCP, not acknowledged; unix stream, not read); false when it
+ * does or cannot be told. */
+static bool send_queue_empty(evutil_socket_t fd)
+{
+    int n = -1;
+    return ioctl(fd, SIOCOUTQ, &n) == 0 && n == 0;
+}
+
 static void on_deadline(evutil_socket_t fd, short what, void *arg)
 {
     struct admin_conn *c = arg;
@@ -540,6 +553,16 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
          * reply the client had not taken yet: a reply cut short. */
         c->late_reads++;
         arm(c->deadline, 1);
+    } else if (c->state == AC_REPLY && c->renewals < ADMIN_REPLY_RENEWALS &&
+               send_queue_empty(bufferevent_getfd(c->bev))) {
+        /* The client took every byte the kernel held, and the reply is not
+         * written whole: the gateway did not write meanwhile (frozen, as
+         * above; this timer runs before the write). A client that does not
+         * read leaves bytes in the queue and is dropped as before; this
+         * one gets another window. Before, a freeze past the window cut a
+         * reply that its client was reading. */
+        c->renewals++;
+        arm(c->deadline, c->a->reply_ms);
     } else {
         conn_free(c); /* a reply not taken, or the linger is over */
     }

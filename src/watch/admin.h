@@ -22,7 +22,10 @@
  *   - ADMIN_HEAD_MS from the accept to a complete head (408 after; input
  *     that waits in the socket when the deadline runs late, the gateway
  *     frozen meanwhile, is read first: ADMIN_LATE_READS), then
- *     ADMIN_REPLY_MS to write the reply, then at most ADMIN_LINGER_MS (and
+ *     ADMIN_REPLY_MS to write the reply (renewed, ADMIN_REPLY_RENEWALS times
+ *     at most, when it ends with every byte handed to the kernel taken by
+ *     the client: the gateway, frozen, did not write), then at most
+ *     ADMIN_LINGER_MS (and
  *     ADMIN_LINGER_MAX bytes read and discarded; input waiting when it
  *     runs late is read first too, so the close is not a reset) before
  *     the close;
@@ -57,16 +60,17 @@
 
 #include "util/listen_addr.h"
 
-#define ADMIN_HEAD_MAX   8192        /* bytes: the request line and headers */
-#define ADMIN_CONNS_MAX  64          /* connections open at once */
-#define ADMIN_HEAD_MS    5000        /* accept -> complete request head */
-#define ADMIN_LATE_READS 3           /* head, linger deadlines put off 1 ms for input (frozen) */
-#define ADMIN_REPLY_MS   10000       /* complete head -> reply written */
-#define ADMIN_LINGER_MS  1000        /* reply written -> close */
-#define ADMIN_LINGER_MAX (64 * 1024) /* bytes read and dropped while lingering */
-#define ADMIN_BACKOFF_MS 250         /* after a failed accept() */
-#ifndef ADMIN_BODIES_MAX             /* a test may make it smaller */
-#define ADMIN_BODIES_MAX (64u << 20) /* bytes of /metrics bodies replies hold, at most... */
+#define ADMIN_HEAD_MAX       8192  /* bytes: the request line and headers */
+#define ADMIN_CONNS_MAX      64    /* connections open at once */
+#define ADMIN_HEAD_MS        5000  /* accept -> complete request head */
+#define ADMIN_LATE_READS     3     /* head, linger deadlines put off 1 ms for input (frozen) */
+#define ADMIN_REPLY_MS       10000 /* complete head -> reply written */
+#define ADMIN_REPLY_RENEWALS 2     /* reply windows renewed, the client having taken all (frozen) */
+#define ADMIN_LINGER_MS      1000  /* reply written -> close */
+#define ADMIN_LINGER_MAX     (64 * 1024) /* bytes read and dropped while lingering */
+#define ADMIN_BACKOFF_MS     250         /* after a failed accept() */
+#ifndef ADMIN_BODIES_MAX                 /* a test may make it smaller */
+#define ADMIN_BODIES_MAX (64u << 20)     /* bytes of /metrics bodies replies hold, at most... */
 #endif
 #define ADMIN_BODY_REUSE_MS 5000 /* ...for a body shared past it, this old at most */
 #define ADMIN_BODY_FRESH_MS 1000 /* a /metrics body is built at most once per this */

@@ -28,6 +28,7 @@ from watch_helpers import free_tcp_port, webhook_label
 
 HEAD_MS = 5000  # src/watch/admin.h ADMIN_HEAD_MS
 LINGER_MS = 1000  # ADMIN_LINGER_MS
+REPLY_MS = 10000  # ADMIN_REPLY_MS
 CONNS_MAX = 64  # ADMIN_CONNS_MAX
 
 
@@ -220,6 +221,16 @@ def test_admin_pipelining_client_that_never_reads_is_bounded(gateway, net):
     assert b"200 OK" in exchange(port, b"GET /healthz HTTP/1.1\r\n\r\n")
 
 
+def assert_whole_reply(out):
+    """Checks that <out> is a 200 reply with all the body its Content-Length
+    says; returns that length."""
+    head, _, body = out.partition(b"\r\n\r\n")
+    m = re.search(rb"\r\nContent-Length: (\d+)\r\n", head + b"\r\n")
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n") and m, out[:300]
+    assert len(body) == int(m.group(1)), (len(body), int(m.group(1)))
+    return len(body)
+
+
 def test_admin_head_that_came_while_the_gateway_was_frozen_is_answered(gateway, net):
     # The client sends its whole head at once, while the gateway is stopped
     # (SIGSTOP in its epoll_wait, as a paused VM or a long stall of its
@@ -287,10 +298,51 @@ def test_admin_reply_lingering_while_the_gateway_was_frozen_is_not_reset(gateway
     finally:
         gw.proc.send_signal(signal.SIGCONT)
         s.close()
-    head, _, body = out.partition(b"\r\n\r\n")
-    m = re.search(rb"\r\nContent-Length: (\d+)\r\n", head + b"\r\n")
-    assert head.startswith(b"HTTP/1.1 200 OK\r\n") and m, out[:300]
-    assert len(body) == int(m.group(1)), (len(body), int(m.group(1)))
+    assert_whole_reply(out)
+
+
+def test_admin_reply_read_while_the_gateway_was_frozen_is_not_cut(gateway, net):
+    # A /metrics reply larger than the socket buffers (8000 grants, each
+    # owner 1000 bytes: some 9 MB), its client reading all along, while the
+    # gateway is stopped (SIGSTOP in its epoll_wait, as a paused VM or a
+    # long stall of its loop) for over the reply's 10 s: when it runs again,
+    # epoll_wait comes back with EINTR and no event, libevent ran the
+    # reply's deadline before the write, and the reply was cut (the client
+    # had taken everything the kernel held). The client gets it whole.
+    owner = "o" * 1000
+    grants = [{"host": "g%d.example.test" % i, "ports": [80], "tier": 3, "owner": owner,
+               "expires": "9999-01-01"} for i in range(8000)]
+    port = free_tcp_port()
+    # (a 9 MB policy: its load takes seconds on a loaded test build)
+    gw = gateway(net.policy(rules(net) + grants), args=["--admin", "127.0.0.1:%d" % port],
+                 start_timeout=120)
+    pid = gw.proc.pid
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+    s.settimeout(60)
+    try:
+        s.connect(("127.0.0.1", port))
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        out = s.recv(65536)  # the reply has started: its window runs
+        wait_in_epoll(pid)  # the socket buffers full: it waits for the client
+        gw.proc.send_signal(signal.SIGSTOP)
+        try:
+            # the client reads all the kernel holds meanwhile
+            end = time.monotonic() + REPLY_MS / 1000.0 + 0.5
+            while time.monotonic() < end:
+                r, _, _ = select.select([s], [], [], max(0.0, min(0.5, end - time.monotonic())))
+                if r:
+                    d = s.recv(1 << 20)
+                    if not d:
+                        break
+                    out += d
+        finally:
+            gw.proc.send_signal(signal.SIGCONT)
+        out += recv_until_close(s, limit=64 << 20)
+    finally:
+        gw.proc.send_signal(signal.SIGCONT)
+        s.close()
+    assert assert_whole_reply(out) > 8 << 20  # more than the buffers hold
 
 
 def test_admin_trickling_and_idle_clients_are_closed_by_the_deadline(gateway, net):
