@@ -69,7 +69,8 @@
  * Resolution delay (RFC 8305 section 3): once the A query has come back
  * with addresses, AAAA gets r->resolution_delay_ms more (the flight's
  * event, the deadline until then, is moved up), then it is abandoned and
- * the flight ends with the A answer. A server or middlebox that drops AAAA
+ * the flight ends with the A answer (one that came in time while the
+ * gateway was frozen is read first: on_flight_event()). A server or middlebox that drops AAAA
  * questions so costs the lookup 50 ms, not every try of the silent query
  * (about 4 s with a lone server). Not the other way round: an AAAA answer
  * without its A would leave a gateway without IPv6 routes nothing to
@@ -89,6 +90,7 @@
 #include "gate/resolve.h"
 #include "gate/dns_cache.h"
 #include "gate/name_servers.h"
+#include "util/env.h"
 #include "util/libevent_log.h"
 #include "util/read_now.h"
 #include "util/units.h"
@@ -327,7 +329,10 @@ struct resolver *resolver_new(struct event_base *base, const struct dns_cfg *cfg
     dns_cache_init(&r->cache, CACHE_MAX);
     r->neg_ttl_ms = CACHE_NEG_TTL_MS;
     r->try_ms = NAME_SERVER_TRY_MS;
-    r->resolution_delay_ms = RESOLUTION_DELAY_MS;
+    /* Test-only (README): a delay long enough for a test to stop the
+     * gateway within it. */
+    r->resolution_delay_ms =
+        env_number("SLUICE_TEST_RESOLUTION_DELAY_MS", 10000, RESOLUTION_DELAY_MS);
     if (name_servers_check(cfg, err) < 0)
         goto fail;
     if (copy_statics(cfg, &r->statics) < 0)
@@ -558,8 +563,11 @@ static void on_flight_event(evutil_socket_t fd, short what, void *arg)
      * answer may be on its way to a query still running: one evdns was
      * handed in this turn (its callback is deferred), one still in the
      * socket. Before, a freeze of 5 s or more after the question failed
-     * the lookup, "timed out", with both answers in. */
-    if (!f->settling && f->late_polls < DEADLINE_POLLS && answer_may_wait(f)) {
+     * the lookup, "timed out", with both answers in. So does the end of
+     * the resolution delay: an AAAA answer that came within it while the
+     * gateway was frozen was abandoned, and a name whose A addresses the
+     * guard refuses, its AAAA one allowed, was refused. */
+    if (f->late_polls < DEADLINE_POLLS && answer_may_wait(f)) {
         struct timeval tv = timeval_of_ms(1);
         f->late_polls++;
         if (event_add(f->ev, &tv) == 0)

@@ -15,7 +15,8 @@ between requests (an atomic replace). FILE maps lower-case names to:
      "rcode": 2,                            the response code (default 0)
      "tc": true,                            the truncation flag (or a list
                                             of the types it is set for: ["A"])
-     "delay": 0.5,                          seconds before answering
+     "delay": 0.5,                          seconds before answering (or
+                                            per type: {"AAAA": 0.5})
      "drop": ["AAAA"],                      the types never answered (a
                                             resolver or middlebox that
                                             drops AAAA questions)
@@ -163,8 +164,11 @@ def answer(script, data, peer_events):
     mode = entry.get("mode", "")
     if {1: "A", 28: "AAAA"}.get(qtype) in entry.get("drop", []):
         return None, "drop"
-    if entry.get("delay"):
-        time.sleep(min(float(entry["delay"]), 10.0))
+    delay = entry.get("delay")
+    if isinstance(delay, dict):
+        delay = delay.get({1: "A", 28: "AAAA"}.get(qtype))
+    if delay:
+        time.sleep(min(float(delay), 10.0))
     if mode == "drop":
         return None, mode
     if mode == "garbage":

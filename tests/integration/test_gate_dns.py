@@ -43,7 +43,7 @@ class World:
     """A gateway in its own namespace and the scripted servers beside it."""
 
     def __init__(self, gateway, net, tmp_path, script, names, servers, helper_args=(), allow=(),
-                 args=(), alerts=None, resolv_conf=None, static=None):
+                 args=(), alerts=None, resolv_conf=None, static=None, env=None):
         self.net = net
         self.static = static or {}
         self.names = names
@@ -66,7 +66,7 @@ class World:
             with open(conf, "w") as f:
                 f.write(resolv_conf)
         self.gw = gateway(self.policy(servers), netns=True, netns_helper=helper, args=args,
-                          resolv_conf=conf)
+                          resolv_conf=conf, env=env)
         poll(lambda: any(e["event"] == "ready" for e in self.events()), timeout=10,
              what="the namespace's name server and witnesses")
 
@@ -127,17 +127,18 @@ class World:
 @pytest.fixture
 def world(gateway, net, tmp_path):
     """world(script, names=None, servers=None, helper_args=(), allow=(), args=(),
-    alerts=None, resolv_conf=None, static=None): a World whose policy allows
+    alerts=None, resolv_conf=None, static=None, env=None): a World whose policy allows
     port 80 of each name in <names> (default: the script's names), pins the
     names of <static> (dns.static), <allow> more ranges
     than ALLOWED's, with <alerts> as its alerts section, its helper given
     <helper_args> too (--ports, --hog), serve given <args> too, and
-    <resolv_conf> (text) as the namespace's /etc/resolv.conf."""
+    <resolv_conf> (text) as the namespace's /etc/resolv.conf, <env> the
+    gateway's environment variables beside the usual ones."""
     def make(script, names=None, servers=None, helper_args=(), allow=(), args=(), alerts=None,
-             resolv_conf=None, static=None):
+             resolv_conf=None, static=None, env=None):
         return World(gateway, net, tmp_path, script, names or list(script),
                      servers or ["127.0.0.1:53"], helper_args, allow, args, alerts,
-                     resolv_conf, static)
+                     resolv_conf, static, env)
     return make
 
 
@@ -1102,6 +1103,34 @@ def test_each_shortage_is_told_once_a_minute_of_its_own(world):
                     "requests are refused with 503 gateway_overloaded; raise the limit or lower "
                     "--max-conns (told at most once a minute)" % limit], told
     assert_reached(w.get("up.test"), ALLOWED + ":80")
+
+
+def test_an_aaaa_answer_that_came_while_the_gateway_was_frozen_is_taken(world):
+    # The A answer came at once, its addresses refused by the guard; the
+    # AAAA answer, the one allowed address, 0.8 s later, within the
+    # resolution delay (stretched to 1.5 s here), but while the gateway is
+    # stopped (SIGSTOP in its epoll_wait, as a paused VM or a long stall of
+    # its loop): when it runs again, epoll_wait comes back with EINTR and no
+    # event, and the resolution delay's end ran before the read, abandoned
+    # the AAAA query and went on with the A addresses: a 403
+    # private_address for a name that has an allowed address.
+    w = world({"late6.test": {"A": ["127.0.0.3"], "AAAA": ["::ffff:" + ALLOWED],
+                              "delay": {"AAAA": 0.8}}},
+              env={"SLUICE_TEST_RESOLUTION_DELAY_MS": "1500"})
+    pid = w.gw.proc.pid
+    wait = w.start_gets(["late6.test"])
+    poll(lambda: len(w.queries("late6.test")) >= 2 or None, timeout=10,
+         what="both questions asked")
+    time.sleep(0.3)  # the A answer taken, the AAAA one not come yet
+    wait_in_epoll(pid)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(2.0)  # past the AAAA answer and the resolution delay's end
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    r = wait()["late6.test"]
+    assert_reached(r, ALLOWED + ":80")
+    assert sorted(w.queries("late6.test")) == [1, 28], w.queries("late6.test")
 
 
 @pytest.mark.parametrize("freeze", [2.4, 3.6, 5.6],
