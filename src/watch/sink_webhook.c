@@ -52,6 +52,11 @@
  * (at most WEBHOOK_UNREAD_MAX) is read in 25; the bound keeps a server
  * that trickles its bytes from holding the attempt much past the deadline. */
 #define WEBHOOK_LATE_TURNS 64
+/* How often an attempt whose host name is being looked up hands evdns what
+ * waits in its servers' sockets (on_lookup_watch()): shorter than a try
+ * of evdns (resolv.conf's timeout: is whole seconds, 1 at least, to the C
+ * library). */
+#define WEBHOOK_LOOKUP_WATCH_MS 99 /* not due with a try's whole seconds */
 /* How often the loop looks whether the store's thread has run the sink's
  * read of its queue (a look takes a mutex, never waits for the read). */
 #define WEBHOOK_READ_POLL_US 2000
@@ -78,6 +83,8 @@ struct webhook {
     struct event_base *base;
     struct timings t;
     struct evdns_base *dns;
+    struct webhook_dns_socks dns_socks; /* its servers' sockets (borrowed from evdns) */
+    struct event *lookup_watch;         /* while an attempt looks its host up */
     struct evhttp_connection *conn;
     struct webhook_tls *tls; /* https:// only */
     char tls_why[200];       /* why TLS failed on the last attempt, or "" */
@@ -555,6 +562,33 @@ static bool answer_held(struct webhook *w)
  * bufferevent keeps no callback and lives until that answer (an address
  * opens a socket there, closed at once); the next attempt gets a new one
  * (fresh_conn()). */
+/* Whether <w>'s connection is still looking up its host: it has no socket. */
+static bool looking_up(const struct webhook *w)
+{
+    return w->dns != NULL && w->conn != NULL &&
+           bufferevent_getfd(evhttp_connection_get_bufferevent(w->conn)) < 0;
+}
+
+/* Every WEBHOOK_LOOKUP_WATCH_MS while an attempt looks its host up: evdns
+ * is handed what waits in its servers' sockets. After a freeze (SIGSTOP, a
+ * paused VM, a long stall of the loop) past evdns' timer for a try, the
+ * timers run before the reads, and this one, due before evdns' (its period
+ * is shorter than any try), runs first: the answer that came in time ends
+ * the try, and evdns' timer with it. Before, evdns' timer ran first and
+ * asked again, or, its attempts spent, failed the lookup ("cannot
+ * resolve"), the answer in its socket then dropped. */
+static void on_lookup_watch(evutil_socket_t fd, short what, void *arg)
+{
+    struct webhook *w = arg;
+    (void)fd;
+    (void)what;
+    if (w->req == NULL || !looking_up(w))
+        return;
+    (void)webhook_dns_read_now(w->base, &w->dns_socks);
+    struct timeval tv = timeval_of_ms(WEBHOOK_LOOKUP_WATCH_MS);
+    evtimer_add(w->lookup_watch, &tv);
+}
+
 static void on_deadline(evutil_socket_t fd, short what, void *arg)
 {
     struct webhook *w = arg;
@@ -575,8 +609,7 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
     }
     if (answer_held(w))
         return;
-    bool resolving =
-        w->dns != NULL && bufferevent_getfd(evhttp_connection_get_bufferevent(w->conn)) < 0;
+    bool resolving = looking_up(w);
     w->req = NULL;
     w->cut = !w->overlong;
     evhttp_cancel_request(req);
@@ -811,6 +844,10 @@ static void try_send(struct webhook *w)
     }
     w->busy = true;
     w->req = req;
+    if (w->dns != NULL && !w->reused) { /* before evhttp's lookup and evdns' timer */
+        struct timeval watch = timeval_of_ms(WEBHOOK_LOOKUP_WATCH_MS);
+        evtimer_add(w->lookup_watch, &watch);
+    }
     /* evhttp may end the request before this returns: a connect that fails
      * at once (socket() out of descriptors, say) runs on_done from inside
      * it, frees the request and returns 0; only a request still in flight
@@ -858,17 +895,18 @@ struct webhook *webhook_new(struct event_base *base, const char *url, struct sto
         goto err;
     if (!is_ip) {
         /* a name: resolve it without blocking the loop */
-        if ((w->dns = webhook_dns_new(base, w->label, &why)) == NULL)
+        if ((w->dns = webhook_dns_new(base, w->label, &w->dns_socks, &why)) == NULL)
             goto err;
     }
     w->retry = evtimer_new(base, on_retry, w);
     w->deadline = evtimer_new(base, on_deadline, w);
+    w->lookup_watch = evtimer_new(base, on_lookup_watch, w);
     w->sweep = event_new(base, -1, EV_PERSIST, on_sweep, w);
     w->read_poll = evtimer_new(base, on_read_poll, w);
     w->cap = 64;
     w->q = calloc(w->cap, sizeof(*w->q));
-    if (open_conn(w) < 0 || w->retry == NULL || w->deadline == NULL || w->sweep == NULL ||
-        w->read_poll == NULL || w->q == NULL) {
+    if (open_conn(w) < 0 || w->retry == NULL || w->deadline == NULL || w->lookup_watch == NULL ||
+        w->sweep == NULL || w->read_poll == NULL || w->q == NULL) {
         why = "out of memory";
         goto err;
     }
@@ -1437,6 +1475,8 @@ void webhook_free(struct webhook *w)
         event_free(w->retry);
     if (w->deadline != NULL)
         event_free(w->deadline);
+    if (w->lookup_watch != NULL)
+        event_free(w->lookup_watch);
     if (w->sweep != NULL)
         event_free(w->sweep);
     if (w->read_poll != NULL)

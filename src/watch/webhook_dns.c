@@ -11,6 +11,7 @@
 
 #include "util/dns_pin.h"
 #include "util/name_server_addr.h"
+#include "util/read_now.h"
 #include "util/resolv_conf.h"
 
 #ifndef WEBHOOK_RESOLV_CONF
@@ -33,24 +34,27 @@ static socklen_t local_server(struct sockaddr_storage *ss)
 enum added { ADDED_SOME, ADDED_NONE, ADDED_UNTIED, ADDED_FAILED };
 
 /* Adds the servers of <ss> not <left_out> to <dns>, each tied to its port,
- * and says on standard error why one is left out (marked in <left_out>).
- * Returns ADDED_UNTIED, after the first server whose socket could not be
- * tied: evdns has no way to drop it, so <dns> must not be used. */
+ * their sockets into <socks>, and says on standard error why one is left
+ * out (marked in <left_out>). Returns ADDED_UNTIED, after the first server
+ * whose socket could not be tied: evdns has no way to drop it, so <dns>
+ * must not be used. */
 static enum added add_servers(struct evdns_base *dns, const struct sockaddr_storage *ss,
-                              const socklen_t *len, size_t n, bool *left_out, const char *label)
+                              const socklen_t *len, size_t n, bool *left_out, const char *label,
+                              struct webhook_dns_socks *socks)
 {
-    size_t added = 0;
+    socks->n = 0;
     for (size_t i = 0; i < n; i++) {
         if (left_out[i])
             continue;
         const char *why = NULL;
         char addr[NAME_SERVER_ADDR_LEN];
+        int fd = -1;
         enum dns_pin_result pin =
-            dns_pin_add(dns, (const struct sockaddr *)&ss[i], len[i], &why, NULL);
+            dns_pin_add(dns, (const struct sockaddr *)&ss[i], len[i], &why, &fd);
         if (pin == DNS_PIN_FAILED)
             return ADDED_FAILED;
         if (pin == DNS_PIN_TIED) {
-            added++;
+            socks->fd[socks->n++] = fd;
             continue;
         }
         left_out[i] = true;
@@ -69,10 +73,11 @@ static enum added add_servers(struct evdns_base *dns, const struct sockaddr_stor
                 label, addr, why);
         return ADDED_UNTIED;
     }
-    return added > 0 ? ADDED_SOME : ADDED_NONE;
+    return socks->n > 0 ? ADDED_SOME : ADDED_NONE;
 }
 
-struct evdns_base *webhook_dns_new(struct event_base *base, const char *label, const char **why)
+struct evdns_base *webhook_dns_new(struct event_base *base, const char *label,
+                                   struct webhook_dns_socks *socks, const char **why)
 {
     struct sockaddr_storage ss[WEBHOOK_DNS_SERVERS];
     socklen_t len[WEBHOOK_DNS_SERVERS];
@@ -97,7 +102,7 @@ struct evdns_base *webhook_dns_new(struct event_base *base, const char *label, c
         /* all but the name servers, which are added one at a time */
         (void)evdns_base_resolv_conf_parse(dns, DNS_OPTIONS_ALL & ~DNS_OPTION_NAMESERVERS,
                                            WEBHOOK_RESOLV_CONF);
-        enum added got = add_servers(dns, ss, len, n, left_out, label);
+        enum added got = add_servers(dns, ss, len, n, left_out, label, socks);
         if (got == ADDED_SOME)
             return dns;
         evdns_base_free(dns, 0);
@@ -110,4 +115,12 @@ struct evdns_base *webhook_dns_new(struct event_base *base, const char *label, c
     }
     *why = "no name server of " WEBHOOK_RESOLV_CONF " can be asked (see standard error)";
     return NULL;
+}
+
+bool webhook_dns_read_now(struct event_base *base, const struct webhook_dns_socks *socks)
+{
+    bool read = false;
+    for (size_t i = 0; i < socks->n; i++)
+        read = read_now(base, socks->fd[i]) || read;
+    return read;
 }

@@ -688,6 +688,39 @@ def test_a_webhooks_resolver_takes_answers_from_its_servers_port_only(world, ser
     assert "its socket cannot be tied to its port" not in w.gw.stderr()
 
 
+@pytest.mark.parametrize("options", ["timeout:2 attempts:1", "timeout:2"],
+                         ids=["gives_up", "asks_again"])
+def test_a_webhook_lookup_answered_while_the_gateway_was_frozen_is_taken(world, options):
+    # The webhook sink's own resolver (resolv.conf's servers and options:
+    # 2 s a try here) is answered while the gateway is stopped (SIGSTOP in
+    # its epoll_wait, as a paused VM or a long stall of its loop) for 3.6 s,
+    # within the attempt's 5 s: when it runs again, epoll_wait comes back
+    # with EINTR and no event, and evdns' timer for the try ran before its
+    # read. With one attempt the lookup failed ("cannot resolve", the alert
+    # sent again after a backoff and the name asked again); with more, the
+    # name was asked again. The answer in time is taken.
+    script = {"ok.test": {"A": [ALLOWED]}, "hook.test": {"A": ["127.0.0.3"], "delay": 0.8}}
+    w = world(script, names=["ok.test"],
+              resolv_conf="nameserver 127.0.0.1\noptions %s\n" % options,
+              alerts={"first_contact": True, "sinks": [{"webhook": "http://hook.test/"}]})
+    pid = w.gw.proc.pid
+    assert_reached(w.get("ok.test"), ALLOWED + ":80")  # a first contact: an alert
+    poll(lambda: len(w.queries("hook.test")) >= 2 or None, timeout=30,
+         what="the sink's lookup asked")
+    wait_in_epoll(pid)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(3.6)  # past the try's 2 s, within the attempt's 5 s
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    poll(lambda: "127.0.0.3:80" in w.reached() or None, timeout=30, what="the alert delivered")
+    # a failed attempt told, through the relay, comes before a later line
+    w.gw.reload()
+    err = w.gw.wait_stderr("sluice: reloaded ")
+    assert "sluice: webhook http://hook.test/: " not in err, err
+    assert sorted(w.queries("hook.test")) == [1, 28], w.queries("hook.test")
+
+
 def test_many_addresses_are_bounded(world):
     # 60 A records (127.0.2.x: loopback, outside allow_ranges) and the allowed
     # address last: only the first 16 answers are kept, so it is never seen

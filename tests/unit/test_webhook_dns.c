@@ -41,11 +41,14 @@ static void test_servers_whose_sockets_cannot_be_tied_are_not_asked(void **state
     fprintf(f, "nameserver %s\nnameserver %s\n", one, two);
     assert_int_equal(fclose(f), 0);
 
-    /* tied: both asked */
+    /* tied: both asked, their sockets told */
     const char *why = NULL;
-    struct evdns_base *dns = webhook_dns_new(base, "hook", &why);
+    struct webhook_dns_socks socks;
+    struct evdns_base *dns = webhook_dns_new(base, "hook", &socks, &why);
     assert_non_null(dns);
     assert_int_equal(evdns_base_count_nameservers(dns), 2);
+    assert_int_equal(socks.n, 2);
+    assert_true(socks.fd[0] >= 0 && socks.fd[1] >= 0 && socks.fd[0] != socks.fd[1]);
     evdns_base_free(dns, 0);
 
     int many[DNS_PIN_SEEN + 1];
@@ -53,7 +56,7 @@ static void test_servers_whose_sockets_cannot_be_tied_are_not_asked(void **state
         assert_true((many[i] = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0)) >= 0);
     struct stderr_capture cap;
     stderr_capture_begin(&cap);
-    dns = webhook_dns_new(base, "hook", &why);
+    dns = webhook_dns_new(base, "hook", &socks, &why);
     stderr_capture_end(&cap, said, sizeof(said));
     for (size_t i = 0; i < DNS_PIN_SEEN + 1; i++)
         close(many[i]);
