@@ -66,6 +66,10 @@ static void test_names(void **state)
     expect_name("0x7f.example.com", "0x7f.example.com");
     expect_name("xn--bcher-kva.example", "xn--bcher-kva.example");
     expect_name("XN--BCHER-KVA.Example", "xn--bcher-kva.example");
+    /* Punycode whose basic code points are written in upper case ("API"
+     * of "APIé"): the same DNS name as in lower case, not a mapped label */
+    expect_name("xn--API-dma.example", "xn--api-dma.example");
+    expect_name("a.XN--API-DMA.example", "a.xn--api-dma.example");
     expect_name("a--b.example", "a--b.example");
 }
 
