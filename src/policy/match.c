@@ -35,7 +35,16 @@
  *    unrestricted "*.github.com" lets a POST through, and so a tunnel.
  *    The expired rules matching agent and port are gathered too, apart:
  *    when, counted as live, one of them would decide the tunnel or raise
- *    its tier, the tunnel is grant_expired (conclude_connect()). */
+ *    its tier, the tunnel is grant_expired (conclude_connect()).
+ *  - An extension method (METHOD_OTHER: WebDAV's MOVE, COPY, MKCOL,
+ *    PROPPATCH, any token) is gathered and concluded as a CONNECT is. No
+ *    rule can name it, so only rules without methods match it, and what it
+ *    does is the origin's to say (MOVE deletes its source): ranked as a
+ *    plain request it took the tier of the read rule beside a tier-3 write
+ *    grant, a write without the grant's owner or a tier3_write alert. Its
+ *    deciding rule is the one a plain request would have (the best rule
+ *    without methods, the first class first); its tier the highest of the
+ *    rules covering its host, agent and port. */
 #include <string.h>
 
 #include "policy/decision.h"
@@ -65,11 +74,12 @@ struct search {
     const struct decision_query *q;
     int32_t today;
     bool connect;
+    bool gathers; /* a CONNECT or an extension method: every class is gathered */
     enum stage stage;
     unsigned cls;            /* classes visited so far */
     const struct rule *best; /* plain request: the first-ranked match, live or expired */
-    struct gathered live;    /* CONNECT: the live rules matching agent and port */
-    struct gathered all;     /* CONNECT: the same, expired ones included */
+    struct gathered live;    /* gathers: the live rules matching agent and port */
+    struct gathered all;     /* gathers: the same, expired ones included */
 };
 
 static bool agent_ok(const struct rule *r, const char *agent_id)
@@ -157,7 +167,7 @@ static void gather(struct gathered *g, const struct rule *r, unsigned cls)
  * class settled the decision (no less specific class may change it): a
  * plain request's first class with a match, live or expired (an expired
  * rule is ranked as a live one is, so that it never lets a request fall
- * through to a wider rule). A CONNECT never stops. */
+ * through to a wider rule). A CONNECT or an extension method never stops. */
 static int visit_class(struct search *s, struct rule_list l)
 {
     bool match = false;
@@ -173,21 +183,21 @@ static int visit_class(struct search *s, struct rule_list l)
         if (!port_ok(r, s->q->port))
             continue;
         reach(s, STAGE_PORT);
-        /* A CONNECT's methods are judged on all the gathered rules. */
+        /* A CONNECT's methods are judged on all the gathered rules; an
+         * extension method's tier on them too. */
+        if (s->gathers) {
+            gather(&s->all, r, s->cls);
+            if (!expired(s, r))
+                gather(&s->live, r, s->cls);
+        }
         if (!s->connect && !method_ok(r, s->q->method))
             continue;
         reach(s, STAGE_MATCH);
         match = true;
-        if (!s->connect) {
-            if (s->best == NULL || policy_rule_ranks_before(r, s->best))
-                s->best = r;
-            continue;
-        }
-        gather(&s->all, r, s->cls);
-        if (!expired(s, r))
-            gather(&s->live, r, s->cls);
+        if (!s->gathers && (s->best == NULL || policy_rule_ranks_before(r, s->best)))
+            s->best = r;
     }
-    return match && !s->connect ? 1 : 0;
+    return match && !s->gathers ? 1 : 0;
 }
 
 static int visit_cidr(struct rule_list rules, unsigned prefix, void *arg)
@@ -226,7 +236,8 @@ static void deny(struct decision *out, enum deny_reason why, const struct rule *
     set_rule(out, r);
 }
 
-/* A CONNECT with at least one rule for its agent and port. Its decision
+/* A CONNECT with at least one rule for its agent and port, or an extension
+ * method with at least one rule without methods for them. Its decision
  * by the live rules is compared with the one it would have were the expired
  * rules live too: when that one's deciding rule is expired, or its tier is
  * higher, expiry would widen the tunnel or lower its tier, and it is
@@ -264,7 +275,11 @@ static void conclude(const struct search *s, struct decision *out, bool ip)
 {
     if (s->connect && s->all.top != NULL) {
         conclude_connect(s, out);
-    } else if (!s->connect && s->best != NULL) {
+    } else if (s->gathers && s->all.open != NULL) {
+        /* an extension method that a rule without methods matches (only
+         * those can): decided as the best of them, at the tunnel's tier */
+        conclude_connect(s, out);
+    } else if (!s->gathers && s->best != NULL) {
         if (expired(s, s->best)) {
             deny(out, REASON_GRANT_EXPIRED, s->best);
         } else {
@@ -291,6 +306,7 @@ void policy_decide(const struct policy *p, const struct decision_query *q, struc
     s.p = p;
     s.q = q;
     s.connect = q->method == METHOD_CONNECT;
+    s.gathers = s.connect || q->method == METHOD_OTHER;
     s.today = day_of(q->now);
 
     if (q->target == NULL || p->index == NULL) {

@@ -9,6 +9,7 @@ one it picks a site by."""
 import pytest
 
 from gate_client import assert_denied, connect, exchange, nothing_reached
+from watch_helpers import wait_alert
 
 API = "api.example.test"
 LONG_LABEL = "a" * 63
@@ -154,3 +155,34 @@ def test_a_connect_authority_in_another_case_is_decided_as_its_normal_form(gatew
     assert ev["decision"] == "allow" and ev["host"] == host, ev
     assert [_normal(r.header("Host")) for r in net.api.requests] == [host]
 
+
+@pytest.mark.parametrize("method", ["MOVE", "MKCOL", "PROPPATCH", "BREW"])
+def test_an_extension_method_takes_the_tier_of_the_hosts_write_grant(gateway, net, tmp_path,
+                                                                      method):
+    """A read rule without methods (tier 1) next to a tier-3 grant for the
+    host's writes: an extension method (WebDAV's MOVE, which deletes its
+    source, COPY, MKCOL, PROPPATCH, or any token), which no rule can name,
+    matched only the read rule and went through at tier 1, without the
+    grant's owner or a tier3_write alert, though an origin may write on it.
+    It is classified as a CONNECT is, at the highest tier of the rules that
+    cover its host, agent and port; the read rule still decides it."""
+    p = net.api.port
+    af = str(tmp_path / "alerts.jsonl")
+    rules = [{"host": API, "ports": [p], "tier": 1},
+             {"host": API, "ports": [p], "tier": 3, "methods": ["POST", "PUT", "PATCH", "DELETE"],
+              "owner": "alice", "expires": "2099-12-31"}]
+    gw = gateway(net.policy(rules, alerts={"expiry_warn_days": 0}), args=["--alerts", af])
+    r = exchange(gw, _head("http://%s:%d/ext" % (API, p), "%s:%d" % (API, p))
+                 .replace(b"GET ", method.encode() + b" ", 1), method=method)
+    assert r is not None and r.status in (200, 501), r  # 501: http.server knows no handler
+    ev, _ = gw.decided(method=method)
+    assert ev["decision"] == "allow" and ev["rule"] == "rules[0]", ev
+    assert ev["tier"] == 3 and ev["owner"] == "alice", ev
+    a = wait_alert(af, "tier3_write")[0]
+    assert a["id"] == ev["id"] and "%s /ext" % method in a["detail"], a
+    # the safe methods keep the read rule's tier, the named writes the grant
+    for m, tier in (("GET", 1), ("HEAD", 1), ("POST", 3)):
+        exchange(gw, _head("http://%s:%d/m" % (API, p), "%s:%d" % (API, p))
+                 .replace(b"GET ", m.encode() + b" ", 1), method=m)
+        ev, _ = gw.decided(method=m)
+        assert ev["tier"] == tier and ev["rule"] == ("rules[1]" if tier == 3 else "rules[0]"), ev

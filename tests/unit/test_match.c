@@ -333,7 +333,45 @@ static void test_method_named_over_unnamed(void **state)
     assert_allow(decide(f, "api.github.com", METHOD_HEAD, 443), get, TIER_1);
     assert_allow(decide(f, "api.github.com", METHOD_POST, 443), wr, TIER_3);
     assert_allow(decide(f, "api.github.com", METHOD_OPTIONS, 443), any, TIER_0);
-    assert_allow(decide(f, "api.github.com", METHOD_OTHER, 443), any, TIER_0);
+    /* an extension method (MOVE, MKCOL, any token): decided by the rule
+     * without methods, at the highest tier of the host's rules, as a
+     * CONNECT; ranked as a plain request it took tier 0 beside the grant */
+    assert_allow_owner(decide(f, "api.github.com", METHOD_OTHER, 443), any, TIER_3, wr->owner);
+    assert_ptr_equal(decide(f, "api.github.com", METHOD_OTHER, 443).grant, wr);
+    fx_free(f);
+}
+
+/* An extension method is gathered as a CONNECT is: the rule without
+ * methods that a plain request would take decides it, at the highest tier
+ * of the rules of every class for its host, agent and port; an expired one
+ * that would raise that tier refuses it. */
+static void test_extension_method_tier_as_a_connect(void **state)
+{
+    (void)state;
+    struct fx *f = fx_new();
+    struct rule *exact = add(f, "api.github.com", 0, TIER_0);
+    struct rule *wr = add(f, "*.github.com", METHOD_POST, TIER_3);
+    wr->owner = (char *)(uintptr_t) "alice";
+    struct rule *other_port = add(f, "api.github.com", METHOD_PUT, TIER_2);
+    set_ports(f, other_port, 8443, 0);
+    add(f, "only.github.com", METHOD_GET, TIER_1);
+    struct rule *live = add(f, "exp.example.org", 0, TIER_1);
+    struct rule *gone = add_expired(f, "exp.example.org", METHOD_DELETE, TIER_3, "bob");
+    fx_index(f);
+
+    /* the wildcard's write grant raises the exact rule's tier; a GET and
+     * a POST are ranked as ever */
+    assert_allow_owner(decide(f, "api.github.com", METHOD_OTHER, 443), exact, TIER_3, "alice");
+    assert_ptr_equal(decide(f, "api.github.com", METHOD_OTHER, 443).grant, wr);
+    assert_allow(decide(f, "api.github.com", METHOD_GET, 443), exact, TIER_0);
+    assert_allow(decide(f, "api.github.com", METHOD_POST, 443), exact, TIER_0);
+    /* only rules naming methods: none matches it */
+    assert_deny(decide(f, "api.github.com", METHOD_OTHER, 8443), REASON_METHOD_NOT_ALLOWED);
+    assert_deny(decide(f, "only.github.com", METHOD_OTHER, 443), REASON_METHOD_NOT_ALLOWED);
+    /* an expired write grant above the live read rule: expiry never
+     * lowers its tier */
+    assert_expired(decide(f, "exp.example.org", METHOD_OTHER, 443), gone, TIER_3, "bob");
+    assert_allow(decide(f, "exp.example.org", METHOD_GET, 443), live, TIER_1);
     fx_free(f);
 }
 
@@ -1234,9 +1272,9 @@ static struct decision ref_decide(const struct policy *p, const struct decision_
     };
     if (denied) {
         d.reason = REASON_DENIED_HOST;
-    } else if (connect && best != NULL) {
-        /* the tunnel as decided by the live rules, and as it would be
-         * were the expired ones live too */
+    } else if ((connect || q->method == METHOD_OTHER) && best != NULL) {
+        /* the tunnel (or extension method) as decided by the live rules,
+         * and as it would be were the expired ones live too */
         const struct rule *open, *top, *aopen, *atop;
         ref_gather(p, q, false, &open, &top);
         ref_gather(p, q, true, &aopen, &atop);
@@ -1469,6 +1507,7 @@ int main(void)
         cmocka_unit_test(test_wildcard_boundaries),
         cmocka_unit_test(test_glued_names),
         cmocka_unit_test(test_method_named_over_unnamed),
+        cmocka_unit_test(test_extension_method_tier_as_a_connect),
         cmocka_unit_test(test_lower_tier_then_file_order),
         cmocka_unit_test(test_owner_follows_rule),
         cmocka_unit_test(test_agent_scoped),
