@@ -1085,7 +1085,8 @@ static void outranked_grants(struct load_ctx *c, const struct rule **g, size_t n
                       "rules[%zu] (line %d), which covers this host too without naming methods "
                       "either, at tier %d, for a port and an agent in common: the lower tier "
                       "wins, so those requests go through at tier %d, without this grant's "
-                      "owner, expiry or tier3_write alert (only a CONNECT takes tier 3)",
+                      "owner, expiry or tier3_write alert (only a CONNECT and an extension "
+                      "method take tier 3)",
                       by->index, by->line, (int)by->tier, (int)by->tier);
             load_field_pop(c, m);
             continue;

@@ -29,10 +29,13 @@
  * would otherwise make the load quadratic. Real policies take a few. */
 #define OUTRANK_WORK_MAX (1u << 26)
 
-/* Every method bit a rule without methods allows. */
+/* Every method a rule without methods may take from a grant: the eight a
+ * rule can name. An extension method (METHOD_OTHER) is never taken: it is
+ * classified at the highest tier of the rules of every class (match.c),
+ * the grant's among them. */
 #define METHODS_EVERY                                                                              \
     (METHOD_GET | METHOD_HEAD | METHOD_POST | METHOD_PUT | METHOD_PATCH | METHOD_DELETE |          \
-     METHOD_OPTIONS | METHOD_TRACE | METHOD_OTHER)
+     METHOD_OPTIONS | METHOD_TRACE)
 
 bool load_ports_meet(const struct rule *a, const struct rule *b)
 {
@@ -220,12 +223,6 @@ static void warn_taking(struct load_ctx *c, const struct taking *tk)
             if (tk->methods & bit)
                 o += (size_t)snprintf(names + o, sizeof(names) - o, "%s%s", o ? " " : "",
                                       method_name(bit));
-        /* what is left of "every method" once a rule of its own pattern
-         * names all eight: the methods no rule can name */
-        if ((tk->methods & METHOD_OTHER) && o < sizeof(names))
-            snprintf(names + o, sizeof(names) - o, "%s",
-                     o ? " and extension methods (PROPFIND and the like)"
-                       : "extension methods (PROPFIND and the like)");
     }
     char more[64] = "";
     if (tk->grants > 1)
