@@ -60,7 +60,12 @@ enum sni_result sni_parse_missing(const uint8_t *buf, size_t len, char *name, si
 /* True for an extension type that carries an encrypted ClientHello or
  * server name: encrypted_client_hello (0xfe0d, draft-ietf-tls-esni), the code points
  * of its drafts 8 to 12 (0xfe08 to 0xfe0c) and of draft 7 (0xff02), and the
- * ESNI extension of the drafts before them (0xffce, which Firefox shipped). */
+ * ESNI extension of the drafts before them (0xffce, which Firefox shipped).
+ * Any other type is false on purpose: a shared front decrypts an inner
+ * hello only under a code point its TLS stack knows (IANA registers 0xfe0d
+ * alone for it; 0xfd00, ech_outer_extensions, is valid inside the encrypted
+ * inner hello only), and refusing unknown types would refuse GREASE (RFC 8701) and
+ * every new extension. */
 bool sni_encrypted_extension(unsigned type);
 
 /* The length of the change_cipher_spec record (20 3.x 0 1 1) at the start

@@ -280,11 +280,31 @@ static void test_encrypted_hello(void **state)
         unsigned type;
         bool encrypted;
     } types[] = {
-        {0xfe0d, true},  {0xfe08, true},  {0xfe0a, true},
-        {0xfe0c, true},  {0xffce, true},  {0xff02, true}, /* draft 7's encrypted_client_hello */
-        {0xfe07, false}, {0xfe0e, false}, {0xffcd, false},
-        {0xffcf, false}, {0x000d, false}, {0xff01, false}, /* renegotiation_info */
+        {0xfe0d, true},
+        {0xfe08, true},
+        {0xfe0a, true},
+        {0xfe0c, true},
+        {0xffce, true},
+        {0xff02, true}, /* draft 7's encrypted_client_hello */
+        {0xfe07, false},
+        {0xfe0e, false},
+        {0xffcd, false},
+        {0xffcf, false},
+        {0x000d, false},
+        {0xff01, false}, /* renegotiation_info */
         {0xff03, false},
+        /* Not refused: ech_outer_extensions (0xfd00), valid only inside
+         * the encrypted inner hello (draft-ietf-tls-esni 5.1: it carries
+         * nothing to decrypt in an outer one), GREASE (RFC 8701:
+         * Chromium and BoringSSL send such values to every host) and a code
+         * point of the private use range: no shared front decrypts an inner
+         * hello under a code point its TLS stack does not know, and a
+         * server that does is the agent's own, which needs no inner hello
+         * to be told anything. */
+        {0xfd00, false},
+        {0x0a0a, false},
+        {0xfafa, false},
+        {0xff00, false},
     };
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         assert_int_equal(sni_encrypted_extension(types[i].type), types[i].encrypted);
