@@ -461,6 +461,27 @@ def test_reload_that_edits_the_rule_keeps_the_tunnel_shaped(gateway, net):
             sink.stop()
 
 
+def test_wait_paused_sees_an_upload_held_in_the_gateway(gateway, net):
+    # An upload whose head and small body come in one write, at 1 KiB/s: the
+    # gateway's first read takes them all, so its socket holds none of the
+    # body while the bucket holds it back. wait_paused() with the origin's
+    # view sees it held (looking at the kernel alone, it waited in vain).
+    gw = gateway(net.policy([api_rule(net, rate={"bandwidth": "1KiB/s"})]))
+    body = pattern_bytes(4 * KIB)
+    s = open_conn(gw)
+    try:
+        s.sendall(b"POST %s HTTP/1.1\r\nHost: api.example.test:%d\r\nContent-Length: %d\r\n\r\n"
+                  % (net.url("/small").encode(), net.api.port, len(body)) + body)
+        gw.wait_paused(pending=lambda: not any(r.path == "/small" for r in net.api.requests),
+                       timeout=HANG_GUARD_S)
+        assert not any(r.path == "/small" for r in net.api.requests)
+        r = read_response(s, "POST")
+        assert r.status == 200, r
+    finally:
+        s.close()
+    assert net.api.requests[-1].body == body
+
+
 def test_reload_that_edits_the_rule_keeps_a_plain_upload_shaped(gateway, net):
     # The same for a plain POST running at 1 KiB/s: 8 KiB, the reload about
     # a second in adds a port to its rule (another identity, the same rate).
@@ -480,16 +501,14 @@ def test_reload_that_edits_the_rule_keeps_a_plain_upload_shaped(gateway, net):
     th = threading.Thread(target=upload, daemon=True)
     th.start()
     # the reload comes while the upload is held by its bucket: the gateway
-    # forwards it (its connection to the upstream is there) and the
-    # upstream has not had the whole body yet. (wait_paused() looked for
-    # body bytes left unread in the kernel: under load the gateway's first
-    # read took the head and all 8 KiB at once, held them in its own
-    # buffer, and the kernel never held any: 'timed out ... its reading
-    # paused', 2 of 6 runs beside two busy loops.)
-    def held_by_its_bucket():
+    # forwards it (its connection to the upstream is there), does not read
+    # its client, and the upstream has not had the whole body yet (the
+    # origin's view: under load the gateway's first read may take the head
+    # and all 8 KiB at once, and the kernel then holds none of it)
+    def origin_short():
         return (gw.upstream_end_now(net.api.port) is not None and
                 not any(r.path == "/up" for r in net.api.requests))
-    poll(held_by_its_bucket, timeout=60, what="the upload forwarded, its body not all through")
+    gw.wait_paused(pending=origin_short, timeout=60)
     gw.write_policy(policy_yaml(policy([net.api.port, 1])))
     gw.reload()
     poll(lambda: "sluice: reloaded " in gw.stderr() or None, timeout=5, what="the reload")
