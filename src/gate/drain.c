@@ -1,8 +1,12 @@
 /* drain: a client's progress at its write timeouts (see drain.h). */
 #include "gate/drain.h"
 
+#include <stddef.h>
+
 #include <linux/sockios.h>
+#include <linux/tcp.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 
 #include <event2/buffer.h>
 
@@ -48,6 +52,21 @@ int64_t drain_unsent(evutil_socket_t fd)
 {
     int n = 0;
     return ioctl(fd, SIOCOUTQNSD, &n) == 0 && n >= 0 ? n : -1;
+}
+
+int64_t drain_never_left(evutil_socket_t fd)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    int64_t queue = drain_send_queue(fd);
+    if (queue < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_retrans) + sizeof(ti.tcpi_bytes_retrans))
+        return -1;
+    /* Sent once at least (a retransmission is counted again in
+     * bytes_sent and once in bytes_retrans) and not acknowledged. */
+    uint64_t first_sent = ti.tcpi_bytes_sent - ti.tcpi_bytes_retrans;
+    uint64_t in_flight = first_sent > ti.tcpi_bytes_acked ? first_sent - ti.tcpi_bytes_acked : 0;
+    return (uint64_t)queue > in_flight ? queue - (int64_t)in_flight : 0;
 }
 
 void drain_on_write(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *drain)

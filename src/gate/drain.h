@@ -66,6 +66,12 @@ int64_t drain_send_queue(evutil_socket_t fd);
  * not yet handed to the network, so its peer cannot have them); -1 when
  * they cannot be read. */
 int64_t drain_unsent(evutil_socket_t fd);
+/* The bytes of <fd>'s send queue (a TCP socket, reset or not) that never
+ * left the host: the queue less what was sent at least once and not yet
+ * acknowledged (TCP_INFO's bytes_sent, bytes_retrans and bytes_acked).
+ * Unlike SIOCOUTQNSD, it does not count again what a retransmission timeout
+ * took back to send anew; -1 when they cannot be read. */
+int64_t drain_never_left(evutil_socket_t fd);
 /* An evbuffer callback for a bufferevent's output, <drain> the struct
  * drain of its socket: notes that bytes went from <buf> into the socket. */
 void drain_on_write(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *drain);

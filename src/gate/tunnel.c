@@ -390,18 +390,21 @@ static bool tcp_closed(evutil_socket_t fd)
     return getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 && ti.tcpi_state == TCP_CLOSE;
 }
 
-/* What send() took toward a dst that then failed but its peer never
- * acknowledged (the send queue of a reset socket: the peer's kernel
- * refused it with the reset, or it was still on its way) did not reach
- * it: taken off what the direction counts as delivered, so bytes_up and
- * bytes_down tell what the peer received. */
-static void forget_unacknowledged(struct dir *d)
+/* What send() took toward a dst that then failed but never left the host
+ * (the send queue of a reset socket, less what was sent once at least and
+ * not acknowledged) did not reach its peer: taken off what the direction
+ * counts as delivered. What left it stays counted, acknowledged or not: a
+ * peer may read bytes its stack never acknowledges and then reset, and
+ * counting only acknowledged ones would let it keep up to a congestion
+ * window of each upload out of bytes_up (the peer's kernel may also have
+ * refused them after its reset: the count errs toward what may have left). */
+static void forget_never_left(struct dir *d)
 {
     if (!tcp_closed(d->dst))
         return;
-    int64_t queue = drain_send_queue(d->dst);
-    if (queue > 0)
-        d->bytes -= (uint64_t)queue < d->bytes ? (uint64_t)queue : d->bytes;
+    int64_t never = drain_never_left(d->dst);
+    if (never > 0)
+        d->bytes -= (uint64_t)never < d->bytes ? (uint64_t)never : d->bytes;
 }
 
 /* Takes off what <d> counts as delivered what its dst, a TCP socket, never
@@ -429,7 +432,7 @@ static void forget_unsent(struct dir *d)
  * which would drop what its peer has not acknowledged yet. */
 static void dst_failed(struct dir *d)
 {
-    forget_unacknowledged(d);
+    forget_never_left(d);
     d->done = true;
     d->sink = true;
     d->t->failed = true;

@@ -73,10 +73,12 @@ void tunnel_set_progress(struct tunnel *t, void (*cb)(void *arg), void *arg);
  * off them now (see tunnel_bytes_up()), as a tunnel that ended on a reset
  * (idle, an error) had when it ended. */
 void tunnel_settle(struct tunnel *t);
-/* The bytes each direction delivered: taken by its destination's socket,
- * less what that socket still held unacknowledged when it failed, or had
- * not even sent when the tunnel's close is a reset (a reset drops it: the
- * peer never received it; a unix socket's queue is its peer's, and counts). */
+/* The bytes each direction sent its peer: taken by its destination's
+ * socket, less what never left that socket when it failed (its queue less
+ * what went out unacknowledged: a peer may read bytes it never
+ * acknowledges), or had not even sent when the tunnel's close is a reset
+ * (a reset drops it: the peer never received it; a unix socket's queue is
+ * its peer's, and counts). */
 uint64_t tunnel_bytes_up(const struct tunnel *t);   /* client -> upstream */
 uint64_t tunnel_bytes_down(const struct tunnel *t); /* upstream -> client */
 /* The bytes all tunnels hold that their destinations did not take yet
