@@ -10,13 +10,16 @@
  * passed as not HTTP nor waited on, and MATCH exactly when its Host value
  * and an absolute- or authority-form target spell the target (read here
  * as text: "api.example.test" in any case, one trailing dot allowed) with
- * port 8080 or none (and "Host: name:" as none). */
+ * port 8080 or none (and "Host: name:" as none), and its other routing
+ * fields (X-Forwarded-Host, Forwarded's host=, ...) name it as well. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gate/http1.h"
 #include "gate/peek_http.h"
+#include "gate/routing_host.h"
+#include "policy/host.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -117,6 +120,13 @@ static enum peek_http_result expected(const struct http_request *req)
          (req->port_explicit && req->port != PORT)))
         return PEEK_HTTP_MISMATCH;
     if (req->host_header != NULL && !host_value_is_target(req->host_header, req->host_header_len))
+        return PEEK_HTTP_MISMATCH;
+    /* The other fields an origin may pick the site by (X-Forwarded-Host,
+     * Forwarded's host=, ...) must name the target too: their reading is
+     * routing_host.c's, whose invariants fuzz_http1_head checks. */
+    const char *why = NULL;
+    if (routing_fields_name(req, target(), PORT, PORT, IP_SPELLING_CANONICAL, &why) !=
+        ROUTING_HOST_MATCH)
         return PEEK_HTTP_MISMATCH;
     return PEEK_HTTP_MATCH;
 }
