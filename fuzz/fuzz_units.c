@@ -11,7 +11,11 @@
  * day_of() finds at any second of that day, and says -2 of a real day
  * before 1970, -3 of YYYY-MM-DD that is no day, -1 of any other; a period
  * format_period_ms() writes in a unit parse_period_ms() reads is read
- * back as the same period; format_uint() writes what printf does. */
+ * back as the same period; format_uint() writes what printf does;
+ * parse_int_option() (serve's --nice and --max-conns, check's
+ * --warn-days) takes exactly an optional '-' and decimal digits whose
+ * value lies in its range, and says why of any other text. */
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -98,6 +102,27 @@ static void check_numbers(const char *s)
     check(parse_period_ms(text, &again) == 0 && again == v);
 }
 
+/* parse_int_option() against the value of "-"? digits, in 128 bits. */
+static void check_int_option(const char *s, long lo, long hi)
+{
+    const char *d = s + (s[0] == '-');
+    size_t n = strspn(d, "0123456789");
+    __int128 v = 0;
+    for (size_t i = 0; i < n && v <= (__int128)LONG_MAX + 1; i++)
+        v = v * 10 + (d[i] - '0');
+    if (s[0] == '-')
+        v = -v;
+    bool want = n > 0 && d[n] == '\0' && v >= lo && v <= hi;
+    long got = 12345;
+    char why[96] = "";
+    int rc = parse_int_option(s, lo, hi, &got, why, sizeof(why));
+    check(rc == (want ? 0 : -1));
+    if (want)
+        check(got == (long)v);
+    else
+        check(got == 12345 && why[0] == ' ');
+}
+
 static void check_date(const char *s)
 {
     int32_t day = 0;
@@ -156,6 +181,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     s[size] = '\0';
     check_numbers(s);
     check_date(s);
+    check_int_option(s, -20, 19);
+    check_int_option(s, 0, 3650);
+    check_int_option(s, 1, 1000000);
+    check_int_option(s, LONG_MIN + 1, LONG_MAX);
     check_format_uint(data, size);
     free(s);
     return 0;
