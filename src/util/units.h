@@ -1,6 +1,9 @@
-/* units: sizes, periods and dates as written in a policy.
+/* units: sizes, periods and dates as written in a policy or an option.
  * Sizes: an integer with B, KiB, MiB or GiB (a bare integer is bytes).
  * Periods: an integer with s, m or h (a bare integer is seconds).
+ * Bare integers are for the command line (--grace 30, --tmp-size 1048576):
+ * a policy's loader refuses them for sizes and periods other than 0
+ * (policy/load_ctx.c refuse_bare_number()).
  * Dates: ISO YYYY-MM-DD, counted as whole days since 1970-01-01 (UTC).
  * All parsers reject overflow, signs, spaces and trailing garbage. */
 #ifndef SLUICE_UTIL_UNITS_H
