@@ -32,6 +32,7 @@
 #include "shape/quota.h"
 #include "util/http_date.h"
 #include "util/shortage.h"
+#include "util/socket_quiet.h"
 #include "util/units.h"
 #include "util/wall_clock.h"
 #include "watch/agent_hash.h"
@@ -2112,8 +2113,13 @@ static void note_client_reset(struct conn *c, short what)
 static void on_event(struct bufferevent *bev, short what, void *arg)
 {
     struct conn *c = arg;
-    (void)bev;
     if (what == (BEV_EVENT_TIMEOUT | BEV_EVENT_WRITING) && client_still_taking(c))
+        return;
+    /* A read timeout while the client's socket holds bytes: they came
+     * while the loop was held (a stopped or starved gateway) and libevent
+     * ran the timeout first; reading goes on (its timeout restarted), as
+     * for an upstream (forward.c, connect.c). */
+    if (socket_read_timeout_held_input(bev, what))
         return;
     if (client_half_closed(c, what)) {
         if (c->ex.client_gone)
