@@ -54,7 +54,17 @@ int64_t drain_unsent(evutil_socket_t fd)
     return ioctl(fd, SIOCOUTQNSD, &n) == 0 && n >= 0 ? n : -1;
 }
 
-int64_t drain_never_left(evutil_socket_t fd)
+uint64_t drain_in_flight(uint64_t sent, uint64_t retrans, uint64_t acked, bool connected)
+{
+    /* Sent once at least (a retransmission is counted again in bytes_sent
+     * and once in bytes_retrans) and not acknowledged. */
+    uint64_t first_sent = sent > retrans ? sent - retrans : 0;
+    /* a connect()ed socket's bytes_acked has its SYN's sequence number */
+    uint64_t acked_data = connected && acked > 0 ? acked - 1 : acked;
+    return first_sent > acked_data ? first_sent - acked_data : 0;
+}
+
+int64_t drain_never_left(evutil_socket_t fd, bool connected)
 {
     struct tcp_info ti;
     socklen_t len = sizeof(ti);
@@ -62,10 +72,8 @@ int64_t drain_never_left(evutil_socket_t fd)
     if (queue < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0 ||
         len < offsetof(struct tcp_info, tcpi_bytes_retrans) + sizeof(ti.tcpi_bytes_retrans))
         return -1;
-    /* Sent once at least (a retransmission is counted again in
-     * bytes_sent and once in bytes_retrans) and not acknowledged. */
-    uint64_t first_sent = ti.tcpi_bytes_sent - ti.tcpi_bytes_retrans;
-    uint64_t in_flight = first_sent > ti.tcpi_bytes_acked ? first_sent - ti.tcpi_bytes_acked : 0;
+    uint64_t in_flight =
+        drain_in_flight(ti.tcpi_bytes_sent, ti.tcpi_bytes_retrans, ti.tcpi_bytes_acked, connected);
     return (uint64_t)queue > in_flight ? queue - (int64_t)in_flight : 0;
 }
 

@@ -70,8 +70,15 @@ int64_t drain_unsent(evutil_socket_t fd);
  * left the host: the queue less what was sent at least once and not yet
  * acknowledged (TCP_INFO's bytes_sent, bytes_retrans and bytes_acked).
  * Unlike SIOCOUTQNSD, it does not count again what a retransmission timeout
- * took back to send anew; -1 when they cannot be read. */
-int64_t drain_never_left(evutil_socket_t fd);
+ * took back to send anew; -1 when they cannot be read. <connected>: <fd>
+ * was opened by connect() (see drain_in_flight()). */
+int64_t drain_never_left(evutil_socket_t fd, bool connected);
+/* The data bytes sent at least once and not acknowledged, from TCP_INFO's
+ * bytes_sent, bytes_retrans and bytes_acked. bytes_acked counts the
+ * sequence number of the SYN it acknowledged on a socket that connect()ed
+ * (<connected>: 1001 after 1000 bytes taken, measured with ss -ti; an
+ * accepted socket's shows 1000), which is no data byte. */
+uint64_t drain_in_flight(uint64_t sent, uint64_t retrans, uint64_t acked, bool connected);
 /* An evbuffer callback for a bufferevent's output, <drain> the struct
  * drain of its socket: notes that bytes went from <buf> into the socket. */
 void drain_on_write(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *drain);

@@ -402,7 +402,8 @@ static void forget_never_left(struct dir *d)
 {
     if (!tcp_closed(d->dst))
         return;
-    int64_t never = drain_never_left(d->dst);
+    /* the upstream's socket is the one the gateway connect()ed */
+    int64_t never = drain_never_left(d->dst, d->dst == d->t->fd[1]);
     if (never > 0)
         d->bytes -= (uint64_t)never < d->bytes ? (uint64_t)never : d->bytes;
 }

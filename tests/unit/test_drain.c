@@ -195,6 +195,29 @@ static void noted_progress_keeps_a_stalled_peer(void **state)
     assert_int_equal(steps_to_close(&d, 5000), DRAIN_STEPS);
 }
 
+/* What went out unacknowledged when a tunnel's side failed stays counted
+ * (tunnel.c forget_never_left()). A socket that connect()ed has its SYN in
+ * bytes_acked (ss -ti: bytes_sent:1000 bytes_acked:1001 once all is taken),
+ * an accepted one not: 500 bytes in flight are 500 on both, not 499 on the
+ * upstream's side, which took one byte more off bytes_up at each reset. */
+static void in_flight_leaves_out_the_syn_of_a_connected_socket(void **state)
+{
+    (void)state;
+    /* 1000 bytes sent, the first 500 acknowledged */
+    assert_int_equal(drain_in_flight(1000, 0, 501, true), 500);
+    assert_int_equal(drain_in_flight(1000, 0, 500, false), 500);
+    /* all taken */
+    assert_int_equal(drain_in_flight(1000, 0, 1001, true), 0);
+    assert_int_equal(drain_in_flight(1000, 0, 1000, false), 0);
+    /* 200 of them sent twice: 1200 sent, 200 again */
+    assert_int_equal(drain_in_flight(1200, 200, 501, true), 500);
+    /* nothing sent yet; counters read mid-change never wrap */
+    assert_int_equal(drain_in_flight(0, 0, 1, true), 0);
+    assert_int_equal(drain_in_flight(0, 0, 0, true), 0);
+    assert_int_equal(drain_in_flight(100, 200, 0, false), 0);
+    assert_int_equal(drain_in_flight(UINT64_MAX, 0, 1, true), UINT64_MAX);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -210,6 +233,7 @@ int main(void)
         cmocka_unit_test(an_idle_not_a_multiple_of_the_step),
         cmocka_unit_test(bytes_leaving_the_output_are_a_write),
         cmocka_unit_test(noted_progress_keeps_a_stalled_peer),
+        cmocka_unit_test(in_flight_leaves_out_the_syn_of_a_connected_socket),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
