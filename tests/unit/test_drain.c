@@ -1,11 +1,19 @@
 /* Unit tests for gate/drain.c: a client's progress at its write timeouts,
- * judged from send-queue readings (plain integers, no sockets), and the
- * output callback that notes writes (an evbuffer, no socket). */
+ * judged from send-queue readings (plain integers, no sockets), the
+ * output callback that notes writes (an evbuffer, no socket), and the
+ * bytes in flight read from TCP_INFO (counters, then a loopback pair). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <event2/buffer.h>
 
@@ -218,6 +226,64 @@ static void in_flight_leaves_out_the_syn_of_a_connected_socket(void **state)
     assert_int_equal(drain_in_flight(UINT64_MAX, 0, 1, true), UINT64_MAX);
 }
 
+/* <n> bytes from <from> read whole by <to>, then waits (1000 times 1 ms at
+ * most) until <from>'s queue says they were acknowledged. */
+static void send_taken(int from, int to, size_t n)
+{
+    char buf[1000] = {0};
+    assert_true(n <= sizeof(buf));
+    assert_int_equal(send(from, buf, n, 0), (ssize_t)n);
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = recv(to, buf, sizeof(buf), 0);
+        assert_true(r > 0);
+        got += (size_t)r;
+    }
+    for (int i = 0; i < 1000 && drain_send_queue(from) != 0; i++)
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    assert_int_equal(drain_send_queue(from), 0);
+}
+
+static void read_info(int fd, struct tcp_info *ti)
+{
+    socklen_t len = sizeof(*ti);
+    assert_int_equal(getsockopt(fd, IPPROTO_TCP, TCP_INFO, ti, &len), 0);
+}
+
+/* What drain_in_flight() takes from the kernel, on a loopback pair: once
+ * all is taken, the side that connect()ed has its SYN in bytes_acked, the
+ * accepted side not, and neither has a byte in flight. */
+static void a_connected_socket_has_its_syn_in_bytes_acked(void **state)
+{
+    (void)state;
+    int lst = socket(AF_INET, SOCK_STREAM, 0), cli = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof(sa);
+    assert_true(lst >= 0 && cli >= 0);
+    assert_int_equal(bind(lst, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(getsockname(lst, (struct sockaddr *)&sa, &sl), 0);
+    assert_int_equal(listen(lst, 1), 0);
+    assert_int_equal(connect(cli, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    int srv = accept(lst, NULL, NULL);
+    assert_true(srv >= 0);
+    send_taken(cli, srv, 1000);
+    send_taken(srv, cli, 1000);
+    struct tcp_info c, s;
+    read_info(cli, &c);
+    read_info(srv, &s);
+    assert_int_equal(c.tcpi_bytes_acked, c.tcpi_bytes_sent + 1);
+    assert_int_equal(s.tcpi_bytes_acked, s.tcpi_bytes_sent);
+    assert_int_equal(
+        drain_in_flight(c.tcpi_bytes_sent, c.tcpi_bytes_retrans, c.tcpi_bytes_acked, true), 0);
+    assert_int_equal(
+        drain_in_flight(s.tcpi_bytes_sent, s.tcpi_bytes_retrans, s.tcpi_bytes_acked, false), 0);
+    assert_int_equal(drain_never_left(cli, true), 0);
+    assert_int_equal(drain_never_left(srv, false), 0);
+    close(srv);
+    close(cli);
+    close(lst);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -234,6 +300,7 @@ int main(void)
         cmocka_unit_test(bytes_leaving_the_output_are_a_write),
         cmocka_unit_test(noted_progress_keeps_a_stalled_peer),
         cmocka_unit_test(in_flight_leaves_out_the_syn_of_a_connected_socket),
+        cmocka_unit_test(a_connected_socket_has_its_syn_in_bytes_acked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
