@@ -84,7 +84,10 @@ struct decision {
  *     highest tier of all the gathered rules; it is grant_expired when an
  *     expired rule for that port and agent, counted as live, would be the
  *     deciding rule or raise that tier.
- * A denial for an agent in report mode becomes VERDICT_REPORT. */
+ * A denial for an agent in report mode becomes VERDICT_REPORT; when it is a
+ * write's method_not_allowed, it carries the highest-tier rule for its host,
+ * agent and port (its tier and owner), as a CONNECT would: what goes out is
+ * classified. Under enforcement that denial names no rule. */
 void policy_decide(const struct policy *p, const struct decision_query *q, struct decision *out);
 
 /* Within one specificity class (one host pattern or cidr: prefix), for a

@@ -75,6 +75,7 @@ struct search {
     int32_t today;
     bool connect;
     bool gathers; /* a CONNECT or an extension method: every class is gathered */
+    bool report;  /* an agent in report mode: a write is gathered too (report_tier_rule()) */
     enum stage stage;
     unsigned cls;            /* classes visited so far */
     const struct rule *best; /* plain request: the first-ranked match, live or expired */
@@ -185,7 +186,7 @@ static int visit_class(struct search *s, struct rule_list l)
         reach(s, STAGE_PORT);
         /* A CONNECT's methods are judged on all the gathered rules; an
          * extension method's tier on them too. */
-        if (s->gathers) {
+        if (s->gathers || s->report) {
             gather(&s->all, r, s->cls);
             if (!expired(s, r))
                 gather(&s->live, r, s->cls);
@@ -271,6 +272,21 @@ static void conclude_connect(const struct search *s, struct decision *out)
     out->owner = out->grant->owner;
 }
 
+/* A write (or extension method) by an agent in report mode that rules for
+ * its host, agent and port cover but none of whose methods allow it: it is
+ * let through, and is logged at the tier those rules give its host, the
+ * highest (live first, else expired), as a CONNECT or an extension method
+ * would be, naming that rule and its owner. Before, it went out with no
+ * tier: a POST beside a tier-3 grant for PUT raised no tier3_write, where
+ * report mode is there to show what enforcement would stop. A read, or a
+ * request no rule for its agent and port covers, keeps no rule (NULL). */
+static const struct rule *report_tier_rule(const struct search *s)
+{
+    if (!s->report || (s->q->method & (METHODS_WRITE | METHOD_OTHER)) == 0)
+        return NULL;
+    return s->live.top != NULL ? s->live.top : s->all.top;
+}
+
 static void conclude(const struct search *s, struct decision *out, bool ip)
 {
     if (s->connect && s->all.top != NULL) {
@@ -294,7 +310,8 @@ static void conclude(const struct search *s, struct decision *out, bool ip)
     } else if (s->stage == STAGE_AGENT) {
         deny(out, REASON_PORT_NOT_ALLOWED, NULL);
     } else {
-        deny(out, REASON_METHOD_NOT_ALLOWED, NULL); /* STAGE_MATCH has a rule above */
+        /* STAGE_MATCH has a rule above */
+        deny(out, REASON_METHOD_NOT_ALLOWED, report_tier_rule(s));
     }
 }
 
@@ -307,6 +324,7 @@ void policy_decide(const struct policy *p, const struct decision_query *q, struc
     s.q = q;
     s.connect = q->method == METHOD_CONNECT;
     s.gathers = s.connect || q->method == METHOD_OTHER;
+    s.report = q->agent != NULL && q->agent->mode == AGENT_REPORT;
     s.today = day_of(q->now);
 
     if (q->target == NULL || p->index == NULL) {

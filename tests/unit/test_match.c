@@ -956,6 +956,42 @@ static void test_report_mode(void **state)
     fx_free(f);
 }
 
+/* A write report mode lets through that the host's rules do not allow is
+ * classified at the highest tier of them, naming that rule; a read, and
+ * the same write under enforcement, name none. */
+static void test_report_mode_write_takes_the_hosts_tier(void **state)
+{
+    struct fx *f = fx_new();
+    add(f, "a.test", METHOD_GET, TIER_0);
+    struct rule *grant = add(f, "a.test", METHOD_POST, TIER_3);
+    grant->owner = (char *)(uintptr_t) "chaysen";
+    fx_index(f);
+    struct agent rep = {.id = (char *)(uintptr_t) "watch", .mode = AGENT_REPORT};
+    struct agent enf = {.id = (char *)(uintptr_t) "ci", .mode = AGENT_ENFORCE};
+    static const unsigned writes[] = {METHOD_PUT, METHOD_PATCH, METHOD_DELETE, METHOD_OTHER};
+    for (size_t i = 0; i < sizeof(writes) / sizeof(writes[0]); i++) {
+        struct decision d = decide_at(f, "a.test", (struct ask){&rep, "watch", writes[i], 443, 0});
+        assert_int_equal(d.verdict, VERDICT_REPORT);
+        assert_int_equal(d.reason, REASON_METHOD_NOT_ALLOWED);
+        assert_int_equal(d.tier, TIER_3);
+        assert_ptr_equal(d.rule, grant);
+        assert_ptr_equal(d.grant, grant);
+        assert_string_equal(d.owner, "chaysen");
+        d = decide_at(f, "a.test", (struct ask){&enf, "ci", writes[i], 443, 0});
+        assert_deny(d, REASON_METHOD_NOT_ALLOWED);
+        assert_null(d.rule);
+    }
+    struct decision d = decide_at(f, "a.test", (struct ask){&rep, "watch", METHOD_HEAD, 443, 0});
+    assert_int_equal(d.verdict, VERDICT_REPORT);
+    assert_int_equal(d.tier, TIER_NONE);
+    assert_null(d.rule);
+    /* another port: no rule for it, no tier */
+    d = decide_at(f, "a.test", (struct ask){&rep, "watch", METHOD_PUT, 8443, 0});
+    assert_int_equal(d.reason, REASON_PORT_NOT_ALLOWED);
+    assert_null(d.rule);
+    fx_free(f);
+}
+
 static void test_empty_policy(void **state)
 {
     struct fx *f = fx_new();
@@ -1299,6 +1335,14 @@ static struct decision ref_decide(const struct policy *p, const struct decision_
         ref_set(&d, REASON_NONE, best);
     } else if (stage == 0 && h->kind == HOST_IP) {
         d.reason = REASON_IP_LITERAL;
+    } else if (stage == 3 && q->agent != NULL && q->agent->mode == AGENT_REPORT &&
+               (q->method & (METHODS_WRITE | METHOD_OTHER)) != 0) {
+        /* a write report mode lets through: at its host's highest tier */
+        const struct rule *open, *top;
+        ref_gather(p, q, false, &open, &top);
+        if (top == NULL)
+            ref_gather(p, q, true, &open, &top);
+        ref_set(&d, REASON_METHOD_NOT_ALLOWED, top);
     } else {
         d.reason = by_stage[stage];
     }
@@ -1524,6 +1568,7 @@ int main(void)
         cmocka_unit_test(test_cidr_longest_prefix),
         cmocka_unit_test(test_v4_mapped),
         cmocka_unit_test(test_report_mode),
+        cmocka_unit_test(test_report_mode_write_takes_the_hosts_tier),
         cmocka_unit_test(test_empty_policy),
         cmocka_unit_test(test_index_lists),
         cmocka_unit_test(test_many_rules),
