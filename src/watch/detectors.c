@@ -1258,7 +1258,10 @@ static void on_egress(struct detectors *d, const struct egress_event *ev, int64_
         al.detail = detail;
         raise_per_host(d, a, HOSTS_EXPIRED, &al, ev->host, detail, sizeof(detail), now_ms);
     }
-    if (c->off_hours.set && passed && write && off_hours_now(d, now_ms)) {
+    /* A write decided again (an upload in report mode whose rule a reload
+     * took away) is the write already judged at its first line, not one
+     * more: a second off_hours_write for it was a duplicate. */
+    if (c->off_hours.set && passed && write && !ev->again && off_hours_now(d, now_ms)) {
         describe(ev, what, sizeof(what));
         snprintf(detail, sizeof(detail), "%s by %s outside working hours (%s %02d:%02d-%02d:%02d)",
                  what, agent_shown(ev->agent), c->off_hours.tz ? c->off_hours.tz : "UTC",

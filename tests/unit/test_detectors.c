@@ -834,6 +834,32 @@ static void per_host_alerts_fold_past_the_burst(void **state)
     assert_null(strstr(f->got.last_detail, "folded"));
 }
 
+/* An upload in report mode decided again (a reload took its rule away, its
+ * grant ended) gets a second line, a new verdict on the write already
+ * told: it raised off_hours_write a second time, a minute later a line of
+ * its own, for the one write (write_burst and upload_bytes did not count
+ * it again). Its tier3_write is raised again, as SPEC says: the new
+ * verdict's tier may be new (a tier-3 rule it now reports against). */
+static void a_write_decided_again_is_not_one_more_off_hours_write(void **state)
+{
+    struct fx *f = *state;
+    f->p.alerts.off_hours = WEEKDAYS_8_TO_19_UTC;
+    assert_int_equal(detectors_configure(f->d, &f->p), 0);
+    struct egress_event w =
+        ev_of("ci", "POST", "a.test", VERDICT_REPORT, REASON_METHOD_NOT_ALLOWED, TIER_3);
+    detectors_feed(f->d, &w, T0); /* Monday 19:00 UTC: off hours */
+    assert_int_equal(f->got.n[ALERT_OFF_HOURS_WRITE], 1);
+    assert_int_equal(f->got.n[ALERT_TIER3_WRITE], 1);
+    struct egress_event again =
+        ev_of("ci", "POST", "a.test", VERDICT_REPORT, REASON_GRANT_EXPIRED, TIER_3);
+    again.again = true;
+    again.redecided = true;
+    detectors_feed(f->d, &again, T0 + 3 * 60000); /* past the first one's fold */
+    assert_int_equal(f->got.n[ALERT_OFF_HOURS_WRITE], 1);
+    assert_int_equal(f->got.n[ALERT_TIER3_WRITE], 2);
+    assert_int_equal(f->got.n[ALERT_GRANT_EXPIRED], 1);
+}
+
 static void off_hours_arithmetic(void **state)
 {
     (void)state;
@@ -2168,6 +2194,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(first_contacts_leave_folding_alone, setup, teardown),
         cmocka_unit_test_setup_teardown(first_contact_flood_folds_per_agent, setup, teardown),
         cmocka_unit_test_setup_teardown(per_host_alerts_fold_past_the_burst, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_write_decided_again_is_not_one_more_off_hours_write,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(baseline_seeded_by_the_first_full_minute, setup, teardown),
         cmocka_unit_test_setup_teardown(baseline_huge_floor_holds_bytes, setup, teardown),
         cmocka_unit_test_setup_teardown(baseline_unseeded_row_is_relearned, setup, teardown),
