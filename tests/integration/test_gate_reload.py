@@ -1577,6 +1577,30 @@ def test_a_plain_upload_reported_again_is_not_one_more_write(gateway, net):
     assert "POST /second on api.example.test" in a[0]["detail"], a
 
 
+def test_a_plain_upload_reported_again_is_not_one_more_off_hours_write(gateway, net):
+    # off_hours_write alerted the report line of an upload decided again
+    # as one more write outside working hours: folded into the first's
+    # minute, a summary counting it at shutdown (a line of its own later)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    hours = "%s-%s" % ((now + datetime.timedelta(hours=2)).strftime("%H:00"),
+                       (now + datetime.timedelta(hours=3)).strftime("%H:00"))
+    agents = [{"id": "watcher", "sources": ["127.0.0.0/8"], "mode": "report"}]
+    alerts = {"off_hours": {"tz": "UTC", "hours": hours, "days": "Mon-Sun"}}
+    with SinkServer() as sink:
+        gw = gateway(sink_policy(net, sink.port, agents=agents, alerts=alerts))
+        s, rid = start_upload(gw, sink)
+        try:
+            gw.wait_events("alert", kind="off_hours_write")
+            reload_to(gw, sink_policy(net, sink.port, keep_rule=False, agents=agents,
+                                      alerts=alerts), 1)
+            assert gw.wait_events("agent_egress", count=2, id=rid)[1]["decision"] == "report"
+        finally:
+            s.close()
+        gw.stop()  # a folded repeat's summary is written by the end
+    a = gw.events("alert", kind="off_hours_write")
+    assert [(x["id"], x["count"]) for x in a] == [(rid, 1)], a
+
+
 def test_a_plain_upload_answered_early_is_cut_by_a_close(gateway, net):
     # the origin answers while it reads the upload (an early answer, its
     # body still to come): a denial then cannot be told by a 403, so the
