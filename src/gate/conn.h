@@ -257,9 +257,12 @@ struct conn {
     /* CONNECT: the server failed in CS_HELLO after the start of its answer
      * (or in CS_FLUSH after its answer), whose bytes go to the client
      * before both are reset (connect.c; the state is CS_HELLO then); until
-     * hello_cut_at (monotonic_ms()) at the latest. */
+     * hello_cut_at (monotonic_ms()) at the latest. hello_rest_left: what
+     * may still be read of the failed upstream's socket for the client
+     * (REST_MAX in all), read as the client takes what waits for it. */
     bool hello_cut;
     uint64_t hello_cut_at;
+    size_t hello_rest_left;
     /* CONNECT: a ClientHello still incomplete is parsed again only once the
      * client's bytes reach this length (connect.c; 0: at the next read). */
     size_t peek_hello_wait;

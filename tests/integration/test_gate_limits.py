@@ -13,11 +13,13 @@ import os
 import re
 import resource
 import select
+import shutil
 import signal
 import socket
 import ssl
 import struct
 import subprocess
+import sys
 import termios
 import threading
 import time
@@ -1729,6 +1731,132 @@ def test_an_answer_before_the_origins_reset_reaches_the_client(gateway, net, sta
     assert fin["status"] == 200 and fin["bytes_down"] == len(answer), fin
     assert fin["bytes_up"] == (0 if stage == "hello" else len(hello)), fin
 
+
+
+# An origin for the test below, run in the gateway's network namespace (as
+# its root, beside it): raises the namespace's TCP receive buffers to 4 MiB
+# from the start (tcp_rmem), so that the gateway's socket toward it holds
+# megabytes unread, as a host tuned for long fat links does, and listens on
+# 127.0.0.7:PORT. Each connection reads a ClientHello (WANT bytes); once
+# DIR/go exists, sends a ServerHello and as much more as its socket takes
+# without blocking, and resets. DIR/ready, DIR/got.N and DIR/sent.N tell.
+_FLOOD_ORIGIN = r"""
+import os, socket, struct, sys, threading, time
+port, d, want, hello = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), bytes.fromhex(sys.argv[4])
+with open("/proc/sys/net/ipv4/tcp_rmem", "w") as f:
+    f.write("4096 4194304 33554432")
+ls = socket.socket()
+ls.bind(("127.0.0.7", port))
+ls.listen(64)
+open(os.path.join(d, "ready"), "w").close()
+count = [0]
+def serve(conn, k):
+    conn.settimeout(20)
+    buf = b""
+    while len(buf) < want:
+        b = conn.recv(4096)
+        if not b:
+            return
+        buf += b
+    open(os.path.join(d, "got.%d" % k), "w").close()
+    for _ in range(600):
+        if os.path.exists(os.path.join(d, "go")):
+            break
+        time.sleep(0.05)
+    conn.setblocking(False)
+    data, n = hello + b"\x17" * (8 << 20), 0
+    for _ in range(10000):
+        try:
+            n += conn.send(data[n:])
+        except (BlockingIOError, InterruptedError):
+            break
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.close()
+    with open(os.path.join(d, "sent.%d" % k), "w") as f:
+        f.write(str(n))
+ls.settimeout(60)
+for k in range(64):
+    try:
+        c, _ = ls.accept()
+    except OSError:
+        break
+    threading.Thread(target=serve, args=(c, k), daemon=True).start()
+time.sleep(30)
+"""
+
+
+def _unix_gauge(path, name):
+    """The value of gauge <name> of the admin server on unix socket <path>."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(5)
+    s.connect(path)
+    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+    text = recv_until_close(s).decode()
+    s.close()
+    m = re.search(r"^%s (\d+)$" % name, text, re.M)
+    assert m, text[:500]
+    return int(m.group(1))
+
+
+def _files(d, prefix):
+    return [f for f in os.listdir(d) if f.startswith(prefix)]
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)")
+def test_clients_that_do_not_read_what_a_failed_origin_sent_hold_at_most_the_budget(gateway, net,
+                                                                                   tmp_path):
+    # 48 clients on a unix socket send a ClientHello and bytes behind it
+    # through a CONNECT, then read nothing; each origin answers with a
+    # ServerHello and megabytes and resets, the gateway stopped meanwhile so
+    # that its write of the bytes behind the hello meets the reset before
+    # its reads took the origin's bytes (which Linux keeps readable ahead of
+    # the reset). pass_then_cut() (connect.c) then read up to 1 MiB more of
+    # each failed socket at once into its client's output, whatever the
+    # budget of bytes waiting for clients: 48 clients held 39.8 MB here
+    # (before; 1.8 MB now). What the gateway holds for them (sluice_client_backlog_bytes)
+    # must stay within that budget (16 KiB per --max-conns, 1 MiB here) and
+    # 32 KiB per client, as for stalled downloads. (At the default tcp_rmem
+    # the failed socket holds about 128 KiB, which the kernel's buffers
+    # toward the client absorb: hence the namespace of its own.)
+    n, max_conns, per_conn = 48, 64, 32 << 10
+    budget = max_conns * (16 << 10)
+    host, port = "flood-reset.example.test", free_port()
+    hello = _client_hello(host)
+    d, admin = str(tmp_path), str(tmp_path / "admin.sock")
+    helper = [sys.executable, "-c", _FLOOD_ORIGIN, str(port), d, str(len(hello)),
+              _server_hello(100, retry=False).hex()]
+    gw = gateway(net.policy([{"host": host, "ports": [port], "tier": 0}],
+                            static_extra={host: "127.0.0.7"}),
+                 netns=True, netns_helper=helper, tcp=False, unix=True,
+                 args=["--admin", "unix:" + admin, "--max-conns", str(max_conns)])
+    poll(lambda: os.path.exists(os.path.join(d, "ready")), timeout=10, what="the origin")
+    clients = []
+    try:
+        for _ in range(n):
+            s = _slow_reader_conn(gw, rcvbuf=4096)
+            clients.append(s)
+            _connect_on(s, host, port)
+            s.sendall(hello + b"\x17\x03\x03\x00\x10" + b"e" * 16)  # behind it: early data
+            poll(lambda: len(_files(d, "got.")) >= len(clients), timeout=30,
+                 what="the origin got the ClientHello")
+        gw.proc.send_signal(signal.SIGSTOP)
+        try:
+            open(os.path.join(d, "go"), "w").close()
+            poll(lambda: len(_files(d, "sent.")) >= n, timeout=60, what="every origin sent")
+        finally:
+            gw.proc.send_signal(signal.SIGCONT)
+        sent = [int(open(os.path.join(d, f)).read()) for f in _files(d, "sent.")]
+        # each origin sent more than a client's share of the budget
+        assert min(sent) > 4 * per_conn, sorted(sent)
+        held = poll(lambda: (lambda v: v if v >= n else None)(
+            _unix_gauge(admin, "sluice_client_backlog_bytes")),
+            timeout=10, interval=0.2, what="the bytes held for the clients")
+        time.sleep(0.5)  # reads that would go on past the marks
+        held = max(held, _unix_gauge(admin, "sluice_client_backlog_bytes"))
+        assert held <= budget + n * per_conn, "%d clients hold %d bytes" % (n, held)
+    finally:
+        for s in clients:
+            s.close()
 
 def test_admin_address_is_self(gateway, net):
     admin = free_port()
