@@ -199,20 +199,24 @@ static int unsend_final_head(struct conn *c)
  * agent is told 502 or 400, or its response is cut: the upstream stopped
  * taking the request, sent an invalid head, ended, or the client's body was
  * malformed), or the upstream answered before it was all sent: what the
- * gateway still holds of it (the output, the socket's send queue,
- * unacknowledged) is dropped with a reset, and not counted in bytes_up,
- * which then tells how much of the body reached the origin. An origin the
- * agent is then told failed must not get the rest of it afterwards from
- * the queue a plain close leaves to the kernel, and act on a write the
- * agent believes failed and may send again. */
+ * gateway still holds of it (the output, the socket's send queue) is
+ * dropped with a reset. What never left the host (the output, and the
+ * queue less what was sent and not acknowledged: drain_never_left()) is
+ * not counted in bytes_up; what left it stays counted, acknowledged or
+ * not, as in a tunnel (tunnel.c forget_never_left()): an origin can read
+ * bytes its stack never acknowledges and then reset, and must not keep
+ * them out of bytes_up and the upload alerts. An origin the agent is then
+ * told failed must not get the rest of it afterwards from the queue a
+ * plain close leaves to the kernel, and act on a write the agent believes
+ * failed and may send again. */
 static void drop_untaken(struct conn *c)
 {
     struct exchange *ex = &c->ex;
-    int64_t queue = drain_send_queue(c->up_fd);
+    int64_t never = drain_never_left(c->up_fd);
     uint64_t held = evbuffer_get_length(bufferevent_get_output(c->up));
     ex->unsent_dropped = true; /* counted here, not again when the connection is dropped */
-    if (queue > 0)
-        held += (uint64_t)queue;
+    if (never > 0)
+        held += (uint64_t)never;
     ex->bytes_up = ex->bytes_up > held ? ex->bytes_up - held : 0;
     stream_reset_on_close(c->up_fd);
 }
