@@ -1797,7 +1797,15 @@ static void on_head_deadline(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (log_gives_up(c, true))
         return; /* its log line waited for idle_timeout */
-    if (c->state == CS_HEAD || c->state == CS_LINGER)
+    if (c->state == CS_HEAD && evbuffer_get_length(bufferevent_get_output(c->client)) > 0)
+        /* No next head in time, but the last answer (a refusal that kept
+         * the connection: interim heads and a 502, say) was decided and
+         * logged and is still going out to a client that may be taking it
+         * slowly: it goes out first, the client judged by its progress
+         * (idle_timeout without any), then the connection closes. Freed
+         * here, the client got an end of stream short of it. */
+        close_when_flushed(c);
+    else if (c->state == CS_HEAD || c->state == CS_LINGER)
         conn_free(c); /* a head over its deadline (see conn_accept), or lingering's end */
     else if (c->state == CS_PEEK) {
         c->peek_over = true; /* the peek window is over: decide now */

@@ -369,6 +369,58 @@ def _slow_tunnel(gateway, net, up, idle="1s"):
     return gw, s
 
 
+def test_a_502_after_interim_heads_reaches_a_slow_reader(gateway, net):
+    # An origin sends 20 interim heads of 50 KB, then nothing; the client,
+    # on a unix socket (whose kernel buffer holds about 200 KiB, where a
+    # loopback TCP one holds megabytes), reads slowly but steadily (2 KiB
+    # every 20 ms). The gateway passes the heads on as the client takes
+    # them and answers the 17th with a 502 (more than 16 interim heads),
+    # which keeps the connection: the next head's deadline (idle_timeout,
+    # 1 s) then freed it while a few hundred KB of the heads and the 502,
+    # decided and logged, still waited for the client, which got an end of
+    # stream in the middle of a head. A client that takes them gets them
+    # all, the 502 last.
+    pad = b"p" * 50000
+    interim = b"HTTP/1.1 103 Early Hints\r\nX-Pad: %s\r\n\r\n" % pad
+    count = 16  # the most the gateway relays: a 17th is refused, 502
+
+    def script(conn, stop, _):
+        for _ in range(count + 4):
+            conn.sendall(interim)
+        stop.wait(60)
+
+    with ScriptedUpstream(script) as up:
+        host = "interim.example.test"
+        gw = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
+                                static_extra={host: up.IP},
+                                limits={"idle_timeout": "1s", "header_bytes": "1MiB"}),
+                     tcp=False, unix=True)
+        s = _slow_reader_conn(gw, rcvbuf=4096)
+        try:
+            s.sendall(b"GET http://%s:%d/ HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
+                      % (host.encode(), up.port, host.encode(), up.port))
+            got = bytearray()
+            for _ in range(20000):  # 400 s at most
+                try:
+                    d = s.recv(2048)
+                except ConnectionResetError:
+                    break
+                if not d:
+                    break
+                got += d
+                if got.count(b"\r\n\r\n") > count and b"HTTP/1.1 502 " in got:
+                    break
+                time.sleep(0.02)
+        finally:
+            s.close()
+        n = got.count(b"HTTP/1.1 103 ")
+        rest = bytes(got)[got.rfind(b"HTTP/1.1 "):]
+        assert n == count and rest.startswith(b"HTTP/1.1 502 "), \
+            "client got %d of %d interim heads, %d bytes in all, then %r" % (
+                n, count, len(got), rest[-200:])
+        _, fin = gw.decided(method="GET")
+        assert fin["status"] == 502, fin
+
 def test_a_slow_but_steady_reader_keeps_its_tunnel(gateway, net):
     # The tunnel's idle timer used to count only bytes it moved itself;
     # toward a client that takes 64 KiB every 200 ms its socket reports
