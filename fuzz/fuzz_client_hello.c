@@ -9,6 +9,7 @@
  * (sni_server_reply): every prefix is NEED_MORE or the whole input's answer.
  * sni_parse_missing: bytes said missing only on NEED_MORE, and never more
  * than a FOUND or ABSENT input's records have beyond the prefix.
+ * sni_parse() answers as sni_parse_missing() does, name, used bytes and all.
  * sni_skip_ccs: the change_cipher_spec record skipped when it is there,
  * NEED_MORE exactly for a start of one. A well-formed ClientHello built
  * around a name taken from the input (1 to SNI_NAME_MAX bytes), cut into
@@ -52,6 +53,15 @@ static enum sni_result parse_copy(const uint8_t *data, size_t n, char *name, siz
     size_t used = 0, missing = 0;
     bool encrypted = true;
     enum sni_result r = sni_parse_missing(b, n, name, cap, len, &used, &encrypted, &missing);
+    /* sni_parse(), the gateway's other entry: the same answer. */
+    char *pname = malloc(cap ? cap : 1);
+    check(pname != NULL);
+    size_t plen = 1, pused = 1;
+    bool penc = !encrypted;
+    check(sni_parse(b, n, pname, cap, &plen, &pused, &penc) == r);
+    check(plen == *len && pused == used && penc == encrypted);
+    check(r != SNI_FOUND || memcmp(pname, name, *len + 1) == 0);
+    free(pname);
     if (r == SNI_FOUND || r == SNI_ABSENT)
         check(used >= 9 && used <= n);
     else
