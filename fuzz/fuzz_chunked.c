@@ -8,7 +8,8 @@
  * chunk size no later than the other framer fails. The body's bytes framed
  * by a chunked writer of the harness's own (check_framed()) are read by
  * both framers to the end of that framing, never past it, and decode to
- * those bytes. */
+ * those bytes. A framer in a state it never sets fails safe
+ * (check_corrupt()). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,6 +167,22 @@ static void check_framed(const char *d, size_t n)
     free(e);
 }
 
+/* A framer whose state is none the framer sets (a struct overwritten, or
+ * never initialised) fails at the first byte, consumes nothing, hands on
+ * nothing, and stays failed. */
+static void check_corrupt(unsigned char b)
+{
+    struct chunked c;
+    chunked_init(&c);
+    c.state = b & 1 ? -1 - (int)b : 64 + b; /* the states are a small enum */
+    static const char one[] = "0";
+    struct sink k = {one, one + 1, NULL, 0};
+    size_t used = 1;
+    check(chunked_feed_data(&c, one, 1, &used, collect, &k) == CHUNKED_ERROR);
+    check(used == 0 && k.len == 0 && c.why != NULL && strcmp(c.why, "internal state") == 0);
+    check(chunked_feed(&c, "0\r\n\r\n", 5, &used) == CHUNKED_ERROR && used == 0);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 2 || size > 65536)
@@ -190,5 +207,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     free(whole.data);
     free(two.data);
     check_framed(body, len);
+    check_corrupt(data[0]);
     return 0;
 }
