@@ -212,7 +212,7 @@ static int unsend_final_head(struct conn *c)
 static void drop_untaken(struct conn *c)
 {
     struct exchange *ex = &c->ex;
-    int64_t never = drain_never_left(c->up_fd);
+    int64_t never = drain_never_left(c->up_fd, true); /* the gateway connect()ed it */
     uint64_t held = evbuffer_get_length(bufferevent_get_output(c->up));
     ex->unsent_dropped = true; /* counted here, not again when the connection is dropped */
     if (never > 0)
