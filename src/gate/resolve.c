@@ -58,13 +58,18 @@
  * A try ends by a timer of its query's own (r->try_ms: on_try_end()), which
  * cancels it, never by evdns' timer (set later: name_servers.h); after a
  * freeze past both (SIGSTOP, a paused VM), the try's timer runs first in
- * the turn and hands evdns what waits in its socket (read_now()), so that
- * evdns' timer does not end a request whose answer came in time. evdns
+ * the turn, hands evdns what waits in its socket (read_now()) and cancels
+ * the request at once, keeping the attempt: its callback (the next turn)
+ * then brings the answer evdns read in time (the cancel does nothing to a
+ * request whose callback is pending), or DNS_ERR_CANCEL, a timeout, and
+ * evdns' timer, due later in the same turn, finds no request to end. evdns
  * hands a SERVFAIL over as DNS_ERR_TIMEOUT, at once; so a timeout from
  * evdns for a try still running is a SERVFAIL, whenever within the try it
  * came. Before, the two were told apart by the time taken (a "timeout"
  * under 1 s was a SERVFAIL), and a server that answered SERVFAIL after
- * 1.5 s was refused as "timed out".
+ * 1.5 s was refused as "timed out"; and a lone silent server, the gateway
+ * frozen past evdns' timer during the last try, was refused as a SERVFAIL
+ * (that timer ended the request while the try's end waited for a poll).
  *
  * Resolution delay (RFC 8305 section 3): once the A query has come back
  * with addresses, AAAA gets r->resolution_delay_ms more (the flight's
@@ -134,6 +139,7 @@ struct attempt {
     struct evdns_request *h; /* valid until the callback (but see the top) */
     size_t server;           /* its index in r->ns */
     unsigned long lost_seen; /* libevent_log_evdns_lost() when it was sent */
+    bool ended;              /* cancelled by its try's end: DNS_ERR_CANCEL is a timeout */
     /* Among the uncancelled (orphan()), while on that list. */
     struct attempt *uprev, *unext;
     bool uncancelled;
@@ -153,6 +159,7 @@ struct query {
     struct event *try_ev; /* the end of that try (on_try_end()), pending with att */
     unsigned tries;       /* servers asked so far */
     unsigned late_polls;  /* the try's end put off for a poll (on_try_end()) */
+    uint64_t try_end_ms;  /* monotonic_ms() when its try has had r->try_ms */
     int err;              /* RESOLVE_ERR_* or 0 */
     bool abandoned;       /* not answered within the resolution delay: no error */
     int ttl;              /* smallest TTL of its answers (s), -1 when none */
@@ -173,6 +180,7 @@ struct flight {
     struct event *ev;     /* its deadline, resolution delay, or end known at once */
     uint64_t deadline_ms; /* monotonic_ms() of the deadline (arm_deadline()) */
     bool settling;        /* ev is the resolution delay (settle()) */
+    bool moved;           /* a reload moved its queries: the deadline stays (flight_move()) */
     unsigned late_polls;  /* the deadline put off for an answer (on_flight_event()) */
     struct query q[NQ];
     char name[HOST_MAX + 1];
@@ -544,6 +552,24 @@ static bool answer_may_wait(const struct flight *f)
     return may;
 }
 
+/* Milliseconds until the latest end of a try of <f> that has not had its
+ * time, or 0 when none: a freeze (SIGSTOP, a paused VM) that ate into the
+ * lookup's deadline sent a try late, and the deadline, counted from the
+ * flight's start, would cut it short. Not after a reload moved the
+ * queries: their new tries keep the deadline (README, Resolve). */
+static uint64_t tries_short_of_time(const struct flight *f)
+{
+    uint64_t now = monotonic_ms(), end = 0;
+    if (f->settling || f->moved)
+        return 0;
+    for (int i = 0; i < NQ; i++) {
+        const struct query *q = &f->q[i];
+        if (q->att != NULL && q->late_polls == 0 && q->try_end_ms > end)
+            end = q->try_end_ms;
+    }
+    return end > now ? end - now : 0;
+}
+
 /* The flight's event: an end known at once (activated), the end of its
  * resolution delay (settling: the query still running is abandoned), or
  * its deadline (a timer). Each try's own timer (on_try_end()) ends the
@@ -558,6 +584,18 @@ static void on_flight_event(evutil_socket_t fd, short what, void *arg)
 
     (void)fd;
     (void)what;
+    /* A try the deadline would cut short is left to its own end (its
+     * timer, on_try_end(), ends it, or its answer): the lookup stays
+     * bounded, by its tries. Before, a freeze of 3.6 s over a lone
+     * server's first SERVFAIL (1.5 s after the question) sent the second
+     * try 3.7 s after the first, and the deadline (5 s) ended it before its
+     * SERVFAIL came: "timed out". */
+    uint64_t short_ms = tries_short_of_time(f);
+    if (short_ms > 0) {
+        struct timeval tv = timeval_of_ms(short_ms);
+        if (event_add(f->ev, &tv) == 0)
+            return;
+    }
     /* A deadline that fell due while the gateway was frozen (see
      * on_try_end()) waits, DEADLINE_POLLS times 1 ms at most, while an
      * answer may be on its way to a query still running: one evdns was
@@ -699,6 +737,7 @@ static int send_query(struct resolver *r, struct flight *f, struct query *q, siz
     q->att = at;
     q->tries++;
     q->late_polls = 0;
+    q->try_end_ms = monotonic_ms() + r->try_ms;
     return 0;
 }
 
@@ -788,6 +827,7 @@ static void on_answer(int result, char type, int count, int ttl, void *addresses
         if (at->unext != NULL)
             at->unext->uprev = at->uprev;
     }
+    bool ended = at->ended;
     free(at); /* evdns frees its handle after this callback */
     if (q == NULL)
         return; /* cancelled, ended by its timer, or moved to other servers */
@@ -799,6 +839,8 @@ static void on_answer(int result, char type, int count, int ttl, void *addresses
      * server's answer, and the agent is not told its lookup timed out. */
     if (result == DNS_ERR_TIMEOUT)
         result = DNS_ERR_SERVERFAILED;
+    else if (result == DNS_ERR_CANCEL && ended)
+        result = DNS_ERR_TIMEOUT; /* its try's end cancelled it: no answer had come */
     try_ended(q, server, result, type, count, ttl, addresses);
 }
 
@@ -826,9 +868,19 @@ static void on_try_end(evutil_socket_t fd, short what, void *arg)
          * in this turn after this one (it fell due later) and would end
          * the request before evdns' read: evdns is handed what waits in
          * its socket now, so that the answer ends the request (its
-         * callback deferred as always) and removes that timer. */
-        if (q->late_polls == 0)
+         * callback deferred as always) and removes that timer. A request
+         * still unanswered then is cancelled here, its attempt kept: left
+         * to evdns' timer, it came back DNS_ERR_TIMEOUT, taken for a
+         * SERVFAIL (on_answer()). One whose answer evdns read earlier in
+         * this turn has its callback pending: the cancel does nothing. */
+        if (q->late_polls == 0) {
+            struct attempt *at = q->att;
             (void)read_now(q->f->r->base, q->f->r->ns[server].fd);
+            if (q->att == at && at->lost_seen == libevent_log_evdns_lost()) {
+                at->ended = true;
+                evdns_cancel_request(at->dns, at->h);
+            }
+        }
         q->late_polls++;
         if (event_add(q->try_ev, &tv) == 0)
             return;
@@ -901,6 +953,7 @@ static void flight_move(struct resolver *r, struct flight *f)
             continue;
         orphan(q);
         q->tries = 0;
+        f->moved = true;
         if (r->nns == 0)
             q->err = RESOLVE_ERR_NO_SERVERS;
         else if (send_query(r, f, q, r->preferred) < 0)

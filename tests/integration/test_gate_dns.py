@@ -1185,12 +1185,61 @@ def test_an_answer_that_came_while_the_gateway_was_frozen_is_taken(world, freeze
     wait = w.start_gets(["frozen.test"])
     poll(lambda: len(w.queries("frozen.test")) >= 2 or None, timeout=10,
          what="both questions asked")
-    wait_in_epoll(pid)
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        time.sleep(freeze)
-    finally:
-        os.kill(pid, signal.SIGCONT)
+    _freeze_in_epoll(pid, freeze)
     r = wait()["frozen.test"]
     assert_reached(r, ALLOWED + ":80")
     assert sorted(w.queries("frozen.test")) == [1, 28], w.queries("frozen.test")
+
+
+def _freeze_in_epoll(pid, seconds):
+    """Stops the gateway <pid> in its epoll_wait for <seconds>, always
+    continued after."""
+    wait_in_epoll(pid)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def test_a_silent_lone_server_frozen_past_evdns_timer_is_timed_out(world):
+    # A lone server that never answers, while the gateway is stopped
+    # (SIGSTOP in its epoll_wait) past the try's 2 s and evdns' own timer
+    # (3 s after the question): when it runs again, the try's end runs
+    # first and is put off 1 ms for an answer that may wait unread, and
+    # evdns' timer, due in the same turn, ended the request with
+    # DNS_ERR_TIMEOUT, which the resolver takes for a SERVFAIL (evdns hands
+    # one over so): the refusal said "the name server failed (SERVFAIL)" of
+    # a server that never answered (test_a_lone_server_where_nothing_
+    # listens_is_timed_out failed so under a freezer).
+    w = world({}, names=["hush.test"], servers=[SILENT_SERVER])
+    pid = w.gw.proc.pid
+    wait = w.start_gets(["hush.test"])
+    poll(lambda: _unanswered(w, "hush.test") >= 4 or None, timeout=20,
+         what="both questions asked twice: the last try")
+    _freeze_in_epoll(pid, 3.6)  # past the try's 2 s and evdns' timer
+    r = wait()["hush.test"]
+    assert_refused(w, r, "hush.test", "dns_failure", None)
+    assert r.text.startswith(
+        "sluice: cannot resolve hush.test:80 (agent default): timed out"), r.text
+
+
+def test_a_servfail_that_came_while_the_gateway_was_frozen_is_told(world):
+    # The server answers SERVFAIL 0.3 s after each question; the gateway is
+    # stopped (SIGSTOP in its epoll_wait) over the first answer and past
+    # evdns' timer for the try (3.6 s). The answer came in time and is
+    # taken, the server asked again, and its second SERVFAIL is what the
+    # refusal says (test_late_servfail_is_not_told_a_timeout failed with
+    # "timed out" under a freezer).
+    w = world({"sf.test": {"rcode": 2, "delay": 1.5}})
+    pid = w.gw.proc.pid
+    wait = w.start_gets(["sf.test"])
+    poll(lambda: len(w.queries("sf.test")) >= 2 or None, timeout=10,
+         what="both questions asked")
+    _freeze_in_epoll(pid, 3.6)  # past the try's 2 s and evdns' timer
+    r = wait()["sf.test"]
+    assert_refused(w, r, "sf.test", "dns_failure", None)
+    assert r.text.startswith(
+        "sluice: cannot resolve sf.test:80 (agent default): the name server failed "
+        "(SERVFAIL)"), r.text
+    assert sorted(w.queries("sf.test")) == [1, 1, 28, 28]
