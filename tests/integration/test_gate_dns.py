@@ -30,6 +30,7 @@ pytestmark = pytest.mark.skipif(shutil.which("unshare") is None, reason="needs u
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ALLOWED = "127.0.0.2"
+LOOKUP_GUARD_S = 30.0  # World.get(): a hang guard
 SILENT_SERVER = "127.0.0.1:5300"  # takes questions, never answers
 # Nothing listens on these by construction: the gateway runs in an empty
 # network namespace of its own (World, gateway(netns=True)), where only
@@ -100,7 +101,13 @@ class World:
         return [e["addr"] for e in self.events() if e["event"] == "conn"]
 
     def get(self, name, port=80):
-        return request(self.gw, "GET", "http://%s:%d/" % (name, port))
+        # A hang guard, not a measure: a lookup has its tries' 2 s each of
+        # the gateway's running time, and a gateway stopped meanwhile (a
+        # freezer's 2-5 s stops) takes longer; at 10 s, the client's
+        # default, a lone silent server's 4 s lookup stretched by two stops
+        # timed out in the test (test_a_lone_server_where_nothing_listens_
+        # is_timed_out, test_stalled_lookups_do_not_hold_up_other_names).
+        return request(self.gw, "GET", "http://%s:%d/" % (name, port), timeout=LOOKUP_GUARD_S)
 
     def start_gets(self, names):
         """GETs each of <names> at once, each from a thread of its own.
