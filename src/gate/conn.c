@@ -171,6 +171,7 @@ void conn_accept(struct gateway *gw, struct listener *l, evutil_socket_t fd,
     conn_set_client_timeouts(c, false); /* the head deadline times the reading */
     clock_gettime(CLOCK_MONOTONIC, &c->t_accept);
     struct timeval tv = timeval_of_ms(next_head_ms(c));
+    c->head_deadline_put_off = false;
     evtimer_add(c->timer, &tv);
     bufferevent_enable(c->client, EV_READ);
     /* The head is nearly always there already: read in this round (the
@@ -862,6 +863,7 @@ bool conn_gate_denies(struct conn *c, enum deny_reason r, bool respond)
 static void await_head(struct conn *c, uint64_t head_ms)
 {
     struct timeval tv = timeval_of_ms(head_ms);
+    c->head_deadline_put_off = false;
     evtimer_add(c->timer, &tv);
     if (!c->client_ended)
         bufferevent_enable(c->client, EV_READ);
@@ -1797,6 +1799,17 @@ static void on_head_deadline(evutil_socket_t fd, short what, void *arg)
     (void)what;
     if (log_gives_up(c, true))
         return; /* its log line waited for idle_timeout */
+    if (c->state == CS_HEAD && !c->head_deadline_put_off && !c->client_ended &&
+        !socket_is_quiet(bufferevent_getfd(c->client))) {
+        /* Bytes wait in the socket as the deadline runs: the gateway was
+         * stopped (SIGSTOP, a paused VM) while they came, and libevent ran
+         * this timer before the read. Read them first (put off 1 ms, once
+         * a head: a head still incomplete then is over its deadline). */
+        static const struct timeval one_ms = {0, 1000};
+        c->head_deadline_put_off = true;
+        evtimer_add(c->timer, &one_ms);
+        return;
+    }
     if (c->state == CS_HEAD && evbuffer_get_length(bufferevent_get_output(c->client)) > 0)
         /* No next head in time, but the last answer (a refusal that kept
          * the connection: interim heads and a 502, say) was decided and

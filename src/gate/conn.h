@@ -291,6 +291,9 @@ struct conn {
     bool head_paused;
     struct http1_scan head_scan; /* the request head being read (conn.c, read_head()) */
     bool head_crlf_skipped;      /* the one empty line allowed before that head was dropped */
+    /* The head's deadline was put off 1 ms, once, for bytes waiting in the
+     * client's socket when it ran (conn.c, on_head_deadline()). */
+    bool head_deadline_put_off;
     /* The client ended its side with requests pipelined before the end
      * still in its input: they are answered in order, then the connection
      * closes (conn.c, client_ended_with_requests()). */

@@ -771,6 +771,37 @@ def test_a_steady_upload_through_a_stopped_gateway_is_read_not_cut(gateway, net)
         os.kill(gw.proc.pid, signal.SIGCONT)
 
 
+def test_a_next_request_sent_while_the_gateway_was_stopped_is_answered(gateway, net):
+    # A kept connection waits idle_timeout (2 s) for its next head. The
+    # gateway is stopped (SIGSTOP) right after the first answer, the client
+    # sends its next request 0.5 s later, and the stop lasts past the 2 s:
+    # when the gateway runs again the head's deadline and the head are due
+    # together, and libevent ran the deadline first, which closed a
+    # connection whose request had come in time. The head waiting in the
+    # socket is read first.
+    gw = gateway(net.policy([api_rule(net)], limits={"idle_timeout": "2s"}))
+
+    def request(path):
+        return b"GET %s HTTP/1.1\r\nHost: api.example.test:%d\r\n\r\n" % (
+            net.url(path).encode(), net.api.port)
+    s = open_conn(gw, timeout=15)
+    try:
+        s.sendall(request("/first"))
+        assert read_response(s, "GET").status == 200
+        os.kill(gw.proc.pid, signal.SIGSTOP)
+        try:
+            time.sleep(0.5)
+            s.sendall(request("/second"))
+            time.sleep(2.5)
+        finally:
+            os.kill(gw.proc.pid, signal.SIGCONT)
+        r = read_response(s, "GET")
+    finally:
+        s.close()
+    assert r.status == 200, (r.status, r.header("Sluice-Reason"), r.body[:200])
+    assert net.api.requests[-1].path.endswith("/second")
+
+
 def _endless_upstream(blocked, head=b""):
     """An origin that, after the request head, sends <head> then bytes to
     each connection as fast as it takes them, until the test ends;
