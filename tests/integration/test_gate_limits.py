@@ -1855,8 +1855,10 @@ def serve(conn, k):
             break
     conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     conn.close()
-    with open(os.path.join(d, "sent.%d" % k), "w") as f:
+    # written whole, then named: the test counts "sent." files and reads them
+    with open(os.path.join(d, "tmp.%d" % k), "w") as f:
         f.write(str(n))
+    os.rename(os.path.join(d, "tmp.%d" % k), os.path.join(d, "sent.%d" % k))
 ls.settimeout(60)
 for k in range(64):
     try:
