@@ -74,12 +74,21 @@ struct store *store_open(const char *dir, char **err, char **warn);
  * owner and what to do. A group-writable DIR is used (its group is the
  * administrator's choice). */
 struct store *store_open_as(const char *dir, uid_t user, char **err, char **warn);
+/* Why store_open_try() failed, when a later try may succeed. */
+enum store_held {
+    STORE_FREE,         /* not for a lock */
+    STORE_HELD_DB,      /* another process holds a lock on the database that bars reads too */
+    STORE_HELD_GATEWAY, /* another gateway holds DIR/sluice.lock */
+};
 /* As store_open_as(); when it fails because another process holds a lock
  * on the database that bars reads too (PRAGMA locking_mode=EXCLUSIVE, or
  * any lock while the store is in rollback-journal mode) over the open's
- * 200 ms wait, <*locked> is set: a later try may succeed (store_opener.h
- * tries again off the event loop). */
-struct store *store_open_try(const char *dir, uid_t user, char **err, char **warn, bool *locked);
+ * 200 ms wait, or because another gateway holds DIR/sluice.lock (an
+ * overlapping restart: the gateway before ends its --grace), <*held> says
+ * which: a later try may succeed (store_opener.h tries again off the event
+ * loop). STORE_FREE otherwise. */
+struct store *store_open_try(const char *dir, uid_t user, char **err, char **warn,
+                             enum store_held *held);
 
 /* Commits the queued writes (as store_sync()), then closes. A writer stuck
  * in a commit is left to the exit, and standard error says how many writes

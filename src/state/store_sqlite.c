@@ -141,8 +141,10 @@ static void move_aside(const char *path, char *dst, size_t dstlen)
 /* Takes DIR/sluice.lock for <s>, <real> the resolved state directory
  * (shown as <shown>): two gateways writing one store would hand out the same queue
  * ids and overwrite each other's queued alerts. Returns 0, or -1 with
- * <*err> (another gateway holds it, or it cannot be made). */
-static int lock_dir(struct store *s, const char *shown, const char *real, char **err)
+ * <*err> (another gateway holds it: <*held> STORE_HELD_GATEWAY; or it
+ * cannot be made). */
+static int lock_dir(struct store *s, const char *shown, const char *real, char **err,
+                    enum store_held *held)
 {
     char path[4200];
     snprintf(path, sizeof(path), "%s/%s", real, STORE_LOCK_FILE);
@@ -157,6 +159,10 @@ static int lock_dir(struct store *s, const char *shown, const char *real, char *
     if (flock(s->lock_fd, LOCK_EX | LOCK_NB) != 0) {
         int e = errno;
         text_shown_into(sp, sizeof(sp), path);
+        /* An overlapping restart (the gateway before still ends its
+         * --grace) lets go of it soon: the caller may try again later */
+        if (e == EWOULDBLOCK)
+            *held = STORE_HELD_GATEWAY;
         *err = e == EWOULDBLOCK ? store_msg("%s: %s", shown,
                                             "the state store is in use by another sluice gateway "
                                             "(each needs a --state directory of its own)")
@@ -232,7 +238,7 @@ static int resolve_dir(const char *dir, const char *given, char **real, char **s
 /* Opens the store of the resolved state directory <real> (shown as
  * <shown>) for store_open_as(), which checked it. */
 static struct store *open_resolved(const char *shown, const char *real, char **err, char **warn,
-                                   bool *locked)
+                                   enum store_held *held)
 {
     char *why = NULL;
     struct store *s = calloc(1, sizeof(*s));
@@ -240,7 +246,7 @@ static struct store *open_resolved(const char *shown, const char *real, char **e
         goto nomem;
     s->lock_fd = -1;
     s->reads_tail = &s->reads;
-    if (lock_dir(s, shown, real, err) < 0) {
+    if (lock_dir(s, shown, real, err, held) < 0) {
         free(s);
         return NULL;
     }
@@ -270,7 +276,8 @@ static struct store *open_resolved(const char *shown, const char *real, char **e
     /* Another process's lock that bars reads too (locking_mode=EXCLUSIVE,
      * any lock on a store in rollback-journal mode, which the open must
      * hold alone to turn to WAL): the caller may try again later. */
-    *locked = rc == SQLITE_BUSY || rc == SQLITE_LOCKED;
+    if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED)
+        *held = STORE_HELD_DB;
     if (rc == SQLITE_OK)
         rc = read_next_qid(s, &why);
     /* Commits go through the writer's thread only: without it, no store
@@ -308,13 +315,13 @@ nomem:
 
 struct store *store_open_as(const char *dir, uid_t user, char **err, char **warn)
 {
-    bool locked;
-    return store_open_try(dir, user, err, warn, &locked);
+    enum store_held held;
+    return store_open_try(dir, user, err, warn, &held);
 }
 
 /* store_open_try() for <dir>, named <given> in its messages. */
 static struct store *open_dir(const char *dir, const char *given, uid_t user, char **err,
-                              char **warn, bool *locked)
+                              char **warn, enum store_held *held)
 {
     struct stat st;
 
@@ -371,17 +378,18 @@ static struct store *open_dir(const char *dir, const char *given, uid_t user, ch
         return NULL;
     struct store *s = NULL;
     if (store_check_owners(shown, real, user, err) == 0)
-        s = open_resolved(shown, real, err, warn, locked);
+        s = open_resolved(shown, real, err, warn, held);
     free(real);
     free(shown);
     return s;
 }
 
-struct store *store_open_try(const char *dir, uid_t user, char **err, char **warn, bool *locked)
+struct store *store_open_try(const char *dir, uid_t user, char **err, char **warn,
+                             enum store_held *held)
 {
     *err = NULL;
     *warn = NULL;
-    *locked = false;
+    *held = STORE_FREE;
     if (dir == NULL) {
         *err = store_msg("%s", ": not a usable state directory");
         return NULL;
@@ -391,7 +399,7 @@ struct store *store_open_try(const char *dir, uid_t user, char **err, char **war
      * named with a line end wrote a line of its own into standard error);
      * the paths resolved from it are shown the same way where named */
     char *given = text_shown(dir);
-    struct store *s = open_dir(dir, given, user, err, warn, locked);
+    struct store *s = open_dir(dir, given, user, err, warn, held);
     free(given);
     return s;
 }

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,7 @@ struct store_opener {
     enum opener_state state;
     char *dir;
     uid_t user;
+    atomic_int held;         /* enum store_held: what held the store at the last try */
     char *err;               /* OPENER_FAILED's, malloc'd */
     struct store_opened got; /* OPENER_OPEN's (got.store, got.stored owned until taken) */
 };
@@ -86,12 +88,13 @@ static void *opener_main(void *arg)
     for (unsigned ms = STORE_OPENER_FIRST_MS; !wait_or_stop(o, ms);
          ms = ms >= STORE_OPENER_MAX_MS / 2 ? STORE_OPENER_MAX_MS : ms * 2) {
         char *err = NULL, *warn = NULL;
-        bool locked = false;
-        struct store *s = store_open_try(o->dir, o->user, &err, &warn, &locked);
+        enum store_held held = STORE_FREE;
+        struct store *s = store_open_try(o->dir, o->user, &err, &warn, &held);
         if (warn != NULL)
             fprintf(stderr, "sluice: warning: %s\n", warn);
         free(warn);
-        if (s == NULL && locked) {
+        if (s == NULL && held != STORE_FREE) {
+            atomic_store(&o->held, (int)held);
             free(err);
             continue;
         }
@@ -114,7 +117,8 @@ static void *opener_main(void *arg)
     return NULL;
 }
 
-struct store_opener *store_opener_start(const char *dir, uid_t user, size_t contacts_max)
+struct store_opener *store_opener_start(const char *dir, uid_t user, size_t contacts_max,
+                                        enum store_held held)
 {
     struct store_opener *o = calloc(1, sizeof(*o));
     if (o == NULL || (o->dir = strdup(dir)) == NULL) {
@@ -128,6 +132,7 @@ struct store_opener *store_opener_start(const char *dir, uid_t user, size_t cont
     pthread_condattr_destroy(&ca);
     pthread_mutex_init(&o->mu, NULL);
     o->user = user;
+    atomic_init(&o->held, (int)held);
     o->refs = 2;
     contact_set_init(&o->got.stored, contacts_max);
     pthread_t t;
@@ -162,7 +167,9 @@ int store_opener_take(struct store_opener *o, struct store_opened *got, char **e
 
 const char *store_opener_why(const struct store_opener *o)
 {
-    (void)o;
+    if (atomic_load(&o->held) == STORE_HELD_GATEWAY)
+        return "not open yet: another sluice gateway holds it (its sluice.lock) (tried again "
+               "every 1 s, then up to every 30 s)";
     return "not open yet: another process holds a lock on its database that bars reads too "
            "(tried again every 1 s, then up to every 30 s)";
 }

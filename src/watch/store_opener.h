@@ -2,7 +2,9 @@
  *
  * A store another process holds under a lock that bars reads too (PRAGMA
  * locking_mode=EXCLUSIVE, or any lock on a store in rollback-journal mode)
- * for longer than the start's 200 ms wait cannot be opened then. Rather
+ * for longer than the start's 200 ms wait, or whose sluice.lock another
+ * gateway holds (one that ends its --grace while this one starts), cannot
+ * be opened then. Rather
  * than leave the gateway without its store for the whole run, a thread of
  * its own tries again, 1 s after the start, then after a wait that doubles
  * up to 30 s, for as long as the lock is the reason; any other failure
@@ -41,9 +43,11 @@ struct store_opened {
 };
 
 /* Starts the tries for the store in <dir> (store_open_try()'s <dir> and
- * <user>), holding at most <contacts_max> stored pairs. NULL when no thread
- * could be started (out of memory or threads). */
-struct store_opener *store_opener_start(const char *dir, uid_t user, size_t contacts_max);
+ * <user>), holding at most <contacts_max> stored pairs; <held> is what
+ * held it at the first try. NULL when no thread could be started (out of
+ * memory or threads). */
+struct store_opener *store_opener_start(const char *dir, uid_t user, size_t contacts_max,
+                                        enum store_held held);
 
 /* On the event loop: 1 and <*got> filled once the store opened (the tries
  * are over: free the opener), -1 with <*err> a malloc'd message once a try
@@ -51,7 +55,7 @@ struct store_opener *store_opener_start(const char *dir, uid_t user, size_t cont
  * on. */
 int store_opener_take(struct store_opener *o, struct store_opened *got, char **err);
 
-/* Why the store is not open yet, for /healthz. */
+/* Why the store is not open yet (what held it at the last try), for /healthz. */
 const char *store_opener_why(const struct store_opener *o);
 
 /* Ends the tries (a try under way is left to its thread, which closes

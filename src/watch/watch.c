@@ -724,13 +724,13 @@ struct watch *watch_new(struct event_base *base, struct bus *bus, struct alert_b
     w->log = log;
     if (cfg->state_dir != NULL) {
         char *e = NULL, *warn = NULL;
-        bool locked = false;
-        w->store = store_open_try(cfg->state_dir, cfg->state_user, &e, &warn, &locked);
+        enum store_held held = STORE_FREE;
+        w->store = store_open_try(cfg->state_dir, cfg->state_user, &e, &warn, &held);
         if (warn != NULL)
             fprintf(stderr, "sluice: warning: %s\n", warn);
-        if (w->store == NULL && locked &&
-            (w->opener =
-                 store_opener_start(cfg->state_dir, cfg->state_user, DETECT_CONTACTS_MAX)) != NULL)
+        if (w->store == NULL && held != STORE_FREE &&
+            (w->opener = store_opener_start(cfg->state_dir, cfg->state_user, DETECT_CONTACTS_MAX,
+                                            held)) != NULL)
             fprintf(stderr,
                     "sluice: warning: %s; trying again in the background (after 1 s, then up "
                     "to every 30 s): meanwhile first-contact memory, baselines and the webhook "

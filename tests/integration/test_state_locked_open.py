@@ -97,3 +97,41 @@ def test_a_stop_while_the_store_is_still_locked(gateway, net, tmp_path):
         holder.close()
     assert "Sanitizer" not in gw.stderr(), gw.stderr()
     assert contacts(statedir) == []
+
+
+def test_a_store_another_gateway_holds_is_opened_once_it_stops(gateway, net, tmp_path):
+    # Two gateways on one --state directory: an overlapping restart (a
+    # rolling update whose new gateway starts while the old one ends its
+    # --grace) or a second one started by mistake. The second does not use
+    # the store while the first holds its sluice.lock, and tries again off
+    # the event loop, /healthz saying so; once the first stops it takes the
+    # store. Before, it said "in use by another sluice gateway" and ran with
+    # memory only for its whole run, /healthz "ok": its first contacts were
+    # never stored, its webhook alerts in no store.
+    statedir = str(tmp_path / "state")
+    policy = net.policy([api_rule(net), other_rule(net)], alerts={"first_contact": True})
+    first = gateway(policy, args=["--state", statedir])
+    assert request(first, "GET", net.url("/first")).status == 200
+    poll(lambda: contacts(statedir) == ["api.example.test"] or None,
+         what="the first gateway's commit")
+    port = free_tcp_port()
+    second = gateway(policy, args=["--state", statedir, "--admin", "127.0.0.1:%d" % port])
+    poll(lambda: "in use by another sluice gateway" in second.stderr() or None, timeout=10,
+         what="the held store told")
+    assert "trying again in the background" in second.stderr(), second.stderr()
+    status, body = healthz(port)
+    assert status == 503 and body.startswith("unhealthy: state store: not open yet: "), body
+    assert "another sluice gateway" in body, body
+    # decided while the store is the first gateway's: kept in memory
+    assert request(second, "GET", other_url(net, "/meanwhile")).status == 200
+    poll(lambda: first_contacts(second) == ["other.example.test"] or None,
+         what="the first contact told")
+    first.stop()
+    poll(lambda: contacts(statedir) == ["api.example.test", "other.example.test"] or None,
+         timeout=40, what="the first contact decided meanwhile committed")
+    assert healthz(port) == (200, "ok\n")
+    # the first gateway's pair is remembered from then on
+    assert request(second, "GET", net.url("/after")).status == 200
+    second.decided(path="/after")
+    second.stop()
+    assert first_contacts(second) == ["other.example.test"], first_contacts(second)

@@ -1764,15 +1764,19 @@ static void a_state_directory_reached_through_a_link_is_used(void **state)
 }
 
 /* One gateway per store: a second open of the same directory fails while
- * the first holds it (their queue ids would collide), and succeeds after. */
+ * the first holds it (their queue ids would collide), and succeeds after;
+ * the failure says the store is held, so that the caller tries again (an
+ * overlapping restart). */
 static void one_gateway_per_store(void **state)
 {
     (void)state;
     char *err = NULL, *warn = NULL;
+    enum store_held held = STORE_FREE;
     struct store *s = open_ok(dir);
-    assert_null(store_open(dir, &err, &warn));
+    assert_null(store_open_try(dir, 0, &err, &warn, &held));
     assert_non_null(err);
     assert_non_null(strstr(err, "in use by another sluice gateway"));
+    assert_int_equal(held, STORE_HELD_GATEWAY);
     free(err);
     store_close(s);
     s = open_ok(dir);
