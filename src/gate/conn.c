@@ -1361,7 +1361,7 @@ static void rebase_exchange(struct conn *c, const struct agent *a, const struct 
     ex->dec.grant = dec->grant;
     if (ex->flow != NULL) {
         quota_flow_set_agent_id(ex->flow, ex->agent_id);
-        quota_flow_set_rule(ex->flow, dec->rule, quota_now());
+        quota_flow_set_rule(ex->flow, dec->rule, dec->grant, quota_now());
     }
     gw_policy_unref(old); /* nothing of <c> borrows from it any more */
 }

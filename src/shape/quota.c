@@ -25,6 +25,7 @@
 #define FLOW_MAX_WAIT_MS      1000  /* a paused flow looks again at least this often */
 #define DENIED_DEFAULT_PER_MS 60000 /* without denied_burst (the loader gives it a per) */
 #define EVICT_BATCH           64    /* least recently used entries dropped at once, at most */
+#define SLOTS                 3     /* the agent's limits, its rule's, its grant's */
 
 typedef unsigned __int128 u128;
 
@@ -76,14 +77,15 @@ struct quota_flow {
     struct quota_flow *prev, *next; /* q->flows */
     const char *agent_id;           /* borrowed: outlives the flow */
     const struct rule *rule;        /* borrowed, or NULL: its identity, for a reload */
-    struct qentry *e[2];            /* agent, rule; either may be NULL */
+    const struct rule *grant;       /* the same, of the grant (NULL: none, or <rule>) */
+    struct qentry *e[SLOTS];        /* agent, rule, grant; any may be NULL */
     /* The bandwidth (bytes a second) of a limit that applies through
      * entry <i> but whose entry could not be made (out of memory): the
      * flow lets nothing through until it is (flow_make_missing()). */
-    uint64_t missing_bw[2];
+    uint64_t missing_bw[SLOTS];
     /* The entries quota_reshape_prepare() made and holds for its commit:
      * the limits the reloaded policy brings to this flow. */
-    struct qentry *staged[2];
+    struct qentry *staged[SLOTS];
     struct event *timer;
     bool armed;
     void (*cb)(void *arg);
@@ -562,11 +564,21 @@ static uint64_t request_wait(const struct quota *q, struct qentry *e, const stru
     return bucket_wait_ns(&e->req, 1, now_ns);
 }
 
-int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, const struct rule *r,
-                uint64_t now_ns, uint64_t *wait_ns)
+/* The grant of a request decided by <r>, when it is another rule (a
+ * CONNECT's or an extension method's higher tier): NULL otherwise. */
+static const struct rule *other_grant(const struct rule *r, const struct rule *grant)
 {
-    const struct rate_spec *rs[2] = {&p->limits.rate, r != NULL ? &r->rate : NULL};
-    struct qentry *e[2] = {NULL, NULL};
+    return grant != r ? grant : NULL;
+}
+
+int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, const struct rule *r,
+                const struct rule *grant, uint64_t now_ns, uint64_t *wait_ns)
+{
+    grant = other_grant(r, grant);
+    const struct rule *rules[SLOTS] = {NULL, r, grant};
+    const struct rate_spec *rs[SLOTS] = {&p->limits.rate, r != NULL ? &r->rate : NULL,
+                                         grant != NULL ? &grant->rate : NULL};
+    struct qentry *e[SLOTS] = {NULL, NULL, NULL};
     uint64_t wait = 0;
     int rc = 0;
     *wait_ns = 0;
@@ -580,10 +592,10 @@ int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, c
      * the next request is told that wait. Each entry is held until the
      * end: a lookup that makes one may evict every entry at rest to make
      * room, and one found full is. */
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < SLOTS; i++) {
         if (!limits_requests(rs[i]))
             continue;
-        e[i] = lookup(q, agent_id, i == 0 ? NULL : r, now_ns, false);
+        e[i] = lookup(q, agent_id, rules[i], now_ns, false);
         if (e[i] == NULL)
             continue;
         e[i]->refs++;
@@ -591,10 +603,10 @@ int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, c
         if (w > wait)
             wait = w;
     }
-    for (int i = 0; i < 2 && wait == 0; i++) {
+    for (int i = 0; i < SLOTS && wait == 0; i++) {
         if (!limits_requests(rs[i]) || e[i] != NULL)
             continue;
-        e[i] = lookup(q, agent_id, i == 0 ? NULL : r, now_ns, true);
+        e[i] = lookup(q, agent_id, rules[i], now_ns, true);
         if (e[i] == NULL) {
             wait = NS_PER_S;
             rc = -1;
@@ -607,7 +619,7 @@ int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, c
         *wait_ns = wait;
         rc = -1;
     }
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < SLOTS; i++) {
         if (e[i] == NULL)
             continue;
         if (rc == 0)
@@ -619,12 +631,19 @@ int quota_admit(struct quota *q, const struct policy *p, const char *agent_id, c
 
 /* --- bandwidth ------------------------------------------------------------- */
 
-/* Holds the entry of flow <f>'s agent (<i> 0) or rule (1) and brings its
- * bandwidth bucket to <bandwidth>. Returns 0, or -1 when out of memory:
- * that limit would go unshaped (quota_flow_open() then fails). */
+/* The rule of flow <f>'s entry <i>: NULL for the agent's (0), its rule
+ * (1) or its grant (2). */
+static const struct rule *flow_rule(const struct quota_flow *f, int i)
+{
+    return i == 0 ? NULL : i == 1 ? f->rule : f->grant;
+}
+
+/* Holds the entry of flow <f>'s agent (<i> 0), rule (1) or grant (2) and
+ * brings its bandwidth bucket to <bandwidth>. Returns 0, or -1 when out of
+ * memory: that limit would go unshaped (quota_flow_open() then fails). */
 static int flow_attach(struct quota_flow *f, int i, uint64_t bandwidth, uint64_t now_ns)
 {
-    struct qentry *e = lookup(f->q, f->agent_id, i == 0 ? NULL : f->rule, now_ns, true);
+    struct qentry *e = lookup(f->q, f->agent_id, flow_rule(f, i), now_ns, true);
     if (e == NULL)
         return -1;
     apply_bandwidth(f->q, e, bandwidth, now_ns);
@@ -652,14 +671,17 @@ static void flow_hold_to(struct quota_flow *f, int i, uint64_t bandwidth, uint64
 
 static bool flow_missing(const struct quota_flow *f)
 {
-    return f->missing_bw[0] != 0 || f->missing_bw[1] != 0;
+    for (int i = 0; i < SLOTS; i++)
+        if (f->missing_bw[i] != 0)
+            return true;
+    return false;
 }
 
 /* Tries again to make the entries flow <f> misses; true when it misses
  * none any more. */
 static bool flow_make_missing(struct quota_flow *f, uint64_t now_ns)
 {
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < SLOTS; i++)
         if (f->missing_bw[i] != 0)
             flow_hold_to(f, i, f->missing_bw[i], now_ns);
     return !flow_missing(f);
@@ -674,9 +696,8 @@ static void flow_unstage(struct quota_flow *f, int i)
 }
 
 struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, const char *agent_id,
-                                   const struct rule *r, uint64_t now_ns)
+                                   const struct rule *r, const struct rule *grant, uint64_t now_ns)
 {
-    const struct rate_spec *rs[2] = {&p->limits.rate, r != NULL ? &r->rate : NULL};
     if (agent_id == NULL)
         return NULL;
     struct quota_flow *f = zalloc(sizeof(*f));
@@ -685,10 +706,14 @@ struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, cons
     f->q = q;
     f->agent_id = agent_id;
     f->rule = r;
-    for (int i = 0; i < 2; i++) {
-        if (limits_bandwidth(rs[i]) && flow_attach(f, i, rs[i]->bandwidth, now_ns) < 0) {
+    f->grant = other_grant(r, grant);
+    for (int i = 0; i < SLOTS; i++) {
+        const struct rule *ri = flow_rule(f, i);
+        const struct rate_spec *rs = i == 0 ? &p->limits.rate : ri != NULL ? &ri->rate : NULL;
+        if (limits_bandwidth(rs) && flow_attach(f, i, rs->bandwidth, now_ns) < 0) {
             /* Never a flow that lets bytes past a limit that applies. */
-            flow_detach(f, 0);
+            for (int k = 0; k < i; k++)
+                flow_detach(f, k);
             free(f);
             return NULL;
         }
@@ -700,16 +725,23 @@ struct quota_flow *quota_flow_open(struct quota *q, const struct policy *p, cons
     return f;
 }
 
-void quota_flow_set_rule(struct quota_flow *f, const struct rule *r, uint64_t now_ns)
+void quota_flow_set_rule(struct quota_flow *f, const struct rule *r, const struct rule *grant,
+                         uint64_t now_ns)
 {
-    flow_detach(f, 1);
-    flow_unstage(f, 1);
-    f->missing_bw[1] = 0;
+    for (int i = 1; i < SLOTS; i++) {
+        flow_detach(f, i);
+        flow_unstage(f, i);
+        f->missing_bw[i] = 0;
+    }
     f->rule = r;
+    f->grant = other_grant(r, grant);
     /* The same entry again when its identity is. Out of memory (a new
      * identity's entry), the flow is held until it can be made. */
-    if (r != NULL && limits_bandwidth(&r->rate))
-        flow_hold_to(f, 1, r->rate.bandwidth, now_ns);
+    for (int i = 1; i < SLOTS; i++) {
+        const struct rule *ri = flow_rule(f, i);
+        if (ri != NULL && limits_bandwidth(&ri->rate))
+            flow_hold_to(f, i, ri->rate.bandwidth, now_ns);
+    }
 }
 
 void quota_flow_set_agent_id(struct quota_flow *f, const char *agent_id)
@@ -725,7 +757,10 @@ static bool flow_meters(const struct quota_flow *f, int i)
 
 bool quota_flow_metered(const struct quota_flow *f)
 {
-    return flow_meters(f, 0) || flow_meters(f, 1) || flow_missing(f);
+    for (int i = 0; i < SLOTS; i++)
+        if (flow_meters(f, i))
+            return true;
+    return flow_missing(f);
 }
 
 /* What flow <f> waits for before it lets bytes through: <want> (at least
@@ -733,7 +768,7 @@ bool quota_flow_metered(const struct quota_flow *f)
 static uint64_t flow_chunk(const struct quota_flow *f, size_t want)
 {
     uint64_t chunk = want > 0 ? want : 1;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < SLOTS; i++) {
         if (!flow_meters(f, i) || bucket_is_off(&f->e[i]->bw))
             continue;
         uint64_t c = f->e[i]->bw.size / 16;
@@ -749,7 +784,7 @@ size_t quota_flow_allow(struct quota_flow *f, size_t want, uint64_t now_ns)
         return 0; /* still no memory for a limit's entry: held (quota_flow_wait_ns()) */
     uint64_t least = flow_chunk(f, want);
     bool trickle = false;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < SLOTS; i++) {
         if (!flow_meters(f, i))
             continue;
         uint64_t a = bucket_available(&f->e[i]->bw, now_ns);
@@ -764,7 +799,7 @@ size_t quota_flow_allow(struct quota_flow *f, size_t want, uint64_t now_ns)
 
 void quota_flow_take(struct quota_flow *f, size_t n, uint64_t now_ns)
 {
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < SLOTS; i++)
         if (flow_meters(f, i))
             bucket_force(&f->e[i]->bw, n, now_ns);
 }
@@ -774,7 +809,7 @@ uint64_t quota_flow_wait_ns(struct quota_flow *f, size_t want, uint64_t now_ns)
     if (flow_missing(f))
         return NS_PER_S; /* memory is short: looked at again a second later */
     uint64_t chunk = flow_chunk(f, want), wait = 0;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < SLOTS; i++) {
         if (!flow_meters(f, i))
             continue;
         uint64_t w = bucket_wait_ns(&f->e[i]->bw, chunk, now_ns);
@@ -851,7 +886,7 @@ void quota_flow_close(struct quota_flow *f)
         event_free(f->timer);
     if (f->armed)
         f->q->nwaiting--;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < SLOTS; i++) {
         flow_detach(f, i);
         flow_unstage(f, i);
     }
@@ -972,15 +1007,15 @@ struct quota_reshape {
  * 0, or -1 when out of memory. */
 static int flow_stage(struct quota_reshape *rs, struct quota_flow *f)
 {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < SLOTS; i++) {
         const struct rate_spec *rate = &rs->p->limits.rate;
-        if (f->e[i] != NULL || (i == 1 && f->rule == NULL))
+        if (f->e[i] != NULL || (i > 0 && flow_rule(f, i) == NULL))
             continue;
-        if (i == 1 && rule_rate(f->rule, rs->rules, rs->nrules, &rate) < 0)
+        if (i > 0 && rule_rate(flow_rule(f, i), rs->rules, rs->nrules, &rate) < 0)
             return -1;
         if (!limits_bandwidth(rate))
             continue;
-        struct qentry *e = lookup(rs->q, f->agent_id, i == 0 ? NULL : f->rule, rs->now_ns, true);
+        struct qentry *e = lookup(rs->q, f->agent_id, flow_rule(f, i), rs->now_ns, true);
         if (e == NULL)
             return -1;
         e->refs++; /* not dropped to make room for the next one */
@@ -1014,7 +1049,7 @@ void quota_reshape_abandon(struct quota_reshape *rs)
     if (rs == NULL)
         return;
     for (struct quota_flow *f = rs->q->flows; f != NULL; f = f->next)
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < SLOTS; i++)
             flow_unstage(f, i);
     free_rule_rates(rs->rules, rs->nrules);
     free(rs);
@@ -1045,7 +1080,7 @@ void quota_reshape_commit(struct quota_reshape *rs)
      * brings from now on, through the entries the prepare made; one <p>
      * does not limit there misses nothing any more. */
     for (struct quota_flow *f = rs->q->flows; f != NULL; f = f->next) {
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < SLOTS; i++) {
             struct qentry *e = f->staged[i];
             if (e == NULL) {
                 if (f->e[i] == NULL)

@@ -818,3 +818,45 @@ def test_reload_denies_a_request_whose_name_waits(gateway, net):
     assert r.status == 403, r
     asked = {n for n, _ in net.dns.queries}
     assert first in asked and second not in asked, asked
+
+
+def test_tunnel_is_held_to_the_bandwidth_of_the_grant_that_raised_its_tier(gateway, net):
+    # sink.example.test is open at tier 0 with no rate, and its POSTs are
+    # granted at tier 3 under 1 KiB/s: a plain POST is held to that, and so
+    # is a tunnel, which the tier-0 rule decides but which may carry those
+    # POSTs (it takes the grant's tier). The agent pushes 256 KiB; within
+    # the time measured the sink gets at most the first bytes, the bucket's
+    # 1 KiB and 1 KiB a second (plus a second's slack), never the lot.
+    sink = HashSink(SINK_IP)
+    try:
+        open_rule = {"host": "sink.example.test", "ports": [sink.port], "tier": 0}
+        grant = {"host": "sink.example.test", "ports": [sink.port], "tier": 3,
+                 "methods": ["POST"], "owner": "alice", "expires": "2099-12-31",
+                 "rate": {"bandwidth": "1KiB/s"}}
+        gw = gateway(net.policy([open_rule, grant],
+                                static_extra={"sink.example.test": SINK_IP}),
+                     args=["--grace", "0s"])
+        t0 = time.monotonic()
+        t = connect(gw, "sink.example.test:%d" % sink.port)
+        assert t.status == 200
+        first = b"\0" + pattern_bytes(999)
+        t.sock.sendall(first)
+        _at_sink(sink, len(first))
+        t.sock.settimeout(30)
+        pusher = threading.Thread(target=lambda: _push_quietly(t.sock, 256 * 1024), daemon=True)
+        pusher.start()
+        time.sleep(2)
+        got, elapsed = sink.received, time.monotonic() - t0
+        bound = len(first) + 1024 + 1024 * (elapsed + 1)
+        assert got <= bound, "%d bytes at the sink in %.2f s under 1 KiB/s" % (got, elapsed)
+        t.close()
+    finally:
+        sink.stop()
+
+
+def _push_quietly(sock, n):
+    """Sends <n> bytes on <sock>, giving up quietly when it is closed."""
+    try:
+        sock.sendall(pattern_bytes(n))
+    except OSError:
+        pass

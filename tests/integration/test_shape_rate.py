@@ -210,3 +210,44 @@ def test_only_admitted_requests_take_a_token(gateway, net):
     assert [(r.status, r.header("Sluice-Reason")) for r in got] == [
         (403, "not_in_policy"), (400, "bad_request"), (200, None), (502, "dns_failure"),
         (200, None), (429, "rate_limited")], got
+
+
+def test_connect_takes_a_token_of_the_grant_that_raised_its_tier(gateway, net):
+    # A tunnel can carry the writes a tier-3 grant for its host limits, which
+    # is why it takes that grant's tier: it takes the grant's request token
+    # too. tls.example.test is open at tier 0 (no rate), and its POSTs are
+    # granted at tier 3 under one request a minute: the CONNECT is decided
+    # by the tier-0 rule and classified tier 3, and a second CONNECT within
+    # the minute is over the grant's bucket.
+    port = net.tls.port
+    open_rule = {"host": "tls.example.test", "ports": [port], "tier": 0}
+    grant = {"host": "tls.example.test", "ports": [port], "tier": 3,
+             "methods": ["POST"], "owner": "alice", "expires": "2099-12-31",
+             "rate": {"requests": 1, "per": "1m"}}
+    gw = gateway(net.policy([open_rule, grant]))
+    t = connect(gw, "tls.example.test:%d" % port)
+    assert t.status == 200
+    t.close()
+    t = connect(gw, "tls.example.test:%d" % port)
+    try:
+        assert t.status == 429, t.status
+        assert t.header("Sluice-Reason") == "rate_limited"
+    finally:
+        t.close()
+    ev = gw.wait_events(reason="rate_limited")[0]
+    assert ev["method"] == "CONNECT" and ev["tier"] == 3, ev
+
+
+def test_extension_method_takes_a_token_of_the_grant_that_raised_its_tier(gateway, net):
+    # An extension method (MOVE) is classified as a CONNECT is: decided by
+    # the open tier-0 rule, at the tier-3 grant's tier, and held to its
+    # bucket too. A POST (the grant's own) then finds it empty.
+    grant = api_rule(net, tier=3, methods=["POST"], owner="alice", expires="2099-12-31",
+                     rate={"requests": 1, "per": "1m"})
+    gw = gateway(net.policy([api_rule(net), grant]))
+    r = request(gw, "MOVE", net.url("/m1"))  # the test origin answers MOVE with 501
+    assert r.status != 429 and r.header("Sluice-Reason") is None, r
+    r = request(gw, "MOVE", net.url("/m2"))
+    assert r.status == 429 and r.header("Sluice-Reason") == "rate_limited", r
+    assert request(gw, "POST", net.url("/p"), body=b"x").status == 429
+    assert request(gw, "GET", net.url("/g")).status == 200
