@@ -35,7 +35,8 @@
  * (seccomp and privileges), landlock.c, mountinfo.c (the parser audit
  * shares). What run judges from outside, before the box starts, has
  * headers of its own: reach.h, hardlinks.h, exec_guard.h, alert_env.h;
- * std_check.c (what descriptors 0-2 may be) is declared here. */
+ * std_check.c (what descriptors 0-2 may be, and their status flags put
+ * back after the box) is declared here. */
 #ifndef SLUICE_BOX_BOX_H
 #define SLUICE_BOX_BOX_H
 
@@ -147,6 +148,20 @@ void box_ending_signals(sigset_t *set, const sigset_t *ignored, const sigset_t *
  * Returns 0, or -1 with a one-line message in <err> naming the first that
  * may not and what to give instead. */
 int box_check_std(bool allow_unix, char *err, size_t errlen);
+
+/* The status flags fcntl(F_SETFL) changes (O_NONBLOCK, O_APPEND, O_ASYNC,
+ * O_DIRECT, O_NOATIME) of descriptors 0, 1 and 2, -1 for one not open
+ * (std_check.c): the command shares those open file descriptions with
+ * run's caller, and its F_SETFL changes them for every holder. */
+struct box_std_flags {
+    int fl[3];
+};
+/* Takes them into <f>, before the box. */
+void box_std_flags_save(struct box_std_flags *f);
+/* Puts back those <f> took, once the box has ended: a terminal or pipe
+ * left non-blocking failed the caller's next read or write with EAGAIN,
+ * and run's own summary into a full one. */
+void box_std_flags_restore(const struct box_std_flags *f);
 
 /* The path the kernel gives for the open descriptor <fd> (its
  * /proc/self/fd link) into <path> of <len> bytes, "" when it has none

@@ -22,7 +22,15 @@
  *   zero, full, random, urandom), are let in; other devices are refused.
  *
  * Each is refused before anything starts, naming the descriptor and what
- * to give instead (a pipe or a file); run exits 2. */
+ * to give instead (a pipe or a file); run exits 2.
+ *
+ * What passes in is the caller's own open file description (a terminal, a
+ * pipe), whose status flags the command can change with fcntl(F_SETFL) for
+ * every holder: left O_NONBLOCK, the caller's next read of its terminal or
+ * write into its pipe failed with EAGAIN once run had exited, and run's
+ * summary into a full standard error was lost. run takes them before the
+ * box and puts them back once it has ended (box_std_flags_save(),
+ * box_std_flags_restore()). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -154,4 +162,25 @@ int box_check_std(bool allow_unix, char *err, size_t errlen)
             return -1;
     }
     return 0;
+}
+
+/* The flags F_SETFL sets on Linux (fs/fcntl.c: SETFL_MASK). */
+#define STD_SETFL_MASK (O_APPEND | O_ASYNC | O_DIRECT | O_NOATIME | O_NONBLOCK)
+
+void box_std_flags_save(struct box_std_flags *f)
+{
+    for (int fd = 0; fd < 3; fd++)
+        f->fl[fd] = fcntl(fd, F_GETFL);
+}
+
+void box_std_flags_restore(const struct box_std_flags *f)
+{
+    for (int fd = 0; fd < 3; fd++) {
+        int now = fcntl(fd, F_GETFL);
+        if (f->fl[fd] < 0 || now < 0 || (now & STD_SETFL_MASK) == (f->fl[fd] & STD_SETFL_MASK))
+            continue;
+        /* best effort: a flag the kernel will not put back (O_NOATIME on
+         * a file of another user's) leaves the rest as they are */
+        (void)fcntl(fd, F_SETFL, (now & ~STD_SETFL_MASK) | (f->fl[fd] & STD_SETFL_MASK));
+    }
 }

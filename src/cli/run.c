@@ -1709,6 +1709,8 @@ static int run_main(int argc, char **argv)
     }
     cfg.std_relay = &std;
     int tty = foreground_terminal();
+    struct box_std_flags std_flags;
+    box_std_flags_save(&std_flags);
     if (box_spawn(&cfg, &box, err, sizeof(err)) < 0) {
         if (tty >= 0)
             close(tty);
@@ -1721,6 +1723,8 @@ static int run_main(int argc, char **argv)
     int status = 0;
     unsigned long relayed = 0;
     enum box_report_kind kind = wait_box(&box, &s, sfd, &std, &status, &relayed, err, sizeof(err));
+    /* the box has ended: no one in it can change them again */
+    box_std_flags_restore(&std_flags);
     /* the box has ended: run's own writes to the terminal from the
      * background (its summary) stop it, as its caller left them */
     sigset_t stops;

@@ -3365,3 +3365,115 @@ def test_the_terminals_output_is_not_left_stopped(sluice_bin, proj):
         assert mark not in p.stderr, p.stderr
     assert (wrote, shown) == (8, b"prompt$ "), p.stdout
     assert _out(p) == {"tcoon": "ok", "tcooff": "EPERM"}, p.stdout
+
+
+# In the box: its standard input, output and error made non-blocking (and
+# O_ASYNC: SIGIO on each change), then what they are now.
+STD_NONBLOCK = r"""
+import fcntl, json, os
+for fd in (0, 1, 2):
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK | fcntl.FASYNC)
+print(json.dumps({"set": [bool(fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_NONBLOCK) for fd in (0, 1, 2)]}))
+"""
+
+
+def _status_flags(fd):
+    import fcntl
+    fl = fcntl.fcntl(fd, fcntl.F_GETFL)
+    return {"nonblock": bool(fl & os.O_NONBLOCK), "async": bool(fl & fcntl.FASYNC)}
+
+
+def test_the_callers_descriptors_are_not_left_non_blocking(sluice_bin, proj):
+    """A terminal, pipe or socket given as standard input, output or error
+    reaches the command as it came: the same open file description as the
+    caller's, whose status flags fcntl(F_SETFL) changes for every holder.
+    The command made them non-blocking (and O_ASYNC), and they stayed so
+    after run exited (before: all three True): the caller's next read of
+    the terminal (`sluice run ...; read answer`, a pager, a prompt) or
+    write into the pipe failed with EAGAIN. run puts back the flags they
+    had before the box once it has ended."""
+    pol = _policy(proj)
+    master, slave = os.openpty()
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    try:
+        p = subprocess.run([sluice_bin, "run", "--policy", pol, "--", PY, "-c", STD_NONBLOCK],
+                           stdin=slave, stdout=w1, stderr=w2, timeout=30, cwd=proj,
+                           env=_clean_env())
+        os.close(w1)
+        os.close(w2)
+        w1 = w2 = -1
+        out = os.read(r1, 65536).decode()
+        err = os.read(r2, 65536).decode()
+        after = [_status_flags(fd) for fd in (slave, r1, r2)]
+    finally:
+        for fd in (master, slave, r1, r2, w1, w2):
+            if fd >= 0:
+                os.close(fd)
+    for mark in SANITIZER_MARKS:
+        assert mark not in err, err
+    assert json.loads(out.splitlines()[0]) == {"set": [True, True, True]}, (out, err)
+    assert p.returncode == 0, err
+    clear = {"nonblock": False, "async": False}
+    assert after == [clear, clear, clear], err
+
+
+# In the box: standard error (a pipe run's caller reads late) made
+# non-blocking and filled, then "filled" on standard output.
+FILL_STDERR = r"""
+import fcntl, os
+fcntl.fcntl(2, fcntl.F_SETFL, fcntl.fcntl(2, fcntl.F_GETFL) | os.O_NONBLOCK)
+try:
+    for _ in range(100000):
+        os.write(2, b"x" * 4096)
+except BlockingIOError:
+    pass
+os.write(1, b"filled\n")
+"""
+
+
+def _blocked_in_pipe_write(pid):
+    try:
+        with open("/proc/%d/wchan" % pid) as f:
+            return f.read().endswith("pipe_write")
+    except OSError:
+        return False
+
+
+def test_the_summary_reaches_a_full_standard_error_made_non_blocking(sluice_bin, proj):
+    """The command made standard error, a pipe whose reader is slow (a CI
+    log, `2>&1 | less`), non-blocking and left it full: run's summary,
+    written into it, failed with EAGAIN and was lost without a word, run
+    exiting 0 (before: no summary). run puts back the flags the pipe had
+    and waits for the reader, as without the box. The test reads standard
+    error once run has ended or waits in that write."""
+    pol = _policy(proj)
+    r, w = os.pipe()
+    p = subprocess.Popen([sluice_bin, "run", "--policy", pol, "--", PY, "-c", FILL_STDERR],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=w, cwd=proj,
+                         env=_clean_env())
+    os.close(w)
+    try:
+        assert p.stdout.readline() == b"filled\n"
+        for _ in range(600):  # 30 s at most: run has ended, or waits to write
+            if p.poll() is not None or _blocked_in_pipe_write(p.pid):
+                break
+            time.sleep(0.05)
+        data = b""
+        while True:
+            d = os.read(r, 1 << 20)
+            if not d:
+                break
+            data += d
+        rc = p.wait(timeout=30)
+    finally:
+        os.close(r)
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdout.close()
+    tail = data.replace(b"x" * 4096, b"").decode(errors="replace")
+    for mark in SANITIZER_MARKS:
+        assert mark not in tail, tail
+    assert rc == 0, tail
+    assert "sluice run: exit 0; allowed 0" in tail, tail
