@@ -646,6 +646,51 @@ static bool strictly_under(const char *path, const char *dir)
     return strncmp(path, dir, n) == 0 && path[n] == '/';
 }
 
+/* Whether the path of the view above a->paths[i] that decides what it is
+ * in the box, the deepest other one (the working directory among them),
+ * is writable there; that path into *<above>, NULL when there is none. */
+static bool writable_above(const struct run_args *a, size_t i, const char *cwd, const char **above)
+{
+    const char *path = a->paths[i].path;
+    *above = strictly_under(path, cwd) ? cwd : NULL;
+    bool writable = *above != NULL;
+    for (size_t k = 0; k < a->npaths; k++) {
+        const char *q = a->paths[k].path;
+        if (k == i || !strictly_under(path, q) || (*above != NULL && strlen(q) <= strlen(*above)))
+            continue;
+        *above = q;
+        writable = a->paths[k].kind == BOX_PATH_RW;
+    }
+    return writable;
+}
+
+/* A --hide path that does not exist hides nothing, and the box cannot
+ * mount on it; below a writable path the command can make it and leave
+ * there what the user's tools trust once the box has ended (an
+ * ~/.ssh/authorized_keys, an ~/.aws/config whose credential_process runs
+ * a program). Warns about each of the user's (<nuser> first paths). */
+static void warn_missing_hidden(const struct run_args *a, const char *cwd, size_t nuser)
+{
+    for (size_t i = 0; i < nuser && i < a->npaths; i++) {
+        const struct box_path *p = &a->paths[i];
+        struct stat st;
+        if (p->kind != BOX_PATH_HIDE || lstat(p->path, &st) == 0 || errno != ENOENT)
+            continue;
+        const char *above = NULL;
+        if (!writable_above(a, i, cwd, &above))
+            continue;
+        char *sp = text_shown(p->path), *sa = text_shown(above);
+        fprintf(stderr,
+                "sluice run: warning: --hide %s does not exist, and lies below the writable %s: "
+                "there is nothing to hide, but the agent can make it and leave there what your "
+                "tools will trust after the box (an authorized_keys, a config that runs a "
+                "program): make it first (mkdir) to have it hidden\n",
+                sp, sa);
+        free(sp);
+        free(sa);
+    }
+}
+
 /* A read-only file or folder below a writable path keeps its contents, not
  * its path: when a plain folder lies between the two, the command can
  * rename that folder and leave a replacement where the file was (a policy,
@@ -658,17 +703,8 @@ static void warn_renamable(const struct run_args *a, const char *cwd, size_t nus
         const struct box_path *p = &a->paths[i];
         if (p->kind != BOX_PATH_RO || (i >= nuser && labels[i - nuser] == NULL))
             continue;
-        /* the deepest other path of the view above it decides */
-        const char *above = strictly_under(p->path, cwd) ? cwd : NULL;
-        bool writable = above != NULL;
-        for (size_t k = 0; k < a->npaths; k++) {
-            const char *q = a->paths[k].path;
-            if (k == i || !strictly_under(p->path, q) ||
-                (above != NULL && strlen(q) <= strlen(above)))
-                continue;
-            above = q;
-            writable = a->paths[k].kind == BOX_PATH_RW;
-        }
+        const char *above = NULL;
+        bool writable = writable_above(a, i, cwd, &above);
         if (!writable || strchr(p->path + strlen(above) + (strcmp(above, "/") != 0), '/') == NULL)
             continue; /* not below a writable path, or directly in it (a mount point stays) */
         char *sp = text_shown(p->path), *sa = text_shown(above);
@@ -1649,6 +1685,7 @@ static int run_main(int argc, char **argv)
     const char *const labels[] = {"the policy", s.own_log ? NULL : "the decision log", NULL,
                                   a->alerts != NULL ? "the alerts file" : NULL};
     warn_renamable(a, cwd, nuser, labels);
+    warn_missing_hidden(a, cwd, nuser);
     for (size_t i = 0; i < a->npaths; i++) {
         const char *label = i < nuser ? "--ro" : labels[i - nuser];
         if (a->paths[i].kind == BOX_PATH_RO && label != NULL &&

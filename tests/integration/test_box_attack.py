@@ -3477,3 +3477,46 @@ def test_the_summary_reaches_a_full_standard_error_made_non_blocking(sluice_bin,
         assert mark not in tail, tail
     assert rc == 0, tail
     assert "sluice run: exit 0; allowed 0" in tail, tail
+
+
+# In the box: makes <path>/authorized_keys, where a --hide path that did not
+# exist was (a key of the agent's for the next ssh login as the user).
+MAKE_HIDDEN = r"""
+import json, os, sys
+out = {}
+try:
+    os.makedirs(sys.argv[1])
+    with open(os.path.join(sys.argv[1], "authorized_keys"), "w") as f:
+        f.write("ssh-ed25519 AAAA agent\n")
+    out["made"] = "ok"
+except OSError as e:
+    out["made"] = e.__class__.__name__
+print(json.dumps(out))
+"""
+
+
+def test_a_missing_hidden_path_the_command_can_make_is_warned_about(sluice_bin, proj):
+    """A --hide path that does not exist is ignored, there being nothing to
+    hide; but below a writable path (the working directory as a home, a
+    --rw) the command can make it and leave there what the user's tools
+    trust after the box (an ~/.ssh/authorized_keys, an ~/.aws/config that
+    runs a program): run says so (before: not a word, 'made' ok). One out
+    of the command's reach (a read-only folder), and one that exists, are
+    not named."""
+    pol = _policy(proj)
+    ssh = os.path.join(proj, ".ssh")
+    there = os.path.join(proj, ".aws")
+    os.mkdir(there)
+    ro = os.path.join(proj, "ro")
+    os.mkdir(ro)
+    far = os.path.join(ro, ".kube")
+    p = _run(sluice_bin, ["--policy", pol, "--ro", ro, "--hide", ssh, "--hide", there,
+                          "--hide", far], [PY, "-c", MAKE_HIDDEN, ssh], proj)
+    assert _out(p) == {"made": "ok"}, p.stderr
+    warned = [ln for ln in p.stderr.splitlines() if "warning: --hide" in ln]
+    assert warned == ["sluice run: warning: --hide %s does not exist, and lies below the writable "
+                      "%s: there is nothing to hide, but the agent can make it and leave there "
+                      "what your tools will trust after the box (an authorized_keys, a config "
+                      "that runs a program): make it first (mkdir) to have it hidden"
+                      % (ssh, proj)], p.stderr
+    assert p.returncode == 0, p.stderr
