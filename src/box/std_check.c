@@ -164,9 +164,6 @@ int box_check_std(bool allow_unix, char *err, size_t errlen)
     return 0;
 }
 
-/* The flags F_SETFL sets on Linux (fs/fcntl.c: SETFL_MASK). */
-#define STD_SETFL_MASK (O_APPEND | O_ASYNC | O_DIRECT | O_NOATIME | O_NONBLOCK)
-
 void box_std_flags_save(struct box_std_flags *f)
 {
     for (int fd = 0; fd < 3; fd++)
@@ -175,12 +172,16 @@ void box_std_flags_save(struct box_std_flags *f)
 
 void box_std_flags_restore(const struct box_std_flags *f)
 {
+    static const int bits[] = {O_NONBLOCK, O_APPEND, O_ASYNC, O_DIRECT, O_NOATIME};
     for (int fd = 0; fd < 3; fd++) {
-        int now = fcntl(fd, F_GETFL);
-        if (f->fl[fd] < 0 || now < 0 || (now & STD_SETFL_MASK) == (f->fl[fd] & STD_SETFL_MASK))
-            continue;
-        /* best effort: a flag the kernel will not put back (O_NOATIME on
-         * a file of another user's) leaves the rest as they are */
-        (void)fcntl(fd, F_SETFL, (now & ~STD_SETFL_MASK) | (f->fl[fd] & STD_SETFL_MASK));
+        /* one flag at a time: F_SETFL changes none when the kernel refuses
+         * one (O_NOATIME on another user's file, O_APPEND cleared on an
+         * append-only one), and the others are still put back */
+        for (size_t i = 0; i < sizeof(bits) / sizeof(bits[0]) && f->fl[fd] >= 0; i++) {
+            int now = fcntl(fd, F_GETFL);
+            if (now < 0 || (now & bits[i]) == (f->fl[fd] & bits[i]))
+                continue;
+            (void)fcntl(fd, F_SETFL, (now & ~bits[i]) | (f->fl[fd] & bits[i]));
+        }
     }
 }
