@@ -104,6 +104,7 @@ struct dir {
                         * when the tunnel failed: its close is a reset, end());
                         * or dst failed (sink) */
     bool sink;         /* dst failed: what src sends is read and dropped */
+    bool fin_queued;   /* dst was shut down for writing (its FIN is queued or sent) */
     uint64_t bytes;    /* delivered to dst */
     struct event *rd;  /* src readable (persistent), in the tunnel's ev_mem; NULL until set */
     struct event *wr;  /* dst writable (persistent), in the tunnel's ev_mem; NULL until set */
@@ -410,7 +411,11 @@ static void forget_never_left(struct dir *d)
 
 /* Takes off what <d> counts as delivered what its dst, a TCP socket, never
  * sent (SIOCOUTQNSD), which a reset drops. Not on a unix socket: its queue
- * is its peer's receive buffer, read to the end whatever the close. */
+ * is its peer's receive buffer, read to the end whatever the close. A FIN
+ * queued by the shutdown of dst is a sequence number of its own, counted
+ * by SIOCOUTQNSD (write_seq - snd_nxt) until it is sent, after the bytes:
+ * with any of them unsent it is unsent too, and is no byte (counted, the
+ * direction came out one byte short of what its peer got). */
 static void forget_unsent(struct dir *d)
 {
     int proto = 0;
@@ -418,6 +423,8 @@ static void forget_unsent(struct dir *d)
     if (getsockopt(d->dst, SOL_SOCKET, SO_PROTOCOL, &proto, &len) != 0 || proto != IPPROTO_TCP)
         return;
     int64_t unsent = drain_unsent(d->dst);
+    if (unsent > 0 && d->fin_queued)
+        unsent--;
     if (unsent > 0)
         d->bytes -= (uint64_t)unsent < d->bytes ? (uint64_t)unsent : d->bytes;
 }
@@ -618,7 +625,7 @@ static int pump(struct dir *d)
              * end callback) sends dst the same FIN, src having been read to
              * its end: one system call less for every tunnel. */
             if (!d->t->failed && !d->t->d[d == &d->t->d[0] ? 1 : 0].done)
-                shutdown(d->dst, SHUT_WR);
+                d->fin_queued = shutdown(d->dst, SHUT_WR) == 0;
             d->done = true;
             break;
         }

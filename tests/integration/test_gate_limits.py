@@ -2620,6 +2620,51 @@ def test_a_download_given_up_on_counts_what_the_client_got(gateway, net):
         assert end["status"] == 200 and 0 < end["bytes_down"] == n < big, (end, n)
 
 
+@pytest.mark.parametrize("cut", ["idle", "client-reset"])
+def test_a_tunnel_cut_after_its_download_ended_counts_what_the_client_got(gateway, net, cut):
+    # The origin sends 256 KiB and ends its side; the gateway hands them
+    # all to its socket toward a client that reads nothing (a small receive
+    # buffer) and shuts that socket down, its FIN queued behind the bytes.
+    # The tunnel then ends with a reset (idle_timeout, or the client's own
+    # reset), which drops what the socket never sent: SIOCOUTQNSD counts
+    # it, the queued FIN with it (a sequence number), so bytes_down came
+    # out one short of what the client got.
+    host, size = "finqueued.example.test", 256 << 10
+    answer = pattern_bytes(size)
+
+    def script(conn, stop, _):
+        conn.sendall(answer)
+        conn.shutdown(socket.SHUT_WR)
+        _read_to_end(conn)  # its side stays open until the tunnel ends
+
+    with ScriptedUpstream(script) as up:
+        gw = gateway(net.policy([{"host": host, "ports": [up.port], "tier": 0}],
+                                static_extra={host: up.IP}, limits={"idle_timeout": "1s"}))
+        s = _slow_reader_conn(gw, rcvbuf=4096)
+        try:
+            _connect_on(s, host, up.port)
+            s.sendall(b"GET / HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host.encode(), up.port))
+            if cut == "idle":
+                gw.wait_events("agent_egress_end", timeout=HANG_GUARD_S)
+                got, end = _read_to_end(s)
+            else:
+                # what the client's kernel took, once the gateway is done
+                # sending (a hang guard; the origin has ended its side)
+                def taken():
+                    n = struct.unpack("i", fcntl.ioctl(s, termios.FIONREAD, b"\0" * 4))[0]
+                    time.sleep(0.3)
+                    m = struct.unpack("i", fcntl.ioctl(s, termios.FIONREAD, b"\0" * 4))[0]
+                    return n if n == m and n > 0 else None
+                n = poll(taken, timeout=HANG_GUARD_S, what="the client's buffer to fill")
+                got, end = answer[:n], "reset"
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        finally:
+            s.close()
+    assert end == "reset" and 0 < len(got) < size and got == answer[:len(got)], (end, len(got))
+    _, fin = gw.decided(method="CONNECT")
+    assert fin["status"] == 200 and fin["bytes_down"] == len(got), (fin, len(got))
+
+
 def test_accept_errors_are_told_once_a_minute(gateway, net):
     # When accept() fails (EMFILE here: the gateway's soft descriptor limit
     # is lowered under it, and put back afterwards), the listener pauses
