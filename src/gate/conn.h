@@ -257,11 +257,15 @@ struct conn {
     /* CONNECT: the server failed in CS_HELLO after the start of its answer
      * (or in CS_FLUSH after its answer), whose bytes go to the client
      * before both are reset (connect.c; the state is CS_HELLO then); until
-     * hello_cut_at (monotonic_ms()) at the latest. hello_rest_left: what
-     * may still be read of the failed upstream's socket for the client
-     * (REST_MAX in all), read as the client takes what waits for it. */
+     * hello_cut_at (monotonic_ms()) at the latest: idle_timeout after the
+     * client last took some (hello_taken: of bytes_down, those it took),
+     * looked at every hello_poll_ms. hello_rest_left: what may still be
+     * read of the failed upstream's socket for the client (REST_MAX in
+     * all), read as the client takes what waits for it. */
     bool hello_cut;
     uint64_t hello_cut_at;
+    uint64_t hello_taken;
+    uint64_t hello_poll_ms;
     size_t hello_rest_left;
     /* CONNECT: a ClientHello still incomplete is parsed again only once the
      * client's bytes reach this length (connect.c; 0: at the next read). */

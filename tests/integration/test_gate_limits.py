@@ -1816,6 +1816,76 @@ def test_an_answer_before_the_origins_reset_reaches_the_client(gateway, net, sta
 
 
 
+def test_a_slow_but_steady_client_gets_an_answer_cut_by_the_origins_reset(gateway, net):
+    # As "hello" above, with an answer of more than 64 KiB (a
+    # HelloRetryRequest that claims more, followed by as much as the
+    # origin's socket takes while the gateway is stopped), to a client that
+    # reads 2 KiB every 100 ms: steady, and slower than idle_timeout (2 s:
+    # a test process held back for a second is no stalled client) lets it
+    # take the answer in. The reset waited until idle_timeout after the
+    # origin's failure, whatever the client took meanwhile: the client got
+    # the reset in the middle of the answer, though it never stopped
+    # reading, as an open tunnel's reader would not.
+    host = "slow-cut.example.test"
+    hello = _client_hello(host)
+    head = _server_hello(16000, retry=True)[:16]  # a HelloRetryRequest, its body to come
+    answer = head + pattern_bytes(256 << 10)
+    go, sent = threading.Event(), {}
+
+    class Origin(_QuietOrigin):
+        def _serve(self, conn):
+            try:
+                go.wait(10)  # the gateway stopped, the ClientHello in its socket
+                conn.setblocking(False)
+                n = 0
+                for _ in range(1000):  # as much as its socket takes now
+                    try:
+                        n += conn.send(answer[n:n + 16384])
+                    except BlockingIOError:
+                        break
+                    if n == len(answer):
+                        break
+                sent["n"] = n
+                time.sleep(0.2)  # on its way to the gateway's socket
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            finally:
+                conn.close()
+                self.done.set()
+
+    with Origin(0) as up:
+        rule = {"host": host, "ports": [up.port], "tier": 0}
+        gw = gateway(net.policy([rule], static_extra={host: up.IP}, limits={"idle_timeout": "2s"}))
+        s = _slow_reader_conn(gw, rcvbuf=4096)
+        got, end = bytearray(), None
+        try:
+            _connect_on(s, host, up.port)
+            gw.proc.send_signal(signal.SIGSTOP)
+            try:
+                s.sendall(hello)
+                go.set()
+                assert up.done.wait(10), "the origin did not answer"
+            finally:
+                gw.proc.send_signal(signal.SIGCONT)
+            s.settimeout(HANG_GUARD_S)
+            for _ in range(20000):  # 2 KiB every 100 ms, to the end
+                try:
+                    d = s.recv(2048)
+                except ConnectionResetError:
+                    end = "reset"
+                    break
+                if not d:
+                    end = "eof"
+                    break
+                got += d
+                time.sleep(0.1)
+        finally:
+            go.set()
+            s.close()
+        _, fin = gw.decided(method="CONNECT")
+    assert sent["n"] > 64 << 10, "the origin sent %d bytes: the test proves nothing" % sent["n"]
+    assert bytes(got) == answer[:len(got)] and end == "reset", (len(got), end)
+    assert fin["status"] == 200 and fin["bytes_down"] == len(got) > 64 << 10, (fin, len(got))
+
 # An origin for the test below, run in the gateway's network namespace (as
 # its root, beside it): raises the namespace's TCP receive buffers to 4 MiB
 # from the start (tcp_rmem), so that the gateway's socket toward it holds
