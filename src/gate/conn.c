@@ -430,9 +430,30 @@ void conn_free(struct conn *c)
     gateway_conn_gone(gw);
 }
 
+/* What <c>'s CONNECT passed to the client before its tunnel opened (the
+ * server's first bytes) and a cut's reset drops, its output and what its
+ * TCP socket never sent (SIOCOUTQNSD), is not counted in bytes_down: as
+ * for a tunnel the gateway cuts (tunnel.c), the count is what the client
+ * got. They are the last of the stream (the 200, which is not counted,
+ * comes first): the last min(held, bytes_down) of it. Before, a client
+ * that read nothing of an answer cut by the server's reset was counted all
+ * of it (119808 bytes for the 6144 it got). */
+static void forget_cut_down(struct conn *c)
+{
+    struct exchange *ex = &c->ex;
+    if (!ex->active || !ex->is_connect || ex->end_published || c->client == NULL ||
+        ex->bytes_down == 0)
+        return;
+    int64_t unsent = c->fd >= 0 ? drain_unsent(c->fd) : -1;
+    uint64_t held = evbuffer_get_length(bufferevent_get_output(c->client)) +
+                    (unsent > 0 ? (uint64_t)unsent : 0);
+    ex->bytes_down -= held < ex->bytes_down ? held : ex->bytes_down;
+}
+
 void conn_cut(struct conn *c)
 {
     if (c->state == CS_PEEK || c->state == CS_HELLO || c->state == CS_FLUSH) {
+        forget_cut_down(c);
         if (c->fd >= 0)
             stream_reset_on_close(c->fd);
         if (c->up_fd >= 0)
