@@ -21,7 +21,6 @@
 #include "policy/policy.h"
 #include "policy/report.h"
 #include "util/env.h"
-#include "util/xalloc.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -32,22 +31,6 @@ static void check(int cond)
 {
     if (!cond)
         abort();
-}
-
-/* check.c's lint_partial(): the rules whose pattern parsed. */
-static void lint_partial(const struct policy *p, int warn_days, struct diag *d)
-{
-    struct rule *kept = xcalloc(p->nrules != 0 ? p->nrules : 1, sizeof(*kept));
-    size_t n = 0;
-    for (size_t i = 0; i < p->nrules; i++) {
-        if (p->rules[i].pattern != NULL)
-            kept[n++] = p->rules[i];
-    }
-    struct policy view = *p;
-    view.rules = kept;
-    view.nrules = n;
-    policy_lint(&view, TODAY, warn_days, d);
-    free(kept);
 }
 
 /* The report of <p> (NULL: failed) in <format>, as a NUL-terminated string
@@ -107,10 +90,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int warn_days = LINT_DEFAULT_WARN_DAYS;
     if (p != NULL) {
         warn_days = lint_warn_days(p);
-        if (partial)
-            lint_partial(p, warn_days, &d);
-        else
-            policy_lint(p, TODAY, warn_days, &d);
+        policy_lint(p, TODAY, warn_days, &d); /* of a partial one, the rules that parsed */
         if (!partial)
             report_note_reach(p, &d);
     }

@@ -19,7 +19,6 @@
 #include "util/text_json.h"
 #include "util/units.h"
 #include "util/wall_clock.h"
-#include "util/xalloc.h"
 
 struct check_args {
     const char *file;
@@ -104,24 +103,6 @@ static int parse_args(int argc, char **argv, struct check_args *a)
     return 0;
 }
 
-/* Lints the rules of a policy that failed to load (POLICY_LOAD_KEEP_PARTIAL)
- * so that an expired grant is reported next to the other errors. Rules
- * whose host or cidr did not parse are left out: they name nothing. */
-static void lint_partial(const struct policy *p, int32_t today, int warn_days, struct diag *d)
-{
-    struct rule *kept = xcalloc(p->nrules != 0 ? p->nrules : 1, sizeof(*kept));
-    size_t n = 0;
-    for (size_t i = 0; i < p->nrules; i++) {
-        if (p->rules[i].pattern != NULL)
-            kept[n++] = p->rules[i]; /* a shallow copy: lint only reads it */
-    }
-    struct policy view = *p;
-    view.rules = kept;
-    view.nrules = n;
-    policy_lint(&view, today, warn_days, d);
-    free(kept);
-}
-
 static int check_main(int argc, char **argv)
 {
     struct check_args a;
@@ -165,10 +146,9 @@ static int check_main(int argc, char **argv)
     if (p != NULL) {
         if (warn_days < 0)
             warn_days = lint_warn_days(p);
-        if (partial)
-            lint_partial(p, a.today, warn_days, &d);
-        else
-            policy_lint(p, a.today, warn_days, &d);
+        /* a partial policy's rules that parsed: its expired grants are
+         * errors too */
+        policy_lint(p, a.today, warn_days, &d);
         if (!partial)
             report_note_reach(p, &d);
     } else if (warn_days < 0) {

@@ -50,7 +50,9 @@ void policy_lint(const struct policy *p, int32_t today, int warn_days, struct di
 {
     for (size_t i = 0; i < p->nrules; i++) {
         const struct rule *r = &p->rules[i];
-        if (!r->has_expires)
+        /* a partial load's rule whose host or cidr was refused names
+         * nothing (POLICY_LOAD_KEEP_PARTIAL) */
+        if (!r->has_expires || r->pattern == NULL)
             continue;
         char field[48];
         char date[16];

@@ -42,7 +42,10 @@ void lint_far_expiry_text(const struct rule *r, int32_t today, char *out, size_t
 
 /* Reports expired grants as errors, and grants expiring within <warn_days>
  * and tier-3 grants expiring too far ahead as warnings, into <d>. <today> is a day number
- * (util/units.h). */
+ * (util/units.h). <p> may be a policy that failed to load
+ * (POLICY_LOAD_KEEP_PARTIAL), so that `sluice check` lists its expired
+ * grants next to its other errors: a rule whose host or cidr was refused
+ * (its pattern NULL) names nothing and is left out. */
 void policy_lint(const struct policy *p, int32_t today, int warn_days, struct diag *d);
 
 #endif

@@ -177,6 +177,27 @@ static void test_days_left(void **state)
     assert_int_equal(lint_days_left(&r, day("2026-01-01")), 365);
 }
 
+/* A partial load's rule whose host or cidr did not parse (pattern NULL,
+ * POLICY_LOAD_KEEP_PARTIAL) names nothing: lint skips it, and still
+ * reports the grants of the rules that did parse (sluice check lists an
+ * expired grant next to a file's other errors). */
+static void test_rules_without_a_pattern_are_skipped(void **state)
+{
+    (void)state;
+    struct rule rules[3] = {
+        make_rule(0, NULL, "2026-11-01"),             /* host refused: expired */
+        make_rule(1, "api.github.com", "2026-11-29"), /* expired yesterday */
+        make_rule(2, NULL, "2026-12-01"),             /* cidr refused: expiring */
+    };
+    struct diag d;
+    lint_rules(rules, 3, "2026-11-30", 14, &d);
+    assert_int_equal(d.count, 1);
+    assert_int_equal(d.errors, 1);
+    assert_string_equal(d.entries[0].field, "rules[1].expires");
+    assert_non_null(strstr(d.entries[0].message, "grant for api.github.com"));
+    diag_free(&d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -186,6 +207,7 @@ int main(void)
         cmocka_unit_test(test_tier3_expiry_more_than_a_year_away_warns),
         cmocka_unit_test(test_warn_days_default_and_policy_value),
         cmocka_unit_test(test_days_left),
+        cmocka_unit_test(test_rules_without_a_pattern_are_skipped),
     };
     return cmocka_run_group_tests_name("lint", tests, NULL, NULL);
 }
