@@ -267,6 +267,21 @@ int host_pattern_parse(const char *s, struct host_pattern *out, const char **why
         w = "'*' matches everything; name the hosts";
         goto err;
     }
+    /* A URL or a name with its port, pasted in a hurry: refused as before,
+     * but said so ("invalid IP literal" named what it is not). A name holds
+     * no ':'; an IPv6 literal holds two or more. */
+    const char *colon = memchr(s, ':', len);
+    if (colon != NULL && len - (size_t)(colon - s) >= 3 && memcmp(colon, "://", 3) == 0) {
+        w = "a host pattern is a name, not a URL: write the name alone, without scheme, port "
+            "or path";
+        goto err;
+    }
+    if (colon != NULL && s[0] != '[' &&
+        memchr(colon + 1, ':', len - (size_t)(colon + 1 - s)) == NULL) {
+        w = "a host pattern holds no port: write the name alone (a rule's ports go in ports:, "
+            "and deny covers every port)";
+        goto err;
+    }
     if (len >= 2 && s[0] == '*' && s[1] == '.') {
         kind = PATTERN_WILDCARD;
         s += 2;

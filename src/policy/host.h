@@ -83,8 +83,9 @@ struct host_pattern {
  * than one leading "*." label, wildcards over a public suffix (ICANN section
  * of the Public Suffix List, e.g. "*.com", "*.co.uk"; its private section
  * is host_pattern_over_private_suffix()'s) or over any single
- * label, IP literals (they belong in cidr: rules), and everything
- * host_normalise() rejects. Returns 0, or -1 with <*why> set. */
+ * label, IP literals (they belong in cidr: rules), URLs and names with a
+ * port (":443", said so), and everything host_normalise() rejects.
+ * Returns 0, or -1 with <*why> set. */
 int host_pattern_parse(const char *s, struct host_pattern *out, const char **why);
 
 /* True when <p> is a wildcard directly over a suffix of the private section

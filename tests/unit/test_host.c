@@ -392,6 +392,20 @@ static void test_pattern_parse(void **state)
         expect_pattern_error(ips[i], "IP literals belong in a cidr: rule");
     expect_pattern_error("256.0.0.1", "invalid IP literal");
 
+    /* A URL or a name with its port, pasted in a hurry: said so, not
+     * called an invalid IP literal. */
+    static const char *const urls[] = {"https://api.github.com", "http://api.github.com:8080/x",
+                                       "HTTPS://API.GITHUB.COM/", "https://*.github.com"};
+    for (size_t i = 0; i < sizeof(urls) / sizeof(urls[0]); i++)
+        expect_pattern_error(urls[i], "a host pattern is a name, not a URL: write the name "
+                                      "alone, without scheme, port or path");
+    static const char *const ported[] = {"api.github.com:443", "*.github.com:443",
+                                         "api.github.com:https", "API.GitHub.com.:80"};
+    for (size_t i = 0; i < sizeof(ported) / sizeof(ported[0]); i++)
+        expect_pattern_error(ported[i], "a host pattern holds no port: write the name alone (a "
+                                        "rule's ports go in ports:, and deny covers every port)");
+    expect_pattern_error("[::1]:443", "invalid IP literal"); /* an IP, two colons and more */
+
     static const char *const single[] = {"*.com",       "*.test", "*.internal",
                                          "*.localhost", "*.COM.", "*.xn--p1ai"};
     for (size_t i = 0; i < sizeof(single) / sizeof(single[0]); i++)

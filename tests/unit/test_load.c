@@ -894,6 +894,27 @@ static void test_yaml_words_are_not_names(void **state)
  * kept, it is another owner than "alice" to a search of the log or a
  * metric's label, and the report shows no difference. Blanks inside a
  * name, and a joiner an Indic name ends with, are a name's. */
+/* A URL or a name with its port where a host pattern goes (a rule's host,
+ * a deny entry) is refused naming the file, line and field, and saying
+ * what it is, not "invalid IP literal". */
+static void test_host_with_port_or_url(void **state)
+{
+    (void)state;
+    static const struct error_case cases[] = {
+        {V "rules:\n  - host: api.github.com:443\n    tier: 0\n",
+         "p.yaml:3: rules[0].host: invalid host pattern 'api.github.com:443': a host pattern "
+         "holds no port: write the name alone (a rule's ports go in ports:, and deny covers "
+         "every port)"},
+        {V R "deny: [\"gist.github.com:443\"]\n",
+         "p.yaml:5: deny[0]: invalid host pattern 'gist.github.com:443': a host pattern holds no "
+         "port: write the name alone (a rule's ports go in ports:, and deny covers every port)"},
+        {V "rules:\n  - host: https://api.github.com/repos\n    tier: 0\n",
+         "p.yaml:3: rules[0].host: invalid host pattern 'https://api.github.com/repos': a host "
+         "pattern is a name, not a URL: write the name alone, without scheme, port or path"},
+    };
+    RUN(cases);
+}
+
 static void test_owner_blank_edges_refused(void **state)
 {
     (void)state;
@@ -3316,6 +3337,7 @@ int main(void)
         cmocka_unit_test(test_repeated_list_entries_warned),
         cmocka_unit_test(test_repeated_deny_scale),
         cmocka_unit_test(test_yaml_words_are_not_names),
+        cmocka_unit_test(test_host_with_port_or_url),
         cmocka_unit_test(test_unicode_host_warned),
         cmocka_unit_test(test_private_suffix_wildcard_warned),
         cmocka_unit_test(test_owner_length_capped),
