@@ -2,6 +2,9 @@
  * max_forwards.h). */
 #include "gate/max_forwards.h"
 
+#include <string.h>
+#include <strings.h>
+#include <sys/types.h>
 #include <time.h>
 
 #include <event2/buffer.h>
@@ -18,19 +21,65 @@ bool max_forwards_ends_here(const struct http_request *req)
     return req->max_forwards == 0;
 }
 
+/* The words that, in a field's name (any case), mark the field as likely
+ * to hold a secret: Authorization and Cookie, which RFC 9110 9.3.8 names,
+ * and the credential fields of APIs (X-Api-Key, X-Auth-Token,
+ * Private-Token, X-Amz-Security-Token, a session's id). A name is looked
+ * at, never a value: a field left out wrongly costs a line of a diagnostic
+ * echo, one echoed wrongly puts a secret in a log or a model's context. */
+static const char *const secret_words[] = {"auth",    "cookie", "token",      "key",      "secret",
+                                           "session", "passw",  "credential", "signature"};
+
+bool max_forwards_field_is_secret(const char *name, size_t len)
+{
+    for (size_t w = 0; w < sizeof(secret_words) / sizeof(secret_words[0]); w++) {
+        size_t wl = strlen(secret_words[w]);
+        for (size_t i = 0; i + wl <= len; i++)
+            if (strncasecmp(name + i, secret_words[w], wl) == 0)
+                return true;
+    }
+    return false;
+}
+
+/* The echo of the head <head> (<n> bytes, as the request writer wrote it:
+ * its request line, "name: value" CRLF lines, the empty line): its lines
+ * but the fields max_forwards_field_is_secret() names, added to <out>, or
+ * only counted when <out> is NULL. Returns its length, or -1 out of
+ * memory. */
+static ssize_t echo_lines(const char *head, size_t n, struct evbuffer *out)
+{
+    size_t len = 0;
+    for (size_t at = 0, line = 0; at < n; line++) {
+        const char *lf = memchr(head + at, '\n', n - at);
+        size_t end = lf != NULL ? (size_t)(lf - head) + 1 : n;
+        const char *colon = line > 0 ? memchr(head + at, ':', end - at) : NULL;
+        if (colon == NULL ||
+            !max_forwards_field_is_secret(head + at, (size_t)(colon - head) - at)) {
+            if (out != NULL && evbuffer_add(out, head + at, end - at) != 0)
+                return -1;
+            len += end - at;
+        }
+        at = end;
+    }
+    return (ssize_t)len;
+}
+
 int max_forwards_answer(struct conn *c, struct evbuffer *out, bool keep)
 {
     struct exchange *ex = &c->ex;
     bool trace = ex->mbit == METHOD_TRACE && ex->uphead != NULL;
     size_t n = trace ? evbuffer_get_length(ex->uphead) : 0;
+    /* Not a copy: ex->uphead is kept for the connection's next request. */
+    const char *head = n > 0 ? (const char *)evbuffer_pullup(ex->uphead, -1) : NULL;
+    if (n > 0 && head == NULL)
+        return -1;
+    ssize_t echo = n > 0 ? echo_lines(head, n, NULL) : 0;
     const char *date = http_date_field_of(&c->gw->date_clock, wall_clock_seconds());
     if (evbuffer_add_printf(
-            out, "HTTP/1.1 200 OK\r\n%s%sContent-Length: %zu\r\nConnection: %s\r\n\r\n", date,
-            trace ? "Content-Type: message/http\r\n" : "", n, keep ? "keep-alive" : "close") < 0)
+            out, "HTTP/1.1 200 OK\r\n%s%sContent-Length: %zd\r\nConnection: %s\r\n\r\n", date,
+            trace ? "Content-Type: message/http\r\n" : "", echo, keep ? "keep-alive" : "close") < 0)
         return -1;
-    /* A copy: ex->uphead is kept for the connection's next request. */
-    const unsigned char *head = n > 0 ? evbuffer_pullup(ex->uphead, -1) : NULL;
-    if (n > 0 && (head == NULL || evbuffer_add(out, head, n) != 0))
+    if (n > 0 && echo_lines(head, n, out) < 0)
         return -1;
     return 0;
 }

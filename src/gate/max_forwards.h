@@ -6,6 +6,7 @@
 #define SLUICE_GATE_MAX_FORWARDS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "gate/http1.h"
 
@@ -20,10 +21,17 @@ bool max_forwards_ends_here(const struct http_request *req);
  * of gate/conn.h): "200 OK" with Date, "Connection: keep-alive" when <keep>
  * ("close" else), no content for an OPTIONS (nothing is said of what the
  * target allows: the gateway does not know), and for a TRACE the request as
- * the gateway would have forwarded it (ex->uphead) as message/http: its
- * Proxy-Authorization, the agent's secret, and the other hop-by-hop fields
- * left out, as RFC 9110 9.3.8 asks of sensitive fields. Returns 0, or -1
- * out of memory. */
+ * the gateway would have forwarded it (ex->uphead) as message/http, but
+ * for the fields likely to hold a secret, as RFC 9110 9.3.8 asks of its
+ * final recipient: Proxy-Authorization, the agent's secret, and the other
+ * hop-by-hop fields, which the writer drops, and those
+ * max_forwards_field_is_secret() names. Returns 0, or -1 out of memory. */
 int max_forwards_answer(struct conn *c, struct evbuffer *out, bool keep);
+
+/* Whether the field named <name> (<len> bytes) is left out of a TRACE's
+ * echo: its name holds, in any case, "auth", "cookie", "token", "key",
+ * "secret", "session", "passw", "credential" or "signature"
+ * (Authorization, Cookie, X-Api-Key, X-Auth-Token, Private-Token, ...). */
+bool max_forwards_field_is_secret(const char *name, size_t len);
 
 #endif
